@@ -1,0 +1,48 @@
+# libfarm top-level targets. The two a new user needs:
+#   make demo    build, then run the demo on a 3-machine local cluster
+#   make check   build, then run the whole test suite (ctest)
+# Both install missing Debian packages first (scripts/install-deps).
+# Others: make bench (every benchmark), make stress (long stress tests),
+# make asan (tests under AddressSanitizer+UBSan), make clean.
+BUILD ?= build
+ASAN_BUILD ?= build-asan
+JOBS ?= 2
+CMAKE_FLAGS ?=
+FARM ?= $(BUILD)/src/tools/farm
+
+.PHONY: all deps build demo check bench stress asan clean format
+
+all: build
+
+deps:
+	@scripts/install-deps
+
+build: deps
+	@cmake -S . -B $(BUILD) $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(BUILD) -j$(JOBS)
+
+demo: build
+	@scripts/demo $(FARM)
+
+check: build
+	ctest --test-dir $(BUILD) --output-on-failure -j$(JOBS) -LE stress
+
+stress: deps
+	@cmake -S . -B $(BUILD) -DFARM_STRESS=ON $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(BUILD) -j$(JOBS)
+	ctest --test-dir $(BUILD) --output-on-failure -L stress
+
+asan: deps
+	@cmake -S . -B $(ASAN_BUILD) -DFARM_SANITIZE=address,undefined \
+	    -DFARM_BUILD_BENCH=OFF $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(ASAN_BUILD) -j$(JOBS)
+	ctest --test-dir $(ASAN_BUILD) --output-on-failure -j$(JOBS) -LE "stress|nosan"
+
+bench: build
+	@scripts/bench $(BUILD)
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD)
+
+format:
+	clang-format -i $$(git ls-files '*.c' '*.h')

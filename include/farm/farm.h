@@ -1,0 +1,9 @@
+/* libfarm: everything an application includes. */
+#ifndef FARM_FARM_H
+#define FARM_FARM_H
+
+#include <farm/error.h>
+#include <farm/fabric.h>
+#include <farm/region.h>
+
+#endif

@@ -1,0 +1,253 @@
+/*
+ * Generic fabric layer: provider selection and the checks every provider
+ * would otherwise repeat. Hot paths (post, poll) are one indirect call.
+ */
+#include "fabric/provider.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/common.h"
+#include "util/log.h"
+
+static const struct farm_fabric_ops *const providers[] = {
+	&farm_shm_ops,
+#ifdef FARM_HAVE_VERBS
+	&farm_verbs_ops,
+#endif
+};
+
+static const struct farm_fabric_ops *find_provider(const char *name)
+{
+	for (size_t i = 0; i < sizeof(providers) / sizeof(providers[0]); i++)
+		if (strcmp(providers[i]->name, name) == 0)
+			return providers[i];
+	return NULL;
+}
+
+bool farm_fabric_provider_available(const char *provider)
+{
+	return provider && find_provider(provider) != NULL;
+}
+
+int farm_fabric_open(const farm_fabric_attr *attr, farm_fabric **out)
+{
+	if (!attr || !out)
+		return -EINVAL;
+	const char *name = attr->provider;
+	if (!name || !*name)
+		name = getenv("FARM_FABRIC");
+	if (!name || !*name)
+		name = "shm";
+	const struct farm_fabric_ops *ops = find_provider(name);
+	if (!ops) {
+		if (strcmp(name, "verbs") == 0)
+			farm_err("fabric provider 'verbs' was not built: "
+			         "libibverbs/librdmacm were missing at build time");
+		else
+			farm_err("unknown fabric provider '%s' (known: shm, verbs)",
+			         name);
+		return -EINVAL;
+	}
+	farm_fabric *fab = NULL;
+	int rc = ops->open(attr, &fab);
+	if (rc)
+		return rc;
+	*out = fab;
+	return 0;
+}
+
+void farm_fabric_close(farm_fabric *fab)
+{
+	if (fab)
+		fab->ops->close(fab);
+}
+
+const char *farm_fabric_provider(const farm_fabric *fab)
+{
+	return fab ? fab->ops->name : NULL;
+}
+
+uint32_t farm_fabric_machine_id(const farm_fabric *fab)
+{
+	return fab ? fab->machine_id : UINT32_MAX;
+}
+
+int farm_fabric_address(const farm_fabric *fab, char *buf, size_t len)
+{
+	if (!fab || (!buf && len))
+		return -EINVAL;
+	return fab->ops->address(fab, buf, len);
+}
+
+int farm_mem_alloc(farm_fabric *fab, size_t size, unsigned flags,
+                   farm_mem **out)
+{
+	if (!fab || !out || size == 0 ||
+	    (flags & ~(unsigned)(FARM_MEM_ALIGN_SIZE | FARM_MEM_REQUIRE_HUGE)))
+		return -EINVAL;
+	if ((flags & FARM_MEM_ALIGN_SIZE) && (size & (size - 1)))
+		return -EINVAL;
+	return fab->ops->mem_alloc(fab, size, flags, out);
+}
+
+void farm_mem_free(farm_mem *mem)
+{
+	if (mem)
+		mem->fab->ops->mem_free(mem);
+}
+
+void *farm_mem_addr(const farm_mem *mem) { return mem ? mem->addr : NULL; }
+size_t farm_mem_size(const farm_mem *mem) { return mem ? mem->size : 0; }
+bool farm_mem_is_huge(const farm_mem *mem) { return mem && mem->huge; }
+bool farm_mem_is_pmem(const farm_mem *mem) { return mem && mem->pmem; }
+
+int farm_mem_persist(const farm_mem *mem, const void *addr, size_t len)
+{
+	if (!mem)
+		return -EINVAL;
+	uintptr_t a = (uintptr_t)addr, base = (uintptr_t)mem->addr;
+	if (a < base || len > mem->size || a - base > mem->size - len)
+		return -EINVAL;
+	return mem->fab->ops->mem_persist(mem, addr, len);
+}
+
+int farm_mr_reg(farm_fabric *fab, void *addr, size_t len, unsigned access,
+                farm_mr **out)
+{
+	if (!fab || !addr || !out || len == 0 || access == 0 ||
+	    (access & ~(unsigned)FARM_ACCESS_ALL) ||
+	    (uintptr_t)addr + len < (uintptr_t)addr)
+		return -EINVAL;
+	return fab->ops->mr_reg(fab, addr, len, access, out);
+}
+
+void farm_mr_dereg(farm_mr *mr)
+{
+	if (mr)
+		mr->fab->ops->mr_dereg(mr);
+}
+
+farm_mr_desc farm_mr_describe(const farm_mr *mr)
+{
+	if (!mr) {
+		farm_mr_desc none = {0};
+		return none;
+	}
+	return mr->desc;
+}
+
+int farm_cq_create(farm_fabric *fab, unsigned depth, unsigned flags,
+                   farm_cq **out)
+{
+	if (!fab || !out || (flags & ~(unsigned)FARM_CQ_SHARED))
+		return -EINVAL;
+	return fab->ops->cq_create(fab, depth ? depth : 1024, flags, out);
+}
+
+int farm_cq_destroy(farm_cq *cq)
+{
+	if (!cq)
+		return -EINVAL;
+	return cq->fab->ops->cq_destroy(cq);
+}
+
+int farm_cq_poll(farm_cq *cq, int n, farm_wc *wc)
+{
+	if (FARM_UNLIKELY(!cq || n < 0 || (n && !wc)))
+		return -EINVAL;
+	return cq->fab->ops->cq_poll(cq, n, wc);
+}
+
+int farm_ep_connect(farm_fabric *fab, farm_cq *cq, uint32_t peer_id,
+                    const char *peer_addr, const farm_ep_attr *attr,
+                    farm_ep **out)
+{
+	if (!fab || !cq || cq->fab != fab || !peer_addr || !*peer_addr || !out)
+		return -EINVAL;
+	if (attr && (attr->flags & ~(unsigned)FARM_EP_SHARED))
+		return -EINVAL;
+	farm_ep_attr a = {.sq_depth = 256, .flags = 0};
+	if (attr) {
+		a = *attr;
+		if (a.sq_depth == 0)
+			a.sq_depth = 256;
+	}
+	if (a.sq_depth > 65536)
+		return -EINVAL;
+	return fab->ops->ep_connect(fab, cq, peer_id, peer_addr, &a, out);
+}
+
+void farm_ep_disconnect(farm_ep *ep)
+{
+	if (ep)
+		ep->fab->ops->ep_disconnect(ep);
+}
+
+void farm_ep_destroy(farm_ep *ep)
+{
+	if (ep)
+		ep->fab->ops->ep_destroy(ep);
+}
+
+uint32_t farm_ep_peer(const farm_ep *ep) { return ep ? ep->peer : UINT32_MAX; }
+
+bool farm_ep_usable(const farm_ep *ep)
+{
+	return ep && ep->fab->ops->ep_usable(ep);
+}
+
+int farm_wr_check(const farm_wr *wr)
+{
+	switch (wr->opcode) {
+	case FARM_WR_READ:
+		if (wr->flags & FARM_WR_INLINE)
+			return -EINVAL;
+		break;
+	case FARM_WR_WRITE:
+		if ((wr->flags & FARM_WR_INLINE) && wr->len > FARM_INLINE_MAX)
+			return -EINVAL;
+		break;
+	case FARM_WR_CAS:
+		if (wr->len != 8 || (wr->flags & FARM_WR_INLINE))
+			return -EINVAL;
+		break;
+	default:
+		return -EINVAL;
+	}
+	if (wr->flags & ~(unsigned)(FARM_WR_SIGNALED | FARM_WR_INLINE))
+		return -EINVAL;
+	if (wr->len > FARM_FABRIC_MAX_OP || (wr->len && !wr->local))
+		return -EINVAL;
+	return 0;
+}
+
+int farm_ep_post(farm_ep *ep, farm_wr *list, farm_wr **bad)
+{
+	if (!ep || !list) {
+		if (bad)
+			*bad = list;
+		return -EINVAL;
+	}
+	return ep->fab->ops->ep_post(ep, list, bad);
+}
+
+int farm_ep_fault(farm_ep *ep, enum farm_fault f, uint64_t arg)
+{
+	if (!ep || (unsigned)f > FARM_FAULT_PAUSE)
+		return -EINVAL;
+	if (!ep->fab->ops->ep_fault)
+		return -ENOTSUP;
+	return ep->fab->ops->ep_fault(ep, f, arg);
+}
+
+int farm_fabric_fault_peer(farm_fabric *fab, uint32_t peer_id,
+                           enum farm_fault f, uint64_t arg)
+{
+	if (!fab || (unsigned)f > FARM_FAULT_PAUSE)
+		return -EINVAL;
+	if (!fab->ops->fault_peer)
+		return -ENOTSUP;
+	return fab->ops->fault_peer(fab, peer_id, f, arg);
+}

@@ -1,0 +1,93 @@
+/*
+ * Internal provider interface of the fabric (not installed).
+ *
+ * A provider is a const ops table (as rdma-core's verbs_context_ops): the
+ * generic layer (fabric.c) checks arguments that do not depend on the
+ * provider, then dispatches. Every object a provider creates starts with the
+ * generic struct below as its first member, so a provider casts between its
+ * own type and the public handle.
+ */
+#ifndef FARM_FABRIC_PROVIDER_H
+#define FARM_FABRIC_PROVIDER_H
+
+#include <farm/fabric.h>
+
+struct farm_fabric_ops;
+
+struct farm_fabric {
+	const struct farm_fabric_ops *ops;
+	uint32_t machine_id;
+};
+
+struct farm_mem {
+	farm_fabric *fab;
+	void *addr;
+	size_t size;
+	bool huge;
+	bool pmem;
+};
+
+struct farm_mr {
+	farm_fabric *fab;
+	void *addr;
+	size_t len;
+	unsigned access;
+	farm_mr_desc desc;
+};
+
+struct farm_cq {
+	farm_fabric *fab;
+};
+
+struct farm_ep {
+	farm_fabric *fab;
+	farm_cq *cq;
+	uint32_t peer;
+};
+
+struct farm_fabric_ops {
+	const char *name;
+	/* Allocate and open; the generic layer has checked @attr's common
+	 * fields. Sets (*out)->ops and machine_id. */
+	int (*open)(const farm_fabric_attr *attr, farm_fabric **out);
+	void (*close)(farm_fabric *fab);
+	int (*address)(const farm_fabric *fab, char *buf, size_t len);
+
+	int (*mem_alloc)(farm_fabric *fab, size_t size, unsigned flags,
+	                 farm_mem **out);
+	void (*mem_free)(farm_mem *mem);
+	int (*mem_persist)(const farm_mem *mem, const void *addr, size_t len);
+
+	int (*mr_reg)(farm_fabric *fab, void *addr, size_t len,
+	              unsigned access, farm_mr **out);
+	void (*mr_dereg)(farm_mr *mr);
+
+	int (*cq_create)(farm_fabric *fab, unsigned depth, unsigned flags,
+	                 farm_cq **out);
+	int (*cq_destroy)(farm_cq *cq);
+	int (*cq_poll)(farm_cq *cq, int n, farm_wc *wc);
+
+	int (*ep_connect)(farm_fabric *fab, farm_cq *cq, uint32_t peer_id,
+	                  const char *peer_addr, const farm_ep_attr *attr,
+	                  farm_ep **out);
+	void (*ep_disconnect)(farm_ep *ep);
+	void (*ep_destroy)(farm_ep *ep);
+	bool (*ep_usable)(const farm_ep *ep);
+	int (*ep_post)(farm_ep *ep, farm_wr *list, farm_wr **bad);
+
+	/* Optional: NULL means -ENOTSUP. */
+	int (*ep_fault)(farm_ep *ep, enum farm_fault f, uint64_t arg);
+	int (*fault_peer)(farm_fabric *fab, uint32_t peer_id,
+	                  enum farm_fault f, uint64_t arg);
+};
+
+extern const struct farm_fabric_ops farm_shm_ops;
+#ifdef FARM_HAVE_VERBS
+extern const struct farm_fabric_ops farm_verbs_ops;
+#endif
+
+/* Checks shared by providers: is a request well formed (post-time errors
+ * only)? Returns 0 or -EINVAL. */
+int farm_wr_check(const farm_wr *wr);
+
+#endif /* FARM_FABRIC_PROVIDER_H */

@@ -1,0 +1,222 @@
+#include "util/config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/common.h"
+
+#define FARM_DEFAULT_REGION_SIZE (2ull << 30)
+#define FARM_MIN_REGION_SIZE (1ull << 20)
+#define FARM_MAX_REGION_SIZE (1ull << 32) /* offsets are 32 bits */
+
+void farm_config_defaults(struct farm_config *c)
+{
+	memset(c, 0, sizeof(*c));
+	c->region_size = FARM_DEFAULT_REGION_SIZE;
+	strcpy(c->job, "serve");
+}
+
+int farm_parse_size(const char *s, uint64_t *out)
+{
+	if (!s || !isdigit((unsigned char)*s))
+		return -EINVAL;
+	errno = 0;
+	char *end;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno)
+		return -EINVAL;
+	unsigned shift = 0;
+	switch (*end) {
+	case 'k': case 'K': shift = 10; end++; break;
+	case 'm': case 'M': shift = 20; end++; break;
+	case 'g': case 'G': shift = 30; end++; break;
+	case 't': case 'T': shift = 40; end++; break;
+	default: break;
+	}
+	if (*end == 'B' || *end == 'b')
+		end++;
+	if (*end || (shift && v > (UINT64_MAX >> shift)))
+		return -EINVAL;
+	*out = (uint64_t)v << shift;
+	return 0;
+}
+
+static int parse_u32(const char *s, uint32_t *out)
+{
+	if (!s || !isdigit((unsigned char)*s))
+		return -EINVAL;
+	errno = 0;
+	char *end;
+	unsigned long v = strtoul(s, &end, 10);
+	if (errno || *end || v > UINT32_MAX)
+		return -EINVAL;
+	*out = (uint32_t)v;
+	return 0;
+}
+
+static int copy_str(char *dst, size_t cap, const char *v)
+{
+	size_t n = strlen(v);
+	if (n >= cap)
+		return -ENAMETOOLONG;
+	memcpy(dst, v, n + 1);
+	return 0;
+}
+
+int farm_config_set(struct farm_config *c, const char *key, const char *value,
+                    char *err, size_t errlen)
+{
+	int rc = 0;
+	if (strcmp(key, "machine_id") == 0) {
+		rc = parse_u32(value, &c->machine_id);
+		c->has_machine_id = rc == 0;
+	} else if (strcmp(key, "data_dir") == 0) {
+		rc = copy_str(c->data_dir, sizeof(c->data_dir), value);
+	} else if (strcmp(key, "fabric") == 0) {
+		if (strcmp(value, "shm") && strcmp(value, "verbs"))
+			rc = -EINVAL;
+		else
+			rc = copy_str(c->fabric, sizeof(c->fabric), value);
+	} else if (strcmp(key, "listen") == 0) {
+		rc = copy_str(c->listen, sizeof(c->listen), value);
+	} else if (strcmp(key, "region_size") == 0) {
+		rc = farm_parse_size(value, &c->region_size);
+	} else if (strcmp(key, "job") == 0) {
+		rc = copy_str(c->job, sizeof(c->job), value);
+	} else if (strcmp(key, "peer") == 0) {
+		/* "peer = <id> <address>" */
+		if (c->npeers == FARM_CONFIG_MAX_PEERS) {
+			snprintf(err, errlen, "more than %d peers",
+			         FARM_CONFIG_MAX_PEERS);
+			return -E2BIG;
+		}
+		char idbuf[16];
+		const char *sp = strchr(value, ' ');
+		if (!sp || (size_t)(sp - value) >= sizeof(idbuf)) {
+			rc = -EINVAL;
+		} else {
+			memcpy(idbuf, value, (size_t)(sp - value));
+			idbuf[sp - value] = 0;
+			while (*sp == ' ')
+				sp++;
+			struct farm_config_peer *p = &c->peers[c->npeers];
+			rc = parse_u32(idbuf, &p->id);
+			if (!rc && !*sp)
+				rc = -EINVAL;
+			if (!rc)
+				rc = copy_str(p->addr, sizeof(p->addr), sp);
+			if (!rc)
+				c->npeers++;
+		}
+	} else {
+		snprintf(err, errlen, "unknown key '%s'", key);
+		return -EINVAL;
+	}
+	if (rc)
+		snprintf(err, errlen, "bad value '%s' for '%s'", value, key);
+	return rc;
+}
+
+static char *trim(char *s)
+{
+	while (isspace((unsigned char)*s))
+		s++;
+	char *e = s + strlen(s);
+	while (e > s && isspace((unsigned char)e[-1]))
+		*--e = 0;
+	return s;
+}
+
+int farm_config_load(struct farm_config *c, const char *path, char *err,
+                     size_t errlen)
+{
+	FILE *f = fopen(path, "re");
+	if (!f) {
+		int e = errno;
+		snprintf(err, errlen, "%s: %s", path, strerror(e));
+		return -e;
+	}
+	char line[1024], msg[256];
+	int lineno = 0, rc = 0;
+	while (fgets(line, sizeof(line), f)) {
+		lineno++;
+		if (!strchr(line, '\n') && !feof(f)) {
+			snprintf(err, errlen, "%s:%d: line too long", path, lineno);
+			rc = -EINVAL;
+			break;
+		}
+		char *hash = strchr(line, '#');
+		if (hash)
+			*hash = 0;
+		char *s = trim(line);
+		if (!*s)
+			continue;
+		char *eq = strchr(s, '=');
+		if (!eq) {
+			snprintf(err, errlen, "%s:%d: expected 'key = value'",
+			         path, lineno);
+			rc = -EINVAL;
+			break;
+		}
+		*eq = 0;
+		rc = farm_config_set(c, trim(s), trim(eq + 1), msg, sizeof(msg));
+		if (rc) {
+			snprintf(err, errlen, "%s:%d: %s", path, lineno, msg);
+			break;
+		}
+	}
+	fclose(f);
+	return rc;
+}
+
+int farm_config_apply_env(struct farm_config *c, char *err, size_t errlen)
+{
+	static const char *const keys[] = {"machine_id", "data_dir", "fabric",
+	                                   "listen", "region_size", "job"};
+	char env[64], msg[256];
+	for (size_t i = 0; i < FARM_ARRAY_SIZE(keys); i++) {
+		size_t n = (size_t)snprintf(env, sizeof(env), "FARM_%s", keys[i]);
+		for (size_t j = 5; j < n; j++)
+			env[j] = (char)toupper((unsigned char)env[j]);
+		const char *v = getenv(env);
+		if (!v || !*v)
+			continue;
+		int rc = farm_config_set(c, keys[i], v, msg, sizeof(msg));
+		if (rc) {
+			snprintf(err, errlen, "%s: %s", env, msg);
+			return rc;
+		}
+	}
+	return 0;
+}
+
+int farm_config_validate(const struct farm_config *c, char *err, size_t errlen)
+{
+	if (!c->has_machine_id) {
+		snprintf(err, errlen, "machine_id is not set");
+		return -EINVAL;
+	}
+	if (!farm_is_pow2(c->region_size) || c->region_size < FARM_MIN_REGION_SIZE ||
+	    c->region_size > FARM_MAX_REGION_SIZE) {
+		snprintf(err, errlen,
+		         "region_size %" PRIu64 " must be a power of two from 1M to 4G",
+		         c->region_size);
+		return -EINVAL;
+	}
+	if (!c->data_dir[0]) {
+		snprintf(err, errlen, "data_dir is not set");
+		return -EINVAL;
+	}
+	for (unsigned i = 0; i < c->npeers; i++)
+		for (unsigned j = i + 1; j < c->npeers; j++)
+			if (c->peers[i].id == c->peers[j].id) {
+				snprintf(err, errlen, "peer %u listed twice",
+				         c->peers[i].id);
+				return -EINVAL;
+			}
+	return 0;
+}

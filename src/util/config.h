@@ -1,0 +1,49 @@
+/*
+ * Machine configuration: a file of "key = value" lines plus environment
+ * overrides (FARM_<KEY> in upper case). The format and every key are
+ * documented in docs/config.md. Internal; not installed.
+ */
+#ifndef FARM_UTIL_CONFIG_H
+#define FARM_UTIL_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define FARM_CONFIG_MAX_PEERS 64
+#define FARM_CONFIG_STR 256
+
+struct farm_config_peer {
+	uint32_t id;
+	char addr[FARM_CONFIG_STR];
+};
+
+struct farm_config {
+	uint32_t machine_id;
+	bool has_machine_id;
+	char data_dir[FARM_CONFIG_STR];
+	char fabric[16];              /* "" = $FARM_FABRIC or shm */
+	char listen[FARM_CONFIG_STR]; /* verbs: ip:port */
+	uint64_t region_size;         /* bytes, power of two */
+	char job[32];                 /* what the machine host runs */
+	unsigned npeers;
+	struct farm_config_peer peers[FARM_CONFIG_MAX_PEERS];
+};
+
+void farm_config_defaults(struct farm_config *c);
+/* Read @path over @c. Returns 0, or a negative code with a message naming
+ * the file and line in @err. */
+int farm_config_load(struct farm_config *c, const char *path, char *err,
+                     size_t errlen);
+/* Apply FARM_MACHINE_ID, FARM_DATA_DIR, FARM_FABRIC, FARM_LISTEN,
+ * FARM_REGION_SIZE, FARM_JOB over @c. */
+int farm_config_apply_env(struct farm_config *c, char *err, size_t errlen);
+/* Set one key; the file parser and the environment both use it. */
+int farm_config_set(struct farm_config *c, const char *key, const char *value,
+                    char *err, size_t errlen);
+/* Check the whole configuration is usable. */
+int farm_config_validate(const struct farm_config *c, char *err, size_t errlen);
+/* "64M", "2G", "4096", "1k": bytes. Returns 0 or -EINVAL. */
+int farm_parse_size(const char *s, uint64_t *out);
+
+#endif

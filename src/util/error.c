@@ -1,0 +1,36 @@
+#include <farm/error.h>
+
+#include <string.h>
+
+const char *farm_strerror(int err)
+{
+	switch (err) {
+	case 0:
+		return "success";
+	case FARM_EPEERDEAD:
+		return "peer machine is dead or closed";
+	case FARM_EFLUSHED:
+		return "request flushed: an earlier request on the endpoint failed";
+	case FARM_EREMOTE_ACCESS:
+		return "remote access outside the registration or not permitted";
+	case FARM_EREMOTE_KEY:
+		return "unknown or stale remote descriptor";
+	case FARM_ELOCAL_ACCESS:
+		return "local buffer outside its registration";
+	case FARM_EINJECTED:
+		return "failure injected by a test";
+	case FARM_ENODEVICE:
+		return "no device for this fabric provider";
+	case FARM_ECORRUPT:
+		return "malformed data from a peer";
+	case FARM_ECLOSED:
+		return "object already closed or finished";
+	}
+	if (err < 0 && err > -4096) {
+		/* strerrordesc_np: glibc's thread-safe, locale-free table. */
+		const char *s = strerrordesc_np(-err);
+		if (s)
+			return s;
+	}
+	return "unknown libfarm error";
+}

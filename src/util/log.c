@@ -1,0 +1,55 @@
+#include "util/log.h"
+
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static atomic_int log_level = -1;
+
+static int parse_level(const char *s)
+{
+	static const char *const names[] = {"error", "warn", "info", "debug"};
+	if (!s || !*s)
+		return FARM_LOG_WARN;
+	for (int i = 0; i < 4; i++)
+		if (strcmp(s, names[i]) == 0)
+			return i;
+	return FARM_LOG_WARN;
+}
+
+int farm_log_enabled(enum farm_log_level level)
+{
+	int cur = atomic_load_explicit(&log_level, memory_order_relaxed);
+	if (cur < 0) {
+		cur = parse_level(getenv("FARM_LOG"));
+		atomic_store_explicit(&log_level, cur, memory_order_relaxed);
+	}
+	return (int)level <= cur;
+}
+
+void farm_log_write(enum farm_log_level level, const char *file, int line,
+                    const char *fmt, ...)
+{
+	static const char *const tags[] = {"error", "warn", "info", "debug"};
+	char buf[1024];
+	const char *base = strrchr(file, '/');
+	int n = snprintf(buf, sizeof(buf), "farm[%d] %s: %s:%d: ", (int)getpid(),
+	                 tags[level], base ? base + 1 : file, line);
+	va_list ap;
+	va_start(ap, fmt);
+	if (n >= 0 && (size_t)n < sizeof(buf))
+		n += vsnprintf(buf + n, sizeof(buf) - (size_t)n, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return;
+	if ((size_t)n >= sizeof(buf) - 1)
+		n = (int)sizeof(buf) - 2;
+	buf[n++] = '\n';
+	/* One write(2) per line, so lines from several machine processes
+	 * sharing a terminal do not interleave mid-line. */
+	ssize_t w = write(STDERR_FILENO, buf, (size_t)n);
+	(void)w;
+}

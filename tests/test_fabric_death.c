@@ -1,0 +1,136 @@
+/*
+ * Peer death: kill -9 a machine while this one streams READs and WRITEs at
+ * it and at a second machine. The dead machine's outstanding and new
+ * requests must complete with an error within 100 ms of the kill; requests
+ * to the survivor must keep succeeding. Detection is the shm provider's
+ * pidfd watchdog (ARCHITECTURE.md 2.1 (d)).
+ */
+#include "testutil.h"
+
+#include <inttypes.h>
+#include <signal.h>
+
+#define RSIZE (4u << 20)
+#define DEPTH 16
+#define BOUND_NS (100ull * 1000000ull)
+
+struct stream {
+	farm_ep *ep;
+	farm_mr_desc rd;
+	uint64_t outstanding, ok, failed;
+	uint64_t rng;
+};
+
+static void refill(struct stream *s, uint8_t *buf, farm_mr *lmr, uint64_t tag)
+{
+	while (s->outstanding < DEPTH) {
+		uint64_t off = (farm_rand64(&s->rng) % (RSIZE / 64)) * 64;
+		farm_wr wr = (s->rng & 1) ? farm_wr_read(tag, buf, lmr, 64, &s->rd, off)
+		                          : farm_wr_write(tag, buf, lmr, 64, &s->rd, off);
+		assert_int_equal(farm_ep_post(s->ep, &wr, NULL), 0);
+		s->outstanding++;
+	}
+}
+
+static void test_kill_peer(void **state)
+{
+	(void)state;
+	struct tu_machine victim, survivor;
+	assert_int_equal(tu_spawn(&victim, 1, RSIZE, NULL, NULL), 0);
+	assert_int_equal(tu_spawn(&survivor, 2, RSIZE, NULL, NULL), 0);
+	char dir[256];
+	tu_tmpdir(dir, sizeof(dir), "init");
+	farm_fabric *fab = tu_open(0, dir);
+	assert_non_null(fab);
+	farm_cq *cq;
+	assert_int_equal(farm_cq_create(fab, 64, 0, &cq), 0);
+	uint8_t *buf = aligned_alloc(64, 4096);
+	memset(buf, 0x3c, 4096);
+	farm_mr *lmr;
+	assert_int_equal(farm_mr_reg(fab, buf, 4096, FARM_ACCESS_LOCAL, &lmr), 0);
+	struct stream s[2] = {{.rd = victim.desc, .rng = 1}, {.rd = survivor.desc, .rng = 2}};
+	assert_int_equal(farm_ep_connect(fab, cq, 1, victim.addr, NULL, &s[0].ep), 0);
+	assert_int_equal(farm_ep_connect(fab, cq, 2, survivor.addr, NULL, &s[1].ep), 0);
+
+	uint64_t t_kill = 0, t_first_err = 0, t_all_failed = 0;
+	uint64_t ok_after_err = 0, survivor_ok_after_kill = 0;
+	uint64_t deadline = farm_now_ns() + 20ull * 1000000000ull;
+	for (;;) {
+		assert_true(farm_now_ns() < deadline);
+		refill(&s[0], buf, lmr, 0);
+		refill(&s[1], buf + 64, lmr, 1);
+		farm_wc wc[2 * DEPTH];
+		int n = farm_cq_poll(cq, 2 * DEPTH, wc);
+		assert_true(n >= 0);
+		for (int i = 0; i < n; i++) {
+			struct stream *x = &s[wc[i].wr_id];
+			x->outstanding--;
+			if (wc[i].status == 0) {
+				x->ok++;
+				if (x == &s[0] && t_first_err)
+					ok_after_err++;
+				if (x == &s[1] && t_kill)
+					survivor_ok_after_kill++;
+				continue;
+			}
+			/* Only the victim may fail, and only after the kill. */
+			assert_ptr_equal(x, &s[0]);
+			assert_true(t_kill != 0);
+			assert_true(wc[i].status == FARM_EPEERDEAD ||
+			            wc[i].status == FARM_EFLUSHED);
+			x->failed++;
+			if (!t_first_err)
+				t_first_err = farm_now_ns();
+		}
+		if (!t_kill && s[0].ok >= 20000) {
+			t_kill = farm_now_ns();
+			assert_int_equal(kill(victim.pid, SIGKILL), 0);
+		}
+		/* Every request the victim had outstanding, and those posted
+		 * since, have failed: we have seen more failures than the
+		 * window can hold. */
+		if (t_first_err && !t_all_failed && s[0].failed >= 2 * DEPTH)
+			t_all_failed = farm_now_ns();
+		if (t_all_failed && survivor_ok_after_kill >= 20000)
+			break;
+	}
+	printf("victim: %" PRIu64 " ok before its death; first error %.2f ms after "
+	       "kill -9, all outstanding failed %.2f ms after; survivor: %" PRIu64
+	       " ok since the kill\n",
+	       s[0].ok, (double)(t_first_err - t_kill) / 1e6,
+	       (double)(t_all_failed - t_kill) / 1e6, survivor_ok_after_kill);
+	assert_true(t_first_err - t_kill <= BOUND_NS);
+	assert_true(t_all_failed - t_kill <= BOUND_NS);
+	assert_int_equal(ok_after_err, 0);
+	assert_false(farm_ep_usable(s[0].ep));
+	assert_true(farm_ep_usable(s[1].ep));
+	/* The dead machine cannot be reached again. */
+	farm_ep *again = NULL;
+	assert_int_equal(farm_ep_connect(fab, cq, 1, victim.addr, NULL, &again), -ECONNREFUSED);
+
+	/* Drain, then tear down. */
+	while (s[0].outstanding + s[1].outstanding) {
+		farm_wc wc[2 * DEPTH];
+		int n = farm_cq_poll(cq, 2 * DEPTH, wc);
+		assert_true(n >= 0);
+		for (int i = 0; i < n; i++)
+			s[wc[i].wr_id].outstanding--;
+	}
+	farm_ep_destroy(s[0].ep);
+	farm_ep_destroy(s[1].ep);
+	assert_int_equal(farm_cq_destroy(cq), 0);
+	farm_mr_dereg(lmr);
+	free(buf);
+	farm_fabric_close(fab);
+	tu_rmtree(dir);
+	assert_int_equal(tu_finish(&victim), 128 + SIGKILL);
+	assert_int_equal(tu_finish(&survivor), 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_kill_peer),
+	};
+	return cmocka_run_group_tests_name("fabric_death", tests, NULL, NULL);
+}

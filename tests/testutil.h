@@ -1,0 +1,231 @@
+/*
+ * Helpers shared by the tests: temporary directories, forked machine
+ * processes, synchronous fabric requests. Header-only, static functions.
+ */
+#ifndef FARM_TESTS_TESTUTIL_H
+#define FARM_TESTS_TESTUTIL_H
+
+#include <errno.h>
+#include <ftw.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include <farm/farm.h>
+
+#include "util/common.h"
+
+/* ctest treats this exit code as "skipped" (SKIP_RETURN_CODE). */
+#define FARM_TEST_SKIP 77
+
+static inline void tu_tmpdir(char *buf, size_t len, const char *tag)
+{
+	const char *base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
+	snprintf(buf, len, "%s/farm-test-%s-XXXXXX", base, tag);
+	if (!mkdtemp(buf)) {
+		fprintf(stderr, "mkdtemp %s: %s\n", buf, strerror(errno));
+		abort();
+	}
+}
+
+static int tu_rm_cb(const char *path, const struct stat *sb, int flag,
+                    struct FTW *ftw)
+{
+	(void)sb;
+	(void)flag;
+	(void)ftw;
+	remove(path);
+	return 0;
+}
+
+static inline void tu_rmtree(const char *dir)
+{
+	nftw(dir, tu_rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* Open a fabric for machine @id in @dir (shm). */
+static inline farm_fabric *tu_open(uint32_t id, const char *dir)
+{
+	farm_fabric_attr a = {.provider = "shm", .machine_id = id, .data_dir = dir};
+	farm_fabric *f = NULL;
+	int rc = farm_fabric_open(&a, &f);
+	if (rc) {
+		fprintf(stderr, "farm_fabric_open(%s): %s\n", dir, farm_strerror(rc));
+		return NULL;
+	}
+	return f;
+}
+
+/* Poll @cq until one completion arrives or @timeout_ms passes. Returns 1
+ * with *wc set, or 0 on timeout. */
+static inline int tu_wait_wc(farm_cq *cq, farm_wc *wc, unsigned timeout_ms)
+{
+	uint64_t deadline = farm_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+	for (;;) {
+		int n = farm_cq_poll(cq, 1, wc);
+		if (n == 1)
+			return 1;
+		if (n < 0 || farm_now_ns() > deadline)
+			return 0;
+		farm_cpu_relax();
+	}
+}
+
+/* Post one request and wait for its completion; returns its status, or
+ * -ETIMEDOUT. */
+static inline int tu_do(farm_ep *ep, farm_cq *cq, farm_wr wr)
+{
+	wr.flags |= FARM_WR_SIGNALED;
+	wr.next = NULL;
+	int rc = farm_ep_post(ep, &wr, NULL);
+	if (rc)
+		return rc;
+	farm_wc wc;
+	if (!tu_wait_wc(cq, &wc, 5000))
+		return -ETIMEDOUT;
+	if (wc.wr_id != wr.wr_id)
+		return -EPROTO;
+	return wc.status;
+}
+
+/* Pipes for parent/child handshakes: write and read whole values. */
+static inline int tu_send(int fd, const void *buf, size_t len)
+{
+	const char *p = buf;
+	while (len) {
+		ssize_t n = write(fd, p, len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return -1;
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+static inline int tu_recv(int fd, void *buf, size_t len)
+{
+	char *p = buf;
+	while (len) {
+		ssize_t n = read(fd, p, len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return -1;
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+/* Reap a child and return its exit status (or 128+signal). */
+static inline int tu_reap(pid_t pid)
+{
+	int st;
+	while (waitpid(pid, &st, 0) < 0)
+		if (errno != EINTR)
+			return -1;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+#endif
+
+/* ---- forked machine processes ------------------------------------------ */
+
+struct tu_machine {
+	uint32_t id;
+	pid_t pid;
+	int to, from; /* pipes: parent -> child, child -> parent */
+	char dir[256];
+	char addr[256];
+	farm_mr_desc desc; /* its region */
+};
+
+/* What a child machine runs once its region is published: @in and @out
+ * talk to the parent. Returns the child's exit status. */
+typedef int (*tu_machine_fn)(farm_fabric *fab, farm_region *r, int in,
+                             int out, void *arg);
+
+/*
+ * Fork machine @id with a region of @rsize bytes; the child opens its
+ * fabric in a fresh directory, publishes (address, descriptor) to the
+ * parent, then runs @fn (NULL: wait until the parent closes m->to), and
+ * exits. Returns 0 once the machine is published.
+ */
+static inline int tu_spawn(struct tu_machine *m, uint32_t id, uint64_t rsize,
+                           tu_machine_fn fn, void *arg)
+{
+	int down[2], up[2];
+	memset(m, 0, sizeof(*m));
+	m->id = id;
+	char tag[32];
+	snprintf(tag, sizeof(tag), "m%u", id);
+	tu_tmpdir(m->dir, sizeof(m->dir), tag);
+	if (pipe(down) || pipe(up))
+		return -errno;
+	fflush(NULL);
+	pid_t pid = fork();
+	if (pid < 0)
+		return -errno;
+	if (pid == 0) {
+		close(down[1]);
+		close(up[0]);
+		int st = 1;
+		farm_fabric *fab = tu_open(id, m->dir);
+		farm_region *r = NULL;
+		if (fab && farm_region_create(fab, rsize, &r) == 0) {
+			char addr[256] = {0};
+			farm_mr_desc d = farm_region_desc(r);
+			if (farm_fabric_address(fab, addr, sizeof(addr)) > 0 &&
+			    tu_send(up[1], addr, sizeof(addr)) == 0 &&
+			    tu_send(up[1], &d, sizeof(d)) == 0) {
+				if (fn) {
+					st = fn(fab, r, down[0], up[1], arg);
+				} else {
+					char b;
+					while (read(down[0], &b, 1) > 0)
+						;
+					st = 0;
+				}
+			}
+		}
+		farm_region_destroy(r);
+		if (fab)
+			farm_fabric_close(fab);
+		_exit(st);
+	}
+	close(down[0]);
+	close(up[1]);
+	m->pid = pid;
+	m->to = down[1];
+	m->from = up[0];
+	if (tu_recv(m->from, m->addr, sizeof(m->addr)) ||
+	    tu_recv(m->from, &m->desc, sizeof(m->desc)))
+		return -ECHILD;
+	return 0;
+}
+
+/* Let the machine finish and reap it; returns its exit status. */
+static inline int tu_finish(struct tu_machine *m)
+{
+	if (m->to >= 0)
+		close(m->to);
+	m->to = -1;
+	int st = m->pid > 0 ? tu_reap(m->pid) : 0;
+	m->pid = 0;
+	if (m->from >= 0)
+		close(m->from);
+	m->from = -1;
+	tu_rmtree(m->dir);
+	return st;
+}
