@@ -29,8 +29,14 @@
  *   - a CAS is atomic with respect to other CASes on the same 8 bytes.
  *
  * Threads: a farm_cq and the endpoints attached to it belong to one thread
- * unless created with FARM_EP_SHARED / FARM_CQ_SHARED. Registration and
- * connection calls are thread-safe.
+ * unless created with FARM_EP_SHARED / FARM_CQ_SHARED; connecting and
+ * destroying an endpoint of a non-shared CQ happen on that thread too.
+ * Opening, memory and registration calls are thread-safe.
+ *
+ * Order: requests of one endpoint execute in post order and their
+ * successful completions arrive in that order. A failure the provider
+ * detects in software (verbs: a bad local buffer) may be reported before
+ * the completions of requests posted earlier.
  */
 #ifndef FARM_FABRIC_H
 #define FARM_FABRIC_H
@@ -65,8 +71,9 @@ typedef struct farm_fabric_attr {
 	 * lock; peers reach the machine through it. verbs: used for nothing
 	 * but diagnostics. Required for shm. */
 	const char *data_dir;
-	/* verbs: "ip:port" to listen on for peers' connections (port 0: any).
-	 * Ignored by shm. */
+	/* verbs: "ip:port" to listen on for peers' connections (port 0: any
+	 * free port). Give a concrete IP: a wildcard address is not one peers
+	 * can connect to. Ignored by shm. */
 	const char *listen_addr;
 	/* verbs: device name (NULL: the first one). */
 	const char *device;
@@ -153,7 +160,8 @@ FARM_API FARM_MUST_CHECK int farm_mr_reg(farm_fabric *fab, void *addr,
                                          size_t len, unsigned access,
                                          farm_mr **out);
 /* Deregister: later requests naming its descriptor fail with
- * FARM_EREMOTE_KEY. */
+ * FARM_EREMOTE_KEY (shm) or FARM_EREMOTE_ACCESS (verbs: a NIC reports key
+ * and range errors alike). */
 FARM_API void farm_mr_dereg(farm_mr *mr);
 FARM_API farm_mr_desc farm_mr_describe(const farm_mr *mr);
 
@@ -165,6 +173,9 @@ enum farm_cq_flags {
 
 FARM_API FARM_MUST_CHECK int farm_cq_create(farm_fabric *fab, unsigned depth,
                                             unsigned flags, farm_cq **out);
+/* @depth: completions it can hold; with verbs it must cover the sum of
+ * the sq_depth of the endpoints attached (the provider grows it where the
+ * device allows). The shm provider's queue is unbounded. */
 /* Destroy; endpoints attached to it must be destroyed first (-EBUSY). */
 FARM_API FARM_MUST_CHECK int farm_cq_destroy(farm_cq *cq);
 
