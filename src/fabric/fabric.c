@@ -198,31 +198,6 @@ bool farm_ep_usable(const farm_ep *ep)
 	return ep && ep->fab->ops->ep_usable(ep);
 }
 
-int farm_wr_check(const farm_wr *wr)
-{
-	switch (wr->opcode) {
-	case FARM_WR_READ:
-		if (wr->flags & FARM_WR_INLINE)
-			return -EINVAL;
-		break;
-	case FARM_WR_WRITE:
-		if ((wr->flags & FARM_WR_INLINE) && wr->len > FARM_INLINE_MAX)
-			return -EINVAL;
-		break;
-	case FARM_WR_CAS:
-		if (wr->len != 8 || (wr->flags & FARM_WR_INLINE))
-			return -EINVAL;
-		break;
-	default:
-		return -EINVAL;
-	}
-	if (wr->flags & ~(unsigned)(FARM_WR_SIGNALED | FARM_WR_INLINE))
-		return -EINVAL;
-	if (wr->len > FARM_FABRIC_MAX_OP || (wr->len && !wr->local))
-		return -EINVAL;
-	return 0;
-}
-
 int farm_ep_post(farm_ep *ep, farm_wr *list, farm_wr **bad)
 {
 	if (!ep || !list) {

@@ -10,6 +10,8 @@
 #ifndef FARM_FABRIC_PROVIDER_H
 #define FARM_FABRIC_PROVIDER_H
 
+#include <errno.h>
+
 #include <farm/fabric.h>
 
 struct farm_fabric_ops;
@@ -88,6 +90,29 @@ extern const struct farm_fabric_ops farm_verbs_ops;
 
 /* Checks shared by providers: is a request well formed (post-time errors
  * only)? Returns 0 or -EINVAL. */
-int farm_wr_check(const farm_wr *wr);
+static inline int farm_wr_check(const farm_wr *wr)
+{
+	switch (wr->opcode) {
+	case FARM_WR_READ:
+		if (wr->flags & FARM_WR_INLINE)
+			return -EINVAL;
+		break;
+	case FARM_WR_WRITE:
+		if ((wr->flags & FARM_WR_INLINE) && wr->len > FARM_INLINE_MAX)
+			return -EINVAL;
+		break;
+	case FARM_WR_CAS:
+		if (wr->len != 8 || (wr->flags & FARM_WR_INLINE))
+			return -EINVAL;
+		break;
+	default:
+		return -EINVAL;
+	}
+	if (wr->flags & ~(unsigned)(FARM_WR_SIGNALED | FARM_WR_INLINE))
+		return -EINVAL;
+	if (wr->len > FARM_FABRIC_MAX_OP || (wr->len && !wr->local))
+		return -EINVAL;
+	return 0;
+}
 
 #endif /* FARM_FABRIC_PROVIDER_H */

@@ -233,6 +233,13 @@ struct shm_ep {
 	bool shared;
 	pthread_mutex_t lock;
 	struct shm_faults faults;
+	/* The last registration resolved (valid while its entry keeps the
+	 * key's generation: entries are never rewritten under one). */
+	uint64_t rc_key;
+	const struct shm_table_mr *rc_entry;
+	uint64_t rc_base, rc_len;
+	uint8_t *rc_ptr;
+	uint32_t rc_access;
 };
 
 struct shm_cq {
@@ -1080,7 +1087,10 @@ static void read_lines(uint8_t *dst, const uint8_t *src, size_t len)
 			/* A1: pairs with the writer's release store of the
 			 * word before it stores the data (W1). */
 			uint64_t v1 = atomic_load_explicit(w, memory_order_acquire);
-			memcpy(dst, p, n);
+			if (FARM_LIKELY(n == FARM_CL))
+				memcpy(dst, p, FARM_CL);
+			else
+				memcpy(dst, p, n);
 			/* A2: the copy's loads complete before the re-load;
 			 * pairs with the writer's final store of the word. */
 			atomic_thread_fence(memory_order_acquire);
@@ -1119,6 +1129,29 @@ static void read_unsafe(uint8_t *dst, const uint8_t *src, size_t len)
 			farm_cpu_relax();
 	}
 	memcpy(dst, src, i);
+}
+
+/* read_lines() for a line-aligned source and a whole number of lines. */
+static inline void read_whole_lines(uint8_t *dst, const uint8_t *src,
+                                    size_t len)
+{
+	for (const uint8_t *p = src, *end = src + len; p < end;
+	     p += FARM_CL, dst += FARM_CL) {
+		const _Atomic uint64_t *w = (const _Atomic uint64_t *)p;
+		for (unsigned tries = 0;; tries++) {
+			uint64_t v1 = atomic_load_explicit(w, memory_order_acquire);
+			memcpy(dst, p, FARM_CL);
+			atomic_thread_fence(memory_order_acquire);
+			uint64_t v2 = atomic_load_explicit(w, memory_order_relaxed);
+			if (FARM_LIKELY(v1 == v2))
+				break;
+			if (tries == SHM_LINE_RETRIES) {
+				atomic_fetch_add(&stat_line_giveups, 1);
+				break;
+			}
+			farm_cpu_relax();
+		}
+	}
 }
 
 /*
@@ -1177,6 +1210,21 @@ static int resolve(struct shm_ep *ep, struct shm_op *op, const farm_wr *wr)
 	if (wr->len == 0)
 		return 0;
 	uint64_t idx = wr->rkey & (SHM_MAX_MR - 1), gen = wr->rkey >> SHM_IDX_BITS;
+	unsigned need = wr->opcode == FARM_WR_READ    ? FARM_ACCESS_REMOTE_READ
+	                : wr->opcode == FARM_WR_WRITE ? FARM_ACCESS_REMOTE_WRITE
+	                                              : FARM_ACCESS_REMOTE_ATOMIC;
+	if (FARM_LIKELY(wr->rkey == ep->rc_key && ep->rc_entry &&
+	                atomic_load_explicit(&ep->rc_entry->gen,
+	                                     memory_order_acquire) == gen)) {
+		if ((ep->rc_access & need) != need ||
+		    wr->raddr < ep->rc_base || wr->len > ep->rc_len ||
+		    wr->raddr - ep->rc_base > ep->rc_len - wr->len)
+			return FARM_EREMOTE_ACCESS;
+		if (wr->opcode == FARM_WR_CAS && (wr->raddr & 7))
+			return -EINVAL;
+		op->rptr = ep->rc_ptr + (wr->raddr - ep->rc_base);
+		return 0;
+	}
 	const struct shm_table_mr *e = &p->table->mr[idx];
 	/* Pairs with the release store in shm_mr_reg(). */
 	if (gen == 0 || atomic_load_explicit(&e->gen, memory_order_acquire) != gen)
@@ -1184,9 +1232,6 @@ static int resolve(struct shm_ep *ep, struct shm_op *op, const farm_wr *wr)
 	uint64_t base = e->base, elen = e->len, foff = e->file_off;
 	uint32_t file = e->file, acc = e->access;
 	uint64_t fgen = e->file_gen;
-	unsigned need = wr->opcode == FARM_WR_READ    ? FARM_ACCESS_REMOTE_READ
-	                : wr->opcode == FARM_WR_WRITE ? FARM_ACCESS_REMOTE_WRITE
-	                                              : FARM_ACCESS_REMOTE_ATOMIC;
 	if ((acc & need) != need)
 		return FARM_EREMOTE_ACCESS;
 	if (wr->raddr < base || wr->len > elen || wr->raddr - base > elen - wr->len)
@@ -1202,6 +1247,16 @@ static int resolve(struct shm_ep *ep, struct shm_op *op, const farm_wr *wr)
 	if (foff > m->size || elen > m->size - foff)
 		return FARM_EREMOTE_ACCESS;
 	op->rptr = m->addr + foff + (wr->raddr - base);
+	/* Entry fields were read after the acquire of gen; re-check it so
+	 * the cache holds a consistent snapshot. */
+	if (atomic_load_explicit(&e->gen, memory_order_acquire) == gen) {
+		ep->rc_key = wr->rkey;
+		ep->rc_entry = e;
+		ep->rc_base = base;
+		ep->rc_len = elen;
+		ep->rc_ptr = m->addr + foff;
+		ep->rc_access = acc;
+	}
 	return 0;
 }
 
@@ -1219,20 +1274,25 @@ static inline bool paused(const struct shm_ep *ep)
 	       atomic_load_explicit(&ep->peer->faults.pause, memory_order_relaxed);
 }
 
-/* Run op (the next unexecuted one) now. */
-static void execute(struct shm_ep *ep, struct shm_op *op)
+/* What every request executed now would fail with (0: none): checked once
+ * per doorbell or harvest, not per request. */
+static inline int run_status(const struct shm_ep *ep)
+{
+	if (!peer_alive(ep->peer))
+		return FARM_EPEERDEAD;
+	return fault_status(ep);
+}
+
+/* Run op (the next unexecuted one) now; @st from run_status(). */
+static void execute(struct shm_ep *ep, struct shm_op *op, int st)
 {
 	op->executed = 1;
 	if (ep->state != EP_OK) {
 		op->status = ep->state == EP_CLOSED ? -ENOTCONN : FARM_EFLUSHED;
 		return;
 	}
-	if (op->status == 0) {
-		if (!peer_alive(ep->peer))
-			op->status = FARM_EPEERDEAD;
-		else
-			op->status = fault_status(ep);
-	}
+	if (op->status == 0)
+		op->status = st;
 	if (op->status) {
 		ep->state = EP_ERROR;
 		return;
@@ -1285,6 +1345,7 @@ static int shm_ep_post(farm_ep *e, farm_wr *list, farm_wr **bad)
 	                                      memory_order_relaxed);
 	uint64_t now = delay ? farm_now_ns() : 0;
 	farm_wr *wr = list;
+	uint32_t first = ep->tail;
 	for (; wr; wr = wr->next) {
 		rc = farm_wr_check(wr);
 		if (rc)
@@ -1319,23 +1380,30 @@ static int shm_ep_post(farm_ep *e, farm_wr *list, farm_wr **bad)
 			op->local = ib;
 		}
 		op->status = ep->state == EP_OK ? resolve(ep, op, wr) : 0;
-		if (op->opcode == FARM_WR_READ && op->status == 0) {
-			const uint8_t *l = (const uint8_t *)((uintptr_t)op->rptr &
-			                                     ~(uintptr_t)63);
-			for (unsigned i = 0;
-			     i < SHM_PREFETCH_LINES && l < op->rptr + op->len;
-			     i++, l += FARM_CL)
-				__builtin_prefetch(l, 0, 3);
-		} else {
+		if (op->opcode != FARM_WR_READ || op->status != 0)
 			last_write = ep->tail;
-		}
 		ep->tail++;
+	}
+	/* Prefetch the new READs' lines in one tight loop, so their TLB
+	 * misses and cache misses overlap (spread between requests' checks
+	 * they each stall the core on a page walk). */
+	for (uint32_t t = first; t != ep->tail; t++) {
+		const struct shm_op *op = &ep->ops[t & ep->mask];
+		if (op->opcode != FARM_WR_READ || op->status != 0)
+			continue;
+		const uint8_t *l = (const uint8_t *)((uintptr_t)op->rptr &
+		                                     ~(uintptr_t)63);
+		for (unsigned i = 0;
+		     i < SHM_PREFETCH_LINES && l < op->rptr + op->len;
+		     i++, l += FARM_CL)
+			__builtin_prefetch(l, 0, 3);
 	}
 	/* Doorbell: run everything up to the last WRITE/CAS now, in order.
 	 * READs after it stay queued (prefetched) until the poll. */
 	if (last_write != UINT32_MAX && !paused(ep)) {
+		int st = run_status(ep);
 		while (ep->exec != last_write + 1) {
-			execute(ep, &ep->ops[ep->exec & ep->mask]);
+			execute(ep, &ep->ops[ep->exec & ep->mask], st);
 			ep->exec++;
 		}
 	}
@@ -1355,10 +1423,24 @@ static int ep_harvest(struct shm_ep *ep, int n, farm_wc *wc, uint64_t *now)
 		return 0;
 	}
 	bool alive = peer_alive(ep->peer);
+	int st = alive ? fault_status(ep) : FARM_EPEERDEAD;
+	/* Fast path: whole-line READs on a healthy endpoint (its state is
+	 * re-checked per request: an earlier one may fail it). */
+	bool fast = st == 0 &&
+	            atomic_load_explicit(&knob_line_atomic, memory_order_relaxed);
 	while (ep->head != ep->tail && got < n) {
 		struct shm_op *op = &ep->ops[ep->head & ep->mask];
 		if (!op->executed) {
-			execute(ep, op);
+			if (FARM_LIKELY(fast && ep->state == EP_OK &&
+			                op->opcode == FARM_WR_READ &&
+			                op->status == 0 && op->len &&
+			                ((op->len | (uintptr_t)op->rptr) &
+			                 (FARM_CL - 1)) == 0)) {
+				read_whole_lines(op->local, op->rptr, op->len);
+				op->executed = 1;
+			} else {
+				execute(ep, op, st);
+			}
 			ep->exec++;
 		}
 		if (op->ready_ns) {
