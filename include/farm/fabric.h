@@ -21,7 +21,9 @@
  *
  * Guarantees every provider gives (ARCHITECTURE.md 2.1):
  *   - requests on one endpoint execute in the order they were posted;
- *   - a WRITE's last 8 bytes become visible only after all bytes before them;
+ *   - a WRITE's last 8 bytes become visible only after all bytes before them,
+ *     and its first and last 8 bytes, when 8-aligned, are never seen torn
+ *     (a ring's frame header and trailer rely on both);
  *   - a READ is atomic per 64-byte cache line for lines whose first 8 bytes
  *     are a version that writers change before and after touching the line
  *     (real DMA is line-atomic outright; the shm provider emulates it with a
@@ -183,6 +185,13 @@ enum farm_wr_opcode {
 	FARM_WR_READ = 1,
 	FARM_WR_WRITE = 2,
 	FARM_WR_CAS = 3,
+	/* Doorbell for a parked peer thread (shm only; verbs: -ENOTSUP at
+	 * post). Executes after the requests posted before it: with a full
+	 * barrier between their stores and the check, if the 4-byte word at
+	 * raddr (4-aligned, in a registration with REMOTE_WRITE) is non-zero,
+	 * threads of the owner waiting on it (farm_wait_word) are woken. len
+	 * is 4 and local may be NULL. Its wc.len is 1 when it woke someone. */
+	FARM_WR_NOTIFY = 4,
 };
 
 typedef struct farm_wc {
@@ -303,6 +312,27 @@ static inline farm_wr farm_wr_cas(uint64_t wr_id, uint64_t *result,
 	wr.swap = swap;
 	return wr;
 }
+
+static inline farm_wr farm_wr_notify(uint64_t wr_id, const farm_mr_desc *rd,
+                                     uint64_t roff)
+{
+	farm_wr wr = farm_wr_read(wr_id, NULL, NULL, 4, rd, roff);
+	wr.opcode = FARM_WR_NOTIFY;
+	wr.flags = 0;
+	return wr;
+}
+
+/*
+ * farm_wait_word() - sleep while the 4-byte word at @addr, in this
+ * machine's memory from farm_mem_alloc(), holds @expected, for at most
+ * @timeout_ns (0: no limit). Peers wake it with FARM_WR_NOTIFY. Returns 0
+ * when woken or the word differs, -ETIMEDOUT, -EINTR. Spurious wake-ups
+ * happen: re-check the condition.
+ */
+FARM_API int farm_wait_word(const uint32_t *addr, uint32_t expected,
+                            uint64_t timeout_ns);
+/* Wake local waiters on @addr (what FARM_WR_NOTIFY does for a peer). */
+FARM_API void farm_wake_word(const uint32_t *addr);
 
 /* ---- fault injection (tests) ------------------------------------------ */
 

@@ -4,6 +4,7 @@
 
 #include <farm/error.h>
 #include <farm/fabric.h>
+#include <farm/msg.h>
 #include <farm/region.h>
 
 #endif

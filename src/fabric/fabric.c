@@ -3,6 +3,7 @@
  * would otherwise repeat. Hot paths (post, poll) are one indirect call.
  */
 #include "fabric/provider.h"
+#include "util/futex.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -225,4 +226,17 @@ int farm_fabric_fault_peer(farm_fabric *fab, uint32_t peer_id,
 	if (!fab->ops->fault_peer)
 		return -ENOTSUP;
 	return fab->ops->fault_peer(fab, peer_id, f, arg);
+}
+
+int farm_wait_word(const uint32_t *addr, uint32_t expected, uint64_t timeout_ns)
+{
+	if (!addr)
+		return -EINVAL;
+	return farm_futex_wait(addr, expected, timeout_ns);
+}
+
+void farm_wake_word(const uint32_t *addr)
+{
+	if (addr)
+		farm_futex_wake(addr);
 }

@@ -105,6 +105,11 @@ static inline int farm_wr_check(const farm_wr *wr)
 		if (wr->len != 8 || (wr->flags & FARM_WR_INLINE))
 			return -EINVAL;
 		break;
+	case FARM_WR_NOTIFY:
+		if (wr->len != 4 || (wr->flags & FARM_WR_INLINE) ||
+		    (wr->raddr & 3))
+			return -EINVAL;
+		return (wr->flags & ~(unsigned)FARM_WR_SIGNALED) ? -EINVAL : 0;
 	default:
 		return -EINVAL;
 	}

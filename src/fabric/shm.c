@@ -69,6 +69,7 @@
 #include "fabric/provider.h"
 #include "fabric/shm_testing.h"
 #include "util/common.h"
+#include "util/futex.h"
 #include "util/log.h"
 
 #ifndef HUGETLBFS_MAGIC
@@ -1156,8 +1157,9 @@ static inline void read_whole_lines(uint8_t *dst, const uint8_t *src,
 
 /*
  * WRITE with increasing-address visibility for its last word: the body
- * first, a store fence (non-temporal stores of a large memcpy are not
- * ordered by TSO), then the last 8 bytes, as one store when aligned.
+ * first (its first 8 bytes as one store when aligned), a store fence
+ * (non-temporal stores of a large memcpy are not ordered by TSO), then the
+ * last 8 bytes, as one store when aligned.
  */
 static void write_ordered(uint8_t *dst, const uint8_t *src, size_t len)
 {
@@ -1176,7 +1178,18 @@ static void write_ordered(uint8_t *dst, const uint8_t *src, size_t len)
 		memcpy(dst, src, body);
 		return;
 	}
-	memcpy(dst, src, body);
+	if (((uintptr_t)dst & 7) == 0 && body >= 8) {
+		/* The first word lands whole (one store), as it does from a
+		 * NIC, so a reader that polls it (a ring's frame header) never
+		 * sees it half written. */
+		uint64_t first;
+		memcpy(&first, src, 8);
+		atomic_store_explicit((_Atomic uint64_t *)dst, first,
+		                      memory_order_relaxed);
+		memcpy(dst + 8, src + 8, body - 8);
+	} else {
+		memcpy(dst, src, body);
+	}
 	if (body >= SHM_NT_THRESHOLD)
 		farm_store_fence();
 	if (((uintptr_t)(dst + body) & 7) == 0) {
@@ -1205,14 +1218,15 @@ static inline bool local_ok(const struct shm_ep *ep, const farm_wr *wr)
 static int resolve(struct shm_ep *ep, struct shm_op *op, const farm_wr *wr)
 {
 	struct shm_peer *p = ep->peer;
-	if (wr->len && !(wr->flags & FARM_WR_INLINE) && !local_ok(ep, wr))
+	if (wr->len && !(wr->flags & FARM_WR_INLINE) &&
+	    wr->opcode != FARM_WR_NOTIFY && !local_ok(ep, wr))
 		return FARM_ELOCAL_ACCESS;
 	if (wr->len == 0)
 		return 0;
 	uint64_t idx = wr->rkey & (SHM_MAX_MR - 1), gen = wr->rkey >> SHM_IDX_BITS;
-	unsigned need = wr->opcode == FARM_WR_READ    ? FARM_ACCESS_REMOTE_READ
-	                : wr->opcode == FARM_WR_WRITE ? FARM_ACCESS_REMOTE_WRITE
-	                                              : FARM_ACCESS_REMOTE_ATOMIC;
+	unsigned need = wr->opcode == FARM_WR_READ  ? FARM_ACCESS_REMOTE_READ
+	                : wr->opcode == FARM_WR_CAS ? FARM_ACCESS_REMOTE_ATOMIC
+	                                            : FARM_ACCESS_REMOTE_WRITE;
 	if (FARM_LIKELY(wr->rkey == ep->rc_key && ep->rc_entry &&
 	                atomic_load_explicit(&ep->rc_entry->gen,
 	                                     memory_order_acquire) == gen)) {
@@ -1316,6 +1330,18 @@ static void execute(struct shm_ep *ep, struct shm_op *op, int st)
 		                            op->swap, false, __ATOMIC_SEQ_CST,
 		                            __ATOMIC_SEQ_CST);
 		memcpy(op->local, &expect, 8);
+		break;
+	}
+	case FARM_WR_NOTIFY: {
+		/* Dekker with the waiter: our earlier stores (the WRITEs before
+		 * this request), full barrier, then the load of its word; the
+		 * waiter stores the word, full barrier, re-checks its memory. */
+		atomic_thread_fence(memory_order_seq_cst);
+		const uint32_t *w = (const uint32_t *)(void *)op->rptr;
+		bool woke = false;
+		if (__atomic_load_n(w, __ATOMIC_SEQ_CST) != 0)
+			woke = farm_futex_wake(w) > 0;
+		op->len = woke ? 1 : 0;
 		break;
 	}
 	}
@@ -1462,6 +1488,8 @@ static int ep_harvest(struct shm_ep *ep, int n, farm_wc *wc, uint64_t *now)
 			                      .opcode = op->opcode,
 			                      .peer = ep->base.peer,
 			                      .len = op->status ? 0 : op->len};
+			if (op->opcode == FARM_WR_NOTIFY && op->status == 0)
+				wc[got - 1].len = op->len;
 		}
 		ep->head++;
 	}

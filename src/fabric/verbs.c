@@ -1717,6 +1717,8 @@ static int vb_ep_post(farm_ep *e, farm_wr *list, farm_wr **bad)
 	ep_lock(ep);
 	for (; wr; wr = wr->next) {
 		rc = farm_wr_check(wr);
+		if (!rc && wr->opcode == FARM_WR_NOTIFY)
+			rc = -ENOTSUP; /* no doorbell on a NIC: poll instead */
 		if (rc)
 			break;
 		if ((ep->tail - ep->head) + (ep->ltail - ep->lhead) >=

@@ -1,0 +1,234 @@
+/*
+ * libfarm messaging: FaRM's ring-buffer channels over one-sided WRITEs, an
+ * event loop per thread, RPC and function shipping.
+ *
+ * A machine creates one farm_msg on its fabric. It owns a message region:
+ * one ring per (sender machine, sender thread, receiver thread), written
+ * by the sender with one-sided WRITEs and polled by the receiving thread;
+ * no CPU of the receiver takes part in a send. Peers are added with the
+ * region descriptor farm_msg_desc() returns on their side.
+ *
+ * Each of the machine's @nthreads threads opens its own event loop
+ * (farm_loop_open) and drives it (farm_loop_poll / farm_loop_run /
+ * farm_loop_wait). Everything that waits takes a continuation, which runs
+ * on the loop (thread) that started the operation. All calls on a loop are
+ * made by its thread, except farm_loop_post() and farm_loop_stop(), which
+ * any thread may call.
+ *
+ * Messages have a 16-bit type; handlers are registered by type on the
+ * farm_msg (before the loops start) and run on the receiving loop. A
+ * message is a one-way send, an RPC request or an RPC reply. Payloads are
+ * byte strings of 0..farm_msg_max_payload() bytes, valid during the
+ * handler only.
+ *
+ * Errors are negative codes (farm_strerror). A malformed message from a
+ * peer breaks only the channel it came on: it is counted and logged and
+ * the channel is no longer read.
+ */
+#ifndef FARM_MSG_H
+#define FARM_MSG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <farm/error.h>
+#include <farm/fabric.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct farm_msg farm_msg;
+typedef struct farm_loop farm_loop;
+
+/* Message types at or above this are reserved for libfarm's own layers. */
+#define FARM_MSG_TYPE_USER_MAX 0xefffu
+#define FARM_MSG_TYPES         0x10000u
+
+typedef struct farm_msg_attr {
+	/* Threads (event loops) on every machine; all machines of a cluster
+	 * use the same value. 1..64 (0: 1). */
+	unsigned nthreads;
+	/* Machine ids are below this; all machines use the same value.
+	 * 1..1024 (0: 16). */
+	unsigned max_machines;
+	/* Bytes of each ring: a power of two, 4 KiB..64 MiB (0: 256 KiB).
+	 * All machines use the same value. The largest payload is about an
+	 * eighth of it (farm_msg_max_payload). */
+	uint32_t ring_size;
+	/* Messages a loop queues locally per destination thread while the
+	 * ring is full, before sends fail with -ENOBUFS (0: 4096). */
+	uint32_t sendq_max;
+	/* RPCs a loop may have outstanding (0: 4096). */
+	uint32_t max_calls;
+	/* A loop that has found no work for this long parks until a message
+	 * or a posted work item arrives (0: 200 us). */
+	uint64_t park_after_ns;
+	/* Never park: poll continuously (benchmarks, latency-sensitive runs;
+	 * the default on verbs, where the wake-up doorbell does not exist). */
+	bool busy_poll;
+	/* Pin loop i to CPU i modulo the CPUs this process may use (default
+	 * off on shm, where machines share the host's cores). */
+	bool pin;
+} farm_msg_attr;
+
+/*
+ * farm_msg_create() - messaging for this machine on @fab.
+ * Allocates and registers the message region. Returns 0, -EINVAL for bad
+ * attributes, -ENOMEM/-ENOSPC when the region cannot be had.
+ */
+FARM_API FARM_MUST_CHECK int
+farm_msg_create(farm_fabric *fab, const farm_msg_attr *attr, farm_msg **out);
+/* Destroy; every loop must be closed first (-EBUSY otherwise). */
+FARM_API FARM_MUST_CHECK int farm_msg_destroy(farm_msg *msg);
+/* The descriptor peers pass to farm_msg_add_peer() to reach us. */
+FARM_API farm_mr_desc farm_msg_desc(const farm_msg *msg);
+FARM_API uint32_t farm_msg_machine_id(const farm_msg *msg);
+FARM_API unsigned farm_msg_nthreads(const farm_msg *msg);
+/* Largest payload of one message. */
+FARM_API uint32_t farm_msg_max_payload(const farm_msg *msg);
+
+/*
+ * farm_msg_add_peer() - make machine @id (at fabric address @addr, message
+ * region @desc) reachable. Thread-safe; loops connect lazily on first use.
+ * -EINVAL: bad id (ours, or >= max_machines) or a descriptor whose length
+ * does not match our layout (the peer runs another nthreads, max_machines
+ * or ring_size); -EEXIST: already added with another descriptor.
+ */
+FARM_API FARM_MUST_CHECK int farm_msg_add_peer(farm_msg *msg, uint32_t id,
+                                               const char *addr,
+                                               const farm_mr_desc *desc);
+
+/* ---- handlers ------------------------------------------------------------ */
+
+/* A received message, valid during the handler. */
+typedef struct farm_msg_in {
+	uint32_t src_machine;
+	uint16_t src_thread;
+	uint16_t type;
+	const void *payload;
+	uint32_t len;
+	/* For requests: who to reply to. Copy it to reply later. */
+	struct farm_msg_token {
+		uint64_t call_id; /* 0: a one-way message (no reply) */
+		uint32_t machine;
+		uint16_t thread;
+		uint16_t type;
+	} token;
+} farm_msg_in;
+
+typedef void (*farm_msg_handler_fn)(farm_loop *loop, const farm_msg_in *in,
+                                    void *arg);
+
+/* Register @fn for @type (<= FARM_MSG_TYPE_USER_MAX for applications).
+ * Before the loops run. -EEXIST when taken. A message of a type with no
+ * handler breaks its channel (it is malformed from our point of view). */
+FARM_API FARM_MUST_CHECK int farm_msg_handle(farm_msg *msg, uint16_t type,
+                                             farm_msg_handler_fn fn, void *arg);
+
+/* ---- loops --------------------------------------------------------------- */
+
+/* Bind the calling thread to loop @idx (< nthreads). -EBUSY when open. */
+FARM_API FARM_MUST_CHECK int farm_loop_open(farm_msg *msg, unsigned idx,
+                                            farm_loop **out);
+/* Close (on its thread): outstanding RPCs complete with -ECANCELED,
+ * queued sends are dropped and work items still queued run with
+ * their status set to -ECANCELED. */
+FARM_API void farm_loop_close(farm_loop *loop);
+FARM_API unsigned farm_loop_index(const farm_loop *loop);
+FARM_API farm_msg *farm_loop_msg(const farm_loop *loop);
+
+/* One pass: completions, rings, work items, timers, flush sends. Never
+ * blocks. Returns how many events it handled (>= 0). Called from a
+ * handler, continuation or work item of the same loop it does nothing
+ * and returns 0 (farm_loop_wait returns -EDEADLK): they must not wait. */
+FARM_API int farm_loop_poll(farm_loop *loop);
+/* Poll until farm_loop_stop(); parks when idle (unless busy_poll). */
+FARM_API void farm_loop_run(farm_loop *loop);
+/* Make farm_loop_run() return (any thread). */
+FARM_API void farm_loop_stop(farm_loop *loop);
+/* Poll (parking when idle) until *@flag becomes non-zero or @timeout_ns
+ * passes (0: no limit). Returns 0 or -ETIMEDOUT. The blocking wrapper
+ * every asynchronous call can be driven with. Set the flag from a
+ * continuation or work item of this loop: a store from another thread is
+ * seen only when the loop next wakes (post a work item to wake it). */
+FARM_API int farm_loop_wait(farm_loop *loop, const volatile int *flag,
+                            uint64_t timeout_ns);
+
+/* Work items. @status is 0, or -ECANCELED when the loop closed first. */
+typedef void (*farm_work_fn)(farm_loop *loop, void *ctx, int status);
+/* Queue @fn on @loop; any thread. Wakes the loop if parked. -ENOMEM. */
+FARM_API FARM_MUST_CHECK int farm_loop_post(farm_loop *loop, farm_work_fn fn,
+                                            void *ctx);
+
+/* ---- sending ------------------------------------------------------------- */
+
+/*
+ * farm_msg_send() - one-way message to loop @thread of machine @machine
+ * (ours included). Queued in order per destination; leaves at the end of
+ * this loop pass (or farm_loop_flush). Returns 0; -EMSGSIZE: payload too
+ * large; -ENOENT: unknown machine; -EINVAL: bad thread or type;
+ * -ENOBUFS: the destination's ring is full and the local queue is at
+ * sendq_max; FARM_EPEERDEAD: the machine is known dead; FARM_ECORRUPT: the
+ * channel is broken.
+ */
+FARM_API FARM_MUST_CHECK int farm_msg_send(farm_loop *loop, uint32_t machine,
+                                           unsigned thread, uint16_t type,
+                                           const void *payload, uint32_t len);
+/* Post every queued frame now (one doorbell per destination). */
+FARM_API void farm_loop_flush(farm_loop *loop);
+
+/* RPC completion: @status 0 with the reply, or a negative code and no
+ * reply (-ETIMEDOUT, FARM_EPEERDEAD, -ECANCELED, or the code the handler
+ * replied with through farm_msg_reply_error). Runs on the calling loop. */
+typedef void (*farm_rpc_fn)(farm_loop *loop, void *ctx, int status,
+                            const void *reply, uint32_t len);
+
+/*
+ * farm_msg_call() - request/response. @timeout_ns 0: 1 s. @cont runs
+ * exactly once, on this loop, unless this returns an error (then never).
+ * Errors as farm_msg_send, plus -EAGAIN when max_calls are outstanding.
+ */
+FARM_API FARM_MUST_CHECK int farm_msg_call(farm_loop *loop, uint32_t machine,
+                                           unsigned thread, uint16_t type,
+                                           const void *req, uint32_t len,
+                                           uint64_t timeout_ns,
+                                           farm_rpc_fn cont, void *ctx);
+/* Reply to a request, from its handler or later (any time, on any loop of
+ * this machine). A token whose caller gave up is answered harmlessly. */
+FARM_API FARM_MUST_CHECK int farm_msg_reply(farm_loop *loop,
+                                            const struct farm_msg_token *tok,
+                                            const void *reply, uint32_t len);
+/* Reply with an error code (< 0) that the caller's continuation receives. */
+FARM_API FARM_MUST_CHECK int
+farm_msg_reply_error(farm_loop *loop, const struct farm_msg_token *tok,
+                     int status);
+
+/* ---- counters ------------------------------------------------------------ */
+
+typedef struct farm_msg_stats {
+	uint64_t sent;        /* messages accepted by farm_msg_send/call */
+	uint64_t received;    /* messages delivered to handlers */
+	uint64_t frames_sent; /* WRITEs of frames */
+	uint64_t frames_recv;
+	uint64_t queued;        /* sends that waited for ring space */
+	uint64_t nobufs;        /* sends refused with -ENOBUFS */
+	uint64_t malformed;     /* channels broken by bad data */
+	uint64_t stale_replies; /* replies to calls that had given up */
+	uint64_t timeouts;      /* calls that timed out */
+	uint64_t peer_deaths;   /* calls failed because the peer died */
+	uint64_t parks;         /* times the loop parked */
+	uint64_t doorbells;     /* wake-up doorbells posted (receivers that
+	                           may be parked) */
+} farm_msg_stats;
+
+/* Counters of one loop (read on its thread) or, with @loop NULL, the sum
+ * over the loops of @msg (approximate while they run). */
+FARM_API void farm_msg_stats_get(const farm_msg *msg, const farm_loop *loop,
+                                 farm_msg_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FARM_MSG_H */

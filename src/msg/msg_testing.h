@@ -1,0 +1,17 @@
+/*
+ * Test-only access to a message region's rings (tests corrupt them on
+ * purpose). Internal; not installed.
+ */
+#ifndef FARM_MSG_TESTING_H
+#define FARM_MSG_TESTING_H
+
+#include <stdint.h>
+
+#include <farm/msg.h>
+
+/* The ring loop @r of this machine reads from (machine @m, thread @t),
+ * and how far that loop has consumed it (bytes, since creation). */
+uint8_t *farm_msg_testing_ring(farm_msg *msg, unsigned r, uint32_t m,
+                               unsigned t, uint32_t *size, uint64_t *head);
+
+#endif

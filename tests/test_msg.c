@@ -1,0 +1,494 @@
+/*
+ * Messaging in one process: several machines (each its own fabric and
+ * farm_msg) whose loops one test thread drives in turn, so every step is
+ * deterministic. Multi-process behaviour is in test_msg_multi.c.
+ */
+#include "testutil.h"
+
+#include <pthread.h>
+
+#include "msg/msg_testing.h"
+
+#define T_ECHO  1
+#define T_COUNT 2
+#define T_DEFER 3
+#define T_FAIL  4
+#ifndef NCALLS
+#define NCALLS 500
+#endif
+
+struct node {
+	char dir[256];
+	farm_fabric *fab;
+	farm_msg *msg;
+	farm_loop *loop;
+	/* what the handlers saw */
+	uint64_t count, bytes, next_seq, bad_seq;
+	struct farm_msg_token deferred;
+	int has_deferred;
+};
+
+static void h_echo(farm_loop *loop, const farm_msg_in *in, void *arg)
+{
+	(void)arg;
+	assert_int_equal(farm_msg_reply(loop, &in->token, in->payload, in->len),
+	                 0);
+}
+
+static void h_count(farm_loop *loop, const farm_msg_in *in, void *arg)
+{
+	(void)loop;
+	struct node *n = arg;
+	uint64_t seq = 0;
+	if (in->len >= 8)
+		memcpy(&seq, in->payload, 8);
+	if (seq != n->next_seq)
+		n->bad_seq++;
+	n->next_seq = seq + 1;
+	n->count++;
+	n->bytes += in->len;
+}
+
+static void h_defer(farm_loop *loop, const farm_msg_in *in, void *arg)
+{
+	(void)loop;
+	struct node *n = arg;
+	n->deferred = in->token;
+	n->has_deferred = 1;
+}
+
+static void h_fail(farm_loop *loop, const farm_msg_in *in, void *arg)
+{
+	(void)arg;
+	assert_int_equal(farm_msg_reply_error(loop, &in->token, -EPERM), 0);
+}
+
+static void nodes_open(struct node *nodes, unsigned n, const farm_msg_attr *a)
+{
+	for (unsigned i = 0; i < n; i++) {
+		struct node *x = &nodes[i];
+		memset(x, 0, sizeof(*x));
+		tu_tmpdir(x->dir, sizeof(x->dir), "msg");
+		x->fab = tu_open(i, x->dir);
+		assert_non_null(x->fab);
+		assert_int_equal(farm_msg_create(x->fab, a, &x->msg), 0);
+		assert_int_equal(farm_msg_handle(x->msg, T_ECHO, h_echo, x), 0);
+		assert_int_equal(farm_msg_handle(x->msg, T_COUNT, h_count, x),
+		                 0);
+		assert_int_equal(farm_msg_handle(x->msg, T_DEFER, h_defer, x),
+		                 0);
+		assert_int_equal(farm_msg_handle(x->msg, T_FAIL, h_fail, x), 0);
+		assert_int_equal(farm_msg_handle(x->msg, T_FAIL, h_fail, x),
+		                 -EEXIST);
+	}
+	for (unsigned i = 0; i < n; i++) {
+		for (unsigned j = 0; j < n; j++) {
+			if (i == j)
+				continue;
+			char addr[256];
+			assert_true(farm_fabric_address(nodes[j].fab, addr,
+			                                sizeof(addr)) > 0);
+			farm_mr_desc d = farm_msg_desc(nodes[j].msg);
+			assert_int_equal(
+			        farm_msg_add_peer(nodes[i].msg, j, addr, &d),
+			        0);
+		}
+		assert_int_equal(
+		        farm_loop_open(nodes[i].msg, 0, &nodes[i].loop), 0);
+	}
+}
+
+static void nodes_close(struct node *nodes, unsigned n)
+{
+	for (unsigned i = 0; i < n; i++) {
+		farm_loop_close(nodes[i].loop);
+		assert_int_equal(farm_msg_destroy(nodes[i].msg), 0);
+		farm_fabric_close(nodes[i].fab);
+		tu_rmtree(nodes[i].dir);
+	}
+}
+
+static void pump(struct node *nodes, unsigned n, unsigned rounds)
+{
+	for (unsigned r = 0; r < rounds; r++)
+		for (unsigned i = 0; i < n; i++)
+			(void)farm_loop_poll(nodes[i].loop);
+}
+
+struct rpc_res {
+	int done, status;
+	uint32_t len;
+	uint8_t buf[64];
+	pthread_t thread;
+};
+
+static void rpc_cont(farm_loop *loop, void *ctx, int status, const void *reply,
+                     uint32_t len)
+{
+	(void)loop;
+	struct rpc_res *r = ctx;
+	r->done++;
+	r->status = status;
+	r->len = len;
+	r->thread = pthread_self();
+	if (status == 0 && len <= sizeof(r->buf))
+		memcpy(r->buf, reply, len);
+}
+
+static void test_bad_args(void **state)
+{
+	(void)state;
+	struct node nd[2];
+	farm_msg_attr a = {.ring_size = 4096};
+	nodes_open(nd, 2, &a);
+	farm_msg_attr bad = {.ring_size = 5000};
+	farm_msg *m;
+	assert_int_equal(farm_msg_create(nd[0].fab, &bad, &m), -EINVAL);
+	uint8_t big[8192] = {0};
+	uint32_t max = farm_msg_max_payload(nd[0].msg);
+	assert_int_equal(max, 4096 / 8 - 32);
+	assert_int_equal(farm_msg_send(nd[0].loop, 1, 0, T_COUNT, big, max + 1),
+	                 -EMSGSIZE);
+	assert_int_equal(farm_msg_send(nd[0].loop, 1, 1, T_COUNT, big, 8),
+	                 -EINVAL);
+	assert_int_equal(farm_msg_send(nd[0].loop, 99, 0, T_COUNT, big, 8),
+	                 -ENOENT);
+	assert_int_equal(farm_msg_send(nd[0].loop, 5, 0, T_COUNT, big, 8),
+	                 -ENOENT);
+	assert_int_equal(farm_msg_send(nd[0].loop, 0, 0, 777, big, 8), -EINVAL);
+	assert_int_equal(farm_msg_send(NULL, 1, 0, T_COUNT, big, 8), -EINVAL);
+	farm_mr_desc d = farm_msg_desc(nd[1].msg);
+	d.len += 4096;
+	assert_int_equal(farm_msg_add_peer(nd[0].msg, 1, "x", &d), -EINVAL);
+	d = farm_msg_desc(nd[1].msg);
+	assert_int_equal(farm_msg_add_peer(nd[0].msg, 0, "x", &d), -EINVAL);
+	farm_loop *l2;
+	assert_int_equal(farm_loop_open(nd[0].msg, 0, &l2), -EBUSY);
+	assert_int_equal(farm_msg_destroy(nd[0].msg), -EBUSY);
+	nodes_close(nd, 2);
+}
+
+/* Exactly once, in order, through many wrap-arounds of a small ring. */
+static void test_stream_wraps(void **state)
+{
+	(void)state;
+	struct node nd[2];
+	farm_msg_attr a = {.ring_size = 4096, .sendq_max = 100000};
+	nodes_open(nd, 2, &a);
+	uint32_t max = farm_msg_max_payload(nd[0].msg);
+	uint8_t buf[4096];
+	uint64_t rng = 7, total = 0;
+	for (uint64_t seq = 0; seq < 200000; seq++) {
+		uint32_t len = 8 + (uint32_t)(farm_rand64(&rng) % (max - 7));
+		memset(buf, (int)(seq & 0xff), len);
+		memcpy(buf, &seq, 8);
+		assert_int_equal(
+		        farm_msg_send(nd[0].loop, 1, 0, T_COUNT, buf, len), 0);
+		total += len;
+		if (seq % 7 == 0)
+			pump(nd, 2, 1);
+	}
+	for (int i = 0; i < 100000 && nd[1].count < 200000; i++)
+		pump(nd, 2, 1);
+	assert_int_equal(nd[1].count, 200000);
+	assert_int_equal(nd[1].bytes, total);
+	assert_int_equal(nd[1].bad_seq, 0);
+	farm_msg_stats s;
+	farm_msg_stats_get(NULL, nd[0].loop, &s);
+	assert_true(s.frames_sent > 0 && s.frames_sent <= 200000);
+	assert_int_equal(s.sent, 200000);
+	nodes_close(nd, 2);
+}
+
+/* A receiver that does not poll: the sender queues up to its bound, then
+ * gets -ENOBUFS; once the receiver polls, everything accepted arrives. */
+static void test_backpressure(void **state)
+{
+	(void)state;
+	struct node nd[2];
+	farm_msg_attr a = {.ring_size = 4096, .sendq_max = 50};
+	nodes_open(nd, 2, &a);
+	uint8_t buf[256] = {0};
+	uint64_t seq = 0;
+	int rc;
+	for (;;) {
+		memcpy(buf, &seq, 8);
+		rc = farm_msg_send(nd[0].loop, 1, 0, T_COUNT, buf, sizeof(buf));
+		if (rc)
+			break;
+		seq++;
+		(void)farm_loop_poll(nd[0].loop); /* sender only */
+	}
+	assert_int_equal(rc, -ENOBUFS);
+	farm_msg_stats s;
+	farm_msg_stats_get(NULL, nd[0].loop, &s);
+	assert_int_equal(s.nobufs, 1);
+	assert_true(s.queued >= 50);
+	/* The ring holds what fits; 50 more wait locally. */
+	assert_true(seq >= 50 + 4096 / (256 + 16 + 16) / 2);
+	for (int i = 0; i < 10000 && nd[1].count < seq; i++)
+		pump(nd, 2, 1);
+	assert_int_equal(nd[1].count, seq);
+	assert_int_equal(nd[1].bad_seq, 0);
+	/* and the channel works again */
+	memcpy(buf, &seq, 8);
+	assert_int_equal(farm_msg_send(nd[0].loop, 1, 0, T_COUNT, buf, 8), 0);
+	pump(nd, 2, 4);
+	assert_int_equal(nd[1].count, seq + 1);
+	nodes_close(nd, 2);
+}
+
+static void test_rpc(void **state)
+{
+	(void)state;
+	struct node nd[3];
+	farm_msg_attr a = {0};
+	nodes_open(nd, 3, &a);
+	struct rpc_res r[4] = {{0}};
+	const char *hello = "hello, machine";
+	/* remote echo, to our own machine, error reply, timeout */
+	assert_int_equal(farm_msg_call(nd[0].loop, 1, 0, T_ECHO, hello, 15, 0,
+	                               rpc_cont, &r[0]),
+	                 0);
+	assert_int_equal(farm_msg_call(nd[0].loop, 0, 0, T_ECHO, hello, 15, 0,
+	                               rpc_cont, &r[1]),
+	                 0);
+	assert_int_equal(farm_msg_call(nd[0].loop, 2, 0, T_FAIL, NULL, 0, 0,
+	                               rpc_cont, &r[2]),
+	                 0);
+	assert_int_equal(farm_msg_call(nd[0].loop, 2, 0, T_DEFER, NULL, 0,
+	                               20000000, rpc_cont, &r[3]),
+	                 0);
+	uint64_t until = farm_now_ns() + 2000000000ull;
+	while (farm_now_ns() < until &&
+	       !(r[0].done && r[1].done && r[2].done && r[3].done))
+		pump(nd, 3, 1);
+	assert_int_equal(r[0].done, 1);
+	assert_int_equal(r[0].status, 0);
+	assert_int_equal(r[0].len, 15);
+	assert_string_equal((char *)r[0].buf, hello);
+	assert_int_equal(r[1].status, 0);
+	assert_string_equal((char *)r[1].buf, hello);
+	assert_int_equal(r[2].status, -EPERM);
+	assert_int_equal(r[3].status, -ETIMEDOUT);
+	/* The late reply to the timed-out call is dropped and counted. */
+	assert_true(nd[2].has_deferred);
+	assert_int_equal(farm_msg_reply(nd[2].loop, &nd[2].deferred, "late", 4),
+	                 0);
+	pump(nd, 3, 4);
+	assert_int_equal(r[3].done, 1);
+	farm_msg_stats s;
+	farm_msg_stats_get(NULL, nd[0].loop, &s);
+	assert_int_equal(s.stale_replies, 1);
+	assert_int_equal(s.timeouts, 1);
+	/* Closing a loop cancels its outstanding calls. */
+	struct rpc_res c = {0};
+	assert_int_equal(farm_msg_call(nd[0].loop, 2, 0, T_DEFER, NULL, 0, 0,
+	                               rpc_cont, &c),
+	                 0);
+	farm_loop_close(nd[0].loop);
+	assert_int_equal(c.done, 1);
+	assert_int_equal(c.status, -ECANCELED);
+	assert_int_equal(farm_loop_open(nd[0].msg, 0, &nd[0].loop), 0);
+	nodes_close(nd, 3);
+}
+
+/* Garbage in one live ring breaks that channel only. */
+static void test_corrupt_ring(void **state)
+{
+	(void)state;
+	struct node nd[3];
+	farm_msg_attr a = {.ring_size = 8192};
+	nodes_open(nd, 3, &a);
+	uint8_t buf[64] = {0};
+	for (uint64_t s = 0; s < 10; s++) {
+		memcpy(buf, &s, 8);
+		assert_int_equal(
+		        farm_msg_send(nd[0].loop, 2, 0, T_COUNT, buf, 64), 0);
+	}
+	pump(nd, 3, 3);
+	assert_int_equal(nd[2].count, 10);
+	uint32_t size;
+	uint64_t head;
+	uint8_t *ring = farm_msg_testing_ring(nd[2].msg, 0, 0, 0, &size, &head);
+	uint64_t rng = 3;
+	for (unsigned i = 0; i < 64; i += 8) {
+		uint64_t g = farm_rand64(&rng) | 1;
+		memcpy(ring + (head % size) + i, &g, 8);
+	}
+	(void)farm_loop_poll(nd[2].loop);
+	farm_msg_stats s;
+	farm_msg_stats_get(NULL, nd[2].loop, &s);
+	assert_int_equal(s.malformed, 1);
+	/* machine 1's channel to machine 2 still works */
+	nd[2].next_seq = 0;
+	for (uint64_t q = 0; q < 10; q++) {
+		memcpy(buf, &q, 8);
+		assert_int_equal(
+		        farm_msg_send(nd[1].loop, 2, 0, T_COUNT, buf, 64), 0);
+		pump(nd, 3, 1);
+	}
+	assert_int_equal(nd[2].count, 20);
+	assert_int_equal(nd[2].bad_seq, 0);
+	/* what machine 0 sends now is not read */
+	assert_int_equal(farm_msg_send(nd[0].loop, 2, 0, T_COUNT, buf, 64), 0);
+	pump(nd, 3, 3);
+	assert_int_equal(nd[2].count, 20);
+	nodes_close(nd, 3);
+}
+
+/* Continuations and work items run on the loop's own thread. */
+struct thr {
+	farm_msg *msg;
+	unsigned idx;
+	int calls_ok, wrong_thread;
+	volatile int done; /* the current call completed */
+	pthread_t self;
+};
+
+static void thr_cont(farm_loop *loop, void *ctx, int status, const void *reply,
+                     uint32_t len)
+{
+	(void)loop;
+	(void)reply;
+	(void)len;
+	struct thr *t = ctx;
+	if (!pthread_equal(pthread_self(), t->self))
+		t->wrong_thread++;
+	if (status == 0)
+		t->calls_ok++;
+	t->done = 1;
+}
+
+static void *thr_main(void *arg)
+{
+	struct thr *t = arg;
+	t->self = pthread_self();
+	farm_loop *loop;
+	if (farm_loop_open(t->msg, t->idx, &loop))
+		return NULL;
+	for (int i = 0; i < NCALLS; i++) {
+		t->done = 0;
+		if (farm_msg_call(loop, 1, 0, T_ECHO, &i, sizeof(i), 0,
+		                  thr_cont, t))
+			break;
+		if (farm_loop_wait(loop, &t->done, 5000000000ull))
+			break;
+	}
+	farm_loop_close(loop);
+	return NULL;
+}
+
+static void *serve_main(void *arg)
+{
+	farm_loop_run(arg);
+	return NULL;
+}
+
+static void test_cont_thread(void **state)
+{
+	(void)state;
+	char d0[256], d1[256];
+	tu_tmpdir(d0, sizeof(d0), "ct0");
+	tu_tmpdir(d1, sizeof(d1), "ct1");
+	farm_fabric *f0 = tu_open(0, d0), *f1 = tu_open(1, d1);
+	farm_msg_attr a0 = {.nthreads = 2}, a1 = {.nthreads = 2};
+	farm_msg *m0, *m1;
+	assert_int_equal(farm_msg_create(f0, &a0, &m0), 0);
+	assert_int_equal(farm_msg_create(f1, &a1, &m1), 0);
+	assert_int_equal(farm_msg_handle(m1, T_ECHO, h_echo, NULL), 0);
+	char addr[256];
+	farm_mr_desc d;
+	assert_true(farm_fabric_address(f1, addr, sizeof(addr)) > 0);
+	d = farm_msg_desc(m1);
+	assert_int_equal(farm_msg_add_peer(m0, 1, addr, &d), 0);
+	assert_true(farm_fabric_address(f0, addr, sizeof(addr)) > 0);
+	d = farm_msg_desc(m0);
+	assert_int_equal(farm_msg_add_peer(m1, 0, addr, &d), 0);
+	farm_loop *server;
+	assert_int_equal(farm_loop_open(m1, 0, &server), 0);
+	pthread_t st;
+	pthread_create(&st, NULL, serve_main, server);
+	struct thr t[2] = {{.msg = m0, .idx = 0}, {.msg = m0, .idx = 1}};
+	pthread_t th[2];
+	for (int i = 0; i < 2; i++)
+		pthread_create(&th[i], NULL, thr_main, &t[i]);
+	for (int i = 0; i < 2; i++)
+		pthread_join(th[i], NULL);
+	farm_loop_stop(server);
+	pthread_join(st, NULL);
+	farm_loop_close(server);
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(t[i].calls_ok, NCALLS);
+		assert_int_equal(t[i].wrong_thread, 0);
+	}
+	assert_int_equal(farm_msg_destroy(m0), 0);
+	assert_int_equal(farm_msg_destroy(m1), 0);
+	farm_fabric_close(f0);
+	farm_fabric_close(f1);
+	tu_rmtree(d0);
+	tu_rmtree(d1);
+}
+
+struct post_ctx {
+	int ran, status;
+	pthread_t thread;
+};
+
+static void work(farm_loop *loop, void *ctx, int status)
+{
+	(void)loop;
+	struct post_ctx *p = ctx;
+	p->ran++;
+	p->status = status;
+	p->thread = pthread_self();
+}
+
+static void *poster(void *arg)
+{
+	void **a = arg;
+	assert_int_equal(farm_loop_post(a[0], work, a[1]), 0);
+	return NULL;
+}
+
+/* A parked loop wakes for a work item posted from another thread. */
+static void test_post_wakes(void **state)
+{
+	(void)state;
+	struct node nd[1];
+	farm_msg_attr a = {.park_after_ns = 1000};
+	nodes_open(nd, 1, &a);
+	struct post_ctx p = {0};
+	void *args[2] = {nd[0].loop, &p};
+	pthread_t th;
+	pthread_create(&th, NULL, poster, args);
+	assert_int_equal(farm_loop_wait(nd[0].loop, (volatile int *)&p.ran,
+	                                5000000000ull),
+	                 0);
+	pthread_join(th, NULL);
+	assert_int_equal(p.ran, 1);
+	assert_int_equal(p.status, 0);
+	assert_true(pthread_equal(p.thread, pthread_self()));
+	/* closing runs what is still queued, cancelled */
+	struct post_ctx q = {0};
+	assert_int_equal(farm_loop_post(nd[0].loop, work, &q), 0);
+	farm_loop_close(nd[0].loop);
+	assert_int_equal(q.ran, 1);
+	assert_int_equal(q.status, -ECANCELED);
+	assert_int_equal(farm_loop_open(nd[0].msg, 0, &nd[0].loop), 0);
+	nodes_close(nd, 1);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	        cmocka_unit_test(test_bad_args),
+	        cmocka_unit_test(test_stream_wraps),
+	        cmocka_unit_test(test_backpressure),
+	        cmocka_unit_test(test_rpc),
+	        cmocka_unit_test(test_corrupt_ring),
+	        cmocka_unit_test(test_cont_thread),
+	        cmocka_unit_test(test_post_wakes),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
