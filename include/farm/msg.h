@@ -178,6 +178,10 @@ FARM_API FARM_MUST_CHECK int farm_msg_send(farm_loop *loop, uint32_t machine,
                                            const void *payload, uint32_t len);
 /* Post every queued frame now (one doorbell per destination). */
 FARM_API void farm_loop_flush(farm_loop *loop);
+/* Destinations with messages not yet written to their rings (queued for
+ * room, or staged): 0 means everything sent so far has left this machine.
+ * Poll until it is 0 before closing a loop whose sends must not be lost. */
+FARM_API unsigned farm_loop_unsent(const farm_loop *loop);
 
 /* RPC completion: @status 0 with the reply, or a negative code and no
  * reply (-ETIMEDOUT, FARM_EPEERDEAD, -ECANCELED, or the code the handler

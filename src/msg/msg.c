@@ -813,6 +813,11 @@ void farm_loop_flush(farm_loop *loop)
 	loop->ndirty = keep;
 }
 
+unsigned farm_loop_unsent(const farm_loop *loop)
+{
+	return loop ? loop->ndirty : 0;
+}
+
 static struct inbox_item *item_new(uint32_t len)
 {
 	struct inbox_item *it = malloc(sizeof(*it) + len);
@@ -1364,16 +1369,18 @@ int farm_loop_wait(farm_loop *loop, const volatile int *flag,
 		return -EDEADLK; /* from a handler or continuation */
 	uint64_t deadline = timeout_ns ? farm_now_ns() + timeout_ns : 0;
 	unsigned n = 0;
-	while (!*flag) {
-		if (farm_loop_poll(loop)) {
+	/* At least one pass, so a caller looping on an already-set flag
+	 * still sends what it queued. */
+	for (;;) {
+		if (farm_loop_poll(loop))
 			loop->idle_since = 0;
-		} else {
+		else if (!*flag)
 			idle(loop, deadline);
-		}
+		if (*flag)
+			return 0;
 		if (deadline && (++n & 63) == 0 && farm_now_ns() >= deadline)
 			return *flag ? 0 : -ETIMEDOUT;
 	}
-	return 0;
 }
 
 int farm_loop_post(farm_loop *loop, farm_work_fn fn, void *ctx)
@@ -1459,4 +1466,9 @@ uint8_t *farm_msg_testing_ring(farm_msg *msg, unsigned r, uint32_t m,
 		*head = loop->in[m * msg->attr.nthreads + t].head;
 	pthread_mutex_unlock(&msg->lock);
 	return msg->base + ring_at(&msg->lay, r, m, t);
+}
+
+uint64_t farm_msg_testing_park_offset(const farm_msg *msg, unsigned r)
+{
+	return park_at(&msg->lay, r);
 }

@@ -14,4 +14,8 @@
 uint8_t *farm_msg_testing_ring(farm_msg *msg, unsigned r, uint32_t m,
                                unsigned t, uint32_t *size, uint64_t *head);
 
+/* Offset in the message region of loop @r's park word (non-zero while
+ * the loop is parked). */
+uint64_t farm_msg_testing_park_offset(const farm_msg *msg, unsigned r);
+
 #endif

@@ -8,7 +8,10 @@
  *      load: no CPU of ours took part in the write), and READs the greeting
  *      machine (i+1) wrote into machine (i+2)'s region;
  *   4. times 20000 64-byte READs from machine (i+1), 16 outstanding;
- *   5. joins a second barrier, so nobody leaves while others read it;
+ *   5. exchanges RPCs with machine (i+1) over the messaging layer (its
+ *      message-region descriptor is READ from that machine's region): each
+ *      request carries two numbers, the reply their sum, checked;
+ *   6. joins a second barrier, so nobody leaves while others read it;
  *      machine 0, whose counter the others poll, leaves last.
  * Descriptors come from the peers' machine.info files (same host), until
  * the messaging layer exchanges them.
@@ -18,6 +21,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
+#include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -28,10 +33,19 @@
 #include "util/config.h"
 
 #define GREETING_OFF(i) (4096u * ((i) + 1))
-#define GREETING_LEN 64u
-#define BARRIER_OFF 0u
-#define DEPART_OFF 64u
-#define OP_TIMEOUT_NS (5ull * 1000000000ull)
+#define GREETING_LEN    64u
+#define BARRIER_OFF     0u
+#define DEPART_OFF      64u
+#define OP_TIMEOUT_NS   (5ull * 1000000000ull)
+#define MSGINFO_OFF     0x10000u /* where a machine publishes its msg info */
+#define T_ADD           1
+#define RPCS            20000u
+#define RPC_WINDOW      16u
+
+struct msginfo {
+	char addr[256];
+	farm_mr_desc desc;
+};
 
 struct peer {
 	uint32_t id;
@@ -43,20 +57,21 @@ struct demo {
 	uint32_t me, n;
 	farm_cq *cq;
 	farm_mr *lmr;
-	uint8_t *buf; /* registered scratch */
+	uint8_t *buf;       /* registered scratch */
 	struct peer *peers; /* indexed by machine id; [me] unused */
 };
 
-#define say(d, ...)                                                            \
-	do {                                                                   \
-		char line_[512];                                               \
-		int n_ = snprintf(line_, sizeof(line_), "[m%u] ", (d)->me);   \
-		n_ += snprintf(line_ + n_, sizeof(line_) - (size_t)n_, __VA_ARGS__); \
-		if (n_ > (int)sizeof(line_) - 2)                               \
-			n_ = (int)sizeof(line_) - 2;                           \
-		line_[n_++] = '\n';                                            \
-		ssize_t w_ = write(STDOUT_FILENO, line_, (size_t)n_);          \
-		(void)w_;                                                      \
+#define say(d, ...)                                                         \
+	do {                                                                \
+		char line_[512];                                            \
+		int n_ = snprintf(line_, sizeof(line_), "[m%u] ", (d)->me); \
+		n_ += snprintf(line_ + n_, sizeof(line_) - (size_t)n_,      \
+		               __VA_ARGS__);                                \
+		if (n_ > (int)sizeof(line_) - 2)                            \
+			n_ = (int)sizeof(line_) - 2;                        \
+		line_[n_++] = '\n';                                         \
+		ssize_t w_ = write(STDOUT_FILENO, line_, (size_t)n_);       \
+		(void)w_;                                                   \
 	} while (0)
 
 /* Post one request and wait for its completion (bounded). */
@@ -76,7 +91,8 @@ static int run_one(struct demo *d, farm_ep *ep, farm_wr *wr)
 			return wc.status;
 		if (farm_now_ns() > deadline)
 			return -ETIMEDOUT;
-		if (++spins > 1000) { /* back off: this is a demo, not a bench */
+		if (++spins >
+		    1000) { /* back off: this is a demo, not a bench */
 			struct timespec ts = {0, 20000};
 			nanosleep(&ts, NULL);
 		}
@@ -111,9 +127,10 @@ static int barrier(struct demo *d, uint64_t target)
 	if (old < 0)
 		return (int)old;
 	uint64_t seen = (uint64_t)old;
-	say(d, "barrier %" PRIu64 ": CAS on m0's counter %" PRIu64 " -> %" PRIu64
-	       " (%u attempt%s)", target / d->n, seen, seen + 1, tries,
-	    tries == 1 ? "" : "s");
+	say(d,
+	    "barrier %" PRIu64 ": CAS on m0's counter %" PRIu64 " -> %" PRIu64
+	    " (%u attempt%s)",
+	    target / d->n, seen, seen + 1, tries, tries == 1 ? "" : "s");
 	uint64_t deadline = farm_now_ns() + 10 * 1000000000ull;
 	for (;;) {
 		farm_wr wr = farm_wr_read(2, res, d->lmr, 8, r0, BARRIER_OFF);
@@ -149,9 +166,11 @@ static int time_reads(struct demo *d, struct peer *p, uint64_t region_size)
 	while (done < OPS) {
 		while (posted < OPS && posted - done < DEPTH) {
 			unsigned slot = posted % DEPTH;
-			uint64_t off = (farm_rand64(&rng) % (region_size / 64)) * 64;
-			farm_wr wr = farm_wr_read(posted, d->buf + 64 + slot * 64,
-			                          d->lmr, 64, &p->desc, off);
+			uint64_t off =
+			        (farm_rand64(&rng) % (region_size / 64)) * 64;
+			farm_wr wr =
+			        farm_wr_read(posted, d->buf + 64 + slot * 64,
+			                     d->lmr, 64, &p->desc, off);
 			posted_at[slot] = farm_now_ns();
 			rc = farm_ep_post(p->ep, &wr, NULL);
 			if (rc)
@@ -175,22 +194,146 @@ static int time_reads(struct demo *d, struct peer *p, uint64_t region_size)
 	}
 	double secs = (double)(farm_now_ns() - t0) / 1e9;
 	qsort(lat, OPS, sizeof(*lat), cmp_u64);
-	say(d, "%d random 64-byte READs from m%u, %d outstanding: %.2f M/s, "
-	       "median %" PRIu64 " ns, p99 %" PRIu64 " ns", OPS, p->id, DEPTH,
-	    OPS / secs / 1e6, lat[OPS / 2], lat[OPS * 99 / 100]);
+	say(d,
+	    "%d random 64-byte READs from m%u, %d outstanding: %.2f M/s, "
+	    "median %" PRIu64 " ns, p99 %" PRIu64 " ns",
+	    OPS, p->id, DEPTH, OPS / secs / 1e6, lat[OPS / 2],
+	    lat[OPS * 99 / 100]);
 out:
 	free(lat);
 	return rc;
+}
+
+/* ---- messaging: RPCs to the next machine, driven on the loop's thread --- */
+
+struct rpc_demo {
+	farm_msg *msg;
+	farm_loop *loop;
+	pthread_t thread;
+	int evfd;        /* the loop thread signals the main thread */
+	uint32_t target; /* machine we call */
+	unsigned issued, done, wrong;
+	int err;
+	uint64_t t0, t1;
+	uint64_t *lat, *sent_at;
+};
+
+static void h_add(farm_loop *loop, const farm_msg_in *in, void *arg)
+{
+	(void)arg;
+	uint64_t v[2], sum;
+	int rc;
+	if (in->len != sizeof(v)) {
+		rc = farm_msg_reply_error(loop, &in->token, -EINVAL);
+	} else {
+		memcpy(v, in->payload, sizeof(v));
+		sum = v[0] + v[1];
+		rc = farm_msg_reply(loop, &in->token, &sum, sizeof(sum));
+	}
+	if (rc)
+		fprintf(stderr, "demo: cannot reply to m%u: %s\n",
+		        in->src_machine, farm_strerror(rc));
+}
+
+static void signal_main(struct rpc_demo *r)
+{
+	uint64_t one = 1;
+	ssize_t w = write(r->evfd, &one, 8);
+	(void)w;
+}
+
+static void rpc_issue(farm_loop *loop, struct rpc_demo *r);
+
+static void rpc_done(farm_loop *loop, void *ctx, int status, const void *reply,
+                     uint32_t len)
+{
+	struct rpc_demo *r = ctx;
+	uint64_t now = farm_now_ns();
+	if (status) {
+		if (!r->err)
+			r->err = status;
+	} else {
+		uint64_t sum;
+		unsigned i = r->done;
+		if (len != 8)
+			r->wrong++;
+		memcpy(&sum, reply, 8);
+		/* request i (in order per channel) asked for i + 2i */
+		if (sum != 3ull * i)
+			r->wrong++;
+		r->lat[i] = now - r->sent_at[i % RPC_WINDOW];
+	}
+	if (++r->done == RPCS || (r->err && r->done == r->issued)) {
+		r->t1 = now;
+		signal_main(r);
+		return;
+	}
+	rpc_issue(loop, r);
+}
+
+static void rpc_issue(farm_loop *loop, struct rpc_demo *r)
+{
+	while (!r->err && r->issued < RPCS &&
+	       r->issued - r->done < RPC_WINDOW) {
+		uint64_t v[2] = {r->issued, 2ull * r->issued};
+		r->sent_at[r->issued % RPC_WINDOW] = farm_now_ns();
+		int rc = farm_msg_call(loop, r->target, 0, T_ADD, v, sizeof(v),
+		                       OP_TIMEOUT_NS, rpc_done, r);
+		if (rc) {
+			r->err = rc;
+			if (r->done == r->issued) {
+				signal_main(r);
+				return;
+			}
+			break;
+		}
+		r->issued++;
+	}
+}
+
+static void rpc_start(farm_loop *loop, void *ctx, int status)
+{
+	struct rpc_demo *r = ctx;
+	if (status) {
+		r->err = status;
+		signal_main(r);
+		return;
+	}
+	r->t0 = farm_now_ns();
+	rpc_issue(loop, r);
+}
+
+static void *loop_main(void *arg)
+{
+	struct rpc_demo *r = arg;
+	int rc = farm_loop_open(r->msg, 0, &r->loop);
+	if (rc)
+		r->err = rc;
+	signal_main(r);
+	if (!rc) {
+		farm_loop_run(r->loop);
+		farm_loop_close(r->loop);
+	}
+	return NULL;
+}
+
+static int wait_main(struct rpc_demo *r)
+{
+	uint64_t v;
+	return read(r->evfd, &v, 8) == 8 ? 0 : -errno;
 }
 
 int farm_demo_job(const struct farm_config *cfg, farm_fabric *fab,
                   farm_region *region)
 {
 	struct demo d = {.me = cfg->machine_id, .n = cfg->npeers + 1};
+	struct rpc_demo rd = {.evfd = -1};
+	bool loop_started = false;
 	int rc;
 	for (unsigned i = 0; i < cfg->npeers; i++)
 		if (cfg->peers[i].id >= d.n || cfg->peers[i].id == d.me) {
-			fprintf(stderr, "demo: machine ids must be 0..%u\n", d.n - 1);
+			fprintf(stderr, "demo: machine ids must be 0..%u\n",
+			        d.n - 1);
 			return -EINVAL;
 		}
 	d.peers = calloc(d.n, sizeof(*d.peers));
@@ -217,10 +360,12 @@ int farm_demo_job(const struct farm_config *cfg, farm_fabric *fab,
 		if (rc == 0 && id != cp->id)
 			rc = -EINVAL;
 		if (rc == 0)
-			rc = farm_ep_connect(fab, d.cq, cp->id, addr, NULL, &p->ep);
+			rc = farm_ep_connect(fab, d.cq, cp->id, addr, NULL,
+			                     &p->ep);
 		if (rc) {
-			fprintf(stderr, "demo m%u: cannot reach m%u at %s: %s\n",
-			        d.me, cp->id, cp->addr, farm_strerror(rc));
+			fprintf(stderr,
+			        "demo m%u: cannot reach m%u at %s: %s\n", d.me,
+			        cp->id, cp->addr, farm_strerror(rc));
 			goto out;
 		}
 	}
@@ -239,6 +384,40 @@ int farm_demo_job(const struct farm_config *cfg, farm_fabric *fab,
 		if (rc)
 			goto out;
 	}
+
+	/* Messaging: publish our message region in our region (peers READ
+	 * it after the first barrier) and serve on a loop thread. */
+	farm_msg_attr ma = {.nthreads = 1, .max_machines = d.n};
+	rc = farm_msg_create(fab, &ma, &rd.msg);
+	if (rc)
+		goto out;
+	rc = farm_msg_handle(rd.msg, T_ADD, h_add, NULL);
+	if (rc)
+		goto out;
+	struct msginfo *mi =
+	        (struct msginfo *)(void *)((uint8_t *)farm_region_base(region) +
+	                                   MSGINFO_OFF);
+	rc = farm_fabric_address(fab, mi->addr, sizeof(mi->addr));
+	if (rc < 0)
+		goto out;
+	mi->desc = farm_msg_desc(rd.msg);
+	rd.evfd = eventfd(0, 0);
+	rd.lat = calloc(RPCS, sizeof(*rd.lat));
+	rd.sent_at = calloc(RPC_WINDOW, sizeof(*rd.sent_at));
+	if (rd.evfd < 0 || !rd.lat || !rd.sent_at) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	if (pthread_create(&rd.thread, NULL, loop_main, &rd)) {
+		rc = -EAGAIN;
+		goto out;
+	}
+	loop_started = true;
+	rc = wait_main(&rd);
+	if (!rc)
+		rc = rd.err;
+	if (rc)
+		goto out;
 
 	/* 1. WRITE a greeting into the next machine. */
 	uint32_t next = (d.me + 1) % d.n, after = (d.me + 2) % d.n;
@@ -260,18 +439,22 @@ int farm_demo_job(const struct farm_config *cfg, farm_fabric *fab,
 
 	/* 3. What landed here, and what landed two machines on. */
 	uint32_t prev = (d.me + d.n - 1) % d.n;
-	const char *mine = (const char *)farm_region_base(region) + GREETING_OFF(prev);
-	say(&d, "my memory at +0x%x (written by m%u, no CPU of mine involved): \"%.*s\"",
+	const char *mine =
+	        (const char *)farm_region_base(region) + GREETING_OFF(prev);
+	say(&d,
+	    "my memory at +0x%x (written by m%u, no CPU of mine involved): "
+	    "\"%.*s\"",
 	    GREETING_OFF(prev), prev, (int)GREETING_LEN, mine);
 	if (after != d.me) {
 		char *r = (char *)d.buf + 256;
-		wr = farm_wr_read(4, r, d.lmr, GREETING_LEN, &d.peers[after].desc,
-		                  GREETING_OFF(next));
+		wr = farm_wr_read(4, r, d.lmr, GREETING_LEN,
+		                  &d.peers[after].desc, GREETING_OFF(next));
 		rc = run_one(&d, d.peers[after].ep, &wr);
 		if (rc)
 			goto out;
 		say(&d, "READ %u B from m%u's region at +0x%x: \"%.*s\"",
-		    GREETING_LEN, after, GREETING_OFF(next), (int)GREETING_LEN, r);
+		    GREETING_LEN, after, GREETING_OFF(next), (int)GREETING_LEN,
+		    r);
 	}
 
 	/* 4. A feel for the speed. */
@@ -279,7 +462,43 @@ int farm_demo_job(const struct farm_config *cfg, farm_fabric *fab,
 	if (rc)
 		goto out;
 
-	/* 5. Leave together; machine 0 last, as the others read its memory
+	/* 5. RPCs to the next machine over the message rings. */
+	for (uint32_t i = 0; i < d.n; i++) {
+		if (i == d.me)
+			continue;
+		struct msginfo *pi = (struct msginfo *)(void *)(d.buf + 1024);
+		wr = farm_wr_read(5, pi, d.lmr, sizeof(*pi), &d.peers[i].desc,
+		                  MSGINFO_OFF);
+		rc = run_one(&d, d.peers[i].ep, &wr);
+		if (rc)
+			goto out;
+		pi->addr[sizeof(pi->addr) - 1] = 0;
+		rc = farm_msg_add_peer(rd.msg, i, pi->addr, &pi->desc);
+		if (rc)
+			goto out;
+	}
+	if (next != d.me) {
+		rd.target = next;
+		rc = farm_loop_post(rd.loop, rpc_start, &rd);
+		if (!rc)
+			rc = wait_main(&rd);
+		if (!rc)
+			rc = rd.err;
+		if (!rc && rd.wrong)
+			rc = FARM_ECORRUPT;
+		if (rc)
+			goto out;
+		double secs = (double)(rd.t1 - rd.t0) / 1e9;
+		qsort(rd.lat, RPCS, sizeof(*rd.lat), cmp_u64);
+		say(&d,
+		    "%u RPCs to m%u (a + b, checked), %u in flight: %.0f k/s, "
+		    "median %" PRIu64 " us, p99 %" PRIu64
+		    " us (loops park when idle)",
+		    RPCS, next, RPC_WINDOW, RPCS / secs / 1e3,
+		    rd.lat[RPCS / 2] / 1000, rd.lat[RPCS * 99 / 100] / 1000);
+	}
+
+	/* 6. Leave together; machine 0 last, as the others read its memory
 	 * until they see the barrier complete. */
 	rc = barrier(&d, 2ull * d.n);
 	if (rc)
@@ -289,10 +508,14 @@ int farm_demo_job(const struct farm_config *cfg, farm_fabric *fab,
 		int64_t old = remote_add(&d, DEPART_OFF, &tries);
 		rc = old < 0 ? (int)old : 0;
 	} else {
-		const _Atomic uint64_t *gone = (const _Atomic uint64_t *)(void *)(
-		        (uint8_t *)farm_region_base(region) + DEPART_OFF);
+		const _Atomic uint64_t *gone =
+		        (const _Atomic uint64_t
+		                 *)(void *)((uint8_t *)farm_region_base(
+		                                    region) +
+		                            DEPART_OFF);
 		uint64_t deadline = farm_now_ns() + 10 * 1000000000ull;
-		while (atomic_load_explicit(gone, memory_order_acquire) < d.n - 1) {
+		while (atomic_load_explicit(gone, memory_order_acquire) <
+		       d.n - 1) {
 			if (farm_now_ns() > deadline) {
 				rc = -ETIMEDOUT;
 				break;
@@ -304,11 +527,22 @@ int farm_demo_job(const struct farm_config *cfg, farm_fabric *fab,
 out:
 	if (rc)
 		fprintf(stderr, "demo m%u: %s\n", d.me, farm_strerror(rc));
+	if (loop_started) {
+		farm_loop_stop(rd.loop);
+		pthread_join(rd.thread, NULL);
+	}
+	if (rd.msg && farm_msg_destroy(rd.msg))
+		fprintf(stderr, "demo m%u: messaging still busy\n", d.me);
+	if (rd.evfd >= 0)
+		close(rd.evfd);
+	free(rd.lat);
+	free(rd.sent_at);
 	if (d.peers)
 		for (unsigned i = 0; i < d.n; i++)
 			farm_ep_destroy(d.peers[i].ep);
 	if (d.cq && farm_cq_destroy(d.cq))
-		fprintf(stderr, "demo m%u: completion queue still busy\n", d.me);
+		fprintf(stderr, "demo m%u: completion queue still busy\n",
+		        d.me);
 	farm_mr_dereg(d.lmr);
 	free(d.buf);
 	free(d.peers);
