@@ -49,17 +49,17 @@
 
 #include "util/common.h"
 
-#define PROG "fabric_bench"
-#define MAX_SIZES 16
+#define PROG            "fabric_bench"
+#define MAX_SIZES       16
 #define MAX_OUTSTANDING 256
-#define MAX_REPEAT 15
+#define MAX_REPEAT      15
 #define DEFAULT_OFFSETS (1u << 22) /* 256 MiB of distinct lines at 64 B */
-#define STALL_NS (5ull * 1000000000ull)
-#define OP_READ 1u
-#define OP_WRITE 2u
-#define OP_MEMCPY 4u
-#define TARGET_ID 1u
-#define INITIATOR_ID 0u
+#define STALL_NS        (5ull * 1000000000ull)
+#define OP_READ         1u
+#define OP_WRITE        2u
+#define OP_MEMCPY       4u
+#define TARGET_ID       1u
+#define INITIATOR_ID    0u
 
 struct opts {
 	uint64_t region_size;
@@ -127,9 +127,21 @@ static int parse_size(const char *s, uint64_t *out)
 		return -EINVAL;
 	unsigned shift = 0;
 	switch (*end) {
-	case 'k': case 'K': shift = 10; end++; break;
-	case 'm': case 'M': shift = 20; end++; break;
-	case 'g': case 'G': shift = 30; end++; break;
+	case 'k':
+	case 'K':
+		shift = 10;
+		end++;
+		break;
+	case 'm':
+	case 'M':
+		shift = 20;
+		end++;
+		break;
+	case 'g':
+	case 'G':
+		shift = 30;
+		end++;
+		break;
 	}
 	if (*end && strcmp(end, "i") && strcmp(end, "iB") && strcmp(end, "B"))
 		return -EINVAL;
@@ -227,8 +239,8 @@ static int read_full(int fd, void *p, size_t len)
  * base/{target,init}/files). Never follows links. */
 static void rm_tree(int at, const char *path, int depth)
 {
-	int fd = openat(at, path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
-	                                  O_CLOEXEC);
+	int fd = openat(at, path,
+	                O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd >= 0) {
 		DIR *d = fdopendir(fd);
 		if (!d) {
@@ -263,16 +275,15 @@ static long minor_faults(void)
  * death signal); then remove everything, @base too if the initiator (pid
  * @parent) died. SIGINT and SIGHUP are the initiator's to handle: it stops
  * in order and tells us. */
-static int target_main(const struct opts *o, const char *base,
-                       const char *dir, int info_fd, int ctl_fd, pid_t parent)
+static int target_main(const struct opts *o, const char *base, const char *dir,
+                       int info_fd, int ctl_fd, pid_t parent)
 {
 	struct target_msg msg;
 	memset(&msg, 0, sizeof(msg));
 	farm_fabric *fab = NULL;
 	farm_region *region = NULL;
-	farm_fabric_attr attr = {.provider = "shm",
-	                         .machine_id = TARGET_ID,
-	                         .data_dir = dir};
+	farm_fabric_attr attr = {
+	        .provider = "shm", .machine_id = TARGET_ID, .data_dir = dir};
 	int rc = farm_fabric_open(&attr, &fab);
 	if (rc) {
 		fprintf(stderr, PROG ": target: cannot open fabric in %s: %s\n",
@@ -281,9 +292,10 @@ static int target_main(const struct opts *o, const char *base,
 	}
 	rc = farm_region_create(fab, o->region_size, &region);
 	if (rc) {
-		fprintf(stderr, PROG ": target: cannot create a %" PRIu64
-		        "-byte region: %s\n", o->region_size,
-		        farm_strerror(rc));
+		fprintf(stderr,
+		        PROG ": target: cannot create a %" PRIu64
+		             "-byte region: %s\n",
+		        o->region_size, farm_strerror(rc));
 		goto reply;
 	}
 	/* Touch every page, so no first-touch fault is measured (the memory
@@ -405,8 +417,10 @@ static int run_window(struct bench *b, uint16_t opcode, uint32_t size,
 			return n;
 		for (int i = 0; i < n; i++) {
 			if (b->wcs[i].status) {
-				fprintf(stderr, PROG ": request %" PRIu64
-				        " failed: %s\n", b->wcs[i].wr_id,
+				fprintf(stderr,
+				        PROG ": request %" PRIu64
+				             " failed: %s\n",
+				        b->wcs[i].wr_id,
 				        farm_strerror(b->wcs[i].status));
 				return b->wcs[i].status;
 			}
@@ -423,8 +437,10 @@ static int run_window(struct bench *b, uint16_t opcode, uint32_t size,
 			if (n)
 				last_progress = now;
 			else if (now - last_progress > STALL_NS) {
-				fprintf(stderr, PROG ": no completion for "
-				        "%llu s\n", STALL_NS / 1000000000ull);
+				fprintf(stderr,
+				        PROG ": no completion for "
+				             "%llu s\n",
+				        STALL_NS / 1000000000ull);
 				return -ETIMEDOUT;
 			}
 		}
@@ -540,8 +556,10 @@ static int map_region_file(struct bench *b, const char *dir)
 	if (found != 1) {
 		if (dfd >= 0)
 			close(dfd);
-		fprintf(stderr, PROG ": expected one mem-*.region in %s, "
-		        "found %u\n", dir, found);
+		fprintf(stderr,
+		        PROG ": expected one mem-*.region in %s, "
+		             "found %u\n",
+		        dir, found);
 		return -ENOENT;
 	}
 	if (dfd < 0)
@@ -605,8 +623,8 @@ static uint64_t timer_overhead_ns(void)
 static void print_results(const struct opts *o, const struct result *res,
                           uint64_t region_size)
 {
-	printf("\n%8s %11s %11s %11s %11s %17s %17s\n", "size", "READ",
-	       "WRITE", "memcpy", "READ/", "READ ns", "WRITE ns");
+	printf("\n%8s %11s %11s %11s %11s %17s %17s\n", "size", "READ", "WRITE",
+	       "memcpy", "READ/", "READ ns", "WRITE ns");
 	printf("%8s %11s %11s %11s %11s %17s %17s\n", "bytes", "Mops/s",
 	       "Mops/s", "Mops/s", "memcpy", "p50 / p99", "p50 / p99");
 	for (unsigned i = 0; i < o->nsizes; i++) {
@@ -627,7 +645,8 @@ static void print_results(const struct opts *o, const struct result *res,
 	/* Last: the one JSON line. */
 	printf("{\"bench\": \"fabric_bench\", \"provider\": \"shm\", "
 	       "\"region_bytes\": %" PRIu64 ", \"outstanding\": %u, "
-	       "\"results\": [", region_size, o->outstanding);
+	       "\"results\": [",
+	       region_size, o->outstanding);
 	double goal[2] = {-1, -1};
 	for (unsigned i = 0; i < o->nsizes; i++) {
 		const struct result *r = &res[i];
@@ -660,7 +679,8 @@ static void print_results(const struct opts *o, const struct result *res,
 		else
 			snprintf(v, sizeof(v), "%.3f", goal[g]);
 		printf("%s\"%s\": {\"value\": %s, \"target\": 0.7, "
-		       "\"met\": %s}", g ? ", " : "", names[g], v,
+		       "\"met\": %s}",
+		       g ? ", " : "", names[g], v,
 		       goal[g] >= 0.7 ? "true" : "false");
 	}
 	printf("}}\n");
@@ -703,10 +723,9 @@ static int measure(struct bench *b, struct result *res)
 			if (rc)
 				return rc;
 			printf("run %u/%u %6" PRIu32 " B: READ %7.2f  "
-			       "memcpy %7.2f  WRITE %7.2f Mops/s\n", r + 1,
-			       o->repeat, size,
-			       s->read_mops[r], s->memcpy_mops[r],
-			       s->write_mops[r]);
+			       "memcpy %7.2f  WRITE %7.2f Mops/s\n",
+			       r + 1, o->repeat, size, s->read_mops[r],
+			       s->memcpy_mops[r], s->write_mops[r]);
 			fflush(stdout);
 		}
 	}
@@ -737,9 +756,8 @@ static int initiator_main(const struct opts *o, const char *dir,
 	msg.addr[sizeof(msg.addr) - 1] = 0;
 	b.rdesc = msg.desc;
 
-	farm_fabric_attr attr = {.provider = "shm",
-	                         .machine_id = INITIATOR_ID,
-	                         .data_dir = dir};
+	farm_fabric_attr attr = {
+	        .provider = "shm", .machine_id = INITIATOR_ID, .data_dir = dir};
 	rc = farm_fabric_open(&attr, &b.fab);
 	if (rc) {
 		fprintf(stderr, PROG ": cannot open fabric in %s: %s\n", dir,
@@ -789,10 +807,11 @@ static int initiator_main(const struct opts *o, const char *dir,
 
 	char sigdesc[64];
 	snprintf(sigdesc, sizeof(sigdesc), "every %u%s request signaled",
-	         o->signal_every, o->signal_every == 1   ? "st"
-	                          : o->signal_every == 2 ? "nd"
-	                          : o->signal_every == 3 ? "rd"
-	                                                 : "th");
+	         o->signal_every,
+	         o->signal_every == 1   ? "st"
+	         : o->signal_every == 2 ? "nd"
+	         : o->signal_every == 3 ? "rd"
+	                                : "th");
 	printf("fabric_bench: shm provider, 2 machine processes (target pid "
 	       "blocked in read)\n"
 	       "  region %" PRIu64 " MiB (%s pages), %zu random line-aligned "
@@ -800,9 +819,7 @@ static int initiator_main(const struct opts *o, const char *dir,
 	       "  rate: %u run(s) of %.2f s per variant and size, median "
 	       "reported; latency: %u samples, 1 outstanding\n",
 	       b.rdesc.len >> 20, msg.huge ? "huge" : "4 KiB", b.noffs,
-	       o->outstanding,
-	       sigdesc,
-	       o->repeat, o->seconds, o->samples);
+	       o->outstanding, sigdesc, o->repeat, o->seconds, o->samples);
 	if (o->pin >= 0)
 		printf("  initiator pinned to CPU %d\n", o->pin);
 	fflush(stdout);
@@ -884,22 +901,33 @@ static void usage(FILE *out)
 
 static int parse_opts(int argc, char **argv, struct opts *o)
 {
-	enum { O_SIZES = 256, O_SECONDS, O_REPEAT, O_REGION, O_OUTSTANDING,
-	       O_SAMPLES, O_OFFSETS, O_SIGNAL, O_OPS, O_PIN, O_QUICK };
+	enum {
+		O_SIZES = 256,
+		O_SECONDS,
+		O_REPEAT,
+		O_REGION,
+		O_OUTSTANDING,
+		O_SAMPLES,
+		O_OFFSETS,
+		O_SIGNAL,
+		O_OPS,
+		O_PIN,
+		O_QUICK
+	};
 	static const struct option lopts[] = {
-		{"sizes", required_argument, NULL, O_SIZES},
-		{"seconds", required_argument, NULL, O_SECONDS},
-		{"repeat", required_argument, NULL, O_REPEAT},
-		{"region-size", required_argument, NULL, O_REGION},
-		{"outstanding", required_argument, NULL, O_OUTSTANDING},
-		{"samples", required_argument, NULL, O_SAMPLES},
-		{"offsets", required_argument, NULL, O_OFFSETS},
-		{"signal-every", required_argument, NULL, O_SIGNAL},
-		{"ops", required_argument, NULL, O_OPS},
-		{"pin", required_argument, NULL, O_PIN},
-		{"quick", no_argument, NULL, O_QUICK},
-		{"help", no_argument, NULL, 'h'},
-		{NULL, 0, NULL, 0},
+	        {"sizes", required_argument, NULL, O_SIZES},
+	        {"seconds", required_argument, NULL, O_SECONDS},
+	        {"repeat", required_argument, NULL, O_REPEAT},
+	        {"region-size", required_argument, NULL, O_REGION},
+	        {"outstanding", required_argument, NULL, O_OUTSTANDING},
+	        {"samples", required_argument, NULL, O_SAMPLES},
+	        {"offsets", required_argument, NULL, O_OFFSETS},
+	        {"signal-every", required_argument, NULL, O_SIGNAL},
+	        {"ops", required_argument, NULL, O_OPS},
+	        {"pin", required_argument, NULL, O_PIN},
+	        {"quick", no_argument, NULL, O_QUICK},
+	        {"help", no_argument, NULL, 'h'},
+	        {NULL, 0, NULL, 0},
 	};
 	bool set_region = false, set_seconds = false, set_repeat = false,
 	     set_samples = false;
@@ -971,15 +999,9 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 				goto bad;
 			o->pin = (int)v;
 			break;
-		case O_QUICK:
-			o->quick = true;
-			break;
-		case 'h':
-			usage(stdout);
-			exit(0);
-		default:
-			usage(stderr);
-			return -EINVAL;
+		case O_QUICK: o->quick = true; break;
+		case 'h': usage(stdout); exit(0);
+		default: usage(stderr); return -EINVAL;
 		}
 	}
 	if (optind != argc) {
@@ -1001,19 +1023,19 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 	    o->region_size < FARM_REGION_MIN_SIZE ||
 	    o->region_size > FARM_REGION_MAX_SIZE) {
 		fprintf(stderr, PROG ": --region-size must be a power of two "
-		        "from 1M to 4G\n");
+		                     "from 1M to 4G\n");
 		return -EINVAL;
 	}
 	if (max_size(o) > o->region_size / 2) {
 		fprintf(stderr, PROG ": sizes must be at most half the "
-		        "region\n");
+		                     "region\n");
 		return -EINVAL;
 	}
 	if (!o->signal_every)
 		o->signal_every = FARM_MAX(o->outstanding / 2, 1u);
 	if (o->signal_every > o->outstanding) {
 		fprintf(stderr, PROG ": --signal-every must be at most "
-		        "--outstanding\n");
+		                     "--outstanding\n");
 		return -EINVAL;
 	}
 	if (!o->noffsets) {
@@ -1100,7 +1122,8 @@ int main(int argc, char **argv)
 		if (getppid() != parent)
 			rm_tree(AT_FDCWD, base, 2);
 		else if (!interrupted)
-			rc = target_main(&o, base, tdir, info[1], ctl[0], parent);
+			rc = target_main(&o, base, tdir, info[1], ctl[0],
+			                 parent);
 		fflush(NULL);
 		_exit(rc);
 	}

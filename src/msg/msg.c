@@ -656,7 +656,7 @@ static void frame_close(struct out_chan *c, uint32_t R)
 {
 	if (c->frame == UINT64_MAX)
 		return;
-	uint32_t off = (uint32_t)(c->frame % R);
+	uint32_t off = (uint32_t)(c->frame & (R - 1));
 	uint32_t len = (uint32_t)(c->tail - c->frame) + 8;
 	uint64_t h = wire_header(c->seq++, len);
 	memcpy(c->mirror + off, &h, 8);
@@ -673,7 +673,7 @@ static bool chan_append(farm_msg *msg, struct out_chan *c,
 	uint32_t R = msg->lay.R, stride = wire_msg_stride(m->len);
 	if (c->frame != UINT64_MAX) {
 		uint32_t flen = (uint32_t)(c->tail - c->frame);
-		uint32_t off = (uint32_t)(c->frame % R);
+		uint32_t off = (uint32_t)(c->frame & (R - 1));
 		if (flen + stride + 8 <= msg->max_frame &&
 		    off + flen + stride + 8 <= R &&
 		    fits(c, R, c->tail + stride + 8))
@@ -683,7 +683,7 @@ static bool chan_append(farm_msg *msg, struct out_chan *c,
 	/* A new frame: header, the message, trailer; wrap if it would cross
 	 * the end of the ring. */
 	uint32_t need = 8 + stride + 8;
-	uint32_t off = (uint32_t)(c->tail % R);
+	uint32_t off = (uint32_t)(c->tail & (R - 1));
 	if (off + need > R) {
 		uint64_t end = c->tail + (R - off) + need;
 		if (!fits(c, R, end))
@@ -697,7 +697,7 @@ static bool chan_append(farm_msg *msg, struct out_chan *c,
 	c->frame = c->tail;
 	c->tail += 8;
 put:;
-	uint8_t *p = c->mirror + (uint32_t)(c->tail % R);
+	uint8_t *p = c->mirror + (uint32_t)(c->tail & (R - 1));
 	memcpy(p, m, WIRE_MSG_HDR);
 	if (m->len)
 		memcpy(p + WIRE_MSG_HDR, payload, m->len);
@@ -745,7 +745,7 @@ static void chan_post(farm_loop *loop, struct out_chan *c)
 	uint32_t adv[WR_BATCH];
 	farm_wr *w = loop->wrs;
 	while (pos != c->tail && n < WR_BATCH) {
-		uint32_t off = (uint32_t)(pos % R);
+		uint32_t off = (uint32_t)(pos & (R - 1));
 		uint64_t h;
 		memcpy(&h, c->mirror + off, 8);
 		uint32_t len = (uint32_t)h;
@@ -1095,7 +1095,7 @@ static void hand_back(farm_loop *loop, uint32_t m, unsigned t,
 		return;
 	uint64_t from = c->returned;
 	while (from != c->head) {
-		uint32_t off = (uint32_t)(from % R);
+		uint32_t off = (uint32_t)(from & (R - 1));
 		uint64_t n = FARM_MIN(c->head - from, (uint64_t)(R - off));
 		memset(c->ring + off, 0, (size_t)n);
 		from += n;
@@ -1126,7 +1126,7 @@ static void break_chan(farm_loop *loop, uint32_t m, unsigned t,
 	farm_err("msg: loop %u: channel from machine %" PRIu32 " thread %u "
 	         "is broken (%s at ring offset %" PRIu64 "); it is no longer "
 	         "read",
-	         loop->idx, m, t, why, c->head % loop->msg->lay.R);
+	         loop->idx, m, t, why, c->head & (loop->msg->lay.R - 1));
 }
 
 /* Handle the frames waiting in one ring. Returns messages delivered. */
@@ -1136,7 +1136,7 @@ static int poll_ring(farm_loop *loop, uint32_t m, unsigned t, struct in_chan *c)
 	uint32_t R = msg->lay.R;
 	int got = 0;
 	for (unsigned f = 0; f < FRAMES_PER_POLL; f++) {
-		uint32_t off = (uint32_t)(c->head % R), len = 0;
+		uint32_t off = (uint32_t)(c->head & (R - 1)), len = 0;
 		enum wire_peek k = wire_peek(c->ring, R, off, c->seq,
 		                             msg->max_frame, &len);
 		if (k == WIRE_EMPTY || k == WIRE_PARTIAL)
@@ -1186,7 +1186,8 @@ static int poll_rings(farm_loop *loop)
 				continue;
 			got += poll_ring(loop, m, t, c);
 			if (c->head - c->returned >= msg->lay.R / 8 &&
-			    wire_load(c->ring + c->head % msg->lay.R) == 0)
+			    wire_load(c->ring + (c->head & (msg->lay.R - 1))) ==
+			            0)
 				hand_back(loop, m, t, c);
 		}
 	}
@@ -1283,7 +1284,7 @@ static bool work_pending(farm_loop *loop)
 		for (unsigned t = 0; t < T; t++) {
 			struct in_chan *c = &loop->in[m * T + t];
 			if (!c->broken &&
-			    wire_load(c->ring + c->head % msg->lay.R))
+			    wire_load(c->ring + (c->head & (msg->lay.R - 1))))
 				return true;
 		}
 	}
