@@ -48,6 +48,7 @@
 #include <farm/farm.h>
 
 #include "util/common.h"
+#include "util/config.h"
 
 #define PROG            "fabric_bench"
 #define MAX_SIZES       16
@@ -118,39 +119,6 @@ static void on_signal(int sig)
 
 /* ---- small helpers ------------------------------------------------------- */
 
-static int parse_size(const char *s, uint64_t *out)
-{
-	char *end;
-	errno = 0;
-	unsigned long long v = strtoull(s, &end, 10);
-	if (errno || end == s)
-		return -EINVAL;
-	unsigned shift = 0;
-	switch (*end) {
-	case 'k':
-	case 'K':
-		shift = 10;
-		end++;
-		break;
-	case 'm':
-	case 'M':
-		shift = 20;
-		end++;
-		break;
-	case 'g':
-	case 'G':
-		shift = 30;
-		end++;
-		break;
-	}
-	if (*end && strcmp(end, "i") && strcmp(end, "iB") && strcmp(end, "B"))
-		return -EINVAL;
-	if (shift && v > (UINT64_MAX >> shift))
-		return -ERANGE;
-	*out = (uint64_t)v << shift;
-	return 0;
-}
-
 static int parse_sizes(const char *s, struct opts *o)
 {
 	char tmp[256];
@@ -161,8 +129,8 @@ static int parse_sizes(const char *s, struct opts *o)
 	for (char *save = NULL, *t = strtok_r(tmp, ",", &save); t;
 	     t = strtok_r(NULL, ",", &save)) {
 		uint64_t v;
-		if (o->nsizes == MAX_SIZES || parse_size(t, &v) || v == 0 ||
-		    v > FARM_FABRIC_MAX_OP)
+		if (o->nsizes == MAX_SIZES || farm_parse_size(t, &v) ||
+		    v == 0 || v > FARM_FABRIC_MAX_OP)
 			return -EINVAL;
 		o->sizes[o->nsizes++] = (uint32_t)v;
 	}
@@ -956,36 +924,38 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 			set_seconds = true;
 			break;
 		case O_REPEAT:
-			if (parse_size(optarg, &v) || v < 1 || v > MAX_REPEAT)
+			if (farm_parse_size(optarg, &v) || v < 1 ||
+			    v > MAX_REPEAT)
 				goto bad;
 			o->repeat = (unsigned)v;
 			set_repeat = true;
 			break;
 		case O_REGION:
-			if (parse_size(optarg, &o->region_size))
+			if (farm_parse_size(optarg, &o->region_size))
 				goto bad;
 			set_region = true;
 			break;
 		case O_OUTSTANDING:
-			if (parse_size(optarg, &v) || v < 1 ||
+			if (farm_parse_size(optarg, &v) || v < 1 ||
 			    v > MAX_OUTSTANDING)
 				goto bad;
 			o->outstanding = (unsigned)v;
 			break;
 		case O_SAMPLES:
-			if (parse_size(optarg, &v) || v < 1 || v > 100000000)
+			if (farm_parse_size(optarg, &v) || v < 1 ||
+			    v > 100000000)
 				goto bad;
 			o->samples = (unsigned)v;
 			set_samples = true;
 			break;
 		case O_OFFSETS:
-			if (parse_size(optarg, &v) || !farm_is_pow2(v) ||
+			if (farm_parse_size(optarg, &v) || !farm_is_pow2(v) ||
 			    v > (1u << 28))
 				goto bad;
 			o->noffsets = (size_t)v;
 			break;
 		case O_SIGNAL:
-			if (parse_size(optarg, &v) || v < 1 ||
+			if (farm_parse_size(optarg, &v) || v < 1 ||
 			    v > MAX_OUTSTANDING)
 				goto bad;
 			o->signal_every = (unsigned)v;
@@ -995,7 +965,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 				goto bad;
 			break;
 		case O_PIN:
-			if (parse_size(optarg, &v) || v >= CPU_SETSIZE)
+			if (farm_parse_size(optarg, &v) || v >= CPU_SETSIZE)
 				goto bad;
 			o->pin = (int)v;
 			break;

@@ -58,6 +58,7 @@
 
 #include "baseline.h"
 #include "util/common.h"
+#include "util/config.h"
 
 #define PROG            "msg_bench"
 #define MAX_SIZES       16
@@ -154,34 +155,6 @@ static void on_signal(int sig)
 
 /* ---- small helpers ------------------------------------------------------- */
 
-static int parse_u64(const char *s, uint64_t *out)
-{
-	char *end;
-	errno = 0;
-	unsigned long long v = strtoull(s, &end, 10);
-	if (errno || end == s || *s == '-')
-		return -EINVAL;
-	unsigned shift = 0;
-	switch (*end) {
-	case 'k':
-	case 'K':
-		shift = 10;
-		end++;
-		break;
-	case 'm':
-	case 'M':
-		shift = 20;
-		end++;
-		break;
-	}
-	if (*end && strcmp(end, "i") && strcmp(end, "iB") && strcmp(end, "B"))
-		return -EINVAL;
-	if (shift && v > (UINT64_MAX >> shift))
-		return -ERANGE;
-	*out = (uint64_t)v << shift;
-	return 0;
-}
-
 static int parse_sizes(const char *s, struct opts *o)
 {
 	char tmp[256];
@@ -192,7 +165,7 @@ static int parse_sizes(const char *s, struct opts *o)
 	for (char *save = NULL, *t = strtok_r(tmp, ",", &save); t;
 	     t = strtok_r(NULL, ",", &save)) {
 		uint64_t v;
-		if (o->nsizes == MAX_SIZES || parse_u64(t, &v) ||
+		if (o->nsizes == MAX_SIZES || farm_parse_size(t, &v) ||
 		    v > (1u << 24))
 			return -EINVAL;
 		o->sizes[o->nsizes++] = (uint32_t)v;
@@ -1194,23 +1167,24 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 			set_seconds = true;
 			break;
 		case O_DEPTH:
-			if (parse_u64(optarg, &v) || v < 1 || v > MAX_DEPTH)
+			if (farm_parse_size(optarg, &v) || v < 1 ||
+			    v > MAX_DEPTH)
 				goto bad;
 			o->depth = (unsigned)v;
 			break;
 		case O_RING:
-			if (parse_u64(optarg, &v) || !farm_is_pow2(v) ||
+			if (farm_parse_size(optarg, &v) || !farm_is_pow2(v) ||
 			    v < (4u << 10) || v > (64u << 20))
 				goto bad;
 			o->ring_size = (uint32_t)v;
 			break;
 		case O_BATCH:
-			if (parse_u64(optarg, &v) || v > 1000000)
+			if (farm_parse_size(optarg, &v) || v > 1000000)
 				goto bad;
 			o->send_batch = (unsigned)v;
 			break;
 		case O_FLUSH:
-			if (parse_u64(optarg, &v) || v > MAX_DEPTH)
+			if (farm_parse_size(optarg, &v) || v > MAX_DEPTH)
 				goto bad;
 			o->flush_every = (int)v;
 			break;

@@ -79,16 +79,16 @@
 #define TMPFS_MAGIC 0x01021994
 #endif
 
-#define SHM_MAGIC 0x3142415446524146ull /* "FARFTAB1" */
-#define SHM_LAYOUT 1u
-#define SHM_IDX_BITS 12
-#define SHM_MAX_MR (1u << SHM_IDX_BITS)
-#define SHM_MAX_FILES 1024u
-#define SHM_GEN_MASK ((1ull << (64 - SHM_IDX_BITS)) - 1)
-#define SHM_STATE_OPEN 1ull
+#define SHM_MAGIC        0x3142415446524146ull /* "FARFTAB1" */
+#define SHM_LAYOUT       1u
+#define SHM_IDX_BITS     12
+#define SHM_MAX_MR       (1u << SHM_IDX_BITS)
+#define SHM_MAX_FILES    1024u
+#define SHM_GEN_MASK     ((1ull << (64 - SHM_IDX_BITS)) - 1)
+#define SHM_STATE_OPEN   1ull
 #define SHM_STATE_CLOSED 2ull
-#define SHM_PATH_MAX 4096
-#define SHM_DIR_MAX (SHM_PATH_MAX - 96) /* room for our file names */
+#define SHM_PATH_MAX     4096
+#define SHM_DIR_MAX      (SHM_PATH_MAX - 96) /* room for our file names */
 /* Lines prefetched when a READ is posted (the rest stream in behind). */
 #define SHM_PREFETCH_LINES 32
 /* Seqlock retries of one line before the copy is taken as it is: only a
@@ -132,7 +132,8 @@ struct shm_table {
 _Static_assert(sizeof(struct shm_table_hdr) == 64, "header is one line");
 _Static_assert(sizeof(struct shm_table_mr) == 64, "entry is one line");
 
-/* ---- test knobs ------------------------------------------------------------ */
+/* ---- test knobs ------------------------------------------------------------
+ */
 
 static atomic_int knob_line_atomic = 1;
 static atomic_int knob_ordered_writes = 1;
@@ -154,7 +155,8 @@ uint64_t farm_shm_testing_line_giveups(void)
 	return atomic_load(&stat_line_giveups);
 }
 
-/* ---- objects --------------------------------------------------------------- */
+/* ---- objects ---------------------------------------------------------------
+ */
 
 struct shm_fmap { /* one mapping of a peer's file; immutable once published */
 	uint8_t *addr;
@@ -262,7 +264,7 @@ struct shm_fabric {
 	bool file_used[SHM_MAX_FILES];
 	struct shm_mem *mems;
 	struct shm_peer *peers;
-	bool huge_ok; /* region files can get huge pages here */
+	bool huge_ok;  /* region files can get huge pages here */
 	bool dax_like; /* data dir is pmem or DRAM: persist = cache flush */
 	/* watchdog */
 	pthread_t wd_thread;
@@ -309,10 +311,12 @@ static void *watchdog_main(void *arg)
 		unsigned n = 1;
 		pfd[0] = (struct pollfd){.fd = fab->wd_efd, .events = POLLIN};
 		pthread_mutex_lock(&fab->lock);
-		for (struct shm_peer *p = fab->peers; p && n < 257; p = p->next) {
+		for (struct shm_peer *p = fab->peers; p && n < 257;
+		     p = p->next) {
 			if (p->pidfd < 0 || atomic_load(&p->dead))
 				continue;
-			pfd[n] = (struct pollfd){.fd = p->pidfd, .events = POLLIN};
+			pfd[n] = (struct pollfd){.fd = p->pidfd,
+			                         .events = POLLIN};
 			who[n++] = p;
 		}
 		pthread_mutex_unlock(&fab->lock);
@@ -320,7 +324,8 @@ static void *watchdog_main(void *arg)
 		if (r < 0) {
 			if (errno == EINTR)
 				continue;
-			farm_err("shm: watchdog poll failed: %s", strerror(errno));
+			farm_err("shm: watchdog poll failed: %s",
+			         strerror(errno));
 			return NULL;
 		}
 		if (pfd[0].revents) {
@@ -456,8 +461,8 @@ static int dir_lock_held(const char *dir)
 	return held;
 }
 
-static int peer_open(struct shm_fabric *fab, uint32_t peer_id,
-                     const char *dir, struct shm_peer **out)
+static int peer_open(struct shm_fabric *fab, uint32_t peer_id, const char *dir,
+                     struct shm_peer **out)
 {
 	char path[SHM_PATH_MAX];
 	if (snprintf(path, sizeof(path), "%s/fabric.table", dir) >=
@@ -469,7 +474,8 @@ static int peer_open(struct shm_fabric *fab, uint32_t peer_id,
 	if (fd < 0)
 		return -ECONNREFUSED;
 	struct stat st;
-	if (fstat(fd, &st) != 0 || (size_t)st.st_size < sizeof(struct shm_table)) {
+	if (fstat(fd, &st) != 0 ||
+	    (size_t)st.st_size < sizeof(struct shm_table)) {
 		close(fd);
 		return -ECONNREFUSED;
 	}
@@ -561,7 +567,8 @@ static int peer_get(struct shm_fabric *fab, uint32_t peer_id, const char *dir,
 	return 0;
 }
 
-/* ---- open / close ---------------------------------------------------------- */
+/* ---- open / close ----------------------------------------------------------
+ */
 
 static int mkdir_p(const char *dir)
 {
@@ -606,7 +613,8 @@ static void probe_memory(struct shm_fabric *fab)
 	if ((unsigned long)sf.f_type == HUGETLBFS_MAGIC) {
 		fab->huge_ok = true;
 	} else if ((unsigned long)sf.f_type == TMPFS_MAGIC) {
-		const char *p = "/sys/kernel/mm/transparent_hugepage/shmem_enabled";
+		const char *p =
+		        "/sys/kernel/mm/transparent_hugepage/shmem_enabled";
 		fab->huge_ok = read_sysfs_word(p, "always") ||
 		               read_sysfs_word(p, "within_size") ||
 		               read_sysfs_word(p, "advise") ||
@@ -637,8 +645,9 @@ static void remove_stale(const char *dir)
 	}
 	closedir(d);
 	if (n)
-		farm_info("shm: removed %u files of a previous incarnation in %s",
-		          n, dir);
+		farm_info(
+		        "shm: removed %u files of a previous incarnation in %s",
+		        n, dir);
 }
 
 static int take_dir_lock(const char *dir, int *fd_out)
@@ -662,9 +671,12 @@ static int take_dir_lock(const char *dir, int *fd_out)
 		if (fstat(fd, &a) == 0 && stat(path, &b) == 0 &&
 		    a.st_ino == b.st_ino && a.st_dev == b.st_dev) {
 			char pid[32];
-			int n = snprintf(pid, sizeof(pid), "%d\n", (int)getpid());
-			/* For people reading the directory; peers use the table. */
-			if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)n, 0) != n)
+			int n = snprintf(pid, sizeof(pid), "%d\n",
+			                 (int)getpid());
+			/* For people reading the directory; peers use the
+			 * table. */
+			if (ftruncate(fd, 0) != 0 ||
+			    pwrite(fd, pid, (size_t)n, 0) != n)
 				farm_dbg("shm: cannot record pid in %s", path);
 			*fd_out = fd;
 			return 0;
@@ -703,7 +715,8 @@ static int shm_open_fabric(const farm_fabric_attr *attr, farm_fabric **out)
 	rc = take_dir_lock(fab->dir, &fab->lock_fd);
 	if (rc) {
 		if (rc == -EBUSY)
-			farm_err("shm: %s is in use by a live machine", fab->dir);
+			farm_err("shm: %s is in use by a live machine",
+			         fab->dir);
 		goto fail;
 	}
 	remove_stale(fab->dir);
@@ -783,7 +796,8 @@ static void shm_close_fabric(farm_fabric *f)
 		close(fab->wd_efd);
 	}
 	while (fab->mems) {
-		farm_warn("shm: closing with memory still allocated; freeing it");
+		farm_warn(
+		        "shm: closing with memory still allocated; freeing it");
 		shm_mem_free(&fab->mems->base);
 	}
 	while (fab->peers) {
@@ -815,16 +829,18 @@ static int shm_address(const farm_fabric *f, char *buf, size_t len)
 	return (int)n;
 }
 
-/* ---- memory ------------------------------------------------------------------ */
+/* ---- memory
+ * ------------------------------------------------------------------ */
 
 static int shm_mem_alloc(farm_fabric *f, size_t size, unsigned flags,
                          farm_mem **out)
 {
 	struct shm_fabric *fab = to_fab(f);
 	if ((flags & FARM_MEM_REQUIRE_HUGE) && !fab->huge_ok) {
-		farm_err("shm: huge pages required but %s cannot have them "
-		         "(not hugetlbfs, and shmem transparent huge pages off)",
-		         fab->dir);
+		farm_err(
+		        "shm: huge pages required but %s cannot have them "
+		        "(not hugetlbfs, and shmem transparent huge pages off)",
+		        fab->dir);
 		return -ENOTSUP;
 	}
 	struct shm_mem *m = calloc(1, sizeof(*m));
@@ -850,9 +866,9 @@ static int shm_mem_alloc(farm_fabric *f, size_t size, unsigned flags,
 	int is_pmem = 0;
 	/* Created and fully allocated (posix_fallocate) by libpmem, so a
 	 * full file system is an error here, never a SIGBUS later. */
-	void *addr = pmem_map_file(m->path, size,
-	                           PMEM_FILE_CREATE | PMEM_FILE_EXCL, 0600,
-	                           &mapped, &is_pmem);
+	void *addr =
+	        pmem_map_file(m->path, size, PMEM_FILE_CREATE | PMEM_FILE_EXCL,
+	                      0600, &mapped, &is_pmem);
 	int rc;
 	if (!addr) {
 		rc = errno ? -errno : -ENOMEM;
@@ -898,10 +914,12 @@ static int shm_mem_alloc(farm_fabric *f, size_t size, unsigned flags,
 		m->base.huge = true;
 	static atomic_int warned;
 	if (!m->base.huge && !atomic_exchange(&warned, 1))
-		farm_info("shm: region files in %s use 4 KiB pages (no hugetlbfs "
-		          "and shmem transparent huge pages are off); set "
-		          "transparent_hugepage/shmem_enabled to advise for 2 MiB",
-		          fab->dir);
+		farm_info(
+		        "shm: region files in %s use 4 KiB pages (no hugetlbfs "
+		        "and shmem transparent huge pages are off); set "
+		        "transparent_hugepage/shmem_enabled to advise for 2 "
+		        "MiB",
+		        fab->dir);
 	m->base.fab = f;
 	m->base.addr = addr;
 	m->base.size = size;
@@ -956,7 +974,8 @@ static int shm_mem_persist(const farm_mem *mm, const void *addr, size_t len)
 	return pmem_msync(addr, len) == 0 ? 0 : -errno;
 }
 
-/* ---- registration ---------------------------------------------------------- */
+/* ---- registration ----------------------------------------------------------
+ */
 
 static int shm_mr_reg(farm_fabric *f, void *addr, size_t len, unsigned access,
                       farm_mr **out)
@@ -985,13 +1004,15 @@ static int shm_mr_reg(farm_fabric *f, void *addr, size_t len, unsigned access,
 	uintptr_t a = (uintptr_t)addr;
 	for (; m; m = m->next) {
 		uintptr_t b = (uintptr_t)m->base.addr;
-		if (a >= b && len <= m->base.size && a - b <= m->base.size - len)
+		if (a >= b && len <= m->base.size &&
+		    a - b <= m->base.size - len)
 			break;
 	}
 	if (!m) {
 		pthread_mutex_unlock(&fab->lock);
 		free(mr);
-		farm_err("shm: remote access needs memory from farm_mem_alloc()");
+		farm_err("shm: remote access needs memory from "
+		         "farm_mem_alloc()");
 		return -ENOTSUP;
 	}
 	unsigned idx = 0;
@@ -1036,7 +1057,8 @@ static void shm_mr_dereg(farm_mr *m)
 	free(mr);
 }
 
-/* ---- completion queues ----------------------------------------------------- */
+/* ---- completion queues -----------------------------------------------------
+ */
 
 static int shm_cq_create(farm_fabric *f, unsigned depth, unsigned flags,
                          farm_cq **out)
@@ -1065,7 +1087,8 @@ static int shm_cq_destroy(farm_cq *c)
 	return 0;
 }
 
-/* ---- the data path ------------------------------------------------------------ */
+/* ---- the data path
+ * ------------------------------------------------------------ */
 
 /*
  * Copy @len bytes from a peer's memory as a line-atomic DMA read would:
@@ -1075,35 +1098,43 @@ static int shm_cq_destroy(farm_cq *c)
  * version). x86 keeps the writer's stores and our loads in order, so equal
  * words before and after the copy mean no store to the line fell inside it.
  */
+/* Copy @n bytes at @p, inside the line whose first word is @w, as a
+ * seqlock read of that word (ARCHITECTURE.md 2.1). */
+static inline void read_line(uint8_t *dst, const uint8_t *p, size_t n,
+                             const _Atomic uint64_t *w)
+{
+	for (unsigned tries = 0;; tries++) {
+		/* A1: pairs with the writer's release store of the word
+		 * before it stores the data (W1). */
+		uint64_t v1 = atomic_load_explicit(w, memory_order_acquire);
+		if (FARM_LIKELY(n == FARM_CL))
+			memcpy(dst, p, FARM_CL);
+		else
+			memcpy(dst, p, n);
+		/* A2: the copy's loads complete before the re-load; pairs
+		 * with the writer's final store of the word. */
+		atomic_thread_fence(memory_order_acquire);
+		uint64_t v2 = atomic_load_explicit(w, memory_order_relaxed);
+		if (FARM_LIKELY(v1 == v2))
+			return;
+		if (tries == SHM_LINE_RETRIES) {
+			atomic_fetch_add(&stat_line_giveups, 1);
+			return;
+		}
+		farm_cpu_relax();
+	}
+}
+
 static void read_lines(uint8_t *dst, const uint8_t *src, size_t len)
 {
 	const uint8_t *p = src, *end = src + len;
 	while (p < end) {
-		const uint8_t *line = (const uint8_t *)((uintptr_t)p &
-		                                        ~(uintptr_t)(FARM_CL - 1));
+		const uint8_t *line =
+		        (const uint8_t *)((uintptr_t)p &
+		                          ~(uintptr_t)(FARM_CL - 1));
 		const uint8_t *lend = FARM_MIN(line + FARM_CL, end);
 		size_t n = (size_t)(lend - p);
-		const _Atomic uint64_t *w = (const _Atomic uint64_t *)line;
-		for (unsigned tries = 0;; tries++) {
-			/* A1: pairs with the writer's release store of the
-			 * word before it stores the data (W1). */
-			uint64_t v1 = atomic_load_explicit(w, memory_order_acquire);
-			if (FARM_LIKELY(n == FARM_CL))
-				memcpy(dst, p, FARM_CL);
-			else
-				memcpy(dst, p, n);
-			/* A2: the copy's loads complete before the re-load;
-			 * pairs with the writer's final store of the word. */
-			atomic_thread_fence(memory_order_acquire);
-			uint64_t v2 = atomic_load_explicit(w, memory_order_relaxed);
-			if (FARM_LIKELY(v1 == v2))
-				break;
-			if (tries == SHM_LINE_RETRIES) {
-				atomic_fetch_add(&stat_line_giveups, 1);
-				break;
-			}
-			farm_cpu_relax();
-		}
+		read_line(dst, p, n, (const _Atomic uint64_t *)line);
 		dst += n;
 		p = lend;
 	}
@@ -1137,22 +1168,8 @@ static inline void read_whole_lines(uint8_t *dst, const uint8_t *src,
                                     size_t len)
 {
 	for (const uint8_t *p = src, *end = src + len; p < end;
-	     p += FARM_CL, dst += FARM_CL) {
-		const _Atomic uint64_t *w = (const _Atomic uint64_t *)p;
-		for (unsigned tries = 0;; tries++) {
-			uint64_t v1 = atomic_load_explicit(w, memory_order_acquire);
-			memcpy(dst, p, FARM_CL);
-			atomic_thread_fence(memory_order_acquire);
-			uint64_t v2 = atomic_load_explicit(w, memory_order_relaxed);
-			if (FARM_LIKELY(v1 == v2))
-				break;
-			if (tries == SHM_LINE_RETRIES) {
-				atomic_fetch_add(&stat_line_giveups, 1);
-				break;
-			}
-			farm_cpu_relax();
-		}
-	}
+	     p += FARM_CL, dst += FARM_CL)
+		read_line(dst, p, FARM_CL, (const _Atomic uint64_t *)p);
 }
 
 /*
@@ -1207,7 +1224,8 @@ static void write_ordered(uint8_t *dst, const uint8_t *src, size_t len)
 static inline bool local_ok(const struct shm_ep *ep, const farm_wr *wr)
 {
 	const farm_mr *lmr = wr->lmr;
-	if (!lmr || lmr->fab != ep->base.fab || !(lmr->access & FARM_ACCESS_LOCAL))
+	if (!lmr || lmr->fab != ep->base.fab ||
+	    !(lmr->access & FARM_ACCESS_LOCAL))
 		return false;
 	uintptr_t a = (uintptr_t)wr->local, b = (uintptr_t)lmr->addr;
 	return a >= b && wr->len <= lmr->len && a - b <= lmr->len - wr->len;
@@ -1223,15 +1241,16 @@ static int resolve(struct shm_ep *ep, struct shm_op *op, const farm_wr *wr)
 		return FARM_ELOCAL_ACCESS;
 	if (wr->len == 0)
 		return 0;
-	uint64_t idx = wr->rkey & (SHM_MAX_MR - 1), gen = wr->rkey >> SHM_IDX_BITS;
+	uint64_t idx = wr->rkey & (SHM_MAX_MR - 1),
+	         gen = wr->rkey >> SHM_IDX_BITS;
 	unsigned need = wr->opcode == FARM_WR_READ  ? FARM_ACCESS_REMOTE_READ
 	                : wr->opcode == FARM_WR_CAS ? FARM_ACCESS_REMOTE_ATOMIC
 	                                            : FARM_ACCESS_REMOTE_WRITE;
 	if (FARM_LIKELY(wr->rkey == ep->rc_key && ep->rc_entry &&
 	                atomic_load_explicit(&ep->rc_entry->gen,
 	                                     memory_order_acquire) == gen)) {
-		if ((ep->rc_access & need) != need ||
-		    wr->raddr < ep->rc_base || wr->len > ep->rc_len ||
+		if ((ep->rc_access & need) != need || wr->raddr < ep->rc_base ||
+		    wr->len > ep->rc_len ||
 		    wr->raddr - ep->rc_base > ep->rc_len - wr->len)
 			return FARM_EREMOTE_ACCESS;
 		if (wr->opcode == FARM_WR_CAS && (wr->raddr & 7))
@@ -1241,14 +1260,16 @@ static int resolve(struct shm_ep *ep, struct shm_op *op, const farm_wr *wr)
 	}
 	const struct shm_table_mr *e = &p->table->mr[idx];
 	/* Pairs with the release store in shm_mr_reg(). */
-	if (gen == 0 || atomic_load_explicit(&e->gen, memory_order_acquire) != gen)
+	if (gen == 0 ||
+	    atomic_load_explicit(&e->gen, memory_order_acquire) != gen)
 		return FARM_EREMOTE_KEY;
 	uint64_t base = e->base, elen = e->len, foff = e->file_off;
 	uint32_t file = e->file, acc = e->access;
 	uint64_t fgen = e->file_gen;
 	if ((acc & need) != need)
 		return FARM_EREMOTE_ACCESS;
-	if (wr->raddr < base || wr->len > elen || wr->raddr - base > elen - wr->len)
+	if (wr->raddr < base || wr->len > elen ||
+	    wr->raddr - base > elen - wr->len)
 		return FARM_EREMOTE_ACCESS;
 	if (wr->opcode == FARM_WR_CAS && (wr->raddr & 7))
 		return -EINVAL;
@@ -1285,7 +1306,8 @@ static inline int fault_status(const struct shm_ep *ep)
 static inline bool paused(const struct shm_ep *ep)
 {
 	return atomic_load_explicit(&ep->faults.pause, memory_order_relaxed) ||
-	       atomic_load_explicit(&ep->peer->faults.pause, memory_order_relaxed);
+	       atomic_load_explicit(&ep->peer->faults.pause,
+	                            memory_order_relaxed);
 }
 
 /* What every request executed now would fail with (0: none): checked once
@@ -1321,21 +1343,20 @@ static void execute(struct shm_ep *ep, struct shm_op *op, int st)
 		else
 			read_unsafe(op->local, op->rptr, op->len);
 		break;
-	case FARM_WR_WRITE:
-		write_ordered(op->rptr, op->local, op->len);
-		break;
+	case FARM_WR_WRITE: write_ordered(op->rptr, op->local, op->len); break;
 	case FARM_WR_CAS: {
 		uint64_t expect = op->compare;
-		__atomic_compare_exchange_n((uint64_t *)(void *)op->rptr, &expect,
-		                            op->swap, false, __ATOMIC_SEQ_CST,
-		                            __ATOMIC_SEQ_CST);
+		__atomic_compare_exchange_n((uint64_t *)(void *)op->rptr,
+		                            &expect, op->swap, false,
+		                            __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
 		memcpy(op->local, &expect, 8);
 		break;
 	}
 	case FARM_WR_NOTIFY: {
 		/* Dekker with the waiter: our earlier stores (the WRITEs before
 		 * this request), full barrier, then the load of its word; the
-		 * waiter stores the word, full barrier, re-checks its memory. */
+		 * waiter stores the word, full barrier, re-checks its memory.
+		 */
 		atomic_thread_fence(memory_order_seq_cst);
 		const uint32_t *w = (const uint32_t *)(void *)op->rptr;
 		bool woke = false;
@@ -1400,8 +1421,9 @@ static int shm_ep_post(farm_ep *e, farm_wr *list, farm_wr **bad)
 					break;
 				}
 			}
-			uint8_t *ib = ep->inline_buf +
-			              (size_t)(ep->tail & ep->mask) * FARM_INLINE_MAX;
+			uint8_t *ib =
+			        ep->inline_buf +
+			        (size_t)(ep->tail & ep->mask) * FARM_INLINE_MAX;
 			memcpy(ib, wr->local, wr->len);
 			op->local = ib;
 		}
@@ -1417,8 +1439,8 @@ static int shm_ep_post(farm_ep *e, farm_wr *list, farm_wr **bad)
 		const struct shm_op *op = &ep->ops[t & ep->mask];
 		if (op->opcode != FARM_WR_READ || op->status != 0)
 			continue;
-		const uint8_t *l = (const uint8_t *)((uintptr_t)op->rptr &
-		                                     ~(uintptr_t)63);
+		const uint8_t *l =
+		        (const uint8_t *)((uintptr_t)op->rptr & ~(uintptr_t)63);
 		for (unsigned i = 0;
 		     i < SHM_PREFETCH_LINES && l < op->rptr + op->len;
 		     i++, l += FARM_CL)
@@ -1452,8 +1474,8 @@ static int ep_harvest(struct shm_ep *ep, int n, farm_wc *wc, uint64_t *now)
 	int st = alive ? fault_status(ep) : FARM_EPEERDEAD;
 	/* Fast path: whole-line READs on a healthy endpoint (its state is
 	 * re-checked per request: an earlier one may fail it). */
-	bool fast = st == 0 &&
-	            atomic_load_explicit(&knob_line_atomic, memory_order_relaxed);
+	bool fast = st == 0 && atomic_load_explicit(&knob_line_atomic,
+	                                            memory_order_relaxed);
 	while (ep->head != ep->tail && got < n) {
 		struct shm_op *op = &ep->ops[ep->head & ep->mask];
 		if (!op->executed) {
@@ -1517,7 +1539,8 @@ static int shm_cq_poll(farm_cq *c, int n, farm_wc *wc)
 	return got;
 }
 
-/* ---- endpoints ---------------------------------------------------------------- */
+/* ---- endpoints
+ * ---------------------------------------------------------------- */
 
 static int shm_ep_connect(farm_fabric *f, farm_cq *c, uint32_t peer_id,
                           const char *peer_addr, const farm_ep_attr *attr,
@@ -1615,15 +1638,9 @@ static void apply_fault(struct shm_faults *fs, enum farm_fault f, uint64_t arg)
 		atomic_store(&fs->fail, 0);
 		atomic_store(&fs->pause, 0);
 		break;
-	case FARM_FAULT_DELAY:
-		atomic_store(&fs->delay_ns, arg);
-		break;
-	case FARM_FAULT_FAIL:
-		atomic_store(&fs->fail, arg != 0);
-		break;
-	case FARM_FAULT_PAUSE:
-		atomic_store(&fs->pause, arg != 0);
-		break;
+	case FARM_FAULT_DELAY: atomic_store(&fs->delay_ns, arg); break;
+	case FARM_FAULT_FAIL: atomic_store(&fs->fail, arg != 0); break;
+	case FARM_FAULT_PAUSE: atomic_store(&fs->pause, arg != 0); break;
 	}
 }
 
@@ -1650,23 +1667,23 @@ static int shm_fault_peer(farm_fabric *f, uint32_t peer_id, enum farm_fault fl,
 }
 
 const struct farm_fabric_ops farm_shm_ops = {
-	.name = "shm",
-	.open = shm_open_fabric,
-	.close = shm_close_fabric,
-	.address = shm_address,
-	.mem_alloc = shm_mem_alloc,
-	.mem_free = shm_mem_free,
-	.mem_persist = shm_mem_persist,
-	.mr_reg = shm_mr_reg,
-	.mr_dereg = shm_mr_dereg,
-	.cq_create = shm_cq_create,
-	.cq_destroy = shm_cq_destroy,
-	.cq_poll = shm_cq_poll,
-	.ep_connect = shm_ep_connect,
-	.ep_disconnect = shm_ep_disconnect,
-	.ep_destroy = shm_ep_destroy,
-	.ep_usable = shm_ep_usable,
-	.ep_post = shm_ep_post,
-	.ep_fault = shm_ep_fault,
-	.fault_peer = shm_fault_peer,
+        .name = "shm",
+        .open = shm_open_fabric,
+        .close = shm_close_fabric,
+        .address = shm_address,
+        .mem_alloc = shm_mem_alloc,
+        .mem_free = shm_mem_free,
+        .mem_persist = shm_mem_persist,
+        .mr_reg = shm_mr_reg,
+        .mr_dereg = shm_mr_dereg,
+        .cq_create = shm_cq_create,
+        .cq_destroy = shm_cq_destroy,
+        .cq_poll = shm_cq_poll,
+        .ep_connect = shm_ep_connect,
+        .ep_disconnect = shm_ep_disconnect,
+        .ep_destroy = shm_ep_destroy,
+        .ep_usable = shm_ep_usable,
+        .ep_post = shm_ep_post,
+        .ep_fault = shm_ep_fault,
+        .fault_peer = shm_fault_peer,
 };

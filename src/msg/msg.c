@@ -455,6 +455,17 @@ static void pin_thread(unsigned idx)
 	}
 }
 
+static void loop_free(farm_loop *loop)
+{
+	free(loop->out);
+	free(loop->in);
+	free(loop->peer_list);
+	free(loop->dirty);
+	free(loop->calls);
+	free(loop->wrs);
+	free(loop);
+}
+
 int farm_loop_open(farm_msg *msg, unsigned idx, farm_loop **out)
 {
 	if (!msg || !out || idx >= msg->attr.nthreads)
@@ -510,13 +521,7 @@ int farm_loop_open(farm_msg *msg, unsigned idx, farm_loop **out)
 fail:
 	if (loop->cq && farm_cq_destroy(loop->cq))
 		farm_warn("msg: cq_destroy failed");
-	free(loop->out);
-	free(loop->in);
-	free(loop->peer_list);
-	free(loop->dirty);
-	free(loop->calls);
-	free(loop->wrs);
-	free(loop);
+	loop_free(loop);
 	return rc;
 }
 
@@ -1423,13 +1428,7 @@ void farm_loop_close(farm_loop *loop)
 	}
 	if (farm_cq_destroy(loop->cq))
 		farm_warn("msg: loop %u: cq_destroy failed", loop->idx);
-	free(loop->out);
-	free(loop->in);
-	free(loop->peer_list);
-	free(loop->dirty);
-	free(loop->calls);
-	free(loop->wrs);
-	free(loop);
+	loop_free(loop);
 }
 
 void farm_msg_stats_get(const farm_msg *msg, const farm_loop *loop,
