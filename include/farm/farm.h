@@ -5,6 +5,7 @@
 #include <farm/error.h>
 #include <farm/fabric.h>
 #include <farm/msg.h>
+#include <farm/addr.h>
 #include <farm/region.h>
 
 #endif

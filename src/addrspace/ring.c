@@ -1,0 +1,301 @@
+/*
+ * Consistent hashing of regions to machines (ring.h).
+ *
+ * Layout: for each ring, the n*p points sorted by (position, machine), and
+ * for each point the replica set that a region landing in the arc ending
+ * at that point gets (precomputed at build, so a lookup is one binary
+ * search and a copy).
+ */
+#include "addrspace/ring.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/common.h"
+
+struct point {
+	uint32_t pos;
+	uint32_t machine;
+};
+
+struct one_ring {
+	struct point *pts; /* npts, sorted */
+	uint32_t *reps;    /* npts * nrep: replicas of the arc ending at pt i */
+};
+
+struct farm_ring {
+	unsigned k, p, r, nrep, n;
+	unsigned npts; /* n * p per ring */
+	uint32_t *ids; /* n, ascending */
+	struct one_ring rings[FARM_RING_MAX_RINGS];
+};
+
+static uint64_t fmix64(uint64_t z)
+{
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+/* The k hash functions of a machine's identity: ring j's function places
+ * point i of machine m at the top half of fmix64 of (m, j, i). */
+static uint32_t point_pos(uint32_t machine, unsigned ring, unsigned point)
+{
+	uint64_t key = ((uint64_t)machine << 32) | ((uint64_t)ring << 16) | point;
+	return (uint32_t)(fmix64(key ^ 0x6a09e667f3bcc908ull) >> 32);
+}
+
+static uint32_t inv32(uint32_t a) /* a odd: its inverse mod 2^32 */
+{
+	uint32_t x = a; /* correct to 3 bits; each step doubles them */
+	for (int i = 0; i < 5; i++)
+		x *= 2u - a * x;
+	return x;
+}
+
+/* Inverse of farm_ring_pos(). */
+static uint32_t ring_unpos(uint32_t x)
+{
+	x ^= x >> 16;
+	x *= inv32(0x846ca68bU);
+	x ^= (x >> 15) ^ (x >> 30);
+	x *= inv32(0x7feb352dU);
+	x ^= x >> 16;
+	return x;
+}
+
+static int cmp_point(const void *a, const void *b)
+{
+	const struct point *x = a, *y = b;
+	if (x->pos != y->pos)
+		return x->pos < y->pos ? -1 : 1;
+	return x->machine < y->machine ? -1 : x->machine > y->machine;
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+void farm_ring_free(farm_ring *ring)
+{
+	if (!ring)
+		return;
+	for (unsigned j = 0; j < FARM_RING_MAX_RINGS; j++) {
+		free(ring->rings[j].pts);
+		free(ring->rings[j].reps);
+	}
+	free(ring->ids);
+	free(ring);
+}
+
+int farm_ring_build(const uint32_t *ids, unsigned n,
+                    const struct farm_ring_attr *attr, farm_ring **out)
+{
+	if (!ids || !out || n == 0 || n > FARM_RING_MAX_MACHINES)
+		return -EINVAL;
+	struct farm_ring_attr a = attr ? *attr : (struct farm_ring_attr){0};
+	if (!a.replicas)
+		a.replicas = FARM_RING_DEFAULT_REPLICAS;
+	if (!a.rings)
+		a.rings = FARM_RING_DEFAULT_RINGS;
+	if (!a.points)
+		a.points = FARM_RING_DEFAULT_POINTS;
+	if (a.replicas > FARM_RING_MAX_REPLICAS || a.rings > FARM_RING_MAX_RINGS ||
+	    a.points > FARM_RING_MAX_POINTS)
+		return -EINVAL;
+	farm_ring *g = calloc(1, sizeof(*g));
+	if (!g)
+		return -ENOMEM;
+	g->k = a.rings;
+	g->p = a.points;
+	g->r = a.replicas;
+	g->n = n;
+	g->nrep = FARM_MIN(a.replicas, n);
+	g->npts = n * a.points;
+	g->ids = malloc(n * sizeof(*g->ids));
+	if (!g->ids)
+		goto nomem;
+	memcpy(g->ids, ids, n * sizeof(*ids));
+	qsort(g->ids, n, sizeof(*g->ids), cmp_u32);
+	for (unsigned i = 1; i < n; i++)
+		if (g->ids[i] == g->ids[i - 1]) {
+			farm_ring_free(g);
+			return -EINVAL;
+		}
+	for (unsigned j = 0; j < g->k; j++) {
+		struct one_ring *R = &g->rings[j];
+		R->pts = malloc(g->npts * sizeof(*R->pts));
+		R->reps = malloc((size_t)g->npts * g->nrep * sizeof(*R->reps));
+		if (!R->pts || !R->reps)
+			goto nomem;
+		unsigned x = 0;
+		for (unsigned m = 0; m < n; m++)
+			for (unsigned i = 0; i < g->p; i++)
+				R->pts[x++] = (struct point){
+				        .pos = point_pos(g->ids[m], j, i),
+				        .machine = g->ids[m]};
+		qsort(R->pts, g->npts, sizeof(*R->pts), cmp_point);
+		/* Replicas of the arc ending at point i: distinct machines
+		 * walking clockwise from i. */
+		for (unsigned i = 0; i < g->npts; i++) {
+			uint32_t *rep = &R->reps[(size_t)i * g->nrep];
+			unsigned got = 0;
+			for (unsigned s = 0; s < g->npts && got < g->nrep; s++) {
+				uint32_t m = R->pts[(i + s) % g->npts].machine;
+				bool dup = false;
+				for (unsigned q = 0; q < got; q++)
+					dup |= rep[q] == m;
+				if (!dup)
+					rep[got++] = m;
+			}
+		}
+	}
+	*out = g;
+	return 0;
+nomem:
+	farm_ring_free(g);
+	return -ENOMEM;
+}
+
+unsigned farm_ring_nrings(const farm_ring *ring) { return ring ? ring->k : 0; }
+unsigned farm_ring_nrings_(const farm_ring *ring) { return ring->k; }
+unsigned farm_ring_nreplicas(const farm_ring *ring) { return ring ? ring->nrep : 0; }
+unsigned farm_ring_nmachines(const farm_ring *ring) { return ring ? ring->n : 0; }
+
+bool farm_ring_has(const farm_ring *ring, uint32_t machine)
+{
+	return ring && bsearch(&machine, ring->ids, ring->n, sizeof(uint32_t),
+	                       cmp_u32) != NULL;
+}
+
+/* Index of the first point at or after @pos (wrapping to 0). */
+static unsigned succ(const struct one_ring *R, unsigned npts, uint32_t pos)
+{
+	unsigned lo = 0, hi = npts;
+	while (lo < hi) {
+		unsigned mid = lo + (hi - lo) / 2;
+		if (R->pts[mid].pos < pos)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo == npts ? 0 : lo;
+}
+
+unsigned farm_ring_replicas(const farm_ring *ring, uint32_t region,
+                            uint32_t *out)
+{
+	const struct one_ring *R = &ring->rings[farm_ring_of(ring, region)];
+	unsigned i = succ(R, ring->npts, farm_ring_pos(region));
+	memcpy(out, &R->reps[(size_t)i * ring->nrep], ring->nrep * sizeof(*out));
+	return ring->nrep;
+}
+
+uint32_t farm_ring_primary(const farm_ring *ring, uint32_t region)
+{
+	const struct one_ring *R = &ring->rings[farm_ring_of(ring, region)];
+	return R->reps[(size_t)succ(R, ring->npts, farm_ring_pos(region)) *
+	               ring->nrep];
+}
+
+static bool usable(const farm_ring *ring, uint32_t id, uint32_t machine,
+                   bool (*taken)(void *, uint32_t), void *ctx)
+{
+	if (id == 0 || id > 0xfffffffeu)
+		return false;
+	if (farm_ring_primary(ring, id) != machine)
+		return false;
+	return !taken || !taken(ctx, id);
+}
+
+int farm_ring_pick_region(const farm_ring *ring, uint32_t machine,
+                          uint64_t *seed, bool (*taken)(void *, uint32_t),
+                          void *ctx, unsigned max_tries, uint32_t *out)
+{
+	if (!ring || !seed || !out)
+		return -EINVAL;
+	if (!farm_ring_has(ring, machine))
+		return -ENOENT;
+	if (!max_tries)
+		max_tries = 64 * ring->n;
+	for (unsigned t = 0; t < max_tries; t++) {
+		uint32_t id = (uint32_t)farm_rand64(seed);
+		if (usable(ring, id, machine, taken, ctx)) {
+			*out = id;
+			return 0;
+		}
+	}
+	return -EAGAIN;
+}
+
+int farm_ring_near_region(const farm_ring *ring, uint32_t machine,
+                          uint32_t near, bool (*taken)(void *, uint32_t),
+                          void *ctx, unsigned max_tries, uint32_t *out)
+{
+	if (!ring || !out || near == 0)
+		return -EINVAL;
+	if (!farm_ring_has(ring, machine))
+		return -ENOENT;
+	if (!max_tries)
+		max_tries = 1u << 16;
+	unsigned j = farm_ring_of(ring, near);
+	const struct one_ring *R = &ring->rings[j];
+	/* Walk the positions after @near's. Within one of @machine's arcs
+	 * every position has it as primary; about one in k of those maps
+	 * back to an id on ring j. Jump over arcs of other machines. */
+	uint32_t x = farm_ring_pos(near);
+	unsigned tries = 0;
+	uint64_t walked = 0;
+	while (tries < max_tries && walked < (1ull << 32)) {
+		x++;
+		walked++;
+		unsigned i = succ(R, ring->npts, x);
+		if (R->reps[(size_t)i * ring->nrep] != machine) {
+			/* Skip to the end of this arc. */
+			uint32_t end = R->pts[i].pos;
+			walked += (uint32_t)(end - x);
+			x = end;
+			continue;
+		}
+		tries++;
+		uint32_t id = ring_unpos(x);
+		if (id % ring->k == j && usable(ring, id, machine, taken, ctx)) {
+			*out = id;
+			return 0;
+		}
+	}
+	return -EAGAIN;
+}
+
+void farm_ring_shares(const farm_ring *ring, uint32_t *ids, double *primary,
+                      double *backup)
+{
+	unsigned n = ring->n;
+	memcpy(ids, ring->ids, n * sizeof(*ids));
+	for (unsigned m = 0; m < n; m++)
+		primary[m] = backup[m] = 0;
+	const double total = 4294967296.0 * ring->k;
+	for (unsigned j = 0; j < ring->k; j++) {
+		const struct one_ring *R = &ring->rings[j];
+		for (unsigned i = 0; i < ring->npts; i++) {
+			/* The arc (pts[i-1], pts[i]]. */
+			uint32_t prev = R->pts[(i + ring->npts - 1) % ring->npts].pos;
+			double len = (double)(uint32_t)(R->pts[i].pos - prev);
+			if (ring->npts == 1)
+				len = 4294967296.0;
+			const uint32_t *rep = &R->reps[(size_t)i * ring->nrep];
+			for (unsigned q = 0; q < ring->nrep; q++) {
+				uint32_t *hit = bsearch(&rep[q], ring->ids, n,
+				                        sizeof(uint32_t), cmp_u32);
+				unsigned m = (unsigned)(hit - ring->ids);
+				if (q == 0)
+					primary[m] += len / total;
+				else
+					backup[m] += len / total;
+			}
+		}
+	}
+}

@@ -1,0 +1,112 @@
+/*
+ * Consistent hashing of regions to machines: FaRM's one-hop DHT.
+ *
+ * Each machine is placed on each of k virtual rings at p points, the
+ * positions being hashes of (machine id, ring, point). A region id belongs
+ * to ring (id mod k) at position mix32(id); its replicas are the first r
+ * distinct machines met walking the ring clockwise from that position, the
+ * first being the primary. Every machine builds the same rings from the
+ * same membership view: nothing here depends on pointers, time, random
+ * seeds or the order the members were given in. Internal; not installed.
+ */
+#ifndef FARM_ADDRSPACE_RING_H
+#define FARM_ADDRSPACE_RING_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define FARM_RING_MAX_RINGS    16u
+#define FARM_RING_MAX_POINTS   1024u
+#define FARM_RING_MAX_REPLICAS 8u
+#define FARM_RING_MAX_MACHINES 1024u
+/* Defaults (docs/config.md): r = 3, k = 3 and 128 points per machine per
+ * ring, which keeps every machine's share within 20% of even for 3 to 10
+ * machines (tests/test_ring.c measures it). */
+#define FARM_RING_DEFAULT_REPLICAS 3u
+#define FARM_RING_DEFAULT_RINGS    3u
+#define FARM_RING_DEFAULT_POINTS   128u
+
+typedef struct farm_ring farm_ring;
+
+struct farm_ring_attr {
+	unsigned replicas; /* r: 1..FARM_RING_MAX_REPLICAS (0: default) */
+	unsigned rings;    /* k: 1..FARM_RING_MAX_RINGS (0: default) */
+	unsigned points;   /* p: 1..FARM_RING_MAX_POINTS (0: default) */
+};
+
+/*
+ * farm_ring_build() - rings for the @n machines in @ids (any order,
+ * distinct). Returns 0, -EINVAL (n == 0, duplicate ids, bad attributes)
+ * or -ENOMEM. The replica count in use is min(r, n).
+ */
+int farm_ring_build(const uint32_t *ids, unsigned n,
+                    const struct farm_ring_attr *attr, farm_ring **out);
+void farm_ring_free(farm_ring *ring);
+
+unsigned farm_ring_nrings(const farm_ring *ring);
+/* Replicas per region: min(r, machines). */
+unsigned farm_ring_nreplicas(const farm_ring *ring);
+unsigned farm_ring_nmachines(const farm_ring *ring);
+bool farm_ring_has(const farm_ring *ring, uint32_t machine);
+
+/* The ring and position a region id maps to. */
+static inline unsigned farm_ring_of(const farm_ring *ring, uint32_t region);
+static inline uint32_t farm_ring_pos(uint32_t region)
+{
+	/* A bijective 32-bit mix, so neighbouring ids land far apart. */
+	uint32_t x = region;
+	x ^= x >> 16;
+	x *= 0x7feb352dU;
+	x ^= x >> 15;
+	x *= 0x846ca68bU;
+	x ^= x >> 16;
+	return x;
+}
+
+/*
+ * farm_ring_replicas() - the replicas of @region, primary first, into
+ * @out (room for FARM_RING_MAX_REPLICAS). Returns how many (min(r, n)).
+ */
+unsigned farm_ring_replicas(const farm_ring *ring, uint32_t region,
+                            uint32_t *out);
+uint32_t farm_ring_primary(const farm_ring *ring, uint32_t region);
+
+/*
+ * farm_ring_pick_region() - a region id whose primary is @machine, on a
+ * ring chosen from @seed, that @taken (may be NULL) does not reject.
+ * Tries at most @max_tries random ids (0: 64 * machines). Returns 0 and
+ * sets *out, -ENOENT when @machine is not on the rings, -EAGAIN when no
+ * id was found within the tries.
+ */
+int farm_ring_pick_region(const farm_ring *ring, uint32_t machine,
+                          uint64_t *seed, bool (*taken)(void *, uint32_t),
+                          void *ctx, unsigned max_tries, uint32_t *out);
+
+/*
+ * farm_ring_near_region() - a region id on the same ring as @near, whose
+ * primary is @machine, as close after @near's position as possible; for
+ * allocations that want to be near an existing region. Same returns as
+ * farm_ring_pick_region.
+ */
+int farm_ring_near_region(const farm_ring *ring, uint32_t machine,
+                          uint32_t near, bool (*taken)(void *, uint32_t),
+                          void *ctx, unsigned max_tries, uint32_t *out);
+
+/*
+ * farm_ring_shares() - each machine's exact share of the region-id space
+ * as primary and as a backup, averaged over the rings (fractions of 1;
+ * primary shares sum to 1, backup shares to nreplicas - 1). @ids receives
+ * the machines in ascending order; arrays hold farm_ring_nmachines().
+ */
+void farm_ring_shares(const farm_ring *ring, uint32_t *ids, double *primary,
+                      double *backup);
+
+/* Internal, for the inline above. */
+unsigned farm_ring_nrings_(const farm_ring *ring);
+static inline unsigned farm_ring_of(const farm_ring *ring, uint32_t region)
+{
+	return region % farm_ring_nrings_(ring);
+}
+
+#endif
