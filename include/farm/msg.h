@@ -209,6 +209,28 @@ FARM_API FARM_MUST_CHECK int
 farm_msg_reply_error(farm_loop *loop, const struct farm_msg_token *tok,
                      int status);
 
+/* ---- one-sided operations ------------------------------------------------ */
+
+/* Completion of a one-sided operation: @status 0, or the completion's
+ * error (FARM_EPEERDEAD, FARM_EREMOTE_ACCESS, ...; -ECANCELED when the
+ * loop closed first). Runs on the loop that posted it. */
+typedef void (*farm_op_fn)(farm_loop *loop, void *ctx, int status);
+
+/*
+ * farm_loop_rdma() - post one READ, WRITE or CAS (built with farm_wr_read,
+ * farm_wr_write, farm_wr_cas) to machine @machine through this loop's
+ * endpoint and completion queue. This sets @wr's wr_id, next and the
+ * SIGNALED flag; @wr itself may be reused once this returns, the buffers
+ * it names only after @cont runs. @cont runs exactly once unless this
+ * returns an error. A loop with operations outstanding polls rather than
+ * parks. Local memory is reached with loads and stores, not through here:
+ * @machine must be another machine (-EINVAL). Errors: -EINVAL, -ENOENT
+ * (unknown machine), FARM_EPEERDEAD, -EAGAIN (send queue full), -ENOMEM.
+ */
+FARM_API FARM_MUST_CHECK int farm_loop_rdma(farm_loop *loop, uint32_t machine,
+                                            farm_wr *wr, farm_op_fn cont,
+                                            void *ctx);
+
 /* ---- counters ------------------------------------------------------------ */
 
 typedef struct farm_msg_stats {

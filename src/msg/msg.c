@@ -217,6 +217,14 @@ struct call {
 
 #define NIL UINT32_MAX
 
+/* A one-sided operation posted through a loop (farm_loop_rdma). Its
+ * address is the work request id; msg's own requests use id 0. */
+struct rdma_op {
+	farm_op_fn cont;
+	void *ctx;
+	struct rdma_op *prev, *next; /* outstanding list */
+};
+
 struct farm_loop {
 	farm_msg *msg;
 	unsigned idx;
@@ -238,6 +246,9 @@ struct farm_loop {
 	_Atomic int stop;
 	bool polling; /* inside farm_loop_poll: handlers may not re-enter */
 	farm_wr *wrs; /* WR_BATCH + 1 */
+	struct rdma_op *ops;      /* outstanding one-sided operations */
+	struct rdma_op *ops_free; /* recycled records */
+	unsigned nops;
 	struct stats stats;
 };
 
@@ -1239,11 +1250,75 @@ static int poll_inbox(farm_loop *loop, int status)
 	return got;
 }
 
+static void rdma_done(farm_loop *loop, struct rdma_op *o, int status)
+{
+	if (o->prev)
+		o->prev->next = o->next;
+	else
+		loop->ops = o->next;
+	if (o->next)
+		o->next->prev = o->prev;
+	loop->nops--;
+	farm_op_fn cont = o->cont;
+	void *ctx = o->ctx;
+	o->next = loop->ops_free;
+	loop->ops_free = o;
+	cont(loop, ctx, status);
+}
+
+int farm_loop_rdma(farm_loop *loop, uint32_t machine, farm_wr *wr,
+                   farm_op_fn cont, void *ctx)
+{
+	if (!loop || !wr || !cont || machine >= loop->msg->attr.max_machines ||
+	    machine == loop->msg->me)
+		return -EINVAL;
+	if (wr->opcode != FARM_WR_READ && wr->opcode != FARM_WR_WRITE &&
+	    wr->opcode != FARM_WR_CAS)
+		return -EINVAL;
+	struct out_peer *op;
+	int rc = peer_ep(loop, machine, &op);
+	if (rc)
+		return rc;
+	struct rdma_op *o = loop->ops_free;
+	if (o)
+		loop->ops_free = o->next;
+	else if (!(o = malloc(sizeof(*o))))
+		return -ENOMEM;
+	o->cont = cont;
+	o->ctx = ctx;
+	wr->next = NULL;
+	wr->wr_id = (uint64_t)(uintptr_t)o;
+	wr->flags |= FARM_WR_SIGNALED;
+	rc = farm_ep_post(op->ep, wr, NULL);
+	if (rc) {
+		o->next = loop->ops_free;
+		loop->ops_free = o;
+		return rc;
+	}
+	o->prev = NULL;
+	o->next = loop->ops;
+	if (loop->ops)
+		loop->ops->prev = o;
+	loop->ops = o;
+	loop->nops++;
+	return 0;
+}
+
 static int poll_cq(farm_loop *loop)
 {
 	farm_wc wc[CQ_BATCH];
 	int n = farm_cq_poll(loop->cq, CQ_BATCH, wc);
 	for (int i = 0; i < n; i++) {
+		if (wc[i].wr_id) {
+			int st = wc[i].status;
+			struct out_peer *op = &loop->out[wc[i].peer];
+			if ((st == FARM_EPEERDEAD || st == FARM_EFLUSHED) &&
+			    !op->err)
+				op->err = FARM_EPEERDEAD;
+			rdma_done(loop, (struct rdma_op *)(uintptr_t)wc[i].wr_id,
+			          st == FARM_EFLUSHED ? FARM_EPEERDEAD : st);
+			continue;
+		}
 		if (wc[i].status == 0)
 			continue;
 		struct out_peer *op = &loop->out[wc[i].peer];
@@ -1321,7 +1396,7 @@ static void idle(farm_loop *loop, uint64_t deadline)
 	uint64_t now = farm_now_ns();
 	if (loop->nactive)
 		scan_calls(loop, now);
-	if (msg->attr.busy_poll) {
+	if (msg->attr.busy_poll || loop->nops) {
 		farm_cpu_relax();
 		return;
 	}
@@ -1411,6 +1486,13 @@ void farm_loop_close(farm_loop *loop)
 		farm_warn("msg: loop %u closed by another thread", loop->idx);
 	while (loop->active != NIL)
 		call_done(loop, loop->active, -ECANCELED, NULL, 0);
+	while (loop->ops)
+		rdma_done(loop, loop->ops, -ECANCELED);
+	while (loop->ops_free) {
+		struct rdma_op *o = loop->ops_free;
+		loop->ops_free = o->next;
+		free(o);
+	}
 	pthread_mutex_lock(&msg->lock);
 	msg->loops[loop->idx] = NULL;
 	pthread_mutex_unlock(&msg->lock);

@@ -1,0 +1,684 @@
+/*
+ * The global address space of one machine (addrspace.h).
+ *
+ * State: the ring for the current view and a table of regions keyed by id,
+ * both under one reader-writer lock (lookups take it shared; views and
+ * region creation are rare and take it exclusive). A table entry is a
+ * region this machine holds (primary or backup copy) or a remote region
+ * whose descriptor it has cached.
+ */
+#include "addrspace/addrspace.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/common.h"
+#include "util/log.h"
+
+enum { E_FREE = 0, E_PRIMARY = FARM_AS_PRIMARY, E_BACKUP = FARM_AS_BACKUP, E_REMOTE };
+
+struct entry {
+	uint32_t id; /* 0: free slot */
+	uint8_t kind;
+	farm_region *local; /* E_PRIMARY, E_BACKUP: our copy */
+	farm_mr_desc desc;  /* the primary copy: ours for E_PRIMARY, the
+	                       cached remote one otherwise (len 0: unknown) */
+};
+
+struct farm_as {
+	farm_fabric *fab;
+	farm_msg *msg;
+	uint32_t me;
+	uint64_t region_size;
+	struct farm_ring_attr ring_attr;
+	uint64_t rpc_timeout_ns;
+	pthread_rwlock_t lock;
+	farm_ring *ring; /* under lock */
+	uint64_t config_id;
+	struct entry *tab; /* open addressing, cap a power of two */
+	uint32_t cap, used;
+	uint64_t seed;
+	struct {
+		_Atomic uint64_t lookups_sent, lookups_cached, reads_local,
+		        reads_remote, writes_local, writes_remote, bad_requests;
+	} st;
+};
+
+/* ---- wire formats ----------------------------------------------------------- */
+
+struct lookup_req {
+	uint32_t region;
+};
+struct desc_reply {
+	uint32_t region;
+	uint32_t machine;
+	uint64_t key, addr, len;
+	uint32_t access, pad;
+};
+struct create_req {
+	uint32_t region;
+	uint32_t primary;
+	uint64_t size;
+};
+
+/* ---- table ------------------------------------------------------------------ */
+
+static uint32_t hash32(uint32_t x) { return farm_ring_pos(x); }
+
+static struct entry *find(const farm_as *as, uint32_t id)
+{
+	for (uint32_t i = hash32(id) & (as->cap - 1);; i = (i + 1) & (as->cap - 1)) {
+		struct entry *e = &as->tab[i];
+		if (e->id == id)
+			return e;
+		if (e->id == 0)
+			return NULL;
+	}
+}
+
+static int grow(farm_as *as)
+{
+	uint32_t ncap = as->cap * 2;
+	struct entry *nt = calloc(ncap, sizeof(*nt));
+	if (!nt)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < as->cap; i++) {
+		struct entry *e = &as->tab[i];
+		if (!e->id)
+			continue;
+		uint32_t j = hash32(e->id) & (ncap - 1);
+		while (nt[j].id)
+			j = (j + 1) & (ncap - 1);
+		nt[j] = *e;
+	}
+	free(as->tab);
+	as->tab = nt;
+	as->cap = ncap;
+	return 0;
+}
+
+/* Insert or overwrite; under the write lock. */
+static int put(farm_as *as, const struct entry *in)
+{
+	struct entry *e = find(as, in->id);
+	if (e) {
+		*e = *in;
+		return 0;
+	}
+	if ((as->used + 1) * 4 > as->cap * 3) {
+		int rc = grow(as);
+		if (rc)
+			return rc;
+	}
+	uint32_t i = hash32(in->id) & (as->cap - 1);
+	while (as->tab[i].id)
+		i = (i + 1) & (as->cap - 1);
+	as->tab[i] = *in;
+	as->used++;
+	return 0;
+}
+
+/* Remove (backward-shift deletion keeps probe chains intact). */
+static void del(farm_as *as, uint32_t id)
+{
+	struct entry *e = find(as, id);
+	if (!e)
+		return;
+	uint32_t i = (uint32_t)(e - as->tab), mask = as->cap - 1;
+	for (uint32_t j = (i + 1) & mask; as->tab[j].id; j = (j + 1) & mask) {
+		uint32_t home = hash32(as->tab[j].id) & mask;
+		/* Move j back to i when i lies cyclically in [home, j). */
+		if (((j - home) & mask) >= ((j - i) & mask)) {
+			as->tab[i] = as->tab[j];
+			i = j;
+		}
+	}
+	as->tab[i] = (struct entry){0};
+	as->used--;
+}
+
+/* ---- creation --------------------------------------------------------------- */
+
+static void h_lookup(farm_loop *loop, const farm_msg_in *in, void *arg);
+static void h_create(farm_loop *loop, const farm_msg_in *in, void *arg);
+static void h_drop(farm_loop *loop, const farm_msg_in *in, void *arg);
+
+int farm_as_create(farm_fabric *fab, farm_msg *msg,
+                   const struct farm_as_attr *attr, farm_as **out)
+{
+	if (!fab || !msg || !out)
+		return -EINVAL;
+	struct farm_as_attr a = attr ? *attr : (struct farm_as_attr){0};
+	if (!a.region_size)
+		a.region_size = FARM_REGION_DEFAULT_SIZE;
+	if (!farm_is_pow2(a.region_size) || a.region_size < FARM_REGION_MIN_SIZE ||
+	    a.region_size > FARM_REGION_MAX_SIZE)
+		return -EINVAL;
+	farm_as *as = calloc(1, sizeof(*as));
+	if (!as)
+		return -ENOMEM;
+	as->fab = fab;
+	as->msg = msg;
+	as->me = farm_msg_machine_id(msg);
+	as->region_size = a.region_size;
+	as->ring_attr = a.ring;
+	as->rpc_timeout_ns = a.rpc_timeout_ns;
+	as->seed = a.seed ? a.seed : farm_now_ns() ^ ((uint64_t)as->me << 40);
+	as->cap = 64;
+	as->tab = calloc(as->cap, sizeof(*as->tab));
+	int rc = as->tab ? 0 : -ENOMEM;
+	if (!rc)
+		rc = pthread_rwlock_init(&as->lock, NULL) ? -ENOMEM : 0;
+	if (rc) {
+		free(as->tab);
+		free(as);
+		return rc;
+	}
+	if ((rc = farm_msg_handle(msg, FARM_MSGT_AS_LOOKUP, h_lookup, as)) ||
+	    (rc = farm_msg_handle(msg, FARM_MSGT_AS_CREATE, h_create, as)) ||
+	    (rc = farm_msg_handle(msg, FARM_MSGT_AS_DROP, h_drop, as))) {
+		/* Handlers cannot be unregistered: the farm_msg is unusable
+		 * for another address space now; say so. */
+		farm_err("addrspace: cannot register handlers: %s",
+		         farm_strerror(rc));
+		pthread_rwlock_destroy(&as->lock);
+		free(as->tab);
+		free(as);
+		return rc;
+	}
+	*out = as;
+	return 0;
+}
+
+void farm_as_destroy(farm_as *as)
+{
+	if (!as)
+		return;
+	for (uint32_t i = 0; i < as->cap; i++)
+		if (as->tab[i].local)
+			farm_region_destroy(as->tab[i].local);
+	farm_ring_free(as->ring);
+	pthread_rwlock_destroy(&as->lock);
+	free(as->tab);
+	free(as);
+}
+
+int farm_as_set_view(farm_as *as, uint64_t config_id, const uint32_t *ids,
+                     unsigned n)
+{
+	if (!as || !ids || !n)
+		return -EINVAL;
+	bool self = false;
+	for (unsigned i = 0; i < n; i++)
+		self |= ids[i] == as->me;
+	if (!self)
+		return -EINVAL;
+	farm_ring *g;
+	int rc = farm_ring_build(ids, n, &as->ring_attr, &g);
+	if (rc)
+		return rc;
+	pthread_rwlock_wrlock(&as->lock);
+	if (as->ring && config_id <= as->config_id) {
+		pthread_rwlock_unlock(&as->lock);
+		farm_ring_free(g);
+		return -ESTALE;
+	}
+	farm_ring *old = as->ring;
+	as->ring = g;
+	as->config_id = config_id;
+	pthread_rwlock_unlock(&as->lock);
+	farm_ring_free(old);
+	return 0;
+}
+
+uint64_t farm_as_config_id(const farm_as *as) { return as ? as->config_id : 0; }
+uint64_t farm_as_region_size(const farm_as *as) { return as ? as->region_size : 0; }
+uint32_t farm_as_machine_id(const farm_as *as) { return as ? as->me : 0; }
+
+unsigned farm_as_replicas(farm_as *as, uint32_t region, uint32_t *out)
+{
+	if (!as || !out || region == FARM_REGION_ID_NONE)
+		return 0;
+	pthread_rwlock_rdlock(&as->lock);
+	unsigned n = as->ring ? farm_ring_replicas(as->ring, region, out) : 0;
+	pthread_rwlock_unlock(&as->lock);
+	return n;
+}
+
+farm_region *farm_as_local_region(farm_as *as, uint32_t region,
+                                  enum farm_as_role *role)
+{
+	farm_region *r = NULL;
+	enum farm_as_role ro = FARM_AS_NONE;
+	if (as && region) {
+		pthread_rwlock_rdlock(&as->lock);
+		struct entry *e = find(as, region);
+		if (e && (e->kind == E_PRIMARY || e->kind == E_BACKUP)) {
+			r = e->local;
+			ro = (enum farm_as_role)e->kind;
+		}
+		pthread_rwlock_unlock(&as->lock);
+	}
+	if (role)
+		*role = ro;
+	return r;
+}
+
+void *farm_as_local_ptr(farm_as *as, farm_gaddr a, uint64_t len)
+{
+	if (!as || !farm_gaddr_valid(a, len, as->region_size))
+		return NULL;
+	enum farm_as_role role;
+	farm_region *r = farm_as_local_region(as, farm_gaddr_region(a), &role);
+	if (!r || role != FARM_AS_PRIMARY)
+		return NULL;
+	return (uint8_t *)farm_region_base(r) + farm_gaddr_offset(a);
+}
+
+/* ---- handlers (run on the receiving machine's loop) ------------------------ */
+
+/* A reply that cannot be sent means the caller is gone or its channel is
+ * broken; its RPC times out. Say so and carry on. */
+static void reply(farm_loop *loop, const struct farm_msg_token *tok,
+                  const void *data, uint32_t len)
+{
+	int rc = farm_msg_reply(loop, tok, data, len);
+	if (rc)
+		farm_warn("addrspace: cannot reply to machine %" PRIu32 ": %s",
+		          tok->machine, farm_strerror(rc));
+}
+
+static void reply_err(farm_loop *loop, const struct farm_msg_token *tok,
+                      int status)
+{
+	int rc = farm_msg_reply_error(loop, tok, status);
+	if (rc)
+		farm_warn("addrspace: cannot reply to machine %" PRIu32 ": %s",
+		          tok->machine, farm_strerror(rc));
+}
+
+static void bad_request(farm_as *as, farm_loop *loop, const farm_msg_in *in,
+                        const char *what)
+{
+	atomic_fetch_add(&as->st.bad_requests, 1);
+	farm_warn("addrspace: bad %s from machine %" PRIu32 " (%u bytes)", what,
+	          in->src_machine, in->len);
+	if (in->token.call_id)
+		reply_err(loop, &in->token, -EINVAL);
+}
+
+static struct desc_reply desc_reply_of(uint32_t region, const farm_mr_desc *d)
+{
+	return (struct desc_reply){.region = region,
+	                           .machine = d->machine,
+	                           .key = d->key,
+	                           .addr = d->addr,
+	                           .len = d->len,
+	                           .access = d->access};
+}
+
+static void h_lookup(farm_loop *loop, const farm_msg_in *in, void *arg)
+{
+	farm_as *as = arg;
+	struct lookup_req q;
+	if (in->len != sizeof(q) || !in->token.call_id) {
+		bad_request(as, loop, in, "region lookup");
+		return;
+	}
+	memcpy(&q, in->payload, sizeof(q));
+	pthread_rwlock_rdlock(&as->lock);
+	struct entry *e = q.region ? find(as, q.region) : NULL;
+	bool ok = e && e->kind == E_PRIMARY;
+	farm_mr_desc d = ok ? e->desc : (farm_mr_desc){0};
+	pthread_rwlock_unlock(&as->lock);
+	if (!ok) {
+		reply_err(loop, &in->token, -ENOENT);
+		return;
+	}
+	struct desc_reply r = desc_reply_of(q.region, &d);
+	reply(loop, &in->token, &r, sizeof(r));
+}
+
+static void h_create(farm_loop *loop, const farm_msg_in *in, void *arg)
+{
+	farm_as *as = arg;
+	struct create_req q;
+	if (in->len != sizeof(q) || !in->token.call_id) {
+		bad_request(as, loop, in, "region create");
+		return;
+	}
+	memcpy(&q, in->payload, sizeof(q));
+	if (q.region == 0 || q.region > FARM_REGION_ID_MAX ||
+	    q.size != as->region_size || q.primary != in->src_machine) {
+		bad_request(as, loop, in, "region create");
+		return;
+	}
+	pthread_rwlock_rdlock(&as->lock);
+	bool exists = find(as, q.region) != NULL;
+	pthread_rwlock_unlock(&as->lock);
+	if (exists) {
+		reply_err(loop, &in->token, -EEXIST);
+		return;
+	}
+	farm_region *r;
+	int rc = farm_region_create(as->fab, as->region_size, &r);
+	if (rc) {
+		reply_err(loop, &in->token, rc);
+		return;
+	}
+	struct entry e = {.id = q.region, .kind = E_BACKUP, .local = r};
+	pthread_rwlock_wrlock(&as->lock);
+	rc = find(as, q.region) ? -EEXIST : put(as, &e);
+	pthread_rwlock_unlock(&as->lock);
+	if (rc) {
+		farm_region_destroy(r);
+		reply_err(loop, &in->token, rc);
+		return;
+	}
+	farm_mr_desc bd = farm_region_desc(r);
+	struct desc_reply d = desc_reply_of(q.region, &bd);
+	reply(loop, &in->token, &d, sizeof(d));
+}
+
+static void h_drop(farm_loop *loop, const farm_msg_in *in, void *arg)
+{
+	farm_as *as = arg;
+	struct lookup_req q;
+	if (in->len != sizeof(q)) {
+		bad_request(as, loop, in, "region drop");
+		return;
+	}
+	memcpy(&q, in->payload, sizeof(q));
+	farm_region *victim = NULL;
+	pthread_rwlock_wrlock(&as->lock);
+	struct entry *e = q.region ? find(as, q.region) : NULL;
+	if (e && e->kind == E_BACKUP) {
+		victim = e->local;
+		del(as, q.region);
+	}
+	pthread_rwlock_unlock(&as->lock);
+	farm_region_destroy(victim);
+	if (in->token.call_id)
+		reply(loop, &in->token, NULL, 0);
+}
+
+/* ---- region allocation -------------------------------------------------------- */
+
+struct alloc_op {
+	farm_as *as;
+	farm_as_region_fn cont;
+	void *ctx;
+	uint32_t region;
+	farm_region *local;
+	unsigned nrep, pending;
+	int status;
+	uint32_t reps[FARM_RING_MAX_REPLICAS];
+	bool created[FARM_RING_MAX_REPLICAS];
+};
+
+static bool taken_cb(void *ctx, uint32_t id)
+{
+	return find(ctx, id) != NULL; /* caller holds the lock */
+}
+
+static void alloc_finish(farm_loop *loop, struct alloc_op *op)
+{
+	farm_as *as = op->as;
+	int rc = op->status;
+	if (!rc) {
+		struct entry e = {.id = op->region, .kind = E_PRIMARY,
+		                  .local = op->local,
+		                  .desc = farm_region_desc(op->local)};
+		pthread_rwlock_wrlock(&as->lock);
+		rc = put(as, &e);
+		pthread_rwlock_unlock(&as->lock);
+	}
+	if (rc) {
+		/* Roll back: drop the backup copies that were made. */
+		for (unsigned i = 1; i < op->nrep; i++) {
+			if (!op->created[i])
+				continue;
+			struct lookup_req q = {.region = op->region};
+			int src = farm_msg_send(loop, op->reps[i], 0,
+			                        FARM_MSGT_AS_DROP, &q, sizeof(q));
+			if (src)
+				farm_warn("addrspace: cannot tell machine %" PRIu32
+				          " to drop region %" PRIu32 ": %s",
+				          op->reps[i], op->region,
+				          farm_strerror(src));
+		}
+		farm_region_destroy(op->local);
+	}
+	op->cont(loop, op->ctx, rc, rc ? 0 : op->region);
+	free(op);
+}
+
+struct create_call {
+	struct alloc_op *op;
+	unsigned idx;
+};
+
+static void create_done(farm_loop *loop, void *ctx, int status,
+                        const void *reply, uint32_t len)
+{
+	struct create_call *cc = ctx;
+	struct alloc_op *op = cc->op;
+	if (!status && len != sizeof(struct desc_reply))
+		status = FARM_ECORRUPT;
+	if (!status)
+		op->created[cc->idx] = true;
+	else if (!op->status)
+		op->status = status;
+	free(cc);
+	(void)reply;
+	if (--op->pending == 0)
+		alloc_finish(loop, op);
+}
+
+int farm_as_region_alloc(farm_as *as, farm_loop *loop, uint32_t near,
+                         farm_as_region_fn cont, void *ctx)
+{
+	if (!as || !loop || !cont)
+		return -EINVAL;
+	struct alloc_op *op = calloc(1, sizeof(*op));
+	if (!op)
+		return -ENOMEM;
+	op->as = as;
+	op->cont = cont;
+	op->ctx = ctx;
+	/* Choose the id and reserve it in the table (as our primary region,
+	 * not yet published: lookups see E_PRIMARY only after the backups
+	 * hold their copies). */
+	pthread_rwlock_wrlock(&as->lock);
+	int rc = as->ring ? 0 : -ENOENT;
+	if (!rc && near)
+		rc = farm_ring_near_region(as->ring, as->me, near, taken_cb, as,
+		                           0, &op->region);
+	if (!rc && !near)
+		rc = farm_ring_pick_region(as->ring, as->me, &as->seed, taken_cb,
+		                           as, 0, &op->region);
+	if (!rc)
+		op->nrep = farm_ring_replicas(as->ring, op->region, op->reps);
+	if (!rc) {
+		struct entry e = {.id = op->region, .kind = E_REMOTE};
+		rc = put(as, &e); /* a placeholder no lookup answers */
+	}
+	pthread_rwlock_unlock(&as->lock);
+	if (!rc)
+		rc = farm_region_create(as->fab, as->region_size, &op->local);
+	if (rc) {
+		if (op->region) {
+			pthread_rwlock_wrlock(&as->lock);
+			del(as, op->region);
+			pthread_rwlock_unlock(&as->lock);
+		}
+		free(op);
+		return rc;
+	}
+	op->pending = 1; /* ours, released below */
+	for (unsigned i = 1; i < op->nrep; i++) {
+		struct create_call *cc = malloc(sizeof(*cc));
+		struct create_req q = {.region = op->region, .primary = as->me,
+		                       .size = as->region_size};
+		if (!cc) {
+			op->status = op->status ? op->status : -ENOMEM;
+			continue;
+		}
+		*cc = (struct create_call){.op = op, .idx = i};
+		rc = farm_msg_call(loop, op->reps[i], 0, FARM_MSGT_AS_CREATE, &q,
+		                   sizeof(q), as->rpc_timeout_ns, create_done, cc);
+		if (rc) {
+			free(cc);
+			op->status = op->status ? op->status : rc;
+			continue;
+		}
+		op->pending++;
+	}
+	if (--op->pending == 0)
+		alloc_finish(loop, op);
+	return 0;
+}
+
+/* ---- access ------------------------------------------------------------------- */
+
+struct access_op {
+	farm_as *as;
+	bool write;
+	farm_gaddr a;
+	void *buf;
+	farm_mr *lmr;
+	uint32_t len;
+	farm_op_fn cont;
+	void *ctx;
+};
+
+static int post_rdma(farm_loop *loop, const farm_mr_desc *d, bool write,
+                     farm_gaddr a, void *buf, farm_mr *lmr, uint32_t len,
+                     farm_op_fn cont, void *ctx)
+{
+	farm_wr wr = write ? farm_wr_write(0, buf, lmr, len, d, farm_gaddr_offset(a))
+	                   : farm_wr_read(0, buf, lmr, len, d, farm_gaddr_offset(a));
+	return farm_loop_rdma(loop, d->machine, &wr, cont, ctx);
+}
+
+static void lookup_done(farm_loop *loop, void *ctx, int status,
+                        const void *reply, uint32_t len)
+{
+	struct access_op *op = ctx;
+	farm_as *as = op->as;
+	struct desc_reply r;
+	uint32_t region = farm_gaddr_region(op->a);
+	if (!status) {
+		if (len != sizeof(r)) {
+			status = FARM_ECORRUPT;
+		} else {
+			memcpy(&r, reply, sizeof(r));
+			/* The descriptor must name this region and cover it. */
+			if (r.region != region || r.len < as->region_size)
+				status = FARM_ECORRUPT;
+		}
+	}
+	if (!status) {
+		farm_mr_desc d = {.key = r.key, .addr = r.addr, .len = r.len,
+		                  .machine = r.machine, .access = r.access};
+		struct entry e = {.id = region, .kind = E_REMOTE, .desc = d};
+		pthread_rwlock_wrlock(&as->lock);
+		struct entry *old = find(as, region);
+		if (old && old->kind == E_BACKUP)
+			old->desc = d;
+		else if (!old || old->kind == E_REMOTE)
+			(void)put(as, &e); /* a failed cache insert is harmless */
+		pthread_rwlock_unlock(&as->lock);
+		status = post_rdma(loop, &d, op->write, op->a, op->buf, op->lmr,
+		                   op->len, op->cont, op->ctx);
+		if (!status) {
+			free(op);
+			return;
+		}
+	}
+	op->cont(loop, op->ctx, status);
+	free(op);
+}
+
+static int as_access(farm_as *as, farm_loop *loop, bool write, farm_gaddr a,
+                  void *buf, farm_mr *lmr, uint32_t len, farm_op_fn cont,
+                  void *ctx)
+{
+	if (!as || !loop || !buf || !cont || len == 0 ||
+	    !farm_gaddr_valid(a, len, as->region_size))
+		return -EINVAL;
+	uint32_t region = farm_gaddr_region(a);
+	pthread_rwlock_rdlock(&as->lock);
+	struct entry *e = find(as, region);
+	int kind = e ? e->kind : E_FREE;
+	farm_mr_desc d = e ? e->desc : (farm_mr_desc){0};
+	uint8_t *base = kind == E_PRIMARY ? farm_region_base(e->local) : NULL;
+	uint32_t primary = as->ring ? farm_ring_primary(as->ring, region) : as->me;
+	bool have_view = as->ring != NULL;
+	pthread_rwlock_unlock(&as->lock);
+	if (base) {
+		/* Ours: loads and stores. The region stays while the machine
+		 * runs (regions are not freed in this version). */
+		uint8_t *p = base + farm_gaddr_offset(a);
+		if (write)
+			memcpy(p, buf, len);
+		else
+			memcpy(buf, p, len);
+		atomic_fetch_add(write ? &as->st.writes_local : &as->st.reads_local, 1);
+		return farm_loop_post(loop, cont, ctx);
+	}
+	atomic_fetch_add(write ? &as->st.writes_remote : &as->st.reads_remote, 1);
+	if ((kind == E_REMOTE || kind == E_BACKUP) && d.len) {
+		atomic_fetch_add(&as->st.lookups_cached, 1);
+		return post_rdma(loop, &d, write, a, buf, lmr, len, cont, ctx);
+	}
+	if (!have_view || primary == as->me)
+		return -ENOENT;
+	struct access_op *op = malloc(sizeof(*op));
+	if (!op)
+		return -ENOMEM;
+	*op = (struct access_op){.as = as, .write = write, .a = a, .buf = buf,
+	                         .lmr = lmr, .len = len, .cont = cont, .ctx = ctx};
+	struct lookup_req q = {.region = region};
+	atomic_fetch_add(&as->st.lookups_sent, 1);
+	int rc = farm_msg_call(loop, primary, 0, FARM_MSGT_AS_LOOKUP, &q,
+	                       sizeof(q), as->rpc_timeout_ns, lookup_done, op);
+	if (rc)
+		free(op);
+	return rc;
+}
+
+int farm_as_read(farm_as *as, farm_loop *loop, farm_gaddr a, void *buf,
+                 farm_mr *lmr, uint32_t len, farm_op_fn cont, void *ctx)
+{
+	return as_access(as, loop, false, a, buf, lmr, len, cont, ctx);
+}
+
+int farm_as_write(farm_as *as, farm_loop *loop, farm_gaddr a, const void *buf,
+                  farm_mr *lmr, uint32_t len, farm_op_fn cont, void *ctx)
+{
+	return as_access(as, loop, true, a, (void *)buf, lmr, len, cont, ctx);
+}
+
+void farm_as_stats_get(farm_as *as, struct farm_as_stats *out)
+{
+	if (!as || !out)
+		return;
+	memset(out, 0, sizeof(*out));
+	pthread_rwlock_rdlock(&as->lock);
+	for (uint32_t i = 0; i < as->cap; i++) {
+		out->regions_primary += as->tab[i].kind == E_PRIMARY;
+		out->regions_backup += as->tab[i].kind == E_BACKUP;
+	}
+	pthread_rwlock_unlock(&as->lock);
+	out->lookups_sent = atomic_load(&as->st.lookups_sent);
+	out->lookups_cached = atomic_load(&as->st.lookups_cached);
+	out->reads_local = atomic_load(&as->st.reads_local);
+	out->reads_remote = atomic_load(&as->st.reads_remote);
+	out->writes_local = atomic_load(&as->st.writes_local);
+	out->writes_remote = atomic_load(&as->st.writes_remote);
+	out->bad_requests = atomic_load(&as->st.bad_requests);
+}

@@ -1,0 +1,109 @@
+/*
+ * The global address space of one machine: which machines hold which
+ * regions (consistent hashing over the membership view, ring.h), the
+ * regions this machine holds (as primary or backup), a cache of remote
+ * regions' descriptors, and access by global address.
+ *
+ * A machine creates one farm_as on its fabric and messaging, before the
+ * loops start (it registers its RPC handlers), then gives it the
+ * membership view (farm_as_set_view) and again whenever the view changes.
+ * Calls that take a loop run on that loop's thread and complete through
+ * continuations on it. Internal; not installed.
+ */
+#ifndef FARM_ADDRSPACE_ADDRSPACE_H
+#define FARM_ADDRSPACE_ADDRSPACE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <farm/addr.h>
+#include <farm/msg.h>
+#include <farm/region.h>
+
+#include "addrspace/ring.h"
+
+/* Message types of the address space (reserved range of farm_msg). */
+#define FARM_MSGT_AS_LOOKUP 0xf100u /* region id -> descriptor, to primary */
+#define FARM_MSGT_AS_CREATE 0xf101u /* make a backup copy of a region */
+#define FARM_MSGT_AS_DROP   0xf102u /* forget a backup copy (rollback) */
+
+typedef struct farm_as farm_as;
+
+struct farm_as_attr {
+	uint64_t region_size; /* power of two (0: FARM_REGION_DEFAULT_SIZE) */
+	struct farm_ring_attr ring;
+	uint64_t rpc_timeout_ns; /* 0: 1 s */
+	uint64_t seed;           /* region-id choice; 0: from the clock */
+};
+
+enum farm_as_role { FARM_AS_NONE = 0, FARM_AS_PRIMARY, FARM_AS_BACKUP };
+
+struct farm_as_stats {
+	uint64_t regions_primary, regions_backup;
+	uint64_t lookups_sent, lookups_cached; /* descriptor cache misses/hits */
+	uint64_t reads_local, reads_remote, writes_local, writes_remote;
+	uint64_t bad_requests; /* malformed or out-of-range requests refused */
+};
+
+int farm_as_create(farm_fabric *fab, farm_msg *msg,
+                   const struct farm_as_attr *attr, farm_as **out);
+/* Every loop must be closed first. Destroys the regions this machine
+ * holds. */
+void farm_as_destroy(farm_as *as);
+
+/*
+ * farm_as_set_view() - install membership view @config_id with machines
+ * @ids (this machine among them). Later views must have higher ids
+ * (-ESTALE otherwise). Any thread. -EINVAL when this machine is absent.
+ */
+int farm_as_set_view(farm_as *as, uint64_t config_id, const uint32_t *ids,
+                     unsigned n);
+uint64_t farm_as_config_id(const farm_as *as);
+uint64_t farm_as_region_size(const farm_as *as);
+uint32_t farm_as_machine_id(const farm_as *as);
+
+/* Replicas of @region in the current view, primary first; returns how
+ * many (0 before the first view). */
+unsigned farm_as_replicas(farm_as *as, uint32_t region, uint32_t *out);
+
+/* The local copy of @region, and this machine's role for it. NULL and
+ * FARM_AS_NONE when not held here. */
+farm_region *farm_as_local_region(farm_as *as, uint32_t region,
+                                  enum farm_as_role *role);
+/* The local address of [@a, @a + @len) when this machine is @a's primary
+ * and the range is inside the region, else NULL. */
+void *farm_as_local_ptr(farm_as *as, farm_gaddr a, uint64_t len);
+
+/*
+ * farm_as_region_alloc() - a new region with this machine as primary:
+ * picks an id (on a random ring, or, when @near is a region id, close
+ * after it on its ring), creates and registers the region, has each backup
+ * create its copy (RPC), then publishes it. @cont runs once on @loop with
+ * the status and the new region id. Errors: -EAGAIN (no id found),
+ * -ENOSPC/-ENOMEM (memory), a backup's error or FARM_EPEERDEAD (the region
+ * is then dropped everywhere). No view yet: -ENOENT.
+ */
+typedef void (*farm_as_region_fn)(farm_loop *loop, void *ctx, int status,
+                                  uint32_t region);
+int farm_as_region_alloc(farm_as *as, farm_loop *loop, uint32_t near,
+                         farm_as_region_fn cont, void *ctx);
+
+/*
+ * farm_as_read() / farm_as_write() - @len bytes at global address @a into
+ * (from) @buf, which @lmr registers (NULL is fine when the address turns
+ * out local). Local regions are copied with loads and stores; remote ones
+ * take one one-sided READ/WRITE to the region's primary with a cached
+ * descriptor (fetched by RPC on first use). @cont runs once on @loop.
+ * Errors: -EINVAL (address outside a region, length 0 or beyond the
+ * region), -ENOENT (no such region at its primary), FARM_EPEERDEAD, and
+ * the fabric's completion codes. These are raw bytes: objects with
+ * versions are the transaction layer's.
+ */
+int farm_as_read(farm_as *as, farm_loop *loop, farm_gaddr a, void *buf,
+                 farm_mr *lmr, uint32_t len, farm_op_fn cont, void *ctx);
+int farm_as_write(farm_as *as, farm_loop *loop, farm_gaddr a, const void *buf,
+                  farm_mr *lmr, uint32_t len, farm_op_fn cont, void *ctx);
+
+void farm_as_stats_get(farm_as *as, struct farm_as_stats *out);
+
+#endif

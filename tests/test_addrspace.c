@@ -1,0 +1,318 @@
+/*
+ * The address space in one process: three machines (each its own fabric,
+ * messaging and farm_as) whose loops one test thread drives in turn.
+ * Region allocation with backups, access by global address (local loads,
+ * remote one-sided operations with a cached descriptor), and bad input.
+ */
+#include "testutil.h"
+
+#include "addrspace/addrspace.h"
+
+#define N      3
+#define RSIZE  (4ull << 20)
+#define T_JUNK 7
+
+struct node {
+	char dir[256];
+	farm_fabric *fab;
+	farm_msg *msg;
+	farm_loop *loop;
+	farm_as *as;
+};
+
+static struct node nodes[N];
+
+static void pump(void)
+{
+	for (unsigned i = 0; i < N; i++)
+		(void)farm_loop_poll(nodes[i].loop);
+}
+
+struct res {
+	int done, status;
+	uint32_t region;
+};
+
+static void op_done(farm_loop *loop, void *ctx, int status)
+{
+	(void)loop;
+	struct res *r = ctx;
+	r->status = status;
+	r->done = 1;
+}
+
+static void region_done(farm_loop *loop, void *ctx, int status, uint32_t region)
+{
+	(void)loop;
+	struct res *r = ctx;
+	r->status = status;
+	r->region = region;
+	r->done = 1;
+}
+
+/* Drive every loop until @r is done (bounded). */
+static void wait_res(struct res *r)
+{
+	for (unsigned i = 0; i < 2000000 && !r->done; i++)
+		pump();
+	assert_true(r->done);
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	farm_msg_attr ma = {.max_machines = 8, .busy_poll = true};
+	struct farm_as_attr aa = {.region_size = RSIZE};
+	for (unsigned i = 0; i < N; i++) {
+		struct node *x = &nodes[i];
+		memset(x, 0, sizeof(*x));
+		tu_tmpdir(x->dir, sizeof(x->dir), "as");
+		x->fab = tu_open(i + 1, x->dir);
+		assert_non_null(x->fab);
+		assert_int_equal(farm_msg_create(x->fab, &ma, &x->msg), 0);
+		aa.seed = i + 1;
+		assert_int_equal(farm_as_create(x->fab, x->msg, &aa, &x->as), 0);
+	}
+	for (unsigned i = 0; i < N; i++) {
+		for (unsigned j = 0; j < N; j++) {
+			if (i == j)
+				continue;
+			char addr[256];
+			assert_true(farm_fabric_address(nodes[j].fab, addr,
+			                                sizeof(addr)) > 0);
+			farm_mr_desc d = farm_msg_desc(nodes[j].msg);
+			assert_int_equal(farm_msg_add_peer(nodes[i].msg, j + 1,
+			                                   addr, &d),
+			                 0);
+		}
+		assert_int_equal(farm_loop_open(nodes[i].msg, 0, &nodes[i].loop),
+		                 0);
+	}
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	for (unsigned i = 0; i < N; i++) {
+		farm_loop_close(nodes[i].loop);
+		farm_as_destroy(nodes[i].as);
+		assert_int_equal(farm_msg_destroy(nodes[i].msg), 0);
+		farm_fabric_close(nodes[i].fab);
+		tu_rmtree(nodes[i].dir);
+	}
+	return 0;
+}
+
+static void set_views(uint64_t cid)
+{
+	uint32_t ids[N] = {1, 2, 3};
+	for (unsigned i = 0; i < N; i++)
+		assert_int_equal(farm_as_set_view(nodes[i].as, cid, ids, N), 0);
+}
+
+static void test_no_view(void **state)
+{
+	(void)state;
+	struct res r = {0};
+	assert_int_equal(farm_as_region_alloc(nodes[0].as, nodes[0].loop, 0,
+	                                      region_done, &r),
+	                 -ENOENT);
+	uint32_t rep[FARM_RING_MAX_REPLICAS];
+	assert_int_equal(farm_as_replicas(nodes[0].as, 5, rep), 0);
+	/* A view must hold this machine, and views only move forward. */
+	uint32_t others[2] = {2, 3};
+	assert_int_equal(farm_as_set_view(nodes[0].as, 1, others, 2), -EINVAL);
+	set_views(5);
+	uint32_t ids[N] = {1, 2, 3};
+	assert_int_equal(farm_as_set_view(nodes[0].as, 5, ids, N), -ESTALE);
+	assert_int_equal(farm_as_config_id(nodes[0].as), 5);
+}
+
+static void test_alloc_and_access(void **state)
+{
+	(void)state;
+	/* Every machine allocates a region: it is the primary, each backup
+	 * holds a copy, and all three agree on the replicas. */
+	uint32_t regions[N];
+	for (unsigned i = 0; i < N; i++) {
+		struct res r = {0};
+		assert_int_equal(farm_as_region_alloc(nodes[i].as, nodes[i].loop,
+		                                      0, region_done, &r),
+		                 0);
+		wait_res(&r);
+		assert_int_equal(r.status, 0);
+		regions[i] = r.region;
+		uint32_t rep[3][FARM_RING_MAX_REPLICAS];
+		for (unsigned j = 0; j < N; j++)
+			assert_int_equal(farm_as_replicas(nodes[j].as, r.region,
+			                                  rep[j]),
+			                 3);
+		assert_int_equal(rep[0][0], i + 1);
+		assert_memory_equal(rep[0], rep[1], 3 * sizeof(uint32_t));
+		assert_memory_equal(rep[0], rep[2], 3 * sizeof(uint32_t));
+		for (unsigned j = 0; j < N; j++) {
+			enum farm_as_role role;
+			farm_region *lr = farm_as_local_region(nodes[j].as,
+			                                       r.region, &role);
+			assert_non_null(lr);
+			assert_int_equal(role, j == i ? FARM_AS_PRIMARY
+			                              : FARM_AS_BACKUP);
+		}
+	}
+	/* Machine 2 writes into machine 1's region by global address, then
+	 * reads it back; machine 1 sees the bytes with plain loads. */
+	struct node *b = &nodes[1];
+	static FARM_CL_ALIGNED char buf[4096];
+	static FARM_CL_ALIGNED char back[4096];
+	farm_mr *mr;
+	assert_int_equal(farm_mr_reg(b->fab, buf, sizeof(buf), FARM_ACCESS_LOCAL,
+	                             &mr),
+	                 0);
+	farm_mr *mr2;
+	assert_int_equal(farm_mr_reg(b->fab, back, sizeof(back),
+	                             FARM_ACCESS_LOCAL, &mr2),
+	                 0);
+	for (size_t i = 0; i < sizeof(buf); i++)
+		buf[i] = (char)(i * 7 + 1);
+	farm_gaddr a = farm_gaddr_make(regions[0], 0x10000);
+	struct res w = {0}, rd = {0};
+	assert_int_equal(farm_as_write(b->as, b->loop, a, buf, mr, sizeof(buf),
+	                               op_done, &w),
+	                 0);
+	wait_res(&w);
+	assert_int_equal(w.status, 0);
+	uint8_t *local = farm_as_local_ptr(nodes[0].as, a, sizeof(buf));
+	assert_non_null(local);
+	assert_memory_equal(local, buf, sizeof(buf));
+	assert_null(farm_as_local_ptr(b->as, a, sizeof(buf))); /* a backup */
+	assert_int_equal(farm_as_read(b->as, b->loop, a, back, mr2, sizeof(back),
+	                              op_done, &rd),
+	                 0);
+	wait_res(&rd);
+	assert_int_equal(rd.status, 0);
+	assert_memory_equal(back, buf, sizeof(buf));
+	struct farm_as_stats st;
+	farm_as_stats_get(b->as, &st);
+	assert_int_equal(st.lookups_sent, 1); /* the descriptor was cached */
+	assert_int_equal(st.lookups_cached, 1);
+	assert_int_equal(st.regions_primary, 1);
+	assert_int_equal(st.regions_backup, 2);
+
+	/* Local access: machine 2 reads its own region with loads. */
+	farm_gaddr own = farm_gaddr_make(regions[1], 64);
+	memset(farm_as_local_ptr(b->as, own, 8), 0x5a, 8);
+	struct res lr = {0};
+	assert_int_equal(farm_as_read(b->as, b->loop, own, back, NULL, 8,
+	                              op_done, &lr),
+	                 0);
+	wait_res(&lr);
+	assert_int_equal(lr.status, 0);
+	assert_int_equal(back[0], 0x5a);
+
+	/* Bad addresses: offset past the region, zero length, region 0, a
+	 * region nobody allocated (its primary says so). Nothing is written. */
+	struct res x = {0};
+	assert_int_equal(farm_as_read(b->as, b->loop,
+	                              farm_gaddr_make(regions[0], RSIZE - 8),
+	                              back, mr2, 16, op_done, &x),
+	                 -EINVAL);
+	assert_int_equal(farm_as_read(b->as, b->loop, a, back, mr2, 0, op_done,
+	                              &x),
+	                 -EINVAL);
+	assert_int_equal(farm_as_read(b->as, b->loop, farm_gaddr_make(0, 0),
+	                              back, mr2, 8, op_done, &x),
+	                 -EINVAL);
+	uint32_t ghost = 0;
+	for (uint32_t id = 1000;; id++) {
+		uint32_t rep[FARM_RING_MAX_REPLICAS];
+		farm_as_replicas(b->as, id, rep);
+		if (rep[0] == 1 && id != regions[0]) {
+			ghost = id;
+			break;
+		}
+	}
+	assert_int_equal(farm_as_read(b->as, b->loop, farm_gaddr_make(ghost, 0),
+	                              back, mr2, 8, op_done, &x),
+	                 0);
+	wait_res(&x);
+	assert_int_equal(x.status, -ENOENT);
+	assert_memory_equal(local, buf, sizeof(buf));
+
+	/* Near allocation: same ring as the hint. */
+	struct res nr = {0};
+	assert_int_equal(farm_as_region_alloc(nodes[2].as, nodes[2].loop,
+	                                      regions[0], region_done, &nr),
+	                 0);
+	wait_res(&nr);
+	assert_int_equal(nr.status, 0);
+	assert_int_equal(nr.region % FARM_RING_DEFAULT_RINGS,
+	                 regions[0] % FARM_RING_DEFAULT_RINGS);
+	uint32_t rep[FARM_RING_MAX_REPLICAS];
+	assert_int_equal(farm_as_replicas(nodes[0].as, nr.region, rep), 3);
+	assert_int_equal(rep[0], 3);
+
+	farm_mr_dereg(mr);
+	farm_mr_dereg(mr2);
+}
+
+struct call_res {
+	int done, status;
+};
+
+static void call_done(farm_loop *loop, void *ctx, int status, const void *reply,
+                      uint32_t len)
+{
+	(void)loop;
+	(void)reply;
+	(void)len;
+	struct call_res *r = ctx;
+	r->status = status;
+	r->done = 1;
+}
+
+/* Malformed requests get an error reply, are counted, and change nothing. */
+static void test_bad_requests(void **state)
+{
+	(void)state;
+	struct farm_as_stats before, after;
+	farm_as_stats_get(nodes[0].as, &before);
+	uint8_t junk[40] = {1, 2, 3};
+	const uint16_t types[] = {FARM_MSGT_AS_LOOKUP, FARM_MSGT_AS_CREATE};
+	for (unsigned t = 0; t < 2; t++) {
+		struct call_res r = {0};
+		assert_int_equal(farm_msg_call(nodes[1].loop, 1, 0, types[t],
+		                               junk, 3, 0, call_done, &r),
+		                 0);
+		for (unsigned i = 0; i < 1000000 && !r.done; i++)
+			pump();
+		assert_true(r.done);
+		assert_int_equal(r.status, -EINVAL);
+	}
+	/* A create for a size that is not the cluster's. */
+	struct {
+		uint32_t region, primary;
+		uint64_t size;
+	} q = {.region = 77, .primary = 2, .size = RSIZE * 2};
+	struct call_res r = {0};
+	assert_int_equal(farm_msg_call(nodes[1].loop, 1, 0, FARM_MSGT_AS_CREATE,
+	                               &q, sizeof(q), 0, call_done, &r),
+	                 0);
+	for (unsigned i = 0; i < 1000000 && !r.done; i++)
+		pump();
+	assert_int_equal(r.status, -EINVAL);
+	farm_as_stats_get(nodes[0].as, &after);
+	assert_int_equal(after.bad_requests, before.bad_requests + 3);
+	assert_int_equal(after.regions_backup, before.regions_backup);
+	assert_int_equal(after.regions_primary, before.regions_primary);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	        cmocka_unit_test(test_no_view),
+	        cmocka_unit_test(test_alloc_and_access),
+	        cmocka_unit_test(test_bad_requests),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
