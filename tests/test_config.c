@@ -90,11 +90,48 @@ static void test_file_and_env(void **state)
 	tu_rmtree(dir);
 }
 
+/* The address-space keys: defaults, ranges, environment overrides. */
+static void test_addrspace_keys(void **state)
+{
+	(void)state;
+	struct farm_config c;
+	char err[256];
+	farm_config_defaults(&c);
+	assert_int_equal(c.replicas, 3);
+	assert_int_equal(c.rings, 3);
+	assert_int_equal(c.ring_points, 128);
+	assert_int_equal(c.threads, 1);
+	assert_int_equal(farm_config_set(&c, "replicas", "2", err, sizeof(err)), 0);
+	assert_int_equal(c.replicas, 2);
+	assert_int_equal(farm_config_set(&c, "replicas", "0", err, sizeof(err)),
+	                 -ERANGE);
+	assert_int_equal(farm_config_set(&c, "rings", "17", err, sizeof(err)),
+	                 -ERANGE);
+	assert_non_null(strstr(err, "rings"));
+	assert_int_equal(farm_config_set(&c, "ring_points", "x", err, sizeof(err)),
+	                 -EINVAL);
+	assert_int_equal(farm_config_set(&c, "threads", "65", err, sizeof(err)),
+	                 -ERANGE);
+	assert_int_equal(c.replicas, 2); /* bad values change nothing */
+	setenv("FARM_RINGS", "5", 1);
+	setenv("FARM_THREADS", "2", 1);
+	assert_int_equal(farm_config_apply_env(&c, err, sizeof(err)), 0);
+	assert_int_equal(c.rings, 5);
+	assert_int_equal(c.threads, 2);
+	setenv("FARM_RING_POINTS", "0", 1);
+	assert_int_equal(farm_config_apply_env(&c, err, sizeof(err)), -ERANGE);
+	assert_non_null(strstr(err, "FARM_RING_POINTS"));
+	unsetenv("FARM_RINGS");
+	unsetenv("FARM_THREADS");
+	unsetenv("FARM_RING_POINTS");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_sizes),
 		cmocka_unit_test(test_file_and_env),
+		cmocka_unit_test(test_addrspace_keys),
 	};
 	return cmocka_run_group_tests_name("config", tests, NULL, NULL);
 }

@@ -18,6 +18,10 @@ void farm_config_defaults(struct farm_config *c)
 	memset(c, 0, sizeof(*c));
 	c->region_size = FARM_DEFAULT_REGION_SIZE;
 	strcpy(c->job, "serve");
+	c->replicas = 3;
+	c->rings = 3;
+	c->ring_points = 128;
+	c->threads = 1;
 }
 
 int farm_parse_size(const char *s, uint64_t *out)
@@ -58,6 +62,19 @@ static int parse_u32(const char *s, uint32_t *out)
 	return 0;
 }
 
+/* A number in [lo, hi]; *out changes only on success. */
+static int parse_u32_in(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
+{
+	uint32_t v;
+	int rc = parse_u32(s, &v);
+	if (rc)
+		return rc;
+	if (v < lo || v > hi)
+		return -ERANGE;
+	*out = v;
+	return 0;
+}
+
 static int copy_str(char *dst, size_t cap, const char *v)
 {
 	size_t n = strlen(v);
@@ -87,6 +104,14 @@ int farm_config_set(struct farm_config *c, const char *key, const char *value,
 		rc = farm_parse_size(value, &c->region_size);
 	} else if (strcmp(key, "job") == 0) {
 		rc = copy_str(c->job, sizeof(c->job), value);
+	} else if (strcmp(key, "replicas") == 0) {
+		rc = parse_u32_in(value, 1, 8, &c->replicas);
+	} else if (strcmp(key, "rings") == 0) {
+		rc = parse_u32_in(value, 1, 16, &c->rings);
+	} else if (strcmp(key, "ring_points") == 0) {
+		rc = parse_u32_in(value, 1, 1024, &c->ring_points);
+	} else if (strcmp(key, "threads") == 0) {
+		rc = parse_u32_in(value, 1, 64, &c->threads);
 	} else if (strcmp(key, "peer") == 0) {
 		/* "peer = <id> <address>" */
 		if (c->npeers == FARM_CONFIG_MAX_PEERS) {
@@ -176,7 +201,9 @@ int farm_config_load(struct farm_config *c, const char *path, char *err,
 int farm_config_apply_env(struct farm_config *c, char *err, size_t errlen)
 {
 	static const char *const keys[] = {"machine_id", "data_dir", "fabric",
-	                                   "listen", "region_size", "job"};
+	                                   "listen", "region_size", "job",
+	                                   "replicas", "rings", "ring_points",
+	                                   "threads"};
 	char env[64], msg[256];
 	for (size_t i = 0; i < FARM_ARRAY_SIZE(keys); i++) {
 		size_t n = (size_t)snprintf(env, sizeof(env), "FARM_%s", keys[i]);

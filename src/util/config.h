@@ -26,6 +26,10 @@ struct farm_config {
 	char listen[FARM_CONFIG_STR]; /* verbs: ip:port */
 	uint64_t region_size;         /* bytes, power of two */
 	char job[32];                 /* what the machine host runs */
+	uint32_t replicas;            /* r: copies of each region, 1..8 */
+	uint32_t rings;               /* k: consistent-hashing rings, 1..16 */
+	uint32_t ring_points;         /* points per machine per ring */
+	uint32_t threads;             /* event loops per machine, 1..64 */
 	unsigned npeers;
 	struct farm_config_peer peers[FARM_CONFIG_MAX_PEERS];
 };
