@@ -597,8 +597,10 @@ out_free:
 }
 
 int bl_tcp_best(size_t payload, unsigned max_inflight, double seconds_each,
-                struct bl_result *out, char *which, size_t whichlen)
+                struct bl_result *out, char *which, size_t whichlen,
+                struct bl_result *single)
 {
+	struct bl_result one = {0};
 	if (max_inflight < 1 || max_inflight > BL_TCP_MAX_INFLIGHT || !out) {
 		fprintf(stderr, PFX "bl_tcp_best: invalid arguments\n");
 		return -EINVAL;
@@ -615,6 +617,8 @@ int bl_tcp_best(size_t payload, unsigned max_inflight, double seconds_each,
 		int err = bl_tcp_rr(payload, inflight, busy, seconds_each, &r);
 		if (err)
 			return err;
+		if (inflight == 1 && r.rate > one.rate)
+			one = r;
 		if (!best_inflight || r.rate > best.rate) {
 			best = r;
 			best_inflight = inflight;
@@ -622,6 +626,8 @@ int bl_tcp_best(size_t payload, unsigned max_inflight, double seconds_each,
 		}
 	}
 	*out = best;
+	if (single)
+		*single = one;
 	if (which && whichlen)
 		snprintf(which, whichlen, "tcp %s, %u in flight",
 		         best_busy ? "busy" : "blocking", best_inflight);

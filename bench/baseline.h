@@ -66,11 +66,13 @@ int bl_tcp_rr(size_t payload, unsigned inflight, bool busy, double seconds,
  * The best of the four TCP configurations {inflight 1, @max_inflight} x
  * {blocking, busy} by rate (two when @max_inflight is 1), each run for
  * @seconds_each; *which gets a short description like
- * "tcp busy, 16 in flight" (may be NULL; truncated to @whichlen). Fails
- * with the first configuration that fails.
+ * "tcp busy, 16 in flight" (may be NULL; truncated to @whichlen);
+ * *@single (may be NULL) gets the better of the two one-in-flight runs.
+ * Fails with the first configuration that fails.
  */
 int bl_tcp_best(size_t payload, unsigned max_inflight, double seconds_each,
-                struct bl_result *out, char *which, size_t whichlen);
+                struct bl_result *out, char *which, size_t whichlen,
+                struct bl_result *single);
 
 /*
  * A plain shared-memory single-producer single-consumer ring between this

@@ -46,7 +46,8 @@ int main(int argc, char **argv)
 	err = bl_tcp_rr(PAYLOAD, 1, true, s, &tk);
 	show("tcp busy, 1 in flight", err, &tk);
 	fails += !!err;
-	err = bl_tcp_best(PAYLOAD, INFLIGHT, s, &best, which, sizeof(which));
+	err = bl_tcp_best(PAYLOAD, INFLIGHT, s, &best, which, sizeof(which),
+	                  NULL);
 	show("tcp best of 4", err, &best);
 	if (!err)
 		printf("%-34s %s\n", "  (which)", which);
