@@ -11,6 +11,7 @@
 #define N      3
 #define RSIZE  (4ull << 20)
 #define T_JUNK 7
+#define T_WHO  8
 
 struct node {
 	char dir[256];
@@ -58,6 +59,14 @@ static void wait_res(struct res *r)
 	assert_true(r->done);
 }
 
+/* Replies with the id of the machine that ran it. */
+static void h_who(farm_loop *loop, const farm_msg_in *in, void *arg)
+{
+	struct node *x = arg;
+	uint32_t me = farm_fabric_machine_id(x->fab);
+	assert_int_equal(farm_msg_reply(loop, &in->token, &me, sizeof(me)), 0);
+}
+
 static int setup(void **state)
 {
 	(void)state;
@@ -71,6 +80,7 @@ static int setup(void **state)
 		assert_non_null(x->fab);
 		assert_int_equal(farm_msg_create(x->fab, &ma, &x->msg), 0);
 		aa.seed = i + 1;
+		assert_int_equal(farm_msg_handle(x->msg, T_WHO, h_who, x), 0);
 		assert_int_equal(farm_as_create(x->fab, x->msg, &aa, &x->as), 0);
 	}
 	for (unsigned i = 0; i < N; i++) {
@@ -258,17 +268,44 @@ static void test_alloc_and_access(void **state)
 
 struct call_res {
 	int done, status;
+	uint32_t who;
 };
 
 static void call_done(farm_loop *loop, void *ctx, int status, const void *reply,
                       uint32_t len)
 {
 	(void)loop;
-	(void)reply;
-	(void)len;
 	struct call_res *r = ctx;
 	r->status = status;
+	if (!status && len == sizeof(r->who))
+		memcpy(&r->who, reply, sizeof(r->who));
 	r->done = 1;
+}
+
+/* Function shipping by address reaches the region's primary. */
+static void test_ship_by_address(void **state)
+{
+	(void)state;
+	uint64_t seed = 3;
+	for (int t = 0; t < 30; t++) {
+		uint32_t region = (uint32_t)farm_rand64(&seed) | 1;
+		farm_gaddr a = farm_gaddr_make(region, 4096);
+		uint32_t rep[FARM_RING_MAX_REPLICAS];
+		farm_as_replicas(nodes[0].as, region, rep);
+		struct call_res r = {0};
+		struct node *from = &nodes[t % N];
+		assert_int_equal(farm_as_call(from->as, from->loop, a, T_WHO,
+		                              NULL, 0, 0, call_done, &r),
+		                 0);
+		for (unsigned i = 0; i < 1000000 && !r.done; i++)
+			pump();
+		assert_int_equal(r.status, 0);
+		assert_int_equal(r.who, rep[0]);
+	}
+	assert_int_equal(farm_as_call(nodes[0].as, nodes[0].loop,
+	                              farm_gaddr_make(0, 0), T_WHO, NULL, 0, 0,
+	                              call_done, NULL),
+	                 -EINVAL);
 }
 
 /* Malformed requests get an error reply, are counted, and change nothing. */
@@ -313,6 +350,7 @@ int main(void)
 	        cmocka_unit_test(test_no_view),
 	        cmocka_unit_test(test_alloc_and_access),
 	        cmocka_unit_test(test_bad_requests),
+	        cmocka_unit_test(test_ship_by_address),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -663,6 +663,53 @@ int farm_as_write(farm_as *as, farm_loop *loop, farm_gaddr a, const void *buf,
 	return as_access(as, loop, true, a, (void *)buf, lmr, len, cont, ctx);
 }
 
+/* ---- function shipping ------------------------------------------------------ */
+
+unsigned farm_as_thread_of(const farm_as *as, farm_gaddr a)
+{
+	unsigned t = farm_msg_nthreads(as->msg);
+	return t ? farm_ring_pos(farm_gaddr_region(a)) % t : 0;
+}
+
+static int owner_of(farm_as *as, farm_gaddr a, uint32_t *machine)
+{
+	if (!farm_gaddr_valid(a, 0, as->region_size))
+		return -EINVAL;
+	pthread_rwlock_rdlock(&as->lock);
+	int rc = as->ring ? 0 : -ENOENT;
+	if (!rc)
+		*machine = farm_ring_primary(as->ring, farm_gaddr_region(a));
+	pthread_rwlock_unlock(&as->lock);
+	return rc;
+}
+
+int farm_as_ship(farm_as *as, farm_loop *loop, farm_gaddr a, uint16_t type,
+                 const void *payload, uint32_t len)
+{
+	if (!as || !loop)
+		return -EINVAL;
+	uint32_t m;
+	int rc = owner_of(as, a, &m);
+	if (rc)
+		return rc;
+	return farm_msg_send(loop, m, farm_as_thread_of(as, a), type, payload,
+	                     len);
+}
+
+int farm_as_call(farm_as *as, farm_loop *loop, farm_gaddr a, uint16_t type,
+                 const void *req, uint32_t len, uint64_t timeout_ns,
+                 farm_rpc_fn cont, void *ctx)
+{
+	if (!as || !loop)
+		return -EINVAL;
+	uint32_t m;
+	int rc = owner_of(as, a, &m);
+	if (rc)
+		return rc;
+	return farm_msg_call(loop, m, farm_as_thread_of(as, a), type, req, len,
+	                     timeout_ns, cont, ctx);
+}
+
 void farm_as_stats_get(farm_as *as, struct farm_as_stats *out)
 {
 	if (!as || !out)

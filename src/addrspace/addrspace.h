@@ -104,6 +104,22 @@ int farm_as_read(farm_as *as, farm_loop *loop, farm_gaddr a, void *buf,
 int farm_as_write(farm_as *as, farm_loop *loop, farm_gaddr a, const void *buf,
                   farm_mr *lmr, uint32_t len, farm_op_fn cont, void *ctx);
 
+/*
+ * Function shipping by address: send a one-way message (farm_as_ship) or
+ * make an RPC (farm_as_call) to the machine that is primary for @a's
+ * region in the current view, to its loop farm_as_thread_of(@a) (the same
+ * loop for every address of a region, so work on one region is
+ * serialized there). The machine may be this one. Errors as farm_msg_send
+ * and farm_msg_call, plus -EINVAL for an address outside any region and
+ * -ENOENT before the first view.
+ */
+unsigned farm_as_thread_of(const farm_as *as, farm_gaddr a);
+int farm_as_ship(farm_as *as, farm_loop *loop, farm_gaddr a, uint16_t type,
+                 const void *payload, uint32_t len);
+int farm_as_call(farm_as *as, farm_loop *loop, farm_gaddr a, uint16_t type,
+                 const void *req, uint32_t len, uint64_t timeout_ns,
+                 farm_rpc_fn cont, void *ctx);
+
 void farm_as_stats_get(farm_as *as, struct farm_as_stats *out);
 
 #endif
