@@ -204,6 +204,25 @@ static void test_list_order(void **state)
 	assert_int_equal(v[3], 222);
 }
 
+/* A durable WRITE lands like any other; the flag is refused on READ/CAS. */
+static void test_write_persist(void **state)
+{
+	struct fx *f = *state;
+	memset(f->buf, 0x3c, 256);
+	memset(f->rbase + 1024, 0, 256);
+	farm_wr w = farm_wr_write(1, f->buf, f->lmr, 256, &f->rd, 1024);
+	w.flags |= FARM_WR_PERSIST;
+	assert_int_equal(tu_do(f->ep, f->cq, w), 0);
+	assert_memory_equal(f->rbase + 1024, f->buf, 256);
+	farm_wr r = farm_wr_read(2, f->buf, f->lmr, 8, &f->rd, 1024);
+	r.flags |= FARM_WR_PERSIST;
+	assert_int_equal(farm_ep_post(f->ep, &r, NULL), -EINVAL);
+	uint64_t res;
+	farm_wr c = farm_wr_cas(3, &res, f->lmr, &f->rd, 1024, 0, 1);
+	c.flags |= FARM_WR_PERSIST;
+	assert_int_equal(farm_ep_post(f->ep, &c, NULL), -EINVAL);
+}
+
 /* Run one bad request on a fresh endpoint and return its status. */
 static int bad_one(struct fx *f, farm_wr wr)
 {
@@ -454,6 +473,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_region_rules, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_read_write_cas, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_completion_is_async, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_write_persist, setup,
+		                                teardown),
 		cmocka_unit_test_setup_teardown(test_list_order, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bad_input, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_error_state, setup, teardown),

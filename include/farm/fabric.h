@@ -246,6 +246,14 @@ enum farm_wr_flags {
 	FARM_WR_SIGNALED = 1u << 0, /* completion on success too */
 	FARM_WR_INLINE = 1u << 1,   /* WRITE: copy the payload at post time;
 	                               lmr may be NULL; len <= FARM_INLINE_MAX */
+	/* WRITE: the bytes are durable in the target's memory by the time
+	 * the request completes. shm: flushed from the CPU caches
+	 * (pmem_persist) when the target's data directory is persistent
+	 * memory or DRAM (tmpfs: FaRM's battery-backed DRAM), msync'ed when
+	 * it is a disk (a page write per request: slow). verbs: the NIC's
+	 * completion is taken as durability, FaRM's model of non-volatile
+	 * DRAM; no flush is issued. */
+	FARM_WR_PERSIST = 1u << 2,
 };
 #define FARM_INLINE_MAX 256
 

@@ -94,7 +94,7 @@ static inline int farm_wr_check(const farm_wr *wr)
 {
 	switch (wr->opcode) {
 	case FARM_WR_READ:
-		if (wr->flags & FARM_WR_INLINE)
+		if (wr->flags & (FARM_WR_INLINE | FARM_WR_PERSIST))
 			return -EINVAL;
 		break;
 	case FARM_WR_WRITE:
@@ -102,7 +102,7 @@ static inline int farm_wr_check(const farm_wr *wr)
 			return -EINVAL;
 		break;
 	case FARM_WR_CAS:
-		if (wr->len != 8 || (wr->flags & FARM_WR_INLINE))
+		if (wr->len != 8 || (wr->flags & (FARM_WR_INLINE | FARM_WR_PERSIST)))
 			return -EINVAL;
 		break;
 	case FARM_WR_NOTIFY:
@@ -113,7 +113,8 @@ static inline int farm_wr_check(const farm_wr *wr)
 	default:
 		return -EINVAL;
 	}
-	if (wr->flags & ~(unsigned)(FARM_WR_SIGNALED | FARM_WR_INLINE))
+	if (wr->flags & ~(unsigned)(FARM_WR_SIGNALED | FARM_WR_INLINE |
+	                            FARM_WR_PERSIST))
 		return -EINVAL;
 	if (wr->len > FARM_FABRIC_MAX_OP || (wr->len && !wr->local))
 		return -EINVAL;

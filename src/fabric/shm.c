@@ -1319,6 +1319,19 @@ static inline int run_status(const struct shm_ep *ep)
 	return fault_status(ep);
 }
 
+/* FARM_WR_PERSIST: the target is a file in the peer's data directory,
+ * which is on the same kind of file system as ours on one host. */
+static void persist_remote(struct shm_ep *ep, struct shm_op *op)
+{
+	if (ep->peer->fab->dax_like) {
+		pmem_persist(op->rptr, op->len);
+		return;
+	}
+	uintptr_t page = (uintptr_t)op->rptr & ~(uintptr_t)4095;
+	if (pmem_msync((void *)page, (uintptr_t)op->rptr + op->len - page))
+		op->status = -errno;
+}
+
 /* Run op (the next unexecuted one) now; @st from run_status(). */
 static void execute(struct shm_ep *ep, struct shm_op *op, int st)
 {
@@ -1343,7 +1356,11 @@ static void execute(struct shm_ep *ep, struct shm_op *op, int st)
 		else
 			read_unsafe(op->local, op->rptr, op->len);
 		break;
-	case FARM_WR_WRITE: write_ordered(op->rptr, op->local, op->len); break;
+	case FARM_WR_WRITE:
+		write_ordered(op->rptr, op->local, op->len);
+		if (op->flags & FARM_WR_PERSIST)
+			persist_remote(ep, op);
+		break;
 	case FARM_WR_CAS: {
 		uint64_t expect = op->compare;
 		__atomic_compare_exchange_n((uint64_t *)(void *)op->rptr,
