@@ -702,8 +702,15 @@ static int ctl_call(struct bench *b, uint32_t cmd, uint64_t warm, uint64_t dur)
 {
 	struct ctl_req req = {.cmd = cmd, .warm_ns = warm, .dur_ns = dur};
 	struct ctl_done d = {0};
-	int rc = farm_msg_call(b->m.loop, SERVER_ID, 0, T_CTL, &req,
-	                       sizeof(req), CALL_TIMEOUT_NS, ctl_cont, &d);
+	/* After a one-way run the queue to the server may still be full:
+	 * let it drain (the server keeps reading) before the call. */
+	uint64_t give_up = farm_now_ns() + CALL_TIMEOUT_NS;
+	int rc;
+	while ((rc = farm_msg_call(b->m.loop, SERVER_ID, 0, T_CTL, &req,
+	                           sizeof(req), CALL_TIMEOUT_NS, ctl_cont,
+	                           &d)) == -ENOBUFS &&
+	       farm_now_ns() < give_up)
+		(void)farm_loop_poll(b->m.loop);
 	if (rc == 0)
 		rc = farm_loop_wait(b->m.loop, &d.done, CALL_TIMEOUT_NS * 2);
 	if (rc == 0)

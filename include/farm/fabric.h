@@ -189,8 +189,11 @@ enum farm_wr_opcode {
 	 * post). Executes after the requests posted before it: with a full
 	 * barrier between their stores and the check, if the 4-byte word at
 	 * raddr (4-aligned, in a registration with REMOTE_WRITE) is non-zero,
-	 * threads of the owner waiting on it (farm_wait_word) are woken. len
-	 * is 4 and local may be NULL. Its wc.len is 1 when it woke someone. */
+	 * it is set to zero and threads of the owner waiting on it
+	 * (farm_wait_word) are woken. Zeroing closes the race with an owner
+	 * that checked for work just before the WRITEs and is about to sleep:
+	 * its farm_wait_word(word, non-zero) then returns at once. len is 4
+	 * and local may be NULL. Its wc.len is 1 when it woke someone. */
 	FARM_WR_NOTIFY = 4,
 };
 
@@ -339,7 +342,8 @@ static inline farm_wr farm_wr_notify(uint64_t wr_id, const farm_mr_desc *rd,
  */
 FARM_API int farm_wait_word(const uint32_t *addr, uint32_t expected,
                             uint64_t timeout_ns);
-/* Wake local waiters on @addr (what FARM_WR_NOTIFY does for a peer). */
+/* If the word at @addr is non-zero, zero it and wake local waiters on it
+ * (what FARM_WR_NOTIFY does for a peer). */
 FARM_API void farm_wake_word(const uint32_t *addr);
 
 /* ---- fault injection (tests) ------------------------------------------ */

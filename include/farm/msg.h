@@ -224,12 +224,44 @@ typedef void (*farm_op_fn)(farm_loop *loop, void *ctx, int status);
  * it names only after @cont runs. @cont runs exactly once unless this
  * returns an error. A loop with operations outstanding polls rather than
  * parks. Local memory is reached with loads and stores, not through here:
- * @machine must be another machine (-EINVAL). Errors: -EINVAL, -ENOENT
- * (unknown machine), FARM_EPEERDEAD, -EAGAIN (send queue full), -ENOMEM.
+ * @machine must be another machine (-EINVAL). These operations use an
+ * endpoint separate from messaging's: after one fails (a bad address), the
+ * operations posted behind it complete with FARM_EFLUSHED (they did not
+ * run; retry them), and once they have, the next call connects a fresh
+ * endpoint. Errors: -EINVAL, -ENOENT (unknown machine), FARM_EPEERDEAD,
+ * -EAGAIN (send queue full, or a failed endpoint still draining),
+ * -ENOMEM.
  */
 FARM_API FARM_MUST_CHECK int farm_loop_rdma(farm_loop *loop, uint32_t machine,
                                             farm_wr *wr, farm_op_fn cont,
                                             void *ctx);
+
+/*
+ * farm_loop_rdma_wake() - farm_loop_rdma(), then, in the same doorbell,
+ * wake loop @thread of @machine if it is parked (shm; nothing on verbs,
+ * whose loops poll). For WRITEs into memory that loop polls through a
+ * poller (farm_loop_add_poller), such as transaction logs.
+ */
+FARM_API FARM_MUST_CHECK int farm_loop_rdma_wake(farm_loop *loop,
+                                                 uint32_t machine,
+                                                 unsigned thread, farm_wr *wr,
+                                                 farm_op_fn cont, void *ctx);
+
+/* ---- pollers ------------------------------------------------------------- */
+
+/* Poll something the loop does not know about (memory that peers WRITE
+ * into, such as logs). Returns the events handled (>= 0). Runs on the
+ * loop's thread on every pass, like a handler (it must not wait). */
+typedef int (*farm_poll_fn)(farm_loop *loop, void *ctx);
+/* Whether the poller has work, asked before the loop parks, after its park
+ * word is raised (so a WRITE followed by farm_loop_rdma_wake's doorbell is
+ * never missed). */
+typedef bool (*farm_pending_fn)(farm_loop *loop, void *ctx);
+/* Add a poller to @loop (on its thread; at most 8). -ENOSPC when full. */
+FARM_API FARM_MUST_CHECK int farm_loop_add_poller(farm_loop *loop,
+                                                  farm_poll_fn poll,
+                                                  farm_pending_fn pending,
+                                                  void *ctx);
 
 /* ---- counters ------------------------------------------------------------ */
 

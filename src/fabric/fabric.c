@@ -237,6 +237,9 @@ int farm_wait_word(const uint32_t *addr, uint32_t expected, uint64_t timeout_ns)
 
 void farm_wake_word(const uint32_t *addr)
 {
-	if (addr)
-		farm_futex_wake(addr);
+	/* The word lives in writable memory (farm_mem_alloc); the const is
+	 * the waiter-side view of it. */
+	uint32_t *w = (uint32_t *)(uintptr_t)addr;
+	if (w && __atomic_exchange_n(w, 0, __ATOMIC_SEQ_CST) != 0)
+		farm_futex_wake(w);
 }

@@ -1375,9 +1375,12 @@ static void execute(struct shm_ep *ep, struct shm_op *op, int st)
 		 * waiter stores the word, full barrier, re-checks its memory.
 		 */
 		atomic_thread_fence(memory_order_seq_cst);
-		const uint32_t *w = (const uint32_t *)(void *)op->rptr;
+		uint32_t *w = (uint32_t *)(void *)op->rptr;
 		bool woke = false;
-		if (__atomic_load_n(w, __ATOMIC_SEQ_CST) != 0)
+		/* Load first: most doorbells find the word clear, and a load
+		 * does not take the line away from its owner. */
+		if (__atomic_load_n(w, __ATOMIC_SEQ_CST) != 0 &&
+		    __atomic_exchange_n(w, 0, __ATOMIC_SEQ_CST) != 0)
 			woke = farm_futex_wake(w) > 0;
 		op->len = woke ? 1 : 0;
 		break;

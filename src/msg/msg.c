@@ -28,6 +28,7 @@
 #define MAX_RING           (64u << 20)
 #define EP_DEPTH           1024u
 #define CQ_BATCH           32
+#define MAX_POLLERS        8
 #define FRAMES_PER_POLL    64u
 #define WR_BATCH           64u
 #define SCAN_EVERY         256u /* passes between timer scans when busy */
@@ -193,6 +194,12 @@ struct out_chan {
 struct out_peer {
 	farm_ep *ep;
 	int err; /* sticky: the endpoint failed (peer dead or closed) */
+	/* One-sided operations of the layers above (farm_loop_rdma) use an
+	 * endpoint of their own: a bad address there puts that endpoint in
+	 * the error state (as a verbs QP), which must not stop messaging.
+	 * It is replaced once its outstanding operations have completed. */
+	farm_ep *rep;
+	unsigned rops; /* outstanding on rep */
 	struct out_chan **chans; /* nthreads, lazily */
 };
 
@@ -222,6 +229,7 @@ struct call {
 struct rdma_op {
 	farm_op_fn cont;
 	void *ctx;
+	uint32_t machine;
 	struct rdma_op *prev, *next; /* outstanding list */
 };
 
@@ -246,6 +254,12 @@ struct farm_loop {
 	_Atomic int stop;
 	bool polling; /* inside farm_loop_poll: handlers may not re-enter */
 	farm_wr *wrs; /* WR_BATCH + 1 */
+	struct poller {
+		farm_poll_fn poll;
+		farm_pending_fn pending;
+		void *ctx;
+	} pollers[MAX_POLLERS];
+	unsigned npollers;
 	struct rdma_op *ops;      /* outstanding one-sided operations */
 	struct rdma_op *ops_free; /* recycled records */
 	unsigned nops;
@@ -1259,6 +1273,7 @@ static void rdma_done(farm_loop *loop, struct rdma_op *o, int status)
 	if (o->next)
 		o->next->prev = o->prev;
 	loop->nops--;
+	loop->out[o->machine].rops--;
 	farm_op_fn cont = o->cont;
 	void *ctx = o->ctx;
 	o->next = loop->ops_free;
@@ -1266,11 +1281,13 @@ static void rdma_done(farm_loop *loop, struct rdma_op *o, int status)
 	cont(loop, ctx, status);
 }
 
-int farm_loop_rdma(farm_loop *loop, uint32_t machine, farm_wr *wr,
-                   farm_op_fn cont, void *ctx)
+static int rdma_post(farm_loop *loop, uint32_t machine, int wake_thread,
+                     farm_wr *wr, farm_op_fn cont, void *ctx)
 {
 	if (!loop || !wr || !cont || machine >= loop->msg->attr.max_machines ||
 	    machine == loop->msg->me)
+		return -EINVAL;
+	if (wake_thread >= (int)loop->msg->attr.nthreads)
 		return -EINVAL;
 	if (wr->opcode != FARM_WR_READ && wr->opcode != FARM_WR_WRITE &&
 	    wr->opcode != FARM_WR_CAS)
@@ -1279,6 +1296,21 @@ int farm_loop_rdma(farm_loop *loop, uint32_t machine, farm_wr *wr,
 	int rc = peer_ep(loop, machine, &op);
 	if (rc)
 		return rc;
+	if (op->rep && !farm_ep_usable(op->rep)) {
+		if (op->rops)
+			return -EAGAIN; /* the failed one's followers drain */
+		farm_ep_destroy(op->rep);
+		op->rep = NULL;
+	}
+	if (!op->rep) {
+		farm_ep_attr ea = {.sq_depth = EP_DEPTH};
+		rc = farm_ep_connect(loop->msg->fab, loop->cq, machine,
+		                     loop->msg->peers[machine].addr, &ea, &op->rep);
+		if (rc) {
+			op->rep = NULL;
+			return rc == -ECONNREFUSED ? FARM_EPEERDEAD : rc;
+		}
+	}
 	struct rdma_op *o = loop->ops_free;
 	if (o)
 		loop->ops_free = o->next;
@@ -1286,10 +1318,25 @@ int farm_loop_rdma(farm_loop *loop, uint32_t machine, farm_wr *wr,
 		return -ENOMEM;
 	o->cont = cont;
 	o->ctx = ctx;
+	o->machine = machine;
 	wr->next = NULL;
 	wr->wr_id = (uint64_t)(uintptr_t)o;
 	wr->flags |= FARM_WR_SIGNALED;
-	rc = farm_ep_post(op->ep, wr, NULL);
+	farm_wr bell;
+	if (wake_thread >= 0 && loop->msg->notify) {
+		/* After the WRITE, in the same doorbell: a parked receiver
+		 * wakes and finds it. */
+		const farm_mr_desc *pd = &loop->msg->peers[machine].desc;
+		bell = farm_wr_notify(0, pd, park_at(&loop->msg->lay,
+		                                     (unsigned)wake_thread));
+		wr->next = &bell;
+	}
+	farm_wr *bad = NULL;
+	rc = farm_ep_post(op->rep, wr, &bad);
+	if (rc && bad == wr->next)
+		rc = 0; /* the request is queued, only its doorbell is not: a
+		           parked receiver wakes at its next timed check */
+	wr->next = NULL;
 	if (rc) {
 		o->next = loop->ops_free;
 		loop->ops_free = o;
@@ -1301,6 +1348,33 @@ int farm_loop_rdma(farm_loop *loop, uint32_t machine, farm_wr *wr,
 		loop->ops->prev = o;
 	loop->ops = o;
 	loop->nops++;
+	op->rops++;
+	return 0;
+}
+
+int farm_loop_rdma(farm_loop *loop, uint32_t machine, farm_wr *wr,
+                   farm_op_fn cont, void *ctx)
+{
+	return rdma_post(loop, machine, -1, wr, cont, ctx);
+}
+
+int farm_loop_rdma_wake(farm_loop *loop, uint32_t machine, unsigned thread,
+                        farm_wr *wr, farm_op_fn cont, void *ctx)
+{
+	if (thread > INT32_MAX)
+		return -EINVAL;
+	return rdma_post(loop, machine, (int)thread, wr, cont, ctx);
+}
+
+int farm_loop_add_poller(farm_loop *loop, farm_poll_fn poll,
+                         farm_pending_fn pending, void *ctx)
+{
+	if (!loop || !poll || !pending)
+		return -EINVAL;
+	if (loop->npollers == MAX_POLLERS)
+		return -ENOSPC;
+	loop->pollers[loop->npollers++] =
+	        (struct poller){.poll = poll, .pending = pending, .ctx = ctx};
 	return 0;
 }
 
@@ -1310,13 +1384,11 @@ static int poll_cq(farm_loop *loop)
 	int n = farm_cq_poll(loop->cq, CQ_BATCH, wc);
 	for (int i = 0; i < n; i++) {
 		if (wc[i].wr_id) {
-			int st = wc[i].status;
-			struct out_peer *op = &loop->out[wc[i].peer];
-			if ((st == FARM_EPEERDEAD || st == FARM_EFLUSHED) &&
-			    !op->err)
-				op->err = FARM_EPEERDEAD;
+			/* FARM_EFLUSHED: an earlier operation on the endpoint
+			 * failed; this one did not run (the caller may retry:
+			 * the endpoint is replaced). */
 			rdma_done(loop, (struct rdma_op *)(uintptr_t)wc[i].wr_id,
-			          st == FARM_EFLUSHED ? FARM_EPEERDEAD : st);
+			          wc[i].status);
 			continue;
 		}
 		if (wc[i].status == 0)
@@ -1341,6 +1413,8 @@ int farm_loop_poll(farm_loop *loop)
 	refresh_peers(loop);
 	int got = poll_cq(loop);
 	got += poll_rings(loop);
+	for (unsigned i = 0; i < loop->npollers; i++)
+		got += loop->pollers[i].poll(loop, loop->pollers[i].ctx);
 	got += poll_inbox(loop, 0);
 	if (loop->nactive && (++loop->ticks % SCAN_EVERY) == 0)
 		got += scan_calls(loop, farm_now_ns());
@@ -1368,6 +1442,9 @@ static bool work_pending(farm_loop *loop)
 				return true;
 		}
 	}
+	for (unsigned i = 0; i < loop->npollers; i++)
+		if (loop->pollers[i].pending(loop, loop->pollers[i].ctx))
+			return true;
 	return atomic_load(&loop->stop) != 0;
 }
 
@@ -1507,6 +1584,8 @@ void farm_loop_close(farm_loop *loop)
 		}
 		if (op->ep)
 			farm_ep_destroy(op->ep);
+		if (op->rep)
+			farm_ep_destroy(op->rep);
 	}
 	if (farm_cq_destroy(loop->cq))
 		farm_warn("msg: loop %u: cq_destroy failed", loop->idx);
