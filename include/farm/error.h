@@ -34,6 +34,8 @@ enum farm_error {
 	FARM_ENODEVICE = -10007,      /* no device for this provider */
 	FARM_ECORRUPT = -10008,       /* malformed data from a peer */
 	FARM_ECLOSED = -10009,        /* object already closed or finished */
+	FARM_EUNAVAILABLE = -10010,   /* the coordination service (ZooKeeper)
+	                                 could not be reached in time */
 };
 
 /* Human-readable text for any code returned by libfarm (never NULL). */

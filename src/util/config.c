@@ -22,6 +22,9 @@ void farm_config_defaults(struct farm_config *c)
 	c->rings = 3;
 	c->ring_points = 128;
 	c->threads = 1;
+	strcpy(c->zk_root, "/libfarm/default");
+	c->zk_session_ms = 4000;
+	c->zk_connect_timeout_ms = 5000;
 }
 
 int farm_parse_size(const char *s, uint64_t *out)
@@ -112,6 +115,18 @@ int farm_config_set(struct farm_config *c, const char *key, const char *value,
 		rc = parse_u32_in(value, 1, 1024, &c->ring_points);
 	} else if (strcmp(key, "threads") == 0) {
 		rc = parse_u32_in(value, 1, 64, &c->threads);
+	} else if (strcmp(key, "zk") == 0) {
+		/* host:port[,host:port...][/chroot]; checked when used */
+		rc = strpbrk(value, " \t") ? -EINVAL
+		                           : copy_str(c->zk, sizeof(c->zk), value);
+	} else if (strcmp(key, "zk_root") == 0) {
+		rc = value[0] != '/' || strpbrk(value, " \t")
+		             ? -EINVAL
+		             : copy_str(c->zk_root, sizeof(c->zk_root), value);
+	} else if (strcmp(key, "zk_session_ms") == 0) {
+		rc = parse_u32_in(value, 100, 600000, &c->zk_session_ms);
+	} else if (strcmp(key, "zk_connect_timeout_ms") == 0) {
+		rc = parse_u32_in(value, 1, 3600000, &c->zk_connect_timeout_ms);
 	} else if (strcmp(key, "peer") == 0) {
 		/* "peer = <id> <address>" */
 		if (c->npeers == FARM_CONFIG_MAX_PEERS) {
@@ -203,7 +218,9 @@ int farm_config_apply_env(struct farm_config *c, char *err, size_t errlen)
 	static const char *const keys[] = {"machine_id", "data_dir", "fabric",
 	                                   "listen", "region_size", "job",
 	                                   "replicas", "rings", "ring_points",
-	                                   "threads"};
+	                                   "threads", "zk", "zk_root",
+	                                   "zk_session_ms",
+	                                   "zk_connect_timeout_ms"};
 	char env[64], msg[256];
 	for (size_t i = 0; i < FARM_ARRAY_SIZE(keys); i++) {
 		size_t n = (size_t)snprintf(env, sizeof(env), "FARM_%s", keys[i]);

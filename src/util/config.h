@@ -30,6 +30,11 @@ struct farm_config {
 	uint32_t rings;               /* k: consistent-hashing rings, 1..16 */
 	uint32_t ring_points;         /* points per machine per ring */
 	uint32_t threads;             /* event loops per machine, 1..64 */
+	char zk[FARM_CONFIG_STR];     /* ZooKeeper connect string; "" = static
+	                                 membership from the peer lines */
+	char zk_root[FARM_CONFIG_STR]; /* cluster root znode */
+	uint32_t zk_session_ms;       /* ZooKeeper session timeout */
+	uint32_t zk_connect_timeout_ms; /* bound on reaching ZooKeeper */
 	unsigned npeers;
 	struct farm_config_peer peers[FARM_CONFIG_MAX_PEERS];
 };

@@ -25,6 +25,8 @@ const char *farm_strerror(int err)
 		return "malformed data from a peer";
 	case FARM_ECLOSED:
 		return "object already closed or finished";
+	case FARM_EUNAVAILABLE:
+		return "coordination service (ZooKeeper) unreachable";
 	}
 	if (err < 0 && err > -4096) {
 		/* strerrordesc_np: glibc's thread-safe, locale-free table. */

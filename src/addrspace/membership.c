@@ -1,0 +1,427 @@
+/*
+ * Membership: the interface, views and their text form, and the static
+ * backend. The ZooKeeper backend is in zk.c; its design is described in
+ * membership.h.
+ */
+#include "addrspace/membership_impl.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "util/log.h"
+
+#define FARM_CONFIG_MAGIC "libfarm-config 1"
+
+const char *farm_membership_state_name(enum farm_membership_state s)
+{
+	switch (s) {
+	case FARM_MEMBERSHIP_CONNECTING: return "connecting";
+	case FARM_MEMBERSHIP_CONNECTED: return "connected";
+	case FARM_MEMBERSHIP_EXPIRED: return "expired";
+	case FARM_MEMBERSHIP_CLOSED: return "closed";
+	}
+	return "unknown";
+}
+
+const struct farm_member *farm_view_find(const struct farm_view *v, uint32_t id)
+{
+	if (!v)
+		return NULL;
+	unsigned lo = 0, hi = v->n < FARM_VIEW_MAX ? v->n : FARM_VIEW_MAX;
+	while (lo < hi) {
+		unsigned mid = lo + (hi - lo) / 2;
+		if (v->members[mid].id == id)
+			return &v->members[mid];
+		if (v->members[mid].id < id)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return NULL;
+}
+
+bool farm_view_equal(const struct farm_view *a, const struct farm_view *b)
+{
+	if (a->config_id != b->config_id || a->n != b->n)
+		return false;
+	for (unsigned i = 0; i < a->n; i++)
+		if (a->members[i].id != b->members[i].id ||
+		    strcmp(a->members[i].endpoint, b->members[i].endpoint))
+			return false;
+	return true;
+}
+
+static bool endpoint_valid(const char *e)
+{
+	size_t n = strnlen(e, FARM_ENDPOINT_MAX);
+	if (n == 0 || n == FARM_ENDPOINT_MAX)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)e[i] < 0x20 || e[i] == 0x7f)
+			return false; /* newlines would break the text form */
+	return true;
+}
+
+int farm_view_format(const struct farm_view *v, char *buf, size_t len)
+{
+	if (!v || !buf || v->n > FARM_VIEW_MAX)
+		return -EINVAL;
+	size_t off = 0;
+	int n = snprintf(buf, len,
+	                 FARM_CONFIG_MAGIC "\nconfig_id %" PRIu64 "\n",
+	                 v->config_id);
+	if (n < 0 || (size_t)n >= len)
+		return -ENOBUFS;
+	off = (size_t)n;
+	for (unsigned i = 0; i < v->n; i++) {
+		n = snprintf(buf + off, len - off, "member %" PRIu32 " %s\n",
+		             v->members[i].id, v->members[i].endpoint);
+		if (n < 0 || (size_t)n >= len - off)
+			return -ENOBUFS;
+		off += (size_t)n;
+	}
+	return (int)off;
+}
+
+/* Parse a decimal without sign or leading junk, up to @max, ending at @end
+ * (set to the first byte after the digits). */
+static int parse_dec(const char *s, const char *lim, uint64_t max,
+                     uint64_t *out, const char **end)
+{
+	uint64_t v = 0;
+	const char *p = s;
+	if (p == lim || !isdigit((unsigned char)*p))
+		return -1;
+	for (; p < lim && isdigit((unsigned char)*p); p++) {
+		unsigned d = (unsigned)(*p - '0');
+		if (v > (max - d) / 10)
+			return -1;
+		v = v * 10 + d;
+	}
+	*out = v;
+	*end = p;
+	return 0;
+}
+
+int farm_view_parse(const char *buf, size_t len, struct farm_view *v)
+{
+	if (!buf || !v)
+		return -EINVAL;
+	memset(v, 0, sizeof(*v));
+	const char *p = buf, *lim = buf + len;
+	unsigned line = 0;
+	bool have_id = false;
+	while (p < lim) {
+		const char *nl = memchr(p, '\n', (size_t)(lim - p));
+		if (!nl)
+			return FARM_ECORRUPT; /* every line ends with '\n' */
+		size_t n = (size_t)(nl - p);
+		const char *e;
+		uint64_t x;
+		if (line == 0) {
+			if (n != strlen(FARM_CONFIG_MAGIC) ||
+			    memcmp(p, FARM_CONFIG_MAGIC, n))
+				return FARM_ECORRUPT;
+		} else if (line == 1) {
+			if (n < 11 || memcmp(p, "config_id ", 10) ||
+			    parse_dec(p + 10, nl, UINT64_MAX, &x, &e) ||
+			    e != nl)
+				return FARM_ECORRUPT;
+			v->config_id = x;
+			have_id = true;
+		} else {
+			if (n < 7 || memcmp(p, "member ", 7) ||
+			    parse_dec(p + 7, nl, UINT32_MAX, &x, &e) ||
+			    e == nl || *e != ' ')
+				return FARM_ECORRUPT;
+			if (v->n == FARM_VIEW_MAX ||
+			    (v->n && v->members[v->n - 1].id >= x))
+				return FARM_ECORRUPT;
+			e++;
+			size_t elen = (size_t)(nl - e);
+			struct farm_member *m = &v->members[v->n];
+			if (elen == 0 || elen >= sizeof(m->endpoint) ||
+			    memchr(e, 0, elen))
+				return FARM_ECORRUPT;
+			memcpy(m->endpoint, e, elen);
+			m->endpoint[elen] = 0;
+			if (!endpoint_valid(m->endpoint))
+				return FARM_ECORRUPT;
+			m->id = (uint32_t)x;
+			v->n++;
+		}
+		line++;
+		p = nl + 1;
+	}
+	if (!have_id) {
+		memset(v, 0, sizeof(*v));
+		return FARM_ECORRUPT;
+	}
+	return 0;
+}
+
+/* ---- the handle ---------------------------------------------------- */
+
+static struct farm_membership *handle_new(uint32_t self, const char *endpoint)
+{
+	struct farm_membership *m = calloc(1, sizeof(*m));
+	if (!m)
+		return NULL;
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	if (pthread_mutex_init(&m->lock, NULL)) {
+		pthread_condattr_destroy(&ca);
+		free(m);
+		return NULL;
+	}
+	if (pthread_cond_init(&m->changed, &ca)) {
+		pthread_condattr_destroy(&ca);
+		pthread_mutex_destroy(&m->lock);
+		free(m);
+		return NULL;
+	}
+	pthread_condattr_destroy(&ca);
+	m->self = self;
+	strcpy(m->endpoint, endpoint); /* checked by the caller */
+	m->st.state = FARM_MEMBERSHIP_CONNECTING;
+	return m;
+}
+
+static void handle_free(struct farm_membership *m)
+{
+	pthread_cond_destroy(&m->changed);
+	pthread_mutex_destroy(&m->lock);
+	free(m);
+}
+
+void farm_membership_publish(struct farm_membership *m,
+                             const struct farm_view *v)
+{
+	pthread_mutex_lock(&m->lock);
+	bool newer = v->config_id > m->view.config_id;
+	if (newer) {
+		m->view = *v;
+		m->st.views++;
+	}
+	pthread_cond_broadcast(&m->changed);
+	pthread_mutex_unlock(&m->lock);
+	if (newer && m->on_view)
+		m->on_view(m->ctx, v);
+}
+
+static int cmp_member(const void *a, const void *b)
+{
+	const struct farm_member *x = a, *y = b;
+	return x->id < y->id ? -1 : x->id > y->id;
+}
+
+static int static_open(struct farm_membership *m,
+                       const struct farm_membership_attr *a)
+{
+	if (a->npeers > FARM_VIEW_MAX - 1 || (a->npeers && !a->peers))
+		return -EINVAL;
+	struct farm_view *v = malloc(sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	v->config_id = 1;
+	v->n = 0;
+	v->members[v->n].id = a->self_id;
+	strcpy(v->members[v->n++].endpoint, a->endpoint);
+	for (unsigned i = 0; i < a->npeers; i++) {
+		const struct farm_config_peer *p = &a->peers[i];
+		if (!endpoint_valid(p->addr) ||
+		    strlen(p->addr) >= FARM_ENDPOINT_MAX) {
+			free(v);
+			return -EINVAL;
+		}
+		v->members[v->n].id = p->id;
+		strcpy(v->members[v->n++].endpoint, p->addr);
+	}
+	qsort(v->members, v->n, sizeof(v->members[0]), cmp_member);
+	for (unsigned i = 1; i < v->n; i++)
+		if (v->members[i].id == v->members[i - 1].id) {
+			farm_warn("membership: machine %" PRIu32
+			          " listed twice in the static membership",
+			          v->members[i].id);
+			free(v);
+			return -EINVAL;
+		}
+	pthread_mutex_lock(&m->lock);
+	m->st.state = FARM_MEMBERSHIP_CONNECTED;
+	m->st.registered = true;
+	pthread_mutex_unlock(&m->lock);
+	farm_membership_publish(m, v);
+	free(v);
+	return 0;
+}
+
+int farm_membership_open(const struct farm_membership_attr *a,
+                         struct farm_membership **out)
+{
+	if (!a || !out || !a->endpoint || !endpoint_valid(a->endpoint))
+		return -EINVAL;
+	bool zk = a->zk && a->zk[0];
+	if (zk && (!farm_zk_connect_valid(a->zk) ||
+	           (a->zk_root && !farm_zk_path_valid(a->zk_root))))
+		return -EINVAL;
+	struct farm_membership *m = handle_new(a->self_id, a->endpoint);
+	if (!m)
+		return -ENOMEM;
+	m->on_view = a->on_view;
+	m->on_state = a->on_state;
+	m->ctx = a->ctx;
+	int rc = zk ? farm_zk_open(m, a) : static_open(m, a);
+	if (rc) {
+		handle_free(m);
+		return rc;
+	}
+	*out = m;
+	return 0;
+}
+
+int farm_membership_open_config(const struct farm_config *c, farm_view_fn fn,
+                                farm_state_fn sfn, void *ctx,
+                                struct farm_membership **out)
+{
+	if (!c || !out || !c->has_machine_id)
+		return -EINVAL;
+	const char *ep = strcmp(c->fabric, "verbs") == 0 && c->listen[0]
+	                         ? c->listen
+	                         : c->data_dir;
+	struct farm_membership_attr a = {
+	        .self_id = c->machine_id,
+	        .endpoint = ep,
+	        .zk = c->zk,
+	        .zk_root = c->zk_root[0] ? c->zk_root : NULL,
+	        .session_ms = c->zk_session_ms,
+	        .connect_ms = c->zk_connect_timeout_ms,
+	        .peers = c->peers,
+	        .npeers = c->npeers,
+	        .on_view = fn,
+	        .on_state = sfn,
+	        .ctx = ctx,
+	};
+	return farm_membership_open(&a, out);
+}
+
+void farm_membership_close(struct farm_membership *m)
+{
+	if (!m)
+		return;
+	if (m->zk)
+		farm_zk_close(m);
+	pthread_mutex_lock(&m->lock);
+	m->closed = true;
+	m->st.state = FARM_MEMBERSHIP_CLOSED;
+	pthread_cond_broadcast(&m->changed);
+	pthread_mutex_unlock(&m->lock);
+	handle_free(m);
+}
+
+int farm_membership_view(struct farm_membership *m, struct farm_view *out)
+{
+	if (!m || !out)
+		return -EINVAL;
+	pthread_mutex_lock(&m->lock);
+	*out = m->view;
+	pthread_mutex_unlock(&m->lock);
+	return 0;
+}
+
+int farm_membership_status(struct farm_membership *m,
+                           struct farm_membership_status *out)
+{
+	if (!m || !out)
+		return -EINVAL;
+	pthread_mutex_lock(&m->lock);
+	*out = m->st;
+	pthread_mutex_unlock(&m->lock);
+	return 0;
+}
+
+int farm_membership_wait(struct farm_membership *m, farm_membership_pred pred,
+                         void *arg, int timeout_ms, struct farm_view *out)
+{
+	if (!m || !pred)
+		return -EINVAL;
+	struct timespec dl;
+	clock_gettime(CLOCK_MONOTONIC, &dl);
+	if (timeout_ms >= 0) {
+		dl.tv_sec += timeout_ms / 1000;
+		dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+		if (dl.tv_nsec >= 1000000000L) {
+			dl.tv_sec++;
+			dl.tv_nsec -= 1000000000L;
+		}
+	}
+	int rc = 0;
+	pthread_mutex_lock(&m->lock);
+	for (;;) {
+		if (m->closed) {
+			rc = FARM_ECLOSED;
+			break;
+		}
+		if (pred(&m->view, &m->st, arg)) {
+			if (out)
+				*out = m->view;
+			break;
+		}
+		int e = timeout_ms >= 0
+		                ? pthread_cond_timedwait(&m->changed, &m->lock,
+		                                         &dl)
+		                : pthread_cond_wait(&m->changed, &m->lock);
+		if (e == ETIMEDOUT) {
+			/* One last look: the change may have come with it. */
+			if (pred(&m->view, &m->st, arg)) {
+				if (out)
+					*out = m->view;
+			} else {
+				rc = -ETIMEDOUT;
+			}
+			break;
+		}
+	}
+	pthread_mutex_unlock(&m->lock);
+	return rc;
+}
+
+struct wait_members {
+	unsigned n;
+	uint32_t self;
+};
+
+static bool pred_members(const struct farm_view *v,
+                         const struct farm_membership_status *s, void *arg)
+{
+	const struct wait_members *w = arg;
+	(void)s;
+	return v->n == w->n && farm_view_find(v, w->self);
+}
+
+int farm_membership_wait_members(struct farm_membership *m, unsigned n,
+                                 int timeout_ms, struct farm_view *out)
+{
+	if (!m)
+		return -EINVAL;
+	struct wait_members w = {.n = n, .self = m->self};
+	return farm_membership_wait(m, pred_members, &w, timeout_ms, out);
+}
+
+static bool pred_newer(const struct farm_view *v,
+                       const struct farm_membership_status *s, void *arg)
+{
+	(void)s;
+	return v->config_id > *(const uint64_t *)arg;
+}
+
+int farm_membership_wait_newer(struct farm_membership *m, uint64_t config_id,
+                               int timeout_ms, struct farm_view *out)
+{
+	return farm_membership_wait(m, pred_newer, &config_id, timeout_ms, out);
+}

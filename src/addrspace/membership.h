@@ -1,0 +1,188 @@
+/*
+ * Cluster membership and configuration (ARCHITECTURE.md 2.3, 2.8). Internal;
+ * not installed.
+ *
+ * A *view* is one configuration of the cluster: a config id and the members
+ * (machine id and fabric address), sorted by id. Every machine that shares
+ * a config id has the same view; a later configuration has a higher id.
+ *
+ * Two backends behind one interface:
+ *
+ * - static: the view is built once from a farm_config (the machine itself
+ *   and its `peer` lines), config id 1; it never changes and nothing fails.
+ *
+ * - ZooKeeper: the view is the content of a configuration znode; members
+ *   register with ephemeral znodes; the live member with the lowest id acts
+ *   as configuration manager and writes a new configuration (config id + 1)
+ *   with a versioned compare-and-set whenever the set of live members
+ *   differs from the configuration. Every member watches the configuration
+ *   znode and learns each new view. Layout under the cluster root R
+ *   (default /libfarm/default):
+ *
+ *     R                persistent, empty
+ *     R/config         persistent, the configuration as text:
+ *                        "libfarm-config 1\n"
+ *                        "config_id <decimal>\n"
+ *                        "member <id> <endpoint>\n"   one per member, by id
+ *                      (config_id 0 with no members until the first write)
+ *     R/members        persistent, empty
+ *     R/members/<id>   ephemeral, one per live machine (decimal id); its
+ *                      data is the machine's endpoint
+ *
+ *   Threads: the ZooKeeper client runs two threads of its own; the module
+ *   adds one worker thread per handle that makes every ZooKeeper call after
+ *   open, writes configurations when it is the manager, and runs the
+ *   callbacks. The client's own event thread only records events.
+ *
+ *   Failures: connection loss (server down or unreachable) makes the state
+ *   CONNECTING; the session, the registration and the view are kept and the
+ *   client reconnects by itself. Session expiry (the server dropped the
+ *   session: this machine's registration is gone and the others have or
+ *   will have a configuration without it) makes the state EXPIRED, and the
+ *   worker re-joins automatically with a new session and a new registration
+ *   (a new configuration with it follows). Each transition is logged (warn)
+ *   and counted, and on_state runs.
+ */
+#ifndef FARM_ADDRSPACE_MEMBERSHIP_H
+#define FARM_ADDRSPACE_MEMBERSHIP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <farm/error.h>
+
+#include "util/config.h"
+
+#define FARM_VIEW_MAX     (FARM_CONFIG_MAX_PEERS + 1)
+#define FARM_ENDPOINT_MAX FARM_CONFIG_STR /* with its NUL */
+
+struct farm_member {
+	uint32_t id;
+	char endpoint[FARM_ENDPOINT_MAX]; /* fabric address; shm: data dir */
+};
+
+struct farm_view {
+	uint64_t config_id; /* 0: no configuration yet */
+	unsigned n;
+	struct farm_member members[FARM_VIEW_MAX]; /* sorted by id, unique */
+};
+
+enum farm_membership_state {
+	FARM_MEMBERSHIP_CONNECTING = 1, /* no live connection: not yet, or lost
+	                                   (the session may still be valid) */
+	FARM_MEMBERSHIP_CONNECTED = 2,  /* session live (static: always) */
+	FARM_MEMBERSHIP_EXPIRED = 3,    /* session expired: this machine left
+	                                   the configuration; re-joining */
+	FARM_MEMBERSHIP_CLOSED = 4,
+};
+
+/* Counters; every one only grows. */
+struct farm_membership_status {
+	enum farm_membership_state state;
+	bool registered;        /* our ephemeral znode exists (static: true) */
+	uint64_t syncs;         /* times the view was read from ZooKeeper */
+	uint64_t views;         /* views delivered (config id changed) */
+	uint64_t conn_lost;     /* CONNECTED -> CONNECTING transitions */
+	uint64_t expired;       /* session expiries */
+	uint64_t rejoins;       /* new sessions after an expiry */
+	uint64_t config_writes; /* configurations this machine wrote */
+	uint64_t cas_conflicts; /* its writes that lost the compare-and-set */
+};
+
+struct farm_membership;
+
+/* Runs on the membership worker thread (static: once, on the thread that
+ * calls farm_membership_open, before it returns) with each new view, in
+ * config-id order. It must return quickly (it delays the next view) and
+ * must not call farm_membership_close or farm_membership_wait;
+ * farm_membership_view and farm_membership_status are allowed. */
+typedef void (*farm_view_fn)(void *ctx, const struct farm_view *v);
+/* Runs on the worker thread when the state changes. Transitions that are
+ * quicker than the worker may be coalesced (the counters are exact). */
+typedef void (*farm_state_fn)(void *ctx, enum farm_membership_state s);
+
+struct farm_membership_attr {
+	uint32_t self_id;
+	const char *endpoint; /* this machine's fabric address */
+	const char *zk;       /* NULL or "": static backend */
+	const char *zk_root;  /* NULL: "/libfarm/default" */
+	unsigned session_ms;  /* 0: 4000 (the server may adjust it) */
+	unsigned connect_ms;  /* 0: 5000; bound on reaching ZooKeeper */
+	/* static backend: the other machines */
+	const struct farm_config_peer *peers;
+	unsigned npeers;
+	farm_view_fn on_view;   /* may be NULL */
+	farm_state_fn on_state; /* may be NULL */
+	void *ctx;
+};
+
+/*
+ * farm_membership_open() - join the cluster.
+ *
+ * Static backend: builds the view and returns 0 (-EINVAL for a peer listed
+ * twice or with the machine's own id, an empty endpoint, too many peers).
+ *
+ * ZooKeeper: connects, creates the layout if missing, registers this
+ * machine and reads the configuration, then returns 0; the view may not
+ * include this machine yet (farm_membership_wait for it). Errors:
+ * -EINVAL (bad connect string, root path, endpoint, id); FARM_EUNAVAILABLE
+ * when no server answered within connect_ms; -EADDRINUSE when another live
+ * session holds this machine id for connect_ms + session_ms (a crashed
+ * incarnation's registration is waited out); -ENOTSUP when libfarm was
+ * built without the ZooKeeper client; another negative code from
+ * ZooKeeper (logged). *out is set only on success.
+ */
+int farm_membership_open(const struct farm_membership_attr *a,
+                         struct farm_membership **out) FARM_MUST_CHECK;
+/* Same, from a machine configuration: zk, zk_root, zk_session_ms,
+ * zk_connect_timeout_ms, machine_id, peers; the endpoint is `listen` on
+ * verbs and the data directory otherwise. */
+int farm_membership_open_config(const struct farm_config *c, farm_view_fn fn,
+                                farm_state_fn sfn, void *ctx,
+                                struct farm_membership **out) FARM_MUST_CHECK;
+/* Leave: delete the registration (the others see the departure at once,
+ * not after the session timeout), stop the worker, free. NULL is a no-op.
+ * Not from a callback, and not while another thread still uses @m. */
+void farm_membership_close(struct farm_membership *m);
+
+/* Copy the current view (config id 0 and no members before the first). */
+int farm_membership_view(struct farm_membership *m, struct farm_view *out);
+int farm_membership_status(struct farm_membership *m,
+                           struct farm_membership_status *out);
+
+/* A condition on the membership, evaluated under the module's lock: quick,
+ * no farm_membership_* calls. */
+typedef bool (*farm_membership_pred)(const struct farm_view *v,
+                                     const struct farm_membership_status *s,
+                                     void *arg);
+/*
+ * farm_membership_wait() - block until @pred holds, at most @timeout_ms
+ * (negative: no bound). Sleeps on a condition variable signalled on every
+ * view, state or counter change. Returns 0 (with the view that satisfied it
+ * in @out when non-NULL), -ETIMEDOUT, FARM_ECLOSED when closed meanwhile,
+ * -EINVAL.
+ */
+int farm_membership_wait(struct farm_membership *m, farm_membership_pred pred,
+                         void *arg, int timeout_ms, struct farm_view *out);
+/* Wait until the view has exactly @n members, this machine among them. */
+int farm_membership_wait_members(struct farm_membership *m, unsigned n,
+                                 int timeout_ms, struct farm_view *out);
+/* Wait until the config id is above @config_id. */
+int farm_membership_wait_newer(struct farm_membership *m, uint64_t config_id,
+                               int timeout_ms, struct farm_view *out);
+
+const char *farm_membership_state_name(enum farm_membership_state s);
+
+/* View helpers. */
+const struct farm_member *farm_view_find(const struct farm_view *v,
+                                         uint32_t id);
+bool farm_view_equal(const struct farm_view *a, const struct farm_view *b);
+/* The configuration znode's text (format above). farm_view_format returns
+ * the length written (without NUL) or -ENOBUFS; farm_view_parse returns 0
+ * or FARM_ECORRUPT (anything malformed: unknown line, ids not increasing,
+ * empty or too long endpoint, too many members). */
+int farm_view_format(const struct farm_view *v, char *buf, size_t len);
+int farm_view_parse(const char *buf, size_t len, struct farm_view *v);
+
+#endif /* FARM_ADDRSPACE_MEMBERSHIP_H */

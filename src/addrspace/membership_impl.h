@@ -1,0 +1,44 @@
+/*
+ * What membership.c (interface, views, static backend) and zk.c (the
+ * ZooKeeper backend) share. Private to those two files.
+ */
+#ifndef FARM_ADDRSPACE_MEMBERSHIP_IMPL_H
+#define FARM_ADDRSPACE_MEMBERSHIP_IMPL_H
+
+#include <pthread.h>
+
+#include "addrspace/membership.h"
+
+struct farm_zk;
+
+struct farm_membership {
+	pthread_mutex_t lock;   /* guards view, st, closed */
+	pthread_cond_t changed; /* broadcast on any change of view or st */
+	struct farm_view view;
+	struct farm_membership_status st;
+	bool closed;
+	uint32_t self;
+	char endpoint[FARM_ENDPOINT_MAX];
+	farm_view_fn on_view;
+	farm_state_fn on_state;
+	void *ctx;
+	struct farm_zk *zk; /* NULL: static backend */
+};
+
+/* ZooKeeper backend (zk.c). open fills m->zk and starts the worker; close
+ * stops it and frees m->zk. Without the client library open is -ENOTSUP. */
+int farm_zk_open(struct farm_membership *m,
+                 const struct farm_membership_attr *a);
+void farm_zk_close(struct farm_membership *m);
+/* Is @s a well-formed connect string: host:port[,host:port...][/chroot]? */
+bool farm_zk_connect_valid(const char *s);
+/* Is @s a usable root path: /a/b, no trailing slash, no empty, "." or ".."
+ * component, printable ASCII, shorter than 200 bytes? */
+bool farm_zk_path_valid(const char *s);
+
+/* For the backends: install @v as the current view if its config id is
+ * newer, then run on_view outside the lock. Call without the lock. */
+void farm_membership_publish(struct farm_membership *m,
+                             const struct farm_view *v);
+
+#endif

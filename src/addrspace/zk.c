@@ -1,0 +1,772 @@
+/*
+ * Membership through ZooKeeper (ARCHITECTURE.md 2.3, 2.8; layout and
+ * failure handling in membership.h).
+ *
+ * Who does what:
+ * - The ZooKeeper client's event thread runs zk_watcher(): it records the
+ *   session state and which work is pending, logs transitions, and wakes
+ *   the worker. It never calls ZooKeeper (a synchronous call from it would
+ *   deadlock the client).
+ * - The worker thread (one per handle) does all ZooKeeper calls after open:
+ *   zk_sync() re-registers if our ephemeral znode is missing, reads the
+ *   live members and the configuration (both with watches), and, when this
+ *   machine is the live member with the lowest id and the configuration's
+ *   members differ from the live ones, writes the next configuration with
+ *   zoo_set(expected version). A lost compare-and-set (ZBADVERSION) means
+ *   someone else wrote first: re-read and decide again.
+ *
+ * Why the lowest live id: every member computes it from the same children
+ * list, so at most one member writes once the list has settled; two
+ * writers in a transient disagreement are serialised by the version check,
+ * and each write is followed by a re-read, so the configuration converges
+ * on the live set. Config ids only grow: a new id is above both the old id
+ * and the znode's version.
+ */
+#include "addrspace/membership_impl.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "util/log.h"
+
+/* Plain-text checks, needed with or without the client library. */
+
+bool farm_zk_path_valid(const char *s)
+{
+	if (!s || s[0] != '/' || strlen(s) >= 200)
+		return false;
+	const char *c = s;
+	while (*c == '/') {
+		const char *e = c + 1;
+		while (*e && *e != '/') {
+			if (!isprint((unsigned char)*e))
+				return false;
+			e++;
+		}
+		size_t n = (size_t)(e - c - 1);
+		if (n == 0 || (n == 1 && c[1] == '.') ||
+		    (n == 2 && c[1] == '.' && c[2] == '.'))
+			return false;
+		c = e;
+	}
+	return *c == 0;
+}
+
+bool farm_zk_connect_valid(const char *s)
+{
+	if (!s || !*s || strlen(s) >= 1024)
+		return false;
+	const char *slash = strchr(s, '/');
+	const char *end = slash ? slash : s + strlen(s);
+	if (slash && !farm_zk_path_valid(slash))
+		return false;
+	const char *p = s;
+	while (p < end) {
+		const char *comma = memchr(p, ',', (size_t)(end - p));
+		const char *he = comma ? comma : end;
+		const char *colon = NULL;
+		if (*p == '[') { /* [ipv6]:port */
+			const char *rb = memchr(p, ']', (size_t)(he - p));
+			if (!rb || rb == p + 1 || rb + 1 >= he || rb[1] != ':')
+				return false;
+			for (const char *q = p + 1; q < rb; q++)
+				if (!isxdigit((unsigned char)*q) && *q != ':' &&
+				    *q != '.')
+					return false;
+			colon = rb + 1;
+		} else {
+			for (const char *q = p; q < he; q++)
+				if (*q == ':')
+					colon = q;
+			if (!colon || colon == p)
+				return false;
+			for (const char *q = p; q < colon; q++)
+				if (!isalnum((unsigned char)*q) && *q != '.' &&
+				    *q != '-' && *q != '_')
+					return false;
+		}
+		unsigned long port = 0;
+		const char *q = colon + 1;
+		if (q == he || he - q > 5)
+			return false;
+		for (; q < he; q++) {
+			if (!isdigit((unsigned char)*q))
+				return false;
+			port = port * 10 + (unsigned long)(*q - '0');
+		}
+		if (port == 0 || port > 65535)
+			return false;
+		if (!comma)
+			break;
+		p = comma + 1;
+		if (p == end)
+			return false; /* trailing comma */
+	}
+	return true;
+}
+
+#ifndef FARM_HAVE_ZK
+
+int farm_zk_open(struct farm_membership *m,
+                 const struct farm_membership_attr *a)
+{
+	(void)m;
+	(void)a;
+	farm_warn("membership: libfarm was built without the ZooKeeper client "
+	          "(libzookeeper-mt-dev)");
+	return -ENOTSUP;
+}
+
+void farm_zk_close(struct farm_membership *m)
+{
+	(void)m;
+}
+
+#else /* FARM_HAVE_ZK */
+
+#define THREADED 1 /* the client's synchronous calls (zookeeper_mt) */
+#include <zookeeper/zookeeper.h>
+
+#define ZK_BUF                (64u << 10) /* the configuration: 65 members fit in 18 KiB */
+#define ZK_DEFAULT_SESSION_MS 4000u
+#define ZK_DEFAULT_CONNECT_MS 5000u
+#define ZK_BACKOFF_MS         200 /* retry after an unexpected error */
+
+enum {
+	PEND_SYNC = 1u << 0,    /* re-read (and maybe write) the config */
+	PEND_EXPIRED = 1u << 1, /* session expired: new session */
+	PEND_STATE = 1u << 2,   /* run on_state */
+};
+
+struct farm_zk {
+	zhandle_t *zh; /* only the worker (and open/close around it) */
+	pthread_t worker;
+	bool worker_started;
+	pthread_cond_t wake; /* with m->lock: pending work or stop */
+	/* Under m->lock: */
+	unsigned pending;
+	unsigned retry; /* work to redo after ZK_BACKOFF_MS */
+	bool stop;
+	bool zh_closing;     /* ignore events from a handle being closed */
+	bool connected_once; /* this handle reached a server */
+	bool held_elsewhere; /* our id's znode belongs to another session */
+	bool opened;         /* farm_zk_open returned 0 */
+	int fatal;           /* error that makes open fail */
+	/* Worker only: */
+	bool layout_done;
+	bool held_logged;
+	enum farm_membership_state told; /* last state passed to on_state */
+	unsigned session_ms, connect_ms;
+	char connect[1024];
+	char root[200];
+	char members[216];
+	char config[216];
+	char self_path[232];
+	char *buf;
+	struct farm_view cur, next; /* scratch */
+};
+
+static void zk_log(const char *msg)
+{
+	size_t n = strlen(msg);
+	while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
+		n--;
+	/* The client's own warnings and errors (e.g. one per failed connect
+	 * while a server restarts) are detail: libfarm reports the state
+	 * changes that matter at warn. */
+	farm_info("zookeeper client: %.*s", (int)n, msg);
+}
+
+static void zk_global_init(void)
+{
+	ZooLogLevel l = ZOO_LOG_LEVEL_WARN;
+	if (farm_log_enabled(FARM_LOG_DEBUG))
+		l = ZOO_LOG_LEVEL_DEBUG;
+	zoo_set_debug_level(l);
+}
+
+/* A ZooKeeper return code as a negative errno value. */
+static int zk_err(int zrc)
+{
+	if (zrc == ZOK)
+		return 0;
+	if (zrc == ZCONNECTIONLOSS || zrc == ZINVALIDSTATE)
+		return -ENOTCONN;
+	if (zrc == ZOPERATIONTIMEOUT)
+		return -ETIMEDOUT;
+	if (zrc == ZSESSIONEXPIRED)
+		return -ESTALE;
+	if (zrc == ZNONODE)
+		return -ENOENT;
+	if (zrc == ZNODEEXISTS)
+		return -EEXIST;
+	if (zrc == ZBADVERSION)
+		return -EAGAIN;
+	if (zrc == ZNOAUTH || zrc == ZAUTHFAILED)
+		return -EACCES;
+	if (zrc == ZBADARGUMENTS)
+		return -EINVAL;
+	if (zrc == ZMARSHALLINGERROR)
+		return -ENOMEM;
+	return -EIO;
+}
+
+static bool zk_transient(int rc)
+{
+	return rc == -ENOTCONN || rc == -ETIMEDOUT || rc == -ESTALE ||
+	       rc == -EAGAIN;
+}
+
+static void zk_watcher(zhandle_t *zh, int type, int state, const char *path,
+                       void *ctx)
+{
+	struct farm_membership *m = ctx;
+	struct farm_zk *z = m->zk;
+	(void)zh;
+	(void)path;
+	pthread_mutex_lock(&m->lock);
+	if (z->zh_closing) {
+		pthread_mutex_unlock(&m->lock);
+		return;
+	}
+	if (type != ZOO_SESSION_EVENT) {
+		z->pending |= PEND_SYNC; /* a watched znode changed */
+	} else if (state == ZOO_CONNECTED_STATE) {
+		if (m->st.state != FARM_MEMBERSHIP_CONNECTED)
+			farm_info("membership: machine %" PRIu32
+			          " connected to ZooKeeper (session timeout %d "
+			          "ms)",
+			          m->self, zoo_recv_timeout(zh));
+		z->connected_once = true;
+		m->st.state = FARM_MEMBERSHIP_CONNECTED;
+		z->pending |= PEND_SYNC | PEND_STATE;
+	} else if (state == ZOO_CONNECTING_STATE ||
+	           state == ZOO_NOTCONNECTED_STATE ||
+	           state == ZOO_ASSOCIATING_STATE) {
+		if (m->st.state == FARM_MEMBERSHIP_CONNECTED) {
+			m->st.conn_lost++;
+			farm_warn(
+			        "membership: machine %" PRIu32
+			        ": connection to ZooKeeper lost; reconnecting "
+			        "(the session survives if that takes less than "
+			        "its timeout)",
+			        m->self);
+			m->st.state = FARM_MEMBERSHIP_CONNECTING;
+			z->pending |= PEND_STATE;
+		}
+	} else if (state == ZOO_EXPIRED_SESSION_STATE ||
+	           state == ZOO_AUTH_FAILED_STATE) {
+		if (m->st.state != FARM_MEMBERSHIP_EXPIRED) {
+			m->st.expired++;
+			farm_warn(
+			        "membership: machine %" PRIu32
+			        ": ZooKeeper session %s; this machine left the "
+			        "configuration; re-joining with a new session",
+			        m->self,
+			        state == ZOO_EXPIRED_SESSION_STATE
+			                ? "expired"
+			                : "failed authentication");
+		}
+		m->st.state = FARM_MEMBERSHIP_EXPIRED;
+		m->st.registered = false;
+		z->pending |= PEND_EXPIRED | PEND_STATE;
+	}
+	pthread_cond_broadcast(&m->changed);
+	pthread_cond_signal(&z->wake);
+	pthread_mutex_unlock(&m->lock);
+}
+
+static zhandle_t *zk_init(struct farm_membership *m)
+{
+	struct farm_zk *z = m->zk;
+	errno = 0;
+	zhandle_t *zh = zookeeper_init2(z->connect, zk_watcher,
+	                                (int)z->session_ms, NULL, m, 0, zk_log);
+	if (!zh && !errno)
+		errno = EINVAL;
+	return zh;
+}
+
+/* Create @path (persistent, empty or @data) unless it exists. */
+static int zk_ensure(zhandle_t *zh, const char *path, const char *data, int len)
+{
+	int zrc = zoo_create(zh, path, data, len, &ZOO_OPEN_ACL_UNSAFE,
+	                     ZOO_PERSISTENT, NULL, 0);
+	if (zrc == ZOK || zrc == ZNODEEXISTS)
+		return 0;
+	return zk_err(zrc);
+}
+
+static int zk_layout(struct farm_membership *m)
+{
+	struct farm_zk *z = m->zk;
+	char path[sizeof(z->root)];
+	/* Every ancestor of the root, then the root itself. */
+	for (const char *s = strchr(z->root + 1, '/');;
+	     s = strchr(s + 1, '/')) {
+		size_t n = s ? (size_t)(s - z->root) : strlen(z->root);
+		memcpy(path, z->root, n);
+		path[n] = 0;
+		int rc = zk_ensure(z->zh, path, NULL, -1);
+		if (rc)
+			return rc;
+		if (!s)
+			break;
+	}
+	int rc = zk_ensure(z->zh, z->members, NULL, -1);
+	if (rc)
+		return rc;
+	memset(&z->cur, 0, sizeof(z->cur));
+	int len = farm_view_format(&z->cur, z->buf, ZK_BUF);
+	if (len < 0)
+		return len;
+	return zk_ensure(z->zh, z->config, z->buf, len);
+}
+
+/* Register this machine. Returns 0 when our ephemeral znode exists, 1 when
+ * another session holds our id (we wait for it: its deletion fires the
+ * watch set here), or a negative code. */
+static int zk_register(struct farm_membership *m)
+{
+	struct farm_zk *z = m->zk;
+	struct Stat st;
+	int zrc = zoo_exists(z->zh, z->self_path, 1, &st);
+	if (zrc == ZOK) {
+		const clientid_t *cid = zoo_client_id(z->zh);
+		if (cid && st.ephemeralOwner == cid->client_id) {
+			z->held_logged = false;
+			return 0;
+		}
+		if (!z->held_logged)
+			farm_warn(
+			        "membership: machine id %" PRIu32
+			        " is registered by another session (0x%" PRIx64
+			        "); waiting for it to end",
+			        m->self, (uint64_t)st.ephemeralOwner);
+		z->held_logged = true;
+		return 1;
+	}
+	if (zrc != ZNONODE)
+		return zk_err(zrc);
+	zrc = zoo_create(z->zh, z->self_path, m->endpoint,
+	                 (int)strlen(m->endpoint), &ZOO_OPEN_ACL_UNSAFE,
+	                 ZOO_EPHEMERAL, NULL, 0);
+	if (zrc == ZOK) {
+		farm_info("membership: machine %" PRIu32 " registered as %s",
+		          m->self, z->self_path);
+		return 0;
+	}
+	if (zrc == ZNODEEXISTS)
+		return -EAGAIN; /* raced with another session: look again */
+	return zk_err(zrc);
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* The live members' ids, sorted, from the children of members/ (a watch is
+ * set). Names that are not decimal ids are skipped. */
+static int zk_live(struct farm_zk *z, uint32_t *ids, unsigned *n)
+{
+	struct String_vector sv = {0};
+	int zrc = zoo_get_children(z->zh, z->members, 1, &sv);
+	if (zrc != ZOK)
+		return zk_err(zrc);
+	*n = 0;
+	for (int32_t i = 0; i < sv.count; i++) {
+		const char *s = sv.data[i];
+		char *e;
+		errno = 0;
+		unsigned long v = strtoul(s, &e, 10);
+		if (!isdigit((unsigned char)s[0]) || *e || errno ||
+		    v > UINT32_MAX || *n == FARM_VIEW_MAX) {
+			farm_warn("membership: ignoring %s/%s", z->members, s);
+			continue;
+		}
+		ids[(*n)++] = (uint32_t)v;
+	}
+	deallocate_String_vector(&sv);
+	qsort(ids, *n, sizeof(ids[0]), cmp_u32);
+	return 0;
+}
+
+/* As manager: build the configuration of the live members in z->next. */
+static int zk_build(struct farm_zk *z, const uint32_t *ids, unsigned n)
+{
+	z->next.n = 0;
+	for (unsigned i = 0; i < n; i++) {
+		char path[sizeof(z->members) + 16];
+		snprintf(path, sizeof(path), "%s/%" PRIu32, z->members, ids[i]);
+		struct farm_member *mb = &z->next.members[z->next.n];
+		int len = (int)sizeof(mb->endpoint) - 1;
+		int zrc = zoo_get(z->zh, path, 0, mb->endpoint, &len, NULL);
+		if (zrc == ZNONODE)
+			continue; /* left meanwhile; its watch event follows */
+		if (zrc != ZOK)
+			return zk_err(zrc);
+		if (len <= 0 || memchr(mb->endpoint, '\n', (size_t)len) ||
+		    memchr(mb->endpoint, 0, (size_t)len)) {
+			farm_warn("membership: %s has no usable endpoint",
+			          path);
+			continue;
+		}
+		mb->endpoint[len] = 0;
+		mb->id = ids[i];
+		z->next.n++;
+	}
+	return 0;
+}
+
+static bool same_members(const struct farm_view *a, const struct farm_view *b)
+{
+	if (a->n != b->n)
+		return false;
+	for (unsigned i = 0; i < a->n; i++)
+		if (a->members[i].id != b->members[i].id ||
+		    strcmp(a->members[i].endpoint, b->members[i].endpoint))
+			return false;
+	return true;
+}
+
+static int zk_sync(struct farm_membership *m)
+{
+	struct farm_zk *z = m->zk;
+	if (!z->zh || zoo_state(z->zh) != ZOO_CONNECTED_STATE)
+		return -ENOTCONN; /* the CONNECTED event brings us back */
+	int rc;
+	if (!z->layout_done) {
+		rc = zk_layout(m);
+		if (rc)
+			return rc;
+		z->layout_done = true;
+	}
+	int reg = zk_register(m);
+	if (reg < 0)
+		return reg;
+	uint32_t ids[FARM_VIEW_MAX];
+	unsigned nids = 0;
+	rc = zk_live(z, ids, &nids);
+	if (rc == -ENOENT)
+		z->layout_done = false; /* someone removed the layout */
+	if (rc)
+		return rc == -ENOENT ? -EAGAIN : rc;
+	struct Stat cst;
+	int len = (int)ZK_BUF;
+	int zrc = zoo_get(z->zh, z->config, 1, z->buf, &len, &cst);
+	if (zrc == ZNONODE) {
+		z->layout_done = false;
+		return -EAGAIN;
+	}
+	if (zrc != ZOK)
+		return zk_err(zrc);
+	bool parsed = farm_view_parse(z->buf, len > 0 ? (size_t)len : 0,
+	                              &z->cur) == 0;
+	if (!parsed) {
+		farm_err("membership: %s is malformed; the manager will "
+		         "rewrite it",
+		         z->config);
+		memset(&z->cur, 0, sizeof(z->cur));
+	}
+	pthread_mutex_lock(&m->lock);
+	m->st.syncs++;
+	m->st.registered = reg == 0;
+	z->held_elsewhere = reg == 1;
+	pthread_cond_broadcast(&m->changed);
+	pthread_mutex_unlock(&m->lock);
+
+	if (reg == 0 && nids && ids[0] == m->self) {
+		rc = zk_build(z, ids, nids);
+		if (rc)
+			return rc;
+		if (!parsed || !same_members(&z->cur, &z->next)) {
+			uint64_t id = z->cur.config_id;
+			if ((uint64_t)cst.version > id)
+				id = (uint64_t)cst.version;
+			z->next.config_id = id + 1;
+			len = farm_view_format(&z->next, z->buf, ZK_BUF);
+			if (len < 0)
+				return len;
+			zrc = zoo_set(z->zh, z->config, z->buf, len,
+			              cst.version);
+			if (zrc == ZBADVERSION) {
+				pthread_mutex_lock(&m->lock);
+				m->st.cas_conflicts++;
+				pthread_mutex_unlock(&m->lock);
+				return -EAGAIN;
+			}
+			if (zrc != ZOK)
+				return zk_err(zrc);
+			pthread_mutex_lock(&m->lock);
+			m->st.config_writes++;
+			pthread_mutex_unlock(&m->lock);
+			farm_info("membership: machine %" PRIu32
+			          " (manager) wrote configuration %" PRIu64
+			          " with %u members",
+			          m->self, z->next.config_id, z->next.n);
+			farm_membership_publish(m, &z->next);
+			return 0;
+		}
+	}
+	if (parsed && z->cur.config_id)
+		farm_membership_publish(m, &z->cur);
+	return 0;
+}
+
+/* The session expired: close the handle, open a new session. The CONNECTED
+ * event of the new one brings a sync, which registers again. */
+static int zk_rejoin(struct farm_membership *m)
+{
+	struct farm_zk *z = m->zk;
+	pthread_mutex_lock(&m->lock);
+	z->zh_closing = true;
+	pthread_mutex_unlock(&m->lock);
+	if (z->zh) {
+		int zrc = zookeeper_close(z->zh);
+		if (zrc != ZOK)
+			farm_dbg("membership: zookeeper_close: %d", zrc);
+	}
+	z->zh = NULL;
+	z->layout_done = false;
+	pthread_mutex_lock(&m->lock);
+	z->zh_closing = false;
+	pthread_mutex_unlock(&m->lock);
+	zhandle_t *zh = zk_init(m);
+	if (!zh) {
+		int rc = -errno;
+		farm_err("membership: machine %" PRIu32
+		         ": cannot open a new ZooKeeper session: %s",
+		         m->self, farm_strerror(rc));
+		return rc;
+	}
+	z->zh = zh;
+	pthread_mutex_lock(&m->lock);
+	m->st.rejoins++;
+	pthread_cond_broadcast(&m->changed);
+	pthread_mutex_unlock(&m->lock);
+	return 0;
+}
+
+static void deliver_state(struct farm_membership *m)
+{
+	struct farm_zk *z = m->zk;
+	pthread_mutex_lock(&m->lock);
+	enum farm_membership_state s = m->st.state;
+	pthread_mutex_unlock(&m->lock);
+	if (s == z->told)
+		return;
+	z->told = s;
+	if (m->on_state)
+		m->on_state(m->ctx, s);
+}
+
+static void deadline_in(struct timespec *t, int ms)
+{
+	clock_gettime(CLOCK_MONOTONIC, t);
+	t->tv_sec += ms / 1000;
+	t->tv_nsec += (long)(ms % 1000) * 1000000L;
+	if (t->tv_nsec >= 1000000000L) {
+		t->tv_sec++;
+		t->tv_nsec -= 1000000000L;
+	}
+}
+
+static void *zk_worker(void *arg)
+{
+	struct farm_membership *m = arg;
+	struct farm_zk *z = m->zk;
+	pthread_mutex_lock(&m->lock);
+	for (;;) {
+		while (!z->stop && !z->pending) {
+			if (!z->retry) {
+				pthread_cond_wait(&z->wake, &m->lock);
+				continue;
+			}
+			struct timespec dl;
+			deadline_in(&dl, ZK_BACKOFF_MS);
+			if (pthread_cond_timedwait(&z->wake, &m->lock, &dl) ==
+			    ETIMEDOUT) {
+				z->pending |= z->retry;
+				z->retry = 0;
+			}
+		}
+		if (z->stop)
+			break;
+		unsigned p = z->pending;
+		z->pending = 0;
+		pthread_mutex_unlock(&m->lock);
+
+		int rc = 0;
+		unsigned redo = 0;
+		if (p & PEND_EXPIRED) {
+			rc = zk_rejoin(m);
+			redo = PEND_EXPIRED;
+		} else if (p & PEND_SYNC) {
+			rc = zk_sync(m);
+			redo = PEND_SYNC;
+		}
+		deliver_state(m);
+
+		pthread_mutex_lock(&m->lock);
+		if (rc == -EAGAIN) {
+			z->pending |= redo; /* lost a race: look again now */
+		} else if (rc == -ESTALE || rc == -ENOTCONN) {
+			/* The session event that follows brings us back. */
+		} else if (rc) {
+			if (!z->opened && !zk_transient(rc)) {
+				z->fatal = rc;
+				pthread_cond_broadcast(&m->changed);
+			}
+			farm_warn("membership: machine %" PRIu32
+			          ": %s failed: %s; retrying",
+			          m->self,
+			          redo == PEND_SYNC ? "sync" : "re-join",
+			          farm_strerror(rc));
+			z->retry |= redo;
+		}
+	}
+	pthread_mutex_unlock(&m->lock);
+	return NULL;
+}
+
+static void zk_free(struct farm_membership *m)
+{
+	struct farm_zk *z = m->zk;
+	if (z->worker_started) {
+		pthread_mutex_lock(&m->lock);
+		z->stop = true;
+		pthread_cond_signal(&z->wake);
+		pthread_mutex_unlock(&m->lock);
+		pthread_join(z->worker, NULL);
+	}
+	pthread_mutex_lock(&m->lock);
+	z->zh_closing = true;
+	pthread_mutex_unlock(&m->lock);
+	if (z->zh) {
+		/* Ends the session: our ephemeral znode goes at once. */
+		int zrc = zookeeper_close(z->zh);
+		if (zrc != ZOK)
+			farm_dbg("membership: zookeeper_close: %d", zrc);
+	}
+	pthread_cond_destroy(&z->wake);
+	free(z->buf);
+	free(z);
+	m->zk = NULL;
+}
+
+void farm_zk_close(struct farm_membership *m)
+{
+	if (m && m->zk)
+		zk_free(m);
+}
+
+static uint64_t mono_ms(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000u + (uint64_t)t.tv_nsec / 1000000u;
+}
+
+int farm_zk_open(struct farm_membership *m,
+                 const struct farm_membership_attr *a)
+{
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+	pthread_once(&once, zk_global_init);
+
+	const char *root = a->zk_root ? a->zk_root : "/libfarm/default";
+	if (!farm_zk_connect_valid(a->zk) || !farm_zk_path_valid(root))
+		return -EINVAL;
+	struct farm_zk *z = calloc(1, sizeof(*z));
+	if (!z)
+		return -ENOMEM;
+	z->buf = malloc(ZK_BUF);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	int e = pthread_cond_init(&z->wake, &ca);
+	pthread_condattr_destroy(&ca);
+	if (!z->buf || e) {
+		if (!e)
+			pthread_cond_destroy(&z->wake);
+		free(z->buf);
+		free(z);
+		return e ? -e : -ENOMEM;
+	}
+	z->session_ms = a->session_ms ? a->session_ms : ZK_DEFAULT_SESSION_MS;
+	z->connect_ms = a->connect_ms ? a->connect_ms : ZK_DEFAULT_CONNECT_MS;
+	z->told = FARM_MEMBERSHIP_CONNECTING;
+	snprintf(z->connect, sizeof(z->connect), "%s", a->zk);
+	snprintf(z->root, sizeof(z->root), "%s", root);
+	snprintf(z->members, sizeof(z->members), "%s/members", root);
+	snprintf(z->config, sizeof(z->config), "%s/config", root);
+	snprintf(z->self_path, sizeof(z->self_path), "%s/%" PRIu32, z->members,
+	         m->self);
+	m->zk = z;
+
+	uint64_t t0 = mono_ms();
+	z->zh = zk_init(m);
+	if (!z->zh) {
+		int rc = -errno;
+		farm_warn("membership: cannot use ZooKeeper at '%s': %s", a->zk,
+		          farm_strerror(rc));
+		zk_free(m);
+		return rc;
+	}
+	e = pthread_create(&z->worker, NULL, zk_worker, m);
+	if (e) {
+		zk_free(m);
+		return -e;
+	}
+	z->worker_started = true;
+
+	/* Wait until registered with a view read, within the bounds. */
+	uint64_t dl_connect = t0 + z->connect_ms;
+	uint64_t dl_register = dl_connect + z->session_ms;
+	int rc = 0;
+	pthread_mutex_lock(&m->lock);
+	for (;;) {
+		if (z->fatal) {
+			rc = z->fatal;
+			break;
+		}
+		if (m->st.registered && m->st.syncs) {
+			z->opened = true;
+			break;
+		}
+		uint64_t now = mono_ms();
+		if (!z->connected_once && now >= dl_connect) {
+			rc = FARM_EUNAVAILABLE;
+			break;
+		}
+		if (now >= dl_register) {
+			rc = z->held_elsewhere ? -EADDRINUSE : -ETIMEDOUT;
+			break;
+		}
+		uint64_t until = z->connected_once ? dl_register : dl_connect;
+		struct timespec ts;
+		deadline_in(&ts, (int)(until - now));
+		pthread_cond_timedwait(&m->changed, &m->lock, &ts);
+	}
+	pthread_mutex_unlock(&m->lock);
+	if (rc) {
+		farm_warn("membership: machine %" PRIu32
+		          " could not join through ZooKeeper at '%s' within "
+		          "%" PRIu64 " ms: %s",
+		          m->self, a->zk, mono_ms() - t0, farm_strerror(rc));
+		zk_free(m);
+		return rc;
+	}
+	farm_info("membership: machine %" PRIu32
+	          " joined through %s%s in %" PRIu64 " ms",
+	          m->self, a->zk, z->root, mono_ms() - t0);
+	return 0;
+}
+
+#endif /* FARM_HAVE_ZK */

@@ -1,0 +1,290 @@
+/*
+ * Membership, single process: the static backend's view, the text form of
+ * a configuration, bad input, and an unreachable ZooKeeper (a loopback
+ * port nothing listens on) failing with FARM_EUNAVAILABLE within the bound.
+ * The real ZooKeeper runs in test_zk.
+ */
+#include "testutil.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include "addrspace/membership.h"
+#include "util/config.h"
+
+struct seen {
+	int views;
+	uint64_t last_id;
+	unsigned last_n;
+};
+
+static void on_view(void *ctx, const struct farm_view *v)
+{
+	struct seen *s = ctx;
+	s->views++;
+	s->last_id = v->config_id;
+	s->last_n = v->n;
+}
+
+static void test_static_view(void **state)
+{
+	(void)state;
+	struct farm_config c;
+	char err[256];
+	farm_config_defaults(&c);
+	assert_int_equal(
+	        farm_config_set(&c, "machine_id", "2", err, sizeof(err)), 0);
+	assert_int_equal(
+	        farm_config_set(&c, "data_dir", "/tmp/m2", err, sizeof(err)),
+	        0);
+	assert_int_equal(
+	        farm_config_set(&c, "peer", "5 /tmp/m5", err, sizeof(err)), 0);
+	assert_int_equal(
+	        farm_config_set(&c, "peer", "0 /tmp/m0", err, sizeof(err)), 0);
+	assert_int_equal(farm_config_set(&c, "peer", "1 /tmp/dir with space",
+	                                 err, sizeof(err)),
+	                 0);
+	struct seen s = {0};
+	struct farm_membership *m = NULL;
+	assert_int_equal(farm_membership_open_config(&c, on_view, NULL, &s, &m),
+	                 0);
+	assert_non_null(m);
+	assert_int_equal(s.views, 1); /* static: once, inside open */
+	assert_int_equal(s.last_id, 1);
+
+	struct farm_view v;
+	assert_int_equal(farm_membership_view(m, &v), 0);
+	assert_int_equal(v.config_id, 1);
+	assert_int_equal(v.n, 4);
+	const uint32_t want[] = {0, 1, 2, 5};
+	for (unsigned i = 0; i < 4; i++)
+		assert_int_equal(v.members[i].id, want[i]);
+	assert_string_equal(v.members[1].endpoint, "/tmp/dir with space");
+	assert_string_equal(farm_view_find(&v, 2)->endpoint, "/tmp/m2");
+	assert_null(farm_view_find(&v, 3));
+
+	struct farm_membership_status st;
+	assert_int_equal(farm_membership_status(m, &st), 0);
+	assert_int_equal(st.state, FARM_MEMBERSHIP_CONNECTED);
+	assert_true(st.registered);
+	assert_int_equal(st.views, 1);
+
+	/* Waits are satisfied at once or time out; never hang. */
+	assert_int_equal(farm_membership_wait_members(m, 4, 0, &v), 0);
+	uint64_t t0 = farm_now_ns();
+	assert_int_equal(farm_membership_wait_members(m, 3, 50, NULL),
+	                 -ETIMEDOUT);
+	assert_int_equal(farm_membership_wait_newer(m, 1, 20, NULL),
+	                 -ETIMEDOUT);
+	uint64_t el = farm_now_ns() - t0;
+	assert_true(el >= 70ull * 1000000 && el < 2000ull * 1000000);
+	assert_int_equal(farm_membership_wait_newer(m, 0, 0, NULL), 0);
+	farm_membership_close(m);
+
+	/* Alone. */
+	c.npeers = 0;
+	assert_int_equal(farm_membership_open_config(&c, NULL, NULL, NULL, &m),
+	                 0);
+	assert_int_equal(farm_membership_wait_members(m, 1, 0, &v), 0);
+	assert_int_equal(v.members[0].id, 2);
+	farm_membership_close(m);
+}
+
+static void test_bad_input(void **state)
+{
+	(void)state;
+	struct farm_membership *m = (struct farm_membership *)0x1;
+	struct farm_view v;
+	struct farm_config_peer peers[2] = {{1, "/tmp/a"}, {1, "/tmp/b"}};
+	struct farm_membership_attr a = {.self_id = 0, .endpoint = "/tmp/x"};
+
+	assert_int_equal(farm_membership_open(NULL, &m), -EINVAL);
+	assert_int_equal(farm_membership_open(&a, NULL), -EINVAL);
+	assert_int_equal(
+	        farm_membership_open_config(NULL, NULL, NULL, NULL, &m),
+	        -EINVAL);
+	a.endpoint = NULL;
+	assert_int_equal(farm_membership_open(&a, &m), -EINVAL);
+	a.endpoint = "";
+	assert_int_equal(farm_membership_open(&a, &m), -EINVAL);
+	a.endpoint = "bad\nendpoint";
+	assert_int_equal(farm_membership_open(&a, &m), -EINVAL);
+	a.endpoint = "/tmp/x";
+	/* A peer twice, a peer with our id, a NULL peer array. */
+	a.peers = peers;
+	a.npeers = 2;
+	assert_int_equal(farm_membership_open(&a, &m), -EINVAL);
+	a.npeers = 1;
+	a.self_id = 1;
+	assert_int_equal(farm_membership_open(&a, &m), -EINVAL);
+	a.peers = NULL;
+	assert_int_equal(farm_membership_open(&a, &m), -EINVAL);
+	a.npeers = 0;
+	/* Bad connect strings and roots fail before any connection. */
+	const char *bad_zk[] = {"nohostport", "127.0.0.1:", ":2181",
+	                        "h:0",        "h:65536",    "h:12x",
+	                        "h:1,",       "h:1/",       "h:1/a//b",
+	                        "ho st:1",    "[::1]2181",  "h:1/.."};
+	for (size_t i = 0; i < FARM_ARRAY_SIZE(bad_zk); i++) {
+		a.zk = bad_zk[i];
+		assert_int_equal(farm_membership_open(&a, &m), -EINVAL);
+	}
+	a.zk = "127.0.0.1:1";
+	const char *bad_root[] = {"",      "relative", "/",       "/a/",
+	                          "/a//b", "/a/./b",   "/a/../b", "/a\tb"};
+	for (size_t i = 0; i < FARM_ARRAY_SIZE(bad_root); i++) {
+		a.zk_root = bad_root[i];
+		assert_int_equal(farm_membership_open(&a, &m), -EINVAL);
+	}
+	assert_ptr_equal(m, (struct farm_membership *)0x1); /* untouched */
+
+	assert_int_equal(farm_membership_view(NULL, &v), -EINVAL);
+	assert_int_equal(farm_membership_status(NULL, NULL), -EINVAL);
+	assert_int_equal(farm_membership_wait(NULL, NULL, NULL, 0, NULL),
+	                 -EINVAL);
+	farm_membership_close(NULL);
+
+	/* Configuration keys. */
+	struct farm_config c;
+	char err[256];
+	farm_config_defaults(&c);
+	assert_string_equal(c.zk, "");
+	assert_string_equal(c.zk_root, "/libfarm/default");
+	assert_int_equal(c.zk_session_ms, 4000);
+	assert_int_equal(farm_config_set(&c, "zk", "127.0.0.1:2181,h:2", err,
+	                                 sizeof(err)),
+	                 0);
+	assert_int_equal(farm_config_set(&c, "zk", "a b", err, sizeof(err)),
+	                 -EINVAL);
+	assert_int_equal(farm_config_set(&c, "zk_root", "x", err, sizeof(err)),
+	                 -EINVAL);
+	assert_int_equal(
+	        farm_config_set(&c, "zk_root", "/libfarm/t", err, sizeof(err)),
+	        0);
+	assert_int_equal(
+	        farm_config_set(&c, "zk_session_ms", "abc", err, sizeof(err)),
+	        -EINVAL);
+	assert_true(farm_config_set(&c, "zk_session_ms", "10", err,
+	                            sizeof(err)) < 0);
+	assert_int_equal(
+	        farm_config_set(&c, "zk_session_ms", "1500", err, sizeof(err)),
+	        0);
+	assert_int_equal(c.zk_session_ms, 1500);
+	assert_true(farm_config_set(&c, "zk_connect_timeout_ms", "0", err,
+	                            sizeof(err)) < 0);
+	setenv("FARM_ZK_CONNECT_TIMEOUT_MS", "1234", 1);
+	assert_int_equal(farm_config_apply_env(&c, err, sizeof(err)), 0);
+	unsetenv("FARM_ZK_CONNECT_TIMEOUT_MS");
+	assert_int_equal(c.zk_connect_timeout_ms, 1234);
+}
+
+static void test_view_text(void **state)
+{
+	(void)state;
+	struct farm_view *v = calloc(2, sizeof(*v));
+	assert_non_null(v);
+	v[0].config_id = 42;
+	v[0].n = 3;
+	v[0].members[0] =
+	        (struct farm_member){.id = 0, .endpoint = "/dev/shm/a"};
+	v[0].members[1] =
+	        (struct farm_member){.id = 7, .endpoint = "10.0.0.1:7471"};
+	v[0].members[2] =
+	        (struct farm_member){.id = 4000000000u, .endpoint = "a b"};
+	char buf[4096];
+	int n = farm_view_format(&v[0], buf, sizeof(buf));
+	assert_true(n > 0);
+	assert_string_equal(
+	        buf, "libfarm-config 1\nconfig_id 42\nmember 0 /dev/shm/a\n"
+	             "member 7 10.0.0.1:7471\nmember 4000000000 a b\n");
+	assert_int_equal(farm_view_parse(buf, (size_t)n, &v[1]), 0);
+	assert_true(farm_view_equal(&v[0], &v[1]));
+	assert_int_equal(farm_view_format(&v[0], buf, 20), -ENOBUFS);
+
+	const char *bad[] = {
+	        "",
+	        "libfarm-config 2\nconfig_id 1\n",
+	        "libfarm-config 1\n",
+	        "libfarm-config 1\nconfig_id 1", /* no newline */
+	        "libfarm-config 1\nconfig_id -1\n",
+	        "libfarm-config 1\nconfig_id 18446744073709551616\n",
+	        "libfarm-config 1\nconfig_id 1\nmember 1\n",
+	        "libfarm-config 1\nconfig_id 1\nmember 1 \n",
+	        "libfarm-config 1\nconfig_id 1\nmember 4294967296 x\n",
+	        "libfarm-config 1\nconfig_id 1\nmember 2 x\nmember 1 y\n",
+	        "libfarm-config 1\nconfig_id 1\nmember 1 x\nmember 1 y\n",
+	        "libfarm-config 1\nconfig_id 1\nmemberx 1 y\n",
+	        "libfarm-config 1\nconfig_id 1\nmember 1 a\tb\n",
+	};
+	for (size_t i = 0; i < FARM_ARRAY_SIZE(bad); i++)
+		assert_int_equal(farm_view_parse(bad[i], strlen(bad[i]), &v[1]),
+		                 FARM_ECORRUPT);
+	/* Too many members. */
+	size_t off = (size_t)snprintf(buf, sizeof(buf),
+	                              "libfarm-config 1\nconfig_id 1\n");
+	char *big = malloc(64 << 10);
+	memcpy(big, buf, off);
+	for (unsigned i = 0; i <= FARM_VIEW_MAX; i++)
+		off += (size_t)sprintf(big + off, "member %u e\n", i);
+	assert_int_equal(farm_view_parse(big, off, &v[1]), FARM_ECORRUPT);
+	free(big);
+	/* An embedded NUL. */
+	const char nul[] = "libfarm-config 1\nconfig_id 1\nmember 1 a\0b\n";
+	assert_int_equal(farm_view_parse(nul, sizeof(nul) - 1, &v[1]),
+	                 FARM_ECORRUPT);
+	assert_string_equal(farm_strerror(FARM_EUNAVAILABLE),
+	                    "coordination service (ZooKeeper) unreachable");
+	free(v);
+}
+
+/* A loopback port with nothing listening: bind an ephemeral one, close it. */
+static int dead_port(void)
+{
+	int s = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in sa = {.sin_family = AF_INET,
+	                         .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t len = sizeof(sa);
+	assert_int_equal(bind(s, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(getsockname(s, (struct sockaddr *)&sa, &len), 0);
+	close(s);
+	return ntohs(sa.sin_port);
+}
+
+static void test_unreachable(void **state)
+{
+	(void)state;
+	char zk[64];
+	snprintf(zk, sizeof(zk), "127.0.0.1:%d", dead_port());
+	struct farm_membership_attr a = {.self_id = 1,
+	                                 .endpoint = "/tmp/x",
+	                                 .zk = zk,
+	                                 .session_ms = 2000,
+	                                 .connect_ms = 1000};
+	struct farm_membership *m = NULL;
+	uint64_t t0 = farm_now_ns();
+	int rc = farm_membership_open(&a, &m);
+	double ms = (double)(farm_now_ns() - t0) / 1e6;
+#ifdef FARM_HAVE_ZK
+	printf("unreachable ZooKeeper at %s: %s after %.0f ms (bound 1000 "
+	       "ms)\n",
+	       zk, farm_strerror(rc), ms);
+	assert_int_equal(rc, FARM_EUNAVAILABLE);
+	assert_true(ms >= 990 && ms < 2500);
+#else
+	assert_int_equal(rc, -ENOTSUP);
+	(void)ms;
+#endif
+	assert_null(m);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	        cmocka_unit_test(test_static_view),
+	        cmocka_unit_test(test_bad_input),
+	        cmocka_unit_test(test_view_text),
+	        cmocka_unit_test(test_unreachable),
+	};
+	return cmocka_run_group_tests_name("membership", tests, NULL, NULL);
+}

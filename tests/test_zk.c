@@ -1,0 +1,408 @@
+/*
+ * Membership through a real ZooKeeper (scripts/zk-local starts a private
+ * server on a free loopback port): three machine processes join and agree
+ * on one view; the configuration manager (lowest id) is killed with
+ * SIGKILL and the survivors see a new view without it once its session
+ * expires; the server is stopped (connection loss reported, no hang) and
+ * restarted on the same data, and the survivors reconnect to a
+ * configuration that was not lost (same or newer config id).
+ *
+ * Exits 77 (skip) when libfarm lacks the ZooKeeper client or java/the
+ * ZooKeeper jars are missing. Parent and children talk over pipes; every
+ * wait is a condition wait in the child bounded by a timeout, or a poll on
+ * a pipe with a deadline.
+ */
+#include "testutil.h"
+
+#include <inttypes.h>
+#include <poll.h>
+
+#include "addrspace/membership.h"
+
+#ifndef FARM_SOURCE_DIR
+#error "FARM_SOURCE_DIR must name the source tree (for scripts/zk-local)"
+#endif
+
+#define NM         3
+#define SESSION_MS 1000
+#define WAIT_MS    15000 /* bound on any one wait in a child */
+#define REPLY_MS   20000 /* bound on waiting for a child's reply */
+
+static char zk_dir[256];
+static char zk_connect[64];
+static char zk_root[64];
+static const char *zk_script = FARM_SOURCE_DIR "/scripts/zk-local";
+
+/* ---- parent <-> child protocol ---------------------------------------- */
+
+struct cmd {
+	char op;            /* 'W' wait, 'Q' quit */
+	unsigned n;         /* W: exactly n members, self among them */
+	uint64_t min_id;    /* W: config id >= this */
+	uint32_t absent;    /* W: this id not in the view (UINT32_MAX: none) */
+	uint64_t min_syncs; /* W: syncs >= this */
+	bool lost; /* W: instead of the above: state is not CONNECTED */
+};
+
+struct reply {
+	int rc;
+	uint64_t config_id;
+	unsigned n;
+	uint32_t ids[NM];
+	struct farm_membership_status st;
+	double ms; /* how long the wait took */
+};
+
+static bool pred(const struct farm_view *v,
+                 const struct farm_membership_status *s, void *arg)
+{
+	const struct cmd *c = arg;
+	if (c->lost)
+		return s->state != FARM_MEMBERSHIP_CONNECTED;
+	return s->state == FARM_MEMBERSHIP_CONNECTED && s->registered &&
+	       v->n == c->n && v->config_id >= c->min_id &&
+	       s->syncs >= c->min_syncs && !farm_view_find(v, c->absent);
+}
+
+static int child_main(uint32_t id, int in, int out)
+{
+	char ep[64];
+	snprintf(ep, sizeof(ep), "/dev/shm/test-zk-m%u", id);
+	struct farm_membership_attr a = {.self_id = id,
+	                                 .endpoint = ep,
+	                                 .zk = zk_connect,
+	                                 .zk_root = zk_root,
+	                                 .session_ms = SESSION_MS,
+	                                 .connect_ms = 10000};
+	struct farm_membership *m = NULL;
+	int rc = farm_membership_open(&a, &m);
+	if (tu_send(out, &rc, sizeof(rc)) || rc)
+		return 1;
+	struct farm_view *v = malloc(sizeof(*v));
+	struct cmd c;
+	while (v && tu_recv(in, &c, sizeof(c)) == 0 && c.op == 'W') {
+		struct reply r = {0};
+		uint64_t t0 = farm_now_ns();
+		r.rc = farm_membership_wait(m, pred, &c, WAIT_MS, v);
+		r.ms = (double)(farm_now_ns() - t0) / 1e6;
+		if (r.rc == -ETIMEDOUT)
+			farm_membership_view(m, v);
+		r.config_id = v->config_id;
+		r.n = v->n;
+		for (unsigned i = 0; i < v->n && i < NM; i++)
+			r.ids[i] = v->members[i].id;
+		farm_membership_status(m, &r.st);
+		if (tu_send(out, &r, sizeof(r)))
+			break;
+	}
+	free(v);
+	farm_membership_close(m);
+	return 0;
+}
+
+struct child {
+	uint32_t id;
+	pid_t pid;
+	int to, from;
+};
+
+static struct child kids[NM];
+
+static int spawn(struct child *k, uint32_t id)
+{
+	int down[2], up[2];
+	if (pipe(down) || pipe(up))
+		return -errno;
+	fflush(NULL);
+	pid_t pid = fork();
+	if (pid < 0)
+		return -errno;
+	if (pid == 0) {
+		close(down[1]);
+		close(up[0]);
+		_exit(child_main(id, down[0], up[1]));
+	}
+	close(down[0]);
+	close(up[1]);
+	*k = (struct child){.id = id, .pid = pid, .to = down[1], .from = up[0]};
+	return 0;
+}
+
+/* Read a whole value from a child within REPLY_MS. */
+static int recv_bounded(int fd, void *buf, size_t len)
+{
+	char *p = buf;
+	uint64_t dl = farm_now_ns() + (uint64_t)REPLY_MS * 1000000;
+	while (len) {
+		uint64_t now = farm_now_ns();
+		if (now >= dl)
+			return -ETIMEDOUT;
+		struct pollfd pfd = {.fd = fd, .events = POLLIN};
+		int n = poll(&pfd, 1, (int)((dl - now) / 1000000) + 1);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			continue;
+		ssize_t got = read(fd, p, len);
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got <= 0)
+			return -EPIPE;
+		p += got;
+		len -= (size_t)got;
+	}
+	return 0;
+}
+
+static void ask(struct child *k, const struct cmd *c)
+{
+	assert_int_equal(tu_send(k->to, c, sizeof(*c)), 0);
+}
+
+static void answer(struct child *k, struct reply *r)
+{
+	assert_int_equal(recv_bounded(k->from, r, sizeof(*r)), 0);
+	if (r->rc)
+		fprintf(stderr,
+		        "machine %u: wait: %s (view %" PRIu64 ", %u members, "
+		        "state %s)\n",
+		        k->id, farm_strerror(r->rc), r->config_id, r->n,
+		        farm_membership_state_name(r->st.state));
+	assert_int_equal(r->rc, 0);
+}
+
+static void kill_kids(void)
+{
+	for (int i = 0; i < NM; i++) {
+		if (kids[i].pid > 0) {
+			kill(kids[i].pid, SIGKILL);
+			tu_reap(kids[i].pid);
+			kids[i].pid = 0;
+		}
+		if (kids[i].to > 0)
+			close(kids[i].to);
+		if (kids[i].from > 0)
+			close(kids[i].from);
+		kids[i].to = kids[i].from = -1;
+	}
+}
+
+/* Run zk-local; returns its exit status, the first stdout line in @line. */
+static int zk_local(const char *verb, char *line, size_t len)
+{
+	char cmd[600];
+	snprintf(cmd, sizeof(cmd), "'%s' %s '%s'", zk_script, verb, zk_dir);
+	fflush(NULL);
+	FILE *p = popen(cmd, "r");
+	if (!p)
+		return -1;
+	char buf[128] = "";
+	if (fgets(buf, sizeof(buf), p))
+		buf[strcspn(buf, "\n")] = 0;
+	while (fgetc(p) != EOF)
+		;
+	int st = pclose(p);
+	if (line)
+		snprintf(line, len, "%s", buf);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+static double since_ms(uint64_t t0)
+{
+	return (double)(farm_now_ns() - t0) / 1e6;
+}
+
+static void test_zk_cluster(void **state)
+{
+	(void)state;
+	uint64_t t_all = farm_now_ns();
+	for (int i = 0; i < NM; i++)
+		kids[i].to = kids[i].from = -1;
+	/* 1. Three machines join at once. */
+	for (int i = 0; i < NM; i++)
+		assert_int_equal(spawn(&kids[i], (uint32_t)i + 1), 0);
+	for (int i = 0; i < NM; i++) {
+		int rc = -1;
+		assert_int_equal(recv_bounded(kids[i].from, &rc, sizeof(rc)),
+		                 0);
+		assert_int_equal(rc, 0);
+	}
+	struct cmd c = {.op = 'W', .n = NM, .absent = UINT32_MAX};
+	struct reply r[NM];
+	for (int i = 0; i < NM; i++)
+		ask(&kids[i], &c);
+	uint64_t cas = 0, writes = 0;
+	for (int i = 0; i < NM; i++) {
+		answer(&kids[i], &r[i]);
+		assert_int_equal(r[i].n, NM);
+		for (unsigned j = 0; j < NM; j++)
+			assert_int_equal(r[i].ids[j], j + 1);
+		cas += r[i].st.cas_conflicts;
+		writes += r[i].st.config_writes;
+	}
+	/* One configuration, the same everywhere: the first view with three
+	 * members is the last one while nobody leaves. */
+	for (int i = 1; i < NM; i++)
+		assert_int_equal(r[i].config_id, r[0].config_id);
+	uint64_t c1 = r[0].config_id;
+	printf("join: 3 machines see config %" PRIu64 " with 3 members after "
+	       "%.0f ms (%" PRIu64 " configuration writes, %" PRIu64
+	       " lost compare-and-sets)\n",
+	       c1, since_ms(t_all), writes, cas);
+
+	/* 2. Kill the configuration manager (machine 1, the lowest id). */
+	uint64_t t_kill = farm_now_ns();
+	assert_int_equal(kill(kids[0].pid, SIGKILL), 0);
+	assert_int_equal(tu_reap(kids[0].pid), 128 + SIGKILL);
+	kids[0].pid = 0;
+	c = (struct cmd){.op = 'W', .n = NM - 1, .min_id = c1 + 1, .absent = 1};
+	for (int i = 1; i < NM; i++)
+		ask(&kids[i], &c);
+	for (int i = 1; i < NM; i++) {
+		answer(&kids[i], &r[i]);
+		assert_int_equal(r[i].n, 2);
+		assert_true(r[i].config_id > c1);
+	}
+	double dep_ms = since_ms(t_kill);
+	assert_int_equal(r[1].config_id, r[2].config_id);
+	uint64_t c2 = r[1].config_id;
+	printf("departure: survivors see config %" PRIu64 " without machine 1 "
+	       "%.0f ms after kill -9 (session timeout %d ms)\n",
+	       c2, dep_ms, SESSION_MS);
+	assert_true(dep_ms < 10000);
+	assert_true(r[1].st.config_writes > 0); /* machine 2 took over */
+
+	/* 3. Session expiry: freeze machine 3 (SIGSTOP) until machine 2 sees
+	 * it leave, then let it run: it learns that its session expired and
+	 * re-joins with a new one, which makes a new configuration. */
+	uint64_t t_stop3 = farm_now_ns();
+	assert_int_equal(kill(kids[2].pid, SIGSTOP), 0);
+	c = (struct cmd){.op = 'W', .n = 1, .min_id = c2 + 1, .absent = 3};
+	ask(&kids[1], &c);
+	answer(&kids[1], &r[1]);
+	uint64_t c3 = r[1].config_id;
+	double gone_ms = since_ms(t_stop3);
+	uint64_t t_cont = farm_now_ns();
+	assert_int_equal(kill(kids[2].pid, SIGCONT), 0);
+	c = (struct cmd){.op = 'W', .n = 2, .min_id = c3 + 1, .absent = 1};
+	for (int i = 1; i < NM; i++)
+		ask(&kids[i], &c);
+	for (int i = 1; i < NM; i++)
+		answer(&kids[i], &r[i]);
+	assert_int_equal(r[1].config_id, r[2].config_id);
+	assert_true(r[2].st.expired >= 1);
+	assert_true(r[2].st.rejoins >= 1);
+	assert_int_equal(r[1].st.expired, 0);
+	printf("expiry: machine 3 frozen, seen gone after %.0f ms (config "
+	       "%" PRIu64
+	       "); after SIGCONT it re-joined with a new session in %.0f ms "
+	       "(config %" PRIu64 ")\n",
+	       gone_ms, c3, since_ms(t_cont), r[2].config_id);
+	c2 = r[1].config_id;
+
+	/* 4. Stop the server: the loss is reported, nothing hangs. */
+	uint64_t syncs[NM];
+	uint64_t t_stop = farm_now_ns();
+	assert_int_equal(zk_local("stop", NULL, 0), 0);
+	c = (struct cmd){.op = 'W', .lost = true};
+	for (int i = 1; i < NM; i++)
+		ask(&kids[i], &c);
+	for (int i = 1; i < NM; i++) {
+		answer(&kids[i], &r[i]);
+		assert_int_not_equal(r[i].st.state, FARM_MEMBERSHIP_CONNECTED);
+		assert_true(r[i].st.conn_lost >= 1);
+		syncs[i] = r[i].st.syncs;
+	}
+	printf("server stopped: loss reported by both survivors %.0f ms after "
+	       "the stop began\n",
+	       since_ms(t_stop));
+
+	/* 5. Restart it on the same data and port. */
+	char line[128];
+	uint64_t t_start = farm_now_ns();
+	assert_int_equal(zk_local("start", line, sizeof(line)), 0);
+	assert_string_equal(line, zk_connect);
+	c = (struct cmd){.op = 'W', .n = NM - 1, .min_id = c2, .absent = 1};
+	for (int i = 1; i < NM; i++) {
+		c.min_syncs = syncs[i] + 1;
+		ask(&kids[i], &c);
+	}
+	uint64_t top = 0;
+	for (int i = 1; i < NM; i++) {
+		answer(&kids[i], &r[i]);
+		assert_true(r[i].config_id >= c2);
+		if (r[i].config_id > top)
+			top = r[i].config_id;
+	}
+	/* Both settle on one configuration (newer if sessions expired). */
+	c = (struct cmd){.op = 'W', .n = NM - 1, .min_id = top, .absent = 1};
+	for (int i = 1; i < NM; i++)
+		ask(&kids[i], &c);
+	for (int i = 1; i < NM; i++) {
+		answer(&kids[i], &r[i]);
+		assert_int_equal(r[i].ids[0], 2);
+		assert_int_equal(r[i].ids[1], 3);
+	}
+	printf("restart: survivors reconnected %.0f ms after the start began; "
+	       "config %" PRIu64 " (was %" PRIu64
+	       "); sessions expired: %" PRIu64 ", %" PRIu64
+	       "; connection losses: %" PRIu64 ", %" PRIu64 "\n",
+	       since_ms(t_start), r[1].config_id, c2, r[1].st.expired,
+	       r[2].st.expired, r[1].st.conn_lost, r[2].st.conn_lost);
+
+	/* 6. Leave cleanly. */
+	c = (struct cmd){.op = 'Q'};
+	for (int i = 1; i < NM; i++) {
+		ask(&kids[i], &c);
+		assert_int_equal(tu_reap(kids[i].pid), 0);
+		kids[i].pid = 0;
+	}
+	kill_kids();
+	printf("total %.0f ms\n", since_ms(t_all));
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	kill_kids();
+	return 0;
+}
+
+int main(void)
+{
+#ifndef FARM_HAVE_ZK
+	printf("skipped: libfarm built without the ZooKeeper client "
+	       "(libzookeeper-mt-dev)\n");
+	return FARM_TEST_SKIP;
+#endif
+	tu_tmpdir(zk_dir, sizeof(zk_dir), "zk");
+	int st = zk_local("start", zk_connect, sizeof(zk_connect));
+	if (st == 3) {
+		printf("skipped: java or the ZooKeeper jars are not installed "
+		       "(apt-get install zookeeper)\n");
+		tu_rmtree(zk_dir);
+		return FARM_TEST_SKIP;
+	}
+	if (st != 0) {
+		fprintf(stderr, "zk-local start failed (%d); log:\n", st);
+		char cmd[300];
+		snprintf(cmd, sizeof(cmd), "cat '%s/zk.log' >&2", zk_dir);
+		if (system(cmd) != 0)
+			fprintf(stderr, "(no log)\n");
+		zk_local("stop", NULL, 0);
+		tu_rmtree(zk_dir);
+		return 1;
+	}
+	snprintf(zk_root, sizeof(zk_root), "/libfarm/test-zk-%d",
+	         (int)getpid());
+	printf("ZooKeeper at %s, root %s\n", zk_connect, zk_root);
+	const struct CMUnitTest tests[] = {
+	        cmocka_unit_test_teardown(test_zk_cluster, teardown),
+	};
+	int rc = cmocka_run_group_tests_name("zk", tests, NULL, NULL);
+	kill_kids();
+	if (zk_local("stop", NULL, 0) != 0)
+		fprintf(stderr, "zk-local stop failed\n");
+	tu_rmtree(zk_dir);
+	return rc;
+}
