@@ -1,0 +1,1223 @@
+/*
+ * sercheck: strict-serializability checker over read/write register
+ * histories with a known version order. See sercheck.h for the model.
+ *
+ * sc_check, step by step (T transactions, M operations):
+ *   1. group operations by transaction (counting sort, program order kept);
+ *      per transaction, mark superseded writes (an own later write of the
+ *      key follows) and internal reads (an own earlier write precedes);
+ *   2. sort the other operations by (key, version) (LSD radix sort);
+ *   3. for each external read, its source: the best writer of that
+ *      (key, version): committed > unknown > aborted > intermediate;
+ *   4. include committed transactions, then (worklist) unknown ones that an
+ *      included transaction read from;
+ *   5. walk the sorted operations again: per-read anomalies, duplicates,
+ *      and the ww / wr / rw edges; real-time edges through a chain of
+ *      event nodes, one per distinct completion time. The edge generator
+ *      runs twice: count, then fill a CSR adjacency;
+ *   6. iterative Tarjan SCC; for each SCC with a cycle, find a cycle with
+ *      the smallest set of edge kinds (ww; ww+wr; ww+wr+rw; all), by an
+ *      iterative DFS then a BFS for a short one, and classify it.
+ */
+#include "sercheck.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define NONE UINT32_MAX
+/* Indices are uint32_t; keep clear of NONE. */
+#define SC_MAX_OPS  ((size_t)INT32_MAX)
+#define SC_MAX_TXNS ((size_t)INT32_MAX / 2)
+
+struct sc_op {
+	uint64_t key, ver;
+	uint32_t txn;
+	uint32_t write;
+};
+
+struct sc_txn {
+	uint64_t t_inv, t_done, tag;
+	uint8_t outcome; /* 0 while open */
+	uint8_t has_tag;
+};
+
+struct sc_history {
+	struct sc_op *ops;
+	size_t nops, capops;
+	struct sc_txn *txns;
+	size_t ntxns, captxns;
+	int err; /* sticky: first recording error */
+};
+
+/* ---- recording --------------------------------------------------------- */
+
+sc_history *sc_new(void)
+{
+	return calloc(1, sizeof(sc_history));
+}
+
+void sc_free(sc_history *h)
+{
+	if (!h)
+		return;
+	free(h->ops);
+	free(h->txns);
+	free(h);
+}
+
+static int fail(sc_history *h, int err)
+{
+	if (h && !h->err)
+		h->err = err;
+	return err;
+}
+
+static int grow(void **p, size_t *cap, size_t need, size_t elem)
+{
+	if (need <= *cap)
+		return 0;
+	size_t n = *cap ? *cap : 64;
+	while (n < need)
+		n *= 2;
+	void *q = realloc(*p, n * elem);
+	if (!q)
+		return -ENOMEM;
+	*p = q;
+	*cap = n;
+	return 0;
+}
+
+int sc_txn_begin(sc_history *h, uint64_t t_inv)
+{
+	if (!h)
+		return -EINVAL;
+	if (h->ntxns >= SC_MAX_TXNS)
+		return fail(h, -ENOMEM);
+	if (grow((void **)&h->txns, &h->captxns, h->ntxns + 1,
+	         sizeof(*h->txns)))
+		return fail(h, -ENOMEM);
+	struct sc_txn *t = &h->txns[h->ntxns];
+	memset(t, 0, sizeof(*t));
+	t->t_inv = t_inv;
+	return (int)h->ntxns++;
+}
+
+static struct sc_txn *open_txn(sc_history *h, int txn)
+{
+	if (!h || txn < 0 || (size_t)txn >= h->ntxns)
+		return NULL;
+	struct sc_txn *t = &h->txns[txn];
+	return t->outcome ? NULL : t;
+}
+
+int sc_txn_tag(sc_history *h, int txn, uint64_t tag)
+{
+	if (!h || txn < 0 || (size_t)txn >= h->ntxns)
+		return fail(h, -EINVAL);
+	h->txns[txn].tag = tag;
+	h->txns[txn].has_tag = 1;
+	return 0;
+}
+
+static int add_op(sc_history *h, int txn, uint64_t key, uint64_t ver, int write)
+{
+	if (!open_txn(h, txn))
+		return fail(h, -EINVAL);
+	if (write && ver == 0)
+		return fail(h, -EINVAL); /* version 0 is the initial value */
+	if (h->nops >= SC_MAX_OPS)
+		return fail(h, -ENOMEM);
+	if (grow((void **)&h->ops, &h->capops, h->nops + 1, sizeof(*h->ops)))
+		return fail(h, -ENOMEM);
+	h->ops[h->nops++] = (struct sc_op){
+	        .key = key, .ver = ver, .txn = (uint32_t)txn, .write = !!write};
+	return 0;
+}
+
+int sc_read(sc_history *h, int txn, uint64_t key, uint64_t version)
+{
+	return add_op(h, txn, key, version, 0);
+}
+
+int sc_write(sc_history *h, int txn, uint64_t key, uint64_t version)
+{
+	return add_op(h, txn, key, version, 1);
+}
+
+int sc_txn_end(sc_history *h, int txn, uint64_t t_done, enum sc_outcome outcome)
+{
+	struct sc_txn *t = open_txn(h, txn);
+	if (!t || t_done < t->t_inv ||
+	    (outcome != SC_COMMITTED && outcome != SC_ABORTED &&
+	     outcome != SC_UNKNOWN))
+		return fail(h, -EINVAL);
+	t->t_done = t_done;
+	t->outcome = (uint8_t)outcome;
+	return 0;
+}
+
+size_t sc_ntxns(const sc_history *h)
+{
+	return h ? h->ntxns : 0;
+}
+
+int sc_merge(sc_history *dst, const sc_history *src)
+{
+	if (!dst || !src || dst == src)
+		return fail(dst, -EINVAL);
+	if (src->err)
+		return fail(dst, src->err);
+	if (dst->ntxns + src->ntxns > SC_MAX_TXNS ||
+	    dst->nops + src->nops > SC_MAX_OPS)
+		return fail(dst, -ENOMEM);
+	if (grow((void **)&dst->txns, &dst->captxns, dst->ntxns + src->ntxns,
+	         sizeof(*dst->txns)) ||
+	    grow((void **)&dst->ops, &dst->capops, dst->nops + src->nops,
+	         sizeof(*dst->ops)))
+		return fail(dst, -ENOMEM);
+	uint32_t base = (uint32_t)dst->ntxns;
+	if (src->ntxns)
+		memcpy(dst->txns + dst->ntxns, src->txns,
+		       src->ntxns * sizeof(*src->txns));
+	for (size_t i = 0; i < src->nops; i++) {
+		struct sc_op o = src->ops[i];
+		o.txn += base;
+		dst->ops[dst->nops + i] = o;
+	}
+	dst->ntxns += src->ntxns;
+	dst->nops += src->nops;
+	return (int)base;
+}
+
+/* ---- checking: state --------------------------------------------------- */
+
+enum {
+	F_SUPERSEDED = 1, /* write: a later own write of the key follows */
+	F_INTERNAL = 2,   /* read: an earlier own write of the key precedes */
+	F_INTBAD = 4,     /* internal read that missed the own latest write */
+	F_BADREAD = 8,    /* external read of a version not installed */
+	F_RANK_SHIFT = 4, /* external read: rank of its source (R_*) */
+};
+
+enum { R_NONE, R_INTER, R_ABORTED, R_UNKNOWN, R_COMMITTED };
+
+enum { E_WW = 1, E_WR = 2, E_RW = 4, E_RT = 8, E_DATA = 7, E_ALL = 15 };
+
+struct rec {
+	uint64_t hi, lo;
+	uint32_t idx;
+};
+
+struct ctx {
+	const sc_history *h;
+	sc_report *r;
+	unsigned nex[SC_NKINDS];
+	uint32_t T, M;
+	uint32_t *toff, *tops; /* operations by transaction */
+	uint8_t *opf;          /* F_* per operation */
+	uint32_t *src;         /* external read: its source transaction */
+	uint8_t *incl;         /* transaction counts as committed */
+	struct rec *srt;       /* external ops sorted by (key, version) */
+	size_t nsrt;
+	struct rec *ends, *starts; /* (time, txn) sorted */
+	size_t nends, nstarts;
+	uint64_t *evtime; /* event node k: the k-th distinct completion time */
+	uint32_t nev;
+	/* graph: nodes 0..T-1 transactions, T..T+nev-1 events */
+	uint32_t V;
+	size_t E;
+	size_t *off; /* CSR; during the count pass: degrees */
+	uint32_t *adj;
+	uint8_t *ekind;
+	bool fill;
+	/* Tarjan and cycle search */
+	uint32_t *comp;
+};
+
+static const char *const kind_names[SC_NKINDS] = {
+        [SC_ABORTED_READ] = "G1a aborted read",
+        [SC_PHANTOM_VERSION] = "phantom version (read of a version nobody "
+                               "wrote)",
+        [SC_INTERMEDIATE_READ] = "G1b intermediate read",
+        [SC_INTERNAL] = "internal inconsistency (read missed own write)",
+        [SC_DUPLICATE_VERSION] = "duplicate version",
+        [SC_G0] = "G0 write cycle (ww)",
+        [SC_G1C] = "G1c circular information flow (ww/wr)",
+        [SC_GSINGLE] = "G-single: cycle with one anti-dependency (lost "
+                       "update, read skew)",
+        [SC_G2] = "G2: cycle with two or more anti-dependencies (write skew)",
+        [SC_REALTIME] = "real-time violation (stale read: serializable, not "
+                        "strictly)",
+};
+
+const char *sc_kind_name(enum sc_kind k)
+{
+	return (unsigned)k < SC_NKINDS ? kind_names[k] : "?";
+}
+
+/* Append to a fixed buffer; truncation is marked by "...". */
+struct sbuf {
+	char *p;
+	size_t len, cap;
+};
+
+#if defined(__GNUC__)
+__attribute__((format(printf, 2, 3)))
+#endif
+static void
+sb_add(struct sbuf *b, const char *fmt, ...)
+{
+	if (b->len + 1 >= b->cap)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return;
+	if ((size_t)n >= b->cap - b->len) {
+		b->len = b->cap - 1;
+		if (b->cap > 4)
+			memcpy(b->p + b->cap - 4, "...", 4);
+	} else {
+		b->len += (size_t)n;
+	}
+}
+
+static void sb_txn(struct sbuf *b, const struct ctx *c, uint32_t t)
+{
+	const struct sc_txn *x = &c->h->txns[t];
+	sb_add(b, "T%" PRIu32, t);
+	if (x->has_tag)
+		sb_add(b, "(tag %" PRIu64 ")", x->tag);
+}
+
+/* Count one anomaly; returns a buffer for its description when it is one
+ * of the first few of its kind, else NULL. */
+static struct sbuf note(struct ctx *c, enum sc_kind k, char **text)
+{
+	sc_report *r = c->r;
+	r->count[k]++;
+	r->total++;
+	struct sbuf b = {0};
+	*text = NULL;
+	if (c->nex[k] < SC_EXAMPLES_PER_KIND &&
+	    r->nexamples < SC_NKINDS * SC_EXAMPLES_PER_KIND) {
+		struct sc_example *e = &r->examples[r->nexamples++];
+		c->nex[k]++;
+		e->kind = k;
+		e->text[0] = 0;
+		b.p = e->text;
+		b.cap = sizeof(e->text);
+		*text = e->text;
+	}
+	return b;
+}
+
+/* ---- sorting ----------------------------------------------------------- */
+
+/* Stable LSD radix sort by (hi, lo), 8-bit digits; digits that are the
+ * same in every record are skipped. */
+static int radix_sort(struct rec *a, size_t n)
+{
+	if (n < 2)
+		return 0;
+	struct rec *b = malloc(n * sizeof(*b));
+	size_t(*hist)[256] = calloc(16, sizeof(*hist));
+	if (!b || !hist) {
+		free(b);
+		free(hist);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < n; i++) {
+		uint64_t lo = a[i].lo, hi = a[i].hi;
+		for (int d = 0; d < 8; d++) {
+			hist[d][(lo >> (8 * d)) & 255]++;
+			hist[d + 8][(hi >> (8 * d)) & 255]++;
+		}
+	}
+	struct rec *from = a, *to = b;
+	for (int d = 0; d < 16; d++) {
+		size_t *hd = hist[d];
+		int trivial = 0;
+		for (int k = 0; k < 256; k++)
+			if (hd[k] == n)
+				trivial = 1;
+		if (trivial)
+			continue;
+		size_t sum = 0;
+		for (int k = 0; k < 256; k++) {
+			size_t x = hd[k];
+			hd[k] = sum;
+			sum += x;
+		}
+		int sh = 8 * (d & 7);
+		if (d < 8)
+			for (size_t i = 0; i < n; i++)
+				to[hd[(from[i].lo >> sh) & 255]++] = from[i];
+		else
+			for (size_t i = 0; i < n; i++)
+				to[hd[(from[i].hi >> sh) & 255]++] = from[i];
+		struct rec *t = from;
+		from = to;
+		to = t;
+	}
+	if (from != a)
+		memcpy(a, from, n * sizeof(*a));
+	free(b);
+	free(hist);
+	return 0;
+}
+
+/* ---- step 1: per transaction ------------------------------------------- */
+
+struct kp {
+	uint64_t key;
+	uint32_t pos;
+};
+
+static int kp_cmp(const void *x, const void *y)
+{
+	const struct kp *a = x, *b = y;
+	if (a->key != b->key)
+		return a->key < b->key ? -1 : 1;
+	return a->pos < b->pos ? -1 : a->pos > b->pos;
+}
+
+static int per_txn(struct ctx *c)
+{
+	const struct sc_op *ops = c->h->ops;
+	uint32_t kmax = 0;
+	for (uint32_t t = 0; t < c->T; t++)
+		if (c->toff[t + 1] - c->toff[t] > kmax)
+			kmax = c->toff[t + 1] - c->toff[t];
+	struct kp *tmp = malloc((kmax ? kmax : 1) * sizeof(*tmp));
+	if (!tmp)
+		return -ENOMEM;
+	for (uint32_t t = 0; t < c->T; t++) {
+		uint32_t k = c->toff[t + 1] - c->toff[t];
+		const uint32_t *list = c->tops + c->toff[t];
+		if (k < 2)
+			continue;
+		for (uint32_t i = 0; i < k; i++)
+			tmp[i] = (struct kp){ops[list[i]].key, i};
+		if (k <= 32) {
+			for (uint32_t i = 1; i < k; i++) {
+				struct kp x = tmp[i];
+				uint32_t j = i;
+				while (j > 0 && kp_cmp(&tmp[j - 1], &x) > 0) {
+					tmp[j] = tmp[j - 1];
+					j--;
+				}
+				tmp[j] = x;
+			}
+		} else {
+			qsort(tmp, k, sizeof(*tmp), kp_cmp);
+		}
+		/* Same key, program order: track the latest own write. */
+		uint32_t last = NONE;
+		for (uint32_t i = 0; i < k; i++) {
+			if (i > 0 && tmp[i].key != tmp[i - 1].key)
+				last = NONE;
+			uint32_t o = list[tmp[i].pos];
+			if (ops[o].write) {
+				if (last != NONE)
+					c->opf[last] |= F_SUPERSEDED;
+				last = o;
+			} else if (last != NONE) {
+				c->opf[o] |= F_INTERNAL;
+				if (ops[o].ver != ops[last].ver)
+					c->opf[o] |= F_INTBAD;
+			}
+		}
+	}
+	free(tmp);
+	return 0;
+}
+
+/* ---- steps 3 and 4: sources and inclusion ------------------------------ */
+
+static int write_rank(const struct ctx *c, uint32_t o)
+{
+	const struct sc_op *op = &c->h->ops[o];
+	int oc = c->h->txns[op->txn].outcome;
+	if (oc == SC_ABORTED)
+		return R_ABORTED;
+	if (c->opf[o] & F_SUPERSEDED)
+		return R_INTER;
+	return oc == SC_COMMITTED ? R_COMMITTED : R_UNKNOWN;
+}
+
+static void find_sources(struct ctx *c)
+{
+	const struct sc_op *ops = c->h->ops;
+	size_t i = 0, n = c->nsrt;
+	while (i < n) {
+		size_t g0 = i;
+		uint64_t key = c->srt[i].hi, ver = c->srt[i].lo;
+		while (i < n && c->srt[i].hi == key && c->srt[i].lo == ver)
+			i++;
+		int best = R_NONE;
+		uint32_t bw = NONE;
+		for (size_t j = g0; j < i; j++) {
+			uint32_t o = c->srt[j].idx;
+			if (!ops[o].write)
+				continue;
+			int rk = write_rank(c, o);
+			if (rk > best) {
+				best = rk;
+				bw = ops[o].txn;
+			}
+		}
+		for (size_t j = g0; j < i; j++) {
+			uint32_t o = c->srt[j].idx;
+			if (ops[o].write)
+				continue;
+			c->src[o] = bw;
+			c->opf[o] |= (uint8_t)(best << F_RANK_SHIFT);
+		}
+	}
+}
+
+static int include(struct ctx *c)
+{
+	const struct sc_txn *tx = c->h->txns;
+	const struct sc_op *ops = c->h->ops;
+	uint32_t *q = malloc((c->T ? c->T : 1) * sizeof(*q));
+	if (!q)
+		return -ENOMEM;
+	uint32_t qn = 0;
+	for (uint32_t t = 0; t < c->T; t++)
+		if (tx[t].outcome == SC_COMMITTED) {
+			c->incl[t] = 1;
+			q[qn++] = t;
+		}
+	for (uint32_t qi = 0; qi < qn; qi++) {
+		uint32_t t = q[qi];
+		for (uint32_t j = c->toff[t]; j < c->toff[t + 1]; j++) {
+			uint32_t o = c->tops[j];
+			if (ops[o].write || (c->opf[o] & F_INTERNAL))
+				continue;
+			uint32_t w = c->src[o];
+			if (w == NONE || c->incl[w] ||
+			    tx[w].outcome != SC_UNKNOWN)
+				continue;
+			c->incl[w] = 1;
+			q[qn++] = w;
+		}
+	}
+	free(q);
+	return 0;
+}
+
+/* ---- step 5: anomalies and edges --------------------------------------- */
+
+static void edge(struct ctx *c, uint32_t a, uint32_t b, uint8_t kind)
+{
+	if (a == b)
+		return;
+	if (!c->fill) {
+		c->off[a]++;
+		return;
+	}
+	size_t p = --c->off[a];
+	c->adj[p] = b;
+	c->ekind[p] = kind;
+}
+
+static void read_anomaly(struct ctx *c, uint32_t o)
+{
+	const struct sc_op *op = &c->h->ops[o];
+	int rank = c->opf[o] >> F_RANK_SHIFT;
+	enum sc_kind k = rank == R_NONE    ? SC_PHANTOM_VERSION
+	                 : rank == R_INTER ? SC_INTERMEDIATE_READ
+	                                   : SC_ABORTED_READ;
+	char *text;
+	struct sbuf b = note(c, k, &text);
+	if (!text)
+		return;
+	sb_txn(&b, c, op->txn);
+	sb_add(&b, " read key %" PRIu64 " version %" PRIu64, op->key, op->ver);
+	if (rank == R_NONE) {
+		sb_add(&b, ", which no transaction wrote");
+	} else {
+		sb_add(&b, rank == R_INTER ? ", an intermediate version of "
+		                           : ", written only by aborted ");
+		sb_txn(&b, c, c->src[o]);
+		if (rank == R_INTER)
+			sb_add(&b, " (it wrote the key again later)");
+	}
+}
+
+static void future_read(struct ctx *c, uint32_t o)
+{
+	const struct sc_op *op = &c->h->ops[o];
+	char *text;
+	struct sbuf b = note(c, SC_INTERNAL, &text);
+	if (!text)
+		return;
+	sb_txn(&b, c, op->txn);
+	sb_add(&b,
+	       " read key %" PRIu64 " version %" PRIu64
+	       " before it wrote that version itself",
+	       op->key, op->ver);
+}
+
+static void duplicate(struct ctx *c, uint64_t key, uint64_t ver, uint32_t a,
+                      uint32_t b2)
+{
+	char *text;
+	struct sbuf b = note(c, SC_DUPLICATE_VERSION, &text);
+	if (!text)
+		return;
+	sb_add(&b, "key %" PRIu64 " version %" PRIu64 " installed by both ",
+	       key, ver);
+	sb_txn(&b, c, a);
+	sb_add(&b, " and ");
+	sb_txn(&b, c, b2);
+}
+
+static void data_edges(struct ctx *c)
+{
+	const struct sc_op *ops = c->h->ops;
+	const struct rec *s = c->srt;
+	size_t i = 0, n = c->nsrt;
+	while (i < n) {
+		uint64_t key = s[i].hi;
+		size_t pend = i;
+		uint32_t prev = NONE;
+		while (i < n && s[i].hi == key) {
+			size_t g0 = i;
+			uint64_t ver = s[i].lo;
+			while (i < n && s[i].hi == key && s[i].lo == ver)
+				i++;
+			/* The installed writer of this version, if any. */
+			uint32_t w = NONE;
+			for (size_t j = g0; j < i; j++) {
+				uint32_t o = s[j].idx;
+				uint32_t t = ops[o].txn;
+				if (!ops[o].write || !c->incl[t] ||
+				    (c->opf[o] & F_SUPERSEDED))
+					continue;
+				if (w == NONE)
+					w = t;
+				else if (w != t && !c->fill)
+					duplicate(c, key, ver, w, t);
+			}
+			if (w != NONE) {
+				for (size_t j = pend; j < g0; j++) {
+					uint32_t o = s[j].idx;
+					/* Reads already reported as G1a, G1b
+					 * or phantom add no anti-dependency:
+					 * one anomaly, reported once. */
+					if (!ops[o].write &&
+					    c->incl[ops[o].txn] &&
+					    !(c->opf[o] & F_BADREAD))
+						edge(c, ops[o].txn, w, E_RW);
+				}
+				if (prev != NONE)
+					edge(c, prev, w, E_WW);
+				prev = w;
+				pend = g0;
+			}
+			for (size_t j = g0; j < i; j++) {
+				uint32_t o = s[j].idx;
+				uint32_t t = ops[o].txn;
+				if (ops[o].write || !c->incl[t])
+					continue;
+				if (w != NONE) {
+					edge(c, w, t, E_WR);
+					if (w == t && !c->fill)
+						future_read(c, o);
+				} else if (ver != 0 && !c->fill) {
+					c->opf[o] |= F_BADREAD;
+					read_anomaly(c, o);
+				}
+			}
+		}
+	}
+}
+
+static void rt_edges(struct ctx *c)
+{
+	uint32_t T = c->T;
+	/* txn -> its completion event; event chain */
+	uint32_t k = 0;
+	for (size_t i = 0; i < c->nends; i++) {
+		if (i > 0 && c->ends[i].hi != c->ends[i - 1].hi)
+			k++;
+		edge(c, c->ends[i].idx, T + k, E_RT);
+	}
+	for (uint32_t e = 0; e + 1 < c->nev; e++)
+		edge(c, T + e, T + e + 1, E_RT);
+	/* last completion strictly before the invocation -> txn */
+	uint32_t p = 0;
+	for (size_t i = 0; i < c->nstarts; i++) {
+		uint64_t t_inv = c->starts[i].hi;
+		while (p < c->nev && c->evtime[p] < t_inv)
+			p++;
+		if (p > 0)
+			edge(c, T + p - 1, c->starts[i].idx, E_RT);
+	}
+}
+
+static int build_graph(struct ctx *c)
+{
+	const struct sc_txn *tx = c->h->txns;
+	c->ends = malloc((c->T ? c->T : 1) * sizeof(*c->ends));
+	c->starts = malloc((c->T ? c->T : 1) * sizeof(*c->starts));
+	if (!c->ends || !c->starts)
+		return -ENOMEM;
+	for (uint32_t t = 0; t < c->T; t++) {
+		if (!c->incl[t])
+			continue;
+		c->starts[c->nstarts++] = (struct rec){tx[t].t_inv, 0, t};
+		/* An unknown txn may have finished any time later. */
+		if (tx[t].outcome == SC_COMMITTED)
+			c->ends[c->nends++] = (struct rec){tx[t].t_done, 0, t};
+	}
+	if (radix_sort(c->ends, c->nends) || radix_sort(c->starts, c->nstarts))
+		return -ENOMEM;
+	c->evtime = malloc((c->nends ? c->nends : 1) * sizeof(*c->evtime));
+	if (!c->evtime)
+		return -ENOMEM;
+	for (size_t i = 0; i < c->nends; i++)
+		if (i == 0 || c->ends[i].hi != c->ends[i - 1].hi)
+			c->evtime[c->nev++] = c->ends[i].hi;
+	c->V = c->T + c->nev;
+	c->off = calloc((size_t)c->V + 1, sizeof(*c->off));
+	if (!c->off)
+		return -ENOMEM;
+	c->fill = false;
+	data_edges(c);
+	rt_edges(c);
+	/* Degrees -> end positions; the fill pass decrements to starts. */
+	size_t sum = 0;
+	for (uint32_t v = 0; v < c->V; v++) {
+		sum += c->off[v];
+		c->off[v] = sum;
+	}
+	c->off[c->V] = sum;
+	c->E = sum;
+	c->adj = malloc((sum ? sum : 1) * sizeof(*c->adj));
+	c->ekind = malloc(sum ? sum : 1);
+	if (!c->adj || !c->ekind)
+		return -ENOMEM;
+	c->fill = true;
+	data_edges(c);
+	rt_edges(c);
+	return 0;
+}
+
+/* ---- step 6: cycles ---------------------------------------------------- */
+
+struct scc_range {
+	size_t lo, hi; /* members[lo..hi) */
+};
+
+struct graph_scratch {
+	uint32_t *a, *b, *stk, *cs, *members; /* V each */
+	size_t *it;                           /* V */
+	uint8_t *color;                       /* V */
+	struct scc_range *scc;                /* the SCCs with a cycle */
+	size_t nscc, capscc;
+};
+
+/* Iterative Tarjan: a = index, b = lowlink, cs/it = the call stack.
+ * Members of each SCC end up contiguous in g->members. */
+static int tarjan(struct ctx *c, struct graph_scratch *g)
+{
+	uint32_t V = c->V;
+	uint32_t *index = g->a, *low = g->b, *stk = g->stk, *cs = g->cs;
+	size_t *it = g->it;
+	for (uint32_t v = 0; v < V; v++) {
+		index[v] = NONE;
+		c->comp[v] = NONE;
+	}
+	uint32_t next = 0, sp = 0, ncomp = 0;
+	size_t nmem = 0;
+	for (uint32_t root = 0; root < V; root++) {
+		if (index[root] != NONE)
+			continue;
+		if (c->off[root] == c->off[root + 1]) {
+			/* No out-edges: a trivial SCC of its own. */
+			index[root] = next++;
+			c->comp[root] = ncomp++;
+			g->members[nmem++] = root;
+			continue;
+		}
+		uint32_t top = 0;
+		index[root] = low[root] = next++;
+		stk[sp++] = root;
+		cs[top] = root;
+		it[top++] = c->off[root];
+		while (top > 0) {
+			uint32_t v = cs[top - 1];
+			if (it[top - 1] < c->off[v + 1]) {
+				uint32_t w = c->adj[it[top - 1]++];
+				if (index[w] == NONE) {
+					index[w] = low[w] = next++;
+					stk[sp++] = w;
+					cs[top] = w;
+					it[top++] = c->off[w];
+				} else if (c->comp[w] == NONE &&
+				           index[w] < low[v]) {
+					low[v] = index[w];
+				}
+				continue;
+			}
+			top--;
+			if (top > 0 && low[v] < low[cs[top - 1]])
+				low[cs[top - 1]] = low[v];
+			if (low[v] != index[v])
+				continue;
+			size_t lo = nmem;
+			uint32_t w;
+			do {
+				w = stk[--sp];
+				c->comp[w] = ncomp;
+				g->members[nmem++] = w;
+			} while (w != v);
+			ncomp++;
+			if (nmem - lo < 2)
+				continue;
+			if (grow((void **)&g->scc, &g->capscc, g->nscc + 1,
+			         sizeof(*g->scc)))
+				return -ENOMEM;
+			g->scc[g->nscc++] = (struct scc_range){lo, nmem};
+		}
+	}
+	return 0;
+}
+
+static inline bool usable(const struct ctx *c, size_t e, uint32_t comp,
+                          int mask)
+{
+	return (c->ekind[e] & mask) && c->comp[c->adj[e]] == comp;
+}
+
+/* A node on a cycle of @mask edges inside SCC @comp, or NONE.
+ * Iterative DFS; color: 0 white, 1 on the path, 2 done. */
+static uint32_t find_cycle_node(struct ctx *c, struct graph_scratch *g,
+                                const uint32_t *mem, size_t n, int mask)
+{
+	uint32_t comp = c->comp[mem[0]], found = NONE;
+	uint32_t *cs = g->stk;
+	size_t *it = g->it;
+	for (size_t i = 0; i < n && found == NONE; i++) {
+		uint32_t s = mem[i];
+		if (g->color[s])
+			continue;
+		uint32_t top = 0;
+		g->color[s] = 1;
+		cs[top] = s;
+		it[top++] = c->off[s];
+		while (top > 0 && found == NONE) {
+			uint32_t v = cs[top - 1];
+			if (it[top - 1] < c->off[v + 1]) {
+				size_t e = it[top - 1]++;
+				if (!usable(c, e, comp, mask))
+					continue;
+				uint32_t w = c->adj[e];
+				if (g->color[w] == 1) {
+					found = w;
+				} else if (g->color[w] == 0) {
+					g->color[w] = 1;
+					cs[top] = w;
+					it[top++] = c->off[w];
+				}
+				continue;
+			}
+			g->color[v] = 2;
+			top--;
+		}
+	}
+	for (size_t i = 0; i < n; i++)
+		g->color[mem[i]] = 0;
+	return found;
+}
+
+/* Shortest cycle of @mask edges through @s inside its SCC (BFS).
+ * Fills path[] (nodes) and kinds[] (edge from path[i] to the next);
+ * returns its length. a = parent node, it = parent edge. */
+static size_t bfs_cycle(struct ctx *c, struct graph_scratch *g,
+                        const uint32_t *mem, size_t n, uint32_t s, int mask,
+                        uint32_t *path, uint8_t *kinds)
+{
+	uint32_t comp = c->comp[s];
+	uint32_t *q = g->stk, *parent = g->a;
+	size_t *pedge = g->it;
+	size_t qh = 0, qt = 0, len = 0;
+	uint32_t last = NONE;
+	size_t last_e = 0;
+	g->color[s] = 1;
+	q[qt++] = s;
+	while (qh < qt && last == NONE) {
+		uint32_t v = q[qh++];
+		for (size_t e = c->off[v]; e < c->off[v + 1]; e++) {
+			if (!usable(c, e, comp, mask))
+				continue;
+			uint32_t w = c->adj[e];
+			if (w == s) {
+				last = v;
+				last_e = e;
+				break;
+			}
+			if (g->color[w])
+				continue;
+			g->color[w] = 1;
+			parent[w] = v;
+			pedge[w] = e;
+			q[qt++] = w;
+		}
+	}
+	if (last != NONE) {
+		/* Walk back from last to s, then reverse. */
+		uint32_t v = last;
+		size_t e = last_e;
+		for (;;) {
+			path[len] = v;
+			kinds[len++] = c->ekind[e];
+			if (v == s)
+				break;
+			e = pedge[v];
+			v = parent[v];
+		}
+		for (size_t i = 0; i < len / 2; i++) {
+			uint32_t t = path[i];
+			path[i] = path[len - 1 - i];
+			path[len - 1 - i] = t;
+			uint8_t k = kinds[i];
+			kinds[i] = kinds[len - 1 - i];
+			kinds[len - 1 - i] = k;
+		}
+	}
+	for (size_t i = 0; i < n; i++)
+		g->color[mem[i]] = 0;
+	return len;
+}
+
+/* Which key an edge a -> b is about (for the description). */
+static void explain(struct sbuf *b, const struct ctx *c, uint32_t a, uint32_t t,
+                    uint8_t kind, uint64_t *key_out)
+{
+	const struct sc_op *ops = c->h->ops;
+	const struct sc_txn *tx = c->h->txns;
+	uint32_t a0 = c->toff[a], a1 = c->toff[a + 1];
+	uint32_t b0 = c->toff[t], b1 = c->toff[t + 1];
+	*key_out = UINT64_MAX;
+	if (kind == E_RT) {
+		sb_add(b, "-rt(done %" PRIu64 " < inv %" PRIu64 ")->",
+		       tx[a].t_done, tx[t].t_inv);
+		return;
+	}
+	if ((uint64_t)(a1 - a0) * (b1 - b0) > (1u << 22)) {
+		sb_add(b, "-%s->",
+		       kind == E_WW   ? "ww"
+		       : kind == E_WR ? "wr"
+		                      : "rw");
+		return;
+	}
+	for (uint32_t i = a0; i < a1; i++) {
+		const struct sc_op *x = &ops[c->tops[i]];
+		uint8_t fx = c->opf[c->tops[i]];
+		for (uint32_t j = b0; j < b1; j++) {
+			const struct sc_op *y = &ops[c->tops[j]];
+			uint8_t fy = c->opf[c->tops[j]];
+			if (x->key != y->key)
+				continue;
+			bool xw = x->write && !(fx & F_SUPERSEDED);
+			bool yw = y->write && !(fy & F_SUPERSEDED);
+			bool xr = !x->write && !(fx & F_INTERNAL);
+			bool yr = !y->write && !(fy & F_INTERNAL);
+			if (kind == E_WW && xw && yw && x->ver < y->ver) {
+				sb_add(b,
+				       "-ww(key %" PRIu64 ": v%" PRIu64
+				       " then v%" PRIu64 ")->",
+				       x->key, x->ver, y->ver);
+			} else if (kind == E_WR && xw && yr &&
+			           x->ver == y->ver) {
+				sb_add(b, "-wr(key %" PRIu64 " v%" PRIu64 ")->",
+				       x->key, x->ver);
+			} else if (kind == E_RW && xr && yw &&
+			           x->ver < y->ver) {
+				sb_add(b,
+				       "-rw(key %" PRIu64 ": read v%" PRIu64
+				       ", overwritten by v%" PRIu64 ")->",
+				       x->key, x->ver, y->ver);
+			} else {
+				continue;
+			}
+			*key_out = x->key;
+			return;
+		}
+	}
+	sb_add(b, "-%s->", kind == E_WW ? "ww" : kind == E_WR ? "wr" : "rw");
+}
+
+static int cycles(struct ctx *c)
+{
+	int rc = -ENOMEM;
+	uint32_t V = c->V;
+	size_t nv = V ? V : 1;
+	struct graph_scratch g = {0};
+	g.a = malloc(nv * sizeof(uint32_t));
+	g.b = malloc(nv * sizeof(uint32_t));
+	g.stk = malloc(nv * sizeof(uint32_t));
+	g.members = malloc(nv * sizeof(uint32_t));
+	g.cs = malloc(nv * sizeof(uint32_t));
+	g.it = malloc(nv * sizeof(size_t));
+	g.color = calloc(nv, 1);
+	c->comp = malloc(nv * sizeof(uint32_t));
+	uint32_t *path = NULL, *tpath = NULL;
+	uint8_t *kinds = NULL, *tkinds = NULL;
+	if (!g.a || !g.b || !g.stk || !g.members || !g.cs || !g.it ||
+	    !g.color || !c->comp)
+		goto out;
+	if (tarjan(c, &g))
+		goto out;
+	c->r->nsccs_cyclic = g.nscc;
+	if (g.nscc) {
+		/* Cycles are no longer than the largest SCC, <= V nodes. */
+		path = malloc(nv * sizeof(*path));
+		kinds = malloc(nv);
+		tpath = malloc(nv * sizeof(*tpath));
+		tkinds = malloc(nv);
+		if (!path || !kinds || !tpath || !tkinds)
+			goto out;
+	}
+	static const int masks[] = {E_WW, E_WW | E_WR, E_DATA, E_ALL};
+	for (size_t k = 0; k < g.nscc; k++) {
+		const uint32_t *mem = g.members + g.scc[k].lo;
+		size_t n = g.scc[k].hi - g.scc[k].lo;
+		uint32_t s = NONE;
+		int mask = 0;
+		for (size_t m = 0; m < 4 && s == NONE; m++) {
+			mask = masks[m];
+			s = find_cycle_node(c, &g, mem, n, mask);
+		}
+		if (s == NONE)
+			continue; /* cannot happen: the SCC has a cycle */
+		size_t len = bfs_cycle(c, &g, mem, n, s, mask, path, kinds);
+		/* Collapse event nodes: txn -rt-> ev ... -rt-> txn. */
+		size_t st = 0;
+		while (st < len && path[st] >= c->T)
+			st++;
+		size_t tl = 0;
+		int nrw = 0, nwr = 0, nrt = 0;
+		for (size_t i = 0; i < len; i++) {
+			size_t j = (st + i) % len;
+			if (path[j] >= c->T)
+				continue;
+			tpath[tl] = path[j];
+			tkinds[tl++] = kinds[j];
+			nrw += kinds[j] == E_RW;
+			nwr += kinds[j] == E_WR;
+			nrt += kinds[j] == E_RT;
+		}
+		enum sc_kind kd = nrt       ? SC_REALTIME
+		                  : nrw > 1 ? SC_G2
+		                  : nrw     ? SC_GSINGLE
+		                  : nwr     ? SC_G1C
+		                            : SC_G0;
+		char *text;
+		struct sbuf b = note(c, kd, &text);
+		if (!text)
+			continue;
+		sb_add(&b, "cycle of %zu txns (SCC of %zu nodes): ", tl, n);
+		uint64_t keys[2] = {UINT64_MAX, UINT64_MAX};
+		for (size_t i = 0; i < tl; i++) {
+			if (i >= 12) {
+				sb_add(&b, " ... ");
+				break;
+			}
+			sb_txn(&b, c, tpath[i]);
+			uint64_t key;
+			explain(&b, c, tpath[i], tpath[(i + 1) % tl], tkinds[i],
+			        &key);
+			if (i < 2)
+				keys[i] = key;
+		}
+		sb_txn(&b, c, tpath[0]);
+		if (tl == 2 && nrw == 1 && !nrt && keys[0] == keys[1] &&
+		    keys[0] != UINT64_MAX)
+			sb_add(&b, " [lost update of key %" PRIu64 "]",
+			       keys[0]);
+		if (tl == 2 && nrw == 2 && keys[0] != keys[1])
+			sb_add(&b, " [write skew]");
+		if (nrt)
+			sb_add(&b, " [a transaction saw state older than one "
+			           "that had already completed]");
+	}
+	rc = 0;
+out:
+	free(path);
+	free(kinds);
+	free(tpath);
+	free(tkinds);
+	free(g.a);
+	free(g.b);
+	free(g.stk);
+	free(g.members);
+	free(g.it);
+	free(g.color);
+	free(g.cs);
+	free(g.scc);
+	return rc;
+}
+
+/* ---- sc_check ---------------------------------------------------------- */
+
+static void internal_anomalies(struct ctx *c)
+{
+	const struct sc_op *ops = c->h->ops;
+	for (uint32_t o = 0; o < c->M; o++) {
+		if (!(c->opf[o] & F_INTBAD) || !c->incl[ops[o].txn])
+			continue;
+		char *text;
+		struct sbuf b = note(c, SC_INTERNAL, &text);
+		if (!text)
+			continue;
+		/* The own latest write before it, for the description. */
+		uint32_t t = ops[o].txn;
+		uint64_t want = 0;
+		for (uint32_t j = c->toff[t]; j < c->toff[t + 1]; j++) {
+			uint32_t x = c->tops[j];
+			if (x == o)
+				break;
+			if (ops[x].write && ops[x].key == ops[o].key)
+				want = ops[x].ver;
+		}
+		sb_txn(&b, c, t);
+		sb_add(&b,
+		       " read key %" PRIu64 " version %" PRIu64
+		       " after writing version %" PRIu64 " itself",
+		       ops[o].key, ops[o].ver, want);
+	}
+}
+
+static double now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+int sc_check(const sc_history *h, sc_report *r)
+{
+	if (!h || !r)
+		return -EINVAL;
+	memset(r, 0, sizeof(*r));
+	if (h->err)
+		return h->err;
+	double t0 = now_ms();
+	struct ctx c = {.h = h, .r = r};
+	c.T = (uint32_t)h->ntxns;
+	c.M = (uint32_t)h->nops;
+	for (uint32_t t = 0; t < c.T; t++) {
+		int oc = h->txns[t].outcome;
+		if (!oc)
+			return -EINVAL; /* never ended */
+		r->ncommitted += oc == SC_COMMITTED;
+		r->naborted += oc == SC_ABORTED;
+	}
+	r->ntxns = c.T;
+	r->nops = c.M;
+	int rc = -ENOMEM;
+	size_t nt = (size_t)c.T + 1, nm = c.M ? c.M : 1;
+	c.toff = calloc(nt, sizeof(*c.toff));
+	c.tops = malloc(nm * sizeof(*c.tops));
+	c.opf = calloc(nm, 1);
+	c.src = malloc(nm * sizeof(*c.src));
+	c.incl = calloc(nt, 1);
+	c.srt = malloc(nm * sizeof(*c.srt));
+	if (!c.toff || !c.tops || !c.opf || !c.src || !c.incl || !c.srt)
+		goto out;
+	/* 1. operations by transaction, program order kept */
+	for (uint32_t o = 0; o < c.M; o++)
+		c.toff[h->ops[o].txn + 1]++;
+	for (uint32_t t = 0; t < c.T; t++)
+		c.toff[t + 1] += c.toff[t];
+	for (uint32_t o = 0; o < c.M; o++)
+		c.tops[c.toff[h->ops[o].txn]++] = o;
+	for (uint32_t t = c.T; t > 0; t--)
+		c.toff[t] = c.toff[t - 1];
+	c.toff[0] = 0;
+	if (per_txn(&c))
+		goto out;
+	/* 2. external operations sorted by (key, version) */
+	for (uint32_t o = 0; o < c.M; o++)
+		if (!(c.opf[o] & F_INTERNAL))
+			c.srt[c.nsrt++] =
+			        (struct rec){h->ops[o].key, h->ops[o].ver, o};
+	if (radix_sort(c.srt, c.nsrt))
+		goto out;
+	/* 3, 4 */
+	find_sources(&c);
+	if (include(&c))
+		goto out;
+	for (uint32_t t = 0; t < c.T; t++)
+		if (h->txns[t].outcome == SC_UNKNOWN) {
+			if (c.incl[t])
+				r->nunknown_included++;
+			else
+				r->nunknown_dropped++;
+		}
+	internal_anomalies(&c);
+	/* 5 (per-read anomalies are found in the count pass) */
+	if (build_graph(&c))
+		goto out;
+	r->nnodes = c.V;
+	r->nedges = c.E;
+	/* 6 */
+	if (cycles(&c))
+		goto out;
+	rc = r->total > INT_MAX ? INT_MAX : (int)r->total;
+out:
+	r->elapsed_ms = now_ms() - t0;
+	free(c.toff);
+	free(c.tops);
+	free(c.opf);
+	free(c.src);
+	free(c.incl);
+	free(c.srt);
+	free(c.ends);
+	free(c.starts);
+	free(c.evtime);
+	free(c.off);
+	free(c.adj);
+	free(c.ekind);
+	free(c.comp);
+	return rc;
+}
+
+void sc_report_print(FILE *f, const sc_report *r)
+{
+	fprintf(f,
+	        "sercheck: %" PRIu64 " txns (%" PRIu64 " committed, %" PRIu64
+	        " aborted, unknown: %" PRIu64 " taken as committed, %" PRIu64
+	        " as aborted), %" PRIu64 " ops; graph %" PRIu64
+	        " nodes %" PRIu64 " edges; %.1f ms\n",
+	        r->ntxns, r->ncommitted, r->naborted, r->nunknown_included,
+	        r->nunknown_dropped, r->nops, r->nnodes, r->nedges,
+	        r->elapsed_ms);
+	if (!r->total) {
+		fprintf(f, "sercheck: strictly serializable (0 anomalies)\n");
+		return;
+	}
+	fprintf(f, "sercheck: %" PRIu64 " anomalies\n", r->total);
+	for (int k = 0; k < SC_NKINDS; k++) {
+		if (!r->count[k])
+			continue;
+		fprintf(f, "  %" PRIu64 " x %s\n", r->count[k], kind_names[k]);
+		for (size_t i = 0; i < r->nexamples; i++)
+			if (r->examples[i].kind == (enum sc_kind)k)
+				fprintf(f, "    - %s\n", r->examples[i].text);
+	}
+}
