@@ -1,0 +1,258 @@
+/*
+ * libfarm allocator: thread-private slab allocators over a machine-wide
+ * block allocator over regions (FaRM NSDI'14 section 3.3;
+ * src/alloc/README.md has the layouts, invariants and figures).
+ *
+ * Internal API. Every function that can fail returns 0 or a negative code:
+ *   -EINVAL   bad argument: size 0, NULL/misaligned/out-of-region address,
+ *             an address that is not the start of an object of this kind
+ *   -E2BIG    a plain object above FARM_ALLOC_MAX_OBJECT (1 MiB) stored bytes,
+ *             or an array larger than a region can hold
+ *   -ENOENT   free of a slot that is not allocated (never allocated or
+ *             already freed); nothing is changed
+ *   -EREMOTE  the address (or hint) names a region that is not local to this
+ *             machine: the caller (address-space layer) must send the
+ *             request to the region's owner (an RPC); nothing is changed
+ *   -ENOMEM   no memory for allocator metadata, or the region callback could
+ *             not supply a region
+ *   -ENOSPC   a region is full (only internally; callers see a new region)
+ *   -EMFILE   too many regions or slab allocators for this block allocator
+ *   FARM_ECORRUPT  a header or block-table word contradicts the allocator's
+ *             state (found while formatting, rebuilding or allocating)
+ *
+ * Sizes passed in are *stored* sizes in bytes, header included (the
+ * transaction layer adds its per-line versions before calling).
+ *
+ * Threads: a farm_blockalloc is shared by every thread of a machine (its
+ * calls take one mutex; lookups of regions are lock-free). A farm_slab is
+ * owned by one thread at a time: farm_slab_alloc(), farm_slab_free() and the
+ * array calls on a slab must not run concurrently with each other, but any
+ * slab may free an object allocated by any other slab of the same block
+ * allocator.
+ */
+#ifndef FARM_ALLOC_ALLOC_H
+#define FARM_ALLOC_ALLOC_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <farm/addr.h>
+#include <farm/error.h>
+
+#include "alloc/objhdr.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FARM_ALLOC_LINE        64u
+#define FARM_ALLOC_BLOCK       (1u << 20) /* 1 MiB */
+#define FARM_ALLOC_NCLASSES    256
+#define FARM_ALLOC_MAX_OBJECT  (1u << 20) /* largest plain object */
+#define FARM_ALLOC_MAX_LINES   (FARM_ALLOC_MAX_OBJECT / FARM_ALLOC_LINE)
+#define FARM_ALLOC_MAX_REGIONS 1024
+/* A slab block is 1 to 7 MiB (per class); regions of 8 MiB and up hold a
+ * block of every class. */
+#define FARM_ALLOC_MAX_BLOCK_MB 7
+#define FARM_ALLOC_MAX_SLABS    65535
+/* Region sizes the allocator accepts: powers of two in [2 MiB, 4 GiB]. */
+#define FARM_ALLOC_MIN_REGION (2ull << 20)
+#define FARM_ALLOC_MAX_REGION (1ull << 32)
+
+/* ---- size classes ------------------------------------------------------ */
+
+/*
+ * farm_alloc_class_of() - the size class for @size stored bytes (header
+ * included). Returns the class (0..255), -EINVAL for 0, -E2BIG above 1 MiB.
+ */
+int farm_alloc_class_of(uint64_t size);
+/* Bytes of a slot of class @cls (a multiple of 64); 0 for a bad class. */
+uint32_t farm_alloc_class_size(int cls);
+/* MiB in one slab block of class @cls (1..FARM_ALLOC_MAX_BLOCK_MB). */
+uint32_t farm_alloc_class_block_mb(int cls);
+
+/* Internal fragmentation of the class table (README.md, "size classes"). */
+struct farm_alloc_frag {
+	double avg;           /* mean over classes of the class average */
+	double max;           /* max over classes of the class worst case */
+	double max_avg;       /* max over classes of the class average */
+	double req_avg;       /* mean over all 16384 line-granular requests */
+	uint32_t exact_lines; /* classes 1..exact_lines lines are every line */
+	/* Byte-granular requests (16 B..1 MiB, each size once), apart: */
+	double line_avg;       /* mean waste of rounding up to whole lines */
+	double line_max;       /* its worst case (65 B -> 128 B) */
+	double bytes_avg;      /* mean waste of lines and class together */
+	double block_tail_max; /* worst slab-block tail left unused */
+};
+void farm_alloc_frag_compute(struct farm_alloc_frag *f);
+
+/* ---- block allocator (machine-wide) ----------------------------------- */
+
+/* A region as the allocator sees it. @base must be 64-byte aligned and the
+ * memory zero-filled when it is first handed over (farm_region_create()
+ * gives both); @size a power of two in [2 MiB, 4 GiB]. */
+struct farm_alloc_region {
+	uint32_t id;
+	void *base;
+	uint64_t size;
+};
+
+/*
+ * Supplies a new, zero-filled local region for the block allocator, which
+ * formats it. @near_region is the region the new one should be near (same
+ * virtual ring, nearby position) or FARM_REGION_ID_NONE. Returns 0 and fills
+ * *out, or a negative code. Called with the block allocator's lock held: it
+ * must not call back into the allocator.
+ */
+typedef int (*farm_alloc_new_region_fn)(void *ctx, uint32_t near_region,
+                                        struct farm_alloc_region *out);
+
+typedef struct farm_blockalloc farm_blockalloc;
+typedef struct farm_slab farm_slab;
+
+struct farm_blockalloc_attr {
+	farm_alloc_new_region_fn new_region; /* may be NULL: no growth */
+	void *ctx;
+};
+
+FARM_MUST_CHECK int farm_blockalloc_create(const struct farm_blockalloc_attr *a,
+                                           farm_blockalloc **out);
+/* Frees the allocator's own state (never region memory). Every slab must be
+ * destroyed first. */
+void farm_blockalloc_destroy(farm_blockalloc *ba);
+
+/*
+ * farm_blockalloc_add_region() - format a fresh, zeroed region (header and
+ * block table in block 0) and make it available. -EEXIST for a region id
+ * already known, -EINVAL for a bad size/base/id, FARM_ECORRUPT when the
+ * memory is not zero where the table goes.
+ */
+FARM_MUST_CHECK int
+farm_blockalloc_add_region(farm_blockalloc *ba,
+                           const struct farm_alloc_region *r);
+
+/*
+ * farm_blockalloc_rebuild_region() - adopt a region that an allocator has
+ * already formatted and used (a replica's memory during recovery), rebuilding
+ * block states, per-block free slots and allocated objects by scanning its
+ * block table and object headers. Its slab blocks become unowned; any slab
+ * adopts them when it needs a block of their class. Returns 0, or
+ * FARM_ECORRUPT (bad header or table) with nothing added.
+ */
+FARM_MUST_CHECK int
+farm_blockalloc_rebuild_region(farm_blockalloc *ba,
+                               const struct farm_alloc_region *r);
+
+/* Local pointer to @len bytes at @a, or NULL if @a is not in a local region
+ * or the range leaves it. Lock-free. */
+void *farm_alloc_local(farm_blockalloc *ba, farm_gaddr a, uint64_t len);
+/* Global address of local pointer @p: 0, or -EINVAL if @p is in no region. */
+FARM_MUST_CHECK int farm_alloc_gaddr_of(farm_blockalloc *ba, const void *p,
+                                        farm_gaddr *out);
+/* True when @region_id is a local region of @ba. */
+bool farm_alloc_region_is_local(farm_blockalloc *ba, uint32_t region_id);
+
+/*
+ * farm_blockalloc_dump() - write a canonical description of the allocator
+ * state to @f: per region (by id) every non-free block-table word; per slab
+ * block its class and the sorted set of free slots as the allocator's own
+ * lists hold it (local free list, remote-free stack, never-used tail), and
+ * the count of allocated slots; per array its elements. Two allocators with
+ * the same state write the same text. Only while no slab is in use.
+ * Returns 0, or FARM_ECORRUPT when a free-listed slot's header says
+ * allocated (or the reverse); the text names it.
+ */
+FARM_MUST_CHECK int farm_blockalloc_dump(farm_blockalloc *ba, FILE *f);
+
+/* ---- slab allocators (one per thread) --------------------------------- */
+
+FARM_MUST_CHECK int farm_slab_create(farm_blockalloc *ba, farm_slab **out);
+/* The slab's blocks become unowned (adopted later by other slabs); objects
+ * in them stay allocated. Its counters stay in the block allocator's sums. */
+void farm_slab_destroy(farm_slab *s);
+
+/*
+ * farm_slab_alloc() - allocate an object of @size stored bytes (16-byte
+ * header included) and return its address in *out. Sets the allocated bit;
+ * the incarnation is unchanged. @hint, unless FARM_GADDR_NULL, is an existing
+ * object's address; the object goes, in this order (README.md "hints"):
+ *   1. into the hint's block (a slab block of this class owned by @s with a
+ *      free slot),
+ *   2. into the hint's region (a block of @s of this class there with room,
+ *      an unowned one, or a new block there),
+ *   3. into a region near it (one created earlier near it, else a new one
+ *      from the callback with near_region = the hint's region).
+ * Which level was used is counted (farm_slab_stats()). Returns 0, -EINVAL
+ * (size 0, or a hint offset outside its region), -E2BIG (over 1 MiB),
+ * -EREMOTE (the hint's region is not local: allocate on its owner), -ENOMEM.
+ */
+FARM_MUST_CHECK int farm_slab_alloc(farm_slab *s, uint64_t size,
+                                    farm_gaddr hint, farm_gaddr *out);
+
+/*
+ * farm_slab_free() - free the object at @a: clears its allocated bit and
+ * bumps its incarnation with one compare-and-swap, then makes the slot
+ * reusable for the same class at once. Any slab may free any object of the
+ * same block allocator. Returns 0, -EINVAL (NULL, misaligned, outside a
+ * region, not the start of a slot of a slab block), -ENOENT (not allocated:
+ * never allocated or already freed), -EREMOTE (not a local region). On error
+ * nothing changes.
+ */
+FARM_MUST_CHECK int farm_slab_free(farm_slab *s, farm_gaddr a);
+
+/*
+ * farm_alloc_array() - @n contiguous elements of @elem_size stored bytes
+ * each (rounded up to whole lines; each element an object with its own
+ * header, allocated bit set). Returns element 0's address; element i is at
+ * *out + i * line_rounded(elem_size). Arrays of up to 1 MiB in all take one
+ * slab slot of the class of their total size; larger ones take a run of
+ * whole 1 MiB blocks in one region. Hints as farm_slab_alloc() (for a large
+ * array: levels 2 and 3). Returns 0, -EINVAL (@n or @elem_size 0), -E2BIG
+ * (element over 1 MiB, or more than a region holds), -EREMOTE, -ENOMEM.
+ */
+FARM_MUST_CHECK int farm_alloc_array(farm_slab *s, uint64_t elem_size,
+                                     uint64_t n, farm_gaddr hint,
+                                     farm_gaddr *out);
+/*
+ * farm_alloc_array_free() - free a whole array, given the @elem_size and @n
+ * it was allocated with (a fat pointer carries them). Every element's
+ * incarnation is bumped. Returns 0, -EINVAL (not the start of an array with
+ * these dimensions), -ENOENT (not allocated), -EREMOTE.
+ */
+FARM_MUST_CHECK int farm_alloc_array_free(farm_slab *s, farm_gaddr a,
+                                          uint64_t elem_size, uint64_t n);
+
+/* Hint levels, for the counters. */
+enum farm_alloc_hint_level {
+	FARM_ALLOC_HINT_NONE = 0, /* no hint given */
+	FARM_ALLOC_HINT_BLOCK,    /* placed in the hint's block */
+	FARM_ALLOC_HINT_REGION,   /* in the hint's region */
+	FARM_ALLOC_HINT_NEAR,     /* in a region near the hint's */
+	FARM_ALLOC_HINT_REMOTE,   /* refused with -EREMOTE */
+	FARM_ALLOC_HINT_NLEVELS
+};
+
+struct farm_alloc_stats {
+	uint64_t allocs;       /* objects and arrays allocated */
+	uint64_t frees;        /* objects and arrays freed */
+	uint64_t remote_frees; /* frees of a slot in another slab's block */
+	uint64_t free_errors;  /* frees refused (-EINVAL, -ENOENT) */
+	int64_t bytes_in_use;  /* slot bytes (class size) + array block bytes */
+	uint64_t hint[FARM_ALLOC_HINT_NLEVELS];
+	/* Block allocator figures (farm_blockalloc_stats() only). */
+	uint64_t regions;
+	uint64_t blocks_total;   /* 1 MiB blocks in all regions, block 0 too */
+	uint64_t blocks_in_use;  /* slab, array and table blocks */
+	uint64_t blocks_retired; /* freed array blocks awaiting an epoch */
+};
+
+/* This slab's counters (any thread; figures are each read atomically). */
+void farm_slab_stats(const farm_slab *s, struct farm_alloc_stats *st);
+/* Sums over every slab ever created on @ba, plus the block figures. */
+void farm_blockalloc_stats(farm_blockalloc *ba, struct farm_alloc_stats *st);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FARM_ALLOC_ALLOC_H */

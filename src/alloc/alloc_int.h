@@ -1,0 +1,251 @@
+/*
+ * Allocator internals shared by block.c and slab.c. Not an API.
+ *
+ * Block-table word (8 bytes per 1 MiB block, region block 0 at offset 64;
+ * README.md has the table):
+ *   bits 63..60 type
+ *   FREE    (0) all zero
+ *   TABLE   (1) bits 31..0: blocks the table occupies (1: block 0)
+ *   SLAB    (2) bits 7..0 class, 15..8 length in MiB (1..7),
+ *               31..16 owner slab id (0: unowned)
+ *   ARRAY   (3) bits 12..0 length in MiB, 27..13 element lines,
+ *               54..28 element count
+ *   CONT    (4) bits 31..0 index of the head block of the run
+ *   RETIRED (5) as ARRAY: a freed array whose blocks wait for a distributed
+ *               epoch before reuse (not in this issue: never reused)
+ */
+#ifndef FARM_ALLOC_INT_H
+#define FARM_ALLOC_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "alloc/alloc.h"
+#include "util/common.h"
+
+enum bt_type {
+	BT_FREE = 0,
+	BT_TABLE = 1,
+	BT_SLAB = 2,
+	BT_ARRAY = 3,
+	BT_CONT = 4,
+	BT_RETIRED = 5,
+};
+
+static inline unsigned bt_type(uint64_t w)
+{
+	return (unsigned)(w >> 60);
+}
+static inline uint64_t bt_table(uint32_t n)
+{
+	return (uint64_t)BT_TABLE << 60 | n;
+}
+static inline uint64_t bt_slab(unsigned cls, unsigned mb, unsigned owner)
+{
+	return (uint64_t)BT_SLAB << 60 | (uint64_t)owner << 16 |
+	       (uint64_t)mb << 8 | cls;
+}
+static inline unsigned bt_slab_cls(uint64_t w)
+{
+	return (unsigned)(w & 0xff);
+}
+static inline unsigned bt_slab_mb(uint64_t w)
+{
+	return (unsigned)((w >> 8) & 0xff);
+}
+static inline unsigned bt_slab_owner(uint64_t w)
+{
+	return (unsigned)((w >> 16) & 0xffff);
+}
+static inline uint64_t bt_array(unsigned type, uint32_t mb, uint32_t elines,
+                                uint64_t n)
+{
+	return (uint64_t)type << 60 | n << 28 | (uint64_t)elines << 13 | mb;
+}
+static inline uint32_t bt_array_mb(uint64_t w)
+{
+	return (uint32_t)(w & 0x1fff);
+}
+static inline uint32_t bt_array_elines(uint64_t w)
+{
+	return (uint32_t)((w >> 13) & 0x7fff);
+}
+static inline uint64_t bt_array_n(uint64_t w)
+{
+	return (w >> 28) & ((1ull << 27) - 1);
+}
+static inline uint64_t bt_cont(uint32_t head)
+{
+	return (uint64_t)BT_CONT << 60 | head;
+}
+static inline uint32_t bt_cont_head(uint64_t w)
+{
+	return (uint32_t)w;
+}
+
+/* Region header at offset 0 of block 0; the table follows at 64. */
+#define FARM_ALLOC_MAGIC 0x314350414d524146ull /* "FARMAPC1" */
+struct farm_alloc_rhdr {
+	uint64_t magic;
+	uint32_t region_id;
+	uint32_t nblocks;
+	uint32_t table_off;
+	uint32_t layout; /* 1 */
+	uint64_t pad[5];
+};
+#define RHDR_TABLE_OFF 64u
+
+struct farm_block;
+
+/* A local region, as the block allocator keeps it (DRAM). */
+struct ba_region {
+	uint32_t id;
+	uint32_t nblocks;
+	char *base;
+	uint64_t size;
+	_Atomic uint64_t *table;
+	/* Slab block covering each 1 MiB block, or NULL. Set (release) before
+	 * any object of the block is handed out; never cleared. */
+	_Atomic(struct farm_block *) *meta;
+	/* Under the lock: */
+	struct ba_region *spill; /* the region created near this one */
+	uint32_t scan_from;      /* no free block below this index */
+};
+
+/*
+ * A slab block: one class, slots of `slot` bytes from the block start.
+ * Free slots are linked through the word at offset 16 of each slot (after
+ * the header), so the list costs no memory; a freed slot's contents are
+ * garbage anyway (readers check the incarnation).
+ */
+struct farm_block {
+	struct ba_region *r;
+	char *base;
+	farm_gaddr gbase;
+	uint32_t bidx;
+	uint32_t len_mb;
+	uint32_t slot;
+	uint32_t nslots;
+	uint64_t
+	        slot_inv; /* rel / slot == (rel * slot_inv) >> SLOT_INV_SHIFT */
+	uint8_t cls;
+	/* The owning slab, or NULL (unowned: on the block allocator's orphan
+	 * list). Written by the owner (destroy) or the adopter, under the lock;
+	 * freers compare it with themselves only. */
+	_Atomic(struct farm_slab *) owner;
+	/* Owner-only (or under the lock while unowned): */
+	char *free_head;
+	uint32_t next_fresh; /* slots [next_fresh, nslots) never used */
+	struct farm_block *orphan_next;
+	/* Remote frees: a Treiber stack pushed by any thread (CAS, release)
+	 * and taken whole by the owner (exchange, acquire): no ABA, since the
+	 * owner never pops single entries. */
+	FARM_CL_ALIGNED _Atomic(char *) remote_head;
+};
+
+/* Division by the slot size as a multiply: with m = 2^44 / slot + 1, the
+ * error of rel * m / 2^44 is below rel / 2^44 < 2^-21 (rel < 7 MiB), less
+ * than 1 / slot (slot <= 2^20), so the quotient is exact; m < 2^39 and
+ * rel * m < 2^62. */
+#define SLOT_INV_SHIFT 44
+
+#define RTAB_BITS 11
+#define RTAB_SIZE (1u << RTAB_BITS)
+
+struct farm_slab_cls {
+	struct farm_block *cur;
+	struct farm_block **blocks;
+	uint32_t nblocks;
+	uint32_t cap;
+};
+
+struct farm_slab {
+	farm_blockalloc *ba;
+	uint16_t id;
+	bool dead;
+	struct ba_region *last_r; /* one-entry lookup cache */
+	const uint8_t *line_cls;  /* size-class table: lines -> class */
+	/* Counters: written only by the owning thread, read by any. */
+	_Atomic uint64_t allocs, frees, remote_frees, free_errors;
+	_Atomic int64_t bytes;
+	_Atomic uint64_t hint[FARM_ALLOC_HINT_NLEVELS];
+	struct farm_slab_cls cls[FARM_ALLOC_NCLASSES];
+};
+
+struct farm_blockalloc {
+	pthread_mutex_t lock;
+	farm_alloc_new_region_fn new_region;
+	void *ctx;
+	_Atomic(struct ba_region *) rtab[RTAB_SIZE];
+	struct ba_region *regions[FARM_ALLOC_MAX_REGIONS];
+	_Atomic uint32_t nregions;
+	/* Under the lock: */
+	struct ba_region *cur_region;
+	struct farm_block *orphans[FARM_ALLOC_NCLASSES];
+	struct farm_slab **slabs;
+	uint32_t nslabs, slab_cap;
+	uint64_t blocks_total, blocks_in_use, blocks_retired;
+	/* Objects found by rebuild (no slab counted them), and array blocks
+	 * counted in bytes: */
+	int64_t base_bytes;
+	uint64_t base_allocs;
+};
+
+/* Region lookup by id; lock-free (entries are published with release and
+ * never removed while the allocator lives). */
+static inline struct ba_region *ba_lookup(farm_blockalloc *ba, uint32_t id)
+{
+	uint32_t i = (id * 0x9e3779b1u) >> (32 - RTAB_BITS);
+	for (uint32_t n = 0; n < RTAB_SIZE;
+	     n++, i = (i + 1) & (RTAB_SIZE - 1)) {
+		struct ba_region *r = atomic_load_explicit(
+		        &ba->rtab[i], memory_order_acquire);
+		if (!r)
+			return NULL;
+		if (r->id == id)
+			return r;
+	}
+	return NULL;
+}
+
+static inline char *slot_link(const char *p)
+{
+	char *n;
+	memcpy(&n, p + FARM_OBJHDR_SIZE, sizeof(n));
+	return n;
+}
+static inline void slot_set_link(char *p, char *n)
+{
+	memcpy(p + FARM_OBJHDR_SIZE, &n, sizeof(n));
+}
+
+static inline void cnt_add(_Atomic uint64_t *c, uint64_t v)
+{
+	atomic_store_explicit(c,
+	                      atomic_load_explicit(c, memory_order_relaxed) + v,
+	                      memory_order_relaxed);
+}
+static inline void cnt_adds(_Atomic int64_t *c, int64_t v)
+{
+	atomic_store_explicit(c,
+	                      atomic_load_explicit(c, memory_order_relaxed) + v,
+	                      memory_order_relaxed);
+}
+
+/* Size-class tables (sizeclass.c), valid after any farm_alloc_class_*(). */
+FARM_INTERNAL const uint8_t *farm_alloc_line_cls_table(void);
+
+/* block.c, called with ba->lock held. */
+FARM_INTERNAL int ba_new_slab_block_locked(farm_blockalloc *ba, farm_slab *s,
+                                           unsigned cls, struct ba_region *r,
+                                           struct farm_block **out);
+FARM_INTERNAL int ba_take_run_locked(farm_blockalloc *ba, struct ba_region *r,
+                                     uint32_t nmb, uint32_t *bidx);
+FARM_INTERNAL int ba_grow_locked(farm_blockalloc *ba, uint32_t near,
+                                 struct ba_region **out);
+FARM_INTERNAL void ba_set_owner_locked(struct farm_block *b, farm_slab *s);
+FARM_INTERNAL void ba_write_run(struct ba_region *r, uint32_t bidx,
+                                uint32_t nmb, uint64_t head);
+
+#endif /* FARM_ALLOC_INT_H */

@@ -1,0 +1,637 @@
+/*
+ * The machine-wide block allocator: regions, their block tables, and the
+ * runs of 1 MiB blocks that slabs and arrays take (FaRM NSDI'14 3.3).
+ *
+ * Every change to a block table happens under ba->lock; words are written
+ * with atomic release stores so a concurrent scanner (a replica, a remote
+ * READ) sees whole words. In a run, continuation words are written before
+ * the head word, so a head is never seen without its continuations.
+ * Regions are only added while the allocator lives; the id lookup table and
+ * the region array are published with release stores and read lock-free.
+ */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "alloc/alloc_int.h"
+
+/* A region's slab-block metadata (one per run, covering len_mb entries). */
+static void free_metas(struct ba_region *r)
+{
+	for (uint32_t b = 0; b < r->nblocks;) {
+		struct farm_block *m =
+		        atomic_load_explicit(&r->meta[b], memory_order_relaxed);
+		if (m && m->bidx == b) {
+			b += m->len_mb;
+			free(m);
+		} else {
+			b++;
+		}
+	}
+	free(r->meta);
+	free(r);
+}
+
+int farm_blockalloc_create(const struct farm_blockalloc_attr *a,
+                           farm_blockalloc **out)
+{
+	if (!out)
+		return -EINVAL;
+	farm_blockalloc *ba = calloc(1, sizeof(*ba));
+	if (!ba)
+		return -ENOMEM;
+	if (pthread_mutex_init(&ba->lock, NULL)) {
+		free(ba);
+		return -ENOMEM;
+	}
+	if (a) {
+		ba->new_region = a->new_region;
+		ba->ctx = a->ctx;
+	}
+	(void)farm_alloc_line_cls_table(); /* build the class table now */
+	*out = ba;
+	return 0;
+}
+
+void farm_blockalloc_destroy(farm_blockalloc *ba)
+{
+	if (!ba)
+		return;
+	uint32_t n = atomic_load_explicit(&ba->nregions, memory_order_acquire);
+	for (uint32_t i = 0; i < n; i++) {
+		struct ba_region *r = ba->regions[i];
+		free_metas(r);
+	}
+	for (uint32_t i = 0; i < ba->nslabs; i++) {
+		for (int c = 0; c < FARM_ALLOC_NCLASSES; c++)
+			free(ba->slabs[i]->cls[c].blocks);
+		free(ba->slabs[i]);
+	}
+	free(ba->slabs);
+	pthread_mutex_destroy(&ba->lock);
+	free(ba);
+}
+
+static int check_region_arg(farm_blockalloc *ba,
+                            const struct farm_alloc_region *r)
+{
+	if (!r || !r->base || r->id == FARM_REGION_ID_NONE ||
+	    r->id > FARM_REGION_ID_MAX || !farm_is_pow2(r->size) ||
+	    r->size < FARM_ALLOC_MIN_REGION ||
+	    r->size > FARM_ALLOC_MAX_REGION ||
+	    ((uintptr_t)r->base & (FARM_ALLOC_LINE - 1)))
+		return -EINVAL;
+	if (ba_lookup(ba, r->id))
+		return -EEXIST;
+	if (atomic_load_explicit(&ba->nregions, memory_order_relaxed) >=
+	    FARM_ALLOC_MAX_REGIONS)
+		return -EMFILE;
+	return 0;
+}
+
+static struct ba_region *region_new(const struct farm_alloc_region *ar)
+{
+	struct ba_region *r = calloc(1, sizeof(*r));
+	if (!r)
+		return NULL;
+	r->id = ar->id;
+	r->base = ar->base;
+	r->size = ar->size;
+	r->nblocks = (uint32_t)(ar->size / FARM_ALLOC_BLOCK);
+	r->table = (_Atomic uint64_t *)(r->base + RHDR_TABLE_OFF);
+	r->meta = calloc(r->nblocks, sizeof(*r->meta));
+	r->scan_from = 1;
+	if (!r->meta) {
+		free(r);
+		return NULL;
+	}
+	return r;
+}
+
+/* Publish @r: lookup table, then the region array (release: pairs with the
+ * acquire loads in ba_lookup() and the region walks). */
+static void region_publish(farm_blockalloc *ba, struct ba_region *r)
+{
+	uint32_t i = (r->id * 0x9e3779b1u) >> (32 - RTAB_BITS);
+	while (atomic_load_explicit(&ba->rtab[i], memory_order_relaxed))
+		i = (i + 1) & (RTAB_SIZE - 1);
+	atomic_store_explicit(&ba->rtab[i], r, memory_order_release);
+	uint32_t n = atomic_load_explicit(&ba->nregions, memory_order_relaxed);
+	ba->regions[n] = r;
+	atomic_store_explicit(&ba->nregions, n + 1, memory_order_release);
+	ba->blocks_total += r->nblocks;
+	if (!ba->cur_region)
+		ba->cur_region = r;
+}
+
+static int add_region_locked(farm_blockalloc *ba,
+                             const struct farm_alloc_region *ar,
+                             struct ba_region **out)
+{
+	int rc = check_region_arg(ba, ar);
+	if (rc)
+		return rc;
+	/* The header and table must be untouched memory. */
+	uint64_t nb = ar->size / FARM_ALLOC_BLOCK;
+	const uint64_t *w = ar->base;
+	for (uint64_t i = 0; i < RHDR_TABLE_OFF / 8 + nb; i++)
+		if (w[i])
+			return FARM_ECORRUPT;
+	struct ba_region *r = region_new(ar);
+	if (!r)
+		return -ENOMEM;
+	struct farm_alloc_rhdr *h = ar->base;
+	h->region_id = r->id;
+	h->nblocks = r->nblocks;
+	h->table_off = RHDR_TABLE_OFF;
+	h->layout = 1;
+	atomic_store_explicit(&r->table[0], bt_table(1), memory_order_release);
+	atomic_store_explicit((_Atomic uint64_t *)&h->magic, FARM_ALLOC_MAGIC,
+	                      memory_order_release);
+	region_publish(ba, r);
+	ba->blocks_in_use++;
+	if (out)
+		*out = r;
+	return 0;
+}
+
+int farm_blockalloc_add_region(farm_blockalloc *ba,
+                               const struct farm_alloc_region *r)
+{
+	if (!ba)
+		return -EINVAL;
+	pthread_mutex_lock(&ba->lock);
+	int rc = add_region_locked(ba, r, NULL);
+	pthread_mutex_unlock(&ba->lock);
+	return rc;
+}
+
+int ba_grow_locked(farm_blockalloc *ba, uint32_t near, struct ba_region **out)
+{
+	if (!ba->new_region)
+		return -ENOMEM;
+	struct farm_alloc_region ar = {0};
+	int rc = ba->new_region(ba->ctx, near, &ar);
+	if (rc)
+		return rc < 0 ? rc : -ENOMEM;
+	return add_region_locked(ba, &ar, out);
+}
+
+/* First fit: @nmb free blocks in a row in @r. */
+int ba_take_run_locked(farm_blockalloc *ba, struct ba_region *r, uint32_t nmb,
+                       uint32_t *bidx)
+{
+	uint32_t run = 0;
+	bool all_used_below = true;
+	for (uint32_t i = r->scan_from; i < r->nblocks; i++) {
+		uint64_t w = atomic_load_explicit(&r->table[i],
+		                                  memory_order_relaxed);
+		if (w != 0) {
+			run = 0;
+			continue;
+		}
+		if (all_used_below)
+			r->scan_from = i;
+		all_used_below = false;
+		if (++run == nmb) {
+			*bidx = i + 1 - nmb;
+			ba->blocks_in_use += nmb;
+			if (*bidx == r->scan_from)
+				r->scan_from = i + 1;
+			return 0;
+		}
+	}
+	return -ENOSPC;
+}
+
+/* Write a run's words: continuations first, then the head (release). */
+void ba_write_run(struct ba_region *r, uint32_t bidx, uint32_t nmb,
+                  uint64_t head)
+{
+	for (uint32_t i = 1; i < nmb; i++)
+		atomic_store_explicit(&r->table[bidx + i], bt_cont(bidx),
+		                      memory_order_release);
+	atomic_store_explicit(&r->table[bidx], head, memory_order_release);
+}
+
+static struct farm_block *block_meta_new(struct ba_region *r, uint32_t bidx,
+                                         unsigned cls)
+{
+	_Static_assert(sizeof(struct farm_block) % FARM_CL == 0,
+	               "aligned_alloc needs a multiple of the alignment");
+	struct farm_block *b = aligned_alloc(FARM_CL, sizeof(*b));
+	if (!b)
+		return NULL;
+	memset(b, 0, sizeof(*b));
+	b->r = r;
+	b->bidx = bidx;
+	b->len_mb = farm_alloc_class_block_mb((int)cls);
+	b->base = r->base + (uint64_t)bidx * FARM_ALLOC_BLOCK;
+	b->gbase = farm_gaddr_make(r->id, bidx * FARM_ALLOC_BLOCK);
+	b->slot = farm_alloc_class_size((int)cls);
+	b->slot_inv = (1ull << SLOT_INV_SHIFT) / b->slot + 1;
+	b->nslots =
+	        (uint32_t)((uint64_t)b->len_mb * FARM_ALLOC_BLOCK / b->slot);
+	b->cls = (uint8_t)cls;
+	return b;
+}
+
+/* Publish a block's metadata for every 1 MiB it covers (release: pairs with
+ * the acquire load in free). */
+static void meta_publish(struct farm_block *b)
+{
+	for (uint32_t i = 0; i < b->len_mb; i++)
+		atomic_store_explicit(&b->r->meta[b->bidx + i], b,
+		                      memory_order_release);
+}
+
+int ba_new_slab_block_locked(farm_blockalloc *ba, farm_slab *s, unsigned cls,
+                             struct ba_region *r, struct farm_block **out)
+{
+	uint32_t mb = farm_alloc_class_block_mb((int)cls), bidx;
+	int rc = ba_take_run_locked(ba, r, mb, &bidx);
+	if (rc)
+		return rc;
+	struct farm_block *b = block_meta_new(r, bidx, cls);
+	if (!b) {
+		ba->blocks_in_use -= mb;
+		return -ENOMEM;
+	}
+	atomic_store_explicit(&b->owner, s, memory_order_relaxed);
+	meta_publish(b);
+	ba_write_run(r, bidx, mb, bt_slab(cls, mb, s ? s->id : 0));
+	*out = b;
+	return 0;
+}
+
+void ba_set_owner_locked(struct farm_block *b, farm_slab *s)
+{
+	atomic_store_explicit(&b->owner, s, memory_order_relaxed);
+	atomic_store_explicit(&b->r->table[b->bidx],
+	                      bt_slab(b->cls, b->len_mb, s ? s->id : 0),
+	                      memory_order_release);
+}
+
+/* ---- rebuild --------------------------------------------------------- */
+
+static bool conts_ok(struct ba_region *r, uint32_t bidx, uint32_t mb)
+{
+	if (mb == 0 || bidx + mb > r->nblocks)
+		return false;
+	for (uint32_t i = 1; i < mb; i++) {
+		uint64_t w = atomic_load_explicit(&r->table[bidx + i],
+		                                  memory_order_acquire);
+		if (bt_type(w) != BT_CONT || bt_cont_head(w) != bidx)
+			return false;
+	}
+	return true;
+}
+
+/* Free slots of a scanned block: every slot below the high-water mark (the
+ * last one that was ever allocated) whose allocated bit is clear goes on the
+ * free list, lowest first; the rest are never-used. */
+static int64_t scan_block(struct farm_block *b, uint64_t *nalloc)
+{
+	uint32_t hw = 0;
+	uint64_t n = 0;
+	for (uint32_t i = 0; i < b->nslots; i++) {
+		struct farm_objhdr *h =
+		        (void *)(b->base + (uint64_t)i * b->slot);
+		uint64_t w = farm_objhdr_load_incarn(h);
+		if (w)
+			hw = i + 1;
+		if (farm_incarn_allocated(w))
+			n++;
+	}
+	b->next_fresh = hw;
+	b->free_head = NULL;
+	for (uint32_t i = hw; i-- > 0;) {
+		char *p = b->base + (uint64_t)i * b->slot;
+		if (!farm_objhdr_allocated((void *)p)) {
+			slot_set_link(p, b->free_head);
+			b->free_head = p;
+		}
+	}
+	*nalloc = n;
+	return (int64_t)n * b->slot;
+}
+
+int farm_blockalloc_rebuild_region(farm_blockalloc *ba,
+                                   const struct farm_alloc_region *ar)
+{
+	if (!ba)
+		return -EINVAL;
+	pthread_mutex_lock(&ba->lock);
+	int rc = check_region_arg(ba, ar);
+	struct ba_region *r = NULL;
+	if (rc)
+		goto out;
+	const struct farm_alloc_rhdr *h = ar->base;
+	if (h->magic != FARM_ALLOC_MAGIC || h->region_id != ar->id ||
+	    h->nblocks != ar->size / FARM_ALLOC_BLOCK ||
+	    h->table_off != RHDR_TABLE_OFF || h->layout != 1) {
+		rc = FARM_ECORRUPT;
+		goto out;
+	}
+	rc = -ENOMEM;
+	r = region_new(ar);
+	if (!r)
+		goto out;
+	rc = FARM_ECORRUPT;
+	if (atomic_load(&r->table[0]) != bt_table(1))
+		goto fail;
+	uint64_t in_use = 1, retired = 0, allocs = 0;
+	int64_t bytes = 0;
+	for (uint32_t i = 1; i < r->nblocks;) {
+		uint64_t w = atomic_load_explicit(&r->table[i],
+		                                  memory_order_acquire);
+		uint32_t mb;
+		switch (bt_type(w)) {
+		case BT_FREE: i++; continue;
+		case BT_SLAB: {
+			unsigned cls = bt_slab_cls(w);
+			mb = bt_slab_mb(w);
+			if (mb != farm_alloc_class_block_mb((int)cls) ||
+			    !conts_ok(r, i, mb))
+				goto fail;
+			struct farm_block *b = block_meta_new(r, i, cls);
+			if (!b) {
+				rc = -ENOMEM;
+				goto fail;
+			}
+			meta_publish(b);
+			uint64_t n;
+			bytes += scan_block(b, &n);
+			allocs += n;
+			in_use += mb;
+			break;
+		}
+		case BT_ARRAY:
+		case BT_RETIRED:
+			mb = bt_array_mb(w);
+			if (!conts_ok(r, i, mb) ||
+			    (uint64_t)bt_array_elines(w) * FARM_ALLOC_LINE *
+			                    bt_array_n(w) >
+			            (uint64_t)mb * FARM_ALLOC_BLOCK)
+				goto fail;
+			if (bt_type(w) == BT_ARRAY) {
+				in_use += mb;
+				bytes += (int64_t)mb * FARM_ALLOC_BLOCK;
+				allocs++;
+			} else {
+				retired += mb;
+			}
+			break;
+		default: goto fail;
+		}
+		i += mb;
+	}
+	/* Valid: the scanned slab blocks join the orphans of their class. */
+	for (uint32_t i = 1; i < r->nblocks; i++) {
+		struct farm_block *b =
+		        atomic_load_explicit(&r->meta[i], memory_order_relaxed);
+		if (b && b->bidx == i) {
+			b->orphan_next = ba->orphans[b->cls];
+			ba->orphans[b->cls] = b;
+		}
+	}
+	region_publish(ba, r);
+	ba->blocks_in_use += in_use;
+	ba->blocks_retired += retired;
+	ba->base_bytes += bytes;
+	ba->base_allocs += allocs;
+	rc = 0;
+	goto out;
+fail:
+	free_metas(r);
+out:
+	pthread_mutex_unlock(&ba->lock);
+	return rc;
+}
+
+/* ---- translation ----------------------------------------------------- */
+
+void *farm_alloc_local(farm_blockalloc *ba, farm_gaddr a, uint64_t len)
+{
+	struct ba_region *r = ba ? ba_lookup(ba, farm_gaddr_region(a)) : NULL;
+	if (!r || !farm_gaddr_valid(a, len, r->size))
+		return NULL;
+	return r->base + farm_gaddr_offset(a);
+}
+
+int farm_alloc_gaddr_of(farm_blockalloc *ba, const void *p, farm_gaddr *out)
+{
+	if (!ba || !p || !out)
+		return -EINVAL;
+	uint32_t n = atomic_load_explicit(&ba->nregions, memory_order_acquire);
+	for (uint32_t i = 0; i < n; i++) {
+		struct ba_region *r = ba->regions[i];
+		uintptr_t b = (uintptr_t)r->base, q = (uintptr_t)p;
+		if (q >= b && q - b < r->size) {
+			*out = farm_gaddr_make(r->id, (uint32_t)(q - b));
+			return 0;
+		}
+	}
+	return -EINVAL;
+}
+
+bool farm_alloc_region_is_local(farm_blockalloc *ba, uint32_t id)
+{
+	return ba && ba_lookup(ba, id) != NULL;
+}
+
+/* ---- dump ------------------------------------------------------------ */
+
+static int cmp_region(const void *a, const void *b)
+{
+	const struct ba_region *x = *(struct ba_region *const *)a;
+	const struct ba_region *y = *(struct ba_region *const *)b;
+	return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/* Mark slot @p of @b in @bits; false if it is not a slot or is marked. */
+static bool mark_slot(const struct farm_block *b, const char *p, uint8_t *bits)
+{
+	if (p < b->base)
+		return false;
+	uint64_t rel = (uint64_t)(p - b->base);
+	if (rel % b->slot || rel / b->slot >= b->nslots)
+		return false;
+	uint64_t i = rel / b->slot;
+	if (bits[i / 8] & (1u << (i % 8)))
+		return false;
+	bits[i / 8] |= (uint8_t)(1u << (i % 8));
+	return true;
+}
+
+static void print_ranges(FILE *f, const char *what, const uint8_t *bits,
+                         uint32_t n, bool want)
+{
+	fprintf(f, "    %s", what);
+	for (uint32_t i = 0; i < n;) {
+		bool v = (bits[i / 8] >> (i % 8)) & 1;
+		if (v != want) {
+			i++;
+			continue;
+		}
+		uint32_t j = i;
+		while (j + 1 < n &&
+		       (((bits[(j + 1) / 8] >> ((j + 1) % 8)) & 1) == want))
+			j++;
+		if (i == j)
+			fprintf(f, " %u", i);
+		else
+			fprintf(f, " %u-%u", i, j);
+		i = j + 1;
+	}
+	fputc('\n', f);
+}
+
+static int dump_slab_block(FILE *f, const struct farm_block *b)
+{
+	int rc = 0;
+	uint8_t *bits = calloc((b->nslots + 7) / 8, 1);
+	if (!bits)
+		return -ENOMEM;
+	fprintf(f, "    slab class %u slot %u slots %u\n", b->cls, b->slot,
+	        b->nslots);
+	for (const char *p = b->free_head; p; p = slot_link(p))
+		if (!mark_slot(b, p, bits)) {
+			fprintf(f, "    BAD free-list entry %p\n",
+			        (const void *)p);
+			rc = FARM_ECORRUPT;
+			break;
+		}
+	for (const char *p = atomic_load_explicit(
+	             &((struct farm_block *)b)->remote_head,
+	             memory_order_acquire);
+	     p; p = slot_link(p))
+		if (!mark_slot(b, p, bits)) {
+			fprintf(f, "    BAD remote-free entry %p\n",
+			        (const void *)p);
+			rc = FARM_ECORRUPT;
+			break;
+		}
+	for (uint32_t i = b->next_fresh; i < b->nslots; i++)
+		bits[i / 8] |= (uint8_t)(1u << (i % 8));
+	for (uint32_t i = 0; i < b->nslots; i++) {
+		bool is_free = (bits[i / 8] >> (i % 8)) & 1;
+		const struct farm_objhdr *h =
+		        (const void *)(b->base + (uint64_t)i * b->slot);
+		if (is_free == farm_objhdr_allocated(h)) {
+			fprintf(f,
+			        "    MISMATCH slot %u listed %s, header %s\n",
+			        i, is_free ? "free" : "allocated",
+			        is_free ? "allocated" : "free");
+			rc = FARM_ECORRUPT;
+		}
+	}
+	print_ranges(f, "free", bits, b->nslots, true);
+	print_ranges(f, "allocated", bits, b->nslots, false);
+	free(bits);
+	return rc;
+}
+
+int farm_blockalloc_dump(farm_blockalloc *ba, FILE *f)
+{
+	if (!ba || !f)
+		return -EINVAL;
+	pthread_mutex_lock(&ba->lock);
+	uint32_t n = atomic_load_explicit(&ba->nregions, memory_order_acquire);
+	struct ba_region **rs = malloc((n ? n : 1) * sizeof(*rs));
+	if (!rs) {
+		pthread_mutex_unlock(&ba->lock);
+		return -ENOMEM;
+	}
+	memcpy(rs, ba->regions, n * sizeof(*rs));
+	qsort(rs, n, sizeof(*rs), cmp_region);
+	int rc = 0;
+	for (uint32_t k = 0; k < n; k++) {
+		struct ba_region *r = rs[k];
+		fprintf(f, "region %u blocks %u\n", r->id, r->nblocks);
+		for (uint32_t i = 0; i < r->nblocks; i++) {
+			uint64_t w = atomic_load_explicit(&r->table[i],
+			                                  memory_order_acquire);
+			if (!w)
+				continue;
+			fprintf(f, "  block %u word %016llx\n", i,
+			        (unsigned long long)w);
+			struct farm_block *b = atomic_load_explicit(
+			        &r->meta[i], memory_order_acquire);
+			if (bt_type(w) == BT_SLAB) {
+				int e = b && b->bidx == i
+				                ? dump_slab_block(f, b)
+				                : FARM_ECORRUPT;
+				if (e && !rc)
+					rc = e;
+			} else if (bt_type(w) == BT_ARRAY) {
+				const char *base =
+				        r->base +
+				        (uint64_t)i * FARM_ALLOC_BLOCK;
+				uint64_t esz = (uint64_t)bt_array_elines(w) *
+				               FARM_ALLOC_LINE;
+				uint64_t bad = 0;
+				for (uint64_t e = 0; e < bt_array_n(w); e++)
+					bad += !farm_objhdr_allocated(
+					        (const void *)(base + e * esz));
+				fprintf(f,
+				        "    array elem %llu n %llu "
+				        "unallocated %llu\n",
+				        (unsigned long long)esz,
+				        (unsigned long long)bt_array_n(w),
+				        (unsigned long long)bad);
+				if (bad && !rc)
+					rc = FARM_ECORRUPT;
+			}
+		}
+	}
+	free(rs);
+	pthread_mutex_unlock(&ba->lock);
+	return rc;
+}
+
+/* ---- stats ----------------------------------------------------------- */
+
+void farm_slab_stats(const farm_slab *s, struct farm_alloc_stats *st)
+{
+	memset(st, 0, sizeof(*st));
+	if (!s)
+		return;
+	farm_slab *m = (farm_slab *)s;
+	st->allocs = atomic_load_explicit(&m->allocs, memory_order_relaxed);
+	st->frees = atomic_load_explicit(&m->frees, memory_order_relaxed);
+	st->remote_frees =
+	        atomic_load_explicit(&m->remote_frees, memory_order_relaxed);
+	st->free_errors =
+	        atomic_load_explicit(&m->free_errors, memory_order_relaxed);
+	st->bytes_in_use =
+	        atomic_load_explicit(&m->bytes, memory_order_relaxed);
+	for (int i = 0; i < FARM_ALLOC_HINT_NLEVELS; i++)
+		st->hint[i] =
+		        atomic_load_explicit(&m->hint[i], memory_order_relaxed);
+}
+
+void farm_blockalloc_stats(farm_blockalloc *ba, struct farm_alloc_stats *st)
+{
+	memset(st, 0, sizeof(*st));
+	if (!ba)
+		return;
+	pthread_mutex_lock(&ba->lock);
+	for (uint32_t i = 0; i < ba->nslabs; i++) {
+		struct farm_alloc_stats one;
+		farm_slab_stats(ba->slabs[i], &one);
+		st->allocs += one.allocs;
+		st->frees += one.frees;
+		st->remote_frees += one.remote_frees;
+		st->free_errors += one.free_errors;
+		st->bytes_in_use += one.bytes_in_use;
+		for (int k = 0; k < FARM_ALLOC_HINT_NLEVELS; k++)
+			st->hint[k] += one.hint[k];
+	}
+	st->allocs += ba->base_allocs;
+	st->bytes_in_use += ba->base_bytes;
+	st->regions = atomic_load_explicit(&ba->nregions, memory_order_relaxed);
+	st->blocks_total = ba->blocks_total;
+	st->blocks_in_use = ba->blocks_in_use;
+	st->blocks_retired = ba->blocks_retired;
+	pthread_mutex_unlock(&ba->lock);
+}

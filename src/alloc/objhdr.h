@@ -1,0 +1,78 @@
+/*
+ * The 16-byte header every allocated object starts with (src/alloc/README.md).
+ *
+ *   offset 0  uint64_t version  owned by the transaction layer: its two low
+ *                               bits are the lock mode. The allocator never
+ *                               resets it, so versions only grow across
+ *                               incarnations of a slot.
+ *   offset 8  uint64_t incarn   bit 0: allocated; bits 63..1: incarnation,
+ *                               bumped by every free.
+ *
+ * Objects are cache-line aligned and a whole number of lines, so the header
+ * never straddles a line. Both words are only ever accessed atomically:
+ * remote machines read them with one-sided READs while the owner writes.
+ *
+ * Memory ordering: alloc publishes the allocated bit with a release store
+ * (pairs with the acquire load in farm_objhdr_load_incarn() and the CAS in
+ * free); free clears it with an acq_rel compare-and-swap, which is what makes
+ * a double free from two threads fail for one of them.
+ */
+#ifndef FARM_ALLOC_OBJHDR_H
+#define FARM_ALLOC_OBJHDR_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+struct farm_objhdr {
+	_Atomic uint64_t version;
+	_Atomic uint64_t incarn;
+};
+
+#define FARM_OBJHDR_SIZE      16u
+#define FARM_OBJHDR_ALLOCATED 1ull
+
+_Static_assert(sizeof(struct farm_objhdr) == FARM_OBJHDR_SIZE,
+               "object header is 16 bytes");
+
+static inline uint64_t farm_objhdr_load_incarn(const struct farm_objhdr *h)
+{
+	return atomic_load_explicit((_Atomic uint64_t *)&h->incarn,
+	                            memory_order_acquire);
+}
+
+static inline uint64_t farm_objhdr_load_version(const struct farm_objhdr *h)
+{
+	return atomic_load_explicit((_Atomic uint64_t *)&h->version,
+	                            memory_order_acquire);
+}
+
+/* The allocated bit of an incarnation word. */
+static inline bool farm_incarn_allocated(uint64_t w)
+{
+	return (w & FARM_OBJHDR_ALLOCATED) != 0;
+}
+
+/* The incarnation count of an incarnation word (bits 63..1). */
+static inline uint64_t farm_incarn_count(uint64_t w)
+{
+	return w >> 1;
+}
+
+/* The word free() leaves: allocated bit clear, count + 1. */
+static inline uint64_t farm_incarn_freed(uint64_t w)
+{
+	return (w & ~FARM_OBJHDR_ALLOCATED) + 2;
+}
+
+static inline bool farm_objhdr_allocated(const struct farm_objhdr *h)
+{
+	return farm_incarn_allocated(farm_objhdr_load_incarn(h));
+}
+
+static inline uint64_t farm_objhdr_incarnation(const struct farm_objhdr *h)
+{
+	return farm_incarn_count(farm_objhdr_load_incarn(h));
+}
+
+#endif /* FARM_ALLOC_OBJHDR_H */

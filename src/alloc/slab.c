@@ -1,0 +1,756 @@
+/*
+ * Thread-private slab allocators and arrays (FaRM NSDI'14 3.3).
+ *
+ * A slab owns blocks of each class. Allocation pops the class's current
+ * block's free list (or its never-used tail) and sets the allocated bit: no
+ * lock, no atomic read-modify-write. Free clears the bit and bumps the
+ * incarnation with one CAS on the header (the CAS is what makes a double
+ * free, from any two threads, fail for one of them), then pushes the slot
+ * on the block's local free list when the caller owns the block, else on
+ * the block's remote-free stack, which the owner takes whole when its own
+ * lists run dry. Slots go back to their class at once (type-stable memory);
+ * a block never changes class (that needs distributed epochs: later issue).
+ *
+ * Locks: ba->lock only when a slab needs a block (new, or adopted from the
+ * unowned ones) or a region, and for large arrays.
+ */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "alloc/alloc_int.h"
+
+int farm_slab_create(farm_blockalloc *ba, farm_slab **out)
+{
+	if (!ba || !out)
+		return -EINVAL;
+	size_t sz = (sizeof(farm_slab) + FARM_CL - 1) / FARM_CL * FARM_CL;
+	farm_slab *s = aligned_alloc(FARM_CL, sz);
+	if (!s)
+		return -ENOMEM;
+	memset(s, 0, sizeof(*s));
+	s->ba = ba;
+	s->line_cls = farm_alloc_line_cls_table();
+	pthread_mutex_lock(&ba->lock);
+	int rc = 0;
+	if (ba->nslabs >= FARM_ALLOC_MAX_SLABS) {
+		rc = -EMFILE;
+	} else if (ba->nslabs == ba->slab_cap) {
+		uint32_t cap = ba->slab_cap ? ba->slab_cap * 2 : 16;
+		farm_slab **n = realloc(ba->slabs, cap * sizeof(*n));
+		if (!n)
+			rc = -ENOMEM;
+		else {
+			ba->slabs = n;
+			ba->slab_cap = cap;
+		}
+	}
+	if (!rc) {
+		ba->slabs[ba->nslabs++] = s;
+		s->id = (uint16_t)ba->nslabs; /* 1.., 0 means unowned */
+	}
+	pthread_mutex_unlock(&ba->lock);
+	if (rc) {
+		free(s);
+		return rc;
+	}
+	*out = s;
+	return 0;
+}
+
+void farm_slab_destroy(farm_slab *s)
+{
+	if (!s)
+		return;
+	farm_blockalloc *ba = s->ba;
+	pthread_mutex_lock(&ba->lock);
+	for (int c = 0; c < FARM_ALLOC_NCLASSES; c++) {
+		struct farm_slab_cls *k = &s->cls[c];
+		for (uint32_t i = 0; i < k->nblocks; i++) {
+			struct farm_block *b = k->blocks[i];
+			ba_set_owner_locked(b, NULL);
+			b->orphan_next = ba->orphans[c];
+			ba->orphans[c] = b;
+		}
+		free(k->blocks);
+		memset(k, 0, sizeof(*k));
+	}
+	/* The struct stays (its counters are part of the sums) until the
+	 * block allocator goes. */
+	s->dead = true;
+	pthread_mutex_unlock(&ba->lock);
+}
+
+/* ---- blocks ---------------------------------------------------------- */
+
+static inline struct ba_region *slab_region(farm_slab *s, uint32_t id)
+{
+	struct ba_region *r = s->last_r;
+	if (FARM_LIKELY(r && r->id == id))
+		return r;
+	r = ba_lookup(s->ba, id);
+	if (r)
+		s->last_r = r;
+	return r;
+}
+
+/* Take the remote frees into the (empty) local list. Acquire pairs with the
+ * release CAS in slot_release(): the links written before it are seen. */
+static bool block_drain(struct farm_block *b)
+{
+	if (!atomic_load_explicit(&b->remote_head, memory_order_relaxed))
+		return false;
+	char *h = atomic_exchange_explicit(&b->remote_head, NULL,
+	                                   memory_order_acquire);
+	if (!h)
+		return false;
+	if (!b->free_head) {
+		b->free_head = h;
+		return true;
+	}
+	char *t = h;
+	while (slot_link(t))
+		t = slot_link(t);
+	slot_set_link(t, b->free_head);
+	b->free_head = h;
+	return true;
+}
+
+static bool block_room(struct farm_block *b)
+{
+	return b->free_head || b->next_fresh < b->nslots || block_drain(b);
+}
+
+static inline char *block_pop(struct farm_block *b)
+{
+	char *p = b->free_head;
+	if (p) {
+		b->free_head = slot_link(p);
+		return p;
+	}
+	if (b->next_fresh < b->nslots)
+		return b->base + (uint64_t)b->next_fresh++ * b->slot;
+	if (block_drain(b)) {
+		p = b->free_head;
+		b->free_head = slot_link(p);
+		return p;
+	}
+	return NULL;
+}
+
+static int cls_reserve(struct farm_slab_cls *k)
+{
+	if (k->nblocks < k->cap)
+		return 0;
+	uint32_t cap = k->cap ? k->cap * 2 : 4;
+	struct farm_block **n = realloc(k->blocks, cap * sizeof(*n));
+	if (!n)
+		return -ENOMEM;
+	k->blocks = n;
+	k->cap = cap;
+	return 0;
+}
+
+/* One of our blocks of @c with room, in @r (any region when NULL). Cost:
+ * the class's block count, paid only when the current block runs dry. */
+static struct farm_block *own_with_room(farm_slab *s, unsigned c,
+                                        const struct ba_region *r)
+{
+	struct farm_slab_cls *k = &s->cls[c];
+	for (uint32_t i = k->nblocks; i-- > 0;) {
+		struct farm_block *b = k->blocks[i];
+		if ((!r || b->r == r) && block_room(b))
+			return b;
+	}
+	return NULL;
+}
+
+/* Under the lock: adopt an unowned block of @c with room in @r (any when
+ * NULL). The lock orders the previous owner's last use before ours. */
+static struct farm_block *adopt_locked(farm_slab *s, unsigned c,
+                                       const struct ba_region *r)
+{
+	farm_blockalloc *ba = s->ba;
+	for (struct farm_block **pp = &ba->orphans[c]; *pp;
+	     pp = &(*pp)->orphan_next) {
+		struct farm_block *b = *pp;
+		if ((r && b->r != r) || !block_room(b))
+			continue;
+		*pp = b->orphan_next;
+		b->orphan_next = NULL;
+		ba_set_owner_locked(b, s);
+		struct farm_slab_cls *k = &s->cls[c];
+		k->blocks[k->nblocks++] = b;
+		return b;
+	}
+	return NULL;
+}
+
+/* Under the lock: a new block of @c in @r, added to the slab. */
+static int new_block_locked(farm_slab *s, unsigned c, struct ba_region *r,
+                            struct farm_block **out)
+{
+	int rc = ba_new_slab_block_locked(s->ba, s, c, r, out);
+	if (!rc) {
+		struct farm_slab_cls *k = &s->cls[c];
+		k->blocks[k->nblocks++] = *out;
+	}
+	return rc;
+}
+
+/* A block of @c with room in region @r: ours, an unowned one, or a new one.
+ * -ENOSPC when @r has none. */
+static int block_in_region(farm_slab *s, unsigned c, struct ba_region *r,
+                           struct farm_block **out)
+{
+	struct farm_block *b = own_with_room(s, c, r);
+	if (b) {
+		*out = b;
+		return 0;
+	}
+	int rc = cls_reserve(&s->cls[c]);
+	if (rc)
+		return rc;
+	pthread_mutex_lock(&s->ba->lock);
+	b = adopt_locked(s, c, r);
+	if (b) {
+		*out = b;
+		rc = 0;
+	} else {
+		rc = new_block_locked(s, c, r, out);
+	}
+	pthread_mutex_unlock(&s->ba->lock);
+	return rc;
+}
+
+/* A new region's block run cannot fit: the class needs a larger region. */
+static int fits(const struct ba_region *r, uint32_t mb)
+{
+	return mb + 1 <= r->nblocks ? 0 : -E2BIG;
+}
+
+/* No hint: any of our blocks, an unowned one, a new block in the current
+ * region or any other, or a new region. */
+static int refill_any(farm_slab *s, unsigned c, struct farm_block **out)
+{
+	struct farm_block *b = own_with_room(s, c, NULL);
+	if (b) {
+		*out = b;
+		return 0;
+	}
+	int rc = cls_reserve(&s->cls[c]);
+	if (rc)
+		return rc;
+	farm_blockalloc *ba = s->ba;
+	pthread_mutex_lock(&ba->lock);
+	b = adopt_locked(s, c, NULL);
+	if (b) {
+		*out = b;
+		goto out;
+	}
+	rc = -ENOSPC;
+	if (ba->cur_region)
+		rc = new_block_locked(s, c, ba->cur_region, out);
+	uint32_t n = atomic_load_explicit(&ba->nregions, memory_order_relaxed);
+	for (uint32_t i = 0; i < n && rc == -ENOSPC; i++) {
+		if (ba->regions[i] == ba->cur_region)
+			continue;
+		rc = new_block_locked(s, c, ba->regions[i], out);
+		if (!rc)
+			ba->cur_region = ba->regions[i];
+	}
+	if (rc == -ENOSPC) {
+		struct ba_region *r;
+		rc = ba_grow_locked(ba, FARM_REGION_ID_NONE, &r);
+		if (!rc) {
+			ba->cur_region = r;
+			rc = new_block_locked(s, c, r, out);
+			if (rc == -ENOSPC)
+				rc = fits(r, farm_alloc_class_block_mb((int)c));
+		}
+	}
+out:
+	pthread_mutex_unlock(&ba->lock);
+	return rc;
+}
+
+/* Level 3: the regions created near @r, in order, else a new one near it.
+ * Calls @try(ctx, region) until it returns anything but -ENOSPC. */
+typedef int (*try_region_fn)(farm_slab *s, void *ctx, struct ba_region *r);
+
+static int near_regions(farm_slab *s, struct ba_region *r, try_region_fn fn,
+                        void *ctx)
+{
+	farm_blockalloc *ba = s->ba;
+	struct ba_region *q = r;
+	/* Bounded: the chain is finite, and at most two regions are created
+	 * (a second only if other threads filled the first meanwhile). */
+	for (int grown = 0;;) {
+		pthread_mutex_lock(&ba->lock);
+		struct ba_region *nq = q->spill;
+		int rc = 0;
+		if (!nq) {
+			if (grown == 2)
+				rc = -ENOSPC;
+			else if (!(rc = ba_grow_locked(ba, r->id, &nq)))
+				q->spill = nq;
+			grown++;
+		}
+		pthread_mutex_unlock(&ba->lock);
+		if (rc)
+			return rc;
+		rc = fn(s, ctx, nq);
+		if (rc != -ENOSPC)
+			return rc;
+		q = nq;
+	}
+}
+
+struct slab_try {
+	unsigned c;
+	struct farm_block *b;
+};
+
+static int try_slab_region(farm_slab *s, void *ctx, struct ba_region *r)
+{
+	struct slab_try *t = ctx;
+	int rc = block_in_region(s, t->c, r, &t->b);
+	if (rc == -ENOSPC && fits(r, farm_alloc_class_block_mb((int)t->c)))
+		return -E2BIG;
+	return rc;
+}
+
+/* Pop a slot of class @c following @hint (see farm_slab_alloc()). */
+static int take_hinted(farm_slab *s, unsigned c, farm_gaddr hint, char **p,
+                       struct farm_block **bo)
+{
+	struct ba_region *r = slab_region(s, farm_gaddr_region(hint));
+	if (!r) {
+		cnt_add(&s->hint[FARM_ALLOC_HINT_REMOTE], 1);
+		return farm_gaddr_region(hint) ? -EREMOTE : -EINVAL;
+	}
+	uint32_t off = farm_gaddr_offset(hint);
+	if (off >= r->size)
+		return -EINVAL;
+	struct farm_block *b = atomic_load_explicit(
+	        &r->meta[off / FARM_ALLOC_BLOCK], memory_order_acquire);
+	int level = FARM_ALLOC_HINT_BLOCK;
+	if (!b || b->cls != c ||
+	    atomic_load_explicit(&b->owner, memory_order_relaxed) != s ||
+	    !block_room(b)) {
+		level = FARM_ALLOC_HINT_REGION;
+		int rc = block_in_region(s, c, r, &b);
+		if (rc == -ENOSPC) {
+			level = FARM_ALLOC_HINT_NEAR;
+			struct slab_try t = {.c = c};
+			rc = near_regions(s, r, try_slab_region, &t);
+			b = t.b;
+		}
+		if (rc)
+			return rc;
+	}
+	*p = block_pop(b);
+	if (!*p)
+		return FARM_ECORRUPT; /* cannot happen: block_room() said so */
+	*bo = b;
+	cnt_add(&s->hint[level], 1);
+	return 0;
+}
+
+/* ---- objects --------------------------------------------------------- */
+
+/* Set the allocated bit. The release store pairs with the acquire loads
+ * and the CAS of readers and freers. The bit is clear on every slot on a
+ * free list; finding it set means the lists are corrupt. */
+static inline int slot_claim(char *p)
+{
+	struct farm_objhdr *h = (struct farm_objhdr *)p;
+	uint64_t w = atomic_load_explicit(&h->incarn, memory_order_relaxed);
+	if (FARM_UNLIKELY(w & FARM_OBJHDR_ALLOCATED))
+		return FARM_ECORRUPT;
+	atomic_store_explicit(&h->incarn, w | FARM_OBJHDR_ALLOCATED,
+	                      memory_order_release);
+	return 0;
+}
+
+static inline int take(farm_slab *s, unsigned c, farm_gaddr hint, char **pp,
+                       struct farm_block **bo)
+{
+	if (hint != FARM_GADDR_NULL)
+		return take_hinted(s, c, hint, pp, bo);
+	struct farm_block *b = s->cls[c].cur;
+	char *p;
+	if (FARM_LIKELY(b)) {
+		p = b->free_head;
+		if (FARM_LIKELY(p)) {
+			b->free_head = slot_link(p);
+			goto got;
+		}
+		if (b->next_fresh < b->nslots) {
+			p = b->base + (uint64_t)b->next_fresh++ * b->slot;
+			goto got;
+		}
+	}
+	int rc = refill_any(s, c, &b);
+	if (rc)
+		return rc;
+	s->cls[c].cur = b;
+	p = block_pop(b);
+	if (!p)
+		return FARM_ECORRUPT;
+got:
+	cnt_add(&s->hint[FARM_ALLOC_HINT_NONE], 1);
+	*pp = p;
+	*bo = b;
+	return 0;
+}
+
+int farm_slab_alloc(farm_slab *s, uint64_t size, farm_gaddr hint,
+                    farm_gaddr *out)
+{
+	if (FARM_UNLIKELY(size - 1 >= FARM_ALLOC_MAX_OBJECT))
+		return size ? -E2BIG : -EINVAL;
+	if (FARM_UNLIKELY(!s || !out))
+		return -EINVAL;
+	unsigned c =
+	        s->line_cls[(size + FARM_ALLOC_LINE - 1) / FARM_ALLOC_LINE];
+	char *p;
+	struct farm_block *b;
+	int rc = take(s, c, hint, &p, &b);
+	if (FARM_UNLIKELY(rc))
+		return rc;
+	rc = slot_claim(p);
+	if (FARM_UNLIKELY(rc))
+		return rc;
+	cnt_add(&s->allocs, 1);
+	cnt_adds(&s->bytes, b->slot);
+	*out = b->gbase + (uint64_t)(p - b->base);
+	return 0;
+}
+
+/* Back on a free list: ours, or the owner's remote stack (release: the
+ * link is written before the slot is published; pairs with block_drain()).
+ * The CAS loop is lock-free; it retries only when another freer won. */
+static inline void slot_release(farm_slab *s, struct farm_block *b, char *p)
+{
+	if (atomic_load_explicit(&b->owner, memory_order_relaxed) == s) {
+		slot_set_link(p, b->free_head);
+		b->free_head = p;
+		return;
+	}
+	char *h = atomic_load_explicit(&b->remote_head, memory_order_relaxed);
+	for (;;) {
+		slot_set_link(p, h);
+		if (atomic_compare_exchange_weak_explicit(
+		            &b->remote_head, &h, p, memory_order_release,
+		            memory_order_relaxed))
+			break;
+		farm_cpu_relax();
+	}
+	cnt_add(&s->remote_frees, 1);
+}
+
+/* The slab block and slot at @a, or an error. */
+static inline int find_slot(farm_slab *s, farm_gaddr a, struct farm_block **bo,
+                            char **po)
+{
+	if (FARM_UNLIKELY(a == FARM_GADDR_NULL || (a & (FARM_ALLOC_LINE - 1))))
+		return -EINVAL;
+	struct ba_region *r = slab_region(s, farm_gaddr_region(a));
+	if (FARM_UNLIKELY(!r))
+		return farm_gaddr_region(a) ? -EREMOTE : -EINVAL;
+	uint32_t off = farm_gaddr_offset(a);
+	if (FARM_UNLIKELY(off >= r->size))
+		return -EINVAL;
+	struct farm_block *b = atomic_load_explicit(
+	        &r->meta[off / FARM_ALLOC_BLOCK], memory_order_acquire);
+	if (FARM_UNLIKELY(!b))
+		return -EINVAL;
+	uint32_t rel = off - b->bidx * FARM_ALLOC_BLOCK;
+	uint32_t idx =
+	        (uint32_t)(((uint64_t)rel * b->slot_inv) >> SLOT_INV_SHIFT);
+	if (FARM_UNLIKELY(idx * b->slot != rel || idx >= b->nslots))
+		return -EINVAL;
+	*bo = b;
+	*po = b->base + rel;
+	return 0;
+}
+
+/* Clear the allocated bit and bump the incarnation: the one step that
+ * decides between racing frees (acq_rel CAS: pairs with slot_claim()). */
+static inline int hdr_free(char *p)
+{
+	struct farm_objhdr *h = (struct farm_objhdr *)p;
+	uint64_t w = atomic_load_explicit(&h->incarn, memory_order_acquire);
+	do {
+		if (FARM_UNLIKELY(!farm_incarn_allocated(w)))
+			return -ENOENT;
+	} while (!atomic_compare_exchange_weak_explicit(
+	        &h->incarn, &w, farm_incarn_freed(w), memory_order_acq_rel,
+	        memory_order_acquire));
+	return 0;
+}
+
+int farm_slab_free(farm_slab *s, farm_gaddr a)
+{
+	if (FARM_UNLIKELY(!s))
+		return -EINVAL;
+	struct farm_block *b;
+	char *p;
+	int rc = find_slot(s, a, &b, &p);
+	if (FARM_LIKELY(!rc))
+		rc = hdr_free(p);
+	if (FARM_UNLIKELY(rc)) {
+		if (rc != -EREMOTE)
+			cnt_add(&s->free_errors, 1);
+		return rc;
+	}
+	slot_release(s, b, p);
+	cnt_add(&s->frees, 1);
+	cnt_adds(&s->bytes, -(int64_t)b->slot);
+	return 0;
+}
+
+/* ---- arrays ---------------------------------------------------------- */
+
+static int array_dims(uint64_t esize, uint64_t n, uint64_t *esz,
+                      uint64_t *total)
+{
+	if (!esize || !n)
+		return -EINVAL;
+	if (esize > FARM_ALLOC_MAX_OBJECT)
+		return -E2BIG;
+	*esz = (esize + FARM_ALLOC_LINE - 1) / FARM_ALLOC_LINE *
+	       FARM_ALLOC_LINE;
+	if (n > (FARM_ALLOC_MAX_REGION - FARM_ALLOC_BLOCK) / *esz)
+		return -E2BIG;
+	*total = n * *esz;
+	return 0;
+}
+
+struct array_try {
+	uint32_t nmb;
+	uint64_t word;
+	struct ba_region *r;
+	uint32_t bidx;
+};
+
+/* Under no lock: take and write a run for a large array in @r. */
+static int try_array_region(farm_slab *s, void *ctx, struct ba_region *r)
+{
+	struct array_try *t = ctx;
+	pthread_mutex_lock(&s->ba->lock);
+	int rc = ba_take_run_locked(s->ba, r, t->nmb, &t->bidx);
+	if (!rc) {
+		ba_write_run(r, t->bidx, t->nmb, t->word);
+		t->r = r;
+	}
+	pthread_mutex_unlock(&s->ba->lock);
+	if (rc == -ENOSPC && fits(r, t->nmb))
+		return -E2BIG;
+	return rc;
+}
+
+static int large_array(farm_slab *s, uint64_t esz, uint64_t n, uint64_t total,
+                       farm_gaddr hint, farm_gaddr *out)
+{
+	farm_blockalloc *ba = s->ba;
+	struct array_try t = {0};
+	t.nmb = (uint32_t)((total + FARM_ALLOC_BLOCK - 1) / FARM_ALLOC_BLOCK);
+	t.word =
+	        bt_array(BT_ARRAY, t.nmb, (uint32_t)(esz / FARM_ALLOC_LINE), n);
+	int rc, level;
+	if (hint != FARM_GADDR_NULL) {
+		struct ba_region *r = slab_region(s, farm_gaddr_region(hint));
+		if (!r) {
+			cnt_add(&s->hint[FARM_ALLOC_HINT_REMOTE], 1);
+			return farm_gaddr_region(hint) ? -EREMOTE : -EINVAL;
+		}
+		if (farm_gaddr_offset(hint) >= r->size)
+			return -EINVAL;
+		level = FARM_ALLOC_HINT_REGION;
+		rc = try_array_region(s, &t, r);
+		if (rc == -ENOSPC || rc == -E2BIG) {
+			level = FARM_ALLOC_HINT_NEAR;
+			rc = near_regions(s, r, try_array_region, &t);
+		}
+	} else {
+		level = FARM_ALLOC_HINT_NONE;
+		pthread_mutex_lock(&ba->lock);
+		rc = -ENOSPC;
+		uint32_t nr = atomic_load_explicit(&ba->nregions,
+		                                   memory_order_relaxed);
+		for (uint32_t i = 0; i < nr && rc == -ENOSPC; i++) {
+			struct ba_region *r = ba->regions[i];
+			rc = ba_take_run_locked(ba, r, t.nmb, &t.bidx);
+			if (!rc)
+				t.r = r;
+		}
+		if (rc == -ENOSPC) {
+			rc = ba_grow_locked(ba, FARM_REGION_ID_NONE, &t.r);
+			if (!rc) {
+				rc = ba_take_run_locked(ba, t.r, t.nmb,
+				                        &t.bidx);
+				if (rc == -ENOSPC)
+					rc = fits(t.r, t.nmb);
+			}
+		}
+		if (!rc)
+			ba_write_run(t.r, t.bidx, t.nmb, t.word);
+		pthread_mutex_unlock(&ba->lock);
+	}
+	if (rc)
+		return rc;
+	/* Fresh blocks (never reused in this issue): headers are zero. */
+	char *base = t.r->base + (uint64_t)t.bidx * FARM_ALLOC_BLOCK;
+	for (uint64_t i = 0; i < n; i++) {
+		struct farm_objhdr *h = (void *)(base + i * esz);
+		uint64_t w =
+		        atomic_load_explicit(&h->incarn, memory_order_relaxed);
+		atomic_store_explicit(&h->incarn, w | FARM_OBJHDR_ALLOCATED,
+		                      memory_order_release);
+	}
+	cnt_add(&s->hint[level], 1);
+	cnt_add(&s->allocs, 1);
+	cnt_adds(&s->bytes, (int64_t)t.nmb * FARM_ALLOC_BLOCK);
+	*out = farm_gaddr_make(t.r->id, t.bidx * FARM_ALLOC_BLOCK);
+	return 0;
+}
+
+int farm_alloc_array(farm_slab *s, uint64_t elem_size, uint64_t n,
+                     farm_gaddr hint, farm_gaddr *out)
+{
+	uint64_t esz, total;
+	int rc = array_dims(elem_size, n, &esz, &total);
+	if (rc)
+		return rc;
+	if (!s || !out)
+		return -EINVAL;
+	if (total > FARM_ALLOC_MAX_OBJECT)
+		return large_array(s, esz, n, total, hint, out);
+	unsigned c = s->line_cls[total / FARM_ALLOC_LINE];
+	char *p;
+	struct farm_block *b;
+	rc = take(s, c, hint, &p, &b);
+	if (rc)
+		return rc;
+	/* Element headers inside the slot: the slot's incarnation (monotonic
+	 * per slot, so a stale pointer to any earlier object here never
+	 * matches) and its version with the lock bits clear. Written before
+	 * the slot's allocated bit is published. */
+	struct farm_objhdr *h0 = (struct farm_objhdr *)p;
+	uint64_t w0 = atomic_load_explicit(&h0->incarn, memory_order_relaxed);
+	uint64_t v0 = atomic_load_explicit(&h0->version, memory_order_relaxed);
+	for (uint64_t i = 1; i < n; i++) {
+		struct farm_objhdr *h = (void *)(p + i * esz);
+		atomic_store_explicit(&h->version, v0 & ~3ull,
+		                      memory_order_relaxed);
+		atomic_store_explicit(&h->incarn, w0 | FARM_OBJHDR_ALLOCATED,
+		                      memory_order_release);
+	}
+	rc = slot_claim(p);
+	if (rc)
+		return rc;
+	cnt_add(&s->allocs, 1);
+	cnt_adds(&s->bytes, b->slot);
+	*out = b->gbase + (uint64_t)(p - b->base);
+	return 0;
+}
+
+static int large_array_free(farm_slab *s, struct ba_region *r, uint32_t off,
+                            uint64_t esz, uint64_t n)
+{
+	if (off % FARM_ALLOC_BLOCK)
+		return -EINVAL;
+	uint32_t bidx = off / FARM_ALLOC_BLOCK;
+	uint64_t w =
+	        atomic_load_explicit(&r->table[bidx], memory_order_acquire);
+	if (bt_type(w) == BT_RETIRED && bt_array_n(w) == n &&
+	    bt_array_elines(w) == esz / FARM_ALLOC_LINE)
+		return -ENOENT;
+	if (bt_type(w) != BT_ARRAY || bt_array_n(w) != n ||
+	    bt_array_elines(w) != esz / FARM_ALLOC_LINE)
+		return -EINVAL;
+	char *base = r->base + off;
+	for (uint64_t i = 0; i < n; i++)
+		if (!farm_objhdr_allocated((void *)(base + i * esz)))
+			return -ENOENT;
+	int rc = hdr_free(base);
+	if (rc)
+		return rc;
+	for (uint64_t i = 1; i < n; i++) {
+		struct farm_objhdr *h = (void *)(base + i * esz);
+		uint64_t x =
+		        atomic_load_explicit(&h->incarn, memory_order_relaxed);
+		atomic_store_explicit(&h->incarn, farm_incarn_freed(x),
+		                      memory_order_release);
+	}
+	uint32_t mb = bt_array_mb(w);
+	pthread_mutex_lock(&s->ba->lock);
+	atomic_store_explicit(&r->table[bidx],
+	                      bt_array(BT_RETIRED, mb, bt_array_elines(w), n),
+	                      memory_order_release);
+	s->ba->blocks_in_use -= mb;
+	s->ba->blocks_retired += mb;
+	pthread_mutex_unlock(&s->ba->lock);
+	cnt_adds(&s->bytes, -(int64_t)mb * FARM_ALLOC_BLOCK);
+	return 0;
+}
+
+int farm_alloc_array_free(farm_slab *s, farm_gaddr a, uint64_t elem_size,
+                          uint64_t n)
+{
+	uint64_t esz, total;
+	int rc = array_dims(elem_size, n, &esz, &total);
+	if (rc || !s)
+		return rc ? (rc == -E2BIG ? -EINVAL : rc) : -EINVAL;
+	struct ba_region *r;
+	if (a == FARM_GADDR_NULL || (a & (FARM_ALLOC_LINE - 1)))
+		rc = -EINVAL;
+	else if (!(r = slab_region(s, farm_gaddr_region(a))))
+		return farm_gaddr_region(a) ? -EREMOTE : -EINVAL;
+	else if (farm_gaddr_offset(a) >= r->size)
+		rc = -EINVAL;
+	else if (total > FARM_ALLOC_MAX_OBJECT)
+		rc = large_array_free(s, r, farm_gaddr_offset(a), esz, n);
+	else {
+		struct farm_block *b;
+		char *p;
+		rc = find_slot(s, a, &b, &p);
+		if (!rc && total > b->slot)
+			rc = -EINVAL;
+		uint64_t w0 = 0;
+		if (!rc) {
+			w0 = farm_objhdr_load_incarn((void *)p);
+			if (!farm_incarn_allocated(w0))
+				rc = -ENOENT;
+		}
+		for (uint64_t i = 1; !rc && i < n; i++)
+			if (farm_objhdr_load_incarn((void *)(p + i * esz)) !=
+			    w0)
+				rc = -EINVAL;
+		/* Only from the word the elements were checked against: if
+		 * the slot was freed (and maybe reused) since, nothing changes.
+		 */
+		if (!rc && !atomic_compare_exchange_strong_explicit(
+		                   &((struct farm_objhdr *)p)->incarn, &w0,
+		                   farm_incarn_freed(w0), memory_order_acq_rel,
+		                   memory_order_acquire))
+			rc = -ENOENT;
+		if (!rc) {
+			for (uint64_t i = 1; i < n; i++) {
+				struct farm_objhdr *h = (void *)(p + i * esz);
+				atomic_store_explicit(&h->incarn,
+				                      farm_incarn_freed(w0),
+				                      memory_order_release);
+			}
+			slot_release(s, b, p);
+			cnt_adds(&s->bytes, -(int64_t)b->slot);
+		}
+	}
+	if (rc) {
+		cnt_add(&s->free_errors, 1);
+		return rc;
+	}
+	cnt_add(&s->frees, 1);
+	return 0;
+}

@@ -1,0 +1,928 @@
+/*
+ * The allocator (src/alloc): size classes and their fragmentation, bad
+ * input, incarnations, hints, arrays, many threads with cross-thread frees,
+ * and rebuild-by-scan. Regions are plain anonymous mappings here, with ids
+ * the test picks (the address-space layer supplies real ones).
+ *
+ * FARM_ALLOC_TEST_OPS sets the operations per thread of the threaded test
+ * (default 1000000).
+ */
+#include "testutil.h"
+
+#include <pthread.h>
+#include <sys/mman.h>
+
+#include "alloc/alloc.h"
+#include "alloc/alloc_int.h"
+
+/* ---- a region provider ------------------------------------------------ */
+
+#define PROV_MAX 256
+
+struct prov {
+	uint64_t size;
+	uint32_t next_id;
+	int n;
+	int max; /* refuse more than this many regions (0: PROV_MAX) */
+	struct farm_alloc_region r[PROV_MAX];
+	uint32_t near[PROV_MAX];
+};
+
+static int prov_new(void *ctx, uint32_t near, struct farm_alloc_region *out)
+{
+	struct prov *p = ctx;
+	if (p->n >= (p->max ? p->max : PROV_MAX))
+		return -ENOMEM;
+	void *m = mmap(NULL, p->size, PROT_READ | PROT_WRITE,
+	               MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (m == MAP_FAILED)
+		return -ENOMEM;
+	struct farm_alloc_region r = {
+	        .id = p->next_id++, .base = m, .size = p->size};
+	p->near[p->n] = near;
+	p->r[p->n++] = r;
+	*out = r;
+	return 0;
+}
+
+static void prov_init(struct prov *p, uint64_t size, uint32_t first_id)
+{
+	memset(p, 0, sizeof(*p));
+	p->size = size;
+	p->next_id = first_id;
+}
+
+static void prov_fini(struct prov *p)
+{
+	for (int i = 0; i < p->n; i++)
+		munmap(p->r[i].base, p->r[i].size);
+	p->n = 0;
+}
+
+static farm_blockalloc *mk_ba(struct prov *p)
+{
+	struct farm_blockalloc_attr a = {.new_region = prov_new, .ctx = p};
+	farm_blockalloc *ba = NULL;
+	assert_int_equal(farm_blockalloc_create(&a, &ba), 0);
+	return ba;
+}
+
+static char *dump_str(farm_blockalloc *ba, int *rc)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	assert_non_null(f);
+	*rc = farm_blockalloc_dump(ba, f);
+	fclose(f);
+	return buf;
+}
+
+static struct farm_objhdr *hdr(farm_blockalloc *ba, farm_gaddr a)
+{
+	struct farm_objhdr *h = farm_alloc_local(ba, a, FARM_OBJHDR_SIZE);
+	assert_non_null(h);
+	return h;
+}
+
+/* ---- size classes ----------------------------------------------------- */
+
+static void test_classes(void **state)
+{
+	(void)state;
+	uint32_t prev = 0;
+	for (int c = 0; c < FARM_ALLOC_NCLASSES; c++) {
+		uint32_t sz = farm_alloc_class_size(c);
+		assert_true(sz > prev);
+		assert_int_equal(sz % 64, 0);
+		uint32_t mb = farm_alloc_class_block_mb(c);
+		assert_true(mb >= 1 && mb <= FARM_ALLOC_MAX_BLOCK_MB);
+		prev = sz;
+	}
+	assert_int_equal(farm_alloc_class_size(0), 64);
+	assert_int_equal(farm_alloc_class_size(255), 1u << 20);
+	assert_int_equal(farm_alloc_class_size(256), 0);
+	assert_int_equal(farm_alloc_class_size(-1), 0);
+	/* Smallest class that fits, for every line-granular size and the
+	 * bytes around each line boundary. */
+	for (uint64_t l = 1; l <= FARM_ALLOC_MAX_LINES; l++) {
+		for (uint64_t b = l * 64 - 63; b <= l * 64; b += 31) {
+			int c = farm_alloc_class_of(b);
+			assert_true(c >= 0);
+			assert_true(farm_alloc_class_size(c) >= b);
+			assert_true(c == 0 || farm_alloc_class_size(c - 1) < b);
+		}
+	}
+	assert_int_equal(farm_alloc_class_of(0), -EINVAL);
+	assert_int_equal(farm_alloc_class_of((1u << 20) + 1), -E2BIG);
+	assert_int_equal(farm_alloc_class_of(UINT64_MAX), -E2BIG);
+	assert_int_equal(farm_alloc_class_of(1u << 20), 255);
+	/* Free finds the slot index by a multiply (alloc_int.h): exact for
+	 * every line offset in a slab block of every class. */
+	for (int c = 0; c < FARM_ALLOC_NCLASSES; c++) {
+		uint64_t slot = farm_alloc_class_size(c);
+		uint64_t inv = (1ull << SLOT_INV_SHIFT) / slot + 1;
+		uint64_t end = (uint64_t)farm_alloc_class_block_mb(c) << 20;
+		for (uint64_t rel = 0; rel < end; rel += 64)
+			if (((rel * inv) >> SLOT_INV_SHIFT) != rel / slot)
+				fail_msg("class %d rel %llu", c,
+				         (unsigned long long)rel);
+	}
+
+	struct farm_alloc_frag f;
+	farm_alloc_frag_compute(&f);
+	printf("size classes: 256, every line count up to %u lines, then "
+	       "minimax-geometric to 1 MiB\n",
+	       f.exact_lines);
+	printf("internal fragmentation (line-granular): avg over classes "
+	       "%.4f (goal <= 0.018), max %.4f (goal <= 0.036), "
+	       "max class avg %.4f, avg over all 16384 requests %.4f\n",
+	       f.avg, f.max, f.max_avg, f.req_avg);
+	printf("byte-granular: rounding to lines avg %.5f max %.4f; "
+	       "lines+class "
+	       "avg %.4f; slab block tail max %.4f\n",
+	       f.line_avg, f.line_max, f.bytes_avg, f.block_tail_max);
+	assert_true(f.avg <= 0.018);
+	assert_true(f.max <= 0.036);
+	assert_true(f.exact_lines >= 16);
+}
+
+/* ---- basics, bad input, incarnations ---------------------------------- */
+
+static void test_basic_errors(void **state)
+{
+	(void)state;
+	struct prov p;
+	prov_init(&p, 16u << 20, 7);
+	farm_blockalloc *ba = mk_ba(&p);
+	farm_slab *s;
+	assert_int_equal(farm_slab_create(ba, &s), 0);
+
+	farm_gaddr a, b2, x;
+	assert_int_equal(farm_slab_alloc(s, 100, FARM_GADDR_NULL, &a), 0);
+	assert_int_equal(farm_gaddr_region(a), 7);
+	assert_int_equal(a % 64, 0);
+	assert_true(farm_gaddr_offset(a) >= FARM_ALLOC_BLOCK); /* not block 0 */
+	struct farm_objhdr *h = hdr(ba, a);
+	assert_true(farm_objhdr_allocated(h));
+	assert_int_equal(farm_objhdr_incarnation(h), 0);
+	farm_gaddr back;
+	assert_int_equal(farm_alloc_gaddr_of(ba, h, &back), 0);
+	assert_int_equal(back, a);
+	assert_int_equal(farm_alloc_gaddr_of(ba, &back, &back), -EINVAL);
+	assert_true(farm_alloc_region_is_local(ba, 7));
+	assert_false(farm_alloc_region_is_local(ba, 8));
+	assert_null(farm_alloc_local(ba, farm_gaddr_make(7, 16u << 20), 0));
+	assert_null(farm_alloc_local(ba, farm_gaddr_make(99, 0), 0));
+
+	/* Bad input: a clear error and nothing changed. */
+	int drc;
+	char *before = dump_str(ba, &drc);
+	assert_int_equal(drc, 0);
+	struct farm_alloc_stats st0, st1;
+	farm_blockalloc_stats(ba, &st0);
+	assert_int_equal(farm_slab_alloc(s, 0, FARM_GADDR_NULL, &x), -EINVAL);
+	assert_int_equal(
+	        farm_slab_alloc(s, (1u << 20) + 1, FARM_GADDR_NULL, &x),
+	        -E2BIG);
+	assert_int_equal(farm_slab_free(s, FARM_GADDR_NULL), -EINVAL);
+	assert_int_equal(farm_slab_free(s, a + 8), -EINVAL);  /* misaligned */
+	assert_int_equal(farm_slab_free(s, a + 64), -EINVAL); /* inside */
+	assert_int_equal(farm_slab_free(s, farm_gaddr_make(7, 0x7fffffc0)),
+	                 -EINVAL); /* past region */
+	assert_int_equal(farm_slab_free(s, farm_gaddr_make(7, 64)),
+	                 -EINVAL); /* table */
+	assert_int_equal(farm_slab_free(s, farm_gaddr_make(7, 5u << 20)),
+	                 -EINVAL); /* free block */
+	assert_int_equal(farm_slab_free(s, farm_gaddr_make(0, 128)), -EINVAL);
+	assert_int_equal(farm_slab_free(s, farm_gaddr_make(999, 128)),
+	                 -EREMOTE);
+	assert_int_equal(farm_slab_free(s, a + 128),
+	                 -ENOENT); /* never allocated */
+	assert_int_equal(farm_slab_alloc(s, 64, farm_gaddr_make(999, 64), &x),
+	                 -EREMOTE);
+	assert_int_equal(
+	        farm_slab_alloc(s, 64, farm_gaddr_make(7, 0x7fffffc0), &x),
+	        -EINVAL);
+	assert_int_equal(farm_slab_free(NULL, a), -EINVAL);
+	assert_int_equal(farm_slab_alloc(NULL, 64, 0, &x), -EINVAL);
+	char *after = dump_str(ba, &drc);
+	assert_int_equal(drc, 0);
+	assert_string_equal(before, after);
+	farm_blockalloc_stats(ba, &st1);
+	assert_int_equal(st1.allocs, st0.allocs);
+	assert_int_equal(st1.frees, st0.frees);
+	assert_int_equal(st1.bytes_in_use, st0.bytes_in_use);
+	assert_int_equal(st1.blocks_in_use, st0.blocks_in_use);
+	assert_true(st1.free_errors >= 8);
+	free(before);
+	free(after);
+
+	/* Incarnations: free bumps, alloc keeps; the version is never reset;
+	 * the slot is reused at once for the same class. */
+	atomic_store(&h->version, 0x1234); /* as the transaction layer would */
+	assert_int_equal(farm_slab_free(s, a), 0);
+	assert_false(farm_objhdr_allocated(h));
+	assert_int_equal(farm_objhdr_incarnation(h), 1);
+	assert_int_equal(farm_slab_free(s, a), -ENOENT); /* double free */
+	assert_int_equal(farm_objhdr_incarnation(h), 1);
+	assert_int_equal(farm_slab_alloc(s, 128, FARM_GADDR_NULL, &b2), 0);
+	assert_int_equal(b2, a); /* same class (2 lines): same slot */
+	assert_true(farm_objhdr_allocated(h));
+	assert_int_equal(farm_objhdr_incarnation(h), 1);
+	assert_int_equal(farm_objhdr_load_version(h), 0x1234);
+	assert_int_equal(farm_slab_free(s, b2), 0);
+	assert_int_equal(farm_objhdr_incarnation(h), 2);
+	assert_int_equal(farm_objhdr_load_version(h), 0x1234);
+
+	/* Largest plain object, and the counters. */
+	assert_int_equal(farm_slab_alloc(s, 1u << 20, FARM_GADDR_NULL, &x), 0);
+	assert_int_equal(farm_gaddr_offset(x) % FARM_ALLOC_BLOCK, 0);
+	struct farm_alloc_stats ss;
+	farm_slab_stats(s, &ss);
+	assert_int_equal(ss.allocs, 3);
+	assert_int_equal(ss.frees, 2);
+	assert_int_equal(ss.bytes_in_use, 1 << 20);
+	assert_int_equal(farm_slab_free(s, x), 0);
+
+	farm_slab_destroy(s);
+	farm_blockalloc_destroy(ba);
+	prov_fini(&p);
+
+	/* Regions the allocator refuses. */
+	prov_init(&p, 8u << 20, 1);
+	ba = mk_ba(&p);
+	struct farm_alloc_region r;
+	assert_int_equal(prov_new(&p, 0, &r), 0);
+	struct farm_alloc_region bad = r;
+	bad.size = 3u << 20;
+	assert_int_equal(farm_blockalloc_add_region(ba, &bad), -EINVAL);
+	bad = r;
+	bad.id = 0;
+	assert_int_equal(farm_blockalloc_add_region(ba, &bad), -EINVAL);
+	assert_int_equal(farm_blockalloc_add_region(ba, &r), 0);
+	assert_int_equal(farm_blockalloc_add_region(ba, &r), -EEXIST);
+	farm_blockalloc_destroy(ba);
+	prov_fini(&p);
+}
+
+/* ---- hints ------------------------------------------------------------ */
+
+static uint64_t hint_count(farm_slab *s, int level)
+{
+	struct farm_alloc_stats st;
+	farm_slab_stats(s, &st);
+	return st.hint[level];
+}
+
+static void test_hints(void **state)
+{
+	(void)state;
+	struct prov p;
+	prov_init(&p, 8u << 20, 100); /* 7 usable 1 MiB blocks per region */
+	farm_blockalloc *ba = mk_ba(&p);
+	farm_slab *s;
+	assert_int_equal(farm_slab_create(ba, &s), 0);
+	farm_gaddr a, x, prev;
+	assert_int_equal(farm_slab_alloc(s, 64, FARM_GADDR_NULL, &a), 0);
+	uint32_t ra = farm_gaddr_region(a);
+	uint32_t blk = farm_gaddr_offset(a) >> 20;
+
+	/* Level 1: the hint's block, until it is full (16384 slots). */
+	uint64_t n1 = 0;
+	for (;;) {
+		uint64_t before = hint_count(s, FARM_ALLOC_HINT_BLOCK);
+		assert_int_equal(farm_slab_alloc(s, 40, a, &x), 0);
+		if (hint_count(s, FARM_ALLOC_HINT_BLOCK) == before)
+			break;
+		assert_int_equal(farm_gaddr_region(x), ra);
+		assert_int_equal(farm_gaddr_offset(x) >> 20, blk);
+		n1++;
+	}
+	assert_int_equal(n1, FARM_ALLOC_BLOCK / 64 - 1);
+	/* Block full: level 2, same region, another block. */
+	assert_int_equal(hint_count(s, FARM_ALLOC_HINT_REGION), 1);
+	assert_int_equal(farm_gaddr_region(x), ra);
+	assert_int_not_equal(farm_gaddr_offset(x) >> 20, blk);
+	/* A hint of another class is a level-2 placement too. */
+	assert_int_equal(farm_slab_alloc(s, 300, a, &x), 0);
+	assert_int_equal(hint_count(s, FARM_ALLOC_HINT_REGION), 2);
+	assert_int_equal(farm_gaddr_region(x), ra);
+
+	/* A hint in another slab's block: not ours, so level 2. */
+	farm_slab *s2;
+	assert_int_equal(farm_slab_create(ba, &s2), 0);
+	uint64_t r2 = hint_count(s2, FARM_ALLOC_HINT_REGION);
+	assert_int_equal(farm_slab_alloc(s2, 64, a, &x), 0);
+	assert_int_equal(hint_count(s2, FARM_ALLOC_HINT_REGION), r2 + 1);
+	assert_int_equal(farm_gaddr_region(x), ra);
+	assert_int_not_equal(farm_gaddr_offset(x) >> 20, blk);
+
+	/* Fill the region with 1 MiB objects: each at level 2 while a block
+	 * is left, then level 3 in a new region created near it. */
+	int before_regions = p.n;
+	uint64_t lvl2 = hint_count(s, FARM_ALLOC_HINT_REGION);
+	uint64_t n2 = 0;
+	for (;;) {
+		assert_int_equal(farm_slab_alloc(s, 1u << 20, a, &x), 0);
+		if (farm_gaddr_region(x) != ra)
+			break;
+		n2++;
+	}
+	assert_true(n2 >= 1);
+	assert_int_equal(hint_count(s, FARM_ALLOC_HINT_REGION), lvl2 + n2);
+	assert_int_equal(hint_count(s, FARM_ALLOC_HINT_NEAR), 1);
+	assert_int_equal(p.n, before_regions + 1);
+	assert_int_equal(p.near[p.n - 1], ra);
+	uint32_t rnear = farm_gaddr_region(x);
+	/* The next one goes to the same near region: no new region. */
+	prev = x;
+	assert_int_equal(farm_slab_alloc(s, 1u << 20, a, &x), 0);
+	assert_int_equal(farm_gaddr_region(x), rnear);
+	assert_int_equal(hint_count(s, FARM_ALLOC_HINT_NEAR), 2);
+	assert_int_equal(p.n, before_regions + 1);
+	/* A hint in the near region: level 1 for its own class when the
+	 * block has room (1 MiB class: one slot per block, so level 2). */
+	assert_int_equal(farm_slab_alloc(s, 64, prev, &x), 0);
+	assert_int_equal(farm_gaddr_region(x), rnear);
+	assert_int_equal(hint_count(s, FARM_ALLOC_HINT_REGION), lvl2 + n2 + 1);
+	/* And its own block for the next one (level 1). */
+	farm_gaddr y;
+	assert_int_equal(farm_slab_alloc(s, 64, x, &y), 0);
+	assert_int_equal(y >> 20, x >> 20);
+	assert_int_equal(hint_count(s, FARM_ALLOC_HINT_BLOCK), n1 + 1);
+
+	/* Remote: the hint's region is not local. */
+	uint64_t rem = hint_count(s, FARM_ALLOC_HINT_REMOTE);
+	assert_int_equal(farm_slab_alloc(s, 64, farm_gaddr_make(4242, 64), &x),
+	                 -EREMOTE);
+	assert_int_equal(hint_count(s, FARM_ALLOC_HINT_REMOTE), rem + 1);
+	assert_int_equal(
+	        farm_alloc_array(s, 64, 4, farm_gaddr_make(4242, 64), &x),
+	        -EREMOTE);
+
+	farm_slab_destroy(s2);
+	farm_slab_destroy(s);
+	farm_blockalloc_destroy(ba);
+	prov_fini(&p);
+}
+
+/* ---- arrays ----------------------------------------------------------- */
+
+static void test_arrays(void **state)
+{
+	(void)state;
+	struct prov p;
+	prov_init(&p, 16u << 20, 1);
+	farm_blockalloc *ba = mk_ba(&p);
+	farm_slab *s;
+	assert_int_equal(farm_slab_create(ba, &s), 0);
+	farm_gaddr a, b, x;
+
+	/* Small: one slot of the class of the total, elements back to back. */
+	assert_int_equal(farm_alloc_array(s, 100, 10, FARM_GADDR_NULL, &a), 0);
+	char *p0 = farm_alloc_local(ba, a, 10 * 128);
+	assert_non_null(p0);
+	for (int i = 0; i < 10; i++) {
+		struct farm_objhdr *h = (void *)(p0 + i * 128);
+		assert_true(farm_objhdr_allocated(h));
+		assert_ptr_equal(
+		        farm_alloc_local(ba, a + (uint64_t)i * 128, 128),
+		        p0 + i * 128);
+		memset(p0 + i * 128 + 16, i, 112);
+	}
+	struct farm_alloc_stats st;
+	farm_slab_stats(s, &st);
+	assert_int_equal(st.bytes_in_use,
+	                 farm_alloc_class_size(farm_alloc_class_of(1280)));
+	/* A neighbour near the array. */
+	assert_int_equal(farm_alloc_array(s, 64, 3, a, &b), 0);
+	assert_int_equal(farm_gaddr_region(b), farm_gaddr_region(a));
+	/* Free needs the right dimensions. */
+	assert_int_equal(farm_alloc_array_free(s, a, 100, 11), -EINVAL);
+	assert_int_equal(farm_alloc_array_free(s, a, 200, 10), -EINVAL);
+	assert_int_equal(farm_alloc_array_free(s, a + 128, 100, 9), -EINVAL);
+	assert_int_equal(farm_alloc_array_free(s, a, 100, 10), 0);
+	for (int i = 0; i < 10; i++) {
+		struct farm_objhdr *h = (void *)(p0 + i * 128);
+		assert_false(farm_objhdr_allocated(h));
+		assert_int_equal(farm_objhdr_incarnation(h), 1);
+	}
+	assert_int_equal(farm_alloc_array_free(s, a, 100, 10), -ENOENT);
+	/* The slot is reused by the next object of its class. */
+	assert_int_equal(farm_slab_alloc(s, 1280, FARM_GADDR_NULL, &x), 0);
+	assert_int_equal(x, a);
+	assert_int_equal(farm_slab_free(s, x), 0);
+
+	/* Large: whole blocks, 1000 B elements (16 lines) x 3000 = 3 MiB
+	 * less a little: three blocks. */
+	assert_int_equal(farm_alloc_array(s, 1000, 3000, FARM_GADDR_NULL, &a),
+	                 0);
+	assert_int_equal(farm_gaddr_offset(a) % FARM_ALLOC_BLOCK, 0);
+	p0 = farm_alloc_local(ba, a, 3000 * 1024);
+	assert_non_null(p0);
+	for (int i = 0; i < 3000; i++)
+		assert_true(farm_objhdr_allocated((void *)(p0 + i * 1024)));
+	struct farm_alloc_stats bs0, bs1;
+	farm_blockalloc_stats(ba, &bs0);
+	assert_int_equal(farm_slab_free(s, a), -EINVAL); /* not a slab object */
+	assert_int_equal(farm_alloc_array_free(s, a, 1000, 2999), -EINVAL);
+	assert_int_equal(
+	        farm_alloc_array_free(s, a + FARM_ALLOC_BLOCK, 1000, 3000),
+	        -EINVAL);
+	int drc;
+	char *d = dump_str(ba, &drc);
+	assert_int_equal(drc, 0);
+	assert_non_null(strstr(d, "array elem 1024 n 3000 unallocated 0"));
+	free(d);
+	assert_int_equal(farm_alloc_array_free(s, a, 1000, 3000), 0);
+	assert_int_equal(farm_alloc_array_free(s, a, 1000, 3000), -ENOENT);
+	for (int i = 0; i < 3000; i++) {
+		struct farm_objhdr *h = (void *)(p0 + i * 1024);
+		assert_false(farm_objhdr_allocated(h));
+		assert_int_equal(farm_objhdr_incarnation(h), 1);
+	}
+	farm_blockalloc_stats(ba, &bs1);
+	assert_int_equal(bs1.blocks_retired, bs0.blocks_retired + 3);
+	assert_int_equal(bs1.blocks_in_use, bs0.blocks_in_use - 3);
+
+	/* Bad input. */
+	assert_int_equal(farm_alloc_array(s, 64, 0, 0, &x), -EINVAL);
+	assert_int_equal(farm_alloc_array(s, 0, 5, 0, &x), -EINVAL);
+	assert_int_equal(farm_alloc_array(s, (1u << 20) + 1, 2, 0, &x), -E2BIG);
+	assert_int_equal(farm_alloc_array(s, 64, 1ull << 40, 0, &x), -E2BIG);
+	/* Larger than this provider's regions (16 MiB): refused. */
+	assert_int_equal(farm_alloc_array(s, 1u << 20, 20, 0, &x), -E2BIG);
+
+	farm_slab_destroy(s);
+	farm_blockalloc_destroy(ba);
+	prov_fini(&p);
+}
+
+/* ---- many threads ----------------------------------------------------- */
+
+#define NTHREADS 3
+#define LIVE_MAX 4096
+#define QMAX     8192
+
+struct obj {
+	farm_gaddr a;
+	uint32_t size;  /* requested */
+	uint32_t csize; /* class bytes */
+};
+
+struct tstate {
+	int id;
+	farm_slab *s;
+	farm_blockalloc *ba;
+	uint64_t ops;
+	uint64_t seed;
+	struct obj live[LIVE_MAX];
+	int nlive;
+	/* Objects other threads hand us to free. */
+	pthread_mutex_t qlock;
+	struct obj q[QMAX];
+	int nq;
+	/* Results. */
+	uint64_t bad_pattern, alloc_err, free_err, handed, freed_remote;
+};
+
+static struct tstate *g_ts[NTHREADS];
+
+static uint64_t pat(farm_gaddr a)
+{
+	return a * 0x9e3779b97f4a7c15ull ^ 0xa5a5;
+}
+
+static void obj_fill(farm_blockalloc *ba, const struct obj *o)
+{
+	char *p = farm_alloc_local(ba, o->a, o->size);
+	uint64_t v = pat(o->a);
+	if (o->size <= 512) {
+		for (uint32_t off = 16; off + 8 <= o->size; off += 8)
+			memcpy(p + off, &v, 8);
+	} else {
+		memcpy(p + 16, &v, 8);
+		memcpy(p + o->size / 2 / 8 * 8, &v, 8);
+		memcpy(p + (o->size - 8) / 8 * 8, &v, 8);
+	}
+}
+
+static bool obj_check(farm_blockalloc *ba, const struct obj *o)
+{
+	char *p = farm_alloc_local(ba, o->a, o->size);
+	if (!p || !farm_objhdr_allocated((void *)p))
+		return false;
+	uint64_t v = pat(o->a), w;
+	if (o->size <= 512) {
+		for (uint32_t off = 16; off + 8 <= o->size; off += 8) {
+			memcpy(&w, p + off, 8);
+			if (w != v)
+				return false;
+		}
+		return true;
+	}
+	uint32_t offs[3] = {16, o->size / 2 / 8 * 8, (o->size - 8) / 8 * 8};
+	for (int i = 0; i < 3; i++) {
+		memcpy(&w, p + offs[i], 8);
+		if (w != v)
+			return false;
+	}
+	return true;
+}
+
+static uint32_t rand_size(uint64_t *seed)
+{
+	uint64_t r = farm_rand64(seed);
+	unsigned k = r % 100;
+	r >>= 8;
+	if (k < 70)
+		return 24 + (uint32_t)(r % 1000); /* 24 B .. 1 KiB */
+	if (k < 95)
+		return 1024 + (uint32_t)(r % 15360); /* 1 .. 16 KiB */
+	if (k < 99)
+		return 16384 + (uint32_t)(r % 114688); /* 16 .. 128 KiB */
+	return 131072 + (uint32_t)(r % 917505);        /* 128 KiB .. 1 MiB */
+}
+
+static void drain_queue(struct tstate *t)
+{
+	pthread_mutex_lock(&t->qlock);
+	for (int i = 0; i < t->nq; i++) {
+		if (!obj_check(t->ba, &t->q[i]))
+			t->bad_pattern++;
+		if (farm_slab_free(t->s, t->q[i].a))
+			t->free_err++;
+		else
+			t->freed_remote++;
+	}
+	t->nq = 0;
+	pthread_mutex_unlock(&t->qlock);
+}
+
+static void *thread_main(void *arg)
+{
+	struct tstate *t = arg;
+	for (uint64_t op = 0; op < t->ops; op++) {
+		uint64_t r = farm_rand64(&t->seed);
+		if ((op & 255) == 0)
+			drain_queue(t);
+		bool do_alloc = t->nlive == 0 ||
+		                (t->nlive < LIVE_MAX && (r % 100) < 52);
+		if (do_alloc) {
+			struct obj o;
+			o.size = rand_size(&t->seed);
+			o.csize = farm_alloc_class_size(
+			        farm_alloc_class_of(o.size));
+			if (farm_slab_alloc(t->s, o.size, FARM_GADDR_NULL,
+			                    &o.a)) {
+				t->alloc_err++;
+				continue;
+			}
+			obj_fill(t->ba, &o);
+			t->live[t->nlive++] = o;
+			continue;
+		}
+		int i = (int)((r >> 8) % (uint64_t)t->nlive);
+		struct obj o = t->live[i];
+		t->live[i] = t->live[--t->nlive];
+		if (!obj_check(t->ba, &o))
+			t->bad_pattern++;
+		if ((r >> 40) % 100 < 30) {
+			/* Hand it to another thread to free. */
+			struct tstate *u =
+			        g_ts[(t->id + 1 +
+			              (int)((r >> 50) % (NTHREADS - 1))) %
+			             NTHREADS];
+			pthread_mutex_lock(&u->qlock);
+			if (u->nq < QMAX) {
+				u->q[u->nq++] = o;
+				t->handed++;
+				pthread_mutex_unlock(&u->qlock);
+				continue;
+			}
+			pthread_mutex_unlock(&u->qlock);
+		}
+		if (farm_slab_free(t->s, o.a))
+			t->free_err++;
+	}
+	return NULL;
+}
+
+static int cmp_obj(const void *x, const void *y)
+{
+	const struct obj *a = x, *b = y;
+	return a->a < b->a ? -1 : a->a > b->a;
+}
+
+static void test_threads(void **state)
+{
+	(void)state;
+	uint64_t ops = 1000000;
+	const char *e = getenv("FARM_ALLOC_TEST_OPS");
+	if (e)
+		ops = strtoull(e, NULL, 10);
+	struct prov p;
+	prov_init(&p, 64u << 20, 1);
+	farm_blockalloc *ba = mk_ba(&p);
+	pthread_t th[NTHREADS];
+	for (int i = 0; i < NTHREADS; i++) {
+		struct tstate *t = calloc(1, sizeof(*t));
+		assert_non_null(t);
+		t->id = i;
+		t->ba = ba;
+		t->ops = ops;
+		t->seed = 1000 + (uint64_t)i;
+		pthread_mutex_init(&t->qlock, NULL);
+		assert_int_equal(farm_slab_create(ba, &t->s), 0);
+		g_ts[i] = t;
+	}
+	uint64_t t0 = farm_now_ns();
+	for (int i = 0; i < NTHREADS; i++)
+		assert_int_equal(
+		        pthread_create(&th[i], NULL, thread_main, g_ts[i]), 0);
+	for (int i = 0; i < NTHREADS; i++)
+		pthread_join(th[i], NULL);
+	double secs = (double)(farm_now_ns() - t0) / 1e9;
+
+	/* Every live object (threads' and queued): no overlap, patterns
+	 * intact, bytes and counts agree with the counters. */
+	size_t cap = NTHREADS * (LIVE_MAX + QMAX), n = 0;
+	struct obj *all = malloc(cap * sizeof(*all));
+	assert_non_null(all);
+	uint64_t bad = 0, aerr = 0, ferr = 0, handed = 0, fremote = 0;
+	int64_t bytes = 0;
+	for (int i = 0; i < NTHREADS; i++) {
+		struct tstate *t = g_ts[i];
+		for (int k = 0; k < t->nlive; k++)
+			all[n++] = t->live[k];
+		for (int k = 0; k < t->nq; k++)
+			all[n++] = t->q[k];
+		bad += t->bad_pattern;
+		aerr += t->alloc_err;
+		ferr += t->free_err;
+		handed += t->handed;
+		fremote += t->freed_remote;
+	}
+	qsort(all, n, sizeof(*all), cmp_obj);
+	uint64_t overlaps = 0;
+	for (size_t i = 0; i < n; i++) {
+		bytes += all[i].csize;
+		if (!obj_check(ba, &all[i]))
+			bad++;
+		if (i && all[i - 1].a + all[i - 1].csize > all[i].a)
+			overlaps++;
+	}
+	struct farm_alloc_stats st;
+	farm_blockalloc_stats(ba, &st);
+	printf("threads: %d x %llu ops in %.2f s; %zu live, %llu B; %llu "
+	       "handed "
+	       "across threads; allocs %llu frees %llu (remote %llu); regions "
+	       "%llu, blocks %llu\n",
+	       NTHREADS, (unsigned long long)ops, secs, n,
+	       (long long unsigned)bytes, (unsigned long long)handed,
+	       (unsigned long long)st.allocs, (unsigned long long)st.frees,
+	       (unsigned long long)st.remote_frees,
+	       (unsigned long long)st.regions,
+	       (unsigned long long)st.blocks_in_use);
+	assert_int_equal(bad, 0);
+	assert_int_equal(overlaps, 0);
+	assert_int_equal(aerr, 0);
+	assert_int_equal(ferr, 0);
+	assert_true(handed > ops / 20);
+	assert_int_equal(st.allocs - st.frees, n);
+	assert_int_equal(st.bytes_in_use, bytes);
+	assert_true(st.remote_frees >= fremote);
+	int drc;
+	char *d = dump_str(ba, &drc);
+	assert_int_equal(drc, 0); /* free lists agree with every header */
+	free(d);
+
+	/* The threads go; a new slab frees everything (all remote), then
+	 * allocates again from adopted blocks, not new ones. */
+	for (int i = 0; i < NTHREADS; i++)
+		farm_slab_destroy(g_ts[i]->s);
+	farm_slab *m;
+	assert_int_equal(farm_slab_create(ba, &m), 0);
+	for (size_t i = 0; i < n; i++)
+		assert_int_equal(farm_slab_free(m, all[i].a), 0);
+	farm_blockalloc_stats(ba, &st);
+	assert_int_equal(st.allocs, st.frees);
+	assert_int_equal(st.bytes_in_use, 0);
+	d = dump_str(ba, &drc);
+	assert_int_equal(drc, 0);
+	assert_null(strstr(d, "allocated ")); /* no slot allocated anywhere */
+	free(d);
+	uint64_t blocks = st.blocks_in_use;
+	farm_gaddr x;
+	for (int i = 0; i < 1000; i++)
+		assert_int_equal(farm_slab_alloc(m, 24 + (uint64_t)i * 37,
+		                                 FARM_GADDR_NULL, &x),
+		                 0);
+	farm_blockalloc_stats(ba, &st);
+	assert_int_equal(st.blocks_in_use, blocks);
+	farm_slab_destroy(m);
+	for (int i = 0; i < NTHREADS; i++) {
+		pthread_mutex_destroy(&g_ts[i]->qlock);
+		free(g_ts[i]);
+	}
+	free(all);
+	farm_blockalloc_destroy(ba);
+	prov_fini(&p);
+}
+
+/* Two threads free the same objects at once: exactly one wins each. */
+struct race {
+	farm_blockalloc *ba;
+	farm_gaddr *objs;
+	int n;
+	_Atomic int go;
+	int wins;
+};
+
+static void *race_main(void *arg)
+{
+	struct race *r = arg;
+	farm_slab *s;
+	if (farm_slab_create(r->ba, &s))
+		return NULL;
+	while (!atomic_load(&r->go))
+		farm_cpu_relax();
+	int wins = 0;
+	for (int i = 0; i < r->n; i++)
+		wins += farm_slab_free(s, r->objs[i]) == 0;
+	farm_slab_destroy(s);
+	return (void *)(intptr_t)wins;
+}
+
+static void test_double_free_race(void **state)
+{
+	(void)state;
+	struct prov p;
+	prov_init(&p, 16u << 20, 1);
+	farm_blockalloc *ba = mk_ba(&p);
+	farm_slab *s;
+	assert_int_equal(farm_slab_create(ba, &s), 0);
+	enum { N = 20000 };
+	farm_gaddr *objs = malloc(N * sizeof(*objs));
+	assert_non_null(objs);
+	for (int i = 0; i < N; i++)
+		assert_int_equal(farm_slab_alloc(s, 64, 0, &objs[i]), 0);
+	struct race r = {.ba = ba, .objs = objs, .n = N};
+	pthread_t a, b;
+	pthread_create(&a, NULL, race_main, &r);
+	pthread_create(&b, NULL, race_main, &r);
+	atomic_store(&r.go, 1);
+	void *wa, *wb;
+	pthread_join(a, &wa);
+	pthread_join(b, &wb);
+	assert_int_equal((int)(intptr_t)wa + (int)(intptr_t)wb, N);
+	int drc;
+	char *d = dump_str(ba, &drc);
+	assert_int_equal(drc, 0); /* every slot listed once */
+	free(d);
+	/* Every slot comes back exactly once. */
+	for (int i = 0; i < N; i++)
+		assert_int_equal(farm_slab_alloc(s, 64, 0, &objs[i]), 0);
+	qsort(objs, N, sizeof(*objs), cmp_obj);
+	for (int i = 1; i < N; i++)
+		assert_true(objs[i] > objs[i - 1]);
+	free(objs);
+	farm_slab_destroy(s);
+	farm_blockalloc_destroy(ba);
+	prov_fini(&p);
+}
+
+/* ---- rebuild ---------------------------------------------------------- */
+
+static void test_rebuild(void **state)
+{
+	(void)state;
+	struct prov p;
+	prov_init(&p, 16u << 20, 50);
+	farm_blockalloc *ba = mk_ba(&p);
+	farm_slab *s1, *s2;
+	assert_int_equal(farm_slab_create(ba, &s1), 0);
+	assert_int_equal(farm_slab_create(ba, &s2), 0);
+	enum { N = 30000 };
+	farm_gaddr *objs = malloc(N * sizeof(*objs));
+	assert_non_null(objs);
+	uint64_t seed = 7;
+	for (int i = 0; i < N; i++) {
+		uint32_t sz = rand_size(&seed);
+		if (sz > 8192)
+			sz = 64 + sz % 512;
+		assert_int_equal(
+		        farm_slab_alloc(i & 1 ? s2 : s1, sz, 0, &objs[i]), 0);
+	}
+	/* Free a third locally, a third from the other slab (remote stacks). */
+	for (int i = 0; i < N; i++) {
+		uint64_t r = farm_rand64(&seed) % 3;
+		if (r == 0)
+			assert_int_equal(
+			        farm_slab_free(i & 1 ? s2 : s1, objs[i]), 0);
+		else if (r == 1)
+			assert_int_equal(
+			        farm_slab_free(i & 1 ? s1 : s2, objs[i]), 0);
+	}
+	farm_gaddr arr_small, arr_large, arr_gone;
+	assert_int_equal(farm_alloc_array(s1, 200, 7, 0, &arr_small), 0);
+	assert_int_equal(farm_alloc_array(s1, 4096, 600, 0, &arr_large), 0);
+	assert_int_equal(farm_alloc_array(s2, 4096, 300, 0, &arr_gone), 0);
+	assert_int_equal(farm_alloc_array_free(s1, arr_gone, 4096, 300), 0);
+
+	int rc1, rc2;
+	char *live = dump_str(ba, &rc1);
+	assert_int_equal(rc1, 0);
+	struct farm_alloc_stats st1, st2;
+	farm_blockalloc_stats(ba, &st1);
+
+	/* Rebuild from copies of the regions (as from a replica). */
+	struct farm_alloc_region copies[PROV_MAX];
+	int nc = p.n;
+	farm_blockalloc *rb;
+	struct farm_blockalloc_attr at = {0};
+	assert_int_equal(farm_blockalloc_create(&at, &rb), 0);
+	for (int i = 0; i < nc; i++) {
+		copies[i] = p.r[i];
+		copies[i].base = aligned_alloc(4096, p.r[i].size);
+		assert_non_null(copies[i].base);
+		memcpy(copies[i].base, p.r[i].base, p.r[i].size);
+		assert_int_equal(farm_blockalloc_rebuild_region(rb, &copies[i]),
+		                 0);
+	}
+	char *rebuilt = dump_str(rb, &rc2);
+	assert_int_equal(rc2, 0);
+	printf("rebuild: %d regions, live dump %zu bytes, rebuilt dump %zu "
+	       "bytes\n",
+	       nc, strlen(live), strlen(rebuilt));
+	assert_string_equal(live, rebuilt);
+	farm_blockalloc_stats(rb, &st2);
+	assert_int_equal(st2.bytes_in_use, st1.bytes_in_use);
+	assert_int_equal(st2.blocks_in_use, st1.blocks_in_use);
+	assert_int_equal(st2.blocks_retired, st1.blocks_retired);
+	assert_int_equal(st2.allocs - st2.frees, st1.allocs - st1.frees);
+
+	/* The rebuilt allocator works: frees what was live, reuses blocks. */
+	farm_slab *s3;
+	assert_int_equal(farm_slab_create(rb, &s3), 0);
+	assert_int_equal(farm_alloc_array_free(s3, arr_small, 200, 7), 0);
+	assert_int_equal(farm_alloc_array_free(s3, arr_large, 4096, 600), 0);
+	assert_int_equal(farm_alloc_array_free(s3, arr_gone, 4096, 300),
+	                 -ENOENT);
+	farm_gaddr x;
+	uint64_t blocks = st2.blocks_in_use;
+	for (int i = 0; i < 1000; i++)
+		assert_int_equal(farm_slab_alloc(s3, i & 1 ? 64 : 1000, 0, &x),
+		                 0);
+	farm_blockalloc_stats(rb, &st2);
+	assert_int_equal(st2.blocks_in_use, blocks - 3 /* the large array */);
+	farm_slab_destroy(s3);
+	farm_blockalloc_destroy(rb);
+
+	/* Corrupt copies are refused, with nothing added. */
+	assert_int_equal(farm_blockalloc_create(&at, &rb), 0);
+	((uint64_t *)copies[0].base)[0] ^= 1; /* magic */
+	assert_int_equal(farm_blockalloc_rebuild_region(rb, &copies[0]),
+	                 FARM_ECORRUPT);
+	((uint64_t *)copies[0].base)[0] ^= 1;
+	/* The large array's second block claims another head. */
+	int ri = (int)farm_gaddr_region(arr_large) - 50;
+	memcpy(copies[ri].base, p.r[ri].base, 1u << 20); /* s3 freed it */
+	uint64_t *table = (uint64_t *)((char *)copies[ri].base + 64);
+	uint32_t k = farm_gaddr_offset(arr_large) >> 20;
+	assert_int_equal(table[k] >> 60, 3);
+	assert_int_equal(table[k + 1], (4ull << 60) | k);
+	table[k + 1] = (4ull << 60) | 9999;
+	assert_int_equal(farm_blockalloc_rebuild_region(rb, &copies[ri]),
+	                 FARM_ECORRUPT);
+	assert_false(farm_alloc_region_is_local(rb, copies[ri].id));
+	assert_int_equal(farm_blockalloc_rebuild_region(rb, &copies[0]), 0);
+	if (ri != 0)
+		assert_true(farm_alloc_region_is_local(rb, copies[0].id));
+	farm_blockalloc_destroy(rb);
+
+	for (int i = 0; i < nc; i++)
+		free(copies[i].base);
+	free(live);
+	free(rebuilt);
+	free(objs);
+	farm_slab_destroy(s1);
+	farm_slab_destroy(s2);
+	farm_blockalloc_destroy(ba);
+	prov_fini(&p);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	        cmocka_unit_test(test_classes),
+	        cmocka_unit_test(test_basic_errors),
+	        cmocka_unit_test(test_hints),
+	        cmocka_unit_test(test_arrays),
+	        cmocka_unit_test(test_double_free_race),
+	        cmocka_unit_test(test_rebuild),
+	        cmocka_unit_test(test_threads),
+	};
+	return cmocka_run_group_tests_name("alloc", tests, NULL, NULL);
+}
