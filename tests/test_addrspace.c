@@ -4,30 +4,16 @@
  * Region allocation with backups, access by global address (local loads,
  * remote one-sided operations with a cached descriptor), and bad input.
  */
-#include "testutil.h"
-
-#include "addrspace/addrspace.h"
+#include "asnodes.h"
 
 #define N      3
 #define RSIZE  (4ull << 20)
-#define T_JUNK 7
 #define T_WHO  8
 
-struct node {
-	char dir[256];
-	farm_fabric *fab;
-	farm_msg *msg;
-	farm_loop *loop;
-	farm_as *as;
-};
+static struct asn_cluster C;
+#define nodes C.m
 
-static struct node nodes[N];
-
-static void pump(void)
-{
-	for (unsigned i = 0; i < N; i++)
-		(void)farm_loop_poll(nodes[i].loop);
-}
+static void pump(void) { asn_pump(&C); }
 
 struct res {
 	int done, status;
@@ -51,75 +37,37 @@ static void region_done(farm_loop *loop, void *ctx, int status, uint32_t region)
 	r->done = 1;
 }
 
-/* Drive every loop until @r is done (bounded). */
-static void wait_res(struct res *r)
-{
-	for (unsigned i = 0; i < 2000000 && !r->done; i++)
-		pump();
-	assert_true(r->done);
-}
+static void wait_res(struct res *r) { asn_wait(&C, &r->done); }
 
 /* Replies with the id of the machine that ran it. */
 static void h_who(farm_loop *loop, const farm_msg_in *in, void *arg)
 {
-	struct node *x = arg;
+	struct asn *x = arg;
 	uint32_t me = farm_fabric_machine_id(x->fab);
 	assert_int_equal(farm_msg_reply(loop, &in->token, &me, sizeof(me)), 0);
+}
+
+static void hook(struct asn *x, unsigned i)
+{
+	(void)i;
+	assert_int_equal(farm_msg_handle(x->msg, T_WHO, h_who, x), 0);
 }
 
 static int setup(void **state)
 {
 	(void)state;
-	farm_msg_attr ma = {.max_machines = 8, .busy_poll = true};
-	struct farm_as_attr aa = {.region_size = RSIZE};
-	for (unsigned i = 0; i < N; i++) {
-		struct node *x = &nodes[i];
-		memset(x, 0, sizeof(*x));
-		tu_tmpdir(x->dir, sizeof(x->dir), "as");
-		x->fab = tu_open(i + 1, x->dir);
-		assert_non_null(x->fab);
-		assert_int_equal(farm_msg_create(x->fab, &ma, &x->msg), 0);
-		aa.seed = i + 1;
-		assert_int_equal(farm_msg_handle(x->msg, T_WHO, h_who, x), 0);
-		assert_int_equal(farm_as_create(x->fab, x->msg, &aa, &x->as), 0);
-	}
-	for (unsigned i = 0; i < N; i++) {
-		for (unsigned j = 0; j < N; j++) {
-			if (i == j)
-				continue;
-			char addr[256];
-			assert_true(farm_fabric_address(nodes[j].fab, addr,
-			                                sizeof(addr)) > 0);
-			farm_mr_desc d = farm_msg_desc(nodes[j].msg);
-			assert_int_equal(farm_msg_add_peer(nodes[i].msg, j + 1,
-			                                   addr, &d),
-			                 0);
-		}
-		assert_int_equal(farm_loop_open(nodes[i].msg, 0, &nodes[i].loop),
-		                 0);
-	}
+	asn_open_noview(&C, N, RSIZE, hook);
 	return 0;
 }
 
 static int teardown(void **state)
 {
 	(void)state;
-	for (unsigned i = 0; i < N; i++) {
-		farm_loop_close(nodes[i].loop);
-		farm_as_destroy(nodes[i].as);
-		assert_int_equal(farm_msg_destroy(nodes[i].msg), 0);
-		farm_fabric_close(nodes[i].fab);
-		tu_rmtree(nodes[i].dir);
-	}
+	asn_close(&C);
 	return 0;
 }
 
-static void set_views(uint64_t cid)
-{
-	uint32_t ids[N] = {1, 2, 3};
-	for (unsigned i = 0; i < N; i++)
-		assert_int_equal(farm_as_set_view(nodes[i].as, cid, ids, N), 0);
-}
+static void set_views(uint64_t cid) { asn_set_views(&C, cid); }
 
 static void test_no_view(void **state)
 {
@@ -172,7 +120,7 @@ static void test_alloc_and_access(void **state)
 	}
 	/* Machine 2 writes into machine 1's region by global address, then
 	 * reads it back; machine 1 sees the bytes with plain loads. */
-	struct node *b = &nodes[1];
+	struct asn *b = &nodes[1];
 	static FARM_CL_ALIGNED char buf[4096];
 	static FARM_CL_ALIGNED char back[4096];
 	farm_mr *mr;
@@ -293,7 +241,7 @@ static void test_ship_by_address(void **state)
 		uint32_t rep[FARM_RING_MAX_REPLICAS];
 		farm_as_replicas(nodes[0].as, region, rep);
 		struct call_res r = {0};
-		struct node *from = &nodes[t % N];
+		struct asn *from = &nodes[t % N];
 		assert_int_equal(farm_as_call(from->as, from->loop, a, T_WHO,
 		                              NULL, 0, 0, call_done, &r),
 		                 0);

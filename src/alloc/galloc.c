@@ -1,0 +1,434 @@
+/*
+ * Cluster-wide allocation (galloc.h).
+ *
+ * The block allocator asks for regions synchronously, under its lock, but
+ * the address space makes them asynchronously (the backups answer by RPC).
+ * So the region callback only hands out regions that are already made: a
+ * small pool of (near, region) pairs. When the pool has none for the
+ * asked-for `near`, the callback records the wish and fails with -EAGAIN;
+ * the allocation then asks the address space for such a region, adds it
+ * to the pool when it comes, and tries again.
+ */
+#include "alloc/galloc.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/common.h"
+#include "util/log.h"
+
+#define POOL_MAX   8
+#define MAX_LOOPS  64
+#define MAX_RETRY  4 /* region requests per allocation */
+
+struct pooled {
+	uint32_t near;
+	struct farm_alloc_region r;
+};
+
+struct farm_galloc {
+	farm_as *as;
+	farm_msg *msg;
+	farm_blockalloc *ba;
+	farm_slab *slabs[MAX_LOOPS]; /* one per loop, made on first use */
+	pthread_mutex_t lock;        /* pool */
+	struct pooled pool[POOL_MAX];
+	unsigned npool;
+	_Atomic uint64_t shipped_allocs, served_allocs, shipped_frees,
+	        served_frees, regions_added, region_waits;
+};
+
+/* Wire formats. */
+struct alloc_req {
+	uint64_t size;  /* object bytes, or element bytes of an array */
+	uint64_t n;     /* 0: an object; else array elements */
+	uint64_t hint;
+};
+struct alloc_rep {
+	uint64_t addr;
+};
+struct free_req {
+	uint64_t addr;
+};
+
+/* ---- regions ----------------------------------------------------------- */
+
+static int new_region_cb(void *ctx, uint32_t near, struct farm_alloc_region *out)
+{
+	farm_galloc *g = ctx;
+	pthread_mutex_lock(&g->lock);
+	for (unsigned i = 0; i < g->npool; i++) {
+		if (g->pool[i].near != near)
+			continue;
+		*out = g->pool[i].r;
+		g->pool[i] = g->pool[--g->npool];
+		pthread_mutex_unlock(&g->lock);
+		atomic_fetch_add(&g->regions_added, 1);
+		return 0;
+	}
+	pthread_mutex_unlock(&g->lock);
+	return -EAGAIN;
+}
+
+/* ---- one allocation ------------------------------------------------------ */
+
+struct galloc_op {
+	farm_galloc *g;
+	uint64_t size, n;
+	farm_gaddr hint;
+	farm_galloc_fn cont;
+	void *ctx;
+	unsigned retries;
+	int status;
+	farm_gaddr result;
+};
+
+static farm_slab *slab_of(farm_galloc *g, farm_loop *loop, int *rc)
+{
+	unsigned i = farm_loop_index(loop);
+	if (i >= MAX_LOOPS) {
+		*rc = -EINVAL;
+		return NULL;
+	}
+	if (!g->slabs[i]) {
+		*rc = farm_slab_create(g->ba, &g->slabs[i]);
+		if (*rc)
+			return NULL;
+	}
+	*rc = 0;
+	return g->slabs[i];
+}
+
+static void op_finish(farm_loop *loop, void *ctx, int status)
+{
+	struct galloc_op *op = ctx;
+	op->cont(loop, op->ctx, status ? status : op->status,
+	         status || op->status ? FARM_GADDR_NULL : op->result);
+	free(op);
+}
+
+/* Report @op's outcome from a later pass of the loop (never inline). */
+static void op_post(farm_loop *loop, struct galloc_op *op, int status,
+                    farm_gaddr a)
+{
+	op->status = status;
+	op->result = a;
+	if (farm_loop_post(loop, op_finish, op)) {
+		/* Out of memory for a work item: report now rather than lose
+		 * the continuation. */
+		op->cont(loop, op->ctx, -ENOMEM, FARM_GADDR_NULL);
+		free(op);
+	}
+}
+
+static void op_try(farm_loop *loop, struct galloc_op *op);
+
+static void region_made(farm_loop *loop, void *ctx, int status, uint32_t id)
+{
+	struct galloc_op *op = ctx;
+	farm_galloc *g = op->g;
+	if (status) {
+		op_post(loop, op, status, FARM_GADDR_NULL);
+		return;
+	}
+	enum farm_as_role role;
+	farm_region *r = farm_as_local_region(g->as, id, &role);
+	if (!r || role != FARM_AS_PRIMARY) {
+		op_post(loop, op, FARM_ECORRUPT, FARM_GADDR_NULL);
+		return;
+	}
+	uint32_t near = op->hint ? farm_gaddr_region(op->hint) : FARM_REGION_ID_NONE;
+	pthread_mutex_lock(&g->lock);
+	if (g->npool == POOL_MAX) {
+		/* Full of regions nobody took: the oldest goes to the block
+		 * allocator as a plain region, so none is lost. */
+		struct farm_alloc_region old = g->pool[0].r;
+		g->pool[0] = g->pool[--g->npool];
+		pthread_mutex_unlock(&g->lock);
+		if (farm_blockalloc_add_region(g->ba, &old) == 0)
+			atomic_fetch_add(&g->regions_added, 1);
+		pthread_mutex_lock(&g->lock);
+	}
+	g->pool[g->npool++] = (struct pooled){
+	        .near = near,
+	        .r = {.id = id, .base = farm_region_base(r),
+	              .size = farm_region_size(r)}};
+	pthread_mutex_unlock(&g->lock);
+	op_try(loop, op);
+}
+
+static void op_try(farm_loop *loop, struct galloc_op *op)
+{
+	farm_galloc *g = op->g;
+	int rc;
+	farm_slab *s = slab_of(g, loop, &rc);
+	farm_gaddr a = FARM_GADDR_NULL;
+	if (s)
+		rc = op->n ? farm_alloc_array(s, op->size, op->n, op->hint, &a)
+		           : farm_slab_alloc(s, op->size, op->hint, &a);
+	if (rc == -EAGAIN && op->retries++ < MAX_RETRY) {
+		/* The block allocator wants a region: make one, then retry. */
+		atomic_fetch_add(&g->region_waits, 1);
+		uint32_t near = op->hint ? farm_gaddr_region(op->hint) : 0;
+		rc = farm_as_region_alloc(g->as, loop, near, region_made, op);
+		if (rc == 0)
+			return;
+	}
+	if (rc == -EAGAIN)
+		rc = -ENOSPC;
+	op_post(loop, op, rc, a);
+}
+
+static void shipped_done(farm_loop *loop, void *ctx, int status,
+                         const void *reply, uint32_t len)
+{
+	struct galloc_op *op = ctx;
+	struct alloc_rep r = {0};
+	if (!status && len != sizeof(r))
+		status = FARM_ECORRUPT;
+	if (!status)
+		memcpy(&r, reply, sizeof(r));
+	op->cont(loop, op->ctx, status, status ? FARM_GADDR_NULL : r.addr);
+	free(op);
+}
+
+static int galloc_start(farm_galloc *g, farm_loop *loop, uint64_t size,
+                        uint64_t n, farm_gaddr hint, farm_galloc_fn cont,
+                        void *ctx)
+{
+	if (!g || !loop || !cont || size == 0)
+		return -EINVAL;
+	struct galloc_op *op = calloc(1, sizeof(*op));
+	if (!op)
+		return -ENOMEM;
+	*op = (struct galloc_op){.g = g, .size = size, .n = n, .hint = hint,
+	                         .cont = cont, .ctx = ctx};
+	if (hint && !farm_alloc_region_is_local(g->ba, farm_gaddr_region(hint))) {
+		uint32_t rep[FARM_RING_MAX_REPLICAS];
+		if (farm_as_replicas(g->as, farm_gaddr_region(hint), rep) &&
+		    rep[0] != farm_as_machine_id(g->as)) {
+			struct alloc_req q = {.size = size, .n = n, .hint = hint};
+			int rc = farm_as_call(g->as, loop, hint, FARM_MSGT_ALLOC,
+			                      &q, sizeof(q), 0, shipped_done, op);
+			if (rc) {
+				free(op);
+				return rc;
+			}
+			atomic_fetch_add(&g->shipped_allocs, 1);
+			return 0;
+		}
+		/* Ours by the rings but not in the allocator: not an object
+		 * region (or not yet): the slab says -EREMOTE/-EINVAL. */
+	}
+	op_try(loop, op);
+	return 0;
+}
+
+int farm_galloc_alloc(farm_galloc *g, farm_loop *loop, uint64_t size,
+                      farm_gaddr hint, farm_galloc_fn cont, void *ctx)
+{
+	return galloc_start(g, loop, size, 0, hint, cont, ctx);
+}
+
+int farm_galloc_alloc_array(farm_galloc *g, farm_loop *loop,
+                            uint64_t elem_size, uint64_t n, farm_gaddr hint,
+                            farm_galloc_fn cont, void *ctx)
+{
+	if (n == 0)
+		return -EINVAL;
+	return galloc_start(g, loop, elem_size, n, hint, cont, ctx);
+}
+
+/* ---- frees ---------------------------------------------------------------- */
+
+struct free_op {
+	farm_op_fn cont;
+	void *ctx;
+	int status;
+};
+
+static void free_finish(farm_loop *loop, void *ctx, int status)
+{
+	struct free_op *f = ctx;
+	f->cont(loop, f->ctx, status ? status : f->status);
+	free(f);
+}
+
+static void free_shipped(farm_loop *loop, void *ctx, int status,
+                         const void *reply, uint32_t len)
+{
+	(void)reply;
+	(void)len;
+	struct free_op *f = ctx;
+	f->cont(loop, f->ctx, status);
+	free(f);
+}
+
+int farm_galloc_free(farm_galloc *g, farm_loop *loop, farm_gaddr a,
+                     farm_op_fn cont, void *ctx)
+{
+	if (!g || !loop || !cont || a == FARM_GADDR_NULL)
+		return -EINVAL;
+	struct free_op *f = malloc(sizeof(*f));
+	if (!f)
+		return -ENOMEM;
+	*f = (struct free_op){.cont = cont, .ctx = ctx};
+	int rc;
+	if (farm_alloc_region_is_local(g->ba, farm_gaddr_region(a))) {
+		farm_slab *s = slab_of(g, loop, &rc);
+		if (s)
+			rc = farm_slab_free(s, a);
+		f->status = rc;
+		if ((rc = farm_loop_post(loop, free_finish, f)))
+			free(f);
+		return rc;
+	}
+	struct free_req q = {.addr = a};
+	rc = farm_as_call(g->as, loop, a, FARM_MSGT_FREE, &q, sizeof(q), 0,
+	                  free_shipped, f);
+	if (rc)
+		free(f);
+	else
+		atomic_fetch_add(&g->shipped_frees, 1);
+	return rc;
+}
+
+/* ---- handlers: requests from other machines ------------------------------- */
+
+struct served {
+	struct farm_msg_token tok;
+	farm_galloc *g;
+};
+
+static void reply_status(farm_loop *loop, const struct farm_msg_token *tok,
+                         int status, const void *data, uint32_t len)
+{
+	int rc = status ? farm_msg_reply_error(loop, tok, status)
+	                : farm_msg_reply(loop, tok, data, len);
+	if (rc)
+		farm_warn("galloc: cannot reply to machine %" PRIu32 ": %s",
+		          tok->machine, farm_strerror(rc));
+}
+
+static void served_done(farm_loop *loop, void *ctx, int status, farm_gaddr a)
+{
+	struct served *sv = ctx;
+	struct alloc_rep r = {.addr = a};
+	reply_status(loop, &sv->tok, status, &r, sizeof(r));
+	free(sv);
+}
+
+static void h_alloc(farm_loop *loop, const farm_msg_in *in, void *arg)
+{
+	farm_galloc *g = arg;
+	struct alloc_req q;
+	if (in->len != sizeof(q) || !in->token.call_id) {
+		farm_warn("galloc: bad allocation request from machine %" PRIu32,
+		          in->src_machine);
+		if (in->token.call_id)
+			reply_status(loop, &in->token, -EINVAL, NULL, 0);
+		return;
+	}
+	memcpy(&q, in->payload, sizeof(q));
+	/* Only hints we own: a request for another machine's region would
+	 * bounce between machines whose views differ. */
+	if (!q.hint || !farm_alloc_region_is_local(g->ba, farm_gaddr_region(q.hint))) {
+		reply_status(loop, &in->token, -EREMOTE, NULL, 0);
+		return;
+	}
+	struct served *sv = malloc(sizeof(*sv));
+	if (!sv) {
+		reply_status(loop, &in->token, -ENOMEM, NULL, 0);
+		return;
+	}
+	sv->tok = in->token;
+	sv->g = g;
+	atomic_fetch_add(&g->served_allocs, 1);
+	int rc = galloc_start(g, loop, q.size, q.n, q.hint, served_done, sv);
+	if (rc) {
+		reply_status(loop, &in->token, rc, NULL, 0);
+		free(sv);
+	}
+}
+
+static void h_free(farm_loop *loop, const farm_msg_in *in, void *arg)
+{
+	farm_galloc *g = arg;
+	struct free_req q;
+	if (in->len != sizeof(q) || !in->token.call_id) {
+		farm_warn("galloc: bad free request from machine %" PRIu32,
+		          in->src_machine);
+		if (in->token.call_id)
+			reply_status(loop, &in->token, -EINVAL, NULL, 0);
+		return;
+	}
+	memcpy(&q, in->payload, sizeof(q));
+	int rc = -EREMOTE;
+	if (farm_alloc_region_is_local(g->ba, farm_gaddr_region(q.addr))) {
+		farm_slab *s = slab_of(g, loop, &rc);
+		if (s)
+			rc = farm_slab_free(s, q.addr);
+	}
+	atomic_fetch_add(&g->served_frees, 1);
+	reply_status(loop, &in->token, rc, NULL, 0);
+}
+
+/* ---- lifetime ---------------------------------------------------------------- */
+
+int farm_galloc_create(farm_as *as, farm_msg *msg, farm_galloc **out)
+{
+	if (!as || !msg || !out)
+		return -EINVAL;
+	if (farm_msg_nthreads(msg) > MAX_LOOPS)
+		return -EINVAL;
+	farm_galloc *g = calloc(1, sizeof(*g));
+	if (!g)
+		return -ENOMEM;
+	g->as = as;
+	g->msg = msg;
+	pthread_mutex_init(&g->lock, NULL);
+	struct farm_blockalloc_attr ba = {.new_region = new_region_cb, .ctx = g};
+	int rc = farm_blockalloc_create(&ba, &g->ba);
+	if (!rc)
+		rc = farm_msg_handle(msg, FARM_MSGT_ALLOC, h_alloc, g);
+	if (!rc)
+		rc = farm_msg_handle(msg, FARM_MSGT_FREE, h_free, g);
+	if (rc) {
+		farm_blockalloc_destroy(g->ba);
+		pthread_mutex_destroy(&g->lock);
+		free(g);
+		return rc;
+	}
+	*out = g;
+	return 0;
+}
+
+void farm_galloc_destroy(farm_galloc *g)
+{
+	if (!g)
+		return;
+	for (unsigned i = 0; i < MAX_LOOPS; i++)
+		farm_slab_destroy(g->slabs[i]);
+	farm_blockalloc_destroy(g->ba);
+	pthread_mutex_destroy(&g->lock);
+	free(g);
+}
+
+farm_blockalloc *farm_galloc_blockalloc(farm_galloc *g) { return g ? g->ba : NULL; }
+
+void farm_galloc_stats(farm_galloc *g, struct farm_galloc_stats *out)
+{
+	if (!g || !out)
+		return;
+	memset(out, 0, sizeof(*out));
+	farm_blockalloc_stats(g->ba, &out->local);
+	out->shipped_allocs = atomic_load(&g->shipped_allocs);
+	out->served_allocs = atomic_load(&g->served_allocs);
+	out->shipped_frees = atomic_load(&g->shipped_frees);
+	out->served_frees = atomic_load(&g->served_frees);
+	out->regions_added = atomic_load(&g->regions_added);
+	out->region_waits = atomic_load(&g->region_waits);
+}

@@ -1,0 +1,68 @@
+/*
+ * Cluster-wide allocation: the slab and block allocators (alloc.h) on top
+ * of the address space (addrspace.h).
+ *
+ * One farm_galloc per machine. Its block allocator takes regions from the
+ * address space (this machine as primary, backups made by RPC); each event
+ * loop has its own slab. An allocation whose locality hint lives on another
+ * machine is shipped to that machine (an RPC to the loop that serves the
+ * hint's region), as is a free of a remote object. Everything completes
+ * through a continuation on the calling loop. Internal; not installed.
+ */
+#ifndef FARM_ALLOC_GALLOC_H
+#define FARM_ALLOC_GALLOC_H
+
+#include <farm/addr.h>
+#include <farm/msg.h>
+
+#include "addrspace/addrspace.h"
+#include "alloc/alloc.h"
+
+#define FARM_MSGT_ALLOC 0xf110u /* allocate with a hint this machine owns */
+#define FARM_MSGT_FREE  0xf111u /* free an object this machine owns */
+
+typedef struct farm_galloc farm_galloc;
+
+struct farm_galloc_stats {
+	struct farm_alloc_stats local; /* the block allocator's sums */
+	uint64_t shipped_allocs;       /* sent to a hint's owner */
+	uint64_t served_allocs;        /* done here for another machine */
+	uint64_t shipped_frees, served_frees;
+	uint64_t regions_added; /* regions taken from the address space */
+	uint64_t region_waits;  /* allocations that waited for a region */
+};
+
+/* Before the loops start (registers the RPC handlers). */
+int farm_galloc_create(farm_as *as, farm_msg *msg, farm_galloc **out);
+/* After every loop has closed. Region memory stays with the address
+ * space. */
+void farm_galloc_destroy(farm_galloc *g);
+
+/* Completion: @status 0 and the object's address, or a negative code. */
+typedef void (*farm_galloc_fn)(farm_loop *loop, void *ctx, int status,
+                               farm_gaddr a);
+
+/*
+ * farm_galloc_alloc() - allocate @size stored bytes (16-byte header
+ * included; see alloc.h) near @hint (FARM_GADDR_NULL: anywhere local).
+ * Local hints and no hint are served by this loop's slab; when it needs a
+ * new region the address space makes one (near the hint's region when
+ * there is a hint) and the allocation continues. A hint owned by another
+ * machine becomes an RPC to it. @cont runs once on @loop, never before this
+ * returns. Errors (here or through @cont): -EINVAL, -E2BIG, -ENOMEM,
+ * -ENOSPC, FARM_EPEERDEAD, -ETIMEDOUT, and the owner's error.
+ */
+int farm_galloc_alloc(farm_galloc *g, farm_loop *loop, uint64_t size,
+                      farm_gaddr hint, farm_galloc_fn cont, void *ctx);
+/* An array of @n elements of @elem_size stored bytes (alloc.h). */
+int farm_galloc_alloc_array(farm_galloc *g, farm_loop *loop,
+                            uint64_t elem_size, uint64_t n, farm_gaddr hint,
+                            farm_galloc_fn cont, void *ctx);
+/* Free the object at @a, here or on its owner. */
+int farm_galloc_free(farm_galloc *g, farm_loop *loop, farm_gaddr a,
+                     farm_op_fn cont, void *ctx);
+
+farm_blockalloc *farm_galloc_blockalloc(farm_galloc *g);
+void farm_galloc_stats(farm_galloc *g, struct farm_galloc_stats *out);
+
+#endif

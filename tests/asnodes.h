@@ -1,0 +1,117 @@
+/*
+ * Test fixture: N machines in one process, each with its own fabric,
+ * messaging, address space and allocator, whose loops one test thread
+ * drives in turn (asn_pump), so every step is deterministic. Header-only.
+ */
+#ifndef FARM_TESTS_ASNODES_H
+#define FARM_TESTS_ASNODES_H
+
+#include "testutil.h"
+
+#include "addrspace/addrspace.h"
+#include "alloc/galloc.h"
+
+#define ASN_MAX 4
+
+struct asn {
+	char dir[256];
+	farm_fabric *fab;
+	farm_msg *msg;
+	farm_loop *loop;
+	farm_as *as;
+	farm_galloc *ga;
+};
+
+struct asn_cluster {
+	unsigned n;
+	struct asn m[ASN_MAX];
+};
+
+/* Called on each machine's farm_msg before its loop opens. */
+typedef void (*asn_hook_fn)(struct asn *x, unsigned i);
+
+/* Every machine gets the view {1..n} with config id @cid. */
+static inline void asn_set_views(struct asn_cluster *c, uint64_t cid)
+{
+	uint32_t ids[ASN_MAX];
+	for (unsigned i = 0; i < c->n; i++)
+		ids[i] = i + 1;
+	for (unsigned i = 0; i < c->n; i++)
+		assert_int_equal(farm_as_set_view(c->m[i].as, cid, ids, c->n), 0);
+}
+
+/* Machines 1..n, regions of @rsize, no view yet. */
+static inline void asn_open_noview(struct asn_cluster *c, unsigned n,
+                                   uint64_t rsize, asn_hook_fn hook)
+{
+	farm_msg_attr ma = {.max_machines = 8, .busy_poll = true};
+	struct farm_as_attr aa = {.region_size = rsize};
+	memset(c, 0, sizeof(*c));
+	c->n = n;
+	for (unsigned i = 0; i < n; i++) {
+		struct asn *x = &c->m[i];
+		tu_tmpdir(x->dir, sizeof(x->dir), "asn");
+		x->fab = tu_open(i + 1, x->dir);
+		assert_non_null(x->fab);
+		assert_int_equal(farm_msg_create(x->fab, &ma, &x->msg), 0);
+		aa.seed = i + 1;
+		assert_int_equal(farm_as_create(x->fab, x->msg, &aa, &x->as), 0);
+		assert_int_equal(farm_galloc_create(x->as, x->msg, &x->ga), 0);
+		if (hook)
+			hook(x, i);
+	}
+	for (unsigned i = 0; i < n; i++) {
+		for (unsigned j = 0; j < n; j++) {
+			if (i == j)
+				continue;
+			char addr[256];
+			assert_true(farm_fabric_address(c->m[j].fab, addr,
+			                                sizeof(addr)) > 0);
+			farm_mr_desc d = farm_msg_desc(c->m[j].msg);
+			assert_int_equal(farm_msg_add_peer(c->m[i].msg, j + 1,
+			                                   addr, &d),
+			                 0);
+		}
+		assert_int_equal(farm_loop_open(c->m[i].msg, 0, &c->m[i].loop),
+		                 0);
+	}
+}
+
+/* Machines 1..n, regions of @rsize; views set (config id 1). */
+static inline void asn_open(struct asn_cluster *c, unsigned n, uint64_t rsize,
+                            asn_hook_fn hook)
+{
+	asn_open_noview(c, n, rsize, hook);
+	asn_set_views(c, 1);
+}
+
+static inline void asn_close(struct asn_cluster *c)
+{
+	for (unsigned i = 0; i < c->n; i++) {
+		struct asn *x = &c->m[i];
+		farm_loop_close(x->loop);
+		farm_galloc_destroy(x->ga);
+		farm_as_destroy(x->as);
+		assert_int_equal(farm_msg_destroy(x->msg), 0);
+		farm_fabric_close(x->fab);
+		tu_rmtree(x->dir);
+	}
+}
+
+static inline void asn_pump(struct asn_cluster *c)
+{
+	for (unsigned i = 0; i < c->n; i++)
+		(void)farm_loop_poll(c->m[i].loop);
+}
+
+/* Drive every loop until *@flag is set (bounded: fails the test after
+ * 10 s). */
+static inline void asn_wait(struct asn_cluster *c, const volatile int *flag)
+{
+	uint64_t t0 = farm_now_ns();
+	while (!*flag && farm_now_ns() - t0 < 10000000000ull)
+		asn_pump(c);
+	assert_true(*flag);
+}
+
+#endif
