@@ -3,9 +3,12 @@
 # by pid and leaves no process and no file behind; run --job demo finishes
 # cleanly; a second start on a running cluster is refused; a machine that
 # dies is seen by the launcher.
-# Usage: test_cluster.sh path/to/farm
+# With ZooKeeper (scripts/zk-local), the demo also runs with membership in
+# a private server.
+# Usage: test_cluster.sh path/to/farm path/to/scripts
 set -u
 FARM=$1
+SCRIPTS=${2:-}
 fail() { echo "FAIL: $*" >&2; [ -n "${dir:-}" ] && "$FARM" cluster stop --dir "$dir/c" >/dev/null 2>&1; rm -rf "$dir"; exit 1; }
 base=/dev/shm; [ -w "$base" ] || base=${TMPDIR:-/tmp}
 dir=$(mktemp -d "$base/farm-cluster-test.XXXXXX")
@@ -21,7 +24,7 @@ dir=$(mktemp -d "$base/farm-cluster-test.XXXXXX")
 pids=$(awk '{print $2}' "$dir/c/cluster.pids")
 [ "$(echo "$pids" | wc -w)" -eq 3 ] || fail "expected 3 pids, got: $pids"
 for p in $pids; do kill -0 "$p" 2>/dev/null || fail "machine $p not running"; done
-for i in 0 1 2; do [ -f "$dir/c/m$i/machine.info" ] || fail "m$i has no machine.info"; done
+for i in 0 1 2; do [ -f "$dir/c/m$i/machine.card" ] || fail "m$i has no machine.card"; done
 "$FARM" cluster start --dir "$dir/c" --machines 3 >/dev/null 2>&1 && fail "second start accepted"
 "$FARM" cluster stop --dir "$dir/c" || fail "stop"
 for p in $pids; do
@@ -42,9 +45,22 @@ kill -9 "$p0"
 
 # run the demo job end to end
 out=$("$FARM" cluster run --dir "$dir/d" --machines 3 --job demo --region-size 4M) || fail "demo run: $out"
-echo "$out" | grep -q 'READ 64 B from m' || fail "demo printed no READ: $out"
-echo "$out" | grep -q 'barrier 2' || fail "demo did not finish: $out"
+echo "$out" | grep -q 'one-sided 64 B READs' || fail "demo printed no READ: $out"
+[ "$(echo "$out" | grep -c 'hello m., from m.')" -eq 6 ] || fail "greetings missing: $out"
+[ "$(echo "$out" | grep -c 'done: everyone finished')" -eq 3 ] || fail "demo did not finish: $out"
 [ -e "$dir/d" ] && fail "demo left files: $(find "$dir/d")"
+
+# the demo with membership in ZooKeeper (skipped without java)
+if [ -n "$SCRIPTS" ] && zk=$("$SCRIPTS/zk-local" start "$dir/zk" 2>/dev/null); then
+    out=$("$FARM" cluster run --dir "$dir/z" --machines 3 --job demo --region-size 8M --zk "$zk")
+    rc=$?
+    "$SCRIPTS/zk-local" stop "$dir/zk" >/dev/null 2>&1
+    [ $rc -eq 0 ] || fail "demo with zk: $out"
+    [ "$(echo "$out" | grep -c 'joined: view')" -eq 3 ] || fail "zk view: $out"
+    [ "$(echo "$out" | grep -c 'done: everyone finished')" -eq 3 ] || fail "zk demo did not finish: $out"
+else
+    echo "test_cluster: ZooKeeper part skipped (no java or no zk-local)"
+fi
 
 # stop on a directory with no cluster fails cleanly
 "$FARM" cluster stop --dir "$dir/none" >/dev/null 2>&1 && fail "stop of nothing succeeded"

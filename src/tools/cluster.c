@@ -44,6 +44,7 @@ struct opts {
 	const char *job;
 	const char *fabric;
 	const char *region_size;
+	const char *zk;
 	bool keep_logs;
 };
 
@@ -67,6 +68,9 @@ static void cusage(FILE *out)
 	        "  --job NAME          serve (default) or demo\n"
 	        "  --fabric NAME       shm (default) or verbs\n"
 	        "  --region-size SIZE  each machine's region (default 64M here)\n"
+	        "  --zk HOST:PORT      membership in this ZooKeeper (a private\n"
+	        "                      one: scripts/zk-local); default: each\n"
+	        "                      machine lists the others (static)\n"
 	        "  --keep-logs         leave DIR/m<i>.log after stopping\n"
 	        "  -h, --help          this text\n",
 	        MAX_MACHINES);
@@ -84,9 +88,16 @@ static int write_conf(const struct opts *o, unsigned i, char *path, size_t len)
 	fprintf(f, "region_size = %s\n", o->region_size);
 	if (o->fabric)
 		fprintf(f, "fabric = %s\n", o->fabric);
-	for (unsigned j = 0; j < o->machines; j++)
-		if (j != i)
-			fprintf(f, "peer = %u %s/m%u\n", j, o->dir, j);
+	fprintf(f, "expect_machines = %u\n", o->machines);
+	if (o->zk) {
+		/* One znode tree per cluster directory. */
+		fprintf(f, "zk = %s\nzk_root = /libfarm/cluster-%ld\n", o->zk,
+		        (long)getpid());
+	} else {
+		for (unsigned j = 0; j < o->machines; j++)
+			if (j != i)
+				fprintf(f, "peer = %u %s/m%u\n", j, o->dir, j);
+	}
 	return fclose(f) == 0 ? 0 : -errno;
 }
 
@@ -319,6 +330,7 @@ int farm_cmd_cluster(int argc, char **argv, const char *self)
 		{"dir", required_argument, NULL, 'd'},
 		{"machines", required_argument, NULL, 'n'},
 		{"job", required_argument, NULL, 'j'},
+		{"zk", required_argument, NULL, 'z'},
 		{"fabric", required_argument, NULL, 'f'},
 		{"region-size", required_argument, NULL, 's'},
 		{"keep-logs", no_argument, NULL, 'k'},
@@ -338,6 +350,7 @@ int farm_cmd_cluster(int argc, char **argv, const char *self)
 		case 'd': o.dir = optarg; break;
 		case 'n': o.machines = (unsigned)strtoul(optarg, NULL, 10); break;
 		case 'j': o.job = optarg; break;
+		case 'z': o.zk = optarg; break;
 		case 'f': o.fabric = optarg; break;
 		case 's': o.region_size = optarg; break;
 		case 'k': o.keep_logs = true; break;

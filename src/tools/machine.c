@@ -1,11 +1,13 @@
 /*
  * `farm machine`: run one machine process from a configuration.
  *
- * The machine opens its fabric, allocates and registers its region, writes
- * <data_dir>/machine.info (its fabric address and region descriptor, for
- * peers on this host), says it is ready, then runs its job:
- *   serve  wait for SIGTERM/SIGINT, parked in sigwaitinfo (no CPU);
- *   demo   one-sided READ/WRITE/CAS with its peers (tools/demo.c).
+ * The machine (src/node) opens its fabric, messaging and address space,
+ * publishes its card (<data_dir>/machine.card), joins the cluster (static
+ * `peer` lines or ZooKeeper), waits until `expect_machines` machines are
+ * in its view, says it is ready, then runs its job:
+ *   serve  wait for SIGTERM/SIGINT, parked in sigwaitinfo (the loops park
+ *          too: an idle machine uses no CPU);
+ *   demo   the address-space demo with its peers (tools/demo.c).
  * On the way out everything it created is removed.
  */
 #include <errno.h>
@@ -20,51 +22,11 @@
 
 #include <farm/farm.h>
 
+#include "node/node.h"
 #include "tools/tools.h"
 #include "util/config.h"
 
-static int write_info(const char *dir, farm_fabric *fab, farm_region *r)
-{
-	char path[FARM_CONFIG_STR + 32], tmp[FARM_CONFIG_STR + 32], addr[512];
-	snprintf(path, sizeof(path), "%s/machine.info", dir);
-	snprintf(tmp, sizeof(tmp), "%s/machine.info.tmp", dir);
-	int rc = farm_fabric_address(fab, addr, sizeof(addr));
-	if (rc < 0)
-		return rc;
-	FILE *f = fopen(tmp, "we");
-	if (!f)
-		return -errno;
-	farm_mr_desc d = farm_region_desc(r);
-	fprintf(f, "machine %u\naddress %s\nregion %" PRIx64 " %" PRIx64 " %" PRIx64 "\n",
-	        farm_fabric_machine_id(fab), addr, d.key, d.addr, d.len);
-	if (fclose(f) != 0 || rename(tmp, path) != 0) {
-		rc = -errno;
-		unlink(tmp);
-		return rc;
-	}
-	return 0;
-}
-
-int farm_read_machine_info(const char *dir, uint32_t *id, char *addr,
-                           size_t addrlen, farm_mr_desc *desc)
-{
-	char path[FARM_CONFIG_STR + 32];
-	snprintf(path, sizeof(path), "%s/machine.info", dir);
-	FILE *f = fopen(path, "re");
-	if (!f)
-		return -errno;
-	char a[512];
-	uint64_t key, base, len;
-	int n = fscanf(f, "machine %u\naddress %511s\nregion %" SCNx64 " %" SCNx64
-	               " %" SCNx64, id, a, &key, &base, &len);
-	fclose(f);
-	if (n != 5 || strlen(a) >= addrlen)
-		return -EINVAL;
-	strcpy(addr, a);
-	*desc = (farm_mr_desc){.key = key, .addr = base, .len = len,
-	                       .machine = *id, .access = FARM_ACCESS_ALL};
-	return 0;
-}
+#define JOIN_TIMEOUT_MS 30000
 
 static void usage(FILE *out)
 {
@@ -121,31 +83,31 @@ int farm_cmd_machine(int argc, char **argv)
 	sigaddset(&stop, SIGINT);
 	pthread_sigmask(SIG_BLOCK, &stop, NULL);
 
-	farm_fabric_attr attr = {
-		.provider = cfg.fabric[0] ? cfg.fabric : NULL,
-		.machine_id = cfg.machine_id,
-		.data_dir = cfg.data_dir,
-		.listen_addr = cfg.listen[0] ? cfg.listen : NULL,
-	};
-	farm_fabric *fab;
-	int rc = farm_fabric_open(&attr, &fab);
+	bool demo = strcmp(cfg.job, "demo") == 0;
+	if (!demo && strcmp(cfg.job, "serve") != 0) {
+		fprintf(stderr, "farm machine %u: unknown job '%s'\n",
+		        cfg.machine_id, cfg.job);
+		return 1;
+	}
+	unsigned expect = cfg.expect_machines ? cfg.expect_machines
+	                  : cfg.zk[0]         ? 1
+	                                      : cfg.npeers + 1;
+	farm_node *node;
+	int rc = farm_node_open(&cfg, &node);
 	if (rc) {
-		fprintf(stderr, "farm machine %u: cannot open fabric: %s\n",
+		fprintf(stderr, "farm machine %u: cannot start: %s\n",
 		        cfg.machine_id, farm_strerror(rc));
 		return 1;
 	}
-	farm_region *region;
-	rc = farm_region_create(fab, cfg.region_size, &region);
-	if (rc) {
-		fprintf(stderr, "farm machine %u: cannot create region: %s\n",
-		        cfg.machine_id, farm_strerror(rc));
-		farm_fabric_close(fab);
-		return 1;
-	}
-	rc = write_info(cfg.data_dir, fab, region);
-	if (rc) {
-		fprintf(stderr, "farm machine %u: cannot write machine.info: %s\n",
-		        cfg.machine_id, farm_strerror(rc));
+	void *job = NULL;
+	if (demo && (rc = farm_demo_register(node, &job)))
+		goto out;
+	if ((rc = farm_node_start(node, JOIN_TIMEOUT_MS)))
+		goto out;
+	if ((rc = farm_node_wait_members(node, expect, JOIN_TIMEOUT_MS))) {
+		fprintf(stderr, "farm machine %u: %u machines did not join "
+		        "within %d s\n", cfg.machine_id, expect,
+		        JOIN_TIMEOUT_MS / 1000);
 		goto out;
 	}
 	if (ready_fd >= 0) {
@@ -168,25 +130,20 @@ int farm_cmd_machine(int argc, char **argv)
 			goto out;
 		}
 	}
-	if (strcmp(cfg.job, "demo") == 0) {
-		rc = farm_demo_job(&cfg, fab, region);
-	} else if (strcmp(cfg.job, "serve") == 0) {
+	if (demo) {
+		rc = farm_demo_job(node, expect, job);
+	} else {
 		int sig;
 		do
 			sig = sigwaitinfo(&stop, NULL);
 		while (sig < 0 && errno == EINTR);
 		rc = 0;
-	} else {
-		fprintf(stderr, "farm machine %u: unknown job '%s'\n",
-		        cfg.machine_id, cfg.job);
-		rc = -EINVAL;
 	}
-out: {
-	char path[FARM_CONFIG_STR + 32];
-	snprintf(path, sizeof(path), "%s/machine.info", cfg.data_dir);
-	unlink(path);
-}
-	farm_region_destroy(region);
-	farm_fabric_close(fab);
+out:
+	if (rc)
+		fprintf(stderr, "farm machine %u: %s\n", cfg.machine_id,
+		        farm_strerror(rc));
+	farm_node_close(node);
+	farm_demo_free(job);
 	return rc ? 1 : 0;
 }

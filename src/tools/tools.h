@@ -11,10 +11,11 @@ struct farm_config;
 
 int farm_cmd_machine(int argc, char **argv);
 int farm_cmd_cluster(int argc, char **argv, const char *self);
-int farm_demo_job(const struct farm_config *cfg, farm_fabric *fab,
-                  farm_region *region);
-/* Read a machine's machine.info from its data directory (same host). */
-int farm_read_machine_info(const char *dir, uint32_t *id, char *addr,
-                           size_t addrlen, farm_mr_desc *desc);
+struct farm_node;
+/* The demo job (demo.c): register its handlers before the node starts,
+ * run it once all @nmachines machines are in the view, free its state. */
+int farm_demo_register(struct farm_node *node, void **state);
+int farm_demo_job(struct farm_node *node, unsigned nmachines, void *state);
+void farm_demo_free(void *state);
 
 #endif

@@ -113,6 +113,9 @@ int farm_config_set(struct farm_config *c, const char *key, const char *value,
 		rc = parse_u32_in(value, 1, 16, &c->rings);
 	} else if (strcmp(key, "ring_points") == 0) {
 		rc = parse_u32_in(value, 1, 1024, &c->ring_points);
+	} else if (strcmp(key, "expect_machines") == 0) {
+		rc = parse_u32_in(value, 0, FARM_CONFIG_MAX_PEERS + 1,
+		                  &c->expect_machines);
 	} else if (strcmp(key, "threads") == 0) {
 		rc = parse_u32_in(value, 1, 64, &c->threads);
 	} else if (strcmp(key, "zk") == 0) {
@@ -218,7 +221,7 @@ int farm_config_apply_env(struct farm_config *c, char *err, size_t errlen)
 	static const char *const keys[] = {"machine_id", "data_dir", "fabric",
 	                                   "listen", "region_size", "job",
 	                                   "replicas", "rings", "ring_points",
-	                                   "threads", "zk", "zk_root",
+	                                   "threads", "expect_machines", "zk", "zk_root",
 	                                   "zk_session_ms",
 	                                   "zk_connect_timeout_ms"};
 	char env[64], msg[256];

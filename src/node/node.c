@@ -1,0 +1,430 @@
+/*
+ * A libfarm machine put together from a configuration (node.h).
+ */
+#include "node/node.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "alloc/galloc.h"
+#include "util/common.h"
+#include "util/log.h"
+
+#define CARD_FILE "machine.card"
+
+struct loop_thread {
+	farm_node *n;
+	unsigned idx;
+	pthread_t th;
+	farm_loop *loop;
+	int rc;
+	bool started;
+};
+
+struct farm_node {
+	struct farm_config cfg;
+	farm_fabric *fab;
+	farm_msg *msg;
+	farm_as *as;
+	farm_galloc *ga;
+	struct farm_membership *mem;
+	char card[FARM_ENDPOINT_MAX];
+	unsigned nthreads;
+	struct loop_thread *threads;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	unsigned ready;         /* loops opened */
+	struct farm_view view;  /* last view applied */
+	int start_timeout_ms;   /* static peers' cards are waited for this long */
+	bool card_written;
+};
+
+/* ---- cards ------------------------------------------------------------------ */
+
+static int card_format(farm_node *n)
+{
+	char addr[FARM_ENDPOINT_MAX];
+	int rc = farm_fabric_address(n->fab, addr, sizeof(addr));
+	if (rc < 0)
+		return rc;
+	farm_mr_desc d = farm_msg_desc(n->msg);
+	int len = snprintf(n->card, sizeof(n->card),
+	                   "%s msg=%" PRIx64 ":%" PRIx64 ":%" PRIx64, addr, d.key,
+	                   d.addr, d.len);
+	return len < 0 || (size_t)len >= sizeof(n->card) ? -ENAMETOOLONG : 0;
+}
+
+int farm_node_card_parse(const char *card, char *addr, size_t addrlen,
+                         farm_mr_desc *msg_desc)
+{
+	if (!card || !addr || !msg_desc)
+		return -EINVAL;
+	const char *m = strstr(card, " msg=");
+	if (!m)
+		return -ENOENT; /* a bare address (static membership) */
+	for (const char *x = m + 1; (x = strstr(x, " msg=")); x++)
+		m = x; /* the last one: addresses may hold the text too */
+	size_t alen = (size_t)(m - card);
+	if (alen == 0 || alen >= addrlen)
+		return -EINVAL;
+	uint64_t key, base, len;
+	char tail;
+	if (sscanf(m + 5, "%" SCNx64 ":%" SCNx64 ":%" SCNx64 "%c", &key, &base,
+	           &len, &tail) != 3)
+		return -EINVAL;
+	memcpy(addr, card, alen);
+	addr[alen] = 0;
+	*msg_desc = (farm_mr_desc){.key = key, .addr = base, .len = len,
+	                           .access = FARM_ACCESS_ALL};
+	return 0;
+}
+
+static int card_write(farm_node *n)
+{
+	char path[FARM_CONFIG_STR + 32], tmp[FARM_CONFIG_STR + 40];
+	snprintf(path, sizeof(path), "%s/" CARD_FILE, n->cfg.data_dir);
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	FILE *f = fopen(tmp, "we");
+	if (!f)
+		return -errno;
+	fprintf(f, "%s\n", n->card);
+	if (fclose(f) != 0 || rename(tmp, path) != 0) {
+		int rc = -errno;
+		unlink(tmp);
+		return rc;
+	}
+	n->card_written = true;
+	return 0;
+}
+
+/* A static peer's card, from its data directory, waited for. */
+static int card_read(const char *dir, int timeout_ms, char *out, size_t len)
+{
+	char path[FARM_CONFIG_STR + 32];
+	snprintf(path, sizeof(path), "%s/" CARD_FILE, dir);
+	uint64_t deadline = farm_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+	unsigned backoff_us = 100;
+	for (;;) {
+		FILE *f = fopen(path, "re");
+		if (f) {
+			bool ok = fgets(out, (int)len, f) != NULL;
+			fclose(f);
+			if (ok) {
+				out[strcspn(out, "\n")] = 0;
+				return 0;
+			}
+		} else if (errno != ENOENT) {
+			return -errno;
+		}
+		if (farm_now_ns() >= deadline)
+			return -ETIMEDOUT;
+		/* Polling a file another process will create: back off. */
+		usleep(backoff_us);
+		backoff_us = FARM_MIN(backoff_us * 2, 50000u);
+	}
+}
+
+/* ---- views ------------------------------------------------------------------ */
+
+static void apply_view(void *ctx, const struct farm_view *v)
+{
+	farm_node *n = ctx;
+	uint32_t ids[FARM_VIEW_MAX];
+	unsigned k = 0;
+	for (unsigned i = 0; i < v->n; i++) {
+		const struct farm_member *m = &v->members[i];
+		if (m->id >= FARM_NODE_MAX_MACHINES) {
+			farm_warn("node: member %" PRIu32 " ignored: ids are below %u",
+			          m->id, FARM_NODE_MAX_MACHINES);
+			continue;
+		}
+		ids[k++] = m->id;
+		if (m->id == n->cfg.machine_id)
+			continue;
+		char card[FARM_ENDPOINT_MAX], addr[FARM_ENDPOINT_MAX];
+		farm_mr_desc d;
+		int rc = farm_node_card_parse(m->endpoint, addr, sizeof(addr), &d);
+		if (rc == -ENOENT) { /* static: the card is in its directory */
+			rc = card_read(m->endpoint, n->start_timeout_ms, card,
+			               sizeof(card));
+			if (!rc)
+				rc = farm_node_card_parse(card, addr, sizeof(addr),
+				                          &d);
+		}
+		if (!rc) {
+			d.machine = m->id;
+			rc = farm_msg_add_peer(n->msg, m->id, addr, &d);
+		}
+		if (rc == -EEXIST)
+			farm_warn("node: machine %" PRIu32 " came back with new "
+			          "message rings; messages to it fail until this "
+			          "machine restarts (not yet supported)",
+			          m->id);
+		else if (rc)
+			farm_warn("node: cannot reach machine %" PRIu32 ": %s",
+			          m->id, farm_strerror(rc));
+	}
+	int rc = farm_as_set_view(n->as, v->config_id, ids, k);
+	if (rc && rc != -ESTALE)
+		farm_warn("node: view %" PRIu64 " not applied: %s", v->config_id,
+		          farm_strerror(rc));
+	pthread_mutex_lock(&n->lock);
+	if (!rc)
+		n->view = *v;
+	pthread_cond_broadcast(&n->cond);
+	pthread_mutex_unlock(&n->lock);
+	farm_info("node %" PRIu32 ": view %" PRIu64 " with %u machines",
+	          n->cfg.machine_id, v->config_id, v->n);
+}
+
+static void on_state(void *ctx, enum farm_membership_state s)
+{
+	farm_node *n = ctx;
+	farm_info("node %" PRIu32 ": membership %s", n->cfg.machine_id,
+	          farm_membership_state_name(s));
+}
+
+/* ---- lifetime --------------------------------------------------------------- */
+
+int farm_node_open(const struct farm_config *cfg, farm_node **out)
+{
+	if (!cfg || !out || !cfg->has_machine_id)
+		return -EINVAL;
+	if (cfg->machine_id >= FARM_NODE_MAX_MACHINES) {
+		farm_err("node: machine_id %" PRIu32 " out of range (0..%u)",
+		         cfg->machine_id, FARM_NODE_MAX_MACHINES - 1);
+		return -EINVAL;
+	}
+	farm_node *n = calloc(1, sizeof(*n));
+	if (!n)
+		return -ENOMEM;
+	n->cfg = *cfg;
+	n->nthreads = cfg->threads ? cfg->threads : 1;
+	n->start_timeout_ms = 30000;
+	pthread_mutex_init(&n->lock, NULL);
+	pthread_cond_init(&n->cond, NULL);
+	farm_fabric_attr fa = {
+	        .provider = cfg->fabric[0] ? cfg->fabric : NULL,
+	        .machine_id = cfg->machine_id,
+	        .data_dir = cfg->data_dir,
+	        .listen_addr = cfg->listen[0] ? cfg->listen : NULL,
+	};
+	int rc = farm_fabric_open(&fa, &n->fab);
+	if (rc) {
+		farm_err("node %" PRIu32 ": cannot open the fabric: %s",
+		         cfg->machine_id, farm_strerror(rc));
+		goto fail;
+	}
+	farm_msg_attr ma = {.nthreads = n->nthreads,
+	                    .max_machines = FARM_NODE_MAX_MACHINES};
+	if ((rc = farm_msg_create(n->fab, &ma, &n->msg))) {
+		farm_err("node %" PRIu32 ": messaging: %s", cfg->machine_id,
+		         farm_strerror(rc));
+		goto fail;
+	}
+	struct farm_as_attr aa = {
+	        .region_size = cfg->region_size,
+	        .ring = {.replicas = cfg->replicas, .rings = cfg->rings,
+	                 .points = cfg->ring_points},
+	};
+	if ((rc = farm_as_create(n->fab, n->msg, &aa, &n->as)) ||
+	    (rc = farm_galloc_create(n->as, n->msg, &n->ga))) {
+		farm_err("node %" PRIu32 ": address space: %s", cfg->machine_id,
+		         farm_strerror(rc));
+		goto fail;
+	}
+	if ((rc = card_format(n)) || (rc = card_write(n))) {
+		farm_err("node %" PRIu32 ": cannot publish its card: %s",
+		         cfg->machine_id, farm_strerror(rc));
+		goto fail;
+	}
+	*out = n;
+	return 0;
+fail:
+	farm_node_close(n);
+	return rc;
+}
+
+static void *loop_main(void *arg)
+{
+	struct loop_thread *t = arg;
+	farm_node *n = t->n;
+	farm_loop *loop = NULL;
+	int rc = farm_loop_open(n->msg, t->idx, &loop);
+	pthread_mutex_lock(&n->lock);
+	t->rc = rc;
+	t->loop = loop;
+	n->ready++;
+	pthread_cond_broadcast(&n->cond);
+	pthread_mutex_unlock(&n->lock);
+	if (rc)
+		return NULL;
+	farm_loop_run(loop);
+	farm_loop_close(loop);
+	return NULL;
+}
+
+int farm_node_start(farm_node *n, int timeout_ms)
+{
+	if (!n || n->threads)
+		return -EINVAL;
+	n->threads = calloc(n->nthreads, sizeof(*n->threads));
+	if (!n->threads)
+		return -ENOMEM;
+	for (unsigned i = 0; i < n->nthreads; i++) {
+		struct loop_thread *t = &n->threads[i];
+		t->n = n;
+		t->idx = i;
+		if (pthread_create(&t->th, NULL, loop_main, t))
+			return -EAGAIN;
+		t->started = true;
+	}
+	int rc = 0;
+	pthread_mutex_lock(&n->lock);
+	while (n->ready < n->nthreads)
+		pthread_cond_wait(&n->cond, &n->lock);
+	for (unsigned i = 0; i < n->nthreads && !rc; i++)
+		rc = n->threads[i].rc;
+	pthread_mutex_unlock(&n->lock);
+	if (rc)
+		return rc;
+	n->start_timeout_ms = timeout_ms > 0 ? timeout_ms : 30000;
+	struct farm_membership_attr ma = {
+	        .self_id = n->cfg.machine_id,
+	        .endpoint = n->card,
+	        .zk = n->cfg.zk,
+	        .zk_root = n->cfg.zk_root[0] ? n->cfg.zk_root : NULL,
+	        .session_ms = n->cfg.zk_session_ms,
+	        .connect_ms = n->cfg.zk_connect_timeout_ms,
+	        .peers = n->cfg.peers,
+	        .npeers = n->cfg.npeers,
+	        .on_view = apply_view,
+	        .on_state = on_state,
+	        .ctx = n,
+	};
+	rc = farm_membership_open(&ma, &n->mem);
+	if (rc)
+		farm_err("node %" PRIu32 ": cannot join: %s", n->cfg.machine_id,
+		         farm_strerror(rc));
+	return rc;
+}
+
+int farm_node_wait_members(farm_node *n, unsigned count, int timeout_ms)
+{
+	if (!n)
+		return -EINVAL;
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	uint64_t dl = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec +
+	              (uint64_t)(timeout_ms > 0 ? timeout_ms : 0) * 1000000ull;
+	ts.tv_sec = (time_t)(dl / 1000000000ull);
+	ts.tv_nsec = (long)(dl % 1000000000ull);
+	int rc = 0;
+	pthread_mutex_lock(&n->lock);
+	while (n->view.n != count && rc == 0)
+		rc = timeout_ms < 0 ? pthread_cond_wait(&n->cond, &n->lock)
+		                    : pthread_cond_timedwait(&n->cond, &n->lock, &ts);
+	bool ok = n->view.n == count;
+	pthread_mutex_unlock(&n->lock);
+	return ok ? 0 : -ETIMEDOUT;
+}
+
+void farm_node_close(farm_node *n)
+{
+	if (!n)
+		return;
+	farm_membership_close(n->mem); /* no more view callbacks */
+	if (n->threads) {
+		for (unsigned i = 0; i < n->nthreads; i++)
+			if (n->threads[i].loop)
+				farm_loop_stop(n->threads[i].loop);
+		for (unsigned i = 0; i < n->nthreads; i++)
+			if (n->threads[i].started)
+				pthread_join(n->threads[i].th, NULL);
+		free(n->threads);
+	}
+	farm_galloc_destroy(n->ga);
+	farm_as_destroy(n->as);
+	if (n->msg && farm_msg_destroy(n->msg))
+		farm_warn("node: messaging not destroyed (a loop is open)");
+	if (n->card_written) {
+		char path[FARM_CONFIG_STR + 32];
+		snprintf(path, sizeof(path), "%s/" CARD_FILE, n->cfg.data_dir);
+		unlink(path);
+	}
+	farm_fabric_close(n->fab);
+	pthread_cond_destroy(&n->cond);
+	pthread_mutex_destroy(&n->lock);
+	free(n);
+}
+
+/* ---- access ------------------------------------------------------------------- */
+
+farm_fabric *farm_node_fabric(const farm_node *n) { return n ? n->fab : NULL; }
+farm_msg *farm_node_msg(const farm_node *n) { return n ? n->msg : NULL; }
+farm_as *farm_node_as(const farm_node *n) { return n ? n->as : NULL; }
+farm_galloc *farm_node_galloc(const farm_node *n) { return n ? n->ga : NULL; }
+uint32_t farm_node_id(const farm_node *n) { return n ? n->cfg.machine_id : 0; }
+unsigned farm_node_nthreads(const farm_node *n) { return n ? n->nthreads : 0; }
+
+farm_loop *farm_node_loop(const farm_node *n, unsigned i)
+{
+	if (!n || !n->threads || i >= n->nthreads)
+		return NULL;
+	return n->threads[i].loop;
+}
+
+int farm_node_view(farm_node *n, struct farm_view *out)
+{
+	if (!n || !out)
+		return -EINVAL;
+	pthread_mutex_lock(&n->lock);
+	*out = n->view;
+	pthread_mutex_unlock(&n->lock);
+	return 0;
+}
+
+struct run_ctx {
+	farm_work_fn fn;
+	void *ctx;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	int done, status;
+};
+
+static void run_tramp(farm_loop *loop, void *arg, int status)
+{
+	struct run_ctx *r = arg;
+	r->fn(loop, r->ctx, status);
+	pthread_mutex_lock(&r->lock);
+	r->done = 1;
+	r->status = status;
+	pthread_cond_signal(&r->cond);
+	pthread_mutex_unlock(&r->lock);
+}
+
+int farm_node_run(farm_node *n, unsigned i, farm_work_fn fn, void *ctx)
+{
+	farm_loop *loop = farm_node_loop(n, i);
+	if (!loop || !fn)
+		return -EINVAL;
+	struct run_ctx r = {.fn = fn, .ctx = ctx};
+	pthread_mutex_init(&r.lock, NULL);
+	pthread_cond_init(&r.cond, NULL);
+	int rc = farm_loop_post(loop, run_tramp, &r);
+	if (!rc) {
+		pthread_mutex_lock(&r.lock);
+		while (!r.done)
+			pthread_cond_wait(&r.cond, &r.lock);
+		pthread_mutex_unlock(&r.lock);
+		rc = r.status;
+	}
+	pthread_cond_destroy(&r.cond);
+	pthread_mutex_destroy(&r.lock);
+	return rc;
+}
