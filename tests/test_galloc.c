@@ -98,6 +98,8 @@ static void test_local_and_hinted(void **state)
 	assert_int_equal(primary_of(a), 1);
 	assert_non_null(hdr(0, a));
 	assert_true(farm_objhdr_allocated(hdr(0, a)));
+	/* The header records the object's size in lines (100 B: 2 lines). */
+	assert_int_equal(farm_incarn_lines(farm_objhdr_load_incarn(hdr(0, a))), 2);
 	/* Backups hold copies of the region. */
 	enum farm_as_role role;
 	unsigned backups = 0;
@@ -178,8 +180,11 @@ static void test_arrays_and_errors(void **state)
 	                 0);
 	asn_wait(&C, &r.done);
 	assert_int_equal(r.status, 0);
-	for (int i = 0; i < 100; i++)
-		assert_true(farm_objhdr_allocated(hdr(2, r.a + (uint64_t)i * 64)));
+	for (int i = 0; i < 100; i++) {
+		uint64_t w = farm_objhdr_load_incarn(hdr(2, r.a + (uint64_t)i * 64));
+		assert_true(farm_incarn_allocated(w));
+		assert_int_equal(farm_incarn_lines(w), 1); /* each element's */
+	}
 	int st;
 	assert_int_equal(alloc_on(0, 0, FARM_GADDR_NULL, &st), FARM_GADDR_NULL);
 	assert_int_equal(st, -EINVAL);

@@ -5,8 +5,10 @@
  *                               bits are the lock mode. The allocator never
  *                               resets it, so versions only grow across
  *                               incarnations of a slot.
- *   offset 8  uint64_t incarn   bit 0: allocated; bits 63..1: incarnation,
- *                               bumped by every free.
+ *   offset 8  uint64_t incarn   bit 0: allocated; bits 14..1: the object's
+ *                               size in lines, minus one (set by alloc);
+ *                               bits 63..15: incarnation, bumped by every
+ *                               free.
  *
  * Objects are cache-line aligned and a whole number of lines, so the header
  * never straddles a line. Both words are only ever accessed atomically:
@@ -31,6 +33,8 @@ struct farm_objhdr {
 
 #define FARM_OBJHDR_SIZE      16u
 #define FARM_OBJHDR_ALLOCATED 1ull
+#define FARM_INCARN_LINES_MASK (0x3fffull << 1)
+#define FARM_INCARN_ONE        (1ull << 15) /* one incarnation */
 
 _Static_assert(sizeof(struct farm_objhdr) == FARM_OBJHDR_SIZE,
                "object header is 16 bytes");
@@ -53,16 +57,30 @@ static inline bool farm_incarn_allocated(uint64_t w)
 	return (w & FARM_OBJHDR_ALLOCATED) != 0;
 }
 
-/* The incarnation count of an incarnation word (bits 63..1). */
+/* The incarnation count of an incarnation word (bits 63..15). */
 static inline uint64_t farm_incarn_count(uint64_t w)
 {
-	return w >> 1;
+	return w >> 15;
+}
+
+/* The object's size in 64-byte lines (1..16384), as alloc recorded it. */
+static inline unsigned farm_incarn_lines(uint64_t w)
+{
+	return (unsigned)((w & FARM_INCARN_LINES_MASK) >> 1) + 1;
 }
 
 /* The word free() leaves: allocated bit clear, count + 1. */
 static inline uint64_t farm_incarn_freed(uint64_t w)
 {
-	return (w & ~FARM_OBJHDR_ALLOCATED) + 2;
+	return (w & ~FARM_OBJHDR_ALLOCATED) + FARM_INCARN_ONE;
+}
+
+/* The word alloc leaves: allocated, @lines (1..16384) recorded, count
+ * unchanged. */
+static inline uint64_t farm_incarn_claimed(uint64_t w, unsigned lines)
+{
+	return (w & ~FARM_INCARN_LINES_MASK) | ((uint64_t)(lines - 1) << 1) |
+	       FARM_OBJHDR_ALLOCATED;
 }
 
 static inline bool farm_objhdr_allocated(const struct farm_objhdr *h)

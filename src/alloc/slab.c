@@ -361,13 +361,13 @@ static int take_hinted(farm_slab *s, unsigned c, farm_gaddr hint, char **p,
 /* Set the allocated bit. The release store pairs with the acquire loads
  * and the CAS of readers and freers. The bit is clear on every slot on a
  * free list; finding it set means the lists are corrupt. */
-static inline int slot_claim(char *p)
+static inline int slot_claim(char *p, unsigned lines)
 {
 	struct farm_objhdr *h = (struct farm_objhdr *)p;
 	uint64_t w = atomic_load_explicit(&h->incarn, memory_order_relaxed);
 	if (FARM_UNLIKELY(w & FARM_OBJHDR_ALLOCATED))
 		return FARM_ECORRUPT;
-	atomic_store_explicit(&h->incarn, w | FARM_OBJHDR_ALLOCATED,
+	atomic_store_explicit(&h->incarn, farm_incarn_claimed(w, lines),
 	                      memory_order_release);
 	return 0;
 }
@@ -418,7 +418,7 @@ int farm_slab_alloc(farm_slab *s, uint64_t size, farm_gaddr hint,
 	int rc = take(s, c, hint, &p, &b);
 	if (FARM_UNLIKELY(rc))
 		return rc;
-	rc = slot_claim(p);
+	rc = slot_claim(p, b->slot / FARM_ALLOC_LINE);
 	if (FARM_UNLIKELY(rc))
 		return rc;
 	cnt_add(&s->allocs, 1);
@@ -606,7 +606,8 @@ static int large_array(farm_slab *s, uint64_t esz, uint64_t n, uint64_t total,
 		struct farm_objhdr *h = (void *)(base + i * esz);
 		uint64_t w =
 		        atomic_load_explicit(&h->incarn, memory_order_relaxed);
-		atomic_store_explicit(&h->incarn, w | FARM_OBJHDR_ALLOCATED,
+		atomic_store_explicit(&h->incarn,
+		                      farm_incarn_claimed(w, (unsigned)(esz / FARM_ALLOC_LINE)),
 		                      memory_order_release);
 	}
 	cnt_add(&s->hint[level], 1);
@@ -644,10 +645,11 @@ int farm_alloc_array(farm_slab *s, uint64_t elem_size, uint64_t n,
 		struct farm_objhdr *h = (void *)(p + i * esz);
 		atomic_store_explicit(&h->version, v0 & ~3ull,
 		                      memory_order_relaxed);
-		atomic_store_explicit(&h->incarn, w0 | FARM_OBJHDR_ALLOCATED,
+		atomic_store_explicit(&h->incarn,
+		                      farm_incarn_claimed(w0, (unsigned)(esz / FARM_ALLOC_LINE)),
 		                      memory_order_release);
 	}
-	rc = slot_claim(p);
+	rc = slot_claim(p, (unsigned)(esz / FARM_ALLOC_LINE));
 	if (rc)
 		return rc;
 	cnt_add(&s->allocs, 1);
