@@ -68,6 +68,7 @@
 
 #include "fabric/provider.h"
 #include "fabric/shm_testing.h"
+#include "util/lines.h"
 #include "util/common.h"
 #include "util/futex.h"
 #include "util/log.h"
@@ -1103,41 +1104,14 @@ static int shm_cq_destroy(farm_cq *c)
 static inline void read_line(uint8_t *dst, const uint8_t *p, size_t n,
                              const _Atomic uint64_t *w)
 {
-	for (unsigned tries = 0;; tries++) {
-		/* A1: pairs with the writer's release store of the word
-		 * before it stores the data (W1). */
-		uint64_t v1 = atomic_load_explicit(w, memory_order_acquire);
-		if (FARM_LIKELY(n == FARM_CL))
-			memcpy(dst, p, FARM_CL);
-		else
-			memcpy(dst, p, n);
-		/* A2: the copy's loads complete before the re-load; pairs
-		 * with the writer's final store of the word. */
-		atomic_thread_fence(memory_order_acquire);
-		uint64_t v2 = atomic_load_explicit(w, memory_order_relaxed);
-		if (FARM_LIKELY(v1 == v2))
-			return;
-		if (tries == SHM_LINE_RETRIES) {
-			atomic_fetch_add(&stat_line_giveups, 1);
-			return;
-		}
-		farm_cpu_relax();
-	}
+	if (FARM_UNLIKELY(!farm_line_copy(dst, p, n, w, SHM_LINE_RETRIES)))
+		atomic_fetch_add(&stat_line_giveups, 1);
 }
 
 static void read_lines(uint8_t *dst, const uint8_t *src, size_t len)
 {
-	const uint8_t *p = src, *end = src + len;
-	while (p < end) {
-		const uint8_t *line =
-		        (const uint8_t *)((uintptr_t)p &
-		                          ~(uintptr_t)(FARM_CL - 1));
-		const uint8_t *lend = FARM_MIN(line + FARM_CL, end);
-		size_t n = (size_t)(lend - p);
-		read_line(dst, p, n, (const _Atomic uint64_t *)line);
-		dst += n;
-		p = lend;
-	}
+	if (FARM_UNLIKELY(!farm_lines_copy(dst, src, len, SHM_LINE_RETRIES)))
+		atomic_fetch_add(&stat_line_giveups, 1);
 }
 
 /*
