@@ -10,6 +10,7 @@
 
 #include "addrspace/addrspace.h"
 #include "alloc/galloc.h"
+#include "txn/txm.h"
 
 #define ASN_MAX 4
 
@@ -20,6 +21,7 @@ struct asn {
 	farm_loop *loop;
 	farm_as *as;
 	farm_galloc *ga;
+	farm_txm *txm;
 };
 
 struct asn_cluster {
@@ -57,6 +59,11 @@ static inline void asn_open_noview(struct asn_cluster *c, unsigned n,
 		aa.seed = i + 1;
 		assert_int_equal(farm_as_create(x->fab, x->msg, &aa, &x->as), 0);
 		assert_int_equal(farm_galloc_create(x->as, x->msg, &x->ga), 0);
+		struct farm_txm_attr ta = {.log_size = 256u << 10,
+		                           .arena_size = 16u << 20};
+		assert_int_equal(farm_txm_create(x->fab, x->msg, x->as, x->ga,
+		                                 &ta, &x->txm),
+		                 0);
 		if (hook)
 			hook(x, i);
 	}
@@ -74,7 +81,16 @@ static inline void asn_open_noview(struct asn_cluster *c, unsigned n,
 		}
 		assert_int_equal(farm_loop_open(c->m[i].msg, 0, &c->m[i].loop),
 		                 0);
+		assert_int_equal(farm_txm_attach(c->m[i].txm, c->m[i].loop), 0);
 	}
+	for (unsigned i = 0; i < n; i++)
+		for (unsigned j = 0; j < n; j++) {
+			if (i == j)
+				continue;
+			farm_mr_desc d = farm_txm_log_desc(c->m[j].txm);
+			assert_int_equal(farm_txm_add_peer(c->m[i].txm, j + 1, &d),
+			                 0);
+		}
 }
 
 /* Machines 1..n, regions of @rsize; views set (config id 1). */
@@ -89,7 +105,9 @@ static inline void asn_close(struct asn_cluster *c)
 {
 	for (unsigned i = 0; i < c->n; i++) {
 		struct asn *x = &c->m[i];
+		farm_txm_detach(x->txm, x->loop);
 		farm_loop_close(x->loop);
+		farm_txm_destroy(x->txm);
 		farm_galloc_destroy(x->ga);
 		farm_as_destroy(x->as);
 		assert_int_equal(farm_msg_destroy(x->msg), 0);

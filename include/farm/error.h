@@ -36,6 +36,12 @@ enum farm_error {
 	FARM_ECLOSED = -10009,        /* object already closed or finished */
 	FARM_EUNAVAILABLE = -10010,   /* the coordination service (ZooKeeper)
 	                                 could not be reached in time */
+	/* Transactions: why a commit aborted, and stale pointers. */
+	FARM_ECONFLICT = -10011,   /* an object was locked or changed when the
+	                              commit tried to lock it (retry) */
+	FARM_EVALIDATION = -10012, /* an object read changed before commit
+	                              (retry) */
+	FARM_EFREED = -10013,      /* the object was freed (stale pointer) */
 };
 
 /* Human-readable text for any code returned by libfarm (never NULL). */

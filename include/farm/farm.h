@@ -7,5 +7,6 @@
 #include <farm/msg.h>
 #include <farm/addr.h>
 #include <farm/region.h>
+#include <farm/txn.h>
 
 #endif

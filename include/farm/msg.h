@@ -86,6 +86,7 @@ FARM_API FARM_MUST_CHECK int farm_msg_destroy(farm_msg *msg);
 FARM_API farm_mr_desc farm_msg_desc(const farm_msg *msg);
 FARM_API uint32_t farm_msg_machine_id(const farm_msg *msg);
 FARM_API unsigned farm_msg_nthreads(const farm_msg *msg);
+FARM_API unsigned farm_msg_max_machines(const farm_msg *msg);
 /* Largest payload of one message. */
 FARM_API uint32_t farm_msg_max_payload(const farm_msg *msg);
 

@@ -267,6 +267,17 @@ static void free_shipped(farm_loop *loop, void *ctx, int status,
 	free(f);
 }
 
+int farm_galloc_free_local(farm_galloc *g, farm_loop *loop, farm_gaddr a)
+{
+	if (!g || !loop)
+		return -EINVAL;
+	if (!farm_alloc_region_is_local(g->ba, farm_gaddr_region(a)))
+		return -EREMOTE;
+	int rc;
+	farm_slab *s = slab_of(g, loop, &rc);
+	return s ? farm_slab_free(s, a) : rc;
+}
+
 int farm_galloc_free(farm_galloc *g, farm_loop *loop, farm_gaddr a,
                      farm_op_fn cont, void *ctx)
 {

@@ -62,6 +62,10 @@ int farm_galloc_alloc_array(farm_galloc *g, farm_loop *loop,
 int farm_galloc_free(farm_galloc *g, farm_loop *loop, farm_gaddr a,
                      farm_op_fn cont, void *ctx);
 
+/* Free a local object now, on @loop's slab: 0, -EREMOTE (not local), or
+ * farm_slab_free's errors. */
+int farm_galloc_free_local(farm_galloc *g, farm_loop *loop, farm_gaddr a);
+
 farm_blockalloc *farm_galloc_blockalloc(farm_galloc *g);
 void farm_galloc_stats(farm_galloc *g, struct farm_galloc_stats *out);
 

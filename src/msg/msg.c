@@ -395,6 +395,11 @@ uint32_t farm_msg_machine_id(const farm_msg *msg)
 {
 	return msg->me;
 }
+unsigned farm_msg_max_machines(const farm_msg *msg)
+{
+	return msg ? msg->attr.max_machines : 0;
+}
+
 unsigned farm_msg_nthreads(const farm_msg *msg)
 {
 	return msg->attr.nthreads;

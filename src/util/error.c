@@ -27,6 +27,12 @@ const char *farm_strerror(int err)
 		return "object already closed or finished";
 	case FARM_EUNAVAILABLE:
 		return "coordination service (ZooKeeper) unreachable";
+	case FARM_ECONFLICT:
+		return "transaction conflict: an object was locked or changed";
+	case FARM_EVALIDATION:
+		return "transaction validation failed: an object read changed";
+	case FARM_EFREED:
+		return "the object was freed";
 	}
 	if (err < 0 && err > -4096) {
 		/* strerrordesc_np: glibc's thread-safe, locale-free table. */

@@ -1,0 +1,181 @@
+/*
+ * libfarm transactions: strictly serializable ACID transactions over the
+ * global address space, and lock-free reads, after FaRM (NSDI'14 Figure 6;
+ * commit protocol of SOSP'15).
+ *
+ * A machine has one transaction manager (farm_txm) over its messaging,
+ * address space and allocator. A transaction runs on one event loop: it is
+ * begun, used and committed on that loop's thread, and every call that
+ * waits takes a continuation that runs there. The *_sync wrappers drive the
+ * loop until the operation is done, for code that owns a loop and is not
+ * inside a handler or continuation.
+ *
+ * Objects are named by global addresses and read with their size; reads
+ * copy the object's application bytes (versions stripped), writes make a
+ * private copy that commit installs. Sizes are application bytes, at most
+ * FARM_TX_MAX_SIZE. Errors are negative codes; farm_tx_retryable() says
+ * which outcomes are worth running the transaction again for.
+ */
+#ifndef FARM_TXN_H
+#define FARM_TXN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <farm/addr.h>
+#include <farm/error.h>
+#include <farm/msg.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct farm_txm farm_txm;
+typedef struct farm_tx farm_tx;
+
+/* The largest object: 16384 lines of 64 bytes, less versions. */
+#define FARM_TX_MAX_SIZE (48u + 62u * 16383u)
+
+/*
+ * A fat pointer: an object's address, size, and the incarnation it had
+ * when the pointer was made. Reading through a fat pointer whose object
+ * was freed (and maybe reused) reports FARM_EFREED, never other data.
+ */
+typedef struct farm_fatptr {
+	farm_gaddr addr;
+	uint32_t size;
+	uint32_t pad;
+	uint64_t incarnation;
+} farm_fatptr;
+
+/* ---- transactions ---------------------------------------------------------- */
+
+/* Begin a transaction on @loop (its thread). */
+FARM_API FARM_MUST_CHECK int farm_tx_begin(farm_txm *m, farm_loop *loop,
+                                           farm_tx **out);
+
+/* Read completion: @status 0 and the object's bytes (valid until the
+ * transaction ends), or an error (the transaction stays usable). */
+typedef void (*farm_tx_read_fn)(farm_tx *tx, void *ctx, int status,
+                                const void *data, uint32_t size);
+
+/*
+ * farm_tx_read() - read @size bytes of the object at @a (one one-sided READ
+ * when it is remote; its version joins the read set). A second read of the
+ * same object returns the transaction's copy (with its writes). Errors:
+ * -EINVAL (bad address or size, or a size past the object), FARM_EFREED
+ * (not allocated), -EBUSY (locked for longer than the read's bound),
+ * FARM_EPEERDEAD.
+ */
+FARM_API FARM_MUST_CHECK int farm_tx_read(farm_tx *tx, farm_gaddr a,
+                                          uint32_t size, farm_tx_read_fn cont,
+                                          void *ctx);
+/* As farm_tx_read, checking the fat pointer's incarnation. */
+FARM_API FARM_MUST_CHECK int farm_tx_read_fat(farm_tx *tx, farm_fatptr p,
+                                              farm_tx_read_fn cont, void *ctx);
+
+/*
+ * farm_tx_write() - a writable copy of an object this transaction has read
+ * (-ENOENT otherwise); *@data points at its bytes until the transaction
+ * ends. Commit installs it.
+ */
+FARM_API FARM_MUST_CHECK int farm_tx_write(farm_tx *tx, farm_gaddr a,
+                                           void **data);
+
+/* Allocation completion: the new object's fat pointer and writable bytes
+ * (zeroed), or an error. */
+typedef void (*farm_tx_alloc_fn)(farm_tx *tx, void *ctx, int status,
+                                 farm_fatptr p, void *data);
+/*
+ * farm_tx_alloc() - a new object of @size bytes, near @hint
+ * (FARM_GADDR_NULL: anywhere), part of the write set: it exists for others
+ * once the transaction commits and is freed if it aborts.
+ */
+FARM_API FARM_MUST_CHECK int farm_tx_alloc(farm_tx *tx, uint32_t size,
+                                           farm_gaddr hint,
+                                           farm_tx_alloc_fn cont, void *ctx);
+/* Free an object this transaction has read, when it commits. */
+FARM_API FARM_MUST_CHECK int farm_tx_free_obj(farm_tx *tx, farm_gaddr a);
+
+/*
+ * farm_tx_commit() - commit. @cont runs once, on the transaction's loop,
+ * never before this returns, with the outcome: 0 committed;
+ * FARM_ECONFLICT (a lock was refused), FARM_EVALIDATION (a read changed),
+ * FARM_EPEERDEAD or -ETIMEDOUT (a participant did not answer), -ENOSPC (no
+ * log room), FARM_EFREED (an object was freed meanwhile). Errors returned
+ * here (nothing happened): -EBUSY (reads in flight), FARM_ECLOSED (already
+ * committed or aborted), -E2BIG (the commit needs more than half a log),
+ * FARM_EPEERDEAD (a participant is unknown).
+ */
+typedef void (*farm_tx_commit_fn)(farm_loop *loop, void *ctx, int outcome);
+FARM_API FARM_MUST_CHECK int farm_tx_commit(farm_tx *tx, farm_tx_commit_fn cont,
+                                            void *ctx);
+/* End the transaction without committing (before farm_tx_commit; objects
+ * it allocated are freed). FARM_ECLOSED after a commit, -EBUSY with reads
+ * in flight. */
+FARM_API int farm_tx_abort(farm_tx *tx);
+/*
+ * farm_tx_free() - release the handle. Every transaction is freed, after
+ * its commit or abort or instead of them (then it is aborted); a commit in
+ * flight finishes first. Calls on an ended transaction return FARM_ECLOSED.
+ */
+FARM_API void farm_tx_free(farm_tx *tx);
+
+/* Whether running the transaction again may succeed. */
+FARM_API bool farm_tx_retryable(int outcome);
+
+/* ---- blocking wrappers (drive the loop; not from handlers) ---------------- */
+
+/* *@data stays valid until the transaction ends. */
+FARM_API FARM_MUST_CHECK int farm_tx_read_sync(farm_tx *tx, farm_gaddr a,
+                                               uint32_t size,
+                                               const void **data);
+FARM_API FARM_MUST_CHECK int farm_tx_alloc_sync(farm_tx *tx, uint32_t size,
+                                                farm_gaddr hint,
+                                                farm_fatptr *p, void **data);
+FARM_API FARM_MUST_CHECK int farm_tx_commit_sync(farm_tx *tx);
+
+/* ---- lock-free reads ----------------------------------------------------- */
+
+/*
+ * farm_lf_read() - read @size bytes of the object at @a into @buf with one
+ * one-sided READ (a local copy when it is local), retried with randomized
+ * backoff while it is being installed; serializable with transactions.
+ * @want_incarnation UINT64_MAX: any; else FARM_EFREED when it differs.
+ * Errors as farm_tx_read.
+ */
+FARM_API FARM_MUST_CHECK int farm_lf_read(farm_txm *m, farm_loop *loop,
+                                          farm_gaddr a, uint32_t size,
+                                          uint64_t want_incarnation,
+                                          void *buf, farm_op_fn cont,
+                                          void *ctx);
+FARM_API FARM_MUST_CHECK int farm_lf_read_sync(farm_txm *m, farm_loop *loop,
+                                               farm_gaddr a, uint32_t size,
+                                               uint64_t want_incarnation,
+                                               void *buf);
+
+/* ---- counters ------------------------------------------------------------ */
+
+typedef struct farm_txm_stats {
+	uint64_t commits, commits_single; /* single-machine commits */
+	uint64_t aborts_conflict, aborts_validation, aborts_failure,
+	        aborts_nospace, aborts_freed;
+	uint64_t lf_reads, lf_retries; /* lock-free reads and their retries */
+	uint64_t tx_reads;
+	/* Protocol work of committed transactions (remote operations only):
+	 * one-sided WRITEs (log records), one-sided READs (validation) and
+	 * messages (lock replies received). */
+	uint64_t commit_writes, commit_reads, commit_msgs;
+	uint64_t log_full;   /* reservations that had to wait for space */
+	uint64_t truncates;  /* explicit TRUNCATE records */
+	/* On this machine as primary or backup: */
+	uint64_t locks_granted, locks_refused, installs, backup_applies;
+	uint64_t bad_records; /* malformed log records (logged, skipped) */
+} farm_txm_stats;
+
+FARM_API void farm_txm_stats_get(farm_txm *m, farm_txm_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FARM_TXN_H */

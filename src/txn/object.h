@@ -1,0 +1,153 @@
+/*
+ * Objects as the transaction layer stores them (ARCHITECTURE.md 2.5).
+ *
+ * An object is a whole number of 64-byte lines. Line 0 starts with the
+ * 16-byte header (src/alloc/objhdr.h): the version, whose two low bits are
+ * the lock mode, and the incarnation word. Every later line starts with the
+ * low 16 bits of the version. The application's bytes fill the rest: 48 in
+ * line 0, 62 in each later line. Applications never see versions: reads
+ * strip them (obj_unpack), writes insert them (obj_pack).
+ *
+ * Versions advance by 4 per committed write, so the lock bits of a version
+ * at rest are 0. An install (obj_install) runs under the exclusive lock:
+ * every line version set to the locked value, barrier, data, barrier, new
+ * line versions, then the new header version, unlocked. A reader that saw
+ * the header unlocked (or locked shared) and every line version equal to
+ * the header's low 16 bits got one consistent object (obj_check).
+ * Internal; not installed.
+ */
+#ifndef FARM_TXN_OBJECT_H
+#define FARM_TXN_OBJECT_H
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <farm/error.h>
+
+#include "alloc/objhdr.h"
+#include "util/common.h"
+
+#define OBJ_LOCK_MASK   3ull
+#define OBJ_LOCK_SHARED 1ull /* locked; lock-free reads still succeed */
+#define OBJ_LOCK_EXCL   2ull /* locked for an install: readers retry */
+#define OBJ_VSTEP       4ull
+#define OBJ_LINE0_DATA  48u
+#define OBJ_LINE_DATA   62u
+#define OBJ_MAX_LINES   16384u
+/* The largest application object: 16384 lines. */
+#define OBJ_MAX_SIZE    (OBJ_LINE0_DATA + OBJ_LINE_DATA * (OBJ_MAX_LINES - 1))
+
+/* Lines an object of @size application bytes takes (0 for bad sizes). */
+static inline unsigned obj_lines(uint32_t size)
+{
+	if (size == 0 || size > OBJ_MAX_SIZE)
+		return 0;
+	if (size <= OBJ_LINE0_DATA)
+		return 1;
+	return 1 + (size - OBJ_LINE0_DATA + OBJ_LINE_DATA - 1) / OBJ_LINE_DATA;
+}
+
+static inline uint16_t obj_v16(uint64_t version) { return (uint16_t)version; }
+
+/* Application bytes out of a stored image of @lines lines. */
+static inline void obj_unpack(const uint8_t *img, uint32_t size, uint8_t *out)
+{
+	uint32_t n = FARM_MIN(size, OBJ_LINE0_DATA);
+	memcpy(out, img + FARM_OBJHDR_SIZE, n);
+	for (uint32_t done = n, l = 1; done < size; l++) {
+		n = FARM_MIN(size - done, OBJ_LINE_DATA);
+		memcpy(out + done, img + 64u * l + 2, n);
+		done += n;
+	}
+}
+
+/* A stored image of @lines lines: header (@version, @incarn), line
+ * versions, the application's @size bytes, zeros after them. */
+static inline void obj_pack(uint8_t *img, unsigned lines, const uint8_t *in,
+                            uint32_t size, uint64_t version, uint64_t incarn)
+{
+	memset(img, 0, 64u * lines);
+	memcpy(img, &version, 8);
+	memcpy(img + 8, &incarn, 8);
+	uint16_t v16 = obj_v16(version);
+	for (unsigned l = 1; l < lines; l++)
+		memcpy(img + 64u * l, &v16, 2);
+	uint32_t n = FARM_MIN(size, OBJ_LINE0_DATA);
+	memcpy(img + FARM_OBJHDR_SIZE, in, n);
+	for (uint32_t done = n, l = 1; done < size; l++) {
+		n = FARM_MIN(size - done, OBJ_LINE_DATA);
+		memcpy(img + 64u * l + 2, in + done, n);
+		done += n;
+	}
+}
+
+/*
+ * obj_check() - is @img (@lines lines, read in one operation) one
+ * consistent object? Returns 0 with its unlocked version and incarnation
+ * word; -EAGAIN when it was being installed (retry); FARM_EFREED when it is
+ * not allocated or its incarnation count is not @want_incarn (UINT64_MAX:
+ * any); -EINVAL when @lines runs past the object's recorded size.
+ */
+static inline int obj_check(const uint8_t *img, unsigned lines,
+                            uint64_t want_incarn, uint64_t *version,
+                            uint64_t *incarn)
+{
+	uint64_t v, w;
+	memcpy(&v, img, 8);
+	memcpy(&w, img + 8, 8);
+	if ((v & OBJ_LOCK_MASK) == OBJ_LOCK_EXCL)
+		return -EAGAIN;
+	/* Line 0 is one consistent line: its header can be trusted alone. */
+	if (!farm_incarn_allocated(w) ||
+	    (want_incarn != UINT64_MAX && farm_incarn_count(w) != want_incarn))
+		return FARM_EFREED;
+	if (lines > farm_incarn_lines(w))
+		return -EINVAL;
+	uint16_t v16 = obj_v16(v & ~OBJ_LOCK_MASK);
+	for (unsigned l = 1; l < lines; l++) {
+		uint16_t x;
+		memcpy(&x, img + 64u * l, 2);
+		if (x != v16)
+			return -EAGAIN;
+	}
+	*version = v & ~OBJ_LOCK_MASK;
+	*incarn = w;
+	return 0;
+}
+
+/*
+ * obj_install() - write after-image @img (@lines lines) over the local
+ * object @obj, whose header this thread holds locked: exclusive lock value
+ * into every line version, data, new line versions, new header version
+ * (@new_version, unlocked). The incarnation word is not touched.
+ */
+static inline void obj_install(uint8_t *obj, unsigned lines, const uint8_t *img,
+                               uint64_t new_version)
+{
+	_Atomic uint64_t *hv = (_Atomic uint64_t *)(void *)obj;
+	uint64_t locked = atomic_load_explicit(hv, memory_order_relaxed);
+	if ((locked & OBJ_LOCK_MASK) != OBJ_LOCK_EXCL) {
+		locked = (locked & ~OBJ_LOCK_MASK) | OBJ_LOCK_EXCL;
+		atomic_store_explicit(hv, locked, memory_order_relaxed);
+	}
+	uint16_t lv = obj_v16(locked), nv = obj_v16(new_version);
+	for (unsigned l = 1; l < lines; l++)
+		atomic_store_explicit((_Atomic uint16_t *)(void *)(obj + 64u * l),
+		                      lv, memory_order_relaxed);
+	atomic_thread_fence(memory_order_release);
+	memcpy(obj + FARM_OBJHDR_SIZE, img + FARM_OBJHDR_SIZE,
+	       64 - FARM_OBJHDR_SIZE);
+	for (unsigned l = 1; l < lines; l++)
+		memcpy(obj + 64u * l + 2, img + 64u * l + 2, 62);
+	farm_store_fence();
+	atomic_thread_fence(memory_order_release);
+	for (unsigned l = 1; l < lines; l++)
+		atomic_store_explicit((_Atomic uint16_t *)(void *)(obj + 64u * l),
+		                      nv, memory_order_relaxed);
+	atomic_store_explicit(hv, new_version, memory_order_release);
+}
+
+#endif

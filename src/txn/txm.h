@@ -1,0 +1,44 @@
+/*
+ * The transaction manager of one machine: creation and wiring (the
+ * transaction API itself is include/farm/txn.h). Internal; not installed.
+ *
+ * Logs: every machine holds one log per (coordinator machine, coordinator
+ * thread), a ring in one registered memory (a file mapped with libpmem in
+ * the data directory) that coordinators append records to with durable
+ * one-sided WRITEs, and that this machine's loop of the same thread index
+ * polls. Peers need its descriptor (farm_txm_log_desc) to write there.
+ */
+#ifndef FARM_TXN_TXM_H
+#define FARM_TXN_TXM_H
+
+#include <farm/txn.h>
+
+#include "addrspace/addrspace.h"
+#include "alloc/galloc.h"
+
+#define FARM_MSGT_TX_REPLY 0xf120u /* primary -> coordinator: lock result */
+
+struct farm_txm_attr {
+	uint32_t log_size;    /* bytes of each log ring, a power of two,
+	                         64 KiB .. 64 MiB (0: 1 MiB) */
+	uint32_t arena_size;  /* per-loop registered staging memory
+	                         (0: 64 MiB, reserved, touched on use) */
+	uint64_t lf_bound_ns; /* reads slower than this are retried (0: 1 ms) */
+};
+
+int farm_txm_create(farm_fabric *fab, farm_msg *msg, farm_as *as,
+                    farm_galloc *ga, const struct farm_txm_attr *attr,
+                    farm_txm **out);
+/* After every loop has detached (closed). */
+void farm_txm_destroy(farm_txm *m);
+/* On loop @loop's thread, before it runs transactions or serves logs. */
+int farm_txm_attach(farm_txm *m, farm_loop *loop);
+/* On the loop's thread, before it closes. */
+void farm_txm_detach(farm_txm *m, farm_loop *loop);
+
+/* The descriptor peers write this machine's logs with. */
+farm_mr_desc farm_txm_log_desc(const farm_txm *m);
+/* Make machine @id's logs writable from here (any thread). */
+int farm_txm_add_peer(farm_txm *m, uint32_t id, const farm_mr_desc *logs);
+
+#endif

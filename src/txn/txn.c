@@ -1,0 +1,2407 @@
+/*
+ * Transactions (include/farm/txn.h, txm.h): optimistic concurrency control
+ * with the SOSP'15 commit protocol over logs written with one-sided WRITEs.
+ *
+ * Commit of a distributed transaction (coordinator = the loop that ran it):
+ *   1. reserve room in every log the commit will write;
+ *   2. LOCK: a record (objects, versions read, after-images) into each
+ *      write-set primary's log; the primary locks the objects (CAS of the
+ *      header version to the exclusive lock) and answers by message;
+ *   3. VALIDATE: one one-sided READ of the header of every object only
+ *      read (a load when local): unchanged and unlocked, else abort;
+ *   4. COMMIT-BACKUP: a record with the after-images into the log of each
+ *      backup of each primary; wait until every WRITE has completed
+ *      (durable: FARM_WR_PERSIST);
+ *   5. COMMIT-PRIMARY: a record into each primary's log; the primary
+ *      installs from its LOCK record and unlocks. The outcome is reported
+ *      once one of these WRITEs has completed;
+ *   6. TRUNCATE: every record's header carries the coordinator's low-water
+ *      mark in that log; records below it are done. Backups apply the
+ *      after-images of COMMIT-BACKUP records they truncate, then zero the
+ *      space and publish how far the log is free.
+ * Aborts after LOCK write ABORT records; the primary unlocks.
+ * Single-machine transactions (every object's primary is the coordinator's
+ * machine): lock locally in shared mode (lock-free reads still succeed),
+ * validate locally, COMMIT-BACKUP to the backups, then lock exclusively,
+ * install, unlock.
+ *
+ * Records: 64-byte aligned, [hdr | objects | images | trailer]; the
+ * trailer (last 8 bytes) is the record's position + 1, and a WRITE's last
+ * 8 bytes land last, so a record whose trailer matches is whole.
+ */
+#include "txn/txm.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "txn/object.h"
+#include "util/common.h"
+#include "util/lines.h"
+#include "util/log.h"
+
+#define MAX_LOOPS      64
+#define TX_SLOTS       4096u /* concurrent transactions per loop */
+#define LOCK_BUCKETS   1024u
+#define WQ_CAP         8192u /* records in flight per log writer */
+#define NCLS           17    /* arena classes: 64 B .. 4 MiB */
+#define READ_TRIES     4096u
+#define SPACE_TRIES    64u
+#define LINE_TRIES     1000u
+#define DEFAULT_LOG    (1u << 20)
+#define DEFAULT_ARENA  (64u << 20)
+
+enum rec_type {
+	REC_LOCK = 1,
+	REC_COMMIT_BACKUP = 2,
+	REC_COMMIT_PRIMARY = 3,
+	REC_ABORT = 4,
+	REC_TRUNC = 5,
+	REC_PAD = 6,
+};
+
+struct rec_hdr {
+	uint32_t len; /* bytes, a multiple of 64, trailer included */
+	uint16_t type;
+	uint16_t nobj;
+	uint64_t txid;
+	uint64_t trunc; /* records of this log before here are done */
+	uint64_t pad;
+};
+
+struct rec_obj {
+	uint64_t addr;
+	uint64_t version; /* LOCK: version read; COMMIT-BACKUP: new version */
+	uint64_t incarn;  /* LOCK: word expected; COMMIT-BACKUP: new word */
+	uint32_t lines;
+	uint32_t flags;
+};
+
+#define OBJF_NEW  1u
+#define OBJF_FREE 2u
+
+struct reply {
+	uint64_t txid;
+	int32_t status;
+	uint32_t pad;
+};
+
+_Static_assert(sizeof(struct rec_hdr) == 32, "record header");
+_Static_assert(sizeof(struct rec_obj) == 32, "record object");
+
+/* ---- per-loop state ---------------------------------------------------------- */
+
+struct arena {
+	uint8_t *base;
+	size_t size, used;
+	farm_mr *mr;
+	void *free[NCLS];
+};
+
+/* A record this loop wrote into one log, until its transaction is done. */
+struct wq_ent {
+	uint64_t pos, end;
+	bool done;
+};
+
+/* This loop's side of its log on machine @m (coordinator role). */
+struct writer {
+	uint64_t tail;     /* next record position (abs) */
+	uint64_t freed;    /* what we know the replica has freed (abs) */
+	uint64_t reserved; /* bytes promised to commits in progress */
+	uint64_t sent_trunc;
+	uint64_t wq_head, wq_tail; /* wq entries [head, tail) */
+	struct wq_ent *wq;         /* WQ_CAP */
+	bool reading;              /* a READ of the freed word is out */
+	uint64_t freed_buf;        /* its destination (in the arena) */
+};
+
+/* A log this loop serves (replica role): coordinator (C, this thread). */
+struct reader {
+	uint64_t head;    /* next record to process */
+	uint64_t applied; /* records before here are truncated and zeroed */
+	bool broken;      /* a malformed record: no longer read */
+};
+
+struct lock_ent {
+	struct lock_ent *next;
+	uint64_t txid;
+	const uint8_t *rec; /* the LOCK record, in the log */
+};
+
+struct txloop {
+	farm_txm *m;
+	farm_loop *loop;
+	unsigned t;
+	uint64_t seq;
+	struct arena ar;
+	farm_tx **slots; /* TX_SLOTS */
+	struct lock_ent *locks[LOCK_BUCKETS];
+	struct writer *w;  /* per machine */
+	struct reader *r;  /* per machine */
+	uint64_t rand;
+};
+
+struct farm_txm {
+	farm_fabric *fab;
+	farm_msg *msg;
+	farm_as *as;
+	farm_galloc *ga;
+	uint32_t me, T, M;
+	uint64_t R; /* ring bytes per log */
+	uint64_t hdr_area;
+	uint64_t lf_bound;
+	uint32_t arena_size;
+	farm_mem *logmem;
+	farm_mr *logmr;
+	uint8_t *logbase;
+	farm_mr_desc logdesc;
+	farm_mr_desc *peers;    /* M */
+	_Atomic int *peer_ready; /* M */
+	struct txloop *loops[MAX_LOOPS];
+	struct {
+		_Atomic uint64_t v[32];
+	} st;
+};
+
+enum {
+	S_COMMITS, S_COMMITS_SINGLE, S_AB_CONFLICT, S_AB_VALIDATION, S_AB_FAILURE,
+	S_AB_NOSPACE, S_AB_FREED, S_LF_READS, S_LF_RETRIES, S_TX_READS,
+	S_C_WRITES, S_C_READS, S_C_MSGS, S_LOG_FULL, S_TRUNCATES, S_LOCKS_OK,
+	S_LOCKS_REFUSED, S_INSTALLS, S_BACKUP_APPLIES, S_BAD_RECORDS,
+};
+
+static void stat_add(farm_txm *m, int i, uint64_t n)
+{
+	atomic_fetch_add_explicit(&m->st.v[i], n, memory_order_relaxed);
+}
+
+/* ---- transactions -------------------------------------------------------------- */
+
+#define TXO_READ  1u
+#define TXO_WRITE 2u
+#define TXO_NEW   4u
+#define TXO_FREE  8u
+
+struct txobj {
+	farm_gaddr a;
+	uint32_t size;
+	uint32_t lines;
+	uint64_t version; /* read, unlocked */
+	uint64_t incarn;  /* word read */
+	uint32_t primary;
+	uint32_t flags;
+	uint8_t *data; /* size bytes */
+	uint8_t *img;  /* commit: the after-image (arena), lines * 64 */
+	uint32_t reps[FARM_RING_MAX_REPLICAS];
+	unsigned nrep;
+	uint64_t vbuf_off; /* validation READ destination (arena) */
+	uint8_t *vbuf;
+};
+
+enum phase {
+	PH_OPEN = 0,
+	PH_RESERVE,
+	PH_LOCK,
+	PH_VALIDATE,
+	PH_BACKUP,
+	PH_PRIMARY,
+	PH_ABORT,
+	PH_DONE,
+};
+
+/* A record this transaction wrote (for the low-water marks). */
+struct txrec {
+	uint32_t machine;
+	uint64_t seq; /* its wq entry */
+};
+
+struct farm_tx {
+	farm_txm *m;
+	struct txloop *tl;
+	uint64_t id;
+	struct txobj *o;
+	unsigned n, cap;
+	unsigned reads_out; /* reads in flight */
+	enum phase ph;
+	unsigned pending;
+	int outcome;
+	bool reported, single;
+	farm_tx_commit_fn cont;
+	void *ctx;
+	uint64_t need[0x40]; /* log bytes reserved per machine (M <= 64) */
+	uint64_t used[0x40];
+	bool locked_at[0x40];
+	unsigned wait_writes, wait_replies, wait_reads;
+	int fail;           /* first failure of the phase */
+	uint64_t deadline;  /* waiting for replies until */
+	unsigned committed_writes; /* COMMIT-PRIMARY writes that landed */
+	bool in_call;          /* inside farm_tx_commit: defer callbacks */
+	bool released;         /* farm_tx_free was called */
+	bool deferred_report, deferred_finish;
+	unsigned space_tries;
+	struct txrec *recs;
+	unsigned nrecs, caprecs;
+	uint64_t n_writes, n_reads, n_msgs;
+};
+
+/* ---- arena: registered staging memory ------------------------------------------ */
+
+static int arena_cls(size_t n)
+{
+	int c = 0;
+	while (((size_t)64 << c) < n)
+		c++;
+	return c < NCLS ? c : -1;
+}
+
+static void *arena_get(struct arena *a, size_t n)
+{
+	int c = arena_cls(n);
+	if (c < 0)
+		return NULL;
+	void *p = a->free[c];
+	if (p) {
+		memcpy(&a->free[c], p, sizeof(void *));
+		return p;
+	}
+	size_t sz = (size_t)64 << c;
+	if (a->used + sz > a->size)
+		return NULL;
+	p = a->base + a->used;
+	a->used += sz;
+	return p;
+}
+
+static void arena_put(struct arena *a, void *p, size_t n)
+{
+	int c = arena_cls(n);
+	if (!p || c < 0)
+		return;
+	memcpy(p, &a->free[c], sizeof(void *));
+	a->free[c] = p;
+}
+
+/* ---- logs: layout -------------------------------------------------------------- */
+
+static uint64_t log_index(const farm_txm *m, uint32_t coord, unsigned t)
+{
+	return (uint64_t)coord * m->T + t;
+}
+static uint64_t log_hdr_off(const farm_txm *m, uint64_t i) { return i * 64; }
+static uint64_t log_ring_off(const farm_txm *m, uint64_t i)
+{
+	return m->hdr_area + i * m->R;
+}
+
+/* ---- logs: the writer side ------------------------------------------------------ */
+
+static uint64_t rec_size(unsigned nobj, uint64_t img_bytes)
+{
+	uint64_t n = sizeof(struct rec_hdr) + (uint64_t)nobj * sizeof(struct rec_obj) +
+	             img_bytes + 8;
+	return (n + 63) & ~63ull;
+}
+
+static uint64_t low_water(const struct writer *w)
+{
+	for (uint64_t s = w->wq_head; s != w->wq_tail; s++)
+		if (!w->wq[s % WQ_CAP].done)
+			return w->wq[s % WQ_CAP].pos;
+	return w->tail;
+}
+
+static void wq_pop_done(struct writer *w)
+{
+	while (w->wq_head != w->wq_tail && w->wq[w->wq_head % WQ_CAP].done)
+		w->wq_head++;
+}
+
+/* Room for @need more bytes (and a pad) in @w's log? */
+static bool has_room(const farm_txm *m, const struct writer *w, uint64_t need)
+{
+	if (w->wq_tail - w->wq_head + 8 > WQ_CAP)
+		return false;
+	return (w->tail - w->freed) + w->reserved + 2 * need + 128 <= m->R;
+}
+
+struct wr_ctx {
+	struct txloop *tl;
+	farm_tx *tx; /* NULL: no one waits (TRUNC, PAD) */
+	void *buf;
+	size_t len;
+	int kind; /* what the completion means to tx */
+};
+
+static void tx_record_done(farm_loop *loop, farm_tx *tx, int kind, int status);
+
+static void write_done(farm_loop *loop, void *ctx, int status)
+{
+	struct wr_ctx *c = ctx;
+	arena_put(&c->tl->ar, c->buf, c->len);
+	if (c->tx)
+		tx_record_done(loop, c->tx, c->kind, status);
+	else if (status)
+		farm_warn("txn: log write failed: %s", farm_strerror(status));
+	free(c);
+}
+
+/* One WRITE of @buf into this loop's log on @mach at ring offset @off:
+ * durable when it completes; completion to write_done. Our own log is
+ * written with stores (and persisted), completing on a later pass. */
+static int post_write(struct txloop *tl, uint32_t mach, uint64_t off, void *buf,
+                      size_t len, farm_tx *tx, int kind)
+{
+	farm_txm *m = tl->m;
+	struct wr_ctx *c = malloc(sizeof(*c));
+	if (!c) {
+		arena_put(&tl->ar, buf, len);
+		return -ENOMEM;
+	}
+	*c = (struct wr_ctx){.tl = tl, .tx = tx, .buf = buf, .len = len,
+	                     .kind = kind};
+	uint64_t roff = log_ring_off(m, log_index(m, m->me, tl->t)) + off;
+	int rc;
+	if (mach == m->me) {
+		uint8_t *dst = m->logbase + roff;
+		/* Everything but the last word, then the last word: the reader
+		 * (this very loop, later) never sees a record without its
+		 * trailer anyway, but the order keeps the rule uniform. */
+		memcpy(dst, buf, len - 8);
+		atomic_thread_fence(memory_order_release);
+		memcpy(dst + len - 8, (uint8_t *)buf + len - 8, 8);
+		rc = farm_mem_persist(m->logmem, dst, len);
+		if (!rc)
+			rc = farm_loop_post(tl->loop, write_done, c);
+	} else {
+		farm_wr wr = farm_wr_write(0, buf, tl->ar.mr, (uint32_t)len,
+		                           &m->peers[mach], roff);
+		wr.flags |= FARM_WR_PERSIST;
+		rc = farm_loop_rdma_wake(tl->loop, mach, tl->t, &wr, write_done, c);
+	}
+	if (rc) {
+		arena_put(&tl->ar, buf, len);
+		free(c);
+	}
+	return rc;
+}
+
+/*
+ * Append the record in @buf (@len bytes, a multiple of 64; type, nobj,
+ * txid and body filled) to this loop's log on @mach. The caller reserved
+ * the room (released here). Fills in the low-water mark and the trailer,
+ * pads to the ring's end first when the record does not fit before it.
+ * Completion goes to tx_record_done(tx, kind). *@seq_out: the record's
+ * queue entry, to mark done when the transaction is. Returns 0, or an
+ * error with nothing sent for this record.
+ */
+static int log_append(struct txloop *tl, uint32_t mach, void *buf, size_t len,
+                      farm_tx *tx, int kind, uint64_t *seq_out)
+{
+	farm_txm *m = tl->m;
+	struct writer *w = &tl->w[mach];
+	w->reserved -= FARM_MIN(w->reserved, len);
+	uint64_t off = w->tail % m->R;
+	if (off + len > m->R) {
+		uint64_t plen = m->R - off;
+		uint8_t *pb = arena_get(&tl->ar, 64);
+		if (!pb) {
+			arena_put(&tl->ar, buf, len);
+			return -ENOMEM;
+		}
+		memset(pb, 0, 64);
+		struct rec_hdr ph = {.len = (uint32_t)plen, .type = REC_PAD,
+		                     .trunc = low_water(w)};
+		memcpy(pb, &ph, sizeof(ph));
+		uint64_t tr = w->tail + 1;
+		memcpy(pb + 56, &tr, 8); /* a pad's trailer: its first line's */
+		int rc = post_write(tl, mach, off, pb, 64, NULL, 0);
+		if (rc) {
+			arena_put(&tl->ar, buf, len);
+			return rc;
+		}
+		uint64_t s = w->wq_tail++;
+		w->wq[s % WQ_CAP] = (struct wq_ent){.pos = w->tail,
+		                                    .end = w->tail + plen,
+		                                    .done = true};
+		w->tail += plen;
+		off = 0;
+	}
+	struct rec_hdr *h = buf;
+	h->len = (uint32_t)len;
+	h->trunc = low_water(w);
+	w->sent_trunc = FARM_MAX(w->sent_trunc, h->trunc);
+	uint64_t tr = w->tail + 1;
+	memcpy((uint8_t *)buf + len - 8, &tr, 8);
+	uint64_t s = w->wq_tail;
+	int rc = post_write(tl, mach, off, buf, len, tx, kind);
+	if (rc)
+		return rc;
+	w->wq_tail++;
+	w->wq[s % WQ_CAP] = (struct wq_ent){.pos = w->tail, .end = w->tail + len,
+	                                    .done = tx == NULL};
+	w->tail += len;
+	if (seq_out)
+		*seq_out = s;
+	return 0;
+}
+
+/* A small record with no objects (COMMIT-PRIMARY, ABORT, TRUNC). */
+static int log_small(struct txloop *tl, uint32_t mach, int type, uint64_t txid,
+                     farm_tx *tx, int kind, uint64_t *seq_out)
+{
+	uint8_t *b = arena_get(&tl->ar, 64);
+	if (!b)
+		return -ENOMEM;
+	memset(b, 0, 64);
+	struct rec_hdr h = {.type = (uint16_t)type, .txid = txid};
+	memcpy(b, &h, sizeof(h));
+	return log_append(tl, mach, b, 64, tx, kind, seq_out);
+}
+
+/* Lazily tell replicas how far records are done: when a log is half full
+ * and its low-water mark has moved since we last said (log cleaning). */
+static void maybe_truncate(struct txloop *tl, uint32_t mach)
+{
+	farm_txm *m = tl->m;
+	struct writer *w = &tl->w[mach];
+	wq_pop_done(w);
+	uint64_t lw = low_water(w);
+	if (lw <= w->sent_trunc || (w->tail - w->freed) * 2 < m->R)
+		return;
+	/* A 64-byte record never needs a pad (positions are 64-aligned). */
+	if ((w->tail - w->freed) + w->reserved + 64 > m->R ||
+	    w->wq_tail - w->wq_head + 1 > WQ_CAP)
+		return;
+	if (log_small(tl, mach, REC_TRUNC, 0, NULL, 0, NULL) == 0)
+		stat_add(m, S_TRUNCATES, 1);
+}
+
+/* ---- logs: the replica side (the loop's poller) ---------------------------------- */
+
+static struct lock_ent **lock_slot(struct txloop *tl, uint64_t txid)
+{
+	struct lock_ent **pp = &tl->locks[(txid ^ (txid >> 32)) % LOCK_BUCKETS];
+	while (*pp && (*pp)->txid != txid)
+		pp = &(*pp)->next;
+	return pp;
+}
+
+static void send_reply(struct txloop *tl, uint64_t txid, int status)
+{
+	uint32_t coord = (uint32_t)(txid >> 56);
+	unsigned t = (unsigned)((txid >> 48) & 0xff);
+	struct reply r = {.txid = txid, .status = status};
+	int rc = farm_msg_send(tl->loop, coord, t, FARM_MSGT_TX_REPLY, &r,
+	                       sizeof(r));
+	if (rc)
+		farm_warn("txn: cannot answer machine %" PRIu32 ": %s", coord,
+		          farm_strerror(rc));
+}
+
+static const struct rec_obj *rec_objs(const uint8_t *rec)
+{
+	return (const struct rec_obj *)(const void *)(rec + sizeof(struct rec_hdr));
+}
+
+/* Does a record's object table fit its length? Images follow it. */
+static bool rec_sane(const uint8_t *rec, uint32_t len)
+{
+	struct rec_hdr h;
+	memcpy(&h, rec, sizeof(h));
+	uint64_t need = sizeof(h) + (uint64_t)h.nobj * sizeof(struct rec_obj) + 8;
+	if (need > len)
+		return false;
+	const struct rec_obj *o = rec_objs(rec);
+	for (unsigned i = 0; i < h.nobj; i++) {
+		if (o[i].lines == 0 || o[i].lines > OBJ_MAX_LINES)
+			return false;
+		need += 64ull * o[i].lines;
+		if (need > len)
+			return false;
+	}
+	return true;
+}
+
+/* The local object a record names, as primary: NULL when it is not ours. */
+static uint8_t *primary_obj(farm_txm *m, const struct rec_obj *o)
+{
+	return farm_as_local_ptr(m->as, o->addr, 64ull * o->lines);
+}
+
+static void unlock_objs(farm_txm *m, const uint8_t *rec, unsigned n)
+{
+	const struct rec_obj *o = rec_objs(rec);
+	for (unsigned i = 0; i < n; i++) {
+		uint8_t *p = primary_obj(m, &o[i]);
+		if (p)
+			atomic_store_explicit((_Atomic uint64_t *)(void *)p,
+			                      o[i].version, memory_order_release);
+	}
+}
+
+static void on_lock(struct txloop *tl, const uint8_t *rec)
+{
+	farm_txm *m = tl->m;
+	struct rec_hdr h;
+	memcpy(&h, rec, sizeof(h));
+	const struct rec_obj *o = rec_objs(rec);
+	int status = 0;
+	unsigned locked = 0;
+	for (; locked < h.nobj; locked++) {
+		uint8_t *p = primary_obj(m, &o[locked]);
+		if (!p || (o[locked].version & OBJ_LOCK_MASK)) {
+			status = -EINVAL;
+			break;
+		}
+		uint64_t w = farm_objhdr_load_incarn((void *)p);
+		if (w != o[locked].incarn) {
+			status = farm_incarn_allocated(w) ? FARM_ECONFLICT
+			                                  : FARM_EFREED;
+			break;
+		}
+		uint64_t expect = o[locked].version;
+		if (!atomic_compare_exchange_strong_explicit(
+		            (_Atomic uint64_t *)(void *)p, &expect,
+		            o[locked].version | OBJ_LOCK_EXCL, memory_order_acq_rel,
+		            memory_order_acquire)) {
+			status = FARM_ECONFLICT;
+			break;
+		}
+	}
+	if (status) {
+		unlock_objs(m, rec, locked);
+		stat_add(m, S_LOCKS_REFUSED, 1);
+	} else {
+		struct lock_ent *e = malloc(sizeof(*e));
+		if (!e) {
+			unlock_objs(m, rec, locked);
+			status = -ENOMEM;
+		} else {
+			*e = (struct lock_ent){.txid = h.txid, .rec = rec};
+			struct lock_ent **pp = lock_slot(tl, h.txid);
+			if (*pp) { /* a duplicate LOCK: refuse it, keep the first */
+				free(e);
+				unlock_objs(m, rec, locked);
+				status = -EEXIST;
+			} else {
+				*pp = e;
+				stat_add(m, S_LOCKS_OK, 1);
+			}
+		}
+	}
+	send_reply(tl, h.txid, status);
+}
+
+/* Install a LOCK record's after-images (and frees), unlocking. */
+static void install_rec(struct txloop *tl, const uint8_t *rec)
+{
+	farm_txm *m = tl->m;
+	struct rec_hdr h;
+	memcpy(&h, rec, sizeof(h));
+	const struct rec_obj *o = rec_objs(rec);
+	const uint8_t *img = rec + sizeof(h) + (size_t)h.nobj * sizeof(*o);
+	for (unsigned i = 0; i < h.nobj; i++) {
+		uint8_t *p = primary_obj(m, &o[i]);
+		if (p) {
+			obj_install(p, o[i].lines, img, o[i].version + OBJ_VSTEP);
+			stat_add(m, S_INSTALLS, 1);
+			if (o[i].flags & OBJF_FREE) {
+				int rc = farm_galloc_free_local(m->ga, tl->loop,
+				                                o[i].addr);
+				if (rc)
+					farm_warn("txn: free at commit: %s",
+					          farm_strerror(rc));
+			}
+		}
+		img += 64ull * o[i].lines;
+	}
+}
+
+static void on_commit_primary(struct txloop *tl, uint64_t txid, bool commit)
+{
+	struct lock_ent **pp = lock_slot(tl, txid);
+	struct lock_ent *e = *pp;
+	if (!e)
+		return; /* ABORT of a refused LOCK, or a duplicate */
+	if (commit) {
+		install_rec(tl, e->rec);
+	} else {
+		struct rec_hdr h;
+		memcpy(&h, e->rec, sizeof(h));
+		unlock_objs(tl->m, e->rec, h.nobj);
+	}
+	*pp = e->next;
+	free(e);
+}
+
+/* Apply a COMMIT-BACKUP record to our backup copies (at truncation). */
+static void backup_apply(struct txloop *tl, const uint8_t *rec)
+{
+	farm_txm *m = tl->m;
+	struct rec_hdr h;
+	memcpy(&h, rec, sizeof(h));
+	const struct rec_obj *o = rec_objs(rec);
+	const uint8_t *img = rec + sizeof(h) + (size_t)h.nobj * sizeof(*o);
+	for (unsigned i = 0; i < h.nobj; i++) {
+		enum farm_as_role role;
+		farm_region *r = farm_as_local_region(m->as, farm_gaddr_region(o[i].addr),
+		                                      &role);
+		uint64_t off = farm_gaddr_offset(o[i].addr);
+		if (r && role == FARM_AS_BACKUP &&
+		    off + 64ull * o[i].lines <= farm_region_size(r)) {
+			memcpy((uint8_t *)farm_region_base(r) + off, img,
+			       64ull * o[i].lines);
+			stat_add(m, S_BACKUP_APPLIES, 1);
+		} else {
+			stat_add(m, S_BAD_RECORDS, 1);
+		}
+		img += 64ull * o[i].lines;
+	}
+}
+
+/* Truncate records of log @ring up to @upto: apply, zero, publish. */
+static void truncate_to(struct txloop *tl, struct reader *rd, uint8_t *ring,
+                        _Atomic uint64_t *freed_word, uint64_t upto)
+{
+	farm_txm *m = tl->m;
+	bool moved = false;
+	while (rd->applied < upto && rd->applied < rd->head) {
+		uint8_t *rec = ring + rd->applied % m->R;
+		struct rec_hdr h;
+		memcpy(&h, rec, sizeof(h));
+		if (h.type == REC_COMMIT_BACKUP)
+			backup_apply(tl, rec);
+		memset(rec, 0, h.len);
+		rd->applied += h.len;
+		moved = true;
+	}
+	if (moved)
+		atomic_store_explicit(freed_word, rd->applied, memory_order_release);
+}
+
+/* Process whole records of log (coord, our thread). Returns how many. */
+static int poll_log(struct txloop *tl, uint32_t coord)
+{
+	farm_txm *m = tl->m;
+	uint64_t li = log_index(m, coord, tl->t);
+	uint8_t *ring = m->logbase + log_ring_off(m, li);
+	_Atomic uint64_t *freed_word =
+	        (_Atomic uint64_t *)(void *)(m->logbase + log_hdr_off(m, li));
+	struct reader *rd = &tl->r[coord];
+	int got = 0;
+	while (!rd->broken) {
+		uint64_t off = rd->head % m->R;
+		uint8_t *rec = ring + off;
+		uint32_t len = atomic_load_explicit((_Atomic uint32_t *)(void *)rec,
+		                                    memory_order_acquire);
+		if (len == 0)
+			break;
+		struct rec_hdr h;
+		memcpy(&h, rec, sizeof(h));
+		uint64_t tr;
+		if (len % 64 || len > m->R - off) {
+			stat_add(m, S_BAD_RECORDS, 1);
+			farm_warn("txn: bad record in machine %" PRIu32 "'s log "
+			          "(length %" PRIu32 "): log abandoned", coord, len);
+			rd->broken = true;
+			break;
+		}
+		memcpy(&tr, rec + (h.type == REC_PAD ? 56 : len - 8), 8);
+		if (tr != rd->head + 1)
+			break; /* still being written */
+		atomic_thread_fence(memory_order_acquire);
+		switch (h.type) {
+		case REC_LOCK:
+			if (rec_sane(rec, len))
+				on_lock(tl, rec);
+			else
+				stat_add(m, S_BAD_RECORDS, 1);
+			break;
+		case REC_COMMIT_PRIMARY: on_commit_primary(tl, h.txid, true); break;
+		case REC_ABORT: on_commit_primary(tl, h.txid, false); break;
+		case REC_COMMIT_BACKUP:
+			if (!rec_sane(rec, len))
+				stat_add(m, S_BAD_RECORDS, 1);
+			break;
+		case REC_TRUNC:
+		case REC_PAD: break;
+		default: stat_add(m, S_BAD_RECORDS, 1); break;
+		}
+		rd->head += len;
+		got++;
+		truncate_to(tl, rd, ring, freed_word, h.trunc);
+	}
+	return got;
+}
+
+static int txn_poll(farm_loop *loop, void *ctx)
+{
+	(void)loop;
+	struct txloop *tl = ctx;
+	farm_txm *m = tl->m;
+	int got = 0;
+	for (uint32_t c = 0; c < m->M; c++)
+		if (atomic_load_explicit(&m->peer_ready[c], memory_order_acquire))
+			got += poll_log(tl, c);
+	return got;
+}
+
+static bool txn_pending(farm_loop *loop, void *ctx)
+{
+	(void)loop;
+	struct txloop *tl = ctx;
+	farm_txm *m = tl->m;
+	for (uint32_t c = 0; c < m->M; c++) {
+		if (!atomic_load_explicit(&m->peer_ready[c], memory_order_acquire) ||
+		    tl->r[c].broken)
+			continue;
+		uint64_t li = log_index(m, c, tl->t);
+		const uint8_t *ring = m->logbase + log_ring_off(m, li);
+		uint64_t off = tl->r[c].head % m->R;
+		if (off < m->R &&
+		    atomic_load_explicit((_Atomic uint32_t *)(void *)(ring + off),
+		                         memory_order_acquire))
+			return true;
+	}
+	return false;
+}
+
+/* ---- reads (transactional and lock-free) --------------------------------------- */
+
+struct rd_op {
+	struct txloop *tl;
+	farm_gaddr a;
+	uint32_t size, lines;
+	uint64_t want; /* incarnation count, or UINT64_MAX */
+	uint8_t *img;
+	unsigned tries;
+	uint64_t t0;
+	int status;
+	uint64_t version, incarn;
+	void (*done)(struct rd_op *op);
+	void *ctx;
+	void *ctx2;
+};
+
+static void rd_start(struct rd_op *op);
+
+static void rd_finish_post(farm_loop *loop, void *ctx, int status)
+{
+	(void)loop;
+	struct rd_op *op = ctx;
+	if (status)
+		op->status = status;
+	op->done(op);
+}
+
+static void rd_retry(struct rd_op *op)
+{
+	farm_txm *m = op->tl->m;
+	stat_add(m, S_LF_RETRIES, 1);
+	if (++op->tries >= READ_TRIES) {
+		op->status = -EBUSY;
+		op->done(op);
+		return;
+	}
+	/* Randomized backoff: spin a random number of pauses, up to 2^10. */
+	unsigned k = FARM_MIN(op->tries, 10u);
+	uint64_t spins = farm_rand64(&op->tl->rand) & ((1ull << k) - 1);
+	for (uint64_t i = 0; i < spins; i++)
+		farm_cpu_relax();
+	rd_start(op);
+}
+
+static void rd_again(farm_loop *loop, void *ctx, int status)
+{
+	(void)loop;
+	struct rd_op *op = ctx;
+	if (status) {
+		op->status = status;
+		op->done(op);
+		return;
+	}
+	rd_retry(op);
+}
+
+static void rd_check(struct rd_op *op)
+{
+	int rc = obj_check(op->img, op->lines, op->want, &op->version, &op->incarn);
+	if (rc == -EAGAIN) {
+		rd_retry(op);
+		return;
+	}
+	op->status = rc;
+	op->done(op);
+}
+
+static void rd_remote_done(farm_loop *loop, void *ctx, int status)
+{
+	(void)loop;
+	struct rd_op *op = ctx;
+	if (status == FARM_EFLUSHED) { /* an earlier operation failed */
+		rd_retry(op);
+		return;
+	}
+	if (status) {
+		op->status = status;
+		op->done(op);
+		return;
+	}
+	/* A read slower than the bound could have straddled 2^14 commits
+	 * of the object, wrapping the 16-bit line versions unseen. */
+	if (farm_now_ns() - op->t0 > op->tl->m->lf_bound) {
+		rd_retry(op);
+		return;
+	}
+	rd_check(op);
+}
+
+static void rd_start(struct rd_op *op)
+{
+	struct txloop *tl = op->tl;
+	farm_txm *m = tl->m;
+	uint64_t len = 64ull * op->lines;
+	const uint8_t *p = farm_as_local_ptr(m->as, op->a, len);
+	if (p) {
+		if (!farm_lines_copy(op->img, p, len, LINE_TRIES)) {
+			rd_retry(op);
+			return;
+		}
+		int rc = obj_check(op->img, op->lines, op->want, &op->version,
+		                   &op->incarn);
+		if (rc == -EAGAIN) {
+			rd_retry(op);
+			return;
+		}
+		op->status = rc;
+		/* Never complete inline: the caller may not be ready. */
+		if (farm_loop_post(tl->loop, rd_finish_post, op)) {
+			op->status = -ENOMEM;
+			op->done(op);
+		}
+		return;
+	}
+	op->t0 = farm_now_ns();
+	int rc = farm_as_read(m->as, tl->loop, op->a, op->img, tl->ar.mr,
+	                      (uint32_t)len, rd_remote_done, op);
+	if (rc == -EAGAIN && farm_loop_post(tl->loop, rd_again, op) == 0)
+		return; /* the endpoint drains after a failure: try again */
+	if (rc) {
+		op->status = rc;
+		if (farm_loop_post(tl->loop, rd_finish_post, op))
+			op->done(op);
+	}
+}
+
+/* Begin a read of @lines lines at @a into a fresh arena image. */
+static struct rd_op *rd_new(struct txloop *tl, farm_gaddr a, uint32_t size,
+                            uint64_t want, void (*done)(struct rd_op *),
+                            void *ctx, int *rc)
+{
+	farm_txm *m = tl->m;
+	unsigned lines = obj_lines(size);
+	if (!lines || !farm_gaddr_valid(a, 64ull * lines, farm_as_region_size(m->as)) ||
+	    farm_gaddr_offset(a) % 64) {
+		*rc = -EINVAL;
+		return NULL;
+	}
+	struct rd_op *op = calloc(1, sizeof(*op));
+	uint8_t *img = op ? arena_get(&tl->ar, 64ull * lines) : NULL;
+	if (!img) {
+		free(op);
+		*rc = -ENOMEM;
+		return NULL;
+	}
+	*op = (struct rd_op){.tl = tl, .a = a, .size = size, .lines = lines,
+	                     .want = want, .img = img, .done = done, .ctx = ctx};
+	*rc = 0;
+	return op;
+}
+
+static void rd_free(struct rd_op *op)
+{
+	arena_put(&op->tl->ar, op->img, 64ull * op->lines);
+	free(op);
+}
+
+/* Lock-free reads. */
+
+struct lf_ctx {
+	void *buf;
+	farm_op_fn cont;
+	void *ctx;
+};
+
+static void lf_done(struct rd_op *op)
+{
+	struct lf_ctx *c = op->ctx;
+	if (!op->status)
+		obj_unpack(op->img, op->size, c->buf);
+	stat_add(op->tl->m, S_LF_READS, 1);
+	farm_op_fn cont = c->cont;
+	void *ctx = c->ctx;
+	int st = op->status;
+	farm_loop *loop = op->tl->loop;
+	free(c);
+	rd_free(op);
+	cont(loop, ctx, st);
+}
+
+static struct txloop *loop_state(farm_txm *m, farm_loop *loop)
+{
+	if (!m || !loop)
+		return NULL;
+	unsigned i = farm_loop_index(loop);
+	struct txloop *tl = i < MAX_LOOPS ? m->loops[i] : NULL;
+	return tl && tl->loop == loop ? tl : NULL;
+}
+
+int farm_lf_read(farm_txm *m, farm_loop *loop, farm_gaddr a, uint32_t size,
+                 uint64_t want_incarnation, void *buf, farm_op_fn cont,
+                 void *ctx)
+{
+	struct txloop *tl = loop_state(m, loop);
+	if (!tl || !buf || !cont)
+		return -EINVAL;
+	struct lf_ctx *c = malloc(sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	*c = (struct lf_ctx){.buf = buf, .cont = cont, .ctx = ctx};
+	int rc;
+	struct rd_op *op = rd_new(tl, a, size, want_incarnation, lf_done, c, &rc);
+	if (!op) {
+		free(c);
+		return rc;
+	}
+	rd_start(op);
+	return 0;
+}
+
+/* ---- transactions: begin, read, write, alloc, free ----------------------------- */
+
+static bool tx_gone(farm_tx *tx);
+static void tx_finish(farm_tx *tx);
+
+static struct txobj *tx_find(farm_tx *tx, farm_gaddr a)
+{
+	for (unsigned i = 0; i < tx->n; i++)
+		if (tx->o[i].a == a)
+			return &tx->o[i];
+	return NULL;
+}
+
+static struct txobj *tx_add(farm_tx *tx)
+{
+	if (tx->n == tx->cap) {
+		unsigned nc = tx->cap ? tx->cap * 2 : 8;
+		struct txobj *no = realloc(tx->o, nc * sizeof(*no));
+		if (!no)
+			return NULL;
+		tx->o = no;
+		tx->cap = nc;
+	}
+	struct txobj *o = &tx->o[tx->n++];
+	memset(o, 0, sizeof(*o));
+	return o;
+}
+
+static uint32_t primary_of(farm_txm *m, farm_gaddr a)
+{
+	uint32_t rep[FARM_RING_MAX_REPLICAS];
+	return farm_as_replicas(m->as, farm_gaddr_region(a), rep) ? rep[0]
+	                                                          : UINT32_MAX;
+}
+
+int farm_tx_begin(farm_txm *m, farm_loop *loop, farm_tx **out)
+{
+	struct txloop *tl = loop_state(m, loop);
+	if (!tl || !out)
+		return -EINVAL;
+	uint64_t seq = 0;
+	unsigned i;
+	for (i = 0; i < TX_SLOTS; i++) {
+		seq = ++tl->seq & ((1ull << 48) - 1);
+		if (!tl->slots[seq % TX_SLOTS])
+			break;
+	}
+	if (i == TX_SLOTS)
+		return -EAGAIN;
+	farm_tx *tx = calloc(1, sizeof(*tx));
+	if (!tx)
+		return -ENOMEM;
+	tx->m = m;
+	tx->tl = tl;
+	tx->id = ((uint64_t)m->me << 56) | ((uint64_t)tl->t << 48) | seq;
+	tl->slots[seq % TX_SLOTS] = tx;
+	*out = tx;
+	return 0;
+}
+
+static void tx_free(farm_tx *tx)
+{
+	struct txloop *tl = tx->tl;
+	if (tl->slots[(tx->id & ((1ull << 48) - 1)) % TX_SLOTS] == tx)
+		tl->slots[(tx->id & ((1ull << 48) - 1)) % TX_SLOTS] = NULL;
+	for (unsigned i = 0; i < tx->n; i++)
+		free(tx->o[i].data);
+	free(tx->o);
+	free(tx->recs);
+	free(tx);
+}
+
+struct txrd_ctx {
+	farm_tx *tx;
+	farm_tx_read_fn cont;
+	void *ctx;
+	uint32_t size;
+	farm_gaddr a;
+};
+
+static void txrd_done(struct rd_op *op)
+{
+	struct txrd_ctx *c = op->ctx;
+	farm_tx *tx = c->tx;
+	int st = op->status;
+	const void *data = NULL;
+	tx->reads_out--;
+	if (tx->released) {
+		rd_free(op);
+		free(c);
+		(void)tx_gone(tx);
+		return;
+	}
+	stat_add(tx->m, S_TX_READS, 1);
+	if (!st) {
+		struct txobj *o = tx_find(tx, c->a); /* read twice meanwhile? */
+		if (!o) {
+			o = tx_add(tx);
+			uint8_t *d = o ? malloc(c->size) : NULL;
+			if (!d) {
+				if (o)
+					tx->n--;
+				st = -ENOMEM;
+			} else {
+				obj_unpack(op->img, c->size, d);
+				*o = (struct txobj){
+				        .a = c->a, .size = c->size, .lines = op->lines,
+				        .version = op->version, .incarn = op->incarn,
+				        .primary = primary_of(tx->m, c->a),
+				        .flags = TXO_READ, .data = d};
+			}
+		}
+		if (o && !st) {
+			data = o->data;
+			if (c->size > o->size)
+				st = -EINVAL;
+		}
+	}
+	rd_free(op);
+	farm_tx_read_fn cont = c->cont;
+	void *ctx = c->ctx;
+	uint32_t size = c->size;
+	free(c);
+	cont(tx, ctx, st, st ? NULL : data, st ? 0 : size);
+}
+
+struct again_ctx {
+	farm_tx *tx;
+	farm_tx_read_fn cont;
+	void *ctx;
+	struct txobj *o;
+	uint32_t size;
+};
+
+static void txrd_cached(farm_loop *loop, void *ctx, int status)
+{
+	(void)loop;
+	struct again_ctx *c = ctx;
+	c->tx->reads_out--;
+	if (c->tx->released) {
+		(void)tx_gone(c->tx);
+		free(c);
+		return;
+	}
+	if (status)
+		c->cont(c->tx, c->ctx, status, NULL, 0);
+	else
+		c->cont(c->tx, c->ctx, 0, c->o->data, c->size);
+	free(c);
+}
+
+static int tx_read_common(farm_tx *tx, farm_gaddr a, uint32_t size,
+                          uint64_t want, farm_tx_read_fn cont, void *ctx)
+{
+	if (!tx || !cont)
+		return -EINVAL;
+	if (tx->ph != PH_OPEN || tx->released)
+		return FARM_ECLOSED;
+	struct txobj *o = tx_find(tx, a);
+	if (o) {
+		if (size > o->size ||
+		    (want != UINT64_MAX && farm_incarn_count(o->incarn) != want))
+			return size > o->size ? -EINVAL : FARM_EFREED;
+		struct again_ctx *c = malloc(sizeof(*c));
+		if (!c)
+			return -ENOMEM;
+		*c = (struct again_ctx){.tx = tx, .cont = cont, .ctx = ctx,
+		                        .o = o, .size = size};
+		int rc = farm_loop_post(tx->tl->loop, txrd_cached, c);
+		if (rc)
+			free(c);
+		else
+			tx->reads_out++;
+		return rc;
+	}
+	struct txrd_ctx *c = malloc(sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	*c = (struct txrd_ctx){.tx = tx, .cont = cont, .ctx = ctx, .size = size,
+	                       .a = a};
+	int rc;
+	struct rd_op *op = rd_new(tx->tl, a, size, want, txrd_done, c, &rc);
+	if (!op) {
+		free(c);
+		return rc;
+	}
+	tx->reads_out++;
+	rd_start(op);
+	return 0;
+}
+
+int farm_tx_read(farm_tx *tx, farm_gaddr a, uint32_t size, farm_tx_read_fn cont,
+                 void *ctx)
+{
+	return tx_read_common(tx, a, size, UINT64_MAX, cont, ctx);
+}
+
+int farm_tx_read_fat(farm_tx *tx, farm_fatptr p, farm_tx_read_fn cont, void *ctx)
+{
+	return tx_read_common(tx, p.addr, p.size, p.incarnation, cont, ctx);
+}
+
+int farm_tx_write(farm_tx *tx, farm_gaddr a, void **data)
+{
+	if (!tx || !data)
+		return -EINVAL;
+	if (tx->ph != PH_OPEN)
+		return FARM_ECLOSED;
+	struct txobj *o = tx_find(tx, a);
+	if (!o)
+		return -ENOENT;
+	if (o->flags & TXO_FREE)
+		return FARM_EFREED;
+	o->flags |= TXO_WRITE;
+	*data = o->data;
+	return 0;
+}
+
+int farm_tx_free_obj(farm_tx *tx, farm_gaddr a)
+{
+	if (!tx)
+		return -EINVAL;
+	if (tx->ph != PH_OPEN)
+		return FARM_ECLOSED;
+	struct txobj *o = tx_find(tx, a);
+	if (!o)
+		return -ENOENT;
+	if (o->flags & TXO_FREE)
+		return FARM_EFREED;
+	o->flags |= TXO_WRITE | TXO_FREE;
+	return 0;
+}
+
+struct txal_ctx {
+	farm_tx *tx;
+	farm_tx_alloc_fn cont;
+	void *ctx;
+	uint32_t size;
+};
+
+static void txal_done(farm_loop *loop, void *ctx, int status, farm_gaddr a)
+{
+	(void)loop;
+	struct txal_ctx *c = ctx;
+	farm_tx *tx = c->tx;
+	farm_txm *m = tx->m;
+	tx->reads_out--;
+	if (tx->released) {
+		if (!status)
+			(void)farm_galloc_free_local(m->ga, tx->tl->loop, a);
+		free(c);
+		(void)tx_gone(tx);
+		return;
+	}
+	farm_fatptr fp = {0};
+	void *data = NULL;
+	int st = status;
+	if (!st) {
+		/* Ours alone until commit: read its header directly when local,
+		 * else it is still only ours to know about. */
+		const struct farm_objhdr *h = farm_as_local_ptr(m->as, a, 16);
+		struct txobj *o = tx_add(tx);
+		uint8_t *d = o ? calloc(1, c->size) : NULL;
+		if (!d) {
+			if (o)
+				tx->n--;
+			st = -ENOMEM;
+		} else if (!h) {
+			/* Allocated on another machine (a remote hint): its
+			 * header is learnt by reading it. */
+			tx->n--;
+			free(d);
+			st = -EREMOTE;
+		} else {
+			uint64_t v = farm_objhdr_load_version(h) & ~OBJ_LOCK_MASK;
+			uint64_t w = farm_objhdr_load_incarn(h);
+			*o = (struct txobj){.a = a, .size = c->size,
+			                    .lines = obj_lines(c->size), .version = v,
+			                    .incarn = w, .primary = m->me,
+			                    .flags = TXO_READ | TXO_WRITE | TXO_NEW,
+			                    .data = d};
+			fp = (farm_fatptr){.addr = a, .size = c->size,
+			                   .incarnation = farm_incarn_count(w)};
+			data = d;
+		}
+		if (st) /* give the object back */
+			(void)farm_galloc_free_local(m->ga, tx->tl->loop, a);
+	}
+	farm_tx_alloc_fn cont = c->cont;
+	void *cctx = c->ctx;
+	free(c);
+	cont(tx, cctx, st, fp, data);
+}
+
+int farm_tx_alloc(farm_tx *tx, uint32_t size, farm_gaddr hint,
+                  farm_tx_alloc_fn cont, void *ctx)
+{
+	if (!tx || !cont)
+		return -EINVAL;
+	if (tx->ph != PH_OPEN)
+		return FARM_ECLOSED;
+	unsigned lines = obj_lines(size);
+	if (!lines)
+		return size ? -E2BIG : -EINVAL;
+	/* Allocated on this machine, next to @hint when the hint is local
+	 * too; a remote hint is not followed yet (the new object would be
+	 * another machine's, whose header this machine cannot read here). */
+	if (hint && !farm_as_local_ptr(tx->m->as, hint, 16))
+		hint = FARM_GADDR_NULL;
+	struct txal_ctx *c = malloc(sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	*c = (struct txal_ctx){.tx = tx, .cont = cont, .ctx = ctx, .size = size};
+	int rc = farm_galloc_alloc(tx->m->ga, tx->tl->loop, 64ull * lines, hint,
+	                           txal_done, c);
+	if (rc)
+		free(c);
+	else
+		tx->reads_out++;
+	return rc;
+}
+
+/* ---- commit ------------------------------------------------------------------------ */
+
+enum { K_LOCK = 1, K_BACKUP, K_PRIMARY, K_ABORT };
+
+#define REPLY_TIMEOUT_NS (1000ull * 1000000ull)
+
+static bool is_write(const struct txobj *o) { return (o->flags & TXO_WRITE) != 0; }
+
+static bool backs(const struct txobj *o, uint32_t b)
+{
+	for (unsigned i = 1; i < o->nrep; i++)
+		if (o->reps[i] == b)
+			return true;
+	return false;
+}
+
+/* Objects of a record: LOCK to @p (type LOCK), or COMMIT-BACKUP for
+ * primary @p to backup @b. */
+static bool in_rec(const struct txobj *o, int type, uint32_t p, uint32_t b)
+{
+	if (!is_write(o) || o->primary != p)
+		return false;
+	return type == REC_LOCK || backs(o, b);
+}
+
+static uint64_t rec_bytes(farm_tx *tx, int type, uint32_t p, uint32_t b,
+                          unsigned *nobj)
+{
+	unsigned n = 0;
+	uint64_t img = 0;
+	for (unsigned i = 0; i < tx->n; i++)
+		if (in_rec(&tx->o[i], type, p, b)) {
+			n++;
+			img += 64ull * tx->o[i].lines;
+		}
+	if (nobj)
+		*nobj = n;
+	return n ? rec_size(n, img) : 0;
+}
+
+static uint64_t new_incarn(const struct txobj *o)
+{
+	return (o->flags & TXO_FREE) ? farm_incarn_freed(o->incarn) : o->incarn;
+}
+
+static int build_rec(farm_tx *tx, int type, uint32_t p, uint32_t b,
+                     uint8_t **out, size_t *len)
+{
+	unsigned n;
+	uint64_t sz = rec_bytes(tx, type, p, b, &n);
+	uint8_t *buf = arena_get(&tx->tl->ar, sz);
+	if (!buf)
+		return -ENOMEM;
+	memset(buf, 0, sz);
+	struct rec_hdr h = {.type = (uint16_t)type, .nobj = (uint16_t)n,
+	                    .txid = tx->id};
+	memcpy(buf, &h, sizeof(h));
+	struct rec_obj *ro = (struct rec_obj *)(void *)(buf + sizeof(h));
+	uint8_t *img = buf + sizeof(h) + (size_t)n * sizeof(*ro);
+	unsigned k = 0;
+	for (unsigned i = 0; i < tx->n; i++) {
+		struct txobj *o = &tx->o[i];
+		if (!in_rec(o, type, p, b))
+			continue;
+		ro[k++] = (struct rec_obj){
+		        .addr = o->a,
+		        .version = type == REC_LOCK ? o->version
+		                                    : o->version + OBJ_VSTEP,
+		        .incarn = type == REC_LOCK ? o->incarn : new_incarn(o),
+		        .lines = o->lines,
+		        .flags = (o->flags & TXO_NEW ? OBJF_NEW : 0) |
+		                 (o->flags & TXO_FREE ? OBJF_FREE : 0)};
+		memcpy(img, o->img, 64ull * o->lines);
+		img += 64ull * o->lines;
+	}
+	*out = buf;
+	*len = sz;
+	return 0;
+}
+
+static void tx_append(farm_tx *tx, uint32_t mach, uint8_t *buf, size_t len,
+                      int kind)
+{
+	uint64_t seq;
+	int rc = log_append(tx->tl, mach, buf, len, tx, kind, &seq);
+	tx->used[mach] += len;
+	if (rc) {
+		if (!tx->fail)
+			tx->fail = rc;
+		return;
+	}
+	if (mach != tx->m->me)
+		tx->n_writes++;
+	if (tx->nrecs == tx->caprecs) {
+		unsigned nc = tx->caprecs ? tx->caprecs * 2 : 8;
+		struct txrec *nr = realloc(tx->recs, nc * sizeof(*nr));
+		if (!nr) { /* the record's entry stays not-done: the log's
+		              low-water mark stops there (no data loss) */
+			farm_err("txn: out of memory tracking a log record");
+			tx->wait_writes++;
+			return;
+		}
+		tx->recs = nr;
+		tx->caprecs = nc;
+	}
+	tx->recs[tx->nrecs++] = (struct txrec){.machine = mach, .seq = seq};
+	tx->wait_writes++;
+}
+
+static void count_outcome(farm_txm *m, int outcome)
+{
+	switch (outcome) {
+	case 0: break;
+	case FARM_ECONFLICT: stat_add(m, S_AB_CONFLICT, 1); break;
+	case FARM_EVALIDATION: stat_add(m, S_AB_VALIDATION, 1); break;
+	case -ENOSPC: stat_add(m, S_AB_NOSPACE, 1); break;
+	case FARM_EFREED: stat_add(m, S_AB_FREED, 1); break;
+	default: stat_add(m, S_AB_FAILURE, 1); break;
+	}
+}
+
+static void tx_report(farm_tx *tx, int outcome)
+{
+	if (tx->reported)
+		return;
+	tx->reported = true;
+	tx->outcome = outcome;
+	farm_txm *m = tx->m;
+	if (!outcome) {
+		stat_add(m, S_COMMITS, 1);
+		if (tx->single)
+			stat_add(m, S_COMMITS_SINGLE, 1);
+		stat_add(m, S_C_WRITES, tx->n_writes);
+		stat_add(m, S_C_READS, tx->n_reads);
+		stat_add(m, S_C_MSGS, tx->n_msgs);
+	}
+	count_outcome(m, outcome);
+	if (tx->in_call) {
+		tx->deferred_report = true; /* never before commit returns */
+		return;
+	}
+	tx->cont(tx->tl->loop, tx->ctx, outcome);
+}
+
+/* Everything the transaction wrote is done: its records may go. */
+static void tx_finish(farm_tx *tx)
+{
+	struct txloop *tl = tx->tl;
+	farm_txm *m = tx->m;
+	if (tx->in_call) {
+		tx->deferred_finish = true;
+		return;
+	}
+	for (unsigned i = 0; i < tx->nrecs; i++) {
+		struct writer *w = &tl->w[tx->recs[i].machine];
+		w->wq[tx->recs[i].seq % WQ_CAP].done = true;
+	}
+	for (uint32_t mach = 0; mach < m->M && mach < 0x40; mach++) {
+		if (!tx->need[mach])
+			continue;
+		struct writer *w = &tl->w[mach];
+		uint64_t left = tx->need[mach] > tx->used[mach]
+		                        ? tx->need[mach] - tx->used[mach]
+		                        : 0;
+		w->reserved -= FARM_MIN(w->reserved, left);
+		maybe_truncate(tl, mach);
+	}
+	for (unsigned i = 0; i < tx->n; i++) {
+		struct txobj *o = &tx->o[i];
+		if (o->img)
+			arena_put(&tl->ar, o->img, 64ull * o->lines);
+		if (o->vbuf)
+			arena_put(&tl->ar, o->vbuf, 64);
+		o->img = o->vbuf = NULL;
+		/* A new object of an aborted transaction goes back. */
+		if ((o->flags & TXO_NEW) && tx->outcome)
+			(void)farm_galloc_free_local(m->ga, tl->loop, o->a);
+		o->flags &= ~TXO_NEW;
+	}
+	tx->ph = PH_DONE;
+	if (tx->released)
+		tx_free(tx);
+}
+
+static void phase_validate(farm_tx *tx);
+static void phase_backup(farm_tx *tx);
+static void phase_primary(farm_tx *tx);
+static void phase_abort(farm_tx *tx, int outcome);
+static void single_install(farm_tx *tx);
+static void single_unlock(farm_tx *tx, unsigned upto);
+
+/* A phase's operations are all back: go on. */
+static void tx_step(farm_tx *tx)
+{
+	if (tx->wait_writes || tx->wait_replies || tx->wait_reads)
+		return;
+	int fail = tx->fail;
+	switch (tx->ph) {
+	case PH_LOCK:
+		if (fail)
+			phase_abort(tx, fail == -EINVAL ? FARM_ECONFLICT : fail);
+		else
+			phase_validate(tx);
+		break;
+	case PH_VALIDATE:
+		if (fail) {
+			if (tx->single) {
+				single_unlock(tx, tx->n);
+				tx_report(tx, fail);
+				tx_finish(tx);
+			} else {
+				phase_abort(tx, fail);
+			}
+		} else if (tx->single) {
+			phase_backup(tx);
+		} else {
+			bool any = false;
+			for (unsigned i = 0; i < tx->n; i++)
+				any |= is_write(&tx->o[i]);
+			if (!any) { /* read-only: validated */
+				tx_report(tx, 0);
+				tx_finish(tx);
+			} else {
+				phase_backup(tx);
+			}
+		}
+		break;
+	case PH_BACKUP:
+		if (fail) {
+			if (tx->single) {
+				single_unlock(tx, tx->n);
+				tx_report(tx, fail);
+				tx_finish(tx);
+			} else {
+				phase_abort(tx, fail);
+			}
+		} else if (tx->single) {
+			single_install(tx);
+		} else {
+			phase_primary(tx);
+		}
+		break;
+	case PH_PRIMARY:
+		/* Reported at the first landed COMMIT-PRIMARY. */
+		if (!tx->reported)
+			tx_report(tx, tx->committed_writes ? 0 : FARM_EPEERDEAD);
+		tx_finish(tx);
+		break;
+	case PH_ABORT:
+		tx_finish(tx);
+		break;
+	default:
+		break;
+	}
+}
+
+static void tx_record_done(farm_loop *loop, farm_tx *tx, int kind, int status)
+{
+	(void)loop;
+	tx->wait_writes--;
+	if (kind == K_LOCK && status)
+		tx->wait_replies--; /* no record, no answer */
+	if (kind == K_PRIMARY && !status) {
+		tx->committed_writes++;
+		if (!tx->reported)
+			tx_report(tx, 0);
+	}
+	if (status && !tx->fail && kind != K_PRIMARY && kind != K_ABORT)
+		tx->fail = status == FARM_EFLUSHED ? FARM_EPEERDEAD : status;
+	tx_step(tx);
+}
+
+static void h_reply(farm_loop *loop, const farm_msg_in *in, void *arg)
+{
+	farm_txm *m = arg;
+	struct txloop *tl = loop_state(m, loop);
+	struct reply r;
+	if (!tl || in->len != sizeof(r)) {
+		stat_add(m, S_BAD_RECORDS, 1);
+		return;
+	}
+	memcpy(&r, in->payload, sizeof(r));
+	farm_tx *tx = tl->slots[(r.txid & ((1ull << 48) - 1)) % TX_SLOTS];
+	if (!tx || tx->id != r.txid || tx->ph != PH_LOCK || !tx->wait_replies)
+		return; /* late (the transaction gave up) */
+	tx->wait_replies--;
+	if (in->src_machine != m->me)
+		tx->n_msgs++;
+	if (r.status && !tx->fail)
+		tx->fail = r.status;
+	tx_step(tx);
+}
+
+static void phase_lock(farm_tx *tx)
+{
+	farm_txm *m = tx->m;
+	tx->ph = PH_LOCK;
+	tx->deadline = farm_now_ns() + REPLY_TIMEOUT_NS;
+	bool seen[0x40] = {false};
+	for (unsigned i = 0; i < tx->n; i++) {
+		struct txobj *o = &tx->o[i];
+		if (!is_write(o) || seen[o->primary])
+			continue;
+		seen[o->primary] = true;
+		uint8_t *buf;
+		size_t len;
+		int rc = build_rec(tx, REC_LOCK, o->primary, 0, &buf, &len);
+		if (rc) {
+			tx->fail = rc;
+			continue;
+		}
+		tx->locked_at[o->primary] = true;
+		unsigned before = tx->wait_writes;
+		tx_append(tx, o->primary, buf, len, K_LOCK);
+		if (tx->wait_writes != before)
+			tx->wait_replies++;
+	}
+	(void)m;
+	tx_step(tx);
+}
+
+static void val_done(farm_loop *loop, void *ctx, int status)
+{
+	(void)loop;
+	struct txobj *o = ctx;
+	farm_tx *tx = *(farm_tx **)(void *)(o->vbuf + 8);
+	tx->wait_reads--;
+	uint64_t v;
+	memcpy(&v, o->vbuf, 8);
+	if (!tx->fail && (status || v != o->version))
+		tx->fail = status ? (status == FARM_EFLUSHED ? FARM_EPEERDEAD : status)
+		                  : FARM_EVALIDATION;
+	tx_step(tx);
+}
+
+static void phase_validate(farm_tx *tx)
+{
+	farm_txm *m = tx->m;
+	tx->ph = PH_VALIDATE;
+	for (unsigned i = 0; i < tx->n && !tx->fail; i++) {
+		struct txobj *o = &tx->o[i];
+		if (is_write(o) || !(o->flags & TXO_READ))
+			continue;
+		const _Atomic uint64_t *lp = farm_as_local_ptr(m->as, o->a, 8);
+		if (lp) {
+			if (atomic_load_explicit(lp, memory_order_acquire) != o->version)
+				tx->fail = FARM_EVALIDATION;
+			continue;
+		}
+		o->vbuf = arena_get(&tx->tl->ar, 64);
+		if (!o->vbuf) {
+			tx->fail = -ENOMEM;
+			break;
+		}
+		memcpy(o->vbuf + 8, &tx, sizeof(tx));
+		int rc = farm_as_read(m->as, tx->tl->loop, o->a, o->vbuf, tx->tl->ar.mr,
+		                      8, val_done, o);
+		if (rc) {
+			tx->fail = rc;
+			break;
+		}
+		tx->n_reads++;
+		tx->wait_reads++;
+	}
+	tx_step(tx);
+}
+
+static void phase_backup(farm_tx *tx)
+{
+	tx->ph = PH_BACKUP;
+	bool seenp[0x40] = {false};
+	for (unsigned i = 0; i < tx->n && !tx->fail; i++) {
+		struct txobj *o = &tx->o[i];
+		if (!is_write(o) || seenp[o->primary])
+			continue;
+		seenp[o->primary] = true;
+		bool seenb[0x40] = {false};
+		for (unsigned j = i; j < tx->n; j++) {
+			struct txobj *q = &tx->o[j];
+			if (!is_write(q) || q->primary != o->primary)
+				continue;
+			for (unsigned k = 1; k < q->nrep; k++) {
+				uint32_t b = q->reps[k];
+				if (seenb[b])
+					continue;
+				seenb[b] = true;
+				uint8_t *buf;
+				size_t len;
+				int rc = build_rec(tx, REC_COMMIT_BACKUP, o->primary, b,
+				                   &buf, &len);
+				if (rc) {
+					tx->fail = rc;
+					break;
+				}
+				tx_append(tx, b, buf, len, K_BACKUP);
+			}
+		}
+	}
+	tx_step(tx);
+}
+
+static void phase_primary(farm_tx *tx)
+{
+	tx->ph = PH_PRIMARY;
+	for (uint32_t p = 0; p < tx->m->M && p < 0x40; p++) {
+		if (!tx->locked_at[p])
+			continue;
+		uint8_t *b = arena_get(&tx->tl->ar, 64);
+		if (!b)
+			continue; /* counted as not landed */
+		memset(b, 0, 64);
+		struct rec_hdr h = {.type = REC_COMMIT_PRIMARY, .txid = tx->id};
+		memcpy(b, &h, sizeof(h));
+		tx_append(tx, p, b, 64, K_PRIMARY);
+	}
+	tx_step(tx);
+}
+
+static void phase_abort(farm_tx *tx, int outcome)
+{
+	tx->ph = PH_ABORT;
+	tx->fail = 0;
+	for (uint32_t p = 0; p < tx->m->M && p < 0x40; p++) {
+		if (!tx->locked_at[p])
+			continue;
+		uint8_t *b = arena_get(&tx->tl->ar, 64);
+		if (!b)
+			continue;
+		memset(b, 0, 64);
+		struct rec_hdr h = {.type = REC_ABORT, .txid = tx->id};
+		memcpy(b, &h, sizeof(h));
+		tx_append(tx, p, b, 64, K_ABORT);
+	}
+	tx_report(tx, outcome);
+	tx_step(tx);
+}
+
+/* ---- single-machine commits ------------------------------------------------------- */
+
+static _Atomic uint64_t *local_hdr(farm_tx *tx, const struct txobj *o)
+{
+	return farm_as_local_ptr(tx->m->as, o->a, 64ull * o->lines);
+}
+
+static void single_unlock(farm_tx *tx, unsigned upto)
+{
+	for (unsigned i = 0; i < upto; i++) {
+		struct txobj *o = &tx->o[i];
+		if (!is_write(o) || !(o->flags & TXO_READ) || o->vbuf_off != 1)
+			continue;
+		_Atomic uint64_t *h = local_hdr(tx, o);
+		if (h)
+			atomic_store_explicit(h, o->version, memory_order_release);
+		o->vbuf_off = 0;
+	}
+}
+
+static void single_lock(farm_tx *tx)
+{
+	tx->ph = PH_VALIDATE;
+	for (unsigned i = 0; i < tx->n && !tx->fail; i++) {
+		struct txobj *o = &tx->o[i];
+		_Atomic uint64_t *h = local_hdr(tx, o);
+		if (!h) {
+			tx->fail = -EINVAL;
+			break;
+		}
+		if (!is_write(o)) {
+			if (atomic_load_explicit(h, memory_order_acquire) != o->version)
+				tx->fail = FARM_EVALIDATION;
+			continue;
+		}
+		const struct farm_objhdr *oh = (const void *)h;
+		if (farm_objhdr_load_incarn(oh) != o->incarn) {
+			tx->fail = FARM_EFREED;
+			break;
+		}
+		uint64_t expect = o->version;
+		if (!atomic_compare_exchange_strong_explicit(
+		            h, &expect, o->version | OBJ_LOCK_SHARED,
+		            memory_order_acq_rel, memory_order_acquire)) {
+			tx->fail = FARM_ECONFLICT;
+			break;
+		}
+		o->vbuf_off = 1; /* locked by us */
+	}
+	tx_step(tx); /* PH_VALIDATE: unlock on failure, else backups */
+}
+
+static void single_install(farm_tx *tx)
+{
+	farm_txm *m = tx->m;
+	for (unsigned i = 0; i < tx->n; i++) {
+		struct txobj *o = &tx->o[i];
+		if (!is_write(o))
+			continue;
+		uint8_t *p = (uint8_t *)local_hdr(tx, o);
+		obj_install(p, o->lines, o->img, o->version + OBJ_VSTEP);
+		stat_add(m, S_INSTALLS, 1);
+		o->vbuf_off = 0;
+		if (o->flags & TXO_FREE) {
+			int rc = farm_galloc_free_local(m->ga, tx->tl->loop, o->a);
+			if (rc)
+				farm_warn("txn: free at commit: %s", farm_strerror(rc));
+		}
+	}
+	tx_report(tx, 0);
+	tx_finish(tx);
+}
+
+/* ---- commit: entry, log space ------------------------------------------------------ */
+
+static void tx_deferred(farm_loop *loop, void *ctx, int status)
+{
+	(void)loop;
+	(void)status; /* a closing loop still reports and frees */
+	farm_tx *tx = ctx;
+	bool fin = tx->deferred_finish;
+	if (tx->deferred_report) {
+		tx->deferred_report = false;
+		tx->cont(tx->tl->loop, tx->ctx, tx->outcome);
+	}
+	if (fin) {
+		tx->deferred_finish = false;
+		tx_finish(tx);
+	}
+}
+
+/* The end of farm_tx_commit: callbacks that came during it run later. */
+static int tx_leave_call(farm_tx *tx)
+{
+	tx->in_call = false;
+	if ((tx->deferred_report || tx->deferred_finish) &&
+	    farm_loop_post(tx->tl->loop, tx_deferred, tx)) {
+		/* No memory for a work item: run them now rather than lose
+		 * them (the caller learns the outcome inside the call). */
+		tx_deferred(tx->tl->loop, tx, 0);
+	}
+	return 0;
+}
+
+static void tx_start_phases(farm_tx *tx)
+{
+	if (tx->single)
+		single_lock(tx);
+	else
+		phase_lock(tx);
+}
+
+static void freed_read_done(farm_loop *loop, void *ctx, int status);
+
+/* Ask machine @mach how far our log there is free (a READ of its word). */
+static void refresh_freed(struct txloop *tl, uint32_t mach)
+{
+	farm_txm *m = tl->m;
+	struct writer *w = &tl->w[mach];
+	uint64_t hoff = log_hdr_off(m, log_index(m, m->me, tl->t));
+	if (mach == m->me) {
+		w->freed = atomic_load_explicit(
+		        (_Atomic uint64_t *)(void *)(m->logbase + hoff),
+		        memory_order_acquire);
+		return;
+	}
+	if (w->reading)
+		return;
+	uint64_t *buf = arena_get(&tl->ar, 64);
+	if (!buf)
+		return;
+	farm_wr wr = farm_wr_read(0, buf, tl->ar.mr, 8, &m->peers[mach], hoff);
+	struct wr_ctx *c = malloc(sizeof(*c));
+	if (!c) {
+		arena_put(&tl->ar, buf, 64);
+		return;
+	}
+	*c = (struct wr_ctx){.tl = tl, .buf = buf, .len = 64, .kind = (int)mach};
+	if (farm_loop_rdma(tl->loop, mach, &wr, freed_read_done, c)) {
+		arena_put(&tl->ar, buf, 64);
+		free(c);
+		return;
+	}
+	w->reading = true;
+}
+
+static void tx_reserve(farm_tx *tx);
+
+static void freed_read_done(farm_loop *loop, void *ctx, int status)
+{
+	(void)loop;
+	struct wr_ctx *c = ctx;
+	struct txloop *tl = c->tl;
+	struct writer *w = &tl->w[c->kind];
+	w->reading = false;
+	if (!status) {
+		uint64_t f;
+		memcpy(&f, c->buf, 8);
+		if (f > w->freed && f <= w->tail)
+			w->freed = f;
+	}
+	arena_put(&tl->ar, c->buf, c->len);
+	free(c);
+	/* Transactions waiting for room try again. */
+	for (unsigned i = 0; i < TX_SLOTS; i++) {
+		farm_tx *tx = tl->slots[i];
+		if (tx && tx->ph == PH_RESERVE)
+			tx_reserve(tx);
+	}
+}
+
+/* Reserve the log room every record of the commit needs, or wait for it. */
+static void tx_reserve(farm_tx *tx)
+{
+	farm_txm *m = tx->m;
+	struct txloop *tl = tx->tl;
+	bool ok = true;
+	for (uint32_t mach = 0; mach < m->M && mach < 0x40; mach++) {
+		if (!tx->need[mach])
+			continue;
+		struct writer *w = &tl->w[mach];
+		if (!has_room(m, w, tx->need[mach])) {
+			wq_pop_done(w);
+			refresh_freed(tl, mach);
+			if (!has_room(m, w, tx->need[mach])) {
+				maybe_truncate(tl, mach);
+				ok = false;
+			}
+		}
+	}
+	if (!ok) {
+		if (tx->ph != PH_RESERVE)
+			stat_add(m, S_LOG_FULL, 1);
+		tx->ph = PH_RESERVE;
+		if (++tx->space_tries > SPACE_TRIES) {
+			memset(tx->need, 0, sizeof(tx->need));
+			tx_report(tx, -ENOSPC);
+			tx_finish(tx);
+		}
+		return; /* a freed-word READ completion retries us */
+	}
+	for (uint32_t mach = 0; mach < m->M && mach < 0x40; mach++)
+		tl->w[mach].reserved += tx->need[mach];
+	tx_start_phases(tx);
+}
+
+int farm_tx_commit(farm_tx *tx, farm_tx_commit_fn cont, void *ctx)
+{
+	if (!tx || !cont)
+		return -EINVAL;
+	if (tx->ph != PH_OPEN)
+		return FARM_ECLOSED;
+	if (tx->reads_out)
+		return -EBUSY;
+	farm_txm *m = tx->m;
+	tx->cont = cont;
+	tx->ctx = ctx;
+	unsigned nw = 0;
+	bool single = true;
+	for (unsigned i = 0; i < tx->n; i++) {
+		struct txobj *o = &tx->o[i];
+		o->nrep = farm_as_replicas(m->as, farm_gaddr_region(o->a), o->reps);
+		if (!o->nrep || o->reps[0] >= 0x40 || o->reps[0] >= m->M)
+			return -EINVAL;
+		o->primary = o->reps[0];
+		single &= o->primary == m->me;
+		if (is_write(o))
+			nw++;
+	}
+	tx->single = single && nw > 0;
+	if (nw == 0) {
+		/* Read-only: one object needs nothing more (the read was
+		 * consistent); several are validated. */
+		tx->in_call = true;
+		if (tx->n <= 1) {
+			tx->ph = PH_VALIDATE;
+			tx_report(tx, 0);
+			tx_finish(tx);
+		} else {
+			phase_validate(tx);
+		}
+		return tx_leave_call(tx);
+	}
+	/* After-images. */
+	for (unsigned i = 0; i < tx->n; i++) {
+		struct txobj *o = &tx->o[i];
+		if (!is_write(o))
+			continue;
+		o->img = arena_get(&tx->tl->ar, 64ull * o->lines);
+		if (!o->img)
+			return -ENOMEM;
+		obj_pack(o->img, o->lines, o->data, o->size, o->version + OBJ_VSTEP,
+		         new_incarn(o));
+	}
+	/* Log room: LOCK + COMMIT-PRIMARY/ABORT at each primary (not for a
+	 * single-machine commit), COMMIT-BACKUP at each backup. */
+	for (unsigned i = 0; i < tx->n; i++) {
+		struct txobj *o = &tx->o[i];
+		if (!is_write(o))
+			continue;
+		uint32_t p = o->primary;
+		if (!tx->single && !tx->need[p])
+			tx->need[p] += rec_bytes(tx, REC_LOCK, p, 0, NULL) + 64;
+	}
+	bool seenp[0x40] = {false};
+	for (unsigned i = 0; i < tx->n; i++) {
+		struct txobj *o = &tx->o[i];
+		if (!is_write(o) || seenp[o->primary])
+			continue;
+		seenp[o->primary] = true;
+		bool seenb[0x40] = {false};
+		for (unsigned j = i; j < tx->n; j++) {
+			struct txobj *q = &tx->o[j];
+			if (!is_write(q) || q->primary != o->primary)
+				continue;
+			for (unsigned k = 1; k < q->nrep; k++) {
+				uint32_t b = q->reps[k];
+				if (b >= 0x40 || seenb[b])
+					continue;
+				seenb[b] = true;
+				tx->need[b] += rec_bytes(tx, REC_COMMIT_BACKUP,
+				                         o->primary, b, NULL);
+			}
+		}
+	}
+	for (uint32_t mach = 0; mach < m->M && mach < 0x40; mach++)
+		if (tx->need[mach] && mach != m->me &&
+		    !atomic_load_explicit(&m->peer_ready[mach], memory_order_acquire))
+			return FARM_EPEERDEAD; /* we cannot write its log */
+	for (uint32_t mach = 0; mach < m->M && mach < 0x40; mach++)
+		if (tx->need[mach] > m->R / 2)
+			return -E2BIG; /* more than half a log: never fits */
+	tx->ph = PH_RESERVE;
+	tx->in_call = true;
+	tx_reserve(tx);
+	return tx_leave_call(tx);
+}
+
+int farm_tx_abort(farm_tx *tx)
+{
+	if (!tx)
+		return -EINVAL;
+	if (tx->ph != PH_OPEN)
+		return FARM_ECLOSED;
+	if (tx->reads_out)
+		return -EBUSY;
+	tx->outcome = -ECANCELED;
+	tx_finish(tx);
+	return 0;
+}
+
+void farm_tx_free(farm_tx *tx)
+{
+	if (!tx)
+		return;
+	tx->released = true;
+	if (tx->ph == PH_OPEN && !tx->reads_out) {
+		tx->outcome = -ECANCELED;
+		tx_finish(tx); /* frees */
+	} else if (tx->ph == PH_DONE) {
+		tx_free(tx);
+	}
+	/* else: a commit or reads are in flight; freed when they end. */
+}
+
+/* A read came back to a transaction the application already freed. */
+static bool tx_gone(farm_tx *tx)
+{
+	if (!tx->released || tx->reads_out)
+		return false;
+	if (tx->ph == PH_OPEN) {
+		tx->outcome = -ECANCELED;
+		tx_finish(tx);
+	}
+	return true;
+}
+
+bool farm_tx_retryable(int outcome)
+{
+	return outcome == FARM_ECONFLICT || outcome == FARM_EVALIDATION ||
+	       outcome == -ENOSPC || outcome == -EBUSY || outcome == -EAGAIN;
+}
+
+/* Transactions waiting for lock replies past their deadline give up. */
+static void scan_deadlines(struct txloop *tl)
+{
+	uint64_t now = farm_now_ns();
+	for (unsigned i = 0; i < TX_SLOTS; i++) {
+		farm_tx *tx = tl->slots[i];
+		if (!tx || tx->ph != PH_LOCK || !tx->wait_replies ||
+		    now < tx->deadline)
+			continue;
+		tx->wait_replies = 0;
+		if (!tx->fail)
+			tx->fail = -ETIMEDOUT;
+		tx_step(tx);
+	}
+}
+
+/* ---- blocking wrappers ---------------------------------------------------------- */
+
+struct sync_res {
+	volatile int done;
+	int status;
+	const void *data;
+	farm_fatptr fp;
+	void *wdata;
+};
+
+static void sync_read_cb(farm_tx *tx, void *ctx, int status, const void *data,
+                         uint32_t size)
+{
+	(void)tx;
+	(void)size;
+	struct sync_res *r = ctx;
+	r->status = status;
+	r->data = data;
+	r->done = 1;
+}
+
+static int wait_loop(farm_loop *loop, struct sync_res *r)
+{
+	int rc = farm_loop_wait(loop, &r->done, 0);
+	return rc ? rc : r->status;
+}
+
+int farm_tx_read_sync(farm_tx *tx, farm_gaddr a, uint32_t size,
+                      const void **data)
+{
+	struct sync_res r = {0};
+	int rc = farm_tx_read(tx, a, size, sync_read_cb, &r);
+	if (rc)
+		return rc;
+	rc = wait_loop(tx->tl->loop, &r);
+	if (!rc && data)
+		*data = r.data;
+	return rc;
+}
+
+static void sync_alloc_cb(farm_tx *tx, void *ctx, int status, farm_fatptr p,
+                          void *data)
+{
+	(void)tx;
+	struct sync_res *r = ctx;
+	r->status = status;
+	r->fp = p;
+	r->wdata = data;
+	r->done = 1;
+}
+
+int farm_tx_alloc_sync(farm_tx *tx, uint32_t size, farm_gaddr hint,
+                       farm_fatptr *p, void **data)
+{
+	struct sync_res r = {0};
+	int rc = farm_tx_alloc(tx, size, hint, sync_alloc_cb, &r);
+	if (rc)
+		return rc;
+	rc = wait_loop(tx->tl->loop, &r);
+	if (!rc) {
+		if (p)
+			*p = r.fp;
+		if (data)
+			*data = r.wdata;
+	}
+	return rc;
+}
+
+static void sync_commit_cb(farm_loop *loop, void *ctx, int outcome)
+{
+	(void)loop;
+	struct sync_res *r = ctx;
+	r->status = outcome;
+	r->done = 1;
+}
+
+int farm_tx_commit_sync(farm_tx *tx)
+{
+	if (!tx)
+		return -EINVAL;
+	farm_loop *loop = tx->tl->loop;
+	struct sync_res r = {0};
+	int rc = farm_tx_commit(tx, sync_commit_cb, &r);
+	if (rc)
+		return rc;
+	return wait_loop(loop, &r);
+}
+
+static void sync_op_cb(farm_loop *loop, void *ctx, int status)
+{
+	(void)loop;
+	struct sync_res *r = ctx;
+	r->status = status;
+	r->done = 1;
+}
+
+int farm_lf_read_sync(farm_txm *m, farm_loop *loop, farm_gaddr a, uint32_t size,
+                      uint64_t want_incarnation, void *buf)
+{
+	struct sync_res r = {0};
+	int rc = farm_lf_read(m, loop, a, size, want_incarnation, buf, sync_op_cb, &r);
+	if (rc)
+		return rc;
+	return wait_loop(loop, &r);
+}
+
+/* ---- the manager ------------------------------------------------------------------ */
+
+static int txn_poll_all(farm_loop *loop, void *ctx)
+{
+	struct txloop *tl = ctx;
+	int got = txn_poll(loop, ctx);
+	if ((++tl->rand & 1023) == 0)
+		scan_deadlines(tl);
+	return got;
+}
+
+int farm_txm_create(farm_fabric *fab, farm_msg *msg, farm_as *as,
+                    farm_galloc *ga, const struct farm_txm_attr *attr,
+                    farm_txm **out)
+{
+	if (!fab || !msg || !as || !ga || !out)
+		return -EINVAL;
+	struct farm_txm_attr a = attr ? *attr : (struct farm_txm_attr){0};
+	if (!a.log_size)
+		a.log_size = DEFAULT_LOG;
+	if (!farm_is_pow2(a.log_size) || a.log_size < (64u << 10) ||
+	    a.log_size > (64u << 20))
+		return -EINVAL;
+	if (!a.arena_size)
+		a.arena_size = DEFAULT_ARENA;
+	if (!a.lf_bound_ns)
+		a.lf_bound_ns = 1000000ull;
+	farm_txm *m = calloc(1, sizeof(*m));
+	if (!m)
+		return -ENOMEM;
+	m->fab = fab;
+	m->msg = msg;
+	m->as = as;
+	m->ga = ga;
+	m->me = farm_msg_machine_id(msg);
+	m->T = farm_msg_nthreads(msg);
+	m->M = FARM_MIN(farm_msg_max_machines(msg), 0x40u);
+	m->R = a.log_size;
+	m->lf_bound = a.lf_bound_ns;
+	m->arena_size = a.arena_size;
+	if (m->T > MAX_LOOPS || m->me >= m->M) {
+		free(m);
+		return -EINVAL;
+	}
+	uint64_t nlogs = (uint64_t)m->M * m->T;
+	m->hdr_area = (nlogs * 64 + 4095) & ~4095ull;
+	uint64_t total = m->hdr_area + nlogs * m->R;
+	m->peers = calloc(m->M, sizeof(*m->peers));
+	m->peer_ready = calloc(m->M, sizeof(*m->peer_ready));
+	int rc = m->peers && m->peer_ready ? 0 : -ENOMEM;
+	if (!rc)
+		rc = farm_mem_alloc(fab, (size_t)total, 0, &m->logmem);
+	if (!rc)
+		rc = farm_mr_reg(fab, farm_mem_addr(m->logmem), (size_t)total,
+		                 FARM_ACCESS_LOCAL | FARM_ACCESS_REMOTE_READ |
+		                         FARM_ACCESS_REMOTE_WRITE,
+		                 &m->logmr);
+	if (!rc)
+		rc = farm_msg_handle(msg, FARM_MSGT_TX_REPLY, h_reply, m);
+	if (rc) {
+		farm_err("txn: cannot set up logs (%" PRIu64 " bytes): %s", total,
+		         farm_strerror(rc));
+		farm_txm_destroy(m);
+		return rc;
+	}
+	m->logbase = farm_mem_addr(m->logmem);
+	m->logdesc = farm_mr_describe(m->logmr);
+	m->peers[m->me] = m->logdesc;
+	atomic_store(&m->peer_ready[m->me], 1);
+	*out = m;
+	return 0;
+}
+
+void farm_txm_destroy(farm_txm *m)
+{
+	if (!m)
+		return;
+	for (unsigned i = 0; i < MAX_LOOPS; i++)
+		if (m->loops[i])
+			farm_warn("txn: loop %u still attached at destroy", i);
+	if (m->logmr)
+		farm_mr_dereg(m->logmr);
+	if (m->logmem)
+		farm_mem_free(m->logmem);
+	free(m->peers);
+	free(m->peer_ready);
+	free(m);
+}
+
+farm_mr_desc farm_txm_log_desc(const farm_txm *m)
+{
+	return m ? m->logdesc : (farm_mr_desc){0};
+}
+
+int farm_txm_add_peer(farm_txm *m, uint32_t id, const farm_mr_desc *logs)
+{
+	if (!m || !logs || id >= m->M || id == m->me)
+		return -EINVAL;
+	uint64_t nlogs = (uint64_t)m->M * m->T;
+	if (logs->len != m->hdr_area + nlogs * m->R)
+		return -EINVAL; /* another log size or thread count */
+	if (atomic_load(&m->peer_ready[id]))
+		return memcmp(&m->peers[id], logs, sizeof(*logs)) ? -EEXIST : 0;
+	m->peers[id] = *logs;
+	m->peers[id].machine = id;
+	atomic_store_explicit(&m->peer_ready[id], 1, memory_order_release);
+	return 0;
+}
+
+int farm_txm_attach(farm_txm *m, farm_loop *loop)
+{
+	if (!m || !loop)
+		return -EINVAL;
+	unsigned t = farm_loop_index(loop);
+	if (t >= m->T || m->loops[t])
+		return -EINVAL;
+	struct txloop *tl = calloc(1, sizeof(*tl));
+	if (!tl)
+		return -ENOMEM;
+	tl->m = m;
+	tl->loop = loop;
+	tl->t = t;
+	tl->rand = farm_now_ns() ^ ((uint64_t)m->me << 32) ^ t;
+	tl->slots = calloc(TX_SLOTS, sizeof(*tl->slots));
+	tl->w = calloc(m->M, sizeof(*tl->w));
+	tl->r = calloc(m->M, sizeof(*tl->r));
+	int rc = tl->slots && tl->w && tl->r ? 0 : -ENOMEM;
+	for (uint32_t i = 0; !rc && i < m->M; i++)
+		if (!(tl->w[i].wq = calloc(WQ_CAP, sizeof(struct wq_ent))))
+			rc = -ENOMEM;
+	if (!rc) {
+		tl->ar.size = m->arena_size;
+		tl->ar.base = aligned_alloc(4096, tl->ar.size);
+		rc = tl->ar.base ? farm_mr_reg(m->fab, tl->ar.base, tl->ar.size,
+		                               FARM_ACCESS_LOCAL, &tl->ar.mr)
+		                 : -ENOMEM;
+	}
+	if (!rc)
+		rc = farm_loop_add_poller(loop, txn_poll_all, txn_pending, tl);
+	if (rc) {
+		if (tl->ar.mr)
+			farm_mr_dereg(tl->ar.mr);
+		free(tl->ar.base);
+		for (uint32_t i = 0; tl->w && i < m->M; i++)
+			free(tl->w[i].wq);
+		free(tl->w);
+		free(tl->r);
+		free(tl->slots);
+		free(tl);
+		return rc;
+	}
+	m->loops[t] = tl;
+	return 0;
+}
+
+void farm_txm_detach(farm_txm *m, farm_loop *loop)
+{
+	struct txloop *tl = loop_state(m, loop);
+	if (!tl)
+		return;
+	for (unsigned i = 0; i < TX_SLOTS; i++)
+		if (tl->slots[i])
+			farm_warn("txn: loop %u detached with a transaction open",
+			          tl->t);
+	for (unsigned b = 0; b < LOCK_BUCKETS; b++)
+		while (tl->locks[b]) {
+			struct lock_ent *e = tl->locks[b];
+			tl->locks[b] = e->next;
+			free(e);
+		}
+	farm_mr_dereg(tl->ar.mr);
+	free(tl->ar.base);
+	for (uint32_t i = 0; i < m->M; i++)
+		free(tl->w[i].wq);
+	free(tl->w);
+	free(tl->r);
+	free(tl->slots);
+	m->loops[tl->t] = NULL;
+	free(tl);
+}
+
+void farm_txm_stats_get(farm_txm *m, farm_txm_stats *out)
+{
+	if (!m || !out)
+		return;
+	uint64_t v[32];
+	for (int i = 0; i < 32; i++)
+		v[i] = atomic_load_explicit(&m->st.v[i], memory_order_relaxed);
+	*out = (farm_txm_stats){
+	        .commits = v[S_COMMITS], .commits_single = v[S_COMMITS_SINGLE],
+	        .aborts_conflict = v[S_AB_CONFLICT],
+	        .aborts_validation = v[S_AB_VALIDATION],
+	        .aborts_failure = v[S_AB_FAILURE], .aborts_nospace = v[S_AB_NOSPACE],
+	        .aborts_freed = v[S_AB_FREED], .lf_reads = v[S_LF_READS],
+	        .lf_retries = v[S_LF_RETRIES], .tx_reads = v[S_TX_READS],
+	        .commit_writes = v[S_C_WRITES], .commit_reads = v[S_C_READS],
+	        .commit_msgs = v[S_C_MSGS], .log_full = v[S_LOG_FULL],
+	        .truncates = v[S_TRUNCATES], .locks_granted = v[S_LOCKS_OK],
+	        .locks_refused = v[S_LOCKS_REFUSED], .installs = v[S_INSTALLS],
+	        .backup_applies = v[S_BACKUP_APPLIES],
+	        .bad_records = v[S_BAD_RECORDS]};
+}

@@ -1,0 +1,373 @@
+/*
+ * Transactions on three in-process machines whose loops one test thread
+ * drives in turn (tests/asnodes.h): single-machine and distributed commits,
+ * the protocol's operation counts, conflicts and validation failures,
+ * backups receiving committed values, frees and fat pointers, bad input.
+ * Concurrency (bank, torn reads, checker) is in the multi-process tests.
+ */
+#include "asnodes.h"
+
+#include <inttypes.h>
+
+#define RSIZE (16ull << 20)
+
+static struct asn_cluster C;
+
+struct res {
+	int done, status;
+	const void *data;
+	farm_fatptr fp;
+	void *wdata;
+};
+
+static void read_cb(farm_tx *tx, void *ctx, int status, const void *data,
+                    uint32_t size)
+{
+	(void)tx;
+	(void)size;
+	struct res *r = ctx;
+	r->status = status;
+	r->data = data;
+	r->done = 1;
+}
+
+static void alloc_cb(farm_tx *tx, void *ctx, int status, farm_fatptr p,
+                     void *data)
+{
+	(void)tx;
+	struct res *r = ctx;
+	r->status = status;
+	r->fp = p;
+	r->wdata = data;
+	r->done = 1;
+}
+
+static void op_cb(farm_loop *loop, void *ctx, int status)
+{
+	(void)loop;
+	struct res *r = ctx;
+	r->status = status;
+	r->done = 1;
+}
+
+static farm_tx *begin(unsigned m)
+{
+	farm_tx *tx;
+	assert_int_equal(farm_tx_begin(C.m[m].txm, C.m[m].loop, &tx), 0);
+	return tx;
+}
+
+static int rd(farm_tx *tx, farm_gaddr a, uint32_t size, const void **data)
+{
+	struct res r = {0};
+	int rc = farm_tx_read(tx, a, size, read_cb, &r);
+	if (rc)
+		return rc;
+	asn_wait(&C, &r.done);
+	if (data)
+		*data = r.data;
+	return r.status;
+}
+
+static int commit(farm_tx *tx)
+{
+	struct res r = {0};
+	int rc = farm_tx_commit(tx, op_cb, &r);
+	if (rc)
+		return rc;
+	assert_int_equal(r.done, 0); /* never before commit returns */
+	asn_wait(&C, &r.done);
+	return r.status;
+}
+
+static int lf(unsigned m, farm_gaddr a, uint32_t size, uint64_t want, void *buf)
+{
+	struct res r = {0};
+	int rc = farm_lf_read(C.m[m].txm, C.m[m].loop, a, size, want, buf, op_cb,
+	                      &r);
+	if (rc)
+		return rc;
+	asn_wait(&C, &r.done);
+	return r.status;
+}
+
+/* A new committed object of @size bytes on machine @m holding @fill. */
+static farm_fatptr make_obj(unsigned m, uint32_t size, uint8_t fill)
+{
+	farm_tx *tx = begin(m);
+	struct res r = {0};
+	assert_int_equal(farm_tx_alloc(tx, size, FARM_GADDR_NULL, alloc_cb, &r), 0);
+	asn_wait(&C, &r.done);
+	assert_int_equal(r.status, 0);
+	memset(r.wdata, fill, size);
+	assert_int_equal(commit(tx), 0);
+	farm_tx_free(tx);
+	return r.fp;
+}
+
+static uint32_t primary_of(farm_gaddr a)
+{
+	uint32_t rep[FARM_RING_MAX_REPLICAS];
+	assert_true(farm_as_replicas(C.m[0].as, farm_gaddr_region(a), rep) > 0);
+	return rep[0];
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	asn_open(&C, 3, RSIZE, NULL);
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	asn_close(&C);
+	return 0;
+}
+
+static void test_single_machine(void **state)
+{
+	(void)state;
+	farm_txm_stats s0, s1;
+	farm_txm_stats_get(C.m[0].txm, &s0);
+	farm_fatptr p = make_obj(0, 300, 0xab); /* 6 lines */
+	assert_int_equal(primary_of(p.addr), 1);
+	farm_txm_stats_get(C.m[0].txm, &s1);
+	assert_int_equal(s1.commits - s0.commits, 1);
+	assert_int_equal(s1.commits_single - s0.commits_single, 1);
+	/* Single-machine: no LOCK, no VALIDATE; COMMIT-BACKUP to 2 backups. */
+	assert_int_equal(s1.commit_writes - s0.commit_writes, 2);
+	assert_int_equal(s1.commit_msgs - s0.commit_msgs, 0);
+	assert_int_equal(s1.commit_reads - s0.commit_reads, 0);
+
+	/* Read back in a transaction and lock-free, locally and remotely. */
+	farm_tx *tx = begin(0);
+	const uint8_t *d;
+	assert_int_equal(rd(tx, p.addr, 300, (const void **)&d), 0);
+	for (int i = 0; i < 300; i++)
+		assert_int_equal(d[i], 0xab);
+	assert_int_equal(commit(tx), 0); /* read-only, one object */
+	farm_tx_free(tx);
+	uint8_t buf[300];
+	for (unsigned m = 0; m < 3; m++) {
+		memset(buf, 0, sizeof(buf));
+		assert_int_equal(lf(m, p.addr, 300, p.incarnation, buf), 0);
+		for (int i = 0; i < 300; i++)
+			assert_int_equal(buf[i], 0xab);
+	}
+
+	/* A second commit to the same backups carries the low-water mark
+	 * past the first: the backups apply the first one's values. */
+	tx = begin(0);
+	assert_int_equal(rd(tx, p.addr, 300, NULL), 0);
+	uint8_t *w;
+	assert_int_equal(farm_tx_write(tx, p.addr, (void **)&w), 0);
+	memset(w, 0xcd, 300);
+	assert_int_equal(commit(tx), 0);
+	farm_tx_free(tx);
+	for (int i = 0; i < 100; i++)
+		asn_pump(&C);
+	uint32_t rep[FARM_RING_MAX_REPLICAS];
+	farm_as_replicas(C.m[0].as, farm_gaddr_region(p.addr), rep);
+	for (unsigned k = 1; k < 3; k++) {
+		enum farm_as_role role;
+		farm_region *r = farm_as_local_region(C.m[rep[k] - 1].as,
+		                                      farm_gaddr_region(p.addr), &role);
+		assert_non_null(r);
+		assert_int_equal(role, FARM_AS_BACKUP);
+		const uint8_t *copy = (const uint8_t *)farm_region_base(r) +
+		                      farm_gaddr_offset(p.addr);
+		/* At least the first commit's bytes: 0xab, in line 0 after the
+		 * header, and the header's allocated bit. */
+		assert_int_equal(copy[16], 0xab);
+		uint64_t w8;
+		memcpy(&w8, copy + 8, 8);
+		assert_true(farm_incarn_allocated(w8));
+	}
+	farm_txm_stats_get(C.m[rep[1] - 1].txm, &s1);
+	assert_true(s1.backup_applies >= 1);
+}
+
+static void test_distributed(void **state)
+{
+	(void)state;
+	farm_fatptr a = make_obj(0, 64, 1), b = make_obj(1, 64, 2),
+	            c = make_obj(0, 40, 3);
+	assert_int_equal(primary_of(a.addr), 1);
+	assert_int_equal(primary_of(b.addr), 2);
+	farm_txm_stats s0, s1;
+	farm_txm_stats_get(C.m[2].txm, &s0);
+	/* Machine 3 moves a's byte into b and reads c (read-only). */
+	farm_tx *tx = begin(2);
+	const uint8_t *da, *db, *dc;
+	assert_int_equal(rd(tx, a.addr, 64, (const void **)&da), 0);
+	assert_int_equal(rd(tx, b.addr, 64, (const void **)&db), 0);
+	assert_int_equal(rd(tx, c.addr, 40, (const void **)&dc), 0);
+	assert_int_equal(da[0] + db[0] + dc[0], 6);
+	uint8_t *wa, *wb;
+	assert_int_equal(farm_tx_write(tx, a.addr, (void **)&wa), 0);
+	assert_int_equal(farm_tx_write(tx, b.addr, (void **)&wb), 0);
+	wb[0] = (uint8_t)(wb[0] + wa[0]);
+	wa[0] = 0;
+	assert_int_equal(commit(tx), 0);
+	farm_tx_free(tx);
+	farm_txm_stats_get(C.m[2].txm, &s1);
+	/* The protocol's work, remote operations only: LOCK to 2 primaries,
+	 * COMMIT-BACKUP to each primary's backups other than machine 3,
+	 * COMMIT-PRIMARY to 2 primaries; 2 lock replies; 1 validation READ
+	 * (c: read, not written, remote). */
+	unsigned remote_backups = 0;
+	farm_gaddr objs[2] = {a.addr, b.addr};
+	for (int i = 0; i < 2; i++) {
+		uint32_t rep[FARM_RING_MAX_REPLICAS];
+		farm_as_replicas(C.m[2].as, farm_gaddr_region(objs[i]), rep);
+		for (int k = 1; k < 3; k++)
+			remote_backups += rep[k] != 3;
+	}
+	printf("distributed commit: %" PRIu64 " WRITEs (expected %u), %" PRIu64
+	       " READs, %" PRIu64 " messages\n",
+	       s1.commit_writes - s0.commit_writes, 4 + remote_backups,
+	       s1.commit_reads - s0.commit_reads, s1.commit_msgs - s0.commit_msgs);
+	assert_int_equal(s1.commit_writes - s0.commit_writes, 4 + remote_backups);
+	assert_int_equal(s1.commit_reads - s0.commit_reads, 1);
+	assert_int_equal(s1.commit_msgs - s0.commit_msgs, 2);
+	assert_int_equal(s1.commits_single - s0.commits_single, 0);
+	uint8_t buf[64];
+	assert_int_equal(lf(0, a.addr, 64, a.incarnation, buf), 0);
+	assert_int_equal(buf[0], 0);
+	assert_int_equal(buf[1], 1);
+	assert_int_equal(lf(2, b.addr, 64, b.incarnation, buf), 0);
+	assert_int_equal(buf[0], 3);
+}
+
+static void test_conflict_and_validation(void **state)
+{
+	(void)state;
+	farm_fatptr a = make_obj(0, 64, 10), b = make_obj(1, 64, 20);
+	/* Two writers of a: the second's LOCK finds a new version. */
+	farm_tx *t1 = begin(1), *t2 = begin(2);
+	uint8_t *w;
+	assert_int_equal(rd(t1, a.addr, 64, NULL), 0);
+	assert_int_equal(rd(t2, a.addr, 64, NULL), 0);
+	assert_int_equal(farm_tx_write(t1, a.addr, (void **)&w), 0);
+	w[0] = 11;
+	assert_int_equal(farm_tx_write(t2, a.addr, (void **)&w), 0);
+	w[0] = 12;
+	assert_int_equal(commit(t1), 0);
+	int rc = commit(t2);
+	assert_int_equal(rc, FARM_ECONFLICT);
+	assert_true(farm_tx_retryable(rc));
+	farm_tx_free(t1);
+	farm_tx_free(t2);
+	uint8_t buf[64];
+	assert_int_equal(lf(1, a.addr, 64, UINT64_MAX, buf), 0);
+	assert_int_equal(buf[0], 11);
+
+	/* t3 reads a, writes b; a changes before t3 commits: validation. */
+	farm_tx *t3 = begin(2), *t4 = begin(0);
+	assert_int_equal(rd(t3, a.addr, 64, NULL), 0);
+	assert_int_equal(rd(t3, b.addr, 64, NULL), 0);
+	assert_int_equal(farm_tx_write(t3, b.addr, (void **)&w), 0);
+	w[0] = 99;
+	assert_int_equal(rd(t4, a.addr, 64, NULL), 0);
+	assert_int_equal(farm_tx_write(t4, a.addr, (void **)&w), 0);
+	w[0] = 13;
+	assert_int_equal(commit(t4), 0); /* single-machine on machine 1 */
+	assert_int_equal(commit(t3), FARM_EVALIDATION);
+	farm_tx_free(t3);
+	farm_tx_free(t4);
+	assert_int_equal(lf(0, b.addr, 64, UINT64_MAX, buf), 0);
+	assert_int_equal(buf[0], 20); /* t3's write never happened */
+	/* Nothing stays locked: a new writer of b commits. */
+	farm_tx *t5 = begin(0);
+	assert_int_equal(rd(t5, b.addr, 64, NULL), 0);
+	assert_int_equal(farm_tx_write(t5, b.addr, (void **)&w), 0);
+	w[0] = 21;
+	assert_int_equal(commit(t5), 0);
+	farm_tx_free(t5);
+}
+
+static void test_free_and_fat_pointers(void **state)
+{
+	(void)state;
+	farm_fatptr p = make_obj(1, 100, 7);
+	farm_tx *tx = begin(1);
+	assert_int_equal(rd(tx, p.addr, 100, NULL), 0);
+	assert_int_equal(farm_tx_free_obj(tx, p.addr), 0);
+	assert_int_equal(commit(tx), 0);
+	farm_tx_free(tx);
+	uint8_t buf[100];
+	for (unsigned m = 0; m < 3; m++)
+		assert_int_equal(lf(m, p.addr, 100, p.incarnation, buf), FARM_EFREED);
+	/* The slot is reused at once for the same size: a stale fat pointer
+	 * still says freed, never the new object's bytes. */
+	farm_fatptr q = make_obj(1, 100, 8);
+	if (q.addr == p.addr) {
+		assert_true(q.incarnation == p.incarnation + 1);
+		assert_int_equal(lf(2, p.addr, 100, p.incarnation, buf), FARM_EFREED);
+		tx = begin(2);
+		struct res r = {0};
+		assert_int_equal(farm_tx_read_fat(tx, p, read_cb, &r), 0);
+		asn_wait(&C, &r.done);
+		assert_int_equal(r.status, FARM_EFREED);
+		farm_tx_free(tx);
+	}
+	assert_int_equal(lf(2, q.addr, 100, q.incarnation, buf), 0);
+	assert_int_equal(buf[99], 8);
+}
+
+static void test_bad_input(void **state)
+{
+	(void)state;
+	farm_fatptr p = make_obj(0, 64, 1);
+	farm_tx *tx = begin(0);
+	/* size 0, past the object (64 B is 2 lines; the object has 2), out
+	 * of the region, misaligned, never allocated. */
+	assert_int_equal(rd(tx, p.addr, 0, NULL), -EINVAL);
+	assert_int_equal(rd(tx, p.addr, 200, NULL), -EINVAL);
+	assert_int_equal(rd(tx, farm_gaddr_make(farm_gaddr_region(p.addr),
+	                                        (uint32_t)RSIZE - 64),
+	                    128, NULL),
+	                 -EINVAL);
+	assert_int_equal(rd(tx, p.addr + 8, 16, NULL), -EINVAL);
+	assert_int_equal(rd(tx, p.addr + (8u << 20), 16, NULL), FARM_EFREED);
+	void *w;
+	assert_int_equal(farm_tx_write(tx, p.addr, &w), -ENOENT);
+	assert_int_equal(farm_tx_free_obj(tx, p.addr), -ENOENT);
+	struct res r = {0};
+	assert_int_equal(farm_tx_alloc(tx, FARM_TX_MAX_SIZE + 1, 0, alloc_cb, &r),
+	                 -E2BIG);
+	assert_int_equal(farm_tx_alloc(tx, 0, 0, alloc_cb, &r), -EINVAL);
+	assert_int_equal(rd(tx, p.addr, 64, NULL), 0);
+	assert_int_equal(commit(tx), 0);
+	/* Ended: every call says so. */
+	assert_int_equal(farm_tx_commit(tx, op_cb, &r), FARM_ECLOSED);
+	assert_int_equal(farm_tx_read(tx, p.addr, 64, read_cb, &r), FARM_ECLOSED);
+	assert_int_equal(farm_tx_write(tx, p.addr, &w), FARM_ECLOSED);
+	assert_int_equal(farm_tx_abort(tx), FARM_ECLOSED);
+	farm_tx_free(tx);
+	/* Abort frees what the transaction allocated. */
+	tx = begin(0);
+	assert_int_equal(farm_tx_alloc(tx, 64, 0, alloc_cb, &r), 0);
+	asn_wait(&C, &r.done);
+	assert_int_equal(r.status, 0);
+	assert_int_equal(farm_tx_abort(tx), 0);
+	farm_tx_free(tx);
+	uint8_t buf[64];
+	assert_int_equal(lf(0, r.fp.addr, 64, UINT64_MAX, buf), FARM_EFREED);
+	assert_false(farm_tx_retryable(FARM_EFREED));
+	assert_false(farm_tx_retryable(0));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	        cmocka_unit_test(test_single_machine),
+	        cmocka_unit_test(test_distributed),
+	        cmocka_unit_test(test_conflict_and_validation),
+	        cmocka_unit_test(test_free_and_fat_pointers),
+	        cmocka_unit_test(test_bad_input),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
