@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "alloc/galloc.h"
+#include "txn/txm.h"
 #include "util/common.h"
 #include "util/log.h"
 
@@ -32,6 +33,7 @@ struct farm_node {
 	farm_msg *msg;
 	farm_as *as;
 	farm_galloc *ga;
+	farm_txm *txm;
 	struct farm_membership *mem;
 	char card[FARM_ENDPOINT_MAX];
 	unsigned nthreads;
@@ -52,17 +54,18 @@ static int card_format(farm_node *n)
 	int rc = farm_fabric_address(n->fab, addr, sizeof(addr));
 	if (rc < 0)
 		return rc;
-	farm_mr_desc d = farm_msg_desc(n->msg);
+	farm_mr_desc d = farm_msg_desc(n->msg), l = farm_txm_log_desc(n->txm);
 	int len = snprintf(n->card, sizeof(n->card),
-	                   "%s msg=%" PRIx64 ":%" PRIx64 ":%" PRIx64, addr, d.key,
-	                   d.addr, d.len);
+	                   "%s msg=%" PRIx64 ":%" PRIx64 ":%" PRIx64
+	                   " log=%" PRIx64 ":%" PRIx64 ":%" PRIx64,
+	                   addr, d.key, d.addr, d.len, l.key, l.addr, l.len);
 	return len < 0 || (size_t)len >= sizeof(n->card) ? -ENAMETOOLONG : 0;
 }
 
 int farm_node_card_parse(const char *card, char *addr, size_t addrlen,
-                         farm_mr_desc *msg_desc)
+                         farm_mr_desc *msg_desc, farm_mr_desc *log_desc)
 {
-	if (!card || !addr || !msg_desc)
+	if (!card || !addr || !msg_desc || !log_desc)
 		return -EINVAL;
 	const char *m = strstr(card, " msg=");
 	if (!m)
@@ -72,15 +75,20 @@ int farm_node_card_parse(const char *card, char *addr, size_t addrlen,
 	size_t alen = (size_t)(m - card);
 	if (alen == 0 || alen >= addrlen)
 		return -EINVAL;
-	uint64_t key, base, len;
+	uint64_t key, base, len, lkey, lbase, llen;
 	char tail;
-	if (sscanf(m + 5, "%" SCNx64 ":%" SCNx64 ":%" SCNx64 "%c", &key, &base,
-	           &len, &tail) != 3)
+	if (sscanf(m + 5,
+	           "%" SCNx64 ":%" SCNx64 ":%" SCNx64 " log=%" SCNx64 ":%" SCNx64
+	           ":%" SCNx64 "%c",
+	           &key, &base, &len, &lkey, &lbase, &llen, &tail) != 6)
 		return -EINVAL;
 	memcpy(addr, card, alen);
 	addr[alen] = 0;
 	*msg_desc = (farm_mr_desc){.key = key, .addr = base, .len = len,
 	                           .access = FARM_ACCESS_ALL};
+	*log_desc = (farm_mr_desc){.key = lkey, .addr = lbase, .len = llen,
+	                           .access = FARM_ACCESS_REMOTE_READ |
+	                                     FARM_ACCESS_REMOTE_WRITE};
 	return 0;
 }
 
@@ -147,18 +155,22 @@ static void apply_view(void *ctx, const struct farm_view *v)
 		if (m->id == n->cfg.machine_id)
 			continue;
 		char card[FARM_ENDPOINT_MAX], addr[FARM_ENDPOINT_MAX];
-		farm_mr_desc d;
-		int rc = farm_node_card_parse(m->endpoint, addr, sizeof(addr), &d);
+		farm_mr_desc d, ld;
+		int rc = farm_node_card_parse(m->endpoint, addr, sizeof(addr), &d,
+		                              &ld);
 		if (rc == -ENOENT) { /* static: the card is in its directory */
 			rc = card_read(m->endpoint, n->start_timeout_ms, card,
 			               sizeof(card));
 			if (!rc)
 				rc = farm_node_card_parse(card, addr, sizeof(addr),
-				                          &d);
+				                          &d, &ld);
 		}
 		if (!rc) {
 			d.machine = m->id;
+			ld.machine = m->id;
 			rc = farm_msg_add_peer(n->msg, m->id, addr, &d);
+			if (!rc)
+				rc = farm_txm_add_peer(n->txm, m->id, &ld);
 		}
 		if (rc == -EEXIST)
 			farm_warn("node: machine %" PRIu32 " came back with new "
@@ -232,8 +244,10 @@ int farm_node_open(const struct farm_config *cfg, farm_node **out)
 	        .ring = {.replicas = cfg->replicas, .rings = cfg->rings,
 	                 .points = cfg->ring_points},
 	};
+	struct farm_txm_attr ta = {.log_size = cfg->log_size};
 	if ((rc = farm_as_create(n->fab, n->msg, &aa, &n->as)) ||
-	    (rc = farm_galloc_create(n->as, n->msg, &n->ga))) {
+	    (rc = farm_galloc_create(n->as, n->msg, &n->ga)) ||
+	    (rc = farm_txm_create(n->fab, n->msg, n->as, n->ga, &ta, &n->txm))) {
 		farm_err("node %" PRIu32 ": address space: %s", cfg->machine_id,
 		         farm_strerror(rc));
 		goto fail;
@@ -264,7 +278,15 @@ static void *loop_main(void *arg)
 	pthread_mutex_unlock(&n->lock);
 	if (rc)
 		return NULL;
+	rc = farm_txm_attach(n->txm, loop);
+	if (rc) {
+		farm_err("node: loop %u: transactions: %s", t->idx,
+		         farm_strerror(rc));
+		farm_loop_close(loop);
+		return NULL;
+	}
 	farm_loop_run(loop);
+	farm_txm_detach(n->txm, loop);
 	farm_loop_close(loop);
 	return NULL;
 }
@@ -348,6 +370,7 @@ void farm_node_close(farm_node *n)
 				pthread_join(n->threads[i].th, NULL);
 		free(n->threads);
 	}
+	farm_txm_destroy(n->txm);
 	farm_galloc_destroy(n->ga);
 	farm_as_destroy(n->as);
 	if (n->msg && farm_msg_destroy(n->msg))
@@ -369,6 +392,7 @@ farm_fabric *farm_node_fabric(const farm_node *n) { return n ? n->fab : NULL; }
 farm_msg *farm_node_msg(const farm_node *n) { return n ? n->msg : NULL; }
 farm_as *farm_node_as(const farm_node *n) { return n ? n->as : NULL; }
 farm_galloc *farm_node_galloc(const farm_node *n) { return n ? n->ga : NULL; }
+farm_txm *farm_node_txm(const farm_node *n) { return n ? n->txm : NULL; }
 uint32_t farm_node_id(const farm_node *n) { return n ? n->cfg.machine_id : 0; }
 unsigned farm_node_nthreads(const farm_node *n) { return n ? n->nthreads : 0; }
 

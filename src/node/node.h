@@ -12,8 +12,9 @@
  *   farm_node_close()  leaves, stops the loops, frees everything
  *
  * A machine's card, the endpoint it registers in the membership, is its
- * fabric address followed by " msg=<key>:<addr>:<len>" (hex): the message
- * region's descriptor, so peers can message it. With static membership a
+ * fabric address followed by " msg=<key>:<addr>:<len> log=<key>:<addr>:<len>"
+ * (hex): the message region's and the transaction logs' descriptors, so
+ * peers can message it and write its logs. With static membership a
  * peer's card is read from the `machine.info` file in its data directory
  * (same host only). Internal; not installed.
  */
@@ -48,6 +49,7 @@ farm_fabric *farm_node_fabric(const farm_node *n);
 farm_msg *farm_node_msg(const farm_node *n);
 farm_as *farm_node_as(const farm_node *n);
 struct farm_galloc *farm_node_galloc(const farm_node *n);
+farm_txm *farm_node_txm(const farm_node *n);
 uint32_t farm_node_id(const farm_node *n);
 unsigned farm_node_nthreads(const farm_node *n);
 /* Loop @i (valid after farm_node_start; its thread runs it). */
@@ -61,6 +63,6 @@ int farm_node_run(farm_node *n, unsigned i, farm_work_fn fn, void *ctx);
 
 /* The card text for this machine, and its parser (exposed for tests). */
 int farm_node_card_parse(const char *card, char *addr, size_t addrlen,
-                         farm_mr_desc *msg_desc);
+                         farm_mr_desc *msg_desc, farm_mr_desc *log_desc);
 
 #endif

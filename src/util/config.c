@@ -22,6 +22,7 @@ void farm_config_defaults(struct farm_config *c)
 	c->rings = 3;
 	c->ring_points = 128;
 	c->threads = 1;
+	c->log_size = 256u << 10;
 	strcpy(c->zk_root, "/libfarm/default");
 	c->zk_session_ms = 4000;
 	c->zk_connect_timeout_ms = 5000;
@@ -113,6 +114,13 @@ int farm_config_set(struct farm_config *c, const char *key, const char *value,
 		rc = parse_u32_in(value, 1, 16, &c->rings);
 	} else if (strcmp(key, "ring_points") == 0) {
 		rc = parse_u32_in(value, 1, 1024, &c->ring_points);
+	} else if (strcmp(key, "log_size") == 0) {
+		uint64_t v;
+		rc = farm_parse_size(value, &v);
+		if (!rc && (!farm_is_pow2(v) || v < (64u << 10) || v > (64u << 20)))
+			rc = -ERANGE;
+		if (!rc)
+			c->log_size = (uint32_t)v;
 	} else if (strcmp(key, "expect_machines") == 0) {
 		rc = parse_u32_in(value, 0, FARM_CONFIG_MAX_PEERS + 1,
 		                  &c->expect_machines);
@@ -221,7 +229,7 @@ int farm_config_apply_env(struct farm_config *c, char *err, size_t errlen)
 	static const char *const keys[] = {"machine_id", "data_dir", "fabric",
 	                                   "listen", "region_size", "job",
 	                                   "replicas", "rings", "ring_points",
-	                                   "threads", "expect_machines", "zk", "zk_root",
+	                                   "threads", "expect_machines", "log_size", "zk", "zk_root",
 	                                   "zk_session_ms",
 	                                   "zk_connect_timeout_ms"};
 	char env[64], msg[256];
