@@ -44,6 +44,7 @@ struct farm_node {
 	struct farm_view view;  /* last view applied */
 	int start_timeout_ms;   /* static peers' cards are waited for this long */
 	bool card_written;
+	bool app_loops;         /* the application's threads run the loops */
 };
 
 /* ---- cards ------------------------------------------------------------------ */
@@ -291,6 +292,44 @@ static void *loop_main(void *arg)
 	return NULL;
 }
 
+void farm_node_set_app_loops(farm_node *n, bool on)
+{
+	if (n && !n->threads)
+		n->app_loops = on;
+}
+
+int farm_node_loop_open(farm_node *n, unsigned i, farm_loop **out)
+{
+	if (!n || !out || !n->app_loops || !n->threads || i >= n->nthreads)
+		return -EINVAL;
+	farm_loop *loop;
+	int rc = farm_loop_open(n->msg, i, &loop);
+	if (rc)
+		return rc;
+	if ((rc = farm_txm_attach(n->txm, loop))) {
+		farm_loop_close(loop);
+		return rc;
+	}
+	pthread_mutex_lock(&n->lock);
+	n->threads[i].loop = loop;
+	pthread_mutex_unlock(&n->lock);
+	*out = loop;
+	return 0;
+}
+
+void farm_node_loop_close(farm_node *n, farm_loop *loop)
+{
+	if (!n || !loop)
+		return;
+	unsigned i = farm_loop_index(loop);
+	farm_txm_detach(n->txm, loop);
+	farm_loop_close(loop);
+	pthread_mutex_lock(&n->lock);
+	if (i < n->nthreads)
+		n->threads[i].loop = NULL;
+	pthread_mutex_unlock(&n->lock);
+}
+
 int farm_node_start(farm_node *n, int timeout_ms)
 {
 	if (!n || n->threads)
@@ -298,7 +337,7 @@ int farm_node_start(farm_node *n, int timeout_ms)
 	n->threads = calloc(n->nthreads, sizeof(*n->threads));
 	if (!n->threads)
 		return -ENOMEM;
-	for (unsigned i = 0; i < n->nthreads; i++) {
+	for (unsigned i = 0; i < n->nthreads && !n->app_loops; i++) {
 		struct loop_thread *t = &n->threads[i];
 		t->n = n;
 		t->idx = i;
@@ -308,7 +347,7 @@ int farm_node_start(farm_node *n, int timeout_ms)
 	}
 	int rc = 0;
 	pthread_mutex_lock(&n->lock);
-	while (n->ready < n->nthreads)
+	while (!n->app_loops && n->ready < n->nthreads)
 		pthread_cond_wait(&n->cond, &n->lock);
 	for (unsigned i = 0; i < n->nthreads && !rc; i++)
 		rc = n->threads[i].rc;
@@ -362,7 +401,7 @@ void farm_node_close(farm_node *n)
 		return;
 	farm_membership_close(n->mem); /* no more view callbacks */
 	if (n->threads) {
-		for (unsigned i = 0; i < n->nthreads; i++)
+		for (unsigned i = 0; i < n->nthreads && !n->app_loops; i++)
 			if (n->threads[i].loop)
 				farm_loop_stop(n->threads[i].loop);
 		for (unsigned i = 0; i < n->nthreads; i++)

@@ -41,6 +41,18 @@ int farm_node_open(const struct farm_config *cfg, farm_node **out);
 /* Start the loops and join. Static membership waits (at most @timeout_ms)
  * for the peers' cards to appear. */
 int farm_node_start(farm_node *n, int timeout_ms);
+/*
+ * Application-run loops: before farm_node_start, say that the application's
+ * threads will run the loops; farm_node_start then starts none, and thread
+ * i opens loop i with farm_node_loop_open (transactions attached), drives
+ * it (farm_loop_wait, the *_sync wrappers, farm_loop_poll) and closes it
+ * with farm_node_loop_close before farm_node_close. Peers' requests to a
+ * loop are served only while its thread polls it.
+ */
+void farm_node_set_app_loops(farm_node *n, bool on);
+int farm_node_loop_open(farm_node *n, unsigned i, farm_loop **out);
+void farm_node_loop_close(farm_node *n, farm_loop *loop);
+
 /* Wait until the view has @count members and the address space uses it. */
 int farm_node_wait_members(farm_node *n, unsigned count, int timeout_ms);
 void farm_node_close(farm_node *n);
