@@ -196,8 +196,8 @@ struct txobj {
 	uint8_t *img;  /* commit: the after-image (arena), lines * 64 */
 	uint32_t reps[FARM_RING_MAX_REPLICAS];
 	unsigned nrep;
-	uint64_t vbuf_off; /* validation READ destination (arena) */
-	uint8_t *vbuf;
+	bool locked;   /* single-machine commit: we hold its lock */
+	uint8_t *vbuf; /* validation READ destination (arena) */
 };
 
 enum phase {
@@ -239,6 +239,7 @@ struct farm_tx {
 	unsigned committed_writes; /* COMMIT-PRIMARY writes that landed */
 	bool in_call;          /* inside farm_tx_commit: defer callbacks */
 	bool released;         /* farm_tx_free was called */
+	bool retry_posted;     /* a reserve_again work item is queued */
 	bool deferred_report, deferred_finish;
 	unsigned space_tries;
 	struct txrec *recs;
@@ -1749,12 +1750,12 @@ static void single_unlock(farm_tx *tx, unsigned upto)
 {
 	for (unsigned i = 0; i < upto; i++) {
 		struct txobj *o = &tx->o[i];
-		if (!is_write(o) || !(o->flags & TXO_READ) || o->vbuf_off != 1)
+		if (!is_write(o) || !o->locked)
 			continue;
 		_Atomic uint64_t *h = local_hdr(tx, o);
 		if (h)
 			atomic_store_explicit(h, o->version, memory_order_release);
-		o->vbuf_off = 0;
+		o->locked = false;
 	}
 }
 
@@ -1785,7 +1786,7 @@ static void single_lock(farm_tx *tx)
 			tx->fail = FARM_ECONFLICT;
 			break;
 		}
-		o->vbuf_off = 1; /* locked by us */
+		o->locked = true;
 	}
 	tx_step(tx); /* PH_VALIDATE: unlock on failure, else backups */
 }
@@ -1800,7 +1801,7 @@ static void single_install(farm_tx *tx)
 		uint8_t *p = (uint8_t *)local_hdr(tx, o);
 		obj_install(p, o->lines, o->img, o->version + OBJ_VSTEP);
 		stat_add(m, S_INSTALLS, 1);
-		o->vbuf_off = 0;
+		o->locked = false;
 		if (o->flags & TXO_FREE) {
 			int rc = farm_galloc_free_local(m->ga, tx->tl->loop, o->a);
 			if (rc)
@@ -1910,11 +1911,27 @@ static void freed_read_done(farm_loop *loop, void *ctx, int status)
 }
 
 /* Reserve the log room every record of the commit needs, or wait for it. */
+static void reserve_again(farm_loop *loop, void *ctx, int status)
+{
+	(void)loop;
+	farm_tx *tx = ctx;
+	tx->retry_posted = false;
+	if (tx->ph != PH_RESERVE)
+		return;
+	if (status) { /* the loop is closing */
+		memset(tx->need, 0, sizeof(tx->need));
+		tx_report(tx, status);
+		tx_finish(tx);
+		return;
+	}
+	tx_reserve(tx);
+}
+
 static void tx_reserve(farm_tx *tx)
 {
 	farm_txm *m = tx->m;
 	struct txloop *tl = tx->tl;
-	bool ok = true;
+	bool ok = true, reading = false;
 	for (uint32_t mach = 0; mach < m->M && mach < 0x40; mach++) {
 		if (!tx->need[mach])
 			continue;
@@ -1925,6 +1942,7 @@ static void tx_reserve(farm_tx *tx)
 			if (!has_room(m, w, tx->need[mach])) {
 				maybe_truncate(tl, mach);
 				ok = false;
+				reading |= w->reading;
 			}
 		}
 	}
@@ -1936,8 +1954,15 @@ static void tx_reserve(farm_tx *tx)
 			memset(tx->need, 0, sizeof(tx->need));
 			tx_report(tx, -ENOSPC);
 			tx_finish(tx);
+			return;
 		}
-		return; /* a freed-word READ completion retries us */
+		/* A freed-word READ's completion retries us; with none out
+		 * (our own log, or no memory for one) try on the next pass,
+		 * after the poller has truncated what it could. */
+		if (!reading && !tx->retry_posted &&
+		    farm_loop_post(tl->loop, reserve_again, tx) == 0)
+			tx->retry_posted = true;
+		return;
 	}
 	for (uint32_t mach = 0; mach < m->M && mach < 0x40; mach++)
 		tl->w[mach].reserved += tx->need[mach];
