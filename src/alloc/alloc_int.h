@@ -149,27 +149,60 @@ struct farm_block {
  * than 1 / slot (slot <= 2^20), so the quotient is exact; m < 2^39 and
  * rel * m < 2^62. */
 #define SLOT_INV_SHIFT 44
+/*
+ * The same product tells whether rel is a multiple of the slot: with
+ * rel = q * slot + r and slot * m = 2^44 + e (0 < e <= slot),
+ * rel * m = q * 2^44 + q * e + r * m, where q * e <= rel < 2^23 < m
+ * (m > 2^24 since slot <= 2^20) and, for 0 < r < slot, m <= q * e + r * m
+ * < 2^44. So the low 44 bits are below m exactly when r == 0 (free checks
+ * this instead of multiplying back; test_alloc checks every offset).
+ */
+#define SLOT_INV_FRAC ((1ull << SLOT_INV_SHIFT) - 1)
 
 #define RTAB_BITS 11
 #define RTAB_SIZE (1u << RTAB_BITS)
 
 struct farm_slab_cls {
 	struct farm_block *cur;
+	/* The block of the owner's last local free of this class (it has a
+	 * free slot unless allocated from since): where alloc looks first when
+	 * `cur` runs dry, before scanning `blocks`. Owner-only; always one of
+	 * `blocks` (cleared with them on destroy). */
+	struct farm_block *spare;
 	struct farm_block **blocks;
 	uint32_t nblocks;
 	uint32_t cap;
+	/* Slots of this class allocated (objects and small arrays) and freed
+	 * by this slab: written only by the owner (relaxed load + store, no
+	 * read-modify-write), read by any thread; farm_slab_stats() derives
+	 * allocs, frees, bytes in use and hint[NONE] from them. Kept by
+	 * destroy. */
+	_Atomic uint64_t nalloc, nfree;
 };
 
 struct farm_slab {
 	farm_blockalloc *ba;
 	uint16_t id;
 	bool dead;
-	struct ba_region *last_r; /* one-entry lookup cache */
-	const uint8_t *line_cls;  /* size-class table: lines -> class */
-	/* Counters: written only by the owning thread, read by any. */
+	/* One-entry region cache, owner-only, with the fields free needs
+	 * copied in so the slot address is one load from the slab (README.md
+	 * "free"). rc_id 0 never names a region; rc_size 0 then refuses every
+	 * offset. */
+	uint32_t rc_id;
+	uint64_t rc_size;
+	char *rc_base;
+	_Atomic(struct farm_block *) *rc_meta;
+	struct ba_region *last_r;
+	const uint8_t *line_cls; /* size-class table: lines -> class */
+	/* Counters: written only by the owning thread, read by any. Slot
+	 * allocations and frees are counted per class (farm_slab_cls); allocs,
+	 * frees, bytes and hint[] here count the rest (large arrays), and
+	 * `hinted` the slot allocations placed by a hint (levels 1..3), so
+	 * hint[NONE] = hint[NONE] here + the class allocs - hinted. */
 	_Atomic uint64_t allocs, frees, remote_frees, free_errors;
 	_Atomic int64_t bytes;
 	_Atomic uint64_t hint[FARM_ALLOC_HINT_NLEVELS];
+	_Atomic uint64_t hinted;
 	struct farm_slab_cls cls[FARM_ALLOC_NCLASSES];
 };
 

@@ -412,10 +412,15 @@ out:
 
 void *farm_alloc_local(farm_blockalloc *ba, farm_gaddr a, uint64_t len)
 {
-	struct ba_region *r = ba ? ba_lookup(ba, farm_gaddr_region(a)) : NULL;
-	if (!r || !farm_gaddr_valid(a, len, r->size))
+	if (FARM_UNLIKELY(!ba))
 		return NULL;
-	return r->base + farm_gaddr_offset(a);
+	/* A found region's id is valid (checked when it was added), so only
+	 * the range is left to check. */
+	struct ba_region *r = ba_lookup(ba, farm_gaddr_region(a));
+	uint64_t off = farm_gaddr_offset(a);
+	if (FARM_UNLIKELY(!r || off >= r->size || len > r->size - off))
+		return NULL;
+	return r->base + off;
 }
 
 int farm_alloc_gaddr_of(farm_blockalloc *ba, const void *p, farm_gaddr *out)
@@ -608,6 +613,23 @@ void farm_slab_stats(const farm_slab *s, struct farm_alloc_stats *st)
 	for (int i = 0; i < FARM_ALLOC_HINT_NLEVELS; i++)
 		st->hint[i] =
 		        atomic_load_explicit(&m->hint[i], memory_order_relaxed);
+	/* Slot allocations and frees, counted per class (alloc_int.h). */
+	uint64_t hinted = atomic_load_explicit(&m->hinted, memory_order_relaxed);
+	uint64_t na_all = 0;
+	for (int c = 0; c < FARM_ALLOC_NCLASSES; c++) {
+		uint64_t nf = atomic_load_explicit(&m->cls[c].nfree,
+		                                   memory_order_relaxed);
+		uint64_t na = atomic_load_explicit(&m->cls[c].nalloc,
+		                                   memory_order_relaxed);
+		na_all += na;
+		st->frees += nf;
+		st->bytes_in_use += ((int64_t)na - (int64_t)nf) *
+		                    (int64_t)farm_alloc_class_size(c);
+	}
+	st->allocs += na_all;
+	/* Read while the owner runs, the figures may be from different
+	 * moments: never let the derived one go below zero. */
+	st->hint[FARM_ALLOC_HINT_NONE] += na_all > hinted ? na_all - hinted : 0;
 }
 
 void farm_blockalloc_stats(farm_blockalloc *ba, struct farm_alloc_stats *st)

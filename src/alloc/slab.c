@@ -72,7 +72,10 @@ void farm_slab_destroy(farm_slab *s)
 			ba->orphans[c] = b;
 		}
 		free(k->blocks);
-		memset(k, 0, sizeof(*k));
+		/* The counters stay (they are part of the sums). */
+		k->cur = k->spare = NULL;
+		k->blocks = NULL;
+		k->nblocks = k->cap = 0;
 	}
 	/* The struct stays (its counters are part of the sums) until the
 	 * block allocator goes. */
@@ -82,15 +85,26 @@ void farm_slab_destroy(farm_slab *s)
 
 /* ---- blocks ---------------------------------------------------------- */
 
+static __attribute__((noinline)) struct ba_region *
+slab_region_miss(farm_slab *s, uint32_t id)
+{
+	struct ba_region *r = ba_lookup(s->ba, id);
+	if (r) {
+		s->last_r = r;
+		s->rc_id = r->id;
+		s->rc_size = r->size;
+		s->rc_base = r->base;
+		s->rc_meta = r->meta;
+	}
+	return r;
+}
+
 static inline struct ba_region *slab_region(farm_slab *s, uint32_t id)
 {
 	struct ba_region *r = s->last_r;
 	if (FARM_LIKELY(r && r->id == id))
 		return r;
-	r = ba_lookup(s->ba, id);
-	if (r)
-		s->last_r = r;
-	return r;
+	return slab_region_miss(s, id);
 }
 
 /* Take the remote frees into the (empty) local list. Acquire pairs with the
@@ -321,7 +335,7 @@ static int try_slab_region(farm_slab *s, void *ctx, struct ba_region *r)
 
 /* Pop a slot of class @c following @hint (see farm_slab_alloc()). */
 static int take_hinted(farm_slab *s, unsigned c, farm_gaddr hint, char **p,
-                       struct farm_block **bo)
+                       struct farm_block **bo, int *lvl)
 {
 	struct ba_region *r = slab_region(s, farm_gaddr_region(hint));
 	if (!r) {
@@ -352,7 +366,7 @@ static int take_hinted(farm_slab *s, unsigned c, farm_gaddr hint, char **p,
 	if (!*p)
 		return FARM_ECORRUPT; /* cannot happen: block_room() said so */
 	*bo = b;
-	cnt_add(&s->hint[level], 1);
+	*lvl = level;
 	return 0;
 }
 
@@ -372,35 +386,87 @@ static inline int slot_claim(char *p, unsigned lines)
 	return 0;
 }
 
-static inline int take(farm_slab *s, unsigned c, farm_gaddr hint, char **pp,
-                       struct farm_block **bo)
+/* cur is dry: the block of the last local free, if it still has a local
+ * free slot (O(1)), else refill_any() (scan, adopt, new block). */
+static __attribute__((noinline)) int take_slow(farm_slab *s, unsigned c,
+                                               char **pp,
+                                               struct farm_block **bo)
 {
-	if (hint != FARM_GADDR_NULL)
-		return take_hinted(s, c, hint, pp, bo);
-	struct farm_block *b = s->cls[c].cur;
+	struct farm_slab_cls *k = &s->cls[c];
+	struct farm_block *b = k->cur, *sp = k->spare;
 	char *p;
-	if (FARM_LIKELY(b)) {
-		p = b->free_head;
-		if (FARM_LIKELY(p)) {
-			b->free_head = slot_link(p);
-			goto got;
-		}
-		if (b->next_fresh < b->nslots) {
-			p = b->base + (uint64_t)b->next_fresh++ * b->slot;
-			goto got;
-		}
+	if (sp && sp != b && (p = sp->free_head) != NULL) {
+		sp->free_head = slot_link(p);
+		k->cur = sp;
+		*pp = p;
+		*bo = sp;
+		return 0;
 	}
 	int rc = refill_any(s, c, &b);
 	if (rc)
 		return rc;
-	s->cls[c].cur = b;
+	k->cur = b;
 	p = block_pop(b);
 	if (!p)
 		return FARM_ECORRUPT;
-got:
-	cnt_add(&s->hint[FARM_ALLOC_HINT_NONE], 1);
 	*pp = p;
 	*bo = b;
+	return 0;
+}
+
+/* Pop a slot of class @c; *lvl: the hint level used. The common case (no
+ * hint, the current block has a free or never-used slot) is inline. */
+static inline __attribute__((always_inline)) int
+take(farm_slab *s, unsigned c, farm_gaddr hint, char **pp,
+     struct farm_block **bo, int *lvl)
+{
+	if (hint != FARM_GADDR_NULL)
+		return take_hinted(s, c, hint, pp, bo, lvl);
+	*lvl = FARM_ALLOC_HINT_NONE;
+	struct farm_block *b = s->cls[c].cur;
+	if (FARM_LIKELY(b)) {
+		char *p = b->free_head;
+		if (FARM_LIKELY(p)) {
+			b->free_head = slot_link(p);
+			*pp = p;
+			*bo = b;
+			return 0;
+		}
+		if (b->next_fresh < b->nslots) {
+			*pp = b->base + (uint64_t)b->next_fresh++ * b->slot;
+			*bo = b;
+			return 0;
+		}
+	}
+	return take_slow(s, c, pp, bo);
+}
+
+/* Count a slot allocation of class @c placed at hint level @lvl. */
+static inline void count_alloc(farm_slab *s, unsigned c, int lvl)
+{
+	cnt_add(&s->cls[c].nalloc, 1);
+	if (FARM_UNLIKELY(lvl != FARM_ALLOC_HINT_NONE)) {
+		cnt_add(&s->hint[lvl], 1);
+		cnt_add(&s->hinted, 1);
+	}
+}
+
+/* Everything but the fast path of farm_slab_alloc(). */
+static __attribute__((noinline)) int alloc_slow(farm_slab *s, unsigned c,
+                                                farm_gaddr hint,
+                                                farm_gaddr *out)
+{
+	char *p;
+	struct farm_block *b;
+	int lvl;
+	int rc = take(s, c, hint, &p, &b, &lvl);
+	if (FARM_UNLIKELY(rc))
+		return rc;
+	rc = slot_claim(p, b->slot / FARM_ALLOC_LINE);
+	if (FARM_UNLIKELY(rc))
+		return rc;
+	count_alloc(s, c, lvl);
+	*out = b->gbase + (uint64_t)(p - b->base);
 	return 0;
 }
 
@@ -413,16 +479,19 @@ int farm_slab_alloc(farm_slab *s, uint64_t size, farm_gaddr hint,
 		return -EINVAL;
 	unsigned c =
 	        s->line_cls[(size + FARM_ALLOC_LINE - 1) / FARM_ALLOC_LINE];
+	/* Fast path: no hint, the current block's local free list (the
+	 * never-used tail, refills and hints go through take()). Same steps
+	 * as take() + slot_claim(), with nothing spilled to the stack. */
+	struct farm_block *b = s->cls[c].cur;
 	char *p;
-	struct farm_block *b;
-	int rc = take(s, c, hint, &p, &b);
+	if (FARM_UNLIKELY(hint != FARM_GADDR_NULL || !b ||
+	                  !(p = b->free_head)))
+		return alloc_slow(s, c, hint, out);
+	b->free_head = slot_link(p);
+	int rc = slot_claim(p, b->slot / FARM_ALLOC_LINE);
 	if (FARM_UNLIKELY(rc))
 		return rc;
-	rc = slot_claim(p, b->slot / FARM_ALLOC_LINE);
-	if (FARM_UNLIKELY(rc))
-		return rc;
-	cnt_add(&s->allocs, 1);
-	cnt_adds(&s->bytes, b->slot);
+	cnt_add(&s->cls[c].nalloc, 1);
 	*out = b->gbase + (uint64_t)(p - b->base);
 	return 0;
 }
@@ -435,6 +504,7 @@ static inline void slot_release(farm_slab *s, struct farm_block *b, char *p)
 	if (atomic_load_explicit(&b->owner, memory_order_relaxed) == s) {
 		slot_set_link(p, b->free_head);
 		b->free_head = p;
+		s->cls[b->cls].spare = b;
 		return;
 	}
 	char *h = atomic_load_explicit(&b->remote_head, memory_order_relaxed);
@@ -449,29 +519,36 @@ static inline void slot_release(farm_slab *s, struct farm_block *b, char *p)
 	cnt_add(&s->remote_frees, 1);
 }
 
-/* The slab block and slot at @a, or an error. */
+/* The slab block and slot at @a, or an error. The slot's address comes
+ * from the slab's region cache (one load away), not from the block
+ * metadata, so the header's line is fetched while the metadata and the
+ * slot-index checks run; the header is only read, and a region is mapped
+ * for its whole size, so a bad @a costs nothing but the error. */
 static inline int find_slot(farm_slab *s, farm_gaddr a, struct farm_block **bo,
                             char **po)
 {
 	if (FARM_UNLIKELY(a == FARM_GADDR_NULL || (a & (FARM_ALLOC_LINE - 1))))
 		return -EINVAL;
-	struct ba_region *r = slab_region(s, farm_gaddr_region(a));
-	if (FARM_UNLIKELY(!r))
-		return farm_gaddr_region(a) ? -EREMOTE : -EINVAL;
+	uint32_t id = farm_gaddr_region(a);
+	if (FARM_UNLIKELY(id != s->rc_id) && !slab_region_miss(s, id))
+		return id ? -EREMOTE : -EINVAL;
 	uint32_t off = farm_gaddr_offset(a);
-	if (FARM_UNLIKELY(off >= r->size))
+	if (FARM_UNLIKELY(off >= s->rc_size))
 		return -EINVAL;
+	char *p = s->rc_base + off;
 	struct farm_block *b = atomic_load_explicit(
-	        &r->meta[off / FARM_ALLOC_BLOCK], memory_order_acquire);
+	        &s->rc_meta[off / FARM_ALLOC_BLOCK], memory_order_acquire);
 	if (FARM_UNLIKELY(!b))
 		return -EINVAL;
+	/* One multiply gives both the index (high bits) and whether @rel is a
+	 * multiple of the slot (low bits below slot_inv: see SLOT_INV_SHIFT). */
 	uint32_t rel = off - b->bidx * FARM_ALLOC_BLOCK;
-	uint32_t idx =
-	        (uint32_t)(((uint64_t)rel * b->slot_inv) >> SLOT_INV_SHIFT);
-	if (FARM_UNLIKELY(idx * b->slot != rel || idx >= b->nslots))
+	uint64_t q = (uint64_t)rel * b->slot_inv;
+	if (FARM_UNLIKELY((q & SLOT_INV_FRAC) >= b->slot_inv ||
+	                  (q >> SLOT_INV_SHIFT) >= b->nslots))
 		return -EINVAL;
 	*bo = b;
-	*po = b->base + rel;
+	*po = p;
 	return 0;
 }
 
@@ -505,8 +582,7 @@ int farm_slab_free(farm_slab *s, farm_gaddr a)
 		return rc;
 	}
 	slot_release(s, b, p);
-	cnt_add(&s->frees, 1);
-	cnt_adds(&s->bytes, -(int64_t)b->slot);
+	cnt_add(&s->cls[b->cls].nfree, 1);
 	return 0;
 }
 
@@ -631,7 +707,8 @@ int farm_alloc_array(farm_slab *s, uint64_t elem_size, uint64_t n,
 	unsigned c = s->line_cls[total / FARM_ALLOC_LINE];
 	char *p;
 	struct farm_block *b;
-	rc = take(s, c, hint, &p, &b);
+	int lvl;
+	rc = take(s, c, hint, &p, &b, &lvl);
 	if (rc)
 		return rc;
 	/* Element headers inside the slot: the slot's incarnation (monotonic
@@ -652,8 +729,7 @@ int farm_alloc_array(farm_slab *s, uint64_t elem_size, uint64_t n,
 	rc = slot_claim(p, (unsigned)(esz / FARM_ALLOC_LINE));
 	if (rc)
 		return rc;
-	cnt_add(&s->allocs, 1);
-	cnt_adds(&s->bytes, b->slot);
+	count_alloc(s, c, lvl);
 	*out = b->gbase + (uint64_t)(p - b->base);
 	return 0;
 }
@@ -712,9 +788,11 @@ int farm_alloc_array_free(farm_slab *s, farm_gaddr a, uint64_t elem_size,
 		return farm_gaddr_region(a) ? -EREMOTE : -EINVAL;
 	else if (farm_gaddr_offset(a) >= r->size)
 		rc = -EINVAL;
-	else if (total > FARM_ALLOC_MAX_OBJECT)
+	else if (total > FARM_ALLOC_MAX_OBJECT) {
 		rc = large_array_free(s, r, farm_gaddr_offset(a), esz, n);
-	else {
+		if (!rc)
+			cnt_add(&s->frees, 1);
+	} else {
 		struct farm_block *b;
 		char *p;
 		rc = find_slot(s, a, &b, &p);
@@ -746,13 +824,12 @@ int farm_alloc_array_free(farm_slab *s, farm_gaddr a, uint64_t elem_size,
 				                      memory_order_release);
 			}
 			slot_release(s, b, p);
-			cnt_adds(&s->bytes, -(int64_t)b->slot);
+			cnt_add(&s->cls[b->cls].nfree, 1);
 		}
 	}
 	if (rc) {
 		cnt_add(&s->free_errors, 1);
 		return rc;
 	}
-	cnt_add(&s->frees, 1);
 	return 0;
 }
