@@ -241,6 +241,71 @@ static void test_distributed(void **state)
 	assert_int_equal(buf[0], 3);
 }
 
+/*
+ * Three participants: machine 3 writes one object on each machine (so it
+ * is a primary itself) and reads one more remote object. The protocol's
+ * remote work, from the formula: LOCK + COMMIT-PRIMARY per remote primary,
+ * COMMIT-BACKUP per (primary, backup) pair whose backup is not the
+ * coordinator, one message per remote primary's lock reply, one READ per
+ * remote object only read.
+ */
+static void test_three_primaries(void **state)
+{
+	(void)state;
+	farm_fatptr w[3], r = make_obj(1, 64, 9);
+	for (unsigned m = 0; m < 3; m++) {
+		w[m] = make_obj(m, 64, (uint8_t)(30 + m));
+		assert_int_equal(primary_of(w[m].addr), m + 1);
+	}
+	const uint32_t coord = 3;
+	unsigned remote_primaries = 0, backup_writes = 0;
+	for (unsigned m = 0; m < 3; m++) {
+		uint32_t rep[FARM_RING_MAX_REPLICAS];
+		unsigned n = farm_as_replicas(C.m[2].as, farm_gaddr_region(w[m].addr),
+		                              rep);
+		assert_int_equal(n, 3);
+		remote_primaries += rep[0] != coord;
+		for (unsigned k = 1; k < n; k++)
+			backup_writes += rep[k] != coord;
+	}
+	assert_int_equal(remote_primaries, 2);
+	farm_txm_stats s0, s1;
+	farm_txm_stats_get(C.m[2].txm, &s0);
+	farm_tx *tx = begin(2);
+	const uint8_t *d;
+	assert_int_equal(rd(tx, r.addr, 64, (const void **)&d), 0);
+	assert_int_equal(d[0], 9);
+	for (unsigned m = 0; m < 3; m++) {
+		uint8_t *wd;
+		assert_int_equal(rd(tx, w[m].addr, 64, NULL), 0);
+		assert_int_equal(farm_tx_write(tx, w[m].addr, (void **)&wd), 0);
+		assert_int_equal(wd[0], 30 + m);
+		wd[0] = (uint8_t)(40 + m);
+	}
+	assert_int_equal(commit(tx), 0);
+	farm_tx_free(tx);
+	farm_txm_stats_get(C.m[2].txm, &s1);
+	uint64_t writes = s1.commit_writes - s0.commit_writes,
+	         msgs = s1.commit_msgs - s0.commit_msgs,
+	         reads = s1.commit_reads - s0.commit_reads;
+	printf("3 primaries: %" PRIu64 " WRITEs (expected %u), %" PRIu64
+	       " READs (expected 1), %" PRIu64 " messages (expected %u)\n",
+	       writes, 2 * remote_primaries + backup_writes, reads, msgs,
+	       remote_primaries);
+	assert_int_equal(writes, 2 * remote_primaries + backup_writes);
+	assert_int_equal(msgs, remote_primaries);
+	assert_int_equal(reads, 1);
+	assert_int_equal(s1.commits - s0.commits, 1);
+	assert_int_equal(s1.commits_single - s0.commits_single, 0);
+	uint8_t buf[64];
+	for (unsigned m = 0; m < 3; m++) {
+		assert_int_equal(lf((m + 1) % 3, w[m].addr, 64, w[m].incarnation,
+		                    buf),
+		                 0);
+		assert_int_equal(buf[0], 40 + m);
+	}
+}
+
 static void test_conflict_and_validation(void **state)
 {
 	(void)state;
@@ -365,6 +430,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test(test_single_machine),
 	        cmocka_unit_test(test_distributed),
+	        cmocka_unit_test(test_three_primaries),
 	        cmocka_unit_test(test_conflict_and_validation),
 	        cmocka_unit_test(test_free_and_fat_pointers),
 	        cmocka_unit_test(test_bad_input),

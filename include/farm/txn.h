@@ -70,6 +70,15 @@ typedef void (*farm_tx_read_fn)(farm_tx *tx, void *ctx, int status,
 FARM_API FARM_MUST_CHECK int farm_tx_read(farm_tx *tx, farm_gaddr a,
                                           uint32_t size, farm_tx_read_fn cont,
                                           void *ctx);
+/*
+ * farm_tx_read_local() - farm_tx_read of an object stored on this machine,
+ * done at once (no continuation): for code that may not wait, such as a
+ * message handler running a transaction on the objects it owns. -EREMOTE
+ * when the object is not local; -EBUSY when it stayed locked.
+ */
+FARM_API FARM_MUST_CHECK int farm_tx_read_local(farm_tx *tx, farm_gaddr a,
+                                                uint32_t size,
+                                                const void **data);
 /* As farm_tx_read, checking the fat pointer's incarnation. */
 FARM_API FARM_MUST_CHECK int farm_tx_read_fat(farm_tx *tx, farm_fatptr p,
                                               farm_tx_read_fn cont, void *ctx);

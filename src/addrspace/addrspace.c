@@ -165,7 +165,11 @@ int farm_as_create(farm_fabric *fab, farm_msg *msg,
 	as->me = farm_msg_machine_id(msg);
 	as->region_size = a.region_size;
 	as->ring_attr = a.ring;
-	as->rpc_timeout_ns = a.rpc_timeout_ns;
+	/* Making a backup copy allocates and registers a region, which can
+	 * take seconds on a loaded host; a dead peer is reported sooner by
+	 * the fabric anyway. */
+	as->rpc_timeout_ns = a.rpc_timeout_ns ? a.rpc_timeout_ns
+	                                      : 10ull * 1000000000ull;
 	as->seed = a.seed ? a.seed : farm_now_ns() ^ ((uint64_t)as->me << 40);
 	as->cap = 64;
 	as->tab = calloc(as->cap, sizeof(*as->tab));
@@ -237,6 +241,7 @@ int farm_as_set_view(farm_as *as, uint64_t config_id, const uint32_t *ids,
 uint64_t farm_as_config_id(const farm_as *as) { return as ? as->config_id : 0; }
 uint64_t farm_as_region_size(const farm_as *as) { return as ? as->region_size : 0; }
 uint32_t farm_as_machine_id(const farm_as *as) { return as ? as->me : 0; }
+farm_fabric *farm_as_fabric(const farm_as *as) { return as ? as->fab : NULL; }
 
 unsigned farm_as_replicas(farm_as *as, uint32_t region, uint32_t *out)
 {

@@ -32,7 +32,7 @@ typedef struct farm_as farm_as;
 struct farm_as_attr {
 	uint64_t region_size; /* power of two (0: FARM_REGION_DEFAULT_SIZE) */
 	struct farm_ring_attr ring;
-	uint64_t rpc_timeout_ns; /* 0: 1 s */
+	uint64_t rpc_timeout_ns; /* 0: 10 s */
 	uint64_t seed;           /* region-id choice; 0: from the clock */
 };
 
@@ -61,6 +61,7 @@ int farm_as_set_view(farm_as *as, uint64_t config_id, const uint32_t *ids,
 uint64_t farm_as_config_id(const farm_as *as);
 uint64_t farm_as_region_size(const farm_as *as);
 uint32_t farm_as_machine_id(const farm_as *as);
+farm_fabric *farm_as_fabric(const farm_as *as);
 
 /* Replicas of @region in the current view, primary first; returns how
  * many (0 before the first view). */

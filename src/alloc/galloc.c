@@ -211,8 +211,10 @@ static int galloc_start(farm_galloc *g, farm_loop *loop, uint64_t size,
 		if (farm_as_replicas(g->as, farm_gaddr_region(hint), rep) &&
 		    rep[0] != farm_as_machine_id(g->as)) {
 			struct alloc_req q = {.size = size, .n = n, .hint = hint};
+			/* The owner may have to make a region first. */
 			int rc = farm_as_call(g->as, loop, hint, FARM_MSGT_ALLOC,
-			                      &q, sizeof(q), 0, shipped_done, op);
+			                      &q, sizeof(q), 10ull * 1000000000ull,
+			                      shipped_done, op);
 			if (rc) {
 				free(op);
 				return rc;

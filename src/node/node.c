@@ -234,7 +234,8 @@ int farm_node_open(const struct farm_config *cfg, farm_node **out)
 		goto fail;
 	}
 	farm_msg_attr ma = {.nthreads = n->nthreads,
-	                    .max_machines = FARM_NODE_MAX_MACHINES};
+	                    .max_machines = FARM_NODE_MAX_MACHINES,
+	                    .busy_poll = cfg->busy_poll};
 	if ((rc = farm_msg_create(n->fab, &ma, &n->msg))) {
 		farm_err("node %" PRIu32 ": messaging: %s", cfg->machine_id,
 		         farm_strerror(rc));

@@ -33,10 +33,13 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "txn/object.h"
+#include "txn/txn_testing.h"
 #include "util/common.h"
 #include "util/lines.h"
 #include "util/log.h"
@@ -44,10 +47,10 @@
 #define MAX_LOOPS      64
 #define TX_SLOTS       4096u /* concurrent transactions per loop */
 #define LOCK_BUCKETS   1024u
-#define WQ_CAP         8192u /* records in flight per log writer */
+#define WQ_CAP         1024u /* initial record queue per log writer; grows */
 #define NCLS           17    /* arena classes: 64 B .. 4 MiB */
 #define READ_TRIES     4096u
-#define SPACE_TRIES    64u
+#define SPACE_WAIT_NS  (1000ull * 1000000ull) /* then -ENOSPC */
 #define LINE_TRIES     1000u
 #define DEFAULT_LOG    (1u << 20)
 #define DEFAULT_ARENA  (64u << 20)
@@ -112,7 +115,8 @@ struct writer {
 	uint64_t reserved; /* bytes promised to commits in progress */
 	uint64_t sent_trunc;
 	uint64_t wq_head, wq_tail; /* wq entries [head, tail) */
-	struct wq_ent *wq;         /* WQ_CAP */
+	struct wq_ent *wq;         /* wq_cap, a power of two; grows */
+	uint64_t wq_cap;
 	bool reading;              /* a READ of the freed word is out */
 	uint64_t freed_buf;        /* its destination (in the arena) */
 };
@@ -141,6 +145,11 @@ struct txloop {
 	struct writer *w;  /* per machine */
 	struct reader *r;  /* per machine */
 	uint64_t rand;
+	unsigned lock_waiters;       /* transactions waiting for lock replies */
+	struct rd_op *rd_free_list;  /* recycled read operations */
+	/* Hot counters, written by this loop only (plain load + store). */
+	_Atomic uint64_t c_lf_reads, c_lf_retries, c_tx_reads;
+	unsigned inflight; /* log WRITEs and freed-word READs not completed */
 };
 
 struct farm_txm {
@@ -159,6 +168,10 @@ struct farm_txm {
 	farm_mr_desc logdesc;
 	farm_mr_desc *peers;    /* M */
 	_Atomic int *peer_ready; /* M */
+	/* The machines whose logs we serve, compact, for the pollers. */
+	uint32_t ready_ids[0x40];
+	_Atomic unsigned nready;
+	pthread_mutex_t peer_lock;
 	struct txloop *loops[MAX_LOOPS];
 	struct {
 		_Atomic uint64_t v[32];
@@ -171,6 +184,9 @@ enum {
 	S_C_WRITES, S_C_READS, S_C_MSGS, S_LOG_FULL, S_TRUNCATES, S_LOCKS_OK,
 	S_LOCKS_REFUSED, S_INSTALLS, S_BACKUP_APPLIES, S_BAD_RECORDS,
 };
+
+/* Testing knobs (txn_testing.h; the testing section at the end). */
+static _Atomic bool testing_crash_after_backup, testing_skip_validation;
 
 static void stat_add(farm_txm *m, int i, uint64_t n)
 {
@@ -233,6 +249,7 @@ struct farm_tx {
 	uint64_t need[0x40]; /* log bytes reserved per machine (M <= 64) */
 	uint64_t used[0x40];
 	bool locked_at[0x40];
+	bool decided_at[0x40]; /* its COMMIT-PRIMARY or ABORT landed there */
 	unsigned wait_writes, wait_replies, wait_reads;
 	int fail;           /* first failure of the phase */
 	uint64_t deadline;  /* waiting for replies until */
@@ -308,22 +325,41 @@ static uint64_t rec_size(unsigned nobj, uint64_t img_bytes)
 static uint64_t low_water(const struct writer *w)
 {
 	for (uint64_t s = w->wq_head; s != w->wq_tail; s++)
-		if (!w->wq[s % WQ_CAP].done)
-			return w->wq[s % WQ_CAP].pos;
+		if (!w->wq[s % w->wq_cap].done)
+			return w->wq[s % w->wq_cap].pos;
 	return w->tail;
 }
 
 static void wq_pop_done(struct writer *w)
 {
-	while (w->wq_head != w->wq_tail && w->wq[w->wq_head % WQ_CAP].done)
+	while (w->wq_head != w->wq_tail && w->wq[w->wq_head % w->wq_cap].done)
 		w->wq_head++;
+}
+
+/* Room for one more queue entry: the queue grows (entries keep their
+ * sequence numbers) rather than ever overwriting a live one, whose loss
+ * would let a low-water mark pass records still in use. */
+static int wq_reserve(struct writer *w, unsigned n)
+{
+	if (w->wq_tail - w->wq_head + n <= w->wq_cap)
+		return 0;
+	uint64_t ncap = w->wq_cap * 2;
+	while (w->wq_tail - w->wq_head + n > ncap)
+		ncap *= 2;
+	struct wq_ent *nq = malloc(ncap * sizeof(*nq));
+	if (!nq)
+		return -ENOMEM;
+	for (uint64_t s = w->wq_head; s != w->wq_tail; s++)
+		nq[s % ncap] = w->wq[s % w->wq_cap];
+	free(w->wq);
+	w->wq = nq;
+	w->wq_cap = ncap;
+	return 0;
 }
 
 /* Room for @need more bytes (and a pad) in @w's log? */
 static bool has_room(const farm_txm *m, const struct writer *w, uint64_t need)
 {
-	if (w->wq_tail - w->wq_head + 8 > WQ_CAP)
-		return false;
 	return (w->tail - w->freed) + w->reserved + 2 * need + 128 <= m->R;
 }
 
@@ -333,16 +369,19 @@ struct wr_ctx {
 	void *buf;
 	size_t len;
 	int kind; /* what the completion means to tx */
+	uint32_t mach;
 };
 
-static void tx_record_done(farm_loop *loop, farm_tx *tx, int kind, int status);
+static void tx_record_done(farm_loop *loop, farm_tx *tx, int kind,
+                           uint32_t mach, int status);
 
 static void write_done(farm_loop *loop, void *ctx, int status)
 {
 	struct wr_ctx *c = ctx;
+	c->tl->inflight--;
 	arena_put(&c->tl->ar, c->buf, c->len);
 	if (c->tx)
-		tx_record_done(loop, c->tx, c->kind, status);
+		tx_record_done(loop, c->tx, c->kind, c->mach, status);
 	else if (status)
 		farm_warn("txn: log write failed: %s", farm_strerror(status));
 	free(c);
@@ -361,7 +400,7 @@ static int post_write(struct txloop *tl, uint32_t mach, uint64_t off, void *buf,
 		return -ENOMEM;
 	}
 	*c = (struct wr_ctx){.tl = tl, .tx = tx, .buf = buf, .len = len,
-	                     .kind = kind};
+	                     .kind = kind, .mach = mach};
 	uint64_t roff = log_ring_off(m, log_index(m, m->me, tl->t)) + off;
 	int rc;
 	if (mach == m->me) {
@@ -384,6 +423,8 @@ static int post_write(struct txloop *tl, uint32_t mach, uint64_t off, void *buf,
 	if (rc) {
 		arena_put(&tl->ar, buf, len);
 		free(c);
+	} else {
+		tl->inflight++;
 	}
 	return rc;
 }
@@ -397,13 +438,29 @@ static int post_write(struct txloop *tl, uint32_t mach, uint64_t off, void *buf,
  * queue entry, to mark done when the transaction is. Returns 0, or an
  * error with nothing sent for this record.
  */
+static void refresh_freed(struct txloop *tl, uint32_t mach);
+
 static int log_append(struct txloop *tl, uint32_t mach, void *buf, size_t len,
                       farm_tx *tx, int kind, uint64_t *seq_out)
 {
 	farm_txm *m = tl->m;
 	struct writer *w = &tl->w[mach];
-	w->reserved -= FARM_MIN(w->reserved, len);
 	uint64_t off = w->tail % m->R;
+	/* Never write over space the replica has not freed, whatever the
+	 * reservations say: that would destroy records still in use. */
+	uint64_t total = len + (off + len > m->R ? m->R - off : 0);
+	if (w->tail + total - w->freed > m->R) {
+		refresh_freed(tl, mach);
+		if (w->tail + total - w->freed > m->R) {
+			arena_put(&tl->ar, buf, len);
+			return -EAGAIN;
+		}
+	}
+	/* Queue room for a pad and the record, before anything is sent. */
+	if (wq_reserve(w, 2)) {
+		arena_put(&tl->ar, buf, len);
+		return -ENOMEM;
+	}
 	if (off + len > m->R) {
 		uint64_t plen = m->R - off;
 		uint8_t *pb = arena_get(&tl->ar, 64);
@@ -423,9 +480,9 @@ static int log_append(struct txloop *tl, uint32_t mach, void *buf, size_t len,
 			return rc;
 		}
 		uint64_t s = w->wq_tail++;
-		w->wq[s % WQ_CAP] = (struct wq_ent){.pos = w->tail,
-		                                    .end = w->tail + plen,
-		                                    .done = true};
+		w->wq[s % w->wq_cap] = (struct wq_ent){.pos = w->tail,
+		                                       .end = w->tail + plen,
+		                                       .done = true};
 		w->tail += plen;
 		off = 0;
 	}
@@ -439,8 +496,10 @@ static int log_append(struct txloop *tl, uint32_t mach, void *buf, size_t len,
 	int rc = post_write(tl, mach, off, buf, len, tx, kind);
 	if (rc)
 		return rc;
+	if (tx) /* TRUNCATE records are not reserved */
+		w->reserved -= FARM_MIN(w->reserved, len);
 	w->wq_tail++;
-	w->wq[s % WQ_CAP] = (struct wq_ent){.pos = w->tail, .end = w->tail + len,
+	w->wq[s % w->wq_cap] = (struct wq_ent){.pos = w->tail, .end = w->tail + len,
 	                                    .done = tx == NULL};
 	w->tail += len;
 	if (seq_out)
@@ -468,12 +527,15 @@ static void maybe_truncate(struct txloop *tl, uint32_t mach)
 	farm_txm *m = tl->m;
 	struct writer *w = &tl->w[mach];
 	wq_pop_done(w);
+	/* Half full counts what the replica has not been told it may free
+	 * (our view of its freed mark is refreshed only when short of room,
+	 * so it would say "half full" long after the space came back). */
 	uint64_t lw = low_water(w);
-	if (lw <= w->sent_trunc || (w->tail - w->freed) * 2 < m->R)
+	if (lw <= w->sent_trunc || (w->tail - w->sent_trunc) * 2 < m->R)
 		return;
 	/* A 64-byte record never needs a pad (positions are 64-aligned). */
 	if ((w->tail - w->freed) + w->reserved + 64 > m->R ||
-	    w->wq_tail - w->wq_head + 1 > WQ_CAP)
+	    wq_reserve(w, 1))
 		return;
 	if (log_small(tl, mach, REC_TRUNC, 0, NULL, 0, NULL) == 0)
 		stat_add(m, S_TRUNCATES, 1);
@@ -624,8 +686,12 @@ static void on_commit_primary(struct txloop *tl, uint64_t txid, bool commit)
 {
 	struct lock_ent **pp = lock_slot(tl, txid);
 	struct lock_ent *e = *pp;
-	if (!e)
+	if (!e) {
+		if (commit && getenv("FARM_TXN_DEBUG"))
+			farm_warn("txn: COMMIT-PRIMARY of %#" PRIx64 " with no lock",
+			          txid);
 		return; /* ABORT of a refused LOCK, or a duplicate */
+	}
 	if (commit) {
 		install_rec(tl, e->rec);
 	} else {
@@ -672,8 +738,20 @@ static void truncate_to(struct txloop *tl, struct reader *rd, uint8_t *ring,
 		uint8_t *rec = ring + rd->applied % m->R;
 		struct rec_hdr h;
 		memcpy(&h, rec, sizeof(h));
+		if (h.len == 0 || h.len % 64 || h.len > m->R - rd->applied % m->R) {
+			/* Cannot happen unless the log was overwritten. */
+			farm_err("txn: log corrupt at %" PRIu64 " (length %" PRIu32
+			         ", head %" PRIu64 "): log abandoned",
+			         rd->applied, h.len, rd->head);
+			stat_add(m, S_BAD_RECORDS, 1);
+			rd->broken = true;
+			break;
+		}
 		if (h.type == REC_COMMIT_BACKUP)
 			backup_apply(tl, rec);
+		if (h.type == REC_LOCK && *lock_slot(tl, h.txid))
+			farm_warn("txn: LOCK of transaction %#" PRIx64 " truncated "
+			          "while its locks are held", h.txid);
 		memset(rec, 0, h.len);
 		rd->applied += h.len;
 		moved = true;
@@ -743,9 +821,9 @@ static int txn_poll(farm_loop *loop, void *ctx)
 	struct txloop *tl = ctx;
 	farm_txm *m = tl->m;
 	int got = 0;
-	for (uint32_t c = 0; c < m->M; c++)
-		if (atomic_load_explicit(&m->peer_ready[c], memory_order_acquire))
-			got += poll_log(tl, c);
+	unsigned n = atomic_load_explicit(&m->nready, memory_order_acquire);
+	for (unsigned i = 0; i < n; i++)
+		got += poll_log(tl, m->ready_ids[i]);
 	return got;
 }
 
@@ -754,25 +832,33 @@ static bool txn_pending(farm_loop *loop, void *ctx)
 	(void)loop;
 	struct txloop *tl = ctx;
 	farm_txm *m = tl->m;
-	for (uint32_t c = 0; c < m->M; c++) {
-		if (!atomic_load_explicit(&m->peer_ready[c], memory_order_acquire) ||
-		    tl->r[c].broken)
+	unsigned n = atomic_load_explicit(&m->nready, memory_order_acquire);
+	for (unsigned i = 0; i < n; i++) {
+		uint32_t c = m->ready_ids[i];
+		if (tl->r[c].broken)
 			continue;
 		uint64_t li = log_index(m, c, tl->t);
 		const uint8_t *ring = m->logbase + log_ring_off(m, li);
 		uint64_t off = tl->r[c].head % m->R;
-		if (off < m->R &&
-		    atomic_load_explicit((_Atomic uint32_t *)(void *)(ring + off),
+		if (atomic_load_explicit((_Atomic uint32_t *)(void *)(ring + off),
 		                         memory_order_acquire))
 			return true;
 	}
 	return false;
 }
 
+/* A counter only this loop writes: a plain load and store. */
+static inline void cnt_inc(_Atomic uint64_t *c)
+{
+	atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + 1,
+	                      memory_order_relaxed);
+}
+
 /* ---- reads (transactional and lock-free) --------------------------------------- */
 
 struct rd_op {
 	struct txloop *tl;
+	struct rd_op *next_free;
 	farm_gaddr a;
 	uint32_t size, lines;
 	uint64_t want; /* incarnation count, or UINT64_MAX */
@@ -797,20 +883,26 @@ static void rd_finish_post(farm_loop *loop, void *ctx, int status)
 	op->done(op);
 }
 
+static void rd_again_post(farm_loop *loop, void *ctx, int status);
+
 static void rd_retry(struct rd_op *op)
 {
-	farm_txm *m = op->tl->m;
-	stat_add(m, S_LF_RETRIES, 1);
+	cnt_inc(&op->tl->c_lf_retries);
 	if (++op->tries >= READ_TRIES) {
 		op->status = -EBUSY;
 		op->done(op);
 		return;
 	}
-	/* Randomized backoff: spin a random number of pauses, up to 2^10. */
+	/* Randomized backoff: spin a random number of pauses, up to 2^10.
+	 * After a few tries, retry from a later loop pass instead: the lock
+	 * may be one that only this loop's poller can release (a LOCK or
+	 * COMMIT-PRIMARY waiting in a log this loop serves). */
 	unsigned k = FARM_MIN(op->tries, 10u);
 	uint64_t spins = farm_rand64(&op->tl->rand) & ((1ull << k) - 1);
 	for (uint64_t i = 0; i < spins; i++)
 		farm_cpu_relax();
+	if (op->tries > 4 && farm_loop_post(op->tl->loop, rd_again_post, op) == 0)
+		return;
 	rd_start(op);
 }
 
@@ -824,6 +916,19 @@ static void rd_again(farm_loop *loop, void *ctx, int status)
 		return;
 	}
 	rd_retry(op);
+}
+
+/* A deferred retry: start the read again (no extra try counted). */
+static void rd_again_post(farm_loop *loop, void *ctx, int status)
+{
+	(void)loop;
+	struct rd_op *op = ctx;
+	if (status) {
+		op->status = status;
+		op->done(op);
+		return;
+	}
+	rd_start(op);
 }
 
 static void rd_check(struct rd_op *op)
@@ -908,10 +1013,17 @@ static struct rd_op *rd_new(struct txloop *tl, farm_gaddr a, uint32_t size,
 		*rc = -EINVAL;
 		return NULL;
 	}
-	struct rd_op *op = calloc(1, sizeof(*op));
+	struct rd_op *op = tl->rd_free_list;
+	if (op)
+		tl->rd_free_list = op->next_free;
+	else
+		op = malloc(sizeof(*op));
 	uint8_t *img = op ? arena_get(&tl->ar, 64ull * lines) : NULL;
 	if (!img) {
-		free(op);
+		if (op) {
+			op->next_free = tl->rd_free_list;
+			tl->rd_free_list = op;
+		}
 		*rc = -ENOMEM;
 		return NULL;
 	}
@@ -923,8 +1035,10 @@ static struct rd_op *rd_new(struct txloop *tl, farm_gaddr a, uint32_t size,
 
 static void rd_free(struct rd_op *op)
 {
-	arena_put(&op->tl->ar, op->img, 64ull * op->lines);
-	free(op);
+	struct txloop *tl = op->tl;
+	arena_put(&tl->ar, op->img, 64ull * op->lines);
+	op->next_free = tl->rd_free_list;
+	tl->rd_free_list = op;
 }
 
 /* Lock-free reads. */
@@ -933,14 +1047,18 @@ struct lf_ctx {
 	void *buf;
 	farm_op_fn cont;
 	void *ctx;
+	uint64_t *version_out; /* testing: the version read */
 };
 
 static void lf_done(struct rd_op *op)
 {
 	struct lf_ctx *c = op->ctx;
-	if (!op->status)
+	if (!op->status) {
 		obj_unpack(op->img, op->size, c->buf);
-	stat_add(op->tl->m, S_LF_READS, 1);
+		if (c->version_out)
+			*c->version_out = op->version;
+	}
+	cnt_inc(&op->tl->c_lf_reads);
 	farm_op_fn cont = c->cont;
 	void *ctx = c->ctx;
 	int st = op->status;
@@ -1073,7 +1191,7 @@ static void txrd_done(struct rd_op *op)
 		(void)tx_gone(tx);
 		return;
 	}
-	stat_add(tx->m, S_TX_READS, 1);
+	cnt_inc(&tx->tl->c_tx_reads);
 	if (!st) {
 		struct txobj *o = tx_find(tx, c->a); /* read twice meanwhile? */
 		if (!o) {
@@ -1304,6 +1422,8 @@ int farm_tx_alloc(farm_tx *tx, uint32_t size, farm_gaddr hint,
 
 /* ---- commit ------------------------------------------------------------------------ */
 
+struct decisive;
+
 enum { K_LOCK = 1, K_BACKUP, K_PRIMARY, K_ABORT };
 
 #define REPLY_TIMEOUT_NS (1000ull * 1000000ull)
@@ -1387,7 +1507,13 @@ static void tx_append(farm_tx *tx, uint32_t mach, uint8_t *buf, size_t len,
 {
 	uint64_t seq;
 	int rc = log_append(tx->tl, mach, buf, len, tx, kind, &seq);
-	tx->used[mach] += len;
+	if (!rc)
+		tx->used[mach] += len;
+	if (rc && rc != -EAGAIN && (kind == K_PRIMARY || kind == K_ABORT))
+		farm_warn("txn: %s record of transaction %#" PRIx64 " to machine "
+		          "%" PRIu32 " not written: %s",
+		          kind == K_PRIMARY ? "COMMIT-PRIMARY" : "ABORT", tx->id,
+		          mach, farm_strerror(rc));
 	if (rc) {
 		if (!tx->fail)
 			tx->fail = rc;
@@ -1455,9 +1581,16 @@ static void tx_finish(farm_tx *tx)
 		tx->deferred_finish = true;
 		return;
 	}
+	if (tx->ph == PH_PRIMARY || tx->ph == PH_ABORT)
+		for (uint32_t p = 0; p < 0x40; p++)
+			if (tx->locked_at[p] && !tx->decided_at[p])
+				farm_warn("txn: transaction %#" PRIx64 " finished "
+				          "without a decision at machine %" PRIu32
+				          " (phase %d, fail %d)",
+				          tx->id, p, (int)tx->ph, tx->fail);
 	for (unsigned i = 0; i < tx->nrecs; i++) {
 		struct writer *w = &tl->w[tx->recs[i].machine];
-		w->wq[tx->recs[i].seq % WQ_CAP].done = true;
+		w->wq[tx->recs[i].seq % w->wq_cap].done = true;
 	}
 	for (uint32_t mach = 0; mach < m->M && mach < 0x40; mach++) {
 		if (!tx->need[mach])
@@ -1501,6 +1634,7 @@ static void tx_step(farm_tx *tx)
 	int fail = tx->fail;
 	switch (tx->ph) {
 	case PH_LOCK:
+		tx->tl->lock_waiters--;
 		if (fail)
 			phase_abort(tx, fail == -EINVAL ? FARM_ECONFLICT : fail);
 		else
@@ -1541,6 +1675,8 @@ static void tx_step(farm_tx *tx)
 		} else if (tx->single) {
 			single_install(tx);
 		} else {
+			if (atomic_load(&testing_crash_after_backup))
+				raise(SIGKILL); /* testing: COMMIT-BACKUP acked */
 			phase_primary(tx);
 		}
 		break;
@@ -1558,12 +1694,30 @@ static void tx_step(farm_tx *tx)
 	}
 }
 
-static void tx_record_done(farm_loop *loop, farm_tx *tx, int kind, int status)
+static void send_decisive(farm_tx *tx, uint32_t mach, int type, int kind,
+                          struct decisive *d);
+
+static void tx_record_done(farm_loop *loop, farm_tx *tx, int kind,
+                           uint32_t mach, int status)
 {
 	(void)loop;
 	tx->wait_writes--;
 	if (kind == K_LOCK && status)
 		tx->wait_replies--; /* no record, no answer */
+	if ((kind == K_PRIMARY || kind == K_ABORT) && !status && mach < 0x40)
+		tx->decided_at[mach] = true;
+	if ((kind == K_PRIMARY || kind == K_ABORT) && status &&
+	    status != FARM_EPEERDEAD) {
+		/* It did not land (an earlier failure on the endpoint flushed
+		 * it): the primary still holds the locks. Send it again. */
+		farm_warn("txn: %s record of transaction %#" PRIx64 " to machine "
+		          "%" PRIu32 " failed (%s): sending it again",
+		          kind == K_PRIMARY ? "COMMIT-PRIMARY" : "ABORT", tx->id,
+		          mach, farm_strerror(status));
+		send_decisive(tx, mach,
+		              kind == K_PRIMARY ? REC_COMMIT_PRIMARY : REC_ABORT,
+		              kind, NULL);
+	}
 	if (kind == K_PRIMARY && !status) {
 		tx->committed_writes++;
 		if (!tx->reported)
@@ -1600,6 +1754,7 @@ static void phase_lock(farm_tx *tx)
 	farm_txm *m = tx->m;
 	tx->ph = PH_LOCK;
 	tx->deadline = farm_now_ns() + REPLY_TIMEOUT_NS;
+	tx->tl->lock_waiters++;
 	bool seen[0x40] = {false};
 	for (unsigned i = 0; i < tx->n; i++) {
 		struct txobj *o = &tx->o[i];
@@ -1641,7 +1796,8 @@ static void phase_validate(farm_tx *tx)
 {
 	farm_txm *m = tx->m;
 	tx->ph = PH_VALIDATE;
-	for (unsigned i = 0; i < tx->n && !tx->fail; i++) {
+	for (unsigned i = 0; i < tx->n && !tx->fail &&
+	                     !atomic_load(&testing_skip_validation); i++) {
 		struct txobj *o = &tx->o[i];
 		if (is_write(o) || !(o->flags & TXO_READ))
 			continue;
@@ -1703,20 +1859,83 @@ static void phase_backup(farm_tx *tx)
 	tx_step(tx);
 }
 
+/*
+ * A COMMIT-PRIMARY or ABORT record must reach its primary: it alone
+ * unlocks the objects there (and installs the writes). When it cannot be
+ * sent now (no staging memory, a full send queue, an endpoint draining
+ * after a failure) it is retried from a work item until it is sent or the
+ * primary is known dead; the transaction waits for it.
+ */
+struct decisive {
+	farm_tx *tx;
+	uint32_t mach;
+	int type, kind;
+};
+
+static void decisive_retry(farm_loop *loop, void *ctx, int status);
+
+static void send_decisive(farm_tx *tx, uint32_t mach, int type, int kind,
+                          struct decisive *d)
+{
+	uint8_t *b = arena_get(&tx->tl->ar, 64);
+	int rc = -ENOMEM;
+	if (b) {
+		memset(b, 0, 64);
+		struct rec_hdr h = {.type = (uint16_t)type, .txid = tx->id};
+		memcpy(b, &h, sizeof(h));
+		unsigned before = tx->wait_writes;
+		int fail = tx->fail;
+		tx->fail = 0;
+		tx_append(tx, mach, b, 64, kind);
+		rc = tx->wait_writes != before ? 0 : (tx->fail ? tx->fail : -EIO);
+		tx->fail = fail;
+	}
+	if (!rc || rc == FARM_EPEERDEAD || rc == -ENOENT) {
+		if (d) {
+			tx->wait_writes--; /* the retry's own hold */
+			free(d);
+		}
+		return;
+	}
+	if (!d) {
+		d = malloc(sizeof(*d));
+		if (!d) {
+			farm_err("txn: cannot retry a %s record: out of memory",
+			         type == REC_ABORT ? "ABORT" : "COMMIT-PRIMARY");
+			return;
+		}
+		*d = (struct decisive){.tx = tx, .mach = mach, .type = type,
+		                       .kind = kind};
+		tx->wait_writes++; /* held until it is sent */
+	}
+	if (farm_loop_post(tx->tl->loop, decisive_retry, d)) {
+		farm_err("txn: cannot retry a decisive record");
+		tx->wait_writes--;
+		free(d);
+	}
+}
+
+static void decisive_retry(farm_loop *loop, void *ctx, int status)
+{
+	(void)loop;
+	struct decisive *d = ctx;
+	farm_tx *tx = d->tx;
+	if (status) { /* the loop is closing: give up */
+		tx->wait_writes--;
+		free(d);
+		tx_step(tx);
+		return;
+	}
+	send_decisive(tx, d->mach, d->type, d->kind, d);
+	tx_step(tx);
+}
+
 static void phase_primary(farm_tx *tx)
 {
 	tx->ph = PH_PRIMARY;
-	for (uint32_t p = 0; p < tx->m->M && p < 0x40; p++) {
-		if (!tx->locked_at[p])
-			continue;
-		uint8_t *b = arena_get(&tx->tl->ar, 64);
-		if (!b)
-			continue; /* counted as not landed */
-		memset(b, 0, 64);
-		struct rec_hdr h = {.type = REC_COMMIT_PRIMARY, .txid = tx->id};
-		memcpy(b, &h, sizeof(h));
-		tx_append(tx, p, b, 64, K_PRIMARY);
-	}
+	for (uint32_t p = 0; p < tx->m->M && p < 0x40; p++)
+		if (tx->locked_at[p])
+			send_decisive(tx, p, REC_COMMIT_PRIMARY, K_PRIMARY, NULL);
 	tx_step(tx);
 }
 
@@ -1724,17 +1943,9 @@ static void phase_abort(farm_tx *tx, int outcome)
 {
 	tx->ph = PH_ABORT;
 	tx->fail = 0;
-	for (uint32_t p = 0; p < tx->m->M && p < 0x40; p++) {
-		if (!tx->locked_at[p])
-			continue;
-		uint8_t *b = arena_get(&tx->tl->ar, 64);
-		if (!b)
-			continue;
-		memset(b, 0, 64);
-		struct rec_hdr h = {.type = REC_ABORT, .txid = tx->id};
-		memcpy(b, &h, sizeof(h));
-		tx_append(tx, p, b, 64, K_ABORT);
-	}
+	for (uint32_t p = 0; p < tx->m->M && p < 0x40; p++)
+		if (tx->locked_at[p])
+			send_decisive(tx, p, REC_ABORT, K_ABORT, NULL);
 	tx_report(tx, outcome);
 	tx_step(tx);
 }
@@ -1794,6 +2005,16 @@ static void single_lock(farm_tx *tx)
 static void single_install(farm_tx *tx)
 {
 	farm_txm *m = tx->m;
+	/* Every written object exclusive before the first is installed: a
+	 * shared lock lets lock-free readers through, and they must not see
+	 * one object installed and another one still as it was. */
+	for (unsigned i = 0; i < tx->n; i++) {
+		struct txobj *o = &tx->o[i];
+		if (is_write(o))
+			atomic_store_explicit(local_hdr(tx, o),
+			                      o->version | OBJ_LOCK_EXCL,
+			                      memory_order_seq_cst);
+	}
 	for (unsigned i = 0; i < tx->n; i++) {
 		struct txobj *o = &tx->o[i];
 		if (!is_write(o))
@@ -1882,6 +2103,7 @@ static void refresh_freed(struct txloop *tl, uint32_t mach)
 		free(c);
 		return;
 	}
+	tl->inflight++;
 	w->reading = true;
 }
 
@@ -1893,6 +2115,7 @@ static void freed_read_done(farm_loop *loop, void *ctx, int status)
 	struct wr_ctx *c = ctx;
 	struct txloop *tl = c->tl;
 	struct writer *w = &tl->w[c->kind];
+	tl->inflight--;
 	w->reading = false;
 	if (!status) {
 		uint64_t f;
@@ -1947,10 +2170,12 @@ static void tx_reserve(farm_tx *tx)
 		}
 	}
 	if (!ok) {
-		if (tx->ph != PH_RESERVE)
+		if (!tx->space_tries++) {
 			stat_add(m, S_LOG_FULL, 1);
+			tx->deadline = farm_now_ns() + SPACE_WAIT_NS;
+		}
 		tx->ph = PH_RESERVE;
-		if (++tx->space_tries > SPACE_TRIES) {
+		if (farm_now_ns() > tx->deadline) {
 			memset(tx->need, 0, sizeof(tx->need));
 			tx_report(tx, -ENOSPC);
 			tx_finish(tx);
@@ -2234,7 +2459,7 @@ static int txn_poll_all(farm_loop *loop, void *ctx)
 {
 	struct txloop *tl = ctx;
 	int got = txn_poll(loop, ctx);
-	if ((++tl->rand & 1023) == 0)
+	if (tl->lock_waiters && (++tl->rand & 1023) == 0)
 		scan_deadlines(tl);
 	return got;
 }
@@ -2268,6 +2493,7 @@ int farm_txm_create(farm_fabric *fab, farm_msg *msg, farm_as *as,
 	m->R = a.log_size;
 	m->lf_bound = a.lf_bound_ns;
 	m->arena_size = a.arena_size;
+	pthread_mutex_init(&m->peer_lock, NULL);
 	if (m->T > MAX_LOOPS || m->me >= m->M) {
 		free(m);
 		return -EINVAL;
@@ -2297,6 +2523,8 @@ int farm_txm_create(farm_fabric *fab, farm_msg *msg, farm_as *as,
 	m->logdesc = farm_mr_describe(m->logmr);
 	m->peers[m->me] = m->logdesc;
 	atomic_store(&m->peer_ready[m->me], 1);
+	m->ready_ids[0] = m->me;
+	atomic_store(&m->nready, 1);
 	*out = m;
 	return 0;
 }
@@ -2329,12 +2557,21 @@ int farm_txm_add_peer(farm_txm *m, uint32_t id, const farm_mr_desc *logs)
 	uint64_t nlogs = (uint64_t)m->M * m->T;
 	if (logs->len != m->hdr_area + nlogs * m->R)
 		return -EINVAL; /* another log size or thread count */
-	if (atomic_load(&m->peer_ready[id]))
-		return memcmp(&m->peers[id], logs, sizeof(*logs)) ? -EEXIST : 0;
-	m->peers[id] = *logs;
-	m->peers[id].machine = id;
-	atomic_store_explicit(&m->peer_ready[id], 1, memory_order_release);
-	return 0;
+	farm_mr_desc d = *logs;
+	d.machine = id;
+	pthread_mutex_lock(&m->peer_lock);
+	int rc = 0;
+	if (atomic_load(&m->peer_ready[id])) {
+		rc = memcmp(&m->peers[id], &d, sizeof(d)) ? -EEXIST : 0;
+	} else {
+		m->peers[id] = d;
+		atomic_store_explicit(&m->peer_ready[id], 1, memory_order_release);
+		unsigned n = atomic_load_explicit(&m->nready, memory_order_relaxed);
+		m->ready_ids[n] = id;
+		atomic_store_explicit(&m->nready, n + 1, memory_order_release);
+	}
+	pthread_mutex_unlock(&m->peer_lock);
+	return rc;
 }
 
 int farm_txm_attach(farm_txm *m, farm_loop *loop)
@@ -2358,6 +2595,8 @@ int farm_txm_attach(farm_txm *m, farm_loop *loop)
 	for (uint32_t i = 0; !rc && i < m->M; i++)
 		if (!(tl->w[i].wq = calloc(WQ_CAP, sizeof(struct wq_ent))))
 			rc = -ENOMEM;
+		else
+			tl->w[i].wq_cap = WQ_CAP;
 	if (!rc) {
 		tl->ar.size = m->arena_size;
 		tl->ar.base = aligned_alloc(4096, tl->ar.size);
@@ -2388,6 +2627,19 @@ void farm_txm_detach(farm_txm *m, farm_loop *loop)
 	struct txloop *tl = loop_state(m, loop);
 	if (!tl)
 		return;
+	/* Completions of log WRITEs (a commit is reported at its first
+	 * COMMIT-PRIMARY; TRUNC records) and freed-word READs still to come
+	 * use this state: let them land first. The loop's close would run
+	 * them (cancelled) after we freed it. */
+	uint64_t dl = farm_now_ns() + 2000000000ull;
+	while (tl->inflight && farm_now_ns() < dl)
+		(void)farm_loop_poll(loop);
+	if (tl->inflight) {
+		farm_warn("txn: loop %u detached with %u log operations in "
+		          "flight: its state is leaked", tl->t, tl->inflight);
+		m->loops[tl->t] = NULL;
+		return;
+	}
 	for (unsigned i = 0; i < TX_SLOTS; i++)
 		if (tl->slots[i])
 			farm_warn("txn: loop %u detached with a transaction open",
@@ -2398,6 +2650,15 @@ void farm_txm_detach(farm_txm *m, farm_loop *loop)
 			tl->locks[b] = e->next;
 			free(e);
 		}
+	stat_add(m, S_LF_READS, atomic_load(&tl->c_lf_reads));
+	stat_add(m, S_LF_RETRIES, atomic_load(&tl->c_lf_retries));
+	stat_add(m, S_TX_READS, atomic_load(&tl->c_tx_reads));
+	m->loops[tl->t] = NULL;
+	while (tl->rd_free_list) {
+		struct rd_op *op = tl->rd_free_list;
+		tl->rd_free_list = op->next_free;
+		free(op);
+	}
 	farm_mr_dereg(tl->ar.mr);
 	free(tl->ar.base);
 	for (uint32_t i = 0; i < m->M; i++)
@@ -2416,6 +2677,15 @@ void farm_txm_stats_get(farm_txm *m, farm_txm_stats *out)
 	uint64_t v[32];
 	for (int i = 0; i < 32; i++)
 		v[i] = atomic_load_explicit(&m->st.v[i], memory_order_relaxed);
+	/* Loops' own counters (not while a loop detaches). */
+	for (unsigned i = 0; i < MAX_LOOPS; i++) {
+		struct txloop *tl = m->loops[i];
+		if (!tl)
+			continue;
+		v[S_LF_READS] += atomic_load_explicit(&tl->c_lf_reads, memory_order_relaxed);
+		v[S_LF_RETRIES] += atomic_load_explicit(&tl->c_lf_retries, memory_order_relaxed);
+		v[S_TX_READS] += atomic_load_explicit(&tl->c_tx_reads, memory_order_relaxed);
+	}
 	*out = (farm_txm_stats){
 	        .commits = v[S_COMMITS], .commits_single = v[S_COMMITS_SINGLE],
 	        .aborts_conflict = v[S_AB_CONFLICT],
@@ -2429,4 +2699,142 @@ void farm_txm_stats_get(farm_txm *m, farm_txm_stats *out)
 	        .locks_refused = v[S_LOCKS_REFUSED], .installs = v[S_INSTALLS],
 	        .backup_applies = v[S_BACKUP_APPLIES],
 	        .bad_records = v[S_BAD_RECORDS]};
+}
+
+/* ---- testing section (txn_testing.h): for tests only ------------------------------ */
+
+uint64_t farm_tx_testing_version(farm_tx *tx, farm_gaddr a)
+{
+	struct txobj *o = tx ? tx_find(tx, a) : NULL;
+	return o ? o->version : UINT64_MAX;
+}
+
+uint64_t farm_tx_testing_id(farm_tx *tx) { return tx ? tx->id : 0; }
+
+int farm_lf_testing_read_sync(farm_txm *m, farm_loop *loop, farm_gaddr a,
+                              uint32_t size, uint64_t want_incarnation,
+                              void *buf, uint64_t *version)
+{
+	struct txloop *tl = loop_state(m, loop);
+	if (!tl || !buf)
+		return -EINVAL;
+	struct sync_res r = {0};
+	struct lf_ctx *c = malloc(sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	*c = (struct lf_ctx){.buf = buf, .cont = sync_op_cb, .ctx = &r,
+	                     .version_out = version};
+	int rc;
+	struct rd_op *op = rd_new(tl, a, size, want_incarnation, lf_done, c, &rc);
+	if (!op) {
+		free(c);
+		return rc;
+	}
+	rd_start(op);
+	return wait_loop(loop, &r);
+}
+
+void farm_txn_testing_crash_after_backup(bool on)
+{
+	atomic_store(&testing_crash_after_backup, on);
+}
+
+void farm_txn_testing_skip_validation(bool on)
+{
+	atomic_store(&testing_skip_validation, on);
+}
+
+int farm_txm_testing_records(farm_txm *m,
+                             void (*fn)(void *ctx, uint32_t coord, int type,
+                                        uint64_t txid),
+                             void *ctx)
+{
+	if (!m || !fn)
+		return -EINVAL;
+	int n = 0;
+	for (unsigned t = 0; t < m->T && t < MAX_LOOPS; t++) {
+		struct txloop *tl = m->loops[t];
+		if (!tl)
+			continue;
+		for (uint32_t c = 0; c < m->M; c++) {
+			const uint8_t *ring =
+			        m->logbase + log_ring_off(m, log_index(m, c, t));
+			/* Whole records from the applied position on, as the
+			 * poller recognizes them (trailer = position + 1). */
+			uint64_t pos = tl->r[c].applied;
+			for (uint64_t seen = 0; seen < m->R;) {
+				const uint8_t *rec = ring + pos % m->R;
+				struct rec_hdr h;
+				memcpy(&h, rec, sizeof(h));
+				if (h.len == 0 || h.len % 64 ||
+				    h.len > m->R - pos % m->R)
+					break;
+				uint64_t tr;
+				memcpy(&tr, rec + (h.type == REC_PAD ? 56 : h.len - 8),
+				       8);
+				if (tr != pos + 1)
+					break;
+				if (h.type != REC_PAD) {
+					fn(ctx, c, h.type, h.txid);
+					n++;
+				}
+				pos += h.len;
+				seen += h.len;
+			}
+		}
+	}
+	return n;
+}
+
+/* ---- local reads without waiting ------------------------------------------------ */
+
+int farm_tx_read_local(farm_tx *tx, farm_gaddr a, uint32_t size, const void **data)
+{
+	if (!tx || !data)
+		return -EINVAL;
+	if (tx->ph != PH_OPEN || tx->released)
+		return FARM_ECLOSED;
+	struct txobj *o = tx_find(tx, a);
+	if (o) {
+		if (size > o->size)
+			return -EINVAL;
+		*data = o->data;
+		return 0;
+	}
+	farm_txm *m = tx->m;
+	unsigned lines = obj_lines(size);
+	if (!lines || farm_gaddr_offset(a) % 64 ||
+	    !farm_gaddr_valid(a, 64ull * lines, farm_as_region_size(m->as)))
+		return -EINVAL;
+	const uint8_t *p = farm_as_local_ptr(m->as, a, 64ull * lines);
+	if (!p)
+		return -EREMOTE;
+	uint8_t *img = arena_get(&tx->tl->ar, 64ull * lines);
+	uint8_t *d = malloc(size);
+	int rc = img && d ? -EAGAIN : -ENOMEM;
+	uint64_t version = 0, incarn = 0;
+	for (unsigned tries = 0; rc == -EAGAIN && tries < READ_TRIES; tries++) {
+		if (!farm_lines_copy(img, p, 64ull * lines, LINE_TRIES))
+			continue;
+		rc = obj_check(img, lines, UINT64_MAX, &version, &incarn);
+		if (rc == -EAGAIN)
+			farm_cpu_relax();
+	}
+	if (rc == -EAGAIN)
+		rc = -EBUSY;
+	if (!rc && !(o = tx_add(tx)))
+		rc = -ENOMEM;
+	if (!rc) {
+		obj_unpack(img, size, d);
+		*o = (struct txobj){.a = a, .size = size, .lines = lines,
+		                    .version = version, .incarn = incarn,
+		                    .primary = m->me, .flags = TXO_READ, .data = d};
+		*data = d;
+		d = NULL;
+		cnt_inc(&tx->tl->c_tx_reads);
+	}
+	if (img)
+		arena_put(&tx->tl->ar, img, 64ull * lines);
+	free(d);
+	return rc;
 }

@@ -126,6 +126,15 @@ int farm_config_set(struct farm_config *c, const char *key, const char *value,
 		                  &c->expect_machines);
 	} else if (strcmp(key, "threads") == 0) {
 		rc = parse_u32_in(value, 1, 64, &c->threads);
+	} else if (strcmp(key, "busy_poll") == 0) {
+		if (!strcmp(value, "1") || !strcmp(value, "true") ||
+		    !strcmp(value, "yes") || !strcmp(value, "on"))
+			c->busy_poll = true;
+		else if (!strcmp(value, "0") || !strcmp(value, "false") ||
+		         !strcmp(value, "no") || !strcmp(value, "off"))
+			c->busy_poll = false;
+		else
+			rc = -EINVAL;
 	} else if (strcmp(key, "zk") == 0) {
 		/* host:port[,host:port...][/chroot]; checked when used */
 		rc = strpbrk(value, " \t") ? -EINVAL
@@ -229,7 +238,8 @@ int farm_config_apply_env(struct farm_config *c, char *err, size_t errlen)
 	static const char *const keys[] = {"machine_id", "data_dir", "fabric",
 	                                   "listen", "region_size", "job",
 	                                   "replicas", "rings", "ring_points",
-	                                   "threads", "expect_machines", "log_size", "zk", "zk_root",
+	                                   "threads", "expect_machines", "log_size",
+	                                   "busy_poll", "zk", "zk_root",
 	                                   "zk_session_ms",
 	                                   "zk_connect_timeout_ms"};
 	char env[64], msg[256];

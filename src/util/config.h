@@ -30,6 +30,8 @@ struct farm_config {
 	uint32_t rings;               /* k: consistent-hashing rings, 1..16 */
 	uint32_t ring_points;         /* points per machine per ring */
 	uint32_t threads;             /* event loops per machine, 1..64 */
+	bool busy_poll;               /* loops never park (messaging's
+	                                 busy_poll); default off */
 	uint32_t log_size;            /* bytes of each transaction log ring
 	                                 (0: 256 KiB) */
 	uint32_t expect_machines;     /* the job waits for this many (0:

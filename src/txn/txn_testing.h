@@ -1,0 +1,60 @@
+/*
+ * Testing hooks of the transaction layer (implemented at the end of
+ * txn.c, in its testing section). For tests only: they expose what the
+ * API hides on purpose (versions, transaction ids, the logs) and can
+ * break the protocol on request to prove that tests notice. Internal; not
+ * installed.
+ */
+#ifndef FARM_TXN_TXN_TESTING_H
+#define FARM_TXN_TXN_TESTING_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <farm/txn.h>
+
+/* The version of @a this transaction read (object versions step by 4; a
+ * committed write of it installs this + 4), or UINT64_MAX when @a is not
+ * in the transaction. Valid until farm_tx_free, also after commit. */
+uint64_t farm_tx_testing_version(farm_tx *tx, farm_gaddr a);
+
+/* The transaction's id (what its log records carry). */
+uint64_t farm_tx_testing_id(farm_tx *tx);
+
+/* farm_lf_read_sync that also returns the version it read (*@version,
+ * when it returns 0). */
+int farm_lf_testing_read_sync(farm_txm *m, farm_loop *loop, farm_gaddr a,
+                              uint32_t size, uint64_t want_incarnation,
+                              void *buf, uint64_t *version);
+
+/* Process-wide: when on, a distributed commit's coordinator kills its own
+ * process (SIGKILL) once every COMMIT-BACKUP write has completed, before
+ * it writes COMMIT-PRIMARY. */
+void farm_txn_testing_crash_after_backup(bool on);
+
+/* Process-wide: when on, distributed commits skip VALIDATE (a deliberately
+ * broken protocol: read-only objects are never checked). */
+void farm_txn_testing_skip_validation(bool on);
+
+/* Record types farm_txm_testing_records reports. */
+enum {
+	FARM_TXN_TESTING_LOCK = 1,
+	FARM_TXN_TESTING_COMMIT_BACKUP = 2,
+	FARM_TXN_TESTING_COMMIT_PRIMARY = 3,
+	FARM_TXN_TESTING_ABORT = 4,
+	FARM_TXN_TESTING_TRUNCATE = 5,
+};
+
+/*
+ * Call @fn for every whole record present in this machine's logs (every
+ * coordinator's log served by an attached loop), from the position its
+ * loop has applied (truncated) up to the last whole record, whether the
+ * loop has processed it yet or not; pads are skipped. Call on the loops'
+ * thread (or while they are not polled). Returns the number of records.
+ */
+int farm_txm_testing_records(farm_txm *m,
+                             void (*fn)(void *ctx, uint32_t coord, int type,
+                                        uint64_t txid),
+                             void *ctx);
+
+#endif
