@@ -1,0 +1,1454 @@
+/*
+ * Chained associative hopscotch hashing (ht.h).
+ *
+ * Bucket object data: [fwd u64][bwd u64][overflow fat pointer 24 B]
+ * [H/2 slots]. Chain block data: [ver u64][pad u64... 32 B header with the
+ * next block's fat pointer][2 slots]. Slot: [flags u8][klen u8][pad u16]
+ * [vlen u32][key K][value V]. A slot whose value or key does not fit holds
+ * a fat pointer to an object [klen u32][vlen u32][key][value] in its value
+ * area (and, for a long key, the key's hash in its key area).
+ */
+#include "hashtable/ht.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "txn/object.h"
+#include "util/common.h"
+#include "util/lines.h"
+#include "util/log.h"
+
+#define SLOT_USED     1u
+#define SLOT_INDIRECT 2u
+#define SLOT_LONGKEY  4u
+#define BKT_HDR       40u /* fwd, bwd, overflow */
+#define BLK_HDR       32u /* ver, next */
+#define HOP_REACH     32u /* buckets probed forward for a free slot */
+#define MAX_LOOPS     64
+#define POOL_BUFS     256u
+#define MAX_BATCH     64u
+#define READ_TRIES    1024u
+#define LINE_TRIES    1000u
+
+struct pending {
+	struct pending *next;
+	struct farm_msg_token tok;
+	uint8_t op; /* 1 put, 2 del */
+	uint32_t klen, vlen;
+	int status;
+	uint8_t buf[]; /* key, then value */
+};
+
+struct shardq {
+	struct pending *head, *tail; /* waiting */
+	struct pending *batch;       /* in the transaction being committed */
+	bool busy;
+	farm_tx *tx;
+	/* allocations the batch made for the operation being applied: an
+	 * indirect pair object, a chain block */
+	bool ind_ready, blk_ready;
+	farm_fatptr ind_fp, blk_fp;
+	void *ind_data, *blk_data;
+	unsigned retries;
+};
+
+struct htloop {
+	farm_ht *h;
+	farm_loop *loop;
+	uint8_t *pool; /* registered: POOL_BUFS buffers of 2 buckets */
+	farm_mr *mr;
+	void *free_bufs;
+	struct shardq *q; /* per shard (owned by this loop) */
+	uint64_t rand;
+};
+
+struct farm_ht {
+	farm_txm *txm;
+	farm_as *as;
+	farm_galloc *ga;
+	farm_msg *msg;
+	uint32_t me;
+	unsigned H, spb; /* slots per bucket: H / 2 */
+	uint32_t K, V, slot_bytes;
+	uint32_t bucket_data, bucket_lines;
+	uint32_t block_data, block_lines;
+	struct farm_ht_shard shards[FARM_HT_MAX_SHARDS];
+	unsigned nshards;
+	struct htloop *loops[MAX_LOOPS];
+	struct {
+		_Atomic uint64_t v[16];
+	} st;
+};
+
+enum { T_LOOKUPS, T_READS, T_RETRIES, T_CHAIN, T_PUTS, T_DELS, T_HOPS,
+       T_CHAIN_APPENDS, T_CHAIN_FREES, T_COMBINED, T_FOUND, T_NOTFOUND };
+
+static void st_add(farm_ht *h, int i, uint64_t n)
+{
+	atomic_fetch_add_explicit(&h->st.v[i], n, memory_order_relaxed);
+}
+
+/* ---- hashing and layout ------------------------------------------------------ */
+
+uint64_t farm_ht_hash(const void *key, uint32_t klen)
+{
+	const uint8_t *p = key;
+	uint64_t x = 0xcbf29ce484222325ull ^ klen;
+	for (uint32_t i = 0; i < klen; i++)
+		x = (x ^ p[i]) * 0x100000001b3ull;
+	x ^= x >> 33;
+	x *= 0xff51afd7ed558ccdull;
+	x ^= x >> 33;
+	x *= 0xc4ceb9fe1a85ec53ull;
+	return x ^ (x >> 33);
+}
+
+/* Jump consistent hash (Lamping and Veach): shard of @key among @n. */
+static unsigned jump(uint64_t key, unsigned n)
+{
+	int64_t b = -1, j = 0;
+	while (j < (int64_t)n) {
+		b = j;
+		key = key * 2862933555777941757ull + 1;
+		j = (int64_t)((double)(b + 1) *
+		              ((double)(1ll << 31) / (double)((key >> 33) + 1)));
+	}
+	return (unsigned)b;
+}
+
+static uint32_t home_of(uint64_t hash, uint32_t nb)
+{
+	return (uint32_t)((hash >> 11) % nb);
+}
+
+static uint8_t *slot_at(const farm_ht *h, uint8_t *bucket, unsigned i)
+{
+	return bucket + BKT_HDR + (size_t)i * h->slot_bytes;
+}
+
+static uint8_t *blk_slot(const farm_ht *h, uint8_t *blk, unsigned i)
+{
+	return blk + BLK_HDR + (size_t)i * h->slot_bytes;
+}
+
+static uint64_t get64(const uint8_t *p)
+{
+	uint64_t v;
+	memcpy(&v, p, 8);
+	return v;
+}
+
+static void put64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
+
+static farm_fatptr get_fat(const uint8_t *p)
+{
+	farm_fatptr f;
+	memcpy(&f, p, sizeof(f));
+	return f;
+}
+
+static void put_fat(uint8_t *p, farm_fatptr f) { memcpy(p, &f, sizeof(f)); }
+
+/* fields of a bucket's data */
+#define B_FWD(b)  ((b) + 0)
+#define B_BWD(b)  ((b) + 8)
+#define B_OVF(b)  ((b) + 16)
+
+/* Does slot @s hold @key? (@hash for long keys; the full key of an
+ * indirect long key is checked by the reader of its object.) */
+static bool slot_match(const farm_ht *h, const uint8_t *s, const void *key,
+                       uint32_t klen, uint64_t hash)
+{
+	if (!(s[0] & SLOT_USED) || s[1] != (klen > h->K ? 0 : klen))
+		return false;
+	if (klen > h->K)
+		return (s[0] & SLOT_LONGKEY) && get64(s + 8) == hash;
+	return memcmp(s + 8, key, klen) == 0;
+}
+
+static uint32_t slot_vlen(const uint8_t *s)
+{
+	uint32_t v;
+	memcpy(&v, s + 4, 4);
+	return v;
+}
+
+/* The home of the key in an occupied slot. */
+static uint64_t slot_hash(const farm_ht *h, const uint8_t *s)
+{
+	if (s[0] & SLOT_LONGKEY)
+		return get64(s + 8);
+	return farm_ht_hash(s + 8, s[1]);
+}
+
+/* ---- creation -------------------------------------------------------------------- */
+
+int farm_ht_create(farm_txm *txm, farm_as *as, farm_galloc *ga, farm_msg *msg,
+                   const struct farm_ht_attr *attr, farm_ht **out);
+
+uint32_t farm_ht_bucket_bytes(const farm_ht *h) { return 64u * h->bucket_lines; }
+unsigned farm_ht_slots_per_bucket(const farm_ht *h) { return h->spb; }
+uint32_t farm_ht_block_bytes(const farm_ht *h) { return 64u * h->block_lines; }
+
+static struct htloop *hl_of(farm_ht *h, farm_loop *loop)
+{
+	unsigned i = farm_loop_index(loop);
+	struct htloop *l = i < MAX_LOOPS ? h->loops[i] : NULL;
+	return l && l->loop == loop ? l : NULL;
+}
+
+static void *buf_get(struct htloop *l)
+{
+	void *p = l->free_bufs;
+	if (p)
+		memcpy(&l->free_bufs, p, sizeof(void *));
+	return p;
+}
+
+static void buf_put(struct htloop *l, void *p)
+{
+	memcpy(p, &l->free_bufs, sizeof(void *));
+	l->free_bufs = p;
+}
+
+/* ---- lookups (any machine, lock-free) ----------------------------------------- */
+
+struct get_op {
+	farm_ht *h;
+	struct htloop *l;
+	uint8_t key[FARM_HT_MAX_KEY];
+	uint32_t klen;
+	uint64_t hash;
+	const struct farm_ht_shard *sd;
+	uint32_t b;
+	uint8_t *img; /* 2 buckets, from the pool */
+	uint8_t *d0, *d1;
+	unsigned tries;
+	uint64_t fwd; /* the pair version seen */
+	farm_ht_get_fn cont;
+	void *ctx;
+	/* chain walk / indirect value */
+	uint8_t *obuf;
+	uint32_t olen;
+	farm_fatptr next;
+	int stage; /* 0 buckets, 1 chain block, 2 indirect value */
+};
+
+static void get_start(struct get_op *g);
+
+static void get_end(struct get_op *g, int status, const void *val, uint32_t len)
+{
+	farm_ht *h = g->h;
+	st_add(h, status == 0 ? T_FOUND : T_NOTFOUND, 1);
+	farm_loop *loop = g->l->loop;
+	farm_ht_get_fn cont = g->cont;
+	void *ctx = g->ctx;
+	cont(loop, ctx, status, val, len);
+	if (g->img)
+		buf_put(g->l, g->img);
+	free(g->d0);
+	free(g->d1);
+	free(g->obuf);
+	free(g);
+}
+
+static void get_retry(struct get_op *g)
+{
+	st_add(g->h, T_RETRIES, 1);
+	if (++g->tries >= READ_TRIES) {
+		get_end(g, -EBUSY, NULL, 0);
+		return;
+	}
+	unsigned k = FARM_MIN(g->tries, 10u);
+	uint64_t spins = farm_rand64(&g->l->rand) & ((1ull << k) - 1);
+	for (uint64_t i = 0; i < spins; i++)
+		farm_cpu_relax();
+	g->stage = 0;
+	get_start(g);
+}
+
+static void get_read_obj(struct get_op *g, farm_fatptr p, int stage);
+
+/* Found in slot @s: inline value, or the object it names. */
+static void get_found(struct get_op *g, const uint8_t *s)
+{
+	if (!(s[0] & SLOT_INDIRECT)) {
+		get_end(g, 0, s + 8 + g->h->K, slot_vlen(s));
+		return;
+	}
+	get_read_obj(g, get_fat(s + 8 + g->h->K), 2);
+}
+
+/* Look for the key in a chain block's data (@blk); follow its chain. */
+static void get_scan_block(struct get_op *g, uint8_t *blk)
+{
+	farm_ht *h = g->h;
+	/* A block written after the buckets we read: our view is mixed. */
+	if (get64(blk) > g->fwd) {
+		get_retry(g);
+		return;
+	}
+	for (unsigned i = 0; i < 2; i++) {
+		uint8_t *s = blk_slot(h, blk, i);
+		if (slot_match(h, s, g->key, g->klen, g->hash)) {
+			get_found(g, s);
+			return;
+		}
+	}
+	farm_fatptr next = get_fat(blk + 8);
+	if (next.addr)
+		get_read_obj(g, next, 1);
+	else
+		get_end(g, -ENOENT, NULL, 0);
+}
+
+static void obj_read_done(farm_loop *loop, void *ctx, int status)
+{
+	(void)loop;
+	struct get_op *g = ctx;
+	if (status == FARM_EFREED || status == -EBUSY) {
+		get_retry(g); /* unlinked or rewritten meanwhile: start over */
+		return;
+	}
+	if (status) {
+		get_end(g, status, NULL, 0);
+		return;
+	}
+	if (g->stage == 1) {
+		get_scan_block(g, g->obuf);
+		return;
+	}
+	/* Indirect: [klen][vlen][key][value]. */
+	uint32_t kl, vl;
+	memcpy(&kl, g->obuf, 4);
+	memcpy(&vl, g->obuf + 4, 4);
+	if (kl != g->klen || 8ull + kl + vl > g->olen ||
+	    memcmp(g->obuf + 8, g->key, kl) != 0) {
+		/* A long key whose hash matched another's, or a stale slot. */
+		get_end(g, kl == g->klen ? -EBUSY : -ENOENT, NULL, 0);
+		return;
+	}
+	get_end(g, 0, g->obuf + 8 + kl, vl);
+}
+
+static void get_read_obj(struct get_op *g, farm_fatptr p, int stage)
+{
+	if (!p.addr || p.size == 0 || p.size > FARM_TX_MAX_SIZE) {
+		get_end(g, FARM_ECORRUPT, NULL, 0);
+		return;
+	}
+	free(g->obuf);
+	g->obuf = malloc(p.size);
+	g->olen = p.size;
+	g->stage = stage;
+	if (!g->obuf) {
+		get_end(g, -ENOMEM, NULL, 0);
+		return;
+	}
+	st_add(g->h, T_READS, 1);
+	if (stage == 1)
+		st_add(g->h, T_CHAIN, 1);
+	int rc = farm_lf_read(g->h->txm, g->l->loop, p.addr, p.size, p.incarnation,
+	                      g->obuf, obj_read_done, g);
+	if (rc)
+		get_end(g, rc, NULL, 0);
+}
+
+/* Both buckets read: validate, then search. */
+static void get_buckets(struct get_op *g)
+{
+	farm_ht *h = g->h;
+	unsigned L = h->bucket_lines;
+	uint64_t v, w;
+	int rc0 = obj_check(g->img, L, UINT64_MAX, &v, &w);
+	int rc1 = obj_check(g->img + 64u * L, L, UINT64_MAX, &v, &w);
+	if (rc0 == -EAGAIN || rc1 == -EAGAIN) {
+		get_retry(g);
+		return;
+	}
+	if (rc0 || rc1) {
+		get_end(g, FARM_ECORRUPT, NULL, 0); /* not a bucket */
+		return;
+	}
+	obj_unpack(g->img, h->bucket_data, g->d0);
+	obj_unpack(g->img + 64u * L, h->bucket_data, g->d1);
+	if (get64(B_FWD(g->d0)) != get64(B_BWD(g->d1))) {
+		get_retry(g); /* the two come from different commits */
+		return;
+	}
+	g->fwd = get64(B_FWD(g->d0));
+	for (unsigned i = 0; i < 2 * h->spb; i++) {
+		uint8_t *s = slot_at(h, i < h->spb ? g->d0 : g->d1, i % h->spb);
+		if (slot_match(h, s, g->key, g->klen, g->hash)) {
+			get_found(g, s);
+			return;
+		}
+	}
+	farm_fatptr ovf = get_fat(B_OVF(g->d0));
+	if (ovf.addr)
+		get_read_obj(g, ovf, 1);
+	else
+		get_end(g, -ENOENT, NULL, 0);
+}
+
+static void bucket_read_done(farm_loop *loop, void *ctx, int status)
+{
+	(void)loop;
+	struct get_op *g = ctx;
+	if (status == FARM_EFLUSHED) {
+		get_retry(g);
+		return;
+	}
+	if (status) {
+		get_end(g, status, NULL, 0);
+		return;
+	}
+	get_buckets(g);
+}
+
+static void get_local_done(farm_loop *loop, void *ctx, int status)
+{
+	(void)loop;
+	struct get_op *g = ctx;
+	if (status) {
+		get_end(g, status, NULL, 0);
+		return;
+	}
+	get_buckets(g);
+}
+
+static void get_start(struct get_op *g)
+{
+	farm_ht *h = g->h;
+	uint32_t bb = 64u * h->bucket_lines;
+	farm_gaddr a = g->sd->base + (uint64_t)g->b * bb;
+	st_add(h, T_READS, 1);
+	const uint8_t *p = farm_as_local_ptr(h->as, a, 2ull * bb);
+	if (p) {
+		if (!farm_lines_copy(g->img, p, 2ull * bb, LINE_TRIES)) {
+			get_retry(g);
+			return;
+		}
+		/* Complete on a later pass, as a remote read would. */
+		if (farm_loop_post(g->l->loop, get_local_done, g))
+			get_end(g, -ENOMEM, NULL, 0);
+		return;
+	}
+	int rc = farm_as_read(h->as, g->l->loop, a, g->img, g->l->mr, 2 * bb,
+	                      bucket_read_done, g);
+	if (rc)
+		get_end(g, rc, NULL, 0);
+}
+
+static int check_key(const void *key, uint32_t klen)
+{
+	if (!key || klen == 0)
+		return -EINVAL;
+	return klen > FARM_HT_MAX_KEY ? -E2BIG : 0;
+}
+
+static const struct farm_ht_shard *shard_of(farm_ht *h, uint64_t hash,
+                                            unsigned *idx)
+{
+	if (!h->nshards)
+		return NULL;
+	unsigned i = jump(hash, h->nshards);
+	if (idx)
+		*idx = i;
+	return &h->shards[i];
+}
+
+int farm_ht_get(farm_ht *h, farm_loop *loop, const void *key, uint32_t klen,
+                farm_ht_get_fn cont, void *ctx)
+{
+	if (!h || !loop || !cont)
+		return -EINVAL;
+	int rc = check_key(key, klen);
+	if (rc)
+		return rc;
+	struct htloop *l = hl_of(h, loop);
+	if (!l)
+		return -EINVAL;
+	uint64_t hash = farm_ht_hash(key, klen);
+	const struct farm_ht_shard *sd = shard_of(h, hash, NULL);
+	if (!sd)
+		return -ENOENT;
+	struct get_op *g = calloc(1, sizeof(*g));
+	if (!g)
+		return -ENOMEM;
+	g->img = buf_get(l);
+	g->d0 = malloc(h->bucket_data);
+	g->d1 = malloc(h->bucket_data);
+	if (!g->img || !g->d0 || !g->d1) {
+		int rc2 = g->img ? -ENOMEM : -EAGAIN; /* too many in flight */
+		if (g->img)
+			buf_put(l, g->img);
+		free(g->d0);
+		free(g->d1);
+		free(g);
+		return rc2;
+	}
+	g->h = h;
+	g->l = l;
+	memcpy(g->key, key, klen);
+	g->klen = klen;
+	g->hash = hash;
+	g->sd = sd;
+	g->b = home_of(hash, sd->nbuckets);
+	g->cont = cont;
+	g->ctx = ctx;
+	st_add(h, T_LOOKUPS, 1);
+	get_start(g);
+	return 0;
+}
+
+/* ---- writes: the client ------------------------------------------------------------ */
+
+struct op_req {
+	uint8_t op; /* 1 put, 2 del */
+	uint8_t pad;
+	uint16_t shard;
+	uint32_t klen, vlen;
+	uint32_t pad2;
+	/* key, then value */
+};
+
+struct put_ctx {
+	farm_op_fn cont;
+	void *ctx;
+};
+
+static void put_reply(farm_loop *loop, void *ctx, int status, const void *reply,
+                      uint32_t len)
+{
+	(void)reply;
+	(void)len;
+	struct put_ctx *c = ctx;
+	c->cont(loop, c->ctx, status);
+	free(c);
+}
+
+static int ship(farm_ht *h, farm_loop *loop, uint8_t op, const void *key,
+                uint32_t klen, const void *val, uint32_t vlen, farm_op_fn cont,
+                void *ctx)
+{
+	if (!h || !loop || !cont)
+		return -EINVAL;
+	int rc = check_key(key, klen);
+	if (rc)
+		return rc;
+	if (op == 1 && (!val || vlen == 0))
+		return -EINVAL;
+	if (vlen > FARM_HT_MAX_VALUE ||
+	    sizeof(struct op_req) + klen + vlen > farm_msg_max_payload(h->msg))
+		return -E2BIG;
+	unsigned si;
+	uint64_t hash = farm_ht_hash(key, klen);
+	const struct farm_ht_shard *sd = shard_of(h, hash, &si);
+	if (!sd)
+		return -ENOENT;
+	size_t len = sizeof(struct op_req) + klen + vlen;
+	uint8_t *req = malloc(len);
+	struct put_ctx *c = malloc(sizeof(*c));
+	if (!req || !c) {
+		free(req);
+		free(c);
+		return -ENOMEM;
+	}
+	struct op_req q = {.op = op, .shard = (uint16_t)si, .klen = klen,
+	                   .vlen = vlen};
+	memcpy(req, &q, sizeof(q));
+	memcpy(req + sizeof(q), key, klen);
+	if (vlen)
+		memcpy(req + sizeof(q) + klen, val, vlen);
+	*c = (struct put_ctx){.cont = cont, .ctx = ctx};
+	/* The owner's commit may wait for log room: allow it time. */
+	rc = farm_as_call(h->as, loop, sd->base, FARM_MSGT_HT_OP, req,
+	                  (uint32_t)len, 10ull * 1000000000ull, put_reply, c);
+	free(req);
+	if (rc)
+		free(c);
+	else
+		st_add(h, op == 1 ? T_PUTS : T_DELS, 1);
+	return rc;
+}
+
+int farm_ht_put(farm_ht *h, farm_loop *loop, const void *key, uint32_t klen,
+                const void *val, uint32_t vlen, farm_op_fn cont, void *ctx)
+{
+	return ship(h, loop, 1, key, klen, val, vlen, cont, ctx);
+}
+
+int farm_ht_del(farm_ht *h, farm_loop *loop, const void *key, uint32_t klen,
+                farm_op_fn cont, void *ctx)
+{
+	return ship(h, loop, 2, key, klen, NULL, 0, cont, ctx);
+}
+
+/* ---- writes: the shard's owner ----------------------------------------------------- */
+
+/* The operation needs an allocation before it can go on: the batch makes
+ * it, then applies the operation again (which changed nothing before
+ * returning these). */
+#define NEED_IND 1
+#define NEED_BLK 2
+
+struct wctx {
+	farm_ht *h;
+	struct htloop *l;
+	struct shardq *q;
+	const struct farm_ht_shard *sd;
+	farm_tx *tx;
+};
+
+static farm_gaddr bucket_addr(const farm_ht *h, const struct farm_ht_shard *sd,
+                              uint32_t b)
+{
+	return sd->base + (uint64_t)b * 64u * h->bucket_lines;
+}
+
+/* The transaction's writable copy of bucket @b. */
+static int wbucket(struct wctx *w, uint32_t b, uint8_t **out)
+{
+	farm_gaddr a = bucket_addr(w->h, w->sd, b);
+	const void *d;
+	int rc = farm_tx_read_local(w->tx, a, w->h->bucket_data, &d);
+	if (!rc)
+		rc = farm_tx_write(w->tx, a, (void **)out);
+	return rc;
+}
+
+/* A read-only view of bucket @b (the transaction's copy). */
+static int rbucket(struct wctx *w, uint32_t b, const uint8_t **out)
+{
+	return farm_tx_read_local(w->tx, bucket_addr(w->h, w->sd, b),
+	                          w->h->bucket_data, (const void **)out);
+}
+
+/* Bump the joint versions of the pairs around bucket @x. */
+static int bump_pairs(struct wctx *w, uint32_t x)
+{
+	uint32_t nb = w->sd->nbuckets;
+	for (int side = 0; side < 2; side++) {
+		if (side == 0 && x == 0)
+			continue;
+		uint32_t y = side == 0 ? x - 1 : x; /* the pair (y, y + 1) */
+		if (y + 1 > nb)
+			continue;
+		uint8_t *by, *by1;
+		int rc = wbucket(w, y, &by);
+		if (!rc)
+			rc = wbucket(w, y + 1, &by1);
+		if (rc)
+			return rc;
+		uint64_t v = get64(B_FWD(by)) + 1;
+		put64(B_FWD(by), v);
+		put64(B_BWD(by1), v);
+	}
+	return 0;
+}
+
+static void fill_slot(const farm_ht *h, uint8_t *s, const uint8_t *key,
+                      uint32_t klen, uint64_t hash, const uint8_t *val,
+                      uint32_t vlen, const farm_fatptr *ind)
+{
+	memset(s, 0, h->slot_bytes);
+	s[0] = SLOT_USED;
+	if (klen > h->K) {
+		s[0] |= SLOT_LONGKEY;
+		put64(s + 8, hash);
+	} else {
+		s[1] = (uint8_t)klen;
+		memcpy(s + 8, key, klen);
+	}
+	memcpy(s + 4, &vlen, 4);
+	if (ind) {
+		s[0] |= SLOT_INDIRECT;
+		put_fat(s + 8 + h->K, *ind);
+	} else {
+		memcpy(s + 8 + h->K, val, vlen);
+	}
+}
+
+/* The indirect object for a pair that does not fit inline. */
+static bool needs_object(const farm_ht *h, uint32_t klen, uint32_t vlen)
+{
+	return klen > h->K || vlen > h->V;
+}
+
+/* Free the indirect object a slot names (it must be read first). */
+static int drop_indirect(struct wctx *w, const uint8_t *s)
+{
+	if (!(s[0] & SLOT_INDIRECT))
+		return 0;
+	farm_fatptr f = get_fat(s + 8 + w->h->K);
+	const void *d;
+	int rc = farm_tx_read_local(w->tx, f.addr, f.size, &d);
+	if (!rc)
+		rc = farm_tx_free_obj(w->tx, f.addr);
+	return rc == FARM_EFREED ? 0 : rc;
+}
+
+/* Where the key is: bucket slot, or chain block slot. */
+struct loc {
+	int where; /* 0 none, 1 bucket, 2 chain */
+	uint32_t bucket;
+	unsigned slot;
+	farm_fatptr blk, prev; /* chain: the block and its predecessor */
+};
+
+static int find_key(struct wctx *w, uint32_t home, const uint8_t *key,
+                    uint32_t klen, uint64_t hash, struct loc *lc)
+{
+	farm_ht *h = w->h;
+	memset(lc, 0, sizeof(*lc));
+	for (uint32_t b = home; b <= home + 1; b++) {
+		const uint8_t *bd;
+		int rc = rbucket(w, b, &bd);
+		if (rc)
+			return rc;
+		for (unsigned i = 0; i < h->spb; i++)
+			if (slot_match(h, slot_at(h, (uint8_t *)bd, i), key, klen,
+			               hash)) {
+				*lc = (struct loc){.where = 1, .bucket = b, .slot = i};
+				return 0;
+			}
+	}
+	const uint8_t *hb;
+	int rc = rbucket(w, home, &hb);
+	if (rc)
+		return rc;
+	farm_fatptr prev = {0}, cur = get_fat(B_OVF(hb));
+	while (cur.addr) {
+		const uint8_t *blk;
+		rc = farm_tx_read_local(w->tx, cur.addr, cur.size, (const void **)&blk);
+		if (rc)
+			return rc;
+		for (unsigned i = 0; i < 2; i++)
+			if (slot_match(h, blk_slot(h, (uint8_t *)blk, i), key, klen,
+			               hash)) {
+				*lc = (struct loc){.where = 2, .slot = i, .blk = cur,
+				                   .prev = prev};
+				return 0;
+			}
+		prev = cur;
+		cur = get_fat(blk + 8);
+	}
+	return 0;
+}
+
+/* A free slot in reach of @home, hopping one there if needed. Returns 0
+ * with the bucket and slot, -ENOSPC when hopping cannot make one. */
+static int make_room(struct wctx *w, uint32_t home, uint32_t *ob, unsigned *os)
+{
+	farm_ht *h = w->h;
+	uint32_t nb = w->sd->nbuckets;
+	uint32_t j = UINT32_MAX;
+	unsigned js = 0;
+	for (uint32_t b = home; b <= FARM_MIN(home + HOP_REACH, nb) && j == UINT32_MAX;
+	     b++) {
+		const uint8_t *bd;
+		int rc = rbucket(w, b, &bd);
+		if (rc)
+			return rc;
+		for (unsigned i = 0; i < h->spb; i++)
+			if (!(slot_at(h, (uint8_t *)bd, i)[0] & SLOT_USED)) {
+				j = b;
+				js = i;
+				break;
+			}
+	}
+	if (j == UINT32_MAX)
+		return -ENOSPC;
+	/* Dry run: every step from j down must find a movable key. */
+	uint32_t x = j;
+	while (x > home + 1) {
+		const uint8_t *prev;
+		int rc = rbucket(w, x - 1, &prev);
+		if (rc)
+			return rc;
+		bool movable = false;
+		for (unsigned i = 0; i < h->spb && !movable; i++) {
+			const uint8_t *s = slot_at(h, (uint8_t *)prev, i);
+			movable = (s[0] & SLOT_USED) &&
+			          home_of(slot_hash(h, s), nb) == x - 1;
+		}
+		if (!movable)
+			return -ENOSPC;
+		x--;
+	}
+	/* Hop: move a key homed at x-1 from x-1 into x's free slot. */
+	x = j;
+	unsigned xs = js;
+	while (x > home + 1) {
+		uint8_t *px, *pp;
+		int rc = wbucket(w, x, &px);
+		if (!rc)
+			rc = wbucket(w, x - 1, &pp);
+		if (rc)
+			return rc;
+		unsigned from = 0;
+		for (unsigned i = 0; i < h->spb; i++) {
+			const uint8_t *s = slot_at(h, pp, i);
+			if ((s[0] & SLOT_USED) && home_of(slot_hash(h, s), nb) == x - 1) {
+				from = i;
+				break;
+			}
+		}
+		memcpy(slot_at(h, px, xs), slot_at(h, pp, from), h->slot_bytes);
+		memset(slot_at(h, pp, from), 0, h->slot_bytes);
+		if ((rc = bump_pairs(w, x)) || (rc = bump_pairs(w, x - 1)))
+			return rc;
+		st_add(h, T_HOPS, 1);
+		x--;
+		xs = from;
+	}
+	*ob = x;
+	*os = xs;
+	return 0;
+}
+
+static void chain_block_init(const farm_ht *h, uint8_t *blk, uint64_t ver,
+                             farm_fatptr next)
+{
+	memset(blk, 0, h->block_data);
+	put64(blk, ver);
+	put_fat(blk + 8, next);
+}
+
+/* Put the pair in slot @s (inline, or through the batch's indirect
+ * object, which this consumes). */
+static void place(struct wctx *w, uint8_t *s, const uint8_t *key, uint32_t klen,
+                  uint64_t hash, const uint8_t *val, uint32_t vlen)
+{
+	farm_ht *h = w->h;
+	struct shardq *q = w->q;
+	if (!needs_object(h, klen, vlen)) {
+		fill_slot(h, s, key, klen, hash, val, vlen, NULL);
+		return;
+	}
+	uint8_t *o = q->ind_data;
+	memcpy(o, &klen, 4);
+	memcpy(o + 4, &vlen, 4);
+	memcpy(o + 8, key, klen);
+	memcpy(o + 8 + klen, val, vlen);
+	fill_slot(h, s, key, klen, hash, val, vlen, &q->ind_fp);
+	q->ind_ready = false;
+}
+
+/* Stamp a chain block with its home's pair version after the change. */
+static int stamp_block(struct wctx *w, uint8_t *blk, uint32_t home)
+{
+	int rc = bump_pairs(w, home);
+	const uint8_t *hb;
+	if (!rc)
+		rc = rbucket(w, home, &hb);
+	if (!rc)
+		put64(blk, get64(B_FWD(hb)));
+	return rc;
+}
+
+static int apply_put(struct wctx *w, const uint8_t *key, uint32_t klen,
+                     const uint8_t *val, uint32_t vlen)
+{
+	farm_ht *h = w->h;
+	struct shardq *q = w->q;
+	uint64_t hash = farm_ht_hash(key, klen);
+	uint32_t home = home_of(hash, w->sd->nbuckets);
+	if (needs_object(h, klen, vlen) && !q->ind_ready)
+		return NEED_IND;
+	struct loc lc;
+	int rc = find_key(w, home, key, klen, hash, &lc);
+	if (rc)
+		return rc;
+	if (lc.where == 1) { /* update in its bucket */
+		uint8_t *bd;
+		if ((rc = wbucket(w, lc.bucket, &bd)))
+			return rc;
+		uint8_t *s = slot_at(h, bd, lc.slot);
+		if ((rc = drop_indirect(w, s)))
+			return rc;
+		place(w, s, key, klen, hash, val, vlen);
+		return bump_pairs(w, lc.bucket);
+	}
+	if (lc.where == 2) { /* update in its chain block */
+		uint8_t *blk;
+		if ((rc = farm_tx_write(w->tx, lc.blk.addr, (void **)&blk)))
+			return rc;
+		uint8_t *s = blk_slot(h, blk, lc.slot);
+		if ((rc = drop_indirect(w, s)))
+			return rc;
+		place(w, s, key, klen, hash, val, vlen);
+		return stamp_block(w, blk, home);
+	}
+	uint32_t b;
+	unsigned si;
+	rc = make_room(w, home, &b, &si);
+	if (rc == 0) {
+		uint8_t *bd;
+		if ((rc = wbucket(w, b, &bd)))
+			return rc;
+		place(w, slot_at(h, bd, si), key, klen, hash, val, vlen);
+		return bump_pairs(w, b);
+	}
+	if (rc != -ENOSPC)
+		return rc;
+	/* The home bucket's overflow chain: a free slot, else a new block. */
+	const uint8_t *rhb;
+	if ((rc = rbucket(w, home, &rhb)))
+		return rc;
+	farm_fatptr cur = get_fat(B_OVF(rhb));
+	while (cur.addr) {
+		const void *d;
+		if ((rc = farm_tx_read_local(w->tx, cur.addr, cur.size, &d)))
+			return rc;
+		const uint8_t *rb = d;
+		for (unsigned i = 0; i < 2; i++) {
+			if (blk_slot(h, (uint8_t *)rb, i)[0] & SLOT_USED)
+				continue;
+			uint8_t *blk;
+			if ((rc = farm_tx_write(w->tx, cur.addr, (void **)&blk)))
+				return rc;
+			place(w, blk_slot(h, blk, i), key, klen, hash, val, vlen);
+			return stamp_block(w, blk, home);
+		}
+		cur = get_fat(rb + 8);
+	}
+	if (!q->blk_ready)
+		return NEED_BLK;
+	uint8_t *hb, *blk = q->blk_data;
+	if ((rc = wbucket(w, home, &hb)))
+		return rc;
+	chain_block_init(h, blk, 0, get_fat(B_OVF(hb)));
+	put_fat(B_OVF(hb), q->blk_fp);
+	q->blk_ready = false;
+	place(w, blk_slot(h, blk, 0), key, klen, hash, val, vlen);
+	st_add(h, T_CHAIN_APPENDS, 1);
+	return stamp_block(w, blk, home);
+}
+
+/* Unlink chain block @lc->blk (empty now) and free it. */
+static int unlink_block(struct wctx *w, uint32_t home, farm_fatptr blkp,
+                        farm_fatptr prev, farm_fatptr next)
+{
+	int rc;
+	if (prev.addr) {
+		uint8_t *pb;
+		if ((rc = farm_tx_write(w->tx, prev.addr, (void **)&pb)))
+			return rc;
+		put_fat(pb + 8, next);
+		if ((rc = stamp_block(w, pb, home)))
+			return rc;
+	} else {
+		uint8_t *hb;
+		if ((rc = wbucket(w, home, &hb)))
+			return rc;
+		put_fat(B_OVF(hb), next);
+	}
+	st_add(w->h, T_CHAIN_FREES, 1);
+	return farm_tx_free_obj(w->tx, blkp.addr);
+}
+
+static bool block_empty(const farm_ht *h, uint8_t *blk)
+{
+	return !(blk_slot(h, blk, 0)[0] & SLOT_USED) &&
+	       !(blk_slot(h, blk, 1)[0] & SLOT_USED);
+}
+
+static int apply_del(struct wctx *w, const uint8_t *key, uint32_t klen)
+{
+	farm_ht *h = w->h;
+	uint64_t hash = farm_ht_hash(key, klen);
+	uint32_t home = home_of(hash, w->sd->nbuckets);
+	struct loc lc;
+	int rc = find_key(w, home, key, klen, hash, &lc);
+	if (rc)
+		return rc;
+	if (lc.where == 0)
+		return -ENOENT;
+	if (lc.where == 2) {
+		uint8_t *blk;
+		if ((rc = farm_tx_write(w->tx, lc.blk.addr, (void **)&blk)))
+			return rc;
+		uint8_t *s = blk_slot(h, blk, lc.slot);
+		if ((rc = drop_indirect(w, s)))
+			return rc;
+		memset(s, 0, h->slot_bytes);
+		if (block_empty(h, blk))
+			return unlink_block(w, home, lc.blk, lc.prev,
+			                    get_fat(blk + 8));
+		return stamp_block(w, blk, home);
+	}
+	uint8_t *bd;
+	if ((rc = wbucket(w, lc.bucket, &bd)))
+		return rc;
+	uint8_t *s = slot_at(h, bd, lc.slot);
+	if ((rc = drop_indirect(w, s)))
+		return rc;
+	memset(s, 0, h->slot_bytes);
+	/* The freed slot takes a pair from the home's chain (keys in the
+	 * chain are homed there, so they may live in this slot). */
+	const uint8_t *rhb;
+	if ((rc = rbucket(w, home, &rhb)))
+		return rc;
+	farm_fatptr head = get_fat(B_OVF(rhb));
+	if (head.addr) {
+		const void *d;
+		uint8_t *blk;
+		if ((rc = farm_tx_read_local(w->tx, head.addr, head.size, &d)) ||
+		    (rc = farm_tx_write(w->tx, head.addr, (void **)&blk)))
+			return rc;
+		for (unsigned i = 0; i < 2; i++) {
+			uint8_t *cs = blk_slot(h, blk, i);
+			if (!(cs[0] & SLOT_USED))
+				continue;
+			memcpy(s, cs, h->slot_bytes);
+			memset(cs, 0, h->slot_bytes);
+			break;
+		}
+		if (block_empty(h, blk))
+			rc = unlink_block(w, home, head, (farm_fatptr){0},
+			                  get_fat(blk + 8));
+		else
+			rc = stamp_block(w, blk, home);
+		if (rc)
+			return rc;
+	}
+	return bump_pairs(w, lc.bucket);
+}
+
+/* ---- the owner's batches (flat combining) ---------------------------------------- */
+
+static void batch_start(struct htloop *l, unsigned shard);
+static void batch_apply(struct htloop *l, unsigned shard);
+
+struct bctx {
+	struct htloop *l;
+	unsigned shard;
+	int kind; /* NEED_IND or NEED_BLK */
+};
+
+static void reply_op(struct htloop *l, struct pending *p, int status)
+{
+	int rc = status ? farm_msg_reply_error(l->loop, &p->tok, status)
+	                : farm_msg_reply(l->loop, &p->tok, NULL, 0);
+	if (rc)
+		farm_warn("ht: cannot answer machine %" PRIu32 ": %s",
+		          p->tok.machine, farm_strerror(rc));
+}
+
+static void batch_done(farm_loop *loop, void *ctx, int outcome)
+{
+	(void)loop;
+	struct bctx *c = ctx;
+	struct htloop *l = c->l;
+	unsigned shard = c->shard;
+	struct shardq *q = &l->q[shard];
+	free(c);
+	farm_tx_free(q->tx);
+	q->tx = NULL;
+	if (outcome && farm_tx_retryable(outcome) && ++q->retries < 64) {
+		/* Run the same operations again in a new transaction. */
+		batch_start(l, shard);
+		return;
+	}
+	q->retries = 0;
+	struct pending *p = q->batch;
+	q->batch = NULL;
+	while (p) {
+		struct pending *n = p->next;
+		reply_op(l, p, outcome ? outcome : p->status);
+		free(p);
+		p = n;
+	}
+	q->busy = false;
+	if (q->head)
+		batch_start(l, shard);
+}
+
+static void batch_alloc_done(farm_tx *tx, void *ctx, int status, farm_fatptr p,
+                             void *data)
+{
+	(void)tx;
+	struct bctx *c = ctx;
+	struct htloop *l = c->l;
+	unsigned shard = c->shard;
+	struct shardq *q = &l->q[shard];
+	int kind = c->kind;
+	free(c);
+	if (status) {
+		/* No memory: the operation being applied fails alone. */
+		for (struct pending *o = q->batch; o; o = o->next)
+			if (o->status == -EINPROGRESS) {
+				o->status = status;
+				break;
+			}
+	} else if (kind == NEED_IND) {
+		q->ind_ready = true;
+		q->ind_fp = p;
+		q->ind_data = data;
+	} else {
+		q->blk_ready = true;
+		q->blk_fp = p;
+		q->blk_data = data;
+	}
+	batch_apply(l, shard);
+}
+
+/* Apply the batch's operations that are not yet applied, then commit. */
+static void batch_apply(struct htloop *l, unsigned shard)
+{
+	farm_ht *h = l->h;
+	struct shardq *q = &l->q[shard];
+	struct wctx w = {.h = h, .l = l, .q = q, .sd = &h->shards[shard],
+	                 .tx = q->tx};
+	for (struct pending *p = q->batch; p; p = p->next) {
+		if (p->status != -EINPROGRESS)
+			continue;
+		int rc = p->op == 1 ? apply_put(&w, p->buf, p->klen, p->buf + p->klen,
+		                                p->vlen)
+		                    : apply_del(&w, p->buf, p->klen);
+		if (rc == NEED_IND || rc == NEED_BLK) {
+			struct bctx *c = malloc(sizeof(*c));
+			uint32_t size = rc == NEED_IND ? 8 + p->klen + p->vlen
+			                               : h->block_data;
+			int arc = c ? 0 : -ENOMEM;
+			if (c) {
+				*c = (struct bctx){.l = l, .shard = shard, .kind = rc};
+				arc = farm_tx_alloc(q->tx, size, w.sd->base,
+				                    batch_alloc_done, c);
+				if (arc)
+					free(c);
+			}
+			if (!arc)
+				return; /* continued in batch_alloc_done */
+			rc = arc;
+		}
+		p->status = rc;
+	}
+	struct bctx *c = malloc(sizeof(*c));
+	int rc = c ? 0 : -ENOMEM;
+	if (c) {
+		*c = (struct bctx){.l = l, .shard = shard};
+		rc = farm_tx_commit(q->tx, batch_done, c);
+		if (rc)
+			free(c);
+	}
+	if (rc) {
+		c = malloc(sizeof(*c));
+		if (c) {
+			*c = (struct bctx){.l = l, .shard = shard};
+			batch_done(l->loop, c, rc);
+		}
+	}
+}
+
+static void batch_start(struct htloop *l, unsigned shard)
+{
+	farm_ht *h = l->h;
+	struct shardq *q = &l->q[shard];
+	q->busy = true;
+	if (!q->batch) {
+		/* Take everything waiting (up to MAX_BATCH): one transaction. */
+		struct pending **tail = &q->batch;
+		unsigned n = 0;
+		while (q->head && n < MAX_BATCH) {
+			struct pending *p = q->head;
+			q->head = p->next;
+			p->next = NULL;
+			*tail = p;
+			tail = &p->next;
+			n++;
+		}
+		if (!q->head)
+			q->tail = NULL;
+		if (n > 1)
+			st_add(h, T_COMBINED, 1);
+	}
+	for (struct pending *p = q->batch; p; p = p->next)
+		p->status = -EINPROGRESS;
+	q->ind_ready = q->blk_ready = false;
+	int rc = farm_tx_begin(h->txm, l->loop, &q->tx);
+	if (rc) {
+		struct bctx *c = malloc(sizeof(*c));
+		if (c) {
+			*c = (struct bctx){.l = l, .shard = shard};
+			q->tx = NULL;
+			batch_done(l->loop, c, rc);
+		}
+		return;
+	}
+	batch_apply(l, shard);
+}
+
+static void h_op(farm_loop *loop, const farm_msg_in *in, void *arg)
+{
+	farm_ht *h = arg;
+	struct htloop *l = hl_of(h, loop);
+	struct op_req q;
+	int status = 0;
+	if (!l || in->len < sizeof(q) || !in->token.call_id) {
+		status = -EINVAL;
+	} else {
+		memcpy(&q, in->payload, sizeof(q));
+		if ((q.op != 1 && q.op != 2) || q.klen == 0 ||
+		    q.klen > FARM_HT_MAX_KEY || q.vlen > FARM_HT_MAX_VALUE ||
+		    in->len != sizeof(q) + q.klen + q.vlen ||
+		    (q.op == 1 && q.vlen == 0) || q.shard >= h->nshards ||
+		    h->shards[q.shard].machine != h->me)
+			status = -EINVAL;
+	}
+	if (status) {
+		farm_warn("ht: bad request from machine %" PRIu32, in->src_machine);
+		if (in->token.call_id &&
+		    farm_msg_reply_error(loop, &in->token, status))
+			farm_warn("ht: cannot answer machine %" PRIu32,
+			          in->src_machine);
+		return;
+	}
+	struct pending *p = malloc(sizeof(*p) + q.klen + q.vlen);
+	if (!p) {
+		if (farm_msg_reply_error(loop, &in->token, -ENOMEM))
+			farm_warn("ht: cannot answer machine %" PRIu32,
+			          in->src_machine);
+		return;
+	}
+	*p = (struct pending){.tok = in->token, .op = q.op, .klen = q.klen,
+	                      .vlen = q.vlen};
+	memcpy(p->buf, (const uint8_t *)in->payload + sizeof(q), q.klen + q.vlen);
+	struct shardq *sq = &l->q[q.shard];
+	if (sq->tail)
+		sq->tail->next = p;
+	else
+		sq->head = p;
+	sq->tail = p;
+	if (!sq->busy)
+		batch_start(l, q.shard);
+}
+
+/* ---- creation, shards ------------------------------------------------------------ */
+
+int farm_ht_create(farm_txm *txm, farm_as *as, farm_galloc *ga, farm_msg *msg,
+                   const struct farm_ht_attr *attr, farm_ht **out)
+{
+	if (!txm || !as || !ga || !msg || !out)
+		return -EINVAL;
+	struct farm_ht_attr a = attr ? *attr : (struct farm_ht_attr){0};
+	if (!a.neighborhood)
+		a.neighborhood = 8;
+	if (!a.key_inline)
+		a.key_inline = 16;
+	if (!a.val_inline)
+		a.val_inline = 32;
+	if (a.neighborhood % 2 || a.neighborhood < 2 || a.neighborhood > 16 ||
+	    a.key_inline < 8 || a.key_inline > 64 || a.val_inline < 24 ||
+	    a.val_inline > 1024)
+		return -EINVAL;
+	farm_ht *h = calloc(1, sizeof(*h));
+	if (!h)
+		return -ENOMEM;
+	h->txm = txm;
+	h->as = as;
+	h->ga = ga;
+	h->msg = msg;
+	h->me = farm_as_machine_id(as);
+	h->H = a.neighborhood;
+	h->spb = a.neighborhood / 2;
+	h->K = (a.key_inline + 7) & ~7u;
+	h->V = (a.val_inline + 7) & ~7u;
+	h->slot_bytes = 8 + h->K + h->V;
+	h->bucket_data = BKT_HDR + h->spb * h->slot_bytes;
+	h->bucket_lines = obj_lines(h->bucket_data);
+	h->block_data = BLK_HDR + 2 * h->slot_bytes;
+	h->block_lines = obj_lines(h->block_data);
+	int rc = farm_msg_handle(msg, FARM_MSGT_HT_OP, h_op, h);
+	if (rc) {
+		free(h);
+		return rc;
+	}
+	*out = h;
+	return 0;
+}
+
+void farm_ht_destroy(farm_ht *h)
+{
+	free(h);
+}
+
+int farm_ht_attach(farm_ht *h, farm_loop *loop)
+{
+	if (!h || !loop)
+		return -EINVAL;
+	unsigned i = farm_loop_index(loop);
+	if (i >= MAX_LOOPS || h->loops[i])
+		return -EINVAL;
+	struct htloop *l = calloc(1, sizeof(*l));
+	if (!l)
+		return -ENOMEM;
+	size_t bsz = 2ull * 64u * h->bucket_lines;
+	l->h = h;
+	l->loop = loop;
+	l->rand = farm_now_ns() ^ i;
+	l->pool = aligned_alloc(64, bsz * POOL_BUFS);
+	l->q = calloc(FARM_HT_MAX_SHARDS, sizeof(*l->q));
+	int rc = l->pool && l->q ? farm_mr_reg(farm_as_fabric(h->as), l->pool,
+	                                       bsz * POOL_BUFS, FARM_ACCESS_LOCAL,
+	                                       &l->mr)
+	                         : -ENOMEM;
+	if (rc) {
+		free(l->pool);
+		free(l->q);
+		free(l);
+		return rc;
+	}
+	for (unsigned k = 0; k < POOL_BUFS; k++)
+		buf_put(l, l->pool + k * bsz);
+	h->loops[i] = l;
+	return 0;
+}
+
+void farm_ht_detach(farm_ht *h, farm_loop *loop)
+{
+	struct htloop *l = h ? hl_of(h, loop) : NULL;
+	if (!l)
+		return;
+	for (unsigned s2 = 0; s2 < FARM_HT_MAX_SHARDS; s2++)
+		if (l->q[s2].busy) {
+			/* A batch's commit is still in flight and will come back
+			 * to this state: keep it (leaked) rather than free it. */
+			farm_warn("ht: loop detached with a write batch committing");
+			h->loops[farm_loop_index(loop)] = NULL;
+			return;
+		}
+	for (unsigned s = 0; s < FARM_HT_MAX_SHARDS; s++) {
+		struct pending *p = l->q[s].head;
+		while (p) {
+			struct pending *n = p->next;
+			free(p);
+			p = n;
+		}
+	}
+	farm_mr_dereg(l->mr);
+	free(l->pool);
+	free(l->q);
+	h->loops[farm_loop_index(loop)] = NULL;
+	free(l);
+}
+
+struct mk_ctx {
+	farm_ht *h;
+	uint32_t nb;
+	farm_ht_shard_fn cont;
+	void *ctx;
+};
+
+static void shard_made(farm_loop *loop, void *ctx, int status, farm_gaddr a)
+{
+	struct mk_ctx *c = ctx;
+	struct farm_ht_shard sd = {.machine = c->h->me, .nbuckets = c->nb,
+	                           .base = a};
+	c->cont(loop, c->ctx, status, status ? (struct farm_ht_shard){0} : sd);
+	free(c);
+}
+
+int farm_ht_make_shard(farm_ht *h, farm_loop *loop, uint32_t nbuckets,
+                       farm_ht_shard_fn cont, void *ctx)
+{
+	if (!h || !loop || !cont || nbuckets == 0)
+		return -EINVAL;
+	struct mk_ctx *c = malloc(sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	*c = (struct mk_ctx){.h = h, .nb = nbuckets, .cont = cont, .ctx = ctx};
+	/* nbuckets + 1: the last home's neighbour. Fresh array elements are
+	 * allocated objects of version 0 with zero data: empty buckets. */
+	int rc = farm_galloc_alloc_array(h->ga, loop, 64ull * h->bucket_lines,
+	                                 (uint64_t)nbuckets + 1, FARM_GADDR_NULL,
+	                                 shard_made, c);
+	if (rc)
+		free(c);
+	return rc;
+}
+
+int farm_ht_set_shards(farm_ht *h, const struct farm_ht_shard *sd, unsigned n)
+{
+	if (!h || !sd || n == 0 || n > FARM_HT_MAX_SHARDS)
+		return -EINVAL;
+	for (unsigned i = 0; i < n; i++)
+		if (!sd[i].nbuckets || !sd[i].base)
+			return -EINVAL;
+	memcpy(h->shards, sd, n * sizeof(*sd));
+	h->nshards = n;
+	return 0;
+}
+
+long farm_ht_iterate_local(farm_ht *h, unsigned shard, farm_ht_iter_fn fn,
+                           void *ctx)
+{
+	if (!h || !fn || shard >= h->nshards || h->shards[shard].machine != h->me)
+		return -EINVAL;
+	const struct farm_ht_shard *sd = &h->shards[shard];
+	uint32_t bb = 64u * h->bucket_lines;
+	uint8_t *d = malloc(h->bucket_data > h->block_data ? h->bucket_data
+	                                                   : h->block_data);
+	uint8_t *img = malloc(bb > 64u * h->block_lines ? bb : 64u * h->block_lines);
+	if (!d || !img) {
+		free(d);
+		free(img);
+		return -ENOMEM;
+	}
+	long n = 0;
+	bool go = true;
+	for (uint32_t b = 0; b <= sd->nbuckets && go; b++) {
+		const uint8_t *p = farm_as_local_ptr(h->as, sd->base + (uint64_t)b * bb, bb);
+		if (!p)
+			break;
+		farm_lines_copy(img, p, bb, LINE_TRIES);
+		obj_unpack(img, h->bucket_data, d);
+		farm_fatptr ovf = get_fat(B_OVF(d));
+		for (unsigned i = 0; i < h->spb && go; i++) {
+			const uint8_t *s = slot_at(h, d, i);
+			if (!(s[0] & SLOT_USED) || (s[0] & SLOT_INDIRECT))
+				continue; /* indirect pairs: left out (not local reads) */
+			go = fn(ctx, s + 8, s[1], s + 8 + h->K, slot_vlen(s));
+			n++;
+		}
+		while (ovf.addr && go) {
+			const uint8_t *bp = farm_as_local_ptr(h->as, ovf.addr,
+			                                      64ull * h->block_lines);
+			if (!bp)
+				break;
+			farm_lines_copy(img, bp, 64ull * h->block_lines, LINE_TRIES);
+			obj_unpack(img, h->block_data, d);
+			for (unsigned i = 0; i < 2 && go; i++) {
+				const uint8_t *s = blk_slot(h, d, i);
+				if (!(s[0] & SLOT_USED) || (s[0] & SLOT_INDIRECT))
+					continue;
+				go = fn(ctx, s + 8, s[1], s + 8 + h->K, slot_vlen(s));
+				n++;
+			}
+			ovf = get_fat(d + 8);
+		}
+	}
+	free(d);
+	free(img);
+	return n;
+}
+
+void farm_ht_stats_get(farm_ht *h, struct farm_ht_stats *out)
+{
+	if (!h || !out)
+		return;
+	uint64_t v[16];
+	for (int i = 0; i < 16; i++)
+		v[i] = atomic_load_explicit(&h->st.v[i], memory_order_relaxed);
+	*out = (struct farm_ht_stats){
+	        .lookups = v[T_LOOKUPS], .lookup_reads = v[T_READS],
+	        .lookup_retries = v[T_RETRIES], .lookup_chain_reads = v[T_CHAIN],
+	        .puts = v[T_PUTS], .dels = v[T_DELS], .hops = v[T_HOPS],
+	        .chain_appends = v[T_CHAIN_APPENDS], .chain_frees = v[T_CHAIN_FREES],
+	        .combined_txns = v[T_COMBINED], .found = v[T_FOUND],
+	        .not_found = v[T_NOTFOUND]};
+}

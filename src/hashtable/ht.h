@@ -1,0 +1,110 @@
+/*
+ * The KV store's hashtable: FaRM's chained associative hopscotch hashing
+ * (NSDI'14 section 4) over transactions and lock-free reads.
+ *
+ * A table is a set of shards, each an array of bucket objects on one
+ * machine; a key's hash picks a shard by consistent (jump) hashing and a
+ * home bucket b in it. A bucket holds H/2 slots; a key lives in its home
+ * bucket or the next one, so a lookup is one one-sided READ of buckets b
+ * and b+1 (adjacent objects), validated object by object and by the pair's
+ * joint version: every transaction that changes bucket x bumps the joint
+ * versions of (x-1, x) and (x, x+1), kept in both buckets of each pair
+ * (x's bwd and fwd fields). When no slot in reach can be freed by hopping,
+ * a key goes to its home bucket's overflow chain (blocks of 2 slots,
+ * allocated next to the shard) instead of resizing.
+ *
+ * Slots hold a key up to key_inline bytes and a value up to val_inline
+ * bytes inline; larger values (and keys) go into a separate object named
+ * by a fat pointer in the slot (a long key leaves its hash in the slot).
+ *
+ * Writes (put, delete) are shipped to the loop that serves the shard's
+ * region on its machine, which runs them as single-machine transactions;
+ * operations that arrive while one is committing are combined into the
+ * next transaction (flat combining). Internal; not installed.
+ */
+#ifndef FARM_HASHTABLE_HT_H
+#define FARM_HASHTABLE_HT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <farm/addr.h>
+#include <farm/msg.h>
+#include <farm/txn.h>
+
+#include "addrspace/addrspace.h"
+#include "alloc/galloc.h"
+
+#define FARM_MSGT_HT_OP 0xf130u /* writes shipped to a shard's owner */
+
+#define FARM_HT_MAX_KEY   256u
+#define FARM_HT_MAX_VALUE (64u << 10)
+#define FARM_HT_MAX_SHARDS 256u
+
+typedef struct farm_ht farm_ht;
+
+struct farm_ht_attr {
+	unsigned neighborhood; /* H: even, 2..16 (0: 8) */
+	uint32_t key_inline;   /* bytes of key in a slot, 8..64 (0: 16) */
+	uint32_t val_inline;   /* bytes of value in a slot, 24..1024 (0: 32) */
+};
+
+struct farm_ht_shard {
+	uint32_t machine;
+	uint32_t nbuckets;
+	farm_gaddr base; /* bucket 0; bucket nbuckets is the last one's pair */
+};
+
+struct farm_ht_stats {
+	uint64_t lookups, lookup_reads, lookup_retries, lookup_chain_reads;
+	uint64_t puts, dels, hops, chain_appends, chain_frees, combined_txns;
+	uint64_t found, not_found;
+};
+
+/* Every machine creates its handle the same way, before the loops run. */
+int farm_ht_create(farm_txm *txm, farm_as *as, farm_galloc *ga, farm_msg *msg,
+                   const struct farm_ht_attr *attr, farm_ht **out);
+void farm_ht_destroy(farm_ht *h);
+/* On each loop that uses the table (its thread), before using it. */
+int farm_ht_attach(farm_ht *h, farm_loop *loop);
+void farm_ht_detach(farm_ht *h, farm_loop *loop);
+
+/* Bytes a bucket takes (whole lines), and slots per bucket. */
+uint32_t farm_ht_bucket_bytes(const farm_ht *h);
+unsigned farm_ht_slots_per_bucket(const farm_ht *h);
+/* Bytes an overflow chain block takes (whole lines; 2 slots). */
+uint32_t farm_ht_block_bytes(const farm_ht *h);
+
+/* Make a shard of @nbuckets buckets on this machine (an array allocated
+ * on @loop's machine: empty buckets are zero objects). */
+typedef void (*farm_ht_shard_fn)(farm_loop *loop, void *ctx, int status,
+                                 struct farm_ht_shard sd);
+int farm_ht_make_shard(farm_ht *h, farm_loop *loop, uint32_t nbuckets,
+                       farm_ht_shard_fn cont, void *ctx);
+/* The table's shards, in the same order on every machine. */
+int farm_ht_set_shards(farm_ht *h, const struct farm_ht_shard *sd, unsigned n);
+
+/* get: @status 0 and the value (valid during the call), -ENOENT, or an
+ * error. */
+typedef void (*farm_ht_get_fn)(farm_loop *loop, void *ctx, int status,
+                               const void *val, uint32_t len);
+int farm_ht_get(farm_ht *h, farm_loop *loop, const void *key, uint32_t klen,
+                farm_ht_get_fn cont, void *ctx);
+/* put (insert or update) and delete (-ENOENT when absent). */
+int farm_ht_put(farm_ht *h, farm_loop *loop, const void *key, uint32_t klen,
+                const void *val, uint32_t vlen, farm_op_fn cont, void *ctx);
+int farm_ht_del(farm_ht *h, farm_loop *loop, const void *key, uint32_t klen,
+                farm_op_fn cont, void *ctx);
+
+/* Keys and values of a shard stored on this machine, read in place
+ * (a consistent view only while no write runs on it). @fn returns false to
+ * stop. Returns the pairs visited, or an error. */
+typedef bool (*farm_ht_iter_fn)(void *ctx, const void *key, uint32_t klen,
+                                const void *val, uint32_t vlen);
+long farm_ht_iterate_local(farm_ht *h, unsigned shard, farm_ht_iter_fn fn,
+                           void *ctx);
+
+void farm_ht_stats_get(farm_ht *h, struct farm_ht_stats *out);
+uint64_t farm_ht_hash(const void *key, uint32_t klen);
+
+#endif
