@@ -161,6 +161,7 @@ struct farm_txm {
 	uint64_t R; /* ring bytes per log */
 	uint64_t hdr_area;
 	uint64_t lf_bound;
+	uint64_t lf_bound_cycles; /* lf_bound in farm_cycles() ticks */
 	uint32_t arena_size;
 	farm_mem *logmem;
 	farm_mr *logmr;
@@ -687,7 +688,9 @@ static void on_commit_primary(struct txloop *tl, uint64_t txid, bool commit)
 	struct lock_ent **pp = lock_slot(tl, txid);
 	struct lock_ent *e = *pp;
 	if (!e) {
-		if (commit && getenv("FARM_TXN_DEBUG"))
+		/* Every COMMIT-PRIMARY follows a granted LOCK: none here is a
+		 * bug worth hearing about. */
+		if (commit)
 			farm_warn("txn: COMMIT-PRIMARY of %#" PRIx64 " with no lock",
 			          txid);
 		return; /* ABORT of a refused LOCK, or a duplicate */
@@ -787,10 +790,16 @@ static int poll_log(struct txloop *tl, uint32_t coord)
 			rd->broken = true;
 			break;
 		}
-		memcpy(&tr, rec + (h.type == REC_PAD ? 56 : len - 8), 8);
+		/* The first word (length, type) lands whole and first, the
+		 * trailer last: only once the trailer is there is the rest of
+		 * the header (txid, low-water mark) there too. Read it again. */
+		tr = atomic_load_explicit(
+		        (_Atomic uint64_t *)(void *)(rec + (h.type == REC_PAD ? 56
+		                                                          : len - 8)),
+		        memory_order_acquire);
 		if (tr != rd->head + 1)
 			break; /* still being written */
-		atomic_thread_fence(memory_order_acquire);
+		memcpy(&h, rec, sizeof(h));
 		switch (h.type) {
 		case REC_LOCK:
 			if (rec_sane(rec, len))
@@ -856,9 +865,18 @@ static inline void cnt_inc(_Atomic uint64_t *c)
 
 /* ---- reads (transactional and lock-free) --------------------------------------- */
 
+/* A lock-free read's caller (kept inside its rd_op: no allocation). */
+struct lf_ctx {
+	void *buf;
+	farm_op_fn cont;
+	void *ctx;
+	uint64_t *version_out; /* testing: the version read */
+};
+
 struct rd_op {
 	struct txloop *tl;
 	struct rd_op *next_free;
+	struct lf_ctx lf;
 	farm_gaddr a;
 	uint32_t size, lines;
 	uint64_t want; /* incarnation count, or UINT64_MAX */
@@ -957,7 +975,7 @@ static void rd_remote_done(farm_loop *loop, void *ctx, int status)
 	}
 	/* A read slower than the bound could have straddled 2^14 commits
 	 * of the object, wrapping the 16-bit line versions unseen. */
-	if (farm_now_ns() - op->t0 > op->tl->m->lf_bound) {
+	if (farm_cycles() - op->t0 > op->tl->m->lf_bound_cycles) {
 		rd_retry(op);
 		return;
 	}
@@ -989,7 +1007,7 @@ static void rd_start(struct rd_op *op)
 		}
 		return;
 	}
-	op->t0 = farm_now_ns();
+	op->t0 = farm_cycles();
 	int rc = farm_as_read(m->as, tl->loop, op->a, op->img, tl->ar.mr,
 	                      (uint32_t)len, rd_remote_done, op);
 	if (rc == -EAGAIN && farm_loop_post(tl->loop, rd_again, op) == 0)
@@ -1043,12 +1061,6 @@ static void rd_free(struct rd_op *op)
 
 /* Lock-free reads. */
 
-struct lf_ctx {
-	void *buf;
-	farm_op_fn cont;
-	void *ctx;
-	uint64_t *version_out; /* testing: the version read */
-};
 
 static void lf_done(struct rd_op *op)
 {
@@ -1063,7 +1075,6 @@ static void lf_done(struct rd_op *op)
 	void *ctx = c->ctx;
 	int st = op->status;
 	farm_loop *loop = op->tl->loop;
-	free(c);
 	rd_free(op);
 	cont(loop, ctx, st);
 }
@@ -1084,16 +1095,12 @@ int farm_lf_read(farm_txm *m, farm_loop *loop, farm_gaddr a, uint32_t size,
 	struct txloop *tl = loop_state(m, loop);
 	if (!tl || !buf || !cont)
 		return -EINVAL;
-	struct lf_ctx *c = malloc(sizeof(*c));
-	if (!c)
-		return -ENOMEM;
-	*c = (struct lf_ctx){.buf = buf, .cont = cont, .ctx = ctx};
 	int rc;
-	struct rd_op *op = rd_new(tl, a, size, want_incarnation, lf_done, c, &rc);
-	if (!op) {
-		free(c);
+	struct rd_op *op = rd_new(tl, a, size, want_incarnation, lf_done, NULL, &rc);
+	if (!op)
 		return rc;
-	}
+	op->lf = (struct lf_ctx){.buf = buf, .cont = cont, .ctx = ctx};
+	op->ctx = &op->lf;
 	rd_start(op);
 	return 0;
 }
@@ -2494,6 +2501,13 @@ int farm_txm_create(farm_fabric *fab, farm_msg *msg, farm_as *as,
 	m->lf_bound = a.lf_bound_ns;
 	m->arena_size = a.arena_size;
 	pthread_mutex_init(&m->peer_lock, NULL);
+	/* The read bound in ticks: calibrate the tick against the clock. */
+	uint64_t c0 = farm_cycles(), t0 = farm_now_ns(), t1;
+	while ((t1 = farm_now_ns()) - t0 < 2000000)
+		farm_cpu_relax();
+	uint64_t c1 = farm_cycles();
+	double per_ns = (double)(c1 - c0) / (double)(t1 - t0);
+	m->lf_bound_cycles = (uint64_t)((double)m->lf_bound * (per_ns > 0 ? per_ns : 1));
 	if (m->T > MAX_LOOPS || m->me >= m->M) {
 		free(m);
 		return -EINVAL;
@@ -2719,17 +2733,13 @@ int farm_lf_testing_read_sync(farm_txm *m, farm_loop *loop, farm_gaddr a,
 	if (!tl || !buf)
 		return -EINVAL;
 	struct sync_res r = {0};
-	struct lf_ctx *c = malloc(sizeof(*c));
-	if (!c)
-		return -ENOMEM;
-	*c = (struct lf_ctx){.buf = buf, .cont = sync_op_cb, .ctx = &r,
-	                     .version_out = version};
 	int rc;
-	struct rd_op *op = rd_new(tl, a, size, want_incarnation, lf_done, c, &rc);
-	if (!op) {
-		free(c);
+	struct rd_op *op = rd_new(tl, a, size, want_incarnation, lf_done, NULL, &rc);
+	if (!op)
 		return rc;
-	}
+	op->lf = (struct lf_ctx){.buf = buf, .cont = sync_op_cb, .ctx = &r,
+	                         .version_out = version};
+	op->ctx = &op->lf;
 	rd_start(op);
 	return wait_loop(loop, &r);
 }
