@@ -1,0 +1,932 @@
+/*
+ * lincheck: linearizability checker for key-value histories. See
+ * lincheck.h for the model.
+ *
+ * lc_check, step by step (N operations):
+ *   1. sort the operations by (key, invocation, index): one group per key;
+ *   2. per key: drop gets without response, number the rest 0..m-1 in
+ *      invocation order, sort their call and return entries (time, calls
+ *      before returns, op) and link them in a list;
+ *   3. iterative DFS (Porcupine's checkSingle) with a memo of
+ *      (linearized set as (M, U), state) in an open-addressing table;
+ *      the deepest point reached is kept for the report;
+ *   4. on failure, describe that point and diagnose the blocked operation.
+ */
+#include "lincheck.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define NONE UINT32_MAX
+#define LC_MAX_OPS ((size_t)INT32_MAX / 2)
+
+struct lc_rec {
+	uint64_t key, value, t_inv, t_resp;
+	uint32_t client;
+	uint8_t kind, found, ended, mget;
+};
+
+struct lc_history {
+	struct lc_rec *ops;
+	size_t nops, cap;
+	int err; /* sticky: first recording error */
+};
+
+/* ---- recording --------------------------------------------------------- */
+
+lc_history *lc_new(void)
+{
+	return calloc(1, sizeof(lc_history));
+}
+
+void lc_free(lc_history *h)
+{
+	if (!h)
+		return;
+	free(h->ops);
+	free(h);
+}
+
+static int fail(lc_history *h, int err)
+{
+	if (h && !h->err)
+		h->err = err;
+	return err;
+}
+
+static int grow(void **p, size_t *cap, size_t need, size_t elem)
+{
+	if (need <= *cap)
+		return 0;
+	size_t n = *cap ? *cap : 64;
+	while (n < need)
+		n *= 2;
+	void *q = realloc(*p, n * elem);
+	if (!q)
+		return -ENOMEM;
+	*p = q;
+	*cap = n;
+	return 0;
+}
+
+static bool kind_ok(int kind)
+{
+	return kind >= LC_GET && kind <= LC_DEL_ANY;
+}
+
+int lc_begin(lc_history *h, uint32_t client, enum lc_kind kind, uint64_t key,
+             uint64_t value_in, uint64_t t_inv)
+{
+	if (!h)
+		return -EINVAL;
+	if (!kind_ok((int)kind) || t_inv == LC_NO_RESPONSE)
+		return fail(h, -EINVAL);
+	if (h->nops >= LC_MAX_OPS ||
+	    grow((void **)&h->ops, &h->cap, h->nops + 1, sizeof(*h->ops)))
+		return fail(h, -ENOMEM);
+	h->ops[h->nops] = (struct lc_rec){
+	        .key = key,
+	        .value = kind == LC_PUT ? value_in : 0,
+	        .t_inv = t_inv,
+	        .t_resp = LC_NO_RESPONSE,
+	        .client = client,
+	        .kind = (uint8_t)kind,
+	};
+	return (int)h->nops++;
+}
+
+int lc_end(lc_history *h, int op, uint64_t value_out, bool found,
+           uint64_t t_resp)
+{
+	if (!h)
+		return -EINVAL;
+	if (op < 0 || (size_t)op >= h->nops)
+		return fail(h, -EINVAL);
+	struct lc_rec *o = &h->ops[op];
+	if (o->ended || t_resp < o->t_inv)
+		return fail(h, -EINVAL);
+	o->ended = 1;
+	o->t_resp = t_resp;
+	if (t_resp == LC_NO_RESPONSE)
+		return 0;
+	if (o->kind == LC_GET) {
+		o->found = found;
+		o->value = found ? value_out : 0;
+	} else if (o->kind == LC_DEL) {
+		o->found = found;
+	}
+	return 0;
+}
+
+int lc_op(lc_history *h, uint32_t client, enum lc_kind kind, uint64_t key,
+          uint64_t value, bool found, uint64_t t_inv, uint64_t t_resp)
+{
+	if (h && !h->err && kind_ok((int)kind) && t_inv != LC_NO_RESPONSE &&
+	    t_resp < t_inv)
+		return fail(h, -EINVAL); /* check before recording anything */
+	int i = lc_begin(h, client, kind, key, value, t_inv);
+	if (i < 0)
+		return i;
+	int rc = lc_end(h, i, value, found, t_resp);
+	return rc ? rc : i;
+}
+
+int lc_mget(lc_history *h, uint32_t client, size_t n, const uint64_t *keys,
+            const uint64_t *values, const bool *found, uint64_t t_inv,
+            uint64_t t_resp)
+{
+	if (!h)
+		return -EINVAL;
+	if (!n || !keys || (t_resp != LC_NO_RESPONSE && (!values || !found)) ||
+	    t_inv == LC_NO_RESPONSE || t_resp < t_inv)
+		return fail(h, -EINVAL);
+	int first = -1;
+	for (size_t i = 0; i < n; i++) {
+		bool f = t_resp != LC_NO_RESPONSE && found[i];
+		uint64_t v = f ? values[i] : 0;
+		int rc = lc_op(h, client, LC_GET, keys[i], v, f, t_inv, t_resp);
+		if (rc < 0)
+			return rc;
+		h->ops[rc].mget = 1;
+		if (first < 0)
+			first = rc;
+	}
+	return first;
+}
+
+size_t lc_nops(const lc_history *h)
+{
+	return h ? h->nops : 0;
+}
+
+int lc_merge(lc_history *dst, const lc_history *src)
+{
+	if (!dst || !src || dst == src)
+		return fail(dst, -EINVAL);
+	if (src->err)
+		return fail(dst, src->err);
+	if (dst->nops + src->nops > LC_MAX_OPS ||
+	    grow((void **)&dst->ops, &dst->cap, dst->nops + src->nops,
+	         sizeof(*dst->ops)))
+		return fail(dst, -ENOMEM);
+	if (src->nops)
+		memcpy(dst->ops + dst->nops, src->ops,
+		       src->nops * sizeof(*src->ops));
+	int base = (int)dst->nops;
+	dst->nops += src->nops;
+	return base;
+}
+
+/* ---- checking: state --------------------------------------------------- */
+
+struct state {
+	uint64_t v;
+	uint8_t present;
+};
+
+/* One op of the key being checked, numbered in invocation order. */
+struct kop {
+	uint64_t value, t_inv, t_resp; /* t_resp NO_RESPONSE: optional */
+	uint32_t gidx;                  /* index in the history */
+	uint8_t kind, found;
+};
+
+struct ent {
+	uint64_t t;
+	uint32_t op;
+	uint32_t ret; /* 1: return entry */
+};
+
+struct frame {
+	struct state st; /* state before */
+	uint32_t op, M, writer;
+	uint32_t forced; /* op changed nothing: no alternative to try */
+};
+
+struct memo {
+	uint64_t hash, v;
+	uint32_t M, uoff, ulen;
+	uint8_t present;
+};
+
+#define TAIL 3
+#define TRIED 6
+
+struct best {
+	int64_t depth;
+	uint32_t blocked; /* op whose return was reached unlinearized */
+	struct state st;
+	uint32_t writer; /* op that set st, NONE: initial */
+	uint32_t tail[TAIL], ntail;
+	uint32_t tried[TRIED], ntried, ntried_all;
+};
+
+struct ctx {
+	const lc_history *h;
+	lc_report *r;
+	uint64_t deadline; /* ns, 0: none */
+	/* per key, reused */
+	struct kop *ops;
+	size_t capops;
+	struct ent *ents;
+	size_t capents;
+	uint32_t *next, *prev, *maps, *call_of, *ret_of;
+	size_t capnext, capprev, capmaps;
+	struct frame *frames;
+	size_t capframes;
+	struct memo *memo;
+	size_t nmemo, capmemo;
+	uint32_t *uarena;
+	size_t nuarena, capuarena;
+	uint32_t *table;
+	size_t tabsize, captable;
+	uint32_t *ubuf;
+	size_t capubuf;
+	struct best best;
+};
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static bool step(const struct kop *o, struct state st, struct state *ns)
+{
+	*ns = st;
+	switch (o->kind) {
+	case LC_GET:
+		return o->found ? (st.present && st.v == o->value)
+		                : !st.present;
+	case LC_PUT:
+		ns->v = o->value;
+		ns->present = 1;
+		return true;
+	case LC_DEL:
+		ns->v = 0;
+		ns->present = 0;
+		return o->found == st.present;
+	default: /* LC_DEL_ANY */
+		ns->v = 0;
+		ns->present = 0;
+		return true;
+	}
+}
+
+static inline uint64_t mix(uint64_t x)
+{
+	x ^= x >> 30;
+	x *= 0xbf58476d1ce4e5b9ull;
+	x ^= x >> 27;
+	x *= 0x94d049bb133111ebull;
+	x ^= x >> 31;
+	return x;
+}
+
+static uint64_t memo_hash(uint32_t M, const uint32_t *u, uint32_t nu,
+                          struct state st)
+{
+	uint64_t x = mix(M + 0x9e3779b97f4a7c15ull);
+	for (uint32_t i = 0; i < nu; i++)
+		x = mix(x ^ u[i]);
+	return mix(x ^ mix(st.v ^ ((uint64_t)st.present << 63)) ^
+	           st.present);
+}
+
+static int table_reset(struct ctx *c, size_t m)
+{
+	size_t n = 64;
+	while (n < 4 * m)
+		n *= 2;
+	if (grow((void **)&c->table, &c->captable, n, sizeof(uint32_t)))
+		return -ENOMEM;
+	c->tabsize = n;
+	memset(c->table, 0xff, n * sizeof(uint32_t));
+	c->nmemo = 0;
+	c->nuarena = 0;
+	return 0;
+}
+
+static int table_grow(struct ctx *c)
+{
+	size_t n = c->tabsize * 2;
+	if (grow((void **)&c->table, &c->captable, n, sizeof(uint32_t)))
+		return -ENOMEM;
+	c->tabsize = n;
+	memset(c->table, 0xff, n * sizeof(uint32_t));
+	for (size_t i = 0; i < c->nmemo; i++) {
+		size_t s = c->memo[i].hash & (n - 1);
+		while (c->table[s] != NONE)
+			s = (s + 1) & (n - 1);
+		c->table[s] = (uint32_t)i;
+	}
+	return 0;
+}
+
+/* 1: inserted (new), 0: already there, <0: error. */
+static int memo_insert(struct ctx *c, uint32_t M, const uint32_t *u,
+                       uint32_t nu, struct state st)
+{
+	uint64_t hv = memo_hash(M, u, nu, st);
+	size_t mask = c->tabsize - 1, s = hv & mask;
+	for (; c->table[s] != NONE; s = (s + 1) & mask) {
+		const struct memo *e = &c->memo[c->table[s]];
+		if (e->hash == hv && e->M == M && e->v == st.v &&
+		    e->present == st.present && e->ulen == nu &&
+		    (!nu || !memcmp(c->uarena + e->uoff, u, nu * sizeof(*u))))
+			return 0;
+	}
+	if (c->nmemo >= UINT32_MAX - 1 || c->nuarena + nu >= UINT32_MAX)
+		return -ENOMEM;
+	if (grow((void **)&c->memo, &c->capmemo, c->nmemo + 1,
+	         sizeof(*c->memo)) ||
+	    grow((void **)&c->uarena, &c->capuarena, c->nuarena + nu + 1,
+	         sizeof(uint32_t)))
+		return -ENOMEM;
+	struct memo *e = &c->memo[c->nmemo];
+	*e = (struct memo){.hash = hv, .v = st.v, .M = M,
+	                   .uoff = (uint32_t)c->nuarena, .ulen = nu,
+	                   .present = st.present};
+	if (nu)
+		memcpy(c->uarena + c->nuarena, u, nu * sizeof(*u));
+	c->nuarena += nu;
+	c->table[s] = (uint32_t)c->nmemo++;
+	if (c->nmemo * 2 > c->tabsize)
+		return table_grow(c) ? -ENOMEM : 1;
+	return 1;
+}
+
+static int ent_cmp(const void *x, const void *y)
+{
+	const struct ent *a = x, *b = y;
+	if (a->t != b->t)
+		return a->t < b->t ? -1 : 1;
+	if (a->ret != b->ret)
+		return a->ret ? 1 : -1; /* calls first: ties are concurrent */
+	return a->op < b->op ? -1 : a->op > b->op;
+}
+
+static inline void unlink_ent(struct ctx *c, uint32_t x)
+{
+	c->next[c->prev[x]] = c->next[x];
+	if (c->next[x] != NONE)
+		c->prev[c->next[x]] = c->prev[x];
+}
+
+static inline void relink_ent(struct ctx *c, uint32_t x)
+{
+	c->next[c->prev[x]] = x;
+	if (c->next[x] != NONE)
+		c->prev[c->next[x]] = x;
+}
+
+static inline bool responded(const struct kop *o)
+{
+	return o->t_resp != LC_NO_RESPONSE;
+}
+
+static inline bool writes(const struct kop *o)
+{
+	return o->kind != LC_GET;
+}
+
+enum { KEY_OK = 0, KEY_BAD = 1, KEY_TIMEOUT = 2 };
+
+/*
+ * The search over c->ops[0..m) (sorted by invocation). Returns KEY_OK,
+ * KEY_BAD (c->best describes the deepest point), KEY_TIMEOUT or -ENOMEM.
+ */
+static int search(struct ctx *c, uint32_t m)
+{
+	struct kop *ops = c->ops;
+	if (!m)
+		return KEY_OK; /* only gets without response */
+	/* entries */
+	size_t ne = 0;
+	uint32_t nresp = 0;
+	if (grow((void **)&c->ents, &c->capents, 2 * (size_t)m,
+	         sizeof(*c->ents)) ||
+	    grow((void **)&c->next, &c->capnext, 2 * (size_t)m + 1,
+	         sizeof(uint32_t)) ||
+	    grow((void **)&c->prev, &c->capprev, 2 * (size_t)m + 1,
+	         sizeof(uint32_t)) ||
+	    grow((void **)&c->maps, &c->capmaps, 2 * (size_t)m + 1,
+	         sizeof(uint32_t)))
+		return -ENOMEM;
+	c->call_of = c->maps;
+	c->ret_of = c->maps + m;
+	for (uint32_t i = 0; i < m; i++) {
+		c->ents[ne++] = (struct ent){.t = ops[i].t_inv, .op = i};
+		if (responded(&ops[i])) {
+			c->ents[ne++] = (struct ent){
+			        .t = ops[i].t_resp, .op = i, .ret = 1};
+			nresp++;
+		}
+	}
+	qsort(c->ents, ne, sizeof(*c->ents), ent_cmp);
+	uint32_t head = (uint32_t)ne;
+	c->prev[head] = NONE;
+	c->next[head] = ne ? 0 : NONE;
+	for (uint32_t i = 0; i < ne; i++) {
+		c->prev[i] = i ? i - 1 : head;
+		c->next[i] = i + 1 < ne ? i + 1 : NONE;
+		if (c->ents[i].ret)
+			c->ret_of[c->ents[i].op] = i;
+		else
+			c->call_of[c->ents[i].op] = i;
+	}
+	if (table_reset(c, m) ||
+	    grow((void **)&c->frames, &c->capframes, (size_t)m + 1,
+	         sizeof(*c->frames)))
+		return -ENOMEM;
+	memset(&c->best, 0, sizeof(c->best));
+	c->best.depth = -1;
+
+	struct state st = {0, 0};
+	uint32_t M = 0, writer = NONE, depth = 0, remaining = nresp;
+	uint32_t e = c->next[head];
+	uint64_t steps = 0;
+	int rc = KEY_OK;
+	while (remaining) {
+		if ((++steps & 1023) == 0 && c->deadline &&
+		    now_ns() > c->deadline) {
+			rc = KEY_TIMEOUT;
+			break;
+		}
+		bool back = false;
+		if (e != NONE && !c->ents[e].ret) {
+			uint32_t o = c->ents[e].op;
+			struct state ns;
+			if (step(&ops[o], st, &ns)) {
+				/* An op that changes nothing in every state
+				 * where it is valid (a get, a delete that
+				 * found nothing) can go first whenever it can
+				 * go at all: nothing it must follow is
+				 * pending, and moving it to the front of any
+				 * completion keeps that valid. So it is not a
+				 * choice point. (A put of the value the key
+				 * already holds is not such an op: later in a
+				 * completion it may change the state.) */
+				bool same = ops[o].kind == LC_GET ||
+				            (ops[o].kind == LC_DEL &&
+				             !ops[o].found);
+				uint32_t nM = o + 1 > M ? o + 1 : M, nu = 0;
+				/* U: unlinearized ops below nM; all are calls
+				 * before the first remaining return. */
+				for (uint32_t x = c->next[head];
+				     x != NONE && !c->ents[x].ret &&
+				     c->ents[x].op < nM;
+				     x = c->next[x]) {
+					if (x == e)
+						continue;
+					if (grow((void **)&c->ubuf, &c->capubuf,
+					         nu + 1, sizeof(uint32_t))) {
+						rc = -ENOMEM;
+						goto out;
+					}
+					c->ubuf[nu++] = c->ents[x].op;
+				}
+				int ins = memo_insert(c, nM, c->ubuf, nu, ns);
+				if (ins < 0) {
+					rc = -ENOMEM;
+					goto out;
+				}
+				if (ins) {
+					c->frames[depth++] = (struct frame){
+					        .st = st, .op = o, .M = M,
+					        .writer = writer, .forced = same};
+					st = ns;
+					M = nM;
+					if (writes(&ops[o]))
+						writer = o;
+					unlink_ent(c, e);
+					if (responded(&ops[o])) {
+						unlink_ent(c, c->ret_of[o]);
+						remaining--;
+					}
+					e = c->next[head];
+					continue;
+				}
+				/* Seen before, so explored and failed: with a
+				 * forced op, this configuration fails too. */
+				back = same;
+			}
+			if (!back) {
+				e = c->next[e];
+				continue;
+			}
+		}
+		/* A return entry (or, defensively, the end): the op it
+		 * returns cannot be linearized later than this. */
+		if (!back && (int64_t)depth > c->best.depth) {
+			struct best *b = &c->best;
+			b->depth = depth;
+			b->blocked = e == NONE ? NONE : c->ents[e].op;
+			b->st = st;
+			b->writer = writer;
+			b->ntail = 0;
+			for (uint32_t i = depth; i > 0 && b->ntail < TAIL; i--)
+				b->tail[b->ntail++] = c->frames[i - 1].op;
+			b->ntried = b->ntried_all = 0;
+			for (uint32_t x = c->next[head]; x != e && x != NONE;
+			     x = c->next[x]) {
+				if (c->ents[x].ret)
+					continue;
+				if (b->ntried < TRIED)
+					b->tried[b->ntried++] = c->ents[x].op;
+				b->ntried_all++;
+			}
+		}
+		uint32_t ce, forced;
+		do {
+			if (!depth) {
+				rc = KEY_BAD;
+				goto out;
+			}
+			struct frame *f = &c->frames[--depth];
+			uint32_t o = f->op;
+			ce = c->call_of[o];
+			if (responded(&ops[o])) {
+				relink_ent(c, c->ret_of[o]);
+				remaining++;
+			}
+			relink_ent(c, ce);
+			st = f->st;
+			M = f->M;
+			writer = f->writer;
+			forced = f->forced;
+			steps++;
+		} while (forced);
+		e = c->next[ce];
+	}
+out:
+	c->r->nsteps += steps;
+	c->r->nmemo += c->nmemo;
+	return rc;
+}
+
+/* ---- reports ----------------------------------------------------------- */
+
+struct sbuf {
+	char *p;
+	size_t len, cap;
+};
+
+#if defined(__GNUC__)
+__attribute__((format(printf, 2, 3)))
+#endif
+static void
+sb_add(struct sbuf *b, const char *fmt, ...)
+{
+	if (b->len + 1 >= b->cap)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return;
+	if ((size_t)n >= b->cap - b->len) {
+		b->len = b->cap - 1;
+		if (b->cap > 4)
+			memcpy(b->p + b->cap - 4, "...", 4);
+	} else {
+		b->len += (size_t)n;
+	}
+}
+
+static void sb_op(struct sbuf *b, const struct ctx *c, uint32_t o)
+{
+	const struct kop *k = &c->ops[o];
+	const struct lc_rec *g = &c->h->ops[k->gidx];
+	sb_add(b, "op %" PRIu32 " ", k->gidx);
+	switch (k->kind) {
+	case LC_GET:
+		if (!responded(k))
+			sb_add(b, "get -> ?");
+		else if (k->found)
+			sb_add(b, "%s -> %" PRIu64, g->mget ? "mget" : "get",
+			       k->value);
+		else
+			sb_add(b, "%s -> absent", g->mget ? "mget" : "get");
+		break;
+	case LC_PUT:
+		sb_add(b, "put %" PRIu64, k->value);
+		break;
+	case LC_DEL:
+		if (responded(k))
+			sb_add(b, "del -> %s", k->found ? "found" : "absent");
+		else
+			sb_add(b, "del -> ?");
+		break;
+	default:
+		sb_add(b, "del");
+		break;
+	}
+	sb_add(b, " (client %" PRIu32 ", %" PRIu64 "..", g->client, k->t_inv);
+	if (responded(k))
+		sb_add(b, "%" PRIu64 ")", k->t_resp);
+	else
+		sb_add(b, "no response)");
+}
+
+static void sb_state(struct sbuf *b, struct state st)
+{
+	if (st.present)
+		sb_add(b, "%" PRIu64, st.v);
+	else
+		sb_add(b, "absent");
+}
+
+/* A delete that could fall between put @p and op @o in real time. */
+static bool del_between(const struct ctx *c, uint32_t m, uint32_t p,
+                        uint32_t o)
+{
+	for (uint32_t d = 0; d < m; d++) {
+		const struct kop *k = &c->ops[d];
+		if (k->kind == LC_GET || k->kind == LC_PUT)
+			continue;
+		if (k->kind == LC_DEL && responded(k) && !k->found)
+			continue; /* a no-op delete */
+		if (k->t_inv <= c->ops[o].t_resp &&
+		    !(responded(k) && k->t_resp < c->ops[p].t_inv))
+			return true;
+	}
+	return false;
+}
+
+/* Diagnose the blocked op @o when a simple pattern proves it wrong. */
+static void diagnose(struct sbuf *b, const struct ctx *c, uint32_t m,
+                     uint32_t o)
+{
+	const struct kop *k = &c->ops[o];
+	if (k->kind == LC_GET && k->found) {
+		uint32_t p = NONE;
+		for (uint32_t i = 0; i < m && p == NONE; i++)
+			if (c->ops[i].kind == LC_PUT &&
+			    c->ops[i].value == k->value)
+				p = i;
+		if (p == NONE) {
+			sb_add(b, "value never written: ");
+			sb_op(b, c, o);
+			sb_add(b, " read %" PRIu64 ", which no put of this "
+			       "key wrote. ", k->value);
+			return;
+		}
+		/* Every put of the value was overwritten before o began? */
+		uint32_t wp = NONE, ww = NONE;
+		for (uint32_t i = 0; i < m; i++) {
+			const struct kop *pi = &c->ops[i];
+			if (pi->kind != LC_PUT || pi->value != k->value)
+				continue;
+			uint32_t w = NONE; /* the latest such overwrite */
+			for (uint32_t j = 0; j < m; j++) {
+				const struct kop *x = &c->ops[j];
+				if (!writes(x) || !responded(x) ||
+				    (x->kind == LC_PUT && x->value == k->value) ||
+				    (x->kind == LC_DEL && !x->found))
+					continue;
+				if (responded(pi) && pi->t_resp < x->t_inv &&
+				    x->t_resp < k->t_inv &&
+				    (w == NONE || x->t_resp > c->ops[w].t_resp))
+					w = j;
+			}
+			if (w == NONE)
+				return;
+			if (wp == NONE) {
+				wp = i;
+				ww = w;
+			}
+		}
+		sb_add(b, "stale read: ");
+		sb_op(b, c, o);
+		sb_add(b, " began after the value written by ");
+		sb_op(b, c, wp);
+		sb_add(b, " was %s by ", c->ops[ww].kind == LC_PUT
+		                                 ? "overwritten"
+		                                 : "deleted");
+		sb_op(b, c, ww);
+		sb_add(b, ". ");
+		return;
+	}
+	if ((k->kind == LC_GET && !k->found) ||
+	    (k->kind == LC_DEL && responded(k) && !k->found)) {
+		for (uint32_t p = 0; p < m; p++) {
+			const struct kop *x = &c->ops[p];
+			if (x->kind != LC_PUT || !responded(x) ||
+			    x->t_resp >= k->t_inv || del_between(c, m, p, o))
+				continue;
+			sb_add(b, "%s: ", k->kind == LC_GET ? "stale read"
+			                                    : "lost update");
+			sb_op(b, c, o);
+			sb_add(b, " found the key absent, but ");
+			sb_op(b, c, p);
+			sb_add(b, " completed before it began and no delete "
+			       "could come in between. ");
+			return;
+		}
+	}
+}
+
+static void describe(struct ctx *c, uint32_t m, uint64_t key)
+{
+	lc_report *r = c->r;
+	if (r->nexamples >= LC_MAX_EXAMPLES)
+		return;
+	struct lc_example *ex = &r->examples[r->nexamples++];
+	ex->key = key;
+	ex->text[0] = 0;
+	struct sbuf b = {ex->text, 0, sizeof(ex->text)};
+	const struct best *bs = &c->best;
+	sb_add(&b, "key %" PRIu64 " (%" PRIu32 " ops): ", key, m);
+	if (bs->blocked != NONE)
+		diagnose(&b, c, m, bs->blocked);
+	sb_add(&b, "Longest linearizable prefix: %" PRId64 " op%s; then ",
+	       bs->depth, bs->depth == 1 ? "" : "s");
+	if (bs->blocked == NONE) {
+		sb_add(&b, "nothing can take effect");
+	} else {
+		sb_op(&b, c, bs->blocked);
+		sb_add(&b, " cannot take effect before it returns");
+	}
+	sb_add(&b, "; the key holds ");
+	sb_state(&b, bs->st);
+	if (bs->writer == NONE) {
+		sb_add(&b, " (initial)");
+	} else {
+		sb_add(&b, " (set by ");
+		sb_op(&b, c, bs->writer);
+		sb_add(&b, ")");
+	}
+	sb_add(&b, ". Last linearized:");
+	if (!bs->ntail)
+		sb_add(&b, " none");
+	for (uint32_t i = bs->ntail; i > 0; i--) {
+		sb_add(&b, " ");
+		sb_op(&b, c, bs->tail[i - 1]);
+		sb_add(&b, i > 1 ? ";" : "");
+	}
+	sb_add(&b, ". Pending ops tried (%" PRIu32 "):", bs->ntried_all);
+	if (!bs->ntried)
+		sb_add(&b, " none");
+	for (uint32_t i = 0; i < bs->ntried; i++) {
+		sb_add(&b, " ");
+		sb_op(&b, c, bs->tried[i]);
+		sb_add(&b, i + 1 < bs->ntried ? ";" : "");
+	}
+	sb_add(&b, ".");
+}
+
+/* ---- lc_check ---------------------------------------------------------- */
+
+struct skey {
+	uint64_t key, t;
+	uint32_t i;
+};
+
+static int skey_cmp(const void *x, const void *y)
+{
+	const struct skey *a = x, *b = y;
+	if (a->key != b->key)
+		return a->key < b->key ? -1 : 1;
+	if (a->t != b->t)
+		return a->t < b->t ? -1 : 1;
+	return a->i < b->i ? -1 : a->i > b->i;
+}
+
+static void ctx_free(struct ctx *c)
+{
+	free(c->ops);
+	free(c->ents);
+	free(c->next);
+	free(c->prev);
+	free(c->maps);
+	free(c->frames);
+	free(c->memo);
+	free(c->uarena);
+	free(c->table);
+	free(c->ubuf);
+}
+
+int lc_check(const lc_history *h, lc_report *r, uint64_t timeout_ms)
+{
+	if (!r)
+		return -EINVAL;
+	memset(r, 0, sizeof(*r));
+	if (!h)
+		return -EINVAL;
+	if (h->err)
+		return h->err;
+	uint64_t t0 = now_ns();
+	struct ctx c = {.h = h, .r = r};
+	if (timeout_ms)
+		c.deadline = t0 + timeout_ms * 1000000ull;
+	size_t n = h->nops;
+	r->nops = n;
+	struct skey *sk = malloc((n ? n : 1) * sizeof(*sk));
+	if (!sk)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++) {
+		const struct lc_rec *o = &h->ops[i];
+		sk[i] = (struct skey){o->key, o->t_inv, (uint32_t)i};
+		if (o->t_resp == LC_NO_RESPONSE)
+			r->nno_response++;
+		if (o->mget)
+			r->nmget_gets++;
+	}
+	qsort(sk, n, sizeof(*sk), skey_cmp);
+	int rc = 0;
+	bool spent = false;
+	for (size_t a = 0, z; a < n; a = z) {
+		uint64_t key = sk[a].key;
+		for (z = a; z < n && sk[z].key == key; z++)
+			;
+		r->nkeys++;
+		if (spent) {
+			r->nunchecked++;
+			continue;
+		}
+		if (grow((void **)&c.ops, &c.capops, z - a, sizeof(*c.ops))) {
+			rc = -ENOMEM;
+			break;
+		}
+		uint32_t m = 0;
+		for (size_t i = a; i < z; i++) {
+			const struct lc_rec *o = &h->ops[sk[i].i];
+			if (o->kind == LC_GET && o->t_resp == LC_NO_RESPONSE) {
+				r->ndropped_gets++;
+				continue;
+			}
+			uint8_t kind = o->kind;
+			if (kind == LC_DEL && o->t_resp == LC_NO_RESPONSE)
+				kind = LC_DEL_ANY;
+			c.ops[m++] = (struct kop){
+			        .value = o->value, .t_inv = o->t_inv,
+			        .t_resp = o->t_resp, .gidx = sk[i].i,
+			        .kind = kind, .found = o->found};
+		}
+		if (m > r->max_key_ops)
+			r->max_key_ops = m;
+		int k = search(&c, m);
+		if (k < 0) {
+			rc = k;
+			break;
+		}
+		if (k == KEY_BAD) {
+			r->nviolations++;
+			describe(&c, m, key);
+		} else if (k == KEY_TIMEOUT) {
+			r->ntimedout++;
+			if (r->ntimedout_keys < LC_MAX_EXAMPLES)
+				r->timedout_keys[r->ntimedout_keys++] = key;
+			spent = true;
+		}
+	}
+	free(sk);
+	ctx_free(&c);
+	r->elapsed_ms = (double)(now_ns() - t0) / 1e6;
+	if (rc < 0)
+		return rc;
+	if (r->nviolations)
+		return r->nviolations > INT_MAX ? INT_MAX
+		                                : (int)r->nviolations;
+	if (r->ntimedout)
+		return -ETIMEDOUT;
+	return 0;
+}
+
+void lc_report_print(FILE *f, const lc_report *r)
+{
+	fprintf(f,
+	        "lincheck: %" PRIu64 " ops on %" PRIu64 " keys (busiest %" PRIu64
+	        " ops; %" PRIu64 " without response, %" PRIu64
+	        " of them gets dropped; %" PRIu64 " from multi-gets); %" PRIu64
+	        " search steps, %" PRIu64 " memo entries; %.1f ms\n",
+	        r->nops, r->nkeys, r->max_key_ops, r->nno_response,
+	        r->ndropped_gets, r->nmget_gets, r->nsteps, r->nmemo,
+	        r->elapsed_ms);
+	if (r->ntimedout) {
+		fprintf(f,
+		        "lincheck: search budget spent on %" PRIu64
+		        " key(s) (%" PRIu64 " more not checked):",
+		        r->ntimedout, r->nunchecked);
+		for (size_t i = 0; i < r->ntimedout_keys; i++)
+			fprintf(f, " %" PRIu64, r->timedout_keys[i]);
+		fprintf(f, "\n");
+	}
+	if (!r->nviolations) {
+		if (!r->ntimedout)
+			fprintf(f, "lincheck: linearizable (0 violations)\n");
+		return;
+	}
+	fprintf(f, "lincheck: %" PRIu64 " key(s) not linearizable\n",
+	        r->nviolations);
+	for (size_t i = 0; i < r->nexamples; i++)
+		fprintf(f, "  - %s\n", r->examples[i].text);
+}
