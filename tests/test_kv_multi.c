@@ -1,0 +1,1112 @@
+/*
+ * The cluster KV store across machine processes (issue 6). Each machine is
+ * a forked process running a farm_node (static membership, 1 loop that the
+ * process's main thread drives) and a farm_kv with one shard per machine;
+ * the parent coordinates them through pipes and checks what they report.
+ *
+ *   linearizability  3 machines, each keeping W operations in flight
+ *               (async farm_ht_get/put/del) on a hot set of 20 keys for a
+ *               few seconds: gets, puts (unique value ids; values of 16
+ *               to 300 bytes, so inline and indirect) and deletes. Every
+ *               operation is recorded with CLOCK_MONOTONIC invocation and
+ *               response times; the parent merges the histories and
+ *               checks them with lincheck: 0 violations. Every value a get
+ *               returns is checked byte by byte against its id (lookups
+ *               during concurrent removes and rewrites: the value or
+ *               -ENOENT, never garbage).
+ *               --broken: machine 0 answers some gets from a cache that
+ *               its own later puts did not invalidate (a stale read): the
+ *               checker must report violations.
+ *   mget/dir    machine 0 puts 18 of 24 keys, machine 2 multi-gets all 24
+ *               (6 absent) and checks every status and value; a name
+ *               registered by machine 1 is looked up by machine 0.
+ *   death       machine 1 is killed (SIGKILL); from machine 0 gets and a
+ *               put for keys of machine 1's shard return an error within
+ *               5 s, gets for keys of machine 2's (and 0's) shard still
+ *               return their values.
+ * Options: --seconds S (linearizability run), --inflight W, --broken.
+ */
+#include "testutil.h"
+
+#include <inttypes.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <time.h>
+
+#include "kv/kv.h"
+#include "lincheck.h"
+#include "node/node.h"
+
+#define NM       3
+#define RSIZE    "32M"
+#define JOIN_MS  30000
+#define NBUCKETS 256u
+#define NKEYS    20u   /* the hot key set */
+#define KLEN     16u
+#define VMAX     512u
+#define MAXW     16u
+#define MG_N     24u   /* keys in the multi-get */
+#define DK_N     30u   /* keys placed for the death phase */
+#define DEAD_BOUND_NS (5ull * 1000000000ull)
+
+static double opt_secs = 3;
+static unsigned opt_w = 3;
+static bool opt_broken;
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- values: a value names itself ------------------------------------------- */
+
+static uint32_t vlen_of(uint64_t id)
+{
+	/* 16 and 32: inline; 96 and 300: indirect (val_inline 32) */
+	static const uint32_t lens[] = {16, 32, 32, 96, 300};
+	return lens[(id ^ (id >> 7)) % 5];
+}
+
+static void fill_val(uint8_t *v, uint64_t id)
+{
+	uint32_t n = vlen_of(id);
+	memcpy(v, &id, 8);
+	for (uint32_t i = 8; i < n; i++)
+		v[i] = (uint8_t)(id * 0x2545f491u + i * 7u);
+}
+
+/* The id a value carries, or 0 when it is not a whole value. */
+static uint64_t val_id(const uint8_t *v, uint32_t len)
+{
+	uint64_t id;
+	if (len < 8)
+		return 0;
+	memcpy(&id, v, 8);
+	if (id == 0 || vlen_of(id) != len)
+		return 0;
+	for (uint32_t i = 8; i < len; i++)
+		if (v[i] != (uint8_t)(id * 0x2545f491u + i * 7u))
+			return 0;
+	return id;
+}
+
+static void mkkey(uint8_t *k, const char *tag, unsigned i)
+{
+	memset(k, 0, KLEN);
+	snprintf((char *)k, KLEN, "%s-%03u", tag, i);
+}
+
+/* ---- the cluster (parent side) ----------------------------------------------- */
+
+struct cluster {
+	char root[256];
+	char dir[NM][300];
+	pid_t pid[NM];
+	int to[NM], from[NM];
+};
+
+static struct cluster G;
+
+/* A machine process (child side). */
+struct ch {
+	uint32_t me;
+	int in, out;
+	const struct cluster *cl;
+	farm_node *node;
+	farm_kv *kv;
+	farm_ht *ht;
+	farm_loop *loop;
+	uint64_t rng;
+};
+
+typedef int (*role_fn)(struct ch *c);
+
+static int child_main(struct ch *c, role_fn role)
+{
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	/* cmocka's handlers would run the parent's tests in this process. */
+	const int sigs[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
+	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
+		signal(sigs[i], SIG_DFL);
+	struct farm_config cfg;
+	farm_config_defaults(&cfg);
+	cfg.machine_id = c->me;
+	cfg.has_machine_id = true;
+	snprintf(cfg.data_dir, sizeof(cfg.data_dir), "%s", c->cl->dir[c->me]);
+	if (farm_parse_size(RSIZE, &cfg.region_size))
+		return 2;
+	cfg.threads = 1;
+	for (uint32_t i = 0; i < NM; i++) {
+		if (i == c->me)
+			continue;
+		cfg.peers[cfg.npeers].id = i;
+		snprintf(cfg.peers[cfg.npeers].addr,
+		         sizeof(cfg.peers[cfg.npeers].addr), "%s", c->cl->dir[i]);
+		cfg.npeers++;
+	}
+	char err[256];
+	if (farm_config_validate(&cfg, err, sizeof(err))) {
+		fprintf(stderr, "m%u: config: %s\n", c->me, err);
+		return 3;
+	}
+	if (farm_node_open(&cfg, &c->node))
+		return 4;
+	int st = 5;
+	if (farm_kv_create(c->node, NULL, NBUCKETS, &c->kv))
+		goto out;
+	c->ht = farm_kv_table(c->kv);
+	farm_node_set_app_loops(c->node, true);
+	st = 6;
+	if (farm_node_start(c->node, JOIN_MS) ||
+	    farm_node_loop_open(c->node, 0, &c->loop))
+		goto out;
+	st = 7;
+	if (farm_node_wait_members(c->node, NM, JOIN_MS))
+		goto out;
+	st = 8;
+	if (farm_kv_attach(c->kv, c->loop))
+		goto out;
+	int rc = farm_kv_join_sync(c->kv, c->loop, NM, JOIN_MS);
+	if (rc) {
+		fprintf(stderr, "m%u: join: %s\n", c->me, farm_strerror(rc));
+		goto out;
+	}
+	c->rng = now_ns() ^ ((uint64_t)c->me << 40) ^ 0x9e3779b97f4a7c15ull;
+	char b = 'R';
+	st = tu_send(c->out, &b, 1) ? 9 : role(c);
+out:
+	if (c->loop) {
+		farm_kv_detach(c->kv, c->loop);
+		farm_node_loop_close(c->node, c->loop);
+	}
+	farm_node_close(c->node);
+	farm_kv_destroy(c->kv);
+	return st;
+}
+
+static void cl_start(struct cluster *cl, role_fn role)
+{
+	memset(cl, 0, sizeof(*cl));
+	tu_tmpdir(cl->root, sizeof(cl->root), "kvm");
+	for (uint32_t i = 0; i < NM; i++) {
+		snprintf(cl->dir[i], sizeof(cl->dir[i]), "%s/m%u", cl->root, i);
+		assert_int_equal(mkdir(cl->dir[i], 0700), 0);
+		cl->to[i] = cl->from[i] = -1;
+	}
+	for (uint32_t i = 0; i < NM; i++) {
+		int down[2], up[2];
+		assert_int_equal(pipe(down), 0);
+		assert_int_equal(pipe(up), 0);
+		fflush(NULL);
+		pid_t pid = fork();
+		assert_true(pid >= 0);
+		if (pid == 0) {
+			close(down[1]);
+			close(up[0]);
+			for (uint32_t j = 0; j < i; j++) {
+				close(cl->to[j]);
+				close(cl->from[j]);
+			}
+			struct ch c = {.me = i, .in = down[0], .out = up[1],
+			               .cl = cl};
+			_exit(child_main(&c, role));
+		}
+		close(down[0]);
+		close(up[1]);
+		cl->pid[i] = pid;
+		cl->to[i] = down[1];
+		cl->from[i] = up[0];
+	}
+}
+
+/* Read @len bytes from machine @i within @ms (fails the test otherwise). */
+static void p_recv(struct cluster *cl, unsigned i, void *buf, size_t len, int ms)
+{
+	uint64_t dl = now_ns() + (uint64_t)ms * 1000000ull;
+	char *p = buf;
+	while (len) {
+		int left = (int)((dl - FARM_MIN(dl, now_ns())) / 1000000ull);
+		struct pollfd pf = {.fd = cl->from[i], .events = POLLIN};
+		int r = poll(&pf, 1, left);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r == 0)
+			fail_msg("machine %u: nothing within %d ms", i, ms);
+		ssize_t n = read(cl->from[i], p, len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			fail_msg("machine %u went away", i);
+		p += n;
+		len -= (size_t)n;
+	}
+}
+
+static void p_expect(struct cluster *cl, unsigned i, char want, int ms)
+{
+	char b = 0;
+	p_recv(cl, i, &b, 1, ms);
+	if (b != want)
+		fail_msg("machine %u said '%c', expected '%c'", i, b, want);
+}
+
+static void p_send(struct cluster *cl, unsigned i, char cmd)
+{
+	assert_int_equal(tu_send(cl->to[i], &cmd, 1), 0);
+}
+
+/* Let every machine finish (after 'Q') and reap it: exit statuses. */
+static void cl_finish(struct cluster *cl, int *st)
+{
+	for (unsigned i = 0; i < NM; i++) {
+		if (cl->to[i] >= 0)
+			close(cl->to[i]);
+		cl->to[i] = -1;
+	}
+	for (unsigned i = 0; i < NM; i++) {
+		st[i] = cl->pid[i] > 0 ? tu_reap(cl->pid[i]) : 0;
+		cl->pid[i] = 0;
+		if (cl->from[i] >= 0)
+			close(cl->from[i]);
+		cl->from[i] = -1;
+	}
+}
+
+/* Teardown, also after a failed assertion: no process or file stays. */
+static int cl_cleanup(void **state)
+{
+	(void)state;
+	for (unsigned i = 0; i < NM; i++)
+		if (G.pid[i] > 0) {
+			kill(G.pid[i], SIGKILL);
+			tu_reap(G.pid[i]);
+			G.pid[i] = 0;
+		}
+	for (unsigned i = 0; i < NM; i++) {
+		if (G.to[i] > 0)
+			close(G.to[i]);
+		if (G.from[i] > 0)
+			close(G.from[i]);
+		G.to[i] = G.from[i] = -1;
+	}
+	if (G.root[0])
+		tu_rmtree(G.root);
+	G.root[0] = 0;
+	return 0;
+}
+
+/* ---- child helpers ------------------------------------------------------------ */
+
+/* A command byte from the parent, if one is there: 0 none, -1 gone. */
+static int poll_cmd(struct ch *c)
+{
+	struct pollfd pf = {.fd = c->in, .events = POLLIN};
+	if (poll(&pf, 1, 0) <= 0)
+		return 0;
+	char b;
+	ssize_t n = read(c->in, &b, 1);
+	return n == 1 ? b : -1;
+}
+
+/* Serve the loop (peers' reads and shipped writes) until the parent says
+ * something. */
+static int wait_cmd(struct ch *c)
+{
+	static const volatile int never = 0;
+	for (;;) {
+		int b = poll_cmd(c);
+		if (b)
+			return b;
+		(void)farm_loop_wait(c->loop, &never, 1000000ull);
+	}
+}
+
+static int say(struct ch *c, char b, const void *data, size_t len)
+{
+	if (tu_send(c->out, &b, 1))
+		return -1;
+	return len ? tu_send(c->out, data, len) : 0;
+}
+
+static int write_file(const char *path, const void *buf, size_t len)
+{
+	char tmp[600];
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	FILE *f = fopen(tmp, "w");
+	if (!f)
+		return -1;
+	size_t n = len ? fwrite(buf, 1, len, f) : 0;
+	if (fclose(f) || n != len || rename(tmp, path))
+		return -1;
+	return 0;
+}
+
+static void *read_file(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return NULL;
+	fseek(f, 0, SEEK_END);
+	long n = ftell(f);
+	fseek(f, 0, SEEK_SET);
+	void *buf = malloc(n > 0 ? (size_t)n : 1);
+	if (buf && n > 0 && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+		free(buf);
+		buf = NULL;
+	}
+	fclose(f);
+	*len = n > 0 ? (size_t)n : 0;
+	return buf;
+}
+
+/* ---- linearizability ------------------------------------------------------------ */
+
+/* One recorded operation (kind 0: not issued, skipped by the parent). */
+struct rec {
+	uint32_t client, kind;
+	uint64_t key, value;
+	uint64_t found;
+	uint64_t t_inv, t_resp;
+};
+
+struct lin_stats {
+	uint64_t gets, found, absent, puts, dels, del_found, del_absent;
+	uint64_t get_err, put_err, del_err, garbage, injected, eagain;
+	uint64_t undrained;
+	uint64_t ns;
+	int first_err;
+};
+
+struct lin;
+
+struct slot {
+	struct lin *L;
+	unsigned idx;
+	int busy;
+	size_t rec;
+	uint64_t key;
+};
+
+/* What a (broken) client cached of a key. */
+struct cache {
+	bool valid, overwritten;
+	uint64_t value, t;
+};
+
+struct lin {
+	struct ch *c;
+	struct rec *r;
+	size_t n, cap;
+	int oom;
+	uint64_t next_id;
+	struct slot s[MAXW];
+	struct cache cache[NKEYS];
+	struct lin_stats st;
+};
+
+static size_t rec_add(struct lin *L, struct rec r)
+{
+	if (L->n == L->cap) {
+		size_t nc = L->cap ? L->cap * 2 : 1u << 16;
+		struct rec *nr = realloc(L->r, nc * sizeof(*nr));
+		if (!nr) {
+			L->oom = 1;
+			return SIZE_MAX;
+		}
+		L->r = nr;
+		L->cap = nc;
+	}
+	L->r[L->n] = r;
+	return L->n++;
+}
+
+static void lin_err(struct lin *L, int rc)
+{
+	if (!L->st.first_err)
+		L->st.first_err = rc;
+}
+
+static void lin_get_cb(farm_loop *loop, void *ctx, int status, const void *val,
+                       uint32_t len)
+{
+	(void)loop;
+	struct slot *s = ctx;
+	struct lin *L = s->L;
+	uint64_t t = now_ns();
+	s->busy = 0;
+	if (s->rec == SIZE_MAX)
+		return;
+	struct rec *r = &L->r[s->rec];
+	if (status == 0) {
+		uint64_t id = val_id(val, len);
+		if (!id) {
+			L->st.garbage++;
+			r->kind = 0;
+			return;
+		}
+		r->value = id;
+		r->found = 1;
+		r->t_resp = t;
+		L->st.found++;
+		struct cache *ca = &L->cache[r->key];
+		*ca = (struct cache){.valid = true, .value = id, .t = t};
+	} else if (status == -ENOENT) {
+		r->found = 0;
+		r->t_resp = t;
+		L->st.absent++;
+	} else { /* no answer: constrains nothing */
+		r->kind = 0;
+		L->st.get_err++;
+		lin_err(L, status);
+	}
+}
+
+static void lin_op_cb(farm_loop *loop, void *ctx, int status)
+{
+	(void)loop;
+	struct slot *s = ctx;
+	struct lin *L = s->L;
+	uint64_t t = now_ns();
+	s->busy = 0;
+	if (s->rec == SIZE_MAX)
+		return;
+	struct rec *r = &L->r[s->rec];
+	if (r->kind == LC_PUT) {
+		if (status == 0) {
+			r->t_resp = t;
+			struct cache *ca = &L->cache[r->key];
+			if (ca->valid && r->t_inv > ca->t)
+				ca->overwritten = true;
+		} else { /* may or may not have happened: no response */
+			L->st.put_err++;
+			lin_err(L, status);
+		}
+		return;
+	}
+	if (status == 0 || status == -ENOENT) {
+		r->found = status == 0;
+		r->t_resp = t;
+		status == 0 ? L->st.del_found++ : L->st.del_absent++;
+	} else {
+		r->kind = LC_DEL_ANY;
+		L->st.del_err++;
+		lin_err(L, status);
+	}
+}
+
+static void lin_start(struct lin *L, struct slot *s)
+{
+	struct ch *c = L->c;
+	uint64_t dice = farm_rand64(&c->rng);
+	uint64_t key = (dice >> 8) % NKEYS;
+	unsigned what = (unsigned)(dice % 100);
+	uint8_t k[KLEN];
+	mkkey(k, "lin", (unsigned)key);
+	uint32_t client = c->me * MAXW + s->idx;
+	struct cache *ca = &L->cache[key];
+	if (what < 50 && opt_broken && c->me == 0 && ca->valid &&
+	    ca->overwritten && L->st.injected < 5) {
+		/* The bug: answer from a cache our own put outdated. */
+		uint64_t t = now_ns();
+		rec_add(L, (struct rec){.client = client, .kind = LC_GET,
+		                        .key = key, .value = ca->value,
+		                        .found = 1, .t_inv = t, .t_resp = t});
+		ca->valid = false;
+		L->st.injected++;
+		L->st.gets++;
+		return;
+	}
+	struct rec r = {.client = client, .key = key, .t_resp = LC_NO_RESPONSE};
+	int rc;
+	s->busy = 1;
+	s->key = key;
+	if (what < 50) {
+		r.kind = LC_GET;
+		r.t_inv = now_ns();
+		s->rec = rec_add(L, r);
+		rc = farm_ht_get(c->ht, c->loop, k, KLEN, lin_get_cb, s);
+		if (!rc)
+			L->st.gets++;
+	} else if (what < 85) {
+		uint8_t v[VMAX];
+		uint64_t id = L->next_id++;
+		fill_val(v, id);
+		r.kind = LC_PUT;
+		r.value = id;
+		r.t_inv = now_ns();
+		s->rec = rec_add(L, r);
+		rc = farm_ht_put(c->ht, c->loop, k, KLEN, v, vlen_of(id), lin_op_cb,
+		                 s);
+		if (!rc)
+			L->st.puts++;
+	} else {
+		r.kind = LC_DEL;
+		r.t_inv = now_ns();
+		s->rec = rec_add(L, r);
+		rc = farm_ht_del(c->ht, c->loop, k, KLEN, lin_op_cb, s);
+		if (!rc)
+			L->st.dels++;
+	}
+	if (rc) { /* not issued */
+		if (s->rec != SIZE_MAX)
+			L->r[s->rec].kind = 0;
+		s->busy = 0;
+		if (rc == -EAGAIN)
+			L->st.eagain++;
+		else
+			lin_err(L, rc);
+	}
+}
+
+static int lin_run(struct ch *c, struct lin *L)
+{
+	L->c = c;
+	L->next_id = ((uint64_t)(c->me + 1) << 40) | 1;
+	unsigned w = FARM_MIN(opt_w, MAXW);
+	for (unsigned i = 0; i < w; i++)
+		L->s[i] = (struct slot){.L = L, .idx = i};
+	uint64_t t0 = now_ns();
+	uint64_t dl = t0 + (uint64_t)(opt_secs * 1e9);
+	for (unsigned it = 0;; it++) {
+		if ((it & 63) == 0 && now_ns() >= dl)
+			break;
+		for (unsigned i = 0; i < w && !L->oom; i++)
+			if (!L->s[i].busy)
+				lin_start(L, &L->s[i]);
+		(void)farm_loop_poll(c->loop);
+	}
+	/* Drain: every operation gets its answer (puts time out in 10 s). */
+	uint64_t dd = now_ns() + 20ull * 1000000000ull;
+	for (;;) {
+		unsigned busy = 0;
+		for (unsigned i = 0; i < w; i++)
+			busy += L->s[i].busy != 0;
+		if (!busy)
+			break;
+		if (now_ns() >= dd) {
+			L->st.undrained = busy;
+			break;
+		}
+		(void)farm_loop_poll(c->loop);
+	}
+	L->st.ns = now_ns() - t0;
+	return L->oom ? -ENOMEM : 0;
+}
+
+static int lin_save(struct ch *c, struct lin *L)
+{
+	char path[512];
+	snprintf(path, sizeof(path), "%s/lin-%u", c->cl->root, c->me);
+	return write_file(path, L->r, L->n * sizeof(*L->r));
+}
+
+/* ---- multi-get, directory, death (child side) ------------------------------------ */
+
+struct mg_stats {
+	uint32_t ok, absent, wrong;
+	int first_bad;
+	uint64_t ns;
+};
+
+struct dir_stats {
+	int lookup_rc, missing_rc;
+	farm_fatptr got;
+};
+
+struct death_stats {
+	/* Until the death is seen: gets of the dead shard's keys. */
+	uint32_t before_ok, before_bad;
+	uint64_t detect_ns; /* from the kill to the first error */
+	int detect_rc;
+	/* Then each of its keys once, a put, and the live keys. */
+	uint32_t dead_keys, dead_err, dead_ok, dead_absent;
+	uint32_t live_keys, live_ok, live_bad;
+	int dead_rc, put_rc, live_rc;
+	uint64_t max_dead_ns, put_ns;
+};
+
+static const farm_fatptr DIR_P = {.addr = 0x123456780ull, .size = 64,
+                                  .incarnation = 42};
+
+static uint64_t mg_id(unsigned i) { return 0xab0000000ull + i; }
+/* Death keys' values are inline (iteration sees inline pairs only). */
+static uint64_t dk_id(unsigned i)
+{
+	uint64_t id = 0xcd0000000ull + (uint64_t)i * 16u;
+	while (vlen_of(id) > 32)
+		id++;
+	return id;
+}
+
+static int mg_puts(struct ch *c)
+{
+	uint8_t k[KLEN], v[VMAX];
+	for (unsigned i = 0; i < MG_N; i++) {
+		if (i % 4 == 3)
+			continue;
+		mkkey(k, "mget", i);
+		fill_val(v, mg_id(i));
+		int rc = farm_kv_put_sync(c->kv, c->loop, k, KLEN, v,
+		                          vlen_of(mg_id(i)));
+		if (rc)
+			return rc;
+	}
+	/* Small inline pairs whose placement the shards report (iteration
+	 * sees inline pairs only). */
+	for (unsigned i = 0; i < DK_N; i++) {
+		mkkey(k, "dead", i);
+		fill_val(v, dk_id(i));
+		int rc = farm_kv_put_sync(c->kv, c->loop, k, KLEN, v,
+		                          vlen_of(dk_id(i)));
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+static volatile int mg_done;
+static void mg_cb(farm_loop *loop, void *ctx)
+{
+	(void)loop;
+	(void)ctx;
+	mg_done = 1;
+}
+
+static int mg_get(struct ch *c, struct mg_stats *s)
+{
+	uint8_t keys[MG_N][KLEN];
+	const void *kp[MG_N];
+	uint32_t kl[MG_N], lens[MG_N];
+	int status[MG_N];
+	uint8_t *vals = malloc((size_t)MG_N * VMAX);
+	if (!vals)
+		return -ENOMEM;
+	for (unsigned i = 0; i < MG_N; i++) {
+		mkkey(keys[i], "mget", i);
+		kp[i] = keys[i];
+		kl[i] = KLEN;
+	}
+	uint64_t t0 = now_ns();
+	mg_done = 0;
+	int rc = farm_kv_mget(c->kv, c->loop, MG_N, kp, kl, vals, VMAX, lens,
+	                      status, mg_cb, NULL);
+	if (!rc)
+		rc = farm_loop_wait(c->loop, &mg_done, 10ull * 1000000000ull);
+	s->ns = now_ns() - t0;
+	for (unsigned i = 0; !rc && i < MG_N; i++) {
+		bool want = i % 4 != 3;
+		if (want && status[i] == 0 &&
+		    val_id(vals + (size_t)i * VMAX, lens[i]) == mg_id(i))
+			s->ok++;
+		else if (!want && status[i] == -ENOENT)
+			s->absent++;
+		else {
+			s->wrong++;
+			if (!s->first_bad)
+				s->first_bad = status[i] ? status[i] : 1;
+		}
+	}
+	free(vals);
+	return rc;
+}
+
+struct iter_ctx {
+	uint32_t mask;
+};
+
+static bool iter_fn(void *ctx, const void *key, uint32_t klen, const void *val,
+                    uint32_t vlen)
+{
+	(void)val;
+	(void)vlen;
+	struct iter_ctx *x = ctx;
+	unsigned i;
+	if (klen == KLEN && sscanf((const char *)key, "dead-%03u", &i) == 1 &&
+	    i < DK_N)
+		x->mask |= 1u << i;
+	return true;
+}
+
+static int death_gets(struct ch *c, uint32_t mask_dead, uint32_t mask_live,
+                      uint64_t t_kill, struct death_stats *s)
+{
+	uint8_t k[KLEN], v[VMAX];
+	/* The shm provider learns of the death from a pidfd watchdog thread
+	 * (ARCHITECTURE.md 2.1 (d)): until it has run, a one-sided read of
+	 * the dead machine's memory still returns what it held. Such reads
+	 * must be whole values; once it is seen, every get fails. */
+	for (unsigned i = 0; mask_dead && !s->detect_rc; i = (i + 1) % DK_N) {
+		if (!(mask_dead >> i & 1))
+			continue;
+		mkkey(k, "dead", i);
+		uint32_t len = 0;
+		int rc = farm_kv_get_sync(c->kv, c->loop, k, KLEN, v, VMAX, &len);
+		if (rc == 0 && val_id(v, len) == dk_id(i)) {
+			s->before_ok++;
+		} else if (rc == 0 || rc == -ENOENT) {
+			s->before_bad++;
+		} else {
+			s->detect_rc = rc;
+			break;
+		}
+		if (now_ns() - t_kill > 2 * DEAD_BOUND_NS)
+			break;
+	}
+	s->detect_ns = now_ns() - t_kill;
+	for (unsigned i = 0; i < DK_N; i++) {
+		bool dead = mask_dead >> i & 1;
+		if (!dead && !(mask_live >> i & 1))
+			continue;
+		mkkey(k, "dead", i);
+		uint32_t len = 0;
+		uint64_t t0 = now_ns();
+		int rc = farm_kv_get_sync(c->kv, c->loop, k, KLEN, v, VMAX, &len);
+		uint64_t dt = now_ns() - t0;
+		if (dead) {
+			s->dead_keys++;
+			s->max_dead_ns = FARM_MAX(s->max_dead_ns, dt);
+			if (rc == 0)
+				s->dead_ok++;
+			else if (rc == -ENOENT)
+				s->dead_absent++;
+			else
+				s->dead_err++;
+			if (rc && !s->dead_rc)
+				s->dead_rc = rc;
+		} else {
+			s->live_keys++;
+			if (rc == 0 && val_id(v, len) == dk_id(i))
+				s->live_ok++;
+			else {
+				s->live_bad++;
+				if (!s->live_rc)
+					s->live_rc = rc ? rc : 1;
+			}
+		}
+	}
+	/* A write to the dead shard: an error too, within the bound. */
+	for (unsigned i = 0; i < DK_N; i++) {
+		if (!(mask_dead >> i & 1))
+			continue;
+		mkkey(k, "dead", i);
+		fill_val(v, dk_id(i + 100));
+		uint64_t t0 = now_ns();
+		s->put_rc = farm_kv_put_sync(c->kv, c->loop, k, KLEN, v,
+		                             vlen_of(dk_id(i + 100)));
+		s->put_ns = now_ns() - t0;
+		break;
+	}
+	return 0;
+}
+
+/* ---- the machines' script ---------------------------------------------------------- */
+
+static int kv_role(struct ch *c)
+{
+	if (wait_cmd(c) != 'G')
+		return 20;
+	struct lin L = {0};
+	if (lin_run(c, &L))
+		return 21;
+	if (lin_save(c, &L))
+		return 22;
+	free(L.r);
+	if (say(c, 'D', &L.st, sizeof(L.st)))
+		return 23;
+	for (;;) {
+		int cmd = wait_cmd(c);
+		switch (cmd) {
+		case 'Q':
+			return 0;
+		case 'P': { /* machine 0: the multi-get's and death's keys */
+			int rc = mg_puts(c);
+			if (say(c, 'P', &rc, sizeof(rc)))
+				return 24;
+			break;
+		}
+		case 'M': { /* machine 2: multi-get */
+			struct mg_stats s = {0};
+			int rc = mg_get(c, &s);
+			if (say(c, 'M', &rc, sizeof(rc)) || tu_send(c->out, &s, sizeof(s)))
+				return 25;
+			break;
+		}
+		case 'N': { /* machine 1: name an object */
+			int rc = farm_kv_name_sync(c->kv, c->loop, "kv-multi/root",
+			                           DIR_P);
+			if (say(c, 'N', &rc, sizeof(rc)))
+				return 26;
+			break;
+		}
+		case 'L': { /* machine 0: look names up */
+			struct dir_stats s = {0};
+			s.lookup_rc = farm_kv_lookup_sync(c->kv, c->loop,
+			                                  "kv-multi/root", &s.got);
+			farm_fatptr none;
+			s.missing_rc = farm_kv_lookup_sync(c->kv, c->loop,
+			                                   "kv-multi/none", &none);
+			if (say(c, 'L', &s, sizeof(s)))
+				return 27;
+			break;
+		}
+		case 'I': { /* which death keys does my shard hold? */
+			struct iter_ctx x = {0};
+			long n = farm_ht_iterate_local(c->ht, c->me, iter_fn, &x);
+			if (n < 0)
+				x.mask = 0;
+			if (say(c, 'I', &x.mask, sizeof(x.mask)))
+				return 28;
+			break;
+		}
+		case 'K': { /* machine 0, after machine 1 died */
+			uint32_t m[2];
+			uint64_t t_kill;
+			if (tu_recv(c->in, m, sizeof(m)) ||
+			    tu_recv(c->in, &t_kill, sizeof(t_kill)))
+				return 29;
+			struct death_stats s = {0};
+			death_gets(c, m[0], m[1], t_kill, &s);
+			if (say(c, 'K', &s, sizeof(s)))
+				return 30;
+			break;
+		}
+		default:
+			return 31;
+		}
+	}
+}
+
+/* ---- the parent ----------------------------------------------------------------- */
+
+/* Merge the machines' histories and check them. */
+static int p_check(struct cluster *cl, lc_report *rep, uint64_t *nrec)
+{
+	lc_history *h = lc_new();
+	assert_non_null(h);
+	*nrec = 0;
+	for (unsigned i = 0; i < NM; i++) {
+		char path[512];
+		size_t len = 0;
+		snprintf(path, sizeof(path), "%s/lin-%u", cl->root, i);
+		struct rec *r = read_file(path, &len);
+		assert_non_null(r);
+		size_t n = len / sizeof(*r);
+		for (size_t k = 0; k < n; k++) {
+			if (!r[k].kind)
+				continue;
+			int op = lc_op(h, r[k].client, (enum lc_kind)r[k].kind,
+			               r[k].key, r[k].value, r[k].found != 0,
+			               r[k].t_inv, r[k].t_resp);
+			assert_true(op >= 0);
+			(*nrec)++;
+		}
+		free(r);
+	}
+	int rc = lc_check(h, rep, 60000);
+	lc_free(h);
+	return rc;
+}
+
+static void print_lin(unsigned i, const struct lin_stats *s)
+{
+	printf("lin: machine %u: %" PRIu64 " gets (%" PRIu64 " found, %" PRIu64
+	       " absent, %" PRIu64 " errors), %" PRIu64 " puts (%" PRIu64
+	       " errors), %" PRIu64 " deletes (%" PRIu64 " found, %" PRIu64
+	       " absent, %" PRIu64 " errors) in %.2f s; %" PRIu64
+	       " garbage values, %" PRIu64 " stale reads injected, %" PRIu64
+	       " not drained; first error %s\n",
+	       i, s->gets, s->found, s->absent, s->get_err, s->puts, s->put_err,
+	       s->dels, s->del_found, s->del_absent, s->del_err,
+	       (double)s->ns / 1e9, s->garbage, s->injected, s->undrained,
+	       s->first_err ? farm_strerror(s->first_err) : "none");
+}
+
+static void test_kv(void **state)
+{
+	(void)state;
+	uint64_t t_start = now_ns();
+	cl_start(&G, kv_role);
+	for (unsigned i = 0; i < NM; i++)
+		p_expect(&G, i, 'R', 60000);
+	for (unsigned i = 0; i < NM; i++)
+		p_send(&G, i, 'G');
+
+	/* 1. linearizability */
+	struct lin_stats s[NM];
+	int waitms = (int)(opt_secs * 1000) + 60000;
+	for (unsigned i = 0; i < NM; i++) {
+		p_expect(&G, i, 'D', waitms);
+		p_recv(&G, i, &s[i], sizeof(s[i]), 1000);
+	}
+	lc_report rep;
+	uint64_t nrec;
+	int rc = p_check(&G, &rep, &nrec);
+	uint64_t ops = 0, puts = 0, dels = 0, gets = 0;
+	for (unsigned i = 0; i < NM; i++) {
+		print_lin(i, &s[i]);
+		ops += s[i].gets + s[i].puts + s[i].dels;
+		gets += s[i].gets;
+		puts += s[i].puts;
+		dels += s[i].dels;
+	}
+	printf("lin: %" PRIu64 " operations (%" PRIu64 " gets, %" PRIu64
+	       " puts, %" PRIu64 " deletes) over %u keys from %u machines x %u "
+	       "in flight; %" PRIu64 " recorded; lincheck: %d\n",
+	       ops, gets, puts, dels, NKEYS, NM, opt_w, nrec, rc);
+	lc_report_print(stdout, &rep);
+	fflush(stdout);
+	if (opt_broken) {
+		assert_true(s[0].injected > 0);
+		assert_true(rc > 0);
+		assert_true(rep.nviolations > 0);
+		printf("broken: %" PRIu64 " stale reads injected, the checker "
+		       "reports %" PRIu64 " keys without a linearization\n",
+		       s[0].injected, rep.nviolations);
+		for (unsigned i = 0; i < NM; i++)
+			p_send(&G, i, 'Q');
+		int st[NM];
+		cl_finish(&G, st);
+		return;
+	}
+	assert_int_equal(rc, 0);
+	assert_int_equal(rep.nviolations, 0);
+	for (unsigned i = 0; i < NM; i++) {
+		assert_int_equal(s[i].garbage, 0);
+		assert_int_equal(s[i].undrained, 0);
+		assert_true(s[i].found > 0 && s[i].absent > 0);
+		assert_true(s[i].puts > 0 && s[i].del_found > 0);
+		/* Errors (timeouts under load) are rare. */
+		assert_true(s[i].get_err + s[i].put_err + s[i].del_err <=
+		            1 + (s[i].gets + s[i].puts + s[i].dels) / 100);
+	}
+
+	/* 2. multi-get and the directory */
+	p_send(&G, 0, 'P');
+	p_expect(&G, 0, 'P', 60000);
+	p_recv(&G, 0, &rc, sizeof(rc), 1000);
+	assert_int_equal(rc, 0);
+	p_send(&G, 2, 'M');
+	p_expect(&G, 2, 'M', 60000);
+	struct mg_stats mg;
+	p_recv(&G, 2, &rc, sizeof(rc), 1000);
+	p_recv(&G, 2, &mg, sizeof(mg), 1000);
+	printf("mget: machine 2, %u keys in one multi-get: %u values right, %u "
+	       "absent as expected, %u wrong (first %d), %.1f us\n",
+	       MG_N, mg.ok, mg.absent, mg.wrong, mg.first_bad,
+	       (double)mg.ns / 1e3);
+	assert_int_equal(rc, 0);
+	assert_int_equal(mg.ok, MG_N - MG_N / 4);
+	assert_int_equal(mg.absent, MG_N / 4);
+	assert_int_equal(mg.wrong, 0);
+	p_send(&G, 1, 'N');
+	p_expect(&G, 1, 'N', 60000);
+	p_recv(&G, 1, &rc, sizeof(rc), 1000);
+	assert_int_equal(rc, 0);
+	p_send(&G, 0, 'L');
+	p_expect(&G, 0, 'L', 60000);
+	struct dir_stats ds;
+	p_recv(&G, 0, &ds, sizeof(ds), 1000);
+	printf("dir: name registered by machine 1, looked up by machine 0: %s "
+	       "(%#" PRIx64 ", %u, %" PRIu64 "); a missing name: %s\n",
+	       farm_strerror(ds.lookup_rc), ds.got.addr, ds.got.size,
+	       ds.got.incarnation, farm_strerror(ds.missing_rc));
+	assert_int_equal(ds.lookup_rc, 0);
+	assert_int_equal(ds.got.addr, DIR_P.addr);
+	assert_int_equal(ds.got.size, DIR_P.size);
+	assert_int_equal(ds.got.incarnation, DIR_P.incarnation);
+	assert_int_equal(ds.missing_rc, -ENOENT);
+
+	/* 3. a shard whose machine died */
+	uint32_t mask[NM];
+	for (unsigned i = 0; i < NM; i++) {
+		p_send(&G, i, 'I');
+		p_expect(&G, i, 'I', 60000);
+		p_recv(&G, i, &mask[i], sizeof(mask[i]), 1000);
+	}
+	printf("death: the %u keys lie %d / %d / %d on machines 0 / 1 / 2\n",
+	       DK_N, __builtin_popcount(mask[0]), __builtin_popcount(mask[1]),
+	       __builtin_popcount(mask[2]));
+	assert_int_equal(mask[0] | mask[1] | mask[2], (1u << DK_N) - 1);
+	assert_int_equal(mask[0] & mask[1], 0);
+	assert_int_equal(mask[1] & mask[2], 0);
+	assert_true(mask[1] != 0 && mask[2] != 0);
+	uint64_t tk = now_ns();
+	kill(G.pid[1], SIGKILL);
+	int st1 = tu_reap(G.pid[1]);
+	G.pid[1] = 0;
+	assert_int_equal(st1, 128 + SIGKILL);
+	uint32_t m[2] = {mask[1], mask[2] | mask[0]};
+	p_send(&G, 0, 'K');
+	assert_int_equal(tu_send(G.to[0], m, sizeof(m)), 0);
+	assert_int_equal(tu_send(G.to[0], &tk, sizeof(tk)), 0);
+	p_expect(&G, 0, 'K', 30000);
+	struct death_stats d;
+	p_recv(&G, 0, &d, sizeof(d), 1000);
+	printf("death: machine 1 killed; machine 0 saw it %.2f ms after the "
+	       "kill (%s), after %u gets of its keys that returned their "
+	       "values (%u wrong)\n",
+	       (double)d.detect_ns / 1e6, farm_strerror(d.detect_rc),
+	       d.before_ok, d.before_bad);
+	printf("death: then from machine 0: %u gets of its keys: "
+	       "%u errors (%s), %u found, %u absent, slowest %.1f ms; a put: %s "
+	       "in %.1f ms; %u gets of live keys: %u right, %u wrong (%s); "
+	       "%.1f ms in all\n",
+	       d.dead_keys, d.dead_err, farm_strerror(d.dead_rc), d.dead_ok,
+	       d.dead_absent, (double)d.max_dead_ns / 1e6,
+	       farm_strerror(d.put_rc), (double)d.put_ns / 1e6, d.live_keys,
+	       d.live_ok, d.live_bad, farm_strerror(d.live_rc),
+	       (double)(now_ns() - tk) / 1e6);
+	assert_true(d.detect_rc != 0);
+	assert_true(d.detect_ns < DEAD_BOUND_NS);
+	assert_int_equal(d.before_bad, 0);
+	assert_int_equal(d.dead_keys, __builtin_popcount(mask[1]));
+	assert_int_equal(d.dead_err, d.dead_keys);
+	assert_true(d.max_dead_ns < DEAD_BOUND_NS);
+	assert_true(d.put_rc != 0);
+	assert_true(d.put_ns < DEAD_BOUND_NS);
+	assert_int_equal(d.live_ok, d.live_keys);
+	assert_int_equal(d.live_bad, 0);
+	p_send(&G, 0, 'Q');
+	p_send(&G, 2, 'Q');
+	int st[NM];
+	cl_finish(&G, st);
+	printf("kv_multi: machines exit %d / killed / %d; %.1f s in all\n", st[0],
+	       st[2], (double)(now_ns() - t_start) / 1e9);
+	assert_int_equal(st[0], 0);
+	assert_int_equal(st[2], 0);
+}
+
+int main(int argc, char **argv)
+{
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+		if (!strcmp(a, "--broken")) {
+			opt_broken = true;
+			continue;
+		}
+		if (!v) {
+			fprintf(stderr, "%s: bad option %s\n", argv[0], a);
+			return 2;
+		}
+		i++;
+		if (!strcmp(a, "--seconds"))
+			opt_secs = strtod(v, NULL);
+		else if (!strcmp(a, "--inflight"))
+			opt_w = (unsigned)strtoul(v, NULL, 0);
+		else {
+			fprintf(stderr, "%s: bad option %s\n", argv[0], a);
+			return 2;
+		}
+	}
+	if (opt_w < 1)
+		opt_w = 1;
+	if (opt_w > MAXW)
+		opt_w = MAXW;
+	const struct CMUnitTest t[] = {
+	        cmocka_unit_test_teardown(test_kv, cl_cleanup),
+	};
+	return cmocka_run_group_tests_name("kv_multi", t, NULL, NULL);
+}
