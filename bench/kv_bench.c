@@ -41,6 +41,13 @@
  * a time per connection).
  *
  * Output: a table, then, last, one JSON line (bench/README.md).
+ *
+ * --demo (make demo, scripts/demo): 3 machines, 1M keys, YCSB-B uniform for
+ * 10 s, then memcached pipelined with the same mix (skipped when not
+ * installed), lookup latency only on the farm side, and a short summary
+ * instead of the table and JSON. --zk HOST:PORT: the machines join through
+ * ZooKeeper (config zk, zk_root /libfarm/kvdemo-<pid>-<n>, a fresh root per
+ * cluster start, expect_machines) instead of static peer lines.
  */
 
 #include <arpa/inet.h>
@@ -117,6 +124,9 @@ struct opts {
 	uint64_t keys, log_size;
 	double seconds, occupancy;
 	bool quick, peers, small, pin;
+	bool demo; /* --demo: make demo's short run (print_demo) */
+	char zk[FARM_CONFIG_STR];      /* --zk: ZooKeeper membership */
+	char zk_root[FARM_CONFIG_STR]; /* per cluster_start, under /libfarm */
 };
 static struct opts O;
 
@@ -402,12 +412,20 @@ static int mach_open(struct mach *m, uint32_t id, const char *base,
 		snprintf(v, sizeof(v), "%" PRIu64, O.log_size);
 		rc |= cfg_set(&c, "log_size", v);
 	}
-	for (unsigned j = 0; j < O.machines; j++) {
-		if (j == id)
-			continue;
-		snprintf(v, sizeof(v), "%u %s/m%u", j, base, j);
-		rc |= cfg_set(&c, "peer", v);
-	}
+	if (O.zk[0]) {
+		/* Membership in ZooKeeper: no peer lines; the view fills as
+		 * the machines register under this cluster's own root. */
+		rc |= cfg_set(&c, "zk", O.zk);
+		rc |= cfg_set(&c, "zk_root", O.zk_root);
+		snprintf(v, sizeof(v), "%u", O.machines);
+		rc |= cfg_set(&c, "expect_machines", v);
+	} else
+		for (unsigned j = 0; j < O.machines; j++) {
+			if (j == id)
+				continue;
+			snprintf(v, sizeof(v), "%u %s/m%u", j, base, j);
+			rc |= cfg_set(&c, "peer", v);
+		}
 	if (rc)
 		return -EINVAL;
 	char err[256];
@@ -577,7 +595,8 @@ static void put_cb(farm_loop *loop, void *ctx, int status)
 		e->cnt_puts++;
 		e->cnt_keys++;
 	}
-	eng_sample(e, o);
+	if (!O.demo) /* the demo reports lookup latency only */
+		eng_sample(e, o);
 	op_free(e, o);
 }
 
@@ -1067,6 +1086,13 @@ static int cluster_start(struct cluster *c, uint64_t nkeys, const char *tmp)
 	int ncpu = ncpus_allowed(first);
 	uint64_t t0 = farm_now_ns();
 	SH->zeta_n = zeta(nkeys, 0.99);
+	if (O.zk[0]) {
+		/* A fresh root per start: a retry must not see the ephemeral
+		 * znodes of the machines it killed. */
+		static unsigned starts;
+		snprintf(O.zk_root, sizeof(O.zk_root), "/libfarm/kvdemo-%ld-%u",
+		         (long)getpid(), starts++);
+	}
 	fflush(NULL);
 	pid_t parent = getpid();
 	for (unsigned i = 0; i < c->n; i++) {
@@ -1106,6 +1132,8 @@ static int cluster_start(struct cluster *c, uint64_t nkeys, const char *tmp)
 	       " buckets of %u slots per machine, region %" PRIu64 " MiB)\n",
 	       c->n, (double)(farm_now_ns() - t0) / 1e9, buckets_for(nkeys), 4u,
 	       region_for(buckets_for(nkeys)) >> 20);
+	if (O.zk[0])
+		printf("  membership: ZooKeeper %s, root %s\n", O.zk, O.zk_root);
 	fflush(stdout);
 	return 0;
 }
@@ -1756,7 +1784,9 @@ static int run_farm(uint64_t nkeys, bool full, const char *tmp)
 		R.load_rate = (double)nkeys / ls;
 	}
 	int wls[NW], nwl = 0;
-	if (full)
+	if (full && O.demo)
+		wls[nwl++] = W_B;
+	else if (full)
 		for (int w = 0; w < NW; w++)
 			wls[nwl++] = w;
 	else {
@@ -1776,7 +1806,7 @@ static int run_farm(uint64_t nkeys, bool full, const char *tmp)
 		       f->p50_ns / 1e3, f->p99_ns / 1e3);
 		fflush(stdout);
 	}
-	if (!rc && full) {
+	if (!rc && full && !O.demo) {
 		rc = cluster_cmd(&c, CMD_LAT, 0, FARM_MIN(O.seconds, 1.0), false);
 		if (!rc) {
 			collect(c.n, &R.lat1);
@@ -1786,7 +1816,7 @@ static int run_farm(uint64_t nkeys, bool full, const char *tmp)
 			       R.lat1.p99_ns / 1e3);
 		}
 	}
-	if (!rc && full) {
+	if (!rc && full && !O.demo) {
 		rc = cluster_cmd(&c, CMD_PLAIN, 0, O.seconds, false);
 		if (!rc) {
 			struct mres *r = &SH->res[0];
@@ -1846,6 +1876,8 @@ static int run_peer(int which, const char *tmp)
 	fflush(stdout);
 	for (int mode = 0; mode < NMODE && !rc; mode++)
 		for (int w = 0; w < W_LOCAL && !rc; w++) {
+			if (O.demo && (mode != M_PIPE || w != W_B))
+				continue; /* the demo: the best configuration, B */
 			uint64_t dur = (uint64_t)(O.seconds * 1e9);
 			uint64_t go = farm_now_ns() + 20000000ull + dur / 10;
 			for (unsigned i = 0; i < nt; i++) {
@@ -2051,6 +2083,42 @@ static void print_all(void)
 	fflush(stdout);
 }
 
+/* The demo's summary: farm's YCSB-B next to memcached's (pipelined). */
+static void print_demo(bool mc_skipped)
+{
+	const struct fig *f = &R.farm[W_B];
+	const struct fig *m = &R.peer[P_MC][M_PIPE][W_B];
+	printf("\n== summary: YCSB-B (95%% lookups, 5%% updates, uniform keys), "
+	       "%" PRIu64 " keys, %.0f s each, %d CPU%s\n",
+	       O.keys, O.seconds, R.ncpu, R.ncpu == 1 ? "" : "s");
+	printf("  %-24s %12s %16s %10s %10s\n", "", "ops/s", "ops/s per core",
+	       "p50", "p99");
+	printf("  %-24s %10.2f M %14.2f M %7.1f us %7.1f us   (per lookup)\n",
+	       "libfarm (3 machines)", f->ops / 1e6, f->keys / R.cores / 1e6,
+	       f->p50_ns / 1e3, f->p99_ns / 1e3);
+	if (R.peer_ok[P_MC] && m->have) {
+		printf("  %-24s %10.2f M %14.2f M %7.1f us %7.1f us   (per "
+		       "batch of %u requests)\n",
+		       "memcached (pipelined)", m->ops / 1e6, m->ops / 1e6,
+		       m->p50_ns / 1e3, m->p99_ns / 1e3, O.depth);
+		printf("  (per core: libfarm over the %d cores its %u machines "
+		       "share; memcached over its one server thread, -t 1)\n",
+		       R.cores, O.machines);
+		printf("demo: done: libfarm %.2f M ops/s, %.1fx memcached's "
+		       "%.2f M (%.1fx per core); everything stopped\n",
+		       f->ops / 1e6, m->ops > 0 ? f->ops / m->ops : 0,
+		       m->ops / 1e6,
+		       m->ops > 0 ? (f->keys / R.cores) / m->ops : 0);
+	} else {
+		printf("  %-24s %s\n", "memcached (pipelined)",
+		       mc_skipped ? "skipped: memcached is not installed"
+		                  : "skipped: memcached could not be run");
+		printf("demo: done: libfarm %.2f M ops/s (memcached skipped); "
+		       "everything stopped\n", f->ops / 1e6);
+	}
+	fflush(stdout);
+}
+
 /* ---- main -------------------------------------------------------------------------------------- */
 
 static void usage(FILE *out)
@@ -2086,6 +2154,14 @@ static void usage(FILE *out)
 	        "  --no-pin         do not pin machine i to CPU i\n"
 	        "  --quick          100k keys, 0.5 s runs, no 1M-key run; peers\n"
 	        "                   skipped when not installed (smoke test)\n"
+	        "  --demo           make demo: 3 machines, 1M keys, YCSB-B\n"
+	        "                   (95/5 uniform) for 10 s, then memcached\n"
+	        "                   (pipelined; skipped when not installed)\n"
+	        "                   with the same mix; a short summary, no\n"
+	        "                   JSON\n"
+	        "  --zk HOST:PORT   membership in this ZooKeeper (its own root\n"
+	        "                   /libfarm/kvdemo-<pid>-<n>) instead of\n"
+	        "                   static peers\n"
 	        "  -h, --help       this text\n",
 	        MAXM);
 }
@@ -2110,7 +2186,7 @@ static bool in_path(const char *prog)
 static int parse_opts(int argc, char **argv)
 {
 	enum { O_MACH = 256, O_KEYS, O_SECS, O_DEPTH, O_LDEPTH, O_OCC, O_SAMP,
-	       O_NOPEERS, O_NOSMALL, O_NOPIN, O_QUICK, O_LOG };
+	       O_NOPEERS, O_NOSMALL, O_NOPIN, O_QUICK, O_LOG, O_DEMO, O_ZK };
 	static const struct option lo[] = {
 	        {"machines", required_argument, NULL, O_MACH},
 	        {"keys", required_argument, NULL, O_KEYS},
@@ -2124,6 +2200,8 @@ static int parse_opts(int argc, char **argv)
 	        {"no-pin", no_argument, NULL, O_NOPIN},
 	        {"quick", no_argument, NULL, O_QUICK},
 	        {"log-size", required_argument, NULL, O_LOG},
+	        {"demo", no_argument, NULL, O_DEMO},
+	        {"zk", required_argument, NULL, O_ZK},
 	        {"help", no_argument, NULL, 'h'},
 	        {NULL, 0, NULL, 0}};
 	O = (struct opts){.machines = 2, .depth = 32, .load_depth = 64,
@@ -2131,7 +2209,7 @@ static int parse_opts(int argc, char **argv)
 	                  .sample_every = 16, .keys = 10000000ull,
 	                  .seconds = 2.0, .occupancy = 0.85, .peers = true,
 	                  .small = true, .pin = true};
-	bool set_keys = false, set_secs = false;
+	bool set_keys = false, set_secs = false, set_mach = false;
 	uint64_t v;
 	char *end;
 	int c;
@@ -2141,6 +2219,7 @@ static int parse_opts(int argc, char **argv)
 			if (farm_parse_size(optarg, &v) || v < 2 || v > MAXM)
 				goto bad;
 			O.machines = (unsigned)v;
+			set_mach = true;
 			break;
 		case O_KEYS:
 			if (farm_parse_size(optarg, &v) || v < 1000 ||
@@ -2180,6 +2259,12 @@ static int parse_opts(int argc, char **argv)
 		case O_NOSMALL: O.small = false; break;
 		case O_NOPIN: O.pin = false; break;
 		case O_QUICK: O.quick = true; break;
+		case O_DEMO: O.demo = true; break;
+		case O_ZK:
+			if (!*optarg || strlen(optarg) >= sizeof(O.zk))
+				goto bad;
+			snprintf(O.zk, sizeof(O.zk), "%s", optarg);
+			break;
 		case O_LOG:
 			if (farm_parse_size(optarg, &v) || !farm_is_pow2(v) ||
 			    v < (64u << 10) || v > (64u << 20))
@@ -2206,6 +2291,15 @@ static int parse_opts(int argc, char **argv)
 			O.peers = false;
 		}
 	}
+	if (O.demo) {
+		if (!set_mach)
+			O.machines = 3;
+		if (!set_keys)
+			O.keys = SMALL_KEYS;
+		if (!set_secs)
+			O.seconds = 10.0;
+		O.small = false;
+	}
 	if (O.keys <= SMALL_KEYS)
 		O.small = false;
 	return 0;
@@ -2213,6 +2307,37 @@ bad:
 	fprintf(stderr, PROG ": bad value '%s' for --%s (see --help)\n", optarg,
 	        lo[c - O_MACH].name);
 	return -EINVAL;
+}
+
+/* --demo: farm with B only, then memcached (pipelined, B) if installed. */
+static int demo_main(const char *tmp)
+{
+	printf("== libfarm: %u machines, %" PRIu64 " keys, YCSB-B for %.0f s\n",
+	       O.machines, O.keys, O.seconds);
+	fflush(stdout);
+	int rc = run_farm(O.keys, true, tmp);
+	bool mc_skipped = !in_path("memcached");
+	if (!rc && !interrupted) {
+		if (mc_skipped)
+			printf("== memcached: not installed: skipped\n");
+		else {
+			printf("== memcached (one server thread, %u pipelined "
+			       "client connections)\n", O.machines);
+			fflush(stdout);
+			if (run_peer(P_MC, tmp) && !interrupted)
+				printf("== memcached: failed (above): skipped\n");
+		}
+	}
+	if (interrupted) {
+		fprintf(stderr, PROG ": interrupted; everything stopped\n");
+		return 130;
+	}
+	if (rc) {
+		fprintf(stderr, PROG ": failed: %s\n", farm_strerror(rc));
+		return 1;
+	}
+	print_demo(mc_skipped);
+	return 0;
 }
 
 int main(int argc, char **argv)
@@ -2245,14 +2370,22 @@ int main(int argc, char **argv)
 	int first[MAXM];
 	R.ncpu = ncpus_allowed(first);
 	R.cores = (int)FARM_MIN((unsigned)R.ncpu, O.machines);
-	printf("kv_bench: %u machine processes (1 busy-polling loop each%s) on "
-	       "%d CPUs; %" PRIu64 " keys; %u ops in flight per thread; %.2g s "
-	       "per workload\n",
-	       O.machines, O.pin ? ", pinned" : "", R.ncpu, O.keys, O.depth,
-	       O.seconds);
+	if (O.demo)
+		printf("kv_bench --demo: the cluster key-value store (src/kv) on "
+		       "%u machine processes (shm fabric, %s membership), "
+		       "YCSB-B, then the same mix on memcached\n",
+		       O.machines, O.zk[0] ? "ZooKeeper" : "static");
+	else
+		printf("kv_bench: %u machine processes (1 busy-polling loop "
+		       "each%s) on %d CPUs; %" PRIu64 " keys; %u ops in flight "
+		       "per thread; %.2g s per workload\n",
+		       O.machines, O.pin ? ", pinned" : "", R.ncpu, O.keys,
+		       O.depth, O.seconds);
 	fflush(stdout);
 	uint64_t t0 = farm_now_ns();
 	int rc = 0;
+	if (O.demo)
+		return demo_main(tmp);
 	if (O.small) {
 		R.small_keys = SMALL_KEYS;
 		printf("== farm, %" PRIu64 " keys\n", R.small_keys);
