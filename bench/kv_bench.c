@@ -255,24 +255,11 @@ static void gen_stream(uint32_t *s, unsigned len, int wl, uint64_t nkeys,
 	}
 }
 
-/* Jump consistent hash, as src/hashtable/ht.c picks a key's shard. */
-static unsigned jump(uint64_t key, unsigned n)
-{
-	int64_t b = -1, j = 0;
-	while (j < (int64_t)n) {
-		b = j;
-		key = key * 2862933555777941757ull + 1;
-		j = (int64_t)((double)(b + 1) *
-		              ((double)(1ll << 31) / (double)((key >> 33) + 1)));
-	}
-	return (unsigned)b;
-}
-
 static unsigned shard_of_key(uint64_t i, unsigned n)
 {
 	uint8_t k[KLEN];
 	make_key(i, k);
-	return jump(farm_ht_hash(k, KLEN), n);
+	return farm_ht_shard_index(farm_ht_hash(k, KLEN), n);
 }
 
 /* ---- small helpers ---------------------------------------------------------------- */

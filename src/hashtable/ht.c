@@ -449,6 +449,11 @@ static int check_key(const void *key, uint32_t klen)
 	return klen > FARM_HT_MAX_KEY ? -E2BIG : 0;
 }
 
+unsigned farm_ht_shard_index(uint64_t hash, unsigned nshards)
+{
+	return nshards ? jump(hash, nshards) : 0;
+}
+
 static const struct farm_ht_shard *shard_of(farm_ht *h, uint64_t hash,
                                             unsigned *idx)
 {

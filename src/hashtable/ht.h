@@ -106,5 +106,8 @@ long farm_ht_iterate_local(farm_ht *h, unsigned shard, farm_ht_iter_fn fn,
 
 void farm_ht_stats_get(farm_ht *h, struct farm_ht_stats *out);
 uint64_t farm_ht_hash(const void *key, uint32_t klen);
+/* The shard (index in the table's list of @nshards) a key's hash picks:
+ * jump consistent hashing. */
+unsigned farm_ht_shard_index(uint64_t hash, unsigned nshards);
 
 #endif
