@@ -46,8 +46,8 @@ struct opts {
 	uint64_t region_size;
 	uint32_t sweep[MAX_SWEEP];
 	int nsweep;
-	bool no_rand;   /* --no-rand: the fixed sweep only */
-	int only;       /* --only farm|malloc (profiling): -1 both */
+	bool no_rand; /* --no-rand: the fixed sweep only */
+	int only;     /* --only farm|malloc (profiling): -1 both */
 };
 
 /* ---- regions ---------------------------------------------------------- */

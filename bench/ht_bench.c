@@ -97,14 +97,14 @@ static int rm_cb(const char *path, const struct stat *sb, int flag,
 	return 0;
 }
 
-#define CK(expr)                                                              \
-	do {                                                                  \
-		int rc_ = (expr);                                             \
-		if (rc_) {                                                    \
-			fprintf(stderr, PROG ": %s:%d: %s: %s\n", __FILE__,   \
-			        __LINE__, #expr, farm_strerror(rc_));         \
-			return rc_ < 0 ? rc_ : -EIO;                          \
-		}                                                             \
+#define CK(expr)                                                            \
+	do {                                                                \
+		int rc_ = (expr);                                           \
+		if (rc_) {                                                  \
+			fprintf(stderr, PROG ": %s:%d: %s: %s\n", __FILE__, \
+			        __LINE__, #expr, farm_strerror(rc_));       \
+			return rc_ < 0 ? rc_ : -EIO;                        \
+		}                                                           \
 	} while (0)
 
 static int cluster_open(struct cluster *c, unsigned n, uint64_t rsize,
@@ -117,7 +117,8 @@ static int cluster_open(struct cluster *c, unsigned n, uint64_t rsize,
 		struct mach *x = &c->m[i];
 		const char *base =
 		        access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
-		snprintf(x->dir, sizeof(x->dir), "%s/farm-htbench-XXXXXX", base);
+		snprintf(x->dir, sizeof(x->dir), "%s/farm-htbench-XXXXXX",
+		         base);
 		if (!mkdtemp(x->dir)) {
 			fprintf(stderr, PROG ": mkdtemp %s: %s\n", x->dir,
 			        strerror(errno));
@@ -125,7 +126,8 @@ static int cluster_open(struct cluster *c, unsigned n, uint64_t rsize,
 			return -errno;
 		}
 		c->n = i + 1;
-		farm_fabric_attr fa = {.provider = "shm", .machine_id = i + 1,
+		farm_fabric_attr fa = {.provider = "shm",
+		                       .machine_id = i + 1,
 		                       .data_dir = x->dir};
 		CK(farm_fabric_open(&fa, &x->fab));
 		CK(farm_msg_create(x->fab, &ma, &x->msg));
@@ -142,7 +144,8 @@ static int cluster_open(struct cluster *c, unsigned n, uint64_t rsize,
 			if (i == j)
 				continue;
 			char addr[256];
-			if (farm_fabric_address(c->m[j].fab, addr, sizeof(addr)) <= 0)
+			if (farm_fabric_address(c->m[j].fab, addr,
+			                        sizeof(addr)) <= 0)
 				return -EIO;
 			farm_mr_desc d = farm_msg_desc(c->m[j].msg);
 			CK(farm_msg_add_peer(c->m[i].msg, j + 1, addr, &d));
@@ -201,7 +204,8 @@ static void pump(struct cluster *c)
 		(void)farm_loop_poll(c->m[i].loop);
 }
 
-/* ---- keys and values --------------------------------------------------------- */
+/* ---- keys and values
+ * --------------------------------------------------------- */
 
 /* Key i: 8 mixed bytes, then i (so distinct, and not sequential). */
 static void mk_key(uint64_t seed, uint64_t i, uint8_t *k)
@@ -221,7 +225,8 @@ static void mk_val(uint64_t i, uint32_t len, uint8_t *v)
 	}
 }
 
-/* ---- one configuration ----------------------------------------------------------- */
+/* ---- one configuration
+ * ----------------------------------------------------------- */
 
 struct point {
 	unsigned H;
@@ -303,12 +308,13 @@ static int drive(uint64_t from, uint64_t to, bool is_put)
 			int rc;
 			if (is_put) {
 				mk_val(i, RUN.vsize, val);
-				rc = farm_ht_put(c->m[m].ht, c->m[m].loop, key, KLEN,
-				                 val, RUN.vsize, put_cb,
+				rc = farm_ht_put(c->m[m].ht, c->m[m].loop, key,
+				                 KLEN, val, RUN.vsize, put_cb,
 				                 (void *)(uintptr_t)i);
 			} else {
-				rc = farm_ht_get(c->m[m].ht, c->m[m].loop, key, KLEN,
-				                 get_cb, (void *)(uintptr_t)i);
+				rc = farm_ht_get(c->m[m].ht, c->m[m].loop, key,
+				                 KLEN, get_cb,
+				                 (void *)(uintptr_t)i);
 			}
 			if (rc == -EAGAIN || rc == -ENOBUFS)
 				break; /* full: pump first */
@@ -330,10 +336,11 @@ static int drive(uint64_t from, uint64_t to, bool is_put)
 			RUN.last_progress = now;
 		} else if (now - RUN.last_progress > STALL_NS) {
 			snprintf(RUN.err, sizeof(RUN.err),
-			         "H=%u value=%u: no %s completed for 10 s (%" PRIu64
-			         " in flight, next key #%" PRIu64 ")",
-			         RUN.H, RUN.vsize, is_put ? "put" : "get", RUN.inflight,
-			         i);
+			         "H=%u value=%u: no %s completed for 10 s "
+			         "(%" PRIu64 " in flight, next key #%" PRIu64
+			         ")",
+			         RUN.H, RUN.vsize, is_put ? "put" : "get",
+			         RUN.inflight, i);
 			RUN.errors++;
 			return -ETIMEDOUT;
 		}
@@ -388,7 +395,8 @@ static void stats_sum(struct cluster *c, struct farm_ht_stats *s)
 static int run_cfg(const struct opts *o, unsigned H, uint32_t vsize,
                    struct point *pts)
 {
-	struct farm_ht_attr ha = {.neighborhood = H, .key_inline = KLEN,
+	struct farm_ht_attr ha = {.neighborhood = H,
+	                          .key_inline = KLEN,
 	                          .val_inline = vsize < 24 ? 24 : vsize};
 	memset(&RUN, 0, sizeof(RUN));
 	RUN.o = o;
@@ -403,7 +411,8 @@ static int run_cfg(const struct opts *o, unsigned H, uint32_t vsize,
 	for (unsigned s = 0; s < o->shards; s++) {
 		struct mach *x = &c->m[s % c->n];
 		struct shard_res r = {0};
-		rc = farm_ht_make_shard(x->ht, x->loop, o->buckets, shard_cb, &r);
+		rc = farm_ht_make_shard(x->ht, x->loop, o->buckets, shard_cb,
+		                        &r);
 		if (rc) {
 			fprintf(stderr, PROG ": farm_ht_make_shard: %s\n",
 			        farm_strerror(rc));
@@ -414,8 +423,8 @@ static int run_cfg(const struct opts *o, unsigned H, uint32_t vsize,
 			pump(c);
 		rc = r.done ? r.status : -ETIMEDOUT;
 		if (rc) {
-			fprintf(stderr, PROG ": shard %u of %u buckets: %s\n", s,
-			        o->buckets, farm_strerror(rc));
+			fprintf(stderr, PROG ": shard %u of %u buckets: %s\n",
+			        s, o->buckets, farm_strerror(rc));
 			goto out;
 		}
 		sd[s] = r.sd;
@@ -424,8 +433,8 @@ static int run_cfg(const struct opts *o, unsigned H, uint32_t vsize,
 		if ((rc = farm_ht_set_shards(c->m[m].ht, sd, o->shards)))
 			goto out;
 	farm_ht *h0 = c->m[0].ht;
-	uint64_t slots = (uint64_t)o->shards * o->buckets *
-	                 farm_ht_slots_per_bucket(h0);
+	uint64_t slots =
+	        (uint64_t)o->shards * o->buckets * farm_ht_slots_per_bucket(h0);
 	uint64_t have = 0;
 	for (unsigned k = 0; k < o->nocc; k++) {
 		struct point *p = &pts[k];
@@ -462,7 +471,8 @@ static int run_cfg(const struct opts *o, unsigned H, uint32_t vsize,
 		                         p->bucket_bytes +
 		                 p->chain_blocks * p->block_bytes;
 		p->data_bytes = have * (KLEN + vsize);
-		p->reads_per_lookup = p->lookups ? (double)p->reads / p->lookups : 0;
+		p->reads_per_lookup =
+		        p->lookups ? (double)p->reads / p->lookups : 0;
 		p->chain_per_lookup =
 		        p->lookups ? (double)p->chain_reads / p->lookups : 0;
 		p->util = (double)p->data_bytes / (double)p->table_bytes;
@@ -500,13 +510,15 @@ out:
 	return rc ? rc : RUN.errors ? -EIO : 0;
 }
 
-/* ---- output ------------------------------------------------------------------------ */
+/* ---- output
+ * ------------------------------------------------------------------------ */
 
 static const struct point *find(const struct point *pts, unsigned n, unsigned H,
                                 uint32_t v, unsigned occ)
 {
 	for (unsigned i = 0; i < n; i++)
-		if (pts[i].H == H && pts[i].vsize == v && pts[i].occ_target == occ)
+		if (pts[i].H == H && pts[i].vsize == v &&
+		    pts[i].occ_target == occ)
 			return &pts[i];
 	return NULL;
 }
@@ -544,9 +556,9 @@ static void print_tables(const struct opts *o, const struct point *pts,
 				continue;
 			printf("%5.1f %7" PRIu64 " %9.4f %7.2f %7.4f %7" PRIu64
 			       " %6" PRIu64 " |",
-			       100 * p0->occupancy, p0->pairs, p0->reads_per_lookup,
-			       100 * p0->chain_per_lookup, hi2 - lo,
-			       p0->chain_blocks, p0->hops);
+			       100 * p0->occupancy, p0->pairs,
+			       p0->reads_per_lookup, 100 * p0->chain_per_lookup,
+			       hi2 - lo, p0->chain_blocks, p0->hops);
 			for (unsigned v = 0; v < o->nv; v++) {
 				const struct point *p =
 				        find(pts, n, H, o->vals[v], o->occ[k]);
@@ -559,13 +571,15 @@ static void print_tables(const struct opts *o, const struct point *pts,
 		}
 		printf("  bucket bytes by value size:");
 		for (unsigned v = 0; v < o->nv; v++) {
-			const struct point *p = find(pts, n, H, o->vals[v], o->occ[0]);
+			const struct point *p =
+			        find(pts, n, H, o->vals[v], o->occ[0]);
 			if (p)
 				printf(" %u:%u", o->vals[v], p->bucket_bytes);
 		}
 		printf("; block bytes:");
 		for (unsigned v = 0; v < o->nv; v++) {
-			const struct point *p = find(pts, n, H, o->vals[v], o->occ[0]);
+			const struct point *p =
+			        find(pts, n, H, o->vals[v], o->occ[0]);
 			if (p)
 				printf(" %u:%u", o->vals[v], p->block_bytes);
 		}
@@ -607,25 +621,30 @@ static int write_dat(const struct opts *o, const struct point *pts, unsigned n)
 		fprintf(stderr, PROG ": %s: %s\n", path, strerror(errno));
 		return -EIO;
 	}
-	fprintf(f, "# ht_bench: %u shards x %u buckets, 16-byte keys, values "
-	           "inline\n# one block per (H, value size); columns:\n"
-	           "# H value_bytes occupancy_pct reads_per_lookup space_util "
-	           "chain_reads_per_lookup chain_blocks hops pairs\n",
+	fprintf(f,
+	        "# ht_bench: %u shards x %u buckets, 16-byte keys, values "
+	        "inline\n# one block per (H, value size); columns:\n"
+	        "# H value_bytes occupancy_pct reads_per_lookup space_util "
+	        "chain_reads_per_lookup chain_blocks hops pairs\n",
 	        o->shards, o->buckets);
 	for (unsigned hi = 0; hi < o->nh; hi++)
 		for (unsigned v = 0; v < o->nv; v++) {
 			fprintf(f, "# H=%u value=%u\n", o->hs[hi], o->vals[v]);
 			for (unsigned k = 0; k < o->nocc; k++) {
 				const struct point *p =
-				        find(pts, n, o->hs[hi], o->vals[v], o->occ[k]);
+				        find(pts, n, o->hs[hi], o->vals[v],
+				             o->occ[k]);
 				if (p)
 					fprintf(f,
-					        "%u %u %.3f %.5f %.5f %.5f %" PRIu64
-					        " %" PRIu64 " %" PRIu64 "\n",
-					        p->H, p->vsize, 100 * p->occupancy,
+					        "%u %u %.3f %.5f %.5f %.5f "
+					        "%" PRIu64 " %" PRIu64
+					        " %" PRIu64 "\n",
+					        p->H, p->vsize,
+					        100 * p->occupancy,
 					        p->reads_per_lookup, p->util,
-					        p->chain_per_lookup, p->chain_blocks,
-					        p->hops, p->pairs);
+					        p->chain_per_lookup,
+					        p->chain_blocks, p->hops,
+					        p->pairs);
 			}
 			fprintf(f, "\n\n");
 		}
@@ -640,14 +659,15 @@ static int write_dat(const struct opts *o, const struct point *pts, unsigned n)
 		fprintf(stderr, PROG ": %s: %s\n", path, strerror(errno));
 		return -EIO;
 	}
-	fprintf(f, "# ht_bench at %u%% occupancy: one block per H; columns:\n"
-	           "# H value_bytes reads_per_lookup space_util\n",
+	fprintf(f,
+	        "# ht_bench at %u%% occupancy: one block per H; columns:\n"
+	        "# H value_bytes reads_per_lookup space_util\n",
 	        o->occ[best]);
 	for (unsigned hi = 0; hi < o->nh; hi++) {
 		fprintf(f, "# H=%u\n", o->hs[hi]);
 		for (unsigned v = 0; v < o->nv; v++) {
-			const struct point *p =
-			        find(pts, n, o->hs[hi], o->vals[v], o->occ[best]);
+			const struct point *p = find(pts, n, o->hs[hi],
+			                             o->vals[v], o->occ[best]);
 			if (p)
 				fprintf(f, "%u %u %.5f %.5f\n", p->H, p->vsize,
 				        p->reads_per_lookup, p->util);
@@ -672,7 +692,8 @@ static void print_json(const struct opts *o, const struct point *pts,
 		const struct point *p = &pts[i];
 		printf("%s{\"H\": %u, \"value_bytes\": %u, \"val_inline\": %u, "
 		       "\"occ_target\": %u, \"occupancy\": %.5f, \"pairs\": "
-		       "%" PRIu64 ", \"slots\": %" PRIu64 ", \"lookups\": %" PRIu64
+		       "%" PRIu64 ", \"slots\": %" PRIu64
+		       ", \"lookups\": %" PRIu64
 		       ", \"reads_per_lookup\": %.5f, "
 		       "\"chain_reads_per_lookup\": %.5f, \"retries\": %" PRIu64
 		       ", \"chain_blocks\": %" PRIu64 ", \"hops\": %" PRIu64
@@ -680,12 +701,12 @@ static void print_json(const struct opts *o, const struct point *pts,
 		       "\"table_bytes\": %" PRIu64 ", \"data_bytes\": %" PRIu64
 		       ", \"space_util\": %.5f, \"shard_pairs_min\": %" PRIu64
 		       ", \"shard_pairs_max\": %" PRIu64 "}",
-		       i ? ", " : "", p->H, p->vsize, p->val_inline, p->occ_target,
-		       p->occupancy, p->pairs, p->slots, p->lookups,
-		       p->reads_per_lookup, p->chain_per_lookup, p->retries,
-		       p->chain_blocks, p->hops, p->bucket_bytes, p->block_bytes,
-		       p->table_bytes, p->data_bytes, p->util, p->shard_min,
-		       p->shard_max);
+		       i ? ", " : "", p->H, p->vsize, p->val_inline,
+		       p->occ_target, p->occupancy, p->pairs, p->slots,
+		       p->lookups, p->reads_per_lookup, p->chain_per_lookup,
+		       p->retries, p->chain_blocks, p->hops, p->bucket_bytes,
+		       p->block_bytes, p->table_bytes, p->data_bytes, p->util,
+		       p->shard_min, p->shard_max);
 	}
 	const struct point *g = find(pts, n, 8, 32, 90);
 	printf("], \"goals\": {\"reads_per_lookup_90pct_H8_32B\": ");
@@ -694,22 +715,27 @@ static void print_json(const struct opts *o, const struct point *pts,
 		       g->reads_per_lookup,
 		       g->reads_per_lookup <= 1.04 ? "true" : "false");
 	else
-		printf("{\"value\": null, \"target\": 1.04, \"met\": false}}}\n");
+		printf("{\"value\": null, \"target\": 1.04, \"met\": "
+		       "false}}}\n");
 }
 
-/* ---- options --------------------------------------------------------------------- */
+/* ---- options
+ * --------------------------------------------------------------------- */
 
 static void usage(FILE *f)
 {
 	fprintf(f,
 	        "usage: " PROG " [options]\n"
-	        "Reads per lookup and space utilization of the hashtable against\n"
-	        "occupancy, per neighbourhood H and inline value size (16-byte\n"
+	        "Reads per lookup and space utilization of the hashtable "
+	        "against\n"
+	        "occupancy, per neighbourhood H and inline value size "
+	        "(16-byte\n"
 	        "keys); in-process machines driven by one thread.\n"
 	        "  --H LIST          neighbourhoods (default 2,4,6,8)\n"
 	        "  --values LIST     value sizes in bytes, inline (default\n"
 	        "                    8,16,32,64,128,256,512; at most 1024)\n"
-	        "  --occ LIST        occupancies in %% (default 50,60,70,80,90,95)\n"
+	        "  --occ LIST        occupancies in %% (default "
+	        "50,60,70,80,90,95)\n"
 	        "  --shards N        shards (default 3)\n"
 	        "  --buckets N       buckets per shard (default 4096)\n"
 	        "  --machines N      in-process machines, 1..%d (default 1);\n"
@@ -720,10 +746,12 @@ static void usage(FILE *f)
 	        "128 MiB)\n"
 	        "  --out DIR         where the .dat files go (default "
 	        "<build>/bench-results)\n"
-	        "  --quick           smoke test: 3 x 128 buckets, H 2,8, values "
+	        "  --quick           smoke test: 3 x 128 buckets, H 2,8, "
+	        "values "
 	        "8,32,512\n"
 	        "  -h, --help        this text\n"
-	        "Output: a table per H, then one JSON line (bench/README.md).\n",
+	        "Output: a table per H, then one JSON line "
+	        "(bench/README.md).\n",
 	        MAX_M);
 }
 
@@ -821,7 +849,8 @@ static int parse(int argc, char **argv, struct opts *o)
 				goto bad;
 			for (unsigned i = 1; i < o->nocc; i++)
 				if (o->occ[i] <= o->occ[i - 1])
-					goto bad; /* increasing: keys are only added */
+					goto bad; /* increasing: keys are only
+					             added */
 			break;
 		case 's':
 			v = strtoul(optarg, &end, 10);
@@ -910,7 +939,8 @@ int main(int argc, char **argv)
 	       o.machines, o.shards, o.buckets, o.window);
 	printf("reads/lookup: one-sided reads per lookup of every key present "
 	       "(buckets b and b+1 = 1; +1 per overflow block); chain%%: chain "
-	       "block reads per 100 lookups;\nspread: max - min of reads/lookup "
+	       "block reads per 100 lookups;\nspread: max - min of "
+	       "reads/lookup "
 	       "over the value sizes (the layout does not depend on them); "
 	       "utilN: key+value bytes / table bytes for N-byte values\n");
 	fflush(stdout);
@@ -924,13 +954,17 @@ int main(int argc, char **argv)
 			if (rc) {
 				fflush(stdout);
 				fprintf(stderr,
-				        PROG ": H=%u value=%u failed: %s (reproduce: "
+				        PROG
+				        ": H=%u value=%u failed: %s "
+				        "(reproduce: "
 				        "%s --H %u --values %u --shards %u "
-				        "--buckets %u --machines %u --window %u "
+				        "--buckets %u --machines %u --window "
+				        "%u "
 				        "--seed %" PRIu64 ")\n",
-				        o.hs[hi], o.vals[v], farm_strerror(rc), argv[0],
-				        o.hs[hi], o.vals[v], o.shards, o.buckets,
-				        o.machines, o.window, o.seed);
+				        o.hs[hi], o.vals[v], farm_strerror(rc),
+				        argv[0], o.hs[hi], o.vals[v], o.shards,
+				        o.buckets, o.machines, o.window,
+				        o.seed);
 				failed = 1;
 				continue;
 			}
@@ -942,7 +976,8 @@ int main(int argc, char **argv)
 			printf("  H=%u value=%u: %.2f s (puts %.2f s, lookups "
 			       "%.2f s)\n",
 			       o.hs[hi], o.vals[v],
-			       (double)(farm_now_ns() - t1) / 1e9, put_s, get_s);
+			       (double)(farm_now_ns() - t1) / 1e9, put_s,
+			       get_s);
 			fflush(stdout);
 			n += o.nocc;
 		}
@@ -950,7 +985,8 @@ int main(int argc, char **argv)
 	printf("total %.1f s\n", (double)(farm_now_ns() - t0) / 1e9);
 	const struct point *g = find(pts, n, 8, 32, 90);
 	if (g)
-		printf("goal: reads per lookup at 90%% occupancy, H = 8, 32-byte "
+		printf("goal: reads per lookup at 90%% occupancy, H = 8, "
+		       "32-byte "
 		       "values inline <= 1.04 (FaRM): %.4f -> %s\n",
 		       g->reads_per_lookup,
 		       g->reads_per_lookup <= 1.04 ? "met" : "NOT met");

@@ -86,35 +86,35 @@
 #include "util/config.h"
 #include "util/lines.h"
 
-#define PROG         "kv_bench"
-#define MAXM         8
-#define KLEN         16u
-#define VLEN         32u
-#define MGET_N       24u
-#define SAMP_MAX     (1u << 16)
-#define STREAM_LEN   (1u << 20)
-#define PUT_BIT      0x80000000u
-#define JOIN_MS      30000
-#define NS           1000000000ull
-#define STALL_NS     (60 * NS)
-#define SMALL_KEYS   1000000ull
-#define GOAL_RATE    5e6
-#define GOAL_PEER_X  10.0
-#define GOAL_P50_US  2.0
-#define GOAL_LOCAL   0.5
-#define GOAL_SCALE   0.2
+#define PROG        "kv_bench"
+#define MAXM        8
+#define KLEN        16u
+#define VLEN        32u
+#define MGET_N      24u
+#define SAMP_MAX    (1u << 16)
+#define STREAM_LEN  (1u << 20)
+#define PUT_BIT     0x80000000u
+#define JOIN_MS     30000
+#define NS          1000000000ull
+#define STALL_NS    (60 * NS)
+#define SMALL_KEYS  1000000ull
+#define GOAL_RATE   5e6
+#define GOAL_PEER_X 10.0
+#define GOAL_P50_US 2.0
+#define GOAL_LOCAL  0.5
+#define GOAL_SCALE  0.2
 
 enum { W_C, W_B, W_A, W_ZC, W_ZB, W_ZA, W_MGET, W_LOCAL, NW };
 static const char *const wname[NW] = {"uniform C (100/0)", "uniform B (95/5)",
                                       "uniform A (50/50)", "zipf C (100/0)",
                                       "zipf B (95/5)",     "zipf A (50/50)",
                                       "mget24 uniform",    "C own shard"};
-static const char *const wkey[NW] = {"uniform_c", "uniform_b", "uniform_a",
-                                     "zipf_c",    "zipf_b",    "zipf_a",
-                                     "mget24",    "uniform_c_own_shard"};
+static const char *const wkey[NW] = {
+        "uniform_c", "uniform_b", "uniform_a", "zipf_c",
+        "zipf_b",    "zipf_a",    "mget24",    "uniform_c_own_shard"};
 static const int wput_pct[NW] = {0, 5, 50, 0, 5, 50, 0, 0};
-static const bool wzipf[NW] = {false, false, false, true, true, true, false,
-                               false};
+static const bool wzipf[NW] = {false, false, false, true,
+                               true,  true,  false, false};
 
 enum { CMD_NONE, CMD_LOAD, CMD_RUN, CMD_LAT, CMD_PLAIN, CMD_QUIT };
 enum { ST_INIT, ST_READY, ST_FAILED };
@@ -130,7 +130,8 @@ struct opts {
 };
 static struct opts O;
 
-/* ---- shared between the coordinator and the machines ---------------------- */
+/* ---- shared between the coordinator and the machines ----------------------
+ */
 
 struct mres {
 	uint64_t ops, gets, puts, keys, errors, notfound, ns;
@@ -163,7 +164,8 @@ static void on_signal(int sig)
 	interrupted = 1;
 }
 
-/* ---- keys, values, key choice ------------------------------------------------- */
+/* ---- keys, values, key choice
+ * ------------------------------------------------- */
 
 static inline uint64_t mix64(uint64_t x)
 {
@@ -262,7 +264,8 @@ static unsigned shard_of_key(uint64_t i, unsigned n)
 	return farm_ht_shard_index(farm_ht_hash(k, KLEN), n);
 }
 
-/* ---- small helpers ---------------------------------------------------------------- */
+/* ---- small helpers
+ * ---------------------------------------------------------------- */
 
 static int cmp_u64(const void *a, const void *b)
 {
@@ -304,7 +307,8 @@ static void pin_to(int cpu)
 
 static void rm_tree(int at, const char *path, int depth)
 {
-	int fd = openat(at, path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	int fd = openat(at, path,
+	                O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd >= 0) {
 		DIR *d = fdopendir(fd);
 		if (!d) {
@@ -315,8 +319,8 @@ static void rm_tree(int at, const char *path, int depth)
 		while ((e = readdir(d))) {
 			if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
 				continue;
-			if (unlinkat(fd, e->d_name, 0) != 0 && errno == EISDIR &&
-			    depth > 0)
+			if (unlinkat(fd, e->d_name, 0) != 0 &&
+			    errno == EISDIR && depth > 0)
 				rm_tree(fd, e->d_name, depth - 1);
 		}
 		closedir(d);
@@ -331,7 +335,8 @@ static void nap_ms(long ms)
 	          NULL);
 }
 
-/* ---- a machine ------------------------------------------------------------------------ */
+/* ---- a machine
+ * ------------------------------------------------------------------------ */
 
 struct mach {
 	uint32_t id;
@@ -425,8 +430,8 @@ static int mach_open(struct mach *m, uint32_t id, const char *base,
 		        farm_strerror(rc));
 		return rc;
 	}
-	struct farm_ht_attr a = {.neighborhood = 8, .key_inline = KLEN,
-	                         .val_inline = VLEN};
+	struct farm_ht_attr a = {
+	        .neighborhood = 8, .key_inline = KLEN, .val_inline = VLEN};
 	if ((rc = farm_kv_create(m->node, &a, nb, &m->kv))) {
 		fprintf(stderr, PROG ": machine %u: farm_kv_create: %s\n", id,
 		        farm_strerror(rc));
@@ -492,8 +497,8 @@ static int fetch_shards(struct mach *m)
 		if (j == m->id)
 			continue;
 		struct sdwait w = {0};
-		int rc = farm_msg_call(m->loop, j, 0, FARM_MSGT_KV_SHARD, NULL, 0,
-		                       0, sd_reply, &w);
+		int rc = farm_msg_call(m->loop, j, 0, FARM_MSGT_KV_SHARD, NULL,
+		                       0, 0, sd_reply, &w);
 		if (!rc)
 			rc = farm_loop_wait(m->loop, &w.done, 0);
 		if (!rc)
@@ -505,7 +510,8 @@ static int fetch_shards(struct mach *m)
 	return 0;
 }
 
-/* ---- the machine's work: operations in flight ------------------------------------------ */
+/* ---- the machine's work: operations in flight
+ * ------------------------------------------ */
 
 struct eng;
 
@@ -688,8 +694,10 @@ static int eng_drain(struct eng *e, uint64_t deadline)
 	while (e->nfree < e->nops) {
 		(void)farm_loop_poll(e->m->loop);
 		if (farm_now_ns() > deadline || interrupted) {
-			fprintf(stderr, PROG ": machine %u: %u operations never "
-			        "completed\n", e->m->id, e->nops - e->nfree);
+			fprintf(stderr,
+			        PROG ": machine %u: %u operations never "
+			             "completed\n",
+			        e->m->id, e->nops - e->nfree);
 			return -ETIMEDOUT;
 		}
 	}
@@ -731,8 +739,10 @@ static int do_load(struct mach *m)
 			goto out;
 		}
 		if (e.err) {
-			fprintf(stderr, PROG ": machine %u: a put of key %s failed: "
-			        "%s\n", m->id, "", farm_strerror(e.first_err));
+			fprintf(stderr,
+			        PROG ": machine %u: a put of key %s failed: "
+			             "%s\n",
+			        m->id, "", farm_strerror(e.first_err));
 			rc = -EIO;
 			goto out;
 		}
@@ -755,7 +765,8 @@ static int make_stream(struct mach *m, int wl)
 		return -ENOMEM;
 	uint64_t seed = 0x1234567ull * (m->id + 1) + (uint64_t)wl * 7919;
 	if (wl != W_LOCAL) {
-		gen_stream(m->stream, STREAM_LEN, wl, m->nkeys, SH->zeta_n, seed);
+		gen_stream(m->stream, STREAM_LEN, wl, m->nkeys, SH->zeta_n,
+		           seed);
 		return 0;
 	}
 	if (!m->own) {
@@ -812,7 +823,8 @@ static int do_run(struct mach *m, int wl, unsigned depth, uint64_t go,
 			if (rc) {
 				e.freel[e.nfree++] = (unsigned)(o - e.ops);
 				if (rc != -EAGAIN && rc != -ENOBUFS) {
-					fprintf(stderr, PROG ": machine %u: %s\n",
+					fprintf(stderr,
+					        PROG ": machine %u: %s\n",
 					        m->id, farm_strerror(rc));
 					goto out;
 				}
@@ -839,7 +851,9 @@ out:;
 	r->notfound = e.notfound;
 	eng_fini(&e);
 	if (!rc && e.err) {
-		fprintf(stderr, PROG ": machine %u: %s: %" PRIu64
+		fprintf(stderr,
+		        PROG
+		        ": machine %u: %s: %" PRIu64
 		        " operations failed or read wrong values (first: %s)\n",
 		        m->id, wkey[wl], e.err, farm_strerror(e.first_err));
 		rc = -EIO;
@@ -863,8 +877,9 @@ static int do_plain(struct mach *m, uint64_t dur)
 	 * [pad u16][vlen u32][key 16][value 32]. */
 	const uint32_t hdr = 40, slot = 8 + KLEN + VLEN;
 	uint32_t bdata = hdr + spb * slot;
-	const uint8_t *arr = farm_as_local_ptr(farm_node_as(m->node), sd->base,
-	                                       ((uint64_t)sd->nbuckets + 1) * bb);
+	const uint8_t *arr =
+	        farm_as_local_ptr(farm_node_as(m->node), sd->base,
+	                          ((uint64_t)sd->nbuckets + 1) * bb);
 	if (!arr) {
 		fprintf(stderr, PROG ": machine %u: shard not local\n", m->id);
 		return -EINVAL;
@@ -903,15 +918,23 @@ static int do_plain(struct mach *m, uint64_t dur)
 				obj_unpack(im, bdata, d);
 				obj_unpack(im + bb, bdata, d + bdata);
 				if (!memcmp(d, d + bdata + 8, 8)) {
-					for (unsigned s = 0; s < 2 * spb && !found; s++) {
-						uint8_t *sl = d + (s < spb ? 0 : bdata) +
-						              hdr + (s % spb) * slot;
-						if ((sl[0] & 1) && sl[1] == KLEN &&
-						    !memcmp(sl + 8, key[j], KLEN)) {
+					for (unsigned s = 0;
+					     s < 2 * spb && !found; s++) {
+						uint8_t *sl =
+						        d +
+						        (s < spb ? 0 : bdata) +
+						        hdr + (s % spb) * slot;
+						if ((sl[0] & 1) &&
+						    sl[1] == KLEN &&
+						    !memcmp(sl + 8, key[j],
+						            KLEN)) {
 							uint32_t vl;
 							memcpy(&vl, sl + 4, 4);
 							found = true;
-							if (!val_ok(kk[j], sl + 8 + KLEN, vl))
+							if (!val_ok(kk[j],
+							            sl + 8 +
+							                    KLEN,
+							            vl))
 								bad++;
 							sum += sl[8 + KLEN + 8];
 						}
@@ -920,15 +943,18 @@ static int do_plain(struct mach *m, uint64_t dur)
 			}
 			if (!found) {
 				/* In the overflow chain (or being written): the
-				 * API's full lookup, polled here (farm_loop_wait
-				 * may park the thread). */
+				 * API's full lookup, polled here
+				 * (farm_loop_wait may park the thread). */
 				struct op fo = {0};
-				struct eng fe = {.m = m, .r = r, .ops = &fo,
-				                 .nops = 1, .freel = (unsigned[1]){0}};
+				struct eng fe = {.m = m,
+				                 .r = r,
+				                 .ops = &fo,
+				                 .nops = 1,
+				                 .freel = (unsigned[1]){0}};
 				fo.e = &fe;
 				fo.k = kk[j];
-				rc = farm_ht_get(m->ht, m->loop, key[j], KLEN, get_cb,
-				                 &fo);
+				rc = farm_ht_get(m->ht, m->loop, key[j], KLEN,
+				                 get_cb, &fo);
 				while (!rc && !fe.nfree)
 					(void)farm_loop_poll(m->loop);
 				if (rc || fe.err || fe.notfound)
@@ -994,7 +1020,9 @@ static int machine_main(uint32_t id, const char *base, uint64_t nkeys, int cpu)
 			                      SH->warm_ns)
 			             : 0;
 			break;
-		case CMD_PLAIN: rc = id == 0 ? do_plain(&m, SH->dur_ns) : 0; break;
+		case CMD_PLAIN:
+			rc = id == 0 ? do_plain(&m, SH->dur_ns) : 0;
+			break;
 		default: rc = -EINVAL;
 		}
 		farm_ht_stats_get(m.ht, &SH->hst[id]);
@@ -1010,7 +1038,8 @@ static int machine_main(uint32_t id, const char *base, uint64_t nkeys, int cpu)
 	return rc ? 1 : 0;
 }
 
-/* ---- the coordinator's side of a cluster ---------------------------------------------- */
+/* ---- the coordinator's side of a cluster
+ * ---------------------------------------------- */
 
 struct cluster {
 	char base[256];
@@ -1026,7 +1055,8 @@ static void cluster_kill(struct cluster *c)
 			kill(c->pid[i], SIGKILL);
 	for (unsigned i = 0; i < c->n; i++)
 		if (c->pid[i] > 0) {
-			while (waitpid(c->pid[i], NULL, 0) < 0 && errno == EINTR)
+			while (waitpid(c->pid[i], NULL, 0) < 0 &&
+			       errno == EINTR)
 				;
 			c->pid[i] = 0;
 		}
@@ -1048,8 +1078,9 @@ static int cluster_check(struct cluster *c)
 		pid_t p = waitpid(c->pid[i], &st, WNOHANG);
 		if (p == c->pid[i]) {
 			c->pid[i] = 0;
-			fprintf(stderr, PROG ": machine %u exited (status %#x)\n",
-			        i, (unsigned)st);
+			fprintf(stderr,
+			        PROG ": machine %u exited (status %#x)\n", i,
+			        (unsigned)st);
 			return -ECHILD;
 		}
 	}
@@ -1063,7 +1094,8 @@ static int cluster_start(struct cluster *c, uint64_t nkeys, const char *tmp)
 	c->nkeys = nkeys;
 	snprintf(c->base, sizeof(c->base), "%s/kv_bench.XXXXXX", tmp);
 	if (!mkdtemp(c->base)) {
-		fprintf(stderr, PROG ": mkdtemp in %s: %s\n", tmp, strerror(errno));
+		fprintf(stderr, PROG ": mkdtemp in %s: %s\n", tmp,
+		        strerror(errno));
 		c->base[0] = 0;
 		return -errno;
 	}
@@ -1094,7 +1126,8 @@ static int cluster_start(struct cluster *c, uint64_t nkeys, const char *tmp)
 			signal(SIGINT, SIG_IGN);
 			if (getppid() != parent)
 				_exit(1);
-			int cpu = O.pin ? first[i % (unsigned)FARM_MIN(ncpu, MAXM)]
+			int cpu = O.pin ? first[i %
+			                        (unsigned)FARM_MIN(ncpu, MAXM)]
 			                : -1;
 			int rc = machine_main(i, c->base, nkeys, cpu);
 			fflush(NULL);
@@ -1120,7 +1153,8 @@ static int cluster_start(struct cluster *c, uint64_t nkeys, const char *tmp)
 	       c->n, (double)(farm_now_ns() - t0) / 1e9, buckets_for(nkeys), 4u,
 	       region_for(buckets_for(nkeys)) >> 20);
 	if (O.zk[0])
-		printf("  membership: ZooKeeper %s, root %s\n", O.zk, O.zk_root);
+		printf("  membership: ZooKeeper %s, root %s\n", O.zk,
+		       O.zk_root);
 	fflush(stdout);
 	return 0;
 }
@@ -1151,7 +1185,8 @@ static int cluster_cmd(struct cluster *c, int cmd, int wl, double secs,
 		if (progress && loaded * 100 >= (uint64_t)next_pct * c->nkeys &&
 		    next_pct <= 100) {
 			double s = (double)(farm_now_ns() - t0) / 1e9;
-			printf("  loaded %3d%% (%" PRIu64 " keys, %.1f s, %.2f M "
+			printf("  loaded %3d%% (%" PRIu64
+			       " keys, %.1f s, %.2f M "
 			       "puts/s)\n",
 			       next_pct, loaded, s, (double)loaded / s / 1e6);
 			fflush(stdout);
@@ -1187,7 +1222,9 @@ static void cluster_stop(struct cluster *c)
 	cluster_kill(c);
 }
 
-/* ---- results ------------------------------------------------------------------------------ */
+/* ---- results
+ * ------------------------------------------------------------------------------
+ */
 
 struct fig {
 	bool have;
@@ -1220,7 +1257,8 @@ static void collect(unsigned n, struct fig *f)
 	f->have = true;
 }
 
-/* ---- peers: memcached and redis ------------------------------------------------------- */
+/* ---- peers: memcached and redis
+ * ------------------------------------------------------- */
 
 enum { P_MC, P_REDIS, NPEER };
 enum { M_PIPE, M_SINGLE, NMODE };
@@ -1278,7 +1316,8 @@ static void peer_stop(struct peer *p)
 				break;
 			if (farm_now_ns() - t0 > 3 * NS) {
 				kill(p->pid, SIGKILL);
-				while (waitpid(p->pid, NULL, 0) < 0 && errno == EINTR)
+				while (waitpid(p->pid, NULL, 0) < 0 &&
+				       errno == EINTR)
 					;
 				break;
 			}
@@ -1323,12 +1362,12 @@ static int peer_start(struct peer *p, int which, const char *tmp)
 		}
 		if (which == P_MC && geteuid() == 0)
 			execlp("memcached", "memcached", "-u", "root", "-l",
-			       "127.0.0.1", "-p", ps, "-U", "0", "-t", "1", "-m",
-			       mem, "-c", "1024", (char *)NULL);
+			       "127.0.0.1", "-p", ps, "-U", "0", "-t", "1",
+			       "-m", mem, "-c", "1024", (char *)NULL);
 		else if (which == P_MC)
-			execlp("memcached", "memcached", "-l", "127.0.0.1", "-p", ps,
-			       "-U", "0", "-t", "1", "-m", mem, "-c", "1024",
-			       (char *)NULL);
+			execlp("memcached", "memcached", "-l", "127.0.0.1",
+			       "-p", ps, "-U", "0", "-t", "1", "-m", mem, "-c",
+			       "1024", (char *)NULL);
 		else
 			execlp("redis-server", "redis-server", "--port", ps,
 			       "--bind", "127.0.0.1", "--save", "",
@@ -1349,12 +1388,14 @@ static int peer_start(struct peer *p, int which, const char *tmp)
 		int st;
 		if (waitpid(pid, &st, WNOHANG) == pid) {
 			p->pid = 0;
-			fprintf(stderr, PROG ": %s exited at start (status %#x)\n",
+			fprintf(stderr,
+			        PROG ": %s exited at start (status %#x)\n",
 			        pname[which], (unsigned)st);
 			return -ECHILD;
 		}
 		if (farm_now_ns() - t0 > 10 * NS) {
-			fprintf(stderr, PROG ": %s does not accept connections\n",
+			fprintf(stderr,
+			        PROG ": %s does not accept connections\n",
 			        pname[which]);
 			return -ETIMEDOUT;
 		}
@@ -1464,7 +1505,8 @@ static int conn_flush(struct conn *c)
 {
 	size_t off = 0;
 	while (off < c->olen) {
-		ssize_t n = send(c->fd, c->out + off, c->olen - off, MSG_NOSIGNAL);
+		ssize_t n =
+		        send(c->fd, c->out + off, c->olen - off, MSG_NOSIGNAL);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0)
@@ -1549,7 +1591,8 @@ static int conn_recv(struct conn *c, unsigned want, unsigned *vals,
 	while (got < want) {
 		long u = c->ipos < c->ilen ? parse_one(c, vals, miss) : 0;
 		if (u < 0) {
-			fprintf(stderr, PROG ": %s: bad response\n", pname[c->which]);
+			fprintf(stderr, PROG ": %s: bad response\n",
+			        pname[c->which]);
 			return -EPROTO;
 		}
 		if (u > 0) {
@@ -1658,7 +1701,8 @@ static void *peer_run_thread(void *arg)
 			if (j->wl == W_MGET) {
 				uint32_t ks[MGET_N];
 				for (unsigned i = 0; i < MGET_N; i++)
-					ks[i] = s[gen++ % STREAM_LEN] & ~PUT_BIT;
+					ks[i] = s[gen++ % STREAM_LEN] &
+					        ~PUT_BIT;
 				rc = req_mget(&c, ks);
 				resp += j->which == P_MC ? MGET_N : 1;
 				nget += MGET_N;
@@ -1674,8 +1718,8 @@ static void *peer_run_thread(void *arg)
 			}
 			resp++;
 		}
-		bool timed = (batches++ % O.sample_every) == 0 ||
-		             j->mode == M_PIPE;
+		bool timed =
+		        (batches++ % O.sample_every) == 0 || j->mode == M_PIPE;
 		uint64_t tb = timed ? farm_now_ns() : 0;
 		unsigned v = 0, m = 0;
 		if (!rc)
@@ -1724,7 +1768,8 @@ static int peer_threads(struct pjob *jobs, unsigned n, void *(*fn)(void *))
 	return rc;
 }
 
-/* ---- the whole run -------------------------------------------------------------------------- */
+/* ---- the whole run
+ * -------------------------------------------------------------------------- */
 
 struct results {
 	struct fig farm[NW], small_c, small_zc, lat1;
@@ -1751,8 +1796,10 @@ static int run_farm(uint64_t nkeys, bool full, const char *tmp)
 		rc = cluster_start(&c, nkeys, tmp);
 		if (rc != -ETIMEDOUT || attempt == 3 || interrupted)
 			break;
-		fprintf(stderr, PROG ": joining timed out; starting the cluster "
-		        "again (attempt %d)\n", attempt + 1);
+		fprintf(stderr,
+		        PROG ": joining timed out; starting the cluster "
+		             "again (attempt %d)\n",
+		        attempt + 1);
 	}
 	if (rc)
 		return rc;
@@ -1765,7 +1812,8 @@ static int run_farm(uint64_t nkeys, bool full, const char *tmp)
 	if (rc)
 		goto out;
 	double ls = (double)(farm_now_ns() - t0) / 1e9;
-	printf("  loaded in %.1f s: %.2f M puts/s\n", ls, (double)nkeys / ls / 1e6);
+	printf("  loaded in %.1f s: %.2f M puts/s\n", ls,
+	       (double)nkeys / ls / 1e6);
 	if (full) {
 		R.load_s = ls;
 		R.load_rate = (double)nkeys / ls;
@@ -1785,7 +1833,9 @@ static int run_farm(uint64_t nkeys, bool full, const char *tmp)
 		rc = cluster_cmd(&c, CMD_RUN, w, O.seconds, false);
 		if (rc)
 			break;
-		struct fig *f = full ? &R.farm[w] : w == W_C ? &R.small_c : &R.small_zc;
+		struct fig *f = full       ? &R.farm[w]
+		                : w == W_C ? &R.small_c
+		                           : &R.small_zc;
 		collect(c.n, f);
 		printf("  %-20s %8.3f M ops/s (%.3f M keys/s per core), p50 "
 		       "%.1f us, p99 %.1f us\n",
@@ -1794,10 +1844,12 @@ static int run_farm(uint64_t nkeys, bool full, const char *tmp)
 		fflush(stdout);
 	}
 	if (!rc && full && !O.demo) {
-		rc = cluster_cmd(&c, CMD_LAT, 0, FARM_MIN(O.seconds, 1.0), false);
+		rc = cluster_cmd(&c, CMD_LAT, 0, FARM_MIN(O.seconds, 1.0),
+		                 false);
 		if (!rc) {
 			collect(c.n, &R.lat1);
-			printf("  unloaded lookup (1 in flight, machine 0): %.3f M/s, "
+			printf("  unloaded lookup (1 in flight, machine 0): "
+			       "%.3f M/s, "
 			       "p50 %.2f us, p99 %.2f us\n",
 			       R.lat1.ops / 1e6, R.lat1.p50_ns / 1e3,
 			       R.lat1.p99_ns / 1e3);
@@ -1809,8 +1861,11 @@ static int run_farm(uint64_t nkeys, bool full, const char *tmp)
 			struct mres *r = &SH->res[0];
 			R.plain_rate = (double)r->ops / ((double)r->ns / 1e9);
 			R.plain_fallback_frac =
-			        r->ops ? (double)r->chain_fallbacks / (double)r->ops : 0;
-			printf("  plain local loop (machine 0, own shard): %.3f M "
+			        r->ops ? (double)r->chain_fallbacks /
+			                         (double)r->ops
+			               : 0;
+			printf("  plain local loop (machine 0, own shard): "
+			       "%.3f M "
 			       "lookups/s\n",
 			       R.plain_rate / 1e6);
 		}
@@ -1847,8 +1902,11 @@ static int run_peer(int which, const char *tmp)
 	struct pjob jobs[MAXM];
 	memset(jobs, 0, sizeof(jobs));
 	for (unsigned i = 0; i < nt; i++)
-		jobs[i] = (struct pjob){.which = which, .tid = i, .nthreads = nt,
-		                        .port = p.port, .nkeys = O.keys};
+		jobs[i] = (struct pjob){.which = which,
+		                        .tid = i,
+		                        .nthreads = nt,
+		                        .port = p.port,
+		                        .nkeys = O.keys};
 	uint64_t t0 = farm_now_ns();
 	rc = peer_threads(jobs, nt, peer_load_thread);
 	double ls = (double)(farm_now_ns() - t0) / 1e9;
@@ -1864,24 +1922,34 @@ static int run_peer(int which, const char *tmp)
 	for (int mode = 0; mode < NMODE && !rc; mode++)
 		for (int w = 0; w < W_LOCAL && !rc; w++) {
 			if (O.demo && (mode != M_PIPE || w != W_B))
-				continue; /* the demo: the best configuration, B */
+				continue; /* the demo: the best configuration, B
+				           */
 			uint64_t dur = (uint64_t)(O.seconds * 1e9);
 			uint64_t go = farm_now_ns() + 20000000ull + dur / 10;
 			for (unsigned i = 0; i < nt; i++) {
 				uint64_t *s = jobs[i].samp;
-				jobs[i] = (struct pjob){
-				        .which = which, .mode = mode, .wl = w, .tid = i,
-				        .nthreads = nt, .port = p.port, .nkeys = O.keys,
-				        .zetan = SH->zeta_n, .go_ns = go, .dur_ns = dur,
-				        .warm_ns = dur / 10, .samp = s};
-				if (!s && !(jobs[i].samp = malloc(SAMP_MAX * 8)))
+				jobs[i] = (struct pjob){.which = which,
+				                        .mode = mode,
+				                        .wl = w,
+				                        .tid = i,
+				                        .nthreads = nt,
+				                        .port = p.port,
+				                        .nkeys = O.keys,
+				                        .zetan = SH->zeta_n,
+				                        .go_ns = go,
+				                        .dur_ns = dur,
+				                        .warm_ns = dur / 10,
+				                        .samp = s};
+				if (!s &&
+				    !(jobs[i].samp = malloc(SAMP_MAX * 8)))
 					rc = -ENOMEM;
 			}
 			if (!rc)
 				rc = peer_threads(jobs, nt, peer_run_thread);
 			if (rc) {
-				fprintf(stderr, PROG ": %s %s %s: %s\n", pname[which],
-				        mname[mode], wkey[w], strerror(-rc));
+				fprintf(stderr, PROG ": %s %s %s: %s\n",
+				        pname[which], mname[mode], wkey[w],
+				        strerror(-rc));
 				break;
 			}
 			struct fig *f = &R.peer[which][mode][w];
@@ -1896,15 +1964,17 @@ static int run_peer(int which, const char *tmp)
 				f->gets += (double)jobs[i].gets / s;
 				f->puts += (double)jobs[i].puts / s;
 				f->notfound += jobs[i].notfound;
-				memcpy(g_samp + ns, jobs[i].samp, jobs[i].nsamp * 8);
+				memcpy(g_samp + ns, jobs[i].samp,
+				       jobs[i].nsamp * 8);
 				ns += jobs[i].nsamp;
 			}
 			pcts(g_samp, ns, &f->p50_ns, &f->p99_ns);
 			f->have = true;
-			printf("  %-9s %-20s %8.3f M ops/s, %.3f M keys/s, p50 %.1f "
+			printf("  %-9s %-20s %8.3f M ops/s, %.3f M keys/s, p50 "
+			       "%.1f "
 			       "us, p99 %.1f us%s\n",
-			       mname[mode], wname[w], f->ops / 1e6, f->keys / 1e6,
-			       f->p50_ns / 1e3, f->p99_ns / 1e3,
+			       mname[mode], wname[w], f->ops / 1e6,
+			       f->keys / 1e6, f->p50_ns / 1e3, f->p99_ns / 1e3,
 			       mode == M_PIPE ? " (per batch)" : "");
 			fflush(stdout);
 		}
@@ -1917,7 +1987,9 @@ out:
 	return rc;
 }
 
-/* ---- output ---------------------------------------------------------------------------------- */
+/* ---- output
+ * ----------------------------------------------------------------------------------
+ */
 
 static void jfig(const char *name, const struct fig *f, bool comma)
 {
@@ -1956,8 +2028,8 @@ static void print_all(void)
 	       "keys/s (all threads)", "keys/s (all threads)");
 	for (int w = 0; w < NW; w++) {
 		const struct fig *f = &R.farm[w];
-		printf("%-20s | %10.3f M %8.1f %8.1f |", wname[w], f->keys / cores / 1e6,
-		       f->p50_ns / 1e3, f->p99_ns / 1e3);
+		printf("%-20s | %10.3f M %8.1f %8.1f |", wname[w],
+		       f->keys / cores / 1e6, f->p50_ns / 1e3, f->p99_ns / 1e3);
 		for (int p = 0; p < NPEER; p++) {
 			if (w == W_LOCAL || !R.peer_ok[p])
 				printf(" %26s |", "-");
@@ -1973,12 +2045,15 @@ static void print_all(void)
 	const char *best_name = "none";
 	for (int p = 0; p < NPEER; p++)
 		for (int m = 0; m < NMODE; m++)
-			if (R.peer_ok[p] && R.peer[p][m][W_C].gets > best_peer) {
-				best_peer = R.peer[p][m][W_C].gets; /* 1 server core */
-				best_name = p == P_MC ? (m ? "memcached single"
-				                           : "memcached pipelined")
-				                      : (m ? "redis single"
-				                           : "redis pipelined");
+			if (R.peer_ok[p] &&
+			    R.peer[p][m][W_C].gets > best_peer) {
+				best_peer = R.peer[p][m][W_C]
+				                    .gets; /* 1 server core */
+				best_name =
+				        p == P_MC ? (m ? "memcached single"
+				                       : "memcached pipelined")
+				                  : (m ? "redis single"
+				                       : "redis pipelined");
 			}
 	double vs_peer = best_peer > 0 ? farm_c / best_peer : 0;
 	double lat_us = R.lat1.p50_ns / 1e3;
@@ -1996,14 +2071,16 @@ static void print_all(void)
 	printf("plain local loop %.3f M lookups/s per core (%.4f%% via the "
 	       "chain fallback); farm/plain %.3f\n",
 	       R.plain_rate / 1e6, R.plain_fallback_frac * 100, vs_plain);
-	printf("best peer: %s, %.3f M GETs/s per server core; farm/peer %.2fx\n",
+	printf("best peer: %s, %.3f M GETs/s per server core; farm/peer "
+	       "%.2fx\n",
 	       best_name, best_peer / 1e6, vs_peer);
 	if (have_small)
 		printf("at %" PRIu64 " keys: %.3f M keys/s per core; %" PRIu64
 		       " keys / %" PRIu64 " keys = %.3f\n",
 		       R.small_keys, R.small_c.keys / cores / 1e6, O.keys,
 		       R.small_keys, scale);
-	double rpl = R.hst.lookups ? (double)R.hst.lookup_reads / R.hst.lookups : 0;
+	double rpl =
+	        R.hst.lookups ? (double)R.hst.lookup_reads / R.hst.lookups : 0;
 	printf("table: %.4f reads per lookup, %" PRIu64 " retries, %" PRIu64
 	       " hops, %" PRIu64 " chain appends, %" PRIu64
 	       " combined transactions for %" PRIu64 " puts\n",
@@ -2011,37 +2088,43 @@ static void print_all(void)
 	       R.hst.combined_txns, R.hst.puts);
 	printf("total %.1f s\n", R.total_s);
 
-	printf("{\"bench\": \"kv_bench\", \"provider\": \"shm\", \"machines\": %u, "
-	       "\"threads_per_machine\": 1, \"cores\": %d, \"busy_poll\": true, "
+	printf("{\"bench\": \"kv_bench\", \"provider\": \"shm\", \"machines\": "
+	       "%u, "
+	       "\"threads_per_machine\": 1, \"cores\": %d, \"busy_poll\": "
+	       "true, "
 	       "\"pinned\": %s, \"keys\": %" PRIu64 ", \"key_bytes\": %u, "
 	       "\"value_bytes\": %u, \"occupancy\": %.2f, \"depth\": %u, "
 	       "\"seconds\": %.3g, \"sample_every\": %u, \"load_s\": %.2f, "
 	       "\"load_puts_per_s\": %.0f, \"reads_per_lookup\": %.4f, "
 	       "\"farm\": {",
-	       O.machines, R.cores, O.pin ? "true" : "false", O.keys, KLEN, VLEN,
-	       O.occupancy, O.depth, O.seconds, O.sample_every, R.load_s,
+	       O.machines, R.cores, O.pin ? "true" : "false", O.keys, KLEN,
+	       VLEN, O.occupancy, O.depth, O.seconds, O.sample_every, R.load_s,
 	       R.load_rate, rpl);
 	for (int w = 0; w < NW; w++)
 		jfig(wkey[w], &R.farm[w], true);
 	jfig("unloaded_lookup", &R.lat1, false);
-	printf("}, \"plain_local_loop_per_s\": %.0f, \"small\": {\"keys\": %" PRIu64
-	       ", ",
+	printf("}, \"plain_local_loop_per_s\": %.0f, \"small\": {\"keys\": "
+	       "%" PRIu64 ", ",
 	       R.plain_rate, R.small_keys);
 	jfig("uniform_c", &R.small_c, true);
 	jfig("zipf_c", &R.small_zc, false);
 	printf("}, \"peers\": {");
 	for (int p = 0; p < NPEER; p++) {
-		printf("\"%s\": {\"ok\": %s, \"server_cores\": 1, \"load_s\": %.2f",
-		       pname[p], R.peer_ok[p] ? "true" : "false", R.peer_load_s[p]);
+		printf("\"%s\": {\"ok\": %s, \"server_cores\": 1, \"load_s\": "
+		       "%.2f",
+		       pname[p], R.peer_ok[p] ? "true" : "false",
+		       R.peer_load_s[p]);
 		for (int m = 0; m < NMODE; m++) {
 			printf(", \"%s\": {", mname[m]);
 			for (int w = 0; w < W_LOCAL; w++)
-				jfig(wkey[w], &R.peer[p][m][w], w + 1 < W_LOCAL);
+				jfig(wkey[w], &R.peer[p][m][w],
+				     w + 1 < W_LOCAL);
 			printf("}");
 		}
 		printf("}%s", p + 1 < NPEER ? ", " : "");
 	}
-	printf("}, \"ratios\": {\"farm_per_core_vs_best_peer_per_server_core\": "
+	printf("}, \"ratios\": "
+	       "{\"farm_per_core_vs_best_peer_per_server_core\": "
 	       "%.3f, \"best_peer\": \"%s\", \"farm_vs_plain\": %.3f, "
 	       "\"n_vs_small\": %.3f",
 	       vs_peer, best_name, vs_plain, scale);
@@ -2075,7 +2158,8 @@ static void print_demo(bool mc_skipped)
 {
 	const struct fig *f = &R.farm[W_B];
 	const struct fig *m = &R.peer[P_MC][M_PIPE][W_B];
-	printf("\n== summary: YCSB-B (95%% lookups, 5%% updates, uniform keys), "
+	printf("\n== summary: YCSB-B (95%% lookups, 5%% updates, uniform "
+	       "keys), "
 	       "%" PRIu64 " keys, %.0f s each, %d CPU%s\n",
 	       O.keys, O.seconds, R.ncpu, R.ncpu == 1 ? "" : "s");
 	printf("  %-24s %12s %16s %10s %10s\n", "", "ops/s", "ops/s per core",
@@ -2101,12 +2185,15 @@ static void print_demo(bool mc_skipped)
 		       mc_skipped ? "skipped: memcached is not installed"
 		                  : "skipped: memcached could not be run");
 		printf("demo: done: libfarm %.2f M ops/s (memcached skipped); "
-		       "everything stopped\n", f->ops / 1e6);
+		       "everything stopped\n",
+		       f->ops / 1e6);
 	}
 	fflush(stdout);
 }
 
-/* ---- main -------------------------------------------------------------------------------------- */
+/* ---- main
+ * --------------------------------------------------------------------------------------
+ */
 
 static void usage(FILE *out)
 {
@@ -2139,14 +2226,16 @@ static void usage(FILE *out)
 	        "  --no-peers       skip memcached and Redis\n"
 	        "  --no-small       skip the 1M-key run\n"
 	        "  --no-pin         do not pin machine i to CPU i\n"
-	        "  --quick          100k keys, 0.5 s runs, no 1M-key run; peers\n"
+	        "  --quick          100k keys, 0.5 s runs, no 1M-key run; "
+	        "peers\n"
 	        "                   skipped when not installed (smoke test)\n"
 	        "  --demo           make demo: 3 machines, 1M keys, YCSB-B\n"
 	        "                   (95/5 uniform) for 10 s, then memcached\n"
 	        "                   (pipelined; skipped when not installed)\n"
 	        "                   with the same mix; a short summary, no\n"
 	        "                   JSON\n"
-	        "  --zk HOST:PORT   membership in this ZooKeeper (its own root\n"
+	        "  --zk HOST:PORT   membership in this ZooKeeper (its own "
+	        "root\n"
 	        "                   /libfarm/kvdemo-<pid>-<n>) instead of\n"
 	        "                   static peers\n"
 	        "  -h, --help       this text\n",
@@ -2172,8 +2261,22 @@ static bool in_path(const char *prog)
 
 static int parse_opts(int argc, char **argv)
 {
-	enum { O_MACH = 256, O_KEYS, O_SECS, O_DEPTH, O_LDEPTH, O_OCC, O_SAMP,
-	       O_NOPEERS, O_NOSMALL, O_NOPIN, O_QUICK, O_LOG, O_DEMO, O_ZK };
+	enum {
+		O_MACH = 256,
+		O_KEYS,
+		O_SECS,
+		O_DEPTH,
+		O_LDEPTH,
+		O_OCC,
+		O_SAMP,
+		O_NOPEERS,
+		O_NOSMALL,
+		O_NOPIN,
+		O_QUICK,
+		O_LOG,
+		O_DEMO,
+		O_ZK
+	};
 	static const struct option lo[] = {
 	        {"machines", required_argument, NULL, O_MACH},
 	        {"keys", required_argument, NULL, O_KEYS},
@@ -2191,11 +2294,17 @@ static int parse_opts(int argc, char **argv)
 	        {"zk", required_argument, NULL, O_ZK},
 	        {"help", no_argument, NULL, 'h'},
 	        {NULL, 0, NULL, 0}};
-	O = (struct opts){.machines = 2, .depth = 32, .load_depth = 64,
+	O = (struct opts){.machines = 2,
+	                  .depth = 32,
+	                  .load_depth = 64,
 	                  .log_size = 1u << 20,
-	                  .sample_every = 16, .keys = 10000000ull,
-	                  .seconds = 2.0, .occupancy = 0.85, .peers = true,
-	                  .small = true, .pin = true};
+	                  .sample_every = 16,
+	                  .keys = 10000000ull,
+	                  .seconds = 2.0,
+	                  .occupancy = 0.85,
+	                  .peers = true,
+	                  .small = true,
+	                  .pin = true};
 	bool set_keys = false, set_secs = false, set_mach = false;
 	uint64_t v;
 	char *end;
@@ -2233,7 +2342,8 @@ static int parse_opts(int argc, char **argv)
 			break;
 		case O_OCC:
 			O.occupancy = strtod(optarg, &end);
-			if (*end || !(O.occupancy >= 0.3 && O.occupancy <= 0.95))
+			if (*end ||
+			    !(O.occupancy >= 0.3 && O.occupancy <= 0.95))
 				goto bad;
 			break;
 		case O_SAMP:
@@ -2263,7 +2373,8 @@ static int parse_opts(int argc, char **argv)
 		}
 	}
 	if (optind != argc) {
-		fprintf(stderr, PROG ": unexpected argument '%s'\n", argv[optind]);
+		fprintf(stderr, PROG ": unexpected argument '%s'\n",
+		        argv[optind]);
 		return -EINVAL;
 	}
 	if (O.quick) {
@@ -2272,9 +2383,11 @@ static int parse_opts(int argc, char **argv)
 		if (!set_secs)
 			O.seconds = 0.5;
 		O.small = false;
-		if (O.peers && (!in_path("memcached") || !in_path("redis-server"))) {
-			fprintf(stderr, PROG ": --quick: memcached or redis-server "
-			        "not installed: peers skipped\n");
+		if (O.peers &&
+		    (!in_path("memcached") || !in_path("redis-server"))) {
+			fprintf(stderr,
+			        PROG ": --quick: memcached or redis-server "
+			             "not installed: peers skipped\n");
 			O.peers = false;
 		}
 	}
@@ -2309,10 +2422,12 @@ static int demo_main(const char *tmp)
 			printf("== memcached: not installed: skipped\n");
 		else {
 			printf("== memcached (one server thread, %u pipelined "
-			       "client connections)\n", O.machines);
+			       "client connections)\n",
+			       O.machines);
 			fflush(stdout);
 			if (run_peer(P_MC, tmp) && !interrupted)
-				printf("== memcached: failed (above): skipped\n");
+				printf("== memcached: failed (above): "
+				       "skipped\n");
 		}
 	}
 	if (interrupted) {
@@ -2358,7 +2473,8 @@ int main(int argc, char **argv)
 	R.ncpu = ncpus_allowed(first);
 	R.cores = (int)FARM_MIN((unsigned)R.ncpu, O.machines);
 	if (O.demo)
-		printf("kv_bench --demo: the cluster key-value store (src/kv) on "
+		printf("kv_bench --demo: the cluster key-value store (src/kv) "
+		       "on "
 		       "%u machine processes (shm fabric, %s membership), "
 		       "YCSB-B, then the same mix on memcached\n",
 		       O.machines, O.zk[0] ? "ZooKeeper" : "static");

@@ -810,9 +810,9 @@ static int measure(struct bench *b, struct size_res *res)
 static void run_baselines(const struct opts *o, struct base_res *br)
 {
 	br->slots = o->ring_size / 64;
-	br->tcp_rc = bl_tcp_best(64, o->depth, o->seconds, &br->tcp,
-	                         br->tcp_which, sizeof(br->tcp_which),
-	                         &br->tcp1);
+	br->tcp_rc =
+	        bl_tcp_best(64, o->depth, o->seconds, &br->tcp, br->tcp_which,
+	                    sizeof(br->tcp_which), &br->tcp1);
 	if (br->tcp_rc == 0) {
 		printf("baseline tcp 64 B (best: %s): %.3f M/s p50 %.2f us "
 		       "p99 %.2f us\n",
@@ -901,7 +901,8 @@ static void print_results(const struct opts *o, const struct size_res *res,
 			       GOAL_RR_VS_TCP);
 		if (tcp_ok && br->tcp1.rate > 0)
 			printf("; with 1 in flight each, %.3f M/s = %.1fx TCP",
-			       r64->rr1.rate / 1e6, r64->rr1.rate / br->tcp1.rate);
+			       r64->rr1.rate / 1e6,
+			       r64->rr1.rate / br->tcp1.rate);
 		printf("; round trip p50 %.2f us (goal < %.1f us); one-way "
 		       "%.3f M/s",
 		       g_rtt, GOAL_RTT_US, r64->oneway_rate / 1e6);

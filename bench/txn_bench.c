@@ -121,11 +121,13 @@ static void on_signal(int sig)
 	interrupted = 1;
 }
 
-/* ---- helpers ----------------------------------------------------------------- */
+/* ---- helpers
+ * ----------------------------------------------------------------- */
 
 static void rm_tree(int at, const char *path, int depth)
 {
-	int fd = openat(at, path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	int fd = openat(at, path,
+	                O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd >= 0) {
 		DIR *d = fdopendir(fd);
 		if (!d) {
@@ -136,8 +138,8 @@ static void rm_tree(int at, const char *path, int depth)
 		while ((e = readdir(d))) {
 			if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
 				continue;
-			if (unlinkat(fd, e->d_name, 0) != 0 && errno == EISDIR &&
-			    depth > 0)
+			if (unlinkat(fd, e->d_name, 0) != 0 &&
+			    errno == EISDIR && depth > 0)
 				rm_tree(fd, e->d_name, depth - 1);
 		}
 		closedir(d);
@@ -203,7 +205,8 @@ static int nth_cpu(unsigned i, unsigned *count)
 	return -1;
 }
 
-/* ---- a machine ------------------------------------------------------------------ */
+/* ---- a machine
+ * ------------------------------------------------------------------ */
 
 struct mach {
 	uint32_t id;
@@ -229,7 +232,8 @@ static int mach_open(struct mach *m, uint32_t id, const char *base)
 	m->id = id;
 	snprintf(m->dir, sizeof(m->dir), "%s/m%u", base, id);
 	if (mkdir(m->dir, 0700) != 0 && errno != EEXIST) {
-		fprintf(stderr, PROG ": mkdir %s: %s\n", m->dir, strerror(errno));
+		fprintf(stderr, PROG ": mkdir %s: %s\n", m->dir,
+		        strerror(errno));
 		return -errno;
 	}
 	struct farm_config c;
@@ -326,8 +330,8 @@ static int alloc_objs(struct mach *m, farm_gaddr *out, uint32_t n)
 		for (uint32_t i = 0; i < b && !rc; i++) {
 			farm_fatptr fp;
 			void *d;
-			rc = farm_tx_alloc_sync(tx, OBJ_SIZE, FARM_GADDR_NULL, &fp,
-			                        &d);
+			rc = farm_tx_alloc_sync(tx, OBJ_SIZE, FARM_GADDR_NULL,
+			                        &fp, &d);
 			if (!rc)
 				out[done + i] = fp.addr;
 		}
@@ -344,15 +348,17 @@ static int alloc_objs(struct mach *m, farm_gaddr *out, uint32_t n)
 			continue;
 		}
 		if (rc) {
-			fprintf(stderr, PROG ": machine %u: allocating objects "
-			        "(%u of %u done): %s: %s\n", m->id, done, n, what,
-			        farm_strerror(rc));
+			fprintf(stderr,
+			        PROG ": machine %u: allocating objects "
+			             "(%u of %u done): %s: %s\n",
+			        m->id, done, n, what, farm_strerror(rc));
 			return rc;
 		}
 		done += b;
 	}
 	if (tries && getenv("TXN_BENCH_DEBUG"))
-		fprintf(stderr, "debug machine %u: %u allocation commits retried\n",
+		fprintf(stderr,
+		        "debug machine %u: %u allocation commits retried\n",
 		        m->id, tries);
 	return 0;
 }
@@ -421,13 +427,14 @@ static int child_main(uint32_t id, const char *base, int cpu)
 	return rc ? 1 : 0;
 }
 
-/* ---- transactions ---------------------------------------------------------------- */
+/* ---- transactions
+ * ---------------------------------------------------------------- */
 
 struct shape {
 	char name[32];
-	unsigned k;            /* objects written */
-	unsigned ro;           /* objects only read (remote) */
-	uint32_t mach[MAX_K];  /* machine of each object (written first) */
+	unsigned k;           /* objects written */
+	unsigned ro;          /* objects only read (remote) */
+	uint32_t mach[MAX_K]; /* machine of each object (written first) */
 	bool single;
 };
 
@@ -486,7 +493,8 @@ static void expected_work(struct txslot *s, const struct shape *sh, farm_as *as,
 	s->ew = s->emsg = s->er = 0;
 	for (unsigned i = 0; i < sh->k + sh->ro; i++) {
 		uint32_t rep[FARM_RING_MAX_REPLICAS];
-		unsigned n = farm_as_replicas(as, farm_gaddr_region(s->a[i]), rep);
+		unsigned n =
+		        farm_as_replicas(as, farm_gaddr_region(s->a[i]), rep);
 		if (!n)
 			continue;
 		if (i >= sh->k) { /* read only */
@@ -583,9 +591,11 @@ static void slot_start(struct txslot *s)
 		uint32_t mm = sh->mach[i];
 		farm_gaddr a;
 		bool dup;
-		uint32_t nt = SH->m[mm].ntx, part = O.shared_objs ? 1 : r->depth;
+		uint32_t nt = SH->m[mm].ntx,
+		         part = O.shared_objs ? 1 : r->depth;
 		do {
-			uint32_t x = (uint32_t)(farm_rand64(&r->rnd) % (nt / part));
+			uint32_t x =
+			        (uint32_t)(farm_rand64(&r->rnd) % (nt / part));
 			a = SH->tx[mm][x * part + (O.shared_objs ? 0 : s->idx)];
 			dup = false;
 			for (unsigned j = 0; j < i; j++)
@@ -614,7 +624,10 @@ static void slot_start(struct txslot *s)
 	read_cb(s->tx, s, 0, NULL, 0);
 }
 
-static double ratio_or(double a, double b) { return b > 0 ? a / b : 0; }
+static double ratio_or(double a, double b)
+{
+	return b > 0 ? a / b : 0;
+}
 
 static int run_tx(struct mach *m, const struct shape *sh, unsigned depth,
                   double seconds, struct txrun *r, struct run_res *out)
@@ -653,10 +666,12 @@ static int run_tx(struct mach *m, const struct shape *sh, unsigned depth,
 		uint64_t slow = 0;
 		for (size_t i = 0; i < r->lat.n; i++)
 			slow += r->lat.v[i] > 1000000;
-		fprintf(stderr, "debug %s depth %u: commits %" PRIu64 " slow(>1ms) %"
-		        PRIu64 " log_full %" PRIu64 " truncates %" PRIu64
-		        " aborts c/v/f/n %" PRIu64 "/%" PRIu64 "/%" PRIu64 "/%" PRIu64
-		        " elapsed %.3f s\n", sh->name, depth, r->commits, slow,
+		fprintf(stderr,
+		        "debug %s depth %u: commits %" PRIu64
+		        " slow(>1ms) %" PRIu64 " log_full %" PRIu64
+		        " truncates %" PRIu64 " aborts c/v/f/n %" PRIu64
+		        "/%" PRIu64 "/%" PRIu64 "/%" PRIu64 " elapsed %.3f s\n",
+		        sh->name, depth, r->commits, slow,
 		        s1.log_full - s0.log_full, s1.truncates - s0.truncates,
 		        s1.aborts_conflict - s0.aborts_conflict,
 		        s1.aborts_validation - s0.aborts_validation,
@@ -678,19 +693,26 @@ static int run_tx(struct mach *m, const struct shape *sh, unsigned depth,
 	out->cp99_us /= 1e3;
 	uint64_t dc = s1.commits - s0.commits;
 	if (dc != r->commits)
-		fprintf(stderr, PROG ": %s: %" PRIu64 " commits seen, the counters "
-		        "say %" PRIu64 "\n", sh->name, r->commits, dc);
-	out->w = ratio_or((double)(s1.commit_writes - s0.commit_writes), (double)dc);
-	out->msgs = ratio_or((double)(s1.commit_msgs - s0.commit_msgs), (double)dc);
-	out->r = ratio_or((double)(s1.commit_reads - s0.commit_reads), (double)dc);
-	out->trunc = ratio_or((double)(s1.truncates - s0.truncates), (double)dc);
+		fprintf(stderr,
+		        PROG ": %s: %" PRIu64 " commits seen, the counters "
+		             "say %" PRIu64 "\n",
+		        sh->name, r->commits, dc);
+	out->w = ratio_or((double)(s1.commit_writes - s0.commit_writes),
+	                  (double)dc);
+	out->msgs =
+	        ratio_or((double)(s1.commit_msgs - s0.commit_msgs), (double)dc);
+	out->r = ratio_or((double)(s1.commit_reads - s0.commit_reads),
+	                  (double)dc);
+	out->trunc =
+	        ratio_or((double)(s1.truncates - s0.truncates), (double)dc);
 	out->w_exp = ratio_or((double)r->ew, (double)r->commits);
 	out->msgs_exp = ratio_or((double)r->emsg, (double)r->commits);
 	out->r_exp = ratio_or((double)r->er, (double)r->commits);
 	return r->fatal;
 }
 
-/* ---- lock-free reads and raw READs -------------------------------------------------- */
+/* ---- lock-free reads and raw READs
+ * -------------------------------------------------- */
 
 enum { LF_READ = 0, RAW_64 = 1, RAW_128 = 2 };
 
@@ -750,11 +772,12 @@ static void lf_issue(struct lfslot *s)
 		s->t0 = farm_now_ns();
 	int rc;
 	if (r->kind == LF_READ) {
-		rc = farm_lf_read(r->m->txm, r->m->loop, a, OBJ_SIZE, UINT64_MAX,
-		                  s->buf, lf_cb, s);
+		rc = farm_lf_read(r->m->txm, r->m->loop, a, OBJ_SIZE,
+		                  UINT64_MAX, s->buf, lf_cb, s);
 	} else {
 		uint32_t len = r->kind == RAW_64 ? 64 : 128;
-		s->wr = farm_wr_read(0, s->buf, r->mr, len, &r->descs[r->desc_of[i]],
+		s->wr = farm_wr_read(0, s->buf, r->mr, len,
+		                     &r->descs[r->desc_of[i]],
 		                     farm_gaddr_offset(a));
 		rc = farm_loop_rdma(r->m->loop, 1, &s->wr, lf_cb, s);
 	}
@@ -799,10 +822,11 @@ static double run_lf(struct lfrun *r, int kind, unsigned depth, double seconds,
 	return (double)r->ops / ((double)(t1 - t0) / 1e9);
 }
 
-/* ---- the coordinator --------------------------------------------------------------- */
+/* ---- the coordinator
+ * --------------------------------------------------------------- */
 
 struct lf_res {
-	double lf_rate, raw64_rate, raw128_rate;      /* medians */
+	double lf_rate, raw64_rate, raw128_rate; /* medians */
 	double lf_runs[16], raw64_runs[16], raw128_runs[16];
 	double lf_p50, lf_p99, raw64_p50, raw64_p99, local_p50, local_p99;
 	double local_rate;
@@ -891,19 +915,24 @@ static int coordinator(struct mach *m, int cpu)
 	lr->lat.v = sv + 2ull * MAX_SAMPLES;
 
 	uint32_t rep[FARM_RING_MAX_REPLICAS];
-	unsigned nrep = farm_as_replicas(m->as, farm_gaddr_region(SH->tx[0][0]), rep);
+	unsigned nrep =
+	        farm_as_replicas(m->as, farm_gaddr_region(SH->tx[0][0]), rep);
 	printf("txn_bench: %u machine processes (1 loop each, busy polling%s), "
-	       "shm fabric, replicas %u (r in effect: %u), coordinator machine 0%s\n",
+	       "shm fabric, replicas %u (r in effect: %u), coordinator machine "
+	       "0%s\n",
 	       O.machines, cpu >= 0 ? ", pinned" : "", O.replicas, nrep,
 	       O.machines == 2 ? " (also primary of the local objects)" : "");
 	printf("objects of %u B (%u lines with versions): %u per machine for "
-	       "transactions, %u on machine 1 for lock-free reads; %.2f s per run\n\n",
+	       "transactions, %u on machine 1 for lock-free reads; %.2f s per "
+	       "run\n\n",
 	       OBJ_SIZE, 2u, O.tx_objects, O.lf_objects, O.seconds);
 
 	/* Transactions. */
-	printf("%-14s %9s %8s %8s %8s %8s %8s | %9s %7s | %-17s %-15s %-15s %s\n", "shape",
-	       "tx/s(1)", "p50 us", "p99 us", "max us", "c.p50", "c.p99", "tx/s(D)",
-	       "aborts", "WRITEs/commit", "msgs/commit", "READs/commit", "TRUNC");
+	printf("%-14s %9s %8s %8s %8s %8s %8s | %9s %7s | %-17s %-15s %-15s "
+	       "%s\n",
+	       "shape", "tx/s(1)", "p50 us", "p99 us", "max us", "c.p50",
+	       "c.p99", "tx/s(D)", "aborts", "WRITEs/commit", "msgs/commit",
+	       "READs/commit", "TRUNC");
 	double maxdev = 0;
 	bool counts_ok = true;
 	for (int i = 0; i < nsh && !rc && !interrupted; i++) {
@@ -915,12 +944,14 @@ static int coordinator(struct mach *m, int cpu)
 		}
 		rc = run_tx(m, &shapes[i], 1, O.seconds, tr, &res1[i]);
 		if (!rc)
-			rc = run_tx(m, &shapes[i], O.depth, O.seconds, tr, &resN[i]);
+			rc = run_tx(m, &shapes[i], O.depth, O.seconds, tr,
+			            &resN[i]);
 		if (rc)
 			break;
 		struct run_res *a = &res1[i], *b = &resN[i];
 		double d = FARM_MAX(dev(a->w, a->w_exp),
-		                    FARM_MAX(dev(a->msgs, a->msgs_exp), dev(a->r, a->r_exp)));
+		                    FARM_MAX(dev(a->msgs, a->msgs_exp),
+		                             dev(a->r, a->r_exp)));
 		d = FARM_MAX(d, FARM_MAX(dev(b->w, b->w_exp),
 		                         FARM_MAX(dev(b->msgs, b->msgs_exp),
 		                                  dev(b->r, b->r_exp))));
@@ -929,19 +960,21 @@ static int coordinator(struct mach *m, int cpu)
 		maxdev = FARM_MAX(maxdev, d);
 		char wbuf[32], mbuf[32], rbuf[32];
 		snprintf(wbuf, sizeof(wbuf), "%.3f (exp %.3f)", a->w, a->w_exp);
-		snprintf(mbuf, sizeof(mbuf), "%.2f (exp %.2f)", a->msgs, a->msgs_exp);
+		snprintf(mbuf, sizeof(mbuf), "%.2f (exp %.2f)", a->msgs,
+		         a->msgs_exp);
 		snprintf(rbuf, sizeof(rbuf), "%.2f (exp %.2f)", a->r, a->r_exp);
-		printf("%-14s %9.0f %8.2f %8.2f %8.0f %8.2f %8.2f | %9.0f %7" PRIu64
-		       " | %-17s %-15s %-15s %.2f\n",
+		printf("%-14s %9.0f %8.2f %8.2f %8.0f %8.2f %8.2f | %9.0f "
+		       "%7" PRIu64 " | %-17s %-15s %-15s %.2f\n",
 		       shapes[i].name, a->tps, a->p50_us, a->p99_us, a->max_us,
-		       a->cp50_us,
-		       a->cp99_us, b->tps, b->aborts, wbuf, mbuf, rbuf, a->trunc);
+		       a->cp50_us, a->cp99_us, b->tps, b->aborts, wbuf, mbuf,
+		       rbuf, a->trunc);
 		fflush(stdout);
 	}
 	if (rc)
 		goto out;
 	printf("(1): one transaction in flight, latency begin->outcome (c.: "
-	       "commit call->outcome); (D): %u in flight\n\n", O.depth);
+	       "commit call->outcome); (D): %u in flight\n\n",
+	       O.depth);
 
 	/* Lock-free reads against raw READs of the same objects. */
 	struct lf_res L = {0};
@@ -980,15 +1013,17 @@ static int coordinator(struct mach *m, int cpu)
 	farm_txm_stats ls0, ls1;
 	farm_txm_stats_get(m->txm, &ls0);
 	/* warm-up: a short pass of each */
-	(void)run_lf(lr, LF_READ, O.lf_depth, O.seconds / 10, false, SH->lf, nlf);
-	(void)run_lf(lr, RAW_64, O.lf_depth, O.seconds / 10, false, SH->lf, nlf);
+	(void)run_lf(lr, LF_READ, O.lf_depth, O.seconds / 10, false, SH->lf,
+	             nlf);
+	(void)run_lf(lr, RAW_64, O.lf_depth, O.seconds / 10, false, SH->lf,
+	             nlf);
 	for (unsigned k = 0; k < O.repeat && !rc; k++) {
 		L.lf_runs[k] = run_lf(lr, LF_READ, O.lf_depth, O.seconds, false,
 		                      SH->lf, nlf);
-		L.raw64_runs[k] = run_lf(lr, RAW_64, O.lf_depth, O.seconds, false,
-		                         SH->lf, nlf);
-		L.raw128_runs[k] = run_lf(lr, RAW_128, O.lf_depth, O.seconds, false,
-		                          SH->lf, nlf);
+		L.raw64_runs[k] = run_lf(lr, RAW_64, O.lf_depth, O.seconds,
+		                         false, SH->lf, nlf);
+		L.raw128_runs[k] = run_lf(lr, RAW_128, O.lf_depth, O.seconds,
+		                          false, SH->lf, nlf);
 		if (!L.lf_runs[k] || !L.raw64_runs[k] || !L.raw128_runs[k])
 			rc = -EIO;
 	}
@@ -1016,9 +1051,10 @@ static int coordinator(struct mach *m, int cpu)
 	samp_pcts(&lr->lat, &L.local_p50, &L.local_p99);
 	farm_txm_stats_get(m->txm, &ls1);
 	L.retries = ls1.lf_retries - ls0.lf_retries;
-	printf("lock-free reads of %u B objects on machine 1 (%u objects, random), "
-	       "%u in flight, median of %u x %.2f s:\n", OBJ_SIZE, nlf, O.lf_depth,
-	       O.repeat, O.seconds);
+	printf("lock-free reads of %u B objects on machine 1 (%u objects, "
+	       "random), "
+	       "%u in flight, median of %u x %.2f s:\n",
+	       OBJ_SIZE, nlf, O.lf_depth, O.repeat, O.seconds);
 	printf("  farm_lf_read      %6.2f M/s  (runs:", L.lf_rate / 1e6);
 	for (unsigned k = 0; k < O.repeat; k++)
 		printf(" %.2f", L.lf_runs[k] / 1e6);
@@ -1028,11 +1064,14 @@ static int coordinator(struct mach *m, int cpu)
 	printf(")\n  raw READ 128 B    %6.2f M/s  (runs:", L.raw128_rate / 1e6);
 	for (unsigned k = 0; k < O.repeat; k++)
 		printf(" %.2f", L.raw128_runs[k] / 1e6);
-	printf(")\n  lf / raw 64 B = %.3f, lf / raw 128 B = %.3f; retries %" PRIu64
-	       "\n", ratio_or(L.lf_rate, L.raw64_rate),
+	printf(")\n  lf / raw 64 B = %.3f, lf / raw 128 B = %.3f; retries "
+	       "%" PRIu64 "\n",
+	       ratio_or(L.lf_rate, L.raw64_rate),
 	       ratio_or(L.lf_rate, L.raw128_rate), L.retries);
-	printf("  one in flight: lf_read p50 %.0f ns p99 %.0f ns; raw READ 64 B p50 "
-	       "%.0f ns p99 %.0f ns; local lf_read p50 %.0f ns p99 %.0f ns (%.2f M/s)\n\n",
+	printf("  one in flight: lf_read p50 %.0f ns p99 %.0f ns; raw READ 64 "
+	       "B p50 "
+	       "%.0f ns p99 %.0f ns; local lf_read p50 %.0f ns p99 %.0f ns "
+	       "(%.2f M/s)\n\n",
 	       L.lf_p50, L.lf_p99, L.raw64_p50, L.raw64_p99, L.local_p50,
 	       L.local_p99, L.local_rate / 1e6);
 
@@ -1049,19 +1088,25 @@ static int coordinator(struct mach *m, int cpu)
 				uint64_t t = farm_now_ns() + 200000000ull;
 				while (farm_now_ns() < t)
 					(void)farm_loop_poll(m->loop);
-				rc = farm_lf_read_sync(m->txm, m->loop, a, OBJ_SIZE,
-				                       UINT64_MAX, v);
+				rc = farm_lf_read_sync(m->txm, m->loop, a,
+				                       OBJ_SIZE, UINT64_MAX, v);
 			}
 			if (rc == -EBUSY) {
 				stuck++;
 				rc = 0;
 				uint64_t hdr = 0;
-				const uint64_t *lp = farm_as_local_ptr(m->as, a, 8);
+				const uint64_t *lp =
+				        farm_as_local_ptr(m->as, a, 8);
 				if (lp)
-					hdr = __atomic_load_n(lp, __ATOMIC_ACQUIRE);
-				fprintf(stderr, PROG ": object %" PRIx64 " (machine %u, "
-				        "#%u) stays locked: version word %" PRIx64 "%s\n",
-				        a, mm, i, hdr, lp ? "" : " (remote: not read)");
+					hdr = __atomic_load_n(lp,
+					                      __ATOMIC_ACQUIRE);
+				fprintf(stderr,
+				        PROG ": object %" PRIx64
+				             " (machine %u, "
+				             "#%u) stays locked: version word "
+				             "%" PRIx64 "%s\n",
+				        a, mm, i, hdr,
+				        lp ? "" : " (remote: not read)");
 				continue;
 			}
 			sum += v[0];
@@ -1072,12 +1117,14 @@ static int coordinator(struct mach *m, int cpu)
 		goto lf_out;
 	}
 	bool check_ok = sum == g_increments && !stuck;
-	printf("check: counters sum to %" PRIu64 ", committed increments %" PRIu64
-	       ", objects left locked %" PRIu64 ": %s\n\n", sum, g_increments,
-	       stuck, check_ok ? "ok" : "MISMATCH");
+	printf("check: counters sum to %" PRIu64
+	       ", committed increments %" PRIu64
+	       ", objects left locked %" PRIu64 ": %s\n\n",
+	       sum, g_increments, stuck, check_ok ? "ok" : "MISMATCH");
 	if (!check_ok) {
-		fprintf(stderr, PROG ": counters do not add up (%" PRIu64
-		        " vs %" PRIu64 " increments; %" PRIu64 " objects locked)\n",
+		fprintf(stderr,
+		        PROG ": counters do not add up (%" PRIu64 " vs %" PRIu64
+		             " increments; %" PRIu64 " objects locked)\n",
 		        sum, g_increments, stuck);
 		rc = -EIO;
 	}
@@ -1087,14 +1134,20 @@ static int coordinator(struct mach *m, int cpu)
 	int d2 = 5; /* dist_rmw2 */
 	bool ga = counts_ok && maxdev == 0, gb = lfr >= GOAL_LF_RATIO,
 	     gc = res1[d2].commits && res1[d2].p50_us < GOAL_P50_US;
-	printf("goals: (a) max deviation of per-commit WRITEs/messages/READs from "
-	       "the protocol: %.4f (target 0): %s\n", maxdev, ga ? "met" : "NOT met");
-	printf("       (b) lock-free 64 B reads / raw 64 B READs: %.3f (target >= "
-	       "%.1f): %s\n", lfr, GOAL_LF_RATIO, gb ? "met" : "NOT met");
-	printf("       (c) dist_rmw2 median latency (begin->commit, %s): %.2f us "
+	printf("goals: (a) max deviation of per-commit WRITEs/messages/READs "
+	       "from "
+	       "the protocol: %.4f (target 0): %s\n",
+	       maxdev, ga ? "met" : "NOT met");
+	printf("       (b) lock-free 64 B reads / raw 64 B READs: %.3f (target "
+	       ">= "
+	       "%.1f): %s\n",
+	       lfr, GOAL_LF_RATIO, gb ? "met" : "NOT met");
+	printf("       (c) dist_rmw2 median latency (begin->commit, %s): %.2f "
+	       "us "
 	       "(target < %.0f): %s\n",
-	       O.machines == 2 ? "coordinator is machine 0, primary of one object"
-	                       : "coordinator on a third machine",
+	       O.machines == 2
+	               ? "coordinator is machine 0, primary of one object"
+	               : "coordinator on a third machine",
 	       res1[d2].p50_us, GOAL_P50_US, gc ? "met" : "NOT met");
 
 	printf("{\"bench\":\"txn_bench\",\"provider\":\"shm\",\"machines\":%u,"
@@ -1102,33 +1155,39 @@ static int coordinator(struct mach *m, int cpu)
 	       "\"busy_poll\":true,\"pinned\":%s,\"seconds\":%g,\"depth\":%u,"
 	       "\"lf_depth\":%u,\"object_size\":%u,\"tx_objects\":%u,"
 	       "\"lf_objects\":%u,\"shapes\":[",
-	       O.machines, O.replicas, nrep, cpu >= 0 ? "true" : "false", O.seconds,
-	       O.depth, O.lf_depth, OBJ_SIZE, O.tx_objects, nlf);
+	       O.machines, O.replicas, nrep, cpu >= 0 ? "true" : "false",
+	       O.seconds, O.depth, O.lf_depth, OBJ_SIZE, O.tx_objects, nlf);
 	for (int i = 0; i < nsh; i++) {
 		struct run_res *a = &res1[i], *b = &resN[i];
-		printf("%s{\"name\":\"%s\",\"objects_written\":%u,\"objects_read_only\":%u,"
-		       "\"single\":%s,\"tps_1\":%.0f,\"p50_us\":%.3f,\"p99_us\":%.3f,"
-		       "\"max_us\":%.1f,\"commit_p50_us\":%.3f,\"commit_p99_us\":%.3f,"
+		printf("%s{\"name\":\"%s\",\"objects_written\":%u,\"objects_"
+		       "read_only\":%u,"
+		       "\"single\":%s,\"tps_1\":%.0f,\"p50_us\":%.3f,\"p99_"
+		       "us\":%.3f,"
+		       "\"max_us\":%.1f,\"commit_p50_us\":%.3f,\"commit_p99_"
+		       "us\":%.3f,"
 		       "\"tps_depth\":%.0f,"
-		       "\"aborts_depth\":%" PRIu64 ",\"writes_per_commit\":%.4f,"
+		       "\"aborts_depth\":%" PRIu64
+		       ",\"writes_per_commit\":%.4f,"
 		       "\"writes_expected\":%.4f,\"msgs_per_commit\":%.4f,"
 		       "\"msgs_expected\":%.4f,\"reads_per_commit\":%.4f,"
 		       "\"reads_expected\":%.4f,\"truncates_per_commit\":%.4f}",
 		       i ? "," : "", shapes[i].name, shapes[i].k, shapes[i].ro,
-		       shapes[i].single ? "true" : "false", a->tps, a->p50_us, a->p99_us,
-		       a->max_us, a->cp50_us, a->cp99_us, b->tps, b->aborts, a->w, a->w_exp,
-		       a->msgs, a->msgs_exp, a->r, a->r_exp, a->trunc);
+		       shapes[i].single ? "true" : "false", a->tps, a->p50_us,
+		       a->p99_us, a->max_us, a->cp50_us, a->cp99_us, b->tps,
+		       b->aborts, a->w, a->w_exp, a->msgs, a->msgs_exp, a->r,
+		       a->r_exp, a->trunc);
 	}
 	printf("],\"lf\":{\"lf_read_rate\":%.0f,\"raw_read64_rate\":%.0f,"
-	       "\"raw_read128_rate\":%.0f,\"lf_vs_raw128\":%.4f,\"lf_p50_ns\":%.0f,"
+	       "\"raw_read128_rate\":%.0f,\"lf_vs_raw128\":%.4f,\"lf_p50_ns\":%"
+	       ".0f,"
 	       "\"lf_p99_ns\":%.0f,\"raw64_p50_ns\":%.0f,\"raw64_p99_ns\":%.0f,"
 	       "\"local_lf_rate\":%.0f,\"local_lf_p50_ns\":%.0f,"
 	       "\"local_lf_p99_ns\":%.0f,\"lf_retries\":%" PRIu64 "},"
 	       "\"check_ok\":%s,\"goals\":{",
 	       L.lf_rate, L.raw64_rate, L.raw128_rate,
-	       ratio_or(L.lf_rate, L.raw128_rate), L.lf_p50, L.lf_p99, L.raw64_p50,
-	       L.raw64_p99, L.local_rate, L.local_p50, L.local_p99, L.retries,
-	       check_ok ? "true" : "false");
+	       ratio_or(L.lf_rate, L.raw128_rate), L.lf_p50, L.lf_p99,
+	       L.raw64_p50, L.raw64_p99, L.local_rate, L.local_p50, L.local_p99,
+	       L.retries, check_ok ? "true" : "false");
 	json_goal("ops_per_commit", maxdev, 0, ga, false);
 	json_goal("lf_read_vs_fabric_read_64B", lfr, GOAL_LF_RATIO, gb, false);
 	json_goal("dist_rmw2_p50_us", res1[d2].p50_us, GOAL_P50_US, gc, true);
@@ -1146,34 +1205,48 @@ out:
 	return rc;
 }
 
-/* ---- main ---------------------------------------------------------------------------- */
+/* ---- main
+ * ----------------------------------------------------------------------------
+ */
 
 static void usage(FILE *f)
 {
 	fprintf(f,
 	        "usage: " PROG " [options]\n"
-	        "Transactions on a local cluster of machine processes (shm fabric):\n"
-	        "read-modify-write throughput and latency, lock-free reads against\n"
-	        "raw READs, protocol operations per commit. Prints a table, then one\n"
+	        "Transactions on a local cluster of machine processes (shm "
+	        "fabric):\n"
+	        "read-modify-write throughput and latency, lock-free reads "
+	        "against\n"
+	        "raw READs, protocol operations per commit. Prints a table, "
+	        "then one\n"
 	        "JSON line. Machine 0 (this process) coordinates.\n\n"
 	        "  --machines N      machine processes, 2 or 3 (default 2)\n"
-	        "  --replicas R      copies of each region (default 3; fewer when\n"
+	        "  --replicas R      copies of each region (default 3; fewer "
+	        "when\n"
 	        "                    the cluster is smaller)\n"
 	        "  --seconds S       each run (default 1)\n"
-	        "  --depth D         transactions in flight, throughput runs (8)\n"
+	        "  --depth D         transactions in flight, throughput runs "
+	        "(8)\n"
 	        "  --lf-depth D      lock-free / raw reads in flight (16)\n"
 	        "  --repeat N        lock-free vs raw READ runs, median (3)\n"
-	        "  --tx-objects N    64 B objects per machine for transactions (4096)\n"
-	        "  --lf-objects N    64 B objects on machine 1 for reads (262144)\n"
+	        "  --tx-objects N    64 B objects per machine for transactions "
+	        "(4096)\n"
+	        "  --lf-objects N    64 B objects on machine 1 for reads "
+	        "(262144)\n"
 	        "  --region-size B   region size (default 256M)\n"
 	        "  --log-size B      transaction log ring size (default 1M)\n"
-	        "  --shapes LIST     only these transaction shapes (local_rmw1..4,\n"
-	        "                    dist_rmw1..4, dist_rmw1_ro1; for profiling;\n"
+	        "  --shapes LIST     only these transaction shapes "
+	        "(local_rmw1..4,\n"
+	        "                    dist_rmw1..4, dist_rmw1_ro1; for "
+	        "profiling;\n"
 	        "                    goals then not met)\n"
-	        "  --shared-objects  concurrent transactions pick from all objects\n"
-	        "                    (default: each of the --depth slots has its\n"
+	        "  --shared-objects  concurrent transactions pick from all "
+	        "objects\n"
+	        "                    (default: each of the --depth slots has "
+	        "its\n"
 	        "                    own share, so they never conflict)\n"
-	        "  --no-lf           skip the lock-free reads (and the goals' JSON)\n"
+	        "  --no-lf           skip the lock-free reads (and the goals' "
+	        "JSON)\n"
 	        "  --no-pin          do not pin machine i to CPU i\n"
 	        "  --quick           short runs, few objects (smoke test)\n"
 	        "  --help            this text\n");
@@ -1192,13 +1265,36 @@ static int parse_u(const char *s, unsigned lo, unsigned hi, unsigned *out)
 
 int main(int argc, char **argv)
 {
-	O = (struct opts){.machines = 2, .replicas = 3, .depth = 8, .lf_depth = 16,
-	                  .repeat = 3, .seconds = 1.0, .tx_objects = 4096,
-	                  .lf_objects = 262144, .log_size = 1u << 20,
-	                  .region_size = 256ull << 20, .pin = true,
+	O = (struct opts){.machines = 2,
+	                  .replicas = 3,
+	                  .depth = 8,
+	                  .lf_depth = 16,
+	                  .repeat = 3,
+	                  .seconds = 1.0,
+	                  .tx_objects = 4096,
+	                  .lf_objects = 262144,
+	                  .log_size = 1u << 20,
+	                  .region_size = 256ull << 20,
+	                  .pin = true,
 	                  .lf = true};
-	enum { OPT_MACH = 256, OPT_REP, OPT_SEC, OPT_DEPTH, OPT_LFD, OPT_REPEAT,
-	       OPT_TXO, OPT_LFO, OPT_RSZ, OPT_LSZ, OPT_NOPIN, OPT_QUICK, OPT_SHAPES, OPT_NOLF, OPT_SHARED, OPT_HELP };
+	enum {
+		OPT_MACH = 256,
+		OPT_REP,
+		OPT_SEC,
+		OPT_DEPTH,
+		OPT_LFD,
+		OPT_REPEAT,
+		OPT_TXO,
+		OPT_LFO,
+		OPT_RSZ,
+		OPT_LSZ,
+		OPT_NOPIN,
+		OPT_QUICK,
+		OPT_SHAPES,
+		OPT_NOLF,
+		OPT_SHARED,
+		OPT_HELP
+	};
 	static const struct option lo[] = {
 	        {"machines", required_argument, 0, OPT_MACH},
 	        {"replicas", required_argument, 0, OPT_REP},
@@ -1225,7 +1321,9 @@ int main(int argc, char **argv)
 		int bad = 0;
 		uint64_t v;
 		switch (c) {
-		case OPT_MACH: bad = parse_u(optarg, 2, MAXM, &O.machines); break;
+		case OPT_MACH:
+			bad = parse_u(optarg, 2, MAXM, &O.machines);
+			break;
 		case OPT_REP: bad = parse_u(optarg, 1, 8, &O.replicas); break;
 		case OPT_SEC: {
 			char *end;
@@ -1233,8 +1331,12 @@ int main(int argc, char **argv)
 			bad = *end || !(secs > 0 && secs <= 60);
 			break;
 		}
-		case OPT_DEPTH: bad = parse_u(optarg, 1, MAX_DEPTH, &O.depth); break;
-		case OPT_LFD: bad = parse_u(optarg, 1, MAX_DEPTH, &O.lf_depth); break;
+		case OPT_DEPTH:
+			bad = parse_u(optarg, 1, MAX_DEPTH, &O.depth);
+			break;
+		case OPT_LFD:
+			bad = parse_u(optarg, 1, MAX_DEPTH, &O.lf_depth);
+			break;
 		case OPT_REPEAT: bad = parse_u(optarg, 1, 15, &O.repeat); break;
 		case OPT_TXO: bad = parse_u(optarg, 16, MAX_TXOBJ, &txo); break;
 		case OPT_LFO: bad = parse_u(optarg, 16, MAX_LFOBJ, &lfo); break;
@@ -1263,13 +1365,14 @@ int main(int argc, char **argv)
 		default: usage(stderr); return 2;
 		}
 		if (bad) {
-			fprintf(stderr, PROG ": bad value '%s' for --%s\n", optarg,
-			        lo[c - OPT_MACH].name);
+			fprintf(stderr, PROG ": bad value '%s' for --%s\n",
+			        optarg, lo[c - OPT_MACH].name);
 			return 2;
 		}
 	}
 	if (optind < argc) {
-		fprintf(stderr, PROG ": unexpected argument '%s'\n", argv[optind]);
+		fprintf(stderr, PROG ": unexpected argument '%s'\n",
+		        argv[optind]);
 		usage(stderr);
 		return 2;
 	}
@@ -1318,7 +1421,8 @@ int main(int argc, char **argv)
 			break;
 		}
 		if (p == 0)
-			_exit(child_main(i, base, pin ? nth_cpu(i, &ncpu) : -1));
+			_exit(child_main(i, base,
+			                 pin ? nth_cpu(i, &ncpu) : -1));
 		kids[i] = p;
 	}
 	int cpu = pin ? nth_cpu(0, &ncpu) : -1;

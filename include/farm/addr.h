@@ -25,7 +25,7 @@ typedef uint64_t farm_gaddr;
 #define FARM_GADDR_NULL ((farm_gaddr)0)
 /* Region ids run from 1 to FARM_REGION_ID_MAX. */
 #define FARM_REGION_ID_NONE 0u
-#define FARM_REGION_ID_MAX 0xfffffffeu
+#define FARM_REGION_ID_MAX  0xfffffffeu
 /* Longest text farm_gaddr_format() writes, with its NUL. */
 #define FARM_GADDR_STRLEN 24
 
@@ -33,15 +33,22 @@ static inline farm_gaddr farm_gaddr_make(uint32_t region, uint32_t offset)
 {
 	return ((farm_gaddr)region << 32) | offset;
 }
-static inline uint32_t farm_gaddr_region(farm_gaddr a) { return (uint32_t)(a >> 32); }
-static inline uint32_t farm_gaddr_offset(farm_gaddr a) { return (uint32_t)a; }
+static inline uint32_t farm_gaddr_region(farm_gaddr a)
+{
+	return (uint32_t)(a >> 32);
+}
+static inline uint32_t farm_gaddr_offset(farm_gaddr a)
+{
+	return (uint32_t)a;
+}
 
 /*
  * farm_gaddr_valid() - true when @a names a region id in range and an offset
  * that, with @len bytes after it, stays inside a region of @region_size
  * bytes (a power of two). @len 0 checks the offset alone.
  */
-static inline bool farm_gaddr_valid(farm_gaddr a, uint64_t len, uint64_t region_size)
+static inline bool farm_gaddr_valid(farm_gaddr a, uint64_t len,
+                                    uint64_t region_size)
 {
 	uint32_t r = farm_gaddr_region(a);
 	uint64_t off = farm_gaddr_offset(a);

@@ -14,7 +14,7 @@ extern "C" {
 #endif
 
 #if defined(__GNUC__)
-#define FARM_API __attribute__((visibility("default")))
+#define FARM_API        __attribute__((visibility("default")))
 #define FARM_MUST_CHECK __attribute__((warn_unused_result))
 #else
 #define FARM_API
@@ -29,13 +29,13 @@ enum farm_error {
 	FARM_EREMOTE_ACCESS = -10003, /* remote range outside the registration,
 	                                 or access right not granted */
 	FARM_EREMOTE_KEY = -10004,    /* unknown or stale remote descriptor */
-	FARM_ELOCAL_ACCESS = -10005,  /* local buffer outside its registration */
-	FARM_EINJECTED = -10006,      /* failure injected by a test */
-	FARM_ENODEVICE = -10007,      /* no device for this provider */
-	FARM_ECORRUPT = -10008,       /* malformed data from a peer */
-	FARM_ECLOSED = -10009,        /* object already closed or finished */
-	FARM_EUNAVAILABLE = -10010,   /* the coordination service (ZooKeeper)
-	                                 could not be reached in time */
+	FARM_ELOCAL_ACCESS = -10005, /* local buffer outside its registration */
+	FARM_EINJECTED = -10006,     /* failure injected by a test */
+	FARM_ENODEVICE = -10007,     /* no device for this provider */
+	FARM_ECORRUPT = -10008,      /* malformed data from a peer */
+	FARM_ECLOSED = -10009,       /* object already closed or finished */
+	FARM_EUNAVAILABLE = -10010,  /* the coordination service (ZooKeeper)
+	                                could not be reached in time */
 	/* Transactions: why a commit aborted, and stale pointers. */
 	FARM_ECONFLICT = -10011,   /* an object was locked or changed when the
 	                              commit tried to lock it (retry) */

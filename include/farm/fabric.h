@@ -136,10 +136,10 @@ FARM_API FARM_MUST_CHECK int farm_mem_persist(const farm_mem *mem,
 /* ---- registration ------------------------------------------------------ */
 
 enum farm_access {
-	FARM_ACCESS_LOCAL = 1u << 0,        /* local buffer of requests */
-	FARM_ACCESS_REMOTE_READ = 1u << 1,  /* peers may READ */
-	FARM_ACCESS_REMOTE_WRITE = 1u << 2, /* peers may WRITE */
-	FARM_ACCESS_REMOTE_ATOMIC = 1u << 3,/* peers may CAS */
+	FARM_ACCESS_LOCAL = 1u << 0,         /* local buffer of requests */
+	FARM_ACCESS_REMOTE_READ = 1u << 1,   /* peers may READ */
+	FARM_ACCESS_REMOTE_WRITE = 1u << 2,  /* peers may WRITE */
+	FARM_ACCESS_REMOTE_ATOMIC = 1u << 3, /* peers may CAS */
 	FARM_ACCESS_ALL = 0xf,
 };
 
@@ -202,8 +202,8 @@ typedef struct farm_wc {
 	int32_t status;  /* 0, or a negative code (farm_strerror) */
 	uint16_t opcode; /* enum farm_wr_opcode */
 	uint16_t pad;
-	uint32_t peer;   /* the endpoint's peer machine id */
-	uint32_t len;    /* bytes transferred on success */
+	uint32_t peer; /* the endpoint's peer machine id */
+	uint32_t len;  /* bytes transferred on success */
 } farm_wc;
 
 /*
@@ -230,11 +230,9 @@ typedef struct farm_ep_attr {
  * Returns -ECONNREFUSED when no live machine is there, -EINVAL when the
  * machine there is not @peer_id.
  */
-FARM_API FARM_MUST_CHECK int farm_ep_connect(farm_fabric *fab, farm_cq *cq,
-                                             uint32_t peer_id,
-                                             const char *peer_addr,
-                                             const farm_ep_attr *attr,
-                                             farm_ep **out);
+FARM_API FARM_MUST_CHECK int
+farm_ep_connect(farm_fabric *fab, farm_cq *cq, uint32_t peer_id,
+                const char *peer_addr, const farm_ep_attr *attr, farm_ep **out);
 /* Move to the error state: requests still queued and any posted later
  * complete with -ENOTCONN. The handle stays valid until destroyed. */
 FARM_API void farm_ep_disconnect(farm_ep *ep);

@@ -48,7 +48,8 @@ typedef struct farm_fatptr {
 	uint64_t incarnation;
 } farm_fatptr;
 
-/* ---- transactions ---------------------------------------------------------- */
+/* ---- transactions ----------------------------------------------------------
+ */
 
 /* Begin a transaction on @loop (its thread). */
 FARM_API FARM_MUST_CHECK int farm_tx_begin(farm_txm *m, farm_loop *loop,
@@ -76,9 +77,8 @@ FARM_API FARM_MUST_CHECK int farm_tx_read(farm_tx *tx, farm_gaddr a,
  * message handler running a transaction on the objects it owns. -EREMOTE
  * when the object is not local; -EBUSY when it stayed locked.
  */
-FARM_API FARM_MUST_CHECK int farm_tx_read_local(farm_tx *tx, farm_gaddr a,
-                                                uint32_t size,
-                                                const void **data);
+FARM_API FARM_MUST_CHECK int
+farm_tx_read_local(farm_tx *tx, farm_gaddr a, uint32_t size, const void **data);
 /* As farm_tx_read, checking the fat pointer's incarnation. */
 FARM_API FARM_MUST_CHECK int farm_tx_read_fat(farm_tx *tx, farm_fatptr p,
                                               farm_tx_read_fn cont, void *ctx);
@@ -133,15 +133,15 @@ FARM_API void farm_tx_free(farm_tx *tx);
 /* Whether running the transaction again may succeed. */
 FARM_API bool farm_tx_retryable(int outcome);
 
-/* ---- blocking wrappers (drive the loop; not from handlers) ---------------- */
+/* ---- blocking wrappers (drive the loop; not from handlers) ----------------
+ */
 
 /* *@data stays valid until the transaction ends. */
-FARM_API FARM_MUST_CHECK int farm_tx_read_sync(farm_tx *tx, farm_gaddr a,
-                                               uint32_t size,
-                                               const void **data);
+FARM_API FARM_MUST_CHECK int
+farm_tx_read_sync(farm_tx *tx, farm_gaddr a, uint32_t size, const void **data);
 FARM_API FARM_MUST_CHECK int farm_tx_alloc_sync(farm_tx *tx, uint32_t size,
-                                                farm_gaddr hint,
-                                                farm_fatptr *p, void **data);
+                                                farm_gaddr hint, farm_fatptr *p,
+                                                void **data);
 FARM_API FARM_MUST_CHECK int farm_tx_commit_sync(farm_tx *tx);
 
 /* ---- lock-free reads ----------------------------------------------------- */
@@ -155,9 +155,8 @@ FARM_API FARM_MUST_CHECK int farm_tx_commit_sync(farm_tx *tx);
  */
 FARM_API FARM_MUST_CHECK int farm_lf_read(farm_txm *m, farm_loop *loop,
                                           farm_gaddr a, uint32_t size,
-                                          uint64_t want_incarnation,
-                                          void *buf, farm_op_fn cont,
-                                          void *ctx);
+                                          uint64_t want_incarnation, void *buf,
+                                          farm_op_fn cont, void *ctx);
 FARM_API FARM_MUST_CHECK int farm_lf_read_sync(farm_txm *m, farm_loop *loop,
                                                farm_gaddr a, uint32_t size,
                                                uint64_t want_incarnation,
@@ -175,8 +174,8 @@ typedef struct farm_txm_stats {
 	 * one-sided WRITEs (log records), one-sided READs (validation) and
 	 * messages (lock replies received). */
 	uint64_t commit_writes, commit_reads, commit_msgs;
-	uint64_t log_full;   /* reservations that had to wait for space */
-	uint64_t truncates;  /* explicit TRUNCATE records */
+	uint64_t log_full;  /* reservations that had to wait for space */
+	uint64_t truncates; /* explicit TRUNCATE records */
 	/* On this machine as primary or backup: */
 	uint64_t locks_granted, locks_refused, installs, backup_applies;
 	uint64_t bad_records; /* malformed log records (logged, skipped) */

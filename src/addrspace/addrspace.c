@@ -18,7 +18,12 @@
 #include "util/common.h"
 #include "util/log.h"
 
-enum { E_FREE = 0, E_PRIMARY = FARM_AS_PRIMARY, E_BACKUP = FARM_AS_BACKUP, E_REMOTE };
+enum {
+	E_FREE = 0,
+	E_PRIMARY = FARM_AS_PRIMARY,
+	E_BACKUP = FARM_AS_BACKUP,
+	E_REMOTE
+};
 
 struct entry {
 	uint32_t id; /* 0: free slot */
@@ -47,7 +52,8 @@ struct farm_as {
 	} st;
 };
 
-/* ---- wire formats ----------------------------------------------------------- */
+/* ---- wire formats -----------------------------------------------------------
+ */
 
 struct lookup_req {
 	uint32_t region;
@@ -64,13 +70,18 @@ struct create_req {
 	uint64_t size;
 };
 
-/* ---- table ------------------------------------------------------------------ */
+/* ---- table ------------------------------------------------------------------
+ */
 
-static uint32_t hash32(uint32_t x) { return farm_ring_pos(x); }
+static uint32_t hash32(uint32_t x)
+{
+	return farm_ring_pos(x);
+}
 
 static struct entry *find(const farm_as *as, uint32_t id)
 {
-	for (uint32_t i = hash32(id) & (as->cap - 1);; i = (i + 1) & (as->cap - 1)) {
+	for (uint32_t i = hash32(id) & (as->cap - 1);;
+	     i = (i + 1) & (as->cap - 1)) {
 		struct entry *e = &as->tab[i];
 		if (e->id == id)
 			return e;
@@ -140,7 +151,8 @@ static void del(farm_as *as, uint32_t id)
 	as->used--;
 }
 
-/* ---- creation --------------------------------------------------------------- */
+/* ---- creation ---------------------------------------------------------------
+ */
 
 static void h_lookup(farm_loop *loop, const farm_msg_in *in, void *arg);
 static void h_create(farm_loop *loop, const farm_msg_in *in, void *arg);
@@ -154,7 +166,8 @@ int farm_as_create(farm_fabric *fab, farm_msg *msg,
 	struct farm_as_attr a = attr ? *attr : (struct farm_as_attr){0};
 	if (!a.region_size)
 		a.region_size = FARM_REGION_DEFAULT_SIZE;
-	if (!farm_is_pow2(a.region_size) || a.region_size < FARM_REGION_MIN_SIZE ||
+	if (!farm_is_pow2(a.region_size) ||
+	    a.region_size < FARM_REGION_MIN_SIZE ||
 	    a.region_size > FARM_REGION_MAX_SIZE)
 		return -EINVAL;
 	farm_as *as = calloc(1, sizeof(*as));
@@ -168,8 +181,8 @@ int farm_as_create(farm_fabric *fab, farm_msg *msg,
 	/* Making a backup copy allocates and registers a region, which can
 	 * take seconds on a loaded host; a dead peer is reported sooner by
 	 * the fabric anyway. */
-	as->rpc_timeout_ns = a.rpc_timeout_ns ? a.rpc_timeout_ns
-	                                      : 10ull * 1000000000ull;
+	as->rpc_timeout_ns =
+	        a.rpc_timeout_ns ? a.rpc_timeout_ns : 10ull * 1000000000ull;
 	as->seed = a.seed ? a.seed : farm_now_ns() ^ ((uint64_t)as->me << 40);
 	as->cap = 64;
 	as->tab = calloc(as->cap, sizeof(*as->tab));
@@ -238,10 +251,22 @@ int farm_as_set_view(farm_as *as, uint64_t config_id, const uint32_t *ids,
 	return 0;
 }
 
-uint64_t farm_as_config_id(const farm_as *as) { return as ? as->config_id : 0; }
-uint64_t farm_as_region_size(const farm_as *as) { return as ? as->region_size : 0; }
-uint32_t farm_as_machine_id(const farm_as *as) { return as ? as->me : 0; }
-farm_fabric *farm_as_fabric(const farm_as *as) { return as ? as->fab : NULL; }
+uint64_t farm_as_config_id(const farm_as *as)
+{
+	return as ? as->config_id : 0;
+}
+uint64_t farm_as_region_size(const farm_as *as)
+{
+	return as ? as->region_size : 0;
+}
+uint32_t farm_as_machine_id(const farm_as *as)
+{
+	return as ? as->me : 0;
+}
+farm_fabric *farm_as_fabric(const farm_as *as)
+{
+	return as ? as->fab : NULL;
+}
 
 unsigned farm_as_replicas(farm_as *as, uint32_t region, uint32_t *out)
 {
@@ -283,7 +308,8 @@ void *farm_as_local_ptr(farm_as *as, farm_gaddr a, uint64_t len)
 	return (uint8_t *)farm_region_base(r) + farm_gaddr_offset(a);
 }
 
-/* ---- handlers (run on the receiving machine's loop) ------------------------ */
+/* ---- handlers (run on the receiving machine's loop) ------------------------
+ */
 
 /* A reply that cannot be sent means the caller is gone or its channel is
  * broken; its RPC times out. Say so and carry on. */
@@ -410,7 +436,8 @@ static void h_drop(farm_loop *loop, const farm_msg_in *in, void *arg)
 		reply(loop, &in->token, NULL, 0);
 }
 
-/* ---- region allocation -------------------------------------------------------- */
+/* ---- region allocation
+ * -------------------------------------------------------- */
 
 struct alloc_op {
 	farm_as *as;
@@ -434,7 +461,8 @@ static void alloc_finish(farm_loop *loop, struct alloc_op *op)
 	farm_as *as = op->as;
 	int rc = op->status;
 	if (!rc) {
-		struct entry e = {.id = op->region, .kind = E_PRIMARY,
+		struct entry e = {.id = op->region,
+		                  .kind = E_PRIMARY,
 		                  .local = op->local,
 		                  .desc = farm_region_desc(op->local)};
 		pthread_rwlock_wrlock(&as->lock);
@@ -447,11 +475,13 @@ static void alloc_finish(farm_loop *loop, struct alloc_op *op)
 			if (!op->created[i])
 				continue;
 			struct lookup_req q = {.region = op->region};
-			int src = farm_msg_send(loop, op->reps[i], 0,
-			                        FARM_MSGT_AS_DROP, &q, sizeof(q));
+			int src =
+			        farm_msg_send(loop, op->reps[i], 0,
+			                      FARM_MSGT_AS_DROP, &q, sizeof(q));
 			if (src)
-				farm_warn("addrspace: cannot tell machine %" PRIu32
-				          " to drop region %" PRIu32 ": %s",
+				farm_warn("addrspace: cannot tell machine "
+				          "%" PRIu32 " to drop region %" PRIu32
+				          ": %s",
 				          op->reps[i], op->region,
 				          farm_strerror(src));
 		}
@@ -503,8 +533,8 @@ int farm_as_region_alloc(farm_as *as, farm_loop *loop, uint32_t near,
 		rc = farm_ring_near_region(as->ring, as->me, near, taken_cb, as,
 		                           0, &op->region);
 	if (!rc && !near)
-		rc = farm_ring_pick_region(as->ring, as->me, &as->seed, taken_cb,
-		                           as, 0, &op->region);
+		rc = farm_ring_pick_region(as->ring, as->me, &as->seed,
+		                           taken_cb, as, 0, &op->region);
 	if (!rc)
 		op->nrep = farm_ring_replicas(as->ring, op->region, op->reps);
 	if (!rc) {
@@ -526,15 +556,17 @@ int farm_as_region_alloc(farm_as *as, farm_loop *loop, uint32_t near,
 	op->pending = 1; /* ours, released below */
 	for (unsigned i = 1; i < op->nrep; i++) {
 		struct create_call *cc = malloc(sizeof(*cc));
-		struct create_req q = {.region = op->region, .primary = as->me,
+		struct create_req q = {.region = op->region,
+		                       .primary = as->me,
 		                       .size = as->region_size};
 		if (!cc) {
 			op->status = op->status ? op->status : -ENOMEM;
 			continue;
 		}
 		*cc = (struct create_call){.op = op, .idx = i};
-		rc = farm_msg_call(loop, op->reps[i], 0, FARM_MSGT_AS_CREATE, &q,
-		                   sizeof(q), as->rpc_timeout_ns, create_done, cc);
+		rc = farm_msg_call(loop, op->reps[i], 0, FARM_MSGT_AS_CREATE,
+		                   &q, sizeof(q), as->rpc_timeout_ns,
+		                   create_done, cc);
 		if (rc) {
 			free(cc);
 			op->status = op->status ? op->status : rc;
@@ -547,7 +579,8 @@ int farm_as_region_alloc(farm_as *as, farm_loop *loop, uint32_t near,
 	return 0;
 }
 
-/* ---- access ------------------------------------------------------------------- */
+/* ---- access
+ * ------------------------------------------------------------------- */
 
 struct access_op {
 	farm_as *as;
@@ -564,8 +597,9 @@ static int post_rdma(farm_loop *loop, const farm_mr_desc *d, bool write,
                      farm_gaddr a, void *buf, farm_mr *lmr, uint32_t len,
                      farm_op_fn cont, void *ctx)
 {
-	farm_wr wr = write ? farm_wr_write(0, buf, lmr, len, d, farm_gaddr_offset(a))
-	                   : farm_wr_read(0, buf, lmr, len, d, farm_gaddr_offset(a));
+	farm_wr wr =
+	        write ? farm_wr_write(0, buf, lmr, len, d, farm_gaddr_offset(a))
+	              : farm_wr_read(0, buf, lmr, len, d, farm_gaddr_offset(a));
 	return farm_loop_rdma(loop, d->machine, &wr, cont, ctx);
 }
 
@@ -587,15 +621,19 @@ static void lookup_done(farm_loop *loop, void *ctx, int status,
 		}
 	}
 	if (!status) {
-		farm_mr_desc d = {.key = r.key, .addr = r.addr, .len = r.len,
-		                  .machine = r.machine, .access = r.access};
+		farm_mr_desc d = {.key = r.key,
+		                  .addr = r.addr,
+		                  .len = r.len,
+		                  .machine = r.machine,
+		                  .access = r.access};
 		struct entry e = {.id = region, .kind = E_REMOTE, .desc = d};
 		pthread_rwlock_wrlock(&as->lock);
 		struct entry *old = find(as, region);
 		if (old && old->kind == E_BACKUP)
 			old->desc = d;
 		else if (!old || old->kind == E_REMOTE)
-			(void)put(as, &e); /* a failed cache insert is harmless */
+			(void)put(as,
+			          &e); /* a failed cache insert is harmless */
 		pthread_rwlock_unlock(&as->lock);
 		status = post_rdma(loop, &d, op->write, op->a, op->buf, op->lmr,
 		                   op->len, op->cont, op->ctx);
@@ -609,8 +647,8 @@ static void lookup_done(farm_loop *loop, void *ctx, int status,
 }
 
 static int as_access(farm_as *as, farm_loop *loop, bool write, farm_gaddr a,
-                  void *buf, farm_mr *lmr, uint32_t len, farm_op_fn cont,
-                  void *ctx)
+                     void *buf, farm_mr *lmr, uint32_t len, farm_op_fn cont,
+                     void *ctx)
 {
 	if (!as || !loop || !buf || !cont || len == 0 ||
 	    !farm_gaddr_valid(a, len, as->region_size))
@@ -621,7 +659,8 @@ static int as_access(farm_as *as, farm_loop *loop, bool write, farm_gaddr a,
 	int kind = e ? e->kind : E_FREE;
 	farm_mr_desc d = e ? e->desc : (farm_mr_desc){0};
 	uint8_t *base = kind == E_PRIMARY ? farm_region_base(e->local) : NULL;
-	uint32_t primary = as->ring ? farm_ring_primary(as->ring, region) : as->me;
+	uint32_t primary =
+	        as->ring ? farm_ring_primary(as->ring, region) : as->me;
 	bool have_view = as->ring != NULL;
 	pthread_rwlock_unlock(&as->lock);
 	if (base) {
@@ -632,10 +671,12 @@ static int as_access(farm_as *as, farm_loop *loop, bool write, farm_gaddr a,
 			memcpy(p, buf, len);
 		else
 			memcpy(buf, p, len);
-		atomic_fetch_add(write ? &as->st.writes_local : &as->st.reads_local, 1);
+		atomic_fetch_add(
+		        write ? &as->st.writes_local : &as->st.reads_local, 1);
 		return farm_loop_post(loop, cont, ctx);
 	}
-	atomic_fetch_add(write ? &as->st.writes_remote : &as->st.reads_remote, 1);
+	atomic_fetch_add(write ? &as->st.writes_remote : &as->st.reads_remote,
+	                 1);
 	if ((kind == E_REMOTE || kind == E_BACKUP) && d.len) {
 		atomic_fetch_add(&as->st.lookups_cached, 1);
 		return post_rdma(loop, &d, write, a, buf, lmr, len, cont, ctx);
@@ -645,8 +686,14 @@ static int as_access(farm_as *as, farm_loop *loop, bool write, farm_gaddr a,
 	struct access_op *op = malloc(sizeof(*op));
 	if (!op)
 		return -ENOMEM;
-	*op = (struct access_op){.as = as, .write = write, .a = a, .buf = buf,
-	                         .lmr = lmr, .len = len, .cont = cont, .ctx = ctx};
+	*op = (struct access_op){.as = as,
+	                         .write = write,
+	                         .a = a,
+	                         .buf = buf,
+	                         .lmr = lmr,
+	                         .len = len,
+	                         .cont = cont,
+	                         .ctx = ctx};
 	struct lookup_req q = {.region = region};
 	atomic_fetch_add(&as->st.lookups_sent, 1);
 	int rc = farm_msg_call(loop, primary, 0, FARM_MSGT_AS_LOOKUP, &q,
@@ -668,7 +715,8 @@ int farm_as_write(farm_as *as, farm_loop *loop, farm_gaddr a, const void *buf,
 	return as_access(as, loop, true, a, (void *)buf, lmr, len, cont, ctx);
 }
 
-/* ---- function shipping ------------------------------------------------------ */
+/* ---- function shipping ------------------------------------------------------
+ */
 
 unsigned farm_as_thread_of(const farm_as *as, farm_gaddr a)
 {
