@@ -39,7 +39,8 @@ static inline void asn_set_views(struct asn_cluster *c, uint64_t cid)
 	for (unsigned i = 0; i < c->n; i++)
 		ids[i] = i + 1;
 	for (unsigned i = 0; i < c->n; i++)
-		assert_int_equal(farm_as_set_view(c->m[i].as, cid, ids, c->n), 0);
+		assert_int_equal(farm_as_set_view(c->m[i].as, cid, ids, c->n),
+		                 0);
 }
 
 /* Machines 1..n, regions of @rsize, no view yet. */
@@ -57,7 +58,8 @@ static inline void asn_open_noview(struct asn_cluster *c, unsigned n,
 		assert_non_null(x->fab);
 		assert_int_equal(farm_msg_create(x->fab, &ma, &x->msg), 0);
 		aa.seed = i + 1;
-		assert_int_equal(farm_as_create(x->fab, x->msg, &aa, &x->as), 0);
+		assert_int_equal(farm_as_create(x->fab, x->msg, &aa, &x->as),
+		                 0);
 		assert_int_equal(farm_galloc_create(x->as, x->msg, &x->ga), 0);
 		struct farm_txm_attr ta = {.log_size = 256u << 10,
 		                           .arena_size = 16u << 20};
@@ -75,9 +77,9 @@ static inline void asn_open_noview(struct asn_cluster *c, unsigned n,
 			assert_true(farm_fabric_address(c->m[j].fab, addr,
 			                                sizeof(addr)) > 0);
 			farm_mr_desc d = farm_msg_desc(c->m[j].msg);
-			assert_int_equal(farm_msg_add_peer(c->m[i].msg, j + 1,
-			                                   addr, &d),
-			                 0);
+			assert_int_equal(
+			        farm_msg_add_peer(c->m[i].msg, j + 1, addr, &d),
+			        0);
 		}
 		assert_int_equal(farm_loop_open(c->m[i].msg, 0, &c->m[i].loop),
 		                 0);
@@ -88,8 +90,8 @@ static inline void asn_open_noview(struct asn_cluster *c, unsigned n,
 			if (i == j)
 				continue;
 			farm_mr_desc d = farm_txm_log_desc(c->m[j].txm);
-			assert_int_equal(farm_txm_add_peer(c->m[i].txm, j + 1, &d),
-			                 0);
+			assert_int_equal(
+			        farm_txm_add_peer(c->m[i].txm, j + 1, &d), 0);
 		}
 }
 

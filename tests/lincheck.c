@@ -22,7 +22,7 @@
 #include <string.h>
 #include <time.h>
 
-#define NONE UINT32_MAX
+#define NONE       UINT32_MAX
 #define LC_MAX_OPS ((size_t)INT32_MAX / 2)
 
 struct lc_rec {
@@ -192,7 +192,7 @@ struct state {
 /* One op of the key being checked, numbered in invocation order. */
 struct kop {
 	uint64_t value, t_inv, t_resp; /* t_resp NO_RESPONSE: optional */
-	uint32_t gidx;                  /* index in the history */
+	uint32_t gidx;                 /* index in the history */
 	uint8_t kind, found;
 };
 
@@ -214,7 +214,7 @@ struct memo {
 	uint8_t present;
 };
 
-#define TAIL 3
+#define TAIL  3
 #define TRIED 6
 
 struct best {
@@ -295,8 +295,7 @@ static uint64_t memo_hash(uint32_t M, const uint32_t *u, uint32_t nu,
 	uint64_t x = mix(M + 0x9e3779b97f4a7c15ull);
 	for (uint32_t i = 0; i < nu; i++)
 		x = mix(x ^ u[i]);
-	return mix(x ^ mix(st.v ^ ((uint64_t)st.present << 63)) ^
-	           st.present);
+	return mix(x ^ mix(st.v ^ ((uint64_t)st.present << 63)) ^ st.present);
 }
 
 static int table_reset(struct ctx *c, size_t m)
@@ -350,8 +349,11 @@ static int memo_insert(struct ctx *c, uint32_t M, const uint32_t *u,
 	         sizeof(uint32_t)))
 		return -ENOMEM;
 	struct memo *e = &c->memo[c->nmemo];
-	*e = (struct memo){.hash = hv, .v = st.v, .M = M,
-	                   .uoff = (uint32_t)c->nuarena, .ulen = nu,
+	*e = (struct memo){.hash = hv,
+	                   .v = st.v,
+	                   .M = M,
+	                   .uoff = (uint32_t)c->nuarena,
+	                   .ulen = nu,
 	                   .present = st.present};
 	if (nu)
 		memcpy(c->uarena + c->nuarena, u, nu * sizeof(*u));
@@ -441,9 +443,8 @@ static int search(struct ctx *c, uint32_t m)
 		else
 			c->call_of[c->ents[i].op] = i;
 	}
-	if (table_reset(c, m) ||
-	    grow((void **)&c->frames, &c->capframes, (size_t)m + 1,
-	         sizeof(*c->frames)))
+	if (table_reset(c, m) || grow((void **)&c->frames, &c->capframes,
+	                              (size_t)m + 1, sizeof(*c->frames)))
 		return -ENOMEM;
 	memset(&c->best, 0, sizeof(c->best));
 	c->best.depth = -1;
@@ -498,9 +499,12 @@ static int search(struct ctx *c, uint32_t m)
 					goto out;
 				}
 				if (ins) {
-					c->frames[depth++] = (struct frame){
-					        .st = st, .op = o, .M = M,
-					        .writer = writer, .forced = same};
+					c->frames[depth++] =
+					        (struct frame){.st = st,
+					                       .op = o,
+					                       .M = M,
+					                       .writer = writer,
+					                       .forced = same};
 					st = ns;
 					M = nM;
 					if (writes(&ops[o]))
@@ -616,18 +620,14 @@ static void sb_op(struct sbuf *b, const struct ctx *c, uint32_t o)
 		else
 			sb_add(b, "%s -> absent", g->mget ? "mget" : "get");
 		break;
-	case LC_PUT:
-		sb_add(b, "put %" PRIu64, k->value);
-		break;
+	case LC_PUT: sb_add(b, "put %" PRIu64, k->value); break;
 	case LC_DEL:
 		if (responded(k))
 			sb_add(b, "del -> %s", k->found ? "found" : "absent");
 		else
 			sb_add(b, "del -> ?");
 		break;
-	default:
-		sb_add(b, "del");
-		break;
+	default: sb_add(b, "del"); break;
 	}
 	sb_add(b, " (client %" PRIu32 ", %" PRIu64 "..", g->client, k->t_inv);
 	if (responded(k))
@@ -645,8 +645,7 @@ static void sb_state(struct sbuf *b, struct state st)
 }
 
 /* A delete that could fall between put @p and op @o in real time. */
-static bool del_between(const struct ctx *c, uint32_t m, uint32_t p,
-                        uint32_t o)
+static bool del_between(const struct ctx *c, uint32_t m, uint32_t p, uint32_t o)
 {
 	for (uint32_t d = 0; d < m; d++) {
 		const struct kop *k = &c->ops[d];
@@ -675,8 +674,10 @@ static void diagnose(struct sbuf *b, const struct ctx *c, uint32_t m,
 		if (p == NONE) {
 			sb_add(b, "value never written: ");
 			sb_op(b, c, o);
-			sb_add(b, " read %" PRIu64 ", which no put of this "
-			       "key wrote. ", k->value);
+			sb_add(b,
+			       " read %" PRIu64 ", which no put of this "
+			       "key wrote. ",
+			       k->value);
 			return;
 		}
 		/* Every put of the value was overwritten before o began? */
@@ -689,7 +690,8 @@ static void diagnose(struct sbuf *b, const struct ctx *c, uint32_t m,
 			for (uint32_t j = 0; j < m; j++) {
 				const struct kop *x = &c->ops[j];
 				if (!writes(x) || !responded(x) ||
-				    (x->kind == LC_PUT && x->value == k->value) ||
+				    (x->kind == LC_PUT &&
+				     x->value == k->value) ||
 				    (x->kind == LC_DEL && !x->found))
 					continue;
 				if (responded(pi) && pi->t_resp < x->t_inv &&
@@ -708,9 +710,8 @@ static void diagnose(struct sbuf *b, const struct ctx *c, uint32_t m,
 		sb_op(b, c, o);
 		sb_add(b, " began after the value written by ");
 		sb_op(b, c, wp);
-		sb_add(b, " was %s by ", c->ops[ww].kind == LC_PUT
-		                                 ? "overwritten"
-		                                 : "deleted");
+		sb_add(b, " was %s by ",
+		       c->ops[ww].kind == LC_PUT ? "overwritten" : "deleted");
 		sb_op(b, c, ww);
 		sb_add(b, ". ");
 		return;
@@ -722,13 +723,14 @@ static void diagnose(struct sbuf *b, const struct ctx *c, uint32_t m,
 			if (x->kind != LC_PUT || !responded(x) ||
 			    x->t_resp >= k->t_inv || del_between(c, m, p, o))
 				continue;
-			sb_add(b, "%s: ", k->kind == LC_GET ? "stale read"
-			                                    : "lost update");
+			sb_add(b, "%s: ",
+			       k->kind == LC_GET ? "stale read"
+			                         : "lost update");
 			sb_op(b, c, o);
 			sb_add(b, " found the key absent, but ");
 			sb_op(b, c, p);
 			sb_add(b, " completed before it began and no delete "
-			       "could come in between. ");
+			          "could come in between. ");
 			return;
 		}
 	}
@@ -866,10 +868,12 @@ int lc_check(const lc_history *h, lc_report *r, uint64_t timeout_ms)
 			uint8_t kind = o->kind;
 			if (kind == LC_DEL && o->t_resp == LC_NO_RESPONSE)
 				kind = LC_DEL_ANY;
-			c.ops[m++] = (struct kop){
-			        .value = o->value, .t_inv = o->t_inv,
-			        .t_resp = o->t_resp, .gidx = sk[i].i,
-			        .kind = kind, .found = o->found};
+			c.ops[m++] = (struct kop){.value = o->value,
+			                          .t_inv = o->t_inv,
+			                          .t_resp = o->t_resp,
+			                          .gidx = sk[i].i,
+			                          .kind = kind,
+			                          .found = o->found};
 		}
 		if (m > r->max_key_ops)
 			r->max_key_ops = m;
@@ -894,8 +898,7 @@ int lc_check(const lc_history *h, lc_report *r, uint64_t timeout_ms)
 	if (rc < 0)
 		return rc;
 	if (r->nviolations)
-		return r->nviolations > INT_MAX ? INT_MAX
-		                                : (int)r->nviolations;
+		return r->nviolations > INT_MAX ? INT_MAX : (int)r->nviolations;
 	if (r->ntimedout)
 		return -ETIMEDOUT;
 	return 0;
@@ -904,10 +907,11 @@ int lc_check(const lc_history *h, lc_report *r, uint64_t timeout_ms)
 void lc_report_print(FILE *f, const lc_report *r)
 {
 	fprintf(f,
-	        "lincheck: %" PRIu64 " ops on %" PRIu64 " keys (busiest %" PRIu64
-	        " ops; %" PRIu64 " without response, %" PRIu64
-	        " of them gets dropped; %" PRIu64 " from multi-gets); %" PRIu64
-	        " search steps, %" PRIu64 " memo entries; %.1f ms\n",
+	        "lincheck: %" PRIu64 " ops on %" PRIu64
+	        " keys (busiest %" PRIu64 " ops; %" PRIu64
+	        " without response, %" PRIu64 " of them gets dropped; %" PRIu64
+	        " from multi-gets); %" PRIu64 " search steps, %" PRIu64
+	        " memo entries; %.1f ms\n",
 	        r->nops, r->nkeys, r->max_key_ops, r->nno_response,
 	        r->ndropped_gets, r->nmget_gets, r->nsteps, r->nmemo,
 	        r->elapsed_ms);

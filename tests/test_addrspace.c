@@ -6,14 +6,17 @@
  */
 #include "asnodes.h"
 
-#define N      3
-#define RSIZE  (4ull << 20)
-#define T_WHO  8
+#define N     3
+#define RSIZE (4ull << 20)
+#define T_WHO 8
 
 static struct asn_cluster C;
 #define nodes C.m
 
-static void pump(void) { asn_pump(&C); }
+static void pump(void)
+{
+	asn_pump(&C);
+}
 
 struct res {
 	int done, status;
@@ -37,7 +40,10 @@ static void region_done(farm_loop *loop, void *ctx, int status, uint32_t region)
 	r->done = 1;
 }
 
-static void wait_res(struct res *r) { asn_wait(&C, &r->done); }
+static void wait_res(struct res *r)
+{
+	asn_wait(&C, &r->done);
+}
 
 /* Replies with the id of the machine that ran it. */
 static void h_who(farm_loop *loop, const farm_msg_in *in, void *arg)
@@ -67,7 +73,10 @@ static int teardown(void **state)
 	return 0;
 }
 
-static void set_views(uint64_t cid) { asn_set_views(&C, cid); }
+static void set_views(uint64_t cid)
+{
+	asn_set_views(&C, cid);
+}
 
 static void test_no_view(void **state)
 {
@@ -95,17 +104,18 @@ static void test_alloc_and_access(void **state)
 	uint32_t regions[N];
 	for (unsigned i = 0; i < N; i++) {
 		struct res r = {0};
-		assert_int_equal(farm_as_region_alloc(nodes[i].as, nodes[i].loop,
-		                                      0, region_done, &r),
+		assert_int_equal(farm_as_region_alloc(nodes[i].as,
+		                                      nodes[i].loop, 0,
+		                                      region_done, &r),
 		                 0);
 		wait_res(&r);
 		assert_int_equal(r.status, 0);
 		regions[i] = r.region;
 		uint32_t rep[3][FARM_RING_MAX_REPLICAS];
 		for (unsigned j = 0; j < N; j++)
-			assert_int_equal(farm_as_replicas(nodes[j].as, r.region,
-			                                  rep[j]),
-			                 3);
+			assert_int_equal(
+			        farm_as_replicas(nodes[j].as, r.region, rep[j]),
+			        3);
 		assert_int_equal(rep[0][0], i + 1);
 		assert_memory_equal(rep[0], rep[1], 3 * sizeof(uint32_t));
 		assert_memory_equal(rep[0], rep[2], 3 * sizeof(uint32_t));
@@ -124,9 +134,9 @@ static void test_alloc_and_access(void **state)
 	static FARM_CL_ALIGNED char buf[4096];
 	static FARM_CL_ALIGNED char back[4096];
 	farm_mr *mr;
-	assert_int_equal(farm_mr_reg(b->fab, buf, sizeof(buf), FARM_ACCESS_LOCAL,
-	                             &mr),
-	                 0);
+	assert_int_equal(
+	        farm_mr_reg(b->fab, buf, sizeof(buf), FARM_ACCESS_LOCAL, &mr),
+	        0);
 	farm_mr *mr2;
 	assert_int_equal(farm_mr_reg(b->fab, back, sizeof(back),
 	                             FARM_ACCESS_LOCAL, &mr2),
@@ -144,8 +154,8 @@ static void test_alloc_and_access(void **state)
 	assert_non_null(local);
 	assert_memory_equal(local, buf, sizeof(buf));
 	assert_null(farm_as_local_ptr(b->as, a, sizeof(buf))); /* a backup */
-	assert_int_equal(farm_as_read(b->as, b->loop, a, back, mr2, sizeof(back),
-	                              op_done, &rd),
+	assert_int_equal(farm_as_read(b->as, b->loop, a, back, mr2,
+	                              sizeof(back), op_done, &rd),
 	                 0);
 	wait_res(&rd);
 	assert_int_equal(rd.status, 0);
@@ -161,9 +171,9 @@ static void test_alloc_and_access(void **state)
 	farm_gaddr own = farm_gaddr_make(regions[1], 64);
 	memset(farm_as_local_ptr(b->as, own, 8), 0x5a, 8);
 	struct res lr = {0};
-	assert_int_equal(farm_as_read(b->as, b->loop, own, back, NULL, 8,
-	                              op_done, &lr),
-	                 0);
+	assert_int_equal(
+	        farm_as_read(b->as, b->loop, own, back, NULL, 8, op_done, &lr),
+	        0);
 	wait_res(&lr);
 	assert_int_equal(lr.status, 0);
 	assert_int_equal(back[0], 0x5a);
@@ -175,9 +185,9 @@ static void test_alloc_and_access(void **state)
 	                              farm_gaddr_make(regions[0], RSIZE - 8),
 	                              back, mr2, 16, op_done, &x),
 	                 -EINVAL);
-	assert_int_equal(farm_as_read(b->as, b->loop, a, back, mr2, 0, op_done,
-	                              &x),
-	                 -EINVAL);
+	assert_int_equal(
+	        farm_as_read(b->as, b->loop, a, back, mr2, 0, op_done, &x),
+	        -EINVAL);
 	assert_int_equal(farm_as_read(b->as, b->loop, farm_gaddr_make(0, 0),
 	                              back, mr2, 8, op_done, &x),
 	                 -EINVAL);

@@ -78,7 +78,8 @@ static void test_file_and_env(void **state)
 	farm_config_defaults(&c);
 	assert_int_equal(farm_config_load(&c, path, err, sizeof(err)), 0);
 	assert_int_equal(farm_config_validate(&c, err, sizeof(err)), -EINVAL);
-	write_file(path, "machine_id = 1\ndata_dir = /x\npeer = 2 /a\npeer = 2 /b\n");
+	write_file(path,
+	           "machine_id = 1\ndata_dir = /x\npeer = 2 /a\npeer = 2 /b\n");
 	farm_config_defaults(&c);
 	assert_int_equal(farm_config_load(&c, path, err, sizeof(err)), 0);
 	assert_int_equal(farm_config_validate(&c, err, sizeof(err)), -EINVAL);
@@ -86,7 +87,8 @@ static void test_file_and_env(void **state)
 	assert_int_equal(farm_config_load(&c, path, err, sizeof(err)), -EINVAL);
 	farm_config_defaults(&c);
 	assert_int_equal(farm_config_validate(&c, err, sizeof(err)), -EINVAL);
-	assert_true(farm_config_load(&c, "/nonexistent/conf", err, sizeof(err)) < 0);
+	assert_true(farm_config_load(&c, "/nonexistent/conf", err,
+	                             sizeof(err)) < 0);
 	tu_rmtree(dir);
 }
 
@@ -101,15 +103,17 @@ static void test_addrspace_keys(void **state)
 	assert_int_equal(c.rings, 3);
 	assert_int_equal(c.ring_points, 128);
 	assert_int_equal(c.threads, 1);
-	assert_int_equal(farm_config_set(&c, "replicas", "2", err, sizeof(err)), 0);
+	assert_int_equal(farm_config_set(&c, "replicas", "2", err, sizeof(err)),
+	                 0);
 	assert_int_equal(c.replicas, 2);
 	assert_int_equal(farm_config_set(&c, "replicas", "0", err, sizeof(err)),
 	                 -ERANGE);
 	assert_int_equal(farm_config_set(&c, "rings", "17", err, sizeof(err)),
 	                 -ERANGE);
 	assert_non_null(strstr(err, "rings"));
-	assert_int_equal(farm_config_set(&c, "ring_points", "x", err, sizeof(err)),
-	                 -EINVAL);
+	assert_int_equal(
+	        farm_config_set(&c, "ring_points", "x", err, sizeof(err)),
+	        -EINVAL);
 	assert_int_equal(farm_config_set(&c, "threads", "65", err, sizeof(err)),
 	                 -ERANGE);
 	assert_int_equal(c.replicas, 2); /* bad values change nothing */
@@ -129,9 +133,9 @@ static void test_addrspace_keys(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_sizes),
-		cmocka_unit_test(test_file_and_env),
-		cmocka_unit_test(test_addrspace_keys),
+	        cmocka_unit_test(test_sizes),
+	        cmocka_unit_test(test_file_and_env),
+	        cmocka_unit_test(test_addrspace_keys),
 	};
 	return cmocka_run_group_tests_name("config", tests, NULL, NULL);
 }

@@ -34,10 +34,13 @@ static int setup(void **state)
 	f->rd = farm_region_desc(f->region);
 	f->rbase = farm_region_base(f->region);
 	assert_int_equal(farm_cq_create(f->a, 64, 0, &f->cq), 0);
-	assert_int_equal(farm_ep_connect(f->a, f->cq, 2, f->dir_b, NULL, &f->ep), 0);
+	assert_int_equal(
+	        farm_ep_connect(f->a, f->cq, 2, f->dir_b, NULL, &f->ep), 0);
 	f->buf = aligned_alloc(64, 16384);
 	memset(f->buf, 0, 16384);
-	assert_int_equal(farm_mr_reg(f->a, f->buf, 16384, FARM_ACCESS_LOCAL, &f->lmr), 0);
+	assert_int_equal(
+	        farm_mr_reg(f->a, f->buf, 16384, FARM_ACCESS_LOCAL, &f->lmr),
+	        0);
 	*state = f;
 	return 0;
 }
@@ -63,7 +66,8 @@ static void test_open_errors(void **state)
 {
 	struct fx *f = *state;
 	farm_fabric *x = NULL;
-	farm_fabric_attr a = {.provider = "shm", .machine_id = 9, .data_dir = f->dir_b};
+	farm_fabric_attr a = {
+	        .provider = "shm", .machine_id = 9, .data_dir = f->dir_b};
 	/* The directory belongs to a live machine. */
 	assert_int_equal(farm_fabric_open(&a, &x), -EBUSY);
 	a.provider = "no-such-provider";
@@ -76,7 +80,8 @@ static void test_open_errors(void **state)
 	assert_true(farm_fabric_provider_available("shm"));
 	assert_false(farm_fabric_provider_available("nope"));
 	char addr[8];
-	assert_int_equal(farm_fabric_address(f->a, addr, sizeof(addr)), -ENOSPC);
+	assert_int_equal(farm_fabric_address(f->a, addr, sizeof(addr)),
+	                 -ENOSPC);
 }
 
 static void test_region_rules(void **state)
@@ -86,7 +91,8 @@ static void test_region_rules(void **state)
 	assert_int_equal(farm_region_create(f->a, 3u << 20, &r), -EINVAL);
 	assert_int_equal(farm_region_create(f->a, 1u << 19, &r), -EINVAL);
 	assert_int_equal(farm_region_create(f->a, 0, &r), -EINVAL);
-	assert_int_equal(farm_region_create(f->a, (1ull << 32) * 2, &r), -EINVAL);
+	assert_int_equal(farm_region_create(f->a, (1ull << 32) * 2, &r),
+	                 -EINVAL);
 	assert_null(r);
 	for (uint64_t sz = 1u << 20; sz <= (8u << 20); sz <<= 1) {
 		assert_int_equal(farm_region_create(f->a, sz, &r), 0);
@@ -110,18 +116,28 @@ static void test_read_write_cas(void **state)
 	uint8_t *src = f->buf, *dst = f->buf + 8192;
 	for (int i = 0; i < 4096; i++)
 		src[i] = (uint8_t)(i * 7 + 3);
-	assert_int_equal(tu_do(f->ep, f->cq, farm_wr_write(1, src, f->lmr, 4096, &f->rd, 12345)), 0);
+	assert_int_equal(
+	        tu_do(f->ep, f->cq,
+	              farm_wr_write(1, src, f->lmr, 4096, &f->rd, 12345)),
+	        0);
 	assert_memory_equal(f->rbase + 12345, src, 4096);
-	assert_int_equal(tu_do(f->ep, f->cq, farm_wr_read(2, dst, f->lmr, 4096, &f->rd, 12345)), 0);
+	assert_int_equal(
+	        tu_do(f->ep, f->cq,
+	              farm_wr_read(2, dst, f->lmr, 4096, &f->rd, 12345)),
+	        0);
 	assert_memory_equal(dst, src, 4096);
 
 	/* CAS: success returns the old value and swaps; failure does not. */
 	uint64_t *res = (uint64_t *)(void *)(f->buf + 16000);
 	memcpy(f->rbase + 64, &(uint64_t){41}, 8);
-	assert_int_equal(tu_do(f->ep, f->cq, farm_wr_cas(3, res, f->lmr, &f->rd, 64, 41, 42)), 0);
+	assert_int_equal(tu_do(f->ep, f->cq,
+	                       farm_wr_cas(3, res, f->lmr, &f->rd, 64, 41, 42)),
+	                 0);
 	assert_int_equal(*res, 41);
 	assert_int_equal(*(uint64_t *)(void *)(f->rbase + 64), 42);
-	assert_int_equal(tu_do(f->ep, f->cq, farm_wr_cas(4, res, f->lmr, &f->rd, 64, 41, 99)), 0);
+	assert_int_equal(tu_do(f->ep, f->cq,
+	                       farm_wr_cas(4, res, f->lmr, &f->rd, 64, 41, 99)),
+	                 0);
 	assert_int_equal(*res, 42);
 	assert_int_equal(*(uint64_t *)(void *)(f->rbase + 64), 42);
 
@@ -136,7 +152,9 @@ static void test_read_write_cas(void **state)
 	assert_int_equal(wc.status, 0);
 	assert_string_equal((char *)f->rbase + 256, "inline payload");
 	/* Zero-length requests succeed and touch nothing. */
-	assert_int_equal(tu_do(f->ep, f->cq, farm_wr_read(6, dst, f->lmr, 0, &f->rd, 0)), 0);
+	assert_int_equal(
+	        tu_do(f->ep, f->cq, farm_wr_read(6, dst, f->lmr, 0, &f->rd, 0)),
+	        0);
 }
 
 static void test_completion_is_async(void **state)
@@ -161,7 +179,8 @@ static void test_completion_is_async(void **state)
 	 * arrives, and only it. */
 	farm_wr ws[3];
 	for (int i = 0; i < 3; i++) {
-		ws[i] = farm_wr_write(10 + i, f->buf, f->lmr, 8, &f->rd, 8192 + 8 * i);
+		ws[i] = farm_wr_write(10 + i, f->buf, f->lmr, 8, &f->rd,
+		                      8192 + 8 * i);
 		ws[i].flags = i == 2 ? FARM_WR_SIGNALED : 0;
 		ws[i].next = i < 2 ? &ws[i + 1] : NULL;
 	}
@@ -178,13 +197,16 @@ static void test_list_order(void **state)
 	/* One doorbell: WRITE x, READ x, WRITE y, READ x: the READs see the
 	 * WRITEs posted before them and not those after. */
 	uint64_t *v = (uint64_t *)(void *)f->buf;
-	v[0] = 111; v[1] = 222; v[2] = 0; v[3] = 0;
+	v[0] = 111;
+	v[1] = 222;
+	v[2] = 0;
+	v[3] = 0;
 	memset(f->rbase + 640, 0, 8);
 	farm_wr l[4] = {
-		farm_wr_write(1, &v[0], f->lmr, 8, &f->rd, 640),
-		farm_wr_read(2, &v[2], f->lmr, 8, &f->rd, 640),
-		farm_wr_write(3, &v[1], f->lmr, 8, &f->rd, 640),
-		farm_wr_read(4, &v[3], f->lmr, 8, &f->rd, 640),
+	        farm_wr_write(1, &v[0], f->lmr, 8, &f->rd, 640),
+	        farm_wr_read(2, &v[2], f->lmr, 8, &f->rd, 640),
+	        farm_wr_write(3, &v[1], f->lmr, 8, &f->rd, 640),
+	        farm_wr_read(4, &v[3], f->lmr, 8, &f->rd, 640),
 	};
 	for (int i = 0; i < 3; i++)
 		l[i].next = &l[i + 1];
@@ -227,7 +249,8 @@ static void test_write_persist(void **state)
 static int bad_one(struct fx *f, farm_wr wr)
 {
 	farm_ep *ep;
-	assert_int_equal(farm_ep_connect(f->a, f->cq, 2, f->dir_b, NULL, &ep), 0);
+	assert_int_equal(farm_ep_connect(f->a, f->cq, 2, f->dir_b, NULL, &ep),
+	                 0);
 	int st = tu_do(ep, f->cq, wr);
 	farm_ep_destroy(ep);
 	return st;
@@ -243,10 +266,12 @@ static void test_bad_input(void **state)
 	farm_mr_desc d = f->rd;
 
 	/* Past the end, by one byte and by a lot. */
-	assert_int_equal(bad_one(f, farm_wr_write(1, src, f->lmr, 64, &d, RSIZE - 63)),
-	                 FARM_EREMOTE_ACCESS);
-	assert_int_equal(bad_one(f, farm_wr_read(1, src, f->lmr, 64, &d, RSIZE)),
-	                 FARM_EREMOTE_ACCESS);
+	assert_int_equal(
+	        bad_one(f, farm_wr_write(1, src, f->lmr, 64, &d, RSIZE - 63)),
+	        FARM_EREMOTE_ACCESS);
+	assert_int_equal(
+	        bad_one(f, farm_wr_read(1, src, f->lmr, 64, &d, RSIZE)),
+	        FARM_EREMOTE_ACCESS);
 	/* Before the start. */
 	farm_wr w = farm_wr_write(1, src, f->lmr, 64, &d, 0);
 	w.raddr = d.addr - 64;
@@ -264,29 +289,35 @@ static void test_bad_input(void **state)
 	assert_int_equal(bad_one(f, w), FARM_EREMOTE_KEY);
 	/* Misaligned CAS. */
 	uint64_t *res = (uint64_t *)(void *)(f->buf + 8192);
-	assert_int_equal(bad_one(f, farm_wr_cas(1, res, f->lmr, &d, 4, 0, 1)), -EINVAL);
+	assert_int_equal(bad_one(f, farm_wr_cas(1, res, f->lmr, &d, 4, 0, 1)),
+	                 -EINVAL);
 	/* Local buffer outside its registration, or no registration. */
-	assert_int_equal(bad_one(f, farm_wr_read(1, f->buf + 16384 - 8, f->lmr, 64, &d, 0)),
+	assert_int_equal(bad_one(f, farm_wr_read(1, f->buf + 16384 - 8, f->lmr,
+	                                         64, &d, 0)),
 	                 FARM_ELOCAL_ACCESS);
 	assert_int_equal(bad_one(f, farm_wr_read(1, f->buf, NULL, 64, &d, 0)),
 	                 FARM_ELOCAL_ACCESS);
 	/* Access rights: a read-only registration refuses WRITE and CAS. */
 	farm_mr *ro;
-	assert_int_equal(farm_mr_reg(f->b, f->rbase, 4096, FARM_ACCESS_REMOTE_READ, &ro), 0);
+	assert_int_equal(
+	        farm_mr_reg(f->b, f->rbase, 4096, FARM_ACCESS_REMOTE_READ, &ro),
+	        0);
 	farm_mr_desc rod = farm_mr_describe(ro);
 	assert_int_equal(bad_one(f, farm_wr_write(1, src, f->lmr, 8, &rod, 0)),
 	                 FARM_EREMOTE_ACCESS);
 	assert_int_equal(bad_one(f, farm_wr_cas(1, res, f->lmr, &rod, 0, 0, 1)),
 	                 FARM_EREMOTE_ACCESS);
-	assert_int_equal(bad_one(f, farm_wr_read(1, src, f->lmr, 8, &rod, 0)), 0);
+	assert_int_equal(bad_one(f, farm_wr_read(1, src, f->lmr, 8, &rod, 0)),
+	                 0);
 	/* A deregistered descriptor is stale. */
 	farm_mr_dereg(ro);
 	assert_int_equal(bad_one(f, farm_wr_read(1, src, f->lmr, 8, &rod, 0)),
 	                 FARM_EREMOTE_KEY);
 	/* Remote access to memory not from farm_mem_alloc is refused. */
 	farm_mr *priv;
-	assert_int_equal(farm_mr_reg(f->b, f->buf, 64, FARM_ACCESS_REMOTE_READ, &priv),
-	                 -ENOTSUP);
+	assert_int_equal(
+	        farm_mr_reg(f->b, f->buf, 64, FARM_ACCESS_REMOTE_READ, &priv),
+	        -ENOTSUP);
 
 	/* Nothing above touched the target. */
 	for (size_t i = 0; i < RSIZE; i++)
@@ -315,14 +346,15 @@ static void test_error_state(void **state)
 {
 	struct fx *f = *state;
 	farm_ep *ep;
-	assert_int_equal(farm_ep_connect(f->a, f->cq, 2, f->dir_b, NULL, &ep), 0);
+	assert_int_equal(farm_ep_connect(f->a, f->cq, 2, f->dir_b, NULL, &ep),
+	                 0);
 	/* A good request, a bad one, then two good ones: the last two are
 	 * flushed, unsignaled or not, as a verbs QP in the error state. */
 	farm_wr l[4] = {
-		farm_wr_read(1, f->buf, f->lmr, 8, &f->rd, 0),
-		farm_wr_read(2, f->buf, f->lmr, 8, &f->rd, RSIZE),
-		farm_wr_read(3, f->buf, f->lmr, 8, &f->rd, 0),
-		farm_wr_write(4, f->buf, f->lmr, 8, &f->rd, 0),
+	        farm_wr_read(1, f->buf, f->lmr, 8, &f->rd, 0),
+	        farm_wr_read(2, f->buf, f->lmr, 8, &f->rd, RSIZE),
+	        farm_wr_read(3, f->buf, f->lmr, 8, &f->rd, 0),
+	        farm_wr_write(4, f->buf, f->lmr, 8, &f->rd, 0),
 	};
 	l[3].flags = 0;
 	for (int i = 0; i < 3; i++)
@@ -342,10 +374,12 @@ static void test_error_state(void **state)
 	assert_false(farm_ep_usable(ep));
 	/* A disconnected endpoint fails whatever is posted to it. */
 	farm_ep *ep2;
-	assert_int_equal(farm_ep_connect(f->a, f->cq, 2, f->dir_b, NULL, &ep2), 0);
+	assert_int_equal(farm_ep_connect(f->a, f->cq, 2, f->dir_b, NULL, &ep2),
+	                 0);
 	assert_true(farm_ep_usable(ep2));
 	farm_ep_disconnect(ep2);
-	assert_int_equal(tu_do(ep2, f->cq, farm_wr_write(5, f->buf, f->lmr, 8, &f->rd, 0)),
+	assert_int_equal(tu_do(ep2, f->cq,
+	                       farm_wr_write(5, f->buf, f->lmr, 8, &f->rd, 0)),
 	                 -ENOTCONN);
 	assert_int_equal(f->rbase[0], 0x11);
 	farm_ep_destroy(ep2);
@@ -357,10 +391,12 @@ static void test_queue_full(void **state)
 	struct fx *f = *state;
 	farm_ep *ep;
 	farm_ep_attr at = {.sq_depth = 4};
-	assert_int_equal(farm_ep_connect(f->a, f->cq, 2, f->dir_b, &at, &ep), 0);
+	assert_int_equal(farm_ep_connect(f->a, f->cq, 2, f->dir_b, &at, &ep),
+	                 0);
 	farm_wr l[6];
 	for (int i = 0; i < 6; i++) {
-		l[i] = farm_wr_read((uint64_t)i, f->buf + 64 * i, f->lmr, 64, &f->rd, 0);
+		l[i] = farm_wr_read((uint64_t)i, f->buf + 64 * i, f->lmr, 64,
+		                    &f->rd, 0);
 		l[i].next = i < 5 ? &l[i + 1] : NULL;
 	}
 	farm_wr *bad = NULL;
@@ -383,32 +419,40 @@ static void test_faults(void **state)
 	struct fx *f = *state;
 	farm_wc wc;
 	/* Delay: the completion comes no sooner than asked. */
-	assert_int_equal(farm_ep_fault(f->ep, FARM_FAULT_DELAY, 20 * 1000000ull), 0);
+	assert_int_equal(
+	        farm_ep_fault(f->ep, FARM_FAULT_DELAY, 20 * 1000000ull), 0);
 	uint64_t t0 = farm_now_ns();
-	assert_int_equal(tu_do(f->ep, f->cq, farm_wr_read(1, f->buf, f->lmr, 8, &f->rd, 0)), 0);
+	assert_int_equal(tu_do(f->ep, f->cq,
+	                       farm_wr_read(1, f->buf, f->lmr, 8, &f->rd, 0)),
+	                 0);
 	assert_true(farm_now_ns() - t0 >= 20 * 1000000ull);
 	assert_int_equal(farm_ep_fault(f->ep, FARM_FAULT_CLEAR, 0), 0);
 
 	/* Pause the peer: a WRITE neither lands nor completes until resumed. */
 	memset(f->rbase + 1024, 0, 8);
 	memset(f->buf, 0x77, 8);
-	assert_int_equal(farm_fabric_fault_peer(f->a, 2, FARM_FAULT_PAUSE, 1), 0);
+	assert_int_equal(farm_fabric_fault_peer(f->a, 2, FARM_FAULT_PAUSE, 1),
+	                 0);
 	farm_wr w = farm_wr_write(2, f->buf, f->lmr, 8, &f->rd, 1024);
 	assert_int_equal(farm_ep_post(f->ep, &w, NULL), 0);
 	for (int i = 0; i < 1000; i++)
 		assert_int_equal(farm_cq_poll(f->cq, 1, &wc), 0);
 	assert_int_equal(f->rbase[1024], 0);
-	assert_int_equal(farm_fabric_fault_peer(f->a, 2, FARM_FAULT_PAUSE, 0), 0);
+	assert_int_equal(farm_fabric_fault_peer(f->a, 2, FARM_FAULT_PAUSE, 0),
+	                 0);
 	assert_int_equal(tu_wait_wc(f->cq, &wc, 1000), 1);
 	assert_int_equal(wc.status, 0);
 	assert_int_equal(f->rbase[1024], 0x77);
-	assert_int_equal(farm_fabric_fault_peer(f->a, 99, FARM_FAULT_PAUSE, 1), -ENOENT);
+	assert_int_equal(farm_fabric_fault_peer(f->a, 99, FARM_FAULT_PAUSE, 1),
+	                 -ENOENT);
 
 	/* Fail: requests complete with the injected error, then flush. */
 	assert_int_equal(farm_ep_fault(f->ep, FARM_FAULT_FAIL, 1), 0);
-	assert_int_equal(tu_do(f->ep, f->cq, farm_wr_read(3, f->buf, f->lmr, 8, &f->rd, 0)),
+	assert_int_equal(tu_do(f->ep, f->cq,
+	                       farm_wr_read(3, f->buf, f->lmr, 8, &f->rd, 0)),
 	                 FARM_EINJECTED);
-	assert_int_equal(tu_do(f->ep, f->cq, farm_wr_read(4, f->buf, f->lmr, 8, &f->rd, 0)),
+	assert_int_equal(tu_do(f->ep, f->cq,
+	                       farm_wr_read(4, f->buf, f->lmr, 8, &f->rd, 0)),
 	                 FARM_EFLUSHED);
 	assert_int_equal(farm_ep_fault(f->ep, 99, 0), -EINVAL);
 }
@@ -419,11 +463,14 @@ static void test_connect_errors(void **state)
 	farm_ep *ep = NULL;
 	char empty[256];
 	tu_tmpdir(empty, sizeof(empty), "empty");
-	assert_int_equal(farm_ep_connect(f->a, f->cq, 3, empty, NULL, &ep), -ECONNREFUSED);
-	assert_int_equal(farm_ep_connect(f->a, f->cq, 3, "/nonexistent/x", NULL, &ep),
+	assert_int_equal(farm_ep_connect(f->a, f->cq, 3, empty, NULL, &ep),
 	                 -ECONNREFUSED);
+	assert_int_equal(
+	        farm_ep_connect(f->a, f->cq, 3, "/nonexistent/x", NULL, &ep),
+	        -ECONNREFUSED);
 	/* The machine at dir_b is 2, not 3. */
-	assert_int_equal(farm_ep_connect(f->a, f->cq, 3, f->dir_b, NULL, &ep), -EINVAL);
+	assert_int_equal(farm_ep_connect(f->a, f->cq, 3, f->dir_b, NULL, &ep),
+	                 -EINVAL);
 	assert_null(ep);
 	tu_rmtree(empty);
 	/* A CQ with endpoints cannot be destroyed. */
@@ -433,7 +480,9 @@ static void test_connect_errors(void **state)
 static void test_peer_closed_in_process(void **state)
 {
 	struct fx *f = *state;
-	assert_int_equal(tu_do(f->ep, f->cq, farm_wr_read(1, f->buf, f->lmr, 8, &f->rd, 0)), 0);
+	assert_int_equal(tu_do(f->ep, f->cq,
+	                       farm_wr_read(1, f->buf, f->lmr, 8, &f->rd, 0)),
+	                 0);
 	/* Queue READs, then close the target: they fail, as do new ones. */
 	farm_wr r = farm_wr_read(2, f->buf, f->lmr, 8, &f->rd, 0);
 	assert_int_equal(farm_ep_post(f->ep, &r, NULL), 0);
@@ -445,10 +494,14 @@ static void test_peer_closed_in_process(void **state)
 	assert_int_equal(tu_wait_wc(f->cq, &wc, 1000), 1);
 	assert_int_equal(wc.status, FARM_EPEERDEAD);
 	assert_false(farm_ep_usable(f->ep));
-	assert_int_not_equal(tu_do(f->ep, f->cq, farm_wr_read(3, f->buf, f->lmr, 8, &f->rd, 0)), 0);
+	assert_int_not_equal(
+	        tu_do(f->ep, f->cq,
+	              farm_wr_read(3, f->buf, f->lmr, 8, &f->rd, 0)),
+	        0);
 	/* Reconnecting fails: nobody is there. */
 	farm_ep *ep;
-	assert_int_equal(farm_ep_connect(f->a, f->cq, 2, f->dir_b, NULL, &ep), -ECONNREFUSED);
+	assert_int_equal(farm_ep_connect(f->a, f->cq, 2, f->dir_b, NULL, &ep),
+	                 -ECONNREFUSED);
 }
 
 static void test_mem_persist(void **state)
@@ -463,26 +516,38 @@ static void test_mem_persist(void **state)
 	assert_int_equal(farm_mem_persist(m, p - 8, 8), -EINVAL);
 	farm_mem_free(m);
 	assert_int_equal(farm_mem_alloc(f->a, 0, 0, &m), -EINVAL);
-	assert_int_equal(farm_mem_alloc(f->a, 3 << 20, FARM_MEM_ALIGN_SIZE, &m), -EINVAL);
+	assert_int_equal(farm_mem_alloc(f->a, 3 << 20, FARM_MEM_ALIGN_SIZE, &m),
+	                 -EINVAL);
 }
 
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_open_errors, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_region_rules, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_read_write_cas, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_completion_is_async, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_write_persist, setup,
-		                                teardown),
-		cmocka_unit_test_setup_teardown(test_list_order, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_bad_input, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_error_state, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_queue_full, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_faults, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_connect_errors, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_peer_closed_in_process, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_mem_persist, setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_open_errors, setup,
+	                                        teardown),
+	        cmocka_unit_test_setup_teardown(test_region_rules, setup,
+	                                        teardown),
+	        cmocka_unit_test_setup_teardown(test_read_write_cas, setup,
+	                                        teardown),
+	        cmocka_unit_test_setup_teardown(test_completion_is_async, setup,
+	                                        teardown),
+	        cmocka_unit_test_setup_teardown(test_write_persist, setup,
+	                                        teardown),
+	        cmocka_unit_test_setup_teardown(test_list_order, setup,
+	                                        teardown),
+	        cmocka_unit_test_setup_teardown(test_bad_input, setup,
+	                                        teardown),
+	        cmocka_unit_test_setup_teardown(test_error_state, setup,
+	                                        teardown),
+	        cmocka_unit_test_setup_teardown(test_queue_full, setup,
+	                                        teardown),
+	        cmocka_unit_test_setup_teardown(test_faults, setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_connect_errors, setup,
+	                                        teardown),
+	        cmocka_unit_test_setup_teardown(test_peer_closed_in_process,
+	                                        setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_mem_persist, setup,
+	                                        teardown),
 	};
 	return cmocka_run_group_tests_name("fabric_shm", tests, NULL, NULL);
 }

@@ -99,7 +99,8 @@ static void test_local_and_hinted(void **state)
 	assert_non_null(hdr(0, a));
 	assert_true(farm_objhdr_allocated(hdr(0, a)));
 	/* The header records the object's size in lines (100 B: 2 lines). */
-	assert_int_equal(farm_incarn_lines(farm_objhdr_load_incarn(hdr(0, a))), 2);
+	assert_int_equal(farm_incarn_lines(farm_objhdr_load_incarn(hdr(0, a))),
+	                 2);
 	/* Backups hold copies of the region. */
 	enum farm_as_role role;
 	unsigned backups = 0;
@@ -112,7 +113,8 @@ static void test_local_and_hinted(void **state)
 	farm_gaddr b = alloc_on(0, 100, a, &st);
 	assert_int_equal(st, 0);
 	assert_int_equal(farm_gaddr_region(b), farm_gaddr_region(a));
-	assert_int_equal(farm_gaddr_offset(b) >> 20, farm_gaddr_offset(a) >> 20);
+	assert_int_equal(farm_gaddr_offset(b) >> 20,
+	                 farm_gaddr_offset(a) >> 20);
 
 	/* Machine 2 allocates next to machine 1's object: shipped to 1. */
 	farm_gaddr c = alloc_on(1, 200, a, &st);
@@ -162,7 +164,8 @@ static void test_many_regions_near(void **state)
 	assert_true(nreg >= 2);
 	for (unsigned k = 0; k < nreg; k++)
 		assert_int_equal(regions[k] % FARM_RING_DEFAULT_RINGS,
-		                 farm_gaddr_region(first) % FARM_RING_DEFAULT_RINGS);
+		                 farm_gaddr_region(first) %
+		                         FARM_RING_DEFAULT_RINGS);
 	struct farm_galloc_stats s;
 	farm_galloc_stats(C.m[0].ga, &s);
 	assert_true(s.local.hint[FARM_ALLOC_HINT_NEAR] > 0);
@@ -175,13 +178,15 @@ static void test_arrays_and_errors(void **state)
 {
 	(void)state;
 	struct res r = {0};
-	assert_int_equal(farm_galloc_alloc_array(C.m[2].ga, C.m[2].loop, 64, 100,
-	                                         FARM_GADDR_NULL, alloc_done, &r),
+	assert_int_equal(farm_galloc_alloc_array(C.m[2].ga, C.m[2].loop, 64,
+	                                         100, FARM_GADDR_NULL,
+	                                         alloc_done, &r),
 	                 0);
 	asn_wait(&C, &r.done);
 	assert_int_equal(r.status, 0);
 	for (int i = 0; i < 100; i++) {
-		uint64_t w = farm_objhdr_load_incarn(hdr(2, r.a + (uint64_t)i * 64));
+		uint64_t w =
+		        farm_objhdr_load_incarn(hdr(2, r.a + (uint64_t)i * 64));
 		assert_true(farm_incarn_allocated(w));
 		assert_int_equal(farm_incarn_lines(w), 1); /* each element's */
 	}
@@ -202,7 +207,8 @@ static void test_arrays_and_errors(void **state)
 	assert_int_equal(free_on(0, farm_gaddr_make(ghost, 64)), -EREMOTE);
 	assert_int_equal(free_on(0, FARM_GADDR_NULL), -EINVAL);
 	assert_int_equal(farm_galloc_alloc_array(C.m[0].ga, C.m[0].loop, 64, 0,
-	                                         FARM_GADDR_NULL, alloc_done, &r),
+	                                         FARM_GADDR_NULL, alloc_done,
+	                                         &r),
 	                 -EINVAL);
 }
 

@@ -18,8 +18,8 @@ static farm_ht *H[3];
 
 static void hook(struct asn *x, unsigned i)
 {
-	assert_int_equal(farm_ht_create(x->txm, x->as, x->ga, x->msg, NULL, &H[i]),
-	                 0);
+	assert_int_equal(
+	        farm_ht_create(x->txm, x->as, x->ga, x->msg, NULL, &H[i]), 0);
 }
 
 struct res {
@@ -61,7 +61,8 @@ static void shard_cb(farm_loop *loop, void *ctx, int status,
 
 static struct res R; /* one operation at a time */
 
-static int put(unsigned m, const void *k, uint32_t kl, const void *v, uint32_t vl)
+static int put(unsigned m, const void *k, uint32_t kl, const void *v,
+               uint32_t vl)
 {
 	memset(&R, 0, sizeof(R.done) + sizeof(R.status));
 	R.done = 0;
@@ -98,9 +99,9 @@ static void make_shards(uint32_t nb)
 	struct farm_ht_shard sd[3];
 	for (unsigned i = 0; i < 3; i++) {
 		R.done = 0;
-		assert_int_equal(farm_ht_make_shard(H[i], C.m[i].loop, nb, shard_cb,
-		                                    &R),
-		                 0);
+		assert_int_equal(
+		        farm_ht_make_shard(H[i], C.m[i].loop, nb, shard_cb, &R),
+		        0);
 		asn_wait(&C, &R.done);
 		assert_int_equal(R.status, 0);
 		sd[i] = R.sd;
@@ -129,7 +130,8 @@ static int teardown(void **state)
 	return 0;
 }
 
-/* ---- the model ------------------------------------------------------------------ */
+/* ---- the model
+ * ------------------------------------------------------------------ */
 
 #define NKEYS 600
 
@@ -149,7 +151,8 @@ static void mk_key(unsigned i, uint64_t *seed)
 	unsigned kind = (unsigned)(farm_rand64(seed) % 10);
 	M[i].klen = kind == 0 ? 40 : kind == 1 ? 5 : 16;
 	snprintf((char *)M[i].key, sizeof(M[i].key), "key-%u-", i);
-	for (uint32_t j = (uint32_t)strlen((char *)M[i].key); j < M[i].klen; j++)
+	for (uint32_t j = (uint32_t)strlen((char *)M[i].key); j < M[i].klen;
+	     j++)
 		M[i].key[j] = (uint8_t)('a' + (i + j) % 26);
 	if (M[i].klen == 5)
 		snprintf((char *)M[i].key, 6, "k%04u", i);
@@ -186,10 +189,14 @@ static void test_model(void **state)
 		struct mkey *k = &M[i];
 		if (what < 6) { /* put: small, medium or large values */
 			unsigned sz = (unsigned)(farm_rand64(&seed) % 4);
-			uint32_t vl = sz == 0 ? 8 : sz == 1 ? 32 : sz == 2 ? 100 : 300;
+			uint32_t vl = sz == 0   ? 8
+			              : sz == 1 ? 32
+			              : sz == 2 ? 100
+			                        : 300;
 			for (uint32_t j = 0; j < vl; j++)
 				k->val[j] = (uint8_t)(step + j);
-			assert_int_equal(put(m, k->key, k->klen, k->val, vl), 0);
+			assert_int_equal(put(m, k->key, k->klen, k->val, vl),
+			                 0);
 			k->vlen = vl;
 			present += !k->present;
 			k->present = true;
@@ -221,7 +228,8 @@ static void test_model(void **state)
 		s.lookup_reads += t.lookup_reads;
 	}
 	printf("model: %u keys present; %" PRIu64 " hops, %" PRIu64
-	       " chain blocks added, %" PRIu64 " freed; %.3f reads per lookup\n",
+	       " chain blocks added, %" PRIu64
+	       " freed; %.3f reads per lookup\n",
 	       present, s.hops, s.chain_appends, s.chain_frees,
 	       (double)s.lookup_reads / (double)s.lookups);
 	assert_true(s.hops > 0);
@@ -284,7 +292,8 @@ static void test_occupancy(void **state)
 	}
 	printf("occupancy %.1f%% of %u slots (H = 8): %" PRIu64
 	       " chain blocks, %.3f reads per lookup\n",
-	       100.0 * n / slots, slots, appends, (double)reads / (double)lookups);
+	       100.0 * n / slots, slots, appends,
+	       (double)reads / (double)lookups);
 	assert_int_equal(seen, (long)n);
 }
 

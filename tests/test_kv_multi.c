@@ -38,16 +38,16 @@
 #include "lincheck.h"
 #include "node/node.h"
 
-#define NM       3
-#define RSIZE    "32M"
-#define JOIN_MS  30000
-#define NBUCKETS 256u
-#define NKEYS    20u   /* the hot key set */
-#define KLEN     16u
-#define VMAX     512u
-#define MAXW     16u
-#define MG_N     24u   /* keys in the multi-get */
-#define DK_N     30u   /* keys placed for the death phase */
+#define NM            3
+#define RSIZE         "32M"
+#define JOIN_MS       30000
+#define NBUCKETS      256u
+#define NKEYS         20u /* the hot key set */
+#define KLEN          16u
+#define VMAX          512u
+#define MAXW          16u
+#define MG_N          24u /* keys in the multi-get */
+#define DK_N          30u /* keys placed for the death phase */
 #define DEAD_BOUND_NS (5ull * 1000000000ull)
 
 static double opt_secs = 3;
@@ -61,7 +61,8 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* ---- values: a value names itself ------------------------------------------- */
+/* ---- values: a value names itself -------------------------------------------
+ */
 
 static uint32_t vlen_of(uint64_t id)
 {
@@ -99,7 +100,8 @@ static void mkkey(uint8_t *k, const char *tag, unsigned i)
 	snprintf((char *)k, KLEN, "%s-%03u", tag, i);
 }
 
-/* ---- the cluster (parent side) ----------------------------------------------- */
+/* ---- the cluster (parent side)
+ * ----------------------------------------------- */
 
 struct cluster {
 	char root[256];
@@ -144,7 +146,8 @@ static int child_main(struct ch *c, role_fn role)
 			continue;
 		cfg.peers[cfg.npeers].id = i;
 		snprintf(cfg.peers[cfg.npeers].addr,
-		         sizeof(cfg.peers[cfg.npeers].addr), "%s", c->cl->dir[i]);
+		         sizeof(cfg.peers[cfg.npeers].addr), "%s",
+		         c->cl->dir[i]);
 		cfg.npeers++;
 	}
 	char err[256];
@@ -210,8 +213,8 @@ static void cl_start(struct cluster *cl, role_fn role)
 				close(cl->to[j]);
 				close(cl->from[j]);
 			}
-			struct ch c = {.me = i, .in = down[0], .out = up[1],
-			               .cl = cl};
+			struct ch c = {
+			        .me = i, .in = down[0], .out = up[1], .cl = cl};
 			_exit(child_main(&c, role));
 		}
 		close(down[0]);
@@ -223,7 +226,8 @@ static void cl_start(struct cluster *cl, role_fn role)
 }
 
 /* Read @len bytes from machine @i within @ms (fails the test otherwise). */
-static void p_recv(struct cluster *cl, unsigned i, void *buf, size_t len, int ms)
+static void p_recv(struct cluster *cl, unsigned i, void *buf, size_t len,
+                   int ms)
 {
 	uint64_t dl = now_ns() + (uint64_t)ms * 1000000ull;
 	char *p = buf;
@@ -298,7 +302,8 @@ static int cl_cleanup(void **state)
 	return 0;
 }
 
-/* ---- child helpers ------------------------------------------------------------ */
+/* ---- child helpers
+ * ------------------------------------------------------------ */
 
 /* A command byte from the parent, if one is there: 0 none, -1 gone. */
 static int poll_cmd(struct ch *c)
@@ -362,7 +367,8 @@ static void *read_file(const char *path, size_t *len)
 	return buf;
 }
 
-/* ---- linearizability ------------------------------------------------------------ */
+/* ---- linearizability
+ * ------------------------------------------------------------ */
 
 /* One recorded operation (kind 0: not issued, skipped by the parent). */
 struct rec {
@@ -511,9 +517,13 @@ static void lin_start(struct lin *L, struct slot *s)
 	    ca->overwritten && L->st.injected < 5) {
 		/* The bug: answer from a cache our own put outdated. */
 		uint64_t t = now_ns();
-		rec_add(L, (struct rec){.client = client, .kind = LC_GET,
-		                        .key = key, .value = ca->value,
-		                        .found = 1, .t_inv = t, .t_resp = t});
+		rec_add(L, (struct rec){.client = client,
+		                        .kind = LC_GET,
+		                        .key = key,
+		                        .value = ca->value,
+		                        .found = 1,
+		                        .t_inv = t,
+		                        .t_resp = t});
 		ca->valid = false;
 		L->st.injected++;
 		L->st.gets++;
@@ -538,8 +548,8 @@ static void lin_start(struct lin *L, struct slot *s)
 		r.value = id;
 		r.t_inv = now_ns();
 		s->rec = rec_add(L, r);
-		rc = farm_ht_put(c->ht, c->loop, k, KLEN, v, vlen_of(id), lin_op_cb,
-		                 s);
+		rc = farm_ht_put(c->ht, c->loop, k, KLEN, v, vlen_of(id),
+		                 lin_op_cb, s);
 		if (!rc)
 			L->st.puts++;
 	} else {
@@ -603,7 +613,8 @@ static int lin_save(struct ch *c, struct lin *L)
 	return write_file(path, L->r, L->n * sizeof(*L->r));
 }
 
-/* ---- multi-get, directory, death (child side) ------------------------------------ */
+/* ---- multi-get, directory, death (child side)
+ * ------------------------------------ */
 
 struct mg_stats {
 	uint32_t ok, absent, wrong;
@@ -628,10 +639,13 @@ struct death_stats {
 	uint64_t max_dead_ns, put_ns;
 };
 
-static const farm_fatptr DIR_P = {.addr = 0x123456780ull, .size = 64,
-                                  .incarnation = 42};
+static const farm_fatptr DIR_P = {
+        .addr = 0x123456780ull, .size = 64, .incarnation = 42};
 
-static uint64_t mg_id(unsigned i) { return 0xab0000000ull + i; }
+static uint64_t mg_id(unsigned i)
+{
+	return 0xab0000000ull + i;
+}
 /* Death keys' values are inline (iteration sees inline pairs only). */
 static uint64_t dk_id(unsigned i)
 {
@@ -743,7 +757,8 @@ static int death_gets(struct ch *c, uint32_t mask_dead, uint32_t mask_live,
 			continue;
 		mkkey(k, "dead", i);
 		uint32_t len = 0;
-		int rc = farm_kv_get_sync(c->kv, c->loop, k, KLEN, v, VMAX, &len);
+		int rc = farm_kv_get_sync(c->kv, c->loop, k, KLEN, v, VMAX,
+		                          &len);
 		if (rc == 0 && val_id(v, len) == dk_id(i)) {
 			s->before_ok++;
 		} else if (rc == 0 || rc == -ENOENT) {
@@ -763,7 +778,8 @@ static int death_gets(struct ch *c, uint32_t mask_dead, uint32_t mask_live,
 		mkkey(k, "dead", i);
 		uint32_t len = 0;
 		uint64_t t0 = now_ns();
-		int rc = farm_kv_get_sync(c->kv, c->loop, k, KLEN, v, VMAX, &len);
+		int rc = farm_kv_get_sync(c->kv, c->loop, k, KLEN, v, VMAX,
+		                          &len);
 		uint64_t dt = now_ns() - t0;
 		if (dead) {
 			s->dead_keys++;
@@ -802,7 +818,8 @@ static int death_gets(struct ch *c, uint32_t mask_dead, uint32_t mask_live,
 	return 0;
 }
 
-/* ---- the machines' script ---------------------------------------------------------- */
+/* ---- the machines' script
+ * ---------------------------------------------------------- */
 
 static int kv_role(struct ch *c)
 {
@@ -819,8 +836,7 @@ static int kv_role(struct ch *c)
 	for (;;) {
 		int cmd = wait_cmd(c);
 		switch (cmd) {
-		case 'Q':
-			return 0;
+		case 'Q': return 0;
 		case 'P': { /* machine 0: the multi-get's and death's keys */
 			int rc = mg_puts(c);
 			if (say(c, 'P', &rc, sizeof(rc)))
@@ -830,31 +846,33 @@ static int kv_role(struct ch *c)
 		case 'M': { /* machine 2: multi-get */
 			struct mg_stats s = {0};
 			int rc = mg_get(c, &s);
-			if (say(c, 'M', &rc, sizeof(rc)) || tu_send(c->out, &s, sizeof(s)))
+			if (say(c, 'M', &rc, sizeof(rc)) ||
+			    tu_send(c->out, &s, sizeof(s)))
 				return 25;
 			break;
 		}
 		case 'N': { /* machine 1: name an object */
-			int rc = farm_kv_name_sync(c->kv, c->loop, "kv-multi/root",
-			                           DIR_P);
+			int rc = farm_kv_name_sync(c->kv, c->loop,
+			                           "kv-multi/root", DIR_P);
 			if (say(c, 'N', &rc, sizeof(rc)))
 				return 26;
 			break;
 		}
 		case 'L': { /* machine 0: look names up */
 			struct dir_stats s = {0};
-			s.lookup_rc = farm_kv_lookup_sync(c->kv, c->loop,
-			                                  "kv-multi/root", &s.got);
+			s.lookup_rc = farm_kv_lookup_sync(
+			        c->kv, c->loop, "kv-multi/root", &s.got);
 			farm_fatptr none;
-			s.missing_rc = farm_kv_lookup_sync(c->kv, c->loop,
-			                                   "kv-multi/none", &none);
+			s.missing_rc = farm_kv_lookup_sync(
+			        c->kv, c->loop, "kv-multi/none", &none);
 			if (say(c, 'L', &s, sizeof(s)))
 				return 27;
 			break;
 		}
 		case 'I': { /* which death keys does my shard hold? */
 			struct iter_ctx x = {0};
-			long n = farm_ht_iterate_local(c->ht, c->me, iter_fn, &x);
+			long n = farm_ht_iterate_local(c->ht, c->me, iter_fn,
+			                               &x);
 			if (n < 0)
 				x.mask = 0;
 			if (say(c, 'I', &x.mask, sizeof(x.mask)))
@@ -873,13 +891,13 @@ static int kv_role(struct ch *c)
 				return 30;
 			break;
 		}
-		default:
-			return 31;
+		default: return 31;
 		}
 	}
 }
 
-/* ---- the parent ----------------------------------------------------------------- */
+/* ---- the parent
+ * ----------------------------------------------------------------- */
 
 /* Merge the machines' histories and check them. */
 static int p_check(struct cluster *cl, lc_report *rep, uint64_t *nrec)
@@ -1051,7 +1069,8 @@ static void test_kv(void **state)
 	       (double)d.detect_ns / 1e6, farm_strerror(d.detect_rc),
 	       d.before_ok, d.before_bad);
 	printf("death: then from machine 0: %u gets of its keys: "
-	       "%u errors (%s), %u found, %u absent, slowest %.1f ms; a put: %s "
+	       "%u errors (%s), %u found, %u absent, slowest %.1f ms; a put: "
+	       "%s "
 	       "in %.1f ms; %u gets of live keys: %u right, %u wrong (%s); "
 	       "%.1f ms in all\n",
 	       d.dead_keys, d.dead_err, farm_strerror(d.dead_rc), d.dead_ok,
@@ -1073,8 +1092,8 @@ static void test_kv(void **state)
 	p_send(&G, 2, 'Q');
 	int st[NM];
 	cl_finish(&G, st);
-	printf("kv_multi: machines exit %d / killed / %d; %.1f s in all\n", st[0],
-	       st[2], (double)(now_ns() - t_start) / 1e9);
+	printf("kv_multi: machines exit %d / killed / %d; %.1f s in all\n",
+	       st[0], st[2], (double)(now_ns() - t_start) / 1e9);
 	assert_int_equal(st[0], 0);
 	assert_int_equal(st[2], 0);
 }

@@ -36,8 +36,8 @@ static double now_ms(void)
 }
 
 /* Shorthands: client, key, times. */
-static void get(lc_history *h, uint32_t c, uint64_t k, uint64_t v,
-                uint64_t inv, uint64_t resp)
+static void get(lc_history *h, uint32_t c, uint64_t k, uint64_t v, uint64_t inv,
+                uint64_t resp)
 {
 	assert_true(lc_op(h, c, LC_GET, k, v, true, inv, resp) >= 0);
 }
@@ -48,14 +48,14 @@ static void get_absent(lc_history *h, uint32_t c, uint64_t k, uint64_t inv,
 	assert_true(lc_op(h, c, LC_GET, k, 0, false, inv, resp) >= 0);
 }
 
-static void put(lc_history *h, uint32_t c, uint64_t k, uint64_t v,
-                uint64_t inv, uint64_t resp)
+static void put(lc_history *h, uint32_t c, uint64_t k, uint64_t v, uint64_t inv,
+                uint64_t resp)
 {
 	assert_true(lc_op(h, c, LC_PUT, k, v, false, inv, resp) >= 0);
 }
 
-static void del(lc_history *h, uint32_t c, uint64_t k, bool found,
-                uint64_t inv, uint64_t resp)
+static void del(lc_history *h, uint32_t c, uint64_t k, bool found, uint64_t inv,
+                uint64_t resp)
 {
 	assert_true(lc_op(h, c, LC_DEL, k, 0, found, inv, resp) >= 0);
 }
@@ -378,9 +378,7 @@ static bool brute(const struct bop *o, int n, unsigned used, bool present,
 			p2 = false;
 			v2 = 0;
 			break;
-		default:
-			p2 = false;
-			v2 = 0;
+		default: p2 = false; v2 = 0;
 		}
 		if (ok && brute(o, n, used | (1u << i), p2, v2))
 			return true;
@@ -413,13 +411,14 @@ static void test_brute_force(void **state)
 			o[i].v = 1 + rnd() % 3;
 			o[i].found = rnd() % 3 != 0;
 			o[i].inv = rnd() % 20;
-			o[i].resp = rnd() % 10 == 0 ? NR
-			                            : o[i].inv + rnd() % 10;
+			o[i].resp =
+			        rnd() % 10 == 0 ? NR : o[i].inv + rnd() % 10;
 			if (o[i].kind == LC_GET && !o[i].found)
 				o[i].v = 0;
 			assert_true(lc_op(h, (uint32_t)i,
 			                  (enum lc_kind)o[i].kind, 5, o[i].v,
-			                  o[i].found, o[i].inv, o[i].resp) >= 0);
+			                  o[i].found, o[i].inv,
+			                  o[i].resp) >= 0);
 		}
 		bool want = brute(o, n, 0, false, 0);
 		lc_report r;
@@ -450,7 +449,8 @@ struct gop {
 	int kind;
 	uint64_t key, value, inv, resp, lp;
 	bool found, lost, applies;
-	uint32_t mget; /* 0, or the multi-get's number (its gets are adjacent) */
+	uint32_t
+	        mget; /* 0, or the multi-get's number (its gets are adjacent) */
 };
 
 struct gen {
@@ -485,7 +485,7 @@ static void generate(struct gen *g, size_t n, uint32_t nc, uint64_t nkeys,
 		uint64_t inv = t[c] + 1 + rnd() % 4;
 		uint64_t dur = 1 + rnd() % maxdur;
 		unsigned roll = rnd() % 100;
-		int kind = roll < 45 ? LC_GET
+		int kind = roll < 45   ? LC_GET
 		           : roll < 80 ? LC_PUT
 		           : roll < 90 ? LC_DEL
 		                       : LC_DEL_ANY;
@@ -551,9 +551,7 @@ static void apply(struct gen *g, uint64_t nkeys)
 			pres[o->key] = true;
 			val[o->key] = o->value;
 			break;
-		default:
-			o->found = pres[o->key];
-			pres[o->key] = false;
+		default: o->found = pres[o->key]; pres[o->key] = false;
 		}
 	}
 	free(p);
@@ -570,7 +568,8 @@ static void record(lc_history *h, const struct gen *g)
 			uint64_t keys[3], vals[3];
 			bool found[3];
 			size_t k = 0;
-			for (; i < g->n && g->ops[i].mget == o->mget; i++, k++) {
+			for (; i < g->n && g->ops[i].mget == o->mget;
+			     i++, k++) {
 				keys[k] = g->ops[i].key;
 				vals[k] = g->ops[i].value;
 				found[k] = g->ops[i].found;

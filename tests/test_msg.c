@@ -572,10 +572,13 @@ static void test_loop_rdma(void **state)
 	assert_int_equal(farm_loop_wait(nd[0].loop, &r.done, 2000000000ull), 0);
 	assert_int_equal(r.status, FARM_EREMOTE_ACCESS);
 	/* Bad arguments. */
-	assert_int_equal(farm_loop_rdma(nd[0].loop, 0, &rd, op_cont, &r), -EINVAL);
-	assert_int_equal(farm_loop_rdma(nd[0].loop, 9, &rd, op_cont, &r), -ENOENT);
-	assert_int_equal(farm_loop_rdma_wake(nd[0].loop, 1, 5, &rd, op_cont, &r),
+	assert_int_equal(farm_loop_rdma(nd[0].loop, 0, &rd, op_cont, &r),
 	                 -EINVAL);
+	assert_int_equal(farm_loop_rdma(nd[0].loop, 9, &rd, op_cont, &r),
+	                 -ENOENT);
+	assert_int_equal(
+	        farm_loop_rdma_wake(nd[0].loop, 1, 5, &rd, op_cont, &r),
+	        -EINVAL);
 
 	/* A poller on machine 1's loop, run by its own thread and parking
 	 * after 1 us idle, sees 200 WRITEs, each made with a wake-up once
@@ -585,12 +588,12 @@ static void test_loop_rdma(void **state)
 	 * doorbell that does not clear the park word (the race between the
 	 * loop's last check and its sleep) some do when the host is busy:
 	 * 2 of 3 runs failed so, with two CPU hogs running. */
-	struct poll_ctx pc = {.word = (volatile uint64_t *)((uint8_t *)
-	                                                    farm_mem_addr(mem) +
-	                                                    128)};
-	assert_int_equal(farm_loop_add_poller(nd[1].loop, test_poll,
-	                                      test_pending, &pc),
-	                 0);
+	struct poll_ctx pc = {
+	        .word = (volatile uint64_t *)((uint8_t *)farm_mem_addr(mem) +
+	                                      128)};
+	assert_int_equal(
+	        farm_loop_add_poller(nd[1].loop, test_poll, test_pending, &pc),
+	        0);
 	pthread_t th;
 	assert_int_equal(pthread_create(&th, NULL, run_loop, nd[1].loop), 0);
 	uint64_t t0 = farm_now_ns();
@@ -601,23 +604,24 @@ static void test_loop_rdma(void **state)
 		farm_msg_stats ps;
 		do {
 			farm_msg_stats_get(nd[1].msg, NULL, &ps);
-		} while (ps.parks == parks && farm_now_ns() - t0 < 10000000000ull);
+		} while (ps.parks == parks &&
+		         farm_now_ns() - t0 < 10000000000ull);
 		parks = ps.parks;
 		buf[3] = i;
 		r = (struct op_res){0};
 		farm_wr ww = farm_wr_write(0, &buf[3], lmr, 8, &d, 128);
-		assert_int_equal(farm_loop_rdma_wake(nd[0].loop, 1, 0, &ww,
-		                                     op_cont, &r),
-		                 0);
-		assert_int_equal(farm_loop_wait(nd[0].loop, &r.done,
-		                                2000000000ull),
-		                 0);
+		assert_int_equal(
+		        farm_loop_rdma_wake(nd[0].loop, 1, 0, &ww, op_cont, &r),
+		        0);
+		assert_int_equal(
+		        farm_loop_wait(nd[0].loop, &r.done, 2000000000ull), 0);
 		uint64_t w0 = farm_now_ns();
 		while (__atomic_load_n(&pc.seen, __ATOMIC_ACQUIRE) != i &&
 		       farm_now_ns() - t0 < 10000000000ull)
 			farm_cpu_relax();
 		/* A lost wake-up leaves the loop asleep until its park times
-		 * out (200 ms); a delivered one takes micro- to milliseconds. */
+		 * out (200 ms); a delivered one takes micro- to milliseconds.
+		 */
 		if (farm_now_ns() - w0 > 150000000ull)
 			slow++;
 	}

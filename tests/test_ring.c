@@ -31,25 +31,32 @@ static void test_gaddr(void **state)
 	assert_true(b == UINT64_MAX);
 	assert_int_equal(farm_gaddr_format(b, buf, sizeof(buf)), 22);
 	assert_int_equal(farm_gaddr_format(b, buf, 22), -ERANGE);
-	const char *bad[] = {"", "r", "7+0x10", "r7", "r7+", "r+1", "r7+0x",
-	                     "r-1+0", "r7+0x1g", "r4294967296+0", "r1+1 ",
-	                     "r1+0x100000000"};
+	const char *bad[] = {"",        "r",
+	                     "7+0x10",  "r7",
+	                     "r7+",     "r+1",
+	                     "r7+0x",   "r-1+0",
+	                     "r7+0x1g", "r4294967296+0",
+	                     "r1+1 ",   "r1+0x100000000"};
 	for (size_t i = 0; i < FARM_ARRAY_SIZE(bad); i++)
 		assert_int_equal(farm_gaddr_parse(bad[i], &b), -EINVAL);
 	assert_int_equal(farm_gaddr_parse(NULL, &b), -EINVAL);
 
 	uint64_t rs = 64ull << 20;
 	assert_true(farm_gaddr_valid(farm_gaddr_make(1, 0), 64, rs));
-	assert_true(farm_gaddr_valid(farm_gaddr_make(1, (uint32_t)rs - 64), 64, rs));
-	assert_false(farm_gaddr_valid(farm_gaddr_make(1, (uint32_t)rs - 63), 64, rs));
+	assert_true(farm_gaddr_valid(farm_gaddr_make(1, (uint32_t)rs - 64), 64,
+	                             rs));
+	assert_false(farm_gaddr_valid(farm_gaddr_make(1, (uint32_t)rs - 63), 64,
+	                              rs));
 	assert_false(farm_gaddr_valid(farm_gaddr_make(1, (uint32_t)rs), 0, rs));
 	assert_false(farm_gaddr_valid(FARM_GADDR_NULL, 0, rs));
 	assert_false(farm_gaddr_valid(farm_gaddr_make(0xffffffffu, 0), 0, rs));
 	assert_false(farm_gaddr_valid(farm_gaddr_make(1, 0), rs + 1, rs));
-	assert_true(farm_gaddr_valid(farm_gaddr_make(1, UINT32_MAX), 1, 4ull << 30));
+	assert_true(farm_gaddr_valid(farm_gaddr_make(1, UINT32_MAX), 1,
+	                             4ull << 30));
 }
 
-/* ---- ring ------------------------------------------------------------------ */
+/* ---- ring ------------------------------------------------------------------
+ */
 
 static farm_ring *build(const uint32_t *ids, unsigned n, unsigned r)
 {
@@ -151,7 +158,8 @@ static uint64_t mapping_digest(const uint32_t *ids, unsigned n)
 	farm_ring *g = build(ids, n, 3);
 	uint64_t h = 1469598103934665603ull, seed = 7;
 	for (uint32_t i = 1; i <= (2u << 20); i++) {
-		uint32_t region = i <= (1u << 20) ? i : (uint32_t)farm_rand64(&seed);
+		uint32_t region =
+		        i <= (1u << 20) ? i : (uint32_t)farm_rand64(&seed);
 		uint32_t rep[FARM_RING_MAX_REPLICAS];
 		unsigned nr = farm_ring_replicas(g, region, rep);
 		for (unsigned q = 0; q < nr; q++)
@@ -176,19 +184,22 @@ static void test_ring_processes_agree(void **state)
 		assert_true(pids[c] >= 0);
 		if (pids[c] == 0) {
 			uint64_t d = mapping_digest(orders[c], 5);
-			_exit(write(fds[c][1], &d, sizeof(d)) == sizeof(d) ? 0 : 1);
+			_exit(write(fds[c][1], &d, sizeof(d)) == sizeof(d) ? 0
+			                                                   : 1);
 		}
 		close(fds[c][1]);
 	}
 	uint64_t d[3];
 	for (int c = 0; c < 3; c++) {
-		assert_int_equal(read(fds[c][0], &d[c], sizeof(d[c])), sizeof(d[c]));
+		assert_int_equal(read(fds[c][0], &d[c], sizeof(d[c])),
+		                 sizeof(d[c]));
 		close(fds[c][0]);
 		int st;
 		assert_int_equal(waitpid(pids[c], &st, 0), pids[c]);
 		assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 	}
-	printf("mapping digest of 2M region ids: %016" PRIx64 " (3 processes)\n",
+	printf("mapping digest of 2M region ids: %016" PRIx64
+	       " (3 processes)\n",
 	       d[0]);
 	assert_true(d[0] == d[1] && d[1] == d[2]);
 	/* And the digest does depend on the members. */
@@ -219,8 +230,8 @@ static void check_balance(unsigned n)
 	       n, nrep, FARM_RING_DEFAULT_RINGS, FARM_RING_DEFAULT_POINTS,
 	       100 * pworst, 100 * bworst);
 	for (unsigned m = 0; m < n; m++)
-		printf("   machine %3u: primary %.4f backup %.4f\n", got[m], pri[m],
-		       bak[m]);
+		printf("   machine %3u: primary %.4f backup %.4f\n", got[m],
+		       pri[m], bak[m]);
 	assert_true(fabs(psum - 1) < 1e-9);
 	assert_true(fabs(bsum - (nrep - 1)) < 1e-9);
 	assert_true(pworst < 0.20);
@@ -273,7 +284,8 @@ static void check_move(unsigned n, bool join)
 	}
 	unsigned nrep = farm_ring_nreplicas(big);
 	double ideal = (double)nrep / (n + 1);
-	printf("%s of one machine (%u -> %u): %.2f%% of regions changed replica "
+	printf("%s of one machine (%u -> %u): %.2f%% of regions changed "
+	       "replica "
 	       "set (ideal r/n = %.2f%%), %.2f%% changed primary (ideal 1/n = "
 	       "%.2f%%); %u moved without involving it\n",
 	       join ? "join" : "leave", join ? n : n + 1, join ? n + 1 : n,

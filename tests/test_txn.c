@@ -83,8 +83,8 @@ static int commit(farm_tx *tx)
 static int lf(unsigned m, farm_gaddr a, uint32_t size, uint64_t want, void *buf)
 {
 	struct res r = {0};
-	int rc = farm_lf_read(C.m[m].txm, C.m[m].loop, a, size, want, buf, op_cb,
-	                      &r);
+	int rc = farm_lf_read(C.m[m].txm, C.m[m].loop, a, size, want, buf,
+	                      op_cb, &r);
 	if (rc)
 		return rc;
 	asn_wait(&C, &r.done);
@@ -96,7 +96,8 @@ static farm_fatptr make_obj(unsigned m, uint32_t size, uint8_t fill)
 {
 	farm_tx *tx = begin(m);
 	struct res r = {0};
-	assert_int_equal(farm_tx_alloc(tx, size, FARM_GADDR_NULL, alloc_cb, &r), 0);
+	assert_int_equal(farm_tx_alloc(tx, size, FARM_GADDR_NULL, alloc_cb, &r),
+	                 0);
 	asn_wait(&C, &r.done);
 	assert_int_equal(r.status, 0);
 	memset(r.wdata, fill, size);
@@ -172,8 +173,8 @@ static void test_single_machine(void **state)
 	farm_as_replicas(C.m[0].as, farm_gaddr_region(p.addr), rep);
 	for (unsigned k = 1; k < 3; k++) {
 		enum farm_as_role role;
-		farm_region *r = farm_as_local_region(C.m[rep[k] - 1].as,
-		                                      farm_gaddr_region(p.addr), &role);
+		farm_region *r = farm_as_local_region(
+		        C.m[rep[k] - 1].as, farm_gaddr_region(p.addr), &role);
 		assert_non_null(r);
 		assert_int_equal(role, FARM_AS_BACKUP);
 		const uint8_t *copy = (const uint8_t *)farm_region_base(r) +
@@ -228,8 +229,10 @@ static void test_distributed(void **state)
 	printf("distributed commit: %" PRIu64 " WRITEs (expected %u), %" PRIu64
 	       " READs, %" PRIu64 " messages\n",
 	       s1.commit_writes - s0.commit_writes, 4 + remote_backups,
-	       s1.commit_reads - s0.commit_reads, s1.commit_msgs - s0.commit_msgs);
-	assert_int_equal(s1.commit_writes - s0.commit_writes, 4 + remote_backups);
+	       s1.commit_reads - s0.commit_reads,
+	       s1.commit_msgs - s0.commit_msgs);
+	assert_int_equal(s1.commit_writes - s0.commit_writes,
+	                 4 + remote_backups);
 	assert_int_equal(s1.commit_reads - s0.commit_reads, 1);
 	assert_int_equal(s1.commit_msgs - s0.commit_msgs, 2);
 	assert_int_equal(s1.commits_single - s0.commits_single, 0);
@@ -261,8 +264,8 @@ static void test_three_primaries(void **state)
 	unsigned remote_primaries = 0, backup_writes = 0;
 	for (unsigned m = 0; m < 3; m++) {
 		uint32_t rep[FARM_RING_MAX_REPLICAS];
-		unsigned n = farm_as_replicas(C.m[2].as, farm_gaddr_region(w[m].addr),
-		                              rep);
+		unsigned n = farm_as_replicas(
+		        C.m[2].as, farm_gaddr_region(w[m].addr), rep);
 		assert_int_equal(n, 3);
 		remote_primaries += rep[0] != coord;
 		for (unsigned k = 1; k < n; k++)
@@ -299,9 +302,9 @@ static void test_three_primaries(void **state)
 	assert_int_equal(s1.commits_single - s0.commits_single, 0);
 	uint8_t buf[64];
 	for (unsigned m = 0; m < 3; m++) {
-		assert_int_equal(lf((m + 1) % 3, w[m].addr, 64, w[m].incarnation,
-		                    buf),
-		                 0);
+		assert_int_equal(
+		        lf((m + 1) % 3, w[m].addr, 64, w[m].incarnation, buf),
+		        0);
 		assert_int_equal(buf[0], 40 + m);
 	}
 }
@@ -364,13 +367,15 @@ static void test_free_and_fat_pointers(void **state)
 	farm_tx_free(tx);
 	uint8_t buf[100];
 	for (unsigned m = 0; m < 3; m++)
-		assert_int_equal(lf(m, p.addr, 100, p.incarnation, buf), FARM_EFREED);
+		assert_int_equal(lf(m, p.addr, 100, p.incarnation, buf),
+		                 FARM_EFREED);
 	/* The slot is reused at once for the same size: a stale fat pointer
 	 * still says freed, never the new object's bytes. */
 	farm_fatptr q = make_obj(1, 100, 8);
 	if (q.addr == p.addr) {
 		assert_true(q.incarnation == p.incarnation + 1);
-		assert_int_equal(lf(2, p.addr, 100, p.incarnation, buf), FARM_EFREED);
+		assert_int_equal(lf(2, p.addr, 100, p.incarnation, buf),
+		                 FARM_EFREED);
 		tx = begin(2);
 		struct res r = {0};
 		assert_int_equal(farm_tx_read_fat(tx, p, read_cb, &r), 0);
@@ -391,8 +396,9 @@ static void test_bad_input(void **state)
 	 * of the region, misaligned, never allocated. */
 	assert_int_equal(rd(tx, p.addr, 0, NULL), -EINVAL);
 	assert_int_equal(rd(tx, p.addr, 200, NULL), -EINVAL);
-	assert_int_equal(rd(tx, farm_gaddr_make(farm_gaddr_region(p.addr),
-	                                        (uint32_t)RSIZE - 64),
+	assert_int_equal(rd(tx,
+	                    farm_gaddr_make(farm_gaddr_region(p.addr),
+	                                    (uint32_t)RSIZE - 64),
 	                    128, NULL),
 	                 -EINVAL);
 	assert_int_equal(rd(tx, p.addr + 8, 16, NULL), -EINVAL);
@@ -401,14 +407,16 @@ static void test_bad_input(void **state)
 	assert_int_equal(farm_tx_write(tx, p.addr, &w), -ENOENT);
 	assert_int_equal(farm_tx_free_obj(tx, p.addr), -ENOENT);
 	struct res r = {0};
-	assert_int_equal(farm_tx_alloc(tx, FARM_TX_MAX_SIZE + 1, 0, alloc_cb, &r),
-	                 -E2BIG);
+	assert_int_equal(
+	        farm_tx_alloc(tx, FARM_TX_MAX_SIZE + 1, 0, alloc_cb, &r),
+	        -E2BIG);
 	assert_int_equal(farm_tx_alloc(tx, 0, 0, alloc_cb, &r), -EINVAL);
 	assert_int_equal(rd(tx, p.addr, 64, NULL), 0);
 	assert_int_equal(commit(tx), 0);
 	/* Ended: every call says so. */
 	assert_int_equal(farm_tx_commit(tx, op_cb, &r), FARM_ECLOSED);
-	assert_int_equal(farm_tx_read(tx, p.addr, 64, read_cb, &r), FARM_ECLOSED);
+	assert_int_equal(farm_tx_read(tx, p.addr, 64, read_cb, &r),
+	                 FARM_ECLOSED);
 	assert_int_equal(farm_tx_write(tx, p.addr, &w), FARM_ECLOSED);
 	assert_int_equal(farm_tx_abort(tx), FARM_ECLOSED);
 	farm_tx_free(tx);

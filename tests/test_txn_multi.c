@@ -45,7 +45,8 @@
 #define VSTEP   4u /* object versions step by 4 (txn/object.h) */
 #define JOIN_MS 30000
 
-/* ---- options ---------------------------------------------------------------- */
+/* ---- options ----------------------------------------------------------------
+ */
 
 static uint64_t opt_transfers = 20000;
 static unsigned opt_accounts = 100;
@@ -62,7 +63,8 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* ---- the cluster (parent side) ----------------------------------------------- */
+/* ---- the cluster (parent side)
+ * ----------------------------------------------- */
 
 struct cluster {
 	char root[256];
@@ -111,7 +113,8 @@ static int child_main(struct ch *c, role_fn role)
 			continue;
 		cfg.peers[cfg.npeers].id = i;
 		snprintf(cfg.peers[cfg.npeers].addr,
-		         sizeof(cfg.peers[cfg.npeers].addr), "%s", c->cl->dir[i]);
+		         sizeof(cfg.peers[cfg.npeers].addr), "%s",
+		         c->cl->dir[i]);
 		cfg.npeers++;
 	}
 	char err[256];
@@ -164,8 +167,8 @@ static void cl_start(struct cluster *cl, role_fn role)
 				close(cl->to[j]);
 				close(cl->from[j]);
 			}
-			struct ch c = {.me = i, .in = down[0], .out = up[1],
-			               .cl = cl};
+			struct ch c = {
+			        .me = i, .in = down[0], .out = up[1], .cl = cl};
 			_exit(child_main(&c, role));
 		}
 		close(down[0]);
@@ -177,7 +180,8 @@ static void cl_start(struct cluster *cl, role_fn role)
 }
 
 /* Read @len bytes from machine @i within @ms (fails the test otherwise). */
-static void p_recv(struct cluster *cl, unsigned i, void *buf, size_t len, int ms)
+static void p_recv(struct cluster *cl, unsigned i, void *buf, size_t len,
+                   int ms)
 {
 	uint64_t dl = now_ns() + (uint64_t)ms * 1000000ull;
 	char *p = buf;
@@ -252,7 +256,8 @@ static int cl_cleanup(void **state)
 	return 0;
 }
 
-/* ---- child helpers ------------------------------------------------------------ */
+/* ---- child helpers
+ * ------------------------------------------------------------ */
 
 /* A command byte from the parent, if one is there: 0 none, -1 gone. */
 static int poll_cmd(struct ch *c)
@@ -285,7 +290,10 @@ static int say(struct ch *c, char b, const void *data, size_t len)
 	return len ? tu_send(c->out, data, len) : 0;
 }
 
-static uint64_t rnd(struct ch *c) { return farm_rand64(&c->rng); }
+static uint64_t rnd(struct ch *c)
+{
+	return farm_rand64(&c->rng);
+}
 
 enum { H_BEGIN = 1, H_READ, H_WRITE, H_END };
 
@@ -352,7 +360,8 @@ static int save_history(struct ch *c)
 {
 	char path[512];
 	snprintf(path, sizeof(path), "%s/hist-%u", c->cl->root, c->me);
-	return c->herr || write_file(path, c->h, c->hn * sizeof(uint64_t)) ? -1 : 0;
+	return c->herr || write_file(path, c->h, c->hn * sizeof(uint64_t)) ? -1
+	                                                                   : 0;
 }
 
 /* Fat pointers of @n new objects of @size bytes on this machine, each
@@ -380,7 +389,8 @@ static int create_objs(struct ch *c, const char *tag, unsigned n, uint32_t size,
 		hput(c, H_BEGIN, t0, 0);
 		for (unsigned j = 0; j < k; j++)
 			hput(c, H_WRITE, out[done + j].addr,
-			     farm_tx_testing_version(tx, out[done + j].addr) + VSTEP);
+			     farm_tx_testing_version(tx, out[done + j].addr) +
+			             VSTEP);
 		hput(c, H_END, now_ns(), sc_of(rc));
 		farm_tx_free(tx);
 		if (rc == 0)
@@ -452,7 +462,8 @@ static int p_check_history(struct cluster *cl, sc_report *rep)
 			case H_READ: sc_read(h, t, v[k + 1], v[k + 2]); break;
 			case H_WRITE: sc_write(h, t, v[k + 1], v[k + 2]); break;
 			case H_END:
-				sc_txn_end(h, t, v[k + 1], (enum sc_outcome)v[k + 2]);
+				sc_txn_end(h, t, v[k + 1],
+				           (enum sc_outcome)v[k + 2]);
 				break;
 			default: fail_msg("bad history record %" PRIu64, v[k]);
 			}
@@ -466,7 +477,8 @@ static int p_check_history(struct cluster *cl, sc_report *rep)
 	return rc;
 }
 
-/* ---- bank ------------------------------------------------------------------------ */
+/* ---- bank
+ * ------------------------------------------------------------------------ */
 
 #define INIT_BALANCE 100
 
@@ -525,8 +537,10 @@ static int transfer(struct ch *c, struct bank_stats *s, farm_gaddr a,
 			int64_t na = bal(wa) - amt, nb = bal(wb) + amt;
 			memcpy(wa, &na, 8);
 			memcpy(wb, &nb, 8);
-			hput(c, H_WRITE, a, farm_tx_testing_version(tx, a) + VSTEP);
-			hput(c, H_WRITE, b, farm_tx_testing_version(tx, b) + VSTEP);
+			hput(c, H_WRITE, a,
+			     farm_tx_testing_version(tx, a) + VSTEP);
+			hput(c, H_WRITE, b,
+			     farm_tx_testing_version(tx, b) + VSTEP);
 		}
 	}
 	if (!rc)
@@ -571,7 +585,8 @@ static int bank_role(struct ch *c)
 {
 	unsigned nmine = opt_accounts;
 	farm_fatptr *mine = calloc(nmine, sizeof(*mine));
-	if (!mine || create_objs(c, "acct", nmine, 64, fill_account, NULL, mine))
+	if (!mine ||
+	    create_objs(c, "acct", nmine, 64, fill_account, NULL, mine))
 		return 20;
 	if (say(c, 'C', NULL, 0) || wait_cmd(c) != 'G')
 		return 21;
@@ -600,7 +615,8 @@ static int bank_role(struct ch *c)
 					b = acc[rnd(c) % nacc].addr;
 				while (b == a);
 			}
-			int64_t amt = 1 + (int64_t)(rnd(c) % (INIT_BALANCE / 5));
+			int64_t amt =
+			        1 + (int64_t)(rnd(c) % (INIT_BALANCE / 5));
 			for (unsigned tries = 0;; tries++) {
 				bool declined;
 				s.attempts++;
@@ -622,8 +638,10 @@ static int bank_role(struct ch *c)
 				}
 				if (!farm_tx_retryable(rc) || tries > 1000) {
 					if (s.unexpected++ < 5)
-						fprintf(stderr, "m%u: transfer: %s\n",
-						        c->me, farm_strerror(rc));
+						fprintf(stderr,
+						        "m%u: transfer: %s\n",
+						        c->me,
+						        farm_strerror(rc));
 					break;
 				}
 			}
@@ -631,12 +649,13 @@ static int bank_role(struct ch *c)
 			farm_gaddr a = acc[rnd(c) % nacc].addr;
 			uint8_t buf[64];
 			uint64_t v = 0, t1 = now_ns();
-			int rc = farm_lf_testing_read_sync(c->txm, c->loop, a, 64,
-			                                   UINT64_MAX, buf, &v);
+			int rc = farm_lf_testing_read_sync(
+			        c->txm, c->loop, a, 64, UINT64_MAX, buf, &v);
 			s.lf_reads++;
 			if (rc) {
 				if (s.lf_bad++ < 5)
-					fprintf(stderr, "m%u: lock-free read: %s\n",
+					fprintf(stderr,
+					        "m%u: lock-free read: %s\n",
 					        c->me, farm_strerror(rc));
 				continue;
 			}
@@ -651,9 +670,10 @@ static int bank_role(struct ch *c)
 			s.ro_txns++;
 			if (rc) {
 				s.ro_aborts++;
-				if (!farm_tx_retryable(rc) && s.unexpected++ < 5)
-					fprintf(stderr, "m%u: read-only: %s\n", c->me,
-					        farm_strerror(rc));
+				if (!farm_tx_retryable(rc) &&
+				    s.unexpected++ < 5)
+					fprintf(stderr, "m%u: read-only: %s\n",
+					        c->me, farm_strerror(rc));
 			}
 		}
 	}
@@ -717,13 +737,14 @@ static void test_bank(void **state)
 		assert_int_equal(st[i], 0);
 	int64_t expect_total = (int64_t)NM * opt_accounts * INIT_BALANCE;
 	printf("bank: %u accounts, %" PRIu64 " transfers committed (%" PRIu64
-	       " single-machine) in %.2f s = %.0f/s; %" PRIu64 " declined, %" PRIu64
-	       " attempts aborted of %" PRIu64 " (%" PRIu64 " timed out); %" PRIu64
-	       " lock-free reads; %" PRIu64 " read-only sums (%" PRIu64
-	       " aborted)\n",
+	       " single-machine) in %.2f s = %.0f/s; %" PRIu64
+	       " declined, %" PRIu64 " attempts aborted of %" PRIu64
+	       " (%" PRIu64 " timed out); %" PRIu64 " lock-free reads; %" PRIu64
+	       " read-only sums (%" PRIu64 " aborted)\n",
 	       NM * opt_accounts, tot.transfers, tot.single, run_s,
 	       (double)tot.transfers / run_s, tot.declined, tot.aborts,
-	       tot.attempts, tot.timeouts, tot.lf_reads, tot.ro_txns, tot.ro_aborts);
+	       tot.attempts, tot.timeouts, tot.lf_reads, tot.ro_txns,
+	       tot.ro_aborts);
 	printf("bank: final sum over %" PRIu64 " accounts: %s, total %" PRId64
 	       " (expected %" PRId64 "), lowest balance %" PRId64 "\n",
 	       s[0].sum_objs, farm_strerror(s[0].sum_status), s[0].total,
@@ -751,13 +772,15 @@ static void test_bank(void **state)
 	assert_true(tot.single > 0);
 }
 
-/* ---- torn reads ------------------------------------------------------------------- */
+/* ---- torn reads
+ * ------------------------------------------------------------------- */
 
 #define TORN_SIZE 500 /* 9 lines */
 #define TORN_PER  4   /* objects per machine */
 
 struct torn_stats {
-	uint64_t lf_reads, tx_reads, torn, busy, other, writes, aborts, timeouts;
+	uint64_t lf_reads, tx_reads, torn, busy, other, writes, aborts,
+	        timeouts;
 	uint64_t ro_commits, ro_aborts;
 	uint64_t ns;
 };
@@ -808,7 +831,8 @@ static int torn_role(struct ch *c)
 				uint8_t *w;
 				rc = farm_tx_write(tx, a, (void **)&w);
 				if (!rc) {
-					memset(w, (uint8_t)(d[0] + 1), TORN_SIZE);
+					memset(w, (uint8_t)(d[0] + 1),
+					       TORN_SIZE);
 					rc = farm_tx_commit_sync(tx);
 				}
 			}
@@ -829,21 +853,25 @@ static int torn_role(struct ch *c)
 		uint64_t dl = t0 + (uint64_t)(opt_torn_secs * 1e9);
 		uint8_t buf[TORN_SIZE];
 		for (unsigned it = 0;; it++) {
-			if (opt_torn_reads ? s.lf_reads + s.tx_reads >= opt_torn_reads
-			                   : ((it & 63) == 0 && now_ns() >= dl))
+			if (opt_torn_reads
+			            ? s.lf_reads + s.tx_reads >= opt_torn_reads
+			            : ((it & 63) == 0 && now_ns() >= dl))
 				break;
 			if (it % 8) {
 				farm_gaddr a = o[rnd(c) % n].addr;
 				int rc = farm_lf_read_sync(c->txm, c->loop, a,
-				                           TORN_SIZE, UINT64_MAX, buf);
+				                           TORN_SIZE,
+				                           UINT64_MAX, buf);
 				if (rc == -EBUSY) {
 					s.busy++;
 					continue;
 				}
 				if (rc) {
 					if (s.other++ < 5)
-						fprintf(stderr, "m%u: read: %s\n",
-						        c->me, farm_strerror(rc));
+						fprintf(stderr,
+						        "m%u: read: %s\n",
+						        c->me,
+						        farm_strerror(rc));
 					continue;
 				}
 				s.lf_reads++;
@@ -858,7 +886,8 @@ static int torn_role(struct ch *c)
 			for (int k = 0; k < 2 && !rc; k++) {
 				const uint8_t *d;
 				rc = farm_tx_read_sync(tx, o[rnd(c) % n].addr,
-				                       TORN_SIZE, (const void **)&d);
+				                       TORN_SIZE,
+				                       (const void **)&d);
 				if (!rc) {
 					s.tx_reads++;
 					if (!all_same(d, TORN_SIZE))
@@ -904,16 +933,18 @@ static void test_torn(void **state)
 	cl_finish(&G, st);
 	uint64_t reads = s[2].lf_reads + s[2].tx_reads;
 	printf("torn: reader: %" PRIu64 " lock-free + %" PRIu64
-	       " transactional reads of %u-byte objects in %.2f s (%.0f/s), %"
-	       PRIu64 " torn, %" PRIu64 " busy, %" PRIu64 " other errors; %"
-	       PRIu64 " read-only commits, %" PRIu64 " aborts\n",
+	       " transactional reads of %u-byte objects in %.2f s (%.0f/s), "
+	       "%" PRIu64 " torn, %" PRIu64 " busy, %" PRIu64
+	       " other errors; %" PRIu64 " read-only commits, %" PRIu64
+	       " aborts\n",
 	       s[2].lf_reads, s[2].tx_reads, TORN_SIZE, (double)s[2].ns / 1e9,
 	       (double)reads / ((double)s[2].ns / 1e9), s[2].torn, s[2].busy,
 	       s[2].other, s[2].ro_commits, s[2].ro_aborts);
 	for (unsigned i = 0; i < 2; i++)
-		printf("torn: writer %u: %" PRIu64 " rewrites committed, %" PRIu64
-		       " aborted, %" PRIu64 " timed out, %" PRIu64
-		       " torn in its reads, %" PRIu64 " other errors\n",
+		printf("torn: writer %u: %" PRIu64
+		       " rewrites committed, %" PRIu64 " aborted, %" PRIu64
+		       " timed out, %" PRIu64 " torn in its reads, %" PRIu64
+		       " other errors\n",
 		       i, s[i].writes, s[i].aborts, s[i].timeouts, s[i].torn,
 		       s[i].other);
 	for (unsigned i = 0; i < NM; i++) {
@@ -923,13 +954,15 @@ static void test_torn(void **state)
 	}
 	assert_true(s[0].writes > 0 && s[1].writes > 0);
 	/* Timeouts are an outcome under load (2 cores, sanitizers), rare. */
-	assert_true(s[0].timeouts + s[1].timeouts <= 1 + (s[0].writes + s[1].writes) / 100);
+	assert_true(s[0].timeouts + s[1].timeouts <=
+	            1 + (s[0].writes + s[1].writes) / 100);
 	assert_true(reads > 0);
 	if (opt_torn_reads)
 		assert_true(reads >= opt_torn_reads);
 }
 
-/* ---- zombie reads ------------------------------------------------------------------ */
+/* ---- zombie reads
+ * ------------------------------------------------------------------ */
 
 #define Z_ROOTS 8
 #define Z_SIZE  200
@@ -949,8 +982,8 @@ struct zombie_stats {
 static void fill_target(void *d, uint32_t size, farm_fatptr p, void *arg)
 {
 	uint64_t gen = arg ? *(uint64_t *)arg : 0;
-	struct ztarget t = {.addr = p.addr, .incarnation = p.incarnation,
-	                    .gen = gen};
+	struct ztarget t = {
+	        .addr = p.addr, .incarnation = p.incarnation, .gen = gen};
 	memset(d, (uint8_t)gen, size);
 	memcpy(d, &t, sizeof(t));
 }
@@ -976,12 +1009,14 @@ static bool target_ok_(const uint8_t *d, farm_fatptr p, int line)
 		static unsigned shown;
 		if (shown++ < 5)
 			fprintf(stderr,
-			        "pid %d line %d: wrong object through fat pointer "
-			        "(%#" PRIx64 ", incarnation %" PRIu64 "): it names "
-			        "(%#" PRIx64 ", %" PRIu64 ") generation %" PRIu64
-			        ", byte %u is %u\n",
-			        (int)getpid(), line, p.addr, p.incarnation, t.addr,
-			        t.incarnation, t.gen, i - 1, d[i - 1]);
+			        "pid %d line %d: wrong object through fat "
+			        "pointer "
+			        "(%#" PRIx64 ", incarnation %" PRIu64
+			        "): it names "
+			        "(%#" PRIx64 ", %" PRIu64
+			        ") generation %" PRIu64 ", byte %u is %u\n",
+			        (int)getpid(), line, p.addr, p.incarnation,
+			        t.addr, t.incarnation, t.gen, i - 1, d[i - 1]);
 	}
 	return ok;
 }
@@ -1026,8 +1061,8 @@ static int zombie_role(struct ch *c)
 	if (c->me == 0) {
 		farm_fatptr tg[Z_ROOTS], roots[Z_ROOTS];
 		uint64_t gen = 1;
-		if (create_objs(c, "ztarget", Z_ROOTS, Z_SIZE, fill_target, &gen,
-		                tg))
+		if (create_objs(c, "ztarget", Z_ROOTS, Z_SIZE, fill_target,
+		                &gen, tg))
 			return 40;
 		for (unsigned i = 0; i < Z_ROOTS; i++)
 			if (create_objs(c, "zroot", 1, 64, fill_root, &tg[i],
@@ -1054,15 +1089,16 @@ static int zombie_role(struct ch *c)
 			int rc = farm_tx_read_sync(tx, r, 64, &rd);
 			if (!rc) {
 				memcpy(&old, rd, sizeof(old));
-				rc = farm_tx_read_sync(tx, old.addr, Z_SIZE, &td);
+				rc = farm_tx_read_sync(tx, old.addr, Z_SIZE,
+				                       &td);
 			}
 			if (!rc && !target_ok(td, old))
 				s.bad++;
 			if (!rc)
 				rc = farm_tx_free_obj(tx, old.addr);
 			if (!rc)
-				rc = farm_tx_alloc_sync(tx, Z_SIZE, FARM_GADDR_NULL,
-				                        &nw, &nd);
+				rc = farm_tx_alloc_sync(
+				        tx, Z_SIZE, FARM_GADDR_NULL, &nw, &nd);
 			if (!rc) {
 				gen++;
 				fill_target(nd, Z_SIZE, nw, &gen);
@@ -1078,7 +1114,8 @@ static int zombie_role(struct ch *c)
 			else if (farm_tx_retryable(rc))
 				s.repl_aborts++;
 			else if (s.other++ < 5)
-				fprintf(stderr, "m0: replace: %s\n", farm_strerror(rc));
+				fprintf(stderr, "m0: replace: %s\n",
+				        farm_strerror(rc));
 		}
 		s.ns = now_ns() - t0;
 	} else {
@@ -1106,28 +1143,32 @@ static int zombie_role(struct ch *c)
 			}
 			if (dice == 0 && nstale) { /* an old pointer */
 				farm_fatptr p = stale[rnd(c) % nstale];
-				int rc = farm_lf_read_sync(c->txm, c->loop, p.addr,
-				                           p.size, p.incarnation, buf);
+				int rc = farm_lf_read_sync(c->txm, c->loop,
+				                           p.addr, p.size,
+				                           p.incarnation, buf);
 				if (rc == 0)
-					target_ok(buf, p) ? s.stale_ok++ : s.bad++;
+					target_ok(buf, p) ? s.stale_ok++
+					                  : s.bad++;
 				else if (rc == FARM_EFREED)
 					s.stale_freed++;
 				else if (rc == -EBUSY)
 					s.busy++;
 				else if (s.other++ < 5)
-					fprintf(stderr, "m%u: stale read: %s\n", c->me,
-					        farm_strerror(rc));
-			} else if (dice == 1) { /* lock-free: root, then target */
+					fprintf(stderr, "m%u: stale read: %s\n",
+					        c->me, farm_strerror(rc));
+			} else if (dice ==
+			           1) { /* lock-free: root, then target */
 				farm_fatptr p;
-				int rc = farm_lf_read_sync(c->txm, c->loop, r, 64,
-				                           UINT64_MAX, buf);
+				int rc = farm_lf_read_sync(c->txm, c->loop, r,
+				                           64, UINT64_MAX, buf);
 				if (!rc) {
 					memcpy(&p, buf, sizeof(p));
-					stale[nstale < Z_STALE ? nstale++
-					                       : rnd(c) % Z_STALE] = p;
-					rc = farm_lf_read_sync(c->txm, c->loop, p.addr,
-					                       p.size, p.incarnation,
-					                       buf);
+					stale[nstale < Z_STALE
+					              ? nstale++
+					              : rnd(c) % Z_STALE] = p;
+					rc = farm_lf_read_sync(
+					        c->txm, c->loop, p.addr, p.size,
+					        p.incarnation, buf);
 					if (rc == 0)
 						target_ok(buf, p) ? s.reads_ok++
 						                  : s.bad++;
@@ -1137,8 +1178,8 @@ static int zombie_role(struct ch *c)
 				else if (rc == -EBUSY)
 					s.busy++;
 				else if (rc && s.other++ < 5)
-					fprintf(stderr, "m%u: read: %s\n", c->me,
-					        farm_strerror(rc));
+					fprintf(stderr, "m%u: read: %s\n",
+					        c->me, farm_strerror(rc));
 			} else { /* a transaction follows the pointer */
 				farm_tx *tx;
 				if (farm_tx_begin(c->txm, c->loop, &tx))
@@ -1166,13 +1207,15 @@ static int zombie_role(struct ch *c)
 					         rc == FARM_EFREED)
 						s.tx_aborts++;
 					else if (s.other++ < 5)
-						fprintf(stderr, "m%u: commit: %s\n",
-						        c->me, farm_strerror(rc));
+						fprintf(stderr,
+						        "m%u: commit: %s\n",
+						        c->me,
+						        farm_strerror(rc));
 				} else if (rc == -EBUSY) {
 					s.busy++;
 				} else if (s.other++ < 5) {
-					fprintf(stderr, "m%u: tx read: %s\n", c->me,
-					        farm_strerror(rc));
+					fprintf(stderr, "m%u: tx read: %s\n",
+					        c->me, farm_strerror(rc));
 				}
 				farm_tx_free(tx);
 			}
@@ -1235,7 +1278,8 @@ static void test_zombie(void **state)
 	assert_true(t.reads_ok + t.tx_commits > 0);
 }
 
-/* ---- durability -------------------------------------------------------------------- */
+/* ---- durability
+ * -------------------------------------------------------------------- */
 
 struct recs_ctx {
 	uint64_t txid;
@@ -1276,7 +1320,8 @@ static int durable_role(struct ch *c)
 				return 53;
 			for (unsigned i = 0; i < 2; i++) {
 				void *w;
-				if (farm_tx_read_sync(tx, o[i].addr, 64, NULL) ||
+				if (farm_tx_read_sync(tx, o[i].addr, 64,
+				                      NULL) ||
 				    farm_tx_write(tx, o[i].addr, &w))
 					return 54;
 				memset(w, 2 + round, 64);
@@ -1330,7 +1375,8 @@ static void test_durability(void **state)
 	int st[NM];
 	cl_finish(&G, st);
 	for (unsigned i = 1; i < NM; i++) {
-		printf("durability: machine %u holds %u records; of transaction "
+		printf("durability: machine %u holds %u records; of "
+		       "transaction "
 		       "%#" PRIx64 " (dead coordinator 0): %u LOCK, %u "
 		       "COMMIT-BACKUP, %u COMMIT-PRIMARY, %u ABORT\n",
 		       i, r[i].total, txid, r[i].found[FARM_TXN_TESTING_LOCK],
@@ -1342,12 +1388,14 @@ static void test_durability(void **state)
 		 * backup of the other's primary (COMMIT-BACKUP). */
 		assert_int_equal(r[i].found[FARM_TXN_TESTING_COMMIT_BACKUP], 1);
 		assert_int_equal(r[i].found[FARM_TXN_TESTING_LOCK], 1);
-		assert_int_equal(r[i].found[FARM_TXN_TESTING_COMMIT_PRIMARY], 0);
+		assert_int_equal(r[i].found[FARM_TXN_TESTING_COMMIT_PRIMARY],
+		                 0);
 		assert_int_equal(r[i].found[FARM_TXN_TESTING_ABORT], 0);
 	}
 }
 
-/* ---- main -------------------------------------------------------------------------- */
+/* ---- main
+ * -------------------------------------------------------------------------- */
 
 int main(int argc, char **argv)
 {

@@ -40,7 +40,8 @@ enum farm_as_role { FARM_AS_NONE = 0, FARM_AS_PRIMARY, FARM_AS_BACKUP };
 
 struct farm_as_stats {
 	uint64_t regions_primary, regions_backup;
-	uint64_t lookups_sent, lookups_cached; /* descriptor cache misses/hits */
+	uint64_t lookups_sent,
+	        lookups_cached; /* descriptor cache misses/hits */
 	uint64_t reads_local, reads_remote, writes_local, writes_remote;
 	uint64_t bad_requests; /* malformed or out-of-range requests refused */
 };

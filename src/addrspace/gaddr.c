@@ -12,8 +12,8 @@ int farm_gaddr_format(farm_gaddr a, char *buf, size_t len)
 {
 	if (!buf)
 		return -EINVAL;
-	int n = snprintf(buf, len, "r%" PRIu32 "+0x%" PRIx32, farm_gaddr_region(a),
-	                 farm_gaddr_offset(a));
+	int n = snprintf(buf, len, "r%" PRIu32 "+0x%" PRIx32,
+	                 farm_gaddr_region(a), farm_gaddr_offset(a));
 	if (n < 0 || (size_t)n >= len)
 		return -ERANGE;
 	return n;

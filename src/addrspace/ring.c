@@ -42,7 +42,8 @@ static uint64_t fmix64(uint64_t z)
  * point i of machine m at the top half of fmix64 of (m, j, i). */
 static uint32_t point_pos(uint32_t machine, unsigned ring, unsigned point)
 {
-	uint64_t key = ((uint64_t)machine << 32) | ((uint64_t)ring << 16) | point;
+	uint64_t key =
+	        ((uint64_t)machine << 32) | ((uint64_t)ring << 16) | point;
 	return (uint32_t)(fmix64(key ^ 0x6a09e667f3bcc908ull) >> 32);
 }
 
@@ -103,8 +104,8 @@ int farm_ring_build(const uint32_t *ids, unsigned n,
 		a.rings = FARM_RING_DEFAULT_RINGS;
 	if (!a.points)
 		a.points = FARM_RING_DEFAULT_POINTS;
-	if (a.replicas > FARM_RING_MAX_REPLICAS || a.rings > FARM_RING_MAX_RINGS ||
-	    a.points > FARM_RING_MAX_POINTS)
+	if (a.replicas > FARM_RING_MAX_REPLICAS ||
+	    a.rings > FARM_RING_MAX_RINGS || a.points > FARM_RING_MAX_POINTS)
 		return -EINVAL;
 	farm_ring *g = calloc(1, sizeof(*g));
 	if (!g)
@@ -143,7 +144,8 @@ int farm_ring_build(const uint32_t *ids, unsigned n,
 		for (unsigned i = 0; i < g->npts; i++) {
 			uint32_t *rep = &R->reps[(size_t)i * g->nrep];
 			unsigned got = 0;
-			for (unsigned s = 0; s < g->npts && got < g->nrep; s++) {
+			for (unsigned s = 0; s < g->npts && got < g->nrep;
+			     s++) {
 				uint32_t m = R->pts[(i + s) % g->npts].machine;
 				bool dup = false;
 				for (unsigned q = 0; q < got; q++)
@@ -160,10 +162,22 @@ nomem:
 	return -ENOMEM;
 }
 
-unsigned farm_ring_nrings(const farm_ring *ring) { return ring ? ring->k : 0; }
-unsigned farm_ring_nrings_(const farm_ring *ring) { return ring->k; }
-unsigned farm_ring_nreplicas(const farm_ring *ring) { return ring ? ring->nrep : 0; }
-unsigned farm_ring_nmachines(const farm_ring *ring) { return ring ? ring->n : 0; }
+unsigned farm_ring_nrings(const farm_ring *ring)
+{
+	return ring ? ring->k : 0;
+}
+unsigned farm_ring_nrings_(const farm_ring *ring)
+{
+	return ring->k;
+}
+unsigned farm_ring_nreplicas(const farm_ring *ring)
+{
+	return ring ? ring->nrep : 0;
+}
+unsigned farm_ring_nmachines(const farm_ring *ring)
+{
+	return ring ? ring->n : 0;
+}
 
 bool farm_ring_has(const farm_ring *ring, uint32_t machine)
 {
@@ -190,7 +204,8 @@ unsigned farm_ring_replicas(const farm_ring *ring, uint32_t region,
 {
 	const struct one_ring *R = &ring->rings[farm_ring_of(ring, region)];
 	unsigned i = succ(R, ring->npts, farm_ring_pos(region));
-	memcpy(out, &R->reps[(size_t)i * ring->nrep], ring->nrep * sizeof(*out));
+	memcpy(out, &R->reps[(size_t)i * ring->nrep],
+	       ring->nrep * sizeof(*out));
 	return ring->nrep;
 }
 
@@ -262,7 +277,8 @@ int farm_ring_near_region(const farm_ring *ring, uint32_t machine,
 		}
 		tries++;
 		uint32_t id = ring_unpos(x);
-		if (id % ring->k == j && usable(ring, id, machine, taken, ctx)) {
+		if (id % ring->k == j &&
+		    usable(ring, id, machine, taken, ctx)) {
 			*out = id;
 			return 0;
 		}
@@ -282,14 +298,16 @@ void farm_ring_shares(const farm_ring *ring, uint32_t *ids, double *primary,
 		const struct one_ring *R = &ring->rings[j];
 		for (unsigned i = 0; i < ring->npts; i++) {
 			/* The arc (pts[i-1], pts[i]]. */
-			uint32_t prev = R->pts[(i + ring->npts - 1) % ring->npts].pos;
+			uint32_t prev =
+			        R->pts[(i + ring->npts - 1) % ring->npts].pos;
 			double len = (double)(uint32_t)(R->pts[i].pos - prev);
 			if (ring->npts == 1)
 				len = 4294967296.0;
 			const uint32_t *rep = &R->reps[(size_t)i * ring->nrep];
 			for (unsigned q = 0; q < ring->nrep; q++) {
-				uint32_t *hit = bsearch(&rep[q], ring->ids, n,
-				                        sizeof(uint32_t), cmp_u32);
+				uint32_t *hit =
+				        bsearch(&rep[q], ring->ids, n,
+				                sizeof(uint32_t), cmp_u32);
 				unsigned m = (unsigned)(hit - ring->ids);
 				if (q == 0)
 					primary[m] += len / total;

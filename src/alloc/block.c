@@ -614,7 +614,8 @@ void farm_slab_stats(const farm_slab *s, struct farm_alloc_stats *st)
 		st->hint[i] =
 		        atomic_load_explicit(&m->hint[i], memory_order_relaxed);
 	/* Slot allocations and frees, counted per class (alloc_int.h). */
-	uint64_t hinted = atomic_load_explicit(&m->hinted, memory_order_relaxed);
+	uint64_t hinted =
+	        atomic_load_explicit(&m->hinted, memory_order_relaxed);
 	uint64_t na_all = 0;
 	for (int c = 0; c < FARM_ALLOC_NCLASSES; c++) {
 		uint64_t nf = atomic_load_explicit(&m->cls[c].nfree,

@@ -20,9 +20,9 @@
 #include "util/common.h"
 #include "util/log.h"
 
-#define POOL_MAX   8
-#define MAX_LOOPS  64
-#define MAX_RETRY  4 /* region requests per allocation */
+#define POOL_MAX  8
+#define MAX_LOOPS 64
+#define MAX_RETRY 4 /* region requests per allocation */
 
 struct pooled {
 	uint32_t near;
@@ -43,8 +43,8 @@ struct farm_galloc {
 
 /* Wire formats. */
 struct alloc_req {
-	uint64_t size;  /* object bytes, or element bytes of an array */
-	uint64_t n;     /* 0: an object; else array elements */
+	uint64_t size; /* object bytes, or element bytes of an array */
+	uint64_t n;    /* 0: an object; else array elements */
 	uint64_t hint;
 };
 struct alloc_rep {
@@ -56,7 +56,8 @@ struct free_req {
 
 /* ---- regions ----------------------------------------------------------- */
 
-static int new_region_cb(void *ctx, uint32_t near, struct farm_alloc_region *out)
+static int new_region_cb(void *ctx, uint32_t near,
+                         struct farm_alloc_region *out)
 {
 	farm_galloc *g = ctx;
 	pthread_mutex_lock(&g->lock);
@@ -140,7 +141,8 @@ static void region_made(farm_loop *loop, void *ctx, int status, uint32_t id)
 		op_post(loop, op, FARM_ECORRUPT, FARM_GADDR_NULL);
 		return;
 	}
-	uint32_t near = op->hint ? farm_gaddr_region(op->hint) : FARM_REGION_ID_NONE;
+	uint32_t near =
+	        op->hint ? farm_gaddr_region(op->hint) : FARM_REGION_ID_NONE;
 	pthread_mutex_lock(&g->lock);
 	if (g->npool == POOL_MAX) {
 		/* Full of regions nobody took: the oldest goes to the block
@@ -152,10 +154,11 @@ static void region_made(farm_loop *loop, void *ctx, int status, uint32_t id)
 			atomic_fetch_add(&g->regions_added, 1);
 		pthread_mutex_lock(&g->lock);
 	}
-	g->pool[g->npool++] = (struct pooled){
-	        .near = near,
-	        .r = {.id = id, .base = farm_region_base(r),
-	              .size = farm_region_size(r)}};
+	g->pool[g->npool++] =
+	        (struct pooled){.near = near,
+	                        .r = {.id = id,
+	                              .base = farm_region_base(r),
+	                              .size = farm_region_size(r)}};
 	pthread_mutex_unlock(&g->lock);
 	op_try(loop, op);
 }
@@ -204,16 +207,23 @@ static int galloc_start(farm_galloc *g, farm_loop *loop, uint64_t size,
 	struct galloc_op *op = calloc(1, sizeof(*op));
 	if (!op)
 		return -ENOMEM;
-	*op = (struct galloc_op){.g = g, .size = size, .n = n, .hint = hint,
-	                         .cont = cont, .ctx = ctx};
-	if (hint && !farm_alloc_region_is_local(g->ba, farm_gaddr_region(hint))) {
+	*op = (struct galloc_op){.g = g,
+	                         .size = size,
+	                         .n = n,
+	                         .hint = hint,
+	                         .cont = cont,
+	                         .ctx = ctx};
+	if (hint &&
+	    !farm_alloc_region_is_local(g->ba, farm_gaddr_region(hint))) {
 		uint32_t rep[FARM_RING_MAX_REPLICAS];
 		if (farm_as_replicas(g->as, farm_gaddr_region(hint), rep) &&
 		    rep[0] != farm_as_machine_id(g->as)) {
-			struct alloc_req q = {.size = size, .n = n, .hint = hint};
+			struct alloc_req q = {
+			        .size = size, .n = n, .hint = hint};
 			/* The owner may have to make a region first. */
-			int rc = farm_as_call(g->as, loop, hint, FARM_MSGT_ALLOC,
-			                      &q, sizeof(q), 10ull * 1000000000ull,
+			int rc = farm_as_call(g->as, loop, hint,
+			                      FARM_MSGT_ALLOC, &q, sizeof(q),
+			                      10ull * 1000000000ull,
 			                      shipped_done, op);
 			if (rc) {
 				free(op);
@@ -235,16 +245,17 @@ int farm_galloc_alloc(farm_galloc *g, farm_loop *loop, uint64_t size,
 	return galloc_start(g, loop, size, 0, hint, cont, ctx);
 }
 
-int farm_galloc_alloc_array(farm_galloc *g, farm_loop *loop,
-                            uint64_t elem_size, uint64_t n, farm_gaddr hint,
-                            farm_galloc_fn cont, void *ctx)
+int farm_galloc_alloc_array(farm_galloc *g, farm_loop *loop, uint64_t elem_size,
+                            uint64_t n, farm_gaddr hint, farm_galloc_fn cont,
+                            void *ctx)
 {
 	if (n == 0)
 		return -EINVAL;
 	return galloc_start(g, loop, elem_size, n, hint, cont, ctx);
 }
 
-/* ---- frees ---------------------------------------------------------------- */
+/* ---- frees ----------------------------------------------------------------
+ */
 
 struct free_op {
 	farm_op_fn cont;
@@ -309,7 +320,8 @@ int farm_galloc_free(farm_galloc *g, farm_loop *loop, farm_gaddr a,
 	return rc;
 }
 
-/* ---- handlers: requests from other machines ------------------------------- */
+/* ---- handlers: requests from other machines -------------------------------
+ */
 
 struct served {
 	struct farm_msg_token tok;
@@ -339,8 +351,9 @@ static void h_alloc(farm_loop *loop, const farm_msg_in *in, void *arg)
 	farm_galloc *g = arg;
 	struct alloc_req q;
 	if (in->len != sizeof(q) || !in->token.call_id) {
-		farm_warn("galloc: bad allocation request from machine %" PRIu32,
-		          in->src_machine);
+		farm_warn(
+		        "galloc: bad allocation request from machine %" PRIu32,
+		        in->src_machine);
 		if (in->token.call_id)
 			reply_status(loop, &in->token, -EINVAL, NULL, 0);
 		return;
@@ -348,7 +361,8 @@ static void h_alloc(farm_loop *loop, const farm_msg_in *in, void *arg)
 	memcpy(&q, in->payload, sizeof(q));
 	/* Only hints we own: a request for another machine's region would
 	 * bounce between machines whose views differ. */
-	if (!q.hint || !farm_alloc_region_is_local(g->ba, farm_gaddr_region(q.hint))) {
+	if (!q.hint ||
+	    !farm_alloc_region_is_local(g->ba, farm_gaddr_region(q.hint))) {
 		reply_status(loop, &in->token, -EREMOTE, NULL, 0);
 		return;
 	}
@@ -389,7 +403,8 @@ static void h_free(farm_loop *loop, const farm_msg_in *in, void *arg)
 	reply_status(loop, &in->token, rc, NULL, 0);
 }
 
-/* ---- lifetime ---------------------------------------------------------------- */
+/* ---- lifetime
+ * ---------------------------------------------------------------- */
 
 int farm_galloc_create(farm_as *as, farm_msg *msg, farm_galloc **out)
 {
@@ -403,7 +418,8 @@ int farm_galloc_create(farm_as *as, farm_msg *msg, farm_galloc **out)
 	g->as = as;
 	g->msg = msg;
 	pthread_mutex_init(&g->lock, NULL);
-	struct farm_blockalloc_attr ba = {.new_region = new_region_cb, .ctx = g};
+	struct farm_blockalloc_attr ba = {.new_region = new_region_cb,
+	                                  .ctx = g};
 	int rc = farm_blockalloc_create(&ba, &g->ba);
 	if (!rc)
 		rc = farm_msg_handle(msg, FARM_MSGT_ALLOC, h_alloc, g);
@@ -430,7 +446,10 @@ void farm_galloc_destroy(farm_galloc *g)
 	free(g);
 }
 
-farm_blockalloc *farm_galloc_blockalloc(farm_galloc *g) { return g ? g->ba : NULL; }
+farm_blockalloc *farm_galloc_blockalloc(farm_galloc *g)
+{
+	return g ? g->ba : NULL;
+}
 
 void farm_galloc_stats(farm_galloc *g, struct farm_galloc_stats *out)
 {

@@ -55,9 +55,9 @@ typedef void (*farm_galloc_fn)(farm_loop *loop, void *ctx, int status,
 int farm_galloc_alloc(farm_galloc *g, farm_loop *loop, uint64_t size,
                       farm_gaddr hint, farm_galloc_fn cont, void *ctx);
 /* An array of @n elements of @elem_size stored bytes (alloc.h). */
-int farm_galloc_alloc_array(farm_galloc *g, farm_loop *loop,
-                            uint64_t elem_size, uint64_t n, farm_gaddr hint,
-                            farm_galloc_fn cont, void *ctx);
+int farm_galloc_alloc_array(farm_galloc *g, farm_loop *loop, uint64_t elem_size,
+                            uint64_t n, farm_gaddr hint, farm_galloc_fn cont,
+                            void *ctx);
 /* Free the object at @a, here or on its owner. */
 int farm_galloc_free(farm_galloc *g, farm_loop *loop, farm_gaddr a,
                      farm_op_fn cont, void *ctx);

@@ -31,8 +31,8 @@ struct farm_objhdr {
 	_Atomic uint64_t incarn;
 };
 
-#define FARM_OBJHDR_SIZE      16u
-#define FARM_OBJHDR_ALLOCATED 1ull
+#define FARM_OBJHDR_SIZE       16u
+#define FARM_OBJHDR_ALLOCATED  1ull
 #define FARM_INCARN_LINES_MASK (0x3fffull << 1)
 #define FARM_INCARN_ONE        (1ull << 15) /* one incarnation */
 

@@ -388,9 +388,8 @@ static inline int slot_claim(char *p, unsigned lines)
 
 /* cur is dry: the block of the last local free, if it still has a local
  * free slot (O(1)), else refill_any() (scan, adopt, new block). */
-static __attribute__((noinline)) int take_slow(farm_slab *s, unsigned c,
-                                               char **pp,
-                                               struct farm_block **bo)
+static __attribute__((noinline)) int
+take_slow(farm_slab *s, unsigned c, char **pp, struct farm_block **bo)
 {
 	struct farm_slab_cls *k = &s->cls[c];
 	struct farm_block *b = k->cur, *sp = k->spare;
@@ -452,9 +451,8 @@ static inline void count_alloc(farm_slab *s, unsigned c, int lvl)
 }
 
 /* Everything but the fast path of farm_slab_alloc(). */
-static __attribute__((noinline)) int alloc_slow(farm_slab *s, unsigned c,
-                                                farm_gaddr hint,
-                                                farm_gaddr *out)
+static __attribute__((noinline)) int
+alloc_slow(farm_slab *s, unsigned c, farm_gaddr hint, farm_gaddr *out)
 {
 	char *p;
 	struct farm_block *b;
@@ -484,8 +482,7 @@ int farm_slab_alloc(farm_slab *s, uint64_t size, farm_gaddr hint,
 	 * as take() + slot_claim(), with nothing spilled to the stack. */
 	struct farm_block *b = s->cls[c].cur;
 	char *p;
-	if (FARM_UNLIKELY(hint != FARM_GADDR_NULL || !b ||
-	                  !(p = b->free_head)))
+	if (FARM_UNLIKELY(hint != FARM_GADDR_NULL || !b || !(p = b->free_head)))
 		return alloc_slow(s, c, hint, out);
 	b->free_head = slot_link(p);
 	int rc = slot_claim(p, b->slot / FARM_ALLOC_LINE);
@@ -541,7 +538,8 @@ static inline int find_slot(farm_slab *s, farm_gaddr a, struct farm_block **bo,
 	if (FARM_UNLIKELY(!b))
 		return -EINVAL;
 	/* One multiply gives both the index (high bits) and whether @rel is a
-	 * multiple of the slot (low bits below slot_inv: see SLOT_INV_SHIFT). */
+	 * multiple of the slot (low bits below slot_inv: see SLOT_INV_SHIFT).
+	 */
 	uint32_t rel = off - b->bidx * FARM_ALLOC_BLOCK;
 	uint64_t q = (uint64_t)rel * b->slot_inv;
 	if (FARM_UNLIKELY((q & SLOT_INV_FRAC) >= b->slot_inv ||
@@ -682,9 +680,11 @@ static int large_array(farm_slab *s, uint64_t esz, uint64_t n, uint64_t total,
 		struct farm_objhdr *h = (void *)(base + i * esz);
 		uint64_t w =
 		        atomic_load_explicit(&h->incarn, memory_order_relaxed);
-		atomic_store_explicit(&h->incarn,
-		                      farm_incarn_claimed(w, (unsigned)(esz / FARM_ALLOC_LINE)),
-		                      memory_order_release);
+		atomic_store_explicit(
+		        &h->incarn,
+		        farm_incarn_claimed(w,
+		                            (unsigned)(esz / FARM_ALLOC_LINE)),
+		        memory_order_release);
 	}
 	cnt_add(&s->hint[level], 1);
 	cnt_add(&s->allocs, 1);
@@ -722,9 +722,11 @@ int farm_alloc_array(farm_slab *s, uint64_t elem_size, uint64_t n,
 		struct farm_objhdr *h = (void *)(p + i * esz);
 		atomic_store_explicit(&h->version, v0 & ~3ull,
 		                      memory_order_relaxed);
-		atomic_store_explicit(&h->incarn,
-		                      farm_incarn_claimed(w0, (unsigned)(esz / FARM_ALLOC_LINE)),
-		                      memory_order_release);
+		atomic_store_explicit(
+		        &h->incarn,
+		        farm_incarn_claimed(w0,
+		                            (unsigned)(esz / FARM_ALLOC_LINE)),
+		        memory_order_release);
 	}
 	rc = slot_claim(p, (unsigned)(esz / FARM_ALLOC_LINE));
 	if (rc)

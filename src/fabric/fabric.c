@@ -13,9 +13,9 @@
 #include "util/log.h"
 
 static const struct farm_fabric_ops *const providers[] = {
-	&farm_shm_ops,
+        &farm_shm_ops,
 #ifdef FARM_HAVE_VERBS
-	&farm_verbs_ops,
+        &farm_verbs_ops,
 #endif
 };
 
@@ -45,9 +45,11 @@ int farm_fabric_open(const farm_fabric_attr *attr, farm_fabric **out)
 	if (!ops) {
 		if (strcmp(name, "verbs") == 0)
 			farm_err("fabric provider 'verbs' was not built: "
-			         "libibverbs/librdmacm were missing at build time");
+			         "libibverbs/librdmacm were missing at build "
+			         "time");
 		else
-			farm_err("unknown fabric provider '%s' (known: shm, verbs)",
+			farm_err("unknown fabric provider '%s' (known: shm, "
+			         "verbs)",
 			         name);
 		return -EINVAL;
 	}
@@ -99,10 +101,22 @@ void farm_mem_free(farm_mem *mem)
 		mem->fab->ops->mem_free(mem);
 }
 
-void *farm_mem_addr(const farm_mem *mem) { return mem ? mem->addr : NULL; }
-size_t farm_mem_size(const farm_mem *mem) { return mem ? mem->size : 0; }
-bool farm_mem_is_huge(const farm_mem *mem) { return mem && mem->huge; }
-bool farm_mem_is_pmem(const farm_mem *mem) { return mem && mem->pmem; }
+void *farm_mem_addr(const farm_mem *mem)
+{
+	return mem ? mem->addr : NULL;
+}
+size_t farm_mem_size(const farm_mem *mem)
+{
+	return mem ? mem->size : 0;
+}
+bool farm_mem_is_huge(const farm_mem *mem)
+{
+	return mem && mem->huge;
+}
+bool farm_mem_is_pmem(const farm_mem *mem)
+{
+	return mem && mem->pmem;
+}
 
 int farm_mem_persist(const farm_mem *mem, const void *addr, size_t len)
 {
@@ -192,7 +206,10 @@ void farm_ep_destroy(farm_ep *ep)
 		ep->fab->ops->ep_destroy(ep);
 }
 
-uint32_t farm_ep_peer(const farm_ep *ep) { return ep ? ep->peer : UINT32_MAX; }
+uint32_t farm_ep_peer(const farm_ep *ep)
+{
+	return ep ? ep->peer : UINT32_MAX;
+}
 
 bool farm_ep_usable(const farm_ep *ep)
 {

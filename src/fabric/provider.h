@@ -60,8 +60,8 @@ struct farm_fabric_ops {
 	void (*mem_free)(farm_mem *mem);
 	int (*mem_persist)(const farm_mem *mem, const void *addr, size_t len);
 
-	int (*mr_reg)(farm_fabric *fab, void *addr, size_t len,
-	              unsigned access, farm_mr **out);
+	int (*mr_reg)(farm_fabric *fab, void *addr, size_t len, unsigned access,
+	              farm_mr **out);
 	void (*mr_dereg)(farm_mr *mr);
 
 	int (*cq_create)(farm_fabric *fab, unsigned depth, unsigned flags,
@@ -79,8 +79,8 @@ struct farm_fabric_ops {
 
 	/* Optional: NULL means -ENOTSUP. */
 	int (*ep_fault)(farm_ep *ep, enum farm_fault f, uint64_t arg);
-	int (*fault_peer)(farm_fabric *fab, uint32_t peer_id,
-	                  enum farm_fault f, uint64_t arg);
+	int (*fault_peer)(farm_fabric *fab, uint32_t peer_id, enum farm_fault f,
+	                  uint64_t arg);
 };
 
 extern const struct farm_fabric_ops farm_shm_ops;
@@ -102,7 +102,8 @@ static inline int farm_wr_check(const farm_wr *wr)
 			return -EINVAL;
 		break;
 	case FARM_WR_CAS:
-		if (wr->len != 8 || (wr->flags & (FARM_WR_INLINE | FARM_WR_PERSIST)))
+		if (wr->len != 8 ||
+		    (wr->flags & (FARM_WR_INLINE | FARM_WR_PERSIST)))
 			return -EINVAL;
 		break;
 	case FARM_WR_NOTIFY:
@@ -110,11 +111,10 @@ static inline int farm_wr_check(const farm_wr *wr)
 		    (wr->raddr & 3))
 			return -EINVAL;
 		return (wr->flags & ~(unsigned)FARM_WR_SIGNALED) ? -EINVAL : 0;
-	default:
-		return -EINVAL;
+	default: return -EINVAL;
 	}
-	if (wr->flags & ~(unsigned)(FARM_WR_SIGNALED | FARM_WR_INLINE |
-	                            FARM_WR_PERSIST))
+	if (wr->flags &
+	    ~(unsigned)(FARM_WR_SIGNALED | FARM_WR_INLINE | FARM_WR_PERSIST))
 		return -EINVAL;
 	if (wr->len > FARM_FABRIC_MAX_OP || (wr->len && !wr->local))
 		return -EINVAL;

@@ -82,15 +82,28 @@ struct farm_ht {
 	} st;
 };
 
-enum { T_LOOKUPS, T_READS, T_RETRIES, T_CHAIN, T_PUTS, T_DELS, T_HOPS,
-       T_CHAIN_APPENDS, T_CHAIN_FREES, T_COMBINED, T_FOUND, T_NOTFOUND };
+enum {
+	T_LOOKUPS,
+	T_READS,
+	T_RETRIES,
+	T_CHAIN,
+	T_PUTS,
+	T_DELS,
+	T_HOPS,
+	T_CHAIN_APPENDS,
+	T_CHAIN_FREES,
+	T_COMBINED,
+	T_FOUND,
+	T_NOTFOUND
+};
 
 static void st_add(farm_ht *h, int i, uint64_t n)
 {
 	atomic_fetch_add_explicit(&h->st.v[i], n, memory_order_relaxed);
 }
 
-/* ---- hashing and layout ------------------------------------------------------ */
+/* ---- hashing and layout
+ * ------------------------------------------------------ */
 
 uint64_t farm_ht_hash(const void *key, uint32_t klen)
 {
@@ -112,8 +125,8 @@ static unsigned jump(uint64_t key, unsigned n)
 	while (j < (int64_t)n) {
 		b = j;
 		key = key * 2862933555777941757ull + 1;
-		j = (int64_t)((double)(b + 1) *
-		              ((double)(1ll << 31) / (double)((key >> 33) + 1)));
+		j = (int64_t)((double)(b + 1) * ((double)(1ll << 31) /
+		                                 (double)((key >> 33) + 1)));
 	}
 	return (unsigned)b;
 }
@@ -140,7 +153,10 @@ static uint64_t get64(const uint8_t *p)
 	return v;
 }
 
-static void put64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
+static void put64(uint8_t *p, uint64_t v)
+{
+	memcpy(p, &v, 8);
+}
 
 static farm_fatptr get_fat(const uint8_t *p)
 {
@@ -149,12 +165,15 @@ static farm_fatptr get_fat(const uint8_t *p)
 	return f;
 }
 
-static void put_fat(uint8_t *p, farm_fatptr f) { memcpy(p, &f, sizeof(f)); }
+static void put_fat(uint8_t *p, farm_fatptr f)
+{
+	memcpy(p, &f, sizeof(f));
+}
 
 /* fields of a bucket's data */
-#define B_FWD(b)  ((b) + 0)
-#define B_BWD(b)  ((b) + 8)
-#define B_OVF(b)  ((b) + 16)
+#define B_FWD(b) ((b) + 0)
+#define B_BWD(b) ((b) + 8)
+#define B_OVF(b) ((b) + 16)
 
 /* Does slot @s hold @key? (@hash for long keys; the full key of an
  * indirect long key is checked by the reader of its object.) */
@@ -183,14 +202,24 @@ static uint64_t slot_hash(const farm_ht *h, const uint8_t *s)
 	return farm_ht_hash(s + 8, s[1]);
 }
 
-/* ---- creation -------------------------------------------------------------------- */
+/* ---- creation
+ * -------------------------------------------------------------------- */
 
 int farm_ht_create(farm_txm *txm, farm_as *as, farm_galloc *ga, farm_msg *msg,
                    const struct farm_ht_attr *attr, farm_ht **out);
 
-uint32_t farm_ht_bucket_bytes(const farm_ht *h) { return 64u * h->bucket_lines; }
-unsigned farm_ht_slots_per_bucket(const farm_ht *h) { return h->spb; }
-uint32_t farm_ht_block_bytes(const farm_ht *h) { return 64u * h->block_lines; }
+uint32_t farm_ht_bucket_bytes(const farm_ht *h)
+{
+	return 64u * h->bucket_lines;
+}
+unsigned farm_ht_slots_per_bucket(const farm_ht *h)
+{
+	return h->spb;
+}
+uint32_t farm_ht_block_bytes(const farm_ht *h)
+{
+	return 64u * h->block_lines;
+}
 
 static struct htloop *hl_of(farm_ht *h, farm_loop *loop)
 {
@@ -213,7 +242,8 @@ static void buf_put(struct htloop *l, void *p)
 	l->free_bufs = p;
 }
 
-/* ---- lookups (any machine, lock-free) ----------------------------------------- */
+/* ---- lookups (any machine, lock-free)
+ * ----------------------------------------- */
 
 struct get_op {
 	farm_ht *h;
@@ -350,8 +380,8 @@ static void get_read_obj(struct get_op *g, farm_fatptr p, int stage)
 	st_add(g->h, T_READS, 1);
 	if (stage == 1)
 		st_add(g->h, T_CHAIN, 1);
-	int rc = farm_lf_read(g->h->txm, g->l->loop, p.addr, p.size, p.incarnation,
-	                      g->obuf, obj_read_done, g);
+	int rc = farm_lf_read(g->h->txm, g->l->loop, p.addr, p.size,
+	                      p.incarnation, g->obuf, obj_read_done, g);
 	if (rc)
 		get_end(g, rc, NULL, 0);
 }
@@ -509,7 +539,8 @@ int farm_ht_get(farm_ht *h, farm_loop *loop, const void *key, uint32_t klen,
 	return 0;
 }
 
-/* ---- writes: the client ------------------------------------------------------------ */
+/* ---- writes: the client
+ * ------------------------------------------------------------ */
 
 struct op_req {
 	uint8_t op; /* 1 put, 2 del */
@@ -562,8 +593,8 @@ static int ship(farm_ht *h, farm_loop *loop, uint8_t op, const void *key,
 		free(c);
 		return -ENOMEM;
 	}
-	struct op_req q = {.op = op, .shard = (uint16_t)si, .klen = klen,
-	                   .vlen = vlen};
+	struct op_req q = {
+	        .op = op, .shard = (uint16_t)si, .klen = klen, .vlen = vlen};
 	memcpy(req, &q, sizeof(q));
 	memcpy(req + sizeof(q), key, klen);
 	if (vlen)
@@ -592,7 +623,8 @@ int farm_ht_del(farm_ht *h, farm_loop *loop, const void *key, uint32_t klen,
 	return ship(h, loop, 2, key, klen, NULL, 0, cont, ctx);
 }
 
-/* ---- writes: the shard's owner ----------------------------------------------------- */
+/* ---- writes: the shard's owner
+ * ----------------------------------------------------- */
 
 /* The operation needs an allocation before it can go on: the batch makes
  * it, then applies the operation again (which changed nothing before
@@ -715,9 +747,10 @@ static int find_key(struct wctx *w, uint32_t home, const uint8_t *key,
 		if (rc)
 			return rc;
 		for (unsigned i = 0; i < h->spb; i++)
-			if (slot_match(h, slot_at(h, (uint8_t *)bd, i), key, klen,
-			               hash)) {
-				*lc = (struct loc){.where = 1, .bucket = b, .slot = i};
+			if (slot_match(h, slot_at(h, (uint8_t *)bd, i), key,
+			               klen, hash)) {
+				*lc = (struct loc){
+				        .where = 1, .bucket = b, .slot = i};
 				return 0;
 			}
 	}
@@ -728,13 +761,16 @@ static int find_key(struct wctx *w, uint32_t home, const uint8_t *key,
 	farm_fatptr prev = {0}, cur = get_fat(B_OVF(hb));
 	while (cur.addr) {
 		const uint8_t *blk;
-		rc = farm_tx_read_local(w->tx, cur.addr, cur.size, (const void **)&blk);
+		rc = farm_tx_read_local(w->tx, cur.addr, cur.size,
+		                        (const void **)&blk);
 		if (rc)
 			return rc;
 		for (unsigned i = 0; i < 2; i++)
-			if (slot_match(h, blk_slot(h, (uint8_t *)blk, i), key, klen,
-			               hash)) {
-				*lc = (struct loc){.where = 2, .slot = i, .blk = cur,
+			if (slot_match(h, blk_slot(h, (uint8_t *)blk, i), key,
+			               klen, hash)) {
+				*lc = (struct loc){.where = 2,
+				                   .slot = i,
+				                   .blk = cur,
 				                   .prev = prev};
 				return 0;
 			}
@@ -752,8 +788,8 @@ static int make_room(struct wctx *w, uint32_t home, uint32_t *ob, unsigned *os)
 	uint32_t nb = w->sd->nbuckets;
 	uint32_t j = UINT32_MAX;
 	unsigned js = 0;
-	for (uint32_t b = home; b <= FARM_MIN(home + HOP_REACH, nb) && j == UINT32_MAX;
-	     b++) {
+	for (uint32_t b = home;
+	     b <= FARM_MIN(home + HOP_REACH, nb) && j == UINT32_MAX; b++) {
 		const uint8_t *bd;
 		int rc = rbucket(w, b, &bd);
 		if (rc)
@@ -797,7 +833,8 @@ static int make_room(struct wctx *w, uint32_t home, uint32_t *ob, unsigned *os)
 		unsigned from = 0;
 		for (unsigned i = 0; i < h->spb; i++) {
 			const uint8_t *s = slot_at(h, pp, i);
-			if ((s[0] & SLOT_USED) && home_of(slot_hash(h, s), nb) == x - 1) {
+			if ((s[0] & SLOT_USED) &&
+			    home_of(slot_hash(h, s), nb) == x - 1) {
 				from = i;
 				break;
 			}
@@ -914,9 +951,11 @@ static int apply_put(struct wctx *w, const uint8_t *key, uint32_t klen,
 			if (blk_slot(h, (uint8_t *)rb, i)[0] & SLOT_USED)
 				continue;
 			uint8_t *blk;
-			if ((rc = farm_tx_write(w->tx, cur.addr, (void **)&blk)))
+			if ((rc = farm_tx_write(w->tx, cur.addr,
+			                        (void **)&blk)))
 				return rc;
-			place(w, blk_slot(h, blk, i), key, klen, hash, val, vlen);
+			place(w, blk_slot(h, blk, i), key, klen, hash, val,
+			      vlen);
 			return stamp_block(w, blk, home);
 		}
 		cur = get_fat(rb + 8);
@@ -1002,7 +1041,8 @@ static int apply_del(struct wctx *w, const uint8_t *key, uint32_t klen)
 	if (head.addr) {
 		const void *d;
 		uint8_t *blk;
-		if ((rc = farm_tx_read_local(w->tx, head.addr, head.size, &d)) ||
+		if ((rc = farm_tx_read_local(w->tx, head.addr, head.size,
+		                             &d)) ||
 		    (rc = farm_tx_write(w->tx, head.addr, (void **)&blk)))
 			return rc;
 		for (unsigned i = 0; i < 2; i++) {
@@ -1024,7 +1064,8 @@ static int apply_del(struct wctx *w, const uint8_t *key, uint32_t klen)
 	return bump_pairs(w, lc.bucket);
 }
 
-/* ---- the owner's batches (flat combining) ---------------------------------------- */
+/* ---- the owner's batches (flat combining)
+ * ---------------------------------------- */
 
 static void batch_start(struct htloop *l, unsigned shard);
 static void batch_apply(struct htloop *l, unsigned shard);
@@ -1107,13 +1148,13 @@ static void batch_apply(struct htloop *l, unsigned shard)
 {
 	farm_ht *h = l->h;
 	struct shardq *q = &l->q[shard];
-	struct wctx w = {.h = h, .l = l, .q = q, .sd = &h->shards[shard],
-	                 .tx = q->tx};
+	struct wctx w = {
+	        .h = h, .l = l, .q = q, .sd = &h->shards[shard], .tx = q->tx};
 	for (struct pending *p = q->batch; p; p = p->next) {
 		if (p->status != -EINPROGRESS)
 			continue;
-		int rc = p->op == 1 ? apply_put(&w, p->buf, p->klen, p->buf + p->klen,
-		                                p->vlen)
+		int rc = p->op == 1 ? apply_put(&w, p->buf, p->klen,
+		                                p->buf + p->klen, p->vlen)
 		                    : apply_del(&w, p->buf, p->klen);
 		if (rc == NEED_IND || rc == NEED_BLK) {
 			struct bctx *c = malloc(sizeof(*c));
@@ -1121,7 +1162,8 @@ static void batch_apply(struct htloop *l, unsigned shard)
 			                               : h->block_data;
 			int arc = c ? 0 : -ENOMEM;
 			if (c) {
-				*c = (struct bctx){.l = l, .shard = shard, .kind = rc};
+				*c = (struct bctx){
+				        .l = l, .shard = shard, .kind = rc};
 				arc = farm_tx_alloc(q->tx, size, w.sd->base,
 				                    batch_alloc_done, c);
 				if (arc)
@@ -1156,7 +1198,8 @@ static void batch_start(struct htloop *l, unsigned shard)
 	struct shardq *q = &l->q[shard];
 	q->busy = true;
 	if (!q->batch) {
-		/* Take everything waiting (up to MAX_BATCH): one transaction. */
+		/* Take everything waiting (up to MAX_BATCH): one transaction.
+		 */
 		struct pending **tail = &q->batch;
 		unsigned n = 0;
 		while (q->head && n < MAX_BATCH) {
@@ -1206,7 +1249,8 @@ static void h_op(farm_loop *loop, const farm_msg_in *in, void *arg)
 			status = -EINVAL;
 	}
 	if (status) {
-		farm_warn("ht: bad request from machine %" PRIu32, in->src_machine);
+		farm_warn("ht: bad request from machine %" PRIu32,
+		          in->src_machine);
 		if (in->token.call_id &&
 		    farm_msg_reply_error(loop, &in->token, status))
 			farm_warn("ht: cannot answer machine %" PRIu32,
@@ -1220,9 +1264,10 @@ static void h_op(farm_loop *loop, const farm_msg_in *in, void *arg)
 			          in->src_machine);
 		return;
 	}
-	*p = (struct pending){.tok = in->token, .op = q.op, .klen = q.klen,
-	                      .vlen = q.vlen};
-	memcpy(p->buf, (const uint8_t *)in->payload + sizeof(q), q.klen + q.vlen);
+	*p = (struct pending){
+	        .tok = in->token, .op = q.op, .klen = q.klen, .vlen = q.vlen};
+	memcpy(p->buf, (const uint8_t *)in->payload + sizeof(q),
+	       q.klen + q.vlen);
 	struct shardq *sq = &l->q[q.shard];
 	if (sq->tail)
 		sq->tail->next = p;
@@ -1233,7 +1278,8 @@ static void h_op(farm_loop *loop, const farm_msg_in *in, void *arg)
 		batch_start(l, q.shard);
 }
 
-/* ---- creation, shards ------------------------------------------------------------ */
+/* ---- creation, shards
+ * ------------------------------------------------------------ */
 
 int farm_ht_create(farm_txm *txm, farm_as *as, farm_galloc *ga, farm_msg *msg,
                    const struct farm_ht_attr *attr, farm_ht **out)
@@ -1299,8 +1345,8 @@ int farm_ht_attach(farm_ht *h, farm_loop *loop)
 	l->pool = aligned_alloc(64, bsz * POOL_BUFS);
 	l->q = calloc(FARM_HT_MAX_SHARDS, sizeof(*l->q));
 	int rc = l->pool && l->q ? farm_mr_reg(farm_as_fabric(h->as), l->pool,
-	                                       bsz * POOL_BUFS, FARM_ACCESS_LOCAL,
-	                                       &l->mr)
+	                                       bsz * POOL_BUFS,
+	                                       FARM_ACCESS_LOCAL, &l->mr)
 	                         : -ENOMEM;
 	if (rc) {
 		free(l->pool);
@@ -1321,9 +1367,11 @@ void farm_ht_detach(farm_ht *h, farm_loop *loop)
 		return;
 	for (unsigned s2 = 0; s2 < FARM_HT_MAX_SHARDS; s2++)
 		if (l->q[s2].busy) {
-			/* A batch's commit is still in flight and will come back
-			 * to this state: keep it (leaked) rather than free it. */
-			farm_warn("ht: loop detached with a write batch committing");
+			/* A batch's commit is still in flight and will come
+			 * back to this state: keep it (leaked) rather than free
+			 * it. */
+			farm_warn("ht: loop detached with a write batch "
+			          "committing");
 			h->loops[farm_loop_index(loop)] = NULL;
 			return;
 		}
@@ -1352,8 +1400,8 @@ struct mk_ctx {
 static void shard_made(farm_loop *loop, void *ctx, int status, farm_gaddr a)
 {
 	struct mk_ctx *c = ctx;
-	struct farm_ht_shard sd = {.machine = c->h->me, .nbuckets = c->nb,
-	                           .base = a};
+	struct farm_ht_shard sd = {
+	        .machine = c->h->me, .nbuckets = c->nb, .base = a};
 	c->cont(loop, c->ctx, status, status ? (struct farm_ht_shard){0} : sd);
 	free(c);
 }
@@ -1370,8 +1418,8 @@ int farm_ht_make_shard(farm_ht *h, farm_loop *loop, uint32_t nbuckets,
 	/* nbuckets + 1: the last home's neighbour. Fresh array elements are
 	 * allocated objects of version 0 with zero data: empty buckets. */
 	int rc = farm_galloc_alloc_array(h->ga, loop, 64ull * h->bucket_lines,
-	                                 (uint64_t)nbuckets + 1, FARM_GADDR_NULL,
-	                                 shard_made, c);
+	                                 (uint64_t)nbuckets + 1,
+	                                 FARM_GADDR_NULL, shard_made, c);
 	if (rc)
 		free(c);
 	return rc;
@@ -1392,13 +1440,15 @@ int farm_ht_set_shards(farm_ht *h, const struct farm_ht_shard *sd, unsigned n)
 long farm_ht_iterate_local(farm_ht *h, unsigned shard, farm_ht_iter_fn fn,
                            void *ctx)
 {
-	if (!h || !fn || shard >= h->nshards || h->shards[shard].machine != h->me)
+	if (!h || !fn || shard >= h->nshards ||
+	    h->shards[shard].machine != h->me)
 		return -EINVAL;
 	const struct farm_ht_shard *sd = &h->shards[shard];
 	uint32_t bb = 64u * h->bucket_lines;
 	uint8_t *d = malloc(h->bucket_data > h->block_data ? h->bucket_data
 	                                                   : h->block_data);
-	uint8_t *img = malloc(bb > 64u * h->block_lines ? bb : 64u * h->block_lines);
+	uint8_t *img =
+	        malloc(bb > 64u * h->block_lines ? bb : 64u * h->block_lines);
 	if (!d || !img) {
 		free(d);
 		free(img);
@@ -1407,7 +1457,8 @@ long farm_ht_iterate_local(farm_ht *h, unsigned shard, farm_ht_iter_fn fn,
 	long n = 0;
 	bool go = true;
 	for (uint32_t b = 0; b <= sd->nbuckets && go; b++) {
-		const uint8_t *p = farm_as_local_ptr(h->as, sd->base + (uint64_t)b * bb, bb);
+		const uint8_t *p = farm_as_local_ptr(
+		        h->as, sd->base + (uint64_t)b * bb, bb);
 		if (!p)
 			break;
 		farm_lines_copy(img, p, bb, LINE_TRIES);
@@ -1416,22 +1467,26 @@ long farm_ht_iterate_local(farm_ht *h, unsigned shard, farm_ht_iter_fn fn,
 		for (unsigned i = 0; i < h->spb && go; i++) {
 			const uint8_t *s = slot_at(h, d, i);
 			if (!(s[0] & SLOT_USED) || (s[0] & SLOT_INDIRECT))
-				continue; /* indirect pairs: left out (not local reads) */
+				continue; /* indirect pairs: left out (not local
+				             reads) */
 			go = fn(ctx, s + 8, s[1], s + 8 + h->K, slot_vlen(s));
 			n++;
 		}
 		while (ovf.addr && go) {
-			const uint8_t *bp = farm_as_local_ptr(h->as, ovf.addr,
-			                                      64ull * h->block_lines);
+			const uint8_t *bp = farm_as_local_ptr(
+			        h->as, ovf.addr, 64ull * h->block_lines);
 			if (!bp)
 				break;
-			farm_lines_copy(img, bp, 64ull * h->block_lines, LINE_TRIES);
+			farm_lines_copy(img, bp, 64ull * h->block_lines,
+			                LINE_TRIES);
 			obj_unpack(img, h->block_data, d);
 			for (unsigned i = 0; i < 2 && go; i++) {
 				const uint8_t *s = blk_slot(h, d, i);
-				if (!(s[0] & SLOT_USED) || (s[0] & SLOT_INDIRECT))
+				if (!(s[0] & SLOT_USED) ||
+				    (s[0] & SLOT_INDIRECT))
 					continue;
-				go = fn(ctx, s + 8, s[1], s + 8 + h->K, slot_vlen(s));
+				go = fn(ctx, s + 8, s[1], s + 8 + h->K,
+				        slot_vlen(s));
 				n++;
 			}
 			ovf = get_fat(d + 8);
@@ -1449,11 +1504,16 @@ void farm_ht_stats_get(farm_ht *h, struct farm_ht_stats *out)
 	uint64_t v[16];
 	for (int i = 0; i < 16; i++)
 		v[i] = atomic_load_explicit(&h->st.v[i], memory_order_relaxed);
-	*out = (struct farm_ht_stats){
-	        .lookups = v[T_LOOKUPS], .lookup_reads = v[T_READS],
-	        .lookup_retries = v[T_RETRIES], .lookup_chain_reads = v[T_CHAIN],
-	        .puts = v[T_PUTS], .dels = v[T_DELS], .hops = v[T_HOPS],
-	        .chain_appends = v[T_CHAIN_APPENDS], .chain_frees = v[T_CHAIN_FREES],
-	        .combined_txns = v[T_COMBINED], .found = v[T_FOUND],
-	        .not_found = v[T_NOTFOUND]};
+	*out = (struct farm_ht_stats){.lookups = v[T_LOOKUPS],
+	                              .lookup_reads = v[T_READS],
+	                              .lookup_retries = v[T_RETRIES],
+	                              .lookup_chain_reads = v[T_CHAIN],
+	                              .puts = v[T_PUTS],
+	                              .dels = v[T_DELS],
+	                              .hops = v[T_HOPS],
+	                              .chain_appends = v[T_CHAIN_APPENDS],
+	                              .chain_frees = v[T_CHAIN_FREES],
+	                              .combined_txns = v[T_COMBINED],
+	                              .found = v[T_FOUND],
+	                              .not_found = v[T_NOTFOUND]};
 }

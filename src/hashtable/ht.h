@@ -37,8 +37,8 @@
 
 #define FARM_MSGT_HT_OP 0xf130u /* writes shipped to a shard's owner */
 
-#define FARM_HT_MAX_KEY   256u
-#define FARM_HT_MAX_VALUE (64u << 10)
+#define FARM_HT_MAX_KEY    256u
+#define FARM_HT_MAX_VALUE  (64u << 10)
 #define FARM_HT_MAX_SHARDS 256u
 
 typedef struct farm_ht farm_ht;

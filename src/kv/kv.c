@@ -11,7 +11,7 @@
 #include "util/common.h"
 #include "util/log.h"
 
-#define DIR_PREFIX 0xffu /* first byte of directory keys */
+#define DIR_PREFIX   0xffu /* first byte of directory keys */
 #define MAX_MACHINES 64u
 
 struct farm_kv {
@@ -31,9 +31,11 @@ static void h_shard(farm_loop *loop, const farm_msg_in *in, void *arg)
 	if (!atomic_load_explicit(&kv->shard_ready, memory_order_acquire))
 		rc = farm_msg_reply_error(loop, &in->token, -EAGAIN);
 	else
-		rc = farm_msg_reply(loop, &in->token, &kv->mine, sizeof(kv->mine));
+		rc = farm_msg_reply(loop, &in->token, &kv->mine,
+		                    sizeof(kv->mine));
 	if (rc)
-		farm_warn("kv: cannot answer machine %" PRIu32, in->src_machine);
+		farm_warn("kv: cannot answer machine %" PRIu32,
+		          in->src_machine);
 }
 
 int farm_kv_create(farm_node *node, const struct farm_ht_attr *attr,
@@ -47,8 +49,8 @@ int farm_kv_create(farm_node *node, const struct farm_ht_attr *attr,
 	kv->node = node;
 	kv->nbuckets = buckets_per_machine;
 	int rc = farm_ht_create(farm_node_txm(node), farm_node_as(node),
-	                        farm_node_galloc(node), farm_node_msg(node), attr,
-	                        &kv->ht);
+	                        farm_node_galloc(node), farm_node_msg(node),
+	                        attr, &kv->ht);
 	if (!rc)
 		rc = farm_msg_handle(farm_node_msg(node), FARM_MSGT_KV_SHARD,
 		                     h_shard, kv);
@@ -80,9 +82,13 @@ void farm_kv_detach(farm_kv *kv, farm_loop *loop)
 		farm_ht_detach(kv->ht, loop);
 }
 
-farm_ht *farm_kv_table(farm_kv *kv) { return kv ? kv->ht : NULL; }
+farm_ht *farm_kv_table(farm_kv *kv)
+{
+	return kv ? kv->ht : NULL;
+}
 
-/* ---- joining ---------------------------------------------------------------- */
+/* ---- joining ----------------------------------------------------------------
+ */
 
 struct wait {
 	volatile int done;
@@ -118,7 +124,8 @@ static void shard_reply(farm_loop *loop, void *ctx, int status,
 static int drive(farm_loop *loop, struct wait *w, uint64_t deadline)
 {
 	uint64_t now = farm_now_ns();
-	int rc = farm_loop_wait(loop, &w->done, deadline > now ? deadline - now : 1);
+	int rc = farm_loop_wait(loop, &w->done,
+	                        deadline > now ? deadline - now : 1);
 	return rc ? rc : w->status;
 }
 
@@ -151,14 +158,15 @@ int farm_kv_join_sync(farm_kv *kv, farm_loop *loop, unsigned nmachines,
 			uint64_t now = farm_now_ns();
 			uint64_t left = deadline > now ? deadline - now : 1;
 			w = (struct wait){0};
-			rc = farm_msg_call(loop, m, 0, FARM_MSGT_KV_SHARD, NULL, 0,
-			                   left, shard_reply, &w);
+			rc = farm_msg_call(loop, m, 0, FARM_MSGT_KV_SHARD, NULL,
+			                   0, left, shard_reply, &w);
 			if (!rc)
 				rc = drive(loop, &w, deadline);
 			if ((rc != -EAGAIN && rc != -ETIMEDOUT) ||
 			    farm_now_ns() >= deadline)
 				break;
-			/* m has not made its shard yet: serve, then ask again. */
+			/* m has not made its shard yet: serve, then ask again.
+			 */
 			for (int i = 0; i < 64; i++)
 				(void)farm_loop_poll(loop);
 		}
@@ -169,7 +177,8 @@ int farm_kv_join_sync(farm_kv *kv, farm_loop *loop, unsigned nmachines,
 	return farm_ht_set_shards(kv->ht, sd, nmachines);
 }
 
-/* ---- blocking wrappers --------------------------------------------------------- */
+/* ---- blocking wrappers
+ * --------------------------------------------------------- */
 
 static void get_done(farm_loop *loop, void *ctx, int status, const void *val,
                      uint32_t len)
@@ -208,7 +217,8 @@ int farm_kv_get_sync(farm_kv *kv, farm_loop *loop, const void *key,
 		return -EINVAL;
 	struct wait w = {.val = val, .cap = cap};
 	int rc;
-	while ((rc = farm_ht_get(kv->ht, loop, key, klen, get_done, &w)) == -EAGAIN)
+	while ((rc = farm_ht_get(kv->ht, loop, key, klen, get_done, &w)) ==
+	       -EAGAIN)
 		(void)farm_loop_poll(loop);
 	if (!rc)
 		rc = wait_op(loop, &w);
@@ -237,7 +247,8 @@ int farm_kv_del_sync(farm_kv *kv, farm_loop *loop, const void *key,
 	return rc ? rc : wait_op(loop, &w);
 }
 
-/* ---- multi-get -------------------------------------------------------------------- */
+/* ---- multi-get
+ * -------------------------------------------------------------------- */
 
 struct mget {
 	unsigned left;
@@ -276,8 +287,8 @@ int farm_kv_mget(farm_kv *kv, farm_loop *loop, unsigned n,
                  uint32_t cap, uint32_t *lens, int *status,
                  farm_kv_mget_fn cont, void *ctx)
 {
-	if (!kv || !loop || !n || !keys || !klens || !vals || !lens || !status ||
-	    !cont)
+	if (!kv || !loop || !n || !keys || !klens || !vals || !lens ||
+	    !status || !cont)
 		return -EINVAL;
 	struct mget *m = malloc(sizeof(*m));
 	if (!m)
@@ -288,10 +299,13 @@ int farm_kv_mget(farm_kv *kv, farm_loop *loop, unsigned n,
 		int rc = o ? 0 : -ENOMEM;
 		if (o) {
 			*o = (struct mget_one){.m = m,
-			                       .val = (uint8_t *)vals + (size_t)i * cap,
-			                       .cap = cap, .len = &lens[i],
+			                       .val = (uint8_t *)vals +
+			                              (size_t)i * cap,
+			                       .cap = cap,
+			                       .len = &lens[i],
 			                       .status = &status[i]};
-			rc = farm_ht_get(kv->ht, loop, keys[i], klens[i], mget_done, o);
+			rc = farm_ht_get(kv->ht, loop, keys[i], klens[i],
+			                 mget_done, o);
 			if (rc)
 				free(o);
 		}
@@ -309,7 +323,8 @@ int farm_kv_mget(farm_kv *kv, farm_loop *loop, unsigned n,
 	return 0;
 }
 
-/* ---- the named-object directory ---------------------------------------------------- */
+/* ---- the named-object directory
+ * ---------------------------------------------------- */
 
 static int dir_key(const char *name, uint8_t *key, uint32_t *klen)
 {

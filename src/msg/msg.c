@@ -199,7 +199,7 @@ struct out_peer {
 	 * the error state (as a verbs QP), which must not stop messaging.
 	 * It is replaced once its outstanding operations have completed. */
 	farm_ep *rep;
-	unsigned rops; /* outstanding on rep */
+	unsigned rops;           /* outstanding on rep */
 	struct out_chan **chans; /* nthreads, lazily */
 };
 
@@ -1310,7 +1310,8 @@ static int rdma_post(farm_loop *loop, uint32_t machine, int wake_thread,
 	if (!op->rep) {
 		farm_ep_attr ea = {.sq_depth = EP_DEPTH};
 		rc = farm_ep_connect(loop->msg->fab, loop->cq, machine,
-		                     loop->msg->peers[machine].addr, &ea, &op->rep);
+		                     loop->msg->peers[machine].addr, &ea,
+		                     &op->rep);
 		if (rc) {
 			op->rep = NULL;
 			return rc == -ECONNREFUSED ? FARM_EPEERDEAD : rc;
@@ -1332,8 +1333,8 @@ static int rdma_post(farm_loop *loop, uint32_t machine, int wake_thread,
 		/* After the WRITE, in the same doorbell: a parked receiver
 		 * wakes and finds it. */
 		const farm_mr_desc *pd = &loop->msg->peers[machine].desc;
-		bell = farm_wr_notify(0, pd, park_at(&loop->msg->lay,
-		                                     (unsigned)wake_thread));
+		bell = farm_wr_notify(
+		        0, pd, park_at(&loop->msg->lay, (unsigned)wake_thread));
 		wr->next = &bell;
 	}
 	farm_wr *bad = NULL;
@@ -1392,7 +1393,8 @@ static int poll_cq(farm_loop *loop)
 			/* FARM_EFLUSHED: an earlier operation on the endpoint
 			 * failed; this one did not run (the caller may retry:
 			 * the endpoint is replaced). */
-			rdma_done(loop, (struct rdma_op *)(uintptr_t)wc[i].wr_id,
+			rdma_done(loop,
+			          (struct rdma_op *)(uintptr_t)wc[i].wr_id,
 			          wc[i].status);
 			continue;
 		}

@@ -40,14 +40,15 @@ struct farm_node {
 	struct loop_thread *threads;
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
-	unsigned ready;         /* loops opened */
-	struct farm_view view;  /* last view applied */
-	int start_timeout_ms;   /* static peers' cards are waited for this long */
+	unsigned ready;        /* loops opened */
+	struct farm_view view; /* last view applied */
+	int start_timeout_ms; /* static peers' cards are waited for this long */
 	bool card_written;
-	bool app_loops;         /* the application's threads run the loops */
+	bool app_loops; /* the application's threads run the loops */
 };
 
-/* ---- cards ------------------------------------------------------------------ */
+/* ---- cards ------------------------------------------------------------------
+ */
 
 static int card_format(farm_node *n)
 {
@@ -79,15 +80,19 @@ int farm_node_card_parse(const char *card, char *addr, size_t addrlen,
 	uint64_t key, base, len, lkey, lbase, llen;
 	char tail;
 	if (sscanf(m + 5,
-	           "%" SCNx64 ":%" SCNx64 ":%" SCNx64 " log=%" SCNx64 ":%" SCNx64
-	           ":%" SCNx64 "%c",
+	           "%" SCNx64 ":%" SCNx64 ":%" SCNx64 " log=%" SCNx64
+	           ":%" SCNx64 ":%" SCNx64 "%c",
 	           &key, &base, &len, &lkey, &lbase, &llen, &tail) != 6)
 		return -EINVAL;
 	memcpy(addr, card, alen);
 	addr[alen] = 0;
-	*msg_desc = (farm_mr_desc){.key = key, .addr = base, .len = len,
+	*msg_desc = (farm_mr_desc){.key = key,
+	                           .addr = base,
+	                           .len = len,
 	                           .access = FARM_ACCESS_ALL};
-	*log_desc = (farm_mr_desc){.key = lkey, .addr = lbase, .len = llen,
+	*log_desc = (farm_mr_desc){.key = lkey,
+	                           .addr = lbase,
+	                           .len = llen,
 	                           .access = FARM_ACCESS_REMOTE_READ |
 	                                     FARM_ACCESS_REMOTE_WRITE};
 	return 0;
@@ -138,7 +143,8 @@ static int card_read(const char *dir, int timeout_ms, char *out, size_t len)
 	}
 }
 
-/* ---- views ------------------------------------------------------------------ */
+/* ---- views ------------------------------------------------------------------
+ */
 
 static void apply_view(void *ctx, const struct farm_view *v)
 {
@@ -148,7 +154,8 @@ static void apply_view(void *ctx, const struct farm_view *v)
 	for (unsigned i = 0; i < v->n; i++) {
 		const struct farm_member *m = &v->members[i];
 		if (m->id >= FARM_NODE_MAX_MACHINES) {
-			farm_warn("node: member %" PRIu32 " ignored: ids are below %u",
+			farm_warn("node: member %" PRIu32
+			          " ignored: ids are below %u",
 			          m->id, FARM_NODE_MAX_MACHINES);
 			continue;
 		}
@@ -157,14 +164,14 @@ static void apply_view(void *ctx, const struct farm_view *v)
 			continue;
 		char card[FARM_ENDPOINT_MAX], addr[FARM_ENDPOINT_MAX];
 		farm_mr_desc d, ld;
-		int rc = farm_node_card_parse(m->endpoint, addr, sizeof(addr), &d,
-		                              &ld);
+		int rc = farm_node_card_parse(m->endpoint, addr, sizeof(addr),
+		                              &d, &ld);
 		if (rc == -ENOENT) { /* static: the card is in its directory */
 			rc = card_read(m->endpoint, n->start_timeout_ms, card,
 			               sizeof(card));
 			if (!rc)
-				rc = farm_node_card_parse(card, addr, sizeof(addr),
-				                          &d, &ld);
+				rc = farm_node_card_parse(
+				        card, addr, sizeof(addr), &d, &ld);
 		}
 		if (!rc) {
 			d.machine = m->id;
@@ -174,18 +181,19 @@ static void apply_view(void *ctx, const struct farm_view *v)
 				rc = farm_txm_add_peer(n->txm, m->id, &ld);
 		}
 		if (rc == -EEXIST)
-			farm_warn("node: machine %" PRIu32 " came back with new "
-			          "message rings; messages to it fail until this "
-			          "machine restarts (not yet supported)",
-			          m->id);
+			farm_warn(
+			        "node: machine %" PRIu32 " came back with new "
+			        "message rings; messages to it fail until this "
+			        "machine restarts (not yet supported)",
+			        m->id);
 		else if (rc)
 			farm_warn("node: cannot reach machine %" PRIu32 ": %s",
 			          m->id, farm_strerror(rc));
 	}
 	int rc = farm_as_set_view(n->as, v->config_id, ids, k);
 	if (rc && rc != -ESTALE)
-		farm_warn("node: view %" PRIu64 " not applied: %s", v->config_id,
-		          farm_strerror(rc));
+		farm_warn("node: view %" PRIu64 " not applied: %s",
+		          v->config_id, farm_strerror(rc));
 	pthread_mutex_lock(&n->lock);
 	if (!rc)
 		n->view = *v;
@@ -202,7 +210,8 @@ static void on_state(void *ctx, enum farm_membership_state s)
 	          farm_membership_state_name(s));
 }
 
-/* ---- lifetime --------------------------------------------------------------- */
+/* ---- lifetime ---------------------------------------------------------------
+ */
 
 int farm_node_open(const struct farm_config *cfg, farm_node **out)
 {
@@ -243,13 +252,15 @@ int farm_node_open(const struct farm_config *cfg, farm_node **out)
 	}
 	struct farm_as_attr aa = {
 	        .region_size = cfg->region_size,
-	        .ring = {.replicas = cfg->replicas, .rings = cfg->rings,
+	        .ring = {.replicas = cfg->replicas,
+	                 .rings = cfg->rings,
 	                 .points = cfg->ring_points},
 	};
 	struct farm_txm_attr ta = {.log_size = cfg->log_size};
 	if ((rc = farm_as_create(n->fab, n->msg, &aa, &n->as)) ||
 	    (rc = farm_galloc_create(n->as, n->msg, &n->ga)) ||
-	    (rc = farm_txm_create(n->fab, n->msg, n->as, n->ga, &ta, &n->txm))) {
+	    (rc = farm_txm_create(n->fab, n->msg, n->as, n->ga, &ta,
+	                          &n->txm))) {
 		farm_err("node %" PRIu32 ": address space: %s", cfg->machine_id,
 		         farm_strerror(rc));
 		goto fail;
@@ -382,15 +393,17 @@ int farm_node_wait_members(farm_node *n, unsigned count, int timeout_ms)
 		return -EINVAL;
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
-	uint64_t dl = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec +
+	uint64_t dl = (uint64_t)ts.tv_sec * 1000000000ull +
+	              (uint64_t)ts.tv_nsec +
 	              (uint64_t)(timeout_ms > 0 ? timeout_ms : 0) * 1000000ull;
 	ts.tv_sec = (time_t)(dl / 1000000000ull);
 	ts.tv_nsec = (long)(dl % 1000000000ull);
 	int rc = 0;
 	pthread_mutex_lock(&n->lock);
 	while (n->view.n != count && rc == 0)
-		rc = timeout_ms < 0 ? pthread_cond_wait(&n->cond, &n->lock)
-		                    : pthread_cond_timedwait(&n->cond, &n->lock, &ts);
+		rc = timeout_ms < 0
+		             ? pthread_cond_wait(&n->cond, &n->lock)
+		             : pthread_cond_timedwait(&n->cond, &n->lock, &ts);
 	bool ok = n->view.n == count;
 	pthread_mutex_unlock(&n->lock);
 	return ok ? 0 : -ETIMEDOUT;
@@ -426,15 +439,37 @@ void farm_node_close(farm_node *n)
 	free(n);
 }
 
-/* ---- access ------------------------------------------------------------------- */
+/* ---- access
+ * ------------------------------------------------------------------- */
 
-farm_fabric *farm_node_fabric(const farm_node *n) { return n ? n->fab : NULL; }
-farm_msg *farm_node_msg(const farm_node *n) { return n ? n->msg : NULL; }
-farm_as *farm_node_as(const farm_node *n) { return n ? n->as : NULL; }
-farm_galloc *farm_node_galloc(const farm_node *n) { return n ? n->ga : NULL; }
-farm_txm *farm_node_txm(const farm_node *n) { return n ? n->txm : NULL; }
-uint32_t farm_node_id(const farm_node *n) { return n ? n->cfg.machine_id : 0; }
-unsigned farm_node_nthreads(const farm_node *n) { return n ? n->nthreads : 0; }
+farm_fabric *farm_node_fabric(const farm_node *n)
+{
+	return n ? n->fab : NULL;
+}
+farm_msg *farm_node_msg(const farm_node *n)
+{
+	return n ? n->msg : NULL;
+}
+farm_as *farm_node_as(const farm_node *n)
+{
+	return n ? n->as : NULL;
+}
+farm_galloc *farm_node_galloc(const farm_node *n)
+{
+	return n ? n->ga : NULL;
+}
+farm_txm *farm_node_txm(const farm_node *n)
+{
+	return n ? n->txm : NULL;
+}
+uint32_t farm_node_id(const farm_node *n)
+{
+	return n ? n->cfg.machine_id : 0;
+}
+unsigned farm_node_nthreads(const farm_node *n)
+{
+	return n ? n->nthreads : 0;
+}
 
 farm_loop *farm_node_loop(const farm_node *n, unsigned i)
 {

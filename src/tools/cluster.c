@@ -34,8 +34,8 @@
 #include "util/common.h"
 #include "util/config.h"
 
-#define MAX_MACHINES 64
-#define STOP_GRACE_MS 5000
+#define MAX_MACHINES     64
+#define STOP_GRACE_MS    5000
 #define READY_TIMEOUT_MS 30000
 
 struct opts {
@@ -56,19 +56,24 @@ static int pidfd_open_(pid_t pid)
 static void cusage(FILE *out)
 {
 	fprintf(out,
-	        "usage: farm cluster run|start --dir DIR --machines N [options]\n"
+	        "usage: farm cluster run|start --dir DIR --machines N "
+	        "[options]\n"
 	        "       farm cluster stop --dir DIR\n"
 	        "\n"
-	        "  run    start N machines, run the job to its end, stop, clean up\n"
+	        "  run    start N machines, run the job to its end, stop, "
+	        "clean up\n"
 	        "  start  start N machines and return once all are ready\n"
-	        "  stop   stop the machines of DIR by pid and remove their files\n"
+	        "  stop   stop the machines of DIR by pid and remove their "
+	        "files\n"
 	        "\n"
 	        "  --dir DIR           the cluster's directory (created)\n"
 	        "  --machines N        how many machines (1..%d; default 3)\n"
 	        "  --job NAME          serve (default) or demo\n"
 	        "  --fabric NAME       shm (default) or verbs\n"
-	        "  --region-size SIZE  each machine's region (default 64M here)\n"
-	        "  --zk HOST:PORT      membership in this ZooKeeper (a private\n"
+	        "  --region-size SIZE  each machine's region (default 64M "
+	        "here)\n"
+	        "  --zk HOST:PORT      membership in this ZooKeeper (a "
+	        "private\n"
 	        "                      one: scripts/zk-local); default: each\n"
 	        "                      machine lists the others (static)\n"
 	        "  --keep-logs         leave DIR/m<i>.log after stopping\n"
@@ -135,8 +140,10 @@ static void clean_dir(const char *dir, bool keep_logs)
 	while ((e = readdir(d))) {
 		const char *n = e->d_name;
 		size_t len = strlen(n);
-		bool conf = n[0] == 'm' && len > 5 && !strcmp(n + len - 5, ".conf");
-		bool log = n[0] == 'm' && len > 4 && !strcmp(n + len - 4, ".log");
+		bool conf =
+		        n[0] == 'm' && len > 5 && !strcmp(n + len - 5, ".conf");
+		bool log =
+		        n[0] == 'm' && len > 4 && !strcmp(n + len - 4, ".log");
 		if (conf || (log && !keep_logs) || !strcmp(n, "cluster.pids"))
 			unlinkat(dirfd(d), n, 0);
 		else if (n[0] == 'm' && e->d_type == DT_DIR &&
@@ -166,7 +173,8 @@ static unsigned stop_pids(const pid_t *pids, unsigned n, bool children)
 		if (fds[i] < 0)
 			continue;
 		uint64_t now = farm_now_ns();
-		int ms = now >= deadline ? 0 : (int)((deadline - now) / 1000000);
+		int ms =
+		        now >= deadline ? 0 : (int)((deadline - now) / 1000000);
 		struct pollfd p = {.fd = fds[i], .events = POLLIN};
 		if (poll(&p, 1, ms) == 0) {
 			kill(pids[i], SIGKILL);
@@ -207,8 +215,10 @@ static int start(const struct opts *o, const char *self, bool detach,
 	}
 	snprintf(path, sizeof(path), "%s/cluster.pids", o->dir);
 	if (access(path, F_OK) == 0) {
-		fprintf(stderr, "farm cluster: %s exists: a cluster runs in %s "
-		                "(farm cluster stop --dir %s)\n", path, o->dir, o->dir);
+		fprintf(stderr,
+		        "farm cluster: %s exists: a cluster runs in %s "
+		        "(farm cluster stop --dir %s)\n",
+		        path, o->dir, o->dir);
 		return -EEXIST;
 	}
 	int ready[MAX_MACHINES];
@@ -240,7 +250,9 @@ static int start(const struct opts *o, const char *self, bool detach,
 				setsid();
 			else /* a machine does not outlive its launcher */
 				prctl(PR_SET_PDEATHSIG, SIGTERM);
-			int lf = open(logp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+			int lf = open(logp,
+			              O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
+			              0600);
 			if (lf >= 0) {
 				dup2(lf, STDERR_FILENO);
 				if (detach)
@@ -251,8 +263,8 @@ static int start(const struct opts *o, const char *self, bool detach,
 			char rfd[16], gfd[16];
 			snprintf(rfd, sizeof(rfd), "%d", r);
 			snprintf(gfd, sizeof(gfd), "%d", g);
-			execl(self, self, "machine", "--config", conf, "--ready-fd",
-			      rfd, "--go-fd", gfd, (char *)NULL);
+			execl(self, self, "machine", "--config", conf,
+			      "--ready-fd", rfd, "--go-fd", gfd, (char *)NULL);
 			fprintf(stderr, "farm cluster: exec %s: %s\n", self,
 			        strerror(errno));
 			_exit(127);
@@ -268,10 +280,12 @@ static int start(const struct opts *o, const char *self, bool detach,
 	for (unsigned i = 0; i < o->machines; i++) {
 		struct pollfd p = {.fd = ready[i], .events = POLLIN};
 		uint64_t now = farm_now_ns();
-		int ms = now >= deadline ? 0 : (int)((deadline - now) / 1000000);
+		int ms =
+		        now >= deadline ? 0 : (int)((deadline - now) / 1000000);
 		char b;
 		if (poll(&p, 1, ms) != 1 || read(ready[i], &b, 1) != 1) {
-			fprintf(stderr, "farm cluster: machine %u did not start\n", i);
+			fprintf(stderr,
+			        "farm cluster: machine %u did not start\n", i);
 			show_log(o->dir, i);
 			rc = -ECHILD;
 			goto fail;
@@ -327,15 +341,15 @@ static int read_pids(const char *dir, pid_t *pids, unsigned *n)
 int farm_cmd_cluster(int argc, char **argv, const char *self)
 {
 	static const struct option lopts[] = {
-		{"dir", required_argument, NULL, 'd'},
-		{"machines", required_argument, NULL, 'n'},
-		{"job", required_argument, NULL, 'j'},
-		{"zk", required_argument, NULL, 'z'},
-		{"fabric", required_argument, NULL, 'f'},
-		{"region-size", required_argument, NULL, 's'},
-		{"keep-logs", no_argument, NULL, 'k'},
-		{"help", no_argument, NULL, 'h'},
-		{NULL, 0, NULL, 0},
+	        {"dir", required_argument, NULL, 'd'},
+	        {"machines", required_argument, NULL, 'n'},
+	        {"job", required_argument, NULL, 'j'},
+	        {"zk", required_argument, NULL, 'z'},
+	        {"fabric", required_argument, NULL, 'f'},
+	        {"region-size", required_argument, NULL, 's'},
+	        {"keep-logs", no_argument, NULL, 'k'},
+	        {"help", no_argument, NULL, 'h'},
+	        {NULL, 0, NULL, 0},
 	};
 	if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
 		cusage(argc < 2 ? stderr : stdout);
@@ -348,7 +362,9 @@ int farm_cmd_cluster(int argc, char **argv, const char *self)
 	while ((c = getopt_long(argc, argv, "h", lopts, NULL)) != -1) {
 		switch (c) {
 		case 'd': o.dir = optarg; break;
-		case 'n': o.machines = (unsigned)strtoul(optarg, NULL, 10); break;
+		case 'n':
+			o.machines = (unsigned)strtoul(optarg, NULL, 10);
+			break;
 		case 'j': o.job = optarg; break;
 		case 'z': o.zk = optarg; break;
 		case 'f': o.fabric = optarg; break;
@@ -374,7 +390,8 @@ int farm_cmd_cluster(int argc, char **argv, const char *self)
 		abs = realpath(o.dir, NULL);
 	}
 	if (!abs) {
-		fprintf(stderr, "farm cluster: %s: %s\n", o.dir, strerror(errno));
+		fprintf(stderr, "farm cluster: %s: %s\n", o.dir,
+		        strerror(errno));
 		return 1;
 	}
 	o.dir = abs;
@@ -385,17 +402,21 @@ int farm_cmd_cluster(int argc, char **argv, const char *self)
 	if (!strcmp(verb, "stop")) {
 		unsigned n = 0;
 		if (read_pids(o.dir, pids, &n)) {
-			fprintf(stderr, "farm cluster: no cluster runs in %s\n", o.dir);
+			fprintf(stderr, "farm cluster: no cluster runs in %s\n",
+			        o.dir);
 		} else {
 			unsigned killed = stop_pids(pids, n, false);
 			clean_dir(o.dir, o.keep_logs);
-			printf("stopped %u machine%s in %s%s\n", n, n == 1 ? "" : "s",
-			       o.dir, killed ? " (some needed SIGKILL)" : "");
+			printf("stopped %u machine%s in %s%s\n", n,
+			       n == 1 ? "" : "s", o.dir,
+			       killed ? " (some needed SIGKILL)" : "");
 			rc = 0;
 		}
 	} else if (!strcmp(verb, "start")) {
-		if (start(&o, self, true, pids, go_fds) == 0 && go(&o, go_fds) == 0) {
-			printf("started %u machines in %s (stop: farm cluster stop --dir %s)\n",
+		if (start(&o, self, true, pids, go_fds) == 0 &&
+		    go(&o, go_fds) == 0) {
+			printf("started %u machines in %s (stop: farm cluster "
+			       "stop --dir %s)\n",
 			       o.machines, o.dir, o.dir);
 			rc = 0;
 		}
@@ -434,18 +455,23 @@ int farm_cmd_cluster(int argc, char **argv, const char *self)
 					left--;
 					if (!WIFEXITED(st) || WEXITSTATUS(st)) {
 						failed++;
-						fprintf(stderr, "farm cluster: machine %u failed\n", i);
+						fprintf(stderr,
+						        "farm cluster: machine "
+						        "%u failed\n",
+						        i);
 						show_log(o.dir, i);
 					}
 				}
 				if (serving)
-					break; /* a serving machine never ends by itself */
+					break; /* a serving machine never ends
+					          by itself */
 			}
 			stop_pids(pids, o.machines, true);
 			clean_dir(o.dir, o.keep_logs);
 			if (failed)
 				rc = 1;
-			printf("local cluster stopped%s\n", rc ? " (with failures)" : "");
+			printf("local cluster stopped%s\n",
+			       rc ? " (with failures)" : "");
 		}
 		sigprocmask(SIG_SETMASK, &old, NULL);
 	} else {

@@ -50,10 +50,10 @@ struct demo {
 	farm_as *as;
 	farm_galloc *ga;
 	uint32_t me, n;
-	farm_gaddr mbox;                  /* ours; set before anyone asks */
+	farm_gaddr mbox; /* ours; set before anyone asks */
 	farm_gaddr mboxes[FARM_NODE_MAX_MACHINES];
-	_Atomic unsigned arrived[4];      /* barrier arrivals, by phase */
-	uint8_t *buf;                     /* registered scratch */
+	_Atomic unsigned arrived[4]; /* barrier arrivals, by phase */
+	uint8_t *buf;                /* registered scratch */
 	farm_mr *lmr;
 	/* the step in progress (loop thread) and its waiter (main thread) */
 	pthread_mutex_t lock;
@@ -64,12 +64,12 @@ struct demo {
 	uint64_t t0, t1, bad;
 };
 
-#define SAY(d, ...)                                            \
-	do {                                                   \
-		printf("[m%u] ", (d)->me);                     \
-		printf(__VA_ARGS__);                           \
-		printf("\n");                                  \
-		fflush(stdout);                                \
+#define SAY(d, ...)                        \
+	do {                               \
+		printf("[m%u] ", (d)->me); \
+		printf(__VA_ARGS__);       \
+		printf("\n");              \
+		fflush(stdout);            \
 	} while (0)
 
 static void step_done(struct demo *d, int status)
@@ -103,7 +103,8 @@ static int step(struct demo *d, farm_work_fn fn)
 	return st;
 }
 
-/* ---- handlers -------------------------------------------------------------- */
+/* ---- handlers --------------------------------------------------------------
+ */
 
 static void h_mbox(farm_loop *loop, const farm_msg_in *in, void *arg)
 {
@@ -149,7 +150,8 @@ static void h_add(farm_loop *loop, const farm_msg_in *in, void *arg)
 		        farm_strerror(rc));
 }
 
-/* ---- steps (run on the loop) ------------------------------------------------ */
+/* ---- steps (run on the loop) ------------------------------------------------
+ */
 
 static void alloc_done(farm_loop *loop, void *ctx, int status, farm_gaddr a)
 {
@@ -163,8 +165,8 @@ static void s_alloc_mbox(farm_loop *loop, void *ctx, int status)
 {
 	struct demo *d = ctx;
 	int rc = status ? status
-	                : farm_galloc_alloc(d->ga, loop, MBOX_SIZE, FARM_GADDR_NULL,
-	                                    alloc_done, d);
+	                : farm_galloc_alloc(d->ga, loop, MBOX_SIZE,
+	                                    FARM_GADDR_NULL, alloc_done, d);
 	if (rc)
 		step_done(d, rc);
 }
@@ -205,8 +207,8 @@ static void s_greet(farm_loop *loop, void *ctx, int status)
 	uint32_t next = (d->me + 1) % d->n;
 	snprintf((char *)d->buf, 64, "hello m%u, from m%u", next, d->me);
 	int rc = status ? status
-	                : farm_as_write(d->as, loop, d->mboxes[next] + 16, d->buf,
-	                                d->lmr, 64, op_done, d);
+	                : farm_as_write(d->as, loop, d->mboxes[next] + 16,
+	                                d->buf, d->lmr, 64, op_done, d);
 	if (rc)
 		step_done(d, rc);
 }
@@ -385,7 +387,8 @@ static void s_calls(farm_loop *loop, void *ctx, int status)
 		call_one(loop, d);
 }
 
-/* ---- the job ---------------------------------------------------------------- */
+/* ---- the job ----------------------------------------------------------------
+ */
 
 int farm_demo_register(farm_node *node, void **state)
 {
@@ -474,8 +477,10 @@ int farm_demo_job(farm_node *node, unsigned nmachines, void *state)
 	if ((rc = barrier(d, 0)))
 		goto out;
 	const char *mine = farm_as_local_ptr(d->as, d->mbox + 16, 64);
-	SAY(d, "its own mailbox holds \"%.*s\" (written by m%u; no CPU here "
-	    "took part)", 63, mine ? mine : "?", prev);
+	SAY(d,
+	    "its own mailbox holds \"%.*s\" (written by m%u; no CPU here "
+	    "took part)",
+	    63, mine ? mine : "?", prev);
 	if ((rc = step(d, s_read_far)))
 		goto out;
 	SAY(d, "READ m%u's mailbox %s: \"%.*s\"", far,
@@ -484,7 +489,8 @@ int farm_demo_job(farm_node *node, unsigned nmachines, void *state)
 	if ((rc = step(d, s_reads)))
 		goto out;
 	double s = (double)(d->t1 - d->t0) / 1e9;
-	SAY(d, "%u one-sided 64 B READs of m%u's mailbox: %.0f k/s (%u in flight)",
+	SAY(d,
+	    "%u one-sided 64 B READs of m%u's mailbox: %.0f k/s (%u in flight)",
 	    NREADS, next, NREADS / s / 1e3, WINDOW);
 	/* 5. an allocation placed next to another machine's object */
 	if ((rc = step(d, s_alloc_near)))
@@ -496,7 +502,8 @@ int farm_demo_job(farm_node *node, unsigned nmachines, void *state)
 	if ((rc = step(d, s_calls)))
 		goto out;
 	s = (double)(d->t1 - d->t0) / 1e9;
-	SAY(d, "%u RPCs (a + b) shipped to the owner of %s: %.0f k/s, %" PRIu64
+	SAY(d,
+	    "%u RPCs (a + b) shipped to the owner of %s: %.0f k/s, %" PRIu64
 	    " wrong sums",
 	    NCALLS, name_of(d->mboxes[next], g1), NCALLS / s / 1e3, d->bad);
 	if (d->bad)

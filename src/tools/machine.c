@@ -33,22 +33,25 @@ static void usage(FILE *out)
 	fprintf(out,
 	        "usage: farm machine --config FILE [--ready-fd N] [--go-fd N]\n"
 	        "\n"
-	        "Run one libfarm machine from a configuration file (docs/config.md);\n"
+	        "Run one libfarm machine from a configuration file "
+	        "(docs/config.md);\n"
 	        "FARM_* environment variables override its keys.\n"
 	        "  --config FILE  the configuration\n"
-	        "  --ready-fd N   write one byte to fd N once the machine is ready\n"
-	        "  --go-fd N      then wait for one byte on fd N before the job\n"
+	        "  --ready-fd N   write one byte to fd N once the machine is "
+	        "ready\n"
+	        "  --go-fd N      then wait for one byte on fd N before the "
+	        "job\n"
 	        "  -h, --help     this text\n");
 }
 
 int farm_cmd_machine(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{"config", required_argument, NULL, 'c'},
-		{"ready-fd", required_argument, NULL, 'r'},
-		{"go-fd", required_argument, NULL, 'g'},
-		{"help", no_argument, NULL, 'h'},
-		{NULL, 0, NULL, 0},
+	        {"config", required_argument, NULL, 'c'},
+	        {"ready-fd", required_argument, NULL, 'r'},
+	        {"go-fd", required_argument, NULL, 'g'},
+	        {"help", no_argument, NULL, 'h'},
+	        {NULL, 0, NULL, 0},
 	};
 	const char *config = NULL;
 	int ready_fd = -1, go_fd = -1, c;
@@ -105,9 +108,10 @@ int farm_cmd_machine(int argc, char **argv)
 	if ((rc = farm_node_start(node, JOIN_TIMEOUT_MS)))
 		goto out;
 	if ((rc = farm_node_wait_members(node, expect, JOIN_TIMEOUT_MS))) {
-		fprintf(stderr, "farm machine %u: %u machines did not join "
-		        "within %d s\n", cfg.machine_id, expect,
-		        JOIN_TIMEOUT_MS / 1000);
+		fprintf(stderr,
+		        "farm machine %u: %u machines did not join "
+		        "within %d s\n",
+		        cfg.machine_id, expect, JOIN_TIMEOUT_MS / 1000);
 		goto out;
 	}
 	if (ready_fd >= 0) {

@@ -38,7 +38,7 @@
 #define OBJ_LINE_DATA   62u
 #define OBJ_MAX_LINES   16384u
 /* The largest application object: 16384 lines. */
-#define OBJ_MAX_SIZE    (OBJ_LINE0_DATA + OBJ_LINE_DATA * (OBJ_MAX_LINES - 1))
+#define OBJ_MAX_SIZE (OBJ_LINE0_DATA + OBJ_LINE_DATA * (OBJ_MAX_LINES - 1))
 
 /* Lines an object of @size application bytes takes (0 for bad sizes). */
 static inline unsigned obj_lines(uint32_t size)
@@ -50,7 +50,10 @@ static inline unsigned obj_lines(uint32_t size)
 	return 1 + (size - OBJ_LINE0_DATA + OBJ_LINE_DATA - 1) / OBJ_LINE_DATA;
 }
 
-static inline uint16_t obj_v16(uint64_t version) { return (uint16_t)version; }
+static inline uint16_t obj_v16(uint64_t version)
+{
+	return (uint16_t)version;
+}
 
 /* Application bytes out of a stored image of @lines lines. */
 static inline void obj_unpack(const uint8_t *img, uint32_t size, uint8_t *out)
@@ -135,8 +138,9 @@ static inline void obj_install(uint8_t *obj, unsigned lines, const uint8_t *img,
 	}
 	uint16_t lv = obj_v16(locked), nv = obj_v16(new_version);
 	for (unsigned l = 1; l < lines; l++)
-		atomic_store_explicit((_Atomic uint16_t *)(void *)(obj + 64u * l),
-		                      lv, memory_order_relaxed);
+		atomic_store_explicit(
+		        (_Atomic uint16_t *)(void *)(obj + 64u * l), lv,
+		        memory_order_relaxed);
 	atomic_thread_fence(memory_order_release);
 	memcpy(obj + FARM_OBJHDR_SIZE, img + FARM_OBJHDR_SIZE,
 	       64 - FARM_OBJHDR_SIZE);
@@ -145,8 +149,9 @@ static inline void obj_install(uint8_t *obj, unsigned lines, const uint8_t *img,
 	farm_store_fence();
 	atomic_thread_fence(memory_order_release);
 	for (unsigned l = 1; l < lines; l++)
-		atomic_store_explicit((_Atomic uint16_t *)(void *)(obj + 64u * l),
-		                      nv, memory_order_relaxed);
+		atomic_store_explicit(
+		        (_Atomic uint16_t *)(void *)(obj + 64u * l), nv,
+		        memory_order_relaxed);
 	atomic_store_explicit(hv, new_version, memory_order_release);
 }
 

@@ -44,16 +44,16 @@
 #include "util/lines.h"
 #include "util/log.h"
 
-#define MAX_LOOPS      64
-#define TX_SLOTS       4096u /* concurrent transactions per loop */
-#define LOCK_BUCKETS   1024u
-#define WQ_CAP         1024u /* initial record queue per log writer; grows */
-#define NCLS           17    /* arena classes: 64 B .. 4 MiB */
-#define READ_TRIES     4096u
-#define SPACE_WAIT_NS  (1000ull * 1000000ull) /* then -ENOSPC */
-#define LINE_TRIES     1000u
-#define DEFAULT_LOG    (1u << 20)
-#define DEFAULT_ARENA  (64u << 20)
+#define MAX_LOOPS     64
+#define TX_SLOTS      4096u /* concurrent transactions per loop */
+#define LOCK_BUCKETS  1024u
+#define WQ_CAP        1024u /* initial record queue per log writer; grows */
+#define NCLS          17    /* arena classes: 64 B .. 4 MiB */
+#define READ_TRIES    4096u
+#define SPACE_WAIT_NS (1000ull * 1000000ull) /* then -ENOSPC */
+#define LINE_TRIES    1000u
+#define DEFAULT_LOG   (1u << 20)
+#define DEFAULT_ARENA (64u << 20)
 
 enum rec_type {
 	REC_LOCK = 1,
@@ -93,7 +93,8 @@ struct reply {
 _Static_assert(sizeof(struct rec_hdr) == 32, "record header");
 _Static_assert(sizeof(struct rec_obj) == 32, "record object");
 
-/* ---- per-loop state ---------------------------------------------------------- */
+/* ---- per-loop state
+ * ---------------------------------------------------------- */
 
 struct arena {
 	uint8_t *base;
@@ -117,8 +118,8 @@ struct writer {
 	uint64_t wq_head, wq_tail; /* wq entries [head, tail) */
 	struct wq_ent *wq;         /* wq_cap, a power of two; grows */
 	uint64_t wq_cap;
-	bool reading;              /* a READ of the freed word is out */
-	uint64_t freed_buf;        /* its destination (in the arena) */
+	bool reading;       /* a READ of the freed word is out */
+	uint64_t freed_buf; /* its destination (in the arena) */
 };
 
 /* A log this loop serves (replica role): coordinator (C, this thread). */
@@ -142,11 +143,11 @@ struct txloop {
 	struct arena ar;
 	farm_tx **slots; /* TX_SLOTS */
 	struct lock_ent *locks[LOCK_BUCKETS];
-	struct writer *w;  /* per machine */
-	struct reader *r;  /* per machine */
+	struct writer *w; /* per machine */
+	struct reader *r; /* per machine */
 	uint64_t rand;
-	unsigned lock_waiters;       /* transactions waiting for lock replies */
-	struct rd_op *rd_free_list;  /* recycled read operations */
+	unsigned lock_waiters;      /* transactions waiting for lock replies */
+	struct rd_op *rd_free_list; /* recycled read operations */
 	/* Hot counters, written by this loop only (plain load + store). */
 	_Atomic uint64_t c_lf_reads, c_lf_retries, c_tx_reads;
 	unsigned inflight; /* log WRITEs and freed-word READs not completed */
@@ -167,7 +168,7 @@ struct farm_txm {
 	farm_mr *logmr;
 	uint8_t *logbase;
 	farm_mr_desc logdesc;
-	farm_mr_desc *peers;    /* M */
+	farm_mr_desc *peers;     /* M */
 	_Atomic int *peer_ready; /* M */
 	/* The machines whose logs we serve, compact, for the pollers. */
 	uint32_t ready_ids[0x40];
@@ -180,10 +181,26 @@ struct farm_txm {
 };
 
 enum {
-	S_COMMITS, S_COMMITS_SINGLE, S_AB_CONFLICT, S_AB_VALIDATION, S_AB_FAILURE,
-	S_AB_NOSPACE, S_AB_FREED, S_LF_READS, S_LF_RETRIES, S_TX_READS,
-	S_C_WRITES, S_C_READS, S_C_MSGS, S_LOG_FULL, S_TRUNCATES, S_LOCKS_OK,
-	S_LOCKS_REFUSED, S_INSTALLS, S_BACKUP_APPLIES, S_BAD_RECORDS,
+	S_COMMITS,
+	S_COMMITS_SINGLE,
+	S_AB_CONFLICT,
+	S_AB_VALIDATION,
+	S_AB_FAILURE,
+	S_AB_NOSPACE,
+	S_AB_FREED,
+	S_LF_READS,
+	S_LF_RETRIES,
+	S_TX_READS,
+	S_C_WRITES,
+	S_C_READS,
+	S_C_MSGS,
+	S_LOG_FULL,
+	S_TRUNCATES,
+	S_LOCKS_OK,
+	S_LOCKS_REFUSED,
+	S_INSTALLS,
+	S_BACKUP_APPLIES,
+	S_BAD_RECORDS,
 };
 
 /* Testing knobs (txn_testing.h; the testing section at the end). */
@@ -194,7 +211,8 @@ static void stat_add(farm_txm *m, int i, uint64_t n)
 	atomic_fetch_add_explicit(&m->st.v[i], n, memory_order_relaxed);
 }
 
-/* ---- transactions -------------------------------------------------------------- */
+/* ---- transactions
+ * -------------------------------------------------------------- */
 
 #define TXO_READ  1u
 #define TXO_WRITE 2u
@@ -252,12 +270,12 @@ struct farm_tx {
 	bool locked_at[0x40];
 	bool decided_at[0x40]; /* its COMMIT-PRIMARY or ABORT landed there */
 	unsigned wait_writes, wait_replies, wait_reads;
-	int fail;           /* first failure of the phase */
-	uint64_t deadline;  /* waiting for replies until */
+	int fail;                  /* first failure of the phase */
+	uint64_t deadline;         /* waiting for replies until */
 	unsigned committed_writes; /* COMMIT-PRIMARY writes that landed */
-	bool in_call;          /* inside farm_tx_commit: defer callbacks */
-	bool released;         /* farm_tx_free was called */
-	bool retry_posted;     /* a reserve_again work item is queued */
+	bool in_call;              /* inside farm_tx_commit: defer callbacks */
+	bool released;             /* farm_tx_free was called */
+	bool retry_posted;         /* a reserve_again work item is queued */
 	bool deferred_report, deferred_finish;
 	unsigned space_tries;
 	struct txrec *recs;
@@ -265,7 +283,8 @@ struct farm_tx {
 	uint64_t n_writes, n_reads, n_msgs;
 };
 
-/* ---- arena: registered staging memory ------------------------------------------ */
+/* ---- arena: registered staging memory
+ * ------------------------------------------ */
 
 static int arena_cls(size_t n)
 {
@@ -302,24 +321,29 @@ static void arena_put(struct arena *a, void *p, size_t n)
 	a->free[c] = p;
 }
 
-/* ---- logs: layout -------------------------------------------------------------- */
+/* ---- logs: layout
+ * -------------------------------------------------------------- */
 
 static uint64_t log_index(const farm_txm *m, uint32_t coord, unsigned t)
 {
 	return (uint64_t)coord * m->T + t;
 }
-static uint64_t log_hdr_off(const farm_txm *m, uint64_t i) { return i * 64; }
+static uint64_t log_hdr_off(const farm_txm *m, uint64_t i)
+{
+	return i * 64;
+}
 static uint64_t log_ring_off(const farm_txm *m, uint64_t i)
 {
 	return m->hdr_area + i * m->R;
 }
 
-/* ---- logs: the writer side ------------------------------------------------------ */
+/* ---- logs: the writer side
+ * ------------------------------------------------------ */
 
 static uint64_t rec_size(unsigned nobj, uint64_t img_bytes)
 {
-	uint64_t n = sizeof(struct rec_hdr) + (uint64_t)nobj * sizeof(struct rec_obj) +
-	             img_bytes + 8;
+	uint64_t n = sizeof(struct rec_hdr) +
+	             (uint64_t)nobj * sizeof(struct rec_obj) + img_bytes + 8;
 	return (n + 63) & ~63ull;
 }
 
@@ -400,8 +424,12 @@ static int post_write(struct txloop *tl, uint32_t mach, uint64_t off, void *buf,
 		arena_put(&tl->ar, buf, len);
 		return -ENOMEM;
 	}
-	*c = (struct wr_ctx){.tl = tl, .tx = tx, .buf = buf, .len = len,
-	                     .kind = kind, .mach = mach};
+	*c = (struct wr_ctx){.tl = tl,
+	                     .tx = tx,
+	                     .buf = buf,
+	                     .len = len,
+	                     .kind = kind,
+	                     .mach = mach};
 	uint64_t roff = log_ring_off(m, log_index(m, m->me, tl->t)) + off;
 	int rc;
 	if (mach == m->me) {
@@ -419,7 +447,8 @@ static int post_write(struct txloop *tl, uint32_t mach, uint64_t off, void *buf,
 		farm_wr wr = farm_wr_write(0, buf, tl->ar.mr, (uint32_t)len,
 		                           &m->peers[mach], roff);
 		wr.flags |= FARM_WR_PERSIST;
-		rc = farm_loop_rdma_wake(tl->loop, mach, tl->t, &wr, write_done, c);
+		rc = farm_loop_rdma_wake(tl->loop, mach, tl->t, &wr, write_done,
+		                         c);
 	}
 	if (rc) {
 		arena_put(&tl->ar, buf, len);
@@ -470,7 +499,8 @@ static int log_append(struct txloop *tl, uint32_t mach, void *buf, size_t len,
 			return -ENOMEM;
 		}
 		memset(pb, 0, 64);
-		struct rec_hdr ph = {.len = (uint32_t)plen, .type = REC_PAD,
+		struct rec_hdr ph = {.len = (uint32_t)plen,
+		                     .type = REC_PAD,
 		                     .trunc = low_water(w)};
 		memcpy(pb, &ph, sizeof(ph));
 		uint64_t tr = w->tail + 1;
@@ -481,9 +511,8 @@ static int log_append(struct txloop *tl, uint32_t mach, void *buf, size_t len,
 			return rc;
 		}
 		uint64_t s = w->wq_tail++;
-		w->wq[s % w->wq_cap] = (struct wq_ent){.pos = w->tail,
-		                                       .end = w->tail + plen,
-		                                       .done = true};
+		w->wq[s % w->wq_cap] = (struct wq_ent){
+		        .pos = w->tail, .end = w->tail + plen, .done = true};
 		w->tail += plen;
 		off = 0;
 	}
@@ -500,8 +529,8 @@ static int log_append(struct txloop *tl, uint32_t mach, void *buf, size_t len,
 	if (tx) /* TRUNCATE records are not reserved */
 		w->reserved -= FARM_MIN(w->reserved, len);
 	w->wq_tail++;
-	w->wq[s % w->wq_cap] = (struct wq_ent){.pos = w->tail, .end = w->tail + len,
-	                                    .done = tx == NULL};
+	w->wq[s % w->wq_cap] = (struct wq_ent){
+	        .pos = w->tail, .end = w->tail + len, .done = tx == NULL};
 	w->tail += len;
 	if (seq_out)
 		*seq_out = s;
@@ -535,14 +564,14 @@ static void maybe_truncate(struct txloop *tl, uint32_t mach)
 	if (lw <= w->sent_trunc || (w->tail - w->sent_trunc) * 2 < m->R)
 		return;
 	/* A 64-byte record never needs a pad (positions are 64-aligned). */
-	if ((w->tail - w->freed) + w->reserved + 64 > m->R ||
-	    wq_reserve(w, 1))
+	if ((w->tail - w->freed) + w->reserved + 64 > m->R || wq_reserve(w, 1))
 		return;
 	if (log_small(tl, mach, REC_TRUNC, 0, NULL, 0, NULL) == 0)
 		stat_add(m, S_TRUNCATES, 1);
 }
 
-/* ---- logs: the replica side (the loop's poller) ---------------------------------- */
+/* ---- logs: the replica side (the loop's poller)
+ * ---------------------------------- */
 
 static struct lock_ent **lock_slot(struct txloop *tl, uint64_t txid)
 {
@@ -566,7 +595,8 @@ static void send_reply(struct txloop *tl, uint64_t txid, int status)
 
 static const struct rec_obj *rec_objs(const uint8_t *rec)
 {
-	return (const struct rec_obj *)(const void *)(rec + sizeof(struct rec_hdr));
+	return (const struct rec_obj *)(const void *)(rec +
+	                                              sizeof(struct rec_hdr));
 }
 
 /* Does a record's object table fit its length? Images follow it. */
@@ -574,7 +604,8 @@ static bool rec_sane(const uint8_t *rec, uint32_t len)
 {
 	struct rec_hdr h;
 	memcpy(&h, rec, sizeof(h));
-	uint64_t need = sizeof(h) + (uint64_t)h.nobj * sizeof(struct rec_obj) + 8;
+	uint64_t need =
+	        sizeof(h) + (uint64_t)h.nobj * sizeof(struct rec_obj) + 8;
 	if (need > len)
 		return false;
 	const struct rec_obj *o = rec_objs(rec);
@@ -601,7 +632,8 @@ static void unlock_objs(farm_txm *m, const uint8_t *rec, unsigned n)
 		uint8_t *p = primary_obj(m, &o[i]);
 		if (p)
 			atomic_store_explicit((_Atomic uint64_t *)(void *)p,
-			                      o[i].version, memory_order_release);
+			                      o[i].version,
+			                      memory_order_release);
 	}
 }
 
@@ -628,8 +660,8 @@ static void on_lock(struct txloop *tl, const uint8_t *rec)
 		uint64_t expect = o[locked].version;
 		if (!atomic_compare_exchange_strong_explicit(
 		            (_Atomic uint64_t *)(void *)p, &expect,
-		            o[locked].version | OBJ_LOCK_EXCL, memory_order_acq_rel,
-		            memory_order_acquire)) {
+		            o[locked].version | OBJ_LOCK_EXCL,
+		            memory_order_acq_rel, memory_order_acquire)) {
 			status = FARM_ECONFLICT;
 			break;
 		}
@@ -645,7 +677,8 @@ static void on_lock(struct txloop *tl, const uint8_t *rec)
 		} else {
 			*e = (struct lock_ent){.txid = h.txid, .rec = rec};
 			struct lock_ent **pp = lock_slot(tl, h.txid);
-			if (*pp) { /* a duplicate LOCK: refuse it, keep the first */
+			if (*pp) { /* a duplicate LOCK: refuse it, keep the
+				      first */
 				free(e);
 				unlock_objs(m, rec, locked);
 				status = -EEXIST;
@@ -669,7 +702,8 @@ static void install_rec(struct txloop *tl, const uint8_t *rec)
 	for (unsigned i = 0; i < h.nobj; i++) {
 		uint8_t *p = primary_obj(m, &o[i]);
 		if (p) {
-			obj_install(p, o[i].lines, img, o[i].version + OBJ_VSTEP);
+			obj_install(p, o[i].lines, img,
+			            o[i].version + OBJ_VSTEP);
 			stat_add(m, S_INSTALLS, 1);
 			if (o[i].flags & OBJF_FREE) {
 				int rc = farm_galloc_free_local(m->ga, tl->loop,
@@ -691,7 +725,8 @@ static void on_commit_primary(struct txloop *tl, uint64_t txid, bool commit)
 		/* Every COMMIT-PRIMARY follows a granted LOCK: none here is a
 		 * bug worth hearing about. */
 		if (commit)
-			farm_warn("txn: COMMIT-PRIMARY of %#" PRIx64 " with no lock",
+			farm_warn("txn: COMMIT-PRIMARY of %#" PRIx64
+			          " with no lock",
 			          txid);
 		return; /* ABORT of a refused LOCK, or a duplicate */
 	}
@@ -716,8 +751,8 @@ static void backup_apply(struct txloop *tl, const uint8_t *rec)
 	const uint8_t *img = rec + sizeof(h) + (size_t)h.nobj * sizeof(*o);
 	for (unsigned i = 0; i < h.nobj; i++) {
 		enum farm_as_role role;
-		farm_region *r = farm_as_local_region(m->as, farm_gaddr_region(o[i].addr),
-		                                      &role);
+		farm_region *r = farm_as_local_region(
+		        m->as, farm_gaddr_region(o[i].addr), &role);
 		uint64_t off = farm_gaddr_offset(o[i].addr);
 		if (r && role == FARM_AS_BACKUP &&
 		    off + 64ull * o[i].lines <= farm_region_size(r)) {
@@ -741,10 +776,12 @@ static void truncate_to(struct txloop *tl, struct reader *rd, uint8_t *ring,
 		uint8_t *rec = ring + rd->applied % m->R;
 		struct rec_hdr h;
 		memcpy(&h, rec, sizeof(h));
-		if (h.len == 0 || h.len % 64 || h.len > m->R - rd->applied % m->R) {
+		if (h.len == 0 || h.len % 64 ||
+		    h.len > m->R - rd->applied % m->R) {
 			/* Cannot happen unless the log was overwritten. */
-			farm_err("txn: log corrupt at %" PRIu64 " (length %" PRIu32
-			         ", head %" PRIu64 "): log abandoned",
+			farm_err("txn: log corrupt at %" PRIu64
+			         " (length %" PRIu32 ", head %" PRIu64
+			         "): log abandoned",
 			         rd->applied, h.len, rd->head);
 			stat_add(m, S_BAD_RECORDS, 1);
 			rd->broken = true;
@@ -753,14 +790,17 @@ static void truncate_to(struct txloop *tl, struct reader *rd, uint8_t *ring,
 		if (h.type == REC_COMMIT_BACKUP)
 			backup_apply(tl, rec);
 		if (h.type == REC_LOCK && *lock_slot(tl, h.txid))
-			farm_warn("txn: LOCK of transaction %#" PRIx64 " truncated "
-			          "while its locks are held", h.txid);
+			farm_warn("txn: LOCK of transaction %#" PRIx64
+			          " truncated "
+			          "while its locks are held",
+			          h.txid);
 		memset(rec, 0, h.len);
 		rd->applied += h.len;
 		moved = true;
 	}
 	if (moved)
-		atomic_store_explicit(freed_word, rd->applied, memory_order_release);
+		atomic_store_explicit(freed_word, rd->applied,
+		                      memory_order_release);
 }
 
 /* Process whole records of log (coord, our thread). Returns how many. */
@@ -776,8 +816,8 @@ static int poll_log(struct txloop *tl, uint32_t coord)
 	while (!rd->broken) {
 		uint64_t off = rd->head % m->R;
 		uint8_t *rec = ring + off;
-		uint32_t len = atomic_load_explicit((_Atomic uint32_t *)(void *)rec,
-		                                    memory_order_acquire);
+		uint32_t len = atomic_load_explicit(
+		        (_Atomic uint32_t *)(void *)rec, memory_order_acquire);
 		if (len == 0)
 			break;
 		struct rec_hdr h;
@@ -785,17 +825,21 @@ static int poll_log(struct txloop *tl, uint32_t coord)
 		uint64_t tr;
 		if (len % 64 || len > m->R - off) {
 			stat_add(m, S_BAD_RECORDS, 1);
-			farm_warn("txn: bad record in machine %" PRIu32 "'s log "
-			          "(length %" PRIu32 "): log abandoned", coord, len);
+			farm_warn("txn: bad record in machine %" PRIu32
+			          "'s log "
+			          "(length %" PRIu32 "): log abandoned",
+			          coord, len);
 			rd->broken = true;
 			break;
 		}
 		/* The first word (length, type) lands whole and first, the
 		 * trailer last: only once the trailer is there is the rest of
-		 * the header (txid, low-water mark) there too. Read it again. */
+		 * the header (txid, low-water mark) there too. Read it again.
+		 */
 		tr = atomic_load_explicit(
-		        (_Atomic uint64_t *)(void *)(rec + (h.type == REC_PAD ? 56
-		                                                          : len - 8)),
+		        (_Atomic uint64_t *)(void *)(rec + (h.type == REC_PAD
+		                                                    ? 56
+		                                                    : len - 8)),
 		        memory_order_acquire);
 		if (tr != rd->head + 1)
 			break; /* still being written */
@@ -807,7 +851,9 @@ static int poll_log(struct txloop *tl, uint32_t coord)
 			else
 				stat_add(m, S_BAD_RECORDS, 1);
 			break;
-		case REC_COMMIT_PRIMARY: on_commit_primary(tl, h.txid, true); break;
+		case REC_COMMIT_PRIMARY:
+			on_commit_primary(tl, h.txid, true);
+			break;
 		case REC_ABORT: on_commit_primary(tl, h.txid, false); break;
 		case REC_COMMIT_BACKUP:
 			if (!rec_sane(rec, len))
@@ -849,8 +895,9 @@ static bool txn_pending(farm_loop *loop, void *ctx)
 		uint64_t li = log_index(m, c, tl->t);
 		const uint8_t *ring = m->logbase + log_ring_off(m, li);
 		uint64_t off = tl->r[c].head % m->R;
-		if (atomic_load_explicit((_Atomic uint32_t *)(void *)(ring + off),
-		                         memory_order_acquire))
+		if (atomic_load_explicit(
+		            (_Atomic uint32_t *)(void *)(ring + off),
+		            memory_order_acquire))
 			return true;
 	}
 	return false;
@@ -859,11 +906,13 @@ static bool txn_pending(farm_loop *loop, void *ctx)
 /* A counter only this loop writes: a plain load and store. */
 static inline void cnt_inc(_Atomic uint64_t *c)
 {
-	atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + 1,
+	atomic_store_explicit(c,
+	                      atomic_load_explicit(c, memory_order_relaxed) + 1,
 	                      memory_order_relaxed);
 }
 
-/* ---- reads (transactional and lock-free) --------------------------------------- */
+/* ---- reads (transactional and lock-free)
+ * --------------------------------------- */
 
 /* A lock-free read's caller (kept inside its rd_op: no allocation). */
 struct lf_ctx {
@@ -919,7 +968,8 @@ static void rd_retry(struct rd_op *op)
 	uint64_t spins = farm_rand64(&op->tl->rand) & ((1ull << k) - 1);
 	for (uint64_t i = 0; i < spins; i++)
 		farm_cpu_relax();
-	if (op->tries > 4 && farm_loop_post(op->tl->loop, rd_again_post, op) == 0)
+	if (op->tries > 4 &&
+	    farm_loop_post(op->tl->loop, rd_again_post, op) == 0)
 		return;
 	rd_start(op);
 }
@@ -951,7 +1001,8 @@ static void rd_again_post(farm_loop *loop, void *ctx, int status)
 
 static void rd_check(struct rd_op *op)
 {
-	int rc = obj_check(op->img, op->lines, op->want, &op->version, &op->incarn);
+	int rc = obj_check(op->img, op->lines, op->want, &op->version,
+	                   &op->incarn);
 	if (rc == -EAGAIN) {
 		rd_retry(op);
 		return;
@@ -1026,7 +1077,8 @@ static struct rd_op *rd_new(struct txloop *tl, farm_gaddr a, uint32_t size,
 {
 	farm_txm *m = tl->m;
 	unsigned lines = obj_lines(size);
-	if (!lines || !farm_gaddr_valid(a, 64ull * lines, farm_as_region_size(m->as)) ||
+	if (!lines ||
+	    !farm_gaddr_valid(a, 64ull * lines, farm_as_region_size(m->as)) ||
 	    farm_gaddr_offset(a) % 64) {
 		*rc = -EINVAL;
 		return NULL;
@@ -1045,8 +1097,14 @@ static struct rd_op *rd_new(struct txloop *tl, farm_gaddr a, uint32_t size,
 		*rc = -ENOMEM;
 		return NULL;
 	}
-	*op = (struct rd_op){.tl = tl, .a = a, .size = size, .lines = lines,
-	                     .want = want, .img = img, .done = done, .ctx = ctx};
+	*op = (struct rd_op){.tl = tl,
+	                     .a = a,
+	                     .size = size,
+	                     .lines = lines,
+	                     .want = want,
+	                     .img = img,
+	                     .done = done,
+	                     .ctx = ctx};
 	*rc = 0;
 	return op;
 }
@@ -1060,7 +1118,6 @@ static void rd_free(struct rd_op *op)
 }
 
 /* Lock-free reads. */
-
 
 static void lf_done(struct rd_op *op)
 {
@@ -1096,7 +1153,8 @@ int farm_lf_read(farm_txm *m, farm_loop *loop, farm_gaddr a, uint32_t size,
 	if (!tl || !buf || !cont)
 		return -EINVAL;
 	int rc;
-	struct rd_op *op = rd_new(tl, a, size, want_incarnation, lf_done, NULL, &rc);
+	struct rd_op *op =
+	        rd_new(tl, a, size, want_incarnation, lf_done, NULL, &rc);
 	if (!op)
 		return rc;
 	op->lf = (struct lf_ctx){.buf = buf, .cont = cont, .ctx = ctx};
@@ -1105,7 +1163,8 @@ int farm_lf_read(farm_txm *m, farm_loop *loop, farm_gaddr a, uint32_t size,
 	return 0;
 }
 
-/* ---- transactions: begin, read, write, alloc, free ----------------------------- */
+/* ---- transactions: begin, read, write, alloc, free
+ * ----------------------------- */
 
 static bool tx_gone(farm_tx *tx);
 static void tx_finish(farm_tx *tx);
@@ -1211,10 +1270,14 @@ static void txrd_done(struct rd_op *op)
 			} else {
 				obj_unpack(op->img, c->size, d);
 				*o = (struct txobj){
-				        .a = c->a, .size = c->size, .lines = op->lines,
-				        .version = op->version, .incarn = op->incarn,
+				        .a = c->a,
+				        .size = c->size,
+				        .lines = op->lines,
+				        .version = op->version,
+				        .incarn = op->incarn,
 				        .primary = primary_of(tx->m, c->a),
-				        .flags = TXO_READ, .data = d};
+				        .flags = TXO_READ,
+				        .data = d};
 			}
 		}
 		if (o && !st) {
@@ -1265,14 +1328,17 @@ static int tx_read_common(farm_tx *tx, farm_gaddr a, uint32_t size,
 		return FARM_ECLOSED;
 	struct txobj *o = tx_find(tx, a);
 	if (o) {
-		if (size > o->size ||
-		    (want != UINT64_MAX && farm_incarn_count(o->incarn) != want))
+		if (size > o->size || (want != UINT64_MAX &&
+		                       farm_incarn_count(o->incarn) != want))
 			return size > o->size ? -EINVAL : FARM_EFREED;
 		struct again_ctx *c = malloc(sizeof(*c));
 		if (!c)
 			return -ENOMEM;
-		*c = (struct again_ctx){.tx = tx, .cont = cont, .ctx = ctx,
-		                        .o = o, .size = size};
+		*c = (struct again_ctx){.tx = tx,
+		                        .cont = cont,
+		                        .ctx = ctx,
+		                        .o = o,
+		                        .size = size};
 		int rc = farm_loop_post(tx->tl->loop, txrd_cached, c);
 		if (rc)
 			free(c);
@@ -1283,8 +1349,8 @@ static int tx_read_common(farm_tx *tx, farm_gaddr a, uint32_t size,
 	struct txrd_ctx *c = malloc(sizeof(*c));
 	if (!c)
 		return -ENOMEM;
-	*c = (struct txrd_ctx){.tx = tx, .cont = cont, .ctx = ctx, .size = size,
-	                       .a = a};
+	*c = (struct txrd_ctx){
+	        .tx = tx, .cont = cont, .ctx = ctx, .size = size, .a = a};
 	int rc;
 	struct rd_op *op = rd_new(tx->tl, a, size, want, txrd_done, c, &rc);
 	if (!op) {
@@ -1302,7 +1368,8 @@ int farm_tx_read(farm_tx *tx, farm_gaddr a, uint32_t size, farm_tx_read_fn cont,
 	return tx_read_common(tx, a, size, UINT64_MAX, cont, ctx);
 }
 
-int farm_tx_read_fat(farm_tx *tx, farm_fatptr p, farm_tx_read_fn cont, void *ctx)
+int farm_tx_read_fat(farm_tx *tx, farm_fatptr p, farm_tx_read_fn cont,
+                     void *ctx)
 {
 	return tx_read_common(tx, p.addr, p.size, p.incarnation, cont, ctx);
 }
@@ -1379,14 +1446,20 @@ static void txal_done(farm_loop *loop, void *ctx, int status, farm_gaddr a)
 			free(d);
 			st = -EREMOTE;
 		} else {
-			uint64_t v = farm_objhdr_load_version(h) & ~OBJ_LOCK_MASK;
+			uint64_t v =
+			        farm_objhdr_load_version(h) & ~OBJ_LOCK_MASK;
 			uint64_t w = farm_objhdr_load_incarn(h);
-			*o = (struct txobj){.a = a, .size = c->size,
-			                    .lines = obj_lines(c->size), .version = v,
-			                    .incarn = w, .primary = m->me,
-			                    .flags = TXO_READ | TXO_WRITE | TXO_NEW,
+			*o = (struct txobj){.a = a,
+			                    .size = c->size,
+			                    .lines = obj_lines(c->size),
+			                    .version = v,
+			                    .incarn = w,
+			                    .primary = m->me,
+			                    .flags = TXO_READ | TXO_WRITE |
+			                             TXO_NEW,
 			                    .data = d};
-			fp = (farm_fatptr){.addr = a, .size = c->size,
+			fp = (farm_fatptr){.addr = a,
+			                   .size = c->size,
 			                   .incarnation = farm_incarn_count(w)};
 			data = d;
 		}
@@ -1417,7 +1490,8 @@ int farm_tx_alloc(farm_tx *tx, uint32_t size, farm_gaddr hint,
 	struct txal_ctx *c = malloc(sizeof(*c));
 	if (!c)
 		return -ENOMEM;
-	*c = (struct txal_ctx){.tx = tx, .cont = cont, .ctx = ctx, .size = size};
+	*c = (struct txal_ctx){
+	        .tx = tx, .cont = cont, .ctx = ctx, .size = size};
 	int rc = farm_galloc_alloc(tx->m->ga, tx->tl->loop, 64ull * lines, hint,
 	                           txal_done, c);
 	if (rc)
@@ -1427,7 +1501,8 @@ int farm_tx_alloc(farm_tx *tx, uint32_t size, farm_gaddr hint,
 	return rc;
 }
 
-/* ---- commit ------------------------------------------------------------------------ */
+/* ---- commit
+ * ------------------------------------------------------------------------ */
 
 struct decisive;
 
@@ -1435,7 +1510,10 @@ enum { K_LOCK = 1, K_BACKUP, K_PRIMARY, K_ABORT };
 
 #define REPLY_TIMEOUT_NS (1000ull * 1000000ull)
 
-static bool is_write(const struct txobj *o) { return (o->flags & TXO_WRITE) != 0; }
+static bool is_write(const struct txobj *o)
+{
+	return (o->flags & TXO_WRITE) != 0;
+}
 
 static bool backs(const struct txobj *o, uint32_t b)
 {
@@ -1483,8 +1561,8 @@ static int build_rec(farm_tx *tx, int type, uint32_t p, uint32_t b,
 	if (!buf)
 		return -ENOMEM;
 	memset(buf, 0, sz);
-	struct rec_hdr h = {.type = (uint16_t)type, .nobj = (uint16_t)n,
-	                    .txid = tx->id};
+	struct rec_hdr h = {
+	        .type = (uint16_t)type, .nobj = (uint16_t)n, .txid = tx->id};
 	memcpy(buf, &h, sizeof(h));
 	struct rec_obj *ro = (struct rec_obj *)(void *)(buf + sizeof(h));
 	uint8_t *img = buf + sizeof(h) + (size_t)n * sizeof(*ro);
@@ -1517,10 +1595,11 @@ static void tx_append(farm_tx *tx, uint32_t mach, uint8_t *buf, size_t len,
 	if (!rc)
 		tx->used[mach] += len;
 	if (rc && rc != -EAGAIN && (kind == K_PRIMARY || kind == K_ABORT))
-		farm_warn("txn: %s record of transaction %#" PRIx64 " to machine "
+		farm_warn("txn: %s record of transaction %#" PRIx64
+		          " to machine "
 		          "%" PRIu32 " not written: %s",
-		          kind == K_PRIMARY ? "COMMIT-PRIMARY" : "ABORT", tx->id,
-		          mach, farm_strerror(rc));
+		          kind == K_PRIMARY ? "COMMIT-PRIMARY" : "ABORT",
+		          tx->id, mach, farm_strerror(rc));
 	if (rc) {
 		if (!tx->fail)
 			tx->fail = rc;
@@ -1532,7 +1611,7 @@ static void tx_append(farm_tx *tx, uint32_t mach, uint8_t *buf, size_t len,
 		unsigned nc = tx->caprecs ? tx->caprecs * 2 : 8;
 		struct txrec *nr = realloc(tx->recs, nc * sizeof(*nr));
 		if (!nr) { /* the record's entry stays not-done: the log's
-		              low-water mark stops there (no data loss) */
+			      low-water mark stops there (no data loss) */
 			farm_err("txn: out of memory tracking a log record");
 			tx->wait_writes++;
 			return;
@@ -1591,10 +1670,12 @@ static void tx_finish(farm_tx *tx)
 	if (tx->ph == PH_PRIMARY || tx->ph == PH_ABORT)
 		for (uint32_t p = 0; p < 0x40; p++)
 			if (tx->locked_at[p] && !tx->decided_at[p])
-				farm_warn("txn: transaction %#" PRIx64 " finished "
-				          "without a decision at machine %" PRIu32
-				          " (phase %d, fail %d)",
-				          tx->id, p, (int)tx->ph, tx->fail);
+				farm_warn(
+				        "txn: transaction %#" PRIx64
+				        " finished "
+				        "without a decision at machine %" PRIu32
+				        " (phase %d, fail %d)",
+				        tx->id, p, (int)tx->ph, tx->fail);
 	for (unsigned i = 0; i < tx->nrecs; i++) {
 		struct writer *w = &tl->w[tx->recs[i].machine];
 		w->wq[tx->recs[i].seq % w->wq_cap].done = true;
@@ -1643,7 +1724,8 @@ static void tx_step(farm_tx *tx)
 	case PH_LOCK:
 		tx->tl->lock_waiters--;
 		if (fail)
-			phase_abort(tx, fail == -EINVAL ? FARM_ECONFLICT : fail);
+			phase_abort(tx,
+			            fail == -EINVAL ? FARM_ECONFLICT : fail);
 		else
 			phase_validate(tx);
 		break;
@@ -1683,21 +1765,20 @@ static void tx_step(farm_tx *tx)
 			single_install(tx);
 		} else {
 			if (atomic_load(&testing_crash_after_backup))
-				raise(SIGKILL); /* testing: COMMIT-BACKUP acked */
+				raise(SIGKILL); /* testing: COMMIT-BACKUP acked
+				                 */
 			phase_primary(tx);
 		}
 		break;
 	case PH_PRIMARY:
 		/* Reported at the first landed COMMIT-PRIMARY. */
 		if (!tx->reported)
-			tx_report(tx, tx->committed_writes ? 0 : FARM_EPEERDEAD);
+			tx_report(tx,
+			          tx->committed_writes ? 0 : FARM_EPEERDEAD);
 		tx_finish(tx);
 		break;
-	case PH_ABORT:
-		tx_finish(tx);
-		break;
-	default:
-		break;
+	case PH_ABORT: tx_finish(tx); break;
+	default: break;
 	}
 }
 
@@ -1717,12 +1798,14 @@ static void tx_record_done(farm_loop *loop, farm_tx *tx, int kind,
 	    status != FARM_EPEERDEAD) {
 		/* It did not land (an earlier failure on the endpoint flushed
 		 * it): the primary still holds the locks. Send it again. */
-		farm_warn("txn: %s record of transaction %#" PRIx64 " to machine "
+		farm_warn("txn: %s record of transaction %#" PRIx64
+		          " to machine "
 		          "%" PRIu32 " failed (%s): sending it again",
-		          kind == K_PRIMARY ? "COMMIT-PRIMARY" : "ABORT", tx->id,
-		          mach, farm_strerror(status));
+		          kind == K_PRIMARY ? "COMMIT-PRIMARY" : "ABORT",
+		          tx->id, mach, farm_strerror(status));
 		send_decisive(tx, mach,
-		              kind == K_PRIMARY ? REC_COMMIT_PRIMARY : REC_ABORT,
+		              kind == K_PRIMARY ? REC_COMMIT_PRIMARY
+		                                : REC_ABORT,
 		              kind, NULL);
 	}
 	if (kind == K_PRIMARY && !status) {
@@ -1794,7 +1877,8 @@ static void val_done(farm_loop *loop, void *ctx, int status)
 	uint64_t v;
 	memcpy(&v, o->vbuf, 8);
 	if (!tx->fail && (status || v != o->version))
-		tx->fail = status ? (status == FARM_EFLUSHED ? FARM_EPEERDEAD : status)
+		tx->fail = status ? (status == FARM_EFLUSHED ? FARM_EPEERDEAD
+		                                             : status)
 		                  : FARM_EVALIDATION;
 	tx_step(tx);
 }
@@ -1803,14 +1887,16 @@ static void phase_validate(farm_tx *tx)
 {
 	farm_txm *m = tx->m;
 	tx->ph = PH_VALIDATE;
-	for (unsigned i = 0; i < tx->n && !tx->fail &&
-	                     !atomic_load(&testing_skip_validation); i++) {
+	for (unsigned i = 0;
+	     i < tx->n && !tx->fail && !atomic_load(&testing_skip_validation);
+	     i++) {
 		struct txobj *o = &tx->o[i];
 		if (is_write(o) || !(o->flags & TXO_READ))
 			continue;
 		const _Atomic uint64_t *lp = farm_as_local_ptr(m->as, o->a, 8);
 		if (lp) {
-			if (atomic_load_explicit(lp, memory_order_acquire) != o->version)
+			if (atomic_load_explicit(lp, memory_order_acquire) !=
+			    o->version)
 				tx->fail = FARM_EVALIDATION;
 			continue;
 		}
@@ -1820,8 +1906,8 @@ static void phase_validate(farm_tx *tx)
 			break;
 		}
 		memcpy(o->vbuf + 8, &tx, sizeof(tx));
-		int rc = farm_as_read(m->as, tx->tl->loop, o->a, o->vbuf, tx->tl->ar.mr,
-		                      8, val_done, o);
+		int rc = farm_as_read(m->as, tx->tl->loop, o->a, o->vbuf,
+		                      tx->tl->ar.mr, 8, val_done, o);
 		if (rc) {
 			tx->fail = rc;
 			break;
@@ -1853,8 +1939,8 @@ static void phase_backup(farm_tx *tx)
 				seenb[b] = true;
 				uint8_t *buf;
 				size_t len;
-				int rc = build_rec(tx, REC_COMMIT_BACKUP, o->primary, b,
-				                   &buf, &len);
+				int rc = build_rec(tx, REC_COMMIT_BACKUP,
+				                   o->primary, b, &buf, &len);
 				if (rc) {
 					tx->fail = rc;
 					break;
@@ -1894,7 +1980,8 @@ static void send_decisive(farm_tx *tx, uint32_t mach, int type, int kind,
 		int fail = tx->fail;
 		tx->fail = 0;
 		tx_append(tx, mach, b, 64, kind);
-		rc = tx->wait_writes != before ? 0 : (tx->fail ? tx->fail : -EIO);
+		rc = tx->wait_writes != before ? 0
+		                               : (tx->fail ? tx->fail : -EIO);
 		tx->fail = fail;
 	}
 	if (!rc || rc == FARM_EPEERDEAD || rc == -ENOENT) {
@@ -1908,11 +1995,12 @@ static void send_decisive(farm_tx *tx, uint32_t mach, int type, int kind,
 		d = malloc(sizeof(*d));
 		if (!d) {
 			farm_err("txn: cannot retry a %s record: out of memory",
-			         type == REC_ABORT ? "ABORT" : "COMMIT-PRIMARY");
+			         type == REC_ABORT ? "ABORT"
+			                           : "COMMIT-PRIMARY");
 			return;
 		}
-		*d = (struct decisive){.tx = tx, .mach = mach, .type = type,
-		                       .kind = kind};
+		*d = (struct decisive){
+		        .tx = tx, .mach = mach, .type = type, .kind = kind};
 		tx->wait_writes++; /* held until it is sent */
 	}
 	if (farm_loop_post(tx->tl->loop, decisive_retry, d)) {
@@ -1942,7 +2030,8 @@ static void phase_primary(farm_tx *tx)
 	tx->ph = PH_PRIMARY;
 	for (uint32_t p = 0; p < tx->m->M && p < 0x40; p++)
 		if (tx->locked_at[p])
-			send_decisive(tx, p, REC_COMMIT_PRIMARY, K_PRIMARY, NULL);
+			send_decisive(tx, p, REC_COMMIT_PRIMARY, K_PRIMARY,
+			              NULL);
 	tx_step(tx);
 }
 
@@ -1957,7 +2046,8 @@ static void phase_abort(farm_tx *tx, int outcome)
 	tx_step(tx);
 }
 
-/* ---- single-machine commits ------------------------------------------------------- */
+/* ---- single-machine commits
+ * ------------------------------------------------------- */
 
 static _Atomic uint64_t *local_hdr(farm_tx *tx, const struct txobj *o)
 {
@@ -1972,7 +2062,8 @@ static void single_unlock(farm_tx *tx, unsigned upto)
 			continue;
 		_Atomic uint64_t *h = local_hdr(tx, o);
 		if (h)
-			atomic_store_explicit(h, o->version, memory_order_release);
+			atomic_store_explicit(h, o->version,
+			                      memory_order_release);
 		o->locked = false;
 	}
 }
@@ -1988,7 +2079,8 @@ static void single_lock(farm_tx *tx)
 			break;
 		}
 		if (!is_write(o)) {
-			if (atomic_load_explicit(h, memory_order_acquire) != o->version)
+			if (atomic_load_explicit(h, memory_order_acquire) !=
+			    o->version)
 				tx->fail = FARM_EVALIDATION;
 			continue;
 		}
@@ -2031,16 +2123,19 @@ static void single_install(farm_tx *tx)
 		stat_add(m, S_INSTALLS, 1);
 		o->locked = false;
 		if (o->flags & TXO_FREE) {
-			int rc = farm_galloc_free_local(m->ga, tx->tl->loop, o->a);
+			int rc = farm_galloc_free_local(m->ga, tx->tl->loop,
+			                                o->a);
 			if (rc)
-				farm_warn("txn: free at commit: %s", farm_strerror(rc));
+				farm_warn("txn: free at commit: %s",
+				          farm_strerror(rc));
 		}
 	}
 	tx_report(tx, 0);
 	tx_finish(tx);
 }
 
-/* ---- commit: entry, log space ------------------------------------------------------ */
+/* ---- commit: entry, log space
+ * ------------------------------------------------------ */
 
 static void tx_deferred(farm_loop *loop, void *ctx, int status)
 {
@@ -2104,7 +2199,8 @@ static void refresh_freed(struct txloop *tl, uint32_t mach)
 		arena_put(&tl->ar, buf, 64);
 		return;
 	}
-	*c = (struct wr_ctx){.tl = tl, .buf = buf, .len = 64, .kind = (int)mach};
+	*c = (struct wr_ctx){
+	        .tl = tl, .buf = buf, .len = 64, .kind = (int)mach};
 	if (farm_loop_rdma(tl->loop, mach, &wr, freed_read_done, c)) {
 		arena_put(&tl->ar, buf, 64);
 		free(c);
@@ -2216,7 +2312,8 @@ int farm_tx_commit(farm_tx *tx, farm_tx_commit_fn cont, void *ctx)
 	bool single = true;
 	for (unsigned i = 0; i < tx->n; i++) {
 		struct txobj *o = &tx->o[i];
-		o->nrep = farm_as_replicas(m->as, farm_gaddr_region(o->a), o->reps);
+		o->nrep = farm_as_replicas(m->as, farm_gaddr_region(o->a),
+		                           o->reps);
 		if (!o->nrep || o->reps[0] >= 0x40 || o->reps[0] >= m->M)
 			return -EINVAL;
 		o->primary = o->reps[0];
@@ -2246,8 +2343,8 @@ int farm_tx_commit(farm_tx *tx, farm_tx_commit_fn cont, void *ctx)
 		o->img = arena_get(&tx->tl->ar, 64ull * o->lines);
 		if (!o->img)
 			return -ENOMEM;
-		obj_pack(o->img, o->lines, o->data, o->size, o->version + OBJ_VSTEP,
-		         new_incarn(o));
+		obj_pack(o->img, o->lines, o->data, o->size,
+		         o->version + OBJ_VSTEP, new_incarn(o));
 	}
 	/* Log room: LOCK + COMMIT-PRIMARY/ABORT at each primary (not for a
 	 * single-machine commit), COMMIT-BACKUP at each backup. */
@@ -2282,7 +2379,8 @@ int farm_tx_commit(farm_tx *tx, farm_tx_commit_fn cont, void *ctx)
 	}
 	for (uint32_t mach = 0; mach < m->M && mach < 0x40; mach++)
 		if (tx->need[mach] && mach != m->me &&
-		    !atomic_load_explicit(&m->peer_ready[mach], memory_order_acquire))
+		    !atomic_load_explicit(&m->peer_ready[mach],
+		                          memory_order_acquire))
 			return FARM_EPEERDEAD; /* we cannot write its log */
 	for (uint32_t mach = 0; mach < m->M && mach < 0x40; mach++)
 		if (tx->need[mach] > m->R / 2)
@@ -2354,7 +2452,8 @@ static void scan_deadlines(struct txloop *tl)
 	}
 }
 
-/* ---- blocking wrappers ---------------------------------------------------------- */
+/* ---- blocking wrappers
+ * ---------------------------------------------------------- */
 
 struct sync_res {
 	volatile int done;
@@ -2454,13 +2553,15 @@ int farm_lf_read_sync(farm_txm *m, farm_loop *loop, farm_gaddr a, uint32_t size,
                       uint64_t want_incarnation, void *buf)
 {
 	struct sync_res r = {0};
-	int rc = farm_lf_read(m, loop, a, size, want_incarnation, buf, sync_op_cb, &r);
+	int rc = farm_lf_read(m, loop, a, size, want_incarnation, buf,
+	                      sync_op_cb, &r);
 	if (rc)
 		return rc;
 	return wait_loop(loop, &r);
 }
 
-/* ---- the manager ------------------------------------------------------------------ */
+/* ---- the manager
+ * ------------------------------------------------------------------ */
 
 static int txn_poll_all(farm_loop *loop, void *ctx)
 {
@@ -2507,7 +2608,8 @@ int farm_txm_create(farm_fabric *fab, farm_msg *msg, farm_as *as,
 		farm_cpu_relax();
 	uint64_t c1 = farm_cycles();
 	double per_ns = (double)(c1 - c0) / (double)(t1 - t0);
-	m->lf_bound_cycles = (uint64_t)((double)m->lf_bound * (per_ns > 0 ? per_ns : 1));
+	m->lf_bound_cycles =
+	        (uint64_t)((double)m->lf_bound * (per_ns > 0 ? per_ns : 1));
 	if (m->T > MAX_LOOPS || m->me >= m->M) {
 		free(m);
 		return -EINVAL;
@@ -2528,8 +2630,8 @@ int farm_txm_create(farm_fabric *fab, farm_msg *msg, farm_as *as,
 	if (!rc)
 		rc = farm_msg_handle(msg, FARM_MSGT_TX_REPLY, h_reply, m);
 	if (rc) {
-		farm_err("txn: cannot set up logs (%" PRIu64 " bytes): %s", total,
-		         farm_strerror(rc));
+		farm_err("txn: cannot set up logs (%" PRIu64 " bytes): %s",
+		         total, farm_strerror(rc));
 		farm_txm_destroy(m);
 		return rc;
 	}
@@ -2579,8 +2681,10 @@ int farm_txm_add_peer(farm_txm *m, uint32_t id, const farm_mr_desc *logs)
 		rc = memcmp(&m->peers[id], &d, sizeof(d)) ? -EEXIST : 0;
 	} else {
 		m->peers[id] = d;
-		atomic_store_explicit(&m->peer_ready[id], 1, memory_order_release);
-		unsigned n = atomic_load_explicit(&m->nready, memory_order_relaxed);
+		atomic_store_explicit(&m->peer_ready[id], 1,
+		                      memory_order_release);
+		unsigned n =
+		        atomic_load_explicit(&m->nready, memory_order_relaxed);
 		m->ready_ids[n] = id;
 		atomic_store_explicit(&m->nready, n + 1, memory_order_release);
 	}
@@ -2650,14 +2754,16 @@ void farm_txm_detach(farm_txm *m, farm_loop *loop)
 		(void)farm_loop_poll(loop);
 	if (tl->inflight) {
 		farm_warn("txn: loop %u detached with %u log operations in "
-		          "flight: its state is leaked", tl->t, tl->inflight);
+		          "flight: its state is leaked",
+		          tl->t, tl->inflight);
 		m->loops[tl->t] = NULL;
 		return;
 	}
 	for (unsigned i = 0; i < TX_SLOTS; i++)
 		if (tl->slots[i])
-			farm_warn("txn: loop %u detached with a transaction open",
-			          tl->t);
+			farm_warn(
+			        "txn: loop %u detached with a transaction open",
+			        tl->t);
 	for (unsigned b = 0; b < LOCK_BUCKETS; b++)
 		while (tl->locks[b]) {
 			struct lock_ent *e = tl->locks[b];
@@ -2696,26 +2802,37 @@ void farm_txm_stats_get(farm_txm *m, farm_txm_stats *out)
 		struct txloop *tl = m->loops[i];
 		if (!tl)
 			continue;
-		v[S_LF_READS] += atomic_load_explicit(&tl->c_lf_reads, memory_order_relaxed);
-		v[S_LF_RETRIES] += atomic_load_explicit(&tl->c_lf_retries, memory_order_relaxed);
-		v[S_TX_READS] += atomic_load_explicit(&tl->c_tx_reads, memory_order_relaxed);
+		v[S_LF_READS] += atomic_load_explicit(&tl->c_lf_reads,
+		                                      memory_order_relaxed);
+		v[S_LF_RETRIES] += atomic_load_explicit(&tl->c_lf_retries,
+		                                        memory_order_relaxed);
+		v[S_TX_READS] += atomic_load_explicit(&tl->c_tx_reads,
+		                                      memory_order_relaxed);
 	}
-	*out = (farm_txm_stats){
-	        .commits = v[S_COMMITS], .commits_single = v[S_COMMITS_SINGLE],
-	        .aborts_conflict = v[S_AB_CONFLICT],
-	        .aborts_validation = v[S_AB_VALIDATION],
-	        .aborts_failure = v[S_AB_FAILURE], .aborts_nospace = v[S_AB_NOSPACE],
-	        .aborts_freed = v[S_AB_FREED], .lf_reads = v[S_LF_READS],
-	        .lf_retries = v[S_LF_RETRIES], .tx_reads = v[S_TX_READS],
-	        .commit_writes = v[S_C_WRITES], .commit_reads = v[S_C_READS],
-	        .commit_msgs = v[S_C_MSGS], .log_full = v[S_LOG_FULL],
-	        .truncates = v[S_TRUNCATES], .locks_granted = v[S_LOCKS_OK],
-	        .locks_refused = v[S_LOCKS_REFUSED], .installs = v[S_INSTALLS],
-	        .backup_applies = v[S_BACKUP_APPLIES],
-	        .bad_records = v[S_BAD_RECORDS]};
+	*out = (farm_txm_stats){.commits = v[S_COMMITS],
+	                        .commits_single = v[S_COMMITS_SINGLE],
+	                        .aborts_conflict = v[S_AB_CONFLICT],
+	                        .aborts_validation = v[S_AB_VALIDATION],
+	                        .aborts_failure = v[S_AB_FAILURE],
+	                        .aborts_nospace = v[S_AB_NOSPACE],
+	                        .aborts_freed = v[S_AB_FREED],
+	                        .lf_reads = v[S_LF_READS],
+	                        .lf_retries = v[S_LF_RETRIES],
+	                        .tx_reads = v[S_TX_READS],
+	                        .commit_writes = v[S_C_WRITES],
+	                        .commit_reads = v[S_C_READS],
+	                        .commit_msgs = v[S_C_MSGS],
+	                        .log_full = v[S_LOG_FULL],
+	                        .truncates = v[S_TRUNCATES],
+	                        .locks_granted = v[S_LOCKS_OK],
+	                        .locks_refused = v[S_LOCKS_REFUSED],
+	                        .installs = v[S_INSTALLS],
+	                        .backup_applies = v[S_BACKUP_APPLIES],
+	                        .bad_records = v[S_BAD_RECORDS]};
 }
 
-/* ---- testing section (txn_testing.h): for tests only ------------------------------ */
+/* ---- testing section (txn_testing.h): for tests only
+ * ------------------------------ */
 
 uint64_t farm_tx_testing_version(farm_tx *tx, farm_gaddr a)
 {
@@ -2723,7 +2840,10 @@ uint64_t farm_tx_testing_version(farm_tx *tx, farm_gaddr a)
 	return o ? o->version : UINT64_MAX;
 }
 
-uint64_t farm_tx_testing_id(farm_tx *tx) { return tx ? tx->id : 0; }
+uint64_t farm_tx_testing_id(farm_tx *tx)
+{
+	return tx ? tx->id : 0;
+}
 
 int farm_lf_testing_read_sync(farm_txm *m, farm_loop *loop, farm_gaddr a,
                               uint32_t size, uint64_t want_incarnation,
@@ -2734,10 +2854,13 @@ int farm_lf_testing_read_sync(farm_txm *m, farm_loop *loop, farm_gaddr a,
 		return -EINVAL;
 	struct sync_res r = {0};
 	int rc;
-	struct rd_op *op = rd_new(tl, a, size, want_incarnation, lf_done, NULL, &rc);
+	struct rd_op *op =
+	        rd_new(tl, a, size, want_incarnation, lf_done, NULL, &rc);
 	if (!op)
 		return rc;
-	op->lf = (struct lf_ctx){.buf = buf, .cont = sync_op_cb, .ctx = &r,
+	op->lf = (struct lf_ctx){.buf = buf,
+	                         .cont = sync_op_cb,
+	                         .ctx = &r,
 	                         .version_out = version};
 	op->ctx = &op->lf;
 	rd_start(op);
@@ -2768,7 +2891,8 @@ int farm_txm_testing_records(farm_txm *m,
 			continue;
 		for (uint32_t c = 0; c < m->M; c++) {
 			const uint8_t *ring =
-			        m->logbase + log_ring_off(m, log_index(m, c, t));
+			        m->logbase +
+			        log_ring_off(m, log_index(m, c, t));
 			/* Whole records from the applied position on, as the
 			 * poller recognizes them (trailer = position + 1). */
 			uint64_t pos = tl->r[c].applied;
@@ -2780,7 +2904,9 @@ int farm_txm_testing_records(farm_txm *m,
 				    h.len > m->R - pos % m->R)
 					break;
 				uint64_t tr;
-				memcpy(&tr, rec + (h.type == REC_PAD ? 56 : h.len - 8),
+				memcpy(&tr,
+				       rec + (h.type == REC_PAD ? 56
+				                                : h.len - 8),
 				       8);
 				if (tr != pos + 1)
 					break;
@@ -2796,9 +2922,11 @@ int farm_txm_testing_records(farm_txm *m,
 	return n;
 }
 
-/* ---- local reads without waiting ------------------------------------------------ */
+/* ---- local reads without waiting
+ * ------------------------------------------------ */
 
-int farm_tx_read_local(farm_tx *tx, farm_gaddr a, uint32_t size, const void **data)
+int farm_tx_read_local(farm_tx *tx, farm_gaddr a, uint32_t size,
+                       const void **data)
 {
 	if (!tx || !data)
 		return -EINVAL;
@@ -2836,9 +2964,14 @@ int farm_tx_read_local(farm_tx *tx, farm_gaddr a, uint32_t size, const void **da
 		rc = -ENOMEM;
 	if (!rc) {
 		obj_unpack(img, size, d);
-		*o = (struct txobj){.a = a, .size = size, .lines = lines,
-		                    .version = version, .incarn = incarn,
-		                    .primary = m->me, .flags = TXO_READ, .data = d};
+		*o = (struct txobj){.a = a,
+		                    .size = size,
+		                    .lines = lines,
+		                    .version = version,
+		                    .incarn = incarn,
+		                    .primary = m->me,
+		                    .flags = TXO_READ,
+		                    .data = d};
 		*data = d;
 		d = NULL;
 		cnt_inc(&tx->tl->c_tx_reads);

@@ -11,12 +11,12 @@
 #include <stdint.h>
 #include <time.h>
 
-#define FARM_LIKELY(x) __builtin_expect(!!(x), 1)
-#define FARM_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define FARM_LIKELY(x)     __builtin_expect(!!(x), 1)
+#define FARM_UNLIKELY(x)   __builtin_expect(!!(x), 0)
 #define FARM_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
-#define FARM_CL 64
-#define FARM_CL_ALIGNED alignas(FARM_CL)
-#define FARM_INTERNAL __attribute__((visibility("hidden")))
+#define FARM_CL            64
+#define FARM_CL_ALIGNED    alignas(FARM_CL)
+#define FARM_INTERNAL      __attribute__((visibility("hidden")))
 
 #define FARM_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define FARM_MAX(a, b) ((a) > (b) ? (a) : (b))
@@ -68,7 +68,10 @@ static inline uint64_t farm_cycles(void)
 #endif
 }
 
-static inline int farm_is_pow2(uint64_t x) { return x && !(x & (x - 1)); }
+static inline int farm_is_pow2(uint64_t x)
+{
+	return x && !(x & (x - 1));
+}
 
 /* splitmix64: a fast, well-mixed 64-bit generator for tests and backoff. */
 static inline uint64_t farm_rand64(uint64_t *state)

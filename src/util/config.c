@@ -10,8 +10,8 @@
 #include "util/common.h"
 
 #define FARM_DEFAULT_REGION_SIZE (2ull << 30)
-#define FARM_MIN_REGION_SIZE (1ull << 20)
-#define FARM_MAX_REGION_SIZE (1ull << 32) /* offsets are 32 bits */
+#define FARM_MIN_REGION_SIZE     (1ull << 20)
+#define FARM_MAX_REGION_SIZE     (1ull << 32) /* offsets are 32 bits */
 
 void farm_config_defaults(struct farm_config *c)
 {
@@ -39,10 +39,26 @@ int farm_parse_size(const char *s, uint64_t *out)
 		return -EINVAL;
 	unsigned shift = 0;
 	switch (*end) {
-	case 'k': case 'K': shift = 10; end++; break;
-	case 'm': case 'M': shift = 20; end++; break;
-	case 'g': case 'G': shift = 30; end++; break;
-	case 't': case 'T': shift = 40; end++; break;
+	case 'k':
+	case 'K':
+		shift = 10;
+		end++;
+		break;
+	case 'm':
+	case 'M':
+		shift = 20;
+		end++;
+		break;
+	case 'g':
+	case 'G':
+		shift = 30;
+		end++;
+		break;
+	case 't':
+	case 'T':
+		shift = 40;
+		end++;
+		break;
 	default: break;
 	}
 	if (*end == 'B' || *end == 'b')
@@ -117,7 +133,8 @@ int farm_config_set(struct farm_config *c, const char *key, const char *value,
 	} else if (strcmp(key, "log_size") == 0) {
 		uint64_t v;
 		rc = farm_parse_size(value, &v);
-		if (!rc && (!farm_is_pow2(v) || v < (64u << 10) || v > (64u << 20)))
+		if (!rc &&
+		    (!farm_is_pow2(v) || v < (64u << 10) || v > (64u << 20)))
 			rc = -ERANGE;
 		if (!rc)
 			c->log_size = (uint32_t)v;
@@ -137,8 +154,9 @@ int farm_config_set(struct farm_config *c, const char *key, const char *value,
 			rc = -EINVAL;
 	} else if (strcmp(key, "zk") == 0) {
 		/* host:port[,host:port...][/chroot]; checked when used */
-		rc = strpbrk(value, " \t") ? -EINVAL
-		                           : copy_str(c->zk, sizeof(c->zk), value);
+		rc = strpbrk(value, " \t")
+		             ? -EINVAL
+		             : copy_str(c->zk, sizeof(c->zk), value);
 	} else if (strcmp(key, "zk_root") == 0) {
 		rc = value[0] != '/' || strpbrk(value, " \t")
 		             ? -EINVAL
@@ -205,7 +223,8 @@ int farm_config_load(struct farm_config *c, const char *path, char *err,
 	while (fgets(line, sizeof(line), f)) {
 		lineno++;
 		if (!strchr(line, '\n') && !feof(f)) {
-			snprintf(err, errlen, "%s:%d: line too long", path, lineno);
+			snprintf(err, errlen, "%s:%d: line too long", path,
+			         lineno);
 			rc = -EINVAL;
 			break;
 		}
@@ -223,7 +242,8 @@ int farm_config_load(struct farm_config *c, const char *path, char *err,
 			break;
 		}
 		*eq = 0;
-		rc = farm_config_set(c, trim(s), trim(eq + 1), msg, sizeof(msg));
+		rc = farm_config_set(c, trim(s), trim(eq + 1), msg,
+		                     sizeof(msg));
 		if (rc) {
 			snprintf(err, errlen, "%s:%d: %s", path, lineno, msg);
 			break;
@@ -235,16 +255,27 @@ int farm_config_load(struct farm_config *c, const char *path, char *err,
 
 int farm_config_apply_env(struct farm_config *c, char *err, size_t errlen)
 {
-	static const char *const keys[] = {"machine_id", "data_dir", "fabric",
-	                                   "listen", "region_size", "job",
-	                                   "replicas", "rings", "ring_points",
-	                                   "threads", "expect_machines", "log_size",
-	                                   "busy_poll", "zk", "zk_root",
+	static const char *const keys[] = {"machine_id",
+	                                   "data_dir",
+	                                   "fabric",
+	                                   "listen",
+	                                   "region_size",
+	                                   "job",
+	                                   "replicas",
+	                                   "rings",
+	                                   "ring_points",
+	                                   "threads",
+	                                   "expect_machines",
+	                                   "log_size",
+	                                   "busy_poll",
+	                                   "zk",
+	                                   "zk_root",
 	                                   "zk_session_ms",
 	                                   "zk_connect_timeout_ms"};
 	char env[64], msg[256];
 	for (size_t i = 0; i < FARM_ARRAY_SIZE(keys); i++) {
-		size_t n = (size_t)snprintf(env, sizeof(env), "FARM_%s", keys[i]);
+		size_t n =
+		        (size_t)snprintf(env, sizeof(env), "FARM_%s", keys[i]);
 		for (size_t j = 5; j < n; j++)
 			env[j] = (char)toupper((unsigned char)env[j]);
 		const char *v = getenv(env);
@@ -265,10 +296,12 @@ int farm_config_validate(const struct farm_config *c, char *err, size_t errlen)
 		snprintf(err, errlen, "machine_id is not set");
 		return -EINVAL;
 	}
-	if (!farm_is_pow2(c->region_size) || c->region_size < FARM_MIN_REGION_SIZE ||
+	if (!farm_is_pow2(c->region_size) ||
+	    c->region_size < FARM_MIN_REGION_SIZE ||
 	    c->region_size > FARM_MAX_REGION_SIZE) {
 		snprintf(err, errlen,
-		         "region_size %" PRIu64 " must be a power of two from 1M to 4G",
+		         "region_size %" PRIu64
+		         " must be a power of two from 1M to 4G",
 		         c->region_size);
 		return -EINVAL;
 	}

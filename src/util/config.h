@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #define FARM_CONFIG_MAX_PEERS 64
-#define FARM_CONFIG_STR 256
+#define FARM_CONFIG_STR       256
 
 struct farm_config_peer {
 	uint32_t id;
@@ -22,24 +22,24 @@ struct farm_config {
 	uint32_t machine_id;
 	bool has_machine_id;
 	char data_dir[FARM_CONFIG_STR];
-	char fabric[16];              /* "" = $FARM_FABRIC or shm */
-	char listen[FARM_CONFIG_STR]; /* verbs: ip:port */
-	uint64_t region_size;         /* bytes, power of two */
-	char job[32];                 /* what the machine host runs */
-	uint32_t replicas;            /* r: copies of each region, 1..8 */
-	uint32_t rings;               /* k: consistent-hashing rings, 1..16 */
-	uint32_t ring_points;         /* points per machine per ring */
-	uint32_t threads;             /* event loops per machine, 1..64 */
-	bool busy_poll;               /* loops never park (messaging's
-	                                 busy_poll); default off */
-	uint32_t log_size;            /* bytes of each transaction log ring
-	                                 (0: 256 KiB) */
-	uint32_t expect_machines;     /* the job waits for this many (0:
-	                                 the peers + 1, or 1 with zk) */
-	char zk[FARM_CONFIG_STR];     /* ZooKeeper connect string; "" = static
-	                                 membership from the peer lines */
-	char zk_root[FARM_CONFIG_STR]; /* cluster root znode */
-	uint32_t zk_session_ms;       /* ZooKeeper session timeout */
+	char fabric[16];                /* "" = $FARM_FABRIC or shm */
+	char listen[FARM_CONFIG_STR];   /* verbs: ip:port */
+	uint64_t region_size;           /* bytes, power of two */
+	char job[32];                   /* what the machine host runs */
+	uint32_t replicas;              /* r: copies of each region, 1..8 */
+	uint32_t rings;                 /* k: consistent-hashing rings, 1..16 */
+	uint32_t ring_points;           /* points per machine per ring */
+	uint32_t threads;               /* event loops per machine, 1..64 */
+	bool busy_poll;                 /* loops never park (messaging's
+	                                   busy_poll); default off */
+	uint32_t log_size;              /* bytes of each transaction log ring
+	                                   (0: 256 KiB) */
+	uint32_t expect_machines;       /* the job waits for this many (0:
+	                                   the peers + 1, or 1 with zk) */
+	char zk[FARM_CONFIG_STR];       /* ZooKeeper connect string; "" = static
+	                                   membership from the peer lines */
+	char zk_root[FARM_CONFIG_STR];  /* cluster root znode */
+	uint32_t zk_session_ms;         /* ZooKeeper session timeout */
 	uint32_t zk_connect_timeout_ms; /* bound on reaching ZooKeeper */
 	unsigned npeers;
 	struct farm_config_peer peers[FARM_CONFIG_MAX_PEERS];

@@ -55,7 +55,8 @@ static inline bool farm_lines_copy(uint8_t *dst, const uint8_t *src, size_t len,
 	const uint8_t *p = src, *end = src + len;
 	while (p < end) {
 		const uint8_t *line =
-		        (const uint8_t *)((uintptr_t)p & ~(uintptr_t)(FARM_CL - 1));
+		        (const uint8_t *)((uintptr_t)p &
+		                          ~(uintptr_t)(FARM_CL - 1));
 		const uint8_t *lend = FARM_MIN(line + FARM_CL, end);
 		size_t n = (size_t)(lend - p);
 		ok &= farm_line_copy(dst, p, n, (const _Atomic uint64_t *)line,
