@@ -48,9 +48,15 @@
 /* ---- options ----------------------------------------------------------------
  */
 
+/* The issue asks for 100,000 committed transfers; the sanitizer build,
+ * several times slower, runs a fifth of them. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 static uint64_t opt_transfers = 20000;
+#else
+static uint64_t opt_transfers = 100000;
+#endif
 static unsigned opt_accounts = 100;
-static double opt_bank_secs = 50;
+static double opt_bank_secs = 100;
 static double opt_torn_secs = 8;
 static uint64_t opt_torn_reads = 0; /* 0: as many as fit in torn_secs */
 static bool opt_broken;
@@ -617,9 +623,19 @@ static int bank_role(struct ch *c)
 			}
 			int64_t amt =
 			        1 + (int64_t)(rnd(c) % (INIT_BALANCE / 5));
+			uint64_t give_up = now_ns() + 10000000000ull;
 			for (unsigned tries = 0;; tries++) {
 				bool declined;
 				s.attempts++;
+				if (tries) {
+					/* Back off (serving the loop) so a
+					 * transfer is not starved by a lock
+					 * a descheduled machine holds. */
+					static const volatile int never = 0;
+					uint64_t bo = 1000ull
+					              << FARM_MIN(tries, 10u);
+					(void)farm_loop_wait(c->loop, &never, bo);
+				}
 				int rc = transfer(c, &s, a, b, amt, &declined);
 				if (rc == 0) {
 					if (declined) {
@@ -636,7 +652,8 @@ static int bank_role(struct ch *c)
 					s.timeouts++; /* unknown: not retried */
 					break;
 				}
-				if (!farm_tx_retryable(rc) || tries > 1000) {
+				if (!farm_tx_retryable(rc) ||
+				    now_ns() > give_up) {
 					if (s.unexpected++ < 5)
 						fprintf(stderr,
 						        "m%u: transfer: %s\n",
