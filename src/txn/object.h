@@ -127,8 +127,17 @@ static inline int obj_check(const uint8_t *img, unsigned lines,
  * into every line version, data, new line versions, new header version
  * (@new_version, unlocked). The incarnation word is not touched.
  */
-static inline void obj_install(uint8_t *obj, unsigned lines, const uint8_t *img,
-                               uint64_t new_version)
+/*
+ * obj_install_locked() - obj_install without the final store of the
+ * header: the object stays locked exclusive, for a caller that still has
+ * to change it in ways that do not touch the version word (freeing it:
+ * the allocator rewrites the incarnation and links the slot through its
+ * line 0). A reader copies a line consistently only when the line's first
+ * word changes around the change, so those writes must happen under the
+ * lock; the caller then stores @new_version.
+ */
+static inline void obj_install_locked(uint8_t *obj, unsigned lines,
+                                      const uint8_t *img, uint64_t new_version)
 {
 	_Atomic uint64_t *hv = (_Atomic uint64_t *)(void *)obj;
 	uint64_t locked = atomic_load_explicit(hv, memory_order_relaxed);
@@ -152,7 +161,14 @@ static inline void obj_install(uint8_t *obj, unsigned lines, const uint8_t *img,
 		atomic_store_explicit(
 		        (_Atomic uint16_t *)(void *)(obj + 64u * l), nv,
 		        memory_order_relaxed);
-	atomic_store_explicit(hv, new_version, memory_order_release);
+}
+
+static inline void obj_install(uint8_t *obj, unsigned lines, const uint8_t *img,
+                               uint64_t new_version)
+{
+	obj_install_locked(obj, lines, img, new_version);
+	atomic_store_explicit((_Atomic uint64_t *)(void *)obj, new_version,
+	                      memory_order_release);
 }
 
 #endif

@@ -702,16 +702,19 @@ static void install_rec(struct txloop *tl, const uint8_t *rec)
 	for (unsigned i = 0; i < h.nobj; i++) {
 		uint8_t *p = primary_obj(m, &o[i]);
 		if (p) {
-			obj_install(p, o[i].lines, img,
-			            o[i].version + OBJ_VSTEP);
+			uint64_t nv = o[i].version + OBJ_VSTEP;
+			obj_install_locked(p, o[i].lines, img, nv);
 			stat_add(m, S_INSTALLS, 1);
 			if (o[i].flags & OBJF_FREE) {
+				/* Under the lock: see obj_install_locked. */
 				int rc = farm_galloc_free_local(m->ga, tl->loop,
 				                                o[i].addr);
 				if (rc)
 					farm_warn("txn: free at commit: %s",
 					          farm_strerror(rc));
 			}
+			atomic_store_explicit((_Atomic uint64_t *)(void *)p, nv,
+			                      memory_order_release);
 		}
 		img += 64ull * o[i].lines;
 	}
@@ -2119,16 +2122,20 @@ static void single_install(farm_tx *tx)
 		if (!is_write(o))
 			continue;
 		uint8_t *p = (uint8_t *)local_hdr(tx, o);
-		obj_install(p, o->lines, o->img, o->version + OBJ_VSTEP);
+		uint64_t nv = o->version + OBJ_VSTEP;
+		obj_install_locked(p, o->lines, o->img, nv);
 		stat_add(m, S_INSTALLS, 1);
-		o->locked = false;
 		if (o->flags & TXO_FREE) {
+			/* Under the lock: see obj_install_locked. */
 			int rc = farm_galloc_free_local(m->ga, tx->tl->loop,
 			                                o->a);
 			if (rc)
 				farm_warn("txn: free at commit: %s",
 				          farm_strerror(rc));
 		}
+		atomic_store_explicit((_Atomic uint64_t *)(void *)p, nv,
+		                      memory_order_release);
+		o->locked = false;
 	}
 	tx_report(tx, 0);
 	tx_finish(tx);
