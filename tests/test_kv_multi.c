@@ -26,19 +26,13 @@
  *               return their values.
  * Options: --seconds S (linearizability run), --inflight W, --broken.
  */
-#include "testutil.h"
+#include "nodeproc.h"
 
 #include <inttypes.h>
-#include <poll.h>
-#include <signal.h>
-#include <sys/prctl.h>
-#include <time.h>
-
 #include "kv/kv.h"
 #include "lincheck.h"
-#include "node/node.h"
 
-#define NM            3
+#define NM            NP_NM
 #define RSIZE         "32M"
 #define JOIN_MS       30000
 #define NBUCKETS      256u
@@ -53,13 +47,6 @@
 static double opt_secs = 3;
 static unsigned opt_w = 3;
 static bool opt_broken;
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 /* ---- values: a value names itself -------------------------------------------
  */
@@ -103,268 +90,74 @@ static void mkkey(uint8_t *k, const char *tag, unsigned i)
 /* ---- the cluster (parent side)
  * ----------------------------------------------- */
 
-struct cluster {
-	char root[256];
-	char dir[NM][300];
-	pid_t pid[NM];
-	int to[NM], from[NM];
-};
-
-static struct cluster G;
+static struct np_cluster G;
 
 /* A machine process (child side). */
 struct ch {
-	uint32_t me;
-	int in, out;
-	const struct cluster *cl;
-	farm_node *node;
+	struct np_child np; /* me, pipes, node, loop (nodeproc.h) */
 	farm_kv *kv;
 	farm_ht *ht;
-	farm_loop *loop;
-	uint64_t rng;
 };
 
 typedef int (*role_fn)(struct ch *c);
 
 static int child_main(struct ch *c, role_fn role)
 {
-	prctl(PR_SET_PDEATHSIG, SIGKILL);
-	/* cmocka's handlers would run the parent's tests in this process. */
-	const int sigs[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
-	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
-		signal(sigs[i], SIG_DFL);
 	struct farm_config cfg;
-	farm_config_defaults(&cfg);
-	cfg.machine_id = c->me;
-	cfg.has_machine_id = true;
-	snprintf(cfg.data_dir, sizeof(cfg.data_dir), "%s", c->cl->dir[c->me]);
-	if (farm_parse_size(RSIZE, &cfg.region_size))
-		return 2;
-	cfg.threads = 1;
-	for (uint32_t i = 0; i < NM; i++) {
-		if (i == c->me)
-			continue;
-		cfg.peers[cfg.npeers].id = i;
-		snprintf(cfg.peers[cfg.npeers].addr,
-		         sizeof(cfg.peers[cfg.npeers].addr), "%s",
-		         c->cl->dir[i]);
-		cfg.npeers++;
-	}
-	char err[256];
-	if (farm_config_validate(&cfg, err, sizeof(err))) {
-		fprintf(stderr, "m%u: config: %s\n", c->me, err);
-		return 3;
-	}
-	if (farm_node_open(&cfg, &c->node))
+	int st = np_config(&c->np, RSIZE, &cfg);
+	if (st)
+		return st;
+	if (farm_node_open(&cfg, &c->np.node))
 		return 4;
-	int st = 5;
-	if (farm_kv_create(c->node, NULL, NBUCKETS, &c->kv))
+	st = 5;
+	if (farm_kv_create(c->np.node, NULL, NBUCKETS, &c->kv))
 		goto out;
 	c->ht = farm_kv_table(c->kv);
-	farm_node_set_app_loops(c->node, true);
+	farm_node_set_app_loops(c->np.node, true);
 	st = 6;
-	if (farm_node_start(c->node, JOIN_MS) ||
-	    farm_node_loop_open(c->node, 0, &c->loop))
+	if (farm_node_start(c->np.node, JOIN_MS) ||
+	    farm_node_loop_open(c->np.node, 0, &c->np.loop))
 		goto out;
 	st = 7;
-	if (farm_node_wait_members(c->node, NM, JOIN_MS))
+	if (farm_node_wait_members(c->np.node, NM, JOIN_MS))
 		goto out;
 	st = 8;
-	if (farm_kv_attach(c->kv, c->loop))
+	if (farm_kv_attach(c->kv, c->np.loop))
 		goto out;
-	int rc = farm_kv_join_sync(c->kv, c->loop, NM, JOIN_MS);
+	int rc = farm_kv_join_sync(c->kv, c->np.loop, NM, JOIN_MS);
 	if (rc) {
-		fprintf(stderr, "m%u: join: %s\n", c->me, farm_strerror(rc));
+		fprintf(stderr, "m%u: join: %s\n", c->np.me, farm_strerror(rc));
 		goto out;
 	}
-	c->rng = now_ns() ^ ((uint64_t)c->me << 40) ^ 0x9e3779b97f4a7c15ull;
-	char b = 'R';
-	st = tu_send(c->out, &b, 1) ? 9 : role(c);
+	st = np_ready(&c->np) ? 9 : role(c);
 out:
-	if (c->loop) {
-		farm_kv_detach(c->kv, c->loop);
-		farm_node_loop_close(c->node, c->loop);
+	if (c->np.loop) {
+		farm_kv_detach(c->kv, c->np.loop);
+		farm_node_loop_close(c->np.node, c->np.loop);
 	}
-	farm_node_close(c->node);
+	farm_node_close(c->np.node);
 	farm_kv_destroy(c->kv);
 	return st;
 }
 
-static void cl_start(struct cluster *cl, role_fn role)
+/* Machine i's body: child_main with the role np_start was given. */
+static int child_entry(struct np_child *np, void *arg)
 {
-	memset(cl, 0, sizeof(*cl));
-	tu_tmpdir(cl->root, sizeof(cl->root), "kvm");
-	for (uint32_t i = 0; i < NM; i++) {
-		snprintf(cl->dir[i], sizeof(cl->dir[i]), "%s/m%u", cl->root, i);
-		assert_int_equal(mkdir(cl->dir[i], 0700), 0);
-		cl->to[i] = cl->from[i] = -1;
-	}
-	for (uint32_t i = 0; i < NM; i++) {
-		int down[2], up[2];
-		assert_int_equal(pipe(down), 0);
-		assert_int_equal(pipe(up), 0);
-		fflush(NULL);
-		pid_t pid = fork();
-		assert_true(pid >= 0);
-		if (pid == 0) {
-			close(down[1]);
-			close(up[0]);
-			for (uint32_t j = 0; j < i; j++) {
-				close(cl->to[j]);
-				close(cl->from[j]);
-			}
-			struct ch c = {
-			        .me = i, .in = down[0], .out = up[1], .cl = cl};
-			_exit(child_main(&c, role));
-		}
-		close(down[0]);
-		close(up[1]);
-		cl->pid[i] = pid;
-		cl->to[i] = down[1];
-		cl->from[i] = up[0];
-	}
+	struct ch c = {.np = *np};
+	return child_main(&c, *(role_fn *)arg);
 }
 
-/* Read @len bytes from machine @i within @ms (fails the test otherwise). */
-static void p_recv(struct cluster *cl, unsigned i, void *buf, size_t len,
-                   int ms)
+static void cl_start(struct np_cluster *cl, role_fn role)
 {
-	uint64_t dl = now_ns() + (uint64_t)ms * 1000000ull;
-	char *p = buf;
-	while (len) {
-		int left = (int)((dl - FARM_MIN(dl, now_ns())) / 1000000ull);
-		struct pollfd pf = {.fd = cl->from[i], .events = POLLIN};
-		int r = poll(&pf, 1, left);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r == 0)
-			fail_msg("machine %u: nothing within %d ms", i, ms);
-		ssize_t n = read(cl->from[i], p, len);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			fail_msg("machine %u went away", i);
-		p += n;
-		len -= (size_t)n;
-	}
-}
-
-static void p_expect(struct cluster *cl, unsigned i, char want, int ms)
-{
-	char b = 0;
-	p_recv(cl, i, &b, 1, ms);
-	if (b != want)
-		fail_msg("machine %u said '%c', expected '%c'", i, b, want);
-}
-
-static void p_send(struct cluster *cl, unsigned i, char cmd)
-{
-	assert_int_equal(tu_send(cl->to[i], &cmd, 1), 0);
-}
-
-/* Let every machine finish (after 'Q') and reap it: exit statuses. */
-static void cl_finish(struct cluster *cl, int *st)
-{
-	for (unsigned i = 0; i < NM; i++) {
-		if (cl->to[i] >= 0)
-			close(cl->to[i]);
-		cl->to[i] = -1;
-	}
-	for (unsigned i = 0; i < NM; i++) {
-		st[i] = cl->pid[i] > 0 ? tu_reap(cl->pid[i]) : 0;
-		cl->pid[i] = 0;
-		if (cl->from[i] >= 0)
-			close(cl->from[i]);
-		cl->from[i] = -1;
-	}
+	np_start(cl, "kvm", child_entry, &role);
 }
 
 /* Teardown, also after a failed assertion: no process or file stays. */
 static int cl_cleanup(void **state)
 {
 	(void)state;
-	for (unsigned i = 0; i < NM; i++)
-		if (G.pid[i] > 0) {
-			kill(G.pid[i], SIGKILL);
-			tu_reap(G.pid[i]);
-			G.pid[i] = 0;
-		}
-	for (unsigned i = 0; i < NM; i++) {
-		if (G.to[i] > 0)
-			close(G.to[i]);
-		if (G.from[i] > 0)
-			close(G.from[i]);
-		G.to[i] = G.from[i] = -1;
-	}
-	if (G.root[0])
-		tu_rmtree(G.root);
-	G.root[0] = 0;
+	np_cleanup(&G);
 	return 0;
-}
-
-/* ---- child helpers
- * ------------------------------------------------------------ */
-
-/* A command byte from the parent, if one is there: 0 none, -1 gone. */
-static int poll_cmd(struct ch *c)
-{
-	struct pollfd pf = {.fd = c->in, .events = POLLIN};
-	if (poll(&pf, 1, 0) <= 0)
-		return 0;
-	char b;
-	ssize_t n = read(c->in, &b, 1);
-	return n == 1 ? b : -1;
-}
-
-/* Serve the loop (peers' reads and shipped writes) until the parent says
- * something. */
-static int wait_cmd(struct ch *c)
-{
-	static const volatile int never = 0;
-	for (;;) {
-		int b = poll_cmd(c);
-		if (b)
-			return b;
-		(void)farm_loop_wait(c->loop, &never, 1000000ull);
-	}
-}
-
-static int say(struct ch *c, char b, const void *data, size_t len)
-{
-	if (tu_send(c->out, &b, 1))
-		return -1;
-	return len ? tu_send(c->out, data, len) : 0;
-}
-
-static int write_file(const char *path, const void *buf, size_t len)
-{
-	char tmp[600];
-	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-	FILE *f = fopen(tmp, "w");
-	if (!f)
-		return -1;
-	size_t n = len ? fwrite(buf, 1, len, f) : 0;
-	if (fclose(f) || n != len || rename(tmp, path))
-		return -1;
-	return 0;
-}
-
-static void *read_file(const char *path, size_t *len)
-{
-	FILE *f = fopen(path, "r");
-	if (!f)
-		return NULL;
-	fseek(f, 0, SEEK_END);
-	long n = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	void *buf = malloc(n > 0 ? (size_t)n : 1);
-	if (buf && n > 0 && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-		free(buf);
-		buf = NULL;
-	}
-	fclose(f);
-	*len = n > 0 ? (size_t)n : 0;
-	return buf;
 }
 
 /* ---- linearizability
@@ -441,7 +234,7 @@ static void lin_get_cb(farm_loop *loop, void *ctx, int status, const void *val,
 	(void)loop;
 	struct slot *s = ctx;
 	struct lin *L = s->L;
-	uint64_t t = now_ns();
+	uint64_t t = np_now_ns();
 	s->busy = 0;
 	if (s->rec == SIZE_MAX)
 		return;
@@ -475,7 +268,7 @@ static void lin_op_cb(farm_loop *loop, void *ctx, int status)
 	(void)loop;
 	struct slot *s = ctx;
 	struct lin *L = s->L;
-	uint64_t t = now_ns();
+	uint64_t t = np_now_ns();
 	s->busy = 0;
 	if (s->rec == SIZE_MAX)
 		return;
@@ -506,17 +299,17 @@ static void lin_op_cb(farm_loop *loop, void *ctx, int status)
 static void lin_start(struct lin *L, struct slot *s)
 {
 	struct ch *c = L->c;
-	uint64_t dice = farm_rand64(&c->rng);
+	uint64_t dice = farm_rand64(&c->np.rng);
 	uint64_t key = (dice >> 8) % NKEYS;
 	unsigned what = (unsigned)(dice % 100);
 	uint8_t k[KLEN];
 	mkkey(k, "lin", (unsigned)key);
-	uint32_t client = c->me * MAXW + s->idx;
+	uint32_t client = c->np.me * MAXW + s->idx;
 	struct cache *ca = &L->cache[key];
-	if (what < 50 && opt_broken && c->me == 0 && ca->valid &&
+	if (what < 50 && opt_broken && c->np.me == 0 && ca->valid &&
 	    ca->overwritten && L->st.injected < 5) {
 		/* The bug: answer from a cache our own put outdated. */
-		uint64_t t = now_ns();
+		uint64_t t = np_now_ns();
 		rec_add(L, (struct rec){.client = client,
 		                        .kind = LC_GET,
 		                        .key = key,
@@ -535,9 +328,9 @@ static void lin_start(struct lin *L, struct slot *s)
 	s->key = key;
 	if (what < 50) {
 		r.kind = LC_GET;
-		r.t_inv = now_ns();
+		r.t_inv = np_now_ns();
 		s->rec = rec_add(L, r);
-		rc = farm_ht_get(c->ht, c->loop, k, KLEN, lin_get_cb, s);
+		rc = farm_ht_get(c->ht, c->np.loop, k, KLEN, lin_get_cb, s);
 		if (!rc)
 			L->st.gets++;
 	} else if (what < 85) {
@@ -546,17 +339,17 @@ static void lin_start(struct lin *L, struct slot *s)
 		fill_val(v, id);
 		r.kind = LC_PUT;
 		r.value = id;
-		r.t_inv = now_ns();
+		r.t_inv = np_now_ns();
 		s->rec = rec_add(L, r);
-		rc = farm_ht_put(c->ht, c->loop, k, KLEN, v, vlen_of(id),
+		rc = farm_ht_put(c->ht, c->np.loop, k, KLEN, v, vlen_of(id),
 		                 lin_op_cb, s);
 		if (!rc)
 			L->st.puts++;
 	} else {
 		r.kind = LC_DEL;
-		r.t_inv = now_ns();
+		r.t_inv = np_now_ns();
 		s->rec = rec_add(L, r);
-		rc = farm_ht_del(c->ht, c->loop, k, KLEN, lin_op_cb, s);
+		rc = farm_ht_del(c->ht, c->np.loop, k, KLEN, lin_op_cb, s);
 		if (!rc)
 			L->st.dels++;
 	}
@@ -574,43 +367,43 @@ static void lin_start(struct lin *L, struct slot *s)
 static int lin_run(struct ch *c, struct lin *L)
 {
 	L->c = c;
-	L->next_id = ((uint64_t)(c->me + 1) << 40) | 1;
+	L->next_id = ((uint64_t)(c->np.me + 1) << 40) | 1;
 	unsigned w = FARM_MIN(opt_w, MAXW);
 	for (unsigned i = 0; i < w; i++)
 		L->s[i] = (struct slot){.L = L, .idx = i};
-	uint64_t t0 = now_ns();
+	uint64_t t0 = np_now_ns();
 	uint64_t dl = t0 + (uint64_t)(opt_secs * 1e9);
 	for (unsigned it = 0;; it++) {
-		if ((it & 63) == 0 && now_ns() >= dl)
+		if ((it & 63) == 0 && np_now_ns() >= dl)
 			break;
 		for (unsigned i = 0; i < w && !L->oom; i++)
 			if (!L->s[i].busy)
 				lin_start(L, &L->s[i]);
-		(void)farm_loop_poll(c->loop);
+		(void)farm_loop_poll(c->np.loop);
 	}
 	/* Drain: every operation gets its answer (puts time out in 10 s). */
-	uint64_t dd = now_ns() + 20ull * 1000000000ull;
+	uint64_t dd = np_now_ns() + 20ull * 1000000000ull;
 	for (;;) {
 		unsigned busy = 0;
 		for (unsigned i = 0; i < w; i++)
 			busy += L->s[i].busy != 0;
 		if (!busy)
 			break;
-		if (now_ns() >= dd) {
+		if (np_now_ns() >= dd) {
 			L->st.undrained = busy;
 			break;
 		}
-		(void)farm_loop_poll(c->loop);
+		(void)farm_loop_poll(c->np.loop);
 	}
-	L->st.ns = now_ns() - t0;
+	L->st.ns = np_now_ns() - t0;
 	return L->oom ? -ENOMEM : 0;
 }
 
 static int lin_save(struct ch *c, struct lin *L)
 {
 	char path[512];
-	snprintf(path, sizeof(path), "%s/lin-%u", c->cl->root, c->me);
-	return write_file(path, L->r, L->n * sizeof(*L->r));
+	snprintf(path, sizeof(path), "%s/lin-%u", c->np.cl->root, c->np.me);
+	return np_write_file(path, L->r, L->n * sizeof(*L->r));
 }
 
 /* ---- multi-get, directory, death (child side)
@@ -663,7 +456,7 @@ static int mg_puts(struct ch *c)
 			continue;
 		mkkey(k, "mget", i);
 		fill_val(v, mg_id(i));
-		int rc = farm_kv_put_sync(c->kv, c->loop, k, KLEN, v,
+		int rc = farm_kv_put_sync(c->kv, c->np.loop, k, KLEN, v,
 		                          vlen_of(mg_id(i)));
 		if (rc)
 			return rc;
@@ -673,7 +466,7 @@ static int mg_puts(struct ch *c)
 	for (unsigned i = 0; i < DK_N; i++) {
 		mkkey(k, "dead", i);
 		fill_val(v, dk_id(i));
-		int rc = farm_kv_put_sync(c->kv, c->loop, k, KLEN, v,
+		int rc = farm_kv_put_sync(c->kv, c->np.loop, k, KLEN, v,
 		                          vlen_of(dk_id(i)));
 		if (rc)
 			return rc;
@@ -703,13 +496,14 @@ static int mg_get(struct ch *c, struct mg_stats *s)
 		kp[i] = keys[i];
 		kl[i] = KLEN;
 	}
-	uint64_t t0 = now_ns();
+	uint64_t t0 = np_now_ns();
 	mg_done = 0;
-	int rc = farm_kv_mget(c->kv, c->loop, MG_N, kp, kl, vals, VMAX, lens,
+	int rc = farm_kv_mget(c->kv, c->np.loop, MG_N, kp, kl, vals, VMAX, lens,
 	                      status, mg_cb, NULL);
 	if (!rc)
-		rc = farm_loop_wait(c->loop, &mg_done, 10ull * 1000000000ull);
-	s->ns = now_ns() - t0;
+		rc = farm_loop_wait(c->np.loop, &mg_done,
+		                    10ull * 1000000000ull);
+	s->ns = np_now_ns() - t0;
 	for (unsigned i = 0; !rc && i < MG_N; i++) {
 		bool want = i % 4 != 3;
 		if (want && status[i] == 0 &&
@@ -757,7 +551,7 @@ static int death_gets(struct ch *c, uint32_t mask_dead, uint32_t mask_live,
 			continue;
 		mkkey(k, "dead", i);
 		uint32_t len = 0;
-		int rc = farm_kv_get_sync(c->kv, c->loop, k, KLEN, v, VMAX,
+		int rc = farm_kv_get_sync(c->kv, c->np.loop, k, KLEN, v, VMAX,
 		                          &len);
 		if (rc == 0 && val_id(v, len) == dk_id(i)) {
 			s->before_ok++;
@@ -767,20 +561,20 @@ static int death_gets(struct ch *c, uint32_t mask_dead, uint32_t mask_live,
 			s->detect_rc = rc;
 			break;
 		}
-		if (now_ns() - t_kill > 2 * DEAD_BOUND_NS)
+		if (np_now_ns() - t_kill > 2 * DEAD_BOUND_NS)
 			break;
 	}
-	s->detect_ns = now_ns() - t_kill;
+	s->detect_ns = np_now_ns() - t_kill;
 	for (unsigned i = 0; i < DK_N; i++) {
 		bool dead = mask_dead >> i & 1;
 		if (!dead && !(mask_live >> i & 1))
 			continue;
 		mkkey(k, "dead", i);
 		uint32_t len = 0;
-		uint64_t t0 = now_ns();
-		int rc = farm_kv_get_sync(c->kv, c->loop, k, KLEN, v, VMAX,
+		uint64_t t0 = np_now_ns();
+		int rc = farm_kv_get_sync(c->kv, c->np.loop, k, KLEN, v, VMAX,
 		                          &len);
-		uint64_t dt = now_ns() - t0;
+		uint64_t dt = np_now_ns() - t0;
 		if (dead) {
 			s->dead_keys++;
 			s->max_dead_ns = FARM_MAX(s->max_dead_ns, dt);
@@ -809,10 +603,10 @@ static int death_gets(struct ch *c, uint32_t mask_dead, uint32_t mask_live,
 			continue;
 		mkkey(k, "dead", i);
 		fill_val(v, dk_id(i + 100));
-		uint64_t t0 = now_ns();
-		s->put_rc = farm_kv_put_sync(c->kv, c->loop, k, KLEN, v,
+		uint64_t t0 = np_now_ns();
+		s->put_rc = farm_kv_put_sync(c->kv, c->np.loop, k, KLEN, v,
 		                             vlen_of(dk_id(i + 100)));
-		s->put_ns = now_ns() - t0;
+		s->put_ns = np_now_ns() - t0;
 		break;
 	}
 	return 0;
@@ -823,7 +617,7 @@ static int death_gets(struct ch *c, uint32_t mask_dead, uint32_t mask_live,
 
 static int kv_role(struct ch *c)
 {
-	if (wait_cmd(c) != 'G')
+	if (np_wait_cmd(&c->np) != 'G')
 		return 20;
 	struct lin L = {0};
 	if (lin_run(c, &L))
@@ -831,63 +625,63 @@ static int kv_role(struct ch *c)
 	if (lin_save(c, &L))
 		return 22;
 	free(L.r);
-	if (say(c, 'D', &L.st, sizeof(L.st)))
+	if (np_say(&c->np, 'D', &L.st, sizeof(L.st)))
 		return 23;
 	for (;;) {
-		int cmd = wait_cmd(c);
+		int cmd = np_wait_cmd(&c->np);
 		switch (cmd) {
 		case 'Q': return 0;
 		case 'P': { /* machine 0: the multi-get's and death's keys */
 			int rc = mg_puts(c);
-			if (say(c, 'P', &rc, sizeof(rc)))
+			if (np_say(&c->np, 'P', &rc, sizeof(rc)))
 				return 24;
 			break;
 		}
 		case 'M': { /* machine 2: multi-get */
 			struct mg_stats s = {0};
 			int rc = mg_get(c, &s);
-			if (say(c, 'M', &rc, sizeof(rc)) ||
-			    tu_send(c->out, &s, sizeof(s)))
+			if (np_say(&c->np, 'M', &rc, sizeof(rc)) ||
+			    tu_send(c->np.out, &s, sizeof(s)))
 				return 25;
 			break;
 		}
 		case 'N': { /* machine 1: name an object */
-			int rc = farm_kv_name_sync(c->kv, c->loop,
+			int rc = farm_kv_name_sync(c->kv, c->np.loop,
 			                           "kv-multi/root", DIR_P);
-			if (say(c, 'N', &rc, sizeof(rc)))
+			if (np_say(&c->np, 'N', &rc, sizeof(rc)))
 				return 26;
 			break;
 		}
 		case 'L': { /* machine 0: look names up */
 			struct dir_stats s = {0};
 			s.lookup_rc = farm_kv_lookup_sync(
-			        c->kv, c->loop, "kv-multi/root", &s.got);
+			        c->kv, c->np.loop, "kv-multi/root", &s.got);
 			farm_fatptr none;
 			s.missing_rc = farm_kv_lookup_sync(
-			        c->kv, c->loop, "kv-multi/none", &none);
-			if (say(c, 'L', &s, sizeof(s)))
+			        c->kv, c->np.loop, "kv-multi/none", &none);
+			if (np_say(&c->np, 'L', &s, sizeof(s)))
 				return 27;
 			break;
 		}
 		case 'I': { /* which death keys does my shard hold? */
 			struct iter_ctx x = {0};
-			long n = farm_ht_iterate_local(c->ht, c->me, iter_fn,
+			long n = farm_ht_iterate_local(c->ht, c->np.me, iter_fn,
 			                               &x);
 			if (n < 0)
 				x.mask = 0;
-			if (say(c, 'I', &x.mask, sizeof(x.mask)))
+			if (np_say(&c->np, 'I', &x.mask, sizeof(x.mask)))
 				return 28;
 			break;
 		}
 		case 'K': { /* machine 0, after machine 1 died */
 			uint32_t m[2];
 			uint64_t t_kill;
-			if (tu_recv(c->in, m, sizeof(m)) ||
-			    tu_recv(c->in, &t_kill, sizeof(t_kill)))
+			if (tu_recv(c->np.in, m, sizeof(m)) ||
+			    tu_recv(c->np.in, &t_kill, sizeof(t_kill)))
 				return 29;
 			struct death_stats s = {0};
 			death_gets(c, m[0], m[1], t_kill, &s);
-			if (say(c, 'K', &s, sizeof(s)))
+			if (np_say(&c->np, 'K', &s, sizeof(s)))
 				return 30;
 			break;
 		}
@@ -900,7 +694,7 @@ static int kv_role(struct ch *c)
  * ----------------------------------------------------------------- */
 
 /* Merge the machines' histories and check them. */
-static int p_check(struct cluster *cl, lc_report *rep, uint64_t *nrec)
+static int p_check(struct np_cluster *cl, lc_report *rep, uint64_t *nrec)
 {
 	lc_history *h = lc_new();
 	assert_non_null(h);
@@ -909,7 +703,7 @@ static int p_check(struct cluster *cl, lc_report *rep, uint64_t *nrec)
 		char path[512];
 		size_t len = 0;
 		snprintf(path, sizeof(path), "%s/lin-%u", cl->root, i);
-		struct rec *r = read_file(path, &len);
+		struct rec *r = np_read_file(path, &len);
 		assert_non_null(r);
 		size_t n = len / sizeof(*r);
 		for (size_t k = 0; k < n; k++) {
@@ -945,19 +739,19 @@ static void print_lin(unsigned i, const struct lin_stats *s)
 static void test_kv(void **state)
 {
 	(void)state;
-	uint64_t t_start = now_ns();
+	uint64_t t_start = np_now_ns();
 	cl_start(&G, kv_role);
 	for (unsigned i = 0; i < NM; i++)
-		p_expect(&G, i, 'R', 60000);
+		np_expect(&G, i, 'R', 60000);
 	for (unsigned i = 0; i < NM; i++)
-		p_send(&G, i, 'G');
+		np_send(&G, i, 'G');
 
 	/* 1. linearizability */
 	struct lin_stats s[NM];
 	int waitms = (int)(opt_secs * 1000) + 60000;
 	for (unsigned i = 0; i < NM; i++) {
-		p_expect(&G, i, 'D', waitms);
-		p_recv(&G, i, &s[i], sizeof(s[i]), 1000);
+		np_expect(&G, i, 'D', waitms);
+		np_recv(&G, i, &s[i], sizeof(s[i]), 1000);
 	}
 	lc_report rep;
 	uint64_t nrec;
@@ -984,9 +778,9 @@ static void test_kv(void **state)
 		       "reports %" PRIu64 " keys without a linearization\n",
 		       s[0].injected, rep.nviolations);
 		for (unsigned i = 0; i < NM; i++)
-			p_send(&G, i, 'Q');
+			np_send(&G, i, 'Q');
 		int st[NM];
-		cl_finish(&G, st);
+		np_finish(&G, st);
 		return;
 	}
 	assert_int_equal(rc, 0);
@@ -1002,15 +796,15 @@ static void test_kv(void **state)
 	}
 
 	/* 2. multi-get and the directory */
-	p_send(&G, 0, 'P');
-	p_expect(&G, 0, 'P', 60000);
-	p_recv(&G, 0, &rc, sizeof(rc), 1000);
+	np_send(&G, 0, 'P');
+	np_expect(&G, 0, 'P', 60000);
+	np_recv(&G, 0, &rc, sizeof(rc), 1000);
 	assert_int_equal(rc, 0);
-	p_send(&G, 2, 'M');
-	p_expect(&G, 2, 'M', 60000);
+	np_send(&G, 2, 'M');
+	np_expect(&G, 2, 'M', 60000);
 	struct mg_stats mg;
-	p_recv(&G, 2, &rc, sizeof(rc), 1000);
-	p_recv(&G, 2, &mg, sizeof(mg), 1000);
+	np_recv(&G, 2, &rc, sizeof(rc), 1000);
+	np_recv(&G, 2, &mg, sizeof(mg), 1000);
 	printf("mget: machine 2, %u keys in one multi-get: %u values right, %u "
 	       "absent as expected, %u wrong (first %d), %.1f us\n",
 	       MG_N, mg.ok, mg.absent, mg.wrong, mg.first_bad,
@@ -1019,14 +813,14 @@ static void test_kv(void **state)
 	assert_int_equal(mg.ok, MG_N - MG_N / 4);
 	assert_int_equal(mg.absent, MG_N / 4);
 	assert_int_equal(mg.wrong, 0);
-	p_send(&G, 1, 'N');
-	p_expect(&G, 1, 'N', 60000);
-	p_recv(&G, 1, &rc, sizeof(rc), 1000);
+	np_send(&G, 1, 'N');
+	np_expect(&G, 1, 'N', 60000);
+	np_recv(&G, 1, &rc, sizeof(rc), 1000);
 	assert_int_equal(rc, 0);
-	p_send(&G, 0, 'L');
-	p_expect(&G, 0, 'L', 60000);
+	np_send(&G, 0, 'L');
+	np_expect(&G, 0, 'L', 60000);
 	struct dir_stats ds;
-	p_recv(&G, 0, &ds, sizeof(ds), 1000);
+	np_recv(&G, 0, &ds, sizeof(ds), 1000);
 	printf("dir: name registered by machine 1, looked up by machine 0: %s "
 	       "(%#" PRIx64 ", %u, %" PRIu64 "); a missing name: %s\n",
 	       farm_strerror(ds.lookup_rc), ds.got.addr, ds.got.size,
@@ -1040,9 +834,9 @@ static void test_kv(void **state)
 	/* 3. a shard whose machine died */
 	uint32_t mask[NM];
 	for (unsigned i = 0; i < NM; i++) {
-		p_send(&G, i, 'I');
-		p_expect(&G, i, 'I', 60000);
-		p_recv(&G, i, &mask[i], sizeof(mask[i]), 1000);
+		np_send(&G, i, 'I');
+		np_expect(&G, i, 'I', 60000);
+		np_recv(&G, i, &mask[i], sizeof(mask[i]), 1000);
 	}
 	printf("death: the %u keys lie %d / %d / %d on machines 0 / 1 / 2\n",
 	       DK_N, __builtin_popcount(mask[0]), __builtin_popcount(mask[1]),
@@ -1051,18 +845,18 @@ static void test_kv(void **state)
 	assert_int_equal(mask[0] & mask[1], 0);
 	assert_int_equal(mask[1] & mask[2], 0);
 	assert_true(mask[1] != 0 && mask[2] != 0);
-	uint64_t tk = now_ns();
+	uint64_t tk = np_now_ns();
 	kill(G.pid[1], SIGKILL);
 	int st1 = tu_reap(G.pid[1]);
 	G.pid[1] = 0;
 	assert_int_equal(st1, 128 + SIGKILL);
 	uint32_t m[2] = {mask[1], mask[2] | mask[0]};
-	p_send(&G, 0, 'K');
+	np_send(&G, 0, 'K');
 	assert_int_equal(tu_send(G.to[0], m, sizeof(m)), 0);
 	assert_int_equal(tu_send(G.to[0], &tk, sizeof(tk)), 0);
-	p_expect(&G, 0, 'K', 30000);
+	np_expect(&G, 0, 'K', 30000);
 	struct death_stats d;
-	p_recv(&G, 0, &d, sizeof(d), 1000);
+	np_recv(&G, 0, &d, sizeof(d), 1000);
 	printf("death: machine 1 killed; machine 0 saw it %.2f ms after the "
 	       "kill (%s), after %u gets of its keys that returned their "
 	       "values (%u wrong)\n",
@@ -1077,7 +871,7 @@ static void test_kv(void **state)
 	       d.dead_absent, (double)d.max_dead_ns / 1e6,
 	       farm_strerror(d.put_rc), (double)d.put_ns / 1e6, d.live_keys,
 	       d.live_ok, d.live_bad, farm_strerror(d.live_rc),
-	       (double)(now_ns() - tk) / 1e6);
+	       (double)(np_now_ns() - tk) / 1e6);
 	assert_true(d.detect_rc != 0);
 	assert_true(d.detect_ns < DEAD_BOUND_NS);
 	assert_int_equal(d.before_bad, 0);
@@ -1088,12 +882,12 @@ static void test_kv(void **state)
 	assert_true(d.put_ns < DEAD_BOUND_NS);
 	assert_int_equal(d.live_ok, d.live_keys);
 	assert_int_equal(d.live_bad, 0);
-	p_send(&G, 0, 'Q');
-	p_send(&G, 2, 'Q');
+	np_send(&G, 0, 'Q');
+	np_send(&G, 2, 'Q');
 	int st[NM];
-	cl_finish(&G, st);
+	np_finish(&G, st);
 	printf("kv_multi: machines exit %d / killed / %d; %.1f s in all\n",
-	       st[0], st[2], (double)(now_ns() - t_start) / 1e9);
+	       st[0], st[2], (double)(np_now_ns() - t_start) / 1e9);
 	assert_int_equal(st[0], 0);
 	assert_int_equal(st[2], 0);
 }

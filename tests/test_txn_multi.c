@@ -28,19 +28,13 @@
  * Options: --transfers N, --accounts N (per machine), --bank-seconds S
  * (deadline), --torn-seconds S, --torn-reads N, --broken, --only NAME.
  */
-#include "testutil.h"
+#include "nodeproc.h"
 
 #include <inttypes.h>
-#include <poll.h>
-#include <signal.h>
-#include <sys/prctl.h>
-#include <time.h>
-
-#include "node/node.h"
 #include "sercheck.h"
 #include "txn/txn_testing.h"
 
-#define NM      3
+#define NM      NP_NM
 #define RSIZE   "16M"
 #define VSTEP   4u /* object versions step by 4 (txn/object.h) */
 #define JOIN_MS 30000
@@ -62,37 +56,18 @@ static uint64_t opt_torn_reads = 0; /* 0: as many as fit in torn_secs */
 static bool opt_broken;
 static const char *opt_only;
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* ---- the cluster (parent side)
  * ----------------------------------------------- */
 
-struct cluster {
-	char root[256];
-	char dir[NM][300];
-	pid_t pid[NM];
-	int to[NM], from[NM];
-};
-
-static struct cluster G;
+static struct np_cluster G;
 
 struct ch;
 typedef int (*role_fn)(struct ch *c);
 
 /* A machine process (child side). */
 struct ch {
-	uint32_t me;
-	int in, out;
-	const struct cluster *cl;
-	farm_node *node;
+	struct np_child np; /* me, pipes, node, loop (nodeproc.h) */
 	farm_txm *txm;
-	farm_loop *loop;
-	uint64_t rng;
 	/* History recording: (tag, x, y) triples. */
 	uint64_t *h;
 	size_t hn, hcap;
@@ -101,204 +76,56 @@ struct ch {
 
 static int child_main(struct ch *c, role_fn role)
 {
-	prctl(PR_SET_PDEATHSIG, SIGKILL);
-	/* cmocka's handlers would run the parent's tests in this process. */
-	const int sigs[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
-	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
-		signal(sigs[i], SIG_DFL);
 	struct farm_config cfg;
-	farm_config_defaults(&cfg);
-	cfg.machine_id = c->me;
-	cfg.has_machine_id = true;
-	snprintf(cfg.data_dir, sizeof(cfg.data_dir), "%s", c->cl->dir[c->me]);
-	if (farm_parse_size(RSIZE, &cfg.region_size))
-		return 2;
-	cfg.threads = 1;
-	for (uint32_t i = 0; i < NM; i++) {
-		if (i == c->me)
-			continue;
-		cfg.peers[cfg.npeers].id = i;
-		snprintf(cfg.peers[cfg.npeers].addr,
-		         sizeof(cfg.peers[cfg.npeers].addr), "%s",
-		         c->cl->dir[i]);
-		cfg.npeers++;
-	}
-	char err[256];
-	if (farm_config_validate(&cfg, err, sizeof(err))) {
-		fprintf(stderr, "m%u: config: %s\n", c->me, err);
-		return 3;
-	}
-	if (farm_node_open(&cfg, &c->node))
+	int st = np_config(&c->np, RSIZE, &cfg);
+	if (st)
+		return st;
+	if (farm_node_open(&cfg, &c->np.node))
 		return 4;
-	farm_node_set_app_loops(c->node, true);
-	int st = 5;
-	if (farm_node_start(c->node, JOIN_MS) ||
-	    farm_node_loop_open(c->node, 0, &c->loop))
+	farm_node_set_app_loops(c->np.node, true);
+	st = 5;
+	if (farm_node_start(c->np.node, JOIN_MS) ||
+	    farm_node_loop_open(c->np.node, 0, &c->np.loop))
 		goto out;
 	st = 6;
-	if (farm_node_wait_members(c->node, NM, JOIN_MS))
+	if (farm_node_wait_members(c->np.node, NM, JOIN_MS))
 		goto out;
-	c->txm = farm_node_txm(c->node);
-	c->rng = now_ns() ^ ((uint64_t)c->me << 40) ^ 0x9e3779b97f4a7c15ull;
-	char b = 'R';
-	st = tu_send(c->out, &b, 1) ? 7 : role(c);
+	c->txm = farm_node_txm(c->np.node);
+	st = np_ready(&c->np) ? 7 : role(c);
 out:
-	if (c->loop)
-		farm_node_loop_close(c->node, c->loop);
-	farm_node_close(c->node);
+	if (c->np.loop)
+		farm_node_loop_close(c->np.node, c->np.loop);
+	farm_node_close(c->np.node);
 	free(c->h);
 	return st;
 }
 
-static void cl_start(struct cluster *cl, role_fn role)
+/* Machine i's body: child_main with the role np_start was given. */
+static int child_entry(struct np_child *np, void *arg)
 {
-	memset(cl, 0, sizeof(*cl));
-	tu_tmpdir(cl->root, sizeof(cl->root), "txm");
-	for (uint32_t i = 0; i < NM; i++) {
-		snprintf(cl->dir[i], sizeof(cl->dir[i]), "%s/m%u", cl->root, i);
-		assert_int_equal(mkdir(cl->dir[i], 0700), 0);
-		cl->to[i] = cl->from[i] = -1;
-	}
-	for (uint32_t i = 0; i < NM; i++) {
-		int down[2], up[2];
-		assert_int_equal(pipe(down), 0);
-		assert_int_equal(pipe(up), 0);
-		fflush(NULL);
-		pid_t pid = fork();
-		assert_true(pid >= 0);
-		if (pid == 0) {
-			close(down[1]);
-			close(up[0]);
-			for (uint32_t j = 0; j < i; j++) {
-				close(cl->to[j]);
-				close(cl->from[j]);
-			}
-			struct ch c = {
-			        .me = i, .in = down[0], .out = up[1], .cl = cl};
-			_exit(child_main(&c, role));
-		}
-		close(down[0]);
-		close(up[1]);
-		cl->pid[i] = pid;
-		cl->to[i] = down[1];
-		cl->from[i] = up[0];
-	}
+	struct ch c = {.np = *np};
+	return child_main(&c, *(role_fn *)arg);
 }
 
-/* Read @len bytes from machine @i within @ms (fails the test otherwise). */
-static void p_recv(struct cluster *cl, unsigned i, void *buf, size_t len,
-                   int ms)
+static void cl_start(struct np_cluster *cl, role_fn role)
 {
-	uint64_t dl = now_ns() + (uint64_t)ms * 1000000ull;
-	char *p = buf;
-	while (len) {
-		int left = (int)((dl - FARM_MIN(dl, now_ns())) / 1000000ull);
-		struct pollfd pf = {.fd = cl->from[i], .events = POLLIN};
-		int r = poll(&pf, 1, left);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r == 0)
-			fail_msg("machine %u: nothing within %d ms", i, ms);
-		ssize_t n = read(cl->from[i], p, len);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			fail_msg("machine %u went away", i);
-		p += n;
-		len -= (size_t)n;
-	}
-}
-
-static void p_expect(struct cluster *cl, unsigned i, char want, int ms)
-{
-	char b = 0;
-	p_recv(cl, i, &b, 1, ms);
-	if (b != want)
-		fail_msg("machine %u said '%c', expected '%c'", i, b, want);
-}
-
-static void p_send(struct cluster *cl, unsigned i, char cmd)
-{
-	assert_int_equal(tu_send(cl->to[i], &cmd, 1), 0);
-}
-
-/* Let every machine finish (after 'Q') and reap it: exit statuses. */
-static void cl_finish(struct cluster *cl, int *st)
-{
-	for (unsigned i = 0; i < NM; i++) {
-		if (cl->to[i] >= 0)
-			close(cl->to[i]);
-		cl->to[i] = -1;
-	}
-	for (unsigned i = 0; i < NM; i++) {
-		st[i] = cl->pid[i] > 0 ? tu_reap(cl->pid[i]) : 0;
-		cl->pid[i] = 0;
-		if (cl->from[i] >= 0)
-			close(cl->from[i]);
-		cl->from[i] = -1;
-	}
+	np_start(cl, "txm", child_entry, &role);
 }
 
 /* Teardown, also after a failed assertion: no process or file stays. */
 static int cl_cleanup(void **state)
 {
 	(void)state;
-	for (unsigned i = 0; i < NM; i++)
-		if (G.pid[i] > 0) {
-			kill(G.pid[i], SIGKILL);
-			tu_reap(G.pid[i]);
-			G.pid[i] = 0;
-		}
-	for (unsigned i = 0; i < NM; i++) {
-		if (G.to[i] > 0)
-			close(G.to[i]);
-		if (G.from[i] > 0)
-			close(G.from[i]);
-		G.to[i] = G.from[i] = -1;
-	}
-	if (G.root[0])
-		tu_rmtree(G.root);
-	G.root[0] = 0;
+	np_cleanup(&G);
 	return 0;
 }
 
 /* ---- child helpers
  * ------------------------------------------------------------ */
 
-/* A command byte from the parent, if one is there: 0 none, -1 gone. */
-static int poll_cmd(struct ch *c)
-{
-	struct pollfd pf = {.fd = c->in, .events = POLLIN};
-	if (poll(&pf, 1, 0) <= 0)
-		return 0;
-	char b;
-	ssize_t n = read(c->in, &b, 1);
-	return n == 1 ? b : -1;
-}
-
-/* Serve the loop (peers' LOCK records, region setup...) until the parent
- * says something. */
-static int wait_cmd(struct ch *c)
-{
-	static const volatile int never = 0;
-	for (;;) {
-		int b = poll_cmd(c);
-		if (b)
-			return b;
-		(void)farm_loop_wait(c->loop, &never, 1000000ull);
-	}
-}
-
-static int say(struct ch *c, char b, const void *data, size_t len)
-{
-	if (tu_send(c->out, &b, 1))
-		return -1;
-	return len ? tu_send(c->out, data, len) : 0;
-}
-
 static uint64_t rnd(struct ch *c)
 {
-	return farm_rand64(&c->rng);
+	return farm_rand64(&c->np.rng);
 }
 
 enum { H_BEGIN = 1, H_READ, H_WRITE, H_END };
@@ -330,44 +157,13 @@ static enum sc_outcome sc_of(int outcome)
 	return SC_ABORTED;
 }
 
-static int write_file(const char *path, const void *buf, size_t len)
-{
-	char tmp[512];
-	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-	FILE *f = fopen(tmp, "w");
-	if (!f)
-		return -1;
-	size_t n = len ? fwrite(buf, 1, len, f) : 0;
-	if (fclose(f) || n != len || rename(tmp, path))
-		return -1;
-	return 0;
-}
-
-/* A whole file into malloc'ed memory. */
-static void *read_file(const char *path, size_t *len)
-{
-	FILE *f = fopen(path, "r");
-	if (!f)
-		return NULL;
-	fseek(f, 0, SEEK_END);
-	long n = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	void *buf = malloc(n > 0 ? (size_t)n : 1);
-	if (buf && n > 0 && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-		free(buf);
-		buf = NULL;
-	}
-	fclose(f);
-	*len = n > 0 ? (size_t)n : 0;
-	return buf;
-}
-
 static int save_history(struct ch *c)
 {
 	char path[512];
-	snprintf(path, sizeof(path), "%s/hist-%u", c->cl->root, c->me);
-	return c->herr || write_file(path, c->h, c->hn * sizeof(uint64_t)) ? -1
-	                                                                   : 0;
+	snprintf(path, sizeof(path), "%s/hist-%u", c->np.cl->root, c->np.me);
+	return c->herr || np_write_file(path, c->h, c->hn * sizeof(uint64_t))
+	               ? -1
+	               : 0;
 }
 
 /* Fat pointers of @n new objects of @size bytes on this machine, each
@@ -380,9 +176,9 @@ static int create_objs(struct ch *c, const char *tag, unsigned n, uint32_t size,
 {
 	for (unsigned done = 0; done < n;) {
 		unsigned k = FARM_MIN(16u, n - done);
-		uint64_t t0 = now_ns();
+		uint64_t t0 = np_now_ns();
 		farm_tx *tx;
-		if (farm_tx_begin(c->txm, c->loop, &tx))
+		if (farm_tx_begin(c->txm, c->np.loop, &tx))
 			return -1;
 		for (unsigned j = 0; j < k; j++) {
 			void *d;
@@ -397,7 +193,7 @@ static int create_objs(struct ch *c, const char *tag, unsigned n, uint32_t size,
 			hput(c, H_WRITE, out[done + j].addr,
 			     farm_tx_testing_version(tx, out[done + j].addr) +
 			             VSTEP);
-		hput(c, H_END, now_ns(), sc_of(rc));
+		hput(c, H_END, np_now_ns(), sc_of(rc));
 		farm_tx_free(tx);
 		if (rc == 0)
 			done += k;
@@ -405,8 +201,8 @@ static int create_objs(struct ch *c, const char *tag, unsigned n, uint32_t size,
 			return -3;
 	}
 	char path[512];
-	snprintf(path, sizeof(path), "%s/%s-%u", c->cl->root, tag, c->me);
-	return write_file(path, out, n * sizeof(*out));
+	snprintf(path, sizeof(path), "%s/%s-%u", c->np.cl->root, tag, c->np.me);
+	return np_write_file(path, out, n * sizeof(*out));
 }
 
 /* Every machine's objects of @tag (after the parent's 'G'). */
@@ -417,8 +213,9 @@ static farm_fatptr *load_objs(struct ch *c, const char *tag, unsigned *n)
 	for (uint32_t i = 0; i < NM; i++) {
 		char path[512];
 		size_t len;
-		snprintf(path, sizeof(path), "%s/%s-%u", c->cl->root, tag, i);
-		farm_fatptr *p = read_file(path, &len);
+		snprintf(path, sizeof(path), "%s/%s-%u", c->np.cl->root, tag,
+		         i);
+		farm_fatptr *p = np_read_file(path, &len);
 		if (!p)
 			continue;
 		unsigned k = (unsigned)(len / sizeof(*p));
@@ -438,18 +235,18 @@ static farm_fatptr *load_objs(struct ch *c, const char *tag, unsigned *n)
 }
 
 /* The parent side of setup: every machine joined, created, then 'G'. */
-static void p_setup(struct cluster *cl)
+static void p_setup(struct np_cluster *cl)
 {
 	for (unsigned i = 0; i < NM; i++)
-		p_expect(cl, i, 'R', 60000);
+		np_expect(cl, i, 'R', 60000);
 	for (unsigned i = 0; i < NM; i++)
-		p_expect(cl, i, 'C', 60000);
+		np_expect(cl, i, 'C', 60000);
 	for (unsigned i = 0; i < NM; i++)
-		p_send(cl, i, 'G');
+		np_send(cl, i, 'G');
 }
 
 /* Replay the machines' recorded histories into one and check it. */
-static int p_check_history(struct cluster *cl, sc_report *rep)
+static int p_check_history(struct np_cluster *cl, sc_report *rep)
 {
 	sc_history *h = sc_new();
 	assert_non_null(h);
@@ -457,7 +254,7 @@ static int p_check_history(struct cluster *cl, sc_report *rep)
 		char path[512];
 		size_t len;
 		snprintf(path, sizeof(path), "%s/hist-%u", cl->root, i);
-		uint64_t *v = read_file(path, &len);
+		uint64_t *v = np_read_file(path, &len);
 		assert_non_null(v);
 		size_t n = len / sizeof(*v);
 		assert_int_equal(n % 3, 0);
@@ -518,9 +315,9 @@ static int64_t bal(const void *d)
 static int transfer(struct ch *c, struct bank_stats *s, farm_gaddr a,
                     farm_gaddr b, int64_t amt, bool *declined)
 {
-	uint64_t t0 = now_ns();
+	uint64_t t0 = np_now_ns();
 	farm_tx *tx;
-	int rc = farm_tx_begin(c->txm, c->loop, &tx);
+	int rc = farm_tx_begin(c->txm, c->np.loop, &tx);
 	if (rc)
 		return rc;
 	hput(c, H_BEGIN, t0, 0);
@@ -551,7 +348,7 @@ static int transfer(struct ch *c, struct bank_stats *s, farm_gaddr a,
 	}
 	if (!rc)
 		rc = farm_tx_commit_sync(tx);
-	hput(c, H_END, now_ns(), sc_of(rc));
+	hput(c, H_END, np_now_ns(), sc_of(rc));
 	farm_tx_free(tx);
 	return rc;
 }
@@ -560,9 +357,9 @@ static int transfer(struct ch *c, struct bank_stats *s, farm_gaddr a,
 static int ro_sum(struct ch *c, struct bank_stats *s, const farm_fatptr *acc,
                   unsigned nacc, unsigned k, int64_t *sum, int64_t *minb)
 {
-	uint64_t t0 = now_ns();
+	uint64_t t0 = np_now_ns();
 	farm_tx *tx;
-	int rc = farm_tx_begin(c->txm, c->loop, &tx);
+	int rc = farm_tx_begin(c->txm, c->np.loop, &tx);
 	if (rc)
 		return rc;
 	hput(c, H_BEGIN, t0, 0);
@@ -582,7 +379,7 @@ static int ro_sum(struct ch *c, struct bank_stats *s, const farm_fatptr *acc,
 	}
 	if (!rc)
 		rc = farm_tx_commit_sync(tx);
-	hput(c, H_END, now_ns(), sc_of(rc));
+	hput(c, H_END, np_now_ns(), sc_of(rc));
 	farm_tx_free(tx);
 	return rc;
 }
@@ -594,7 +391,7 @@ static int bank_role(struct ch *c)
 	if (!mine ||
 	    create_objs(c, "acct", nmine, 64, fill_account, NULL, mine))
 		return 20;
-	if (say(c, 'C', NULL, 0) || wait_cmd(c) != 'G')
+	if (np_say(&c->np, 'C', NULL, 0) || np_wait_cmd(&c->np) != 'G')
 		return 21;
 	unsigned nacc;
 	farm_fatptr *acc = load_objs(c, "acct", &nacc);
@@ -604,9 +401,9 @@ static int bank_role(struct ch *c)
 		farm_txn_testing_skip_validation(true);
 	struct bank_stats s = {0};
 	uint64_t target = (opt_transfers + NM - 1) / NM;
-	uint64_t t0 = now_ns();
+	uint64_t t0 = np_now_ns();
 	uint64_t dl = t0 + (uint64_t)(opt_bank_secs * 1e9);
-	while (s.transfers < target && now_ns() < dl) {
+	while (s.transfers < target && np_now_ns() < dl) {
 		unsigned dice = (unsigned)(rnd(c) % 100);
 		if (dice < 70) {
 			farm_gaddr a, b;
@@ -623,7 +420,7 @@ static int bank_role(struct ch *c)
 			}
 			int64_t amt =
 			        1 + (int64_t)(rnd(c) % (INIT_BALANCE / 5));
-			uint64_t give_up = now_ns() + 10000000000ull;
+			uint64_t give_up = np_now_ns() + 10000000000ull;
 			for (unsigned tries = 0;; tries++) {
 				bool declined;
 				s.attempts++;
@@ -634,7 +431,8 @@ static int bank_role(struct ch *c)
 					static const volatile int never = 0;
 					uint64_t bo = 1000ull
 					              << FARM_MIN(tries, 10u);
-					(void)farm_loop_wait(c->loop, &never, bo);
+					(void)farm_loop_wait(c->np.loop, &never,
+					                     bo);
 				}
 				int rc = transfer(c, &s, a, b, amt, &declined);
 				if (rc == 0) {
@@ -653,11 +451,11 @@ static int bank_role(struct ch *c)
 					break;
 				}
 				if (!farm_tx_retryable(rc) ||
-				    now_ns() > give_up) {
+				    np_now_ns() > give_up) {
 					if (s.unexpected++ < 5)
 						fprintf(stderr,
 						        "m%u: transfer: %s\n",
-						        c->me,
+						        c->np.me,
 						        farm_strerror(rc));
 					break;
 				}
@@ -665,20 +463,20 @@ static int bank_role(struct ch *c)
 		} else if (dice < 90) {
 			farm_gaddr a = acc[rnd(c) % nacc].addr;
 			uint8_t buf[64];
-			uint64_t v = 0, t1 = now_ns();
+			uint64_t v = 0, t1 = np_now_ns();
 			int rc = farm_lf_testing_read_sync(
-			        c->txm, c->loop, a, 64, UINT64_MAX, buf, &v);
+			        c->txm, c->np.loop, a, 64, UINT64_MAX, buf, &v);
 			s.lf_reads++;
 			if (rc) {
 				if (s.lf_bad++ < 5)
 					fprintf(stderr,
 					        "m%u: lock-free read: %s\n",
-					        c->me, farm_strerror(rc));
+					        c->np.me, farm_strerror(rc));
 				continue;
 			}
 			hput(c, H_BEGIN, t1, 0);
 			hput(c, H_READ, a, v);
-			hput(c, H_END, now_ns(), SC_COMMITTED);
+			hput(c, H_END, np_now_ns(), SC_COMMITTED);
 			if (bal(buf) < 0)
 				s.negative++;
 		} else {
@@ -690,14 +488,14 @@ static int bank_role(struct ch *c)
 				if (!farm_tx_retryable(rc) &&
 				    s.unexpected++ < 5)
 					fprintf(stderr, "m%u: read-only: %s\n",
-					        c->me, farm_strerror(rc));
+					        c->np.me, farm_strerror(rc));
 			}
 		}
 	}
-	s.ns = now_ns() - t0;
-	if (say(c, 'D', NULL, 0))
+	s.ns = np_now_ns() - t0;
+	if (np_say(&c->np, 'D', NULL, 0))
 		return 23;
-	int cmd = wait_cmd(c);
+	int cmd = np_wait_cmd(&c->np);
 	if (cmd == 'S') { /* everyone is done: sum every account */
 		s.sum_status = -1;
 		for (unsigned tries = 0; tries < 100; tries++) {
@@ -707,11 +505,11 @@ static int bank_role(struct ch *c)
 				break;
 		}
 		s.sum_objs = nacc;
-		if (say(c, 's', NULL, 0))
+		if (np_say(&c->np, 's', NULL, 0))
 			return 25;
-		cmd = wait_cmd(c);
+		cmd = np_wait_cmd(&c->np);
 	}
-	if (cmd != 'Q' || save_history(c) || say(c, 'F', &s, sizeof(s)))
+	if (cmd != 'Q' || save_history(c) || np_say(&c->np, 'F', &s, sizeof(s)))
 		return 24;
 	free(acc);
 	free(mine);
@@ -723,18 +521,18 @@ static void test_bank(void **state)
 	(void)state;
 	cl_start(&G, bank_role);
 	p_setup(&G);
-	uint64_t t0 = now_ns();
+	uint64_t t0 = np_now_ns();
 	for (unsigned i = 0; i < NM; i++)
-		p_expect(&G, i, 'D', (int)(opt_bank_secs * 1000) + 60000);
-	double run_s = (double)(now_ns() - t0) / 1e9;
+		np_expect(&G, i, 'D', (int)(opt_bank_secs * 1000) + 60000);
+	double run_s = (double)(np_now_ns() - t0) / 1e9;
 	/* Machine 0 sums every account while the others serve it. */
-	p_send(&G, 0, 'S');
-	p_expect(&G, 0, 's', 60000);
+	np_send(&G, 0, 'S');
+	np_expect(&G, 0, 's', 60000);
 	struct bank_stats s[NM], tot = {0};
 	for (unsigned i = 0; i < NM; i++) {
-		p_send(&G, i, 'Q');
-		p_expect(&G, i, 'F', 60000);
-		p_recv(&G, i, &s[i], sizeof(s[i]), 60000);
+		np_send(&G, i, 'Q');
+		np_expect(&G, i, 'F', 60000);
+		np_recv(&G, i, &s[i], sizeof(s[i]), 60000);
 		tot.transfers += s[i].transfers;
 		tot.single += s[i].single;
 		tot.declined += s[i].declined;
@@ -749,7 +547,7 @@ static void test_bank(void **state)
 		tot.negative += s[i].negative;
 	}
 	int st[NM];
-	cl_finish(&G, st);
+	np_finish(&G, st);
 	for (unsigned i = 0; i < NM; i++)
 		assert_int_equal(st[i], 0);
 	int64_t expect_total = (int64_t)NM * opt_accounts * INIT_BALANCE;
@@ -822,21 +620,21 @@ static int torn_role(struct ch *c)
 	farm_fatptr mine[TORN_PER];
 	if (create_objs(c, "torn", TORN_PER, TORN_SIZE, fill_zero, NULL, mine))
 		return 30;
-	if (say(c, 'C', NULL, 0) || wait_cmd(c) != 'G')
+	if (np_say(&c->np, 'C', NULL, 0) || np_wait_cmd(&c->np) != 'G')
 		return 31;
 	unsigned n;
 	farm_fatptr *o = load_objs(c, "torn", &n);
 	if (!o || n != NM * TORN_PER)
 		return 32;
 	struct torn_stats s = {0};
-	uint64_t t0 = now_ns();
-	if (c->me < 2) { /* writers, until told to stop */
+	uint64_t t0 = np_now_ns();
+	if (c->np.me < 2) { /* writers, until told to stop */
 		for (unsigned it = 0;; it++) {
-			if ((it & 15) == 0 && poll_cmd(c))
+			if ((it & 15) == 0 && np_poll_cmd(&c->np))
 				break;
 			farm_gaddr a = o[rnd(c) % n].addr;
 			farm_tx *tx;
-			if (farm_tx_begin(c->txm, c->loop, &tx))
+			if (farm_tx_begin(c->txm, c->np.loop, &tx))
 				return 33;
 			const uint8_t *d;
 			int rc = farm_tx_read_sync(tx, a, TORN_SIZE,
@@ -862,22 +660,22 @@ static int torn_role(struct ch *c)
 			                              within the 1 s bound */
 				s.timeouts++;
 			else if (s.other++ < 5)
-				fprintf(stderr, "m%u: rewrite: %s\n", c->me,
+				fprintf(stderr, "m%u: rewrite: %s\n", c->np.me,
 				        farm_strerror(rc));
 		}
-		s.ns = now_ns() - t0;
+		s.ns = np_now_ns() - t0;
 	} else { /* the reader */
 		uint64_t dl = t0 + (uint64_t)(opt_torn_secs * 1e9);
 		uint8_t buf[TORN_SIZE];
 		for (unsigned it = 0;; it++) {
 			if (opt_torn_reads
 			            ? s.lf_reads + s.tx_reads >= opt_torn_reads
-			            : ((it & 63) == 0 && now_ns() >= dl))
+			            : ((it & 63) == 0 && np_now_ns() >= dl))
 				break;
 			if (it % 8) {
 				farm_gaddr a = o[rnd(c) % n].addr;
-				int rc = farm_lf_read_sync(c->txm, c->loop, a,
-				                           TORN_SIZE,
+				int rc = farm_lf_read_sync(c->txm, c->np.loop,
+				                           a, TORN_SIZE,
 				                           UINT64_MAX, buf);
 				if (rc == -EBUSY) {
 					s.busy++;
@@ -887,7 +685,7 @@ static int torn_role(struct ch *c)
 					if (s.other++ < 5)
 						fprintf(stderr,
 						        "m%u: read: %s\n",
-						        c->me,
+						        c->np.me,
 						        farm_strerror(rc));
 					continue;
 				}
@@ -897,7 +695,7 @@ static int torn_role(struct ch *c)
 				continue;
 			}
 			farm_tx *tx;
-			if (farm_tx_begin(c->txm, c->loop, &tx))
+			if (farm_tx_begin(c->txm, c->np.loop, &tx))
 				return 34;
 			int rc = 0;
 			for (int k = 0; k < 2 && !rc; k++) {
@@ -919,15 +717,15 @@ static int torn_role(struct ch *c)
 			else if (farm_tx_retryable(rc))
 				s.ro_aborts++;
 			else if (s.other++ < 5)
-				fprintf(stderr, "m%u: read-only: %s\n", c->me,
-				        farm_strerror(rc));
+				fprintf(stderr, "m%u: read-only: %s\n",
+				        c->np.me, farm_strerror(rc));
 		}
-		s.ns = now_ns() - t0;
+		s.ns = np_now_ns() - t0;
 	}
-	if (say(c, 'D', &s, sizeof(s)))
+	if (np_say(&c->np, 'D', &s, sizeof(s)))
 		return 35;
 	free(o);
-	return wait_cmd(c) == 'Q' ? 0 : 36;
+	return np_wait_cmd(&c->np) == 'Q' ? 0 : 36;
 }
 
 static void test_torn(void **state)
@@ -937,17 +735,17 @@ static void test_torn(void **state)
 	p_setup(&G);
 	struct torn_stats s[NM];
 	/* The reader finishes first; then the writers are stopped. */
-	p_expect(&G, 2, 'D', (int)(opt_torn_secs * 1000) + 600000);
-	p_recv(&G, 2, &s[2], sizeof(s[2]), 1000);
+	np_expect(&G, 2, 'D', (int)(opt_torn_secs * 1000) + 600000);
+	np_recv(&G, 2, &s[2], sizeof(s[2]), 1000);
 	for (unsigned i = 0; i < 2; i++) {
-		p_send(&G, i, 'T');
-		p_expect(&G, i, 'D', 60000);
-		p_recv(&G, i, &s[i], sizeof(s[i]), 1000);
+		np_send(&G, i, 'T');
+		np_expect(&G, i, 'D', 60000);
+		np_recv(&G, i, &s[i], sizeof(s[i]), 1000);
 	}
 	for (unsigned i = 0; i < NM; i++)
-		p_send(&G, i, 'Q');
+		np_send(&G, i, 'Q');
 	int st[NM];
-	cl_finish(&G, st);
+	np_finish(&G, st);
 	uint64_t reads = s[2].lf_reads + s[2].tx_reads;
 	printf("torn: reader: %" PRIu64 " lock-free + %" PRIu64
 	       " transactional reads of %u-byte objects in %.2f s (%.0f/s), "
@@ -1063,7 +861,7 @@ static int read_fat_sync(struct ch *c, farm_tx *tx, farm_fatptr p,
 	int rc = farm_tx_read_fat(tx, p, rsync_cb, &r);
 	if (rc)
 		return rc;
-	rc = farm_loop_wait(c->loop, &r.done, 0);
+	rc = farm_loop_wait(c->np.loop, &r.done, 0);
 	if (rc)
 		return rc;
 	*d = r.data;
@@ -1075,7 +873,7 @@ static int read_fat_sync(struct ch *c, farm_tx *tx, farm_fatptr p,
 static int zombie_role(struct ch *c)
 {
 	struct zombie_stats s = {0};
-	if (c->me == 0) {
+	if (c->np.me == 0) {
 		farm_fatptr tg[Z_ROOTS], roots[Z_ROOTS];
 		uint64_t gen = 1;
 		if (create_objs(c, "ztarget", Z_ROOTS, Z_SIZE, fill_target,
@@ -1087,18 +885,18 @@ static int zombie_role(struct ch *c)
 				return 41;
 		/* One file of every root (create_objs wrote the last one). */
 		char path[512];
-		snprintf(path, sizeof(path), "%s/zroot-0", c->cl->root);
-		if (write_file(path, roots, sizeof(roots)))
+		snprintf(path, sizeof(path), "%s/zroot-0", c->np.cl->root);
+		if (np_write_file(path, roots, sizeof(roots)))
 			return 42;
-		if (say(c, 'C', NULL, 0) || wait_cmd(c) != 'G')
+		if (np_say(&c->np, 'C', NULL, 0) || np_wait_cmd(&c->np) != 'G')
 			return 43;
-		uint64_t t0 = now_ns();
+		uint64_t t0 = np_now_ns();
 		for (unsigned it = 0;; it++) {
-			if ((it & 7) == 0 && poll_cmd(c))
+			if ((it & 7) == 0 && np_poll_cmd(&c->np))
 				break;
 			farm_gaddr r = roots[rnd(c) % Z_ROOTS].addr;
 			farm_tx *tx;
-			if (farm_tx_begin(c->txm, c->loop, &tx))
+			if (farm_tx_begin(c->txm, c->np.loop, &tx))
 				return 44;
 			const void *rd, *td;
 			farm_fatptr old, nw;
@@ -1134,9 +932,9 @@ static int zombie_role(struct ch *c)
 				fprintf(stderr, "m0: replace: %s\n",
 				        farm_strerror(rc));
 		}
-		s.ns = now_ns() - t0;
+		s.ns = np_now_ns() - t0;
 	} else {
-		if (say(c, 'C', NULL, 0) || wait_cmd(c) != 'G')
+		if (np_say(&c->np, 'C', NULL, 0) || np_wait_cmd(&c->np) != 'G')
 			return 45;
 		unsigned n;
 		farm_fatptr *roots = load_objs(c, "zroot", &n);
@@ -1145,9 +943,9 @@ static int zombie_role(struct ch *c)
 		farm_fatptr stale[Z_STALE];
 		unsigned nstale = 0;
 		uint8_t buf[Z_SIZE];
-		uint64_t t0 = now_ns(), dl = t0 + Z_SECS * 1000000000ull;
+		uint64_t t0 = np_now_ns(), dl = t0 + Z_SECS * 1000000000ull;
 		for (unsigned it = 0;; it++) {
-			if ((it & 15) == 0 && now_ns() >= dl)
+			if ((it & 15) == 0 && np_now_ns() >= dl)
 				break;
 			farm_gaddr r = roots[rnd(c) % Z_ROOTS].addr;
 			unsigned dice = (unsigned)(rnd(c) % 4);
@@ -1160,7 +958,7 @@ static int zombie_role(struct ch *c)
 			}
 			if (dice == 0 && nstale) { /* an old pointer */
 				farm_fatptr p = stale[rnd(c) % nstale];
-				int rc = farm_lf_read_sync(c->txm, c->loop,
+				int rc = farm_lf_read_sync(c->txm, c->np.loop,
 				                           p.addr, p.size,
 				                           p.incarnation, buf);
 				if (rc == 0)
@@ -1172,20 +970,21 @@ static int zombie_role(struct ch *c)
 					s.busy++;
 				else if (s.other++ < 5)
 					fprintf(stderr, "m%u: stale read: %s\n",
-					        c->me, farm_strerror(rc));
+					        c->np.me, farm_strerror(rc));
 			} else if (dice ==
 			           1) { /* lock-free: root, then target */
 				farm_fatptr p;
-				int rc = farm_lf_read_sync(c->txm, c->loop, r,
-				                           64, UINT64_MAX, buf);
+				int rc =
+				        farm_lf_read_sync(c->txm, c->np.loop, r,
+				                          64, UINT64_MAX, buf);
 				if (!rc) {
 					memcpy(&p, buf, sizeof(p));
 					stale[nstale < Z_STALE
 					              ? nstale++
 					              : rnd(c) % Z_STALE] = p;
 					rc = farm_lf_read_sync(
-					        c->txm, c->loop, p.addr, p.size,
-					        p.incarnation, buf);
+					        c->txm, c->np.loop, p.addr,
+					        p.size, p.incarnation, buf);
 					if (rc == 0)
 						target_ok(buf, p) ? s.reads_ok++
 						                  : s.bad++;
@@ -1196,10 +995,10 @@ static int zombie_role(struct ch *c)
 					s.busy++;
 				else if (rc && s.other++ < 5)
 					fprintf(stderr, "m%u: read: %s\n",
-					        c->me, farm_strerror(rc));
+					        c->np.me, farm_strerror(rc));
 			} else { /* a transaction follows the pointer */
 				farm_tx *tx;
-				if (farm_tx_begin(c->txm, c->loop, &tx))
+				if (farm_tx_begin(c->txm, c->np.loop, &tx))
 					return 47;
 				const void *rd, *td;
 				farm_fatptr p = oldp;
@@ -1226,23 +1025,23 @@ static int zombie_role(struct ch *c)
 					else if (s.other++ < 5)
 						fprintf(stderr,
 						        "m%u: commit: %s\n",
-						        c->me,
+						        c->np.me,
 						        farm_strerror(rc));
 				} else if (rc == -EBUSY) {
 					s.busy++;
 				} else if (s.other++ < 5) {
 					fprintf(stderr, "m%u: tx read: %s\n",
-					        c->me, farm_strerror(rc));
+					        c->np.me, farm_strerror(rc));
 				}
 				farm_tx_free(tx);
 			}
 		}
-		s.ns = now_ns() - t0;
+		s.ns = np_now_ns() - t0;
 		free(roots);
 	}
-	if (say(c, 'D', &s, sizeof(s)))
+	if (np_say(&c->np, 'D', &s, sizeof(s)))
 		return 48;
-	return wait_cmd(c) == 'Q' ? 0 : 49;
+	return np_wait_cmd(&c->np) == 'Q' ? 0 : 49;
 }
 
 static void test_zombie(void **state)
@@ -1253,16 +1052,16 @@ static void test_zombie(void **state)
 	/* The followers run for Z_SECS, then the freer is stopped. */
 	struct zombie_stats s[NM], t = {0};
 	for (unsigned i = 1; i < NM; i++) {
-		p_expect(&G, i, 'D', Z_SECS * 1000 + 60000);
-		p_recv(&G, i, &s[i], sizeof(s[i]), 1000);
+		np_expect(&G, i, 'D', Z_SECS * 1000 + 60000);
+		np_recv(&G, i, &s[i], sizeof(s[i]), 1000);
 	}
-	p_send(&G, 0, 'T');
-	p_expect(&G, 0, 'D', 60000);
-	p_recv(&G, 0, &s[0], sizeof(s[0]), 1000);
+	np_send(&G, 0, 'T');
+	np_expect(&G, 0, 'D', 60000);
+	np_recv(&G, 0, &s[0], sizeof(s[0]), 1000);
 	for (unsigned i = 0; i < NM; i++)
-		p_send(&G, i, 'Q');
+		np_send(&G, i, 'Q');
 	int st[NM];
-	cl_finish(&G, st);
+	np_finish(&G, st);
 	for (unsigned i = 1; i < NM; i++) {
 		t.reads_ok += s[i].reads_ok;
 		t.reads_freed += s[i].reads_freed;
@@ -1322,18 +1121,19 @@ static void fill_one(void *d, uint32_t size, farm_fatptr p, void *arg)
 static int durable_role(struct ch *c)
 {
 	farm_fatptr mine;
-	if (c->me != 0 && create_objs(c, "dobj", 1, 64, fill_one, NULL, &mine))
+	if (c->np.me != 0 &&
+	    create_objs(c, "dobj", 1, 64, fill_one, NULL, &mine))
 		return 50;
-	if (say(c, 'C', NULL, 0) || wait_cmd(c) != 'G')
+	if (np_say(&c->np, 'C', NULL, 0) || np_wait_cmd(&c->np) != 'G')
 		return 51;
-	if (c->me == 0) {
+	if (c->np.me == 0) {
 		unsigned n;
 		farm_fatptr *o = load_objs(c, "dobj", &n);
 		if (!o || n != 2)
 			return 52;
 		for (int round = 0; round < 2; round++) {
 			farm_tx *tx;
-			if (farm_tx_begin(c->txm, c->loop, &tx))
+			if (farm_tx_begin(c->txm, c->np.loop, &tx))
 				return 53;
 			for (unsigned i = 0; i < 2; i++) {
 				void *w;
@@ -1345,7 +1145,7 @@ static int durable_role(struct ch *c)
 			}
 			if (round == 1) { /* the one that dies */
 				uint64_t id = farm_tx_testing_id(tx);
-				if (say(c, 'X', &id, sizeof(id)))
+				if (np_say(&c->np, 'X', &id, sizeof(id)))
 					return 55;
 				farm_txn_testing_crash_after_backup(true);
 			}
@@ -1356,16 +1156,16 @@ static int durable_role(struct ch *c)
 		}
 		return 57; /* still alive: the knob did nothing */
 	}
-	int cmd = wait_cmd(c);
+	int cmd = np_wait_cmd(&c->np);
 	if (cmd != 'L')
 		return 58;
 	struct recs_ctx r = {0};
-	if (tu_recv(c->in, &r.txid, sizeof(r.txid)))
+	if (tu_recv(c->np.in, &r.txid, sizeof(r.txid)))
 		return 59;
 	farm_txm_testing_records(c->txm, rec_cb, &r);
-	if (say(c, 'L', &r, sizeof(r)))
+	if (np_say(&c->np, 'L', &r, sizeof(r)))
 		return 60;
-	return wait_cmd(c) == 'Q' ? 0 : 61;
+	return np_wait_cmd(&c->np) == 'Q' ? 0 : 61;
 }
 
 static void test_durability(void **state)
@@ -1374,8 +1174,8 @@ static void test_durability(void **state)
 	cl_start(&G, durable_role);
 	p_setup(&G);
 	uint64_t txid;
-	p_expect(&G, 0, 'X', 60000);
-	p_recv(&G, 0, &txid, sizeof(txid), 1000);
+	np_expect(&G, 0, 'X', 60000);
+	np_recv(&G, 0, &txid, sizeof(txid), 1000);
 	/* The coordinator dies by its own SIGKILL once its COMMIT-BACKUP
 	 * WRITEs completed. */
 	int st0 = tu_reap(G.pid[0]);
@@ -1383,14 +1183,14 @@ static void test_durability(void **state)
 	assert_int_equal(st0, 128 + SIGKILL);
 	struct recs_ctx r[NM];
 	for (unsigned i = 1; i < NM; i++) {
-		p_send(&G, i, 'L');
+		np_send(&G, i, 'L');
 		assert_int_equal(tu_send(G.to[i], &txid, sizeof(txid)), 0);
-		p_expect(&G, i, 'L', 60000);
-		p_recv(&G, i, &r[i], sizeof(r[i]), 1000);
-		p_send(&G, i, 'Q');
+		np_expect(&G, i, 'L', 60000);
+		np_recv(&G, i, &r[i], sizeof(r[i]), 1000);
+		np_send(&G, i, 'Q');
 	}
 	int st[NM];
-	cl_finish(&G, st);
+	np_finish(&G, st);
 	for (unsigned i = 1; i < NM; i++) {
 		printf("durability: machine %u holds %u records; of "
 		       "transaction "

@@ -1,0 +1,287 @@
+/*
+ * Test fixture: a cluster of NP_NM machine processes, each a forked child
+ * that runs a farm_node with static membership (tests/test_txn_multi.c,
+ * tests/test_kv_multi.c). The parent drives the machines through a pipe
+ * each way: one-byte commands down (np_send), one-byte answers and their
+ * payloads up (np_expect, np_recv). What a machine does is the test's: its
+ * child entry point gets a struct np_child, which the test's own child
+ * state embeds (as a member np). Header-only, static functions.
+ */
+#ifndef FARM_TESTS_NODEPROC_H
+#define FARM_TESTS_NODEPROC_H
+
+#include "testutil.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "node/node.h"
+
+#define NP_NM 3 /* machines in a cluster */
+
+static inline uint64_t np_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- the cluster (parent side)
+ * ----------------------------------------------- */
+
+struct np_cluster {
+	char root[256];       /* a temporary directory, removed at the end */
+	char dir[NP_NM][300]; /* machine i's data dir and address: root/mi */
+	pid_t pid[NP_NM];
+	int to[NP_NM], from[NP_NM]; /* pipes to and from each machine */
+};
+
+/* A machine process (child side); the test's child state embeds it. */
+struct np_child {
+	uint32_t me;
+	int in, out; /* commands from the parent, answers to it */
+	const struct np_cluster *cl;
+	farm_node *node;
+	farm_loop *loop;
+	uint64_t rng;
+};
+
+/* A machine's body: its exit status (0 when all went well). */
+typedef int (*np_entry_fn)(struct np_child *c, void *arg);
+
+/* Fork NP_NM machines with data dirs under a new temporary directory
+ * (@tag names it); machine i runs @entry(c, @arg) and exits. */
+static inline void np_start(struct np_cluster *cl, const char *tag,
+                            np_entry_fn entry, void *arg)
+{
+	memset(cl, 0, sizeof(*cl));
+	tu_tmpdir(cl->root, sizeof(cl->root), tag);
+	for (uint32_t i = 0; i < NP_NM; i++) {
+		snprintf(cl->dir[i], sizeof(cl->dir[i]), "%s/m%u", cl->root, i);
+		assert_int_equal(mkdir(cl->dir[i], 0700), 0);
+		cl->to[i] = cl->from[i] = -1;
+	}
+	for (uint32_t i = 0; i < NP_NM; i++) {
+		int down[2], up[2];
+		assert_int_equal(pipe(down), 0);
+		assert_int_equal(pipe(up), 0);
+		fflush(NULL);
+		pid_t pid = fork();
+		assert_true(pid >= 0);
+		if (pid == 0) {
+			close(down[1]);
+			close(up[0]);
+			for (uint32_t j = 0; j < i; j++) {
+				close(cl->to[j]);
+				close(cl->from[j]);
+			}
+			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			/* cmocka's handlers would run the parent's tests in
+			 * this process. */
+			const int sigs[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE,
+			                    SIGABRT};
+			for (size_t k = 0; k < sizeof(sigs) / sizeof(sigs[0]);
+			     k++)
+				signal(sigs[k], SIG_DFL);
+			struct np_child c = {
+			        .me = i, .in = down[0], .out = up[1], .cl = cl};
+			_exit(entry(&c, arg));
+		}
+		close(down[0]);
+		close(up[1]);
+		cl->pid[i] = pid;
+		cl->to[i] = down[1];
+		cl->from[i] = up[0];
+	}
+}
+
+/* Read @len bytes from machine @i within @ms (fails the test otherwise). */
+static inline void np_recv(struct np_cluster *cl, unsigned i, void *buf,
+                           size_t len, int ms)
+{
+	uint64_t dl = np_now_ns() + (uint64_t)ms * 1000000ull;
+	char *p = buf;
+	while (len) {
+		int left = (int)((dl - FARM_MIN(dl, np_now_ns())) / 1000000ull);
+		struct pollfd pf = {.fd = cl->from[i], .events = POLLIN};
+		int r = poll(&pf, 1, left);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r == 0)
+			fail_msg("machine %u: nothing within %d ms", i, ms);
+		ssize_t n = read(cl->from[i], p, len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			fail_msg("machine %u went away", i);
+		p += n;
+		len -= (size_t)n;
+	}
+}
+
+static inline void np_expect(struct np_cluster *cl, unsigned i, char want,
+                             int ms)
+{
+	char b = 0;
+	np_recv(cl, i, &b, 1, ms);
+	if (b != want)
+		fail_msg("machine %u said '%c', expected '%c'", i, b, want);
+}
+
+static inline void np_send(struct np_cluster *cl, unsigned i, char cmd)
+{
+	assert_int_equal(tu_send(cl->to[i], &cmd, 1), 0);
+}
+
+/* Let every machine finish (after 'Q') and reap it: exit statuses. */
+static inline void np_finish(struct np_cluster *cl, int *st)
+{
+	for (unsigned i = 0; i < NP_NM; i++) {
+		if (cl->to[i] >= 0)
+			close(cl->to[i]);
+		cl->to[i] = -1;
+	}
+	for (unsigned i = 0; i < NP_NM; i++) {
+		st[i] = cl->pid[i] > 0 ? tu_reap(cl->pid[i]) : 0;
+		cl->pid[i] = 0;
+		if (cl->from[i] >= 0)
+			close(cl->from[i]);
+		cl->from[i] = -1;
+	}
+}
+
+/* For a teardown, also after a failed assertion: no process or file stays. */
+static inline void np_cleanup(struct np_cluster *cl)
+{
+	for (unsigned i = 0; i < NP_NM; i++)
+		if (cl->pid[i] > 0) {
+			kill(cl->pid[i], SIGKILL);
+			tu_reap(cl->pid[i]);
+			cl->pid[i] = 0;
+		}
+	for (unsigned i = 0; i < NP_NM; i++) {
+		if (cl->to[i] > 0)
+			close(cl->to[i]);
+		if (cl->from[i] > 0)
+			close(cl->from[i]);
+		cl->to[i] = cl->from[i] = -1;
+	}
+	if (cl->root[0])
+		tu_rmtree(cl->root);
+	cl->root[0] = 0;
+}
+
+/* ---- the machine (child side)
+ * ------------------------------------------------ */
+
+/* Machine @c's configuration: its data dir, regions of @rsize, 1 thread,
+ * the other machines as static peers. 0, or the child's exit status: 2 (bad
+ * @rsize), 3 (an invalid configuration). */
+static inline int np_config(const struct np_child *c, const char *rsize,
+                            struct farm_config *cfg)
+{
+	farm_config_defaults(cfg);
+	cfg->machine_id = c->me;
+	cfg->has_machine_id = true;
+	snprintf(cfg->data_dir, sizeof(cfg->data_dir), "%s", c->cl->dir[c->me]);
+	if (farm_parse_size(rsize, &cfg->region_size))
+		return 2;
+	cfg->threads = 1;
+	for (uint32_t i = 0; i < NP_NM; i++) {
+		if (i == c->me)
+			continue;
+		cfg->peers[cfg->npeers].id = i;
+		snprintf(cfg->peers[cfg->npeers].addr,
+		         sizeof(cfg->peers[cfg->npeers].addr), "%s",
+		         c->cl->dir[i]);
+		cfg->npeers++;
+	}
+	char err[256];
+	if (farm_config_validate(cfg, err, sizeof(err))) {
+		fprintf(stderr, "m%u: config: %s\n", c->me, err);
+		return 3;
+	}
+	return 0;
+}
+
+/* The machine is up: seed its random numbers and say 'R'. */
+static inline int np_ready(struct np_child *c)
+{
+	c->rng = np_now_ns() ^ ((uint64_t)c->me << 40) ^ 0x9e3779b97f4a7c15ull;
+	char b = 'R';
+	return tu_send(c->out, &b, 1);
+}
+
+/* A command byte from the parent, if one is there: 0 none, -1 gone. */
+static inline int np_poll_cmd(struct np_child *c)
+{
+	struct pollfd pf = {.fd = c->in, .events = POLLIN};
+	if (poll(&pf, 1, 0) <= 0)
+		return 0;
+	char b;
+	ssize_t n = read(c->in, &b, 1);
+	return n == 1 ? b : -1;
+}
+
+/* Serve the loop (peers' requests) until the parent says something. */
+static inline int np_wait_cmd(struct np_child *c)
+{
+	static const volatile int never = 0;
+	for (;;) {
+		int b = np_poll_cmd(c);
+		if (b)
+			return b;
+		(void)farm_loop_wait(c->loop, &never, 1000000ull);
+	}
+}
+
+/* Answer @b to the parent, then @len bytes of @data. */
+static inline int np_say(struct np_child *c, char b, const void *data,
+                         size_t len)
+{
+	if (tu_send(c->out, &b, 1))
+		return -1;
+	return len ? tu_send(c->out, data, len) : 0;
+}
+
+/* ---- files the machines and the parent share
+ * --------------------------------- */
+
+/* Write @path whole (through a temporary file and a rename). */
+static inline int np_write_file(const char *path, const void *buf, size_t len)
+{
+	char tmp[600];
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	FILE *f = fopen(tmp, "w");
+	if (!f)
+		return -1;
+	size_t n = len ? fwrite(buf, 1, len, f) : 0;
+	if (fclose(f) || n != len || rename(tmp, path))
+		return -1;
+	return 0;
+}
+
+/* A whole file into malloc'ed memory (NULL, length 0: none). */
+static inline void *np_read_file(const char *path, size_t *len)
+{
+	*len = 0;
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return NULL;
+	fseek(f, 0, SEEK_END);
+	long n = ftell(f);
+	fseek(f, 0, SEEK_SET);
+	void *buf = malloc(n > 0 ? (size_t)n : 1);
+	if (buf && n > 0 && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+		free(buf);
+		buf = NULL;
+	}
+	fclose(f);
+	*len = n > 0 ? (size_t)n : 0;
+	return buf;
+}
+
+#endif
