@@ -25,6 +25,7 @@
  *            each (variant, size) at offsets no other run touched.
  * Output: a table, then, last, one JSON line (bench/README.md).
  */
+#include "benchutil.h"
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -203,31 +204,6 @@ static int read_full(int fd, void *p, size_t len)
 	return 0;
 }
 
-/* Remove @path and what is in it, two levels down at most (our layout:
- * base/{target,init}/files). Never follows links. */
-static void rm_tree(int at, const char *path, int depth)
-{
-	int fd = openat(at, path,
-	                O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd >= 0) {
-		DIR *d = fdopendir(fd);
-		if (!d) {
-			close(fd);
-			return;
-		}
-		struct dirent *e;
-		while ((e = readdir(d))) {
-			if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-				continue;
-			if (unlinkat(fd, e->d_name, 0) != 0 &&
-			    errno == EISDIR && depth > 0)
-				rm_tree(fd, e->d_name, depth - 1);
-		}
-		closedir(d);
-	}
-	unlinkat(at, path, AT_REMOVEDIR);
-}
-
 /* The page faults this process has taken so far. */
 static long minor_faults(void)
 {
@@ -302,7 +278,7 @@ reply:
 	for (int i = 0; i < 1000 && getppid() == parent; i++)
 		nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
 	if (getppid() != parent)
-		rm_tree(AT_FDCWD, base, 2);
+		bu_rm_tree(AT_FDCWD, base, 2);
 	return rc ? 1 : 0;
 }
 
@@ -1059,14 +1035,14 @@ int main(int argc, char **argv)
 	int info[2], ctl[2];
 	if (pipe2(info, O_CLOEXEC) != 0) {
 		fprintf(stderr, PROG ": pipe: %s\n", strerror(errno));
-		rm_tree(AT_FDCWD, base, 2);
+		bu_rm_tree(AT_FDCWD, base, 2);
 		return 1;
 	}
 	if (pipe2(ctl, O_CLOEXEC) != 0) {
 		fprintf(stderr, PROG ": pipe: %s\n", strerror(errno));
 		close(info[0]);
 		close(info[1]);
-		rm_tree(AT_FDCWD, base, 2);
+		bu_rm_tree(AT_FDCWD, base, 2);
 		return 1;
 	}
 	fflush(NULL);
@@ -1078,7 +1054,7 @@ int main(int argc, char **argv)
 		close(info[1]);
 		close(ctl[0]);
 		close(ctl[1]);
-		rm_tree(AT_FDCWD, base, 2);
+		bu_rm_tree(AT_FDCWD, base, 2);
 		return 1;
 	}
 	if (pid == 0) {
@@ -1090,7 +1066,7 @@ int main(int argc, char **argv)
 		signal(SIGHUP, SIG_IGN);
 		int rc = 1;
 		if (getppid() != parent)
-			rm_tree(AT_FDCWD, base, 2);
+			bu_rm_tree(AT_FDCWD, base, 2);
 		else if (!interrupted)
 			rc = target_main(&o, base, tdir, info[1], ctl[0],
 			                 parent);
@@ -1128,7 +1104,7 @@ int main(int argc, char **argv)
 		        (unsigned)status);
 		rc = -ECHILD;
 	}
-	rm_tree(AT_FDCWD, base, 2);
+	bu_rm_tree(AT_FDCWD, base, 2);
 	if (interrupted && rc) {
 		fprintf(stderr, PROG ": interrupted\n");
 		return 130;

@@ -50,6 +50,7 @@
  * cluster start, expect_machines) instead of static peer lines.
  */
 
+#include "benchutil.h"
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
@@ -293,39 +294,6 @@ static int ncpus_allowed(int *first)
 		if (CPU_ISSET(c, &set))
 			first[k < MAXM ? k : MAXM - 1] = c, k++;
 	return k ? k : 1;
-}
-
-static void pin_to(int cpu)
-{
-	if (cpu < 0)
-		return;
-	cpu_set_t set;
-	CPU_ZERO(&set);
-	CPU_SET(cpu, &set);
-	(void)sched_setaffinity(0, sizeof(set), &set);
-}
-
-static void rm_tree(int at, const char *path, int depth)
-{
-	int fd = openat(at, path,
-	                O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd >= 0) {
-		DIR *d = fdopendir(fd);
-		if (!d) {
-			close(fd);
-			return;
-		}
-		struct dirent *e;
-		while ((e = readdir(d))) {
-			if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-				continue;
-			if (unlinkat(fd, e->d_name, 0) != 0 &&
-			    errno == EISDIR && depth > 0)
-				rm_tree(fd, e->d_name, depth - 1);
-		}
-		closedir(d);
-	}
-	unlinkat(at, path, AT_REMOVEDIR);
 }
 
 static void nap_ms(long ms)
@@ -984,7 +952,7 @@ static int do_plain(struct mach *m, uint64_t dur)
 static int machine_main(uint32_t id, const char *base, uint64_t nkeys, int cpu)
 {
 	struct mach m = {.id = id, .nkeys = nkeys};
-	pin_to(cpu);
+	bu_pin_to(cpu, PROG);
 	int rc = mach_open(&m, id, base, nkeys);
 	if (!rc)
 		rc = fetch_shards(&m);
@@ -1061,7 +1029,7 @@ static void cluster_kill(struct cluster *c)
 			c->pid[i] = 0;
 		}
 	if (c->base[0])
-		rm_tree(AT_FDCWD, c->base, 3);
+		bu_rm_tree(AT_FDCWD, c->base, 3);
 	c->base[0] = 0;
 }
 
@@ -1326,7 +1294,7 @@ static void peer_stop(struct peer *p)
 		p->pid = 0;
 	}
 	if (p->dir[0])
-		rm_tree(AT_FDCWD, p->dir, 1);
+		bu_rm_tree(AT_FDCWD, p->dir, 1);
 	p->dir[0] = 0;
 }
 

@@ -34,6 +34,7 @@
  * as many 64-byte slots as a message ring has bytes / 64.
  * Output: a table, then, last, one JSON line (bench/README.md).
  */
+#include "benchutil.h"
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -224,31 +225,6 @@ static int write_full(int fd, const void *p, size_t len)
 		len -= (size_t)n;
 	}
 	return 0;
-}
-
-/* Remove @path and what is in it, two levels down at most (our layout:
- * base/{m0,m1}/files). Never follows links. */
-static void rm_tree(int at, const char *path, int depth)
-{
-	int fd = openat(at, path,
-	                O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd >= 0) {
-		DIR *d = fdopendir(fd);
-		if (!d) {
-			close(fd);
-			return;
-		}
-		struct dirent *e;
-		while ((e = readdir(d))) {
-			if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-				continue;
-			if (unlinkat(fd, e->d_name, 0) != 0 &&
-			    errno == EISDIR && depth > 0)
-				rm_tree(fd, e->d_name, depth - 1);
-		}
-		closedir(d);
-	}
-	unlinkat(at, path, AT_REMOVEDIR);
 }
 
 static int cmp_u64(const void *a, const void *b)
@@ -522,7 +498,7 @@ out:
 	for (int i = 0; i < 1000 && getppid() == parent; i++)
 		nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
 	if (getppid() != parent)
-		rm_tree(AT_FDCWD, base, 2);
+		bu_rm_tree(AT_FDCWD, base, 2);
 	return 1;
 }
 
@@ -1285,7 +1261,7 @@ int main(int argc, char **argv)
 			if (up[i] >= 0)
 				close(up[i]);
 		}
-		rm_tree(AT_FDCWD, base, 2);
+		bu_rm_tree(AT_FDCWD, base, 2);
 		return 1;
 	}
 	fflush(NULL);
@@ -1297,7 +1273,7 @@ int main(int argc, char **argv)
 		close(down[1]);
 		close(up[0]);
 		close(up[1]);
-		rm_tree(AT_FDCWD, base, 2);
+		bu_rm_tree(AT_FDCWD, base, 2);
 		return 1;
 	}
 	if (pid == 0) {
@@ -1309,7 +1285,7 @@ int main(int argc, char **argv)
 		signal(SIGHUP, SIG_IGN);
 		int rc = 1;
 		if (getppid() != parent)
-			rm_tree(AT_FDCWD, base, 2);
+			bu_rm_tree(AT_FDCWD, base, 2);
 		else if (!interrupted)
 			rc = server_main(&o, base, sdir, down[0], up[1],
 			                 parent);
@@ -1343,7 +1319,7 @@ int main(int argc, char **argv)
 		        (unsigned)status);
 		rc = -ECHILD;
 	}
-	rm_tree(AT_FDCWD, base, 2);
+	bu_rm_tree(AT_FDCWD, base, 2);
 	if (interrupted && rc) {
 		fprintf(stderr, PROG ": interrupted\n");
 		return 130;

@@ -42,6 +42,7 @@
  *
  * Output: a table, then, last, one JSON line (bench/README.md).
  */
+#include "benchutil.h"
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -124,29 +125,6 @@ static void on_signal(int sig)
 /* ---- helpers
  * ----------------------------------------------------------------- */
 
-static void rm_tree(int at, const char *path, int depth)
-{
-	int fd = openat(at, path,
-	                O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd >= 0) {
-		DIR *d = fdopendir(fd);
-		if (!d) {
-			close(fd);
-			return;
-		}
-		struct dirent *e;
-		while ((e = readdir(d))) {
-			if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-				continue;
-			if (unlinkat(fd, e->d_name, 0) != 0 &&
-			    errno == EISDIR && depth > 0)
-				rm_tree(fd, e->d_name, depth - 1);
-		}
-		closedir(d);
-	}
-	unlinkat(at, path, AT_REMOVEDIR);
-}
-
 static int cmp_u64(const void *a, const void *b)
 {
 	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -178,18 +156,6 @@ static void samp_pcts(struct samples *s, double *p50, double *p99)
 	qsort(s->v, s->n, sizeof(*s->v), cmp_u64);
 	*p50 = (double)s->v[s->n / 2];
 	*p99 = (double)s->v[FARM_MIN(s->n - 1, s->n * 99 / 100)];
-}
-
-static void pin_to(int cpu)
-{
-	if (cpu < 0)
-		return;
-	cpu_set_t set;
-	CPU_ZERO(&set);
-	CPU_SET(cpu, &set);
-	if (sched_setaffinity(0, sizeof(set), &set) != 0)
-		fprintf(stderr, PROG ": cannot pin to CPU %d: %s\n", cpu,
-		        strerror(errno));
 }
 
 /* The @i'th CPU this process may use, or -1. */
@@ -405,7 +371,7 @@ static int child_main(uint32_t id, const char *base, int cpu)
 	prctl(PR_SET_PDEATHSIG, SIGTERM);
 	if (getppid() == 1)
 		return 1;
-	pin_to(cpu);
+	bu_pin_to(cpu, PROG);
 	struct mach m;
 	int rc = mach_open(&m, id, base);
 	if (!rc) {
@@ -423,7 +389,7 @@ static int child_main(uint32_t id, const char *base, int cpu)
 			(void)farm_loop_poll(m.loop);
 	}
 	mach_close(&m);
-	rm_tree(AT_FDCWD, m.dir, 1);
+	bu_rm_tree(AT_FDCWD, m.dir, 1);
 	return rc ? 1 : 0;
 }
 
@@ -1428,7 +1394,7 @@ int main(int argc, char **argv)
 	int cpu = pin ? nth_cpu(0, &ncpu) : -1;
 	struct mach m = {0};
 	if (!rc) {
-		pin_to(cpu);
+		bu_pin_to(cpu, PROG);
 		rc = mach_open(&m, 0, base);
 	}
 	if (!rc) {
@@ -1472,7 +1438,7 @@ int main(int argc, char **argv)
 		}
 	}
 	mach_close(&m);
-	rm_tree(AT_FDCWD, base, 2);
+	bu_rm_tree(AT_FDCWD, base, 2);
 	munmap(SH, sizeof(*SH));
 	return rc ? 1 : 0;
 }
