@@ -977,18 +977,6 @@ static void rd_retry(struct rd_op *op)
 	rd_start(op);
 }
 
-static void rd_again(farm_loop *loop, void *ctx, int status)
-{
-	(void)loop;
-	struct rd_op *op = ctx;
-	if (status) {
-		op->status = status;
-		op->done(op);
-		return;
-	}
-	rd_retry(op);
-}
-
 /* A deferred retry: start the read again (no extra try counted). */
 static void rd_again_post(farm_loop *loop, void *ctx, int status)
 {
@@ -1064,8 +1052,10 @@ static void rd_start(struct rd_op *op)
 	op->t0 = farm_cycles();
 	int rc = farm_as_read(m->as, tl->loop, op->a, op->img, tl->ar.mr,
 	                      (uint32_t)len, rd_remote_done, op);
-	if (rc == -EAGAIN && farm_loop_post(tl->loop, rd_again, op) == 0)
-		return; /* the endpoint drains after a failure: try again */
+	if (rc == -EAGAIN) { /* the endpoint drains after a failure */
+		rd_retry(op);
+		return;
+	}
 	if (rc) {
 		op->status = rc;
 		if (farm_loop_post(tl->loop, rd_finish_post, op))
