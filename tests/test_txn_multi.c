@@ -289,6 +289,7 @@ struct bank_stats {
 	uint64_t transfers, single, declined, attempts, aborts, unexpected;
 	uint64_t timeouts; /* outcome unknown (a participant did not answer) */
 	uint64_t lf_reads, lf_bad, ro_txns, ro_aborts, negative;
+	uint64_t epochs, epochs_failed; /* distributed epochs run meanwhile */
 	uint64_t ns;
 	int64_t total, min_balance; /* the final sum (machine 0) */
 	uint64_t sum_objs;
@@ -403,7 +404,20 @@ static int bank_role(struct ch *c)
 	uint64_t target = (opt_transfers + NM - 1) / NM;
 	uint64_t t0 = np_now_ns();
 	uint64_t dl = t0 + (uint64_t)(opt_bank_secs * 1e9);
+	uint64_t iter = 0;
 	while (s.transfers < target && np_now_ns() < dl) {
+		/* Now and then end an epoch on every machine: it must finish
+		 * while everyone's transfers and reads go on. */
+		if (++iter % 2000 == 0) {
+			int rc = farm_txm_epoch_sync(c->txm, c->np.loop);
+			if (rc) {
+				s.epochs_failed++;
+				fprintf(stderr, "m%u: epoch: %s\n", c->np.me,
+				        farm_strerror(rc));
+			} else {
+				s.epochs++;
+			}
+		}
 		unsigned dice = (unsigned)(rnd(c) % 100);
 		if (dice < 70) {
 			farm_gaddr a, b;
@@ -545,6 +559,8 @@ static void test_bank(void **state)
 		tot.ro_txns += s[i].ro_txns;
 		tot.ro_aborts += s[i].ro_aborts;
 		tot.negative += s[i].negative;
+		tot.epochs += s[i].epochs;
+		tot.epochs_failed += s[i].epochs_failed;
 	}
 	int st[NM];
 	np_finish(&G, st);
@@ -560,6 +576,9 @@ static void test_bank(void **state)
 	       (double)tot.transfers / run_s, tot.declined, tot.aborts,
 	       tot.attempts, tot.timeouts, tot.lf_reads, tot.ro_txns,
 	       tot.ro_aborts);
+	printf("bank: %" PRIu64 " distributed epochs ended during the run, "
+	       "%" PRIu64 " failed\n",
+	       tot.epochs, tot.epochs_failed);
 	printf("bank: final sum over %" PRIu64 " accounts: %s, total %" PRId64
 	       " (expected %" PRId64 "), lowest balance %" PRId64 "\n",
 	       s[0].sum_objs, farm_strerror(s[0].sum_status), s[0].total,
@@ -585,6 +604,8 @@ static void test_bank(void **state)
 	assert_int_equal(tot.lf_bad, 0);
 	assert_true(tot.transfers >= opt_transfers);
 	assert_true(tot.single > 0);
+	assert_true(tot.epochs > 0);
+	assert_int_equal(tot.epochs_failed, 0);
 }
 
 /* ---- torn reads

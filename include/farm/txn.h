@@ -162,6 +162,34 @@ FARM_API FARM_MUST_CHECK int farm_lf_read_sync(farm_txm *m, farm_loop *loop,
                                                uint64_t want_incarnation,
                                                void *buf);
 
+/*
+ * Lock-free operations: a lookup that follows pointers through several
+ * lock-free reads (each farm_lf_read is one operation by itself) brackets
+ * them with farm_lf_begin / farm_lf_end on its loop's thread, so memory it
+ * may still reach is not reused for another size class meanwhile
+ * (epochs). Operations should be short: an open one delays every epoch.
+ */
+typedef struct farm_lf_op {
+	unsigned parity, open;
+} farm_lf_op;
+FARM_API FARM_MUST_CHECK int farm_lf_begin(farm_txm *m, farm_loop *loop,
+                                           farm_lf_op *op);
+FARM_API void farm_lf_end(farm_lf_op *op);
+
+/* ---- epochs -------------------------------------------------------------- */
+
+/*
+ * farm_txm_epoch() - end an epoch now on every machine this one knows
+ * (normally run in the background when free memory is low): once every
+ * thread of every machine has finished the transactions and lock-free
+ * operations it had open, memory retired before the call (freed large
+ * arrays) is reused, for any size. @cont gets 0, or FARM_EPEERDEAD /
+ * -ETIMEDOUT (a machine did not answer in 5 s; nothing is reused).
+ */
+FARM_API FARM_MUST_CHECK int farm_txm_epoch(farm_txm *m, farm_loop *loop,
+                                            farm_op_fn cont, void *ctx);
+FARM_API FARM_MUST_CHECK int farm_txm_epoch_sync(farm_txm *m, farm_loop *loop);
+
 /* ---- counters ------------------------------------------------------------ */
 
 typedef struct farm_txm_stats {
@@ -179,6 +207,9 @@ typedef struct farm_txm_stats {
 	/* On this machine as primary or backup: */
 	uint64_t locks_granted, locks_refused, installs, backup_applies;
 	uint64_t bad_records; /* malformed log records (logged, skipped) */
+	/* Distributed epochs this machine ran, failed, and the 1 MiB blocks
+	 * they made reusable. */
+	uint64_t epochs, epochs_failed, epoch_blocks_reclaimed;
 } farm_txm_stats;
 
 FARM_API void farm_txm_stats_get(farm_txm *m, farm_txm_stats *out);

@@ -245,7 +245,26 @@ struct farm_alloc_stats {
 	uint64_t blocks_total;   /* 1 MiB blocks in all regions, block 0 too */
 	uint64_t blocks_in_use;  /* slab, array and table blocks */
 	uint64_t blocks_retired; /* freed array blocks awaiting an epoch */
+	uint64_t blocks_reclaimed; /* retired blocks freed by epochs, in all */
 };
+
+/*
+ * Distributed epochs (run by the transaction layer, src/txn/epoch.c): a
+ * freed large array's blocks are RETIRED, stamped with the current
+ * generation, and become free blocks (of any use) only once every
+ * operation that could still read them has finished everywhere.
+ *
+ * farm_blockalloc_epoch_mark() - the generation of runs retired so far
+ * (later retires get a larger one). Take it when an epoch starts.
+ * farm_blockalloc_reclaim() - once that epoch has ended on every machine:
+ * runs retired at or before @mark are zeroed and freed. Returns the
+ * blocks freed. Any thread.
+ */
+uint64_t farm_blockalloc_epoch_mark(farm_blockalloc *ba);
+uint64_t farm_blockalloc_reclaim(farm_blockalloc *ba, uint64_t mark);
+/* Block counts (cheaper than farm_blockalloc_stats). */
+void farm_blockalloc_blocks(farm_blockalloc *ba, uint64_t *total,
+                            uint64_t *in_use, uint64_t *retired);
 
 /* This slab's counters (any thread; figures are each read atomically). */
 void farm_slab_stats(const farm_slab *s, struct farm_alloc_stats *st);

@@ -206,6 +206,14 @@ struct farm_slab {
 	struct farm_slab_cls cls[FARM_ALLOC_NCLASSES];
 };
 
+/* A freed large array's run, waiting for a distributed epoch. */
+struct ba_retired {
+	struct ba_region *r;
+	uint32_t bidx, mb;
+	uint64_t gen; /* farm_blockalloc_epoch_mark() generation at retire */
+	struct ba_retired *next;
+};
+
 struct farm_blockalloc {
 	pthread_mutex_t lock;
 	farm_alloc_new_region_fn new_region;
@@ -219,6 +227,10 @@ struct farm_blockalloc {
 	struct farm_slab **slabs;
 	uint32_t nslabs, slab_cap;
 	uint64_t blocks_total, blocks_in_use, blocks_retired;
+	/* Retired runs (newest first) and the generation a retire gets now. */
+	struct ba_retired *retired;
+	uint64_t retire_gen;
+	uint64_t blocks_reclaimed; /* retired blocks freed by epochs */
 	/* Objects found by rebuild (no slab counted them), and array blocks
 	 * counted in bytes: */
 	int64_t base_bytes;
@@ -278,6 +290,8 @@ FARM_INTERNAL int ba_take_run_locked(farm_blockalloc *ba, struct ba_region *r,
 FARM_INTERNAL int ba_grow_locked(farm_blockalloc *ba, uint32_t near,
                                  struct ba_region **out);
 FARM_INTERNAL void ba_set_owner_locked(struct farm_block *b, farm_slab *s);
+FARM_INTERNAL void ba_retire_locked(farm_blockalloc *ba, struct ba_region *r,
+                                    uint32_t bidx, uint32_t mb, uint64_t gen);
 FARM_INTERNAL void ba_write_run(struct ba_region *r, uint32_t bidx,
                                 uint32_t nmb, uint64_t head);
 

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 
 #include "alloc/alloc_int.h"
+#include "util/log.h"
 
 /* A region's slab-block metadata (one per run, covering len_mb entries). */
 static void free_metas(struct ba_region *r)
@@ -43,6 +44,7 @@ int farm_blockalloc_create(const struct farm_blockalloc_attr *a,
 		free(ba);
 		return -ENOMEM;
 	}
+	ba->retire_gen = 1;
 	if (a) {
 		ba->new_region = a->new_region;
 		ba->ctx = a->ctx;
@@ -67,6 +69,11 @@ void farm_blockalloc_destroy(farm_blockalloc *ba)
 		free(ba->slabs[i]);
 	}
 	free(ba->slabs);
+	while (ba->retired) {
+		struct ba_retired *x = ba->retired;
+		ba->retired = x->next;
+		free(x);
+	}
 	pthread_mutex_destroy(&ba->lock);
 	free(ba);
 }
@@ -201,6 +208,92 @@ int ba_take_run_locked(farm_blockalloc *ba, struct ba_region *r, uint32_t nmb,
 		}
 	}
 	return -ENOSPC;
+}
+
+void ba_retire_locked(farm_blockalloc *ba, struct ba_region *r, uint32_t bidx,
+                      uint32_t mb, uint64_t gen)
+{
+	struct ba_retired *x = malloc(sizeof(*x));
+	if (!x) {
+		/* Stays RETIRED for the allocator's life: lost space, not
+		 * lost safety. */
+		farm_warn("alloc: no memory to track a retired run of %u MiB; "
+		          "it is not reused",
+		          mb);
+		return;
+	}
+	*x = (struct ba_retired){
+	        .r = r, .bidx = bidx, .mb = mb, .gen = gen, .next = ba->retired};
+	ba->retired = x;
+}
+
+uint64_t farm_blockalloc_epoch_mark(farm_blockalloc *ba)
+{
+	if (!ba)
+		return 0;
+	pthread_mutex_lock(&ba->lock);
+	uint64_t g = ba->retire_gen++;
+	pthread_mutex_unlock(&ba->lock);
+	return g;
+}
+
+void farm_blockalloc_blocks(farm_blockalloc *ba, uint64_t *total,
+                            uint64_t *in_use, uint64_t *retired)
+{
+	*total = *in_use = *retired = 0;
+	if (!ba)
+		return;
+	pthread_mutex_lock(&ba->lock);
+	*total = ba->blocks_total;
+	*in_use = ba->blocks_in_use;
+	*retired = ba->blocks_retired;
+	pthread_mutex_unlock(&ba->lock);
+}
+
+uint64_t farm_blockalloc_reclaim(farm_blockalloc *ba, uint64_t mark)
+{
+	if (!ba)
+		return 0;
+	/* Take the runs retired at or before @mark off the list; they stay
+	 * RETIRED in the table (no one allocates them) while we zero them
+	 * without the lock. */
+	struct ba_retired *take = NULL, **pp;
+	pthread_mutex_lock(&ba->lock);
+	for (pp = &ba->retired; *pp;) {
+		struct ba_retired *x = *pp;
+		if (x->gen <= mark) {
+			*pp = x->next;
+			x->next = take;
+			take = x;
+		} else {
+			pp = &x->next;
+		}
+	}
+	pthread_mutex_unlock(&ba->lock);
+	if (!take)
+		return 0;
+	/* Zero: a block handed out again must look never used (headers with
+	 * the allocated bit and lock bits clear), whatever class takes it. */
+	for (struct ba_retired *x = take; x; x = x->next)
+		memset(x->r->base + (uint64_t)x->bidx * FARM_ALLOC_BLOCK, 0,
+		       (uint64_t)x->mb * FARM_ALLOC_BLOCK);
+	uint64_t n = 0;
+	pthread_mutex_lock(&ba->lock);
+	while (take) {
+		struct ba_retired *x = take;
+		take = x->next;
+		for (uint32_t i = x->mb; i-- > 0;)
+			atomic_store_explicit(&x->r->table[x->bidx + i], 0,
+			                      memory_order_release);
+		if (x->bidx < x->r->scan_from)
+			x->r->scan_from = x->bidx;
+		ba->blocks_retired -= x->mb;
+		ba->blocks_reclaimed += x->mb;
+		n += x->mb;
+		free(x);
+	}
+	pthread_mutex_unlock(&ba->lock);
+	return n;
 }
 
 /* Write a run's words: continuations first, then the head (release). */
@@ -379,6 +472,9 @@ int farm_blockalloc_rebuild_region(farm_blockalloc *ba,
 				allocs++;
 			} else {
 				retired += mb;
+				/* Freed before the rebuild: generation 0, so
+				 * the next epoch frees it. */
+				ba_retire_locked(ba, r, i, mb, 0);
 			}
 			break;
 		default: goto fail;
@@ -402,6 +498,16 @@ int farm_blockalloc_rebuild_region(farm_blockalloc *ba,
 	rc = 0;
 	goto out;
 fail:
+	/* Forget the runs this scan retired before it failed. */
+	for (struct ba_retired **pp = &ba->retired; *pp;) {
+		struct ba_retired *x = *pp;
+		if (x->r == r) {
+			*pp = x->next;
+			free(x);
+		} else {
+			pp = &x->next;
+		}
+	}
 	free_metas(r);
 out:
 	pthread_mutex_unlock(&ba->lock);
@@ -656,5 +762,6 @@ void farm_blockalloc_stats(farm_blockalloc *ba, struct farm_alloc_stats *st)
 	st->blocks_total = ba->blocks_total;
 	st->blocks_in_use = ba->blocks_in_use;
 	st->blocks_retired = ba->blocks_retired;
+	st->blocks_reclaimed = ba->blocks_reclaimed;
 	pthread_mutex_unlock(&ba->lock);
 }

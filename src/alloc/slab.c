@@ -771,6 +771,7 @@ static int large_array_free(farm_slab *s, struct ba_region *r, uint32_t off,
 	                      memory_order_release);
 	s->ba->blocks_in_use -= mb;
 	s->ba->blocks_retired += mb;
+	ba_retire_locked(s->ba, r, bidx, mb, s->ba->retire_gen);
 	pthread_mutex_unlock(&s->ba->lock);
 	cnt_adds(&s->bytes, -(int64_t)mb * FARM_ALLOC_BLOCK);
 	return 0;

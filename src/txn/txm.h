@@ -24,7 +24,12 @@ struct farm_txm_attr {
 	uint32_t arena_size;  /* per-loop registered staging memory
 	                         (0: 64 MiB, reserved, touched on use) */
 	uint64_t lf_bound_ns; /* reads slower than this are retried (0: 1 ms) */
+	/* Background epochs: loop 0 starts one when retired blocks exist and
+	 * free blocks are under this percentage of all blocks, or retired
+	 * ones over it (0: 25; FARM_TXM_EPOCH_MANUAL: only farm_txm_epoch). */
+	unsigned epoch_free_pct;
 };
+#define FARM_TXM_EPOCH_MANUAL 1000u
 
 int farm_txm_create(farm_fabric *fab, farm_msg *msg, farm_as *as,
                     farm_galloc *ga, const struct farm_txm_attr *attr,

@@ -38,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "txn/epoch.h"
 #include "txn/object.h"
 #include "txn/txn_testing.h"
 #include "util/common.h"
@@ -151,6 +152,7 @@ struct txloop {
 	/* Hot counters, written by this loop only (plain load + store). */
 	_Atomic uint64_t c_lf_reads, c_lf_retries, c_tx_reads;
 	unsigned inflight; /* log WRITEs and freed-word READs not completed */
+	uint64_t epoch_tick; /* loop 0: passes, for the epoch trigger */
 };
 
 struct farm_txm {
@@ -175,6 +177,12 @@ struct farm_txm {
 	_Atomic unsigned nready;
 	pthread_mutex_t peer_lock;
 	struct txloop *loops[MAX_LOOPS];
+	/* Distributed epochs (loop 0 starts the background ones). */
+	unsigned epoch_free_pct;
+	bool epoch_running;      /* a background epoch is in flight */
+	bool epoch_domain;       /* holds a farm_epoch_domain_get */
+	uint64_t epoch_last_check;
+	uint64_t epoch_reclaimed_now; /* the background epoch's result */
 	struct {
 		_Atomic uint64_t v[32];
 	} st;
@@ -201,6 +209,9 @@ enum {
 	S_INSTALLS,
 	S_BACKUP_APPLIES,
 	S_BAD_RECORDS,
+	S_EPOCHS,
+	S_EPOCHS_FAILED,
+	S_EPOCH_RECLAIMED,
 };
 
 /* Testing knobs (txn_testing.h; the testing section at the end). */
@@ -281,6 +292,7 @@ struct farm_tx {
 	struct txrec *recs;
 	unsigned nrecs, caprecs;
 	uint64_t n_writes, n_reads, n_msgs;
+	unsigned ep; /* epoch bucket (farm_epoch_op_begin) */
 };
 
 /* ---- arena: registered staging memory
@@ -903,6 +915,9 @@ static bool txn_pending(farm_loop *loop, void *ctx)
 		            memory_order_acquire))
 			return true;
 	}
+	/* Nothing to do here: the loop may park; a thread with no
+	 * operation open goes offline for epochs meanwhile. */
+	farm_epoch_park();
 	return false;
 }
 
@@ -937,6 +952,7 @@ struct rd_op {
 	uint64_t t0;
 	int status;
 	uint64_t version, incarn;
+	unsigned ep; /* lock-free reads: epoch bucket */
 	void (*done)(struct rd_op *op);
 	void *ctx;
 	void *ctx2;
@@ -1125,7 +1141,9 @@ static void lf_done(struct rd_op *op)
 	void *ctx = c->ctx;
 	int st = op->status;
 	farm_loop *loop = op->tl->loop;
+	unsigned ep = op->ep;
 	rd_free(op);
+	farm_epoch_op_end(ep);
 	cont(loop, ctx, st);
 }
 
@@ -1152,8 +1170,26 @@ int farm_lf_read(farm_txm *m, farm_loop *loop, farm_gaddr a, uint32_t size,
 		return rc;
 	op->lf = (struct lf_ctx){.buf = buf, .cont = cont, .ctx = ctx};
 	op->ctx = &op->lf;
+	op->ep = farm_epoch_op_begin();
 	rd_start(op);
 	return 0;
+}
+
+int farm_lf_begin(farm_txm *m, farm_loop *loop, farm_lf_op *op)
+{
+	if (!loop_state(m, loop) || !op)
+		return -EINVAL;
+	op->parity = farm_epoch_op_begin();
+	op->open = 1;
+	return 0;
+}
+
+void farm_lf_end(farm_lf_op *op)
+{
+	if (op && op->open) {
+		op->open = 0;
+		farm_epoch_op_end(op->parity);
+	}
 }
 
 /* ---- transactions: begin, read, write, alloc, free
@@ -1212,6 +1248,7 @@ int farm_tx_begin(farm_txm *m, farm_loop *loop, farm_tx **out)
 	tx->m = m;
 	tx->tl = tl;
 	tx->id = ((uint64_t)m->me << 56) | ((uint64_t)tl->t << 48) | seq;
+	tx->ep = farm_epoch_op_begin();
 	tl->slots[seq % TX_SLOTS] = tx;
 	*out = tx;
 	return 0;
@@ -1226,6 +1263,7 @@ static void tx_free(farm_tx *tx)
 		free(tx->o[i].data);
 	free(tx->o);
 	free(tx->recs);
+	farm_epoch_op_end(tx->ep);
 	free(tx);
 }
 
@@ -2560,12 +2598,101 @@ int farm_lf_read_sync(farm_txm *m, farm_loop *loop, farm_gaddr a, uint32_t size,
 /* ---- the manager
  * ------------------------------------------------------------------ */
 
+/* ---- distributed epochs (epoch.c does the work) ------------------------- */
+
+struct txepoch {
+	farm_txm *m;
+	uint64_t reclaimed;
+	farm_op_fn cont;
+	void *ctx;
+};
+
+static void txm_epoch_done(farm_loop *loop, void *ctx, int status)
+{
+	struct txepoch *e = ctx;
+	farm_txm *m = e->m;
+	stat_add(m, status ? S_EPOCHS_FAILED : S_EPOCHS, 1);
+	stat_add(m, S_EPOCH_RECLAIMED, e->reclaimed);
+	farm_op_fn cont = e->cont;
+	void *cctx = e->ctx;
+	free(e);
+	cont(loop, cctx, status);
+}
+
+int farm_txm_epoch(farm_txm *m, farm_loop *loop, farm_op_fn cont, void *ctx)
+{
+	if (!loop_state(m, loop) || !cont)
+		return -EINVAL;
+	uint32_t peers[0x40];
+	unsigned np = 0;
+	unsigned n = atomic_load_explicit(&m->nready, memory_order_acquire);
+	for (unsigned i = 0; i < n; i++)
+		if (m->ready_ids[i] != m->me)
+			peers[np++] = m->ready_ids[i];
+	struct txepoch *e = calloc(1, sizeof(*e));
+	if (!e)
+		return -ENOMEM;
+	*e = (struct txepoch){.m = m, .cont = cont, .ctx = ctx};
+	int rc = farm_epoch_run(loop, peers, np, 5000000000ull,
+	                        farm_galloc_blockalloc(m->ga), &e->reclaimed,
+	                        txm_epoch_done, e);
+	if (rc)
+		free(e);
+	return rc;
+}
+
+static void epoch_auto_done(farm_loop *loop, void *ctx, int status)
+{
+	(void)loop;
+	farm_txm *m = ctx;
+	m->epoch_running = false;
+	if (status)
+		farm_info("txn: background epoch failed (%s); retired memory "
+		          "waits for the next",
+		          farm_strerror(status));
+}
+
+/* Loop 0, every few thousand passes: when free blocks are low and some are
+ * retired, start an epoch in the background. */
+static void epoch_maybe_start(struct txloop *tl)
+{
+	farm_txm *m = tl->m;
+	if (m->epoch_running || !m->epoch_free_pct)
+		return;
+	uint64_t now = farm_now_ns();
+	if (now - m->epoch_last_check < 10000000ull)
+		return;
+	m->epoch_last_check = now;
+	uint64_t total, in_use, retired;
+	farm_blockalloc_blocks(farm_galloc_blockalloc(m->ga), &total, &in_use,
+	                       &retired);
+	if (!retired)
+		return;
+	uint64_t free_blocks = total - in_use - retired;
+	if (free_blocks * 100 >= total * m->epoch_free_pct &&
+	    retired * 100 < total * m->epoch_free_pct)
+		return;
+	m->epoch_running = true;
+	if (farm_txm_epoch(m, tl->loop, epoch_auto_done, m))
+		m->epoch_running = false;
+}
+
+int farm_txm_epoch_sync(farm_txm *m, farm_loop *loop)
+{
+	struct sync_res r = {0};
+	int rc = farm_txm_epoch(m, loop, sync_op_cb, &r);
+	return rc ? rc : wait_loop(loop, &r);
+}
+
 static int txn_poll_all(farm_loop *loop, void *ctx)
 {
 	struct txloop *tl = ctx;
 	int got = txn_poll(loop, ctx);
 	if (tl->lock_waiters && (++tl->rand & 1023) == 0)
 		scan_deadlines(tl);
+	farm_epoch_quiesce();
+	if (tl->t == 0 && (++tl->epoch_tick & 4095) == 0)
+		epoch_maybe_start(tl);
 	return got;
 }
 
@@ -2585,6 +2712,8 @@ int farm_txm_create(farm_fabric *fab, farm_msg *msg, farm_as *as,
 		a.arena_size = DEFAULT_ARENA;
 	if (!a.lf_bound_ns)
 		a.lf_bound_ns = 1000000ull;
+	if (a.epoch_free_pct > 100 && a.epoch_free_pct != FARM_TXM_EPOCH_MANUAL)
+		return -EINVAL;
 	farm_txm *m = calloc(1, sizeof(*m));
 	if (!m)
 		return -ENOMEM;
@@ -2598,6 +2727,9 @@ int farm_txm_create(farm_fabric *fab, farm_msg *msg, farm_as *as,
 	m->R = a.log_size;
 	m->lf_bound = a.lf_bound_ns;
 	m->arena_size = a.arena_size;
+	m->epoch_free_pct = a.epoch_free_pct ? a.epoch_free_pct : 25;
+	if (a.epoch_free_pct == FARM_TXM_EPOCH_MANUAL)
+		m->epoch_free_pct = 0;
 	pthread_mutex_init(&m->peer_lock, NULL);
 	/* The read bound in ticks: calibrate the tick against the clock. */
 	uint64_t c0 = farm_cycles(), t0 = farm_now_ns(), t1;
@@ -2626,6 +2758,10 @@ int farm_txm_create(farm_fabric *fab, farm_msg *msg, farm_as *as,
 		                 &m->logmr);
 	if (!rc)
 		rc = farm_msg_handle(msg, FARM_MSGT_TX_REPLY, h_reply, m);
+	if (!rc)
+		rc = farm_epoch_handle(msg);
+	if (!rc && !(rc = farm_epoch_domain_get()))
+		m->epoch_domain = true;
 	if (rc) {
 		farm_err("txn: cannot set up logs (%" PRIu64 " bytes): %s",
 		         total, farm_strerror(rc));
@@ -2653,6 +2789,8 @@ void farm_txm_destroy(farm_txm *m)
 		farm_mr_dereg(m->logmr);
 	if (m->logmem)
 		farm_mem_free(m->logmem);
+	if (m->epoch_domain)
+		farm_epoch_domain_put();
 	free(m->peers);
 	free(m->peer_ready);
 	free(m);
@@ -2719,9 +2857,14 @@ int farm_txm_attach(farm_txm *m, farm_loop *loop)
 		                               FARM_ACCESS_LOCAL, &tl->ar.mr)
 		                 : -ENOMEM;
 	}
+	bool entered = false;
+	if (!rc && !(rc = farm_epoch_thread_enter(loop)))
+		entered = true;
 	if (!rc)
 		rc = farm_loop_add_poller(loop, txn_poll_all, txn_pending, tl);
 	if (rc) {
+		if (entered)
+			farm_epoch_thread_leave(loop);
 		if (tl->ar.mr)
 			farm_mr_dereg(tl->ar.mr);
 		free(tl->ar.base);
@@ -2754,6 +2897,7 @@ void farm_txm_detach(farm_txm *m, farm_loop *loop)
 		          "flight: its state is leaked",
 		          tl->t, tl->inflight);
 		m->loops[tl->t] = NULL;
+		farm_epoch_thread_leave(loop);
 		return;
 	}
 	for (unsigned i = 0; i < TX_SLOTS; i++)
@@ -2785,6 +2929,7 @@ void farm_txm_detach(farm_txm *m, farm_loop *loop)
 	free(tl->slots);
 	m->loops[tl->t] = NULL;
 	free(tl);
+	farm_epoch_thread_leave(loop);
 }
 
 void farm_txm_stats_get(farm_txm *m, farm_txm_stats *out)
@@ -2825,7 +2970,10 @@ void farm_txm_stats_get(farm_txm *m, farm_txm_stats *out)
 	                        .locks_refused = v[S_LOCKS_REFUSED],
 	                        .installs = v[S_INSTALLS],
 	                        .backup_applies = v[S_BACKUP_APPLIES],
-	                        .bad_records = v[S_BAD_RECORDS]};
+	                        .bad_records = v[S_BAD_RECORDS],
+	                        .epochs = v[S_EPOCHS],
+	                        .epochs_failed = v[S_EPOCHS_FAILED],
+	                        .epoch_blocks_reclaimed = v[S_EPOCH_RECLAIMED]};
 }
 
 /* ---- testing section (txn_testing.h): for tests only
@@ -2860,6 +3008,7 @@ int farm_lf_testing_read_sync(farm_txm *m, farm_loop *loop, farm_gaddr a,
 	                         .ctx = &r,
 	                         .version_out = version};
 	op->ctx = &op->lf;
+	op->ep = farm_epoch_op_begin(); /* lf_done ends it */
 	rd_start(op);
 	return wait_loop(loop, &r);
 }
