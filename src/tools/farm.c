@@ -13,7 +13,9 @@ static void usage(FILE *out)
 	        "\n"
 	        "commands:\n"
 	        "  machine   run one machine process from a configuration file\n"
-	        "  cluster   run, start or stop a local cluster of machines\n");
+	        "  cluster   run, start or stop a local cluster of machines\n"
+	        "  logs      list the transaction log records in a data "
+	        "directory\n");
 }
 
 int main(int argc, char **argv)
@@ -36,6 +38,8 @@ int main(int argc, char **argv)
 	self[n] = 0;
 	if (!strcmp(argv[1], "machine"))
 		return farm_cmd_machine(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "logs"))
+		return farm_cmd_logs(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "cluster"))
 		return farm_cmd_cluster(argc - 1, argv + 1, self);
 	fprintf(stderr, "farm: unknown command '%s'\n", argv[1]);

@@ -11,6 +11,7 @@ struct farm_config;
 
 int farm_cmd_machine(int argc, char **argv);
 int farm_cmd_cluster(int argc, char **argv, const char *self);
+int farm_cmd_logs(int argc, char **argv);
 struct farm_node;
 /* The demo job (demo.c): register its handlers before the node starts,
  * run it once all @nmachines machines are in the view, free its state. */

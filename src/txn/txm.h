@@ -46,4 +46,32 @@ farm_mr_desc farm_txm_log_desc(const farm_txm *m);
 /* Make machine @id's logs writable from here (any thread). */
 int farm_txm_add_peer(farm_txm *m, uint32_t id, const farm_mr_desc *logs);
 
+/*
+ * Reading logs without a running machine (after a restart, or from a
+ * tool): the log memory is a file in the machine's data directory that
+ * starts with a superblock. farm_txlog_scan_file() calls @fn for every
+ * whole record still in the logs (not truncated yet), in log order within
+ * each (coordinator, thread) log; returns how many, -ENOMSG when @path is
+ * not a log file, FARM_ECORRUPT for a damaged superblock, -errno.
+ * farm_txlog_scan_dir() does it for the log file among a data directory's
+ * *.region files (-ENOENT: none).
+ */
+struct farm_txlog_info {
+	uint32_t machine, M, T;
+	uint64_t R;
+};
+struct farm_txlog_rec {
+	uint32_t coord, thread; /* whose log */
+	int type;               /* FARM_TXN_TESTING_LOCK ... (txn_testing.h) */
+	uint16_t nobj;
+	uint32_t len;
+	uint64_t txid;
+	uint64_t pos; /* position in the log's stream */
+};
+typedef void (*farm_txlog_fn)(void *ctx, const struct farm_txlog_rec *r);
+int farm_txlog_scan_file(const char *path, farm_txlog_fn fn, void *ctx,
+                         struct farm_txlog_info *info);
+int farm_txlog_scan_dir(const char *dir, farm_txlog_fn fn, void *ctx,
+                        struct farm_txlog_info *info);
+
 #endif

@@ -31,12 +31,17 @@
  */
 #include "txn/txm.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "txn/epoch.h"
 #include "txn/object.h"
@@ -340,9 +345,27 @@ static uint64_t log_index(const farm_txm *m, uint32_t coord, unsigned t)
 {
 	return (uint64_t)coord * m->T + t;
 }
+/* The log memory: a 64-byte superblock (struct log_super: what a
+ * restarted machine, or a tool, needs to read the logs without the rest of
+ * the machine), one 64-byte header per log, the rings. */
+#define LOG_SUPER_MAGIC 0x314c58544d524146ull /* "FARMTXL1" */
+
+struct log_super {
+	uint64_t magic;
+	uint32_t layout; /* 1 */
+	uint32_t machine;
+	uint32_t M, T;
+	uint64_t R;
+	uint64_t hdr_area;
+	uint64_t total;
+	uint64_t pad[2];
+};
+_Static_assert(sizeof(struct log_super) == 64, "log superblock");
+
 static uint64_t log_hdr_off(const farm_txm *m, uint64_t i)
 {
-	return i * 64;
+	(void)m;
+	return 64 + i * 64;
 }
 static uint64_t log_ring_off(const farm_txm *m, uint64_t i)
 {
@@ -2744,7 +2767,7 @@ int farm_txm_create(farm_fabric *fab, farm_msg *msg, farm_as *as,
 		return -EINVAL;
 	}
 	uint64_t nlogs = (uint64_t)m->M * m->T;
-	m->hdr_area = (nlogs * 64 + 4095) & ~4095ull;
+	m->hdr_area = (64 + nlogs * 64 + 4095) & ~4095ull;
 	uint64_t total = m->hdr_area + nlogs * m->R;
 	m->peers = calloc(m->M, sizeof(*m->peers));
 	m->peer_ready = calloc(m->M, sizeof(*m->peer_ready));
@@ -2769,6 +2792,18 @@ int farm_txm_create(farm_fabric *fab, farm_msg *msg, farm_as *as,
 		return rc;
 	}
 	m->logbase = farm_mem_addr(m->logmem);
+	struct log_super sb = {.magic = LOG_SUPER_MAGIC,
+	                       .layout = 1,
+	                       .machine = m->me,
+	                       .M = m->M,
+	                       .T = m->T,
+	                       .R = m->R,
+	                       .hdr_area = m->hdr_area,
+	                       .total = total};
+	memcpy(m->logbase, &sb, sizeof(sb));
+	if ((rc = farm_mem_persist(m->logmem, m->logbase, sizeof(sb))))
+		farm_warn("txn: cannot make the log superblock durable: %s",
+		          farm_strerror(rc));
 	m->logdesc = farm_mr_describe(m->logmr);
 	m->peers[m->me] = m->logdesc;
 	atomic_store(&m->peer_ready[m->me], 1);
@@ -2974,6 +3009,113 @@ void farm_txm_stats_get(farm_txm *m, farm_txm_stats *out)
 	                        .epochs = v[S_EPOCHS],
 	                        .epochs_failed = v[S_EPOCHS_FAILED],
 	                        .epoch_blocks_reclaimed = v[S_EPOCH_RECLAIMED]};
+}
+
+/* ---- reading logs after a restart ------------------------------------- */
+
+int farm_txlog_scan_file(const char *path, farm_txlog_fn fn, void *ctx,
+                         struct farm_txlog_info *info)
+{
+	if (!path || !fn)
+		return -EINVAL;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	struct stat st;
+	struct log_super sb;
+	int rc = 0;
+	if (fstat(fd, &st))
+		rc = -errno;
+	else if (st.st_size < (off_t)sizeof(sb) ||
+	         pread(fd, &sb, sizeof(sb), 0) != (ssize_t)sizeof(sb) ||
+	         sb.magic != LOG_SUPER_MAGIC)
+		rc = -ENOMSG; /* not a log file */
+	else if (sb.layout != 1 || !sb.M || sb.M > 0x40 || !sb.T ||
+	         sb.T > MAX_LOOPS || sb.machine >= sb.M ||
+	         !farm_is_pow2(sb.R) || sb.R < (64u << 10) ||
+	         sb.R > (64u << 20) ||
+	         sb.hdr_area !=
+	                 ((64 + (uint64_t)sb.M * sb.T * 64 + 4095) & ~4095ull) ||
+	         sb.total != sb.hdr_area + (uint64_t)sb.M * sb.T * sb.R ||
+	         (uint64_t)st.st_size < sb.total)
+		rc = FARM_ECORRUPT;
+	if (rc) {
+		close(fd);
+		return rc;
+	}
+	uint8_t *base = mmap(NULL, sb.total, PROT_READ, MAP_SHARED, fd, 0);
+	close(fd);
+	if (base == MAP_FAILED)
+		return -errno;
+	if (info)
+		*info = (struct farm_txlog_info){
+		        .machine = sb.machine, .M = sb.M, .T = sb.T, .R = sb.R};
+	int n = 0;
+	for (uint32_t c = 0; c < sb.M; c++)
+		for (uint32_t t = 0; t < sb.T; t++) {
+			const uint8_t *ring =
+			        base + sb.hdr_area + ((uint64_t)c * sb.T + t) * sb.R;
+			/* A record is whole when its trailer holds its position
+			 * + 1; truncation zeroes what it frees, so what is left
+			 * are the records not yet truncated. */
+			for (uint64_t off = 0; off < sb.R; off += 64) {
+				struct rec_hdr h;
+				memcpy(&h, ring + off, sizeof(h));
+				if (!h.len || h.len % 64 || h.len > sb.R - off ||
+				    h.type < REC_LOCK || h.type > REC_PAD)
+					continue;
+				uint64_t tr;
+				memcpy(&tr,
+				       ring + off +
+				               (h.type == REC_PAD ? 56 : h.len - 8),
+				       8);
+				if (!tr || (tr - 1) % sb.R != off)
+					continue;
+				if (h.type == REC_PAD ||
+				    rec_size(h.nobj, 0) > h.len)
+					continue;
+				struct farm_txlog_rec r = {.coord = c,
+				                           .thread = t,
+				                           .type = h.type,
+				                           .nobj = h.nobj,
+				                           .len = h.len,
+				                           .txid = h.txid,
+				                           .pos = tr - 1};
+				fn(ctx, &r);
+				n++;
+				off += h.len - 64;
+			}
+		}
+	munmap(base, sb.total);
+	return n;
+}
+
+int farm_txlog_scan_dir(const char *dir, farm_txlog_fn fn, void *ctx,
+                        struct farm_txlog_info *info)
+{
+	if (!dir || !fn)
+		return -EINVAL;
+	DIR *d = opendir(dir);
+	if (!d)
+		return -errno;
+	int rc = -ENOENT;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		size_t l = strlen(e->d_name);
+		if (l < 7 || strcmp(e->d_name + l - 7, ".region"))
+			continue;
+		char path[4096];
+		if (snprintf(path, sizeof(path), "%s/%s", dir, e->d_name) >=
+		    (int)sizeof(path))
+			continue;
+		int n = farm_txlog_scan_file(path, fn, ctx, info);
+		if (n == -ENOMSG)
+			continue; /* a data region, not the logs */
+		rc = n;
+		break;
+	}
+	closedir(d);
+	return rc;
 }
 
 /* ---- testing section (txn_testing.h): for tests only
