@@ -308,6 +308,35 @@ void *farm_as_local_ptr(farm_as *as, farm_gaddr a, uint64_t len)
 	return (uint8_t *)farm_region_base(r) + farm_gaddr_offset(a);
 }
 
+int farm_as_resolve(farm_as *as, farm_gaddr a, uint64_t len, uint8_t **local,
+                    farm_mr_desc *desc)
+{
+	if (!as || !local || !desc || !len ||
+	    !farm_gaddr_valid(a, len, as->region_size))
+		return -EINVAL;
+	*local = NULL;
+	int rc = -EAGAIN;
+	pthread_rwlock_rdlock(&as->lock);
+	struct entry *e = find(as, farm_gaddr_region(a));
+	if (e && e->kind == E_PRIMARY) {
+		*local = (uint8_t *)farm_region_base(e->local) +
+		         farm_gaddr_offset(a);
+		rc = 0;
+	} else if (e && (e->kind == E_REMOTE || e->kind == E_BACKUP) &&
+	           e->desc.len) {
+		*desc = e->desc;
+		rc = 0;
+	}
+	pthread_rwlock_unlock(&as->lock);
+	if (!rc && !*local) {
+		atomic_fetch_add_explicit(&as->st.reads_remote, 1,
+		                          memory_order_relaxed);
+		atomic_fetch_add_explicit(&as->st.lookups_cached, 1,
+		                          memory_order_relaxed);
+	}
+	return rc;
+}
+
 /* ---- handlers (run on the receiving machine's loop) ------------------------
  */
 

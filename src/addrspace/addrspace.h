@@ -75,6 +75,16 @@ farm_region *farm_as_local_region(farm_as *as, uint32_t region,
 /* The local address of [@a, @a + @len) when this machine is @a's primary
  * and the range is inside the region, else NULL. */
 void *farm_as_local_ptr(farm_as *as, farm_gaddr a, uint64_t len);
+/*
+ * farm_as_resolve() - for hot paths that post their own one-sided
+ * operations: where [a, a+len) is, with one lookup. 0 with *@local set
+ * (this machine is the primary: loads and stores) or *@local NULL and
+ * *@desc the remote primary's cached descriptor (counted as a remote read
+ * served from the cache); -EAGAIN when neither is known yet (use
+ * farm_as_read, which looks the region up); -EINVAL for a bad address.
+ */
+int farm_as_resolve(farm_as *as, farm_gaddr a, uint64_t len, uint8_t **local,
+                    farm_mr_desc *desc);
 
 /*
  * farm_as_region_alloc() - a new region with this machine as primary:

@@ -1068,14 +1068,16 @@ static void rd_start(struct rd_op *op)
 	struct txloop *tl = op->tl;
 	farm_txm *m = tl->m;
 	uint64_t len = 64ull * op->lines;
-	const uint8_t *p = farm_as_local_ptr(m->as, op->a, len);
-	if (p) {
+	uint8_t *p;
+	farm_mr_desc d;
+	int rc = farm_as_resolve(m->as, op->a, len, &p, &d);
+	if (!rc && p) {
 		if (!farm_lines_copy(op->img, p, len, LINE_TRIES)) {
 			rd_retry(op);
 			return;
 		}
-		int rc = obj_check(op->img, op->lines, op->want, &op->version,
-		                   &op->incarn);
+		rc = obj_check(op->img, op->lines, op->want, &op->version,
+		               &op->incarn);
 		if (rc == -EAGAIN) {
 			rd_retry(op);
 			return;
@@ -1089,8 +1091,16 @@ static void rd_start(struct rd_op *op)
 		return;
 	}
 	op->t0 = farm_cycles();
-	int rc = farm_as_read(m->as, tl->loop, op->a, op->img, tl->ar.mr,
-	                      (uint32_t)len, rd_remote_done, op);
+	if (!rc) {
+		/* The primary's descriptor is cached: one READ, posted here. */
+		farm_wr wr = farm_wr_read(0, op->img, tl->ar.mr, (uint32_t)len,
+		                          &d, farm_gaddr_offset(op->a));
+		rc = farm_loop_rdma(tl->loop, d.machine, &wr, rd_remote_done,
+		                    op);
+	} else if (rc == -EAGAIN) {
+		rc = farm_as_read(m->as, tl->loop, op->a, op->img, tl->ar.mr,
+		                  (uint32_t)len, rd_remote_done, op);
+	}
 	if (rc == -EAGAIN) { /* the endpoint drains after a failure */
 		rd_retry(op);
 		return;
