@@ -3,11 +3,16 @@
  * by one thread: a long random sequence of puts, gets and deletes from
  * every machine against an in-memory model (with hops, overflow chains,
  * removes that collapse chains, long keys and large values), occupancy
- * past 90% with H = 8 without a failed insert, and bad input.
+ * past 90% with H = 8 without a failed insert, the placement's moves
+ * (backward moves, evictions to shallower chains, dense chains, chains
+ * pulled back into buckets), lookups that never miss a key while others
+ * move it (one thread, then a thread per machine), and bad input.
  */
 #include "asnodes.h"
 
 #include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
 
 #include "hashtable/ht.h"
 
@@ -297,6 +302,444 @@ static void test_occupancy(void **state)
 	assert_int_equal(seen, (long)n);
 }
 
+/* ---- moves: backward, eviction, dense chains, pull-back
+ * ---------------------------------------------------------------- */
+
+#define MV_NB   16 /* buckets per shard */
+#define MV_KEYS 12 /* keys per home */
+
+/* Keys of shard 0 homed at buckets 4, 5 and 6, placed as ht.c places
+ * them: the shard by jump hashing, the home (hash >> 11) % buckets. */
+static char PK[MV_NB][MV_KEYS][17];
+
+static void mv_pool(void)
+{
+	unsigned n[MV_NB] = {0}, full = 0;
+	for (unsigned i = 0; full < 3; i++) {
+		char k[17];
+		assert_true(i < 1000000);
+		snprintf(k, sizeof(k), "mv%014u", i);
+		uint64_t x = farm_ht_hash(k, 16);
+		uint32_t b = (uint32_t)((x >> 11) % MV_NB);
+		if (farm_ht_shard_index(x, 3) != 0 || b < 4 || b > 6 ||
+		    n[b] == MV_KEYS)
+			continue;
+		memcpy(PK[b][n[b]++], k, 17);
+		full += n[b] == MV_KEYS;
+	}
+}
+
+static struct farm_ht_stats mv_stats(void)
+{
+	struct farm_ht_stats s = {0}, t;
+	for (unsigned m = 0; m < 3; m++) {
+		farm_ht_stats_get(H[m], &t);
+		s.hops += t.hops;
+		s.chain_appends += t.chain_appends;
+		s.chain_frees += t.chain_frees;
+		s.lookup_chain_reads += t.lookup_chain_reads;
+	}
+	return s;
+}
+
+/* Key @i homed at bucket @b: put (value: the key twice), delete, look up
+ * from another machine (returns the chain blocks the lookup read). */
+static void mv_put(unsigned b, unsigned i)
+{
+	char v[32];
+	memcpy(v, PK[b][i], 16);
+	memcpy(v + 16, PK[b][i], 16);
+	assert_int_equal(put(0, PK[b][i], 16, v, 32), 0);
+}
+
+static void mv_del(unsigned b, unsigned i)
+{
+	assert_int_equal(del(2, PK[b][i], 16), 0);
+}
+
+static uint64_t mv_get(unsigned b, unsigned i)
+{
+	uint64_t c0 = mv_stats().lookup_chain_reads;
+	assert_int_equal(get(1, PK[b][i], 16), 0);
+	assert_int_equal(R.len, 32);
+	assert_memory_equal(R.val, PK[b][i], 16);
+	assert_memory_equal(R.val + 16, PK[b][i], 16);
+	return mv_stats().lookup_chain_reads - c0;
+}
+
+/* Chain blocks read to look up keys [@from, @to) of home @b (all found). */
+static uint64_t mv_gets(unsigned b, unsigned from, unsigned to)
+{
+	uint64_t c = 0;
+	for (unsigned i = from; i < to; i++)
+		c += mv_get(b, i);
+	return c;
+}
+
+static void test_moves(void **state)
+{
+	(void)state;
+	mv_pool();
+	/* Keys A0.. homed at bucket 4, B0.. at 5, C0.. at 6, all in shard
+	 * 0; H = 8: 4 slots a bucket. Each case on new shards. */
+	enum { HA = 4, HB = 5, HC = 6 };
+	struct farm_ht_stats s0, s1;
+
+	/* Backward move. A4 lives in bucket 5, then bucket 4 gets a free
+	 * slot; buckets 5, 6, 7 are full and no forward hop can free one
+	 * (bucket 7 holds only keys homed at 6). B3 moves A4 back to bucket 4
+	 * and takes its slot, rather than going to a chain. */
+	make_shards(MV_NB);
+	for (unsigned i = 0; i < 5; i++)
+		mv_put(HA, i); /* A0..A3 in bucket 4, A4 in 5 */
+	mv_del(HA, 0);
+	for (unsigned i = 0; i < 3; i++)
+		mv_put(HB, i); /* bucket 5 full */
+	for (unsigned i = 0; i < 8; i++)
+		mv_put(HC, i); /* buckets 6 and 7 full */
+	s0 = mv_stats();
+	mv_put(HB, 3);
+	s1 = mv_stats();
+	assert_int_equal(s1.hops - s0.hops, 1);
+	assert_int_equal(s1.chain_appends - s0.chain_appends, 0);
+	assert_int_equal(get(1, PK[HA][0], 16), -ENOENT);
+	assert_int_equal(
+	        mv_gets(HA, 1, 5) + mv_gets(HB, 0, 4) + mv_gets(HC, 0, 8), 0);
+
+	/* Eviction. Buckets 4..7 full as above, no move frees a slot; B4 and
+	 * B5 fill the first block of home 5's chain. B6 would need a second
+	 * block (2 chain reads); instead a key homed at 6 leaves bucket 6 for
+	 * home 6's empty chain (1 chain read) and B6 takes its slot. */
+	make_shards(MV_NB);
+	for (unsigned i = 0; i < 8; i++)
+		mv_put(HC, i);
+	for (unsigned i = 0; i < 4; i++)
+		mv_put(HA, i);
+	for (unsigned i = 0; i < 6; i++)
+		mv_put(HB, i); /* B4, B5 in home 5's chain */
+	s0 = mv_stats();
+	mv_put(HB, 6);
+	s1 = mv_stats();
+	assert_int_equal(s1.hops - s0.hops, 0);
+	assert_int_equal(s1.chain_appends - s0.chain_appends, 1);
+	assert_int_equal(mv_get(HB, 6), 0);
+	assert_int_equal(mv_get(HB, 4) + mv_get(HB, 5), 2);
+	assert_int_equal(mv_gets(HC, 0, 8), 1); /* the evicted one */
+	assert_int_equal(mv_gets(HA, 0, 4) + mv_gets(HB, 0, 4), 0);
+
+	/* Dense chains. Buckets 4 and 5 hold only keys homed at 4 and nothing
+	 * can move: A8..A10 go to home 4's chain, A10 in its second block (a
+	 * new block goes at the end, so A8 and A9 stay one block deep).
+	 * Deleting A8 moves A10 into its slot and frees the second block. */
+	make_shards(MV_NB);
+	s0 = mv_stats();
+	for (unsigned i = 0; i < 11; i++)
+		mv_put(HA, i);
+	s1 = mv_stats();
+	assert_int_equal(s1.chain_appends - s0.chain_appends, 2);
+	assert_int_equal(mv_gets(HA, 0, 8), 0);
+	assert_int_equal(mv_get(HA, 8) + mv_get(HA, 9), 2);
+	assert_int_equal(mv_get(HA, 10), 2);
+	mv_del(HA, 8);
+	s0 = mv_stats();
+	assert_int_equal(s0.chain_frees - s1.chain_frees, 1);
+	assert_int_equal(get(1, PK[HA][8], 16), -ENOENT);
+	assert_int_equal(mv_get(HA, 9) + mv_get(HA, 10), 2);
+
+	/* Pull-back through a move. Bucket 4: A0..A3, bucket 5: B0 and
+	 * A4..A6, buckets 6 and 7: C0..C7, home 4's chain: A7, A8. Deleting
+	 * C0 frees a slot in bucket 6 that no chain key may use; B0 moves
+	 * there from bucket 5 and A8 (the chain's last pair) takes B0's
+	 * slot. Then deleting A0 pulls A7 into bucket 4 and the chain is
+	 * gone. */
+	make_shards(MV_NB);
+	s0 = mv_stats();
+	for (unsigned i = 0; i < 8; i++)
+		mv_put(HC, i);
+	for (unsigned i = 0; i < 4; i++)
+		mv_put(HA, i);
+	mv_put(HB, 0);
+	for (unsigned i = 4; i < 9; i++)
+		mv_put(HA, i); /* A4..A6 in bucket 5, A7, A8 in the chain */
+	s1 = mv_stats();
+	assert_int_equal(s1.chain_appends - s0.chain_appends, 1);
+	assert_int_equal(mv_get(HA, 7) + mv_get(HA, 8), 2);
+	mv_del(HC, 0);
+	s0 = mv_stats();
+	assert_int_equal(s0.hops - s1.hops, 1);
+	assert_int_equal(s0.chain_frees - s1.chain_frees, 0);
+	assert_int_equal(mv_get(HA, 8), 0);
+	assert_int_equal(mv_get(HA, 7), 1);
+	mv_del(HA, 0);
+	s1 = mv_stats();
+	assert_int_equal(s1.chain_frees - s0.chain_frees, 1);
+	assert_int_equal(mv_gets(HA, 1, 9) + mv_get(HB, 0) + mv_gets(HC, 1, 8),
+	                 0);
+	assert_int_equal(get(1, PK[HC][0], 16), -ENOENT);
+}
+
+/* ---- lookups during moves
+ * ------------------------------------------------------------------ */
+
+#define CH_STABLE 60u  /* keys put once, then only looked up */
+#define CH_CHURN  120u /* keys put and deleted at random */
+#define CH_OPS    30000u
+#define CH_WINDOW 16u
+
+struct chop {
+	unsigned key; /* < CH_STABLE: stable */
+	int put;      /* 1 put, 2 del, 0 get */
+};
+
+static unsigned Ch_inflight;
+static uint64_t Ch_bad, Ch_stable_found, Ch_churn_found;
+
+static void ch_key(unsigned i, char *k)
+{
+	snprintf(k, 17, "%s%013u", i < CH_STABLE ? "st" : "ch", i);
+}
+
+static void ch_op_cb(farm_loop *loop, void *ctx, int status)
+{
+	(void)loop;
+	struct chop *o = ctx;
+	Ch_inflight--;
+	if (status && !(o->put == 2 && status == -ENOENT))
+		Ch_bad++;
+	free(o);
+}
+
+static void ch_get_cb(farm_loop *loop, void *ctx, int status, const void *val,
+                      uint32_t len)
+{
+	(void)loop;
+	struct chop *o = ctx;
+	char k[17];
+	ch_key(o->key, k);
+	Ch_inflight--;
+	if (o->key < CH_STABLE) {
+		/* Never changed: found with its value whatever moves. */
+		if (status || len != 32 || memcmp(val, k, 16))
+			Ch_bad++;
+		Ch_stable_found += !status;
+	} else if (status == 0) {
+		/* Any value it was given (32 bytes inline, 100 indirect). */
+		if ((len != 32 && len != 100) || memcmp(val, k, 16))
+			Ch_bad++;
+		Ch_churn_found++;
+	} else if (status != -ENOENT) {
+		Ch_bad++;
+	}
+	free(o);
+}
+
+static void test_churn(void **state)
+{
+	(void)state;
+	/* 3 shards x 8 buckets x 4 slots = 96 slots for 60 stable keys and
+	 * up to 120 others: hops both ways, evictions, chains that grow and
+	 * are pulled back, while lookups from every machine are in flight. */
+	make_shards(8);
+	char k[17], v[100];
+	for (unsigned i = 0; i < CH_STABLE; i++) {
+		ch_key(i, k);
+		memcpy(v, k, 16);
+		memcpy(v + 16, k, 16);
+		assert_int_equal(put(i % 3, k, 16, v, 32), 0);
+	}
+	struct farm_ht_stats s0[3], t;
+	for (unsigned m = 0; m < 3; m++)
+		farm_ht_stats_get(H[m], &s0[m]);
+	uint64_t seed = 777, issued = 0;
+	while (issued < CH_OPS || Ch_inflight) {
+		while (issued < CH_OPS && Ch_inflight < CH_WINDOW) {
+			struct chop *o = malloc(sizeof(*o));
+			assert_non_null(o);
+			unsigned r = (unsigned)(farm_rand64(&seed) % 8);
+			unsigned m = (unsigned)(farm_rand64(&seed) % 3);
+			o->key = r < 4 ? (unsigned)(farm_rand64(&seed) %
+			                            CH_STABLE)
+			               : CH_STABLE +
+			                         (unsigned)(farm_rand64(&seed) %
+			                                    CH_CHURN);
+			o->put = r < 5 ? 0 : r < 7 ? 1 : 2;
+			ch_key(o->key, k);
+			int rc;
+			if (o->put == 1) {
+				uint32_t vl = farm_rand64(&seed) % 4 ? 32 : 100;
+				memset(v, (int)issued, sizeof(v));
+				memcpy(v, k, 16);
+				rc = farm_ht_put(H[m], C.m[m].loop, k, 16, v,
+				                 vl, ch_op_cb, o);
+			} else if (o->put == 2) {
+				rc = farm_ht_del(H[m], C.m[m].loop, k, 16,
+				                 ch_op_cb, o);
+			} else {
+				rc = farm_ht_get(H[m], C.m[m].loop, k, 16,
+				                 ch_get_cb, o);
+			}
+			assert_int_equal(rc, 0);
+			Ch_inflight++;
+			issued++;
+		}
+		asn_pump(&C);
+	}
+	uint64_t hops = 0, appends = 0, frees = 0, retries = 0;
+	for (unsigned m = 0; m < 3; m++) {
+		farm_ht_stats_get(H[m], &t);
+		hops += t.hops - s0[m].hops;
+		appends += t.chain_appends - s0[m].chain_appends;
+		frees += t.chain_frees - s0[m].chain_frees;
+		retries += t.lookup_retries - s0[m].lookup_retries;
+	}
+	printf("churn: %u ops; %" PRIu64 " stable and %" PRIu64
+	       " other lookups found; %" PRIu64 " moves, %" PRIu64
+	       " chain blocks added, %" PRIu64 " freed, %" PRIu64
+	       " lookup retries\n",
+	       CH_OPS, Ch_stable_found, Ch_churn_found, hops, appends, frees,
+	       retries);
+	assert_int_equal(Ch_bad, 0);
+	assert_true(hops > 0 && appends > 0 && frees > 0);
+	for (unsigned i = 0; i < CH_STABLE; i++) {
+		ch_key(i, k);
+		assert_int_equal(get(i % 3, k, 16), 0);
+		assert_memory_equal(R.val, k, 16);
+	}
+}
+
+/* The same with each machine's loop driven by its own thread: lookups
+ * from the other machines race the owner's commits. */
+struct mtop {
+	unsigned key;
+	int put;
+	unsigned *inflight;
+};
+
+static _Atomic uint64_t Mt_bad, Mt_found, Mt_running;
+
+static void mt_op_cb(farm_loop *loop, void *ctx, int status)
+{
+	(void)loop;
+	struct mtop *o = ctx;
+	(*o->inflight)--;
+	if (status && !(o->put == 2 && status == -ENOENT))
+		atomic_fetch_add(&Mt_bad, 1);
+	free(o);
+}
+
+static void mt_get_cb(farm_loop *loop, void *ctx, int status, const void *val,
+                      uint32_t len)
+{
+	(void)loop;
+	struct mtop *o = ctx;
+	char k[17];
+	ch_key(o->key, k);
+	(*o->inflight)--;
+	if (o->key < CH_STABLE) {
+		if (status || len != 32 || memcmp(val, k, 16))
+			atomic_fetch_add(&Mt_bad, 1);
+		else
+			atomic_fetch_add(&Mt_found, 1);
+	} else if (status == 0) {
+		if ((len != 32 && len != 100) || memcmp(val, k, 16))
+			atomic_fetch_add(&Mt_bad, 1);
+	} else if (status != -ENOENT) {
+		atomic_fetch_add(&Mt_bad, 1);
+	}
+	free(o);
+}
+
+static void *mt_run(void *arg)
+{
+	unsigned m = (unsigned)(uintptr_t)arg;
+	uint64_t seed = 1000 + m, issued = 0;
+	unsigned inflight = 0;
+	char k[17], v[100];
+	while (issued < CH_OPS || inflight) {
+		while (issued < CH_OPS && inflight < CH_WINDOW) {
+			struct mtop *o = malloc(sizeof(*o));
+			if (!o)
+				abort();
+			unsigned r = (unsigned)(farm_rand64(&seed) % 8);
+			o->key = r < 4 ? (unsigned)(farm_rand64(&seed) %
+			                            CH_STABLE)
+			               : CH_STABLE +
+			                         (unsigned)(farm_rand64(&seed) %
+			                                    CH_CHURN);
+			o->put = r < 5 ? 0 : r < 7 ? 1 : 2;
+			o->inflight = &inflight;
+			ch_key(o->key, k);
+			int rc;
+			if (o->put == 1) {
+				uint32_t vl = farm_rand64(&seed) % 4 ? 32 : 100;
+				memset(v, (int)issued, sizeof(v));
+				memcpy(v, k, 16);
+				rc = farm_ht_put(H[m], C.m[m].loop, k, 16, v,
+				                 vl, mt_op_cb, o);
+			} else if (o->put == 2) {
+				rc = farm_ht_del(H[m], C.m[m].loop, k, 16,
+				                 mt_op_cb, o);
+			} else {
+				rc = farm_ht_get(H[m], C.m[m].loop, k, 16,
+				                 mt_get_cb, o);
+			}
+			if (rc) {
+				free(o);
+				if (rc != -EAGAIN && rc != -ENOBUFS)
+					atomic_fetch_add(&Mt_bad, 1);
+				break;
+			}
+			inflight++;
+			issued++;
+		}
+		(void)farm_loop_poll(C.m[m].loop);
+	}
+	/* Keep serving the others until all are done. */
+	atomic_fetch_sub(&Mt_running, 1);
+	while (atomic_load(&Mt_running))
+		(void)farm_loop_poll(C.m[m].loop);
+	return NULL;
+}
+
+static void test_churn_mt(void **state)
+{
+	(void)state;
+	make_shards(8);
+	char k[17], v[32];
+	for (unsigned i = 0; i < CH_STABLE; i++) {
+		ch_key(i, k);
+		memcpy(v, k, 16);
+		memcpy(v + 16, k, 16);
+		assert_int_equal(put(i % 3, k, 16, v, 32), 0);
+	}
+	struct farm_ht_stats s0[3], t;
+	for (unsigned m = 0; m < 3; m++)
+		farm_ht_stats_get(H[m], &s0[m]);
+	pthread_t th[3];
+	atomic_store(&Mt_running, 3);
+	for (unsigned m = 0; m < 3; m++)
+		assert_int_equal(pthread_create(&th[m], NULL, mt_run,
+		                                (void *)(uintptr_t)m),
+		                 0);
+	for (unsigned m = 0; m < 3; m++)
+		pthread_join(th[m], NULL);
+	uint64_t hops = 0, retries = 0;
+	for (unsigned m = 0; m < 3; m++) {
+		farm_ht_stats_get(H[m], &t);
+		hops += t.hops - s0[m].hops;
+		retries += t.lookup_retries - s0[m].lookup_retries;
+	}
+	printf("churn, threads: %" PRIu64 " stable lookups found, %" PRIu64
+	       " moves, %" PRIu64 " lookup retries, %" PRIu64 " bad\n",
+	       (uint64_t)Mt_found, hops, retries, (uint64_t)Mt_bad);
+	assert_int_equal(Mt_bad, 0);
+	for (unsigned i = 0; i < CH_STABLE; i++) {
+		ch_key(i, k);
+		assert_int_equal(get(i % 3, k, 16), 0);
+		assert_memory_equal(R.val, k, 16);
+	}
+}
+
 static void test_bad_input(void **state)
 {
 	(void)state;
@@ -321,6 +764,9 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test(test_model),
 	        cmocka_unit_test(test_occupancy),
+	        cmocka_unit_test(test_moves),
+	        cmocka_unit_test(test_churn),
+	        cmocka_unit_test(test_churn_mt),
 	        cmocka_unit_test(test_bad_input),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -3,15 +3,16 @@
  *
  * Bucket object data: [fwd u64][bwd u64][overflow fat pointer 24 B]
  * [H/2 slots]. Chain block data: [ver u64][pad u64... 32 B header with the
- * next block's fat pointer][2 slots]. Slot: [flags u8][klen u8][pad u16]
- * [vlen u32][key K][value V]. A slot whose value or key does not fit holds
- * a fat pointer to an object [klen u32][vlen u32][key][value] in its value
- * area (and, for a long key, the key's hash in its key area).
+ * next block's fat pointer][BLK_SLOTS (2) slots]. Slot: [flags u8][klen u8]
+ * [pad u16][vlen u32][key K][value V]. A slot whose value or key does not
+ * fit holds a fat pointer to an object [klen u32][vlen u32][key][value] in
+ * its value area (and, for a long key, the key's hash in its key area).
  */
 #include "hashtable/ht.h"
 
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,7 +26,8 @@
 #define SLOT_LONGKEY  4u
 #define BKT_HDR       40u /* fwd, bwd, overflow */
 #define BLK_HDR       32u /* ver, next */
-#define HOP_REACH     32u /* buckets probed forward for a free slot */
+#define BLK_SLOTS     2u  /* pairs per overflow block (FaRM's two) */
+#define HOP_REACH     32u /* buckets probed each way for a free slot */
 #define MAX_LOOPS     64
 #define POOL_BUFS     256u
 #define MAX_BATCH     64u
@@ -264,6 +266,7 @@ struct get_op {
 	uint32_t olen;
 	farm_fatptr next;
 	int stage; /* 0 buckets, 1 chain block, 2 indirect value */
+	farm_lf_op ep; /* an epoch operation from start to continuation */
 };
 
 static void get_start(struct get_op *g);
@@ -276,6 +279,7 @@ static void get_end(struct get_op *g, int status, const void *val, uint32_t len)
 	farm_ht_get_fn cont = g->cont;
 	void *ctx = g->ctx;
 	cont(loop, ctx, status, val, len);
+	farm_lf_end(&g->ep);
 	if (g->img)
 		buf_put(g->l, g->img);
 	free(g->d0);
@@ -320,7 +324,7 @@ static void get_scan_block(struct get_op *g, uint8_t *blk)
 		get_retry(g);
 		return;
 	}
-	for (unsigned i = 0; i < 2; i++) {
+	for (unsigned i = 0; i < BLK_SLOTS; i++) {
 		uint8_t *s = blk_slot(h, blk, i);
 		if (slot_match(h, s, g->key, g->klen, g->hash)) {
 			get_found(g, s);
@@ -534,6 +538,15 @@ int farm_ht_get(farm_ht *h, farm_loop *loop, const void *key, uint32_t klen,
 	g->b = home_of(hash, sd->nbuckets);
 	g->cont = cont;
 	g->ctx = ctx;
+	/* Buckets, chain blocks and value objects it reaches must not change
+	 * size class until it is done (epochs). */
+	if ((rc = farm_lf_begin(h->txm, loop, &g->ep))) {
+		buf_put(l, g->img);
+		free(g->d0);
+		free(g->d1);
+		free(g);
+		return rc; /* the loop has no transactions attached */
+	}
 	st_add(h, T_LOOKUPS, 1);
 	get_start(g);
 	return 0;
@@ -765,7 +778,7 @@ static int find_key(struct wctx *w, uint32_t home, const uint8_t *key,
 		                        (const void **)&blk);
 		if (rc)
 			return rc;
-		for (unsigned i = 0; i < 2; i++)
+		for (unsigned i = 0; i < BLK_SLOTS; i++)
 			if (slot_match(h, blk_slot(h, (uint8_t *)blk, i), key,
 			               klen, hash)) {
 				*lc = (struct loc){.where = 2,
@@ -780,76 +793,147 @@ static int find_key(struct wctx *w, uint32_t home, const uint8_t *key,
 	return 0;
 }
 
-/* A free slot in reach of @home, hopping one there if needed. Returns 0
- * with the bucket and slot, -ENOSPC when hopping cannot make one. */
+/* The first free slot of bucket data @bd, or -1. */
+static int free_slot(const farm_ht *h, const uint8_t *bd)
+{
+	for (unsigned i = 0; i < h->spb; i++)
+		if (!(slot_at(h, (uint8_t *)bd, i)[0] & SLOT_USED))
+			return (int)i;
+	return -1;
+}
+
+/* Can a free slot of bucket @y move to the adjacent bucket @n? When @n
+ * holds a key homed at min(y, n), which may live in both: it moves from
+ * @n into @y (a forward hop when n = y - 1, a backward move when
+ * n = y + 1). *@slot: its slot in @n, or -1. */
+static int step_slot(struct wctx *w, uint32_t y, uint32_t n, int *slot)
+{
+	farm_ht *h = w->h;
+	uint32_t home = FARM_MIN(y, n);
+	const uint8_t *bd;
+	int rc = rbucket(w, n, &bd);
+	if (rc)
+		return rc;
+	*slot = -1;
+	for (unsigned i = 0; i < h->spb; i++) {
+		const uint8_t *s = slot_at(h, (uint8_t *)bd, i);
+		if ((s[0] & SLOT_USED) &&
+		    home_of(slot_hash(h, s), w->sd->nbuckets) == home) {
+			*slot = (int)i;
+			break;
+		}
+	}
+	return 0;
+}
+
+/* Move the pair in slot @fs of bucket @from to the free slot @ts of the
+ * adjacent bucket @to (the pair may live in both), bumping the joint
+ * versions around both: a lookup reads the pair's two buckets together
+ * and sees it in one of them. */
+static int move_pair(struct wctx *w, uint32_t from, unsigned fs, uint32_t to,
+                     unsigned ts)
+{
+	farm_ht *h = w->h;
+	uint8_t *pf, *pt;
+	int rc = wbucket(w, from, &pf);
+	if (!rc)
+		rc = wbucket(w, to, &pt);
+	if (rc)
+		return rc;
+	memcpy(slot_at(h, pt, ts), slot_at(h, pf, fs), h->slot_bytes);
+	memset(slot_at(h, pf, fs), 0, h->slot_bytes);
+	if ((rc = bump_pairs(w, to)) || (rc = bump_pairs(w, from)))
+		return rc;
+	st_add(h, T_HOPS, 1);
+	return 0;
+}
+
+/* Slide the free slot *@ys of bucket @y to bucket @t, one move per bucket
+ * (each step checked before with step_slot). *@ys: the free slot in @t. */
+static int slide(struct wctx *w, uint32_t y, unsigned *ys, uint32_t t)
+{
+	while (y != t) {
+		uint32_t n = y > t ? y - 1 : y + 1;
+		int s;
+		int rc = step_slot(w, y, n, &s);
+		if (rc)
+			return rc;
+		if (s < 0)
+			return FARM_ECORRUPT; /* checked before: cannot be */
+		if ((rc = move_pair(w, n, (unsigned)s, y, *ys)))
+			return rc;
+		*ys = (unsigned)s;
+		y = n;
+	}
+	return 0;
+}
+
+/* A free slot in reach of @home (in @home or @home + 1), slid there if
+ * needed from the nearest free slot forward (keys homed at x - 1 hop from
+ * x - 1 to x) or backward (keys homed at x - 1 move from x back to x - 1),
+ * whichever takes fewer moves (forward on a tie), within HOP_REACH
+ * buckets. Returns 0 with the bucket and slot, -ENOSPC when no free slot
+ * can be slid there. */
 static int make_room(struct wctx *w, uint32_t home, uint32_t *ob, unsigned *os)
 {
 	farm_ht *h = w->h;
 	uint32_t nb = w->sd->nbuckets;
-	uint32_t j = UINT32_MAX;
-	unsigned js = 0;
-	for (uint32_t b = home;
-	     b <= FARM_MIN(home + HOP_REACH, nb) && j == UINT32_MAX; b++) {
-		const uint8_t *bd;
-		int rc = rbucket(w, b, &bd);
-		if (rc)
+	const uint8_t *bd;
+	int rc, s;
+	for (uint32_t b = home; b <= home + 1; b++) {
+		if ((rc = rbucket(w, b, &bd)))
 			return rc;
-		for (unsigned i = 0; i < h->spb; i++)
-			if (!(slot_at(h, (uint8_t *)bd, i)[0] & SLOT_USED)) {
-				j = b;
-				js = i;
-				break;
-			}
-	}
-	if (j == UINT32_MAX)
-		return -ENOSPC;
-	/* Dry run: every step from j down must find a movable key. */
-	uint32_t x = j;
-	while (x > home + 1) {
-		const uint8_t *prev;
-		int rc = rbucket(w, x - 1, &prev);
-		if (rc)
-			return rc;
-		bool movable = false;
-		for (unsigned i = 0; i < h->spb && !movable; i++) {
-			const uint8_t *s = slot_at(h, (uint8_t *)prev, i);
-			movable = (s[0] & SLOT_USED) &&
-			          home_of(slot_hash(h, s), nb) == x - 1;
+		if ((s = free_slot(h, bd)) >= 0) {
+			*ob = b;
+			*os = (unsigned)s;
+			return 0;
 		}
-		if (!movable)
-			return -ENOSPC;
-		x--;
 	}
-	/* Hop: move a key homed at x-1 from x-1 into x's free slot. */
-	x = j;
-	unsigned xs = js;
-	while (x > home + 1) {
-		uint8_t *px, *pp;
-		int rc = wbucket(w, x, &px);
-		if (!rc)
-			rc = wbucket(w, x - 1, &pp);
-		if (rc)
+	/* Forward: bucket y is in reach when y - 1 is and holds a key homed
+	 * at y - 1. */
+	uint32_t fj = UINT32_MAX, bj = UINT32_MAX;
+	unsigned fs = 0, bs = 0, fdist = HOP_REACH + 1;
+	for (uint32_t y = home + 2; y <= FARM_MIN(home + HOP_REACH, nb); y++) {
+		if ((rc = step_slot(w, y, y - 1, &s)))
 			return rc;
-		unsigned from = 0;
-		for (unsigned i = 0; i < h->spb; i++) {
-			const uint8_t *s = slot_at(h, pp, i);
-			if ((s[0] & SLOT_USED) &&
-			    home_of(slot_hash(h, s), nb) == x - 1) {
-				from = i;
-				break;
-			}
+		if (s < 0)
+			break;
+		if ((rc = rbucket(w, y, &bd)))
+			return rc;
+		if ((s = free_slot(h, bd)) >= 0) {
+			fj = y;
+			fs = (unsigned)s;
+			fdist = y - (home + 1);
+			break;
 		}
-		memcpy(slot_at(h, px, xs), slot_at(h, pp, from), h->slot_bytes);
-		memset(slot_at(h, pp, from), 0, h->slot_bytes);
-		if ((rc = bump_pairs(w, x)) || (rc = bump_pairs(w, x - 1)))
-			return rc;
-		st_add(h, T_HOPS, 1);
-		x--;
-		xs = from;
 	}
-	*ob = x;
-	*os = xs;
-	return 0;
+	/* Backward, when shorter: bucket y < home is in reach when y + 1 is
+	 * and holds a key homed at y. */
+	for (uint32_t d = 1; d <= home && d < fdist && d <= HOP_REACH; d++) {
+		uint32_t y = home - d;
+		if ((rc = step_slot(w, y, y + 1, &s)))
+			return rc;
+		if (s < 0)
+			break;
+		if ((rc = rbucket(w, y, &bd)))
+			return rc;
+		if ((s = free_slot(h, bd)) >= 0) {
+			bj = y;
+			bs = (unsigned)s;
+			break;
+		}
+	}
+	if (bj != UINT32_MAX) {
+		*ob = home;
+		*os = bs;
+		return slide(w, bj, os, home);
+	}
+	if (fj != UINT32_MAX) {
+		*ob = home + 1;
+		*os = fs;
+		return slide(w, fj, os, home + 1);
+	}
+	return -ENOSPC;
 }
 
 static void chain_block_init(const farm_ht *h, uint8_t *blk, uint64_t ver,
@@ -892,6 +976,171 @@ static int stamp_block(struct wctx *w, uint8_t *blk, uint32_t home)
 	return rc;
 }
 
+/* Where a pair added to a home's chain goes: the first free slot from the
+ * head, else a new block linked after the last one. */
+struct cfree {
+	unsigned depth;   /* blocks a lookup reads to reach it (head: 1) */
+	farm_fatptr blk;  /* the block with the free slot; null: a new block */
+	unsigned slot;    /* in blk */
+	farm_fatptr last; /* the last block (null: the chain is empty) */
+};
+
+/* Walks at most @limit - 1 blocks of @home's chain: a depth of @limit means
+ * no free slot shallower than that (blk and last then mean nothing). */
+static int chain_free(struct wctx *w, uint32_t home, unsigned limit,
+                      struct cfree *cf)
+{
+	farm_ht *h = w->h;
+	const uint8_t *hb;
+	int rc = rbucket(w, home, &hb);
+	if (rc)
+		return rc;
+	memset(cf, 0, sizeof(*cf));
+	cf->depth = 1;
+	farm_fatptr cur = get_fat(B_OVF(hb));
+	while (cur.addr && cf->depth < limit) {
+		const void *d;
+		if ((rc = farm_tx_read_local(w->tx, cur.addr, cur.size, &d)))
+			return rc;
+		const uint8_t *blk = d;
+		for (unsigned i = 0; i < BLK_SLOTS; i++)
+			if (!(blk_slot(h, (uint8_t *)blk, i)[0] & SLOT_USED)) {
+				cf->blk = cur;
+				cf->slot = i;
+				return 0;
+			}
+		cf->last = cur;
+		cur = get_fat(blk + 8);
+		cf->depth++;
+	}
+	return 0;
+}
+
+/* The writable free slot @cf names in @home's chain: in its block, or in
+ * the batch's new block (the caller made sure of it), linked after the
+ * last one. The caller fills the slot, then stamps *@blk. */
+static int chain_take(struct wctx *w, uint32_t home, const struct cfree *cf,
+                      uint8_t **blk, uint8_t **slot)
+{
+	farm_ht *h = w->h;
+	struct shardq *q = w->q;
+	int rc;
+	if (cf->blk.addr) {
+		if ((rc = farm_tx_write(w->tx, cf->blk.addr, (void **)blk)))
+			return rc;
+		*slot = blk_slot(h, *blk, cf->slot);
+		return 0;
+	}
+	*blk = q->blk_data;
+	chain_block_init(h, *blk, 0, (farm_fatptr){0});
+	if (cf->last.addr) {
+		uint8_t *lb;
+		if ((rc = farm_tx_write(w->tx, cf->last.addr, (void **)&lb)))
+			return rc;
+		put_fat(lb + 8, q->blk_fp);
+		if ((rc = stamp_block(w, lb, home)))
+			return rc;
+	} else {
+		uint8_t *hb;
+		if ((rc = wbucket(w, home, &hb)))
+			return rc;
+		put_fat(B_OVF(hb), q->blk_fp);
+	}
+	q->blk_ready = false;
+	st_add(h, T_CHAIN_APPENDS, 1);
+	*slot = blk_slot(h, *blk, 0);
+	return 0;
+}
+
+/* No free slot can be slid into reach of @home, and a pair added to its
+ * chain would sit at depth @own. Rather, a pair of another home, in reach
+ * as make_room's free slots are, whose chain has a shallower free slot
+ * goes there (the shallowest, then the nearest), and the slot it leaves is
+ * slid to @home or @home + 1: as many pairs end in chains, fewer chain
+ * reads. Each move stays within a pair's two buckets or between them and
+ * its home's chain. Returns 0 with the bucket and slot, -ENOSPC when no
+ * pair's chain is shallower, NEED_BLK (nothing changed) when that chain
+ * needs the batch's new block. */
+static int evict(struct wctx *w, uint32_t home, unsigned own, uint32_t *ob,
+                 unsigned *os)
+{
+	farm_ht *h = w->h;
+	uint32_t nb = w->sd->nbuckets;
+	unsigned best = own, bs = 0;
+	uint32_t by = 0, bt = 0, bh = 0;
+	bool fwd = true, bwd = true;
+	int rc, s = 0;
+	/* Bucket home + 1 + d slides to home + 1, bucket home - d to home. */
+	for (uint32_t d = 0; d <= HOP_REACH && (fwd || bwd) && best > 1; d++) {
+		for (int side = 0; side < 2; side++) {
+			uint32_t y, t;
+			if (side == 0) {
+				y = home + 1 + d;
+				t = home + 1;
+				if (fwd && (y > nb || d >= HOP_REACH))
+					fwd = false;
+				if (!fwd)
+					continue;
+				if (d > 0 && (rc = step_slot(w, y, y - 1, &s)))
+					return rc;
+			} else {
+				y = home - d;
+				t = home;
+				if (bwd && d > home)
+					bwd = false;
+				if (!bwd)
+					continue;
+				if (d > 0 && (rc = step_slot(w, y, y + 1, &s)))
+					return rc;
+			}
+			if (d > 0 && s < 0) {
+				*(side == 0 ? &fwd : &bwd) = false;
+				continue;
+			}
+			const uint8_t *bd;
+			if ((rc = rbucket(w, y, &bd)))
+				return rc;
+			for (unsigned i = 0; i < h->spb; i++) {
+				const uint8_t *sl =
+				        slot_at(h, (uint8_t *)bd, i);
+				if (!(sl[0] & SLOT_USED))
+					continue;
+				uint32_t kh = home_of(slot_hash(h, sl), nb);
+				struct cfree cf;
+				if (kh == home)
+					continue;
+				if ((rc = chain_free(w, kh, best, &cf)))
+					return rc;
+				if (cf.depth < best) {
+					best = cf.depth;
+					by = y;
+					bs = i;
+					bt = t;
+					bh = kh;
+				}
+			}
+		}
+	}
+	if (best == own)
+		return -ENOSPC;
+	struct cfree cf;
+	if ((rc = chain_free(w, bh, UINT_MAX, &cf)))
+		return rc;
+	if (!cf.blk.addr && !w->q->blk_ready)
+		return NEED_BLK;
+	uint8_t *bd, *blk, *cs;
+	if ((rc = wbucket(w, by, &bd)) ||
+	    (rc = chain_take(w, bh, &cf, &blk, &cs)))
+		return rc;
+	memcpy(cs, slot_at(h, bd, bs), h->slot_bytes);
+	memset(slot_at(h, bd, bs), 0, h->slot_bytes);
+	if ((rc = stamp_block(w, blk, bh)) || (rc = bump_pairs(w, by)))
+		return rc;
+	*ob = bt;
+	*os = bs;
+	return slide(w, by, os, bt);
+}
+
 static int apply_put(struct wctx *w, const uint8_t *key, uint32_t klen,
                      const uint8_t *val, uint32_t vlen)
 {
@@ -928,49 +1177,31 @@ static int apply_put(struct wctx *w, const uint8_t *key, uint32_t klen,
 	uint32_t b;
 	unsigned si;
 	rc = make_room(w, home, &b, &si);
-	if (rc == 0) {
-		uint8_t *bd;
-		if ((rc = wbucket(w, b, &bd)))
+	if (rc == -ENOSPC) {
+		/* The home's overflow chain (its first free slot, else a new
+		 * block at its end), unless a pair in reach can go to a
+		 * shallower slot in its own home's chain. */
+		struct cfree cf;
+		if ((rc = chain_free(w, home, UINT_MAX, &cf)))
 			return rc;
-		place(w, slot_at(h, bd, si), key, klen, hash, val, vlen);
-		return bump_pairs(w, b);
-	}
-	if (rc != -ENOSPC)
-		return rc;
-	/* The home bucket's overflow chain: a free slot, else a new block. */
-	const uint8_t *rhb;
-	if ((rc = rbucket(w, home, &rhb)))
-		return rc;
-	farm_fatptr cur = get_fat(B_OVF(rhb));
-	while (cur.addr) {
-		const void *d;
-		if ((rc = farm_tx_read_local(w->tx, cur.addr, cur.size, &d)))
-			return rc;
-		const uint8_t *rb = d;
-		for (unsigned i = 0; i < 2; i++) {
-			if (blk_slot(h, (uint8_t *)rb, i)[0] & SLOT_USED)
-				continue;
-			uint8_t *blk;
-			if ((rc = farm_tx_write(w->tx, cur.addr,
-			                        (void **)&blk)))
+		rc = cf.depth > 1 ? evict(w, home, cf.depth, &b, &si) : -ENOSPC;
+		if (rc == -ENOSPC) {
+			uint8_t *blk, *s;
+			if (!cf.blk.addr && !q->blk_ready)
+				return NEED_BLK;
+			if ((rc = chain_take(w, home, &cf, &blk, &s)))
 				return rc;
-			place(w, blk_slot(h, blk, i), key, klen, hash, val,
-			      vlen);
+			place(w, s, key, klen, hash, val, vlen);
 			return stamp_block(w, blk, home);
 		}
-		cur = get_fat(rb + 8);
 	}
-	if (!q->blk_ready)
-		return NEED_BLK;
-	uint8_t *hb, *blk = q->blk_data;
-	if ((rc = wbucket(w, home, &hb)))
+	if (rc)
 		return rc;
-	chain_block_init(h, blk, 0, get_fat(B_OVF(hb)));
-	put_fat(B_OVF(hb), q->blk_fp);
-	q->blk_ready = false;
-	place(w, blk_slot(h, blk, 0), key, klen, hash, val, vlen);
-	st_add(h, T_CHAIN_APPENDS, 1);
-	return stamp_block(w, blk, home);
+	uint8_t *bd;
+	if ((rc = wbucket(w, b, &bd)))
+		return rc;
+	place(w, slot_at(h, bd, si), key, klen, hash, val, vlen);
+	return bump_pairs(w, b);
 }
 
 /* Unlink chain block @lc->blk (empty now) and free it. */
@@ -990,6 +1221,8 @@ static int unlink_block(struct wctx *w, uint32_t home, farm_fatptr blkp,
 		if ((rc = wbucket(w, home, &hb)))
 			return rc;
 		put_fat(B_OVF(hb), next);
+		if ((rc = bump_pairs(w, home)))
+			return rc;
 	}
 	st_add(w->h, T_CHAIN_FREES, 1);
 	return farm_tx_free_obj(w->tx, blkp.addr);
@@ -997,8 +1230,124 @@ static int unlink_block(struct wctx *w, uint32_t home, farm_fatptr blkp,
 
 static bool block_empty(const farm_ht *h, uint8_t *blk)
 {
-	return !(blk_slot(h, blk, 0)[0] & SLOT_USED) &&
-	       !(blk_slot(h, blk, 1)[0] & SLOT_USED);
+	for (unsigned i = 0; i < BLK_SLOTS; i++)
+		if (blk_slot(h, blk, i)[0] & SLOT_USED)
+			return false;
+	return true;
+}
+
+/* @home's chain: its last block, the one before it (null when none) and
+ * its length in blocks. */
+static int chain_last(struct wctx *w, uint32_t home, farm_fatptr *last,
+                      farm_fatptr *prev, unsigned *nblk)
+{
+	const uint8_t *hb;
+	int rc = rbucket(w, home, &hb);
+	if (rc)
+		return rc;
+	farm_fatptr p = {0}, l = {0}, cur = get_fat(B_OVF(hb));
+	unsigned n = 0;
+	while (cur.addr) {
+		const void *d;
+		if ((rc = farm_tx_read_local(w->tx, cur.addr, cur.size, &d)))
+			return rc;
+		p = l;
+		l = cur;
+		n++;
+		cur = get_fat((const uint8_t *)d + 8);
+	}
+	*last = l;
+	*prev = p;
+	*nblk = n;
+	return 0;
+}
+
+/* Move a pair of the last block of @home's chain (@last, after @prev)
+ * into the free slot @s (of a bucket or of a block of the same chain); the
+ * block is freed when it empties, else restamped. */
+static int chain_pop(struct wctx *w, uint32_t home, farm_fatptr last,
+                     farm_fatptr prev, uint8_t *s)
+{
+	farm_ht *h = w->h;
+	uint8_t *blk;
+	int rc = farm_tx_write(w->tx, last.addr, (void **)&blk);
+	if (rc)
+		return rc;
+	for (unsigned i = BLK_SLOTS; i-- > 0;) {
+		uint8_t *cs = blk_slot(h, blk, i);
+		if (!(cs[0] & SLOT_USED))
+			continue;
+		memcpy(s, cs, h->slot_bytes);
+		memset(cs, 0, h->slot_bytes);
+		break;
+	}
+	if (block_empty(h, blk))
+		return unlink_block(w, home, last, prev, (farm_fatptr){0});
+	return stamp_block(w, blk, home);
+}
+
+/* Slot @xs of bucket @x was freed: the last pair of the longest chain that
+ * can reach it moves there (saving its depth in chain reads per lookup).
+ * The chains of homes p - 1 and p reach bucket p, and the free slot slides
+ * from @x to p as in make_room (a key homed at y moves from y + 1 back to
+ * y, one homed at y - 1 from y - 1 forward to y), within HOP_REACH
+ * buckets; the longest chain first, then the nearest. */
+static int pull_back(struct wctx *w, uint32_t x, unsigned xs)
+{
+	farm_ht *h = w->h;
+	uint32_t nb = w->sd->nbuckets;
+	unsigned best = 0, n;
+	uint32_t bp = 0, bc = 0;
+	bool up = true, down = true;
+	farm_fatptr last, prev;
+	int rc, s = 0;
+	for (uint32_t d = 0; d <= HOP_REACH && (up || down); d++) {
+		for (int side = 0; side < 2; side++) {
+			uint32_t p;
+			if (side == 0) {
+				p = x + d;
+				if (up && p > nb)
+					up = false;
+				if (!up)
+					continue;
+				if (d > 0 && (rc = step_slot(w, p - 1, p, &s)))
+					return rc;
+			} else {
+				if (d == 0)
+					continue; /* p = x: done above */
+				if (down && d > x)
+					down = false;
+				if (!down)
+					continue;
+				p = x - d;
+				if ((rc = step_slot(w, p + 1, p, &s)))
+					return rc;
+			}
+			if (d > 0 && s < 0) {
+				*(side == 0 ? &up : &down) = false;
+				continue;
+			}
+			for (uint32_t c = p ? p - 1 : 0; c <= p && c < nb;
+			     c++) {
+				if ((rc = chain_last(w, c, &last, &prev, &n)))
+					return rc;
+				if (n > best) {
+					best = n;
+					bp = p;
+					bc = c;
+				}
+			}
+		}
+	}
+	if (!best)
+		return 0;
+	uint8_t *bd;
+	if ((rc = slide(w, x, &xs, bp)) ||
+	    (rc = chain_last(w, bc, &last, &prev, &n)) ||
+	    (rc = wbucket(w, bp, &bd)) ||
+	    (rc = chain_pop(w, bc, last, prev, slot_at(h, bd, xs))))
+		return rc;
+	return bump_pairs(w, bp);
 }
 
 static int apply_del(struct wctx *w, const uint8_t *key, uint32_t klen)
@@ -1020,6 +1369,16 @@ static int apply_del(struct wctx *w, const uint8_t *key, uint32_t klen)
 		if ((rc = drop_indirect(w, s)))
 			return rc;
 		memset(s, 0, h->slot_bytes);
+		/* Keep the chain dense: its last pair fills the hole. */
+		farm_fatptr last, prev;
+		unsigned n;
+		if ((rc = chain_last(w, home, &last, &prev, &n)))
+			return rc;
+		if (last.addr != lc.blk.addr) {
+			if ((rc = chain_pop(w, home, last, prev, s)))
+				return rc;
+			return stamp_block(w, blk, home);
+		}
 		if (block_empty(h, blk))
 			return unlink_block(w, home, lc.blk, lc.prev,
 			                    get_fat(blk + 8));
@@ -1032,36 +1391,10 @@ static int apply_del(struct wctx *w, const uint8_t *key, uint32_t klen)
 	if ((rc = drop_indirect(w, s)))
 		return rc;
 	memset(s, 0, h->slot_bytes);
-	/* The freed slot takes a pair from the home's chain (keys in the
-	 * chain are homed there, so they may live in this slot). */
-	const uint8_t *rhb;
-	if ((rc = rbucket(w, home, &rhb)))
+	if ((rc = bump_pairs(w, lc.bucket)))
 		return rc;
-	farm_fatptr head = get_fat(B_OVF(rhb));
-	if (head.addr) {
-		const void *d;
-		uint8_t *blk;
-		if ((rc = farm_tx_read_local(w->tx, head.addr, head.size,
-		                             &d)) ||
-		    (rc = farm_tx_write(w->tx, head.addr, (void **)&blk)))
-			return rc;
-		for (unsigned i = 0; i < 2; i++) {
-			uint8_t *cs = blk_slot(h, blk, i);
-			if (!(cs[0] & SLOT_USED))
-				continue;
-			memcpy(s, cs, h->slot_bytes);
-			memset(cs, 0, h->slot_bytes);
-			break;
-		}
-		if (block_empty(h, blk))
-			rc = unlink_block(w, home, head, (farm_fatptr){0},
-			                  get_fat(blk + 8));
-		else
-			rc = stamp_block(w, blk, home);
-		if (rc)
-			return rc;
-	}
-	return bump_pairs(w, lc.bucket);
+	/* The freed slot takes the last pair of a chain in reach. */
+	return pull_back(w, lc.bucket, lc.slot);
 }
 
 /* ---- the owner's batches (flat combining)
@@ -1312,7 +1645,7 @@ int farm_ht_create(farm_txm *txm, farm_as *as, farm_galloc *ga, farm_msg *msg,
 	h->slot_bytes = 8 + h->K + h->V;
 	h->bucket_data = BKT_HDR + h->spb * h->slot_bytes;
 	h->bucket_lines = obj_lines(h->bucket_data);
-	h->block_data = BLK_HDR + 2 * h->slot_bytes;
+	h->block_data = BLK_HDR + BLK_SLOTS * h->slot_bytes;
 	h->block_lines = obj_lines(h->block_data);
 	int rc = farm_msg_handle(msg, FARM_MSGT_HT_OP, h_op, h);
 	if (rc) {
@@ -1480,7 +1813,7 @@ long farm_ht_iterate_local(farm_ht *h, unsigned shard, farm_ht_iter_fn fn,
 			farm_lines_copy(img, bp, 64ull * h->block_lines,
 			                LINE_TRIES);
 			obj_unpack(img, h->block_data, d);
-			for (unsigned i = 0; i < 2 && go; i++) {
+			for (unsigned i = 0; i < BLK_SLOTS && go; i++) {
 				const uint8_t *s = blk_slot(h, d, i);
 				if (!(s[0] & SLOT_USED) ||
 				    (s[0] & SLOT_INDIRECT))
@@ -1516,4 +1849,207 @@ void farm_ht_stats_get(farm_ht *h, struct farm_ht_stats *out)
 	                              .combined_txns = v[T_COMBINED],
 	                              .found = v[T_FOUND],
 	                              .not_found = v[T_NOTFOUND]};
+}
+
+/* ---- first-read lookups (the KV store's batched multi-get)
+ * ---------------------------------------------------------- */
+
+/* One farm_ht_get_first(): the bucket pair's read, its validation and an
+ * indirect value's read; anything else is FARM_HT_UNRESOLVED. */
+struct first_op {
+	farm_ht *h;
+	struct htloop *l;
+	uint8_t key[FARM_HT_MAX_KEY];
+	uint32_t klen;
+	uint64_t hash;
+	uint8_t *img; /* 2 buckets, from the pool */
+	uint8_t *d;   /* both buckets' data */
+	uint8_t *obuf;
+	uint32_t olen;
+	bool torn; /* the local copy was not line-consistent */
+	farm_ht_get_fn cont;
+	void *ctx;
+	farm_lf_op ep;
+};
+
+static void first_end(struct first_op *f, int status, const void *val,
+                      uint32_t len)
+{
+	if (status == 0 || status == -ENOENT)
+		st_add(f->h, status == 0 ? T_FOUND : T_NOTFOUND, 1);
+	f->cont(f->l->loop, f->ctx, status, val, len);
+	farm_lf_end(&f->ep);
+	buf_put(f->l, f->img);
+	free(f->d);
+	free(f->obuf);
+	free(f);
+}
+
+static void first_obj_done(farm_loop *loop, void *ctx, int status)
+{
+	(void)loop;
+	struct first_op *f = ctx;
+	if (status == FARM_EFREED || status == -EBUSY ||
+	    status == FARM_EFLUSHED) {
+		first_end(f, FARM_HT_UNRESOLVED, NULL, 0);
+		return;
+	}
+	if (status) {
+		first_end(f, status, NULL, 0);
+		return;
+	}
+	/* [klen][vlen][key][value] */
+	uint32_t kl, vl;
+	memcpy(&kl, f->obuf, 4);
+	memcpy(&vl, f->obuf + 4, 4);
+	if (kl != f->klen || 8ull + kl + vl > f->olen ||
+	    memcmp(f->obuf + 8, f->key, kl) != 0) {
+		/* Another long key with the same hash, or a stale slot. */
+		first_end(f, FARM_HT_UNRESOLVED, NULL, 0);
+		return;
+	}
+	first_end(f, 0, f->obuf + 8 + kl, vl);
+}
+
+/* The bucket pair is in f->img (on a later pass than the call). */
+static void first_buckets(struct first_op *f)
+{
+	farm_ht *h = f->h;
+	unsigned L = h->bucket_lines;
+	uint64_t v, w;
+	if (f->torn) {
+		first_end(f, FARM_HT_UNRESOLVED, NULL, 0);
+		return;
+	}
+	int rc0 = obj_check(f->img, L, UINT64_MAX, &v, &w);
+	int rc1 = obj_check(f->img + 64u * L, L, UINT64_MAX, &v, &w);
+	if (rc0 == -EAGAIN || rc1 == -EAGAIN) {
+		first_end(f, FARM_HT_UNRESOLVED, NULL, 0);
+		return;
+	}
+	if (rc0 || rc1) {
+		first_end(f, FARM_ECORRUPT, NULL, 0); /* not a bucket */
+		return;
+	}
+	uint8_t *d0 = f->d, *d1 = f->d + h->bucket_data;
+	obj_unpack(f->img, h->bucket_data, d0);
+	obj_unpack(f->img + 64u * L, h->bucket_data, d1);
+	if (get64(B_FWD(d0)) != get64(B_BWD(d1))) {
+		first_end(f, FARM_HT_UNRESOLVED, NULL, 0); /* mixed commits */
+		return;
+	}
+	for (unsigned i = 0; i < 2 * h->spb; i++) {
+		uint8_t *s = slot_at(h, i < h->spb ? d0 : d1, i % h->spb);
+		if (!slot_match(h, s, f->key, f->klen, f->hash))
+			continue;
+		if (!(s[0] & SLOT_INDIRECT)) {
+			first_end(f, 0, s + 8 + h->K, slot_vlen(s));
+			return;
+		}
+		farm_fatptr p = get_fat(s + 8 + h->K);
+		if (!p.addr || p.size < 8 || p.size > FARM_TX_MAX_SIZE) {
+			first_end(f, FARM_ECORRUPT, NULL, 0);
+			return;
+		}
+		f->obuf = malloc(p.size);
+		f->olen = p.size;
+		if (!f->obuf) {
+			first_end(f, -ENOMEM, NULL, 0);
+			return;
+		}
+		st_add(h, T_READS, 1);
+		int rc = farm_lf_read(h->txm, f->l->loop, p.addr, p.size,
+		                      p.incarnation, f->obuf, first_obj_done, f);
+		if (rc)
+			first_end(f, rc == -EAGAIN ? FARM_HT_UNRESOLVED : rc,
+			          NULL, 0);
+		return;
+	}
+	/* Not in b or b + 1: absent, unless the home has a chain. */
+	first_end(f, get_fat(B_OVF(d0)).addr ? FARM_HT_UNRESOLVED : -ENOENT,
+	          NULL, 0);
+}
+
+static void first_read_done(farm_loop *loop, void *ctx, int status)
+{
+	(void)loop;
+	struct first_op *f = ctx;
+	if (status == FARM_EFLUSHED)
+		first_end(f, FARM_HT_UNRESOLVED, NULL, 0);
+	else if (status)
+		first_end(f, status, NULL, 0);
+	else
+		first_buckets(f);
+}
+
+int farm_ht_get_first(farm_ht *h, farm_loop *loop, const void *key,
+                      uint32_t klen, farm_ht_get_fn cont, void *ctx)
+{
+	if (!h || !loop || !cont)
+		return -EINVAL;
+	int rc = check_key(key, klen);
+	if (rc)
+		return rc;
+	struct htloop *l = hl_of(h, loop);
+	if (!l)
+		return -EINVAL;
+	uint64_t hash = farm_ht_hash(key, klen);
+	const struct farm_ht_shard *sd = shard_of(h, hash, NULL);
+	if (!sd)
+		return -ENOENT;
+	struct first_op *f = calloc(1, sizeof(*f));
+	if (!f)
+		return -ENOMEM;
+	f->d = malloc(2ull * h->bucket_data);
+	f->img = f->d ? buf_get(l) : NULL;
+	if (!f->img) {
+		rc = f->d ? -EAGAIN : -ENOMEM; /* too many in flight */
+		free(f->d);
+		free(f);
+		return rc;
+	}
+	f->h = h;
+	f->l = l;
+	memcpy(f->key, key, klen);
+	f->klen = klen;
+	f->hash = hash;
+	f->cont = cont;
+	f->ctx = ctx;
+	uint32_t bb = 64u * h->bucket_lines;
+	farm_gaddr a = sd->base + (uint64_t)home_of(hash, sd->nbuckets) * bb;
+	if ((rc = farm_lf_begin(h->txm, loop, &f->ep))) {
+		buf_put(l, f->img);
+		free(f->d);
+		free(f);
+		return rc;
+	}
+	st_add(h, T_LOOKUPS, 1);
+	st_add(h, T_READS, 1);
+	const uint8_t *p = farm_as_local_ptr(h->as, a, 2ull * bb);
+	if (p) {
+		f->torn = !farm_lines_copy(f->img, p, 2ull * bb, LINE_TRIES);
+		/* Complete on a later pass, as a remote read would. */
+		rc = farm_loop_post(loop, first_read_done, f);
+	} else {
+		rc = farm_as_read(h->as, loop, a, f->img, l->mr, 2 * bb,
+		                  first_read_done, f);
+	}
+	if (rc) {
+		farm_lf_end(&f->ep);
+		buf_put(l, f->img);
+		free(f->d);
+		free(f);
+	}
+	return rc;
+}
+
+uint32_t farm_ht_max_value(const farm_ht *h, uint32_t klen)
+{
+	if (!h || klen == 0 || klen > FARM_HT_MAX_KEY)
+		return 0;
+	uint32_t p = farm_msg_max_payload(h->msg);
+	uint32_t hdr = (uint32_t)sizeof(struct op_req) + klen;
+	if (p <= hdr)
+		return 0;
+	return FARM_MIN(p - hdr, FARM_HT_MAX_VALUE);
 }

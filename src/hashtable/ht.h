@@ -110,4 +110,29 @@ uint64_t farm_ht_hash(const void *key, uint32_t klen);
  * jump consistent hashing. */
 unsigned farm_ht_shard_index(uint64_t hash, unsigned nshards);
 
+/*
+ * farm_ht_get_first() - the first read of a lookup, and nothing more: one
+ * one-sided READ of buckets b and b + 1 (a line-atomic copy when the shard
+ * is local), validated as farm_ht_get validates it, and, when the key is
+ * found there with its value in a separate object, the lock-free read of
+ * that object. It never follows an overflow chain and never retries.
+ * @cont runs exactly once, always on a later pass of @loop (never inside
+ * this call), with 0 and the value (valid during the call), -ENOENT (the
+ * key is in neither bucket and the home bucket has no overflow chain),
+ * FARM_HT_UNRESOLVED (a positive status: the key may be in the chain, or
+ * the read did not validate or needs a retry; a full lookup, for example
+ * by the shard's owner, decides), or an error of the read (FARM_EPEERDEAD,
+ * ...). Returns 0, or -EINVAL / -E2BIG for bad arguments, -ENOENT (no
+ * shards), -EAGAIN (this loop has too many lookups in flight: retry after
+ * one completes), -ENOMEM, or the read's error (then @cont never runs).
+ */
+#define FARM_HT_UNRESOLVED 1
+int farm_ht_get_first(farm_ht *h, farm_loop *loop, const void *key,
+                      uint32_t klen, farm_ht_get_fn cont, void *ctx);
+
+/* The longest value farm_ht_put takes with a @klen-byte key: the table's
+ * limit, or less when key and value would not fit one shipped message
+ * (longer ones fail with -E2BIG). 0 for a bad @klen. */
+uint32_t farm_ht_max_value(const farm_ht *h, uint32_t klen);
+
 #endif
