@@ -398,7 +398,7 @@ static int mach_open(struct mach *m, uint32_t id, const char *base,
 		        farm_strerror(rc));
 		return rc;
 	}
-	struct farm_ht_attr a = {
+	struct farm_kv_attr a = {
 	        .neighborhood = 8, .key_inline = KLEN, .val_inline = VLEN};
 	if ((rc = farm_kv_create(m->node, &a, nb, &m->kv))) {
 		fprintf(stderr, PROG ": machine %u: farm_kv_create: %s\n", id,

@@ -8,5 +8,7 @@
 #include <farm/addr.h>
 #include <farm/region.h>
 #include <farm/txn.h>
+#include <farm/node.h>
+#include <farm/kv.h>
 
 #endif

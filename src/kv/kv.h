@@ -1,65 +1,59 @@
 /*
- * The key-value store of a cluster of libfarm machines: one hashtable
- * (src/hashtable) with one shard per machine, set up when the machines
- * start, plus multi-get and a named-object directory. Internal for now;
- * the public include/farm/kv.h comes when the node API is public.
+ * The key-value store of a cluster of libfarm machines: the public API is
+ * include/farm/kv.h; this header adds the hashtable underneath and the
+ * store's messages (for the library and its tests). Internal; not
+ * installed.
  *
- *   farm_kv_create()   on each machine, before its loops run (handlers)
- *   farm_kv_attach()   on each loop's thread that uses the store
- *   farm_kv_join_sync() on one loop of each machine: makes this machine's
- *                      shard, fetches every other machine's, and installs
- *                      the shard list (ordered by machine id), so every
- *                      machine maps keys to shards alike
+ * Multi-get batch (FARM_MSGT_KV_MGET, an RPC to the loop that serves the
+ * owner's shard region), all fields in host byte order (machines of a
+ * cluster share one):
+ *   request: struct farm_kv_mget_req, then nkeys times
+ *            [u16 klen][klen bytes of key], packed, nothing after
+ *   reply:   struct farm_kv_mget_rep, then nkeys times, in request order,
+ *            [i32 status][u32 vlen] and, for status 0, vlen value bytes
+ *            (packed). status: 0 (found), -ENOENT, -EMSGSIZE (the value
+ *            is longer than the request's cap; vlen is its length, no
+ *            bytes follow), FARM_KV_MGET_SPILL (found, but the value did
+ *            not fit in this reply: the asker looks it up itself), or
+ *            another lookup error.
+ * A malformed request gets an error reply (farm_msg_reply_error): -EINVAL
+ * (truncated, trailing bytes, nkeys 0, a key of 0 or more than
+ * FARM_KV_MAX_KEY bytes, a key of another machine's shard, cap above
+ * FARM_KV_MAX_VALUE, flags set), -E2BIG (more than FARM_KV_MGET_BATCH_MAX
+ * keys), -EAGAIN (this machine has not joined yet).
  */
 #ifndef FARM_KV_KV_H
 #define FARM_KV_KV_H
 
+#include <farm/kv.h>
 #include <farm/txn.h>
 
 #include "hashtable/ht.h"
 #include "node/node.h"
 
 #define FARM_MSGT_KV_SHARD 0xf140u /* -> the machine's shard descriptor */
+#define FARM_MSGT_KV_MGET  0xf141u /* multi-get batch -> statuses, values */
 
-typedef struct farm_kv farm_kv;
+/* Keys one batch request may carry. */
+#define FARM_KV_MGET_BATCH_MAX 1024u
+/* Reply status: found, value not included (look it up separately). */
+#define FARM_KV_MGET_SPILL 1
 
-int farm_kv_create(farm_node *node, const struct farm_ht_attr *attr,
-                   uint32_t buckets_per_machine, farm_kv **out);
-void farm_kv_destroy(farm_kv *kv);
-int farm_kv_attach(farm_kv *kv, farm_loop *loop);
-void farm_kv_detach(farm_kv *kv, farm_loop *loop);
-/* Make our shard, learn the other @nmachines - 1 machines' (machine ids
- * 0..nmachines-1), install the list. Drives @loop; not from a handler. */
-int farm_kv_join_sync(farm_kv *kv, farm_loop *loop, unsigned nmachines,
-                      int timeout_ms);
+struct farm_kv_mget_req {
+	uint16_t nkeys;
+	uint16_t flags; /* 0 */
+	uint32_t cap;   /* longest value the asker takes */
+};
+
+struct farm_kv_mget_rep {
+	uint32_t nkeys; /* the request's */
+	uint32_t pad;
+};
+
+_Static_assert(sizeof(struct farm_kv_mget_req) == 8, "mget request layout");
+_Static_assert(sizeof(struct farm_kv_mget_rep) == 8, "mget reply layout");
+
+/* The store's hashtable (the asynchronous farm_ht_* calls, its stats). */
 farm_ht *farm_kv_table(farm_kv *kv);
-
-/* Blocking wrappers (drive @loop). get: 0 and *@len bytes into @val (at
- * most @cap; -EMSGSIZE when the value is larger), -ENOENT. */
-int farm_kv_get_sync(farm_kv *kv, farm_loop *loop, const void *key,
-                     uint32_t klen, void *val, uint32_t cap, uint32_t *len);
-int farm_kv_put_sync(farm_kv *kv, farm_loop *loop, const void *key,
-                     uint32_t klen, const void *val, uint32_t vlen);
-int farm_kv_del_sync(farm_kv *kv, farm_loop *loop, const void *key,
-                     uint32_t klen);
-
-/*
- * farm_kv_mget() - look up @n keys at once (all in flight together); @cont
- * runs once all are done, with per-key statuses in @status (0 or
- * -ENOENT...), values copied into @vals (@cap bytes each) and lengths in
- * @lens. Keys are not looked up atomically together.
- */
-typedef void (*farm_kv_mget_fn)(farm_loop *loop, void *ctx);
-int farm_kv_mget(farm_kv *kv, farm_loop *loop, unsigned n,
-                 const void *const *keys, const uint32_t *klens, void *vals,
-                 uint32_t cap, uint32_t *lens, int *status,
-                 farm_kv_mget_fn cont, void *ctx);
-
-/* The named-object directory: a name names a fat pointer (kept in the
- * same table under a reserved key prefix). */
-int farm_kv_name_sync(farm_kv *kv, farm_loop *loop, const char *name,
-                      farm_fatptr p);
-int farm_kv_lookup_sync(farm_kv *kv, farm_loop *loop, const char *name,
-                        farm_fatptr *p);
 
 #endif

@@ -527,3 +527,37 @@ int farm_node_run(farm_node *n, unsigned i, farm_work_fn fn, void *ctx)
 	pthread_mutex_destroy(&r.lock);
 	return rc;
 }
+
+/* ---- the public configuration entry points
+ * ----------------------------------------------- */
+
+int farm_node_open_file(const char *path, farm_node **out)
+{
+	if (!path || !out)
+		return -EINVAL;
+	struct farm_config *cfg = malloc(sizeof(*cfg));
+	if (!cfg)
+		return -ENOMEM;
+	char err[512];
+	farm_config_defaults(cfg);
+	int rc = farm_config_load(cfg, path, err, sizeof(err));
+	if (!rc)
+		rc = farm_config_apply_env(cfg, err, sizeof(err));
+	if (!rc)
+		rc = farm_config_validate(cfg, err, sizeof(err));
+	if (rc)
+		farm_err("node: %s", err);
+	else
+		rc = farm_node_open(cfg, out);
+	free(cfg);
+	return rc;
+}
+
+unsigned farm_node_expected_machines(const farm_node *n)
+{
+	if (!n)
+		return 0;
+	if (n->cfg.expect_machines)
+		return n->cfg.expect_machines;
+	return n->cfg.zk[0] ? 1 : n->cfg.npeers + 1;
+}

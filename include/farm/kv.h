@@ -1,0 +1,231 @@
+/*
+ * libfarm's key-value store: one hashtable over the cluster, one shard (a
+ * bucket array) per machine, FaRM's chained associative hopscotch hashing
+ * (NSDI'14 section 4). Lookups are lock-free one-sided reads; puts and
+ * deletes are shipped to the shard's owner, which runs them as
+ * transactions. Also a batched multi-get and a named-object directory.
+ *
+ *   farm_kv_create()    on each machine, after farm_node_open_file and
+ *                       before farm_node_start (it registers handlers)
+ *   farm_kv_attach()    on each loop's thread that uses the store, and on
+ *                       every loop that serves a shard region (with one
+ *                       loop per machine: that loop)
+ *   farm_kv_join_sync() on one loop of each machine once every machine is
+ *                       in the view: makes this machine's shard, fetches
+ *                       every other machine's, installs the list (ordered
+ *                       by machine id)
+ *   get / put / del / mget, the directory, iteration
+ *   farm_kv_detach(), farm_kv_destroy() (after the loops are closed)
+ *
+ * Keys are 1..FARM_KV_MAX_KEY bytes, values 1..FARM_KV_MAX_VALUE bytes (a
+ * put's key and value must also fit in one message: farm_kv_value_limit).
+ * Keys whose first byte is 0xff are the directory's; applications use
+ * others. Every call is made on its loop's thread; continuations run
+ * there. The *_sync wrappers drive the loop and must not be called from a
+ * handler or continuation. Errors are negative codes (farm_strerror()).
+ */
+#ifndef FARM_KV_H
+#define FARM_KV_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <farm/error.h>
+#include <farm/msg.h>
+#include <farm/node.h>
+#include <farm/txn.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The longest key and value the table stores (-EMSGSIZE beyond). */
+#define FARM_KV_MAX_KEY   256u
+#define FARM_KV_MAX_VALUE (64u << 10)
+/* The most keys one farm_kv_mget takes (-E2BIG beyond). */
+#define FARM_KV_MGET_MAX 65536u
+
+typedef struct farm_kv farm_kv;
+
+/* The table's shape; every machine uses the same. Zero fields: defaults. */
+struct farm_kv_attr {
+	unsigned neighborhood; /* H: even, 2..16 (0: 8); a bucket holds H/2 */
+	uint32_t key_inline;   /* key bytes kept in a slot, 8..64 (0: 16) */
+	uint32_t val_inline;   /* value bytes kept in a slot, 24..1024 (0: 32);
+	                          larger values live in an object of their own */
+};
+
+/*
+ * farm_kv_create() - the store's handle on machine @node, with
+ * @buckets_per_machine buckets in this machine's shard (the table never
+ * resizes: keys that do not fit their neighbourhood go to overflow
+ * chains). @attr NULL: defaults. Before farm_node_start. Returns 0;
+ * -EINVAL (bad arguments or attributes); -EEXIST (a store exists on this
+ * machine already); -ENOMEM.
+ */
+FARM_API FARM_MUST_CHECK int farm_kv_create(farm_node *node,
+                                            const struct farm_kv_attr *attr,
+                                            uint32_t buckets_per_machine,
+                                            farm_kv **out);
+/* Free the handle (the shards stay in the cluster's memory). NULL is
+ * fine. After every loop detached. */
+FARM_API void farm_kv_destroy(farm_kv *kv);
+/* Use the store on @loop (its thread). 0; -EINVAL (NULL, attached
+ * already); -ENOMEM; a fabric error registering the read buffers. */
+FARM_API FARM_MUST_CHECK int farm_kv_attach(farm_kv *kv, farm_loop *loop);
+FARM_API void farm_kv_detach(farm_kv *kv, farm_loop *loop);
+
+/*
+ * farm_kv_join_sync() - make this machine's shard, learn the other
+ * @nmachines - 1 machines' (machine ids 0..@nmachines - 1, all in the
+ * view), install the list. Drives @loop, at most @timeout_ms. Returns 0;
+ * -EINVAL (bad arguments, @nmachines 0 or above FARM_NODE_MAX_MACHINES);
+ * -ETIMEDOUT; the allocator's or a peer's error.
+ */
+FARM_API FARM_MUST_CHECK int farm_kv_join_sync(farm_kv *kv, farm_loop *loop,
+                                               unsigned nmachines,
+                                               int timeout_ms);
+
+/* The largest value a put of a @klen-byte key accepts: FARM_KV_MAX_VALUE,
+ * or less when the key and value would not fit in one message (with the
+ * default 256 KiB message rings, about 32 KiB in all). 0 for a bad @klen. */
+FARM_API uint32_t farm_kv_value_limit(const farm_kv *kv, uint32_t klen);
+
+/* ---- asynchronous operations --------------------------------------------
+ *
+ * Each returns 0 and then runs @cont exactly once, on @loop, or returns an
+ * error and never runs it: -EINVAL (NULL or empty key, NULL @cont or
+ * value, a loop the store is not attached to), -EMSGSIZE (key longer than
+ * FARM_KV_MAX_KEY, value longer than farm_kv_value_limit), -ENOENT (the
+ * store has not joined), -EAGAIN (too many lookups in flight on this loop,
+ * or messaging's call limit: retry once one completes), -ENOMEM.
+ */
+
+/* get: @status 0 with the value (valid during the call only), -ENOENT, or
+ * an error (FARM_EPEERDEAD: the shard's machine died; -EBUSY: the buckets
+ * kept changing while being read). */
+typedef void (*farm_kv_get_fn)(farm_loop *loop, void *ctx, int status,
+                               const void *val, uint32_t len);
+FARM_API FARM_MUST_CHECK int farm_kv_get(farm_kv *kv, farm_loop *loop,
+                                         const void *key, uint32_t klen,
+                                         farm_kv_get_fn cont, void *ctx);
+/* put (insert or replace): @status 0 or an error (-ETIMEDOUT,
+ * FARM_EPEERDEAD, -ENOSPC when the shard's memory is full). */
+FARM_API FARM_MUST_CHECK int farm_kv_put(farm_kv *kv, farm_loop *loop,
+                                         const void *key, uint32_t klen,
+                                         const void *val, uint32_t vlen,
+                                         farm_op_fn cont, void *ctx);
+/* delete: @status 0, -ENOENT (absent), or an error as put's. */
+FARM_API FARM_MUST_CHECK int farm_kv_del(farm_kv *kv, farm_loop *loop,
+                                         const void *key, uint32_t klen,
+                                         farm_op_fn cont, void *ctx);
+
+/*
+ * farm_kv_mget() - look up @n keys (keys[i], klens[i] bytes) at once.
+ * Keys of this machine's shard are read locally. For every other key one
+ * one-sided READ fetches its two candidate buckets; the keys that this
+ * first read does not resolve (the key may be in an overflow chain, or
+ * the read did not validate) are sent, per owning machine, in one message
+ * that the owner answers by running the lookups itself. When all are done
+ * @cont runs, on @loop, never inside this call, with per key:
+ * status[i] 0 and lens[i] bytes of value in vals + i * @cap; -ENOENT;
+ * -EMSGSIZE when the value is longer than @cap (lens[i] its length);
+ * -EINVAL (NULL or empty key) or -EMSGSIZE (key longer than
+ * FARM_KV_MAX_KEY) for that key alone; or a lookup's error (lens[i] 0).
+ * Keys are not looked up atomically together. The arrays stay in use until
+ * @cont runs; the keys are copied. Returns 0; -EINVAL (@n 0, a NULL
+ * array or @cont); -E2BIG (@n above FARM_KV_MGET_MAX); -ENOENT (the store
+ * has not joined); -ENOMEM.
+ */
+typedef void (*farm_kv_mget_fn)(farm_loop *loop, void *ctx);
+FARM_API FARM_MUST_CHECK int
+farm_kv_mget(farm_kv *kv, farm_loop *loop, unsigned n, const void *const *keys,
+             const uint32_t *klens, void *vals, uint32_t cap, uint32_t *lens,
+             int *status, farm_kv_mget_fn cont, void *ctx);
+
+/* ---- blocking wrappers (drive @loop until done) --------------------------
+ */
+
+/* get: 0 and *@len bytes into @val; -EMSGSIZE when the value is longer
+ * than @cap (*@len is then its length); -ENOENT; errors as farm_kv_get. */
+FARM_API FARM_MUST_CHECK int farm_kv_get_sync(farm_kv *kv, farm_loop *loop,
+                                              const void *key, uint32_t klen,
+                                              void *val, uint32_t cap,
+                                              uint32_t *len);
+FARM_API FARM_MUST_CHECK int farm_kv_put_sync(farm_kv *kv, farm_loop *loop,
+                                              const void *key, uint32_t klen,
+                                              const void *val, uint32_t vlen);
+FARM_API FARM_MUST_CHECK int farm_kv_del_sync(farm_kv *kv, farm_loop *loop,
+                                              const void *key, uint32_t klen);
+/* farm_kv_mget, waited for (every lookup ends: a batch that is not
+ * answered times out): farm_kv_mget's error, or 0 with the per-key
+ * statuses in @status. */
+FARM_API FARM_MUST_CHECK int
+farm_kv_mget_sync(farm_kv *kv, farm_loop *loop, unsigned n,
+                  const void *const *keys, const uint32_t *klens, void *vals,
+                  uint32_t cap, uint32_t *lens, int *status);
+
+/* ---- iteration ------------------------------------------------------------
+ */
+
+/*
+ * farm_kv_iterate_local() - the pairs of this machine's shard, read in
+ * place: @fn gets each key and value (valid during the call) and returns
+ * false to stop. A consistent view only while no write runs on the shard.
+ * Pairs kept in an object of their own (values longer than val_inline,
+ * keys longer than key_inline) are not visited, nor directory entries'
+ * objects. Returns the pairs visited, or -EINVAL (NULL, not joined),
+ * -ENOMEM.
+ */
+typedef bool (*farm_kv_iter_fn)(void *ctx, const void *key, uint32_t klen,
+                                const void *val, uint32_t vlen);
+FARM_API long farm_kv_iterate_local(farm_kv *kv, farm_kv_iter_fn fn, void *ctx);
+
+/* ---- the named-object directory -------------------------------------------
+ *
+ * A name (a C string of 1..FARM_KV_MAX_KEY - 1 bytes) names a fat pointer,
+ * kept in the same table under the key 0xff followed by the name. -EINVAL
+ * for a NULL or empty name, -EMSGSIZE for a longer one.
+ */
+FARM_API FARM_MUST_CHECK int farm_kv_name_sync(farm_kv *kv, farm_loop *loop,
+                                               const char *name, farm_fatptr p);
+/* 0 and *@p; -ENOENT when the name is not there. */
+FARM_API FARM_MUST_CHECK int farm_kv_lookup_sync(farm_kv *kv, farm_loop *loop,
+                                                 const char *name,
+                                                 farm_fatptr *p);
+/* 0, or -ENOENT when the name is not there. */
+FARM_API FARM_MUST_CHECK int farm_kv_unname_sync(farm_kv *kv, farm_loop *loop,
+                                                 const char *name);
+
+/* ---- counters -------------------------------------------------------------
+ */
+
+typedef struct farm_kv_stats {
+	/* multi-get, asking side */
+	uint64_t mget_calls;      /* farm_kv_mget calls accepted */
+	uint64_t mget_keys;       /* keys in them */
+	uint64_t mget_local;      /* keys of this machine's shard */
+	uint64_t mget_first_hits; /* keys the first read resolved (found or
+	                             absent) */
+	uint64_t mget_misses;     /* keys sent to their owner in a batch */
+	uint64_t mget_msgs;       /* batch messages sent (one per machine
+	                             with misses, more only when one would
+	                             not fit) */
+	uint64_t mget_spills;     /* values that did not fit in a batch reply,
+	                             looked up separately */
+	uint64_t mget_fallbacks;  /* batched keys looked up separately because
+	                             their batch could not be sent or its
+	                             owner refused it */
+	/* multi-get, owning side */
+	uint64_t mget_served;      /* batch requests answered */
+	uint64_t mget_served_keys; /* keys in them */
+	uint64_t mget_bad;         /* malformed requests refused */
+} farm_kv_stats;
+
+/* The counters (approximate while loops run). */
+FARM_API void farm_kv_stats_get(const farm_kv *kv, farm_kv_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FARM_KV_H */

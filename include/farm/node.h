@@ -1,0 +1,127 @@
+/*
+ * libfarm machines: everything one application process needs to take part
+ * in a cluster, put together from a configuration file (docs/config.md).
+ *
+ *   farm_node_open_file()  fabric, messaging (config `threads` event
+ *                          loops), the address space, the allocator and
+ *                          the transaction manager; publishes this
+ *                          machine's card (how peers reach it)
+ *   (register message handlers on farm_node_msg() here, and create the
+ *    KV store, farm_kv_create(), whose handlers must exist before the
+ *    loops run)
+ *   farm_node_start()      starts one thread per loop (or none: see
+ *                          farm_node_set_app_loops) and joins the
+ *                          cluster: static membership (`peer` lines) or
+ *                          ZooKeeper (`zk`)
+ *   farm_node_wait_members()  until the cluster has the machines expected
+ *   farm_node_close()      leaves, stops the loops, frees everything
+ *
+ * Machine ids run from 0 to FARM_NODE_MAX_MACHINES - 1. Errors are negative
+ * codes (farm_strerror()).
+ */
+#ifndef FARM_NODE_H
+#define FARM_NODE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <farm/error.h>
+#include <farm/fabric.h>
+#include <farm/msg.h>
+#include <farm/txn.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Machine ids are below this. */
+#define FARM_NODE_MAX_MACHINES 64u
+
+typedef struct farm_node farm_node;
+
+/*
+ * farm_node_open_file() - open a machine from the configuration file
+ * @path (docs/config.md), with the FARM_<KEY> environment overrides
+ * applied over it. Returns 0 and the machine in *@out; -EINVAL for a bad
+ * configuration or arguments (the reason is logged, with the file and
+ * line), a negated errno when the file cannot be read, or the first
+ * failing layer's code (logged).
+ */
+FARM_API FARM_MUST_CHECK int farm_node_open_file(const char *path,
+                                                 farm_node **out);
+
+/*
+ * farm_node_set_app_loops() - before farm_node_start: the application's
+ * own threads will run the event loops. farm_node_start then starts no
+ * thread; thread i opens loop i with farm_node_loop_open (transactions
+ * attached), drives it (farm_loop_wait, the *_sync wrappers,
+ * farm_loop_poll) and closes it with farm_node_loop_close before
+ * farm_node_close. Peers' requests to a loop are served only while its
+ * thread polls it. Ignored after farm_node_start.
+ */
+FARM_API void farm_node_set_app_loops(farm_node *n, bool on);
+
+/*
+ * farm_node_start() - start the loops (unless the application runs them)
+ * and join the cluster. Static membership waits at most @timeout_ms
+ * (<= 0: 30 s) for the peers' cards to appear. Returns 0; -EINVAL when
+ * already started or @n is NULL; -EAGAIN when a thread cannot be made;
+ * a loop's or the membership's error (FARM_EUNAVAILABLE: ZooKeeper could
+ * not be reached).
+ */
+FARM_API FARM_MUST_CHECK int farm_node_start(farm_node *n, int timeout_ms);
+
+/*
+ * farm_node_loop_open() - with application-run loops, after
+ * farm_node_start: bind the calling thread to loop @i (< nthreads), with
+ * transactions attached. Returns 0 and the loop; -EINVAL (loops not
+ * application-run, not started, bad @i); -EBUSY (already open).
+ */
+FARM_API FARM_MUST_CHECK int farm_node_loop_open(farm_node *n, unsigned i,
+                                                 farm_loop **out);
+/* Close a loop farm_node_loop_open opened, on its thread. */
+FARM_API void farm_node_loop_close(farm_node *n, farm_loop *loop);
+
+/*
+ * farm_node_wait_members() - wait until the cluster's view has @count
+ * machines and the address space uses it. @timeout_ms < 0: no limit.
+ * Returns 0, -ETIMEDOUT, or -EINVAL.
+ */
+FARM_API FARM_MUST_CHECK int
+farm_node_wait_members(farm_node *n, unsigned count, int timeout_ms);
+/* The machines the configuration says to wait for: `expect_machines`, or
+ * the `peer` lines + 1 with static membership, or 1 with ZooKeeper. */
+FARM_API unsigned farm_node_expected_machines(const farm_node *n);
+
+/* Leave the cluster, stop the loops this library started, free
+ * everything. Application-run loops must be closed first. NULL is fine. */
+FARM_API void farm_node_close(farm_node *n);
+
+/* This machine's id (0 for NULL). */
+FARM_API uint32_t farm_node_id(const farm_node *n);
+/* Event loops (threads) per machine (config `threads`). */
+FARM_API unsigned farm_node_nthreads(const farm_node *n);
+/* Loop @i once started (NULL before, for a bad @i, or for an
+ * application-run loop that is not open). Its own thread runs it. */
+FARM_API farm_loop *farm_node_loop(const farm_node *n, unsigned i);
+
+/*
+ * farm_node_run() - run @fn(loop, @ctx, status) on loop @i's thread and
+ * wait for it to finish: for code outside the loops (a main thread) that
+ * must act on a loop. Not from a loop's own thread. Returns 0, the work
+ * item's status (-ECANCELED when the loop closed first), -EINVAL (no such
+ * loop, @fn NULL) or -ENOMEM.
+ */
+FARM_API int farm_node_run(farm_node *n, unsigned i, farm_work_fn fn,
+                           void *ctx);
+
+/* The machine's messaging (register handlers before farm_node_start),
+ * fabric and transaction manager (farm_tx_begin, farm_lf_read). */
+FARM_API farm_msg *farm_node_msg(const farm_node *n);
+FARM_API farm_fabric *farm_node_fabric(const farm_node *n);
+FARM_API farm_txm *farm_node_txm(const farm_node *n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FARM_NODE_H */

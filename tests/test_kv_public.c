@@ -1,0 +1,345 @@
+/*
+ * The public KV and node API, used the way an application uses it: this
+ * file includes only installed headers (include/farm/) and links the
+ * shared library, whose other symbols are hidden, so it also proves that
+ * the headers stand alone and that every function they declare is
+ * exported. One machine (a configuration file written here, static
+ * membership, no peers), an application-run loop:
+ *
+ *   open        a missing file and a bad key are errors; a good file opens
+ *   store       put / get / delete, blocking and with continuations;
+ *               multi-get (present, absent, bad keys, a short buffer,
+ *               more keys than a loop has lookups in flight);
+ *               iteration over the shard; the directory; the counters
+ *   limits      keys of FARM_KV_MAX_KEY bytes and values of
+ *               farm_kv_value_limit bytes round-trip; one byte more is
+ *               -EMSGSIZE; empty keys and values are -EINVAL
+ */
+#include <farm/kv.h> /* first: stands alone */
+#include <farm/node.h>
+#include <farm/farm.h>
+
+#include <errno.h>
+#include <ftw.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#define NPAIRS 40u
+
+static char dir[256], conf[300];
+
+static void write_conf(const char *path, const char *extra)
+{
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	fprintf(f,
+	        "# one machine, no peers\n"
+	        "machine_id = 0\n"
+	        "data_dir = %s\n"
+	        "region_size = 32M\n"
+	        "threads = 1\n"
+	        "%s",
+	        dir, extra);
+	assert_int_equal(fclose(f), 0);
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	const char *base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
+	snprintf(dir, sizeof(dir), "%s/farm-test-kvpub-XXXXXX", base);
+	if (!mkdtemp(dir))
+		return -1;
+	snprintf(conf, sizeof(conf), "%s/machine.conf", dir);
+	return 0;
+}
+
+static int rm_cb(const char *path, const struct stat *sb, int flag,
+                 struct FTW *ftw)
+{
+	(void)sb;
+	(void)flag;
+	(void)ftw;
+	remove(path);
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	/* The machine's files in its data dir, and the dir. */
+	return nftw(dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static void test_open_errors(void **state)
+{
+	(void)state;
+	farm_node *n = NULL;
+	char missing[320];
+	snprintf(missing, sizeof(missing), "%s/none.conf", dir);
+	assert_int_equal(farm_node_open_file(missing, &n), -ENOENT);
+	assert_int_equal(farm_node_open_file(NULL, &n), -EINVAL);
+	write_conf(conf, "no_such_key = 1\n");
+	assert_int_equal(farm_node_open_file(conf, &n), -EINVAL);
+	assert_null(n);
+}
+
+struct w {
+	volatile int done;
+	int status;
+	uint32_t len;
+	uint8_t val[64];
+};
+
+static void get_cb(farm_loop *loop, void *ctx, int status, const void *val,
+                   uint32_t len)
+{
+	(void)loop;
+	struct w *w = ctx;
+	w->status = status;
+	w->len = len;
+	if (!status && len <= sizeof(w->val))
+		memcpy(w->val, val, len);
+	w->done = 1;
+}
+
+static void op_cb(farm_loop *loop, void *ctx, int status)
+{
+	(void)loop;
+	struct w *w = ctx;
+	w->status = status;
+	w->done = 1;
+}
+
+struct iter {
+	unsigned pairs, ours;
+};
+
+static bool iter_cb(void *ctx, const void *key, uint32_t klen, const void *val,
+                    uint32_t vlen)
+{
+	(void)val;
+	struct iter *it = ctx;
+	it->pairs++;
+	it->ours += klen == 8 && memcmp(key, "pub-", 4) == 0 && vlen == 8;
+	return true;
+}
+
+static void test_store(void **state)
+{
+	(void)state;
+	write_conf(conf, "");
+	farm_node *node = NULL;
+	assert_int_equal(farm_node_open_file(conf, &node), 0);
+	assert_int_equal(farm_node_id(node), 0);
+	assert_int_equal(farm_node_nthreads(node), 1);
+	assert_int_equal(farm_node_expected_machines(node), 1);
+	assert_non_null(farm_node_msg(node));
+	assert_non_null(farm_node_txm(node));
+	assert_non_null(farm_node_fabric(node));
+	farm_kv *kv = NULL;
+	struct farm_kv_attr a = {
+	        .neighborhood = 8, .key_inline = 16, .val_inline = 32};
+	assert_int_equal(farm_kv_create(node, &a, 64, &kv), 0);
+	struct farm_kv_attr bad = {.neighborhood = 3};
+	farm_kv *kv2 = NULL;
+	assert_int_equal(farm_kv_create(node, &bad, 64, &kv2), -EINVAL);
+	farm_node_set_app_loops(node, true);
+	assert_int_equal(farm_node_start(node, 10000), 0);
+	farm_loop *loop = NULL;
+	assert_int_equal(farm_node_loop_open(node, 0, &loop), 0);
+	assert_ptr_equal(farm_node_loop(node, 0), loop);
+	assert_int_equal(farm_node_wait_members(node, 1, 10000), 0);
+	assert_int_equal(farm_kv_attach(kv, loop), 0);
+	/* not joined yet */
+	uint8_t v[64];
+	uint32_t len = 0;
+	assert_int_equal(farm_kv_get_sync(kv, loop, "k", 1, v, sizeof(v), &len),
+	                 -ENOENT);
+	assert_int_equal(farm_kv_join_sync(kv, loop, 1, 10000), 0);
+
+	/* blocking */
+	char key[16];
+	for (unsigned i = 0; i < NPAIRS; i++) {
+		snprintf(key, sizeof(key), "pub-%04u", i);
+		uint64_t x = 1000 + i;
+		assert_int_equal(farm_kv_put_sync(kv, loop, key, 8, &x, 8), 0);
+	}
+	uint64_t x = 0;
+	assert_int_equal(
+	        farm_kv_get_sync(kv, loop, "pub-0007", 8, &x, sizeof(x), &len),
+	        0);
+	assert_int_equal(len, 8);
+	assert_int_equal(x, 1007);
+	assert_int_equal(farm_kv_del_sync(kv, loop, "pub-0007", 8), 0);
+	assert_int_equal(farm_kv_del_sync(kv, loop, "pub-0007", 8), -ENOENT);
+	assert_int_equal(
+	        farm_kv_get_sync(kv, loop, "pub-0007", 8, &x, sizeof(x), &len),
+	        -ENOENT);
+	/* a buffer too short: -EMSGSIZE and the value's length */
+	uint8_t one;
+	assert_int_equal(
+	        farm_kv_get_sync(kv, loop, "pub-0001", 8, &one, 1, &len),
+	        -EMSGSIZE);
+	assert_int_equal(len, 8);
+
+	/* with continuations */
+	struct w w = {0};
+	assert_int_equal(
+	        farm_kv_put(kv, loop, "async", 5, "value!", 6, op_cb, &w), 0);
+	assert_int_equal(farm_loop_wait(loop, &w.done, 5000000000ull), 0);
+	assert_int_equal(w.status, 0);
+	w = (struct w){0};
+	assert_int_equal(farm_kv_get(kv, loop, "async", 5, get_cb, &w), 0);
+	assert_int_equal(farm_loop_wait(loop, &w.done, 5000000000ull), 0);
+	assert_int_equal(w.status, 0);
+	assert_int_equal(w.len, 6);
+	assert_memory_equal(w.val, "value!", 6);
+	w = (struct w){0};
+	assert_int_equal(farm_kv_del(kv, loop, "async", 5, op_cb, &w), 0);
+	assert_int_equal(farm_loop_wait(loop, &w.done, 5000000000ull), 0);
+	assert_int_equal(w.status, 0);
+	assert_int_equal(farm_kv_get(kv, loop, "", 0, get_cb, &w), -EINVAL);
+	assert_int_equal(farm_kv_put(kv, loop, "k", 1, "v", 1, NULL, NULL),
+	                 -EINVAL);
+
+	/* multi-get: present, deleted, empty key, a short buffer */
+	const void *keys[5] = {"pub-0003", "pub-0007", "", "pub-0039", "async"};
+	uint32_t klens[5] = {8, 8, 0, 8, 5}, lens[5];
+	int st[5];
+	uint64_t vals[5];
+	farm_kv_stats s0, s1;
+	farm_kv_stats_get(kv, &s0);
+	assert_int_equal(
+	        farm_kv_mget_sync(kv, loop, 5, keys, klens, vals, 8, lens, st),
+	        0);
+	farm_kv_stats_get(kv, &s1);
+	assert_int_equal(st[0], 0);
+	assert_int_equal(lens[0], 8);
+	assert_int_equal(vals[0], 1003);
+	assert_int_equal(st[1], -ENOENT);
+	assert_int_equal(st[2], -EINVAL);
+	assert_int_equal(st[3], 0);
+	assert_int_equal(vals[3], 1039);
+	assert_int_equal(st[4], -ENOENT);
+	assert_int_equal(s1.mget_calls - s0.mget_calls, 1);
+	assert_int_equal(s1.mget_local - s0.mget_local, 4);
+	assert_int_equal(s1.mget_msgs - s0.mget_msgs, 0); /* all local */
+	uint8_t small[5 * 4];
+	assert_int_equal(
+	        farm_kv_mget_sync(kv, loop, 1, keys, klens, small, 4, lens, st),
+	        0);
+	assert_int_equal(st[0], -EMSGSIZE);
+	assert_int_equal(lens[0], 8);
+	assert_int_equal(
+	        farm_kv_mget_sync(kv, loop, 0, keys, klens, vals, 8, lens, st),
+	        -EINVAL);
+
+	/* more keys than a loop has lookups in flight (256): they queue */
+	enum { MANY = 600 };
+	static const void *mk[MANY];
+	static uint32_t mkl[MANY], ml[MANY];
+	static int ms[MANY];
+	static uint64_t mv[MANY];
+	static char mkeys[MANY][16];
+	for (unsigned i = 0; i < MANY; i++) {
+		snprintf(mkeys[i], sizeof(mkeys[i]), "pub-%04u", i % NPAIRS);
+		mk[i] = mkeys[i];
+		mkl[i] = 8;
+	}
+	assert_int_equal(
+	        farm_kv_mget_sync(kv, loop, MANY, mk, mkl, mv, 8, ml, ms), 0);
+	for (unsigned i = 0; i < MANY; i++) {
+		if (i % NPAIRS == 7) {
+			assert_int_equal(ms[i], -ENOENT);
+			continue;
+		}
+		assert_int_equal(ms[i], 0);
+		assert_int_equal(ml[i], 8);
+		assert_int_equal(mv[i], 1000 + i % NPAIRS);
+	}
+
+	/* iteration: every pair is inline here */
+	struct iter it = {0};
+	long np = farm_kv_iterate_local(kv, iter_cb, &it);
+	assert_int_equal(np, NPAIRS - 1);
+	assert_int_equal(it.ours, NPAIRS - 1);
+
+	/* the directory */
+	farm_fatptr p = {.addr = 0x1234000, .size = 96, .incarnation = 7}, q;
+	assert_int_equal(farm_kv_name_sync(kv, loop, "app/root", p), 0);
+	assert_int_equal(farm_kv_lookup_sync(kv, loop, "app/root", &q), 0);
+	assert_int_equal(q.addr, p.addr);
+	assert_int_equal(q.size, p.size);
+	assert_int_equal(q.incarnation, p.incarnation);
+	assert_int_equal(farm_kv_unname_sync(kv, loop, "app/root"), 0);
+	assert_int_equal(farm_kv_lookup_sync(kv, loop, "app/root", &q),
+	                 -ENOENT);
+	assert_int_equal(farm_kv_lookup_sync(kv, loop, "", &q), -EINVAL);
+
+	/* limits */
+	static uint8_t bigkey[FARM_KV_MAX_KEY + 1];
+	memset(bigkey, 'K', sizeof(bigkey));
+	assert_int_equal(
+	        farm_kv_put_sync(kv, loop, bigkey, FARM_KV_MAX_KEY, "max", 3),
+	        0);
+	assert_int_equal(farm_kv_get_sync(kv, loop, bigkey, FARM_KV_MAX_KEY, v,
+	                                  sizeof(v), &len),
+	                 0);
+	assert_int_equal(len, 3);
+	assert_int_equal(farm_kv_put_sync(kv, loop, bigkey, FARM_KV_MAX_KEY + 1,
+	                                  "max", 3),
+	                 -EMSGSIZE);
+	assert_int_equal(farm_kv_get_sync(kv, loop, bigkey, FARM_KV_MAX_KEY + 1,
+	                                  v, sizeof(v), &len),
+	                 -EMSGSIZE);
+	assert_int_equal(
+	        farm_kv_del_sync(kv, loop, bigkey, FARM_KV_MAX_KEY + 1),
+	        -EMSGSIZE);
+	uint32_t lim = farm_kv_value_limit(kv, 4);
+	assert_true(lim > 1024 && lim <= FARM_KV_MAX_VALUE);
+	assert_int_equal(farm_kv_value_limit(kv, 0), 0);
+	assert_int_equal(farm_kv_value_limit(kv, FARM_KV_MAX_KEY + 1), 0);
+	uint8_t *big = malloc(FARM_KV_MAX_VALUE + 1), *back = malloc(lim);
+	assert_non_null(big);
+	assert_non_null(back);
+	for (uint32_t i = 0; i <= FARM_KV_MAX_VALUE; i++)
+		big[i] = (uint8_t)(i * 13u + 5u);
+	assert_int_equal(farm_kv_put_sync(kv, loop, "huge", 4, big, lim), 0);
+	assert_int_equal(farm_kv_get_sync(kv, loop, "huge", 4, back, lim, &len),
+	                 0);
+	assert_int_equal(len, lim);
+	assert_memory_equal(back, big, lim);
+	assert_int_equal(farm_kv_put_sync(kv, loop, "huge", 4, big, lim + 1),
+	                 -EMSGSIZE);
+	assert_int_equal(farm_kv_put_sync(kv, loop, "huge", 4, big,
+	                                  FARM_KV_MAX_VALUE + 1),
+	                 -EMSGSIZE);
+	assert_int_equal(farm_kv_put_sync(kv, loop, "huge", 4, big, 0),
+	                 -EINVAL);
+	assert_int_equal(farm_kv_put_sync(kv, loop, "", 0, big, 1), -EINVAL);
+	free(big);
+	free(back);
+
+	farm_kv_detach(kv, loop);
+	farm_node_loop_close(node, loop);
+	farm_node_close(node);
+	farm_kv_destroy(kv);
+}
+
+int main(void)
+{
+	const struct CMUnitTest t[] = {
+	        cmocka_unit_test(test_open_errors),
+	        cmocka_unit_test(test_store),
+	};
+	return cmocka_run_group_tests_name("kv_public", t, setup, teardown);
+}
