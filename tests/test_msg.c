@@ -480,6 +480,98 @@ static void test_post_wakes(void **state)
 	nodes_close(nd, 1);
 }
 
+/* farm_loop_defer: items run in order at the start of the next pass,
+ * never inline; one deferred while they run waits for the pass after; a
+ * pending item keeps the loop from parking (farm_loop_wait returns long
+ * before its park would end); close cancels what is left. */
+struct defer_rec {
+	farm_loop *loop;
+	int order[8];
+	int n, status[8];
+	volatile int done;
+};
+
+static struct defer_rec *DR;
+
+static void defer_fn(farm_loop *loop, void *ctx, int status)
+{
+	int id = (int)(intptr_t)ctx;
+	DR->status[DR->n] = status;
+	DR->order[DR->n++] = id;
+	if (id == 2 && !status) /* defers another from inside a pass */
+		assert_int_equal(farm_loop_defer(loop, defer_fn, (void *)3),
+		                 0);
+	if (id == 3 || id == 5)
+		DR->done = 1;
+}
+
+/* A poller that defers an item once and reports no work: the loop must
+ * see the item before parking. */
+static int defer_poller(farm_loop *loop, void *ctx)
+{
+	(void)loop;
+	(void)ctx;
+	return 0;
+}
+
+/* Asked right before the loop parks: defers an item (once) and says
+ * there is nothing to do; the loop must still not sleep on it. */
+static bool defer_pending(farm_loop *loop, void *ctx)
+{
+	int *armed = ctx;
+	if (*armed == 1) {
+		*armed = 2;
+		assert_int_equal(farm_loop_defer(loop, defer_fn, (void *)5), 0);
+	}
+	return false;
+}
+
+static void test_defer(void **state)
+{
+	(void)state;
+	struct node nd[1];
+	farm_msg_attr a = {.park_after_ns = 1000};
+	nodes_open(nd, 1, &a);
+	struct defer_rec r = {.loop = nd[0].loop};
+	DR = &r;
+	assert_int_equal(farm_loop_defer(NULL, defer_fn, NULL), -EINVAL);
+	assert_int_equal(farm_loop_defer(nd[0].loop, NULL, NULL), -EINVAL);
+	assert_int_equal(farm_loop_defer(nd[0].loop, defer_fn, (void *)1), 0);
+	assert_int_equal(farm_loop_defer(nd[0].loop, defer_fn, (void *)2), 0);
+	assert_int_equal(r.n, 0); /* not inline */
+	(void)farm_loop_poll(nd[0].loop);
+	assert_int_equal(r.n, 2); /* 1 then 2; 3 waits for the next pass */
+	assert_int_equal(r.order[0], 1);
+	assert_int_equal(r.order[1], 2);
+	assert_int_equal(farm_loop_wait(nd[0].loop, &r.done, 5000000000ull),
+	                 0);
+	assert_int_equal(r.n, 3);
+	assert_int_equal(r.order[2], 3);
+	assert_int_equal(r.status[2], 0);
+	/* Deferred by a pass that found nothing else: no park before it
+	 * runs. */
+	int armed = 0;
+	assert_int_equal(farm_loop_add_poller(nd[0].loop, defer_poller,
+	                                      defer_pending, &armed),
+	                 0);
+	farm_msg_stats st0, st1;
+	farm_msg_stats_get(nd[0].msg, nd[0].loop, &st0);
+	r.done = 0;
+	armed = 1;
+	assert_int_equal(farm_loop_wait(nd[0].loop, &r.done, 5000000000ull),
+	                 0);
+	farm_msg_stats_get(nd[0].msg, nd[0].loop, &st1);
+	assert_int_equal(r.order[3], 5);
+	assert_int_equal(st1.parks, st0.parks);
+	assert_int_equal(farm_loop_defer(nd[0].loop, defer_fn, (void *)4), 0);
+	farm_loop_close(nd[0].loop);
+	assert_int_equal(r.n, 5);
+	assert_int_equal(r.order[4], 4);
+	assert_int_equal(r.status[4], -ECANCELED);
+	assert_int_equal(farm_loop_open(nd[0].msg, 0, &nd[0].loop), 0);
+	nodes_close(nd, 1);
+}
+
 struct op_res {
 	int done, status;
 };
@@ -662,6 +754,7 @@ int main(void)
 	        cmocka_unit_test(test_corrupt_ring),
 	        cmocka_unit_test(test_cont_thread),
 	        cmocka_unit_test(test_post_wakes),
+	        cmocka_unit_test(test_defer),
 	        cmocka_unit_test(test_loop_rdma),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -163,6 +163,16 @@ typedef void (*farm_work_fn)(farm_loop *loop, void *ctx, int status);
 FARM_API FARM_MUST_CHECK int farm_loop_post(farm_loop *loop, farm_work_fn fn,
                                             void *ctx);
 
+/*
+ * farm_loop_defer() - farm_loop_post() for the loop's own thread only (a
+ * handler, continuation or the code driving the loop): @fn runs at the
+ * start of the next pass, with -ECANCELED if the loop closes first. No
+ * atomics and no allocation in the steady state: what completing an
+ * operation "later, not inline" costs. -ENOMEM.
+ */
+FARM_API FARM_MUST_CHECK int farm_loop_defer(farm_loop *loop, farm_work_fn fn,
+                                             void *ctx);
+
 /* ---- sending ------------------------------------------------------------- */
 
 /*

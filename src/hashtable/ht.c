@@ -64,6 +64,7 @@ struct htloop {
 	void *free_bufs;
 	struct shardq *q; /* per shard (owned by this loop) */
 	uint64_t rand;
+	struct get_op *free_gets; /* recycled lookups (bucket buffers kept) */
 };
 
 struct farm_ht {
@@ -267,6 +268,7 @@ struct get_op {
 	farm_fatptr next;
 	int stage; /* 0 buckets, 1 chain block, 2 indirect value */
 	farm_lf_op ep; /* an epoch operation from start to continuation */
+	struct get_op *next_free;
 };
 
 static void get_start(struct get_op *g);
@@ -282,10 +284,13 @@ static void get_end(struct get_op *g, int status, const void *val, uint32_t len)
 	farm_lf_end(&g->ep);
 	if (g->img)
 		buf_put(g->l, g->img);
-	free(g->d0);
-	free(g->d1);
+	g->img = NULL;
 	free(g->obuf);
-	free(g);
+	g->obuf = NULL;
+	/* Recycled with its bucket buffers: a lookup allocates nothing in
+	 * the steady state. */
+	g->next_free = g->l->free_gets;
+	g->l->free_gets = g;
 }
 
 static void get_retry(struct get_op *g)
@@ -459,19 +464,28 @@ static void get_start(struct get_op *g)
 	uint32_t bb = 64u * h->bucket_lines;
 	farm_gaddr a = g->sd->base + (uint64_t)g->b * bb;
 	st_add(h, T_READS, 1);
-	const uint8_t *p = farm_as_local_ptr(h->as, a, 2ull * bb);
-	if (p) {
+	uint8_t *p;
+	farm_mr_desc d;
+	int rc = farm_as_resolve(h->as, a, 2ull * bb, &p, &d);
+	if (!rc && p) {
 		if (!farm_lines_copy(g->img, p, 2ull * bb, LINE_TRIES)) {
 			get_retry(g);
 			return;
 		}
 		/* Complete on a later pass, as a remote read would. */
-		if (farm_loop_post(g->l->loop, get_local_done, g))
+		if (farm_loop_defer(g->l->loop, get_local_done, g))
 			get_end(g, -ENOMEM, NULL, 0);
 		return;
 	}
-	int rc = farm_as_read(h->as, g->l->loop, a, g->img, g->l->mr, 2 * bb,
-	                      bucket_read_done, g);
+	if (!rc) { /* the shard's descriptor is cached: one READ */
+		farm_wr wr = farm_wr_read(0, g->img, g->l->mr, 2 * bb, &d,
+		                          farm_gaddr_offset(a));
+		rc = farm_loop_rdma(g->l->loop, d.machine, &wr,
+		                    bucket_read_done, g);
+	} else if (rc == -EAGAIN) {
+		rc = farm_as_read(h->as, g->l->loop, a, g->img, g->l->mr,
+		                  2 * bb, bucket_read_done, g);
+	}
 	if (rc)
 		get_end(g, rc, NULL, 0);
 }
@@ -514,21 +528,32 @@ int farm_ht_get(farm_ht *h, farm_loop *loop, const void *key, uint32_t klen,
 	const struct farm_ht_shard *sd = shard_of(h, hash, NULL);
 	if (!sd)
 		return -ENOENT;
-	struct get_op *g = calloc(1, sizeof(*g));
-	if (!g)
-		return -ENOMEM;
+	struct get_op *g = l->free_gets;
+	if (g) {
+		l->free_gets = g->next_free;
+	} else {
+		if (!(g = calloc(1, sizeof(*g))))
+			return -ENOMEM;
+		g->d0 = malloc(h->bucket_data);
+		g->d1 = malloc(h->bucket_data);
+	}
 	g->img = buf_get(l);
-	g->d0 = malloc(h->bucket_data);
-	g->d1 = malloc(h->bucket_data);
 	if (!g->img || !g->d0 || !g->d1) {
 		int rc2 = g->img ? -ENOMEM : -EAGAIN; /* too many in flight */
 		if (g->img)
 			buf_put(l, g->img);
-		free(g->d0);
-		free(g->d1);
-		free(g);
+		g->img = NULL;
+		g->next_free = l->free_gets;
+		l->free_gets = g;
 		return rc2;
 	}
+	g->tries = 0;
+	g->fwd = 0;
+	g->obuf = NULL;
+	g->olen = 0;
+	g->next = (farm_fatptr){0};
+	g->stage = 0;
+	g->ep = (farm_lf_op){0};
 	g->h = h;
 	g->l = l;
 	memcpy(g->key, key, klen);
@@ -542,9 +567,9 @@ int farm_ht_get(farm_ht *h, farm_loop *loop, const void *key, uint32_t klen,
 	 * size class until it is done (epochs). */
 	if ((rc = farm_lf_begin(h->txm, loop, &g->ep))) {
 		buf_put(l, g->img);
-		free(g->d0);
-		free(g->d1);
-		free(g);
+		g->img = NULL;
+		g->next_free = l->free_gets;
+		l->free_gets = g;
 		return rc; /* the loop has no transactions attached */
 	}
 	st_add(h, T_LOOKUPS, 1);
@@ -1716,6 +1741,13 @@ void farm_ht_detach(farm_ht *h, farm_loop *loop)
 			p = n;
 		}
 	}
+	while (l->free_gets) {
+		struct get_op *g = l->free_gets;
+		l->free_gets = g->next_free;
+		free(g->d0);
+		free(g->d1);
+		free(g);
+	}
 	farm_mr_dereg(l->mr);
 	free(l->pool);
 	free(l->q);
@@ -2029,7 +2061,7 @@ int farm_ht_get_first(farm_ht *h, farm_loop *loop, const void *key,
 	if (p) {
 		f->torn = !farm_lines_copy(f->img, p, 2ull * bb, LINE_TRIES);
 		/* Complete on a later pass, as a remote read would. */
-		rc = farm_loop_post(loop, first_read_done, f);
+		rc = farm_loop_defer(loop, first_read_done, f);
 	} else {
 		rc = farm_as_read(h->as, loop, a, f->img, l->mr, 2 * bb,
 		                  first_read_done, f);

@@ -263,7 +263,15 @@ struct farm_loop {
 	struct rdma_op *ops;      /* outstanding one-sided operations */
 	struct rdma_op *ops_free; /* recycled records */
 	unsigned nops;
+	/* farm_loop_defer: owner-only FIFO and recycled items. */
+	struct defer_item *dq_head, **dq_tail, *dq_free;
 	struct stats stats;
+};
+
+struct defer_item {
+	farm_work_fn fn;
+	void *ctx;
+	struct defer_item *next;
 };
 
 static inline bool on_owner(const farm_loop *loop)
@@ -1412,13 +1420,52 @@ static int poll_cq(farm_loop *loop)
 	return n > 0 ? n : 0;
 }
 
+int farm_loop_defer(farm_loop *loop, farm_work_fn fn, void *ctx)
+{
+	if (!loop || !fn)
+		return -EINVAL;
+	struct defer_item *d = loop->dq_free;
+	if (d)
+		loop->dq_free = d->next;
+	else if (!(d = malloc(sizeof(*d))))
+		return -ENOMEM;
+	d->fn = fn;
+	d->ctx = ctx;
+	d->next = NULL;
+	if (!loop->dq_head)
+		loop->dq_tail = &loop->dq_head;
+	*loop->dq_tail = d;
+	loop->dq_tail = &d->next;
+	return 0;
+}
+
+/* Run the items deferred before this pass (later ones wait for the next). */
+static int run_deferred(farm_loop *loop, int status)
+{
+	struct defer_item *d = loop->dq_head;
+	loop->dq_head = NULL;
+	int n = 0;
+	while (d) {
+		struct defer_item *next = d->next;
+		farm_work_fn fn = d->fn;
+		void *ctx = d->ctx;
+		d->next = loop->dq_free;
+		loop->dq_free = d;
+		fn(loop, ctx, status);
+		d = next;
+		n++;
+	}
+	return n;
+}
+
 int farm_loop_poll(farm_loop *loop)
 {
 	if (!loop || loop->polling)
 		return 0;
 	loop->polling = true;
+	int got = loop->dq_head ? run_deferred(loop, 0) : 0;
 	refresh_peers(loop);
-	int got = poll_cq(loop);
+	got += poll_cq(loop);
 	got += poll_rings(loop);
 	for (unsigned i = 0; i < loop->npollers; i++)
 		got += loop->pollers[i].poll(loop, loop->pollers[i].ctx);
@@ -1452,7 +1499,8 @@ static bool work_pending(farm_loop *loop)
 	for (unsigned i = 0; i < loop->npollers; i++)
 		if (loop->pollers[i].pending(loop, loop->pollers[i].ctx))
 			return true;
-	return atomic_load(&loop->stop) != 0;
+	/* Last: a pending() above may have deferred something. */
+	return loop->dq_head || atomic_load(&loop->stop) != 0;
 }
 
 /* Park until a doorbell, a posted item, or @max_ns. */
@@ -1572,6 +1620,13 @@ void farm_loop_close(farm_loop *loop)
 		call_done(loop, loop->active, -ECANCELED, NULL, 0);
 	while (loop->ops)
 		rdma_done(loop, loop->ops, -ECANCELED);
+	while (loop->dq_head)
+		(void)run_deferred(loop, -ECANCELED);
+	while (loop->dq_free) {
+		struct defer_item *d = loop->dq_free;
+		loop->dq_free = d->next;
+		free(d);
+	}
 	while (loop->ops_free) {
 		struct rdma_op *o = loop->ops_free;
 		loop->ops_free = o->next;

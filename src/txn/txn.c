@@ -1011,7 +1011,7 @@ static void rd_retry(struct rd_op *op)
 	for (uint64_t i = 0; i < spins; i++)
 		farm_cpu_relax();
 	if (op->tries > 4 &&
-	    farm_loop_post(op->tl->loop, rd_again_post, op) == 0)
+	    farm_loop_defer(op->tl->loop, rd_again_post, op) == 0)
 		return;
 	rd_start(op);
 }
@@ -1084,7 +1084,7 @@ static void rd_start(struct rd_op *op)
 		}
 		op->status = rc;
 		/* Never complete inline: the caller may not be ready. */
-		if (farm_loop_post(tl->loop, rd_finish_post, op)) {
+		if (farm_loop_defer(tl->loop, rd_finish_post, op)) {
 			op->status = -ENOMEM;
 			op->done(op);
 		}
@@ -1107,7 +1107,7 @@ static void rd_start(struct rd_op *op)
 	}
 	if (rc) {
 		op->status = rc;
-		if (farm_loop_post(tl->loop, rd_finish_post, op))
+		if (farm_loop_defer(tl->loop, rd_finish_post, op))
 			op->done(op);
 	}
 }
@@ -1403,7 +1403,7 @@ static int tx_read_common(farm_tx *tx, farm_gaddr a, uint32_t size,
 		                        .ctx = ctx,
 		                        .o = o,
 		                        .size = size};
-		int rc = farm_loop_post(tx->tl->loop, txrd_cached, c);
+		int rc = farm_loop_defer(tx->tl->loop, txrd_cached, c);
 		if (rc)
 			free(c);
 		else
