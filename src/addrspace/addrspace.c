@@ -50,7 +50,16 @@ struct farm_as {
 		_Atomic uint64_t lookups_sent, lookups_cached, reads_local,
 		        reads_remote, writes_local, writes_remote, bad_requests;
 	} st;
+	/* Bumped whenever a writer takes the lock: resolve caches
+	 * (farm_as_resolve_cached) trust entries of the current value. */
+	_Atomic uint64_t gen;
 };
+
+static void as_wrlock(farm_as *as)
+{
+	pthread_rwlock_wrlock(&as->lock);
+	atomic_fetch_add_explicit(&as->gen, 1, memory_order_release);
+}
 
 /* ---- wire formats -----------------------------------------------------------
  */
@@ -237,7 +246,7 @@ int farm_as_set_view(farm_as *as, uint64_t config_id, const uint32_t *ids,
 	int rc = farm_ring_build(ids, n, &as->ring_attr, &g);
 	if (rc)
 		return rc;
-	pthread_rwlock_wrlock(&as->lock);
+	as_wrlock(as);
 	if (as->ring && config_id <= as->config_id) {
 		pthread_rwlock_unlock(&as->lock);
 		farm_ring_free(g);
@@ -337,6 +346,41 @@ int farm_as_resolve(farm_as *as, farm_gaddr a, uint64_t len, uint8_t **local,
 	return rc;
 }
 
+int farm_as_resolve_cached(farm_as *as, struct farm_as_rcache *c,
+                           farm_gaddr a, uint64_t len, uint8_t **local,
+                           farm_mr_desc *desc)
+{
+	if (!as || !c || !local || !desc || !len ||
+	    !farm_gaddr_valid(a, len, as->region_size))
+		return -EINVAL;
+	uint32_t id = farm_gaddr_region(a);
+	uint64_t g = atomic_load_explicit(&as->gen, memory_order_acquire);
+	struct farm_as_rcache_ent *e = &c->e[id % FARM_AS_RCACHE];
+	if (e->id == id && e->gen == g) {
+		c->hits++;
+		if (e->base) {
+			*local = e->base + farm_gaddr_offset(a);
+		} else {
+			*local = NULL;
+			*desc = e->d;
+		}
+		return 0;
+	}
+	/* Miss: the locked lookup, remembered under the generation read
+	 * before it (a writer since then makes the entry stale, never
+	 * wrong). */
+	int rc = farm_as_resolve(as, a, len, local, desc);
+	if (rc)
+		return rc;
+	*e = (struct farm_as_rcache_ent){.id = id, .gen = g};
+	if (*local)
+		e->base = *local - farm_gaddr_offset(a);
+	else
+		e->d = *desc;
+	c->misses++;
+	return 0;
+}
+
 /* ---- handlers (run on the receiving machine's loop) ------------------------
  */
 
@@ -430,7 +474,7 @@ static void h_create(farm_loop *loop, const farm_msg_in *in, void *arg)
 		return;
 	}
 	struct entry e = {.id = q.region, .kind = E_BACKUP, .local = r};
-	pthread_rwlock_wrlock(&as->lock);
+	as_wrlock(as);
 	rc = find(as, q.region) ? -EEXIST : put(as, &e);
 	pthread_rwlock_unlock(&as->lock);
 	if (rc) {
@@ -453,7 +497,7 @@ static void h_drop(farm_loop *loop, const farm_msg_in *in, void *arg)
 	}
 	memcpy(&q, in->payload, sizeof(q));
 	farm_region *victim = NULL;
-	pthread_rwlock_wrlock(&as->lock);
+	as_wrlock(as);
 	struct entry *e = q.region ? find(as, q.region) : NULL;
 	if (e && e->kind == E_BACKUP) {
 		victim = e->local;
@@ -494,7 +538,7 @@ static void alloc_finish(farm_loop *loop, struct alloc_op *op)
 		                  .kind = E_PRIMARY,
 		                  .local = op->local,
 		                  .desc = farm_region_desc(op->local)};
-		pthread_rwlock_wrlock(&as->lock);
+		as_wrlock(as);
 		rc = put(as, &e);
 		pthread_rwlock_unlock(&as->lock);
 	}
@@ -556,7 +600,7 @@ int farm_as_region_alloc(farm_as *as, farm_loop *loop, uint32_t near,
 	/* Choose the id and reserve it in the table (as our primary region,
 	 * not yet published: lookups see E_PRIMARY only after the backups
 	 * hold their copies). */
-	pthread_rwlock_wrlock(&as->lock);
+	as_wrlock(as);
 	int rc = as->ring ? 0 : -ENOENT;
 	if (!rc && near)
 		rc = farm_ring_near_region(as->ring, as->me, near, taken_cb, as,
@@ -575,7 +619,7 @@ int farm_as_region_alloc(farm_as *as, farm_loop *loop, uint32_t near,
 		rc = farm_region_create(as->fab, as->region_size, &op->local);
 	if (rc) {
 		if (op->region) {
-			pthread_rwlock_wrlock(&as->lock);
+			as_wrlock(as);
 			del(as, op->region);
 			pthread_rwlock_unlock(&as->lock);
 		}
@@ -656,7 +700,7 @@ static void lookup_done(farm_loop *loop, void *ctx, int status,
 		                  .machine = r.machine,
 		                  .access = r.access};
 		struct entry e = {.id = region, .kind = E_REMOTE, .desc = d};
-		pthread_rwlock_wrlock(&as->lock);
+		as_wrlock(as);
 		struct entry *old = find(as, region);
 		if (old && old->kind == E_BACKUP)
 			old->desc = d;

@@ -87,6 +87,28 @@ int farm_as_resolve(farm_as *as, farm_gaddr a, uint64_t len, uint8_t **local,
                     farm_mr_desc *desc);
 
 /*
+ * farm_as_resolve_cached() - farm_as_resolve through a small cache the
+ * caller owns (one per loop; zero-initialised), with no lock and no shared
+ * write when the entry is current: entries are tagged with the address
+ * space's generation, which every change of its table bumps. Reads served
+ * from the cache are counted in the cache (hits), not in farm_as_stats.
+ */
+#define FARM_AS_RCACHE 64
+struct farm_as_rcache_ent {
+	uint32_t id; /* region; 0: empty */
+	uint64_t gen;
+	uint8_t *base; /* the region here (primary), or NULL: d */
+	farm_mr_desc d;
+};
+struct farm_as_rcache {
+	struct farm_as_rcache_ent e[FARM_AS_RCACHE];
+	uint64_t hits, misses;
+};
+int farm_as_resolve_cached(farm_as *as, struct farm_as_rcache *c,
+                           farm_gaddr a, uint64_t len, uint8_t **local,
+                           farm_mr_desc *desc);
+
+/*
  * farm_as_region_alloc() - a new region with this machine as primary:
  * picks an id (on a random ring, or, when @near is a region id, close
  * after it on its ring), creates and registers the region, has each backup

@@ -65,6 +65,7 @@ struct htloop {
 	struct shardq *q; /* per shard (owned by this loop) */
 	uint64_t rand;
 	struct get_op *free_gets; /* recycled lookups (bucket buffers kept) */
+	struct farm_as_rcache rc;  /* where shards are */
 };
 
 struct farm_ht {
@@ -466,7 +467,7 @@ static void get_start(struct get_op *g)
 	st_add(h, T_READS, 1);
 	uint8_t *p;
 	farm_mr_desc d;
-	int rc = farm_as_resolve(h->as, a, 2ull * bb, &p, &d);
+	int rc = farm_as_resolve_cached(h->as, &g->l->rc, a, 2ull * bb, &p, &d);
 	if (!rc && p) {
 		if (!farm_lines_copy(g->img, p, 2ull * bb, LINE_TRIES)) {
 			get_retry(g);

@@ -158,6 +158,7 @@ struct txloop {
 	_Atomic uint64_t c_lf_reads, c_lf_retries, c_tx_reads;
 	unsigned inflight; /* log WRITEs and freed-word READs not completed */
 	uint64_t epoch_tick; /* loop 0: passes, for the epoch trigger */
+	struct farm_as_rcache rc; /* where regions are, for reads */
 };
 
 struct farm_txm {
@@ -1070,7 +1071,7 @@ static void rd_start(struct rd_op *op)
 	uint64_t len = 64ull * op->lines;
 	uint8_t *p;
 	farm_mr_desc d;
-	int rc = farm_as_resolve(m->as, op->a, len, &p, &d);
+	int rc = farm_as_resolve_cached(m->as, &tl->rc, op->a, len, &p, &d);
 	if (!rc && p) {
 		if (!farm_lines_copy(op->img, p, len, LINE_TRIES)) {
 			rd_retry(op);
