@@ -270,6 +270,7 @@ struct get_op {
 	int stage; /* 0 buckets, 1 chain block, 2 indirect value */
 	farm_lf_op ep; /* an epoch operation from start to continuation */
 	struct get_op *next_free;
+	const uint8_t *lp; /* local shard: the buckets, copied when due */
 };
 
 static void get_start(struct get_op *g);
@@ -448,12 +449,20 @@ static void bucket_read_done(farm_loop *loop, void *ctx, int status)
 	get_buckets(g);
 }
 
+/* A local lookup's buckets were prefetched when it started; copy them
+ * now, a pass later, as the shm fabric does for a READ (NSDI'14 keeps
+ * many lookups in flight so their misses overlap). */
 static void get_local_done(farm_loop *loop, void *ctx, int status)
 {
 	(void)loop;
 	struct get_op *g = ctx;
 	if (status) {
 		get_end(g, status, NULL, 0);
+		return;
+	}
+	uint32_t bb = 64u * g->h->bucket_lines;
+	if (!farm_lines_copy(g->img, g->lp, 2ull * bb, LINE_TRIES)) {
+		get_retry(g);
 		return;
 	}
 	get_buckets(g);
@@ -469,11 +478,11 @@ static void get_start(struct get_op *g)
 	farm_mr_desc d;
 	int rc = farm_as_resolve_cached(h->as, &g->l->rc, a, 2ull * bb, &p, &d);
 	if (!rc && p) {
-		if (!farm_lines_copy(g->img, p, 2ull * bb, LINE_TRIES)) {
-			get_retry(g);
-			return;
-		}
-		/* Complete on a later pass, as a remote read would. */
+		for (uint32_t o = 0; o < 2 * bb; o += 64)
+			__builtin_prefetch(p + o, 0, 3);
+		g->lp = p;
+		/* Copy and complete on a later pass, as a remote read
+		 * would. */
 		if (farm_loop_defer(g->l->loop, get_local_done, g))
 			get_end(g, -ENOMEM, NULL, 0);
 		return;
