@@ -300,6 +300,35 @@ static void test_occupancy(void **state)
 	       100.0 * n / slots, slots, appends,
 	       (double)reads / (double)lookups);
 	assert_int_equal(seen, (long)n);
+	/* The usage scan agrees with what went in. */
+	struct farm_ht_usage u, tot = {0};
+	for (unsigned m = 0; m < 3; m++) {
+		unsigned sh = 0;
+		/* the shard machine m owns */
+		while (farm_ht_usage_local(H[m], sh, &u) == -EINVAL && sh < 3)
+			sh++;
+		assert_true(sh < 3);
+		assert_int_equal(farm_ht_usage_local(H[m], sh, &u), 0);
+		tot.slots += u.slots;
+		tot.pairs_in_buckets += u.pairs_in_buckets;
+		tot.pairs_in_chains += u.pairs_in_chains;
+		tot.chain_blocks += u.chain_blocks;
+		tot.data_bytes += u.data_bytes;
+		tot.table_bytes += u.table_bytes;
+		tot.longest_chain = FARM_MAX(tot.longest_chain, u.longest_chain);
+		assert_true(u.chain_blocks >= u.chains);
+		assert_true(u.pairs_in_chains <= 2 * u.chain_blocks);
+	}
+	printf("usage: %" PRIu64 " pairs in buckets + %" PRIu64
+	       " in %" PRIu64 " chain blocks (longest %" PRIu64
+	       "); occupancy %.3f, space utilization %.3f\n",
+	       tot.pairs_in_buckets, tot.pairs_in_chains, tot.chain_blocks,
+	       tot.longest_chain,
+	       (double)tot.pairs_in_buckets / (double)tot.slots,
+	       (double)tot.data_bytes / (double)tot.table_bytes);
+	assert_int_equal(tot.pairs_in_buckets + tot.pairs_in_chains, n);
+	assert_int_equal(tot.data_bytes, (uint64_t)n * (16 + 32));
+	assert_true(tot.pairs_in_buckets * 100 >= (uint64_t)n * 90);
 }
 
 /* ---- moves: backward, eviction, dense chains, pull-back

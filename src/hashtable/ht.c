@@ -1872,6 +1872,72 @@ long farm_ht_iterate_local(farm_ht *h, unsigned shard, farm_ht_iter_fn fn,
 	return n;
 }
 
+int farm_ht_usage_local(farm_ht *h, unsigned shard, struct farm_ht_usage *u)
+{
+	if (!h || !u || shard >= h->nshards ||
+	    h->shards[shard].machine != h->me)
+		return -EINVAL;
+	const struct farm_ht_shard *sd = &h->shards[shard];
+	uint32_t bb = 64u * h->bucket_lines;
+	uint32_t kb = 64u * h->block_lines;
+	uint8_t *d = malloc(FARM_MAX(h->bucket_data, h->block_data));
+	uint8_t *img = malloc(FARM_MAX(bb, kb));
+	if (!d || !img) {
+		free(d);
+		free(img);
+		return -ENOMEM;
+	}
+	*u = (struct farm_ht_usage){.buckets = sd->nbuckets + 1ull};
+	u->slots = u->buckets * h->spb;
+	int rc = 0;
+	for (uint32_t b = 0; b <= sd->nbuckets; b++) {
+		const uint8_t *p = farm_as_local_ptr(
+		        h->as, sd->base + (uint64_t)b * bb, bb);
+		if (!p) {
+			rc = FARM_ECORRUPT;
+			break;
+		}
+		farm_lines_copy(img, p, bb, LINE_TRIES);
+		obj_unpack(img, h->bucket_data, d);
+		farm_fatptr ovf = get_fat(B_OVF(d));
+		for (unsigned i = 0; i < h->spb; i++) {
+			const uint8_t *s = slot_at(h, d, i);
+			if (!(s[0] & SLOT_USED))
+				continue;
+			u->pairs_in_buckets++;
+			u->data_bytes += (uint64_t)s[1] + slot_vlen(s);
+		}
+		uint64_t len = 0;
+		while (ovf.addr) {
+			const uint8_t *bp = farm_as_local_ptr(h->as, ovf.addr, kb);
+			if (!bp) {
+				rc = FARM_ECORRUPT;
+				break;
+			}
+			farm_lines_copy(img, bp, kb, LINE_TRIES);
+			obj_unpack(img, h->block_data, d);
+			len++;
+			for (unsigned i = 0; i < BLK_SLOTS; i++) {
+				const uint8_t *s = blk_slot(h, d, i);
+				if (!(s[0] & SLOT_USED))
+					continue;
+				u->pairs_in_chains++;
+				u->data_bytes += (uint64_t)s[1] + slot_vlen(s);
+			}
+			ovf = get_fat(d + 8);
+		}
+		if (len) {
+			u->chains++;
+			u->chain_blocks += len;
+			u->longest_chain = FARM_MAX(u->longest_chain, len);
+		}
+	}
+	free(d);
+	free(img);
+	u->table_bytes = u->buckets * bb + u->chain_blocks * kb;
+	return rc;
+}
+
 void farm_ht_stats_get(farm_ht *h, struct farm_ht_stats *out)
 {
 	if (!h || !out)

@@ -105,6 +105,23 @@ long farm_ht_iterate_local(farm_ht *h, unsigned shard, farm_ht_iter_fn fn,
                            void *ctx);
 
 void farm_ht_stats_get(farm_ht *h, struct farm_ht_stats *out);
+
+/*
+ * farm_ht_usage_local() - what a shard stored on this machine holds, by a
+ * scan of its buckets and chains (consistent only while no write runs on
+ * it): occupancy = pairs_in_buckets / slots (pairs_in_chains overflowed),
+ * space utilization = data_bytes (keys and values, indirect values by
+ * their length) / table_bytes (buckets and chain blocks, whole lines),
+ * chain lengths in blocks. -EINVAL (not a local shard), FARM_ECORRUPT (a
+ * bucket or chain block is not where the table says), -ENOMEM.
+ */
+struct farm_ht_usage {
+	uint64_t buckets, slots;
+	uint64_t pairs_in_buckets, pairs_in_chains;
+	uint64_t chains, chain_blocks, longest_chain;
+	uint64_t data_bytes, table_bytes;
+};
+int farm_ht_usage_local(farm_ht *h, unsigned shard, struct farm_ht_usage *u);
 uint64_t farm_ht_hash(const void *key, uint32_t klen);
 /* The shard (index in the table's list of @nshards) a key's hash picks:
  * jump consistent hashing. */
