@@ -1140,14 +1140,24 @@ static struct rd_op *rd_new(struct txloop *tl, farm_gaddr a, uint32_t size,
 		*rc = -ENOMEM;
 		return NULL;
 	}
-	*op = (struct rd_op){.tl = tl,
-	                     .a = a,
-	                     .size = size,
-	                     .lines = lines,
-	                     .want = want,
-	                     .img = img,
-	                     .done = done,
-	                     .ctx = ctx};
+	/* Field by field: clearing the whole record (with its lock-free
+	 * read context) showed up on the read path. */
+	op->tl = tl;
+	op->next_free = NULL;
+	op->a = a;
+	op->size = size;
+	op->lines = lines;
+	op->want = want;
+	op->img = img;
+	op->tries = 0;
+	op->t0 = 0;
+	op->status = 0;
+	op->version = op->incarn = 0;
+	op->ep = 0;
+	op->done = done;
+	op->ctx = ctx;
+	op->ctx2 = NULL;
+	op->lf.version_out = NULL;
 	*rc = 0;
 	return op;
 }
