@@ -387,6 +387,129 @@ static void test_free_and_fat_pointers(void **state)
 	assert_int_equal(buf[99], 8);
 }
 
+/* Arrays: allocated in a transaction (elements new objects, written
+ * through farm_tx_write), read as a range with one READ from another
+ * machine, freed whole by a transaction that read every element; an
+ * aborted allocation gives the array back. */
+static int lf_arr(unsigned m, farm_fatptr first, uint32_t from, uint32_t n,
+                  void *buf)
+{
+	struct res r = {0};
+	int rc = farm_lf_read_array(C.m[m].txm, C.m[m].loop, first, from, n,
+	                            buf, op_cb, &r);
+	if (rc)
+		return rc;
+	asn_wait(&C, &r.done);
+	return r.status;
+}
+
+static uint64_t allocs_in_use(unsigned m)
+{
+	struct farm_alloc_stats st;
+	farm_blockalloc_stats(farm_galloc_blockalloc(C.m[m].ga), &st);
+	return st.allocs - st.frees;
+}
+
+static void test_arrays(void **state)
+{
+	(void)state;
+	enum { N = 12, ES = 100 };
+	uint64_t stride = farm_array_stride(ES);
+	assert_int_equal(stride, 128); /* 100 B: 2 lines with versions */
+	uint64_t live0 = allocs_in_use(1);
+	/* An aborted allocation gives the array back. */
+	farm_tx *tx = begin(1);
+	struct res r = {0};
+	assert_int_equal(farm_tx_alloc_array(tx, ES, N, 0, alloc_cb, &r), 0);
+	asn_wait(&C, &r.done);
+	assert_int_equal(r.status, 0);
+	assert_int_equal(allocs_in_use(1), live0 + 1);
+	assert_int_equal(farm_tx_abort(tx), 0);
+	farm_tx_free(tx);
+	assert_int_equal(allocs_in_use(1), live0);
+	/* Allocate and fill: element i holds byte i + 1. */
+	tx = begin(1);
+	r = (struct res){0};
+	assert_int_equal(farm_tx_alloc_array(tx, ES, N, 0, alloc_cb, &r), 0);
+	asn_wait(&C, &r.done);
+	assert_int_equal(r.status, 0);
+	farm_fatptr a = r.fp;
+	assert_int_equal(a.size, ES);
+	memset(r.wdata, 1, ES);
+	for (unsigned i = 1; i < N; i++) {
+		void *w;
+		assert_int_equal(farm_tx_write(tx, a.addr + stride * i, &w), 0);
+		memset(w, (int)(i + 1), ES);
+	}
+	assert_int_equal(commit(tx), 0);
+	farm_tx_free(tx);
+	/* Elements 3..9 from machine 2: one READ (one lock-free read). */
+	uint8_t buf[N * ES];
+	farm_txm_stats s0, s1;
+	farm_txm_stats_get(C.m[2].txm, &s0);
+	assert_int_equal(lf_arr(2, a, 3, 7, buf), 0);
+	farm_txm_stats_get(C.m[2].txm, &s1);
+	assert_int_equal(s1.lf_reads - s0.lf_reads, 1);
+	for (unsigned k = 0; k < 7; k++)
+		for (unsigned j = 0; j < ES; j++)
+			assert_int_equal(buf[k * ES + j], (uint8_t)(3 + k + 1));
+	/* Element by element, as objects, from machine 0. */
+	for (unsigned i = 0; i < N; i++) {
+		assert_int_equal(lf(0, a.addr + stride * i, ES, a.incarnation,
+		                    buf),
+		                 0);
+		assert_int_equal(buf[ES - 1], (uint8_t)(i + 1));
+	}
+	/* Bad ranges and input. */
+	assert_int_equal(lf_arr(2, a, 0, 0, buf), -EINVAL);
+	farm_fatptr big = a;
+	big.size = FARM_TX_MAX_SIZE;
+	assert_int_equal(lf_arr(2, big, 0, 2, buf), -E2BIG);
+	tx = begin(0);
+	assert_int_equal(farm_tx_alloc_array(tx, ES, 0, 0, alloc_cb, &r),
+	                 -EINVAL);
+	assert_int_equal(farm_tx_alloc_array(tx, 0, 4, 0, alloc_cb, &r),
+	                 -EINVAL);
+	assert_int_equal(farm_tx_alloc_array(tx, 1024, 2048, 0, alloc_cb, &r),
+	                 -E2BIG);
+	/* Free: every element must be read first. */
+	for (unsigned i = 0; i + 1 < N; i++)
+		assert_int_equal(rd(tx, a.addr + stride * i, ES, NULL), 0);
+	assert_int_equal(farm_tx_free_array(tx, a, N), -ENOENT);
+	assert_int_equal(rd(tx, a.addr + stride * (N - 1), ES, NULL), 0);
+	farm_fatptr wrong = a;
+	wrong.incarnation++;
+	assert_int_equal(farm_tx_free_array(tx, wrong, N), -EINVAL);
+	uint64_t live1 = allocs_in_use(1);
+	assert_int_equal(farm_tx_free_array(tx, a, N), 0);
+	assert_int_equal(commit(tx), 0);
+	farm_tx_free(tx);
+	assert_int_equal(allocs_in_use(1), live1 - 1);
+	/* Freed: a range read and an element read say so. */
+	assert_int_equal(lf_arr(2, a, 0, N, buf), FARM_EFREED);
+	assert_int_equal(lf(0, a.addr + stride * 5, ES, a.incarnation, buf),
+	                 FARM_EFREED);
+	/* The same with the primary's own single-machine commit. */
+	tx = begin(1);
+	r = (struct res){0};
+	assert_int_equal(farm_tx_alloc_array(tx, ES, 4, 0, alloc_cb, &r), 0);
+	asn_wait(&C, &r.done);
+	assert_int_equal(r.status, 0);
+	farm_fatptr b = r.fp;
+	assert_int_equal(commit(tx), 0);
+	farm_tx_free(tx);
+	assert_int_equal(lf_arr(0, b, 0, 4, buf), 0);
+	uint64_t live2 = allocs_in_use(1);
+	tx = begin(1);
+	for (unsigned i = 0; i < 4; i++)
+		assert_int_equal(rd(tx, b.addr + stride * i, ES, NULL), 0);
+	assert_int_equal(farm_tx_free_array(tx, b, 4), 0);
+	assert_int_equal(commit(tx), 0);
+	farm_tx_free(tx);
+	assert_int_equal(allocs_in_use(1), live2 - 1);
+	assert_int_equal(lf_arr(0, b, 0, 4, buf), FARM_EFREED);
+}
+
 static void test_bad_input(void **state)
 {
 	(void)state;
@@ -441,6 +564,7 @@ int main(void)
 	        cmocka_unit_test(test_three_primaries),
 	        cmocka_unit_test(test_conflict_and_validation),
 	        cmocka_unit_test(test_free_and_fat_pointers),
+	        cmocka_unit_test(test_arrays),
 	        cmocka_unit_test(test_bad_input),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);

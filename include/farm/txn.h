@@ -103,8 +103,40 @@ typedef void (*farm_tx_alloc_fn)(farm_tx *tx, void *ctx, int status,
 FARM_API FARM_MUST_CHECK int farm_tx_alloc(farm_tx *tx, uint32_t size,
                                            farm_gaddr hint,
                                            farm_tx_alloc_fn cont, void *ctx);
-/* Free an object this transaction has read, when it commits. */
+/* Free an object this transaction has read, when it commits (arrays:
+ * farm_tx_free_array, never an element alone). */
 FARM_API FARM_MUST_CHECK int farm_tx_free_obj(farm_tx *tx, farm_gaddr a);
+
+/*
+ * Arrays: @n objects of @elem_size application bytes each, back to back
+ * in memory (element i at first.addr + i * farm_array_stride(elem_size)),
+ * every element an object of its own (versions, incarnation), so elements
+ * are read and written like any object, and a range of them is read with
+ * one READ (farm_lf_read_array).
+ *
+ * farm_tx_alloc_array() - a new array on this machine (near @hint when it
+ * is local), every element zeroed and part of the write set; @cont gets
+ * element 0's fat pointer and bytes (farm_tx_write gives the others). It
+ * exists for others once the transaction commits and is freed whole if it
+ * aborts. At most 1 MiB stored (-E2BIG); the commit's records must also
+ * fit half a log (-E2BIG from farm_tx_commit).
+ * farm_tx_free_array() - free the whole array when the transaction
+ * commits; every element must have been read by it (-ENOENT otherwise),
+ * -EINVAL when they do not match @first (size, incarnation).
+ */
+FARM_API FARM_MUST_CHECK int farm_tx_alloc_array(farm_tx *tx,
+                                                 uint32_t elem_size,
+                                                 uint32_t n, farm_gaddr hint,
+                                                 farm_tx_alloc_fn cont,
+                                                 void *ctx);
+FARM_API FARM_MUST_CHECK int farm_tx_free_array(farm_tx *tx, farm_fatptr first,
+                                                uint32_t n);
+/* Bytes from one element to the next: whole lines with their versions. */
+static inline uint64_t farm_array_stride(uint32_t elem_size)
+{
+	return elem_size <= 48 ? 64
+	                       : 64ull * (1 + (elem_size - 48 + 61) / 62);
+}
 
 /*
  * farm_tx_commit() - commit. @cont runs once, on the transaction's loop,
@@ -157,6 +189,19 @@ FARM_API FARM_MUST_CHECK int farm_lf_read(farm_txm *m, farm_loop *loop,
                                           farm_gaddr a, uint32_t size,
                                           uint64_t want_incarnation, void *buf,
                                           farm_op_fn cont, void *ctx);
+/*
+ * farm_lf_read_array() - elements @from .. @from + @count - 1 of the array
+ * whose element 0 @first names, with one one-sided READ, each element
+ * validated as farm_lf_read validates an object (and against @first's
+ * incarnation: FARM_EFREED once the array is freed); @buf receives
+ * @count * first.size bytes. -E2BIG past 1 MiB in one read, -EINVAL for a
+ * range outside the region.
+ */
+FARM_API FARM_MUST_CHECK int farm_lf_read_array(farm_txm *m, farm_loop *loop,
+                                                farm_fatptr first,
+                                                uint32_t from, uint32_t count,
+                                                void *buf, farm_op_fn cont,
+                                                void *ctx);
 FARM_API FARM_MUST_CHECK int farm_lf_read_sync(farm_txm *m, farm_loop *loop,
                                                farm_gaddr a, uint32_t size,
                                                uint64_t want_incarnation,

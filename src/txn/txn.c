@@ -89,6 +89,12 @@ struct rec_obj {
 
 #define OBJF_NEW  1u
 #define OBJF_FREE 2u
+/* An array freed by the transaction: its first element carries
+ * OBJF_ARRAY and the element count in bits 31..8, the others OBJF_ELEM;
+ * the primary frees the whole array once every element is installed. */
+#define OBJF_ARRAY 4u
+#define OBJF_ELEM  8u
+#define OBJF_N_SHIFT 8
 
 struct reply {
 	uint64_t txid;
@@ -235,6 +241,8 @@ static void stat_add(farm_txm *m, int i, uint64_t n)
 #define TXO_WRITE 2u
 #define TXO_NEW   4u
 #define TXO_FREE  8u
+#define TXO_ARRAY 16u /* the first element of an array (arr_n elements) */
+#define TXO_ELEM  32u /* another element of such an array */
 
 struct txobj {
 	farm_gaddr a;
@@ -250,6 +258,7 @@ struct txobj {
 	unsigned nrep;
 	bool locked;   /* single-machine commit: we hold its lock */
 	uint8_t *vbuf; /* validation READ destination (arena) */
+	uint32_t arr_n; /* TXO_ARRAY: elements */
 };
 
 enum phase {
@@ -735,24 +744,52 @@ static void install_rec(struct txloop *tl, const uint8_t *rec)
 	memcpy(&h, rec, sizeof(h));
 	const struct rec_obj *o = rec_objs(rec);
 	const uint8_t *img = rec + sizeof(h) + (size_t)h.nobj * sizeof(*o);
+	bool arrays = false;
 	for (unsigned i = 0; i < h.nobj; i++) {
 		uint8_t *p = primary_obj(m, &o[i]);
 		if (p) {
 			uint64_t nv = o[i].version + OBJ_VSTEP;
 			obj_install_locked(p, o[i].lines, img, nv);
 			stat_add(m, S_INSTALLS, 1);
-			if (o[i].flags & OBJF_FREE) {
-				/* Under the lock: see obj_install_locked. */
-				int rc = farm_galloc_free_local(m->ga, tl->loop,
-				                                o[i].addr);
-				if (rc)
-					farm_warn("txn: free at commit: %s",
-					          farm_strerror(rc));
+			if (o[i].flags & (OBJF_ARRAY | OBJF_ELEM)) {
+				arrays = true; /* unlocked after the free */
+			} else {
+				if (o[i].flags & OBJF_FREE) {
+					/* Under the lock: see
+					 * obj_install_locked. */
+					int rc = farm_galloc_free_local(
+					        m->ga, tl->loop, o[i].addr);
+					if (rc)
+						farm_warn("txn: free at commit: "
+						          "%s",
+						          farm_strerror(rc));
+				}
+				atomic_store_explicit(
+				        (_Atomic uint64_t *)(void *)p, nv,
+				        memory_order_release);
 			}
-			atomic_store_explicit((_Atomic uint64_t *)(void *)p, nv,
-			                      memory_order_release);
 		}
 		img += 64ull * o[i].lines;
+	}
+	if (!arrays)
+		return;
+	/* Freed arrays: every element is installed and still locked; free
+	 * each array whole, then unlock its elements. */
+	for (unsigned i = 0; i < h.nobj; i++)
+		if ((o[i].flags & OBJF_ARRAY) && primary_obj(m, &o[i])) {
+			int rc = farm_galloc_free_array_local(
+			        m->ga, tl->loop, o[i].addr, 64ull * o[i].lines,
+			        o[i].flags >> OBJF_N_SHIFT);
+			if (rc)
+				farm_warn("txn: array free at commit: %s",
+				          farm_strerror(rc));
+		}
+	for (unsigned i = 0; i < h.nobj; i++) {
+		uint8_t *p = primary_obj(m, &o[i]);
+		if (p && (o[i].flags & (OBJF_ARRAY | OBJF_ELEM)))
+			atomic_store_explicit((_Atomic uint64_t *)(void *)p,
+			                      o[i].version + OBJ_VSTEP,
+			                      memory_order_release);
 	}
 }
 
@@ -977,6 +1014,7 @@ struct rd_op {
 	int status;
 	uint64_t version, incarn;
 	unsigned ep; /* lock-free reads: epoch bucket */
+	unsigned nel; /* array reads: elements of lines / nel lines each */
 	void (*done)(struct rd_op *op);
 	void *ctx;
 	void *ctx2;
@@ -1030,10 +1068,30 @@ static void rd_again_post(farm_loop *loop, void *ctx, int status)
 	rd_start(op);
 }
 
+/* The image read: one object, or each element of an array range. */
+static int rd_validate(struct rd_op *op)
+{
+	if (op->nel <= 1)
+		return obj_check(op->img, op->lines, op->want, &op->version,
+		                 &op->incarn);
+	unsigned el = op->lines / op->nel;
+	for (unsigned k = 0; k < op->nel; k++) {
+		uint64_t v, w;
+		int rc = obj_check(op->img + 64ull * el * k, el, op->want, &v,
+		                   &w);
+		if (rc)
+			return rc;
+		if (!k) {
+			op->version = v;
+			op->incarn = w;
+		}
+	}
+	return 0;
+}
+
 static void rd_check(struct rd_op *op)
 {
-	int rc = obj_check(op->img, op->lines, op->want, &op->version,
-	                   &op->incarn);
+	int rc = rd_validate(op);
 	if (rc == -EAGAIN) {
 		rd_retry(op);
 		return;
@@ -1077,8 +1135,7 @@ static void rd_start(struct rd_op *op)
 			rd_retry(op);
 			return;
 		}
-		rc = obj_check(op->img, op->lines, op->want, &op->version,
-		               &op->incarn);
+		rc = rd_validate(op);
 		if (rc == -EAGAIN) {
 			rd_retry(op);
 			return;
@@ -1154,6 +1211,7 @@ static struct rd_op *rd_new(struct txloop *tl, farm_gaddr a, uint32_t size,
 	op->status = 0;
 	op->version = op->incarn = 0;
 	op->ep = 0;
+	op->nel = 1;
 	op->done = done;
 	op->ctx = ctx;
 	op->ctx2 = NULL;
@@ -1175,7 +1233,12 @@ static void rd_free(struct rd_op *op)
 static void lf_done(struct rd_op *op)
 {
 	struct lf_ctx *c = op->ctx;
-	if (!op->status) {
+	if (!op->status && op->nel > 1) {
+		unsigned el = op->lines / op->nel;
+		for (unsigned k = 0; k < op->nel; k++)
+			obj_unpack(op->img + 64ull * el * k, op->size,
+			           (uint8_t *)c->buf + (size_t)op->size * k);
+	} else if (!op->status) {
 		obj_unpack(op->img, op->size, c->buf);
 		if (c->version_out)
 			*c->version_out = op->version;
@@ -1212,6 +1275,46 @@ int farm_lf_read(farm_txm *m, farm_loop *loop, farm_gaddr a, uint32_t size,
 	        rd_new(tl, a, size, want_incarnation, lf_done, NULL, &rc);
 	if (!op)
 		return rc;
+	op->lf = (struct lf_ctx){.buf = buf, .cont = cont, .ctx = ctx};
+	op->ctx = &op->lf;
+	op->ep = farm_epoch_op_begin();
+	rd_start(op);
+	return 0;
+}
+
+int farm_lf_read_array(farm_txm *m, farm_loop *loop, farm_fatptr first,
+                       uint32_t from, uint32_t count, void *buf,
+                       farm_op_fn cont, void *ctx)
+{
+	struct txloop *tl = loop_state(m, loop);
+	if (!tl || !buf || !cont || !count)
+		return -EINVAL;
+	unsigned el = obj_lines(first.size);
+	if (!el)
+		return first.size ? -E2BIG : -EINVAL;
+	if ((uint64_t)el * count > FARM_ALLOC_MAX_OBJECT / 64)
+		return -E2BIG; /* one READ of at most 1 MiB */
+	uint64_t stride = 64ull * el;
+	farm_gaddr a = first.addr + stride * from;
+	if (!farm_gaddr_valid(a, stride * count, farm_as_region_size(m->as)) ||
+	    farm_gaddr_region(a) != farm_gaddr_region(first.addr))
+		return -EINVAL;
+	int rc;
+	struct rd_op *op = rd_new(tl, a, first.size, first.incarnation,
+	                          lf_done, NULL, &rc);
+	if (!op)
+		return rc;
+	if (count > 1) {
+		uint8_t *img = arena_get(&tl->ar, stride * count);
+		if (!img) {
+			rd_free(op);
+			return -ENOMEM;
+		}
+		arena_put(&tl->ar, op->img, 64ull * op->lines);
+		op->img = img;
+		op->lines = el * count;
+		op->nel = count;
+	}
 	op->lf = (struct lf_ctx){.buf = buf, .cont = cont, .ctx = ctx};
 	op->ctx = &op->lf;
 	op->ep = farm_epoch_op_begin();
@@ -1465,6 +1568,40 @@ int farm_tx_write(farm_tx *tx, farm_gaddr a, void **data)
 	return 0;
 }
 
+int farm_tx_free_array(farm_tx *tx, farm_fatptr first, uint32_t n)
+{
+	if (!tx || !n)
+		return -EINVAL;
+	if (tx->ph != PH_OPEN)
+		return FARM_ECLOSED;
+	unsigned el = obj_lines(first.size);
+	if (!el)
+		return -EINVAL;
+	/* Every element must have been read here (so the commit locks and
+	 * checks each), as it was allocated: same size, one incarnation. */
+	struct txobj *o0 = tx_find(tx, first.addr);
+	if (!o0)
+		return -ENOENT;
+	for (uint32_t i = 0; i < n; i++) {
+		struct txobj *o = tx_find(tx, first.addr + 64ull * el * i);
+		if (!o)
+			return -ENOENT;
+		if (o->flags & TXO_FREE)
+			return FARM_EFREED;
+		if (o->lines != el || o->primary != o0->primary ||
+		    farm_incarn_count(o->incarn) != first.incarnation)
+			return -EINVAL;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		struct txobj *o = tx_find(tx, first.addr + 64ull * el * i);
+		if (o)
+			o->flags |= TXO_WRITE | TXO_FREE |
+			            (i ? TXO_ELEM : TXO_ARRAY);
+	}
+	o0->arr_n = n;
+	return 0;
+}
+
 int farm_tx_free_obj(farm_tx *tx, farm_gaddr a)
 {
 	if (!tx)
@@ -1485,7 +1622,51 @@ struct txal_ctx {
 	farm_tx_alloc_fn cont;
 	void *ctx;
 	uint32_t size;
+	uint32_t n; /* arrays: elements (0: one object) */
 };
+
+/* A new array's elements join the write set as new objects (its first
+ * element marked TXO_ARRAY, so an abort frees the array whole). */
+static int tx_add_array(farm_tx *tx, farm_gaddr a, uint32_t size, uint32_t n,
+                        farm_fatptr *fp, void **data)
+{
+	farm_txm *m = tx->m;
+	unsigned el = obj_lines(size);
+	unsigned n0 = tx->n;
+	for (uint32_t i = 0; i < n; i++) {
+		farm_gaddr ai = a + 64ull * el * i;
+		const struct farm_objhdr *h = farm_as_local_ptr(m->as, ai, 16);
+		struct txobj *o = tx_add(tx);
+		uint8_t *d = o ? calloc(1, size) : NULL;
+		if (!d || !h) {
+			if (o)
+				tx->n--;
+			free(d);
+			while (tx->n > n0)
+				free(tx->o[--tx->n].data);
+			return d || !o ? -EREMOTE : -ENOMEM;
+		}
+		uint64_t w = farm_objhdr_load_incarn(h);
+		*o = (struct txobj){
+		        .a = ai,
+		        .size = size,
+		        .lines = el,
+		        .version = farm_objhdr_load_version(h) & ~OBJ_LOCK_MASK,
+		        .incarn = w,
+		        .primary = m->me,
+		        .flags = TXO_READ | TXO_WRITE | TXO_NEW |
+		                 (i ? TXO_ELEM : TXO_ARRAY),
+		        .data = d,
+		        .arr_n = i ? 0 : n};
+		if (!i) {
+			*fp = (farm_fatptr){.addr = ai,
+			                    .size = size,
+			                    .incarnation = farm_incarn_count(w)};
+			*data = d;
+		}
+	}
+	return 0;
+}
 
 static void txal_done(farm_loop *loop, void *ctx, int status, farm_gaddr a)
 {
@@ -1508,6 +1689,19 @@ static void txal_done(farm_loop *loop, void *ctx, int status, farm_gaddr a)
 		/* Ours alone until commit: read its header directly when local,
 		 * else it is still only ours to know about. */
 		const struct farm_objhdr *h = farm_as_local_ptr(m->as, a, 16);
+		if (c->n) {
+			st = h ? tx_add_array(tx, a, c->size, c->n, &fp, &data)
+			       : -EREMOTE;
+			if (st)
+				(void)farm_galloc_free_array_local(
+				        m->ga, tx->tl->loop, a,
+				        64ull * obj_lines(c->size), c->n);
+			farm_tx_alloc_fn cont = c->cont;
+			void *cctx = c->ctx;
+			free(c);
+			cont(tx, cctx, st, fp, data);
+			return;
+		}
 		struct txobj *o = tx_add(tx);
 		uint8_t *d = o ? calloc(1, c->size) : NULL;
 		if (!d) {
@@ -1569,6 +1763,36 @@ int farm_tx_alloc(farm_tx *tx, uint32_t size, farm_gaddr hint,
 	        .tx = tx, .cont = cont, .ctx = ctx, .size = size};
 	int rc = farm_galloc_alloc(tx->m->ga, tx->tl->loop, 64ull * lines, hint,
 	                           txal_done, c);
+	if (rc)
+		free(c);
+	else
+		tx->reads_out++;
+	return rc;
+}
+
+int farm_tx_alloc_array(farm_tx *tx, uint32_t elem_size, uint32_t n,
+                        farm_gaddr hint, farm_tx_alloc_fn cont, void *ctx)
+{
+	if (!tx || !cont || !n)
+		return -EINVAL;
+	if (tx->ph != PH_OPEN)
+		return FARM_ECLOSED;
+	unsigned el = obj_lines(elem_size);
+	if (!el)
+		return elem_size ? -E2BIG : -EINVAL;
+	/* Every element is in the commit's records: one commit must fit
+	 * half a log (-E2BIG at commit otherwise); here, at most 1 MiB. */
+	if ((uint64_t)el * n > FARM_ALLOC_MAX_OBJECT / 64)
+		return -E2BIG;
+	if (hint && !farm_as_local_ptr(tx->m->as, hint, 16))
+		hint = FARM_GADDR_NULL;
+	struct txal_ctx *c = malloc(sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	*c = (struct txal_ctx){
+	        .tx = tx, .cont = cont, .ctx = ctx, .size = elem_size, .n = n};
+	int rc = farm_galloc_alloc_array(tx->m->ga, tx->tl->loop, 64ull * el,
+	                                 n, hint, txal_done, c);
 	if (rc)
 		free(c);
 	else
@@ -1653,7 +1877,15 @@ static int build_rec(farm_tx *tx, int type, uint32_t p, uint32_t b,
 		        .incarn = type == REC_LOCK ? o->incarn : new_incarn(o),
 		        .lines = o->lines,
 		        .flags = (o->flags & TXO_NEW ? OBJF_NEW : 0) |
-		                 (o->flags & TXO_FREE ? OBJF_FREE : 0)};
+		                 (o->flags & TXO_FREE ? OBJF_FREE : 0) |
+		                 ((o->flags & (TXO_FREE | TXO_ARRAY)) ==
+		                                  (TXO_FREE | TXO_ARRAY)
+		                          ? OBJF_ARRAY | (o->arr_n << OBJF_N_SHIFT)
+		                          : 0) |
+		                 ((o->flags & (TXO_FREE | TXO_ELEM)) ==
+		                                  (TXO_FREE | TXO_ELEM)
+		                          ? OBJF_ELEM
+		                          : 0)};
 		memcpy(img, o->img, 64ull * o->lines);
 		img += 64ull * o->lines;
 	}
@@ -1772,9 +2004,17 @@ static void tx_finish(farm_tx *tx)
 		if (o->vbuf)
 			arena_put(&tl->ar, o->vbuf, 64);
 		o->img = o->vbuf = NULL;
-		/* A new object of an aborted transaction goes back. */
-		if ((o->flags & TXO_NEW) && tx->outcome)
-			(void)farm_galloc_free_local(m->ga, tl->loop, o->a);
+		/* A new object of an aborted transaction goes back (a new
+		 * array once, by its first element). */
+		if ((o->flags & TXO_NEW) && tx->outcome) {
+			if (o->flags & TXO_ARRAY)
+				(void)farm_galloc_free_array_local(
+				        m->ga, tl->loop, o->a,
+				        64ull * o->lines, o->arr_n);
+			else if (!(o->flags & TXO_ELEM))
+				(void)farm_galloc_free_local(m->ga, tl->loop,
+				                             o->a);
+		}
 		o->flags &= ~TXO_NEW;
 	}
 	tx->ph = PH_DONE;
@@ -2197,6 +2437,8 @@ static void single_install(farm_tx *tx)
 		uint64_t nv = o->version + OBJ_VSTEP;
 		obj_install_locked(p, o->lines, o->img, nv);
 		stat_add(m, S_INSTALLS, 1);
+		if ((o->flags & TXO_FREE) && (o->flags & (TXO_ARRAY | TXO_ELEM)))
+			continue; /* freed whole below, then unlocked */
 		if (o->flags & TXO_FREE) {
 			/* Under the lock: see obj_install_locked. */
 			int rc = farm_galloc_free_local(m->ga, tx->tl->loop,
@@ -2206,6 +2448,27 @@ static void single_install(farm_tx *tx)
 				          farm_strerror(rc));
 		}
 		atomic_store_explicit((_Atomic uint64_t *)(void *)p, nv,
+		                      memory_order_release);
+		o->locked = false;
+	}
+	for (unsigned i = 0; i < tx->n; i++) {
+		struct txobj *o = &tx->o[i];
+		if ((o->flags & (TXO_FREE | TXO_ARRAY)) !=
+		    (TXO_FREE | TXO_ARRAY))
+			continue;
+		int rc = farm_galloc_free_array_local(
+		        m->ga, tx->tl->loop, o->a, 64ull * o->lines, o->arr_n);
+		if (rc)
+			farm_warn("txn: array free at commit: %s",
+			          farm_strerror(rc));
+	}
+	for (unsigned i = 0; i < tx->n; i++) {
+		struct txobj *o = &tx->o[i];
+		if (!is_write(o) || !(o->flags & TXO_FREE) ||
+		    !(o->flags & (TXO_ARRAY | TXO_ELEM)))
+			continue;
+		atomic_store_explicit(local_hdr(tx, o),
+		                      o->version + OBJ_VSTEP,
 		                      memory_order_release);
 		o->locked = false;
 	}
