@@ -119,6 +119,7 @@ struct shared {
 static volatile sig_atomic_t interrupted;
 static struct shared *SH;
 static struct opts O;
+static const char *data_dir = "/dev/shm"; /* --data-dir */
 
 static void on_signal(int sig)
 {
@@ -1244,6 +1245,10 @@ static void usage(FILE *f)
 	        "JSON)\n"
 	        "  --no-pin          do not pin machine i to CPU i\n"
 	        "  --quick           short runs, few objects (smoke test)\n"
+	        "  --data-dir DIR    where the machines' files go (default\n"
+	        "                    /dev/shm: DRAM, persist = cache flush;\n"
+	        "                    a disk file system makes every durable\n"
+	        "                    log write an msync)\n"
 	        "  --help            this text\n");
 }
 
@@ -1288,6 +1293,7 @@ int main(int argc, char **argv)
 		OPT_SHAPES,
 		OPT_NOLF,
 		OPT_SHARED,
+		OPT_DATADIR,
 		OPT_HELP
 	};
 	static const struct option lo[] = {
@@ -1306,10 +1312,12 @@ int main(int argc, char **argv)
 	        {"shapes", required_argument, 0, OPT_SHAPES},
 	        {"no-lf", no_argument, 0, OPT_NOLF},
 	        {"shared-objects", no_argument, 0, OPT_SHARED},
+	        {"data-dir", required_argument, 0, OPT_DATADIR},
 	        {"help", no_argument, 0, OPT_HELP},
 	        {0, 0, 0, 0}};
 	bool quick = false;
 	double secs = -1;
+	data_dir = "/dev/shm";
 	unsigned txo = 0, lfo = 0;
 	int c;
 	while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -1333,6 +1341,11 @@ int main(int argc, char **argv)
 			bad = parse_u(optarg, 1, MAX_DEPTH, &O.lf_depth);
 			break;
 		case OPT_REPEAT: bad = parse_u(optarg, 1, 15, &O.repeat); break;
+		case OPT_DATADIR:
+			bad = strlen(optarg) == 0 || strlen(optarg) > 80;
+			if (!bad)
+				data_dir = optarg;
+			break;
 		case OPT_TXO: bad = parse_u(optarg, 16, MAX_TXOBJ, &txo); break;
 		case OPT_LFO: bad = parse_u(optarg, 16, MAX_LFOBJ, &lfo); break;
 		case OPT_RSZ:
@@ -1392,7 +1405,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	char base[128];
-	snprintf(base, sizeof(base), "/dev/shm/txn_bench.%d", (int)getpid());
+	snprintf(base, sizeof(base), "%s/txn_bench.%d", data_dir, (int)getpid());
 	if (mkdir(base, 0700) != 0) {
 		fprintf(stderr, PROG ": mkdir %s: %s\n", base, strerror(errno));
 		return 1;
