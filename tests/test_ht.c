@@ -562,23 +562,31 @@ static void ch_get_cb(farm_loop *loop, void *ctx, int status, const void *val,
 	free(o);
 }
 
-static void test_churn(void **state)
+/* 3 shards of 8 buckets, the CH_STABLE keys in (value: the key twice),
+ * and every machine's counters before the churn. */
+static void churn_setup(struct farm_ht_stats s0[3])
 {
-	(void)state;
-	/* 3 shards x 8 buckets x 4 slots = 96 slots for 60 stable keys and
-	 * up to 120 others: hops both ways, evictions, chains that grow and
-	 * are pulled back, while lookups from every machine are in flight. */
 	make_shards(8);
-	char k[17], v[100];
+	char k[17], v[32];
 	for (unsigned i = 0; i < CH_STABLE; i++) {
 		ch_key(i, k);
 		memcpy(v, k, 16);
 		memcpy(v + 16, k, 16);
 		assert_int_equal(put(i % 3, k, 16, v, 32), 0);
 	}
-	struct farm_ht_stats s0[3], t;
 	for (unsigned m = 0; m < 3; m++)
 		farm_ht_stats_get(H[m], &s0[m]);
+}
+
+static void test_churn(void **state)
+{
+	(void)state;
+	/* 3 shards x 8 buckets x 4 slots = 96 slots for 60 stable keys and
+	 * up to 120 others: hops both ways, evictions, chains that grow and
+	 * are pulled back, while lookups from every machine are in flight. */
+	char k[17], v[100];
+	struct farm_ht_stats s0[3], t;
+	churn_setup(s0);
 	uint64_t seed = 777, issued = 0;
 	while (issued < CH_OPS || Ch_inflight) {
 		while (issued < CH_OPS && Ch_inflight < CH_WINDOW) {
@@ -733,17 +741,8 @@ static void *mt_run(void *arg)
 static void test_churn_mt(void **state)
 {
 	(void)state;
-	make_shards(8);
-	char k[17], v[32];
-	for (unsigned i = 0; i < CH_STABLE; i++) {
-		ch_key(i, k);
-		memcpy(v, k, 16);
-		memcpy(v + 16, k, 16);
-		assert_int_equal(put(i % 3, k, 16, v, 32), 0);
-	}
 	struct farm_ht_stats s0[3], t;
-	for (unsigned m = 0; m < 3; m++)
-		farm_ht_stats_get(H[m], &s0[m]);
+	churn_setup(s0);
 	pthread_t th[3];
 	atomic_store(&Mt_running, 3);
 	for (unsigned m = 0; m < 3; m++)
@@ -762,6 +761,7 @@ static void test_churn_mt(void **state)
 	       " moves, %" PRIu64 " lookup retries, %" PRIu64 " bad\n",
 	       (uint64_t)Mt_found, hops, retries, (uint64_t)Mt_bad);
 	assert_int_equal(Mt_bad, 0);
+	char k[17];
 	for (unsigned i = 0; i < CH_STABLE; i++) {
 		ch_key(i, k);
 		assert_int_equal(get(i % 3, k, 16), 0);

@@ -34,7 +34,7 @@
  *             send): an error reply each, counted as bad; machine 0 keeps
  *             answering a good request right after
  */
-#include "nodeproc.h"
+#include "kvproc.h"
 
 #include <inttypes.h>
 
@@ -101,45 +101,25 @@ static unsigned machine_of(const void *key, uint32_t klen)
 
 typedef int (*role_fn)(struct ch *c);
 
+struct body {
+	struct ch *c;
+	role_fn role;
+};
+
+static int run_body(void *arg)
+{
+	struct body *b = arg;
+	b->c->ht = farm_kv_table(b->c->kv);
+	return b->role(b->c);
+}
+
 static int child_main(struct ch *c, role_fn role)
 {
-	struct farm_config cfg;
-	int st = np_config(&c->np, RSIZE, &cfg);
-	if (st)
-		return st;
-	if (farm_node_open(&cfg, &c->np.node))
-		return 4;
-	st = 5;
 	struct farm_kv_attr a = {
 	        .neighborhood = 4, .key_inline = 16, .val_inline = 32};
-	if (farm_kv_create(c->np.node, &a, NBUCKETS, &c->kv))
-		goto out;
-	c->ht = farm_kv_table(c->kv);
-	farm_node_set_app_loops(c->np.node, true);
-	st = 6;
-	if (farm_node_start(c->np.node, JOIN_MS) ||
-	    farm_node_loop_open(c->np.node, 0, &c->np.loop))
-		goto out;
-	st = 7;
-	if (farm_node_wait_members(c->np.node, NM, JOIN_MS))
-		goto out;
-	st = 8;
-	if (farm_kv_attach(c->kv, c->np.loop))
-		goto out;
-	int rc = farm_kv_join_sync(c->kv, c->np.loop, NM, JOIN_MS);
-	if (rc) {
-		fprintf(stderr, "m%u: join: %s\n", c->np.me, farm_strerror(rc));
-		goto out;
-	}
-	st = np_ready(&c->np) ? 9 : role(c);
-out:
-	if (c->np.loop) {
-		farm_kv_detach(c->kv, c->np.loop);
-		farm_node_loop_close(c->np.node, c->np.loop);
-	}
-	farm_node_close(c->np.node);
-	farm_kv_destroy(c->kv);
-	return st;
+	struct body b = {c, role};
+	return kvp_run(&c->np, RSIZE, &a, NBUCKETS, JOIN_MS, &c->kv, run_body,
+	               &b);
 }
 
 static int child_entry(struct np_child *np, void *arg)

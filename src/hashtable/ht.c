@@ -523,21 +523,34 @@ static const struct farm_ht_shard *shard_of(farm_ht *h, uint64_t hash,
 	return &h->shards[i];
 }
 
-int farm_ht_get(farm_ht *h, farm_loop *loop, const void *key, uint32_t klen,
-                farm_ht_get_fn cont, void *ctx)
+/* What every lookup starts with: its arguments checked, its loop state,
+ * the key's hash and shard. */
+static int lookup_prep(farm_ht *h, farm_loop *loop, const void *key,
+                       uint32_t klen, bool has_cont, struct htloop **l,
+                       uint64_t *hash, const struct farm_ht_shard **sd)
 {
-	if (!h || !loop || !cont)
+	if (!h || !loop || !has_cont)
 		return -EINVAL;
 	int rc = check_key(key, klen);
 	if (rc)
 		return rc;
-	struct htloop *l = hl_of(h, loop);
-	if (!l)
+	if (!(*l = hl_of(h, loop)))
 		return -EINVAL;
-	uint64_t hash = farm_ht_hash(key, klen);
-	const struct farm_ht_shard *sd = shard_of(h, hash, NULL);
-	if (!sd)
-		return -ENOENT;
+	*hash = farm_ht_hash(key, klen);
+	*sd = shard_of(h, *hash, NULL);
+	return *sd ? 0 : -ENOENT;
+}
+
+int farm_ht_get(farm_ht *h, farm_loop *loop, const void *key, uint32_t klen,
+                farm_ht_get_fn cont, void *ctx)
+{
+	struct htloop *l;
+	uint64_t hash;
+	const struct farm_ht_shard *sd;
+	int rc = lookup_prep(h, loop, key, klen, cont != NULL, &l, &hash,
+	                     &sd);
+	if (rc)
+		return rc;
 	struct get_op *g = l->free_gets;
 	if (g) {
 		l->free_gets = g->next_free;
@@ -2093,18 +2106,13 @@ static void first_read_done(farm_loop *loop, void *ctx, int status)
 int farm_ht_get_first(farm_ht *h, farm_loop *loop, const void *key,
                       uint32_t klen, farm_ht_get_fn cont, void *ctx)
 {
-	if (!h || !loop || !cont)
-		return -EINVAL;
-	int rc = check_key(key, klen);
+	struct htloop *l;
+	uint64_t hash;
+	const struct farm_ht_shard *sd;
+	int rc = lookup_prep(h, loop, key, klen, cont != NULL, &l, &hash,
+	                     &sd);
 	if (rc)
 		return rc;
-	struct htloop *l = hl_of(h, loop);
-	if (!l)
-		return -EINVAL;
-	uint64_t hash = farm_ht_hash(key, klen);
-	const struct farm_ht_shard *sd = shard_of(h, hash, NULL);
-	if (!sd)
-		return -ENOENT;
 	struct first_op *f = calloc(1, sizeof(*f));
 	if (!f)
 		return -ENOMEM;

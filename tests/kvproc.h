@@ -1,0 +1,61 @@
+/*
+ * A machine process of the KV tests (test_kv_multi, test_kv_mget): its
+ * node with a KV store, application loop 0, every machine joined, then the
+ * test's body, then everything closed. Header-only; needs nodeproc.h.
+ */
+#ifndef FARM_TESTS_KVPROC_H
+#define FARM_TESTS_KVPROC_H
+
+#include "nodeproc.h"
+
+#include "kv/kv.h"
+
+/*
+ * Open @np's node (regions of @rsize) with a KV store of @nbuckets buckets
+ * per machine (@a, NULL: defaults) in *@kv, start loop 0 on this thread,
+ * wait for the NP_NM machines, join, tell the parent we are ready, run
+ * @body(@arg), close. Returns @body's status, or 4..9 for the step that
+ * failed first.
+ */
+static inline int kvp_run(struct np_child *np, const char *rsize,
+                          const struct farm_kv_attr *a, uint32_t nbuckets,
+                          int join_ms, farm_kv **kv, int (*body)(void *),
+                          void *arg)
+{
+	struct farm_config cfg;
+	int st = np_config(np, rsize, &cfg);
+	if (st)
+		return st;
+	if (farm_node_open(&cfg, &np->node))
+		return 4;
+	st = 5;
+	if (farm_kv_create(np->node, a, nbuckets, kv))
+		goto out;
+	farm_node_set_app_loops(np->node, true);
+	st = 6;
+	if (farm_node_start(np->node, join_ms) ||
+	    farm_node_loop_open(np->node, 0, &np->loop))
+		goto out;
+	st = 7;
+	if (farm_node_wait_members(np->node, NP_NM, join_ms))
+		goto out;
+	st = 8;
+	if (farm_kv_attach(*kv, np->loop))
+		goto out;
+	int rc = farm_kv_join_sync(*kv, np->loop, NP_NM, join_ms);
+	if (rc) {
+		fprintf(stderr, "m%u: join: %s\n", np->me, farm_strerror(rc));
+		goto out;
+	}
+	st = np_ready(np) ? 9 : body(arg);
+out:
+	if (np->loop) {
+		farm_kv_detach(*kv, np->loop);
+		farm_node_loop_close(np->node, np->loop);
+	}
+	farm_node_close(np->node);
+	farm_kv_destroy(*kv);
+	return st;
+}
+
+#endif
