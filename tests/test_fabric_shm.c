@@ -520,6 +520,59 @@ static void test_mem_persist(void **state)
 	                 -EINVAL);
 }
 
+/* Bytes of the mapping that holds @addr mapped by 2 MiB entries
+ * (/proc/self/smaps: ShmemPmdMapped + FilePmdMapped), or -1. */
+static long pmd_mapped_kb(const void *addr)
+{
+	FILE *f = fopen("/proc/self/smaps", "r");
+	if (!f)
+		return -1;
+	char line[512];
+	bool in = false;
+	long kb = 0;
+	unsigned long a = (unsigned long)addr;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long lo, hi;
+		if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 &&
+		    strchr(line, '-') < strchr(line, ' ')) {
+			if (in)
+				break;
+			in = a >= lo && a < hi;
+			continue;
+		}
+		long v;
+		if (in && (sscanf(line, "ShmemPmdMapped: %ld kB", &v) == 1 ||
+		           sscanf(line, "FilePmdMapped: %ld kB", &v) == 1))
+			kb += v;
+	}
+	fclose(f);
+	return in ? kb : -1;
+}
+
+/* Region files get 2 MiB pages where the file system allows it (a tmpfs
+ * mounted with huge=advise/within_size/always): the provider says so, and
+ * the kernel really maps them that way. Elsewhere: 4 KiB pages, said so.
+ * Either way the memory is zeroed and usable. */
+static void test_mem_huge(void **state)
+{
+	struct fx *f = *state;
+	farm_mem *m;
+	assert_int_equal(farm_mem_alloc(f->a, 8u << 20, FARM_MEM_ALIGN_SIZE,
+	                                &m),
+	                 0);
+	uint8_t *p = farm_mem_addr(m);
+	for (size_t i = 0; i < (8u << 20); i += 4096)
+		assert_int_equal(p[i], 0);
+	memset(p, 0xab, 8u << 20);
+	long kb = pmd_mapped_kb(p);
+	printf("region file of 8 MiB: %s pages, %ld KiB mapped by 2 MiB "
+	       "entries\n",
+	       farm_mem_is_huge(m) ? "huge" : "4 KiB", kb);
+	if (farm_mem_is_huge(m))
+		assert_true(kb >= 2048);
+	farm_mem_free(m);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -546,6 +599,8 @@ int main(void)
 	                                        teardown),
 	        cmocka_unit_test_setup_teardown(test_peer_closed_in_process,
 	                                        setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_mem_huge, setup,
+	                                        teardown),
 	        cmocka_unit_test_setup_teardown(test_mem_persist, setup,
 	                                        teardown),
 	};

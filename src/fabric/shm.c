@@ -50,6 +50,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <mntent.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -266,6 +267,7 @@ struct shm_fabric {
 	struct shm_mem *mems;
 	struct shm_peer *peers;
 	bool huge_ok;  /* region files can get huge pages here */
+	bool thp_tmpfs; /* tmpfs with shmem THP: populate after madvise */
 	bool dax_like; /* data dir is pmem or DRAM: persist = cache flush */
 	/* watchdog */
 	pthread_t wd_thread;
@@ -606,6 +608,41 @@ static bool read_sysfs_word(const char *path, const char *word)
 	return strstr(buf, pat) != NULL;
 }
 
+/* The huge= option of the tmpfs mount that holds @dir (the last mount of
+ * the longest matching mount point wins), in @out; false when none. */
+static bool tmpfs_huge_opt(const char *dir, char *out, size_t len)
+{
+	char real[PATH_MAX];
+	if (!realpath(dir, real))
+		return false;
+	FILE *f = setmntent("/proc/mounts", "r");
+	if (!f)
+		return false;
+	size_t best = 0;
+	bool found = false;
+	struct mntent *e;
+	while ((e = getmntent(f))) {
+		size_t l = strlen(e->mnt_dir);
+		bool under = !strncmp(real, e->mnt_dir, l) &&
+		             (real[l] == '/' || real[l] == 0 ||
+		              (l == 1 && e->mnt_dir[0] == '/'));
+		if (!under || l < best)
+			continue;
+		best = l;
+		found = false;
+		if (strcmp(e->mnt_type, "tmpfs"))
+			continue;
+		const char *h = hasmntopt(e, "huge");
+		if (h && h[4] == '=') {
+			snprintf(out, len, "%.*s", (int)strcspn(h + 5, ","),
+			         h + 5);
+			found = true;
+		}
+	}
+	endmntent(f);
+	return found;
+}
+
 static void probe_memory(struct shm_fabric *fab)
 {
 	struct statfs sf;
@@ -614,12 +651,17 @@ static void probe_memory(struct shm_fabric *fab)
 	if ((unsigned long)sf.f_type == HUGETLBFS_MAGIC) {
 		fab->huge_ok = true;
 	} else if ((unsigned long)sf.f_type == TMPFS_MAGIC) {
+		/* A tmpfs mount's own huge= option decides (shmem_enabled
+		 * covers only the kernel's internal mount, unless "force"). */
 		const char *p =
 		        "/sys/kernel/mm/transparent_hugepage/shmem_enabled";
-		fab->huge_ok = read_sysfs_word(p, "always") ||
-		               read_sysfs_word(p, "within_size") ||
-		               read_sysfs_word(p, "advise") ||
-		               read_sysfs_word(p, "force");
+		char opt[32];
+		fab->huge_ok =
+		        read_sysfs_word(p, "force") ||
+		        (tmpfs_huge_opt(fab->dir, opt, sizeof(opt)) &&
+		         (!strcmp(opt, "always") || !strcmp(opt, "within_size") ||
+		          !strcmp(opt, "advise")));
+		fab->thp_tmpfs = fab->huge_ok;
 	}
 	/* tmpfs and hugetlbfs are DRAM: a cache flush makes data as durable
 	 * as the model (battery-backed DRAM) asks; a disk file needs msync. */
@@ -865,12 +907,38 @@ static int shm_mem_alloc(farm_fabric *f, size_t size, unsigned flags,
 	         slot, (unsigned long long)m->gen);
 	size_t mapped = 0;
 	int is_pmem = 0;
-	/* Created and fully allocated (posix_fallocate) by libpmem, so a
-	 * full file system is an error here, never a SIGBUS later. */
-	void *addr =
-	        pmem_map_file(m->path, size, PMEM_FILE_CREATE | PMEM_FILE_EXCL,
-	                      0600, &mapped, &is_pmem);
 	int rc;
+	void *addr;
+	if (fab->thp_tmpfs) {
+		/* tmpfs with shmem huge pages: sized but not allocated yet,
+		 * so the pages come through the mapping once it is advised
+		 * (below): libpmem's posix_fallocate would allocate them
+		 * first, as 4 KiB pages under "advise" and "within_size". */
+		int fd = open(m->path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC,
+		              0600);
+		if (fd < 0 || ftruncate(fd, (off_t)size) != 0) {
+			rc = -errno;
+			if (fd >= 0) {
+				close(fd);
+				unlink(m->path);
+			}
+			farm_err("shm: cannot create %zu-byte region file %s: "
+			         "%s",
+			         size, m->path, farm_strerror(rc));
+			goto fail;
+		}
+		close(fd);
+		addr = pmem_map_file(m->path, 0, 0, 0600, &mapped, &is_pmem);
+		if (!addr)
+			unlink(m->path);
+	} else {
+		/* Created and fully allocated (posix_fallocate) by libpmem,
+		 * so a full file system is an error here, never a SIGBUS
+		 * later. */
+		addr = pmem_map_file(m->path, size,
+		                     PMEM_FILE_CREATE | PMEM_FILE_EXCL, 0600,
+		                     &mapped, &is_pmem);
+	}
 	if (!addr) {
 		rc = errno ? -errno : -ENOMEM;
 		farm_err("shm: cannot create %zu-byte region file %s: %s", size,
@@ -913,13 +981,24 @@ static int shm_mem_alloc(farm_fabric *f, size_t size, unsigned flags,
 	m->base.huge = false;
 	if (fab->huge_ok && madvise(addr, mapped, MADV_HUGEPAGE) == 0)
 		m->base.huge = true;
+	if (fab->thp_tmpfs &&
+	    madvise(addr, mapped, MADV_POPULATE_WRITE) != 0) {
+		/* Allocating every page now: a full tmpfs is an error here
+		 * (ENOMEM, EFAULT), never a SIGBUS later. */
+		rc = errno == EFAULT || errno == ENOMEM ? -ENOSPC : -errno;
+		farm_err("shm: cannot allocate the %zu-byte region file %s: %s",
+		         size, m->path, farm_strerror(rc));
+		pmem_unmap(addr, mapped);
+		unlink(m->path);
+		goto fail;
+	}
 	static atomic_int warned;
 	if (!m->base.huge && !atomic_exchange(&warned, 1))
 		farm_info(
-		        "shm: region files in %s use 4 KiB pages (no hugetlbfs "
-		        "and shmem transparent huge pages are off); set "
-		        "transparent_hugepage/shmem_enabled to advise for 2 "
-		        "MiB",
+		        "shm: region files in %s use 4 KiB pages (not "
+		        "hugetlbfs, and its tmpfs mount has no huge= option); "
+		        "for 2 MiB pages: mount -o remount,huge=advise <mount "
+		        "point>",
 		        fab->dir);
 	m->base.fab = f;
 	m->base.addr = addr;
