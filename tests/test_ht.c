@@ -562,6 +562,30 @@ static void ch_get_cb(farm_loop *loop, void *ctx, int status, const void *val,
 	free(o);
 }
 
+/* The next churn operation after draw @r: its key (half stable, half
+ * churning) and kind into *@key, *@put, issued on machine @m with @o as
+ * the continuation's argument (puts write the key then @issued bytes, 32
+ * or 100 of them). */
+static int ch_issue(unsigned m, uint64_t *seed, uint64_t issued, unsigned r,
+                    unsigned *key, int *put, farm_op_fn on_op,
+                    farm_ht_get_fn on_get, void *o)
+{
+	char k[17], v[100];
+	*key = r < 4 ? (unsigned)(farm_rand64(seed) % CH_STABLE)
+	             : CH_STABLE + (unsigned)(farm_rand64(seed) % CH_CHURN);
+	*put = r < 5 ? 0 : r < 7 ? 1 : 2;
+	ch_key(*key, k);
+	if (*put == 1) {
+		uint32_t vl = farm_rand64(seed) % 4 ? 32 : 100;
+		memset(v, (int)issued, sizeof(v));
+		memcpy(v, k, 16);
+		return farm_ht_put(H[m], C.m[m].loop, k, 16, v, vl, on_op, o);
+	}
+	if (*put == 2)
+		return farm_ht_del(H[m], C.m[m].loop, k, 16, on_op, o);
+	return farm_ht_get(H[m], C.m[m].loop, k, 16, on_get, o);
+}
+
 /* 3 shards of 8 buckets, the CH_STABLE keys in (value: the key twice),
  * and every machine's counters before the churn. */
 static void churn_setup(struct farm_ht_stats s0[3])
@@ -584,7 +608,7 @@ static void test_churn(void **state)
 	/* 3 shards x 8 buckets x 4 slots = 96 slots for 60 stable keys and
 	 * up to 120 others: hops both ways, evictions, chains that grow and
 	 * are pulled back, while lookups from every machine are in flight. */
-	char k[17], v[100];
+	char k[17];
 	struct farm_ht_stats s0[3], t;
 	churn_setup(s0);
 	uint64_t seed = 777, issued = 0;
@@ -594,27 +618,8 @@ static void test_churn(void **state)
 			assert_non_null(o);
 			unsigned r = (unsigned)(farm_rand64(&seed) % 8);
 			unsigned m = (unsigned)(farm_rand64(&seed) % 3);
-			o->key = r < 4 ? (unsigned)(farm_rand64(&seed) %
-			                            CH_STABLE)
-			               : CH_STABLE +
-			                         (unsigned)(farm_rand64(&seed) %
-			                                    CH_CHURN);
-			o->put = r < 5 ? 0 : r < 7 ? 1 : 2;
-			ch_key(o->key, k);
-			int rc;
-			if (o->put == 1) {
-				uint32_t vl = farm_rand64(&seed) % 4 ? 32 : 100;
-				memset(v, (int)issued, sizeof(v));
-				memcpy(v, k, 16);
-				rc = farm_ht_put(H[m], C.m[m].loop, k, 16, v,
-				                 vl, ch_op_cb, o);
-			} else if (o->put == 2) {
-				rc = farm_ht_del(H[m], C.m[m].loop, k, 16,
-				                 ch_op_cb, o);
-			} else {
-				rc = farm_ht_get(H[m], C.m[m].loop, k, 16,
-				                 ch_get_cb, o);
-			}
+			int rc = ch_issue(m, &seed, issued, r, &o->key, &o->put,
+			                  ch_op_cb, ch_get_cb, o);
 			assert_int_equal(rc, 0);
 			Ch_inflight++;
 			issued++;
@@ -691,35 +696,15 @@ static void *mt_run(void *arg)
 	unsigned m = (unsigned)(uintptr_t)arg;
 	uint64_t seed = 1000 + m, issued = 0;
 	unsigned inflight = 0;
-	char k[17], v[100];
 	while (issued < CH_OPS || inflight) {
 		while (issued < CH_OPS && inflight < CH_WINDOW) {
 			struct mtop *o = malloc(sizeof(*o));
 			if (!o)
 				abort();
 			unsigned r = (unsigned)(farm_rand64(&seed) % 8);
-			o->key = r < 4 ? (unsigned)(farm_rand64(&seed) %
-			                            CH_STABLE)
-			               : CH_STABLE +
-			                         (unsigned)(farm_rand64(&seed) %
-			                                    CH_CHURN);
-			o->put = r < 5 ? 0 : r < 7 ? 1 : 2;
 			o->inflight = &inflight;
-			ch_key(o->key, k);
-			int rc;
-			if (o->put == 1) {
-				uint32_t vl = farm_rand64(&seed) % 4 ? 32 : 100;
-				memset(v, (int)issued, sizeof(v));
-				memcpy(v, k, 16);
-				rc = farm_ht_put(H[m], C.m[m].loop, k, 16, v,
-				                 vl, mt_op_cb, o);
-			} else if (o->put == 2) {
-				rc = farm_ht_del(H[m], C.m[m].loop, k, 16,
-				                 mt_op_cb, o);
-			} else {
-				rc = farm_ht_get(H[m], C.m[m].loop, k, 16,
-				                 mt_get_cb, o);
-			}
+			int rc = ch_issue(m, &seed, issued, r, &o->key, &o->put,
+			                  mt_op_cb, mt_get_cb, o);
 			if (rc) {
 				free(o);
 				if (rc != -EAGAIN && rc != -ENOBUFS)

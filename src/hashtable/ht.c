@@ -310,6 +310,22 @@ static void get_retry(struct get_op *g)
 	get_start(g);
 }
 
+/* An indirect pair's object, [klen][vlen][key][value]: whether it holds
+ * @key (its lengths in *@kl, *@vl either way). */
+static bool indirect_match(const uint8_t *obj, uint32_t olen,
+                           const uint8_t *key, uint32_t klen, uint32_t *kl,
+                           uint32_t *vl)
+{
+	if (olen < 8) {
+		*kl = *vl = 0;
+		return false;
+	}
+	memcpy(kl, obj, 4);
+	memcpy(vl, obj + 4, 4);
+	return *kl == klen && 8ull + *kl + *vl <= olen &&
+	       memcmp(obj + 8, key, *kl) == 0;
+}
+
 static void get_read_obj(struct get_op *g, farm_fatptr p, int stage);
 
 /* Found in slot @s: inline value, or the object it names. */
@@ -361,12 +377,8 @@ static void obj_read_done(farm_loop *loop, void *ctx, int status)
 		get_scan_block(g, g->obuf);
 		return;
 	}
-	/* Indirect: [klen][vlen][key][value]. */
 	uint32_t kl, vl;
-	memcpy(&kl, g->obuf, 4);
-	memcpy(&vl, g->obuf + 4, 4);
-	if (kl != g->klen || 8ull + kl + vl > g->olen ||
-	    memcmp(g->obuf + 8, g->key, kl) != 0) {
+	if (!indirect_match(g->obuf, g->olen, g->key, g->klen, &kl, &vl)) {
 		/* A long key whose hash matched another's, or a stale slot. */
 		get_end(g, kl == g->klen ? -EBUSY : -ENOENT, NULL, 0);
 		return;
@@ -2019,12 +2031,8 @@ static void first_obj_done(farm_loop *loop, void *ctx, int status)
 		first_end(f, status, NULL, 0);
 		return;
 	}
-	/* [klen][vlen][key][value] */
 	uint32_t kl, vl;
-	memcpy(&kl, f->obuf, 4);
-	memcpy(&vl, f->obuf + 4, 4);
-	if (kl != f->klen || 8ull + kl + vl > f->olen ||
-	    memcmp(f->obuf + 8, f->key, kl) != 0) {
+	if (!indirect_match(f->obuf, f->olen, f->key, f->klen, &kl, &vl)) {
 		/* Another long key with the same hash, or a stale slot. */
 		first_end(f, FARM_HT_UNRESOLVED, NULL, 0);
 		return;
