@@ -998,8 +998,8 @@ static int coordinator(struct mach *m, int cpu)
 		                      SH->lf, nlf);
 		L.raw64_runs[k] = run_lf(lr, RAW_64, O.lf_depth, slice, false,
 		                         SH->lf, nlf);
-		L.raw128_runs[k] = run_lf(lr, RAW_128, O.lf_depth, slice,
-		                          false, SH->lf, nlf);
+		L.raw128_runs[k] = run_lf(lr, RAW_128, O.lf_depth, slice, false,
+		                          SH->lf, nlf);
 		if (!L.lf_runs[k] || !L.raw64_runs[k] || !L.raw128_runs[k])
 			rc = -EIO;
 		else {
@@ -1060,8 +1060,7 @@ static int coordinator(struct mach *m, int cpu)
 	printf("\n  lf / raw 64 B = %.3f, lf / raw 128 B = %.3f (medians of "
 	       "the per-slice ratios; of the median rates: %.3f, %.3f); "
 	       "retries %" PRIu64 "\n",
-	       L.ratio64_med, L.ratio128_med,
-	       ratio_or(L.lf_rate, L.raw64_rate),
+	       L.ratio64_med, L.ratio128_med, ratio_or(L.lf_rate, L.raw64_rate),
 	       ratio_or(L.lf_rate, L.raw128_rate), L.retries);
 	printf("  one in flight: lf_read p50 %.0f ns p99 %.0f ns; raw READ 64 "
 	       "B p50 "
@@ -1180,10 +1179,10 @@ static int coordinator(struct mach *m, int cpu)
 	       "\"local_lf_rate\":%.0f,\"local_lf_p50_ns\":%.0f,"
 	       "\"local_lf_p99_ns\":%.0f,\"lf_retries\":%" PRIu64 "},"
 	       "\"check_ok\":%s,\"goals\":{",
-	       L.lf_rate, L.raw64_rate, L.raw128_rate,
-	       L.ratio128_med, L.ratio64_med, L.nslices, L.lf_p50, L.lf_p99,
-	       L.raw64_p50, L.raw64_p99, L.local_rate, L.local_p50, L.local_p99,
-	       L.retries, check_ok ? "true" : "false");
+	       L.lf_rate, L.raw64_rate, L.raw128_rate, L.ratio128_med,
+	       L.ratio64_med, L.nslices, L.lf_p50, L.lf_p99, L.raw64_p50,
+	       L.raw64_p99, L.local_rate, L.local_p50, L.local_p99, L.retries,
+	       check_ok ? "true" : "false");
 	json_goal("ops_per_commit", maxdev, 0, ga, false);
 	json_goal("lf_read_vs_fabric_read_64B", lfr, GOAL_LF_RATIO, gb, false);
 	json_goal("dist_rmw2_p50_us", res1[d2].p50_us, GOAL_P50_US, gc, true);
@@ -1405,7 +1404,8 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	char base[128];
-	snprintf(base, sizeof(base), "%s/txn_bench.%d", data_dir, (int)getpid());
+	snprintf(base, sizeof(base), "%s/txn_bench.%d", data_dir,
+	         (int)getpid());
 	if (mkdir(base, 0700) != 0) {
 		fprintf(stderr, PROG ": mkdir %s: %s\n", base, strerror(errno));
 		return 1;

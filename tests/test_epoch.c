@@ -31,10 +31,10 @@ static bool broken;
 
 /* ---- local half ---------------------------------------------------------- */
 
-#define BUF_WORDS 512
-#define ROUNDS 3000
+#define BUF_WORDS     512
+#define ROUNDS        3000
 #define ROUNDS_BROKEN 30000 /* at most, stopping at 20 caught */
-#define POISON 0xdeaddeaddeaddeadull
+#define POISON        0xdeaddeaddeaddeadull
 
 static _Atomic(uint64_t *) shared_buf;
 static _Atomic bool stop_readers;
@@ -47,8 +47,8 @@ static void *reader_main(void *arg)
 	uint64_t ops = 0, bad = 0, spin = 0;
 	while (!atomic_load_explicit(&stop_readers, memory_order_relaxed)) {
 		unsigned p = farm_epoch_op_begin();
-		uint64_t *b = atomic_load_explicit(&shared_buf,
-		                                   memory_order_acquire);
+		uint64_t *b =
+		        atomic_load_explicit(&shared_buf, memory_order_acquire);
 		uint64_t first = b[0];
 		bool ok = first != POISON;
 		for (unsigned i = 1; ok && i < BUF_WORDS; i++)
@@ -102,8 +102,8 @@ static void test_local_grace_period(void **state)
 	atomic_store(&shared_buf, all[0]);
 	pthread_t th[2];
 	for (int i = 0; i < 2; i++)
-		assert_int_equal(pthread_create(&th[i], NULL, reader_main, NULL),
-		                 0);
+		assert_int_equal(
+		        pthread_create(&th[i], NULL, reader_main, NULL), 0);
 	uint64_t gp0 = farm_epoch_grace_periods();
 	unsigned r;
 	for (r = 1; r <= rounds; r++) {
@@ -237,9 +237,9 @@ static void test_epoch_waits_and_reuses(void **state)
 	asn_wait(&c, &rr.done);
 	assert_int_equal(rr.status, 0);
 	/* Machine 1 frees the array: its blocks are retired, not free. */
-	assert_int_equal(farm_galloc_free_array_local(m1->ga, m1->loop, arr,
-	                                              ESZ, NEL),
-	                 0);
+	assert_int_equal(
+	        farm_galloc_free_array_local(m1->ga, m1->loop, arr, ESZ, NEL),
+	        0);
 	assert_int_equal(retired_blocks(m1), 2);
 	uint64_t gp0 = farm_epoch_grace_periods();
 	struct op_res er = {0};
@@ -291,9 +291,9 @@ static void test_epoch_peer_silent(void **state)
 	open_manual(&c);
 	struct asn *m1 = &c.m[0];
 	farm_gaddr arr = alloc_array(&c, 0);
-	assert_int_equal(farm_galloc_free_array_local(m1->ga, m1->loop, arr,
-	                                              ESZ, NEL),
-	                 0);
+	assert_int_equal(
+	        farm_galloc_free_array_local(m1->ga, m1->loop, arr, ESZ, NEL),
+	        0);
 	/* Machine 3 never polls: its answer never comes. */
 	const uint32_t peers[] = {2, 3};
 	uint64_t got = 77;
@@ -346,7 +346,8 @@ static void test_epoch_bad_requests(void **state)
 	struct {
 		const void *p;
 		uint32_t len;
-	} cases[] = {{junk, sizeof(junk)}, {bad_magic, sizeof(bad_magic)},
+	} cases[] = {{junk, sizeof(junk)},
+	             {bad_magic, sizeof(bad_magic)},
 	             {junk, 0}};
 	uint64_t gp0 = farm_epoch_grace_periods();
 	for (unsigned i = 0; i < 3; i++) {
@@ -394,8 +395,8 @@ static void test_epoch_background(void **state)
 		a[n++] = alloc_array(&c, 0);
 	}
 	for (unsigned i = 0; i < n; i++)
-		assert_int_equal(farm_galloc_free_array_local(
-		                         m1->ga, m1->loop, a[i], ESZ, NEL),
+		assert_int_equal(farm_galloc_free_array_local(m1->ga, m1->loop,
+		                                              a[i], ESZ, NEL),
 		                 0);
 	assert_int_equal(retired_blocks(m1), 2ull * n);
 	farm_txm_stats st;

@@ -557,9 +557,8 @@ static void test_mem_huge(void **state)
 {
 	struct fx *f = *state;
 	farm_mem *m;
-	assert_int_equal(farm_mem_alloc(f->a, 8u << 20, FARM_MEM_ALIGN_SIZE,
-	                                &m),
-	                 0);
+	assert_int_equal(
+	        farm_mem_alloc(f->a, 8u << 20, FARM_MEM_ALIGN_SIZE, &m), 0);
 	uint8_t *p = farm_mem_addr(m);
 	for (size_t i = 0; i < (8u << 20); i += 4096)
 		assert_int_equal(p[i], 0);
@@ -599,8 +598,7 @@ int main(void)
 	                                        teardown),
 	        cmocka_unit_test_setup_teardown(test_peer_closed_in_process,
 	                                        setup, teardown),
-	        cmocka_unit_test_setup_teardown(test_mem_huge, setup,
-	                                        teardown),
+	        cmocka_unit_test_setup_teardown(test_mem_huge, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_mem_persist, setup,
 	                                        teardown),
 	};

@@ -315,12 +315,13 @@ static void test_occupancy(void **state)
 		tot.chain_blocks += u.chain_blocks;
 		tot.data_bytes += u.data_bytes;
 		tot.table_bytes += u.table_bytes;
-		tot.longest_chain = FARM_MAX(tot.longest_chain, u.longest_chain);
+		tot.longest_chain =
+		        FARM_MAX(tot.longest_chain, u.longest_chain);
 		assert_true(u.chain_blocks >= u.chains);
 		assert_true(u.pairs_in_chains <= 2 * u.chain_blocks);
 	}
-	printf("usage: %" PRIu64 " pairs in buckets + %" PRIu64
-	       " in %" PRIu64 " chain blocks (longest %" PRIu64
+	printf("usage: %" PRIu64 " pairs in buckets + %" PRIu64 " in %" PRIu64
+	       " chain blocks (longest %" PRIu64
 	       "); occupancy %.3f, space utilization %.3f\n",
 	       tot.pairs_in_buckets, tot.pairs_in_chains, tot.chain_blocks,
 	       tot.longest_chain,

@@ -499,8 +499,7 @@ static void defer_fn(farm_loop *loop, void *ctx, int status)
 	DR->status[DR->n] = status;
 	DR->order[DR->n++] = id;
 	if (id == 2 && !status) /* defers another from inside a pass */
-		assert_int_equal(farm_loop_defer(loop, defer_fn, (void *)3),
-		                 0);
+		assert_int_equal(farm_loop_defer(loop, defer_fn, (void *)3), 0);
 	if (id == 3 || id == 5)
 		DR->done = 1;
 }
@@ -543,8 +542,7 @@ static void test_defer(void **state)
 	assert_int_equal(r.n, 2); /* 1 then 2; 3 waits for the next pass */
 	assert_int_equal(r.order[0], 1);
 	assert_int_equal(r.order[1], 2);
-	assert_int_equal(farm_loop_wait(nd[0].loop, &r.done, 5000000000ull),
-	                 0);
+	assert_int_equal(farm_loop_wait(nd[0].loop, &r.done, 5000000000ull), 0);
 	assert_int_equal(r.n, 3);
 	assert_int_equal(r.order[2], 3);
 	assert_int_equal(r.status[2], 0);
@@ -558,8 +556,7 @@ static void test_defer(void **state)
 	farm_msg_stats_get(nd[0].msg, nd[0].loop, &st0);
 	r.done = 0;
 	armed = 1;
-	assert_int_equal(farm_loop_wait(nd[0].loop, &r.done, 5000000000ull),
-	                 0);
+	assert_int_equal(farm_loop_wait(nd[0].loop, &r.done, 5000000000ull), 0);
 	farm_msg_stats_get(nd[0].msg, nd[0].loop, &st1);
 	assert_int_equal(r.order[3], 5);
 	assert_int_equal(st1.parks, st0.parks);

@@ -455,9 +455,8 @@ static void test_arrays(void **state)
 			assert_int_equal(buf[k * ES + j], (uint8_t)(3 + k + 1));
 	/* Element by element, as objects, from machine 0. */
 	for (unsigned i = 0; i < N; i++) {
-		assert_int_equal(lf(0, a.addr + stride * i, ES, a.incarnation,
-		                    buf),
-		                 0);
+		assert_int_equal(
+		        lf(0, a.addr + stride * i, ES, a.incarnation, buf), 0);
 		assert_int_equal(buf[ES - 1], (uint8_t)(i + 1));
 	}
 	/* Bad ranges and input. */

@@ -124,18 +124,15 @@ FARM_API FARM_MUST_CHECK int farm_tx_free_obj(farm_tx *tx, farm_gaddr a);
  * commits; every element must have been read by it (-ENOENT otherwise),
  * -EINVAL when they do not match @first (size, incarnation).
  */
-FARM_API FARM_MUST_CHECK int farm_tx_alloc_array(farm_tx *tx,
-                                                 uint32_t elem_size,
-                                                 uint32_t n, farm_gaddr hint,
-                                                 farm_tx_alloc_fn cont,
-                                                 void *ctx);
+FARM_API FARM_MUST_CHECK int
+farm_tx_alloc_array(farm_tx *tx, uint32_t elem_size, uint32_t n,
+                    farm_gaddr hint, farm_tx_alloc_fn cont, void *ctx);
 FARM_API FARM_MUST_CHECK int farm_tx_free_array(farm_tx *tx, farm_fatptr first,
                                                 uint32_t n);
 /* Bytes from one element to the next: whole lines with their versions. */
 static inline uint64_t farm_array_stride(uint32_t elem_size)
 {
-	return elem_size <= 48 ? 64
-	                       : 64ull * (1 + (elem_size - 48 + 61) / 62);
+	return elem_size <= 48 ? 64 : 64ull * (1 + (elem_size - 48 + 61) / 62);
 }
 
 /*

@@ -346,9 +346,8 @@ int farm_as_resolve(farm_as *as, farm_gaddr a, uint64_t len, uint8_t **local,
 	return rc;
 }
 
-int farm_as_resolve_cached(farm_as *as, struct farm_as_rcache *c,
-                           farm_gaddr a, uint64_t len, uint8_t **local,
-                           farm_mr_desc *desc)
+int farm_as_resolve_cached(farm_as *as, struct farm_as_rcache *c, farm_gaddr a,
+                           uint64_t len, uint8_t **local, farm_mr_desc *desc)
 {
 	if (!as || !c || !local || !desc || !len ||
 	    !farm_gaddr_valid(a, len, as->region_size))

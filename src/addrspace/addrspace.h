@@ -104,9 +104,8 @@ struct farm_as_rcache {
 	struct farm_as_rcache_ent e[FARM_AS_RCACHE];
 	uint64_t hits, misses;
 };
-int farm_as_resolve_cached(farm_as *as, struct farm_as_rcache *c,
-                           farm_gaddr a, uint64_t len, uint8_t **local,
-                           farm_mr_desc *desc);
+int farm_as_resolve_cached(farm_as *as, struct farm_as_rcache *c, farm_gaddr a,
+                           uint64_t len, uint8_t **local, farm_mr_desc *desc);
 
 /*
  * farm_as_region_alloc() - a new region with this machine as primary:

@@ -222,8 +222,11 @@ void ba_retire_locked(farm_blockalloc *ba, struct ba_region *r, uint32_t bidx,
 		          mb);
 		return;
 	}
-	*x = (struct ba_retired){
-	        .r = r, .bidx = bidx, .mb = mb, .gen = gen, .next = ba->retired};
+	*x = (struct ba_retired){.r = r,
+	                         .bidx = bidx,
+	                         .mb = mb,
+	                         .gen = gen,
+	                         .next = ba->retired};
 	ba->retired = x;
 }
 

@@ -291,8 +291,8 @@ int farm_galloc_free_local(farm_galloc *g, farm_loop *loop, farm_gaddr a)
 	return s ? farm_slab_free(s, a) : rc;
 }
 
-int farm_galloc_free_array_local(farm_galloc *g, farm_loop *loop,
-                                 farm_gaddr a, uint64_t elem_size, uint64_t n)
+int farm_galloc_free_array_local(farm_galloc *g, farm_loop *loop, farm_gaddr a,
+                                 uint64_t elem_size, uint64_t n)
 {
 	if (!g || !loop)
 		return -EINVAL;

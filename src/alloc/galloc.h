@@ -68,8 +68,8 @@ int farm_galloc_free_local(farm_galloc *g, farm_loop *loop, farm_gaddr a);
 
 /* Free a local array (farm_alloc_array_free): an array past 1 MiB has
  * its blocks retired until a distributed epoch (src/txn/epoch.c) ends. */
-int farm_galloc_free_array_local(farm_galloc *g, farm_loop *loop,
-                                 farm_gaddr a, uint64_t elem_size, uint64_t n);
+int farm_galloc_free_array_local(farm_galloc *g, farm_loop *loop, farm_gaddr a,
+                                 uint64_t elem_size, uint64_t n);
 
 farm_blockalloc *farm_galloc_blockalloc(farm_galloc *g);
 void farm_galloc_stats(farm_galloc *g, struct farm_galloc_stats *out);

@@ -266,9 +266,9 @@ struct shm_fabric {
 	bool file_used[SHM_MAX_FILES];
 	struct shm_mem *mems;
 	struct shm_peer *peers;
-	bool huge_ok;  /* region files can get huge pages here */
+	bool huge_ok;   /* region files can get huge pages here */
 	bool thp_tmpfs; /* tmpfs with shmem THP: populate after madvise */
-	bool dax_like; /* data dir is pmem or DRAM: persist = cache flush */
+	bool dax_like;  /* data dir is pmem or DRAM: persist = cache flush */
 	/* watchdog */
 	pthread_t wd_thread;
 	bool wd_running;
@@ -656,11 +656,11 @@ static void probe_memory(struct shm_fabric *fab)
 		const char *p =
 		        "/sys/kernel/mm/transparent_hugepage/shmem_enabled";
 		char opt[32];
-		fab->huge_ok =
-		        read_sysfs_word(p, "force") ||
-		        (tmpfs_huge_opt(fab->dir, opt, sizeof(opt)) &&
-		         (!strcmp(opt, "always") || !strcmp(opt, "within_size") ||
-		          !strcmp(opt, "advise")));
+		fab->huge_ok = read_sysfs_word(p, "force") ||
+		               (tmpfs_huge_opt(fab->dir, opt, sizeof(opt)) &&
+		                (!strcmp(opt, "always") ||
+		                 !strcmp(opt, "within_size") ||
+		                 !strcmp(opt, "advise")));
 		fab->thp_tmpfs = fab->huge_ok;
 	}
 	/* tmpfs and hugetlbfs are DRAM: a cache flush makes data as durable
@@ -981,8 +981,7 @@ static int shm_mem_alloc(farm_fabric *f, size_t size, unsigned flags,
 	m->base.huge = false;
 	if (fab->huge_ok && madvise(addr, mapped, MADV_HUGEPAGE) == 0)
 		m->base.huge = true;
-	if (fab->thp_tmpfs &&
-	    madvise(addr, mapped, MADV_POPULATE_WRITE) != 0) {
+	if (fab->thp_tmpfs && madvise(addr, mapped, MADV_POPULATE_WRITE) != 0) {
 		/* Allocating every page now: a full tmpfs is an error here
 		 * (ENOMEM, EFAULT), never a SIGBUS later. */
 		rc = errno == EFAULT || errno == ENOMEM ? -ENOSPC : -errno;

@@ -65,7 +65,7 @@ struct htloop {
 	struct shardq *q; /* per shard (owned by this loop) */
 	uint64_t rand;
 	struct get_op *free_gets; /* recycled lookups (bucket buffers kept) */
-	struct farm_as_rcache rc;  /* where shards are */
+	struct farm_as_rcache rc; /* where shards are */
 };
 
 struct farm_ht {
@@ -267,7 +267,7 @@ struct get_op {
 	uint8_t *obuf;
 	uint32_t olen;
 	farm_fatptr next;
-	int stage; /* 0 buckets, 1 chain block, 2 indirect value */
+	int stage;     /* 0 buckets, 1 chain block, 2 indirect value */
 	farm_lf_op ep; /* an epoch operation from start to continuation */
 	struct get_op *next_free;
 	const uint8_t *lp; /* local shard: the buckets, copied when due */
@@ -559,8 +559,7 @@ int farm_ht_get(farm_ht *h, farm_loop *loop, const void *key, uint32_t klen,
 	struct htloop *l;
 	uint64_t hash;
 	const struct farm_ht_shard *sd;
-	int rc = lookup_prep(h, loop, key, klen, cont != NULL, &l, &hash,
-	                     &sd);
+	int rc = lookup_prep(h, loop, key, klen, cont != NULL, &l, &hash, &sd);
 	if (rc)
 		return rc;
 	struct get_op *g = l->free_gets;
@@ -1934,7 +1933,8 @@ int farm_ht_usage_local(farm_ht *h, unsigned shard, struct farm_ht_usage *u)
 		}
 		uint64_t len = 0;
 		while (ovf.addr) {
-			const uint8_t *bp = farm_as_local_ptr(h->as, ovf.addr, kb);
+			const uint8_t *bp =
+			        farm_as_local_ptr(h->as, ovf.addr, kb);
 			if (!bp) {
 				rc = FARM_ECORRUPT;
 				break;
@@ -2087,8 +2087,9 @@ static void first_buckets(struct first_op *f)
 			return;
 		}
 		st_add(h, T_READS, 1);
-		int rc = farm_lf_read(h->txm, f->l->loop, p.addr, p.size,
-		                      p.incarnation, f->obuf, first_obj_done, f);
+		int rc =
+		        farm_lf_read(h->txm, f->l->loop, p.addr, p.size,
+		                     p.incarnation, f->obuf, first_obj_done, f);
 		if (rc)
 			first_end(f, rc == -EAGAIN ? FARM_HT_UNRESOLVED : rc,
 			          NULL, 0);
@@ -2117,8 +2118,7 @@ int farm_ht_get_first(farm_ht *h, farm_loop *loop, const void *key,
 	struct htloop *l;
 	uint64_t hash;
 	const struct farm_ht_shard *sd;
-	int rc = lookup_prep(h, loop, key, klen, cont != NULL, &l, &hash,
-	                     &sd);
+	int rc = lookup_prep(h, loop, key, klen, cont != NULL, &l, &hash, &sd);
 	if (rc)
 		return rc;
 	struct first_op *f = calloc(1, sizeof(*f));

@@ -12,7 +12,8 @@ static void usage(FILE *out)
 	        "usage: farm <command> [options]   (farm <command> --help)\n"
 	        "\n"
 	        "commands:\n"
-	        "  machine   run one machine process from a configuration file\n"
+	        "  machine   run one machine process from a configuration "
+	        "file\n"
 	        "  cluster   run, start or stop a local cluster of machines\n"
 	        "  logs      list the transaction log records in a data "
 	        "directory\n");

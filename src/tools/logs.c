@@ -13,8 +13,9 @@
 
 static const char *type_name(int t)
 {
-	static const char *const n[] = {"?",     "LOCK",     "COMMIT-BACKUP",
-	                                "COMMIT-PRIMARY", "ABORT", "TRUNCATE"};
+	static const char *const n[] = {
+	        "?",     "LOCK",    "COMMIT-BACKUP", "COMMIT-PRIMARY",
+	        "ABORT", "TRUNCATE"};
 	return t > 0 && t < 6 ? n[t] : "?";
 }
 
@@ -51,8 +52,7 @@ int farm_cmd_logs(int argc, char **argv)
 		        n == -ENOENT ? "no log file here" : farm_strerror(n));
 		return 1;
 	}
-	printf("machine %u: %d records in %u x %u logs of %" PRIu64
-	       " bytes\n",
+	printf("machine %u: %d records in %u x %u logs of %" PRIu64 " bytes\n",
 	       inf.machine, n, inf.M, inf.T, inf.R);
 	return 0;
 }

@@ -49,8 +49,8 @@ struct loopreg {
 
 static struct {
 	pthread_mutex_t lock;
-	pthread_cond_t cond;    /* the epoch thread waits for work */
-	pthread_cond_t done;    /* sync waiters wait for their period */
+	pthread_cond_t cond; /* the epoch thread waits for work */
+	pthread_cond_t done; /* sync waiters wait for their period */
 	unsigned users;
 	bool running, stop;
 	pthread_t th;
@@ -338,8 +338,8 @@ static void h_epoch_done(farm_loop *loop, void *ctx, int status)
 	int rc = status ? farm_msg_reply_error(loop, &h->tok, status)
 	                : farm_msg_reply(loop, &h->tok, &r, sizeof(r));
 	if (rc)
-		farm_warn("epoch: cannot answer machine %u: %s",
-		          h->tok.machine, farm_strerror(rc));
+		farm_warn("epoch: cannot answer machine %u: %s", h->tok.machine,
+		          farm_strerror(rc));
 	free(h);
 }
 
@@ -471,6 +471,7 @@ int farm_epoch_run(farm_loop *loop, const uint32_t *peers, unsigned npeers,
 	 * before we return. */
 	rc = farm_loop_post(loop, run_post_done, r);
 	if (rc)
-		r->left--; /* cannot happen to be last: the local period holds one */
+		r->left--; /* cannot happen to be last: the local period holds
+		              one */
 	return 0;
 }

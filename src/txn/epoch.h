@@ -36,10 +36,10 @@
 
 /* Per-thread state (thread-local; only its thread touches it). */
 struct farm_epoch_tls {
-	uint64_t ep;      /* the process epoch this thread last saw */
-	uint64_t ops[2];  /* open operations by epoch parity */
-	unsigned regs;    /* farm_epoch_thread_enter nesting */
-	bool offline;     /* QSBR offline (parked with nothing open) */
+	uint64_t ep;     /* the process epoch this thread last saw */
+	uint64_t ops[2]; /* open operations by epoch parity */
+	unsigned regs;   /* farm_epoch_thread_enter nesting */
+	bool offline;    /* QSBR offline (parked with nothing open) */
 };
 extern _Thread_local struct farm_epoch_tls farm_epoch_t;
 extern _Atomic uint64_t farm_epoch_global;

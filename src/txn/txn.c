@@ -92,8 +92,8 @@ struct rec_obj {
 /* An array freed by the transaction: its first element carries
  * OBJF_ARRAY and the element count in bits 31..8, the others OBJF_ELEM;
  * the primary frees the whole array once every element is installed. */
-#define OBJF_ARRAY 4u
-#define OBJF_ELEM  8u
+#define OBJF_ARRAY   4u
+#define OBJF_ELEM    8u
 #define OBJF_N_SHIFT 8
 
 struct reply {
@@ -162,7 +162,7 @@ struct txloop {
 	struct rd_op *rd_free_list; /* recycled read operations */
 	/* Hot counters, written by this loop only (plain load + store). */
 	_Atomic uint64_t c_lf_reads, c_lf_retries, c_tx_reads;
-	unsigned inflight; /* log WRITEs and freed-word READs not completed */
+	unsigned inflight;   /* log WRITEs and freed-word READs not completed */
 	uint64_t epoch_tick; /* loop 0: passes, for the epoch trigger */
 	struct farm_as_rcache rc; /* where regions are, for reads */
 };
@@ -191,8 +191,8 @@ struct farm_txm {
 	struct txloop *loops[MAX_LOOPS];
 	/* Distributed epochs (loop 0 starts the background ones). */
 	unsigned epoch_free_pct;
-	bool epoch_running;      /* a background epoch is in flight */
-	bool epoch_domain;       /* holds a farm_epoch_domain_get */
+	bool epoch_running; /* a background epoch is in flight */
+	bool epoch_domain;  /* holds a farm_epoch_domain_get */
 	uint64_t epoch_last_check;
 	uint64_t epoch_reclaimed_now; /* the background epoch's result */
 	struct {
@@ -256,8 +256,8 @@ struct txobj {
 	uint8_t *img;  /* commit: the after-image (arena), lines * 64 */
 	uint32_t reps[FARM_RING_MAX_REPLICAS];
 	unsigned nrep;
-	bool locked;   /* single-machine commit: we hold its lock */
-	uint8_t *vbuf; /* validation READ destination (arena) */
+	bool locked;    /* single-machine commit: we hold its lock */
+	uint8_t *vbuf;  /* validation READ destination (arena) */
 	uint32_t arr_n; /* TXO_ARRAY: elements */
 };
 
@@ -760,9 +760,10 @@ static void install_rec(struct txloop *tl, const uint8_t *rec)
 					int rc = farm_galloc_free_local(
 					        m->ga, tl->loop, o[i].addr);
 					if (rc)
-						farm_warn("txn: free at commit: "
-						          "%s",
-						          farm_strerror(rc));
+						farm_warn(
+						        "txn: free at commit: "
+						        "%s",
+						        farm_strerror(rc));
 				}
 				atomic_store_explicit(
 				        (_Atomic uint64_t *)(void *)p, nv,
@@ -1013,7 +1014,7 @@ struct rd_op {
 	uint64_t t0;
 	int status;
 	uint64_t version, incarn;
-	unsigned ep; /* lock-free reads: epoch bucket */
+	unsigned ep;  /* lock-free reads: epoch bucket */
 	unsigned nel; /* array reads: elements of lines / nel lines each */
 	void (*done)(struct rd_op *op);
 	void *ctx;
@@ -1300,8 +1301,8 @@ int farm_lf_read_array(farm_txm *m, farm_loop *loop, farm_fatptr first,
 	    farm_gaddr_region(a) != farm_gaddr_region(first.addr))
 		return -EINVAL;
 	int rc;
-	struct rd_op *op = rd_new(tl, a, first.size, first.incarnation,
-	                          lf_done, NULL, &rc);
+	struct rd_op *op = rd_new(tl, a, first.size, first.incarnation, lf_done,
+	                          NULL, &rc);
 	if (!op)
 		return rc;
 	if (count > 1) {
@@ -1647,21 +1648,22 @@ static int tx_add_array(farm_tx *tx, farm_gaddr a, uint32_t size, uint32_t n,
 			return d || !o ? -EREMOTE : -ENOMEM;
 		}
 		uint64_t w = farm_objhdr_load_incarn(h);
-		*o = (struct txobj){
-		        .a = ai,
-		        .size = size,
-		        .lines = el,
-		        .version = farm_objhdr_load_version(h) & ~OBJ_LOCK_MASK,
-		        .incarn = w,
-		        .primary = m->me,
-		        .flags = TXO_READ | TXO_WRITE | TXO_NEW |
-		                 (i ? TXO_ELEM : TXO_ARRAY),
-		        .data = d,
-		        .arr_n = i ? 0 : n};
+		*o = (struct txobj){.a = ai,
+		                    .size = size,
+		                    .lines = el,
+		                    .version = farm_objhdr_load_version(h) &
+		                               ~OBJ_LOCK_MASK,
+		                    .incarn = w,
+		                    .primary = m->me,
+		                    .flags = TXO_READ | TXO_WRITE | TXO_NEW |
+		                             (i ? TXO_ELEM : TXO_ARRAY),
+		                    .data = d,
+		                    .arr_n = i ? 0 : n};
 		if (!i) {
 			*fp = (farm_fatptr){.addr = ai,
 			                    .size = size,
-			                    .incarnation = farm_incarn_count(w)};
+			                    .incarnation =
+			                            farm_incarn_count(w)};
 			*data = d;
 		}
 	}
@@ -1791,8 +1793,8 @@ int farm_tx_alloc_array(farm_tx *tx, uint32_t elem_size, uint32_t n,
 		return -ENOMEM;
 	*c = (struct txal_ctx){
 	        .tx = tx, .cont = cont, .ctx = ctx, .size = elem_size, .n = n};
-	int rc = farm_galloc_alloc_array(tx->m->ga, tx->tl->loop, 64ull * el,
-	                                 n, hint, txal_done, c);
+	int rc = farm_galloc_alloc_array(tx->m->ga, tx->tl->loop, 64ull * el, n,
+	                                 hint, txal_done, c);
 	if (rc)
 		free(c);
 	else
@@ -1880,7 +1882,8 @@ static int build_rec(farm_tx *tx, int type, uint32_t p, uint32_t b,
 		                 (o->flags & TXO_FREE ? OBJF_FREE : 0) |
 		                 ((o->flags & (TXO_FREE | TXO_ARRAY)) ==
 		                                  (TXO_FREE | TXO_ARRAY)
-		                          ? OBJF_ARRAY | (o->arr_n << OBJF_N_SHIFT)
+		                          ? OBJF_ARRAY |
+		                                    (o->arr_n << OBJF_N_SHIFT)
 		                          : 0) |
 		                 ((o->flags & (TXO_FREE | TXO_ELEM)) ==
 		                                  (TXO_FREE | TXO_ELEM)
@@ -2009,8 +2012,8 @@ static void tx_finish(farm_tx *tx)
 		if ((o->flags & TXO_NEW) && tx->outcome) {
 			if (o->flags & TXO_ARRAY)
 				(void)farm_galloc_free_array_local(
-				        m->ga, tl->loop, o->a,
-				        64ull * o->lines, o->arr_n);
+				        m->ga, tl->loop, o->a, 64ull * o->lines,
+				        o->arr_n);
 			else if (!(o->flags & TXO_ELEM))
 				(void)farm_galloc_free_local(m->ga, tl->loop,
 				                             o->a);
@@ -2437,7 +2440,8 @@ static void single_install(farm_tx *tx)
 		uint64_t nv = o->version + OBJ_VSTEP;
 		obj_install_locked(p, o->lines, o->img, nv);
 		stat_add(m, S_INSTALLS, 1);
-		if ((o->flags & TXO_FREE) && (o->flags & (TXO_ARRAY | TXO_ELEM)))
+		if ((o->flags & TXO_FREE) &&
+		    (o->flags & (TXO_ARRAY | TXO_ELEM)))
 			continue; /* freed whole below, then unlocked */
 		if (o->flags & TXO_FREE) {
 			/* Under the lock: see obj_install_locked. */
@@ -2467,8 +2471,7 @@ static void single_install(farm_tx *tx)
 		if (!is_write(o) || !(o->flags & TXO_FREE) ||
 		    !(o->flags & (TXO_ARRAY | TXO_ELEM)))
 			continue;
-		atomic_store_explicit(local_hdr(tx, o),
-		                      o->version + OBJ_VSTEP,
+		atomic_store_explicit(local_hdr(tx, o), o->version + OBJ_VSTEP,
 		                      memory_order_release);
 		o->locked = false;
 	}
@@ -3318,8 +3321,8 @@ int farm_txlog_scan_file(const char *path, farm_txlog_fn fn, void *ctx,
 	         sb.T > MAX_LOOPS || sb.machine >= sb.M ||
 	         !farm_is_pow2(sb.R) || sb.R < (64u << 10) ||
 	         sb.R > (64u << 20) ||
-	         sb.hdr_area !=
-	                 ((64 + (uint64_t)sb.M * sb.T * 64 + 4095) & ~4095ull) ||
+	         sb.hdr_area != ((64 + (uint64_t)sb.M * sb.T * 64 + 4095) &
+	                         ~4095ull) ||
 	         sb.total != sb.hdr_area + (uint64_t)sb.M * sb.T * sb.R ||
 	         (uint64_t)st.st_size < sb.total)
 		rc = FARM_ECORRUPT;
@@ -3337,21 +3340,23 @@ int farm_txlog_scan_file(const char *path, farm_txlog_fn fn, void *ctx,
 	int n = 0;
 	for (uint32_t c = 0; c < sb.M; c++)
 		for (uint32_t t = 0; t < sb.T; t++) {
-			const uint8_t *ring =
-			        base + sb.hdr_area + ((uint64_t)c * sb.T + t) * sb.R;
+			const uint8_t *ring = base + sb.hdr_area +
+			                      ((uint64_t)c * sb.T + t) * sb.R;
 			/* A record is whole when its trailer holds its position
 			 * + 1; truncation zeroes what it frees, so what is left
 			 * are the records not yet truncated. */
 			for (uint64_t off = 0; off < sb.R; off += 64) {
 				struct rec_hdr h;
 				memcpy(&h, ring + off, sizeof(h));
-				if (!h.len || h.len % 64 || h.len > sb.R - off ||
-				    h.type < REC_LOCK || h.type > REC_PAD)
+				if (!h.len || h.len % 64 ||
+				    h.len > sb.R - off || h.type < REC_LOCK ||
+				    h.type > REC_PAD)
 					continue;
 				uint64_t tr;
 				memcpy(&tr,
 				       ring + off +
-				               (h.type == REC_PAD ? 56 : h.len - 8),
+				               (h.type == REC_PAD ? 56
+				                                  : h.len - 8),
 				       8);
 				if (!tr || (tr - 1) % sb.R != off)
 					continue;
