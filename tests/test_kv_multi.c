@@ -116,8 +116,8 @@ static int run_body(void *arg)
 static int child_main(struct ch *c, role_fn role)
 {
 	struct body b = {c, role};
-	return kvp_run(&c->np, RSIZE, NULL, NBUCKETS, JOIN_MS, &c->kv,
-	               run_body, &b);
+	return kvp_run(&c->np, RSIZE, NULL, NBUCKETS, JOIN_MS, &c->kv, run_body,
+	               &b);
 }
 
 /* Machine i's body: child_main with the role np_start was given. */
