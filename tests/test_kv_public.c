@@ -121,6 +121,7 @@ static void op_cb(farm_loop *loop, void *ctx, int status)
 
 struct iter {
 	unsigned pairs, ours;
+	unsigned big; /* the indirect pairs, with their bytes right */
 };
 
 static bool iter_cb(void *ctx, const void *key, uint32_t klen, const void *val,
@@ -130,6 +131,17 @@ static bool iter_cb(void *ctx, const void *key, uint32_t klen, const void *val,
 	struct iter *it = ctx;
 	it->pairs++;
 	it->ours += klen == 8 && memcmp(key, "pub-", 4) == 0 && vlen == 8;
+	/* big-N: N + 1 KiB of byte N; a 200-byte key of 'L': 500 of 'l' */
+	if (klen == 6 && memcmp(key, "big-", 4) == 0 && vlen > 1000) {
+		unsigned n = (unsigned)(vlen - 1000);
+		bool ok = true;
+		for (uint32_t i = 0; i < vlen; i++)
+			ok &= ((const uint8_t *)val)[i] == (uint8_t)n;
+		it->big += ok;
+	}
+	if (klen == 200 && vlen == 500 && ((const uint8_t *)key)[199] == 'L' &&
+	    ((const uint8_t *)val)[499] == 'l')
+		it->big++;
 	return true;
 }
 
@@ -272,6 +284,23 @@ static void test_store(void **state)
 	long np = farm_kv_iterate_local(kv, iter_cb, &it);
 	assert_int_equal(np, NPAIRS - 1);
 	assert_int_equal(it.ours, NPAIRS - 1);
+	/* pairs in objects of their own (long values, a long key) are
+	 * visited too, with their bytes */
+	static uint8_t bigv[1010], lkey[200], lval[500];
+	for (unsigned n = 1; n <= 3; n++) {
+		char bk[7];
+		snprintf(bk, sizeof(bk), "big-%02u", n);
+		memset(bigv, (int)n, sizeof(bigv));
+		assert_int_equal(
+		        farm_kv_put_sync(kv, loop, bk, 6, bigv, 1000 + n), 0);
+	}
+	memset(lkey, 'L', sizeof(lkey));
+	memset(lval, 'l', sizeof(lval));
+	assert_int_equal(farm_kv_put_sync(kv, loop, lkey, 200, lval, 500), 0);
+	it = (struct iter){0};
+	np = farm_kv_iterate_local(kv, iter_cb, &it);
+	assert_int_equal(np, NPAIRS - 1 + 4);
+	assert_int_equal(it.big, 4);
 
 	/* the directory */
 	farm_fatptr p = {.addr = 0x1234000, .size = 96, .incarnation = 7}, q;

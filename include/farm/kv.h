@@ -173,8 +173,9 @@ farm_kv_mget_sync(farm_kv *kv, farm_loop *loop, unsigned n,
  * place: @fn gets each key and value (valid during the call) and returns
  * false to stop. A consistent view only while no write runs on the shard.
  * Pairs kept in an object of their own (values longer than val_inline,
- * keys longer than key_inline) are not visited, nor directory entries'
- * objects. Returns the pairs visited, or -EINVAL (NULL, not joined),
+ * keys longer than key_inline) are visited too (their object read in
+ * place); directory entries are visited as pairs whose key starts with
+ * 0xff. Returns the pairs visited, or -EINVAL (NULL, not joined),
  * -ENOMEM.
  */
 typedef bool (*farm_kv_iter_fn)(void *ctx, const void *key, uint32_t klen,

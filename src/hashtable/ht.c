@@ -1836,6 +1836,44 @@ int farm_ht_set_shards(farm_ht *h, const struct farm_ht_shard *sd, unsigned n)
 	return 0;
 }
 
+/* Visit the pair in slot @s: inline, or in its own object (a local one:
+ * the shard's owner allocated it), read line-consistently and checked
+ * against the slot's fat pointer. 1 visited, 0 skipped (freed meanwhile,
+ * or not local), -ENOMEM. */
+static int iter_slot(farm_ht *h, const uint8_t *s, farm_ht_iter_fn fn,
+                     void *ctx, bool *go)
+{
+	if (!(s[0] & SLOT_INDIRECT)) {
+		*go = fn(ctx, s + 8, s[1], s + 8 + h->K, slot_vlen(s));
+		return 1;
+	}
+	farm_fatptr p = get_fat(s + 8 + h->K);
+	unsigned lines = obj_lines(p.size);
+	const uint8_t *src =
+	        lines ? farm_as_local_ptr(h->as, p.addr, 64ull * lines) : NULL;
+	if (!src)
+		return 0;
+	uint8_t *img = malloc(64ull * lines), *obj = malloc(p.size);
+	int rc = img && obj ? 0 : -ENOMEM;
+	uint64_t v, w;
+	uint32_t kl, vl;
+	/* [klen][vlen][key][value] */
+	if (!rc && p.size >= 8 &&
+	    farm_lines_copy(img, src, 64ull * lines, LINE_TRIES) &&
+	    obj_check(img, lines, p.incarnation, &v, &w) == 0) {
+		obj_unpack(img, p.size, obj);
+		memcpy(&kl, obj, 4);
+		memcpy(&vl, obj + 4, 4);
+		if (kl && 8ull + kl + vl <= p.size) {
+			*go = fn(ctx, obj + 8, kl, obj + 8 + kl, vl);
+			rc = 1;
+		}
+	}
+	free(img);
+	free(obj);
+	return rc;
+}
+
 long farm_ht_iterate_local(farm_ht *h, unsigned shard, farm_ht_iter_fn fn,
                            void *ctx)
 {
@@ -1855,7 +1893,7 @@ long farm_ht_iterate_local(farm_ht *h, unsigned shard, farm_ht_iter_fn fn,
 	}
 	long n = 0;
 	bool go = true;
-	for (uint32_t b = 0; b <= sd->nbuckets && go; b++) {
+	for (uint32_t b = 0; b <= sd->nbuckets && go && n >= 0; b++) {
 		const uint8_t *p = farm_as_local_ptr(
 		        h->as, sd->base + (uint64_t)b * bb, bb);
 		if (!p)
@@ -1863,15 +1901,14 @@ long farm_ht_iterate_local(farm_ht *h, unsigned shard, farm_ht_iter_fn fn,
 		farm_lines_copy(img, p, bb, LINE_TRIES);
 		obj_unpack(img, h->bucket_data, d);
 		farm_fatptr ovf = get_fat(B_OVF(d));
-		for (unsigned i = 0; i < h->spb && go; i++) {
+		for (unsigned i = 0; i < h->spb && go && n >= 0; i++) {
 			const uint8_t *s = slot_at(h, d, i);
-			if (!(s[0] & SLOT_USED) || (s[0] & SLOT_INDIRECT))
-				continue; /* indirect pairs: left out (not local
-				             reads) */
-			go = fn(ctx, s + 8, s[1], s + 8 + h->K, slot_vlen(s));
-			n++;
+			if (!(s[0] & SLOT_USED))
+				continue;
+			int r = iter_slot(h, s, fn, ctx, &go);
+			n = r < 0 ? r : n + r;
 		}
-		while (ovf.addr && go) {
+		while (ovf.addr && go && n >= 0) {
 			const uint8_t *bp = farm_as_local_ptr(
 			        h->as, ovf.addr, 64ull * h->block_lines);
 			if (!bp)
@@ -1879,14 +1916,13 @@ long farm_ht_iterate_local(farm_ht *h, unsigned shard, farm_ht_iter_fn fn,
 			farm_lines_copy(img, bp, 64ull * h->block_lines,
 			                LINE_TRIES);
 			obj_unpack(img, h->block_data, d);
-			for (unsigned i = 0; i < BLK_SLOTS && go; i++) {
+			for (unsigned i = 0; i < BLK_SLOTS && go && n >= 0;
+			     i++) {
 				const uint8_t *s = blk_slot(h, d, i);
-				if (!(s[0] & SLOT_USED) ||
-				    (s[0] & SLOT_INDIRECT))
+				if (!(s[0] & SLOT_USED))
 					continue;
-				go = fn(ctx, s + 8, s[1], s + 8 + h->K,
-				        slot_vlen(s));
-				n++;
+				int r = iter_slot(h, s, fn, ctx, &go);
+				n = r < 0 ? r : n + r;
 			}
 			ovf = get_fat(d + 8);
 		}

@@ -97,8 +97,9 @@ int farm_ht_del(farm_ht *h, farm_loop *loop, const void *key, uint32_t klen,
                 farm_op_fn cont, void *ctx);
 
 /* Keys and values of a shard stored on this machine, read in place
- * (a consistent view only while no write runs on it). @fn returns false to
- * stop. Returns the pairs visited, or an error. */
+ * (a consistent view only while no write runs on it), pairs in objects of
+ * their own included (an object freed meanwhile is skipped). @fn returns
+ * false to stop. Returns the pairs visited, or an error. */
 typedef bool (*farm_ht_iter_fn)(void *ctx, const void *key, uint32_t klen,
                                 const void *val, uint32_t vlen);
 long farm_ht_iterate_local(farm_ht *h, unsigned shard, farm_ht_iter_fn fn,
