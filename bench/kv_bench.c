@@ -50,6 +50,7 @@
  * cluster start, expect_machines) instead of static peer lines.
  */
 
+#include "benchnode.h"
 #include "benchutil.h"
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -318,15 +319,6 @@ struct mach {
 	uint64_t nown;
 };
 
-static int cfg_set(struct farm_config *c, const char *k, const char *v)
-{
-	char err[256];
-	int rc = farm_config_set(c, k, v, err, sizeof(err));
-	if (rc)
-		fprintf(stderr, PROG ": config %s: %s\n", k, err);
-	return rc;
-}
-
 static uint32_t buckets_for(uint64_t nkeys)
 {
 	double per = (double)nkeys / O.machines / (4.0 * O.occupancy);
@@ -359,45 +351,33 @@ static int mach_open(struct mach *m, uint32_t id, const char *base,
 	farm_config_defaults(&c);
 	int rc = 0;
 	snprintf(v, sizeof(v), "%u", id);
-	rc |= cfg_set(&c, "machine_id", v);
-	rc |= cfg_set(&c, "data_dir", dir);
-	rc |= cfg_set(&c, "fabric", "shm");
+	rc |= bn_cfg_set(PROG, &c, "machine_id", v);
+	rc |= bn_cfg_set(PROG, &c, "data_dir", dir);
+	rc |= bn_cfg_set(PROG, &c, "fabric", "shm");
 	snprintf(v, sizeof(v), "%" PRIu64, region_for(nb));
-	rc |= cfg_set(&c, "region_size", v);
+	rc |= bn_cfg_set(PROG, &c, "region_size", v);
 	snprintf(v, sizeof(v), "%u", FARM_MIN(3u, O.machines));
-	rc |= cfg_set(&c, "replicas", v);
-	rc |= cfg_set(&c, "threads", "1");
-	rc |= cfg_set(&c, "busy_poll", "1");
+	rc |= bn_cfg_set(PROG, &c, "replicas", v);
+	rc |= bn_cfg_set(PROG, &c, "threads", "1");
+	rc |= bn_cfg_set(PROG, &c, "busy_poll", "1");
 	if (O.log_size) {
 		snprintf(v, sizeof(v), "%" PRIu64, O.log_size);
-		rc |= cfg_set(&c, "log_size", v);
+		rc |= bn_cfg_set(PROG, &c, "log_size", v);
 	}
 	if (O.zk[0]) {
 		/* Membership in ZooKeeper: no peer lines; the view fills as
 		 * the machines register under this cluster's own root. */
-		rc |= cfg_set(&c, "zk", O.zk);
-		rc |= cfg_set(&c, "zk_root", O.zk_root);
+		rc |= bn_cfg_set(PROG, &c, "zk", O.zk);
+		rc |= bn_cfg_set(PROG, &c, "zk_root", O.zk_root);
 		snprintf(v, sizeof(v), "%u", O.machines);
-		rc |= cfg_set(&c, "expect_machines", v);
-	} else
-		for (unsigned j = 0; j < O.machines; j++) {
-			if (j == id)
-				continue;
-			snprintf(v, sizeof(v), "%u %s/m%u", j, base, j);
-			rc |= cfg_set(&c, "peer", v);
-		}
+		rc |= bn_cfg_set(PROG, &c, "expect_machines", v);
+	} else {
+		rc |= bn_static_peers(PROG, &c, id, O.machines, base);
+	}
 	if (rc)
 		return -EINVAL;
-	char err[256];
-	if ((rc = farm_config_validate(&c, err, sizeof(err)))) {
-		fprintf(stderr, PROG ": config: %s\n", err);
+	if ((rc = bn_node_open(PROG, &c, id, &m->node)))
 		return rc;
-	}
-	if ((rc = farm_node_open(&c, &m->node))) {
-		fprintf(stderr, PROG ": machine %u: farm_node_open: %s\n", id,
-		        farm_strerror(rc));
-		return rc;
-	}
 	struct farm_kv_attr a = {
 	        .neighborhood = 8, .key_inline = KLEN, .val_inline = VLEN};
 	if ((rc = farm_kv_create(m->node, &a, nb, &m->kv))) {

@@ -46,6 +46,7 @@
  *
  * Output: a table, then, last, one JSON line (bench/README.md).
  */
+#include "benchnode.h"
 #include "benchutil.h"
 #include <dirent.h>
 #include <errno.h>
@@ -188,15 +189,6 @@ struct mach {
 	char dir[256];
 };
 
-static int cfg_set(struct farm_config *c, const char *k, const char *v)
-{
-	char err[256];
-	int rc = farm_config_set(c, k, v, err, sizeof(err));
-	if (rc)
-		fprintf(stderr, PROG ": config: %s\n", err);
-	return rc;
-}
-
 static int mach_open(struct mach *m, uint32_t id, const char *base)
 {
 	memset(m, 0, sizeof(*m));
@@ -212,35 +204,22 @@ static int mach_open(struct mach *m, uint32_t id, const char *base)
 	char v[512];
 	int rc = 0;
 	snprintf(v, sizeof(v), "%u", id);
-	rc |= cfg_set(&c, "machine_id", v);
-	rc |= cfg_set(&c, "data_dir", m->dir);
-	rc |= cfg_set(&c, "fabric", "shm");
+	rc |= bn_cfg_set(PROG, &c, "machine_id", v);
+	rc |= bn_cfg_set(PROG, &c, "data_dir", m->dir);
+	rc |= bn_cfg_set(PROG, &c, "fabric", "shm");
 	snprintf(v, sizeof(v), "%" PRIu64, O.region_size);
-	rc |= cfg_set(&c, "region_size", v);
+	rc |= bn_cfg_set(PROG, &c, "region_size", v);
 	snprintf(v, sizeof(v), "%u", O.replicas);
-	rc |= cfg_set(&c, "replicas", v);
+	rc |= bn_cfg_set(PROG, &c, "replicas", v);
 	snprintf(v, sizeof(v), "%" PRIu32, O.log_size);
-	rc |= cfg_set(&c, "log_size", v);
-	rc |= cfg_set(&c, "threads", "1");
-	rc |= cfg_set(&c, "busy_poll", "1");
-	for (unsigned j = 0; j < O.machines; j++) {
-		if (j == id)
-			continue;
-		snprintf(v, sizeof(v), "%u %s/m%u", j, base, j);
-		rc |= cfg_set(&c, "peer", v);
-	}
+	rc |= bn_cfg_set(PROG, &c, "log_size", v);
+	rc |= bn_cfg_set(PROG, &c, "threads", "1");
+	rc |= bn_cfg_set(PROG, &c, "busy_poll", "1");
+	rc |= bn_static_peers(PROG, &c, id, O.machines, base);
 	if (rc)
 		return -EINVAL;
-	char err[256];
-	if ((rc = farm_config_validate(&c, err, sizeof(err)))) {
-		fprintf(stderr, PROG ": config: %s\n", err);
+	if ((rc = bn_node_open(PROG, &c, id, &m->node)))
 		return rc;
-	}
-	if ((rc = farm_node_open(&c, &m->node))) {
-		fprintf(stderr, PROG ": machine %u: farm_node_open: %s\n", id,
-		        farm_strerror(rc));
-		return rc;
-	}
 	farm_node_set_app_loops(m->node, true);
 	if ((rc = farm_node_start(m->node, JOIN_MS)) ||
 	    (rc = farm_node_loop_open(m->node, 0, &m->loop)) ||

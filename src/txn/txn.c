@@ -2033,6 +2033,19 @@ static void single_install(farm_tx *tx);
 static void single_unlock(farm_tx *tx, unsigned upto);
 
 /* A phase's operations are all back: go on. */
+/* A phase after LOCK failed: a single-machine commit drops its shared
+ * locks and reports; a distributed one writes ABORT records. */
+static void tx_fail(farm_tx *tx, int fail)
+{
+	if (tx->single) {
+		single_unlock(tx, tx->n);
+		tx_report(tx, fail);
+		tx_finish(tx);
+	} else {
+		phase_abort(tx, fail);
+	}
+}
+
 static void tx_step(farm_tx *tx)
 {
 	if (tx->wait_writes || tx->wait_replies || tx->wait_reads)
@@ -2049,13 +2062,7 @@ static void tx_step(farm_tx *tx)
 		break;
 	case PH_VALIDATE:
 		if (fail) {
-			if (tx->single) {
-				single_unlock(tx, tx->n);
-				tx_report(tx, fail);
-				tx_finish(tx);
-			} else {
-				phase_abort(tx, fail);
-			}
+			tx_fail(tx, fail);
 		} else if (tx->single) {
 			phase_backup(tx);
 		} else {
@@ -2072,13 +2079,7 @@ static void tx_step(farm_tx *tx)
 		break;
 	case PH_BACKUP:
 		if (fail) {
-			if (tx->single) {
-				single_unlock(tx, tx->n);
-				tx_report(tx, fail);
-				tx_finish(tx);
-			} else {
-				phase_abort(tx, fail);
-			}
+			tx_fail(tx, fail);
 		} else if (tx->single) {
 			single_install(tx);
 		} else {
