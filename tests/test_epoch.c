@@ -4,7 +4,7 @@
  * operations it had open when the memory was freed.
  *
  *   local half    reader threads follow a shared pointer inside bracketed
- *                 operations and check the buffer twice; a writer swaps
+ *                 operations and check the buffer again; writers swap
  *                 the pointer, waits for a grace period and poisons the
  *                 old buffer. A reader that ever sees poison read memory
  *                 "reused" while its operation was still open.
@@ -16,8 +16,16 @@
  *                 machine that does not answer fails the epoch and nothing
  *                 is reused; low free memory starts an epoch by itself.
  *
+ *   The local test runs 4 readers (more than the 2 cores) against 2
+ *   writers whose grace periods run back to back, and widens the window
+ *   between a reader's epoch check and its announcement with a fault hook
+ *   (src/util/fault.h), where the bug fixed in epoch.c lived.
+ *
  *   --broken      threads announce quiescent states with operations open:
  *                 the local test must see poison (proves it can fail).
+ *   --one-pass    the protocol before the fix (one synchronize_rcu per
+ *                 grace period): the local test must see poison.
+ *   --stress S    the local test alone, for S seconds (make stress).
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -26,48 +34,78 @@
 
 #include "asnodes.h"
 #include "txn/epoch.h"
-
-static bool broken;
+#include "util/fault.h"
 
 /* ---- local half ---------------------------------------------------------- */
 
-#define BUF_WORDS     512
-#define ROUNDS        3000
-#define ROUNDS_BROKEN 30000 /* at most, stopping at 20 caught */
-#define POISON        0xdeaddeaddeaddeadull
+#define BUF_WORDS 512
+#define READERS   4    /* more than this machine's 2 cores */
+#define WRITERS   2    /* grace periods requested back to back */
+#define ROUNDS    1500 /* per writer */
+#define CATCH     20   /* failure modes stop once this many are caught */
+#define POISON    0xdeaddeaddeaddeadull
+
+enum mode { NORMAL, BROKEN, ONE_PASS };
+static enum mode mode = NORMAL;
+static unsigned stress_seconds; /* --stress S: run the local test S s */
 
 static _Atomic(uint64_t *) shared_buf;
-static _Atomic bool stop_readers;
-static _Atomic uint64_t poisoned_reads, reader_ops;
+static _Atomic bool stop_readers, stop_writers;
+static _Atomic uint64_t poisoned_reads, reader_ops, writer_rounds;
+
+/* The fault hook at the quiesce window (between reading the epoch and
+ * announcing): widen it now and then, as preemption would, so a grace
+ * period can end and the next begin inside it. */
+static void window_hook(enum farm_fault_point fp, void *arg)
+{
+	(void)fp;
+	(void)arg;
+	static _Thread_local uint64_t x = 0x9e3779b97f4a7c15ull;
+	x ^= x << 13;
+	x ^= x >> 7;
+	x ^= x << 17;
+	if ((x & 7) == 0)
+		sched_yield();
+	else
+		for (unsigned k = 0; k < (x >> 40 & 1023); k++)
+			farm_cpu_relax();
+}
+
+static bool buf_ok(const uint64_t *b, uint64_t first, unsigned step)
+{
+	for (unsigned i = 0; i < BUF_WORDS; i += step)
+		if (b[i] != first)
+			return false;
+	return true;
+}
 
 static void *reader_main(void *arg)
 {
 	(void)arg;
 	assert_int_equal(farm_epoch_thread_enter(NULL), 0);
-	uint64_t ops = 0, bad = 0, spin = 0;
+	uint64_t ops = 0, spin = 0;
 	while (!atomic_load_explicit(&stop_readers, memory_order_relaxed)) {
 		unsigned p = farm_epoch_op_begin();
 		uint64_t *b =
 		        atomic_load_explicit(&shared_buf, memory_order_acquire);
 		uint64_t first = b[0];
-		bool ok = first != POISON;
-		for (unsigned i = 1; ok && i < BUF_WORDS; i++)
-			ok = b[i] == first;
+		bool ok = first != POISON && buf_ok(b, first, 1);
 		/* The operation spans poll passes, as a transaction waiting
-		 * for replies does: a poll point (and now and then a park)
+		 * for replies does: poll points (and now and then a park)
 		 * inside it, then look again. A grace period that ended
-		 * meanwhile was wrong. */
-		farm_epoch_quiesce();
-		if ((ops & 15) == 0)
-			farm_epoch_park();
-		for (unsigned k = 0; k < 64 + (spin++ & 255); k++)
-			farm_cpu_relax();
-		for (unsigned i = 0; ok && i < BUF_WORDS; i += 7)
-			ok = b[i] == first;
-		if (!ok) {
-			bad++;
-			atomic_fetch_add(&poisoned_reads, 1);
+		 * meanwhile was wrong, and the writer poisons right after. */
+		for (unsigned pass = 0; ok && pass < 3; pass++) {
+			farm_epoch_quiesce();
+			if ((ops & 15) == 0)
+				farm_epoch_park();
+			for (unsigned k = 0; k < 64 + (spin++ & 255); k++)
+				farm_cpu_relax();
+			if (pass == 2 && (ops & 3) == 0)
+				sched_yield();
+			ok = buf_ok(b, first, 7);
 		}
+		if (!ok)
+			atomic_fetch_add(&poisoned_reads, 1);
 		farm_epoch_op_end(p);
 		ops++;
 		farm_epoch_quiesce();
@@ -77,8 +115,47 @@ static void *reader_main(void *arg)
 		}
 	}
 	farm_epoch_thread_leave(NULL);
-	(void)bad;
 	atomic_fetch_add(&reader_ops, ops);
+	return NULL;
+}
+
+struct writer {
+	pthread_t th;
+	unsigned id;
+	uint64_t **old; /* every buffer it swapped out, freed at the end */
+	unsigned n, cap;
+};
+
+static void *writer_main(void *arg)
+{
+	struct writer *w = arg;
+	uint64_t t_end = farm_now_ns() + stress_seconds * 1000000000ull;
+	for (unsigned r = 0;; r++) {
+		if (atomic_load(&stop_writers))
+			break;
+		if (stress_seconds ? farm_now_ns() >= t_end : r >= ROUNDS)
+			break;
+		if (mode != NORMAL && atomic_load(&poisoned_reads) >= CATCH)
+			break;
+		uint64_t *nb = malloc(BUF_WORDS * sizeof(uint64_t));
+		assert_non_null(nb);
+		uint64_t v = ((uint64_t)w->id << 32) | (r + 2);
+		for (unsigned i = 0; i < BUF_WORDS; i++)
+			nb[i] = v;
+		uint64_t *old = atomic_exchange(&shared_buf, nb);
+		assert_int_equal(farm_epoch_local_sync(), 0);
+		/* Poisoned, never freed before the readers stop, so a wrong
+		 * reader sees poison rather than someone else's data. */
+		for (unsigned i = 0; i < BUF_WORDS; i++)
+			old[i] = POISON;
+		if (w->n == w->cap) {
+			w->cap = w->cap ? 2 * w->cap : 1024;
+			w->old = realloc(w->old, w->cap * sizeof(*w->old));
+			assert_non_null(w->old);
+		}
+		w->old[w->n++] = old;
+		atomic_fetch_add(&writer_rounds, 1);
+	}
 	return NULL;
 }
 
@@ -86,57 +163,66 @@ static void test_local_grace_period(void **state)
 {
 	(void)state;
 	assert_int_equal(farm_epoch_domain_get(), 0);
-	farm_epoch_testing_break(broken);
+	farm_epoch_testing_break(mode == BROKEN);
+	if (mode == ONE_PASS)
+		assert_int_equal(farm_epoch_testing_one_pass(true), 0);
+	bool hooked = farm_fault_set(FARM_FP_EPOCH_QUIESCE_WINDOW, window_hook,
+	                             NULL) == 0;
 	atomic_store(&stop_readers, false);
+	atomic_store(&stop_writers, false);
 	atomic_store(&poisoned_reads, 0);
 	atomic_store(&reader_ops, 0);
-	/* Old buffers are poisoned, never freed before the readers stop,
-	 * so a wrong reader sees poison rather than someone else's data. */
-	unsigned rounds = broken ? ROUNDS_BROKEN : ROUNDS;
-	uint64_t **all = calloc(rounds + 1, sizeof(*all));
-	assert_non_null(all);
-	all[0] = malloc(BUF_WORDS * sizeof(uint64_t));
-	assert_non_null(all[0]);
+	atomic_store(&writer_rounds, 0);
+	uint64_t *first = malloc(BUF_WORDS * sizeof(uint64_t));
+	assert_non_null(first);
 	for (unsigned i = 0; i < BUF_WORDS; i++)
-		all[0][i] = 1;
-	atomic_store(&shared_buf, all[0]);
-	pthread_t th[2];
-	for (int i = 0; i < 2; i++)
+		first[i] = 1;
+	atomic_store(&shared_buf, first);
+	pthread_t th[READERS];
+	for (int i = 0; i < READERS; i++)
 		assert_int_equal(
 		        pthread_create(&th[i], NULL, reader_main, NULL), 0);
 	uint64_t gp0 = farm_epoch_grace_periods();
-	unsigned r;
-	for (r = 1; r <= rounds; r++) {
-		uint64_t *nb = malloc(BUF_WORDS * sizeof(uint64_t));
-		assert_non_null(nb);
-		for (unsigned i = 0; i < BUF_WORDS; i++)
-			nb[i] = r + 1;
-		all[r] = nb;
-		uint64_t *old = atomic_exchange(&shared_buf, nb);
-		assert_int_equal(farm_epoch_local_sync(), 0);
-		for (unsigned i = 0; i < BUF_WORDS; i++)
-			old[i] = POISON;
-		if (broken && atomic_load(&poisoned_reads) >= 20) {
-			r++;
-			break;
-		}
+	uint64_t t0 = farm_now_ns();
+	struct writer w[WRITERS] = {{0}};
+	for (unsigned i = 0; i < WRITERS; i++) {
+		w[i].id = i + 1;
+		assert_int_equal(
+		        pthread_create(&w[i].th, NULL, writer_main, &w[i]), 0);
 	}
+	for (unsigned i = 0; i < WRITERS; i++)
+		pthread_join(w[i].th, NULL);
 	atomic_store(&stop_readers, true);
-	for (int i = 0; i < 2; i++)
+	for (int i = 0; i < READERS; i++)
 		pthread_join(th[i], NULL);
+	uint64_t ms = (farm_now_ns() - t0) / 1000000;
 	uint64_t gps = farm_epoch_grace_periods() - gp0;
 	farm_epoch_testing_break(false);
-	for (unsigned i = 0; i <= rounds; i++)
-		free(all[i]);
-	free(all);
+	if (mode == ONE_PASS)
+		assert_int_equal(farm_epoch_testing_one_pass(false), 0);
+	if (hooked)
+		assert_int_equal(farm_fault_set(FARM_FP_EPOCH_QUIESCE_WINDOW,
+		                                NULL, NULL),
+		                 0);
+	free(atomic_load(&shared_buf));
+	for (unsigned i = 0; i < WRITERS; i++) {
+		for (unsigned j = 0; j < w[i].n; j++)
+			free(w[i].old[j]);
+		free(w[i].old);
+	}
 	farm_epoch_domain_put();
-	printf("local: %u grace periods (%" PRIu64 " counted), %" PRIu64
-	       " reader operations, %" PRIu64 " saw reused memory%s\n",
-	       r - 1, gps, atomic_load(&reader_ops),
-	       atomic_load(&poisoned_reads), broken ? " (broken mode)" : "");
-	assert_true(gps >= (uint64_t)(r - 1));
+	static const char *names[] = {"", " (broken mode)",
+	                              " (one-pass protocol)"};
+	printf("local: %d readers, %d writers, %" PRIu64
+	       " writer rounds, %" PRIu64 " grace periods in %" PRIu64
+	       " ms, %" PRIu64 " reader operations, %" PRIu64
+	       " saw reused memory%s%s\n",
+	       READERS, WRITERS, atomic_load(&writer_rounds), gps, ms,
+	       atomic_load(&reader_ops), atomic_load(&poisoned_reads),
+	       names[mode], hooked ? "" : " (no fault hooks in this build)");
+	assert_true(gps >= 1);
 	assert_true(atomic_load(&reader_ops) > 0);
-	if (broken)
+	if (mode != NORMAL)
 		assert_true(atomic_load(&poisoned_reads) > 0);
 	else
 		assert_int_equal(atomic_load(&poisoned_reads), 0);
@@ -414,17 +500,40 @@ static void test_epoch_background(void **state)
 	asn_close(&c);
 }
 
+static int usage(const char *argv0)
+{
+	fprintf(stderr,
+	        "usage: %s [--broken | --one-pass | --stress SECONDS]\n"
+	        "  --broken      quiescent states announced with operations\n"
+	        "                open: the local test must see reused memory\n"
+	        "  --one-pass    grace periods of one synchronize_rcu pass\n"
+	        "                (the protocol before the fix): likewise\n"
+	        "  --stress S    only the local test, for S seconds\n",
+	        argv0);
+	return 2;
+}
+
 int main(int argc, char **argv)
 {
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--broken")) {
-			broken = true;
+			mode = BROKEN;
+		} else if (!strcmp(argv[i], "--one-pass")) {
+			mode = ONE_PASS;
+		} else if (!strcmp(argv[i], "--stress") && i + 1 < argc) {
+			stress_seconds = (unsigned)atoi(argv[++i]);
+			if (!stress_seconds)
+				return usage(argv[0]);
 		} else {
-			fprintf(stderr, "usage: %s [--broken]\n", argv[0]);
-			return 2;
+			return usage(argv[0]);
 		}
 	}
-	if (broken) {
+	if (mode == ONE_PASS && !farm_fault_built()) {
+		printf("skip: built without fault injection "
+		       "(FARM_FAULT_INJECTION=OFF)\n");
+		return 77;
+	}
+	if (mode != NORMAL || stress_seconds) {
 		const struct CMUnitTest t[] = {
 		        cmocka_unit_test(test_local_grace_period)};
 		return cmocka_run_group_tests(t, NULL, NULL);

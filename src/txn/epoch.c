@@ -4,18 +4,66 @@
  * distributed half (an end-of-epoch exchange with every peer). See
  * epoch.h for the model.
  *
- * Correctness of the local half. The process epoch E only changes on the
- * epoch thread, one grace period at a time: E becomes e+1, then
- * synchronize_rcu() waits for every online registered thread to announce
- * a quiescent state. A thread announces one (farm_epoch_quiesce) only
- * after it has re-read E (so its new operations count in bucket
- * (e+1)&1) and found bucket e&1 empty, and goes offline (farm_epoch_park)
- * only with both buckets empty. So when synchronize_rcu() returns, every
- * operation counted in bucket e&1, which holds every operation begun
- * before E moved, has ended. Bucket e&1 is reused for epoch e+2 only
- * after that. A thread that comes back online re-reads E after urcu's
- * barrier (farm_epoch_op_begin), so it cannot count a new operation in
- * the old bucket.
+ * The local protocol and why it is safe
+ * -------------------------------------
+ * State: the process epoch E (farm_epoch_global), changed only by the
+ * epoch thread; per thread, ops[2] (open operations by the parity of the
+ * E they read at begin; thread-local, read only by their thread) and
+ * urcu's reader counter ctr (0 offline, else the grace-period counter G
+ * the thread last announced); urcu's G, bumped by synchronize_rcu.
+ *
+ *   op begin (reader)   e = load-acquire E; ops[e & 1]++          (R1)
+ *   quiesce  (reader)   e = load-acquire E;                       (R2)
+ *                       if ops[(e - 1) & 1] == 0:
+ *                           urcu_qsbr_quiescent_state():
+ *                             g = load G; mb; ctr = g; mb          (R3)
+ *   park     (reader)   if ops[0] == ops[1] == 0: offline (ctr = 0, mb)
+ *   online   (reader)   ctr = G; mb; (then R1 re-reads E)          (R4)
+ *   grace period e -> e+1 (epoch thread):
+ *                       E = e + 1 (an RMW: a full barrier)          (W1)
+ *                       synchronize_rcu()  -- pass A                (W2)
+ *                       synchronize_rcu()  -- pass B                (W3)
+ *   synchronize_rcu:    mb; G += 1; wait until every registered thread
+ *                       has ctr == G or ctr == 0 (offline)
+ *
+ * Claim: when pass B returns, every operation counted in bucket e & 1
+ * (every operation begun before W1, since those read E <= e, and those
+ * that read E <= e - 1 were drained by the previous grace period) has
+ * ended, and the memory retired before W1 may be reused.
+ *
+ * Take a thread T that was online when B looked at it. B saw T's ctr ==
+ * G_B, so T stored it in some quiesce call C after B bumped G (R3 loads
+ * G after B's bump). C read E at R2 before that. If C had read E <= e,
+ * R2 came before W1, so T was inside C during the whole of pass A: from
+ * before A bumped G to after A returned. A returns only once T's ctr ==
+ * G_A or 0; T's only store to ctr in that time is C's, which came after
+ * B began. Contradiction; so C read E == e + 1 (E cannot pass e + 1
+ * before B returns), and so C found bucket e & 1 empty. T's later
+ * operations read E >= e + 1 (R1 after R2, same thread) and count in the
+ * other bucket. A thread B found offline (ctr == 0) went offline with
+ * both buckets empty, and when it comes back R4's mb orders its ctr store
+ * before R1's read of E, while W1 and synchronize_rcu's mb order E's
+ * store before B's read of ctr (a store-buffer pair): if B read ctr == 0,
+ * R1 reads E == e + 1.
+ *
+ * Why two passes (this was the bug; test_epoch caught it about one run in
+ * four with one pass): a thread announces for whatever grace period is
+ * running when R3 reads G, but checked the bucket of the epoch it read at
+ * R2. With back-to-back grace periods, a thread that had already
+ * announced for period e-1 -> e could read E == e at R2 and check bucket
+ * (e - 1) & 1, be delayed, and announce at R3 after period e -> e+1 had
+ * begun, so that period ended with an operation in bucket e & 1 still
+ * open. Pass A absorbs any such stale announcement; an announcement that
+ * counts for pass B was checked against E == e + 1 (above). Pass A costs
+ * one more wait for every thread's next poll pass; epochs are background
+ * work, so latency, not throughput, doubles.
+ *
+ * Pairs: W1 (release) with R1/R2 (acquire): a reader that sees e + 1
+ * sees every store made before W1 (the unlinking of retired memory, which
+ * happens before farm_epoch_local_* hands the waiter to this thread under
+ * D.lock). R3's first mb orders the reader's loads of retired memory
+ * (in operations that have ended) before its ctr store, which B reads
+ * before its caller reuses the memory.
  */
 #include "txn/epoch.h"
 
@@ -27,6 +75,7 @@
 
 #include <urcu/urcu-qsbr.h>
 
+#include "util/fault.h"
 #include "util/log.h"
 
 _Thread_local struct farm_epoch_tls farm_epoch_t;
@@ -59,6 +108,7 @@ static struct {
 	struct loopreg *loops;
 	_Atomic bool gp_active;
 	_Atomic bool broken;
+	_Atomic bool one_pass; /* testing: the old single-pass protocol */
 	_Atomic uint64_t periods;
 } D = {.lock = PTHREAD_MUTEX_INITIALIZER,
        .cond = PTHREAD_COND_INITIALIZER,
@@ -93,7 +143,10 @@ static void *epoch_main(void *arg)
 			if (farm_loop_post(r->loop, nop_work, NULL))
 				farm_warn("epoch: cannot wake a loop");
 		pthread_mutex_unlock(&D.lock);
+		/* Two passes (W2, W3): see the opening comment. */
 		urcu_qsbr_synchronize_rcu();
+		if (!atomic_load_explicit(&D.one_pass, memory_order_relaxed))
+			urcu_qsbr_synchronize_rcu();
 		pthread_mutex_lock(&D.lock);
 		atomic_store_explicit(&D.gp_active, false,
 		                      memory_order_release);
@@ -253,8 +306,10 @@ void farm_epoch_quiesce(void)
 	        atomic_load_explicit(&farm_epoch_global, memory_order_acquire);
 	t->ep = e;
 	if (!t->ops[(e - 1) & 1] ||
-	    atomic_load_explicit(&D.broken, memory_order_relaxed))
+	    atomic_load_explicit(&D.broken, memory_order_relaxed)) {
+		FARM_FAULT_POINT(FARM_FP_EPOCH_QUIESCE_WINDOW);
 		urcu_qsbr_quiescent_state();
+	}
 }
 
 void farm_epoch_park(void)
@@ -311,6 +366,14 @@ int farm_epoch_local_sync(void)
 void farm_epoch_testing_break(bool on)
 {
 	atomic_store(&D.broken, on);
+}
+
+int farm_epoch_testing_one_pass(bool on)
+{
+	if (!farm_fault_built())
+		return -ENOTSUP;
+	atomic_store(&D.one_pass, on);
+	return 0;
 }
 
 uint64_t farm_epoch_grace_periods(void)

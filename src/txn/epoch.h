@@ -108,6 +108,10 @@ int farm_epoch_run(farm_loop *loop, const uint32_t *peers, unsigned npeers,
 /* Testing: announce quiescent states whatever is open (the bug the
  * tests must catch). */
 void farm_epoch_testing_break(bool on);
+/* Testing (fault-injection builds only, else -ENOTSUP): grace periods
+ * of one synchronize_rcu pass, the protocol before the fix described at
+ * the top of epoch.c. */
+int farm_epoch_testing_one_pass(bool on);
 /* Process-wide counters: grace periods completed. */
 uint64_t farm_epoch_grace_periods(void);
 
