@@ -1,0 +1,578 @@
+/*
+ * Leases between every machine and the configuration manager (lease.h;
+ * FaRM SOSP'15 section 5.1).
+ *
+ * One thread per machine owns the socket and every deadline. It sleeps
+ * in ppoll(2) until the next renewal or expiry, or until a datagram or a
+ * configuration change (an eventfd) arrives. All state is under one mutex,
+ * taken by the thread for each batch of work and by the setters; the
+ * callbacks run with it released.
+ *
+ * Clocks: CLOCK_MONOTONIC on each machine; a lease is only ever judged on
+ * the clock of the machine that started its timer, and the holder's timer
+ * starts at its request's send, before the grantor's starts at its
+ * receipt, so the holder always gives up first (no clock-drift bound is
+ * needed on one host; across hosts FaRM's bounded-drift assumption
+ * applies).
+ */
+#include "recovery/lease.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "util/common.h"
+#include "util/fault.h"
+#include "util/log.h"
+
+#define LEASE_MAGIC 0x4c454153u /* "LEAS" */
+
+enum { MSG_REQUEST = 1, MSG_GRANT_REQUEST = 2, MSG_GRANT = 3 };
+
+struct lease_msg {
+	uint32_t magic;
+	uint16_t type;
+	uint16_t pad;
+	uint32_t from, to;
+	uint64_t config_id;
+	uint64_t seq;    /* the requester's */
+	uint64_t t_sent; /* the requester's send time, echoed */
+	uint64_t cm_seq; /* GRANT+REQUEST / GRANT: the CM's request */
+	uint64_t cm_t_sent;
+};
+
+struct peer {
+	uint32_t id;
+	struct sockaddr_in sa;
+	/* On the CM: this member's lease at us, and ours at it. */
+	uint64_t last_req_ns;   /* its last REQUEST (or the config start) */
+	uint64_t granted_until; /* our lease at it: t' + lease */
+	uint64_t last_renew_ns; /* for the gap statistics */
+	bool suspected;
+};
+
+struct farm_lease {
+	struct farm_lease_attr a;
+	uint64_t lease_ns;
+	int sock, evfd;
+	char addr[FARM_LEASE_ADDR_MAX];
+	pthread_t th;
+	pthread_mutex_t mu;
+	bool stop, muted;
+
+	/* The configuration. */
+	uint64_t config_id;
+	uint32_t cm;
+	bool have_config;
+	struct peer peers[FARM_LEASE_MAX_PEERS];
+	unsigned npeers;
+
+	/* As a member (not the CM). */
+	uint64_t seq;
+	uint64_t next_send_ns;
+	uint64_t own_until;    /* our lease at the CM */
+	uint64_t cm_until;     /* the CM's lease at us */
+	uint64_t own_renew_ns; /* last renewal of our lease */
+	bool lost_reported;
+
+	struct farm_lease_stats st;
+};
+
+static _Atomic bool no_expiry; /* testing */
+
+int farm_lease_testing_no_expiry(bool on)
+{
+	if (!farm_fault_built())
+		return -ENOTSUP;
+	atomic_store(&no_expiry, on);
+	return 0;
+}
+
+static uint64_t now_ns(void)
+{
+	return farm_now_ns();
+}
+
+static int parse_addr(const char *s, struct sockaddr_in *sa)
+{
+	char host[32];
+	unsigned port;
+	if (!s || strncmp(s, "udp:", 4))
+		return -EINVAL;
+	const char *c = strrchr(s + 4, ':');
+	if (!c || (size_t)(c - (s + 4)) >= sizeof(host))
+		return -EINVAL;
+	memcpy(host, s + 4, (size_t)(c - (s + 4)));
+	host[c - (s + 4)] = 0;
+	char *end;
+	unsigned long p = strtoul(c + 1, &end, 10);
+	if (*end || !p || p > 65535)
+		return -EINVAL;
+	port = (unsigned)p;
+	memset(sa, 0, sizeof(*sa));
+	sa->sin_family = AF_INET;
+	sa->sin_port = htons((uint16_t)port);
+	if (inet_pton(AF_INET, host, &sa->sin_addr) != 1)
+		return -EINVAL;
+	return 0;
+}
+
+static struct peer *find_peer(farm_lease *l, uint32_t id)
+{
+	for (unsigned i = 0; i < l->npeers; i++)
+		if (l->peers[i].id == id)
+			return &l->peers[i];
+	return NULL;
+}
+
+static bool is_cm(const farm_lease *l)
+{
+	return l->have_config && l->cm == l->a.self_id;
+}
+
+static void send_msg(farm_lease *l, const struct peer *p, int type,
+                     uint64_t seq, uint64_t t_sent, uint64_t cm_seq,
+                     uint64_t cm_t)
+{
+	struct lease_msg m = {.magic = LEASE_MAGIC,
+	                      .type = (uint16_t)type,
+	                      .from = l->a.self_id,
+	                      .to = p->id,
+	                      .config_id = l->config_id,
+	                      .seq = seq,
+	                      .t_sent = t_sent,
+	                      .cm_seq = cm_seq,
+	                      .cm_t_sent = cm_t};
+	/* A lost datagram is a missed renewal, which the next one covers
+	 * (renewals come 5 times per lease). */
+	if (sendto(l->sock, &m, sizeof(m), MSG_DONTWAIT,
+	           (const struct sockaddr *)&p->sa,
+	           sizeof(p->sa)) == (ssize_t)sizeof(m))
+		l->st.sent++;
+}
+
+static void note_renewal(farm_lease *l, uint64_t *last, uint64_t now)
+{
+	l->st.renewals++;
+	if (*last) {
+		uint64_t gap = now - *last;
+		if (gap > l->lease_ns / 2)
+			l->st.late++;
+		if (gap / 1000 > l->st.max_gap_us)
+			l->st.max_gap_us = gap / 1000;
+	}
+	*last = now;
+}
+
+/* Deferred callbacks, run with the lock released. */
+struct events {
+	uint32_t suspect[FARM_LEASE_MAX_PEERS];
+	enum farm_lease_why why[FARM_LEASE_MAX_PEERS];
+	unsigned nsuspect;
+	bool lost;
+	uint64_t lost_config;
+};
+
+static void suspect_locked(farm_lease *l, struct peer *p,
+                           enum farm_lease_why why, struct events *ev)
+{
+	if (p->suspected)
+		return;
+	p->suspected = true;
+	if (why == FARM_LEASE_EXPIRED)
+		l->st.expiries++;
+	else
+		l->st.reported++;
+	if (ev->nsuspect < FARM_LEASE_MAX_PEERS) {
+		ev->suspect[ev->nsuspect] = p->id;
+		ev->why[ev->nsuspect++] = why;
+	}
+}
+
+static void handle_msg(farm_lease *l, const struct lease_msg *m,
+                       const struct sockaddr_in *from, uint64_t now,
+                       struct events *ev)
+{
+	(void)from;
+	if (l->muted)
+		return;
+	struct peer *p;
+	if (m->magic != LEASE_MAGIC || m->to != l->a.self_id ||
+	    !l->have_config || m->config_id != l->config_id ||
+	    !(p = find_peer(l, m->from))) {
+		l->st.refused++;
+		return;
+	}
+	switch (m->type) {
+	case MSG_REQUEST: /* we are the CM: grant, and request ours */
+		if (!is_cm(l)) {
+			l->st.refused++;
+			return;
+		}
+		note_renewal(l, &p->last_renew_ns, now);
+		p->last_req_ns = now;
+		send_msg(l, p, MSG_GRANT_REQUEST, m->seq, m->t_sent, ++l->seq,
+		         now);
+		return;
+	case MSG_GRANT_REQUEST: /* from the CM: our lease, its request */
+		if (is_cm(l) || m->from != l->cm || m->t_sent > now) {
+			l->st.refused++;
+			return;
+		}
+		if (m->t_sent + l->lease_ns > l->own_until) {
+			l->own_until = m->t_sent + l->lease_ns;
+			note_renewal(l, &l->own_renew_ns, now);
+		}
+		l->cm_until = now + l->lease_ns;
+		send_msg(l, p, MSG_GRANT, m->seq, m->t_sent, m->cm_seq,
+		         m->cm_t_sent);
+		return;
+	case MSG_GRANT: /* a member granted the CM's lease */
+		if (!is_cm(l) || m->cm_t_sent > now) {
+			l->st.refused++;
+			return;
+		}
+		if (m->cm_t_sent + l->lease_ns > p->granted_until)
+			p->granted_until = m->cm_t_sent + l->lease_ns;
+		return;
+	default: l->st.refused++; return;
+	}
+}
+
+/* Renewals due and leases lapsed; returns the next deadline. */
+static uint64_t tick(farm_lease *l, uint64_t now, struct events *ev)
+{
+	uint64_t next = now + l->lease_ns; /* idle: look again a lease on */
+	if (!l->have_config || l->muted)
+		return next;
+	/* Testing: nothing lapses; renewals still go out. */
+	bool expire = !atomic_load_explicit(&no_expiry, memory_order_relaxed);
+	if (is_cm(l)) {
+		for (unsigned i = 0; i < l->npeers; i++) {
+			struct peer *p = &l->peers[i];
+			if (p->id == l->a.self_id || p->suspected)
+				continue;
+			uint64_t exp = p->last_req_ns + l->lease_ns;
+			if (!expire)
+				continue;
+			if (now >= exp)
+				suspect_locked(l, p, FARM_LEASE_EXPIRED, ev);
+			else if (exp < next)
+				next = exp;
+		}
+		return next;
+	}
+	struct peer *cm = find_peer(l, l->cm);
+	if (!cm)
+		return next;
+	if (now >= l->next_send_ns) {
+		send_msg(l, cm, MSG_REQUEST, ++l->seq, now, 0, 0);
+		l->next_send_ns = now + l->lease_ns / 5;
+	}
+	if (l->next_send_ns < next)
+		next = l->next_send_ns;
+	if (!cm->suspected && expire) {
+		if (now >= l->cm_until)
+			suspect_locked(l, cm, FARM_LEASE_EXPIRED, ev);
+		else if (l->cm_until < next)
+			next = l->cm_until;
+	}
+	if (!l->lost_reported && expire) {
+		if (now >= l->own_until) {
+			l->lost_reported = true;
+			l->st.lost++;
+			ev->lost = true;
+			ev->lost_config = l->config_id;
+		} else if (l->own_until < next) {
+			next = l->own_until;
+		}
+	}
+	return next;
+}
+
+static void run_events(farm_lease *l, const struct events *ev)
+{
+	for (unsigned i = 0; i < ev->nsuspect; i++) {
+		farm_warn("lease %" PRIu32 ": machine %" PRIu32 " suspected "
+		          "(%s)",
+		          l->a.self_id, ev->suspect[i],
+		          ev->why[i] == FARM_LEASE_EXPIRED ? "lease expired"
+		                                           : "reported");
+		if (l->a.on_suspect)
+			l->a.on_suspect(l->a.ctx, ev->suspect[i], ev->why[i]);
+	}
+	if (ev->lost) {
+		farm_warn("lease %" PRIu32 ": lost its lease at the CM in "
+		          "configuration %" PRIu64,
+		          l->a.self_id, ev->lost_config);
+		if (l->a.on_lost)
+			l->a.on_lost(l->a.ctx, ev->lost_config);
+	}
+}
+
+static void set_realtime(farm_lease *l)
+{
+	if (l->a.no_realtime)
+		return;
+	/* Above ordinary threads, below the kernel's own real-time threads
+	 * (50 is where threaded interrupts run). The thread sleeps between
+	 * deadlines, so it cannot starve the machine. */
+	struct sched_param sp = {.sched_priority = 40};
+	int rc = pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp);
+	pthread_mutex_lock(&l->mu);
+	l->st.realtime = rc == 0;
+	pthread_mutex_unlock(&l->mu);
+	if (rc)
+		farm_info("lease %" PRIu32 ": no SCHED_FIFO (%s); renewals "
+		          "run at normal priority",
+		          l->a.self_id, strerror(rc));
+}
+
+static void *lease_main(void *arg)
+{
+	farm_lease *l = arg;
+	set_realtime(l);
+	struct pollfd pf[2] = {{.fd = l->sock, .events = POLLIN},
+	                       {.fd = l->evfd, .events = POLLIN}};
+	pthread_mutex_lock(&l->mu);
+	while (!l->stop) {
+		struct events ev = {0};
+		uint64_t now = now_ns();
+		uint64_t next = tick(l, now, &ev);
+		pthread_mutex_unlock(&l->mu);
+		run_events(l, &ev);
+		now = now_ns();
+		uint64_t wait = next > now ? next - now : 0;
+		struct timespec ts = {.tv_sec = (time_t)(wait / 1000000000ull),
+		                      .tv_nsec = (long)(wait % 1000000000ull)};
+		int n = ppoll(pf, 2, &ts, NULL);
+		if (n < 0 && errno != EINTR)
+			farm_warn("lease: ppoll: %s", strerror(errno));
+		if (n > 0 && (pf[1].revents & POLLIN)) {
+			uint64_t v;
+			if (read(l->evfd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+				farm_warn("lease: eventfd: %s",
+				          strerror(errno));
+		}
+		struct events ev2 = {0};
+		pthread_mutex_lock(&l->mu);
+		for (;;) {
+			struct lease_msg m;
+			struct sockaddr_in from;
+			socklen_t fl = sizeof(from);
+			ssize_t r = recvfrom(l->sock, &m, sizeof(m),
+			                     MSG_DONTWAIT | MSG_TRUNC,
+			                     (struct sockaddr *)&from, &fl);
+			if (r < 0)
+				break;
+			l->st.received++;
+			if (r != (ssize_t)sizeof(m)) {
+				l->st.refused++;
+				continue;
+			}
+			handle_msg(l, &m, &from, now_ns(), &ev2);
+		}
+		if (ev2.nsuspect || ev2.lost) {
+			pthread_mutex_unlock(&l->mu);
+			run_events(l, &ev2);
+			pthread_mutex_lock(&l->mu);
+		}
+	}
+	pthread_mutex_unlock(&l->mu);
+	return NULL;
+}
+
+static void wake(farm_lease *l)
+{
+	uint64_t one = 1;
+	if (write(l->evfd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+		farm_warn("lease: cannot wake the lease thread: %s",
+		          strerror(errno));
+}
+
+int farm_lease_open(const struct farm_lease_attr *a, farm_lease **out)
+{
+	if (!a || !out || (a->lease_us && a->lease_us < 1000))
+		return -EINVAL;
+	farm_lease *l = calloc(1, sizeof(*l));
+	if (!l)
+		return -ENOMEM;
+	l->a = *a;
+	l->lease_ns =
+	        (uint64_t)(a->lease_us ? a->lease_us : FARM_LEASE_DEFAULT_US) *
+	        1000ull;
+	l->sock = l->evfd = -1;
+	pthread_mutex_init(&l->mu, NULL);
+	struct sockaddr_in sa = {.sin_family = AF_INET};
+	int rc = 0;
+	if (inet_pton(AF_INET, a->bind ? a->bind : "127.0.0.1", &sa.sin_addr) !=
+	    1) {
+		rc = -EINVAL;
+		goto fail;
+	}
+	l->sock = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	l->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (l->sock < 0 || l->evfd < 0 ||
+	    bind(l->sock, (struct sockaddr *)&sa, sizeof(sa))) {
+		rc = -errno;
+		goto fail;
+	}
+	socklen_t sl = sizeof(sa);
+	if (getsockname(l->sock, (struct sockaddr *)&sa, &sl)) {
+		rc = -errno;
+		goto fail;
+	}
+	char host[INET_ADDRSTRLEN];
+	inet_ntop(AF_INET, &sa.sin_addr, host, sizeof(host));
+	snprintf(l->addr, sizeof(l->addr), "udp:%s:%u", host,
+	         (unsigned)ntohs(sa.sin_port));
+	if ((rc = -pthread_create(&l->th, NULL, lease_main, l)))
+		goto fail;
+	*out = l;
+	return 0;
+fail:
+	if (l->sock >= 0)
+		close(l->sock);
+	if (l->evfd >= 0)
+		close(l->evfd);
+	pthread_mutex_destroy(&l->mu);
+	free(l);
+	return rc;
+}
+
+void farm_lease_close(farm_lease *l)
+{
+	if (!l)
+		return;
+	pthread_mutex_lock(&l->mu);
+	l->stop = true;
+	pthread_mutex_unlock(&l->mu);
+	wake(l);
+	pthread_join(l->th, NULL);
+	close(l->sock);
+	close(l->evfd);
+	pthread_mutex_destroy(&l->mu);
+	free(l);
+}
+
+const char *farm_lease_addr(const farm_lease *l)
+{
+	return l ? l->addr : "";
+}
+
+int farm_lease_set_config(farm_lease *l, uint64_t config_id, uint32_t cm,
+                          const struct farm_lease_peer *peers, unsigned n)
+{
+	if (!l || (n && !peers) || n > FARM_LEASE_MAX_PEERS)
+		return -EINVAL;
+	struct peer np[FARM_LEASE_MAX_PEERS];
+	unsigned k = 0;
+	bool cm_listed = cm == l->a.self_id;
+	for (unsigned i = 0; i < n; i++) {
+		if (peers[i].id == l->a.self_id)
+			continue;
+		struct peer *p = &np[k];
+		memset(p, 0, sizeof(*p));
+		p->id = peers[i].id;
+		if (parse_addr(peers[i].addr, &p->sa))
+			return -EINVAL;
+		cm_listed |= p->id == cm;
+		k++;
+	}
+	if (!cm_listed)
+		return -EINVAL;
+	pthread_mutex_lock(&l->mu);
+	if (l->have_config && config_id < l->config_id) {
+		pthread_mutex_unlock(&l->mu);
+		return -ESTALE;
+	}
+	uint64_t now = now_ns();
+	bool same_cm = l->have_config && l->cm == cm;
+	for (unsigned i = 0; i < k; i++) {
+		struct peer *old = find_peer(l, np[i].id);
+		/* A member keeps its running lease when the CM stays. */
+		if (same_cm && old && !old->suspected) {
+			np[i].last_req_ns = old->last_req_ns;
+			np[i].granted_until = old->granted_until;
+			np[i].last_renew_ns = old->last_renew_ns;
+		} else {
+			np[i].last_req_ns = now;
+		}
+	}
+	memcpy(l->peers, np, k * sizeof(np[0]));
+	l->npeers = k;
+	if (!same_cm || !l->have_config) {
+		/* A grace of one lease for the first handshake. */
+		l->own_until = now + l->lease_ns;
+		l->cm_until = now + l->lease_ns;
+		l->own_renew_ns = 0;
+	}
+	l->lost_reported = false;
+	l->next_send_ns = now;
+	l->config_id = config_id;
+	l->cm = cm;
+	l->have_config = true;
+	pthread_mutex_unlock(&l->mu);
+	wake(l);
+	return 0;
+}
+
+int farm_lease_suspect(farm_lease *l, uint32_t machine)
+{
+	if (!l)
+		return -EINVAL;
+	struct events ev = {0};
+	pthread_mutex_lock(&l->mu);
+	struct peer *p = find_peer(l, machine);
+	/* A member holds leases only with the CM. */
+	bool held = p && (is_cm(l) || machine == l->cm);
+	if (held)
+		suspect_locked(l, p, FARM_LEASE_REPORTED, &ev);
+	pthread_mutex_unlock(&l->mu);
+	if (!held)
+		return -ENOENT;
+	run_events(l, &ev);
+	return 0;
+}
+
+bool farm_lease_valid(farm_lease *l)
+{
+	if (!l)
+		return false;
+	pthread_mutex_lock(&l->mu);
+	bool v = l->have_config &&
+	         (is_cm(l) || (now_ns() < l->own_until && !l->muted));
+	pthread_mutex_unlock(&l->mu);
+	return v;
+}
+
+void farm_lease_stats(farm_lease *l, struct farm_lease_stats *out)
+{
+	if (!l || !out)
+		return;
+	pthread_mutex_lock(&l->mu);
+	*out = l->st;
+	pthread_mutex_unlock(&l->mu);
+}
+
+void farm_lease_testing_mute(farm_lease *l, bool on)
+{
+	if (!l)
+		return;
+	pthread_mutex_lock(&l->mu);
+	l->muted = on;
+	pthread_mutex_unlock(&l->mu);
+	wake(l);
+}

@@ -1,0 +1,446 @@
+/*
+ * Leases (src/recovery/lease.c).
+ *
+ *   steady      a CM and two members with 10 ms leases for 600 ms: every
+ *               lease renewed about 5 times per length, none lapses;
+ *   member      a member stops answering (muted, as a wedged machine
+ *               would): the CM suspects it, the other member is not
+ *               suspected;
+ *   cm          the CM stops answering: both members suspect it and
+ *               report their own leases lost;
+ *   reported    farm_lease_suspect (the fabric's death notice) suspects
+ *               at once, once;
+ *   bad input   garbage, a foreign configuration id, an unknown sender,
+ *               a forged grant: dropped and counted, no suspicion, no
+ *               lease extended; bad arguments; a stale configuration;
+ *   sigstop     the member is another process, stopped with SIGSTOP past
+ *               its lease: the CM suspects it, and after SIGCONT it finds
+ *               its own lease lost (a zombie knows it is one).
+ *   --broken    expiry checks off (a testing switch of fault-injection
+ *               builds): the member and sigstop parts must then see no
+ *               suspicion, proving they catch a detector that is off.
+ */
+#include <arpa/inet.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+
+#include "recovery/lease.h"
+#include "testutil.h"
+
+#define LEASE_US 10000u
+#define WAIT_MS  3000 /* a bound, never the expected time */
+
+struct obs {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	unsigned suspects[8];
+	enum farm_lease_why why[8];
+	unsigned nsuspect;
+	unsigned lost;
+	uint64_t first_suspect_ns;
+};
+
+static void on_suspect(void *ctx, uint32_t m, enum farm_lease_why why)
+{
+	struct obs *o = ctx;
+	pthread_mutex_lock(&o->mu);
+	if (o->nsuspect < 8) {
+		o->suspects[o->nsuspect] = m;
+		o->why[o->nsuspect] = why;
+	}
+	if (!o->nsuspect++)
+		o->first_suspect_ns = farm_now_ns();
+	pthread_cond_broadcast(&o->cv);
+	pthread_mutex_unlock(&o->mu);
+}
+
+static void on_lost(void *ctx, uint64_t cfg)
+{
+	(void)cfg;
+	struct obs *o = ctx;
+	pthread_mutex_lock(&o->mu);
+	o->lost++;
+	pthread_cond_broadcast(&o->cv);
+	pthread_mutex_unlock(&o->mu);
+}
+
+static void obs_init(struct obs *o)
+{
+	memset(o, 0, sizeof(*o));
+	pthread_mutex_init(&o->mu, NULL);
+	pthread_cond_init(&o->cv, NULL);
+}
+
+/* Wait until @o saw @n suspicions and @lost losses; false on timeout. */
+static bool obs_wait(struct obs *o, unsigned n, unsigned lost, int ms)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += ms / 1000;
+	ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&o->mu);
+	int rc = 0;
+	while ((o->nsuspect < n || o->lost < lost) && rc == 0)
+		rc = pthread_cond_timedwait(&o->cv, &o->mu, &ts);
+	bool ok = o->nsuspect >= n && o->lost >= lost;
+	pthread_mutex_unlock(&o->mu);
+	return ok;
+}
+
+struct trio {
+	farm_lease *l[3];
+	struct obs o[3];
+	struct farm_lease_peer peers[3];
+};
+
+static void trio_open(struct trio *t, uint64_t cfg)
+{
+	for (unsigned i = 0; i < 3; i++) {
+		obs_init(&t->o[i]);
+		struct farm_lease_attr a = {.self_id = i,
+		                            .lease_us = LEASE_US,
+		                            .on_suspect = on_suspect,
+		                            .on_lost = on_lost,
+		                            .ctx = &t->o[i]};
+		assert_int_equal(farm_lease_open(&a, &t->l[i]), 0);
+		t->peers[i].id = i;
+		snprintf(t->peers[i].addr, sizeof(t->peers[i].addr), "%s",
+		         farm_lease_addr(t->l[i]));
+	}
+	for (unsigned i = 0; i < 3; i++)
+		assert_int_equal(
+		        farm_lease_set_config(t->l[i], cfg, 0, t->peers, 3), 0);
+}
+
+static void trio_close(struct trio *t)
+{
+	for (unsigned i = 0; i < 3; i++)
+		farm_lease_close(t->l[i]);
+}
+
+/* Renewals on @l grow past @n (bounded wait). */
+static void wait_renewals(farm_lease *l, uint64_t n)
+{
+	struct farm_lease_stats s;
+	uint64_t t0 = farm_now_ns();
+	do {
+		farm_lease_stats(l, &s);
+		if (s.renewals >= n)
+			return;
+		usleep(1000);
+	} while (farm_now_ns() - t0 < WAIT_MS * 1000000ull);
+	fail_msg("renewals stuck at %" PRIu64, s.renewals);
+}
+
+static void test_steady(void **state)
+{
+	(void)state;
+	struct trio t;
+	trio_open(&t, 1);
+	/* A measurement window: leases must hold through it. */
+	usleep(600000);
+	struct farm_lease_stats s[3];
+	for (unsigned i = 0; i < 3; i++)
+		farm_lease_stats(t.l[i], &s[i]);
+	printf("steady 600 ms, 10 ms leases: CM renewals %" PRIu64
+	       ", member renewals %" PRIu64 "/%" PRIu64 ", late %" PRIu64
+	       "/%" PRIu64 "/%" PRIu64 ", longest gap %" PRIu64
+	       " us, realtime %d\n",
+	       s[0].renewals, s[1].renewals, s[2].renewals, s[0].late,
+	       s[1].late, s[2].late, s[1].max_gap_us, s[0].realtime);
+	for (unsigned i = 0; i < 3; i++) {
+		assert_int_equal(s[i].expiries, 0);
+		assert_int_equal(s[i].lost, 0);
+		assert_int_equal(s[i].refused, 0);
+		assert_true(farm_lease_valid(t.l[i]));
+		assert_int_equal(t.o[i].nsuspect, 0);
+	}
+	/* Renewed every lease/5: 600 ms is 300 renewals per member; allow
+	 * a loaded machine to lose most of them. */
+	assert_true(s[1].renewals > 30 && s[2].renewals > 30);
+	assert_true(s[0].renewals >= s[1].renewals / 2);
+	trio_close(&t);
+}
+
+static bool broken;
+
+static void test_member_wedged(void **state)
+{
+	(void)state;
+	struct trio t;
+	trio_open(&t, 1);
+	wait_renewals(t.l[2], 5);
+	uint64_t t0 = farm_now_ns();
+	farm_lease_testing_mute(t.l[2], true);
+	bool seen = obs_wait(&t.o[0], 1, 0, broken ? 300 : WAIT_MS);
+	if (broken) {
+		farm_lease_testing_mute(t.l[2], false);
+		trio_close(&t);
+		/* Expiry checks off: the wedged member goes unnoticed,
+		 * which is what this test exists to catch. */
+		assert_false(seen);
+		return;
+	}
+	assert_true(seen);
+	printf("member wedged: suspected after %.2f ms (lease %.1f ms)\n",
+	       (double)(t.o[0].first_suspect_ns - t0) / 1e6, LEASE_US / 1e3);
+	assert_int_equal(t.o[0].suspects[0], 2);
+	assert_int_equal(t.o[0].why[0], FARM_LEASE_EXPIRED);
+	/* The healthy member keeps its lease a while longer. */
+	wait_renewals(t.l[1], 10);
+	struct farm_lease_stats s;
+	farm_lease_stats(t.l[0], &s);
+	assert_int_equal(s.expiries, 1);
+	assert_int_equal(t.o[0].nsuspect, 1);
+	assert_true(farm_lease_valid(t.l[1]));
+	assert_int_equal(t.o[1].nsuspect, 0);
+	trio_close(&t);
+}
+
+static void test_cm_wedged(void **state)
+{
+	(void)state;
+	struct trio t;
+	trio_open(&t, 1);
+	wait_renewals(t.l[1], 5);
+	wait_renewals(t.l[2], 5);
+	farm_lease_testing_mute(t.l[0], true);
+	for (unsigned i = 1; i < 3; i++) {
+		assert_true(obs_wait(&t.o[i], 1, 1, WAIT_MS));
+		assert_int_equal(t.o[i].suspects[0], 0);
+		assert_false(farm_lease_valid(t.l[i]));
+	}
+	/* A new configuration with a new CM: leases run again. */
+	struct farm_lease_peer two[2] = {t.peers[1], t.peers[2]};
+	for (unsigned i = 1; i < 3; i++)
+		assert_int_equal(farm_lease_set_config(t.l[i], 2, 1, two, 2),
+		                 0);
+	struct farm_lease_stats s0;
+	farm_lease_stats(t.l[2], &s0);
+	wait_renewals(t.l[2], s0.renewals + 5);
+	assert_true(farm_lease_valid(t.l[2]));
+	trio_close(&t);
+}
+
+static void test_reported(void **state)
+{
+	(void)state;
+	struct trio t;
+	trio_open(&t, 1);
+	assert_int_equal(farm_lease_suspect(t.l[0], 1), 0);
+	assert_int_equal(farm_lease_suspect(t.l[0], 1), 0); /* once */
+	assert_true(obs_wait(&t.o[0], 1, 0, WAIT_MS));
+	assert_int_equal(t.o[0].suspects[0], 1);
+	assert_int_equal(t.o[0].why[0], FARM_LEASE_REPORTED);
+	/* A member holds no lease with another member. */
+	assert_int_equal(farm_lease_suspect(t.l[1], 2), -ENOENT);
+	assert_int_equal(farm_lease_suspect(t.l[1], 7), -ENOENT);
+	struct farm_lease_stats s;
+	farm_lease_stats(t.l[0], &s);
+	assert_int_equal(s.reported, 1);
+	assert_int_equal(t.o[0].nsuspect, 1);
+	trio_close(&t);
+}
+
+static void send_raw(const char *addr, const void *buf, size_t len)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET};
+	unsigned port;
+	char host[32];
+	assert_int_equal(sscanf(addr, "udp:%31[^:]:%u", host, &port), 2);
+	sa.sin_port = htons((uint16_t)port);
+	assert_int_equal(inet_pton(AF_INET, host, &sa.sin_addr), 1);
+	int fd = socket(AF_INET, SOCK_DGRAM, 0);
+	assert_true(fd >= 0);
+	assert_int_equal(
+	        sendto(fd, buf, len, 0, (struct sockaddr *)&sa, sizeof(sa)),
+	        (ssize_t)len);
+	close(fd);
+}
+
+/* The wire layout, as lease.c sends it. */
+struct wire {
+	uint32_t magic;
+	uint16_t type, pad;
+	uint32_t from, to;
+	uint64_t config_id, seq, t_sent, cm_seq, cm_t_sent;
+};
+
+static void test_bad_input(void **state)
+{
+	(void)state;
+	struct trio t;
+	trio_open(&t, 5);
+	wait_renewals(t.l[1], 3);
+	struct farm_lease_stats before;
+	farm_lease_stats(t.l[1], &before);
+	char junk[100];
+	memset(junk, 0xa5, sizeof(junk));
+	send_raw(t.peers[1].addr, junk, sizeof(junk));        /* size */
+	send_raw(t.peers[1].addr, junk, sizeof(struct wire)); /* magic */
+	uint64_t now = farm_now_ns();
+	struct wire w = {.magic = 0x4c454153u,
+	                 .type = 2, /* GRANT+REQUEST */
+	                 .from = 0,
+	                 .to = 1,
+	                 .config_id = 4, /* stale */
+	                 .seq = 1,
+	                 .t_sent = now + 5000000000ull};
+	send_raw(t.peers[1].addr, &w, sizeof(w));
+	w.config_id = 5;
+	w.from = 9; /* unknown */
+	send_raw(t.peers[1].addr, &w, sizeof(w));
+	w.from = 2; /* not the CM */
+	send_raw(t.peers[1].addr, &w, sizeof(w));
+	w.from = 0; /* the CM, but a grant from the future: forged */
+	send_raw(t.peers[1].addr, &w, sizeof(w));
+	w.type = 99;
+	send_raw(t.peers[1].addr, &w, sizeof(w));
+	struct farm_lease_stats after;
+	uint64_t t0 = farm_now_ns();
+	do {
+		farm_lease_stats(t.l[1], &after);
+		if (after.refused >= before.refused + 7)
+			break;
+		usleep(1000);
+	} while (farm_now_ns() - t0 < WAIT_MS * 1000000ull);
+	assert_int_equal(after.refused, before.refused + 7);
+	assert_int_equal(after.expiries, 0);
+	assert_int_equal(t.o[1].nsuspect, 0);
+	/* The forged grant did not extend the lease: mute the CM and the
+	 * member loses it within a lease or two, not 5 s. */
+	farm_lease_testing_mute(t.l[0], true);
+	assert_true(obs_wait(&t.o[1], 1, 1, 1000));
+	farm_lease_testing_mute(t.l[0], false);
+
+	/* Arguments. */
+	assert_int_equal(farm_lease_set_config(t.l[1], 4, 0, t.peers, 3),
+	                 -ESTALE);
+	struct farm_lease_peer bad[2] = {t.peers[0], {.id = 2}};
+	snprintf(bad[1].addr, sizeof(bad[1].addr), "tcp:1.2.3.4:5");
+	assert_int_equal(farm_lease_set_config(t.l[1], 6, 0, bad, 2), -EINVAL);
+	assert_int_equal(farm_lease_set_config(t.l[1], 6, 3, t.peers, 3),
+	                 -EINVAL); /* the CM is not a member */
+	struct farm_lease_attr a = {.lease_us = 10};
+	farm_lease *l = NULL;
+	assert_int_equal(farm_lease_open(&a, &l), -EINVAL);
+	a.lease_us = 0;
+	a.bind = "not-an-address";
+	assert_int_equal(farm_lease_open(&a, &l), -EINVAL);
+	assert_null(l);
+	trio_close(&t);
+}
+
+/* The member in a process of its own, stopped past its lease. */
+static void test_sigstop(void **state)
+{
+	(void)state;
+	int up[2], down[2];
+	assert_int_equal(pipe(up), 0);
+	assert_int_equal(pipe(down), 0);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct obs o;
+		obs_init(&o);
+		struct farm_lease_attr a = {.self_id = 1,
+		                            .lease_us = LEASE_US,
+		                            .on_suspect = on_suspect,
+		                            .on_lost = on_lost,
+		                            .ctx = &o};
+		farm_lease *l;
+		if (farm_lease_open(&a, &l))
+			_exit(10);
+		struct farm_lease_peer p[2] = {{.id = 0}, {.id = 1}};
+		snprintf(p[1].addr, sizeof(p[1].addr), "%s",
+		         farm_lease_addr(l));
+		if (write(up[1], p[1].addr, sizeof(p[1].addr)) !=
+		            (ssize_t)sizeof(p[1].addr) ||
+		    read(down[0], p[0].addr, sizeof(p[0].addr)) !=
+		            (ssize_t)sizeof(p[0].addr) ||
+		    farm_lease_set_config(l, 1, 0, p, 2))
+			_exit(11);
+		/* The parent stops us, then lets us go on: we must find our
+		 * lease lost (and the CM suspected: it did not renew). */
+		bool lost = obs_wait(&o, 0, 1, 20000);
+		farm_lease_close(l);
+		_exit(lost ? 0 : 12);
+	}
+	struct obs o;
+	obs_init(&o);
+	struct farm_lease_attr a = {.self_id = 0,
+	                            .lease_us = LEASE_US,
+	                            .on_suspect = on_suspect,
+	                            .ctx = &o};
+	farm_lease *l;
+	assert_int_equal(farm_lease_open(&a, &l), 0);
+	struct farm_lease_peer p[2] = {{.id = 0}, {.id = 1}};
+	snprintf(p[0].addr, sizeof(p[0].addr), "%s", farm_lease_addr(l));
+	assert_int_equal(read(up[0], p[1].addr, sizeof(p[1].addr)),
+	                 (ssize_t)sizeof(p[1].addr));
+	assert_int_equal(farm_lease_set_config(l, 1, 0, p, 2), 0);
+	assert_int_equal(write(down[1], p[0].addr, sizeof(p[0].addr)),
+	                 (ssize_t)sizeof(p[0].addr));
+	wait_renewals(l, 5);
+	uint64_t t0 = farm_now_ns();
+	assert_int_equal(kill(pid, SIGSTOP), 0);
+	bool seen = obs_wait(&o, 1, 0, broken ? 300 : WAIT_MS);
+	double ms = (double)(o.first_suspect_ns - t0) / 1e6;
+	assert_int_equal(kill(pid, SIGCONT), 0);
+	int st = 0;
+	if (broken) {
+		kill(pid, SIGKILL);
+		waitpid(pid, &st, 0);
+		farm_lease_close(l);
+		assert_false(seen); /* unnoticed with expiry checks off */
+		return;
+	}
+	assert_true(seen);
+	printf("sigstop: suspected %.2f ms after SIGSTOP (lease %.1f ms)\n", ms,
+	       LEASE_US / 1e3);
+	assert_int_equal(o.suspects[0], 1);
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0); /* it knew its lease was lost */
+	farm_lease_close(l);
+	close(up[0]);
+	close(up[1]);
+	close(down[0]);
+	close(down[1]);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc == 2 && !strcmp(argv[1], "--broken")) {
+		broken = true;
+		if (farm_lease_testing_no_expiry(true)) {
+			printf("skip: built without fault injection\n");
+			return FARM_TEST_SKIP;
+		}
+		const struct CMUnitTest t[] = {
+		        cmocka_unit_test(test_member_wedged),
+		        cmocka_unit_test(test_sigstop),
+		};
+		return cmocka_run_group_tests(t, NULL, NULL);
+	} else if (argc != 1) {
+		fprintf(stderr, "usage: %s [--broken]\n", argv[0]);
+		return 2;
+	}
+	const struct CMUnitTest tests[] = {
+	        cmocka_unit_test(test_steady),
+	        cmocka_unit_test(test_member_wedged),
+	        cmocka_unit_test(test_cm_wedged),
+	        cmocka_unit_test(test_reported),
+	        cmocka_unit_test(test_bad_input),
+	        cmocka_unit_test(test_sigstop),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
