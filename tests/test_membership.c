@@ -202,6 +202,25 @@ static void test_view_text(void **state)
 	assert_true(farm_view_equal(&v[0], &v[1]));
 	assert_int_equal(farm_view_format(&v[0], buf, 20), -ENOBUFS);
 
+	/* The CM and removed incarnations. */
+	v[0].has_cm = true;
+	v[0].cm = 7;
+	v[0].nremoved = 2;
+	v[0].removed[0] = (struct farm_removed){.id = 3, .incarnation = 99};
+	v[0].removed[1] =
+	        (struct farm_removed){.id = 9, .incarnation = INT64_MAX};
+	n = farm_view_format(&v[0], buf, sizeof(buf));
+	assert_string_equal(buf, "libfarm-config 1\nconfig_id 42\ncm 7\n"
+	                         "member 0 /dev/shm/a\nmember 7 10.0.0.1:7471\n"
+	                         "member 4000000000 a b\nremoved 3 99\n"
+	                         "removed 9 9223372036854775807\n");
+	assert_int_equal(farm_view_parse(buf, (size_t)n, &v[1]), 0);
+	assert_true(farm_view_equal(&v[0], &v[1]));
+	assert_true(farm_view_removed(&v[1], 9));
+	assert_false(farm_view_removed(&v[1], 7));
+	v[1].removed[1].incarnation = 5;
+	assert_false(farm_view_equal(&v[0], &v[1]));
+
 	const char *bad[] = {
 	        "",
 	        "libfarm-config 2\nconfig_id 1\n",
@@ -213,6 +232,18 @@ static void test_view_text(void **state)
 	        "libfarm-config 1\nconfig_id 1\nmember 1 \n",
 	        "libfarm-config 1\nconfig_id 1\nmember 4294967296 x\n",
 	        "libfarm-config 1\nconfig_id 1\nmember 2 x\nmember 1 y\n",
+	        /* a CM that is not a member, twice, after members */
+	        "libfarm-config 1\nconfig_id 1\ncm 2\nmember 1 x\n",
+	        "libfarm-config 1\nconfig_id 1\ncm 1\ncm 1\nmember 1 x\n",
+	        "libfarm-config 1\nconfig_id 1\nmember 1 x\ncm 1\n",
+	        "libfarm-config 1\nconfig_id 1\ncm x\n",
+	        /* removed: before a member, malformed, negative */
+	        "libfarm-config 1\nconfig_id 1\nremoved 1 2\nmember 3 x\n",
+	        "libfarm-config 1\nconfig_id 1\nremoved 1\n",
+	        "libfarm-config 1\nconfig_id 1\nremoved 1 -2\n",
+	        "libfarm-config 1\nconfig_id 1\nremoved 1 2 3\n",
+	        "libfarm-config 1\nconfig_id 1\nremoved 1 "
+	        "9223372036854775808\n",
 	        "libfarm-config 1\nconfig_id 1\nmember 1 x\nmember 1 y\n",
 	        "libfarm-config 1\nconfig_id 1\nmemberx 1 y\n",
 	        "libfarm-config 1\nconfig_id 1\nmember 1 a\tb\n",

@@ -36,7 +36,9 @@ static const char *zk_script = FARM_SOURCE_DIR "/scripts/zk-local";
 /* ---- parent <-> child protocol ---------------------------------------- */
 
 struct cmd {
-	char op;            /* 'W' wait, 'Q' quit */
+	char op;            /* 'W' wait, 'S' suspect then wait, 'R' re-join
+	                       (close, open: a new incarnation), 'Q' quit */
+	uint32_t suspect;   /* S: the machine to suspect */
 	unsigned n;         /* W: exactly n members, self among them */
 	uint64_t min_id;    /* W: config id >= this */
 	uint32_t absent;    /* W: this id not in the view (UINT32_MAX: none) */
@@ -50,7 +52,10 @@ struct reply {
 	unsigned n;
 	uint32_t ids[NM];
 	struct farm_membership_status st;
-	double ms; /* how long the wait took */
+	double ms;         /* how long the wait took */
+	bool self_removed; /* the view lists this machine as removed */
+	bool has_cm;
+	uint32_t cm;
 };
 
 static bool pred(const struct farm_view *v,
@@ -60,7 +65,7 @@ static bool pred(const struct farm_view *v,
 	if (c->lost)
 		return s->state != FARM_MEMBERSHIP_CONNECTED;
 	return s->state == FARM_MEMBERSHIP_CONNECTED && s->registered &&
-	       v->n == c->n && v->config_id >= c->min_id &&
+	       (v->n == c->n || c->n == 0) && v->config_id >= c->min_id &&
 	       s->syncs >= c->min_syncs && !farm_view_find(v, c->absent);
 }
 
@@ -80,15 +85,30 @@ static int child_main(uint32_t id, int in, int out)
 		return 1;
 	struct farm_view *v = malloc(sizeof(*v));
 	struct cmd c;
-	while (v && tu_recv(in, &c, sizeof(c)) == 0 && c.op == 'W') {
+	while (v && tu_recv(in, &c, sizeof(c)) == 0 && c.op != 'Q') {
 		struct reply r = {0};
 		uint64_t t0 = farm_now_ns();
-		r.rc = farm_membership_wait(m, pred, &c, WAIT_MS, v);
+		if (c.op == 'R') {
+			farm_membership_close(m);
+			m = NULL;
+			r.rc = farm_membership_open(&a, &m);
+			if (r.rc) {
+				tu_send(out, &r, sizeof(r));
+				break;
+			}
+		}
+		if (c.op == 'S')
+			r.rc = farm_membership_suspect(m, &c.suspect, 1);
+		if (!r.rc)
+			r.rc = farm_membership_wait(m, pred, &c, WAIT_MS, v);
 		r.ms = (double)(farm_now_ns() - t0) / 1e6;
 		if (r.rc == -ETIMEDOUT)
 			farm_membership_view(m, v);
 		r.config_id = v->config_id;
 		r.n = v->n;
+		r.self_removed = farm_view_removed(v, id);
+		r.has_cm = v->has_cm;
+		r.cm = v->cm;
 		for (unsigned i = 0; i < v->n && i < NM; i++)
 			r.ids[i] = v->members[i].id;
 		farm_membership_status(m, &r.st);
@@ -249,6 +269,58 @@ static void test_zk_cluster(void **state)
 	       "%.0f ms (%" PRIu64 " configuration writes, %" PRIu64
 	       " lost compare-and-sets)\n",
 	       c1, since_ms(t_all), writes, cas);
+
+	for (int i = 0; i < NM; i++) {
+		assert_true(r[i].has_cm);
+		assert_int_equal(r[i].cm, 1);
+	}
+
+	/* 1b. Recovery suspects machine 3 (its lease lapsed): the CM leaves
+	 * it out at once, not after a session timeout, and lists its
+	 * incarnation as removed; machine 3 is still registered but sees
+	 * itself removed. Then it comes back as a new incarnation. */
+	uint64_t t_sus = farm_now_ns();
+	c = (struct cmd){.op = 'S',
+	                 .suspect = 3,
+	                 .n = NM - 1,
+	                 .min_id = c1 + 1,
+	                 .absent = 3};
+	ask(&kids[0], &c);
+	c.op = 'W';
+	ask(&kids[1], &c);
+	c = (struct cmd){.op = 'W', .n = 0, .min_id = c1 + 1, .absent = 3};
+	ask(&kids[2], &c);
+	for (int i = 0; i < NM; i++)
+		answer(&kids[i], &r[i]);
+	double sus_ms = since_ms(t_sus);
+	for (int i = 0; i < NM; i++) {
+		assert_int_equal(r[i].config_id, r[0].config_id);
+		assert_int_equal(r[i].n, 2);
+	}
+	assert_true(r[2].self_removed);
+	assert_false(r[0].self_removed);
+	assert_true(r[0].st.suspects == 1);
+	uint64_t cs = r[0].config_id;
+	printf("suspect: config %" PRIu64 " without machine 3 seen by all "
+	       "%.1f ms after the CM was told (machine 3 still registered, "
+	       "sees itself removed)\n",
+	       cs, sus_ms);
+	assert_true(sus_ms < 10000);
+	c = (struct cmd){
+	        .op = 'R', .n = NM, .min_id = cs + 1, .absent = UINT32_MAX};
+	ask(&kids[2], &c);
+	c.op = 'W';
+	for (int i = 0; i < 2; i++)
+		ask(&kids[i], &c);
+	for (int i = 0; i < NM; i++) {
+		answer(&kids[i], &r[i]);
+		assert_int_equal(r[i].n, NM);
+		assert_false(r[i].self_removed);
+	}
+	c1 = r[0].config_id;
+	printf("rejoin: machine 3 back as a new incarnation in config "
+	       "%" PRIu64 "\n",
+	       c1);
 
 	/* 2. Kill the configuration manager (machine 1, the lowest id). */
 	uint64_t t_kill = farm_now_ns();

@@ -47,13 +47,27 @@ const struct farm_member *farm_view_find(const struct farm_view *v, uint32_t id)
 
 bool farm_view_equal(const struct farm_view *a, const struct farm_view *b)
 {
-	if (a->config_id != b->config_id || a->n != b->n)
+	if (a->config_id != b->config_id || a->n != b->n ||
+	    a->has_cm != b->has_cm || (a->has_cm && a->cm != b->cm) ||
+	    a->nremoved != b->nremoved)
 		return false;
 	for (unsigned i = 0; i < a->n; i++)
 		if (a->members[i].id != b->members[i].id ||
 		    strcmp(a->members[i].endpoint, b->members[i].endpoint))
 			return false;
+	for (unsigned i = 0; i < a->nremoved; i++)
+		if (a->removed[i].id != b->removed[i].id ||
+		    a->removed[i].incarnation != b->removed[i].incarnation)
+			return false;
 	return true;
+}
+
+bool farm_view_removed(const struct farm_view *v, uint32_t id)
+{
+	for (unsigned i = 0; v && i < v->nremoved; i++)
+		if (v->removed[i].id == id)
+			return true;
+	return false;
 }
 
 static bool endpoint_valid(const char *e)
@@ -78,9 +92,23 @@ int farm_view_format(const struct farm_view *v, char *buf, size_t len)
 	if (n < 0 || (size_t)n >= len)
 		return -ENOBUFS;
 	off = (size_t)n;
+	if (v->has_cm) {
+		n = snprintf(buf + off, len - off, "cm %" PRIu32 "\n", v->cm);
+		if (n < 0 || (size_t)n >= len - off)
+			return -ENOBUFS;
+		off += (size_t)n;
+	}
 	for (unsigned i = 0; i < v->n; i++) {
 		n = snprintf(buf + off, len - off, "member %" PRIu32 " %s\n",
 		             v->members[i].id, v->members[i].endpoint);
+		if (n < 0 || (size_t)n >= len - off)
+			return -ENOBUFS;
+		off += (size_t)n;
+	}
+	for (unsigned i = 0; i < v->nremoved && i < FARM_VIEW_MAX; i++) {
+		n = snprintf(buf + off, len - off,
+		             "removed %" PRIu32 " %" PRId64 "\n",
+		             v->removed[i].id, v->removed[i].incarnation);
 		if (n < 0 || (size_t)n >= len - off)
 			return -ENOBUFS;
 		off += (size_t)n;
@@ -134,8 +162,24 @@ int farm_view_parse(const char *buf, size_t len, struct farm_view *v)
 				return FARM_ECORRUPT;
 			v->config_id = x;
 			have_id = true;
+		} else if (n >= 3 && !memcmp(p, "cm ", 3)) {
+			if (v->has_cm || v->n ||
+			    parse_dec(p + 3, nl, UINT32_MAX, &x, &e) || e != nl)
+				return FARM_ECORRUPT;
+			v->has_cm = true;
+			v->cm = (uint32_t)x;
+		} else if (n >= 8 && !memcmp(p, "removed ", 8)) {
+			uint64_t inc;
+			if (v->nremoved == FARM_VIEW_MAX ||
+			    parse_dec(p + 8, nl, UINT32_MAX, &x, &e) ||
+			    e == nl || *e != ' ' ||
+			    parse_dec(e + 1, nl, INT64_MAX, &inc, &e) ||
+			    e != nl)
+				return FARM_ECORRUPT;
+			v->removed[v->nremoved++] = (struct farm_removed){
+			        .id = (uint32_t)x, .incarnation = (int64_t)inc};
 		} else {
-			if (n < 7 || memcmp(p, "member ", 7) ||
+			if (v->nremoved || n < 7 || memcmp(p, "member ", 7) ||
 			    parse_dec(p + 7, nl, UINT32_MAX, &x, &e) ||
 			    e == nl || *e != ' ')
 				return FARM_ECORRUPT;
@@ -158,7 +202,8 @@ int farm_view_parse(const char *buf, size_t len, struct farm_view *v)
 		line++;
 		p = nl + 1;
 	}
-	if (!have_id) {
+	/* A named CM must be a member. */
+	if (!have_id || (v->has_cm && !farm_view_find(v, v->cm))) {
 		memset(v, 0, sizeof(*v));
 		return FARM_ECORRUPT;
 	}
@@ -322,6 +367,19 @@ void farm_membership_close(struct farm_membership *m)
 	pthread_cond_broadcast(&m->changed);
 	pthread_mutex_unlock(&m->lock);
 	handle_free(m);
+}
+
+int farm_membership_suspect(struct farm_membership *m, const uint32_t *ids,
+                            unsigned n)
+{
+	if (!m || (n && !ids))
+		return -EINVAL;
+	if (!m->zk)
+		return -ENOTSUP;
+	pthread_mutex_lock(&m->lock);
+	bool closed = m->closed;
+	pthread_mutex_unlock(&m->lock);
+	return closed ? FARM_ECLOSED : farm_zk_suspect(m, ids, n);
 }
 
 int farm_membership_view(struct farm_membership *m, struct farm_view *out)

@@ -13,17 +13,24 @@
  *
  * - ZooKeeper: the view is the content of a configuration znode; members
  *   register with ephemeral znodes; the live member with the lowest id acts
- *   as configuration manager and writes a new configuration (config id + 1)
- *   with a versioned compare-and-set whenever the set of live members
- *   differs from the configuration. Every member watches the configuration
- *   znode and learns each new view. Layout under the cluster root R
+ *   as configuration manager (CM) and writes a new configuration (config
+ *   id + 1, naming itself as CM) with a versioned compare-and-set whenever
+ *   the set of live members differs from the configuration. "Live" leaves
+ *   out the incarnations the configuration lists as removed and the
+ *   machines this machine was told to suspect (farm_membership_suspect:
+ *   leases lapsed, recovery probed), so a suspected machine leaves within
+ *   a lease rather than a session timeout, and a suspected CM is replaced
+ *   by the next live id (its successors, in id order). Every member watches the
+ * configuration znode and learns each new view. Layout under the cluster root R
  *   (default /libfarm/default):
  *
  *     R                persistent, empty
  *     R/config         persistent, the configuration as text:
  *                        "libfarm-config 1\n"
  *                        "config_id <decimal>\n"
+ *                        "cm <id>\n"                  the manager (optional)
  *                        "member <id> <endpoint>\n"   one per member, by id
+ *                        "removed <id> <czxid>\n"     removed incarnations
  *                      (config_id 0 with no members until the first write)
  *     R/members        persistent, empty
  *     R/members/<id>   ephemeral, one per live machine (decimal id); its
@@ -62,10 +69,22 @@ struct farm_member {
 	char endpoint[FARM_ENDPOINT_MAX]; /* fabric address; shm: data dir */
 };
 
+/* A machine incarnation removed from the configuration (ZooKeeper: its
+ * member znode's creation zxid). It stays out until it comes back as a
+ * new incarnation (a new session). */
+struct farm_removed {
+	uint32_t id;
+	int64_t incarnation;
+};
+
 struct farm_view {
 	uint64_t config_id; /* 0: no configuration yet */
+	bool has_cm;        /* the configuration names its manager */
+	uint32_t cm;        /* the configuration manager (CM) */
 	unsigned n;
 	struct farm_member members[FARM_VIEW_MAX]; /* sorted by id, unique */
+	unsigned nremoved;
+	struct farm_removed removed[FARM_VIEW_MAX];
 };
 
 enum farm_membership_state {
@@ -87,6 +106,7 @@ struct farm_membership_status {
 	uint64_t expired;       /* session expiries */
 	uint64_t rejoins;       /* new sessions after an expiry */
 	uint64_t config_writes; /* configurations this machine wrote */
+	uint64_t suspects;      /* machines farm_membership_suspect named */
 	uint64_t cas_conflicts; /* its writes that lost the compare-and-set */
 };
 
@@ -145,6 +165,20 @@ int farm_membership_open_config(const struct farm_config *c, farm_view_fn fn,
  * not after the session timeout), stop the worker, free. NULL is a no-op.
  * Not from a callback, and not while another thread still uses @m. */
 void farm_membership_close(struct farm_membership *m);
+
+/*
+ * farm_membership_suspect() - leave machines @ids out of the live set
+ * (ZooKeeper backend), as recovery decided after their leases lapsed and
+ * a majority answered its probe. The worker writes a configuration
+ * without them if this machine is then the lowest live id; each is
+ * recorded there as a removed incarnation, so no later manager takes it
+ * back. Returns at once: 0; -EINVAL; -ENOTSUP (static backend: nothing
+ * ever changes); FARM_ECLOSED.
+ */
+int farm_membership_suspect(struct farm_membership *m, const uint32_t *ids,
+                            unsigned n);
+/* Whether @v lists machine @id's incarnation @inc as removed. */
+bool farm_view_removed(const struct farm_view *v, uint32_t id);
 
 /* Copy the current view (config id 0 and no members before the first). */
 int farm_membership_view(struct farm_membership *m, struct farm_view *out);

@@ -122,6 +122,14 @@ int farm_zk_open(struct farm_membership *m,
 	return -ENOTSUP;
 }
 
+int farm_zk_suspect(struct farm_membership *m, const uint32_t *ids, unsigned n)
+{
+	(void)m;
+	(void)ids;
+	(void)n;
+	return -ENOTSUP;
+}
+
 void farm_zk_close(struct farm_membership *m)
 {
 	(void)m;
@@ -169,6 +177,10 @@ struct farm_zk {
 	char self_path[232];
 	char *buf;
 	struct farm_view cur, next; /* scratch */
+	/* Under m->lock: machines farm_membership_suspect named, left out of
+	 * the live set until a configuration lists them as removed. */
+	uint32_t suspects[FARM_VIEW_MAX];
+	unsigned nsuspects;
 };
 
 static void zk_log(const char *msg)
@@ -398,20 +410,47 @@ static int zk_live(struct farm_zk *z, uint32_t *ids, unsigned *n)
 	return 0;
 }
 
-/* As manager: build the configuration of the live members in z->next. */
-static int zk_build(struct farm_zk *z, const uint32_t *ids, unsigned n)
+static bool is_suspect(struct farm_membership *m, uint32_t id)
 {
+	struct farm_zk *z = m->zk;
+	bool yes = false;
+	pthread_mutex_lock(&m->lock);
+	for (unsigned i = 0; i < z->nsuspects && !yes; i++)
+		yes = z->suspects[i] == id;
+	pthread_mutex_unlock(&m->lock);
+	return yes;
+}
+
+/* Build in z->next the configuration of the live members: every live
+ * machine but the incarnations z->cur lists as removed (kept listed while
+ * their znodes live) and the machines this one suspects (listed from now
+ * on, by the znode's creation zxid). */
+static int zk_build(struct farm_membership *m, const uint32_t *ids, unsigned n)
+{
+	struct farm_zk *z = m->zk;
 	z->next.n = 0;
+	z->next.nremoved = 0;
 	for (unsigned i = 0; i < n; i++) {
 		char path[sizeof(z->members) + 16];
 		snprintf(path, sizeof(path), "%s/%" PRIu32, z->members, ids[i]);
 		struct farm_member *mb = &z->next.members[z->next.n];
 		int len = (int)sizeof(mb->endpoint) - 1;
-		int zrc = zoo_get(z->zh, path, 0, mb->endpoint, &len, NULL);
+		struct Stat st;
+		int zrc = zoo_get(z->zh, path, 0, mb->endpoint, &len, &st);
 		if (zrc == ZNONODE)
 			continue; /* left meanwhile; its watch event follows */
 		if (zrc != ZOK)
 			return zk_err(zrc);
+		bool out = is_suspect(m, ids[i]);
+		for (unsigned r = 0; r < z->cur.nremoved && !out; r++)
+			out = z->cur.removed[r].id == ids[i] &&
+			      z->cur.removed[r].incarnation == st.czxid;
+		if (out) {
+			z->next.removed[z->next.nremoved++] =
+			        (struct farm_removed){.id = ids[i],
+			                              .incarnation = st.czxid};
+			continue;
+		}
 		if (len <= 0 || memchr(mb->endpoint, '\n', (size_t)len) ||
 		    memchr(mb->endpoint, 0, (size_t)len)) {
 			farm_warn("membership: %s has no usable endpoint",
@@ -427,8 +466,13 @@ static int zk_build(struct farm_zk *z, const uint32_t *ids, unsigned n)
 
 static bool same_members(const struct farm_view *a, const struct farm_view *b)
 {
-	if (a->n != b->n)
+	if (a->n != b->n || a->has_cm != b->has_cm ||
+	    (a->has_cm && a->cm != b->cm) || a->nremoved != b->nremoved)
 		return false;
+	for (unsigned i = 0; i < a->nremoved; i++)
+		if (a->removed[i].id != b->removed[i].id ||
+		    a->removed[i].incarnation != b->removed[i].incarnation)
+			return false;
 	for (unsigned i = 0; i < a->n; i++)
 		if (a->members[i].id != b->members[i].id ||
 		    strcmp(a->members[i].endpoint, b->members[i].endpoint))
@@ -476,17 +520,30 @@ static int zk_sync(struct farm_membership *m)
 		memset(&z->cur, 0, sizeof(z->cur));
 	}
 	pthread_mutex_lock(&m->lock);
+	/* A suspect that the configuration no longer names as a member is
+	 * out (listed as removed while its incarnation lives). */
+	for (unsigned i = 0; parsed && i < z->nsuspects;)
+		if (!farm_view_find(&z->cur, z->suspects[i]))
+			z->suspects[i] = z->suspects[--z->nsuspects];
+		else
+			i++;
 	m->st.syncs++;
 	m->st.registered = reg == 0;
 	z->held_elsewhere = reg == 1;
 	pthread_cond_broadcast(&m->changed);
 	pthread_mutex_unlock(&m->lock);
 
-	if (reg == 0 && nids && ids[0] == m->self) {
-		rc = zk_build(z, ids, nids);
+	/* The manager is the lowest live id that is neither removed nor
+	 * suspected: the CM while it lives, then its successors in id
+	 * order. */
+	if (reg == 0 && nids && ids[0] <= m->self) {
+		rc = zk_build(m, ids, nids);
 		if (rc)
 			return rc;
-		if (!parsed || !same_members(&z->cur, &z->next)) {
+		z->next.has_cm = true;
+		z->next.cm = m->self;
+		if (z->next.n && z->next.members[0].id == m->self &&
+		    (!parsed || !same_members(&z->cur, &z->next))) {
 			uint64_t id = z->cur.config_id;
 			if ((uint64_t)cst.version > id)
 				id = (uint64_t)cst.version;
@@ -659,6 +716,27 @@ static void zk_free(struct farm_membership *m)
 	free(z->buf);
 	free(z);
 	m->zk = NULL;
+}
+
+int farm_zk_suspect(struct farm_membership *m, const uint32_t *ids, unsigned n)
+{
+	struct farm_zk *z = m->zk;
+	pthread_mutex_lock(&m->lock);
+	for (unsigned i = 0; i < n; i++) {
+		bool have = false;
+		for (unsigned j = 0; j < z->nsuspects && !have; j++)
+			have = z->suspects[j] == ids[i];
+		if (have || ids[i] == m->self)
+			continue;
+		if (z->nsuspects == FARM_VIEW_MAX)
+			break;
+		z->suspects[z->nsuspects++] = ids[i];
+		m->st.suspects++;
+	}
+	z->pending |= PEND_SYNC;
+	pthread_cond_signal(&z->wake);
+	pthread_mutex_unlock(&m->lock);
+	return 0;
 }
 
 void farm_zk_close(struct farm_membership *m)
