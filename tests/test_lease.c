@@ -10,6 +10,8 @@
  *               report their own leases lost;
  *   reported    farm_lease_suspect (the fabric's death notice) suspects
  *               at once, once;
+ *   probe       every running machine answers a probe, a wedged one
+ *               does not;
  *   bad input   garbage, a foreign configuration id, an unknown sender,
  *               a forged grant: dropped and counted, no suspicion, no
  *               lease extended; bad arguments; a stale configuration;
@@ -250,6 +252,28 @@ static void test_reported(void **state)
 	trio_close(&t);
 }
 
+static void test_probe(void **state)
+{
+	(void)state;
+	struct trio t;
+	trio_open(&t, 1);
+	bool ok[3];
+	assert_int_equal(
+	        farm_lease_probe(t.l[1], t.peers, 3, 1000000000ull, ok), 3);
+	assert_true(ok[0] && ok[1] && ok[2]);
+	/* A wedged machine does not answer; the others do. */
+	farm_lease_testing_mute(t.l[2], true);
+	uint64_t t0 = farm_now_ns();
+	assert_int_equal(farm_lease_probe(t.l[1], t.peers, 3, 20000000ull, ok),
+	                 2);
+	assert_true(farm_now_ns() - t0 >= 20000000ull);
+	assert_true(ok[0] && ok[1] && !ok[2]);
+	farm_lease_testing_mute(t.l[2], false);
+	struct farm_lease_peer bad = {.id = 2, .addr = "udp:x:1"};
+	assert_int_equal(farm_lease_probe(t.l[1], &bad, 1, 1000, ok), -EINVAL);
+	trio_close(&t);
+}
+
 static void send_raw(const char *addr, const void *buf, size_t len)
 {
 	struct sockaddr_in sa = {.sin_family = AF_INET};
@@ -439,6 +463,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_member_wedged),
 	        cmocka_unit_test(test_cm_wedged),
 	        cmocka_unit_test(test_reported),
+	        cmocka_unit_test(test_probe),
 	        cmocka_unit_test(test_bad_input),
 	        cmocka_unit_test(test_sigstop),
 	};

@@ -115,6 +115,26 @@ FARM_API farm_loop *farm_node_loop(const farm_node *n, unsigned i);
 FARM_API int farm_node_run(farm_node *n, unsigned i, farm_work_fn fn,
                            void *ctx);
 
+/*
+ * Configurations. Every configuration of the cluster has an id that only
+ * grows; machines join and leave (or are removed after a failure) by a
+ * new one. farm_node_config_id() returns the id in force on this machine
+ * (0 before the first). farm_node_on_config() sets @fn (NULL: none),
+ * called after each new configuration is applied, on the membership's
+ * thread, with its id, its member count and whether this machine is
+ * still a member (false: it was removed, and it stops serving); @fn must
+ * return quickly and must not call farm_node_close.
+ * farm_node_removed() says whether this machine was removed from the
+ * cluster (its lease lapsed or it stopped answering): operations then
+ * fail, and the machine must be restarted as a new incarnation.
+ */
+typedef void (*farm_node_config_fn)(void *ctx, uint64_t config_id,
+                                    unsigned members, bool member);
+FARM_API uint64_t farm_node_config_id(farm_node *n);
+FARM_API void farm_node_on_config(farm_node *n, farm_node_config_fn fn,
+                                  void *ctx);
+FARM_API bool farm_node_removed(farm_node *n);
+
 /* The machine's messaging (register handlers before farm_node_start),
  * fabric and transaction manager (farm_tx_begin, farm_lf_read). */
 FARM_API farm_msg *farm_node_msg(const farm_node *n);

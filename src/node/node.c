@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "alloc/galloc.h"
+#include "recovery/recovery.h"
 #include "txn/txm.h"
 #include "util/common.h"
 #include "util/log.h"
@@ -44,7 +45,13 @@ struct farm_node {
 	struct farm_view view; /* last view applied */
 	int start_timeout_ms; /* static peers' cards are waited for this long */
 	bool card_written;
-	bool app_loops; /* the application's threads run the loops */
+	bool app_loops;     /* the application's threads run the loops */
+	farm_recovery *rec; /* leases and reconfiguration (ZooKeeper only) */
+	/* Under lock: */
+	bool removed;    /* this machine was removed from the cluster */
+	bool lease_lost; /* its lease at the CM lapsed */
+	farm_node_config_fn on_config;
+	void *on_config_ctx;
 };
 
 /* ---- cards ------------------------------------------------------------------
@@ -59,9 +66,34 @@ static int card_format(farm_node *n)
 	farm_mr_desc d = farm_msg_desc(n->msg), l = farm_txm_log_desc(n->txm);
 	int len = snprintf(n->card, sizeof(n->card),
 	                   "%s msg=%" PRIx64 ":%" PRIx64 ":%" PRIx64
-	                   " log=%" PRIx64 ":%" PRIx64 ":%" PRIx64,
-	                   addr, d.key, d.addr, d.len, l.key, l.addr, l.len);
+	                   " log=%" PRIx64 ":%" PRIx64 ":%" PRIx64 "%s%s",
+	                   addr, d.key, d.addr, d.len, l.key, l.addr, l.len,
+	                   n->rec ? " lease=" : "",
+	                   n->rec ? farm_recovery_lease_addr(n->rec) : "");
 	return len < 0 || (size_t)len >= sizeof(n->card) ? -ENAMETOOLONG : 0;
+}
+
+/* Where a card's optional " lease=<addr>" tail starts (NULL: none). */
+static const char *card_lease(const char *card)
+{
+	const char *t = NULL;
+	for (const char *x = card; (x = strstr(x, " lease=")); x++)
+		t = x;
+	return t && !strchr(t + 7, ' ') ? t : NULL;
+}
+
+int farm_node_card_lease(const char *card, char *out, size_t len)
+{
+	if (!card || !out || !len)
+		return -EINVAL;
+	const char *t = card_lease(card);
+	if (!t)
+		return -ENOENT;
+	size_t n = strlen(t + 7);
+	if (n == 0 || n >= len)
+		return -EINVAL;
+	memcpy(out, t + 7, n + 1);
+	return 0;
 }
 
 int farm_node_card_parse(const char *card, char *addr, size_t addrlen,
@@ -69,6 +101,16 @@ int farm_node_card_parse(const char *card, char *addr, size_t addrlen,
 {
 	if (!card || !addr || !msg_desc || !log_desc)
 		return -EINVAL;
+	char body[FARM_ENDPOINT_MAX];
+	const char *t = card_lease(card);
+	if (t) { /* parse what comes before the lease address */
+		size_t bl = (size_t)(t - card);
+		if (bl >= sizeof(body))
+			return -EINVAL;
+		memcpy(body, card, bl);
+		body[bl] = 0;
+		card = body;
+	}
 	const char *m = strstr(card, " msg=");
 	if (!m)
 		return -ENOENT; /* a bare address (static membership) */
@@ -194,13 +236,45 @@ static void apply_view(void *ctx, const struct farm_view *v)
 	if (rc && rc != -ESTALE)
 		farm_warn("node: view %" PRIu64 " not applied: %s",
 		          v->config_id, farm_strerror(rc));
+	if (n->rec) {
+		static char leases[FARM_VIEW_MAX][FARM_LEASE_ADDR_MAX];
+		for (unsigned i = 0; i < v->n; i++)
+			if (farm_node_card_lease(v->members[i].endpoint,
+			                         leases[i], sizeof(leases[i])))
+				leases[i][0] = 0;
+		int lrc = farm_recovery_view(n->rec, v, leases);
+		if (lrc && lrc != -ESTALE)
+			farm_warn("node: leases of view %" PRIu64 ": %s",
+			          v->config_id, farm_strerror(lrc));
+	}
+	bool member = farm_view_find(v, n->cfg.machine_id) != NULL;
 	pthread_mutex_lock(&n->lock);
 	if (!rc)
 		n->view = *v;
+	if (member)
+		n->lease_lost = false;
+	farm_node_config_fn fn = n->on_config;
+	void *fn_ctx = n->on_config_ctx;
 	pthread_cond_broadcast(&n->cond);
 	pthread_mutex_unlock(&n->lock);
+	if (fn && !rc)
+		fn(fn_ctx, v->config_id, v->n, member);
 	farm_info("node %" PRIu32 ": view %" PRIu64 " with %u machines",
 	          n->cfg.machine_id, v->config_id, v->n);
+}
+
+static void on_recovery(void *ctx, enum farm_recovery_event e,
+                        uint64_t config_id)
+{
+	(void)config_id;
+	farm_node *n = ctx;
+	pthread_mutex_lock(&n->lock);
+	if (e == FARM_RECOVERY_REMOVED)
+		n->removed = true;
+	else if (e == FARM_RECOVERY_LEASE_LOST)
+		n->lease_lost = true;
+	pthread_cond_broadcast(&n->cond);
+	pthread_mutex_unlock(&n->lock);
 }
 
 static void on_state(void *ctx, enum farm_membership_state s)
@@ -264,6 +338,20 @@ int farm_node_open(const struct farm_config *cfg, farm_node **out)
 		farm_err("node %" PRIu32 ": address space: %s", cfg->machine_id,
 		         farm_strerror(rc));
 		goto fail;
+	}
+	if (cfg->zk[0]) {
+		struct farm_recovery_attr ra = {
+		        .self_id = cfg->machine_id,
+		        .lease_us = cfg->lease_us,
+		        .lease_bind =
+		                cfg->lease_bind[0] ? cfg->lease_bind : NULL,
+		        .on_event = on_recovery,
+		        .ctx = n};
+		if ((rc = farm_recovery_open(&ra, &n->rec))) {
+			farm_err("node %" PRIu32 ": leases: %s",
+			         cfg->machine_id, farm_strerror(rc));
+			goto fail;
+		}
 	}
 	if ((rc = card_format(n)) || (rc = card_write(n))) {
 		farm_err("node %" PRIu32 ": cannot publish its card: %s",
@@ -381,6 +469,8 @@ int farm_node_start(farm_node *n, int timeout_ms)
 	        .ctx = n,
 	};
 	rc = farm_membership_open(&ma, &n->mem);
+	if (!rc)
+		farm_recovery_set_membership(n->rec, n->mem);
 	if (rc)
 		farm_err("node %" PRIu32 ": cannot join: %s", n->cfg.machine_id,
 		         farm_strerror(rc));
@@ -414,6 +504,7 @@ void farm_node_close(farm_node *n)
 	if (!n)
 		return;
 	farm_membership_close(n->mem); /* no more view callbacks */
+	farm_recovery_close(n->rec);
 	if (n->threads) {
 		for (unsigned i = 0; i < n->nthreads && !n->app_loops; i++)
 			if (n->threads[i].loop)
@@ -441,6 +532,41 @@ void farm_node_close(farm_node *n)
 
 /* ---- access
  * ------------------------------------------------------------------- */
+
+uint64_t farm_node_config_id(farm_node *n)
+{
+	if (!n)
+		return 0;
+	pthread_mutex_lock(&n->lock);
+	uint64_t id = n->view.config_id;
+	pthread_mutex_unlock(&n->lock);
+	return id;
+}
+
+void farm_node_on_config(farm_node *n, farm_node_config_fn fn, void *ctx)
+{
+	if (!n)
+		return;
+	pthread_mutex_lock(&n->lock);
+	n->on_config = fn;
+	n->on_config_ctx = ctx;
+	pthread_mutex_unlock(&n->lock);
+}
+
+bool farm_node_removed(farm_node *n)
+{
+	if (!n)
+		return false;
+	pthread_mutex_lock(&n->lock);
+	bool r = n->removed;
+	pthread_mutex_unlock(&n->lock);
+	return r;
+}
+
+farm_recovery *farm_node_recovery(const farm_node *n)
+{
+	return n ? n->rec : NULL;
+}
 
 farm_fabric *farm_node_fabric(const farm_node *n)
 {

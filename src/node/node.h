@@ -8,9 +8,10 @@
  * A machine's card, the endpoint it registers in the membership, is its
  * fabric address followed by " msg=<key>:<addr>:<len> log=<key>:<addr>:<len>"
  * (hex): the message region's and the transaction logs' descriptors, so
- * peers can message it and write its logs. With static membership a
- * peer's card is read from the `machine.card` file in its data directory
- * (same host only). Internal; not installed.
+ * peers can message it and write its logs; with ZooKeeper membership
+ * " lease=udp:<ip>:<port>" follows, its recovery lease socket. With static
+ * membership a peer's card is read from the `machine.card` file in its data
+ * directory (same host only). Internal; not installed.
  */
 #ifndef FARM_NODE_NODE_H
 #define FARM_NODE_NODE_H
@@ -37,5 +38,11 @@ int farm_node_view(farm_node *n, struct farm_view *out);
 /* The card text for this machine, and its parser (exposed for tests). */
 int farm_node_card_parse(const char *card, char *addr, size_t addrlen,
                          farm_mr_desc *msg_desc, farm_mr_desc *log_desc);
+/* The card's lease address (" lease=udp:<ip>:<port>" at its end, written
+ * by machines that run recovery). 0; -ENOENT (none); -EINVAL. */
+int farm_node_card_lease(const char *card, char *out, size_t len);
+/* Recovery's failure detector (NULL without ZooKeeper). */
+struct farm_recovery;
+struct farm_recovery *farm_node_recovery(const farm_node *n);
 
 #endif

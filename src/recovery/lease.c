@@ -39,7 +39,13 @@
 
 #define LEASE_MAGIC 0x4c454153u /* "LEAS" */
 
-enum { MSG_REQUEST = 1, MSG_GRANT_REQUEST = 2, MSG_GRANT = 3 };
+enum {
+	MSG_REQUEST = 1,
+	MSG_GRANT_REQUEST = 2,
+	MSG_GRANT = 3,
+	MSG_PROBE = 4, /* seq: the prober's nonce */
+	MSG_PROBE_ACK = 5
+};
 
 struct lease_msg {
 	uint32_t magic;
@@ -74,6 +80,7 @@ struct farm_lease {
 
 	/* The configuration. */
 	uint64_t config_id;
+	uint64_t cm_since; /* the first configuration of this CM seen here */
 	uint32_t cm;
 	bool have_config;
 	struct peer peers[FARM_LEASE_MAX_PEERS];
@@ -86,6 +93,15 @@ struct farm_lease {
 	uint64_t cm_until;     /* the CM's lease at us */
 	uint64_t own_renew_ns; /* last renewal of our lease */
 	bool lost_reported;
+	bool own_granted; /* a grant came in this CM's time */
+
+	/* A probe in progress (farm_lease_probe; one at a time). */
+	pthread_mutex_t probe_mu; /* serialises probers */
+	pthread_cond_t probe_cv;  /* with mu: an answer arrived */
+	uint64_t probe_nonce;
+	uint32_t probe_ids[FARM_LEASE_MAX_PEERS];
+	bool probe_ok[FARM_LEASE_MAX_PEERS];
+	unsigned nprobe;
 
 	struct farm_lease_stats st;
 };
@@ -205,12 +221,29 @@ static void handle_msg(farm_lease *l, const struct lease_msg *m,
                        const struct sockaddr_in *from, uint64_t now,
                        struct events *ev)
 {
-	(void)from;
 	if (l->muted)
 		return;
 	struct peer *p;
+	if (m->magic == LEASE_MAGIC && m->to == l->a.self_id &&
+	    m->type == MSG_PROBE) {
+		/* Answered by any member, in any configuration: a probe asks
+		 * only whether this machine's lease thread runs. */
+		struct peer tmp = {.id = m->from, .sa = *from};
+		send_msg(l, &tmp, MSG_PROBE_ACK, m->seq, 0, 0, 0);
+		return;
+	}
+	if (m->magic == LEASE_MAGIC && m->to == l->a.self_id &&
+	    m->type == MSG_PROBE_ACK) {
+		for (unsigned i = 0; i < l->nprobe; i++)
+			if (l->probe_ids[i] == m->from &&
+			    m->seq == l->probe_nonce) {
+				l->probe_ok[i] = true;
+				pthread_cond_broadcast(&l->probe_cv);
+			}
+		return;
+	}
 	if (m->magic != LEASE_MAGIC || m->to != l->a.self_id ||
-	    !l->have_config || m->config_id != l->config_id ||
+	    !l->have_config || m->config_id < l->cm_since ||
 	    !(p = find_peer(l, m->from))) {
 		l->st.refused++;
 		return;
@@ -231,8 +264,10 @@ static void handle_msg(farm_lease *l, const struct lease_msg *m,
 			l->st.refused++;
 			return;
 		}
-		if (m->t_sent + l->lease_ns > l->own_until) {
+		/* The first grant ends the join grace; later ones extend. */
+		if (!l->own_granted || m->t_sent + l->lease_ns > l->own_until) {
 			l->own_until = m->t_sent + l->lease_ns;
+			l->own_granted = true;
 			note_renewal(l, &l->own_renew_ns, now);
 		}
 		l->cm_until = now + l->lease_ns;
@@ -415,6 +450,12 @@ int farm_lease_open(const struct farm_lease_attr *a, farm_lease **out)
 	        1000ull;
 	l->sock = l->evfd = -1;
 	pthread_mutex_init(&l->mu, NULL);
+	pthread_mutex_init(&l->probe_mu, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&l->probe_cv, &ca);
+	pthread_condattr_destroy(&ca);
 	struct sockaddr_in sa = {.sin_family = AF_INET};
 	int rc = 0;
 	if (inet_pton(AF_INET, a->bind ? a->bind : "127.0.0.1", &sa.sin_addr) !=
@@ -447,6 +488,8 @@ fail:
 		close(l->sock);
 	if (l->evfd >= 0)
 		close(l->evfd);
+	pthread_cond_destroy(&l->probe_cv);
+	pthread_mutex_destroy(&l->probe_mu);
 	pthread_mutex_destroy(&l->mu);
 	free(l);
 	return rc;
@@ -463,6 +506,8 @@ void farm_lease_close(farm_lease *l)
 	pthread_join(l->th, NULL);
 	close(l->sock);
 	close(l->evfd);
+	pthread_cond_destroy(&l->probe_cv);
+	pthread_mutex_destroy(&l->probe_mu);
 	pthread_mutex_destroy(&l->mu);
 	free(l);
 }
@@ -499,6 +544,9 @@ int farm_lease_set_config(farm_lease *l, uint64_t config_id, uint32_t cm,
 		return -ESTALE;
 	}
 	uint64_t now = now_ns();
+	uint64_t grace = FARM_LEASE_JOIN_GRACE_NS > l->lease_ns
+	                         ? FARM_LEASE_JOIN_GRACE_NS
+	                         : l->lease_ns;
 	bool same_cm = l->have_config && l->cm == cm;
 	for (unsigned i = 0; i < k; i++) {
 		struct peer *old = find_peer(l, np[i].id);
@@ -508,15 +556,17 @@ int farm_lease_set_config(farm_lease *l, uint64_t config_id, uint32_t cm,
 			np[i].granted_until = old->granted_until;
 			np[i].last_renew_ns = old->last_renew_ns;
 		} else {
-			np[i].last_req_ns = now;
+			np[i].last_req_ns = now + grace - l->lease_ns;
 		}
 	}
 	memcpy(l->peers, np, k * sizeof(np[0]));
 	l->npeers = k;
 	if (!same_cm || !l->have_config) {
-		/* A grace of one lease for the first handshake. */
-		l->own_until = now + l->lease_ns;
-		l->cm_until = now + l->lease_ns;
+		/* A new relationship: a grace for the first handshake. */
+		l->own_until = now + grace;
+		l->own_granted = false;
+		l->cm_until = now + grace;
+		l->cm_since = config_id;
 		l->own_renew_ns = 0;
 	}
 	l->lost_reported = false;
@@ -527,6 +577,54 @@ int farm_lease_set_config(farm_lease *l, uint64_t config_id, uint32_t cm,
 	pthread_mutex_unlock(&l->mu);
 	wake(l);
 	return 0;
+}
+
+int farm_lease_probe(farm_lease *l, const struct farm_lease_peer *peers,
+                     unsigned n, uint64_t timeout_ns, bool *answered)
+{
+	if (!l || !answered || (n && !peers) || n > FARM_LEASE_MAX_PEERS)
+		return -EINVAL;
+	struct peer tmp[FARM_LEASE_MAX_PEERS];
+	for (unsigned i = 0; i < n; i++) {
+		tmp[i] = (struct peer){.id = peers[i].id};
+		if (parse_addr(peers[i].addr, &tmp[i].sa))
+			return -EINVAL;
+	}
+	pthread_mutex_lock(&l->probe_mu);
+	pthread_mutex_lock(&l->mu);
+	l->probe_nonce = ((uint64_t)l->a.self_id << 48) ^ now_ns();
+	l->nprobe = n;
+	for (unsigned i = 0; i < n; i++) {
+		l->probe_ids[i] = peers[i].id;
+		l->probe_ok[i] = peers[i].id == l->a.self_id;
+		if (!l->probe_ok[i])
+			send_msg(l, &tmp[i], MSG_PROBE, l->probe_nonce, 0, 0,
+			         0);
+	}
+	struct timespec dl;
+	clock_gettime(CLOCK_MONOTONIC, &dl);
+	uint64_t t = (uint64_t)dl.tv_nsec + timeout_ns;
+	dl.tv_sec += (time_t)(t / 1000000000ull);
+	dl.tv_nsec = (long)(t % 1000000000ull);
+	unsigned got = 0;
+	for (;;) {
+		got = 0;
+		for (unsigned i = 0; i < n; i++)
+			got += l->probe_ok[i];
+		if (got == n || pthread_cond_timedwait(&l->probe_cv, &l->mu,
+		                                       &dl) == ETIMEDOUT)
+			break;
+	}
+	got = 0;
+	for (unsigned i = 0; i < n; i++) {
+		answered[i] = l->probe_ok[i];
+		got += answered[i];
+	}
+	l->nprobe = 0;
+	l->probe_nonce = 0;
+	pthread_mutex_unlock(&l->mu);
+	pthread_mutex_unlock(&l->probe_mu);
+	return (int)got;
 }
 
 int farm_lease_suspect(farm_lease *l, uint32_t machine)

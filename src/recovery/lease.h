@@ -24,8 +24,11 @@
  * lease at M lapses. A machine whose own lease at the CM lapsed has lost
  * it: it must stop acting as a member (on_lost) until a new
  * configuration takes it back. Every message carries the configuration
- * id; a message of another configuration, an unknown machine, a bad
- * size or magic is dropped and counted.
+ * id. Leases go on across a reconfiguration that keeps the CM (machines
+ * learn it at different moments), so a message is stale when its
+ * configuration is older than the first one of the current CM; a stale
+ * message, one from a machine that is not a member, a grant stamped in
+ * the future, a bad size or magic is dropped and counted.
  *
  * Internal; not installed.
  */
@@ -40,6 +43,11 @@
 #define FARM_LEASE_ADDR_MAX   64     /* "udp:<ipv4>:<port>" with NUL */
 #define FARM_LEASE_DEFAULT_US 10000u /* 10 ms */
 #define FARM_LEASE_MAX_PEERS  64u
+/* A new lease (a machine joins, or a new CM takes over) starts with this
+ * grace, or one lease length if longer: machines learn a configuration
+ * from ZooKeeper at different moments, tens of milliseconds apart under
+ * load, and the first handshake must not look like a failure. */
+#define FARM_LEASE_JOIN_GRACE_NS 1000000000ull
 
 typedef struct farm_lease farm_lease;
 
@@ -107,6 +115,16 @@ const char *farm_lease_addr(const farm_lease *l);
 int farm_lease_set_config(farm_lease *l, uint64_t config_id, uint32_t cm,
                           const struct farm_lease_peer *peers,
                           unsigned n) FARM_MUST_CHECK;
+/*
+ * farm_lease_probe() - ask each of @peers whether its lease thread runs
+ * (a PROBE datagram; a member answers in any configuration, a wedged or
+ * paused one does not) and wait at most @timeout_ns for the answers.
+ * @answered[i] says whether @peers[i] answered (this machine counts as
+ * answered). Returns the number that answered, or -EINVAL. Not from a
+ * lease callback (the lease thread delivers the answers).
+ */
+int farm_lease_probe(farm_lease *l, const struct farm_lease_peer *peers,
+                     unsigned n, uint64_t timeout_ns, bool *answered);
 /* Report a suspicion from elsewhere (the fabric saw the peer die): it
  * goes through on_suspect as a lapse would. -ENOENT for a machine this
  * machine holds no lease with. */

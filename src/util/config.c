@@ -165,6 +165,13 @@ int farm_config_set(struct farm_config *c, const char *key, const char *value,
 		rc = parse_u32_in(value, 100, 600000, &c->zk_session_ms);
 	} else if (strcmp(key, "zk_connect_timeout_ms") == 0) {
 		rc = parse_u32_in(value, 1, 3600000, &c->zk_connect_timeout_ms);
+	} else if (strcmp(key, "lease_us") == 0) {
+		rc = parse_u32_in(value, 1000, 60000000, &c->lease_us);
+	} else if (strcmp(key, "lease_bind") == 0) {
+		rc = strpbrk(value, " \t")
+		             ? -EINVAL
+		             : copy_str(c->lease_bind, sizeof(c->lease_bind),
+		                        value);
 	} else if (strcmp(key, "peer") == 0) {
 		/* "peer = <id> <address>" */
 		if (c->npeers == FARM_CONFIG_MAX_PEERS) {
@@ -271,7 +278,9 @@ int farm_config_apply_env(struct farm_config *c, char *err, size_t errlen)
 	                                   "zk",
 	                                   "zk_root",
 	                                   "zk_session_ms",
-	                                   "zk_connect_timeout_ms"};
+	                                   "zk_connect_timeout_ms",
+	                                   "lease_us",
+	                                   "lease_bind"};
 	char env[64], msg[256];
 	for (size_t i = 0; i < FARM_ARRAY_SIZE(keys); i++) {
 		size_t n =

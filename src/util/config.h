@@ -41,6 +41,10 @@ struct farm_config {
 	char zk_root[FARM_CONFIG_STR];  /* cluster root znode */
 	uint32_t zk_session_ms;         /* ZooKeeper session timeout */
 	uint32_t zk_connect_timeout_ms; /* bound on reaching ZooKeeper */
+	uint32_t lease_us;              /* recovery's lease length (0: 10 ms);
+	                                   leases run with ZooKeeper only */
+	char lease_bind[FARM_CONFIG_STR]; /* IPv4 address of the lease
+	                                     socket ("": 127.0.0.1) */
 	unsigned npeers;
 	struct farm_config_peer peers[FARM_CONFIG_MAX_PEERS];
 };

@@ -1,0 +1,301 @@
+/*
+ * The failure detector and reconfiguration trigger (recovery.h).
+ *
+ * Threads: the lease thread reports suspicions (on_suspect) and this
+ * module's recovery thread, which sleeps on a condition variable, takes
+ * them, probes and asks the membership. Views arrive on the membership's
+ * worker thread. Everything shared is under r->mu; the probe runs without
+ * it (it waits up to two lease lengths).
+ */
+#include "recovery/recovery.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/common.h"
+#include "util/log.h"
+
+struct farm_recovery {
+	struct farm_recovery_attr a;
+	farm_lease *lease;
+	struct farm_membership *mem;
+	pthread_t th;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	bool stop;
+	/* The configuration in force, with each member's lease address. */
+	struct farm_view view;
+	struct farm_lease_peer peers[FARM_VIEW_MAX];
+	unsigned npeers;
+	bool have_view;
+	bool removed_reported;
+	/* Suspicions not yet probed. */
+	uint32_t pending[FARM_VIEW_MAX];
+	unsigned npending;
+	struct farm_recovery_stats st;
+};
+
+static bool in_list(const uint32_t *ids, unsigned n, uint32_t id)
+{
+	for (unsigned i = 0; i < n; i++)
+		if (ids[i] == id)
+			return true;
+	return false;
+}
+
+static void queue_suspect(farm_recovery *r, uint32_t machine)
+{
+	pthread_mutex_lock(&r->mu);
+	if (r->have_view && farm_view_find(&r->view, machine) &&
+	    !in_list(r->pending, r->npending, machine) &&
+	    r->npending < FARM_VIEW_MAX) {
+		r->pending[r->npending++] = machine;
+		r->st.suspicions++;
+		r->st.t_suspect_ns = farm_now_ns();
+		pthread_cond_signal(&r->cv);
+	}
+	pthread_mutex_unlock(&r->mu);
+}
+
+static void on_suspect(void *ctx, uint32_t machine, enum farm_lease_why why)
+{
+	(void)why;
+	queue_suspect(ctx, machine);
+}
+
+static void on_lost(void *ctx, uint64_t config_id)
+{
+	farm_recovery *r = ctx;
+	farm_warn("recovery %" PRIu32 ": its lease at the CM lapsed in "
+	          "configuration %" PRIu64 "; it acts as a member no more "
+	          "until a configuration takes it back",
+	          r->a.self_id, config_id);
+	if (r->a.on_event)
+		r->a.on_event(r->a.ctx, FARM_RECOVERY_LEASE_LOST, config_id);
+}
+
+/* Probe the configuration; with a majority, ask to remove the suspects
+ * and whoever did not answer. */
+static void handle(farm_recovery *r, const uint32_t *sus, unsigned nsus)
+{
+	pthread_mutex_lock(&r->mu);
+	struct farm_lease_peer peers[FARM_VIEW_MAX];
+	unsigned n = r->npeers;
+	memcpy(peers, r->peers, n * sizeof(peers[0]));
+	uint64_t cfg = r->view.config_id;
+	struct farm_membership *mem = r->mem;
+	r->st.probes++;
+	pthread_mutex_unlock(&r->mu);
+
+	/* Everyone is asked, the suspects too: a suspect that answers is
+	 * alive and its lease thread runs, so the lapse was ours (we were
+	 * paused, say) and the suspicion is withdrawn. */
+	bool ok[FARM_VIEW_MAX];
+	uint64_t lease_ns = (uint64_t)(r->a.lease_us ? r->a.lease_us
+	                                             : FARM_LEASE_DEFAULT_US) *
+	                    1000ull;
+	int got = farm_lease_probe(r->lease, peers, n, 2 * lease_ns, ok);
+	uint32_t out[FARM_VIEW_MAX];
+	unsigned nout = 0;
+	for (unsigned i = 0; got >= 0 && i < n; i++)
+		if (!ok[i])
+			out[nout++] = peers[i].id;
+	bool majority = got >= 0 && (unsigned)got * 2 > n;
+	pthread_mutex_lock(&r->mu);
+	r->st.t_probed_ns = farm_now_ns();
+	if (!majority)
+		r->st.no_majority++;
+	else if (!nout)
+		r->st.withdrawn += nsus;
+	else
+		r->st.requests++;
+	pthread_mutex_unlock(&r->mu);
+	if (majority && !nout) {
+		farm_info("recovery %" PRIu32 ": machine %" PRIu32 " answered "
+		          "the probe: suspicion withdrawn",
+		          r->a.self_id, sus[0]);
+		return;
+	}
+	if (!majority) {
+		farm_warn("recovery %" PRIu32 ": %d of %u machines of "
+		          "configuration %" PRIu64 " answered the probe: no "
+		          "majority, no reconfiguration from here",
+		          r->a.self_id, got, n, cfg);
+		return;
+	}
+	farm_warn("recovery %" PRIu32 ": configuration %" PRIu64
+	          ": %u machine(s) to remove (first %" PRIu32 "); %d of %u "
+	          "answered the probe",
+	          r->a.self_id, cfg, nout, out[0], got, n);
+	int rc = mem ? farm_membership_suspect(mem, out, nout) : -ENOTSUP;
+	if (rc)
+		farm_warn("recovery %" PRIu32 ": cannot ask for a new "
+		          "configuration: %s",
+		          r->a.self_id, farm_strerror(rc));
+}
+
+static void *recovery_main(void *arg)
+{
+	farm_recovery *r = arg;
+	pthread_mutex_lock(&r->mu);
+	while (!r->stop) {
+		if (!r->npending) {
+			pthread_cond_wait(&r->cv, &r->mu);
+			continue;
+		}
+		uint32_t sus[FARM_VIEW_MAX];
+		unsigned n = r->npending;
+		memcpy(sus, r->pending, n * sizeof(sus[0]));
+		r->npending = 0;
+		pthread_mutex_unlock(&r->mu);
+		handle(r, sus, n);
+		pthread_mutex_lock(&r->mu);
+	}
+	pthread_mutex_unlock(&r->mu);
+	return NULL;
+}
+
+int farm_recovery_open(const struct farm_recovery_attr *a, farm_recovery **out)
+{
+	if (!a || !out)
+		return -EINVAL;
+	farm_recovery *r = calloc(1, sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	r->a = *a;
+	pthread_mutex_init(&r->mu, NULL);
+	pthread_cond_init(&r->cv, NULL);
+	struct farm_lease_attr la = {.self_id = a->self_id,
+	                             .lease_us = a->lease_us,
+	                             .bind = a->lease_bind,
+	                             .no_realtime = a->no_realtime,
+	                             .on_suspect = on_suspect,
+	                             .on_lost = on_lost,
+	                             .ctx = r};
+	int rc = farm_lease_open(&la, &r->lease);
+	if (!rc && (rc = -pthread_create(&r->th, NULL, recovery_main, r)))
+		farm_lease_close(r->lease);
+	if (rc) {
+		pthread_cond_destroy(&r->cv);
+		pthread_mutex_destroy(&r->mu);
+		free(r);
+		return rc;
+	}
+	*out = r;
+	return 0;
+}
+
+void farm_recovery_close(farm_recovery *r)
+{
+	if (!r)
+		return;
+	/* The lease thread first: no more suspicions queued after it. */
+	farm_lease_close(r->lease);
+	pthread_mutex_lock(&r->mu);
+	r->stop = true;
+	pthread_cond_signal(&r->cv);
+	pthread_mutex_unlock(&r->mu);
+	pthread_join(r->th, NULL);
+	pthread_cond_destroy(&r->cv);
+	pthread_mutex_destroy(&r->mu);
+	free(r);
+}
+
+const char *farm_recovery_lease_addr(const farm_recovery *r)
+{
+	return r ? farm_lease_addr(r->lease) : "";
+}
+
+void farm_recovery_set_membership(farm_recovery *r, struct farm_membership *m)
+{
+	if (!r)
+		return;
+	pthread_mutex_lock(&r->mu);
+	r->mem = m;
+	pthread_mutex_unlock(&r->mu);
+}
+
+int farm_recovery_view(farm_recovery *r, const struct farm_view *v,
+                       const char (*lease_addrs)[FARM_LEASE_ADDR_MAX])
+{
+	if (!r || !v || (v->n && !lease_addrs))
+		return -EINVAL;
+	struct farm_lease_peer peers[FARM_VIEW_MAX];
+	unsigned k = 0;
+	for (unsigned i = 0; i < v->n; i++) {
+		if (!lease_addrs[i][0])
+			continue;
+		peers[k].id = v->members[i].id;
+		memcpy(peers[k].addr, lease_addrs[i], FARM_LEASE_ADDR_MAX);
+		k++;
+	}
+	bool member = farm_view_find(v, r->a.self_id) != NULL;
+	bool listed_removed = farm_view_removed(v, r->a.self_id);
+	uint32_t cm = v->has_cm ? v->cm : (v->n ? v->members[0].id : 0);
+	pthread_mutex_lock(&r->mu);
+	if (r->have_view && v->config_id < r->view.config_id) {
+		pthread_mutex_unlock(&r->mu);
+		return -ESTALE;
+	}
+	bool was_member =
+	        r->have_view && farm_view_find(&r->view, r->a.self_id);
+	/* The first configuration without a machine we suspected. */
+	for (unsigned i = 0; r->have_view && i < r->view.n; i++)
+		if (!farm_view_find(v, r->view.members[i].id)) {
+			r->st.t_config_ns = farm_now_ns();
+			break;
+		}
+	r->view = *v;
+	memcpy(r->peers, peers, k * sizeof(peers[0]));
+	r->npeers = k;
+	r->have_view = true;
+	r->npending = 0; /* suspicions of the old configuration */
+	r->st.config_id = v->config_id;
+	r->st.cm = cm;
+	bool report = !member && (was_member || listed_removed) &&
+	              !r->removed_reported;
+	if (report) {
+		r->removed_reported = true;
+		r->st.removed++;
+	}
+	if (member)
+		r->removed_reported = false;
+	pthread_mutex_unlock(&r->mu);
+	if (report) {
+		farm_err("recovery %" PRIu32 ": this machine was removed from "
+		         "the cluster in configuration %" PRIu64
+		         " (its lease lapsed or it stopped answering); it "
+		         "stops serving",
+		         r->a.self_id, v->config_id);
+		if (r->a.on_event)
+			r->a.on_event(r->a.ctx, FARM_RECOVERY_REMOVED,
+			              v->config_id);
+	}
+	if (!member || !farm_view_find(v, cm))
+		return 0; /* no leases for a machine outside it */
+	return farm_lease_set_config(r->lease, v->config_id, cm, peers, k);
+}
+
+void farm_recovery_peer_dead(farm_recovery *r, uint32_t machine)
+{
+	if (r)
+		queue_suspect(r, machine);
+}
+
+void farm_recovery_stats(farm_recovery *r, struct farm_recovery_stats *out)
+{
+	if (!r || !out)
+		return;
+	pthread_mutex_lock(&r->mu);
+	*out = r->st;
+	pthread_mutex_unlock(&r->mu);
+	farm_lease_stats(r->lease, &out->lease);
+}
+
+farm_lease *farm_recovery_lease(farm_recovery *r)
+{
+	return r ? r->lease : NULL;
+}

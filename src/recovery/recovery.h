@@ -1,0 +1,94 @@
+/*
+ * Recovery's failure detector and reconfiguration trigger (FaRM SOSP'15
+ * sections 5.1-5.2, steps SUSPECT and PROBE of Figure 5).
+ *
+ * A machine runs one of these next to its membership. It holds the
+ * leases (lease.h) of the current configuration. When a lease lapses or
+ * the fabric reports a peer dead, its recovery thread probes every
+ * member of the configuration, the suspect too (a datagram each on the
+ * lease channel, answered by the lease thread, bounded by two lease
+ * lengths). When a majority of the configuration (itself included)
+ * answered, it asks the membership to leave out every member that did not
+ * answer (farm_membership_suspect); a suspect that answered is alive, so
+ * the suspicion is withdrawn (the lapse was on this side: it was paused).
+ * The membership's manager rule then makes the lowest live id that is not
+ * suspected write configuration c+1 naming itself CM, with the versioned
+ * compare-and-set; a machine in a minority never asks.
+ *
+ * A machine that finds itself left out of the configuration, or listed
+ * as removed, or whose own lease lapsed, reports it (on_event): it must
+ * stop acting as a member. The layers below learn of configurations only
+ * through the view the node applies.
+ *
+ * Internal; not installed.
+ */
+#ifndef FARM_RECOVERY_RECOVERY_H
+#define FARM_RECOVERY_RECOVERY_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <farm/error.h>
+
+#include "addrspace/membership.h"
+#include "recovery/lease.h"
+
+typedef struct farm_recovery farm_recovery;
+
+enum farm_recovery_event {
+	FARM_RECOVERY_REMOVED = 1,    /* this machine is not in the config */
+	FARM_RECOVERY_LEASE_LOST = 2, /* its lease at the CM lapsed */
+};
+
+/* On the lease or membership thread: quick, no farm_recovery_* calls. */
+typedef void (*farm_recovery_event_fn)(void *ctx, enum farm_recovery_event e,
+                                       uint64_t config_id);
+
+struct farm_recovery_attr {
+	uint32_t self_id;
+	uint32_t lease_us;               /* 0: FARM_LEASE_DEFAULT_US */
+	const char *lease_bind;          /* NULL: 127.0.0.1 */
+	bool no_realtime;                /* lease thread at normal priority */
+	farm_recovery_event_fn on_event; /* may be NULL */
+	void *ctx;
+};
+
+/* Counters and the last reconfiguration's timeline (monotonic ns). */
+struct farm_recovery_stats {
+	struct farm_lease_stats lease;
+	uint64_t suspicions;   /* machines suspected (lapse or report) */
+	uint64_t probes;       /* probe rounds */
+	uint64_t requests;     /* farm_membership_suspect calls */
+	uint64_t no_majority;  /* probes that found no majority */
+	uint64_t withdrawn;    /* suspects that answered the probe */
+	uint64_t removed;      /* times this machine found itself removed */
+	uint64_t t_suspect_ns; /* last suspicion */
+	uint64_t t_probed_ns;  /* its probe's end */
+	uint64_t t_config_ns;  /* the first configuration without it */
+	uint64_t config_id;    /* the configuration in force here */
+	uint32_t cm;           /* its CM */
+};
+
+int farm_recovery_open(const struct farm_recovery_attr *a,
+                       farm_recovery **out) FARM_MUST_CHECK;
+/* After the membership is closed (no more views). NULL is fine. */
+void farm_recovery_close(farm_recovery *r);
+/* The lease address for this machine's card. */
+const char *farm_recovery_lease_addr(const farm_recovery *r);
+/* The membership to ask (set once, before the first view). */
+void farm_recovery_set_membership(farm_recovery *r, struct farm_membership *m);
+/*
+ * farm_recovery_view() - a new configuration @v; @lease_addrs[i] is the
+ * lease address from member i's card ("" when its card has none: that
+ * member takes no part in leases). Starts the leases of @v. 0; -EINVAL;
+ * -ESTALE (an older configuration).
+ */
+int farm_recovery_view(farm_recovery *r, const struct farm_view *v,
+                       const char (*lease_addrs)[FARM_LEASE_ADDR_MAX]);
+/* The fabric saw @machine die: a suspicion, as a lapsed lease. */
+void farm_recovery_peer_dead(farm_recovery *r, uint32_t machine);
+void farm_recovery_stats(farm_recovery *r, struct farm_recovery_stats *out);
+/* The lease module (tests mute it to wedge this machine). */
+farm_lease *farm_recovery_lease(farm_recovery *r);
+
+#endif
