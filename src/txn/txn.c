@@ -49,348 +49,18 @@
 #include "util/common.h"
 #include "util/lines.h"
 #include "util/log.h"
+#include "txn/txn_int.h"
 
-#define MAX_LOOPS     64
-#define TX_SLOTS      4096u /* concurrent transactions per loop */
-#define LOCK_BUCKETS  1024u
-#define WQ_CAP        1024u /* initial record queue per log writer; grows */
-#define NCLS          17    /* arena classes: 64 B .. 4 MiB */
+#define WQ_CAP 1024u /* initial record queue per log writer; grows */
+
 #define READ_TRIES    4096u
 #define SPACE_WAIT_NS (1000ull * 1000000ull) /* then -ENOSPC */
 #define LINE_TRIES    1000u
 #define DEFAULT_LOG   (1u << 20)
 #define DEFAULT_ARENA (64u << 20)
 
-enum rec_type {
-	REC_LOCK = 1,
-	REC_COMMIT_BACKUP = 2,
-	REC_COMMIT_PRIMARY = 3,
-	REC_ABORT = 4,
-	REC_TRUNC = 5,
-	REC_PAD = 6,
-};
-
-struct rec_hdr {
-	uint32_t len; /* bytes, a multiple of 64, trailer included */
-	uint16_t type;
-	uint16_t nobj;
-	uint64_t txid;
-	uint64_t trunc; /* records of this log before here are done */
-	uint64_t pad;
-};
-
-struct rec_obj {
-	uint64_t addr;
-	uint64_t version; /* LOCK: version read; COMMIT-BACKUP: new version */
-	uint64_t incarn;  /* LOCK: word expected; COMMIT-BACKUP: new word */
-	uint32_t lines;
-	uint32_t flags;
-};
-
-#define OBJF_NEW  1u
-#define OBJF_FREE 2u
-/* An array freed by the transaction: its first element carries
- * OBJF_ARRAY and the element count in bits 31..8, the others OBJF_ELEM;
- * the primary frees the whole array once every element is installed. */
-#define OBJF_ARRAY   4u
-#define OBJF_ELEM    8u
-#define OBJF_N_SHIFT 8
-
-struct reply {
-	uint64_t txid;
-	int32_t status;
-	uint32_t pad;
-};
-
-_Static_assert(sizeof(struct rec_hdr) == 32, "record header");
-_Static_assert(sizeof(struct rec_obj) == 32, "record object");
-
-/* ---- per-loop state
- * ---------------------------------------------------------- */
-
-struct arena {
-	uint8_t *base;
-	size_t size, used;
-	farm_mr *mr;
-	void *free[NCLS];
-};
-
-/* A record this loop wrote into one log, until its transaction is done. */
-struct wq_ent {
-	uint64_t pos, end;
-	bool done;
-};
-
-/* This loop's side of its log on machine @m (coordinator role). */
-struct writer {
-	uint64_t tail;     /* next record position (abs) */
-	uint64_t freed;    /* what we know the replica has freed (abs) */
-	uint64_t reserved; /* bytes promised to commits in progress */
-	uint64_t sent_trunc;
-	uint64_t wq_head, wq_tail; /* wq entries [head, tail) */
-	struct wq_ent *wq;         /* wq_cap, a power of two; grows */
-	uint64_t wq_cap;
-	bool reading;       /* a READ of the freed word is out */
-	uint64_t freed_buf; /* its destination (in the arena) */
-};
-
-/* A log this loop serves (replica role): coordinator (C, this thread). */
-struct reader {
-	uint64_t head;    /* next record to process */
-	uint64_t applied; /* records before here are truncated and zeroed */
-	bool broken;      /* a malformed record: no longer read */
-};
-
-struct lock_ent {
-	struct lock_ent *next;
-	uint64_t txid;
-	const uint8_t *rec; /* the LOCK record, in the log */
-};
-
-struct txloop {
-	farm_txm *m;
-	farm_loop *loop;
-	unsigned t;
-	uint64_t seq;
-	struct arena ar;
-	farm_tx **slots; /* TX_SLOTS */
-	struct lock_ent *locks[LOCK_BUCKETS];
-	struct writer *w; /* per machine */
-	struct reader *r; /* per machine */
-	uint64_t rand;
-	unsigned lock_waiters;      /* transactions waiting for lock replies */
-	struct rd_op *rd_free_list; /* recycled read operations */
-	/* Hot counters, written by this loop only (plain load + store). */
-	_Atomic uint64_t c_lf_reads, c_lf_retries, c_tx_reads;
-	unsigned inflight;   /* log WRITEs and freed-word READs not completed */
-	uint64_t epoch_tick; /* loop 0: passes, for the epoch trigger */
-	struct farm_as_rcache rc; /* where regions are, for reads */
-};
-
-struct farm_txm {
-	farm_fabric *fab;
-	farm_msg *msg;
-	farm_as *as;
-	farm_galloc *ga;
-	uint32_t me, T, M;
-	uint64_t R; /* ring bytes per log */
-	uint64_t hdr_area;
-	uint64_t lf_bound;
-	uint64_t lf_bound_cycles; /* lf_bound in farm_cycles() ticks */
-	uint32_t arena_size;
-	farm_mem *logmem;
-	farm_mr *logmr;
-	uint8_t *logbase;
-	farm_mr_desc logdesc;
-	farm_mr_desc *peers;     /* M */
-	_Atomic int *peer_ready; /* M */
-	/* The machines whose logs we serve, compact, for the pollers. */
-	uint32_t ready_ids[0x40];
-	_Atomic unsigned nready;
-	pthread_mutex_t peer_lock;
-	struct txloop *loops[MAX_LOOPS];
-	/* Distributed epochs (loop 0 starts the background ones). */
-	unsigned epoch_free_pct;
-	bool epoch_running; /* a background epoch is in flight */
-	bool epoch_domain;  /* holds a farm_epoch_domain_get */
-	uint64_t epoch_last_check;
-	uint64_t epoch_reclaimed_now; /* the background epoch's result */
-	struct {
-		_Atomic uint64_t v[32];
-	} st;
-};
-
-enum {
-	S_COMMITS,
-	S_COMMITS_SINGLE,
-	S_AB_CONFLICT,
-	S_AB_VALIDATION,
-	S_AB_FAILURE,
-	S_AB_NOSPACE,
-	S_AB_FREED,
-	S_LF_READS,
-	S_LF_RETRIES,
-	S_TX_READS,
-	S_C_WRITES,
-	S_C_READS,
-	S_C_MSGS,
-	S_LOG_FULL,
-	S_TRUNCATES,
-	S_LOCKS_OK,
-	S_LOCKS_REFUSED,
-	S_INSTALLS,
-	S_BACKUP_APPLIES,
-	S_BAD_RECORDS,
-	S_EPOCHS,
-	S_EPOCHS_FAILED,
-	S_EPOCH_RECLAIMED,
-};
-
 /* Testing knobs (txn_testing.h; the testing section at the end). */
 static _Atomic bool testing_crash_after_backup, testing_skip_validation;
-
-static void stat_add(farm_txm *m, int i, uint64_t n)
-{
-	atomic_fetch_add_explicit(&m->st.v[i], n, memory_order_relaxed);
-}
-
-/* ---- transactions
- * -------------------------------------------------------------- */
-
-#define TXO_READ  1u
-#define TXO_WRITE 2u
-#define TXO_NEW   4u
-#define TXO_FREE  8u
-#define TXO_ARRAY 16u /* the first element of an array (arr_n elements) */
-#define TXO_ELEM  32u /* another element of such an array */
-
-struct txobj {
-	farm_gaddr a;
-	uint32_t size;
-	uint32_t lines;
-	uint64_t version; /* read, unlocked */
-	uint64_t incarn;  /* word read */
-	uint32_t primary;
-	uint32_t flags;
-	uint8_t *data; /* size bytes */
-	uint8_t *img;  /* commit: the after-image (arena), lines * 64 */
-	uint32_t reps[FARM_RING_MAX_REPLICAS];
-	unsigned nrep;
-	bool locked;    /* single-machine commit: we hold its lock */
-	uint8_t *vbuf;  /* validation READ destination (arena) */
-	uint32_t arr_n; /* TXO_ARRAY: elements */
-};
-
-enum phase {
-	PH_OPEN = 0,
-	PH_RESERVE,
-	PH_LOCK,
-	PH_VALIDATE,
-	PH_BACKUP,
-	PH_PRIMARY,
-	PH_ABORT,
-	PH_DONE,
-};
-
-/* A record this transaction wrote (for the low-water marks). */
-struct txrec {
-	uint32_t machine;
-	uint64_t seq; /* its wq entry */
-};
-
-struct farm_tx {
-	farm_txm *m;
-	struct txloop *tl;
-	uint64_t id;
-	struct txobj *o;
-	unsigned n, cap;
-	unsigned reads_out; /* reads in flight */
-	enum phase ph;
-	unsigned pending;
-	int outcome;
-	bool reported, single;
-	farm_tx_commit_fn cont;
-	void *ctx;
-	uint64_t need[0x40]; /* log bytes reserved per machine (M <= 64) */
-	uint64_t used[0x40];
-	bool locked_at[0x40];
-	bool decided_at[0x40]; /* its COMMIT-PRIMARY or ABORT landed there */
-	unsigned wait_writes, wait_replies, wait_reads;
-	int fail;                  /* first failure of the phase */
-	uint64_t deadline;         /* waiting for replies until */
-	unsigned committed_writes; /* COMMIT-PRIMARY writes that landed */
-	bool in_call;              /* inside farm_tx_commit: defer callbacks */
-	bool released;             /* farm_tx_free was called */
-	bool retry_posted;         /* a reserve_again work item is queued */
-	bool deferred_report, deferred_finish;
-	unsigned space_tries;
-	struct txrec *recs;
-	unsigned nrecs, caprecs;
-	uint64_t n_writes, n_reads, n_msgs;
-	unsigned ep; /* epoch bucket (farm_epoch_op_begin) */
-};
-
-/* ---- arena: registered staging memory
- * ------------------------------------------ */
-
-static int arena_cls(size_t n)
-{
-	int c = 0;
-	while (((size_t)64 << c) < n)
-		c++;
-	return c < NCLS ? c : -1;
-}
-
-static void *arena_get(struct arena *a, size_t n)
-{
-	int c = arena_cls(n);
-	if (c < 0)
-		return NULL;
-	void *p = a->free[c];
-	if (p) {
-		memcpy(&a->free[c], p, sizeof(void *));
-		return p;
-	}
-	size_t sz = (size_t)64 << c;
-	if (a->used + sz > a->size)
-		return NULL;
-	p = a->base + a->used;
-	a->used += sz;
-	return p;
-}
-
-static void arena_put(struct arena *a, void *p, size_t n)
-{
-	int c = arena_cls(n);
-	if (!p || c < 0)
-		return;
-	memcpy(p, &a->free[c], sizeof(void *));
-	a->free[c] = p;
-}
-
-/* ---- logs: layout
- * -------------------------------------------------------------- */
-
-static uint64_t log_index(const farm_txm *m, uint32_t coord, unsigned t)
-{
-	return (uint64_t)coord * m->T + t;
-}
-/* The log memory: a 64-byte superblock (struct log_super: what a
- * restarted machine, or a tool, needs to read the logs without the rest of
- * the machine), one 64-byte header per log, the rings. */
-#define LOG_SUPER_MAGIC 0x314c58544d524146ull /* "FARMTXL1" */
-
-struct log_super {
-	uint64_t magic;
-	uint32_t layout; /* 1 */
-	uint32_t machine;
-	uint32_t M, T;
-	uint64_t R;
-	uint64_t hdr_area;
-	uint64_t total;
-	uint64_t pad[2];
-};
-_Static_assert(sizeof(struct log_super) == 64, "log superblock");
-
-static uint64_t log_hdr_off(const farm_txm *m, uint64_t i)
-{
-	(void)m;
-	return 64 + i * 64;
-}
-static uint64_t log_ring_off(const farm_txm *m, uint64_t i)
-{
-	return m->hdr_area + i * m->R;
-}
-
-/* ---- logs: the writer side
- * ------------------------------------------------------ */
-
-static uint64_t rec_size(unsigned nobj, uint64_t img_bytes)
-{
-	uint64_t n = sizeof(struct rec_hdr) +
-	             (uint64_t)nobj * sizeof(struct rec_obj) + img_bytes + 8;
-	return (n + 63) & ~63ull;
-}
 
 static uint64_t low_water(const struct writer *w)
 {
@@ -398,12 +68,6 @@ static uint64_t low_water(const struct writer *w)
 		if (!w->wq[s % w->wq_cap].done)
 			return w->wq[s % w->wq_cap].pos;
 	return w->tail;
-}
-
-static void wq_pop_done(struct writer *w)
-{
-	while (w->wq_head != w->wq_tail && w->wq[w->wq_head % w->wq_cap].done)
-		w->wq_head++;
 }
 
 /* Room for one more queue entry: the queue grows (entries keep their
@@ -427,12 +91,6 @@ static int wq_reserve(struct writer *w, unsigned n)
 	return 0;
 }
 
-/* Room for @need more bytes (and a pad) in @w's log? */
-static bool has_room(const farm_txm *m, const struct writer *w, uint64_t need)
-{
-	return (w->tail - w->freed) + w->reserved + 2 * need + 128 <= m->R;
-}
-
 struct wr_ctx {
 	struct txloop *tl;
 	farm_tx *tx; /* NULL: no one waits (TRUNC, PAD) */
@@ -442,16 +100,13 @@ struct wr_ctx {
 	uint32_t mach;
 };
 
-static void tx_record_done(farm_loop *loop, farm_tx *tx, int kind,
-                           uint32_t mach, int status);
-
 static void write_done(farm_loop *loop, void *ctx, int status)
 {
 	struct wr_ctx *c = ctx;
 	c->tl->inflight--;
 	arena_put(&c->tl->ar, c->buf, c->len);
 	if (c->tx)
-		tx_record_done(loop, c->tx, c->kind, c->mach, status);
+		txn_tx_record_done(loop, c->tx, c->kind, c->mach, status);
 	else if (status)
 		farm_warn("txn: log write failed: %s", farm_strerror(status));
 	free(c);
@@ -509,14 +164,14 @@ static int post_write(struct txloop *tl, uint32_t mach, uint64_t off, void *buf,
  * txid and body filled) to this loop's log on @mach. The caller reserved
  * the room (released here). Fills in the low-water mark and the trailer,
  * pads to the ring's end first when the record does not fit before it.
- * Completion goes to tx_record_done(tx, kind). *@seq_out: the record's
+ * Completion goes to txn_tx_record_done(tx, kind). *@seq_out: the record's
  * queue entry, to mark done when the transaction is. Returns 0, or an
  * error with nothing sent for this record.
  */
-static void refresh_freed(struct txloop *tl, uint32_t mach);
+void txn_refresh_freed(struct txloop *tl, uint32_t mach);
 
-static int log_append(struct txloop *tl, uint32_t mach, void *buf, size_t len,
-                      farm_tx *tx, int kind, uint64_t *seq_out)
+int txn_log_append(struct txloop *tl, uint32_t mach, void *buf, size_t len,
+                   farm_tx *tx, int kind, uint64_t *seq_out)
 {
 	farm_txm *m = tl->m;
 	struct writer *w = &tl->w[mach];
@@ -525,7 +180,7 @@ static int log_append(struct txloop *tl, uint32_t mach, void *buf, size_t len,
 	 * reservations say: that would destroy records still in use. */
 	uint64_t total = len + (off + len > m->R ? m->R - off : 0);
 	if (w->tail + total - w->freed > m->R) {
-		refresh_freed(tl, mach);
+		txn_refresh_freed(tl, mach);
 		if (w->tail + total - w->freed > m->R) {
 			arena_put(&tl->ar, buf, len);
 			return -EAGAIN;
@@ -592,12 +247,12 @@ static int log_small(struct txloop *tl, uint32_t mach, int type, uint64_t txid,
 	memset(b, 0, 64);
 	struct rec_hdr h = {.type = (uint16_t)type, .txid = txid};
 	memcpy(b, &h, sizeof(h));
-	return log_append(tl, mach, b, 64, tx, kind, seq_out);
+	return txn_log_append(tl, mach, b, 64, tx, kind, seq_out);
 }
 
 /* Lazily tell replicas how far records are done: when a log is half full
  * and its low-water mark has moved since we last said (log cleaning). */
-static void maybe_truncate(struct txloop *tl, uint32_t mach)
+void txn_maybe_truncate(struct txloop *tl, uint32_t mach)
 {
 	farm_txm *m = tl->m;
 	struct writer *w = &tl->w[mach];
@@ -614,9 +269,6 @@ static void maybe_truncate(struct txloop *tl, uint32_t mach)
 	if (log_small(tl, mach, REC_TRUNC, 0, NULL, 0, NULL) == 0)
 		stat_add(m, S_TRUNCATES, 1);
 }
-
-/* ---- logs: the replica side (the loop's poller)
- * ---------------------------------- */
 
 static struct lock_ent **lock_slot(struct txloop *tl, uint64_t txid)
 {
@@ -947,7 +599,7 @@ static int poll_log(struct txloop *tl, uint32_t coord)
 	return got;
 }
 
-static int txn_poll(farm_loop *loop, void *ctx)
+int txn_poll(farm_loop *loop, void *ctx)
 {
 	(void)loop;
 	struct txloop *tl = ctx;
@@ -959,7 +611,7 @@ static int txn_poll(farm_loop *loop, void *ctx)
 	return got;
 }
 
-static bool txn_pending(farm_loop *loop, void *ctx)
+bool txn_pending(farm_loop *loop, void *ctx)
 {
 	(void)loop;
 	struct txloop *tl = ctx;
@@ -982,44 +634,6 @@ static bool txn_pending(farm_loop *loop, void *ctx)
 	farm_epoch_park();
 	return false;
 }
-
-/* A counter only this loop writes: a plain load and store. */
-static inline void cnt_inc(_Atomic uint64_t *c)
-{
-	atomic_store_explicit(c,
-	                      atomic_load_explicit(c, memory_order_relaxed) + 1,
-	                      memory_order_relaxed);
-}
-
-/* ---- reads (transactional and lock-free)
- * --------------------------------------- */
-
-/* A lock-free read's caller (kept inside its rd_op: no allocation). */
-struct lf_ctx {
-	void *buf;
-	farm_op_fn cont;
-	void *ctx;
-	uint64_t *version_out; /* testing: the version read */
-};
-
-struct rd_op {
-	struct txloop *tl;
-	struct rd_op *next_free;
-	struct lf_ctx lf;
-	farm_gaddr a;
-	uint32_t size, lines;
-	uint64_t want; /* incarnation count, or UINT64_MAX */
-	uint8_t *img;
-	unsigned tries;
-	uint64_t t0;
-	int status;
-	uint64_t version, incarn;
-	unsigned ep;  /* lock-free reads: epoch bucket */
-	unsigned nel; /* array reads: elements of lines / nel lines each */
-	void (*done)(struct rd_op *op);
-	void *ctx;
-	void *ctx2;
-};
 
 static void rd_start(struct rd_op *op);
 
@@ -1229,8 +843,6 @@ static void rd_free(struct rd_op *op)
 	tl->rd_free_list = op;
 }
 
-/* Lock-free reads. */
-
 static void lf_done(struct rd_op *op)
 {
 	struct lf_ctx *c = op->ctx;
@@ -1253,15 +865,6 @@ static void lf_done(struct rd_op *op)
 	rd_free(op);
 	farm_epoch_op_end(ep);
 	cont(loop, ctx, st);
-}
-
-static struct txloop *loop_state(farm_txm *m, farm_loop *loop)
-{
-	if (!m || !loop)
-		return NULL;
-	unsigned i = farm_loop_index(loop);
-	struct txloop *tl = i < MAX_LOOPS ? m->loops[i] : NULL;
-	return tl && tl->loop == loop ? tl : NULL;
 }
 
 int farm_lf_read(farm_txm *m, farm_loop *loop, farm_gaddr a, uint32_t size,
@@ -1340,35 +943,6 @@ void farm_lf_end(farm_lf_op *op)
 	}
 }
 
-/* ---- transactions: begin, read, write, alloc, free
- * ----------------------------- */
-
-static bool tx_gone(farm_tx *tx);
-static void tx_finish(farm_tx *tx);
-
-static struct txobj *tx_find(farm_tx *tx, farm_gaddr a)
-{
-	for (unsigned i = 0; i < tx->n; i++)
-		if (tx->o[i].a == a)
-			return &tx->o[i];
-	return NULL;
-}
-
-static struct txobj *tx_add(farm_tx *tx)
-{
-	if (tx->n == tx->cap) {
-		unsigned nc = tx->cap ? tx->cap * 2 : 8;
-		struct txobj *no = realloc(tx->o, nc * sizeof(*no));
-		if (!no)
-			return NULL;
-		tx->o = no;
-		tx->cap = nc;
-	}
-	struct txobj *o = &tx->o[tx->n++];
-	memset(o, 0, sizeof(*o));
-	return o;
-}
-
 static uint32_t primary_of(farm_txm *m, farm_gaddr a)
 {
 	uint32_t rep[FARM_RING_MAX_REPLICAS];
@@ -1402,7 +976,7 @@ int farm_tx_begin(farm_txm *m, farm_loop *loop, farm_tx **out)
 	return 0;
 }
 
-static void tx_free(farm_tx *tx)
+void txn_tx_free(farm_tx *tx)
 {
 	struct txloop *tl = tx->tl;
 	if (tl->slots[(tx->id & ((1ull << 48) - 1)) % TX_SLOTS] == tx)
@@ -1433,7 +1007,7 @@ static void txrd_done(struct rd_op *op)
 	if (tx->released) {
 		rd_free(op);
 		free(c);
-		(void)tx_gone(tx);
+		(void)txn_tx_gone(tx);
 		return;
 	}
 	cnt_inc(&tx->tl->c_tx_reads);
@@ -1487,7 +1061,7 @@ static void txrd_cached(farm_loop *loop, void *ctx, int status)
 	struct again_ctx *c = ctx;
 	c->tx->reads_out--;
 	if (c->tx->released) {
-		(void)tx_gone(c->tx);
+		(void)txn_tx_gone(c->tx);
 		free(c);
 		return;
 	}
@@ -1681,7 +1255,7 @@ static void txal_done(farm_loop *loop, void *ctx, int status, farm_gaddr a)
 		if (!status)
 			(void)farm_galloc_free_local(m->ga, tx->tl->loop, a);
 		free(c);
-		(void)tx_gone(tx);
+		(void)txn_tx_gone(tx);
 		return;
 	}
 	farm_fatptr fp = {0};
@@ -1802,12 +1376,7 @@ int farm_tx_alloc_array(farm_tx *tx, uint32_t elem_size, uint32_t n,
 	return rc;
 }
 
-/* ---- commit
- * ------------------------------------------------------------------------ */
-
 struct decisive;
-
-enum { K_LOCK = 1, K_BACKUP, K_PRIMARY, K_ABORT };
 
 #define REPLY_TIMEOUT_NS (1000ull * 1000000ull)
 
@@ -1901,7 +1470,7 @@ static void tx_append(farm_tx *tx, uint32_t mach, uint8_t *buf, size_t len,
                       int kind)
 {
 	uint64_t seq;
-	int rc = log_append(tx->tl, mach, buf, len, tx, kind, &seq);
+	int rc = txn_log_append(tx->tl, mach, buf, len, tx, kind, &seq);
 	if (!rc)
 		tx->used[mach] += len;
 	if (rc && rc != -EAGAIN && (kind == K_PRIMARY || kind == K_ABORT))
@@ -1969,7 +1538,7 @@ static void tx_report(farm_tx *tx, int outcome)
 }
 
 /* Everything the transaction wrote is done: its records may go. */
-static void tx_finish(farm_tx *tx)
+void txn_tx_finish(farm_tx *tx)
 {
 	struct txloop *tl = tx->tl;
 	farm_txm *m = tx->m;
@@ -1998,7 +1567,7 @@ static void tx_finish(farm_tx *tx)
 		                        ? tx->need[mach] - tx->used[mach]
 		                        : 0;
 		w->reserved -= FARM_MIN(w->reserved, left);
-		maybe_truncate(tl, mach);
+		txn_maybe_truncate(tl, mach);
 	}
 	for (unsigned i = 0; i < tx->n; i++) {
 		struct txobj *o = &tx->o[i];
@@ -2022,7 +1591,7 @@ static void tx_finish(farm_tx *tx)
 	}
 	tx->ph = PH_DONE;
 	if (tx->released)
-		tx_free(tx);
+		txn_tx_free(tx);
 }
 
 static void phase_validate(farm_tx *tx);
@@ -2040,7 +1609,7 @@ static void tx_fail(farm_tx *tx, int fail)
 	if (tx->single) {
 		single_unlock(tx, tx->n);
 		tx_report(tx, fail);
-		tx_finish(tx);
+		txn_tx_finish(tx);
 	} else {
 		phase_abort(tx, fail);
 	}
@@ -2071,7 +1640,7 @@ static void tx_step(farm_tx *tx)
 				any |= is_write(&tx->o[i]);
 			if (!any) { /* read-only: validated */
 				tx_report(tx, 0);
-				tx_finish(tx);
+				txn_tx_finish(tx);
 			} else {
 				phase_backup(tx);
 			}
@@ -2094,9 +1663,9 @@ static void tx_step(farm_tx *tx)
 		if (!tx->reported)
 			tx_report(tx,
 			          tx->committed_writes ? 0 : FARM_EPEERDEAD);
-		tx_finish(tx);
+		txn_tx_finish(tx);
 		break;
-	case PH_ABORT: tx_finish(tx); break;
+	case PH_ABORT: txn_tx_finish(tx); break;
 	default: break;
 	}
 }
@@ -2104,8 +1673,8 @@ static void tx_step(farm_tx *tx)
 static void send_decisive(farm_tx *tx, uint32_t mach, int type, int kind,
                           struct decisive *d);
 
-static void tx_record_done(farm_loop *loop, farm_tx *tx, int kind,
-                           uint32_t mach, int status)
+void txn_tx_record_done(farm_loop *loop, farm_tx *tx, int kind, uint32_t mach,
+                        int status)
 {
 	(void)loop;
 	tx->wait_writes--;
@@ -2137,7 +1706,7 @@ static void tx_record_done(farm_loop *loop, farm_tx *tx, int kind,
 	tx_step(tx);
 }
 
-static void h_reply(farm_loop *loop, const farm_msg_in *in, void *arg)
+void txn_h_reply(farm_loop *loop, const farm_msg_in *in, void *arg)
 {
 	farm_txm *m = arg;
 	struct txloop *tl = loop_state(m, loop);
@@ -2365,9 +1934,6 @@ static void phase_abort(farm_tx *tx, int outcome)
 	tx_step(tx);
 }
 
-/* ---- single-machine commits
- * ------------------------------------------------------- */
-
 static _Atomic uint64_t *local_hdr(farm_tx *tx, const struct txobj *o)
 {
 	return farm_as_local_ptr(tx->m->as, o->a, 64ull * o->lines);
@@ -2477,11 +2043,8 @@ static void single_install(farm_tx *tx)
 		o->locked = false;
 	}
 	tx_report(tx, 0);
-	tx_finish(tx);
+	txn_tx_finish(tx);
 }
-
-/* ---- commit: entry, log space
- * ------------------------------------------------------ */
 
 static void tx_deferred(farm_loop *loop, void *ctx, int status)
 {
@@ -2495,7 +2058,7 @@ static void tx_deferred(farm_loop *loop, void *ctx, int status)
 	}
 	if (fin) {
 		tx->deferred_finish = false;
-		tx_finish(tx);
+		txn_tx_finish(tx);
 	}
 }
 
@@ -2523,7 +2086,7 @@ static void tx_start_phases(farm_tx *tx)
 static void freed_read_done(farm_loop *loop, void *ctx, int status);
 
 /* Ask machine @mach how far our log there is free (a READ of its word). */
-static void refresh_freed(struct txloop *tl, uint32_t mach)
+void txn_refresh_freed(struct txloop *tl, uint32_t mach)
 {
 	farm_txm *m = tl->m;
 	struct writer *w = &tl->w[mach];
@@ -2556,8 +2119,6 @@ static void refresh_freed(struct txloop *tl, uint32_t mach)
 	w->reading = true;
 }
 
-static void tx_reserve(farm_tx *tx);
-
 static void freed_read_done(farm_loop *loop, void *ctx, int status)
 {
 	(void)loop;
@@ -2578,7 +2139,7 @@ static void freed_read_done(farm_loop *loop, void *ctx, int status)
 	for (unsigned i = 0; i < TX_SLOTS; i++) {
 		farm_tx *tx = tl->slots[i];
 		if (tx && tx->ph == PH_RESERVE)
-			tx_reserve(tx);
+			txn_tx_reserve(tx);
 	}
 }
 
@@ -2593,13 +2154,13 @@ static void reserve_again(farm_loop *loop, void *ctx, int status)
 	if (status) { /* the loop is closing */
 		memset(tx->need, 0, sizeof(tx->need));
 		tx_report(tx, status);
-		tx_finish(tx);
+		txn_tx_finish(tx);
 		return;
 	}
-	tx_reserve(tx);
+	txn_tx_reserve(tx);
 }
 
-static void tx_reserve(farm_tx *tx)
+void txn_tx_reserve(farm_tx *tx)
 {
 	farm_txm *m = tx->m;
 	struct txloop *tl = tx->tl;
@@ -2610,9 +2171,9 @@ static void tx_reserve(farm_tx *tx)
 		struct writer *w = &tl->w[mach];
 		if (!has_room(m, w, tx->need[mach])) {
 			wq_pop_done(w);
-			refresh_freed(tl, mach);
+			txn_refresh_freed(tl, mach);
 			if (!has_room(m, w, tx->need[mach])) {
-				maybe_truncate(tl, mach);
+				txn_maybe_truncate(tl, mach);
 				ok = false;
 				reading |= w->reading;
 			}
@@ -2627,7 +2188,7 @@ static void tx_reserve(farm_tx *tx)
 		if (farm_now_ns() > tx->deadline) {
 			memset(tx->need, 0, sizeof(tx->need));
 			tx_report(tx, -ENOSPC);
-			tx_finish(tx);
+			txn_tx_finish(tx);
 			return;
 		}
 		/* A freed-word READ's completion retries us; with none out
@@ -2675,7 +2236,7 @@ int farm_tx_commit(farm_tx *tx, farm_tx_commit_fn cont, void *ctx)
 		if (tx->n <= 1) {
 			tx->ph = PH_VALIDATE;
 			tx_report(tx, 0);
-			tx_finish(tx);
+			txn_tx_finish(tx);
 		} else {
 			phase_validate(tx);
 		}
@@ -2733,7 +2294,7 @@ int farm_tx_commit(farm_tx *tx, farm_tx_commit_fn cont, void *ctx)
 			return -E2BIG; /* more than half a log: never fits */
 	tx->ph = PH_RESERVE;
 	tx->in_call = true;
-	tx_reserve(tx);
+	txn_tx_reserve(tx);
 	return tx_leave_call(tx);
 }
 
@@ -2746,7 +2307,7 @@ int farm_tx_abort(farm_tx *tx)
 	if (tx->reads_out)
 		return -EBUSY;
 	tx->outcome = -ECANCELED;
-	tx_finish(tx);
+	txn_tx_finish(tx);
 	return 0;
 }
 
@@ -2757,21 +2318,21 @@ void farm_tx_free(farm_tx *tx)
 	tx->released = true;
 	if (tx->ph == PH_OPEN && !tx->reads_out) {
 		tx->outcome = -ECANCELED;
-		tx_finish(tx); /* frees */
+		txn_tx_finish(tx); /* frees */
 	} else if (tx->ph == PH_DONE) {
-		tx_free(tx);
+		txn_tx_free(tx);
 	}
 	/* else: a commit or reads are in flight; freed when they end. */
 }
 
 /* A read came back to a transaction the application already freed. */
-static bool tx_gone(farm_tx *tx)
+bool txn_tx_gone(farm_tx *tx)
 {
 	if (!tx->released || tx->reads_out)
 		return false;
 	if (tx->ph == PH_OPEN) {
 		tx->outcome = -ECANCELED;
-		tx_finish(tx);
+		txn_tx_finish(tx);
 	}
 	return true;
 }
@@ -2783,7 +2344,7 @@ bool farm_tx_retryable(int outcome)
 }
 
 /* Transactions waiting for lock replies past their deadline give up. */
-static void scan_deadlines(struct txloop *tl)
+void txn_scan_deadlines(struct txloop *tl)
 {
 	uint64_t now = farm_now_ns();
 	for (unsigned i = 0; i < TX_SLOTS; i++) {
@@ -2798,17 +2359,6 @@ static void scan_deadlines(struct txloop *tl)
 	}
 }
 
-/* ---- blocking wrappers
- * ---------------------------------------------------------- */
-
-struct sync_res {
-	volatile int done;
-	int status;
-	const void *data;
-	farm_fatptr fp;
-	void *wdata;
-};
-
 static void sync_read_cb(farm_tx *tx, void *ctx, int status, const void *data,
                          uint32_t size)
 {
@@ -2818,12 +2368,6 @@ static void sync_read_cb(farm_tx *tx, void *ctx, int status, const void *data,
 	r->status = status;
 	r->data = data;
 	r->done = 1;
-}
-
-static int wait_loop(farm_loop *loop, struct sync_res *r)
-{
-	int rc = farm_loop_wait(loop, &r->done, 0);
-	return rc ? rc : r->status;
 }
 
 int farm_tx_read_sync(farm_tx *tx, farm_gaddr a, uint32_t size,
@@ -2887,14 +2431,6 @@ int farm_tx_commit_sync(farm_tx *tx)
 	return wait_loop(loop, &r);
 }
 
-static void sync_op_cb(farm_loop *loop, void *ctx, int status)
-{
-	(void)loop;
-	struct sync_res *r = ctx;
-	r->status = status;
-	r->done = 1;
-}
-
 int farm_lf_read_sync(farm_txm *m, farm_loop *loop, farm_gaddr a, uint32_t size,
                       uint64_t want_incarnation, void *buf)
 {
@@ -2905,11 +2441,6 @@ int farm_lf_read_sync(farm_txm *m, farm_loop *loop, farm_gaddr a, uint32_t size,
 		return rc;
 	return wait_loop(loop, &r);
 }
-
-/* ---- the manager
- * ------------------------------------------------------------------ */
-
-/* ---- distributed epochs (epoch.c does the work) ------------------------- */
 
 struct txepoch {
 	farm_txm *m;
@@ -3000,7 +2531,7 @@ static int txn_poll_all(farm_loop *loop, void *ctx)
 	struct txloop *tl = ctx;
 	int got = txn_poll(loop, ctx);
 	if (tl->lock_waiters && (++tl->rand & 1023) == 0)
-		scan_deadlines(tl);
+		txn_scan_deadlines(tl);
 	farm_epoch_quiesce();
 	if (tl->t == 0 && (++tl->epoch_tick & 4095) == 0)
 		epoch_maybe_start(tl);
@@ -3068,7 +2599,7 @@ int farm_txm_create(farm_fabric *fab, farm_msg *msg, farm_as *as,
 		                         FARM_ACCESS_REMOTE_WRITE,
 		                 &m->logmr);
 	if (!rc)
-		rc = farm_msg_handle(msg, FARM_MSGT_TX_REPLY, h_reply, m);
+		rc = farm_msg_handle(msg, FARM_MSGT_TX_REPLY, txn_h_reply, m);
 	if (!rc)
 		rc = farm_epoch_handle(msg);
 	if (!rc && !(rc = farm_epoch_domain_get()))
@@ -3299,8 +2830,6 @@ void farm_txm_stats_get(farm_txm *m, farm_txm_stats *out)
 	                        .epoch_blocks_reclaimed = v[S_EPOCH_RECLAIMED]};
 }
 
-/* ---- reading logs after a restart ------------------------------------- */
-
 int farm_txlog_scan_file(const char *path, farm_txlog_fn fn, void *ctx,
                          struct farm_txlog_info *info)
 {
@@ -3408,9 +2937,6 @@ int farm_txlog_scan_dir(const char *dir, farm_txlog_fn fn, void *ctx,
 	return rc;
 }
 
-/* ---- testing section (txn_testing.h): for tests only
- * ------------------------------ */
-
 uint64_t farm_tx_testing_version(farm_tx *tx, farm_gaddr a)
 {
 	struct txobj *o = tx ? tx_find(tx, a) : NULL;
@@ -3499,9 +3025,6 @@ int farm_txm_testing_records(farm_txm *m,
 	}
 	return n;
 }
-
-/* ---- local reads without waiting
- * ------------------------------------------------ */
 
 int farm_tx_read_local(farm_tx *tx, farm_gaddr a, uint32_t size,
                        const void **data)
