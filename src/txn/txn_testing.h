@@ -1,6 +1,7 @@
 /*
- * Testing hooks of the transaction layer (implemented at the end of
- * txn.c, in its testing section). For tests only: they expose what the
+ * Testing hooks of the transaction layer (each implemented in the testing
+ * section at the end of the file whose role it tests: read.c, tx.c,
+ * commit.c, log.c). For tests only: they expose what the
  * API hides on purpose (versions, transaction ids, the logs) and can
  * break the protocol on request to prove that tests notice. Internal; not
  * installed.

@@ -1,0 +1,945 @@
+/*
+ * The coordinator: the commit protocol (SOSP'15 section 4) over logs
+ * written with one-sided WRITEs (log.c), processed by participants
+ * (participant.c).
+ *
+ * Commit of a distributed transaction (coordinator = the loop that ran it):
+ *   1. reserve room in every log the commit will write;
+ *   2. LOCK: a record (objects, versions read, after-images) into each
+ *      write-set primary's log; the primary locks the objects (CAS of the
+ *      header version to the exclusive lock) and answers by message;
+ *   3. VALIDATE: one one-sided READ of the header of every object only
+ *      read (a load when local): unchanged and unlocked, else abort;
+ *   4. COMMIT-BACKUP: a record with the after-images into the log of each
+ *      backup of each primary; wait until every WRITE has completed
+ *      (durable: FARM_WR_PERSIST);
+ *   5. COMMIT-PRIMARY: a record into each primary's log; the primary
+ *      installs from its LOCK record and unlocks. The outcome is reported
+ *      once one of these WRITEs has completed;
+ *   6. TRUNCATE: every record's header carries the coordinator's low-water
+ *      mark in that log; records below it are done. Backups apply the
+ *      after-images of COMMIT-BACKUP records they truncate, then zero the
+ *      space and publish how far the log is free.
+ * Aborts after LOCK write ABORT records; the primary unlocks.
+ * Single-machine transactions (every object's primary is the coordinator's
+ * machine): lock locally in shared mode (lock-free reads still succeed),
+ * validate locally, COMMIT-BACKUP to the backups, then lock exclusively,
+ * install, unlock.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "txn/object.h"
+#include "txn/txn_int.h"
+#include "txn/txn_testing.h"
+#include "util/log.h"
+
+#define SPACE_WAIT_NS (1000ull * 1000000ull) /* then -ENOSPC */
+
+/* Testing knobs (txn_testing.h; the testing section at the end). */
+static _Atomic bool testing_crash_after_backup, testing_skip_validation;
+
+struct decisive;
+
+#define REPLY_TIMEOUT_NS (1000ull * 1000000ull)
+
+/* ---- records ----------------------------------------------------------- */
+
+static bool is_write(const struct txobj *o)
+{
+	return (o->flags & TXO_WRITE) != 0;
+}
+
+static bool backs(const struct txobj *o, uint32_t b)
+{
+	for (unsigned i = 1; i < o->nrep; i++)
+		if (o->reps[i] == b)
+			return true;
+	return false;
+}
+
+/* Objects of a record: LOCK to @p (type LOCK), or COMMIT-BACKUP for
+ * primary @p to backup @b. */
+static bool in_rec(const struct txobj *o, int type, uint32_t p, uint32_t b)
+{
+	if (!is_write(o) || o->primary != p)
+		return false;
+	return type == REC_LOCK || backs(o, b);
+}
+
+static uint64_t rec_bytes(farm_tx *tx, int type, uint32_t p, uint32_t b,
+                          unsigned *nobj)
+{
+	unsigned n = 0;
+	uint64_t img = 0;
+	for (unsigned i = 0; i < tx->n; i++)
+		if (in_rec(&tx->o[i], type, p, b)) {
+			n++;
+			img += 64ull * tx->o[i].lines;
+		}
+	if (nobj)
+		*nobj = n;
+	return n ? rec_size(n, img) : 0;
+}
+
+static uint64_t new_incarn(const struct txobj *o)
+{
+	return (o->flags & TXO_FREE) ? farm_incarn_freed(o->incarn) : o->incarn;
+}
+
+static int build_rec(farm_tx *tx, int type, uint32_t p, uint32_t b,
+                     uint8_t **out, size_t *len)
+{
+	unsigned n;
+	uint64_t sz = rec_bytes(tx, type, p, b, &n);
+	uint8_t *buf = arena_get(&tx->tl->ar, sz);
+	if (!buf)
+		return -ENOMEM;
+	memset(buf, 0, sz);
+	struct rec_hdr h = {
+	        .type = (uint16_t)type, .nobj = (uint16_t)n, .txid = tx->id};
+	memcpy(buf, &h, sizeof(h));
+	struct rec_obj *ro = (struct rec_obj *)(void *)(buf + sizeof(h));
+	uint8_t *img = buf + sizeof(h) + (size_t)n * sizeof(*ro);
+	unsigned k = 0;
+	for (unsigned i = 0; i < tx->n; i++) {
+		struct txobj *o = &tx->o[i];
+		if (!in_rec(o, type, p, b))
+			continue;
+		ro[k++] = (struct rec_obj){
+		        .addr = o->a,
+		        .version = type == REC_LOCK ? o->version
+		                                    : o->version + OBJ_VSTEP,
+		        .incarn = type == REC_LOCK ? o->incarn : new_incarn(o),
+		        .lines = o->lines,
+		        .flags = (o->flags & TXO_NEW ? OBJF_NEW : 0) |
+		                 (o->flags & TXO_FREE ? OBJF_FREE : 0) |
+		                 ((o->flags & (TXO_FREE | TXO_ARRAY)) ==
+		                                  (TXO_FREE | TXO_ARRAY)
+		                          ? OBJF_ARRAY |
+		                                    (o->arr_n << OBJF_N_SHIFT)
+		                          : 0) |
+		                 ((o->flags & (TXO_FREE | TXO_ELEM)) ==
+		                                  (TXO_FREE | TXO_ELEM)
+		                          ? OBJF_ELEM
+		                          : 0)};
+		memcpy(img, o->img, 64ull * o->lines);
+		img += 64ull * o->lines;
+	}
+	*out = buf;
+	*len = sz;
+	return 0;
+}
+
+static void tx_append(farm_tx *tx, uint32_t mach, uint8_t *buf, size_t len,
+                      int kind)
+{
+	uint64_t seq;
+	int rc = txn_log_append(tx->tl, mach, buf, len, tx, kind, &seq);
+	if (!rc)
+		tx->used[mach] += len;
+	if (rc && rc != -EAGAIN && (kind == K_PRIMARY || kind == K_ABORT))
+		farm_warn("txn: %s record of transaction %#" PRIx64
+		          " to machine "
+		          "%" PRIu32 " not written: %s",
+		          kind == K_PRIMARY ? "COMMIT-PRIMARY" : "ABORT",
+		          tx->id, mach, farm_strerror(rc));
+	if (rc) {
+		if (!tx->fail)
+			tx->fail = rc;
+		return;
+	}
+	if (mach != tx->m->me)
+		tx->n_writes++;
+	if (tx->nrecs == tx->caprecs) {
+		unsigned nc = tx->caprecs ? tx->caprecs * 2 : 8;
+		struct txrec *nr = realloc(tx->recs, nc * sizeof(*nr));
+		if (!nr) { /* the record's entry stays not-done: the log's
+			      low-water mark stops there (no data loss) */
+			farm_err("txn: out of memory tracking a log record");
+			tx->wait_writes++;
+			return;
+		}
+		tx->recs = nr;
+		tx->caprecs = nc;
+	}
+	tx->recs[tx->nrecs++] = (struct txrec){.machine = mach, .seq = seq};
+	tx->wait_writes++;
+}
+
+/* ---- outcome and the end of a commit ---------------------------------- */
+
+static void count_outcome(farm_txm *m, int outcome)
+{
+	switch (outcome) {
+	case 0: break;
+	case FARM_ECONFLICT: stat_add(m, S_AB_CONFLICT, 1); break;
+	case FARM_EVALIDATION: stat_add(m, S_AB_VALIDATION, 1); break;
+	case -ENOSPC: stat_add(m, S_AB_NOSPACE, 1); break;
+	case FARM_EFREED: stat_add(m, S_AB_FREED, 1); break;
+	default: stat_add(m, S_AB_FAILURE, 1); break;
+	}
+}
+
+static void tx_report(farm_tx *tx, int outcome)
+{
+	if (tx->reported)
+		return;
+	tx->reported = true;
+	tx->outcome = outcome;
+	farm_txm *m = tx->m;
+	if (!outcome) {
+		stat_add(m, S_COMMITS, 1);
+		if (tx->single)
+			stat_add(m, S_COMMITS_SINGLE, 1);
+		stat_add(m, S_C_WRITES, tx->n_writes);
+		stat_add(m, S_C_READS, tx->n_reads);
+		stat_add(m, S_C_MSGS, tx->n_msgs);
+	}
+	count_outcome(m, outcome);
+	if (tx->in_call) {
+		tx->deferred_report = true; /* never before commit returns */
+		return;
+	}
+	tx->cont(tx->tl->loop, tx->ctx, outcome);
+}
+
+/* Everything the transaction wrote is done: its records may go. */
+void txn_tx_finish(farm_tx *tx)
+{
+	struct txloop *tl = tx->tl;
+	farm_txm *m = tx->m;
+	if (tx->in_call) {
+		tx->deferred_finish = true;
+		return;
+	}
+	if (tx->ph == PH_PRIMARY || tx->ph == PH_ABORT)
+		for (uint32_t p = 0; p < 0x40; p++)
+			if (tx->locked_at[p] && !tx->decided_at[p])
+				farm_warn(
+				        "txn: transaction %#" PRIx64
+				        " finished "
+				        "without a decision at machine %" PRIu32
+				        " (phase %d, fail %d)",
+				        tx->id, p, (int)tx->ph, tx->fail);
+	for (unsigned i = 0; i < tx->nrecs; i++) {
+		struct writer *w = &tl->w[tx->recs[i].machine];
+		w->wq[tx->recs[i].seq % w->wq_cap].done = true;
+	}
+	for (uint32_t mach = 0; mach < m->M && mach < 0x40; mach++) {
+		if (!tx->need[mach])
+			continue;
+		struct writer *w = &tl->w[mach];
+		uint64_t left = tx->need[mach] > tx->used[mach]
+		                        ? tx->need[mach] - tx->used[mach]
+		                        : 0;
+		w->reserved -= FARM_MIN(w->reserved, left);
+		txn_maybe_truncate(tl, mach);
+	}
+	for (unsigned i = 0; i < tx->n; i++) {
+		struct txobj *o = &tx->o[i];
+		if (o->img)
+			arena_put(&tl->ar, o->img, 64ull * o->lines);
+		if (o->vbuf)
+			arena_put(&tl->ar, o->vbuf, 64);
+		o->img = o->vbuf = NULL;
+		/* A new object of an aborted transaction goes back (a new
+		 * array once, by its first element). */
+		if ((o->flags & TXO_NEW) && tx->outcome) {
+			if (o->flags & TXO_ARRAY)
+				(void)farm_galloc_free_array_local(
+				        m->ga, tl->loop, o->a, 64ull * o->lines,
+				        o->arr_n);
+			else if (!(o->flags & TXO_ELEM))
+				(void)farm_galloc_free_local(m->ga, tl->loop,
+				                             o->a);
+		}
+		o->flags &= ~TXO_NEW;
+	}
+	tx->ph = PH_DONE;
+	if (tx->released)
+		txn_tx_free(tx);
+}
+
+/* ---- the state machine ------------------------------------------------ */
+
+static void phase_validate(farm_tx *tx);
+static void phase_backup(farm_tx *tx);
+static void phase_primary(farm_tx *tx);
+static void phase_abort(farm_tx *tx, int outcome);
+static void single_install(farm_tx *tx);
+static void single_unlock(farm_tx *tx, unsigned upto);
+
+/* A phase's operations are all back: go on. */
+/* A phase after LOCK failed: a single-machine commit drops its shared
+ * locks and reports; a distributed one writes ABORT records. */
+static void tx_fail(farm_tx *tx, int fail)
+{
+	if (tx->single) {
+		single_unlock(tx, tx->n);
+		tx_report(tx, fail);
+		txn_tx_finish(tx);
+	} else {
+		phase_abort(tx, fail);
+	}
+}
+
+static void tx_step(farm_tx *tx)
+{
+	if (tx->wait_writes || tx->wait_replies || tx->wait_reads)
+		return;
+	int fail = tx->fail;
+	switch (tx->ph) {
+	case PH_LOCK:
+		tx->tl->lock_waiters--;
+		if (fail)
+			phase_abort(tx,
+			            fail == -EINVAL ? FARM_ECONFLICT : fail);
+		else
+			phase_validate(tx);
+		break;
+	case PH_VALIDATE:
+		if (fail) {
+			tx_fail(tx, fail);
+		} else if (tx->single) {
+			phase_backup(tx);
+		} else {
+			bool any = false;
+			for (unsigned i = 0; i < tx->n; i++)
+				any |= is_write(&tx->o[i]);
+			if (!any) { /* read-only: validated */
+				tx_report(tx, 0);
+				txn_tx_finish(tx);
+			} else {
+				phase_backup(tx);
+			}
+		}
+		break;
+	case PH_BACKUP:
+		if (fail) {
+			tx_fail(tx, fail);
+		} else if (tx->single) {
+			single_install(tx);
+		} else {
+			if (atomic_load(&testing_crash_after_backup))
+				raise(SIGKILL); /* testing: COMMIT-BACKUP acked
+				                 */
+			phase_primary(tx);
+		}
+		break;
+	case PH_PRIMARY:
+		/* Reported at the first landed COMMIT-PRIMARY. */
+		if (!tx->reported)
+			tx_report(tx,
+			          tx->committed_writes ? 0 : FARM_EPEERDEAD);
+		txn_tx_finish(tx);
+		break;
+	case PH_ABORT: txn_tx_finish(tx); break;
+	default: break;
+	}
+}
+
+static void send_decisive(farm_tx *tx, uint32_t mach, int type, int kind,
+                          struct decisive *d);
+
+void txn_tx_record_done(farm_loop *loop, farm_tx *tx, int kind, uint32_t mach,
+                        int status)
+{
+	(void)loop;
+	tx->wait_writes--;
+	if (kind == K_LOCK && status)
+		tx->wait_replies--; /* no record, no answer */
+	if ((kind == K_PRIMARY || kind == K_ABORT) && !status && mach < 0x40)
+		tx->decided_at[mach] = true;
+	if ((kind == K_PRIMARY || kind == K_ABORT) && status &&
+	    status != FARM_EPEERDEAD) {
+		/* It did not land (an earlier failure on the endpoint flushed
+		 * it): the primary still holds the locks. Send it again. */
+		farm_warn("txn: %s record of transaction %#" PRIx64
+		          " to machine "
+		          "%" PRIu32 " failed (%s): sending it again",
+		          kind == K_PRIMARY ? "COMMIT-PRIMARY" : "ABORT",
+		          tx->id, mach, farm_strerror(status));
+		send_decisive(tx, mach,
+		              kind == K_PRIMARY ? REC_COMMIT_PRIMARY
+		                                : REC_ABORT,
+		              kind, NULL);
+	}
+	if (kind == K_PRIMARY && !status) {
+		tx->committed_writes++;
+		if (!tx->reported)
+			tx_report(tx, 0);
+	}
+	if (status && !tx->fail && kind != K_PRIMARY && kind != K_ABORT)
+		tx->fail = status == FARM_EFLUSHED ? FARM_EPEERDEAD : status;
+	tx_step(tx);
+}
+
+void txn_h_reply(farm_loop *loop, const farm_msg_in *in, void *arg)
+{
+	farm_txm *m = arg;
+	struct txloop *tl = loop_state(m, loop);
+	struct reply r;
+	if (!tl || in->len != sizeof(r)) {
+		stat_add(m, S_BAD_RECORDS, 1);
+		return;
+	}
+	memcpy(&r, in->payload, sizeof(r));
+	farm_tx *tx = tl->slots[(r.txid & ((1ull << 48) - 1)) % TX_SLOTS];
+	if (!tx || tx->id != r.txid || tx->ph != PH_LOCK || !tx->wait_replies)
+		return; /* late (the transaction gave up) */
+	tx->wait_replies--;
+	if (in->src_machine != m->me)
+		tx->n_msgs++;
+	if (r.status && !tx->fail)
+		tx->fail = r.status;
+	tx_step(tx);
+}
+
+/* ---- distributed phases ----------------------------------------------- */
+
+static void phase_lock(farm_tx *tx)
+{
+	farm_txm *m = tx->m;
+	tx->ph = PH_LOCK;
+	tx->deadline = farm_now_ns() + REPLY_TIMEOUT_NS;
+	tx->tl->lock_waiters++;
+	bool seen[0x40] = {false};
+	for (unsigned i = 0; i < tx->n; i++) {
+		struct txobj *o = &tx->o[i];
+		if (!is_write(o) || seen[o->primary])
+			continue;
+		seen[o->primary] = true;
+		uint8_t *buf;
+		size_t len;
+		int rc = build_rec(tx, REC_LOCK, o->primary, 0, &buf, &len);
+		if (rc) {
+			tx->fail = rc;
+			continue;
+		}
+		tx->locked_at[o->primary] = true;
+		unsigned before = tx->wait_writes;
+		tx_append(tx, o->primary, buf, len, K_LOCK);
+		if (tx->wait_writes != before)
+			tx->wait_replies++;
+	}
+	(void)m;
+	tx_step(tx);
+}
+
+static void val_done(farm_loop *loop, void *ctx, int status)
+{
+	(void)loop;
+	struct txobj *o = ctx;
+	farm_tx *tx = *(farm_tx **)(void *)(o->vbuf + 8);
+	tx->wait_reads--;
+	uint64_t v;
+	memcpy(&v, o->vbuf, 8);
+	if (!tx->fail && (status || v != o->version))
+		tx->fail = status ? (status == FARM_EFLUSHED ? FARM_EPEERDEAD
+		                                             : status)
+		                  : FARM_EVALIDATION;
+	tx_step(tx);
+}
+
+static void phase_validate(farm_tx *tx)
+{
+	farm_txm *m = tx->m;
+	tx->ph = PH_VALIDATE;
+	for (unsigned i = 0;
+	     i < tx->n && !tx->fail && !atomic_load(&testing_skip_validation);
+	     i++) {
+		struct txobj *o = &tx->o[i];
+		if (is_write(o) || !(o->flags & TXO_READ))
+			continue;
+		const _Atomic uint64_t *lp = farm_as_local_ptr(m->as, o->a, 8);
+		if (lp) {
+			if (atomic_load_explicit(lp, memory_order_acquire) !=
+			    o->version)
+				tx->fail = FARM_EVALIDATION;
+			continue;
+		}
+		o->vbuf = arena_get(&tx->tl->ar, 64);
+		if (!o->vbuf) {
+			tx->fail = -ENOMEM;
+			break;
+		}
+		memcpy(o->vbuf + 8, &tx, sizeof(tx));
+		int rc = farm_as_read(m->as, tx->tl->loop, o->a, o->vbuf,
+		                      tx->tl->ar.mr, 8, val_done, o);
+		if (rc) {
+			tx->fail = rc;
+			break;
+		}
+		tx->n_reads++;
+		tx->wait_reads++;
+	}
+	tx_step(tx);
+}
+
+static void phase_backup(farm_tx *tx)
+{
+	tx->ph = PH_BACKUP;
+	bool seenp[0x40] = {false};
+	for (unsigned i = 0; i < tx->n && !tx->fail; i++) {
+		struct txobj *o = &tx->o[i];
+		if (!is_write(o) || seenp[o->primary])
+			continue;
+		seenp[o->primary] = true;
+		bool seenb[0x40] = {false};
+		for (unsigned j = i; j < tx->n; j++) {
+			struct txobj *q = &tx->o[j];
+			if (!is_write(q) || q->primary != o->primary)
+				continue;
+			for (unsigned k = 1; k < q->nrep; k++) {
+				uint32_t b = q->reps[k];
+				if (seenb[b])
+					continue;
+				seenb[b] = true;
+				uint8_t *buf;
+				size_t len;
+				int rc = build_rec(tx, REC_COMMIT_BACKUP,
+				                   o->primary, b, &buf, &len);
+				if (rc) {
+					tx->fail = rc;
+					break;
+				}
+				tx_append(tx, b, buf, len, K_BACKUP);
+			}
+		}
+	}
+	tx_step(tx);
+}
+
+/*
+ * A COMMIT-PRIMARY or ABORT record must reach its primary: it alone
+ * unlocks the objects there (and installs the writes). When it cannot be
+ * sent now (no staging memory, a full send queue, an endpoint draining
+ * after a failure) it is retried from a work item until it is sent or the
+ * primary is known dead; the transaction waits for it.
+ */
+struct decisive {
+	farm_tx *tx;
+	uint32_t mach;
+	int type, kind;
+};
+
+static void decisive_retry(farm_loop *loop, void *ctx, int status);
+
+static void send_decisive(farm_tx *tx, uint32_t mach, int type, int kind,
+                          struct decisive *d)
+{
+	uint8_t *b = arena_get(&tx->tl->ar, 64);
+	int rc = -ENOMEM;
+	if (b) {
+		memset(b, 0, 64);
+		struct rec_hdr h = {.type = (uint16_t)type, .txid = tx->id};
+		memcpy(b, &h, sizeof(h));
+		unsigned before = tx->wait_writes;
+		int fail = tx->fail;
+		tx->fail = 0;
+		tx_append(tx, mach, b, 64, kind);
+		rc = tx->wait_writes != before ? 0
+		                               : (tx->fail ? tx->fail : -EIO);
+		tx->fail = fail;
+	}
+	if (!rc || rc == FARM_EPEERDEAD || rc == -ENOENT) {
+		if (d) {
+			tx->wait_writes--; /* the retry's own hold */
+			free(d);
+		}
+		return;
+	}
+	if (!d) {
+		d = malloc(sizeof(*d));
+		if (!d) {
+			farm_err("txn: cannot retry a %s record: out of memory",
+			         type == REC_ABORT ? "ABORT"
+			                           : "COMMIT-PRIMARY");
+			return;
+		}
+		*d = (struct decisive){
+		        .tx = tx, .mach = mach, .type = type, .kind = kind};
+		tx->wait_writes++; /* held until it is sent */
+	}
+	if (farm_loop_post(tx->tl->loop, decisive_retry, d)) {
+		farm_err("txn: cannot retry a decisive record");
+		tx->wait_writes--;
+		free(d);
+	}
+}
+
+static void decisive_retry(farm_loop *loop, void *ctx, int status)
+{
+	(void)loop;
+	struct decisive *d = ctx;
+	farm_tx *tx = d->tx;
+	if (status) { /* the loop is closing: give up */
+		tx->wait_writes--;
+		free(d);
+		tx_step(tx);
+		return;
+	}
+	send_decisive(tx, d->mach, d->type, d->kind, d);
+	tx_step(tx);
+}
+
+static void phase_primary(farm_tx *tx)
+{
+	tx->ph = PH_PRIMARY;
+	for (uint32_t p = 0; p < tx->m->M && p < 0x40; p++)
+		if (tx->locked_at[p])
+			send_decisive(tx, p, REC_COMMIT_PRIMARY, K_PRIMARY,
+			              NULL);
+	tx_step(tx);
+}
+
+static void phase_abort(farm_tx *tx, int outcome)
+{
+	tx->ph = PH_ABORT;
+	tx->fail = 0;
+	for (uint32_t p = 0; p < tx->m->M && p < 0x40; p++)
+		if (tx->locked_at[p])
+			send_decisive(tx, p, REC_ABORT, K_ABORT, NULL);
+	tx_report(tx, outcome);
+	tx_step(tx);
+}
+
+/* ---- single-machine commits ------------------------------------------- */
+
+static _Atomic uint64_t *local_hdr(farm_tx *tx, const struct txobj *o)
+{
+	return farm_as_local_ptr(tx->m->as, o->a, 64ull * o->lines);
+}
+
+static void single_unlock(farm_tx *tx, unsigned upto)
+{
+	for (unsigned i = 0; i < upto; i++) {
+		struct txobj *o = &tx->o[i];
+		if (!is_write(o) || !o->locked)
+			continue;
+		_Atomic uint64_t *h = local_hdr(tx, o);
+		if (h)
+			atomic_store_explicit(h, o->version,
+			                      memory_order_release);
+		o->locked = false;
+	}
+}
+
+static void single_lock(farm_tx *tx)
+{
+	tx->ph = PH_VALIDATE;
+	for (unsigned i = 0; i < tx->n && !tx->fail; i++) {
+		struct txobj *o = &tx->o[i];
+		_Atomic uint64_t *h = local_hdr(tx, o);
+		if (!h) {
+			tx->fail = -EINVAL;
+			break;
+		}
+		if (!is_write(o)) {
+			if (atomic_load_explicit(h, memory_order_acquire) !=
+			    o->version)
+				tx->fail = FARM_EVALIDATION;
+			continue;
+		}
+		const struct farm_objhdr *oh = (const void *)h;
+		if (farm_objhdr_load_incarn(oh) != o->incarn) {
+			tx->fail = FARM_EFREED;
+			break;
+		}
+		uint64_t expect = o->version;
+		if (!atomic_compare_exchange_strong_explicit(
+		            h, &expect, o->version | OBJ_LOCK_SHARED,
+		            memory_order_acq_rel, memory_order_acquire)) {
+			tx->fail = FARM_ECONFLICT;
+			break;
+		}
+		o->locked = true;
+	}
+	tx_step(tx); /* PH_VALIDATE: unlock on failure, else backups */
+}
+
+static void single_install(farm_tx *tx)
+{
+	farm_txm *m = tx->m;
+	/* Every written object exclusive before the first is installed: a
+	 * shared lock lets lock-free readers through, and they must not see
+	 * one object installed and another one still as it was. */
+	for (unsigned i = 0; i < tx->n; i++) {
+		struct txobj *o = &tx->o[i];
+		if (is_write(o))
+			atomic_store_explicit(local_hdr(tx, o),
+			                      o->version | OBJ_LOCK_EXCL,
+			                      memory_order_seq_cst);
+	}
+	for (unsigned i = 0; i < tx->n; i++) {
+		struct txobj *o = &tx->o[i];
+		if (!is_write(o))
+			continue;
+		uint8_t *p = (uint8_t *)local_hdr(tx, o);
+		uint64_t nv = o->version + OBJ_VSTEP;
+		obj_install_locked(p, o->lines, o->img, nv);
+		stat_add(m, S_INSTALLS, 1);
+		if ((o->flags & TXO_FREE) &&
+		    (o->flags & (TXO_ARRAY | TXO_ELEM)))
+			continue; /* freed whole below, then unlocked */
+		if (o->flags & TXO_FREE) {
+			/* Under the lock: see obj_install_locked. */
+			int rc = farm_galloc_free_local(m->ga, tx->tl->loop,
+			                                o->a);
+			if (rc)
+				farm_warn("txn: free at commit: %s",
+				          farm_strerror(rc));
+		}
+		atomic_store_explicit((_Atomic uint64_t *)(void *)p, nv,
+		                      memory_order_release);
+		o->locked = false;
+	}
+	for (unsigned i = 0; i < tx->n; i++) {
+		struct txobj *o = &tx->o[i];
+		if ((o->flags & (TXO_FREE | TXO_ARRAY)) !=
+		    (TXO_FREE | TXO_ARRAY))
+			continue;
+		int rc = farm_galloc_free_array_local(
+		        m->ga, tx->tl->loop, o->a, 64ull * o->lines, o->arr_n);
+		if (rc)
+			farm_warn("txn: array free at commit: %s",
+			          farm_strerror(rc));
+	}
+	for (unsigned i = 0; i < tx->n; i++) {
+		struct txobj *o = &tx->o[i];
+		if (!is_write(o) || !(o->flags & TXO_FREE) ||
+		    !(o->flags & (TXO_ARRAY | TXO_ELEM)))
+			continue;
+		atomic_store_explicit(local_hdr(tx, o), o->version + OBJ_VSTEP,
+		                      memory_order_release);
+		o->locked = false;
+	}
+	tx_report(tx, 0);
+	txn_tx_finish(tx);
+}
+
+/* ---- commit: entry, log space ----------------------------------------- */
+
+static void tx_deferred(farm_loop *loop, void *ctx, int status)
+{
+	(void)loop;
+	(void)status; /* a closing loop still reports and frees */
+	farm_tx *tx = ctx;
+	bool fin = tx->deferred_finish;
+	if (tx->deferred_report) {
+		tx->deferred_report = false;
+		tx->cont(tx->tl->loop, tx->ctx, tx->outcome);
+	}
+	if (fin) {
+		tx->deferred_finish = false;
+		txn_tx_finish(tx);
+	}
+}
+
+/* The end of farm_tx_commit: callbacks that came during it run later. */
+static int tx_leave_call(farm_tx *tx)
+{
+	tx->in_call = false;
+	if ((tx->deferred_report || tx->deferred_finish) &&
+	    farm_loop_post(tx->tl->loop, tx_deferred, tx)) {
+		/* No memory for a work item: run them now rather than lose
+		 * them (the caller learns the outcome inside the call). */
+		tx_deferred(tx->tl->loop, tx, 0);
+	}
+	return 0;
+}
+
+static void tx_start_phases(farm_tx *tx)
+{
+	if (tx->single)
+		single_lock(tx);
+	else
+		phase_lock(tx);
+}
+
+/* Reserve the log room every record of the commit needs, or wait for it. */
+static void reserve_again(farm_loop *loop, void *ctx, int status)
+{
+	(void)loop;
+	farm_tx *tx = ctx;
+	tx->retry_posted = false;
+	if (tx->ph != PH_RESERVE)
+		return;
+	if (status) { /* the loop is closing */
+		memset(tx->need, 0, sizeof(tx->need));
+		tx_report(tx, status);
+		txn_tx_finish(tx);
+		return;
+	}
+	txn_tx_reserve(tx);
+}
+
+void txn_tx_reserve(farm_tx *tx)
+{
+	farm_txm *m = tx->m;
+	struct txloop *tl = tx->tl;
+	bool ok = true, reading = false;
+	for (uint32_t mach = 0; mach < m->M && mach < 0x40; mach++) {
+		if (!tx->need[mach])
+			continue;
+		struct writer *w = &tl->w[mach];
+		if (!has_room(m, w, tx->need[mach])) {
+			wq_pop_done(w);
+			txn_refresh_freed(tl, mach);
+			if (!has_room(m, w, tx->need[mach])) {
+				txn_maybe_truncate(tl, mach);
+				ok = false;
+				reading |= w->reading;
+			}
+		}
+	}
+	if (!ok) {
+		if (!tx->space_tries++) {
+			stat_add(m, S_LOG_FULL, 1);
+			tx->deadline = farm_now_ns() + SPACE_WAIT_NS;
+		}
+		tx->ph = PH_RESERVE;
+		if (farm_now_ns() > tx->deadline) {
+			memset(tx->need, 0, sizeof(tx->need));
+			tx_report(tx, -ENOSPC);
+			txn_tx_finish(tx);
+			return;
+		}
+		/* A freed-word READ's completion retries us; with none out
+		 * (our own log, or no memory for one) try on the next pass,
+		 * after the poller has truncated what it could. */
+		if (!reading && !tx->retry_posted &&
+		    farm_loop_post(tl->loop, reserve_again, tx) == 0)
+			tx->retry_posted = true;
+		return;
+	}
+	for (uint32_t mach = 0; mach < m->M && mach < 0x40; mach++)
+		tl->w[mach].reserved += tx->need[mach];
+	tx_start_phases(tx);
+}
+
+int farm_tx_commit(farm_tx *tx, farm_tx_commit_fn cont, void *ctx)
+{
+	if (!tx || !cont)
+		return -EINVAL;
+	if (tx->ph != PH_OPEN)
+		return FARM_ECLOSED;
+	if (tx->reads_out)
+		return -EBUSY;
+	farm_txm *m = tx->m;
+	tx->cont = cont;
+	tx->ctx = ctx;
+	unsigned nw = 0;
+	bool single = true;
+	for (unsigned i = 0; i < tx->n; i++) {
+		struct txobj *o = &tx->o[i];
+		o->nrep = farm_as_replicas(m->as, farm_gaddr_region(o->a),
+		                           o->reps);
+		if (!o->nrep || o->reps[0] >= 0x40 || o->reps[0] >= m->M)
+			return -EINVAL;
+		o->primary = o->reps[0];
+		single &= o->primary == m->me;
+		if (is_write(o))
+			nw++;
+	}
+	tx->single = single && nw > 0;
+	if (nw == 0) {
+		/* Read-only: one object needs nothing more (the read was
+		 * consistent); several are validated. */
+		tx->in_call = true;
+		if (tx->n <= 1) {
+			tx->ph = PH_VALIDATE;
+			tx_report(tx, 0);
+			txn_tx_finish(tx);
+		} else {
+			phase_validate(tx);
+		}
+		return tx_leave_call(tx);
+	}
+	/* After-images. */
+	for (unsigned i = 0; i < tx->n; i++) {
+		struct txobj *o = &tx->o[i];
+		if (!is_write(o))
+			continue;
+		o->img = arena_get(&tx->tl->ar, 64ull * o->lines);
+		if (!o->img)
+			return -ENOMEM;
+		obj_pack(o->img, o->lines, o->data, o->size,
+		         o->version + OBJ_VSTEP, new_incarn(o));
+	}
+	/* Log room: LOCK + COMMIT-PRIMARY/ABORT at each primary (not for a
+	 * single-machine commit), COMMIT-BACKUP at each backup. */
+	for (unsigned i = 0; i < tx->n; i++) {
+		struct txobj *o = &tx->o[i];
+		if (!is_write(o))
+			continue;
+		uint32_t p = o->primary;
+		if (!tx->single && !tx->need[p])
+			tx->need[p] += rec_bytes(tx, REC_LOCK, p, 0, NULL) + 64;
+	}
+	bool seenp[0x40] = {false};
+	for (unsigned i = 0; i < tx->n; i++) {
+		struct txobj *o = &tx->o[i];
+		if (!is_write(o) || seenp[o->primary])
+			continue;
+		seenp[o->primary] = true;
+		bool seenb[0x40] = {false};
+		for (unsigned j = i; j < tx->n; j++) {
+			struct txobj *q = &tx->o[j];
+			if (!is_write(q) || q->primary != o->primary)
+				continue;
+			for (unsigned k = 1; k < q->nrep; k++) {
+				uint32_t b = q->reps[k];
+				if (b >= 0x40 || seenb[b])
+					continue;
+				seenb[b] = true;
+				tx->need[b] += rec_bytes(tx, REC_COMMIT_BACKUP,
+				                         o->primary, b, NULL);
+			}
+		}
+	}
+	for (uint32_t mach = 0; mach < m->M && mach < 0x40; mach++)
+		if (tx->need[mach] && mach != m->me &&
+		    !atomic_load_explicit(&m->peer_ready[mach],
+		                          memory_order_acquire))
+			return FARM_EPEERDEAD; /* we cannot write its log */
+	for (uint32_t mach = 0; mach < m->M && mach < 0x40; mach++)
+		if (tx->need[mach] > m->R / 2)
+			return -E2BIG; /* more than half a log: never fits */
+	tx->ph = PH_RESERVE;
+	tx->in_call = true;
+	txn_tx_reserve(tx);
+	return tx_leave_call(tx);
+}
+
+/* Transactions waiting for lock replies past their deadline give up. */
+void txn_scan_deadlines(struct txloop *tl)
+{
+	uint64_t now = farm_now_ns();
+	for (unsigned i = 0; i < TX_SLOTS; i++) {
+		farm_tx *tx = tl->slots[i];
+		if (!tx || tx->ph != PH_LOCK || !tx->wait_replies ||
+		    now < tx->deadline)
+			continue;
+		tx->wait_replies = 0;
+		if (!tx->fail)
+			tx->fail = -ETIMEDOUT;
+		tx_step(tx);
+	}
+}
+
+/* ---- testing (txn_testing.h): for tests only --------------------------- */
+
+void farm_txn_testing_crash_after_backup(bool on)
+{
+	atomic_store(&testing_crash_after_backup, on);
+}
+
+void farm_txn_testing_skip_validation(bool on)
+{
+	atomic_store(&testing_skip_validation, on);
+}

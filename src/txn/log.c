@@ -1,0 +1,457 @@
+/*
+ * Logs (SOSP'15 section 4): one ring per (coordinator machine, coordinator
+ * thread) on every machine, in one registered memory (a file in the data
+ * directory mapped with libpmem): a 64-byte superblock, one 64-byte header
+ * per log (the word where the replica publishes how far the log is free),
+ * then the rings.
+ *
+ * Records: 64-byte aligned, [hdr | objects | images | trailer]; the
+ * trailer (last 8 bytes) is the record's position + 1, and a WRITE's last
+ * 8 bytes land last, so a record whose trailer matches is whole.
+ *
+ * This file is the writer side (a coordinator's loop appending to its log
+ * on each machine: room, pads, low-water marks, TRUNCATE records, reading
+ * the replica's freed word) and reading the logs without a running machine
+ * (farm_txlog_scan_*). The replica side is participant.c.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "txn/txn_int.h"
+#include "txn/txn_testing.h"
+#include "util/log.h"
+
+/* ---- the writer side ------------------------------------------------ */
+
+static uint64_t low_water(const struct writer *w)
+{
+	for (uint64_t s = w->wq_head; s != w->wq_tail; s++)
+		if (!w->wq[s % w->wq_cap].done)
+			return w->wq[s % w->wq_cap].pos;
+	return w->tail;
+}
+
+/* Room for one more queue entry: the queue grows (entries keep their
+ * sequence numbers) rather than ever overwriting a live one, whose loss
+ * would let a low-water mark pass records still in use. */
+static int wq_reserve(struct writer *w, unsigned n)
+{
+	if (w->wq_tail - w->wq_head + n <= w->wq_cap)
+		return 0;
+	uint64_t ncap = w->wq_cap * 2;
+	while (w->wq_tail - w->wq_head + n > ncap)
+		ncap *= 2;
+	struct wq_ent *nq = malloc(ncap * sizeof(*nq));
+	if (!nq)
+		return -ENOMEM;
+	for (uint64_t s = w->wq_head; s != w->wq_tail; s++)
+		nq[s % ncap] = w->wq[s % w->wq_cap];
+	free(w->wq);
+	w->wq = nq;
+	w->wq_cap = ncap;
+	return 0;
+}
+
+struct wr_ctx {
+	struct txloop *tl;
+	farm_tx *tx; /* NULL: no one waits (TRUNC, PAD) */
+	void *buf;
+	size_t len;
+	int kind; /* what the completion means to tx */
+	uint32_t mach;
+};
+
+static void write_done(farm_loop *loop, void *ctx, int status)
+{
+	struct wr_ctx *c = ctx;
+	c->tl->inflight--;
+	arena_put(&c->tl->ar, c->buf, c->len);
+	if (c->tx)
+		txn_tx_record_done(loop, c->tx, c->kind, c->mach, status);
+	else if (status)
+		farm_warn("txn: log write failed: %s", farm_strerror(status));
+	free(c);
+}
+
+/* One WRITE of @buf into this loop's log on @mach at ring offset @off:
+ * durable when it completes; completion to write_done. Our own log is
+ * written with stores (and persisted), completing on a later pass. */
+static int post_write(struct txloop *tl, uint32_t mach, uint64_t off, void *buf,
+                      size_t len, farm_tx *tx, int kind)
+{
+	farm_txm *m = tl->m;
+	struct wr_ctx *c = malloc(sizeof(*c));
+	if (!c) {
+		arena_put(&tl->ar, buf, len);
+		return -ENOMEM;
+	}
+	*c = (struct wr_ctx){.tl = tl,
+	                     .tx = tx,
+	                     .buf = buf,
+	                     .len = len,
+	                     .kind = kind,
+	                     .mach = mach};
+	uint64_t roff = log_ring_off(m, log_index(m, m->me, tl->t)) + off;
+	int rc;
+	if (mach == m->me) {
+		uint8_t *dst = m->logbase + roff;
+		/* Everything but the last word, then the last word: the reader
+		 * (this very loop, later) never sees a record without its
+		 * trailer anyway, but the order keeps the rule uniform. */
+		memcpy(dst, buf, len - 8);
+		atomic_thread_fence(memory_order_release);
+		memcpy(dst + len - 8, (uint8_t *)buf + len - 8, 8);
+		rc = farm_mem_persist(m->logmem, dst, len);
+		if (!rc)
+			rc = farm_loop_post(tl->loop, write_done, c);
+	} else {
+		farm_wr wr = farm_wr_write(0, buf, tl->ar.mr, (uint32_t)len,
+		                           &m->peers[mach], roff);
+		wr.flags |= FARM_WR_PERSIST;
+		rc = farm_loop_rdma_wake(tl->loop, mach, tl->t, &wr, write_done,
+		                         c);
+	}
+	if (rc) {
+		arena_put(&tl->ar, buf, len);
+		free(c);
+	} else {
+		tl->inflight++;
+	}
+	return rc;
+}
+
+/*
+ * Append the record in @buf (@len bytes, a multiple of 64; type, nobj,
+ * txid and body filled) to this loop's log on @mach. The caller reserved
+ * the room (released here). Fills in the low-water mark and the trailer,
+ * pads to the ring's end first when the record does not fit before it.
+ * Completion goes to txn_tx_record_done(tx, kind). *@seq_out: the record's
+ * queue entry, to mark done when the transaction is. Returns 0, or an
+ * error with nothing sent for this record.
+ */
+void txn_refresh_freed(struct txloop *tl, uint32_t mach);
+
+int txn_log_append(struct txloop *tl, uint32_t mach, void *buf, size_t len,
+                   farm_tx *tx, int kind, uint64_t *seq_out)
+{
+	farm_txm *m = tl->m;
+	struct writer *w = &tl->w[mach];
+	uint64_t off = w->tail % m->R;
+	/* Never write over space the replica has not freed, whatever the
+	 * reservations say: that would destroy records still in use. */
+	uint64_t total = len + (off + len > m->R ? m->R - off : 0);
+	if (w->tail + total - w->freed > m->R) {
+		txn_refresh_freed(tl, mach);
+		if (w->tail + total - w->freed > m->R) {
+			arena_put(&tl->ar, buf, len);
+			return -EAGAIN;
+		}
+	}
+	/* Queue room for a pad and the record, before anything is sent. */
+	if (wq_reserve(w, 2)) {
+		arena_put(&tl->ar, buf, len);
+		return -ENOMEM;
+	}
+	if (off + len > m->R) {
+		uint64_t plen = m->R - off;
+		uint8_t *pb = arena_get(&tl->ar, 64);
+		if (!pb) {
+			arena_put(&tl->ar, buf, len);
+			return -ENOMEM;
+		}
+		memset(pb, 0, 64);
+		struct rec_hdr ph = {.len = (uint32_t)plen,
+		                     .type = REC_PAD,
+		                     .trunc = low_water(w)};
+		memcpy(pb, &ph, sizeof(ph));
+		uint64_t tr = w->tail + 1;
+		memcpy(pb + 56, &tr, 8); /* a pad's trailer: its first line's */
+		int rc = post_write(tl, mach, off, pb, 64, NULL, 0);
+		if (rc) {
+			arena_put(&tl->ar, buf, len);
+			return rc;
+		}
+		uint64_t s = w->wq_tail++;
+		w->wq[s % w->wq_cap] = (struct wq_ent){
+		        .pos = w->tail, .end = w->tail + plen, .done = true};
+		w->tail += plen;
+		off = 0;
+	}
+	struct rec_hdr *h = buf;
+	h->len = (uint32_t)len;
+	h->trunc = low_water(w);
+	w->sent_trunc = FARM_MAX(w->sent_trunc, h->trunc);
+	uint64_t tr = w->tail + 1;
+	memcpy((uint8_t *)buf + len - 8, &tr, 8);
+	uint64_t s = w->wq_tail;
+	int rc = post_write(tl, mach, off, buf, len, tx, kind);
+	if (rc)
+		return rc;
+	if (tx) /* TRUNCATE records are not reserved */
+		w->reserved -= FARM_MIN(w->reserved, len);
+	w->wq_tail++;
+	w->wq[s % w->wq_cap] = (struct wq_ent){
+	        .pos = w->tail, .end = w->tail + len, .done = tx == NULL};
+	w->tail += len;
+	if (seq_out)
+		*seq_out = s;
+	return 0;
+}
+
+/* A small record with no objects (COMMIT-PRIMARY, ABORT, TRUNC). */
+static int log_small(struct txloop *tl, uint32_t mach, int type, uint64_t txid,
+                     farm_tx *tx, int kind, uint64_t *seq_out)
+{
+	uint8_t *b = arena_get(&tl->ar, 64);
+	if (!b)
+		return -ENOMEM;
+	memset(b, 0, 64);
+	struct rec_hdr h = {.type = (uint16_t)type, .txid = txid};
+	memcpy(b, &h, sizeof(h));
+	return txn_log_append(tl, mach, b, 64, tx, kind, seq_out);
+}
+
+/* Lazily tell replicas how far records are done: when a log is half full
+ * and its low-water mark has moved since we last said (log cleaning). */
+void txn_maybe_truncate(struct txloop *tl, uint32_t mach)
+{
+	farm_txm *m = tl->m;
+	struct writer *w = &tl->w[mach];
+	wq_pop_done(w);
+	/* Half full counts what the replica has not been told it may free
+	 * (our view of its freed mark is refreshed only when short of room,
+	 * so it would say "half full" long after the space came back). */
+	uint64_t lw = low_water(w);
+	if (lw <= w->sent_trunc || (w->tail - w->sent_trunc) * 2 < m->R)
+		return;
+	/* A 64-byte record never needs a pad (positions are 64-aligned). */
+	if ((w->tail - w->freed) + w->reserved + 64 > m->R || wq_reserve(w, 1))
+		return;
+	if (log_small(tl, mach, REC_TRUNC, 0, NULL, 0, NULL) == 0)
+		stat_add(m, S_TRUNCATES, 1);
+}
+
+/* ---- the replica's freed word ---------------------------------------- */
+
+static void freed_read_done(farm_loop *loop, void *ctx, int status);
+
+/* Ask machine @mach how far our log there is free (a READ of its word). */
+void txn_refresh_freed(struct txloop *tl, uint32_t mach)
+{
+	farm_txm *m = tl->m;
+	struct writer *w = &tl->w[mach];
+	uint64_t hoff = log_hdr_off(m, log_index(m, m->me, tl->t));
+	if (mach == m->me) {
+		w->freed = atomic_load_explicit(
+		        (_Atomic uint64_t *)(void *)(m->logbase + hoff),
+		        memory_order_acquire);
+		return;
+	}
+	if (w->reading)
+		return;
+	uint64_t *buf = arena_get(&tl->ar, 64);
+	if (!buf)
+		return;
+	farm_wr wr = farm_wr_read(0, buf, tl->ar.mr, 8, &m->peers[mach], hoff);
+	struct wr_ctx *c = malloc(sizeof(*c));
+	if (!c) {
+		arena_put(&tl->ar, buf, 64);
+		return;
+	}
+	*c = (struct wr_ctx){
+	        .tl = tl, .buf = buf, .len = 64, .kind = (int)mach};
+	if (farm_loop_rdma(tl->loop, mach, &wr, freed_read_done, c)) {
+		arena_put(&tl->ar, buf, 64);
+		free(c);
+		return;
+	}
+	tl->inflight++;
+	w->reading = true;
+}
+
+static void freed_read_done(farm_loop *loop, void *ctx, int status)
+{
+	(void)loop;
+	struct wr_ctx *c = ctx;
+	struct txloop *tl = c->tl;
+	struct writer *w = &tl->w[c->kind];
+	tl->inflight--;
+	w->reading = false;
+	if (!status) {
+		uint64_t f;
+		memcpy(&f, c->buf, 8);
+		if (f > w->freed && f <= w->tail)
+			w->freed = f;
+	}
+	arena_put(&tl->ar, c->buf, c->len);
+	free(c);
+	/* Transactions waiting for room try again. */
+	for (unsigned i = 0; i < TX_SLOTS; i++) {
+		farm_tx *tx = tl->slots[i];
+		if (tx && tx->ph == PH_RESERVE)
+			txn_tx_reserve(tx);
+	}
+}
+
+/* ---- reading logs after a restart ------------------------------------- */
+
+int farm_txlog_scan_file(const char *path, farm_txlog_fn fn, void *ctx,
+                         struct farm_txlog_info *info)
+{
+	if (!path || !fn)
+		return -EINVAL;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	struct stat st;
+	struct log_super sb;
+	int rc = 0;
+	if (fstat(fd, &st))
+		rc = -errno;
+	else if (st.st_size < (off_t)sizeof(sb) ||
+	         pread(fd, &sb, sizeof(sb), 0) != (ssize_t)sizeof(sb) ||
+	         sb.magic != LOG_SUPER_MAGIC)
+		rc = -ENOMSG; /* not a log file */
+	else if (sb.layout != 1 || !sb.M || sb.M > 0x40 || !sb.T ||
+	         sb.T > MAX_LOOPS || sb.machine >= sb.M ||
+	         !farm_is_pow2(sb.R) || sb.R < (64u << 10) ||
+	         sb.R > (64u << 20) ||
+	         sb.hdr_area != ((64 + (uint64_t)sb.M * sb.T * 64 + 4095) &
+	                         ~4095ull) ||
+	         sb.total != sb.hdr_area + (uint64_t)sb.M * sb.T * sb.R ||
+	         (uint64_t)st.st_size < sb.total)
+		rc = FARM_ECORRUPT;
+	if (rc) {
+		close(fd);
+		return rc;
+	}
+	uint8_t *base = mmap(NULL, sb.total, PROT_READ, MAP_SHARED, fd, 0);
+	close(fd);
+	if (base == MAP_FAILED)
+		return -errno;
+	if (info)
+		*info = (struct farm_txlog_info){
+		        .machine = sb.machine, .M = sb.M, .T = sb.T, .R = sb.R};
+	int n = 0;
+	for (uint32_t c = 0; c < sb.M; c++)
+		for (uint32_t t = 0; t < sb.T; t++) {
+			const uint8_t *ring = base + sb.hdr_area +
+			                      ((uint64_t)c * sb.T + t) * sb.R;
+			/* A record is whole when its trailer holds its position
+			 * + 1; truncation zeroes what it frees, so what is left
+			 * are the records not yet truncated. */
+			for (uint64_t off = 0; off < sb.R; off += 64) {
+				struct rec_hdr h;
+				memcpy(&h, ring + off, sizeof(h));
+				if (!h.len || h.len % 64 ||
+				    h.len > sb.R - off || h.type < REC_LOCK ||
+				    h.type > REC_PAD)
+					continue;
+				uint64_t tr;
+				memcpy(&tr,
+				       ring + off +
+				               (h.type == REC_PAD ? 56
+				                                  : h.len - 8),
+				       8);
+				if (!tr || (tr - 1) % sb.R != off)
+					continue;
+				if (h.type == REC_PAD ||
+				    rec_size(h.nobj, 0) > h.len)
+					continue;
+				struct farm_txlog_rec r = {.coord = c,
+				                           .thread = t,
+				                           .type = h.type,
+				                           .nobj = h.nobj,
+				                           .len = h.len,
+				                           .txid = h.txid,
+				                           .pos = tr - 1};
+				fn(ctx, &r);
+				n++;
+				off += h.len - 64;
+			}
+		}
+	munmap(base, sb.total);
+	return n;
+}
+
+int farm_txlog_scan_dir(const char *dir, farm_txlog_fn fn, void *ctx,
+                        struct farm_txlog_info *info)
+{
+	if (!dir || !fn)
+		return -EINVAL;
+	DIR *d = opendir(dir);
+	if (!d)
+		return -errno;
+	int rc = -ENOENT;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		size_t l = strlen(e->d_name);
+		if (l < 7 || strcmp(e->d_name + l - 7, ".region"))
+			continue;
+		char path[4096];
+		if (snprintf(path, sizeof(path), "%s/%s", dir, e->d_name) >=
+		    (int)sizeof(path))
+			continue;
+		int n = farm_txlog_scan_file(path, fn, ctx, info);
+		if (n == -ENOMSG)
+			continue; /* a data region, not the logs */
+		rc = n;
+		break;
+	}
+	closedir(d);
+	return rc;
+}
+
+/* ---- testing (txn_testing.h): for tests only --------------------------- */
+
+int farm_txm_testing_records(farm_txm *m,
+                             void (*fn)(void *ctx, uint32_t coord, int type,
+                                        uint64_t txid),
+                             void *ctx)
+{
+	if (!m || !fn)
+		return -EINVAL;
+	int n = 0;
+	for (unsigned t = 0; t < m->T && t < MAX_LOOPS; t++) {
+		struct txloop *tl = m->loops[t];
+		if (!tl)
+			continue;
+		for (uint32_t c = 0; c < m->M; c++) {
+			const uint8_t *ring =
+			        m->logbase +
+			        log_ring_off(m, log_index(m, c, t));
+			/* Whole records from the applied position on, as the
+			 * poller recognizes them (trailer = position + 1). */
+			uint64_t pos = tl->r[c].applied;
+			for (uint64_t seen = 0; seen < m->R;) {
+				const uint8_t *rec = ring + pos % m->R;
+				struct rec_hdr h;
+				memcpy(&h, rec, sizeof(h));
+				if (h.len == 0 || h.len % 64 ||
+				    h.len > m->R - pos % m->R)
+					break;
+				uint64_t tr;
+				memcpy(&tr,
+				       rec + (h.type == REC_PAD ? 56
+				                                : h.len - 8),
+				       8);
+				if (tr != pos + 1)
+					break;
+				if (h.type != REC_PAD) {
+					fn(ctx, c, h.type, h.txid);
+					n++;
+				}
+				pos += h.len;
+				seen += h.len;
+			}
+		}
+	}
+	return n;
+}

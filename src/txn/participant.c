@@ -1,0 +1,389 @@
+/*
+ * The participant's side of a commit (SOSP'15 section 4, as primary and as
+ * backup): each loop polls the logs of its thread index, one per
+ * coordinator machine, and processes whole records in order.
+ *   LOCK            lock the objects (CAS of each header version to the
+ *                   exclusive lock, from the version read), keep the record,
+ *                   answer the coordinator by message;
+ *   COMMIT-PRIMARY  install the LOCK record's after-images, unlock;
+ *   ABORT           unlock;
+ *   COMMIT-BACKUP   checked now, applied to the backup copies when it is
+ *                   truncated.
+ * Every record carries the coordinator's low-water mark in that log:
+ * records before it are done; they are applied, zeroed, and the freed word
+ * published (the coordinator READs it when short of room; log.c).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "txn/epoch.h"
+#include "txn/object.h"
+#include "txn/txn_int.h"
+#include "util/log.h"
+
+static struct lock_ent **lock_slot(struct txloop *tl, uint64_t txid)
+{
+	struct lock_ent **pp = &tl->locks[(txid ^ (txid >> 32)) % LOCK_BUCKETS];
+	while (*pp && (*pp)->txid != txid)
+		pp = &(*pp)->next;
+	return pp;
+}
+
+static void send_reply(struct txloop *tl, uint64_t txid, int status)
+{
+	uint32_t coord = (uint32_t)(txid >> 56);
+	unsigned t = (unsigned)((txid >> 48) & 0xff);
+	struct reply r = {.txid = txid, .status = status};
+	int rc = farm_msg_send(tl->loop, coord, t, FARM_MSGT_TX_REPLY, &r,
+	                       sizeof(r));
+	if (rc)
+		farm_warn("txn: cannot answer machine %" PRIu32 ": %s", coord,
+		          farm_strerror(rc));
+}
+
+static const struct rec_obj *rec_objs(const uint8_t *rec)
+{
+	return (const struct rec_obj *)(const void *)(rec +
+	                                              sizeof(struct rec_hdr));
+}
+
+/* Does a record's object table fit its length? Images follow it. */
+static bool rec_sane(const uint8_t *rec, uint32_t len)
+{
+	struct rec_hdr h;
+	memcpy(&h, rec, sizeof(h));
+	uint64_t need =
+	        sizeof(h) + (uint64_t)h.nobj * sizeof(struct rec_obj) + 8;
+	if (need > len)
+		return false;
+	const struct rec_obj *o = rec_objs(rec);
+	for (unsigned i = 0; i < h.nobj; i++) {
+		if (o[i].lines == 0 || o[i].lines > OBJ_MAX_LINES)
+			return false;
+		need += 64ull * o[i].lines;
+		if (need > len)
+			return false;
+	}
+	return true;
+}
+
+/* The local object a record names, as primary: NULL when it is not ours. */
+static uint8_t *primary_obj(farm_txm *m, const struct rec_obj *o)
+{
+	return farm_as_local_ptr(m->as, o->addr, 64ull * o->lines);
+}
+
+static void unlock_objs(farm_txm *m, const uint8_t *rec, unsigned n)
+{
+	const struct rec_obj *o = rec_objs(rec);
+	for (unsigned i = 0; i < n; i++) {
+		uint8_t *p = primary_obj(m, &o[i]);
+		if (p)
+			atomic_store_explicit((_Atomic uint64_t *)(void *)p,
+			                      o[i].version,
+			                      memory_order_release);
+	}
+}
+
+static void on_lock(struct txloop *tl, const uint8_t *rec)
+{
+	farm_txm *m = tl->m;
+	struct rec_hdr h;
+	memcpy(&h, rec, sizeof(h));
+	const struct rec_obj *o = rec_objs(rec);
+	int status = 0;
+	unsigned locked = 0;
+	for (; locked < h.nobj; locked++) {
+		uint8_t *p = primary_obj(m, &o[locked]);
+		if (!p || (o[locked].version & OBJ_LOCK_MASK)) {
+			status = -EINVAL;
+			break;
+		}
+		uint64_t w = farm_objhdr_load_incarn((void *)p);
+		if (w != o[locked].incarn) {
+			status = farm_incarn_allocated(w) ? FARM_ECONFLICT
+			                                  : FARM_EFREED;
+			break;
+		}
+		uint64_t expect = o[locked].version;
+		if (!atomic_compare_exchange_strong_explicit(
+		            (_Atomic uint64_t *)(void *)p, &expect,
+		            o[locked].version | OBJ_LOCK_EXCL,
+		            memory_order_acq_rel, memory_order_acquire)) {
+			status = FARM_ECONFLICT;
+			break;
+		}
+	}
+	if (status) {
+		unlock_objs(m, rec, locked);
+		stat_add(m, S_LOCKS_REFUSED, 1);
+	} else {
+		struct lock_ent *e = malloc(sizeof(*e));
+		if (!e) {
+			unlock_objs(m, rec, locked);
+			status = -ENOMEM;
+		} else {
+			*e = (struct lock_ent){.txid = h.txid, .rec = rec};
+			struct lock_ent **pp = lock_slot(tl, h.txid);
+			if (*pp) { /* a duplicate LOCK: refuse it, keep the
+				      first */
+				free(e);
+				unlock_objs(m, rec, locked);
+				status = -EEXIST;
+			} else {
+				*pp = e;
+				stat_add(m, S_LOCKS_OK, 1);
+			}
+		}
+	}
+	send_reply(tl, h.txid, status);
+}
+
+/* Install a LOCK record's after-images (and frees), unlocking. */
+static void install_rec(struct txloop *tl, const uint8_t *rec)
+{
+	farm_txm *m = tl->m;
+	struct rec_hdr h;
+	memcpy(&h, rec, sizeof(h));
+	const struct rec_obj *o = rec_objs(rec);
+	const uint8_t *img = rec + sizeof(h) + (size_t)h.nobj * sizeof(*o);
+	bool arrays = false;
+	for (unsigned i = 0; i < h.nobj; i++) {
+		uint8_t *p = primary_obj(m, &o[i]);
+		if (p) {
+			uint64_t nv = o[i].version + OBJ_VSTEP;
+			obj_install_locked(p, o[i].lines, img, nv);
+			stat_add(m, S_INSTALLS, 1);
+			if (o[i].flags & (OBJF_ARRAY | OBJF_ELEM)) {
+				arrays = true; /* unlocked after the free */
+			} else {
+				if (o[i].flags & OBJF_FREE) {
+					/* Under the lock: see
+					 * obj_install_locked. */
+					int rc = farm_galloc_free_local(
+					        m->ga, tl->loop, o[i].addr);
+					if (rc)
+						farm_warn(
+						        "txn: free at commit: "
+						        "%s",
+						        farm_strerror(rc));
+				}
+				atomic_store_explicit(
+				        (_Atomic uint64_t *)(void *)p, nv,
+				        memory_order_release);
+			}
+		}
+		img += 64ull * o[i].lines;
+	}
+	if (!arrays)
+		return;
+	/* Freed arrays: every element is installed and still locked; free
+	 * each array whole, then unlock its elements. */
+	for (unsigned i = 0; i < h.nobj; i++)
+		if ((o[i].flags & OBJF_ARRAY) && primary_obj(m, &o[i])) {
+			int rc = farm_galloc_free_array_local(
+			        m->ga, tl->loop, o[i].addr, 64ull * o[i].lines,
+			        o[i].flags >> OBJF_N_SHIFT);
+			if (rc)
+				farm_warn("txn: array free at commit: %s",
+				          farm_strerror(rc));
+		}
+	for (unsigned i = 0; i < h.nobj; i++) {
+		uint8_t *p = primary_obj(m, &o[i]);
+		if (p && (o[i].flags & (OBJF_ARRAY | OBJF_ELEM)))
+			atomic_store_explicit((_Atomic uint64_t *)(void *)p,
+			                      o[i].version + OBJ_VSTEP,
+			                      memory_order_release);
+	}
+}
+
+static void on_commit_primary(struct txloop *tl, uint64_t txid, bool commit)
+{
+	struct lock_ent **pp = lock_slot(tl, txid);
+	struct lock_ent *e = *pp;
+	if (!e) {
+		/* Every COMMIT-PRIMARY follows a granted LOCK: none here is a
+		 * bug worth hearing about. */
+		if (commit)
+			farm_warn("txn: COMMIT-PRIMARY of %#" PRIx64
+			          " with no lock",
+			          txid);
+		return; /* ABORT of a refused LOCK, or a duplicate */
+	}
+	if (commit) {
+		install_rec(tl, e->rec);
+	} else {
+		struct rec_hdr h;
+		memcpy(&h, e->rec, sizeof(h));
+		unlock_objs(tl->m, e->rec, h.nobj);
+	}
+	*pp = e->next;
+	free(e);
+}
+
+/* Apply a COMMIT-BACKUP record to our backup copies (at truncation). */
+static void backup_apply(struct txloop *tl, const uint8_t *rec)
+{
+	farm_txm *m = tl->m;
+	struct rec_hdr h;
+	memcpy(&h, rec, sizeof(h));
+	const struct rec_obj *o = rec_objs(rec);
+	const uint8_t *img = rec + sizeof(h) + (size_t)h.nobj * sizeof(*o);
+	for (unsigned i = 0; i < h.nobj; i++) {
+		enum farm_as_role role;
+		farm_region *r = farm_as_local_region(
+		        m->as, farm_gaddr_region(o[i].addr), &role);
+		uint64_t off = farm_gaddr_offset(o[i].addr);
+		if (r && role == FARM_AS_BACKUP &&
+		    off + 64ull * o[i].lines <= farm_region_size(r)) {
+			memcpy((uint8_t *)farm_region_base(r) + off, img,
+			       64ull * o[i].lines);
+			stat_add(m, S_BACKUP_APPLIES, 1);
+		} else {
+			stat_add(m, S_BAD_RECORDS, 1);
+		}
+		img += 64ull * o[i].lines;
+	}
+}
+
+/* Truncate records of log @ring up to @upto: apply, zero, publish. */
+static void truncate_to(struct txloop *tl, struct reader *rd, uint8_t *ring,
+                        _Atomic uint64_t *freed_word, uint64_t upto)
+{
+	farm_txm *m = tl->m;
+	bool moved = false;
+	while (rd->applied < upto && rd->applied < rd->head) {
+		uint8_t *rec = ring + rd->applied % m->R;
+		struct rec_hdr h;
+		memcpy(&h, rec, sizeof(h));
+		if (h.len == 0 || h.len % 64 ||
+		    h.len > m->R - rd->applied % m->R) {
+			/* Cannot happen unless the log was overwritten. */
+			farm_err("txn: log corrupt at %" PRIu64
+			         " (length %" PRIu32 ", head %" PRIu64
+			         "): log abandoned",
+			         rd->applied, h.len, rd->head);
+			stat_add(m, S_BAD_RECORDS, 1);
+			rd->broken = true;
+			break;
+		}
+		if (h.type == REC_COMMIT_BACKUP)
+			backup_apply(tl, rec);
+		if (h.type == REC_LOCK && *lock_slot(tl, h.txid))
+			farm_warn("txn: LOCK of transaction %#" PRIx64
+			          " truncated "
+			          "while its locks are held",
+			          h.txid);
+		memset(rec, 0, h.len);
+		rd->applied += h.len;
+		moved = true;
+	}
+	if (moved)
+		atomic_store_explicit(freed_word, rd->applied,
+		                      memory_order_release);
+}
+
+/* Process whole records of log (coord, our thread). Returns how many. */
+static int poll_log(struct txloop *tl, uint32_t coord)
+{
+	farm_txm *m = tl->m;
+	uint64_t li = log_index(m, coord, tl->t);
+	uint8_t *ring = m->logbase + log_ring_off(m, li);
+	_Atomic uint64_t *freed_word =
+	        (_Atomic uint64_t *)(void *)(m->logbase + log_hdr_off(m, li));
+	struct reader *rd = &tl->r[coord];
+	int got = 0;
+	while (!rd->broken) {
+		uint64_t off = rd->head % m->R;
+		uint8_t *rec = ring + off;
+		uint32_t len = atomic_load_explicit(
+		        (_Atomic uint32_t *)(void *)rec, memory_order_acquire);
+		if (len == 0)
+			break;
+		struct rec_hdr h;
+		memcpy(&h, rec, sizeof(h));
+		uint64_t tr;
+		if (len % 64 || len > m->R - off) {
+			stat_add(m, S_BAD_RECORDS, 1);
+			farm_warn("txn: bad record in machine %" PRIu32
+			          "'s log "
+			          "(length %" PRIu32 "): log abandoned",
+			          coord, len);
+			rd->broken = true;
+			break;
+		}
+		/* The first word (length, type) lands whole and first, the
+		 * trailer last: only once the trailer is there is the rest of
+		 * the header (txid, low-water mark) there too. Read it again.
+		 */
+		tr = atomic_load_explicit(
+		        (_Atomic uint64_t *)(void *)(rec + (h.type == REC_PAD
+		                                                    ? 56
+		                                                    : len - 8)),
+		        memory_order_acquire);
+		if (tr != rd->head + 1)
+			break; /* still being written */
+		memcpy(&h, rec, sizeof(h));
+		switch (h.type) {
+		case REC_LOCK:
+			if (rec_sane(rec, len))
+				on_lock(tl, rec);
+			else
+				stat_add(m, S_BAD_RECORDS, 1);
+			break;
+		case REC_COMMIT_PRIMARY:
+			on_commit_primary(tl, h.txid, true);
+			break;
+		case REC_ABORT: on_commit_primary(tl, h.txid, false); break;
+		case REC_COMMIT_BACKUP:
+			if (!rec_sane(rec, len))
+				stat_add(m, S_BAD_RECORDS, 1);
+			break;
+		case REC_TRUNC:
+		case REC_PAD: break;
+		default: stat_add(m, S_BAD_RECORDS, 1); break;
+		}
+		rd->head += len;
+		got++;
+		truncate_to(tl, rd, ring, freed_word, h.trunc);
+	}
+	return got;
+}
+
+int txn_poll(farm_loop *loop, void *ctx)
+{
+	(void)loop;
+	struct txloop *tl = ctx;
+	farm_txm *m = tl->m;
+	int got = 0;
+	unsigned n = atomic_load_explicit(&m->nready, memory_order_acquire);
+	for (unsigned i = 0; i < n; i++)
+		got += poll_log(tl, m->ready_ids[i]);
+	return got;
+}
+
+bool txn_pending(farm_loop *loop, void *ctx)
+{
+	(void)loop;
+	struct txloop *tl = ctx;
+	farm_txm *m = tl->m;
+	unsigned n = atomic_load_explicit(&m->nready, memory_order_acquire);
+	for (unsigned i = 0; i < n; i++) {
+		uint32_t c = m->ready_ids[i];
+		if (tl->r[c].broken)
+			continue;
+		uint64_t li = log_index(m, c, tl->t);
+		const uint8_t *ring = m->logbase + log_ring_off(m, li);
+		uint64_t off = tl->r[c].head % m->R;
+		if (atomic_load_explicit(
+		            (_Atomic uint32_t *)(void *)(ring + off),
+		            memory_order_acquire))
+			return true;
+	}
+	/* Nothing to do here: the loop may park; a thread with no
+	 * operation open goes offline for epochs meanwhile. */
+	farm_epoch_park();
+	return false;
+}

@@ -1,0 +1,598 @@
+/*
+ * Reads (NSDI'14 sections 3.4-3.5): one read of an object's lines, local
+ * (a copy) or remote (one one-sided READ), checked for consistency
+ * (object.h: obj_check) and retried with backoff while it is being
+ * installed. Lock-free reads (farm_lf_*) end there; a transaction's reads
+ * add the object, its version and incarnation to the read set
+ * (farm_tx_read*, farm_tx_read_local).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "txn/epoch.h"
+#include "txn/object.h"
+#include "txn/txn_int.h"
+#include "txn/txn_testing.h"
+#include "util/lines.h"
+
+#define READ_TRIES 4096u
+
+#define LINE_TRIES 1000u
+
+static void rd_start(struct rd_op *op);
+
+static void rd_finish_post(farm_loop *loop, void *ctx, int status)
+{
+	(void)loop;
+	struct rd_op *op = ctx;
+	if (status)
+		op->status = status;
+	op->done(op);
+}
+
+static void rd_again_post(farm_loop *loop, void *ctx, int status);
+
+static void rd_retry(struct rd_op *op)
+{
+	cnt_inc(&op->tl->c_lf_retries);
+	if (++op->tries >= READ_TRIES) {
+		op->status = -EBUSY;
+		op->done(op);
+		return;
+	}
+	/* Randomized backoff: spin a random number of pauses, up to 2^10.
+	 * After a few tries, retry from a later loop pass instead: the lock
+	 * may be one that only this loop's poller can release (a LOCK or
+	 * COMMIT-PRIMARY waiting in a log this loop serves). */
+	unsigned k = FARM_MIN(op->tries, 10u);
+	uint64_t spins = farm_rand64(&op->tl->rand) & ((1ull << k) - 1);
+	for (uint64_t i = 0; i < spins; i++)
+		farm_cpu_relax();
+	if (op->tries > 4 &&
+	    farm_loop_defer(op->tl->loop, rd_again_post, op) == 0)
+		return;
+	rd_start(op);
+}
+
+/* A deferred retry: start the read again (no extra try counted). */
+static void rd_again_post(farm_loop *loop, void *ctx, int status)
+{
+	(void)loop;
+	struct rd_op *op = ctx;
+	if (status) {
+		op->status = status;
+		op->done(op);
+		return;
+	}
+	rd_start(op);
+}
+
+/* The image read: one object, or each element of an array range. */
+static int rd_validate(struct rd_op *op)
+{
+	if (op->nel <= 1)
+		return obj_check(op->img, op->lines, op->want, &op->version,
+		                 &op->incarn);
+	unsigned el = op->lines / op->nel;
+	for (unsigned k = 0; k < op->nel; k++) {
+		uint64_t v, w;
+		int rc = obj_check(op->img + 64ull * el * k, el, op->want, &v,
+		                   &w);
+		if (rc)
+			return rc;
+		if (!k) {
+			op->version = v;
+			op->incarn = w;
+		}
+	}
+	return 0;
+}
+
+static void rd_check(struct rd_op *op)
+{
+	int rc = rd_validate(op);
+	if (rc == -EAGAIN) {
+		rd_retry(op);
+		return;
+	}
+	op->status = rc;
+	op->done(op);
+}
+
+static void rd_remote_done(farm_loop *loop, void *ctx, int status)
+{
+	(void)loop;
+	struct rd_op *op = ctx;
+	if (status == FARM_EFLUSHED) { /* an earlier operation failed */
+		rd_retry(op);
+		return;
+	}
+	if (status) {
+		op->status = status;
+		op->done(op);
+		return;
+	}
+	/* A read slower than the bound could have straddled 2^14 commits
+	 * of the object, wrapping the 16-bit line versions unseen. */
+	if (farm_cycles() - op->t0 > op->tl->m->lf_bound_cycles) {
+		rd_retry(op);
+		return;
+	}
+	rd_check(op);
+}
+
+static void rd_start(struct rd_op *op)
+{
+	struct txloop *tl = op->tl;
+	farm_txm *m = tl->m;
+	uint64_t len = 64ull * op->lines;
+	uint8_t *p;
+	farm_mr_desc d;
+	int rc = farm_as_resolve_cached(m->as, &tl->rc, op->a, len, &p, &d);
+	if (!rc && p) {
+		if (!farm_lines_copy(op->img, p, len, LINE_TRIES)) {
+			rd_retry(op);
+			return;
+		}
+		rc = rd_validate(op);
+		if (rc == -EAGAIN) {
+			rd_retry(op);
+			return;
+		}
+		op->status = rc;
+		/* Never complete inline: the caller may not be ready. */
+		if (farm_loop_defer(tl->loop, rd_finish_post, op)) {
+			op->status = -ENOMEM;
+			op->done(op);
+		}
+		return;
+	}
+	op->t0 = farm_cycles();
+	if (!rc) {
+		/* The primary's descriptor is cached: one READ, posted here. */
+		farm_wr wr = farm_wr_read(0, op->img, tl->ar.mr, (uint32_t)len,
+		                          &d, farm_gaddr_offset(op->a));
+		rc = farm_loop_rdma(tl->loop, d.machine, &wr, rd_remote_done,
+		                    op);
+	} else if (rc == -EAGAIN) {
+		rc = farm_as_read(m->as, tl->loop, op->a, op->img, tl->ar.mr,
+		                  (uint32_t)len, rd_remote_done, op);
+	}
+	if (rc == -EAGAIN) { /* the endpoint drains after a failure */
+		rd_retry(op);
+		return;
+	}
+	if (rc) {
+		op->status = rc;
+		if (farm_loop_defer(tl->loop, rd_finish_post, op))
+			op->done(op);
+	}
+}
+
+/* Begin a read of @lines lines at @a into a fresh arena image. */
+static struct rd_op *rd_new(struct txloop *tl, farm_gaddr a, uint32_t size,
+                            uint64_t want, void (*done)(struct rd_op *),
+                            void *ctx, int *rc)
+{
+	farm_txm *m = tl->m;
+	unsigned lines = obj_lines(size);
+	if (!lines ||
+	    !farm_gaddr_valid(a, 64ull * lines, farm_as_region_size(m->as)) ||
+	    farm_gaddr_offset(a) % 64) {
+		*rc = -EINVAL;
+		return NULL;
+	}
+	struct rd_op *op = tl->rd_free_list;
+	if (op)
+		tl->rd_free_list = op->next_free;
+	else
+		op = malloc(sizeof(*op));
+	uint8_t *img = op ? arena_get(&tl->ar, 64ull * lines) : NULL;
+	if (!img) {
+		if (op) {
+			op->next_free = tl->rd_free_list;
+			tl->rd_free_list = op;
+		}
+		*rc = -ENOMEM;
+		return NULL;
+	}
+	/* Field by field: clearing the whole record (with its lock-free
+	 * read context) showed up on the read path. */
+	op->tl = tl;
+	op->next_free = NULL;
+	op->a = a;
+	op->size = size;
+	op->lines = lines;
+	op->want = want;
+	op->img = img;
+	op->tries = 0;
+	op->t0 = 0;
+	op->status = 0;
+	op->version = op->incarn = 0;
+	op->ep = 0;
+	op->nel = 1;
+	op->done = done;
+	op->ctx = ctx;
+	op->ctx2 = NULL;
+	op->lf.version_out = NULL;
+	*rc = 0;
+	return op;
+}
+
+static void rd_free(struct rd_op *op)
+{
+	struct txloop *tl = op->tl;
+	arena_put(&tl->ar, op->img, 64ull * op->lines);
+	op->next_free = tl->rd_free_list;
+	tl->rd_free_list = op;
+}
+
+/* ---- lock-free reads --------------------------------------------------- */
+
+static void lf_done(struct rd_op *op)
+{
+	struct lf_ctx *c = op->ctx;
+	if (!op->status && op->nel > 1) {
+		unsigned el = op->lines / op->nel;
+		for (unsigned k = 0; k < op->nel; k++)
+			obj_unpack(op->img + 64ull * el * k, op->size,
+			           (uint8_t *)c->buf + (size_t)op->size * k);
+	} else if (!op->status) {
+		obj_unpack(op->img, op->size, c->buf);
+		if (c->version_out)
+			*c->version_out = op->version;
+	}
+	cnt_inc(&op->tl->c_lf_reads);
+	farm_op_fn cont = c->cont;
+	void *ctx = c->ctx;
+	int st = op->status;
+	farm_loop *loop = op->tl->loop;
+	unsigned ep = op->ep;
+	rd_free(op);
+	farm_epoch_op_end(ep);
+	cont(loop, ctx, st);
+}
+
+int farm_lf_read(farm_txm *m, farm_loop *loop, farm_gaddr a, uint32_t size,
+                 uint64_t want_incarnation, void *buf, farm_op_fn cont,
+                 void *ctx)
+{
+	struct txloop *tl = loop_state(m, loop);
+	if (!tl || !buf || !cont)
+		return -EINVAL;
+	int rc;
+	struct rd_op *op =
+	        rd_new(tl, a, size, want_incarnation, lf_done, NULL, &rc);
+	if (!op)
+		return rc;
+	op->lf = (struct lf_ctx){.buf = buf, .cont = cont, .ctx = ctx};
+	op->ctx = &op->lf;
+	op->ep = farm_epoch_op_begin();
+	rd_start(op);
+	return 0;
+}
+
+int farm_lf_read_array(farm_txm *m, farm_loop *loop, farm_fatptr first,
+                       uint32_t from, uint32_t count, void *buf,
+                       farm_op_fn cont, void *ctx)
+{
+	struct txloop *tl = loop_state(m, loop);
+	if (!tl || !buf || !cont || !count)
+		return -EINVAL;
+	unsigned el = obj_lines(first.size);
+	if (!el)
+		return first.size ? -E2BIG : -EINVAL;
+	if ((uint64_t)el * count > FARM_ALLOC_MAX_OBJECT / 64)
+		return -E2BIG; /* one READ of at most 1 MiB */
+	uint64_t stride = 64ull * el;
+	farm_gaddr a = first.addr + stride * from;
+	if (!farm_gaddr_valid(a, stride * count, farm_as_region_size(m->as)) ||
+	    farm_gaddr_region(a) != farm_gaddr_region(first.addr))
+		return -EINVAL;
+	int rc;
+	struct rd_op *op = rd_new(tl, a, first.size, first.incarnation, lf_done,
+	                          NULL, &rc);
+	if (!op)
+		return rc;
+	if (count > 1) {
+		uint8_t *img = arena_get(&tl->ar, stride * count);
+		if (!img) {
+			rd_free(op);
+			return -ENOMEM;
+		}
+		arena_put(&tl->ar, op->img, 64ull * op->lines);
+		op->img = img;
+		op->lines = el * count;
+		op->nel = count;
+	}
+	op->lf = (struct lf_ctx){.buf = buf, .cont = cont, .ctx = ctx};
+	op->ctx = &op->lf;
+	op->ep = farm_epoch_op_begin();
+	rd_start(op);
+	return 0;
+}
+
+int farm_lf_begin(farm_txm *m, farm_loop *loop, farm_lf_op *op)
+{
+	if (!loop_state(m, loop) || !op)
+		return -EINVAL;
+	op->parity = farm_epoch_op_begin();
+	op->open = 1;
+	return 0;
+}
+
+void farm_lf_end(farm_lf_op *op)
+{
+	if (op && op->open) {
+		op->open = 0;
+		farm_epoch_op_end(op->parity);
+	}
+}
+
+int farm_lf_read_sync(farm_txm *m, farm_loop *loop, farm_gaddr a, uint32_t size,
+                      uint64_t want_incarnation, void *buf)
+{
+	struct sync_res r = {0};
+	int rc = farm_lf_read(m, loop, a, size, want_incarnation, buf,
+	                      sync_op_cb, &r);
+	if (rc)
+		return rc;
+	return wait_loop(loop, &r);
+}
+
+/* ---- transactional reads --------------------------------------------- */
+
+static uint32_t primary_of(farm_txm *m, farm_gaddr a)
+{
+	uint32_t rep[FARM_RING_MAX_REPLICAS];
+	return farm_as_replicas(m->as, farm_gaddr_region(a), rep) ? rep[0]
+	                                                          : UINT32_MAX;
+}
+
+struct txrd_ctx {
+	farm_tx *tx;
+	farm_tx_read_fn cont;
+	void *ctx;
+	uint32_t size;
+	farm_gaddr a;
+};
+
+static void txrd_done(struct rd_op *op)
+{
+	struct txrd_ctx *c = op->ctx;
+	farm_tx *tx = c->tx;
+	int st = op->status;
+	const void *data = NULL;
+	tx->reads_out--;
+	if (tx->released) {
+		rd_free(op);
+		free(c);
+		(void)txn_tx_gone(tx);
+		return;
+	}
+	cnt_inc(&tx->tl->c_tx_reads);
+	if (!st) {
+		struct txobj *o = tx_find(tx, c->a); /* read twice meanwhile? */
+		if (!o) {
+			o = tx_add(tx);
+			uint8_t *d = o ? malloc(c->size) : NULL;
+			if (!d) {
+				if (o)
+					tx->n--;
+				st = -ENOMEM;
+			} else {
+				obj_unpack(op->img, c->size, d);
+				*o = (struct txobj){
+				        .a = c->a,
+				        .size = c->size,
+				        .lines = op->lines,
+				        .version = op->version,
+				        .incarn = op->incarn,
+				        .primary = primary_of(tx->m, c->a),
+				        .flags = TXO_READ,
+				        .data = d};
+			}
+		}
+		if (o && !st) {
+			data = o->data;
+			if (c->size > o->size)
+				st = -EINVAL;
+		}
+	}
+	rd_free(op);
+	farm_tx_read_fn cont = c->cont;
+	void *ctx = c->ctx;
+	uint32_t size = c->size;
+	free(c);
+	cont(tx, ctx, st, st ? NULL : data, st ? 0 : size);
+}
+
+struct again_ctx {
+	farm_tx *tx;
+	farm_tx_read_fn cont;
+	void *ctx;
+	struct txobj *o;
+	uint32_t size;
+};
+
+static void txrd_cached(farm_loop *loop, void *ctx, int status)
+{
+	(void)loop;
+	struct again_ctx *c = ctx;
+	c->tx->reads_out--;
+	if (c->tx->released) {
+		(void)txn_tx_gone(c->tx);
+		free(c);
+		return;
+	}
+	if (status)
+		c->cont(c->tx, c->ctx, status, NULL, 0);
+	else
+		c->cont(c->tx, c->ctx, 0, c->o->data, c->size);
+	free(c);
+}
+
+static int tx_read_common(farm_tx *tx, farm_gaddr a, uint32_t size,
+                          uint64_t want, farm_tx_read_fn cont, void *ctx)
+{
+	if (!tx || !cont)
+		return -EINVAL;
+	if (tx->ph != PH_OPEN || tx->released)
+		return FARM_ECLOSED;
+	struct txobj *o = tx_find(tx, a);
+	if (o) {
+		if (size > o->size || (want != UINT64_MAX &&
+		                       farm_incarn_count(o->incarn) != want))
+			return size > o->size ? -EINVAL : FARM_EFREED;
+		struct again_ctx *c = malloc(sizeof(*c));
+		if (!c)
+			return -ENOMEM;
+		*c = (struct again_ctx){.tx = tx,
+		                        .cont = cont,
+		                        .ctx = ctx,
+		                        .o = o,
+		                        .size = size};
+		int rc = farm_loop_defer(tx->tl->loop, txrd_cached, c);
+		if (rc)
+			free(c);
+		else
+			tx->reads_out++;
+		return rc;
+	}
+	struct txrd_ctx *c = malloc(sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	*c = (struct txrd_ctx){
+	        .tx = tx, .cont = cont, .ctx = ctx, .size = size, .a = a};
+	int rc;
+	struct rd_op *op = rd_new(tx->tl, a, size, want, txrd_done, c, &rc);
+	if (!op) {
+		free(c);
+		return rc;
+	}
+	tx->reads_out++;
+	rd_start(op);
+	return 0;
+}
+
+int farm_tx_read(farm_tx *tx, farm_gaddr a, uint32_t size, farm_tx_read_fn cont,
+                 void *ctx)
+{
+	return tx_read_common(tx, a, size, UINT64_MAX, cont, ctx);
+}
+
+int farm_tx_read_fat(farm_tx *tx, farm_fatptr p, farm_tx_read_fn cont,
+                     void *ctx)
+{
+	return tx_read_common(tx, p.addr, p.size, p.incarnation, cont, ctx);
+}
+
+static void sync_read_cb(farm_tx *tx, void *ctx, int status, const void *data,
+                         uint32_t size)
+{
+	(void)tx;
+	(void)size;
+	struct sync_res *r = ctx;
+	r->status = status;
+	r->data = data;
+	r->done = 1;
+}
+
+int farm_tx_read_sync(farm_tx *tx, farm_gaddr a, uint32_t size,
+                      const void **data)
+{
+	struct sync_res r = {0};
+	int rc = farm_tx_read(tx, a, size, sync_read_cb, &r);
+	if (rc)
+		return rc;
+	rc = wait_loop(tx->tl->loop, &r);
+	if (!rc && data)
+		*data = r.data;
+	return rc;
+}
+
+/* ---- local reads without waiting --------------------------------------- */
+
+int farm_tx_read_local(farm_tx *tx, farm_gaddr a, uint32_t size,
+                       const void **data)
+{
+	if (!tx || !data)
+		return -EINVAL;
+	if (tx->ph != PH_OPEN || tx->released)
+		return FARM_ECLOSED;
+	struct txobj *o = tx_find(tx, a);
+	if (o) {
+		if (size > o->size)
+			return -EINVAL;
+		*data = o->data;
+		return 0;
+	}
+	farm_txm *m = tx->m;
+	unsigned lines = obj_lines(size);
+	if (!lines || farm_gaddr_offset(a) % 64 ||
+	    !farm_gaddr_valid(a, 64ull * lines, farm_as_region_size(m->as)))
+		return -EINVAL;
+	const uint8_t *p = farm_as_local_ptr(m->as, a, 64ull * lines);
+	if (!p)
+		return -EREMOTE;
+	uint8_t *img = arena_get(&tx->tl->ar, 64ull * lines);
+	uint8_t *d = malloc(size);
+	int rc = img && d ? -EAGAIN : -ENOMEM;
+	uint64_t version = 0, incarn = 0;
+	for (unsigned tries = 0; rc == -EAGAIN && tries < READ_TRIES; tries++) {
+		if (!farm_lines_copy(img, p, 64ull * lines, LINE_TRIES))
+			continue;
+		rc = obj_check(img, lines, UINT64_MAX, &version, &incarn);
+		if (rc == -EAGAIN)
+			farm_cpu_relax();
+	}
+	if (rc == -EAGAIN)
+		rc = -EBUSY;
+	if (!rc && !(o = tx_add(tx)))
+		rc = -ENOMEM;
+	if (!rc) {
+		obj_unpack(img, size, d);
+		*o = (struct txobj){.a = a,
+		                    .size = size,
+		                    .lines = lines,
+		                    .version = version,
+		                    .incarn = incarn,
+		                    .primary = m->me,
+		                    .flags = TXO_READ,
+		                    .data = d};
+		*data = d;
+		d = NULL;
+		cnt_inc(&tx->tl->c_tx_reads);
+	}
+	if (img)
+		arena_put(&tx->tl->ar, img, 64ull * lines);
+	free(d);
+	return rc;
+}
+
+/* ---- testing (txn_testing.h): for tests only --------------------------- */
+
+int farm_lf_testing_read_sync(farm_txm *m, farm_loop *loop, farm_gaddr a,
+                              uint32_t size, uint64_t want_incarnation,
+                              void *buf, uint64_t *version)
+{
+	struct txloop *tl = loop_state(m, loop);
+	if (!tl || !buf)
+		return -EINVAL;
+	struct sync_res r = {0};
+	int rc;
+	struct rd_op *op =
+	        rd_new(tl, a, size, want_incarnation, lf_done, NULL, &rc);
+	if (!op)
+		return rc;
+	op->lf = (struct lf_ctx){.buf = buf,
+	                         .cont = sync_op_cb,
+	                         .ctx = &r,
+	                         .version_out = version};
+	op->ctx = &op->lf;
+	op->ep = farm_epoch_op_begin(); /* lf_done ends it */
+	rd_start(op);
+	return wait_loop(loop, &r);
+}

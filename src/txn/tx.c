@@ -1,0 +1,416 @@
+/*
+ * Transactions (include/farm/txn.h): begin, the write set (write, alloc,
+ * free), abort and release, and the blocking wrappers. A transaction
+ * belongs to the loop that began it; its id is (machine, thread, sequence)
+ * and its slot in the loop's table is the sequence's. Reads are read.c,
+ * the commit is commit.c.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "txn/epoch.h"
+#include "txn/object.h"
+#include "txn/txn_int.h"
+#include "txn/txn_testing.h"
+
+int farm_tx_begin(farm_txm *m, farm_loop *loop, farm_tx **out)
+{
+	struct txloop *tl = loop_state(m, loop);
+	if (!tl || !out)
+		return -EINVAL;
+	uint64_t seq = 0;
+	unsigned i;
+	for (i = 0; i < TX_SLOTS; i++) {
+		seq = ++tl->seq & ((1ull << 48) - 1);
+		if (!tl->slots[seq % TX_SLOTS])
+			break;
+	}
+	if (i == TX_SLOTS)
+		return -EAGAIN;
+	farm_tx *tx = calloc(1, sizeof(*tx));
+	if (!tx)
+		return -ENOMEM;
+	tx->m = m;
+	tx->tl = tl;
+	tx->id = ((uint64_t)m->me << 56) | ((uint64_t)tl->t << 48) | seq;
+	tx->ep = farm_epoch_op_begin();
+	tl->slots[seq % TX_SLOTS] = tx;
+	*out = tx;
+	return 0;
+}
+
+void txn_tx_free(farm_tx *tx)
+{
+	struct txloop *tl = tx->tl;
+	if (tl->slots[(tx->id & ((1ull << 48) - 1)) % TX_SLOTS] == tx)
+		tl->slots[(tx->id & ((1ull << 48) - 1)) % TX_SLOTS] = NULL;
+	for (unsigned i = 0; i < tx->n; i++)
+		free(tx->o[i].data);
+	free(tx->o);
+	free(tx->recs);
+	farm_epoch_op_end(tx->ep);
+	free(tx);
+}
+
+int farm_tx_write(farm_tx *tx, farm_gaddr a, void **data)
+{
+	if (!tx || !data)
+		return -EINVAL;
+	if (tx->ph != PH_OPEN)
+		return FARM_ECLOSED;
+	struct txobj *o = tx_find(tx, a);
+	if (!o)
+		return -ENOENT;
+	if (o->flags & TXO_FREE)
+		return FARM_EFREED;
+	o->flags |= TXO_WRITE;
+	*data = o->data;
+	return 0;
+}
+
+int farm_tx_free_array(farm_tx *tx, farm_fatptr first, uint32_t n)
+{
+	if (!tx || !n)
+		return -EINVAL;
+	if (tx->ph != PH_OPEN)
+		return FARM_ECLOSED;
+	unsigned el = obj_lines(first.size);
+	if (!el)
+		return -EINVAL;
+	/* Every element must have been read here (so the commit locks and
+	 * checks each), as it was allocated: same size, one incarnation. */
+	struct txobj *o0 = tx_find(tx, first.addr);
+	if (!o0)
+		return -ENOENT;
+	for (uint32_t i = 0; i < n; i++) {
+		struct txobj *o = tx_find(tx, first.addr + 64ull * el * i);
+		if (!o)
+			return -ENOENT;
+		if (o->flags & TXO_FREE)
+			return FARM_EFREED;
+		if (o->lines != el || o->primary != o0->primary ||
+		    farm_incarn_count(o->incarn) != first.incarnation)
+			return -EINVAL;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		struct txobj *o = tx_find(tx, first.addr + 64ull * el * i);
+		if (o)
+			o->flags |= TXO_WRITE | TXO_FREE |
+			            (i ? TXO_ELEM : TXO_ARRAY);
+	}
+	o0->arr_n = n;
+	return 0;
+}
+
+int farm_tx_free_obj(farm_tx *tx, farm_gaddr a)
+{
+	if (!tx)
+		return -EINVAL;
+	if (tx->ph != PH_OPEN)
+		return FARM_ECLOSED;
+	struct txobj *o = tx_find(tx, a);
+	if (!o)
+		return -ENOENT;
+	if (o->flags & TXO_FREE)
+		return FARM_EFREED;
+	o->flags |= TXO_WRITE | TXO_FREE;
+	return 0;
+}
+
+/* ---- allocation ------------------------------------------------------- */
+
+struct txal_ctx {
+	farm_tx *tx;
+	farm_tx_alloc_fn cont;
+	void *ctx;
+	uint32_t size;
+	uint32_t n; /* arrays: elements (0: one object) */
+};
+
+/* A new array's elements join the write set as new objects (its first
+ * element marked TXO_ARRAY, so an abort frees the array whole). */
+static int tx_add_array(farm_tx *tx, farm_gaddr a, uint32_t size, uint32_t n,
+                        farm_fatptr *fp, void **data)
+{
+	farm_txm *m = tx->m;
+	unsigned el = obj_lines(size);
+	unsigned n0 = tx->n;
+	for (uint32_t i = 0; i < n; i++) {
+		farm_gaddr ai = a + 64ull * el * i;
+		const struct farm_objhdr *h = farm_as_local_ptr(m->as, ai, 16);
+		struct txobj *o = tx_add(tx);
+		uint8_t *d = o ? calloc(1, size) : NULL;
+		if (!d || !h) {
+			if (o)
+				tx->n--;
+			free(d);
+			while (tx->n > n0)
+				free(tx->o[--tx->n].data);
+			return d || !o ? -EREMOTE : -ENOMEM;
+		}
+		uint64_t w = farm_objhdr_load_incarn(h);
+		*o = (struct txobj){.a = ai,
+		                    .size = size,
+		                    .lines = el,
+		                    .version = farm_objhdr_load_version(h) &
+		                               ~OBJ_LOCK_MASK,
+		                    .incarn = w,
+		                    .primary = m->me,
+		                    .flags = TXO_READ | TXO_WRITE | TXO_NEW |
+		                             (i ? TXO_ELEM : TXO_ARRAY),
+		                    .data = d,
+		                    .arr_n = i ? 0 : n};
+		if (!i) {
+			*fp = (farm_fatptr){.addr = ai,
+			                    .size = size,
+			                    .incarnation =
+			                            farm_incarn_count(w)};
+			*data = d;
+		}
+	}
+	return 0;
+}
+
+static void txal_done(farm_loop *loop, void *ctx, int status, farm_gaddr a)
+{
+	(void)loop;
+	struct txal_ctx *c = ctx;
+	farm_tx *tx = c->tx;
+	farm_txm *m = tx->m;
+	tx->reads_out--;
+	if (tx->released) {
+		if (!status)
+			(void)farm_galloc_free_local(m->ga, tx->tl->loop, a);
+		free(c);
+		(void)txn_tx_gone(tx);
+		return;
+	}
+	farm_fatptr fp = {0};
+	void *data = NULL;
+	int st = status;
+	if (!st) {
+		/* Ours alone until commit: read its header directly when local,
+		 * else it is still only ours to know about. */
+		const struct farm_objhdr *h = farm_as_local_ptr(m->as, a, 16);
+		if (c->n) {
+			st = h ? tx_add_array(tx, a, c->size, c->n, &fp, &data)
+			       : -EREMOTE;
+			if (st)
+				(void)farm_galloc_free_array_local(
+				        m->ga, tx->tl->loop, a,
+				        64ull * obj_lines(c->size), c->n);
+			farm_tx_alloc_fn cont = c->cont;
+			void *cctx = c->ctx;
+			free(c);
+			cont(tx, cctx, st, fp, data);
+			return;
+		}
+		struct txobj *o = tx_add(tx);
+		uint8_t *d = o ? calloc(1, c->size) : NULL;
+		if (!d) {
+			if (o)
+				tx->n--;
+			st = -ENOMEM;
+		} else if (!h) {
+			/* Allocated on another machine (a remote hint): its
+			 * header is learnt by reading it. */
+			tx->n--;
+			free(d);
+			st = -EREMOTE;
+		} else {
+			uint64_t v =
+			        farm_objhdr_load_version(h) & ~OBJ_LOCK_MASK;
+			uint64_t w = farm_objhdr_load_incarn(h);
+			*o = (struct txobj){.a = a,
+			                    .size = c->size,
+			                    .lines = obj_lines(c->size),
+			                    .version = v,
+			                    .incarn = w,
+			                    .primary = m->me,
+			                    .flags = TXO_READ | TXO_WRITE |
+			                             TXO_NEW,
+			                    .data = d};
+			fp = (farm_fatptr){.addr = a,
+			                   .size = c->size,
+			                   .incarnation = farm_incarn_count(w)};
+			data = d;
+		}
+		if (st) /* give the object back */
+			(void)farm_galloc_free_local(m->ga, tx->tl->loop, a);
+	}
+	farm_tx_alloc_fn cont = c->cont;
+	void *cctx = c->ctx;
+	free(c);
+	cont(tx, cctx, st, fp, data);
+}
+
+int farm_tx_alloc(farm_tx *tx, uint32_t size, farm_gaddr hint,
+                  farm_tx_alloc_fn cont, void *ctx)
+{
+	if (!tx || !cont)
+		return -EINVAL;
+	if (tx->ph != PH_OPEN)
+		return FARM_ECLOSED;
+	unsigned lines = obj_lines(size);
+	if (!lines)
+		return size ? -E2BIG : -EINVAL;
+	/* Allocated on this machine, next to @hint when the hint is local
+	 * too; a remote hint is not followed yet (the new object would be
+	 * another machine's, whose header this machine cannot read here). */
+	if (hint && !farm_as_local_ptr(tx->m->as, hint, 16))
+		hint = FARM_GADDR_NULL;
+	struct txal_ctx *c = malloc(sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	*c = (struct txal_ctx){
+	        .tx = tx, .cont = cont, .ctx = ctx, .size = size};
+	int rc = farm_galloc_alloc(tx->m->ga, tx->tl->loop, 64ull * lines, hint,
+	                           txal_done, c);
+	if (rc)
+		free(c);
+	else
+		tx->reads_out++;
+	return rc;
+}
+
+int farm_tx_alloc_array(farm_tx *tx, uint32_t elem_size, uint32_t n,
+                        farm_gaddr hint, farm_tx_alloc_fn cont, void *ctx)
+{
+	if (!tx || !cont || !n)
+		return -EINVAL;
+	if (tx->ph != PH_OPEN)
+		return FARM_ECLOSED;
+	unsigned el = obj_lines(elem_size);
+	if (!el)
+		return elem_size ? -E2BIG : -EINVAL;
+	/* Every element is in the commit's records: one commit must fit
+	 * half a log (-E2BIG at commit otherwise); here, at most 1 MiB. */
+	if ((uint64_t)el * n > FARM_ALLOC_MAX_OBJECT / 64)
+		return -E2BIG;
+	if (hint && !farm_as_local_ptr(tx->m->as, hint, 16))
+		hint = FARM_GADDR_NULL;
+	struct txal_ctx *c = malloc(sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	*c = (struct txal_ctx){
+	        .tx = tx, .cont = cont, .ctx = ctx, .size = elem_size, .n = n};
+	int rc = farm_galloc_alloc_array(tx->m->ga, tx->tl->loop, 64ull * el, n,
+	                                 hint, txal_done, c);
+	if (rc)
+		free(c);
+	else
+		tx->reads_out++;
+	return rc;
+}
+
+/* ---- the end of a transaction ----------------------------------------- */
+
+int farm_tx_abort(farm_tx *tx)
+{
+	if (!tx)
+		return -EINVAL;
+	if (tx->ph != PH_OPEN)
+		return FARM_ECLOSED;
+	if (tx->reads_out)
+		return -EBUSY;
+	tx->outcome = -ECANCELED;
+	txn_tx_finish(tx);
+	return 0;
+}
+
+void farm_tx_free(farm_tx *tx)
+{
+	if (!tx)
+		return;
+	tx->released = true;
+	if (tx->ph == PH_OPEN && !tx->reads_out) {
+		tx->outcome = -ECANCELED;
+		txn_tx_finish(tx); /* frees */
+	} else if (tx->ph == PH_DONE) {
+		txn_tx_free(tx);
+	}
+	/* else: a commit or reads are in flight; freed when they end. */
+}
+
+/* A read came back to a transaction the application already freed. */
+bool txn_tx_gone(farm_tx *tx)
+{
+	if (!tx->released || tx->reads_out)
+		return false;
+	if (tx->ph == PH_OPEN) {
+		tx->outcome = -ECANCELED;
+		txn_tx_finish(tx);
+	}
+	return true;
+}
+
+bool farm_tx_retryable(int outcome)
+{
+	return outcome == FARM_ECONFLICT || outcome == FARM_EVALIDATION ||
+	       outcome == -ENOSPC || outcome == -EBUSY || outcome == -EAGAIN;
+}
+
+/* ---- blocking wrappers ------------------------------------------------ */
+
+static void sync_alloc_cb(farm_tx *tx, void *ctx, int status, farm_fatptr p,
+                          void *data)
+{
+	(void)tx;
+	struct sync_res *r = ctx;
+	r->status = status;
+	r->fp = p;
+	r->wdata = data;
+	r->done = 1;
+}
+
+int farm_tx_alloc_sync(farm_tx *tx, uint32_t size, farm_gaddr hint,
+                       farm_fatptr *p, void **data)
+{
+	struct sync_res r = {0};
+	int rc = farm_tx_alloc(tx, size, hint, sync_alloc_cb, &r);
+	if (rc)
+		return rc;
+	rc = wait_loop(tx->tl->loop, &r);
+	if (!rc) {
+		if (p)
+			*p = r.fp;
+		if (data)
+			*data = r.wdata;
+	}
+	return rc;
+}
+
+static void sync_commit_cb(farm_loop *loop, void *ctx, int outcome)
+{
+	(void)loop;
+	struct sync_res *r = ctx;
+	r->status = outcome;
+	r->done = 1;
+}
+
+int farm_tx_commit_sync(farm_tx *tx)
+{
+	if (!tx)
+		return -EINVAL;
+	farm_loop *loop = tx->tl->loop;
+	struct sync_res r = {0};
+	int rc = farm_tx_commit(tx, sync_commit_cb, &r);
+	if (rc)
+		return rc;
+	return wait_loop(loop, &r);
+}
+
+/* ---- testing (txn_testing.h): for tests only --------------------------- */
+
+uint64_t farm_tx_testing_version(farm_tx *tx, farm_gaddr a)
+{
+	struct txobj *o = tx ? tx_find(tx, a) : NULL;
+	return o ? o->version : UINT64_MAX;
+}
+
+uint64_t farm_tx_testing_id(farm_tx *tx)
+{
+	return tx ? tx->id : 0;
+}

@@ -1,0 +1,411 @@
+/*
+ * The transaction manager of one machine (txm.h): creating it (the log
+ * memory and its superblock), attaching loops (per-loop state, the
+ * poller), peers' log descriptors, counters, and the glue to distributed
+ * epochs (epoch.c does the work).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "txn/epoch.h"
+#include "txn/txn_int.h"
+#include "util/log.h"
+
+#define WQ_CAP 1024u /* initial record queue per log writer; grows */
+
+#define DEFAULT_LOG   (1u << 20)
+#define DEFAULT_ARENA (64u << 20)
+
+/* ---- distributed epochs (epoch.c does the work) ------------------------- */
+
+struct txepoch {
+	farm_txm *m;
+	uint64_t reclaimed;
+	farm_op_fn cont;
+	void *ctx;
+};
+
+static void txm_epoch_done(farm_loop *loop, void *ctx, int status)
+{
+	struct txepoch *e = ctx;
+	farm_txm *m = e->m;
+	stat_add(m, status ? S_EPOCHS_FAILED : S_EPOCHS, 1);
+	stat_add(m, S_EPOCH_RECLAIMED, e->reclaimed);
+	farm_op_fn cont = e->cont;
+	void *cctx = e->ctx;
+	free(e);
+	cont(loop, cctx, status);
+}
+
+int farm_txm_epoch(farm_txm *m, farm_loop *loop, farm_op_fn cont, void *ctx)
+{
+	if (!loop_state(m, loop) || !cont)
+		return -EINVAL;
+	uint32_t peers[0x40];
+	unsigned np = 0;
+	unsigned n = atomic_load_explicit(&m->nready, memory_order_acquire);
+	for (unsigned i = 0; i < n; i++)
+		if (m->ready_ids[i] != m->me)
+			peers[np++] = m->ready_ids[i];
+	struct txepoch *e = calloc(1, sizeof(*e));
+	if (!e)
+		return -ENOMEM;
+	*e = (struct txepoch){.m = m, .cont = cont, .ctx = ctx};
+	int rc = farm_epoch_run(loop, peers, np, 5000000000ull,
+	                        farm_galloc_blockalloc(m->ga), &e->reclaimed,
+	                        txm_epoch_done, e);
+	if (rc)
+		free(e);
+	return rc;
+}
+
+static void epoch_auto_done(farm_loop *loop, void *ctx, int status)
+{
+	(void)loop;
+	farm_txm *m = ctx;
+	m->epoch_running = false;
+	if (status)
+		farm_info("txn: background epoch failed (%s); retired memory "
+		          "waits for the next",
+		          farm_strerror(status));
+}
+
+/* Loop 0, every few thousand passes: when free blocks are low and some are
+ * retired, start an epoch in the background. */
+static void epoch_maybe_start(struct txloop *tl)
+{
+	farm_txm *m = tl->m;
+	if (m->epoch_running || !m->epoch_free_pct)
+		return;
+	uint64_t now = farm_now_ns();
+	if (now - m->epoch_last_check < 10000000ull)
+		return;
+	m->epoch_last_check = now;
+	uint64_t total, in_use, retired;
+	farm_blockalloc_blocks(farm_galloc_blockalloc(m->ga), &total, &in_use,
+	                       &retired);
+	if (!retired)
+		return;
+	uint64_t free_blocks = total - in_use - retired;
+	if (free_blocks * 100 >= total * m->epoch_free_pct &&
+	    retired * 100 < total * m->epoch_free_pct)
+		return;
+	m->epoch_running = true;
+	if (farm_txm_epoch(m, tl->loop, epoch_auto_done, m))
+		m->epoch_running = false;
+}
+
+int farm_txm_epoch_sync(farm_txm *m, farm_loop *loop)
+{
+	struct sync_res r = {0};
+	int rc = farm_txm_epoch(m, loop, sync_op_cb, &r);
+	return rc ? rc : wait_loop(loop, &r);
+}
+
+/* ---- the manager ------------------------------------------------------ */
+
+static int txn_poll_all(farm_loop *loop, void *ctx)
+{
+	struct txloop *tl = ctx;
+	int got = txn_poll(loop, ctx);
+	if (tl->lock_waiters && (++tl->rand & 1023) == 0)
+		txn_scan_deadlines(tl);
+	farm_epoch_quiesce();
+	if (tl->t == 0 && (++tl->epoch_tick & 4095) == 0)
+		epoch_maybe_start(tl);
+	return got;
+}
+
+int farm_txm_create(farm_fabric *fab, farm_msg *msg, farm_as *as,
+                    farm_galloc *ga, const struct farm_txm_attr *attr,
+                    farm_txm **out)
+{
+	if (!fab || !msg || !as || !ga || !out)
+		return -EINVAL;
+	struct farm_txm_attr a = attr ? *attr : (struct farm_txm_attr){0};
+	if (!a.log_size)
+		a.log_size = DEFAULT_LOG;
+	if (!farm_is_pow2(a.log_size) || a.log_size < (64u << 10) ||
+	    a.log_size > (64u << 20))
+		return -EINVAL;
+	if (!a.arena_size)
+		a.arena_size = DEFAULT_ARENA;
+	if (!a.lf_bound_ns)
+		a.lf_bound_ns = 1000000ull;
+	if (a.epoch_free_pct > 100 && a.epoch_free_pct != FARM_TXM_EPOCH_MANUAL)
+		return -EINVAL;
+	farm_txm *m = calloc(1, sizeof(*m));
+	if (!m)
+		return -ENOMEM;
+	m->fab = fab;
+	m->msg = msg;
+	m->as = as;
+	m->ga = ga;
+	m->me = farm_msg_machine_id(msg);
+	m->T = farm_msg_nthreads(msg);
+	m->M = FARM_MIN(farm_msg_max_machines(msg), 0x40u);
+	m->R = a.log_size;
+	m->lf_bound = a.lf_bound_ns;
+	m->arena_size = a.arena_size;
+	m->epoch_free_pct = a.epoch_free_pct ? a.epoch_free_pct : 25;
+	if (a.epoch_free_pct == FARM_TXM_EPOCH_MANUAL)
+		m->epoch_free_pct = 0;
+	pthread_mutex_init(&m->peer_lock, NULL);
+	/* The read bound in ticks: calibrate the tick against the clock. */
+	uint64_t c0 = farm_cycles(), t0 = farm_now_ns(), t1;
+	while ((t1 = farm_now_ns()) - t0 < 2000000)
+		farm_cpu_relax();
+	uint64_t c1 = farm_cycles();
+	double per_ns = (double)(c1 - c0) / (double)(t1 - t0);
+	m->lf_bound_cycles =
+	        (uint64_t)((double)m->lf_bound * (per_ns > 0 ? per_ns : 1));
+	if (m->T > MAX_LOOPS || m->me >= m->M) {
+		free(m);
+		return -EINVAL;
+	}
+	uint64_t nlogs = (uint64_t)m->M * m->T;
+	m->hdr_area = (64 + nlogs * 64 + 4095) & ~4095ull;
+	uint64_t total = m->hdr_area + nlogs * m->R;
+	m->peers = calloc(m->M, sizeof(*m->peers));
+	m->peer_ready = calloc(m->M, sizeof(*m->peer_ready));
+	int rc = m->peers && m->peer_ready ? 0 : -ENOMEM;
+	if (!rc)
+		rc = farm_mem_alloc(fab, (size_t)total, 0, &m->logmem);
+	if (!rc)
+		rc = farm_mr_reg(fab, farm_mem_addr(m->logmem), (size_t)total,
+		                 FARM_ACCESS_LOCAL | FARM_ACCESS_REMOTE_READ |
+		                         FARM_ACCESS_REMOTE_WRITE,
+		                 &m->logmr);
+	if (!rc)
+		rc = farm_msg_handle(msg, FARM_MSGT_TX_REPLY, txn_h_reply, m);
+	if (!rc)
+		rc = farm_epoch_handle(msg);
+	if (!rc && !(rc = farm_epoch_domain_get()))
+		m->epoch_domain = true;
+	if (rc) {
+		farm_err("txn: cannot set up logs (%" PRIu64 " bytes): %s",
+		         total, farm_strerror(rc));
+		farm_txm_destroy(m);
+		return rc;
+	}
+	m->logbase = farm_mem_addr(m->logmem);
+	struct log_super sb = {.magic = LOG_SUPER_MAGIC,
+	                       .layout = 1,
+	                       .machine = m->me,
+	                       .M = m->M,
+	                       .T = m->T,
+	                       .R = m->R,
+	                       .hdr_area = m->hdr_area,
+	                       .total = total};
+	memcpy(m->logbase, &sb, sizeof(sb));
+	if ((rc = farm_mem_persist(m->logmem, m->logbase, sizeof(sb))))
+		farm_warn("txn: cannot make the log superblock durable: %s",
+		          farm_strerror(rc));
+	m->logdesc = farm_mr_describe(m->logmr);
+	m->peers[m->me] = m->logdesc;
+	atomic_store(&m->peer_ready[m->me], 1);
+	m->ready_ids[0] = m->me;
+	atomic_store(&m->nready, 1);
+	*out = m;
+	return 0;
+}
+
+void farm_txm_destroy(farm_txm *m)
+{
+	if (!m)
+		return;
+	for (unsigned i = 0; i < MAX_LOOPS; i++)
+		if (m->loops[i])
+			farm_warn("txn: loop %u still attached at destroy", i);
+	if (m->logmr)
+		farm_mr_dereg(m->logmr);
+	if (m->logmem)
+		farm_mem_free(m->logmem);
+	if (m->epoch_domain)
+		farm_epoch_domain_put();
+	free(m->peers);
+	free(m->peer_ready);
+	free(m);
+}
+
+farm_mr_desc farm_txm_log_desc(const farm_txm *m)
+{
+	return m ? m->logdesc : (farm_mr_desc){0};
+}
+
+int farm_txm_add_peer(farm_txm *m, uint32_t id, const farm_mr_desc *logs)
+{
+	if (!m || !logs || id >= m->M || id == m->me)
+		return -EINVAL;
+	uint64_t nlogs = (uint64_t)m->M * m->T;
+	if (logs->len != m->hdr_area + nlogs * m->R)
+		return -EINVAL; /* another log size or thread count */
+	farm_mr_desc d = *logs;
+	d.machine = id;
+	pthread_mutex_lock(&m->peer_lock);
+	int rc = 0;
+	if (atomic_load(&m->peer_ready[id])) {
+		rc = memcmp(&m->peers[id], &d, sizeof(d)) ? -EEXIST : 0;
+	} else {
+		m->peers[id] = d;
+		atomic_store_explicit(&m->peer_ready[id], 1,
+		                      memory_order_release);
+		unsigned n =
+		        atomic_load_explicit(&m->nready, memory_order_relaxed);
+		m->ready_ids[n] = id;
+		atomic_store_explicit(&m->nready, n + 1, memory_order_release);
+	}
+	pthread_mutex_unlock(&m->peer_lock);
+	return rc;
+}
+
+int farm_txm_attach(farm_txm *m, farm_loop *loop)
+{
+	if (!m || !loop)
+		return -EINVAL;
+	unsigned t = farm_loop_index(loop);
+	if (t >= m->T || m->loops[t])
+		return -EINVAL;
+	struct txloop *tl = calloc(1, sizeof(*tl));
+	if (!tl)
+		return -ENOMEM;
+	tl->m = m;
+	tl->loop = loop;
+	tl->t = t;
+	tl->rand = farm_now_ns() ^ ((uint64_t)m->me << 32) ^ t;
+	tl->slots = calloc(TX_SLOTS, sizeof(*tl->slots));
+	tl->w = calloc(m->M, sizeof(*tl->w));
+	tl->r = calloc(m->M, sizeof(*tl->r));
+	int rc = tl->slots && tl->w && tl->r ? 0 : -ENOMEM;
+	for (uint32_t i = 0; !rc && i < m->M; i++)
+		if (!(tl->w[i].wq = calloc(WQ_CAP, sizeof(struct wq_ent))))
+			rc = -ENOMEM;
+		else
+			tl->w[i].wq_cap = WQ_CAP;
+	if (!rc) {
+		tl->ar.size = m->arena_size;
+		tl->ar.base = aligned_alloc(4096, tl->ar.size);
+		rc = tl->ar.base ? farm_mr_reg(m->fab, tl->ar.base, tl->ar.size,
+		                               FARM_ACCESS_LOCAL, &tl->ar.mr)
+		                 : -ENOMEM;
+	}
+	bool entered = false;
+	if (!rc && !(rc = farm_epoch_thread_enter(loop)))
+		entered = true;
+	if (!rc)
+		rc = farm_loop_add_poller(loop, txn_poll_all, txn_pending, tl);
+	if (rc) {
+		if (entered)
+			farm_epoch_thread_leave(loop);
+		if (tl->ar.mr)
+			farm_mr_dereg(tl->ar.mr);
+		free(tl->ar.base);
+		for (uint32_t i = 0; tl->w && i < m->M; i++)
+			free(tl->w[i].wq);
+		free(tl->w);
+		free(tl->r);
+		free(tl->slots);
+		free(tl);
+		return rc;
+	}
+	m->loops[t] = tl;
+	return 0;
+}
+
+void farm_txm_detach(farm_txm *m, farm_loop *loop)
+{
+	struct txloop *tl = loop_state(m, loop);
+	if (!tl)
+		return;
+	/* Completions of log WRITEs (a commit is reported at its first
+	 * COMMIT-PRIMARY; TRUNC records) and freed-word READs still to come
+	 * use this state: let them land first. The loop's close would run
+	 * them (cancelled) after we freed it. */
+	uint64_t dl = farm_now_ns() + 2000000000ull;
+	while (tl->inflight && farm_now_ns() < dl)
+		(void)farm_loop_poll(loop);
+	if (tl->inflight) {
+		farm_warn("txn: loop %u detached with %u log operations in "
+		          "flight: its state is leaked",
+		          tl->t, tl->inflight);
+		m->loops[tl->t] = NULL;
+		farm_epoch_thread_leave(loop);
+		return;
+	}
+	for (unsigned i = 0; i < TX_SLOTS; i++)
+		if (tl->slots[i])
+			farm_warn(
+			        "txn: loop %u detached with a transaction open",
+			        tl->t);
+	for (unsigned b = 0; b < LOCK_BUCKETS; b++)
+		while (tl->locks[b]) {
+			struct lock_ent *e = tl->locks[b];
+			tl->locks[b] = e->next;
+			free(e);
+		}
+	stat_add(m, S_LF_READS, atomic_load(&tl->c_lf_reads));
+	stat_add(m, S_LF_RETRIES, atomic_load(&tl->c_lf_retries));
+	stat_add(m, S_TX_READS, atomic_load(&tl->c_tx_reads));
+	m->loops[tl->t] = NULL;
+	while (tl->rd_free_list) {
+		struct rd_op *op = tl->rd_free_list;
+		tl->rd_free_list = op->next_free;
+		free(op);
+	}
+	farm_mr_dereg(tl->ar.mr);
+	free(tl->ar.base);
+	for (uint32_t i = 0; i < m->M; i++)
+		free(tl->w[i].wq);
+	free(tl->w);
+	free(tl->r);
+	free(tl->slots);
+	m->loops[tl->t] = NULL;
+	free(tl);
+	farm_epoch_thread_leave(loop);
+}
+
+void farm_txm_stats_get(farm_txm *m, farm_txm_stats *out)
+{
+	if (!m || !out)
+		return;
+	uint64_t v[32];
+	for (int i = 0; i < 32; i++)
+		v[i] = atomic_load_explicit(&m->st.v[i], memory_order_relaxed);
+	/* Loops' own counters (not while a loop detaches). */
+	for (unsigned i = 0; i < MAX_LOOPS; i++) {
+		struct txloop *tl = m->loops[i];
+		if (!tl)
+			continue;
+		v[S_LF_READS] += atomic_load_explicit(&tl->c_lf_reads,
+		                                      memory_order_relaxed);
+		v[S_LF_RETRIES] += atomic_load_explicit(&tl->c_lf_retries,
+		                                        memory_order_relaxed);
+		v[S_TX_READS] += atomic_load_explicit(&tl->c_tx_reads,
+		                                      memory_order_relaxed);
+	}
+	*out = (farm_txm_stats){.commits = v[S_COMMITS],
+	                        .commits_single = v[S_COMMITS_SINGLE],
+	                        .aborts_conflict = v[S_AB_CONFLICT],
+	                        .aborts_validation = v[S_AB_VALIDATION],
+	                        .aborts_failure = v[S_AB_FAILURE],
+	                        .aborts_nospace = v[S_AB_NOSPACE],
+	                        .aborts_freed = v[S_AB_FREED],
+	                        .lf_reads = v[S_LF_READS],
+	                        .lf_retries = v[S_LF_RETRIES],
+	                        .tx_reads = v[S_TX_READS],
+	                        .commit_writes = v[S_C_WRITES],
+	                        .commit_reads = v[S_C_READS],
+	                        .commit_msgs = v[S_C_MSGS],
+	                        .log_full = v[S_LOG_FULL],
+	                        .truncates = v[S_TRUNCATES],
+	                        .locks_granted = v[S_LOCKS_OK],
+	                        .locks_refused = v[S_LOCKS_REFUSED],
+	                        .installs = v[S_INSTALLS],
+	                        .backup_applies = v[S_BACKUP_APPLIES],
+	                        .bad_records = v[S_BAD_RECORDS],
+	                        .epochs = v[S_EPOCHS],
+	                        .epochs_failed = v[S_EPOCHS_FAILED],
+	                        .epoch_blocks_reclaimed = v[S_EPOCH_RECLAIMED]};
+}

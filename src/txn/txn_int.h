@@ -1,0 +1,498 @@
+/*
+ * The transaction layer's internals, shared by its files (include/farm/txn.h
+ * is the API, txm.h the wiring): optimistic concurrency control with the
+ * SOSP'15 commit protocol over logs written with one-sided WRITEs.
+ *
+ *   log.c          the logs: layout, the writer side (append, reservation,
+ *                  truncation marks, the freed word), reading them offline
+ *   participant.c  the replica side: the log poller, LOCK, install at
+ *                  COMMIT-PRIMARY, ABORT, backup apply at truncation
+ *   read.c         reads: transactional, lock-free, local
+ *   tx.c           transactions: begin, write, alloc, free, abort, the
+ *                  blocking wrappers
+ *   commit.c       the coordinator: the commit state machine, distributed
+ *                  and single-machine
+ *   txm.c          the manager: create, attach, peers, stats, epochs glue
+ *
+ * Everything here runs on one loop's thread (struct txloop) unless it says
+ * otherwise. Internal; not installed.
+ */
+#ifndef FARM_TXN_TXN_INT_H
+#define FARM_TXN_TXN_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "txn/txm.h"
+#include "util/common.h"
+
+#define MAX_LOOPS    64
+#define TX_SLOTS     4096u /* concurrent transactions per loop */
+#define LOCK_BUCKETS 1024u
+
+#define NCLS 17 /* arena classes: 64 B .. 4 MiB */
+
+/* ---- log records ---------------------------------------------------- */
+
+enum rec_type {
+	REC_LOCK = 1,
+	REC_COMMIT_BACKUP = 2,
+	REC_COMMIT_PRIMARY = 3,
+	REC_ABORT = 4,
+	REC_TRUNC = 5,
+	REC_PAD = 6,
+};
+
+struct rec_hdr {
+	uint32_t len; /* bytes, a multiple of 64, trailer included */
+	uint16_t type;
+	uint16_t nobj;
+	uint64_t txid;
+	uint64_t trunc; /* records of this log before here are done */
+	uint64_t pad;
+};
+
+struct rec_obj {
+	uint64_t addr;
+	uint64_t version; /* LOCK: version read; COMMIT-BACKUP: new version */
+	uint64_t incarn;  /* LOCK: word expected; COMMIT-BACKUP: new word */
+	uint32_t lines;
+	uint32_t flags;
+};
+
+#define OBJF_NEW  1u
+#define OBJF_FREE 2u
+/* An array freed by the transaction: its first element carries
+ * OBJF_ARRAY and the element count in bits 31..8, the others OBJF_ELEM;
+ * the primary frees the whole array once every element is installed. */
+#define OBJF_ARRAY   4u
+#define OBJF_ELEM    8u
+#define OBJF_N_SHIFT 8
+
+struct reply {
+	uint64_t txid;
+	int32_t status;
+	uint32_t pad;
+};
+
+_Static_assert(sizeof(struct rec_hdr) == 32, "record header");
+_Static_assert(sizeof(struct rec_obj) == 32, "record object");
+
+/* ---- per-loop state ------------------------------------------------- */
+
+struct arena {
+	uint8_t *base;
+	size_t size, used;
+	farm_mr *mr;
+	void *free[NCLS];
+};
+
+/* A record this loop wrote into one log, until its transaction is done. */
+struct wq_ent {
+	uint64_t pos, end;
+	bool done;
+};
+
+/* This loop's side of its log on machine @m (coordinator role). */
+struct writer {
+	uint64_t tail;     /* next record position (abs) */
+	uint64_t freed;    /* what we know the replica has freed (abs) */
+	uint64_t reserved; /* bytes promised to commits in progress */
+	uint64_t sent_trunc;
+	uint64_t wq_head, wq_tail; /* wq entries [head, tail) */
+	struct wq_ent *wq;         /* wq_cap, a power of two; grows */
+	uint64_t wq_cap;
+	bool reading;       /* a READ of the freed word is out */
+	uint64_t freed_buf; /* its destination (in the arena) */
+};
+
+/* A log this loop serves (replica role): coordinator (C, this thread). */
+struct reader {
+	uint64_t head;    /* next record to process */
+	uint64_t applied; /* records before here are truncated and zeroed */
+	bool broken;      /* a malformed record: no longer read */
+};
+
+struct lock_ent {
+	struct lock_ent *next;
+	uint64_t txid;
+	const uint8_t *rec; /* the LOCK record, in the log */
+};
+
+struct txloop {
+	farm_txm *m;
+	farm_loop *loop;
+	unsigned t;
+	uint64_t seq;
+	struct arena ar;
+	farm_tx **slots; /* TX_SLOTS */
+	struct lock_ent *locks[LOCK_BUCKETS];
+	struct writer *w; /* per machine */
+	struct reader *r; /* per machine */
+	uint64_t rand;
+	unsigned lock_waiters;      /* transactions waiting for lock replies */
+	struct rd_op *rd_free_list; /* recycled read operations */
+	/* Hot counters, written by this loop only (plain load + store). */
+	_Atomic uint64_t c_lf_reads, c_lf_retries, c_tx_reads;
+	unsigned inflight;   /* log WRITEs and freed-word READs not completed */
+	uint64_t epoch_tick; /* loop 0: passes, for the epoch trigger */
+	struct farm_as_rcache rc; /* where regions are, for reads */
+};
+
+struct farm_txm {
+	farm_fabric *fab;
+	farm_msg *msg;
+	farm_as *as;
+	farm_galloc *ga;
+	uint32_t me, T, M;
+	uint64_t R; /* ring bytes per log */
+	uint64_t hdr_area;
+	uint64_t lf_bound;
+	uint64_t lf_bound_cycles; /* lf_bound in farm_cycles() ticks */
+	uint32_t arena_size;
+	farm_mem *logmem;
+	farm_mr *logmr;
+	uint8_t *logbase;
+	farm_mr_desc logdesc;
+	farm_mr_desc *peers;     /* M */
+	_Atomic int *peer_ready; /* M */
+	/* The machines whose logs we serve, compact, for the pollers. */
+	uint32_t ready_ids[0x40];
+	_Atomic unsigned nready;
+	pthread_mutex_t peer_lock;
+	struct txloop *loops[MAX_LOOPS];
+	/* Distributed epochs (loop 0 starts the background ones). */
+	unsigned epoch_free_pct;
+	bool epoch_running; /* a background epoch is in flight */
+	bool epoch_domain;  /* holds a farm_epoch_domain_get */
+	uint64_t epoch_last_check;
+	uint64_t epoch_reclaimed_now; /* the background epoch's result */
+	struct {
+		_Atomic uint64_t v[32];
+	} st;
+};
+
+enum {
+	S_COMMITS,
+	S_COMMITS_SINGLE,
+	S_AB_CONFLICT,
+	S_AB_VALIDATION,
+	S_AB_FAILURE,
+	S_AB_NOSPACE,
+	S_AB_FREED,
+	S_LF_READS,
+	S_LF_RETRIES,
+	S_TX_READS,
+	S_C_WRITES,
+	S_C_READS,
+	S_C_MSGS,
+	S_LOG_FULL,
+	S_TRUNCATES,
+	S_LOCKS_OK,
+	S_LOCKS_REFUSED,
+	S_INSTALLS,
+	S_BACKUP_APPLIES,
+	S_BAD_RECORDS,
+	S_EPOCHS,
+	S_EPOCHS_FAILED,
+	S_EPOCH_RECLAIMED,
+};
+
+static inline void stat_add(farm_txm *m, int i, uint64_t n)
+{
+	atomic_fetch_add_explicit(&m->st.v[i], n, memory_order_relaxed);
+}
+
+/* ---- transactions --------------------------------------------------- */
+
+#define TXO_READ  1u
+#define TXO_WRITE 2u
+#define TXO_NEW   4u
+#define TXO_FREE  8u
+#define TXO_ARRAY 16u /* the first element of an array (arr_n elements) */
+#define TXO_ELEM  32u /* another element of such an array */
+
+struct txobj {
+	farm_gaddr a;
+	uint32_t size;
+	uint32_t lines;
+	uint64_t version; /* read, unlocked */
+	uint64_t incarn;  /* word read */
+	uint32_t primary;
+	uint32_t flags;
+	uint8_t *data; /* size bytes */
+	uint8_t *img;  /* commit: the after-image (arena), lines * 64 */
+	uint32_t reps[FARM_RING_MAX_REPLICAS];
+	unsigned nrep;
+	bool locked;    /* single-machine commit: we hold its lock */
+	uint8_t *vbuf;  /* validation READ destination (arena) */
+	uint32_t arr_n; /* TXO_ARRAY: elements */
+};
+
+enum phase {
+	PH_OPEN = 0,
+	PH_RESERVE,
+	PH_LOCK,
+	PH_VALIDATE,
+	PH_BACKUP,
+	PH_PRIMARY,
+	PH_ABORT,
+	PH_DONE,
+};
+
+/* A record this transaction wrote (for the low-water marks). */
+struct txrec {
+	uint32_t machine;
+	uint64_t seq; /* its wq entry */
+};
+
+struct farm_tx {
+	farm_txm *m;
+	struct txloop *tl;
+	uint64_t id;
+	struct txobj *o;
+	unsigned n, cap;
+	unsigned reads_out; /* reads in flight */
+	enum phase ph;
+	unsigned pending;
+	int outcome;
+	bool reported, single;
+	farm_tx_commit_fn cont;
+	void *ctx;
+	uint64_t need[0x40]; /* log bytes reserved per machine (M <= 64) */
+	uint64_t used[0x40];
+	bool locked_at[0x40];
+	bool decided_at[0x40]; /* its COMMIT-PRIMARY or ABORT landed there */
+	unsigned wait_writes, wait_replies, wait_reads;
+	int fail;                  /* first failure of the phase */
+	uint64_t deadline;         /* waiting for replies until */
+	unsigned committed_writes; /* COMMIT-PRIMARY writes that landed */
+	bool in_call;              /* inside farm_tx_commit: defer callbacks */
+	bool released;             /* farm_tx_free was called */
+	bool retry_posted;         /* a reserve_again work item is queued */
+	bool deferred_report, deferred_finish;
+	unsigned space_tries;
+	struct txrec *recs;
+	unsigned nrecs, caprecs;
+	uint64_t n_writes, n_reads, n_msgs;
+	unsigned ep; /* epoch bucket (farm_epoch_op_begin) */
+};
+
+/* ---- arena: registered staging memory ------------------------------- */
+
+static inline int arena_cls(size_t n)
+{
+	int c = 0;
+	while (((size_t)64 << c) < n)
+		c++;
+	return c < NCLS ? c : -1;
+}
+
+static inline void *arena_get(struct arena *a, size_t n)
+{
+	int c = arena_cls(n);
+	if (c < 0)
+		return NULL;
+	void *p = a->free[c];
+	if (p) {
+		memcpy(&a->free[c], p, sizeof(void *));
+		return p;
+	}
+	size_t sz = (size_t)64 << c;
+	if (a->used + sz > a->size)
+		return NULL;
+	p = a->base + a->used;
+	a->used += sz;
+	return p;
+}
+
+static inline void arena_put(struct arena *a, void *p, size_t n)
+{
+	int c = arena_cls(n);
+	if (!p || c < 0)
+		return;
+	memcpy(p, &a->free[c], sizeof(void *));
+	a->free[c] = p;
+}
+
+/* ---- logs: layout --------------------------------------------------- */
+
+static inline uint64_t log_index(const farm_txm *m, uint32_t coord, unsigned t)
+{
+	return (uint64_t)coord * m->T + t;
+}
+/* The log memory: a 64-byte superblock (struct log_super: what a
+ * restarted machine, or a tool, needs to read the logs without the rest of
+ * the machine), one 64-byte header per log, the rings. */
+#define LOG_SUPER_MAGIC 0x314c58544d524146ull /* "FARMTXL1" */
+
+struct log_super {
+	uint64_t magic;
+	uint32_t layout; /* 1 */
+	uint32_t machine;
+	uint32_t M, T;
+	uint64_t R;
+	uint64_t hdr_area;
+	uint64_t total;
+	uint64_t pad[2];
+};
+_Static_assert(sizeof(struct log_super) == 64, "log superblock");
+
+static inline uint64_t log_hdr_off(const farm_txm *m, uint64_t i)
+{
+	(void)m;
+	return 64 + i * 64;
+}
+static inline uint64_t log_ring_off(const farm_txm *m, uint64_t i)
+{
+	return m->hdr_area + i * m->R;
+}
+
+static inline uint64_t rec_size(unsigned nobj, uint64_t img_bytes)
+{
+	uint64_t n = sizeof(struct rec_hdr) +
+	             (uint64_t)nobj * sizeof(struct rec_obj) + img_bytes + 8;
+	return (n + 63) & ~63ull;
+}
+
+static inline void wq_pop_done(struct writer *w)
+{
+	while (w->wq_head != w->wq_tail && w->wq[w->wq_head % w->wq_cap].done)
+		w->wq_head++;
+}
+
+/* Room for @need more bytes (and a pad) in @w's log? */
+static inline bool has_room(const farm_txm *m, const struct writer *w,
+                            uint64_t need)
+{
+	return (w->tail - w->freed) + w->reserved + 2 * need + 128 <= m->R;
+}
+
+/* ---- reads ---------------------------------------------------------- */
+
+/* A counter only this loop writes: a plain load and store. */
+static inline void cnt_inc(_Atomic uint64_t *c)
+{
+	atomic_store_explicit(c,
+	                      atomic_load_explicit(c, memory_order_relaxed) + 1,
+	                      memory_order_relaxed);
+}
+
+/* A lock-free read's caller (kept inside its rd_op: no allocation). */
+struct lf_ctx {
+	void *buf;
+	farm_op_fn cont;
+	void *ctx;
+	uint64_t *version_out; /* testing: the version read */
+};
+
+struct rd_op {
+	struct txloop *tl;
+	struct rd_op *next_free;
+	struct lf_ctx lf;
+	farm_gaddr a;
+	uint32_t size, lines;
+	uint64_t want; /* incarnation count, or UINT64_MAX */
+	uint8_t *img;
+	unsigned tries;
+	uint64_t t0;
+	int status;
+	uint64_t version, incarn;
+	unsigned ep;  /* lock-free reads: epoch bucket */
+	unsigned nel; /* array reads: elements of lines / nel lines each */
+	void (*done)(struct rd_op *op);
+	void *ctx;
+	void *ctx2;
+};
+
+static inline struct txloop *loop_state(farm_txm *m, farm_loop *loop)
+{
+	if (!m || !loop)
+		return NULL;
+	unsigned i = farm_loop_index(loop);
+	struct txloop *tl = i < MAX_LOOPS ? m->loops[i] : NULL;
+	return tl && tl->loop == loop ? tl : NULL;
+}
+
+/* ---- transactions: the object set ----------------------------------- */
+
+static inline struct txobj *tx_find(farm_tx *tx, farm_gaddr a)
+{
+	for (unsigned i = 0; i < tx->n; i++)
+		if (tx->o[i].a == a)
+			return &tx->o[i];
+	return NULL;
+}
+
+static inline struct txobj *tx_add(farm_tx *tx)
+{
+	if (tx->n == tx->cap) {
+		unsigned nc = tx->cap ? tx->cap * 2 : 8;
+		struct txobj *no = realloc(tx->o, nc * sizeof(*no));
+		if (!no)
+			return NULL;
+		tx->o = no;
+		tx->cap = nc;
+	}
+	struct txobj *o = &tx->o[tx->n++];
+	memset(o, 0, sizeof(*o));
+	return o;
+}
+
+/* ---- waiting on a loop (the blocking wrappers) ---------------------- */
+
+struct sync_res {
+	volatile int done;
+	int status;
+	const void *data;
+	farm_fatptr fp;
+	void *wdata;
+};
+
+static inline int wait_loop(farm_loop *loop, struct sync_res *r)
+{
+	int rc = farm_loop_wait(loop, &r->done, 0);
+	return rc ? rc : r->status;
+}
+
+static inline void sync_op_cb(farm_loop *loop, void *ctx, int status)
+{
+	(void)loop;
+	struct sync_res *r = ctx;
+	r->status = status;
+	r->done = 1;
+}
+
+/* ---- shared between the files ---------------------------------------- */
+
+/* Record-completion kinds (what a log WRITE's completion means to a
+ * transaction; commit.c). */
+enum { K_LOCK = 1, K_BACKUP, K_PRIMARY, K_ABORT };
+
+/* log.c: the writer side. */
+int txn_log_append(struct txloop *tl, uint32_t mach, void *buf, size_t len,
+                   farm_tx *tx, int kind, uint64_t *seq_out);
+void txn_maybe_truncate(struct txloop *tl, uint32_t mach);
+void txn_refresh_freed(struct txloop *tl, uint32_t mach);
+
+/* participant.c: the log poller (the loop's poller, with txm.c's). */
+int txn_poll(farm_loop *loop, void *ctx);
+bool txn_pending(farm_loop *loop, void *ctx);
+
+/* tx.c */
+void txn_tx_free(farm_tx *tx);
+bool txn_tx_gone(farm_tx *tx);
+
+/* commit.c */
+void txn_tx_record_done(farm_loop *loop, farm_tx *tx, int kind, uint32_t mach,
+                        int status);
+void txn_tx_reserve(farm_tx *tx);
+void txn_tx_finish(farm_tx *tx);
+void txn_scan_deadlines(struct txloop *tl);
+void txn_h_reply(farm_loop *loop, const farm_msg_in *in, void *arg);
+
+#endif
