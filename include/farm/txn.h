@@ -65,7 +65,8 @@ typedef void (*farm_tx_read_fn)(farm_tx *tx, void *ctx, int status,
  * when it is remote; its version joins the read set). A second read of the
  * same object returns the transaction's copy (with its writes). Errors:
  * -EINVAL (bad address or size, or a size past the object), FARM_EFREED
- * (not allocated), -EBUSY (locked for longer than the read's bound),
+ * (not allocated), -EBUSY (locked for longer than the read's bound:
+ * 4096 retries and at least 1 s),
  * FARM_EPEERDEAD.
  */
 FARM_API FARM_MUST_CHECK int farm_tx_read(farm_tx *tx, farm_gaddr a,

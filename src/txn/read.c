@@ -18,6 +18,13 @@
 #include "util/lines.h"
 
 #define READ_TRIES 4096u
+/* A read retried READ_TRIES times gives up with -EBUSY only once it has
+ * also been retrying this long. A count alone expired within a few
+ * milliseconds when the process holding the lock was preempted on a
+ * loaded host (a flake-hunt run of test_txn_multi at load 15); a lock is
+ * held for one install, microseconds, unless its holder is descheduled
+ * or dead, and a dead holder is recovery's to clear. */
+#define READ_BUSY_NS (1000ull * 1000000ull)
 
 #define LINE_TRIES 1000u
 
@@ -37,7 +44,10 @@ static void rd_again_post(farm_loop *loop, void *ctx, int status);
 static void rd_retry(struct rd_op *op)
 {
 	cnt_inc(&op->tl->c_lf_retries);
-	if (++op->tries >= READ_TRIES) {
+	uint64_t now = farm_now_ns();
+	if (!op->busy_t0)
+		op->busy_t0 = now;
+	if (++op->tries >= READ_TRIES && now - op->busy_t0 >= READ_BUSY_NS) {
 		op->status = -EBUSY;
 		op->done(op);
 		return;
@@ -209,6 +219,7 @@ static struct rd_op *rd_new(struct txloop *tl, farm_gaddr a, uint32_t size,
 	op->img = img;
 	op->tries = 0;
 	op->t0 = 0;
+	op->busy_t0 = 0;
 	op->status = 0;
 	op->version = op->incarn = 0;
 	op->ep = 0;

@@ -400,6 +400,7 @@ struct rd_op {
 	uint8_t *img;
 	unsigned tries;
 	uint64_t t0;
+	uint64_t busy_t0; /* ns of the first retry (0: none yet) */
 	int status;
 	uint64_t version, incarn;
 	unsigned ep;  /* lock-free reads: epoch bucket */
