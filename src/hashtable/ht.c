@@ -32,7 +32,12 @@
 #define POOL_BUFS     256u
 #define MAX_BATCH     64u
 #define READ_TRIES    1024u
-#define LINE_TRIES    1000u
+/* ... and at least this long retrying before -EBUSY: a count alone ran
+ * out within milliseconds when the owner holding a bucket's lock was
+ * preempted on a loaded host (kv_bench_smoke in a flake-hunt run at
+ * load 15). As for lock-free reads (src/txn/read.c). */
+#define READ_BUSY_NS (1000ull * 1000000ull)
+#define LINE_TRIES   1000u
 
 struct pending {
 	struct pending *next;
@@ -260,7 +265,8 @@ struct get_op {
 	uint8_t *img; /* 2 buckets, from the pool */
 	uint8_t *d0, *d1;
 	unsigned tries;
-	uint64_t fwd; /* the pair version seen */
+	uint64_t busy_t0; /* ns of the first retry (0: none yet) */
+	uint64_t fwd;     /* the pair version seen */
 	farm_ht_get_fn cont;
 	void *ctx;
 	/* chain walk / indirect value */
@@ -298,7 +304,10 @@ static void get_end(struct get_op *g, int status, const void *val, uint32_t len)
 static void get_retry(struct get_op *g)
 {
 	st_add(g->h, T_RETRIES, 1);
-	if (++g->tries >= READ_TRIES) {
+	uint64_t now = farm_now_ns();
+	if (!g->busy_t0)
+		g->busy_t0 = now;
+	if (++g->tries >= READ_TRIES && now - g->busy_t0 >= READ_BUSY_NS) {
 		get_end(g, -EBUSY, NULL, 0);
 		return;
 	}
@@ -582,6 +591,7 @@ int farm_ht_get(farm_ht *h, farm_loop *loop, const void *key, uint32_t klen,
 		return rc2;
 	}
 	g->tries = 0;
+	g->busy_t0 = 0;
 	g->fwd = 0;
 	g->obuf = NULL;
 	g->olen = 0;
