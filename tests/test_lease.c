@@ -1,7 +1,7 @@
 /*
  * Leases (src/recovery/lease.c).
  *
- *   steady      a CM and two members with 10 ms leases for 600 ms: every
+ *   steady      a CM and two members with 100 ms leases for 1 s: every
  *               lease renewed about 5 times per length, none lapses;
  *   member      a member stops answering (muted, as a wedged machine
  *               would): the CM suspects it, the other member is not
@@ -33,7 +33,11 @@
 #include "recovery/lease.h"
 #include "testutil.h"
 
-#define LEASE_US 10000u
+/* Long enough that no healthy lease lapses on a loaded host: at load
+ * 12-16 on 2 cores, lease threads here went up to 15 ms without running
+ * (lease_bench), so 10 ms leases lapse now and then there, and these
+ * tests check the protocol, not the shortest lease (lease_bench does). */
+#define LEASE_US 100000u
 #define WAIT_MS  3000 /* a bound, never the expected time */
 
 struct obs {
@@ -148,11 +152,11 @@ static void test_steady(void **state)
 	struct trio t;
 	trio_open(&t, 1);
 	/* A measurement window: leases must hold through it. */
-	usleep(600000);
+	usleep(1000000);
 	struct farm_lease_stats s[3];
 	for (unsigned i = 0; i < 3; i++)
 		farm_lease_stats(t.l[i], &s[i]);
-	printf("steady 600 ms, 10 ms leases: CM renewals %" PRIu64
+	printf("steady 1 s, 100 ms leases: CM renewals %" PRIu64
 	       ", member renewals %" PRIu64 "/%" PRIu64 ", late %" PRIu64
 	       "/%" PRIu64 "/%" PRIu64 ", longest gap %" PRIu64
 	       " us, realtime %d\n",
@@ -165,9 +169,9 @@ static void test_steady(void **state)
 		assert_true(farm_lease_valid(t.l[i]));
 		assert_int_equal(t.o[i].nsuspect, 0);
 	}
-	/* Renewed every lease/5: 600 ms is 300 renewals per member; allow
-	 * a loaded machine to lose most of them. */
-	assert_true(s[1].renewals > 30 && s[2].renewals > 30);
+	/* Renewed every lease/5: 1 s is 50 renewals per member; allow a
+	 * loaded machine to lose most of them. */
+	assert_true(s[1].renewals > 10 && s[2].renewals > 10);
 	assert_true(s[0].renewals >= s[1].renewals / 2);
 	trio_close(&t);
 }

@@ -53,7 +53,6 @@
 #include <mntent.h>
 #include <poll.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,6 +73,7 @@
 #include "util/common.h"
 #include "util/futex.h"
 #include "util/log.h"
+#include "util/rt.h"
 
 #ifndef HUGETLBFS_MAGIC
 #define HUGETLBFS_MAGIC 0x958458f6
@@ -312,13 +312,9 @@ static void *watchdog_main(void *arg)
 	struct pollfd pfd[1 + 256];
 	struct shm_peer *who[1 + 256];
 	/* The death notice is a failure detector: it must not wait behind
-	 * busy threads for a time slice (on a loaded 2-core host a normal
-	 * thread waited 344 ms, past the 100 ms bound). Like the lease
-	 * thread, it asks for SCHED_FIFO below the kernel's threaded
-	 * interrupts; it sleeps in poll(2), so it cannot starve anyone.
-	 * Without the privilege it stays at normal priority. */
-	struct sched_param sp = {.sched_priority = 40};
-	int prc = pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp);
+	 * busy threads for a time slice (a flake-hunt run at load 15 saw
+	 * the first error 344 ms after kill -9, past the 100 ms bound). */
+	int prc = farm_thread_set_realtime();
 	if (prc)
 		farm_dbg("shm: death watchdog at normal priority: %s",
 		         strerror(prc));

@@ -36,6 +36,7 @@
 #include "util/common.h"
 #include "util/fault.h"
 #include "util/log.h"
+#include "util/rt.h"
 
 #define LEASE_MAGIC 0x4c454153u /* "LEAS" */
 
@@ -361,11 +362,7 @@ static void set_realtime(farm_lease *l)
 {
 	if (l->a.no_realtime)
 		return;
-	/* Above ordinary threads, below the kernel's own real-time threads
-	 * (50 is where threaded interrupts run). The thread sleeps between
-	 * deadlines, so it cannot starve the machine. */
-	struct sched_param sp = {.sched_priority = 40};
-	int rc = pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp);
+	int rc = farm_thread_set_realtime();
 	pthread_mutex_lock(&l->mu);
 	l->st.realtime = rc == 0;
 	pthread_mutex_unlock(&l->mu);
