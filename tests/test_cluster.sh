@@ -4,7 +4,8 @@
 # cleanly; a second start on a running cluster is refused; a machine that
 # dies is seen by the launcher.
 # With ZooKeeper (scripts/zk-local), the demo also runs with membership in
-# a private server.
+# a private server, and a machine stopped past its lease is removed and
+# stops by itself once it runs again.
 # Usage: test_cluster.sh path/to/farm path/to/scripts
 set -u
 FARM=$1
@@ -54,10 +55,30 @@ echo "$out" | grep -q 'one-sided 64 B READs' || fail "demo printed no READ: $out
 if [ -n "$SCRIPTS" ] && zk=$("$SCRIPTS/zk-local" start "$dir/zk" 2>/dev/null); then
     out=$("$FARM" cluster run --dir "$dir/z" --machines 3 --job demo --region-size 8M --zk "$zk")
     rc=$?
-    "$SCRIPTS/zk-local" stop "$dir/zk" >/dev/null 2>&1
     [ $rc -eq 0 ] || fail "demo with zk: $out"
     [ "$(echo "$out" | grep -c 'joined: view')" -eq 3 ] || fail "zk view: $out"
     [ "$(echo "$out" | grep -c 'done: everyone finished')" -eq 3 ] || fail "zk demo did not finish: $out"
+    # A machine stopped past its lease is removed by recovery and, once
+    # it runs again, says so and exits with status 3 (a zombie stops).
+    FARM_LEASE_US=50000 "$FARM" cluster start --dir "$dir/r" --machines 3 \
+        --region-size 4M --zk "$zk" --keep-logs >/dev/null || fail "start with zk"
+    victim=$(awk '$1 == 2 {print $2}' "$dir/r/cluster.pids")
+    kill -STOP "$victim"
+    # Wait (bounded) until the CM asks for a configuration without it.
+    i=0
+    while ! grep -q "machine(s) to remove (first 2)" "$dir/r/m0.log" 2>/dev/null; do
+        i=$((i + 1)); [ $i -gt 300 ] && { kill -CONT "$victim"; fail "no configuration without the stopped machine"; }
+        sleep 0.05
+    done
+    kill -CONT "$victim"
+    i=0
+    while [ -d /proc/$victim ] && ! grep -q '^State:.*Z' /proc/$victim/status 2>/dev/null; do
+        i=$((i + 1)); [ $i -gt 300 ] && fail "the removed machine did not stop"
+        sleep 0.05
+    done
+    grep -q "removed from the cluster" "$dir/r/m2.log" || fail "no removal message: $(cat "$dir/r/m2.log")"
+    "$FARM" cluster stop --dir "$dir/r" >/dev/null 2>&1
+    "$SCRIPTS/zk-local" stop "$dir/zk" >/dev/null 2>&1
 else
     echo "test_cluster: ZooKeeper part skipped (no java or no zk-local)"
 fi

@@ -257,7 +257,9 @@ static void apply_view(void *ctx, const struct farm_view *v)
 	void *fn_ctx = n->on_config_ctx;
 	pthread_cond_broadcast(&n->cond);
 	pthread_mutex_unlock(&n->lock);
-	if (fn && !rc)
+	/* Also for a configuration without this machine, which the address
+	 * space refuses: the application must learn it was removed. */
+	if (fn && (!rc || !member))
 		fn(fn_ctx, v->config_id, v->n, member);
 	farm_info("node %" PRIu32 ": view %" PRIu64 " with %u machines",
 	          n->cfg.machine_id, v->config_id, v->n);

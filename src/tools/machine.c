@@ -6,7 +6,10 @@
  * `peer` lines or ZooKeeper), waits until `expect_machines` machines are
  * in its view, says it is ready, then runs its job:
  *   serve  wait for SIGTERM/SIGINT, parked in sigwaitinfo (the loops park
- *          too: an idle machine uses no CPU);
+ *          too: an idle machine uses no CPU); a machine that recovery
+ *          removed from the cluster (its lease lapsed, it did not answer
+ *          the probe) stops too, says so and exits with status 3: it may
+ *          come back only as a new incarnation (restart it);
  *   demo   the address-space demo with its peers (tools/demo.c).
  * On the way out everything it created is removed.
  */
@@ -15,6 +18,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +31,22 @@
 #include "util/config.h"
 
 #define JOIN_TIMEOUT_MS 30000
+#define EXIT_REMOVED    3
+
+static _Atomic uint64_t removed_in; /* the configuration without us */
+
+/* On the membership's thread: a configuration without this machine
+ * wakes the main thread's sigwaitinfo. */
+static void on_config(void *ctx, uint64_t config_id, unsigned members,
+                      bool member)
+{
+	(void)members;
+	if (member || !farm_node_removed(ctx))
+		return;
+	uint64_t zero = 0;
+	if (atomic_compare_exchange_strong(&removed_in, &zero, config_id))
+		kill(getpid(), SIGUSR1);
+}
 
 static void usage(FILE *out)
 {
@@ -84,6 +104,7 @@ int farm_cmd_machine(int argc, char **argv)
 	sigemptyset(&stop);
 	sigaddset(&stop, SIGTERM);
 	sigaddset(&stop, SIGINT);
+	sigaddset(&stop, SIGUSR1); /* removed from the cluster */
 	pthread_sigmask(SIG_BLOCK, &stop, NULL);
 
 	bool demo = strcmp(cfg.job, "demo") == 0;
@@ -105,6 +126,8 @@ int farm_cmd_machine(int argc, char **argv)
 	void *job = NULL;
 	if (demo && (rc = farm_demo_register(node, &job)))
 		goto out;
+	farm_node_on_config(node, on_config, node);
+	bool removed = false;
 	if ((rc = farm_node_start(node, JOIN_TIMEOUT_MS)))
 		goto out;
 	if ((rc = farm_node_wait_members(node, expect, JOIN_TIMEOUT_MS))) {
@@ -142,6 +165,16 @@ int farm_cmd_machine(int argc, char **argv)
 			sig = sigwaitinfo(&stop, NULL);
 		while (sig < 0 && errno == EINTR);
 		rc = 0;
+		if (sig == SIGUSR1 && farm_node_removed(node)) {
+			fprintf(stderr,
+			        "farm machine %u: removed from the cluster in "
+			        "configuration %" PRIu64
+			        " (its lease lapsed or it did not answer the "
+			        "probe); stopping. Restart it to join again as "
+			        "a new machine incarnation.\n",
+			        cfg.machine_id, atomic_load(&removed_in));
+			removed = true;
+		}
 	}
 out:
 	if (rc)
@@ -149,5 +182,5 @@ out:
 		        farm_strerror(rc));
 	farm_node_close(node);
 	farm_demo_free(job);
-	return rc ? 1 : 0;
+	return rc ? 1 : removed ? EXIT_REMOVED : 0;
 }
