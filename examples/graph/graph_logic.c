@@ -393,8 +393,11 @@ static int list_insert(struct uop *op, farm_fatptr np, uint64_t id1,
 		fill_block((struct gb_hdr *)d2, id1, atype, b->cap, e, b->n,
 		           b->next);
 		fill_block((struct gb_hdr *)d1, id1, atype, cap, ne, 1, p2);
-		if ((rc = acc_free(op, cur.addr)) ||
-		    (rc = set_next(op, np, s, prev, p1)))
+#ifndef FG_TEST_BREAK_HEAD
+		if ((rc = acc_free(op, cur.addr)))
+			return rc;
+#endif
+		if ((rc = set_next(op, np, s, prev, p1)))
 			return rc;
 	} else {
 		/* split the full block in two */
