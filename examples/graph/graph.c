@@ -189,10 +189,10 @@ void fg_stats_get(const fg_graph *g, struct fg_stats *out)
 const char *fg_op_name(enum fg_op op)
 {
 	static const char *const names[FG_NOPS] = {
-	        "obj_get",          "assoc_count",      "assoc_range",
-	        "assoc_time_range", "assoc_get",        "obj_add",
-	        "obj_update",       "obj_delete",       "assoc_add",
-	        "assoc_delete",     "assoc_change_type"};
+	        "obj_get",          "assoc_count",       "assoc_range",
+	        "assoc_time_range", "assoc_get",         "obj_add",
+	        "obj_update",       "obj_delete",        "assoc_add",
+	        "assoc_delete",     "assoc_change_type", "obj_load"};
 	return (unsigned)op < FG_NOPS ? names[op] : "?";
 }
 
@@ -728,6 +728,55 @@ int fg_obj_add(fg_graph *g, farm_loop *loop, uint64_t id, uint32_t otype,
 {
 	return update(g, loop, FG_OBJ_ADD, UP_OBJ_ADD, id, 0, 0, otype, time,
 	              data, len, cont, ctx);
+}
+
+int fg_obj_load(fg_graph *g, farm_loop *loop, uint64_t id, uint32_t otype,
+                int64_t time, const void *data, uint32_t len, uint32_t atype,
+                const struct fg_edge *edges, unsigned n, fg_done_fn cont,
+                void *ctx)
+{
+	if (!client_of(g, loop) || !id || !cont || (len && !data) ||
+	    (n && (!edges || !atype_ok(atype))))
+		return -EINVAL;
+	if (n > FG_LOAD_MAX)
+		return -E2BIG;
+	if (len > FG_MAX_DATA)
+		return -EMSGSIZE;
+	for (unsigned i = 0; i < n; i++)
+		if (edges[i].len > FG_MAX_EDGE_DATA)
+			return -EMSGSIZE;
+		else if (!edges[i].id2)
+			return -EINVAL;
+	uint8_t *buf = malloc(FG_UP_MAX);
+	if (!buf)
+		return -ENOMEM;
+	struct up_req rq = {.op = UP_OBJ_LOAD,
+	                    .id1 = id,
+	                    .id2 = n,
+	                    .atype = atype,
+	                    .arg = otype,
+	                    .time = time};
+	uint8_t *p = buf + sizeof(rq);
+	memcpy(p, &len, 4);
+	p += 4;
+	if (len)
+		memcpy(p, data, len);
+	p += len;
+	for (unsigned i = 0; i < n; i++) {
+		struct ld_edge le = {.id2 = edges[i].id2,
+		                     .time = edges[i].time,
+		                     .len = edges[i].len};
+		memcpy(p, &le, sizeof(le));
+		p += sizeof(le);
+		memcpy(p, edges[i].data, le.len);
+		p += le.len;
+	}
+	rq.len = (uint32_t)(p - buf - sizeof(rq));
+	memcpy(buf, &rq, sizeof(rq));
+	int rc = ship(g, loop, FG_OBJ_LOAD, id, FG_MSG_UPDATE, buf,
+	              (uint32_t)(p - buf), (void *)cont, ctx);
+	free(buf);
+	return rc;
 }
 
 int fg_obj_update(fg_graph *g, farm_loop *loop, uint64_t id, uint32_t otype,

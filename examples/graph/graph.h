@@ -138,6 +138,17 @@ int fg_assoc_get(fg_graph *g, farm_loop *loop, uint64_t id1, uint32_t atype,
 int fg_obj_add(fg_graph *g, farm_loop *loop, uint64_t id, uint32_t otype,
                int64_t time, const void *data, uint32_t len, fg_done_fn cont,
                void *ctx);
+/*
+ * fg_obj_load() - the loader's operation: a new node with its list of
+ * @atype edges (@n of them, FG_LOAD_MAX at most, no id2 twice) made in one
+ * transaction. The edges' id1 and atype fields are ignored. As obj_add
+ * otherwise (-EEXIST, -EMSGSIZE); -E2BIG for more than FG_LOAD_MAX edges.
+ */
+#define FG_LOAD_MAX 256u
+int fg_obj_load(fg_graph *g, farm_loop *loop, uint64_t id, uint32_t otype,
+                int64_t time, const void *data, uint32_t len, uint32_t atype,
+                const struct fg_edge *edges, unsigned n, fg_done_fn cont,
+                void *ctx);
 /* New type, time and data; version + 1. */
 int fg_obj_update(fg_graph *g, farm_loop *loop, uint64_t id, uint32_t otype,
                   int64_t time, const void *data, uint32_t len, fg_done_fn cont,
@@ -177,6 +188,9 @@ int fg_assoc_get_sync(fg_graph *g, farm_loop *loop, uint64_t id1,
                       unsigned cap, unsigned *n);
 int fg_obj_add_sync(fg_graph *g, farm_loop *loop, uint64_t id, uint32_t otype,
                     int64_t time, const void *data, uint32_t len);
+int fg_obj_load_sync(fg_graph *g, farm_loop *loop, uint64_t id, uint32_t otype,
+                     int64_t time, const void *data, uint32_t len,
+                     uint32_t atype, const struct fg_edge *edges, unsigned n);
 int fg_obj_update_sync(fg_graph *g, farm_loop *loop, uint64_t id,
                        uint32_t otype, int64_t time, const void *data,
                        uint32_t len);
@@ -202,6 +216,7 @@ enum fg_op {
 	FG_ASSOC_ADD,
 	FG_ASSOC_DELETE,
 	FG_ASSOC_CHANGE_TYPE,
+	FG_OBJ_LOAD,
 	FG_NOPS
 };
 struct fg_stats {

@@ -128,7 +128,8 @@ enum {
 	UP_OBJ_DELETE,
 	UP_ASSOC_ADD,
 	UP_ASSOC_DELETE,
-	UP_ASSOC_CHANGE_TYPE
+	UP_ASSOC_CHANGE_TYPE,
+	UP_OBJ_LOAD
 };
 
 struct up_req {
@@ -139,6 +140,18 @@ struct up_req {
 	int64_t time;
 	/* len bytes of data follow */
 };
+/* obj_load: id2 holds the edge count; after the node's data come the edges,
+ * newest first, each a struct ld_edge and its data. */
+struct ld_edge {
+	uint64_t id2;
+	int64_t time;
+	uint32_t len;
+	uint32_t pad;
+};
+#define FG_UP_MAX                                  \
+	(sizeof(struct up_req) + 4 + FG_MAX_DATA + \
+	 FG_LOAD_MAX * (sizeof(struct ld_edge) + FG_MAX_EDGE_DATA))
+
 struct up_reply {
 	int32_t status;
 	uint32_t pad;

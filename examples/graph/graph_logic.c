@@ -562,6 +562,92 @@ static int do_obj_add(struct uop *op)
 	return 0;
 }
 
+static unsigned cap_for(unsigned k)
+{
+	unsigned c = GB_MIN_CAP;
+	while (c < k)
+		c *= 2;
+	return c;
+}
+
+/* A node and its list in one go; the request is checked whole first. */
+static int do_obj_load(struct uop *op)
+{
+	const struct up_req *r = &op->rq;
+	if (op->id1ptr.addr)
+		return -EEXIST;
+	const uint8_t *p = op->data, *end = op->data + r->len;
+	uint32_t dlen;
+	unsigned n = (unsigned)r->id2;
+	if (r->len < 4 || n > FG_LOAD_MAX || (n && !r->atype) ||
+	    r->atype > FG_MAX_ATYPE)
+		return FARM_ECORRUPT;
+	memcpy(&dlen, p, 4);
+	p += 4;
+	if (dlen > FG_MAX_DATA || dlen > (size_t)(end - p))
+		return FARM_ECORRUPT;
+	const uint8_t *nd = p;
+	p += dlen;
+	struct gb_edge e[FG_LOAD_MAX];
+	for (unsigned i = 0; i < n; i++) {
+		struct ld_edge le;
+		if (sizeof(le) > (size_t)(end - p))
+			return FARM_ECORRUPT;
+		memcpy(&le, p, sizeof(le));
+		p += sizeof(le);
+		if (le.len > FG_MAX_EDGE_DATA || le.len > (size_t)(end - p) ||
+		    !le.id2)
+			return FARM_ECORRUPT;
+		e[i] = (struct gb_edge){.id2 = le.id2,
+		                        .time = le.time,
+		                        .len = (uint16_t)le.len};
+		memcpy(e[i].data, p, le.len);
+		p += le.len;
+		if (i && !edge_before(e[i - 1].time, e[i - 1].id2, e[i].time,
+		                      e[i].id2))
+			return FARM_ECORRUPT; /* not newest first, or twice */
+	}
+	if (p != end)
+		return FARM_ECORRUPT;
+	uint16_t dcap = dcap_for(dlen);
+	farm_fatptr np;
+	uint8_t *d;
+	int rc = acc_alloc(op, (uint32_t)sizeof(struct gn_hdr) + dcap,
+	                   FARM_GADDR_NULL, &np, &d);
+	if (rc)
+		return rc;
+	struct gn_hdr *nh = (struct gn_hdr *)d;
+	*nh = (struct gn_hdr){.id = r->id1,
+	                      .otype = r->arg,
+	                      .version = 1,
+	                      .time = r->time,
+	                      .dlen = (uint16_t)dlen,
+	                      .dcap = dcap};
+	memcpy(gn_data(nh), nd, dlen);
+	if (op->mode == M_APPLY)
+		op->newnode = np;
+	if (!n)
+		return 0;
+	/* blocks of GB_MAX_CAP edges from the newest, the last one smaller */
+	farm_fatptr bp[FG_LOAD_MAX / GB_MIN_CAP + 1];
+	uint8_t *bd[FG_LOAD_MAX / GB_MIN_CAP + 1];
+	unsigned nb = 0;
+	for (unsigned i = 0; i < n; i += GB_MAX_CAP, nb++) {
+		unsigned k = n - i < GB_MAX_CAP ? n - i : GB_MAX_CAP;
+		if ((rc = acc_alloc(op, gb_size(cap_for(k)), np.addr, &bp[nb],
+		                    &bd[nb])))
+			return rc;
+	}
+	for (unsigned b = 0, i = 0; b < nb; b++, i += GB_MAX_CAP) {
+		unsigned k = n - i < GB_MAX_CAP ? n - i : GB_MAX_CAP;
+		fill_block((struct gb_hdr *)bd[b], r->id1, r->atype, cap_for(k),
+		           &e[i], k, b + 1 < nb ? bp[b + 1] : (farm_fatptr){0});
+	}
+	nh->lists[0] =
+	        (struct gn_list){.atype = r->atype, .count = n, .head = bp[0]};
+	return 0;
+}
+
 static int do_obj_update(struct uop *op)
 {
 	const struct up_req *r = &op->rq;
@@ -707,6 +793,7 @@ int fg_logic(struct uop *op)
 	case UP_ASSOC_ADD: return do_assoc_add(op);
 	case UP_ASSOC_DELETE: return do_assoc_delete(op);
 	case UP_ASSOC_CHANGE_TYPE: return do_change_type(op);
+	case UP_OBJ_LOAD: return do_obj_load(op);
 	}
 	return -EINVAL;
 }

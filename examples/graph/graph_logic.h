@@ -16,7 +16,7 @@ enum { M_PLAN, M_APPLY };
 /* Steps of an update. */
 enum { S_MAIN, S_KV_PUT, S_KV_DEL, S_FREE_OLD };
 
-#define MAX_ALLOCS 8u
+#define MAX_ALLOCS (2u + FG_LOAD_MAX / 4u)
 
 struct aobj {
 	farm_gaddr a;
@@ -43,7 +43,7 @@ struct uop {
 	unsigned attempts;
 	/* the request */
 	struct up_req rq;
-	uint8_t data[FG_MAX_DATA];
+	uint8_t *data; /* the request's data (obj_load: and its edges) */
 	struct get_req grq;
 	uint64_t id2s[FG_GET_MAX];
 	/* what the transaction works from */

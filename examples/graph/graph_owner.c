@@ -149,6 +149,7 @@ static void uop_free(struct uop *op)
 	acc_reset(op);
 	free(op->objs);
 	free(op->out);
+	free(op->data);
 	if (op->tx)
 		farm_tx_free(op->tx);
 	free(op);
@@ -478,7 +479,8 @@ static void kv_step_cb(farm_loop *loop, void *ctx, int status)
 		finish(op, status);
 		return;
 	}
-	if (op->step == S_KV_PUT && op->rq.op == UP_OBJ_ADD) {
+	if (op->step == S_KV_PUT &&
+	    (op->rq.op == UP_OBJ_ADD || op->rq.op == UP_OBJ_LOAD)) {
 		finish(op, 0);
 		return;
 	}
@@ -501,7 +503,7 @@ static void after_commit(struct uop *op)
 	int rc = 0;
 	switch (op->step) {
 	case S_MAIN:
-		if (op->rq.op == UP_OBJ_ADD ||
+		if (op->rq.op == UP_OBJ_ADD || op->rq.op == UP_OBJ_LOAD ||
 		    (op->rq.op == UP_OBJ_UPDATE && op->newnode.addr)) {
 			e->node = op->newnode;
 			op->step = S_KV_PUT;
@@ -565,8 +567,9 @@ void fg_h_update(farm_loop *loop, const farm_msg_in *in, void *arg)
 		return;
 	}
 	memcpy(&rq, in->payload, sizeof(rq));
-	if (rq.len > FG_MAX_DATA || in->len != sizeof(rq) + rq.len ||
-	    rq.op < UP_OBJ_ADD || rq.op > UP_ASSOC_CHANGE_TYPE) {
+	if (rq.op < UP_OBJ_ADD || rq.op > UP_OBJ_LOAD ||
+	    rq.len > (rq.op == UP_OBJ_LOAD ? FG_UP_MAX : FG_MAX_DATA) ||
+	    in->len != sizeof(rq) + rq.len) {
 		say_error(loop, &in->token, FARM_ECORRUPT);
 		return;
 	}
@@ -582,6 +585,11 @@ void fg_h_update(farm_loop *loop, const farm_msg_in *in, void *arg)
 		return;
 	}
 	op->rq = rq;
+	if (!(op->data = malloc(rq.len ? rq.len : 1))) {
+		free(op);
+		say_error(loop, &in->token, -ENOMEM);
+		return;
+	}
 	memcpy(op->data, (const uint8_t *)in->payload + sizeof(rq), rq.len);
 	uint8_t inv = rq.atype <= FG_MAX_ATYPE ? g->inverse[rq.atype] : 0;
 	uint8_t inv2 = rq.op == UP_ASSOC_CHANGE_TYPE && rq.arg <= FG_MAX_ATYPE

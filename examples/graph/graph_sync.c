@@ -118,6 +118,16 @@ int fg_obj_add_sync(fg_graph *g, farm_loop *loop, uint64_t id, uint32_t otype,
 	        fg_obj_add(g, loop, id, otype, time, data, len, done_cb, &w));
 }
 
+int fg_obj_load_sync(fg_graph *g, farm_loop *loop, uint64_t id, uint32_t otype,
+                     int64_t time, const void *data, uint32_t len,
+                     uint32_t atype, const struct fg_edge *edges, unsigned n)
+{
+	struct wait w = {0};
+	return wait_for(loop, &w,
+	                fg_obj_load(g, loop, id, otype, time, data, len, atype,
+	                            edges, n, done_cb, &w));
+}
+
 int fg_obj_update_sync(fg_graph *g, farm_loop *loop, uint64_t id,
                        uint32_t otype, int64_t time, const void *data,
                        uint32_t len)

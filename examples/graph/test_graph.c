@@ -498,6 +498,29 @@ static int bad_input(struct gc_machine *mc, char *err, size_t len)
 	CHECK(o1.version == o0.version && o1.len == o0.len);
 	CHECK(edges_equal(e0, e1, n0));
 
+	/* the loader's operation: a node and its list in one go */
+	static struct fg_edge le[FG_LOAD_MAX + 1], got[FG_LOAD_MAX + 1];
+	for (unsigned i = 0; i < 70; i++)
+		le[i] = (struct fg_edge){.id1 = 6000,
+		                         .atype = 1,
+		                         .id2 = 9000 - i,
+		                         .time = 500 - (int64_t)i,
+		                         .len = 2,
+		                         .data = {1, (uint8_t)i}};
+	CHECK(fg_obj_load_sync(g, l, 6000, 3, 9, "ld", 2, 1, le, 70) == 0);
+	CHECK(fg_assoc_range_sync(g, l, 6000, 1, 0, 1000, got, 1000, &n) == 0);
+	CHECK(n == 70 && edges_equal(le, got, 70));
+	CHECK(fg_assoc_count_sync(g, l, 6000, 1, &cnt) == 0 && cnt == 70);
+	CHECK(fg_obj_get_sync(g, l, 6000, &o) == 0 && o.len == 2 &&
+	      o.otype == 3);
+	CHECK(fg_obj_load_sync(g, l, 6000, 3, 9, "ld", 2, 1, le, 3) == -EEXIST);
+	CHECK(fg_obj_load_sync(g, l, 6001, 3, 9, "ld", 2, 1, le,
+	                       FG_LOAD_MAX + 1) == -E2BIG);
+	le[1] = le[0]; /* the same edge twice: the owner refuses */
+	CHECK(fg_obj_load_sync(g, l, 6001, 3, 9, "ld", 2, 1, le, 3) ==
+	      FARM_ECORRUPT);
+	CHECK(fg_obj_get_sync(g, l, 6001, &o) == -ENOENT);
+
 	/* a deleted node, and the fat pointer that named it */
 	farm_fatptr p;
 	uint8_t key[FG_KEY_LEN];
