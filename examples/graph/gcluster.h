@@ -44,6 +44,15 @@ struct gc_machine {
 
 typedef int (*gc_body_fn)(struct gc_machine *m, void *arg);
 
+/* How the machines are made (the tool and the benchmark change it). */
+struct gc_opts {
+	const char *region_size;
+	uint32_t kv_buckets; /* per machine */
+	unsigned replicas;   /* 0: the configuration's default */
+	bool busy_poll;
+};
+static struct gc_opts gc_o = {"64M", 4096, 0, false};
+
 static inline uint64_t gc_now_ns(void)
 {
 	struct timespec ts;
@@ -113,9 +122,12 @@ static inline int gc_machine_main(struct gc_machine *m,
 	FILE *f = fopen(conf, "w");
 	if (!f)
 		return 2;
-	fprintf(f, "machine_id = %u\ndata_dir = %s\nregion_size = 64M\n", m->me,
-	        dir);
-	fprintf(f, "threads = 1\nlog_size = 1M\n");
+	fprintf(f, "machine_id = %u\ndata_dir = %s\nregion_size = %s\n", m->me,
+	        dir, gc_o.region_size);
+	fprintf(f, "threads = 1\nlog_size = 1M\nbusy_poll = %d\n",
+	        gc_o.busy_poll);
+	if (gc_o.replicas)
+		fprintf(f, "replicas = %u\n", gc_o.replicas);
 	for (unsigned j = 0; j < GC_NM; j++)
 		if (j != m->me)
 			fprintf(f, "peer = %u %s/m%u\n", j, m->cl->root, j);
@@ -127,7 +139,7 @@ static inline int gc_machine_main(struct gc_machine *m,
 		return 3;
 	}
 	st = 4;
-	if (farm_kv_create(m->node, NULL, 4096, &m->kv) ||
+	if (farm_kv_create(m->node, NULL, gc_o.kv_buckets, &m->kv) ||
 	    fg_create(m->node, m->kv, attr, GC_NM, &m->g))
 		goto out;
 	farm_node_set_app_loops(m->node, true);
