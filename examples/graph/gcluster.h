@@ -50,8 +50,9 @@ struct gc_opts {
 	uint32_t kv_buckets; /* per machine */
 	unsigned replicas;   /* 0: the configuration's default */
 	bool busy_poll;
+	const char *zk; /* ZooKeeper host:port: membership there, not peers */
 };
-static struct gc_opts gc_o = {"64M", 4096, 0, false};
+static struct gc_opts gc_o = {"64M", 4096, 0, false, NULL};
 
 static inline uint64_t gc_now_ns(void)
 {
@@ -128,7 +129,12 @@ static inline int gc_machine_main(struct gc_machine *m,
 	        gc_o.busy_poll);
 	if (gc_o.replicas)
 		fprintf(f, "replicas = %u\n", gc_o.replicas);
-	for (unsigned j = 0; j < GC_NM; j++)
+	if (gc_o.zk)
+		fprintf(f,
+		        "zk = %s\nzk_root = /libfarm/fgraph-%d\n"
+		        "expect_machines = %u\n",
+		        gc_o.zk, (int)getppid(), GC_NM);
+	for (unsigned j = 0; j < GC_NM && !gc_o.zk; j++)
 		if (j != m->me)
 			fprintf(f, "peer = %u %s/m%u\n", j, m->cl->root, j);
 	if (fclose(f))

@@ -373,7 +373,10 @@ static inline int gd_body(struct gc_machine *m, void *arg)
 			st = gd_load(m, sh);
 		else if (cmd == 'W')
 			st = gd_run_mix(m, sh);
-		else if (cmd == 'Q')
+		else if (cmd == 'C') {
+			long n = fg_warm_sync(m->g, m->loop, 1, sh->nodes);
+			st = n < 0 ? (int)n : 0;
+		} else if (cmd == 'Q')
 			st = gd_query(m, sh->query, stdout);
 		fflush(stdout);
 		if (st)

@@ -601,6 +601,110 @@ int fg_assoc_time_range(fg_graph *g, farm_loop *loop, uint64_t id1,
 	return 0;
 }
 
+/* ---- warming the cache ----------------------------------------------------
+ */
+
+#define WARM_INFLIGHT 64u
+
+struct warm_slot {
+	struct warm *w;
+	uint64_t id;
+	farm_fatptr p;
+	uint8_t buf[GN_MAX_SIZE];
+};
+
+struct warm {
+	struct fg_client *c;
+	unsigned inflight;
+	volatile int idle;
+	long cached;
+};
+
+static void warm_cb(farm_loop *loop, void *ctx, int status)
+{
+	struct warm_slot *s = ctx;
+	struct warm *w = s->w;
+	const struct gn_hdr *n = (const struct gn_hdr *)s->buf;
+	if (!status && gn_sane(n, s->p.size, s->id) &&
+	    !(n->flags & (GN_DELETED | GN_MOVED))) {
+		for (unsigned i = 0; i < FG_MAX_TYPES; i++)
+			if (n->lists[i].atype && n->lists[i].head.addr)
+				c_put(w->c, s->id, n->lists[i].atype,
+				      n->lists[i].head);
+		w->cached++;
+	}
+	s->id = 0;
+	if (--w->inflight == 0)
+		w->idle = 1;
+}
+
+long fg_warm_sync(fg_graph *g, farm_loop *loop, uint64_t first, uint64_t n)
+{
+	struct fg_client *c = client_of(g, loop);
+	if (!c || !first || first + n < first)
+		return -EINVAL;
+	uint8_t *keys = malloc(FG_WARM_BATCH * FG_KEY_LEN);
+	const void **kp = malloc(FG_WARM_BATCH * sizeof(*kp));
+	uint32_t *kl = malloc(FG_WARM_BATCH * sizeof(*kl));
+	uint32_t *lens = malloc(FG_WARM_BATCH * sizeof(*lens));
+	int *st = malloc(FG_WARM_BATCH * sizeof(*st));
+	farm_fatptr *vals = malloc(FG_WARM_BATCH * sizeof(*vals));
+	struct warm_slot *slots = calloc(WARM_INFLIGHT, sizeof(*slots));
+	struct warm w = {.c = c};
+	long rc = keys && kp && kl && lens && st && vals && slots ? 0 : -ENOMEM;
+	for (uint64_t base = first; !rc && base < first + n;
+	     base += FG_WARM_BATCH) {
+		unsigned k = (unsigned)(first + n - base < FG_WARM_BATCH
+		                                ? first + n - base
+		                                : FG_WARM_BATCH);
+		for (unsigned i = 0; i < k; i++) {
+			fg_key(base + i, keys + i * FG_KEY_LEN);
+			kp[i] = keys + i * FG_KEY_LEN;
+			kl[i] = FG_KEY_LEN;
+		}
+		rc = farm_kv_mget_sync(g->kv, loop, k, kp, kl, vals,
+		                       sizeof(farm_fatptr), lens, st);
+		for (unsigned i = 0; i < k && !rc; i++) {
+			if (st[i] || lens[i] != sizeof(farm_fatptr) ||
+			    vals[i].size > GN_MAX_SIZE)
+				continue;
+			c_put(c, base + i, NODE_TYPE, vals[i]);
+			/* a free slot (wait for one when all are busy) */
+			unsigned j = 0;
+			for (;;) {
+				for (j = 0; j < WARM_INFLIGHT && slots[j].id;
+				     j++)
+					;
+				if (j < WARM_INFLIGHT)
+					break;
+				w.idle = 0;
+				static const volatile int never;
+				(void)farm_loop_wait(loop, &never, 20000ull);
+			}
+			slots[j] = (struct warm_slot){
+			        .w = &w, .id = base + i, .p = vals[i]};
+			if (farm_lf_read(g->txm, loop, vals[i].addr,
+			                 vals[i].size, vals[i].incarnation,
+			                 slots[j].buf, warm_cb, &slots[j]) == 0)
+				w.inflight++;
+			else
+				slots[j].id = 0;
+		}
+	}
+	while (w.inflight) {
+		w.idle = 0;
+		(void)farm_loop_wait(loop, &w.idle, 0);
+	}
+	free(keys);
+	free(kp);
+	free(kl);
+	free(lens);
+	free(st);
+	free(vals);
+	free(slots);
+	return rc ? rc : w.cached;
+}
+
 /* ---- shipped operations ------------------------------------------------- */
 
 struct sop {

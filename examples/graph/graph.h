@@ -203,6 +203,16 @@ int fg_assoc_delete_sync(fg_graph *g, farm_loop *loop, uint64_t id1,
 int fg_assoc_change_type_sync(fg_graph *g, farm_loop *loop, uint64_t id1,
                               uint32_t atype, uint64_t id2, uint32_t newtype);
 
+/*
+ * fg_warm_sync() - fill @loop's cache with what a long-running client
+ * holds: the fat pointers of nodes @first .. @first + @n - 1 (one batched
+ * KV multi-get per FG_WARM_BATCH ids) and of their lists' heads (one
+ * lock-free read per node found, many in flight). Not counted in the
+ * operation counters. Returns the nodes cached (>= 0) or an error.
+ */
+#define FG_WARM_BATCH 1024u
+long fg_warm_sync(fg_graph *g, farm_loop *loop, uint64_t first, uint64_t n);
+
 /* ---- counters (per graph handle, all loops; approximate while running) */
 enum fg_op {
 	FG_OBJ_GET,
