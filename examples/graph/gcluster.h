@@ -275,6 +275,14 @@ static inline void gc_kill(struct gc_cluster *cl)
 	gc_finish(cl);
 }
 
+/* For a test's teardown, also after a failed assertion: whatever is left
+ * of the cluster @cl (started with gc_start, root not yet removed). */
+static inline void gc_cleanup(struct gc_cluster *cl)
+{
+	if (cl->root[0])
+		gc_kill(cl);
+}
+
 /* Machine side: serve the loop until a command of @len bytes arrives
  * (0), or the parent closed the pipe (1). */
 static inline int gc_wait_cmd(struct gc_machine *m, void *cmd, size_t len)

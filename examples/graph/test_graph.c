@@ -316,10 +316,23 @@ static struct answer ask(struct gc_cluster *cl, unsigned i, struct cmd cmd)
 	return a;
 }
 
+/* The cluster a test runs, for the teardown after a failed assertion. */
+static struct gc_cluster *live;
+
+static int teardown(void **state)
+{
+	(void)state;
+	if (live)
+		gc_cleanup(live);
+	live = NULL;
+	return 0;
+}
+
 static void test_model(void **state)
 {
 	(void)state;
-	struct gc_cluster cl;
+	static struct gc_cluster cl; /* static: the teardown reaches it */
+	live = &cl;
 	struct fg_attr a = model_attr();
 	assert_int_equal(gc_start(&cl, "model", &a, model_body, NULL), 0);
 	printf("model: seed %" PRIu64 ", %u operations\n", seed, nops);
@@ -555,7 +568,7 @@ int main(int argc, char **argv)
 	if (o)
 		nops = (unsigned)strtoul(o, NULL, 0);
 	const struct CMUnitTest tests[] = {
-	        cmocka_unit_test(test_model),
+	        cmocka_unit_test_teardown(test_model, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
