@@ -25,7 +25,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "graph.h"
+#include "graph_int.h"
 
 #define LB_ZIPF      0.8
 #define LB_T0        1700000000000000ll /* the load's "now", microseconds */
@@ -34,20 +34,10 @@
 #define LB_TAO_LIMIT 10u          /* Tao's assoc_range and time_range limit */
 #define LB_LB_LIMIT  10000u       /* LinkBench's getlinklist limit */
 
-static inline uint64_t lb_mix64(uint64_t x)
-{
-	x ^= x >> 33;
-	x *= 0xff51afd7ed558ccdull;
-	x ^= x >> 33;
-	x *= 0xc4ceb9fe1a85ec53ull;
-	x ^= x >> 33;
-	return x;
-}
-
 static inline uint64_t lb_rand(uint64_t *s)
 {
 	*s += 0x9e3779b97f4a7c15ull;
-	return lb_mix64(*s);
+	return fg_mix(*s);
 }
 
 /* Uniform in (0, 1]. */
@@ -100,7 +90,7 @@ static inline void lb_fill(uint64_t *s, uint8_t *d, uint32_t len)
 
 static inline uint32_t lb_degree(const struct lb_graph *g, uint64_t id)
 {
-	uint64_t s = g->seed ^ lb_mix64(id * 2 + 1);
+	uint64_t s = g->seed ^ fg_mix(id * 2 + 1);
 	double x = 1.75 / pow(lb_unit(&s), 1.0 / 1.35);
 	double d = floor(x) - 1;
 	return d >= FG_LOAD_MAX ? FG_LOAD_MAX : (uint32_t)d;
@@ -111,7 +101,7 @@ static inline void lb_node(const struct lb_graph *g, uint64_t id,
                            uint32_t *otype, int64_t *time, uint8_t *data,
                            uint32_t *len)
 {
-	uint64_t s = g->seed ^ lb_mix64(id * 2);
+	uint64_t s = g->seed ^ fg_mix(id * 2);
 	*otype = 1 + (uint32_t)(lb_rand(&s) % 4);
 	*time = LB_T0 - (int64_t)(lb_rand(&s) % (uint64_t)LB_DAY_US);
 	*len = lb_size(&s, 128, FG_MAX_DATA);
@@ -122,7 +112,7 @@ static inline void lb_node(const struct lb_graph *g, uint64_t id,
 static inline void lb_edge(const struct lb_graph *g, uint64_t id1, uint32_t k,
                            struct fg_edge *e)
 {
-	uint64_t s = g->seed ^ lb_mix64(id1 * 0x100000001b3ull + k + 7);
+	uint64_t s = g->seed ^ fg_mix(id1 * 0x100000001b3ull + k + 7);
 	e->id1 = id1;
 	e->atype = 1;
 	e->id2 = 1 + lb_rand(&s) % g->nodes;
