@@ -30,31 +30,47 @@ struct fg_client {
 	uint32_t mask;
 };
 
-static struct centry *c_slot(struct fg_client *c, uint64_t id, uint32_t type)
+/* Two-way set associative: an entry lives in one of the two slots of its
+ * pair (a direct-mapped cache half full loses a fifth of its entries to
+ * collisions). */
+static uint64_t c_hash(uint64_t id, uint32_t type)
 {
-	return &c->cache[fg_mix(id * 0x9e3779b97f4a7c15ull + type) & c->mask];
+	return fg_mix(id * 0x9e3779b97f4a7c15ull + type);
+}
+
+static struct centry *c_find(struct fg_client *c, uint64_t id, uint32_t type)
+{
+	struct centry *s = &c->cache[c_hash(id, type) & c->mask & ~1ull];
+	for (int i = 0; i < 2; i++)
+		if (s[i].id == id && s[i].type == type && s[i].p.addr)
+			return &s[i];
+	return NULL;
 }
 
 static bool c_get(struct fg_client *c, uint64_t id, uint32_t type,
                   farm_fatptr *p)
 {
-	struct centry *e = c_slot(c, id, type);
-	if (e->id != id || e->type != type || !e->p.addr)
-		return false;
-	*p = e->p;
-	return true;
+	struct centry *e = c_find(c, id, type);
+	if (e)
+		*p = e->p;
+	return e != NULL;
 }
 
 static void c_put(struct fg_client *c, uint64_t id, uint32_t type,
                   farm_fatptr p)
 {
-	*c_slot(c, id, type) = (struct centry){.id = id, .type = type, .p = p};
+	uint64_t h = c_hash(id, type);
+	struct centry *s = &c->cache[h & c->mask & ~1ull],
+	              *e = c_find(c, id, type);
+	if (!e)
+		e = !s[0].id ? &s[0] : !s[1].id ? &s[1] : &s[(h >> 40) & 1];
+	*e = (struct centry){.id = id, .type = type, .p = p};
 }
 
 static void c_drop(struct fg_client *c, uint64_t id, uint32_t type)
 {
-	struct centry *e = c_slot(c, id, type);
-	if (e->id == id && e->type == type)
+	struct centry *e = c_find(c, id, type);
+	if (e)
 		e->id = 0;
 }
 
@@ -76,7 +92,8 @@ int fg_create(farm_node *node, farm_kv *kv, const struct fg_attr *attr,
 				return -EINVAL;
 		}
 		if (attr->cache_entries &&
-		    (attr->cache_entries & (attr->cache_entries - 1)))
+		    (attr->cache_entries < 2 ||
+		     (attr->cache_entries & (attr->cache_entries - 1))))
 			return -EINVAL;
 	}
 	uint32_t me = farm_node_id(node);

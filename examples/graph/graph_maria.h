@@ -73,8 +73,7 @@ static const char *const maria_schema[] = {
         "BIGINT UNSIGNED NOT NULL DEFAULT 0, visibility TINYINT NOT NULL "
         "DEFAULT 0, data VARCHAR(255) NOT NULL DEFAULT '', time BIGINT "
         "UNSIGNED NOT NULL DEFAULT 0, version INT UNSIGNED NOT NULL "
-        "DEFAULT 0, PRIMARY KEY (link_type, id1, id2), KEY id1_type (id1, "
-        "link_type, visibility, time, id2, version, data)) ENGINE=InnoDB "
+        "DEFAULT 0, PRIMARY KEY (link_type, id1, id2)) ENGINE=InnoDB "
         "DEFAULT CHARSET=latin1",
         "CREATE TABLE linkdb.counttable (id BIGINT UNSIGNED NOT NULL "
         "DEFAULT 0, link_type BIGINT UNSIGNED NOT NULL DEFAULT 0, count "
@@ -260,6 +259,15 @@ static inline int maria_load(struct maria *m, const struct lb_graph *lg,
 			                 lg->nodes * (unsigned)(i + 1) / 6,
 			         parg);
 		unlink(files[i]);
+	}
+	/* LinkBench's secondary index, built once the rows are in (a sorted
+	 * build rather than 4M random inserts) */
+	if (!rc && mysql_query(c, "ALTER TABLE linkdb.linktable ADD KEY "
+	                          "id1_type (id1, link_type, visibility, time, "
+	                          "id2, version, data)")) {
+		fprintf(stderr, "graph_bench: mariadb index: %s\n",
+		        mysql_error(c));
+		rc = -EIO;
 	}
 	mysql_close(c);
 	return rc;
