@@ -370,13 +370,6 @@ static void plan(struct uop *op)
 	if (op->is_get) {
 		/* read-only: committing validates what was read */
 		op->result = rc;
-		if (getenv("FG_NOCOMMIT")) {
-			farm_tx_free(op->tx);
-			op->tx = NULL;
-			acc_reset(op);
-			finish(op, rc);
-			return;
-		}
 		rc = farm_tx_commit(op->tx, commit_cb, op);
 		if (rc)
 			retry_or_fail(op, rc);
