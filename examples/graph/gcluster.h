@@ -283,6 +283,19 @@ static inline void gc_cleanup(struct gc_cluster *cl)
 		gc_kill(cl);
 }
 
+/* The cluster a test runs, and a teardown (a cmocka group or test
+ * teardown) that removes what is left of it after a failed assertion. */
+static struct gc_cluster *gc_live __attribute__((unused));
+
+static inline int gc_teardown(void **state)
+{
+	(void)state;
+	if (gc_live)
+		gc_cleanup(gc_live);
+	gc_live = NULL;
+	return 0;
+}
+
 /* Machine side: serve the loop until a command of @len bytes arrives
  * (0), or the parent closed the pipe (1). */
 static inline int gc_wait_cmd(struct gc_machine *m, void *cmd, size_t len)

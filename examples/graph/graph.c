@@ -199,6 +199,7 @@ void fg_stats_get(const fg_graph *g, struct fg_stats *out)
 		out->kv_gets[i] = atomic_load(&g->st_kv[i]);
 	}
 	out->retries = atomic_load(&g->st_retries);
+	out->stale_heads = atomic_load(&g->st_stale_heads);
 	out->tx_retries = atomic_load(&g->st_tx_retries);
 	out->tx_commits = atomic_load(&g->st_commits);
 }
@@ -451,6 +452,7 @@ static void block_cb(farm_loop *loop, void *ctx, int status)
 			/* the cached head is no longer the head */
 			c_drop(r->c, r->id1, r->atype);
 			fg_count(&r->g->st_retries, 1);
+			fg_count(&r->g->st_stale_heads, 1);
 			r->head_cached = false;
 			node_start(r);
 		} else {

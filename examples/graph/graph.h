@@ -233,8 +233,9 @@ struct fg_stats {
 	uint64_t ops[FG_NOPS];     /* operations completed (any status) */
 	uint64_t reads[FG_NOPS];   /* lock-free object reads they issued */
 	uint64_t kv_gets[FG_NOPS]; /* id lookups in the KV store */
-	uint64_t retries;    /* reads restarted (stale pointer, changed list) */
-	uint64_t tx_retries; /* owner transactions run again */
+	uint64_t retries; /* reads restarted (stale pointer, changed list) */
+	uint64_t stale_heads; /* cached list heads found freed (replaced) */
+	uint64_t tx_retries;  /* owner transactions run again */
 	uint64_t tx_commits;
 };
 void fg_stats_get(const fg_graph *g, struct fg_stats *out);

@@ -353,7 +353,8 @@ static void plot(void)
 	fclose(f);
 	char cmd[2000];
 	snprintf(cmd, sizeof(cmd),
-	         "gnuplot -e \"set terminal png size 900,500 noenhanced; set output "
+	         "gnuplot -e \"set terminal png size 900,500 noenhanced; set "
+	         "output "
 	         "'%s'; set style data histograms; set style fill solid; "
 	         "set logscale y; set ylabel 'operations/s (Tao mix, %" PRIu64
 	         " nodes)'; set key top right; plot '%s' using 2:xtic(1) "

@@ -76,8 +76,8 @@ static inline void mg_free_lists(struct mg_node *n)
 		}
 }
 
-/* Deleting from open addressing: mark the node deleted (id kept, a
- * tombstone), as a benchmark table that only grows can. */
+/* A node: a new one, or one deleted before (version 0: deleted nodes stay
+ * in the table as tombstones, which a table that only grows can afford). */
 static inline int mg_obj_add(struct mg *m, uint64_t id, uint32_t otype,
                              int64_t time, const void *d, uint32_t len)
 {

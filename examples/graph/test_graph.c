@@ -61,7 +61,7 @@ struct mctx {
 	unsigned next; /* ops applied to the model */
 	struct fg_edge *a, *b;
 	char err[400];
-	unsigned max_len;
+	unsigned max_len, emptied;
 };
 
 static int mfail(struct mctx *c, unsigned j, const char *fmt, ...)
@@ -144,6 +144,7 @@ static int step(struct mctx *c, unsigned j, fg_graph *g, farm_loop *loop)
 			id2 = n->l[t].e[rn(&r, n->l[t].n)].id2;
 		want = gm_assoc_delete(m, id1, t, id2);
 		got = g ? fg_assoc_delete_sync(g, loop, id1, t, id2) : want;
+		c->emptied += !want && !m->n[id1].l[t].n;
 	} else if (kind < 62) { /* assoc_change_type */
 		struct gm_node *n = gm_node(m, id1);
 		if (n && n->l[t].n && rn(&r, 4))
@@ -264,7 +265,7 @@ struct cmd {
 
 struct answer {
 	int32_t status;
-	uint32_t max_len;
+	uint32_t max_len, emptied;
 	struct fg_stats st;
 	char err[512];
 };
@@ -296,6 +297,7 @@ static int model_body(struct gc_machine *mc, void *arg)
 			ans.status = bad_input(mc, ans.err, sizeof(ans.err));
 		}
 		ans.max_len = c->max_len;
+		ans.emptied = c->emptied;
 		fg_stats_get(mc->g, &ans.st);
 		if (gc_write_all(mc->out, &ans, sizeof(ans)))
 			return 1;
@@ -316,23 +318,11 @@ static struct answer ask(struct gc_cluster *cl, unsigned i, struct cmd cmd)
 	return a;
 }
 
-/* The cluster a test runs, for the teardown after a failed assertion. */
-static struct gc_cluster *live;
-
-static int teardown(void **state)
-{
-	(void)state;
-	if (live)
-		gc_cleanup(live);
-	live = NULL;
-	return 0;
-}
-
 static void test_model(void **state)
 {
 	(void)state;
 	static struct gc_cluster cl; /* static: the teardown reaches it */
-	live = &cl;
+	gc_live = &cl;
 	struct fg_attr a = model_attr();
 	assert_int_equal(gc_start(&cl, "model", &a, model_body, NULL), 0);
 	printf("model: seed %" PRIu64 ", %u operations\n", seed, nops);
@@ -347,11 +337,13 @@ static void test_model(void **state)
 			fail_msg("%s (FG_SEED=%" PRIu64 ")", ans.err, seed);
 		}
 	}
-	uint64_t retries = 0, reads = 0, ops = 0, txr = 0;
-	unsigned max_len = 0;
+	uint64_t retries = 0, reads = 0, ops = 0, txr = 0, heads = 0;
+	unsigned max_len = 0, emptied = 0;
 	for (unsigned i = 0; i < GC_NM; i++) {
 		struct answer ans = ask(&cl, i, (struct cmd){.op = 'T'});
 		retries += ans.st.retries;
+		heads += ans.st.stale_heads;
+		emptied = ans.emptied;
 		txr += ans.st.tx_retries;
 		max_len = ans.max_len > max_len ? ans.max_len : max_len;
 		for (unsigned k = 0; k < FG_NOPS; k++) {
@@ -360,12 +352,15 @@ static void test_model(void **state)
 		}
 	}
 	printf("model: %" PRIu64 " ops, %" PRIu64 " reads, longest list %u, "
-	       "%" PRIu64 " stale pointers met, %" PRIu64 " tx retries\n",
-	       ops, reads, max_len, retries, txr);
+	       "%u lists emptied by deletes, %" PRIu64 " stale pointers met "
+	       "(%" PRIu64 " cached heads replaced), %" PRIu64 " tx retries\n",
+	       ops, reads, max_len, emptied, retries, heads, txr);
 	/* lists spanning many blocks (at most 32 edges a block) */
 	assert_true(max_len >= 4 * 32);
-	/* clients met heads replaced under their cached pointers */
-	assert_true(retries > 0);
+	/* deletes emptied lists; clients met heads replaced under their
+	 * cached pointers */
+	assert_true(emptied > 0);
+	assert_true(heads > 0);
 	struct answer ans = ask(&cl, 0, (struct cmd){.op = 'B'});
 	if (ans.status) {
 		gc_kill(&cl);
@@ -568,7 +563,7 @@ int main(int argc, char **argv)
 	if (o)
 		nops = (unsigned)strtoul(o, NULL, 0);
 	const struct CMUnitTest tests[] = {
-	        cmocka_unit_test_teardown(test_model, teardown),
+	        cmocka_unit_test_teardown(test_model, gc_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

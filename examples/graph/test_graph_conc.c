@@ -398,23 +398,11 @@ static void all(struct gc_cluster *cl, char cmd, int ms)
 	}
 }
 
-/* The cluster a test runs, for the teardown after a failed assertion. */
-static struct gc_cluster *live;
-
-static int teardown(void **state)
-{
-	(void)state;
-	if (live)
-		gc_cleanup(live);
-	live = NULL;
-	return 0;
-}
-
 static void test_concurrency(void **state)
 {
 	(void)state;
 	static struct gc_cluster cl; /* static: the teardown reaches it */
-	live = &cl;
+	gc_live = &cl;
 	struct fg_attr a = conc_attr();
 	assert_int_equal(gc_start(&cl, "conc", &a, conc_body, NULL), 0);
 	char cmd = 'I';
@@ -491,7 +479,7 @@ int main(int argc, char **argv)
 	}
 #endif
 	const struct CMUnitTest tests[] = {
-	        cmocka_unit_test_teardown(test_concurrency, teardown),
+	        cmocka_unit_test_teardown(test_concurrency, gc_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
