@@ -92,7 +92,7 @@ static struct oent *om_get(struct fg_owner *o, uint64_t id)
 static void om_del(struct fg_owner *o, struct oent *e)
 {
 	size_t i = (size_t)(e - o->tab), mask = o->cap - 1;
-	o->tab[i].id = 0;
+	o->tab[i] = (struct oent){0};
 	o->n--;
 	for (size_t j = (i + 1) & mask; o->tab[j].id; j = (j + 1) & mask) {
 		size_t h = om_slot(o, o->tab[j].id);
@@ -100,7 +100,7 @@ static void om_del(struct fg_owner *o, struct oent *e)
 		bool between = i <= j ? (h > i && h <= j) : (h > i || h <= j);
 		if (!between) {
 			o->tab[i] = o->tab[j];
-			o->tab[j].id = 0;
+			o->tab[j] = (struct oent){0};
 			i = j;
 		}
 	}
@@ -132,7 +132,9 @@ void fg_owner_detach(fg_graph *g, farm_loop *loop)
 	if (!o)
 		return;
 	for (size_t k = 0; k < o->cap; k++)
-		for (struct uop *op = o->tab[k].qhead, *nx; op; op = nx) {
+		for (struct uop *op = o->tab[k].id ? o->tab[k].qhead : NULL,
+		                *nx;
+		     op; op = nx) {
 			nx = op->qnext;
 			uop_free(op);
 		}
