@@ -1,0 +1,200 @@
+/*
+ * farm-graph: the graph store from the command line. Starts a local
+ * cluster of 3 machine processes (shm fabric, static membership, data
+ * under /dev/shm), loads a LinkBench-style graph with a progress line, and
+ * then runs an operation mix for a while or prints one node and its edge
+ * lists. Everything it started is stopped and removed before it exits.
+ */
+#include "gdriver.h"
+
+#include <getopt.h>
+
+static const char *usage =
+        "usage: farm-graph [options] load|run|query ID\n"
+        "  load        load the graph, print what was loaded\n"
+        "  run         load, then run an operation mix\n"
+        "  query ID    load, then print node ID and its newest edges\n"
+        "options:\n"
+        "  --nodes N       nodes (suffixes k, M; default 100k)\n"
+        "  --seed S        the graph's random seed (default 1)\n"
+        "  --mix M         tao (99.8%% reads) or linkbench (default tao)\n"
+        "  --seconds T     how long run runs (default 10)\n"
+        "  --depth D       operations in flight per machine (default 16)\n"
+        "  --region SIZE   region size of each machine (default 256M)\n"
+        "  --busy          machines poll instead of parking when idle\n"
+        "  --replicas R    copies of each region, 1..3 (default 3)\n"
+        "  --help          this text\n";
+
+static uint64_t parse_count(const char *s, int *err)
+{
+	char *end;
+	double v = strtod(s, &end);
+	if (*end == 'k' || *end == 'K')
+		v *= 1e3, end++;
+	else if (*end == 'M' || *end == 'm')
+		v *= 1e6, end++;
+	else if (*end == 'G' || *end == 'g')
+		v *= 1e9, end++;
+	if (*end || v < 1 || v > 1e10) {
+		*err = 1;
+		return 0;
+	}
+	return (uint64_t)v;
+}
+
+struct prog {
+	struct gd_shared *sh;
+	uint64_t t0, total;
+	bool tty;
+	uint64_t last;
+};
+
+static void progress(void *arg)
+{
+	struct prog *p = arg;
+	uint64_t now = gc_now_ns();
+	if (!p->tty && now - p->last < 2000000000ull)
+		return;
+	p->last = now;
+	uint64_t n = 0, e = 0;
+	for (unsigned i = 0; i < GC_NM; i++) {
+		n += atomic_load(&p->sh->loaded[i]);
+		e += atomic_load(&p->sh->edges[i]);
+	}
+	double s = (double)(now - p->t0) / 1e9;
+	fprintf(stderr,
+	        "%sloading: %" PRIu64 "/%" PRIu64 " nodes (%.0f%%), %" PRIu64
+	        " edges, %.0f nodes/s%s",
+	        p->tty ? "\r" : "", n, p->total,
+	        100.0 * (double)n / (double)p->total, e,
+	        s > 0 ? (double)n / s : 0, p->tty ? "   " : "\n");
+}
+
+/* Start the cluster and load: 0, or an error said on stderr. */
+int fg_tool_load(struct gc_cluster *cl, struct gd_shared *sh, const char *who,
+                 bool quiet);
+int fg_tool_load(struct gc_cluster *cl, struct gd_shared *sh, const char *who,
+                 bool quiet)
+{
+	struct fg_attr a = {.cache_entries = 1u << 22};
+	if (gc_start(cl, "tool", &a, gd_body, sh)) {
+		fprintf(stderr, "%s: the cluster did not start\n", who);
+		gc_kill(cl);
+		return -1;
+	}
+	struct prog p = {.sh = sh,
+	                 .t0 = gc_now_ns(),
+	                 .total = sh->nodes,
+	                 .tty = isatty(2) && !quiet};
+	int rc = gd_command(cl, 'L', 0, GC_NM, quiet ? NULL : progress, &p);
+	p.last = 0;
+	if (!quiet) {
+		p.tty = false;
+		progress(&p);
+	}
+	if (rc) {
+		fprintf(stderr, "%s: loading failed: %s\n", who,
+		        fg_strerror(rc));
+		gc_kill(cl);
+		return -1;
+	}
+	return 0;
+}
+
+#ifndef FG_TOOL_NO_MAIN
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+	        {"nodes", required_argument, 0, 'n'},
+	        {"seed", required_argument, 0, 's'},
+	        {"mix", required_argument, 0, 'm'},
+	        {"seconds", required_argument, 0, 't'},
+	        {"depth", required_argument, 0, 'd'},
+	        {"region", required_argument, 0, 'r'},
+	        {"busy", no_argument, 0, 'b'},
+	        {"replicas", required_argument, 0, 'p'},
+	        {"help", no_argument, 0, 'h'},
+	        {0, 0, 0, 0}};
+	struct gd_shared *sh = gd_map();
+	if (!sh) {
+		perror("farm-graph: mmap");
+		return 1;
+	}
+	sh->nodes = 100000;
+	sh->seed = 1;
+	sh->secs = 10;
+	sh->warm = 1;
+	sh->depth = 16;
+	int c, bad = 0;
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'n': sh->nodes = parse_count(optarg, &bad); break;
+		case 's': sh->seed = strtoull(optarg, NULL, 0); break;
+		case 'm':
+			if (!strcmp(optarg, "tao"))
+				sh->mix = LB_TAO;
+			else if (!strcmp(optarg, "linkbench"))
+				sh->mix = LB_LINKBENCH;
+			else
+				bad = 1;
+			break;
+		case 't': sh->secs = strtod(optarg, NULL); break;
+		case 'd': sh->depth = (unsigned)strtoul(optarg, NULL, 0); break;
+		case 'r': gc_o.region_size = optarg; break;
+		case 'b': gc_o.busy_poll = true; break;
+		case 'p':
+			gc_o.replicas = (unsigned)strtoul(optarg, NULL, 0);
+			break;
+		case 'h': fputs(usage, stdout); return 0;
+		default: bad = 1;
+		}
+	}
+	const char *cmd = optind < argc ? argv[optind] : NULL;
+	uint64_t qid = 0;
+	if (cmd && !strcmp(cmd, "query")) {
+		if (optind + 1 >= argc ||
+		    !(qid = strtoull(argv[optind + 1], NULL, 0)))
+			bad = 1;
+	} else if (!cmd || (strcmp(cmd, "load") && strcmp(cmd, "run"))) {
+		bad = 1;
+	}
+	if (bad || sh->secs <= 0 || sh->depth == 0 || sh->depth > 4096) {
+		fputs(usage, stderr);
+		return 2;
+	}
+	gc_o.kv_buckets = (uint32_t)(sh->nodes / GC_NM / 4 + 1024);
+	if (!gc_o.region_size[0] || !strcmp(gc_o.region_size, "64M"))
+		gc_o.region_size = "256M";
+	struct gc_cluster cl;
+	if (fg_tool_load(&cl, sh, "farm-graph", false))
+		return 1;
+	int rc = 0;
+	if (!strcmp(cmd, "run")) {
+		fprintf(stderr,
+		        "running the %s mix for %.0f s, %u in flight "
+		        "per machine\n",
+		        lb_mix_name((enum lb_mix)sh->mix), sh->secs, sh->depth);
+		rc = gd_command(&cl, 'W', 0, GC_NM, NULL, NULL);
+		if (!rc) {
+			struct gd_sum s;
+			gd_summarize(sh, &s);
+			char title[128];
+			snprintf(title, sizeof(title),
+			         "%s mix, %" PRIu64 " nodes, 3 machines:",
+			         lb_mix_name((enum lb_mix)sh->mix), sh->nodes);
+			gd_print(stdout, title, &s);
+		}
+	} else if (!strcmp(cmd, "query")) {
+		sh->query = qid;
+		rc = gd_command(&cl, 'Q', 0, 1, NULL, NULL);
+	}
+	if (rc)
+		fprintf(stderr, "farm-graph: %s failed: %s\n", cmd,
+		        fg_strerror(rc));
+	if (gc_finish(&cl)) {
+		fprintf(stderr, "farm-graph: a machine failed\n");
+		rc = rc ? rc : -1;
+	}
+	return rc ? 1 : 0;
+}
+#endif

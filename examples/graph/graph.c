@@ -1,0 +1,941 @@
+/*
+ * fgraph, the client's half: the handle, the per-loop cache of fat
+ * pointers (nodes and list heads), the lock-free reads (obj_get,
+ * assoc_count, assoc_range, assoc_time_range), and the requests shipped to
+ * owners (updates, assoc_get). The owner's half is graph_owner.c.
+ */
+#include "graph_int.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define NODE_TYPE    UINT32_MAX /* cache entries of nodes */
+#define MAX_RESTARTS 64u
+#define MAX_KV_TRIES 4u
+#define RBUF_SIZE    (GN_MAX_SIZE > GB_MAX_SIZE ? GN_MAX_SIZE : GB_MAX_SIZE)
+
+/* ---- the per-loop cache ------------------------------------------------- */
+
+struct centry {
+	uint64_t id;
+	uint32_t type, pad;
+	farm_fatptr p;
+};
+
+struct fg_client {
+	fg_graph *g;
+	farm_loop *loop;
+	struct centry *cache;
+	uint32_t mask;
+};
+
+/* Two-way set associative: an entry lives in one of the two slots of its
+ * pair (a direct-mapped cache half full loses a fifth of its entries to
+ * collisions). */
+static uint64_t c_hash(uint64_t id, uint32_t type)
+{
+	return fg_mix(id * 0x9e3779b97f4a7c15ull + type);
+}
+
+static struct centry *c_find(struct fg_client *c, uint64_t id, uint32_t type)
+{
+	struct centry *s = &c->cache[c_hash(id, type) & c->mask & ~1ull];
+	for (int i = 0; i < 2; i++)
+		if (s[i].id == id && s[i].type == type && s[i].p.addr)
+			return &s[i];
+	return NULL;
+}
+
+static bool c_get(struct fg_client *c, uint64_t id, uint32_t type,
+                  farm_fatptr *p)
+{
+	struct centry *e = c_find(c, id, type);
+	if (e)
+		*p = e->p;
+	return e != NULL;
+}
+
+static void c_put(struct fg_client *c, uint64_t id, uint32_t type,
+                  farm_fatptr p)
+{
+	uint64_t h = c_hash(id, type);
+	struct centry *s = &c->cache[h & c->mask & ~1ull],
+	              *e = c_find(c, id, type);
+	if (!e)
+		e = !s[0].id ? &s[0] : !s[1].id ? &s[1] : &s[(h >> 40) & 1];
+	*e = (struct centry){.id = id, .type = type, .p = p};
+}
+
+static void c_drop(struct fg_client *c, uint64_t id, uint32_t type)
+{
+	struct centry *e = c_find(c, id, type);
+	if (e)
+		e->id = 0;
+}
+
+/* ---- the handle --------------------------------------------------------- */
+
+static fg_graph *the_graph[FARM_NODE_MAX_MACHINES];
+
+int fg_create(farm_node *node, farm_kv *kv, const struct fg_attr *attr,
+              unsigned nmachines, fg_graph **out)
+{
+	if (!node || !kv || !out || !nmachines ||
+	    nmachines > FARM_NODE_MAX_MACHINES)
+		return -EINVAL;
+	*out = NULL;
+	if (attr) {
+		for (unsigned a = 0; a <= FG_MAX_ATYPE; a++) {
+			unsigned b = attr->inverse[a];
+			if (b && (a == 0 || attr->inverse[b] != a))
+				return -EINVAL;
+		}
+		if (attr->cache_entries &&
+		    (attr->cache_entries < 2 ||
+		     (attr->cache_entries & (attr->cache_entries - 1))))
+			return -EINVAL;
+	}
+	uint32_t me = farm_node_id(node);
+	if (me >= FARM_NODE_MAX_MACHINES)
+		return -EINVAL;
+	if (the_graph[me])
+		return -EEXIST;
+	fg_graph *g = calloc(1, sizeof(*g));
+	if (!g)
+		return -ENOMEM;
+	g->node = node;
+	g->kv = kv;
+	g->txm = farm_node_txm(node);
+	g->msg = farm_node_msg(node);
+	g->me = me;
+	g->nmachines = nmachines;
+	g->nthreads = farm_node_nthreads(node);
+	if (attr)
+		memcpy(g->inverse, attr->inverse, sizeof(g->inverse));
+	g->cache_entries =
+	        attr && attr->cache_entries ? attr->cache_entries : 65536u;
+	int rc = farm_msg_handle(g->msg, FG_MSG_UPDATE, fg_h_update, g);
+	if (!rc)
+		rc = farm_msg_handle(g->msg, FG_MSG_GET, fg_h_get, g);
+	if (rc) {
+		free(g);
+		return rc;
+	}
+	the_graph[me] = g;
+	*out = g;
+	return 0;
+}
+
+void fg_destroy(fg_graph *g)
+{
+	if (!g)
+		return;
+	if (the_graph[g->me] == g)
+		the_graph[g->me] = NULL;
+	free(g);
+}
+
+int fg_attach(fg_graph *g, farm_loop *loop)
+{
+	if (!g || !loop)
+		return -EINVAL;
+	unsigned i = farm_loop_index(loop);
+	if (i >= 64 || g->client[i])
+		return -EINVAL;
+	struct fg_client *c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->g = g;
+	c->loop = loop;
+	c->mask = g->cache_entries - 1;
+	c->cache = calloc(g->cache_entries, sizeof(*c->cache));
+	int rc = c->cache ? fg_owner_attach(g, loop) : -ENOMEM;
+	if (rc) {
+		free(c->cache);
+		free(c);
+		return rc;
+	}
+	g->client[i] = c;
+	return 0;
+}
+
+void fg_detach(fg_graph *g, farm_loop *loop)
+{
+	if (!g || !loop)
+		return;
+	unsigned i = farm_loop_index(loop);
+	if (i >= 64 || !g->client[i])
+		return;
+	fg_owner_detach(g, loop);
+	free(g->client[i]->cache);
+	free(g->client[i]);
+	g->client[i] = NULL;
+}
+
+uint32_t fg_owner(const fg_graph *g, uint64_t id)
+{
+	return (uint32_t)(fg_mix(id) % g->nmachines);
+}
+
+static struct fg_client *client_of(fg_graph *g, farm_loop *loop)
+{
+	if (!g || !loop)
+		return NULL;
+	unsigned i = farm_loop_index(loop);
+	return i < 64 && g->client[i] && g->client[i]->loop == loop
+	               ? g->client[i]
+	               : NULL;
+}
+
+void fg_stats_get(const fg_graph *g, struct fg_stats *out)
+{
+	memset(out, 0, sizeof(*out));
+	if (!g)
+		return;
+	for (unsigned i = 0; i < FG_NOPS; i++) {
+		out->ops[i] = atomic_load(&g->st_ops[i]);
+		out->reads[i] = atomic_load(&g->st_reads[i]);
+		out->kv_gets[i] = atomic_load(&g->st_kv[i]);
+	}
+	out->retries = atomic_load(&g->st_retries);
+	out->stale_heads = atomic_load(&g->st_stale_heads);
+	out->tx_retries = atomic_load(&g->st_tx_retries);
+	out->tx_commits = atomic_load(&g->st_commits);
+}
+
+const char *fg_op_name(enum fg_op op)
+{
+	static const char *const names[FG_NOPS] = {
+	        "obj_get",          "assoc_count",       "assoc_range",
+	        "assoc_time_range", "assoc_get",         "obj_add",
+	        "obj_update",       "obj_delete",        "assoc_add",
+	        "assoc_delete",     "assoc_change_type", "obj_load"};
+	return (unsigned)op < FG_NOPS ? names[op] : "?";
+}
+
+const char *fg_strerror(int err)
+{
+	switch (err) {
+	case -ERANGE: return "limit, position or time range out of bounds";
+	case -ENOSPC: return "no room (edge types on the node, or memory)";
+	case -EMSGSIZE: return "data longer than the limit";
+	default: return farm_strerror(err);
+	}
+}
+
+/* ---- lock-free reads ---------------------------------------------------- */
+
+struct rop {
+	fg_graph *g;
+	struct fg_client *c;
+	farm_loop *loop;
+	enum fg_op kind;
+	uint64_t id1;
+	uint32_t atype, pos, limit;
+	int64_t high, low;
+	union {
+		fg_obj_fn obj;
+		fg_count_fn count;
+		fg_edges_fn edges;
+	} cont;
+	void *ctx;
+	farm_fatptr p;
+	bool from_cache, head_cached, first_block, lf_open;
+	unsigned kv_tries, restarts, reads, kvs;
+	farm_lf_op lf;
+	struct fg_edge *out;
+	unsigned nout, capout;
+	uint32_t skipped;
+	bool have_last;
+	int64_t last_time;
+	uint64_t last_id2;
+	uint8_t buf[RBUF_SIZE];
+};
+
+static void rop_done(struct rop *r, int status, const void *res)
+{
+	fg_graph *g = r->g;
+	if (r->lf_open)
+		farm_lf_end(&r->lf);
+	fg_count(&g->st_ops[r->kind], 1);
+	fg_count(&g->st_reads[r->kind], r->reads);
+	fg_count(&g->st_kv[r->kind], r->kvs);
+	switch (r->kind) {
+	case FG_OBJ_GET: r->cont.obj(r->loop, r->ctx, status, res); break;
+	case FG_ASSOC_COUNT:
+		r->cont.count(r->loop, r->ctx, status,
+		              res ? *(const uint64_t *)res : 0);
+		break;
+	default:
+		r->cont.edges(r->loop, r->ctx, status, status ? NULL : r->out,
+		              status ? 0 : r->nout);
+	}
+	free(r->out);
+	free(r);
+}
+
+static void node_start(struct rop *r);
+static void read_node(struct rop *r);
+static void read_block(struct rop *r, farm_fatptr p, bool first);
+
+static void kv_cb(farm_loop *loop, void *ctx, int status, const void *val,
+                  uint32_t len)
+{
+	struct rop *r = ctx;
+	if (status) {
+		rop_done(r, status, NULL);
+		return;
+	}
+	if (len != sizeof(farm_fatptr)) {
+		rop_done(r, FARM_ECORRUPT, NULL);
+		return;
+	}
+	memcpy(&r->p, val, sizeof(r->p));
+	r->from_cache = false;
+	c_put(r->c, r->id1, NODE_TYPE, r->p);
+	read_node(r);
+}
+
+static void kv_lookup(struct rop *r)
+{
+	if (r->kv_tries++ >= MAX_KV_TRIES) {
+		/* the store kept naming freed nodes: deleted meanwhile */
+		rop_done(r, -ENOENT, NULL);
+		return;
+	}
+	uint8_t k[FG_KEY_LEN];
+	fg_key(r->id1, k);
+	r->kvs++;
+	int rc = farm_kv_get(r->g->kv, r->loop, k, FG_KEY_LEN, kv_cb, r);
+	if (rc)
+		rop_done(r, rc, NULL);
+}
+
+/* The node: from the cache, else the KV store. */
+static void node_start(struct rop *r)
+{
+	if (c_get(r->c, r->id1, NODE_TYPE, &r->p)) {
+		r->from_cache = true;
+		read_node(r);
+	} else {
+		kv_lookup(r);
+	}
+}
+
+static void node_cb(farm_loop *loop, void *ctx, int status)
+{
+	struct rop *r = ctx;
+	const struct gn_hdr *n = (const struct gn_hdr *)r->buf;
+	if (!status && !gn_sane(n, r->p.size, r->id1))
+		status = FARM_EFREED; /* not the node we asked for */
+	if (status == FARM_EFREED) {
+		c_drop(r->c, r->id1, NODE_TYPE);
+		fg_count(&r->g->st_retries, 1);
+		kv_lookup(r);
+		return;
+	}
+	if (status) {
+		rop_done(r, status, NULL);
+		return;
+	}
+	if (n->flags & GN_DELETED) {
+		c_drop(r->c, r->id1, NODE_TYPE);
+		rop_done(r, -ENOENT, NULL);
+		return;
+	}
+	if (n->flags & GN_MOVED) {
+		r->p = n->fwd;
+		c_put(r->c, r->id1, NODE_TYPE, r->p);
+		read_node(r);
+		return;
+	}
+	if (r->kind == FG_OBJ_GET) {
+		struct fg_obj *o = malloc(sizeof(*o));
+		if (!o) {
+			rop_done(r, -ENOMEM, NULL);
+			return;
+		}
+		o->id = n->id;
+		o->otype = n->otype;
+		o->version = n->version;
+		o->time = n->time;
+		o->len = n->dlen;
+		memcpy(o->data, gn_data((void *)n), n->dlen);
+		rop_done(r, 0, o);
+		free(o);
+		return;
+	}
+	int s = gn_slot(n, r->atype);
+	if (r->kind == FG_ASSOC_COUNT) {
+		uint64_t count = s < 0 ? 0 : n->lists[s].count;
+		rop_done(r, 0, &count);
+		return;
+	}
+	if (s < 0 || !n->lists[s].head.addr) {
+		rop_done(r, 0, NULL);
+		return;
+	}
+	c_put(r->c, r->id1, r->atype, n->lists[s].head);
+	r->head_cached = false;
+	read_block(r, n->lists[s].head, true);
+}
+
+static void read_node(struct rop *r)
+{
+	if (r->p.size > RBUF_SIZE || r->p.size < sizeof(struct gn_hdr)) {
+		rop_done(r, FARM_ECORRUPT, NULL);
+		return;
+	}
+	r->reads++;
+	int rc = farm_lf_read(r->g->txm, r->loop, r->p.addr, r->p.size,
+	                      r->p.incarnation, r->buf, node_cb, r);
+	if (rc)
+		rop_done(r, rc, NULL);
+}
+
+/* Start the range over: from the cached head, else the node. */
+static void range_start(struct rop *r)
+{
+	r->nout = 0;
+	r->skipped = 0;
+	r->have_last = false;
+	farm_fatptr h;
+	if (c_get(r->c, r->id1, r->atype, &h)) {
+		r->head_cached = true;
+		read_block(r, h, true);
+	} else {
+		node_start(r);
+	}
+}
+
+static void range_restart(struct rop *r)
+{
+	fg_count(&r->g->st_retries, 1);
+	if (++r->restarts > MAX_RESTARTS) {
+		rop_done(r, -EBUSY, NULL);
+		return;
+	}
+	range_start(r);
+}
+
+static int out_push(struct rop *r, const struct gb_edge *e)
+{
+	if (r->nout == r->capout) {
+		unsigned nc = r->capout ? r->capout * 2 : 16;
+		if (nc > r->limit)
+			nc = r->limit;
+		struct fg_edge *no = realloc(r->out, nc * sizeof(*no));
+		if (!no)
+			return -ENOMEM;
+		r->out = no;
+		r->capout = nc;
+	}
+	struct fg_edge *o = &r->out[r->nout++];
+	o->id1 = r->id1;
+	o->id2 = e->id2;
+	o->atype = r->atype;
+	o->time = e->time;
+	o->len = e->len <= FG_MAX_EDGE_DATA ? e->len : FG_MAX_EDGE_DATA;
+	memcpy(o->data, e->data, o->len);
+	return 0;
+}
+
+static void block_cb(farm_loop *loop, void *ctx, int status)
+{
+	struct rop *r = ctx;
+	const struct gb_hdr *b = (const struct gb_hdr *)r->buf;
+	if (!status && (!gb_sane(b, r->p.size, r->id1, r->atype) || !b->n))
+		status = FARM_EFREED;
+	if (status == FARM_EFREED) {
+		if (r->first_block && r->head_cached) {
+			/* the cached head is no longer the head */
+			c_drop(r->c, r->id1, r->atype);
+			fg_count(&r->g->st_retries, 1);
+			fg_count(&r->g->st_stale_heads, 1);
+			r->head_cached = false;
+			node_start(r);
+		} else {
+			c_drop(r->c, r->id1, r->atype);
+			range_restart(r);
+		}
+		return;
+	}
+	if (status) {
+		rop_done(r, status, NULL);
+		return;
+	}
+	const struct gb_edge *e = gb_edges((void *)b);
+	for (unsigned i = 0; i < b->n; i++) {
+		/* newest first, no repeats: a list that changed under a read
+		 * of several blocks is read again */
+		if (r->have_last && !edge_before(r->last_time, r->last_id2,
+		                                 e[i].time, e[i].id2)) {
+			range_restart(r);
+			return;
+		}
+		r->have_last = true;
+		r->last_time = e[i].time;
+		r->last_id2 = e[i].id2;
+		if (r->kind == FG_ASSOC_RANGE) {
+			if (r->skipped < r->pos) {
+				r->skipped++;
+				continue;
+			}
+		} else {
+			if (e[i].time > r->high)
+				continue;
+			if (e[i].time < r->low) {
+				rop_done(r, 0, NULL);
+				return;
+			}
+		}
+		if (out_push(r, &e[i])) {
+			rop_done(r, -ENOMEM, NULL);
+			return;
+		}
+		if (r->nout == r->limit) {
+			rop_done(r, 0, NULL);
+			return;
+		}
+	}
+	if (!b->next.addr) {
+		rop_done(r, 0, NULL);
+		return;
+	}
+	read_block(r, b->next, false);
+}
+
+static void read_block(struct rop *r, farm_fatptr p, bool first)
+{
+	if (p.size > RBUF_SIZE || p.size < sizeof(struct gb_hdr)) {
+		rop_done(r, FARM_ECORRUPT, NULL);
+		return;
+	}
+	r->p = p;
+	r->first_block = first;
+	r->reads++;
+	int rc = farm_lf_read(r->g->txm, r->loop, p.addr, p.size, p.incarnation,
+	                      r->buf, block_cb, r);
+	if (rc)
+		rop_done(r, rc, NULL);
+}
+
+static int rop_new(fg_graph *g, farm_loop *loop, enum fg_op kind, uint64_t id1,
+                   void *ctx, struct rop **out)
+{
+	struct fg_client *c = client_of(g, loop);
+	if (!c || !id1)
+		return -EINVAL;
+	struct rop *r = calloc(1, sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	r->g = g;
+	r->c = c;
+	r->loop = loop;
+	r->kind = kind;
+	r->id1 = id1;
+	r->ctx = ctx;
+	int rc = farm_lf_begin(g->txm, loop, &r->lf);
+	if (rc) {
+		free(r);
+		return rc;
+	}
+	r->lf_open = true;
+	*out = r;
+	return 0;
+}
+
+static bool atype_ok(uint32_t atype)
+{
+	return atype >= 1 && atype <= FG_MAX_ATYPE;
+}
+
+int fg_obj_get(fg_graph *g, farm_loop *loop, uint64_t id, fg_obj_fn cont,
+               void *ctx)
+{
+	struct rop *r;
+	if (!cont)
+		return -EINVAL;
+	int rc = rop_new(g, loop, FG_OBJ_GET, id, ctx, &r);
+	if (rc)
+		return rc;
+	r->cont.obj = cont;
+	node_start(r);
+	return 0;
+}
+
+int fg_assoc_count(fg_graph *g, farm_loop *loop, uint64_t id1, uint32_t atype,
+                   fg_count_fn cont, void *ctx)
+{
+	struct rop *r;
+	if (!cont || !atype_ok(atype))
+		return -EINVAL;
+	int rc = rop_new(g, loop, FG_ASSOC_COUNT, id1, ctx, &r);
+	if (rc)
+		return rc;
+	r->atype = atype;
+	r->cont.count = cont;
+	node_start(r);
+	return 0;
+}
+
+int fg_assoc_range(fg_graph *g, farm_loop *loop, uint64_t id1, uint32_t atype,
+                   uint32_t pos, uint32_t limit, fg_edges_fn cont, void *ctx)
+{
+	struct rop *r;
+	if (!cont || !atype_ok(atype))
+		return -EINVAL;
+	if (!limit || limit > FG_MAX_LIMIT || pos > FG_MAX_POS)
+		return -ERANGE;
+	int rc = rop_new(g, loop, FG_ASSOC_RANGE, id1, ctx, &r);
+	if (rc)
+		return rc;
+	r->atype = atype;
+	r->pos = pos;
+	r->limit = limit;
+	r->cont.edges = cont;
+	range_start(r);
+	return 0;
+}
+
+int fg_assoc_time_range(fg_graph *g, farm_loop *loop, uint64_t id1,
+                        uint32_t atype, int64_t high, int64_t low,
+                        uint32_t limit, fg_edges_fn cont, void *ctx)
+{
+	struct rop *r;
+	if (!cont || !atype_ok(atype))
+		return -EINVAL;
+	if (!limit || limit > FG_MAX_LIMIT || high < low)
+		return -ERANGE;
+	int rc = rop_new(g, loop, FG_ASSOC_TIME_RANGE, id1, ctx, &r);
+	if (rc)
+		return rc;
+	r->atype = atype;
+	r->high = high;
+	r->low = low;
+	r->limit = limit;
+	r->cont.edges = cont;
+	range_start(r);
+	return 0;
+}
+
+/* ---- warming the cache ----------------------------------------------------
+ */
+
+#define WARM_INFLIGHT 64u
+
+struct warm_slot {
+	struct warm *w;
+	uint64_t id;
+	farm_fatptr p;
+	uint8_t buf[GN_MAX_SIZE];
+};
+
+struct warm {
+	struct fg_client *c;
+	unsigned inflight;
+	volatile int idle;
+	long cached;
+};
+
+static void warm_cb(farm_loop *loop, void *ctx, int status)
+{
+	struct warm_slot *s = ctx;
+	struct warm *w = s->w;
+	const struct gn_hdr *n = (const struct gn_hdr *)s->buf;
+	if (!status && gn_sane(n, s->p.size, s->id) &&
+	    !(n->flags & (GN_DELETED | GN_MOVED))) {
+		for (unsigned i = 0; i < FG_MAX_TYPES; i++)
+			if (n->lists[i].atype && n->lists[i].head.addr)
+				c_put(w->c, s->id, n->lists[i].atype,
+				      n->lists[i].head);
+		w->cached++;
+	}
+	s->id = 0;
+	if (--w->inflight == 0)
+		w->idle = 1;
+}
+
+long fg_warm_sync(fg_graph *g, farm_loop *loop, uint64_t first, uint64_t n)
+{
+	struct fg_client *c = client_of(g, loop);
+	if (!c || !first || first + n < first)
+		return -EINVAL;
+	uint8_t *keys = malloc(FG_WARM_BATCH * FG_KEY_LEN);
+	const void **kp = malloc(FG_WARM_BATCH * sizeof(*kp));
+	uint32_t *kl = malloc(FG_WARM_BATCH * sizeof(*kl));
+	uint32_t *lens = malloc(FG_WARM_BATCH * sizeof(*lens));
+	int *st = malloc(FG_WARM_BATCH * sizeof(*st));
+	farm_fatptr *vals = malloc(FG_WARM_BATCH * sizeof(*vals));
+	struct warm_slot *slots = calloc(WARM_INFLIGHT, sizeof(*slots));
+	struct warm w = {.c = c};
+	long rc = keys && kp && kl && lens && st && vals && slots ? 0 : -ENOMEM;
+	for (uint64_t base = first; !rc && base < first + n;
+	     base += FG_WARM_BATCH) {
+		unsigned k = (unsigned)(first + n - base < FG_WARM_BATCH
+		                                ? first + n - base
+		                                : FG_WARM_BATCH);
+		for (unsigned i = 0; i < k; i++) {
+			fg_key(base + i, keys + i * FG_KEY_LEN);
+			kp[i] = keys + i * FG_KEY_LEN;
+			kl[i] = FG_KEY_LEN;
+		}
+		rc = farm_kv_mget_sync(g->kv, loop, k, kp, kl, vals,
+		                       sizeof(farm_fatptr), lens, st);
+		for (unsigned i = 0; i < k && !rc; i++) {
+			if (st[i] || lens[i] != sizeof(farm_fatptr) ||
+			    vals[i].size > GN_MAX_SIZE)
+				continue;
+			c_put(c, base + i, NODE_TYPE, vals[i]);
+			/* a free slot (wait for one when all are busy) */
+			unsigned j = 0;
+			for (;;) {
+				for (j = 0; j < WARM_INFLIGHT && slots[j].id;
+				     j++)
+					;
+				if (j < WARM_INFLIGHT)
+					break;
+				w.idle = 0;
+				static const volatile int never;
+				(void)farm_loop_wait(loop, &never, 20000ull);
+			}
+			slots[j] = (struct warm_slot){
+			        .w = &w, .id = base + i, .p = vals[i]};
+			if (farm_lf_read(g->txm, loop, vals[i].addr,
+			                 vals[i].size, vals[i].incarnation,
+			                 slots[j].buf, warm_cb, &slots[j]) == 0)
+				w.inflight++;
+			else
+				slots[j].id = 0;
+		}
+	}
+	while (w.inflight) {
+		w.idle = 0;
+		(void)farm_loop_wait(loop, &w.idle, 0);
+	}
+	free(keys);
+	free(kp);
+	free(kl);
+	free(lens);
+	free(st);
+	free(vals);
+	free(slots);
+	return rc ? rc : w.cached;
+}
+
+/* ---- shipped operations ------------------------------------------------- */
+
+struct sop {
+	fg_graph *g;
+	enum fg_op kind;
+	union {
+		fg_done_fn done;
+		fg_edges_fn edges;
+	} cont;
+	void *ctx;
+};
+
+static void sop_cb(farm_loop *loop, void *ctx, int status, const void *reply,
+                   uint32_t len)
+{
+	struct sop *s = ctx;
+	fg_count(&s->g->st_ops[s->kind], 1);
+	if (s->kind == FG_ASSOC_GET) {
+		uint32_t n = 0;
+		if (!status &&
+		    (len < 4 || (memcpy(&n, reply, 4), n > FG_GET_MAX) ||
+		     len != 4 + n * sizeof(struct fg_edge)))
+			status = FARM_ECORRUPT;
+		const struct fg_edge *e =
+		        status ? NULL
+		               : (const struct fg_edge *)((const uint8_t *)
+		                                                  reply +
+		                                          4);
+		if (e && n) {
+			/* the reply's bytes may not be aligned for edges */
+			struct fg_edge *copy = malloc(n * sizeof(*copy));
+			if (copy) {
+				memcpy(copy, e, n * sizeof(*copy));
+				s->cont.edges(loop, s->ctx, 0, copy, n);
+				free(copy);
+			} else {
+				s->cont.edges(loop, s->ctx, -ENOMEM, NULL, 0);
+			}
+		} else {
+			s->cont.edges(loop, s->ctx, status, NULL,
+			              status ? 0 : n);
+		}
+	} else {
+		struct up_reply r = {0};
+		if (!status && len != sizeof(r))
+			status = FARM_ECORRUPT;
+		if (!status)
+			memcpy(&r, reply, sizeof(r));
+		s->cont.done(loop, s->ctx, status ? status : r.status);
+	}
+	free(s);
+}
+
+static int ship(fg_graph *g, farm_loop *loop, enum fg_op kind, uint64_t id1,
+                uint16_t type, const void *req, uint32_t len, void *cont,
+                void *ctx)
+{
+	struct sop *s = malloc(sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->g = g;
+	s->kind = kind;
+	s->ctx = ctx;
+	if (kind == FG_ASSOC_GET)
+		s->cont.edges = (fg_edges_fn)cont;
+	else
+		s->cont.done = (fg_done_fn)cont;
+	int rc = farm_msg_call(loop, fg_owner(g, id1), fg_owner_loop(g, id1),
+	                       type, req, len, FG_RPC_NS, sop_cb, s);
+	if (rc)
+		free(s);
+	return rc;
+}
+
+int fg_assoc_get(fg_graph *g, farm_loop *loop, uint64_t id1, uint32_t atype,
+                 const uint64_t *id2s, unsigned n, int64_t high, int64_t low,
+                 fg_edges_fn cont, void *ctx)
+{
+	if (!client_of(g, loop) || !id1 || !cont || !id2s || !atype_ok(atype))
+		return -EINVAL;
+	if (!n || n > FG_GET_MAX || high < low)
+		return -ERANGE;
+	uint8_t buf[sizeof(struct get_req) + FG_GET_MAX * sizeof(uint64_t)];
+	struct get_req rq = {
+	        .id1 = id1, .atype = atype, .n = n, .high = high, .low = low};
+	memcpy(buf, &rq, sizeof(rq));
+	memcpy(buf + sizeof(rq), id2s, n * sizeof(uint64_t));
+	return ship(g, loop, FG_ASSOC_GET, id1, FG_MSG_GET, buf,
+	            (uint32_t)(sizeof(rq) + n * sizeof(uint64_t)), (void *)cont,
+	            ctx);
+}
+
+static int update(fg_graph *g, farm_loop *loop, enum fg_op kind, uint8_t op,
+                  uint64_t id1, uint32_t atype, uint64_t id2, uint32_t arg,
+                  int64_t time, const void *data, uint32_t len, fg_done_fn cont,
+                  void *ctx)
+{
+	if (!client_of(g, loop) || !id1 || !cont || (len && !data))
+		return -EINVAL;
+	if (op >= UP_ASSOC_ADD &&
+	    (!id2 || !atype_ok(atype) ||
+	     (op == UP_ASSOC_CHANGE_TYPE && !atype_ok(arg))))
+		return -EINVAL;
+	uint32_t max = op >= UP_ASSOC_ADD ? FG_MAX_EDGE_DATA : FG_MAX_DATA;
+	if (len > max)
+		return -EMSGSIZE;
+	uint8_t buf[sizeof(struct up_req) + FG_MAX_DATA];
+	struct up_req rq = {.op = op,
+	                    .len = len,
+	                    .id1 = id1,
+	                    .id2 = id2,
+	                    .atype = atype,
+	                    .arg = arg,
+	                    .time = time};
+	memcpy(buf, &rq, sizeof(rq));
+	if (len)
+		memcpy(buf + sizeof(rq), data, len);
+	return ship(g, loop, kind, id1, FG_MSG_UPDATE, buf,
+	            (uint32_t)sizeof(rq) + len, (void *)cont, ctx);
+}
+
+int fg_obj_add(fg_graph *g, farm_loop *loop, uint64_t id, uint32_t otype,
+               int64_t time, const void *data, uint32_t len, fg_done_fn cont,
+               void *ctx)
+{
+	return update(g, loop, FG_OBJ_ADD, UP_OBJ_ADD, id, 0, 0, otype, time,
+	              data, len, cont, ctx);
+}
+
+int fg_obj_load(fg_graph *g, farm_loop *loop, uint64_t id, uint32_t otype,
+                int64_t time, const void *data, uint32_t len, uint32_t atype,
+                const struct fg_edge *edges, unsigned n, fg_done_fn cont,
+                void *ctx)
+{
+	if (!client_of(g, loop) || !id || !cont || (len && !data) ||
+	    (n && (!edges || !atype_ok(atype))))
+		return -EINVAL;
+	if (n > FG_LOAD_MAX)
+		return -E2BIG;
+	if (len > FG_MAX_DATA)
+		return -EMSGSIZE;
+	for (unsigned i = 0; i < n; i++)
+		if (edges[i].len > FG_MAX_EDGE_DATA)
+			return -EMSGSIZE;
+		else if (!edges[i].id2)
+			return -EINVAL;
+	uint8_t *buf = malloc(FG_UP_MAX);
+	if (!buf)
+		return -ENOMEM;
+	struct up_req rq = {.op = UP_OBJ_LOAD,
+	                    .id1 = id,
+	                    .id2 = n,
+	                    .atype = atype,
+	                    .arg = otype,
+	                    .time = time};
+	uint8_t *p = buf + sizeof(rq);
+	memcpy(p, &len, 4);
+	p += 4;
+	if (len)
+		memcpy(p, data, len);
+	p += len;
+	for (unsigned i = 0; i < n; i++) {
+		struct ld_edge le = {.id2 = edges[i].id2,
+		                     .time = edges[i].time,
+		                     .len = edges[i].len};
+		memcpy(p, &le, sizeof(le));
+		p += sizeof(le);
+		memcpy(p, edges[i].data, le.len);
+		p += le.len;
+	}
+	rq.len = (uint32_t)(p - buf - sizeof(rq));
+	memcpy(buf, &rq, sizeof(rq));
+	int rc = ship(g, loop, FG_OBJ_LOAD, id, FG_MSG_UPDATE, buf,
+	              (uint32_t)(p - buf), (void *)cont, ctx);
+	free(buf);
+	return rc;
+}
+
+int fg_obj_update(fg_graph *g, farm_loop *loop, uint64_t id, uint32_t otype,
+                  int64_t time, const void *data, uint32_t len, fg_done_fn cont,
+                  void *ctx)
+{
+	return update(g, loop, FG_OBJ_UPDATE, UP_OBJ_UPDATE, id, 0, 0, otype,
+	              time, data, len, cont, ctx);
+}
+
+int fg_obj_delete(fg_graph *g, farm_loop *loop, uint64_t id, fg_done_fn cont,
+                  void *ctx)
+{
+	return update(g, loop, FG_OBJ_DELETE, UP_OBJ_DELETE, id, 0, 0, 0, 0,
+	              NULL, 0, cont, ctx);
+}
+
+int fg_assoc_add(fg_graph *g, farm_loop *loop, uint64_t id1, uint32_t atype,
+                 uint64_t id2, int64_t time, const void *data, uint32_t len,
+                 fg_done_fn cont, void *ctx)
+{
+	return update(g, loop, FG_ASSOC_ADD, UP_ASSOC_ADD, id1, atype, id2, 0,
+	              time, data, len, cont, ctx);
+}
+
+int fg_assoc_delete(fg_graph *g, farm_loop *loop, uint64_t id1, uint32_t atype,
+                    uint64_t id2, fg_done_fn cont, void *ctx)
+{
+	return update(g, loop, FG_ASSOC_DELETE, UP_ASSOC_DELETE, id1, atype,
+	              id2, 0, 0, NULL, 0, cont, ctx);
+}
+
+int fg_assoc_change_type(fg_graph *g, farm_loop *loop, uint64_t id1,
+                         uint32_t atype, uint64_t id2, uint32_t newtype,
+                         fg_done_fn cont, void *ctx)
+{
+	return update(g, loop, FG_ASSOC_CHANGE_TYPE, UP_ASSOC_CHANGE_TYPE, id1,
+	              atype, id2, newtype, 0, NULL, 0, cont, ctx);
+}

@@ -1,0 +1,68 @@
+/*
+ * fgraph: an owner operation (struct uop) and the transaction logic it runs
+ * (graph_logic.c), through an accessor that either plans (scratch copies,
+ * allocations counted) or applies (the transaction's copies, writes).
+ */
+#ifndef FGRAPH_GRAPH_LOGIC_H
+#define FGRAPH_GRAPH_LOGIC_H
+
+#include "graph_int.h"
+
+enum { M_PLAN, M_APPLY };
+/* Logic results besides >= 0 (done) and negative errors. */
+#define L_NEED  (-30003) /* a remote object must be read first (op->need) */
+#define L_STALE (-30001) /* a pointer led to something else: retry */
+
+/* Steps of an update. */
+enum { S_MAIN, S_KV_PUT, S_KV_DEL, S_FREE_OLD };
+
+#define MAX_ALLOCS (2u + FG_LOAD_MAX / 4u)
+
+struct aobj {
+	farm_gaddr a;
+	uint32_t size;
+	uint8_t *data;
+	bool scratch, freed, fresh;
+};
+
+struct alloc_req {
+	uint32_t size;
+	farm_gaddr hint;
+	farm_fatptr p;
+	void *data;
+};
+
+struct uop {
+	fg_graph *g;
+	struct fg_owner *ow;
+	farm_loop *loop;
+	struct farm_msg_token tok;
+	struct uop *qnext;
+	bool is_get, wants_id2, have_id2;
+	int step, mode, result;
+	unsigned attempts;
+	/* the request */
+	struct up_req rq;
+	uint8_t *data; /* the request's data (obj_load: and its edges) */
+	struct get_req grq;
+	uint64_t id2s[FG_GET_MAX];
+	/* what the transaction works from */
+	farm_fatptr id1ptr, id2ptr, newnode, oldnode;
+	farm_tx *tx;
+	farm_fatptr need;
+	struct aobj *objs;
+	unsigned nobj, capobj;
+	struct alloc_req al[MAX_ALLOCS];
+	unsigned nal, nal_done, ual;
+	/* assoc_get's answer */
+	struct fg_edge *out;
+	unsigned nout;
+};
+
+/* graph_logic.c */
+int fg_logic(struct uop *op);
+void acc_reset(struct uop *op);
+/* graph_owner.c */
+void retry_or_fail(struct uop *op, int rc);
+
+#endif
