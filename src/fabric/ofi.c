@@ -1,0 +1,1870 @@
+/*
+ * The "ofi" fabric provider: libfarm's fabric over libfabric (OFI), by
+ * default its "tcp;ofi_rxm" provider (one-sided READ, WRITE and atomics in
+ * software over TCP), or any other libfabric provider with RDM endpoints,
+ * RMA and atomics (verbs;ofi_rxm, efa, cxi...). README.md, "ofi", says what
+ * libfabric guarantees, what it does not, and how this file makes up for it.
+ *
+ * Shape. One fabric owns one libfabric domain, one RDM endpoint, one
+ * address vector and one libfabric completion queue. A farm_ep is a
+ * logical endpoint to one peer on that RDM endpoint: a ring of slots, one
+ * per request, in post order. Every libfabric operation asks for a
+ * completion; its context is not a pointer but (ep index, ep generation,
+ * slot sequence), so a late completion of a destroyed endpoint or of a
+ * reused slot is recognised and dropped. Whoever drains the libfabric CQ
+ * (a farm_cq_poll of any thread, or the progress thread) records the
+ * result in the slot; the endpoint's owner retires slots in post order in
+ * farm_cq_poll and reports signaled successes and every failure.
+ *
+ * Guarantees kept in this file (libfabric does not promise them):
+ *   (a) WRITE landing order: a WRITE whose first / last 8 bytes are
+ *       8-aligned sends them as separate 8-byte FI_ATOMIC_WRITE operations
+ *       around the body (ordered by FI_ORDER_WAW): the target's provider
+ *       stores each with one 8-byte store, after the body for the last.
+ *       A plain TCP RMA write lands through recv(2) in pieces of any size,
+ *       so a polled word can be seen half written.
+ *   (b) line-atomic READs (<= OFI_VERIFY_MAX bytes): the READ is issued
+ *       twice back to back and delivered only when both copies agree byte
+ *       for byte, else both are issued again (a torn copy differs from the
+ *       next one: the writer's version word changed in between).
+ *   (c) post order across READ then WRITE (FI_ORDER_WAR, which tcp;ofi_rxm
+ *       does not offer): a WRITE, CAS or NOTIFY waits while READs of its
+ *       endpoint are in flight.
+ *   (d) progress while the target's loops are parked: software RMA needs
+ *       the target process to run its provider. A progress thread per
+ *       fabric sleeps on the CQ's wait object (fi_trywait + poll: no CPU
+ *       while idle) and drains it when anything arrives.
+ *   (e) peer death within a bound: an error completion from libfabric
+ *       (connection reset or refused) marks the peer dead at once; a
+ *       request outstanding longer than the timeout (FARM_OFI_TIMEOUT_MS,
+ *       default 1000) does too (a cut link sends no reset).
+ *   (f) NOTIFY: a small message to the target's fabric, which checks the
+ *       word against its registrations and wakes waiters (farm_wake_word).
+ *       It travels after the WRITEs before it (FI_ORDER_SAW).
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <rdma/fabric.h>
+#include <rdma/fi_atomic.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
+
+#include "fabric/ofi_testing.h"
+#include "fabric/provider.h"
+#include "util/common.h"
+#include "util/log.h"
+
+#define OFI_DEFAULT_PROVIDER "tcp;ofi_rxm"
+#define OFI_MAX_EPS          4096 /* logical endpoints per fabric */
+#define OFI_MAX_PEERS        1024 /* machine ids tracked for death */
+#define OFI_VERIFY_MAX       4096 /* READs up to this are line-atomic */
+#define OFI_VERIFY_TRIES     64
+#define OFI_RECVS            32
+#define OFI_CTRL_MAGIC       0x3130494f4d524146ull /* "FARMOI01" */
+#define OFI_CONNECT_NS       (3000ull * 1000000ull)
+#define OFI_CTX_SLOT         (1ull << 63)
+
+/* What a libfabric operation is, for the order rules (see order_ok). */
+enum { P_READ = 0, P_WRITE, P_AWRITE, P_CAS, P_SEND, P_KINDS };
+
+enum { CTRL_HELLO = 1, CTRL_ACK = 2, CTRL_NOTIFY = 3 };
+
+/* Control messages (fi_send): connection check and doorbells. */
+struct ofi_ctrl {
+	uint64_t magic;
+	uint32_t type, from, to;
+	int32_t status;
+	uint64_t cookie;
+	uint64_t key, addr;  /* NOTIFY; ACK: the registration table */
+	uint64_t len;        /* ACK: the table's bytes */
+	char reply_addr[64]; /* HELLO: where to send the ACK */
+};
+
+enum { K_RECV = 1, K_SENDFREE = 2, K_HELLO = 3, K_FETCH = 4 };
+
+/*
+ * The registration table: every fabric publishes its registrations in a
+ * table peers may READ (entry 0 is the table itself). A key is
+ * (generation << 12 | slot). An initiator checks every request against its
+ * copy of the target's table and fails a bad one in software (refetching
+ * the copy once when the key is unknown to it): libfabric's tcp provider
+ * answers an RMA to a bad key or range by closing the connection, failing
+ * everything else in flight to that peer, and reports no status.
+ */
+#define OFI_TABLE_N 4096
+struct ofi_tent {
+	uint64_t key, addr, len;
+	uint32_t access, pad;
+};
+struct ofi_octx {
+	int kind;
+};
+
+struct ofi_fetch {
+	struct ofi_octx c;  /* K_FETCH */
+	_Atomic int status; /* 0 waiting, 1 done, < 0 error */
+};
+
+struct ofi_rbuf {
+	struct ofi_octx c;
+	struct ofi_ctrl msg;
+};
+
+struct ofi_sendbuf {
+	struct ofi_octx c;
+	struct ofi_ctrl msg;
+};
+
+struct ofi_conn {
+	struct ofi_octx c; /* K_HELLO: the HELLO's send */
+	struct ofi_conn *next;
+	uint64_t cookie;
+	_Atomic int status; /* 0 waiting, 1 accepted, < 0 error */
+	uint64_t tab_key, tab_addr, tab_len; /* from the ACK */
+	struct ofi_ctrl msg;
+};
+
+struct ofi_mr {
+	struct farm_mr base;
+	struct fid_mr *mr;
+	void *ldesc;
+	struct ofi_mr *next;
+};
+
+struct ofi_mem {
+	struct farm_mem base;
+	void *map;
+	size_t maplen;
+};
+
+enum { S_FREE = 0, S_QUEUED, S_POSTED, S_DONE };
+
+struct ofi_slot {
+	uint64_t wr_id;
+	uint32_t seq;
+	uint16_t opcode, flags;
+	uint32_t len;
+	uint8_t state, npieces, posted, tries;
+	bool started; /* handed to libfabric at least once */
+	struct {
+		uint32_t off, len;
+		uint8_t kind; /* P_* */
+	} pc[3];              /* the libfabric operations of the request */
+	void *local;
+	void *ldesc;
+	uint64_t raddr, rkey;
+	uint64_t cmp, swp;   /* CAS operands (registered with the slots) */
+	uint64_t posted_ns;  /* first piece handed to libfabric */
+	_Atomic int pending; /* libfabric operations not completed */
+	_Atomic int err;     /* first failure, 0 */
+	_Atomic int pend[P_KINDS]; /* pieces in flight, by kind */
+	uint8_t *scratch;          /* verification copy (READ) */
+	struct fid_mr *scr_mr;
+	struct ofi_ctrl ctl; /* NOTIFY payload */
+	uint8_t inl[FARM_INLINE_MAX];
+};
+
+struct ofi_fabric;
+
+struct ofi_ep {
+	struct farm_ep base;
+	struct ofi_fabric *fab;
+	struct ofi_ep *cq_next;
+	uint32_t idx;
+	uint16_t gen;
+	fi_addr_t dest;
+	unsigned depth, mask;
+	struct ofi_slot *slots;
+	size_t slots_len;
+	struct fid_mr *slots_mr;
+	void *slots_desc;
+	uint32_t head, tail, next_post; /* sequences */
+	_Atomic int inflight[P_KINDS];  /* pieces in flight, by kind */
+	bool err_state, closed, shared;
+	bool sw_failed; /* a request failed at post: later ones flush */
+	pthread_mutex_t lock;
+	/* faults */
+	_Atomic uint64_t f_delay_ns;
+	_Atomic int f_fail, f_pause;
+	/* the peer's registration table: where, and our copy */
+	uint64_t tab_key, tab_addr, tab_len;
+	struct ofi_tent *cache;
+	struct fid_mr *cache_mr;
+	struct ofi_fetch fetch;
+	bool fetch_lost; /* a fetch that never completed: keep the memory */
+};
+
+struct ofi_cq {
+	struct farm_cq base;
+	struct ofi_ep *eps;
+	unsigned neps;
+	bool shared;
+	pthread_mutex_t lock;
+};
+
+struct ofi_peer {
+	_Atomic int dead;
+	_Atomic int paused;
+	_Atomic uint64_t delay_ns;
+	_Atomic int fail;
+};
+
+struct ofi_fabric {
+	struct farm_fabric base;
+	struct fi_info *info;
+	struct fid_fabric *fabric;
+	struct fid_domain *domain;
+	struct fid_av *av;
+	struct fid_ep *ep;
+	struct fid_cq *cq;
+	bool mr_local, virt_addr, prov_key, cq_wait;
+	uint64_t order; /* tx_attr->msg_order granted */
+	int cq_fd, stop_fd;
+	pthread_t progress;
+	bool progress_started;
+	uint64_t timeout_ns;
+	char addr[64];
+	char prov[64];
+	/* drain: one thread at a time reads the libfabric CQ */
+	pthread_mutex_t drain;
+	struct ofi_ep *eps[OFI_MAX_EPS];
+	uint16_t ep_gen[OFI_MAX_EPS];
+	/* registrations, pending connects, address cache */
+	pthread_mutex_t lock;
+	struct ofi_mr *mrs;
+	bool validate; /* we choose keys: the table is kept and checked */
+	struct ofi_tent *table;
+	struct fid_mr *table_mr;
+	uint16_t slot_gen[OFI_TABLE_N];
+	struct ofi_conn *conns;
+	struct ofi_ep *orphans; /* destroyed with operations outstanding */
+	struct {
+		char addr[64];
+		fi_addr_t fa;
+	} avc[256];
+	unsigned navc;
+	struct ofi_rbuf rbufs[OFI_RECVS];
+	struct fid_mr *rbufs_mr;
+	struct ofi_peer peers[OFI_MAX_PEERS];
+	struct farm_ofi_stats st;
+};
+
+/* Counters: relaxed atomics on struct farm_ofi_stats fields. */
+#define ST_ADD(f, field, v) \
+	__atomic_fetch_add(&(f)->st.field, (v), __ATOMIC_RELAXED)
+
+static _Atomic int knob_ordered_writes = 1, knob_line_atomic = 1;
+
+int farm_ofi_testing_set(enum farm_ofi_knob knob, int value)
+{
+	_Atomic int *k = knob == FARM_OFI_KNOB_ORDERED_WRITES
+	                         ? &knob_ordered_writes
+	                         : &knob_line_atomic;
+	return atomic_exchange(k, value);
+}
+
+static inline struct ofi_fabric *F(farm_fabric *f)
+{
+	return (struct ofi_fabric *)f;
+}
+
+static int fi_to_errno(int rc)
+{
+	rc = rc < 0 ? -rc : rc;
+	return rc ? -rc : -EIO;
+}
+
+/* A completion error from libfabric, as a farm status. */
+static int map_err(int err)
+{
+	switch (err) {
+	case FI_ENOKEY: return FARM_EREMOTE_KEY;
+	case FI_EACCES:
+	case FI_EPERM:
+	case FI_EINVAL:
+	case FI_EFAULT:
+	case FI_EREMOTEIO: return FARM_EREMOTE_ACCESS;
+	case FI_ECANCELED: /* the connection closed under it */
+	case FI_ECONNREFUSED:
+	case FI_ECONNRESET:
+	case FI_ECONNABORTED:
+	case FI_ENOTCONN:
+	case FI_EHOSTUNREACH:
+	case FI_ENETUNREACH:
+	case FI_ENETDOWN:
+	case FI_ETIMEDOUT:
+	case FI_EADDRNOTAVAIL:
+	case FI_EHOSTDOWN:
+	case FI_ESHUTDOWN: return FARM_EPEERDEAD;
+	default: return -EIO;
+	}
+}
+
+static bool is_death(int st)
+{
+	return st == FARM_EPEERDEAD;
+}
+
+/* ---- addresses --------------------------------------------------------- */
+
+/* "ip:port" or "[ip6]:port" -> sockaddr. */
+static int parse_addr(const char *s, struct sockaddr_storage *ss,
+                      socklen_t *len)
+{
+	char host[64];
+	const char *colon = strrchr(s, ':');
+	if (!colon || colon == s || !colon[1])
+		return -EINVAL;
+	size_t hl = (size_t)(colon - s);
+	if (s[0] == '[') {
+		if (hl < 3 || s[hl - 1] != ']')
+			return -EINVAL;
+		s++;
+		hl -= 2;
+	}
+	if (hl >= sizeof(host))
+		return -EINVAL;
+	memcpy(host, s, hl);
+	host[hl] = 0;
+	char *end;
+	unsigned long port = strtoul(colon + 1, &end, 10);
+	if (*end || port > 65535)
+		return -EINVAL;
+	memset(ss, 0, sizeof(*ss));
+	struct sockaddr_in *in = (struct sockaddr_in *)ss;
+	struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)ss;
+	if (inet_pton(AF_INET, host, &in->sin_addr) == 1) {
+		in->sin_family = AF_INET;
+		in->sin_port = htons((uint16_t)port);
+		*len = sizeof(*in);
+		return 0;
+	}
+	if (inet_pton(AF_INET6, host, &in6->sin6_addr) == 1) {
+		in6->sin6_family = AF_INET6;
+		in6->sin6_port = htons((uint16_t)port);
+		*len = sizeof(*in6);
+		return 0;
+	}
+	return -EINVAL;
+}
+
+static int format_addr(const void *sa, char *buf, size_t len)
+{
+	const struct sockaddr *s = sa;
+	char host[INET6_ADDRSTRLEN];
+	if (s->sa_family == AF_INET) {
+		const struct sockaddr_in *in = sa;
+		inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
+		return snprintf(buf, len, "%s:%u", host, ntohs(in->sin_port));
+	}
+	if (s->sa_family == AF_INET6) {
+		const struct sockaddr_in6 *in6 = sa;
+		inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
+		return snprintf(buf, len, "[%s]:%u", host,
+		                ntohs(in6->sin6_port));
+	}
+	return -EAFNOSUPPORT;
+}
+
+/* fi_addr of a peer's address string (cached; inserted once). */
+static int av_lookup(struct ofi_fabric *f, const char *addr, fi_addr_t *out)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl;
+	if (strlen(addr) >= sizeof(f->avc[0].addr) ||
+	    parse_addr(addr, &ss, &sl))
+		return -EINVAL;
+	pthread_mutex_lock(&f->lock);
+	for (unsigned i = 0; i < f->navc; i++)
+		if (strcmp(f->avc[i].addr, addr) == 0) {
+			*out = f->avc[i].fa;
+			pthread_mutex_unlock(&f->lock);
+			return 0;
+		}
+	fi_addr_t fa = FI_ADDR_UNSPEC;
+	int rc = fi_av_insert(f->av, &ss, 1, &fa, 0, NULL);
+	if (rc != 1) {
+		pthread_mutex_unlock(&f->lock);
+		return -ECONNREFUSED;
+	}
+	if (f->navc < FARM_ARRAY_SIZE(f->avc)) {
+		strcpy(f->avc[f->navc].addr, addr);
+		f->avc[f->navc++].fa = fa;
+	}
+	pthread_mutex_unlock(&f->lock);
+	*out = fa;
+	return 0;
+}
+
+/* ---- control messages -------------------------------------------------- */
+
+static void post_recv(struct ofi_fabric *f, struct ofi_rbuf *r)
+{
+	r->c.kind = K_RECV;
+	void *desc = f->rbufs_mr ? fi_mr_desc(f->rbufs_mr) : NULL;
+	for (int i = 0; i < 1000; i++) {
+		ssize_t rc = fi_recv(f->ep, &r->msg, sizeof(r->msg), desc,
+		                     FI_ADDR_UNSPEC, r);
+		if (rc != -FI_EAGAIN)
+			return;
+		fi_cq_read(f->cq, NULL, 0);
+	}
+}
+
+static int send_ctrl(struct ofi_fabric *f, fi_addr_t to, struct ofi_octx *ctx,
+                     struct ofi_ctrl *msg, void *desc)
+{
+	for (int i = 0; i < 100000; i++) {
+		ssize_t rc = fi_send(f->ep, msg, sizeof(*msg), desc, to, ctx);
+		if (rc == 0)
+			return 0;
+		if (rc != -FI_EAGAIN)
+			return fi_to_errno((int)rc);
+		fi_cq_read(f->cq, NULL, 0); /* progress (drain lock held) */
+	}
+	return -EAGAIN;
+}
+
+static struct ofi_mr *mr_find(struct ofi_fabric *f, uint64_t key)
+{
+	for (struct ofi_mr *m = f->mrs; m; m = m->next)
+		if (m->base.desc.key == key)
+			return m;
+	return NULL;
+}
+
+static void on_ctrl(struct ofi_fabric *f, struct ofi_ctrl *m, size_t len)
+{
+	if (len != sizeof(*m) || m->magic != OFI_CTRL_MAGIC) {
+		ST_ADD(f, malformed, 1);
+		return;
+	}
+	if (m->type == CTRL_HELLO) {
+		m->reply_addr[sizeof(m->reply_addr) - 1] = 0;
+		fi_addr_t fa;
+		if (av_lookup(f, m->reply_addr, &fa)) {
+			ST_ADD(f, malformed, 1);
+			return;
+		}
+		struct ofi_sendbuf *sb = calloc(1, sizeof(*sb));
+		if (!sb)
+			return;
+		sb->c.kind = K_SENDFREE;
+		sb->msg.magic = OFI_CTRL_MAGIC;
+		sb->msg.type = CTRL_ACK;
+		sb->msg.from = f->base.machine_id;
+		sb->msg.to = m->from;
+		sb->msg.cookie = m->cookie;
+		sb->msg.status = m->to == f->base.machine_id ? 0 : -EINVAL;
+		if (f->table) {
+			sb->msg.key = f->table[0].key;
+			sb->msg.addr = (uintptr_t)f->table;
+			sb->msg.len = sizeof(struct ofi_tent) * OFI_TABLE_N;
+		}
+		if (send_ctrl(f, fa, &sb->c, &sb->msg, NULL))
+			free(sb);
+	} else if (m->type == CTRL_ACK) {
+		pthread_mutex_lock(&f->lock);
+		for (struct ofi_conn *c = f->conns; c; c = c->next)
+			if (c->cookie == m->cookie) {
+				c->tab_key = m->key;
+				c->tab_addr = m->addr;
+				c->tab_len = m->len;
+				atomic_store(&c->status,
+				             m->status ? -EINVAL : 1);
+				break;
+			}
+		pthread_mutex_unlock(&f->lock);
+	} else if (m->type == CTRL_NOTIFY) {
+		pthread_mutex_lock(&f->lock);
+		struct ofi_mr *mr = mr_find(f, m->key);
+		bool ok = mr && (mr->base.access & FARM_ACCESS_REMOTE_WRITE) &&
+		          !(m->addr & 3) && m->addr >= mr->base.desc.addr &&
+		          m->addr - mr->base.desc.addr + 4 <= mr->base.desc.len;
+		if (ok)
+			farm_wake_word((const uint32_t *)(uintptr_t)m->addr);
+		pthread_mutex_unlock(&f->lock);
+		ST_ADD(f, notifies_in, 1);
+		if (!ok)
+			ST_ADD(f, malformed, 1);
+	} else {
+		ST_ADD(f, malformed, 1);
+	}
+}
+
+/* ---- completion dispatch (drain lock held) ----------------------------- */
+
+/* A slot operation's context: tag, piece kind, endpoint index and
+ * generation, slot sequence. */
+static uint64_t slot_ctx(const struct ofi_ep *ep, uint32_t seq, unsigned kind)
+{
+	return OFI_CTX_SLOT | (uint64_t)kind << 60 | (uint64_t)ep->idx << 48 |
+	       (uint64_t)ep->gen << 32 | seq;
+}
+
+static void on_completion(struct ofi_fabric *f, void *ctx, uint64_t flags,
+                          size_t len, int err)
+{
+	uint64_t c = (uint64_t)(uintptr_t)ctx;
+	if (c & OFI_CTX_SLOT) {
+		uint32_t idx = (uint32_t)(c >> 48) & 0xfff;
+		unsigned kind = (unsigned)(c >> 60) & 7;
+		uint16_t gen = (uint16_t)(c >> 32);
+		uint32_t seq = (uint32_t)c;
+		struct ofi_ep *ep = idx < OFI_MAX_EPS ? f->eps[idx] : NULL;
+		if (!ep || ep->gen != gen) {
+			ST_ADD(f, stale, 1);
+			return;
+		}
+		struct ofi_slot *s = &ep->slots[seq & ep->mask];
+		if (s->seq != seq || s->state != S_POSTED) {
+			ST_ADD(f, stale, 1);
+			return;
+		}
+		if (err) {
+			int st = map_err(err);
+			int zero = 0;
+			atomic_compare_exchange_strong(&s->err, &zero, st);
+			if (is_death(st) && ep->base.peer < OFI_MAX_PEERS)
+				atomic_store(&f->peers[ep->base.peer].dead, 1);
+		}
+		if (kind < P_KINDS) {
+			atomic_fetch_sub(&s->pend[kind], 1);
+			atomic_fetch_sub(&ep->inflight[kind], 1);
+		}
+		atomic_fetch_sub_explicit(&s->pending, 1, memory_order_release);
+		return;
+	}
+	struct ofi_octx *o = ctx;
+	if (!o)
+		return;
+	switch (o->kind) {
+	case K_RECV: {
+		struct ofi_rbuf *r = (struct ofi_rbuf *)o;
+		if (!err)
+			on_ctrl(f, &r->msg, len);
+		if (err != FI_ECANCELED)
+			post_recv(f, r);
+		break;
+	}
+	case K_SENDFREE: free(o); break;
+	case K_FETCH:
+		atomic_store(&((struct ofi_fetch *)o)->status,
+		             err ? map_err(err) : 1);
+		break;
+	case K_HELLO: {
+		struct ofi_conn *cn = (struct ofi_conn *)o;
+		if (err) {
+			int zero = 0;
+			atomic_compare_exchange_strong(&cn->status, &zero,
+			                               -ECONNREFUSED);
+		}
+		break;
+	}
+	default: break;
+	}
+}
+
+/* Read the libfabric CQ until empty; the caller holds f->drain. Returns
+ * how many entries were handled. */
+static int drain_locked(struct ofi_fabric *f)
+{
+	int total = 0;
+	for (;;) {
+		struct fi_cq_msg_entry e[32];
+		ssize_t n = fi_cq_read(f->cq, e, 32);
+		if (n > 0) {
+			for (ssize_t i = 0; i < n; i++)
+				on_completion(f, e[i].op_context, e[i].flags,
+				              e[i].len, 0);
+			total += (int)n;
+			continue;
+		}
+		if (n == -FI_EAVAIL) {
+			struct fi_cq_err_entry ee;
+			memset(&ee, 0, sizeof(ee));
+			if (fi_cq_readerr(f->cq, &ee, 0) == 1) {
+				ST_ADD(f, errors, 1);
+				on_completion(f, ee.op_context, ee.flags,
+				              ee.len, ee.err ? ee.err : FI_EIO);
+				total++;
+			}
+			continue;
+		}
+		return total;
+	}
+}
+
+static void drain_try(struct ofi_fabric *f)
+{
+	if (pthread_mutex_trylock(&f->drain) == 0) {
+		drain_locked(f);
+		pthread_mutex_unlock(&f->drain);
+	}
+}
+
+/* The progress thread: sleeps on the CQ's fd, drains when woken. */
+static void *progress_main(void *arg)
+{
+	struct ofi_fabric *f = arg;
+	struct pollfd p[2] = {{.fd = f->stop_fd, .events = POLLIN},
+	                      {.fd = f->cq_fd, .events = POLLIN}};
+	for (;;) {
+		pthread_mutex_lock(&f->drain);
+		drain_locked(f);
+		pthread_mutex_unlock(&f->drain);
+		int timeout = 50;
+		if (f->cq_wait) {
+			struct fid *fids[1] = {&f->cq->fid};
+			if (fi_trywait(f->fabric, fids, 1) != FI_SUCCESS)
+				continue;
+			timeout = 200;
+		}
+		ST_ADD(f, progress_sleeps, 1);
+		int n = poll(p, f->cq_wait ? 2 : 1, f->cq_wait ? timeout : 0);
+		if (n > 0 && (p[0].revents & POLLIN))
+			break;
+		if (!f->cq_wait)
+			usleep(50);
+	}
+	return NULL;
+}
+
+/* ---- fabric ------------------------------------------------------------ */
+
+static void ofi_close(farm_fabric *fab);
+static void ep_free(struct ofi_ep *ep);
+
+static int ofi_open(const farm_fabric_attr *attr, farm_fabric **out)
+{
+	struct ofi_fabric *f = calloc(1, sizeof(*f));
+	if (!f)
+		return -ENOMEM;
+	f->base.ops = &farm_ofi_ops;
+	f->base.machine_id = attr->machine_id;
+	f->cq_fd = f->stop_fd = -1;
+	pthread_mutex_init(&f->drain, NULL);
+	pthread_mutex_init(&f->lock, NULL);
+	const char *to = getenv("FARM_OFI_TIMEOUT_MS");
+	f->timeout_ns =
+	        (to && atoi(to) > 0 ? (uint64_t)atoi(to) : 1000) * 1000000ull;
+	const char *prov = attr->ofi_provider;
+	if (!prov || !*prov)
+		prov = getenv("FARM_OFI_PROVIDER");
+	if (!prov || !*prov)
+		prov = OFI_DEFAULT_PROVIDER;
+	snprintf(f->prov, sizeof(f->prov), "%s", prov);
+	const char *listen = attr->listen_addr && *attr->listen_addr
+	                             ? attr->listen_addr
+	                             : "127.0.0.1:0";
+	struct sockaddr_storage ss;
+	socklen_t sl;
+	int rc = -EINVAL;
+	if (parse_addr(listen, &ss, &sl)) {
+		farm_err("ofi: listen address '%s' is not ip:port", listen);
+		free(f);
+		return -EINVAL;
+	}
+	struct fi_info *hints = fi_allocinfo();
+	if (!hints) {
+		free(f);
+		return -ENOMEM;
+	}
+	hints->caps = FI_MSG | FI_RMA | FI_ATOMIC | FI_READ | FI_WRITE |
+	              FI_SEND | FI_RECV | FI_REMOTE_READ | FI_REMOTE_WRITE;
+	hints->mode = 0;
+	hints->ep_attr->type = FI_EP_RDM;
+	hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR |
+	                              FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+	hints->domain_attr->threading = FI_THREAD_SAFE;
+	hints->domain_attr->data_progress = FI_PROGRESS_MANUAL;
+	/* A WRITE completes once it is in the target's memory, as on RC
+	 * verbs (the default, transmit complete, would report a WRITE still
+	 * in a socket buffer). */
+	hints->tx_attr->op_flags = FI_DELIVERY_COMPLETE;
+	/* No msg_order in the hints: ofi_rxm refuses any with atomics. What
+	 * the provider grants is read back and the rest fenced (order_ok). */
+	hints->addr_format =
+	        ss.ss_family == AF_INET ? FI_SOCKADDR_IN : FI_SOCKADDR_IN6;
+	hints->src_addr = malloc(sl);
+	hints->src_addrlen = sl;
+	memcpy(hints->src_addr, &ss, sl);
+	hints->fabric_attr->prov_name = strdup(prov);
+	rc = fi_getinfo(FI_VERSION(1, 9), NULL, NULL, 0, hints, &f->info);
+	fi_freeinfo(hints);
+	if (rc) {
+		farm_info("ofi: no libfabric provider '%s' with RDM endpoints, "
+		          "RMA and atomics on %s: %s",
+		          prov, listen, fi_strerror(-rc));
+		free(f);
+		return FARM_ENODEVICE;
+	}
+	struct fi_info *i = f->info;
+	f->mr_local = i->domain_attr->mr_mode & FI_MR_LOCAL;
+	f->virt_addr = i->domain_attr->mr_mode & FI_MR_VIRT_ADDR;
+	f->prov_key = i->domain_attr->mr_mode & FI_MR_PROV_KEY;
+	f->order = i->tx_attr->msg_order;
+	if (!(i->tx_attr->op_flags & FI_DELIVERY_COMPLETE))
+		farm_warn("ofi: %s does not complete WRITEs on delivery", prov);
+	if ((rc = fi_fabric(i->fabric_attr, &f->fabric, NULL)) ||
+	    (rc = fi_domain(f->fabric, i, &f->domain, NULL)))
+		goto fail_fi;
+	struct fi_av_attr ava = {.type = FI_AV_UNSPEC};
+	if ((rc = fi_av_open(f->domain, &ava, &f->av, NULL)))
+		goto fail_fi;
+	struct fi_cq_attr cqa = {
+	        .format = FI_CQ_FORMAT_MSG, .wait_obj = FI_WAIT_FD, .size = 0};
+	f->cq_wait = true;
+	if (fi_cq_open(f->domain, &cqa, &f->cq, NULL)) {
+		cqa.wait_obj = FI_WAIT_NONE;
+		f->cq_wait = false;
+		if ((rc = fi_cq_open(f->domain, &cqa, &f->cq, NULL)))
+			goto fail_fi;
+		farm_warn("ofi: provider %s has no CQ wait fd: the progress "
+		          "thread polls (costs CPU while idle)",
+		          prov);
+	}
+	if (f->cq_wait &&
+	    fi_control(&f->cq->fid, FI_GETWAIT, &f->cq_fd) != FI_SUCCESS) {
+		f->cq_wait = false;
+		f->cq_fd = -1;
+	}
+	if ((rc = fi_endpoint(f->domain, i, &f->ep, NULL)) ||
+	    (rc = fi_ep_bind(f->ep, &f->av->fid, 0)) ||
+	    (rc = fi_ep_bind(f->ep, &f->cq->fid, FI_TRANSMIT | FI_RECV)) ||
+	    (rc = fi_enable(f->ep)))
+		goto fail_fi;
+	char name[128];
+	size_t nl = sizeof(name);
+	if ((rc = fi_getname(&f->ep->fid, name, &nl)))
+		goto fail_fi;
+	if (format_addr(name, f->addr, sizeof(f->addr)) < 0) {
+		rc = -FI_EINVAL;
+		goto fail_fi;
+	}
+	if (f->mr_local &&
+	    (rc = fi_mr_reg(f->domain, f->rbufs, sizeof(f->rbufs), FI_RECV, 0,
+	                    0, 0, &f->rbufs_mr, NULL)))
+		goto fail_fi;
+	f->validate = !f->prov_key;
+	if (f->validate) {
+		size_t tl = sizeof(struct ofi_tent) * OFI_TABLE_N;
+		f->table = aligned_alloc(4096, tl);
+		if (!f->table) {
+			rc = -FI_ENOMEM;
+			goto fail_fi;
+		}
+		memset(f->table, 0, tl);
+		f->slot_gen[0] = 1;
+		uint64_t tkey = 1ull << 12;
+		if ((rc = fi_mr_reg(f->domain, f->table, tl, FI_REMOTE_READ, 0,
+		                    tkey, 0, &f->table_mr, NULL)))
+			goto fail_fi;
+		f->table[0] =
+		        (struct ofi_tent){.key = tkey,
+		                          .addr = (uintptr_t)f->table,
+		                          .len = tl,
+		                          .access = FARM_ACCESS_REMOTE_READ};
+	}
+	for (int k = 0; k < OFI_RECVS; k++)
+		post_recv(f, &f->rbufs[k]);
+	f->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (f->stop_fd < 0 ||
+	    pthread_create(&f->progress, NULL, progress_main, f)) {
+		rc = -FI_ENOMEM;
+		goto fail_fi;
+	}
+	f->progress_started = true;
+	farm_dbg("ofi: machine %" PRIu32 " on %s (%s, mr_mode%s%s%s)",
+	         attr->machine_id, f->addr, prov, f->mr_local ? " local" : "",
+	         f->virt_addr ? " virt_addr" : "",
+	         f->prov_key ? " prov_key" : "");
+	*out = &f->base;
+	return 0;
+fail_fi:
+	farm_err("ofi: opening %s on %s: %s", prov, listen, fi_strerror(-rc));
+	rc = fi_to_errno(rc);
+	ofi_close(&f->base);
+	return rc;
+}
+
+static void ofi_close(farm_fabric *fab)
+{
+	struct ofi_fabric *f = F(fab);
+	if (f->progress_started) {
+		uint64_t one = 1;
+		if (write(f->stop_fd, &one, sizeof(one)) < 0)
+			farm_warn("ofi: waking the progress thread: %s",
+			          strerror(errno));
+		pthread_join(f->progress, NULL);
+	}
+	if (f->stop_fd >= 0)
+		close(f->stop_fd);
+	for (unsigned k = 0; k < OFI_MAX_EPS; k++)
+		if (f->eps[k])
+			f->base.ops->ep_destroy(&f->eps[k]->base);
+	if (f->ep)
+		fi_close(&f->ep->fid);
+	/* Sends still in the queue were flushed with the endpoint. */
+	if (f->rbufs_mr)
+		fi_close(&f->rbufs_mr->fid);
+	while (f->mrs) {
+		struct ofi_mr *m = f->mrs;
+		f->mrs = m->next;
+		if (m->mr)
+			fi_close(&m->mr->fid);
+		free(m);
+	}
+	if (f->table_mr)
+		fi_close(&f->table_mr->fid);
+	free(f->table);
+	if (f->cq)
+		fi_close(&f->cq->fid);
+	if (f->av)
+		fi_close(&f->av->fid);
+	if (f->domain)
+		fi_close(&f->domain->fid);
+	if (f->fabric)
+		fi_close(&f->fabric->fid);
+	if (f->info)
+		fi_freeinfo(f->info);
+	while (f->orphans) {
+		struct ofi_ep *ep = f->orphans;
+		f->orphans = ep->cq_next;
+		ep_free(ep);
+	}
+	while (f->conns) {
+		struct ofi_conn *c = f->conns;
+		f->conns = c->next;
+		free(c);
+	}
+	pthread_mutex_destroy(&f->drain);
+	pthread_mutex_destroy(&f->lock);
+	free(f);
+}
+
+static int ofi_address(const farm_fabric *fab, char *buf, size_t len)
+{
+	const struct ofi_fabric *f = (const struct ofi_fabric *)fab;
+	size_t n = strlen(f->addr);
+	if (n + 1 > len)
+		return -ENOSPC;
+	memcpy(buf, f->addr, n + 1);
+	return (int)n;
+}
+
+/* ---- memory ------------------------------------------------------------ */
+
+#define OFI_HUGE (2u << 20)
+
+static int ofi_mem_alloc(farm_fabric *fab, size_t size, unsigned flags,
+                         farm_mem **out)
+{
+	if (flags & FARM_MEM_REQUIRE_HUGE)
+		return -ENOTSUP; /* transparent huge pages are best effort */
+	size_t align = (flags & FARM_MEM_ALIGN_SIZE) ? size : 4096;
+	size_t len = (size + 4095) & ~(size_t)4095;
+	if (len < size || len + align < len)
+		return -ENOMEM;
+	size_t maplen = len + align;
+	uint8_t *map = mmap(NULL, maplen, PROT_READ | PROT_WRITE,
+	                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (map == MAP_FAILED)
+		return -errno;
+	uintptr_t a = ((uintptr_t)map + align - 1) & ~(uintptr_t)(align - 1);
+	uint8_t *p = (uint8_t *)a;
+	if (len >= OFI_HUGE)
+		madvise(p, len, MADV_HUGEPAGE);
+#ifdef MADV_POPULATE_WRITE
+	if (madvise(p, len, MADV_POPULATE_WRITE))
+#endif
+		for (size_t k = 0; k < len; k += 4096)
+			((volatile uint8_t *)p)[k] = 0;
+	struct ofi_mem *m = calloc(1, sizeof(*m));
+	if (!m) {
+		munmap(map, maplen);
+		return -ENOMEM;
+	}
+	m->base.fab = fab;
+	m->base.addr = p;
+	m->base.size = size;
+	m->base.huge = false;
+	m->map = map;
+	m->maplen = maplen;
+	*out = &m->base;
+	return 0;
+}
+
+static void ofi_mem_free(farm_mem *mem)
+{
+	struct ofi_mem *m = (struct ofi_mem *)mem;
+	munmap(m->map, m->maplen);
+	free(m);
+}
+
+static int ofi_mem_persist(const farm_mem *mem, const void *addr, size_t len)
+{
+	farm_store_fence(); /* DRAM (battery-backed in FaRM's model) */
+	return 0;
+}
+
+/* ---- registration ------------------------------------------------------ */
+
+static int ofi_mr_reg(farm_fabric *fab, void *addr, size_t len, unsigned access,
+                      farm_mr **out)
+{
+	struct ofi_fabric *f = F(fab);
+	struct ofi_mr *m = calloc(1, sizeof(*m));
+	if (!m)
+		return -ENOMEM;
+	uint64_t fa = 0;
+	if (access & FARM_ACCESS_LOCAL)
+		fa |= FI_READ | FI_WRITE | FI_SEND | FI_RECV;
+	if (access & FARM_ACCESS_REMOTE_READ)
+		fa |= FI_REMOTE_READ;
+	if (access & FARM_ACCESS_REMOTE_WRITE)
+		fa |= FI_REMOTE_WRITE;
+	if (access & FARM_ACCESS_REMOTE_ATOMIC)
+		fa |= FI_REMOTE_READ | FI_REMOTE_WRITE;
+	uint64_t key = 0;
+	unsigned slot = 0;
+	if (f->validate) {
+		pthread_mutex_lock(&f->lock);
+		for (slot = 1; slot < OFI_TABLE_N && f->table[slot].key; slot++)
+			;
+		if (slot == OFI_TABLE_N) {
+			pthread_mutex_unlock(&f->lock);
+			free(m);
+			farm_err("ofi: more than %u registrations",
+			         OFI_TABLE_N - 1);
+			return -ENOSPC;
+		}
+		if (++f->slot_gen[slot] == 0)
+			f->slot_gen[slot] = 1;
+		key = (uint64_t)f->slot_gen[slot] << 12 | slot;
+		f->table[slot].key = UINT64_MAX; /* taken, not valid yet */
+		pthread_mutex_unlock(&f->lock);
+	}
+	int rc = fi_mr_reg(f->domain, addr, len, fa, 0, key, 0, &m->mr, NULL);
+	if (rc && f->validate) {
+		pthread_mutex_lock(&f->lock);
+		f->table[slot].key = 0;
+		pthread_mutex_unlock(&f->lock);
+	}
+	if (rc) {
+		farm_err("ofi: fi_mr_reg(%zu bytes): %s", len,
+		         fi_strerror(-rc));
+		free(m);
+		return fi_to_errno(rc);
+	}
+	m->ldesc = fi_mr_desc(m->mr);
+	m->base.fab = fab;
+	m->base.addr = addr;
+	m->base.len = len;
+	m->base.access = access;
+	m->base.desc = (farm_mr_desc){.key = fi_mr_key(m->mr),
+	                              .addr = (uintptr_t)addr,
+	                              .len = len,
+	                              .machine = fab->machine_id,
+	                              .access = access};
+	pthread_mutex_lock(&f->lock);
+	m->next = f->mrs;
+	f->mrs = m;
+	if (f->validate) {
+		struct ofi_tent *e = &f->table[slot];
+		e->addr = (uintptr_t)addr;
+		e->len = len;
+		e->access = access;
+		__atomic_store_n(&e->key, key, __ATOMIC_RELEASE);
+	}
+	pthread_mutex_unlock(&f->lock);
+	*out = &m->base;
+	return 0;
+}
+
+static void ofi_mr_dereg(farm_mr *mr)
+{
+	struct ofi_mr *m = (struct ofi_mr *)mr;
+	struct ofi_fabric *f = F(mr->fab);
+	pthread_mutex_lock(&f->lock);
+	for (struct ofi_mr **p = &f->mrs; *p; p = &(*p)->next)
+		if (*p == m) {
+			*p = m->next;
+			break;
+		}
+	if (f->validate)
+		__atomic_store_n(
+		        &f->table[mr->desc.key & (OFI_TABLE_N - 1)].key, 0,
+		        __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&f->lock);
+	int rc = fi_close(&m->mr->fid);
+	if (rc)
+		farm_warn("ofi: fi_close(mr): %s", fi_strerror(-rc));
+	free(m);
+}
+
+/* ---- completion queues ------------------------------------------------- */
+
+static int ofi_cq_create(farm_fabric *fab, unsigned depth, unsigned flags,
+                         farm_cq **out)
+{
+	struct ofi_cq *c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->base.fab = fab;
+	c->shared = flags & FARM_CQ_SHARED;
+	pthread_mutex_init(&c->lock, NULL);
+	*out = &c->base;
+	return 0;
+}
+
+static int ofi_cq_destroy(farm_cq *cq)
+{
+	struct ofi_cq *c = (struct ofi_cq *)cq;
+	if (c->eps)
+		return -EBUSY;
+	pthread_mutex_destroy(&c->lock);
+	free(c);
+	return 0;
+}
+
+/* ---- the data path ----------------------------------------------------- */
+
+static void *ldesc(const struct ofi_fabric *f, farm_mr *lmr)
+{
+	return f->mr_local && lmr ? ((struct ofi_mr *)lmr)->ldesc : NULL;
+}
+
+/* Where libfabric wants the remote address: virtual, or an offset into
+ * the registration (its base from the peer's table). */
+static uint64_t remote_addr(const struct ofi_ep *ep, uint64_t raddr,
+                            uint64_t rkey)
+{
+	if (ep->fab->virt_addr || !ep->cache)
+		return raddr;
+	return raddr - ep->cache[rkey & (OFI_TABLE_N - 1)].addr;
+}
+
+/* Copy the peer's registration table (a READ, waited for). */
+static int fetch_table(struct ofi_ep *ep)
+{
+	struct ofi_fabric *f = ep->fab;
+	if (ep->fetch_lost || !ep->tab_len)
+		return FARM_EPEERDEAD;
+	if (!ep->cache) {
+		ep->cache = aligned_alloc(4096, ep->tab_len);
+		if (!ep->cache)
+			return -ENOMEM;
+		if (f->mr_local &&
+		    fi_mr_reg(f->domain, ep->cache, ep->tab_len, FI_READ, 0, 0,
+		              0, &ep->cache_mr, NULL)) {
+			free(ep->cache);
+			ep->cache = NULL;
+			return -ENOMEM;
+		}
+	}
+	ep->fetch.c.kind = K_FETCH;
+	atomic_store(&ep->fetch.status, 0);
+	uint64_t ra = f->virt_addr ? ep->tab_addr : 0;
+	void *d = ep->cache_mr ? fi_mr_desc(ep->cache_mr) : NULL;
+	ssize_t rc;
+	uint64_t deadline = farm_now_ns() + ep->fab->timeout_ns;
+	while ((rc = fi_read(f->ep, ep->cache, ep->tab_len, d, ep->dest, ra,
+	                     ep->tab_key, &ep->fetch.c)) == -FI_EAGAIN &&
+	       farm_now_ns() < deadline)
+		drain_try(f);
+	if (rc)
+		return map_err((int)-rc);
+	int st;
+	while ((st = atomic_load(&ep->fetch.status)) == 0 &&
+	       farm_now_ns() < deadline)
+		drain_try(f);
+	if (st == 0) {
+		ep->fetch_lost = true;
+		return FARM_EPEERDEAD;
+	}
+	ST_ADD(f, table_fetches, 1);
+	return st == 1 ? 0 : st;
+}
+
+/* Check a request against the peer's table (see OFI_TABLE_N). */
+static int check_remote(struct ofi_ep *ep, const farm_wr *wr)
+{
+	if (!ep->fab->validate)
+		return 0;
+	unsigned need = wr->opcode == FARM_WR_READ  ? FARM_ACCESS_REMOTE_READ
+	                : wr->opcode == FARM_WR_CAS ? FARM_ACCESS_REMOTE_ATOMIC
+	                                            : FARM_ACCESS_REMOTE_WRITE;
+	for (int pass = 0; pass < 2; pass++) {
+		const struct ofi_tent *e =
+		        ep->cache ? &ep->cache[wr->rkey & (OFI_TABLE_N - 1)]
+		                  : NULL;
+		if (e && e->key == wr->rkey && wr->rkey != 0) {
+			if (!(e->access & need) || wr->raddr < e->addr ||
+			    wr->raddr - e->addr > e->len ||
+			    wr->len > e->len - (wr->raddr - e->addr))
+				return FARM_EREMOTE_ACCESS;
+			return 0;
+		}
+		if (pass == 0) {
+			int rc = fetch_table(ep);
+			if (rc)
+				return rc;
+		}
+	}
+	return FARM_EREMOTE_KEY;
+}
+
+static int slot_scratch(struct ofi_ep *ep, struct ofi_slot *s)
+{
+	if (s->scratch)
+		return 0;
+	s->scratch = aligned_alloc(64, OFI_VERIFY_MAX);
+	if (!s->scratch)
+		return -ENOMEM;
+	if (ep->fab->mr_local &&
+	    fi_mr_reg(ep->fab->domain, s->scratch, OFI_VERIFY_MAX, FI_READ, 0,
+	              0, 0, &s->scr_mr, NULL)) {
+		free(s->scratch);
+		s->scratch = NULL;
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+/* Piece @k of a request, to libfabric. Returns 0, -FI_EAGAIN, or another
+ * libfabric error. */
+static ssize_t post_piece(struct ofi_ep *ep, struct ofi_slot *s, unsigned k)
+{
+	struct ofi_fabric *f = ep->fab;
+	unsigned kind = s->pc[k].kind;
+	void *ctx = (void *)(uintptr_t)slot_ctx(ep, s->seq, kind);
+	uint32_t off = s->pc[k].off, len = s->pc[k].len;
+	uint64_t ra = remote_addr(ep, s->raddr, s->rkey) + off;
+	uint8_t *lp = (uint8_t *)s->local + off;
+	switch (kind) {
+	case P_READ:
+		if (k == 1) /* (b): the verification copy */
+			return fi_read(f->ep, s->scratch, len,
+			               s->scr_mr ? fi_mr_desc(s->scr_mr) : NULL,
+			               ep->dest, ra, s->rkey, ctx);
+		return fi_read(f->ep, lp, len, s->ldesc, ep->dest, ra, s->rkey,
+		               ctx);
+	case P_WRITE:
+		return fi_write(f->ep, lp, len, s->ldesc, ep->dest, ra, s->rkey,
+		                ctx);
+	case P_AWRITE:
+		return fi_atomic(f->ep, lp, 1, s->ldesc, ep->dest, ra, s->rkey,
+		                 FI_UINT64, FI_ATOMIC_WRITE, ctx);
+	case P_CAS:
+		return fi_compare_atomic(f->ep, &s->swp, 1, ep->slots_desc,
+		                         &s->cmp, ep->slots_desc, lp, s->ldesc,
+		                         ep->dest, ra, s->rkey, FI_UINT64,
+		                         FI_CSWAP, ctx);
+	default:
+		return fi_send(f->ep, &s->ctl, sizeof(s->ctl), ep->slots_desc,
+		               ep->dest, ctx);
+	}
+}
+
+static void piece(struct ofi_slot *s, unsigned *k, uint32_t off, uint32_t len,
+                  unsigned kind)
+{
+	s->pc[*k].off = off;
+	s->pc[*k].len = len;
+	s->pc[(*k)++].kind = (uint8_t)kind;
+}
+
+/* Split a WRITE (a): the body as one RMA write, then an 8-aligned first
+ * word and last word as 8-byte atomic writes (the first only when the
+ * WRITE has more than one word). The body completes before the atomics go
+ * (they are not ordered with RMA, see order_ok); the two atomics are
+ * ordered with each other. Unaligned ends travel inside the body: bytes
+ * land in increasing address order, only the tearing of a polled word
+ * needs the atomic. */
+static unsigned write_pieces(struct ofi_slot *s)
+{
+	uint32_t n = s->len;
+	unsigned k = 0;
+	if (n < 8 ||
+	    !atomic_load_explicit(&knob_ordered_writes, memory_order_relaxed)) {
+		piece(s, &k, 0, n, P_WRITE);
+		return k;
+	}
+	bool head = (s->raddr & 7) == 0 && n >= 16;
+	bool tail = ((s->raddr + n) & 7) == 0;
+	uint32_t b0 = head ? 8 : 0, b1 = tail ? n - 8 : n;
+	if (b1 > b0)
+		piece(s, &k, b0, b1 - b0, P_WRITE);
+	if (head)
+		piece(s, &k, 0, 8, P_AWRITE);
+	if (tail)
+		piece(s, &k, n - 8, 8, P_AWRITE);
+	return k;
+}
+
+/*
+ * Whether a piece of kind @n may go while pieces of kind @i are in flight
+ * on the same endpoint: only when the provider orders them (msg_order).
+ * tcp;ofi_rxm with atomics grants RMA-RMA (RAR, RAW, WAW) and
+ * atomic-atomic (RAR, RAW, WAW) order and anything after a send; not
+ * RMA-atomic, not write-after-read, not send-after-anything (NOTIFY after
+ * WRITEs). Everything else waits for the in-flight pieces to complete.
+ */
+static bool order_ok(uint64_t granted, unsigned n, unsigned i)
+{
+	static const bool rd[P_KINDS] = {1, 0, 0, 1, 0};
+	static const bool wr[P_KINDS] = {0, 1, 1, 1, 0};
+	bool n_rma = n <= P_WRITE, i_rma = i <= P_WRITE;
+	bool n_at = n == P_AWRITE || n == P_CAS;
+	bool i_at = i == P_AWRITE || i == P_CAS;
+	uint64_t need = 0;
+	if (n == P_SEND || i == P_SEND) {
+		if (i == P_SEND)
+			need |= n == P_SEND
+			                ? FI_ORDER_SAS
+			                : (rd[n] ? FI_ORDER_RAS : 0) |
+			                          (wr[n] ? FI_ORDER_WAS : 0);
+		else
+			need |= (rd[i] ? FI_ORDER_SAR : 0) |
+			        (wr[i] ? FI_ORDER_SAW : 0);
+		return (granted & need) == need;
+	}
+	struct {
+		bool on;
+		uint64_t all, rma, at;
+	} rule[4] = {
+	        {rd[n] && rd[i], FI_ORDER_RAR, FI_ORDER_RMA_RAR,
+	         FI_ORDER_ATOMIC_RAR},
+	        {rd[n] && wr[i], FI_ORDER_RAW, FI_ORDER_RMA_RAW,
+	         FI_ORDER_ATOMIC_RAW},
+	        {wr[n] && rd[i], FI_ORDER_WAR, FI_ORDER_RMA_WAR,
+	         FI_ORDER_ATOMIC_WAR},
+	        {wr[n] && wr[i], FI_ORDER_WAW, FI_ORDER_RMA_WAW,
+	         FI_ORDER_ATOMIC_WAW},
+	};
+	for (unsigned r = 0; r < 4; r++) {
+		if (!rule[r].on)
+			continue;
+		bool ok = (granted & rule[r].all) ||
+		          (n_rma && i_rma && (granted & rule[r].rma)) ||
+		          (n_at && i_at && (granted & rule[r].at));
+		if (!ok)
+			return false;
+	}
+	return true;
+}
+
+/* (c): may a piece of kind @kind go now? */
+static bool may_post(const struct ofi_ep *ep, unsigned kind)
+{
+	for (unsigned i = 0; i < P_KINDS; i++)
+		if (atomic_load_explicit(&ep->inflight[i],
+		                         memory_order_relaxed) > 0 &&
+		    !order_ok(ep->fab->order, kind, i))
+			return false;
+	return true;
+}
+
+static bool peer_dead(const struct ofi_ep *ep)
+{
+	return ep->base.peer < OFI_MAX_PEERS &&
+	       atomic_load(&ep->fab->peers[ep->base.peer].dead);
+}
+
+static bool ep_paused(const struct ofi_ep *ep)
+{
+	return atomic_load(&ep->f_pause) ||
+	       (ep->base.peer < OFI_MAX_PEERS &&
+	        atomic_load(&ep->fab->peers[ep->base.peer].paused));
+}
+
+/* Hand queued requests to libfabric, in order, as far as it takes them
+ * and the order rules allow. */
+static void pump(struct ofi_ep *ep)
+{
+	if (ep_paused(ep))
+		return;
+	while (ep->next_post != ep->head) {
+		struct ofi_slot *s = &ep->slots[ep->next_post & ep->mask];
+		if (s->state == S_QUEUED && s->posted == 0 && peer_dead(ep)) {
+			/* Queued behind requests that found the peer dead. */
+			atomic_store(&s->err, FARM_EPEERDEAD);
+			s->state = S_DONE;
+		}
+		while (s->state != S_DONE && s->posted < s->npieces) {
+			unsigned kind = s->pc[s->posted].kind;
+			if (!may_post(ep, kind))
+				return;
+			if (!s->started) { /* the bound (e) starts here */
+				s->started = true;
+				s->posted_ns = farm_now_ns();
+			}
+			atomic_fetch_add(&s->pending, 1);
+			atomic_fetch_add(&s->pend[kind], 1);
+			atomic_fetch_add(&ep->inflight[kind], 1);
+			s->state = S_POSTED;
+			ssize_t rc = post_piece(ep, s, s->posted);
+			if (rc == 0) {
+				s->posted++;
+				continue;
+			}
+			atomic_fetch_sub(&s->pend[kind], 1);
+			atomic_fetch_sub(&ep->inflight[kind], 1);
+			atomic_fetch_sub(&s->pending, 1);
+			if (s->posted == 0)
+				s->state = S_QUEUED;
+			if (rc == -FI_EAGAIN && farm_now_ns() - s->posted_ns <
+			                                ep->fab->timeout_ns) {
+				drain_try(ep->fab);
+				return;
+			}
+			if (rc == -FI_EAGAIN) {
+				/* (e): libfabric refused it for the whole
+				 * bound (a peer it cannot reach). */
+				rc = -FI_ETIMEDOUT;
+				ST_ADD(ep->fab, timeouts, 1);
+			}
+			if (map_err((int)-rc) == FARM_EPEERDEAD &&
+			    ep->base.peer < OFI_MAX_PEERS)
+				atomic_store(
+				        &ep->fab->peers[ep->base.peer].dead, 1);
+			int zero = 0;
+			atomic_compare_exchange_strong(&s->err, &zero,
+			                               map_err((int)-rc));
+			s->state = S_POSTED;
+			s->posted = s->npieces;
+		}
+		if (s->tries == 0)
+			ST_ADD(ep->fab, ops, 1);
+		ep->next_post++;
+	}
+}
+
+static int ep_lock(struct ofi_ep *ep)
+{
+	if (ep->shared)
+		pthread_mutex_lock(&ep->lock);
+	return 0;
+}
+
+static void ep_unlock(struct ofi_ep *ep)
+{
+	if (ep->shared)
+		pthread_mutex_unlock(&ep->lock);
+}
+
+/* Check the local buffer against its registration (verbs' LOC_PROT). */
+static bool local_ok(const farm_wr *wr)
+{
+	if (wr->len == 0 ||
+	    (wr->opcode == FARM_WR_WRITE && (wr->flags & FARM_WR_INLINE)))
+		return true;
+	if (wr->opcode == FARM_WR_NOTIFY)
+		return true;
+	if (!wr->lmr || !(wr->lmr->access & FARM_ACCESS_LOCAL))
+		return false;
+	uintptr_t a = (uintptr_t)wr->local, b = (uintptr_t)wr->lmr->addr;
+	return a >= b && a - b <= wr->lmr->len &&
+	       wr->len <= wr->lmr->len - (a - b);
+}
+
+static int ofi_ep_post(farm_ep *fep, farm_wr *list, farm_wr **bad)
+{
+	struct ofi_ep *ep = (struct ofi_ep *)fep;
+	ep_lock(ep);
+	int rc = 0;
+	farm_wr *wr;
+	for (wr = list; wr; wr = wr->next) {
+		if ((rc = farm_wr_check(wr)))
+			break;
+		if (ep->head - ep->tail >= ep->depth) {
+			rc = -EAGAIN;
+			break;
+		}
+		struct ofi_slot *s = &ep->slots[ep->head & ep->mask];
+		if (wr->opcode == FARM_WR_READ && wr->len &&
+		    wr->len <= OFI_VERIFY_MAX &&
+		    atomic_load_explicit(&knob_line_atomic,
+		                         memory_order_relaxed) &&
+		    (rc = slot_scratch(ep, s)))
+			break;
+		s->seq = ep->head;
+		s->wr_id = wr->wr_id;
+		s->opcode = wr->opcode;
+		s->flags = wr->flags;
+		s->len = wr->len;
+		s->local = wr->local;
+		s->ldesc = ldesc(ep->fab, wr->lmr);
+		s->raddr = wr->raddr;
+		s->rkey = wr->rkey;
+		s->cmp = wr->compare;
+		s->swp = wr->swap;
+		s->posted = 0;
+		s->tries = 0;
+		s->started = false;
+		s->posted_ns = farm_now_ns();
+		atomic_store(&s->pending, 0);
+		for (unsigned k = 0; k < P_KINDS; k++)
+			atomic_store(&s->pend[k], 0);
+		atomic_store(&s->err, 0);
+		unsigned np = 0;
+		int sw = 0; /* a failure known without the peer */
+		if (ep->closed)
+			sw = -ENOTCONN;
+		else if (ep->err_state || ep->sw_failed)
+			sw = FARM_EFLUSHED;
+		else if (peer_dead(ep))
+			sw = FARM_EPEERDEAD;
+		else if (atomic_load(&ep->f_fail) ||
+		         (ep->base.peer < OFI_MAX_PEERS &&
+		          atomic_load(&ep->fab->peers[ep->base.peer].fail)))
+			sw = FARM_EINJECTED;
+		else if (!local_ok(wr))
+			sw = FARM_ELOCAL_ACCESS;
+		else if (wr->opcode == FARM_WR_CAS && (wr->raddr & 7))
+			sw = -EINVAL;
+		else if (wr->len || wr->opcode == FARM_WR_NOTIFY)
+			sw = check_remote(ep, wr);
+		if (sw)
+			ep->sw_failed = true; /* later requests: flushed */
+		if (!sw && wr->opcode == FARM_WR_WRITE) {
+			if (wr->flags & FARM_WR_INLINE) {
+				memcpy(s->inl, wr->local, wr->len);
+				s->local = s->inl;
+				s->ldesc = ep->slots_desc;
+			}
+			np = write_pieces(s);
+		} else if (!sw && wr->opcode == FARM_WR_READ) {
+			piece(s, &np, 0, wr->len, P_READ);
+			if (wr->len <= OFI_VERIFY_MAX && s->scratch &&
+			    atomic_load_explicit(&knob_line_atomic,
+			                         memory_order_relaxed))
+				piece(s, &np, 0, wr->len, P_READ); /* (b) */
+		} else if (!sw && wr->opcode == FARM_WR_CAS) {
+			piece(s, &np, 0, 8, P_CAS);
+		} else if (!sw && wr->opcode == FARM_WR_NOTIFY) {
+			piece(s, &np, 0, 0, P_SEND);
+			memset(&s->ctl, 0, sizeof(s->ctl));
+			s->ctl.magic = OFI_CTRL_MAGIC;
+			s->ctl.type = CTRL_NOTIFY;
+			s->ctl.from = ep->fab->base.machine_id;
+			s->ctl.to = ep->base.peer;
+			s->ctl.key = wr->rkey;
+			s->ctl.addr = wr->raddr;
+		}
+		s->npieces = (uint8_t)np;
+		if (wr->len == 0 && wr->opcode != FARM_WR_NOTIFY && !sw) {
+			s->state = S_DONE; /* nothing to move */
+		} else if (sw) {
+			atomic_store(&s->err, sw);
+			s->state = S_DONE;
+		} else {
+			s->state = S_QUEUED;
+		}
+		ep->head++;
+	}
+	pump(ep);
+	ep_unlock(ep);
+	if (rc && bad)
+		*bad = wr;
+	return rc;
+}
+
+/* Retire one endpoint's finished requests in order into @wc. */
+static int retire(struct ofi_ep *ep, int n, farm_wc *wc)
+{
+	struct ofi_fabric *f = ep->fab;
+	int got = 0;
+	uint64_t now = 0;
+	while (got < n && ep->tail != ep->next_post) {
+		struct ofi_slot *s = &ep->slots[ep->tail & ep->mask];
+		if (s->state == S_POSTED) {
+			if (s->posted < s->npieces) /* still being handed */
+				break;
+			if (atomic_load_explicit(&s->pending,
+			                         memory_order_acquire) > 0) {
+				if (!now)
+					now = farm_now_ns();
+				if (now - s->posted_ns < f->timeout_ns)
+					break;
+				/* (e): no answer within the bound. */
+				pthread_mutex_lock(&f->drain);
+				drain_locked(f);
+				if (atomic_load(&s->pending) > 0) {
+					s->seq ^= 0x80000000u; /* late ones:
+					                          stale */
+					int zero = 0;
+					atomic_compare_exchange_strong(
+					        &s->err, &zero, FARM_EPEERDEAD);
+					if (ep->base.peer < OFI_MAX_PEERS)
+						atomic_store(
+						        &f->peers[ep->base.peer]
+						                 .dead,
+						        1);
+					for (unsigned k = 0; k < P_KINDS; k++)
+						atomic_fetch_sub(
+						        &ep->inflight[k],
+						        atomic_load(
+						                &s->pend[k]));
+					ST_ADD(f, timeouts, 1);
+				}
+				pthread_mutex_unlock(&f->drain);
+			}
+			if (s->opcode == FARM_WR_READ && s->npieces == 2 &&
+			    !atomic_load(&s->err) &&
+			    memcmp(s->local, s->scratch, s->len) != 0 &&
+			    s->tries < OFI_VERIFY_TRIES) {
+				/* (b): the two copies differ: a writer raced
+				 * the READ; read both again. */
+				s->tries++;
+				s->posted = 0;
+				s->state = S_QUEUED;
+				ep->next_post = ep->tail;
+				ST_ADD(f, read_retries, 1);
+				pump(ep);
+				break;
+			}
+		}
+		uint64_t delay = atomic_load(&ep->f_delay_ns);
+		if (ep->base.peer < OFI_MAX_PEERS)
+			delay = FARM_MAX(
+			        delay,
+			        atomic_load(&f->peers[ep->base.peer].delay_ns));
+		if (delay) {
+			if (!now)
+				now = farm_now_ns();
+			if (now - s->posted_ns < delay)
+				break;
+		}
+		int st = atomic_load(&s->err);
+		if (ep->closed)
+			st = -ENOTCONN;
+		else if (ep->err_state)
+			st = FARM_EFLUSHED;
+		else if (st == FARM_EFLUSHED && peer_dead(ep))
+			st = FARM_EPEERDEAD;
+		if (st)
+			ep->err_state = true;
+		if (st || (s->flags & FARM_WR_SIGNALED)) {
+			farm_wc *w = &wc[got++];
+			w->wr_id = s->wr_id;
+			w->status = st;
+			w->opcode = s->opcode;
+			w->pad = 0;
+			w->peer = ep->base.peer;
+			w->len =
+			        st ? 0
+			           : (s->opcode == FARM_WR_NOTIFY ? 0 : s->len);
+		}
+		s->state = S_FREE;
+		ep->tail++;
+	}
+	return got;
+}
+
+static int ofi_cq_poll(farm_cq *fcq, int n, farm_wc *wc)
+{
+	struct ofi_cq *c = (struct ofi_cq *)fcq;
+	struct ofi_fabric *f = F(fcq->fab);
+	if (c->shared)
+		pthread_mutex_lock(&c->lock);
+	drain_try(f);
+	int got = 0;
+	for (struct ofi_ep *ep = c->eps; ep && got < n; ep = ep->cq_next) {
+		ep_lock(ep);
+		pump(ep);
+		got += retire(ep, n - got, wc + got);
+		ep_unlock(ep);
+	}
+	if (c->shared)
+		pthread_mutex_unlock(&c->lock);
+	return got;
+}
+
+/* ---- endpoints --------------------------------------------------------- */
+
+static int hello(struct ofi_fabric *f, uint32_t peer_id, fi_addr_t dest,
+                 uint64_t tab[3])
+{
+	struct ofi_conn *c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->c.kind = K_HELLO;
+	uint64_t seed = farm_now_ns() ^ (uint64_t)(uintptr_t)c;
+	c->cookie = farm_rand64(&seed) | 1;
+	c->msg.magic = OFI_CTRL_MAGIC;
+	c->msg.type = CTRL_HELLO;
+	c->msg.from = f->base.machine_id;
+	c->msg.to = peer_id;
+	c->msg.cookie = c->cookie;
+	snprintf(c->msg.reply_addr, sizeof(c->msg.reply_addr), "%s", f->addr);
+	pthread_mutex_lock(&f->lock);
+	c->next = f->conns;
+	f->conns = c; /* freed at close: a late completion may name it */
+	pthread_mutex_unlock(&f->lock);
+	pthread_mutex_lock(&f->drain);
+	int rc = send_ctrl(f, dest, &c->c, &c->msg, NULL);
+	pthread_mutex_unlock(&f->drain);
+	if (rc)
+		return -ECONNREFUSED;
+	uint64_t deadline = farm_now_ns() + OFI_CONNECT_NS;
+	int st;
+	while ((st = atomic_load(&c->status)) == 0 &&
+	       farm_now_ns() < deadline) {
+		drain_try(f);
+		usleep(100);
+	}
+	if (st == 1) {
+		tab[0] = c->tab_key;
+		tab[1] = c->tab_addr;
+		tab[2] = c->tab_len;
+		return 0;
+	}
+	atomic_store(&c->status, -ETIMEDOUT);
+	return st ? st : -ECONNREFUSED;
+}
+
+static int ofi_ep_connect(farm_fabric *fab, farm_cq *cq, uint32_t peer_id,
+                          const char *peer_addr, const farm_ep_attr *attr,
+                          farm_ep **out)
+{
+	struct ofi_fabric *f = F(fab);
+	fi_addr_t dest;
+	int rc = av_lookup(f, peer_addr, &dest);
+	if (rc)
+		return rc == -EINVAL ? -ECONNREFUSED : rc;
+	if (peer_id < OFI_MAX_PEERS && atomic_load(&f->peers[peer_id].dead)) {
+		/* A new connection is a new chance (a restarted machine). */
+		atomic_store(&f->peers[peer_id].dead, 0);
+	}
+	uint64_t tab[3] = {0, 0, 0};
+	if ((rc = hello(f, peer_id, dest, tab))) {
+		if (rc == -ECONNREFUSED || rc == -ETIMEDOUT)
+			rc = -ECONNREFUSED;
+		return rc;
+	}
+	struct ofi_ep *ep = calloc(1, sizeof(*ep));
+	if (!ep)
+		return -ENOMEM;
+	ep->base.fab = fab;
+	ep->base.cq = cq;
+	ep->base.peer = peer_id;
+	ep->fab = f;
+	ep->dest = dest;
+	ep->tab_key = tab[0];
+	ep->tab_addr = tab[1];
+	ep->tab_len =
+	        tab[2] <= sizeof(struct ofi_tent) * OFI_TABLE_N ? tab[2] : 0;
+	ep->shared = attr->flags & FARM_EP_SHARED;
+	pthread_mutex_init(&ep->lock, NULL);
+	unsigned d = 1;
+	while (d < attr->sq_depth)
+		d <<= 1;
+	ep->depth = attr->sq_depth;
+	ep->mask = d - 1;
+	ep->slots_len = sizeof(struct ofi_slot) * d;
+	ep->slots = aligned_alloc(64, (ep->slots_len + 63) & ~(size_t)63);
+	if (!ep->slots) {
+		free(ep);
+		return -ENOMEM;
+	}
+	memset(ep->slots, 0, ep->slots_len);
+	if (f->mr_local) {
+		if (fi_mr_reg(f->domain, ep->slots, ep->slots_len,
+		              FI_READ | FI_WRITE | FI_SEND, 0, 0, 0,
+		              &ep->slots_mr, NULL)) {
+			free(ep->slots);
+			free(ep);
+			return -ENOMEM;
+		}
+		ep->slots_desc = fi_mr_desc(ep->slots_mr);
+	}
+	struct ofi_cq *c = (struct ofi_cq *)cq;
+	pthread_mutex_lock(&f->drain);
+	unsigned idx = 0;
+	while (idx < OFI_MAX_EPS && f->eps[idx])
+		idx++;
+	if (idx == OFI_MAX_EPS) {
+		pthread_mutex_unlock(&f->drain);
+		if (ep->slots_mr)
+			fi_close(&ep->slots_mr->fid);
+		free(ep->slots);
+		free(ep);
+		return -ENOSPC;
+	}
+	ep->idx = idx;
+	ep->gen = ++f->ep_gen[idx];
+	f->eps[idx] = ep;
+	pthread_mutex_unlock(&f->drain);
+	if (c->shared)
+		pthread_mutex_lock(&c->lock);
+	ep->cq_next = c->eps;
+	c->eps = ep;
+	c->neps++;
+	if (c->shared)
+		pthread_mutex_unlock(&c->lock);
+	*out = &ep->base;
+	return 0;
+}
+
+static void ofi_ep_disconnect(farm_ep *fep)
+{
+	struct ofi_ep *ep = (struct ofi_ep *)fep;
+	ep_lock(ep);
+	ep->closed = true;
+	ep_unlock(ep);
+}
+
+static void ofi_ep_destroy(farm_ep *fep)
+{
+	struct ofi_ep *ep = (struct ofi_ep *)fep;
+	struct ofi_fabric *f = ep->fab;
+	struct ofi_cq *c = (struct ofi_cq *)fep->cq;
+	if (c->shared)
+		pthread_mutex_lock(&c->lock);
+	for (struct ofi_ep **p = &c->eps; *p; p = &(*p)->cq_next)
+		if (*p == ep) {
+			*p = ep->cq_next;
+			c->neps--;
+			break;
+		}
+	if (c->shared)
+		pthread_mutex_unlock(&c->lock);
+	/* Operations still in libfabric write into the slots (READ
+	 * verification copies): let them finish, a bounded time, before the
+	 * slots go. Past the bound (a dead peer that never answers) the
+	 * slots are kept until the fabric closes. */
+	uint64_t deadline = farm_now_ns() + 100000000ull;
+	bool busy = true;
+	while (busy) {
+		busy = ep->fetch_lost;
+		for (uint32_t q = ep->tail; q != ep->next_post; q++) {
+			struct ofi_slot *s = &ep->slots[q & ep->mask];
+			busy |= s->state == S_POSTED &&
+			        atomic_load(&s->pending) > 0;
+		}
+		if (!busy || farm_now_ns() > deadline)
+			break;
+		drain_try(f);
+	}
+	pthread_mutex_lock(&f->drain);
+	f->eps[ep->idx] = NULL;
+	if (busy) {
+		ep->cq_next = f->orphans;
+		f->orphans = ep;
+	}
+	pthread_mutex_unlock(&f->drain);
+	if (!busy)
+		ep_free(ep);
+}
+
+static void ep_free(struct ofi_ep *ep)
+{
+	if (ep->slots_mr)
+		fi_close(&ep->slots_mr->fid);
+	for (unsigned k = 0; k <= ep->mask; k++) {
+		if (ep->slots[k].scr_mr)
+			fi_close(&ep->slots[k].scr_mr->fid);
+		free(ep->slots[k].scratch);
+	}
+	free(ep->slots);
+	if (ep->cache_mr)
+		fi_close(&ep->cache_mr->fid);
+	free(ep->cache);
+	pthread_mutex_destroy(&ep->lock);
+	free(ep);
+}
+
+static bool ofi_ep_usable(const farm_ep *fep)
+{
+	const struct ofi_ep *ep = (const struct ofi_ep *)fep;
+	return !ep->err_state && !ep->closed && !peer_dead(ep);
+}
+
+static int ofi_ep_fault(farm_ep *fep, enum farm_fault fl, uint64_t arg)
+{
+	struct ofi_ep *ep = (struct ofi_ep *)fep;
+	switch (fl) {
+	case FARM_FAULT_CLEAR:
+		atomic_store(&ep->f_delay_ns, 0);
+		atomic_store(&ep->f_fail, 0);
+		atomic_store(&ep->f_pause, 0);
+		return 0;
+	case FARM_FAULT_DELAY: atomic_store(&ep->f_delay_ns, arg); return 0;
+	case FARM_FAULT_FAIL: atomic_store(&ep->f_fail, arg != 0); return 0;
+	case FARM_FAULT_PAUSE: atomic_store(&ep->f_pause, arg != 0); return 0;
+	}
+	return -EINVAL;
+}
+
+static int ofi_fault_peer(farm_fabric *fab, uint32_t peer_id,
+                          enum farm_fault fl, uint64_t arg)
+{
+	struct ofi_fabric *f = F(fab);
+	bool found = false;
+	pthread_mutex_lock(&f->drain);
+	for (unsigned k = 0; k < OFI_MAX_EPS; k++)
+		found |= f->eps[k] && f->eps[k]->base.peer == peer_id;
+	pthread_mutex_unlock(&f->drain);
+	if (!found || peer_id >= OFI_MAX_PEERS)
+		return -ENOENT;
+	struct ofi_peer *p = &f->peers[peer_id];
+	switch (fl) {
+	case FARM_FAULT_CLEAR:
+		atomic_store(&p->delay_ns, 0);
+		atomic_store(&p->fail, 0);
+		atomic_store(&p->paused, 0);
+		return 0;
+	case FARM_FAULT_DELAY: atomic_store(&p->delay_ns, arg); return 0;
+	case FARM_FAULT_FAIL: atomic_store(&p->fail, arg != 0); return 0;
+	case FARM_FAULT_PAUSE: atomic_store(&p->paused, arg != 0); return 0;
+	}
+	return -EINVAL;
+}
+
+int farm_ofi_stats(const farm_fabric *fab, struct farm_ofi_stats *out)
+{
+	if (!fab || !out || fab->ops != &farm_ofi_ops)
+		return -EINVAL;
+	const struct ofi_fabric *f = (const struct ofi_fabric *)fab;
+	memcpy(out, &f->st, sizeof(*out));
+	return 0;
+}
+
+const struct farm_fabric_ops farm_ofi_ops = {
+        .name = "ofi",
+        .open = ofi_open,
+        .close = ofi_close,
+        .address = ofi_address,
+        .mem_alloc = ofi_mem_alloc,
+        .mem_free = ofi_mem_free,
+        .mem_persist = ofi_mem_persist,
+        .mr_reg = ofi_mr_reg,
+        .mr_dereg = ofi_mr_dereg,
+        .cq_create = ofi_cq_create,
+        .cq_destroy = ofi_cq_destroy,
+        .cq_poll = ofi_cq_poll,
+        .ep_connect = ofi_ep_connect,
+        .ep_disconnect = ofi_ep_disconnect,
+        .ep_destroy = ofi_ep_destroy,
+        .ep_usable = ofi_ep_usable,
+        .ep_post = ofi_ep_post,
+        .ep_fault = ofi_ep_fault,
+        .fault_peer = ofi_fault_peer,
+};
