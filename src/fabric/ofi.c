@@ -37,7 +37,7 @@
  *   (e) peer death within a bound: an error completion from libfabric
  *       (connection reset or refused) marks the peer dead at once; a
  *       request outstanding longer than the timeout (FARM_OFI_TIMEOUT_MS,
- *       default 1000) does too (a cut link sends no reset).
+ *       default 4000) does too (a cut link sends no reset).
  *   (f) NOTIFY: a small message to the target's fabric, which checks the
  *       word against its registrations and wakes waiters (farm_wake_word).
  *       It travels after the WRITEs before it (FI_ORDER_SAW).
@@ -95,7 +95,7 @@ struct ofi_ctrl {
 	char reply_addr[64]; /* HELLO: where to send the ACK */
 };
 
-enum { K_RECV = 1, K_SENDFREE = 2, K_HELLO = 3, K_FETCH = 4 };
+enum { K_RECV = 1, K_SENDFREE = 2, K_HELLO = 3, K_FETCH = 4, K_HB = 5 };
 
 /*
  * The registration table: every fabric publishes its registrations in a
@@ -161,6 +161,7 @@ struct ofi_slot {
 	uint32_t len;
 	uint8_t state, npieces, posted, tries;
 	bool started; /* handed to libfabric at least once */
+	bool rev8;    /* test-only READ (FARM_OFI_KNOB_LINE_ATOMIC 0) */
 	struct {
 		uint32_t off, len;
 		uint8_t kind; /* P_* */
@@ -197,6 +198,7 @@ struct ofi_ep {
 	_Atomic int inflight[P_KINDS];  /* pieces in flight, by kind */
 	bool err_state, closed, shared;
 	bool sw_failed; /* a request failed at post: later ones flush */
+	bool kick;      /* in the drainer's list (drain lock held) */
 	pthread_mutex_t lock;
 	/* faults */
 	_Atomic uint64_t f_delay_ns;
@@ -217,11 +219,28 @@ struct ofi_cq {
 	pthread_mutex_t lock;
 };
 
+/* Heartbeat (e): an 8-byte READ of the peer's table, one at a time, while
+ * endpoints to it exist; one unanswered past the bound marks it dead. A
+ * killed peer's TCP connection is never reported by tcp;ofi_rxm, and a
+ * peer we have nothing in flight to would otherwise never be noticed. */
+struct ofi_hb {
+	struct ofi_octx c; /* K_HB */
+	uint32_t peer;
+	bool known, trying;
+	_Atomic int busy;
+	uint64_t since; /* first attempt of the outstanding beat */
+	fi_addr_t dest;
+	uint64_t key, addr;
+	uint64_t buf;
+};
+
 struct ofi_peer {
 	_Atomic int dead;
 	_Atomic int paused;
 	_Atomic uint64_t delay_ns;
 	_Atomic int fail;
+	unsigned neps; /* endpoints to it (drain lock) */
+	struct ofi_hb hb;
 };
 
 struct ofi_fabric {
@@ -238,10 +257,13 @@ struct ofi_fabric {
 	pthread_t progress;
 	bool progress_started;
 	uint64_t timeout_ns;
+	uint64_t hb_ns, hb_last; /* heartbeat period, last round */
 	char addr[64];
 	char prov[64];
 	/* drain: one thread at a time reads the libfabric CQ */
 	pthread_mutex_t drain;
+	struct ofi_ep *kick[OFI_MAX_EPS]; /* endpoints that got completions */
+	unsigned nkick;
 	struct ofi_ep *eps[OFI_MAX_EPS];
 	uint16_t ep_gen[OFI_MAX_EPS];
 	/* registrations, pending connects, address cache */
@@ -548,6 +570,10 @@ static void on_completion(struct ofi_fabric *f, void *ctx, uint64_t flags,
 			atomic_fetch_sub(&ep->inflight[kind], 1);
 		}
 		atomic_fetch_sub_explicit(&s->pending, 1, memory_order_release);
+		if (!ep->kick && f->nkick < FARM_ARRAY_SIZE(f->kick)) {
+			ep->kick = true;
+			f->kick[f->nkick++] = ep;
+		}
 		return;
 	}
 	struct ofi_octx *o = ctx;
@@ -563,6 +589,13 @@ static void on_completion(struct ofi_fabric *f, void *ctx, uint64_t flags,
 		break;
 	}
 	case K_SENDFREE: free(o); break;
+	case K_HB: {
+		struct ofi_hb *hb = (struct ofi_hb *)o;
+		if (err && is_death(map_err(err)))
+			atomic_store(&f->peers[hb->peer].dead, 1);
+		atomic_store(&hb->busy, 0);
+		break;
+	}
 	case K_FETCH:
 		atomic_store(&((struct ofi_fetch *)o)->status,
 		             err ? map_err(err) : 1);
@@ -578,6 +611,26 @@ static void on_completion(struct ofi_fabric *f, void *ctx, uint64_t flags,
 	}
 	default: break;
 	}
+}
+
+static void pump(struct ofi_ep *ep);
+
+/* Requests held back by a fence (order_ok) wait for completions; their
+ * owner may not poll again (nothing signaled outstanding), so whoever
+ * drained the completions hands them on. Drain lock held; the endpoint
+ * lock only tried (owners take it before trying the drain lock). */
+static void kick_waiting(struct ofi_fabric *f)
+{
+	for (unsigned i = 0; i < f->nkick; i++) {
+		struct ofi_ep *ep = f->kick[i];
+		ep->kick = false;
+		if (pthread_mutex_trylock(&ep->lock) == 0) {
+			if (ep->next_post != ep->head)
+				pump(ep);
+			pthread_mutex_unlock(&ep->lock);
+		}
+	}
+	f->nkick = 0;
 }
 
 /* Read the libfabric CQ until empty; the caller holds f->drain. Returns
@@ -606,8 +659,10 @@ static int drain_locked(struct ofi_fabric *f)
 			}
 			continue;
 		}
-		return total;
+		break;
 	}
+	kick_waiting(f);
+	return total;
 }
 
 static void drain_try(struct ofi_fabric *f)
@@ -615,6 +670,48 @@ static void drain_try(struct ofi_fabric *f)
 	if (pthread_mutex_trylock(&f->drain) == 0) {
 		drain_locked(f);
 		pthread_mutex_unlock(&f->drain);
+	}
+}
+
+/* One heartbeat round (progress thread, drain lock held). */
+static void hb_tick(struct ofi_fabric *f)
+{
+	uint64_t now = farm_now_ns();
+	if (now - f->hb_last < f->hb_ns || f->mr_local)
+		return;
+	f->hb_last = now;
+	for (uint32_t p = 0; p < OFI_MAX_PEERS; p++) {
+		struct ofi_peer *pe = &f->peers[p];
+		struct ofi_hb *hb = &pe->hb;
+		if (!pe->neps || !hb->known || atomic_load(&pe->dead) ||
+		    atomic_load(&pe->paused))
+			continue;
+		if (atomic_load(&hb->busy)) {
+			if (now - hb->since > f->timeout_ns) {
+				atomic_store(&pe->dead, 1);
+				ST_ADD(f, timeouts, 1);
+			}
+			continue;
+		}
+		hb->c.kind = K_HB;
+		hb->peer = p;
+		ssize_t rc =
+		        fi_read(f->ep, &hb->buf, 8, NULL, hb->dest,
+		                f->virt_addr ? hb->addr : 0, hb->key, &hb->c);
+		if (!hb->trying) {
+			hb->trying = true;
+			hb->since = now;
+		}
+		if (rc == 0) {
+			hb->trying = false;
+			atomic_store(&hb->busy, 1);
+			ST_ADD(f, heartbeats, 1);
+		} else if (now - hb->since > f->timeout_ns) {
+			/* ofi_rxm refuses with EAGAIN while it cannot
+			 * reconnect to a peer that is gone. */
+			atomic_store(&pe->dead, 1);
+			ST_ADD(f, timeouts, 1);
+		}
 	}
 }
 
@@ -627,13 +724,14 @@ static void *progress_main(void *arg)
 	for (;;) {
 		pthread_mutex_lock(&f->drain);
 		drain_locked(f);
+		hb_tick(f);
 		pthread_mutex_unlock(&f->drain);
 		int timeout = 50;
 		if (f->cq_wait) {
 			struct fid *fids[1] = {&f->cq->fid};
 			if (fi_trywait(f->fabric, fids, 1) != FI_SUCCESS)
 				continue;
-			timeout = 200;
+			timeout = (int)FARM_MIN(200u, f->hb_ns / 1000000u);
 		}
 		ST_ADD(f, progress_sleeps, 1);
 		int n = poll(p, f->cq_wait ? 2 : 1, f->cq_wait ? timeout : 0);
@@ -662,7 +760,8 @@ static int ofi_open(const farm_fabric_attr *attr, farm_fabric **out)
 	pthread_mutex_init(&f->lock, NULL);
 	const char *to = getenv("FARM_OFI_TIMEOUT_MS");
 	f->timeout_ns =
-	        (to && atoi(to) > 0 ? (uint64_t)atoi(to) : 1000) * 1000000ull;
+	        (to && atoi(to) > 0 ? (uint64_t)atoi(to) : 4000) * 1000000ull;
+	f->hb_ns = FARM_MAX(f->timeout_ns / 4, 20000000ull);
 	const char *prov = attr->ofi_provider;
 	if (!prov || !*prov)
 		prov = getenv("FARM_OFI_PROVIDER");
@@ -1152,13 +1251,20 @@ static int slot_scratch(struct ofi_ep *ep, struct ofi_slot *s)
 static ssize_t post_piece(struct ofi_ep *ep, struct ofi_slot *s, unsigned k)
 {
 	struct ofi_fabric *f = ep->fab;
-	unsigned kind = s->pc[k].kind;
+	unsigned pk = k < FARM_ARRAY_SIZE(s->pc) ? k : 0; /* rev8 */
+	unsigned kind = s->pc[pk].kind;
 	void *ctx = (void *)(uintptr_t)slot_ctx(ep, s->seq, kind);
-	uint32_t off = s->pc[k].off, len = s->pc[k].len;
+	uint32_t off = s->pc[pk].off, len = s->pc[pk].len;
 	uint64_t ra = remote_addr(ep, s->raddr, s->rkey) + off;
 	uint8_t *lp = (uint8_t *)s->local + off;
 	switch (kind) {
 	case P_READ:
+		if (s->rev8) { /* test-only: word by word, highest first */
+			uint32_t o = s->len - 8 * (k + 1);
+			return fi_read(f->ep, (uint8_t *)s->local + o, 8,
+			               s->ldesc, ep->dest, ra + o, s->rkey,
+			               ctx);
+		}
 		if (k == 1) /* (b): the verification copy */
 			return fi_read(f->ep, s->scratch, len,
 			               s->scr_mr ? fi_mr_desc(s->scr_mr) : NULL,
@@ -1185,6 +1291,10 @@ static ssize_t post_piece(struct ofi_ep *ep, struct ofi_slot *s, unsigned k)
 static void piece(struct ofi_slot *s, unsigned *k, uint32_t off, uint32_t len,
                   unsigned kind)
 {
+	if (*k >= FARM_ARRAY_SIZE(s->pc)) { /* rev8: every piece alike */
+		(*k)++;
+		return;
+	}
 	s->pc[*k].off = off;
 	s->pc[*k].len = len;
 	s->pc[(*k)++].kind = (uint8_t)kind;
@@ -1201,8 +1311,16 @@ static unsigned write_pieces(struct ofi_slot *s)
 {
 	uint32_t n = s->len;
 	unsigned k = 0;
-	if (n < 8 ||
-	    !atomic_load_explicit(&knob_ordered_writes, memory_order_relaxed)) {
+	bool ordered = atomic_load_explicit(&knob_ordered_writes,
+	                                    memory_order_relaxed);
+	if (!ordered && n >= 16 && ((s->raddr + n) & 7) == 0) {
+		/* Test-only: the last word lands first, an order libfabric
+		 * allows when nothing fences RMA against atomics. */
+		piece(s, &k, n - 8, 8, P_AWRITE);
+		piece(s, &k, 0, n - 8, P_WRITE);
+		return k;
+	}
+	if (n < 8 || !ordered) {
 		piece(s, &k, 0, n, P_WRITE);
 		return k;
 	}
@@ -1308,7 +1426,10 @@ static void pump(struct ofi_ep *ep)
 			s->state = S_DONE;
 		}
 		while (s->state != S_DONE && s->posted < s->npieces) {
-			unsigned kind = s->pc[s->posted].kind;
+			unsigned kind = s->pc[s->posted < FARM_ARRAY_SIZE(s->pc)
+			                              ? s->posted
+			                              : 0]
+			                        .kind;
 			if (!may_post(ep, kind))
 				return;
 			if (!s->started) { /* the bound (e) starts here */
@@ -1356,17 +1477,17 @@ static void pump(struct ofi_ep *ep)
 	}
 }
 
+/* Every endpoint has a lock, shared or not: besides its owner, a drainer
+ * hands it queued requests when completions lift a fence (kick_waiting). */
 static int ep_lock(struct ofi_ep *ep)
 {
-	if (ep->shared)
-		pthread_mutex_lock(&ep->lock);
+	pthread_mutex_lock(&ep->lock);
 	return 0;
 }
 
 static void ep_unlock(struct ofi_ep *ep)
 {
-	if (ep->shared)
-		pthread_mutex_unlock(&ep->lock);
+	pthread_mutex_unlock(&ep->lock);
 }
 
 /* Check the local buffer against its registration (verbs' LOC_PROT). */
@@ -1424,7 +1545,8 @@ static int ofi_ep_post(farm_ep *fep, farm_wr *list, farm_wr **bad)
 			atomic_store(&s->pend[k], 0);
 		atomic_store(&s->err, 0);
 		unsigned np = 0;
-		int sw = 0; /* a failure known without the peer */
+		int sw = 0;
+		s->rev8 = false; /* a failure known without the peer */
 		if (ep->closed)
 			sw = -ENOTCONN;
 		else if (ep->err_state || ep->sw_failed)
@@ -1450,6 +1572,15 @@ static int ofi_ep_post(farm_ep *fep, farm_wr *list, farm_wr **bad)
 				s->ldesc = ep->slots_desc;
 			}
 			np = write_pieces(s);
+		} else if (!sw && wr->opcode == FARM_WR_READ &&
+		           !atomic_load_explicit(&knob_line_atomic,
+		                                 memory_order_relaxed) &&
+		           wr->len % 8 == 0 && wr->len <= 1024) {
+			/* Test-only: a READ whose words are copied apart,
+			 * highest first, with no verification. */
+			s->rev8 = true;
+			for (uint32_t o = 0; o < wr->len; o += 8)
+				piece(s, &np, 0, 8, P_READ);
 		} else if (!sw && wr->opcode == FARM_WR_READ) {
 			piece(s, &np, 0, wr->len, P_READ);
 			if (wr->len <= OFI_VERIFY_MAX && s->scratch &&
@@ -1527,7 +1658,7 @@ static int retire(struct ofi_ep *ep, int n, farm_wc *wc)
 				pthread_mutex_unlock(&f->drain);
 			}
 			if (s->opcode == FARM_WR_READ && s->npieces == 2 &&
-			    !atomic_load(&s->err) &&
+			    !s->rev8 && !atomic_load(&s->err) &&
 			    memcmp(s->local, s->scratch, s->len) != 0 &&
 			    s->tries < OFI_VERIFY_TRIES) {
 				/* (b): the two copies differ: a writer raced
@@ -1711,6 +1842,16 @@ static int ofi_ep_connect(farm_fabric *fab, farm_cq *cq, uint32_t peer_id,
 	ep->idx = idx;
 	ep->gen = ++f->ep_gen[idx];
 	f->eps[idx] = ep;
+	if (peer_id < OFI_MAX_PEERS) {
+		struct ofi_peer *pe = &f->peers[peer_id];
+		pe->neps++;
+		if (ep->tab_len && !atomic_load(&pe->hb.busy)) {
+			pe->hb.dest = dest;
+			pe->hb.key = ep->tab_key;
+			pe->hb.addr = ep->tab_addr;
+			pe->hb.known = true;
+		}
+	}
 	pthread_mutex_unlock(&f->drain);
 	if (c->shared)
 		pthread_mutex_lock(&c->lock);
@@ -1765,6 +1906,8 @@ static void ofi_ep_destroy(farm_ep *fep)
 	}
 	pthread_mutex_lock(&f->drain);
 	f->eps[ep->idx] = NULL;
+	if (ep->base.peer < OFI_MAX_PEERS)
+		f->peers[ep->base.peer].neps--;
 	if (busy) {
 		ep->cq_next = f->orphans;
 		f->orphans = ep;

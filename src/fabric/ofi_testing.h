@@ -32,6 +32,7 @@ struct farm_ofi_stats {
 	uint64_t malformed;       /* control messages refused */
 	uint64_t progress_sleeps; /* times the progress thread slept */
 	uint64_t table_fetches;   /* peers' registration tables copied */
+	uint64_t heartbeats;      /* liveness READs sent */
 };
 
 /* A snapshot of an ofi fabric's counters; -EINVAL for another provider. */
