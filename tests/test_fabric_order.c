@@ -124,7 +124,7 @@ static void test_order(void **state)
 		uint64_t writes = FARM_MIN(
 		        200000u, FARM_MAX(20000u, (256u << 20) / size));
 		if (!tu_is_shm()) /* a network: far fewer per second */
-			writes = 2000;
+			writes = 1000;
 		char ack;
 		assert_int_equal(tu_send(t.to, &size, sizeof(size)), 0);
 		assert_int_equal(tu_recv(t.from, &ack, 1), 0);
