@@ -295,7 +295,8 @@ static inline farm_wr farm_wr_read(uint64_t wr_id, void *dst, farm_mr *lmr,
                                    uint32_t len, const farm_mr_desc *rd,
                                    uint64_t roff)
 {
-	farm_wr wr = {0};
+	/* Every member named: C++ -Wextra warns about {0}. */
+	farm_wr wr = {NULL, 0, 0, 0, 0, NULL, NULL, 0, 0, 0, 0};
 	wr.wr_id = wr_id;
 	wr.opcode = FARM_WR_READ;
 	wr.flags = FARM_WR_SIGNALED;
