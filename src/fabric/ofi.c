@@ -1754,7 +1754,8 @@ static int hello(struct ofi_fabric *f, uint32_t peer_id, fi_addr_t dest,
 	pthread_mutex_unlock(&f->drain);
 	if (rc)
 		return -ECONNREFUSED;
-	uint64_t deadline = farm_now_ns() + OFI_CONNECT_NS;
+	uint64_t deadline =
+	        farm_now_ns() + FARM_MIN(OFI_CONNECT_NS, f->timeout_ns);
 	int st;
 	while ((st = atomic_load(&c->status)) == 0 &&
 	       farm_now_ns() < deadline) {
