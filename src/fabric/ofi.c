@@ -64,231 +64,8 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
 
-#include "fabric/ofi_testing.h"
-#include "fabric/provider.h"
-#include "util/common.h"
+#include "fabric/ofi_int.h"
 #include "util/log.h"
-
-#define OFI_DEFAULT_PROVIDER "tcp;ofi_rxm"
-#define OFI_MAX_EPS          4096 /* logical endpoints per fabric */
-#define OFI_MAX_PEERS        1024 /* machine ids tracked for death */
-#define OFI_VERIFY_MAX       4096 /* READs up to this are line-atomic */
-#define OFI_VERIFY_TRIES     64
-#define OFI_RECVS            32
-#define OFI_CTRL_MAGIC       0x3130494f4d524146ull /* "FARMOI01" */
-#define OFI_CONNECT_NS       (3000ull * 1000000ull)
-#define OFI_CTX_SLOT         (1ull << 63)
-
-/* What a libfabric operation is, for the order rules (see order_ok). */
-enum { P_READ = 0, P_WRITE, P_AWRITE, P_CAS, P_SEND, P_KINDS };
-
-enum { CTRL_HELLO = 1, CTRL_ACK = 2, CTRL_NOTIFY = 3 };
-
-/* Control messages (fi_send): connection check and doorbells. */
-struct ofi_ctrl {
-	uint64_t magic;
-	uint32_t type, from, to;
-	int32_t status;
-	uint64_t cookie;
-	uint64_t key, addr;  /* NOTIFY; ACK: the registration table */
-	uint64_t len;        /* ACK: the table's bytes */
-	char reply_addr[64]; /* HELLO: where to send the ACK */
-};
-
-enum { K_RECV = 1, K_SENDFREE = 2, K_HELLO = 3, K_FETCH = 4, K_HB = 5 };
-
-/*
- * The registration table: every fabric publishes its registrations in a
- * table peers may READ (entry 0 is the table itself). A key is
- * (generation << 12 | slot). An initiator checks every request against its
- * copy of the target's table and fails a bad one in software (refetching
- * the copy once when the key is unknown to it): libfabric's tcp provider
- * answers an RMA to a bad key or range by closing the connection, failing
- * everything else in flight to that peer, and reports no status.
- */
-#define OFI_TABLE_N 4096
-struct ofi_tent {
-	uint64_t key, addr, len;
-	uint32_t access, pad;
-};
-struct ofi_octx {
-	int kind;
-};
-
-struct ofi_fetch {
-	struct ofi_octx c;  /* K_FETCH */
-	_Atomic int status; /* 0 waiting, 1 done, < 0 error */
-};
-
-struct ofi_rbuf {
-	struct ofi_octx c;
-	struct ofi_ctrl msg;
-};
-
-struct ofi_sendbuf {
-	struct ofi_octx c;
-	struct ofi_ctrl msg;
-};
-
-struct ofi_conn {
-	struct ofi_octx c; /* K_HELLO: the HELLO's send */
-	struct ofi_conn *next;
-	uint64_t cookie;
-	_Atomic int status; /* 0 waiting, 1 accepted, < 0 error */
-	uint64_t tab_key, tab_addr, tab_len; /* from the ACK */
-	struct ofi_ctrl msg;
-};
-
-struct ofi_mr {
-	struct farm_mr base;
-	struct fid_mr *mr;
-	void *ldesc;
-	struct ofi_mr *next;
-};
-
-struct ofi_mem {
-	struct farm_mem base;
-	void *map;
-	size_t maplen;
-};
-
-enum { S_FREE = 0, S_QUEUED, S_POSTED, S_DONE };
-
-struct ofi_slot {
-	uint64_t wr_id;
-	uint32_t seq;
-	uint16_t opcode, flags;
-	uint32_t len;
-	uint8_t state, npieces, posted, tries;
-	bool started; /* handed to libfabric at least once */
-	bool rev8;    /* test-only READ (FARM_OFI_KNOB_LINE_ATOMIC 0) */
-	struct {
-		uint32_t off, len;
-		uint8_t kind; /* P_* */
-	} pc[3];              /* the libfabric operations of the request */
-	void *local;
-	void *ldesc;
-	uint64_t raddr, rkey;
-	uint64_t cmp, swp;   /* CAS operands (registered with the slots) */
-	uint64_t posted_ns;  /* first piece handed to libfabric */
-	_Atomic int pending; /* libfabric operations not completed */
-	_Atomic int err;     /* first failure, 0 */
-	_Atomic int pend[P_KINDS]; /* pieces in flight, by kind */
-	uint8_t *scratch;          /* verification copy (READ) */
-	struct fid_mr *scr_mr;
-	struct ofi_ctrl ctl; /* NOTIFY payload */
-	uint8_t inl[FARM_INLINE_MAX];
-};
-
-struct ofi_fabric;
-
-struct ofi_ep {
-	struct farm_ep base;
-	struct ofi_fabric *fab;
-	struct ofi_ep *cq_next;
-	uint32_t idx;
-	uint16_t gen;
-	fi_addr_t dest;
-	unsigned depth, mask;
-	struct ofi_slot *slots;
-	size_t slots_len;
-	struct fid_mr *slots_mr;
-	void *slots_desc;
-	uint32_t head, tail, next_post; /* sequences */
-	_Atomic int inflight[P_KINDS];  /* pieces in flight, by kind */
-	bool err_state, closed, shared;
-	bool sw_failed; /* a request failed at post: later ones flush */
-	bool kick;      /* in the drainer's list (drain lock held) */
-	pthread_mutex_t lock;
-	/* faults */
-	_Atomic uint64_t f_delay_ns;
-	_Atomic int f_fail, f_pause;
-	/* the peer's registration table: where, and our copy */
-	uint64_t tab_key, tab_addr, tab_len;
-	struct ofi_tent *cache;
-	struct fid_mr *cache_mr;
-	struct ofi_fetch fetch;
-	bool fetch_lost; /* a fetch that never completed: keep the memory */
-};
-
-struct ofi_cq {
-	struct farm_cq base;
-	struct ofi_ep *eps;
-	unsigned neps;
-	bool shared;
-	pthread_mutex_t lock;
-};
-
-/* Heartbeat (e): an 8-byte READ of the peer's table, one at a time, while
- * endpoints to it exist; one unanswered past the bound marks it dead. A
- * killed peer's TCP connection is never reported by tcp;ofi_rxm, and a
- * peer we have nothing in flight to would otherwise never be noticed. */
-struct ofi_hb {
-	struct ofi_octx c; /* K_HB */
-	uint32_t peer;
-	bool known, trying;
-	_Atomic int busy;
-	uint64_t since; /* first attempt of the outstanding beat */
-	fi_addr_t dest;
-	uint64_t key, addr;
-	uint64_t buf;
-};
-
-struct ofi_peer {
-	_Atomic int dead;
-	_Atomic int paused;
-	_Atomic uint64_t delay_ns;
-	_Atomic int fail;
-	unsigned neps; /* endpoints to it (drain lock) */
-	struct ofi_hb hb;
-};
-
-struct ofi_fabric {
-	struct farm_fabric base;
-	struct fi_info *info;
-	struct fid_fabric *fabric;
-	struct fid_domain *domain;
-	struct fid_av *av;
-	struct fid_ep *ep;
-	struct fid_cq *cq;
-	bool mr_local, virt_addr, prov_key, cq_wait;
-	uint64_t order; /* tx_attr->msg_order granted */
-	int cq_fd, stop_fd;
-	pthread_t progress;
-	bool progress_started;
-	uint64_t timeout_ns;
-	uint64_t hb_ns, hb_last; /* heartbeat period, last round */
-	char addr[64];
-	char prov[64];
-	/* drain: one thread at a time reads the libfabric CQ */
-	pthread_mutex_t drain;
-	struct ofi_ep *kick[OFI_MAX_EPS]; /* endpoints that got completions */
-	unsigned nkick;
-	struct ofi_ep *eps[OFI_MAX_EPS];
-	uint16_t ep_gen[OFI_MAX_EPS];
-	/* registrations, pending connects, address cache */
-	pthread_mutex_t lock;
-	struct ofi_mr *mrs;
-	bool validate; /* we choose keys: the table is kept and checked */
-	struct ofi_tent *table;
-	struct fid_mr *table_mr;
-	uint16_t slot_gen[OFI_TABLE_N];
-	struct ofi_conn *conns;
-	struct ofi_ep *orphans; /* destroyed with operations outstanding */
-	struct {
-		char addr[64];
-		fi_addr_t fa;
-	} avc[256];
-	unsigned navc;
-	struct ofi_rbuf rbufs[OFI_RECVS];
-	struct fid_mr *rbufs_mr;
-	struct ofi_peer peers[OFI_MAX_PEERS];
-	struct farm_ofi_stats st;
-};
-
-/* Counters: relaxed atomics on struct farm_ofi_stats fields. */
-#define ST_ADD(f, field, v) \
-	__atomic_fetch_add(&(f)->st.field, (v), __ATOMIC_RELAXED)
 
 static _Atomic int knob_ordered_writes = 1, knob_line_atomic = 1;
 
@@ -300,234 +77,9 @@ int farm_ofi_testing_set(enum farm_ofi_knob knob, int value)
 	return atomic_exchange(k, value);
 }
 
-static inline struct ofi_fabric *F(farm_fabric *f)
-{
-	return (struct ofi_fabric *)f;
-}
-
-static int fi_to_errno(int rc)
-{
-	rc = rc < 0 ? -rc : rc;
-	return rc ? -rc : -EIO;
-}
-
-/* A completion error from libfabric, as a farm status. */
-static int map_err(int err)
-{
-	switch (err) {
-	case FI_ENOKEY: return FARM_EREMOTE_KEY;
-	case FI_EACCES:
-	case FI_EPERM:
-	case FI_EINVAL:
-	case FI_EFAULT:
-	case FI_EREMOTEIO: return FARM_EREMOTE_ACCESS;
-	case FI_ECANCELED: /* the connection closed under it */
-	case FI_ECONNREFUSED:
-	case FI_ECONNRESET:
-	case FI_ECONNABORTED:
-	case FI_ENOTCONN:
-	case FI_EHOSTUNREACH:
-	case FI_ENETUNREACH:
-	case FI_ENETDOWN:
-	case FI_ETIMEDOUT:
-	case FI_EADDRNOTAVAIL:
-	case FI_EHOSTDOWN:
-	case FI_ESHUTDOWN: return FARM_EPEERDEAD;
-	default: return -EIO;
-	}
-}
-
-static bool is_death(int st)
-{
-	return st == FARM_EPEERDEAD;
-}
-
 /* ---- addresses --------------------------------------------------------- */
 
-/* "ip:port" or "[ip6]:port" -> sockaddr. */
-static int parse_addr(const char *s, struct sockaddr_storage *ss,
-                      socklen_t *len)
-{
-	char host[64];
-	const char *colon = strrchr(s, ':');
-	if (!colon || colon == s || !colon[1])
-		return -EINVAL;
-	size_t hl = (size_t)(colon - s);
-	if (s[0] == '[') {
-		if (hl < 3 || s[hl - 1] != ']')
-			return -EINVAL;
-		s++;
-		hl -= 2;
-	}
-	if (hl >= sizeof(host))
-		return -EINVAL;
-	memcpy(host, s, hl);
-	host[hl] = 0;
-	char *end;
-	unsigned long port = strtoul(colon + 1, &end, 10);
-	if (*end || port > 65535)
-		return -EINVAL;
-	memset(ss, 0, sizeof(*ss));
-	struct sockaddr_in *in = (struct sockaddr_in *)ss;
-	struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)ss;
-	if (inet_pton(AF_INET, host, &in->sin_addr) == 1) {
-		in->sin_family = AF_INET;
-		in->sin_port = htons((uint16_t)port);
-		*len = sizeof(*in);
-		return 0;
-	}
-	if (inet_pton(AF_INET6, host, &in6->sin6_addr) == 1) {
-		in6->sin6_family = AF_INET6;
-		in6->sin6_port = htons((uint16_t)port);
-		*len = sizeof(*in6);
-		return 0;
-	}
-	return -EINVAL;
-}
-
-static int format_addr(const void *sa, char *buf, size_t len)
-{
-	const struct sockaddr *s = sa;
-	char host[INET6_ADDRSTRLEN];
-	if (s->sa_family == AF_INET) {
-		const struct sockaddr_in *in = sa;
-		inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
-		return snprintf(buf, len, "%s:%u", host, ntohs(in->sin_port));
-	}
-	if (s->sa_family == AF_INET6) {
-		const struct sockaddr_in6 *in6 = sa;
-		inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
-		return snprintf(buf, len, "[%s]:%u", host,
-		                ntohs(in6->sin6_port));
-	}
-	return -EAFNOSUPPORT;
-}
-
-/* fi_addr of a peer's address string (cached; inserted once). */
-static int av_lookup(struct ofi_fabric *f, const char *addr, fi_addr_t *out)
-{
-	struct sockaddr_storage ss;
-	socklen_t sl;
-	if (strlen(addr) >= sizeof(f->avc[0].addr) ||
-	    parse_addr(addr, &ss, &sl))
-		return -EINVAL;
-	pthread_mutex_lock(&f->lock);
-	for (unsigned i = 0; i < f->navc; i++)
-		if (strcmp(f->avc[i].addr, addr) == 0) {
-			*out = f->avc[i].fa;
-			pthread_mutex_unlock(&f->lock);
-			return 0;
-		}
-	fi_addr_t fa = FI_ADDR_UNSPEC;
-	int rc = fi_av_insert(f->av, &ss, 1, &fa, 0, NULL);
-	if (rc != 1) {
-		pthread_mutex_unlock(&f->lock);
-		return -ECONNREFUSED;
-	}
-	if (f->navc < FARM_ARRAY_SIZE(f->avc)) {
-		strcpy(f->avc[f->navc].addr, addr);
-		f->avc[f->navc++].fa = fa;
-	}
-	pthread_mutex_unlock(&f->lock);
-	*out = fa;
-	return 0;
-}
-
 /* ---- control messages -------------------------------------------------- */
-
-static void post_recv(struct ofi_fabric *f, struct ofi_rbuf *r)
-{
-	r->c.kind = K_RECV;
-	void *desc = f->rbufs_mr ? fi_mr_desc(f->rbufs_mr) : NULL;
-	for (int i = 0; i < 1000; i++) {
-		ssize_t rc = fi_recv(f->ep, &r->msg, sizeof(r->msg), desc,
-		                     FI_ADDR_UNSPEC, r);
-		if (rc != -FI_EAGAIN)
-			return;
-		fi_cq_read(f->cq, NULL, 0);
-	}
-}
-
-static int send_ctrl(struct ofi_fabric *f, fi_addr_t to, struct ofi_octx *ctx,
-                     struct ofi_ctrl *msg, void *desc)
-{
-	for (int i = 0; i < 100000; i++) {
-		ssize_t rc = fi_send(f->ep, msg, sizeof(*msg), desc, to, ctx);
-		if (rc == 0)
-			return 0;
-		if (rc != -FI_EAGAIN)
-			return fi_to_errno((int)rc);
-		fi_cq_read(f->cq, NULL, 0); /* progress (drain lock held) */
-	}
-	return -EAGAIN;
-}
-
-static struct ofi_mr *mr_find(struct ofi_fabric *f, uint64_t key)
-{
-	for (struct ofi_mr *m = f->mrs; m; m = m->next)
-		if (m->base.desc.key == key)
-			return m;
-	return NULL;
-}
-
-static void on_ctrl(struct ofi_fabric *f, struct ofi_ctrl *m, size_t len)
-{
-	if (len != sizeof(*m) || m->magic != OFI_CTRL_MAGIC) {
-		ST_ADD(f, malformed, 1);
-		return;
-	}
-	if (m->type == CTRL_HELLO) {
-		m->reply_addr[sizeof(m->reply_addr) - 1] = 0;
-		fi_addr_t fa;
-		if (av_lookup(f, m->reply_addr, &fa)) {
-			ST_ADD(f, malformed, 1);
-			return;
-		}
-		struct ofi_sendbuf *sb = calloc(1, sizeof(*sb));
-		if (!sb)
-			return;
-		sb->c.kind = K_SENDFREE;
-		sb->msg.magic = OFI_CTRL_MAGIC;
-		sb->msg.type = CTRL_ACK;
-		sb->msg.from = f->base.machine_id;
-		sb->msg.to = m->from;
-		sb->msg.cookie = m->cookie;
-		sb->msg.status = m->to == f->base.machine_id ? 0 : -EINVAL;
-		if (f->table) {
-			sb->msg.key = f->table[0].key;
-			sb->msg.addr = (uintptr_t)f->table;
-			sb->msg.len = sizeof(struct ofi_tent) * OFI_TABLE_N;
-		}
-		if (send_ctrl(f, fa, &sb->c, &sb->msg, NULL))
-			free(sb);
-	} else if (m->type == CTRL_ACK) {
-		pthread_mutex_lock(&f->lock);
-		for (struct ofi_conn *c = f->conns; c; c = c->next)
-			if (c->cookie == m->cookie) {
-				c->tab_key = m->key;
-				c->tab_addr = m->addr;
-				c->tab_len = m->len;
-				atomic_store(&c->status,
-				             m->status ? -EINVAL : 1);
-				break;
-			}
-		pthread_mutex_unlock(&f->lock);
-	} else if (m->type == CTRL_NOTIFY) {
-		pthread_mutex_lock(&f->lock);
-		struct ofi_mr *mr = mr_find(f, m->key);
-		bool ok = mr && (mr->base.access & FARM_ACCESS_REMOTE_WRITE) &&
-		          !(m->addr & 3) && m->addr >= mr->base.desc.addr &&
-		          m->addr - mr->base.desc.addr + 4 <= mr->base.desc.len;
-		if (ok)
-			farm_wake_word((const uint32_t *)(uintptr_t)m->addr);
-		pthread_mutex_unlock(&f->lock);
-		ST_ADD(f, notifies_in, 1);
-		if (!ok)
-			ST_ADD(f, malformed, 1);
-	} else {
-		ST_ADD(f, malformed, 1);
-	}
-}
 
 /* ---- completion dispatch (drain lock held) ----------------------------- */
 
@@ -583,9 +135,9 @@ static void on_completion(struct ofi_fabric *f, void *ctx, uint64_t flags,
 	case K_RECV: {
 		struct ofi_rbuf *r = (struct ofi_rbuf *)o;
 		if (!err)
-			on_ctrl(f, &r->msg, len);
+			ofi_on_ctrl(f, &r->msg, len);
 		if (err != FI_ECANCELED)
-			post_recv(f, r);
+			ofi_post_recv(f, r);
 		break;
 	}
 	case K_SENDFREE: free(o); break;
@@ -665,53 +217,11 @@ static int drain_locked(struct ofi_fabric *f)
 	return total;
 }
 
-static void drain_try(struct ofi_fabric *f)
+void ofi_drain_try(struct ofi_fabric *f)
 {
 	if (pthread_mutex_trylock(&f->drain) == 0) {
 		drain_locked(f);
 		pthread_mutex_unlock(&f->drain);
-	}
-}
-
-/* One heartbeat round (progress thread, drain lock held). */
-static void hb_tick(struct ofi_fabric *f)
-{
-	uint64_t now = farm_now_ns();
-	if (now - f->hb_last < f->hb_ns || f->mr_local)
-		return;
-	f->hb_last = now;
-	for (uint32_t p = 0; p < OFI_MAX_PEERS; p++) {
-		struct ofi_peer *pe = &f->peers[p];
-		struct ofi_hb *hb = &pe->hb;
-		if (!pe->neps || !hb->known || atomic_load(&pe->dead) ||
-		    atomic_load(&pe->paused))
-			continue;
-		if (atomic_load(&hb->busy)) {
-			if (now - hb->since > f->timeout_ns) {
-				atomic_store(&pe->dead, 1);
-				ST_ADD(f, timeouts, 1);
-			}
-			continue;
-		}
-		hb->c.kind = K_HB;
-		hb->peer = p;
-		ssize_t rc =
-		        fi_read(f->ep, &hb->buf, 8, NULL, hb->dest,
-		                f->virt_addr ? hb->addr : 0, hb->key, &hb->c);
-		if (!hb->trying) {
-			hb->trying = true;
-			hb->since = now;
-		}
-		if (rc == 0) {
-			hb->trying = false;
-			atomic_store(&hb->busy, 1);
-			ST_ADD(f, heartbeats, 1);
-		} else if (now - hb->since > f->timeout_ns) {
-			/* ofi_rxm refuses with EAGAIN while it cannot
-			 * reconnect to a peer that is gone. */
-			atomic_store(&pe->dead, 1);
-			ST_ADD(f, timeouts, 1);
-		}
 	}
 }
 
@@ -724,7 +234,7 @@ static void *progress_main(void *arg)
 	for (;;) {
 		pthread_mutex_lock(&f->drain);
 		drain_locked(f);
-		hb_tick(f);
+		ofi_hb_tick(f);
 		pthread_mutex_unlock(&f->drain);
 		int timeout = 50;
 		if (f->cq_wait) {
@@ -774,7 +284,7 @@ static int ofi_open(const farm_fabric_attr *attr, farm_fabric **out)
 	struct sockaddr_storage ss;
 	socklen_t sl;
 	int rc = -EINVAL;
-	if (parse_addr(listen, &ss, &sl)) {
+	if (ofi_parse_addr(listen, &ss, &sl)) {
 		farm_err("ofi: listen address '%s' is not ip:port", listen);
 		free(f);
 		return -EINVAL;
@@ -852,7 +362,7 @@ static int ofi_open(const farm_fabric_attr *attr, farm_fabric **out)
 	size_t nl = sizeof(name);
 	if ((rc = fi_getname(&f->ep->fid, name, &nl)))
 		goto fail_fi;
-	if (format_addr(name, f->addr, sizeof(f->addr)) < 0) {
+	if (ofi_format_addr(name, f->addr, sizeof(f->addr)) < 0) {
 		rc = -FI_EINVAL;
 		goto fail_fi;
 	}
@@ -881,7 +391,7 @@ static int ofi_open(const farm_fabric_attr *attr, farm_fabric **out)
 		                          .access = FARM_ACCESS_REMOTE_READ};
 	}
 	for (int k = 0; k < OFI_RECVS; k++)
-		post_recv(f, &f->rbufs[k]);
+		ofi_post_recv(f, &f->rbufs[k]);
 	f->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (f->stop_fd < 0 ||
 	    pthread_create(&f->progress, NULL, progress_main, f)) {
@@ -1024,99 +534,6 @@ static int ofi_mem_persist(const farm_mem *mem, const void *addr, size_t len)
 
 /* ---- registration ------------------------------------------------------ */
 
-static int ofi_mr_reg(farm_fabric *fab, void *addr, size_t len, unsigned access,
-                      farm_mr **out)
-{
-	struct ofi_fabric *f = F(fab);
-	struct ofi_mr *m = calloc(1, sizeof(*m));
-	if (!m)
-		return -ENOMEM;
-	uint64_t fa = 0;
-	if (access & FARM_ACCESS_LOCAL)
-		fa |= FI_READ | FI_WRITE | FI_SEND | FI_RECV;
-	if (access & FARM_ACCESS_REMOTE_READ)
-		fa |= FI_REMOTE_READ;
-	if (access & FARM_ACCESS_REMOTE_WRITE)
-		fa |= FI_REMOTE_WRITE;
-	if (access & FARM_ACCESS_REMOTE_ATOMIC)
-		fa |= FI_REMOTE_READ | FI_REMOTE_WRITE;
-	uint64_t key = 0;
-	unsigned slot = 0;
-	if (f->validate) {
-		pthread_mutex_lock(&f->lock);
-		for (slot = 1; slot < OFI_TABLE_N && f->table[slot].key; slot++)
-			;
-		if (slot == OFI_TABLE_N) {
-			pthread_mutex_unlock(&f->lock);
-			free(m);
-			farm_err("ofi: more than %u registrations",
-			         OFI_TABLE_N - 1);
-			return -ENOSPC;
-		}
-		if (++f->slot_gen[slot] == 0)
-			f->slot_gen[slot] = 1;
-		key = (uint64_t)f->slot_gen[slot] << 12 | slot;
-		f->table[slot].key = UINT64_MAX; /* taken, not valid yet */
-		pthread_mutex_unlock(&f->lock);
-	}
-	int rc = fi_mr_reg(f->domain, addr, len, fa, 0, key, 0, &m->mr, NULL);
-	if (rc && f->validate) {
-		pthread_mutex_lock(&f->lock);
-		f->table[slot].key = 0;
-		pthread_mutex_unlock(&f->lock);
-	}
-	if (rc) {
-		farm_err("ofi: fi_mr_reg(%zu bytes): %s", len,
-		         fi_strerror(-rc));
-		free(m);
-		return fi_to_errno(rc);
-	}
-	m->ldesc = fi_mr_desc(m->mr);
-	m->base.fab = fab;
-	m->base.addr = addr;
-	m->base.len = len;
-	m->base.access = access;
-	m->base.desc = (farm_mr_desc){.key = fi_mr_key(m->mr),
-	                              .addr = (uintptr_t)addr,
-	                              .len = len,
-	                              .machine = fab->machine_id,
-	                              .access = access};
-	pthread_mutex_lock(&f->lock);
-	m->next = f->mrs;
-	f->mrs = m;
-	if (f->validate) {
-		struct ofi_tent *e = &f->table[slot];
-		e->addr = (uintptr_t)addr;
-		e->len = len;
-		e->access = access;
-		__atomic_store_n(&e->key, key, __ATOMIC_RELEASE);
-	}
-	pthread_mutex_unlock(&f->lock);
-	*out = &m->base;
-	return 0;
-}
-
-static void ofi_mr_dereg(farm_mr *mr)
-{
-	struct ofi_mr *m = (struct ofi_mr *)mr;
-	struct ofi_fabric *f = F(mr->fab);
-	pthread_mutex_lock(&f->lock);
-	for (struct ofi_mr **p = &f->mrs; *p; p = &(*p)->next)
-		if (*p == m) {
-			*p = m->next;
-			break;
-		}
-	if (f->validate)
-		__atomic_store_n(
-		        &f->table[mr->desc.key & (OFI_TABLE_N - 1)].key, 0,
-		        __ATOMIC_RELEASE);
-	pthread_mutex_unlock(&f->lock);
-	int rc = fi_close(&m->mr->fid);
-	if (rc)
-		farm_warn("ofi: fi_close(mr): %s", fi_strerror(-rc));
-	free(m);
-}
-
 /* ---- completion queues ------------------------------------------------- */
 
 static int ofi_cq_create(farm_fabric *fab, unsigned depth, unsigned flags,
@@ -1157,76 +574,6 @@ static uint64_t remote_addr(const struct ofi_ep *ep, uint64_t raddr,
 	if (ep->fab->virt_addr || !ep->cache)
 		return raddr;
 	return raddr - ep->cache[rkey & (OFI_TABLE_N - 1)].addr;
-}
-
-/* Copy the peer's registration table (a READ, waited for). */
-static int fetch_table(struct ofi_ep *ep)
-{
-	struct ofi_fabric *f = ep->fab;
-	if (ep->fetch_lost || !ep->tab_len)
-		return FARM_EPEERDEAD;
-	if (!ep->cache) {
-		ep->cache = aligned_alloc(4096, ep->tab_len);
-		if (!ep->cache)
-			return -ENOMEM;
-		if (f->mr_local &&
-		    fi_mr_reg(f->domain, ep->cache, ep->tab_len, FI_READ, 0, 0,
-		              0, &ep->cache_mr, NULL)) {
-			free(ep->cache);
-			ep->cache = NULL;
-			return -ENOMEM;
-		}
-	}
-	ep->fetch.c.kind = K_FETCH;
-	atomic_store(&ep->fetch.status, 0);
-	uint64_t ra = f->virt_addr ? ep->tab_addr : 0;
-	void *d = ep->cache_mr ? fi_mr_desc(ep->cache_mr) : NULL;
-	ssize_t rc;
-	uint64_t deadline = farm_now_ns() + ep->fab->timeout_ns;
-	while ((rc = fi_read(f->ep, ep->cache, ep->tab_len, d, ep->dest, ra,
-	                     ep->tab_key, &ep->fetch.c)) == -FI_EAGAIN &&
-	       farm_now_ns() < deadline)
-		drain_try(f);
-	if (rc)
-		return map_err((int)-rc);
-	int st;
-	while ((st = atomic_load(&ep->fetch.status)) == 0 &&
-	       farm_now_ns() < deadline)
-		drain_try(f);
-	if (st == 0) {
-		ep->fetch_lost = true;
-		return FARM_EPEERDEAD;
-	}
-	ST_ADD(f, table_fetches, 1);
-	return st == 1 ? 0 : st;
-}
-
-/* Check a request against the peer's table (see OFI_TABLE_N). */
-static int check_remote(struct ofi_ep *ep, const farm_wr *wr)
-{
-	if (!ep->fab->validate)
-		return 0;
-	unsigned need = wr->opcode == FARM_WR_READ  ? FARM_ACCESS_REMOTE_READ
-	                : wr->opcode == FARM_WR_CAS ? FARM_ACCESS_REMOTE_ATOMIC
-	                                            : FARM_ACCESS_REMOTE_WRITE;
-	for (int pass = 0; pass < 2; pass++) {
-		const struct ofi_tent *e =
-		        ep->cache ? &ep->cache[wr->rkey & (OFI_TABLE_N - 1)]
-		                  : NULL;
-		if (e && e->key == wr->rkey && wr->rkey != 0) {
-			if (!(e->access & need) || wr->raddr < e->addr ||
-			    wr->raddr - e->addr > e->len ||
-			    wr->len > e->len - (wr->raddr - e->addr))
-				return FARM_EREMOTE_ACCESS;
-			return 0;
-		}
-		if (pass == 0) {
-			int rc = fetch_table(ep);
-			if (rc)
-				return rc;
-		}
-	}
-	return FARM_EREMOTE_KEY;
 }
 
 static int slot_scratch(struct ofi_ep *ep, struct ofi_slot *s)
@@ -1452,7 +799,7 @@ static void pump(struct ofi_ep *ep)
 				s->state = S_QUEUED;
 			if (rc == -FI_EAGAIN && farm_now_ns() - s->posted_ns <
 			                                ep->fab->timeout_ns) {
-				drain_try(ep->fab);
+				ofi_drain_try(ep->fab);
 				return;
 			}
 			if (rc == -FI_EAGAIN) {
@@ -1562,7 +909,7 @@ static int ofi_ep_post(farm_ep *fep, farm_wr *list, farm_wr **bad)
 		else if (wr->opcode == FARM_WR_CAS && (wr->raddr & 7))
 			sw = -EINVAL;
 		else if (wr->len || wr->opcode == FARM_WR_NOTIFY)
-			sw = check_remote(ep, wr);
+			sw = ofi_check_remote(ep, wr);
 		if (sw)
 			ep->sw_failed = true; /* later requests: flushed */
 		if (!sw && wr->opcode == FARM_WR_WRITE) {
@@ -1715,7 +1062,7 @@ static int ofi_cq_poll(farm_cq *fcq, int n, farm_wc *wc)
 	struct ofi_fabric *f = F(fcq->fab);
 	if (c->shared)
 		pthread_mutex_lock(&c->lock);
-	drain_try(f);
+	ofi_drain_try(f);
 	int got = 0;
 	for (struct ofi_ep *ep = c->eps; ep && got < n; ep = ep->cq_next) {
 		ep_lock(ep);
@@ -1730,55 +1077,13 @@ static int ofi_cq_poll(farm_cq *fcq, int n, farm_wc *wc)
 
 /* ---- endpoints --------------------------------------------------------- */
 
-static int hello(struct ofi_fabric *f, uint32_t peer_id, fi_addr_t dest,
-                 uint64_t tab[3])
-{
-	struct ofi_conn *c = calloc(1, sizeof(*c));
-	if (!c)
-		return -ENOMEM;
-	c->c.kind = K_HELLO;
-	uint64_t seed = farm_now_ns() ^ (uint64_t)(uintptr_t)c;
-	c->cookie = farm_rand64(&seed) | 1;
-	c->msg.magic = OFI_CTRL_MAGIC;
-	c->msg.type = CTRL_HELLO;
-	c->msg.from = f->base.machine_id;
-	c->msg.to = peer_id;
-	c->msg.cookie = c->cookie;
-	snprintf(c->msg.reply_addr, sizeof(c->msg.reply_addr), "%s", f->addr);
-	pthread_mutex_lock(&f->lock);
-	c->next = f->conns;
-	f->conns = c; /* freed at close: a late completion may name it */
-	pthread_mutex_unlock(&f->lock);
-	pthread_mutex_lock(&f->drain);
-	int rc = send_ctrl(f, dest, &c->c, &c->msg, NULL);
-	pthread_mutex_unlock(&f->drain);
-	if (rc)
-		return -ECONNREFUSED;
-	uint64_t deadline =
-	        farm_now_ns() + FARM_MIN(OFI_CONNECT_NS, f->timeout_ns);
-	int st;
-	while ((st = atomic_load(&c->status)) == 0 &&
-	       farm_now_ns() < deadline) {
-		drain_try(f);
-		usleep(100);
-	}
-	if (st == 1) {
-		tab[0] = c->tab_key;
-		tab[1] = c->tab_addr;
-		tab[2] = c->tab_len;
-		return 0;
-	}
-	atomic_store(&c->status, -ETIMEDOUT);
-	return st ? st : -ECONNREFUSED;
-}
-
 static int ofi_ep_connect(farm_fabric *fab, farm_cq *cq, uint32_t peer_id,
                           const char *peer_addr, const farm_ep_attr *attr,
                           farm_ep **out)
 {
 	struct ofi_fabric *f = F(fab);
 	fi_addr_t dest;
-	int rc = av_lookup(f, peer_addr, &dest);
+	int rc = ofi_av_lookup(f, peer_addr, &dest);
 	if (rc)
 		return rc == -EINVAL ? -ECONNREFUSED : rc;
 	if (peer_id < OFI_MAX_PEERS && atomic_load(&f->peers[peer_id].dead)) {
@@ -1786,7 +1091,7 @@ static int ofi_ep_connect(farm_fabric *fab, farm_cq *cq, uint32_t peer_id,
 		atomic_store(&f->peers[peer_id].dead, 0);
 	}
 	uint64_t tab[3] = {0, 0, 0};
-	if ((rc = hello(f, peer_id, dest, tab))) {
+	if ((rc = ofi_hello(f, peer_id, dest, tab))) {
 		if (rc == -ECONNREFUSED || rc == -ETIMEDOUT)
 			rc = -ECONNREFUSED;
 		return rc;
@@ -1903,7 +1208,7 @@ static void ofi_ep_destroy(farm_ep *fep)
 		}
 		if (!busy || farm_now_ns() > deadline)
 			break;
-		drain_try(f);
+		ofi_drain_try(f);
 	}
 	pthread_mutex_lock(&f->drain);
 	f->eps[ep->idx] = NULL;
