@@ -754,9 +754,9 @@ static bool peer_dead(const struct ofi_ep *ep)
 
 static bool ep_paused(const struct ofi_ep *ep)
 {
-	return atomic_load(&ep->f_pause) ||
+	return atomic_load(&ep->faults.pause) ||
 	       (ep->base.peer < OFI_MAX_PEERS &&
-	        atomic_load(&ep->fab->peers[ep->base.peer].paused));
+	        atomic_load(&ep->fab->peers[ep->base.peer].faults.pause));
 }
 
 /* Hand queued requests to libfabric, in order, as far as it takes them
@@ -900,9 +900,10 @@ static int ofi_ep_post(farm_ep *fep, farm_wr *list, farm_wr **bad)
 			sw = FARM_EFLUSHED;
 		else if (peer_dead(ep))
 			sw = FARM_EPEERDEAD;
-		else if (atomic_load(&ep->f_fail) ||
+		else if (atomic_load(&ep->faults.fail) ||
 		         (ep->base.peer < OFI_MAX_PEERS &&
-		          atomic_load(&ep->fab->peers[ep->base.peer].fail)))
+		          atomic_load(
+		                  &ep->fab->peers[ep->base.peer].faults.fail)))
 			sw = FARM_EINJECTED;
 		else if (!local_ok(wr))
 			sw = FARM_ELOCAL_ACCESS;
@@ -1019,11 +1020,11 @@ static int retire(struct ofi_ep *ep, int n, farm_wc *wc)
 				break;
 			}
 		}
-		uint64_t delay = atomic_load(&ep->f_delay_ns);
+		uint64_t delay = atomic_load(&ep->faults.delay_ns);
 		if (ep->base.peer < OFI_MAX_PEERS)
 			delay = FARM_MAX(
-			        delay,
-			        atomic_load(&f->peers[ep->base.peer].delay_ns));
+			        delay, atomic_load(&f->peers[ep->base.peer]
+			                                    .faults.delay_ns));
 		if (delay) {
 			if (!now)
 				now = farm_now_ns();
@@ -1246,20 +1247,24 @@ static bool ofi_ep_usable(const farm_ep *fep)
 	return !ep->err_state && !ep->closed && !peer_dead(ep);
 }
 
-static int ofi_ep_fault(farm_ep *fep, enum farm_fault fl, uint64_t arg)
+static int set_fault(struct ofi_faults *x, enum farm_fault fl, uint64_t arg)
 {
-	struct ofi_ep *ep = (struct ofi_ep *)fep;
 	switch (fl) {
 	case FARM_FAULT_CLEAR:
-		atomic_store(&ep->f_delay_ns, 0);
-		atomic_store(&ep->f_fail, 0);
-		atomic_store(&ep->f_pause, 0);
+		atomic_store(&x->delay_ns, 0);
+		atomic_store(&x->fail, 0);
+		atomic_store(&x->pause, 0);
 		return 0;
-	case FARM_FAULT_DELAY: atomic_store(&ep->f_delay_ns, arg); return 0;
-	case FARM_FAULT_FAIL: atomic_store(&ep->f_fail, arg != 0); return 0;
-	case FARM_FAULT_PAUSE: atomic_store(&ep->f_pause, arg != 0); return 0;
+	case FARM_FAULT_DELAY: atomic_store(&x->delay_ns, arg); return 0;
+	case FARM_FAULT_FAIL: atomic_store(&x->fail, arg != 0); return 0;
+	case FARM_FAULT_PAUSE: atomic_store(&x->pause, arg != 0); return 0;
 	}
 	return -EINVAL;
+}
+
+static int ofi_ep_fault(farm_ep *fep, enum farm_fault fl, uint64_t arg)
+{
+	return set_fault(&((struct ofi_ep *)fep)->faults, fl, arg);
 }
 
 static int ofi_fault_peer(farm_fabric *fab, uint32_t peer_id,
@@ -1273,18 +1278,7 @@ static int ofi_fault_peer(farm_fabric *fab, uint32_t peer_id,
 	pthread_mutex_unlock(&f->drain);
 	if (!found || peer_id >= OFI_MAX_PEERS)
 		return -ENOENT;
-	struct ofi_peer *p = &f->peers[peer_id];
-	switch (fl) {
-	case FARM_FAULT_CLEAR:
-		atomic_store(&p->delay_ns, 0);
-		atomic_store(&p->fail, 0);
-		atomic_store(&p->paused, 0);
-		return 0;
-	case FARM_FAULT_DELAY: atomic_store(&p->delay_ns, arg); return 0;
-	case FARM_FAULT_FAIL: atomic_store(&p->fail, arg != 0); return 0;
-	case FARM_FAULT_PAUSE: atomic_store(&p->paused, arg != 0); return 0;
-	}
-	return -EINVAL;
+	return set_fault(&f->peers[peer_id].faults, fl, arg);
 }
 
 int farm_ofi_stats(const farm_fabric *fab, struct farm_ofi_stats *out)

@@ -212,7 +212,7 @@ void ofi_hb_tick(struct ofi_fabric *f)
 		struct ofi_peer *pe = &f->peers[p];
 		struct ofi_hb *hb = &pe->hb;
 		if (!pe->neps || !hb->known || atomic_load(&pe->dead) ||
-		    atomic_load(&pe->paused))
+		    atomic_load(&pe->faults.pause))
 			continue;
 		if (atomic_load(&hb->busy)) {
 			if (now - hb->since > f->timeout_ns) {

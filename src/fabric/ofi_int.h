@@ -132,6 +132,12 @@ struct ofi_slot {
 
 struct ofi_fabric;
 
+/* Injected faults (tests), kept before libfabric is called. */
+struct ofi_faults {
+	_Atomic uint64_t delay_ns;
+	_Atomic int fail, pause;
+};
+
 struct ofi_ep {
 	struct farm_ep base;
 	struct ofi_fabric *fab;
@@ -151,8 +157,7 @@ struct ofi_ep {
 	bool kick;      /* in the drainer's list (drain lock held) */
 	pthread_mutex_t lock;
 	/* faults */
-	_Atomic uint64_t f_delay_ns;
-	_Atomic int f_fail, f_pause;
+	struct ofi_faults faults; /* on this endpoint */
 	/* the peer's registration table: where, and our copy */
 	uint64_t tab_key, tab_addr, tab_len;
 	struct ofi_tent *cache;
@@ -186,10 +191,8 @@ struct ofi_hb {
 
 struct ofi_peer {
 	_Atomic int dead;
-	_Atomic int paused;
-	_Atomic uint64_t delay_ns;
-	_Atomic int fail;
-	unsigned neps; /* endpoints to it (drain lock) */
+	struct ofi_faults faults; /* on every endpoint to it */
+	unsigned neps;            /* endpoints to it (drain lock) */
 	struct ofi_hb hb;
 };
 
