@@ -65,6 +65,14 @@ static void test_file_and_env(void **state)
 	assert_non_null(strstr(err, "FARM_FABRIC"));
 	unsetenv("FARM_FABRIC");
 	unsetenv("FARM_REGION_SIZE");
+	/* The ofi provider and its libfabric provider. */
+	assert_int_equal(farm_config_set(&c, "fabric", "ofi", err, sizeof(err)),
+	                 0);
+	assert_string_equal(c.fabric, "ofi");
+	assert_int_equal(farm_config_set(&c, "ofi_provider", "tcp;ofi_rxm", err,
+	                                 sizeof(err)),
+	                 0);
+	assert_string_equal(c.ofi_provider, "tcp;ofi_rxm");
 
 	/* Errors name the file and line. */
 	write_file(path, "machine_id = 1\nbogus = 3\n");

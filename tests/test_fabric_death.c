@@ -10,9 +10,13 @@
 #include <inttypes.h>
 #include <signal.h>
 
-#define RSIZE (4u << 20)
-#define DEPTH 16
+#define RSIZE    (4u << 20)
+#define DEPTH    16
 #define BOUND_NS (100ull * 1000000ull)
+/* ofi: libfabric's tcp provider reports nothing when the peer's process
+ * dies; the provider's bound (FARM_OFI_TIMEOUT_MS) does, set short here. */
+#define OFI_TIMEOUT_MS "200"
+#define OFI_BOUND_NS   (500ull * 1000000ull)
 
 struct stream {
 	farm_ep *ep;
@@ -25,8 +29,10 @@ static void refill(struct stream *s, uint8_t *buf, farm_mr *lmr, uint64_t tag)
 {
 	while (s->outstanding < DEPTH) {
 		uint64_t off = (farm_rand64(&s->rng) % (RSIZE / 64)) * 64;
-		farm_wr wr = (s->rng & 1) ? farm_wr_read(tag, buf, lmr, 64, &s->rd, off)
-		                          : farm_wr_write(tag, buf, lmr, 64, &s->rd, off);
+		farm_wr wr =
+		        (s->rng & 1)
+		                ? farm_wr_read(tag, buf, lmr, 64, &s->rd, off)
+		                : farm_wr_write(tag, buf, lmr, 64, &s->rd, off);
 		assert_int_equal(farm_ep_post(s->ep, &wr, NULL), 0);
 		s->outstanding++;
 	}
@@ -47,14 +53,20 @@ static void test_kill_peer(void **state)
 	uint8_t *buf = aligned_alloc(64, 4096);
 	memset(buf, 0x3c, 4096);
 	farm_mr *lmr;
-	assert_int_equal(farm_mr_reg(fab, buf, 4096, FARM_ACCESS_LOCAL, &lmr), 0);
-	struct stream s[2] = {{.rd = victim.desc, .rng = 1}, {.rd = survivor.desc, .rng = 2}};
-	assert_int_equal(farm_ep_connect(fab, cq, 1, victim.addr, NULL, &s[0].ep), 0);
-	assert_int_equal(farm_ep_connect(fab, cq, 2, survivor.addr, NULL, &s[1].ep), 0);
+	assert_int_equal(farm_mr_reg(fab, buf, 4096, FARM_ACCESS_LOCAL, &lmr),
+	                 0);
+	struct stream s[2] = {{.rd = victim.desc, .rng = 1},
+	                      {.rd = survivor.desc, .rng = 2}};
+	assert_int_equal(
+	        farm_ep_connect(fab, cq, 1, victim.addr, NULL, &s[0].ep), 0);
+	assert_int_equal(
+	        farm_ep_connect(fab, cq, 2, survivor.addr, NULL, &s[1].ep), 0);
 
 	uint64_t t_kill = 0, t_first_err = 0, t_all_failed = 0;
 	uint64_t ok_after_err = 0, survivor_ok_after_kill = 0;
 	uint64_t deadline = farm_now_ns() + 20ull * 1000000000ull;
+	/* A network provider runs far fewer requests per second. */
+	const uint64_t enough = tu_is_shm() ? 20000 : 2000;
 	for (;;) {
 		assert_true(farm_now_ns() < deadline);
 		refill(&s[0], buf, lmr, 0);
@@ -82,7 +94,7 @@ static void test_kill_peer(void **state)
 			if (!t_first_err)
 				t_first_err = farm_now_ns();
 		}
-		if (!t_kill && s[0].ok >= 20000) {
+		if (!t_kill && s[0].ok >= enough) {
 			t_kill = farm_now_ns();
 			assert_int_equal(kill(victim.pid, SIGKILL), 0);
 		}
@@ -91,22 +103,25 @@ static void test_kill_peer(void **state)
 		 * window can hold. */
 		if (t_first_err && !t_all_failed && s[0].failed >= 2 * DEPTH)
 			t_all_failed = farm_now_ns();
-		if (t_all_failed && survivor_ok_after_kill >= 20000)
+		if (t_all_failed && survivor_ok_after_kill >= enough)
 			break;
 	}
-	printf("victim: %" PRIu64 " ok before its death; first error %.2f ms after "
-	       "kill -9, all outstanding failed %.2f ms after; survivor: %" PRIu64
-	       " ok since the kill\n",
+	printf("victim: %" PRIu64
+	       " ok before its death; first error %.2f ms after "
+	       "kill -9, all outstanding failed %.2f ms after; survivor: "
+	       "%" PRIu64 " ok since the kill\n",
 	       s[0].ok, (double)(t_first_err - t_kill) / 1e6,
 	       (double)(t_all_failed - t_kill) / 1e6, survivor_ok_after_kill);
-	assert_true(t_first_err - t_kill <= BOUND_NS);
-	assert_true(t_all_failed - t_kill <= BOUND_NS);
+	uint64_t bound = tu_is_shm() ? BOUND_NS : OFI_BOUND_NS;
+	assert_true(t_first_err - t_kill <= bound);
+	assert_true(t_all_failed - t_kill <= bound);
 	assert_int_equal(ok_after_err, 0);
 	assert_false(farm_ep_usable(s[0].ep));
 	assert_true(farm_ep_usable(s[1].ep));
 	/* The dead machine cannot be reached again. */
 	farm_ep *again = NULL;
-	assert_int_equal(farm_ep_connect(fab, cq, 1, victim.addr, NULL, &again), -ECONNREFUSED);
+	assert_int_equal(farm_ep_connect(fab, cq, 1, victim.addr, NULL, &again),
+	                 -ECONNREFUSED);
 
 	/* Drain, then tear down. */
 	while (s[0].outstanding + s[1].outstanding) {
@@ -129,8 +144,10 @@ static void test_kill_peer(void **state)
 
 int main(void)
 {
+	tu_require_provider();
+	setenv("FARM_OFI_TIMEOUT_MS", OFI_TIMEOUT_MS, 0);
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_kill_peer),
+	        cmocka_unit_test(test_kill_peer),
 	};
 	return cmocka_run_group_tests_name("fabric_death", tests, NULL, NULL);
 }

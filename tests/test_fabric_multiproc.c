@@ -11,9 +11,9 @@
  */
 #include "testutil.h"
 
-#define N 3
+#define N     3
 #define RSIZE (4u << 20)
-#define SLOT (256u << 10)
+#define SLOT  (256u << 10)
 
 struct peers {
 	struct {
@@ -45,9 +45,13 @@ static int transfer(farm_ep *ep, farm_cq *cq, uint16_t op, uint8_t *buf,
 			if (sz > len - done)
 				sz = (uint32_t)(len - done);
 			l[n] = op == FARM_WR_READ
-			               ? farm_wr_read(k, buf + done, lmr, sz, rd, roff + done)
-			               : farm_wr_write(k, buf + done, lmr, sz, rd, roff + done);
-			l[n].flags = (n % 4 == 3 || done + sz == len) ? FARM_WR_SIGNALED : 0;
+			               ? farm_wr_read(k, buf + done, lmr, sz,
+			                              rd, roff + done)
+			               : farm_wr_write(k, buf + done, lmr, sz,
+			                               rd, roff + done);
+			l[n].flags = (n % 4 == 3 || done + sz == len)
+			                     ? FARM_WR_SIGNALED
+			                     : 0;
 			signaled += l[n].flags != 0;
 			l[n].next = NULL;
 			if (n)
@@ -178,8 +182,10 @@ static void test_three_machines(void **state)
 
 int main(void)
 {
+	tu_require_provider();
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_three_machines),
+	        cmocka_unit_test(test_three_machines),
 	};
-	return cmocka_run_group_tests_name("fabric_multiproc", tests, NULL, NULL);
+	return cmocka_run_group_tests_name("fabric_multiproc", tests, NULL,
+	                                   NULL);
 }

@@ -19,11 +19,25 @@
 #include <inttypes.h>
 
 #include "fabric/shm_testing.h"
+#ifdef FARM_HAVE_OFI
+#include "fabric/ofi_testing.h"
+#endif
 
-#define RSIZE (1u << 20)
-#define CTRL_OFF (512u << 10) /* phase word: target stops when it changes */
+/* Switch the guarantee under test on or off in the provider the test runs
+ * on; returns the previous setting. */
+static int set_knob(int on)
+{
+#ifdef FARM_HAVE_OFI
+	if (!tu_is_shm())
+		return farm_ofi_testing_set(FARM_OFI_KNOB_ORDERED_WRITES, on);
+#endif
+	return farm_shm_testing_set(FARM_SHM_KNOB_ORDERED_WRITES, on);
+}
+
+#define RSIZE    (1u << 20)
+#define CTRL_OFF (512u << 10)    /* phase word: target stops when it changes */
 #define SEEN_OFF (CTRL_OFF + 64) /* target's count of WRITEs seen landing */
-#define MIN_SEEN 1000 /* per size, or the phase proves nothing */
+#define MIN_SEEN 1000            /* per size, or the phase proves nothing */
 
 static bool broken;
 static const uint32_t sizes[] = {16, 64, 256, 1024, 4096, 65536};
@@ -38,9 +52,13 @@ static int target(farm_fabric *fab, farm_region *r, int in, int out, void *arg)
 	(void)fab;
 	(void)arg;
 	const uint8_t *base = farm_region_base(r);
-	const _Atomic uint64_t *ctrl = (const _Atomic uint64_t *)(const void *)(base + CTRL_OFF);
-	const _Atomic uint64_t *w = (const _Atomic uint64_t *)(const void *)base;
-	_Atomic uint64_t *seen = (_Atomic uint64_t *)(void *)((uint8_t *)farm_region_base(r) + SEEN_OFF);
+	const _Atomic uint64_t *ctrl =
+	        (const _Atomic uint64_t *)(const void *)(base + CTRL_OFF);
+	const _Atomic uint64_t *w =
+	        (const _Atomic uint64_t *)(const void *)base;
+	_Atomic uint64_t *seen =
+	        (_Atomic uint64_t *)(void *)((uint8_t *)farm_region_base(r) +
+	                                     SEEN_OFF);
 	for (uint64_t phase = 1;; phase++) {
 		uint32_t size;
 		if (tu_recv(in, &size, sizeof(size)))
@@ -52,17 +70,21 @@ static int target(farm_fabric *fab, farm_region *r, int in, int out, void *arg)
 		char ack = 'a';
 		if (tu_send(out, &ack, 1))
 			return 1;
-		while (atomic_load_explicit(ctrl, memory_order_acquire) < phase) {
+		while (atomic_load_explicit(ctrl, memory_order_acquire) <
+		       phase) {
 			/* R1: pairs with the writer's ordered store of the
 			 * last word (W in write_ordered). */
-			uint64_t s = atomic_load_explicit(&w[nw - 1], memory_order_acquire);
+			uint64_t s = atomic_load_explicit(&w[nw - 1],
+			                                  memory_order_acquire);
 			if (s == last_seen)
 				continue;
 			last_seen = s;
 			rep.checks++;
-			atomic_store_explicit(seen, rep.checks, memory_order_relaxed);
+			atomic_store_explicit(seen, rep.checks,
+			                      memory_order_relaxed);
 			for (size_t k = 0; k + 1 < nw; k++)
-				if (atomic_load_explicit(&w[k], memory_order_relaxed) < s) {
+				if (atomic_load_explicit(
+				            &w[k], memory_order_relaxed) < s) {
 					rep.violations++;
 					break;
 				}
@@ -88,16 +110,21 @@ static void test_order(void **state)
 	enum { DEPTH = 16 };
 	uint8_t *buf = aligned_alloc(64, (size_t)DEPTH * 65536 + 64);
 	farm_mr *lmr;
-	assert_int_equal(farm_mr_reg(fab, buf, (size_t)DEPTH * 65536 + 64, FARM_ACCESS_LOCAL, &lmr), 0);
+	assert_int_equal(farm_mr_reg(fab, buf, (size_t)DEPTH * 65536 + 64,
+	                             FARM_ACCESS_LOCAL, &lmr),
+	                 0);
 	int prev = 1;
 	if (broken)
-		prev = farm_shm_testing_set(FARM_SHM_KNOB_ORDERED_WRITES, 0);
+		prev = set_knob(0);
 
 	uint64_t seq = 0, total_viol = 0;
 	for (size_t p = 0; p < FARM_ARRAY_SIZE(sizes); p++) {
 		uint32_t size = sizes[p];
 		size_t nw = size / 8;
-		uint64_t writes = FARM_MIN(200000u, FARM_MAX(20000u, (256u << 20) / size));
+		uint64_t writes = FARM_MIN(
+		        200000u, FARM_MAX(20000u, (256u << 20) / size));
+		if (!tu_is_shm()) /* a network: far fewer per second */
+			writes = 1000;
 		char ack;
 		assert_int_equal(tu_send(t.to, &size, sizeof(size)), 0);
 		assert_int_equal(tu_recv(t.from, &ack, 1), 0);
@@ -106,15 +133,21 @@ static void test_order(void **state)
 		 * CPU while we write (bounded by a deadline). */
 		uint64_t posted = 0, done = 0, seen = 0, goal = writes;
 		uint64_t deadline = farm_now_ns() + 60ull * 1000000000ull;
-		uint64_t *seenbuf = (uint64_t *)(void *)(buf + (size_t)DEPTH * 65536 + 8);
+		uint64_t *seenbuf =
+		        (uint64_t *)(void *)(buf + (size_t)DEPTH * 65536 + 8);
 		for (;;) {
 			while (posted < goal && posted - done < DEPTH) {
-				uint64_t *b = (uint64_t *)(void *)(buf + (posted % DEPTH) * 65536);
+				uint64_t *b =
+				        (uint64_t *)(void *)(buf +
+				                             (posted % DEPTH) *
+				                                     65536);
 				seq++;
 				for (size_t k = 0; k < nw; k++)
 					b[k] = seq;
-				farm_wr wr = farm_wr_write(posted, b, lmr, size, &t.desc, 0);
-				assert_int_equal(farm_ep_post(ep, &wr, NULL), 0);
+				farm_wr wr = farm_wr_write(posted, b, lmr, size,
+				                           &t.desc, 0);
+				assert_int_equal(farm_ep_post(ep, &wr, NULL),
+				                 0);
 				posted++;
 			}
 			farm_wc wc[DEPTH];
@@ -126,8 +159,11 @@ static void test_order(void **state)
 			if (done < goal)
 				continue;
 			/* All landed: has the target watched enough of them? */
-			assert_int_equal(tu_do(ep, cq, farm_wr_read(1u << 30, seenbuf, lmr, 8,
-			                                            &t.desc, SEEN_OFF)), 0);
+			assert_int_equal(
+			        tu_do(ep, cq,
+			              farm_wr_read(1u << 30, seenbuf, lmr, 8,
+			                           &t.desc, SEEN_OFF)),
+			        0);
 			seen = *seenbuf;
 			if (seen >= MIN_SEEN)
 				break;
@@ -137,8 +173,11 @@ static void test_order(void **state)
 		/* End the phase: the target stops polling and reports. */
 		uint64_t ph = p + 1;
 		memcpy(buf + (size_t)DEPTH * 65536, &ph, 8);
-		assert_int_equal(tu_do(ep, cq, farm_wr_write(1, buf + (size_t)DEPTH * 65536,
-		                                             lmr, 8, &t.desc, CTRL_OFF)), 0);
+		assert_int_equal(
+		        tu_do(ep, cq,
+		              farm_wr_write(1, buf + (size_t)DEPTH * 65536, lmr,
+		                            8, &t.desc, CTRL_OFF)),
+		        0);
 		struct report rep;
 		assert_int_equal(tu_recv(t.from, &rep, sizeof(rep)), 0);
 		printf("%5u B: %" PRIu64 " writes, target saw %" PRIu64
@@ -153,7 +192,7 @@ static void test_order(void **state)
 		}
 	}
 	if (broken)
-		farm_shm_testing_set(FARM_SHM_KNOB_ORDERED_WRITES, prev);
+		set_knob(prev);
 	farm_ep_destroy(ep);
 	assert_int_equal(farm_cq_destroy(cq), 0);
 	farm_mr_dereg(lmr);
@@ -167,6 +206,7 @@ static void test_order(void **state)
 
 int main(int argc, char **argv)
 {
+	tu_require_provider();
 	if (argc == 2 && !strcmp(argv[1], "--broken"))
 		broken = true;
 	else if (argc != 1) {
@@ -174,8 +214,9 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_order),
+	        cmocka_unit_test(test_order),
 	};
-	return cmocka_run_group_tests_name(broken ? "fabric_order_broken" : "fabric_order",
+	return cmocka_run_group_tests_name(broken ? "fabric_order_broken"
+	                                          : "fabric_order",
 	                                   tests, NULL, NULL);
 }

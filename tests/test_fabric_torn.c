@@ -24,18 +24,35 @@
 #include <inttypes.h>
 
 #include "fabric/shm_testing.h"
+#ifdef FARM_HAVE_OFI
+#include "fabric/ofi_testing.h"
+#endif
 
-#define OBJS 16
-#define LINES_MAX 8
+/* Switch the guarantee under test on or off in the provider the test runs
+ * on; returns the previous setting. */
+static int set_knob(int on)
+{
+#ifdef FARM_HAVE_OFI
+	if (!tu_is_shm())
+		return farm_ofi_testing_set(FARM_OFI_KNOB_LINE_ATOMIC, on);
+#endif
+	return farm_shm_testing_set(FARM_SHM_KNOB_LINE_ATOMIC, on);
+}
+
+#define OBJS       16
+#define LINES_MAX  8
 #define OBJ_STRIDE (LINES_MAX * 64)
-#define CTRL_OFF (OBJS * OBJ_STRIDE) /* stop word */
-#define RSIZE (1u << 20)
-#define WINDOW 8
+#define CTRL_OFF   (OBJS * OBJ_STRIDE) /* stop word */
+#define RSIZE      (1u << 20)
+#define WINDOW     8
 
 static uint64_t n_reads = 10000000;
 static bool broken;
 
-static unsigned obj_lines(unsigned o) { return 1 + o % LINES_MAX; }
+static unsigned obj_lines(unsigned o)
+{
+	return 1 + o % LINES_MAX;
+}
 
 static uint64_t data_word(uint64_t ver, unsigned line, unsigned w)
 {
@@ -54,25 +71,30 @@ static int writer(farm_fabric *fab, farm_region *r, int in, int out, void *arg)
 	uint64_t updates = 0;
 	while (!atomic_load_explicit(stop, memory_order_acquire)) {
 		unsigned o = updates++ % OBJS, lines = obj_lines(o);
-		_Atomic uint64_t *obj = (_Atomic uint64_t *)(void *)(base + o * OBJ_STRIDE);
-		uint64_t v = atomic_load_explicit(&obj[0], memory_order_relaxed);
+		_Atomic uint64_t *obj =
+		        (_Atomic uint64_t *)(void *)(base + o * OBJ_STRIDE);
+		uint64_t v =
+		        atomic_load_explicit(&obj[0], memory_order_relaxed);
 		uint64_t locked = v | 1, nv = v + 2;
 		/* W0: lock the header (only writer: a store suffices, but
 		 * FaRM's primary uses CAS; keep the real cost). */
 		atomic_compare_exchange_strong(&obj[0], &v, locked);
 		/* W1: the lock value into every line version. */
 		for (unsigned l = 1; l < lines; l++)
-			atomic_store_explicit(&obj[l * 8], locked, memory_order_release);
+			atomic_store_explicit(&obj[l * 8], locked,
+			                      memory_order_release);
 		/* W2: the data, after W1 (release fence). */
 		atomic_thread_fence(memory_order_release);
 		for (unsigned l = 0; l < lines; l++)
 			for (unsigned w = 1; w < 8; w++)
-				atomic_store_explicit(&obj[l * 8 + w], data_word(nv, l, w),
+				atomic_store_explicit(&obj[l * 8 + w],
+				                      data_word(nv, l, w),
 				                      memory_order_relaxed);
 		/* W3: new line versions, then the unlocked header, after W2. */
 		atomic_thread_fence(memory_order_release);
 		for (unsigned l = 1; l < lines; l++)
-			atomic_store_explicit(&obj[l * 8], nv, memory_order_relaxed);
+			atomic_store_explicit(&obj[l * 8], nv,
+			                      memory_order_relaxed);
 		atomic_store_explicit(&obj[0], nv, memory_order_release);
 	}
 	return 0;
@@ -96,10 +118,12 @@ static void test_torn(void **state)
 	assert_int_equal(farm_ep_connect(fab, cq, 1, w.addr, NULL, &ep), 0);
 	uint8_t *buf = aligned_alloc(64, WINDOW * OBJ_STRIDE);
 	farm_mr *lmr;
-	assert_int_equal(farm_mr_reg(fab, buf, WINDOW * OBJ_STRIDE, FARM_ACCESS_LOCAL, &lmr), 0);
+	assert_int_equal(farm_mr_reg(fab, buf, WINDOW * OBJ_STRIDE,
+	                             FARM_ACCESS_LOCAL, &lmr),
+	                 0);
 	int prev = 1;
 	if (broken)
-		prev = farm_shm_testing_set(FARM_SHM_KNOB_LINE_ATOMIC, 0);
+		prev = set_knob(0);
 
 	uint64_t reads = 0, valid = 0, invalid = 0, torn = 0, posted = 0;
 	unsigned slot_obj[WINDOW];
@@ -109,9 +133,10 @@ static void test_torn(void **state)
 			unsigned slot = (unsigned)(posted % WINDOW);
 			unsigned o = (unsigned)((posted * 7) % OBJS);
 			slot_obj[slot] = o;
-			farm_wr r = farm_wr_read(slot, buf + slot * OBJ_STRIDE, lmr,
-			                         obj_lines(o) * 64, &w.desc,
-			                         (uint64_t)o * OBJ_STRIDE);
+			farm_wr r =
+			        farm_wr_read(slot, buf + slot * OBJ_STRIDE, lmr,
+			                     obj_lines(o) * 64, &w.desc,
+			                     (uint64_t)o * OBJ_STRIDE);
 			r.flags = FARM_WR_SIGNALED;
 			assert_int_equal(farm_ep_post(ep, &r, NULL), 0);
 			posted++;
@@ -123,7 +148,9 @@ static void test_torn(void **state)
 			assert_int_equal(wc[i].status, 0);
 			unsigned slot = (unsigned)wc[i].wr_id;
 			unsigned lines = obj_lines(slot_obj[slot]);
-			const uint64_t *obj = (const uint64_t *)(void *)(buf + slot * OBJ_STRIDE);
+			const uint64_t *obj =
+			        (const uint64_t *)(void *)(buf +
+			                                   slot * OBJ_STRIDE);
 			uint64_t v = obj[0];
 			bool ok = !(v & 1);
 			for (unsigned l = 1; ok && l < lines; l++)
@@ -138,7 +165,8 @@ static void test_torn(void **state)
 				continue;
 			for (unsigned l = 0; l < lines; l++)
 				for (unsigned x = 1; x < 8; x++)
-					if (obj[l * 8 + x] != data_word(v, l, x)) {
+					if (obj[l * 8 + x] !=
+					    data_word(v, l, x)) {
 						torn++;
 						l = lines;
 						break;
@@ -147,16 +175,22 @@ static void test_torn(void **state)
 	}
 	double secs = (double)(farm_now_ns() - t0) / 1e9;
 	if (broken)
-		farm_shm_testing_set(FARM_SHM_KNOB_LINE_ATOMIC, prev);
+		set_knob(prev);
 	/* Stop the writer with a one-sided WRITE of its stop word. */
 	uint64_t one = 1;
 	memcpy(buf, &one, 8);
-	assert_int_equal(tu_do(ep, cq, farm_wr_write(99, buf, lmr, 8, &w.desc, CTRL_OFF)), 0);
-	printf("%s: %" PRIu64 " reads in %.2f s (%.1f M/s): %" PRIu64 " valid, %" PRIu64
-	       " failed validation (retried by a real reader), %" PRIu64 " torn; "
+	assert_int_equal(
+	        tu_do(ep, cq,
+	              farm_wr_write(99, buf, lmr, 8, &w.desc, CTRL_OFF)),
+	        0);
+	printf("%s: %" PRIu64 " reads in %.2f s (%.1f M/s): %" PRIu64
+	       " valid, %" PRIu64
+	       " failed validation (retried by a real reader), %" PRIu64
+	       " torn; "
 	       "seqlock give-ups %" PRIu64 "\n",
 	       broken ? "line atomicity OFF" : "line atomicity ON", reads, secs,
-	       reads / secs / 1e6, valid, invalid, torn, farm_shm_testing_line_giveups());
+	       reads / secs / 1e6, valid, invalid, torn,
+	       farm_shm_testing_line_giveups());
 	farm_ep_destroy(ep);
 	assert_int_equal(farm_cq_destroy(cq), 0);
 	farm_mr_dereg(lmr);
@@ -176,19 +210,22 @@ static void test_torn(void **state)
 
 int main(int argc, char **argv)
 {
+	tu_require_provider();
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--broken"))
 			broken = true;
 		else if (!strcmp(argv[i], "--reads") && i + 1 < argc)
 			n_reads = strtoull(argv[++i], NULL, 10);
 		else {
-			fprintf(stderr, "usage: %s [--broken] [--reads N]\n", argv[0]);
+			fprintf(stderr, "usage: %s [--broken] [--reads N]\n",
+			        argv[0]);
 			return 2;
 		}
 	}
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_torn),
+	        cmocka_unit_test(test_torn),
 	};
-	return cmocka_run_group_tests_name(broken ? "fabric_torn_broken" : "fabric_torn",
+	return cmocka_run_group_tests_name(broken ? "fabric_torn_broken"
+	                                          : "fabric_torn",
 	                                   tests, NULL, NULL);
 }

@@ -26,7 +26,8 @@
  *               records are acknowledged: both surviving machines' logs
  *               hold that transaction's COMMIT-BACKUP record.
  * Options: --transfers N, --accounts N (per machine), --bank-seconds S
- * (deadline), --torn-seconds S, --torn-reads N, --broken, --only NAME.
+ * (deadline), --torn-seconds S, --torn-reads N, --broken, --only NAME,
+ * --epoch-every N (bank iterations per machine between epoch ends).
  */
 #include "nodeproc.h"
 
@@ -60,6 +61,7 @@ static double opt_torn_secs = 8;
 static uint64_t opt_torn_reads = 0; /* 0: as many as fit in torn_secs */
 static bool opt_broken;
 static const char *opt_only;
+static uint64_t opt_epoch_every = 2000; /* bank iterations per epoch end */
 
 /* ---- the cluster (parent side)
  * ----------------------------------------------- */
@@ -413,7 +415,7 @@ static int bank_role(struct ch *c)
 	while (s.transfers < target && np_now_ns() < dl) {
 		/* Now and then end an epoch on every machine: it must finish
 		 * while everyone's transfers and reads go on. */
-		if (++iter % 2000 == 0) {
+		if (++iter % opt_epoch_every == 0) {
 			int rc = farm_txm_epoch_sync(c->txm, c->np.loop);
 			if (rc) {
 				s.epochs_failed++;
@@ -1297,6 +1299,8 @@ int main(int argc, char **argv)
 			opt_torn_reads = strtoull(v, NULL, 0);
 		else if (!strcmp(a, "--only"))
 			opt_only = v;
+		else if (!strcmp(a, "--epoch-every") && strtoull(v, NULL, 0))
+			opt_epoch_every = strtoull(v, NULL, 0);
 		else {
 			fprintf(stderr, "%s: bad option %s\n", argv[0], a);
 			return 2;

@@ -52,14 +52,43 @@ static inline void tu_rmtree(const char *dir)
 	nftw(dir, tu_rm_cb, 16, FTW_DEPTH | FTW_PHYS);
 }
 
-/* Open a fabric for machine @id in @dir (shm). */
+/* The provider the tests run on: $FARM_FABRIC (ctest sets it for the
+ * "_ofi" variants), else shm. Forked machines inherit it. */
+static inline const char *tu_provider(void)
+{
+	const char *p = getenv("FARM_FABRIC");
+	return p && *p ? p : "shm";
+}
+
+static inline bool tu_is_shm(void)
+{
+	return strcmp(tu_provider(), "shm") == 0;
+}
+
+/* Exit 77 (skipped) when the chosen provider is not built here. */
+static inline void tu_require_provider(void)
+{
+	if (!farm_fabric_provider_available(tu_provider())) {
+		printf("SKIPPED: fabric provider '%s' was not built\n",
+		       tu_provider());
+		exit(FARM_TEST_SKIP);
+	}
+}
+
+/* Open a fabric for machine @id in @dir (shm; network providers listen on
+ * a free loopback port). */
 static inline farm_fabric *tu_open(uint32_t id, const char *dir)
 {
-	farm_fabric_attr a = {.provider = "shm", .machine_id = id, .data_dir = dir};
+	farm_fabric_attr a = {.provider = tu_provider(),
+	                      .machine_id = id,
+	                      .data_dir = dir,
+	                      .listen_addr =
+	                              tu_is_shm() ? NULL : "127.0.0.1:0"};
 	farm_fabric *f = NULL;
 	int rc = farm_fabric_open(&a, &f);
 	if (rc) {
-		fprintf(stderr, "farm_fabric_open(%s): %s\n", dir, farm_strerror(rc));
+		fprintf(stderr, "farm_fabric_open(%s, %s): %s\n", a.provider,
+		        dir, farm_strerror(rc));
 		return NULL;
 	}
 	return f;
@@ -153,8 +182,8 @@ struct tu_machine {
 
 /* What a child machine runs once its region is published: @in and @out
  * talk to the parent. Returns the child's exit status. */
-typedef int (*tu_machine_fn)(farm_fabric *fab, farm_region *r, int in,
-                             int out, void *arg);
+typedef int (*tu_machine_fn)(farm_fabric *fab, farm_region *r, int in, int out,
+                             void *arg);
 
 /*
  * Fork machine @id with a region of @rsize bytes; the child opens its

@@ -6,6 +6,8 @@
  *   "shm"   machines are processes on one host; a one-sided operation is a
  *           copy done by the initiator on memory it has mapped. Default.
  *   "verbs" rdma-core (libibverbs + librdmacm): InfiniBand, RoCE, rxe, siw.
+ *   "ofi"   libfabric: its "tcp;ofi_rxm" provider (software RMA over TCP,
+ *           any network) by default, or another of its providers.
  *
  * The model is that of RDMA verbs, simplified:
  *   - memory that peers may reach is registered (farm_mr_reg) and described
@@ -65,7 +67,7 @@ typedef struct farm_mem farm_mem;
 #define FARM_CACHE_LINE 64
 
 typedef struct farm_fabric_attr {
-	/* "shm" or "verbs"; NULL takes $FARM_FABRIC, else "shm". */
+	/* "shm", "verbs" or "ofi"; NULL takes $FARM_FABRIC, else "shm". */
 	const char *provider;
 	/* This machine's identity, unique in the cluster. */
 	uint32_t machine_id;
@@ -73,12 +75,15 @@ typedef struct farm_fabric_attr {
 	 * lock; peers reach the machine through it. verbs: used for nothing
 	 * but diagnostics. Required for shm. */
 	const char *data_dir;
-	/* verbs: "ip:port" to listen on for peers' connections (port 0: any
-	 * free port). Give a concrete IP: a wildcard address is not one peers
-	 * can connect to. Ignored by shm. */
+	/* verbs, ofi: "ip:port" to listen on for peers' connections (port 0:
+	 * any free port). Give a concrete IP: a wildcard address is not one
+	 * peers can connect to. Ignored by shm. ofi: NULL is 127.0.0.1:0. */
 	const char *listen_addr;
 	/* verbs: device name (NULL: the first one). */
 	const char *device;
+	/* ofi: the libfabric provider (NULL: $FARM_OFI_PROVIDER, else
+	 * "tcp;ofi_rxm"). It must offer RDM endpoints, RMA and atomics. */
+	const char *ofi_provider;
 } farm_fabric_attr;
 
 /*
@@ -96,7 +101,7 @@ FARM_API void farm_fabric_close(farm_fabric *fab);
 FARM_API const char *farm_fabric_provider(const farm_fabric *fab);
 FARM_API uint32_t farm_fabric_machine_id(const farm_fabric *fab);
 /* The address peers pass to farm_ep_connect() to reach this machine
- * (shm: the data directory; verbs: "ip:port"). Returns its length, or
+ * (shm: the data directory; verbs, ofi: "ip:port"). Returns its length, or
  * -ENOSPC when @len is too small. */
 FARM_API int farm_fabric_address(const farm_fabric *fab, char *buf, size_t len);
 /* Whether @provider was built into this library. */
@@ -185,7 +190,7 @@ enum farm_wr_opcode {
 	FARM_WR_READ = 1,
 	FARM_WR_WRITE = 2,
 	FARM_WR_CAS = 3,
-	/* Doorbell for a parked peer thread (shm only; verbs: -ENOTSUP at
+	/* Doorbell for a parked peer thread (shm, ofi; verbs: -ENOTSUP at
 	 * post). Executes after the requests posted before it: with a full
 	 * barrier between their stores and the check, if the 4-byte word at
 	 * raddr (4-aligned, in a registration with REMOTE_WRITE) is non-zero,
@@ -193,7 +198,8 @@ enum farm_wr_opcode {
 	 * (farm_wait_word) are woken. Zeroing closes the race with an owner
 	 * that checked for work just before the WRITEs and is about to sleep:
 	 * its farm_wait_word(word, non-zero) then returns at once. len is 4
-	 * and local may be NULL. Its wc.len is 1 when it woke someone. */
+	 * and local may be NULL. Its wc.len is 1 when it woke someone (shm;
+	 * ofi: always 0, the target does not answer). */
 	FARM_WR_NOTIFY = 4,
 };
 
@@ -289,7 +295,8 @@ static inline farm_wr farm_wr_read(uint64_t wr_id, void *dst, farm_mr *lmr,
                                    uint32_t len, const farm_mr_desc *rd,
                                    uint64_t roff)
 {
-	farm_wr wr = {0};
+	/* Every member named: C++ -Wextra warns about {0}. */
+	farm_wr wr = {NULL, 0, 0, 0, 0, NULL, NULL, 0, 0, 0, 0};
 	wr.wr_id = wr_id;
 	wr.opcode = FARM_WR_READ;
 	wr.flags = FARM_WR_SIGNALED;

@@ -17,6 +17,9 @@ static const struct farm_fabric_ops *const providers[] = {
 #ifdef FARM_HAVE_VERBS
         &farm_verbs_ops,
 #endif
+#ifdef FARM_HAVE_OFI
+        &farm_ofi_ops,
+#endif
 };
 
 static const struct farm_fabric_ops *find_provider(const char *name)
@@ -47,9 +50,12 @@ int farm_fabric_open(const farm_fabric_attr *attr, farm_fabric **out)
 			farm_err("fabric provider 'verbs' was not built: "
 			         "libibverbs/librdmacm were missing at build "
 			         "time");
+		else if (strcmp(name, "ofi") == 0)
+			farm_err("fabric provider 'ofi' was not built: "
+			         "libfabric-dev was missing at build time");
 		else
 			farm_err("unknown fabric provider '%s' (known: shm, "
-			         "verbs)",
+			         "verbs, ofi)",
 			         name);
 		return -EINVAL;
 	}

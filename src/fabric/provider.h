@@ -87,6 +87,9 @@ extern const struct farm_fabric_ops farm_shm_ops;
 #ifdef FARM_HAVE_VERBS
 extern const struct farm_fabric_ops farm_verbs_ops;
 #endif
+#ifdef FARM_HAVE_OFI
+extern const struct farm_fabric_ops farm_ofi_ops;
+#endif
 
 /* Checks shared by providers: is a request well formed (post-time errors
  * only)? Returns 0 or -EINVAL. */

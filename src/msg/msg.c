@@ -306,7 +306,8 @@ int farm_msg_create(farm_fabric *fab, const farm_msg_attr *attr, farm_msg **out)
 	uint32_t me = farm_fabric_machine_id(fab);
 	if (me >= a.max_machines)
 		return -EINVAL;
-	bool verbs = strcmp(farm_fabric_provider(fab), "shm") != 0;
+	/* verbs has no doorbell (shm and ofi have FARM_WR_NOTIFY). */
+	bool verbs = strcmp(farm_fabric_provider(fab), "verbs") == 0;
 	if (verbs && !a.busy_poll) {
 		farm_info("msg: the %s provider has no doorbell for parked "
 		          "threads: loops poll continuously",

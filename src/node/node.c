@@ -311,6 +311,7 @@ int farm_node_open(const struct farm_config *cfg, farm_node **out)
 	        .machine_id = cfg->machine_id,
 	        .data_dir = cfg->data_dir,
 	        .listen_addr = cfg->listen[0] ? cfg->listen : NULL,
+	        .ofi_provider = cfg->ofi_provider[0] ? cfg->ofi_provider : NULL,
 	};
 	int rc = farm_fabric_open(&fa, &n->fab);
 	if (rc) {

@@ -114,12 +114,15 @@ int farm_config_set(struct farm_config *c, const char *key, const char *value,
 	} else if (strcmp(key, "data_dir") == 0) {
 		rc = copy_str(c->data_dir, sizeof(c->data_dir), value);
 	} else if (strcmp(key, "fabric") == 0) {
-		if (strcmp(value, "shm") && strcmp(value, "verbs"))
+		if (strcmp(value, "shm") && strcmp(value, "verbs") &&
+		    strcmp(value, "ofi"))
 			rc = -EINVAL;
 		else
 			rc = copy_str(c->fabric, sizeof(c->fabric), value);
 	} else if (strcmp(key, "listen") == 0) {
 		rc = copy_str(c->listen, sizeof(c->listen), value);
+	} else if (strcmp(key, "ofi_provider") == 0) {
+		rc = copy_str(c->ofi_provider, sizeof(c->ofi_provider), value);
 	} else if (strcmp(key, "region_size") == 0) {
 		rc = farm_parse_size(value, &c->region_size);
 	} else if (strcmp(key, "job") == 0) {
@@ -262,25 +265,14 @@ int farm_config_load(struct farm_config *c, const char *path, char *err,
 
 int farm_config_apply_env(struct farm_config *c, char *err, size_t errlen)
 {
-	static const char *const keys[] = {"machine_id",
-	                                   "data_dir",
-	                                   "fabric",
-	                                   "listen",
-	                                   "region_size",
-	                                   "job",
-	                                   "replicas",
-	                                   "rings",
-	                                   "ring_points",
-	                                   "threads",
-	                                   "expect_machines",
-	                                   "log_size",
-	                                   "busy_poll",
-	                                   "zk",
-	                                   "zk_root",
-	                                   "zk_session_ms",
-	                                   "zk_connect_timeout_ms",
-	                                   "lease_us",
-	                                   "lease_bind"};
+	static const char *const keys[] = {
+	        "machine_id",  "data_dir",      "fabric",
+	        "listen",      "ofi_provider",  "region_size",
+	        "job",         "replicas",      "rings",
+	        "ring_points", "threads",       "expect_machines",
+	        "log_size",    "busy_poll",     "zk",
+	        "zk_root",     "zk_session_ms", "zk_connect_timeout_ms",
+	        "lease_us",    "lease_bind"};
 	char env[64], msg[256];
 	for (size_t i = 0; i < FARM_ARRAY_SIZE(keys); i++) {
 		size_t n =

@@ -23,7 +23,9 @@ struct farm_config {
 	bool has_machine_id;
 	char data_dir[FARM_CONFIG_STR];
 	char fabric[16];                /* "" = $FARM_FABRIC or shm */
-	char listen[FARM_CONFIG_STR];   /* verbs: ip:port */
+	char listen[FARM_CONFIG_STR];   /* verbs, ofi: ip:port */
+	char ofi_provider[64];          /* ofi: libfabric provider ("" =
+	                                   tcp;ofi_rxm) */
 	uint64_t region_size;           /* bytes, power of two */
 	char job[32];                   /* what the machine host runs */
 	uint32_t replicas;              /* r: copies of each region, 1..8 */
@@ -55,6 +57,7 @@ void farm_config_defaults(struct farm_config *c);
 int farm_config_load(struct farm_config *c, const char *path, char *err,
                      size_t errlen);
 /* Apply FARM_MACHINE_ID, FARM_DATA_DIR, FARM_FABRIC, FARM_LISTEN,
+ * FARM_OFI_PROVIDER,
  * FARM_REGION_SIZE, FARM_JOB over @c. */
 int farm_config_apply_env(struct farm_config *c, char *err, size_t errlen);
 /* Set one key; the file parser and the environment both use it. */

@@ -1,0 +1,1313 @@
+/*
+ * The "ofi" fabric provider: libfarm's fabric over libfabric (OFI), by
+ * default its "tcp;ofi_rxm" provider (one-sided READ, WRITE and atomics in
+ * software over TCP), or any other libfabric provider with RDM endpoints,
+ * RMA and atomics (verbs;ofi_rxm, efa, cxi...). README.md, "ofi", says what
+ * libfabric guarantees, what it does not, and how this file makes up for it.
+ *
+ * Shape. One fabric owns one libfabric domain, one RDM endpoint, one
+ * address vector and one libfabric completion queue. A farm_ep is a
+ * logical endpoint to one peer on that RDM endpoint: a ring of slots, one
+ * per request, in post order. Every libfabric operation asks for a
+ * completion; its context is not a pointer but (ep index, ep generation,
+ * slot sequence), so a late completion of a destroyed endpoint or of a
+ * reused slot is recognised and dropped. Whoever drains the libfabric CQ
+ * (a farm_cq_poll of any thread, or the progress thread) records the
+ * result in the slot; the endpoint's owner retires slots in post order in
+ * farm_cq_poll and reports signaled successes and every failure.
+ *
+ * Guarantees kept in this file (libfabric does not promise them):
+ *   (a) WRITE landing order: a WRITE whose first / last 8 bytes are
+ *       8-aligned sends them as separate 8-byte FI_ATOMIC_WRITE operations
+ *       around the body (ordered by FI_ORDER_WAW): the target's provider
+ *       stores each with one 8-byte store, after the body for the last.
+ *       A plain TCP RMA write lands through recv(2) in pieces of any size,
+ *       so a polled word can be seen half written.
+ *   (b) line-atomic READs (<= OFI_VERIFY_MAX bytes): the READ is issued
+ *       twice back to back and delivered only when both copies agree byte
+ *       for byte, else both are issued again (a torn copy differs from the
+ *       next one: the writer's version word changed in between).
+ *   (c) post order across READ then WRITE (FI_ORDER_WAR, which tcp;ofi_rxm
+ *       does not offer): a WRITE, CAS or NOTIFY waits while READs of its
+ *       endpoint are in flight.
+ *   (d) progress while the target's loops are parked: software RMA needs
+ *       the target process to run its provider. A progress thread per
+ *       fabric sleeps on the CQ's wait object (fi_trywait + poll: no CPU
+ *       while idle) and drains it when anything arrives.
+ *   (e) peer death within a bound: an error completion from libfabric
+ *       (connection reset or refused) marks the peer dead at once; a
+ *       request outstanding longer than the timeout (FARM_OFI_TIMEOUT_MS,
+ *       default 4000) does too (a cut link sends no reset).
+ *   (f) NOTIFY: a small message to the target's fabric, which checks the
+ *       word against its registrations and wakes waiters (farm_wake_word).
+ *       It travels after the WRITEs before it (FI_ORDER_SAW).
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <rdma/fabric.h>
+#include <rdma/fi_atomic.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
+
+#include "fabric/ofi_int.h"
+#include "util/log.h"
+
+static _Atomic int knob_ordered_writes = 1, knob_line_atomic = 1;
+
+int farm_ofi_testing_set(enum farm_ofi_knob knob, int value)
+{
+	_Atomic int *k = knob == FARM_OFI_KNOB_ORDERED_WRITES
+	                         ? &knob_ordered_writes
+	                         : &knob_line_atomic;
+	return atomic_exchange(k, value);
+}
+
+/* ---- addresses --------------------------------------------------------- */
+
+/* ---- control messages -------------------------------------------------- */
+
+/* ---- completion dispatch (drain lock held) ----------------------------- */
+
+/* A slot operation's context: tag, piece kind, endpoint index and
+ * generation, slot sequence. */
+static uint64_t slot_ctx(const struct ofi_ep *ep, uint32_t seq, unsigned kind)
+{
+	return OFI_CTX_SLOT | (uint64_t)kind << 60 | (uint64_t)ep->idx << 48 |
+	       (uint64_t)ep->gen << 32 | seq;
+}
+
+static void on_completion(struct ofi_fabric *f, void *ctx, uint64_t flags,
+                          size_t len, int err)
+{
+	uint64_t c = (uint64_t)(uintptr_t)ctx;
+	if (c & OFI_CTX_SLOT) {
+		uint32_t idx = (uint32_t)(c >> 48) & 0xfff;
+		unsigned kind = (unsigned)(c >> 60) & 7;
+		uint16_t gen = (uint16_t)(c >> 32);
+		uint32_t seq = (uint32_t)c;
+		struct ofi_ep *ep = idx < OFI_MAX_EPS ? f->eps[idx] : NULL;
+		if (!ep || ep->gen != gen) {
+			ST_ADD(f, stale, 1);
+			return;
+		}
+		struct ofi_slot *s = &ep->slots[seq & ep->mask];
+		if (s->seq != seq || s->state != S_POSTED) {
+			ST_ADD(f, stale, 1);
+			return;
+		}
+		if (err) {
+			int st = map_err(err);
+			int zero = 0;
+			atomic_compare_exchange_strong(&s->err, &zero, st);
+			if (is_death(st) && ep->base.peer < OFI_MAX_PEERS)
+				atomic_store(&f->peers[ep->base.peer].dead, 1);
+		}
+		if (kind < P_KINDS) {
+			atomic_fetch_sub(&s->pend[kind], 1);
+			atomic_fetch_sub(&ep->inflight[kind], 1);
+		}
+		atomic_fetch_sub_explicit(&s->pending, 1, memory_order_release);
+		if (!ep->kick && f->nkick < FARM_ARRAY_SIZE(f->kick)) {
+			ep->kick = true;
+			f->kick[f->nkick++] = ep;
+		}
+		return;
+	}
+	struct ofi_octx *o = ctx;
+	if (!o)
+		return;
+	switch (o->kind) {
+	case K_RECV: {
+		struct ofi_rbuf *r = (struct ofi_rbuf *)o;
+		if (!err)
+			ofi_on_ctrl(f, &r->msg, len);
+		if (err != FI_ECANCELED)
+			ofi_post_recv(f, r);
+		break;
+	}
+	case K_SENDFREE: free(o); break;
+	case K_HB: {
+		struct ofi_hb *hb = (struct ofi_hb *)o;
+		if (err && is_death(map_err(err)))
+			atomic_store(&f->peers[hb->peer].dead, 1);
+		atomic_store(&hb->busy, 0);
+		break;
+	}
+	case K_FETCH:
+		atomic_store(&((struct ofi_fetch *)o)->status,
+		             err ? map_err(err) : 1);
+		break;
+	case K_HELLO: {
+		struct ofi_conn *cn = (struct ofi_conn *)o;
+		if (err) {
+			int zero = 0;
+			atomic_compare_exchange_strong(&cn->status, &zero,
+			                               -ECONNREFUSED);
+		}
+		break;
+	}
+	default: break;
+	}
+}
+
+static void pump(struct ofi_ep *ep);
+
+/* Requests held back by a fence (order_ok) wait for completions; their
+ * owner may not poll again (nothing signaled outstanding), so whoever
+ * drained the completions hands them on. Drain lock held; the endpoint
+ * lock only tried (owners take it before trying the drain lock). */
+static void kick_waiting(struct ofi_fabric *f)
+{
+	for (unsigned i = 0; i < f->nkick; i++) {
+		struct ofi_ep *ep = f->kick[i];
+		ep->kick = false;
+		if (pthread_mutex_trylock(&ep->lock) == 0) {
+			if (ep->next_post != ep->head)
+				pump(ep);
+			pthread_mutex_unlock(&ep->lock);
+		}
+	}
+	f->nkick = 0;
+}
+
+/* Read the libfabric CQ until empty; the caller holds f->drain. Returns
+ * how many entries were handled. */
+static int drain_locked(struct ofi_fabric *f)
+{
+	int total = 0;
+	for (;;) {
+		struct fi_cq_msg_entry e[32];
+		ssize_t n = fi_cq_read(f->cq, e, 32);
+		if (n > 0) {
+			for (ssize_t i = 0; i < n; i++)
+				on_completion(f, e[i].op_context, e[i].flags,
+				              e[i].len, 0);
+			total += (int)n;
+			continue;
+		}
+		if (n == -FI_EAVAIL) {
+			struct fi_cq_err_entry ee;
+			memset(&ee, 0, sizeof(ee));
+			if (fi_cq_readerr(f->cq, &ee, 0) == 1) {
+				ST_ADD(f, errors, 1);
+				on_completion(f, ee.op_context, ee.flags,
+				              ee.len, ee.err ? ee.err : FI_EIO);
+				total++;
+			}
+			continue;
+		}
+		break;
+	}
+	kick_waiting(f);
+	return total;
+}
+
+void ofi_drain_try(struct ofi_fabric *f)
+{
+	if (pthread_mutex_trylock(&f->drain) == 0) {
+		drain_locked(f);
+		pthread_mutex_unlock(&f->drain);
+	}
+}
+
+/* The progress thread: sleeps on the CQ's fd, drains when woken. */
+static void *progress_main(void *arg)
+{
+	struct ofi_fabric *f = arg;
+	struct pollfd p[2] = {{.fd = f->stop_fd, .events = POLLIN},
+	                      {.fd = f->cq_fd, .events = POLLIN}};
+	for (;;) {
+		pthread_mutex_lock(&f->drain);
+		drain_locked(f);
+		ofi_hb_tick(f);
+		pthread_mutex_unlock(&f->drain);
+		int timeout = 50;
+		if (f->cq_wait) {
+			struct fid *fids[1] = {&f->cq->fid};
+			if (fi_trywait(f->fabric, fids, 1) != FI_SUCCESS)
+				continue;
+			timeout = (int)FARM_MIN(200u, f->hb_ns / 1000000u);
+		}
+		ST_ADD(f, progress_sleeps, 1);
+		int n = poll(p, f->cq_wait ? 2 : 1, f->cq_wait ? timeout : 0);
+		if (n > 0 && (p[0].revents & POLLIN))
+			break;
+		if (!f->cq_wait)
+			usleep(50);
+	}
+	return NULL;
+}
+
+/* ---- fabric ------------------------------------------------------------ */
+
+static void ofi_close(farm_fabric *fab);
+static void ep_free(struct ofi_ep *ep);
+
+static int ofi_open(const farm_fabric_attr *attr, farm_fabric **out)
+{
+	struct ofi_fabric *f = calloc(1, sizeof(*f));
+	if (!f)
+		return -ENOMEM;
+	f->base.ops = &farm_ofi_ops;
+	f->base.machine_id = attr->machine_id;
+	f->cq_fd = f->stop_fd = -1;
+	pthread_mutex_init(&f->drain, NULL);
+	pthread_mutex_init(&f->lock, NULL);
+	const char *to = getenv("FARM_OFI_TIMEOUT_MS");
+	f->timeout_ns =
+	        (to && atoi(to) > 0 ? (uint64_t)atoi(to) : 4000) * 1000000ull;
+	f->hb_ns = FARM_MAX(f->timeout_ns / 4, 20000000ull);
+	const char *prov = attr->ofi_provider;
+	if (!prov || !*prov)
+		prov = getenv("FARM_OFI_PROVIDER");
+	if (!prov || !*prov)
+		prov = OFI_DEFAULT_PROVIDER;
+	snprintf(f->prov, sizeof(f->prov), "%s", prov);
+	const char *listen = attr->listen_addr && *attr->listen_addr
+	                             ? attr->listen_addr
+	                             : "127.0.0.1:0";
+	struct sockaddr_storage ss;
+	socklen_t sl;
+	int rc = -EINVAL;
+	if (ofi_parse_addr(listen, &ss, &sl)) {
+		farm_err("ofi: listen address '%s' is not ip:port", listen);
+		free(f);
+		return -EINVAL;
+	}
+	struct fi_info *hints = fi_allocinfo();
+	if (!hints) {
+		free(f);
+		return -ENOMEM;
+	}
+	hints->caps = FI_MSG | FI_RMA | FI_ATOMIC | FI_READ | FI_WRITE |
+	              FI_SEND | FI_RECV | FI_REMOTE_READ | FI_REMOTE_WRITE;
+	hints->mode = 0;
+	hints->ep_attr->type = FI_EP_RDM;
+	hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR |
+	                              FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+	hints->domain_attr->threading = FI_THREAD_SAFE;
+	hints->domain_attr->data_progress = FI_PROGRESS_MANUAL;
+	/* A WRITE completes once it is in the target's memory, as on RC
+	 * verbs (the default, transmit complete, would report a WRITE still
+	 * in a socket buffer). */
+	hints->tx_attr->op_flags = FI_DELIVERY_COMPLETE;
+	/* No msg_order in the hints: ofi_rxm refuses any with atomics. What
+	 * the provider grants is read back and the rest fenced (order_ok). */
+	hints->addr_format =
+	        ss.ss_family == AF_INET ? FI_SOCKADDR_IN : FI_SOCKADDR_IN6;
+	hints->src_addr = malloc(sl);
+	hints->src_addrlen = sl;
+	memcpy(hints->src_addr, &ss, sl);
+	hints->fabric_attr->prov_name = strdup(prov);
+	rc = fi_getinfo(FI_VERSION(1, 9), NULL, NULL, 0, hints, &f->info);
+	fi_freeinfo(hints);
+	if (rc) {
+		farm_info("ofi: no libfabric provider '%s' with RDM endpoints, "
+		          "RMA and atomics on %s: %s",
+		          prov, listen, fi_strerror(-rc));
+		free(f);
+		return FARM_ENODEVICE;
+	}
+	struct fi_info *i = f->info;
+	f->mr_local = i->domain_attr->mr_mode & FI_MR_LOCAL;
+	f->virt_addr = i->domain_attr->mr_mode & FI_MR_VIRT_ADDR;
+	f->prov_key = i->domain_attr->mr_mode & FI_MR_PROV_KEY;
+	f->order = i->tx_attr->msg_order;
+	if (!(i->tx_attr->op_flags & FI_DELIVERY_COMPLETE))
+		farm_warn("ofi: %s does not complete WRITEs on delivery", prov);
+	if ((rc = fi_fabric(i->fabric_attr, &f->fabric, NULL)) ||
+	    (rc = fi_domain(f->fabric, i, &f->domain, NULL)))
+		goto fail_fi;
+	struct fi_av_attr ava = {.type = FI_AV_UNSPEC};
+	if ((rc = fi_av_open(f->domain, &ava, &f->av, NULL)))
+		goto fail_fi;
+	struct fi_cq_attr cqa = {
+	        .format = FI_CQ_FORMAT_MSG, .wait_obj = FI_WAIT_FD, .size = 0};
+	f->cq_wait = true;
+	if (fi_cq_open(f->domain, &cqa, &f->cq, NULL)) {
+		cqa.wait_obj = FI_WAIT_NONE;
+		f->cq_wait = false;
+		if ((rc = fi_cq_open(f->domain, &cqa, &f->cq, NULL)))
+			goto fail_fi;
+		farm_warn("ofi: provider %s has no CQ wait fd: the progress "
+		          "thread polls (costs CPU while idle)",
+		          prov);
+	}
+	if (f->cq_wait &&
+	    fi_control(&f->cq->fid, FI_GETWAIT, &f->cq_fd) != FI_SUCCESS) {
+		f->cq_wait = false;
+		f->cq_fd = -1;
+	}
+	if ((rc = fi_endpoint(f->domain, i, &f->ep, NULL)) ||
+	    (rc = fi_ep_bind(f->ep, &f->av->fid, 0)) ||
+	    (rc = fi_ep_bind(f->ep, &f->cq->fid, FI_TRANSMIT | FI_RECV)) ||
+	    (rc = fi_enable(f->ep)))
+		goto fail_fi;
+	char name[128];
+	size_t nl = sizeof(name);
+	if ((rc = fi_getname(&f->ep->fid, name, &nl)))
+		goto fail_fi;
+	if (ofi_format_addr(name, f->addr, sizeof(f->addr)) < 0) {
+		rc = -FI_EINVAL;
+		goto fail_fi;
+	}
+	if (f->mr_local &&
+	    (rc = fi_mr_reg(f->domain, f->rbufs, sizeof(f->rbufs), FI_RECV, 0,
+	                    0, 0, &f->rbufs_mr, NULL)))
+		goto fail_fi;
+	f->validate = !f->prov_key;
+	if (f->validate) {
+		size_t tl = sizeof(struct ofi_tent) * OFI_TABLE_N;
+		f->table = aligned_alloc(4096, tl);
+		if (!f->table) {
+			rc = -FI_ENOMEM;
+			goto fail_fi;
+		}
+		memset(f->table, 0, tl);
+		f->slot_gen[0] = 1;
+		uint64_t tkey = 1ull << 12;
+		if ((rc = fi_mr_reg(f->domain, f->table, tl, FI_REMOTE_READ, 0,
+		                    tkey, 0, &f->table_mr, NULL)))
+			goto fail_fi;
+		f->table[0] =
+		        (struct ofi_tent){.key = tkey,
+		                          .addr = (uintptr_t)f->table,
+		                          .len = tl,
+		                          .access = FARM_ACCESS_REMOTE_READ};
+	}
+	for (int k = 0; k < OFI_RECVS; k++)
+		ofi_post_recv(f, &f->rbufs[k]);
+	f->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (f->stop_fd < 0 ||
+	    pthread_create(&f->progress, NULL, progress_main, f)) {
+		rc = -FI_ENOMEM;
+		goto fail_fi;
+	}
+	f->progress_started = true;
+	farm_dbg("ofi: machine %" PRIu32 " on %s (%s, mr_mode%s%s%s)",
+	         attr->machine_id, f->addr, prov, f->mr_local ? " local" : "",
+	         f->virt_addr ? " virt_addr" : "",
+	         f->prov_key ? " prov_key" : "");
+	*out = &f->base;
+	return 0;
+fail_fi:
+	farm_err("ofi: opening %s on %s: %s", prov, listen, fi_strerror(-rc));
+	rc = fi_to_errno(rc);
+	ofi_close(&f->base);
+	return rc;
+}
+
+static void ofi_close(farm_fabric *fab)
+{
+	struct ofi_fabric *f = F(fab);
+	if (f->progress_started) {
+		uint64_t one = 1;
+		if (write(f->stop_fd, &one, sizeof(one)) < 0)
+			farm_warn("ofi: waking the progress thread: %s",
+			          strerror(errno));
+		pthread_join(f->progress, NULL);
+	}
+	if (f->stop_fd >= 0)
+		close(f->stop_fd);
+	for (unsigned k = 0; k < OFI_MAX_EPS; k++)
+		if (f->eps[k])
+			f->base.ops->ep_destroy(&f->eps[k]->base);
+	if (f->ep)
+		fi_close(&f->ep->fid);
+	/* Sends still in the queue were flushed with the endpoint. */
+	if (f->rbufs_mr)
+		fi_close(&f->rbufs_mr->fid);
+	while (f->mrs) {
+		struct ofi_mr *m = f->mrs;
+		f->mrs = m->next;
+		if (m->mr)
+			fi_close(&m->mr->fid);
+		free(m);
+	}
+	if (f->table_mr)
+		fi_close(&f->table_mr->fid);
+	free(f->table);
+	if (f->cq)
+		fi_close(&f->cq->fid);
+	if (f->av)
+		fi_close(&f->av->fid);
+	if (f->domain)
+		fi_close(&f->domain->fid);
+	if (f->fabric)
+		fi_close(&f->fabric->fid);
+	if (f->info)
+		fi_freeinfo(f->info);
+	while (f->orphans) {
+		struct ofi_ep *ep = f->orphans;
+		f->orphans = ep->cq_next;
+		ep_free(ep);
+	}
+	while (f->conns) {
+		struct ofi_conn *c = f->conns;
+		f->conns = c->next;
+		free(c);
+	}
+	pthread_mutex_destroy(&f->drain);
+	pthread_mutex_destroy(&f->lock);
+	free(f);
+}
+
+static int ofi_address(const farm_fabric *fab, char *buf, size_t len)
+{
+	const struct ofi_fabric *f = (const struct ofi_fabric *)fab;
+	size_t n = strlen(f->addr);
+	if (n + 1 > len)
+		return -ENOSPC;
+	memcpy(buf, f->addr, n + 1);
+	return (int)n;
+}
+
+/* ---- memory ------------------------------------------------------------ */
+
+#define OFI_HUGE (2u << 20)
+
+static int ofi_mem_alloc(farm_fabric *fab, size_t size, unsigned flags,
+                         farm_mem **out)
+{
+	if (flags & FARM_MEM_REQUIRE_HUGE)
+		return -ENOTSUP; /* transparent huge pages are best effort */
+	size_t align = (flags & FARM_MEM_ALIGN_SIZE) ? size : 4096;
+	size_t len = (size + 4095) & ~(size_t)4095;
+	if (len < size || len + align < len)
+		return -ENOMEM;
+	size_t maplen = len + align;
+	uint8_t *map = mmap(NULL, maplen, PROT_READ | PROT_WRITE,
+	                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (map == MAP_FAILED)
+		return -errno;
+	uintptr_t a = ((uintptr_t)map + align - 1) & ~(uintptr_t)(align - 1);
+	uint8_t *p = (uint8_t *)a;
+	if (len >= OFI_HUGE)
+		madvise(p, len, MADV_HUGEPAGE);
+#ifdef MADV_POPULATE_WRITE
+	if (madvise(p, len, MADV_POPULATE_WRITE))
+#endif
+		for (size_t k = 0; k < len; k += 4096)
+			((volatile uint8_t *)p)[k] = 0;
+	struct ofi_mem *m = calloc(1, sizeof(*m));
+	if (!m) {
+		munmap(map, maplen);
+		return -ENOMEM;
+	}
+	m->base.fab = fab;
+	m->base.addr = p;
+	m->base.size = size;
+	m->base.huge = false;
+	m->map = map;
+	m->maplen = maplen;
+	*out = &m->base;
+	return 0;
+}
+
+static void ofi_mem_free(farm_mem *mem)
+{
+	struct ofi_mem *m = (struct ofi_mem *)mem;
+	munmap(m->map, m->maplen);
+	free(m);
+}
+
+static int ofi_mem_persist(const farm_mem *mem, const void *addr, size_t len)
+{
+	farm_store_fence(); /* DRAM (battery-backed in FaRM's model) */
+	return 0;
+}
+
+/* ---- registration ------------------------------------------------------ */
+
+/* ---- completion queues ------------------------------------------------- */
+
+static int ofi_cq_create(farm_fabric *fab, unsigned depth, unsigned flags,
+                         farm_cq **out)
+{
+	struct ofi_cq *c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->base.fab = fab;
+	c->shared = flags & FARM_CQ_SHARED;
+	pthread_mutex_init(&c->lock, NULL);
+	*out = &c->base;
+	return 0;
+}
+
+static int ofi_cq_destroy(farm_cq *cq)
+{
+	struct ofi_cq *c = (struct ofi_cq *)cq;
+	if (c->eps)
+		return -EBUSY;
+	pthread_mutex_destroy(&c->lock);
+	free(c);
+	return 0;
+}
+
+/* ---- the data path ----------------------------------------------------- */
+
+static void *ldesc(const struct ofi_fabric *f, farm_mr *lmr)
+{
+	return f->mr_local && lmr ? ((struct ofi_mr *)lmr)->ldesc : NULL;
+}
+
+/* Where libfabric wants the remote address: virtual, or an offset into
+ * the registration (its base from the peer's table). */
+static uint64_t remote_addr(const struct ofi_ep *ep, uint64_t raddr,
+                            uint64_t rkey)
+{
+	if (ep->fab->virt_addr || !ep->cache)
+		return raddr;
+	return raddr - ep->cache[rkey & (OFI_TABLE_N - 1)].addr;
+}
+
+static int slot_scratch(struct ofi_ep *ep, struct ofi_slot *s)
+{
+	if (s->scratch)
+		return 0;
+	s->scratch = aligned_alloc(64, OFI_VERIFY_MAX);
+	if (!s->scratch)
+		return -ENOMEM;
+	if (ep->fab->mr_local &&
+	    fi_mr_reg(ep->fab->domain, s->scratch, OFI_VERIFY_MAX, FI_READ, 0,
+	              0, 0, &s->scr_mr, NULL)) {
+		free(s->scratch);
+		s->scratch = NULL;
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+/* Piece @k of a request, to libfabric. Returns 0, -FI_EAGAIN, or another
+ * libfabric error. */
+static ssize_t post_piece(struct ofi_ep *ep, struct ofi_slot *s, unsigned k)
+{
+	struct ofi_fabric *f = ep->fab;
+	unsigned pk = k < FARM_ARRAY_SIZE(s->pc) ? k : 0; /* rev8 */
+	unsigned kind = s->pc[pk].kind;
+	void *ctx = (void *)(uintptr_t)slot_ctx(ep, s->seq, kind);
+	uint32_t off = s->pc[pk].off, len = s->pc[pk].len;
+	uint64_t ra = remote_addr(ep, s->raddr, s->rkey) + off;
+	uint8_t *lp = (uint8_t *)s->local + off;
+	switch (kind) {
+	case P_READ:
+		if (s->rev8) { /* test-only: word by word, highest first */
+			uint32_t o = s->len - 8 * (k + 1);
+			return fi_read(f->ep, (uint8_t *)s->local + o, 8,
+			               s->ldesc, ep->dest, ra + o, s->rkey,
+			               ctx);
+		}
+		if (k == 1) /* (b): the verification copy */
+			return fi_read(f->ep, s->scratch, len,
+			               s->scr_mr ? fi_mr_desc(s->scr_mr) : NULL,
+			               ep->dest, ra, s->rkey, ctx);
+		return fi_read(f->ep, lp, len, s->ldesc, ep->dest, ra, s->rkey,
+		               ctx);
+	case P_WRITE:
+		return fi_write(f->ep, lp, len, s->ldesc, ep->dest, ra, s->rkey,
+		                ctx);
+	case P_AWRITE:
+		return fi_atomic(f->ep, lp, 1, s->ldesc, ep->dest, ra, s->rkey,
+		                 FI_UINT64, FI_ATOMIC_WRITE, ctx);
+	case P_CAS:
+		return fi_compare_atomic(f->ep, &s->swp, 1, ep->slots_desc,
+		                         &s->cmp, ep->slots_desc, lp, s->ldesc,
+		                         ep->dest, ra, s->rkey, FI_UINT64,
+		                         FI_CSWAP, ctx);
+	default:
+		return fi_send(f->ep, &s->ctl, sizeof(s->ctl), ep->slots_desc,
+		               ep->dest, ctx);
+	}
+}
+
+static void piece(struct ofi_slot *s, unsigned *k, uint32_t off, uint32_t len,
+                  unsigned kind)
+{
+	if (*k >= FARM_ARRAY_SIZE(s->pc)) { /* rev8: every piece alike */
+		(*k)++;
+		return;
+	}
+	s->pc[*k].off = off;
+	s->pc[*k].len = len;
+	s->pc[(*k)++].kind = (uint8_t)kind;
+}
+
+/* Split a WRITE (a): the body as one RMA write, then an 8-aligned first
+ * word and last word as 8-byte atomic writes (the first only when the
+ * WRITE has more than one word). The body completes before the atomics go
+ * (they are not ordered with RMA, see order_ok); the two atomics are
+ * ordered with each other. Unaligned ends travel inside the body: bytes
+ * land in increasing address order, only the tearing of a polled word
+ * needs the atomic. */
+static unsigned write_pieces(struct ofi_slot *s)
+{
+	uint32_t n = s->len;
+	unsigned k = 0;
+	bool ordered = atomic_load_explicit(&knob_ordered_writes,
+	                                    memory_order_relaxed);
+	if (!ordered && n >= 16 && ((s->raddr + n) & 7) == 0) {
+		/* Test-only: the last word lands first, an order libfabric
+		 * allows when nothing fences RMA against atomics. */
+		piece(s, &k, n - 8, 8, P_AWRITE);
+		piece(s, &k, 0, n - 8, P_WRITE);
+		return k;
+	}
+	if (n < 8 || !ordered) {
+		piece(s, &k, 0, n, P_WRITE);
+		return k;
+	}
+	bool head = (s->raddr & 7) == 0 && n >= 16;
+	bool tail = ((s->raddr + n) & 7) == 0;
+	uint32_t b0 = head ? 8 : 0, b1 = tail ? n - 8 : n;
+	if (b1 > b0)
+		piece(s, &k, b0, b1 - b0, P_WRITE);
+	if (head)
+		piece(s, &k, 0, 8, P_AWRITE);
+	if (tail)
+		piece(s, &k, n - 8, 8, P_AWRITE);
+	return k;
+}
+
+/*
+ * Whether a piece of kind @n may go while pieces of kind @i are in flight
+ * on the same endpoint: only when the provider orders them (msg_order).
+ * tcp;ofi_rxm with atomics grants RMA-RMA (RAR, RAW, WAW) and
+ * atomic-atomic (RAR, RAW, WAW) order and anything after a send; not
+ * RMA-atomic, not write-after-read, not send-after-anything (NOTIFY after
+ * WRITEs). Everything else waits for the in-flight pieces to complete.
+ */
+static bool order_ok(uint64_t granted, unsigned n, unsigned i)
+{
+	static const bool rd[P_KINDS] = {1, 0, 0, 1, 0};
+	static const bool wr[P_KINDS] = {0, 1, 1, 1, 0};
+	bool n_rma = n <= P_WRITE, i_rma = i <= P_WRITE;
+	bool n_at = n == P_AWRITE || n == P_CAS;
+	bool i_at = i == P_AWRITE || i == P_CAS;
+	uint64_t need = 0;
+	if (n == P_SEND || i == P_SEND) {
+		if (i == P_SEND)
+			need |= n == P_SEND
+			                ? FI_ORDER_SAS
+			                : (rd[n] ? FI_ORDER_RAS : 0) |
+			                          (wr[n] ? FI_ORDER_WAS : 0);
+		else
+			need |= (rd[i] ? FI_ORDER_SAR : 0) |
+			        (wr[i] ? FI_ORDER_SAW : 0);
+		return (granted & need) == need;
+	}
+	struct {
+		bool on;
+		uint64_t all, rma, at;
+	} rule[4] = {
+	        {rd[n] && rd[i], FI_ORDER_RAR, FI_ORDER_RMA_RAR,
+	         FI_ORDER_ATOMIC_RAR},
+	        {rd[n] && wr[i], FI_ORDER_RAW, FI_ORDER_RMA_RAW,
+	         FI_ORDER_ATOMIC_RAW},
+	        {wr[n] && rd[i], FI_ORDER_WAR, FI_ORDER_RMA_WAR,
+	         FI_ORDER_ATOMIC_WAR},
+	        {wr[n] && wr[i], FI_ORDER_WAW, FI_ORDER_RMA_WAW,
+	         FI_ORDER_ATOMIC_WAW},
+	};
+	for (unsigned r = 0; r < 4; r++) {
+		if (!rule[r].on)
+			continue;
+		bool ok = (granted & rule[r].all) ||
+		          (n_rma && i_rma && (granted & rule[r].rma)) ||
+		          (n_at && i_at && (granted & rule[r].at));
+		if (!ok)
+			return false;
+	}
+	return true;
+}
+
+/* (c): may a piece of kind @kind go now? */
+static bool may_post(const struct ofi_ep *ep, unsigned kind)
+{
+	for (unsigned i = 0; i < P_KINDS; i++)
+		if (atomic_load_explicit(&ep->inflight[i],
+		                         memory_order_relaxed) > 0 &&
+		    !order_ok(ep->fab->order, kind, i))
+			return false;
+	return true;
+}
+
+static bool peer_dead(const struct ofi_ep *ep)
+{
+	return ep->base.peer < OFI_MAX_PEERS &&
+	       atomic_load(&ep->fab->peers[ep->base.peer].dead);
+}
+
+static bool ep_paused(const struct ofi_ep *ep)
+{
+	return atomic_load(&ep->faults.pause) ||
+	       (ep->base.peer < OFI_MAX_PEERS &&
+	        atomic_load(&ep->fab->peers[ep->base.peer].faults.pause));
+}
+
+/* Hand queued requests to libfabric, in order, as far as it takes them
+ * and the order rules allow. */
+static void pump(struct ofi_ep *ep)
+{
+	if (ep_paused(ep))
+		return;
+	while (ep->next_post != ep->head) {
+		struct ofi_slot *s = &ep->slots[ep->next_post & ep->mask];
+		if (s->state == S_QUEUED && s->posted == 0 && peer_dead(ep)) {
+			/* Queued behind requests that found the peer dead. */
+			atomic_store(&s->err, FARM_EPEERDEAD);
+			s->state = S_DONE;
+		}
+		while (s->state != S_DONE && s->posted < s->npieces) {
+			unsigned kind = s->pc[s->posted < FARM_ARRAY_SIZE(s->pc)
+			                              ? s->posted
+			                              : 0]
+			                        .kind;
+			if (!may_post(ep, kind))
+				return;
+			if (!s->started) { /* the bound (e) starts here */
+				s->started = true;
+				s->posted_ns = farm_now_ns();
+			}
+			atomic_fetch_add(&s->pending, 1);
+			atomic_fetch_add(&s->pend[kind], 1);
+			atomic_fetch_add(&ep->inflight[kind], 1);
+			s->state = S_POSTED;
+			ssize_t rc = post_piece(ep, s, s->posted);
+			if (rc == 0) {
+				s->posted++;
+				continue;
+			}
+			atomic_fetch_sub(&s->pend[kind], 1);
+			atomic_fetch_sub(&ep->inflight[kind], 1);
+			atomic_fetch_sub(&s->pending, 1);
+			if (s->posted == 0)
+				s->state = S_QUEUED;
+			if (rc == -FI_EAGAIN && farm_now_ns() - s->posted_ns <
+			                                ep->fab->timeout_ns) {
+				ofi_drain_try(ep->fab);
+				return;
+			}
+			if (rc == -FI_EAGAIN) {
+				/* (e): libfabric refused it for the whole
+				 * bound (a peer it cannot reach). */
+				rc = -FI_ETIMEDOUT;
+				ST_ADD(ep->fab, timeouts, 1);
+			}
+			if (map_err((int)-rc) == FARM_EPEERDEAD &&
+			    ep->base.peer < OFI_MAX_PEERS)
+				atomic_store(
+				        &ep->fab->peers[ep->base.peer].dead, 1);
+			int zero = 0;
+			atomic_compare_exchange_strong(&s->err, &zero,
+			                               map_err((int)-rc));
+			s->state = S_POSTED;
+			s->posted = s->npieces;
+		}
+		if (s->tries == 0)
+			ST_ADD(ep->fab, ops, 1);
+		ep->next_post++;
+	}
+}
+
+/* Every endpoint has a lock, shared or not: besides its owner, a drainer
+ * hands it queued requests when completions lift a fence (kick_waiting). */
+static int ep_lock(struct ofi_ep *ep)
+{
+	pthread_mutex_lock(&ep->lock);
+	return 0;
+}
+
+static void ep_unlock(struct ofi_ep *ep)
+{
+	pthread_mutex_unlock(&ep->lock);
+}
+
+/* Check the local buffer against its registration (verbs' LOC_PROT). */
+static bool local_ok(const farm_wr *wr)
+{
+	if (wr->len == 0 ||
+	    (wr->opcode == FARM_WR_WRITE && (wr->flags & FARM_WR_INLINE)))
+		return true;
+	if (wr->opcode == FARM_WR_NOTIFY)
+		return true;
+	if (!wr->lmr || !(wr->lmr->access & FARM_ACCESS_LOCAL))
+		return false;
+	uintptr_t a = (uintptr_t)wr->local, b = (uintptr_t)wr->lmr->addr;
+	return a >= b && a - b <= wr->lmr->len &&
+	       wr->len <= wr->lmr->len - (a - b);
+}
+
+static int ofi_ep_post(farm_ep *fep, farm_wr *list, farm_wr **bad)
+{
+	struct ofi_ep *ep = (struct ofi_ep *)fep;
+	ep_lock(ep);
+	int rc = 0;
+	farm_wr *wr;
+	for (wr = list; wr; wr = wr->next) {
+		if ((rc = farm_wr_check(wr)))
+			break;
+		if (ep->head - ep->tail >= ep->depth) {
+			rc = -EAGAIN;
+			break;
+		}
+		struct ofi_slot *s = &ep->slots[ep->head & ep->mask];
+		if (wr->opcode == FARM_WR_READ && wr->len &&
+		    wr->len <= OFI_VERIFY_MAX &&
+		    atomic_load_explicit(&knob_line_atomic,
+		                         memory_order_relaxed) &&
+		    (rc = slot_scratch(ep, s)))
+			break;
+		s->seq = ep->head;
+		s->wr_id = wr->wr_id;
+		s->opcode = wr->opcode;
+		s->flags = wr->flags;
+		s->len = wr->len;
+		s->local = wr->local;
+		s->ldesc = ldesc(ep->fab, wr->lmr);
+		s->raddr = wr->raddr;
+		s->rkey = wr->rkey;
+		s->cmp = wr->compare;
+		s->swp = wr->swap;
+		s->posted = 0;
+		s->tries = 0;
+		s->started = false;
+		s->posted_ns = farm_now_ns();
+		atomic_store(&s->pending, 0);
+		for (unsigned k = 0; k < P_KINDS; k++)
+			atomic_store(&s->pend[k], 0);
+		atomic_store(&s->err, 0);
+		unsigned np = 0;
+		int sw = 0;
+		s->rev8 = false; /* a failure known without the peer */
+		if (ep->closed)
+			sw = -ENOTCONN;
+		else if (ep->err_state || ep->sw_failed)
+			sw = FARM_EFLUSHED;
+		else if (peer_dead(ep))
+			sw = FARM_EPEERDEAD;
+		else if (atomic_load(&ep->faults.fail) ||
+		         (ep->base.peer < OFI_MAX_PEERS &&
+		          atomic_load(
+		                  &ep->fab->peers[ep->base.peer].faults.fail)))
+			sw = FARM_EINJECTED;
+		else if (!local_ok(wr))
+			sw = FARM_ELOCAL_ACCESS;
+		else if (wr->opcode == FARM_WR_CAS && (wr->raddr & 7))
+			sw = -EINVAL;
+		else if (wr->len || wr->opcode == FARM_WR_NOTIFY)
+			sw = ofi_check_remote(ep, wr);
+		if (sw)
+			ep->sw_failed = true; /* later requests: flushed */
+		if (!sw && wr->opcode == FARM_WR_WRITE) {
+			if (wr->flags & FARM_WR_INLINE) {
+				memcpy(s->inl, wr->local, wr->len);
+				s->local = s->inl;
+				s->ldesc = ep->slots_desc;
+			}
+			np = write_pieces(s);
+		} else if (!sw && wr->opcode == FARM_WR_READ &&
+		           !atomic_load_explicit(&knob_line_atomic,
+		                                 memory_order_relaxed) &&
+		           wr->len % 8 == 0 && wr->len <= 1024) {
+			/* Test-only: a READ whose words are copied apart,
+			 * highest first, with no verification. */
+			s->rev8 = true;
+			for (uint32_t o = 0; o < wr->len; o += 8)
+				piece(s, &np, 0, 8, P_READ);
+		} else if (!sw && wr->opcode == FARM_WR_READ) {
+			piece(s, &np, 0, wr->len, P_READ);
+			if (wr->len <= OFI_VERIFY_MAX && s->scratch &&
+			    atomic_load_explicit(&knob_line_atomic,
+			                         memory_order_relaxed))
+				piece(s, &np, 0, wr->len, P_READ); /* (b) */
+		} else if (!sw && wr->opcode == FARM_WR_CAS) {
+			piece(s, &np, 0, 8, P_CAS);
+		} else if (!sw && wr->opcode == FARM_WR_NOTIFY) {
+			piece(s, &np, 0, 0, P_SEND);
+			memset(&s->ctl, 0, sizeof(s->ctl));
+			s->ctl.magic = OFI_CTRL_MAGIC;
+			s->ctl.type = CTRL_NOTIFY;
+			s->ctl.from = ep->fab->base.machine_id;
+			s->ctl.to = ep->base.peer;
+			s->ctl.key = wr->rkey;
+			s->ctl.addr = wr->raddr;
+		}
+		s->npieces = (uint8_t)np;
+		if (wr->len == 0 && wr->opcode != FARM_WR_NOTIFY && !sw) {
+			s->state = S_DONE; /* nothing to move */
+		} else if (sw) {
+			atomic_store(&s->err, sw);
+			s->state = S_DONE;
+		} else {
+			s->state = S_QUEUED;
+		}
+		ep->head++;
+	}
+	pump(ep);
+	ep_unlock(ep);
+	if (rc && bad)
+		*bad = wr;
+	return rc;
+}
+
+/* Retire one endpoint's finished requests in order into @wc. */
+static int retire(struct ofi_ep *ep, int n, farm_wc *wc)
+{
+	struct ofi_fabric *f = ep->fab;
+	int got = 0;
+	uint64_t now = 0;
+	while (got < n && ep->tail != ep->next_post) {
+		struct ofi_slot *s = &ep->slots[ep->tail & ep->mask];
+		if (s->state == S_POSTED) {
+			if (s->posted < s->npieces) /* still being handed */
+				break;
+			if (atomic_load_explicit(&s->pending,
+			                         memory_order_acquire) > 0) {
+				if (!now)
+					now = farm_now_ns();
+				if (now - s->posted_ns < f->timeout_ns)
+					break;
+				/* (e): no answer within the bound. */
+				pthread_mutex_lock(&f->drain);
+				drain_locked(f);
+				if (atomic_load(&s->pending) > 0) {
+					s->seq ^= 0x80000000u; /* late ones:
+					                          stale */
+					int zero = 0;
+					atomic_compare_exchange_strong(
+					        &s->err, &zero, FARM_EPEERDEAD);
+					if (ep->base.peer < OFI_MAX_PEERS)
+						atomic_store(
+						        &f->peers[ep->base.peer]
+						                 .dead,
+						        1);
+					for (unsigned k = 0; k < P_KINDS; k++)
+						atomic_fetch_sub(
+						        &ep->inflight[k],
+						        atomic_load(
+						                &s->pend[k]));
+					ST_ADD(f, timeouts, 1);
+				}
+				pthread_mutex_unlock(&f->drain);
+			}
+			if (s->opcode == FARM_WR_READ && s->npieces == 2 &&
+			    !s->rev8 && !atomic_load(&s->err) &&
+			    memcmp(s->local, s->scratch, s->len) != 0 &&
+			    s->tries < OFI_VERIFY_TRIES) {
+				/* (b): the two copies differ: a writer raced
+				 * the READ; read both again. */
+				s->tries++;
+				s->posted = 0;
+				s->state = S_QUEUED;
+				ep->next_post = ep->tail;
+				ST_ADD(f, read_retries, 1);
+				pump(ep);
+				break;
+			}
+		}
+		uint64_t delay = atomic_load(&ep->faults.delay_ns);
+		if (ep->base.peer < OFI_MAX_PEERS)
+			delay = FARM_MAX(
+			        delay, atomic_load(&f->peers[ep->base.peer]
+			                                    .faults.delay_ns));
+		if (delay) {
+			if (!now)
+				now = farm_now_ns();
+			if (now - s->posted_ns < delay)
+				break;
+		}
+		int st = atomic_load(&s->err);
+		if (ep->closed)
+			st = -ENOTCONN;
+		else if (ep->err_state)
+			st = FARM_EFLUSHED;
+		else if (st == FARM_EFLUSHED && peer_dead(ep))
+			st = FARM_EPEERDEAD;
+		if (st)
+			ep->err_state = true;
+		if (st || (s->flags & FARM_WR_SIGNALED)) {
+			farm_wc *w = &wc[got++];
+			w->wr_id = s->wr_id;
+			w->status = st;
+			w->opcode = s->opcode;
+			w->pad = 0;
+			w->peer = ep->base.peer;
+			w->len =
+			        st ? 0
+			           : (s->opcode == FARM_WR_NOTIFY ? 0 : s->len);
+		}
+		s->state = S_FREE;
+		ep->tail++;
+	}
+	return got;
+}
+
+static int ofi_cq_poll(farm_cq *fcq, int n, farm_wc *wc)
+{
+	struct ofi_cq *c = (struct ofi_cq *)fcq;
+	struct ofi_fabric *f = F(fcq->fab);
+	if (c->shared)
+		pthread_mutex_lock(&c->lock);
+	ofi_drain_try(f);
+	int got = 0;
+	for (struct ofi_ep *ep = c->eps; ep && got < n; ep = ep->cq_next) {
+		ep_lock(ep);
+		pump(ep);
+		got += retire(ep, n - got, wc + got);
+		ep_unlock(ep);
+	}
+	if (c->shared)
+		pthread_mutex_unlock(&c->lock);
+	return got;
+}
+
+/* ---- endpoints --------------------------------------------------------- */
+
+static int ofi_ep_connect(farm_fabric *fab, farm_cq *cq, uint32_t peer_id,
+                          const char *peer_addr, const farm_ep_attr *attr,
+                          farm_ep **out)
+{
+	struct ofi_fabric *f = F(fab);
+	fi_addr_t dest;
+	int rc = ofi_av_lookup(f, peer_addr, &dest);
+	if (rc)
+		return rc == -EINVAL ? -ECONNREFUSED : rc;
+	if (peer_id < OFI_MAX_PEERS && atomic_load(&f->peers[peer_id].dead)) {
+		/* A new connection is a new chance (a restarted machine). */
+		atomic_store(&f->peers[peer_id].dead, 0);
+	}
+	uint64_t tab[3] = {0, 0, 0};
+	if ((rc = ofi_hello(f, peer_id, dest, tab))) {
+		if (rc == -ECONNREFUSED || rc == -ETIMEDOUT)
+			rc = -ECONNREFUSED;
+		return rc;
+	}
+	struct ofi_ep *ep = calloc(1, sizeof(*ep));
+	if (!ep)
+		return -ENOMEM;
+	ep->base.fab = fab;
+	ep->base.cq = cq;
+	ep->base.peer = peer_id;
+	ep->fab = f;
+	ep->dest = dest;
+	ep->tab_key = tab[0];
+	ep->tab_addr = tab[1];
+	ep->tab_len =
+	        tab[2] <= sizeof(struct ofi_tent) * OFI_TABLE_N ? tab[2] : 0;
+	ep->shared = attr->flags & FARM_EP_SHARED;
+	pthread_mutex_init(&ep->lock, NULL);
+	unsigned d = 1;
+	while (d < attr->sq_depth)
+		d <<= 1;
+	ep->depth = attr->sq_depth;
+	ep->mask = d - 1;
+	ep->slots_len = sizeof(struct ofi_slot) * d;
+	ep->slots = aligned_alloc(64, (ep->slots_len + 63) & ~(size_t)63);
+	if (!ep->slots) {
+		free(ep);
+		return -ENOMEM;
+	}
+	memset(ep->slots, 0, ep->slots_len);
+	if (f->mr_local) {
+		if (fi_mr_reg(f->domain, ep->slots, ep->slots_len,
+		              FI_READ | FI_WRITE | FI_SEND, 0, 0, 0,
+		              &ep->slots_mr, NULL)) {
+			free(ep->slots);
+			free(ep);
+			return -ENOMEM;
+		}
+		ep->slots_desc = fi_mr_desc(ep->slots_mr);
+	}
+	struct ofi_cq *c = (struct ofi_cq *)cq;
+	pthread_mutex_lock(&f->drain);
+	unsigned idx = 0;
+	while (idx < OFI_MAX_EPS && f->eps[idx])
+		idx++;
+	if (idx == OFI_MAX_EPS) {
+		pthread_mutex_unlock(&f->drain);
+		if (ep->slots_mr)
+			fi_close(&ep->slots_mr->fid);
+		free(ep->slots);
+		free(ep);
+		return -ENOSPC;
+	}
+	ep->idx = idx;
+	ep->gen = ++f->ep_gen[idx];
+	f->eps[idx] = ep;
+	if (peer_id < OFI_MAX_PEERS) {
+		struct ofi_peer *pe = &f->peers[peer_id];
+		pe->neps++;
+		if (ep->tab_len && !atomic_load(&pe->hb.busy)) {
+			pe->hb.dest = dest;
+			pe->hb.key = ep->tab_key;
+			pe->hb.addr = ep->tab_addr;
+			pe->hb.known = true;
+		}
+	}
+	pthread_mutex_unlock(&f->drain);
+	if (c->shared)
+		pthread_mutex_lock(&c->lock);
+	ep->cq_next = c->eps;
+	c->eps = ep;
+	c->neps++;
+	if (c->shared)
+		pthread_mutex_unlock(&c->lock);
+	*out = &ep->base;
+	return 0;
+}
+
+static void ofi_ep_disconnect(farm_ep *fep)
+{
+	struct ofi_ep *ep = (struct ofi_ep *)fep;
+	ep_lock(ep);
+	ep->closed = true;
+	ep_unlock(ep);
+}
+
+static void ofi_ep_destroy(farm_ep *fep)
+{
+	struct ofi_ep *ep = (struct ofi_ep *)fep;
+	struct ofi_fabric *f = ep->fab;
+	struct ofi_cq *c = (struct ofi_cq *)fep->cq;
+	if (c->shared)
+		pthread_mutex_lock(&c->lock);
+	for (struct ofi_ep **p = &c->eps; *p; p = &(*p)->cq_next)
+		if (*p == ep) {
+			*p = ep->cq_next;
+			c->neps--;
+			break;
+		}
+	if (c->shared)
+		pthread_mutex_unlock(&c->lock);
+	/* Operations still in libfabric write into the slots (READ
+	 * verification copies): let them finish, a bounded time, before the
+	 * slots go. Past the bound (a dead peer that never answers) the
+	 * slots are kept until the fabric closes. */
+	uint64_t deadline = farm_now_ns() + 100000000ull;
+	bool busy = true;
+	while (busy) {
+		busy = ep->fetch_lost;
+		for (uint32_t q = ep->tail; q != ep->next_post; q++) {
+			struct ofi_slot *s = &ep->slots[q & ep->mask];
+			busy |= s->state == S_POSTED &&
+			        atomic_load(&s->pending) > 0;
+		}
+		if (!busy || farm_now_ns() > deadline)
+			break;
+		ofi_drain_try(f);
+	}
+	pthread_mutex_lock(&f->drain);
+	f->eps[ep->idx] = NULL;
+	if (ep->base.peer < OFI_MAX_PEERS)
+		f->peers[ep->base.peer].neps--;
+	if (busy) {
+		ep->cq_next = f->orphans;
+		f->orphans = ep;
+	}
+	pthread_mutex_unlock(&f->drain);
+	if (!busy)
+		ep_free(ep);
+}
+
+static void ep_free(struct ofi_ep *ep)
+{
+	if (ep->slots_mr)
+		fi_close(&ep->slots_mr->fid);
+	for (unsigned k = 0; k <= ep->mask; k++) {
+		if (ep->slots[k].scr_mr)
+			fi_close(&ep->slots[k].scr_mr->fid);
+		free(ep->slots[k].scratch);
+	}
+	free(ep->slots);
+	if (ep->cache_mr)
+		fi_close(&ep->cache_mr->fid);
+	free(ep->cache);
+	pthread_mutex_destroy(&ep->lock);
+	free(ep);
+}
+
+static bool ofi_ep_usable(const farm_ep *fep)
+{
+	const struct ofi_ep *ep = (const struct ofi_ep *)fep;
+	return !ep->err_state && !ep->closed && !peer_dead(ep);
+}
+
+static int set_fault(struct ofi_faults *x, enum farm_fault fl, uint64_t arg)
+{
+	switch (fl) {
+	case FARM_FAULT_CLEAR:
+		atomic_store(&x->delay_ns, 0);
+		atomic_store(&x->fail, 0);
+		atomic_store(&x->pause, 0);
+		return 0;
+	case FARM_FAULT_DELAY: atomic_store(&x->delay_ns, arg); return 0;
+	case FARM_FAULT_FAIL: atomic_store(&x->fail, arg != 0); return 0;
+	case FARM_FAULT_PAUSE: atomic_store(&x->pause, arg != 0); return 0;
+	}
+	return -EINVAL;
+}
+
+static int ofi_ep_fault(farm_ep *fep, enum farm_fault fl, uint64_t arg)
+{
+	return set_fault(&((struct ofi_ep *)fep)->faults, fl, arg);
+}
+
+static int ofi_fault_peer(farm_fabric *fab, uint32_t peer_id,
+                          enum farm_fault fl, uint64_t arg)
+{
+	struct ofi_fabric *f = F(fab);
+	bool found = false;
+	pthread_mutex_lock(&f->drain);
+	for (unsigned k = 0; k < OFI_MAX_EPS; k++)
+		found |= f->eps[k] && f->eps[k]->base.peer == peer_id;
+	pthread_mutex_unlock(&f->drain);
+	if (!found || peer_id >= OFI_MAX_PEERS)
+		return -ENOENT;
+	return set_fault(&f->peers[peer_id].faults, fl, arg);
+}
+
+int farm_ofi_stats(const farm_fabric *fab, struct farm_ofi_stats *out)
+{
+	if (!fab || !out || fab->ops != &farm_ofi_ops)
+		return -EINVAL;
+	const struct ofi_fabric *f = (const struct ofi_fabric *)fab;
+	memcpy(out, &f->st, sizeof(*out));
+	return 0;
+}
+
+const struct farm_fabric_ops farm_ofi_ops = {
+        .name = "ofi",
+        .open = ofi_open,
+        .close = ofi_close,
+        .address = ofi_address,
+        .mem_alloc = ofi_mem_alloc,
+        .mem_free = ofi_mem_free,
+        .mem_persist = ofi_mem_persist,
+        .mr_reg = ofi_mr_reg,
+        .mr_dereg = ofi_mr_dereg,
+        .cq_create = ofi_cq_create,
+        .cq_destroy = ofi_cq_destroy,
+        .cq_poll = ofi_cq_poll,
+        .ep_connect = ofi_ep_connect,
+        .ep_disconnect = ofi_ep_disconnect,
+        .ep_destroy = ofi_ep_destroy,
+        .ep_usable = ofi_ep_usable,
+        .ep_post = ofi_ep_post,
+        .ep_fault = ofi_ep_fault,
+        .fault_peer = ofi_fault_peer,
+};

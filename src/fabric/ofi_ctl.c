@@ -1,0 +1,449 @@
+/*
+ * The ofi provider's control plane: peers' addresses, control messages
+ * (connection check, doorbells), registrations and the table peers check
+ * requests against, heartbeats. The data path is in ofi.c.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_rma.h>
+
+#include "fabric/ofi_int.h"
+#include "util/log.h"
+
+/* "ip:port" or "[ip6]:port" -> sockaddr. */
+int ofi_parse_addr(const char *s, struct sockaddr_storage *ss, socklen_t *len)
+{
+	char host[64];
+	const char *colon = strrchr(s, ':');
+	if (!colon || colon == s || !colon[1])
+		return -EINVAL;
+	size_t hl = (size_t)(colon - s);
+	if (s[0] == '[') {
+		if (hl < 3 || s[hl - 1] != ']')
+			return -EINVAL;
+		s++;
+		hl -= 2;
+	}
+	if (hl >= sizeof(host))
+		return -EINVAL;
+	memcpy(host, s, hl);
+	host[hl] = 0;
+	char *end;
+	unsigned long port = strtoul(colon + 1, &end, 10);
+	if (*end || port > 65535)
+		return -EINVAL;
+	memset(ss, 0, sizeof(*ss));
+	struct sockaddr_in *in = (struct sockaddr_in *)ss;
+	struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)ss;
+	if (inet_pton(AF_INET, host, &in->sin_addr) == 1) {
+		in->sin_family = AF_INET;
+		in->sin_port = htons((uint16_t)port);
+		*len = sizeof(*in);
+		return 0;
+	}
+	if (inet_pton(AF_INET6, host, &in6->sin6_addr) == 1) {
+		in6->sin6_family = AF_INET6;
+		in6->sin6_port = htons((uint16_t)port);
+		*len = sizeof(*in6);
+		return 0;
+	}
+	return -EINVAL;
+}
+
+int ofi_format_addr(const void *sa, char *buf, size_t len)
+{
+	const struct sockaddr *s = sa;
+	char host[INET6_ADDRSTRLEN];
+	if (s->sa_family == AF_INET) {
+		const struct sockaddr_in *in = sa;
+		inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
+		return snprintf(buf, len, "%s:%u", host, ntohs(in->sin_port));
+	}
+	if (s->sa_family == AF_INET6) {
+		const struct sockaddr_in6 *in6 = sa;
+		inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
+		return snprintf(buf, len, "[%s]:%u", host,
+		                ntohs(in6->sin6_port));
+	}
+	return -EAFNOSUPPORT;
+}
+
+/* fi_addr of a peer's address string (cached; inserted once). */
+int ofi_av_lookup(struct ofi_fabric *f, const char *addr, fi_addr_t *out)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl;
+	if (strlen(addr) >= sizeof(f->avc[0].addr) ||
+	    ofi_parse_addr(addr, &ss, &sl))
+		return -EINVAL;
+	pthread_mutex_lock(&f->lock);
+	for (unsigned i = 0; i < f->navc; i++)
+		if (strcmp(f->avc[i].addr, addr) == 0) {
+			*out = f->avc[i].fa;
+			pthread_mutex_unlock(&f->lock);
+			return 0;
+		}
+	fi_addr_t fa = FI_ADDR_UNSPEC;
+	int rc = fi_av_insert(f->av, &ss, 1, &fa, 0, NULL);
+	if (rc != 1) {
+		pthread_mutex_unlock(&f->lock);
+		return -ECONNREFUSED;
+	}
+	if (f->navc < FARM_ARRAY_SIZE(f->avc)) {
+		strcpy(f->avc[f->navc].addr, addr);
+		f->avc[f->navc++].fa = fa;
+	}
+	pthread_mutex_unlock(&f->lock);
+	*out = fa;
+	return 0;
+}
+
+void ofi_post_recv(struct ofi_fabric *f, struct ofi_rbuf *r)
+{
+	r->c.kind = K_RECV;
+	void *desc = f->rbufs_mr ? fi_mr_desc(f->rbufs_mr) : NULL;
+	for (int i = 0; i < 1000; i++) {
+		ssize_t rc = fi_recv(f->ep, &r->msg, sizeof(r->msg), desc,
+		                     FI_ADDR_UNSPEC, r);
+		if (rc != -FI_EAGAIN)
+			return;
+		fi_cq_read(f->cq, NULL, 0);
+	}
+}
+
+static int send_ctrl(struct ofi_fabric *f, fi_addr_t to, struct ofi_octx *ctx,
+                     struct ofi_ctrl *msg, void *desc)
+{
+	for (int i = 0; i < 100000; i++) {
+		ssize_t rc = fi_send(f->ep, msg, sizeof(*msg), desc, to, ctx);
+		if (rc == 0)
+			return 0;
+		if (rc != -FI_EAGAIN)
+			return fi_to_errno((int)rc);
+		fi_cq_read(f->cq, NULL, 0); /* progress (drain lock held) */
+	}
+	return -EAGAIN;
+}
+
+static struct ofi_mr *mr_find(struct ofi_fabric *f, uint64_t key)
+{
+	for (struct ofi_mr *m = f->mrs; m; m = m->next)
+		if (m->base.desc.key == key)
+			return m;
+	return NULL;
+}
+
+void ofi_on_ctrl(struct ofi_fabric *f, struct ofi_ctrl *m, size_t len)
+{
+	if (len != sizeof(*m) || m->magic != OFI_CTRL_MAGIC) {
+		ST_ADD(f, malformed, 1);
+		return;
+	}
+	if (m->type == CTRL_HELLO) {
+		m->reply_addr[sizeof(m->reply_addr) - 1] = 0;
+		fi_addr_t fa;
+		if (ofi_av_lookup(f, m->reply_addr, &fa)) {
+			ST_ADD(f, malformed, 1);
+			return;
+		}
+		struct ofi_sendbuf *sb = calloc(1, sizeof(*sb));
+		if (!sb)
+			return;
+		sb->c.kind = K_SENDFREE;
+		sb->msg.magic = OFI_CTRL_MAGIC;
+		sb->msg.type = CTRL_ACK;
+		sb->msg.from = f->base.machine_id;
+		sb->msg.to = m->from;
+		sb->msg.cookie = m->cookie;
+		sb->msg.status = m->to == f->base.machine_id ? 0 : -EINVAL;
+		if (f->table) {
+			sb->msg.key = f->table[0].key;
+			sb->msg.addr = (uintptr_t)f->table;
+			sb->msg.len = sizeof(struct ofi_tent) * OFI_TABLE_N;
+		}
+		if (send_ctrl(f, fa, &sb->c, &sb->msg, NULL))
+			free(sb);
+	} else if (m->type == CTRL_ACK) {
+		pthread_mutex_lock(&f->lock);
+		for (struct ofi_conn *c = f->conns; c; c = c->next)
+			if (c->cookie == m->cookie) {
+				c->tab_key = m->key;
+				c->tab_addr = m->addr;
+				c->tab_len = m->len;
+				atomic_store(&c->status,
+				             m->status ? -EINVAL : 1);
+				break;
+			}
+		pthread_mutex_unlock(&f->lock);
+	} else if (m->type == CTRL_NOTIFY) {
+		pthread_mutex_lock(&f->lock);
+		struct ofi_mr *mr = mr_find(f, m->key);
+		bool ok = mr && (mr->base.access & FARM_ACCESS_REMOTE_WRITE) &&
+		          !(m->addr & 3) && m->addr >= mr->base.desc.addr &&
+		          m->addr - mr->base.desc.addr + 4 <= mr->base.desc.len;
+		if (ok)
+			farm_wake_word((const uint32_t *)(uintptr_t)m->addr);
+		pthread_mutex_unlock(&f->lock);
+		ST_ADD(f, notifies_in, 1);
+		if (!ok)
+			ST_ADD(f, malformed, 1);
+	} else {
+		ST_ADD(f, malformed, 1);
+	}
+}
+
+/* One heartbeat round (progress thread, drain lock held). */
+void ofi_hb_tick(struct ofi_fabric *f)
+{
+	uint64_t now = farm_now_ns();
+	if (now - f->hb_last < f->hb_ns || f->mr_local)
+		return;
+	f->hb_last = now;
+	for (uint32_t p = 0; p < OFI_MAX_PEERS; p++) {
+		struct ofi_peer *pe = &f->peers[p];
+		struct ofi_hb *hb = &pe->hb;
+		if (!pe->neps || !hb->known || atomic_load(&pe->dead) ||
+		    atomic_load(&pe->faults.pause))
+			continue;
+		if (atomic_load(&hb->busy)) {
+			if (now - hb->since > f->timeout_ns) {
+				atomic_store(&pe->dead, 1);
+				ST_ADD(f, timeouts, 1);
+			}
+			continue;
+		}
+		hb->c.kind = K_HB;
+		hb->peer = p;
+		ssize_t rc =
+		        fi_read(f->ep, &hb->buf, 8, NULL, hb->dest,
+		                f->virt_addr ? hb->addr : 0, hb->key, &hb->c);
+		if (!hb->trying) {
+			hb->trying = true;
+			hb->since = now;
+		}
+		if (rc == 0) {
+			hb->trying = false;
+			atomic_store(&hb->busy, 1);
+			ST_ADD(f, heartbeats, 1);
+		} else if (now - hb->since > f->timeout_ns) {
+			/* ofi_rxm refuses with EAGAIN while it cannot
+			 * reconnect to a peer that is gone. */
+			atomic_store(&pe->dead, 1);
+			ST_ADD(f, timeouts, 1);
+		}
+	}
+}
+
+int ofi_mr_reg(farm_fabric *fab, void *addr, size_t len, unsigned access,
+               farm_mr **out)
+{
+	struct ofi_fabric *f = F(fab);
+	struct ofi_mr *m = calloc(1, sizeof(*m));
+	if (!m)
+		return -ENOMEM;
+	uint64_t fa = 0;
+	if (access & FARM_ACCESS_LOCAL)
+		fa |= FI_READ | FI_WRITE | FI_SEND | FI_RECV;
+	if (access & FARM_ACCESS_REMOTE_READ)
+		fa |= FI_REMOTE_READ;
+	if (access & FARM_ACCESS_REMOTE_WRITE)
+		fa |= FI_REMOTE_WRITE;
+	if (access & FARM_ACCESS_REMOTE_ATOMIC)
+		fa |= FI_REMOTE_READ | FI_REMOTE_WRITE;
+	uint64_t key = 0;
+	unsigned slot = 0;
+	if (f->validate) {
+		pthread_mutex_lock(&f->lock);
+		for (slot = 1; slot < OFI_TABLE_N && f->table[slot].key; slot++)
+			;
+		if (slot == OFI_TABLE_N) {
+			pthread_mutex_unlock(&f->lock);
+			free(m);
+			farm_err("ofi: more than %u registrations",
+			         OFI_TABLE_N - 1);
+			return -ENOSPC;
+		}
+		if (++f->slot_gen[slot] == 0)
+			f->slot_gen[slot] = 1;
+		key = (uint64_t)f->slot_gen[slot] << 12 | slot;
+		f->table[slot].key = UINT64_MAX; /* taken, not valid yet */
+		pthread_mutex_unlock(&f->lock);
+	}
+	int rc = fi_mr_reg(f->domain, addr, len, fa, 0, key, 0, &m->mr, NULL);
+	if (rc && f->validate) {
+		pthread_mutex_lock(&f->lock);
+		f->table[slot].key = 0;
+		pthread_mutex_unlock(&f->lock);
+	}
+	if (rc) {
+		farm_err("ofi: fi_mr_reg(%zu bytes): %s", len,
+		         fi_strerror(-rc));
+		free(m);
+		return fi_to_errno(rc);
+	}
+	m->ldesc = fi_mr_desc(m->mr);
+	m->base.fab = fab;
+	m->base.addr = addr;
+	m->base.len = len;
+	m->base.access = access;
+	m->base.desc = (farm_mr_desc){.key = fi_mr_key(m->mr),
+	                              .addr = (uintptr_t)addr,
+	                              .len = len,
+	                              .machine = fab->machine_id,
+	                              .access = access};
+	pthread_mutex_lock(&f->lock);
+	m->next = f->mrs;
+	f->mrs = m;
+	if (f->validate) {
+		struct ofi_tent *e = &f->table[slot];
+		e->addr = (uintptr_t)addr;
+		e->len = len;
+		e->access = access;
+		__atomic_store_n(&e->key, key, __ATOMIC_RELEASE);
+	}
+	pthread_mutex_unlock(&f->lock);
+	*out = &m->base;
+	return 0;
+}
+
+void ofi_mr_dereg(farm_mr *mr)
+{
+	struct ofi_mr *m = (struct ofi_mr *)mr;
+	struct ofi_fabric *f = F(mr->fab);
+	pthread_mutex_lock(&f->lock);
+	for (struct ofi_mr **p = &f->mrs; *p; p = &(*p)->next)
+		if (*p == m) {
+			*p = m->next;
+			break;
+		}
+	if (f->validate)
+		__atomic_store_n(
+		        &f->table[mr->desc.key & (OFI_TABLE_N - 1)].key, 0,
+		        __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&f->lock);
+	int rc = fi_close(&m->mr->fid);
+	if (rc)
+		farm_warn("ofi: fi_close(mr): %s", fi_strerror(-rc));
+	free(m);
+}
+
+/* Copy the peer's registration table (a READ, waited for). */
+static int fetch_table(struct ofi_ep *ep)
+{
+	struct ofi_fabric *f = ep->fab;
+	if (ep->fetch_lost || !ep->tab_len)
+		return FARM_EPEERDEAD;
+	if (!ep->cache) {
+		ep->cache = aligned_alloc(4096, ep->tab_len);
+		if (!ep->cache)
+			return -ENOMEM;
+		if (f->mr_local &&
+		    fi_mr_reg(f->domain, ep->cache, ep->tab_len, FI_READ, 0, 0,
+		              0, &ep->cache_mr, NULL)) {
+			free(ep->cache);
+			ep->cache = NULL;
+			return -ENOMEM;
+		}
+	}
+	ep->fetch.c.kind = K_FETCH;
+	atomic_store(&ep->fetch.status, 0);
+	uint64_t ra = f->virt_addr ? ep->tab_addr : 0;
+	void *d = ep->cache_mr ? fi_mr_desc(ep->cache_mr) : NULL;
+	ssize_t rc;
+	uint64_t deadline = farm_now_ns() + ep->fab->timeout_ns;
+	while ((rc = fi_read(f->ep, ep->cache, ep->tab_len, d, ep->dest, ra,
+	                     ep->tab_key, &ep->fetch.c)) == -FI_EAGAIN &&
+	       farm_now_ns() < deadline)
+		ofi_drain_try(f);
+	if (rc)
+		return map_err((int)-rc);
+	int st;
+	while ((st = atomic_load(&ep->fetch.status)) == 0 &&
+	       farm_now_ns() < deadline)
+		ofi_drain_try(f);
+	if (st == 0) {
+		ep->fetch_lost = true;
+		return FARM_EPEERDEAD;
+	}
+	ST_ADD(f, table_fetches, 1);
+	return st == 1 ? 0 : st;
+}
+
+/* Check a request against the peer's table (see OFI_TABLE_N). */
+int ofi_check_remote(struct ofi_ep *ep, const farm_wr *wr)
+{
+	if (!ep->fab->validate)
+		return 0;
+	unsigned need = wr->opcode == FARM_WR_READ  ? FARM_ACCESS_REMOTE_READ
+	                : wr->opcode == FARM_WR_CAS ? FARM_ACCESS_REMOTE_ATOMIC
+	                                            : FARM_ACCESS_REMOTE_WRITE;
+	for (int pass = 0; pass < 2; pass++) {
+		const struct ofi_tent *e =
+		        ep->cache ? &ep->cache[wr->rkey & (OFI_TABLE_N - 1)]
+		                  : NULL;
+		if (e && e->key == wr->rkey && wr->rkey != 0) {
+			if (!(e->access & need) || wr->raddr < e->addr ||
+			    wr->raddr - e->addr > e->len ||
+			    wr->len > e->len - (wr->raddr - e->addr))
+				return FARM_EREMOTE_ACCESS;
+			return 0;
+		}
+		if (pass == 0) {
+			int rc = fetch_table(ep);
+			if (rc)
+				return rc;
+		}
+	}
+	return FARM_EREMOTE_KEY;
+}
+
+int ofi_hello(struct ofi_fabric *f, uint32_t peer_id, fi_addr_t dest,
+              uint64_t tab[3])
+{
+	struct ofi_conn *c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->c.kind = K_HELLO;
+	uint64_t seed = farm_now_ns() ^ (uint64_t)(uintptr_t)c;
+	c->cookie = farm_rand64(&seed) | 1;
+	c->msg.magic = OFI_CTRL_MAGIC;
+	c->msg.type = CTRL_HELLO;
+	c->msg.from = f->base.machine_id;
+	c->msg.to = peer_id;
+	c->msg.cookie = c->cookie;
+	snprintf(c->msg.reply_addr, sizeof(c->msg.reply_addr), "%s", f->addr);
+	pthread_mutex_lock(&f->lock);
+	c->next = f->conns;
+	f->conns = c; /* freed at close: a late completion may name it */
+	pthread_mutex_unlock(&f->lock);
+	pthread_mutex_lock(&f->drain);
+	int rc = send_ctrl(f, dest, &c->c, &c->msg, NULL);
+	pthread_mutex_unlock(&f->drain);
+	if (rc)
+		return -ECONNREFUSED;
+	uint64_t deadline =
+	        farm_now_ns() + FARM_MIN(OFI_CONNECT_NS, f->timeout_ns);
+	int st;
+	while ((st = atomic_load(&c->status)) == 0 &&
+	       farm_now_ns() < deadline) {
+		ofi_drain_try(f);
+		usleep(100);
+	}
+	if (st == 1) {
+		tab[0] = c->tab_key;
+		tab[1] = c->tab_addr;
+		tab[2] = c->tab_len;
+		return 0;
+	}
+	atomic_store(&c->status, -ETIMEDOUT);
+	return st ? st : -ECONNREFUSED;
+}

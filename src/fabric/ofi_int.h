@@ -1,0 +1,305 @@
+/*
+ * Internal to the ofi provider (ofi.c: fabric, memory, data path,
+ * endpoints; ofi_ctl.c: addresses, control messages, registrations and
+ * their table, heartbeats, the connection check). See ofi.c's head comment
+ * and README.md, "ofi".
+ */
+#ifndef FARM_FABRIC_OFI_INT_H
+#define FARM_FABRIC_OFI_INT_H
+
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/socket.h>
+
+#include <rdma/fabric.h>
+#include <rdma/fi_errno.h>
+
+#include "fabric/ofi_testing.h"
+#include "fabric/provider.h"
+#include "util/common.h"
+
+#define OFI_DEFAULT_PROVIDER "tcp;ofi_rxm"
+#define OFI_MAX_EPS          4096 /* logical endpoints per fabric */
+#define OFI_MAX_PEERS        1024 /* machine ids tracked for death */
+#define OFI_VERIFY_MAX       4096 /* READs up to this are line-atomic */
+#define OFI_VERIFY_TRIES     64
+#define OFI_RECVS            32
+#define OFI_CTRL_MAGIC       0x3130494f4d524146ull /* "FARMOI01" */
+#define OFI_CONNECT_NS       (3000ull * 1000000ull)
+#define OFI_CTX_SLOT         (1ull << 63)
+
+/* What a libfabric operation is, for the order rules (see order_ok). */
+enum { P_READ = 0, P_WRITE, P_AWRITE, P_CAS, P_SEND, P_KINDS };
+
+enum { CTRL_HELLO = 1, CTRL_ACK = 2, CTRL_NOTIFY = 3 };
+
+/* Control messages (fi_send): connection check and doorbells. */
+struct ofi_ctrl {
+	uint64_t magic;
+	uint32_t type, from, to;
+	int32_t status;
+	uint64_t cookie;
+	uint64_t key, addr;  /* NOTIFY; ACK: the registration table */
+	uint64_t len;        /* ACK: the table's bytes */
+	char reply_addr[64]; /* HELLO: where to send the ACK */
+};
+
+enum { K_RECV = 1, K_SENDFREE = 2, K_HELLO = 3, K_FETCH = 4, K_HB = 5 };
+
+/*
+ * The registration table: every fabric publishes its registrations in a
+ * table peers may READ (entry 0 is the table itself). A key is
+ * (generation << 12 | slot). An initiator checks every request against its
+ * copy of the target's table and fails a bad one in software (refetching
+ * the copy once when the key is unknown to it): libfabric's tcp provider
+ * answers an RMA to a bad key or range by closing the connection, failing
+ * everything else in flight to that peer, and reports no status.
+ */
+#define OFI_TABLE_N 4096
+struct ofi_tent {
+	uint64_t key, addr, len;
+	uint32_t access, pad;
+};
+struct ofi_octx {
+	int kind;
+};
+
+struct ofi_fetch {
+	struct ofi_octx c;  /* K_FETCH */
+	_Atomic int status; /* 0 waiting, 1 done, < 0 error */
+};
+
+struct ofi_rbuf {
+	struct ofi_octx c;
+	struct ofi_ctrl msg;
+};
+
+struct ofi_sendbuf {
+	struct ofi_octx c;
+	struct ofi_ctrl msg;
+};
+
+struct ofi_conn {
+	struct ofi_octx c; /* K_HELLO: the HELLO's send */
+	struct ofi_conn *next;
+	uint64_t cookie;
+	_Atomic int status; /* 0 waiting, 1 accepted, < 0 error */
+	uint64_t tab_key, tab_addr, tab_len; /* from the ACK */
+	struct ofi_ctrl msg;
+};
+
+struct ofi_mr {
+	struct farm_mr base;
+	struct fid_mr *mr;
+	void *ldesc;
+	struct ofi_mr *next;
+};
+
+struct ofi_mem {
+	struct farm_mem base;
+	void *map;
+	size_t maplen;
+};
+
+enum { S_FREE = 0, S_QUEUED, S_POSTED, S_DONE };
+
+struct ofi_slot {
+	uint64_t wr_id;
+	uint32_t seq;
+	uint16_t opcode, flags;
+	uint32_t len;
+	uint8_t state, npieces, posted, tries;
+	bool started; /* handed to libfabric at least once */
+	bool rev8;    /* test-only READ (FARM_OFI_KNOB_LINE_ATOMIC 0) */
+	struct {
+		uint32_t off, len;
+		uint8_t kind; /* P_* */
+	} pc[3];              /* the libfabric operations of the request */
+	void *local;
+	void *ldesc;
+	uint64_t raddr, rkey;
+	uint64_t cmp, swp;   /* CAS operands (registered with the slots) */
+	uint64_t posted_ns;  /* first piece handed to libfabric */
+	_Atomic int pending; /* libfabric operations not completed */
+	_Atomic int err;     /* first failure, 0 */
+	_Atomic int pend[P_KINDS]; /* pieces in flight, by kind */
+	uint8_t *scratch;          /* verification copy (READ) */
+	struct fid_mr *scr_mr;
+	struct ofi_ctrl ctl; /* NOTIFY payload */
+	uint8_t inl[FARM_INLINE_MAX];
+};
+
+struct ofi_fabric;
+
+/* Injected faults (tests), kept before libfabric is called. */
+struct ofi_faults {
+	_Atomic uint64_t delay_ns;
+	_Atomic int fail, pause;
+};
+
+struct ofi_ep {
+	struct farm_ep base;
+	struct ofi_fabric *fab;
+	struct ofi_ep *cq_next;
+	uint32_t idx;
+	uint16_t gen;
+	fi_addr_t dest;
+	unsigned depth, mask;
+	struct ofi_slot *slots;
+	size_t slots_len;
+	struct fid_mr *slots_mr;
+	void *slots_desc;
+	uint32_t head, tail, next_post; /* sequences */
+	_Atomic int inflight[P_KINDS];  /* pieces in flight, by kind */
+	bool err_state, closed, shared;
+	bool sw_failed; /* a request failed at post: later ones flush */
+	bool kick;      /* in the drainer's list (drain lock held) */
+	pthread_mutex_t lock;
+	/* faults */
+	struct ofi_faults faults; /* on this endpoint */
+	/* the peer's registration table: where, and our copy */
+	uint64_t tab_key, tab_addr, tab_len;
+	struct ofi_tent *cache;
+	struct fid_mr *cache_mr;
+	struct ofi_fetch fetch;
+	bool fetch_lost; /* a fetch that never completed: keep the memory */
+};
+
+struct ofi_cq {
+	struct farm_cq base;
+	struct ofi_ep *eps;
+	unsigned neps;
+	bool shared;
+	pthread_mutex_t lock;
+};
+
+/* Heartbeat (e): an 8-byte READ of the peer's table, one at a time, while
+ * endpoints to it exist; one unanswered past the bound marks it dead. A
+ * killed peer's TCP connection is never reported by tcp;ofi_rxm, and a
+ * peer we have nothing in flight to would otherwise never be noticed. */
+struct ofi_hb {
+	struct ofi_octx c; /* K_HB */
+	uint32_t peer;
+	bool known, trying;
+	_Atomic int busy;
+	uint64_t since; /* first attempt of the outstanding beat */
+	fi_addr_t dest;
+	uint64_t key, addr;
+	uint64_t buf;
+};
+
+struct ofi_peer {
+	_Atomic int dead;
+	struct ofi_faults faults; /* on every endpoint to it */
+	unsigned neps;            /* endpoints to it (drain lock) */
+	struct ofi_hb hb;
+};
+
+struct ofi_fabric {
+	struct farm_fabric base;
+	struct fi_info *info;
+	struct fid_fabric *fabric;
+	struct fid_domain *domain;
+	struct fid_av *av;
+	struct fid_ep *ep;
+	struct fid_cq *cq;
+	bool mr_local, virt_addr, prov_key, cq_wait;
+	uint64_t order; /* tx_attr->msg_order granted */
+	int cq_fd, stop_fd;
+	pthread_t progress;
+	bool progress_started;
+	uint64_t timeout_ns;
+	uint64_t hb_ns, hb_last; /* heartbeat period, last round */
+	char addr[64];
+	char prov[64];
+	/* drain: one thread at a time reads the libfabric CQ */
+	pthread_mutex_t drain;
+	struct ofi_ep *kick[OFI_MAX_EPS]; /* endpoints that got completions */
+	unsigned nkick;
+	struct ofi_ep *eps[OFI_MAX_EPS];
+	uint16_t ep_gen[OFI_MAX_EPS];
+	/* registrations, pending connects, address cache */
+	pthread_mutex_t lock;
+	struct ofi_mr *mrs;
+	bool validate; /* we choose keys: the table is kept and checked */
+	struct ofi_tent *table;
+	struct fid_mr *table_mr;
+	uint16_t slot_gen[OFI_TABLE_N];
+	struct ofi_conn *conns;
+	struct ofi_ep *orphans; /* destroyed with operations outstanding */
+	struct {
+		char addr[64];
+		fi_addr_t fa;
+	} avc[256];
+	unsigned navc;
+	struct ofi_rbuf rbufs[OFI_RECVS];
+	struct fid_mr *rbufs_mr;
+	struct ofi_peer peers[OFI_MAX_PEERS];
+	struct farm_ofi_stats st;
+};
+
+/* Counters: relaxed atomics on struct farm_ofi_stats fields. */
+#define ST_ADD(f, field, v) \
+	__atomic_fetch_add(&(f)->st.field, (v), __ATOMIC_RELAXED)
+
+static inline struct ofi_fabric *F(farm_fabric *f)
+{
+	return (struct ofi_fabric *)f;
+}
+
+static inline int fi_to_errno(int rc)
+{
+	rc = rc < 0 ? -rc : rc;
+	return rc ? -rc : -EIO;
+}
+
+/* A completion error from libfabric, as a farm status. */
+static inline int map_err(int err)
+{
+	switch (err) {
+	case FI_ENOKEY: return FARM_EREMOTE_KEY;
+	case FI_EACCES:
+	case FI_EPERM:
+	case FI_EINVAL:
+	case FI_EFAULT:
+	case FI_EREMOTEIO: return FARM_EREMOTE_ACCESS;
+	case FI_ECANCELED: /* the connection closed under it */
+	case FI_ECONNREFUSED:
+	case FI_ECONNRESET:
+	case FI_ECONNABORTED:
+	case FI_ENOTCONN:
+	case FI_EHOSTUNREACH:
+	case FI_ENETUNREACH:
+	case FI_ENETDOWN:
+	case FI_ETIMEDOUT:
+	case FI_EADDRNOTAVAIL:
+	case FI_EHOSTDOWN:
+	case FI_ESHUTDOWN: return FARM_EPEERDEAD;
+	default: return -EIO;
+	}
+}
+
+static inline bool is_death(int st)
+{
+	return st == FARM_EPEERDEAD;
+}
+
+/* ofi.c */
+void ofi_drain_try(struct ofi_fabric *f);
+
+/* ofi_ctl.c */
+int ofi_parse_addr(const char *s, struct sockaddr_storage *ss, socklen_t *len);
+int ofi_format_addr(const void *sa, char *buf, size_t len);
+int ofi_av_lookup(struct ofi_fabric *f, const char *addr, fi_addr_t *out);
+void ofi_post_recv(struct ofi_fabric *f, struct ofi_rbuf *r);
+void ofi_on_ctrl(struct ofi_fabric *f, struct ofi_ctrl *m, size_t len);
+void ofi_hb_tick(struct ofi_fabric *f);
+int ofi_mr_reg(farm_fabric *fab, void *addr, size_t len, unsigned access,
+               farm_mr **out);
+void ofi_mr_dereg(farm_mr *mr);
+int ofi_check_remote(struct ofi_ep *ep, const farm_wr *wr);
+int ofi_hello(struct ofi_fabric *f, uint32_t peer_id, fi_addr_t dest,
+              uint64_t tab[3]);
+
+#endif

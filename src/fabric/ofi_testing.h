@@ -1,0 +1,41 @@
+/*
+ * The ofi provider's counters (farm stats) and its test-only switches,
+ * which break a guarantee the provider adds on top of libfabric so that
+ * tests prove they can fail. Internal; not installed.
+ */
+#ifndef FARM_FABRIC_OFI_TESTING_H
+#define FARM_FABRIC_OFI_TESTING_H
+
+#include <stdint.h>
+
+#include <farm/fabric.h>
+
+enum farm_ofi_knob {
+	/* 1 (default): an aligned WRITE's first and last words travel as
+	 * 8-byte atomic writes around the body; 0: one plain RMA write. */
+	FARM_OFI_KNOB_ORDERED_WRITES = 1,
+	/* 1 (default): READs up to 4 KiB are read twice and delivered when
+	 * both copies agree; 0: one plain RMA read. */
+	FARM_OFI_KNOB_LINE_ATOMIC = 2,
+};
+
+/* Set a knob for the whole process; returns its previous value. */
+int farm_ofi_testing_set(enum farm_ofi_knob knob, int value);
+
+struct farm_ofi_stats {
+	uint64_t ops;             /* requests handed to libfabric */
+	uint64_t errors;          /* error completions from libfabric */
+	uint64_t read_retries;    /* READs read again (copies differed) */
+	uint64_t timeouts;        /* requests failed by the death bound */
+	uint64_t stale;           /* completions of destroyed endpoints */
+	uint64_t notifies_in;     /* doorbells received */
+	uint64_t malformed;       /* control messages refused */
+	uint64_t progress_sleeps; /* times the progress thread slept */
+	uint64_t table_fetches;   /* peers' registration tables copied */
+	uint64_t heartbeats;      /* liveness READs sent */
+};
+
+/* A snapshot of an ofi fabric's counters; -EINVAL for another provider. */
+int farm_ofi_stats(const farm_fabric *fab, struct farm_ofi_stats *out);
+
+#endif
