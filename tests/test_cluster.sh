@@ -10,7 +10,15 @@
 set -u
 FARM=$1
 SCRIPTS=${2:-}
-fail() { echo "FAIL: $*" >&2; [ -n "${dir:-}" ] && "$FARM" cluster stop --dir "$dir/c" >/dev/null 2>&1; rm -rf "$dir"; exit 1; }
+fail() {
+    echo "FAIL: $*" >&2
+    if [ -n "${dir:-}" ]; then
+        for c in c r; do "$FARM" cluster stop --dir "$dir/$c" >/dev/null 2>&1; done
+        [ -n "$SCRIPTS" ] && "$SCRIPTS/zk-local" stop "$dir/zk" >/dev/null 2>&1
+        rm -rf "$dir"
+    fi
+    exit 1
+}
 base=/dev/shm; [ -w "$base" ] || base=${TMPDIR:-/tmp}
 dir=$(mktemp -d "$base/farm-cluster-test.XXXXXX")
 
