@@ -40,7 +40,7 @@
 
 #include <farm/error.h>
 
-#define FARM_LEASE_ADDR_MAX   64     /* "udp:<ipv4>:<port>" with NUL */
+#define FARM_LEASE_ADDR_MAX 64 /* "udp:<ipv4>:<port>" with NUL */
 /* 20 ms, not FaRM's 5-10 ms: lease_bench on the 2-core development host
  * under heavy load saw gaps of up to 16 ms in which no lease thread ran,
  * and 10 ms leases lapsed falsely (docs/benchmarks.md). */
