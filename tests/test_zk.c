@@ -210,21 +210,7 @@ static void kill_kids(void)
 /* Run zk-local; returns its exit status, the first stdout line in @line. */
 static int zk_local(const char *verb, char *line, size_t len)
 {
-	char cmd[600];
-	snprintf(cmd, sizeof(cmd), "'%s' %s '%s'", zk_script, verb, zk_dir);
-	fflush(NULL);
-	FILE *p = popen(cmd, "r");
-	if (!p)
-		return -1;
-	char buf[128] = "";
-	if (fgets(buf, sizeof(buf), p))
-		buf[strcspn(buf, "\n")] = 0;
-	while (fgetc(p) != EOF)
-		;
-	int st = pclose(p);
-	if (line)
-		snprintf(line, len, "%s", buf);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+	return tu_zk_local(zk_script, verb, zk_dir, line, len);
 }
 
 static double since_ms(uint64_t t0)
