@@ -253,6 +253,14 @@ typedef struct farm_txm_stats {
 	/* Distributed epochs this machine ran, failed, and the 1 MiB blocks
 	 * they made reusable. */
 	uint64_t epochs, epochs_failed, epoch_blocks_reclaimed;
+	/* Fencing and recovery: LOCK records of an older configuration
+	 * refused; COMMIT-BACKUPs skipped (their transaction aborted) or
+	 * for a region this machine holds no copy of; transactions recovery
+	 * decided here as committed and aborted; locks recovered at promoted
+	 * primaries; regions promoted; recovery messages refused. */
+	uint64_t stale_refused, backup_skipped, backup_nocopy;
+	uint64_t rec_committed, rec_aborted, rec_locks, rec_promoted,
+	        rec_refused;
 } farm_txm_stats;
 
 FARM_API void farm_txm_stats_get(farm_txm *m, farm_txm_stats *out);

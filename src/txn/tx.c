@@ -50,6 +50,7 @@ void txn_tx_free(farm_tx *tx)
 		free(tx->o[i].data);
 	free(tx->o);
 	free(tx->recs);
+	free(tx->regs);
 	farm_epoch_op_end(tx->ep);
 	free(tx);
 }

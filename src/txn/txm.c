@@ -192,7 +192,7 @@ int farm_txm_create(farm_fabric *fab, farm_msg *msg, farm_as *as,
 	}
 	m->logbase = farm_mem_addr(m->logmem);
 	struct log_super sb = {.magic = LOG_SUPER_MAGIC,
-	                       .layout = 1,
+	                       .layout = 2, /* 2: 48-byte record headers */
 	                       .machine = m->me,
 	                       .M = m->M,
 	                       .T = m->T,
@@ -278,7 +278,9 @@ int farm_txm_attach(farm_txm *m, farm_loop *loop)
 	tl->slots = calloc(TX_SLOTS, sizeof(*tl->slots));
 	tl->w = calloc(m->M, sizeof(*tl->w));
 	tl->r = calloc(m->M, sizeof(*tl->r));
-	int rc = tl->slots && tl->w && tl->r ? 0 : -ENOMEM;
+	tl->cs_done = calloc(CS_RING, 1);
+	tl->cs_next = tl->cs_low = 1;
+	int rc = tl->slots && tl->w && tl->r && tl->cs_done ? 0 : -ENOMEM;
 	for (uint32_t i = 0; !rc && i < m->M; i++)
 		if (!(tl->w[i].wq = calloc(WQ_CAP, sizeof(struct wq_ent))))
 			rc = -ENOMEM;
@@ -306,6 +308,7 @@ int farm_txm_attach(farm_txm *m, farm_loop *loop)
 			free(tl->w[i].wq);
 		free(tl->w);
 		free(tl->r);
+		free(tl->cs_done);
 		free(tl->slots);
 		free(tl);
 		return rc;
@@ -339,12 +342,18 @@ void farm_txm_detach(farm_txm *m, farm_loop *loop)
 			farm_warn(
 			        "txn: loop %u detached with a transaction open",
 			        tl->t);
-	for (unsigned b = 0; b < LOCK_BUCKETS; b++)
+	for (unsigned b = 0; b < LOCK_BUCKETS; b++) {
 		while (tl->locks[b]) {
 			struct lock_ent *e = tl->locks[b];
 			tl->locks[b] = e->next;
 			free(e);
 		}
+		while (tl->aborts[b]) {
+			struct abort_ent *e = tl->aborts[b];
+			tl->aborts[b] = e->next;
+			free(e);
+		}
+	}
 	stat_add(m, S_LF_READS, atomic_load(&tl->c_lf_reads));
 	stat_add(m, S_LF_RETRIES, atomic_load(&tl->c_lf_retries));
 	stat_add(m, S_TX_READS, atomic_load(&tl->c_tx_reads));
@@ -360,6 +369,7 @@ void farm_txm_detach(farm_txm *m, farm_loop *loop)
 		free(tl->w[i].wq);
 	free(tl->w);
 	free(tl->r);
+	free(tl->cs_done);
 	free(tl->slots);
 	m->loops[tl->t] = NULL;
 	free(tl);
@@ -407,5 +417,13 @@ void farm_txm_stats_get(farm_txm *m, farm_txm_stats *out)
 	                        .bad_records = v[S_BAD_RECORDS],
 	                        .epochs = v[S_EPOCHS],
 	                        .epochs_failed = v[S_EPOCHS_FAILED],
-	                        .epoch_blocks_reclaimed = v[S_EPOCH_RECLAIMED]};
+	                        .epoch_blocks_reclaimed = v[S_EPOCH_RECLAIMED],
+	                        .stale_refused = v[S_STALE_REFUSED],
+	                        .backup_skipped = v[S_BACKUP_SKIPPED],
+	                        .backup_nocopy = v[S_BACKUP_NOCOPY],
+	                        .rec_committed = v[S_REC_COMMITTED],
+	                        .rec_aborted = v[S_REC_ABORTED],
+	                        .rec_locks = v[S_REC_LOCKS],
+	                        .rec_promoted = v[S_REC_PROMOTED],
+	                        .rec_refused = v[S_REC_REFUSED]};
 }
