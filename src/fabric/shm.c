@@ -113,7 +113,11 @@ struct shm_table_hdr {
 	int32_t pid;
 	uint32_t max_mr;
 	uint32_t max_files;
-	uint8_t pad[64 - 44];
+	uint32_t pad0;
+	/* Machines whose access the owner revoked (bit = machine id, < 64):
+	 * initiators check it before every doorbell (farm_fabric_revoke). */
+	_Atomic uint64_t revoked;
+	uint8_t pad[64 - 56];
 };
 
 struct shm_table_mr {
@@ -1376,6 +1380,11 @@ static inline int run_status(const struct shm_ep *ep)
 {
 	if (!peer_alive(ep->peer))
 		return FARM_EPEERDEAD;
+	uint32_t me = ep->peer->fab->base.machine_id;
+	if (me < 64 && (atomic_load_explicit(&ep->peer->table->hdr.revoked,
+	                                     memory_order_acquire) >>
+	                me) & 1)
+		return FARM_EFENCED;
 	return fault_status(ep);
 }
 
@@ -1551,7 +1560,7 @@ static int ep_harvest(struct shm_ep *ep, int n, farm_wc *wc, uint64_t *now)
 		return 0;
 	}
 	bool alive = peer_alive(ep->peer);
-	int st = alive ? fault_status(ep) : FARM_EPEERDEAD;
+	int st = alive ? run_status(ep) : FARM_EPEERDEAD;
 	/* Fast path: whole-line READs on a healthy endpoint (its state is
 	 * re-checked per request: an earlier one may fail it). */
 	bool fast = st == 0 && atomic_load_explicit(&knob_line_atomic,
@@ -1746,6 +1755,17 @@ static int shm_fault_peer(farm_fabric *f, uint32_t peer_id, enum farm_fault fl,
 	return rc;
 }
 
+static int shm_revoke(farm_fabric *f, uint32_t peer_id)
+{
+	struct shm_fabric *fab = to_fab(f);
+	if (peer_id >= 64)
+		return -ERANGE;
+	/* Initiators load it (acquire) before each doorbell. */
+	atomic_fetch_or_explicit(&fab->table->hdr.revoked, 1ull << peer_id,
+	                         memory_order_seq_cst);
+	return 0;
+}
+
 const struct farm_fabric_ops farm_shm_ops = {
         .name = "shm",
         .open = shm_open_fabric,
@@ -1765,5 +1785,6 @@ const struct farm_fabric_ops farm_shm_ops = {
         .ep_usable = shm_ep_usable,
         .ep_post = shm_ep_post,
         .ep_fault = shm_ep_fault,
+        .revoke = shm_revoke,
         .fault_peer = shm_fault_peer,
 };
