@@ -188,11 +188,35 @@ static int card_read(const char *dir, int timeout_ms, char *out, size_t len)
 /* ---- views ------------------------------------------------------------------
  */
 
+/* The members of the view this machine applied last that @v drops. */
+static unsigned dropped(farm_node *n, const struct farm_view *v, uint32_t *out)
+{
+	unsigned k = 0;
+	pthread_mutex_lock(&n->lock);
+	if (n->view.config_id && n->view.config_id < v->config_id)
+		for (unsigned i = 0; i < n->view.n; i++)
+			if (!farm_view_find(v, n->view.members[i].id))
+				out[k++] = n->view.members[i].id;
+	pthread_mutex_unlock(&n->lock);
+	return k;
+}
+
 static void apply_view(void *ctx, const struct farm_view *v)
 {
 	farm_node *n = ctx;
-	uint32_t ids[FARM_VIEW_MAX];
+	uint32_t ids[FARM_VIEW_MAX], gone[FARM_VIEW_MAX];
 	unsigned k = 0;
+	bool member = farm_view_find(v, n->cfg.machine_id) != NULL;
+	unsigned ngone = member ? dropped(n, v, gone) : 0;
+	/* Fence the machines that left before anything moves: from here on
+	 * their one-sided requests to this machine fail (a zombie that
+	 * resumes writes nothing). */
+	for (unsigned i = 0; i < ngone; i++) {
+		int frc = farm_fabric_revoke(n->fab, gone[i]);
+		if (frc && frc != -ENOTSUP)
+			farm_warn("node: cannot fence machine %" PRIu32 ": %s",
+			          gone[i], farm_strerror(frc));
+	}
 	for (unsigned i = 0; i < v->n; i++) {
 		const struct farm_member *m = &v->members[i];
 		if (m->id >= FARM_NODE_MAX_MACHINES) {
@@ -236,6 +260,18 @@ static void apply_view(void *ctx, const struct farm_view *v)
 	if (rc && rc != -ESTALE)
 		farm_warn("node: view %" PRIu64 " not applied: %s",
 		          v->config_id, farm_strerror(rc));
+	if (!rc && ngone) {
+		/* Recover the transactions and regions the lost machines
+		 * took part in (src/txn/recover.c); the configuration's CM
+		 * decides for their coordinators. */
+		uint32_t decider = v->has_cm ? v->cm : ids[0];
+		int trc = farm_txm_reconfigure(n->txm, v->config_id, gone,
+		                               ngone, ids, k, decider);
+		if (trc)
+			farm_err("node: transaction recovery for view %" PRIu64
+			         " not started: %s",
+			         v->config_id, farm_strerror(trc));
+	}
 	if (n->rec) {
 		static char leases[FARM_VIEW_MAX][FARM_LEASE_ADDR_MAX];
 		for (unsigned i = 0; i < v->n; i++)
@@ -247,7 +283,6 @@ static void apply_view(void *ctx, const struct farm_view *v)
 			farm_warn("node: leases of view %" PRIu64 ": %s",
 			          v->config_id, farm_strerror(lrc));
 	}
-	bool member = farm_view_find(v, n->cfg.machine_id) != NULL;
 	pthread_mutex_lock(&n->lock);
 	if (!rc)
 		n->view = *v;
