@@ -246,21 +246,13 @@ static int teardown(void **state)
 
 int main(void)
 {
-#ifndef FARM_HAVE_ZK
-	printf("skipped: libfarm built without the ZooKeeper client\n");
-	return FARM_TEST_SKIP;
-#endif
-	int st = tu_zk_start(zk_script, zk_dir, sizeof(zk_dir), zk_connect,
-	                     sizeof(zk_connect));
-	if (st)
-		return st;
 	snprintf(zk_root, sizeof(zk_root), "/libfarm/test-recovery-%d",
 	         (int)getpid());
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test_teardown(test_detect_and_reconfigure,
 	                                  teardown),
 	};
-	int rc = cmocka_run_group_tests(tests, NULL, NULL);
-	tu_zk_stop(zk_script, zk_dir);
-	return rc;
+	return tu_zk_run(zk_script, zk_dir, sizeof(zk_dir), zk_connect,
+	                 sizeof(zk_connect), "recovery", tests,
+	                 sizeof(tests) / sizeof(tests[0]));
 }

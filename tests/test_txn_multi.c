@@ -68,26 +68,7 @@ static int child_main(struct tx_child *c, role_fn role)
 {
 	struct farm_config cfg;
 	int st = np_config(&c->np, RSIZE, &cfg);
-	if (st)
-		return st;
-	if (farm_node_open(&cfg, &c->np.node))
-		return 4;
-	farm_node_set_app_loops(c->np.node, true);
-	st = 5;
-	if (farm_node_start(c->np.node, JOIN_MS) ||
-	    farm_node_loop_open(c->np.node, 0, &c->np.loop))
-		goto out;
-	st = 6;
-	if (farm_node_wait_members(c->np.node, NM, JOIN_MS))
-		goto out;
-	c->txm = farm_node_txm(c->np.node);
-	st = np_ready(&c->np) ? 7 : role(c);
-out:
-	if (c->np.loop)
-		farm_node_loop_close(c->np.node, c->np.loop);
-	farm_node_close(c->np.node);
-	free(c->h);
-	return st;
+	return st ? st : tx_child_run(c, &cfg, JOIN_MS, role);
 }
 
 /* Machine i's body: child_main with the role np_start was given. */
@@ -126,15 +107,12 @@ static int bank_role(struct tx_child *c)
 {
 	unsigned nmine = opt_accounts;
 	farm_fatptr *mine = calloc(nmine, sizeof(*mine));
-	if (!mine ||
-	    create_objs(c, "acct", nmine, 64, fill_account, NULL, mine))
+	farm_fatptr *acc = mine ? share_objs(c, "acct", nmine, 64, fill_account,
+	                                     NULL, mine)
+	                        : NULL;
+	if (!acc)
 		return 20;
-	if (np_say(&c->np, 'C', NULL, 0) || np_wait_cmd(&c->np) != 'G')
-		return 21;
-	unsigned nacc;
-	farm_fatptr *acc = load_objs(c, "acct", &nacc);
-	if (!acc || nacc != NM * nmine)
-		return 22;
+	unsigned nacc = NM * nmine;
 	if (opt_broken)
 		farm_txn_testing_skip_validation(true);
 	struct bank_stats s = {0};
@@ -279,14 +257,11 @@ static bool all_same(const uint8_t *d, uint32_t n)
 static int torn_role(struct tx_child *c)
 {
 	farm_fatptr mine[TORN_PER];
-	if (create_objs(c, "torn", TORN_PER, TORN_SIZE, fill_zero, NULL, mine))
+	farm_fatptr *o = share_objs(c, "torn", TORN_PER, TORN_SIZE, fill_zero,
+	                            NULL, mine);
+	if (!o)
 		return 30;
-	if (np_say(&c->np, 'C', NULL, 0) || np_wait_cmd(&c->np) != 'G')
-		return 31;
-	unsigned n;
-	farm_fatptr *o = load_objs(c, "torn", &n);
-	if (!o || n != NM * TORN_PER)
-		return 32;
+	unsigned n = NM * TORN_PER;
 	struct torn_stats s = {0};
 	uint64_t t0 = np_now_ns();
 	if (c->np.me < 2) { /* writers, until told to stop */

@@ -225,6 +225,28 @@ static inline void tu_zk_stop(const char *script, const char *dir)
 	tu_rmtree(dir);
 }
 
+/* A ZooKeeper test's main: @tests (@n of them, group @name) with a private
+ * server (tu_zk_start), or a skip (77) without the client library, java
+ * or the jars. */
+static inline int tu_zk_run(const char *script, char *dir, size_t dlen,
+                            char *connect, size_t clen, const char *name,
+                            const struct CMUnitTest *tests, size_t n)
+{
+#ifndef FARM_HAVE_ZK
+	(void)script, (void)dir, (void)dlen, (void)connect, (void)clen;
+	(void)name, (void)tests, (void)n;
+	printf("skipped: libfarm built without the ZooKeeper client\n");
+	return FARM_TEST_SKIP;
+#else
+	int st = tu_zk_start(script, dir, dlen, connect, clen);
+	if (st)
+		return st;
+	int rc = _cmocka_run_group_tests(name, tests, n, NULL, NULL);
+	tu_zk_stop(script, dir);
+	return rc;
+#endif
+}
+
 #endif
 
 /* ---- forked machine processes ------------------------------------------ */

@@ -40,6 +40,36 @@ struct tx_child {
 
 enum { H_BEGIN = 1, H_READ, H_WRITE, H_END };
 
+/* A machine's life with configuration @cfg: open it, run its loop on this
+ * thread, wait (at most @join_ms) until the cluster has its NP_NM machines,
+ * say 'R' and run @role; then close. Its exit status: @role's, or 4 (open
+ * failed), 5 (start), 6 (join), 7 (the parent went away). */
+static inline int tx_child_run(struct tx_child *c,
+                               const struct farm_config *cfg, int join_ms,
+                               int (*role)(struct tx_child *c))
+{
+	if (farm_node_open(cfg, &c->np.node))
+		return 4;
+	farm_node_set_app_loops(c->np.node, true);
+	int st = 5;
+	if (farm_node_start(c->np.node, join_ms) ||
+	    farm_node_loop_open(c->np.node, 0, &c->np.loop))
+		goto out;
+	st = 6;
+	if (farm_node_wait_members(c->np.node, NP_NM, join_ms))
+		goto out;
+	c->txm = farm_node_txm(c->np.node);
+	st = np_ready(&c->np) ? 7 : role(c);
+out:
+	if (c->np.loop)
+		farm_node_loop_close(c->np.node, c->np.loop);
+	farm_node_close(c->np.node);
+	free(c->h);
+	if (c->hfd > 0)
+		close(c->hfd);
+	return st;
+}
+
 static inline uint64_t tx_rnd(struct tx_child *c)
 {
 	return farm_rand64(&c->np.rng);
@@ -187,6 +217,26 @@ static inline farm_fatptr *load_objs(struct tx_child *c, const char *tag,
 	}
 	*n = total;
 	return all;
+}
+
+/* Every machine makes @n objects (create_objs, into @mine), says 'C' and
+ * waits for the parent's 'G' (p_setup): every machine's objects, NP_NM * @n
+ * of them (NULL when a step failed). */
+static inline farm_fatptr *
+share_objs(struct tx_child *c, const char *tag, unsigned n, uint32_t size,
+           void (*fill)(void *data, uint32_t size, farm_fatptr p, void *arg),
+           void *arg, farm_fatptr *mine)
+{
+	if (create_objs(c, tag, n, size, fill, arg, mine) ||
+	    np_say(&c->np, 'C', NULL, 0) || np_wait_cmd(&c->np) != 'G')
+		return NULL;
+	unsigned all;
+	farm_fatptr *p = load_objs(c, tag, &all);
+	if (p && all != NP_NM * n) {
+		free(p);
+		p = NULL;
+	}
+	return p;
 }
 
 /* The parent side of setup: every machine joined, created, then 'G'. */
@@ -359,6 +409,16 @@ static inline int64_t bal(const void *d)
 	return b;
 }
 
+/* Begin a recorded transaction. */
+static inline int tx_begin(struct tx_child *c, farm_tx **tx)
+{
+	uint64_t t0 = np_now_ns();
+	int rc = farm_tx_begin(c->txm, c->np.loop, tx);
+	if (!rc)
+		hput(c, H_BEGIN, t0, 0);
+	return rc;
+}
+
 /* End a recorded transaction: @rc, and whether it came from the commit. */
 static inline int tx_end(struct tx_child *c, farm_tx *tx, int rc,
                          bool committing)
@@ -375,12 +435,10 @@ static inline int transfer(struct tx_child *c, struct bank_counts *k,
                            farm_gaddr a, farm_gaddr b, int64_t amt,
                            bool *declined)
 {
-	uint64_t t0 = np_now_ns();
 	farm_tx *tx;
-	int rc = farm_tx_begin(c->txm, c->np.loop, &tx);
+	int rc = tx_begin(c, &tx);
 	if (rc)
 		return rc;
-	hput(c, H_BEGIN, t0, 0);
 	const void *da, *db;
 	rc = farm_tx_read_sync(tx, a, 64, &da);
 	if (!rc) {
@@ -418,12 +476,10 @@ static inline int ro_sum(struct tx_child *c, struct bank_counts *k,
                          const farm_fatptr *acc, unsigned nacc, unsigned n,
                          int64_t *sum, int64_t *minb)
 {
-	uint64_t t0 = np_now_ns();
 	farm_tx *tx;
-	int rc = farm_tx_begin(c->txm, c->np.loop, &tx);
+	int rc = tx_begin(c, &tx);
 	if (rc)
 		return rc;
-	hput(c, H_BEGIN, t0, 0);
 	*sum = 0;
 	*minb = INT64_MAX;
 	for (unsigned j = 0; j < n; j++) {
