@@ -494,6 +494,7 @@ static void bank_under_kill(unsigned victim, const char *name)
 	free(s);
 	tu_rmtree(cl.root);
 	cl.root[0] = 0;
+	fflush(stdout); /* the report above, then what failed */
 	if (f.n)
 		fail_msg("%s (machine %u killed): %u check(s) failed:\n%s",
 		         name, victim, f.n, f.text);
