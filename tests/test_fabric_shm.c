@@ -390,9 +390,19 @@ static void test_revoke(void **state)
 	                 0);
 	assert_int_equal(f->rbase[0], 0x5a);
 	assert_int_equal(farm_fabric_revoke(f->b, 2), -EINVAL); /* itself */
-	assert_int_equal(farm_fabric_revoke(f->b, 64), -ERANGE);
 	assert_int_equal(farm_fabric_revoke(NULL, 1), -EINVAL);
-	assert_int_equal(farm_fabric_revoke(f->b, 1), 0);
+	int rc = farm_fabric_revoke(f->b, 1);
+	if (rc == -ENOTSUP) { /* not on this provider (ofi, verbs) yet */
+		farm_ep_destroy(cep);
+		farm_mr_dereg(cmr);
+		free(cbuf);
+		assert_int_equal(farm_cq_destroy(ccq), 0);
+		farm_fabric_close(c);
+		tu_rmtree(dir_c);
+		skip();
+	}
+	assert_int_equal(rc, 0);
+	assert_int_equal(farm_fabric_revoke(f->b, 64), -ERANGE);
 
 	memset(f->buf, 0x77, 64);
 	assert_int_equal(tu_do(f->ep, f->cq,

@@ -95,15 +95,12 @@ static inline void hput(struct tx_child *c, uint64_t tag, uint64_t x,
 		c->last = (enum sc_outcome)y;
 }
 
-/* What a commit's outcome means to the checker: a participant that did
- * not answer leaves it unknown; every other error means not committed. */
+/* What a commit's outcome means to the checker: 0 committed, any error
+ * not committed (FARM_EPEERDEAD and -ETIMEDOUT included: a commit reports
+ * them only after its ABORT records landed; recovery keeps that). */
 static inline enum sc_outcome sc_of(int outcome)
 {
-	if (outcome == 0)
-		return SC_COMMITTED;
-	if (outcome == FARM_EPEERDEAD || outcome == -ETIMEDOUT)
-		return SC_UNKNOWN;
-	return SC_ABORTED;
+	return outcome == 0 ? SC_COMMITTED : SC_ABORTED;
 }
 
 static inline void tx_hist_path(const struct np_cluster *cl, unsigned i,
@@ -334,7 +331,7 @@ static inline int tx_check_history(struct np_cluster *cl, unsigned killed,
 /* What a machine's bank workload did. */
 struct bank_counts {
 	uint64_t transfers, single, declined, attempts, aborts;
-	uint64_t timeouts, peerdead; /* commit outcome unknown: not retried */
+	uint64_t timeouts, peerdead; /* commits that ended so (then retried) */
 	uint64_t failed; /* transfers given up: another error, or time */
 	uint64_t lf_reads, lf_bad, ro_txns, ro_aborts, ro_failed, negative;
 	int err[BANK_NERR];       /* the first distinct errors that were not */
@@ -559,13 +556,11 @@ static inline void bank_step(struct tx_child *c, struct bank_counts *k,
 				return;
 			}
 			k->aborts++;
-			if (c->last == SC_UNKNOWN) { /* not retried */
-				if (rc == -ETIMEDOUT)
-					k->timeouts++;
-				else
-					k->peerdead++;
-				return;
-			}
+			/* Counted, and retried like any retryable outcome. */
+			if (rc == -ETIMEDOUT)
+				k->timeouts++;
+			else if (rc == FARM_EPEERDEAD)
+				k->peerdead++;
 			if (!farm_tx_retryable(rc) || np_now_ns() > give_up) {
 				k->failed++;
 				bank_error(c, k, "transfer", rc);

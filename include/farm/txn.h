@@ -160,7 +160,10 @@ FARM_API int farm_tx_abort(farm_tx *tx);
  */
 FARM_API void farm_tx_free(farm_tx *tx);
 
-/* Whether running the transaction again may succeed. */
+/* Whether running the transaction again may succeed: conflicts, and
+ * failures of a participant (FARM_EPEERDEAD, -ETIMEDOUT), which a commit
+ * reports only once it is sure not to have committed; after recovery
+ * installs the next configuration the retry succeeds. */
 FARM_API bool farm_tx_retryable(int outcome);
 
 /* ---- blocking wrappers (drive the loop; not from handlers) ----------------

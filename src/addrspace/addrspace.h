@@ -68,6 +68,19 @@ farm_fabric *farm_as_fabric(const farm_as *as);
  * many (0 before the first view). */
 unsigned farm_as_replicas(farm_as *as, uint32_t region, uint32_t *out);
 
+/* Replicas of @region in the view before the current one (0: none). */
+unsigned farm_as_prev_replicas(farm_as *as, uint32_t region, uint32_t *out);
+/*
+ * Recovery's promotion of backup copies (src/txn/recover.c): the regions
+ * this machine holds a backup copy of and is primary of in the current
+ * view (up to @max in @out; returns how many there are), and the switch
+ * of one of them to primary, once its logs are drained and its
+ * transactions' locks recovered. Until then its lookups and accesses say
+ * -EAGAIN (retryable).
+ */
+unsigned farm_as_promotable(farm_as *as, uint32_t *out, unsigned max);
+int farm_as_promote(farm_as *as, uint32_t region);
+
 /* The local copy of @region, and this machine's role for it. NULL and
  * FARM_AS_NONE when not held here. */
 farm_region *farm_as_local_region(farm_as *as, uint32_t region,

@@ -264,6 +264,8 @@ void txn_tx_finish(farm_tx *tx)
 		}
 		o->flags &= ~TXO_NEW;
 	}
+	if (tx->nwaiters) /* decided without passing the hooks */
+		txn_rec_decided(tx, tx->outcome == 0);
 	if (tx->cseq) {
 		txn_cseq_done(tl, tx->cseq);
 		tx->cseq = 0;
@@ -341,7 +343,16 @@ static void tx_step(farm_tx *tx)
 			if (atomic_load(&testing_crash_after_backup))
 				raise(SIGKILL); /* testing: COMMIT-BACKUP acked
 				                 */
-			phase_primary(tx);
+			/* The configuration changed since the commit started:
+			 * a COMMIT-BACKUP may have landed after a promoted
+			 * primary drained its logs, so it must not count
+			 * (recover.c). Abort; the retry runs in the new one. */
+			if (tx->cfg <
+			    atomic_load_explicit(&tx->m->rec.cfg,
+			                         memory_order_acquire))
+				tx_fail(tx, -EAGAIN);
+			else
+				phase_primary(tx);
 		}
 		break;
 	case PH_PRIMARY:
@@ -615,6 +626,7 @@ static void decisive_retry(farm_loop *loop, void *ctx, int status)
 static void phase_primary(farm_tx *tx)
 {
 	tx->ph = PH_PRIMARY;
+	txn_rec_decided(tx, true);
 	for (uint32_t p = 0; p < tx->m->M && p < 0x40; p++)
 		if (tx->locked_at[p])
 			send_decisive(tx, p, REC_COMMIT_PRIMARY, K_PRIMARY,
@@ -634,6 +646,7 @@ static void phase_abort(farm_tx *tx, int outcome)
 	tx->ph = PH_ABORT;
 	tx->fail = 0;
 	tx->abort_outcome = outcome;
+	txn_rec_decided(tx, false);
 	for (uint32_t p = 0; p < tx->m->M && p < 0x40; p++)
 		if (tx->locked_at[p] || tx->cb_at[p])
 			send_decisive(tx, p, REC_ABORT, K_ABORT, NULL);
@@ -908,7 +921,7 @@ int farm_tx_commit(farm_tx *tx, farm_tx_commit_fn cont, void *ctx)
 		if (k == tx->nregs)
 			tx->regs[tx->nregs++] = r;
 	}
-	if (tx->nregs > UINT16_MAX)
+	if (tx->nregs > 512) /* recover.c: REC_MAX_REGS */
 		return -E2BIG;
 	tx->cfg = (uint32_t)farm_as_config_id(m->as);
 	/* After-images. */

@@ -315,6 +315,12 @@ bool txn_copy_apply(uint8_t *p, unsigned lines, const uint8_t *img, bool held)
 	return true;
 }
 
+/* recover.c: a decision for a transaction whose LOCK we hold. */
+void txn_decide_primary(struct txloop *tl, uint64_t txid, bool commit)
+{
+	on_commit_primary(tl, txid, commit);
+}
+
 /* Apply a COMMIT-BACKUP record to our backup copies (at truncation). */
 static void backup_apply(struct txloop *tl, const uint8_t *rec)
 {
@@ -334,8 +340,16 @@ static void backup_apply(struct txloop *tl, const uint8_t *rec)
 		uint64_t off = farm_gaddr_offset(o[i].addr);
 		if (r && role == FARM_AS_BACKUP &&
 		    off + 64ull * o[i].lines <= farm_region_size(r)) {
-			if (txn_copy_apply((uint8_t *)farm_region_base(r) + off,
-			                   o[i].lines, img, false))
+			uint8_t *q = (uint8_t *)farm_region_base(r) + off;
+			bool done =
+			        txn_rec_promoting(m,
+			                          farm_gaddr_region(o[i].addr))
+			                ? txn_rec_truncate_apply(m, o[i].addr,
+			                                         q, o[i].lines,
+			                                         img)
+			                : txn_copy_apply(q, o[i].lines, img,
+			                                 false);
+			if (done)
 				stat_add(m, S_BACKUP_APPLIES, 1);
 		} else if (r && role == FARM_AS_PRIMARY) {
 			/* Promoted by recovery, which applied or decided it. */
@@ -397,7 +411,7 @@ static int poll_log(struct txloop *tl, uint32_t coord)
 	        (_Atomic uint64_t *)(void *)(m->logbase + log_hdr_off(m, li));
 	struct reader *rd = &tl->r[coord];
 	int got = 0;
-	while (!rd->broken) {
+	while (!rd->broken && !rd->fenced) {
 		uint64_t off = rd->head % m->R;
 		uint8_t *rec = ring + off;
 		uint32_t len = atomic_load_explicit(
@@ -479,7 +493,7 @@ bool txn_pending(farm_loop *loop, void *ctx)
 	unsigned n = atomic_load_explicit(&m->nready, memory_order_acquire);
 	for (unsigned i = 0; i < n; i++) {
 		uint32_t c = m->ready_ids[i];
-		if (tl->r[c].broken)
+		if (tl->r[c].broken || tl->r[c].fenced)
 			continue;
 		uint64_t li = log_index(m, c, tl->t);
 		const uint8_t *ring = m->logbase + log_ring_off(m, li);

@@ -153,6 +153,7 @@ int farm_txm_create(farm_fabric *fab, farm_msg *msg, farm_as *as,
 	if (a.epoch_free_pct == FARM_TXM_EPOCH_MANUAL)
 		m->epoch_free_pct = 0;
 	pthread_mutex_init(&m->peer_lock, NULL);
+	pthread_mutex_init(&m->rec.lock, NULL);
 	/* The read bound in ticks: calibrate the tick against the clock. */
 	uint64_t c0 = farm_cycles(), t0 = farm_now_ns(), t1;
 	while ((t1 = farm_now_ns()) - t0 < 2000000)
@@ -182,6 +183,8 @@ int farm_txm_create(farm_fabric *fab, farm_msg *msg, farm_as *as,
 		rc = farm_msg_handle(msg, FARM_MSGT_TX_REPLY, txn_h_reply, m);
 	if (!rc)
 		rc = farm_epoch_handle(msg);
+	if (!rc)
+		rc = txn_rec_init(m);
 	if (!rc && !(rc = farm_epoch_domain_get()))
 		m->epoch_domain = true;
 	if (rc) {
@@ -225,6 +228,7 @@ void farm_txm_destroy(farm_txm *m)
 		farm_mem_free(m->logmem);
 	if (m->epoch_domain)
 		farm_epoch_domain_put();
+	txn_rec_fini(m);
 	free(m->peers);
 	free(m->peer_ready);
 	free(m);
@@ -354,6 +358,7 @@ void farm_txm_detach(farm_txm *m, farm_loop *loop)
 			free(e);
 		}
 	}
+	txn_rec_detach(tl);
 	stat_add(m, S_LF_READS, atomic_load(&tl->c_lf_reads));
 	stat_add(m, S_LF_RETRIES, atomic_load(&tl->c_lf_retries));
 	stat_add(m, S_TX_READS, atomic_load(&tl->c_tx_reads));

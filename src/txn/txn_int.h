@@ -134,6 +134,7 @@ struct reader {
 	uint64_t lw;      /* the highest commit low-water mark seen */
 	bool broken;      /* a malformed record: no longer read */
 	bool fenced;      /* its coordinator was removed: recovery owns it */
+	bool rec_done;    /* ... and recovery decided and emptied it */
 };
 
 /* A transaction whose ABORT record this loop processed: its
@@ -149,6 +150,15 @@ struct lock_ent {
 	struct lock_ent *next;
 	uint64_t txid;
 	const uint8_t *rec; /* the LOCK record, in the log */
+};
+
+/* recover.c: a COMMIT-BACKUP for a region being promoted whose
+ * transaction is not decided yet; its objects are locked meanwhile. */
+struct rec_pend {
+	struct rec_pend *next;
+	uint64_t txid;
+	uint32_t coord;
+	const uint8_t *rec; /* in our log (kept: not truncated until decided) */
 };
 
 struct txloop {
@@ -173,7 +183,50 @@ struct txloop {
 	 * finished, and which of [cs_low, cs_next) have finished. */
 	uint64_t cs_next, cs_low;
 	uint8_t *cs_done;         /* CS_RING */
+	struct rec_pend *pend;    /* recover.c */
 	struct farm_as_rcache rc; /* where regions are, for reads */
+};
+
+/* recover.c: the decider's view of one transaction of a removed
+ * coordinator, and the recovered locks of promoted regions. */
+struct rec_cb {
+	uint32_t machine, region;
+};
+struct rec_txn {
+	uint64_t txid, cseq;
+	uint32_t flags;
+	bool sent;
+	uint32_t *regs;
+	unsigned nregs;
+	struct rec_cb *cb; /* who holds a COMMIT-BACKUP for which region */
+	unsigned ncb;
+};
+struct rec_rlock {
+	uint64_t addr;
+	unsigned n;
+};
+
+/* recover.c: recovery's state (decider fields on the decider only). */
+struct txrec_state {
+	pthread_mutex_t lock;
+	_Atomic uint64_t cfg; /* the configuration being recovered into */
+	uint32_t decider;
+	bool removed[0x40]; /* every machine ever removed */
+	bool member[0x40];  /* the survivors of cfg */
+	unsigned nsurv;
+	uint32_t *promo; /* regions being promoted here */
+	unsigned npromo;
+	_Atomic unsigned npromo_live;
+	_Atomic unsigned applied, scanned; /* loops done with each step */
+	struct rec_rlock *rl;
+	unsigned nrl, caprl;
+	/* The decider. */
+	bool go_sent;
+	uint64_t applied_from[0x40];
+	struct rec_txn *d;
+	unsigned nd, capd;
+	unsigned ends[0x40 * MAX_LOOPS];
+	uint64_t maxlw[0x40 * MAX_LOOPS];
 };
 
 struct farm_txm {
@@ -207,6 +260,7 @@ struct farm_txm {
 	struct {
 		_Atomic uint64_t v[48];
 	} st;
+	struct txrec_state rec;
 };
 
 enum {
@@ -328,6 +382,13 @@ struct farm_tx {
 	uint32_t cfg;   /* configuration when the commit started */
 	uint32_t *regs; /* the regions it writes (records' region list) */
 	unsigned nregs;
+	/* Promoted primaries waiting for its decision (recover.c). */
+	struct rec_waiter {
+		uint64_t cfg;
+		uint32_t machine;
+		uint16_t thread;
+	} waiters[8];
+	unsigned nwaiters;
 };
 
 /* ---- arena: registered staging memory ------------------------------- */
@@ -542,6 +603,17 @@ bool txn_pending(farm_loop *loop, void *ctx);
 bool txn_aborted(struct txloop *tl, uint64_t txid);
 void txn_note_abort(struct txloop *tl, uint64_t txid, uint64_t pos);
 bool txn_copy_apply(uint8_t *p, unsigned lines, const uint8_t *img, bool held);
+
+void txn_decide_primary(struct txloop *tl, uint64_t txid, bool commit);
+
+/* recover.c */
+int txn_rec_init(farm_txm *m);
+void txn_rec_fini(farm_txm *m);
+void txn_rec_detach(struct txloop *tl);
+void txn_rec_decided(farm_tx *tx, bool commit);
+bool txn_rec_promoting(farm_txm *m, uint32_t region);
+bool txn_rec_truncate_apply(farm_txm *m, uint64_t addr, uint8_t *q,
+                            unsigned lines, const uint8_t *img);
 
 /* tx.c */
 void txn_tx_free(farm_tx *tx);
