@@ -264,6 +264,10 @@ typedef struct farm_txm_stats {
 	uint64_t stale_refused, backup_skipped, backup_nocopy;
 	uint64_t rec_committed, rec_aborted, rec_locks, rec_promoted,
 	        rec_refused;
+	/* The last recovery's timeline (CLOCK_MONOTONIC ns, 0: none yet):
+	 * this machine took the configuration, every survivor had (REC_GO),
+	 * its promoted regions became active. */
+	uint64_t rec_t_config_ns, rec_t_go_ns, rec_t_active_ns;
 } farm_txm_stats;
 
 FARM_API void farm_txm_stats_get(farm_txm *m, farm_txm_stats *out);

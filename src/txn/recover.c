@@ -519,6 +519,7 @@ static void rec_loop_run(struct txloop *tl)
 			np++;
 		}
 	pthread_mutex_unlock(&m->rec.lock);
+	atomic_store(&m->rec.t_active, farm_now_ns());
 	farm_info("txn recovery: configuration %" PRIu64
 	          ": %u region(s) promoted",
 	          (uint64_t)atomic_load(&m->rec.cfg), np);
@@ -599,6 +600,9 @@ int farm_txm_reconfigure(farm_txm *m, uint64_t cfg, const uint32_t *removed,
 	m->rec.nd = 0;
 	memset(m->rec.ends, 0, sizeof(m->rec.ends));
 	memset(m->rec.maxlw, 0, sizeof(m->rec.maxlw));
+	atomic_store(&m->rec.t_config, farm_now_ns());
+	atomic_store(&m->rec.t_go, 0);
+	atomic_store(&m->rec.t_active, 0);
 	/* From here on this machine's coordinators stop older commits
 	 * short of COMMIT-PRIMARY (commit.c reads it). */
 	atomic_store(&m->rec.cfg, cfg);
@@ -665,6 +669,8 @@ static void h_go(farm_loop *loop, const farm_msg_in *in, void *arg)
 		refuse(m, in, "recovery start");
 		return;
 	}
+	uint64_t zero = 0;
+	atomic_compare_exchange_strong(&m->rec.t_go, &zero, farm_now_ns());
 	rec_loop_run(tl);
 }
 

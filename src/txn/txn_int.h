@@ -218,6 +218,7 @@ struct txrec_state {
 	unsigned npromo;
 	_Atomic unsigned npromo_live;
 	_Atomic unsigned applied, scanned; /* loops done with each step */
+	_Atomic uint64_t t_config, t_go, t_active; /* farm_txm_stats */
 	struct rec_rlock *rl;
 	unsigned nrl, caprl;
 	/* The decider. */
