@@ -820,7 +820,7 @@ static int do_plain(struct mach *m, uint64_t dur)
 	uint32_t bb = farm_ht_bucket_bytes(m->ht);
 	unsigned spb = farm_ht_slots_per_bucket(m->ht);
 	unsigned L = bb / 64;
-	/* Layout (src/hashtable/ht.c): bucket data = fwd u64, bwd u64,
+	/* Layout (src/hashtable/ht_int.h): bucket data = fwd u64, bwd u64,
 	 * overflow fat pointer (24 B), then slots of [flags u8][klen u8]
 	 * [pad u16][vlen u32][key 16][value 32]. */
 	const uint32_t hdr = 40, slot = 8 + KLEN + VLEN;
