@@ -251,3 +251,11 @@ void farm_ht_stats_get(farm_ht *h, struct farm_ht_stats *out)
 	                              .found = v[T_FOUND],
 	                              .not_found = v[T_NOTFOUND]};
 }
+
+bool farm_ht_serves(farm_ht *h, unsigned shard)
+{
+	if (!h || shard >= h->nshards)
+		return false;
+	return farm_as_local_ptr(h->as, h->shards[shard].base,
+	                         64ull * h->bucket_lines) != NULL;
+}

@@ -273,7 +273,7 @@ void ht_h_op(farm_loop *loop, const farm_msg_in *in, void *arg)
 		    q.klen > FARM_HT_MAX_KEY || q.vlen > FARM_HT_MAX_VALUE ||
 		    in->len != sizeof(q) + q.klen + q.vlen ||
 		    (q.op == 1 && q.vlen == 0) || q.shard >= h->nshards ||
-		    h->shards[q.shard].machine != h->me)
+		    !farm_ht_serves(h, q.shard))
 			status = -EINVAL;
 	}
 	if (status) {

@@ -899,7 +899,7 @@ static int srv_parse(farm_kv *kv, const uint8_t *p, uint32_t len, struct srv *s)
 		off += 2;
 		if (kl == 0 || kl > FARM_KV_MAX_KEY || off + kl > len)
 			return -EINVAL;
-		if (kv->shards[shard_of_key(kv, p + off, kl)].machine != kv->me)
+		if (!farm_ht_serves(kv->ht, shard_of_key(kv, p + off, kl)))
 			return -EINVAL; /* not ours to answer */
 		if (s) {
 			s->k[j] = (struct srv_key){

@@ -681,7 +681,9 @@ static void single_lock(farm_tx *tx)
 		struct txobj *o = &tx->o[i];
 		_Atomic uint64_t *h = local_hdr(tx, o);
 		if (!h) {
-			tx->fail = -EINVAL;
+			/* Not ours as primary (any more, or not yet: recovery
+			 * is promoting our copy): retryable. */
+			tx->fail = -EAGAIN;
 			break;
 		}
 		if (!is_write(o)) {

@@ -175,6 +175,18 @@ static uint8_t *copy_obj(farm_txm *m, const struct rec_obj *o)
 	return (uint8_t *)farm_region_base(r) + off;
 }
 
+/* The copy of @o's object when its region is being promoted here now
+ * (held as a backup copy), else NULL. */
+static uint8_t *promo_obj(farm_txm *m, const struct rec_obj *o)
+{
+	enum farm_as_role role;
+	uint32_t r = farm_gaddr_region(o->addr);
+	if (!in_promo(m, r) || !farm_as_local_region(m->as, r, &role) ||
+	    role != FARM_AS_BACKUP)
+		return NULL;
+	return copy_obj(m, o);
+}
+
 static void refuse(farm_txm *m, const farm_msg_in *in, const char *what)
 {
 	stat_add(m, S_REC_REFUSED, 1);
@@ -257,9 +269,12 @@ bool txn_rec_truncate_apply(farm_txm *m, uint64_t addr, uint8_t *q,
 
 bool txn_rec_promoting(farm_txm *m, uint32_t region)
 {
-	return atomic_load_explicit(&m->rec.npromo_live,
-	                            memory_order_acquire) &&
-	       in_promo(m, region);
+	if (!atomic_load_explicit(&m->rec.npromo_live, memory_order_acquire))
+		return false; /* no promotion under way: the fast path */
+	pthread_mutex_lock(&m->rec.lock);
+	bool r = in_promo(m, region);
+	pthread_mutex_unlock(&m->rec.lock);
+	return r;
 }
 
 /* ---- pending transactions at a promoted primary ----------------------- */
@@ -275,11 +290,10 @@ static void pend_settle(struct txloop *tl, struct rec_pend *p, bool commit)
 	const uint8_t *img = rimgs(p->rec);
 	pthread_mutex_lock(&m->rec.lock);
 	for (unsigned i = 0; i < h.nobj; i++) {
-		uint8_t *q = in_promo(m, farm_gaddr_region(o[i].addr))
-		                     ? copy_obj(m, &o[i])
-		                     : NULL;
-		if (q && commit &&
-		    promo_apply(m, o[i].addr, q, o[i].lines, img))
+		/* Only what we locked (pend_add): the recovered locks. */
+		uint8_t *q =
+		        rlock_find(m, o[i].addr) ? copy_obj(m, &o[i]) : NULL;
+		if (q && commit && txn_copy_apply(q, o[i].lines, img, true))
 			stat_add(m, S_INSTALLS, 1);
 		if (q)
 			rlock_put(m, o[i].addr, q);
@@ -317,9 +331,7 @@ static int pend_add(struct txloop *tl, uint32_t coord, const uint8_t *rec)
 	        .next = tl->pend, .txid = h.txid, .coord = coord, .rec = rec};
 	const struct rec_obj *o = robjs(rec);
 	for (unsigned i = 0; i < h.nobj; i++) {
-		uint8_t *q = in_promo(m, farm_gaddr_region(o[i].addr))
-		                     ? copy_obj(m, &o[i])
-		                     : NULL;
+		uint8_t *q = promo_obj(m, &o[i]);
 		if (q && rlock_take(m, o[i].addr, q))
 			farm_err("txn recovery: out of memory for a lock: "
 			         "object %#" PRIx64 " left unlocked",
@@ -357,18 +369,16 @@ static void promote_scan(struct txloop *tl, uint32_t coord)
 			continue;
 		const struct rec_obj *o = robjs(rec);
 		bool ours = false;
+		/* Regions promoted in an earlier recovery serve already:
+		 * theirs were settled then (promo_obj: backup copies only). */
 		for (unsigned i = 0; i < h.nobj; i++)
-			ours |= in_promo(m, farm_gaddr_region(o[i].addr));
+			ours |= promo_obj(m, &o[i]) != NULL;
 		if (!ours)
 			continue;
 		if (h.cseq && h.cseq < rd->lw) { /* finished: committed */
 			const uint8_t *img = rimgs(rec);
 			for (unsigned i = 0; i < h.nobj; i++) {
-				uint8_t *q =
-				        in_promo(m,
-				                 farm_gaddr_region(o[i].addr))
-				                ? copy_obj(m, &o[i])
-				                : NULL;
+				uint8_t *q = promo_obj(m, &o[i]);
 				if (q)
 					(void)promo_apply(m, o[i].addr, q,
 					                  o[i].lines, img);
@@ -518,6 +528,8 @@ static void rec_loop_run(struct txloop *tl)
 			stat_add(m, S_REC_PROMOTED, 1);
 			np++;
 		}
+	/* Promoted: backups' truncation no longer touches them (role). */
+	atomic_store(&m->rec.npromo_live, 0);
 	pthread_mutex_unlock(&m->rec.lock);
 	atomic_store(&m->rec.t_active, farm_now_ns());
 	farm_info("txn recovery: configuration %" PRIu64
