@@ -225,6 +225,9 @@ static inline int np_config_zk(const struct np_child *c, const char *rsize,
 	snprintf(cfg->zk_root, sizeof(cfg->zk_root), "%s", root);
 	cfg->zk_session_ms = session_ms;
 	cfg->lease_us = lease_us;
+	/* A cold ZooKeeper on a loaded 2-core host took over 5 s to let
+	 * machines join (make check at load 16). */
+	cfg->zk_connect_timeout_ms = 30000;
 	return 0;
 }
 

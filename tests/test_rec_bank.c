@@ -147,6 +147,24 @@ static int run(struct tx_child *c, const farm_fatptr *mine,
 			r->t_kill_ns = km.t_kill_ns;
 			r->config_at_kill = farm_node_config_id(c->np.node);
 			t_end = km.t_kill_ns + RECONF_MS * 1000000ull;
+		} else if (cmd == 'Z') {
+			/* --broken: end with a transfer between two of our
+			 * own accounts that is committed and in the history,
+			 * then wait to be killed. Its COMMIT-BACKUPs are the
+			 * last records this machine writes, so no later one
+			 * truncates them: only recovery's drain applies them
+			 * at the promoted backups. */
+			int rc = -1;
+			bool declined = false;
+			for (unsigned t = 0; t < 100 && rc; t++)
+				rc = transfer(c, &r->k, mine[0].addr,
+				              mine[1].addr, 1, &declined);
+			if (rc || declined || np_say(&c->np, 'z', NULL, 0))
+				return -1;
+			char b;
+			(void)tu_recv(c->np.in, &b,
+			              1); /* blocks: killed here */
+			return -1;
 		} else if (cmd) {
 			return -1;
 		}
@@ -420,6 +438,10 @@ static void bank_under_kill(unsigned victim, const char *name)
 	p_setup(&cl);
 	for (unsigned i = 0; i < NM; i++)
 		np_expect(&cl, i, 'P', 60000);
+	if (opt_broken) {
+		np_send(&cl, victim, 'Z');
+		np_expect(&cl, victim, 'z', 30000);
+	}
 	struct kill_msg km = {.victim = victim, .t_kill_ns = np_now_ns()};
 	assert_int_equal(kill(cl.pid[victim], SIGKILL), 0);
 	assert_int_equal(tu_reap(cl.pid[victim]), 128 + SIGKILL);
