@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "alloc/galloc.h"
@@ -260,18 +261,6 @@ static void apply_view(void *ctx, const struct farm_view *v)
 	if (rc && rc != -ESTALE)
 		farm_warn("node: view %" PRIu64 " not applied: %s",
 		          v->config_id, farm_strerror(rc));
-	if (!rc && ngone) {
-		/* Recover the transactions and regions the lost machines
-		 * took part in (src/txn/recover.c); the configuration's CM
-		 * decides for their coordinators. */
-		uint32_t decider = v->has_cm ? v->cm : ids[0];
-		int trc = farm_txm_reconfigure(n->txm, v->config_id, gone,
-		                               ngone, ids, k, decider);
-		if (trc)
-			farm_err("node: transaction recovery for view %" PRIu64
-			         " not started: %s",
-			         v->config_id, farm_strerror(trc));
-	}
 	if (n->rec) {
 		static char leases[FARM_VIEW_MAX][FARM_LEASE_ADDR_MAX];
 		for (unsigned i = 0; i < v->n; i++)
@@ -282,6 +271,39 @@ static void apply_view(void *ctx, const struct farm_view *v)
 		if (lrc && lrc != -ESTALE)
 			farm_warn("node: leases of view %" PRIu64 ": %s",
 			          v->config_id, farm_strerror(lrc));
+	}
+	/* After the leases took the configuration (no lease is granted
+	 * outside it any more). */
+	if (!rc && ngone) {
+		/* Recover the transactions and regions the lost machines
+		 * took part in (src/txn/recover.c); the configuration's CM
+		 * decides for their coordinators. */
+		uint32_t decider = v->has_cm ? v->cm : ids[0];
+		if (decider == n->cfg.machine_id && n->rec) {
+			/* FaRM's lease wait before NEW-CONFIG-COMMIT: the CM
+			 * grants no lease outside the configuration it has
+			 * taken, so one lease length from here every lease a
+			 * removed machine held has expired (by the holder's
+			 * clock first), and it stops acting as a member
+			 * before recovery moves its regions. */
+			uint32_t us = n->cfg.lease_us ? n->cfg.lease_us
+			                              : FARM_LEASE_DEFAULT_US;
+			struct timespec ts = {.tv_sec = us / 1000000,
+			                      .tv_nsec = (long)(us % 1000000) *
+			                                 1000};
+			while (nanosleep(&ts, &ts) && errno == EINTR)
+				;
+		}
+		int trc = farm_txm_reconfigure(n->txm, v->config_id, gone,
+		                               ngone, ids, k, decider);
+		if (trc == -ENOENT) /* loops closed: this machine stops */
+			farm_info("node: view %" PRIu64 " while closing: no "
+			          "transaction recovery",
+			          v->config_id);
+		else if (trc)
+			farm_err("node: transaction recovery for view %" PRIu64
+			         " not started: %s",
+			         v->config_id, farm_strerror(trc));
 	}
 	pthread_mutex_lock(&n->lock);
 	if (!rc)
