@@ -209,6 +209,24 @@ static inline int np_config(const struct np_child *c, const char *rsize,
 	return 0;
 }
 
+/* np_config with ZooKeeper membership (@zk, root @root) in place of the
+ * static peers: sessions of @session_ms, recovery's leases of @lease_us. */
+static inline int np_config_zk(const struct np_child *c, const char *rsize,
+                               const char *zk, const char *root,
+                               unsigned session_ms, uint32_t lease_us,
+                               struct farm_config *cfg)
+{
+	int rc = np_config(c, rsize, cfg);
+	if (rc)
+		return rc;
+	cfg->npeers = 0;
+	snprintf(cfg->zk, sizeof(cfg->zk), "%s", zk);
+	snprintf(cfg->zk_root, sizeof(cfg->zk_root), "%s", root);
+	cfg->zk_session_ms = session_ms;
+	cfg->lease_us = lease_us;
+	return 0;
+}
+
 /* The machine is up: seed its random numbers and say 'R'. */
 static inline int np_ready(struct np_child *c)
 {

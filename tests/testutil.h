@@ -190,6 +190,56 @@ static inline int tu_zk_local(const char *script, const char *verb,
 	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
 }
 
+/*
+ * A private ZooKeeper server for a test's main(): make @dir (a temporary
+ * directory) and start the server there, its "127.0.0.1:PORT" in
+ * @connect. Returns 0; FARM_TEST_SKIP (java or the jars missing, or
+ * libfarm built without the client: said on stdout, nothing left); 1
+ * (failed: its log on stderr, nothing left). tu_zk_stop() stops it and
+ * removes @dir.
+ */
+static inline int tu_zk_start(const char *script, char *dir, size_t dirlen,
+                              char *connect, size_t len)
+{
+#ifndef FARM_HAVE_ZK
+	(void)script;
+	(void)dir;
+	(void)dirlen;
+	(void)connect;
+	(void)len;
+	printf("skipped: libfarm built without the ZooKeeper client "
+	       "(libzookeeper-mt-dev)\n");
+	return FARM_TEST_SKIP;
+#else
+	tu_tmpdir(dir, dirlen, "zk");
+	int st = tu_zk_local(script, "start", dir, connect, len);
+	if (st == 0)
+		return 0;
+	if (st == 3) {
+		printf("skipped: java or the ZooKeeper jars are not installed "
+		       "(apt-get install zookeeper)\n");
+	} else {
+		fprintf(stderr, "zk-local start failed (%d); log:\n", st);
+		char cmd[300];
+		snprintf(cmd, sizeof(cmd), "cat '%s/zk.log' >&2", dir);
+		if (system(cmd) != 0)
+			fprintf(stderr, "(no log)\n");
+		tu_zk_local(script, "stop", dir, NULL, 0);
+	}
+	tu_rmtree(dir);
+	return st == 3 ? FARM_TEST_SKIP : 1;
+#endif
+}
+
+static inline int tu_zk_stop(const char *script, const char *dir)
+{
+	int st = tu_zk_local(script, "stop", dir, NULL, 0);
+	if (st != 0)
+		fprintf(stderr, "zk-local stop failed (%d)\n", st);
+	tu_rmtree(dir);
+	return st;
+}
+
 #endif
 
 /* ---- forked machine processes ------------------------------------------ */
