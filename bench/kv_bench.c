@@ -15,14 +15,25 @@
  * coordinator sleeps (1 ms naps) while the machines work.
  *
  * Keys are 16 bytes (16 hex digits of a mix of the key number), values 32
- * bytes (the key number, then a pattern); every value read is checked.
- * Loading: machine m puts keys i = m mod M with --load-depth (128)
+ * bytes (the key number, then a pattern), or --key-size and --value-size
+ * (make_key, make_val in kv_bench.h); every value read is checked.
+ * Loading: machine m puts keys i = m mod M with --load-depth (64)
  * farm_ht_put in flight (shipped to the key's owner, which combines them
  * into transactions). Workloads, each --seconds (2) after a warm-up:
  *   C  read-only, B 95/5 reads/updates, A 50/50, each with uniform and
- *   Zipf 0.99 (YCSB's scrambled zipfian) key choice; mget24: farm_kv_mget
- *   of 24 uniform keys; C-local: read-only on keys of the machine's own
- *   shard only (the API path with no fabric).
+ *   Zipf --zipf (0.99: YCSB's scrambled zipfian) key choice; mget24:
+ *   farm_kv_mget of 24 uniform keys; C-local: read-only on keys of the
+ *   machine's own shard only (the API path with no fabric).
+ * Or, with --mix, YCSB's core workloads A to F instead (kv_work.c's table
+ * W): A, B, C as zipf A, B, C; D 95/5 reads/inserts, the reads of the
+ * latest inserted keys (a zipfian rank back from the last insert every
+ * one below which is acknowledged, YCSB's AcknowledgedCounterGenerator);
+ * E 95/5 scans/inserts, a scan visiting 1..100 pairs (uniform) of the
+ * machine's own shard from the home bucket of a zipfian-chosen key of
+ * that shard on, in the table's order (farm_ht_iterate_local_from: a hash
+ * table has no key order, and a remote shard no scan), each pair checked;
+ * F 50/50 reads / read-modify-writes (a get, then a put of a changed
+ * value: the client's, as YCSB's, not one transaction).
  * Each machine keeps --depth (32) operations in flight (continuations; for
  * mget24, depth/24 rounded up multi-gets). One op in 16 is timed. Then:
  * unloaded latency (machine 0 alone, one lookup in flight), and the plain
@@ -37,8 +48,9 @@
  * (also on failure; they die with this process: PR_SET_PDEATHSIG). Loaded
  * with the same keys (pipelined); then the same workloads from M client
  * threads, one connection each: "pipe" (memcached meta mg/ms, Redis
- * GET/SET/MGET, `depth` requests per batch) and "single" (one request at
- * a time per connection).
+ * GET/SET/MGET, `depth` requests per batch; a read-modify-write's set
+ * goes in a second round after the batch's replies) and "single" (one
+ * request at a time per connection). YCSB E is not run on them (no scan).
  *
  * Output: a table, then, last, one JSON line (bench/README.md).
  *
@@ -124,7 +136,7 @@ static int cluster_start(struct cluster *c, uint64_t nkeys, const char *tmp)
 	int first[MAXM] = {-1, -1, -1, -1, -1, -1, -1, -1};
 	int ncpu = kb_ncpus_allowed(first);
 	uint64_t t0 = farm_now_ns();
-	SH->zeta_n = kb_zeta(nkeys, 0.99);
+	SH->zeta_n = kb_zeta(nkeys, O.theta);
 	if (O.zk[0]) {
 		/* A fresh root per start: a retry must not see the ephemeral
 		 * znodes of the machines it killed. */
@@ -171,7 +183,7 @@ static int cluster_start(struct cluster *c, uint64_t nkeys, const char *tmp)
 	printf("cluster of %u machines up in %.1f s (%" PRIu32
 	       " buckets of %u slots per machine, region %" PRIu64 " MiB)\n",
 	       c->n, (double)(farm_now_ns() - t0) / 1e9, kb_buckets_for(nkeys),
-	       4u, kb_region_for(kb_buckets_for(nkeys)) >> 20);
+	       4u, kb_region_for(kb_buckets_for(nkeys), nkeys) >> 20);
 	if (O.zk[0])
 		printf("  membership: ZooKeeper %s, root %s\n", O.zk,
 		       O.zk_root);
@@ -257,6 +269,10 @@ static void collect(unsigned n, struct fig *f)
 		f->keys += (double)r->keys / s;
 		f->gets += (double)r->gets / s;
 		f->puts += (double)r->puts / s;
+		f->inserts += (double)r->inserts / s;
+		f->scans += (double)r->scans / s;
+		f->scan_pairs += (double)r->scan_pairs / s;
+		f->rmws += (double)r->rmws / s;
 		f->errors += r->errors;
 		f->notfound += r->notfound;
 		memcpy(g_samp + ns, r->samp, r->nsamp * sizeof(uint64_t));
@@ -288,7 +304,7 @@ static int run_farm(uint64_t nkeys, bool full, const char *tmp)
 		return rc;
 	printf("loading %" PRIu64 " keys (%u B keys, %u B values) from %u "
 	       "machines, %u puts in flight each\n",
-	       nkeys, KLEN, VLEN, O.machines, O.load_depth);
+	       nkeys, O.ksize, O.vsize, O.machines, O.load_depth);
 	fflush(stdout);
 	uint64_t t0 = farm_now_ns();
 	rc = cluster_cmd(&c, CMD_LOAD, 0, 0, true);
@@ -304,10 +320,11 @@ static int run_farm(uint64_t nkeys, bool full, const char *tmp)
 	int wls[NW], nwl = 0;
 	if (full && O.demo)
 		wls[nwl++] = W_B;
-	else if (full)
+	else if (full) {
 		for (int w = 0; w < NW; w++)
-			wls[nwl++] = w;
-	else {
+			if (kb_runs(w, false))
+				wls[nwl++] = w;
+	} else {
 		wls[nwl++] = W_C;
 		wls[nwl++] = W_ZC;
 	}
@@ -322,11 +339,18 @@ static int run_farm(uint64_t nkeys, bool full, const char *tmp)
 		collect(c.n, f);
 		printf("  %-20s %8.3f M ops/s (%.3f M keys/s per core), p50 "
 		       "%.1f us, p99 %.1f us\n",
-		       wname[w], f->ops / 1e6, f->keys / R.cores / 1e6,
+		       W[w].name, f->ops / 1e6, f->keys / R.cores / 1e6,
 		       f->p50_ns / 1e3, f->p99_ns / 1e3);
+		if (w >= W_YA)
+			printf("  %-20s %.3f M inserts/s, %.3f M scans/s (%.1f "
+			       "pairs each), %.3f M read-modify-writes/s, "
+			       "%" PRIu64 " reads not found\n",
+			       "", f->inserts / 1e6, f->scans / 1e6,
+			       f->scans > 0 ? f->scan_pairs / f->scans : 0,
+			       f->rmws / 1e6, f->notfound);
 		fflush(stdout);
 	}
-	if (!rc && full && !O.demo) {
+	if (!rc && full && !O.demo && !O.any_mix) {
 		rc = cluster_cmd(&c, CMD_LAT, 0, FARM_MIN(O.seconds, 1.0),
 		                 false);
 		if (!rc) {
@@ -338,7 +362,7 @@ static int run_farm(uint64_t nkeys, bool full, const char *tmp)
 			       R.lat1.p99_ns / 1e3);
 		}
 	}
-	if (!rc && full && !O.demo) {
+	if (!rc && full && !O.demo && !O.any_mix) {
 		rc = cluster_cmd(&c, CMD_PLAIN, 0, O.seconds, false);
 		if (!rc) {
 			struct mres *r = &SH->res[0];
@@ -352,6 +376,8 @@ static int run_farm(uint64_t nkeys, bool full, const char *tmp)
 			       "lookups/s\n",
 			       R.plain_rate / 1e6);
 		}
+	}
+	if (!rc && full && !O.demo) {
 		R.hst = (struct farm_ht_stats){0};
 		for (unsigned i = 0; i < c.n; i++) {
 			struct farm_ht_stats *s = &SH->hst[i];
@@ -371,7 +397,9 @@ out:
 	return rc;
 }
 
-static void jfig(const char *name, const struct fig *f, bool comma)
+/* A workload's figures (@ycsb: with inserts, scans, read-modify-writes
+ * and reads not found). */
+static void jfig(const char *name, const struct fig *f, bool ycsb, bool comma)
 {
 	if (!f->have) {
 		printf("\"%s\": null%s", name, comma ? ", " : "");
@@ -379,9 +407,15 @@ static void jfig(const char *name, const struct fig *f, bool comma)
 	}
 	printf("\"%s\": {\"ops\": %.0f, \"keys\": %.0f, \"gets\": %.0f, "
 	       "\"puts\": %.0f, \"keys_per_core\": %.0f, \"p50_ns\": %.0f, "
-	       "\"p99_ns\": %.0f}%s",
+	       "\"p99_ns\": %.0f",
 	       name, f->ops, f->keys, f->gets, f->puts, f->keys / R.cores,
-	       f->p50_ns, f->p99_ns, comma ? ", " : "");
+	       f->p50_ns, f->p99_ns);
+	if (ycsb)
+		printf(", \"inserts\": %.0f, \"scans\": %.0f, \"scan_pairs\": "
+		       "%.0f, \"rmws\": %.0f, \"notfound\": %" PRIu64,
+		       f->inserts, f->scans, f->scan_pairs, f->rmws,
+		       f->notfound);
+	printf("}%s", comma ? ", " : "");
 }
 
 static void jgoal(const char *name, double v, bool have, double target,
@@ -398,6 +432,25 @@ static void jgoal(const char *name, double v, bool have, double target,
 		       name, target, cmp, comma ? ", " : "");
 }
 
+/* The default run's summary lines. */
+static void print_summary(double farm_c, double lat_us, double vs_plain,
+                          const char *best_name, double best_peer,
+                          double vs_peer)
+{
+	printf("\nfarm: %u machine threads on %d cores; lookups/s per core "
+	       "(uniform C) %.3f M\n",
+	       O.machines, R.cores, farm_c / 1e6);
+	printf("unloaded lookup latency p50 %.2f us, p99 %.2f us (1 in flight; "
+	       "under load, %u in flight: p50 %.1f us)\n",
+	       lat_us, R.lat1.p99_ns / 1e3, O.depth, R.farm[W_C].p50_ns / 1e3);
+	printf("plain local loop %.3f M lookups/s per core (%.4f%% via the "
+	       "chain fallback); farm/plain %.3f\n",
+	       R.plain_rate / 1e6, R.plain_fallback_frac * 100, vs_plain);
+	printf("best peer: %s, %.3f M GETs/s per server core; farm/peer "
+	       "%.2fx\n",
+	       best_name, best_peer / 1e6, vs_peer);
+}
+
 static void print_all(void)
 {
 	double cores = R.cores;
@@ -408,10 +461,12 @@ static void print_all(void)
 	       "keys/s (all threads)", "keys/s (all threads)");
 	for (int w = 0; w < NW; w++) {
 		const struct fig *f = &R.farm[w];
-		printf("%-20s | %10.3f M %8.1f %8.1f |", wname[w],
+		if (!kb_runs(w, false))
+			continue;
+		printf("%-20s | %10.3f M %8.1f %8.1f |", W[w].name,
 		       f->keys / cores / 1e6, f->p50_ns / 1e3, f->p99_ns / 1e3);
 		for (int p = 0; p < NPEER; p++) {
-			if (w == W_LOCAL || !R.peer_ok[p])
+			if (!kb_runs(w, true) || !R.peer_ok[p])
 				printf(" %26s |", "-");
 			else
 				printf("   %9.3f M / %9.3f M |",
@@ -442,18 +497,13 @@ static void print_all(void)
 	double scale = have_small && R.small_c.keys > 0
 	                       ? R.farm[W_C].keys / R.small_c.keys
 	                       : 0;
-	printf("\nfarm: %u machine threads on %d cores; lookups/s per core "
-	       "(uniform C) %.3f M\n",
-	       O.machines, R.cores, farm_c / 1e6);
-	printf("unloaded lookup latency p50 %.2f us, p99 %.2f us (1 in flight; "
-	       "under load, %u in flight: p50 %.1f us)\n",
-	       lat_us, R.lat1.p99_ns / 1e3, O.depth, R.farm[W_C].p50_ns / 1e3);
-	printf("plain local loop %.3f M lookups/s per core (%.4f%% via the "
-	       "chain fallback); farm/plain %.3f\n",
-	       R.plain_rate / 1e6, R.plain_fallback_frac * 100, vs_plain);
-	printf("best peer: %s, %.3f M GETs/s per server core; farm/peer "
-	       "%.2fx\n",
-	       best_name, best_peer / 1e6, vs_peer);
+	if (O.any_mix)
+		printf("\n--mix: the default workloads, the unloaded latency "
+		       "and the plain loop were not run: their goals report "
+		       "null\n");
+	else
+		print_summary(farm_c, lat_us, vs_plain, best_name, best_peer,
+		              vs_peer);
 	if (have_small)
 		printf("at %" PRIu64 " keys: %.3f M keys/s per core; %" PRIu64
 		       " keys / %" PRIu64 " keys = %.3f\n",
@@ -473,21 +523,34 @@ static void print_all(void)
 	       "\"threads_per_machine\": 1, \"cores\": %d, \"busy_poll\": "
 	       "true, "
 	       "\"pinned\": %s, \"keys\": %" PRIu64 ", \"key_bytes\": %u, "
-	       "\"value_bytes\": %u, \"occupancy\": %.2f, \"depth\": %u, "
-	       "\"seconds\": %.3g, \"sample_every\": %u, \"load_s\": %.2f, "
+	       "\"value_bytes\": %u, \"key_inline\": %u, \"value_inline\": "
+	       "%u, \"zipf_theta\": %.3g, \"mix\": ",
+	       O.machines, R.cores, O.pin ? "true" : "false", O.keys, O.ksize,
+	       O.vsize, kb_key_inline(), kb_val_inline(), O.theta);
+	if (O.any_mix) {
+		printf("\"");
+		for (int w = W_YA; w <= W_YF; w++)
+			if (O.mix[w])
+				printf("%c", 'A' + (w - W_YA));
+		printf("\"");
+	} else {
+		printf("null");
+	}
+	printf(", \"occupancy\": %.2f, \"depth\": %u, \"log_size\": %" PRIu64
+	       ", \"seconds\": %.3g, \"sample_every\": %u, \"load_s\": %.2f, "
 	       "\"load_puts_per_s\": %.0f, \"reads_per_lookup\": %.4f, "
 	       "\"farm\": {",
-	       O.machines, R.cores, O.pin ? "true" : "false", O.keys, KLEN,
-	       VLEN, O.occupancy, O.depth, O.seconds, O.sample_every, R.load_s,
-	       R.load_rate, rpl);
+	       O.occupancy, O.depth, O.log_size, O.seconds, O.sample_every,
+	       R.load_s, R.load_rate, rpl);
 	for (int w = 0; w < NW; w++)
-		jfig(wkey[w], &R.farm[w], true);
-	jfig("unloaded_lookup", &R.lat1, false);
+		if (kb_runs(w, false))
+			jfig(W[w].key, &R.farm[w], w >= W_YA, true);
+	jfig("unloaded_lookup", &R.lat1, false, false);
 	printf("}, \"plain_local_loop_per_s\": %.0f, \"small\": {\"keys\": "
 	       "%" PRIu64 ", ",
 	       R.plain_rate, R.small_keys);
-	jfig("uniform_c", &R.small_c, true);
-	jfig("zipf_c", &R.small_zc, false);
+	jfig("uniform_c", &R.small_c, false, true);
+	jfig("zipf_c", &R.small_zc, false, false);
 	printf("}, \"peers\": {");
 	for (int p = 0; p < NPEER; p++) {
 		printf("\"%s\": {\"ok\": %s, \"server_cores\": 1, \"load_s\": "
@@ -496,9 +559,15 @@ static void print_all(void)
 		       R.peer_load_s[p]);
 		for (int m = 0; m < NMODE; m++) {
 			printf(", \"%s\": {", mname[m]);
-			for (int w = 0; w < W_LOCAL; w++)
-				jfig(wkey[w], &R.peer[p][m][w],
-				     w + 1 < W_LOCAL);
+			bool first = true;
+			for (int w = 0; w < NW; w++) {
+				if (!kb_runs(w, true))
+					continue;
+				printf("%s", first ? "" : ", ");
+				jfig(W[w].key, &R.peer[p][m][w], w >= W_YA,
+				     false);
+				first = false;
+			}
 			printf("}");
 		}
 		printf("}%s", p + 1 < NPEER ? ", " : "");
@@ -508,14 +577,16 @@ static void print_all(void)
 	       "%.3f, \"best_peer\": \"%s\", \"farm_vs_plain\": %.3f, "
 	       "\"n_vs_small\": %.3f",
 	       vs_peer, best_name, vs_plain, scale);
-	for (int w = 0; w < W_LOCAL; w++) {
+	for (int w = 0; w < NW; w++) {
 		const struct fig *f = &R.farm[w];
+		if (!kb_runs(w, true))
+			continue;
 		double bp = 0;
 		for (int p = 0; p < NPEER; p++)
 			for (int m = 0; m < NMODE; m++)
 				if (R.peer_ok[p])
 					bp = FARM_MAX(bp, R.peer[p][m][w].keys);
-		printf(", \"%s_farm_per_core_vs_best_peer\": %.3f", wkey[w],
+		printf(", \"%s_farm_per_core_vs_best_peer\": %.3f", W[w].key,
 		       bp > 0 ? f->keys / cores / bp : 0);
 	}
 	printf("}, \"goals\": {");
@@ -596,13 +667,15 @@ static void usage(FILE *out)
 	        "                   and requests per pipelined peer batch\n"
 	        "                   (default 32)\n"
 	        "  --load-depth D   puts in flight per machine while loading\n"
-	        "                   (default 128)\n"
+	        "                   (default 64)\n"
 	        "  --occupancy F    table occupancy to size buckets for\n"
 	        "                   (0.3..0.95; default 0.85)\n"
 	        "  --sample-every K time one operation in K (power of two;\n"
 	        "                   default 16)\n"
 	        "  --log-size SZ    transaction log ring size (config\n"
-	        "                   log_size; default the config's 256K)\n"
+	        "                   log_size; default 1M, more for values\n"
+	        "                   over about 1 KiB: 64 combined puts must\n"
+	        "                   fit)\n"
 	        "  --no-peers       skip memcached and Redis\n"
 	        "  --no-small       skip the 1M-key run\n"
 	        "  --no-pin         do not pin machine i to CPU i\n"
@@ -618,8 +691,54 @@ static void usage(FILE *out)
 	        "root\n"
 	        "                   /libfarm/kvdemo-<pid>-<n>) instead of\n"
 	        "                   static peers\n"
+	        "YCSB's knobs:\n"
+	        "  --key-size N     key bytes (8..250; default 16): "
+	        "printable,\n"
+	        "                   as memcached takes them\n"
+	        "  --value-size N   value bytes (8 up to the store's limit "
+	        "for\n"
+	        "                   one message, about 32 KiB with the "
+	        "default\n"
+	        "                   rings; default 32; YCSB's default record "
+	        "is\n"
+	        "                   1 KiB). Keys up to 64 B and values up to\n"
+	        "                   128 B are kept in the bucket's slots,\n"
+	        "                   longer ones in an object of their own\n"
+	        "  --zipf THETA     the zipfian constant (0.01..0.999; "
+	        "default\n"
+	        "                   0.99, YCSB's)\n"
+	        "  --mix LIST       run YCSB's core workloads instead of the\n"
+	        "                   default set: letters A-F or all (A 50/50\n"
+	        "                   read/update, B 95/5, C read only, all\n"
+	        "                   zipfian; D 95/5 read/insert, reads of the\n"
+	        "                   latest keys; E 95/5 scan/insert, scans of\n"
+	        "                   1..100 pairs of the machine's own shard "
+	        "in\n"
+	        "                   table order (not on the peers: they have\n"
+	        "                   no scan); F 50/50 "
+	        "read/read-modify-write).\n"
+	        "                   No 1M-key run, unloaded latency or plain\n"
+	        "                   loop: those goals report null\n"
 	        "  -h, --help       this text\n",
 	        MAXM);
+}
+
+/* --mix: letters A to F (any case, commas allowed), or "all". */
+static int parse_mix(const char *s)
+{
+	bool all = !strcasecmp(s, "all");
+	for (const char *p = s; !all && *p; p++) {
+		int c = *p >= 'a' && *p <= 'z' ? *p - 'a' + 'A' : *p;
+		if (c >= 'A' && c <= 'F')
+			O.mix[W_YA + (c - 'A')] = true;
+		else if (c != ',')
+			return -EINVAL;
+	}
+	for (int w = W_YA; all && w <= W_YF; w++)
+		O.mix[w] = true;
+	for (int w = W_YA; w <= W_YF; w++)
+		O.any_mix |= O.mix[w];
+	return O.any_mix ? 0 : -EINVAL;
 }
 
 static int parse_opts(int argc, char **argv)
@@ -638,7 +757,11 @@ static int parse_opts(int argc, char **argv)
 		O_QUICK,
 		O_LOG,
 		O_DEMO,
-		O_ZK
+		O_ZK,
+		O_KSIZE,
+		O_VSIZE,
+		O_ZIPF,
+		O_MIX
 	};
 	static const struct option lo[] = {
 	        {"machines", required_argument, NULL, O_MACH},
@@ -655,6 +778,10 @@ static int parse_opts(int argc, char **argv)
 	        {"log-size", required_argument, NULL, O_LOG},
 	        {"demo", no_argument, NULL, O_DEMO},
 	        {"zk", required_argument, NULL, O_ZK},
+	        {"key-size", required_argument, NULL, O_KSIZE},
+	        {"value-size", required_argument, NULL, O_VSIZE},
+	        {"zipf", required_argument, NULL, O_ZIPF},
+	        {"mix", required_argument, NULL, O_MIX},
 	        {"help", no_argument, NULL, 'h'},
 	        {NULL, 0, NULL, 0}};
 	O = (struct opts){.machines = 2,
@@ -667,8 +794,12 @@ static int parse_opts(int argc, char **argv)
 	                  .occupancy = 0.85,
 	                  .peers = true,
 	                  .small = true,
-	                  .pin = true};
+	                  .pin = true,
+	                  .ksize = 16,
+	                  .vsize = 32,
+	                  .theta = 0.99};
 	bool set_keys = false, set_secs = false, set_mach = false;
+	bool set_log = false;
 	uint64_t v;
 	char *end;
 	int c;
@@ -682,7 +813,7 @@ static int parse_opts(int argc, char **argv)
 			break;
 		case O_KEYS:
 			if (farm_parse_size(optarg, &v) || v < 1000 ||
-			    v > (1ull << 30))
+			    v > KEY_LIMIT / 2) /* room for inserts */
 				goto bad;
 			O.keys = v;
 			set_keys = true;
@@ -720,6 +851,27 @@ static int parse_opts(int argc, char **argv)
 		case O_NOPIN: O.pin = false; break;
 		case O_QUICK: O.quick = true; break;
 		case O_DEMO: O.demo = true; break;
+		case O_KSIZE:
+			if (farm_parse_size(optarg, &v) || v < 8 ||
+			    v > KLEN_MAX)
+				goto bad;
+			O.ksize = (unsigned)v;
+			break;
+		case O_VSIZE:
+			if (farm_parse_size(optarg, &v) || v < 8 ||
+			    v > VLEN_MAX)
+				goto bad;
+			O.vsize = (unsigned)v;
+			break;
+		case O_ZIPF:
+			O.theta = strtod(optarg, &end);
+			if (*end || !(O.theta >= 0.01 && O.theta <= 0.999))
+				goto bad;
+			break;
+		case O_MIX:
+			if (parse_mix(optarg))
+				goto bad;
+			break;
 		case O_ZK:
 			if (!*optarg || strlen(optarg) >= sizeof(O.zk))
 				goto bad;
@@ -730,6 +882,7 @@ static int parse_opts(int argc, char **argv)
 			    v < (64u << 10) || v > (64u << 20))
 				goto bad;
 			O.log_size = v;
+			set_log = true;
 			break;
 		case 'h': usage(stdout); exit(0);
 		default: usage(stderr); return -EINVAL;
@@ -763,8 +916,22 @@ static int parse_opts(int argc, char **argv)
 			O.seconds = 10.0;
 		O.small = false;
 	}
-	if (O.keys <= SMALL_KEYS)
+	if (O.keys <= SMALL_KEYS || O.any_mix)
 		O.small = false;
+	if (!set_log) {
+		/* The owner combines up to 64 puts in one transaction, whose
+		 * records must fit half a log with room to spare: big values
+		 * need bigger logs (1 MiB for the default sizes). */
+		uint64_t need = 64ull * 8 *
+		                (8 + O.ksize + O.vsize + 4 * kb_bucket_bytes());
+		while (O.log_size < need && O.log_size < (64u << 20))
+			O.log_size <<= 1;
+	}
+	if (O.demo && O.any_mix) {
+		fprintf(stderr, PROG ": --demo runs YCSB-B; not with --mix\n");
+		return -EINVAL;
+	}
+
 	return 0;
 bad:
 	fprintf(stderr, PROG ": bad value '%s' for --%s (see --help)\n", optarg,

@@ -173,53 +173,54 @@ static int out_room(struct conn *c, size_t n)
 
 static int req_get(struct conn *c, uint64_t k)
 {
-	if (out_room(c, 128))
+	if (out_room(c, 64 + O.ksize))
 		return -ENOMEM;
 	char *o = c->out + c->olen;
-	uint8_t key[KLEN];
+	uint8_t key[KLEN_MAX];
 	make_key(k, key);
+	size_t n;
 	if (c->which == P_MC) {
 		memcpy(o, "mg ", 3);
-		memcpy(o + 3, key, KLEN);
-		memcpy(o + 3 + KLEN, " v\r\n", 4);
-		c->olen += 7 + KLEN;
+		memcpy(o + 3, key, O.ksize);
+		memcpy(o + 3 + O.ksize, " v\r\n", 4);
+		n = 7 + O.ksize;
 	} else {
-		memcpy(o, "*2\r\n$3\r\nGET\r\n$16\r\n", 18);
-		memcpy(o + 18, key, KLEN);
-		memcpy(o + 18 + KLEN, "\r\n", 2);
-		c->olen += 20 + KLEN;
+		n = (size_t)sprintf(o, "*2\r\n$3\r\nGET\r\n$%u\r\n", O.ksize);
+		memcpy(o + n, key, O.ksize);
+		memcpy(o + n + O.ksize, "\r\n", 2);
+		n += O.ksize + 2;
 	}
+	c->olen += n;
 	return 0;
 }
 
 static int req_set(struct conn *c, uint64_t k, uint32_t gen)
 {
-	if (out_room(c, 160))
+	if (out_room(c, 96 + O.ksize + O.vsize))
 		return -ENOMEM;
 	char *o = c->out + c->olen;
-	uint8_t key[KLEN], val[VLEN];
+	uint8_t key[KLEN_MAX];
 	make_key(k, key);
-	make_val(k, gen, val);
-	/* Values go over the wire as text: the key number in hex, then
-	 * the pattern (8 + 24 bytes). */
-	char tv[VLEN];
-	snprintf(tv, 9, "%08" PRIx32, (uint32_t)k);
-	memcpy(tv + 8, val + 8, VLEN - 8);
-	size_t n = 0;
+	size_t n;
 	if (c->which == P_MC) {
 		memcpy(o, "ms ", 3);
-		memcpy(o + 3, key, KLEN);
-		memcpy(o + 3 + KLEN, " 32\r\n", 5);
-		n = 8 + KLEN;
+		memcpy(o + 3, key, O.ksize);
+		n = 3 + O.ksize;
+		n += (size_t)sprintf(o + n, " %u\r\n", O.vsize);
 	} else {
-		memcpy(o, "*3\r\n$3\r\nSET\r\n$16\r\n", 18);
-		memcpy(o + 18, key, KLEN);
-		memcpy(o + 18 + KLEN, "\r\n$32\r\n", 7);
-		n = 25 + KLEN;
+		n = (size_t)sprintf(o, "*3\r\n$3\r\nSET\r\n$%u\r\n", O.ksize);
+		memcpy(o + n, key, O.ksize);
+		n += O.ksize;
+		n += (size_t)sprintf(o + n, "\r\n$%u\r\n", O.vsize);
 	}
-	memcpy(o + n, tv, VLEN);
-	memcpy(o + n + VLEN, "\r\n", 2);
-	c->olen += n + VLEN + 2;
+	/* Values go over the wire as text: the key number in hex, then
+	 * the value's pattern (8 + vsize - 8 bytes). */
+	make_val(k, gen, (uint8_t *)o + n);
+	char hex[9];
+	snprintf(hex, sizeof(hex), "%08" PRIx32, (uint32_t)k);
+	memcpy(o + n, hex, 8);
+	memcpy(o + n + O.vsize, "\r\n", 2);
+	c->olen += n + O.vsize + 2;
 	return 0;
 }
 
@@ -231,15 +232,15 @@ static int req_mget(struct conn *c, const uint32_t *ks)
 				return -ENOMEM;
 		return 0;
 	}
-	if (out_room(c, 32 + MGET_N * 32))
+	if (out_room(c, 32 + MGET_N * (16 + O.ksize)))
 		return -ENOMEM;
 	char *o = c->out + c->olen;
 	size_t n = (size_t)sprintf(o, "*%u\r\n$4\r\nMGET\r\n", MGET_N + 1);
 	for (unsigned i = 0; i < MGET_N; i++) {
-		memcpy(o + n, "$16\r\n", 5);
-		make_key(ks[i], (uint8_t *)o + n + 5);
-		memcpy(o + n + 5 + KLEN, "\r\n", 2);
-		n += 7 + KLEN;
+		n += (size_t)sprintf(o + n, "$%u\r\n", O.ksize);
+		make_key(ks[i], (uint8_t *)o + n);
+		memcpy(o + n + O.ksize, "\r\n", 2);
+		n += O.ksize + 2;
 	}
 	c->olen += n;
 	return 0;
@@ -376,7 +377,7 @@ struct pjob {
 	uint64_t go_ns, dur_ns, warm_ns;
 	/* results */
 	int rc;
-	uint64_t ops, keys, gets, puts, ns, notfound;
+	uint64_t ops, keys, gets, puts, ns, notfound, inserts, rmws;
 	uint32_t nsamp;
 	uint64_t *samp;
 };
@@ -412,17 +413,24 @@ static void *peer_load_thread(void *arg)
 	return NULL;
 }
 
+/* YCSB D's inserts on a peer, numbered from the loaded keys on, shared
+ * by the client threads (kb_run_peer resets them). */
+static struct inserts peer_ins;
+
 static void *peer_run_thread(void *arg)
 {
 	struct pjob *j = arg;
 	struct conn c = {.which = j->which};
 	uint32_t *s = malloc(STREAM_LEN * sizeof(uint32_t));
+	uint64_t *rmw = malloc((O.depth + 1) * sizeof(uint64_t));
+	uint64_t *ins = malloc((O.depth + 1) * sizeof(uint64_t));
 	c.fd = tcp_connect(j->port);
-	int rc = s ? (c.fd < 0 ? c.fd : 0) : -ENOMEM;
+	int rc = s && rmw && ins ? (c.fd < 0 ? c.fd : 0) : -ENOMEM;
 	if (rc)
 		goto out;
 	kb_gen_stream(s, STREAM_LEN, j->wl, j->nkeys, j->zetan,
-	              0x9876543ull * (j->tid + 1) + (uint64_t)j->wl * 7919);
+	              0x9876543ull * (j->tid + 1) + (uint64_t)j->wl * 7919,
+	              NULL, 0);
 	/* ops per batch: depth ops pipelined, or 1 */
 	unsigned per = j->mode == M_PIPE ? O.depth : 1;
 	if (j->wl == W_MGET)
@@ -440,23 +448,48 @@ static void *peer_run_thread(void *arg)
 		}
 		if (now >= end || interrupted)
 			break;
-		unsigned resp = 0, nget = 0, nput = 0;
+		unsigned resp = 0, nget = 0, nput = 0, nins = 0, nrmw = 0;
 		for (unsigned b = 0; b < per && !rc; b++) {
 			if (j->wl == W_MGET) {
 				uint32_t ks[MGET_N];
 				for (unsigned i = 0; i < MGET_N; i++)
-					ks[i] = s[gen++ % STREAM_LEN] &
-					        ~PUT_BIT;
+					ks[i] = key_of(s[gen++ % STREAM_LEN]);
 				rc = req_mget(&c, ks);
 				resp += j->which == P_MC ? MGET_N : 1;
 				nget += MGET_N;
 				continue;
 			}
-			uint32_t k = s[gen++ % STREAM_LEN];
-			if (k & PUT_BIT) {
-				rc = req_set(&c, k & ~PUT_BIT, (uint32_t)gen);
+			uint32_t e = s[gen++ % STREAM_LEN];
+			uint64_t k = key_of(e), n;
+			switch (op_of(e)) {
+			case OP_UPDATE:
+				rc = req_set(&c, k, (uint32_t)gen);
 				nput++;
-			} else {
+				break;
+			case OP_INSERT:
+				n = atomic_fetch_add(&peer_ins.next, 1);
+				if (j->nkeys + n < KEY_LIMIT) {
+					rc = req_set(&c, j->nkeys + n,
+					             (uint32_t)gen);
+					ins[nins++] = n;
+					nput++;
+					break;
+				}
+				rc = req_get(&c, k); /* numbers used up */
+				nget++;
+				break;
+			case OP_RMW:
+				/* YCSB F: the write follows the reply. */
+				rc = req_get(&c, k);
+				rmw[nrmw++] = k;
+				nget++;
+				break;
+			default:
+				if (W[j->wl].dist == D_LATEST)
+					k = latest_key(
+					        j->nkeys,
+					        atomic_load(&peer_ins.limit),
+					        k);
 				rc = req_get(&c, k);
 				nget++;
 			}
@@ -470,13 +503,23 @@ static void *peer_run_thread(void *arg)
 			rc = conn_flush(&c);
 		if (!rc)
 			rc = conn_recv(&c, resp, &v, &m);
+		for (unsigned i = 0; i < nins && !rc; i++)
+			rc = kb_ins_ack(&peer_ins, ins[i]);
+		for (unsigned i = 0; i < nrmw && !rc; i++)
+			rc = req_set(&c, rmw[i], (uint32_t)gen + i);
+		if (!rc && nrmw)
+			rc = conn_flush(&c);
+		if (!rc && nrmw)
+			rc = conn_recv(&c, nrmw, &v, &m);
 		if (rc)
 			break;
 		if (counting) {
-			j->ops += j->wl == W_MGET ? per : nget + nput;
-			j->keys += nget + nput;
+			j->ops += j->wl == W_MGET ? per : resp;
+			j->keys += j->wl == W_MGET ? nget : resp;
 			j->gets += nget;
-			j->puts += nput;
+			j->puts += nput + nrmw;
+			j->inserts += nins;
+			j->rmws += nrmw;
 			j->notfound += m;
 			if (timed && j->nsamp < SAMP_MAX)
 				j->samp[j->nsamp++] = farm_now_ns() - tb;
@@ -490,6 +533,8 @@ out:
 	free(c.in);
 	free(c.out);
 	free(s);
+	free(rmw);
+	free(ins);
 	return NULL;
 }
 
@@ -543,8 +588,19 @@ int kb_run_peer(int which, const char *tmp)
 	printf("%s (pid %d, port %d): loaded %" PRIu64 " keys in %.1f s\n",
 	       pname[which], (int)p.pid, p.port, O.keys, ls);
 	fflush(stdout);
+	memset(&peer_ins, 0, sizeof(peer_ins));
+	if (O.mix[W_YE])
+		printf("  YCSB E: not run on %s: %s\n", pname[which],
+		       which == P_MC
+		               ? "memcached has no scan"
+		               : "Redis has no scan in key order (SCAN "
+		                 "walks the whole keyspace by cursor; "
+		                 "YCSB's Redis binding keeps a sorted-set "
+		                 "index for it)");
 	for (int mode = 0; mode < NMODE && !rc; mode++)
-		for (int w = 0; w < W_LOCAL && !rc; w++) {
+		for (int w = 0; w < NW && !rc; w++) {
+			if (!kb_runs(w, true))
+				continue;
 			if (O.demo && (mode != M_PIPE || w != W_B))
 				continue; /* the demo: the best configuration, B
 				           */
@@ -572,7 +628,7 @@ int kb_run_peer(int which, const char *tmp)
 				rc = peer_threads(jobs, nt, peer_run_thread);
 			if (rc) {
 				fprintf(stderr, PROG ": %s %s %s: %s\n",
-				        pname[which], mname[mode], wkey[w],
+				        pname[which], mname[mode], W[w].key,
 				        strerror(-rc));
 				break;
 			}
@@ -587,6 +643,8 @@ int kb_run_peer(int which, const char *tmp)
 				f->keys += (double)jobs[i].keys / s;
 				f->gets += (double)jobs[i].gets / s;
 				f->puts += (double)jobs[i].puts / s;
+				f->inserts += (double)jobs[i].inserts / s;
+				f->rmws += (double)jobs[i].rmws / s;
 				f->notfound += jobs[i].notfound;
 				memcpy(g_samp + ns, jobs[i].samp,
 				       jobs[i].nsamp * 8);
@@ -597,7 +655,7 @@ int kb_run_peer(int which, const char *tmp)
 			printf("  %-9s %-20s %8.3f M ops/s, %.3f M keys/s, p50 "
 			       "%.1f "
 			       "us, p99 %.1f us%s\n",
-			       mname[mode], wname[w], f->ops / 1e6,
+			       mname[mode], W[w].name, f->ops / 1e6,
 			       f->keys / 1e6, f->p50_ns / 1e3, f->p99_ns / 1e3,
 			       mode == M_PIPE ? " (per batch)" : "");
 			fflush(stdout);
