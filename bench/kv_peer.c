@@ -171,25 +171,27 @@ static int out_room(struct conn *c, size_t n)
 	return 0;
 }
 
+/* The start of a request on key @k at @o: memcached's "<mc> <key>",
+ * Redis' array of @nargs holding @redis and the key. Returns its bytes. */
+static size_t req_head(const struct conn *c, char *o, const char *mc,
+                       const char *redis, unsigned nargs, uint64_t k)
+{
+	size_t n =
+	        c->which == P_MC
+	                ? (size_t)sprintf(o, "%s ", mc)
+	                : (size_t)sprintf(o, "*%u\r\n$%zu\r\n%s\r\n$%u\r\n",
+	                                  nargs, strlen(redis), redis, O.ksize);
+	make_key(k, (uint8_t *)o + n);
+	return n + O.ksize;
+}
+
 static int req_get(struct conn *c, uint64_t k)
 {
 	if (out_room(c, 64 + O.ksize))
 		return -ENOMEM;
 	char *o = c->out + c->olen;
-	uint8_t key[KLEN_MAX];
-	make_key(k, key);
-	size_t n;
-	if (c->which == P_MC) {
-		memcpy(o, "mg ", 3);
-		memcpy(o + 3, key, O.ksize);
-		memcpy(o + 3 + O.ksize, " v\r\n", 4);
-		n = 7 + O.ksize;
-	} else {
-		n = (size_t)sprintf(o, "*2\r\n$3\r\nGET\r\n$%u\r\n", O.ksize);
-		memcpy(o + n, key, O.ksize);
-		memcpy(o + n + O.ksize, "\r\n", 2);
-		n += O.ksize + 2;
-	}
+	size_t n = req_head(c, o, "mg", "GET", 2, k);
+	n += (size_t)sprintf(o + n, c->which == P_MC ? " v\r\n" : "\r\n");
 	c->olen += n;
 	return 0;
 }
@@ -199,20 +201,9 @@ static int req_set(struct conn *c, uint64_t k, uint32_t gen)
 	if (out_room(c, 96 + O.ksize + O.vsize))
 		return -ENOMEM;
 	char *o = c->out + c->olen;
-	uint8_t key[KLEN_MAX];
-	make_key(k, key);
-	size_t n;
-	if (c->which == P_MC) {
-		memcpy(o, "ms ", 3);
-		memcpy(o + 3, key, O.ksize);
-		n = 3 + O.ksize;
-		n += (size_t)sprintf(o + n, " %u\r\n", O.vsize);
-	} else {
-		n = (size_t)sprintf(o, "*3\r\n$3\r\nSET\r\n$%u\r\n", O.ksize);
-		memcpy(o + n, key, O.ksize);
-		n += O.ksize;
-		n += (size_t)sprintf(o + n, "\r\n$%u\r\n", O.vsize);
-	}
+	size_t n = req_head(c, o, "ms", "SET", 3, k);
+	n += (size_t)sprintf(
+	        o + n, c->which == P_MC ? " %u\r\n" : "\r\n$%u\r\n", O.vsize);
 	/* Values go over the wire as text: the key number in hex, then
 	 * the value's pattern (8 + vsize - 8 bytes). */
 	make_val(k, gen, (uint8_t *)o + n);
