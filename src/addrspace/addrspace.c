@@ -928,3 +928,32 @@ void farm_as_stats_get(farm_as *as, struct farm_as_stats *out)
 	out->writes_remote = atomic_load(&as->st.writes_remote);
 	out->bad_requests = atomic_load(&as->st.bad_requests);
 }
+
+static int held_cmp(const void *a, const void *b)
+{
+	uint32_t x = ((const struct farm_as_held *)a)->region;
+	uint32_t y = ((const struct farm_as_held *)b)->region;
+	return x < y ? -1 : x > y;
+}
+
+unsigned farm_as_held(farm_as *as, struct farm_as_held *out, unsigned max)
+{
+	if (!as || (!out && max))
+		return 0;
+	unsigned n = 0;
+	pthread_rwlock_rdlock(&as->lock);
+	for (uint32_t i = 0; i < as->cap; i++) {
+		const struct entry *e = &as->tab[i];
+		if (e->kind != E_PRIMARY && e->kind != E_BACKUP)
+			continue;
+		if (n < max)
+			out[n] = (struct farm_as_held){
+			        .region = e->id,
+			        .role = (enum farm_as_role)e->kind};
+		n++;
+	}
+	pthread_rwlock_unlock(&as->lock);
+	if (n && max)
+		qsort(out, FARM_MIN(n, max), sizeof(*out), held_cmp);
+	return n;
+}

@@ -168,4 +168,13 @@ int farm_as_call(farm_as *as, farm_loop *loop, farm_gaddr a, uint16_t type,
 
 void farm_as_stats_get(farm_as *as, struct farm_as_stats *out);
 
+/* The regions this machine holds (primary or backup copies), for the
+ * control socket (`farm status`): up to @max in @out, ordered by id.
+ * Returns how many it holds (more than @max: the rest are left out). */
+struct farm_as_held {
+	uint32_t region;
+	enum farm_as_role role; /* FARM_AS_PRIMARY or FARM_AS_BACKUP */
+};
+unsigned farm_as_held(farm_as *as, struct farm_as_held *out, unsigned max);
+
 #endif

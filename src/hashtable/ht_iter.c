@@ -53,10 +53,19 @@ static int iter_slot(farm_ht *h, const uint8_t *s, farm_ht_iter_fn fn,
 long farm_ht_iterate_local(farm_ht *h, unsigned shard, farm_ht_iter_fn fn,
                            void *ctx)
 {
+	return farm_ht_iterate_local_from(h, shard, NULL, 0, fn, ctx);
+}
+
+long farm_ht_iterate_local_from(farm_ht *h, unsigned shard, const void *key,
+                                uint32_t klen, farm_ht_iter_fn fn, void *ctx)
+{
 	if (!h || !fn || shard >= h->nshards ||
-	    h->shards[shard].machine != h->me)
+	    h->shards[shard].machine != h->me ||
+	    (key && ht_check_key(key, klen)))
 		return -EINVAL;
 	const struct farm_ht_shard *sd = &h->shards[shard];
+	uint32_t first =
+	        key ? home_of(farm_ht_hash(key, klen), sd->nbuckets) : 0;
 	uint32_t bb = 64u * h->bucket_lines;
 	uint8_t *d = malloc(h->bucket_data > h->block_data ? h->bucket_data
 	                                                   : h->block_data);
@@ -69,7 +78,7 @@ long farm_ht_iterate_local(farm_ht *h, unsigned shard, farm_ht_iter_fn fn,
 	}
 	long n = 0;
 	bool go = true;
-	for (uint32_t b = 0; b <= sd->nbuckets && go && n >= 0; b++) {
+	for (uint32_t b = first; b <= sd->nbuckets && go && n >= 0; b++) {
 		const uint8_t *p = farm_as_local_ptr(
 		        h->as, sd->base + (uint64_t)b * bb, bb);
 		if (!p)

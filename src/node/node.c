@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "alloc/galloc.h"
+#include "node/ctl.h"
 #include "recovery/recovery.h"
 #include "txn/txm.h"
 #include "util/common.h"
@@ -46,6 +47,8 @@ struct farm_node {
 	struct farm_view view; /* last view applied */
 	int start_timeout_ms; /* static peers' cards are waited for this long */
 	bool card_written;
+	/* The control socket (ctl.c); NULL: none. */
+	struct farm_ctl *ctl;
 	bool app_loops;     /* the application's threads run the loops */
 	farm_recovery *rec; /* leases and reconfiguration (ZooKeeper only) */
 	/* Under lock: */
@@ -418,6 +421,7 @@ int farm_node_open(const struct farm_config *cfg, farm_node **out)
 		         cfg->machine_id, farm_strerror(rc));
 		goto fail;
 	}
+	n->ctl = farm_ctl_open(n, cfg->data_dir); /* NULL: warned, runs on */
 	*out = n;
 	return 0;
 fail:
@@ -482,7 +486,9 @@ void farm_node_loop_close(farm_node *n, farm_loop *loop)
 	if (!n || !loop)
 		return;
 	unsigned i = farm_loop_index(loop);
+	farm_ctl_lock(n->ctl);
 	farm_txm_detach(n->txm, loop);
+	farm_ctl_unlock(n->ctl);
 	farm_loop_close(loop);
 	pthread_mutex_lock(&n->lock);
 	if (i < n->nthreads)
@@ -563,6 +569,7 @@ void farm_node_close(farm_node *n)
 {
 	if (!n)
 		return;
+	farm_ctl_close(n->ctl);
 	farm_membership_close(n->mem); /* no more view callbacks */
 	farm_recovery_close(n->rec);
 	if (n->threads) {
@@ -626,6 +633,11 @@ bool farm_node_removed(farm_node *n)
 farm_recovery *farm_node_recovery(const farm_node *n)
 {
 	return n ? n->rec : NULL;
+}
+
+struct farm_ctl *farm_node_ctl(const farm_node *n)
+{
+	return n ? n->ctl : NULL;
 }
 
 farm_fabric *farm_node_fabric(const farm_node *n)
