@@ -234,6 +234,19 @@ void farm_as_destroy(farm_as *as)
 	free(as);
 }
 
+/* Replicas of @region in the current view, or the one before (@prev). */
+static unsigned replicas_in(farm_as *as, bool prev, uint32_t region,
+                            uint32_t *out)
+{
+	if (!as || !out || region == FARM_REGION_ID_NONE)
+		return 0;
+	pthread_rwlock_rdlock(&as->lock);
+	const farm_ring *g = prev ? as->prev : as->ring;
+	unsigned n = g ? farm_ring_replicas(g, region, out) : 0;
+	pthread_rwlock_unlock(&as->lock);
+	return n;
+}
+
 int farm_as_set_view(farm_as *as, uint64_t config_id, const uint32_t *ids,
                      unsigned n)
 {
@@ -283,12 +296,7 @@ int farm_as_set_view(farm_as *as, uint64_t config_id, const uint32_t *ids,
 
 unsigned farm_as_prev_replicas(farm_as *as, uint32_t region, uint32_t *out)
 {
-	if (!as || !out || region == FARM_REGION_ID_NONE)
-		return 0;
-	pthread_rwlock_rdlock(&as->lock);
-	unsigned n = as->prev ? farm_ring_replicas(as->prev, region, out) : 0;
-	pthread_rwlock_unlock(&as->lock);
-	return n;
+	return replicas_in(as, true, region, out);
 }
 
 unsigned farm_as_promotable(farm_as *as, uint32_t *out, unsigned max)
@@ -348,12 +356,7 @@ farm_fabric *farm_as_fabric(const farm_as *as)
 
 unsigned farm_as_replicas(farm_as *as, uint32_t region, uint32_t *out)
 {
-	if (!as || !out || region == FARM_REGION_ID_NONE)
-		return 0;
-	pthread_rwlock_rdlock(&as->lock);
-	unsigned n = as->ring ? farm_ring_replicas(as->ring, region, out) : 0;
-	pthread_rwlock_unlock(&as->lock);
-	return n;
+	return replicas_in(as, false, region, out);
 }
 
 farm_region *farm_as_local_region(farm_as *as, uint32_t region,
