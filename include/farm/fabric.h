@@ -361,6 +361,17 @@ enum farm_fault {
 };
 
 /*
+ * farm_fabric_on_peer_death() - @fn(@ctx, peer) runs, on a thread of the
+ * fabric's, when it learns that a connected peer's process died (shm: the
+ * watchdog's pidfd), once requests to it fail. One callback per fabric;
+ * NULL unsets it, and none runs once that returns. Recovery takes it as a
+ * suspicion, faster than a lease. -ENOTSUP where the provider has none.
+ */
+typedef void (*farm_peer_death_fn)(void *ctx, uint32_t peer_id);
+FARM_API FARM_MUST_CHECK int
+farm_fabric_on_peer_death(farm_fabric *fab, farm_peer_death_fn fn, void *ctx);
+
+/*
  * farm_fabric_revoke() - fence machine @peer_id off this machine's memory:
  * its one-sided READs, WRITEs and CAS on every registration here fail with
  * FARM_EFENCED from now on (recovery does it to a removed machine, FaRM's

@@ -339,6 +339,11 @@ static void on_recovery(void *ctx, enum farm_recovery_event e,
 	pthread_mutex_unlock(&n->lock);
 }
 
+static void on_peer_death(void *ctx, uint32_t peer)
+{
+	farm_recovery_peer_dead(ctx, peer);
+}
+
 static void on_state(void *ctx, enum farm_membership_state s)
 {
 	farm_node *n = ctx;
@@ -415,6 +420,13 @@ int farm_node_open(const struct farm_config *cfg, farm_node **out)
 			         cfg->machine_id, farm_strerror(rc));
 			goto fail;
 		}
+		/* The fabric's death notice is a suspicion too (shm: at
+		 * once, where a lease takes its length). */
+		int drc = farm_fabric_on_peer_death(n->fab, on_peer_death,
+		                                    n->rec);
+		if (drc && drc != -ENOTSUP)
+			farm_warn("node %" PRIu32 ": no death notices: %s",
+			          cfg->machine_id, farm_strerror(drc));
 	}
 	if ((rc = card_format(n)) || (rc = card_write(n))) {
 		farm_err("node %" PRIu32 ": cannot publish its card: %s",
@@ -571,6 +583,8 @@ void farm_node_close(farm_node *n)
 		return;
 	farm_ctl_close(n->ctl);
 	farm_membership_close(n->mem); /* no more view callbacks */
+	if (n->rec && n->fab && farm_fabric_on_peer_death(n->fab, NULL, NULL))
+		farm_info("node: fabric without death notices");
 	farm_recovery_close(n->rec);
 	if (n->threads) {
 		for (unsigned i = 0; i < n->nthreads && !n->app_loops; i++)
