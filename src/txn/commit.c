@@ -35,6 +35,7 @@
 #include "txn/object.h"
 #include "txn/txn_int.h"
 #include "txn/txn_testing.h"
+#include "util/fault.h"
 #include "util/log.h"
 
 #define SPACE_WAIT_NS (1000ull * 1000000ull) /* then -ENOSPC */
@@ -427,6 +428,8 @@ void txn_h_reply(farm_loop *loop, const farm_msg_in *in, void *arg)
 		tx->n_msgs++;
 	if (r.status && !tx->fail)
 		tx->fail = r.status;
+	if (tx->wait_replies)
+		FARM_FAULT_POINT(FARM_FP_TX_LOCK_REPLIED);
 	tx_step(tx);
 }
 
@@ -458,6 +461,8 @@ static void phase_lock(farm_tx *tx)
 			tx->wait_replies++;
 	}
 	(void)m;
+	if (tx->wait_replies)
+		FARM_FAULT_POINT(FARM_FP_TX_LOCK_SENT);
 	tx_step(tx);
 }
 
@@ -514,6 +519,7 @@ static void phase_validate(farm_tx *tx)
 static void phase_backup(farm_tx *tx)
 {
 	tx->ph = PH_BACKUP;
+	unsigned nsent = 0; /* records, for the crash point */
 	bool seenp[0x40] = {false};
 	for (unsigned i = 0; i < tx->n && !tx->fail; i++) {
 		struct txobj *o = &tx->o[i];
@@ -538,6 +544,9 @@ static void phase_backup(farm_tx *tx)
 					tx->fail = rc;
 					break;
 				}
+				if (nsent++)
+					FARM_FAULT_POINT(
+					        FARM_FP_TX_BACKUP_SOME);
 				tx_append(tx, b, buf, len, K_BACKUP);
 				tx->cb_at[b] =
 				        true; /* landed or not: unknown */
@@ -627,10 +636,16 @@ static void phase_primary(farm_tx *tx)
 {
 	tx->ph = PH_PRIMARY;
 	txn_rec_decided(tx, true);
-	for (uint32_t p = 0; p < tx->m->M && p < 0x40; p++)
-		if (tx->locked_at[p])
-			send_decisive(tx, p, REC_COMMIT_PRIMARY, K_PRIMARY,
-			              NULL);
+	bool remote = false;
+	for (uint32_t p = 0; p < tx->m->M && p < 0x40; p++) {
+		if (!tx->locked_at[p])
+			continue;
+		send_decisive(tx, p, REC_COMMIT_PRIMARY, K_PRIMARY, NULL);
+		if (p != tx->m->me && !remote) {
+			remote = true;
+			FARM_FAULT_POINT(FARM_FP_TX_PRIMARY_FIRST);
+		}
+	}
 	tx_step(tx);
 }
 
