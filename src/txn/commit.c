@@ -387,7 +387,7 @@ void txn_tx_record_done(farm_loop *loop, farm_tx *tx, int kind, uint32_t mach,
 	if ((kind == K_PRIMARY || kind == K_ABORT) && !status && mach < 0x40)
 		tx->decided_at[mach] = true;
 	if ((kind == K_PRIMARY || kind == K_ABORT) && status &&
-	    status != FARM_EPEERDEAD) {
+	    status != FARM_EPEERDEAD && status != FARM_EFENCED) {
 		/* It did not land (an earlier failure on the endpoint flushed
 		 * it): the primary still holds the locks. Send it again. */
 		farm_warn("txn: %s record of transaction %#" PRIx64
@@ -591,7 +591,10 @@ static void send_decisive(farm_tx *tx, uint32_t mach, int type, int kind,
 		                               : (tx->fail ? tx->fail : -EIO);
 		tx->fail = fail;
 	}
-	if (!rc || rc == FARM_EPEERDEAD || rc == -ENOENT) {
+	/* Sent; or never to be: the machine is dead, unknown, or fenced this
+	 * one off (it was removed: recovery decides without it). */
+	if (!rc || rc == FARM_EPEERDEAD || rc == FARM_EFENCED ||
+	    rc == -ENOENT) {
 		if (d) {
 			tx->wait_writes--; /* the retry's own hold */
 			free(d);
