@@ -27,6 +27,41 @@
 #define FARM_MSGT_REC_APPLIED 0xf128u /* survivor -> decider: took cfg */
 #define FARM_MSGT_REC_GO      0xf129u /* decider -> survivors: recover */
 
+/* Their payloads (recover.c; tests forge them). Each carries the sender's
+ * configuration id (@cfg); a REC_VOTE, REC_END, REC_DECIDE, REC_DONE or
+ * REC_GO of another configuration than the receiver's is refused and
+ * counted (rec_refused). */
+struct rec_q { /* REC_QUERY and REC_ANSWER */
+	uint64_t cfg;
+	uint64_t txid;
+	uint32_t answer; /* recover.c's A_*; 0 in a query */
+	uint32_t pad;
+};
+
+/* REC_VOTE (flags: recover.c's V_*), then nregs + ncb region ids. */
+struct rec_vote {
+	uint64_t cfg;
+	uint64_t txid;
+	uint64_t cseq;
+	uint32_t coord;
+	uint32_t flags;
+	uint16_t nregs, ncb;
+	uint32_t pad;
+};
+
+struct rec_end { /* REC_END, REC_DONE, REC_APPLIED and REC_GO */
+	uint64_t cfg;
+	uint64_t lw;
+	uint32_t coord, thread;
+};
+
+struct rec_dec { /* REC_DECIDE */
+	uint64_t cfg;
+	uint64_t txid;
+	uint32_t coord;
+	uint32_t commit;
+};
+
 struct farm_txm_attr {
 	uint32_t log_size;    /* bytes of each log ring, a power of two,
 	                         64 KiB .. 64 MiB (0: 1 MiB) */
