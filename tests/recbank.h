@@ -236,10 +236,12 @@ static inline int rb_run(struct tx_child *c, const farm_fatptr *mine,
 					return -1;
 			}
 		}
+		/* The test's step first: it may have to act at once (a
+		 * zombie that resumes), removed or not. */
+		if (rb_p.step && rb_p.step(c, r))
+			return 0;
 		r->removed = farm_node_removed(c->np.node);
 		if (r->removed || np_now_ns() >= t_end)
-			return 0;
-		if (rb_p.step && rb_p.step(c, r))
 			return 0;
 		bank_step(c, &r->k, mine, RB_ACCOUNTS, acc, nacc,
 		          RB_GIVE_UP_NS);
