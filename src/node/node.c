@@ -544,6 +544,10 @@ void farm_node_close(farm_node *n)
 {
 	if (!n)
 		return;
+	/* Recovery's thread asks the membership for configurations: it
+	 * stops before the membership goes; views still reach recovery
+	 * until the membership is closed. */
+	farm_recovery_stop(n->rec);
 	farm_membership_close(n->mem); /* no more view callbacks */
 	farm_recovery_close(n->rec);
 	if (n->threads) {
