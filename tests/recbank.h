@@ -408,8 +408,9 @@ static inline void rb_start(struct rb_result *res, const char *name)
 {
 	memset(res, 0, sizeof(*res));
 	res->name = name;
-	snprintf(rb_zk_root, sizeof(rb_zk_root), "/libfarm/%s-%d", name,
-	         (int)getpid());
+	static unsigned starts; /* a cluster of its own each time */
+	snprintf(rb_zk_root, sizeof(rb_zk_root), "/libfarm/%s-%d-%u", name,
+	         (int)getpid(), starts++);
 	np_start(&rb_cl, "recbank", rb_machine, NULL);
 	p_setup(&rb_cl);
 	for (unsigned i = 0; i < NP_NM; i++)
