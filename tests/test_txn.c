@@ -5,114 +5,11 @@
  * backups receiving committed values, frees and fat pointers, bad input.
  * Concurrency (bank, torn reads, checker) is in the multi-process tests.
  */
-#include "asnodes.h"
-#include "txn/recover_wire.h"
+#include "asntx.h"
 
 #include <inttypes.h>
 
 #define RSIZE (16ull << 20)
-
-static struct asn_cluster C;
-
-struct res {
-	int done, status;
-	const void *data;
-	farm_fatptr fp;
-	void *wdata;
-};
-
-static void read_cb(farm_tx *tx, void *ctx, int status, const void *data,
-                    uint32_t size)
-{
-	(void)tx;
-	(void)size;
-	struct res *r = ctx;
-	r->status = status;
-	r->data = data;
-	r->done = 1;
-}
-
-static void alloc_cb(farm_tx *tx, void *ctx, int status, farm_fatptr p,
-                     void *data)
-{
-	(void)tx;
-	struct res *r = ctx;
-	r->status = status;
-	r->fp = p;
-	r->wdata = data;
-	r->done = 1;
-}
-
-static void op_cb(farm_loop *loop, void *ctx, int status)
-{
-	(void)loop;
-	struct res *r = ctx;
-	r->status = status;
-	r->done = 1;
-}
-
-static farm_tx *begin(unsigned m)
-{
-	farm_tx *tx;
-	assert_int_equal(farm_tx_begin(C.m[m].txm, C.m[m].loop, &tx), 0);
-	return tx;
-}
-
-static int rd(farm_tx *tx, farm_gaddr a, uint32_t size, const void **data)
-{
-	struct res r = {0};
-	int rc = farm_tx_read(tx, a, size, read_cb, &r);
-	if (rc)
-		return rc;
-	asn_wait(&C, &r.done);
-	if (data)
-		*data = r.data;
-	return r.status;
-}
-
-static int commit(farm_tx *tx)
-{
-	struct res r = {0};
-	int rc = farm_tx_commit(tx, op_cb, &r);
-	if (rc)
-		return rc;
-	assert_int_equal(r.done, 0); /* never before commit returns */
-	asn_wait(&C, &r.done);
-	return r.status;
-}
-
-static int lf(unsigned m, farm_gaddr a, uint32_t size, uint64_t want, void *buf)
-{
-	struct res r = {0};
-	int rc = farm_lf_read(C.m[m].txm, C.m[m].loop, a, size, want, buf,
-	                      op_cb, &r);
-	if (rc)
-		return rc;
-	asn_wait(&C, &r.done);
-	return r.status;
-}
-
-/* A new committed object of @size bytes on machine @m holding @fill. */
-static farm_fatptr make_obj(unsigned m, uint32_t size, uint8_t fill)
-{
-	farm_tx *tx = begin(m);
-	struct res r = {0};
-	assert_int_equal(farm_tx_alloc(tx, size, FARM_GADDR_NULL, alloc_cb, &r),
-	                 0);
-	asn_wait(&C, &r.done);
-	assert_int_equal(r.status, 0);
-	memset(r.wdata, fill, size);
-	assert_int_equal(commit(tx), 0);
-	farm_tx_free(tx);
-	return r.fp;
-}
-
-static uint32_t primary_of(farm_gaddr a)
-{
-	uint32_t rep[FARM_RING_MAX_REPLICAS];
-	assert_true(farm_as_replicas(C.m[0].as, farm_gaddr_region(a), rep) > 0);
-	return rep[0];
-}
 
 static int setup(void **state)
 {

@@ -202,7 +202,7 @@ static void test_bank(void **state)
 	       s[0].sum_objs, farm_strerror(s[0].sum_status), s[0].total,
 	       expect_total, s[0].min_balance);
 	sc_report rep;
-	int anomalies = tx_check_history(&G, NM, &rep, NULL, NULL, NULL);
+	int anomalies = tx_check_history(&G, 0, &rep, NULL, NULL, NULL);
 	sc_report_print(stdout, &rep);
 	tu_rmtree(G.root);
 	G.root[0] = 0;

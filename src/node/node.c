@@ -17,6 +17,7 @@
 #include "recovery/recovery.h"
 #include "txn/txm.h"
 #include "util/common.h"
+#include "util/fault.h"
 #include "util/log.h"
 
 #define CARD_FILE "machine.card"
@@ -216,6 +217,8 @@ static void apply_view(void *ctx, const struct farm_view *v)
 	 * their one-sided requests to this machine fail (a zombie that
 	 * resumes writes nothing). */
 	for (unsigned i = 0; i < ngone; i++) {
+		if (FARM_FAULT_SWITCH(FARM_FP_NODE_NO_FENCE))
+			break; /* testing: a zombie is not fenced */
 		int frc = farm_fabric_revoke(n->fab, gone[i]);
 		if (frc && frc != -ENOTSUP)
 			farm_warn("node: cannot fence machine %" PRIu32 ": %s",
@@ -583,6 +586,10 @@ void farm_node_close(farm_node *n)
 	if (!n)
 		return;
 	farm_ctl_close(n->ctl);
+	/* Recovery's thread asks the membership for configurations: it
+	 * stops before the membership goes; views still reach recovery
+	 * until the membership is closed. */
+	farm_recovery_stop(n->rec);
 	farm_membership_close(n->mem); /* no more view callbacks */
 	if (n->rec && n->fab && farm_fabric_on_peer_death(n->fab, NULL, NULL))
 		farm_info("node: fabric without death notices");

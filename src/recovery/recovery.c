@@ -25,7 +25,7 @@ struct farm_recovery {
 	pthread_t th;
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
-	bool stop;
+	bool stop, joined;
 	/* The configuration in force, with each member's lease address. */
 	struct farm_view view;
 	struct farm_lease_peer peers[FARM_VIEW_MAX];
@@ -203,17 +203,27 @@ int farm_recovery_open(const struct farm_recovery_attr *a, farm_recovery **out)
 	return 0;
 }
 
-void farm_recovery_close(farm_recovery *r)
+void farm_recovery_stop(farm_recovery *r)
 {
-	if (!r)
+	if (!r || r->joined)
 		return;
-	/* The lease thread first: no more suspicions queued after it. */
-	farm_lease_close(r->lease);
 	pthread_mutex_lock(&r->mu);
 	r->stop = true;
 	pthread_cond_signal(&r->cv);
 	pthread_mutex_unlock(&r->mu);
 	pthread_join(r->th, NULL);
+	r->joined = true;
+}
+
+void farm_recovery_close(farm_recovery *r)
+{
+	if (!r)
+		return;
+	/* The recovery thread first: a probe in progress waits on the
+	 * lease's condition variables. Suspicions the lease thread queues
+	 * meanwhile are dropped with r. */
+	farm_recovery_stop(r);
+	farm_lease_close(r->lease);
 	pthread_cond_destroy(&r->cv);
 	pthread_mutex_destroy(&r->mu);
 	free(r);

@@ -72,6 +72,10 @@ struct farm_recovery_stats {
 
 int farm_recovery_open(const struct farm_recovery_attr *a,
                        farm_recovery **out) FARM_MUST_CHECK;
+/* Stop the recovery thread: no more probes (which use the lease) or
+ * requests to the membership. Before the membership is closed; views
+ * may still come. NULL is fine; so is a second call. */
+void farm_recovery_stop(farm_recovery *r);
 /* After the membership is closed (no more views). NULL is fine. */
 void farm_recovery_close(farm_recovery *r);
 /* The lease address for this machine's card. */

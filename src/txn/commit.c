@@ -35,6 +35,7 @@
 #include "txn/object.h"
 #include "txn/txn_int.h"
 #include "txn/txn_testing.h"
+#include "util/fault.h"
 #include "util/log.h"
 
 #define SPACE_WAIT_NS (1000ull * 1000000ull) /* then -ENOSPC */
@@ -386,7 +387,7 @@ void txn_tx_record_done(farm_loop *loop, farm_tx *tx, int kind, uint32_t mach,
 	if ((kind == K_PRIMARY || kind == K_ABORT) && !status && mach < 0x40)
 		tx->decided_at[mach] = true;
 	if ((kind == K_PRIMARY || kind == K_ABORT) && status &&
-	    status != FARM_EPEERDEAD) {
+	    status != FARM_EPEERDEAD && status != FARM_EFENCED) {
 		/* It did not land (an earlier failure on the endpoint flushed
 		 * it): the primary still holds the locks. Send it again. */
 		farm_warn("txn: %s record of transaction %#" PRIx64
@@ -427,6 +428,8 @@ void txn_h_reply(farm_loop *loop, const farm_msg_in *in, void *arg)
 		tx->n_msgs++;
 	if (r.status && !tx->fail)
 		tx->fail = r.status;
+	if (tx->wait_replies)
+		FARM_FAULT_POINT(FARM_FP_TX_LOCK_REPLIED);
 	tx_step(tx);
 }
 
@@ -458,6 +461,8 @@ static void phase_lock(farm_tx *tx)
 			tx->wait_replies++;
 	}
 	(void)m;
+	if (tx->wait_replies)
+		FARM_FAULT_POINT(FARM_FP_TX_LOCK_SENT);
 	tx_step(tx);
 }
 
@@ -514,6 +519,7 @@ static void phase_validate(farm_tx *tx)
 static void phase_backup(farm_tx *tx)
 {
 	tx->ph = PH_BACKUP;
+	unsigned nsent = 0; /* records, for the crash point */
 	bool seenp[0x40] = {false};
 	for (unsigned i = 0; i < tx->n && !tx->fail; i++) {
 		struct txobj *o = &tx->o[i];
@@ -538,6 +544,9 @@ static void phase_backup(farm_tx *tx)
 					tx->fail = rc;
 					break;
 				}
+				if (nsent++)
+					FARM_FAULT_POINT(
+					        FARM_FP_TX_BACKUP_SOME);
 				tx_append(tx, b, buf, len, K_BACKUP);
 				tx->cb_at[b] =
 				        true; /* landed or not: unknown */
@@ -582,7 +591,10 @@ static void send_decisive(farm_tx *tx, uint32_t mach, int type, int kind,
 		                               : (tx->fail ? tx->fail : -EIO);
 		tx->fail = fail;
 	}
-	if (!rc || rc == FARM_EPEERDEAD || rc == -ENOENT) {
+	/* Sent; or never to be: the machine is dead, unknown, or fenced this
+	 * one off (it was removed: recovery decides without it). */
+	if (!rc || rc == FARM_EPEERDEAD || rc == FARM_EFENCED ||
+	    rc == -ENOENT) {
 		if (d) {
 			tx->wait_writes--; /* the retry's own hold */
 			free(d);
@@ -627,10 +639,16 @@ static void phase_primary(farm_tx *tx)
 {
 	tx->ph = PH_PRIMARY;
 	txn_rec_decided(tx, true);
-	for (uint32_t p = 0; p < tx->m->M && p < 0x40; p++)
-		if (tx->locked_at[p])
-			send_decisive(tx, p, REC_COMMIT_PRIMARY, K_PRIMARY,
-			              NULL);
+	bool remote = false;
+	for (uint32_t p = 0; p < tx->m->M && p < 0x40; p++) {
+		if (!tx->locked_at[p])
+			continue;
+		send_decisive(tx, p, REC_COMMIT_PRIMARY, K_PRIMARY, NULL);
+		if (p != tx->m->me && !remote) {
+			remote = true;
+			FARM_FAULT_POINT(FARM_FP_TX_PRIMARY_FIRST);
+		}
+	}
 	tx_step(tx);
 }
 

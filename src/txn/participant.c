@@ -22,6 +22,7 @@
 #include "txn/epoch.h"
 #include "txn/object.h"
 #include "txn/txn_int.h"
+#include "util/fault.h"
 #include "util/log.h"
 
 static struct lock_ent **lock_slot(struct txloop *tl, uint64_t txid)
@@ -146,6 +147,8 @@ static void on_lock(struct txloop *tl, const uint8_t *rec)
 			}
 		}
 	}
+	if (!status && (uint32_t)(h.txid >> 56) != m->me)
+		FARM_FAULT_POINT(FARM_FP_TX_ON_LOCK);
 	send_reply(tl, h.txid, status);
 }
 
@@ -450,6 +453,8 @@ static int poll_log(struct txloop *tl, uint32_t coord)
 				stat_add(m, S_BAD_RECORDS, 1);
 			break;
 		case REC_COMMIT_PRIMARY:
+			if (coord != m->me)
+				FARM_FAULT_POINT(FARM_FP_TX_ON_PRIMARY);
 			on_commit_primary(tl, h.txid, true);
 			break;
 		case REC_ABORT:
@@ -459,6 +464,8 @@ static int poll_log(struct txloop *tl, uint32_t coord)
 		case REC_COMMIT_BACKUP:
 			if (!rec_sane(rec, len))
 				stat_add(m, S_BAD_RECORDS, 1);
+			else if (coord != m->me)
+				FARM_FAULT_POINT(FARM_FP_TX_ON_BACKUP);
 			break;
 		case REC_TRUNC:
 		case REC_PAD: break;

@@ -156,6 +156,8 @@ static void rd_start(struct rd_op *op)
 			rd_retry(op);
 			return;
 		}
+		if (!rc && !txn_serving(m))
+			rc = FARM_ELEASE; /* see rd_check */
 		op->status = rc;
 		/* Never complete inline: the caller may not be ready. */
 		if (farm_loop_defer(tl->loop, rd_finish_post, op)) {

@@ -27,6 +27,9 @@
 #define FARM_MSGT_REC_APPLIED 0xf128u /* survivor -> decider: took cfg */
 #define FARM_MSGT_REC_GO      0xf129u /* decider -> survivors: recover */
 
+/* Their payloads: txn/recover_wire.h (tests forge them). */
+#include "txn/recover_wire.h"
+
 struct farm_txm_attr {
 	uint32_t log_size;    /* bytes of each log ring, a power of two,
 	                         64 KiB .. 64 MiB (0: 1 MiB) */

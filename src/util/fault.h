@@ -1,10 +1,12 @@
 /*
  * Fault-injection points: named places in the library where a test can
  * make something happen (a delay that widens a race window, a SIGKILL at
- * one step of a protocol). They exist only in builds configured with
- * FARM_FAULT_INJECTION=ON (the default when the tests are built, off for
- * an installed release build: -DFARM_BUILD_TESTS=OFF); elsewhere
- * FARM_FAULT_POINT() compiles to nothing and farm_fault_set() reports
+ * one step of a protocol), and switch points (FARM_FAULT_SWITCH), true
+ * while hooked, that turn a protection off to prove a test notices. They
+ * exist only in builds configured with FARM_FAULT_INJECTION=ON (the
+ * default when the tests are built, off for an installed release build:
+ * -DFARM_BUILD_TESTS=OFF); elsewhere FARM_FAULT_POINT() compiles to
+ * nothing, FARM_FAULT_SWITCH() to 0, and farm_fault_set() reports
  * -ENOTSUP.
  *
  * A point costs one relaxed load of its hook while no hook is set.
@@ -24,6 +26,21 @@ enum farm_fault_point {
 	/* node/ctl.c: a stats answer, about to call a source's counters
 	 * (with the control socket's lock held). */
 	FARM_FP_CTL_SOURCE,
+	/* txn/commit.c, the coordinator of a distributed commit (crash
+	 * points of tests/test_rec_crash.c): */
+	FARM_FP_TX_LOCK_SENT,     /* every LOCK record written, no reply in */
+	FARM_FP_TX_LOCK_REPLIED,  /* a LOCK reply in, another still due */
+	FARM_FP_TX_BACKUP_SOME,   /* a COMMIT-BACKUP written, another not */
+	FARM_FP_TX_PRIMARY_FIRST, /* the first COMMIT-PRIMARY to another
+	                             machine written, the rest not */
+	/* txn/participant.c, a record of another machine's coordinator: */
+	FARM_FP_TX_ON_LOCK,    /* primary: its objects locked, not answered */
+	FARM_FP_TX_ON_PRIMARY, /* primary: COMMIT-PRIMARY landed, unprocessed */
+	FARM_FP_TX_ON_BACKUP,  /* backup: COMMIT-BACKUP landed and checked */
+	/* node/node.c, a switch (FARM_FAULT_SWITCH): while hooked, a view
+	 * that drops machines does not fence them (a deliberately broken
+	 * protocol, tests/test_rec_zombie.c --broken). */
+	FARM_FP_NODE_NO_FENCE,
 	FARM_FP_COUNT
 };
 
@@ -50,9 +67,22 @@ static inline void farm_fault_hit(enum farm_fault_point fp)
 		fn(fp, atomic_load_explicit(&farm_fault_slots[fp].arg,
 		                            memory_order_relaxed));
 }
-#define FARM_FAULT_POINT(fp) farm_fault_hit(fp)
+/* A switch point: true while a hook is set (which is called first). */
+static inline int farm_fault_switch(enum farm_fault_point fp)
+{
+	farm_fault_fn fn = atomic_load_explicit(&farm_fault_slots[fp].fn,
+	                                        memory_order_acquire);
+	if (__builtin_expect(fn == NULL, 1))
+		return 0;
+	fn(fp, atomic_load_explicit(&farm_fault_slots[fp].arg,
+	                            memory_order_relaxed));
+	return 1;
+}
+#define FARM_FAULT_POINT(fp)  farm_fault_hit(fp)
+#define FARM_FAULT_SWITCH(fp) farm_fault_switch(fp)
 #else
-#define FARM_FAULT_POINT(fp) ((void)0)
+#define FARM_FAULT_POINT(fp)  ((void)0)
+#define FARM_FAULT_SWITCH(fp) 0
 #endif
 
 #endif

@@ -1,0 +1,742 @@
+/*
+ * Test fixture on top of txproc.h: the bank under failures (issue 12,
+ * "Recovery I"), shared by test_rec_bank.c (kill -9), test_rec_crash.c
+ * (a machine kills itself at one step of a commit), test_rec_zombie.c
+ * (SIGSTOP past the lease, then SIGCONT) and test_rec_seq.c (two kills in
+ * sequence). Header-only, static functions; the including test defines
+ * NP_NM and FARM_SOURCE_DIR.
+ *
+ * NP_NM machine processes joined through a real ZooKeeper
+ * (scripts/zk-local; sessions of 4 s, leases of 50 ms), 3 replicas,
+ * RB_ACCOUNTS accounts made by each machine on itself, so every machine is
+ * the primary of some. Every machine runs the bank workload of txproc.h
+ * and streams its history to a file. Once every machine has committed
+ * rb_p.pre_transfers transfers (each says 'P'), the test does its failure
+ * and tells the machines of the configuration which machine left ('K').
+ * Each of those goes on until its configuration no longer holds any
+ * machine it was told of (at most RB_RECONF_MS after the last), then for
+ * rb_p.post_ms more, and reports ('D'). Then (rb_check):
+ *   - every survivor applied a configuration without the machines that
+ *     left, and committed transfers after it;
+ *   - no account is left locked: the lowest survivor reads every account
+ *     lock-free (a locked one answers -EBUSY after the read's 1 s bound);
+ *   - one read-only transaction of that survivor sums every account: the
+ *     initial total, no balance negative;
+ *   - every transaction reported committed is reflected: each account's
+ *     final version is at least the highest one a committed transfer
+ *     wrote into it;
+ *   - the history of every machine is strictly serializable (sercheck):
+ *     what a killed machine had begun to commit when it died is unknown.
+ * Every failed check is reported (which one, machines, counts).
+ *
+ * Commands to a machine: 'K' (struct rb_kill), 'A' (struct rb_arm: kill
+ * yourself at a fault-injection point; the machine says 'X' and the point
+ * first), 'S' (scan), 'Q' (quit); a test adds its own (rb_hooks).
+ */
+#ifndef FARM_TESTS_RECBANK_H
+#define FARM_TESTS_RECBANK_H
+
+#include "txproc.h"
+
+#include <stdarg.h>
+
+#include "node/node.h"
+#include "util/fault.h"
+
+#ifndef FARM_SOURCE_DIR
+#error "FARM_SOURCE_DIR must name the source tree (for scripts/zk-local)"
+#endif
+
+#define RB_ACCOUNTS   50 /* per machine */
+#define RB_NACC       (NP_NM * RB_ACCOUNTS)
+#define RB_SESSION_MS 4000
+#define RB_LEASE_US   50000u
+#define RB_JOIN_MS    30000
+#define RB_RECONF_MS  10000
+#define RB_GIVE_UP_NS 2000000000ull /* a transfer's retries, at most */
+#define RB_MAX_LOCKED 8             /* the scan stops after so many */
+#define RB_SUM_TRIES  10
+
+struct run_report;
+
+/* What a test sets before rb_start (the machines inherit it). */
+struct rb_params {
+	unsigned pre_transfers; /* per machine, before the failure */
+	unsigned post_ms;       /* survivors' run after the configuration */
+	/* Test-specific parts of a machine's run (each may be NULL):
+	 * cmd      a command run() does not know: 0, or -1 (fail);
+	 * step     before each bank step: nonzero ends the run;
+	 * end      after 'D', before waiting for 'S'/'Q': 0, or -1. */
+	int (*cmd)(struct tx_child *c, int cmd, const farm_fatptr *acc,
+	           unsigned nacc);
+	int (*step)(struct tx_child *c, struct run_report *r);
+	int (*end)(struct tx_child *c, const farm_fatptr *acc, unsigned nacc);
+};
+static struct rb_params rb_p = {.pre_transfers = 300, .post_ms = 3000};
+
+static char rb_zk_dir[256], rb_zk_connect[64], rb_zk_root[96];
+static const char *rb_zk_script = FARM_SOURCE_DIR "/scripts/zk-local";
+
+/* ---- the machines ---------------------------------------------------- */
+
+/* 'K': machine @victim left; @notify: say 'N' once a configuration
+ * without it (and every one told before) is applied and its recovery has
+ * made this machine's regions active. */
+struct rb_kill {
+	uint32_t victim, notify;
+	uint64_t t_kill_ns;
+};
+
+/* 'A': kill yourself (SIGKILL) the first time a fault point is reached,
+ * after saying 'X' and the point (uint32_t). */
+struct rb_arm {
+	uint32_t point;
+};
+
+/* What a machine reports at the end of its run ('D'). */
+struct run_report {
+	struct bank_counts k;      /* the whole run */
+	struct bank_counts at_cfg; /* k when the last new configuration came */
+	bool told, new_config, removed;
+	uint64_t config_at_kill, config_new;
+	unsigned members_new;
+	uint64_t gone; /* the machines it was told of (bits) */
+	/* When the last kill was, when the configuration without the
+	 * machines was applied here, and when the workload saw it (counts
+	 * "after" start there). */
+	uint64_t t_kill_ns, t_cfg_ns, t_seen_ns;
+	farm_txm_stats st; /* at the end of the run */
+};
+
+/* The final scan and sum of one survivor ('s'). */
+struct scan_report {
+	unsigned n, read, locked, other;
+	int other_err;
+	/* By the machine that made the account (its first primary). */
+	unsigned locked_by[NP_NM], other_by[NP_NM];
+	bool stopped; /* RB_MAX_LOCKED locked accounts: the rest not read */
+	farm_gaddr locked_at[RB_MAX_LOCKED];
+	farm_gaddr addr[RB_NACC];
+	int64_t balance[RB_NACC];
+	uint64_t version[RB_NACC]; /* UINT64_MAX: not read */
+	int sum_status;
+	unsigned sum_tries;
+	int64_t total, min_balance;
+	uint64_t negative;
+};
+
+static struct tx_child *rb_self; /* this machine (child side) */
+
+/* When each configuration was applied here (by id % 16; 0: not seen). */
+static _Atomic uint64_t rb_cfg_t[16];
+
+/* When this machine learned it is not a member any more (0: never). */
+static _Atomic uint64_t rb_left_ns;
+
+static inline void rb_on_config(void *ctx, uint64_t id, unsigned members,
+                                bool member)
+{
+	(void)ctx;
+	(void)members;
+	uint64_t zero = 0, now = np_now_ns();
+	atomic_store(&rb_cfg_t[id % 16], now);
+	if (!member)
+		atomic_compare_exchange_strong(&rb_left_ns, &zero, now);
+}
+
+/* Does this machine's configuration leave out every machine of @gone?
+ * Fills the configuration's id and size in @r when it does. */
+static inline bool rb_config_without(struct tx_child *c, uint64_t gone,
+                                     struct run_report *r)
+{
+	struct farm_view *v = malloc(sizeof(*v));
+	bool without = v && !farm_node_view(c->np.node, v);
+	for (unsigned i = 0; without && i < v->n; i++)
+		without = v->members[i].id >= 64 ||
+		          !((gone >> v->members[i].id) & 1);
+	if (without) {
+		r->config_new = v->config_id;
+		r->members_new = v->n;
+	}
+	free(v);
+	return without;
+}
+
+/* The crash hook: tell the parent which point, then die. */
+static inline void rb_crash(enum farm_fault_point fp, void *arg)
+{
+	(void)arg;
+	uint32_t p = (uint32_t)fp;
+	(void)np_say(&rb_self->np, 'X', &p, sizeof(p));
+	raise(SIGKILL);
+}
+
+/* The run: the bank workload until rb_p.post_ms after the configuration
+ * without the machines told of (or RB_RECONF_MS after the last kill
+ * without it), or until rb_p.step ends it. */
+static inline int rb_run(struct tx_child *c, const farm_fatptr *mine,
+                         const farm_fatptr *acc, unsigned nacc,
+                         struct run_report *r)
+{
+	bool said = false, notify = false;
+	uint64_t t_end = UINT64_MAX, seen = 0;
+	farm_node_on_config(c->np.node, rb_on_config, NULL);
+	for (;;) {
+		if (!said && r->k.transfers >= rb_p.pre_transfers) {
+			if (np_say(&c->np, 'P', NULL, 0))
+				return -1;
+			said = true;
+		}
+		int cmd = np_poll_cmd(&c->np);
+		if (cmd == 'K') {
+			struct rb_kill km;
+			if (tu_recv(c->np.in, &km, sizeof(km)) ||
+			    km.victim >= 64)
+				return -1;
+			r->told = true;
+			r->new_config = false;
+			r->gone |= 1ull << km.victim;
+			r->t_kill_ns = km.t_kill_ns;
+			r->config_at_kill = farm_node_config_id(c->np.node);
+			notify = km.notify != 0;
+			seen = 0;
+			t_end = km.t_kill_ns + RB_RECONF_MS * 1000000ull;
+		} else if (cmd == 'A') {
+			struct rb_arm a;
+			if (tu_recv(c->np.in, &a, sizeof(a)) ||
+			    a.point >= FARM_FP_COUNT ||
+			    farm_fault_set((enum farm_fault_point)a.point,
+			                   rb_crash, NULL))
+				return -1;
+		} else if (cmd == 'Z') {
+			/* End with a transfer between two of our own accounts
+			 * that is committed and in the history, then wait to
+			 * be killed. Its COMMIT-BACKUPs are the last records
+			 * this machine writes, so no later one truncates
+			 * them: only recovery's drain applies them at the
+			 * promoted backups (test_rec_bank --broken). */
+			int rc = -1;
+			bool declined = false;
+			for (unsigned t = 0; t < 100 && rc; t++)
+				rc = transfer(c, &r->k, mine[0].addr,
+				              mine[1].addr, 1, &declined);
+			if (rc || declined || np_say(&c->np, 'z', NULL, 0))
+				return -1;
+			char b;
+			(void)tu_recv(c->np.in, &b,
+			              1); /* blocks: killed here */
+			return -1;
+		} else if (cmd && (!rb_p.cmd || rb_p.cmd(c, cmd, acc, nacc))) {
+			return -1;
+		}
+		uint64_t id = farm_node_config_id(c->np.node);
+		if (r->told && !r->new_config && id != seen) {
+			seen = id;
+			if (rb_config_without(c, r->gone, r)) {
+				r->new_config = true;
+				r->t_seen_ns = np_now_ns();
+				r->t_cfg_ns = atomic_load(&rb_cfg_t[id % 16]);
+				if (!r->t_cfg_ns)
+					r->t_cfg_ns = r->t_seen_ns;
+				r->at_cfg = r->k;
+				t_end = r->t_seen_ns +
+				        rb_p.post_ms * 1000000ull;
+			}
+		}
+		if (notify && r->new_config) {
+			/* Its recovery reset the timeline before the
+			 * configuration id moved (node.c apply_view). */
+			farm_txm_stats st;
+			farm_txm_stats_get(c->txm, &st);
+			if (st.rec_t_active_ns) {
+				notify = false;
+				if (np_say(&c->np, 'N', NULL, 0))
+					return -1;
+			}
+		}
+		/* The test's step first: it may have to act at once (a
+		 * zombie that resumes), removed or not. */
+		if (rb_p.step && rb_p.step(c, r))
+			return 0;
+		r->removed = farm_node_removed(c->np.node);
+		if (r->removed || np_now_ns() >= t_end)
+			return 0;
+		bank_step(c, &r->k, mine, RB_ACCOUNTS, acc, nacc,
+		          RB_GIVE_UP_NS);
+	}
+}
+
+/* Every account read lock-free (recorded), then summed in one read-only
+ * transaction. */
+static inline void rb_scan(struct tx_child *c, const farm_fatptr *acc,
+                           unsigned nacc, struct scan_report *s)
+{
+	s->n = nacc;
+	for (unsigned i = 0; i < nacc; i++) {
+		s->addr[i] = acc[i].addr;
+		s->version[i] = UINT64_MAX;
+		if (s->stopped)
+			continue;
+		/* A recovering region may answer a retryable error for a
+		 * while; -EBUSY is what a lock left behind answers. */
+		static const volatile int never = 0;
+		int64_t b = 0;
+		int rc;
+		for (unsigned t = 0;; t++) {
+			rc = lf_account(c, acc[i].addr, &b, &s->version[i]);
+			if (rc == -EBUSY || !farm_tx_retryable(rc) || t == 100)
+				break;
+			(void)farm_loop_wait(c->np.loop, &never, 10000000ull);
+		}
+		if (rc == 0) {
+			s->read++;
+			s->balance[i] = b;
+			s->negative += b < 0;
+		} else if (rc == -EBUSY) {
+			s->locked_by[i / RB_ACCOUNTS]++;
+			s->locked_at[s->locked++] = acc[i].addr;
+			s->stopped = s->locked == RB_MAX_LOCKED;
+		} else {
+			s->other_by[i / RB_ACCOUNTS]++;
+			if (!s->other++)
+				s->other_err = rc;
+		}
+		if (rc)
+			s->version[i] = UINT64_MAX;
+	}
+	/* With locks held, each try costs the read's bound: try once. */
+	struct bank_counts k = {0};
+	unsigned tries = s->locked ? 1 : RB_SUM_TRIES;
+	do
+		s->sum_status = ro_sum(c, &k, acc, nacc, nacc, &s->total,
+		                       &s->min_balance);
+	while (++s->sum_tries < tries && farm_tx_retryable(s->sum_status));
+	s->negative += k.negative;
+}
+
+/* After the run: 'S', 'Q' or a failure (-1); the test's own commands are
+ * run meanwhile (rb_p.cmd). */
+static inline int rb_wait_cmd(struct tx_child *c, const farm_fatptr *acc,
+                              unsigned nacc)
+{
+	for (;;) {
+		int cmd = np_wait_cmd(&c->np);
+		if (cmd == 'S' || cmd == 'Q' || !rb_p.cmd)
+			return cmd;
+		if (rb_p.cmd(c, cmd, acc, nacc))
+			return -1;
+	}
+}
+
+static inline int rb_bank(struct tx_child *c)
+{
+	farm_fatptr mine[RB_ACCOUNTS];
+	farm_fatptr *acc = share_objs(c, "acct", RB_ACCOUNTS, 64, fill_account,
+	                              NULL, mine);
+	if (!acc)
+		return 20;
+	unsigned nacc = RB_NACC;
+	struct run_report r = {0};
+	if (rb_run(c, mine, acc, nacc, &r))
+		return 23;
+	tx_hist_flush(c);
+	farm_txm_stats_get(c->txm, &r.st);
+	if (np_say(&c->np, 'D', &r, sizeof(r)))
+		return 24;
+	if (rb_p.end && rb_p.end(c, acc, nacc))
+		return 28;
+	int cmd = rb_wait_cmd(c, acc, nacc);
+	if (cmd == 'S') {
+		struct scan_report *s = calloc(1, sizeof(*s));
+		if (!s)
+			return 25;
+		rb_scan(c, acc, nacc, s);
+		int bad = np_say(&c->np, 's', s, sizeof(*s));
+		free(s);
+		if (bad)
+			return 26;
+		cmd = rb_wait_cmd(c, acc, nacc);
+	}
+	free(acc);
+	return cmd == 'Q' && !tx_hist_save(c) ? 0 : 27;
+}
+
+static inline int rb_machine(struct np_child *np, void *arg)
+{
+	(void)arg;
+	struct tx_child c = {.np = *np};
+	rb_self = &c;
+	struct farm_config cfg;
+	int st = np_config_zk(np, "16M", rb_zk_connect, rb_zk_root,
+	                      RB_SESSION_MS, RB_LEASE_US, &cfg);
+	if (st)
+		return st;
+	cfg.replicas = 3;
+	if (tx_hist_stream(&c))
+		return 8;
+	return tx_child_run(&c, &cfg, RB_JOIN_MS, rb_bank);
+}
+
+/* ---- the parent ------------------------------------------------------ */
+
+static struct np_cluster rb_cl;
+
+/* The checks that failed, one line each. */
+struct fails {
+	char text[4096];
+	size_t len;
+	unsigned n;
+};
+
+static inline void failed(struct fails *f, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	if (f->len < sizeof(f->text) - 2) {
+		f->len += (size_t)snprintf(f->text + f->len,
+		                           sizeof(f->text) - f->len, "  - ");
+		f->len += (size_t)vsnprintf(f->text + f->len,
+		                            sizeof(f->text) - f->len, fmt, ap);
+		f->len += (size_t)snprintf(f->text + f->len,
+		                           sizeof(f->text) - f->len, "\n");
+		f->len = FARM_MIN(f->len, sizeof(f->text) - 1);
+	}
+	va_end(ap);
+	f->n++;
+}
+
+/* One run of the parent: which machines left, and what came back. */
+struct rb_result {
+	const char *name;
+	uint64_t killed; /* SIGKILLed (their histories may end open) */
+	uint64_t out;    /* not in the final configuration (killed, zombie) */
+	uint64_t t_kill_ns;
+	struct run_report r[NP_NM]; /* of the survivors */
+	struct scan_report *s;
+	unsigned scanner;
+	sc_report rep;
+	uint64_t cut; /* transactions the killed machines left open */
+	double run_s;
+	bool collected;
+	struct fails f;
+};
+
+/* The cluster up, accounts shared, every machine past 'P'. */
+static inline void rb_start(struct rb_result *res, const char *name)
+{
+	memset(res, 0, sizeof(*res));
+	res->name = name;
+	static unsigned starts; /* a cluster of its own each time */
+	snprintf(rb_zk_root, sizeof(rb_zk_root), "/libfarm/%s-%d-%u", name,
+	         (int)getpid(), starts++);
+	np_start(&rb_cl, "recbank", rb_machine, NULL);
+	p_setup(&rb_cl);
+	for (unsigned i = 0; i < NP_NM; i++)
+		np_expect(&rb_cl, i, 'P', 60000);
+}
+
+static inline bool rb_member(const struct rb_result *res, unsigned i)
+{
+	return !((res->out >> i) & 1);
+}
+
+/* Tell the machines of the configuration that @victim left (it is out of
+ * it from now on). */
+static inline void rb_tell(struct rb_result *res, unsigned victim, bool notify)
+{
+	res->out |= 1ull << victim;
+	struct rb_kill km = {.victim = victim,
+	                     .notify = notify,
+	                     .t_kill_ns = res->t_kill_ns};
+	for (unsigned i = 0; i < NP_NM; i++)
+		if (rb_member(res, i)) {
+			np_send(&rb_cl, i, 'K');
+			assert_int_equal(tu_send(rb_cl.to[i], &km, sizeof(km)),
+			                 0);
+		}
+}
+
+/* Machine @victim has died (or is being killed now): reap it. */
+static inline void rb_reap(struct rb_result *res, unsigned victim, bool kill_it)
+{
+	if (kill_it) {
+		res->t_kill_ns = np_now_ns();
+		assert_int_equal(kill(rb_cl.pid[victim], SIGKILL), 0);
+	}
+	assert_int_equal(tu_reap(rb_cl.pid[victim]), 128 + SIGKILL);
+	if (!kill_it)
+		res->t_kill_ns = np_now_ns();
+	rb_cl.pid[victim] = 0;
+	res->killed |= 1ull << victim;
+}
+
+/* Every machine of the configuration said 'N' (rb_kill.notify). */
+static inline void rb_wait_recovered(struct rb_result *res)
+{
+	for (unsigned i = 0; i < NP_NM; i++)
+		if (rb_member(res, i))
+			np_expect(&rb_cl, i, 'N', RB_RECONF_MS + 30000);
+}
+
+/* The index of account @key in a scan (its maker: / RB_ACCOUNTS), or
+ * RB_NACC. */
+static inline unsigned rb_account(const struct scan_report *s, uint64_t key)
+{
+	for (unsigned i = 0; i < s->n; i++)
+		if (s->addr[i] == key)
+			return i;
+	return RB_NACC;
+}
+
+/* The highest version a committed transaction wrote into each account. */
+struct committed {
+	const struct scan_report *s;
+	uint64_t maxv[RB_NACC];
+	uint64_t unknown_keys; /* writes to keys that are not accounts */
+};
+
+static inline void on_write(void *ctx, uint64_t key, uint64_t version)
+{
+	struct committed *w = ctx;
+	for (unsigned i = 0; i < w->s->n; i++)
+		if (w->s->addr[i] == key) {
+			w->maxv[i] = FARM_MAX(w->maxv[i], version);
+			return;
+		}
+	w->unknown_keys++;
+}
+
+static inline void report_run(unsigned i, const struct run_report *r,
+                              struct fails *f)
+{
+	char errs[512];
+	uint64_t after = r->k.transfers - r->at_cfg.transfers;
+	printf("machine %u: %" PRIu64 " transfers committed (%" PRIu64
+	       " declined, %" PRIu64 " attempts aborted, %" PRIu64
+	       " unknown: %" PRIu64 " peer dead, %" PRIu64
+	       " timed out; %" PRIu64 " given up), %" PRIu64
+	       " lock-free reads (%" PRIu64 " failed), %" PRIu64
+	       " read-only sums (%" PRIu64 " failed); errors: %s\n",
+	       i, r->k.transfers, r->k.declined, r->k.aborts,
+	       r->k.peerdead + r->k.timeouts, r->k.peerdead, r->k.timeouts,
+	       r->k.failed, r->k.lf_reads, r->k.lf_bad, r->k.ro_txns,
+	       r->k.ro_failed, bank_errors(&r->k, errs, sizeof(errs)));
+	printf("machine %u: recovery: %" PRIu64 " committed, %" PRIu64
+	       " aborted, %" PRIu64 " locks recovered, %" PRIu64
+	       " regions promoted; refused: %" PRIu64
+	       " recovery messages, %" PRIu64 " stale LOCKs\n",
+	       i, r->st.rec_committed, r->st.rec_aborted, r->st.rec_locks,
+	       r->st.rec_promoted, r->st.rec_refused, r->st.stale_refused);
+	if (r->new_config)
+		printf("machine %u: configuration %" PRIu64 " (%u members) "
+		       "applied %.1f ms after the last kill (seen after "
+		       "%.1f ms); after it %" PRIu64 " transfers committed, "
+		       "%" PRIu64 " given up\n",
+		       i, r->config_new, r->members_new,
+		       (double)(r->t_cfg_ns - r->t_kill_ns) / 1e6,
+		       (double)(r->t_seen_ns - r->t_kill_ns) / 1e6, after,
+		       r->k.failed - r->at_cfg.failed);
+	if (r->removed)
+		failed(f, "machine %u was removed from the configuration", i);
+	else if (!r->new_config)
+		failed(f,
+		       "machine %u: no configuration without machines %#" PRIx64
+		       " within %d ms of the kill (configuration %" PRIu64 ")",
+		       i, r->gone, RB_RECONF_MS, r->config_at_kill);
+	else if (after == 0)
+		failed(f,
+		       "machine %u committed 0 transfers after configuration "
+		       "%" PRIu64 " (in %u ms: %" PRIu64 " attempts, %" PRIu64
+		       " given up, %" PRIu64
+		       " unknown; errors of the whole run: %s)",
+		       i, r->config_new, rb_p.post_ms,
+		       r->k.attempts - r->at_cfg.attempts,
+		       r->k.failed - r->at_cfg.failed,
+		       r->k.peerdead + r->k.timeouts - r->at_cfg.peerdead -
+		               r->at_cfg.timeouts,
+		       errs);
+	if (r->k.negative)
+		failed(f, "machine %u read %" PRIu64 " negative balances", i,
+		       r->k.negative);
+}
+
+/* "made by machine 2: 50, ..." */
+static inline const char *by_maker(const unsigned *n, char *buf, size_t len)
+{
+	size_t o = (size_t)snprintf(buf, len, "made by machine");
+	for (unsigned i = 0, k = 0; i < NP_NM && o < len; i++)
+		if (n[i])
+			o += (size_t)snprintf(buf + o, len - o, "%s %u: %u",
+			                      k++ ? "," : "", i, n[i]);
+	return buf;
+}
+
+static inline void report_scan(const struct scan_report *s, unsigned scanner,
+                               struct fails *f)
+{
+	int64_t expect = (int64_t)RB_NACC * INIT_BALANCE;
+	printf("machine %u: lock-free scan of %u accounts: %u read, %u "
+	       "locked%s, %u other errors; final sum: %s after %u tries, "
+	       "total %" PRId64 " (expected %" PRId64 "), lowest %" PRId64 "\n",
+	       scanner, s->n, s->read, s->locked,
+	       s->stopped ? " (scan stopped)" : "", s->other,
+	       farm_strerror(s->sum_status), s->sum_tries, s->total, expect,
+	       s->min_balance);
+	char by[128];
+	if (s->locked) {
+		char at[256] = "";
+		size_t o = 0;
+		for (unsigned i = 0; i < s->locked && o < sizeof(at); i++)
+			o += (size_t)snprintf(at + o, sizeof(at) - o,
+			                      " %#" PRIx64, s->locked_at[i]);
+		failed(f,
+		       "%s%u of %u accounts left locked (lock-free reads: "
+		       "-EBUSY after their 1 s bound; %s):%s",
+		       s->stopped ? "at least " : "", s->locked, s->n,
+		       by_maker(s->locked_by, by, sizeof(by)), at);
+	}
+	if (s->other)
+		failed(f,
+		       "%u of %u accounts could not be read lock-free (%s; "
+		       "first error: %s)",
+		       s->other, s->n, by_maker(s->other_by, by, sizeof(by)),
+		       farm_strerror(s->other_err));
+	if (s->sum_status)
+		failed(f, "the final read-only sum failed: %s (%u tries)",
+		       farm_strerror(s->sum_status), s->sum_tries);
+	else if (s->total != expect)
+		failed(f, "the total is %" PRId64 ", expected %" PRId64,
+		       s->total, expect);
+	if (s->negative)
+		failed(f,
+		       "the final scan and sum read %" PRIu64
+		       " negative balances",
+		       s->negative);
+}
+
+/*
+ * After the failures: every machine of the configuration reports (its 'D':
+ * rb_collect, which a test may call first to ask the machines more), the
+ * lowest scans, every machine left quits; then the checks (failures in
+ * res->f). A test that keeps a machine outside the configuration alive
+ * (a zombie) reads its 'D' itself before this.
+ */
+static inline void rb_collect(struct rb_result *res)
+{
+	if (res->collected)
+		return;
+	res->collected = true;
+	res->scanner = NP_NM;
+	for (unsigned i = 0; i < NP_NM; i++)
+		if (rb_member(res, i)) {
+			np_expect(&rb_cl, i, 'D',
+			          RB_RECONF_MS + (int)rb_p.post_ms + 30000);
+			np_recv(&rb_cl, i, &res->r[i], sizeof(res->r[i]), 1000);
+			if (res->scanner == NP_NM)
+				res->scanner = i;
+		}
+	res->run_s = (double)(np_now_ns() - res->t_kill_ns) / 1e9;
+}
+
+static inline void rb_check(struct rb_result *res)
+{
+	struct fails *f = &res->f;
+	rb_collect(res);
+	struct scan_report *s = res->s = calloc(1, sizeof(*s));
+	assert_non_null(s);
+	np_send(&rb_cl, res->scanner, 'S');
+	np_expect(&rb_cl, res->scanner, 's',
+	          (RB_MAX_LOCKED + RB_SUM_TRIES) * 3000 + 60000);
+	np_recv(&rb_cl, res->scanner, s, sizeof(*s), 5000);
+	for (unsigned i = 0; i < NP_NM; i++)
+		if (rb_cl.pid[i] > 0)
+			np_send(&rb_cl, i, 'Q');
+	int st[NP_NM];
+	np_finish(&rb_cl, st);
+
+	printf("%s: machines %#" PRIx64 " left the configuration; survivors "
+	       "ran %.1f s after the last kill\n",
+	       res->name, res->out, res->run_s);
+	for (unsigned i = 0; i < NP_NM; i++) {
+		if ((res->killed >> i) & 1)
+			continue;
+		if (st[i])
+			failed(f, "machine %u exited with status %d", i, st[i]);
+		if (rb_member(res, i))
+			report_run(i, &res->r[i], f);
+	}
+	report_scan(s, res->scanner, f);
+
+	struct committed *w = calloc(1, sizeof(*w));
+	assert_non_null(w);
+	w->s = s;
+	int anomalies = tx_check_history(&rb_cl, res->killed, &res->rep,
+	                                 &res->cut, on_write, w);
+	sc_report_print(stdout, &res->rep);
+	printf("%s: the killed machines' histories end with %" PRIu64
+	       " transaction(s) in flight (unknown)\n",
+	       res->name, res->cut);
+	unsigned lost = 0;
+	for (unsigned i = 0; i < s->n; i++) {
+		if (s->version[i] == UINT64_MAX || w->maxv[i] <= s->version[i])
+			continue;
+		if (lost++ < 4)
+			failed(f,
+			       "account %#" PRIx64 ": a transaction reported "
+			       "committed wrote version %" PRIu64
+			       ", its final version is %" PRIu64,
+			       s->addr[i], w->maxv[i], s->version[i]);
+	}
+	if (lost > 4)
+		failed(f, "%u accounts in all lost committed writes", lost);
+	if (w->unknown_keys)
+		failed(f, "%" PRIu64 " committed writes of unknown objects",
+		       w->unknown_keys);
+	if (anomalies)
+		failed(f,
+		       "sercheck: %d anomalies in the history (%" PRIu64
+		       " transactions, %" PRIu64 " committed; report above)",
+		       anomalies, res->rep.ntxns, res->rep.ncommitted);
+	free(w);
+}
+
+/* The end of a run: files gone; fails the test when a check failed,
+ * unless @broken (then it fails when none did). */
+static inline void rb_verdict(struct rb_result *res, bool broken,
+                              const char *why)
+{
+	free(res->s);
+	res->s = NULL;
+	tu_rmtree(rb_cl.root);
+	rb_cl.root[0] = 0;
+	fflush(stdout); /* the report above, then what failed */
+	struct fails *f = &res->f;
+	if (broken) {
+		if (!f->n)
+			fail_msg("%s --broken: %s, and no check noticed",
+			         res->name, why);
+		printf("%s --broken: %u check(s) failed, as they must:\n%s",
+		       res->name, f->n, f->text);
+		return;
+	}
+	if (f->n)
+		fail_msg("%s: %u check(s) failed:\n%s", res->name, f->n,
+		         f->text);
+}
+
+static inline int rb_teardown(void **state)
+{
+	(void)state;
+	np_cleanup(&rb_cl);
+	return 0;
+}
+
+/* A test's main: @tests with a private ZooKeeper server. */
+static inline int rb_main(const char *name, const struct CMUnitTest *tests,
+                          size_t n)
+{
+	return tu_zk_run(rb_zk_script, rb_zk_dir, sizeof(rb_zk_dir),
+	                 rb_zk_connect, sizeof(rb_zk_connect), name, tests, n);
+}
+
+#endif

@@ -1,0 +1,480 @@
+/*
+ * Zombie (issue 12, "Recovery I"): the bank of recbank.h on 4 machines;
+ * once every machine has committed 300 transfers, machine 3 (not the CM)
+ * is stopped with SIGSTOP, well past its 50 ms lease: the others suspect
+ * it, reconfigure without it, promote its regions and recover its
+ * transactions. Once every survivor runs in that configuration with its
+ * regions active, the parent sends SIGCONT. Then:
+ *
+ *   - fenced: before the stop, the zombie prepared one-sided requests to
+ *     survivors' accounts (a READ of the header, a WRITE of line 0 with a
+ *     balance of 1,000,000, a CAS of the header to locked) and ran them
+ *     once as a control (every one executed). Right after SIGCONT it runs
+ *     them again: every one must fail with FARM_EFENCED; none may execute
+ *     (0 applied);
+ *   - it commits nothing: no transfer the zombie began after SIGCONT
+ *     commits (its history);
+ *   - it learns it was removed (farm_node_removed) and stops, within
+ *     ZOMBIE_MS of SIGCONT;
+ *   - recbank.h's checks over every machine, the zombie's history included
+ *     (its transactions that spanned the stop end as it was told).
+ *
+ * On shm a request that passed its revocation check just before SIGSTOP
+ * still lands after SIGCONT (the check is per doorbell); the zombie's
+ * transactions that spanned the stop are counted, with their outcomes,
+ * to show whether that ever reaches a client.
+ *
+ * --broken: a view that drops machines does not fence them (the switch
+ * point FARM_FP_NODE_NO_FENCE); the checks must notice.
+ *
+ * Exits 77 (skip) without the ZooKeeper client or server, or without
+ * fault injection (--broken only).
+ */
+#define NP_NM 4
+#include "recbank.h"
+
+#include <signal.h>
+
+#define ZOMBIE    3
+#define ZOMBIE_MS 5000 /* after SIGCONT it must have stopped within */
+#define NTARGETS  3    /* one account of each survivor */
+#define NLOCAL    5    /* lock-free reads of its own accounts */
+
+enum { OP_READ, OP_WRITE, OP_CAS, NOPS };
+static const char *const op_name[NOPS] = {"READ", "WRITE", "CAS"};
+
+/* Outcomes of the zombie's requests, per kind. */
+struct probe_counts {
+	unsigned executed[NOPS], fenced[NOPS], other[NOPS];
+	int other_err;
+};
+
+/* What the zombie reports after its 'D' ('Z'). */
+struct zombie_report {
+	struct probe_counts before, after;
+	uint64_t t_cont_ns, t_probed_ns, t_end_ns;
+	uint64_t t_removed_ns;   /* farm_node_on_config said: not a member */
+	unsigned local_served;   /* of NLOCAL lock-free reads of its own */
+	unsigned removed_served; /* the same once it knew it was removed */
+	int local_err;
+	bool resumed, removed;
+};
+
+/* ---- the zombie (child side) ------------------------------------------ */
+
+static struct {
+	bool prepared, probed;
+	farm_cq *cq;
+	farm_mr *lmr;
+	uint8_t *buf; /* 64 per target: line 0; then 8 per target: CAS */
+	struct target {
+		uint32_t machine;
+		char addr[FARM_ENDPOINT_MAX];
+		farm_gaddr a;
+		farm_mr_desc d;
+		uint64_t hdr; /* the header word read before the stop */
+	} t[NTARGETS];
+	const farm_fatptr *mine; /* its own accounts (RB_ACCOUNTS) */
+	struct zombie_report rep;
+} Z;
+
+static _Atomic uint64_t z_cont_ns;
+
+static void on_cont(int sig)
+{
+	(void)sig;
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	atomic_store(&z_cont_ns, (uint64_t)ts.tv_sec * 1000000000ull +
+	                                 (uint64_t)ts.tv_nsec);
+}
+
+/* One request to target @k on an endpoint of its own (the fabric's fence
+ * itself, whatever messaging has concluded about the peer). */
+static int probe_one(struct tx_child *c, unsigned k, int op, bool noop)
+{
+	struct target *t = &Z.t[k];
+	uint64_t off = farm_gaddr_offset(t->a);
+	uint8_t *line = Z.buf + 64u * k;
+	uint64_t *cas = (uint64_t *)(void *)(Z.buf + 64u * NTARGETS + 8u * k);
+	farm_wr wr;
+	if (op == OP_READ) {
+		wr = farm_wr_read(1, line, Z.lmr, 64, &t->d, off);
+	} else if (op == OP_WRITE) {
+		int64_t poison = 1000000;
+		memcpy(line + 16, &poison, 8); /* the balance */
+		wr = farm_wr_write(1, line, Z.lmr, 64, &t->d, off);
+	} else {
+		wr = farm_wr_cas(1, cas, Z.lmr, &t->d, off, t->hdr,
+		                 noop ? t->hdr : t->hdr | 2 /* locked */);
+	}
+	farm_ep_attr ea = {.sq_depth = 4};
+	farm_ep *ep;
+	int st = farm_ep_connect(farm_node_fabric(c->np.node), Z.cq, t->machine,
+	                         t->addr, &ea, &ep);
+	if (st)
+		return st;
+	st = tu_do(ep, Z.cq, wr);
+	farm_ep_destroy(ep);
+	if (!st && op == OP_READ)
+		memcpy(&t->hdr, line, 8);
+	return st;
+}
+
+static void count(struct probe_counts *pc, int op, int st)
+{
+	if (st == 0)
+		pc->executed[op]++;
+	else if (st == FARM_EFENCED)
+		pc->fenced[op]++;
+	else if (!pc->other[op]++)
+		pc->other_err = st;
+}
+
+/* After SIGCONT: READ, WRITE (poison), CAS (lock) at each target. */
+static void probe_all(struct tx_child *c, struct probe_counts *pc)
+{
+	for (unsigned k = 0; k < NTARGETS; k++)
+		for (int op = 0; op < NOPS; op++)
+			count(pc, op, probe_one(c, k, op, false));
+}
+
+/* 'z': pick one account of each other machine but one, resolve it, and
+ * run the requests once (the control): a READ, and a CAS of the header
+ * to itself (no change); no WRITE. */
+static int z_prepare(struct tx_child *c, const farm_fatptr *acc, unsigned nacc)
+{
+	farm_as *as = farm_node_as(c->np.node);
+	struct farm_view *v = malloc(sizeof(*v));
+	if (!v || farm_node_view(c->np.node, v)) {
+		free(v);
+		return -1;
+	}
+	unsigned n = 0;
+	for (unsigned i = 0; i < nacc && n < NTARGETS; i++) {
+		uint32_t rep[FARM_RING_MAX_REPLICAS];
+		if (!farm_as_replicas(as, farm_gaddr_region(acc[i].addr),
+		                      rep) ||
+		    rep[0] == c->np.me)
+			continue;
+		bool dup = false;
+		for (unsigned k = 0; k < n; k++)
+			dup |= Z.t[k].machine == rep[0];
+		const struct farm_member *m = farm_view_find(v, rep[0]);
+		farm_mr_desc d0, d1;
+		if (dup || !m ||
+		    farm_node_card_parse(m->endpoint, Z.t[n].addr,
+		                         sizeof(Z.t[n].addr), &d0, &d1))
+			continue;
+		struct target *t = &Z.t[n];
+		t->machine = rep[0];
+		t->a = acc[i].addr;
+		uint8_t *local = NULL;
+		int rc = farm_as_resolve(as, t->a, 64, &local, &t->d);
+		if (rc == -EAGAIN) { /* look it up with a read first */
+			int64_t b;
+			uint64_t ver;
+			(void)lf_account(c, t->a, &b, &ver);
+			rc = farm_as_resolve(as, t->a, 64, &local, &t->d);
+		}
+		if (rc || local)
+			continue;
+		n++;
+	}
+	free(v);
+	if (n != NTARGETS)
+		return -1;
+	size_t blen = 64u * NTARGETS + 8u * NTARGETS;
+	Z.buf = aligned_alloc(64, (blen + 63) & ~(size_t)63);
+	if (!Z.buf ||
+	    farm_mr_reg(farm_node_fabric(c->np.node), Z.buf, blen,
+	                FARM_ACCESS_LOCAL, &Z.lmr) ||
+	    farm_cq_create(farm_node_fabric(c->np.node), 16, 0, &Z.cq))
+		return -1;
+	for (unsigned k = 0; k < NTARGETS; k++) {
+		count(&Z.rep.before, OP_READ, probe_one(c, k, OP_READ, true));
+		count(&Z.rep.before, OP_CAS, probe_one(c, k, OP_CAS, true));
+	}
+	struct sigaction sa = {.sa_handler = on_cont};
+	sigemptyset(&sa.sa_mask);
+	if (sigaction(SIGCONT, &sa, NULL))
+		return -1;
+	Z.prepared = true;
+	return 0;
+}
+
+static int z_cmd(struct tx_child *c, int cmd, const farm_fatptr *acc,
+                 unsigned nacc)
+{
+	if (cmd != 'z')
+		return -1;
+	Z.mine = acc + (size_t)c->np.me * RB_ACCOUNTS;
+	int rc = z_prepare(c, acc, nacc);
+	return np_say(&c->np, rc ? 'f' : 'z', &Z.rep.before,
+	              sizeof(Z.rep.before))
+	               ? -1
+	               : 0;
+}
+
+/* NLOCAL lock-free reads of its own accounts: how many were served. */
+static unsigned read_own(struct tx_child *c)
+{
+	unsigned served = 0;
+	for (unsigned i = 0; i < NLOCAL; i++) {
+		int64_t b;
+		uint64_t v;
+		int rc = lf_account(c, Z.mine[i].addr, &b, &v);
+		if (!rc)
+			served++;
+		else if (!Z.rep.local_err)
+			Z.rep.local_err = rc;
+	}
+	return served;
+}
+
+/* Before each bank step: once resumed, the requests again (at once),
+ * then the workload until it is removed (rb_run ends the run) or
+ * ZOMBIE_MS. */
+static int z_step(struct tx_child *c, struct run_report *r)
+{
+	(void)r;
+	uint64_t t = atomic_load(&z_cont_ns);
+	if (!Z.prepared || !t)
+		return 0;
+	if (!Z.probed) {
+		Z.probed = true;
+		Z.rep.resumed = true;
+		Z.rep.t_cont_ns = t;
+		probe_all(c, &Z.rep.after);
+		Z.rep.t_probed_ns = np_now_ns();
+		/* What its application would do next: read its own
+		 * accounts, lock-free (local copies it no longer owns). */
+		Z.rep.local_served = read_own(c);
+	}
+	return np_now_ns() > t + ZOMBIE_MS * 1000000ull;
+}
+
+static int z_end(struct tx_child *c, const farm_fatptr *acc, unsigned nacc)
+{
+	(void)acc;
+	(void)nacc;
+	if (!Z.prepared)
+		return 0;
+	Z.rep.t_end_ns = np_now_ns();
+	Z.rep.removed = farm_node_removed(c->np.node);
+	Z.rep.t_removed_ns = atomic_load(&rb_left_ns);
+	if (Z.rep.removed)
+		Z.rep.removed_served = read_own(c);
+	return np_say(&c->np, 'Z', &Z.rep, sizeof(Z.rep));
+}
+
+/* ---- the parent -------------------------------------------------------- */
+
+static bool opt_broken;
+
+/* What the zombie's history says about its transactions around the stop
+ * (times in ns, CLOCK_MONOTONIC as the history's). */
+struct zhist {
+	unsigned spanned, spanned_committed, spanned_aborted;
+	unsigned after_write_committed, after_write_aborted;
+	unsigned after_read_committed;
+	uint64_t ex_key[4], ex_ver[4]; /* reads of those, the first few */
+	unsigned nex;
+};
+
+static void zombie_history(uint64_t t_stop, uint64_t t_cont, struct zhist *z)
+{
+	char path[512];
+	size_t len;
+	tx_hist_path(&rb_cl, ZOMBIE, path, sizeof(path));
+	uint64_t *v = np_read_file(path, &len);
+	assert_non_null(v);
+	size_t n = len / 24 * 3;
+	uint64_t t_inv = 0;
+	bool writes = false;
+	size_t first = 0;
+	for (size_t k = 0; k < n; k += 3) {
+		if (v[k] == H_BEGIN) {
+			t_inv = v[k + 1];
+			writes = false;
+			first = k;
+		} else if (v[k] == H_WRITE) {
+			writes = true;
+		} else if (v[k] == H_END) {
+			bool ok = v[k + 2] == SC_COMMITTED;
+			if (t_inv < t_stop && v[k + 1] > t_cont) {
+				z->spanned++;
+				ok ? z->spanned_committed++
+				   : z->spanned_aborted++;
+			} else if (t_inv > t_cont && writes) {
+				ok ? z->after_write_committed++
+				   : z->after_write_aborted++;
+			} else if (t_inv > t_cont && ok) {
+				z->after_read_committed++;
+				for (size_t j = first; j < k && z->nex < 4;
+				     j += 3)
+					if (v[j] == H_READ) {
+						z->ex_key[z->nex] = v[j + 1];
+						z->ex_ver[z->nex++] = v[j + 2];
+					}
+				v[k + 2] =
+				        SC_ABORTED; /* for the second check */
+			}
+		}
+	}
+	/* The history without those reads (their outcomes aborted: their
+	 * reads are not checked), for a second check that says whether
+	 * they are what broke it. */
+	assert_int_equal(np_write_file(path, v, n * 8), 0);
+	free(v);
+}
+
+static void probes_print(const char *when, const struct probe_counts *p)
+{
+	printf("zombie's requests %s:", when);
+	for (int op = 0; op < NOPS; op++)
+		printf(" %s %u executed, %u fenced, %u other;", op_name[op],
+		       p->executed[op], p->fenced[op], p->other[op]);
+	printf(" first other error: %s\n",
+	       p->other_err ? farm_strerror(p->other_err) : "none");
+}
+
+static void test_zombie(void **state)
+{
+	(void)state;
+	struct rb_result res;
+	rb_start(&res, opt_broken ? "zombie_broken" : "zombie");
+	np_send(&rb_cl, ZOMBIE, 'z');
+	struct zombie_report zr;
+	char ok = 0;
+	np_recv(&rb_cl, ZOMBIE, &ok, 1, 30000);
+	np_recv(&rb_cl, ZOMBIE, &zr.before, sizeof(zr.before), 1000);
+	assert_int_equal(ok, 'z');
+	uint64_t t_stop = res.t_kill_ns = np_now_ns();
+	assert_int_equal(kill(rb_cl.pid[ZOMBIE], SIGSTOP), 0);
+	rb_tell(&res, ZOMBIE, true);
+	rb_wait_recovered(&res);
+	uint64_t t_cont = np_now_ns();
+	assert_int_equal(kill(rb_cl.pid[ZOMBIE], SIGCONT), 0);
+	printf("zombie: machine %u stopped for %.1f ms; every survivor ran "
+	       "without it, its regions active, before SIGCONT\n",
+	       ZOMBIE, (double)(t_cont - t_stop) / 1e6);
+	struct run_report zrun;
+	np_expect(&rb_cl, ZOMBIE, 'D', ZOMBIE_MS + 30000);
+	np_recv(&rb_cl, ZOMBIE, &zrun, sizeof(zrun), 1000);
+	np_expect(&rb_cl, ZOMBIE, 'Z', 5000);
+	np_recv(&rb_cl, ZOMBIE, &zr, sizeof(zr), 1000);
+	rb_check(&res);
+
+	struct fails *f = &res.f;
+	probes_print("before the stop (control)", &zr.before);
+	probes_print("after SIGCONT", &zr.after);
+	char errs[512];
+	printf("zombie: resumed %s, requests done %.1f ms after SIGCONT; "
+	       "%u of %u lock-free reads of its own accounts served after "
+	       "SIGCONT, %u of %u once it knew it was removed (else: %s); "
+	       "a configuration without it seen %.1f ms "
+	       "after SIGCONT; run ended %.1f ms after it, %s; its bank "
+	       "errors: %s\n",
+	       zr.resumed ? "yes" : "no",
+	       (double)(zr.t_probed_ns - zr.t_cont_ns) / 1e6, zr.local_served,
+	       NLOCAL, zr.removed_served, NLOCAL,
+	       zr.local_err ? farm_strerror(zr.local_err) : "-",
+	       zr.t_removed_ns ? (double)((int64_t)zr.t_removed_ns -
+	                                  (int64_t)zr.t_cont_ns) /
+	                                 1e6
+	                       : -1.0,
+	       (double)(zr.t_end_ns - zr.t_cont_ns) / 1e6,
+	       zr.removed ? "removed (farm_node_removed)" : "NOT removed",
+	       bank_errors(&zrun.k, errs, sizeof(errs)));
+	if (zr.before.executed[OP_READ] != NTARGETS ||
+	    zr.before.executed[OP_CAS] != NTARGETS)
+		failed(f, "the control requests before the stop did not all "
+		          "execute: the probes prove nothing");
+	if (!zr.resumed)
+		failed(f, "the zombie never saw SIGCONT");
+	unsigned applied = 0;
+	for (int op = 0; op < NOPS; op++) {
+		applied += zr.after.executed[op];
+		if (zr.after.fenced[op] != NTARGETS)
+			failed(f,
+			       "%u of %u %ss after SIGCONT failed with "
+			       "FARM_EFENCED (%u executed, %u other: %s)",
+			       zr.after.fenced[op], NTARGETS, op_name[op],
+			       zr.after.executed[op], zr.after.other[op],
+			       farm_strerror(zr.after.other_err));
+	}
+	if (applied)
+		failed(f,
+		       "%u of the zombie's requests after SIGCONT executed in "
+		       "survivors' memory",
+		       applied);
+	if (!zr.removed || !zr.t_removed_ns ||
+	    zr.t_removed_ns - zr.t_cont_ns > ZOMBIE_MS * 1000000ull)
+		failed(f,
+		       "the zombie did not learn it was removed within %d ms "
+		       "of SIGCONT",
+		       ZOMBIE_MS);
+	struct zhist zh = {0};
+	zombie_history(t_stop, t_cont, &zh);
+	printf("zombie's history: %u transactions spanned the stop (%u "
+	       "committed, %u aborted); begun after SIGCONT: %u transfers "
+	       "committed, %u aborted, %u reads committed\n",
+	       zh.spanned, zh.spanned_committed, zh.spanned_aborted,
+	       zh.after_write_committed, zh.after_write_aborted,
+	       zh.after_read_committed);
+	sc_report rep2;
+	int without =
+	        tx_check_history(&rb_cl, res.killed, &rep2, NULL, NULL, NULL);
+	printf("zombie: sercheck without the %u reads it served after "
+	       "SIGCONT: %d anomalies (with them: %" PRIu64 ")\n",
+	       zh.after_read_committed, without, res.rep.total);
+	if (res.rep.total && !without)
+		failed(f,
+		       "the zombie served %u reads after SIGCONT from copies "
+		       "it no longer owned: every anomaly involves them",
+		       zh.after_read_committed);
+	for (unsigned i = 0; i < zh.nex; i++) {
+		unsigned a = rb_account(res.s, zh.ex_key[i]);
+		printf("zombie's read after SIGCONT: account %#" PRIx64
+		       " (made by machine %u) at version %" PRIu64
+		       "; its final version %" PRIu64 "\n",
+		       zh.ex_key[i], a / RB_ACCOUNTS, zh.ex_ver[i],
+		       a < RB_NACC ? res.s->version[a] : 0);
+	}
+	if (zh.after_write_committed)
+		failed(f,
+		       "the zombie committed %u transfers it began after "
+		       "SIGCONT",
+		       zh.after_write_committed);
+	rb_verdict(&res, opt_broken,
+	           "a removed machine was not fenced (no revocation)");
+}
+
+static void no_fence(enum farm_fault_point fp, void *arg)
+{
+	(void)fp;
+	(void)arg;
+}
+
+int main(int argc, char **argv)
+{
+	const struct CMUnitTest tests[] = {
+	        cmocka_unit_test_teardown(test_zombie, rb_teardown),
+	};
+	if (argc > 1 && !strcmp(argv[1], "--broken")) {
+		opt_broken = true;
+		/* Inherited by the machines (forked). */
+		if (farm_fault_set(FARM_FP_NODE_NO_FENCE, no_fence, NULL)) {
+			printf("skipped: built without fault injection\n");
+			return FARM_TEST_SKIP;
+		}
+	} else if (argc > 1) {
+		fprintf(stderr, "usage: %s [--broken]\n", argv[0]);
+		return 2;
+	}
+	rb_p.cmd = z_cmd;
+	rb_p.step = z_step;
+	rb_p.end = z_end;
+	return rb_main("rec_zombie", tests, 1);
+}
