@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -85,6 +86,19 @@ static inline uint64_t bu_proc_cpu_ns(pid_t pid)
 	}
 	closedir(d);
 	return sum;
+}
+
+/* CPU time this process has used, threads that exited included (user +
+ * system, getrusage), in ns. */
+static inline uint64_t bu_self_cpu_ns(void)
+{
+	struct rusage ru;
+	if (getrusage(RUSAGE_SELF, &ru))
+		return 0;
+	return ((uint64_t)ru.ru_utime.tv_sec + (uint64_t)ru.ru_stime.tv_sec) *
+	               1000000000ull +
+	       ((uint64_t)ru.ru_utime.tv_usec + (uint64_t)ru.ru_stime.tv_usec) *
+	               1000ull;
 }
 
 #endif

@@ -37,7 +37,7 @@
  * Output: a table, then, last, one JSON line (bench/README.md).
  */
 #include "benchutil.h"
-#include "netns.h"
+#include "benchnet.h"
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -88,33 +88,12 @@ struct opts {
 	unsigned ops; /* OP_* */
 	bool quick;
 	int pin;
-	char fabric[8]; /* shm or ofi */
-	bool netns;     /* across network namespaces (ofi) */
+	struct bnet net; /* --fabric, --netns */
 };
 
 static bool is_shm(const struct opts *o)
 {
-	return strcmp(o->fabric, "shm") == 0;
-}
-
-static const char *network(const struct opts *o)
-{
-	return is_shm(o) ? "shared memory" : o->netns ? "netns" : "loopback";
-}
-
-/* The listen address of machine @role: its namespace's with --netns, else
- * loopback (shm: none). */
-static const char *listen_of(const struct opts *o, unsigned role, char *buf,
-                             size_t len)
-{
-	char ip[64];
-	if (is_shm(o))
-		return NULL;
-	if (o->netns && tn_addr(role, ip, sizeof(ip)) == 0)
-		snprintf(buf, len, "%s:0", ip);
-	else
-		snprintf(buf, len, "127.0.0.1:0");
-	return buf;
+	return bnet_shm(&o->net);
 }
 
 /* Sent by the target once it is ready (one write, < PIPE_BUF). */
@@ -273,11 +252,11 @@ static int target_main(const struct opts *o, const char *base, const char *dir,
 	farm_fabric *fab = NULL;
 	farm_region *region = NULL;
 	char lbuf[96];
-	farm_fabric_attr attr = {.provider = o->fabric,
-	                         .machine_id = TARGET_ID,
-	                         .data_dir = dir,
-	                         .listen_addr =
-	                                 listen_of(o, 0, lbuf, sizeof(lbuf))};
+	farm_fabric_attr attr = {
+	        .provider = o->net.fabric,
+	        .machine_id = TARGET_ID,
+	        .data_dir = dir,
+	        .listen_addr = bnet_listen(&o->net, 0, lbuf, sizeof(lbuf))};
 	int rc = farm_fabric_open(&attr, &fab);
 	if (rc) {
 		fprintf(stderr, PROG ": target: cannot open fabric in %s: %s\n",
@@ -662,7 +641,8 @@ static void print_results(const struct opts *o, const struct result *res,
 	       "\"network\": \"%s\", "
 	       "\"region_bytes\": %" PRIu64 ", \"outstanding\": %u, "
 	       "\"results\": [",
-	       o->fabric, network(o), region_size, o->outstanding);
+	       o->net.fabric, bnet_network(&o->net), region_size,
+	       o->outstanding);
 	double goal[2] = {-1, -1};
 	for (unsigned i = 0; i < o->nsizes; i++) {
 		const struct result *r = &res[i];
@@ -828,11 +808,11 @@ static int initiator_main(const struct opts *o, const char *dir,
 	b.rdesc = msg.desc;
 
 	char lbuf[96];
-	farm_fabric_attr attr = {.provider = o->fabric,
-	                         .machine_id = INITIATOR_ID,
-	                         .data_dir = dir,
-	                         .listen_addr =
-	                                 listen_of(o, 1, lbuf, sizeof(lbuf))};
+	farm_fabric_attr attr = {
+	        .provider = o->net.fabric,
+	        .machine_id = INITIATOR_ID,
+	        .data_dir = dir,
+	        .listen_addr = bnet_listen(&o->net, 1, lbuf, sizeof(lbuf))};
 	rc = farm_fabric_open(&attr, &b.fab);
 	if (rc) {
 		fprintf(stderr, PROG ": cannot open fabric in %s: %s\n", dir,
@@ -893,7 +873,7 @@ static int initiator_main(const struct opts *o, const char *dir,
 	       "offsets, %u outstanding (%s)\n"
 	       "  rate: %u run(s) of %.2f s per variant and size, median "
 	       "reported; latency: %u samples, 1 outstanding\n",
-	       o->fabric, network(o), b.rdesc.len >> 20,
+	       o->net.fabric, bnet_network(&o->net), b.rdesc.len >> 20,
 	       msg.huge ? "huge" : "4 KiB", b.noffs, o->outstanding, sigdesc,
 	       o->repeat, o->seconds, o->samples);
 	if (o->pin >= 0)
@@ -1033,7 +1013,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 	                   .repeat = 3,
 	                   .samples = 20000,
 	                   .ops = OP_READ | OP_WRITE | OP_MEMCPY,
-	                   .fabric = "shm",
+	                   .net = BNET_DEFAULT,
 	                   .pin = -1};
 	while ((c = getopt_long(argc, argv, "h", lopts, NULL)) != -1) {
 		switch (c) {
@@ -1095,11 +1075,10 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 			break;
 		case O_QUICK: o->quick = true; break;
 		case O_FABRIC:
-			if (strcmp(optarg, "shm") && strcmp(optarg, "ofi"))
+			if (bnet_set_fabric(&o->net, optarg))
 				goto bad;
-			snprintf(o->fabric, sizeof(o->fabric), "%s", optarg);
 			break;
-		case O_NETNS: o->netns = true; break;
+		case O_NETNS: o->net.netns = true; break;
 		case 'h': usage(stdout); exit(0);
 		default: usage(stderr); return -EINVAL;
 		}
@@ -1109,22 +1088,8 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		        argv[optind]);
 		return -EINVAL;
 	}
-	if (o->netns) {
-		if (is_shm(o) && o->fabric[0] && strcmp(o->fabric, "shm") == 0)
-			snprintf(o->fabric, sizeof(o->fabric), "ofi");
-		if (!tn_active() || tn_count() < 2) {
-			fprintf(stderr, PROG
-			        ": --netns needs 2 machine namespaces: run "
-			        "it under scripts/netns-cluster run "
-			        "--net-only -- fabric_bench --netns ...\n");
-			return -EINVAL;
-		}
-	}
-	if (!farm_fabric_provider_available(o->fabric)) {
-		fprintf(stderr, PROG ": the %s provider was not built\n",
-		        o->fabric);
+	if (bnet_check(&o->net, PROG, 2))
 		return -EINVAL;
-	}
 	if (!is_shm(o)) {
 		/* Anonymous memory: no region file for memcpy to read. Software
 		 * RMA over TCP: a smaller region and fewer samples keep the
@@ -1247,7 +1212,7 @@ int main(int argc, char **argv)
 		int rc = 1;
 		if (getppid() != parent)
 			bu_rm_tree(AT_FDCWD, base, 2);
-		else if (o.netns && tn_enter_machine(0))
+		else if (bnet_enter(&o.net, 0))
 			rc = 1;
 		else if (!interrupted)
 			rc = target_main(&o, base, tdir, info[1], ctl[0],
@@ -1267,7 +1232,7 @@ int main(int argc, char **argv)
 	}
 
 	int rc = 0;
-	if (o.netns && (rc = tn_enter_machine(1)) != 0)
+	if (bnet_enter(&o.net, 1))
 		rc = 1;
 	else
 		rc = initiator_main(&o, idir, tdir, info[0], pid);

@@ -50,6 +50,7 @@
  * cluster start, expect_machines) instead of static peer lines.
  */
 
+#include "benchnet.h"
 #include "benchnode.h"
 #include "benchutil.h"
 #include <arpa/inet.h>
@@ -129,6 +130,7 @@ struct opts {
 	bool demo; /* --demo: make demo's short run (print_demo) */
 	char zk[FARM_CONFIG_STR];      /* --zk: ZooKeeper membership */
 	char zk_root[FARM_CONFIG_STR]; /* per cluster_start, under /libfarm */
+	struct bnet net;               /* --fabric, --netns (benchnet.h) */
 };
 static struct opts O;
 
@@ -353,7 +355,12 @@ static int mach_open(struct mach *m, uint32_t id, const char *base,
 	snprintf(v, sizeof(v), "%u", id);
 	rc |= bn_cfg_set(PROG, &c, "machine_id", v);
 	rc |= bn_cfg_set(PROG, &c, "data_dir", dir);
-	rc |= bn_cfg_set(PROG, &c, "fabric", "shm");
+	rc |= bn_cfg_set(PROG, &c, "fabric", O.net.fabric);
+	char lbuf[96], ip[64];
+	if (bnet_listen(&O.net, id, lbuf, sizeof(lbuf)))
+		rc |= bn_cfg_set(PROG, &c, "listen", lbuf);
+	if (O.net.netns && tn_addr(id, ip, sizeof(ip)) == 0)
+		rc |= bn_cfg_set(PROG, &c, "lease_bind", ip);
 	snprintf(v, sizeof(v), "%" PRIu64, region_for(nb));
 	rc |= bn_cfg_set(PROG, &c, "region_size", v);
 	snprintf(v, sizeof(v), "%u", FARM_MIN(3u, O.machines));
@@ -1077,6 +1084,8 @@ static int cluster_start(struct cluster *c, uint64_t nkeys, const char *tmp)
 			int cpu = O.pin ? first[i %
 			                        (unsigned)FARM_MIN(ncpu, MAXM)]
 			                : -1;
+			if (bnet_enter(&O.net, i))
+				_exit(1);
 			int rc = machine_main(i, c->base, nkeys, cpu);
 			fflush(NULL);
 			_exit(rc);
@@ -1179,6 +1188,10 @@ struct fig {
 	double ops, keys, gets, puts; /* per second, all threads */
 	double p50_ns, p99_ns;
 	uint64_t errors, notfound;
+	/* CPU cores the servers used during the run (farm: every machine
+	 * process, progress threads included; peers: the server process),
+	 * and the peers' client threads */
+	double cores, client_cores;
 };
 
 static uint64_t *g_samp;
@@ -1205,6 +1218,16 @@ static void collect(unsigned n, struct fig *f)
 	f->have = true;
 }
 
+/* CPU time so far of the processes @pid[0..n-1], in ns. */
+static uint64_t cpu_of(const pid_t *pid, unsigned n)
+{
+	uint64_t sum = 0;
+	for (unsigned i = 0; i < n; i++)
+		if (pid[i] > 0)
+			sum += bu_proc_cpu_ns(pid[i]);
+	return sum;
+}
+
 /* ---- peers: memcached and redis
  * ------------------------------------------------------- */
 
@@ -1218,6 +1241,11 @@ struct peer {
 	int port;
 	char dir[256];
 };
+
+/* Where the peers listen: loopback; with --netns machine 0's address
+ * (the server runs in its namespace, the clients in the clients'). */
+static struct in_addr peer_ip = {.s_addr = 0};
+static char peer_ip_s[64] = "127.0.0.1";
 
 static int free_port(void)
 {
@@ -1242,7 +1270,9 @@ static int tcp_connect(int port)
 		return -errno;
 	struct sockaddr_in a = {.sin_family = AF_INET,
 	                        .sin_port = htons((uint16_t)port),
-	                        .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	                        .sin_addr = peer_ip};
+	if (!a.sin_addr.s_addr)
+		a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
 		int e = -errno;
 		close(fd);
@@ -1281,7 +1311,8 @@ static void peer_stop(struct peer *p)
 static int peer_start(struct peer *p, int which, const char *tmp)
 {
 	memset(p, 0, sizeof(*p));
-	int port = free_port();
+	/* A fresh namespace has every port free. */
+	int port = O.net.netns ? (which == P_MC ? 11211 : 6379) : free_port();
 	if (port < 0)
 		return port;
 	p->port = port;
@@ -1308,21 +1339,23 @@ static int peer_start(struct peer *p, int which, const char *tmp)
 			dup2(nul, 1);
 			close(nul);
 		}
+		if (bnet_enter(&O.net, 0))
+			_exit(127);
+		const char *ip = peer_ip_s;
 		if (which == P_MC && geteuid() == 0)
-			execlp("memcached", "memcached", "-u", "root", "-l",
-			       "127.0.0.1", "-p", ps, "-U", "0", "-t", "1",
-			       "-m", mem, "-c", "1024", (char *)NULL);
-		else if (which == P_MC)
-			execlp("memcached", "memcached", "-l", "127.0.0.1",
+			execlp("memcached", "memcached", "-u", "root", "-l", ip,
 			       "-p", ps, "-U", "0", "-t", "1", "-m", mem, "-c",
 			       "1024", (char *)NULL);
+		else if (which == P_MC)
+			execlp("memcached", "memcached", "-l", ip, "-p", ps,
+			       "-U", "0", "-t", "1", "-m", mem, "-c", "1024",
+			       (char *)NULL);
 		else
 			execlp("redis-server", "redis-server", "--port", ps,
-			       "--bind", "127.0.0.1", "--save", "",
-			       "--appendonly", "no", "--protected-mode", "no",
-			       "--dir", p->dir, "--daemonize", "no",
-			       "--io-threads", "1", "--loglevel", "warning",
-			       (char *)NULL);
+			       "--bind", ip, "--save", "", "--appendonly", "no",
+			       "--protected-mode", "no", "--dir", p->dir,
+			       "--daemonize", "no", "--io-threads", "1",
+			       "--loglevel", "warning", (char *)NULL);
 		_exit(127);
 	}
 	p->pid = pid;
@@ -1724,6 +1757,7 @@ struct results {
 	double plain_rate, plain_fallback_frac;
 	uint64_t small_keys;
 	struct fig peer[NPEER][NMODE][NW];
+	struct fig peer_lat1[NPEER]; /* one connection, one GET in flight */
 	bool peer_ok[NPEER];
 	double load_s, load_rate, peer_load_s[NPEER];
 	struct farm_ht_stats hst;
@@ -1778,13 +1812,17 @@ static int run_farm(uint64_t nkeys, bool full, const char *tmp)
 	}
 	for (int i = 0; i < nwl && !rc; i++) {
 		int w = wls[i];
+		uint64_t c0 = cpu_of(c.pid, c.n), t0w = farm_now_ns();
 		rc = cluster_cmd(&c, CMD_RUN, w, O.seconds, false);
 		if (rc)
 			break;
+		double cores = (double)(cpu_of(c.pid, c.n) - c0) /
+		               (double)(farm_now_ns() - t0w);
 		struct fig *f = full       ? &R.farm[w]
 		                : w == W_C ? &R.small_c
 		                           : &R.small_zc;
 		collect(c.n, f);
+		f->cores = cores;
 		printf("  %-20s %8.3f M ops/s (%.3f M keys/s per core), p50 "
 		       "%.1f us, p99 %.1f us\n",
 		       wname[w], f->ops / 1e6, f->keys / R.cores / 1e6,
@@ -1792,10 +1830,13 @@ static int run_farm(uint64_t nkeys, bool full, const char *tmp)
 		fflush(stdout);
 	}
 	if (!rc && full && !O.demo) {
+		uint64_t c0 = cpu_of(c.pid, c.n), t0l = farm_now_ns();
 		rc = cluster_cmd(&c, CMD_LAT, 0, FARM_MIN(O.seconds, 1.0),
 		                 false);
 		if (!rc) {
 			collect(c.n, &R.lat1);
+			R.lat1.cores = (double)(cpu_of(c.pid, c.n) - c0) /
+			               (double)(farm_now_ns() - t0l);
 			printf("  unloaded lookup (1 in flight, machine 0): "
 			       "%.3f M/s, "
 			       "p50 %.2f us, p99 %.2f us\n",
@@ -1892,6 +1933,8 @@ static int run_peer(int which, const char *tmp)
 				    !(jobs[i].samp = malloc(SAMP_MAX * 8)))
 					rc = -ENOMEM;
 			}
+			uint64_t s0 = bu_proc_cpu_ns(p.pid),
+			         k0 = bu_self_cpu_ns(), t0r = farm_now_ns();
 			if (!rc)
 				rc = peer_threads(jobs, nt, peer_run_thread);
 			if (rc) {
@@ -1900,8 +1943,12 @@ static int run_peer(int which, const char *tmp)
 				        strerror(-rc));
 				break;
 			}
+			double wall = (double)(farm_now_ns() - t0r);
 			struct fig *f = &R.peer[which][mode][w];
 			memset(f, 0, sizeof(*f));
+			f->cores = (double)(bu_proc_cpu_ns(p.pid) - s0) / wall;
+			f->client_cores =
+			        (double)(bu_self_cpu_ns() - k0) / wall;
 			size_t ns = 0;
 			for (unsigned i = 0; i < nt; i++) {
 				double s = (double)jobs[i].ns / 1e9;
@@ -1926,6 +1973,41 @@ static int run_peer(int which, const char *tmp)
 			       mode == M_PIPE ? " (per batch)" : "");
 			fflush(stdout);
 		}
+	if (!rc && !O.demo) {
+		/* Unloaded: one connection, one GET at a time. */
+		uint64_t dur = (uint64_t)(FARM_MIN(O.seconds, 1.0) * 1e9);
+		uint64_t *smp = jobs[0].samp;
+		jobs[0] = (struct pjob){.which = which,
+		                        .mode = M_SINGLE,
+		                        .wl = W_C,
+		                        .nthreads = 1,
+		                        .port = p.port,
+		                        .nkeys = O.keys,
+		                        .zetan = SH->zeta_n,
+		                        .go_ns = farm_now_ns() + 20000000ull +
+		                                 dur / 10,
+		                        .dur_ns = dur,
+		                        .warm_ns = dur / 10,
+		                        .samp = smp};
+		/* every GET timed */
+		unsigned se = O.sample_every;
+		O.sample_every = 1;
+		rc = smp ? peer_threads(jobs, 1, peer_run_thread) : -ENOMEM;
+		O.sample_every = se;
+		struct fig *f = &R.peer_lat1[which];
+		memset(f, 0, sizeof(*f));
+		if (!rc && jobs[0].ns) {
+			f->ops = (double)jobs[0].ops /
+			         ((double)jobs[0].ns / 1e9);
+			f->keys = f->gets = f->ops;
+			pcts(jobs[0].samp, jobs[0].nsamp, &f->p50_ns,
+			     &f->p99_ns);
+			f->have = true;
+			printf("  unloaded GET (1 connection, 1 in flight): "
+			       "%.3f M/s, p50 %.1f us, p99 %.1f us\n",
+			       f->ops / 1e6, f->p50_ns / 1e3, f->p99_ns / 1e3);
+		}
+	}
 	if (!rc)
 		R.peer_ok[which] = true;
 out:
@@ -1964,6 +2046,54 @@ static void jgoal(const char *name, double v, bool have, double target,
 		printf("\"%s\": {\"value\": null, \"target\": %.4g, \"cmp\": "
 		       "\"%s\", \"met\": false}%s",
 		       name, target, cmp, comma ? ", " : "");
+}
+
+/* Issue 15's comparison (ofi): lookups per measured CPU core against
+ * memcached's best configuration per measured server core, unloaded
+ * lookup p50 against memcached's unloaded GET p50. */
+struct net_goals {
+	double farm_pc, mc_pc, x, mc_cores, mc_client_cores;
+	double farm_p50, mc_p50; /* us */
+	const char *mc_mode;
+};
+
+static struct net_goals net_goals(void)
+{
+	struct net_goals g = {.mc_mode = "none"};
+	const struct fig *f = &R.farm[W_C];
+	if (f->have && f->cores > 0)
+		g.farm_pc = f->keys / f->cores;
+	for (int m = 0; m < NMODE && R.peer_ok[P_MC]; m++) {
+		const struct fig *p = &R.peer[P_MC][m][W_C];
+		/* At least a hundredth of a core: schedstat's resolution is
+		 * exact, but a run must have run. */
+		double pc = p->have && p->cores > 0.01 ? p->keys / p->cores : 0;
+		if (pc > g.mc_pc) {
+			g.mc_pc = pc;
+			g.mc_cores = p->cores;
+			g.mc_client_cores = p->client_cores;
+			g.mc_mode = mname[m];
+		}
+	}
+	g.x = g.mc_pc > 0 ? g.farm_pc / g.mc_pc : 0;
+	g.farm_p50 = R.lat1.p50_ns / 1e3;
+	g.mc_p50 = R.peer_lat1[P_MC].have ? R.peer_lat1[P_MC].p50_ns / 1e3 : 0;
+	return g;
+}
+
+static void print_net(const struct net_goals *g)
+{
+	printf("\n%s (%s): uniform C %.3f M lookups/s on %.2f measured "
+	       "cores (every machine process, progress threads included) = "
+	       "%.0f lookups/s per core\n",
+	       O.net.fabric, bnet_network(&O.net), R.farm[W_C].keys / 1e6,
+	       R.farm[W_C].cores, g->farm_pc);
+	printf("memcached best (%s): %.0f GETs/s per server core (%.2f "
+	       "server cores, %.2f client cores)\n",
+	       g->mc_mode, g->mc_pc, g->mc_cores, g->mc_client_cores);
+	printf("per core: farm/memcached %.3f (goal >= 2); unloaded p50: farm "
+	       "lookup %.1f us, memcached GET %.1f us (goal: farm's under)\n",
+	       g->x, g->farm_p50, g->mc_p50);
 }
 
 static void print_all(void)
@@ -2035,8 +2165,12 @@ static void print_all(void)
 	       rpl, R.hst.lookup_retries, R.hst.hops, R.hst.chain_appends,
 	       R.hst.combined_txns, R.hst.puts);
 	printf("total %.1f s\n", R.total_s);
+	struct net_goals ng = net_goals();
+	if (!bnet_shm(&O.net))
+		print_net(&ng);
 
-	printf("{\"bench\": \"kv_bench\", \"provider\": \"shm\", \"machines\": "
+	printf("{\"bench\": \"kv_bench\", \"provider\": \"%s\", "
+	       "\"network\": \"%s\", \"machines\": "
 	       "%u, "
 	       "\"threads_per_machine\": 1, \"cores\": %d, \"busy_poll\": "
 	       "true, "
@@ -2045,9 +2179,9 @@ static void print_all(void)
 	       "\"seconds\": %.3g, \"sample_every\": %u, \"load_s\": %.2f, "
 	       "\"load_puts_per_s\": %.0f, \"reads_per_lookup\": %.4f, "
 	       "\"farm\": {",
-	       O.machines, R.cores, O.pin ? "true" : "false", O.keys, KLEN,
-	       VLEN, O.occupancy, O.depth, O.seconds, O.sample_every, R.load_s,
-	       R.load_rate, rpl);
+	       O.net.fabric, bnet_network(&O.net), O.machines, R.cores,
+	       O.pin ? "true" : "false", O.keys, KLEN, VLEN, O.occupancy,
+	       O.depth, O.seconds, O.sample_every, R.load_s, R.load_rate, rpl);
 	for (int w = 0; w < NW; w++)
 		jfig(wkey[w], &R.farm[w], true);
 	jfig("unloaded_lookup", &R.lat1, false);
@@ -2085,6 +2219,34 @@ static void print_all(void)
 					bp = FARM_MAX(bp, R.peer[p][m][w].keys);
 		printf(", \"%s_farm_per_core_vs_best_peer\": %.3f", wkey[w],
 		       bp > 0 ? f->keys / cores / bp : 0);
+	}
+	if (!bnet_shm(&O.net)) {
+		printf("}, \"measured_cores\": {\"farm_uniform_c\": %.3f, "
+		       "\"farm_unloaded_lookup\": %.3f, "
+		       "\"memcached_best_server\": %.3f, "
+		       "\"memcached_best_client\": %.3f}, "
+		       "\"per_core\": {\"farm_uniform_c\": %.0f, "
+		       "\"memcached_best\": %.0f, \"memcached_best_mode\": "
+		       "\"%s\"}, ",
+		       R.farm[W_C].cores, R.lat1.cores, ng.mc_cores,
+		       ng.mc_client_cores, ng.farm_pc, ng.mc_pc, ng.mc_mode);
+		jfig("memcached_unloaded_get", &R.peer_lat1[P_MC], true);
+		jfig("redis_unloaded_get", &R.peer_lat1[P_REDIS], false);
+		printf(", \"goals\": {");
+		/* Issue 15's goals, across namespaces (on loopback they are
+		 * reported, never met). */
+		jgoal("netns_lookups_per_core_vs_memcached_best", ng.x,
+		      ng.mc_pc > 0 && ng.farm_pc > 0, 2.0,
+		      O.net.netns && ng.x >= 2.0, ">=", true);
+		jgoal("netns_lookup_p50_us_vs_memcached_p50_us", ng.farm_p50,
+		      R.lat1.have && ng.mc_p50 > 0,
+		      ng.mc_p50 > 0 ? ng.mc_p50 : 0,
+		      O.net.netns && R.lat1.have && ng.mc_p50 > 0 &&
+		              ng.farm_p50 < ng.mc_p50,
+		      "<", false);
+		printf("}}\n");
+		fflush(stdout);
+		return;
 	}
 	printf("}, \"goals\": {");
 	jgoal("lookups_per_s_per_core", farm_c, R.farm[W_C].have, GOAL_RATE,
@@ -2186,6 +2348,18 @@ static void usage(FILE *out)
 	        "root\n"
 	        "                   /libfarm/kvdemo-<pid>-<n>) instead of\n"
 	        "                   static peers\n"
+	        "  --fabric NAME    shm (default) or ofi (libfabric\n"
+	        "                   tcp;ofi_rxm over loopback; default keys\n"
+	        "                   100k); the server and client CPU each\n"
+	        "                   run uses is measured, and the goals are\n"
+	        "                   issue 15's (per core against memcached)\n"
+	        "  --netns          ofi across network namespaces: machine i\n"
+	        "                   in the i-th machine namespace (ZooKeeper\n"
+	        "                   membership), memcached and Redis in\n"
+	        "                   machine 0's, their clients in the\n"
+	        "                   clients' namespace; run it under\n"
+	        "                   scripts/netns-cluster run --net-only\n"
+	        "                   --machines N --\n"
 	        "  -h, --help       this text\n",
 	        MAXM);
 }
@@ -2223,7 +2397,9 @@ static int parse_opts(int argc, char **argv)
 		O_QUICK,
 		O_LOG,
 		O_DEMO,
-		O_ZK
+		O_ZK,
+		O_FABRIC,
+		O_NETNS
 	};
 	static const struct option lo[] = {
 	        {"machines", required_argument, NULL, O_MACH},
@@ -2240,6 +2416,8 @@ static int parse_opts(int argc, char **argv)
 	        {"log-size", required_argument, NULL, O_LOG},
 	        {"demo", no_argument, NULL, O_DEMO},
 	        {"zk", required_argument, NULL, O_ZK},
+	        {"fabric", required_argument, NULL, O_FABRIC},
+	        {"netns", no_argument, NULL, O_NETNS},
 	        {"help", no_argument, NULL, 'h'},
 	        {NULL, 0, NULL, 0}};
 	O = (struct opts){.machines = 2,
@@ -2252,7 +2430,8 @@ static int parse_opts(int argc, char **argv)
 	                  .occupancy = 0.85,
 	                  .peers = true,
 	                  .small = true,
-	                  .pin = true};
+	                  .pin = true,
+	                  .net = BNET_DEFAULT};
 	bool set_keys = false, set_secs = false, set_mach = false;
 	uint64_t v;
 	char *end;
@@ -2305,6 +2484,11 @@ static int parse_opts(int argc, char **argv)
 		case O_NOPIN: O.pin = false; break;
 		case O_QUICK: O.quick = true; break;
 		case O_DEMO: O.demo = true; break;
+		case O_FABRIC:
+			if (bnet_set_fabric(&O.net, optarg))
+				goto bad;
+			break;
+		case O_NETNS: O.net.netns = true; break;
 		case O_ZK:
 			if (!*optarg || strlen(optarg) >= sizeof(O.zk))
 				goto bad;
@@ -2347,6 +2531,28 @@ static int parse_opts(int argc, char **argv)
 		if (!set_secs)
 			O.seconds = 10.0;
 		O.small = false;
+	}
+	if (bnet_check(&O.net, PROG, O.machines))
+		return -EINVAL;
+	if (!bnet_shm(&O.net)) {
+		/* Software RMA over TCP loads thousands, not millions, of
+		 * keys a second. */
+		if (!set_keys)
+			O.keys = 100000;
+		O.small = false;
+	}
+	if (O.net.netns) {
+		/* The machines join through the cluster's ZooKeeper; the
+		 * peers serve from machine 0's namespace. */
+		const char *zk = getenv("FARM_NETNS_ZK");
+		if (!O.zk[0] && zk && *zk)
+			snprintf(O.zk, sizeof(O.zk), "%s", zk);
+		if (tn_addr(0, peer_ip_s, sizeof(peer_ip_s)) ||
+		    inet_pton(AF_INET, peer_ip_s, &peer_ip) != 1) {
+			fprintf(stderr, PROG ": --netns: no address for "
+			                     "machine 0\n");
+			return -EINVAL;
+		}
 	}
 	if (O.keys <= SMALL_KEYS)
 		O.small = false;
@@ -2394,6 +2600,10 @@ int main(int argc, char **argv)
 {
 	if (parse_opts(argc, argv))
 		return 2;
+	/* The coordinator and the peers' client threads: in the clients'
+	 * namespace (the machines enter theirs when forked). */
+	if (O.net.netns && tn_enter_client())
+		return 1;
 	struct sigaction sa;
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = on_signal;
