@@ -130,14 +130,16 @@ struct target_report {
 };
 
 static int to_target[2], from_target[2];
+/* The target's directory: the parent's, removed in the teardown even
+ * when the target was killed. */
+static char target_dir[256];
 
 static int target_main(void *arg)
 {
 	(void)arg;
 	close(to_target[1]);
 	close(from_target[0]);
-	char dir[256];
-	tu_tmpdir(dir, sizeof(dir), "wire-t");
+	const char *dir = target_dir;
 	int st = 1;
 	farm_fabric *f = open_fab(T_TARGET, 1, dir);
 	farm_region *r = NULL;
@@ -172,7 +174,6 @@ out:
 	farm_region_destroy(r);
 	if (f)
 		farm_fabric_close(f);
-	tu_rmtree(dir);
 	return st;
 }
 
@@ -694,6 +695,7 @@ static int setup(void **state)
 	(void)state;
 	assert_int_equal(pipe(to_target), 0);
 	assert_int_equal(pipe(from_target), 0);
+	tu_tmpdir(target_dir, sizeof(target_dir), "wire-t");
 	assert_int_equal(spawn(T_TARGET, target_main, NULL, &target_pid), 0);
 	close(to_target[0]);
 	close(from_target[1]);
@@ -720,6 +722,9 @@ static int teardown(void **state)
 	}
 	if (from_target[0] >= 0)
 		close(from_target[0]);
+	if (target_dir[0])
+		tu_rmtree(target_dir);
+	target_dir[0] = 0;
 	return 0;
 }
 
