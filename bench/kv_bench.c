@@ -15,14 +15,25 @@
  * coordinator sleeps (1 ms naps) while the machines work.
  *
  * Keys are 16 bytes (16 hex digits of a mix of the key number), values 32
- * bytes (the key number, then a pattern); every value read is checked.
- * Loading: machine m puts keys i = m mod M with --load-depth (128)
+ * bytes (the key number, then a pattern), or --key-size and --value-size
+ * (make_key, make_val in kv_bench.h); every value read is checked.
+ * Loading: machine m puts keys i = m mod M with --load-depth (64)
  * farm_ht_put in flight (shipped to the key's owner, which combines them
  * into transactions). Workloads, each --seconds (2) after a warm-up:
  *   C  read-only, B 95/5 reads/updates, A 50/50, each with uniform and
- *   Zipf 0.99 (YCSB's scrambled zipfian) key choice; mget24: farm_kv_mget
- *   of 24 uniform keys; C-local: read-only on keys of the machine's own
- *   shard only (the API path with no fabric).
+ *   Zipf --zipf (0.99: YCSB's scrambled zipfian) key choice; mget24:
+ *   farm_kv_mget of 24 uniform keys; C-local: read-only on keys of the
+ *   machine's own shard only (the API path with no fabric).
+ * Or, with --mix, YCSB's core workloads A to F instead (kv_work.c's table
+ * W): A, B, C as zipf A, B, C; D 95/5 reads/inserts, the reads of the
+ * latest inserted keys (a zipfian rank back from the last insert every
+ * one below which is acknowledged, YCSB's AcknowledgedCounterGenerator);
+ * E 95/5 scans/inserts, a scan visiting 1..100 pairs (uniform) of the
+ * machine's own shard from the home bucket of a zipfian-chosen key of
+ * that shard on, in the table's order (farm_ht_iterate_local_from: a hash
+ * table has no key order, and a remote shard no scan), each pair checked;
+ * F 50/50 reads / read-modify-writes (a get, then a put of a changed
+ * value: the client's, as YCSB's, not one transaction).
  * Each machine keeps --depth (32) operations in flight (continuations; for
  * mget24, depth/24 rounded up multi-gets). One op in 16 is timed. Then:
  * unloaded latency (machine 0 alone, one lookup in flight), and the plain
@@ -37,8 +48,9 @@
  * (also on failure; they die with this process: PR_SET_PDEATHSIG). Loaded
  * with the same keys (pipelined); then the same workloads from M client
  * threads, one connection each: "pipe" (memcached meta mg/ms, Redis
- * GET/SET/MGET, `depth` requests per batch) and "single" (one request at
- * a time per connection).
+ * GET/SET/MGET, `depth` requests per batch; a read-modify-write's set
+ * goes in a second round after the batch's replies) and "single" (one
+ * request at a time per connection). YCSB E is not run on them (no scan).
  *
  * Output: a table, then, last, one JSON line (bench/README.md).
  *
@@ -48,953 +60,26 @@
  * instead of the table and JSON. --zk HOST:PORT: the machines join through
  * ZooKeeper (config zk, zk_root /libfarm/kvdemo-<pid>-<n>, a fresh root per
  * cluster start, expect_machines) instead of static peer lines.
+ *
+ * --fabric ofi (libfabric over loopback) and --netns (ofi across the
+ * network namespaces of scripts/netns-cluster run --net-only: machine i
+ * in the i-th machine namespace, joined through the cluster's ZooKeeper,
+ * the peers in machine 0's, this process and the peers' clients in the
+ * clients'; benchnet.h): the CPU the servers and clients use in each run
+ * is measured, the peers get an unloaded GET, and the goals are issue
+ * 15's (net_goals).
  */
 
-#include "benchnet.h"
-#include "benchnode.h"
-#include "benchutil.h"
-#include <arpa/inet.h>
-#include <dirent.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <getopt.h>
-#include <inttypes.h>
-#include <math.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <pthread.h>
-#include <sched.h>
-#include <signal.h>
-#include <stdatomic.h>
-#include <stdbool.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/mman.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
+#include "kv_bench.h"
 
-#include <farm/farm.h>
-
-#include "hashtable/ht.h"
-#include "kv/kv.h"
-#include "node/node.h"
-#include "txn/object.h"
-#include "util/common.h"
-#include "util/config.h"
-#include "util/lines.h"
-
-#define PROG        "kv_bench"
-#define MAXM        8
-#define KLEN        16u
-#define VLEN        32u
-#define MGET_N      24u
-#define SAMP_MAX    (1u << 16)
-#define STREAM_LEN  (1u << 20)
-#define PUT_BIT     0x80000000u
-#define JOIN_MS     30000
-#define NS          1000000000ull
-#define STALL_NS    (60 * NS)
-#define SMALL_KEYS  1000000ull
-#define GOAL_RATE   5e6
-#define GOAL_PEER_X 10.0
-#define GOAL_P50_US 2.0
-#define GOAL_LOCAL  0.5
-#define GOAL_SCALE  0.2
-
-enum { W_C, W_B, W_A, W_ZC, W_ZB, W_ZA, W_MGET, W_LOCAL, NW };
-static const char *const wname[NW] = {"uniform C (100/0)", "uniform B (95/5)",
-                                      "uniform A (50/50)", "zipf C (100/0)",
-                                      "zipf B (95/5)",     "zipf A (50/50)",
-                                      "mget24 uniform",    "C own shard"};
-static const char *const wkey[NW] = {
-        "uniform_c", "uniform_b", "uniform_a", "zipf_c",
-        "zipf_b",    "zipf_a",    "mget24",    "uniform_c_own_shard"};
-static const int wput_pct[NW] = {0, 5, 50, 0, 5, 50, 0, 0};
-static const bool wzipf[NW] = {false, false, false, true,
-                               true,  true,  false, false};
-
-enum { CMD_NONE, CMD_LOAD, CMD_RUN, CMD_LAT, CMD_PLAIN, CMD_QUIT };
-enum { ST_INIT, ST_READY, ST_FAILED };
-
-struct opts {
-	unsigned machines, depth, load_depth, sample_every;
-	uint64_t keys, log_size;
-	double seconds, occupancy;
-	bool quick, peers, small, pin;
-	bool demo; /* --demo: make demo's short run (print_demo) */
-	char zk[FARM_CONFIG_STR];      /* --zk: ZooKeeper membership */
-	char zk_root[FARM_CONFIG_STR]; /* per cluster_start, under /libfarm */
-	struct bnet net;               /* --fabric, --netns (benchnet.h) */
-};
-static struct opts O;
-
-/* ---- shared between the coordinator and the machines ----------------------
- */
-
-struct mres {
-	uint64_t ops, gets, puts, keys, errors, notfound, ns;
-	uint64_t chain_fallbacks;
-	uint32_t nsamp;
-	uint64_t samp[SAMP_MAX];
-};
-
-struct shared {
-	_Atomic int seq; /* command number; machines act on a new one */
-	int cmd, wl;
-	uint64_t nkeys;
-	uint64_t go_ns, dur_ns, warm_ns;
-	double zeta_n; /* zipf: zeta(nkeys, 0.99) */
-	struct {
-		_Atomic int state, done;
-		int err;
-		_Atomic uint64_t loaded;
-	} m[MAXM];
-	struct farm_ht_shard sd[MAXM];
-	struct farm_ht_stats hst[MAXM];
-	struct mres res[MAXM];
-};
-static struct shared *SH;
-
-static volatile sig_atomic_t interrupted;
+volatile sig_atomic_t interrupted;
+struct opts O;
+struct shared *SH;
 static void on_signal(int sig)
 {
 	(void)sig;
 	interrupted = 1;
 }
-
-/* ---- keys, values, key choice
- * ------------------------------------------------- */
-
-static inline uint64_t mix64(uint64_t x)
-{
-	x ^= x >> 33;
-	x *= 0xff51afd7ed558ccdull;
-	x ^= x >> 33;
-	x *= 0xc4ceb9fe1a85ec53ull;
-	return x ^ (x >> 33);
-}
-
-static inline void make_key(uint64_t i, uint8_t *k)
-{
-	static const char hx[] = "0123456789abcdef";
-	uint64_t x = mix64(i * 2 + 1);
-	for (int j = 0; j < 16; j++)
-		k[j] = (uint8_t)hx[(x >> (4 * j)) & 15];
-}
-
-static inline void make_val(uint64_t i, uint32_t gen, uint8_t *v)
-{
-	memcpy(v, &i, 8);
-	for (unsigned j = 8; j < VLEN; j++)
-		v[j] = (uint8_t)('a' + (j + gen) % 26);
-}
-
-static inline bool val_ok(uint64_t i, const void *v, uint32_t len)
-{
-	return len == VLEN && memcmp(v, &i, 8) == 0;
-}
-
-static double zeta(uint64_t n, double theta)
-{
-	double s = 0;
-	for (uint64_t i = 1; i <= n; i++)
-		s += 1.0 / pow((double)i, theta);
-	return s;
-}
-
-/* YCSB's zipfian generator (Gray et al.), theta 0.99, ranks scrambled
- * over the key space by a hash so hot keys fall on every shard. */
-struct zipf {
-	uint64_t n;
-	double theta, alpha, zetan, eta, half_pow;
-};
-
-static void zipf_init(struct zipf *z, uint64_t n, double zetan)
-{
-	z->n = n;
-	z->theta = 0.99;
-	z->alpha = 1.0 / (1.0 - z->theta);
-	z->zetan = zetan;
-	double zeta2 = 1.0 + pow(0.5, z->theta);
-	z->eta = (1.0 - pow(2.0 / (double)n, 1.0 - z->theta)) /
-	         (1.0 - zeta2 / zetan);
-	z->half_pow = pow(0.5, z->theta);
-}
-
-static uint64_t zipf_next(const struct zipf *z, uint64_t *rng)
-{
-	double u = (double)(farm_rand64(rng) >> 11) / 9007199254740992.0;
-	double uz = u * z->zetan;
-	uint64_t r;
-	if (uz < 1.0)
-		r = 0;
-	else if (uz < 1.0 + z->half_pow)
-		r = 1;
-	else
-		r = (uint64_t)((double)z->n *
-		               pow(z->eta * u - z->eta + 1.0, z->alpha));
-	if (r >= z->n)
-		r = z->n - 1;
-	return mix64(r ^ 0x5bd1e995u) % z->n;
-}
-
-/* A stream of key numbers (PUT_BIT: an update) for workload @wl. */
-static void gen_stream(uint32_t *s, unsigned len, int wl, uint64_t nkeys,
-                       double zetan, uint64_t seed)
-{
-	struct zipf z;
-	if (wzipf[wl])
-		zipf_init(&z, nkeys, zetan);
-	uint64_t rng = seed;
-	for (unsigned i = 0; i < len; i++) {
-		uint64_t k = wzipf[wl] ? zipf_next(&z, &rng)
-		                       : farm_rand64(&rng) % nkeys;
-		bool put = wput_pct[wl] &&
-		           (farm_rand64(&rng) % 100) < (uint64_t)wput_pct[wl];
-		s[i] = (uint32_t)k | (put ? PUT_BIT : 0);
-	}
-}
-
-static unsigned shard_of_key(uint64_t i, unsigned n)
-{
-	uint8_t k[KLEN];
-	make_key(i, k);
-	return farm_ht_shard_index(farm_ht_hash(k, KLEN), n);
-}
-
-/* ---- small helpers
- * ---------------------------------------------------------------- */
-
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-	return x < y ? -1 : x > y;
-}
-
-static void pcts(uint64_t *v, size_t n, double *p50, double *p99)
-{
-	*p50 = *p99 = 0;
-	if (!n)
-		return;
-	qsort(v, n, sizeof(*v), cmp_u64);
-	*p50 = (double)v[n / 2];
-	*p99 = (double)v[FARM_MIN(n - 1, n * 99 / 100)];
-}
-
-static int ncpus_allowed(int *first)
-{
-	cpu_set_t set;
-	if (sched_getaffinity(0, sizeof(set), &set) != 0)
-		return 1;
-	int k = 0;
-	for (int c = 0; c < CPU_SETSIZE; c++)
-		if (CPU_ISSET(c, &set))
-			first[k < MAXM ? k : MAXM - 1] = c, k++;
-	return k ? k : 1;
-}
-
-static void nap_ms(long ms)
-{
-	nanosleep(&(struct timespec){.tv_sec = ms / 1000,
-	                             .tv_nsec = (ms % 1000) * 1000000},
-	          NULL);
-}
-
-/* ---- a machine
- * ------------------------------------------------------------------------ */
-
-struct mach {
-	uint32_t id;
-	farm_node *node;
-	farm_loop *loop;
-	farm_kv *kv;
-	farm_ht *ht;
-	uint64_t nkeys;
-	uint32_t *stream;
-	uint32_t *own; /* key numbers of this machine's shard */
-	uint64_t nown;
-};
-
-static uint32_t buckets_for(uint64_t nkeys)
-{
-	double per = (double)nkeys / O.machines / (4.0 * O.occupancy);
-	return (uint32_t)per + 64;
-}
-
-static uint64_t region_for(uint32_t nb)
-{
-	/* The shard array plus room for overflow blocks; no bigger: making
-	 * a region (and its backups) costs time in proportion to its size,
-	 * under a 1 s RPC timeout. */
-	uint64_t need = ((uint64_t)nb + 1) * 320 * 17 / 16;
-	uint64_t r = 64ull << 20;
-	while (r < need && r < (4ull << 30))
-		r <<= 1;
-	return r;
-}
-
-static int mach_open(struct mach *m, uint32_t id, const char *base,
-                     uint64_t nkeys)
-{
-	char dir[300], v[400];
-	snprintf(dir, sizeof(dir), "%s/m%u", base, id);
-	if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
-		fprintf(stderr, PROG ": mkdir %s: %s\n", dir, strerror(errno));
-		return -errno;
-	}
-	uint32_t nb = buckets_for(nkeys);
-	struct farm_config c;
-	farm_config_defaults(&c);
-	int rc = 0;
-	snprintf(v, sizeof(v), "%u", id);
-	rc |= bn_cfg_set(PROG, &c, "machine_id", v);
-	rc |= bn_cfg_set(PROG, &c, "data_dir", dir);
-	rc |= bn_cfg_set(PROG, &c, "fabric", O.net.fabric);
-	char lbuf[96], ip[64];
-	if (bnet_listen(&O.net, id, lbuf, sizeof(lbuf)))
-		rc |= bn_cfg_set(PROG, &c, "listen", lbuf);
-	if (O.net.netns && tn_addr(id, ip, sizeof(ip)) == 0)
-		rc |= bn_cfg_set(PROG, &c, "lease_bind", ip);
-	snprintf(v, sizeof(v), "%" PRIu64, region_for(nb));
-	rc |= bn_cfg_set(PROG, &c, "region_size", v);
-	snprintf(v, sizeof(v), "%u", FARM_MIN(3u, O.machines));
-	rc |= bn_cfg_set(PROG, &c, "replicas", v);
-	rc |= bn_cfg_set(PROG, &c, "threads", "1");
-	rc |= bn_cfg_set(PROG, &c, "busy_poll", "1");
-	if (O.log_size) {
-		snprintf(v, sizeof(v), "%" PRIu64, O.log_size);
-		rc |= bn_cfg_set(PROG, &c, "log_size", v);
-	}
-	if (O.zk[0]) {
-		/* Membership in ZooKeeper: no peer lines; the view fills as
-		 * the machines register under this cluster's own root. */
-		rc |= bn_cfg_set(PROG, &c, "zk", O.zk);
-		rc |= bn_cfg_set(PROG, &c, "zk_root", O.zk_root);
-		snprintf(v, sizeof(v), "%u", O.machines);
-		rc |= bn_cfg_set(PROG, &c, "expect_machines", v);
-	} else {
-		rc |= bn_static_peers(PROG, &c, id, O.machines, base);
-	}
-	if (rc)
-		return -EINVAL;
-	if ((rc = bn_node_open(PROG, &c, id, &m->node)))
-		return rc;
-	struct farm_kv_attr a = {
-	        .neighborhood = 8, .key_inline = KLEN, .val_inline = VLEN};
-	if ((rc = farm_kv_create(m->node, &a, nb, &m->kv))) {
-		fprintf(stderr, PROG ": machine %u: farm_kv_create: %s\n", id,
-		        farm_strerror(rc));
-		return rc;
-	}
-	m->ht = farm_kv_table(m->kv);
-	farm_node_set_app_loops(m->node, true);
-	if ((rc = farm_node_start(m->node, JOIN_MS)) ||
-	    (rc = farm_node_loop_open(m->node, 0, &m->loop)) ||
-	    (rc = farm_node_wait_members(m->node, O.machines, JOIN_MS))) {
-		fprintf(stderr, PROG ": machine %u: cannot join: %s\n", id,
-		        farm_strerror(rc));
-		return rc;
-	}
-	if ((rc = farm_kv_attach(m->kv, m->loop)) ||
-	    (rc = farm_kv_join_sync(m->kv, m->loop, O.machines, JOIN_MS))) {
-		fprintf(stderr, PROG ": machine %u: kv join: %s\n", id,
-		        farm_strerror(rc));
-		return rc;
-	}
-	return 0;
-}
-
-static void mach_close(struct mach *m)
-{
-	if (m->kv && m->loop)
-		farm_kv_detach(m->kv, m->loop);
-	if (m->loop)
-		farm_node_loop_close(m->node, m->loop);
-	if (m->node)
-		farm_node_close(m->node);
-	farm_kv_destroy(m->kv);
-	free(m->stream);
-	free(m->own);
-	memset(m, 0, sizeof(*m));
-}
-
-/* The shard descriptors of the other machines (kv's own message type), so
- * the plain loop can find this machine's shard: each machine asks the
- * others and writes what it learns into the shared page. */
-struct sdwait {
-	volatile int done;
-	int status;
-	struct farm_ht_shard sd;
-};
-
-static void sd_reply(farm_loop *loop, void *ctx, int status, const void *r,
-                     uint32_t len)
-{
-	(void)loop;
-	struct sdwait *w = ctx;
-	if (!status && len == sizeof(w->sd))
-		memcpy(&w->sd, r, sizeof(w->sd));
-	else if (!status)
-		status = -EPROTO;
-	w->status = status;
-	w->done = 1;
-}
-
-static int fetch_shards(struct mach *m)
-{
-	for (uint32_t j = 0; j < O.machines; j++) {
-		if (j == m->id)
-			continue;
-		struct sdwait w = {0};
-		int rc = farm_msg_call(m->loop, j, 0, FARM_MSGT_KV_SHARD, NULL,
-		                       0, 0, sd_reply, &w);
-		if (!rc)
-			rc = farm_loop_wait(m->loop, &w.done, 0);
-		if (!rc)
-			rc = w.status;
-		if (rc)
-			return rc;
-		SH->sd[j] = w.sd;
-	}
-	return 0;
-}
-
-/* ---- the machine's work: operations in flight
- * ------------------------------------------ */
-
-struct eng;
-
-struct op {
-	struct eng *e;
-	uint64_t t0;
-	uint32_t k; /* key number (PUT_BIT: update) */
-	bool busy;
-	/* mget */
-	uint32_t mk[MGET_N];
-	const void *keys[MGET_N];
-	uint32_t klens[MGET_N], lens[MGET_N];
-	int st[MGET_N];
-	uint8_t kb[MGET_N][KLEN];
-	uint8_t vals[MGET_N * VLEN];
-};
-
-struct eng {
-	struct mach *m;
-	struct mres *r;
-	struct op *ops;
-	unsigned nops;
-	unsigned *freel;
-	unsigned nfree;
-	bool counting;
-	uint64_t seq, gen;
-	uint64_t cnt_ops, cnt_gets, cnt_puts, cnt_keys, err, notfound;
-	uint64_t sample_mask;
-	int first_err;
-};
-
-static void eng_sample(struct eng *e, struct op *o)
-{
-	if (o->t0 && e->counting && e->r->nsamp < SAMP_MAX)
-		e->r->samp[e->r->nsamp++] = farm_now_ns() - o->t0;
-}
-
-static void op_free(struct eng *e, struct op *o)
-{
-	o->busy = false;
-	e->freel[e->nfree++] = (unsigned)(o - e->ops);
-}
-
-static void get_cb(farm_loop *loop, void *ctx, int status, const void *val,
-                   uint32_t len)
-{
-	(void)loop;
-	struct op *o = ctx;
-	struct eng *e = o->e;
-	if (status == -ENOENT)
-		e->notfound++;
-	else if (status || !val_ok(o->k, val, len)) {
-		if (!e->err++)
-			e->first_err = status ? status : -EBADMSG;
-	}
-	if (e->counting) {
-		e->cnt_ops++;
-		e->cnt_gets++;
-		e->cnt_keys++;
-	}
-	eng_sample(e, o);
-	op_free(e, o);
-}
-
-static void put_cb(farm_loop *loop, void *ctx, int status)
-{
-	(void)loop;
-	struct op *o = ctx;
-	struct eng *e = o->e;
-	if (status && !e->err++)
-		e->first_err = status;
-	if (e->counting) {
-		e->cnt_ops++;
-		e->cnt_puts++;
-		e->cnt_keys++;
-	}
-	if (!O.demo) /* the demo reports lookup latency only */
-		eng_sample(e, o);
-	op_free(e, o);
-}
-
-static void mget_cb(farm_loop *loop, void *ctx)
-{
-	(void)loop;
-	struct op *o = ctx;
-	struct eng *e = o->e;
-	for (unsigned i = 0; i < MGET_N; i++) {
-		if (o->st[i] == -ENOENT)
-			e->notfound++;
-		else if (o->st[i] ||
-		         !val_ok(o->mk[i], o->vals + i * VLEN, o->lens[i])) {
-			if (!e->err++)
-				e->first_err = o->st[i] ? o->st[i] : -EBADMSG;
-		}
-	}
-	if (e->counting) {
-		e->cnt_ops++;
-		e->cnt_keys += MGET_N;
-		e->cnt_gets += MGET_N;
-	}
-	eng_sample(e, o);
-	op_free(e, o);
-}
-
-static void load_cb(farm_loop *loop, void *ctx, int status)
-{
-	(void)loop;
-	struct op *o = ctx;
-	struct eng *e = o->e;
-	if (status && !e->err++)
-		e->first_err = status;
-	e->cnt_ops++;
-	op_free(e, o);
-}
-
-/* Issue one operation on free op @o: 0, or -EAGAIN/-ENOBUFS (try later). */
-static int issue(struct eng *e, struct op *o, int wl, uint32_t k)
-{
-	struct mach *m = e->m;
-	o->t0 = (e->seq++ & e->sample_mask) == 0 ? farm_now_ns() : 0;
-	o->k = k & ~PUT_BIT;
-	int rc;
-	if (wl == W_MGET) {
-		for (unsigned i = 0; i < MGET_N; i++) {
-			uint32_t kk = e->m->stream[(e->gen + i) % STREAM_LEN] &
-			              ~PUT_BIT;
-			o->mk[i] = kk;
-			make_key(kk, o->kb[i]);
-			o->keys[i] = o->kb[i];
-			o->klens[i] = KLEN;
-		}
-		e->gen += MGET_N;
-		rc = farm_kv_mget(m->kv, m->loop, MGET_N, o->keys, o->klens,
-		                  o->vals, VLEN, o->lens, o->st, mget_cb, o);
-	} else if (k & PUT_BIT) {
-		uint8_t v[VLEN];
-		make_val(o->k, (uint32_t)e->seq, v);
-		make_key(o->k, o->kb[0]);
-		rc = farm_ht_put(m->ht, m->loop, o->kb[0], KLEN, v, VLEN,
-		                 wl < 0 ? load_cb : put_cb, o);
-	} else {
-		make_key(o->k, o->kb[0]);
-		rc = farm_ht_get(m->ht, m->loop, o->kb[0], KLEN, get_cb, o);
-	}
-	if (!rc)
-		o->busy = true;
-	return rc;
-}
-
-static int eng_init(struct eng *e, struct mach *m, struct mres *r, unsigned n)
-{
-	memset(e, 0, sizeof(*e));
-	e->m = m;
-	e->r = r;
-	e->nops = n;
-	e->ops = calloc(n, sizeof(*e->ops));
-	e->freel = calloc(n, sizeof(*e->freel));
-	if (!e->ops || !e->freel) {
-		free(e->ops);
-		free(e->freel);
-		return -ENOMEM;
-	}
-	for (unsigned i = 0; i < n; i++) {
-		e->ops[i].e = e;
-		e->freel[e->nfree++] = n - 1 - i;
-	}
-	e->sample_mask = O.sample_every - 1;
-	return 0;
-}
-
-static void eng_fini(struct eng *e)
-{
-	free(e->ops);
-	free(e->freel);
-}
-
-/* Poll until every op is back (or @deadline). */
-static int eng_drain(struct eng *e, uint64_t deadline)
-{
-	while (e->nfree < e->nops) {
-		(void)farm_loop_poll(e->m->loop);
-		if (farm_now_ns() > deadline || interrupted) {
-			fprintf(stderr,
-			        PROG ": machine %u: %u operations never "
-			             "completed\n",
-			        e->m->id, e->nops - e->nfree);
-			return -ETIMEDOUT;
-		}
-	}
-	return 0;
-}
-
-/* Load keys i = id mod M. */
-static int do_load(struct mach *m)
-{
-	struct eng e;
-	int rc = eng_init(&e, m, &SH->res[m->id], O.load_depth);
-	if (rc)
-		return rc;
-	uint64_t next = m->id, done_reported = 0;
-	uint64_t last = farm_now_ns();
-	while (next < m->nkeys || e.nfree < e.nops) {
-		while (e.nfree && next < m->nkeys) {
-			struct op *o = &e.ops[e.freel[e.nfree - 1]];
-			e.nfree--;
-			rc = issue(&e, o, -1, (uint32_t)next | PUT_BIT);
-			if (rc) {
-				e.freel[e.nfree++] = (unsigned)(o - e.ops);
-				if (rc != -EAGAIN && rc != -ENOBUFS)
-					goto out;
-				rc = 0;
-				break;
-			}
-			next += O.machines;
-		}
-		(void)farm_loop_poll(m->loop);
-		if (e.cnt_ops - done_reported >= 4096) {
-			atomic_store(&SH->m[m->id].loaded, e.cnt_ops);
-			done_reported = e.cnt_ops;
-			last = farm_now_ns();
-		} else if (farm_now_ns() - last > STALL_NS) {
-			fprintf(stderr, PROG ": machine %u: loading stalled\n",
-			        m->id);
-			rc = -ETIMEDOUT;
-			goto out;
-		}
-		if (e.err) {
-			fprintf(stderr,
-			        PROG ": machine %u: a put of key %s failed: "
-			             "%s\n",
-			        m->id, "", farm_strerror(e.first_err));
-			rc = -EIO;
-			goto out;
-		}
-		if (interrupted) {
-			rc = -EINTR;
-			goto out;
-		}
-	}
-	atomic_store(&SH->m[m->id].loaded, e.cnt_ops);
-out:
-	if (rc)
-		(void)eng_drain(&e, farm_now_ns() + 5 * NS);
-	eng_fini(&e);
-	return rc;
-}
-
-static int make_stream(struct mach *m, int wl)
-{
-	if (!m->stream && !(m->stream = malloc(STREAM_LEN * sizeof(uint32_t))))
-		return -ENOMEM;
-	uint64_t seed = 0x1234567ull * (m->id + 1) + (uint64_t)wl * 7919;
-	if (wl != W_LOCAL) {
-		gen_stream(m->stream, STREAM_LEN, wl, m->nkeys, SH->zeta_n,
-		           seed);
-		return 0;
-	}
-	if (!m->own) {
-		uint64_t cap = m->nkeys / O.machines * 2 + 1024;
-		m->own = malloc(cap * sizeof(uint32_t));
-		if (!m->own)
-			return -ENOMEM;
-		m->nown = 0;
-		for (uint64_t i = 0; i < m->nkeys && m->nown < cap; i++)
-			if (shard_of_key(i, O.machines) == m->id)
-				m->own[m->nown++] = (uint32_t)i;
-		if (!m->nown)
-			return -ENOENT;
-	}
-	uint64_t rng = seed;
-	for (unsigned i = 0; i < STREAM_LEN; i++)
-		m->stream[i] = m->own[farm_rand64(&rng) % m->nown];
-	return 0;
-}
-
-/* Run workload @wl with @depth ops in flight, counting in [go, go+dur]. */
-static int do_run(struct mach *m, int wl, unsigned depth, uint64_t go,
-                  uint64_t dur, uint64_t warm)
-{
-	struct mres *r = &SH->res[m->id];
-	int rc = make_stream(m, wl);
-	if (rc)
-		return rc;
-	struct eng e;
-	if (wl == W_MGET)
-		depth = (depth + MGET_N - 1) / MGET_N;
-	if ((rc = eng_init(&e, m, r, depth)))
-		return rc;
-	if (depth == 1)
-		e.sample_mask = 0;
-	r->nsamp = 0;
-	uint64_t start = go - warm, end = go + dur, t0 = 0, t1 = 0;
-	uint64_t now;
-	while ((now = farm_now_ns()) < start && !interrupted)
-		(void)farm_loop_poll(m->loop);
-	for (;;) {
-		now = farm_now_ns();
-		if (!e.counting && !t0 && now >= go) {
-			e.counting = true;
-			t0 = now;
-		}
-		if (now >= end)
-			break;
-		while (e.nfree) {
-			struct op *o = &e.ops[e.freel[e.nfree - 1]];
-			e.nfree--;
-			uint32_t k = m->stream[e.gen++ % STREAM_LEN];
-			rc = issue(&e, o, wl, k);
-			if (rc) {
-				e.freel[e.nfree++] = (unsigned)(o - e.ops);
-				if (rc != -EAGAIN && rc != -ENOBUFS) {
-					fprintf(stderr,
-					        PROG ": machine %u: %s\n",
-					        m->id, farm_strerror(rc));
-					goto out;
-				}
-				rc = 0;
-				break;
-			}
-		}
-		(void)farm_loop_poll(m->loop);
-		if (interrupted) {
-			rc = -EINTR;
-			goto out;
-		}
-	}
-	t1 = now;
-	e.counting = false;
-	r->ops = e.cnt_ops;
-	r->gets = e.cnt_gets;
-	r->puts = e.cnt_puts;
-	r->keys = e.cnt_keys;
-	r->ns = t1 - t0;
-out:;
-	int rc2 = eng_drain(&e, farm_now_ns() + 10 * NS);
-	r->errors = e.err;
-	r->notfound = e.notfound;
-	eng_fini(&e);
-	if (!rc && e.err) {
-		fprintf(stderr,
-		        PROG
-		        ": machine %u: %s: %" PRIu64
-		        " operations failed or read wrong values (first: %s)\n",
-		        m->id, wkey[wl], e.err, farm_strerror(e.first_err));
-		rc = -EIO;
-	}
-	return rc ? rc : rc2;
-}
-
-/* The plain loop: lookups of own-shard keys straight from local memory. */
-static int do_plain(struct mach *m, uint64_t dur)
-{
-	struct mres *r = &SH->res[m->id];
-	int rc = make_stream(m, W_LOCAL);
-	if (rc)
-		return rc;
-	const struct farm_ht_shard *sd = &SH->sd[m->id];
-	uint32_t bb = farm_ht_bucket_bytes(m->ht);
-	unsigned spb = farm_ht_slots_per_bucket(m->ht);
-	unsigned L = bb / 64;
-	/* Layout (src/hashtable/ht.c): bucket data = fwd u64, bwd u64,
-	 * overflow fat pointer (24 B), then slots of [flags u8][klen u8]
-	 * [pad u16][vlen u32][key 16][value 32]. */
-	const uint32_t hdr = 40, slot = 8 + KLEN + VLEN;
-	uint32_t bdata = hdr + spb * slot;
-	const uint8_t *arr =
-	        farm_as_local_ptr(farm_node_as(m->node), sd->base,
-	                          ((uint64_t)sd->nbuckets + 1) * bb);
-	if (!arr) {
-		fprintf(stderr, PROG ": machine %u: shard not local\n", m->id);
-		return -EINVAL;
-	}
-	enum { B = 16 };
-	uint8_t *img = aligned_alloc(64, (size_t)B * 2 * bb);
-	uint8_t *d = malloc(2 * (size_t)bdata);
-	if (!img || !d) {
-		free(img);
-		free(d);
-		return -ENOMEM;
-	}
-	uint64_t n = 0, fallback = 0, bad = 0, gen = 0, sum = 0;
-	uint64_t t0 = farm_now_ns(), now = t0;
-	r->nsamp = 0;
-	while (now - t0 < dur) {
-		const uint8_t *p[B];
-		uint32_t kk[B];
-		uint8_t key[B][KLEN];
-		for (int j = 0; j < B; j++) {
-			kk[j] = m->stream[gen++ % STREAM_LEN];
-			make_key(kk[j], key[j]);
-			uint64_t h = farm_ht_hash(key[j], KLEN);
-			uint32_t b = (uint32_t)((h >> 11) % sd->nbuckets);
-			p[j] = arr + (uint64_t)b * bb;
-			for (unsigned l = 0; l < 2 * L; l++)
-				__builtin_prefetch(p[j] + 64u * l);
-		}
-		for (int j = 0; j < B; j++) {
-			uint8_t *im = img + (size_t)j * 2 * bb;
-			bool found = false;
-			uint64_t v, w;
-			if (farm_lines_copy(im, p[j], 2ull * bb, 1000) &&
-			    !obj_check(im, L, UINT64_MAX, &v, &w) &&
-			    !obj_check(im + bb, L, UINT64_MAX, &v, &w)) {
-				obj_unpack(im, bdata, d);
-				obj_unpack(im + bb, bdata, d + bdata);
-				if (!memcmp(d, d + bdata + 8, 8)) {
-					for (unsigned s = 0;
-					     s < 2 * spb && !found; s++) {
-						uint8_t *sl =
-						        d +
-						        (s < spb ? 0 : bdata) +
-						        hdr + (s % spb) * slot;
-						if ((sl[0] & 1) &&
-						    sl[1] == KLEN &&
-						    !memcmp(sl + 8, key[j],
-						            KLEN)) {
-							uint32_t vl;
-							memcpy(&vl, sl + 4, 4);
-							found = true;
-							if (!val_ok(kk[j],
-							            sl + 8 +
-							                    KLEN,
-							            vl))
-								bad++;
-							sum += sl[8 + KLEN + 8];
-						}
-					}
-				}
-			}
-			if (!found) {
-				/* In the overflow chain (or being written): the
-				 * API's full lookup, polled here
-				 * (farm_loop_wait may park the thread). */
-				struct op fo = {0};
-				struct eng fe = {.m = m,
-				                 .r = r,
-				                 .ops = &fo,
-				                 .nops = 1,
-				                 .freel = (unsigned[1]){0}};
-				fo.e = &fe;
-				fo.k = kk[j];
-				rc = farm_ht_get(m->ht, m->loop, key[j], KLEN,
-				                 get_cb, &fo);
-				while (!rc && !fe.nfree)
-					(void)farm_loop_poll(m->loop);
-				if (rc || fe.err || fe.notfound)
-					bad++;
-				fallback++;
-			}
-		}
-		n += B;
-		now = farm_now_ns();
-	}
-	free(img);
-	free(d);
-	r->ops = r->gets = r->keys = n;
-	r->ns = now - t0;
-	r->errors = bad;
-	r->chain_fallbacks = fallback;
-	if (sum == 42)
-		r->puts = 0; /* keep the value reads */
-	if (bad) {
-		fprintf(stderr, PROG ": plain loop: %" PRIu64 " bad lookups\n",
-		        bad);
-		return -EIO;
-	}
-	return 0;
-}
-
-static int machine_main(uint32_t id, const char *base, uint64_t nkeys, int cpu)
-{
-	struct mach m = {.id = id, .nkeys = nkeys};
-	bu_pin_to(cpu, PROG);
-	int rc = mach_open(&m, id, base, nkeys);
-	if (!rc)
-		rc = fetch_shards(&m);
-	if (rc) {
-		SH->m[id].err = rc;
-		atomic_store(&SH->m[id].state, ST_FAILED);
-		mach_close(&m);
-		return 1;
-	}
-	atomic_store(&SH->m[id].state, ST_READY);
-	int seen = 0;
-	for (;;) {
-		int s;
-		while ((s = atomic_load(&SH->seq)) == seen && !interrupted)
-			(void)farm_loop_poll(m.loop);
-		if (interrupted) {
-			rc = -EINTR;
-			break;
-		}
-		seen = s;
-		int cmd = SH->cmd;
-		if (cmd == CMD_QUIT)
-			break;
-		memset(&SH->res[id], 0, offsetof(struct mres, samp));
-		switch (cmd) {
-		case CMD_LOAD: rc = do_load(&m); break;
-		case CMD_RUN:
-			rc = do_run(&m, SH->wl, O.depth, SH->go_ns, SH->dur_ns,
-			            SH->warm_ns);
-			break;
-		case CMD_LAT:
-			rc = id == 0 ? do_run(&m, W_C, 1, SH->go_ns, SH->dur_ns,
-			                      SH->warm_ns)
-			             : 0;
-			break;
-		case CMD_PLAIN:
-			rc = id == 0 ? do_plain(&m, SH->dur_ns) : 0;
-			break;
-		default: rc = -EINVAL;
-		}
-		farm_ht_stats_get(m.ht, &SH->hst[id]);
-		if (rc) {
-			SH->m[id].err = rc;
-			atomic_store(&SH->m[id].state, ST_FAILED);
-			break;
-		}
-		atomic_store(&SH->m[id].done, seen);
-	}
-	/* Keep serving until everyone is told to go, then leave. */
-	mach_close(&m);
-	return rc ? 1 : 0;
-}
-
-/* ---- the coordinator's side of a cluster
- * ---------------------------------------------- */
 
 struct cluster {
 	char base[256];
@@ -1057,9 +142,9 @@ static int cluster_start(struct cluster *c, uint64_t nkeys, const char *tmp)
 	memset(SH, 0, sizeof(*SH));
 	SH->nkeys = nkeys;
 	int first[MAXM] = {-1, -1, -1, -1, -1, -1, -1, -1};
-	int ncpu = ncpus_allowed(first);
+	int ncpu = kb_ncpus_allowed(first);
 	uint64_t t0 = farm_now_ns();
-	SH->zeta_n = zeta(nkeys, 0.99);
+	SH->zeta_n = kb_zeta(nkeys, O.theta);
 	if (O.zk[0]) {
 		/* A fresh root per start: a retry must not see the ephemeral
 		 * znodes of the machines it killed. */
@@ -1086,7 +171,7 @@ static int cluster_start(struct cluster *c, uint64_t nkeys, const char *tmp)
 			                : -1;
 			if (bnet_enter(&O.net, i))
 				_exit(1);
-			int rc = machine_main(i, c->base, nkeys, cpu);
+			int rc = kb_machine_main(i, c->base, nkeys, cpu);
 			fflush(NULL);
 			_exit(rc);
 		}
@@ -1103,12 +188,12 @@ static int cluster_start(struct cluster *c, uint64_t nkeys, const char *tmp)
 			ready += atomic_load(&SH->m[i].state) == ST_READY;
 		if (ready == c->n)
 			break;
-		nap_ms(2);
+		kb_nap_ms(2);
 	}
 	printf("cluster of %u machines up in %.1f s (%" PRIu32
 	       " buckets of %u slots per machine, region %" PRIu64 " MiB)\n",
-	       c->n, (double)(farm_now_ns() - t0) / 1e9, buckets_for(nkeys), 4u,
-	       region_for(buckets_for(nkeys)) >> 20);
+	       c->n, (double)(farm_now_ns() - t0) / 1e9, kb_buckets_for(nkeys),
+	       4u, kb_region_for(kb_buckets_for(nkeys), nkeys) >> 20);
 	if (O.zk[0])
 		printf("  membership: ZooKeeper %s, root %s\n", O.zk,
 		       O.zk_root);
@@ -1152,7 +237,7 @@ static int cluster_cmd(struct cluster *c, int cmd, int wl, double secs,
 		}
 		if (done == c->n)
 			return 0;
-		nap_ms(1);
+		kb_nap_ms(1);
 	}
 }
 
@@ -1173,28 +258,13 @@ static void cluster_stop(struct cluster *c)
 				kill(c->pid[i], SIGKILL);
 				t0 = farm_now_ns();
 			}
-			nap_ms(1);
+			kb_nap_ms(1);
 		}
 	}
 	cluster_kill(c);
 }
 
-/* ---- results
- * ------------------------------------------------------------------------------
- */
-
-struct fig {
-	bool have;
-	double ops, keys, gets, puts; /* per second, all threads */
-	double p50_ns, p99_ns;
-	uint64_t errors, notfound;
-	/* CPU cores the servers used during the run (farm: every machine
-	 * process, progress threads included; peers: the server process),
-	 * and the peers' client threads */
-	double cores, client_cores;
-};
-
-static uint64_t *g_samp;
+uint64_t *g_samp;
 
 static void collect(unsigned n, struct fig *f)
 {
@@ -1209,14 +279,20 @@ static void collect(unsigned n, struct fig *f)
 		f->keys += (double)r->keys / s;
 		f->gets += (double)r->gets / s;
 		f->puts += (double)r->puts / s;
+		f->inserts += (double)r->inserts / s;
+		f->scans += (double)r->scans / s;
+		f->scan_pairs += (double)r->scan_pairs / s;
+		f->rmws += (double)r->rmws / s;
 		f->errors += r->errors;
 		f->notfound += r->notfound;
 		memcpy(g_samp + ns, r->samp, r->nsamp * sizeof(uint64_t));
 		ns += r->nsamp;
 	}
-	pcts(g_samp, ns, &f->p50_ns, &f->p99_ns);
+	kb_pcts(g_samp, ns, &f->p50_ns, &f->p99_ns);
 	f->have = true;
 }
+
+struct results R;
 
 /* CPU time so far of the processes @pid[0..n-1], in ns. */
 static uint64_t cpu_of(const pid_t *pid, unsigned n)
@@ -1227,545 +303,6 @@ static uint64_t cpu_of(const pid_t *pid, unsigned n)
 			sum += bu_proc_cpu_ns(pid[i]);
 	return sum;
 }
-
-/* ---- peers: memcached and redis
- * ------------------------------------------------------- */
-
-enum { P_MC, P_REDIS, NPEER };
-enum { M_PIPE, M_SINGLE, NMODE };
-static const char *const pname[NPEER] = {"memcached", "redis"};
-static const char *const mname[NMODE] = {"pipelined", "single"};
-
-struct peer {
-	pid_t pid;
-	int port;
-	char dir[256];
-};
-
-/* Where the peers listen: loopback; with --netns machine 0's address
- * (the server runs in its namespace, the clients in the clients'). */
-static struct in_addr peer_ip = {.s_addr = 0};
-static char peer_ip_s[64] = "127.0.0.1";
-
-static int free_port(void)
-{
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -errno;
-	struct sockaddr_in a = {.sin_family = AF_INET,
-	                        .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	socklen_t al = sizeof(a);
-	int port = -1;
-	if (bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-	    getsockname(fd, (struct sockaddr *)&a, &al) == 0)
-		port = ntohs(a.sin_port);
-	close(fd);
-	return port > 0 ? port : -EADDRNOTAVAIL;
-}
-
-static int tcp_connect(int port)
-{
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -errno;
-	struct sockaddr_in a = {.sin_family = AF_INET,
-	                        .sin_port = htons((uint16_t)port),
-	                        .sin_addr = peer_ip};
-	if (!a.sin_addr.s_addr)
-		a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
-		int e = -errno;
-		close(fd);
-		return e;
-	}
-	int one = 1;
-	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	return fd;
-}
-
-static void peer_stop(struct peer *p)
-{
-	if (p->pid > 0) {
-		kill(p->pid, SIGTERM);
-		uint64_t t0 = farm_now_ns();
-		for (;;) {
-			pid_t r = waitpid(p->pid, NULL, WNOHANG);
-			if (r == p->pid || (r < 0 && errno != EINTR))
-				break;
-			if (farm_now_ns() - t0 > 3 * NS) {
-				kill(p->pid, SIGKILL);
-				while (waitpid(p->pid, NULL, 0) < 0 &&
-				       errno == EINTR)
-					;
-				break;
-			}
-			nap_ms(2);
-		}
-		p->pid = 0;
-	}
-	if (p->dir[0])
-		bu_rm_tree(AT_FDCWD, p->dir, 1);
-	p->dir[0] = 0;
-}
-
-static int peer_start(struct peer *p, int which, const char *tmp)
-{
-	memset(p, 0, sizeof(*p));
-	/* A fresh namespace has every port free. */
-	int port = O.net.netns ? (which == P_MC ? 11211 : 6379) : free_port();
-	if (port < 0)
-		return port;
-	p->port = port;
-	snprintf(p->dir, sizeof(p->dir), "%s/kv_bench_peer.XXXXXX", tmp);
-	if (!mkdtemp(p->dir)) {
-		p->dir[0] = 0;
-		return -errno;
-	}
-	char ps[16], mem[32];
-	snprintf(ps, sizeof(ps), "%d", port);
-	uint64_t mb = (O.keys * 200) >> 20;
-	snprintf(mem, sizeof(mem), "%" PRIu64, FARM_MAX(mb, 256u));
-	fflush(NULL);
-	pid_t parent = getpid();
-	pid_t pid = fork();
-	if (pid < 0)
-		return -errno;
-	if (pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (getppid() != parent)
-			_exit(127);
-		int nul = open("/dev/null", O_WRONLY);
-		if (nul >= 0) {
-			dup2(nul, 1);
-			close(nul);
-		}
-		if (bnet_enter(&O.net, 0))
-			_exit(127);
-		const char *ip = peer_ip_s;
-		if (which == P_MC && geteuid() == 0)
-			execlp("memcached", "memcached", "-u", "root", "-l", ip,
-			       "-p", ps, "-U", "0", "-t", "1", "-m", mem, "-c",
-			       "1024", (char *)NULL);
-		else if (which == P_MC)
-			execlp("memcached", "memcached", "-l", ip, "-p", ps,
-			       "-U", "0", "-t", "1", "-m", mem, "-c", "1024",
-			       (char *)NULL);
-		else
-			execlp("redis-server", "redis-server", "--port", ps,
-			       "--bind", ip, "--save", "", "--appendonly", "no",
-			       "--protected-mode", "no", "--dir", p->dir,
-			       "--daemonize", "no", "--io-threads", "1",
-			       "--loglevel", "warning", (char *)NULL);
-		_exit(127);
-	}
-	p->pid = pid;
-	uint64_t t0 = farm_now_ns();
-	for (;;) {
-		int fd = tcp_connect(port);
-		if (fd >= 0) {
-			close(fd);
-			return 0;
-		}
-		int st;
-		if (waitpid(pid, &st, WNOHANG) == pid) {
-			p->pid = 0;
-			fprintf(stderr,
-			        PROG ": %s exited at start (status %#x)\n",
-			        pname[which], (unsigned)st);
-			return -ECHILD;
-		}
-		if (farm_now_ns() - t0 > 10 * NS) {
-			fprintf(stderr,
-			        PROG ": %s does not accept connections\n",
-			        pname[which]);
-			return -ETIMEDOUT;
-		}
-		nap_ms(5);
-	}
-}
-
-/* A connection with an input buffer and response parsing. */
-struct conn {
-	int fd;
-	int which;
-	char *in;
-	size_t ilen, ipos, icap;
-	char *out;
-	size_t olen, ocap;
-	uint64_t err;
-};
-
-static int out_room(struct conn *c, size_t n)
-{
-	if (c->olen + n <= c->ocap)
-		return 0;
-	size_t cap = FARM_MAX(c->ocap * 2, c->olen + n + 4096);
-	char *p = realloc(c->out, cap);
-	if (!p)
-		return -ENOMEM;
-	c->out = p;
-	c->ocap = cap;
-	return 0;
-}
-
-static int req_get(struct conn *c, uint64_t k)
-{
-	if (out_room(c, 128))
-		return -ENOMEM;
-	char *o = c->out + c->olen;
-	uint8_t key[KLEN];
-	make_key(k, key);
-	if (c->which == P_MC) {
-		memcpy(o, "mg ", 3);
-		memcpy(o + 3, key, KLEN);
-		memcpy(o + 3 + KLEN, " v\r\n", 4);
-		c->olen += 7 + KLEN;
-	} else {
-		memcpy(o, "*2\r\n$3\r\nGET\r\n$16\r\n", 18);
-		memcpy(o + 18, key, KLEN);
-		memcpy(o + 18 + KLEN, "\r\n", 2);
-		c->olen += 20 + KLEN;
-	}
-	return 0;
-}
-
-static int req_set(struct conn *c, uint64_t k, uint32_t gen)
-{
-	if (out_room(c, 160))
-		return -ENOMEM;
-	char *o = c->out + c->olen;
-	uint8_t key[KLEN], val[VLEN];
-	make_key(k, key);
-	make_val(k, gen, val);
-	/* Values go over the wire as text: the key number in hex, then
-	 * the pattern (8 + 24 bytes). */
-	char tv[VLEN];
-	snprintf(tv, 9, "%08" PRIx32, (uint32_t)k);
-	memcpy(tv + 8, val + 8, VLEN - 8);
-	size_t n = 0;
-	if (c->which == P_MC) {
-		memcpy(o, "ms ", 3);
-		memcpy(o + 3, key, KLEN);
-		memcpy(o + 3 + KLEN, " 32\r\n", 5);
-		n = 8 + KLEN;
-	} else {
-		memcpy(o, "*3\r\n$3\r\nSET\r\n$16\r\n", 18);
-		memcpy(o + 18, key, KLEN);
-		memcpy(o + 18 + KLEN, "\r\n$32\r\n", 7);
-		n = 25 + KLEN;
-	}
-	memcpy(o + n, tv, VLEN);
-	memcpy(o + n + VLEN, "\r\n", 2);
-	c->olen += n + VLEN + 2;
-	return 0;
-}
-
-static int req_mget(struct conn *c, const uint32_t *ks)
-{
-	if (c->which == P_MC) {
-		for (unsigned i = 0; i < MGET_N; i++)
-			if (req_get(c, ks[i]))
-				return -ENOMEM;
-		return 0;
-	}
-	if (out_room(c, 32 + MGET_N * 32))
-		return -ENOMEM;
-	char *o = c->out + c->olen;
-	size_t n = (size_t)sprintf(o, "*%u\r\n$4\r\nMGET\r\n", MGET_N + 1);
-	for (unsigned i = 0; i < MGET_N; i++) {
-		memcpy(o + n, "$16\r\n", 5);
-		make_key(ks[i], (uint8_t *)o + n + 5);
-		memcpy(o + n + 5 + KLEN, "\r\n", 2);
-		n += 7 + KLEN;
-	}
-	c->olen += n;
-	return 0;
-}
-
-static int conn_flush(struct conn *c)
-{
-	size_t off = 0;
-	while (off < c->olen) {
-		ssize_t n =
-		        send(c->fd, c->out + off, c->olen - off, MSG_NOSIGNAL);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return n < 0 ? -errno : -EPIPE;
-		off += (size_t)n;
-	}
-	c->olen = 0;
-	return 0;
-}
-
-/* The end of the line starting at @p, or NULL. */
-static const char *eol(const char *p, const char *end)
-{
-	const char *q = memchr(p, '\n', (size_t)(end - p));
-	return q;
-}
-
-/* Parse one response at c->in + c->ipos: bytes used, 0 incomplete, -1 bad.
- * *@vals: values (bulk strings) it carried; *@miss: misses. */
-static long parse_one(struct conn *c, unsigned *vals, unsigned *miss)
-{
-	const char *p = c->in + c->ipos, *end = c->in + c->ilen;
-	const char *e = eol(p, end);
-	if (!e)
-		return 0;
-	if (c->which == P_MC) {
-		if (!strncmp(p, "HD", 2))
-			return e - p + 1;
-		if (!strncmp(p, "EN", 2)) {
-			++*miss;
-			return e - p + 1;
-		}
-		if (!strncmp(p, "VA ", 3)) {
-			long n = strtol(p + 3, NULL, 10);
-			if (end - (e + 1) < n + 2)
-				return 0;
-			++*vals;
-			return (e + 1 - p) + n + 2;
-		}
-		return -1;
-	}
-	if (*p == '+')
-		return e - p + 1;
-	if (*p == '$') {
-		long n = strtol(p + 1, NULL, 10);
-		if (n < 0) {
-			++*miss;
-			return e - p + 1;
-		}
-		if (end - (e + 1) < n + 2)
-			return 0;
-		++*vals;
-		return (e + 1 - p) + n + 2;
-	}
-	if (*p == '*') {
-		long cnt = strtol(p + 1, NULL, 10);
-		size_t save = c->ipos;
-		c->ipos += (size_t)(e - p + 1);
-		unsigned v = 0, m = 0;
-		for (long i = 0; i < cnt; i++) {
-			long u = parse_one(c, &v, &m);
-			if (u <= 0) {
-				c->ipos = save;
-				return u;
-			}
-			c->ipos += (size_t)u;
-		}
-		long used = (long)(c->ipos - save);
-		c->ipos = save;
-		*vals += v;
-		*miss += m;
-		return used;
-	}
-	return -1;
-}
-
-/* Read until @want responses are parsed. */
-static int conn_recv(struct conn *c, unsigned want, unsigned *vals,
-                     unsigned *miss)
-{
-	unsigned got = 0;
-	while (got < want) {
-		long u = c->ipos < c->ilen ? parse_one(c, vals, miss) : 0;
-		if (u < 0) {
-			fprintf(stderr, PROG ": %s: bad response\n",
-			        pname[c->which]);
-			return -EPROTO;
-		}
-		if (u > 0) {
-			c->ipos += (size_t)u;
-			got++;
-			continue;
-		}
-		if (c->ipos) {
-			memmove(c->in, c->in + c->ipos, c->ilen - c->ipos);
-			c->ilen -= c->ipos;
-			c->ipos = 0;
-		}
-		if (c->icap - c->ilen < 65536) {
-			size_t cap = c->icap * 2 + 131072;
-			char *p = realloc(c->in, cap);
-			if (!p)
-				return -ENOMEM;
-			c->in = p;
-			c->icap = cap;
-		}
-		ssize_t n = recv(c->fd, c->in + c->ilen, c->icap - c->ilen, 0);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return n < 0 ? -errno : -EPIPE;
-		c->ilen += (size_t)n;
-	}
-	return 0;
-}
-
-struct pjob {
-	int which, mode, wl;
-	unsigned tid, nthreads;
-	int port;
-	uint64_t nkeys;
-	double zetan;
-	uint64_t go_ns, dur_ns, warm_ns;
-	/* results */
-	int rc;
-	uint64_t ops, keys, gets, puts, ns, notfound;
-	uint32_t nsamp;
-	uint64_t *samp;
-};
-
-static void *peer_load_thread(void *arg)
-{
-	struct pjob *j = arg;
-	struct conn c = {.which = j->which};
-	c.fd = tcp_connect(j->port);
-	if (c.fd < 0) {
-		j->rc = c.fd;
-		return NULL;
-	}
-	int rc = 0;
-	uint64_t i = j->tid;
-	while (i < j->nkeys && !rc) {
-		unsigned n = 0;
-		for (; n < 256 && i < j->nkeys; n++, i += j->nthreads)
-			if ((rc = req_set(&c, i, 0)))
-				break;
-		unsigned v = 0, m = 0;
-		if (!rc)
-			rc = conn_flush(&c);
-		if (!rc)
-			rc = conn_recv(&c, n, &v, &m);
-		if (interrupted)
-			rc = -EINTR;
-	}
-	j->rc = rc;
-	close(c.fd);
-	free(c.in);
-	free(c.out);
-	return NULL;
-}
-
-static void *peer_run_thread(void *arg)
-{
-	struct pjob *j = arg;
-	struct conn c = {.which = j->which};
-	uint32_t *s = malloc(STREAM_LEN * sizeof(uint32_t));
-	c.fd = tcp_connect(j->port);
-	int rc = s ? (c.fd < 0 ? c.fd : 0) : -ENOMEM;
-	if (rc)
-		goto out;
-	gen_stream(s, STREAM_LEN, j->wl, j->nkeys, j->zetan,
-	           0x9876543ull * (j->tid + 1) + (uint64_t)j->wl * 7919);
-	/* ops per batch: depth ops pipelined, or 1 */
-	unsigned per = j->mode == M_PIPE ? O.depth : 1;
-	if (j->wl == W_MGET)
-		per = j->mode == M_PIPE ? (O.depth + MGET_N - 1) / MGET_N : 1;
-	uint64_t gen = 0, batches = 0, t0 = 0, now;
-	uint64_t start = j->go_ns - j->warm_ns, end = j->go_ns + j->dur_ns;
-	while ((now = farm_now_ns()) < start)
-		nap_ms(1);
-	bool counting = false;
-	for (;;) {
-		now = farm_now_ns();
-		if (!counting && now >= j->go_ns) {
-			counting = true;
-			t0 = now;
-		}
-		if (now >= end || interrupted)
-			break;
-		unsigned resp = 0, nget = 0, nput = 0;
-		for (unsigned b = 0; b < per && !rc; b++) {
-			if (j->wl == W_MGET) {
-				uint32_t ks[MGET_N];
-				for (unsigned i = 0; i < MGET_N; i++)
-					ks[i] = s[gen++ % STREAM_LEN] &
-					        ~PUT_BIT;
-				rc = req_mget(&c, ks);
-				resp += j->which == P_MC ? MGET_N : 1;
-				nget += MGET_N;
-				continue;
-			}
-			uint32_t k = s[gen++ % STREAM_LEN];
-			if (k & PUT_BIT) {
-				rc = req_set(&c, k & ~PUT_BIT, (uint32_t)gen);
-				nput++;
-			} else {
-				rc = req_get(&c, k);
-				nget++;
-			}
-			resp++;
-		}
-		bool timed =
-		        (batches++ % O.sample_every) == 0 || j->mode == M_PIPE;
-		uint64_t tb = timed ? farm_now_ns() : 0;
-		unsigned v = 0, m = 0;
-		if (!rc)
-			rc = conn_flush(&c);
-		if (!rc)
-			rc = conn_recv(&c, resp, &v, &m);
-		if (rc)
-			break;
-		if (counting) {
-			j->ops += j->wl == W_MGET ? per : nget + nput;
-			j->keys += nget + nput;
-			j->gets += nget;
-			j->puts += nput;
-			j->notfound += m;
-			if (timed && j->nsamp < SAMP_MAX)
-				j->samp[j->nsamp++] = farm_now_ns() - tb;
-		}
-	}
-	j->ns = now - t0;
-out:
-	j->rc = rc;
-	if (c.fd >= 0)
-		close(c.fd);
-	free(c.in);
-	free(c.out);
-	free(s);
-	return NULL;
-}
-
-static int peer_threads(struct pjob *jobs, unsigned n, void *(*fn)(void *))
-{
-	pthread_t th[MAXM];
-	unsigned started = 0;
-	int rc = 0;
-	for (unsigned i = 0; i < n; i++) {
-		if (pthread_create(&th[i], NULL, fn, &jobs[i]) != 0) {
-			rc = -EAGAIN;
-			break;
-		}
-		started++;
-	}
-	for (unsigned i = 0; i < started; i++)
-		pthread_join(th[i], NULL);
-	for (unsigned i = 0; i < n && !rc; i++)
-		rc = jobs[i].rc;
-	return rc;
-}
-
-/* ---- the whole run
- * -------------------------------------------------------------------------- */
-
-struct results {
-	struct fig farm[NW], small_c, small_zc, lat1;
-	double plain_rate, plain_fallback_frac;
-	uint64_t small_keys;
-	struct fig peer[NPEER][NMODE][NW];
-	struct fig peer_lat1[NPEER]; /* one connection, one GET in flight */
-	bool peer_ok[NPEER];
-	double load_s, load_rate, peer_load_s[NPEER];
-	struct farm_ht_stats hst;
-	int ncpu, cores;
-	double total_s;
-};
-
-static struct results R;
 
 static int run_farm(uint64_t nkeys, bool full, const char *tmp)
 {
@@ -1787,7 +324,7 @@ static int run_farm(uint64_t nkeys, bool full, const char *tmp)
 		return rc;
 	printf("loading %" PRIu64 " keys (%u B keys, %u B values) from %u "
 	       "machines, %u puts in flight each\n",
-	       nkeys, KLEN, VLEN, O.machines, O.load_depth);
+	       nkeys, O.ksize, O.vsize, O.machines, O.load_depth);
 	fflush(stdout);
 	uint64_t t0 = farm_now_ns();
 	rc = cluster_cmd(&c, CMD_LOAD, 0, 0, true);
@@ -1803,10 +340,11 @@ static int run_farm(uint64_t nkeys, bool full, const char *tmp)
 	int wls[NW], nwl = 0;
 	if (full && O.demo)
 		wls[nwl++] = W_B;
-	else if (full)
+	else if (full) {
 		for (int w = 0; w < NW; w++)
-			wls[nwl++] = w;
-	else {
+			if (kb_runs(w, false))
+				wls[nwl++] = w;
+	} else {
 		wls[nwl++] = W_C;
 		wls[nwl++] = W_ZC;
 	}
@@ -1825,11 +363,18 @@ static int run_farm(uint64_t nkeys, bool full, const char *tmp)
 		f->cores = cores;
 		printf("  %-20s %8.3f M ops/s (%.3f M keys/s per core), p50 "
 		       "%.1f us, p99 %.1f us\n",
-		       wname[w], f->ops / 1e6, f->keys / R.cores / 1e6,
+		       W[w].name, f->ops / 1e6, f->keys / R.cores / 1e6,
 		       f->p50_ns / 1e3, f->p99_ns / 1e3);
+		if (w >= W_YA)
+			printf("  %-20s %.3f M inserts/s, %.3f M scans/s (%.1f "
+			       "pairs each), %.3f M read-modify-writes/s, "
+			       "%" PRIu64 " reads not found\n",
+			       "", f->inserts / 1e6, f->scans / 1e6,
+			       f->scans > 0 ? f->scan_pairs / f->scans : 0,
+			       f->rmws / 1e6, f->notfound);
 		fflush(stdout);
 	}
-	if (!rc && full && !O.demo) {
+	if (!rc && full && !O.demo && !O.any_mix) {
 		uint64_t c0 = cpu_of(c.pid, c.n), t0l = farm_now_ns();
 		rc = cluster_cmd(&c, CMD_LAT, 0, FARM_MIN(O.seconds, 1.0),
 		                 false);
@@ -1844,7 +389,7 @@ static int run_farm(uint64_t nkeys, bool full, const char *tmp)
 			       R.lat1.p99_ns / 1e3);
 		}
 	}
-	if (!rc && full && !O.demo) {
+	if (!rc && full && !O.demo && !O.any_mix) {
 		rc = cluster_cmd(&c, CMD_PLAIN, 0, O.seconds, false);
 		if (!rc) {
 			struct mres *r = &SH->res[0];
@@ -1858,6 +403,8 @@ static int run_farm(uint64_t nkeys, bool full, const char *tmp)
 			       "lookups/s\n",
 			       R.plain_rate / 1e6);
 		}
+	}
+	if (!rc && full && !O.demo) {
 		R.hst = (struct farm_ht_stats){0};
 		for (unsigned i = 0; i < c.n; i++) {
 			struct farm_ht_stats *s = &SH->hst[i];
@@ -1877,151 +424,9 @@ out:
 	return rc;
 }
 
-static int run_peer(int which, const char *tmp)
-{
-	struct peer p;
-	int rc = peer_start(&p, which, tmp);
-	if (rc) {
-		fprintf(stderr, PROG ": cannot start %s: %s\n", pname[which],
-		        strerror(-rc));
-		peer_stop(&p);
-		return rc;
-	}
-	unsigned nt = O.machines;
-	struct pjob jobs[MAXM];
-	memset(jobs, 0, sizeof(jobs));
-	for (unsigned i = 0; i < nt; i++)
-		jobs[i] = (struct pjob){.which = which,
-		                        .tid = i,
-		                        .nthreads = nt,
-		                        .port = p.port,
-		                        .nkeys = O.keys};
-	uint64_t t0 = farm_now_ns();
-	rc = peer_threads(jobs, nt, peer_load_thread);
-	double ls = (double)(farm_now_ns() - t0) / 1e9;
-	R.peer_load_s[which] = ls;
-	if (rc) {
-		fprintf(stderr, PROG ": loading %s: %s\n", pname[which],
-		        strerror(-rc));
-		goto out;
-	}
-	printf("%s (pid %d, port %d): loaded %" PRIu64 " keys in %.1f s\n",
-	       pname[which], (int)p.pid, p.port, O.keys, ls);
-	fflush(stdout);
-	for (int mode = 0; mode < NMODE && !rc; mode++)
-		for (int w = 0; w < W_LOCAL && !rc; w++) {
-			if (O.demo && (mode != M_PIPE || w != W_B))
-				continue; /* the demo: the best configuration, B
-				           */
-			uint64_t dur = (uint64_t)(O.seconds * 1e9);
-			uint64_t go = farm_now_ns() + 20000000ull + dur / 10;
-			for (unsigned i = 0; i < nt; i++) {
-				uint64_t *s = jobs[i].samp;
-				jobs[i] = (struct pjob){.which = which,
-				                        .mode = mode,
-				                        .wl = w,
-				                        .tid = i,
-				                        .nthreads = nt,
-				                        .port = p.port,
-				                        .nkeys = O.keys,
-				                        .zetan = SH->zeta_n,
-				                        .go_ns = go,
-				                        .dur_ns = dur,
-				                        .warm_ns = dur / 10,
-				                        .samp = s};
-				if (!s &&
-				    !(jobs[i].samp = malloc(SAMP_MAX * 8)))
-					rc = -ENOMEM;
-			}
-			uint64_t s0 = bu_proc_cpu_ns(p.pid),
-			         k0 = bu_self_cpu_ns(), t0r = farm_now_ns();
-			if (!rc)
-				rc = peer_threads(jobs, nt, peer_run_thread);
-			if (rc) {
-				fprintf(stderr, PROG ": %s %s %s: %s\n",
-				        pname[which], mname[mode], wkey[w],
-				        strerror(-rc));
-				break;
-			}
-			double wall = (double)(farm_now_ns() - t0r);
-			struct fig *f = &R.peer[which][mode][w];
-			memset(f, 0, sizeof(*f));
-			f->cores = (double)(bu_proc_cpu_ns(p.pid) - s0) / wall;
-			f->client_cores =
-			        (double)(bu_self_cpu_ns() - k0) / wall;
-			size_t ns = 0;
-			for (unsigned i = 0; i < nt; i++) {
-				double s = (double)jobs[i].ns / 1e9;
-				if (s <= 0)
-					continue;
-				f->ops += (double)jobs[i].ops / s;
-				f->keys += (double)jobs[i].keys / s;
-				f->gets += (double)jobs[i].gets / s;
-				f->puts += (double)jobs[i].puts / s;
-				f->notfound += jobs[i].notfound;
-				memcpy(g_samp + ns, jobs[i].samp,
-				       jobs[i].nsamp * 8);
-				ns += jobs[i].nsamp;
-			}
-			pcts(g_samp, ns, &f->p50_ns, &f->p99_ns);
-			f->have = true;
-			printf("  %-9s %-20s %8.3f M ops/s, %.3f M keys/s, p50 "
-			       "%.1f "
-			       "us, p99 %.1f us%s\n",
-			       mname[mode], wname[w], f->ops / 1e6,
-			       f->keys / 1e6, f->p50_ns / 1e3, f->p99_ns / 1e3,
-			       mode == M_PIPE ? " (per batch)" : "");
-			fflush(stdout);
-		}
-	if (!rc && !O.demo) {
-		/* Unloaded: one connection, one GET at a time. */
-		uint64_t dur = (uint64_t)(FARM_MIN(O.seconds, 1.0) * 1e9);
-		uint64_t *smp = jobs[0].samp;
-		jobs[0] = (struct pjob){.which = which,
-		                        .mode = M_SINGLE,
-		                        .wl = W_C,
-		                        .nthreads = 1,
-		                        .port = p.port,
-		                        .nkeys = O.keys,
-		                        .zetan = SH->zeta_n,
-		                        .go_ns = farm_now_ns() + 20000000ull +
-		                                 dur / 10,
-		                        .dur_ns = dur,
-		                        .warm_ns = dur / 10,
-		                        .samp = smp};
-		/* every GET timed */
-		unsigned se = O.sample_every;
-		O.sample_every = 1;
-		rc = smp ? peer_threads(jobs, 1, peer_run_thread) : -ENOMEM;
-		O.sample_every = se;
-		struct fig *f = &R.peer_lat1[which];
-		memset(f, 0, sizeof(*f));
-		if (!rc && jobs[0].ns) {
-			f->ops = (double)jobs[0].ops /
-			         ((double)jobs[0].ns / 1e9);
-			f->keys = f->gets = f->ops;
-			pcts(jobs[0].samp, jobs[0].nsamp, &f->p50_ns,
-			     &f->p99_ns);
-			f->have = true;
-			printf("  unloaded GET (1 connection, 1 in flight): "
-			       "%.3f M/s, p50 %.1f us, p99 %.1f us\n",
-			       f->ops / 1e6, f->p50_ns / 1e3, f->p99_ns / 1e3);
-		}
-	}
-	if (!rc)
-		R.peer_ok[which] = true;
-out:
-	for (unsigned i = 0; i < nt; i++)
-		free(jobs[i].samp);
-	peer_stop(&p);
-	return rc;
-}
-
-/* ---- output
- * ----------------------------------------------------------------------------------
- */
-
-static void jfig(const char *name, const struct fig *f, bool comma)
+/* A workload's figures (@ycsb: with inserts, scans, read-modify-writes
+ * and reads not found). */
+static void jfig(const char *name, const struct fig *f, bool ycsb, bool comma)
 {
 	if (!f->have) {
 		printf("\"%s\": null%s", name, comma ? ", " : "");
@@ -2029,9 +434,15 @@ static void jfig(const char *name, const struct fig *f, bool comma)
 	}
 	printf("\"%s\": {\"ops\": %.0f, \"keys\": %.0f, \"gets\": %.0f, "
 	       "\"puts\": %.0f, \"keys_per_core\": %.0f, \"p50_ns\": %.0f, "
-	       "\"p99_ns\": %.0f}%s",
+	       "\"p99_ns\": %.0f",
 	       name, f->ops, f->keys, f->gets, f->puts, f->keys / R.cores,
-	       f->p50_ns, f->p99_ns, comma ? ", " : "");
+	       f->p50_ns, f->p99_ns);
+	if (ycsb)
+		printf(", \"inserts\": %.0f, \"scans\": %.0f, \"scan_pairs\": "
+		       "%.0f, \"rmws\": %.0f, \"notfound\": %" PRIu64,
+		       f->inserts, f->scans, f->scan_pairs, f->rmws,
+		       f->notfound);
+	printf("}%s", comma ? ", " : "");
 }
 
 static void jgoal(const char *name, double v, bool have, double target,
@@ -2096,6 +507,54 @@ static void print_net(const struct net_goals *g)
 	       g->x, g->farm_p50, g->mc_p50);
 }
 
+/* The JSON line's end over ofi: the measured cores, the peers' unloaded
+ * GETs and issue 15's goals (across namespaces; on loopback they are
+ * reported, never met). */
+static void print_net_json(const struct net_goals *ng)
+{
+	printf("}, \"measured_cores\": {\"farm_uniform_c\": %.3f, "
+	       "\"farm_unloaded_lookup\": %.3f, "
+	       "\"memcached_best_server\": %.3f, "
+	       "\"memcached_best_client\": %.3f}, "
+	       "\"per_core\": {\"farm_uniform_c\": %.0f, "
+	       "\"memcached_best\": %.0f, \"memcached_best_mode\": "
+	       "\"%s\"}, ",
+	       R.farm[W_C].cores, R.lat1.cores, ng->mc_cores,
+	       ng->mc_client_cores, ng->farm_pc, ng->mc_pc, ng->mc_mode);
+	jfig("memcached_unloaded_get", &R.peer_lat1[P_MC], false, true);
+	jfig("redis_unloaded_get", &R.peer_lat1[P_REDIS], false, false);
+	printf(", \"goals\": {");
+	jgoal("netns_lookups_per_core_vs_memcached_best", ng->x,
+	      ng->mc_pc > 0 && ng->farm_pc > 0, 2.0,
+	      O.net.netns && ng->x >= 2.0, ">=", true);
+	jgoal("netns_lookup_p50_us_vs_memcached_p50_us", ng->farm_p50,
+	      R.lat1.have && ng->mc_p50 > 0, ng->mc_p50 > 0 ? ng->mc_p50 : 0,
+	      O.net.netns && R.lat1.have && ng->mc_p50 > 0 &&
+	              ng->farm_p50 < ng->mc_p50,
+	      "<", false);
+	printf("}}\n");
+	fflush(stdout);
+}
+
+/* The default run's summary lines. */
+static void print_summary(double farm_c, double lat_us, double vs_plain,
+                          const char *best_name, double best_peer,
+                          double vs_peer)
+{
+	printf("\nfarm: %u machine threads on %d cores; lookups/s per core "
+	       "(uniform C) %.3f M\n",
+	       O.machines, R.cores, farm_c / 1e6);
+	printf("unloaded lookup latency p50 %.2f us, p99 %.2f us (1 in flight; "
+	       "under load, %u in flight: p50 %.1f us)\n",
+	       lat_us, R.lat1.p99_ns / 1e3, O.depth, R.farm[W_C].p50_ns / 1e3);
+	printf("plain local loop %.3f M lookups/s per core (%.4f%% via the "
+	       "chain fallback); farm/plain %.3f\n",
+	       R.plain_rate / 1e6, R.plain_fallback_frac * 100, vs_plain);
+	printf("best peer: %s, %.3f M GETs/s per server core; farm/peer "
+	       "%.2fx\n",
+	       best_name, best_peer / 1e6, vs_peer);
+}
+
 static void print_all(void)
 {
 	double cores = R.cores;
@@ -2106,10 +565,12 @@ static void print_all(void)
 	       "keys/s (all threads)", "keys/s (all threads)");
 	for (int w = 0; w < NW; w++) {
 		const struct fig *f = &R.farm[w];
-		printf("%-20s | %10.3f M %8.1f %8.1f |", wname[w],
+		if (!kb_runs(w, false))
+			continue;
+		printf("%-20s | %10.3f M %8.1f %8.1f |", W[w].name,
 		       f->keys / cores / 1e6, f->p50_ns / 1e3, f->p99_ns / 1e3);
 		for (int p = 0; p < NPEER; p++) {
-			if (w == W_LOCAL || !R.peer_ok[p])
+			if (!kb_runs(w, true) || !R.peer_ok[p])
 				printf(" %26s |", "-");
 			else
 				printf("   %9.3f M / %9.3f M |",
@@ -2140,18 +601,13 @@ static void print_all(void)
 	double scale = have_small && R.small_c.keys > 0
 	                       ? R.farm[W_C].keys / R.small_c.keys
 	                       : 0;
-	printf("\nfarm: %u machine threads on %d cores; lookups/s per core "
-	       "(uniform C) %.3f M\n",
-	       O.machines, R.cores, farm_c / 1e6);
-	printf("unloaded lookup latency p50 %.2f us, p99 %.2f us (1 in flight; "
-	       "under load, %u in flight: p50 %.1f us)\n",
-	       lat_us, R.lat1.p99_ns / 1e3, O.depth, R.farm[W_C].p50_ns / 1e3);
-	printf("plain local loop %.3f M lookups/s per core (%.4f%% via the "
-	       "chain fallback); farm/plain %.3f\n",
-	       R.plain_rate / 1e6, R.plain_fallback_frac * 100, vs_plain);
-	printf("best peer: %s, %.3f M GETs/s per server core; farm/peer "
-	       "%.2fx\n",
-	       best_name, best_peer / 1e6, vs_peer);
+	if (O.any_mix)
+		printf("\n--mix: the default workloads, the unloaded latency "
+		       "and the plain loop were not run: their goals report "
+		       "null\n");
+	else
+		print_summary(farm_c, lat_us, vs_plain, best_name, best_peer,
+		              vs_peer);
 	if (have_small)
 		printf("at %" PRIu64 " keys: %.3f M keys/s per core; %" PRIu64
 		       " keys / %" PRIu64 " keys = %.3f\n",
@@ -2170,26 +626,39 @@ static void print_all(void)
 		print_net(&ng);
 
 	printf("{\"bench\": \"kv_bench\", \"provider\": \"%s\", "
-	       "\"network\": \"%s\", \"machines\": "
-	       "%u, "
+	       "\"network\": \"%s\", \"machines\": %u, "
 	       "\"threads_per_machine\": 1, \"cores\": %d, \"busy_poll\": "
 	       "true, "
 	       "\"pinned\": %s, \"keys\": %" PRIu64 ", \"key_bytes\": %u, "
-	       "\"value_bytes\": %u, \"occupancy\": %.2f, \"depth\": %u, "
-	       "\"seconds\": %.3g, \"sample_every\": %u, \"load_s\": %.2f, "
+	       "\"value_bytes\": %u, \"key_inline\": %u, \"value_inline\": "
+	       "%u, \"zipf_theta\": %.3g, \"mix\": ",
+	       O.net.fabric, bnet_network(&O.net), O.machines, R.cores,
+	       O.pin ? "true" : "false", O.keys, O.ksize, O.vsize,
+	       kb_key_inline(), kb_val_inline(), O.theta);
+	if (O.any_mix) {
+		printf("\"");
+		for (int w = W_YA; w <= W_YF; w++)
+			if (O.mix[w])
+				printf("%c", 'A' + (w - W_YA));
+		printf("\"");
+	} else {
+		printf("null");
+	}
+	printf(", \"occupancy\": %.2f, \"depth\": %u, \"log_size\": %" PRIu64
+	       ", \"seconds\": %.3g, \"sample_every\": %u, \"load_s\": %.2f, "
 	       "\"load_puts_per_s\": %.0f, \"reads_per_lookup\": %.4f, "
 	       "\"farm\": {",
-	       O.net.fabric, bnet_network(&O.net), O.machines, R.cores,
-	       O.pin ? "true" : "false", O.keys, KLEN, VLEN, O.occupancy,
-	       O.depth, O.seconds, O.sample_every, R.load_s, R.load_rate, rpl);
+	       O.occupancy, O.depth, O.log_size, O.seconds, O.sample_every,
+	       R.load_s, R.load_rate, rpl);
 	for (int w = 0; w < NW; w++)
-		jfig(wkey[w], &R.farm[w], true);
-	jfig("unloaded_lookup", &R.lat1, false);
+		if (kb_runs(w, false))
+			jfig(W[w].key, &R.farm[w], w >= W_YA, true);
+	jfig("unloaded_lookup", &R.lat1, false, false);
 	printf("}, \"plain_local_loop_per_s\": %.0f, \"small\": {\"keys\": "
 	       "%" PRIu64 ", ",
 	       R.plain_rate, R.small_keys);
-	jfig("uniform_c", &R.small_c, true);
-	jfig("zipf_c", &R.small_zc, false);
+	jfig("uniform_c", &R.small_c, false, true);
+	jfig("zipf_c", &R.small_zc, false, false);
 	printf("}, \"peers\": {");
 	for (int p = 0; p < NPEER; p++) {
 		printf("\"%s\": {\"ok\": %s, \"server_cores\": 1, \"load_s\": "
@@ -2198,9 +667,15 @@ static void print_all(void)
 		       R.peer_load_s[p]);
 		for (int m = 0; m < NMODE; m++) {
 			printf(", \"%s\": {", mname[m]);
-			for (int w = 0; w < W_LOCAL; w++)
-				jfig(wkey[w], &R.peer[p][m][w],
-				     w + 1 < W_LOCAL);
+			bool first = true;
+			for (int w = 0; w < NW; w++) {
+				if (!kb_runs(w, true))
+					continue;
+				printf("%s", first ? "" : ", ");
+				jfig(W[w].key, &R.peer[p][m][w], w >= W_YA,
+				     false);
+				first = false;
+			}
 			printf("}");
 		}
 		printf("}%s", p + 1 < NPEER ? ", " : "");
@@ -2210,42 +685,20 @@ static void print_all(void)
 	       "%.3f, \"best_peer\": \"%s\", \"farm_vs_plain\": %.3f, "
 	       "\"n_vs_small\": %.3f",
 	       vs_peer, best_name, vs_plain, scale);
-	for (int w = 0; w < W_LOCAL; w++) {
+	for (int w = 0; w < NW; w++) {
 		const struct fig *f = &R.farm[w];
+		if (!kb_runs(w, true))
+			continue;
 		double bp = 0;
 		for (int p = 0; p < NPEER; p++)
 			for (int m = 0; m < NMODE; m++)
 				if (R.peer_ok[p])
 					bp = FARM_MAX(bp, R.peer[p][m][w].keys);
-		printf(", \"%s_farm_per_core_vs_best_peer\": %.3f", wkey[w],
+		printf(", \"%s_farm_per_core_vs_best_peer\": %.3f", W[w].key,
 		       bp > 0 ? f->keys / cores / bp : 0);
 	}
 	if (!bnet_shm(&O.net)) {
-		printf("}, \"measured_cores\": {\"farm_uniform_c\": %.3f, "
-		       "\"farm_unloaded_lookup\": %.3f, "
-		       "\"memcached_best_server\": %.3f, "
-		       "\"memcached_best_client\": %.3f}, "
-		       "\"per_core\": {\"farm_uniform_c\": %.0f, "
-		       "\"memcached_best\": %.0f, \"memcached_best_mode\": "
-		       "\"%s\"}, ",
-		       R.farm[W_C].cores, R.lat1.cores, ng.mc_cores,
-		       ng.mc_client_cores, ng.farm_pc, ng.mc_pc, ng.mc_mode);
-		jfig("memcached_unloaded_get", &R.peer_lat1[P_MC], true);
-		jfig("redis_unloaded_get", &R.peer_lat1[P_REDIS], false);
-		printf(", \"goals\": {");
-		/* Issue 15's goals, across namespaces (on loopback they are
-		 * reported, never met). */
-		jgoal("netns_lookups_per_core_vs_memcached_best", ng.x,
-		      ng.mc_pc > 0 && ng.farm_pc > 0, 2.0,
-		      O.net.netns && ng.x >= 2.0, ">=", true);
-		jgoal("netns_lookup_p50_us_vs_memcached_p50_us", ng.farm_p50,
-		      R.lat1.have && ng.mc_p50 > 0,
-		      ng.mc_p50 > 0 ? ng.mc_p50 : 0,
-		      O.net.netns && R.lat1.have && ng.mc_p50 > 0 &&
-		              ng.farm_p50 < ng.mc_p50,
-		      "<", false);
-		printf("}}\n");
-		fflush(stdout);
+		print_net_json(&ng);
 		return;
 	}
 	printf("}, \"goals\": {");
@@ -2311,13 +764,14 @@ static void usage(FILE *out)
 	        "usage: kv_bench [OPTIONS]\n"
 	        "\n"
 	        "YCSB-style load on the cluster key-value store (src/kv): a\n"
-	        "local cluster of machine processes (shm fabric, one busy-\n"
-	        "polling loop each), 16 B keys and 32 B values, uniform and\n"
-	        "Zipf 0.99 key choice, read-only / 95-5 / 50-50 and 24-key\n"
-	        "multi-get; against memcached and Redis (started here on\n"
-	        "loopback, same keys, same mix, same number of connections\n"
-	        "as machine threads), and a plain local lookup loop. Prints a\n"
-	        "table, then one JSON line (last).\n"
+	        "local cluster of machine processes (shm fabric, or ofi:\n"
+	        "--fabric; one busy-polling loop each), 16 B keys and 32 B\n"
+	        "values, uniform and Zipf 0.99 key choice, read-only / 95-5\n"
+	        "/ 50-50 and 24-key multi-get (or YCSB A-F: --mix); against\n"
+	        "memcached and Redis (started here on loopback, same keys,\n"
+	        "same mix, same number of connections as machine threads),\n"
+	        "and a plain local lookup loop. Prints a table, then one\n"
+	        "JSON line (last).\n"
 	        "\n"
 	        "  --machines N     machine processes (2..%d; default 2)\n"
 	        "  --keys N         keys to load (default 10M; suffixes k, M)\n"
@@ -2326,13 +780,15 @@ static void usage(FILE *out)
 	        "                   and requests per pipelined peer batch\n"
 	        "                   (default 32)\n"
 	        "  --load-depth D   puts in flight per machine while loading\n"
-	        "                   (default 128)\n"
+	        "                   (default 64)\n"
 	        "  --occupancy F    table occupancy to size buckets for\n"
 	        "                   (0.3..0.95; default 0.85)\n"
 	        "  --sample-every K time one operation in K (power of two;\n"
 	        "                   default 16)\n"
 	        "  --log-size SZ    transaction log ring size (config\n"
-	        "                   log_size; default the config's 256K)\n"
+	        "                   log_size; default 1M, more for values\n"
+	        "                   over about 1 KiB: 64 combined puts must\n"
+	        "                   fit)\n"
 	        "  --no-peers       skip memcached and Redis\n"
 	        "  --no-small       skip the 1M-key run\n"
 	        "  --no-pin         do not pin machine i to CPU i\n"
@@ -2348,6 +804,35 @@ static void usage(FILE *out)
 	        "root\n"
 	        "                   /libfarm/kvdemo-<pid>-<n>) instead of\n"
 	        "                   static peers\n"
+	        "YCSB's knobs:\n"
+	        "  --key-size N     key bytes (8..250; default 16): "
+	        "printable,\n"
+	        "                   as memcached takes them\n"
+	        "  --value-size N   value bytes (8 up to the store's limit "
+	        "for\n"
+	        "                   one message, about 32 KiB with the "
+	        "default\n"
+	        "                   rings; default 32; YCSB's default record "
+	        "is\n"
+	        "                   1 KiB). Keys up to 64 B and values up to\n"
+	        "                   128 B are kept in the bucket's slots,\n"
+	        "                   longer ones in an object of their own\n"
+	        "  --zipf THETA     the zipfian constant (0.01..0.999; "
+	        "default\n"
+	        "                   0.99, YCSB's)\n"
+	        "  --mix LIST       run YCSB's core workloads instead of the\n"
+	        "                   default set: letters A-F or all (A 50/50\n"
+	        "                   read/update, B 95/5, C read only, all\n"
+	        "                   zipfian; D 95/5 read/insert, reads of the\n"
+	        "                   latest keys; E 95/5 scan/insert, scans of\n"
+	        "                   1..100 pairs of the machine's own shard "
+	        "in\n"
+	        "                   table order (not on the peers: they have\n"
+	        "                   no scan); F 50/50 "
+	        "read/read-modify-write).\n"
+	        "                   No 1M-key run, unloaded latency or plain\n"
+	        "                   loop: those goals report null\n"
+	        "Networks (issue 15):\n"
 	        "  --fabric NAME    shm (default) or ofi (libfabric\n"
 	        "                   tcp;ofi_rxm over loopback; default keys\n"
 	        "                   100k); the server and client CPU each\n"
@@ -2364,21 +849,22 @@ static void usage(FILE *out)
 	        MAXM);
 }
 
-static bool in_path(const char *prog)
+/* --mix: letters A to F (any case, commas allowed), or "all". */
+static int parse_mix(const char *s)
 {
-	const char *path = getenv("PATH");
-	if (!path)
-		return false;
-	char buf[4096];
-	snprintf(buf, sizeof(buf), "%s", path);
-	for (char *save = NULL, *d = strtok_r(buf, ":", &save); d;
-	     d = strtok_r(NULL, ":", &save)) {
-		char f[4200];
-		snprintf(f, sizeof(f), "%s/%s", d, prog);
-		if (access(f, X_OK) == 0)
-			return true;
+	bool all = !strcasecmp(s, "all");
+	for (const char *p = s; !all && *p; p++) {
+		int c = *p >= 'a' && *p <= 'z' ? *p - 'a' + 'A' : *p;
+		if (c >= 'A' && c <= 'F')
+			O.mix[W_YA + (c - 'A')] = true;
+		else if (c != ',')
+			return -EINVAL;
 	}
-	return false;
+	for (int w = W_YA; all && w <= W_YF; w++)
+		O.mix[w] = true;
+	for (int w = W_YA; w <= W_YF; w++)
+		O.any_mix |= O.mix[w];
+	return O.any_mix ? 0 : -EINVAL;
 }
 
 static int parse_opts(int argc, char **argv)
@@ -2398,6 +884,10 @@ static int parse_opts(int argc, char **argv)
 		O_LOG,
 		O_DEMO,
 		O_ZK,
+		O_KSIZE,
+		O_VSIZE,
+		O_ZIPF,
+		O_MIX,
 		O_FABRIC,
 		O_NETNS
 	};
@@ -2416,6 +906,10 @@ static int parse_opts(int argc, char **argv)
 	        {"log-size", required_argument, NULL, O_LOG},
 	        {"demo", no_argument, NULL, O_DEMO},
 	        {"zk", required_argument, NULL, O_ZK},
+	        {"key-size", required_argument, NULL, O_KSIZE},
+	        {"value-size", required_argument, NULL, O_VSIZE},
+	        {"zipf", required_argument, NULL, O_ZIPF},
+	        {"mix", required_argument, NULL, O_MIX},
 	        {"fabric", required_argument, NULL, O_FABRIC},
 	        {"netns", no_argument, NULL, O_NETNS},
 	        {"help", no_argument, NULL, 'h'},
@@ -2431,8 +925,12 @@ static int parse_opts(int argc, char **argv)
 	                  .peers = true,
 	                  .small = true,
 	                  .pin = true,
+	                  .ksize = 16,
+	                  .vsize = 32,
+	                  .theta = 0.99,
 	                  .net = BNET_DEFAULT};
 	bool set_keys = false, set_secs = false, set_mach = false;
+	bool set_log = false;
 	uint64_t v;
 	char *end;
 	int c;
@@ -2446,7 +944,7 @@ static int parse_opts(int argc, char **argv)
 			break;
 		case O_KEYS:
 			if (farm_parse_size(optarg, &v) || v < 1000 ||
-			    v > (1ull << 30))
+			    v > KEY_LIMIT / 2) /* room for inserts */
 				goto bad;
 			O.keys = v;
 			set_keys = true;
@@ -2484,6 +982,27 @@ static int parse_opts(int argc, char **argv)
 		case O_NOPIN: O.pin = false; break;
 		case O_QUICK: O.quick = true; break;
 		case O_DEMO: O.demo = true; break;
+		case O_KSIZE:
+			if (farm_parse_size(optarg, &v) || v < 8 ||
+			    v > KLEN_MAX)
+				goto bad;
+			O.ksize = (unsigned)v;
+			break;
+		case O_VSIZE:
+			if (farm_parse_size(optarg, &v) || v < 8 ||
+			    v > VLEN_MAX)
+				goto bad;
+			O.vsize = (unsigned)v;
+			break;
+		case O_ZIPF:
+			O.theta = strtod(optarg, &end);
+			if (*end || !(O.theta >= 0.01 && O.theta <= 0.999))
+				goto bad;
+			break;
+		case O_MIX:
+			if (parse_mix(optarg))
+				goto bad;
+			break;
 		case O_FABRIC:
 			if (bnet_set_fabric(&O.net, optarg))
 				goto bad;
@@ -2499,6 +1018,7 @@ static int parse_opts(int argc, char **argv)
 			    v < (64u << 10) || v > (64u << 20))
 				goto bad;
 			O.log_size = v;
+			set_log = true;
 			break;
 		case 'h': usage(stdout); exit(0);
 		default: usage(stderr); return -EINVAL;
@@ -2516,7 +1036,7 @@ static int parse_opts(int argc, char **argv)
 			O.seconds = 0.5;
 		O.small = false;
 		if (O.peers &&
-		    (!in_path("memcached") || !in_path("redis-server"))) {
+		    (!kb_in_path("memcached") || !kb_in_path("redis-server"))) {
 			fprintf(stderr,
 			        PROG ": --quick: memcached or redis-server "
 			             "not installed: peers skipped\n");
@@ -2547,15 +1067,25 @@ static int parse_opts(int argc, char **argv)
 		const char *zk = getenv("FARM_NETNS_ZK");
 		if (!O.zk[0] && zk && *zk)
 			snprintf(O.zk, sizeof(O.zk), "%s", zk);
-		if (tn_addr(0, peer_ip_s, sizeof(peer_ip_s)) ||
-		    inet_pton(AF_INET, peer_ip_s, &peer_ip) != 1) {
-			fprintf(stderr, PROG ": --netns: no address for "
-			                     "machine 0\n");
+		if (kb_peer_netns())
 			return -EINVAL;
-		}
 	}
-	if (O.keys <= SMALL_KEYS)
+	if (O.keys <= SMALL_KEYS || O.any_mix)
 		O.small = false;
+	if (!set_log) {
+		/* The owner combines up to 64 puts in one transaction, whose
+		 * records must fit half a log with room to spare: big values
+		 * need bigger logs (1 MiB for the default sizes). */
+		uint64_t need = 64ull * 8 *
+		                (8 + O.ksize + O.vsize + 4 * kb_bucket_bytes());
+		while (O.log_size < need && O.log_size < (64u << 20))
+			O.log_size <<= 1;
+	}
+	if (O.demo && O.any_mix) {
+		fprintf(stderr, PROG ": --demo runs YCSB-B; not with --mix\n");
+		return -EINVAL;
+	}
+
 	return 0;
 bad:
 	fprintf(stderr, PROG ": bad value '%s' for --%s (see --help)\n", optarg,
@@ -2570,7 +1100,7 @@ static int demo_main(const char *tmp)
 	       O.machines, O.keys, O.seconds);
 	fflush(stdout);
 	int rc = run_farm(O.keys, true, tmp);
-	bool mc_skipped = !in_path("memcached");
+	bool mc_skipped = !kb_in_path("memcached");
 	if (!rc && !interrupted) {
 		if (mc_skipped)
 			printf("== memcached: not installed: skipped\n");
@@ -2579,7 +1109,7 @@ static int demo_main(const char *tmp)
 			       "client connections)\n",
 			       O.machines);
 			fflush(stdout);
-			if (run_peer(P_MC, tmp) && !interrupted)
+			if (kb_run_peer(P_MC, tmp) && !interrupted)
 				printf("== memcached: failed (above): "
 				       "skipped\n");
 		}
@@ -2628,7 +1158,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	int first[MAXM];
-	R.ncpu = ncpus_allowed(first);
+	R.ncpu = kb_ncpus_allowed(first);
 	R.cores = (int)FARM_MIN((unsigned)R.ncpu, O.machines);
 	if (O.demo)
 		printf("kv_bench --demo: the cluster key-value store (src/kv) "
@@ -2662,7 +1192,7 @@ int main(int argc, char **argv)
 		SH->zeta_n = zn;
 		for (int p = 0; p < NPEER && !rc; p++) {
 			printf("== %s\n", pname[p]);
-			rc = run_peer(p, tmp);
+			rc = kb_run_peer(p, tmp);
 		}
 	}
 	R.total_s = (double)(farm_now_ns() - t0) / 1e9;

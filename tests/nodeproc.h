@@ -248,6 +248,28 @@ static inline int np_config(const struct np_child *c, const char *rsize,
 	return 0;
 }
 
+/* np_config for a cluster joined through ZooKeeper at @zk under @root
+ * (no static peers), with sessions of @session_ms and leases of
+ * @lease_us. */
+static inline int np_config_zk(const struct np_child *c, const char *rsize,
+                               const char *zk, const char *root,
+                               uint32_t session_ms, uint32_t lease_us,
+                               struct farm_config *cfg)
+{
+	int rc = np_config(c, rsize, cfg);
+	if (rc)
+		return rc;
+	cfg->npeers = 0;
+	snprintf(cfg->zk, sizeof(cfg->zk), "%s", zk);
+	snprintf(cfg->zk_root, sizeof(cfg->zk_root), "%s", root);
+	cfg->zk_session_ms = session_ms;
+	cfg->lease_us = lease_us;
+	/* A cold ZooKeeper on a loaded 2-core host took over 5 s to let
+	 * machines join (make check at load 16). */
+	cfg->zk_connect_timeout_ms = 30000;
+	return 0;
+}
+
 /* Across namespaces: every member of @c's view publishes a fabric address
  * on its own namespace's network (machine 0 says them). 0, or -1. */
 static inline int np_check_netns(struct np_child *c)

@@ -260,6 +260,69 @@ static bool count_cb(void *ctx, const void *k, uint32_t kl, const void *v,
 	return true;
 }
 
+/* The keys a shard's iteration visits, in order (16-byte keys). */
+struct seq {
+	unsigned n, cap;
+	char (*k)[16];
+};
+
+static bool seq_cb(void *ctx, const void *k, uint32_t kl, const void *v,
+                   uint32_t vl)
+{
+	(void)v;
+	(void)vl;
+	struct seq *s = ctx;
+	assert_int_equal(kl, 16);
+	assert_true(s->n < s->cap);
+	memcpy(s->k[s->n++], k, 16);
+	return true;
+}
+
+static uint32_t home(const char *k, uint32_t nb)
+{
+	return (uint32_t)((farm_ht_hash(k, 16) >> 11) % nb); /* ht_int.h */
+}
+
+/* farm_ht_iterate_local_from: from a key's home bucket on, a suffix of the
+ * whole shard's iteration that holds the key: pairs before it live below
+ * that bucket (their homes are lower), pairs in it at or past it (their
+ * homes at most one lower); NULL: the whole of it. */
+static void check_iterate_from(unsigned m, unsigned n, uint32_t nb)
+{
+	struct seq all = {.cap = n, .k = calloc(n, 16)};
+	struct seq from = {.cap = n, .k = calloc(n, 16)};
+	assert_non_null(all.k);
+	assert_non_null(from.k);
+	assert_true(farm_ht_iterate_local(H[m], m, seq_cb, &all) > 0);
+	assert_int_equal(
+	        farm_ht_iterate_local_from(H[m], m, NULL, 0, seq_cb, &from),
+	        all.n);
+	assert_memory_equal(from.k, all.k, (size_t)all.n * 16);
+	for (unsigned i = 0; i < all.n; i += 1 + all.n / 16) {
+		from.n = 0;
+		long c = farm_ht_iterate_local_from(H[m], m, all.k[i], 16,
+		                                    seq_cb, &from);
+		assert_int_equal(c, from.n);
+		assert_true(from.n >= 1 && from.n <= all.n);
+		unsigned j = all.n - from.n; /* where the suffix starts */
+		assert_memory_equal(from.k, all.k[j], (size_t)from.n * 16);
+		bool has = false;
+		for (unsigned x = 0; x < from.n && !has; x++)
+			has = !memcmp(from.k[x], all.k[i], 16);
+		assert_true(has);
+		uint32_t b = home(all.k[i], nb);
+		for (unsigned x = 0; x < j; x++)
+			assert_true(home(all.k[x], nb) < b);
+		for (unsigned x = j; x < all.n; x++)
+			assert_true(home(all.k[x], nb) + 1 >= b);
+	}
+	assert_int_equal(
+	        farm_ht_iterate_local_from(H[m], m, all.k[0], 0, seq_cb, &from),
+	        -EINVAL);
+	free(all.k);
+	free(from.k);
+}
+
 static void test_occupancy(void **state)
 {
 	(void)state;
@@ -295,6 +358,8 @@ static void test_occupancy(void **state)
 		long c = farm_ht_iterate_local(H[m], m, count_cb, &seen);
 		assert_true(c >= 0);
 	}
+	for (unsigned m = 0; m < 3; m++)
+		check_iterate_from(m, n, 128);
 	printf("occupancy %.1f%% of %u slots (H = 8): %" PRIu64
 	       " chain blocks, %.3f reads per lookup\n",
 	       100.0 * n / slots, slots, appends,

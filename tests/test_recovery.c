@@ -111,14 +111,10 @@ static int machine(struct np_child *c, void *arg)
 {
 	(void)arg;
 	struct farm_config cfg;
-	int rc = np_config(c, "16M", &cfg);
+	int rc = np_config_zk(c, "16M", zk_connect, zk_root, SESSION_MS,
+	                      LEASE_US, &cfg);
 	if (rc)
 		return rc;
-	cfg.npeers = 0;
-	snprintf(cfg.zk, sizeof(cfg.zk), "%s", zk_connect);
-	snprintf(cfg.zk_root, sizeof(cfg.zk_root), "%s", zk_root);
-	cfg.zk_session_ms = SESSION_MS;
-	cfg.lease_us = LEASE_US;
 	struct child ch = {0};
 	if ((rc = farm_node_open(&cfg, &c->node))) {
 		fprintf(stderr, "m%u: open: %s\n", c->me, farm_strerror(rc));
@@ -155,11 +151,6 @@ static struct report ask(struct np_cluster *cl, unsigned i, char cmd)
 	np_expect(cl, i, 'V', WAIT_MS + 5000);
 	np_recv(cl, i, &r, sizeof(r), 1000);
 	return r;
-}
-
-static int zk_local(const char *verb, char *line, size_t len)
-{
-	return tu_zk_local(zk_script, verb, zk_dir, line, len);
 }
 
 static struct np_cluster cl;
@@ -255,33 +246,13 @@ static int teardown(void **state)
 
 int main(void)
 {
-#ifndef FARM_HAVE_ZK
-	printf("skipped: libfarm built without the ZooKeeper client\n");
-	return FARM_TEST_SKIP;
-#endif
-	tu_tmpdir(zk_dir, sizeof(zk_dir), "zk");
-	int st = zk_local("start", zk_connect, sizeof(zk_connect));
-	if (st == 3) {
-		printf("skipped: java or the ZooKeeper jars are not installed "
-		       "(apt-get install zookeeper)\n");
-		tu_rmtree(zk_dir);
-		return FARM_TEST_SKIP;
-	}
-	if (st != 0) {
-		fprintf(stderr, "zk-local start failed (%d)\n", st);
-		zk_local("stop", NULL, 0);
-		tu_rmtree(zk_dir);
-		return 1;
-	}
 	snprintf(zk_root, sizeof(zk_root), "/libfarm/test-recovery-%d",
 	         (int)getpid());
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test_teardown(test_detect_and_reconfigure,
 	                                  teardown),
 	};
-	int rc = cmocka_run_group_tests(tests, NULL, NULL);
-	if (zk_local("stop", NULL, 0) != 0)
-		fprintf(stderr, "zk-local stop failed\n");
-	tu_rmtree(zk_dir);
-	return rc;
+	return tu_zk_run(zk_script, zk_dir, sizeof(zk_dir), zk_connect,
+	                 sizeof(zk_connect), "recovery", tests,
+	                 sizeof(tests) / sizeof(tests[0]));
 }

@@ -6,6 +6,7 @@
  * Concurrency (bank, torn reads, checker) is in the multi-process tests.
  */
 #include "asnodes.h"
+#include "txn/recover_wire.h"
 
 #include <inttypes.h>
 
@@ -555,6 +556,84 @@ static void test_bad_input(void **state)
 	assert_false(farm_tx_retryable(0));
 }
 
+/* Recovery's messages, forged or stale (issue 12: bad input): each is
+ * refused and counted (rec_refused), none changes anything, and the
+ * machines go on committing. Machine id 2 sends them to machine id 1,
+ * which is in no recovery (configuration 0 there). */
+static uint64_t refused(unsigned m)
+{
+	farm_txm_stats st;
+	farm_txm_stats_get(C.m[m].txm, &st);
+	return st.rec_refused;
+}
+
+static void send_bad(uint16_t type, const void *p, uint32_t len)
+{
+	assert_int_equal(farm_msg_send(C.m[1].loop, 1, 0, type, p, len), 0);
+}
+
+static void test_recovery_bad_input(void **state)
+{
+	(void)state;
+	farm_fatptr p = make_obj(0, 64, 7);
+	uint64_t r0 = refused(0), r1 = refused(1);
+	uint8_t junk[64];
+	memset(junk, 0xa5, sizeof(junk));
+	uint64_t mine = (1ull << 56) | 12345; /* coordinator 1, thread 0 */
+	uint64_t other = (3ull << 56) | 777;  /* coordinator 3 */
+	struct rec_q q = {.cfg = 1, .txid = other};
+	struct rec_vote v = {
+	        .cfg = 9, .txid = other, .coord = 3, .flags = V_CB};
+	struct rec_end e = {.cfg = 9, .coord = 3, .thread = 0};
+	struct rec_dec d = {.cfg = 9, .txid = other, .coord = 3, .commit = 1};
+	unsigned sent = 0;
+	send_bad(FARM_MSGT_REC_QUERY, junk, 3), sent++;       /* malformed */
+	send_bad(FARM_MSGT_REC_QUERY, &q, sizeof(q)), sent++; /* not ours */
+	q.answer = A_COMMIT;
+	send_bad(FARM_MSGT_REC_ANSWER, &q, sizeof(q)),
+	        sent++; /* no one asked */
+	q.answer = 77;
+	send_bad(FARM_MSGT_REC_ANSWER, &q, sizeof(q)), sent++; /* bad answer */
+	send_bad(FARM_MSGT_REC_VOTE, &v, sizeof(v)), sent++;   /* not decider */
+	send_bad(FARM_MSGT_REC_VOTE, junk, 5), sent++;
+	v.nregs = 60000; /* more regions than the message holds */
+	send_bad(FARM_MSGT_REC_VOTE, &v, sizeof(v)), sent++;
+	send_bad(FARM_MSGT_REC_END, &e, sizeof(e)), sent++;
+	send_bad(FARM_MSGT_REC_END, junk, 1), sent++;
+	send_bad(FARM_MSGT_REC_DECIDE, &d, sizeof(d)), sent++; /* forged */
+	d.commit = 5;
+	send_bad(FARM_MSGT_REC_DECIDE, &d, sizeof(d)), sent++;
+	send_bad(FARM_MSGT_REC_DONE, &e, sizeof(e)), sent++;
+	send_bad(FARM_MSGT_REC_GO, &e, sizeof(e)), sent++; /* not the decider */
+	send_bad(FARM_MSGT_REC_GO, junk, 2), sent++;
+	send_bad(FARM_MSGT_REC_APPLIED, junk, 9), sent++;
+	/* A query for a transaction of machine 1 that is not in flight is
+	 * answered "finished"; machine 2 asked for nothing, so it refuses
+	 * the answer. */
+	q = (struct rec_q){.cfg = 0, .txid = mine};
+	send_bad(FARM_MSGT_REC_QUERY, &q, sizeof(q));
+	uint64_t t0 = farm_now_ns();
+	while ((refused(0) - r0 < sent || refused(1) - r1 < 1) &&
+	       farm_now_ns() - t0 < 10000000000ull)
+		asn_pump(&C);
+	assert_int_equal(refused(0) - r0, sent);
+	assert_int_equal(refused(1) - r1, 1);
+	/* Nothing changed: the object reads as before, and commits go on. */
+	uint8_t buf[64];
+	assert_int_equal(lf(2, p.addr, 64, UINT64_MAX, buf), 0);
+	for (unsigned i = 0; i < 64; i++)
+		assert_int_equal(buf[i], 7);
+	farm_tx *tx = begin(2);
+	void *w;
+	assert_int_equal(rd(tx, p.addr, 64, NULL), 0);
+	assert_int_equal(farm_tx_write(tx, p.addr, &w), 0);
+	memset(w, 8, 64);
+	assert_int_equal(commit(tx), 0);
+	farm_tx_free(tx);
+	assert_int_equal(lf(1, p.addr, 64, UINT64_MAX, buf), 0);
+	assert_int_equal(buf[0], 8);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -565,6 +644,7 @@ int main(void)
 	        cmocka_unit_test(test_free_and_fat_pointers),
 	        cmocka_unit_test(test_arrays),
 	        cmocka_unit_test(test_bad_input),
+	        cmocka_unit_test(test_recovery_bad_input),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -29,16 +29,10 @@
  * (deadline), --torn-seconds S, --torn-reads N, --broken, --only NAME,
  * --epoch-every N (bank iterations per machine between epoch ends).
  */
-#include "nodeproc.h"
-
-#include <inttypes.h>
-#include "sercheck.h"
-#include "txn/txm.h"
-#include "txn/txn_testing.h"
+#include "txproc.h"
 
 #define NM      NP_NM
 #define RSIZE   "16M"
-#define VSTEP   4u /* object versions step by 4 (txn/object.h) */
 #define JOIN_MS 30000
 
 /* ---- options ----------------------------------------------------------------
@@ -68,49 +62,19 @@ static uint64_t opt_epoch_every = 2000; /* bank iterations per epoch end */
 
 static struct np_cluster G;
 
-struct ch;
-typedef int (*role_fn)(struct ch *c);
+typedef int (*role_fn)(struct tx_child *c);
 
-/* A machine process (child side). */
-struct ch {
-	struct np_child np; /* me, pipes, node, loop (nodeproc.h) */
-	farm_txm *txm;
-	/* History recording: (tag, x, y) triples. */
-	uint64_t *h;
-	size_t hn, hcap;
-	int herr;
-};
-
-static int child_main(struct ch *c, role_fn role)
+static int child_main(struct tx_child *c, role_fn role)
 {
 	struct farm_config cfg;
 	int st = np_config(&c->np, RSIZE, &cfg);
-	if (st)
-		return st;
-	if (farm_node_open(&cfg, &c->np.node))
-		return 4;
-	farm_node_set_app_loops(c->np.node, true);
-	st = 5;
-	if (farm_node_start(c->np.node, JOIN_MS) ||
-	    farm_node_loop_open(c->np.node, 0, &c->np.loop))
-		goto out;
-	st = 6;
-	if (farm_node_wait_members(c->np.node, NM, JOIN_MS))
-		goto out;
-	c->txm = farm_node_txm(c->np.node);
-	st = np_ready(&c->np) ? 7 : role(c);
-out:
-	if (c->np.loop)
-		farm_node_loop_close(c->np.node, c->np.loop);
-	farm_node_close(c->np.node);
-	free(c->h);
-	return st;
+	return st ? st : tx_child_run(c, &cfg, JOIN_MS, role);
 }
 
 /* Machine i's body: child_main with the role np_start was given. */
 static int child_entry(struct np_child *np, void *arg)
 {
-	struct ch c = {.np = *np};
+	struct tx_child c = {.np = *np};
 	return child_main(&c, *(role_fn *)arg);
 }
 
@@ -127,175 +91,11 @@ static int cl_cleanup(void **state)
 	return 0;
 }
 
-/* ---- child helpers
- * ------------------------------------------------------------ */
-
-static uint64_t rnd(struct ch *c)
-{
-	return farm_rand64(&c->np.rng);
-}
-
-enum { H_BEGIN = 1, H_READ, H_WRITE, H_END };
-
-static void hput(struct ch *c, uint64_t tag, uint64_t x, uint64_t y)
-{
-	if (c->hn + 3 > c->hcap) {
-		size_t nc = c->hcap ? c->hcap * 2 : 3u << 16;
-		uint64_t *nh = realloc(c->h, nc * sizeof(*nh));
-		if (!nh) {
-			c->herr = 1;
-			return;
-		}
-		c->h = nh;
-		c->hcap = nc;
-	}
-	c->h[c->hn++] = tag;
-	c->h[c->hn++] = x;
-	c->h[c->hn++] = y;
-}
-
-/* What a transaction's outcome means to the checker. */
-static enum sc_outcome sc_of(int outcome)
-{
-	if (outcome == 0)
-		return SC_COMMITTED;
-	if (outcome == FARM_EPEERDEAD || outcome == -ETIMEDOUT)
-		return SC_UNKNOWN;
-	return SC_ABORTED;
-}
-
-static int save_history(struct ch *c)
-{
-	char path[512];
-	snprintf(path, sizeof(path), "%s/hist-%u", c->np.cl->root, c->np.me);
-	return c->herr || np_write_file(path, c->h, c->hn * sizeof(uint64_t))
-	               ? -1
-	               : 0;
-}
-
-/* Fat pointers of @n new objects of @size bytes on this machine, each
- * filled by @fill, in transactions of up to 16 (recorded); written to
- * <root>/<tag>-<me>. */
-static int create_objs(struct ch *c, const char *tag, unsigned n, uint32_t size,
-                       void (*fill)(void *data, uint32_t size, farm_fatptr p,
-                                    void *arg),
-                       void *arg, farm_fatptr *out)
-{
-	for (unsigned done = 0; done < n;) {
-		unsigned k = FARM_MIN(16u, n - done);
-		uint64_t t0 = np_now_ns();
-		farm_tx *tx;
-		if (farm_tx_begin(c->txm, c->np.loop, &tx))
-			return -1;
-		for (unsigned j = 0; j < k; j++) {
-			void *d;
-			if (farm_tx_alloc_sync(tx, size, FARM_GADDR_NULL,
-			                       &out[done + j], &d))
-				return -2;
-			fill(d, size, out[done + j], arg);
-		}
-		int rc = farm_tx_commit_sync(tx);
-		hput(c, H_BEGIN, t0, 0);
-		for (unsigned j = 0; j < k; j++)
-			hput(c, H_WRITE, out[done + j].addr,
-			     farm_tx_testing_version(tx, out[done + j].addr) +
-			             VSTEP);
-		hput(c, H_END, np_now_ns(), sc_of(rc));
-		farm_tx_free(tx);
-		if (rc == 0)
-			done += k;
-		else if (!farm_tx_retryable(rc))
-			return -3;
-	}
-	char path[512];
-	snprintf(path, sizeof(path), "%s/%s-%u", c->np.cl->root, tag, c->np.me);
-	return np_write_file(path, out, n * sizeof(*out));
-}
-
-/* Every machine's objects of @tag (after the parent's 'G'). */
-static farm_fatptr *load_objs(struct ch *c, const char *tag, unsigned *n)
-{
-	farm_fatptr *all = NULL;
-	unsigned total = 0;
-	for (uint32_t i = 0; i < NM; i++) {
-		char path[512];
-		size_t len;
-		snprintf(path, sizeof(path), "%s/%s-%u", c->np.cl->root, tag,
-		         i);
-		farm_fatptr *p = np_read_file(path, &len);
-		if (!p)
-			continue;
-		unsigned k = (unsigned)(len / sizeof(*p));
-		farm_fatptr *na = realloc(all, (total + k + 1) * sizeof(*na));
-		if (!na) {
-			free(p);
-			free(all);
-			return NULL;
-		}
-		all = na;
-		memcpy(all + total, p, k * sizeof(*p));
-		total += k;
-		free(p);
-	}
-	*n = total;
-	return all;
-}
-
-/* The parent side of setup: every machine joined, created, then 'G'. */
-static void p_setup(struct np_cluster *cl)
-{
-	for (unsigned i = 0; i < NM; i++)
-		np_expect(cl, i, 'R', 60000);
-	for (unsigned i = 0; i < NM; i++)
-		np_expect(cl, i, 'C', 60000);
-	for (unsigned i = 0; i < NM; i++)
-		np_send(cl, i, 'G');
-}
-
-/* Replay the machines' recorded histories into one and check it. */
-static int p_check_history(struct np_cluster *cl, sc_report *rep)
-{
-	sc_history *h = sc_new();
-	assert_non_null(h);
-	for (unsigned i = 0; i < NM; i++) {
-		char path[512];
-		size_t len;
-		snprintf(path, sizeof(path), "%s/hist-%u", cl->root, i);
-		uint64_t *v = np_read_file(path, &len);
-		assert_non_null(v);
-		size_t n = len / sizeof(*v);
-		assert_int_equal(n % 3, 0);
-		int t = -1;
-		for (size_t k = 0; k < n; k += 3) {
-			switch (v[k]) {
-			case H_BEGIN: t = sc_txn_begin(h, v[k + 1]); break;
-			case H_READ: sc_read(h, t, v[k + 1], v[k + 2]); break;
-			case H_WRITE: sc_write(h, t, v[k + 1], v[k + 2]); break;
-			case H_END:
-				sc_txn_end(h, t, v[k + 1],
-				           (enum sc_outcome)v[k + 2]);
-				break;
-			default: fail_msg("bad history record %" PRIu64, v[k]);
-			}
-			assert_true(t >= 0);
-		}
-		free(v);
-	}
-	int rc = sc_check(h, rep);
-	sc_free(h);
-	assert_true(rc >= 0);
-	return rc;
-}
-
 /* ---- bank
  * ------------------------------------------------------------------------ */
 
-#define INIT_BALANCE 100
-
 struct bank_stats {
-	uint64_t transfers, single, declined, attempts, aborts, unexpected;
-	uint64_t timeouts; /* outcome unknown (a participant did not answer) */
-	uint64_t lf_reads, lf_bad, ro_txns, ro_aborts, negative;
+	struct bank_counts k;
 	uint64_t epochs, epochs_failed; /* distributed epochs run meanwhile */
 	uint64_t ns;
 	int64_t total, min_balance; /* the final sum (machine 0) */
@@ -303,108 +103,16 @@ struct bank_stats {
 	int sum_status;
 };
 
-static void fill_account(void *d, uint32_t size, farm_fatptr p, void *arg)
-{
-	(void)size;
-	(void)p;
-	(void)arg;
-	int64_t b = INIT_BALANCE;
-	memcpy(d, &b, 8);
-}
-
-static int64_t bal(const void *d)
-{
-	int64_t b;
-	memcpy(&b, d, 8);
-	return b;
-}
-
-/* One attempt at a transfer of @amt from @a to @b. */
-static int transfer(struct ch *c, struct bank_stats *s, farm_gaddr a,
-                    farm_gaddr b, int64_t amt, bool *declined)
-{
-	uint64_t t0 = np_now_ns();
-	farm_tx *tx;
-	int rc = farm_tx_begin(c->txm, c->np.loop, &tx);
-	if (rc)
-		return rc;
-	hput(c, H_BEGIN, t0, 0);
-	const void *da, *db;
-	rc = farm_tx_read_sync(tx, a, 64, &da);
-	if (!rc) {
-		hput(c, H_READ, a, farm_tx_testing_version(tx, a));
-		rc = farm_tx_read_sync(tx, b, 64, &db);
-	}
-	if (!rc)
-		hput(c, H_READ, b, farm_tx_testing_version(tx, b));
-	if (!rc && (bal(da) < 0 || bal(db) < 0))
-		s->negative++;
-	*declined = !rc && bal(da) < amt;
-	if (!rc && !*declined) {
-		void *wa, *wb;
-		if (farm_tx_write(tx, a, &wa) || farm_tx_write(tx, b, &wb)) {
-			rc = -EPROTO;
-		} else {
-			int64_t na = bal(wa) - amt, nb = bal(wb) + amt;
-			memcpy(wa, &na, 8);
-			memcpy(wb, &nb, 8);
-			hput(c, H_WRITE, a,
-			     farm_tx_testing_version(tx, a) + VSTEP);
-			hput(c, H_WRITE, b,
-			     farm_tx_testing_version(tx, b) + VSTEP);
-		}
-	}
-	if (!rc)
-		rc = farm_tx_commit_sync(tx);
-	hput(c, H_END, np_now_ns(), sc_of(rc));
-	farm_tx_free(tx);
-	return rc;
-}
-
-/* A read-only transaction over @k random accounts. */
-static int ro_sum(struct ch *c, struct bank_stats *s, const farm_fatptr *acc,
-                  unsigned nacc, unsigned k, int64_t *sum, int64_t *minb)
-{
-	uint64_t t0 = np_now_ns();
-	farm_tx *tx;
-	int rc = farm_tx_begin(c->txm, c->np.loop, &tx);
-	if (rc)
-		return rc;
-	hput(c, H_BEGIN, t0, 0);
-	*sum = 0;
-	*minb = INT64_MAX;
-	for (unsigned j = 0; j < k && !rc; j++) {
-		farm_gaddr a = acc[k == nacc ? j : rnd(c) % nacc].addr;
-		const void *d;
-		rc = farm_tx_read_sync(tx, a, 64, &d);
-		if (rc)
-			break;
-		hput(c, H_READ, a, farm_tx_testing_version(tx, a));
-		*sum += bal(d);
-		*minb = FARM_MIN(*minb, bal(d));
-		if (bal(d) < 0)
-			s->negative++;
-	}
-	if (!rc)
-		rc = farm_tx_commit_sync(tx);
-	hput(c, H_END, np_now_ns(), sc_of(rc));
-	farm_tx_free(tx);
-	return rc;
-}
-
-static int bank_role(struct ch *c)
+static int bank_role(struct tx_child *c)
 {
 	unsigned nmine = opt_accounts;
 	farm_fatptr *mine = calloc(nmine, sizeof(*mine));
-	if (!mine ||
-	    create_objs(c, "acct", nmine, 64, fill_account, NULL, mine))
+	farm_fatptr *acc = mine ? share_objs(c, "acct", nmine, 64, fill_account,
+	                                     NULL, mine)
+	                        : NULL;
+	if (!acc)
 		return 20;
-	if (np_say(&c->np, 'C', NULL, 0) || np_wait_cmd(&c->np) != 'G')
-		return 21;
-	unsigned nacc;
-	farm_fatptr *acc = load_objs(c, "acct", &nacc);
-	if (!acc || nacc != NM * nmine)
-		return 22;
+	unsigned nacc = NM * nmine;
 	if (opt_broken)
 		farm_txn_testing_skip_validation(true);
 	struct bank_stats s = {0};
@@ -412,7 +120,7 @@ static int bank_role(struct ch *c)
 	uint64_t t0 = np_now_ns();
 	uint64_t dl = t0 + (uint64_t)(opt_bank_secs * 1e9);
 	uint64_t iter = 0;
-	while (s.transfers < target && np_now_ns() < dl) {
+	while (s.k.transfers < target && np_now_ns() < dl) {
 		/* Now and then end an epoch on every machine: it must finish
 		 * while everyone's transfers and reads go on. */
 		if (++iter % opt_epoch_every == 0) {
@@ -425,93 +133,7 @@ static int bank_role(struct ch *c)
 				s.epochs++;
 			}
 		}
-		unsigned dice = (unsigned)(rnd(c) % 100);
-		if (dice < 70) {
-			farm_gaddr a, b;
-			if (dice < 14) { /* both here: single-machine */
-				a = mine[rnd(c) % nmine].addr;
-				do
-					b = mine[rnd(c) % nmine].addr;
-				while (b == a);
-			} else {
-				a = acc[rnd(c) % nacc].addr;
-				do
-					b = acc[rnd(c) % nacc].addr;
-				while (b == a);
-			}
-			int64_t amt =
-			        1 + (int64_t)(rnd(c) % (INIT_BALANCE / 5));
-			uint64_t give_up = np_now_ns() + 10000000000ull;
-			for (unsigned tries = 0;; tries++) {
-				bool declined;
-				s.attempts++;
-				if (tries) {
-					/* Back off (serving the loop) so a
-					 * transfer is not starved by a lock
-					 * a descheduled machine holds. */
-					static const volatile int never = 0;
-					uint64_t bo = 1000ull
-					              << FARM_MIN(tries, 10u);
-					(void)farm_loop_wait(c->np.loop, &never,
-					                     bo);
-				}
-				int rc = transfer(c, &s, a, b, amt, &declined);
-				if (rc == 0) {
-					if (declined) {
-						s.declined++;
-					} else {
-						s.transfers++;
-						if (dice < 14)
-							s.single++;
-					}
-					break;
-				}
-				s.aborts++;
-				if (rc == -ETIMEDOUT) {
-					s.timeouts++; /* unknown: not retried */
-					break;
-				}
-				if (!farm_tx_retryable(rc) ||
-				    np_now_ns() > give_up) {
-					if (s.unexpected++ < 5)
-						fprintf(stderr,
-						        "m%u: transfer: %s\n",
-						        c->np.me,
-						        farm_strerror(rc));
-					break;
-				}
-			}
-		} else if (dice < 90) {
-			farm_gaddr a = acc[rnd(c) % nacc].addr;
-			uint8_t buf[64];
-			uint64_t v = 0, t1 = np_now_ns();
-			int rc = farm_lf_testing_read_sync(
-			        c->txm, c->np.loop, a, 64, UINT64_MAX, buf, &v);
-			s.lf_reads++;
-			if (rc) {
-				if (s.lf_bad++ < 5)
-					fprintf(stderr,
-					        "m%u: lock-free read: %s\n",
-					        c->np.me, farm_strerror(rc));
-				continue;
-			}
-			hput(c, H_BEGIN, t1, 0);
-			hput(c, H_READ, a, v);
-			hput(c, H_END, np_now_ns(), SC_COMMITTED);
-			if (bal(buf) < 0)
-				s.negative++;
-		} else {
-			int64_t sum, minb;
-			int rc = ro_sum(c, &s, acc, nacc, 5, &sum, &minb);
-			s.ro_txns++;
-			if (rc) {
-				s.ro_aborts++;
-				if (!farm_tx_retryable(rc) &&
-				    s.unexpected++ < 5)
-					fprintf(stderr, "m%u: read-only: %s\n",
-					        c->np.me, farm_strerror(rc));
-			}
-		}
+		bank_step(c, &s.k, mine, nmine, acc, nacc, 10000000000ull);
 	}
 	s.ns = np_now_ns() - t0;
 	if (np_say(&c->np, 'D', NULL, 0))
@@ -520,8 +142,8 @@ static int bank_role(struct ch *c)
 	if (cmd == 'S') { /* everyone is done: sum every account */
 		s.sum_status = -1;
 		for (unsigned tries = 0; tries < 100; tries++) {
-			s.sum_status = ro_sum(c, &s, acc, nacc, nacc, &s.total,
-			                      &s.min_balance);
+			s.sum_status = ro_sum(c, &s.k, acc, nacc, nacc,
+			                      &s.total, &s.min_balance);
 			if (!farm_tx_retryable(s.sum_status))
 				break;
 		}
@@ -530,7 +152,7 @@ static int bank_role(struct ch *c)
 			return 25;
 		cmd = np_wait_cmd(&c->np);
 	}
-	if (cmd != 'Q' || save_history(c) || np_say(&c->np, 'F', &s, sizeof(s)))
+	if (cmd != 'Q' || tx_hist_save(c) || np_say(&c->np, 'F', &s, sizeof(s)))
 		return 24;
 	free(acc);
 	free(mine);
@@ -554,18 +176,7 @@ static void test_bank(void **state)
 		np_send(&G, i, 'Q');
 		np_expect(&G, i, 'F', 60000);
 		np_recv(&G, i, &s[i], sizeof(s[i]), 60000);
-		tot.transfers += s[i].transfers;
-		tot.single += s[i].single;
-		tot.declined += s[i].declined;
-		tot.attempts += s[i].attempts;
-		tot.aborts += s[i].aborts;
-		tot.unexpected += s[i].unexpected;
-		tot.timeouts += s[i].timeouts;
-		tot.lf_reads += s[i].lf_reads;
-		tot.lf_bad += s[i].lf_bad;
-		tot.ro_txns += s[i].ro_txns;
-		tot.ro_aborts += s[i].ro_aborts;
-		tot.negative += s[i].negative;
+		bank_counts_add(&tot.k, &s[i].k);
 		tot.epochs += s[i].epochs;
 		tot.epochs_failed += s[i].epochs_failed;
 	}
@@ -579,10 +190,10 @@ static void test_bank(void **state)
 	       " declined, %" PRIu64 " attempts aborted of %" PRIu64
 	       " (%" PRIu64 " timed out); %" PRIu64 " lock-free reads; %" PRIu64
 	       " read-only sums (%" PRIu64 " aborted)\n",
-	       NM * opt_accounts, tot.transfers, tot.single, run_s,
-	       (double)tot.transfers / run_s, tot.declined, tot.aborts,
-	       tot.attempts, tot.timeouts, tot.lf_reads, tot.ro_txns,
-	       tot.ro_aborts);
+	       NM * opt_accounts, tot.k.transfers, tot.k.single, run_s,
+	       (double)tot.k.transfers / run_s, tot.k.declined, tot.k.aborts,
+	       tot.k.attempts, tot.k.timeouts, tot.k.lf_reads, tot.k.ro_txns,
+	       tot.k.ro_aborts);
 	printf("bank: %" PRIu64 " distributed epochs ended during the run, "
 	       "%" PRIu64 " failed\n",
 	       tot.epochs, tot.epochs_failed);
@@ -591,7 +202,7 @@ static void test_bank(void **state)
 	       s[0].sum_objs, farm_strerror(s[0].sum_status), s[0].total,
 	       expect_total, s[0].min_balance);
 	sc_report rep;
-	int anomalies = p_check_history(&G, &rep);
+	int anomalies = tx_check_history(&G, NM, &rep, NULL, NULL, NULL);
 	sc_report_print(stdout, &rep);
 	tu_rmtree(G.root);
 	G.root[0] = 0;
@@ -605,12 +216,12 @@ static void test_bank(void **state)
 	assert_int_equal(s[0].sum_objs, NM * opt_accounts);
 	assert_int_equal(s[0].total, expect_total);
 	assert_true(s[0].min_balance >= 0);
-	assert_int_equal(tot.negative, 0);
-	assert_int_equal(tot.unexpected, 0);
-	assert_true(tot.timeouts <= 1 + tot.transfers / 100);
-	assert_int_equal(tot.lf_bad, 0);
-	assert_true(tot.transfers >= opt_transfers);
-	assert_true(tot.single > 0);
+	assert_int_equal(tot.k.negative, 0);
+	assert_int_equal(tot.k.failed + tot.k.peerdead + tot.k.ro_failed, 0);
+	assert_true(tot.k.timeouts <= 1 + tot.k.transfers / 100);
+	assert_int_equal(tot.k.lf_bad, 0);
+	assert_true(tot.k.transfers >= opt_transfers);
+	assert_true(tot.k.single > 0);
 	assert_true(tot.epochs > 0);
 	assert_int_equal(tot.epochs_failed, 0);
 }
@@ -643,24 +254,21 @@ static bool all_same(const uint8_t *d, uint32_t n)
 	return true;
 }
 
-static int torn_role(struct ch *c)
+static int torn_role(struct tx_child *c)
 {
 	farm_fatptr mine[TORN_PER];
-	if (create_objs(c, "torn", TORN_PER, TORN_SIZE, fill_zero, NULL, mine))
+	farm_fatptr *o = share_objs(c, "torn", TORN_PER, TORN_SIZE, fill_zero,
+	                            NULL, mine);
+	if (!o)
 		return 30;
-	if (np_say(&c->np, 'C', NULL, 0) || np_wait_cmd(&c->np) != 'G')
-		return 31;
-	unsigned n;
-	farm_fatptr *o = load_objs(c, "torn", &n);
-	if (!o || n != NM * TORN_PER)
-		return 32;
+	unsigned n = NM * TORN_PER;
 	struct torn_stats s = {0};
 	uint64_t t0 = np_now_ns();
 	if (c->np.me < 2) { /* writers, until told to stop */
 		for (unsigned it = 0;; it++) {
 			if ((it & 15) == 0 && np_poll_cmd(&c->np))
 				break;
-			farm_gaddr a = o[rnd(c) % n].addr;
+			farm_gaddr a = o[tx_rnd(c) % n].addr;
 			farm_tx *tx;
 			if (farm_tx_begin(c->txm, c->np.loop, &tx))
 				return 33;
@@ -701,7 +309,7 @@ static int torn_role(struct ch *c)
 			            : ((it & 63) == 0 && np_now_ns() >= dl))
 				break;
 			if (it % 8) {
-				farm_gaddr a = o[rnd(c) % n].addr;
+				farm_gaddr a = o[tx_rnd(c) % n].addr;
 				int rc = farm_lf_read_sync(c->txm, c->np.loop,
 				                           a, TORN_SIZE,
 				                           UINT64_MAX, buf);
@@ -728,9 +336,9 @@ static int torn_role(struct ch *c)
 			int rc = 0;
 			for (int k = 0; k < 2 && !rc; k++) {
 				const uint8_t *d;
-				rc = farm_tx_read_sync(tx, o[rnd(c) % n].addr,
-				                       TORN_SIZE,
-				                       (const void **)&d);
+				rc = farm_tx_read_sync(
+				        tx, o[tx_rnd(c) % n].addr, TORN_SIZE,
+				        (const void **)&d);
 				if (!rc) {
 					s.tx_reads++;
 					if (!all_same(d, TORN_SIZE))
@@ -882,7 +490,7 @@ static void rsync_cb(farm_tx *tx, void *ctx, int status, const void *data,
 	r->done = 1;
 }
 
-static int read_fat_sync(struct ch *c, farm_tx *tx, farm_fatptr p,
+static int read_fat_sync(struct tx_child *c, farm_tx *tx, farm_fatptr p,
                          const void **d)
 {
 	struct rsync r = {0};
@@ -898,7 +506,7 @@ static int read_fat_sync(struct ch *c, farm_tx *tx, farm_fatptr p,
 
 #define Z_SECS 3
 
-static int zombie_role(struct ch *c)
+static int zombie_role(struct tx_child *c)
 {
 	struct zombie_stats s = {0};
 	if (c->np.me == 0) {
@@ -922,7 +530,7 @@ static int zombie_role(struct ch *c)
 		for (unsigned it = 0;; it++) {
 			if ((it & 7) == 0 && np_poll_cmd(&c->np))
 				break;
-			farm_gaddr r = roots[rnd(c) % Z_ROOTS].addr;
+			farm_gaddr r = roots[tx_rnd(c) % Z_ROOTS].addr;
 			farm_tx *tx;
 			if (farm_tx_begin(c->txm, c->np.loop, &tx))
 				return 44;
@@ -975,17 +583,17 @@ static int zombie_role(struct ch *c)
 		for (unsigned it = 0;; it++) {
 			if ((it & 15) == 0 && np_now_ns() >= dl)
 				break;
-			farm_gaddr r = roots[rnd(c) % Z_ROOTS].addr;
-			unsigned dice = (unsigned)(rnd(c) % 4);
+			farm_gaddr r = roots[tx_rnd(c) % Z_ROOTS].addr;
+			unsigned dice = (unsigned)(tx_rnd(c) % 4);
 			/* A transaction follows a fresh pointer (dice 2, 3) or
 			 * an old one (dice 0, odd iterations). */
 			farm_fatptr oldp = {0};
 			if (dice == 0 && nstale && (it & 1)) {
-				oldp = stale[rnd(c) % nstale];
+				oldp = stale[tx_rnd(c) % nstale];
 				dice = 2;
 			}
 			if (dice == 0 && nstale) { /* an old pointer */
-				farm_fatptr p = stale[rnd(c) % nstale];
+				farm_fatptr p = stale[tx_rnd(c) % nstale];
 				int rc = farm_lf_read_sync(c->txm, c->np.loop,
 				                           p.addr, p.size,
 				                           p.incarnation, buf);
@@ -1009,7 +617,8 @@ static int zombie_role(struct ch *c)
 					memcpy(&p, buf, sizeof(p));
 					stale[nstale < Z_STALE
 					              ? nstale++
-					              : rnd(c) % Z_STALE] = p;
+					              : tx_rnd(c) % Z_STALE] =
+					        p;
 					rc = farm_lf_read_sync(
 					        c->txm, c->np.loop, p.addr,
 					        p.size, p.incarnation, buf);
@@ -1151,7 +760,7 @@ static void fill_one(void *d, uint32_t size, farm_fatptr p, void *arg)
 	memset(d, 1, size);
 }
 
-static int durable_role(struct ch *c)
+static int durable_role(struct tx_child *c)
 {
 	farm_fatptr mine;
 	if (c->np.me != 0 &&

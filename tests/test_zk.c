@@ -433,24 +433,10 @@ int main(void)
 	       "(libzookeeper-mt-dev)\n");
 	return FARM_TEST_SKIP;
 #endif
-	tu_tmpdir(zk_dir, sizeof(zk_dir), "zk");
-	int st = zk_local("start", zk_connect, sizeof(zk_connect));
-	if (st == 3) {
-		printf("skipped: java or the ZooKeeper jars are not installed "
-		       "(apt-get install zookeeper)\n");
-		tu_rmtree(zk_dir);
-		return FARM_TEST_SKIP;
-	}
-	if (st != 0) {
-		fprintf(stderr, "zk-local start failed (%d); log:\n", st);
-		char cmd[300];
-		snprintf(cmd, sizeof(cmd), "cat '%s/zk.log' >&2", zk_dir);
-		if (system(cmd) != 0)
-			fprintf(stderr, "(no log)\n");
-		zk_local("stop", NULL, 0);
-		tu_rmtree(zk_dir);
-		return 1;
-	}
+	int st = tu_zk_start(zk_script, zk_dir, sizeof(zk_dir), zk_connect,
+	                     sizeof(zk_connect));
+	if (st)
+		return st;
 	snprintf(zk_root, sizeof(zk_root), "/libfarm/test-zk-%d",
 	         (int)getpid());
 	printf("ZooKeeper at %s, root %s\n", zk_connect, zk_root);
@@ -459,8 +445,6 @@ int main(void)
 	};
 	int rc = cmocka_run_group_tests_name("zk", tests, NULL, NULL);
 	kill_kids();
-	if (zk_local("stop", NULL, 0) != 0)
-		fprintf(stderr, "zk-local stop failed\n");
-	tu_rmtree(zk_dir);
+	tu_zk_stop(zk_script, zk_dir);
 	return rc;
 }

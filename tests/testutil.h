@@ -190,6 +190,63 @@ static inline int tu_zk_local(const char *script, const char *verb,
 	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
 }
 
+/* A test's private ZooKeeper server (scripts/zk-local @script), its state
+ * in a new temporary directory (its path in @dir): started, its connect
+ * string in @connect. Returns 0; FARM_TEST_SKIP when java or the jars are
+ * missing (said on stdout); 1 when it failed (its log on stderr). On
+ * anything but 0 nothing is left running or on disk. */
+static inline int tu_zk_start(const char *script, char *dir, size_t dlen,
+                              char *connect, size_t clen)
+{
+	tu_tmpdir(dir, dlen, "zk");
+	int st = tu_zk_local(script, "start", dir, connect, clen);
+	if (st == 0)
+		return 0;
+	if (st == 3) {
+		printf("skipped: java or the ZooKeeper jars are not installed "
+		       "(apt-get install zookeeper)\n");
+	} else {
+		fprintf(stderr, "zk-local start failed (%d); log:\n", st);
+		char cmd[400];
+		snprintf(cmd, sizeof(cmd), "cat '%s/zk.log' >&2", dir);
+		if (system(cmd) != 0)
+			fprintf(stderr, "(no log)\n");
+		tu_zk_local(script, "stop", dir, NULL, 0);
+	}
+	tu_rmtree(dir);
+	return st == 3 ? FARM_TEST_SKIP : 1;
+}
+
+/* Stop what tu_zk_start started and remove its directory. */
+static inline void tu_zk_stop(const char *script, const char *dir)
+{
+	if (tu_zk_local(script, "stop", dir, NULL, 0) != 0)
+		fprintf(stderr, "zk-local stop failed\n");
+	tu_rmtree(dir);
+}
+
+/* A ZooKeeper test's main: @tests (@n of them, group @name) with a private
+ * server (tu_zk_start), or a skip (77) without the client library, java
+ * or the jars. */
+static inline int tu_zk_run(const char *script, char *dir, size_t dlen,
+                            char *connect, size_t clen, const char *name,
+                            const struct CMUnitTest *tests, size_t n)
+{
+#ifndef FARM_HAVE_ZK
+	(void)script, (void)dir, (void)dlen, (void)connect, (void)clen;
+	(void)name, (void)tests, (void)n;
+	printf("skipped: libfarm built without the ZooKeeper client\n");
+	return FARM_TEST_SKIP;
+#else
+	int st = tu_zk_start(script, dir, dlen, connect, clen);
+	if (st)
+		return st;
+	int rc = _cmocka_run_group_tests(name, tests, n, NULL, NULL);
+	tu_zk_stop(script, dir);
+	return rc;
+#endif
+}
+
 #endif
 
 /* ---- forked machine processes ------------------------------------------ */

@@ -42,6 +42,9 @@ enum farm_error {
 	FARM_EVALIDATION = -10012, /* an object read changed before commit
 	                              (retry) */
 	FARM_EFREED = -10013,      /* the object was freed (stale pointer) */
+	/* Recovery. */
+	FARM_EFENCED = -10014, /* the target revoked this machine's access: it
+	                          was removed from the configuration */
 };
 
 /* Human-readable text for any code returned by libfarm (never NULL). */

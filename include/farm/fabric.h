@@ -360,6 +360,29 @@ enum farm_fault {
 	FARM_FAULT_PAUSE = 3, /* arg 1: requests wait, unexecuted; arg 0: go */
 };
 
+/*
+ * farm_fabric_on_peer_death() - @fn(@ctx, peer) runs, on a thread of the
+ * fabric's, when it learns that a connected peer's process died (shm: the
+ * watchdog's pidfd), once requests to it fail. One callback per fabric;
+ * NULL unsets it, and none runs once that returns. Recovery takes it as a
+ * suspicion, faster than a lease. -ENOTSUP where the provider has none.
+ */
+typedef void (*farm_peer_death_fn)(void *ctx, uint32_t peer_id);
+FARM_API FARM_MUST_CHECK int
+farm_fabric_on_peer_death(farm_fabric *fab, farm_peer_death_fn fn, void *ctx);
+
+/*
+ * farm_fabric_revoke() - fence machine @peer_id off this machine's memory:
+ * its one-sided READs, WRITEs and CAS on every registration here fail with
+ * FARM_EFENCED from now on (recovery does it to a removed machine, FaRM's
+ * teardown of its queue pairs). shm: a bit in this machine's registration
+ * table that initiators check before each doorbell, so a request already
+ * past its check when the bit is set still lands; ids up to 63. -ENOTSUP
+ * for providers without it (verbs, ofi: not yet).
+ */
+FARM_API FARM_MUST_CHECK int farm_fabric_revoke(farm_fabric *fab,
+                                                uint32_t peer_id);
+
 /* Inject a fault on one endpoint. -ENOTSUP where the provider has none. */
 FARM_API FARM_MUST_CHECK int farm_ep_fault(farm_ep *ep, enum farm_fault f,
                                            uint64_t arg);

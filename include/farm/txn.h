@@ -160,7 +160,10 @@ FARM_API int farm_tx_abort(farm_tx *tx);
  */
 FARM_API void farm_tx_free(farm_tx *tx);
 
-/* Whether running the transaction again may succeed. */
+/* Whether running the transaction again may succeed: conflicts, and
+ * failures of a participant (FARM_EPEERDEAD, -ETIMEDOUT), which a commit
+ * reports only once it is sure not to have committed; after recovery
+ * installs the next configuration the retry succeeds. */
 FARM_API bool farm_tx_retryable(int outcome);
 
 /* ---- blocking wrappers (drive the loop; not from handlers) ----------------
@@ -253,6 +256,18 @@ typedef struct farm_txm_stats {
 	/* Distributed epochs this machine ran, failed, and the 1 MiB blocks
 	 * they made reusable. */
 	uint64_t epochs, epochs_failed, epoch_blocks_reclaimed;
+	/* Fencing and recovery: LOCK records of an older configuration
+	 * refused; COMMIT-BACKUPs skipped (their transaction aborted) or
+	 * for a region this machine holds no copy of; transactions recovery
+	 * decided here as committed and aborted; locks recovered at promoted
+	 * primaries; regions promoted; recovery messages refused. */
+	uint64_t stale_refused, backup_skipped, backup_nocopy;
+	uint64_t rec_committed, rec_aborted, rec_locks, rec_promoted,
+	        rec_refused;
+	/* The last recovery's timeline (CLOCK_MONOTONIC ns, 0: none yet):
+	 * this machine took the configuration, every survivor had (REC_GO),
+	 * its promoted regions became active. */
+	uint64_t rec_t_config_ns, rec_t_go_ns, rec_t_active_ns;
 } farm_txm_stats;
 
 FARM_API void farm_txm_stats_get(farm_txm *m, farm_txm_stats *out);

@@ -42,6 +42,7 @@ struct farm_as {
 	uint64_t rpc_timeout_ns;
 	pthread_rwlock_t lock;
 	farm_ring *ring; /* under lock */
+	farm_ring *prev; /* the view before (recovery asks who held what) */
 	uint64_t config_id;
 	struct entry *tab; /* open addressing, cap a power of two */
 	uint32_t cap, used;
@@ -227,9 +228,23 @@ void farm_as_destroy(farm_as *as)
 		if (as->tab[i].local)
 			farm_region_destroy(as->tab[i].local);
 	farm_ring_free(as->ring);
+	farm_ring_free(as->prev);
 	pthread_rwlock_destroy(&as->lock);
 	free(as->tab);
 	free(as);
+}
+
+/* Replicas of @region in the current view, or the one before (@prev). */
+static unsigned replicas_in(farm_as *as, bool prev, uint32_t region,
+                            uint32_t *out)
+{
+	if (!as || !out || region == FARM_REGION_ID_NONE)
+		return 0;
+	pthread_rwlock_rdlock(&as->lock);
+	const farm_ring *g = prev ? as->prev : as->ring;
+	unsigned n = g ? farm_ring_replicas(g, region, out) : 0;
+	pthread_rwlock_unlock(&as->lock);
+	return n;
 }
 
 int farm_as_set_view(farm_as *as, uint64_t config_id, const uint32_t *ids,
@@ -252,12 +267,74 @@ int farm_as_set_view(farm_as *as, uint64_t config_id, const uint32_t *ids,
 		farm_ring_free(g);
 		return -ESTALE;
 	}
-	farm_ring *old = as->ring;
+	farm_ring *old = as->prev;
+	as->prev = as->ring;
 	as->ring = g;
 	as->config_id = config_id;
+	/* Primaries may have moved: forget every cached descriptor (a
+	 * removed machine's memory must not be read again; lookups ask the
+	 * new primaries). The lock bumped the generation, so resolve caches
+	 * drop theirs too. */
+	uint32_t *drop = as->prev ? malloc(sizeof(*drop) * as->cap) : NULL;
+	uint32_t ndrop = 0;
+	for (uint32_t i = 0; as->prev && i < as->cap; i++) {
+		struct entry *e = &as->tab[i];
+		if (e->id && e->kind == E_BACKUP)
+			e->desc.len = 0;
+		else if (e->id && e->kind == E_REMOTE && drop)
+			drop[ndrop++] = e->id;
+		else if (e->id && e->kind == E_REMOTE)
+			e->desc.len = 0; /* no memory: keep, but unusable */
+	}
+	for (uint32_t i = 0; i < ndrop; i++)
+		del(as, drop[i]);
 	pthread_rwlock_unlock(&as->lock);
+	free(drop);
 	farm_ring_free(old);
 	return 0;
+}
+
+unsigned farm_as_prev_replicas(farm_as *as, uint32_t region, uint32_t *out)
+{
+	return replicas_in(as, true, region, out);
+}
+
+unsigned farm_as_promotable(farm_as *as, uint32_t *out, unsigned max)
+{
+	unsigned n = 0;
+	if (!as || !out)
+		return 0;
+	pthread_rwlock_rdlock(&as->lock);
+	for (uint32_t i = 0; as->ring && i < as->cap; i++) {
+		const struct entry *e = &as->tab[i];
+		if (e->id && e->kind == E_BACKUP &&
+		    farm_ring_primary(as->ring, e->id) == as->me) {
+			if (n < max)
+				out[n] = e->id;
+			n++;
+		}
+	}
+	pthread_rwlock_unlock(&as->lock);
+	return n;
+}
+
+int farm_as_promote(farm_as *as, uint32_t region)
+{
+	if (!as || !region)
+		return -EINVAL;
+	int rc = -ENOENT;
+	as_wrlock(as);
+	struct entry *e = find(as, region);
+	if (e && e->kind == E_BACKUP && as->ring &&
+	    farm_ring_primary(as->ring, region) == as->me) {
+		e->kind = E_PRIMARY;
+		e->desc = farm_region_desc(e->local);
+		rc = 0;
+	} else if (e && e->kind == E_PRIMARY) {
+		rc = 0;
+	}
+	pthread_rwlock_unlock(&as->lock);
+	return rc;
 }
 
 uint64_t farm_as_config_id(const farm_as *as)
@@ -279,12 +356,7 @@ farm_fabric *farm_as_fabric(const farm_as *as)
 
 unsigned farm_as_replicas(farm_as *as, uint32_t region, uint32_t *out)
 {
-	if (!as || !out || region == FARM_REGION_ID_NONE)
-		return 0;
-	pthread_rwlock_rdlock(&as->lock);
-	unsigned n = as->ring ? farm_ring_replicas(as->ring, region, out) : 0;
-	pthread_rwlock_unlock(&as->lock);
-	return n;
+	return replicas_in(as, false, region, out);
 }
 
 farm_region *farm_as_local_region(farm_as *as, uint32_t region,
@@ -435,10 +507,13 @@ static void h_lookup(farm_loop *loop, const farm_msg_in *in, void *arg)
 	pthread_rwlock_rdlock(&as->lock);
 	struct entry *e = q.region ? find(as, q.region) : NULL;
 	bool ok = e && e->kind == E_PRIMARY;
+	/* A backup copy recovery is promoting: ask again (retryable). */
+	bool recovering = e && e->kind == E_BACKUP && as->ring &&
+	                  farm_ring_primary(as->ring, q.region) == as->me;
 	farm_mr_desc d = ok ? e->desc : (farm_mr_desc){0};
 	pthread_rwlock_unlock(&as->lock);
 	if (!ok) {
-		reply_err(loop, &in->token, -ENOENT);
+		reply_err(loop, &in->token, recovering ? -EAGAIN : -ENOENT);
 		return;
 	}
 	struct desc_reply r = desc_reply_of(q.region, &d);
@@ -753,6 +828,8 @@ static int as_access(farm_as *as, farm_loop *loop, bool write, farm_gaddr a,
 		atomic_fetch_add(&as->st.lookups_cached, 1);
 		return post_rdma(loop, &d, write, a, buf, lmr, len, cont, ctx);
 	}
+	if (have_view && primary == as->me && kind == E_BACKUP)
+		return -EAGAIN; /* recovery is promoting our copy */
 	if (!have_view || primary == as->me)
 		return -ENOENT;
 	struct access_op *op = malloc(sizeof(*op));
@@ -853,4 +930,33 @@ void farm_as_stats_get(farm_as *as, struct farm_as_stats *out)
 	out->writes_local = atomic_load(&as->st.writes_local);
 	out->writes_remote = atomic_load(&as->st.writes_remote);
 	out->bad_requests = atomic_load(&as->st.bad_requests);
+}
+
+static int held_cmp(const void *a, const void *b)
+{
+	uint32_t x = ((const struct farm_as_held *)a)->region;
+	uint32_t y = ((const struct farm_as_held *)b)->region;
+	return x < y ? -1 : x > y;
+}
+
+unsigned farm_as_held(farm_as *as, struct farm_as_held *out, unsigned max)
+{
+	if (!as || (!out && max))
+		return 0;
+	unsigned n = 0;
+	pthread_rwlock_rdlock(&as->lock);
+	for (uint32_t i = 0; i < as->cap; i++) {
+		const struct entry *e = &as->tab[i];
+		if (e->kind != E_PRIMARY && e->kind != E_BACKUP)
+			continue;
+		if (n < max)
+			out[n] = (struct farm_as_held){
+			        .region = e->id,
+			        .role = (enum farm_as_role)e->kind};
+		n++;
+	}
+	pthread_rwlock_unlock(&as->lock);
+	if (n && max)
+		qsort(out, FARM_MIN(n, max), sizeof(*out), held_cmp);
+	return n;
 }

@@ -68,6 +68,19 @@ farm_fabric *farm_as_fabric(const farm_as *as);
  * many (0 before the first view). */
 unsigned farm_as_replicas(farm_as *as, uint32_t region, uint32_t *out);
 
+/* Replicas of @region in the view before the current one (0: none). */
+unsigned farm_as_prev_replicas(farm_as *as, uint32_t region, uint32_t *out);
+/*
+ * Recovery's promotion of backup copies (src/txn/recover.c): the regions
+ * this machine holds a backup copy of and is primary of in the current
+ * view (up to @max in @out; returns how many there are), and the switch
+ * of one of them to primary, once its logs are drained and its
+ * transactions' locks recovered. Until then its lookups and accesses say
+ * -EAGAIN (retryable).
+ */
+unsigned farm_as_promotable(farm_as *as, uint32_t *out, unsigned max);
+int farm_as_promote(farm_as *as, uint32_t region);
+
 /* The local copy of @region, and this machine's role for it. NULL and
  * FARM_AS_NONE when not held here. */
 farm_region *farm_as_local_region(farm_as *as, uint32_t region,
@@ -154,5 +167,14 @@ int farm_as_call(farm_as *as, farm_loop *loop, farm_gaddr a, uint16_t type,
                  farm_rpc_fn cont, void *ctx);
 
 void farm_as_stats_get(farm_as *as, struct farm_as_stats *out);
+
+/* The regions this machine holds (primary or backup copies), for the
+ * control socket (`farm status`): up to @max in @out, ordered by id.
+ * Returns how many it holds (more than @max: the rest are left out). */
+struct farm_as_held {
+	uint32_t region;
+	enum farm_as_role role; /* FARM_AS_PRIMARY or FARM_AS_BACKUP */
+};
+unsigned farm_as_held(farm_as *as, struct farm_as_held *out, unsigned max);
 
 #endif

@@ -208,6 +208,27 @@ int farm_membership_wait_newer(struct farm_membership *m, uint64_t config_id,
 
 const char *farm_membership_state_name(enum farm_membership_state s);
 
+/*
+ * farm_zk_peek() - what ZooKeeper holds for the cluster under @root (NULL:
+ * "/libfarm/default") at @zk, read without joining it (`farm status`):
+ * the configuration znode's view (config_id 0 and no members when none was
+ * written yet) and the registrations, R/members/<id>, sorted by id, each
+ * with its endpoint (the machine's card) and incarnation (the znode's
+ * creation zxid). Waits at most @connect_ms (0: 5000) for a server.
+ * Returns 0; -EINVAL (bad connect string or root); FARM_EUNAVAILABLE (no
+ * server answered); -ENOENT (no cluster under @root); FARM_ECORRUPT (a
+ * configuration znode that does not parse); -ENOTSUP (built without the
+ * ZooKeeper client); -ENOMEM; another negative code from ZooKeeper.
+ */
+struct farm_zk_peek {
+	struct farm_view config;
+	unsigned nlive;
+	struct farm_member live[FARM_VIEW_MAX];
+	int64_t live_incarnation[FARM_VIEW_MAX];
+};
+int farm_zk_peek(const char *zk, const char *root, unsigned connect_ms,
+                 struct farm_zk_peek *out) FARM_MUST_CHECK;
+
 /* View helpers. */
 const struct farm_member *farm_view_find(const struct farm_view *v,
                                          uint32_t id);

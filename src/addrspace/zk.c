@@ -135,6 +135,16 @@ void farm_zk_close(struct farm_membership *m)
 	(void)m;
 }
 
+int farm_zk_peek(const char *zk, const char *root, unsigned connect_ms,
+                 struct farm_zk_peek *out)
+{
+	(void)zk;
+	(void)root;
+	(void)connect_ms;
+	(void)out;
+	return -ENOTSUP;
+}
+
 #else /* FARM_HAVE_ZK */
 
 #define THREADED 1 /* the client's synchronous calls (zookeeper_mt) */
@@ -845,6 +855,134 @@ int farm_zk_open(struct farm_membership *m,
 	          " joined through %s%s in %" PRIu64 " ms",
 	          m->self, a->zk, z->root, mono_ms() - t0);
 	return 0;
+}
+
+/* ---- a read without joining (farm_zk_peek) ---------------------------- */
+
+struct peek_conn {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool connected;
+};
+
+static void peek_watcher(zhandle_t *zh, int type, int state, const char *path,
+                         void *ctx)
+{
+	(void)zh;
+	(void)path;
+	struct peek_conn *c = ctx;
+	if (type != ZOO_SESSION_EVENT || state != ZOO_CONNECTED_STATE)
+		return;
+	pthread_mutex_lock(&c->lock);
+	c->connected = true;
+	pthread_cond_broadcast(&c->cond);
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* The registrations under @members, sorted by id (names that are not
+ * decimal ids are skipped; one that left meanwhile too). */
+static int peek_live(zhandle_t *zh, const char *members,
+                     struct farm_zk_peek *out)
+{
+	struct String_vector sv = {0};
+	int zrc = zoo_get_children(zh, members, 0, &sv);
+	if (zrc != ZOK)
+		return zk_err(zrc);
+	uint32_t ids[FARM_VIEW_MAX];
+	unsigned n = 0;
+	for (int32_t i = 0; i < sv.count && n < FARM_VIEW_MAX; i++) {
+		const char *s = sv.data[i];
+		char *e;
+		errno = 0;
+		unsigned long v = strtoul(s, &e, 10);
+		if (isdigit((unsigned char)s[0]) && !*e && !errno &&
+		    v <= UINT32_MAX)
+			ids[n++] = (uint32_t)v;
+	}
+	deallocate_String_vector(&sv);
+	qsort(ids, n, sizeof(ids[0]), cmp_u32);
+	out->nlive = 0;
+	for (unsigned i = 0; i < n; i++) {
+		char path[240];
+		int pl = snprintf(path, sizeof(path), "%s/%" PRIu32, members,
+		                  ids[i]);
+		if (pl < 0 || (size_t)pl >= sizeof(path))
+			return -ENAMETOOLONG; /* the root is checked: cannot be
+			                       */
+		struct farm_member *mb = &out->live[out->nlive];
+		int len = (int)sizeof(mb->endpoint) - 1;
+		struct Stat st;
+		zrc = zoo_get(zh, path, 0, mb->endpoint, &len, &st);
+		if (zrc == ZNONODE)
+			continue;
+		if (zrc != ZOK)
+			return zk_err(zrc);
+		mb->endpoint[len > 0 ? len : 0] = 0;
+		mb->id = ids[i];
+		out->live_incarnation[out->nlive++] = st.czxid;
+	}
+	return 0;
+}
+
+int farm_zk_peek(const char *zk, const char *root, unsigned connect_ms,
+                 struct farm_zk_peek *out)
+{
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+	pthread_once(&once, zk_global_init);
+	if (!root)
+		root = "/libfarm/default";
+	if (!out || !farm_zk_connect_valid(zk) || !farm_zk_path_valid(root))
+		return -EINVAL;
+	memset(out, 0, sizeof(*out));
+	char *buf = malloc(ZK_BUF);
+	if (!buf)
+		return -ENOMEM;
+	struct peek_conn c = {.connected = false};
+	pthread_mutex_init(&c.lock, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&c.cond, &ca);
+	pthread_condattr_destroy(&ca);
+	unsigned ms = connect_ms ? connect_ms : ZK_DEFAULT_CONNECT_MS;
+	errno = 0;
+	zhandle_t *zh =
+	        zookeeper_init2(zk, peek_watcher, (int)ZK_DEFAULT_SESSION_MS,
+	                        NULL, &c, 0, zk_log);
+	int rc = zh ? 0 : errno ? -errno : -EINVAL;
+	if (zh) {
+		struct timespec dl;
+		deadline_in(&dl, (int)ms);
+		pthread_mutex_lock(&c.lock);
+		while (!c.connected &&
+		       pthread_cond_timedwait(&c.cond, &c.lock, &dl) == 0)
+			;
+		bool up = c.connected;
+		pthread_mutex_unlock(&c.lock);
+		rc = up ? 0 : FARM_EUNAVAILABLE;
+	}
+	char path[240];
+	if (!rc) {
+		snprintf(path, sizeof(path), "%s/config", root);
+		int len = (int)ZK_BUF - 1;
+		int zrc = zoo_get(zh, path, 0, buf, &len, NULL);
+		rc = zk_err(zrc);
+		if (!rc && len > 0 &&
+		    farm_view_parse(buf, (size_t)len, &out->config))
+			rc = FARM_ECORRUPT;
+	}
+	if (!rc) {
+		snprintf(path, sizeof(path), "%s/members", root);
+		rc = peek_live(zh, path, out);
+		if (rc == -ENOENT)
+			rc = 0; /* a configuration, nobody registered yet */
+	}
+	if (zh)
+		zookeeper_close(zh);
+	pthread_cond_destroy(&c.cond);
+	pthread_mutex_destroy(&c.lock);
+	free(buf);
+	return rc;
 }
 
 #endif /* FARM_HAVE_ZK */

@@ -241,6 +241,25 @@ int farm_ep_fault(farm_ep *ep, enum farm_fault f, uint64_t arg)
 	return ep->fab->ops->ep_fault(ep, f, arg);
 }
 
+int farm_fabric_on_peer_death(farm_fabric *fab, farm_peer_death_fn fn,
+                              void *ctx)
+{
+	if (!fab)
+		return -EINVAL;
+	if (!fab->ops->on_peer_death)
+		return -ENOTSUP;
+	return fab->ops->on_peer_death(fab, fn, ctx);
+}
+
+int farm_fabric_revoke(farm_fabric *fab, uint32_t peer_id)
+{
+	if (!fab || peer_id == fab->machine_id)
+		return -EINVAL;
+	if (!fab->ops->revoke)
+		return -ENOTSUP;
+	return fab->ops->revoke(fab, peer_id);
+}
+
 int farm_fabric_fault_peer(farm_fabric *fab, uint32_t peer_id,
                            enum farm_fault f, uint64_t arg)
 {

@@ -79,6 +79,12 @@ struct farm_fabric_ops {
 
 	/* Optional: NULL means -ENOTSUP. */
 	int (*ep_fault)(farm_ep *ep, enum farm_fault f, uint64_t arg);
+	/* Optional (NULL: -ENOTSUP): machine @peer_id's one-sided requests to
+	 * this machine's memory fail from now on (FARM_EFENCED). */
+	int (*revoke)(farm_fabric *fab, uint32_t peer_id);
+	/* Optional (NULL: -ENOTSUP): farm_fabric_on_peer_death. */
+	int (*on_peer_death)(farm_fabric *fab, farm_peer_death_fn fn,
+	                     void *ctx);
 	int (*fault_peer)(farm_fabric *fab, uint32_t peer_id, enum farm_fault f,
 	                  uint64_t arg);
 };

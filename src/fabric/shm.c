@@ -113,7 +113,11 @@ struct shm_table_hdr {
 	int32_t pid;
 	uint32_t max_mr;
 	uint32_t max_files;
-	uint8_t pad[64 - 44];
+	uint32_t pad0;
+	/* Machines whose access the owner revoked (bit = machine id, < 64):
+	 * initiators check it before every doorbell (farm_fabric_revoke). */
+	_Atomic uint64_t revoked;
+	uint8_t pad[64 - 56];
 };
 
 struct shm_table_mr {
@@ -276,6 +280,11 @@ struct shm_fabric {
 	int wd_efd;
 	atomic_int wd_stop;
 	unsigned wd_gen; /* bumped when the watch set changes */
+	/* farm_fabric_on_peer_death: called by the watchdog, under death_mu
+	 * (so none runs once it is unset). */
+	pthread_mutex_t death_mu;
+	farm_peer_death_fn death_fn;
+	void *death_ctx;
 };
 
 static inline struct shm_fabric *to_fab(farm_fabric *f)
@@ -354,6 +363,11 @@ static void *watchdog_main(void *arg)
 			                      memory_order_release);
 			farm_info("shm: machine %u (%s) died", who[i]->id,
 			          who[i]->dir);
+			/* Requests to it fail from here; tell recovery. */
+			pthread_mutex_lock(&fab->death_mu);
+			if (fab->death_fn)
+				fab->death_fn(fab->death_ctx, who[i]->id);
+			pthread_mutex_unlock(&fab->death_mu);
 		}
 	}
 }
@@ -753,6 +767,7 @@ static int shm_open_fabric(const farm_fabric_attr *attr, farm_fabric **out)
 	fab->lock_fd = -1;
 	fab->wd_efd = -1;
 	pthread_mutex_init(&fab->lock, NULL);
+	pthread_mutex_init(&fab->death_mu, NULL);
 	char *real = NULL;
 	int rc = mkdir_p(attr->data_dir);
 	if (rc)
@@ -826,6 +841,7 @@ fail:
 	if (fab->lock_fd >= 0)
 		close(fab->lock_fd);
 	pthread_mutex_destroy(&fab->lock);
+	pthread_mutex_destroy(&fab->death_mu);
 	free(fab);
 	return rc;
 }
@@ -867,6 +883,7 @@ static void shm_close_fabric(farm_fabric *f)
 	close(fab->lock_fd);
 	rmdir(fab->dir); /* only if empty: never removes the user's files */
 	pthread_mutex_destroy(&fab->lock);
+	pthread_mutex_destroy(&fab->death_mu);
 	free(fab);
 }
 
@@ -1376,6 +1393,11 @@ static inline int run_status(const struct shm_ep *ep)
 {
 	if (!peer_alive(ep->peer))
 		return FARM_EPEERDEAD;
+	uint32_t me = ep->peer->fab->base.machine_id;
+	if (me < 64 && (atomic_load_explicit(&ep->peer->table->hdr.revoked,
+	                                     memory_order_acquire) >>
+	                me) & 1)
+		return FARM_EFENCED;
 	return fault_status(ep);
 }
 
@@ -1551,7 +1573,7 @@ static int ep_harvest(struct shm_ep *ep, int n, farm_wc *wc, uint64_t *now)
 		return 0;
 	}
 	bool alive = peer_alive(ep->peer);
-	int st = alive ? fault_status(ep) : FARM_EPEERDEAD;
+	int st = alive ? run_status(ep) : FARM_EPEERDEAD;
 	/* Fast path: whole-line READs on a healthy endpoint (its state is
 	 * re-checked per request: an earlier one may fail it). */
 	bool fast = st == 0 && atomic_load_explicit(&knob_line_atomic,
@@ -1746,6 +1768,27 @@ static int shm_fault_peer(farm_fabric *f, uint32_t peer_id, enum farm_fault fl,
 	return rc;
 }
 
+static int shm_on_peer_death(farm_fabric *f, farm_peer_death_fn fn, void *ctx)
+{
+	struct shm_fabric *fab = to_fab(f);
+	pthread_mutex_lock(&fab->death_mu);
+	fab->death_fn = fn;
+	fab->death_ctx = ctx;
+	pthread_mutex_unlock(&fab->death_mu);
+	return 0;
+}
+
+static int shm_revoke(farm_fabric *f, uint32_t peer_id)
+{
+	struct shm_fabric *fab = to_fab(f);
+	if (peer_id >= 64)
+		return -ERANGE;
+	/* Initiators load it (acquire) before each doorbell. */
+	atomic_fetch_or_explicit(&fab->table->hdr.revoked, 1ull << peer_id,
+	                         memory_order_seq_cst);
+	return 0;
+}
+
 const struct farm_fabric_ops farm_shm_ops = {
         .name = "shm",
         .open = shm_open_fabric,
@@ -1765,5 +1808,7 @@ const struct farm_fabric_ops farm_shm_ops = {
         .ep_usable = shm_ep_usable,
         .ep_post = shm_ep_post,
         .ep_fault = shm_ep_fault,
+        .revoke = shm_revoke,
+        .on_peer_death = shm_on_peer_death,
         .fault_peer = shm_fault_peer,
 };

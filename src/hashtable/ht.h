@@ -96,6 +96,15 @@ int farm_ht_put(farm_ht *h, farm_loop *loop, const void *key, uint32_t klen,
 int farm_ht_del(farm_ht *h, farm_loop *loop, const void *key, uint32_t klen,
                 farm_op_fn cont, void *ctx);
 
+/*
+ * farm_ht_serves() - whether this machine serves shard @shard's writes and
+ * shipped lookups: it is the primary of the region that holds the shard's
+ * buckets. That is the machine that made the shard, or, after it failed,
+ * the machine recovery promoted the region at (src/txn/recover.c), so a
+ * dead machine's shard is taken over with its regions.
+ */
+bool farm_ht_serves(farm_ht *h, unsigned shard);
+
 /* Keys and values of a shard stored on this machine, read in place
  * (a consistent view only while no write runs on it), pairs in objects of
  * their own included (an object freed meanwhile is skipped). @fn returns
@@ -104,6 +113,11 @@ typedef bool (*farm_ht_iter_fn)(void *ctx, const void *key, uint32_t klen,
                                 const void *val, uint32_t vlen);
 long farm_ht_iterate_local(farm_ht *h, unsigned shard, farm_ht_iter_fn fn,
                            void *ctx);
+/* The same from the home bucket of @key (NULL: the first bucket) to the
+ * end of the shard, in bucket order (a short scan: kv_bench's YCSB E);
+ * -EINVAL also for a bad key. */
+long farm_ht_iterate_local_from(farm_ht *h, unsigned shard, const void *key,
+                                uint32_t klen, farm_ht_iter_fn fn, void *ctx);
 
 void farm_ht_stats_get(farm_ht *h, struct farm_ht_stats *out);
 

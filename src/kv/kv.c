@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "node/ctl.h"
 #include "util/common.h"
 #include "util/log.h"
 
@@ -50,6 +51,7 @@ struct farm_kv {
 	unsigned nshards, my_shard;
 	struct farm_ht_shard shards[MAX_MACHINES];
 	_Atomic uint64_t st[S_N];
+	struct farm_ctl_source ctl; /* counters for the control socket */
 };
 
 static void st_add(farm_kv *kv, int i, uint64_t n)
@@ -94,6 +96,51 @@ static void h_shard(farm_loop *loop, const farm_msg_in *in, void *arg)
 
 static void h_mget(farm_loop *loop, const farm_msg_in *in, void *arg);
 
+#define KV_C(f, help) FARM_CTL_COUNTER(farm_kv_stats, f, help)
+static const struct farm_ctl_field kv_fields[] = {
+        KV_C(mget_calls, "multi-gets accepted"),
+        KV_C(mget_keys, "keys in them"),
+        KV_C(mget_local, "multi-get keys of this machine's shard"),
+        KV_C(mget_first_hits, "multi-get keys the first read resolved"),
+        KV_C(mget_misses, "multi-get keys sent to their owner"),
+        KV_C(mget_msgs, "multi-get batch messages sent"),
+        KV_C(mget_spills, "values too long for a batch reply"),
+        KV_C(mget_fallbacks, "batched keys looked up separately"),
+        KV_C(mget_served, "multi-get batches answered here"),
+        KV_C(mget_served_keys, "keys in them"),
+        KV_C(mget_bad, "malformed multi-get batches refused"),
+};
+
+#define HT_C(f, help) FARM_CTL_COUNTER(struct farm_ht_stats, f, help)
+static const struct farm_ctl_field ht_fields[] = {
+        HT_C(lookups, "hashtable lookups started here"),
+        HT_C(lookup_reads, "one-sided reads of those lookups"),
+        HT_C(lookup_retries, "lookups started over (mixed views)"),
+        HT_C(lookup_chain_reads, "overflow chain blocks read"),
+        HT_C(puts, "puts sent from here"),
+        HT_C(dels, "deletes sent from here"),
+        HT_C(hops, "pairs moved between buckets (owner)"),
+        HT_C(chain_appends, "overflow chain blocks appended (owner)"),
+        HT_C(chain_frees, "overflow chain blocks freed (owner)"),
+        HT_C(combined_txns, "transactions that combined several writes"),
+        HT_C(found, "lookups that found their key"),
+        HT_C(not_found, "lookups that did not"),
+};
+
+/* The store's counters for `farm stats` (on the control thread). */
+static void ctl_stats(void *ctx, struct farm_ctl_out *o)
+{
+	farm_kv *kv = ctx;
+	farm_kv_stats ks;
+	struct farm_ht_stats hs;
+	farm_kv_stats_get(kv, &ks);
+	farm_ht_stats_get(kv->ht, &hs);
+	farm_ctl_put(o, "kv", kv_fields,
+	             sizeof(kv_fields) / sizeof(kv_fields[0]), &ks);
+	farm_ctl_put(o, "ht", ht_fields,
+	             sizeof(ht_fields) / sizeof(ht_fields[0]), &hs);
+}
+
 int farm_kv_create(farm_node *node, const struct farm_kv_attr *attr,
                    uint32_t buckets_per_machine, farm_kv **out)
 {
@@ -123,6 +170,8 @@ int farm_kv_create(farm_node *node, const struct farm_kv_attr *attr,
 		free(kv);
 		return rc;
 	}
+	kv->ctl = (struct farm_ctl_source){.fn = ctl_stats, .ctx = kv};
+	farm_ctl_add(farm_node_ctl(node), &kv->ctl);
 	*out = kv;
 	return 0;
 }
@@ -131,6 +180,7 @@ void farm_kv_destroy(farm_kv *kv)
 {
 	if (!kv)
 		return;
+	farm_ctl_remove(&kv->ctl);
 	farm_ht_destroy(kv->ht);
 	free(kv);
 }
@@ -899,7 +949,7 @@ static int srv_parse(farm_kv *kv, const uint8_t *p, uint32_t len, struct srv *s)
 		off += 2;
 		if (kl == 0 || kl > FARM_KV_MAX_KEY || off + kl > len)
 			return -EINVAL;
-		if (kv->shards[shard_of_key(kv, p + off, kl)].machine != kv->me)
+		if (!farm_ht_serves(kv->ht, shard_of_key(kv, p + off, kl)))
 			return -EINVAL; /* not ours to answer */
 		if (s) {
 			s->k[j] = (struct srv_key){

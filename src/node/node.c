@@ -9,9 +9,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "alloc/galloc.h"
+#include "node/ctl.h"
 #include "recovery/recovery.h"
 #include "txn/txm.h"
 #include "util/common.h"
@@ -45,6 +47,8 @@ struct farm_node {
 	struct farm_view view; /* last view applied */
 	int start_timeout_ms; /* static peers' cards are waited for this long */
 	bool card_written;
+	/* The control socket (ctl.c); NULL: none. */
+	struct farm_ctl *ctl;
 	bool app_loops;     /* the application's threads run the loops */
 	farm_recovery *rec; /* leases and reconfiguration (ZooKeeper only) */
 	/* Under lock: */
@@ -188,11 +192,35 @@ static int card_read(const char *dir, int timeout_ms, char *out, size_t len)
 /* ---- views ------------------------------------------------------------------
  */
 
+/* The members of the view this machine applied last that @v drops. */
+static unsigned dropped(farm_node *n, const struct farm_view *v, uint32_t *out)
+{
+	unsigned k = 0;
+	pthread_mutex_lock(&n->lock);
+	if (n->view.config_id && n->view.config_id < v->config_id)
+		for (unsigned i = 0; i < n->view.n; i++)
+			if (!farm_view_find(v, n->view.members[i].id))
+				out[k++] = n->view.members[i].id;
+	pthread_mutex_unlock(&n->lock);
+	return k;
+}
+
 static void apply_view(void *ctx, const struct farm_view *v)
 {
 	farm_node *n = ctx;
-	uint32_t ids[FARM_VIEW_MAX];
+	uint32_t ids[FARM_VIEW_MAX], gone[FARM_VIEW_MAX];
 	unsigned k = 0;
+	bool member = farm_view_find(v, n->cfg.machine_id) != NULL;
+	unsigned ngone = member ? dropped(n, v, gone) : 0;
+	/* Fence the machines that left before anything moves: from here on
+	 * their one-sided requests to this machine fail (a zombie that
+	 * resumes writes nothing). */
+	for (unsigned i = 0; i < ngone; i++) {
+		int frc = farm_fabric_revoke(n->fab, gone[i]);
+		if (frc && frc != -ENOTSUP)
+			farm_warn("node: cannot fence machine %" PRIu32 ": %s",
+			          gone[i], farm_strerror(frc));
+	}
 	for (unsigned i = 0; i < v->n; i++) {
 		const struct farm_member *m = &v->members[i];
 		if (m->id >= FARM_NODE_MAX_MACHINES) {
@@ -247,7 +275,39 @@ static void apply_view(void *ctx, const struct farm_view *v)
 			farm_warn("node: leases of view %" PRIu64 ": %s",
 			          v->config_id, farm_strerror(lrc));
 	}
-	bool member = farm_view_find(v, n->cfg.machine_id) != NULL;
+	/* After the leases took the configuration (no lease is granted
+	 * outside it any more). */
+	if (!rc && ngone) {
+		/* Recover the transactions and regions the lost machines
+		 * took part in (src/txn/recover.c); the configuration's CM
+		 * decides for their coordinators. */
+		uint32_t decider = v->has_cm ? v->cm : ids[0];
+		if (decider == n->cfg.machine_id && n->rec) {
+			/* FaRM's lease wait before NEW-CONFIG-COMMIT: the CM
+			 * grants no lease outside the configuration it has
+			 * taken, so one lease length from here every lease a
+			 * removed machine held has expired (by the holder's
+			 * clock first), and it stops acting as a member
+			 * before recovery moves its regions. */
+			uint32_t us = n->cfg.lease_us ? n->cfg.lease_us
+			                              : FARM_LEASE_DEFAULT_US;
+			struct timespec ts = {.tv_sec = us / 1000000,
+			                      .tv_nsec = (long)(us % 1000000) *
+			                                 1000};
+			while (nanosleep(&ts, &ts) && errno == EINTR)
+				;
+		}
+		int trc = farm_txm_reconfigure(n->txm, v->config_id, gone,
+		                               ngone, ids, k, decider);
+		if (trc == -ENOENT) /* loops closed: this machine stops */
+			farm_info("node: view %" PRIu64 " while closing: no "
+			          "transaction recovery",
+			          v->config_id);
+		else if (trc)
+			farm_err("node: transaction recovery for view %" PRIu64
+			         " not started: %s",
+			         v->config_id, farm_strerror(trc));
+	}
 	pthread_mutex_lock(&n->lock);
 	if (!rc)
 		n->view = *v;
@@ -277,6 +337,11 @@ static void on_recovery(void *ctx, enum farm_recovery_event e,
 		n->lease_lost = true;
 	pthread_cond_broadcast(&n->cond);
 	pthread_mutex_unlock(&n->lock);
+}
+
+static void on_peer_death(void *ctx, uint32_t peer)
+{
+	farm_recovery_peer_dead(ctx, peer);
 }
 
 static void on_state(void *ctx, enum farm_membership_state s)
@@ -355,12 +420,20 @@ int farm_node_open(const struct farm_config *cfg, farm_node **out)
 			         cfg->machine_id, farm_strerror(rc));
 			goto fail;
 		}
+		/* The fabric's death notice is a suspicion too (shm: at
+		 * once, where a lease takes its length). */
+		int drc = farm_fabric_on_peer_death(n->fab, on_peer_death,
+		                                    n->rec);
+		if (drc && drc != -ENOTSUP)
+			farm_warn("node %" PRIu32 ": no death notices: %s",
+			          cfg->machine_id, farm_strerror(drc));
 	}
 	if ((rc = card_format(n)) || (rc = card_write(n))) {
 		farm_err("node %" PRIu32 ": cannot publish its card: %s",
 		         cfg->machine_id, farm_strerror(rc));
 		goto fail;
 	}
+	n->ctl = farm_ctl_open(n, cfg->data_dir); /* NULL: warned, runs on */
 	*out = n;
 	return 0;
 fail:
@@ -425,7 +498,9 @@ void farm_node_loop_close(farm_node *n, farm_loop *loop)
 	if (!n || !loop)
 		return;
 	unsigned i = farm_loop_index(loop);
+	farm_ctl_lock(n->ctl);
 	farm_txm_detach(n->txm, loop);
+	farm_ctl_unlock(n->ctl);
 	farm_loop_close(loop);
 	pthread_mutex_lock(&n->lock);
 	if (i < n->nthreads)
@@ -506,7 +581,10 @@ void farm_node_close(farm_node *n)
 {
 	if (!n)
 		return;
+	farm_ctl_close(n->ctl);
 	farm_membership_close(n->mem); /* no more view callbacks */
+	if (n->rec && n->fab && farm_fabric_on_peer_death(n->fab, NULL, NULL))
+		farm_info("node: fabric without death notices");
 	farm_recovery_close(n->rec);
 	if (n->threads) {
 		for (unsigned i = 0; i < n->nthreads && !n->app_loops; i++)
@@ -569,6 +647,11 @@ bool farm_node_removed(farm_node *n)
 farm_recovery *farm_node_recovery(const farm_node *n)
 {
 	return n ? n->rec : NULL;
+}
+
+struct farm_ctl *farm_node_ctl(const farm_node *n)
+{
+	return n ? n->ctl : NULL;
 }
 
 farm_fabric *farm_node_fabric(const farm_node *n)

@@ -44,5 +44,8 @@ int farm_node_card_lease(const char *card, char *out, size_t len);
 /* Recovery's failure detector (NULL without ZooKeeper). */
 struct farm_recovery;
 struct farm_recovery *farm_node_recovery(const farm_node *n);
+/* The control socket (node/ctl.h; NULL when it could not be opened). */
+struct farm_ctl;
+struct farm_ctl *farm_node_ctl(const farm_node *n);
 
 #endif

@@ -35,6 +35,10 @@ struct farm_recovery {
 	/* Suspicions not yet probed. */
 	uint32_t pending[FARM_VIEW_MAX];
 	unsigned npending;
+	/* Machines the fabric saw die (kept until a view leaves them out):
+	 * not probed, counted as not answering. */
+	uint32_t dead[FARM_VIEW_MAX];
+	unsigned ndead;
 	struct farm_recovery_stats st;
 };
 
@@ -83,8 +87,15 @@ static void handle(farm_recovery *r, const uint32_t *sus, unsigned nsus)
 {
 	pthread_mutex_lock(&r->mu);
 	struct farm_lease_peer peers[FARM_VIEW_MAX];
-	unsigned n = r->npeers;
-	memcpy(peers, r->peers, n * sizeof(peers[0]));
+	uint32_t gone[FARM_VIEW_MAX];
+	unsigned n = r->npeers, np = 0, ngone = 0;
+	/* A machine the fabric saw die cannot answer: no need to wait two
+	 * lease lengths for it. */
+	for (unsigned i = 0; i < n; i++)
+		if (in_list(r->dead, r->ndead, r->peers[i].id))
+			gone[ngone++] = r->peers[i].id;
+		else
+			peers[np++] = r->peers[i];
 	uint64_t cfg = r->view.config_id;
 	struct farm_membership *mem = r->mem;
 	r->st.probes++;
@@ -97,10 +108,13 @@ static void handle(farm_recovery *r, const uint32_t *sus, unsigned nsus)
 	uint64_t lease_ns = (uint64_t)(r->a.lease_us ? r->a.lease_us
 	                                             : FARM_LEASE_DEFAULT_US) *
 	                    1000ull;
-	int got = farm_lease_probe(r->lease, peers, n, 2 * lease_ns, ok);
+	int got = np ? farm_lease_probe(r->lease, peers, np, 2 * lease_ns, ok)
+	             : 0;
 	uint32_t out[FARM_VIEW_MAX];
 	unsigned nout = 0;
-	for (unsigned i = 0; got >= 0 && i < n; i++)
+	for (unsigned i = 0; got >= 0 && i < ngone; i++)
+		out[nout++] = gone[i];
+	for (unsigned i = 0; got >= 0 && i < np; i++)
 		if (!ok[i])
 			out[nout++] = peers[i].id;
 	bool majority = got >= 0 && (unsigned)got * 2 > n;
@@ -248,6 +262,12 @@ int farm_recovery_view(farm_recovery *r, const struct farm_view *v,
 			r->st.t_config_ns = farm_now_ns();
 			break;
 		}
+	/* Death notices hold until a view leaves the machine out. */
+	unsigned kd = 0;
+	for (unsigned i = 0; i < r->ndead; i++)
+		if (farm_view_find(v, r->dead[i]))
+			r->dead[kd++] = r->dead[i];
+	r->ndead = kd;
 	r->view = *v;
 	memcpy(r->peers, peers, k * sizeof(peers[0]));
 	r->npeers = k;
@@ -281,8 +301,13 @@ int farm_recovery_view(farm_recovery *r, const struct farm_view *v,
 
 void farm_recovery_peer_dead(farm_recovery *r, uint32_t machine)
 {
-	if (r)
-		queue_suspect(r, machine);
+	if (!r)
+		return;
+	pthread_mutex_lock(&r->mu);
+	if (!in_list(r->dead, r->ndead, machine) && r->ndead < FARM_VIEW_MAX)
+		r->dead[r->ndead++] = machine;
+	pthread_mutex_unlock(&r->mu);
+	queue_suspect(r, machine);
 }
 
 void farm_recovery_stats(farm_recovery *r, struct farm_recovery_stats *out)

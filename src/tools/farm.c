@@ -16,7 +16,11 @@ static void usage(FILE *out)
 	        "file\n"
 	        "  cluster   run, start or stop a local cluster of machines\n"
 	        "  logs      list the transaction log records in a data "
-	        "directory\n");
+	        "directory\n"
+	        "  status    a cluster's configuration, members, regions and "
+	        "replication\n"
+	        "  stats     a running machine's counters (text or "
+	        "Prometheus)\n");
 }
 
 int main(int argc, char **argv)
@@ -41,6 +45,10 @@ int main(int argc, char **argv)
 		return farm_cmd_machine(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "logs"))
 		return farm_cmd_logs(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "status"))
+		return farm_cmd_status(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "stats"))
+		return farm_cmd_stats(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "cluster"))
 		return farm_cmd_cluster(argc - 1, argv + 1, self);
 	fprintf(stderr, "farm: unknown command '%s'\n", argv[1]);

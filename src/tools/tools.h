@@ -12,6 +12,15 @@ struct farm_config;
 int farm_cmd_machine(int argc, char **argv);
 int farm_cmd_cluster(int argc, char **argv, const char *self);
 int farm_cmd_logs(int argc, char **argv);
+int farm_cmd_stats(int argc, char **argv);
+int farm_cmd_status(int argc, char **argv);
+/* For stats and status (stats.c): load a machine's configuration file and
+ * the environment (messages to stderr, as "farm @cmd: ..."), and ask the
+ * control socket in @dir (failures reported the same way; *@reply is
+ * malloc'ed on success). */
+int farm_tool_config(const char *cmd, const char *path, struct farm_config *c);
+int farm_tool_ctl(const char *cmd, const char *dir, const char *req,
+                  int timeout_ms, char **reply);
 struct farm_node;
 /* The demo job (demo.c): register its handlers before the node starts,
  * run it once all @nmachines machines are in the view, free its state. */

@@ -82,7 +82,7 @@ static uint64_t rec_bytes(farm_tx *tx, int type, uint32_t p, uint32_t b,
 		}
 	if (nobj)
 		*nobj = n;
-	return n ? rec_size(n, img) : 0;
+	return n ? rec_size(n, img, tx->nregs) : 0;
 }
 
 static uint64_t new_incarn(const struct txobj *o)
@@ -99,8 +99,12 @@ static int build_rec(farm_tx *tx, int type, uint32_t p, uint32_t b,
 	if (!buf)
 		return -ENOMEM;
 	memset(buf, 0, sz);
-	struct rec_hdr h = {
-	        .type = (uint16_t)type, .nobj = (uint16_t)n, .txid = tx->id};
+	struct rec_hdr h = {.type = (uint16_t)type,
+	                    .nobj = (uint16_t)n,
+	                    .txid = tx->id,
+	                    .cseq = tx->cseq,
+	                    .cfg = tx->cfg,
+	                    .nreg = (uint16_t)tx->nregs};
 	memcpy(buf, &h, sizeof(h));
 	struct rec_obj *ro = (struct rec_obj *)(void *)(buf + sizeof(h));
 	uint8_t *img = buf + sizeof(h) + (size_t)n * sizeof(*ro);
@@ -129,6 +133,7 @@ static int build_rec(farm_tx *tx, int type, uint32_t p, uint32_t b,
 		memcpy(img, o->img, 64ull * o->lines);
 		img += 64ull * o->lines;
 	}
+	memcpy(img, tx->regs, 4ull * tx->nregs);
 	*out = buf;
 	*len = sz;
 	return 0;
@@ -259,6 +264,12 @@ void txn_tx_finish(farm_tx *tx)
 		}
 		o->flags &= ~TXO_NEW;
 	}
+	if (tx->nwaiters) /* decided without passing the hooks */
+		txn_rec_decided(tx, tx->outcome == 0);
+	if (tx->cseq) {
+		txn_cseq_done(tl, tx->cseq);
+		tx->cseq = 0;
+	}
 	tx->ph = PH_DONE;
 	if (tx->released)
 		txn_tx_free(tx);
@@ -280,11 +291,16 @@ static void tx_fail(farm_tx *tx, int fail)
 {
 	if (tx->single) {
 		single_unlock(tx, tx->n);
-		tx_report(tx, fail);
-		txn_tx_finish(tx);
-	} else {
-		phase_abort(tx, fail);
+		bool cb = false;
+		for (uint32_t p = 0; p < 0x40; p++)
+			cb |= tx->cb_at[p];
+		if (!cb) {
+			tx_report(tx, fail);
+			txn_tx_finish(tx);
+			return;
+		}
 	}
+	phase_abort(tx, fail);
 }
 
 static void tx_step(farm_tx *tx)
@@ -327,17 +343,32 @@ static void tx_step(farm_tx *tx)
 			if (atomic_load(&testing_crash_after_backup))
 				raise(SIGKILL); /* testing: COMMIT-BACKUP acked
 				                 */
-			phase_primary(tx);
+			/* The configuration changed since the commit started:
+			 * a COMMIT-BACKUP may have landed after a promoted
+			 * primary drained its logs, so it must not count
+			 * (recover.c). Abort; the retry runs in the new one. */
+			if (tx->cfg <
+			    atomic_load_explicit(&tx->m->rec.cfg,
+			                         memory_order_acquire))
+				tx_fail(tx, -EAGAIN);
+			else
+				phase_primary(tx);
 		}
 		break;
 	case PH_PRIMARY:
-		/* Reported at the first landed COMMIT-PRIMARY. */
+		/* Reported at the first landed COMMIT-PRIMARY. None landed:
+		 * every primary died, yet every COMMIT-BACKUP is durable, and
+		 * recovery commits a transaction whose regions each have
+		 * their COMMIT-BACKUP at every surviving backup (recover.c),
+		 * so it is committed. */
 		if (!tx->reported)
-			tx_report(tx,
-			          tx->committed_writes ? 0 : FARM_EPEERDEAD);
+			tx_report(tx, 0);
 		txn_tx_finish(tx);
 		break;
-	case PH_ABORT: txn_tx_finish(tx); break;
+	case PH_ABORT:
+		tx_report(tx, tx->abort_outcome);
+		txn_tx_finish(tx);
+		break;
 	default: break;
 	}
 }
@@ -508,6 +539,8 @@ static void phase_backup(farm_tx *tx)
 					break;
 				}
 				tx_append(tx, b, buf, len, K_BACKUP);
+				tx->cb_at[b] =
+				        true; /* landed or not: unknown */
 			}
 		}
 	}
@@ -536,7 +569,10 @@ static void send_decisive(farm_tx *tx, uint32_t mach, int type, int kind,
 	int rc = -ENOMEM;
 	if (b) {
 		memset(b, 0, 64);
-		struct rec_hdr h = {.type = (uint16_t)type, .txid = tx->id};
+		struct rec_hdr h = {.type = (uint16_t)type,
+		                    .txid = tx->id,
+		                    .cseq = tx->cseq,
+		                    .cfg = tx->cfg};
 		memcpy(b, &h, sizeof(h));
 		unsigned before = tx->wait_writes;
 		int fail = tx->fail;
@@ -590,6 +626,7 @@ static void decisive_retry(farm_loop *loop, void *ctx, int status)
 static void phase_primary(farm_tx *tx)
 {
 	tx->ph = PH_PRIMARY;
+	txn_rec_decided(tx, true);
 	for (uint32_t p = 0; p < tx->m->M && p < 0x40; p++)
 		if (tx->locked_at[p])
 			send_decisive(tx, p, REC_COMMIT_PRIMARY, K_PRIMARY,
@@ -597,14 +634,22 @@ static void phase_primary(farm_tx *tx)
 	tx_step(tx);
 }
 
+/*
+ * Abort: ABORT records to every primary that may hold a lock and every
+ * backup that may hold a COMMIT-BACKUP (which it must then never apply).
+ * The outcome is reported once they have landed: with a COMMIT-BACKUP at
+ * every backup, recovery would commit a transaction whose coordinator
+ * died, unless an ABORT record says otherwise.
+ */
 static void phase_abort(farm_tx *tx, int outcome)
 {
 	tx->ph = PH_ABORT;
 	tx->fail = 0;
+	tx->abort_outcome = outcome;
+	txn_rec_decided(tx, false);
 	for (uint32_t p = 0; p < tx->m->M && p < 0x40; p++)
-		if (tx->locked_at[p])
+		if (tx->locked_at[p] || tx->cb_at[p])
 			send_decisive(tx, p, REC_ABORT, K_ABORT, NULL);
-	tx_report(tx, outcome);
 	tx_step(tx);
 }
 
@@ -636,7 +681,9 @@ static void single_lock(farm_tx *tx)
 		struct txobj *o = &tx->o[i];
 		_Atomic uint64_t *h = local_hdr(tx, o);
 		if (!h) {
-			tx->fail = -EINVAL;
+			/* Not ours as primary (any more, or not yet: recovery
+			 * is promoting our copy): retryable. */
+			tx->fail = -EAGAIN;
 			break;
 		}
 		if (!is_write(o)) {
@@ -860,6 +907,25 @@ int farm_tx_commit(farm_tx *tx, farm_tx_commit_fn cont, void *ctx)
 		}
 		return tx_leave_call(tx);
 	}
+	/* The regions it writes, for every record's region list. */
+	free(tx->regs);
+	tx->regs = malloc(sizeof(*tx->regs) * nw);
+	if (!tx->regs)
+		return -ENOMEM;
+	tx->nregs = 0;
+	for (unsigned i = 0; i < tx->n; i++) {
+		if (!is_write(&tx->o[i]))
+			continue;
+		uint32_t r = farm_gaddr_region(tx->o[i].a);
+		unsigned k = 0;
+		while (k < tx->nregs && tx->regs[k] != r)
+			k++;
+		if (k == tx->nregs)
+			tx->regs[tx->nregs++] = r;
+	}
+	if (tx->nregs > 512) /* recover.c: REC_MAX_REGS */
+		return -E2BIG;
+	tx->cfg = (uint32_t)farm_as_config_id(m->as);
 	/* After-images. */
 	for (unsigned i = 0; i < tx->n; i++) {
 		struct txobj *o = &tx->o[i];
@@ -899,6 +965,10 @@ int farm_tx_commit(farm_tx *tx, farm_tx_commit_fn cont, void *ctx)
 				seenb[b] = true;
 				tx->need[b] += rec_bytes(tx, REC_COMMIT_BACKUP,
 				                         o->primary, b, NULL);
+				if (!tx->cb_room[b]) { /* a possible ABORT */
+					tx->cb_room[b] = true;
+					tx->need[b] += 64;
+				}
 			}
 		}
 	}
@@ -910,6 +980,9 @@ int farm_tx_commit(farm_tx *tx, farm_tx_commit_fn cont, void *ctx)
 	for (uint32_t mach = 0; mach < m->M && mach < 0x40; mach++)
 		if (tx->need[mach] > m->R / 2)
 			return -E2BIG; /* more than half a log: never fits */
+	int crc = txn_cseq_take(tx->tl, &tx->cseq);
+	if (crc)
+		return crc;
 	tx->ph = PH_RESERVE;
 	tx->in_call = true;
 	txn_tx_reserve(tx);

@@ -28,6 +28,29 @@
 #include "txn/txn_testing.h"
 #include "util/log.h"
 
+/* ---- commit sequences ------------------------------------------------ */
+
+/* A commit's sequence, in the order commits start: -EAGAIN when the
+ * oldest unfinished commit is CS_RING behind (it waits on a dead peer). */
+int txn_cseq_take(struct txloop *tl, uint64_t *out)
+{
+	if (tl->cs_next - tl->cs_low >= CS_RING)
+		return -EAGAIN;
+	tl->cs_done[tl->cs_next % CS_RING] = 0;
+	*out = tl->cs_next++;
+	return 0;
+}
+
+/* A commit finished: decided and every record written. */
+void txn_cseq_done(struct txloop *tl, uint64_t cseq)
+{
+	if (cseq < tl->cs_low || cseq >= tl->cs_next)
+		return;
+	tl->cs_done[cseq % CS_RING] = 1;
+	while (tl->cs_low < tl->cs_next && tl->cs_done[tl->cs_low % CS_RING])
+		tl->cs_low++;
+}
+
 /* ---- the writer side ------------------------------------------------ */
 
 static uint64_t low_water(const struct writer *w)
@@ -169,7 +192,8 @@ int txn_log_append(struct txloop *tl, uint32_t mach, void *buf, size_t len,
 		memset(pb, 0, 64);
 		struct rec_hdr ph = {.len = (uint32_t)plen,
 		                     .type = REC_PAD,
-		                     .trunc = low_water(w)};
+		                     .trunc = low_water(w),
+		                     .lw = tl->cs_low};
 		memcpy(pb, &ph, sizeof(ph));
 		uint64_t tr = w->tail + 1;
 		memcpy(pb + 56, &tr, 8); /* a pad's trailer: its first line's */
@@ -187,6 +211,7 @@ int txn_log_append(struct txloop *tl, uint32_t mach, void *buf, size_t len,
 	struct rec_hdr *h = buf;
 	h->len = (uint32_t)len;
 	h->trunc = low_water(w);
+	h->lw = tl->cs_low;
 	w->sent_trunc = FARM_MAX(w->sent_trunc, h->trunc);
 	uint64_t tr = w->tail + 1;
 	memcpy((uint8_t *)buf + len - 8, &tr, 8);
@@ -319,7 +344,7 @@ int farm_txlog_scan_file(const char *path, farm_txlog_fn fn, void *ctx,
 	         pread(fd, &sb, sizeof(sb), 0) != (ssize_t)sizeof(sb) ||
 	         sb.magic != LOG_SUPER_MAGIC)
 		rc = -ENOMSG; /* not a log file */
-	else if (sb.layout != 1 || !sb.M || sb.M > 0x40 || !sb.T ||
+	else if (sb.layout != 2 || !sb.M || sb.M > 0x40 || !sb.T ||
 	         sb.T > MAX_LOOPS || sb.machine >= sb.M ||
 	         !farm_is_pow2(sb.R) || sb.R < (64u << 10) ||
 	         sb.R > (64u << 20) ||
@@ -363,7 +388,7 @@ int farm_txlog_scan_file(const char *path, farm_txlog_fn fn, void *ctx,
 				if (!tr || (tr - 1) % sb.R != off)
 					continue;
 				if (h.type == REC_PAD ||
-				    rec_size(h.nobj, 0) > h.len)
+				    rec_size(h.nobj, 0, h.nreg) > h.len)
 					continue;
 				struct farm_txlog_rec r = {.coord = c,
 				                           .thread = t,

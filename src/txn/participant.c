@@ -15,6 +15,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -54,8 +55,8 @@ static bool rec_sane(const uint8_t *rec, uint32_t len)
 {
 	struct rec_hdr h;
 	memcpy(&h, rec, sizeof(h));
-	uint64_t need =
-	        sizeof(h) + (uint64_t)h.nobj * sizeof(struct rec_obj) + 8;
+	uint64_t need = sizeof(h) + (uint64_t)h.nobj * sizeof(struct rec_obj) +
+	                4ull * h.nreg + 8;
 	if (need > len)
 		return false;
 	const struct rec_obj *o = rec_objs(rec);
@@ -95,6 +96,13 @@ static void on_lock(struct txloop *tl, const uint8_t *rec)
 	const struct rec_obj *o = rec_objs(rec);
 	int status = 0;
 	unsigned locked = 0;
+	if (h.cfg < (uint32_t)farm_as_config_id(m->as)) {
+		/* Started in an older configuration: its coordinator may not
+		 * know where the regions are now (FaRM 5.2). Retryable. */
+		stat_add(m, S_STALE_REFUSED, 1);
+		send_reply(tl, h.txid, FARM_ECONFLICT);
+		return;
+	}
 	for (; locked < h.nobj; locked++) {
 		uint8_t *p = primary_obj(m, &o[locked]);
 		if (!p || (o[locked].version & OBJ_LOCK_MASK)) {
@@ -223,12 +231,106 @@ static void on_commit_primary(struct txloop *tl, uint64_t txid, bool commit)
 	free(e);
 }
 
+/* ---- aborted transactions (their COMMIT-BACKUPs are never applied) -- */
+
+static struct abort_ent **abort_slot(struct txloop *tl, uint64_t txid)
+{
+	struct abort_ent **pp =
+	        &tl->aborts[(txid ^ (txid >> 32)) % LOCK_BUCKETS];
+	while (*pp && (*pp)->txid != txid)
+		pp = &(*pp)->next;
+	return pp;
+}
+
+bool txn_aborted(struct txloop *tl, uint64_t txid)
+{
+	return *abort_slot(tl, txid) != NULL;
+}
+
+void txn_note_abort(struct txloop *tl, uint64_t txid, uint64_t pos)
+{
+	struct abort_ent **pp = abort_slot(tl, txid);
+	if (*pp)
+		return;
+	struct abort_ent *e = malloc(sizeof(*e));
+	if (!e) {
+		/* Cannot remember it: the COMMIT-BACKUPs of this aborted
+		 * transaction would be applied at truncation. Say so. */
+		farm_err("txn: out of memory noting the abort of %#" PRIx64,
+		         txid);
+		return;
+	}
+	*e = (struct abort_ent){.txid = txid, .pos = pos};
+	*pp = e;
+}
+
+static void forget_abort(struct txloop *tl, uint64_t txid, uint64_t pos)
+{
+	struct abort_ent **pp = abort_slot(tl, txid);
+	if (*pp && (*pp)->pos == pos) {
+		struct abort_ent *e = *pp;
+		*pp = e->next;
+		free(e);
+	}
+}
+
+/*
+ * Apply an after-image to a copy that is not the primary (a backup, or a
+ * region recovery is promoting): only when it is newer than the copy, so
+ * images of one object applied from different logs (different loops, in
+ * any order) leave the newest. The copy's header is taken exclusive for
+ * the copy (appliers on other loops wait; a lock recovery holds has been
+ * taken by this machine's recovery, which applies under it: @held).
+ * Returns whether it was applied.
+ */
+bool txn_copy_apply(uint8_t *p, unsigned lines, const uint8_t *img, bool held)
+{
+	_Atomic uint64_t *hv = (_Atomic uint64_t *)(void *)p;
+	uint64_t nv;
+	memcpy(&nv, img, 8);
+	nv &= ~OBJ_LOCK_MASK;
+	uint64_t cur = atomic_load_explicit(hv, memory_order_acquire);
+	if (!held) {
+		for (unsigned spins = 0;; spins++) {
+			if ((cur & ~OBJ_LOCK_MASK) >= nv && cur)
+				return false;
+			if (!(cur & OBJ_LOCK_MASK) &&
+			    atomic_compare_exchange_weak_explicit(
+			            hv, &cur, cur | OBJ_LOCK_EXCL,
+			            memory_order_acq_rel, memory_order_acquire))
+				break;
+			if (spins > 64)
+				sched_yield();
+			cur = atomic_load_explicit(hv, memory_order_acquire);
+		}
+	} else if ((cur & ~OBJ_LOCK_MASK) >= nv && (cur & ~OBJ_LOCK_MASK)) {
+		return false;
+	}
+	/* The incarnation word and the body, then the version (unlocked
+	 * unless recovery still holds it). */
+	memcpy(p + 8, img + 8, 64ull * lines - 8);
+	farm_store_fence();
+	atomic_store_explicit(hv, held ? nv | OBJ_LOCK_EXCL : nv,
+	                      memory_order_release);
+	return true;
+}
+
+/* recover.c: a decision for a transaction whose LOCK we hold. */
+void txn_decide_primary(struct txloop *tl, uint64_t txid, bool commit)
+{
+	on_commit_primary(tl, txid, commit);
+}
+
 /* Apply a COMMIT-BACKUP record to our backup copies (at truncation). */
 static void backup_apply(struct txloop *tl, const uint8_t *rec)
 {
 	farm_txm *m = tl->m;
 	struct rec_hdr h;
 	memcpy(&h, rec, sizeof(h));
+	if (txn_aborted(tl, h.txid)) {
+		stat_add(m, S_BACKUP_SKIPPED, 1);
+		return;
+	}
 	const struct rec_obj *o = rec_objs(rec);
 	const uint8_t *img = rec + sizeof(h) + (size_t)h.nobj * sizeof(*o);
 	for (unsigned i = 0; i < h.nobj; i++) {
@@ -238,9 +340,21 @@ static void backup_apply(struct txloop *tl, const uint8_t *rec)
 		uint64_t off = farm_gaddr_offset(o[i].addr);
 		if (r && role == FARM_AS_BACKUP &&
 		    off + 64ull * o[i].lines <= farm_region_size(r)) {
-			memcpy((uint8_t *)farm_region_base(r) + off, img,
-			       64ull * o[i].lines);
-			stat_add(m, S_BACKUP_APPLIES, 1);
+			uint8_t *q = (uint8_t *)farm_region_base(r) + off;
+			bool done =
+			        txn_rec_promoting(m,
+			                          farm_gaddr_region(o[i].addr))
+			                ? txn_rec_truncate_apply(m, o[i].addr,
+			                                         q, o[i].lines,
+			                                         img)
+			                : txn_copy_apply(q, o[i].lines, img,
+			                                 false);
+			if (done)
+				stat_add(m, S_BACKUP_APPLIES, 1);
+		} else if (r && role == FARM_AS_PRIMARY) {
+			/* Promoted by recovery, which applied or decided it. */
+		} else if (!r) {
+			stat_add(m, S_BACKUP_NOCOPY, 1);
 		} else {
 			stat_add(m, S_BAD_RECORDS, 1);
 		}
@@ -271,6 +385,8 @@ static void truncate_to(struct txloop *tl, struct reader *rd, uint8_t *ring,
 		}
 		if (h.type == REC_COMMIT_BACKUP)
 			backup_apply(tl, rec);
+		if (h.type == REC_ABORT)
+			forget_abort(tl, h.txid, rd->applied);
 		if (h.type == REC_LOCK && *lock_slot(tl, h.txid))
 			farm_warn("txn: LOCK of transaction %#" PRIx64
 			          " truncated "
@@ -295,7 +411,7 @@ static int poll_log(struct txloop *tl, uint32_t coord)
 	        (_Atomic uint64_t *)(void *)(m->logbase + log_hdr_off(m, li));
 	struct reader *rd = &tl->r[coord];
 	int got = 0;
-	while (!rd->broken) {
+	while (!rd->broken && !rd->fenced) {
 		uint64_t off = rd->head % m->R;
 		uint8_t *rec = ring + off;
 		uint32_t len = atomic_load_explicit(
@@ -336,7 +452,10 @@ static int poll_log(struct txloop *tl, uint32_t coord)
 		case REC_COMMIT_PRIMARY:
 			on_commit_primary(tl, h.txid, true);
 			break;
-		case REC_ABORT: on_commit_primary(tl, h.txid, false); break;
+		case REC_ABORT:
+			on_commit_primary(tl, h.txid, false);
+			txn_note_abort(tl, h.txid, rd->head);
+			break;
 		case REC_COMMIT_BACKUP:
 			if (!rec_sane(rec, len))
 				stat_add(m, S_BAD_RECORDS, 1);
@@ -345,6 +464,8 @@ static int poll_log(struct txloop *tl, uint32_t coord)
 		case REC_PAD: break;
 		default: stat_add(m, S_BAD_RECORDS, 1); break;
 		}
+		if (h.type != REC_PAD && h.lw > rd->lw)
+			rd->lw = h.lw;
 		rd->head += len;
 		got++;
 		truncate_to(tl, rd, ring, freed_word, h.trunc);
@@ -372,7 +493,7 @@ bool txn_pending(farm_loop *loop, void *ctx)
 	unsigned n = atomic_load_explicit(&m->nready, memory_order_acquire);
 	for (unsigned i = 0; i < n; i++) {
 		uint32_t c = m->ready_ids[i];
-		if (tl->r[c].broken)
+		if (tl->r[c].broken || tl->r[c].fenced)
 			continue;
 		uint64_t li = log_index(m, c, tl->t);
 		const uint8_t *ring = m->logbase + log_ring_off(m, li);

@@ -50,6 +50,7 @@ void txn_tx_free(farm_tx *tx)
 		free(tx->o[i].data);
 	free(tx->o);
 	free(tx->recs);
+	free(tx->regs);
 	farm_epoch_op_end(tx->ep);
 	free(tx);
 }
@@ -348,8 +349,14 @@ bool txn_tx_gone(farm_tx *tx)
 
 bool farm_tx_retryable(int outcome)
 {
+	/* FARM_EPEERDEAD and -ETIMEDOUT included: a commit reports them only
+	 * once its ABORT records have landed (or before it wrote anything),
+	 * so it did not commit; recovery never decides otherwise for a live
+	 * coordinator (recover.c). Retried after the configuration changes,
+	 * they succeed. */
 	return outcome == FARM_ECONFLICT || outcome == FARM_EVALIDATION ||
-	       outcome == -ENOSPC || outcome == -EBUSY || outcome == -EAGAIN;
+	       outcome == -ENOSPC || outcome == -EBUSY || outcome == -EAGAIN ||
+	       outcome == FARM_EPEERDEAD || outcome == -ETIMEDOUT;
 }
 
 /* ---- blocking wrappers ------------------------------------------------ */

@@ -153,6 +153,7 @@ int farm_txm_create(farm_fabric *fab, farm_msg *msg, farm_as *as,
 	if (a.epoch_free_pct == FARM_TXM_EPOCH_MANUAL)
 		m->epoch_free_pct = 0;
 	pthread_mutex_init(&m->peer_lock, NULL);
+	pthread_mutex_init(&m->rec.lock, NULL);
 	/* The read bound in ticks: calibrate the tick against the clock. */
 	uint64_t c0 = farm_cycles(), t0 = farm_now_ns(), t1;
 	while ((t1 = farm_now_ns()) - t0 < 2000000)
@@ -182,6 +183,8 @@ int farm_txm_create(farm_fabric *fab, farm_msg *msg, farm_as *as,
 		rc = farm_msg_handle(msg, FARM_MSGT_TX_REPLY, txn_h_reply, m);
 	if (!rc)
 		rc = farm_epoch_handle(msg);
+	if (!rc)
+		rc = txn_rec_init(m);
 	if (!rc && !(rc = farm_epoch_domain_get()))
 		m->epoch_domain = true;
 	if (rc) {
@@ -192,7 +195,7 @@ int farm_txm_create(farm_fabric *fab, farm_msg *msg, farm_as *as,
 	}
 	m->logbase = farm_mem_addr(m->logmem);
 	struct log_super sb = {.magic = LOG_SUPER_MAGIC,
-	                       .layout = 1,
+	                       .layout = 2, /* 2: 48-byte record headers */
 	                       .machine = m->me,
 	                       .M = m->M,
 	                       .T = m->T,
@@ -225,6 +228,7 @@ void farm_txm_destroy(farm_txm *m)
 		farm_mem_free(m->logmem);
 	if (m->epoch_domain)
 		farm_epoch_domain_put();
+	txn_rec_fini(m);
 	free(m->peers);
 	free(m->peer_ready);
 	free(m);
@@ -278,7 +282,9 @@ int farm_txm_attach(farm_txm *m, farm_loop *loop)
 	tl->slots = calloc(TX_SLOTS, sizeof(*tl->slots));
 	tl->w = calloc(m->M, sizeof(*tl->w));
 	tl->r = calloc(m->M, sizeof(*tl->r));
-	int rc = tl->slots && tl->w && tl->r ? 0 : -ENOMEM;
+	tl->cs_done = calloc(CS_RING, 1);
+	tl->cs_next = tl->cs_low = 1;
+	int rc = tl->slots && tl->w && tl->r && tl->cs_done ? 0 : -ENOMEM;
 	for (uint32_t i = 0; !rc && i < m->M; i++)
 		if (!(tl->w[i].wq = calloc(WQ_CAP, sizeof(struct wq_ent))))
 			rc = -ENOMEM;
@@ -306,6 +312,7 @@ int farm_txm_attach(farm_txm *m, farm_loop *loop)
 			free(tl->w[i].wq);
 		free(tl->w);
 		free(tl->r);
+		free(tl->cs_done);
 		free(tl->slots);
 		free(tl);
 		return rc;
@@ -339,12 +346,19 @@ void farm_txm_detach(farm_txm *m, farm_loop *loop)
 			farm_warn(
 			        "txn: loop %u detached with a transaction open",
 			        tl->t);
-	for (unsigned b = 0; b < LOCK_BUCKETS; b++)
+	for (unsigned b = 0; b < LOCK_BUCKETS; b++) {
 		while (tl->locks[b]) {
 			struct lock_ent *e = tl->locks[b];
 			tl->locks[b] = e->next;
 			free(e);
 		}
+		while (tl->aborts[b]) {
+			struct abort_ent *e = tl->aborts[b];
+			tl->aborts[b] = e->next;
+			free(e);
+		}
+	}
+	txn_rec_detach(tl);
 	stat_add(m, S_LF_READS, atomic_load(&tl->c_lf_reads));
 	stat_add(m, S_LF_RETRIES, atomic_load(&tl->c_lf_retries));
 	stat_add(m, S_TX_READS, atomic_load(&tl->c_tx_reads));
@@ -360,6 +374,7 @@ void farm_txm_detach(farm_txm *m, farm_loop *loop)
 		free(tl->w[i].wq);
 	free(tl->w);
 	free(tl->r);
+	free(tl->cs_done);
 	free(tl->slots);
 	m->loops[tl->t] = NULL;
 	free(tl);
@@ -385,27 +400,39 @@ void farm_txm_stats_get(farm_txm *m, farm_txm_stats *out)
 		v[S_TX_READS] += atomic_load_explicit(&tl->c_tx_reads,
 		                                      memory_order_relaxed);
 	}
-	*out = (farm_txm_stats){.commits = v[S_COMMITS],
-	                        .commits_single = v[S_COMMITS_SINGLE],
-	                        .aborts_conflict = v[S_AB_CONFLICT],
-	                        .aborts_validation = v[S_AB_VALIDATION],
-	                        .aborts_failure = v[S_AB_FAILURE],
-	                        .aborts_nospace = v[S_AB_NOSPACE],
-	                        .aborts_freed = v[S_AB_FREED],
-	                        .lf_reads = v[S_LF_READS],
-	                        .lf_retries = v[S_LF_RETRIES],
-	                        .tx_reads = v[S_TX_READS],
-	                        .commit_writes = v[S_C_WRITES],
-	                        .commit_reads = v[S_C_READS],
-	                        .commit_msgs = v[S_C_MSGS],
-	                        .log_full = v[S_LOG_FULL],
-	                        .truncates = v[S_TRUNCATES],
-	                        .locks_granted = v[S_LOCKS_OK],
-	                        .locks_refused = v[S_LOCKS_REFUSED],
-	                        .installs = v[S_INSTALLS],
-	                        .backup_applies = v[S_BACKUP_APPLIES],
-	                        .bad_records = v[S_BAD_RECORDS],
-	                        .epochs = v[S_EPOCHS],
-	                        .epochs_failed = v[S_EPOCHS_FAILED],
-	                        .epoch_blocks_reclaimed = v[S_EPOCH_RECLAIMED]};
+	*out = (farm_txm_stats){
+	        .commits = v[S_COMMITS],
+	        .commits_single = v[S_COMMITS_SINGLE],
+	        .aborts_conflict = v[S_AB_CONFLICT],
+	        .aborts_validation = v[S_AB_VALIDATION],
+	        .aborts_failure = v[S_AB_FAILURE],
+	        .aborts_nospace = v[S_AB_NOSPACE],
+	        .aborts_freed = v[S_AB_FREED],
+	        .lf_reads = v[S_LF_READS],
+	        .lf_retries = v[S_LF_RETRIES],
+	        .tx_reads = v[S_TX_READS],
+	        .commit_writes = v[S_C_WRITES],
+	        .commit_reads = v[S_C_READS],
+	        .commit_msgs = v[S_C_MSGS],
+	        .log_full = v[S_LOG_FULL],
+	        .truncates = v[S_TRUNCATES],
+	        .locks_granted = v[S_LOCKS_OK],
+	        .locks_refused = v[S_LOCKS_REFUSED],
+	        .installs = v[S_INSTALLS],
+	        .backup_applies = v[S_BACKUP_APPLIES],
+	        .bad_records = v[S_BAD_RECORDS],
+	        .epochs = v[S_EPOCHS],
+	        .epochs_failed = v[S_EPOCHS_FAILED],
+	        .epoch_blocks_reclaimed = v[S_EPOCH_RECLAIMED],
+	        .stale_refused = v[S_STALE_REFUSED],
+	        .backup_skipped = v[S_BACKUP_SKIPPED],
+	        .backup_nocopy = v[S_BACKUP_NOCOPY],
+	        .rec_committed = v[S_REC_COMMITTED],
+	        .rec_aborted = v[S_REC_ABORTED],
+	        .rec_locks = v[S_REC_LOCKS],
+	        .rec_promoted = v[S_REC_PROMOTED],
+	        .rec_refused = v[S_REC_REFUSED],
+	        .rec_t_config_ns = atomic_load(&m->rec.t_config),
+	        .rec_t_go_ns = atomic_load(&m->rec.t_go),
+	        .rec_t_active_ns = atomic_load(&m->rec.t_active)};
 }

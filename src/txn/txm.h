@@ -17,6 +17,15 @@
 #include "alloc/galloc.h"
 
 #define FARM_MSGT_TX_REPLY 0xf120u /* primary -> coordinator: lock result */
+/* Transaction recovery (recover.c); 0xf121 is epochs'. */
+#define FARM_MSGT_REC_QUERY   0xf122u /* promoted primary -> coordinator */
+#define FARM_MSGT_REC_ANSWER  0xf123u /* coordinator -> promoted primary */
+#define FARM_MSGT_REC_VOTE    0xf124u /* survivor -> decider */
+#define FARM_MSGT_REC_END     0xf125u /* survivor -> decider: votes sent */
+#define FARM_MSGT_REC_DECIDE  0xf126u /* decider -> survivors */
+#define FARM_MSGT_REC_DONE    0xf127u /* decider -> survivors: log decided */
+#define FARM_MSGT_REC_APPLIED 0xf128u /* survivor -> decider: took cfg */
+#define FARM_MSGT_REC_GO      0xf129u /* decider -> survivors: recover */
 
 struct farm_txm_attr {
 	uint32_t log_size;    /* bytes of each log ring, a power of two,
@@ -45,6 +54,21 @@ void farm_txm_detach(farm_txm *m, farm_loop *loop);
 farm_mr_desc farm_txm_log_desc(const farm_txm *m);
 /* Make machine @id's logs writable from here (any thread). */
 int farm_txm_add_peer(farm_txm *m, uint32_t id, const farm_mr_desc *logs);
+
+/*
+ * farm_txm_reconfigure() - the configuration became @cfg, with @members
+ * (this machine among them) and without @removed (fenced already: they
+ * can no longer write here), and @decider (its CM) deciding the removed
+ * coordinators' transactions. Call it after the address space took the
+ * view (farm_as_set_view), from any thread. Recovers the transaction
+ * state (recover.c): regions this machine now is primary of are promoted
+ * once their logs are drained and their locks recovered; every
+ * transaction that was committing is decided. Returns 0 once it is
+ * started; -ESTALE for a configuration not newer than the last.
+ */
+int farm_txm_reconfigure(farm_txm *m, uint64_t cfg, const uint32_t *removed,
+                         unsigned nremoved, const uint32_t *members,
+                         unsigned nmembers, uint32_t decider);
 
 /*
  * Reading logs without a running machine (after a restart, or from a

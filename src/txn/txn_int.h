@@ -33,6 +33,7 @@
 #define MAX_LOOPS    64
 #define TX_SLOTS     4096u /* concurrent transactions per loop */
 #define LOCK_BUCKETS 1024u
+#define CS_RING      (2 * TX_SLOTS) /* commits of a loop in flight, at most */
 
 #define NCLS 17 /* arena classes: 64 B .. 4 MiB */
 
@@ -47,13 +48,29 @@ enum rec_type {
 	REC_PAD = 6,
 };
 
+/*
+ * A record: [hdr | nobj objects | their images | nreg region ids (u32) |
+ * zeroes | trailer]. What recovery needs is in the header: @cseq, the
+ * transaction's commit sequence on its coordinator's thread (assigned
+ * when the commit starts, so they increase in commit order), and @lw,
+ * that thread's low-water mark when the record was written: every commit
+ * of the thread with a lower sequence had finished (decided, every record
+ * written). The region list (LOCK and COMMIT-BACKUP) names every region the
+ * transaction writes, so recovery knows which regions must vote. @cfg is
+ * the coordinator's configuration when the commit started: a LOCK of an
+ * older configuration than the primary's is refused.
+ */
 struct rec_hdr {
 	uint32_t len; /* bytes, a multiple of 64, trailer included */
 	uint16_t type;
 	uint16_t nobj;
 	uint64_t txid;
 	uint64_t trunc; /* records of this log before here are done */
-	uint64_t pad;
+	uint64_t cseq;  /* 0: no transaction (TRUNC, PAD) */
+	uint64_t lw;    /* commits of this thread below it are finished */
+	uint32_t cfg;
+	uint16_t nreg;
+	uint16_t rsv;
 };
 
 struct rec_obj {
@@ -79,7 +96,7 @@ struct reply {
 	uint32_t pad;
 };
 
-_Static_assert(sizeof(struct rec_hdr) == 32, "record header");
+_Static_assert(sizeof(struct rec_hdr) == 48, "record header");
 _Static_assert(sizeof(struct rec_obj) == 32, "record object");
 
 /* ---- per-loop state ------------------------------------------------- */
@@ -114,13 +131,34 @@ struct writer {
 struct reader {
 	uint64_t head;    /* next record to process */
 	uint64_t applied; /* records before here are truncated and zeroed */
+	uint64_t lw;      /* the highest commit low-water mark seen */
 	bool broken;      /* a malformed record: no longer read */
+	bool fenced;      /* its coordinator was removed: recovery owns it */
+	bool rec_done;    /* ... and recovery decided and emptied it */
+};
+
+/* A transaction whose ABORT record this loop processed: its
+ * COMMIT-BACKUP records must never be applied. Kept until the ABORT
+ * record itself is truncated (COMMIT-BACKUPs precede it in the log). */
+struct abort_ent {
+	struct abort_ent *next;
+	uint64_t txid;
+	uint64_t pos; /* the ABORT record's position */
 };
 
 struct lock_ent {
 	struct lock_ent *next;
 	uint64_t txid;
 	const uint8_t *rec; /* the LOCK record, in the log */
+};
+
+/* recover.c: a COMMIT-BACKUP for a region being promoted whose
+ * transaction is not decided yet; its objects are locked meanwhile. */
+struct rec_pend {
+	struct rec_pend *next;
+	uint64_t txid;
+	uint32_t coord;
+	const uint8_t *rec; /* in our log (kept: not truncated until decided) */
 };
 
 struct txloop {
@@ -131,6 +169,7 @@ struct txloop {
 	struct arena ar;
 	farm_tx **slots; /* TX_SLOTS */
 	struct lock_ent *locks[LOCK_BUCKETS];
+	struct abort_ent *aborts[LOCK_BUCKETS];
 	struct writer *w; /* per machine */
 	struct reader *r; /* per machine */
 	uint64_t rand;
@@ -140,7 +179,55 @@ struct txloop {
 	_Atomic uint64_t c_lf_reads, c_lf_retries, c_tx_reads;
 	unsigned inflight;   /* log WRITEs and freed-word READs not completed */
 	uint64_t epoch_tick; /* loop 0: passes, for the epoch trigger */
+	/* Commit sequences (struct rec_hdr): the next one, the lowest not
+	 * finished, and which of [cs_low, cs_next) have finished. */
+	uint64_t cs_next, cs_low;
+	uint8_t *cs_done;         /* CS_RING */
+	struct rec_pend *pend;    /* recover.c */
 	struct farm_as_rcache rc; /* where regions are, for reads */
+};
+
+/* recover.c: the decider's view of one transaction of a removed
+ * coordinator, and the recovered locks of promoted regions. */
+struct rec_cb {
+	uint32_t machine, region;
+};
+struct rec_txn {
+	uint64_t txid, cseq;
+	uint32_t flags;
+	bool sent;
+	uint32_t *regs;
+	unsigned nregs;
+	struct rec_cb *cb; /* who holds a COMMIT-BACKUP for which region */
+	unsigned ncb;
+};
+struct rec_rlock {
+	uint64_t addr;
+	unsigned n;
+};
+
+/* recover.c: recovery's state (decider fields on the decider only). */
+struct txrec_state {
+	pthread_mutex_t lock;
+	_Atomic uint64_t cfg; /* the configuration being recovered into */
+	uint32_t decider;
+	bool removed[0x40]; /* every machine ever removed */
+	bool member[0x40];  /* the survivors of cfg */
+	unsigned nsurv;
+	uint32_t *promo; /* regions being promoted here */
+	unsigned npromo;
+	_Atomic unsigned npromo_live;
+	_Atomic unsigned applied, scanned; /* loops done with each step */
+	_Atomic uint64_t t_config, t_go, t_active; /* farm_txm_stats */
+	struct rec_rlock *rl;
+	unsigned nrl, caprl;
+	/* The decider. */
+	bool go_sent;
+	uint64_t applied_from[0x40];
+	struct rec_txn *d;
+	unsigned nd, capd;
+	unsigned ends[0x40 * MAX_LOOPS];
+	uint64_t maxlw[0x40 * MAX_LOOPS];
 };
 
 struct farm_txm {
@@ -172,8 +259,9 @@ struct farm_txm {
 	uint64_t epoch_last_check;
 	uint64_t epoch_reclaimed_now; /* the background epoch's result */
 	struct {
-		_Atomic uint64_t v[32];
+		_Atomic uint64_t v[48];
 	} st;
+	struct txrec_state rec;
 };
 
 enum {
@@ -200,6 +288,14 @@ enum {
 	S_EPOCHS,
 	S_EPOCHS_FAILED,
 	S_EPOCH_RECLAIMED,
+	S_STALE_REFUSED,  /* records of an older configuration */
+	S_BACKUP_SKIPPED, /* COMMIT-BACKUPs of aborted transactions */
+	S_BACKUP_NOCOPY,  /* COMMIT-BACKUPs for a region we hold no copy of */
+	S_REC_COMMITTED,
+	S_REC_ABORTED,
+	S_REC_LOCKS,
+	S_REC_PROMOTED,
+	S_REC_REFUSED,
 };
 
 static inline void stat_add(farm_txm *m, int i, uint64_t n)
@@ -266,6 +362,9 @@ struct farm_tx {
 	uint64_t need[0x40]; /* log bytes reserved per machine (M <= 64) */
 	uint64_t used[0x40];
 	bool locked_at[0x40];
+	bool cb_at[0x40];      /* a COMMIT-BACKUP was sent there */
+	bool cb_room[0x40];    /* room for an ABORT there is reserved */
+	int abort_outcome;     /* PH_ABORT: reported once ABORTs landed */
 	bool decided_at[0x40]; /* its COMMIT-PRIMARY or ABORT landed there */
 	unsigned wait_writes, wait_replies, wait_reads;
 	int fail;                  /* first failure of the phase */
@@ -279,7 +378,18 @@ struct farm_tx {
 	struct txrec *recs;
 	unsigned nrecs, caprecs;
 	uint64_t n_writes, n_reads, n_msgs;
-	unsigned ep; /* epoch bucket (farm_epoch_op_begin) */
+	unsigned ep;    /* epoch bucket (farm_epoch_op_begin) */
+	uint64_t cseq;  /* commit sequence (0: none taken) */
+	uint32_t cfg;   /* configuration when the commit started */
+	uint32_t *regs; /* the regions it writes (records' region list) */
+	unsigned nregs;
+	/* Promoted primaries waiting for its decision (recover.c). */
+	struct rec_waiter {
+		uint64_t cfg;
+		uint32_t machine;
+		uint16_t thread;
+	} waiters[8];
+	unsigned nwaiters;
 };
 
 /* ---- arena: registered staging memory ------------------------------- */
@@ -352,10 +462,12 @@ static inline uint64_t log_ring_off(const farm_txm *m, uint64_t i)
 	return m->hdr_area + i * m->R;
 }
 
-static inline uint64_t rec_size(unsigned nobj, uint64_t img_bytes)
+static inline uint64_t rec_size(unsigned nobj, uint64_t img_bytes,
+                                unsigned nreg)
 {
 	uint64_t n = sizeof(struct rec_hdr) +
-	             (uint64_t)nobj * sizeof(struct rec_obj) + img_bytes + 8;
+	             (uint64_t)nobj * sizeof(struct rec_obj) + img_bytes +
+	             4ull * nreg + 8;
 	return (n + 63) & ~63ull;
 }
 
@@ -474,6 +586,10 @@ static inline void sync_op_cb(farm_loop *loop, void *ctx, int status)
  * transaction; commit.c). */
 enum { K_LOCK = 1, K_BACKUP, K_PRIMARY, K_ABORT };
 
+/* log.c: commit sequences (struct rec_hdr). */
+int txn_cseq_take(struct txloop *tl, uint64_t *out);
+void txn_cseq_done(struct txloop *tl, uint64_t cseq);
+
 /* log.c: the writer side. */
 int txn_log_append(struct txloop *tl, uint32_t mach, void *buf, size_t len,
                    farm_tx *tx, int kind, uint64_t *seq_out);
@@ -483,6 +599,22 @@ void txn_refresh_freed(struct txloop *tl, uint32_t mach);
 /* participant.c: the log poller (the loop's poller, with txm.c's). */
 int txn_poll(farm_loop *loop, void *ctx);
 bool txn_pending(farm_loop *loop, void *ctx);
+
+/* participant.c: what recovery shares */
+bool txn_aborted(struct txloop *tl, uint64_t txid);
+void txn_note_abort(struct txloop *tl, uint64_t txid, uint64_t pos);
+bool txn_copy_apply(uint8_t *p, unsigned lines, const uint8_t *img, bool held);
+
+void txn_decide_primary(struct txloop *tl, uint64_t txid, bool commit);
+
+/* recover.c */
+int txn_rec_init(farm_txm *m);
+void txn_rec_fini(farm_txm *m);
+void txn_rec_detach(struct txloop *tl);
+void txn_rec_decided(farm_tx *tx, bool commit);
+bool txn_rec_promoting(farm_txm *m, uint32_t region);
+bool txn_rec_truncate_apply(farm_txm *m, uint64_t addr, uint8_t *q,
+                            unsigned lines, const uint8_t *img);
 
 /* tx.c */
 void txn_tx_free(farm_tx *tx);

@@ -37,6 +37,11 @@ void farm_txn_testing_crash_after_backup(bool on);
  * broken protocol: read-only objects are never checked). */
 void farm_txn_testing_skip_validation(bool on);
 
+/* Process-wide: when on, recovery promotes backup copies without draining
+ * their logs or recovering locks (a deliberately broken protocol:
+ * committed writes still in the logs are lost, half-decided ones seen). */
+void farm_txn_testing_recovery_no_drain(bool on);
+
 /* Record types farm_txm_testing_records reports. */
 enum {
 	FARM_TXN_TESTING_LOCK = 1,

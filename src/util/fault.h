@@ -21,6 +21,9 @@ enum farm_fault_point {
 	/* txn/epoch.c: a quiesce pass between reading the epoch (and
 	 * checking the old bucket) and announcing its quiescent state. */
 	FARM_FP_EPOCH_QUIESCE_WINDOW,
+	/* node/ctl.c: a stats answer, about to call a source's counters
+	 * (with the control socket's lock held). */
+	FARM_FP_CTL_SOURCE,
 	FARM_FP_COUNT
 };
 

@@ -1,0 +1,314 @@
+/*
+ * kv_bench's parts (kv_bench.c: options, the coordinator, results and
+ * output; kv_mach.c: a machine process and its operations; kv_peer.c:
+ * memcached and Redis, their clients; kv_work.c: keys, values, key
+ * choice, small helpers). What kv_bench measures: kv_bench.c's head.
+ */
+#ifndef FARM_BENCH_KV_BENCH_H
+#define FARM_BENCH_KV_BENCH_H
+
+#include "benchnet.h"
+#include "benchnode.h"
+#include "benchutil.h"
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <farm/farm.h>
+
+#include "hashtable/ht.h"
+#include "kv/kv.h"
+#include "node/node.h"
+#include "txn/object.h"
+#include "util/common.h"
+#include "util/config.h"
+#include "util/lines.h"
+
+#define PROG       "kv_bench"
+#define MAXM       8
+#define KLEN_MAX   250u /* memcached's limit (the store's is 256) */
+#define VLEN_MAX   FARM_KV_MAX_VALUE
+#define MGET_N     24u
+#define SCAN_MAX   100u /* YCSB E: scans of 1..100 pairs, uniform */
+#define SAMP_MAX   (1u << 16)
+#define STREAM_LEN (1u << 20)
+/* A stream entry: the operation in the top 3 bits, then a key number (a
+ * recency rank for YCSB D's reads). Key numbers, inserted ones included,
+ * stay below KEY_LIMIT. */
+#define OP_SHIFT  29
+#define KEY_MASK  ((1u << OP_SHIFT) - 1)
+#define KEY_LIMIT (1ull << OP_SHIFT)
+enum { OP_READ, OP_UPDATE, OP_INSERT, OP_SCAN, OP_RMW, OP_LOAD };
+static inline uint32_t op_of(uint32_t s)
+{
+	return s >> OP_SHIFT;
+}
+static inline uint32_t key_of(uint32_t s)
+{
+	return s & KEY_MASK;
+}
+static inline uint32_t entry(uint32_t op, uint64_t k)
+{
+	return op << OP_SHIFT | ((uint32_t)k & KEY_MASK);
+}
+#define JOIN_MS     30000
+#define NS          1000000000ull
+#define STALL_NS    (60 * NS)
+#define SMALL_KEYS  1000000ull
+#define GOAL_RATE   5e6
+#define GOAL_PEER_X 10.0
+#define GOAL_P50_US 2.0
+#define GOAL_LOCAL  0.5
+#define GOAL_SCALE  0.2
+
+/* Workloads: the default set (W_C .. W_LOCAL), then YCSB's core
+ * workloads A to F (--mix). */
+enum {
+	W_C,
+	W_B,
+	W_A,
+	W_ZC,
+	W_ZB,
+	W_ZA,
+	W_MGET,
+	W_LOCAL,
+	W_YA,
+	W_YB,
+	W_YC,
+	W_YD,
+	W_YE,
+	W_YF,
+	NW
+};
+enum { D_UNIFORM, D_ZIPF, D_LATEST, D_OWN };
+struct wdesc {
+	const char *name, *key;
+	/* percentages of the operations that are not reads */
+	int update, insert, scan, rmw;
+	int dist; /* of the keys read, updated or scanned from */
+};
+extern const struct wdesc W[NW];
+
+enum { CMD_NONE, CMD_LOAD, CMD_RUN, CMD_LAT, CMD_PLAIN, CMD_QUIT };
+enum { ST_INIT, ST_READY, ST_FAILED };
+
+struct opts {
+	unsigned machines, depth, load_depth, sample_every;
+	uint64_t keys, log_size;
+	double seconds, occupancy;
+	bool quick, peers, small, pin;
+	bool demo; /* --demo: make demo's short run (print_demo) */
+	char zk[FARM_CONFIG_STR];      /* --zk: ZooKeeper membership */
+	char zk_root[FARM_CONFIG_STR]; /* per cluster_start, under /libfarm */
+	unsigned ksize, vsize;         /* --key-size, --value-size */
+	double theta;                  /* --zipf */
+	bool mix[NW];                  /* --mix: the YCSB workloads to run */
+	bool any_mix;
+	struct bnet net; /* --fabric, --netns (benchnet.h) */
+};
+extern struct opts O;
+
+/* Inserted keys (YCSB D and E), numbered from the loaded ones on: the
+ * next number, and the acknowledged ones as YCSB's
+ * AcknowledgedCounterGenerator keeps them: every insert below @limit is
+ * done (D reads only those), later ones are marked in a window. */
+#define ACK_WINDOW (1u << 16)
+struct inserts {
+	_Atomic uint64_t next, limit;
+	_Atomic int lock;
+	_Atomic uint8_t done[ACK_WINDOW / 8];
+};
+/* Insert number @n is done. -EOVERFLOW when it is ACK_WINDOW past the
+ * limit (cannot be: fewer are in flight). */
+int kb_ins_ack(struct inserts *in, uint64_t n);
+
+struct mres {
+	uint64_t ops, gets, puts, keys, errors, notfound, ns;
+	uint64_t inserts, scans, scan_pairs, rmws;
+	uint64_t chain_fallbacks;
+	uint32_t nsamp;
+	uint64_t samp[SAMP_MAX];
+};
+
+struct shared {
+	_Atomic int seq; /* command number; machines act on a new one */
+	int cmd, wl;
+	uint64_t nkeys;
+	uint64_t go_ns, dur_ns, warm_ns;
+	double zeta_n;      /* zipf: kb_zeta(nkeys, O.theta) */
+	struct inserts ins; /* YCSB D and E, over the cluster's life */
+	struct {
+		_Atomic int state, done;
+		int err;
+		_Atomic uint64_t loaded;
+	} m[MAXM];
+	struct farm_ht_shard sd[MAXM];
+	struct farm_ht_stats hst[MAXM];
+	struct mres res[MAXM];
+};
+extern struct shared *SH;
+
+static inline uint64_t mix64(uint64_t x)
+{
+	x ^= x >> 33;
+	x *= 0xff51afd7ed558ccdull;
+	x ^= x >> 33;
+	x *= 0xc4ceb9fe1a85ec53ull;
+	return x ^ (x >> 33);
+}
+
+/* Key @i, O.ksize printable bytes, distinct for distinct @i: 16 hex
+ * digits of a mix of @i (the default 16-byte key), longer keys padded
+ * with more hex digits of further mixes; shorter ones (8..15) end with @i
+ * in 5 base-64 digits (i < 2^30). */
+static inline void make_key(uint64_t i, uint8_t *k)
+{
+	static const char hx[] = "0123456789abcdef";
+	static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+	                          "abcdefghijklmnopqrstuvwxyz0123456789-_";
+	uint64_t x = mix64(i * 2 + 1);
+	unsigned n = O.ksize, h = n >= 16 ? 16 : n - 5;
+	for (unsigned j = 0; j < h; j++)
+		k[j] = (uint8_t)hx[(x >> (4 * j)) & 15];
+	for (unsigned j = 16; j < n; j++) {
+		if ((j & 15) == 0)
+			x = mix64(x);
+		k[j] = (uint8_t)hx[(x >> (4 * (j & 15))) & 15];
+	}
+	for (unsigned j = 0; n < 16 && j < 5; j++)
+		k[h + j] = (uint8_t)b64[(i >> (6 * j)) & 63];
+}
+
+/* Value of key @i, O.vsize bytes: @i, then a pattern that moves with
+ * @gen. */
+static inline void make_val(uint64_t i, uint32_t gen, uint8_t *v)
+{
+	memcpy(v, &i, 8);
+	for (unsigned j = 8; j < O.vsize; j++)
+		v[j] = (uint8_t)('a' + (j + gen) % 26);
+}
+
+static inline bool val_ok(uint64_t i, const void *v, uint32_t len)
+{
+	return len == O.vsize && memcmp(v, &i, 8) == 0;
+}
+
+/* YCSB's zipfian generator (Gray et al.), theta --zipf (0.99), ranks
+ * scrambled over the key space by a hash so hot keys fall on every
+ * shard (kb_zipf_rank: unscrambled, for YCSB D's recency). */
+struct zipf {
+	uint64_t n;
+	double theta, alpha, zetan, eta, half_pow;
+};
+
+struct fig {
+	bool have;
+	double ops, keys, gets, puts; /* per second, all threads */
+	double inserts, scans, scan_pairs, rmws;
+	double p50_ns, p99_ns;
+	uint64_t errors, notfound;
+	/* CPU cores the servers used during the run (farm: every machine
+	 * process, progress threads included; peers: the server process),
+	 * and the peers' client threads */
+	double cores, client_cores;
+};
+
+enum { P_MC, P_REDIS, NPEER };
+enum { M_PIPE, M_SINGLE, NMODE };
+extern const char *const pname[NPEER];
+extern const char *const mname[NMODE];
+
+struct results {
+	struct fig farm[NW], small_c, small_zc, lat1;
+	double plain_rate, plain_fallback_frac;
+	uint64_t small_keys;
+	struct fig peer[NPEER][NMODE][NW];
+	struct fig peer_lat1[NPEER]; /* one connection, one GET in flight */
+	bool peer_ok[NPEER];
+	double load_s, load_rate, peer_load_s[NPEER];
+	struct farm_ht_stats hst;
+	int ncpu, cores;
+	double total_s;
+};
+
+/* kv_bench.c */
+extern volatile sig_atomic_t interrupted;
+extern uint64_t *g_samp; /* latency samples of all threads, for pcts */
+extern struct results R;
+
+/* kv_work.c */
+double kb_zeta(uint64_t n, double theta);
+void kb_zipf_init(struct zipf *z, uint64_t n, double zetan);
+uint64_t kb_zipf_rank(const struct zipf *z, uint64_t *rng);
+uint64_t kb_zipf_next(const struct zipf *z, uint64_t *rng);
+/* A stream of operations (entry()) for workload @wl over @nkeys keys
+ * (D_OWN: over the @nown key numbers in @own, with their zeta @zetan). */
+void kb_gen_stream(uint32_t *s, unsigned len, int wl, uint64_t nkeys,
+                   double zetan, uint64_t seed, const uint32_t *own,
+                   uint64_t nown);
+/* YCSB D's read: the key @rank places before the latest of @inserted
+ * keys inserted after the @nkeys loaded ones. */
+static inline uint64_t latest_key(uint64_t nkeys, uint64_t inserted,
+                                  uint64_t rank)
+{
+	uint64_t n = nkeys + inserted;
+	return rank < n ? n - 1 - rank : 0;
+}
+/* The inline sizes of the table's slots for O.ksize and O.vsize: keys up
+ * to 64 bytes and values up to VAL_INLINE_MAX in the bucket, longer ones
+ * in an object of their own. Not the table's 1 KiB limit: every put
+ * rewrites the buckets around its key, the owner combines up to 64 puts
+ * in one transaction, and with 4 KiB buckets such a transaction
+ * outgrew the log (commits waited for room, retried, and puts timed out
+ * at 10 s: docs/benchmarks.md, YCSB options). */
+#define VAL_INLINE_MAX 128u
+uint32_t kb_key_inline(void);
+uint32_t kb_val_inline(void);
+unsigned kb_shard_of_key(uint64_t i, unsigned n);
+void kb_pcts(uint64_t *v, size_t n, double *p50, double *p99);
+int kb_ncpus_allowed(int *first);
+void kb_nap_ms(long ms);
+bool kb_in_path(const char *prog);
+/* Buckets per machine for @nkeys at --occupancy, and its region size. */
+uint32_t kb_buckets_for(uint64_t nkeys);
+uint64_t kb_region_for(uint32_t nb, uint64_t nkeys);
+/* What a bucket takes for those inline sizes (ht_int.h's layout). */
+uint32_t kb_bucket_bytes(void);
+
+/* kv_mach.c: machine @id's process (forked by the coordinator). */
+int kb_machine_main(uint32_t id, const char *base, uint64_t nkeys, int cpu);
+
+/* Whether workload @w runs (on a peer: @peer): the default set, or the
+ * --mix workloads (YCSB E not on the peers: they have no scan). */
+bool kb_runs(int w, bool peer);
+
+/* kv_peer.c: load @which (P_MC, P_REDIS) and run the workloads on it
+ * (with --netns in machine 0's namespace, after kb_peer_netns). */
+int kb_run_peer(int which, const char *tmp);
+/* --netns: the peers listen on machine 0's address, not loopback. 0, or
+ * -EINVAL (said on stderr). */
+int kb_peer_netns(void);
+
+#endif

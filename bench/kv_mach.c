@@ -1,0 +1,798 @@
+/*
+ * kv_bench: a machine process (kv_bench.h): its node and KV store, the
+ * operations it keeps in flight (loading, the workloads, the unloaded
+ * latency run) and the plain local lookup loop.
+ */
+#include "kv_bench.h"
+
+struct mach {
+	uint32_t id;
+	farm_node *node;
+	farm_loop *loop;
+	farm_kv *kv;
+	farm_ht *ht;
+	uint64_t nkeys;
+	uint32_t *stream;
+	uint32_t *own; /* key numbers of this machine's shard */
+	uint64_t nown;
+	double zeta_own; /* zipf over them (YCSB E's scan starts) */
+};
+
+static int mach_open(struct mach *m, uint32_t id, const char *base,
+                     uint64_t nkeys)
+{
+	char dir[300], v[400];
+	snprintf(dir, sizeof(dir), "%s/m%u", base, id);
+	if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
+		fprintf(stderr, PROG ": mkdir %s: %s\n", dir, strerror(errno));
+		return -errno;
+	}
+	uint32_t nb = kb_buckets_for(nkeys);
+	struct farm_config c;
+	farm_config_defaults(&c);
+	int rc = 0;
+	snprintf(v, sizeof(v), "%u", id);
+	rc |= bn_cfg_set(PROG, &c, "machine_id", v);
+	rc |= bn_cfg_set(PROG, &c, "data_dir", dir);
+	rc |= bn_cfg_set(PROG, &c, "fabric", O.net.fabric);
+	char lbuf[96], ip[64];
+	if (bnet_listen(&O.net, id, lbuf, sizeof(lbuf)))
+		rc |= bn_cfg_set(PROG, &c, "listen", lbuf);
+	if (O.net.netns && tn_addr(id, ip, sizeof(ip)) == 0)
+		rc |= bn_cfg_set(PROG, &c, "lease_bind", ip);
+	snprintf(v, sizeof(v), "%" PRIu64, kb_region_for(nb, nkeys));
+	rc |= bn_cfg_set(PROG, &c, "region_size", v);
+	snprintf(v, sizeof(v), "%u", FARM_MIN(3u, O.machines));
+	rc |= bn_cfg_set(PROG, &c, "replicas", v);
+	rc |= bn_cfg_set(PROG, &c, "threads", "1");
+	rc |= bn_cfg_set(PROG, &c, "busy_poll", "1");
+	if (O.log_size) {
+		snprintf(v, sizeof(v), "%" PRIu64, O.log_size);
+		rc |= bn_cfg_set(PROG, &c, "log_size", v);
+	}
+	if (O.zk[0]) {
+		/* Membership in ZooKeeper: no peer lines; the view fills as
+		 * the machines register under this cluster's own root. */
+		rc |= bn_cfg_set(PROG, &c, "zk", O.zk);
+		rc |= bn_cfg_set(PROG, &c, "zk_root", O.zk_root);
+		snprintf(v, sizeof(v), "%u", O.machines);
+		rc |= bn_cfg_set(PROG, &c, "expect_machines", v);
+	} else {
+		rc |= bn_static_peers(PROG, &c, id, O.machines, base);
+	}
+	if (rc)
+		return -EINVAL;
+	if ((rc = bn_node_open(PROG, &c, id, &m->node)))
+		return rc;
+	struct farm_kv_attr a = {.neighborhood = 8,
+	                         .key_inline = kb_key_inline(),
+	                         .val_inline = kb_val_inline()};
+	if ((rc = farm_kv_create(m->node, &a, nb, &m->kv))) {
+		fprintf(stderr, PROG ": machine %u: farm_kv_create: %s\n", id,
+		        farm_strerror(rc));
+		return rc;
+	}
+	m->ht = farm_kv_table(m->kv);
+	uint32_t lim = farm_kv_value_limit(m->kv, O.ksize);
+	if (O.vsize > lim) {
+		fprintf(stderr,
+		        PROG
+		        ": --value-size %u: the store takes at most %" PRIu32
+		        " bytes with %u-byte keys (one message: its "
+		        "rings' size)\n",
+		        O.vsize, lim, O.ksize);
+		return -EMSGSIZE;
+	}
+	if (farm_ht_bucket_bytes(m->ht) != kb_bucket_bytes()) {
+		fprintf(stderr, PROG ": the table's bucket layout is not the "
+		                     "one kv_bench sizes regions for\n");
+		return -EPROTO;
+	}
+	farm_node_set_app_loops(m->node, true);
+	if ((rc = farm_node_start(m->node, JOIN_MS)) ||
+	    (rc = farm_node_loop_open(m->node, 0, &m->loop)) ||
+	    (rc = farm_node_wait_members(m->node, O.machines, JOIN_MS))) {
+		fprintf(stderr, PROG ": machine %u: cannot join: %s\n", id,
+		        farm_strerror(rc));
+		return rc;
+	}
+	if ((rc = farm_kv_attach(m->kv, m->loop)) ||
+	    (rc = farm_kv_join_sync(m->kv, m->loop, O.machines, JOIN_MS))) {
+		fprintf(stderr, PROG ": machine %u: kv join: %s\n", id,
+		        farm_strerror(rc));
+		return rc;
+	}
+	return 0;
+}
+
+static void mach_close(struct mach *m)
+{
+	if (m->kv && m->loop)
+		farm_kv_detach(m->kv, m->loop);
+	if (m->loop)
+		farm_node_loop_close(m->node, m->loop);
+	if (m->node)
+		farm_node_close(m->node);
+	farm_kv_destroy(m->kv);
+	free(m->stream);
+	free(m->own);
+	memset(m, 0, sizeof(*m));
+}
+
+/* The shard descriptors of the other machines (kv's own message type), so
+ * the plain loop can find this machine's shard: each machine asks the
+ * others and writes what it learns into the shared page. */
+struct sdwait {
+	volatile int done;
+	int status;
+	struct farm_ht_shard sd;
+};
+
+static void sd_reply(farm_loop *loop, void *ctx, int status, const void *r,
+                     uint32_t len)
+{
+	(void)loop;
+	struct sdwait *w = ctx;
+	if (!status && len == sizeof(w->sd))
+		memcpy(&w->sd, r, sizeof(w->sd));
+	else if (!status)
+		status = -EPROTO;
+	w->status = status;
+	w->done = 1;
+}
+
+static int fetch_shards(struct mach *m)
+{
+	for (uint32_t j = 0; j < O.machines; j++) {
+		if (j == m->id)
+			continue;
+		struct sdwait w = {0};
+		int rc = farm_msg_call(m->loop, j, 0, FARM_MSGT_KV_SHARD, NULL,
+		                       0, 0, sd_reply, &w);
+		if (!rc)
+			rc = farm_loop_wait(m->loop, &w.done, 0);
+		if (!rc)
+			rc = w.status;
+		if (rc)
+			return rc;
+		SH->sd[j] = w.sd;
+	}
+	return 0;
+}
+
+/* ---- the machine's work: operations in flight
+ * ------------------------------------------ */
+
+struct eng;
+
+struct op {
+	struct eng *e;
+	uint64_t t0;
+	uint32_t k;    /* key number */
+	uint32_t kind; /* OP_* */
+	bool busy;
+	/* mget */
+	uint32_t mk[MGET_N];
+	const void *keys[MGET_N];
+	uint32_t klens[MGET_N], lens[MGET_N];
+	int st[MGET_N];
+	uint8_t *kb;   /* keys: MGET_N of O.ksize bytes (mget), else 1 */
+	uint8_t *vals; /* values: MGET_N of O.vsize bytes (mget), else 1 */
+};
+
+struct eng {
+	struct mach *m;
+	struct mres *r;
+	struct op *ops;
+	uint8_t *bufs;
+	unsigned nops;
+	unsigned *freel;
+	unsigned nfree;
+	bool counting;
+	uint64_t seq, gen;
+	uint64_t cnt_ops, cnt_gets, cnt_puts, cnt_keys, err, notfound;
+	uint64_t cnt_inserts, cnt_scans, cnt_scan_pairs, cnt_rmws;
+	uint64_t sample_mask;
+	int first_err;
+};
+
+static void eng_sample(struct eng *e, struct op *o)
+{
+	if (o->t0 && e->counting && e->r->nsamp < SAMP_MAX)
+		e->r->samp[e->r->nsamp++] = farm_now_ns() - o->t0;
+}
+
+static void op_free(struct eng *e, struct op *o)
+{
+	o->busy = false;
+	e->freel[e->nfree++] = (unsigned)(o - e->ops);
+}
+
+static void fail(struct eng *e, int status)
+{
+	if (!e->err++)
+		e->first_err = status;
+}
+
+static void put_cb(farm_loop *loop, void *ctx, int status);
+
+static void get_cb(farm_loop *loop, void *ctx, int status, const void *val,
+                   uint32_t len)
+{
+	(void)loop;
+	struct op *o = ctx;
+	struct eng *e = o->e;
+	bool ok = !status && val_ok(o->k, val, len);
+	if (status == -ENOENT)
+		e->notfound++;
+	else if (!ok)
+		fail(e, status ? status : -EBADMSG);
+	if (o->kind == OP_RMW && ok) {
+		/* YCSB F: read, then write the record back changed (the
+		 * client's read-modify-write; not one transaction). */
+		make_val(o->k, (uint32_t)e->seq++, o->vals);
+		int rc = farm_ht_put(e->m->ht, e->m->loop, o->kb, O.ksize,
+		                     o->vals, O.vsize, put_cb, o);
+		if (!rc)
+			return;
+		fail(e, rc);
+	}
+	if (e->counting) {
+		e->cnt_ops++;
+		e->cnt_gets++;
+		e->cnt_keys++;
+	}
+	eng_sample(e, o);
+	op_free(e, o);
+}
+
+static void put_cb(farm_loop *loop, void *ctx, int status)
+{
+	(void)loop;
+	struct op *o = ctx;
+	struct eng *e = o->e;
+	if (status)
+		fail(e, status);
+	else if (o->kind == OP_INSERT &&
+	         (status = kb_ins_ack(&SH->ins, o->k - e->m->nkeys)))
+		fail(e, status);
+	if (e->counting) {
+		e->cnt_ops++;
+		e->cnt_puts++;
+		e->cnt_keys++;
+		e->cnt_inserts += o->kind == OP_INSERT;
+		if (o->kind == OP_RMW) {
+			e->cnt_gets++;
+			e->cnt_rmws++;
+		}
+	}
+	if (!O.demo) /* the demo reports lookup latency only */
+		eng_sample(e, o);
+	op_free(e, o);
+}
+
+static void mget_cb(farm_loop *loop, void *ctx)
+{
+	(void)loop;
+	struct op *o = ctx;
+	struct eng *e = o->e;
+	for (unsigned i = 0; i < MGET_N; i++) {
+		if (o->st[i] == -ENOENT)
+			e->notfound++;
+		else if (o->st[i] ||
+		         !val_ok(o->mk[i], o->vals + i * O.vsize, o->lens[i]))
+			fail(e, o->st[i] ? o->st[i] : -EBADMSG);
+	}
+	if (e->counting) {
+		e->cnt_ops++;
+		e->cnt_keys += MGET_N;
+		e->cnt_gets += MGET_N;
+	}
+	eng_sample(e, o);
+	op_free(e, o);
+}
+
+static void load_cb(farm_loop *loop, void *ctx, int status)
+{
+	(void)loop;
+	struct op *o = ctx;
+	struct eng *e = o->e;
+	if (status)
+		fail(e, status);
+	e->cnt_ops++;
+	op_free(e, o);
+}
+
+/* YCSB E's scan: pairs of this machine's shard from the home bucket of
+ * the start key on, in the table's order. Each is checked: its value
+ * names a key number whose key it must be. */
+struct scan {
+	unsigned left, seen, bad;
+	uint8_t key[KLEN_MAX];
+};
+
+static bool scan_pair(void *ctx, const void *key, uint32_t klen,
+                      const void *val, uint32_t vlen)
+{
+	struct scan *s = ctx;
+	uint64_t i;
+	if (vlen >= 8)
+		memcpy(&i, val, 8);
+	if (vlen < 8 || i >= KEY_LIMIT || !val_ok(i, val, vlen) ||
+	    klen != O.ksize || (make_key(i, s->key), memcmp(key, s->key, klen)))
+		s->bad++;
+	s->seen++;
+	return --s->left > 0;
+}
+
+static int do_scan(struct eng *e, struct op *o)
+{
+	struct scan s = {.left = 1 + (unsigned)(mix64(e->seq) % SCAN_MAX)};
+	make_key(o->k, o->kb);
+	long n = farm_ht_iterate_local_from(e->m->ht, e->m->id, o->kb, O.ksize,
+	                                    scan_pair, &s);
+	if (n < 0)
+		return (int)n;
+	if (s.bad)
+		fail(e, -EBADMSG);
+	if (e->counting) {
+		e->cnt_ops++;
+		e->cnt_scans++;
+		e->cnt_scan_pairs += s.seen;
+		e->cnt_keys += s.seen;
+		e->cnt_gets += s.seen;
+	}
+	eng_sample(e, o);
+	op_free(e, o);
+	return 0;
+}
+
+/* Issue stream entry @s as an operation on free op @o: 0 (in flight, or
+ * done already: a scan), or -EAGAIN/-ENOBUFS (try later). */
+static int issue(struct eng *e, struct op *o, int wl, uint32_t s)
+{
+	struct mach *m = e->m;
+	o->t0 = (e->seq++ & e->sample_mask) == 0 ? farm_now_ns() : 0;
+	o->kind = op_of(s);
+	o->k = key_of(s);
+	int rc;
+	if (wl == W_MGET) {
+		for (unsigned i = 0; i < MGET_N; i++) {
+			uint32_t kk =
+			        key_of(e->m->stream[(e->gen + i) % STREAM_LEN]);
+			uint8_t *kb = o->kb + (size_t)i * O.ksize;
+			o->mk[i] = kk;
+			make_key(kk, kb);
+			o->keys[i] = kb;
+			o->klens[i] = O.ksize;
+		}
+		e->gen += MGET_N;
+		rc = farm_kv_mget(m->kv, m->loop, MGET_N, o->keys, o->klens,
+		                  o->vals, O.vsize, o->lens, o->st, mget_cb, o);
+		if (!rc)
+			o->busy = true;
+		return rc;
+	}
+	if (o->kind == OP_INSERT) {
+		uint64_t n = atomic_fetch_add(&SH->ins.next, 1);
+		if (m->nkeys + n >= KEY_LIMIT) /* no numbers left: read */
+			o->kind = OP_READ;
+		else
+			o->k = (uint32_t)(m->nkeys + n);
+	}
+	if (o->kind == OP_READ && W[wl].dist == D_LATEST)
+		o->k = (uint32_t)latest_key(m->nkeys,
+		                            atomic_load(&SH->ins.limit), o->k);
+	if (o->kind == OP_SCAN)
+		return do_scan(e, o);
+	make_key(o->k, o->kb);
+	if (o->kind == OP_UPDATE || o->kind == OP_INSERT ||
+	    o->kind == OP_LOAD) {
+		make_val(o->k, (uint32_t)e->seq, o->vals);
+		rc = farm_ht_put(m->ht, m->loop, o->kb, O.ksize, o->vals,
+		                 O.vsize, o->kind == OP_LOAD ? load_cb : put_cb,
+		                 o);
+	} else {
+		rc = farm_ht_get(m->ht, m->loop, o->kb, O.ksize, get_cb, o);
+	}
+	if (!rc)
+		o->busy = true;
+	return rc;
+}
+
+/* @n ops, each with room for @per keys and values. */
+static int eng_init(struct eng *e, struct mach *m, struct mres *r, unsigned n,
+                    unsigned per)
+{
+	memset(e, 0, sizeof(*e));
+	e->m = m;
+	e->r = r;
+	e->nops = n;
+	size_t kb = (size_t)per * O.ksize, vb = (size_t)per * O.vsize;
+	e->ops = calloc(n, sizeof(*e->ops));
+	e->freel = calloc(n, sizeof(*e->freel));
+	e->bufs = malloc(n * (kb + vb));
+	if (!e->ops || !e->freel || !e->bufs) {
+		free(e->ops);
+		free(e->freel);
+		free(e->bufs);
+		return -ENOMEM;
+	}
+	for (unsigned i = 0; i < n; i++) {
+		e->ops[i].e = e;
+		e->ops[i].kb = e->bufs + i * (kb + vb);
+		e->ops[i].vals = e->ops[i].kb + kb;
+		e->freel[e->nfree++] = n - 1 - i;
+	}
+	e->sample_mask = O.sample_every - 1;
+	return 0;
+}
+
+static void eng_fini(struct eng *e)
+{
+	/* Operations still out (a drain that timed out) complete into their
+	 * op when the node closes: keep them (the process is ending). */
+	if (e->nfree < e->nops)
+		return;
+	free(e->ops);
+	free(e->freel);
+	free(e->bufs);
+}
+
+/* Poll until every op is back (or @deadline). */
+static int eng_drain(struct eng *e, uint64_t deadline)
+{
+	while (e->nfree < e->nops) {
+		(void)farm_loop_poll(e->m->loop);
+		if (farm_now_ns() > deadline || interrupted) {
+			fprintf(stderr,
+			        PROG ": machine %u: %u operations never "
+			             "completed\n",
+			        e->m->id, e->nops - e->nfree);
+			return -ETIMEDOUT;
+		}
+	}
+	return 0;
+}
+
+/* Load keys i = id mod M. */
+static int do_load(struct mach *m)
+{
+	struct eng e;
+	int rc = eng_init(&e, m, &SH->res[m->id], O.load_depth, 1);
+	if (rc)
+		return rc;
+	uint64_t next = m->id, done_reported = 0;
+	uint64_t last = farm_now_ns();
+	while (next < m->nkeys || e.nfree < e.nops) {
+		while (e.nfree && next < m->nkeys) {
+			struct op *o = &e.ops[e.freel[e.nfree - 1]];
+			e.nfree--;
+			rc = issue(&e, o, -1, entry(OP_LOAD, next));
+			if (rc) {
+				e.freel[e.nfree++] = (unsigned)(o - e.ops);
+				if (rc != -EAGAIN && rc != -ENOBUFS)
+					goto out;
+				rc = 0;
+				break;
+			}
+			next += O.machines;
+		}
+		(void)farm_loop_poll(m->loop);
+		if (e.cnt_ops - done_reported >= 4096) {
+			atomic_store(&SH->m[m->id].loaded, e.cnt_ops);
+			done_reported = e.cnt_ops;
+			last = farm_now_ns();
+		} else if (farm_now_ns() - last > STALL_NS) {
+			fprintf(stderr, PROG ": machine %u: loading stalled\n",
+			        m->id);
+			rc = -ETIMEDOUT;
+			goto out;
+		}
+		if (e.err) {
+			fprintf(stderr,
+			        PROG ": machine %u: a put of key %s failed: "
+			             "%s\n",
+			        m->id, "", farm_strerror(e.first_err));
+			rc = -EIO;
+			goto out;
+		}
+		if (interrupted) {
+			rc = -EINTR;
+			goto out;
+		}
+	}
+	atomic_store(&SH->m[m->id].loaded, e.cnt_ops);
+out:
+	if (rc)
+		(void)eng_drain(&e, farm_now_ns() + 5 * NS);
+	eng_fini(&e);
+	return rc;
+}
+
+static int make_stream(struct mach *m, int wl)
+{
+	if (!m->stream && !(m->stream = malloc(STREAM_LEN * sizeof(uint32_t))))
+		return -ENOMEM;
+	uint64_t seed = 0x1234567ull * (m->id + 1) + (uint64_t)wl * 7919;
+	if (W[wl].dist != D_OWN) {
+		kb_gen_stream(m->stream, STREAM_LEN, wl, m->nkeys, SH->zeta_n,
+		              seed, NULL, 0);
+		return 0;
+	}
+	if (!m->own) {
+		uint64_t cap = m->nkeys / O.machines * 2 + 1024;
+		m->own = malloc(cap * sizeof(uint32_t));
+		if (!m->own)
+			return -ENOMEM;
+		m->nown = 0;
+		for (uint64_t i = 0; i < m->nkeys && m->nown < cap; i++)
+			if (kb_shard_of_key(i, O.machines) == m->id)
+				m->own[m->nown++] = (uint32_t)i;
+		if (!m->nown)
+			return -ENOENT;
+	}
+	if (W[wl].scan && !m->zeta_own)
+		m->zeta_own = kb_zeta(m->nown, O.theta);
+	kb_gen_stream(m->stream, STREAM_LEN, wl, m->nkeys, m->zeta_own, seed,
+	              m->own, m->nown);
+	return 0;
+}
+
+/* Run workload @wl with @depth ops in flight, counting in [go, go+dur]. */
+static int do_run(struct mach *m, int wl, unsigned depth, uint64_t go,
+                  uint64_t dur, uint64_t warm)
+{
+	struct mres *r = &SH->res[m->id];
+	int rc = make_stream(m, wl);
+	if (rc)
+		return rc;
+	struct eng e;
+	if (wl == W_MGET)
+		depth = (depth + MGET_N - 1) / MGET_N;
+	if ((rc = eng_init(&e, m, r, depth, wl == W_MGET ? MGET_N : 1)))
+		return rc;
+	if (depth == 1)
+		e.sample_mask = 0;
+	r->nsamp = 0;
+	uint64_t start = go - warm, end = go + dur, t0 = 0, t1 = 0;
+	uint64_t now;
+	while ((now = farm_now_ns()) < start && !interrupted)
+		(void)farm_loop_poll(m->loop);
+	for (;;) {
+		now = farm_now_ns();
+		if (!e.counting && !t0 && now >= go) {
+			e.counting = true;
+			t0 = now;
+		}
+		if (now >= end)
+			break;
+		/* At most depth per pass: scans finish at once, and the
+		 * loop must still be polled between them. */
+		for (unsigned n = 0; e.nfree && n < e.nops; n++) {
+			struct op *o = &e.ops[e.freel[e.nfree - 1]];
+			e.nfree--;
+			uint32_t k = m->stream[e.gen++ % STREAM_LEN];
+			rc = issue(&e, o, wl, k);
+			if (rc) {
+				e.freel[e.nfree++] = (unsigned)(o - e.ops);
+				if (rc != -EAGAIN && rc != -ENOBUFS) {
+					fprintf(stderr,
+					        PROG ": machine %u: %s\n",
+					        m->id, farm_strerror(rc));
+					goto out;
+				}
+				rc = 0;
+				break;
+			}
+		}
+		(void)farm_loop_poll(m->loop);
+		if (interrupted) {
+			rc = -EINTR;
+			goto out;
+		}
+	}
+	t1 = now;
+	e.counting = false;
+	r->ops = e.cnt_ops;
+	r->gets = e.cnt_gets;
+	r->puts = e.cnt_puts;
+	r->keys = e.cnt_keys;
+	r->inserts = e.cnt_inserts;
+	r->scans = e.cnt_scans;
+	r->scan_pairs = e.cnt_scan_pairs;
+	r->rmws = e.cnt_rmws;
+	r->ns = t1 - t0;
+out:;
+	int rc2 = eng_drain(&e, farm_now_ns() + 10 * NS);
+	r->errors = e.err;
+	r->notfound = e.notfound;
+	eng_fini(&e);
+	if (!rc && e.err) {
+		fprintf(stderr,
+		        PROG
+		        ": machine %u: %s: %" PRIu64
+		        " operations failed or read wrong values (first: %s)\n",
+		        m->id, W[wl].key, e.err, farm_strerror(e.first_err));
+		rc = -EIO;
+	}
+	return rc ? rc : rc2;
+}
+
+/* The plain loop: lookups of own-shard keys straight from local memory. */
+static int do_plain(struct mach *m, uint64_t dur)
+{
+	struct mres *r = &SH->res[m->id];
+	int rc = make_stream(m, W_LOCAL);
+	if (rc)
+		return rc;
+	const struct farm_ht_shard *sd = &SH->sd[m->id];
+	uint32_t bb = farm_ht_bucket_bytes(m->ht);
+	unsigned spb = farm_ht_slots_per_bucket(m->ht);
+	unsigned L = bb / 64;
+	/* Layout (src/hashtable/ht_int.h): bucket data = fwd u64, bwd u64,
+	 * overflow fat pointer (24 B), then slots of [flags u8][klen u8]
+	 * [pad u16][vlen u32][key K][value V] (K, V: the inline sizes; a
+	 * pair that does not fit is in an object: the API's lookup). */
+	const uint32_t K = kb_key_inline(), V = kb_val_inline();
+	const uint32_t hdr = 40, slot = 8 + K + V;
+	uint32_t bdata = hdr + spb * slot;
+	const uint8_t *arr =
+	        farm_as_local_ptr(farm_node_as(m->node), sd->base,
+	                          ((uint64_t)sd->nbuckets + 1) * bb);
+	if (!arr) {
+		fprintf(stderr, PROG ": machine %u: shard not local\n", m->id);
+		return -EINVAL;
+	}
+	enum { B = 16 };
+	uint8_t *img = aligned_alloc(64, (size_t)B * 2 * bb);
+	uint8_t *d = malloc(2 * (size_t)bdata);
+	if (!img || !d) {
+		free(img);
+		free(d);
+		return -ENOMEM;
+	}
+	uint64_t n = 0, fallback = 0, bad = 0, gen = 0, sum = 0;
+	uint64_t t0 = farm_now_ns(), now = t0;
+	r->nsamp = 0;
+	while (now - t0 < dur) {
+		const uint8_t *p[B];
+		uint32_t kk[B];
+		uint8_t key[B][KLEN_MAX];
+		for (int j = 0; j < B; j++) {
+			kk[j] = key_of(m->stream[gen++ % STREAM_LEN]);
+			make_key(kk[j], key[j]);
+			uint64_t h = farm_ht_hash(key[j], O.ksize);
+			uint32_t b = (uint32_t)((h >> 11) % sd->nbuckets);
+			p[j] = arr + (uint64_t)b * bb;
+			for (unsigned l = 0; l < 2 * L; l++)
+				__builtin_prefetch(p[j] + 64u * l);
+		}
+		for (int j = 0; j < B; j++) {
+			uint8_t *im = img + (size_t)j * 2 * bb;
+			bool found = false;
+			uint64_t v, w;
+			if (farm_lines_copy(im, p[j], 2ull * bb, 1000) &&
+			    !obj_check(im, L, UINT64_MAX, &v, &w) &&
+			    !obj_check(im + bb, L, UINT64_MAX, &v, &w)) {
+				obj_unpack(im, bdata, d);
+				obj_unpack(im + bb, bdata, d + bdata);
+				if (!memcmp(d, d + bdata + 8, 8)) {
+					for (unsigned s = 0;
+					     s < 2 * spb && !found; s++) {
+						uint8_t *sl =
+						        d +
+						        (s < spb ? 0 : bdata) +
+						        hdr + (s % spb) * slot;
+						if ((sl[0] & 3) == 1 &&
+						    sl[1] == O.ksize &&
+						    !memcmp(sl + 8, key[j],
+						            O.ksize)) {
+							uint32_t vl;
+							memcpy(&vl, sl + 4, 4);
+							found = true;
+							if (!val_ok(kk[j],
+							            sl + 8 + K,
+							            vl))
+								bad++;
+							sum += sl[8 + K + 8];
+						}
+					}
+				}
+			}
+			if (!found) {
+				/* In the overflow chain (or being written): the
+				 * API's full lookup, polled here
+				 * (farm_loop_wait may park the thread). */
+				struct op fo = {0};
+				struct eng fe = {.m = m,
+				                 .r = r,
+				                 .ops = &fo,
+				                 .nops = 1,
+				                 .freel = (unsigned[1]){0}};
+				fo.e = &fe;
+				fo.k = kk[j];
+				rc = farm_ht_get(m->ht, m->loop, key[j],
+				                 O.ksize, get_cb, &fo);
+				while (!rc && !fe.nfree)
+					(void)farm_loop_poll(m->loop);
+				if (rc || fe.err || fe.notfound)
+					bad++;
+				fallback++;
+			}
+		}
+		n += B;
+		now = farm_now_ns();
+	}
+	free(img);
+	free(d);
+	r->ops = r->gets = r->keys = n;
+	r->ns = now - t0;
+	r->errors = bad;
+	r->chain_fallbacks = fallback;
+	if (sum == 42)
+		r->puts = 0; /* keep the value reads */
+	if (bad) {
+		fprintf(stderr, PROG ": plain loop: %" PRIu64 " bad lookups\n",
+		        bad);
+		return -EIO;
+	}
+	return 0;
+}
+
+int kb_machine_main(uint32_t id, const char *base, uint64_t nkeys, int cpu)
+{
+	struct mach m = {.id = id, .nkeys = nkeys};
+	bu_pin_to(cpu, PROG);
+	int rc = mach_open(&m, id, base, nkeys);
+	if (!rc)
+		rc = fetch_shards(&m);
+	if (rc) {
+		SH->m[id].err = rc;
+		atomic_store(&SH->m[id].state, ST_FAILED);
+		mach_close(&m);
+		return 1;
+	}
+	atomic_store(&SH->m[id].state, ST_READY);
+	int seen = 0;
+	for (;;) {
+		int s;
+		while ((s = atomic_load(&SH->seq)) == seen && !interrupted)
+			(void)farm_loop_poll(m.loop);
+		if (interrupted) {
+			rc = -EINTR;
+			break;
+		}
+		seen = s;
+		int cmd = SH->cmd;
+		if (cmd == CMD_QUIT)
+			break;
+		memset(&SH->res[id], 0, offsetof(struct mres, samp));
+		switch (cmd) {
+		case CMD_LOAD: rc = do_load(&m); break;
+		case CMD_RUN:
+			rc = do_run(&m, SH->wl, O.depth, SH->go_ns, SH->dur_ns,
+			            SH->warm_ns);
+			break;
+		case CMD_LAT:
+			rc = id == 0 ? do_run(&m, W_C, 1, SH->go_ns, SH->dur_ns,
+			                      SH->warm_ns)
+			             : 0;
+			break;
+		case CMD_PLAIN:
+			rc = id == 0 ? do_plain(&m, SH->dur_ns) : 0;
+			break;
+		default: rc = -EINVAL;
+		}
+		farm_ht_stats_get(m.ht, &SH->hst[id]);
+		if (rc) {
+			SH->m[id].err = rc;
+			atomic_store(&SH->m[id].state, ST_FAILED);
+			break;
+		}
+		atomic_store(&SH->m[id].done, seen);
+	}
+	/* Keep serving until everyone is told to go, then leave. */
+	mach_close(&m);
+	return rc ? 1 : 0;
+}

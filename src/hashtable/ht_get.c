@@ -1,0 +1,551 @@
+/*
+ * Hashtable lookups (ht.h, ht_int.h), from any machine and lock-free:
+ * farm_ht_get reads buckets b and b + 1 in one one-sided READ (a
+ * line-atomic copy when the shard is local), validates them object by
+ * object and by their joint version, then follows the home's overflow
+ * chain and an indirect pair's object; farm_ht_get_first is that first
+ * read alone, for the KV store's batched multi-get.
+ */
+#include "hashtable/ht_int.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "txn/object.h"
+#include "util/lines.h"
+
+struct get_op {
+	farm_ht *h;
+	struct htloop *l;
+	uint8_t key[FARM_HT_MAX_KEY];
+	uint32_t klen;
+	uint64_t hash;
+	const struct farm_ht_shard *sd;
+	uint32_t b;
+	uint8_t *img; /* 2 buckets, from the pool */
+	uint8_t *d0, *d1;
+	unsigned tries;
+	uint64_t busy_t0; /* ns of the first retry (0: none yet) */
+	uint64_t fwd;     /* the pair version seen */
+	farm_ht_get_fn cont;
+	void *ctx;
+	/* chain walk / indirect value */
+	uint8_t *obuf;
+	uint32_t olen;
+	farm_fatptr next;
+	int stage;     /* 0 buckets, 1 chain block, 2 indirect value */
+	farm_lf_op ep; /* an epoch operation from start to continuation */
+	struct get_op *next_free;
+	const uint8_t *lp; /* local shard: the buckets, copied when due */
+};
+
+void ht_gets_free(struct htloop *l)
+{
+	while (l->free_gets) {
+		struct get_op *g = l->free_gets;
+		l->free_gets = g->next_free;
+		free(g->d0);
+		free(g->d1);
+		free(g);
+	}
+}
+
+static void get_start(struct get_op *g);
+
+static void get_end(struct get_op *g, int status, const void *val, uint32_t len)
+{
+	farm_ht *h = g->h;
+	st_add(h, status == 0 ? T_FOUND : T_NOTFOUND, 1);
+	farm_loop *loop = g->l->loop;
+	farm_ht_get_fn cont = g->cont;
+	void *ctx = g->ctx;
+	cont(loop, ctx, status, val, len);
+	farm_lf_end(&g->ep);
+	if (g->img)
+		buf_put(g->l, g->img);
+	g->img = NULL;
+	free(g->obuf);
+	g->obuf = NULL;
+	/* Recycled with its bucket buffers: a lookup allocates nothing in
+	 * the steady state. */
+	g->next_free = g->l->free_gets;
+	g->l->free_gets = g;
+}
+
+static void get_retry(struct get_op *g)
+{
+	st_add(g->h, T_RETRIES, 1);
+	uint64_t now = farm_now_ns();
+	if (!g->busy_t0)
+		g->busy_t0 = now;
+	if (++g->tries >= READ_TRIES && now - g->busy_t0 >= READ_BUSY_NS) {
+		get_end(g, -EBUSY, NULL, 0);
+		return;
+	}
+	unsigned k = FARM_MIN(g->tries, 10u);
+	uint64_t spins = farm_rand64(&g->l->rand) & ((1ull << k) - 1);
+	for (uint64_t i = 0; i < spins; i++)
+		farm_cpu_relax();
+	g->stage = 0;
+	get_start(g);
+}
+
+/* An indirect pair's object, [klen][vlen][key][value]: whether it holds
+ * @key (its lengths in *@kl, *@vl either way). */
+static bool indirect_match(const uint8_t *obj, uint32_t olen,
+                           const uint8_t *key, uint32_t klen, uint32_t *kl,
+                           uint32_t *vl)
+{
+	if (olen < 8) {
+		*kl = *vl = 0;
+		return false;
+	}
+	memcpy(kl, obj, 4);
+	memcpy(vl, obj + 4, 4);
+	return *kl == klen && 8ull + *kl + *vl <= olen &&
+	       memcmp(obj + 8, key, *kl) == 0;
+}
+
+static void get_read_obj(struct get_op *g, farm_fatptr p, int stage);
+
+/* Found in slot @s: inline value, or the object it names. */
+static void get_found(struct get_op *g, const uint8_t *s)
+{
+	if (!(s[0] & SLOT_INDIRECT)) {
+		get_end(g, 0, s + 8 + g->h->K, slot_vlen(s));
+		return;
+	}
+	get_read_obj(g, get_fat(s + 8 + g->h->K), 2);
+}
+
+/* Look for the key in a chain block's data (@blk); follow its chain. */
+static void get_scan_block(struct get_op *g, uint8_t *blk)
+{
+	farm_ht *h = g->h;
+	/* A block written after the buckets we read: our view is mixed. */
+	if (get64(blk) > g->fwd) {
+		get_retry(g);
+		return;
+	}
+	for (unsigned i = 0; i < BLK_SLOTS; i++) {
+		uint8_t *s = blk_slot(h, blk, i);
+		if (slot_match(h, s, g->key, g->klen, g->hash)) {
+			get_found(g, s);
+			return;
+		}
+	}
+	farm_fatptr next = get_fat(blk + 8);
+	if (next.addr)
+		get_read_obj(g, next, 1);
+	else
+		get_end(g, -ENOENT, NULL, 0);
+}
+
+static void obj_read_done(farm_loop *loop, void *ctx, int status)
+{
+	(void)loop;
+	struct get_op *g = ctx;
+	if (status == FARM_EFREED || status == -EBUSY) {
+		get_retry(g); /* unlinked or rewritten meanwhile: start over */
+		return;
+	}
+	if (status) {
+		get_end(g, status, NULL, 0);
+		return;
+	}
+	if (g->stage == 1) {
+		get_scan_block(g, g->obuf);
+		return;
+	}
+	uint32_t kl, vl;
+	if (!indirect_match(g->obuf, g->olen, g->key, g->klen, &kl, &vl)) {
+		/* A long key whose hash matched another's, or a stale slot. */
+		get_end(g, kl == g->klen ? -EBUSY : -ENOENT, NULL, 0);
+		return;
+	}
+	get_end(g, 0, g->obuf + 8 + kl, vl);
+}
+
+static void get_read_obj(struct get_op *g, farm_fatptr p, int stage)
+{
+	if (!p.addr || p.size == 0 || p.size > FARM_TX_MAX_SIZE) {
+		get_end(g, FARM_ECORRUPT, NULL, 0);
+		return;
+	}
+	free(g->obuf);
+	g->obuf = malloc(p.size);
+	g->olen = p.size;
+	g->stage = stage;
+	if (!g->obuf) {
+		get_end(g, -ENOMEM, NULL, 0);
+		return;
+	}
+	st_add(g->h, T_READS, 1);
+	if (stage == 1)
+		st_add(g->h, T_CHAIN, 1);
+	int rc = farm_lf_read(g->h->txm, g->l->loop, p.addr, p.size,
+	                      p.incarnation, g->obuf, obj_read_done, g);
+	if (rc)
+		get_end(g, rc, NULL, 0);
+}
+
+/* Both buckets read: validate, then search. */
+static void get_buckets(struct get_op *g)
+{
+	farm_ht *h = g->h;
+	unsigned L = h->bucket_lines;
+	uint64_t v, w;
+	int rc0 = obj_check(g->img, L, UINT64_MAX, &v, &w);
+	int rc1 = obj_check(g->img + 64u * L, L, UINT64_MAX, &v, &w);
+	if (rc0 == -EAGAIN || rc1 == -EAGAIN) {
+		get_retry(g);
+		return;
+	}
+	if (rc0 || rc1) {
+		get_end(g, FARM_ECORRUPT, NULL, 0); /* not a bucket */
+		return;
+	}
+	obj_unpack(g->img, h->bucket_data, g->d0);
+	obj_unpack(g->img + 64u * L, h->bucket_data, g->d1);
+	if (get64(B_FWD(g->d0)) != get64(B_BWD(g->d1))) {
+		get_retry(g); /* the two come from different commits */
+		return;
+	}
+	g->fwd = get64(B_FWD(g->d0));
+	for (unsigned i = 0; i < 2 * h->spb; i++) {
+		uint8_t *s = slot_at(h, i < h->spb ? g->d0 : g->d1, i % h->spb);
+		if (slot_match(h, s, g->key, g->klen, g->hash)) {
+			get_found(g, s);
+			return;
+		}
+	}
+	farm_fatptr ovf = get_fat(B_OVF(g->d0));
+	if (ovf.addr)
+		get_read_obj(g, ovf, 1);
+	else
+		get_end(g, -ENOENT, NULL, 0);
+}
+
+static void bucket_read_done(farm_loop *loop, void *ctx, int status)
+{
+	(void)loop;
+	struct get_op *g = ctx;
+	if (status == FARM_EFLUSHED) {
+		get_retry(g);
+		return;
+	}
+	if (status) {
+		get_end(g, status, NULL, 0);
+		return;
+	}
+	get_buckets(g);
+}
+
+/* A local lookup's buckets were prefetched when it started; copy them
+ * now, a pass later, as the shm fabric does for a READ (NSDI'14 keeps
+ * many lookups in flight so their misses overlap). */
+static void get_local_done(farm_loop *loop, void *ctx, int status)
+{
+	(void)loop;
+	struct get_op *g = ctx;
+	if (status) {
+		get_end(g, status, NULL, 0);
+		return;
+	}
+	uint32_t bb = 64u * g->h->bucket_lines;
+	if (!farm_lines_copy(g->img, g->lp, 2ull * bb, LINE_TRIES)) {
+		get_retry(g);
+		return;
+	}
+	get_buckets(g);
+}
+
+static void get_start(struct get_op *g)
+{
+	farm_ht *h = g->h;
+	uint32_t bb = 64u * h->bucket_lines;
+	farm_gaddr a = g->sd->base + (uint64_t)g->b * bb;
+	st_add(h, T_READS, 1);
+	uint8_t *p;
+	farm_mr_desc d;
+	int rc = farm_as_resolve_cached(h->as, &g->l->rc, a, 2ull * bb, &p, &d);
+	if (!rc && p) {
+		for (uint32_t o = 0; o < 2 * bb; o += 64)
+			__builtin_prefetch(p + o, 0, 3);
+		g->lp = p;
+		/* Copy and complete on a later pass, as a remote read
+		 * would. */
+		if (farm_loop_defer(g->l->loop, get_local_done, g))
+			get_end(g, -ENOMEM, NULL, 0);
+		return;
+	}
+	if (!rc) { /* the shard's descriptor is cached: one READ */
+		farm_wr wr = farm_wr_read(0, g->img, g->l->mr, 2 * bb, &d,
+		                          farm_gaddr_offset(a));
+		rc = farm_loop_rdma(g->l->loop, d.machine, &wr,
+		                    bucket_read_done, g);
+	} else if (rc == -EAGAIN) {
+		rc = farm_as_read(h->as, g->l->loop, a, g->img, g->l->mr,
+		                  2 * bb, bucket_read_done, g);
+	}
+	if (rc)
+		get_end(g, rc, NULL, 0);
+}
+
+/* What every lookup starts with: its arguments checked, its loop state,
+ * the key's hash and shard. */
+static int lookup_prep(farm_ht *h, farm_loop *loop, const void *key,
+                       uint32_t klen, bool has_cont, struct htloop **l,
+                       uint64_t *hash, const struct farm_ht_shard **sd)
+{
+	if (!h || !loop || !has_cont)
+		return -EINVAL;
+	int rc = ht_check_key(key, klen);
+	if (rc)
+		return rc;
+	if (!(*l = hl_of(h, loop)))
+		return -EINVAL;
+	*hash = farm_ht_hash(key, klen);
+	*sd = ht_shard_of(h, *hash, NULL);
+	return *sd ? 0 : -ENOENT;
+}
+
+int farm_ht_get(farm_ht *h, farm_loop *loop, const void *key, uint32_t klen,
+                farm_ht_get_fn cont, void *ctx)
+{
+	struct htloop *l;
+	uint64_t hash;
+	const struct farm_ht_shard *sd;
+	int rc = lookup_prep(h, loop, key, klen, cont != NULL, &l, &hash, &sd);
+	if (rc)
+		return rc;
+	struct get_op *g = l->free_gets;
+	if (g) {
+		l->free_gets = g->next_free;
+	} else {
+		if (!(g = calloc(1, sizeof(*g))))
+			return -ENOMEM;
+		g->d0 = malloc(h->bucket_data);
+		g->d1 = malloc(h->bucket_data);
+	}
+	g->img = buf_get(l);
+	if (!g->img || !g->d0 || !g->d1) {
+		int rc2 = g->img ? -ENOMEM : -EAGAIN; /* too many in flight */
+		if (g->img)
+			buf_put(l, g->img);
+		g->img = NULL;
+		g->next_free = l->free_gets;
+		l->free_gets = g;
+		return rc2;
+	}
+	g->tries = 0;
+	g->busy_t0 = 0;
+	g->fwd = 0;
+	g->obuf = NULL;
+	g->olen = 0;
+	g->next = (farm_fatptr){0};
+	g->stage = 0;
+	g->ep = (farm_lf_op){0};
+	g->h = h;
+	g->l = l;
+	memcpy(g->key, key, klen);
+	g->klen = klen;
+	g->hash = hash;
+	g->sd = sd;
+	g->b = home_of(hash, sd->nbuckets);
+	g->cont = cont;
+	g->ctx = ctx;
+	/* Buckets, chain blocks and value objects it reaches must not change
+	 * size class until it is done (epochs). */
+	if ((rc = farm_lf_begin(h->txm, loop, &g->ep))) {
+		buf_put(l, g->img);
+		g->img = NULL;
+		g->next_free = l->free_gets;
+		l->free_gets = g;
+		return rc; /* the loop has no transactions attached */
+	}
+	st_add(h, T_LOOKUPS, 1);
+	get_start(g);
+	return 0;
+}
+
+/* One farm_ht_get_first(): the bucket pair's read, its validation and an
+ * indirect value's read; anything else is FARM_HT_UNRESOLVED. */
+struct first_op {
+	farm_ht *h;
+	struct htloop *l;
+	uint8_t key[FARM_HT_MAX_KEY];
+	uint32_t klen;
+	uint64_t hash;
+	uint8_t *img; /* 2 buckets, from the pool */
+	uint8_t *d;   /* both buckets' data */
+	uint8_t *obuf;
+	uint32_t olen;
+	bool torn; /* the local copy was not line-consistent */
+	farm_ht_get_fn cont;
+	void *ctx;
+	farm_lf_op ep;
+};
+
+static void first_end(struct first_op *f, int status, const void *val,
+                      uint32_t len)
+{
+	if (status == 0 || status == -ENOENT)
+		st_add(f->h, status == 0 ? T_FOUND : T_NOTFOUND, 1);
+	f->cont(f->l->loop, f->ctx, status, val, len);
+	farm_lf_end(&f->ep);
+	buf_put(f->l, f->img);
+	free(f->d);
+	free(f->obuf);
+	free(f);
+}
+
+static void first_obj_done(farm_loop *loop, void *ctx, int status)
+{
+	(void)loop;
+	struct first_op *f = ctx;
+	if (status == FARM_EFREED || status == -EBUSY ||
+	    status == FARM_EFLUSHED) {
+		first_end(f, FARM_HT_UNRESOLVED, NULL, 0);
+		return;
+	}
+	if (status) {
+		first_end(f, status, NULL, 0);
+		return;
+	}
+	uint32_t kl, vl;
+	if (!indirect_match(f->obuf, f->olen, f->key, f->klen, &kl, &vl)) {
+		/* Another long key with the same hash, or a stale slot. */
+		first_end(f, FARM_HT_UNRESOLVED, NULL, 0);
+		return;
+	}
+	first_end(f, 0, f->obuf + 8 + kl, vl);
+}
+
+/* The bucket pair is in f->img (on a later pass than the call). */
+static void first_buckets(struct first_op *f)
+{
+	farm_ht *h = f->h;
+	unsigned L = h->bucket_lines;
+	uint64_t v, w;
+	if (f->torn) {
+		first_end(f, FARM_HT_UNRESOLVED, NULL, 0);
+		return;
+	}
+	int rc0 = obj_check(f->img, L, UINT64_MAX, &v, &w);
+	int rc1 = obj_check(f->img + 64u * L, L, UINT64_MAX, &v, &w);
+	if (rc0 == -EAGAIN || rc1 == -EAGAIN) {
+		first_end(f, FARM_HT_UNRESOLVED, NULL, 0);
+		return;
+	}
+	if (rc0 || rc1) {
+		first_end(f, FARM_ECORRUPT, NULL, 0); /* not a bucket */
+		return;
+	}
+	uint8_t *d0 = f->d, *d1 = f->d + h->bucket_data;
+	obj_unpack(f->img, h->bucket_data, d0);
+	obj_unpack(f->img + 64u * L, h->bucket_data, d1);
+	if (get64(B_FWD(d0)) != get64(B_BWD(d1))) {
+		first_end(f, FARM_HT_UNRESOLVED, NULL, 0); /* mixed commits */
+		return;
+	}
+	for (unsigned i = 0; i < 2 * h->spb; i++) {
+		uint8_t *s = slot_at(h, i < h->spb ? d0 : d1, i % h->spb);
+		if (!slot_match(h, s, f->key, f->klen, f->hash))
+			continue;
+		if (!(s[0] & SLOT_INDIRECT)) {
+			first_end(f, 0, s + 8 + h->K, slot_vlen(s));
+			return;
+		}
+		farm_fatptr p = get_fat(s + 8 + h->K);
+		if (!p.addr || p.size < 8 || p.size > FARM_TX_MAX_SIZE) {
+			first_end(f, FARM_ECORRUPT, NULL, 0);
+			return;
+		}
+		f->obuf = malloc(p.size);
+		f->olen = p.size;
+		if (!f->obuf) {
+			first_end(f, -ENOMEM, NULL, 0);
+			return;
+		}
+		st_add(h, T_READS, 1);
+		int rc =
+		        farm_lf_read(h->txm, f->l->loop, p.addr, p.size,
+		                     p.incarnation, f->obuf, first_obj_done, f);
+		if (rc)
+			first_end(f, rc == -EAGAIN ? FARM_HT_UNRESOLVED : rc,
+			          NULL, 0);
+		return;
+	}
+	/* Not in b or b + 1: absent, unless the home has a chain. */
+	first_end(f, get_fat(B_OVF(d0)).addr ? FARM_HT_UNRESOLVED : -ENOENT,
+	          NULL, 0);
+}
+
+static void first_read_done(farm_loop *loop, void *ctx, int status)
+{
+	(void)loop;
+	struct first_op *f = ctx;
+	if (status == FARM_EFLUSHED)
+		first_end(f, FARM_HT_UNRESOLVED, NULL, 0);
+	else if (status)
+		first_end(f, status, NULL, 0);
+	else
+		first_buckets(f);
+}
+
+int farm_ht_get_first(farm_ht *h, farm_loop *loop, const void *key,
+                      uint32_t klen, farm_ht_get_fn cont, void *ctx)
+{
+	struct htloop *l;
+	uint64_t hash;
+	const struct farm_ht_shard *sd;
+	int rc = lookup_prep(h, loop, key, klen, cont != NULL, &l, &hash, &sd);
+	if (rc)
+		return rc;
+	struct first_op *f = calloc(1, sizeof(*f));
+	if (!f)
+		return -ENOMEM;
+	f->d = malloc(2ull * h->bucket_data);
+	f->img = f->d ? buf_get(l) : NULL;
+	if (!f->img) {
+		rc = f->d ? -EAGAIN : -ENOMEM; /* too many in flight */
+		free(f->d);
+		free(f);
+		return rc;
+	}
+	f->h = h;
+	f->l = l;
+	memcpy(f->key, key, klen);
+	f->klen = klen;
+	f->hash = hash;
+	f->cont = cont;
+	f->ctx = ctx;
+	uint32_t bb = 64u * h->bucket_lines;
+	farm_gaddr a = sd->base + (uint64_t)home_of(hash, sd->nbuckets) * bb;
+	if ((rc = farm_lf_begin(h->txm, loop, &f->ep))) {
+		buf_put(l, f->img);
+		free(f->d);
+		free(f);
+		return rc;
+	}
+	st_add(h, T_LOOKUPS, 1);
+	st_add(h, T_READS, 1);
+	const uint8_t *p = farm_as_local_ptr(h->as, a, 2ull * bb);
+	if (p) {
+		f->torn = !farm_lines_copy(f->img, p, 2ull * bb, LINE_TRIES);
+		/* Complete on a later pass, as a remote read would. */
+		rc = farm_loop_defer(loop, first_read_done, f);
+	} else {
+		rc = farm_as_read(h->as, loop, a, f->img, l->mr, 2 * bb,
+		                  first_read_done, f);
+	}
+	if (rc) {
+		farm_lf_end(&f->ep);
+		buf_put(l, f->img);
+		free(f->d);
+		free(f);
+	}
+	return rc;
+}

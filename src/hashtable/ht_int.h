@@ -1,0 +1,273 @@
+/*
+ * Internal to the hashtable (ht.h): the layout of buckets, chain blocks
+ * and slots, the table's and each loop's state, and what the files share.
+ *
+ *   ht.c        the table: creation, loops, shards, hashing, counters
+ *   ht_get.c    lookups (farm_ht_get, farm_ht_get_first): lock-free reads
+ *   ht_ship.c   writes shipped to a shard's owner, its handler and its
+ *               flat-combining batches
+ *   ht_write.c  the owner's put and delete in a transaction: buckets,
+ *               hops, evictions, pulling chain pairs back
+ *   ht_chain.c  overflow chains: free slots, appends, pops, unlinking
+ *   ht_iter.c   scans of a local shard (iteration, usage)
+ *
+ * Bucket object data: [fwd u64][bwd u64][overflow fat pointer 24 B]
+ * [H/2 slots]. Chain block data: [ver u64][pad u64... 32 B header with the
+ * next block's fat pointer][BLK_SLOTS (2) slots]. Slot: [flags u8][klen u8]
+ * [pad u16][vlen u32][key K][value V]. A slot whose value or key does not
+ * fit holds a fat pointer to an object [klen u32][vlen u32][key][value] in
+ * its value area (and, for a long key, the key's hash in its key area).
+ */
+#ifndef FARM_HASHTABLE_HT_INT_H
+#define FARM_HASHTABLE_HT_INT_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "hashtable/ht.h"
+#include "util/common.h"
+
+#define SLOT_USED     1u
+#define SLOT_INDIRECT 2u
+#define SLOT_LONGKEY  4u
+#define BKT_HDR       40u /* fwd, bwd, overflow */
+#define BLK_HDR       32u /* ver, next */
+#define BLK_SLOTS     2u  /* pairs per overflow block (FaRM's two) */
+#define HOP_REACH     32u /* buckets probed each way for a free slot */
+#define MAX_LOOPS     64
+#define POOL_BUFS     256u
+#define MAX_BATCH     64u
+#define READ_TRIES    1024u
+/* ... and at least this long retrying before -EBUSY: a count alone ran
+ * out within milliseconds when the owner holding a bucket's lock was
+ * preempted on a loaded host (kv_bench_smoke in a flake-hunt run at
+ * load 15). As for lock-free reads (src/txn/read.c). */
+#define READ_BUSY_NS (1000ull * 1000000ull)
+#define LINE_TRIES   1000u
+
+/* fields of a bucket's data */
+#define B_FWD(b) ((b) + 0)
+#define B_BWD(b) ((b) + 8)
+#define B_OVF(b) ((b) + 16)
+
+/* The operation needs an allocation before it can go on: the batch makes
+ * it, then applies the operation again (which changed nothing before
+ * returning these). */
+#define NEED_IND 1
+#define NEED_BLK 2
+
+struct pending {
+	struct pending *next;
+	struct farm_msg_token tok;
+	uint8_t op; /* 1 put, 2 del */
+	uint32_t klen, vlen;
+	int status;
+	uint8_t buf[]; /* key, then value */
+};
+
+struct shardq {
+	struct pending *head, *tail; /* waiting */
+	struct pending *batch;       /* in the transaction being committed */
+	bool busy;
+	farm_tx *tx;
+	/* allocations the batch made for the operation being applied: an
+	 * indirect pair object, a chain block */
+	bool ind_ready, blk_ready;
+	farm_fatptr ind_fp, blk_fp;
+	void *ind_data, *blk_data;
+	unsigned retries;
+};
+
+struct htloop {
+	farm_ht *h;
+	farm_loop *loop;
+	uint8_t *pool; /* registered: POOL_BUFS buffers of 2 buckets */
+	farm_mr *mr;
+	void *free_bufs;
+	struct shardq *q; /* per shard (owned by this loop) */
+	uint64_t rand;
+	struct get_op *free_gets; /* recycled lookups (bucket buffers kept) */
+	struct farm_as_rcache rc; /* where shards are */
+};
+
+struct farm_ht {
+	farm_txm *txm;
+	farm_as *as;
+	farm_galloc *ga;
+	farm_msg *msg;
+	uint32_t me;
+	unsigned H, spb; /* slots per bucket: H / 2 */
+	uint32_t K, V, slot_bytes;
+	uint32_t bucket_data, bucket_lines;
+	uint32_t block_data, block_lines;
+	struct farm_ht_shard shards[FARM_HT_MAX_SHARDS];
+	unsigned nshards;
+	struct htloop *loops[MAX_LOOPS];
+	struct {
+		_Atomic uint64_t v[16];
+	} st;
+};
+
+enum {
+	T_LOOKUPS,
+	T_READS,
+	T_RETRIES,
+	T_CHAIN,
+	T_PUTS,
+	T_DELS,
+	T_HOPS,
+	T_CHAIN_APPENDS,
+	T_CHAIN_FREES,
+	T_COMBINED,
+	T_FOUND,
+	T_NOTFOUND
+};
+
+static inline void st_add(farm_ht *h, int i, uint64_t n)
+{
+	atomic_fetch_add_explicit(&h->st.v[i], n, memory_order_relaxed);
+}
+
+static inline uint32_t home_of(uint64_t hash, uint32_t nb)
+{
+	return (uint32_t)((hash >> 11) % nb);
+}
+
+static inline uint8_t *slot_at(const farm_ht *h, uint8_t *bucket, unsigned i)
+{
+	return bucket + BKT_HDR + (size_t)i * h->slot_bytes;
+}
+
+static inline uint8_t *blk_slot(const farm_ht *h, uint8_t *blk, unsigned i)
+{
+	return blk + BLK_HDR + (size_t)i * h->slot_bytes;
+}
+
+static inline uint64_t get64(const uint8_t *p)
+{
+	uint64_t v;
+	memcpy(&v, p, 8);
+	return v;
+}
+
+static inline void put64(uint8_t *p, uint64_t v)
+{
+	memcpy(p, &v, 8);
+}
+
+static inline farm_fatptr get_fat(const uint8_t *p)
+{
+	farm_fatptr f;
+	memcpy(&f, p, sizeof(f));
+	return f;
+}
+
+static inline void put_fat(uint8_t *p, farm_fatptr f)
+{
+	memcpy(p, &f, sizeof(f));
+}
+
+/* Does slot @s hold @key? (@hash for long keys; the full key of an
+ * indirect long key is checked by the reader of its object.) */
+static inline bool slot_match(const farm_ht *h, const uint8_t *s,
+                              const void *key, uint32_t klen, uint64_t hash)
+{
+	if (!(s[0] & SLOT_USED) || s[1] != (klen > h->K ? 0 : klen))
+		return false;
+	if (klen > h->K)
+		return (s[0] & SLOT_LONGKEY) && get64(s + 8) == hash;
+	return memcmp(s + 8, key, klen) == 0;
+}
+
+static inline uint32_t slot_vlen(const uint8_t *s)
+{
+	uint32_t v;
+	memcpy(&v, s + 4, 4);
+	return v;
+}
+
+/* The home of the key in an occupied slot. */
+static inline uint64_t slot_hash(const farm_ht *h, const uint8_t *s)
+{
+	if (s[0] & SLOT_LONGKEY)
+		return get64(s + 8);
+	return farm_ht_hash(s + 8, s[1]);
+}
+
+static inline struct htloop *hl_of(farm_ht *h, farm_loop *loop)
+{
+	unsigned i = farm_loop_index(loop);
+	struct htloop *l = i < MAX_LOOPS ? h->loops[i] : NULL;
+	return l && l->loop == loop ? l : NULL;
+}
+
+static inline void *buf_get(struct htloop *l)
+{
+	void *p = l->free_bufs;
+	if (p)
+		memcpy(&l->free_bufs, p, sizeof(void *));
+	return p;
+}
+
+static inline void buf_put(struct htloop *l, void *p)
+{
+	memcpy(p, &l->free_bufs, sizeof(void *));
+	l->free_bufs = p;
+}
+
+struct wctx {
+	farm_ht *h;
+	struct htloop *l;
+	struct shardq *q;
+	const struct farm_ht_shard *sd;
+	farm_tx *tx;
+};
+
+/* Where a pair added to a home's chain goes: the first free slot from the
+ * head, else a new block linked after the last one. */
+struct cfree {
+	unsigned depth;   /* blocks a lookup reads to reach it (head: 1) */
+	farm_fatptr blk;  /* the block with the free slot; null: a new block */
+	unsigned slot;    /* in blk */
+	farm_fatptr last; /* the last block (null: the chain is empty) */
+};
+
+/* ht.c */
+int ht_check_key(const void *key, uint32_t klen);
+const struct farm_ht_shard *ht_shard_of(farm_ht *h, uint64_t hash,
+                                        unsigned *idx);
+
+/* ht_get.c: free a loop's recycled lookups (at detach). */
+void ht_gets_free(struct htloop *l);
+
+/* ht_ship.c: the owner's handler of shipped writes (FARM_MSGT_HT_OP). */
+void ht_h_op(farm_loop *loop, const farm_msg_in *in, void *arg);
+
+/* ht_write.c: apply one operation in the batch's transaction; 0, an
+ * error, or NEED_IND / NEED_BLK (nothing changed). */
+int ht_apply_put(struct wctx *w, const uint8_t *key, uint32_t klen,
+                 const uint8_t *val, uint32_t vlen);
+int ht_apply_del(struct wctx *w, const uint8_t *key, uint32_t klen);
+/* The transaction's writable copy / read-only view of bucket @b. */
+int ht_wbucket(struct wctx *w, uint32_t b, uint8_t **out);
+int ht_rbucket(struct wctx *w, uint32_t b, const uint8_t **out);
+/* Bump the joint versions of the pairs around bucket @x. */
+int ht_bump_pairs(struct wctx *w, uint32_t x);
+
+/* ht_chain.c */
+int ht_stamp_block(struct wctx *w, uint8_t *blk, uint32_t home);
+int ht_chain_free(struct wctx *w, uint32_t home, unsigned limit,
+                  struct cfree *cf);
+int ht_chain_take(struct wctx *w, uint32_t home, const struct cfree *cf,
+                  uint8_t **blk, uint8_t **slot);
+int ht_unlink_block(struct wctx *w, uint32_t home, farm_fatptr blkp,
+                    farm_fatptr prev, farm_fatptr next);
+bool ht_block_empty(const farm_ht *h, uint8_t *blk);
+int ht_chain_last(struct wctx *w, uint32_t home, farm_fatptr *last,
+                  farm_fatptr *prev, unsigned *nblk);
+int ht_chain_pop(struct wctx *w, uint32_t home, farm_fatptr last,
+                 farm_fatptr prev, uint8_t *s);
+
+#endif

@@ -1,0 +1,318 @@
+/*
+ * Hashtable writes on the wire (ht.h, ht_int.h): put and delete are
+ * shipped to the loop that serves the key's shard on its owner, which
+ * queues them per shard and applies whatever waits in one transaction
+ * (flat combining; ht_write.c applies each operation), retrying a batch
+ * whose outcome is retryable, then answers each.
+ */
+#include "hashtable/ht_int.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/log.h"
+
+struct op_req {
+	uint8_t op; /* 1 put, 2 del */
+	uint8_t pad;
+	uint16_t shard;
+	uint32_t klen, vlen;
+	uint32_t pad2;
+	/* key, then value */
+};
+
+struct put_ctx {
+	farm_op_fn cont;
+	void *ctx;
+};
+
+static void put_reply(farm_loop *loop, void *ctx, int status, const void *reply,
+                      uint32_t len)
+{
+	(void)reply;
+	(void)len;
+	struct put_ctx *c = ctx;
+	c->cont(loop, c->ctx, status);
+	free(c);
+}
+
+static int ship(farm_ht *h, farm_loop *loop, uint8_t op, const void *key,
+                uint32_t klen, const void *val, uint32_t vlen, farm_op_fn cont,
+                void *ctx)
+{
+	if (!h || !loop || !cont)
+		return -EINVAL;
+	int rc = ht_check_key(key, klen);
+	if (rc)
+		return rc;
+	if (op == 1 && (!val || vlen == 0))
+		return -EINVAL;
+	if (vlen > FARM_HT_MAX_VALUE ||
+	    sizeof(struct op_req) + klen + vlen > farm_msg_max_payload(h->msg))
+		return -E2BIG;
+	unsigned si;
+	uint64_t hash = farm_ht_hash(key, klen);
+	const struct farm_ht_shard *sd = ht_shard_of(h, hash, &si);
+	if (!sd)
+		return -ENOENT;
+	size_t len = sizeof(struct op_req) + klen + vlen;
+	uint8_t *req = malloc(len);
+	struct put_ctx *c = malloc(sizeof(*c));
+	if (!req || !c) {
+		free(req);
+		free(c);
+		return -ENOMEM;
+	}
+	struct op_req q = {
+	        .op = op, .shard = (uint16_t)si, .klen = klen, .vlen = vlen};
+	memcpy(req, &q, sizeof(q));
+	memcpy(req + sizeof(q), key, klen);
+	if (vlen)
+		memcpy(req + sizeof(q) + klen, val, vlen);
+	*c = (struct put_ctx){.cont = cont, .ctx = ctx};
+	/* The owner's commit may wait for log room: allow it time. */
+	rc = farm_as_call(h->as, loop, sd->base, FARM_MSGT_HT_OP, req,
+	                  (uint32_t)len, 10ull * 1000000000ull, put_reply, c);
+	free(req);
+	if (rc)
+		free(c);
+	else
+		st_add(h, op == 1 ? T_PUTS : T_DELS, 1);
+	return rc;
+}
+
+int farm_ht_put(farm_ht *h, farm_loop *loop, const void *key, uint32_t klen,
+                const void *val, uint32_t vlen, farm_op_fn cont, void *ctx)
+{
+	return ship(h, loop, 1, key, klen, val, vlen, cont, ctx);
+}
+
+int farm_ht_del(farm_ht *h, farm_loop *loop, const void *key, uint32_t klen,
+                farm_op_fn cont, void *ctx)
+{
+	return ship(h, loop, 2, key, klen, NULL, 0, cont, ctx);
+}
+
+static void batch_start(struct htloop *l, unsigned shard);
+static void batch_apply(struct htloop *l, unsigned shard);
+
+struct bctx {
+	struct htloop *l;
+	unsigned shard;
+	int kind; /* NEED_IND or NEED_BLK */
+};
+
+static void reply_op(struct htloop *l, struct pending *p, int status)
+{
+	int rc = status ? farm_msg_reply_error(l->loop, &p->tok, status)
+	                : farm_msg_reply(l->loop, &p->tok, NULL, 0);
+	if (rc)
+		farm_warn("ht: cannot answer machine %" PRIu32 ": %s",
+		          p->tok.machine, farm_strerror(rc));
+}
+
+static void batch_done(farm_loop *loop, void *ctx, int outcome)
+{
+	(void)loop;
+	struct bctx *c = ctx;
+	struct htloop *l = c->l;
+	unsigned shard = c->shard;
+	struct shardq *q = &l->q[shard];
+	free(c);
+	farm_tx_free(q->tx);
+	q->tx = NULL;
+	if (outcome && farm_tx_retryable(outcome) && ++q->retries < 64) {
+		/* Run the same operations again in a new transaction. */
+		batch_start(l, shard);
+		return;
+	}
+	q->retries = 0;
+	struct pending *p = q->batch;
+	q->batch = NULL;
+	while (p) {
+		struct pending *n = p->next;
+		reply_op(l, p, outcome ? outcome : p->status);
+		free(p);
+		p = n;
+	}
+	q->busy = false;
+	if (q->head)
+		batch_start(l, shard);
+}
+
+static void batch_alloc_done(farm_tx *tx, void *ctx, int status, farm_fatptr p,
+                             void *data)
+{
+	(void)tx;
+	struct bctx *c = ctx;
+	struct htloop *l = c->l;
+	unsigned shard = c->shard;
+	struct shardq *q = &l->q[shard];
+	int kind = c->kind;
+	free(c);
+	if (status) {
+		/* No memory: the operation being applied fails alone. */
+		for (struct pending *o = q->batch; o; o = o->next)
+			if (o->status == -EINPROGRESS) {
+				o->status = status;
+				break;
+			}
+	} else if (kind == NEED_IND) {
+		q->ind_ready = true;
+		q->ind_fp = p;
+		q->ind_data = data;
+	} else {
+		q->blk_ready = true;
+		q->blk_fp = p;
+		q->blk_data = data;
+	}
+	batch_apply(l, shard);
+}
+
+/* Apply the batch's operations that are not yet applied, then commit. */
+static void batch_apply(struct htloop *l, unsigned shard)
+{
+	farm_ht *h = l->h;
+	struct shardq *q = &l->q[shard];
+	struct wctx w = {
+	        .h = h, .l = l, .q = q, .sd = &h->shards[shard], .tx = q->tx};
+	for (struct pending *p = q->batch; p; p = p->next) {
+		if (p->status != -EINPROGRESS)
+			continue;
+		int rc = p->op == 1 ? ht_apply_put(&w, p->buf, p->klen,
+		                                   p->buf + p->klen, p->vlen)
+		                    : ht_apply_del(&w, p->buf, p->klen);
+		if (rc == NEED_IND || rc == NEED_BLK) {
+			struct bctx *c = malloc(sizeof(*c));
+			uint32_t size = rc == NEED_IND ? 8 + p->klen + p->vlen
+			                               : h->block_data;
+			int arc = c ? 0 : -ENOMEM;
+			if (c) {
+				*c = (struct bctx){
+				        .l = l, .shard = shard, .kind = rc};
+				arc = farm_tx_alloc(q->tx, size, w.sd->base,
+				                    batch_alloc_done, c);
+				if (arc)
+					free(c);
+			}
+			if (!arc)
+				return; /* continued in batch_alloc_done */
+			rc = arc;
+		}
+		p->status = rc;
+	}
+	struct bctx *c = malloc(sizeof(*c));
+	int rc = c ? 0 : -ENOMEM;
+	if (c) {
+		*c = (struct bctx){.l = l, .shard = shard};
+		rc = farm_tx_commit(q->tx, batch_done, c);
+		if (rc)
+			free(c);
+	}
+	if (rc) {
+		c = malloc(sizeof(*c));
+		if (c) {
+			*c = (struct bctx){.l = l, .shard = shard};
+			batch_done(l->loop, c, rc);
+		}
+	}
+}
+
+static void batch_start(struct htloop *l, unsigned shard)
+{
+	farm_ht *h = l->h;
+	struct shardq *q = &l->q[shard];
+	q->busy = true;
+	if (!q->batch) {
+		/* Take everything waiting (up to MAX_BATCH): one transaction.
+		 */
+		struct pending **tail = &q->batch;
+		unsigned n = 0;
+		while (q->head && n < MAX_BATCH) {
+			struct pending *p = q->head;
+			q->head = p->next;
+			p->next = NULL;
+			*tail = p;
+			tail = &p->next;
+			n++;
+		}
+		if (!q->head)
+			q->tail = NULL;
+		if (n > 1)
+			st_add(h, T_COMBINED, 1);
+	}
+	for (struct pending *p = q->batch; p; p = p->next)
+		p->status = -EINPROGRESS;
+	q->ind_ready = q->blk_ready = false;
+	int rc = farm_tx_begin(h->txm, l->loop, &q->tx);
+	if (rc) {
+		struct bctx *c = malloc(sizeof(*c));
+		if (c) {
+			*c = (struct bctx){.l = l, .shard = shard};
+			q->tx = NULL;
+			batch_done(l->loop, c, rc);
+		}
+		return;
+	}
+	batch_apply(l, shard);
+}
+
+void ht_h_op(farm_loop *loop, const farm_msg_in *in, void *arg)
+{
+	farm_ht *h = arg;
+	struct htloop *l = hl_of(h, loop);
+	struct op_req q;
+	int status = 0;
+	if (!l || in->len < sizeof(q) || !in->token.call_id) {
+		status = -EINVAL;
+	} else {
+		memcpy(&q, in->payload, sizeof(q));
+		if ((q.op != 1 && q.op != 2) || q.klen == 0 ||
+		    q.klen > FARM_HT_MAX_KEY || q.vlen > FARM_HT_MAX_VALUE ||
+		    in->len != sizeof(q) + q.klen + q.vlen ||
+		    (q.op == 1 && q.vlen == 0) || q.shard >= h->nshards ||
+		    !farm_ht_serves(h, q.shard))
+			status = -EINVAL;
+	}
+	if (status) {
+		farm_warn("ht: bad request from machine %" PRIu32,
+		          in->src_machine);
+		if (in->token.call_id &&
+		    farm_msg_reply_error(loop, &in->token, status))
+			farm_warn("ht: cannot answer machine %" PRIu32,
+			          in->src_machine);
+		return;
+	}
+	struct pending *p = malloc(sizeof(*p) + q.klen + q.vlen);
+	if (!p) {
+		if (farm_msg_reply_error(loop, &in->token, -ENOMEM))
+			farm_warn("ht: cannot answer machine %" PRIu32,
+			          in->src_machine);
+		return;
+	}
+	*p = (struct pending){
+	        .tok = in->token, .op = q.op, .klen = q.klen, .vlen = q.vlen};
+	memcpy(p->buf, (const uint8_t *)in->payload + sizeof(q),
+	       q.klen + q.vlen);
+	struct shardq *sq = &l->q[q.shard];
+	if (sq->tail)
+		sq->tail->next = p;
+	else
+		sq->head = p;
+	sq->tail = p;
+	if (!sq->busy)
+		batch_start(l, q.shard);
+}
+
+uint32_t farm_ht_max_value(const farm_ht *h, uint32_t klen)
+{
+	if (!h || klen == 0 || klen > FARM_HT_MAX_KEY)
+		return 0;
+	uint32_t p = farm_msg_max_payload(h->msg);
+	uint32_t hdr = (uint32_t)sizeof(struct op_req) + klen;
+	if (p <= hdr)
+		return 0;
+	return FARM_MIN(p - hdr, FARM_HT_MAX_VALUE);
+}

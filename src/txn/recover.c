@@ -1,0 +1,1049 @@
+/*
+ * Transaction-state recovery (SOSP'15 section 5.3, Figure 6): what the
+ * transaction layer does when the configuration loses machines. The node
+ * calls farm_txm_reconfigure() after it applied the new view (the address
+ * space has the new mapping and keeps the previous one; the fabric has
+ * fenced the removed machines); every loop then runs rec_loop_run().
+ *
+ * First a barrier (FaRM's NEW-CONFIG-ACK / NEW-CONFIG-COMMIT): every
+ * loop of every survivor takes the new configuration id, after which its
+ * coordinators no longer let a commit that started in an older
+ * configuration reach COMMIT-PRIMARY (it aborts, retryably: commit.c).
+ * Then the machine tells the decider (REC_APPLIED); when all survivors
+ * have, the decider sends REC_GO. A COMMIT-BACKUP of an old commit that
+ * can still commit has therefore landed before REC_GO, and one that lands
+ * later belongs to a commit that will abort.
+ *
+ * Then, on each surviving machine, per loop t (which owns the logs of
+ * thread t):
+ *  1. Drain: process every record that has landed. The removed machines
+ *     can write no more (fenced), so their logs are now final.
+ *  2. Promote: the regions this machine held a backup copy of and is now
+ *     primary of (farm_as_promotable) are still served by no one. Every
+ *     COMMIT-BACKUP record for them not yet truncated is looked at: an
+ *     aborted transaction's is skipped; a finished one's (its commit
+ *     sequence is below the coordinator thread's low-water mark: it was
+ *     decided, and not aborted, so committed) is applied; any other's
+ *     objects are locked in the copy (lock recovery) and the transaction
+ *     waits for a decision. When every loop has done this, the regions
+ *     become primary (farm_as_promote): lock-free reads and LOCKs see the
+ *     recovered locks, so nothing half-decided is visible.
+ *  3. Decide, for transactions whose coordinator lives: ask it
+ *     (REC_QUERY); it answers at once when it has decided, or when it
+ *     does (commit at COMMIT-PRIMARY, abort at ABORT), or says the
+ *     transaction finished (then its ABORT, if any, is in our log).
+ *  4. Decide, for transactions of a removed coordinator: every survivor
+ *     sends what its logs of that coordinator hold (REC_VOTE, one per
+ *     transaction: LOCK held or refused, COMMIT-PRIMARY, ABORT, which
+ *     regions its COMMIT-BACKUP covers), then REC_END with the highest
+ *     low-water mark it saw. The decider (the configuration's CM) decides
+ *     once every survivor's every loop has ended:
+ *       abort    an ABORT, or a LOCK its primary refused;
+ *       commit   a COMMIT-PRIMARY; or finished (sequence below the mark);
+ *                or a COMMIT-BACKUP for every region the transaction
+ *                writes at every surviving backup of it in the previous
+ *                configuration;
+ *       abort    otherwise.
+ *     A coordinator reports commit only once every COMMIT-BACKUP is
+ *     durable, and abort only once its ABORT records landed, so no
+ *     reported outcome is ever reversed; committing needs every surviving
+ *     backup to hold the images, so no replica is left without them.
+ *     It sends REC_DECIDE per transaction and REC_DONE per log; survivors
+ *     install or unlock (old primaries from their LOCK records, promoted
+ *     ones from the COMMIT-BACKUP), apply or skip their backup records,
+ *     and then empty the removed coordinator's log.
+ *
+ * Every message carries the configuration id; stale, malformed or
+ * misdirected ones are refused and counted (rec_refused).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "txn/object.h"
+#include "txn/txn_int.h"
+#include "txn/txn_testing.h"
+#include "util/log.h"
+
+#define REC_MAX_REGS 512u /* regions one vote carries (farm_tx_commit) */
+
+#include "txn/recover_wire.h"
+
+/* ---- helpers ----------------------------------------------------------- */
+
+static const struct rec_obj *robjs(const uint8_t *rec)
+{
+	return (const struct rec_obj *)(const void *)(rec +
+	                                              sizeof(struct rec_hdr));
+}
+
+static const uint8_t *rimgs(const uint8_t *rec)
+{
+	struct rec_hdr h;
+	memcpy(&h, rec, sizeof(h));
+	return rec + sizeof(h) + (size_t)h.nobj * sizeof(struct rec_obj);
+}
+
+static void rregs(const uint8_t *rec, uint32_t *out, unsigned max, unsigned *n)
+{
+	struct rec_hdr h;
+	memcpy(&h, rec, sizeof(h));
+	const struct rec_obj *o = robjs(rec);
+	const uint8_t *p = rimgs(rec);
+	for (unsigned i = 0; i < h.nobj; i++)
+		p += 64ull * o[i].lines;
+	*n = FARM_MIN((unsigned)h.nreg, max);
+	memcpy(out, p, 4ull * *n);
+}
+
+/* Walk the whole records of log (@coord, this loop) from the applied
+ * position to the head (what is not truncated). */
+#define FOR_EACH_REC(tl, coord, pos, rec, h)                                   \
+	for (uint64_t pos = (tl)->r[coord].applied; pos < (tl)->r[coord].head; \
+	     pos += (h).len)                                                   \
+		for (const uint8_t *rec = rec_at(tl, coord, pos, &(h)); rec;   \
+		     rec = NULL)
+
+static const uint8_t *rec_at(struct txloop *tl, uint32_t coord, uint64_t pos,
+                             struct rec_hdr *h)
+{
+	farm_txm *m = tl->m;
+	const uint8_t *ring =
+	        m->logbase + log_ring_off(m, log_index(m, coord, tl->t));
+	const uint8_t *rec = ring + pos % m->R;
+	memcpy(h, rec, sizeof(*h));
+	if (h->len == 0 || h->len % 64) {
+		h->len = (uint32_t)(tl->r[coord].head - pos); /* stop */
+		return NULL;
+	}
+	return rec;
+}
+
+static bool is_removed(const farm_txm *m, uint32_t id)
+{
+	return id < 0x40 && m->rec.removed[id];
+}
+
+static bool in_promo(const farm_txm *m, uint32_t region)
+{
+	for (unsigned i = 0; i < m->rec.npromo; i++)
+		if (m->rec.promo[i] == region)
+			return true;
+	return false;
+}
+
+static uint8_t *copy_obj(farm_txm *m, const struct rec_obj *o)
+{
+	enum farm_as_role role;
+	farm_region *r =
+	        farm_as_local_region(m->as, farm_gaddr_region(o->addr), &role);
+	uint64_t off = farm_gaddr_offset(o->addr);
+	if (!r || off + 64ull * o->lines > farm_region_size(r))
+		return NULL;
+	return (uint8_t *)farm_region_base(r) + off;
+}
+
+/* The copy of @o's object when its region is being promoted here now
+ * (held as a backup copy), else NULL. */
+static uint8_t *promo_obj(farm_txm *m, const struct rec_obj *o)
+{
+	enum farm_as_role role;
+	uint32_t r = farm_gaddr_region(o->addr);
+	if (!in_promo(m, r) || !farm_as_local_region(m->as, r, &role) ||
+	    role != FARM_AS_BACKUP)
+		return NULL;
+	return copy_obj(m, o);
+}
+
+static void refuse(farm_txm *m, const farm_msg_in *in, const char *what)
+{
+	stat_add(m, S_REC_REFUSED, 1);
+	farm_warn("txn recovery: %s from machine %" PRIu32 " refused", what,
+	          in->src_machine);
+}
+
+/* ---- recovered locks at a promoted primary ------------------------------
+ *
+ * Objects of promoted regions that pending transactions lock, with how
+ * many hold each (transactions of different coordinator threads may, on
+ * different loops). Every change to a promoted region's objects before it
+ * is promoted, and every recovered lock, is made under rec.lock.
+ */
+
+static struct rec_rlock *rlock_find(farm_txm *m, uint64_t addr)
+{
+	for (unsigned i = 0; i < m->rec.nrl; i++)
+		if (m->rec.rl[i].addr == addr)
+			return &m->rec.rl[i];
+	return NULL;
+}
+
+static int rlock_take(farm_txm *m, uint64_t addr, uint8_t *q)
+{
+	struct rec_rlock *l = rlock_find(m, addr);
+	if (l) {
+		l->n++;
+		return 0;
+	}
+	if (m->rec.nrl == m->rec.caprl) {
+		unsigned nc = m->rec.caprl ? 2 * m->rec.caprl : 64;
+		struct rec_rlock *nr = realloc(m->rec.rl, nc * sizeof(*nr));
+		if (!nr)
+			return -ENOMEM;
+		m->rec.rl = nr;
+		m->rec.caprl = nc;
+	}
+	m->rec.rl[m->rec.nrl++] = (struct rec_rlock){.addr = addr, .n = 1};
+	_Atomic uint64_t *hv = (_Atomic uint64_t *)(void *)q;
+	uint64_t v = atomic_load_explicit(hv, memory_order_acquire);
+	atomic_store_explicit(hv, (v & ~OBJ_LOCK_MASK) | OBJ_LOCK_EXCL,
+	                      memory_order_seq_cst);
+	stat_add(m, S_REC_LOCKS, 1);
+	return 0;
+}
+
+static void rlock_put(farm_txm *m, uint64_t addr, uint8_t *q)
+{
+	struct rec_rlock *l = rlock_find(m, addr);
+	if (!l || --l->n)
+		return;
+	*l = m->rec.rl[--m->rec.nrl];
+	_Atomic uint64_t *hv = (_Atomic uint64_t *)(void *)q;
+	uint64_t v = atomic_load_explicit(hv, memory_order_relaxed);
+	atomic_store_explicit(hv, v & ~OBJ_LOCK_MASK, memory_order_release);
+}
+
+/* An image for an object of a promoted region (rec.lock held). */
+static bool promo_apply(farm_txm *m, uint64_t addr, uint8_t *q, unsigned lines,
+                        const uint8_t *img)
+{
+	return txn_copy_apply(q, lines, img, rlock_find(m, addr) != NULL);
+}
+
+/* participant.c, at truncation: a COMMIT-BACKUP's object in a region
+ * being promoted. Returns whether it applied. */
+static _Atomic bool testing_no_drain;
+
+bool txn_rec_truncate_apply(farm_txm *m, uint64_t addr, uint8_t *q,
+                            unsigned lines, const uint8_t *img)
+{
+	if (atomic_load_explicit(&testing_no_drain, memory_order_relaxed))
+		return false; /* testing: the copy stays as it was */
+	pthread_mutex_lock(&m->rec.lock);
+	bool r = promo_apply(m, addr, q, lines, img);
+	pthread_mutex_unlock(&m->rec.lock);
+	return r;
+}
+
+bool txn_rec_promoting(farm_txm *m, uint32_t region)
+{
+	if (!atomic_load_explicit(&m->rec.npromo_live, memory_order_acquire))
+		return false; /* no promotion under way: the fast path */
+	pthread_mutex_lock(&m->rec.lock);
+	bool r = in_promo(m, region);
+	pthread_mutex_unlock(&m->rec.lock);
+	return r;
+}
+
+/* ---- pending transactions at a promoted primary ----------------------- */
+
+/* Settle a pending transaction: install its images (commit) in the
+ * promoted copies, and release its recovered locks. */
+static void pend_settle(struct txloop *tl, struct rec_pend *p, bool commit)
+{
+	farm_txm *m = tl->m;
+	struct rec_hdr h;
+	memcpy(&h, p->rec, sizeof(h));
+	const struct rec_obj *o = robjs(p->rec);
+	const uint8_t *img = rimgs(p->rec);
+	pthread_mutex_lock(&m->rec.lock);
+	for (unsigned i = 0; i < h.nobj; i++) {
+		/* Only what we locked (pend_add): the recovered locks. */
+		uint8_t *q =
+		        rlock_find(m, o[i].addr) ? copy_obj(m, &o[i]) : NULL;
+		if (q && commit && txn_copy_apply(q, o[i].lines, img, true))
+			stat_add(m, S_INSTALLS, 1);
+		if (q)
+			rlock_put(m, o[i].addr, q);
+		img += 64ull * o[i].lines;
+	}
+	pthread_mutex_unlock(&m->rec.lock);
+	stat_add(m, commit ? S_REC_COMMITTED : S_REC_ABORTED, 1);
+}
+
+static void pend_decide(struct txloop *tl, uint64_t txid, bool commit)
+{
+	for (struct rec_pend **pp = &tl->pend; *pp;) {
+		struct rec_pend *p = *pp;
+		if (p->txid != txid) {
+			pp = &p->next;
+			continue;
+		}
+		pend_settle(tl, p, commit);
+		*pp = p->next;
+		free(p);
+	}
+}
+
+/* Lock the objects of COMMIT-BACKUP @rec in promoted regions and keep it
+ * until its transaction is decided (rec.lock held). */
+static int pend_add(struct txloop *tl, uint32_t coord, const uint8_t *rec)
+{
+	farm_txm *m = tl->m;
+	struct rec_hdr h;
+	memcpy(&h, rec, sizeof(h));
+	struct rec_pend *p = malloc(sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	*p = (struct rec_pend){
+	        .next = tl->pend, .txid = h.txid, .coord = coord, .rec = rec};
+	const struct rec_obj *o = robjs(rec);
+	for (unsigned i = 0; i < h.nobj; i++) {
+		uint8_t *q = promo_obj(m, &o[i]);
+		if (q && rlock_take(m, o[i].addr, q))
+			farm_err("txn recovery: out of memory for a lock: "
+			         "object %#" PRIx64 " left unlocked",
+			         o[i].addr);
+	}
+	tl->pend = p;
+	return 0;
+}
+
+/* ---- the loops' part --------------------------------------------------- */
+
+static void send_query(struct txloop *tl, uint32_t coord, uint64_t txid)
+{
+	struct rec_q q = {.cfg = atomic_load(&tl->m->rec.cfg), .txid = txid};
+	int rc = farm_msg_send(tl->loop, coord, tl->t, FARM_MSGT_REC_QUERY, &q,
+	                       sizeof(q));
+	if (rc)
+		farm_warn("txn recovery: cannot ask machine %" PRIu32
+		          " about %#" PRIx64 ": %s",
+		          coord, txid, farm_strerror(rc));
+}
+
+/* Step 2 for one log: finished records applied, the others locked
+ * (rec.lock held). */
+static void promote_scan(struct txloop *tl, uint32_t coord)
+{
+	farm_txm *m = tl->m;
+	if (atomic_load_explicit(&testing_no_drain, memory_order_relaxed))
+		return;
+	struct reader *rd = &tl->r[coord];
+	struct rec_hdr h;
+	FOR_EACH_REC(tl, coord, pos, rec, h)
+	{
+		if (h.type != REC_COMMIT_BACKUP || txn_aborted(tl, h.txid))
+			continue;
+		const struct rec_obj *o = robjs(rec);
+		bool ours = false;
+		/* Regions promoted in an earlier recovery serve already:
+		 * theirs were settled then (promo_obj: backup copies only). */
+		for (unsigned i = 0; i < h.nobj; i++)
+			ours |= promo_obj(m, &o[i]) != NULL;
+		if (!ours)
+			continue;
+		if (h.cseq && h.cseq < rd->lw) { /* finished: committed */
+			const uint8_t *img = rimgs(rec);
+			for (unsigned i = 0; i < h.nobj; i++) {
+				uint8_t *q = promo_obj(m, &o[i]);
+				if (q)
+					(void)promo_apply(m, o[i].addr, q,
+					                  o[i].lines, img);
+				img += 64ull * o[i].lines;
+			}
+			continue;
+		}
+		if (pend_add(tl, coord, rec)) {
+			farm_err("txn recovery: out of memory for transaction "
+			         "%#" PRIx64,
+			         h.txid);
+			continue;
+		}
+		if (!is_removed(m, coord))
+			send_query(tl, coord, h.txid);
+	}
+}
+
+/* Step 4: what this loop's log of removed coordinator @coord holds. */
+static void vote_scan(struct txloop *tl, uint32_t coord)
+{
+	farm_txm *m = tl->m;
+	uint32_t mreg = farm_msg_max_payload(m->msg);
+	mreg = mreg > sizeof(struct rec_vote)
+	               ? (mreg - (uint32_t)sizeof(struct rec_vote)) / 4
+	               : 0;
+	mreg = FARM_MIN(mreg, 2 * REC_MAX_REGS);
+	uint8_t *buf = malloc(sizeof(struct rec_vote) + 4ull * mreg);
+	uint32_t *regs = malloc(4ull * REC_MAX_REGS);
+	uint32_t *cbr = malloc(4ull * REC_MAX_REGS);
+	struct rec_hdr h;
+	if (!buf || !regs || !cbr)
+		farm_err("txn recovery: out of memory: no votes from loop %u "
+		         "for machine %" PRIu32 " (its transactions abort)",
+		         tl->t, coord);
+	FOR_EACH_REC(tl, coord, pos, rec, h)
+	{
+		if (!buf || !regs || !cbr)
+			continue;
+		if (h.type != REC_LOCK && h.type != REC_COMMIT_BACKUP &&
+		    h.type != REC_COMMIT_PRIMARY && h.type != REC_ABORT)
+			continue;
+		struct rec_vote v = {.cfg = atomic_load(&m->rec.cfg),
+		                     .txid = h.txid,
+		                     .cseq = h.cseq,
+		                     .coord = coord};
+		unsigned nregs = 0, ncb = 0;
+		if (h.type == REC_LOCK) {
+			/* Held, or refused: a granted LOCK settled by a
+			 * later COMMIT-PRIMARY/ABORT says so itself. */
+			bool held = false;
+			for (struct lock_ent *e =
+			             tl->locks[(h.txid ^ (h.txid >> 32)) %
+			                       LOCK_BUCKETS];
+			     e; e = e->next)
+				held |= e->txid == h.txid;
+			bool settled = false;
+			struct rec_hdr h2;
+			FOR_EACH_REC(tl, coord, pos2, rec2, h2)
+			{
+				(void)rec2;
+				if (pos2 > pos && h2.txid == h.txid &&
+				    (h2.type == REC_COMMIT_PRIMARY ||
+				     h2.type == REC_ABORT))
+					settled = true;
+			}
+			v.flags = held ? V_LOCK : settled ? 0 : V_REFUSED;
+			rregs(rec, regs, REC_MAX_REGS, &nregs);
+		} else if (h.type == REC_COMMIT_BACKUP) {
+			v.flags = V_CB;
+			rregs(rec, regs, REC_MAX_REGS, &nregs);
+			const struct rec_obj *o = robjs(rec);
+			for (unsigned i = 0; i < h.nobj && ncb < REC_MAX_REGS;
+			     i++) {
+				uint32_t r = farm_gaddr_region(o[i].addr);
+				unsigned k = 0;
+				while (k < ncb && cbr[k] != r)
+					k++;
+				if (k == ncb)
+					cbr[ncb++] = r;
+			}
+		} else {
+			v.flags = h.type == REC_ABORT ? V_ABORT : V_CP;
+		}
+		if (nregs + ncb > mreg) {
+			farm_err("txn recovery: transaction %#" PRIx64
+			         " writes too many regions to vote",
+			         h.txid);
+			nregs = ncb = 0;
+			v.flags = V_ABORT; /* cannot be judged: see REC_MAX */
+		}
+		v.nregs = (uint16_t)nregs;
+		v.ncb = (uint16_t)ncb;
+		memcpy(buf, &v, sizeof(v));
+		memcpy(buf + sizeof(v), regs, 4ull * nregs);
+		memcpy(buf + sizeof(v) + 4ull * nregs, cbr, 4ull * ncb);
+		int rc = farm_msg_send(
+		        tl->loop, m->rec.decider, 0, FARM_MSGT_REC_VOTE, buf,
+		        (uint32_t)(sizeof(v) + 4ull * (nregs + ncb)));
+		if (rc)
+			farm_warn("txn recovery: vote not sent: %s",
+			          farm_strerror(rc));
+	}
+	free(buf);
+	free(regs);
+	free(cbr);
+	struct rec_end e = {.cfg = atomic_load(&m->rec.cfg),
+	                    .lw = tl->r[coord].lw,
+	                    .coord = coord,
+	                    .thread = tl->t};
+	int rc = farm_msg_send(tl->loop, m->rec.decider, 0, FARM_MSGT_REC_END,
+	                       &e, sizeof(e));
+	if (rc)
+		farm_warn("txn recovery: end of votes not sent: %s",
+		          farm_strerror(rc));
+}
+
+/* Steps 1, 2 and 4 on loop @tl, once every survivor took the
+ * configuration (REC_GO). */
+static void rec_loop_run(struct txloop *tl)
+{
+	farm_txm *m = tl->m;
+	/* 1. Drain. */
+	while (txn_poll(tl->loop, tl) > 0)
+		;
+	for (uint32_t c = 0; c < m->M; c++)
+		if (is_removed(m, c))
+			tl->r[c].fenced = true;
+	/* 2. Promote: every log may hold COMMIT-BACKUPs for our regions. */
+	unsigned n = atomic_load(&m->nready);
+	pthread_mutex_lock(&m->rec.lock);
+	for (unsigned i = 0; i < n; i++)
+		promote_scan(tl, m->ready_ids[i]);
+	pthread_mutex_unlock(&m->rec.lock);
+	/* 4. Votes for the removed coordinators' transactions. */
+	for (unsigned i = 0; i < n; i++) {
+		uint32_t c = m->ready_ids[i];
+		if (is_removed(m, c) && !tl->r[c].rec_done)
+			vote_scan(tl, c);
+	}
+	if (atomic_fetch_add(&m->rec.scanned, 1) + 1 != m->T)
+		return;
+	unsigned np = 0;
+	pthread_mutex_lock(&m->rec.lock);
+	for (unsigned i = 0; i < m->rec.npromo; i++)
+		if (!farm_as_promote(m->as, m->rec.promo[i])) {
+			stat_add(m, S_REC_PROMOTED, 1);
+			np++;
+		}
+	/* Promoted: backups' truncation no longer touches them (role). */
+	atomic_store(&m->rec.npromo_live, 0);
+	pthread_mutex_unlock(&m->rec.lock);
+	atomic_store(&m->rec.t_active, farm_now_ns());
+	farm_info("txn recovery: configuration %" PRIu64
+	          ": %u region(s) promoted",
+	          (uint64_t)atomic_load(&m->rec.cfg), np);
+}
+
+/* Every loop of this machine has seen the configuration: tell the
+ * decider (REC_APPLIED). */
+static void rec_loop_apply(farm_loop *loop, void *ctx, int status)
+{
+	struct txloop *tl = ctx;
+	farm_txm *m = tl->m;
+	if (status)
+		return;
+	if (atomic_fetch_add(&m->rec.applied, 1) + 1 != m->T)
+		return;
+	struct rec_end a = {.cfg = atomic_load(&m->rec.cfg)};
+	int rc = farm_msg_send(loop, m->rec.decider, 0, FARM_MSGT_REC_APPLIED,
+	                       &a, sizeof(a));
+	if (rc)
+		farm_warn("txn recovery: cannot tell the decider (machine "
+		          "%" PRIu32 "): %s",
+		          m->rec.decider, farm_strerror(rc));
+}
+
+int farm_txm_reconfigure(farm_txm *m, uint64_t cfg, const uint32_t *removed,
+                         unsigned nremoved, const uint32_t *members,
+                         unsigned nmembers, uint32_t decider)
+{
+	if (!m || (nremoved && !removed) || !members || !nmembers ||
+	    decider >= m->M)
+		return -EINVAL;
+	uint32_t *promo = malloc(sizeof(uint32_t) * 4096);
+	if (!promo)
+		return -ENOMEM;
+	unsigned np = farm_as_promotable(m->as, promo, 4096);
+	if (np > 4096) {
+		free(promo);
+		return -E2BIG;
+	}
+	pthread_mutex_lock(&m->rec.lock);
+	if (cfg <= atomic_load(&m->rec.cfg)) {
+		pthread_mutex_unlock(&m->rec.lock);
+		free(promo);
+		return -ESTALE;
+	}
+	m->rec.decider = decider;
+	m->rec.nsurv = 0;
+	memset(m->rec.member, 0, sizeof(m->rec.member));
+	for (unsigned i = 0; i < nmembers; i++)
+		if (members[i] < 0x40 && !m->rec.member[members[i]]) {
+			m->rec.member[members[i]] = true;
+			m->rec.nsurv++;
+		}
+	for (unsigned i = 0; i < nremoved; i++)
+		if (removed[i] < 0x40 && removed[i] != m->me)
+			m->rec.removed[removed[i]] = true;
+	/* Regions still being promoted from an earlier configuration stay
+	 * in the list (their pending transactions refer to them). */
+	for (unsigned i = 0; i < m->rec.npromo && np < 4096; i++) {
+		unsigned k = 0;
+		while (k < np && promo[k] != m->rec.promo[i])
+			k++;
+		if (k == np)
+			promo[np++] = m->rec.promo[i];
+	}
+	free(m->rec.promo);
+	m->rec.promo = promo;
+	m->rec.npromo = np;
+	atomic_store(&m->rec.npromo_live, np);
+	atomic_store(&m->rec.scanned, 0);
+	atomic_store(&m->rec.applied, 0);
+	m->rec.go_sent = false;
+	/* The decider's state is for one configuration. */
+	for (unsigned i = 0; i < m->rec.nd; i++) {
+		free(m->rec.d[i].regs);
+		free(m->rec.d[i].cb);
+	}
+	m->rec.nd = 0;
+	memset(m->rec.ends, 0, sizeof(m->rec.ends));
+	memset(m->rec.maxlw, 0, sizeof(m->rec.maxlw));
+	atomic_store(&m->rec.t_config, farm_now_ns());
+	atomic_store(&m->rec.t_go, 0);
+	atomic_store(&m->rec.t_active, 0);
+	/* From here on this machine's coordinators stop older commits
+	 * short of COMMIT-PRIMARY (commit.c reads it). */
+	atomic_store(&m->rec.cfg, cfg);
+	pthread_mutex_unlock(&m->rec.lock);
+	farm_info("txn recovery: configuration %" PRIu64 ", %u removed, %u "
+	          "region(s) to promote, decider %" PRIu32,
+	          cfg, nremoved, np, decider);
+	int rc = 0;
+	for (unsigned t = 0; t < m->T; t++) {
+		struct txloop *tl = m->loops[t];
+		int r = tl ? farm_loop_post(tl->loop, rec_loop_apply, tl)
+		           : -ENOENT;
+		if (r && !rc)
+			rc = r;
+	}
+	return rc;
+}
+
+/* The decider: every member took the configuration? Then REC_GO. */
+static void h_applied(farm_loop *loop, const farm_msg_in *in, void *arg)
+{
+	farm_txm *m = arg;
+	struct rec_end a;
+	if (in->len != sizeof(a) || in->src_machine >= 0x40) {
+		refuse(m, in, "malformed recovery ack");
+		return;
+	}
+	memcpy(&a, in->payload, sizeof(a));
+	pthread_mutex_lock(&m->rec.lock);
+	uint64_t cfg = atomic_load(&m->rec.cfg);
+	if (a.cfg > m->rec.applied_from[in->src_machine])
+		m->rec.applied_from[in->src_machine] = a.cfg;
+	bool all = m->rec.decider == m->me && !m->rec.go_sent;
+	for (uint32_t s = 0; all && s < 0x40; s++)
+		if (m->rec.member[s] && m->rec.applied_from[s] < cfg)
+			all = false;
+	if (all)
+		m->rec.go_sent = true;
+	pthread_mutex_unlock(&m->rec.lock);
+	if (!all)
+		return;
+	struct rec_end go = {.cfg = cfg};
+	for (uint32_t s = 0; s < 0x40; s++)
+		for (unsigned t = 0; m->rec.member[s] && t < m->T; t++)
+			if (farm_msg_send(loop, s, (uint16_t)t,
+			                  FARM_MSGT_REC_GO, &go, sizeof(go)))
+				farm_warn("txn recovery: cannot start machine "
+				          "%" PRIu32 "'s recovery",
+				          s);
+}
+
+static void h_go(farm_loop *loop, const farm_msg_in *in, void *arg)
+{
+	farm_txm *m = arg;
+	struct txloop *tl = loop_state(m, loop);
+	struct rec_end go;
+	if (!tl || in->len != sizeof(go)) {
+		refuse(m, in, "malformed recovery start");
+		return;
+	}
+	memcpy(&go, in->payload, sizeof(go));
+	if (go.cfg != atomic_load(&m->rec.cfg) ||
+	    in->src_machine != m->rec.decider) {
+		refuse(m, in, "recovery start");
+		return;
+	}
+	uint64_t zero = 0;
+	atomic_compare_exchange_strong(&m->rec.t_go, &zero, farm_now_ns());
+	rec_loop_run(tl);
+}
+
+/* ---- the coordinator's answers ------------------------------------------ */
+
+static void answer(struct txloop *tl, uint32_t to, uint16_t thread,
+                   uint64_t cfg, uint64_t txid, uint32_t a)
+{
+	struct rec_q q = {.cfg = cfg, .txid = txid, .answer = a};
+	int rc = farm_msg_send(tl->loop, to, thread, FARM_MSGT_REC_ANSWER, &q,
+	                       sizeof(q));
+	if (rc)
+		farm_warn("txn recovery: cannot answer machine %" PRIu32 ": %s",
+		          to, farm_strerror(rc));
+}
+
+/* commit.c: @tx decided (commit at COMMIT-PRIMARY, abort at ABORT). */
+void txn_rec_decided(farm_tx *tx, bool commit)
+{
+	for (unsigned i = 0; i < tx->nwaiters; i++)
+		answer(tx->tl, tx->waiters[i].machine, tx->waiters[i].thread,
+		       tx->waiters[i].cfg, tx->id, commit ? A_COMMIT : A_ABORT);
+	tx->nwaiters = 0;
+}
+
+static void h_query(farm_loop *loop, const farm_msg_in *in, void *arg)
+{
+	farm_txm *m = arg;
+	struct txloop *tl = loop_state(m, loop);
+	struct rec_q q;
+	if (!tl || in->len != sizeof(q)) {
+		refuse(m, in, "malformed recovery query");
+		return;
+	}
+	memcpy(&q, in->payload, sizeof(q));
+	if ((uint32_t)(q.txid >> 56) != m->me ||
+	    ((q.txid >> 48) & 0xff) != tl->t) {
+		refuse(m, in, "recovery query for another coordinator");
+		return;
+	}
+	farm_tx *tx = tl->slots[(q.txid & ((1ull << 48) - 1)) % TX_SLOTS];
+	uint32_t a = A_FINISHED;
+	if (tx && tx->id == q.txid) {
+		switch (tx->ph) {
+		case PH_PRIMARY: a = A_COMMIT; break;
+		case PH_ABORT: a = A_ABORT; break;
+		case PH_DONE: a = tx->outcome ? A_ABORT : A_COMMIT; break;
+		default:
+			if (tx->nwaiters < FARM_ARRAY_SIZE(tx->waiters)) {
+				tx->waiters[tx->nwaiters++] =
+				        (struct rec_waiter){
+				                .machine = in->src_machine,
+				                .thread = in->src_thread,
+				                .cfg = q.cfg};
+				return; /* answered when it decides */
+			}
+			a = 0; /* cannot wait: the asker asks again */
+		}
+	}
+	answer(tl, in->src_machine, in->src_thread, q.cfg, q.txid, a);
+}
+
+static void h_answer(farm_loop *loop, const farm_msg_in *in, void *arg)
+{
+	farm_txm *m = arg;
+	struct txloop *tl = loop_state(m, loop);
+	struct rec_q q;
+	if (!tl || in->len != sizeof(q)) {
+		refuse(m, in, "malformed recovery answer");
+		return;
+	}
+	memcpy(&q, in->payload, sizeof(q));
+	if (q.answer > A_FINISHED) {
+		refuse(m, in, "malformed recovery answer");
+		return;
+	}
+	bool known = false;
+	for (struct rec_pend *p = tl->pend; p; p = p->next)
+		known |= p->txid == q.txid && p->coord == in->src_machine;
+	if (!known) {
+		refuse(m, in, "recovery answer for no pending transaction");
+		return;
+	}
+	if (q.answer == 0) {
+		send_query(tl, in->src_machine, q.txid);
+		return;
+	}
+	if (q.answer == A_FINISHED) {
+		/* Its ABORT, if any, landed before it finished: process it. */
+		while (txn_poll(loop, tl) > 0)
+			;
+		q.answer = txn_aborted(tl, q.txid) ? A_ABORT : A_COMMIT;
+	}
+	pend_decide(tl, q.txid, q.answer == A_COMMIT);
+}
+
+/* ---- the decider ----------------------------------------------------------
+ */
+
+static struct rec_txn *dec_find(farm_txm *m, uint64_t txid)
+{
+	for (unsigned i = 0; i < m->rec.nd; i++)
+		if (m->rec.d[i].txid == txid)
+			return &m->rec.d[i];
+	if (m->rec.nd == m->rec.capd) {
+		unsigned nc = m->rec.capd ? 2 * m->rec.capd : 64;
+		struct rec_txn *nd = realloc(m->rec.d, nc * sizeof(*nd));
+		if (!nd)
+			return NULL;
+		m->rec.d = nd;
+		m->rec.capd = nc;
+	}
+	struct rec_txn *t = &m->rec.d[m->rec.nd++];
+	memset(t, 0, sizeof(*t));
+	t->txid = txid;
+	return t;
+}
+
+static void h_vote(farm_loop *loop, const farm_msg_in *in, void *arg)
+{
+	(void)loop;
+	farm_txm *m = arg;
+	struct rec_vote v;
+	if (in->len < sizeof(v)) {
+		refuse(m, in, "malformed recovery vote");
+		return;
+	}
+	memcpy(&v, in->payload, sizeof(v));
+	if (v.cfg != atomic_load(&m->rec.cfg) || m->rec.decider != m->me ||
+	    !is_removed(m, v.coord) || (uint32_t)(v.txid >> 56) != v.coord ||
+	    ((v.txid >> 48) & 0xff) >= m->T || v.nregs > REC_MAX_REGS ||
+	    v.ncb > REC_MAX_REGS ||
+	    in->len != sizeof(v) + 4ull * (v.nregs + v.ncb) ||
+	    in->src_machine >= 0x40 || is_removed(m, in->src_machine)) {
+		refuse(m, in, "recovery vote");
+		return;
+	}
+	pthread_mutex_lock(&m->rec.lock);
+	struct rec_txn *t = dec_find(m, v.txid);
+	if (!t) {
+		pthread_mutex_unlock(&m->rec.lock);
+		farm_err("txn recovery: out of memory for votes");
+		return;
+	}
+	const uint8_t *p = (const uint8_t *)in->payload + sizeof(v);
+	t->flags |= v.flags;
+	if (v.cseq)
+		t->cseq = v.cseq;
+	if (v.nregs && !t->nregs) {
+		t->regs = malloc(4ull * v.nregs);
+		if (t->regs) {
+			memcpy(t->regs, p, 4ull * v.nregs);
+			t->nregs = v.nregs;
+		}
+	}
+	p += 4ull * v.nregs;
+	for (unsigned i = 0; i < v.ncb; i++) {
+		uint32_t r;
+		memcpy(&r, p + 4ull * i, 4);
+		struct rec_cb *nc =
+		        realloc(t->cb, (t->ncb + 1) * sizeof(*t->cb));
+		if (!nc)
+			break;
+		t->cb = nc;
+		t->cb[t->ncb++] = (struct rec_cb){.machine = in->src_machine,
+		                                  .region = r};
+	}
+	pthread_mutex_unlock(&m->rec.lock);
+}
+
+static bool has_cb(const struct rec_txn *t, uint32_t machine, uint32_t region)
+{
+	for (unsigned i = 0; i < t->ncb; i++)
+		if (t->cb[i].machine == machine && t->cb[i].region == region)
+			return true;
+	return false;
+}
+
+static bool decide(farm_txm *m, const struct rec_txn *t, uint64_t maxlw)
+{
+	if (t->flags & (V_ABORT | V_REFUSED))
+		return false;
+	if (t->flags & V_CP)
+		return true;
+	if (t->cseq && t->cseq < maxlw)
+		return true; /* finished, and no ABORT anywhere */
+	if (!(t->flags & V_CB) || !t->nregs)
+		return false;
+	for (unsigned i = 0; i < t->nregs; i++) {
+		uint32_t reps[FARM_RING_MAX_REPLICAS];
+		unsigned n = farm_as_prev_replicas(m->as, t->regs[i], reps);
+		if (!n)
+			return false;
+		for (unsigned k = 1; k < n; k++)
+			if (!is_removed(m, reps[k]) &&
+			    !has_cb(t, reps[k], t->regs[i]))
+				return false;
+	}
+	return true;
+}
+
+static void h_end(farm_loop *loop, const farm_msg_in *in, void *arg)
+{
+	farm_txm *m = arg;
+	struct rec_end e;
+	if (in->len != sizeof(e)) {
+		refuse(m, in, "malformed end of votes");
+		return;
+	}
+	memcpy(&e, in->payload, sizeof(e));
+	if (e.cfg != atomic_load(&m->rec.cfg) || m->rec.decider != m->me ||
+	    !is_removed(m, e.coord) || e.thread >= m->T ||
+	    in->src_machine >= 0x40 || is_removed(m, in->src_machine)) {
+		refuse(m, in, "end of votes");
+		return;
+	}
+	uint64_t key = (uint64_t)e.coord * m->T + e.thread;
+	pthread_mutex_lock(&m->rec.lock);
+	if (e.lw > m->rec.maxlw[key])
+		m->rec.maxlw[key] = e.lw;
+	if (++m->rec.ends[key] != m->rec.nsurv) {
+		pthread_mutex_unlock(&m->rec.lock);
+		return;
+	}
+	/* Every survivor's loop e.thread has voted for log (coord, thread). */
+	unsigned nc = 0, na = 0;
+	for (unsigned i = 0; i < m->rec.nd; i++) {
+		struct rec_txn *t = &m->rec.d[i];
+		if ((uint32_t)(t->txid >> 56) != e.coord ||
+		    ((t->txid >> 48) & 0xff) != e.thread || t->sent)
+			continue;
+		bool commit = decide(m, t, m->rec.maxlw[key]);
+		t->sent = true;
+		commit ? nc++ : na++;
+		struct rec_dec d = {.cfg = e.cfg,
+		                    .txid = t->txid,
+		                    .coord = e.coord,
+		                    .commit = commit};
+		for (uint32_t s = 0; s < m->M; s++)
+			if (m->rec.member[s] &&
+			    farm_msg_send(loop, s, (uint16_t)e.thread,
+			                  FARM_MSGT_REC_DECIDE, &d, sizeof(d)))
+				farm_warn("txn recovery: decision not sent to "
+				          "machine %" PRIu32,
+				          s);
+	}
+	struct rec_end done = e;
+	done.lw = m->rec.maxlw[key];
+	for (uint32_t s = 0; s < m->M; s++)
+		if (m->rec.member[s] &&
+		    farm_msg_send(loop, s, (uint16_t)e.thread,
+		                  FARM_MSGT_REC_DONE, &done, sizeof(done)))
+			farm_warn("txn recovery: done not sent to machine "
+			          "%" PRIu32,
+			          s);
+	pthread_mutex_unlock(&m->rec.lock);
+	farm_info("txn recovery: coordinator %" PRIu32 " thread %" PRIu32
+	          ": %u committed, %u aborted",
+	          e.coord, e.thread, nc, na);
+}
+
+/* ---- survivors apply the decisions ----------------------------------------
+ */
+
+static void h_decide(farm_loop *loop, const farm_msg_in *in, void *arg)
+{
+	farm_txm *m = arg;
+	struct txloop *tl = loop_state(m, loop);
+	struct rec_dec d;
+	if (!tl || in->len != sizeof(d)) {
+		refuse(m, in, "malformed recovery decision");
+		return;
+	}
+	memcpy(&d, in->payload, sizeof(d));
+	if (d.cfg != atomic_load(&m->rec.cfg) ||
+	    in->src_machine != m->rec.decider || !is_removed(m, d.coord) ||
+	    (uint32_t)(d.txid >> 56) != d.coord ||
+	    ((d.txid >> 48) & 0xff) != tl->t || d.commit > 1) {
+		refuse(m, in, "recovery decision");
+		return;
+	}
+	bool commit = d.commit != 0;
+	/* As an old primary: the LOCK record installs or unlocks. */
+	txn_decide_primary(tl, d.txid, commit);
+	/* As a promoted primary: the COMMIT-BACKUP's images, under the
+	 * recovered locks. */
+	pend_decide(tl, d.txid, commit);
+	/* As a backup: its COMMIT-BACKUP applied now, or never. */
+	struct rec_hdr h;
+	FOR_EACH_REC(tl, d.coord, pos, rec, h)
+	{
+		if (h.type != REC_COMMIT_BACKUP || h.txid != d.txid)
+			continue;
+		if (!commit) {
+			stat_add(m, S_BACKUP_SKIPPED, 1);
+			continue;
+		}
+		const struct rec_obj *o = robjs(rec);
+		const uint8_t *img = rimgs(rec);
+		for (unsigned i = 0; i < h.nobj; i++) {
+			enum farm_as_role role;
+			farm_region *r = farm_as_local_region(
+			        m->as, farm_gaddr_region(o[i].addr), &role);
+			uint8_t *q = r && role == FARM_AS_BACKUP
+			                     ? copy_obj(m, &o[i])
+			                     : NULL;
+			if (q && txn_copy_apply(q, o[i].lines, img, false))
+				stat_add(m, S_BACKUP_APPLIES, 1);
+			img += 64ull * o[i].lines;
+		}
+	}
+}
+
+static void h_done(farm_loop *loop, const farm_msg_in *in, void *arg)
+{
+	farm_txm *m = arg;
+	struct txloop *tl = loop_state(m, loop);
+	struct rec_end e;
+	if (!tl || in->len != sizeof(e)) {
+		refuse(m, in, "malformed end of recovery");
+		return;
+	}
+	memcpy(&e, in->payload, sizeof(e));
+	if (e.cfg != atomic_load(&m->rec.cfg) ||
+	    in->src_machine != m->rec.decider || !is_removed(m, e.coord) ||
+	    e.thread != tl->t) {
+		refuse(m, in, "end of recovery");
+		return;
+	}
+	/* Every transaction of the log is decided: empty it. */
+	struct reader *rd = &tl->r[e.coord];
+	uint64_t li = log_index(m, e.coord, tl->t);
+	uint8_t *ring = m->logbase + log_ring_off(m, li);
+	while (rd->applied < rd->head) {
+		struct rec_hdr h;
+		memcpy(&h, ring + rd->applied % m->R, sizeof(h));
+		if (h.len == 0 || h.len % 64 ||
+		    h.len > m->R - rd->applied % m->R)
+			break;
+		memset(ring + rd->applied % m->R, 0, h.len);
+		rd->applied += h.len;
+	}
+	rd->rec_done = true;
+	farm_info("txn recovery: log of machine %" PRIu32 " thread %u done",
+	          e.coord, tl->t);
+}
+
+int txn_rec_init(farm_txm *m)
+{
+	int rc = farm_msg_handle(m->msg, FARM_MSGT_REC_QUERY, h_query, m);
+	if (!rc)
+		rc = farm_msg_handle(m->msg, FARM_MSGT_REC_ANSWER, h_answer, m);
+	if (!rc)
+		rc = farm_msg_handle(m->msg, FARM_MSGT_REC_VOTE, h_vote, m);
+	if (!rc)
+		rc = farm_msg_handle(m->msg, FARM_MSGT_REC_END, h_end, m);
+	if (!rc)
+		rc = farm_msg_handle(m->msg, FARM_MSGT_REC_DECIDE, h_decide, m);
+	if (!rc)
+		rc = farm_msg_handle(m->msg, FARM_MSGT_REC_DONE, h_done, m);
+	if (!rc)
+		rc = farm_msg_handle(m->msg, FARM_MSGT_REC_APPLIED, h_applied,
+		                     m);
+	if (!rc)
+		rc = farm_msg_handle(m->msg, FARM_MSGT_REC_GO, h_go, m);
+	return rc;
+}
+
+void txn_rec_fini(farm_txm *m)
+{
+	for (unsigned i = 0; i < m->rec.nd; i++) {
+		free(m->rec.d[i].regs);
+		free(m->rec.d[i].cb);
+	}
+	free(m->rec.d);
+	free(m->rec.promo);
+	free(m->rec.rl);
+	pthread_mutex_destroy(&m->rec.lock);
+}
+
+void txn_rec_detach(struct txloop *tl)
+{
+	while (tl->pend) {
+		struct rec_pend *p = tl->pend;
+		tl->pend = p->next;
+		free(p);
+	}
+}
+
+/* ---- testing (txn_testing.h): for tests only --------------------------- */
+
+void farm_txn_testing_recovery_no_drain(bool on)
+{
+	atomic_store(&testing_no_drain, on);
+}

@@ -1,0 +1,595 @@
+/*
+ * Test fixture on top of nodeproc.h: transactions on machine processes
+ * with a recorded history for the strict-serializability checker
+ * (sercheck.h), and the bank workload (tests/test_txn_multi.c,
+ * tests/test_rec_bank.c). Header-only, static functions.
+ *
+ * History: every transaction a machine runs is recorded as (tag, x, y)
+ * triples: BEGIN (invocation time), READ and WRITE (key, version), END
+ * (completion time, sc_outcome). A machine that streams its history
+ * (tx_hist_stream) writes a transaction's records to <root>/hist-<me>
+ * before it commits and again once it has ended, so the history of a
+ * machine killed with SIGKILL holds every transaction it had begun to
+ * commit; tx_check_history takes what it had not ended as unknown.
+ */
+#ifndef FARM_TESTS_TXPROC_H
+#define FARM_TESTS_TXPROC_H
+
+#include "nodeproc.h"
+
+#include <fcntl.h>
+#include <inttypes.h>
+
+#include "sercheck.h"
+#include "txn/txm.h"
+#include "txn/txn_testing.h"
+
+#define TX_VSTEP 4u /* object versions step by 4 (txn/object.h) */
+
+/* A machine process running transactions (child side). */
+struct tx_child {
+	struct np_child np; /* me, pipes, node, loop (nodeproc.h) */
+	farm_txm *txm;
+	/* History: (tag, x, y) triples, the first hout of them written to
+	 * hfd (> 0 when streaming). */
+	uint64_t *h;
+	size_t hn, hcap, hout;
+	int herr, hfd;
+	enum sc_outcome last; /* the outcome of the last transaction ended */
+};
+
+enum { H_BEGIN = 1, H_READ, H_WRITE, H_END };
+
+/* A machine's life with configuration @cfg: open it, run its loop on this
+ * thread, wait (at most @join_ms) until the cluster has its NP_NM machines,
+ * say 'R' and run @role; then close. Its exit status: @role's, or 4 (open
+ * failed), 5 (start), 6 (join), 7 (the parent went away). */
+static inline int tx_child_run(struct tx_child *c,
+                               const struct farm_config *cfg, int join_ms,
+                               int (*role)(struct tx_child *c))
+{
+	if (farm_node_open(cfg, &c->np.node))
+		return 4;
+	farm_node_set_app_loops(c->np.node, true);
+	int st = 5;
+	if (farm_node_start(c->np.node, join_ms) ||
+	    farm_node_loop_open(c->np.node, 0, &c->np.loop))
+		goto out;
+	st = 6;
+	if (farm_node_wait_members(c->np.node, NP_NM, join_ms))
+		goto out;
+	c->txm = farm_node_txm(c->np.node);
+	st = np_ready(&c->np) ? 7 : role(c);
+out:
+	if (c->np.loop)
+		farm_node_loop_close(c->np.node, c->np.loop);
+	farm_node_close(c->np.node);
+	free(c->h);
+	if (c->hfd > 0)
+		close(c->hfd);
+	return st;
+}
+
+static inline uint64_t tx_rnd(struct tx_child *c)
+{
+	return farm_rand64(&c->np.rng);
+}
+
+static inline void hput(struct tx_child *c, uint64_t tag, uint64_t x,
+                        uint64_t y)
+{
+	if (c->hn + 3 > c->hcap) {
+		size_t nc = c->hcap ? c->hcap * 2 : 3u << 16;
+		uint64_t *nh = realloc(c->h, nc * sizeof(*nh));
+		if (!nh) {
+			c->herr = 1;
+			return;
+		}
+		c->h = nh;
+		c->hcap = nc;
+	}
+	c->h[c->hn++] = tag;
+	c->h[c->hn++] = x;
+	c->h[c->hn++] = y;
+	if (tag == H_END)
+		c->last = (enum sc_outcome)y;
+}
+
+/* What a commit's outcome means to the checker: 0 committed, any error
+ * not committed (FARM_EPEERDEAD and -ETIMEDOUT included: a commit reports
+ * them only after its ABORT records landed; recovery keeps that). */
+static inline enum sc_outcome sc_of(int outcome)
+{
+	return outcome == 0 ? SC_COMMITTED : SC_ABORTED;
+}
+
+static inline void tx_hist_path(const struct np_cluster *cl, unsigned i,
+                                char *path, size_t len)
+{
+	snprintf(path, len, "%s/hist-%u", cl->root, i);
+}
+
+/* Write the records not yet written (streaming only). */
+static inline void tx_hist_flush(struct tx_child *c)
+{
+	if (c->hfd <= 0 || c->hout == c->hn)
+		return;
+	if (tu_send(c->hfd, c->h + c->hout, (c->hn - c->hout) * 8))
+		c->herr = 1;
+	c->hout = c->hn;
+}
+
+/* From now on, stream the history to its file. */
+static inline int tx_hist_stream(struct tx_child *c)
+{
+	char path[512];
+	tx_hist_path(c->np.cl, c->np.me, path, sizeof(path));
+	c->hfd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, 0600);
+	return c->hfd > 0 ? 0 : -1;
+}
+
+/* The whole history in its file (at the end of a machine's run). */
+static inline int tx_hist_save(struct tx_child *c)
+{
+	if (c->hfd > 0) {
+		tx_hist_flush(c);
+		if (close(c->hfd))
+			c->herr = 1;
+		c->hfd = 0;
+		return c->herr ? -1 : 0;
+	}
+	char path[512];
+	tx_hist_path(c->np.cl, c->np.me, path, sizeof(path));
+	return c->herr || np_write_file(path, c->h, c->hn * sizeof(uint64_t))
+	               ? -1
+	               : 0;
+}
+
+/* Fat pointers of @n new objects of @size bytes on this machine, each
+ * filled by @fill, in transactions of up to 16 (recorded); written to
+ * <root>/<tag>-<me>. */
+static inline int
+create_objs(struct tx_child *c, const char *tag, unsigned n, uint32_t size,
+            void (*fill)(void *data, uint32_t size, farm_fatptr p, void *arg),
+            void *arg, farm_fatptr *out)
+{
+	for (unsigned done = 0; done < n;) {
+		unsigned k = FARM_MIN(16u, n - done);
+		uint64_t t0 = np_now_ns();
+		farm_tx *tx;
+		if (farm_tx_begin(c->txm, c->np.loop, &tx))
+			return -1;
+		for (unsigned j = 0; j < k; j++) {
+			void *d;
+			if (farm_tx_alloc_sync(tx, size, FARM_GADDR_NULL,
+			                       &out[done + j], &d))
+				return -2;
+			fill(d, size, out[done + j], arg);
+		}
+		hput(c, H_BEGIN, t0, 0);
+		for (unsigned j = 0; j < k; j++)
+			hput(c, H_WRITE, out[done + j].addr,
+			     farm_tx_testing_version(tx, out[done + j].addr) +
+			             TX_VSTEP);
+		tx_hist_flush(c);
+		int rc = farm_tx_commit_sync(tx);
+		hput(c, H_END, np_now_ns(), sc_of(rc));
+		tx_hist_flush(c);
+		farm_tx_free(tx);
+		if (rc == 0)
+			done += k;
+		else if (!farm_tx_retryable(rc))
+			return -3;
+	}
+	char path[512];
+	snprintf(path, sizeof(path), "%s/%s-%u", c->np.cl->root, tag, c->np.me);
+	return np_write_file(path, out, n * sizeof(*out));
+}
+
+/* Every machine's objects of @tag (after the parent's 'G'). */
+static inline farm_fatptr *load_objs(struct tx_child *c, const char *tag,
+                                     unsigned *n)
+{
+	farm_fatptr *all = NULL;
+	unsigned total = 0;
+	for (uint32_t i = 0; i < NP_NM; i++) {
+		char path[512];
+		size_t len;
+		snprintf(path, sizeof(path), "%s/%s-%u", c->np.cl->root, tag,
+		         i);
+		farm_fatptr *p = np_read_file(path, &len);
+		if (!p)
+			continue;
+		unsigned k = (unsigned)(len / sizeof(*p));
+		farm_fatptr *na = realloc(all, (total + k + 1) * sizeof(*na));
+		if (!na) {
+			free(p);
+			free(all);
+			return NULL;
+		}
+		all = na;
+		memcpy(all + total, p, k * sizeof(*p));
+		total += k;
+		free(p);
+	}
+	*n = total;
+	return all;
+}
+
+/* Every machine makes @n objects (create_objs, into @mine), says 'C' and
+ * waits for the parent's 'G' (p_setup): every machine's objects, NP_NM * @n
+ * of them (NULL when a step failed). */
+static inline farm_fatptr *
+share_objs(struct tx_child *c, const char *tag, unsigned n, uint32_t size,
+           void (*fill)(void *data, uint32_t size, farm_fatptr p, void *arg),
+           void *arg, farm_fatptr *mine)
+{
+	if (create_objs(c, tag, n, size, fill, arg, mine) ||
+	    np_say(&c->np, 'C', NULL, 0) || np_wait_cmd(&c->np) != 'G')
+		return NULL;
+	unsigned all;
+	farm_fatptr *p = load_objs(c, tag, &all);
+	if (p && all != NP_NM * n) {
+		free(p);
+		p = NULL;
+	}
+	return p;
+}
+
+/* The parent side of setup: every machine joined, created, then 'G'. */
+static inline void p_setup(struct np_cluster *cl)
+{
+	for (unsigned i = 0; i < NP_NM; i++)
+		np_expect(cl, i, 'R', 60000);
+	for (unsigned i = 0; i < NP_NM; i++)
+		np_expect(cl, i, 'C', 60000);
+	for (unsigned i = 0; i < NP_NM; i++)
+		np_send(cl, i, 'G');
+}
+
+/* Called for every write of a committed transaction while replaying. */
+typedef void (*tx_write_fn)(void *ctx, uint64_t key, uint64_t version);
+
+/*
+ * Replay the machines' recorded histories into one and check it. Machine
+ * @killed (NP_NM: none) may stop anywhere: a transaction it had not ended
+ * is unknown, and *@cut counts them. Every write of a committed
+ * transaction goes to @on_write (may be NULL). Returns sc_check's count.
+ */
+static inline int tx_check_history(struct np_cluster *cl, unsigned killed,
+                                   sc_report *rep, uint64_t *cut,
+                                   tx_write_fn on_write, void *ctx)
+{
+	sc_history *h = sc_new();
+	assert_non_null(h);
+	if (cut)
+		*cut = 0;
+	for (unsigned i = 0; i < NP_NM; i++) {
+		char path[512];
+		size_t len;
+		tx_hist_path(cl, i, path, sizeof(path));
+		uint64_t *v = np_read_file(path, &len);
+		size_t n = len / sizeof(*v);
+		if (i != killed) {
+			assert_non_null(v);
+			assert_int_equal(n % 3, 0);
+		}
+		n -= n % 3;
+		int t = -1;
+		uint64_t t_inv = 0;
+		size_t first = 0; /* the open transaction's first record */
+		for (size_t k = 0; k < n; k += 3) {
+			switch (v[k]) {
+			case H_BEGIN:
+				if (t >= 0) /* only a killed machine's */
+					fail_msg("machine %u: BEGIN inside a "
+					         "transaction",
+					         i);
+				t = sc_txn_begin(h, v[k + 1]);
+				t_inv = v[k + 1];
+				first = k;
+				break;
+			case H_READ: sc_read(h, t, v[k + 1], v[k + 2]); break;
+			case H_WRITE: sc_write(h, t, v[k + 1], v[k + 2]); break;
+			case H_END:
+				sc_txn_end(h, t, v[k + 1],
+				           (enum sc_outcome)v[k + 2]);
+				for (size_t j = first; on_write && j < k;
+				     j += 3)
+					if (v[j] == H_WRITE &&
+					    v[k + 2] == SC_COMMITTED)
+						on_write(ctx, v[j + 1],
+						         v[j + 2]);
+				t = -1;
+				continue;
+			default: fail_msg("bad history record %" PRIu64, v[k]);
+			}
+			assert_true(t >= 0);
+		}
+		if (t >= 0) {
+			if (i != killed)
+				fail_msg("machine %u: its history ends inside "
+				         "a transaction",
+				         i);
+			sc_txn_end(h, t, t_inv, SC_UNKNOWN);
+			if (cut)
+				(*cut)++;
+		}
+		free(v);
+	}
+	int rc = sc_check(h, rep);
+	sc_free(h);
+	assert_true(rc >= 0);
+	return rc;
+}
+
+/* ---- the bank -------------------------------------------------------- */
+
+#define INIT_BALANCE 100
+#define BANK_NERR    6
+
+/* What a machine's bank workload did. */
+struct bank_counts {
+	uint64_t transfers, single, declined, attempts, aborts;
+	uint64_t timeouts, peerdead; /* commits that ended so (then retried) */
+	uint64_t failed; /* transfers given up: another error, or time */
+	uint64_t lf_reads, lf_bad, ro_txns, ro_aborts, ro_failed, negative;
+	int err[BANK_NERR];       /* the first distinct errors that were not */
+	uint64_t nerr[BANK_NERR]; /* retryable, and how often each came */
+};
+
+static inline void bank_counts_add(struct bank_counts *t,
+                                   const struct bank_counts *s)
+{
+	t->transfers += s->transfers;
+	t->single += s->single;
+	t->declined += s->declined;
+	t->attempts += s->attempts;
+	t->aborts += s->aborts;
+	t->timeouts += s->timeouts;
+	t->peerdead += s->peerdead;
+	t->failed += s->failed;
+	t->lf_reads += s->lf_reads;
+	t->lf_bad += s->lf_bad;
+	t->ro_txns += s->ro_txns;
+	t->ro_aborts += s->ro_aborts;
+	t->ro_failed += s->ro_failed;
+	t->negative += s->negative;
+}
+
+/* Count error @rc (and say the first 5 of a machine on stderr). */
+static inline void bank_error(struct tx_child *c, struct bank_counts *k,
+                              const char *what, int rc)
+{
+	unsigned i = 0;
+	while (i < BANK_NERR && k->nerr[i] && k->err[i] != rc)
+		i++;
+	if (i < BANK_NERR) {
+		k->err[i] = rc;
+		k->nerr[i]++;
+	}
+	uint64_t all = 0;
+	for (i = 0; i < BANK_NERR; i++)
+		all += k->nerr[i];
+	if (all <= 5)
+		fprintf(stderr, "m%u: %s: %s\n", c->np.me, what,
+		        farm_strerror(rc));
+}
+
+/* "code x N, ..." for a report. */
+static inline const char *bank_errors(const struct bank_counts *k, char *buf,
+                                      size_t len)
+{
+	size_t o = 0;
+	buf[0] = 0;
+	for (unsigned i = 0; i < BANK_NERR && k->nerr[i] && o < len; i++)
+		o += (size_t)snprintf(buf + o, len - o, "%s%s x %" PRIu64,
+		                      i ? ", " : "", farm_strerror(k->err[i]),
+		                      k->nerr[i]);
+	return buf[0] ? buf : "none";
+}
+
+static inline void fill_account(void *d, uint32_t size, farm_fatptr p,
+                                void *arg)
+{
+	(void)size;
+	(void)p;
+	(void)arg;
+	int64_t b = INIT_BALANCE;
+	memcpy(d, &b, 8);
+}
+
+static inline int64_t bal(const void *d)
+{
+	int64_t b;
+	memcpy(&b, d, 8);
+	return b;
+}
+
+/* Begin a recorded transaction. */
+static inline int tx_begin(struct tx_child *c, farm_tx **tx)
+{
+	uint64_t t0 = np_now_ns();
+	int rc = farm_tx_begin(c->txm, c->np.loop, tx);
+	if (!rc)
+		hput(c, H_BEGIN, t0, 0);
+	return rc;
+}
+
+/* End a recorded transaction: @rc, and whether it came from the commit. */
+static inline int tx_end(struct tx_child *c, farm_tx *tx, int rc,
+                         bool committing)
+{
+	hput(c, H_END, np_now_ns(), committing ? sc_of(rc) : SC_ABORTED);
+	tx_hist_flush(c);
+	farm_tx_free(tx);
+	return rc;
+}
+
+/* One attempt at a transfer of @amt from @a to @b (*@declined: @a has too
+ * little). */
+static inline int transfer(struct tx_child *c, struct bank_counts *k,
+                           farm_gaddr a, farm_gaddr b, int64_t amt,
+                           bool *declined)
+{
+	farm_tx *tx;
+	int rc = tx_begin(c, &tx);
+	if (rc)
+		return rc;
+	const void *da, *db;
+	rc = farm_tx_read_sync(tx, a, 64, &da);
+	if (!rc) {
+		hput(c, H_READ, a, farm_tx_testing_version(tx, a));
+		rc = farm_tx_read_sync(tx, b, 64, &db);
+	}
+	if (!rc)
+		hput(c, H_READ, b, farm_tx_testing_version(tx, b));
+	if (!rc && (bal(da) < 0 || bal(db) < 0))
+		k->negative++;
+	*declined = !rc && bal(da) < amt;
+	if (!rc && !*declined) {
+		void *wa, *wb;
+		if (farm_tx_write(tx, a, &wa) || farm_tx_write(tx, b, &wb)) {
+			rc = -EPROTO;
+		} else {
+			int64_t na = bal(wa) - amt, nb = bal(wb) + amt;
+			memcpy(wa, &na, 8);
+			memcpy(wb, &nb, 8);
+			hput(c, H_WRITE, a,
+			     farm_tx_testing_version(tx, a) + TX_VSTEP);
+			hput(c, H_WRITE, b,
+			     farm_tx_testing_version(tx, b) + TX_VSTEP);
+		}
+	}
+	if (rc)
+		return tx_end(c, tx, rc, false);
+	tx_hist_flush(c); /* what it may commit, before it does */
+	return tx_end(c, tx, farm_tx_commit_sync(tx), true);
+}
+
+/* A read-only transaction over @n accounts: the first @n of @acc when @n
+ * is @nacc, else random ones. */
+static inline int ro_sum(struct tx_child *c, struct bank_counts *k,
+                         const farm_fatptr *acc, unsigned nacc, unsigned n,
+                         int64_t *sum, int64_t *minb)
+{
+	farm_tx *tx;
+	int rc = tx_begin(c, &tx);
+	if (rc)
+		return rc;
+	*sum = 0;
+	*minb = INT64_MAX;
+	for (unsigned j = 0; j < n; j++) {
+		farm_gaddr a = acc[n == nacc ? j : tx_rnd(c) % nacc].addr;
+		const void *d;
+		rc = farm_tx_read_sync(tx, a, 64, &d);
+		if (rc)
+			return tx_end(c, tx, rc, false);
+		hput(c, H_READ, a, farm_tx_testing_version(tx, a));
+		*sum += bal(d);
+		*minb = FARM_MIN(*minb, bal(d));
+		if (bal(d) < 0)
+			k->negative++;
+	}
+	return tx_end(c, tx, farm_tx_commit_sync(tx), true);
+}
+
+/* A lock-free read of the account at @a, recorded when it succeeds (its
+ * version in *@version). */
+static inline int lf_account(struct tx_child *c, farm_gaddr a, int64_t *b,
+                             uint64_t *version)
+{
+	uint8_t buf[64];
+	uint64_t t1 = np_now_ns();
+	int rc = farm_lf_testing_read_sync(c->txm, c->np.loop, a, 64,
+	                                   UINT64_MAX, buf, version);
+	if (rc)
+		return rc;
+	hput(c, H_BEGIN, t1, 0);
+	hput(c, H_READ, a, *version);
+	hput(c, H_END, np_now_ns(), SC_COMMITTED);
+	tx_hist_flush(c);
+	*b = bal(buf);
+	return 0;
+}
+
+/*
+ * One step of the bank workload on machine @c: a transfer (70%; a fifth of
+ * them between two of its own @mine), retried while the outcome is
+ * retryable (with a growing backoff) until @give_up_ns after its start; a
+ * lock-free read (20%); or a read-only sum of 5 accounts (10%).
+ */
+static inline void bank_step(struct tx_child *c, struct bank_counts *k,
+                             const farm_fatptr *mine, unsigned nmine,
+                             const farm_fatptr *acc, unsigned nacc,
+                             uint64_t give_up_ns)
+{
+	unsigned dice = (unsigned)(tx_rnd(c) % 100);
+	if (dice < 70) {
+		const farm_fatptr *set = dice < 14 ? mine : acc;
+		unsigned nset = dice < 14 ? nmine : nacc;
+		farm_gaddr a = set[tx_rnd(c) % nset].addr, b;
+		do
+			b = set[tx_rnd(c) % nset].addr;
+		while (b == a);
+		int64_t amt = 1 + (int64_t)(tx_rnd(c) % (INIT_BALANCE / 5));
+		uint64_t give_up = np_now_ns() + give_up_ns;
+		for (unsigned tries = 0;; tries++) {
+			bool declined;
+			k->attempts++;
+			if (tries) {
+				/* Back off (serving the loop) so a transfer
+				 * is not starved by a lock a descheduled
+				 * machine holds. */
+				static const volatile int never = 0;
+				uint64_t bo = 1000ull << FARM_MIN(tries, 10u);
+				(void)farm_loop_wait(c->np.loop, &never, bo);
+			}
+			int rc = transfer(c, k, a, b, amt, &declined);
+			if (rc == 0) {
+				if (declined) {
+					k->declined++;
+				} else {
+					k->transfers++;
+					k->single += dice < 14;
+				}
+				return;
+			}
+			k->aborts++;
+			/* Counted, and retried like any retryable outcome. */
+			if (rc == -ETIMEDOUT)
+				k->timeouts++;
+			else if (rc == FARM_EPEERDEAD)
+				k->peerdead++;
+			if (!farm_tx_retryable(rc) || np_now_ns() > give_up) {
+				k->failed++;
+				bank_error(c, k, "transfer", rc);
+				return;
+			}
+		}
+	} else if (dice < 90) {
+		int64_t b;
+		uint64_t v;
+		int rc = lf_account(c, acc[tx_rnd(c) % nacc].addr, &b, &v);
+		k->lf_reads++;
+		if (rc) {
+			k->lf_bad++;
+			bank_error(c, k, "lock-free read", rc);
+		} else if (b < 0) {
+			k->negative++;
+		}
+	} else {
+		int64_t sum, minb;
+		int rc = ro_sum(c, k, acc, nacc, 5, &sum, &minb);
+		k->ro_txns++;
+		if (rc) {
+			k->ro_aborts++;
+			if (!farm_tx_retryable(rc)) {
+				k->ro_failed++;
+				bank_error(c, k, "read-only", rc);
+			}
+		}
+	}
+}
+
+#endif
