@@ -45,6 +45,9 @@ enum farm_error {
 	/* Recovery. */
 	FARM_EFENCED = -10014, /* the target revoked this machine's access: it
 	                          was removed from the configuration */
+	FARM_ELEASE = -10015,  /* this machine's lease at the configuration
+	                          manager lapsed: it serves no reads until
+	                          renewed (it may have been removed) */
 };
 
 /* Human-readable text for any code returned by libfarm (never NULL). */

@@ -90,7 +90,12 @@ struct farm_lease {
 	/* As a member (not the CM). */
 	uint64_t seq;
 	uint64_t next_send_ns;
-	uint64_t own_until;    /* our lease at the CM */
+	uint64_t own_until; /* our lease at the CM */
+	/* Until when this machine may serve reads (farm_lease_attr.serve_word):
+	 * a member, its lease at the CM; the CM, the latest lease a member
+	 * granted it. UINT64_MAX before any configuration. */
+	_Atomic uint64_t own_serve; /* where serve points without a_.serve */
+	_Atomic uint64_t *serve;
 	uint64_t cm_until;     /* the CM's lease at us */
 	uint64_t own_renew_ns; /* last renewal of our lease */
 	bool lost_reported;
@@ -270,6 +275,8 @@ static void handle_msg(farm_lease *l, const struct lease_msg *m,
 			l->own_until = m->t_sent + l->lease_ns;
 			l->own_granted = true;
 			note_renewal(l, &l->own_renew_ns, now);
+			atomic_store_explicit(l->serve, l->own_until,
+			                      memory_order_release);
 		}
 		l->cm_until = now + l->lease_ns;
 		send_msg(l, p, MSG_GRANT, m->seq, m->t_sent, m->cm_seq,
@@ -282,6 +289,10 @@ static void handle_msg(farm_lease *l, const struct lease_msg *m,
 		}
 		if (m->cm_t_sent + l->lease_ns > p->granted_until)
 			p->granted_until = m->cm_t_sent + l->lease_ns;
+		if (p->granted_until >
+		    atomic_load_explicit(l->serve, memory_order_relaxed))
+			atomic_store_explicit(l->serve, p->granted_until,
+			                      memory_order_release);
 		return;
 	default: l->st.refused++; return;
 	}
@@ -439,6 +450,10 @@ int farm_lease_open(const struct farm_lease_attr *a, farm_lease **out)
 	if (!a || !out || (a->lease_us && a->lease_us < 1000))
 		return -EINVAL;
 	farm_lease *l = calloc(1, sizeof(*l));
+	if (l) {
+		l->serve = a->serve_word ? a->serve_word : &l->own_serve;
+		atomic_store(l->serve, UINT64_MAX);
+	}
 	if (!l)
 		return -ENOMEM;
 	l->a = *a;
@@ -560,6 +575,8 @@ int farm_lease_set_config(farm_lease *l, uint64_t config_id, uint32_t cm,
 	l->npeers = k;
 	if (!same_cm || !l->have_config) {
 		/* A new relationship: a grace for the first handshake. */
+		atomic_store_explicit(l->serve, now + grace,
+		                      memory_order_release);
 		l->own_until = now + grace;
 		l->own_granted = false;
 		l->cm_until = now + grace;
@@ -571,6 +588,9 @@ int farm_lease_set_config(farm_lease *l, uint64_t config_id, uint32_t cm,
 	l->config_id = config_id;
 	l->cm = cm;
 	l->have_config = true;
+	if (cm == l->a.self_id && k == 0) /* alone: nobody to lease from */
+		atomic_store_explicit(l->serve, UINT64_MAX,
+		                      memory_order_release);
 	pthread_mutex_unlock(&l->mu);
 	wake(l);
 	return 0;

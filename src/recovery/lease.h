@@ -77,6 +77,12 @@ struct farm_lease_attr {
 	farm_lease_suspect_fn on_suspect; /* may be NULL */
 	farm_lease_lost_fn on_lost;       /* may be NULL */
 	void *ctx;
+	/* May be NULL: a word the lease thread keeps at the time
+	 * (CLOCK_MONOTONIC ns) until which this machine may serve reads: a
+	 * member's lease at the CM, or the latest lease a member granted the
+	 * CM; UINT64_MAX before any configuration or alone. It must outlive
+	 * the lease (the transaction layer's: farm_txm_serve_word). */
+	_Atomic uint64_t *serve_word;
 };
 
 struct farm_lease_peer {
@@ -134,6 +140,7 @@ int farm_lease_probe(farm_lease *l, const struct farm_lease_peer *peers,
 int farm_lease_suspect(farm_lease *l, uint32_t machine);
 /* Whether this machine holds a live lease at the CM (the CM: always). */
 bool farm_lease_valid(farm_lease *l);
+
 void farm_lease_stats(farm_lease *l, struct farm_lease_stats *out);
 
 /* Testing: stop answering and renewing (a wedged machine whose thread

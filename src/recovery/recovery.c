@@ -188,7 +188,8 @@ int farm_recovery_open(const struct farm_recovery_attr *a, farm_recovery **out)
 	                             .no_realtime = a->no_realtime,
 	                             .on_suspect = on_suspect,
 	                             .on_lost = on_lost,
-	                             .ctx = r};
+	                             .ctx = r,
+	                             .serve_word = a->serve_word};
 	int rc = farm_lease_open(&la, &r->lease);
 	if (!rc && (rc = -pthread_create(&r->th, NULL, recovery_main, r)))
 		farm_lease_close(r->lease);

@@ -51,6 +51,7 @@ struct farm_recovery_attr {
 	bool no_realtime;                /* lease thread at normal priority */
 	farm_recovery_event_fn on_event; /* may be NULL */
 	void *ctx;
+	_Atomic uint64_t *serve_word; /* farm_lease_attr.serve_word */
 };
 
 /* Counters and the last reconfiguration's timeline (monotonic ns). */

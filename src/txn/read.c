@@ -107,6 +107,11 @@ static void rd_check(struct rd_op *op)
 		rd_retry(op);
 		return;
 	}
+	/* Checked after the copy: a machine paused past its lease (it may
+	 * have been removed, its regions promoted elsewhere) must not
+	 * return what it read. */
+	if (!rc && !txn_serving(op->tl->m))
+		rc = FARM_ELEASE;
 	op->status = rc;
 	op->done(op);
 }
@@ -561,6 +566,8 @@ int farm_tx_read_local(farm_tx *tx, farm_gaddr a, uint32_t size,
 	}
 	if (rc == -EAGAIN)
 		rc = -EBUSY;
+	if (!rc && !txn_serving(m))
+		rc = FARM_ELEASE; /* see rd_check */
 	if (!rc && !(o = tx_add(tx)))
 		rc = -ENOMEM;
 	if (!rc) {

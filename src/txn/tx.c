@@ -356,7 +356,8 @@ bool farm_tx_retryable(int outcome)
 	 * they succeed. */
 	return outcome == FARM_ECONFLICT || outcome == FARM_EVALIDATION ||
 	       outcome == -ENOSPC || outcome == -EBUSY || outcome == -EAGAIN ||
-	       outcome == FARM_EPEERDEAD || outcome == -ETIMEDOUT;
+	       outcome == FARM_EPEERDEAD || outcome == -ETIMEDOUT ||
+	       outcome == FARM_ELEASE;
 }
 
 /* ---- blocking wrappers ------------------------------------------------ */

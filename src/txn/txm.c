@@ -154,6 +154,7 @@ int farm_txm_create(farm_fabric *fab, farm_msg *msg, farm_as *as,
 		m->epoch_free_pct = 0;
 	pthread_mutex_init(&m->peer_lock, NULL);
 	pthread_mutex_init(&m->rec.lock, NULL);
+	atomic_init(&m->serve_until, UINT64_MAX);
 	/* The read bound in ticks: calibrate the tick against the clock. */
 	uint64_t c0 = farm_cycles(), t0 = farm_now_ns(), t1;
 	while ((t1 = farm_now_ns()) - t0 < 2000000)
@@ -435,4 +436,9 @@ void farm_txm_stats_get(farm_txm *m, farm_txm_stats *out)
 	        .rec_t_config_ns = atomic_load(&m->rec.t_config),
 	        .rec_t_go_ns = atomic_load(&m->rec.t_go),
 	        .rec_t_active_ns = atomic_load(&m->rec.t_active)};
+}
+
+_Atomic uint64_t *farm_txm_serve_word(farm_txm *m)
+{
+	return m ? &m->serve_until : NULL;
 }

@@ -66,6 +66,15 @@ int farm_txm_add_peer(farm_txm *m, uint32_t id, const farm_mr_desc *logs);
  * transaction that was committing is decided. Returns 0 once it is
  * started; -ESTALE for a configuration not newer than the last.
  */
+/*
+ * farm_txm_serve_word() - reads (lock-free and transactional) succeed
+ * only while CLOCK_MONOTONIC is below this word, else FARM_ELEASE: a
+ * machine paused past its lease, perhaps removed, must not return what
+ * its local copies say. UINT64_MAX (the default): always. The lease
+ * module keeps it (farm_lease_attr.serve_word).
+ */
+_Atomic uint64_t *farm_txm_serve_word(farm_txm *m);
+
 int farm_txm_reconfigure(farm_txm *m, uint64_t cfg, const uint32_t *removed,
                          unsigned nremoved, const uint32_t *members,
                          unsigned nmembers, uint32_t decider);

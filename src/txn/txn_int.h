@@ -262,7 +262,16 @@ struct farm_txm {
 		_Atomic uint64_t v[48];
 	} st;
 	struct txrec_state rec;
+	_Atomic uint64_t serve_until; /* farm_txm_serve_word */
 };
+
+/* May this machine serve a read now (its lease holds)? */
+static inline bool txn_serving(farm_txm *m)
+{
+	uint64_t u =
+	        atomic_load_explicit(&m->serve_until, memory_order_acquire);
+	return u == UINT64_MAX || farm_now_ns() < u;
+}
 
 enum {
 	S_COMMITS,

@@ -26,6 +26,9 @@ const char *farm_strerror(int err)
 	case FARM_EVALIDATION:
 		return "transaction validation failed: an object read changed";
 	case FARM_EFREED: return "the object was freed";
+	case FARM_ELEASE:
+		return "this machine's lease lapsed: it may have been removed "
+		       "from the configuration";
 	case FARM_EFENCED:
 		return "access revoked: this machine was removed from the "
 		       "configuration";
