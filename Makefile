@@ -3,14 +3,15 @@
 #   make check   build, then run the whole test suite (ctest)
 # Both install missing Debian packages first (scripts/install-deps).
 # Others: make bench (every benchmark), make stress (long stress tests),
-# make asan (tests under AddressSanitizer+UBSan), make clean.
+# make asan (tests under AddressSanitizer+UBSan), make netns (tests across
+# network namespaces; root, skipped otherwise), make clean.
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 JOBS ?= 2
 CMAKE_FLAGS ?=
 FARM ?= $(BUILD)/src/tools/farm
 
-.PHONY: all deps build demo check bench stress asan clean format
+.PHONY: all deps build demo check bench stress asan netns clean format
 
 all: build
 
@@ -25,7 +26,10 @@ demo: build
 	@scripts/demo $(FARM)
 
 check: build
-	ctest --test-dir $(BUILD) --output-on-failure -j$(JOBS) -LE stress
+	ctest --test-dir $(BUILD) --output-on-failure -j$(JOBS) -LE "stress|netns"
+
+netns: build
+	ctest --test-dir $(BUILD) --output-on-failure -L netns
 
 stress: deps
 	@cmake -S . -B $(BUILD) -DFARM_STRESS=ON $(CMAKE_FLAGS) >/dev/null
@@ -36,7 +40,7 @@ asan: deps
 	@cmake -S . -B $(ASAN_BUILD) -DFARM_SANITIZE=address,undefined \
 	    -DFARM_BUILD_BENCH=OFF $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(ASAN_BUILD) -j$(JOBS)
-	ctest --test-dir $(ASAN_BUILD) --output-on-failure -j$(JOBS) -LE "stress|nosan"
+	ctest --test-dir $(ASAN_BUILD) --output-on-failure -j$(JOBS) -LE "stress|nosan|netns"
 
 bench: build
 	@scripts/bench $(BUILD)

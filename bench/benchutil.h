@@ -1,6 +1,7 @@
 /*
  * Small helpers the benchmarks share: removing a benchmark's scratch
- * directory and pinning a process to a CPU. Header-only.
+ * directory, pinning a process to a CPU, the CPU time a process used.
+ * Header-only.
  */
 #ifndef FARM_BENCH_BENCHUTIL_H
 #define FARM_BENCH_BENCHUTIL_H
@@ -9,8 +10,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 /* Remove @path (relative to @at) and what is in it, @depth levels down at
@@ -50,6 +55,50 @@ static inline void bu_pin_to(int cpu, const char *prog)
 	if (sched_setaffinity(0, sizeof(set), &set) != 0)
 		fprintf(stderr, "%s: cannot pin to CPU %d: %s\n", prog, cpu,
 		        strerror(errno));
+}
+
+/* CPU time process @pid (0: this one) has used so far, all its threads,
+ * in ns (each thread's /proc/PID/task/TID/schedstat: exact, not ticks);
+ * 0 when it cannot be read. A thread that exited is not counted, so take
+ * differences while the threads live. */
+static inline uint64_t bu_proc_cpu_ns(pid_t pid)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/task",
+	         pid ? (int)pid : (int)getpid());
+	DIR *d = opendir(path);
+	if (!d)
+		return 0;
+	uint64_t sum = 0;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		if (e->d_name[0] == '.')
+			continue;
+		char f[128];
+		snprintf(f, sizeof(f), "%s/%.20s/schedstat", path, e->d_name);
+		FILE *fp = fopen(f, "r");
+		if (!fp)
+			continue;
+		unsigned long long ns = 0;
+		if (fscanf(fp, "%llu", &ns) == 1)
+			sum += ns;
+		fclose(fp);
+	}
+	closedir(d);
+	return sum;
+}
+
+/* CPU time this process has used, threads that exited included (user +
+ * system, getrusage), in ns. */
+static inline uint64_t bu_self_cpu_ns(void)
+{
+	struct rusage ru;
+	if (getrusage(RUSAGE_SELF, &ru))
+		return 0;
+	return ((uint64_t)ru.ru_utime.tv_sec + (uint64_t)ru.ru_stime.tv_sec) *
+	               1000000000ull +
+	       ((uint64_t)ru.ru_utime.tv_usec + (uint64_t)ru.ru_stime.tv_usec) *
+	               1000ull;
 }
 
 #endif

@@ -60,6 +60,14 @@
  * instead of the table and JSON. --zk HOST:PORT: the machines join through
  * ZooKeeper (config zk, zk_root /libfarm/kvdemo-<pid>-<n>, a fresh root per
  * cluster start, expect_machines) instead of static peer lines.
+ *
+ * --fabric ofi (libfabric over loopback) and --netns (ofi across the
+ * network namespaces of scripts/netns-cluster run --net-only: machine i
+ * in the i-th machine namespace, joined through the cluster's ZooKeeper,
+ * the peers in machine 0's, this process and the peers' clients in the
+ * clients'; benchnet.h): the CPU the servers and clients use in each run
+ * is measured, the peers get an unloaded GET, and the goals are issue
+ * 15's (net_goals).
  */
 
 #include "kv_bench.h"
@@ -161,6 +169,8 @@ static int cluster_start(struct cluster *c, uint64_t nkeys, const char *tmp)
 			int cpu = O.pin ? first[i %
 			                        (unsigned)FARM_MIN(ncpu, MAXM)]
 			                : -1;
+			if (bnet_enter(&O.net, i))
+				_exit(1);
 			int rc = kb_machine_main(i, c->base, nkeys, cpu);
 			fflush(NULL);
 			_exit(rc);
@@ -284,6 +294,16 @@ static void collect(unsigned n, struct fig *f)
 
 struct results R;
 
+/* CPU time so far of the processes @pid[0..n-1], in ns. */
+static uint64_t cpu_of(const pid_t *pid, unsigned n)
+{
+	uint64_t sum = 0;
+	for (unsigned i = 0; i < n; i++)
+		if (pid[i] > 0)
+			sum += bu_proc_cpu_ns(pid[i]);
+	return sum;
+}
+
 static int run_farm(uint64_t nkeys, bool full, const char *tmp)
 {
 	struct cluster c;
@@ -330,13 +350,17 @@ static int run_farm(uint64_t nkeys, bool full, const char *tmp)
 	}
 	for (int i = 0; i < nwl && !rc; i++) {
 		int w = wls[i];
+		uint64_t c0 = cpu_of(c.pid, c.n), t0w = farm_now_ns();
 		rc = cluster_cmd(&c, CMD_RUN, w, O.seconds, false);
 		if (rc)
 			break;
+		double cores = (double)(cpu_of(c.pid, c.n) - c0) /
+		               (double)(farm_now_ns() - t0w);
 		struct fig *f = full       ? &R.farm[w]
 		                : w == W_C ? &R.small_c
 		                           : &R.small_zc;
 		collect(c.n, f);
+		f->cores = cores;
 		printf("  %-20s %8.3f M ops/s (%.3f M keys/s per core), p50 "
 		       "%.1f us, p99 %.1f us\n",
 		       W[w].name, f->ops / 1e6, f->keys / R.cores / 1e6,
@@ -351,10 +375,13 @@ static int run_farm(uint64_t nkeys, bool full, const char *tmp)
 		fflush(stdout);
 	}
 	if (!rc && full && !O.demo && !O.any_mix) {
+		uint64_t c0 = cpu_of(c.pid, c.n), t0l = farm_now_ns();
 		rc = cluster_cmd(&c, CMD_LAT, 0, FARM_MIN(O.seconds, 1.0),
 		                 false);
 		if (!rc) {
 			collect(c.n, &R.lat1);
+			R.lat1.cores = (double)(cpu_of(c.pid, c.n) - c0) /
+			               (double)(farm_now_ns() - t0l);
 			printf("  unloaded lookup (1 in flight, machine 0): "
 			       "%.3f M/s, "
 			       "p50 %.2f us, p99 %.2f us\n",
@@ -430,6 +457,83 @@ static void jgoal(const char *name, double v, bool have, double target,
 		printf("\"%s\": {\"value\": null, \"target\": %.4g, \"cmp\": "
 		       "\"%s\", \"met\": false}%s",
 		       name, target, cmp, comma ? ", " : "");
+}
+
+/* Issue 15's comparison (ofi): lookups per measured CPU core against
+ * memcached's best configuration per measured server core, unloaded
+ * lookup p50 against memcached's unloaded GET p50. */
+struct net_goals {
+	double farm_pc, mc_pc, x, mc_cores, mc_client_cores;
+	double farm_p50, mc_p50; /* us */
+	const char *mc_mode;
+};
+
+static struct net_goals net_goals(void)
+{
+	struct net_goals g = {.mc_mode = "none"};
+	const struct fig *f = &R.farm[W_C];
+	if (f->have && f->cores > 0)
+		g.farm_pc = f->keys / f->cores;
+	for (int m = 0; m < NMODE && R.peer_ok[P_MC]; m++) {
+		const struct fig *p = &R.peer[P_MC][m][W_C];
+		/* At least a hundredth of a core: schedstat's resolution is
+		 * exact, but a run must have run. */
+		double pc = p->have && p->cores > 0.01 ? p->keys / p->cores : 0;
+		if (pc > g.mc_pc) {
+			g.mc_pc = pc;
+			g.mc_cores = p->cores;
+			g.mc_client_cores = p->client_cores;
+			g.mc_mode = mname[m];
+		}
+	}
+	g.x = g.mc_pc > 0 ? g.farm_pc / g.mc_pc : 0;
+	g.farm_p50 = R.lat1.p50_ns / 1e3;
+	g.mc_p50 = R.peer_lat1[P_MC].have ? R.peer_lat1[P_MC].p50_ns / 1e3 : 0;
+	return g;
+}
+
+static void print_net(const struct net_goals *g)
+{
+	printf("\n%s (%s): uniform C %.3f M lookups/s on %.2f measured "
+	       "cores (every machine process, progress threads included) = "
+	       "%.0f lookups/s per core\n",
+	       O.net.fabric, bnet_network(&O.net), R.farm[W_C].keys / 1e6,
+	       R.farm[W_C].cores, g->farm_pc);
+	printf("memcached best (%s): %.0f GETs/s per server core (%.2f "
+	       "server cores, %.2f client cores)\n",
+	       g->mc_mode, g->mc_pc, g->mc_cores, g->mc_client_cores);
+	printf("per core: farm/memcached %.3f (goal >= 2); unloaded p50: farm "
+	       "lookup %.1f us, memcached GET %.1f us (goal: farm's under)\n",
+	       g->x, g->farm_p50, g->mc_p50);
+}
+
+/* The JSON line's end over ofi: the measured cores, the peers' unloaded
+ * GETs and issue 15's goals (across namespaces; on loopback they are
+ * reported, never met). */
+static void print_net_json(const struct net_goals *ng)
+{
+	printf("}, \"measured_cores\": {\"farm_uniform_c\": %.3f, "
+	       "\"farm_unloaded_lookup\": %.3f, "
+	       "\"memcached_best_server\": %.3f, "
+	       "\"memcached_best_client\": %.3f}, "
+	       "\"per_core\": {\"farm_uniform_c\": %.0f, "
+	       "\"memcached_best\": %.0f, \"memcached_best_mode\": "
+	       "\"%s\"}, ",
+	       R.farm[W_C].cores, R.lat1.cores, ng->mc_cores,
+	       ng->mc_client_cores, ng->farm_pc, ng->mc_pc, ng->mc_mode);
+	jfig("memcached_unloaded_get", &R.peer_lat1[P_MC], false, true);
+	jfig("redis_unloaded_get", &R.peer_lat1[P_REDIS], false, false);
+	printf(", \"goals\": {");
+	jgoal("netns_lookups_per_core_vs_memcached_best", ng->x,
+	      ng->mc_pc > 0 && ng->farm_pc > 0, 2.0,
+	      O.net.netns && ng->x >= 2.0, ">=", true);
+	jgoal("netns_lookup_p50_us_vs_memcached_p50_us", ng->farm_p50,
+	      R.lat1.have && ng->mc_p50 > 0, ng->mc_p50 > 0 ? ng->mc_p50 : 0,
+	      O.net.netns && R.lat1.have && ng->mc_p50 > 0 &&
+	              ng->farm_p50 < ng->mc_p50,
+	      "<", false);
+	printf("}}\n");
+	fflush(stdout);
 }
 
 /* The default run's summary lines. */
@@ -517,16 +621,20 @@ static void print_all(void)
 	       rpl, R.hst.lookup_retries, R.hst.hops, R.hst.chain_appends,
 	       R.hst.combined_txns, R.hst.puts);
 	printf("total %.1f s\n", R.total_s);
+	struct net_goals ng = net_goals();
+	if (!bnet_shm(&O.net))
+		print_net(&ng);
 
-	printf("{\"bench\": \"kv_bench\", \"provider\": \"shm\", \"machines\": "
-	       "%u, "
+	printf("{\"bench\": \"kv_bench\", \"provider\": \"%s\", "
+	       "\"network\": \"%s\", \"machines\": %u, "
 	       "\"threads_per_machine\": 1, \"cores\": %d, \"busy_poll\": "
 	       "true, "
 	       "\"pinned\": %s, \"keys\": %" PRIu64 ", \"key_bytes\": %u, "
 	       "\"value_bytes\": %u, \"key_inline\": %u, \"value_inline\": "
 	       "%u, \"zipf_theta\": %.3g, \"mix\": ",
-	       O.machines, R.cores, O.pin ? "true" : "false", O.keys, O.ksize,
-	       O.vsize, kb_key_inline(), kb_val_inline(), O.theta);
+	       O.net.fabric, bnet_network(&O.net), O.machines, R.cores,
+	       O.pin ? "true" : "false", O.keys, O.ksize, O.vsize,
+	       kb_key_inline(), kb_val_inline(), O.theta);
 	if (O.any_mix) {
 		printf("\"");
 		for (int w = W_YA; w <= W_YF; w++)
@@ -588,6 +696,10 @@ static void print_all(void)
 					bp = FARM_MAX(bp, R.peer[p][m][w].keys);
 		printf(", \"%s_farm_per_core_vs_best_peer\": %.3f", W[w].key,
 		       bp > 0 ? f->keys / cores / bp : 0);
+	}
+	if (!bnet_shm(&O.net)) {
+		print_net_json(&ng);
+		return;
 	}
 	printf("}, \"goals\": {");
 	jgoal("lookups_per_s_per_core", farm_c, R.farm[W_C].have, GOAL_RATE,
@@ -652,13 +764,14 @@ static void usage(FILE *out)
 	        "usage: kv_bench [OPTIONS]\n"
 	        "\n"
 	        "YCSB-style load on the cluster key-value store (src/kv): a\n"
-	        "local cluster of machine processes (shm fabric, one busy-\n"
-	        "polling loop each), 16 B keys and 32 B values, uniform and\n"
-	        "Zipf 0.99 key choice, read-only / 95-5 / 50-50 and 24-key\n"
-	        "multi-get; against memcached and Redis (started here on\n"
-	        "loopback, same keys, same mix, same number of connections\n"
-	        "as machine threads), and a plain local lookup loop. Prints a\n"
-	        "table, then one JSON line (last).\n"
+	        "local cluster of machine processes (shm fabric, or ofi:\n"
+	        "--fabric; one busy-polling loop each), 16 B keys and 32 B\n"
+	        "values, uniform and Zipf 0.99 key choice, read-only / 95-5\n"
+	        "/ 50-50 and 24-key multi-get (or YCSB A-F: --mix); against\n"
+	        "memcached and Redis (started here on loopback, same keys,\n"
+	        "same mix, same number of connections as machine threads),\n"
+	        "and a plain local lookup loop. Prints a table, then one\n"
+	        "JSON line (last).\n"
 	        "\n"
 	        "  --machines N     machine processes (2..%d; default 2)\n"
 	        "  --keys N         keys to load (default 10M; suffixes k, M)\n"
@@ -719,6 +832,19 @@ static void usage(FILE *out)
 	        "read/read-modify-write).\n"
 	        "                   No 1M-key run, unloaded latency or plain\n"
 	        "                   loop: those goals report null\n"
+	        "Networks (issue 15):\n"
+	        "  --fabric NAME    shm (default) or ofi (libfabric\n"
+	        "                   tcp;ofi_rxm over loopback; default keys\n"
+	        "                   100k); the server and client CPU each\n"
+	        "                   run uses is measured, and the goals are\n"
+	        "                   issue 15's (per core against memcached)\n"
+	        "  --netns          ofi across network namespaces: machine i\n"
+	        "                   in the i-th machine namespace (ZooKeeper\n"
+	        "                   membership), memcached and Redis in\n"
+	        "                   machine 0's, their clients in the\n"
+	        "                   clients' namespace; run it under\n"
+	        "                   scripts/netns-cluster run --net-only\n"
+	        "                   --machines N --\n"
 	        "  -h, --help       this text\n",
 	        MAXM);
 }
@@ -761,7 +887,9 @@ static int parse_opts(int argc, char **argv)
 		O_KSIZE,
 		O_VSIZE,
 		O_ZIPF,
-		O_MIX
+		O_MIX,
+		O_FABRIC,
+		O_NETNS
 	};
 	static const struct option lo[] = {
 	        {"machines", required_argument, NULL, O_MACH},
@@ -782,6 +910,8 @@ static int parse_opts(int argc, char **argv)
 	        {"value-size", required_argument, NULL, O_VSIZE},
 	        {"zipf", required_argument, NULL, O_ZIPF},
 	        {"mix", required_argument, NULL, O_MIX},
+	        {"fabric", required_argument, NULL, O_FABRIC},
+	        {"netns", no_argument, NULL, O_NETNS},
 	        {"help", no_argument, NULL, 'h'},
 	        {NULL, 0, NULL, 0}};
 	O = (struct opts){.machines = 2,
@@ -797,7 +927,8 @@ static int parse_opts(int argc, char **argv)
 	                  .pin = true,
 	                  .ksize = 16,
 	                  .vsize = 32,
-	                  .theta = 0.99};
+	                  .theta = 0.99,
+	                  .net = BNET_DEFAULT};
 	bool set_keys = false, set_secs = false, set_mach = false;
 	bool set_log = false;
 	uint64_t v;
@@ -872,6 +1003,11 @@ static int parse_opts(int argc, char **argv)
 			if (parse_mix(optarg))
 				goto bad;
 			break;
+		case O_FABRIC:
+			if (bnet_set_fabric(&O.net, optarg))
+				goto bad;
+			break;
+		case O_NETNS: O.net.netns = true; break;
 		case O_ZK:
 			if (!*optarg || strlen(optarg) >= sizeof(O.zk))
 				goto bad;
@@ -915,6 +1051,24 @@ static int parse_opts(int argc, char **argv)
 		if (!set_secs)
 			O.seconds = 10.0;
 		O.small = false;
+	}
+	if (bnet_check(&O.net, PROG, O.machines))
+		return -EINVAL;
+	if (!bnet_shm(&O.net)) {
+		/* Software RMA over TCP loads thousands, not millions, of
+		 * keys a second. */
+		if (!set_keys)
+			O.keys = 100000;
+		O.small = false;
+	}
+	if (O.net.netns) {
+		/* The machines join through the cluster's ZooKeeper; the
+		 * peers serve from machine 0's namespace. */
+		const char *zk = getenv("FARM_NETNS_ZK");
+		if (!O.zk[0] && zk && *zk)
+			snprintf(O.zk, sizeof(O.zk), "%s", zk);
+		if (kb_peer_netns())
+			return -EINVAL;
 	}
 	if (O.keys <= SMALL_KEYS || O.any_mix)
 		O.small = false;
@@ -976,6 +1130,10 @@ int main(int argc, char **argv)
 {
 	if (parse_opts(argc, argv))
 		return 2;
+	/* The coordinator and the peers' client threads: in the clients'
+	 * namespace (the machines enter theirs when forked). */
+	if (O.net.netns && tn_enter_client())
+		return 1;
 	struct sigaction sa;
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = on_signal;

@@ -7,6 +7,7 @@
 #ifndef FARM_BENCH_KV_BENCH_H
 #define FARM_BENCH_KV_BENCH_H
 
+#include "benchnet.h"
 #include "benchnode.h"
 #include "benchutil.h"
 #include <arpa/inet.h>
@@ -125,6 +126,7 @@ struct opts {
 	double theta;                  /* --zipf */
 	bool mix[NW];                  /* --mix: the YCSB workloads to run */
 	bool any_mix;
+	struct bnet net; /* --fabric, --netns (benchnet.h) */
 };
 extern struct opts O;
 
@@ -227,6 +229,10 @@ struct fig {
 	double inserts, scans, scan_pairs, rmws;
 	double p50_ns, p99_ns;
 	uint64_t errors, notfound;
+	/* CPU cores the servers used during the run (farm: every machine
+	 * process, progress threads included; peers: the server process),
+	 * and the peers' client threads */
+	double cores, client_cores;
 };
 
 enum { P_MC, P_REDIS, NPEER };
@@ -239,6 +245,7 @@ struct results {
 	double plain_rate, plain_fallback_frac;
 	uint64_t small_keys;
 	struct fig peer[NPEER][NMODE][NW];
+	struct fig peer_lat1[NPEER]; /* one connection, one GET in flight */
 	bool peer_ok[NPEER];
 	double load_s, load_rate, peer_load_s[NPEER];
 	struct farm_ht_stats hst;
@@ -297,7 +304,11 @@ int kb_machine_main(uint32_t id, const char *base, uint64_t nkeys, int cpu);
  * --mix workloads (YCSB E not on the peers: they have no scan). */
 bool kb_runs(int w, bool peer);
 
-/* kv_peer.c: load @which (P_MC, P_REDIS) and run the workloads on it. */
+/* kv_peer.c: load @which (P_MC, P_REDIS) and run the workloads on it
+ * (with --netns in machine 0's namespace, after kb_peer_netns). */
 int kb_run_peer(int which, const char *tmp);
+/* --netns: the peers listen on machine 0's address, not loopback. 0, or
+ * -EINVAL (said on stderr). */
+int kb_peer_netns(void);
 
 #endif

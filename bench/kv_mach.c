@@ -34,7 +34,12 @@ static int mach_open(struct mach *m, uint32_t id, const char *base,
 	snprintf(v, sizeof(v), "%u", id);
 	rc |= bn_cfg_set(PROG, &c, "machine_id", v);
 	rc |= bn_cfg_set(PROG, &c, "data_dir", dir);
-	rc |= bn_cfg_set(PROG, &c, "fabric", "shm");
+	rc |= bn_cfg_set(PROG, &c, "fabric", O.net.fabric);
+	char lbuf[96], ip[64];
+	if (bnet_listen(&O.net, id, lbuf, sizeof(lbuf)))
+		rc |= bn_cfg_set(PROG, &c, "listen", lbuf);
+	if (O.net.netns && tn_addr(id, ip, sizeof(ip)) == 0)
+		rc |= bn_cfg_set(PROG, &c, "lease_bind", ip);
 	snprintf(v, sizeof(v), "%" PRIu64, kb_region_for(nb, nkeys));
 	rc |= bn_cfg_set(PROG, &c, "region_size", v);
 	snprintf(v, sizeof(v), "%u", FARM_MIN(3u, O.machines));

@@ -1,8 +1,10 @@
 /*
  * kv_bench: the peers, memcached and Redis (kv_bench.h), started on
- * loopback free ports and stopped by pid, loaded with the same keys, then
- * driven with the same workloads from one client thread per machine
- * thread: pipelined batches and single requests.
+ * loopback free ports (with --netns: in machine 0's namespace, on its
+ * address) and stopped by pid, loaded with the same keys, then driven
+ * with the same workloads from one client thread per machine thread:
+ * pipelined batches and single requests; the server's and the clients'
+ * CPU time per run, and an unloaded GET (one connection, one in flight).
  */
 #include "kv_bench.h"
 
@@ -14,6 +16,21 @@ struct peer {
 	int port;
 	char dir[256];
 };
+
+/* Where the peers listen: loopback; with --netns machine 0's address
+ * (the server runs in its namespace, the clients in the clients'). */
+static struct in_addr peer_ip = {.s_addr = 0};
+static char peer_ip_s[64] = "127.0.0.1";
+
+int kb_peer_netns(void)
+{
+	if (tn_addr(0, peer_ip_s, sizeof(peer_ip_s)) ||
+	    inet_pton(AF_INET, peer_ip_s, &peer_ip) != 1) {
+		fprintf(stderr, PROG ": --netns: no address for machine 0\n");
+		return -EINVAL;
+	}
+	return 0;
+}
 
 static int free_port(void)
 {
@@ -38,7 +55,9 @@ static int tcp_connect(int port)
 		return -errno;
 	struct sockaddr_in a = {.sin_family = AF_INET,
 	                        .sin_port = htons((uint16_t)port),
-	                        .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	                        .sin_addr = peer_ip};
+	if (!a.sin_addr.s_addr)
+		a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
 		int e = -errno;
 		close(fd);
@@ -77,7 +96,8 @@ static void peer_stop(struct peer *p)
 static int peer_start(struct peer *p, int which, const char *tmp)
 {
 	memset(p, 0, sizeof(*p));
-	int port = free_port();
+	/* A fresh namespace has every port free. */
+	int port = O.net.netns ? (which == P_MC ? 11211 : 6379) : free_port();
 	if (port < 0)
 		return port;
 	p->port = port;
@@ -104,21 +124,23 @@ static int peer_start(struct peer *p, int which, const char *tmp)
 			dup2(nul, 1);
 			close(nul);
 		}
+		if (bnet_enter(&O.net, 0))
+			_exit(127);
+		const char *ip = peer_ip_s;
 		if (which == P_MC && geteuid() == 0)
-			execlp("memcached", "memcached", "-u", "root", "-l",
-			       "127.0.0.1", "-p", ps, "-U", "0", "-t", "1",
-			       "-m", mem, "-c", "1024", (char *)NULL);
-		else if (which == P_MC)
-			execlp("memcached", "memcached", "-l", "127.0.0.1",
+			execlp("memcached", "memcached", "-u", "root", "-l", ip,
 			       "-p", ps, "-U", "0", "-t", "1", "-m", mem, "-c",
 			       "1024", (char *)NULL);
+		else if (which == P_MC)
+			execlp("memcached", "memcached", "-l", ip, "-p", ps,
+			       "-U", "0", "-t", "1", "-m", mem, "-c", "1024",
+			       (char *)NULL);
 		else
 			execlp("redis-server", "redis-server", "--port", ps,
-			       "--bind", "127.0.0.1", "--save", "",
-			       "--appendonly", "no", "--protected-mode", "no",
-			       "--dir", p->dir, "--daemonize", "no",
-			       "--io-threads", "1", "--loglevel", "warning",
-			       (char *)NULL);
+			       "--bind", ip, "--save", "", "--appendonly", "no",
+			       "--protected-mode", "no", "--dir", p->dir,
+			       "--daemonize", "no", "--io-threads", "1",
+			       "--loglevel", "warning", (char *)NULL);
 		_exit(127);
 	}
 	p->pid = pid;
@@ -548,6 +570,46 @@ static int peer_threads(struct pjob *jobs, unsigned n, void *(*fn)(void *))
 	return rc;
 }
 
+/* Unloaded: one connection, one GET at a time, every GET timed, into
+ * R.peer_lat1[@which]. @j: a job whose sample buffer it uses. */
+static int peer_unloaded(int which, int port, struct pjob *j)
+{
+	uint64_t dur = (uint64_t)(FARM_MIN(O.seconds, 1.0) * 1e9);
+	uint64_t *smp = j->samp;
+	*j = (struct pjob){.which = which,
+	                   .mode = M_SINGLE,
+	                   .wl = W_C,
+	                   .nthreads = 1,
+	                   .port = port,
+	                   .nkeys = O.keys,
+	                   .zetan = SH->zeta_n,
+	                   .go_ns = farm_now_ns() + 20000000ull + dur / 10,
+	                   .dur_ns = dur,
+	                   .warm_ns = dur / 10,
+	                   .samp = smp};
+	unsigned se = O.sample_every;
+	O.sample_every = 1;
+	int rc = smp ? peer_threads(j, 1, peer_run_thread) : -ENOMEM;
+	O.sample_every = se;
+	struct fig *f = &R.peer_lat1[which];
+	memset(f, 0, sizeof(*f));
+	if (rc) {
+		fprintf(stderr, PROG ": %s unloaded GET: %s\n", pname[which],
+		        strerror(-rc));
+		return rc;
+	}
+	if (j->ns) {
+		f->ops = (double)j->ops / ((double)j->ns / 1e9);
+		f->keys = f->gets = f->ops;
+		kb_pcts(j->samp, j->nsamp, &f->p50_ns, &f->p99_ns);
+		f->have = true;
+		printf("  unloaded GET (1 connection, 1 in flight): %.3f M/s, "
+		       "p50 %.1f us, p99 %.1f us\n",
+		       f->ops / 1e6, f->p50_ns / 1e3, f->p99_ns / 1e3);
+	}
+	return 0;
+}
+
 int kb_run_peer(int which, const char *tmp)
 {
 	struct peer p;
@@ -615,6 +677,8 @@ int kb_run_peer(int which, const char *tmp)
 				    !(jobs[i].samp = malloc(SAMP_MAX * 8)))
 					rc = -ENOMEM;
 			}
+			uint64_t s0 = bu_proc_cpu_ns(p.pid),
+			         k0 = bu_self_cpu_ns(), t0r = farm_now_ns();
 			if (!rc)
 				rc = peer_threads(jobs, nt, peer_run_thread);
 			if (rc) {
@@ -623,8 +687,12 @@ int kb_run_peer(int which, const char *tmp)
 				        strerror(-rc));
 				break;
 			}
+			double wall = (double)(farm_now_ns() - t0r);
 			struct fig *f = &R.peer[which][mode][w];
 			memset(f, 0, sizeof(*f));
+			f->cores = (double)(bu_proc_cpu_ns(p.pid) - s0) / wall;
+			f->client_cores =
+			        (double)(bu_self_cpu_ns() - k0) / wall;
 			size_t ns = 0;
 			for (unsigned i = 0; i < nt; i++) {
 				double s = (double)jobs[i].ns / 1e9;
@@ -651,6 +719,8 @@ int kb_run_peer(int which, const char *tmp)
 			       mode == M_PIPE ? " (per batch)" : "");
 			fflush(stdout);
 		}
+	if (!rc && !O.demo && !O.any_mix)
+		rc = peer_unloaded(which, p.port, &jobs[0]);
 	if (!rc)
 		R.peer_ok[which] = true;
 out:

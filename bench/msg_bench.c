@@ -1,7 +1,11 @@
 /*
  * msg_bench: request/response and one-way messaging between two machine
  * processes (include/farm/msg.h), against TCP loopback and a plain
- * shared-memory ring measured in the same run (baseline.h).
+ * shared-memory ring measured in the same run (baseline.h). --fabric ofi:
+ * the same over libfabric on loopback (the baselines too); --netns: the
+ * client in the first machine namespace of scripts/netns-cluster, the
+ * server in the second, over the veth links (no baselines: they run on
+ * one host).
  *
  * The process is machine 0, the client. It forks machine 1, the server:
  * each opens its own shm fabric on a data directory under /dev/shm and its
@@ -34,6 +38,7 @@
  * as many 64-byte slots as a message ring has bytes / 64.
  * Output: a table, then, last, one JSON line (bench/README.md).
  */
+#include "benchnet.h"
 #include "benchutil.h"
 #include <dirent.h>
 #include <errno.h>
@@ -106,6 +111,7 @@ struct opts {
 	bool pin;
 	int cpu[2];    /* client, server (pin); -1: none */
 	unsigned runs; /* RUN_* */
+	struct bnet net;
 };
 
 /* A machine's introduction, and its status (one write, < PIPE_BUF). */
@@ -302,8 +308,12 @@ static int machine_open(const struct opts *o, uint32_t id, const char *dir,
 {
 	const char *who = id == SERVER_ID ? "server" : "client";
 	memset(h, 0, sizeof(*h));
+	char lbuf[96];
 	farm_fabric_attr fa = {
-	        .provider = "shm", .machine_id = id, .data_dir = dir};
+	        .provider = o->net.fabric,
+	        .machine_id = id,
+	        .data_dir = dir,
+	        .listen_addr = bnet_listen(&o->net, id, lbuf, sizeof(lbuf))};
 	int rc = farm_fabric_open(&fa, &m->fab);
 	if (rc) {
 		fprintf(stderr, PROG ": %s: cannot open a fabric in %s: %s\n",
@@ -888,11 +898,13 @@ static void print_results(const struct opts *o, const struct size_res *res,
 		printf("\n");
 	}
 
-	printf("{\"bench\": \"msg_bench\", \"provider\": \"shm\", "
-	       "\"threads\": 1, \"busy_poll\": true, \"pinned\": %s, "
+	printf("{\"bench\": \"msg_bench\", \"provider\": \"%s\", "
+	       "\"network\": \"%s\", \"threads\": 1, \"busy_poll\": true, "
+	       "\"pinned\": %s, "
 	       "\"ring_size\": %" PRIu32 ", \"depth\": %u, "
 	       "\"flush_every\": %d, \"send_batch\": %u, \"seconds\": %.3g, "
 	       "\"results\": [",
+	       o->net.fabric, bnet_network(&o->net),
 	       o->cpu[0] >= 0 ? "true" : "false", o->ring_size, o->depth,
 	       o->flush_every, o->send_batch, o->seconds);
 	for (unsigned i = 0; i < o->nsizes; i++) {
@@ -922,6 +934,12 @@ static void print_results(const struct opts *o, const struct size_res *res,
 		printf("\"ring_slots\": %u", br->slots);
 	}
 	printf("}, \"goals\": {");
+	if (!bnet_shm(&o->net)) {
+		/* Issue 15 names goals for kv_bench only: none here. */
+		printf("}}\n");
+		fflush(stdout);
+		return;
+	}
 	print_goal("rr_vs_tcp_64B", g_rr, r64 && tcp_ok, GOAL_RR_VS_TCP,
 	           g_rr >= GOAL_RR_VS_TCP, false);
 	print_goal("rtt_p50_us_64B", g_rtt, r64 != NULL, GOAL_RTT_US,
@@ -1002,14 +1020,14 @@ static int client_main(const struct opts *o, const char *dir, int down, int up,
 		         o->send_batch);
 	else
 		snprintf(batch, sizeof(batch), "only");
-	printf("msg_bench: shm fabric, 2 machine processes, 1 loop each, "
-	       "busy polling; rings of %" PRIu32 " KiB\n"
+	printf("msg_bench: %s fabric (%s), 2 machine processes, 1 loop "
+	       "each, busy polling; rings of %" PRIu32 " KiB\n"
 	       "  rr1: 1 call outstanding, each timed; rr%u: %u outstanding, "
 	       "%s, 1 in 16 timed\n"
 	       "  oneway: the sender polls %s on -ENOBUFS\n"
 	       "  each run %.2f s after a %.2f s warm-up\n",
-	       o->ring_size >> 10, o->depth, o->depth, flush, batch, o->seconds,
-	       warm_ns(o) / 1e9);
+	       o->net.fabric, bnet_network(&o->net), o->ring_size >> 10,
+	       o->depth, o->depth, flush, batch, o->seconds, warm_ns(o) / 1e9);
 	if (o->cpu[0] >= 0)
 		printf("  client pinned to CPU %d, server to CPU %d (while "
 		       "messaging)\n",
@@ -1099,6 +1117,13 @@ static void usage(FILE *out)
 	        "  --runs LIST        measurements to make, of rr1,rrn,oneway\n"
 	        "                     (default all; those left out report 0:\n"
 	        "                     for profiling)\n"
+	        "  --fabric NAME      shm (default) or ofi (libfabric\n"
+	        "                     tcp;ofi_rxm over loopback)\n"
+	        "  --netns            ofi across network namespaces (client\n"
+	        "                     in the first machine namespace, server\n"
+	        "                     in the second; no baselines); run it\n"
+	        "                     under scripts/netns-cluster run\n"
+	        "                     --net-only --\n"
 	        "  --quick            0.2 s measurements (smoke test)\n"
 	        "  -h, --help         this text\n",
 	        MAX_DEPTH);
@@ -1116,7 +1141,9 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		O_NOBASE,
 		O_NOPIN,
 		O_RUNS,
-		O_QUICK
+		O_QUICK,
+		O_FABRIC,
+		O_NETNS
 	};
 	static const struct option lopts[] = {
 	        {"sizes", required_argument, NULL, O_SIZES},
@@ -1129,6 +1156,8 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 	        {"no-pin", no_argument, NULL, O_NOPIN},
 	        {"runs", required_argument, NULL, O_RUNS},
 	        {"quick", no_argument, NULL, O_QUICK},
+	        {"fabric", required_argument, NULL, O_FABRIC},
+	        {"netns", no_argument, NULL, O_NETNS},
 	        {"help", no_argument, NULL, 'h'},
 	        {NULL, 0, NULL, 0},
 	};
@@ -1146,7 +1175,8 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 	                   .baseline = true,
 	                   .pin = true,
 	                   .cpu = {-1, -1},
-	                   .runs = RUN_RR1 | RUN_RRN | RUN_ONEWAY};
+	                   .runs = RUN_RR1 | RUN_RRN | RUN_ONEWAY,
+	                   .net = BNET_DEFAULT};
 	while ((c = getopt_long(argc, argv, "h", lopts, NULL)) != -1) {
 		switch (c) {
 		case O_SIZES:
@@ -1188,6 +1218,11 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 				goto bad;
 			break;
 		case O_QUICK: o->quick = true; break;
+		case O_FABRIC:
+			if (bnet_set_fabric(&o->net, optarg))
+				goto bad;
+			break;
+		case O_NETNS: o->net.netns = true; break;
 		case 'h': usage(stdout); exit(0);
 		default: usage(stderr); return -EINVAL;
 		}
@@ -1199,6 +1234,10 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 	}
 	if (o->quick && !set_seconds)
 		o->seconds = 0.2;
+	if (bnet_check(&o->net, PROG, 2))
+		return -EINVAL;
+	if (o->net.netns)
+		o->baseline = false; /* TCP and the ring run on one host */
 	if (o->flush_every < 0)
 		o->flush_every = (int)FARM_MAX(o->depth / 4, 1u);
 	/* The first two CPUs we may use: one machine on each. */
@@ -1286,6 +1325,8 @@ int main(int argc, char **argv)
 		int rc = 1;
 		if (getppid() != parent)
 			bu_rm_tree(AT_FDCWD, base, 2);
+		else if (bnet_enter(&o.net, SERVER_ID))
+			rc = 1;
 		else if (!interrupted)
 			rc = server_main(&o, base, sdir, down[0], up[1],
 			                 parent);
@@ -1296,7 +1337,9 @@ int main(int argc, char **argv)
 	close(up[1]);
 
 	bool serving = false;
-	int rc = client_main(&o, cdir, down[1], up[0], &serving);
+	int rc = bnet_enter(&o.net, CLIENT_ID)
+	                 ? -ENOENT
+	                 : client_main(&o, cdir, down[1], up[0], &serving);
 	/* Tell the server to go, and wait for it to have cleaned up; one
 	 * that is still polling does not read its pipe: kill it (its files
 	 * go with the directory below). */

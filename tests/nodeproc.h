@@ -5,11 +5,15 @@
  * each way: one-byte commands down (np_send), one-byte answers and their
  * payloads up (np_expect, np_recv). What a machine does is the test's: its
  * child entry point gets a struct np_child, which the test's own child
- * state embeds (as a member np). Header-only, static functions.
+ * state embeds (as a member np). Under scripts/netns-cluster (netns.h)
+ * machine i runs in the i-th machine namespace, listens on its address and
+ * joins through the cluster's ZooKeeper instead of static peers.
+ * Header-only, static functions.
  */
 #ifndef FARM_TESTS_NODEPROC_H
 #define FARM_TESTS_NODEPROC_H
 
+#include "netns.h"
 #include "testutil.h"
 
 #include <poll.h>
@@ -60,6 +64,7 @@ static inline void np_start(struct np_cluster *cl, const char *tag,
                             np_entry_fn entry, void *arg)
 {
 	memset(cl, 0, sizeof(*cl));
+	tn_require(NP_NM);
 	tu_tmpdir(cl->root, sizeof(cl->root), tag);
 	for (uint32_t i = 0; i < NP_NM; i++) {
 		snprintf(cl->dir[i], sizeof(cl->dir[i]), "%s/m%u", cl->root, i);
@@ -88,6 +93,8 @@ static inline void np_start(struct np_cluster *cl, const char *tag,
 			for (size_t k = 0; k < sizeof(sigs) / sizeof(sigs[0]);
 			     k++)
 				signal(sigs[k], SIG_DFL);
+			if (tn_active() && tn_enter_machine(i))
+				_exit(12);
 			struct np_child c = {
 			        .me = i, .in = down[0], .out = up[1], .cl = cl};
 			_exit(entry(&c, arg));
@@ -179,9 +186,39 @@ static inline void np_cleanup(struct np_cluster *cl)
 /* ---- the machine (child side)
  * ------------------------------------------------ */
 
+/* Lease length across namespaces: generous, so that a loaded host's
+ * scheduling does not look like a failure (recovery removes a machine
+ * whose lease lapses). */
+#define NP_NETNS_LEASE_US 200000u
+
+/* Across namespaces (netns.h): listen and hold leases on the machine's
+ * own address, join through the cluster's ZooKeeper under a root of this
+ * cluster's own. 0, or 3 (the environment is incomplete). */
+static inline int np_config_netns(const struct np_child *c,
+                                  struct farm_config *cfg)
+{
+	char ip[64];
+	const char *zk = getenv("FARM_NETNS_ZK");
+	if (tn_addr(c->me, ip, sizeof(ip)) || !zk || !*zk) {
+		fprintf(stderr, "m%u: netns: no address or no FARM_NETNS_ZK\n",
+		        c->me);
+		return 3;
+	}
+	snprintf(cfg->listen, sizeof(cfg->listen), "%s:0", ip);
+	snprintf(cfg->lease_bind, sizeof(cfg->lease_bind), "%s", ip);
+	snprintf(cfg->zk, sizeof(cfg->zk), "%s", zk);
+	const char *base = strrchr(c->cl->root, '/');
+	snprintf(cfg->zk_root, sizeof(cfg->zk_root), "/libfarm/netns-%.200s",
+	         base ? base + 1 : c->cl->root);
+	cfg->lease_us = NP_NETNS_LEASE_US;
+	cfg->npeers = 0;
+	return 0;
+}
+
 /* Machine @c's configuration: its data dir, regions of @rsize, 1 thread,
- * the other machines as static peers. 0, or the child's exit status: 2 (bad
- * @rsize), 3 (an invalid configuration). */
+ * the other machines as static peers (across namespaces: np_config_netns).
+ * 0, or the child's exit status: 2 (bad @rsize), 3 (an invalid
+ * configuration). */
 static inline int np_config(const struct np_child *c, const char *rsize,
                             struct farm_config *cfg)
 {
@@ -201,6 +238,8 @@ static inline int np_config(const struct np_child *c, const char *rsize,
 		         c->cl->dir[i]);
 		cfg->npeers++;
 	}
+	if (tn_active() && np_config_netns(c, cfg))
+		return 3;
 	char err[256];
 	if (farm_config_validate(cfg, err, sizeof(err))) {
 		fprintf(stderr, "m%u: config: %s\n", c->me, err);
@@ -231,9 +270,40 @@ static inline int np_config_zk(const struct np_child *c, const char *rsize,
 	return 0;
 }
 
+/* Across namespaces: every member of @c's view publishes a fabric address
+ * on its own namespace's network (machine 0 says them). 0, or -1. */
+static inline int np_check_netns(struct np_child *c)
+{
+	struct farm_view *v = malloc(sizeof(*v));
+	int rc = v && farm_node_view(c->node, v) == 0 ? 0 : -1;
+	for (unsigned i = 0; v && !rc && i < v->n; i++) {
+		char addr[FARM_ENDPOINT_MAX], ip[64];
+		farm_mr_desc d, l;
+		const struct farm_member *m = &v->members[i];
+		if (farm_node_card_parse(m->endpoint, addr, sizeof(addr), &d,
+		                         &l) ||
+		    tn_addr(m->id, ip, sizeof(ip)) ||
+		    strncmp(addr, ip, strlen(ip)) != 0 ||
+		    addr[strlen(ip)] != ':') {
+			fprintf(stderr,
+			        "m%u: machine %u's card '%s' is not on its "
+			        "namespace's network\n",
+			        c->me, m->id, m->endpoint);
+			rc = -1;
+		} else if (c->me == 0) {
+			printf("netns: machine %u at %s\n", m->id, addr);
+		}
+	}
+	fflush(stdout);
+	free(v);
+	return rc;
+}
+
 /* The machine is up: seed its random numbers and say 'R'. */
 static inline int np_ready(struct np_child *c)
 {
+	if (tn_active() && c->node && np_check_netns(c))
+		return -1;
 	c->rng = np_now_ns() ^ ((uint64_t)c->me << 40) ^ 0x9e3779b97f4a7c15ull;
 	char b = 'R';
 	return tu_send(c->out, &b, 1);

@@ -235,6 +235,7 @@ static void *progress_main(void *arg)
 		pthread_mutex_lock(&f->drain);
 		drain_locked(f);
 		ofi_hb_tick(f);
+		bool acks = f->acks && ofi_acks_retry(f);
 		pthread_mutex_unlock(&f->drain);
 		int timeout = 50;
 		if (f->cq_wait) {
@@ -242,6 +243,8 @@ static void *progress_main(void *arg)
 			if (fi_trywait(f->fabric, fids, 1) != FI_SUCCESS)
 				continue;
 			timeout = (int)FARM_MIN(200u, f->hb_ns / 1000000u);
+			if (acks) /* deferred ACKs: retry soon */
+				timeout = 1;
 		}
 		ST_ADD(f, progress_sleeps, 1);
 		int n = poll(p, f->cq_wait ? 2 : 1, f->cq_wait ? timeout : 0);
@@ -462,6 +465,7 @@ static void ofi_close(farm_fabric *fab)
 		f->conns = c->next;
 		free(c);
 	}
+	ofi_acks_free(f);
 	pthread_mutex_destroy(&f->drain);
 	pthread_mutex_destroy(&f->lock);
 	free(f);

@@ -120,18 +120,79 @@ void ofi_post_recv(struct ofi_fabric *f, struct ofi_rbuf *r)
 	}
 }
 
-static int send_ctrl(struct ofi_fabric *f, fi_addr_t to, struct ofi_octx *ctx,
-                     struct ofi_ctrl *msg, void *desc)
+/* One try at sending a control message (drain lock held): 0, -EAGAIN
+ * (libfabric cannot take it now: ofi_rxm is connecting, or cannot connect,
+ * to @to; every try may cost a connect(2)), or an error. Never a loop
+ * here: a HELLO naming an address where nobody listens made the progress
+ * thread retry its ACK for minutes with the drain lock held, and the
+ * machine served no one meanwhile (test_ofi_wire). */
+static int send_ctrl_once(struct ofi_fabric *f, fi_addr_t to,
+                          struct ofi_octx *ctx, struct ofi_ctrl *msg,
+                          void *desc)
 {
-	for (int i = 0; i < 100000; i++) {
-		ssize_t rc = fi_send(f->ep, msg, sizeof(*msg), desc, to, ctx);
-		if (rc == 0)
-			return 0;
-		if (rc != -FI_EAGAIN)
-			return fi_to_errno((int)rc);
-		fi_cq_read(f->cq, NULL, 0); /* progress (drain lock held) */
+	ssize_t rc = fi_send(f->ep, msg, sizeof(*msg), desc, to, ctx);
+	if (rc == -FI_EAGAIN) {
+		fi_cq_read(f->cq, NULL, 0); /* progress */
+		return -EAGAIN;
 	}
-	return -EAGAIN;
+	return rc ? fi_to_errno((int)rc) : 0;
+}
+
+/* An ACK libfabric would not take: keep it for the progress thread to
+ * retry until the connect bound, or drop it when too many wait (a peer
+ * flooding HELLOs from unreachable addresses). */
+static void ack_defer(struct ofi_fabric *f, struct ofi_sendbuf *sb,
+                      fi_addr_t to)
+{
+	if (f->nacks >= OFI_ACKS_MAX) {
+		ST_ADD(f, acks_dropped, 1);
+		free(sb);
+		return;
+	}
+	uint64_t now = farm_now_ns();
+	sb->to = to;
+	sb->deadline = now + OFI_CONNECT_NS;
+	sb->gap = OFI_ACK_RETRY_NS;
+	sb->next_try = now + sb->gap;
+	sb->next = f->acks;
+	f->acks = sb;
+	f->nacks++;
+	ST_ADD(f, acks_deferred, 1);
+}
+
+bool ofi_acks_retry(struct ofi_fabric *f)
+{
+	uint64_t now = farm_now_ns();
+	for (struct ofi_sendbuf **pp = &f->acks; *pp;) {
+		struct ofi_sendbuf *sb = *pp;
+		int rc = -EAGAIN;
+		if (now >= sb->next_try) {
+			rc = send_ctrl_once(f, sb->to, &sb->c, &sb->msg, NULL);
+			sb->gap = FARM_MIN(sb->gap * 2, OFI_ACK_RETRY_MAX_NS);
+			sb->next_try = now + sb->gap;
+		}
+		if (rc == -EAGAIN && now < sb->deadline) {
+			pp = &sb->next;
+			continue;
+		}
+		*pp = sb->next; /* sent (freed at its completion), or dropped */
+		f->nacks--;
+		if (rc) {
+			ST_ADD(f, acks_dropped, 1);
+			free(sb);
+		}
+	}
+	return f->acks != NULL;
+}
+
+void ofi_acks_free(struct ofi_fabric *f)
+{
+	while (f->acks) {
+		struct ofi_sendbuf *sb = f->acks;
+		f->acks = sb->next;
+		free(sb);
+	}
+	f->nacks = 0;
 }
 
 static struct ofi_mr *mr_find(struct ofi_fabric *f, uint64_t key)
@@ -170,7 +231,10 @@ void ofi_on_ctrl(struct ofi_fabric *f, struct ofi_ctrl *m, size_t len)
 			sb->msg.addr = (uintptr_t)f->table;
 			sb->msg.len = sizeof(struct ofi_tent) * OFI_TABLE_N;
 		}
-		if (send_ctrl(f, fa, &sb->c, &sb->msg, NULL))
+		int rc = send_ctrl_once(f, fa, &sb->c, &sb->msg, NULL);
+		if (rc == -EAGAIN)
+			ack_defer(f, sb, fa);
+		else if (rc)
 			free(sb);
 	} else if (m->type == CTRL_ACK) {
 		pthread_mutex_lock(&f->lock);
@@ -425,16 +489,24 @@ int ofi_hello(struct ofi_fabric *f, uint32_t peer_id, fi_addr_t dest,
 	c->next = f->conns;
 	f->conns = c; /* freed at close: a late completion may name it */
 	pthread_mutex_unlock(&f->lock);
-	pthread_mutex_lock(&f->drain);
-	int rc = send_ctrl(f, dest, &c->c, &c->msg, NULL);
-	pthread_mutex_unlock(&f->drain);
-	if (rc)
-		return -ECONNREFUSED;
 	/* The connect bound, not the death bound (FARM_OFI_TIMEOUT_MS): a
 	 * live peer whose progress thread was slow to run must not look
 	 * refused. With the death test's 200 ms bound, a loaded CI run
-	 * (ctest -j2 beside other work) failed its first connect so. */
+	 * (ctest -j2 beside other work) failed its first connect so. The
+	 * drain lock is taken per try, so the progress thread keeps serving
+	 * others while ofi_rxm connects. */
 	uint64_t deadline = farm_now_ns() + OFI_CONNECT_NS;
+	int rc;
+	for (;;) {
+		pthread_mutex_lock(&f->drain);
+		rc = send_ctrl_once(f, dest, &c->c, &c->msg, NULL);
+		pthread_mutex_unlock(&f->drain);
+		if (rc != -EAGAIN || farm_now_ns() >= deadline)
+			break;
+		usleep(100);
+	}
+	if (rc)
+		return -ECONNREFUSED;
 	int st;
 	while ((st = atomic_load(&c->status)) == 0 &&
 	       farm_now_ns() < deadline) {

@@ -27,6 +27,9 @@
 #define OFI_RECVS            32
 #define OFI_CTRL_MAGIC       0x3130494f4d524146ull /* "FARMOI01" */
 #define OFI_CONNECT_NS       (3000ull * 1000000ull)
+#define OFI_ACKS_MAX         64           /* ACKs waiting for a connection */
+#define OFI_ACK_RETRY_NS     (1000000ull) /* first retry; then doubling */
+#define OFI_ACK_RETRY_MAX_NS (100000000ull)
 #define OFI_CTX_SLOT         (1ull << 63)
 
 /* What a libfabric operation is, for the order rules (see order_ok). */
@@ -78,6 +81,11 @@ struct ofi_rbuf {
 struct ofi_sendbuf {
 	struct ofi_octx c;
 	struct ofi_ctrl msg;
+	/* An ACK libfabric did not take yet (its connection to the HELLO's
+	 * sender is not up): on the fabric's deferred list. */
+	struct ofi_sendbuf *next;
+	fi_addr_t to;
+	uint64_t deadline, next_try, gap; /* gap doubles, to 100 ms */
 };
 
 struct ofi_conn {
@@ -228,6 +236,10 @@ struct ofi_fabric {
 	uint16_t slot_gen[OFI_TABLE_N];
 	struct ofi_conn *conns;
 	struct ofi_ep *orphans; /* destroyed with operations outstanding */
+	/* ACKs waiting for libfabric (drain lock): retried by the progress
+	 * thread, never waited for in it (ofi_acks_retry) */
+	struct ofi_sendbuf *acks;
+	unsigned nacks;
 	struct {
 		char addr[64];
 		fi_addr_t fa;
@@ -295,6 +307,10 @@ int ofi_av_lookup(struct ofi_fabric *f, const char *addr, fi_addr_t *out);
 void ofi_post_recv(struct ofi_fabric *f, struct ofi_rbuf *r);
 void ofi_on_ctrl(struct ofi_fabric *f, struct ofi_ctrl *m, size_t len);
 void ofi_hb_tick(struct ofi_fabric *f);
+/* Retry the deferred ACKs once each (drain lock held); true while some
+ * are left (the progress thread then sleeps briefly). */
+bool ofi_acks_retry(struct ofi_fabric *f);
+void ofi_acks_free(struct ofi_fabric *f);
 int ofi_mr_reg(farm_fabric *fab, void *addr, size_t len, unsigned access,
                farm_mr **out);
 void ofi_mr_dereg(farm_mr *mr);

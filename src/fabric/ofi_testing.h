@@ -33,6 +33,9 @@ struct farm_ofi_stats {
 	uint64_t progress_sleeps; /* times the progress thread slept */
 	uint64_t table_fetches;   /* peers' registration tables copied */
 	uint64_t heartbeats;      /* liveness READs sent */
+	uint64_t acks_deferred;   /* connection ACKs libfabric did not take
+	                             at once (their sender unreachable yet) */
+	uint64_t acks_dropped;    /* ... given up after the connect bound */
 };
 
 /* A snapshot of an ofi fabric's counters; -EINVAL for another provider. */
