@@ -276,6 +276,16 @@ static void batch_start(struct htloop *l, unsigned shard)
 	batch_apply(l, shard);
 }
 
+/* Does this machine hold a backup copy of the region of shard @shard's
+ * buckets? */
+static bool copy_here(farm_ht *h, unsigned shard)
+{
+	enum farm_as_role role;
+	farm_region *r = farm_as_local_region(
+	        h->as, farm_gaddr_region(h->shards[shard].base), &role);
+	return r && role == FARM_AS_BACKUP;
+}
+
 void ht_h_op(farm_loop *loop, const farm_msg_in *in, void *arg)
 {
 	farm_ht *h = arg;
@@ -289,9 +299,19 @@ void ht_h_op(farm_loop *loop, const farm_msg_in *in, void *arg)
 		if ((q.op != 1 && q.op != 2) || q.klen == 0 ||
 		    q.klen > FARM_HT_MAX_KEY || q.vlen > FARM_HT_MAX_VALUE ||
 		    in->len != sizeof(q) + q.klen + q.vlen ||
-		    (q.op == 1 && q.vlen == 0) || q.shard >= h->nshards ||
-		    !farm_ht_serves(h, q.shard))
+		    (q.op == 1 && q.vlen == 0) || q.shard >= h->nshards)
 			status = -EINVAL;
+		else if (!farm_ht_serves(h, q.shard))
+			status = copy_here(h, q.shard) ? -EAGAIN : -EINVAL;
+	}
+	if (status == -EAGAIN) {
+		/* Not ours yet: the sender applied a configuration that
+		 * makes us the shard's owner, and we have not, or recovery
+		 * is promoting our copy. Retryable. */
+		if (farm_msg_reply_error(loop, &in->token, status))
+			farm_warn("ht: cannot answer machine %" PRIu32,
+			          in->src_machine);
+		return;
 	}
 	if (status) {
 		farm_warn("ht: bad request from machine %" PRIu32,
