@@ -23,7 +23,9 @@
  * (farm_tx_retryable: -EAGAIN while a region is promoted, FARM_EPEERDEAD
  * before the configuration without a dead machine, ...) is issued again on
  * the same key (a put with a new value id) after a backoff that doubles
- * from 1 ms to 64 ms, until retry_ns after its first try.
+ * from 1 ms to 64 ms, until retry_ns after its first try. lin_quiet()
+ * stops the puts and deletes of one shard for a while (its keys are still
+ * read).
  */
 #ifndef FARM_TESTS_KVLIN_H
 #define FARM_TESTS_KVLIN_H
@@ -139,6 +141,8 @@ struct lin {
 	unsigned w;        /* operations in flight */
 	bool broken;       /* machine 0 answers some gets from a stale cache */
 	uint64_t retry_ns; /* retry retryable failures this long (0: never) */
+	int quiet;         /* no new puts or deletes of this shard (-1: none) */
+	unsigned nshards;  /* of the table (for quiet) */
 	struct rec *r;
 	size_t n, cap;
 	int oom, ioerr;
@@ -169,6 +173,7 @@ static inline int lin_init(struct lin *L, struct np_child *np, farm_ht *ht,
 	L->w = FARM_MAX(1u, FARM_MIN(w, MAXW - 1)); /* MAXW - 1: lin_op_sync */
 	L->retry_ns = retry_ns;
 	L->broken = broken;
+	L->quiet = -1;
 	L->next_id = ((uint64_t)(np->me + 1) << 40) | 1;
 	for (unsigned i = 0; i < MAXW; i++)
 		L->s[i] = (struct slot){.L = L, .idx = i};
@@ -418,13 +423,22 @@ static inline void lin_issue(struct lin *L, struct slot *s, uint32_t kind,
 	}
 }
 
-/* A new random operation from slot @s, or its pending retry. */
+/* Would a put or delete of @key break the quiet? */
+static inline bool lin_hushed(const struct lin *L, uint64_t key)
+{
+	return L->quiet >= 0 &&
+	       kvl_shard((unsigned)key, L->nshards) == (unsigned)L->quiet;
+}
+
+/* A new random operation from slot @s, or its pending retry (dropped when
+ * it would break the quiet). */
 static inline void lin_start(struct lin *L, struct slot *s)
 {
-	if (s->tries) {
+	if (s->tries && (s->kind == LC_GET || !lin_hushed(L, s->key))) {
 		lin_issue(L, s, s->kind, s->key);
 		return;
 	}
+	s->tries = 0;
 	uint64_t dice = farm_rand64(&L->np->rng);
 	uint64_t key = (dice >> 8) % NKEYS;
 	unsigned what = (unsigned)(dice % 100);
@@ -446,7 +460,9 @@ static inline void lin_start(struct lin *L, struct slot *s)
 		L->st.gets++;
 		return;
 	}
-	lin_issue(L, s, what < 50 ? LC_GET : what < 85 ? LC_PUT : LC_DEL, key);
+	uint32_t kind = what < 50 ? LC_GET : what < 85 ? LC_PUT : LC_DEL;
+	lin_issue(L, s, kind != LC_GET && lin_hushed(L, key) ? LC_GET : kind,
+	          key);
 }
 
 /* Serve the loop until an operation completes, at most @ns (0: one
@@ -539,6 +555,23 @@ static inline int lin_op_sync(struct lin *L, uint32_t kind, uint64_t key,
 	kvl_flush(L);
 	*r = s->rec != SIZE_MAX ? L->r[s->rec] : (struct rec){0};
 	return s->rec != SIZE_MAX ? r->status : -ENOMEM;
+}
+
+/* From now on no new puts or deletes of shard @shard (of @nshards; -1:
+ * writes everywhere again); returns once none is in flight. */
+static inline void lin_quiet(struct lin *L, int shard, unsigned nshards)
+{
+	L->quiet = shard;
+	L->nshards = nshards;
+	for (;;) {
+		unsigned n = 0;
+		for (unsigned i = 0; i < L->w; i++)
+			n += L->s[i].busy && L->s[i].kind != LC_GET &&
+			     lin_hushed(L, L->s[i].key);
+		if (!n)
+			return;
+		lin_serve(L, 1000000ull);
+	}
 }
 
 /* ---- the parent side ---------------------------------------------------- */
