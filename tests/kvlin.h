@@ -38,11 +38,10 @@
 #include "hashtable/ht.h"
 #include "lincheck.h"
 
-#define NKEYS    20u /* the hot key set */
-#define KLEN     16u
-#define VMAX     512u
-#define MAXW     16u
-#define KVL_NERR 6
+#define NKEYS 20u /* the hot key set */
+#define KLEN  16u
+#define VMAX  512u
+#define MAXW  16u
 
 /* ---- values: a value names itself -------------------------------------- */
 
@@ -110,8 +109,7 @@ struct lin_stats {
 	uint64_t retries, gave_up, hard; /* hard: errors not retryable */
 	uint64_t ns;
 	int first_err;
-	int err[KVL_NERR]; /* the first distinct errors, and how often */
-	uint64_t nerr[KVL_NERR];
+	struct tu_errs errs; /* the first distinct errors, and how often */
 };
 
 struct lin;
@@ -244,13 +242,7 @@ static inline void lin_failed(struct lin *L, struct slot *s, int rc)
 {
 	if (!L->st.first_err)
 		L->st.first_err = rc;
-	unsigned i = 0;
-	while (i < KVL_NERR && L->st.nerr[i] && L->st.err[i] != rc)
-		i++;
-	if (i < KVL_NERR) {
-		L->st.err[i] = rc;
-		L->st.nerr[i]++;
-	}
+	(void)tu_errs_add(&L->st.errs, rc);
 	if (!farm_tx_retryable(rc))
 		L->st.hard++;
 	if (!s || !L->retry_ns || !farm_tx_retryable(rc)) {
@@ -271,17 +263,18 @@ static inline void lin_failed(struct lin *L, struct slot *s, int rc)
 	L->st.retries++;
 }
 
-/* "code x N, ..." for a report. */
-static inline const char *lin_errors(const struct lin_stats *s, char *buf,
-                                     size_t len)
+/* Slot @s's operation answered @status: its record (NULL: none), the time
+ * in *@t. */
+static inline struct rec *lin_answered(struct slot *s, int status, uint64_t *t)
 {
-	size_t o = 0;
-	buf[0] = 0;
-	for (unsigned i = 0; i < KVL_NERR && s->nerr[i] && o < len; i++)
-		o += (size_t)snprintf(buf + o, len - o, "%s%s x %" PRIu64,
-		                      i ? ", " : "", farm_strerror(s->err[i]),
-		                      s->nerr[i]);
-	return buf[0] ? buf : "none";
+	*t = np_now_ns();
+	s->busy = 0;
+	s->L->wake = 1;
+	if (s->rec == SIZE_MAX)
+		return NULL;
+	struct rec *r = &s->L->r[s->rec];
+	r->status = status;
+	return r;
 }
 
 static inline void lin_get_cb(farm_loop *loop, void *ctx, int status,
@@ -290,13 +283,10 @@ static inline void lin_get_cb(farm_loop *loop, void *ctx, int status,
 	(void)loop;
 	struct slot *s = ctx;
 	struct lin *L = s->L;
-	uint64_t t = np_now_ns();
-	s->busy = 0;
-	L->wake = 1;
-	if (s->rec == SIZE_MAX)
+	uint64_t t;
+	struct rec *r = lin_answered(s, status, &t);
+	if (!r)
 		return;
-	struct rec *r = &L->r[s->rec];
-	r->status = status;
 	if (status == 0) {
 		uint64_t id = val_id(val, len);
 		if (!id) {
@@ -331,13 +321,10 @@ static inline void lin_op_cb(farm_loop *loop, void *ctx, int status)
 	(void)loop;
 	struct slot *s = ctx;
 	struct lin *L = s->L;
-	uint64_t t = np_now_ns();
-	s->busy = 0;
-	L->wake = 1;
-	if (s->rec == SIZE_MAX)
+	uint64_t t;
+	struct rec *r = lin_answered(s, status, &t);
+	if (!r)
 		return;
-	struct rec *r = &L->r[s->rec];
-	r->status = status;
 	if (r->kind == LC_PUT) {
 		if (status == 0) {
 			r->t_resp = t;
@@ -643,7 +630,7 @@ static inline void print_lin(unsigned i, const struct lin_stats *s)
 	       s->dels, s->del_found, s->del_absent, s->del_err,
 	       (double)s->ns / 1e9, s->garbage, s->injected, s->undrained,
 	       s->retries, s->gave_up, s->hard,
-	       lin_errors(s, errs, sizeof(errs)));
+	       tu_errs_str(&s->errs, errs, sizeof(errs)));
 }
 
 #endif

@@ -35,6 +35,7 @@
  * Exits 77 (skip) without the ZooKeeper client or server.
  */
 #define NP_NM 4
+#include "recproc.h"
 #include "txproc.h"
 
 #include "node/node.h"
@@ -61,23 +62,11 @@ static const char *zk_script = FARM_SOURCE_DIR "/scripts/zk-local";
 
 /* ---- the machines ---------------------------------------------------- */
 
-/* What the parent tells the survivors after the kill. */
-struct kill_msg {
-	uint32_t victim;
-	uint64_t t_kill_ns;
-};
-
 /* What a survivor reports at the end of its run ('D'). */
 struct run_report {
 	struct bank_counts k;      /* the whole run */
 	struct bank_counts at_cfg; /* k when the new configuration came */
-	bool told, new_config, removed;
-	uint64_t config_at_kill, config_new;
-	unsigned members_new;
-	/* When the kill was, when the configuration without the victim was
-	 * applied here, and when the workload saw it (counts "after" start
-	 * there). */
-	uint64_t t_kill_ns, t_cfg_ns, t_seen_ns;
+	struct rec_seen seen;      /* counts "after" start at seen.t_seen_ns */
 };
 
 /* The final scan and sum of one survivor ('s'). */
@@ -96,43 +85,15 @@ struct scan_report {
 	uint64_t negative;
 };
 
-/* When each configuration was applied here (by id % 16; 0: not seen). */
-static _Atomic uint64_t cfg_t[16];
-
-static void on_config(void *ctx, uint64_t id, unsigned members, bool member)
-{
-	(void)ctx;
-	(void)members;
-	(void)member;
-	atomic_store(&cfg_t[id % 16], np_now_ns());
-}
-
-/* Does this machine's configuration leave @victim out? Fills the new
- * configuration's id and size in @r when it does. */
-static bool config_without(struct tx_child *c, uint32_t victim,
-                           struct run_report *r)
-{
-	struct farm_view *v = malloc(sizeof(*v));
-	bool without = v && !farm_node_view(c->np.node, v);
-	for (unsigned i = 0; without && i < v->n; i++)
-		without = v->members[i].id != victim;
-	if (without) {
-		r->config_new = v->config_id;
-		r->members_new = v->n;
-	}
-	free(v);
-	return without;
-}
-
 /* The run: the bank workload until POST_MS after the configuration
  * without the victim (or RECONF_MS after the kill without it). */
 static int run(struct tx_child *c, const farm_fatptr *mine,
                const farm_fatptr *acc, unsigned nacc, struct run_report *r)
 {
 	bool said = false;
-	struct kill_msg km = {.victim = NM};
-	uint64_t t_end = UINT64_MAX, seen = 0;
-	farm_node_on_config(c->np.node, on_config, NULL);
+	struct rec_seen *sn = &r->seen;
+	uint64_t t_end = UINT64_MAX;
+	farm_node_on_config(c->np.node, rec_on_config, NULL);
 	for (;;) {
 		if (!said && r->k.transfers >= PRE_TRANSFERS) {
 			if (np_say(&c->np, 'P', NULL, 0))
@@ -141,30 +102,17 @@ static int run(struct tx_child *c, const farm_fatptr *mine,
 		}
 		int cmd = np_poll_cmd(&c->np);
 		if (cmd == 'K') {
-			if (tu_recv(c->np.in, &km, sizeof(km)))
+			if (rec_told(&c->np, sn))
 				return -1;
-			r->told = true;
-			r->t_kill_ns = km.t_kill_ns;
-			r->config_at_kill = farm_node_config_id(c->np.node);
-			t_end = km.t_kill_ns + RECONF_MS * 1000000ull;
+			t_end = sn->t_kill_ns + RECONF_MS * 1000000ull;
 		} else if (cmd) {
 			return -1;
 		}
-		uint64_t id = farm_node_config_id(c->np.node);
-		if (r->told && !r->new_config && id != seen) {
-			seen = id;
-			if (config_without(c, km.victim, r)) {
-				r->new_config = true;
-				r->t_seen_ns = np_now_ns();
-				r->t_cfg_ns = atomic_load(&cfg_t[id % 16]);
-				if (!r->t_cfg_ns)
-					r->t_cfg_ns = r->t_seen_ns;
-				r->at_cfg = r->k;
-				t_end = r->t_seen_ns + POST_MS * 1000000ull;
-			}
+		if (rec_watch(&c->np, sn)) {
+			r->at_cfg = r->k;
+			t_end = sn->t_seen_ns + POST_MS * 1000000ull;
 		}
-		r->removed = farm_node_removed(c->np.node);
-		if (r->removed || np_now_ns() >= t_end)
+		if (sn->removed || np_now_ns() >= t_end)
 			return 0;
 		bank_step(c, &r->k, mine, ACCOUNTS, acc, nacc, GIVE_UP_NS);
 	}
@@ -266,30 +214,6 @@ static int machine(struct np_child *np, void *arg)
 
 static struct np_cluster cl;
 
-/* The checks that failed, one line each. */
-struct fails {
-	char text[4096];
-	size_t len;
-	unsigned n;
-};
-
-static void failed(struct fails *f, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	if (f->len < sizeof(f->text) - 2) {
-		f->len += (size_t)snprintf(f->text + f->len,
-		                           sizeof(f->text) - f->len, "  - ");
-		f->len += (size_t)vsnprintf(f->text + f->len,
-		                            sizeof(f->text) - f->len, fmt, ap);
-		f->len += (size_t)snprintf(f->text + f->len,
-		                           sizeof(f->text) - f->len, "\n");
-		f->len = FARM_MIN(f->len, sizeof(f->text) - 1);
-	}
-	va_end(ap);
-	f->n++;
-}
-
 /* The highest version a committed transaction wrote into each account. */
 struct committed {
 	const struct scan_report *s;
@@ -308,8 +232,7 @@ static void on_write(void *ctx, uint64_t key, uint64_t version)
 	w->unknown_keys++;
 }
 
-static void report_run(unsigned i, const struct run_report *r, struct fails *f,
-                       unsigned victim)
+static void report_run(unsigned i, const struct run_report *r, struct fails *f)
 {
 	char errs[512];
 	uint64_t after = r->k.transfers - r->at_cfg.transfers;
@@ -322,30 +245,19 @@ static void report_run(unsigned i, const struct run_report *r, struct fails *f,
 	       i, r->k.transfers, r->k.declined, r->k.aborts,
 	       r->k.peerdead + r->k.timeouts, r->k.peerdead, r->k.timeouts,
 	       r->k.failed, r->k.lf_reads, r->k.lf_bad, r->k.ro_txns,
-	       r->k.ro_failed, bank_errors(&r->k, errs, sizeof(errs)));
-	if (r->new_config)
-		printf("machine %u: configuration %" PRIu64 " (%u members, "
-		       "without machine %u) applied %.1f ms after the kill "
-		       "(seen after %.1f ms); after it %" PRIu64
+	       r->k.ro_failed, tu_errs_str(&r->k.errs, errs, sizeof(errs)));
+	bool seen = rec_check_seen(f, i, &r->seen, RECONF_MS);
+	if (seen)
+		printf("machine %u: after the new configuration %" PRIu64
 		       " transfers committed, %" PRIu64 " given up\n",
-		       i, r->config_new, r->members_new, victim,
-		       (double)(r->t_cfg_ns - r->t_kill_ns) / 1e6,
-		       (double)(r->t_seen_ns - r->t_kill_ns) / 1e6, after,
-		       r->k.failed - r->at_cfg.failed);
-	if (r->removed)
-		failed(f, "machine %u was removed from the configuration", i);
-	else if (!r->new_config)
-		failed(f,
-		       "machine %u: no configuration without machine %u "
-		       "within %d ms of the kill (configuration %" PRIu64 ")",
-		       i, victim, RECONF_MS, r->config_at_kill);
-	else if (after == 0)
+		       i, after, r->k.failed - r->at_cfg.failed);
+	if (seen && after == 0)
 		failed(f,
 		       "machine %u committed 0 transfers after configuration "
 		       "%" PRIu64 " (in %d ms: %" PRIu64 " attempts, %" PRIu64
 		       " given up, %" PRIu64
 		       " unknown; errors of the whole run: %s)",
-		       i, r->config_new, POST_MS,
+		       i, r->seen.config_new, POST_MS,
 		       r->k.attempts - r->at_cfg.attempts,
 		       r->k.failed - r->at_cfg.failed,
 		       r->k.peerdead + r->k.timeouts - r->at_cfg.peerdead -
@@ -420,15 +332,7 @@ static void bank_under_kill(unsigned victim, const char *name)
 	p_setup(&cl);
 	for (unsigned i = 0; i < NM; i++)
 		np_expect(&cl, i, 'P', 60000);
-	struct kill_msg km = {.victim = victim, .t_kill_ns = np_now_ns()};
-	assert_int_equal(kill(cl.pid[victim], SIGKILL), 0);
-	assert_int_equal(tu_reap(cl.pid[victim]), 128 + SIGKILL);
-	cl.pid[victim] = 0;
-	for (unsigned i = 0; i < NM; i++)
-		if (i != victim) {
-			np_send(&cl, i, 'K');
-			assert_int_equal(tu_send(cl.to[i], &km, sizeof(km)), 0);
-		}
+	struct kill_msg km = rec_kill(&cl, victim);
 	struct run_report r[NM];
 	for (unsigned i = 0; i < NM; i++)
 		if (i != victim) {
@@ -458,7 +362,7 @@ static void bank_under_kill(unsigned victim, const char *name)
 		if (st[i])
 			failed(&f, "machine %u exited with status %d", i,
 			       st[i]);
-		report_run(i, &r[i], &f, victim);
+		report_run(i, &r[i], &f);
 	}
 	report_scan(s, scanner, &f);
 
@@ -497,21 +401,9 @@ static void bank_under_kill(unsigned victim, const char *name)
 	free(s);
 	tu_rmtree(cl.root);
 	cl.root[0] = 0;
-	fflush(stdout); /* the report above, then what failed */
-	if (opt_broken) {
-		if (!f.n)
-			fail_msg("%s --broken: recovery promoted backups "
-			         "without "
-			         "draining their logs or recovering locks, and "
-			         "no check noticed",
-			         name);
-		printf("%s --broken: %u check(s) failed, as they must:\n%s",
-		       name, f.n, f.text);
-		return;
-	}
-	if (f.n)
-		fail_msg("%s (machine %u killed): %u check(s) failed:\n%s",
-		         name, victim, f.n, f.text);
+	rec_verdict(&f, name, victim, opt_broken,
+	            "recovery promoted backups without draining their logs or "
+	            "recovering locks");
 }
 
 static void test_kill_member(void **state)

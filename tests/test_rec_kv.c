@@ -53,6 +53,7 @@
 #define NP_NM 4
 #include "kvlin.h"
 #include "kvproc.h"
+#include "recproc.h"
 
 #include "kv/kv.h"
 #include "node/node.h"
@@ -85,19 +86,10 @@ static bool opt_broken;
 
 /* ---- the machines ---------------------------------------------------- */
 
-/* What the parent tells the survivors after the kill. */
-struct kill_msg {
-	uint32_t victim;
-	uint64_t t_kill_ns;
-};
-
 /* What a survivor reports at the end of its run ('D'). */
 struct run_report {
 	struct lin_stats st;
-	bool told, new_config, removed;
-	uint64_t config_at_kill, config_new;
-	unsigned members_new;
-	uint64_t t_kill_ns, t_cfg_ns; /* t_cfg: the configuration applied */
+	struct rec_seen seen;
 };
 
 /* Puts of new keys of the dead shard, just before the kill ('B') and after
@@ -118,36 +110,9 @@ struct ch {
 	farm_kv *kv;
 	struct lin L;
 	struct run_report r;
-	struct kill_msg km;
 	bool said;
-	uint64_t t_end, seen;
+	uint64_t t_end;
 };
-
-/* When each configuration was applied here (by id % 16; 0: not seen). */
-static _Atomic uint64_t cfg_t[16];
-
-static void on_config(void *ctx, uint64_t id, unsigned members, bool member)
-{
-	(void)ctx;
-	(void)members;
-	(void)member;
-	atomic_store(&cfg_t[id % 16], np_now_ns());
-}
-
-/* Does this machine's configuration leave @victim out? */
-static bool config_without(struct ch *c, uint32_t victim)
-{
-	struct farm_view *v = malloc(sizeof(*v));
-	bool without = v && !farm_node_view(c->np.node, v);
-	for (unsigned i = 0; without && i < v->n; i++)
-		without = v->members[i].id != victim;
-	if (without) {
-		c->r.config_new = v->config_id;
-		c->r.members_new = v->n;
-	}
-	free(v);
-	return without;
-}
 
 /* Put new values to the @n keys the parent names; their outcomes back
  * (answer @cmd). */
@@ -171,7 +136,7 @@ static int puts_sync(struct ch *c, char cmd, unsigned n)
 static bool rec_go(struct lin *L, void *arg)
 {
 	struct ch *c = arg;
-	struct run_report *r = &c->r;
+	struct rec_seen *sn = &c->r.seen;
 	uint64_t done = L->st.found + L->st.absent + L->st.puts +
 	                L->st.del_found + L->st.del_absent;
 	if (!c->said && done >= PRE_OPS) {
@@ -189,29 +154,15 @@ static bool rec_go(struct lin *L, void *arg)
 			return false;
 	} else if (cmd == 'K') {
 		lin_quiet(L, -1, NM);
-		if (tu_recv(c->np.in, &c->km, sizeof(c->km)))
+		if (rec_told(&c->np, sn))
 			return false;
-		r->told = true;
-		r->t_kill_ns = c->km.t_kill_ns;
-		r->config_at_kill = farm_node_config_id(c->np.node);
-		c->t_end = c->km.t_kill_ns + RECONF_MS * 1000000ull;
+		c->t_end = sn->t_kill_ns + RECONF_MS * 1000000ull;
 	} else if (cmd) {
 		return false;
 	}
-	uint64_t id = farm_node_config_id(c->np.node);
-	if (r->told && !r->new_config && id != c->seen) {
-		c->seen = id;
-		if (config_without(c, c->km.victim)) {
-			uint64_t now = np_now_ns();
-			r->new_config = true;
-			r->t_cfg_ns = atomic_load(&cfg_t[id % 16]);
-			if (!r->t_cfg_ns)
-				r->t_cfg_ns = now;
-			c->t_end = now + POST_MS * 1000000ull;
-		}
-	}
-	r->removed = farm_node_removed(c->np.node);
-	return !r->removed && np_now_ns() < c->t_end;
+	if (rec_watch(&c->np, sn))
+		c->t_end = sn->t_seen_ns + POST_MS * 1000000ull;
+	return !sn->removed && np_now_ns() < c->t_end;
 }
 
 static int body(void *arg)
@@ -220,7 +171,7 @@ static int body(void *arg)
 	farm_ht *ht = farm_kv_table(c->kv);
 	if (np_wait_cmd(&c->np) != 'G')
 		return 20;
-	farm_node_on_config(c->np.node, on_config, NULL);
+	farm_node_on_config(c->np.node, rec_on_config, NULL);
 	if (lin_init(&c->L, &c->np, ht, W, GIVE_UP_NS, false))
 		return 21;
 	c->t_end = UINT64_MAX;
@@ -276,30 +227,6 @@ static int machine(struct np_child *np, void *arg)
 
 static struct np_cluster cl;
 
-/* The checks that failed, one line each. */
-struct fails {
-	char text[4096];
-	size_t len;
-	unsigned n;
-};
-
-static void failed(struct fails *f, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	if (f->len < sizeof(f->text) - 2) {
-		f->len += (size_t)snprintf(f->text + f->len,
-		                           sizeof(f->text) - f->len, "  - ");
-		f->len += (size_t)vsnprintf(f->text + f->len,
-		                            sizeof(f->text) - f->len, fmt, ap);
-		f->len += (size_t)snprintf(f->text + f->len,
-		                           sizeof(f->text) - f->len, "\n");
-		f->len = FARM_MIN(f->len, sizeof(f->text) - 1);
-	}
-	va_end(ap);
-	f->n++;
-}
-
 /* Every machine's folded history. */
 struct hist {
 	struct rec *r[NM];
@@ -345,18 +272,7 @@ static bool final_ok(const struct hist *h, uint64_t key,
 static void report_run(unsigned i, const struct run_report *r, struct fails *f)
 {
 	print_lin(i, &r->st);
-	if (r->new_config)
-		printf("machine %u: configuration %" PRIu64 " (%u members, "
-		       "without machine %u) applied %.1f ms after the kill\n",
-		       i, r->config_new, r->members_new, VICTIM,
-		       (double)(r->t_cfg_ns - r->t_kill_ns) / 1e6);
-	if (r->removed)
-		failed(f, "machine %u was removed from the configuration", i);
-	else if (!r->new_config)
-		failed(f,
-		       "machine %u: no configuration without machine %u "
-		       "within %d ms of the kill (configuration %" PRIu64 ")",
-		       i, VICTIM, RECONF_MS, r->config_at_kill);
+	(void)rec_check_seen(f, i, &r->seen, RECONF_MS);
 	char errs[256];
 	if (r->st.hard || r->st.gave_up || r->st.undrained || r->st.garbage)
 		failed(f,
@@ -366,7 +282,7 @@ static void report_run(unsigned i, const struct run_report *r, struct fails *f)
 		       " garbage values (errors: %s)",
 		       i, r->st.hard, r->st.gave_up, (double)GIVE_UP_NS / 1e9,
 		       r->st.undrained, r->st.garbage,
-		       lin_errors(&r->st, errs, sizeof(errs)));
+		       tu_errs_str(&r->st.errs, errs, sizeof(errs)));
 }
 
 /* Puts of the dead shard's hot keys acknowledged after the survivors'
@@ -384,11 +300,12 @@ static void report_dead_shard(const struct hist *h, const struct run_report *rr,
 		nk++;
 		uint64_t n = 0;
 		for (unsigned i = 0; i < NM; i++) {
-			if (i == VICTIM || !rr[i].new_config)
+			if (i == VICTIM || !rr[i].seen.new_config)
 				continue;
 			for (size_t k = 0; k < h->n[i]; k++) {
 				const struct rec *w = &h->r[i][k];
-				if (w->key != key || w->t_inv < rr[i].t_cfg_ns)
+				if (w->key != key ||
+				    w->t_inv < rr[i].seen.t_cfg_ns)
 					continue;
 				if (w->kind != LC_PUT)
 					continue;
@@ -482,15 +399,7 @@ static void kv_under_kill(bool quiet, const char *name)
 	const uint32_t *wit = keys + NKEYS, *fin = keys + NKEYS + NWIT;
 	struct fin_put wp[NWIT], fp[NFIN];
 	p_puts(SCANNER, 'B', wit, NWIT, wp);
-	struct kill_msg km = {.victim = VICTIM, .t_kill_ns = np_now_ns()};
-	assert_int_equal(kill(cl.pid[VICTIM], SIGKILL), 0);
-	assert_int_equal(tu_reap(cl.pid[VICTIM]), 128 + SIGKILL);
-	cl.pid[VICTIM] = 0;
-	for (unsigned i = 0; i < NM; i++)
-		if (i != VICTIM) {
-			np_send(&cl, i, 'K');
-			assert_int_equal(tu_send(cl.to[i], &km, sizeof(km)), 0);
-		}
+	struct kill_msg km = rec_kill(&cl, VICTIM);
 	struct run_report rr[NM] = {0};
 	for (unsigned i = 0; i < NM; i++)
 		if (i != VICTIM) {
@@ -623,20 +532,8 @@ static void kv_under_kill(bool quiet, const char *name)
 	cl.root[0] = 0;
 	printf("%s%s: %.1f s in all\n", name, opt_broken ? " --broken" : "",
 	       (double)(np_now_ns() - t0) / 1e9);
-	fflush(stdout);
-	if (opt_broken) {
-		if (!f.n)
-			fail_msg("%s --broken: recovery promoted backups "
-			         "without draining their logs, and no check "
-			         "noticed",
-			         name);
-		printf("%s --broken: %u check(s) failed, as they must:\n%s",
-		       name, f.n, f.text);
-		return;
-	}
-	if (f.n)
-		fail_msg("%s (machine %u killed): %u check(s) failed:\n%s",
-		         name, VICTIM, f.n, f.text);
+	rec_verdict(&f, name, VICTIM, opt_broken,
+	            "recovery promoted backups without draining their logs");
 }
 
 /* Writes of the victim's shard in flight at the kill. */
