@@ -11,24 +11,21 @@
 #include "kv/kv.h"
 
 /*
- * Open @np's node (regions of @rsize) with a KV store of @nbuckets buckets
- * per machine (@a, NULL: defaults) in *@kv, start loop 0 on this thread,
- * wait for the NP_NM machines, join, tell the parent we are ready, run
- * @body(@arg), close. Returns @body's status, or 4..9 for the step that
- * failed first.
+ * Open @np's node with configuration @cfg and a KV store of @nbuckets
+ * buckets per machine (@a, NULL: defaults) in *@kv, start loop 0 on this
+ * thread, wait for the NP_NM machines, join, tell the parent we are ready,
+ * run @body(@arg), close. Returns @body's status, or 4..9 for the step
+ * that failed first.
  */
-static inline int kvp_run(struct np_child *np, const char *rsize,
-                          const struct farm_kv_attr *a, uint32_t nbuckets,
-                          int join_ms, farm_kv **kv, int (*body)(void *),
-                          void *arg)
+static inline int kvp_run_config(struct np_child *np,
+                                 const struct farm_config *cfg,
+                                 const struct farm_kv_attr *a,
+                                 uint32_t nbuckets, int join_ms, farm_kv **kv,
+                                 int (*body)(void *), void *arg)
 {
-	struct farm_config cfg;
-	int st = np_config(np, rsize, &cfg);
-	if (st)
-		return st;
-	if (farm_node_open(&cfg, &np->node))
+	if (farm_node_open(cfg, &np->node))
 		return 4;
-	st = 5;
+	int st = 5;
 	if (farm_kv_create(np->node, a, nbuckets, kv))
 		goto out;
 	farm_node_set_app_loops(np->node, true);
@@ -56,6 +53,20 @@ out:
 	farm_node_close(np->node);
 	farm_kv_destroy(*kv);
 	return st;
+}
+
+/* kvp_run_config with static membership (np_config) and regions of
+ * @rsize. */
+static inline int kvp_run(struct np_child *np, const char *rsize,
+                          const struct farm_kv_attr *a, uint32_t nbuckets,
+                          int join_ms, farm_kv **kv, int (*body)(void *),
+                          void *arg)
+{
+	struct farm_config cfg;
+	int st = np_config(np, rsize, &cfg);
+	return st ? st
+	          : kvp_run_config(np, &cfg, a, nbuckets, join_ms, kv, body,
+	                           arg);
 }
 
 #endif

@@ -520,7 +520,7 @@ static inline void report_run(unsigned i, const struct run_report *r,
 	       i, r->k.transfers, r->k.declined, r->k.aborts,
 	       r->k.peerdead + r->k.timeouts, r->k.peerdead, r->k.timeouts,
 	       r->k.failed, r->k.lf_reads, r->k.lf_bad, r->k.ro_txns,
-	       r->k.ro_failed, bank_errors(&r->k, errs, sizeof(errs)));
+	       r->k.ro_failed, tu_errs_str(&r->k.errs, errs, sizeof(errs)));
 	printf("machine %u: recovery: %" PRIu64 " committed, %" PRIu64
 	       " aborted, %" PRIu64 " locks recovered, %" PRIu64
 	       " regions promoted; refused: %" PRIu64

@@ -44,19 +44,15 @@
  * --cut.
  */
 #include "kvproc.h"
+#include "kvlin.h"
 
 #include <inttypes.h>
 #include "kv/kv.h"
-#include "lincheck.h"
 
 #define NM            NP_NM
 #define RSIZE         "32M"
 #define JOIN_MS       30000
 #define NBUCKETS      256u
-#define NKEYS         20u /* the hot key set */
-#define KLEN          16u
-#define VMAX          512u
-#define MAXW          16u
 #define MG_N          24u /* keys in the multi-get */
 #define DK_N          30u /* keys placed for the death phase */
 #define DEAD_BOUND_NS (5ull * 1000000000ull)
@@ -74,45 +70,6 @@ static uint64_t cut_bound_ns(void)
 	const char *e = getenv("FARM_OFI_TIMEOUT_MS");
 	uint64_t ms = e && atoi(e) > 0 ? (uint64_t)atoi(e) : 4000;
 	return (ms + ms / 4 + 1000) * 1000000ull;
-}
-
-/* ---- values: a value names itself -------------------------------------------
- */
-
-static uint32_t vlen_of(uint64_t id)
-{
-	/* 16 and 32: inline; 96 and 300: indirect (val_inline 32) */
-	static const uint32_t lens[] = {16, 32, 32, 96, 300};
-	return lens[(id ^ (id >> 7)) % 5];
-}
-
-static void fill_val(uint8_t *v, uint64_t id)
-{
-	uint32_t n = vlen_of(id);
-	memcpy(v, &id, 8);
-	for (uint32_t i = 8; i < n; i++)
-		v[i] = (uint8_t)(id * 0x2545f491u + i * 7u);
-}
-
-/* The id a value carries, or 0 when it is not a whole value. */
-static uint64_t val_id(const uint8_t *v, uint32_t len)
-{
-	uint64_t id;
-	if (len < 8)
-		return 0;
-	memcpy(&id, v, 8);
-	if (id == 0 || vlen_of(id) != len)
-		return 0;
-	for (uint32_t i = 8; i < len; i++)
-		if (v[i] != (uint8_t)(id * 0x2545f491u + i * 7u))
-			return 0;
-	return id;
-}
-
-static void mkkey(uint8_t *k, const char *tag, unsigned i)
-{
-	memset(k, 0, KLEN);
-	snprintf((char *)k, KLEN, "%s-%03u", tag, i);
 }
 
 /* ---- the cluster (parent side)
@@ -166,252 +123,6 @@ static int cl_cleanup(void **state)
 	(void)state;
 	np_cleanup(&G);
 	return 0;
-}
-
-/* ---- linearizability
- * ------------------------------------------------------------ */
-
-/* One recorded operation (kind 0: not issued, skipped by the parent). */
-struct rec {
-	uint32_t client, kind;
-	uint64_t key, value;
-	uint64_t found;
-	uint64_t t_inv, t_resp;
-};
-
-struct lin_stats {
-	uint64_t gets, found, absent, puts, dels, del_found, del_absent;
-	uint64_t get_err, put_err, del_err, garbage, injected, eagain;
-	uint64_t undrained;
-	uint64_t ns;
-	int first_err;
-};
-
-struct lin;
-
-struct slot {
-	struct lin *L;
-	unsigned idx;
-	int busy;
-	size_t rec;
-	uint64_t key;
-};
-
-/* What a (broken) client cached of a key. */
-struct cache {
-	bool valid, overwritten;
-	uint64_t value, t;
-};
-
-struct lin {
-	struct ch *c;
-	struct rec *r;
-	size_t n, cap;
-	int oom;
-	uint64_t next_id;
-	struct slot s[MAXW];
-	struct cache cache[NKEYS];
-	struct lin_stats st;
-};
-
-static size_t rec_add(struct lin *L, struct rec r)
-{
-	if (L->n == L->cap) {
-		size_t nc = L->cap ? L->cap * 2 : 1u << 16;
-		struct rec *nr = realloc(L->r, nc * sizeof(*nr));
-		if (!nr) {
-			L->oom = 1;
-			return SIZE_MAX;
-		}
-		L->r = nr;
-		L->cap = nc;
-	}
-	L->r[L->n] = r;
-	return L->n++;
-}
-
-static void lin_err(struct lin *L, int rc)
-{
-	if (!L->st.first_err)
-		L->st.first_err = rc;
-}
-
-static void lin_get_cb(farm_loop *loop, void *ctx, int status, const void *val,
-                       uint32_t len)
-{
-	(void)loop;
-	struct slot *s = ctx;
-	struct lin *L = s->L;
-	uint64_t t = np_now_ns();
-	s->busy = 0;
-	if (s->rec == SIZE_MAX)
-		return;
-	struct rec *r = &L->r[s->rec];
-	if (status == 0) {
-		uint64_t id = val_id(val, len);
-		if (!id) {
-			L->st.garbage++;
-			r->kind = 0;
-			return;
-		}
-		r->value = id;
-		r->found = 1;
-		r->t_resp = t;
-		L->st.found++;
-		struct cache *ca = &L->cache[r->key];
-		*ca = (struct cache){.valid = true, .value = id, .t = t};
-	} else if (status == -ENOENT) {
-		r->found = 0;
-		r->t_resp = t;
-		L->st.absent++;
-	} else { /* no answer: constrains nothing */
-		r->kind = 0;
-		L->st.get_err++;
-		lin_err(L, status);
-	}
-}
-
-static void lin_op_cb(farm_loop *loop, void *ctx, int status)
-{
-	(void)loop;
-	struct slot *s = ctx;
-	struct lin *L = s->L;
-	uint64_t t = np_now_ns();
-	s->busy = 0;
-	if (s->rec == SIZE_MAX)
-		return;
-	struct rec *r = &L->r[s->rec];
-	if (r->kind == LC_PUT) {
-		if (status == 0) {
-			r->t_resp = t;
-			struct cache *ca = &L->cache[r->key];
-			if (ca->valid && r->t_inv > ca->t)
-				ca->overwritten = true;
-		} else { /* may or may not have happened: no response */
-			L->st.put_err++;
-			lin_err(L, status);
-		}
-		return;
-	}
-	if (status == 0 || status == -ENOENT) {
-		r->found = status == 0;
-		r->t_resp = t;
-		status == 0 ? L->st.del_found++ : L->st.del_absent++;
-	} else {
-		r->kind = LC_DEL_ANY;
-		L->st.del_err++;
-		lin_err(L, status);
-	}
-}
-
-static void lin_start(struct lin *L, struct slot *s)
-{
-	struct ch *c = L->c;
-	uint64_t dice = farm_rand64(&c->np.rng);
-	uint64_t key = (dice >> 8) % NKEYS;
-	unsigned what = (unsigned)(dice % 100);
-	uint8_t k[KLEN];
-	mkkey(k, "lin", (unsigned)key);
-	uint32_t client = c->np.me * MAXW + s->idx;
-	struct cache *ca = &L->cache[key];
-	if (what < 50 && opt_broken && c->np.me == 0 && ca->valid &&
-	    ca->overwritten && L->st.injected < 5) {
-		/* The bug: answer from a cache our own put outdated. */
-		uint64_t t = np_now_ns();
-		rec_add(L, (struct rec){.client = client,
-		                        .kind = LC_GET,
-		                        .key = key,
-		                        .value = ca->value,
-		                        .found = 1,
-		                        .t_inv = t,
-		                        .t_resp = t});
-		ca->valid = false;
-		L->st.injected++;
-		L->st.gets++;
-		return;
-	}
-	struct rec r = {.client = client, .key = key, .t_resp = LC_NO_RESPONSE};
-	int rc;
-	s->busy = 1;
-	s->key = key;
-	if (what < 50) {
-		r.kind = LC_GET;
-		r.t_inv = np_now_ns();
-		s->rec = rec_add(L, r);
-		rc = farm_ht_get(c->ht, c->np.loop, k, KLEN, lin_get_cb, s);
-		if (!rc)
-			L->st.gets++;
-	} else if (what < 85) {
-		uint8_t v[VMAX];
-		uint64_t id = L->next_id++;
-		fill_val(v, id);
-		r.kind = LC_PUT;
-		r.value = id;
-		r.t_inv = np_now_ns();
-		s->rec = rec_add(L, r);
-		rc = farm_ht_put(c->ht, c->np.loop, k, KLEN, v, vlen_of(id),
-		                 lin_op_cb, s);
-		if (!rc)
-			L->st.puts++;
-	} else {
-		r.kind = LC_DEL;
-		r.t_inv = np_now_ns();
-		s->rec = rec_add(L, r);
-		rc = farm_ht_del(c->ht, c->np.loop, k, KLEN, lin_op_cb, s);
-		if (!rc)
-			L->st.dels++;
-	}
-	if (rc) { /* not issued */
-		if (s->rec != SIZE_MAX)
-			L->r[s->rec].kind = 0;
-		s->busy = 0;
-		if (rc == -EAGAIN)
-			L->st.eagain++;
-		else
-			lin_err(L, rc);
-	}
-}
-
-static int lin_run(struct ch *c, struct lin *L)
-{
-	L->c = c;
-	L->next_id = ((uint64_t)(c->np.me + 1) << 40) | 1;
-	unsigned w = FARM_MIN(opt_w, MAXW);
-	for (unsigned i = 0; i < w; i++)
-		L->s[i] = (struct slot){.L = L, .idx = i};
-	uint64_t t0 = np_now_ns();
-	uint64_t dl = t0 + (uint64_t)(opt_secs * 1e9);
-	for (unsigned it = 0;; it++) {
-		if ((it & 63) == 0 && np_now_ns() >= dl)
-			break;
-		for (unsigned i = 0; i < w && !L->oom; i++)
-			if (!L->s[i].busy)
-				lin_start(L, &L->s[i]);
-		(void)farm_loop_poll(c->np.loop);
-	}
-	/* Drain: every operation gets its answer (puts time out in 10 s). */
-	uint64_t dd = np_now_ns() + 20ull * 1000000000ull;
-	for (;;) {
-		unsigned busy = 0;
-		for (unsigned i = 0; i < w; i++)
-			busy += L->s[i].busy != 0;
-		if (!busy)
-			break;
-		if (np_now_ns() >= dd) {
-			L->st.undrained = busy;
-			break;
-		}
-		(void)farm_loop_poll(c->np.loop);
-	}
-	L->st.ns = np_now_ns() - t0;
-	return L->oom ? -ENOMEM : 0;
-}
-
-static int lin_save(struct ch *c, struct lin *L)
-{
-	char path[512];
-	snprintf(path, sizeof(path), "%s/lin-%u", c->np.cl->root, c->np.me);
-	return np_write_file(path, L->r, L->n * sizeof(*L->r));
 }
 
 /* ---- multi-get, directory, death (child side)
@@ -627,16 +338,24 @@ static int death_gets(struct ch *c, uint32_t mask_dead, uint32_t mask_live,
 /* ---- the machines' script
  * ---------------------------------------------------------- */
 
+/* The linearizability run goes on until this deadline. */
+static bool until(struct lin *L, void *arg)
+{
+	(void)L;
+	return np_now_ns() < *(const uint64_t *)arg;
+}
+
 static int kv_role(struct ch *c)
 {
 	if (np_wait_cmd(&c->np) != 'G')
 		return 20;
-	struct lin L = {0};
-	if (lin_run(c, &L))
+	struct lin L;
+	if (lin_init(&L, &c->np, c->ht, opt_w, 0, opt_broken))
 		return 21;
-	if (lin_save(c, &L))
+	uint64_t dl = np_now_ns() + (uint64_t)(opt_secs * 1e9);
+	int lrc = lin_run(&L, until, &dl);
+	if (lin_close(&L) || lrc)
 		return 22;
-	free(L.r);
 	if (np_say(&c->np, 'D', &L.st, sizeof(L.st)))
 		return 23;
 	for (;;) {
@@ -707,48 +426,6 @@ static int kv_role(struct ch *c)
  * ----------------------------------------------------------------- */
 
 /* Merge the machines' histories and check them. */
-static int p_check(struct np_cluster *cl, lc_report *rep, uint64_t *nrec)
-{
-	lc_history *h = lc_new();
-	assert_non_null(h);
-	*nrec = 0;
-	for (unsigned i = 0; i < NM; i++) {
-		char path[512];
-		size_t len = 0;
-		snprintf(path, sizeof(path), "%s/lin-%u", cl->root, i);
-		struct rec *r = np_read_file(path, &len);
-		assert_non_null(r);
-		size_t n = len / sizeof(*r);
-		for (size_t k = 0; k < n; k++) {
-			if (!r[k].kind)
-				continue;
-			int op = lc_op(h, r[k].client, (enum lc_kind)r[k].kind,
-			               r[k].key, r[k].value, r[k].found != 0,
-			               r[k].t_inv, r[k].t_resp);
-			assert_true(op >= 0);
-			(*nrec)++;
-		}
-		free(r);
-	}
-	int rc = lc_check(h, rep, 60000);
-	lc_free(h);
-	return rc;
-}
-
-static void print_lin(unsigned i, const struct lin_stats *s)
-{
-	printf("lin: machine %u: %" PRIu64 " gets (%" PRIu64 " found, %" PRIu64
-	       " absent, %" PRIu64 " errors), %" PRIu64 " puts (%" PRIu64
-	       " errors), %" PRIu64 " deletes (%" PRIu64 " found, %" PRIu64
-	       " absent, %" PRIu64 " errors) in %.2f s; %" PRIu64
-	       " garbage values, %" PRIu64 " stale reads injected, %" PRIu64
-	       " not drained; first error %s\n",
-	       i, s->gets, s->found, s->absent, s->get_err, s->puts, s->put_err,
-	       s->dels, s->del_found, s->del_absent, s->del_err,
-	       (double)s->ns / 1e9, s->garbage, s->injected, s->undrained,
-	       s->first_err ? farm_strerror(s->first_err) : "none");
-}
-
 static void test_kv(void **state)
 {
 	(void)state;
@@ -768,7 +445,7 @@ static void test_kv(void **state)
 	}
 	lc_report rep;
 	uint64_t nrec;
-	int rc = p_check(&G, &rep, &nrec);
+	int rc = kvl_check(&G, &rep, &nrec);
 	uint64_t ops = 0, puts = 0, dels = 0, gets = 0;
 	for (unsigned i = 0; i < NM; i++) {
 		print_lin(i, &s[i]);
@@ -983,8 +660,8 @@ int main(int argc, char **argv)
 	}
 	if (opt_w < 1)
 		opt_w = 1;
-	if (opt_w > MAXW)
-		opt_w = MAXW;
+	if (opt_w > MAXW - 1)
+		opt_w = MAXW - 1;
 	const struct CMUnitTest t[] = {
 	        cmocka_unit_test_teardown(test_kv, cl_cleanup),
 	};

@@ -386,7 +386,7 @@ static void test_zombie(void **state)
 	                       : -1.0,
 	       (double)(zr.t_end_ns - zr.t_cont_ns) / 1e6,
 	       zr.removed ? "removed (farm_node_removed)" : "NOT removed",
-	       bank_errors(&zrun.k, errs, sizeof(errs)));
+	       tu_errs_str(&zrun.k.errs, errs, sizeof(errs)));
 	if (zr.before.executed[OP_READ] != NTARGETS ||
 	    zr.before.executed[OP_CAS] != NTARGETS)
 		failed(f, "the control requests before the stop did not all "

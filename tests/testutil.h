@@ -247,6 +247,46 @@ static inline int tu_zk_run(const char *script, char *dir, size_t dlen,
 #endif
 }
 
+/* ---- error tallies ------------------------------------------------------ */
+
+#define TU_NERR 6
+
+/* The first TU_NERR distinct error codes counted, and how often each
+ * came. */
+struct tu_errs {
+	int err[TU_NERR];
+	uint64_t n[TU_NERR];
+};
+
+/* Count error @rc; returns the errors counted in all. */
+static inline uint64_t tu_errs_add(struct tu_errs *e, int rc)
+{
+	unsigned i = 0;
+	while (i < TU_NERR && e->n[i] && e->err[i] != rc)
+		i++;
+	if (i < TU_NERR) {
+		e->err[i] = rc;
+		e->n[i]++;
+	}
+	uint64_t all = 0;
+	for (i = 0; i < TU_NERR; i++)
+		all += e->n[i];
+	return all;
+}
+
+/* "code x N, ..." for a report ("none" when nothing was counted). */
+static inline const char *tu_errs_str(const struct tu_errs *e, char *buf,
+                                      size_t len)
+{
+	size_t o = 0;
+	buf[0] = 0;
+	for (unsigned i = 0; i < TU_NERR && e->n[i] && o < len; i++)
+		o += (size_t)snprintf(buf + o, len - o, "%s%s x %llu",
+		                      i ? ", " : "", farm_strerror(e->err[i]),
+		                      (unsigned long long)e->n[i]);
+	return buf[0] ? buf : "none";
+}
+
 #endif
 
 /* ---- forked machine processes ------------------------------------------ */

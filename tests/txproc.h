@@ -327,7 +327,6 @@ static inline int tx_check_history(struct np_cluster *cl, uint64_t killed,
 /* ---- the bank -------------------------------------------------------- */
 
 #define INIT_BALANCE 100
-#define BANK_NERR    6
 
 /* What a machine's bank workload did. */
 struct bank_counts {
@@ -335,8 +334,7 @@ struct bank_counts {
 	uint64_t timeouts, peerdead; /* commits that ended so (then retried) */
 	uint64_t failed; /* transfers given up: another error, or time */
 	uint64_t lf_reads, lf_bad, ro_txns, ro_aborts, ro_failed, negative;
-	int err[BANK_NERR];       /* the first distinct errors that were not */
-	uint64_t nerr[BANK_NERR]; /* retryable, and how often each came */
+	struct tu_errs errs; /* the errors that were not retryable */
 };
 
 static inline void bank_counts_add(struct bank_counts *t,
@@ -362,32 +360,9 @@ static inline void bank_counts_add(struct bank_counts *t,
 static inline void bank_error(struct tx_child *c, struct bank_counts *k,
                               const char *what, int rc)
 {
-	unsigned i = 0;
-	while (i < BANK_NERR && k->nerr[i] && k->err[i] != rc)
-		i++;
-	if (i < BANK_NERR) {
-		k->err[i] = rc;
-		k->nerr[i]++;
-	}
-	uint64_t all = 0;
-	for (i = 0; i < BANK_NERR; i++)
-		all += k->nerr[i];
-	if (all <= 5)
+	if (tu_errs_add(&k->errs, rc) <= 5)
 		fprintf(stderr, "m%u: %s: %s\n", c->np.me, what,
 		        farm_strerror(rc));
-}
-
-/* "code x N, ..." for a report. */
-static inline const char *bank_errors(const struct bank_counts *k, char *buf,
-                                      size_t len)
-{
-	size_t o = 0;
-	buf[0] = 0;
-	for (unsigned i = 0; i < BANK_NERR && k->nerr[i] && o < len; i++)
-		o += (size_t)snprintf(buf + o, len - o, "%s%s x %" PRIu64,
-		                      i ? ", " : "", farm_strerror(k->err[i]),
-		                      k->nerr[i]);
-	return buf[0] ? buf : "none";
 }
 
 static inline void fill_account(void *d, uint32_t size, farm_fatptr p,

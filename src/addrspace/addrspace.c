@@ -507,9 +507,11 @@ static void h_lookup(farm_loop *loop, const farm_msg_in *in, void *arg)
 	pthread_rwlock_rdlock(&as->lock);
 	struct entry *e = q.region ? find(as, q.region) : NULL;
 	bool ok = e && e->kind == E_PRIMARY;
-	/* A backup copy recovery is promoting: ask again (retryable). */
-	bool recovering = e && e->kind == E_BACKUP && as->ring &&
-	                  farm_ring_primary(as->ring, q.region) == as->me;
+	/* A backup copy: recovery is promoting it, or the asker applied a
+	 * configuration that makes us the region's primary and we have not
+	 * applied it yet (the asker asks us only then). Ask again
+	 * (retryable): -ENOENT would say the region does not exist. */
+	bool recovering = e && e->kind == E_BACKUP;
 	farm_mr_desc d = ok ? e->desc : (farm_mr_desc){0};
 	pthread_rwlock_unlock(&as->lock);
 	if (!ok) {

@@ -184,20 +184,103 @@ void farm_ht_detach(farm_ht *h, farm_loop *loop)
 	free(l);
 }
 
+/* Buckets written per transaction while a shard is made: a commit must
+ * fit half a log (64 KiB at least). */
+#define MK_TX_BYTES (16u << 10)
+#define MK_TRIES    64u
+
 struct mk_ctx {
 	farm_ht *h;
+	farm_loop *loop;
 	uint32_t nb;
 	farm_ht_shard_fn cont;
 	void *ctx;
+	farm_gaddr base;
+	uint64_t next; /* the first bucket not yet committed */
+	unsigned n;    /* buckets in the transaction in flight */
+	unsigned tries;
+	farm_tx *tx;
 };
+
+static void mk_chunk(struct mk_ctx *c);
+
+static void mk_end(struct mk_ctx *c, int status)
+{
+	struct farm_ht_shard sd = {
+	        .machine = c->h->me, .nbuckets = c->nb, .base = c->base};
+	if (status && c->base &&
+	    farm_galloc_free_array_local(c->h->ga, c->loop, c->base,
+	                                 64ull * c->h->bucket_lines,
+	                                 (uint64_t)c->nb + 1))
+		farm_warn("ht: a shard that could not be made was not freed");
+	c->cont(c->loop, c->ctx, status,
+	        status ? (struct farm_ht_shard){0} : sd);
+	free(c);
+}
+
+static void mk_committed(farm_loop *loop, void *ctx, int outcome)
+{
+	(void)loop;
+	struct mk_ctx *c = ctx;
+	farm_tx_free(c->tx);
+	c->tx = NULL;
+	if (outcome && farm_tx_retryable(outcome) && ++c->tries < MK_TRIES) {
+		mk_chunk(c);
+		return;
+	}
+	if (outcome) {
+		mk_end(c, outcome);
+		return;
+	}
+	c->tries = 0;
+	c->next += c->n;
+	if (c->next > c->nb)
+		mk_end(c, 0);
+	else
+		mk_chunk(c);
+}
+
+/* Write the next buckets unchanged in one transaction. */
+static void mk_chunk(struct mk_ctx *c)
+{
+	farm_ht *h = c->h;
+	unsigned per =
+	        FARM_MAX(1u, MK_TX_BYTES / (64u * h->bucket_lines + 64u));
+	c->n = (unsigned)FARM_MIN((uint64_t)per, (uint64_t)c->nb + 1 - c->next);
+	int rc = farm_tx_begin(h->txm, c->loop, &c->tx);
+	for (unsigned i = 0; !rc && i < c->n; i++) {
+		farm_gaddr a =
+		        c->base + (c->next + i) * 64ull * h->bucket_lines;
+		const void *d;
+		void *w;
+		rc = farm_tx_read_local(c->tx, a, h->bucket_data, &d);
+		if (!rc)
+			rc = farm_tx_write(c->tx, a, &w);
+	}
+	if (!rc)
+		rc = farm_tx_commit(c->tx, mk_committed, c);
+	if (rc) {
+		farm_tx_free(c->tx);
+		c->tx = NULL;
+		mk_end(c, rc);
+	}
+}
 
 static void shard_made(farm_loop *loop, void *ctx, int status, farm_gaddr a)
 {
 	struct mk_ctx *c = ctx;
-	struct farm_ht_shard sd = {
-	        .machine = c->h->me, .nbuckets = c->nb, .base = a};
-	c->cont(loop, c->ctx, status, status ? (struct farm_ht_shard){0} : sd);
-	free(c);
+	(void)loop;
+	if (status) {
+		mk_end(c, status);
+		return;
+	}
+	/* The array's object headers (allocated, size) were written here
+	 * only, outside any transaction: a backup copy of its region would
+	 * hold none of them, and a machine that took the region over after
+	 * this one failed would find no buckets. Writing every bucket once,
+	 * in transactions, puts them in the backups too. */
+	c->base = a;
+	mk_chunk(c);
 }
 
 int farm_ht_make_shard(farm_ht *h, farm_loop *loop, uint32_t nbuckets,
@@ -208,7 +291,8 @@ int farm_ht_make_shard(farm_ht *h, farm_loop *loop, uint32_t nbuckets,
 	struct mk_ctx *c = malloc(sizeof(*c));
 	if (!c)
 		return -ENOMEM;
-	*c = (struct mk_ctx){.h = h, .nb = nbuckets, .cont = cont, .ctx = ctx};
+	*c = (struct mk_ctx){
+	        .h = h, .loop = loop, .nb = nbuckets, .cont = cont, .ctx = ctx};
 	/* nbuckets + 1: the last home's neighbour. Fresh array elements are
 	 * allocated objects of version 0 with zero data: empty buckets. */
 	int rc = farm_galloc_alloc_array(h->ga, loop, 64ull * h->bucket_lines,

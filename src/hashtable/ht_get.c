@@ -53,6 +53,14 @@ void ht_gets_free(struct htloop *l)
 
 static void get_start(struct get_op *g);
 
+/* A read's error as a lookup's: a read that finds no region where the
+ * table says the shard's memory is (-ENOENT from the address space) must
+ * not answer "absent", which -ENOENT means to a lookup's caller. */
+static int read_err(int status)
+{
+	return status == -ENOENT ? FARM_ECORRUPT : status;
+}
+
 static void get_end(struct get_op *g, int status, const void *val, uint32_t len)
 {
 	farm_ht *h = g->h;
@@ -151,7 +159,7 @@ static void obj_read_done(farm_loop *loop, void *ctx, int status)
 		return;
 	}
 	if (status) {
-		get_end(g, status, NULL, 0);
+		get_end(g, read_err(status), NULL, 0);
 		return;
 	}
 	if (g->stage == 1) {
@@ -187,7 +195,7 @@ static void get_read_obj(struct get_op *g, farm_fatptr p, int stage)
 	int rc = farm_lf_read(g->h->txm, g->l->loop, p.addr, p.size,
 	                      p.incarnation, g->obuf, obj_read_done, g);
 	if (rc)
-		get_end(g, rc, NULL, 0);
+		get_end(g, read_err(rc), NULL, 0);
 }
 
 /* Both buckets read: validate, then search. */
@@ -236,7 +244,7 @@ static void bucket_read_done(farm_loop *loop, void *ctx, int status)
 		return;
 	}
 	if (status) {
-		get_end(g, status, NULL, 0);
+		get_end(g, read_err(status), NULL, 0);
 		return;
 	}
 	get_buckets(g);
@@ -290,7 +298,7 @@ static void get_start(struct get_op *g)
 		                  2 * bb, bucket_read_done, g);
 	}
 	if (rc)
-		get_end(g, rc, NULL, 0);
+		get_end(g, read_err(rc), NULL, 0);
 }
 
 /* What every lookup starts with: its arguments checked, its loop state,
@@ -411,7 +419,7 @@ static void first_obj_done(farm_loop *loop, void *ctx, int status)
 		return;
 	}
 	if (status) {
-		first_end(f, status, NULL, 0);
+		first_end(f, read_err(status), NULL, 0);
 		return;
 	}
 	uint32_t kl, vl;
@@ -474,7 +482,9 @@ static void first_buckets(struct first_op *f)
 		        farm_lf_read(h->txm, f->l->loop, p.addr, p.size,
 		                     p.incarnation, f->obuf, first_obj_done, f);
 		if (rc)
-			first_end(f, rc == -EAGAIN ? FARM_HT_UNRESOLVED : rc,
+			first_end(f,
+			          rc == -EAGAIN ? FARM_HT_UNRESOLVED
+			                        : read_err(rc),
 			          NULL, 0);
 		return;
 	}
@@ -490,7 +500,7 @@ static void first_read_done(farm_loop *loop, void *ctx, int status)
 	if (status == FARM_EFLUSHED)
 		first_end(f, FARM_HT_UNRESOLVED, NULL, 0);
 	else if (status)
-		first_end(f, status, NULL, 0);
+		first_end(f, read_err(status), NULL, 0);
 	else
 		first_buckets(f);
 }
@@ -547,5 +557,5 @@ int farm_ht_get_first(farm_ht *h, farm_loop *loop, const void *key,
 		free(f->d);
 		free(f);
 	}
-	return rc;
+	return read_err(rc); /* -ENOENT from here would say: no shards */
 }

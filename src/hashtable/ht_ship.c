@@ -101,7 +101,9 @@ static void batch_apply(struct htloop *l, unsigned shard);
 struct bctx {
 	struct htloop *l;
 	unsigned shard;
-	int kind; /* NEED_IND or NEED_BLK */
+	int kind;      /* NEED_IND or NEED_BLK */
+	uint32_t size; /* of the object being allocated */
+	bool hinted;   /* next to the shard */
 };
 
 static void reply_op(struct htloop *l, struct pending *p, int status)
@@ -151,6 +153,18 @@ static void batch_alloc_done(farm_tx *tx, void *ctx, int status, farm_fatptr p,
 	unsigned shard = c->shard;
 	struct shardq *q = &l->q[shard];
 	int kind = c->kind;
+	if (status == -EREMOTE && c->hinted) {
+		/* The shard's region was promoted here by recovery, and its
+		 * allocator state is not recovered (SOSP'15 5.4 is not built
+		 * yet): it takes no new objects. Any region of this machine
+		 * will do: the pair's fat pointer says where its object is,
+		 * and it is local to the shard's owner, who reads it. */
+		c->hinted = false;
+		status = farm_tx_alloc(q->tx, c->size, FARM_GADDR_NULL,
+		                       batch_alloc_done, c);
+		if (!status)
+			return;
+	}
 	free(c);
 	if (status) {
 		/* No memory: the operation being applied fails alone. */
@@ -190,8 +204,11 @@ static void batch_apply(struct htloop *l, unsigned shard)
 			                               : h->block_data;
 			int arc = c ? 0 : -ENOMEM;
 			if (c) {
-				*c = (struct bctx){
-				        .l = l, .shard = shard, .kind = rc};
+				*c = (struct bctx){.l = l,
+				                   .shard = shard,
+				                   .kind = rc,
+				                   .size = size,
+				                   .hinted = true};
 				arc = farm_tx_alloc(q->tx, size, w.sd->base,
 				                    batch_alloc_done, c);
 				if (arc)
@@ -259,6 +276,16 @@ static void batch_start(struct htloop *l, unsigned shard)
 	batch_apply(l, shard);
 }
 
+/* Does this machine hold a backup copy of the region of shard @shard's
+ * buckets? */
+static bool copy_here(farm_ht *h, unsigned shard)
+{
+	enum farm_as_role role;
+	farm_region *r = farm_as_local_region(
+	        h->as, farm_gaddr_region(h->shards[shard].base), &role);
+	return r && role == FARM_AS_BACKUP;
+}
+
 void ht_h_op(farm_loop *loop, const farm_msg_in *in, void *arg)
 {
 	farm_ht *h = arg;
@@ -272,9 +299,19 @@ void ht_h_op(farm_loop *loop, const farm_msg_in *in, void *arg)
 		if ((q.op != 1 && q.op != 2) || q.klen == 0 ||
 		    q.klen > FARM_HT_MAX_KEY || q.vlen > FARM_HT_MAX_VALUE ||
 		    in->len != sizeof(q) + q.klen + q.vlen ||
-		    (q.op == 1 && q.vlen == 0) || q.shard >= h->nshards ||
-		    !farm_ht_serves(h, q.shard))
+		    (q.op == 1 && q.vlen == 0) || q.shard >= h->nshards)
 			status = -EINVAL;
+		else if (!farm_ht_serves(h, q.shard))
+			status = copy_here(h, q.shard) ? -EAGAIN : -EINVAL;
+	}
+	if (status == -EAGAIN) {
+		/* Not ours yet: the sender applied a configuration that
+		 * makes us the shard's owner, and we have not, or recovery
+		 * is promoting our copy. Retryable. */
+		if (farm_msg_reply_error(loop, &in->token, status))
+			farm_warn("ht: cannot answer machine %" PRIu32,
+			          in->src_machine);
+		return;
 	}
 	if (status) {
 		farm_warn("ht: bad request from machine %" PRIu32,

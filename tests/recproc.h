@@ -1,0 +1,192 @@
+/*
+ * A cluster of NP_NM machine processes with one of them killed
+ * (tests/test_rec_bank.c, tests/test_rec_kv.c): the parent's kill and
+ * what it tells the survivors, how a survivor sees the configuration
+ * without the victim, and the parent's list of the checks that failed.
+ * Header-only, static functions; needs nodeproc.h.
+ */
+#ifndef FARM_TESTS_RECPROC_H
+#define FARM_TESTS_RECPROC_H
+
+#include "nodeproc.h"
+
+#include <inttypes.h>
+#include <stdatomic.h>
+
+#include "node/node.h"
+
+/* What the parent tells the survivors after the kill ('K'). */
+struct kill_msg {
+	uint32_t victim;
+	uint64_t t_kill_ns;
+};
+
+/* Kill machine @victim with SIGKILL, in the middle of whatever it is
+ * doing, reap it and tell every other machine ('K', then the message). */
+static inline struct kill_msg rec_kill(struct np_cluster *cl, unsigned victim)
+{
+	struct kill_msg km = {.victim = victim, .t_kill_ns = np_now_ns()};
+	assert_int_equal(kill(cl->pid[victim], SIGKILL), 0);
+	assert_int_equal(tu_reap(cl->pid[victim]), 128 + SIGKILL);
+	cl->pid[victim] = 0;
+	for (unsigned i = 0; i < NP_NM; i++)
+		if (i != victim) {
+			np_send(cl, i, 'K');
+			assert_int_equal(tu_send(cl->to[i], &km, sizeof(km)),
+			                 0);
+		}
+	return km;
+}
+
+/* When each configuration was applied on this machine (by id % 16; 0:
+ * not seen): rec_on_config fills it (farm_node_on_config). */
+static _Atomic uint64_t rec_cfg_t[16];
+
+static inline void rec_on_config(void *ctx, uint64_t id, unsigned members,
+                                 bool member)
+{
+	(void)ctx;
+	(void)members;
+	(void)member;
+	atomic_store(&rec_cfg_t[id % 16], np_now_ns());
+}
+
+/* When configuration @id was applied here, or @now when that was not
+ * seen. */
+static inline uint64_t rec_cfg_applied(uint64_t id, uint64_t now)
+{
+	uint64_t t = atomic_load(&rec_cfg_t[id % 16]);
+	return t ? t : now;
+}
+
+/* Does @node's configuration leave @victim out? Its id and size in *@id
+ * and *@n when it does. */
+static inline bool rec_config_without(farm_node *node, uint32_t victim,
+                                      uint64_t *id, unsigned *n)
+{
+	struct farm_view *v = malloc(sizeof(*v));
+	bool without = v && !farm_node_view(node, v);
+	for (unsigned i = 0; without && i < v->n; i++)
+		without = v->members[i].id != victim;
+	if (without) {
+		*id = v->config_id;
+		*n = v->n;
+	}
+	free(v);
+	return without;
+}
+
+/* What a survivor saw of the change, from the parent's 'K' on. */
+struct rec_seen {
+	bool told;       /* the parent said who was killed, and when */
+	bool new_config; /* a configuration without the victim came */
+	bool removed;    /* this machine was removed */
+	uint32_t victim;
+	uint64_t config_at_kill, config_new, last_id;
+	unsigned members_new;
+	/* The kill, the configuration without the victim applied here, and
+	 * seen by the workload. */
+	uint64_t t_kill_ns, t_cfg_ns, t_seen_ns;
+};
+
+/* Child: the parent said 'K'; read who was killed, and when. 0, or -1
+ * (the parent went away). */
+static inline int rec_told(struct np_child *np, struct rec_seen *s)
+{
+	struct kill_msg km;
+	if (tu_recv(np->in, &km, sizeof(km)))
+		return -1;
+	s->told = true;
+	s->victim = km.victim;
+	s->t_kill_ns = km.t_kill_ns;
+	s->config_at_kill = farm_node_config_id(np->node);
+	return 0;
+}
+
+/* Child, polled: whether the configuration without the victim has just
+ * come (true once); notes whether this machine was removed. */
+static inline bool rec_watch(struct np_child *np, struct rec_seen *s)
+{
+	s->removed = farm_node_removed(np->node);
+	uint64_t id = farm_node_config_id(np->node);
+	if (!s->told || s->new_config || id == s->last_id)
+		return false;
+	s->last_id = id;
+	if (!rec_config_without(np->node, s->victim, &s->config_new,
+	                        &s->members_new))
+		return false;
+	s->new_config = true;
+	s->t_seen_ns = np_now_ns();
+	s->t_cfg_ns = rec_cfg_applied(id, s->t_seen_ns);
+	return true;
+}
+
+/* The checks that failed, one line each (reported before the test
+ * fails). */
+struct fails {
+	char text[4096];
+	size_t len;
+	unsigned n;
+};
+
+static inline void failed(struct fails *f, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	if (f->len < sizeof(f->text) - 2) {
+		f->len += (size_t)snprintf(f->text + f->len,
+		                           sizeof(f->text) - f->len, "  - ");
+		f->len += (size_t)vsnprintf(f->text + f->len,
+		                            sizeof(f->text) - f->len, fmt, ap);
+		f->len += (size_t)snprintf(f->text + f->len,
+		                           sizeof(f->text) - f->len, "\n");
+		f->len = FARM_MIN(f->len, sizeof(f->text) - 1);
+	}
+	va_end(ap);
+	f->n++;
+}
+
+/* Parent: what survivor @i saw (printed); whether it took a configuration
+ * without the victim within @reconf_ms of the kill (a failed check in @f
+ * when not). */
+static inline bool rec_check_seen(struct fails *f, unsigned i,
+                                  const struct rec_seen *s, int reconf_ms)
+{
+	if (s->new_config)
+		printf("machine %u: configuration %" PRIu64 " (%u members, "
+		       "without machine %u) applied %.1f ms after the kill "
+		       "(seen after %.1f ms)\n",
+		       i, s->config_new, s->members_new, s->victim,
+		       (double)(s->t_cfg_ns - s->t_kill_ns) / 1e6,
+		       (double)(s->t_seen_ns - s->t_kill_ns) / 1e6);
+	if (s->removed)
+		failed(f, "machine %u was removed from the configuration", i);
+	else if (!s->new_config)
+		failed(f,
+		       "machine %u: no configuration without machine %u "
+		       "within %d ms of the kill (configuration %" PRIu64 ")",
+		       i, s->victim, reconf_ms, s->config_at_kill);
+	return !s->removed && s->new_config;
+}
+
+/* Parent, at the end of run @name (machine @victim killed): it fails
+ * when a check failed, or, @broken (the protocol broken on purpose:
+ * @what), when none did. */
+static inline void rec_verdict(const struct fails *f, const char *name,
+                               unsigned victim, bool broken, const char *what)
+{
+	fflush(stdout); /* the report, then what failed */
+	if (broken) {
+		if (!f->n)
+			fail_msg("%s --broken: %s, and no check noticed", name,
+			         what);
+		printf("%s --broken: %u check(s) failed, as they must:\n%s",
+		       name, f->n, f->text);
+		return;
+	}
+	if (f->n)
+		fail_msg("%s (machine %u killed): %u check(s) failed:\n%s",
+		         name, victim, f->n, f->text);
+}
+
+#endif
