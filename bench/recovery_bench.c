@@ -1657,11 +1657,18 @@ static void write_plot(const struct run *r, unsigned idx)
 	fprintf(f,
 	        "# recovery_bench run %u (%s, machine %u): survivors' "
 	        "operations per 1 ms bucket\n"
-	        "# ms_after_kill ops transfers (pre-failure %.1f ops/ms)\n",
+	        "# ms_after_kill ops transfers ops_10ms_mean (pre-failure "
+	        "%.1f ops/ms)\n",
 	        idx, scen_name[r->sc], r->victim, r->pre_rate);
-	for (unsigned k = 0; k < r->nplot; k++)
-		fprintf(f, "%d %u %u\n", (int)k - 200, r->plot_ops[k],
-		        r->plot_xfers[k]);
+	for (unsigned k = 0; k < r->nplot; k++) {
+		/* The mean of the 10 buckets around this one. */
+		unsigned lo = k >= 5 ? k - 5 : 0,
+		         hi = FARM_MIN(k + 5, r->nplot), sum = 0;
+		for (unsigned j = lo; j < hi; j++)
+			sum += r->plot_ops[j];
+		fprintf(f, "%d %u %u %.2f\n", (int)k - 200, r->plot_ops[k],
+		        r->plot_xfers[k], (double)sum / (hi - lo));
+	}
 	fclose(f);
 	f = fopen(ev, "w");
 	if (!f)
@@ -2038,19 +2045,48 @@ int main(int argc, char **argv)
 	printf("80%% windows: %u of %u runs had a steady state in which 90%% "
 	       "of the windows pass (longest window used: %u ms)\n",
 	       win_ok, nr, win_max);
+	/* A throughput goal is judged only when at least half the runs of
+	 * its kind had a steady state that passes its own test: otherwise
+	 * "back to 80%" is noise (a burst long before any region is active
+	 * counts). */
+	bool judged[NSCEN];
+	for (unsigned sc = 0; sc < NSCEN; sc++) {
+		unsigned n = 0, ok = 0;
+		for (unsigned i = 0; i < nr; i++)
+			if (runs[i].sc == sc) {
+				n++;
+				ok += runs[i].ok && runs[i].win_ok;
+			}
+		judged[sc] = n && 2 * ok >= n;
+		if (n && !judged[sc])
+			printf("%s: the time to 80%% is not judged: only %u of "
+			       "%u runs had a steady state steady enough to "
+			       "compare with (see suspect->active instead)\n",
+			       scen_name[sc], ok, n);
+	}
 	printf("%u runs in %.0f s\n", nr, secs);
 
 	/* The plot: the first scenario's run with the median recovery (to
-	 * 80%, or to all-active when the median never got back to 80%). */
+	 * 80%, or to all-active when the median never got back to 80%),
+	 * among the runs whose steady state before the kill ran at least at
+	 * the median rate (a host stall there makes 80% meaningless). */
 	int pick = -1;
 	for (unsigned sc = 0; sc < NSCEN && pick < 0; sc++) {
 		bool by80 = isfinite(d80[sc].med);
 		double med = by80 ? d80[sc].med : dsteps[sc][T_ACTIVE].med;
+		double *rates = calloc(nr + 1, sizeof(double));
+		unsigned nrt = 0;
+		for (unsigned i = 0; rates && i < nr; i++)
+			if (runs[i].sc == sc && runs[i].ok)
+				rates[nrt++] = runs[i].pre_rate;
+		double rmed = nrt ? distribution(rates, nrt).med : 0;
+		free(rates);
 		double best = INFINITY;
 		for (unsigned i = 0; i < nr; i++) {
 			const struct run *r = &runs[i];
 			double v = by80 ? r->t80_from_suspect : r->t[T_ACTIVE];
-			if (r->sc == sc && r->ok && fabs(v - med) < best) {
+			if (r->sc == sc && r->ok && r->pre_rate >= rmed &&
+			    fabs(v - med) < best) {
 				best = fabs(v - med);
 				pick = (int)i;
 			}
@@ -2115,15 +2151,16 @@ int main(int argc, char **argv)
 	printf("\"suspect_to_80pct_median_ms\": {\"value\": ");
 	json_num(stdout, d80[SC_MEMBER].med);
 	printf(", \"target\": 30, \"met\": %s}, ",
-	       d80[SC_MEMBER].n && d80[SC_MEMBER].med < 30 ? "true" : "false");
+	       judged[SC_MEMBER] && d80[SC_MEMBER].med < 30 ? "true" : "false");
 	printf("\"suspect_to_80pct_max_ms\": {\"value\": ");
 	json_num(stdout, d80[SC_MEMBER].max);
 	printf(", \"target\": 150, \"met\": %s}, ",
-	       d80[SC_MEMBER].n && d80[SC_MEMBER].max < 150 ? "true" : "false");
+	       judged[SC_MEMBER] && d80[SC_MEMBER].max < 150 ? "true"
+	                                                     : "false");
 	printf("\"cm_suspect_to_80pct_median_ms\": {\"value\": ");
 	json_num(stdout, d80[SC_CM].med);
 	printf(", \"target\": 60, \"met\": %s}, ",
-	       d80[SC_CM].n && d80[SC_CM].med < 60 ? "true" : "false");
+	       judged[SC_CM] && d80[SC_CM].med < 60 ? "true" : "false");
 	printf("\"sigstop_suspicion_in_leases\": {\"value\": ");
 	json_num(stdout, stop_mult);
 	printf(", \"target\": 2, \"met\": %s}, ",
