@@ -98,6 +98,7 @@
 #include "recovery/recovery.h"
 #include "util/common.h"
 #include "util/config.h"
+#include "zklocal.h"
 
 #ifndef FARM_SOURCE_DIR
 #error "FARM_SOURCE_DIR must name the source tree (scripts/zk-local)"
@@ -774,27 +775,11 @@ out:
 
 /* ---- ZooKeeper ------------------------------------------------------- */
 
-/* scripts/zk-local @verb on g_zk_dir: its exit status; its first line of
- * output in @line. */
+/* scripts/zk-local @verb on g_zk_dir (tests/zklocal.h). */
 static int zk_local(const char *verb, char *line, size_t len)
 {
-	char cmd[700];
-	snprintf(cmd, sizeof(cmd), "%s'%s' %s '%s'",
-	         O.zk_disk ? "ZK_LOCAL_SYNC=yes " : "", O.zk_script, verb,
-	         g_zk_dir);
-	fflush(NULL);
-	FILE *p = popen(cmd, "r");
-	if (!p)
-		return -1;
-	char buf[128] = "";
-	if (fgets(buf, sizeof(buf), p))
-		buf[strcspn(buf, "\n")] = 0;
-	while (fgetc(p) != EOF)
-		;
-	int st = pclose(p);
-	if (line)
-		snprintf(line, len, "%s", buf);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+	return zkl_run(O.zk_disk ? "ZK_LOCAL_SYNC=yes" : NULL, O.zk_script,
+	               verb, g_zk_dir, line, len);
 }
 
 static int zk_start(void)
