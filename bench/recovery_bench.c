@@ -1335,6 +1335,29 @@ out:
 				        m->slow[k].ms, m->slow[k].phase,
 				        farm_strerror(m->slow[k].rc),
 				        m->slow[k].acct_a, m->slow[k].acct_b);
+			static const char *const kn[] = {
+			        "?",         "suspect",     "request",
+			        "withdrawn", "no-majority", "config"};
+			for (unsigned k = 0; k < m->rs.nsteps; k++) {
+				const struct farm_recovery_step *st =
+				        &m->rs.steps[k];
+				fprintf(stderr,
+				        "  step %+.1f ms after the kill: %s "
+				        "machine %u (n %u, configuration "
+				        "%" PRIu64 ")\n",
+				        ((double)st->t_ns - (double)t_kill) /
+				                1e6,
+				        kn[st->kind <= 5 ? st->kind : 0],
+				        st->machine, st->n, st->config_id);
+			}
+			fprintf(stderr,
+			        "  lease: %" PRIu64 " expiries, %" PRIu64
+			        " lost, %" PRIu64
+			        " refused; membership: %" PRIu64
+			        " config writes, %" PRIu64 " suspects\n",
+			        m->rs.lease.expiries, m->rs.lease.lost,
+			        m->rs.lease.refused, m->ms.config_writes,
+			        m->ms.suspects);
 			for (unsigned k = 0; k < 8 && m->rcount[k]; k++)
 				fprintf(stderr,
 				        "  retried %s in phase %d x %" PRIu64

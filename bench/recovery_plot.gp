@@ -18,7 +18,7 @@ set xlabel "ms after the kill"
 set ylabel "operations per ms"
 set grid
 set key top right opaque
-set yrange [0:*]
+# (stats on one column filters by the y range: before any yrange)
 stats dat using 1 nooutput
 set xrange [STATS_min:STATS_max]
 stats dat using 2 nooutput
