@@ -23,6 +23,7 @@
 #include <farm/farm.h>
 
 #include "util/common.h"
+#include "zklocal.h"
 
 /* ctest treats this exit code as "skipped" (SKIP_RETURN_CODE). */
 #define FARM_TEST_SKIP 77
@@ -167,27 +168,11 @@ static inline int tu_reap(pid_t pid)
 	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
-/* Run scripts/zk-local @script with @verb on @dir (a private ZooKeeper
- * server); its exit status (3: java or the jars missing, a skip), and its
- * first stdout line (start: "127.0.0.1:PORT") in @line when non-NULL. */
+/* Run scripts/zk-local @script with @verb on @dir (zklocal.h). */
 static inline int tu_zk_local(const char *script, const char *verb,
                               const char *dir, char *line, size_t len)
 {
-	char cmd[600];
-	snprintf(cmd, sizeof(cmd), "'%s' %s '%s'", script, verb, dir);
-	fflush(NULL);
-	FILE *p = popen(cmd, "r");
-	if (!p)
-		return -1;
-	char buf[128] = "";
-	if (fgets(buf, sizeof(buf), p))
-		buf[strcspn(buf, "\n")] = 0;
-	while (fgetc(p) != EOF)
-		;
-	int st = pclose(p);
-	if (line)
-		snprintf(line, len, "%s", buf);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+	return zkl_run(NULL, script, verb, dir, line, len);
 }
 
 /* A test's private ZooKeeper server (scripts/zk-local @script), its state

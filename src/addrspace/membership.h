@@ -108,6 +108,10 @@ struct farm_membership_status {
 	uint64_t config_writes; /* configurations this machine wrote */
 	uint64_t suspects;      /* machines farm_membership_suspect named */
 	uint64_t cas_conflicts; /* its writes that lost the compare-and-set */
+	/* The last configuration this machine wrote (CLOCK_MONOTONIC ns, 0:
+	 * none): when the sync that wrote it began (the worker took the
+	 * change) and when the compare-and-set returned; its id. */
+	uint64_t t_write_begin_ns, t_write_ns, write_config_id;
 };
 
 struct farm_membership;

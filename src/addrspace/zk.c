@@ -32,6 +32,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "util/common.h"
 #include "util/log.h"
 
 /* Plain-text checks, needed with or without the client library. */
@@ -493,6 +494,7 @@ static bool same_members(const struct farm_view *a, const struct farm_view *b)
 static int zk_sync(struct farm_membership *m)
 {
 	struct farm_zk *z = m->zk;
+	uint64_t t_begin = farm_now_ns();
 	if (!z->zh || zoo_state(z->zh) != ZOO_CONNECTED_STATE)
 		return -ENOTCONN; /* the CONNECTED event brings us back */
 	int rc;
@@ -573,6 +575,9 @@ static int zk_sync(struct farm_membership *m)
 				return zk_err(zrc);
 			pthread_mutex_lock(&m->lock);
 			m->st.config_writes++;
+			m->st.t_write_begin_ns = t_begin;
+			m->st.t_write_ns = farm_now_ns();
+			m->st.write_config_id = z->next.config_id;
 			pthread_mutex_unlock(&m->lock);
 			farm_info("membership: machine %" PRIu32
 			          " (manager) wrote configuration %" PRIu64

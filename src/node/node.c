@@ -662,6 +662,11 @@ struct farm_ctl *farm_node_ctl(const farm_node *n)
 	return n ? n->ctl : NULL;
 }
 
+struct farm_membership *farm_node_membership(const farm_node *n)
+{
+	return n ? n->mem : NULL;
+}
+
 farm_fabric *farm_node_fabric(const farm_node *n)
 {
 	return n ? n->fab : NULL;

@@ -47,5 +47,7 @@ struct farm_recovery *farm_node_recovery(const farm_node *n);
 /* The control socket (node/ctl.h; NULL when it could not be opened). */
 struct farm_ctl;
 struct farm_ctl *farm_node_ctl(const farm_node *n);
+/* The membership (its counters and timeline: farm_membership_status). */
+struct farm_membership *farm_node_membership(const farm_node *n);
 
 #endif

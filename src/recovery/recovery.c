@@ -50,6 +50,20 @@ static bool in_list(const uint32_t *ids, unsigned n, uint32_t id)
 	return false;
 }
 
+/* Under r->mu: remember a step (the ring keeps the last ones). */
+static void step(farm_recovery *r, uint32_t kind, uint32_t machine, uint32_t n,
+                 uint64_t config_id, uint64_t t)
+{
+	struct farm_recovery_stats *st = &r->st;
+	st->steps[st->steps_total % FARM_RECOVERY_STEPS] =
+	        (struct farm_recovery_step){.t_ns = t,
+	                                    .config_id = config_id,
+	                                    .machine = machine,
+	                                    .n = n,
+	                                    .kind = kind};
+	st->steps_total++;
+}
+
 static void queue_suspect(farm_recovery *r, uint32_t machine)
 {
 	pthread_mutex_lock(&r->mu);
@@ -59,6 +73,8 @@ static void queue_suspect(farm_recovery *r, uint32_t machine)
 		r->pending[r->npending++] = machine;
 		r->st.suspicions++;
 		r->st.t_suspect_ns = farm_now_ns();
+		step(r, FARM_RSTEP_SUSPECT, machine, 1, r->view.config_id,
+		     r->st.t_suspect_ns);
 		pthread_cond_signal(&r->cv);
 	}
 	pthread_mutex_unlock(&r->mu);
@@ -120,12 +136,19 @@ static void handle(farm_recovery *r, const uint32_t *sus, unsigned nsus)
 	bool majority = got >= 0 && (unsigned)got * 2 > n;
 	pthread_mutex_lock(&r->mu);
 	r->st.t_probed_ns = farm_now_ns();
-	if (!majority)
+	if (!majority) {
 		r->st.no_majority++;
-	else if (!nout)
+		step(r, FARM_RSTEP_NO_MAJORITY, sus[0],
+		     got > 0 ? (uint32_t)got : 0, cfg, r->st.t_probed_ns);
+	} else if (!nout) {
 		r->st.withdrawn += nsus;
-	else
+		step(r, FARM_RSTEP_WITHDRAWN, sus[0], nsus, cfg,
+		     r->st.t_probed_ns);
+	} else {
 		r->st.requests++;
+		step(r, FARM_RSTEP_REQUEST, out[0], nout, cfg,
+		     r->st.t_probed_ns);
+	}
 	pthread_mutex_unlock(&r->mu);
 	if (majority && !nout) {
 		farm_info("recovery %" PRIu32 ": machine %" PRIu32 " answered "
@@ -267,12 +290,16 @@ int farm_recovery_view(farm_recovery *r, const struct farm_view *v,
 	}
 	bool was_member =
 	        r->have_view && farm_view_find(&r->view, r->a.self_id);
-	/* The first configuration without a machine we suspected. */
+	/* A configuration without machines of the previous one. */
+	uint32_t dropped = 0, first = 0;
 	for (unsigned i = 0; r->have_view && i < r->view.n; i++)
-		if (!farm_view_find(v, r->view.members[i].id)) {
-			r->st.t_config_ns = farm_now_ns();
-			break;
-		}
+		if (!farm_view_find(v, r->view.members[i].id) && !dropped++)
+			first = r->view.members[i].id;
+	if (dropped) {
+		r->st.t_config_ns = farm_now_ns();
+		step(r, FARM_RSTEP_CONFIG, first, dropped, v->config_id,
+		     r->st.t_config_ns);
+	}
 	/* Death notices hold until a view leaves the machine out. */
 	unsigned kd = 0;
 	for (unsigned i = 0; i < r->ndead; i++)
@@ -327,6 +354,13 @@ void farm_recovery_stats(farm_recovery *r, struct farm_recovery_stats *out)
 		return;
 	pthread_mutex_lock(&r->mu);
 	*out = r->st;
+	/* The ring, oldest first. */
+	unsigned n = (unsigned)FARM_MIN(r->st.steps_total,
+	                                (uint64_t)FARM_RECOVERY_STEPS);
+	uint64_t from = r->st.steps_total - n;
+	for (unsigned i = 0; i < n; i++)
+		out->steps[i] = r->st.steps[(from + i) % FARM_RECOVERY_STEPS];
+	out->nsteps = n;
 	pthread_mutex_unlock(&r->mu);
 	farm_lease_stats(r->lease, &out->lease);
 }

@@ -54,6 +54,25 @@ struct farm_recovery_attr {
 	_Atomic uint64_t *serve_word; /* farm_lease_attr.serve_word */
 };
 
+/* What recovery did, in order (the timeline of FaRM's Figure 9 for a
+ * benchmark: which suspicion led to which configuration). */
+enum farm_recovery_step_kind {
+	FARM_RSTEP_SUSPECT = 1,     /* @machine suspected (lapse or report) */
+	FARM_RSTEP_REQUEST = 2,     /* probed: asked to remove @machine (the
+	                               first of @n) */
+	FARM_RSTEP_WITHDRAWN = 3,   /* probed: everyone answered */
+	FARM_RSTEP_NO_MAJORITY = 4, /* probed: @n answered, not a majority */
+	FARM_RSTEP_CONFIG = 5,      /* configuration @config_id without
+	                               @machine (the first of @n) taken */
+};
+struct farm_recovery_step {
+	uint64_t t_ns; /* CLOCK_MONOTONIC */
+	uint64_t config_id;
+	uint32_t machine, n;
+	uint32_t kind; /* enum farm_recovery_step_kind */
+};
+#define FARM_RECOVERY_STEPS 32 /* the last ones kept */
+
 /* Counters and the last reconfiguration's timeline (monotonic ns). */
 struct farm_recovery_stats {
 	struct farm_lease_stats lease;
@@ -68,6 +87,11 @@ struct farm_recovery_stats {
 	uint64_t t_config_ns;  /* the first configuration without it */
 	uint64_t config_id;    /* the configuration in force here */
 	uint32_t cm;           /* its CM */
+	/* The last nsteps (at most FARM_RECOVERY_STEPS) steps, oldest
+	 * first; steps_total counts every one. */
+	unsigned nsteps;
+	uint64_t steps_total;
+	struct farm_recovery_step steps[FARM_RECOVERY_STEPS];
 };
 
 int farm_recovery_open(const struct farm_recovery_attr *a,
