@@ -76,7 +76,7 @@ int fg_tool_load(struct gc_cluster *cl, struct gd_shared *sh, const char *who,
 int fg_tool_load(struct gc_cluster *cl, struct gd_shared *sh, const char *who,
                  bool quiet)
 {
-	struct fg_attr a = {.cache_entries = 1u << 22};
+	struct fg_attr a = {.cache_entries = gd_cache_entries(sh->nodes)};
 	if (gc_start(cl, "tool", &a, gd_body, sh)) {
 		fprintf(stderr, "%s: the cluster did not start\n", who);
 		gc_kill(cl);

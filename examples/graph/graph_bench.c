@@ -118,7 +118,7 @@ static int run_fgraph(void)
 	gc_o.kv_buckets = (uint32_t)(O.nodes / GC_NM / 3 + 1024);
 	gc_o.replicas = O.replicas;
 	struct gc_cluster cl;
-	struct fg_attr a = {.cache_entries = 1u << 22};
+	struct fg_attr a = {.cache_entries = gd_cache_entries(sh->nodes)};
 	uint64_t t0 = gc_now_ns();
 	if (gc_start(&cl, "bench", &a, gd_body, sh)) {
 		fprintf(stderr, "graph_bench: the cluster did not start\n");
