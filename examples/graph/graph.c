@@ -11,11 +11,13 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <time.h>
 
-#define NODE_TYPE    UINT32_MAX /* cache entries of nodes */
-#define MAX_RESTARTS 64u
-#define MAX_KV_TRIES 4u
-#define RBUF_SIZE    (GN_MAX_SIZE > GB_MAX_SIZE ? GN_MAX_SIZE : GB_MAX_SIZE)
+#define NODE_TYPE       UINT32_MAX              /* cache entries of nodes */
+#define DETACH_DRAIN_NS (15ull * 1000000000ull) /* above FG_RPC_NS */
+#define MAX_RESTARTS    64u
+#define MAX_KV_TRIES    4u
+#define RBUF_SIZE       (GN_MAX_SIZE > GB_MAX_SIZE ? GN_MAX_SIZE : GB_MAX_SIZE)
 
 /* ---- the per-loop cache ------------------------------------------------- */
 
@@ -44,7 +46,15 @@ struct fg_client {
 	uint32_t victim;
 	struct rop *free_rops; /* finished reads, for the next ones */
 	unsigned nfree;
+	unsigned live; /* reads issued and not finished */
 };
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 /* Four-way set associative: with a graph's entries filling a third of the
  * table, about 1% of them find their set full (two-way: 5%; direct mapped:
@@ -210,12 +220,27 @@ void fg_detach(fg_graph *g, farm_loop *loop)
 	unsigned i = farm_loop_index(loop);
 	if (i >= 64 || !g->client[i])
 		return;
-	fg_owner_detach(g, loop);
+	/* Operations still running on this loop (reads issued here, owner
+	 * transactions and their KV steps) would complete into freed memory
+	 * when the loop closes: let them finish first, for a while. */
 	struct fg_client *c = g->client[i];
+	static const volatile int never;
+	uint64_t deadline = now_ns() + DETACH_DRAIN_NS;
+	while ((fg_owner_quiesce(g, loop) || c->live) && now_ns() < deadline)
+		if (farm_loop_wait(loop, &never, 1000000ull) == -EDEADLK)
+			break; /* called from a handler: cannot wait */
+	fg_owner_detach(g, loop);
+	g->client[i] = NULL;
+	if (c->live) {
+		fprintf(stderr,
+		        "fgraph: m%u detached with %u reads running; their "
+		        "memory is left allocated\n",
+		        g->me, c->live);
+		return;
+	}
 	rop_pool_free(c);
 	munmap(c->cache, c->cache_bytes);
 	free(c);
-	g->client[i] = NULL;
 }
 
 uint32_t fg_owner(const fg_graph *g, uint64_t id)
@@ -322,6 +347,7 @@ static void rop_done(struct rop *r, int status, const void *res)
 {
 	fg_graph *g = r->g;
 	struct fg_client *c = r->c;
+	c->live--;
 	if (r->lf_open)
 		farm_lf_end(&r->lf);
 	fg_count(&g->st_ops[r->kind], 1);
@@ -610,6 +636,7 @@ static int rop_new(fg_graph *g, farm_loop *loop, enum fg_op kind, uint64_t id1,
 		return -ENOMEM;
 	}
 	memset(r, 0, offsetof(struct rop, next_free));
+	c->live++;
 	r->g = g;
 	r->c = c;
 	r->loop = loop;
@@ -618,6 +645,7 @@ static int rop_new(fg_graph *g, farm_loop *loop, enum fg_op kind, uint64_t id1,
 	r->ctx = ctx;
 	int rc = farm_lf_begin(g->txm, loop, &r->lf);
 	if (rc) {
+		c->live--;
 		r->next_free = c->free_rops;
 		c->free_rops = r;
 		c->nfree++;
