@@ -96,10 +96,7 @@ static void peer_progress(uint64_t done, void *arg)
 
 static void from_result(const struct gd_result *r, struct gd_sum *s)
 {
-	static struct gd_shared tmp;
-	memset(&tmp, 0, sizeof(tmp));
-	tmp.res[0] = *r;
-	gd_summarize(&tmp, s);
+	gd_summarize(r, 1, s);
 }
 
 /* ---- the systems ----------------------------------------------------------
@@ -156,7 +153,8 @@ static int run_fgraph(void)
 			sh->depth = one ? 1 : O.depth;
 			rc = gd_command(&cl, 'W', 0, GC_NM, NULL, NULL);
 			if (!rc) {
-				gd_summarize(sh, &R[SYS_FG][mix][one]);
+				gd_summarize(sh->res, GC_NM,
+				             &R[SYS_FG][mix][one]);
 				have[SYS_FG][mix][one] = true;
 			}
 		}
