@@ -25,6 +25,8 @@ static const char *usage =
         "  --depth D       operations in flight per machine (default 16)\n"
         "  --region SIZE   region size of each machine (default 256M)\n"
         "  --busy          machines poll instead of parking when idle\n"
+        "  --park-after US idle microseconds before a machine parks\n"
+        "                  (park_after_us; default 200)\n"
         "  --replicas R    copies of each region, 1..3 (default 3)\n"
         "  --config FILE   be one machine of the cluster FILE describes\n"
         "                  (docs/config.md: machine ids 0..N-1, threads =\n"
@@ -32,7 +34,8 @@ static const char *usage =
         "                  a local one: run farm-graph with the same\n"
         "                  command and options on every machine, each with\n"
         "                  its own file; machine 0 prints the results.\n"
-        "                  --region, --busy, --replicas come from the file\n"
+        "                  --region, --busy, --park-after, --replicas come\n"
+        "                  from the file\n"
         "  --wait S        with --config: how long to wait for the other\n"
         "                  machines to join (default 120)\n"
         "  --help          this text\n";
@@ -124,6 +127,7 @@ int main(int argc, char **argv)
 	        {"depth", required_argument, 0, 'd'},
 	        {"region", required_argument, 0, 'r'},
 	        {"busy", no_argument, 0, 'b'},
+	        {"park-after", required_argument, 0, 'k'},
 	        {"replicas", required_argument, 0, 'p'},
 	        {"config", required_argument, 0, 'c'},
 	        {"wait", required_argument, 0, 'w'},
@@ -163,6 +167,12 @@ int main(int argc, char **argv)
 			gc_o.busy_poll = true;
 			local_only = 1;
 			break;
+		case 'k':
+			gc_o.park_after_us = atoi(optarg);
+			bad |= gc_o.park_after_us < 0 ||
+			       gc_o.park_after_us > 1000000;
+			local_only = 1;
+			break;
 		case 'p':
 			gc_o.replicas = (unsigned)strtoul(optarg, NULL, 0);
 			local_only = 1;
@@ -192,7 +202,8 @@ int main(int argc, char **argv)
 	sh->query = qid;
 	if (conf && local_only) {
 		fprintf(stderr, "farm-graph: with --config, the region size, "
-		                "polling and replicas are the file's\n");
+		                "polling, parking and replicas are the "
+		                "file's\n");
 		return 2;
 	}
 	if (conf)

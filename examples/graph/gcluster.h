@@ -51,8 +51,9 @@ struct gc_opts {
 	unsigned replicas;   /* 0: the configuration's default */
 	bool busy_poll;
 	const char *zk; /* ZooKeeper host:port: membership there, not peers */
+	int park_after_us; /* < 0: the configuration's default */
 };
-static struct gc_opts gc_o = {"64M", 4096, 0, false, NULL};
+static struct gc_opts gc_o = {"64M", 4096, 0, false, NULL, -1};
 
 static inline uint64_t gc_now_ns(void)
 {
@@ -192,6 +193,8 @@ static inline int gc_machine_main(struct gc_machine *m,
 	        gc_o.busy_poll);
 	if (gc_o.replicas)
 		fprintf(f, "replicas = %u\n", gc_o.replicas);
+	if (gc_o.park_after_us >= 0)
+		fprintf(f, "park_after_us = %d\n", gc_o.park_after_us);
 	if (gc_o.zk)
 		fprintf(f,
 		        "zk = %s\nzk_root = /libfarm/fgraph-%d\n"
