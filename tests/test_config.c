@@ -138,12 +138,34 @@ static void test_addrspace_keys(void **state)
 	unsetenv("FARM_RING_POINTS");
 }
 
+/* park_after_us: default, 0 allowed (park at once), range, environment. */
+static void test_park_after(void **state)
+{
+	(void)state;
+	struct farm_config c;
+	char err[256];
+	farm_config_defaults(&c);
+	assert_int_equal(c.park_after_us, 200);
+	assert_int_equal(
+	        farm_config_set(&c, "park_after_us", "0", err, sizeof(err)), 0);
+	assert_int_equal(c.park_after_us, 0);
+	assert_int_equal(farm_config_set(&c, "park_after_us", "1000001", err,
+	                                 sizeof(err)),
+	                 -ERANGE);
+	assert_int_equal(c.park_after_us, 0);
+	setenv("FARM_PARK_AFTER_US", "50", 1);
+	assert_int_equal(farm_config_apply_env(&c, err, sizeof(err)), 0);
+	assert_int_equal(c.park_after_us, 50);
+	unsetenv("FARM_PARK_AFTER_US");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test(test_sizes),
 	        cmocka_unit_test(test_file_and_env),
 	        cmocka_unit_test(test_addrspace_keys),
+	        cmocka_unit_test(test_park_after),
 	};
 	return cmocka_run_group_tests_name("config", tests, NULL, NULL);
 }

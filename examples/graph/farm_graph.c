@@ -4,8 +4,11 @@
  * under /dev/shm), loads a LinkBench-style graph with a progress line, and
  * then runs an operation mix for a while or prints one node and its edge
  * lists. Everything it started is stopped and removed before it exits.
+ * With --config FILE it is instead one machine of the cluster that the
+ * file describes, started on each machine with the same command
+ * (gconf.h).
  */
-#include "gdriver.h"
+#include "gconf.h"
 
 #include <getopt.h>
 
@@ -22,7 +25,19 @@ static const char *usage =
         "  --depth D       operations in flight per machine (default 16)\n"
         "  --region SIZE   region size of each machine (default 256M)\n"
         "  --busy          machines poll instead of parking when idle\n"
+        "  --park-after US idle microseconds before a machine parks\n"
+        "                  (park_after_us; default 200)\n"
         "  --replicas R    copies of each region, 1..3 (default 3)\n"
+        "  --config FILE   be one machine of the cluster FILE describes\n"
+        "                  (docs/config.md: machine ids 0..N-1, threads =\n"
+        "                  1, ZooKeeper or peer lines) instead of starting\n"
+        "                  a local one: run farm-graph with the same\n"
+        "                  command and options on every machine, each with\n"
+        "                  its own file; machine 0 prints the results.\n"
+        "                  --region, --busy, --park-after, --replicas come\n"
+        "                  from the file\n"
+        "  --wait S        with --config: how long to wait for the other\n"
+        "                  machines to join (default 120)\n"
         "  --help          this text\n";
 
 static uint64_t parse_count(const char *s, int *err)
@@ -76,7 +91,7 @@ int fg_tool_load(struct gc_cluster *cl, struct gd_shared *sh, const char *who,
 int fg_tool_load(struct gc_cluster *cl, struct gd_shared *sh, const char *who,
                  bool quiet)
 {
-	struct fg_attr a = {.cache_entries = 1u << 22};
+	struct fg_attr a = {.cache_entries = gd_cache_entries(sh->nodes)};
 	if (gc_start(cl, "tool", &a, gd_body, sh)) {
 		fprintf(stderr, "%s: the cluster did not start\n", who);
 		gc_kill(cl);
@@ -112,7 +127,10 @@ int main(int argc, char **argv)
 	        {"depth", required_argument, 0, 'd'},
 	        {"region", required_argument, 0, 'r'},
 	        {"busy", no_argument, 0, 'b'},
+	        {"park-after", required_argument, 0, 'k'},
 	        {"replicas", required_argument, 0, 'p'},
+	        {"config", required_argument, 0, 'c'},
+	        {"wait", required_argument, 0, 'w'},
 	        {"help", no_argument, 0, 'h'},
 	        {0, 0, 0, 0}};
 	struct gd_shared *sh = gd_map();
@@ -125,7 +143,8 @@ int main(int argc, char **argv)
 	sh->secs = 10;
 	sh->warm = 1;
 	sh->depth = 16;
-	int c, bad = 0;
+	int c, bad = 0, wait_s = 120, local_only = 0;
+	const char *conf = NULL;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'n': sh->nodes = parse_count(optarg, &bad); break;
@@ -140,10 +159,28 @@ int main(int argc, char **argv)
 			break;
 		case 't': sh->secs = strtod(optarg, NULL); break;
 		case 'd': sh->depth = (unsigned)strtoul(optarg, NULL, 0); break;
-		case 'r': gc_o.region_size = optarg; break;
-		case 'b': gc_o.busy_poll = true; break;
+		case 'r':
+			gc_o.region_size = optarg;
+			local_only = 1;
+			break;
+		case 'b':
+			gc_o.busy_poll = true;
+			local_only = 1;
+			break;
+		case 'k':
+			gc_o.park_after_us = atoi(optarg);
+			bad |= gc_o.park_after_us < 0 ||
+			       gc_o.park_after_us > 1000000;
+			local_only = 1;
+			break;
 		case 'p':
 			gc_o.replicas = (unsigned)strtoul(optarg, NULL, 0);
+			local_only = 1;
+			break;
+		case 'c': conf = optarg; break;
+		case 'w':
+			wait_s = atoi(optarg);
+			bad |= wait_s < 1 || wait_s > 86400;
 			break;
 		case 'h': fputs(usage, stdout); return 0;
 		default: bad = 1;
@@ -162,6 +199,15 @@ int main(int argc, char **argv)
 		fputs(usage, stderr);
 		return 2;
 	}
+	sh->query = qid;
+	if (conf && local_only) {
+		fprintf(stderr, "farm-graph: with --config, the region size, "
+		                "polling, parking and replicas are the "
+		                "file's\n");
+		return 2;
+	}
+	if (conf)
+		return gx_main(conf, sh, cmd, wait_s) ? 1 : 0;
 	gc_o.kv_buckets = (uint32_t)(sh->nodes / GC_NM / 4 + 1024);
 	if (!gc_o.region_size[0] || !strcmp(gc_o.region_size, "64M"))
 		gc_o.region_size = "256M";
@@ -177,7 +223,7 @@ int main(int argc, char **argv)
 		rc = gd_command(&cl, 'W', 0, GC_NM, NULL, NULL);
 		if (!rc) {
 			struct gd_sum s;
-			gd_summarize(sh, &s);
+			gd_summarize(sh->res, GC_NM, &s);
 			char title[128];
 			snprintf(title, sizeof(title),
 			         "%s mix, %" PRIu64 " nodes, 3 machines:",
@@ -185,7 +231,6 @@ int main(int argc, char **argv)
 			gd_print(stdout, title, &s);
 		}
 	} else if (!strcmp(cmd, "query")) {
-		sh->query = qid;
 		rc = gd_command(&cl, 'Q', 0, 1, NULL, NULL);
 	}
 	if (rc)

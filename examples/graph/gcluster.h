@@ -51,8 +51,9 @@ struct gc_opts {
 	unsigned replicas;   /* 0: the configuration's default */
 	bool busy_poll;
 	const char *zk; /* ZooKeeper host:port: membership there, not peers */
+	int park_after_us; /* < 0: the configuration's default */
 };
-static struct gc_opts gc_o = {"64M", 4096, 0, false, NULL};
+static struct gc_opts gc_o = {"64M", 4096, 0, false, NULL, -1};
 
 static inline uint64_t gc_now_ns(void)
 {
@@ -112,6 +113,69 @@ static inline int gc_rm_cb(const char *path, const struct stat *sb, int flag,
 	return 0;
 }
 
+/* Make machine @m's KV store (@buckets per machine) and graph over @nm
+ * machines on its open node; its loops are the application's. 0, or 4.
+ * Register message handlers of one's own after this and before
+ * gc_machine_join. */
+static inline int gc_machine_setup(struct gc_machine *m,
+                                   const struct fg_attr *attr, unsigned nm,
+                                   uint32_t buckets)
+{
+	m->me = farm_node_id(m->node);
+	if (farm_kv_create(m->node, NULL, buckets, &m->kv) ||
+	    fg_create(m->node, m->kv, attr, nm, &m->g))
+		return 4;
+	farm_node_set_app_loops(m->node, true);
+	return 0;
+}
+
+/* Open machine @m from configuration file @conf and set it up: 0, 3 (the
+ * node; said on stderr) or 4. */
+static inline int gc_machine_open(struct gc_machine *m, const char *conf,
+                                  const struct fg_attr *attr, unsigned nm,
+                                  uint32_t buckets)
+{
+	int rc = farm_node_open_file(conf, &m->node);
+	if (rc) {
+		fprintf(stderr, "m%u: open %s: %s\n", m->me, conf,
+		        farm_strerror(rc));
+		return 3;
+	}
+	return gc_machine_setup(m, attr, nm, buckets);
+}
+
+/* Start it, run loop 0 on this thread, wait for @nm machines, join the
+ * store. 0, or 5 (starting, the members) or 6 (the store). */
+static inline int gc_machine_join(struct gc_machine *m, unsigned nm,
+                                  int timeout_ms)
+{
+	if (farm_node_start(m->node, timeout_ms) ||
+	    farm_node_loop_open(m->node, 0, &m->loop) ||
+	    farm_node_wait_members(m->node, nm, timeout_ms))
+		return 5;
+	if (farm_kv_attach(m->kv, m->loop) || fg_attach(m->g, m->loop) ||
+	    farm_kv_join_sync(m->kv, m->loop, nm, timeout_ms))
+		return 6;
+	return 0;
+}
+
+/* Leave and free whatever gc_machine_open and gc_machine_join made. */
+static inline void gc_machine_close(struct gc_machine *m)
+{
+	if (m->loop) {
+		fg_detach(m->g, m->loop);
+		farm_kv_detach(m->kv, m->loop);
+		farm_node_loop_close(m->node, m->loop);
+	}
+	farm_node_close(m->node);
+	fg_destroy(m->g);
+	farm_kv_destroy(m->kv);
+	m->loop = NULL;
+	m->node = NULL;
+	m->kv = NULL;
+	m->g = NULL;
+}
+
 /* The machine's life: configuration, node, store, graph, join, body. */
 static inline int gc_machine_main(struct gc_machine *m,
                                   const struct fg_attr *attr, gc_body_fn body,
@@ -129,6 +193,8 @@ static inline int gc_machine_main(struct gc_machine *m,
 	        gc_o.busy_poll);
 	if (gc_o.replicas)
 		fprintf(f, "replicas = %u\n", gc_o.replicas);
+	if (gc_o.park_after_us >= 0)
+		fprintf(f, "park_after_us = %d\n", gc_o.park_after_us);
 	if (gc_o.zk)
 		fprintf(f,
 		        "zk = %s\nzk_root = /libfarm/fgraph-%d\n"
@@ -139,36 +205,13 @@ static inline int gc_machine_main(struct gc_machine *m,
 			fprintf(f, "peer = %u %s/m%u\n", j, m->cl->root, j);
 	if (fclose(f))
 		return 2;
-	int st = 3, rc;
-	if ((rc = farm_node_open_file(conf, &m->node))) {
-		fprintf(stderr, "m%u: open: %s\n", m->me, farm_strerror(rc));
-		return 3;
-	}
-	st = 4;
-	if (farm_kv_create(m->node, NULL, gc_o.kv_buckets, &m->kv) ||
-	    fg_create(m->node, m->kv, attr, GC_NM, &m->g))
-		goto out;
-	farm_node_set_app_loops(m->node, true);
-	st = 5;
-	if (farm_node_start(m->node, 30000) ||
-	    farm_node_loop_open(m->node, 0, &m->loop) ||
-	    farm_node_wait_members(m->node, GC_NM, 30000))
-		goto out;
-	st = 6;
-	if (farm_kv_attach(m->kv, m->loop) || fg_attach(m->g, m->loop) ||
-	    farm_kv_join_sync(m->kv, m->loop, GC_NM, 30000))
-		goto out;
+	int st = gc_machine_open(m, conf, attr, GC_NM, gc_o.kv_buckets);
+	if (!st)
+		st = gc_machine_join(m, GC_NM, 30000);
 	char r = 'R';
-	st = gc_write_all(m->out, &r, 1) ? 7 : body(m, arg);
-out:
-	if (m->loop) {
-		fg_detach(m->g, m->loop);
-		farm_kv_detach(m->kv, m->loop);
-		farm_node_loop_close(m->node, m->loop);
-	}
-	farm_node_close(m->node);
-	fg_destroy(m->g);
-	farm_kv_destroy(m->kv);
+	if (!st)
+		st = gc_write_all(m->out, &r, 1) ? 7 : body(m, arg);
+	gc_machine_close(m);
 	return st;
 }
 

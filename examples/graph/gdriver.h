@@ -19,7 +19,8 @@
 #include "gcluster.h"
 #include "linkbench.h"
 
-#define GD_HB 320u /* latency buckets: 8 per power of two from 64 ns */
+#define GD_MAXM FARM_NODE_MAX_MACHINES
+#define GD_HB   320u /* latency buckets: 8 per power of two from 64 ns */
 
 struct gd_result {
 	uint64_t ops[FG_NOPS], errs[FG_NOPS];
@@ -34,10 +35,14 @@ struct gd_shared {
 	int mix;
 	double warm, secs;
 	unsigned depth;
+	/* Called by a machine about every 10 ms while it loads or runs, when
+	 * set (in that machine's process): non-zero stops it (loading fails
+	 * with -ECANCELED; a run ends early). */
+	int (*tick)(struct gd_shared *sh, unsigned me);
 	/* progress and results */
-	_Atomic uint64_t loaded[GC_NM], edges[GC_NM];
-	struct gd_result res[GC_NM];
-	char err[GC_NM][200];
+	_Atomic uint64_t loaded[GD_MAXM], edges[GD_MAXM]; /* by machine */
+	struct gd_result res[GD_MAXM];
+	char err[GD_MAXM][200];
 };
 
 static inline struct gd_shared *gd_map(void)
@@ -88,6 +93,20 @@ static inline uint64_t gd_cpu_ns(void)
 	return (uint64_t)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) *
 	               1000000000ull +
 	       (uint64_t)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1000ull;
+}
+
+/* Client cache entries for a graph of @nodes: each node takes one for
+ * itself and one per edge list (about 1.8 per node with LinkBench's
+ * degrees), and a four-way cache at most a third full loses under 1% of
+ * them to full sets. 32 bytes each, per machine, at most 1 GiB: from 4M
+ * nodes on the cache is fuller (at 10M, 18M entries in 32M: some 4% of
+ * them are lost, each costing a KV lookup when read). */
+static inline uint32_t gd_cache_entries(uint64_t nodes)
+{
+	uint64_t e = 1u << 16;
+	while (e < nodes * 6 && e < (1u << 25))
+		e <<= 1;
+	return (uint32_t)e;
 }
 
 /* ---- loading ------------------------------------------------------------- */
@@ -154,6 +173,8 @@ static inline int gd_load(struct gc_machine *m, struct gd_shared *sh)
 	gd_load_more(&L);
 	while (!L.done) {
 		(void)farm_loop_wait(m->loop, &L.done, 10000000ull);
+		if (sh->tick && sh->tick(sh, m->me) && !L.err)
+			L.err = -ECANCELED;
 		if (!L.done && !L.inflight)
 			gd_load_more(&L);
 	}
@@ -307,8 +328,11 @@ static inline int gd_run_mix(struct gc_machine *m, struct gd_shared *sh)
 		slots[i].run = &r;
 		gd_issue(&slots[i]);
 	}
-	while (!r.done)
-		(void)farm_loop_wait(m->loop, &r.done, 100000000ull);
+	while (!r.done) {
+		(void)farm_loop_wait(m->loop, &r.done, 10000000ull);
+		if (sh->tick && sh->tick(sh, m->me) && gc_now_ns() < r.end)
+			r.end = gc_now_ns();
+	}
 	uint64_t now = gc_now_ns();
 	struct fg_stats st;
 	fg_stats_get(m->g, &st);
@@ -399,14 +423,16 @@ struct gd_sum {
 	double lf_reads; /* per obj_get, assoc_count, assoc_range together */
 };
 
-static inline void gd_summarize(const struct gd_shared *sh, struct gd_sum *s)
+/* The results of @nm machines (@res[0 .. nm - 1]) together. */
+static inline void gd_summarize(const struct gd_result *res, unsigned nm,
+                                struct gd_sum *s)
 {
 	memset(s, 0, sizeof(*s));
 	static uint64_t h[FG_NOPS + 1][GD_HB];
 	memset(h, 0, sizeof(h));
 	double wall = 0, cpu = 0, rd[FG_NOPS + 1] = {0}, lf = 0, lfo = 0;
-	for (unsigned i = 0; i < GC_NM; i++) {
-		const struct gd_result *r = &sh->res[i];
+	for (unsigned i = 0; i < nm; i++) {
+		const struct gd_result *r = &res[i];
 		wall = r->wall_ns > wall ? (double)r->wall_ns : wall;
 		cpu += (double)r->cpu_ns;
 		for (unsigned k = 0; k < FG_NOPS; k++) {

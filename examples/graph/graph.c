@@ -8,41 +8,69 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stddef.h>
 #include <stdlib.h>
+#include <sys/mman.h>
+#include <time.h>
 
-#define NODE_TYPE    UINT32_MAX /* cache entries of nodes */
-#define MAX_RESTARTS 64u
-#define MAX_KV_TRIES 4u
-#define RBUF_SIZE    (GN_MAX_SIZE > GB_MAX_SIZE ? GN_MAX_SIZE : GB_MAX_SIZE)
+#define NODE_TYPE       UINT32_MAX              /* cache entries of nodes */
+#define DETACH_DRAIN_NS (15ull * 1000000000ull) /* above FG_RPC_NS */
+#define MAX_RESTARTS    64u
+#define MAX_KV_TRIES    4u
+#define RBUF_SIZE       (GN_MAX_SIZE > GB_MAX_SIZE ? GN_MAX_SIZE : GB_MAX_SIZE)
 
 /* ---- the per-loop cache ------------------------------------------------- */
 
+/* One entry: 32 bytes, so a set of CWAYS entries is two whole cache lines
+ * (the table is aligned). */
 struct centry {
-	uint64_t id;
-	uint32_t type, pad;
-	farm_fatptr p;
+	uint64_t id; /* 0: empty */
+	farm_gaddr addr;
+	uint64_t incarnation;
+	uint32_t size;
+	uint32_t type;
 };
+_Static_assert(sizeof(struct centry) == 32, "a cache entry is 32 bytes");
+
+#define CWAYS 4u
+
+struct rop;
+static void rop_pool_free(struct fg_client *c);
 
 struct fg_client {
 	fg_graph *g;
 	farm_loop *loop;
 	struct centry *cache;
-	uint32_t mask;
+	size_t cache_bytes;
+	uint32_t set_mask;
+	uint32_t victim;
+	struct rop *free_rops; /* finished reads, for the next ones */
+	unsigned nfree;
+	unsigned live; /* reads issued and not finished */
 };
 
-/* Two-way set associative: an entry lives in one of the two slots of its
- * pair (a direct-mapped cache half full loses a fifth of its entries to
- * collisions). */
-static uint64_t c_hash(uint64_t id, uint32_t type)
+static uint64_t now_ns(void)
 {
-	return fg_mix(id * 0x9e3779b97f4a7c15ull + type);
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Four-way set associative: with a graph's entries filling a third of the
+ * table, about 1% of them find their set full (two-way: 5%; direct mapped:
+ * 15%), and a lost entry costs a KV lookup and a second read. */
+static struct centry *c_set(const struct fg_client *c, uint64_t id,
+                            uint32_t type)
+{
+	uint64_t h = fg_mix(id * 0x9e3779b97f4a7c15ull + type);
+	return &c->cache[(h & c->set_mask) * CWAYS];
 }
 
 static struct centry *c_find(struct fg_client *c, uint64_t id, uint32_t type)
 {
-	struct centry *s = &c->cache[c_hash(id, type) & c->mask & ~1ull];
-	for (int i = 0; i < 2; i++)
-		if (s[i].id == id && s[i].type == type && s[i].p.addr)
+	struct centry *s = c_set(c, id, type);
+	for (unsigned i = 0; i < CWAYS; i++)
+		if (s[i].id == id && s[i].type == type)
 			return &s[i];
 	return NULL;
 }
@@ -52,19 +80,28 @@ static bool c_get(struct fg_client *c, uint64_t id, uint32_t type,
 {
 	struct centry *e = c_find(c, id, type);
 	if (e)
-		*p = e->p;
+		*p = (farm_fatptr){.addr = e->addr,
+		                   .size = e->size,
+		                   .incarnation = e->incarnation};
 	return e != NULL;
 }
 
 static void c_put(struct fg_client *c, uint64_t id, uint32_t type,
                   farm_fatptr p)
 {
-	uint64_t h = c_hash(id, type);
-	struct centry *s = &c->cache[h & c->mask & ~1ull],
-	              *e = c_find(c, id, type);
-	if (!e)
-		e = !s[0].id ? &s[0] : !s[1].id ? &s[1] : &s[(h >> 40) & 1];
-	*e = (struct centry){.id = id, .type = type, .p = p};
+	if (!p.addr)
+		return;
+	struct centry *s = c_set(c, id, type), *e = c_find(c, id, type);
+	for (unsigned i = 0; !e && i < CWAYS; i++)
+		if (!s[i].id)
+			e = &s[i];
+	if (!e) /* a full set: the ways in turn */
+		e = &s[c->victim++ % CWAYS];
+	*e = (struct centry){.id = id,
+	                     .addr = p.addr,
+	                     .incarnation = p.incarnation,
+	                     .size = p.size,
+	                     .type = type};
 }
 
 static void c_drop(struct fg_client *c, uint64_t id, uint32_t type)
@@ -72,6 +109,19 @@ static void c_drop(struct fg_client *c, uint64_t id, uint32_t type)
 	struct centry *e = c_find(c, id, type);
 	if (e)
 		e->id = 0;
+}
+
+/* The table: zeroed pages mapped on first use, huge pages where the
+ * kernel gives them (a lookup then costs no TLB miss). */
+static struct centry *c_alloc(size_t bytes)
+{
+	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+	               MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
+		return NULL;
+	if (bytes >= (2u << 20))
+		(void)madvise(p, bytes, MADV_HUGEPAGE);
+	return p;
 }
 
 /* ---- the handle --------------------------------------------------------- */
@@ -148,11 +198,14 @@ int fg_attach(fg_graph *g, farm_loop *loop)
 		return -ENOMEM;
 	c->g = g;
 	c->loop = loop;
-	c->mask = g->cache_entries - 1;
-	c->cache = calloc(g->cache_entries, sizeof(*c->cache));
+	uint32_t sets = g->cache_entries / CWAYS ? g->cache_entries / CWAYS : 1;
+	c->set_mask = sets - 1;
+	c->cache_bytes = (size_t)sets * CWAYS * sizeof(*c->cache);
+	c->cache = c_alloc(c->cache_bytes);
 	int rc = c->cache ? fg_owner_attach(g, loop) : -ENOMEM;
 	if (rc) {
-		free(c->cache);
+		if (c->cache)
+			munmap(c->cache, c->cache_bytes);
 		free(c);
 		return rc;
 	}
@@ -167,10 +220,27 @@ void fg_detach(fg_graph *g, farm_loop *loop)
 	unsigned i = farm_loop_index(loop);
 	if (i >= 64 || !g->client[i])
 		return;
+	/* Operations still running on this loop (reads issued here, owner
+	 * transactions and their KV steps) would complete into freed memory
+	 * when the loop closes: let them finish first, for a while. */
+	struct fg_client *c = g->client[i];
+	static const volatile int never;
+	uint64_t deadline = now_ns() + DETACH_DRAIN_NS;
+	while ((fg_owner_quiesce(g, loop) || c->live) && now_ns() < deadline)
+		if (farm_loop_wait(loop, &never, 1000000ull) == -EDEADLK)
+			break; /* called from a handler: cannot wait */
 	fg_owner_detach(g, loop);
-	free(g->client[i]->cache);
-	free(g->client[i]);
 	g->client[i] = NULL;
+	if (c->live) {
+		fprintf(stderr,
+		        "fgraph: m%u detached with %u reads running; their "
+		        "memory is left allocated\n",
+		        g->me, c->live);
+		return;
+	}
+	rop_pool_free(c);
+	munmap(c->cache, c->cache_bytes);
+	free(c);
 }
 
 uint32_t fg_owner(const fg_graph *g, uint64_t id)
@@ -244,18 +314,40 @@ struct rop {
 	bool from_cache, head_cached, first_block, lf_open;
 	unsigned kv_tries, restarts, reads, kvs;
 	farm_lf_op lf;
-	struct fg_edge *out;
-	unsigned nout, capout;
+	unsigned nout;
 	uint32_t skipped;
 	bool have_last;
 	int64_t last_time;
 	uint64_t last_id2;
+	/* kept when the record is reused (rop_new clears what is above) */
+	struct rop *next_free;
+	struct fg_edge *out;
+	unsigned capout;
+	struct fg_obj obj;
 	uint8_t buf[RBUF_SIZE];
 };
+
+/* Finished reads wait for reuse (a fresh record for every read, cleared
+ * whole, cost more than the read's own bookkeeping); at most this many. */
+#define ROP_POOL 256u
+#define OUT_KEEP 64u /* edges of result space a pooled record keeps */
+
+static void rop_pool_free(struct fg_client *c)
+{
+	while (c->free_rops) {
+		struct rop *r = c->free_rops;
+		c->free_rops = r->next_free;
+		free(r->out);
+		free(r);
+	}
+	c->nfree = 0;
+}
 
 static void rop_done(struct rop *r, int status, const void *res)
 {
 	fg_graph *g = r->g;
+	struct fg_client *c = r->c;
+	c->live--;
 	if (r->lf_open)
 		farm_lf_end(&r->lf);
 	fg_count(&g->st_ops[r->kind], 1);
@@ -271,8 +363,19 @@ static void rop_done(struct rop *r, int status, const void *res)
 		r->cont.edges(r->loop, r->ctx, status, status ? NULL : r->out,
 		              status ? 0 : r->nout);
 	}
-	free(r->out);
-	free(r);
+	if (c->nfree >= ROP_POOL) {
+		free(r->out);
+		free(r);
+		return;
+	}
+	if (r->capout > OUT_KEEP) {
+		free(r->out);
+		r->out = NULL;
+		r->capout = 0;
+	}
+	r->next_free = c->free_rops;
+	c->free_rops = r;
+	c->nfree++;
 }
 
 static void node_start(struct rop *r);
@@ -351,11 +454,7 @@ static void node_cb(farm_loop *loop, void *ctx, int status)
 		return;
 	}
 	if (r->kind == FG_OBJ_GET) {
-		struct fg_obj *o = malloc(sizeof(*o));
-		if (!o) {
-			rop_done(r, -ENOMEM, NULL);
-			return;
-		}
+		struct fg_obj *o = &r->obj;
 		o->id = n->id;
 		o->otype = n->otype;
 		o->version = n->version;
@@ -363,7 +462,6 @@ static void node_cb(farm_loop *loop, void *ctx, int status)
 		o->len = n->dlen;
 		memcpy(o->data, gn_data((void *)n), n->dlen);
 		rop_done(r, 0, o);
-		free(o);
 		return;
 	}
 	int s = gn_slot(n, r->atype);
@@ -527,9 +625,18 @@ static int rop_new(fg_graph *g, farm_loop *loop, enum fg_op kind, uint64_t id1,
 	struct fg_client *c = client_of(g, loop);
 	if (!c || !id1)
 		return -EINVAL;
-	struct rop *r = calloc(1, sizeof(*r));
-	if (!r)
+	struct rop *r = c->free_rops;
+	if (r) {
+		c->free_rops = r->next_free;
+		c->nfree--;
+	} else if ((r = malloc(sizeof(*r)))) {
+		r->out = NULL;
+		r->capout = 0;
+	} else {
 		return -ENOMEM;
+	}
+	memset(r, 0, offsetof(struct rop, next_free));
+	c->live++;
 	r->g = g;
 	r->c = c;
 	r->loop = loop;
@@ -538,7 +645,10 @@ static int rop_new(fg_graph *g, farm_loop *loop, enum fg_op kind, uint64_t id1,
 	r->ctx = ctx;
 	int rc = farm_lf_begin(g->txm, loop, &r->lf);
 	if (rc) {
-		free(r);
+		c->live--;
+		r->next_free = c->free_rops;
+		c->free_rops = r;
+		c->nfree++;
 		return rc;
 	}
 	r->lf_open = true;

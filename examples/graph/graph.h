@@ -70,7 +70,8 @@ struct fg_attr {
 	 * Must be symmetric (inverse[inverse[a]] == a). */
 	uint8_t inverse[FG_MAX_ATYPE + 1];
 	/* Client cache entries per loop (fat pointers of nodes and list
-	 * heads), a power of two; 0: 65536. */
+	 * heads; 32 bytes each, four-way set associative), a power of two;
+	 * 0: 65536. */
 	uint32_t cache_entries;
 };
 

@@ -25,6 +25,7 @@ static struct {
 	uint64_t nodes, seed;
 	double warm, secs;
 	unsigned depth, redis_depth, maria_conns, replicas;
+	int park_after;
 	bool no_redis, no_maria, quick, demo;
 	const char *plot;
 } O = {.nodes = 250000,
@@ -34,7 +35,8 @@ static struct {
        .depth = 16,
        .redis_depth = 32,
        .maria_conns = 4,
-       .replicas = 1};
+       .replicas = 1,
+       .park_after = 200};
 
 /* results[system][mix][0 best, 1 one at a time] */
 static struct gd_sum R[NSYS][LB_NMIX][2];
@@ -51,6 +53,8 @@ static const char *usage =
         "  --redis-depth D    Redis pipeline depth (32)\n"
         "  --maria-conns N    MariaDB connections (4)\n"
         "  --replicas R       fgraph region copies (default 1: see README)\n"
+        "  --park-after US    fgraph machines' park_after_us (default\n"
+        "                     200)\n"
         "  --no-redis, --no-maria   leave a peer out\n"
         "  --quick            100k nodes, 1 s runs\n"
         "  --plot FILE        also write a PNG of per-operation throughput\n"
@@ -96,10 +100,7 @@ static void peer_progress(uint64_t done, void *arg)
 
 static void from_result(const struct gd_result *r, struct gd_sum *s)
 {
-	static struct gd_shared tmp;
-	memset(&tmp, 0, sizeof(tmp));
-	tmp.res[0] = *r;
-	gd_summarize(&tmp, s);
+	gd_summarize(r, 1, s);
 }
 
 /* ---- the systems ----------------------------------------------------------
@@ -117,8 +118,9 @@ static int run_fgraph(void)
 	gc_o.region_size = "512M";
 	gc_o.kv_buckets = (uint32_t)(O.nodes / GC_NM / 3 + 1024);
 	gc_o.replicas = O.replicas;
+	gc_o.park_after_us = O.park_after;
 	struct gc_cluster cl;
-	struct fg_attr a = {.cache_entries = 1u << 22};
+	struct fg_attr a = {.cache_entries = gd_cache_entries(sh->nodes)};
 	uint64_t t0 = gc_now_ns();
 	if (gc_start(&cl, "bench", &a, gd_body, sh)) {
 		fprintf(stderr, "graph_bench: the cluster did not start\n");
@@ -156,7 +158,8 @@ static int run_fgraph(void)
 			sh->depth = one ? 1 : O.depth;
 			rc = gd_command(&cl, 'W', 0, GC_NM, NULL, NULL);
 			if (!rc) {
-				gd_summarize(sh, &R[SYS_FG][mix][one]);
+				gd_summarize(sh->res, GC_NM,
+				             &R[SYS_FG][mix][one]);
 				have[SYS_FG][mix][one] = true;
 			}
 		}
@@ -432,6 +435,7 @@ int main(int argc, char **argv)
 	        {"redis-depth", required_argument, 0, 'r'},
 	        {"maria-conns", required_argument, 0, 'c'},
 	        {"replicas", required_argument, 0, 'p'},
+	        {"park-after", required_argument, 0, 'k'},
 	        {"no-redis", no_argument, 0, 'R'},
 	        {"no-maria", no_argument, 0, 'M'},
 	        {"quick", no_argument, 0, 'q'},
@@ -457,6 +461,7 @@ int main(int argc, char **argv)
 		case 'p':
 			O.replicas = (unsigned)strtoul(optarg, NULL, 0);
 			break;
+		case 'k': O.park_after = atoi(optarg); break;
 		case 'R': O.no_redis = true; break;
 		case 'M': O.no_maria = true; break;
 		case 'q': O.quick = true; break;
@@ -480,7 +485,8 @@ int main(int argc, char **argv)
 		O.warm = 0.5;
 	}
 	if (!O.nodes || O.secs <= 0 || !O.depth || O.depth > 1024 ||
-	    !O.redis_depth || !O.maria_conns || O.maria_conns > 64) {
+	    O.park_after < 0 || O.park_after > 1000000 || !O.redis_depth ||
+	    !O.maria_conns || O.maria_conns > 64) {
 		fputs(usage, stderr);
 		return 2;
 	}

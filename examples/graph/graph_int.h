@@ -198,6 +198,8 @@ static inline unsigned fg_owner_loop(const fg_graph *g, uint64_t id)
 
 /* graph_owner.c */
 int fg_owner_attach(fg_graph *g, farm_loop *loop);
+/* Refuse new requests on @loop; the operations still running. */
+unsigned fg_owner_quiesce(fg_graph *g, farm_loop *loop);
 void fg_owner_detach(fg_graph *g, farm_loop *loop);
 void fg_h_update(farm_loop *loop, const farm_msg_in *in, void *arg);
 void fg_h_get(farm_loop *loop, const farm_msg_in *in, void *arg);

@@ -6,12 +6,13 @@
  * Edge lists: blocks newest first; within a block, edges newest first;
  * every edge of a block is newer than every edge of the blocks after it.
  * An edge goes into the first block whose oldest edge is older than it (or
- * the last block). A full block is replaced by two new ones (the old one
- * freed): a new head holding the new edge in front of a copy of the old
- * head, or the old block's edges split in halves. An emptied block is
+ * the last block). A full block is replaced (the old one freed): by one
+ * larger block holding its edges and the new one while they fit in
+ * GB_MAX_CAP, else by two blocks holding the halves. An emptied block is
  * unlinked and freed. So a block stops being the head only by being freed,
  * and a client holding the head's fat pointer either reads the current head
- * or gets FARM_EFREED.
+ * or gets FARM_EFREED; and a head holds at least min(count, GB_MAX_CAP / 2)
+ * of the newest edges until deletes thin it.
  */
 #include "graph_logic.h"
 
@@ -305,6 +306,15 @@ static int list_remove(struct uop *op, farm_fatptr np, uint64_t id1,
 	return 1;
 }
 
+/* The smallest block capacity that holds @k edges. */
+static unsigned cap_for(unsigned k)
+{
+	unsigned c = GB_MIN_CAP;
+	while (c < k)
+		c *= 2;
+	return c;
+}
+
 static unsigned grow_cap(uint32_t count)
 {
 	return count < 8 ? 4 : count < 32 ? 8 : count < 128 ? 16 : 32;
@@ -384,35 +394,44 @@ static int list_insert(struct uop *op, farm_fatptr np, uint64_t id1,
 		memmove(&e[pos + 1], &e[pos], (b->n - pos) * sizeof(*e));
 		e[pos] = *ne;
 		b->n++;
-	} else if (!prev.addr && pos == 0) {
-		/* a new head in front of a copy of the old one */
-		unsigned cap = grow_cap(count + 1);
-		if ((rc = acc_alloc(op, gb_size(cap), np.addr, &p1, &d1)) ||
-		    (rc = acc_alloc(op, gb_size(b->cap), np.addr, &p2, &d2)))
-			return rc;
-		fill_block((struct gb_hdr *)d2, id1, atype, b->cap, e, b->n,
-		           b->next);
-		fill_block((struct gb_hdr *)d1, id1, atype, cap, ne, 1, p2);
-#ifndef FG_TEST_BREAK_HEAD
-		if ((rc = acc_free(op, cur.addr)))
-			return rc;
-#endif
-		if ((rc = set_next(op, np, s, prev, p1)))
-			return rc;
 	} else {
-		/* split the full block in two */
+		/* A full block is replaced: by one larger block holding all
+		 * its edges and the new one while they fit in GB_MAX_CAP, else
+		 * by two halves. A head that fills up so stays one block with
+		 * at least GB_MAX_CAP / 2 of the newest edges (a short range
+		 * is one read), and the old block is freed either way (a
+		 * cached head pointer to it goes stale). */
 		struct gb_edge all[GB_MAX_CAP + 1];
-		unsigned m = b->n + 1u, h = m / 2;
+		unsigned m = b->n + 1u;
 		memcpy(all, e, pos * sizeof(*e));
 		all[pos] = *ne;
 		memcpy(&all[pos + 1], &e[pos], (b->n - pos) * sizeof(*e));
-		if ((rc = acc_alloc(op, gb_size(b->cap), np.addr, &p1, &d1)) ||
-		    (rc = acc_alloc(op, gb_size(b->cap), np.addr, &p2, &d2)))
-			return rc;
-		fill_block((struct gb_hdr *)d2, id1, atype, b->cap, all + h,
-		           m - h, b->next);
-		fill_block((struct gb_hdr *)d1, id1, atype, b->cap, all, h, p2);
-		if ((rc = acc_free(op, cur.addr)) ||
+		if (m <= GB_MAX_CAP) {
+			unsigned cap = cap_for(m);
+			if (!prev.addr && cap < grow_cap(count + 1))
+				cap = grow_cap(count + 1);
+			if ((rc = acc_alloc(op, gb_size(cap), np.addr, &p1,
+			                    &d1)))
+				return rc;
+			fill_block((struct gb_hdr *)d1, id1, atype, cap, all, m,
+			           b->next);
+		} else {
+			unsigned h = m / 2;
+			if ((rc = acc_alloc(op, gb_size(b->cap), np.addr, &p1,
+			                    &d1)) ||
+			    (rc = acc_alloc(op, gb_size(b->cap), np.addr, &p2,
+			                    &d2)))
+				return rc;
+			fill_block((struct gb_hdr *)d2, id1, atype, b->cap,
+			           all + h, m - h, b->next);
+			fill_block((struct gb_hdr *)d1, id1, atype, b->cap, all,
+			           h, p2);
+		}
+		bool keep = false;
+#ifdef FG_TEST_BREAK_HEAD
+		keep = !prev.addr; /* the old head stays readable: wrong */
+#endif
+		if ((!keep && (rc = acc_free(op, cur.addr))) ||
 		    (rc = set_next(op, np, s, prev, p1)))
 			return rc;
 	}
@@ -560,14 +579,6 @@ static int do_obj_add(struct uop *op)
 	if (op->mode == M_APPLY)
 		op->newnode = p;
 	return 0;
-}
-
-static unsigned cap_for(unsigned k)
-{
-	unsigned c = GB_MIN_CAP;
-	while (c < k)
-		c *= 2;
-	return c;
 }
 
 /* A node and its list in one go; the request is checked whole first. */

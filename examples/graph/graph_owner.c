@@ -35,6 +35,8 @@ struct fg_owner {
 	farm_loop *loop;
 	struct oent *tab;
 	size_t cap, n;
+	unsigned live; /* operations made and not yet freed */
+	bool closing;  /* detaching: new requests are refused */
 };
 
 static size_t om_slot(const struct fg_owner *o, uint64_t id)
@@ -123,24 +125,34 @@ int fg_owner_attach(fg_graph *g, farm_loop *loop)
 	return 0;
 }
 
-static void uop_free(struct uop *op);
+unsigned fg_owner_quiesce(fg_graph *g, farm_loop *loop)
+{
+	struct fg_owner *o = g->owner[farm_loop_index(loop)];
+	if (!o)
+		return 0;
+	o->closing = true;
+	return o->live;
+}
 
+/* After fg_owner_quiesce and a drain: operations still running (their
+ * transactions or KV steps outstanding) would complete into freed memory
+ * when the loop closes, so then the owner's state is left allocated. */
 void fg_owner_detach(fg_graph *g, farm_loop *loop)
 {
 	unsigned i = farm_loop_index(loop);
 	struct fg_owner *o = g->owner[i];
 	if (!o)
 		return;
-	for (size_t k = 0; k < o->cap; k++)
-		for (struct uop *op = o->tab[k].id ? o->tab[k].qhead : NULL,
-		                *nx;
-		     op; op = nx) {
-			nx = op->qnext;
-			uop_free(op);
-		}
+	g->owner[i] = NULL;
+	if (o->live) {
+		fprintf(stderr,
+		        "fgraph: m%u detached with %u owner operations "
+		        "running; their memory is left allocated\n",
+		        g->me, o->live);
+		return;
+	}
 	free(o->tab);
 	free(o);
-	g->owner[i] = NULL;
 }
 
 /* ---- operations ----------------------------------------------------------
@@ -148,6 +160,7 @@ void fg_owner_detach(fg_graph *g, farm_loop *loop)
 
 static void uop_free(struct uop *op)
 {
+	op->ow->live--;
 	acc_reset(op);
 	free(op->objs);
 	free(op->out);
@@ -461,6 +474,10 @@ static void attempt(struct uop *op)
 
 static void start(struct uop *op)
 {
+	if (op->ow->closing) {
+		finish(op, -ECANCELED);
+		return;
+	}
 	op->attempts = 0;
 	attempt(op);
 }
@@ -549,6 +566,7 @@ static struct uop *uop_new(fg_graph *g, farm_loop *loop, const farm_msg_in *in)
 	op->g = g;
 	op->loop = loop;
 	op->ow = g->owner[farm_loop_index(loop)];
+	op->ow->live++;
 	op->tok = in->token;
 	return op;
 }
@@ -558,6 +576,12 @@ static bool routed_here(fg_graph *g, farm_loop *loop, uint64_t id)
 	return id && g->owner[farm_loop_index(loop)] &&
 	       fg_owner(g, id) == g->me &&
 	       fg_owner_loop(g, id) == farm_loop_index(loop);
+}
+
+static bool closing(fg_graph *g, farm_loop *loop)
+{
+	struct fg_owner *o = g->owner[farm_loop_index(loop)];
+	return o && o->closing;
 }
 
 void fg_h_update(farm_loop *loop, const farm_msg_in *in, void *arg)
@@ -579,16 +603,21 @@ void fg_h_update(farm_loop *loop, const farm_msg_in *in, void *arg)
 		say_error(loop, &in->token, -EINVAL);
 		return;
 	}
+	if (closing(g, loop)) {
+		say_error(loop, &in->token, -ECANCELED);
+		return;
+	}
 	struct uop *op = uop_new(g, loop, in);
 	struct oent *e = op ? om_get(op->ow, rq.id1) : NULL;
 	if (!e) {
-		free(op);
+		if (op)
+			uop_free(op);
 		say_error(loop, &in->token, -ENOMEM);
 		return;
 	}
 	op->rq = rq;
 	if (!(op->data = malloc(rq.len ? rq.len : 1))) {
-		free(op);
+		uop_free(op);
 		say_error(loop, &in->token, -ENOMEM);
 		return;
 	}
@@ -624,6 +653,10 @@ void fg_h_get(farm_loop *loop, const farm_msg_in *in, void *arg)
 	}
 	if (!routed_here(g, loop, rq.id1)) {
 		say_error(loop, &in->token, -EINVAL);
+		return;
+	}
+	if (closing(g, loop)) {
+		say_error(loop, &in->token, -ECANCELED);
 		return;
 	}
 	struct uop *op = uop_new(g, loop, in);

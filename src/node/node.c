@@ -387,9 +387,13 @@ int farm_node_open(const struct farm_config *cfg, farm_node **out)
 		         cfg->machine_id, farm_strerror(rc));
 		goto fail;
 	}
-	farm_msg_attr ma = {.nthreads = n->nthreads,
-	                    .max_machines = FARM_NODE_MAX_MACHINES,
-	                    .busy_poll = cfg->busy_poll};
+	farm_msg_attr ma = {
+	        .nthreads = n->nthreads,
+	        .max_machines = FARM_NODE_MAX_MACHINES,
+	        .busy_poll = cfg->busy_poll,
+	        /* messaging's 0 is its default: 1 ns is "at once" */
+	        .park_after_ns =
+	                cfg->park_after_us ? cfg->park_after_us * 1000ull : 1};
 	if ((rc = farm_msg_create(n->fab, &ma, &n->msg))) {
 		farm_err("node %" PRIu32 ": messaging: %s", cfg->machine_id,
 		         farm_strerror(rc));

@@ -334,19 +334,20 @@ void farm_txm_detach(farm_txm *m, farm_loop *loop)
 	uint64_t dl = farm_now_ns() + 2000000000ull;
 	while (tl->inflight && farm_now_ns() < dl)
 		(void)farm_loop_poll(loop);
-	if (tl->inflight) {
+	/* So do the completions of a transaction still open (one committing
+	 * with a participant that died, say): the close runs them too. */
+	unsigned open = 0;
+	for (unsigned i = 0; i < TX_SLOTS; i++)
+		open += tl->slots[i] != NULL;
+	if (tl->inflight || open) {
 		farm_warn("txn: loop %u detached with %u log operations in "
-		          "flight: its state is leaked",
-		          tl->t, tl->inflight);
+		          "flight and %u transactions open: its state is "
+		          "leaked",
+		          tl->t, tl->inflight, open);
 		m->loops[tl->t] = NULL;
 		farm_epoch_thread_leave(loop);
 		return;
 	}
-	for (unsigned i = 0; i < TX_SLOTS; i++)
-		if (tl->slots[i])
-			farm_warn(
-			        "txn: loop %u detached with a transaction open",
-			        tl->t);
 	for (unsigned b = 0; b < LOCK_BUCKETS; b++) {
 		while (tl->locks[b]) {
 			struct lock_ent *e = tl->locks[b];

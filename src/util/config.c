@@ -23,6 +23,7 @@ void farm_config_defaults(struct farm_config *c)
 	c->ring_points = 128;
 	c->threads = 1;
 	c->log_size = 256u << 10;
+	c->park_after_us = 200;
 	strcpy(c->zk_root, "/libfarm/default");
 	c->zk_session_ms = 4000;
 	c->zk_connect_timeout_ms = 5000;
@@ -155,6 +156,8 @@ int farm_config_set(struct farm_config *c, const char *key, const char *value,
 			c->busy_poll = false;
 		else
 			rc = -EINVAL;
+	} else if (strcmp(key, "park_after_us") == 0) {
+		rc = parse_u32_in(value, 0, 1000000, &c->park_after_us);
 	} else if (strcmp(key, "zk") == 0) {
 		/* host:port[,host:port...][/chroot]; checked when used */
 		rc = strpbrk(value, " \t")
@@ -272,7 +275,7 @@ int farm_config_apply_env(struct farm_config *c, char *err, size_t errlen)
 	        "ring_points", "threads",       "expect_machines",
 	        "log_size",    "busy_poll",     "zk",
 	        "zk_root",     "zk_session_ms", "zk_connect_timeout_ms",
-	        "lease_us",    "lease_bind"};
+	        "lease_us",    "lease_bind",    "park_after_us"};
 	char env[64], msg[256];
 	for (size_t i = 0; i < FARM_ARRAY_SIZE(keys); i++) {
 		size_t n =

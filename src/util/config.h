@@ -34,6 +34,8 @@ struct farm_config {
 	uint32_t threads;               /* event loops per machine, 1..64 */
 	bool busy_poll;                 /* loops never park (messaging's
 	                                   busy_poll); default off */
+	uint32_t park_after_us;         /* idle this long before a loop parks
+	                                   (0: at once); default 200 */
 	uint32_t log_size;              /* bytes of each transaction log ring
 	                                   (0: 256 KiB) */
 	uint32_t expect_machines;       /* the job waits for this many (0:
