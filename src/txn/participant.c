@@ -386,8 +386,11 @@ static void truncate_to(struct txloop *tl, struct reader *rd, uint8_t *ring,
 			rd->broken = true;
 			break;
 		}
-		if (h.type == REC_COMMIT_BACKUP)
+		if (h.type == REC_COMMIT_BACKUP) {
 			backup_apply(tl, rec);
+			if (tl->pend) /* recovery waits for its decision */
+				txn_rec_truncated(tl, h.txid);
+		}
 		if (h.type == REC_ABORT)
 			forget_abort(tl, h.txid, rd->applied);
 		if (h.type == REC_LOCK && *lock_slot(tl, h.txid))

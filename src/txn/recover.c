@@ -272,6 +272,8 @@ static void pend_settle(struct txloop *tl, struct rec_pend *p, bool commit)
 	stat_add(m, commit ? S_REC_COMMITTED : S_REC_ABORTED, 1);
 }
 
+/* The decision for @txid: settle its pending entries (those the log's
+ * truncation has not settled already) and drop them. */
 static void pend_decide(struct txloop *tl, uint64_t txid, bool commit)
 {
 	for (struct rec_pend **pp = &tl->pend; *pp;) {
@@ -280,25 +282,54 @@ static void pend_decide(struct txloop *tl, uint64_t txid, bool commit)
 			pp = &p->next;
 			continue;
 		}
-		pend_settle(tl, p, commit);
+		if (!p->settled)
+			pend_settle(tl, p, commit);
 		*pp = p->next;
+		free(p->rec);
 		free(p);
 	}
 }
 
-/* Lock the objects of COMMIT-BACKUP @rec in promoted regions and keep it
- * until its transaction is decided (rec.lock held). */
+/*
+ * participant.c: a COMMIT-BACKUP of @txid is being truncated. Its live
+ * coordinator has finished the transaction, so it is decided, and an
+ * ABORT it wrote here, if any, precedes the truncation mark (processed)
+ * and follows the COMMIT-BACKUP (not yet truncated, so still known).
+ * Settle its pending entries now: the coordinator's answer may come after
+ * the truncation, when the ABORT is forgotten (FINISHED would then read
+ * as committed), or never. The entries stay until the answer or a
+ * decision removes them.
+ */
+void txn_rec_truncated(struct txloop *tl, uint64_t txid)
+{
+	bool commit = !txn_aborted(tl, txid);
+	for (struct rec_pend *p = tl->pend; p; p = p->next)
+		if (p->txid == txid && !p->settled) {
+			pend_settle(tl, p, commit);
+			p->settled = true;
+		}
+}
+
+/* Lock the objects of COMMIT-BACKUP @rec in promoted regions and keep a
+ * copy of it until its transaction is decided (rec.lock held). A copy: a
+ * live coordinator that finished the transaction truncates the log past
+ * the record, and our poller may zero it before the answer comes. */
 static int pend_add(struct txloop *tl, uint32_t coord, const uint8_t *rec)
 {
 	farm_txm *m = tl->m;
 	struct rec_hdr h;
 	memcpy(&h, rec, sizeof(h));
 	struct rec_pend *p = malloc(sizeof(*p));
-	if (!p)
+	uint8_t *copy = malloc(h.len);
+	if (!p || !copy) {
+		free(p);
+		free(copy);
 		return -ENOMEM;
+	}
+	memcpy(copy, rec, h.len);
 	*p = (struct rec_pend){
-	        .next = tl->pend, .txid = h.txid, .coord = coord, .rec = rec};
-	const struct rec_obj *o = robjs(rec);
+	        .next = tl->pend, .txid = h.txid, .coord = coord, .rec = copy};
+	const struct rec_obj *o = robjs(copy);
 	for (unsigned i = 0; i < h.nobj; i++) {
 		uint8_t *q = promo_obj(m, &o[i]);
 		if (q && rlock_take(m, o[i].addr, q))
@@ -735,12 +766,21 @@ static void h_answer(farm_loop *loop, const farm_msg_in *in, void *arg)
 		refuse(m, in, "recovery answer for no pending transaction");
 		return;
 	}
+	bool settled = false;
+	for (struct rec_pend *p = tl->pend; p; p = p->next)
+		settled |= p->txid == q.txid && p->settled;
+	if (settled) { /* at the truncation of its log */
+		pend_decide(tl, q.txid, false);
+		return;
+	}
 	if (q.answer == 0) {
 		send_query(tl, in->src_machine, q.txid);
 		return;
 	}
 	if (q.answer == A_FINISHED) {
-		/* Its ABORT, if any, landed before it finished: process it. */
+		/* Its ABORT, if any, landed before it finished: process it.
+		 * If that truncates its COMMIT-BACKUP, the truncation settles
+		 * it (txn_rec_truncated); else the ABORT is still known. */
 		while (txn_poll(loop, tl) > 0)
 			;
 		q.answer = txn_aborted(tl, q.txid) ? A_ABORT : A_COMMIT;
@@ -1037,6 +1077,7 @@ void txn_rec_detach(struct txloop *tl)
 	while (tl->pend) {
 		struct rec_pend *p = tl->pend;
 		tl->pend = p->next;
+		free(p->rec);
 		free(p);
 	}
 }

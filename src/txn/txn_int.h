@@ -158,7 +158,8 @@ struct rec_pend {
 	struct rec_pend *next;
 	uint64_t txid;
 	uint32_t coord;
-	const uint8_t *rec; /* in our log (kept: not truncated until decided) */
+	uint8_t *rec; /* a copy of its COMMIT-BACKUP (malloc'd) */
+	bool settled; /* at the log's truncation; awaits the answer */
 };
 
 struct txloop {
@@ -620,6 +621,7 @@ void txn_decide_primary(struct txloop *tl, uint64_t txid, bool commit);
 int txn_rec_init(farm_txm *m);
 void txn_rec_fini(farm_txm *m);
 void txn_rec_detach(struct txloop *tl);
+void txn_rec_truncated(struct txloop *tl, uint64_t txid);
 void txn_rec_decided(farm_tx *tx, bool commit);
 bool txn_rec_promoting(farm_txm *m, uint32_t region);
 bool txn_rec_truncate_apply(farm_txm *m, uint64_t addr, uint8_t *q,
