@@ -208,6 +208,19 @@ static void test_member_wedged(void **state)
 	assert_int_equal(t.o[0].nsuspect, 1);
 	assert_true(farm_lease_valid(t.l[1]));
 	assert_int_equal(t.o[1].nsuspect, 0);
+	/* It comes back (a probe would withdraw the suspicion) and renews;
+	 * wedged again, it is suspected again: a lease once suspected must
+	 * lapse again (it did not, until renewals cleared the mark:
+	 * recovery_bench saw a killed machine go unsuspected). */
+	struct farm_lease_stats s2;
+	farm_lease_stats(t.l[2], &s2);
+	farm_lease_testing_mute(t.l[2], false);
+	wait_renewals(t.l[2], s2.renewals + 3); /* granted: the CM heard it */
+	farm_lease_testing_mute(t.l[2], true);
+	assert_true(obs_wait(&t.o[0], 2, 0, WAIT_MS));
+	farm_lease_testing_mute(t.l[2], false);
+	farm_lease_stats(t.l[0], &s);
+	assert_int_equal(s.expiries, 2);
 	trio_close(&t);
 }
 

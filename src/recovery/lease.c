@@ -262,6 +262,9 @@ static void handle_msg(farm_lease *l, const struct lease_msg *m,
 		}
 		note_renewal(l, &p->last_renew_ns, now);
 		p->last_req_ns = now;
+		/* Renewing, so alive: a suspicion the probe withdrew ends
+		 * here, and a later lapse is a suspicion again. */
+		p->suspected = false;
 		send_msg(l, p, MSG_GRANT_REQUEST, m->seq, m->t_sent, ++l->seq,
 		         now);
 		return;
@@ -279,6 +282,7 @@ static void handle_msg(farm_lease *l, const struct lease_msg *m,
 			                      memory_order_release);
 		}
 		l->cm_until = now + l->lease_ns;
+		p->suspected = false; /* the CM is alive (see MSG_REQUEST) */
 		send_msg(l, p, MSG_GRANT, m->seq, m->t_sent, m->cm_seq,
 		         m->cm_t_sent);
 		return;
