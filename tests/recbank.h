@@ -381,30 +381,6 @@ static inline int rb_machine(struct np_child *np, void *arg)
 
 static struct np_cluster rb_cl;
 
-/* The checks that failed, one line each. */
-struct fails {
-	char text[4096];
-	size_t len;
-	unsigned n;
-};
-
-static inline void failed(struct fails *f, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	if (f->len < sizeof(f->text) - 2) {
-		f->len += (size_t)snprintf(f->text + f->len,
-		                           sizeof(f->text) - f->len, "  - ");
-		f->len += (size_t)vsnprintf(f->text + f->len,
-		                            sizeof(f->text) - f->len, fmt, ap);
-		f->len += (size_t)snprintf(f->text + f->len,
-		                           sizeof(f->text) - f->len, "\n");
-		f->len = FARM_MIN(f->len, sizeof(f->text) - 1);
-	}
-	va_end(ap);
-	f->n++;
-}
-
 /* One run of the parent: which machines left, and what came back. */
 struct rb_result {
 	const char *name;

@@ -121,31 +121,6 @@ static inline bool rec_watch(struct np_child *np, struct rec_seen *s)
 	return true;
 }
 
-/* The checks that failed, one line each (reported before the test
- * fails). */
-struct fails {
-	char text[4096];
-	size_t len;
-	unsigned n;
-};
-
-static inline void failed(struct fails *f, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	if (f->len < sizeof(f->text) - 2) {
-		f->len += (size_t)snprintf(f->text + f->len,
-		                           sizeof(f->text) - f->len, "  - ");
-		f->len += (size_t)vsnprintf(f->text + f->len,
-		                            sizeof(f->text) - f->len, fmt, ap);
-		f->len += (size_t)snprintf(f->text + f->len,
-		                           sizeof(f->text) - f->len, "\n");
-		f->len = FARM_MIN(f->len, sizeof(f->text) - 1);
-	}
-	va_end(ap);
-	f->n++;
-}
-
 /* Parent: what survivor @i saw (printed); whether it took a configuration
  * without the victim within @reconf_ms of the kill (a failed check in @f
  * when not). */

@@ -272,7 +272,30 @@ static inline const char *tu_errs_str(const struct tu_errs *e, char *buf,
 	return buf[0] ? buf : "none";
 }
 
-#endif
+/* The checks that failed, one line each (a test reports them all before
+ * it fails: tests/recbank.h, tests/recproc.h). */
+struct fails {
+	char text[4096];
+	size_t len;
+	unsigned n;
+};
+
+static inline void failed(struct fails *f, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	if (f->len < sizeof(f->text) - 2) {
+		f->len += (size_t)snprintf(f->text + f->len,
+		                           sizeof(f->text) - f->len, "  - ");
+		f->len += (size_t)vsnprintf(f->text + f->len,
+		                            sizeof(f->text) - f->len, fmt, ap);
+		f->len += (size_t)snprintf(f->text + f->len,
+		                           sizeof(f->text) - f->len, "\n");
+		f->len = FARM_MIN(f->len, sizeof(f->text) - 1);
+	}
+	va_end(ap);
+	f->n++;
+}
 
 /* ---- forked machine processes ------------------------------------------ */
 
@@ -363,3 +386,5 @@ static inline int tu_finish(struct tu_machine *m)
 	tu_rmtree(m->dir);
 	return st;
 }
+
+#endif
