@@ -68,6 +68,9 @@ struct peer {
 	uint64_t granted_until; /* our lease at it: t' + lease */
 	uint64_t last_renew_ns; /* for the gap statistics */
 	bool suspected;
+	/* Why: a renewal withdraws a lapsed-lease suspicion (the probe found
+	 * it alive), never a reported one (a death notice is definitive). */
+	enum farm_lease_why why;
 };
 
 struct farm_lease {
@@ -213,6 +216,7 @@ static void suspect_locked(farm_lease *l, struct peer *p,
 	if (p->suspected)
 		return;
 	p->suspected = true;
+	p->why = why;
 	if (why == FARM_LEASE_EXPIRED)
 		l->st.expiries++;
 	else
@@ -264,7 +268,8 @@ static void handle_msg(farm_lease *l, const struct lease_msg *m,
 		p->last_req_ns = now;
 		/* Renewing, so alive: a suspicion the probe withdrew ends
 		 * here, and a later lapse is a suspicion again. */
-		p->suspected = false;
+		if (p->why == FARM_LEASE_EXPIRED)
+			p->suspected = false;
 		send_msg(l, p, MSG_GRANT_REQUEST, m->seq, m->t_sent, ++l->seq,
 		         now);
 		return;
@@ -282,7 +287,8 @@ static void handle_msg(farm_lease *l, const struct lease_msg *m,
 			                      memory_order_release);
 		}
 		l->cm_until = now + l->lease_ns;
-		p->suspected = false; /* the CM is alive (see MSG_REQUEST) */
+		if (p->why == FARM_LEASE_EXPIRED) /* alive: see MSG_REQUEST */
+			p->suspected = false;
 		send_msg(l, p, MSG_GRANT, m->seq, m->t_sent, m->cm_seq,
 		         m->cm_t_sent);
 		return;
