@@ -32,11 +32,11 @@ static struct {
        .seed = 1,
        .warm = 1.0,
        .secs = 3.0,
-       .depth = 16,
+       .depth = 32,
        .redis_depth = 32,
        .maria_conns = 4,
        .replicas = 1,
-       .park_after = 200};
+       .park_after = 0};
 
 /* results[system][mix][0 best, 1 one at a time] */
 static struct gd_sum R[NSYS][LB_NMIX][2];
@@ -49,12 +49,13 @@ static const char *usage =
         "                     cores)\n"
         "  --seconds T        measured seconds per run (default 3)\n"
         "  --warm T           warm-up seconds per run (default 1)\n"
-        "  --depth D          fgraph operations in flight per machine (16)\n"
+        "  --depth D          fgraph operations in flight per machine (32)\n"
         "  --redis-depth D    Redis pipeline depth (32)\n"
         "  --maria-conns N    MariaDB connections (4)\n"
         "  --replicas R       fgraph region copies (default 1: see README)\n"
-        "  --park-after US    fgraph machines' park_after_us (default\n"
-        "                     200)\n"
+        "  --park-after US    fgraph machines' park_after_us (default 0:\n"
+        "                     three machines share 2 cores; see\n"
+        "                     docs/benchmarks.md)\n"
         "  --no-redis, --no-maria   leave a peer out\n"
         "  --quick            100k nodes, 1 s runs\n"
         "  --plot FILE        also write a PNG of per-operation throughput\n"
