@@ -32,11 +32,14 @@ static struct {
        .seed = 1,
        .warm = 1.0,
        .secs = 3.0,
-       .depth = 16,
-       .redis_depth = 32,
+       .depth = 32,
+       .redis_depth = 0,
        .maria_conns = 4,
        .replicas = 1,
-       .park_after = 200};
+       .park_after = 0};
+
+/* The pipeline depth Redis's best run used, per mix. */
+static unsigned redis_best_depth[LB_NMIX];
 
 /* results[system][mix][0 best, 1 one at a time] */
 static struct gd_sum R[NSYS][LB_NMIX][2];
@@ -49,12 +52,14 @@ static const char *usage =
         "                     cores)\n"
         "  --seconds T        measured seconds per run (default 3)\n"
         "  --warm T           warm-up seconds per run (default 1)\n"
-        "  --depth D          fgraph operations in flight per machine (16)\n"
-        "  --redis-depth D    Redis pipeline depth (32)\n"
+        "  --depth D          fgraph operations in flight per machine (32)\n"
+        "  --redis-depth D    Redis pipeline depth (default: the faster\n"
+        "                     of 32 and 128)\n"
         "  --maria-conns N    MariaDB connections (4)\n"
         "  --replicas R       fgraph region copies (default 1: see README)\n"
-        "  --park-after US    fgraph machines' park_after_us (default\n"
-        "                     200)\n"
+        "  --park-after US    fgraph machines' park_after_us (default 0:\n"
+        "                     three machines share 2 cores; see\n"
+        "                     docs/benchmarks.md)\n"
         "  --no-redis, --no-maria   leave a peer out\n"
         "  --quick            100k nodes, 1 s runs\n"
         "  --plot FILE        also write a PNG of per-operation throughput\n"
@@ -214,17 +219,33 @@ static int run_redis(const struct lb_graph *lg)
 	struct pprog p = {"redis load", gc_now_ns(), lg->nodes};
 	rc = rds_load(&c, lg, peer_progress, &p);
 	static struct gd_result r;
+	/* Its best pipeline depth: the given one, or the faster of 32 and
+	 * 128 (deeper helps LinkBench's mix on this host, not always Tao's). */
+	const unsigned depths[] = {O.redis_depth ? O.redis_depth : 32, 128};
+	unsigned nd = O.redis_depth ? 1 : 2;
 	for (int mix = 0; mix < LB_NMIX && !rc; mix++)
-		for (int one = 0; one < 2 && !rc; one++) {
-			struct peer_run pr = {.mix = (enum lb_mix)mix,
-			                      .warm = O.warm,
-			                      .secs = O.secs,
-			                      .depth = one ? 1 : O.redis_depth,
-			                      .res = &r};
-			rc = rds_run(&c, lg, &pr);
-			from_result(&r, &R[SYS_REDIS][mix][one]);
-			have[SYS_REDIS][mix][one] = !rc;
-		}
+		for (int one = 0; one < 2 && !rc; one++)
+			for (unsigned d = 0; d < (one ? 1 : nd) && !rc; d++) {
+				struct peer_run pr = {.mix = (enum lb_mix)mix,
+				                      .warm = O.warm,
+				                      .secs = O.secs,
+				                      .depth = one ? 1
+				                                   : depths[d],
+				                      .res = &r};
+				rc = rds_run(&c, lg, &pr);
+				struct gd_sum s;
+				from_result(&r, &s);
+				struct gd_sum *best = &R[SYS_REDIS][mix][one];
+				if (!rc &&
+				    (!have[SYS_REDIS][mix][one] ||
+				     s.rate[FG_NOPS] > best->rate[FG_NOPS])) {
+					*best = s;
+					have[SYS_REDIS][mix][one] = true;
+					if (!one)
+						redis_best_depth[mix] =
+						        depths[d];
+				}
+			}
 	if (rc)
 		fprintf(stderr, "graph_bench: redis: %s\n", strerror(-rc));
 	rds_stop(&c);
@@ -292,12 +313,19 @@ static void report(void)
 				if (!have[s][mix][one] || (s == SYS_MEM && one))
 					continue;
 				const struct gd_sum *g = &R[s][mix][one];
-				char name[40];
+				char name[40], best[24] = " (best)";
+				if (s == SYS_REDIS)
+					snprintf(best, sizeof(best),
+					         " (best: %u deep)",
+					         redis_best_depth[mix]);
+				else if (s == SYS_FG)
+					snprintf(best, sizeof(best),
+					         " (best: %u deep)", O.depth);
 				snprintf(name, sizeof(name), "%s%s",
 				         sys_name[s],
 				         s == SYS_MEM ? ""
 				         : one        ? " (1 at a time)"
-				                      : " (best)");
+				                      : best);
 				printf("%-22s %12.0f %7.2f %12.0f %10.2f "
 				       "%10.2f\n",
 				       name, g->rate[FG_NOPS], g->cores,
@@ -485,8 +513,8 @@ int main(int argc, char **argv)
 		O.warm = 0.5;
 	}
 	if (!O.nodes || O.secs <= 0 || !O.depth || O.depth > 1024 ||
-	    O.park_after < 0 || O.park_after > 1000000 || !O.redis_depth ||
-	    !O.maria_conns || O.maria_conns > 64) {
+	    O.redis_depth > 4096 || O.park_after < 0 ||
+	    O.park_after > 1000000 || !O.maria_conns || O.maria_conns > 64) {
 		fputs(usage, stderr);
 		return 2;
 	}
