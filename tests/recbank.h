@@ -512,6 +512,12 @@ static inline void report_run(unsigned i, const struct run_report *r,
 		       (double)(r->t_cfg_ns - r->t_kill_ns) / 1e6,
 		       (double)(r->t_seen_ns - r->t_kill_ns) / 1e6, after,
 		       r->k.failed - r->at_cfg.failed);
+	if (r->st.trunc_unfinished)
+		failed(f,
+		       "machine %u truncated %" PRIu64 " COMMIT-BACKUP(s) its "
+		       "coordinator's low-water mark had not passed: recovery "
+		       "could abort them after they were reported committed",
+		       i, r->st.trunc_unfinished);
 	if (r->removed)
 		failed(f, "machine %u was removed from the configuration", i);
 	else if (!r->new_config)

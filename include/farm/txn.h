@@ -268,6 +268,10 @@ typedef struct farm_txm_stats {
 	 * this machine took the configuration, every survivor had (REC_GO),
 	 * its promoted regions became active. */
 	uint64_t rec_t_config_ns, rec_t_go_ns, rec_t_active_ns;
+	/* COMMIT-BACKUPs this machine truncated before their coordinator's
+	 * low-water mark passed them: an invariant, always 0 (recovery
+	 * could abort such a commit after it was reported). */
+	uint64_t trunc_unfinished;
 } farm_txm_stats;
 
 FARM_API void farm_txm_stats_get(farm_txm *m, farm_txm_stats *out);

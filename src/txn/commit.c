@@ -853,7 +853,7 @@ void txn_tx_reserve(farm_tx *tx)
 			continue;
 		struct writer *w = &tl->w[mach];
 		if (!has_room(m, w, tx->need[mach])) {
-			wq_pop_done(w);
+			wq_pop_done(w, tl->cs_low);
 			txn_refresh_freed(tl, mach);
 			if (!has_room(m, w, tx->need[mach])) {
 				txn_maybe_truncate(tl, mach);
@@ -880,6 +880,17 @@ void txn_tx_reserve(farm_tx *tx)
 		if (!reading && !tx->retry_posted &&
 		    farm_loop_post(tl->loop, reserve_again, tx) == 0)
 			tx->retry_posted = true;
+		return;
+	}
+	/* The commit sequence is taken only now, with the room held: a
+	 * commit waiting for room must not hold the low-water mark back, as
+	 * records below the mark are all that replicas may truncate
+	 * (wq_truncatable), and the room it waits for may be theirs. */
+	int crc = txn_cseq_take(tl, &tx->cseq);
+	if (crc) {
+		memset(tx->need, 0, sizeof(tx->need));
+		tx_report(tx, crc);
+		txn_tx_finish(tx);
 		return;
 	}
 	for (uint32_t mach = 0; mach < m->M && mach < 0x40; mach++)
@@ -998,9 +1009,6 @@ int farm_tx_commit(farm_tx *tx, farm_tx_commit_fn cont, void *ctx)
 	for (uint32_t mach = 0; mach < m->M && mach < 0x40; mach++)
 		if (tx->need[mach] > m->R / 2)
 			return -E2BIG; /* more than half a log: never fits */
-	int crc = txn_cseq_take(tx->tl, &tx->cseq);
-	if (crc)
-		return crc;
 	tx->ph = PH_RESERVE;
 	tx->in_call = true;
 	txn_tx_reserve(tx);

@@ -53,10 +53,10 @@ void txn_cseq_done(struct txloop *tl, uint64_t cseq)
 
 /* ---- the writer side ------------------------------------------------ */
 
-static uint64_t low_water(const struct writer *w)
+static uint64_t low_water(const struct txloop *tl, const struct writer *w)
 {
 	for (uint64_t s = w->wq_head; s != w->wq_tail; s++)
-		if (!w->wq[s % w->wq_cap].done)
+		if (!wq_truncatable(&w->wq[s % w->wq_cap], tl->cs_low))
 			return w->wq[s % w->wq_cap].pos;
 	return w->tail;
 }
@@ -192,7 +192,7 @@ int txn_log_append(struct txloop *tl, uint32_t mach, void *buf, size_t len,
 		memset(pb, 0, 64);
 		struct rec_hdr ph = {.len = (uint32_t)plen,
 		                     .type = REC_PAD,
-		                     .trunc = low_water(w),
+		                     .trunc = low_water(tl, w),
 		                     .lw = tl->cs_low};
 		memcpy(pb, &ph, sizeof(ph));
 		uint64_t tr = w->tail + 1;
@@ -210,7 +210,7 @@ int txn_log_append(struct txloop *tl, uint32_t mach, void *buf, size_t len,
 	}
 	struct rec_hdr *h = buf;
 	h->len = (uint32_t)len;
-	h->trunc = low_water(w);
+	h->trunc = low_water(tl, w);
 	h->lw = tl->cs_low;
 	w->sent_trunc = FARM_MAX(w->sent_trunc, h->trunc);
 	uint64_t tr = w->tail + 1;
@@ -222,8 +222,10 @@ int txn_log_append(struct txloop *tl, uint32_t mach, void *buf, size_t len,
 	if (tx) /* TRUNCATE records are not reserved */
 		w->reserved -= FARM_MIN(w->reserved, len);
 	w->wq_tail++;
-	w->wq[s % w->wq_cap] = (struct wq_ent){
-	        .pos = w->tail, .end = w->tail + len, .done = tx == NULL};
+	w->wq[s % w->wq_cap] = (struct wq_ent){.pos = w->tail,
+	                                       .end = w->tail + len,
+	                                       .cseq = tx ? tx->cseq : 0,
+	                                       .done = tx == NULL};
 	w->tail += len;
 	if (seq_out)
 		*seq_out = s;
@@ -249,11 +251,11 @@ void txn_maybe_truncate(struct txloop *tl, uint32_t mach)
 {
 	farm_txm *m = tl->m;
 	struct writer *w = &tl->w[mach];
-	wq_pop_done(w);
+	wq_pop_done(w, tl->cs_low);
 	/* Half full counts what the replica has not been told it may free
 	 * (our view of its freed mark is refreshed only when short of room,
 	 * so it would say "half full" long after the space came back). */
-	uint64_t lw = low_water(w);
+	uint64_t lw = low_water(tl, w);
 	if (lw <= w->sent_trunc || (w->tail - w->sent_trunc) * 2 < m->R)
 		return;
 	/* A 64-byte record never needs a pad (positions are 64-aligned). */
@@ -435,6 +437,15 @@ int farm_txlog_scan_dir(const char *dir, farm_txlog_fn fn, void *ctx,
 }
 
 /* ---- testing (txn_testing.h): for tests only --------------------------- */
+
+#ifdef FARM_FAULT_INJECTION
+_Atomic bool txn_testing_trunc_early;
+
+void farm_txn_testing_trunc_early(bool on)
+{
+	atomic_store(&txn_testing_trunc_early, on);
+}
+#endif
 
 int farm_txm_testing_records(farm_txm *m,
                              void (*fn)(void *ctx, uint32_t coord, int type,

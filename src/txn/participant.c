@@ -387,6 +387,10 @@ static void truncate_to(struct txloop *tl, struct reader *rd, uint8_t *ring,
 			break;
 		}
 		if (h.type == REC_COMMIT_BACKUP) {
+			/* Must not happen (wq_truncatable): recovery would not
+			 * know the commit finished. Counted for the tests. */
+			if (h.cseq >= rd->lw)
+				stat_add(m, S_TRUNC_UNFINISHED, 1);
 			backup_apply(tl, rec);
 			if (tl->pend) /* recovery waits for its decision */
 				txn_rec_truncated(tl, h.txid);
@@ -474,7 +478,7 @@ static int poll_log(struct txloop *tl, uint32_t coord)
 		case REC_PAD: break;
 		default: stat_add(m, S_BAD_RECORDS, 1); break;
 		}
-		if (h.type != REC_PAD && h.lw > rd->lw)
+		if (h.lw > rd->lw) /* a pad's too: it truncates too */
 			rd->lw = h.lw;
 		rd->head += len;
 		got++;

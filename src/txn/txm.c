@@ -387,8 +387,8 @@ void farm_txm_stats_get(farm_txm *m, farm_txm_stats *out)
 {
 	if (!m || !out)
 		return;
-	uint64_t v[32];
-	for (int i = 0; i < 32; i++)
+	uint64_t v[S_NSTATS];
+	for (int i = 0; i < S_NSTATS; i++)
 		v[i] = atomic_load_explicit(&m->st.v[i], memory_order_relaxed);
 	/* Loops' own counters (not while a loop detaches). */
 	for (unsigned i = 0; i < MAX_LOOPS; i++) {
@@ -436,7 +436,8 @@ void farm_txm_stats_get(farm_txm *m, farm_txm_stats *out)
 	        .rec_refused = v[S_REC_REFUSED],
 	        .rec_t_config_ns = atomic_load(&m->rec.t_config),
 	        .rec_t_go_ns = atomic_load(&m->rec.t_go),
-	        .rec_t_active_ns = atomic_load(&m->rec.t_active)};
+	        .rec_t_active_ns = atomic_load(&m->rec.t_active),
+	        .trunc_unfinished = v[S_TRUNC_UNFINISHED]};
 }
 
 _Atomic uint64_t *farm_txm_serve_word(farm_txm *m)

@@ -108,9 +108,11 @@ struct arena {
 	void *free[NCLS];
 };
 
-/* A record this loop wrote into one log, until its transaction is done. */
+/* A record this loop wrote into one log, until its transaction is done
+ * and every commit sequence up to its own is (see wq_truncatable). */
 struct wq_ent {
 	uint64_t pos, end;
+	uint64_t cseq; /* its transaction's commit sequence (0: none) */
 	bool done;
 };
 
@@ -260,7 +262,7 @@ struct farm_txm {
 	uint64_t epoch_last_check;
 	uint64_t epoch_reclaimed_now; /* the background epoch's result */
 	struct {
-		_Atomic uint64_t v[48];
+		_Atomic uint64_t v[48]; /* S_NSTATS of them used */
 	} st;
 	struct txrec_state rec;
 	_Atomic uint64_t serve_until; /* farm_txm_serve_word */
@@ -306,7 +308,10 @@ enum {
 	S_REC_LOCKS,
 	S_REC_PROMOTED,
 	S_REC_REFUSED,
+	S_TRUNC_UNFINISHED, /* COMMIT-BACKUPs truncated at or above the mark */
+	S_NSTATS
 };
+_Static_assert(S_NSTATS <= 48, "farm_txm st.v holds the counters");
 
 static inline void stat_add(farm_txm *m, int i, uint64_t n)
 {
@@ -481,9 +486,33 @@ static inline uint64_t rec_size(unsigned nobj, uint64_t img_bytes,
 	return (n + 63) & ~63ull;
 }
 
-static inline void wq_pop_done(struct writer *w)
+/*
+ * May a replica truncate past this record? Only when its transaction is
+ * done and its commit sequence is below @cs_low, the low-water mark the
+ * records carry: a replica that truncated a COMMIT-BACKUP (and applied
+ * it) has then always seen a mark above its sequence. Recovery relies on
+ * it: a transaction one surviving backup truncated and another still
+ * holds is known finished by that mark (recover.c), not judged by the
+ * missing COMMIT-BACKUP (it was, and a reported commit was lost).
+ */
+#ifdef FARM_FAULT_INJECTION
+extern _Atomic bool txn_testing_trunc_early; /* farm_txn_testing_... */
+#endif
+
+static inline bool wq_truncatable(const struct wq_ent *e, uint64_t cs_low)
 {
-	while (w->wq_head != w->wq_tail && w->wq[w->wq_head % w->wq_cap].done)
+#ifdef FARM_FAULT_INJECTION
+	if (atomic_load_explicit(&txn_testing_trunc_early,
+	                         memory_order_relaxed))
+		return e->done; /* testing: the old, broken rule */
+#endif
+	return e->done && (!e->cseq || e->cseq < cs_low);
+}
+
+static inline void wq_pop_done(struct writer *w, uint64_t cs_low)
+{
+	while (w->wq_head != w->wq_tail &&
+	       wq_truncatable(&w->wq[w->wq_head % w->wq_cap], cs_low))
 		w->wq_head++;
 }
 

@@ -42,6 +42,15 @@ void farm_txn_testing_skip_validation(bool on);
  * committed writes still in the logs are lost, half-decided ones seen). */
 void farm_txn_testing_recovery_no_drain(bool on);
 
+#ifdef FARM_FAULT_INJECTION
+/* Process-wide: when on, coordinators let replicas truncate a record as
+ * soon as its transaction is done, even above the low-water mark (the
+ * rule before recovery_bench found it losing commits): replicas then count
+ * trunc_unfinished (farm_txm_stats), and recovery may abort a reported
+ * commit one backup truncated. */
+void farm_txn_testing_trunc_early(bool on);
+#endif
+
 /* Record types farm_txm_testing_records reports. */
 enum {
 	FARM_TXN_TESTING_LOCK = 1,
