@@ -28,6 +28,9 @@ enum {
 struct entry {
 	uint32_t id; /* 0: free slot */
 	uint8_t kind;
+	/* E_BACKUP being filled by data recovery (src/txn/copy.c): never
+	 * promoted, not yet a replica that counts. */
+	bool filling;
 	farm_region *local; /* E_PRIMARY, E_BACKUP: our copy */
 	farm_mr_desc desc;  /* the primary copy: ours for E_PRIMARY, the
 	                       cached remote one otherwise (len 0: unknown) */
@@ -307,7 +310,7 @@ unsigned farm_as_promotable(farm_as *as, uint32_t *out, unsigned max)
 	pthread_rwlock_rdlock(&as->lock);
 	for (uint32_t i = 0; as->ring && i < as->cap; i++) {
 		const struct entry *e = &as->tab[i];
-		if (e->id && e->kind == E_BACKUP &&
+		if (e->id && e->kind == E_BACKUP && !e->filling &&
 		    farm_ring_primary(as->ring, e->id) == as->me) {
 			if (n < max)
 				out[n] = e->id;
@@ -325,7 +328,7 @@ int farm_as_promote(farm_as *as, uint32_t region)
 	int rc = -ENOENT;
 	as_wrlock(as);
 	struct entry *e = find(as, region);
-	if (e && e->kind == E_BACKUP && as->ring &&
+	if (e && e->kind == E_BACKUP && !e->filling && as->ring &&
 	    farm_ring_primary(as->ring, region) == as->me) {
 		e->kind = E_PRIMARY;
 		e->desc = farm_region_desc(e->local);
@@ -561,6 +564,59 @@ static void h_create(farm_loop *loop, const farm_msg_in *in, void *arg)
 	farm_mr_desc bd = farm_region_desc(r);
 	struct desc_reply d = desc_reply_of(q.region, &bd);
 	reply(loop, &in->token, &d, sizeof(d));
+}
+
+int farm_as_backup_open(farm_as *as, uint32_t region)
+{
+	if (!as || region == 0 || region > FARM_REGION_ID_MAX)
+		return -EINVAL;
+	pthread_rwlock_rdlock(&as->lock);
+	struct entry *e = find(as, region);
+	bool held = e && (e->kind == E_PRIMARY || e->kind == E_BACKUP);
+	pthread_rwlock_unlock(&as->lock);
+	if (held)
+		return -EEXIST;
+	farm_region *r;
+	int rc = farm_region_create(as->fab, as->region_size, &r);
+	if (rc)
+		return rc;
+	struct entry ne = {
+	        .id = region, .kind = E_BACKUP, .filling = true, .local = r};
+	as_wrlock(as);
+	e = find(as, region);
+	if (e && (e->kind == E_PRIMARY || e->kind == E_BACKUP))
+		rc = -EEXIST;
+	else
+		rc = put(as, &ne); /* replaces a cached remote entry */
+	pthread_rwlock_unlock(&as->lock);
+	if (rc)
+		farm_region_destroy(r);
+	return rc;
+}
+
+int farm_as_backup_filled(farm_as *as, uint32_t region)
+{
+	if (!as || !region)
+		return -EINVAL;
+	as_wrlock(as);
+	struct entry *e = find(as, region);
+	int rc = e && e->kind == E_BACKUP && e->filling ? 0 : -ENOENT;
+	if (!rc)
+		e->filling = false;
+	pthread_rwlock_unlock(&as->lock);
+	return rc;
+}
+
+bool farm_as_backup_filling(farm_as *as, uint32_t region)
+{
+	bool f = false;
+	if (!as || !region)
+		return false;
+	pthread_rwlock_rdlock(&as->lock);
+	struct entry *e = find(as, region);
+	f = e && e->kind == E_BACKUP && e->filling;
+	pthread_rwlock_unlock(&as->lock);
+	return f;
 }
 
 static void h_drop(farm_loop *loop, const farm_msg_in *in, void *arg)

@@ -81,6 +81,18 @@ unsigned farm_as_prev_replicas(farm_as *as, uint32_t region, uint32_t *out);
 unsigned farm_as_promotable(farm_as *as, uint32_t *out, unsigned max);
 int farm_as_promote(farm_as *as, uint32_t region);
 
+/*
+ * Data recovery (src/txn/copy.c): a new backup's copy of @region, zeroed,
+ * that the copy engine fills from the primary while commits are applied
+ * to it (-EEXIST when a copy is held already). A filling copy is a backup
+ * that does not count yet: it is never promotable, even where the ring
+ * makes this machine the region's primary. farm_as_backup_filled() says
+ * the copy is complete and checked.
+ */
+int farm_as_backup_open(farm_as *as, uint32_t region);
+int farm_as_backup_filled(farm_as *as, uint32_t region);
+bool farm_as_backup_filling(farm_as *as, uint32_t region);
+
 /* The local copy of @region, and this machine's role for it. NULL and
  * FARM_AS_NONE when not held here. */
 farm_region *farm_as_local_region(farm_as *as, uint32_t region,

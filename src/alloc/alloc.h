@@ -165,6 +165,29 @@ bool farm_alloc_region_is_local(farm_blockalloc *ba, uint32_t region_id);
  */
 FARM_MUST_CHECK int farm_blockalloc_dump(farm_blockalloc *ba, FILE *f);
 
+/*
+ * Object layout of a region, from an image of its first
+ * farm_alloc_meta_bytes() bytes (header and block table) read from any
+ * copy (layout.c; data recovery copies regions object by object). For
+ * 1 MiB block @b: FARM_LAYOUT_SKIP (free, retired, or the region is not
+ * formatted: no object lives there), FARM_LAYOUT_META (the header and
+ * table: [run_off, run_off + run_len) is raw metadata), or
+ * FARM_LAYOUT_SLOTS (the run [run_off, run_off + run_len) that @b belongs
+ * to holds @nslots objects of @slot_bytes each from run_off). Returns 0,
+ * -EINVAL, or FARM_ECORRUPT for a header or table word that makes no sense.
+ */
+enum { FARM_LAYOUT_SKIP = 0, FARM_LAYOUT_META, FARM_LAYOUT_SLOTS };
+struct farm_alloc_layout {
+	int kind;
+	uint64_t run_off, run_len;
+	uint32_t slot_bytes;
+	uint64_t nslots;
+};
+uint64_t farm_alloc_meta_bytes(uint64_t region_size);
+FARM_MUST_CHECK int farm_alloc_block_layout(const void *meta, uint64_t meta_len,
+                                            uint64_t region_size, uint32_t b,
+                                            struct farm_alloc_layout *out);
+
 /* ---- slab allocators (one per thread) --------------------------------- */
 
 FARM_MUST_CHECK int farm_slab_create(farm_blockalloc *ba, farm_slab **out);

@@ -310,6 +310,9 @@ static void apply_view(void *ctx, const struct farm_view *v)
 			farm_err("node: transaction recovery for view %" PRIu64
 			         " not started: %s",
 			         v->config_id, farm_strerror(trc));
+		/* Then the regions that lost a replica get a new one, copied
+		 * in the background (data recovery, src/txn/copy.c). */
+		farm_txm_datarec_view(n->txm);
 	}
 	pthread_mutex_lock(&n->lock);
 	if (!rc)
@@ -405,7 +408,10 @@ int farm_node_open(const struct farm_config *cfg, farm_node **out)
 	                 .rings = cfg->rings,
 	                 .points = cfg->ring_points},
 	};
-	struct farm_txm_attr ta = {.log_size = cfg->log_size};
+	struct farm_txm_attr ta = {.log_size = cfg->log_size,
+	                           .datarec_bytes = cfg->datarec_bytes,
+	                           .datarec_interval_us =
+	                                   cfg->datarec_interval_us};
 	if ((rc = farm_as_create(n->fab, n->msg, &aa, &n->as)) ||
 	    (rc = farm_galloc_create(n->as, n->msg, &n->ga)) ||
 	    (rc = farm_txm_create(n->fab, n->msg, n->as, n->ga, &ta,

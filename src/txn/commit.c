@@ -338,6 +338,15 @@ static void tx_step(farm_tx *tx)
 	case PH_BACKUP:
 		if (fail) {
 			tx_fail(tx, fail);
+		} else if (tx->single &&
+		           tx->cfg <
+		                   atomic_load_explicit(&tx->m->rec.cfg,
+		                                        memory_order_acquire)) {
+			/* Its COMMIT-BACKUPs went to the replicas of an older
+			 * configuration: a new backup copying the region
+			 * (copy.c) would miss the install. Abort; the retry
+			 * runs in the new one. */
+			tx_fail(tx, -EAGAIN);
 		} else if (tx->single) {
 			single_install(tx);
 		} else {

@@ -186,6 +186,9 @@ int farm_txm_create(farm_fabric *fab, farm_msg *msg, farm_as *as,
 		rc = farm_epoch_handle(msg);
 	if (!rc)
 		rc = txn_rec_init(m);
+	if (!rc)
+		rc = txn_datarec_init(m, a.datarec_bytes,
+		                      a.datarec_interval_us);
 	if (!rc && !(rc = farm_epoch_domain_get()))
 		m->epoch_domain = true;
 	if (rc) {
@@ -230,6 +233,7 @@ void farm_txm_destroy(farm_txm *m)
 	if (m->epoch_domain)
 		farm_epoch_domain_put();
 	txn_rec_fini(m);
+	txn_datarec_fini(m);
 	free(m->peers);
 	free(m->peer_ready);
 	free(m);
@@ -319,6 +323,10 @@ int farm_txm_attach(farm_txm *m, farm_loop *loop)
 		return rc;
 	}
 	m->loops[t] = tl;
+	rc = txn_datarec_attach(m, tl);
+	if (rc) /* the machine runs; this loop copies nothing */
+		farm_warn("txn: loop %u: no data recovery: %s", t,
+		          farm_strerror(rc));
 	return 0;
 }
 
@@ -327,6 +335,7 @@ void farm_txm_detach(farm_txm *m, farm_loop *loop)
 	struct txloop *tl = loop_state(m, loop);
 	if (!tl)
 		return;
+	txn_datarec_detach(m, tl);
 	/* Completions of log WRITEs (a commit is reported at its first
 	 * COMMIT-PRIMARY; TRUNC records) and freed-word READs still to come
 	 * use this state: let them land first. The loop's close would run

@@ -26,6 +26,7 @@
 #define FARM_MSGT_REC_DONE    0xf127u /* decider -> survivors: log decided */
 #define FARM_MSGT_REC_APPLIED 0xf128u /* survivor -> decider: took cfg */
 #define FARM_MSGT_REC_GO      0xf129u /* decider -> survivors: recover */
+#define FARM_MSGT_TX_COPY     0xf12au /* primary -> new backup: copy */
 
 /* Their payloads: txn/recover_wire.h (tests forge them). */
 #include "txn/recover_wire.h"
@@ -40,8 +41,13 @@ struct farm_txm_attr {
 	 * free blocks are under this percentage of all blocks, or retired
 	 * ones over it (0: 25; FARM_TXM_EPOCH_MANUAL: only farm_txm_epoch). */
 	unsigned epoch_free_pct;
+	/* Data recovery's pace (copy.c): at most datarec_bytes READ per
+	 * loop every datarec_interval_us (0: FaRM's 8 KiB per 2 ms). */
+	uint32_t datarec_bytes, datarec_interval_us;
 };
-#define FARM_TXM_EPOCH_MANUAL 1000u
+#define FARM_DATAREC_DEFAULT_BYTES       8192u
+#define FARM_DATAREC_DEFAULT_INTERVAL_US 2000u
+#define FARM_TXM_EPOCH_MANUAL            1000u
 
 int farm_txm_create(farm_fabric *fab, farm_msg *msg, farm_as *as,
                     farm_galloc *ga, const struct farm_txm_attr *attr,
@@ -77,6 +83,36 @@ int farm_txm_add_peer(farm_txm *m, uint32_t id, const farm_mr_desc *logs);
  * module keeps it (farm_lease_attr.serve_word).
  */
 _Atomic uint64_t *farm_txm_serve_word(farm_txm *m);
+
+/*
+ * Data recovery (copy.c). farm_txm_datarec_view(): after a configuration
+ * change (after farm_txm_reconfigure), tell the new backups of the
+ * regions this machine is primary of to copy them, and stop copies this
+ * machine can no longer finish. farm_txm_datarec_get(): the regions this
+ * machine has copied or is copying as a new backup (up to @max in @out;
+ * returns how many). farm_txm_datarec_pace(): the configured pace.
+ */
+enum farm_datarec_state {
+	FARM_DATAREC_COPYING = 0,
+	FARM_DATAREC_CHECKING, /* copied; every object read again */
+	FARM_DATAREC_DONE,     /* complete and checked: a replica */
+	FARM_DATAREC_LOST,     /* stopped: not a replica here any more, or
+	                          no complete replica was left to copy */
+};
+struct farm_datarec_region {
+	uint32_t region;
+	enum farm_datarec_state state;
+	uint64_t bytes;   /* READ from the primary, both passes */
+	uint64_t reads;   /* READs that completed */
+	uint64_t retries; /* READs failed, or stopped at a torn object */
+	uint64_t fixed;   /* objects the check found newer at the primary */
+	uint64_t t_start_ns, t_done_ns; /* CLOCK_MONOTONIC; done: 0 yet */
+	int last_err;
+};
+void farm_txm_datarec_view(farm_txm *m);
+unsigned farm_txm_datarec_get(farm_txm *m, struct farm_datarec_region *out,
+                              unsigned max);
+void farm_txm_datarec_pace(farm_txm *m, uint32_t *bytes, uint32_t *interval_us);
 
 int farm_txm_reconfigure(farm_txm *m, uint64_t cfg, const uint32_t *removed,
                          unsigned nremoved, const uint32_t *members,

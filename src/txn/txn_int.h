@@ -265,6 +265,7 @@ struct farm_txm {
 		_Atomic uint64_t v[48]; /* S_NSTATS of them used */
 	} st;
 	struct txrec_state rec;
+	struct farm_datarec *dr;      /* copy.c: data recovery */
 	_Atomic uint64_t serve_until; /* farm_txm_serve_word */
 };
 
@@ -643,6 +644,18 @@ bool txn_pending(farm_loop *loop, void *ctx);
 bool txn_aborted(struct txloop *tl, uint64_t txid);
 void txn_note_abort(struct txloop *tl, uint64_t txid, uint64_t pos);
 bool txn_copy_apply(uint8_t *p, unsigned lines, const uint8_t *img, bool held);
+
+/* copy.c: data recovery. adopt: a COMMIT-BACKUP for @region, of which we
+ * hold no copy: when this machine is a new backup of it, open the copy
+ * (filling) and start copying; returns whether a copy is held now.
+ * skip_apply: the test-only switch (FARM_FAULT_INJECTION) that drops
+ * COMMIT-BACKUPs to filling copies. */
+int txn_datarec_init(farm_txm *m, uint32_t bytes, uint32_t interval_us);
+int txn_datarec_attach(farm_txm *m, struct txloop *tl);
+void txn_datarec_detach(farm_txm *m, struct txloop *tl);
+void txn_datarec_fini(farm_txm *m);
+bool txn_datarec_adopt(farm_txm *m, uint32_t region);
+bool txn_datarec_skip_apply(farm_txm *m, uint32_t region);
 
 void txn_decide_primary(struct txloop *tl, uint64_t txid, bool commit);
 

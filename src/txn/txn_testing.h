@@ -49,6 +49,11 @@ void farm_txn_testing_recovery_no_drain(bool on);
  * trunc_unfinished (farm_txm_stats), and recovery may abort a reported
  * commit one backup truncated. */
 void farm_txn_testing_trunc_early(bool on);
+
+/* Process-wide (FARM_FAULT_INJECTION builds): when on, COMMIT-BACKUPs
+ * for a copy that data recovery is still filling are dropped (copy.c), so
+ * the copy misses commits; test_datarec --broken must notice. */
+void farm_txn_testing_datarec_skip_apply(bool on);
 #endif
 
 /* Record types farm_txm_testing_records reports. */

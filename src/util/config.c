@@ -173,6 +173,10 @@ int farm_config_set(struct farm_config *c, const char *key, const char *value,
 		rc = parse_u32_in(value, 1, 3600000, &c->zk_connect_timeout_ms);
 	} else if (strcmp(key, "lease_us") == 0) {
 		rc = parse_u32_in(value, 1000, 60000000, &c->lease_us);
+	} else if (strcmp(key, "datarec_bytes") == 0) {
+		rc = parse_u32_in(value, 64, 1u << 30, &c->datarec_bytes);
+	} else if (strcmp(key, "datarec_interval_us") == 0) {
+		rc = parse_u32_in(value, 10, 10000000, &c->datarec_interval_us);
 	} else if (strcmp(key, "lease_bind") == 0) {
 		rc = strpbrk(value, " \t")
 		             ? -EINVAL
@@ -268,14 +272,29 @@ int farm_config_load(struct farm_config *c, const char *path, char *err,
 
 int farm_config_apply_env(struct farm_config *c, char *err, size_t errlen)
 {
-	static const char *const keys[] = {
-	        "machine_id",  "data_dir",      "fabric",
-	        "listen",      "ofi_provider",  "region_size",
-	        "job",         "replicas",      "rings",
-	        "ring_points", "threads",       "expect_machines",
-	        "log_size",    "busy_poll",     "zk",
-	        "zk_root",     "zk_session_ms", "zk_connect_timeout_ms",
-	        "lease_us",    "lease_bind",    "park_after_us"};
+	static const char *const keys[] = {"machine_id",
+	                                   "data_dir",
+	                                   "fabric",
+	                                   "listen",
+	                                   "ofi_provider",
+	                                   "region_size",
+	                                   "job",
+	                                   "replicas",
+	                                   "rings",
+	                                   "ring_points",
+	                                   "threads",
+	                                   "expect_machines",
+	                                   "log_size",
+	                                   "busy_poll",
+	                                   "zk",
+	                                   "zk_root",
+	                                   "zk_session_ms",
+	                                   "zk_connect_timeout_ms",
+	                                   "lease_us",
+	                                   "lease_bind",
+	                                   "park_after_us",
+	                                   "datarec_bytes",
+	                                   "datarec_interval_us"};
 	char env[64], msg[256];
 	for (size_t i = 0; i < FARM_ARRAY_SIZE(keys); i++) {
 		size_t n =

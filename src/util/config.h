@@ -49,6 +49,9 @@ struct farm_config {
 	                                   leases run with ZooKeeper only */
 	char lease_bind[FARM_CONFIG_STR]; /* IPv4 address of the lease
 	                                     socket ("": 127.0.0.1) */
+	uint32_t datarec_bytes;           /* data recovery: bytes READ per loop
+	                                     per interval (0: 8192) */
+	uint32_t datarec_interval_us;     /* ... every so often (0: 2000) */
 	unsigned npeers;
 	struct farm_config_peer peers[FARM_CONFIG_MAX_PEERS];
 };

@@ -1,0 +1,848 @@
+/*
+ * Data recovery (SOSP'15 section 5.5): a new backup copies a region from
+ * its primary in the background, object by object, while commits go on.
+ *
+ * Who copies what. After a configuration change, the primary of every
+ * region (a promoted one included) compares the region's replicas with the
+ * previous configuration's and tells each new one (COPY, an RPC, repeated
+ * until answered). The new backup opens an empty copy
+ * (farm_as_backup_open: a backup that is *filling*, never promotable) and
+ * registers the region with this machine's copy engine. A COMMIT-BACKUP
+ * that reaches the new backup first (the primary's coordinators already
+ * list it) opens the copy there and then (txn_datarec_adopt), so no record
+ * is dropped for want of a copy.
+ *
+ * The copy. One engine thread per machine, parked while there is nothing
+ * to copy, wakes every `datarec_interval_us` and gives each loop at most
+ * one step: one one-sided READ of at most `datarec_bytes` (or one object,
+ * when an object is larger) from the primary's region. The engine reads
+ * the region's header and block table first (farm_alloc_block_layout:
+ * where objects are; free blocks are skipped), then runs of objects. Each
+ * object read is checked like a lock-free read (not locked exclusive,
+ * every line's version equal to the header's); a torn or locked object
+ * ends the step there and is read again at the next one. A whole object
+ * is written into the copy with txn_copy_apply: only when it is newer than
+ * what the copy holds, under the copy's header lock, exactly as
+ * COMMIT-BACKUP images are applied at truncation. So whichever comes
+ * first, the READ of an object or the image of a commit to it, the copy
+ * ends with the newest: an older READ never overwrites a newer applied
+ * image, and a commit installed at the primary after the READ is applied
+ * from its COMMIT-BACKUP.
+ *
+ * Why every commit the copy does not see reaches the new backup as a
+ * COMMIT-BACKUP: a commit sends COMMIT-BACKUPs to the replicas of the
+ * configuration it started in. One that started in the new configuration
+ * (or later) lists the new backup. One that started earlier either
+ * installed before the primary applied the new configuration, or holds
+ * the object locked at the primary from before that until it installs or
+ * aborts: the primary refuses LOCKs of older configurations once it has
+ * the new one, and coordinators, single-machine commits included
+ * (commit.c), abort a commit of an older configuration than theirs before
+ * installing. The primary sends COPY only after applying the
+ * configuration, so every READ of the copy comes later and sees such an
+ * object either locked (read again later) or installed. Objects that
+ * recovery locked at a promoted primary (undecided transactions) are
+ * likewise read once decided.
+ *
+ * Two passes: the copy, then a check that reads every object again and
+ * compares versions (an object the copy holds older than the primary is
+ * brought up to date and counted as `fixed`; one whose COMMIT-BACKUP is
+ * not truncated yet is the usual case). Only after the check is the copy
+ * complete (farm_as_backup_filled): a replica that counts.
+ *
+ * Another failure during the copy: a new configuration resets the
+ * primary's cached descriptor (farm_as_set_view), so the copy goes on
+ * from wherever it was with the region's new primary, once promoted (its
+ * lookups answer -EAGAIN until then). Everything copied so far came from
+ * a replica that had every committed write, and commits of every later
+ * configuration list this machine. A filling copy whose machine the ring
+ * makes primary is never promoted (the region had no complete replica
+ * left: it is reported lost); one that is no longer a replica stops.
+ *
+ * Region memory outside objects: the header and block table (block 0) are
+ * copied raw, so the copy can be rebuilt by scan; allocator changes that
+ * commits do not carry (a slot allocated by an aborted transaction and
+ * freed again, free-list links) are not replicated, as for every backup.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "alloc/alloc.h"
+#include "txn/object.h"
+#include "txn/txn_int.h"
+#include "txn/txn_testing.h"
+#include "util/log.h"
+
+#define DR_MAX_SPAN    (FARM_ALLOC_MAX_OBJECT + 64) /* one object at most */
+#define DR_NOTE_EVERY  (100ull * 1000000ull)        /* COPY resends, ns */
+#define DR_RPC_TIMEOUT (2ull * 1000000000ull)
+
+enum { DR_COPY = 0, DR_CHECK, DR_DONE, DR_LOST };
+
+struct dr_reg {
+	uint32_t id;
+	unsigned loop;
+	int state;
+	uint64_t next; /* offset where this pass goes on */
+	uint64_t cfg;  /* the configuration that made it a new backup */
+	uint64_t bytes, steps, retries, fixed;
+	uint64_t t_start, t_done;
+	uint8_t *meta;  /* the primary's header and table, as last read */
+	bool have_meta; /* read in this pass */
+	int last_err;
+};
+
+struct dr_note {
+	uint32_t region, to;
+	uint64_t cfg;
+	bool inflight;
+	uint64_t t_sent;
+};
+
+struct dr_loop {
+	farm_loop *loop; /* set with buf, under dr->lock */
+	uint8_t *buf;
+	farm_mr *mr;
+	bool busy; /* a step posted or in flight (under dr->lock) */
+	unsigned rr;
+};
+
+struct farm_datarec {
+	farm_txm *m;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	pthread_t thr;
+	bool started, stop;
+	struct dr_reg *r;
+	unsigned nr, capr;
+	struct dr_note *nt;
+	unsigned nn, capn;
+	uint32_t bytes, interval_us;
+	uint64_t meta_bytes, region_size;
+	struct dr_loop lp[MAX_LOOPS];
+};
+
+struct copy_msg {
+	uint32_t region, pad;
+	uint64_t cfg;
+};
+
+#ifdef FARM_FAULT_INJECTION
+static _Atomic bool testing_skip_apply;
+void farm_txn_testing_datarec_skip_apply(bool on)
+{
+	atomic_store(&testing_skip_apply, on);
+}
+#endif
+
+/* ---- the table of regions being copied (under dr->lock) --------------- */
+
+static struct dr_reg *reg_find(struct farm_datarec *dr, uint32_t id)
+{
+	for (unsigned i = 0; i < dr->nr; i++)
+		if (dr->r[i].id == id)
+			return &dr->r[i];
+	return NULL;
+}
+
+static int reg_add(struct farm_datarec *dr, uint32_t id, uint64_t cfg)
+{
+	if (reg_find(dr, id))
+		return 0;
+	if (dr->nr == dr->capr) {
+		unsigned nc = dr->capr ? 2 * dr->capr : 16;
+		struct dr_reg *n = realloc(dr->r, nc * sizeof(*n));
+		if (!n)
+			return -ENOMEM;
+		dr->r = n;
+		dr->capr = nc;
+	}
+	uint8_t *meta = malloc(dr->meta_bytes);
+	if (!meta)
+		return -ENOMEM;
+	dr->r[dr->nr++] = (struct dr_reg){.id = id,
+	                                  .loop = id % dr->m->T,
+	                                  .state = DR_COPY,
+	                                  .cfg = cfg,
+	                                  .t_start = farm_now_ns(),
+	                                  .meta = meta};
+	pthread_cond_signal(&dr->cond);
+	return 0;
+}
+
+/* Is this machine a backup (not the primary) of @region now? */
+static bool new_backup_here(farm_txm *m, uint32_t region)
+{
+	uint32_t reps[16];
+	unsigned n = farm_as_replicas(m->as, region, reps);
+	for (unsigned i = 1; i < n && i < 16; i++)
+		if (reps[i] == m->me)
+			return true;
+	return false;
+}
+
+bool txn_datarec_adopt(farm_txm *m, uint32_t region)
+{
+	struct farm_datarec *dr = m->dr;
+	if (!dr || !new_backup_here(m, region))
+		return false;
+	int rc = farm_as_backup_open(m->as, region);
+	if (rc && rc != -EEXIST) {
+		farm_err("datarec: cannot open a copy of region %#" PRIx32
+		         ": %s",
+		         region, farm_strerror(rc));
+		return false;
+	}
+	if (!farm_as_backup_filling(m->as, region))
+		return rc == -EEXIST; /* complete already */
+	pthread_mutex_lock(&dr->lock);
+	rc = reg_add(dr, region, farm_as_config_id(m->as));
+	pthread_mutex_unlock(&dr->lock);
+	if (rc)
+		farm_err("datarec: region %#" PRIx32 " not copied: %s", region,
+		         farm_strerror(rc));
+	return true;
+}
+
+bool txn_datarec_skip_apply(farm_txm *m, uint32_t region)
+{
+#ifdef FARM_FAULT_INJECTION
+	return atomic_load(&testing_skip_apply) &&
+	       farm_as_backup_filling(m->as, region);
+#else
+	(void)m;
+	(void)region;
+	return false;
+#endif
+}
+
+/* ---- one step of a copy (on the region's loop) ----------------------- */
+
+struct dr_step {
+	struct farm_datarec *dr;
+	uint32_t region;
+	unsigned loop;
+	bool meta;    /* this READ is the header and table */
+	uint64_t off; /* of the READ */
+	uint32_t len;
+	struct farm_alloc_layout lay;
+};
+
+static void step_end(struct farm_datarec *dr, struct dr_step *s)
+{
+	pthread_mutex_lock(&dr->lock);
+	dr->lp[s->loop].busy = false;
+	pthread_mutex_unlock(&dr->lock);
+	free(s);
+}
+
+/* The end of a pass: the check after the copy, then complete. */
+static void pass_end(struct farm_datarec *dr, struct dr_reg *g)
+{
+	g->next = 0;
+	g->have_meta = false;
+	if (g->state == DR_COPY) {
+		g->state = DR_CHECK;
+		return;
+	}
+	int rc = farm_as_backup_filled(dr->m->as, g->id);
+	g->state = rc ? DR_LOST : DR_DONE;
+	g->t_done = farm_now_ns();
+	if (rc)
+		farm_warn("datarec: region %#" PRIx32 " copied, but no longer "
+		          "held here: %s",
+		          g->id, farm_strerror(rc));
+	else
+		farm_info(
+		        "datarec: region %#" PRIx32 " replicated here: %" PRIu64
+		        " bytes read in %.1f ms (%" PRIu64 " objects newer "
+		        "at the check, %" PRIu64 " reads again)",
+		        g->id, g->bytes, (double)(g->t_done - g->t_start) / 1e6,
+		        g->fixed, g->retries);
+}
+
+/*
+ * Apply the objects of a span read into @img (the run's slots from
+ * s->off), in order, up to the first torn or locked one. Returns where the
+ * copy goes on.
+ */
+static uint64_t apply_span(struct farm_datarec *dr, struct dr_reg *g,
+                           const struct dr_step *s, uint8_t *img,
+                           uint8_t *local)
+{
+	const struct farm_alloc_layout *L = &s->lay;
+	uint64_t off = s->off;
+	while (off + L->slot_bytes <= s->off + s->len) {
+		uint8_t *p = img + (off - s->off);
+		uint64_t v, w;
+		memcpy(&v, p, 8);
+		memcpy(&w, p + 8, 8);
+		if ((v & OBJ_LOCK_MASK) == OBJ_LOCK_EXCL)
+			break; /* being installed or recovered: later */
+		unsigned lines = w ? farm_incarn_lines(w) : 1;
+		unsigned slot_lines = L->slot_bytes / 64;
+		if (lines > slot_lines)
+			lines = slot_lines;
+		uint16_t v16 = obj_v16(v & ~OBJ_LOCK_MASK);
+		bool torn = false;
+		for (unsigned l = 1; l < lines && !torn; l++) {
+			uint16_t x;
+			memcpy(&x, p + 64u * l, 2);
+			torn = x != v16;
+		}
+		if (torn)
+			break;
+		/* A shared lock (a single-machine commit validating) is not
+		 * copied: the image is consistent, and what that commit
+		 * installs reaches us as a COMMIT-BACKUP (or it aborts). */
+		v &= ~OBJ_LOCK_MASK;
+		memcpy(p, &v, 8);
+		if (txn_copy_apply(local + off, lines, p, false) &&
+		    g->state == DR_CHECK && v)
+			g->fixed++;
+		off += L->slot_bytes;
+	}
+	(void)dr;
+	return off;
+}
+
+static void step_done(farm_loop *loop, void *ctx, int status);
+
+/* Plan and post the next READ of region @s->region, or finish the pass. */
+static void step_run(farm_loop *loop, void *ctx, int status)
+{
+	struct dr_step *s = ctx;
+	struct farm_datarec *dr = s->dr;
+	farm_txm *m = dr->m;
+	if (status) {
+		step_end(dr, s);
+		return;
+	}
+	pthread_mutex_lock(&dr->lock);
+	struct dr_reg *g = reg_find(dr, s->region);
+	if (!g || g->state >= DR_DONE) {
+		pthread_mutex_unlock(&dr->lock);
+		step_end(dr, s);
+		return;
+	}
+	s->meta = !g->have_meta;
+	s->off = 0;
+	s->len = (uint32_t)dr->meta_bytes;
+	/* Skip what holds no object, using the table read in this pass
+	 * (blocks free then were free at the configuration change too, so
+	 * whatever is allocated there later is committed with a
+	 * COMMIT-BACKUP to us). */
+	while (!s->meta) {
+		if (g->next >= dr->region_size) {
+			pass_end(dr, g);
+			pthread_mutex_unlock(&dr->lock);
+			step_end(dr, s);
+			return;
+		}
+		uint32_t b = (uint32_t)(g->next / FARM_ALLOC_BLOCK);
+		int rc = farm_alloc_block_layout(g->meta, dr->meta_bytes,
+		                                 dr->region_size, b, &s->lay);
+		if (rc) {
+			farm_err("datarec: region %#" PRIx32
+			         ": bad block table "
+			         "at block %" PRIu32 " (%s): read again",
+			         g->id, b, farm_strerror(rc));
+			g->have_meta = false;
+			g->last_err = rc;
+			s->meta = true;
+			break;
+		}
+		const struct farm_alloc_layout *L = &s->lay;
+		if (L->kind == FARM_LAYOUT_SKIP) {
+			g->next = (uint64_t)(b + 1) * FARM_ALLOC_BLOCK;
+			continue;
+		}
+		if (L->kind == FARM_LAYOUT_META) {
+			/* Copied raw from the image just read. */
+			uint8_t *local = NULL;
+			enum farm_as_role role;
+			farm_region *r =
+			        farm_as_local_region(m->as, g->id, &role);
+			if (r)
+				local = farm_region_base(r);
+			if (local)
+				memcpy(local, g->meta, dr->meta_bytes);
+			g->next = (uint64_t)(b + 1) * FARM_ALLOC_BLOCK;
+			continue;
+		}
+		uint64_t k = g->next <= L->run_off
+		                     ? 0
+		                     : (g->next - L->run_off + L->slot_bytes -
+		                        1) / L->slot_bytes;
+		if (k >= L->nslots) {
+			g->next = L->run_off + L->run_len;
+			continue;
+		}
+		uint64_t per = dr->bytes / L->slot_bytes;
+		if (per == 0)
+			per = 1;
+		if (per > L->nslots - k)
+			per = L->nslots - k;
+		s->off = L->run_off + k * L->slot_bytes;
+		s->len = (uint32_t)(per * L->slot_bytes);
+		g->next = s->off;
+		break;
+	}
+	pthread_mutex_unlock(&dr->lock);
+	farm_gaddr a = farm_gaddr_make(s->region, s->off);
+	int rc = farm_as_read(m->as, loop, a, dr->lp[s->loop].buf,
+	                      dr->lp[s->loop].mr, s->len, step_done, s);
+	if (rc) {
+		pthread_mutex_lock(&dr->lock);
+		g = reg_find(dr, s->region);
+		if (g) {
+			g->retries++;
+			g->last_err = rc;
+		}
+		pthread_mutex_unlock(&dr->lock);
+		step_end(dr, s);
+	}
+}
+
+static void step_done(farm_loop *loop, void *ctx, int status)
+{
+	(void)loop;
+	struct dr_step *s = ctx;
+	struct farm_datarec *dr = s->dr;
+	uint8_t *buf = dr->lp[s->loop].buf;
+	pthread_mutex_lock(&dr->lock);
+	struct dr_reg *g = reg_find(dr, s->region);
+	if (g && g->state < DR_DONE) {
+		if (status) {
+			g->retries++;
+			g->last_err = status;
+		} else {
+			g->bytes += s->len;
+			g->steps++;
+			if (s->meta) {
+				memcpy(g->meta, buf, dr->meta_bytes);
+				g->have_meta = true;
+			} else {
+				enum farm_as_role role;
+				farm_region *r = farm_as_local_region(
+				        dr->m->as, g->id, &role);
+				if (r && role == FARM_AS_BACKUP) {
+					uint64_t nx =
+					        apply_span(dr, g, s, buf,
+					                   farm_region_base(r));
+					if (nx == s->off)
+						g->retries++;
+					g->next = nx < s->off + s->len
+					                  ? nx
+					                  : s->off + s->len;
+				}
+			}
+		}
+	}
+	pthread_mutex_unlock(&dr->lock);
+	step_end(dr, s);
+}
+
+/* ---- telling new backups (the primary's side) ------------------------- */
+
+static void note_done(farm_loop *loop, void *ctx, int status, const void *reply,
+                      uint32_t len)
+{
+	(void)loop;
+	(void)reply;
+	(void)len;
+	struct dr_note *key = ctx;
+	farm_txm *m = *(farm_txm **)(key + 1);
+	struct farm_datarec *dr = m->dr;
+	pthread_mutex_lock(&dr->lock);
+	for (unsigned i = 0; i < dr->nn; i++) {
+		struct dr_note *n = &dr->nt[i];
+		if (n->region != key->region || n->to != key->to ||
+		    n->cfg != key->cfg)
+			continue;
+		n->inflight = false;
+		/* Answered (opened, or a configuration that moved on): done.
+		 * Not yet in the configuration, or no answer: again. */
+		if (status == 0 || status == -ESTALE || status == -EINVAL)
+			dr->nt[i] = dr->nt[--dr->nn];
+		break;
+	}
+	pthread_mutex_unlock(&dr->lock);
+	free(key);
+}
+
+static void note_send(farm_loop *loop, void *ctx, int status)
+{
+	struct dr_note *key = ctx;
+	farm_txm *m = *(farm_txm **)(key + 1);
+	int rc = status;
+	if (!rc) {
+		struct copy_msg q = {.region = key->region, .cfg = key->cfg};
+		rc = farm_msg_call(loop, key->to, 0, FARM_MSGT_TX_COPY, &q,
+		                   sizeof(q), DR_RPC_TIMEOUT, note_done, key);
+	}
+	if (rc)
+		note_done(loop, key, rc == -ECANCELED ? -ESTALE : rc, NULL, 0);
+	(void)m;
+}
+
+/* Post the notes due (under dr->lock, from the engine thread). */
+static void notes_post(struct farm_datarec *dr, uint64_t now)
+{
+	farm_txm *m = dr->m;
+	farm_loop *l0 = dr->lp[0].loop;
+	if (!l0)
+		return;
+	for (unsigned i = 0; i < dr->nn; i++) {
+		struct dr_note *n = &dr->nt[i];
+		if (n->inflight || now - n->t_sent < DR_NOTE_EVERY)
+			continue;
+		struct dr_note *key = malloc(sizeof(*key) + sizeof(farm_txm *));
+		if (!key)
+			return;
+		*key = *n;
+		memcpy(key + 1, &m, sizeof(m));
+		n->inflight = true;
+		n->t_sent = now;
+		if (farm_loop_post(l0, note_send, key)) {
+			n->inflight = false;
+			free(key);
+		}
+	}
+}
+
+void farm_txm_datarec_view(farm_txm *m)
+{
+	struct farm_datarec *dr = m ? m->dr : NULL;
+	if (!dr)
+		return;
+	uint64_t cfg = farm_as_config_id(m->as);
+	unsigned cap = 256, n;
+	struct farm_as_held *h = NULL;
+	for (;;) {
+		free(h);
+		h = malloc(cap * sizeof(*h));
+		if (!h)
+			return;
+		n = farm_as_held(m->as, h, cap);
+		if (n <= cap)
+			break;
+		cap = n;
+	}
+	pthread_mutex_lock(&dr->lock);
+	/* Notes of older configurations: the new one decides again. */
+	for (unsigned i = 0; i < dr->nn;)
+		if (dr->nt[i].cfg < cfg && !dr->nt[i].inflight)
+			dr->nt[i] = dr->nt[--dr->nn];
+		else
+			i++;
+	for (unsigned i = 0; i < n; i++) {
+		uint32_t now[16], prev[16];
+		unsigned nn = farm_as_replicas(m->as, h[i].region, now);
+		unsigned np = farm_as_prev_replicas(m->as, h[i].region, prev);
+		if (!nn || nn > 16 || np > 16)
+			continue;
+		bool filling = farm_as_backup_filling(m->as, h[i].region);
+		struct dr_reg *g = reg_find(dr, h[i].region);
+		if (filling) {
+			bool in = false;
+			for (unsigned k = 1; k < nn; k++)
+				in |= now[k] == m->me;
+			if (!g || g->state >= DR_DONE)
+				continue;
+			if (now[0] == m->me) {
+				g->state = DR_LOST;
+				farm_err("datarec: region %#" PRIx32 " has no "
+				         "complete replica left: this "
+				         "machine's copy is incomplete and is "
+				         "not promoted",
+				         g->id);
+			} else if (!in) {
+				g->state = DR_LOST;
+			}
+			continue;
+		}
+		if (now[0] != m->me)
+			continue;
+		for (unsigned k = 1; k < nn; k++) {
+			bool was = false;
+			for (unsigned j = 0; j < np; j++)
+				was |= prev[j] == now[k];
+			if (was || !np)
+				continue;
+			if (dr->nn == dr->capn) {
+				unsigned nc = dr->capn ? 2 * dr->capn : 16;
+				struct dr_note *x =
+				        realloc(dr->nt, nc * sizeof(*x));
+				if (!x)
+					break;
+				dr->nt = x;
+				dr->capn = nc;
+			}
+			dr->nt[dr->nn++] =
+			        (struct dr_note){.region = h[i].region,
+			                         .to = now[k],
+			                         .cfg = cfg};
+		}
+	}
+	pthread_cond_signal(&dr->cond);
+	pthread_mutex_unlock(&dr->lock);
+	free(h);
+}
+
+/* COPY at the new backup: open the copy and start copying. */
+static void h_copy(farm_loop *loop, const farm_msg_in *in, void *arg)
+{
+	farm_txm *m = arg;
+	struct copy_msg q;
+	int rc = 0;
+	if (in->len != sizeof(q) || !in->token.call_id) {
+		stat_add(m, S_BAD_RECORDS, 1);
+		farm_warn("datarec: malformed COPY from machine %" PRIu32,
+		          in->src_machine);
+		if (in->token.call_id &&
+		    farm_msg_reply_error(loop, &in->token, -EINVAL))
+			farm_warn("datarec: cannot answer machine %" PRIu32,
+			          in->src_machine);
+		return;
+	}
+	memcpy(&q, in->payload, sizeof(q));
+	uint64_t cfg = farm_as_config_id(m->as);
+	uint32_t reps[16];
+	unsigned n = farm_as_replicas(m->as, q.region, reps);
+	if (q.region == 0 || q.region > FARM_REGION_ID_MAX)
+		rc = -EINVAL;
+	else if (q.cfg > cfg)
+		rc = -EAGAIN; /* we have not applied it yet */
+	else if (!n || reps[0] != in->src_machine ||
+	         !new_backup_here(m, q.region))
+		rc = q.cfg < cfg ? -ESTALE : -EINVAL;
+	else if (!txn_datarec_adopt(m, q.region))
+		rc = -ENOMEM;
+	rc = rc ? farm_msg_reply_error(loop, &in->token, rc)
+	        : farm_msg_reply(loop, &in->token, NULL, 0);
+	if (rc) /* the primary asks again */
+		farm_warn("datarec: cannot answer machine %" PRIu32 ": %s",
+		          in->src_machine, farm_strerror(rc));
+}
+
+/* ---- the engine thread ----------------------------------------------- */
+
+static bool has_work(struct farm_datarec *dr)
+{
+	if (dr->nn)
+		return true;
+	for (unsigned i = 0; i < dr->nr; i++)
+		if (dr->r[i].state < DR_DONE)
+			return true;
+	return false;
+}
+
+static void *engine(void *arg)
+{
+	struct farm_datarec *dr = arg;
+	farm_txm *m = dr->m;
+	struct timespec next;
+	clock_gettime(CLOCK_MONOTONIC, &next);
+	pthread_mutex_lock(&dr->lock);
+	while (!dr->stop) {
+		if (!has_work(dr)) {
+			pthread_cond_wait(&dr->cond, &dr->lock);
+			clock_gettime(CLOCK_MONOTONIC, &next);
+			continue;
+		}
+		notes_post(dr, farm_now_ns());
+		/* One step per loop per interval: the pace. */
+		for (unsigned t = 0; t < m->T && t < MAX_LOOPS; t++) {
+			struct dr_loop *lp = &dr->lp[t];
+			if (lp->busy || !lp->loop)
+				continue;
+			for (unsigned k = 0; k < dr->nr; k++) {
+				struct dr_reg *g =
+				        &dr->r[(lp->rr + k) % dr->nr];
+				if (g->loop != t || g->state >= DR_DONE)
+					continue;
+				struct dr_step *s = calloc(1, sizeof(*s));
+				if (!s)
+					break;
+				*s = (struct dr_step){
+				        .dr = dr, .region = g->id, .loop = t};
+				lp->busy = true;
+				lp->rr = (lp->rr + k + 1) % dr->nr;
+				if (farm_loop_post(lp->loop, step_run, s)) {
+					lp->busy = false;
+					free(s);
+				}
+				break;
+			}
+		}
+		next.tv_nsec += (long)dr->interval_us * 1000;
+		while (next.tv_nsec >= 1000000000L) {
+			next.tv_nsec -= 1000000000L;
+			next.tv_sec++;
+		}
+		/* The pace, not a synchronisation: wake at the next tick
+		 * (or at once on stop). */
+		struct timespec now;
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		if (now.tv_sec > next.tv_sec ||
+		    (now.tv_sec == next.tv_sec && now.tv_nsec > next.tv_nsec))
+			next = now; /* late: no burst to catch up */
+		pthread_mutex_unlock(&dr->lock);
+		while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &next,
+		                       NULL) == EINTR)
+			;
+		pthread_mutex_lock(&dr->lock);
+	}
+	pthread_mutex_unlock(&dr->lock);
+	return NULL;
+}
+
+/* ---- life cycle ------------------------------------------------------ */
+
+int txn_datarec_init(farm_txm *m, uint32_t bytes, uint32_t interval_us)
+{
+	struct farm_datarec *dr = calloc(1, sizeof(*dr));
+	if (!dr)
+		return -ENOMEM;
+	dr->m = m;
+	dr->bytes = bytes ? bytes : FARM_DATAREC_DEFAULT_BYTES;
+	dr->interval_us =
+	        interval_us ? interval_us : FARM_DATAREC_DEFAULT_INTERVAL_US;
+	dr->region_size = farm_as_region_size(m->as);
+	dr->meta_bytes = farm_alloc_meta_bytes(dr->region_size);
+	if (pthread_mutex_init(&dr->lock, NULL)) {
+		free(dr);
+		return -ENOMEM;
+	}
+	pthread_cond_init(&dr->cond, NULL);
+	int rc = farm_msg_handle(m->msg, FARM_MSGT_TX_COPY, h_copy, m);
+	if (rc) {
+		pthread_cond_destroy(&dr->cond);
+		pthread_mutex_destroy(&dr->lock);
+		free(dr);
+		return rc;
+	}
+	m->dr = dr;
+	return 0;
+}
+
+int txn_datarec_attach(farm_txm *m, struct txloop *tl)
+{
+	struct farm_datarec *dr = m->dr;
+	if (!dr || tl->t >= MAX_LOOPS)
+		return 0;
+	struct dr_loop *lp = &dr->lp[tl->t];
+	size_t cap = FARM_MAX((size_t)dr->bytes, (size_t)DR_MAX_SPAN);
+	cap = FARM_MAX(cap, (size_t)dr->meta_bytes);
+	cap = (cap + 4095) & ~(size_t)4095;
+	uint8_t *buf = aligned_alloc(4096, cap);
+	farm_mr *mr = NULL;
+	if (!buf)
+		return -ENOMEM;
+	int rc = farm_mr_reg(m->fab, buf, cap, FARM_ACCESS_LOCAL, &mr);
+	if (rc) {
+		free(buf);
+		return rc;
+	}
+	pthread_mutex_lock(&dr->lock);
+	lp->buf = buf;
+	lp->mr = mr;
+	lp->loop = tl->loop;
+	if (!dr->started && !dr->stop) {
+		rc = pthread_create(&dr->thr, NULL, engine, dr) ? -EAGAIN : 0;
+		dr->started = !rc;
+	}
+	pthread_mutex_unlock(&dr->lock);
+	return rc;
+}
+
+void txn_datarec_detach(farm_txm *m, struct txloop *tl)
+{
+	struct farm_datarec *dr = m->dr;
+	if (!dr)
+		return;
+	pthread_mutex_lock(&dr->lock);
+	bool join = dr->started && !dr->stop;
+	dr->stop = true;
+	pthread_cond_broadcast(&dr->cond);
+	pthread_mutex_unlock(&dr->lock);
+	if (join)
+		pthread_join(dr->thr, NULL);
+	if (tl->t >= MAX_LOOPS)
+		return;
+	/* A step posted to this loop or a READ of it in flight: let it end
+	 * (the loop's close would run it cancelled after the buffer went). */
+	uint64_t dl = farm_now_ns() + 2000000000ull;
+	for (;;) {
+		pthread_mutex_lock(&dr->lock);
+		bool busy = dr->lp[tl->t].busy;
+		pthread_mutex_unlock(&dr->lock);
+		if (!busy || farm_now_ns() > dl)
+			break;
+		(void)farm_loop_poll(tl->loop);
+	}
+	struct dr_loop *lp = &dr->lp[tl->t];
+	pthread_mutex_lock(&dr->lock);
+	lp->loop = NULL;
+	pthread_mutex_unlock(&dr->lock);
+	if (lp->mr)
+		farm_mr_dereg(lp->mr);
+	free(lp->buf);
+	lp->mr = NULL;
+	lp->buf = NULL;
+}
+
+void txn_datarec_fini(farm_txm *m)
+{
+	struct farm_datarec *dr = m->dr;
+	if (!dr)
+		return;
+	for (unsigned i = 0; i < dr->nr; i++)
+		free(dr->r[i].meta);
+	free(dr->r);
+	free(dr->nt);
+	pthread_cond_destroy(&dr->cond);
+	pthread_mutex_destroy(&dr->lock);
+	free(dr);
+	m->dr = NULL;
+}
+
+unsigned farm_txm_datarec_get(farm_txm *m, struct farm_datarec_region *out,
+                              unsigned max)
+{
+	struct farm_datarec *dr = m ? m->dr : NULL;
+	if (!dr)
+		return 0;
+	pthread_mutex_lock(&dr->lock);
+	unsigned n = dr->nr;
+	for (unsigned i = 0; i < n && i < max && out; i++) {
+		const struct dr_reg *g = &dr->r[i];
+		out[i] = (struct farm_datarec_region){
+		        .region = g->id,
+		        .state = g->state == DR_COPY    ? FARM_DATAREC_COPYING
+		                 : g->state == DR_CHECK ? FARM_DATAREC_CHECKING
+		                 : g->state == DR_DONE  ? FARM_DATAREC_DONE
+		                                        : FARM_DATAREC_LOST,
+		        .bytes = g->bytes,
+		        .reads = g->steps,
+		        .retries = g->retries,
+		        .fixed = g->fixed,
+		        .t_start_ns = g->t_start,
+		        .t_done_ns = g->t_done,
+		        .last_err = g->last_err};
+	}
+	pthread_mutex_unlock(&dr->lock);
+	return n;
+}
+
+void farm_txm_datarec_pace(farm_txm *m, uint32_t *bytes, uint32_t *interval_us)
+{
+	struct farm_datarec *dr = m ? m->dr : NULL;
+	*bytes = dr ? dr->bytes : 0;
+	*interval_us = dr ? dr->interval_us : 0;
+}
