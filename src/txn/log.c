@@ -491,3 +491,29 @@ int farm_txm_testing_records(farm_txm *m,
 	}
 	return n;
 }
+
+/* txn_testing.h: TRUNCATE records now, to every log whose low-water mark
+ * moved, so replicas apply what finished (tests compare replicas). */
+int farm_txm_testing_truncate(farm_txm *m, farm_loop *loop)
+{
+	struct txloop *tl = m ? loop_state(m, loop) : NULL;
+	if (!tl)
+		return -EINVAL;
+	int sent = 0;
+	for (uint32_t mach = 0; mach < m->M; mach++) {
+		if (mach != m->me &&
+		    !atomic_load_explicit(&m->peer_ready[mach],
+		                          memory_order_acquire))
+			continue;
+		struct writer *w = &tl->w[mach];
+		wq_pop_done(w, tl->cs_low);
+		if (low_water(tl, w) <= w->sent_trunc)
+			continue;
+		if ((w->tail - w->freed) + w->reserved + 64 > m->R ||
+		    wq_reserve(w, 1))
+			continue;
+		if (log_small(tl, mach, REC_TRUNC, 0, NULL, 0, NULL) == 0)
+			sent++;
+	}
+	return sent;
+}

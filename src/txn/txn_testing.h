@@ -54,6 +54,11 @@ void farm_txn_testing_trunc_early(bool on);
  * for a copy that data recovery is still filling are dropped (copy.c), so
  * the copy misses commits; test_datarec --broken must notice. */
 void farm_txn_testing_datarec_skip_apply(bool on);
+
+/* On loop @loop's thread: a TRUNCATE record to every log this loop writes
+ * whose low-water mark moved since it last said, so that replicas apply
+ * every finished COMMIT-BACKUP (log.c). Returns how many were sent. */
+int farm_txm_testing_truncate(farm_txm *m, farm_loop *loop);
 #endif
 
 /* Record types farm_txm_testing_records reports. */

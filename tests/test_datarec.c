@@ -1,0 +1,417 @@
+/*
+ * Data recovery (issue 13, "Recovery II", item 1): the bank of recbank.h
+ * on 5 machines, 3 replicas, copies paced at DR_BYTES per DR_US per loop.
+ *
+ *   one_kill   machine 2 is killed mid-run;
+ *   copy_kill  machine 2 is killed, then, while a new backup is still
+ *              copying a region, machine 3 (a second failure during data
+ *              recovery).
+ *
+ * After the survivors' run (the workload paused, every machine waiting
+ * for commands), the checks:
+ *   - every region any survivor holds returns to 3 complete replicas:
+ *     held by exactly the machines its ring names, none of them still
+ *     filling (polled until true, at most DR_WAIT_MS);
+ *   - every log is truncated (TRUNCATE records forced), then each region's
+ *     bytes outside the allocator's block 0 (the header and block table,
+ *     which old backups do not get) hash equal at every replica;
+ *   - pacing: no new backup read faster than the configured rate (bytes
+ *     over its copy's duration, with one interval of slack), and it read
+ *     nothing in steps larger than the configured bytes (the objects here
+ *     are all smaller);
+ *   - recbank.h's checks: total, no locks, every committed transfer
+ *     present, sercheck over every history.
+ * --broken: new backups drop the COMMIT-BACKUPs that arrive during the
+ * copy (and skip the check pass that would repair it); the replicas'
+ * hashes must then differ (copy_kill only).
+ *
+ * Exits 77 (skip) without the ZooKeeper client or server.
+ */
+#define NP_NM 5
+#include "recbank.h"
+
+#include "addrspace/addrspace.h"
+#include "txn/txn_testing.h"
+
+#define DR_BYTES   4096u
+#define DR_US      2000u
+#define DR_WAIT_MS 60000
+#define DR_MAXREG  64
+
+static bool opt_broken;
+
+/* The parent's pause between two polls of the machines' state. */
+static void poll_pause(unsigned ms)
+{
+	struct timespec ts = {.tv_sec = ms / 1000,
+	                      .tv_nsec = (long)(ms % 1000) * 1000000L};
+	while (nanosleep(&ts, &ts) && errno == EINTR)
+		;
+}
+
+struct held {
+	uint32_t region;
+	int role;
+	bool filling;
+	unsigned nreps;
+	uint32_t reps[FARM_RING_MAX_REPLICAS];
+};
+
+/* 'g' -> 'G': what a machine holds, and its copies. */
+struct held_report {
+	uint64_t config;
+	unsigned n, ndr, threads;
+	struct held h[DR_MAXREG];
+	struct farm_datarec_region dr[DR_MAXREG];
+	uint32_t pace_bytes, pace_us;
+};
+
+/* 'H' -> 'h': region hashes once the logs are truncated. */
+struct hash_report {
+	unsigned n;
+	unsigned pending; /* COMMIT-BACKUPs left in the logs */
+	uint32_t region[DR_MAXREG];
+	uint64_t hash[DR_MAXREG];
+};
+
+static void dr_config(struct farm_config *cfg)
+{
+	cfg->datarec_bytes = DR_BYTES;
+	cfg->datarec_interval_us = DR_US;
+}
+
+static void count_cb(void *ctx, uint32_t coord, int type, uint64_t txid)
+{
+	(void)coord;
+	(void)txid;
+	if (type == FARM_TXN_TESTING_COMMIT_BACKUP)
+		(*(unsigned *)ctx)++;
+}
+
+static int dr_cmd(struct tx_child *c, int cmd, const farm_fatptr *acc,
+                  unsigned nacc)
+{
+	(void)acc;
+	(void)nacc;
+	farm_as *as = farm_node_as(c->np.node);
+	if (cmd == 'g') {
+		struct held_report *r = calloc(1, sizeof(*r));
+		struct farm_as_held hl[DR_MAXREG];
+		if (!r)
+			return -1;
+		r->config = farm_node_config_id(c->np.node);
+		r->n = FARM_MIN(farm_as_held(as, hl, DR_MAXREG), DR_MAXREG);
+		for (unsigned i = 0; i < r->n; i++) {
+			struct held *h = &r->h[i];
+			h->region = hl[i].region;
+			h->role = (int)hl[i].role;
+			h->filling = farm_as_backup_filling(as, h->region);
+			h->nreps = farm_as_replicas(as, h->region, h->reps);
+		}
+		r->ndr =
+		        FARM_MIN(farm_txm_datarec_get(c->txm, r->dr, DR_MAXREG),
+		                 DR_MAXREG);
+		farm_txm_datarec_pace(c->txm, &r->pace_bytes, &r->pace_us);
+		r->threads = 1;
+		int rc = np_say(&c->np, 'G', r, sizeof(*r));
+		free(r);
+		return rc;
+	}
+	if (cmd == 'F') {
+		(void)farm_txm_testing_truncate(c->txm, c->np.loop);
+		return np_say(&c->np, 'f', NULL, 0);
+	}
+	if (cmd == 'H') {
+		/* Every machine sent its TRUNCATE records ('F' first): wait
+		 * until this machine's logs hold no COMMIT-BACKUP. */
+		struct hash_report r = {0};
+		static const volatile int never = 0;
+		uint64_t dl = np_now_ns() + 10000000000ull;
+		for (;;) {
+			r.pending = 0;
+			(void)farm_txm_testing_records(c->txm, count_cb,
+			                               &r.pending);
+			if (!r.pending || np_now_ns() > dl)
+				break;
+			(void)farm_loop_wait(c->np.loop, &never, 1000000ull);
+		}
+		struct farm_as_held hl[DR_MAXREG];
+		r.n = FARM_MIN(farm_as_held(as, hl, DR_MAXREG), DR_MAXREG);
+		for (unsigned i = 0; i < r.n; i++) {
+			enum farm_as_role role;
+			farm_region *g =
+			        farm_as_local_region(as, hl[i].region, &role);
+			r.region[i] = hl[i].region;
+			uint64_t h = 1469598103934665603ull; /* FNV-1a */
+			const uint8_t *p = g ? farm_region_base(g) : NULL;
+			uint64_t size = g ? farm_region_size(g) : 0;
+			for (uint64_t o = 1u << 20; p && o < size; o++) {
+				h ^= p[o];
+				h *= 1099511628211ull;
+			}
+			r.hash[i] = h;
+		}
+		return np_say(&c->np, 'h', &r, sizeof(r));
+	}
+	return -1;
+}
+
+static struct held_report *ask(unsigned i)
+{
+	struct held_report *r = malloc(sizeof(*r));
+	assert_non_null(r);
+	np_send(&rb_cl, i, 'g');
+	np_expect(&rb_cl, i, 'G', 30000);
+	np_recv(&rb_cl, i, r, sizeof(*r), 1000);
+	return r;
+}
+
+/* Does any survivor copy a region now (bytes read, not done)? */
+static bool copying(struct rb_result *res)
+{
+	bool any = false;
+	for (unsigned i = 0; i < NP_NM && !any; i++) {
+		if (!rb_member(res, i))
+			continue;
+		struct held_report *r = ask(i);
+		for (unsigned k = 0; k < r->ndr; k++)
+			any |= r->dr[k].state < FARM_DATAREC_DONE &&
+			       r->dr[k].bytes > 0;
+		free(r);
+	}
+	return any;
+}
+
+/* Every region any survivor holds is complete at exactly its replicas.
+ * Fills @why when not. */
+static bool replicated(struct held_report **r, struct rb_result *res, char *why,
+                       size_t len, unsigned *nregions)
+{
+	why[0] = 0;
+	*nregions = 0;
+	for (unsigned i = 0; i < NP_NM; i++) {
+		if (!rb_member(res, i))
+			continue;
+		for (unsigned k = 0; k < r[i]->n; k++) {
+			const struct held *h = &r[i]->h[k];
+			bool first = true; /* count each region once */
+			for (unsigned j = 0; j < i && first; j++)
+				for (unsigned q = 0;
+				     rb_member(res, j) && q < r[j]->n; q++)
+					first &= r[j]->h[q].region != h->region;
+			if (!first)
+				continue;
+			(*nregions)++;
+			if (h->nreps != 3) {
+				snprintf(why, len,
+				         "region %#" PRIx32
+				         " has %u replicas in machine %u's "
+				         "configuration",
+				         h->region, h->nreps, i);
+				return false;
+			}
+			for (unsigned x = 0; x < h->nreps; x++) {
+				uint32_t m = h->reps[x];
+				const struct held *at = NULL;
+				for (unsigned q = 0; m < NP_NM && q < r[m]->n;
+				     q++)
+					if (r[m]->h[q].region == h->region)
+						at = &r[m]->h[q];
+				if (m >= NP_NM || !rb_member(res, m) || !at ||
+				    at->filling) {
+					snprintf(why, len,
+					         "region %#" PRIx32 ": replica "
+					         "%" PRIu32 " %s",
+					         h->region, m,
+					         !at ? "holds no copy"
+					             : "is still filling");
+					return false;
+				}
+			}
+		}
+	}
+	return true;
+}
+
+static void run(unsigned first, int second, const char *name)
+{
+	struct rb_result res;
+	rb_start(&res, name);
+	rb_reap(&res, first, true);
+	rb_tell(&res, first, true);
+	rb_wait_recovered(&res);
+	bool killed_during = false;
+	if (second >= 0) {
+		/* Kill once some new backup has read part of a region. */
+		uint64_t dl = np_now_ns() + 20000000000ull;
+		while (!(killed_during = copying(&res)) && np_now_ns() < dl)
+			poll_pause(5);
+		rb_reap(&res, (unsigned)second, true);
+		rb_tell(&res, (unsigned)second, false);
+	}
+	rb_collect(&res);
+	struct fails *f = &res.f;
+	if (second >= 0 && !killed_during)
+		failed(f, "no copy was seen in progress: the second kill did "
+		          "not come during data recovery");
+
+	/* Full replication, the workload paused. */
+	struct held_report *r[NP_NM] = {0};
+	char why[256] = "";
+	unsigned nreg = 0;
+	uint64_t t0 = np_now_ns(), dl = t0 + DR_WAIT_MS * 1000000ull;
+	bool ok = false;
+	for (;;) {
+		for (unsigned i = 0; i < NP_NM; i++) {
+			free(r[i]);
+			r[i] = rb_member(&res, i) ? ask(i) : NULL;
+		}
+		ok = replicated(r, &res, why, sizeof(why), &nreg);
+		if (ok || np_now_ns() > dl)
+			break;
+		poll_pause(20);
+	}
+	printf("%s: %u regions; fully replicated: %s (%.0f ms after the "
+	       "survivors' run)%s%s\n",
+	       name, nreg, ok ? "yes" : "NO", (double)(np_now_ns() - t0) / 1e6,
+	       ok ? "" : ": ", why);
+	if (!ok)
+		failed(f, "not fully replicated within %d ms: %s", DR_WAIT_MS,
+		       why);
+
+	/* Pacing, and what each new backup did. */
+	unsigned copies = 0;
+	for (unsigned i = 0; i < NP_NM; i++) {
+		if (!r[i])
+			continue;
+		double limit = (double)r[i]->pace_bytes * r[i]->threads /
+		               (r[i]->pace_us * 1e-6);
+		for (unsigned k = 0; k < r[i]->ndr; k++) {
+			const struct farm_datarec_region *d = &r[i]->dr[k];
+			double s = d->t_done_ns ? (double)(d->t_done_ns -
+			                                   d->t_start_ns) /
+			                                  1e9
+			                        : 0;
+			/* The first READ may go at once: one interval's
+			 * slack. */
+			double rate = d->bytes / (s + r[i]->pace_us * 1e-6);
+			printf("machine %u: region %#" PRIx32 " %s: %" PRIu64
+			       " bytes in %" PRIu64
+			       " reads, %.1f ms, %.2f MB/s "
+			       "(limit %.2f), %" PRIu64 " newer at the check, "
+			       "%" PRIu64 " reads again (last error %s)\n",
+			       i, d->region,
+			       d->state == FARM_DATAREC_DONE   ? "done"
+			       : d->state == FARM_DATAREC_LOST ? "stopped"
+			                                       : "copying",
+			       d->bytes, d->reads, s * 1e3, rate / 1e6,
+			       limit / 1e6, d->fixed, d->retries,
+			       farm_strerror(d->last_err));
+			if (d->state != FARM_DATAREC_DONE)
+				continue;
+			copies++;
+			if (rate > limit)
+				failed(f,
+				       "machine %u copied region %#" PRIx32
+				       " at %.2f MB/s, over the pace of "
+				       "%.2f MB/s",
+				       i, d->region, rate / 1e6, limit / 1e6);
+			if (d->reads &&
+			    d->bytes > (uint64_t)d->reads * r[i]->pace_bytes)
+				failed(f,
+				       "machine %u read region %#" PRIx32
+				       " in READs over %" PRIu32 " bytes",
+				       i, d->region, r[i]->pace_bytes);
+		}
+	}
+	if (!copies)
+		failed(f, "no region was copied to a new backup");
+
+	/* Equal bytes at every replica, once every log is truncated. */
+	for (unsigned i = 0; i < NP_NM; i++)
+		if (rb_member(&res, i))
+			np_send(&rb_cl, i, 'F');
+	for (unsigned i = 0; i < NP_NM; i++)
+		if (rb_member(&res, i))
+			np_expect(&rb_cl, i, 'f', 30000);
+	struct hash_report hr[NP_NM];
+	for (unsigned i = 0; i < NP_NM; i++)
+		if (rb_member(&res, i))
+			np_send(&rb_cl, i, 'H');
+	for (unsigned i = 0; i < NP_NM; i++)
+		if (rb_member(&res, i)) {
+			np_expect(&rb_cl, i, 'h', 60000);
+			np_recv(&rb_cl, i, &hr[i], sizeof(hr[i]), 5000);
+			if (hr[i].pending)
+				failed(f,
+				       "machine %u: %u COMMIT-BACKUPs not "
+				       "truncated after 10 s",
+				       i, hr[i].pending);
+		}
+	unsigned differ = 0, compared = 0;
+	for (unsigned i = 0; i < NP_NM; i++) {
+		if (!rb_member(&res, i))
+			continue;
+		for (unsigned k = 0; k < hr[i].n; k++)
+			for (unsigned j = i + 1; j < NP_NM; j++) {
+				if (!rb_member(&res, j))
+					continue;
+				for (unsigned q = 0; q < hr[j].n; q++) {
+					if (hr[j].region[q] != hr[i].region[k])
+						continue;
+					compared++;
+					if (hr[j].hash[q] == hr[i].hash[k])
+						continue;
+					if (differ++ < 4)
+						failed(f,
+						       "region %#" PRIx32
+						       ": bytes differ "
+						       "between machines %u "
+						       "and %u",
+						       hr[i].region[k], i, j);
+				}
+			}
+	}
+	printf("%s: %u replica pairs compared, %u differ\n", name, compared,
+	       differ);
+	for (unsigned i = 0; i < NP_NM; i++)
+		free(r[i]);
+	rb_check(&res);
+	rb_verdict(&res, opt_broken,
+	           "new backups dropped the commits that came during the "
+	           "copy");
+}
+
+static void test_one_kill(void **state)
+{
+	(void)state;
+	run(2, -1, "one_kill");
+}
+
+static void test_copy_kill(void **state)
+{
+	(void)state;
+	run(2, 3, "copy_kill");
+}
+
+int main(int argc, char **argv)
+{
+	const struct CMUnitTest tests[] = {
+	        cmocka_unit_test_teardown(test_copy_kill, rb_teardown),
+	        cmocka_unit_test_teardown(test_one_kill, rb_teardown),
+	};
+	size_t n = sizeof(tests) / sizeof(tests[0]);
+	if (argc > 1 && !strcmp(argv[1], "--broken")) {
+		opt_broken = true;
+		farm_txn_testing_datarec_skip_apply(true);
+		n = 1;
+	} else if (argc > 1) {
+		fprintf(stderr, "usage: %s [--broken]\n", argv[0]);
+		return 2;
+	}
+	rb_p.pre_transfers = 200;
+	rb_p.post_ms = 3000;
+	rb_p.cmd = dr_cmd;
+	rb_p.config = dr_config;
+	return rb_main("datarec", tests, n);
+}
