@@ -299,14 +299,15 @@ static void run(unsigned first, int second, const char *name)
 			       " bytes in %" PRIu64
 			       " reads, %.1f ms, %.2f MB/s "
 			       "(limit %.2f), %" PRIu64 " newer at the check, "
-			       "%" PRIu64 " reads again (last error %s)\n",
+			       "%" PRIu64 " reads again (last error %s), "
+			       "%" PRIu64 " runs inferred\n",
 			       i, d->region,
 			       d->state == FARM_DATAREC_DONE   ? "done"
 			       : d->state == FARM_DATAREC_LOST ? "stopped"
 			                                       : "copying",
 			       d->bytes, d->reads, s * 1e3, rate / 1e6,
 			       limit / 1e6, d->fixed, d->retries,
-			       farm_strerror(d->last_err));
+			       farm_strerror(d->last_err), d->inferred);
 			if (d->state != FARM_DATAREC_DONE)
 				continue;
 			copies++;
@@ -410,7 +411,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	rb_p.pre_transfers = 200;
-	rb_p.post_ms = 3000;
+	rb_p.post_ms = 500;
 	rb_p.cmd = dr_cmd;
 	rb_p.config = dr_config;
 	return rb_main("datarec", tests, n);

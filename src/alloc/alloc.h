@@ -169,14 +169,19 @@ FARM_MUST_CHECK int farm_blockalloc_dump(farm_blockalloc *ba, FILE *f);
  * Object layout of a region, from an image of its first
  * farm_alloc_meta_bytes() bytes (header and block table) read from any
  * copy (layout.c; data recovery copies regions object by object). For
- * 1 MiB block @b: FARM_LAYOUT_SKIP (free, retired, or the region is not
- * formatted: no object lives there), FARM_LAYOUT_META (the header and
- * table: [run_off, run_off + run_len) is raw metadata), or
- * FARM_LAYOUT_SLOTS (the run [run_off, run_off + run_len) that @b belongs
- * to holds @nslots objects of @slot_bytes each from run_off). Returns 0,
- * -EINVAL, or FARM_ECORRUPT for a header or table word that makes no sense.
+ * 1 MiB block @b: FARM_LAYOUT_SKIP (free or retired: no object lives
+ * there), FARM_LAYOUT_UNKNOWN (the image has no header: nothing says),
+ * FARM_LAYOUT_META (the header and table: [run_off, run_off + run_len) is raw
+ * metadata), or FARM_LAYOUT_SLOTS (the run [run_off, run_off + run_len) that @b
+ * belongs to holds @nslots objects of @slot_bytes each from run_off). Returns
+ * 0, -EINVAL, or FARM_ECORRUPT for a header or table word that makes no sense.
  */
-enum { FARM_LAYOUT_SKIP = 0, FARM_LAYOUT_META, FARM_LAYOUT_SLOTS };
+enum {
+	FARM_LAYOUT_SKIP = 0,
+	FARM_LAYOUT_META,
+	FARM_LAYOUT_SLOTS,
+	FARM_LAYOUT_UNKNOWN, /* no header: see farm_alloc_block_infer */
+};
 struct farm_alloc_layout {
 	int kind;
 	uint64_t run_off, run_len;
@@ -184,6 +189,18 @@ struct farm_alloc_layout {
 	uint64_t nslots;
 };
 uint64_t farm_alloc_meta_bytes(uint64_t region_size);
+/*
+ * farm_alloc_block_infer() - the layout of block @b of a region whose
+ * header and table are not there (FARM_LAYOUT_UNKNOWN), from @incarn, the
+ * incarnation word of the object at the block's first byte (0: never
+ * allocated): a slab run of that object's size class, as long as the
+ * class's slab blocks, or nothing. Arrays of elements over 38 lines are
+ * not told apart from slabs of their class (their stride is the element,
+ * not the class); FARM_ECORRUPT for an impossible size.
+ */
+FARM_MUST_CHECK int farm_alloc_block_infer(uint64_t region_size, uint32_t b,
+                                           uint64_t incarn,
+                                           struct farm_alloc_layout *out);
 FARM_MUST_CHECK int farm_alloc_block_layout(const void *meta, uint64_t meta_len,
                                             uint64_t region_size, uint32_t b,
                                             struct farm_alloc_layout *out);

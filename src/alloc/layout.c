@@ -26,8 +26,11 @@ int farm_alloc_block_layout(const void *meta, uint64_t meta_len,
 	memcpy(&h, meta, sizeof(h));
 	*out = (struct farm_alloc_layout){0};
 	if (h.magic != FARM_ALLOC_MAGIC) {
-		/* Not formatted (yet): nothing an object can be in. */
-		out->kind = FARM_LAYOUT_SKIP;
+		/* No header: a copy that never had one (a backup's block 0
+		 * is not replicated), or a region not formatted yet. */
+		out->kind = FARM_LAYOUT_UNKNOWN;
+		out->run_off = (uint64_t)b * FARM_ALLOC_BLOCK;
+		out->run_len = FARM_ALLOC_BLOCK;
 		return 0;
 	}
 	if (h.nblocks != nb || h.table_off != RHDR_TABLE_OFF)
@@ -73,5 +76,34 @@ int farm_alloc_block_layout(const void *meta, uint64_t meta_len,
 	if (out->run_off + out->run_len > region_size ||
 	    out->nslots * out->slot_bytes > out->run_len)
 		return FARM_ECORRUPT;
+	return 0;
+}
+
+int farm_alloc_block_infer(uint64_t region_size, uint32_t b, uint64_t incarn,
+                           struct farm_alloc_layout *out)
+{
+	uint64_t nb = region_size / FARM_ALLOC_BLOCK;
+	if (!out || b >= nb)
+		return -EINVAL;
+	*out = (struct farm_alloc_layout){.kind = FARM_LAYOUT_SKIP,
+	                                  .run_off = (uint64_t)b *
+	                                             FARM_ALLOC_BLOCK,
+	                                  .run_len = FARM_ALLOC_BLOCK};
+	/* Block 0 is the header and table; a block whose first slot was
+	 * never allocated holds no object (slabs hand out a block's slots
+	 * from its start; free blocks are zero). */
+	if (b == 0 || incarn == 0)
+		return 0;
+	int cls = farm_alloc_class_of((uint64_t)farm_incarn_lines(incarn) *
+	                              FARM_ALLOC_LINE);
+	uint32_t sb = farm_alloc_class_size(cls);
+	uint32_t mb = farm_alloc_class_block_mb(cls);
+	if (cls < 0 || !sb || !mb)
+		return FARM_ECORRUPT;
+	out->kind = FARM_LAYOUT_SLOTS;
+	out->run_len =
+	        (uint64_t)FARM_MIN((uint64_t)mb, nb - b) * FARM_ALLOC_BLOCK;
+	out->slot_bytes = sb;
+	out->nslots = out->run_len / sb;
 	return 0;
 }

@@ -93,6 +93,14 @@ struct dr_reg {
 	uint64_t t_start, t_done;
 	uint8_t *meta;  /* the primary's header and table, as last read */
 	bool have_meta; /* read in this pass */
+	/* A primary without a header (promoted from a backup, which never
+	 * got block 0): runs inferred from their first object's header
+	 * (farm_alloc_block_infer), probed with a 64-byte READ. */
+	struct farm_alloc_layout run; /* kind SLOTS: the current run */
+	uint32_t probe_block;
+	uint64_t probe_w;
+	bool probe_ok;
+	uint64_t inferred; /* runs inferred */
 	int last_err;
 };
 
@@ -227,6 +235,7 @@ struct dr_step {
 	uint32_t region;
 	unsigned loop;
 	bool meta;    /* this READ is the header and table */
+	bool probe;   /* this READ is a block's first line (no header) */
 	uint64_t off; /* of the READ */
 	uint32_t len;
 	struct farm_alloc_layout lay;
@@ -245,6 +254,8 @@ static void pass_end(struct farm_datarec *dr, struct dr_reg *g)
 {
 	g->next = 0;
 	g->have_meta = false;
+	g->run.kind = FARM_LAYOUT_SKIP;
+	g->probe_ok = false;
 	bool check = true;
 #ifdef FARM_FAULT_INJECTION
 	/* Broken on purpose: no check either, or it would repair what the
@@ -362,6 +373,33 @@ static void step_run(farm_loop *loop, void *ctx, int status)
 			s->meta = true;
 			break;
 		}
+		if (s->lay.kind == FARM_LAYOUT_UNKNOWN) {
+			if (g->run.kind == FARM_LAYOUT_SLOTS &&
+			    g->next >= g->run.run_off &&
+			    g->next < g->run.run_off + g->run.run_len) {
+				s->lay = g->run;
+			} else if (g->probe_ok && g->probe_block == b) {
+				g->probe_ok = false;
+				rc = farm_alloc_block_infer(dr->region_size, b,
+				                            g->probe_w,
+				                            &s->lay);
+				if (rc) {
+					farm_warn("datarec: region %#" PRIx32
+					          ": no layout for block "
+					          "%" PRIu32 " (%s): skipped",
+					          g->id, b, farm_strerror(rc));
+					g->last_err = rc;
+					s->lay.kind = FARM_LAYOUT_SKIP;
+				}
+				g->run = s->lay;
+				g->inferred += s->lay.kind == FARM_LAYOUT_SLOTS;
+			} else {
+				s->probe = true;
+				s->off = (uint64_t)b * FARM_ALLOC_BLOCK;
+				s->len = 64;
+				break;
+			}
+		}
 		const struct farm_alloc_layout *L = &s->lay;
 		if (L->kind == FARM_LAYOUT_SKIP) {
 			g->next = (uint64_t)(b + 1) * FARM_ALLOC_BLOCK;
@@ -432,6 +470,12 @@ static void step_done(farm_loop *loop, void *ctx, int status)
 			if (s->meta) {
 				memcpy(g->meta, buf, dr->meta_bytes);
 				g->have_meta = true;
+				g->run.kind = FARM_LAYOUT_SKIP;
+			} else if (s->probe) {
+				memcpy(&g->probe_w, buf + 8, 8);
+				g->probe_block =
+				        (uint32_t)(s->off / FARM_ALLOC_BLOCK);
+				g->probe_ok = true;
 			} else {
 				enum farm_as_role role;
 				farm_region *r = farm_as_local_region(
@@ -838,6 +882,7 @@ unsigned farm_txm_datarec_get(farm_txm *m, struct farm_datarec_region *out,
 		        .reads = g->steps,
 		        .retries = g->retries,
 		        .fixed = g->fixed,
+		        .inferred = g->inferred,
 		        .t_start_ns = g->t_start,
 		        .t_done_ns = g->t_done,
 		        .last_err = g->last_err};

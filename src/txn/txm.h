@@ -102,10 +102,12 @@ enum farm_datarec_state {
 struct farm_datarec_region {
 	uint32_t region;
 	enum farm_datarec_state state;
-	uint64_t bytes;   /* READ from the primary, both passes */
-	uint64_t reads;   /* READs that completed */
-	uint64_t retries; /* READs failed, or stopped at a torn object */
-	uint64_t fixed;   /* objects the check found newer at the primary */
+	uint64_t bytes;    /* READ from the primary, both passes */
+	uint64_t reads;    /* READs that completed */
+	uint64_t retries;  /* READs failed, or stopped at a torn object */
+	uint64_t fixed;    /* objects the check found newer at the primary */
+	uint64_t inferred; /* runs whose layout was inferred (a primary
+	                      without its block table) */
 	uint64_t t_start_ns, t_done_ns; /* CLOCK_MONOTONIC; done: 0 yet */
 	int last_err;
 };
