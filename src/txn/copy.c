@@ -2,10 +2,11 @@
  * Data recovery (SOSP'15 section 5.5): a new backup copies a region from
  * its primary in the background, object by object, while commits go on.
  *
- * Who copies what. After a configuration change, the primary of every
- * region (a promoted one included) compares the region's replicas with the
- * previous configuration's and tells each new one (COPY, an RPC, repeated
- * until answered). The new backup opens an empty copy
+ * Who copies what. After a configuration change that removed machines,
+ * the primary of every region (a promoted one included) tells each of the
+ * region's backups to hold a copy (COPY, an RPC, repeated until
+ * answered); one that holds a complete copy answers at once, a new one
+ * (the ring put it after the lost replica) opens an empty copy
  * (farm_as_backup_open: a backup that is *filling*, never promotable) and
  * registers the region with this machine's copy engine. A COMMIT-BACKUP
  * that reaches the new backup first (the primary's coordinators already
@@ -618,11 +619,12 @@ void farm_txm_datarec_view(farm_txm *m)
 		}
 		if (now[0] != m->me)
 			continue;
+		/* Every backup, not only those new since the last
+		 * configuration: one told by a primary that died since may
+		 * never have opened its copy (a complete one answers at
+		 * once). */
 		for (unsigned k = 1; k < nn; k++) {
-			bool was = false;
-			for (unsigned j = 0; j < np; j++)
-				was |= prev[j] == now[k];
-			if (was || !np)
+			if (!np)
 				continue;
 			if (dr->nn == dr->capn) {
 				unsigned nc = dr->capn ? 2 * dr->capn : 16;
