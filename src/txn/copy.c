@@ -14,9 +14,13 @@
  * is dropped for want of a copy.
  *
  * The copy. One engine thread per machine, parked while there is nothing
- * to copy, wakes every `datarec_interval_us` and gives each loop at most
- * one step: one one-sided READ of at most `datarec_bytes` (or one object,
- * when an object is larger) from the primary's region. The engine reads
+ * to copy, wakes every `datarec_interval_us`, gives each loop
+ * `datarec_bytes` of credit (at most DR_BURST intervals' worth) and, when
+ * the loop has no step in flight and credit left, one step: one one-sided
+ * READ of at most its credit (or one object, when an object is larger)
+ * from the primary's region, whose bytes are taken from the credit. A
+ * loop that is late (a busy host) so catches up a little; the average
+ * never passes the pace. The engine reads
  * the region's header and block table first (farm_alloc_block_layout:
  * where objects are; free blocks are skipped), then runs of objects. Each
  * object read is checked like a lock-free read (not locked exclusive,
@@ -81,6 +85,7 @@
 #define DR_MAX_SPAN    (FARM_ALLOC_MAX_OBJECT + 64) /* one object at most */
 #define DR_NOTE_EVERY  (100ull * 1000000ull)        /* COPY resends, ns */
 #define DR_RPC_TIMEOUT (2ull * 1000000000ull)
+#define DR_BURST       4 /* intervals of credit a loop may hold */
 
 enum { DR_COPY = 0, DR_CHECK, DR_DONE, DR_LOST };
 
@@ -117,6 +122,10 @@ struct dr_loop {
 	uint8_t *buf;
 	farm_mr *mr;
 	bool busy; /* a step posted or in flight (under dr->lock) */
+	/* Bytes this loop may still READ: + datarec_bytes per interval, at
+	 * most DR_BURST intervals' worth (a step that ran late catches up
+	 * a little, the average never passes the pace). */
+	int64_t credit;
 	unsigned rr;
 };
 
@@ -235,9 +244,10 @@ struct dr_step {
 	struct farm_datarec *dr;
 	uint32_t region;
 	unsigned loop;
-	bool meta;    /* this READ is the header and table */
-	bool probe;   /* this READ is a block's first line (no header) */
-	uint64_t off; /* of the READ */
+	int64_t budget; /* the loop's credit when posted */
+	bool meta;      /* this READ is the header and table */
+	bool probe;     /* this READ is a block's first line (no header) */
+	uint64_t off;   /* of the READ */
 	uint32_t len;
 	struct farm_alloc_layout lay;
 };
@@ -427,7 +437,7 @@ static void step_run(farm_loop *loop, void *ctx, int status)
 			g->next = L->run_off + L->run_len;
 			continue;
 		}
-		uint64_t per = dr->bytes / L->slot_bytes;
+		uint64_t per = (uint64_t)s->budget / L->slot_bytes;
 		if (per == 0)
 			per = 1;
 		if (per > L->nslots - k)
@@ -466,6 +476,7 @@ static void step_done(farm_loop *loop, void *ctx, int status)
 			g->retries++;
 			g->last_err = status;
 		} else {
+			dr->lp[s->loop].credit -= s->len;
 			g->bytes += s->len;
 			g->steps++;
 			if (s->meta) {
@@ -708,10 +719,13 @@ static void *engine(void *arg)
 			continue;
 		}
 		notes_post(dr, farm_now_ns());
-		/* One step per loop per interval: the pace. */
+		/* At most one step in flight per loop, each within the
+		 * loop's credit: the pace. */
 		for (unsigned t = 0; t < m->T && t < MAX_LOOPS; t++) {
 			struct dr_loop *lp = &dr->lp[t];
-			if (lp->busy || !lp->loop)
+			lp->credit = FARM_MIN(lp->credit + (int64_t)dr->bytes,
+			                      (int64_t)DR_BURST * dr->bytes);
+			if (lp->busy || !lp->loop || lp->credit <= 0)
 				continue;
 			for (unsigned k = 0; k < dr->nr; k++) {
 				struct dr_reg *g =
@@ -721,8 +735,10 @@ static void *engine(void *arg)
 				struct dr_step *s = calloc(1, sizeof(*s));
 				if (!s)
 					break;
-				*s = (struct dr_step){
-				        .dr = dr, .region = g->id, .loop = t};
+				*s = (struct dr_step){.dr = dr,
+				                      .region = g->id,
+				                      .loop = t,
+				                      .budget = lp->credit};
 				lp->busy = true;
 				lp->rr = (lp->rr + k + 1) % dr->nr;
 				if (farm_loop_post(lp->loop, step_run, s)) {
@@ -789,7 +805,8 @@ int txn_datarec_attach(farm_txm *m, struct txloop *tl)
 	if (!dr || tl->t >= MAX_LOOPS)
 		return 0;
 	struct dr_loop *lp = &dr->lp[tl->t];
-	size_t cap = FARM_MAX((size_t)dr->bytes, (size_t)DR_MAX_SPAN);
+	size_t cap =
+	        FARM_MAX((size_t)dr->bytes * DR_BURST, (size_t)DR_MAX_SPAN);
 	cap = FARM_MAX(cap, (size_t)dr->meta_bytes);
 	cap = (cap + 4095) & ~(size_t)4095;
 	uint8_t *buf = aligned_alloc(4096, cap);

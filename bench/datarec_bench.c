@@ -1,0 +1,877 @@
+/*
+ * datarec_bench: data recovery's timeline (issue 13, FaRM SOSP'15 section
+ * 6.5, Figure 9(b)): after a machine is lost, how fast its regions get
+ * their third replica back, and what the copy costs the foreground.
+ *
+ * One private ZooKeeper server (scripts/zk-local, data under /dev/shm)
+ * and a cluster of --machines (5) processes forked by the benchmark (shm
+ * fabric, 3 replicas, 16 MiB regions, one loop each, data directories
+ * under /dev/shm). Each machine makes --accounts accounts and --fill-mb
+ * MiB of 1 KiB filler objects (what the copies carry), then runs a closed
+ * loop of --depth transfers in flight between two random accounts of the
+ * whole cluster (read both, write both; retried while retryable). Every
+ * committed transfer is counted in the machine's 10 ms bucket, and every
+ * 10 ms each machine publishes how many regions it has copied so far
+ * (farm_txm_datarec_get), in a mapping shared before the fork.
+ *
+ * After --pre-ms machine 2 is killed (SIGKILL). The survivors recover,
+ * then the primaries tell the new backups, which copy at the configured
+ * pace (--pace-bytes per --pace-us per loop: datarec_bytes,
+ * datarec_interval_us). Once every copy is complete the run goes on for
+ * --tail-ms, then stops.
+ *
+ * Figures:
+ *   copy window   from the first copy's start to the last one's end;
+ *   during        the survivors' transfers/s in the copy window, without
+ *                 its part before kill + --stall-ms (the known ~1 s stall
+ *                 of commits waiting on a lock reply from the dead
+ *                 primary, src/recovery/README.md, which is not data
+ *                 recovery's doing);
+ *   without       the same survivors' transfers/s from 200 ms after the
+ *                 last copy to the end (same machines, no copy);
+ *   pace          each new backup's bytes over its copying time, against
+ *                 the configured rate; with the READs per second it
+ *                 managed against one per interval (the tick rate the host
+ *                 allowed).
+ * Goals: during >= 90% of without; pace >= 90% of the configured one.
+ *
+ * Output: the timeline in 10 ms buckets (regions fully replicated,
+ * transfers/s) as a gnuplot data file (and a PNG when gnuplot is there)
+ * in --out, a summary, then one JSON line (bench/README.md).
+ */
+#include "benchnode.h"
+#include "benchutil.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <farm/farm.h>
+#include <farm/txn.h>
+
+#include "node/node.h"
+#include "txn/txm.h"
+#include "util/common.h"
+#include "util/config.h"
+#include "zklocal.h"
+
+#ifndef FARM_SOURCE_DIR
+#error "FARM_SOURCE_DIR must name the source tree (scripts/zk-local)"
+#endif
+
+#define PROG       "datarec_bench"
+#define NMAX       8u
+#define MAX_ACCT   320u
+#define INIT_BAL   1000
+#define JOIN_MS    30000
+#define SESSION_MS 4000
+#define BUCKET_NS  10000000ull /* 10 ms */
+#define MAX_DR     32u
+#define VICTIM     2u
+
+enum { ST_NONE, ST_CREATED, ST_DONE, ST_FAILED };
+enum { C_WAIT, C_GO, C_STOP, C_QUIT };
+
+struct mstat {
+	_Atomic int state;
+	int fail_rc;
+	char fail_what[48];
+	farm_fatptr acct[MAX_ACCT];
+	_Atomic uint64_t transfers, failed;
+	_Atomic uint64_t t_active;
+	_Atomic bool removed;
+	/* Its copies as a new backup, refreshed every ms. */
+	_Atomic uint32_t dr_n, dr_done;
+	unsigned ndr; /* at the end */
+	struct farm_datarec_region dr[MAX_DR];
+};
+
+struct shared {
+	_Atomic int cmd;
+	uint64_t t0;
+	uint32_t nb;
+	struct mstat m[NMAX];
+};
+
+static struct shared *SH;
+static uint32_t *g_ops; /* [NMAX][nb]: transfers committed per bucket */
+static int16_t *g_done; /* [NMAX][nb]: regions copied, -1 unknown */
+
+static struct opts {
+	unsigned machines, accounts, fill_mb, depth, pre_ms, tail_ms, stall_ms;
+	unsigned pace_bytes, pace_us;
+	bool verbose;
+	const char *out, *zk_script;
+} O = {
+        .machines = 5,
+        .accounts = 256,
+        .fill_mb = 6,
+        .depth = 8,
+        .pre_ms = 3000,
+        .tail_ms = 3000,
+        .stall_ms = 1500,
+        .pace_bytes = 8192,
+        .pace_us = 2000,
+        .zk_script = FARM_SOURCE_DIR "/scripts/zk-local",
+};
+
+static char g_zk_dir[256], g_zk_connect[64];
+static pid_t g_pid[NMAX];
+
+static uint64_t now_ns(void)
+{
+	return farm_now_ns();
+}
+
+static void nap_ms(unsigned ms)
+{
+	struct timespec ts = {.tv_sec = ms / 1000,
+	                      .tv_nsec = (long)(ms % 1000) * 1000000L};
+	nanosleep(&ts, NULL);
+}
+
+/* ---- the machine ----------------------------------------------------- */
+
+struct mach {
+	uint32_t me;
+	farm_node *node;
+	farm_loop *loop;
+	farm_txm *txm;
+	struct mstat *st;
+	uint64_t rng;
+	farm_fatptr *acc;
+	unsigned nacc, busy;
+};
+
+struct acct {
+	int64_t balance;
+	uint64_t ctr;
+};
+
+static void fail(struct mach *c, const char *what, int rc)
+{
+	c->st->fail_rc = rc;
+	snprintf(c->st->fail_what, sizeof(c->st->fail_what), "%s", what);
+	fprintf(stderr, PROG ": machine %u: %s: %s\n", c->me, what,
+	        farm_strerror(rc));
+	atomic_store(&c->st->state, ST_FAILED);
+}
+
+/* @n objects of @size bytes in transactions of 16; accounts into @out. */
+static int create(struct mach *c, unsigned n, uint32_t size, farm_fatptr *out)
+{
+	uint8_t buf[1024] = {0};
+	struct acct a = {.balance = INIT_BAL};
+	memcpy(buf, &a, sizeof(a));
+	for (unsigned done = 0; done < n;) {
+		unsigned k = FARM_MIN(16u, n - done);
+		farm_tx *tx;
+		int rc = farm_tx_begin(c->txm, c->loop, &tx);
+		if (rc)
+			return rc;
+		for (unsigned j = 0; j < k && !rc; j++) {
+			void *d;
+			farm_fatptr p;
+			rc = farm_tx_alloc_sync(tx, size, FARM_GADDR_NULL,
+			                        out ? &out[done + j] : &p, &d);
+			if (!rc)
+				memcpy(d, buf, FARM_MIN(size, sizeof(buf)));
+		}
+		if (!rc)
+			rc = farm_tx_commit_sync(tx);
+		farm_tx_free(tx);
+		if (rc == 0)
+			done += k;
+		else if (!farm_tx_retryable(rc))
+			return rc;
+	}
+	return 0;
+}
+
+static bool running(struct mach *c)
+{
+	return atomic_load(&SH->cmd) == C_GO && !atomic_load(&c->st->removed);
+}
+
+struct slot {
+	struct mach *c;
+	farm_tx *tx;
+	bool busy;
+	unsigned ia, ib, pending, tries;
+	int err;
+	uint64_t retry_at;
+	struct acct a, b;
+};
+
+static void slot_start(struct slot *s);
+
+static void slot_end(struct slot *s, int rc)
+{
+	struct mach *c = s->c;
+	if (s->tx)
+		farm_tx_free(s->tx);
+	s->tx = NULL;
+	s->busy = false;
+	c->busy--;
+	if (rc == 0) {
+		uint64_t b = (now_ns() - SH->t0) / BUCKET_NS;
+		if (b < SH->nb)
+			g_ops[(size_t)c->me * SH->nb + b]++;
+		s->tries = 0;
+	} else if (farm_tx_retryable(rc)) {
+		s->retry_at = now_ns() + (1000ull << FARM_MIN(s->tries, 10u));
+		s->tries++;
+		return;
+	} else {
+		atomic_fetch_add(&c->st->failed, 1);
+		s->tries = 0;
+	}
+	if (running(c))
+		slot_start(s);
+}
+
+static void commit_cb(farm_loop *loop, void *ctx, int outcome)
+{
+	(void)loop;
+	struct slot *s = ctx;
+	if (outcome == 0)
+		atomic_fetch_add(&s->c->st->transfers, 1);
+	slot_end(s, outcome);
+}
+
+static void reads_done(struct slot *s)
+{
+	if (--s->pending)
+		return;
+	int rc = s->err;
+	void *wa, *wb;
+	if (!rc && !(rc = farm_tx_write(s->tx, s->c->acc[s->ia].addr, &wa)) &&
+	    !(rc = farm_tx_write(s->tx, s->c->acc[s->ib].addr, &wb))) {
+		int64_t amt = s->a.balance > 0 ? 1 : 0;
+		s->a.balance -= amt;
+		s->a.ctr++;
+		s->b.balance += amt;
+		s->b.ctr++;
+		memcpy(wa, &s->a, sizeof(s->a));
+		memcpy(wb, &s->b, sizeof(s->b));
+		rc = farm_tx_commit(s->tx, commit_cb, s);
+	}
+	if (rc)
+		slot_end(s, rc);
+}
+
+static void read_cb(farm_tx *tx, void *ctx, int status, const void *data,
+                    struct acct *into)
+{
+	(void)tx;
+	struct slot *s = ctx;
+	if (status && !s->err)
+		s->err = status;
+	if (!status)
+		memcpy(into, data, sizeof(*into));
+	reads_done(s);
+}
+
+static void read_a(farm_tx *tx, void *ctx, int status, const void *data,
+                   uint32_t size)
+{
+	(void)size;
+	read_cb(tx, ctx, status, data, &((struct slot *)ctx)->a);
+}
+
+static void read_b(farm_tx *tx, void *ctx, int status, const void *data,
+                   uint32_t size)
+{
+	(void)size;
+	read_cb(tx, ctx, status, data, &((struct slot *)ctx)->b);
+}
+
+static void slot_start(struct slot *s)
+{
+	struct mach *c = s->c;
+	s->busy = true;
+	s->retry_at = 0;
+	c->busy++;
+	if (!s->tries) {
+		s->ia = (unsigned)(farm_rand64(&c->rng) % c->nacc);
+		do
+			s->ib = (unsigned)(farm_rand64(&c->rng) % c->nacc);
+		while (s->ib == s->ia);
+	}
+	int rc = farm_tx_begin(c->txm, c->loop, &s->tx);
+	if (rc) {
+		s->tx = NULL;
+		slot_end(s, rc);
+		return;
+	}
+	s->err = 0;
+	s->pending = 3;
+	if ((rc = farm_tx_read(s->tx, c->acc[s->ia].addr, sizeof(s->a), read_a,
+	                       s))) {
+		s->err = rc;
+		s->pending--;
+	}
+	if ((rc = farm_tx_read(s->tx, c->acc[s->ib].addr, sizeof(s->b), read_b,
+	                       s))) {
+		s->err = s->err ? s->err : rc;
+		s->pending--;
+	}
+	reads_done(s);
+}
+
+static void publish(struct mach *c, uint64_t b)
+{
+	farm_txm_stats ts;
+	farm_txm_stats_get(c->txm, &ts);
+	atomic_store(&c->st->t_active, ts.rec_t_active_ns);
+	atomic_store(&c->st->removed, farm_node_removed(c->node));
+	struct farm_datarec_region d[MAX_DR];
+	unsigned n = FARM_MIN(farm_txm_datarec_get(c->txm, d, MAX_DR), MAX_DR);
+	unsigned done = 0;
+	for (unsigned i = 0; i < n; i++)
+		done += d[i].state == FARM_DATAREC_DONE;
+	atomic_store(&c->st->dr_n, n);
+	atomic_store(&c->st->dr_done, done);
+	if (b < SH->nb)
+		g_done[(size_t)c->me * SH->nb + b] = (int16_t)done;
+}
+
+static int workload(struct mach *c)
+{
+	static const volatile int never = 0;
+	struct slot *slots = calloc(O.depth, sizeof(*slots));
+	if (!slots)
+		return -ENOMEM;
+	for (unsigned i = 0; i < O.depth; i++) {
+		slots[i].c = c;
+		slot_start(&slots[i]);
+	}
+	uint64_t last = UINT64_MAX, lastms = UINT64_MAX;
+	while (running(c)) {
+		uint64_t now = now_ns();
+		uint64_t ms = (now - SH->t0) / 1000000ull;
+		if (ms != lastms) {
+			lastms = ms;
+			uint64_t b = (now - SH->t0) / BUCKET_NS;
+			publish(c, b);
+			last = b;
+		}
+		uint64_t next = now + 1000000ull;
+		for (unsigned i = 0; i < O.depth; i++) {
+			struct slot *s = &slots[i];
+			if (s->busy)
+				continue;
+			if (s->retry_at <= now)
+				slot_start(s);
+			else
+				next = FARM_MIN(next, s->retry_at);
+		}
+		(void)farm_loop_wait(c->loop, &never,
+		                     next > now ? next - now : 1000);
+	}
+	(void)last;
+	uint64_t dl = now_ns() + 10000000000ull;
+	while (c->busy && now_ns() < dl)
+		(void)farm_loop_wait(c->loop, &never, 1000000ull);
+	if (!c->busy)
+		free(slots); /* else continuations may still use them */
+	return c->busy ? -ETIMEDOUT : 0;
+}
+
+static int wait_cmd(struct mach *c, int want)
+{
+	static const volatile int never = 0;
+	for (;;) {
+		int cmd = atomic_load(&SH->cmd);
+		if (cmd >= want)
+			return cmd;
+		(void)farm_loop_wait(c->loop, &never, 1000000ull);
+	}
+}
+
+static int machine(uint32_t me, const char *root, const char *zk_root)
+{
+	struct mach c = {.me = me, .st = &SH->m[me]};
+	c.rng = now_ns() ^ ((uint64_t)me << 40) ^ 0x9e3779b97f4a7c15ull;
+	struct farm_config cfg;
+	farm_config_defaults(&cfg);
+	char v[320];
+	int rc = 0;
+	snprintf(v, sizeof(v), "%u", me);
+	rc |= bn_cfg_set(PROG, &cfg, "machine_id", v);
+	snprintf(v, sizeof(v), "%s/m%u", root, me);
+	if (mkdir(v, 0700) && errno != EEXIST)
+		rc = -errno;
+	rc |= bn_cfg_set(PROG, &cfg, "data_dir", v);
+	rc |= bn_cfg_set(PROG, &cfg, "region_size", "16M");
+	rc |= bn_cfg_set(PROG, &cfg, "threads", "1");
+	rc |= bn_cfg_set(PROG, &cfg, "replicas", "3");
+	rc |= bn_cfg_set(PROG, &cfg, "zk", g_zk_connect);
+	rc |= bn_cfg_set(PROG, &cfg, "zk_root", zk_root);
+	snprintf(v, sizeof(v), "%u", SESSION_MS);
+	rc |= bn_cfg_set(PROG, &cfg, "zk_session_ms", v);
+	snprintf(v, sizeof(v), "%u", O.pace_bytes);
+	rc |= bn_cfg_set(PROG, &cfg, "datarec_bytes", v);
+	snprintf(v, sizeof(v), "%u", O.pace_us);
+	rc |= bn_cfg_set(PROG, &cfg, "datarec_interval_us", v);
+	if (rc) {
+		fail(&c, "configuration", -EINVAL);
+		return 3;
+	}
+	if ((rc = bn_node_open(PROG, &cfg, me, &c.node))) {
+		fail(&c, "open", rc);
+		return 4;
+	}
+	farm_node_set_app_loops(c.node, true);
+	int st = 5;
+	if ((rc = farm_node_start(c.node, JOIN_MS)) ||
+	    (rc = farm_node_loop_open(c.node, 0, &c.loop))) {
+		fail(&c, "start", rc);
+		goto out;
+	}
+	if ((rc = farm_node_wait_members(c.node, O.machines, JOIN_MS))) {
+		fail(&c, "join", rc);
+		goto out;
+	}
+	c.txm = farm_node_txm(c.node);
+	if ((rc = create(&c, O.accounts, sizeof(struct acct), c.st->acct)) ||
+	    (rc = create(&c, O.fill_mb * 1024u, 1000, NULL))) {
+		fail(&c, "create", rc);
+		goto out;
+	}
+	atomic_store(&c.st->state, ST_CREATED);
+	st = 8;
+	if (wait_cmd(&c, C_GO) != C_GO)
+		goto out;
+	c.nacc = O.machines * O.accounts;
+	c.acc = calloc(c.nacc, sizeof(*c.acc));
+	if (!c.acc)
+		goto out;
+	for (unsigned i = 0; i < O.machines; i++)
+		memcpy(c.acc + i * O.accounts, SH->m[i].acct,
+		       O.accounts * sizeof(*c.acc));
+	if ((rc = workload(&c))) {
+		fail(&c, "workload", rc);
+		goto out;
+	}
+	c.st->ndr =
+	        FARM_MIN(farm_txm_datarec_get(c.txm, c.st->dr, MAX_DR), MAX_DR);
+	atomic_store(&c.st->state, ST_DONE);
+	st = wait_cmd(&c, C_QUIT) == C_QUIT ? 0 : 9;
+out:
+	free(c.acc);
+	if (c.loop)
+		farm_node_loop_close(c.node, c.loop);
+	farm_node_close(c.node);
+	return st;
+}
+
+/* ---- the parent ------------------------------------------------------ */
+
+static int zk_local(const char *verb, char *line, size_t len)
+{
+	return zkl_run(NULL, O.zk_script, verb, g_zk_dir, line, len);
+}
+
+static pid_t spawn(unsigned i, const char *root, const char *zk_root)
+{
+	fflush(NULL);
+	pid_t pid = fork();
+	if (pid != 0)
+		return pid;
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (!O.verbose) {
+		char path[320];
+		snprintf(path, sizeof(path), "%s/m%u.log", root, i);
+		if (!freopen(path, "w", stderr))
+			_exit(2);
+	}
+	_exit(machine(i, root, zk_root));
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+	        "usage: " PROG " [options]\n"
+	        "  --machines N     cluster size, 4..%u (5)\n"
+	        "  --accounts N     accounts per machine, 2..%u (256)\n"
+	        "  --fill-mb N      MiB of 1 KiB objects per machine (6)\n"
+	        "  --depth N        transfers in flight per machine (8)\n"
+	        "  --pre-ms N       steady load before the kill (3000)\n"
+	        "  --tail-ms N      load after the last copy (3000)\n"
+	        "  --stall-ms N     left out of the copy window after the "
+	        "kill (1500)\n"
+	        "  --pace-bytes N   datarec_bytes (8192)\n"
+	        "  --pace-us N      datarec_interval_us (2000)\n"
+	        "  --quick          a short run (smoke test)\n"
+	        "  --out DIR        timeline files (default: /tmp)\n"
+	        "  --verbose        machines' logs to stderr\n",
+	        NMAX, MAX_ACCT);
+}
+
+static int parse_u(const char *s, unsigned lo, unsigned hi, unsigned *out)
+{
+	char *end;
+	errno = 0;
+	unsigned long v = s ? strtoul(s, &end, 10) : 0;
+	if (!s || errno || *end || v < lo || v > hi)
+		return -1;
+	*out = (unsigned)v;
+	return 0;
+}
+
+static double mean_rate(const uint32_t *sum, uint64_t b0, uint64_t b1)
+{
+	if (b1 <= b0)
+		return 0;
+	uint64_t n = 0;
+	for (uint64_t b = b0; b < b1; b++)
+		n += sum[b];
+	return (double)n / ((double)(b1 - b0) * BUCKET_NS / 1e9);
+}
+
+int main(int argc, char **argv)
+{
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+		int bad = 0;
+		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+			usage(stdout);
+			return 0;
+		} else if (!strcmp(a, "--quick")) {
+			O.pre_ms = 1500;
+			O.tail_ms = 1000;
+			O.fill_mb = 2;
+			continue;
+		} else if (!strcmp(a, "--verbose")) {
+			O.verbose = true;
+			continue;
+		} else if (!strcmp(a, "--machines")) {
+			bad = parse_u(v, 4, NMAX, &O.machines);
+		} else if (!strcmp(a, "--accounts")) {
+			bad = parse_u(v, 2, MAX_ACCT, &O.accounts);
+		} else if (!strcmp(a, "--fill-mb")) {
+			bad = parse_u(v, 0, 12, &O.fill_mb);
+		} else if (!strcmp(a, "--depth")) {
+			bad = parse_u(v, 1, 64, &O.depth);
+		} else if (!strcmp(a, "--pre-ms")) {
+			bad = parse_u(v, 500, 600000, &O.pre_ms);
+		} else if (!strcmp(a, "--tail-ms")) {
+			bad = parse_u(v, 500, 600000, &O.tail_ms);
+		} else if (!strcmp(a, "--stall-ms")) {
+			bad = parse_u(v, 0, 60000, &O.stall_ms);
+		} else if (!strcmp(a, "--pace-bytes")) {
+			bad = parse_u(v, 64, 1u << 30, &O.pace_bytes);
+		} else if (!strcmp(a, "--pace-us")) {
+			bad = parse_u(v, 10, 10000000, &O.pace_us);
+		} else if (!strcmp(a, "--out") && v) {
+			O.out = v;
+		} else {
+			fprintf(stderr, PROG ": unknown option %s\n", a);
+			usage(stderr);
+			return 2;
+		}
+		if (bad) {
+			fprintf(stderr, PROG ": bad value for %s\n", a);
+			return 2;
+		}
+		i++;
+	}
+	const char *out = O.out ? O.out : "/tmp";
+	/* A run is at most pre + 2 min of copies + tail. */
+	uint32_t nb = (uint32_t)((O.pre_ms + 120000u + O.tail_ms + 10000u) /
+	                         (BUCKET_NS / 1000000ull));
+	size_t len = sizeof(struct shared) +
+	             (size_t)NMAX * nb * (sizeof(uint32_t) + sizeof(int16_t));
+	void *mem = mmap(NULL, len, PROT_READ | PROT_WRITE,
+	                 MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (mem == MAP_FAILED) {
+		perror(PROG ": mmap");
+		return 1;
+	}
+	SH = mem;
+	SH->nb = nb;
+	g_ops = (uint32_t *)(SH + 1);
+	g_done = (int16_t *)(g_ops + (size_t)NMAX * nb);
+	memset(g_done, 0xff, (size_t)NMAX * nb * sizeof(int16_t));
+
+	snprintf(g_zk_dir, sizeof(g_zk_dir), "/dev/shm/farm-drbench-zk-XXXXXX");
+	if (!mkdtemp(g_zk_dir)) {
+		perror(PROG ": mkdtemp");
+		return 1;
+	}
+	int zst = zk_local("start", g_zk_connect, sizeof(g_zk_connect));
+	if (zst) {
+		fprintf(stderr, PROG ": zk-local start failed (%d)%s\n", zst,
+		        zst == 3 ? ": java or the ZooKeeper jars are missing"
+		                 : "");
+		zk_local("stop", NULL, 0);
+		bu_rm_tree(AT_FDCWD, g_zk_dir, 3);
+		return zst == 3 ? 77 : 1;
+	}
+	char root[] = "/dev/shm/farm-drbench-XXXXXX";
+	if (!mkdtemp(root)) {
+		perror(PROG ": mkdtemp");
+		return 1;
+	}
+	char zk_root[96];
+	snprintf(zk_root, sizeof(zk_root), "/libfarm/drbench-%d",
+	         (int)getpid());
+	printf(PROG
+	       ": %u machines, %u accounts and %u MiB of 1 KiB objects "
+	       "each, depth %u; pace %u bytes per %u us per loop (%.2f MB/s)\n",
+	       O.machines, O.accounts, O.fill_mb, O.depth, O.pace_bytes,
+	       O.pace_us, O.pace_bytes / (O.pace_us * 1e-6) / 1e6);
+	fflush(stdout);
+	for (unsigned i = 0; i < O.machines; i++)
+		g_pid[i] = spawn(i, root, zk_root);
+	int rc = 0;
+	uint64_t dl = now_ns() + 300000000000ull;
+	for (bool all = false; !all;) {
+		all = true;
+		for (unsigned i = 0; i < O.machines; i++) {
+			int s = atomic_load(&SH->m[i].state);
+			if (s == ST_FAILED) {
+				fprintf(stderr,
+				        PROG ": machine %u failed: %s\n", i,
+				        SH->m[i].fail_what);
+				rc = 1;
+			}
+			all &= s == ST_CREATED;
+		}
+		if (rc || now_ns() > dl) {
+			rc = 1;
+			break;
+		}
+		if (!all)
+			nap_ms(20);
+	}
+	uint64_t t_kill = 0, t_rec = 0, t_first = UINT64_MAX, t_last = 0;
+	unsigned ncopies = 0;
+	if (!rc) {
+		printf(PROG ": data made; load for %u ms, then machine %u is "
+		            "killed\n",
+		       O.pre_ms, VICTIM);
+		fflush(stdout);
+		SH->t0 = now_ns();
+		atomic_store(&SH->cmd, C_GO);
+		nap_ms(O.pre_ms);
+		t_kill = now_ns();
+		kill(g_pid[VICTIM], SIGKILL);
+		(void)waitpid(g_pid[VICTIM], NULL, 0);
+		g_pid[VICTIM] = 0;
+		/* Recovered, then every copy complete (progress each s). */
+		uint64_t last_say = now_ns();
+		dl = now_ns() + 120000000000ull;
+		for (;;) {
+			bool rec = true;
+			unsigned n = 0, done = 0;
+			for (unsigned i = 0; i < O.machines; i++) {
+				if (i == VICTIM)
+					continue;
+				rec &= atomic_load(&SH->m[i].t_active) > t_kill;
+				n += atomic_load(&SH->m[i].dr_n);
+				done += atomic_load(&SH->m[i].dr_done);
+			}
+			uint64_t now = now_ns();
+			if (rec && !t_rec)
+				t_rec = now;
+			if (t_rec && now > t_rec + 500000000ull && n &&
+			    done == n)
+				break;
+			if (now > dl) {
+				fprintf(stderr,
+				        PROG ": %u of %u copies done after "
+				             "120 s\n",
+				        done, n);
+				rc = 1;
+				break;
+			}
+			if (now - last_say > 1000000000ull) {
+				printf(PROG ": %.1f s after the kill: %u of %u "
+				            "copies complete\n",
+				       (now - t_kill) / 1e9, done, n);
+				fflush(stdout);
+				last_say = now;
+			}
+			nap_ms(10);
+		}
+		nap_ms(O.tail_ms);
+	}
+	uint64_t t_stop = now_ns();
+	atomic_store(&SH->cmd, C_STOP);
+	for (unsigned i = 0; i < O.machines; i++) {
+		if (!g_pid[i])
+			continue;
+		uint64_t d2 = now_ns() + 30000000000ull;
+		while (atomic_load(&SH->m[i].state) != ST_DONE &&
+		       atomic_load(&SH->m[i].state) != ST_FAILED &&
+		       now_ns() < d2)
+			nap_ms(10);
+	}
+	uint64_t t_end = now_ns();
+	atomic_store(&SH->cmd, C_QUIT);
+	for (unsigned i = 0; i < O.machines; i++)
+		if (g_pid[i]) {
+			int st = 0;
+			(void)waitpid(g_pid[i], &st, 0);
+			if (!WIFEXITED(st) || WEXITSTATUS(st)) {
+				fprintf(stderr,
+				        PROG ": machine %u exited with %d (log "
+				             "%s/m%u.log)\n",
+				        i, st, root, i);
+				rc = 1;
+			}
+		}
+	zk_local("stop", NULL, 0);
+	bu_rm_tree(AT_FDCWD, g_zk_dir, 4);
+	if (rc) {
+		fprintf(stderr, PROG ": failed; machines' logs in %s\n", root);
+		return 1;
+	}
+
+	/* Copies: each new backup's bytes over its copying time. */
+	double pace_cfg = O.pace_bytes / (O.pace_us * 1e-6);
+	double pace_sum = 0, tick_sum = 0;
+	unsigned npace = 0;
+	for (unsigned i = 0; i < O.machines; i++) {
+		const struct mstat *m = &SH->m[i];
+		if (i == VICTIM || !m->ndr)
+			continue;
+		uint64_t bytes = 0, reads = 0, t0 = UINT64_MAX, t1 = 0;
+		for (unsigned k = 0; k < m->ndr; k++) {
+			const struct farm_datarec_region *d = &m->dr[k];
+			ncopies++;
+			bytes += d->bytes;
+			reads += d->reads;
+			t0 = FARM_MIN(t0, d->t_start_ns);
+			t1 = FARM_MAX(t1, d->t_done_ns);
+			printf("machine %u: region %#" PRIx32 ": %" PRIu64
+			       " bytes in %" PRIu64 " READs, %.1f ms%s\n",
+			       i, d->region, d->bytes, d->reads,
+			       d->t_done_ns
+			               ? (d->t_done_ns - d->t_start_ns) / 1e6
+			               : 0.0,
+			       d->state == FARM_DATAREC_DONE ? ""
+			                                     : " (not done)");
+		}
+		t_first = FARM_MIN(t_first, t0);
+		t_last = FARM_MAX(t_last, t1);
+		if (t1 > t0 && bytes) {
+			/* One loop per machine here: its copies share it. */
+			double s = (t1 - t0) / 1e9;
+			pace_sum += bytes / s;
+			tick_sum += reads / s;
+			npace++;
+			printf("machine %u: %u copies, %.2f MB/s over %.1f ms "
+			       "(configured %.2f MB/s), %.0f READs/s (one "
+			       "per interval: %.0f)\n",
+			       i, m->ndr, bytes / s / 1e6, s * 1e3,
+			       pace_cfg / 1e6, reads / s, 1e6 / O.pace_us);
+		}
+	}
+	double pace = npace ? pace_sum / npace : 0;
+	double ticks = npace ? tick_sum / npace : 0;
+
+	/* The timeline. */
+	uint64_t nbk = FARM_MIN((uint64_t)nb, (t_end - SH->t0) / BUCKET_NS);
+	uint32_t *sum = calloc(nbk + 1, sizeof(*sum));
+	int *done = calloc(nbk + 1, sizeof(*done));
+	int last[NMAX] = {0};
+	for (uint64_t b = 0; b < nbk; b++) {
+		for (unsigned i = 0; i < O.machines; i++) {
+			if (i == VICTIM)
+				continue;
+			sum[b] += g_ops[(size_t)i * nb + b];
+			int16_t d = g_done[(size_t)i * nb + b];
+			if (d >= 0)
+				last[i] = d;
+			done[b] += last[i];
+		}
+	}
+	uint64_t bk = (t_kill - SH->t0) / BUCKET_NS;
+	uint64_t bs =
+	        (FARM_MAX(t_first, t_kill + O.stall_ms * 1000000ull) - SH->t0) /
+	        BUCKET_NS;
+	uint64_t be = (t_last - SH->t0) / BUCKET_NS;
+	uint64_t ba = (t_last + 200000000ull - SH->t0) / BUCKET_NS;
+	double before = mean_rate(sum, bk > 100 ? bk - 100 : 0, bk);
+	double during = mean_rate(sum, bs, be);
+	uint64_t bz = FARM_MIN(nbk, (t_stop - SH->t0) / BUCKET_NS);
+	double without = mean_rate(sum, ba, bz);
+	char path[512];
+	snprintf(path, sizeof(path), "%s/datarec_timeline.dat", out);
+	FILE *f = fopen(path, "w");
+	if (f) {
+		fprintf(f, "# ms_after_kill regions_replicated "
+		           "transfers_per_s (survivors, 10 ms buckets)\n");
+		for (uint64_t b = 0; b < nbk; b++)
+			fprintf(f, "%.0f %d %.0f\n",
+			        ((double)b * BUCKET_NS -
+			         (double)(t_kill - SH->t0)) /
+			                1e6,
+			        done[b], sum[b] / (BUCKET_NS / 1e9));
+		fclose(f);
+		char cmd[1400];
+		snprintf(cmd, sizeof(cmd),
+		         "command -v gnuplot >/dev/null && gnuplot -e \""
+		         "set terminal png size 900,500; set output "
+		         "'%s/datarec_timeline.png'; set xlabel 'ms after the "
+		         "kill'; set ylabel 'transfers/s'; set y2label "
+		         "'regions re-replicated'; set y2tics; set ytics "
+		         "nomirror; plot '%s' using 1:3 with lines title "
+		         "'survivors transfers/s', '' using 1:2 axes x1y2 "
+		         "with steps lw 2 title 'regions re-replicated'\" "
+		         "2>/dev/null",
+		         out, path);
+		if (system(cmd) == 0)
+			printf(PROG ": plot %s/datarec_timeline.png\n", out);
+	}
+	printf(PROG ": kill at %.0f ms; recovered after %.0f ms; %u copies "
+	            "from %.0f to %.0f ms after the kill\n",
+	       (t_kill - SH->t0) / 1e6, t_rec ? (t_rec - t_kill) / 1e6 : -1.0,
+	       ncopies, ((double)t_first - (double)t_kill) / 1e6,
+	       ((double)t_last - (double)t_kill) / 1e6);
+	printf(PROG
+	       ": transfers/s: %.0f before the kill (%u machines); "
+	       "%.0f during the copies (from %.0f ms after the kill); %.0f "
+	       "after them: %.1f%%\n",
+	       before, O.machines, during,
+	       ((double)bs * BUCKET_NS - (double)(t_kill - SH->t0)) / 1e6,
+	       without, without > 0 ? 100.0 * during / without : 0.0);
+	printf(PROG ": pace %.2f MB/s per new backup (configured %.2f), "
+	            "%.0f READs/s (configured %.0f); timeline %s\n",
+	       pace / 1e6, pace_cfg / 1e6, ticks, 1e6 / O.pace_us, path);
+	double ratio = without > 0 ? during / without : 0;
+	double pratio = pace / pace_cfg;
+	printf("{\"bench\": \"datarec\", \"machines\": %u, \"fill_mb\": %u, "
+	       "\"pace_bytes\": %u, \"pace_us\": %u, \"copies\": %u, "
+	       "\"copy_ms\": %.0f, \"tput_before\": %.0f, \"tput_during\": "
+	       "%.0f, \"tput_without\": %.0f, \"pace_mbps\": %.3f, "
+	       "\"reads_per_s\": %.0f, \"goals\": {\"tput_during_vs_without\": "
+	       "{\"value\": %.3f, \"target\": 0.9, \"met\": %s}, "
+	       "\"pace_vs_configured\": {\"value\": %.3f, \"target\": 0.9, "
+	       "\"met\": %s}}}\n",
+	       O.machines, O.fill_mb, O.pace_bytes, O.pace_us, ncopies,
+	       ((double)t_last - (double)t_first) / 1e6, before, during,
+	       without, pace / 1e6, ticks, ratio,
+	       ratio >= 0.9 ? "true" : "false", pratio,
+	       pratio >= 0.9 ? "true" : "false");
+	bu_rm_tree(AT_FDCWD, root, 4);
+	free(sum);
+	free(done);
+	return 0;
+}
