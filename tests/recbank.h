@@ -63,6 +63,10 @@ struct run_report;
 struct rb_params {
 	unsigned pre_transfers; /* per machine, before the failure */
 	unsigned post_ms;       /* survivors' run after the configuration */
+	/* When nonzero: the run after the configuration without the first
+	 * machine told of, if it is the only one so far (a test that acts
+	 * again during that run). */
+	unsigned first_post_ms;
 	/* Test-specific parts of a machine's run (each may be NULL):
 	 * cmd      a command run() does not know: 0, or -1 (fail);
 	 * step     before each bank step: nonzero ends the run;
@@ -241,8 +245,11 @@ static inline int rb_run(struct tx_child *c, const farm_fatptr *mine,
 				if (!r->t_cfg_ns)
 					r->t_cfg_ns = r->t_seen_ns;
 				r->at_cfg = r->k;
-				t_end = r->t_seen_ns +
-				        rb_p.post_ms * 1000000ull;
+				unsigned ms = rb_p.post_ms;
+				if (rb_p.first_post_ms &&
+				    __builtin_popcountll(r->gone) == 1)
+					ms = rb_p.first_post_ms;
+				t_end = r->t_seen_ns + ms * 1000000ull;
 			}
 		}
 		if (notify && r->new_config) {
