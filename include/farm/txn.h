@@ -272,6 +272,11 @@ typedef struct farm_txm_stats {
 	 * low-water mark passed them: an invariant, always 0 (recovery
 	 * could abort such a commit after it was reported). */
 	uint64_t trunc_unfinished;
+	/* Data recovery here as a new backup (src/txn/copy.c): copies of
+	 * regions being made (copied or checked), complete, stopped (not a
+	 * replica here any more, or no complete replica left); bytes READ
+	 * for them. */
+	uint64_t datarec_copying, datarec_done, datarec_lost, datarec_bytes;
 } farm_txm_stats;
 
 FARM_API void farm_txm_stats_get(farm_txm *m, farm_txm_stats *out);

@@ -910,6 +910,25 @@ unsigned farm_txm_datarec_get(farm_txm *m, struct farm_datarec_region *out,
 	return n;
 }
 
+void txn_datarec_sums(farm_txm *m, farm_txm_stats *out)
+{
+	struct farm_datarec *dr = m->dr;
+	if (!dr)
+		return;
+	pthread_mutex_lock(&dr->lock);
+	for (unsigned i = 0; i < dr->nr; i++) {
+		const struct dr_reg *g = &dr->r[i];
+		out->datarec_bytes += g->bytes;
+		if (g->state == DR_DONE)
+			out->datarec_done++;
+		else if (g->state == DR_LOST)
+			out->datarec_lost++;
+		else
+			out->datarec_copying++;
+	}
+	pthread_mutex_unlock(&dr->lock);
+}
+
 void farm_txm_datarec_pace(farm_txm *m, uint32_t *bytes, uint32_t *interval_us)
 {
 	struct farm_datarec *dr = m ? m->dr : NULL;

@@ -447,6 +447,7 @@ void farm_txm_stats_get(farm_txm *m, farm_txm_stats *out)
 	        .rec_t_go_ns = atomic_load(&m->rec.t_go),
 	        .rec_t_active_ns = atomic_load(&m->rec.t_active),
 	        .trunc_unfinished = v[S_TRUNC_UNFINISHED]};
+	txn_datarec_sums(m, out);
 }
 
 _Atomic uint64_t *farm_txm_serve_word(farm_txm *m)

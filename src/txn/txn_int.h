@@ -656,6 +656,7 @@ void txn_datarec_detach(farm_txm *m, struct txloop *tl);
 void txn_datarec_fini(farm_txm *m);
 bool txn_datarec_adopt(farm_txm *m, uint32_t region);
 bool txn_datarec_skip_apply(farm_txm *m, uint32_t region);
+void txn_datarec_sums(farm_txm *m, farm_txm_stats *out);
 
 void txn_decide_primary(struct txloop *tl, uint64_t txid, bool commit);
 
