@@ -15,7 +15,8 @@
  *
  * The copy. One engine thread per machine, parked while there is nothing
  * to copy, wakes every `datarec_interval_us`, gives each loop
- * `datarec_bytes` of credit (at most DR_BURST intervals' worth) and, when
+ * `datarec_bytes` of credit per interval that passed (at most DR_BURST
+ * intervals' worth held) and, when
  * the loop has no step in flight and credit left, one step: one one-sided
  * READ of at most its credit (or one object, when an object is larger)
  * from the primary's region, whose bytes are taken from the credit. A
@@ -711,19 +712,28 @@ static void *engine(void *arg)
 	farm_txm *m = dr->m;
 	struct timespec next;
 	clock_gettime(CLOCK_MONOTONIC, &next);
+	uint64_t last = farm_now_ns(); /* credit given up to here */
 	pthread_mutex_lock(&dr->lock);
 	while (!dr->stop) {
 		if (!has_work(dr)) {
 			pthread_cond_wait(&dr->cond, &dr->lock);
 			clock_gettime(CLOCK_MONOTONIC, &next);
+			last = farm_now_ns();
 			continue;
 		}
 		notes_post(dr, farm_now_ns());
 		/* At most one step in flight per loop, each within the
 		 * loop's credit: the pace. */
+		/* Credit for the time that passed, not per wake-up: a
+		 * thread that wakes late (a busy host) loses no pace. */
+		uint64_t now_ns = farm_now_ns();
+		int64_t add =
+		        (int64_t)((double)dr->bytes * (double)(now_ns - last) /
+		                  ((double)dr->interval_us * 1000.0));
+		last = now_ns;
 		for (unsigned t = 0; t < m->T && t < MAX_LOOPS; t++) {
 			struct dr_loop *lp = &dr->lp[t];
-			lp->credit = FARM_MIN(lp->credit + (int64_t)dr->bytes,
+			lp->credit = FARM_MIN(lp->credit + add,
 			                      (int64_t)DR_BURST * dr->bytes);
 			if (lp->busy || !lp->loop || lp->credit <= 0)
 				continue;
