@@ -112,7 +112,7 @@ static int16_t *g_done; /* [NMAX][nb]: regions copied, -1 unknown */
 
 static struct opts {
 	unsigned machines, accounts, fill_mb, depth, pre_ms, tail_ms, stall_ms;
-	unsigned pace_bytes, pace_us;
+	unsigned pace_bytes, pace_us, ab_ms;
 	bool verbose;
 	const char *out, *zk_script;
 } O = {
@@ -125,6 +125,7 @@ static struct opts {
         .stall_ms = 1500,
         .pace_bytes = 8192,
         .pace_us = 2000,
+        .ab_ms = 500,
         .zk_script = FARM_SOURCE_DIR "/scripts/zk-local",
 };
 
@@ -199,6 +200,21 @@ static int create(struct mach *c, unsigned n, uint32_t size, farm_fatptr *out)
 			return rc;
 	}
 	return 0;
+}
+
+/* Are copies held at @t ns after t0 (the odd --ab-ms windows)? */
+static bool held(uint64_t t)
+{
+	return O.ab_ms && (t / (O.ab_ms * 1000000ull)) % 2 == 1;
+}
+
+/* Bucket @b is wholly inside a window of one kind, not its first 20 ms
+ * (READs posted before the switch may still land). */
+static bool steady(uint64_t b)
+{
+	uint64_t t = b * BUCKET_NS, w = O.ab_ms * 1000000ull;
+	return !O.ab_ms ||
+	       (t % w >= 20000000ull && (t + BUCKET_NS - 1) / w == t / w);
 }
 
 static bool running(struct mach *c)
@@ -370,6 +386,8 @@ static int workload(struct mach *c)
 			publish(c, b);
 			last = b;
 		}
+		if (O.ab_ms) /* copies held in odd windows (A/B) */
+			farm_txm_datarec_hold(c->txm, held(now - SH->t0));
 		uint64_t next = now + 1000000ull;
 		for (unsigned i = 0; i < O.depth; i++) {
 			struct slot *s = &slots[i];
@@ -521,6 +539,11 @@ static void usage(FILE *f)
 	        "kill (1500)\n"
 	        "  --pace-bytes N   datarec_bytes (8192)\n"
 	        "  --pace-us N      datarec_interval_us (2000)\n"
+	        "  --ab-ms N        copies held every other N ms, to compare "
+	        "the\n"
+	        "                   foreground with and without them (500; 0: "
+	        "off,\n"
+	        "                   the copy window against after it)\n"
 	        "  --quick          a short run (smoke test)\n"
 	        "  --out DIR        timeline files (default: /tmp)\n"
 	        "  --verbose        machines' logs to stderr\n",
@@ -538,14 +561,30 @@ static int parse_u(const char *s, unsigned lo, unsigned hi, unsigned *out)
 	return 0;
 }
 
-static double mean_rate(const uint32_t *sum, uint64_t b0, uint64_t b1)
+/* Transfers/s over the buckets [b0, b1) of kind @kind: 0 copies
+ * running, 1 held, -1 any. */
+static double mean_rate(const uint32_t *sum, uint64_t b0, uint64_t b1, int kind)
 {
-	if (b1 <= b0)
-		return 0;
-	uint64_t n = 0;
-	for (uint64_t b = b0; b < b1; b++)
+	uint64_t n = 0, k = 0;
+	for (uint64_t b = b0; b < b1; b++) {
+		if (kind >= 0 &&
+		    (!steady(b) || held(b * BUCKET_NS) != (kind == 1)))
+			continue;
 		n += sum[b];
-	return (double)n / ((double)(b1 - b0) * BUCKET_NS / 1e9);
+		k++;
+	}
+	return k ? (double)n / ((double)k * BUCKET_NS / 1e9) : 0;
+}
+
+/* Time copies ran in [t0, t1] (ns, CLOCK_MONOTONIC). */
+static double run_s(uint64_t t0, uint64_t t1)
+{
+	if (!O.ab_ms)
+		return (t1 - t0) / 1e9;
+	uint64_t on = 0;
+	for (uint64_t t = t0; t < t1; t += 1000000ull)
+		on += !held(t - SH->t0);
+	return on / 1e3;
 }
 
 int main(int argc, char **argv)
@@ -580,6 +619,10 @@ int main(int argc, char **argv)
 			bad = parse_u(v, 0, 60000, &O.stall_ms);
 		} else if (!strcmp(a, "--pace-bytes")) {
 			bad = parse_u(v, 64, 1u << 30, &O.pace_bytes);
+		} else if (!strcmp(a, "--ab-ms")) {
+			bad = parse_u(v, 0, 60000, &O.ab_ms);
+			if (!bad && O.ab_ms % 10)
+				bad = -1; /* whole 10 ms buckets */
 		} else if (!strcmp(a, "--pace-us")) {
 			bad = parse_u(v, 10, 10000000, &O.pace_us);
 		} else if (!strcmp(a, "--out") && v) {
@@ -777,7 +820,7 @@ int main(int argc, char **argv)
 		t_last = FARM_MAX(t_last, t1);
 		if (t1 > t0 && bytes) {
 			/* One loop per machine here: its copies share it. */
-			double s = (t1 - t0) / 1e9;
+			double s = run_s(t0, t1);
 			pace_sum += bytes / s;
 			tick_sum += reads / s;
 			npace++;
@@ -813,10 +856,15 @@ int main(int argc, char **argv)
 	        BUCKET_NS;
 	uint64_t be = (t_last - SH->t0) / BUCKET_NS;
 	uint64_t ba = (t_last + 200000000ull - SH->t0) / BUCKET_NS;
-	double before = mean_rate(sum, bk > 100 ? bk - 100 : 0, bk);
-	double during = mean_rate(sum, bs, be);
+	double before = mean_rate(sum, bk > 100 ? bk - 100 : 0, bk, -1);
+	/* A/B: the windows with copies running against those held, over
+	 * the same stretch of time (the host's load drifts by more than the
+	 * copies cost). Without --ab-ms: the copy window against after. */
+	double during = mean_rate(sum, bs, be, O.ab_ms ? 0 : -1);
+	double held_rate = O.ab_ms ? mean_rate(sum, bs, be, 1) : 0;
 	uint64_t bz = FARM_MIN(nbk, (t_stop - SH->t0) / BUCKET_NS);
-	double without = mean_rate(sum, ba, bz);
+	double after = mean_rate(sum, ba, bz, -1);
+	double without = O.ab_ms ? held_rate : after;
 	char path[512];
 	snprintf(path, sizeof(path), "%s/datarec_timeline.dat", out);
 	if (mkdir(out, 0755) && errno != EEXIST)
@@ -854,13 +902,14 @@ int main(int argc, char **argv)
 	       (t_kill - SH->t0) / 1e6, t_rec ? (t_rec - t_kill) / 1e6 : -1.0,
 	       ncopies, ((double)t_first - (double)t_kill) / 1e6,
 	       ((double)t_last - (double)t_kill) / 1e6);
-	printf(PROG
-	       ": transfers/s: %.0f before the kill (%u machines); "
-	       "%.0f during the copies (from %.0f ms after the kill); %.0f "
-	       "after them: %.1f%%\n",
-	       before, O.machines, during,
+	printf(PROG ": transfers/s: %.0f before the kill (%u machines); "
+	            "from %.0f ms after the kill to the last copy: %.0f with "
+	            "copies running, %.0f %s: %.1f%%; %.0f after the copies\n",
+	       before, O.machines,
 	       ((double)bs * BUCKET_NS - (double)(t_kill - SH->t0)) / 1e6,
-	       without, without > 0 ? 100.0 * during / without : 0.0);
+	       during, without,
+	       O.ab_ms ? "with them held (alternate windows)" : "after them",
+	       without > 0 ? 100.0 * during / without : 0.0, after);
 	printf(PROG ": pace %.2f MB/s per new backup (configured %.2f), "
 	            "%.0f READs/s (configured %.0f); timeline %s\n",
 	       pace / 1e6, pace_cfg / 1e6, ticks, 1e6 / O.pace_us, path);
@@ -885,15 +934,16 @@ int main(int argc, char **argv)
 	double pratio = pace / pace_cfg;
 	printf("{\"bench\": \"datarec\", \"machines\": %u, \"fill_mb\": %u, "
 	       "\"pace_bytes\": %u, \"pace_us\": %u, \"copies\": %u, "
-	       "\"copy_ms\": %.0f, \"tput_before\": %.0f, \"tput_during\": "
-	       "%.0f, \"tput_without\": %.0f, \"pace_mbps\": %.3f, "
+	       "\"ab_ms\": %u, \"copy_ms\": %.0f, \"tput_before\": %.0f, "
+	       "\"tput_during\": %.0f, \"tput_without\": %.0f, "
+	       "\"tput_after\": %.0f, \"pace_mbps\": %.3f, "
 	       "\"reads_per_s\": %.0f, \"goals\": {\"tput_during_vs_without\": "
 	       "{\"value\": %.3f, \"target\": 0.9, \"met\": %s}, "
 	       "\"pace_vs_configured\": {\"value\": %.3f, \"target\": 0.9, "
 	       "\"met\": %s}}}\n",
-	       O.machines, O.fill_mb, O.pace_bytes, O.pace_us, ncopies,
+	       O.machines, O.fill_mb, O.pace_bytes, O.pace_us, ncopies, O.ab_ms,
 	       ((double)t_last - (double)t_first) / 1e6, before, during,
-	       without, pace / 1e6, ticks, ratio,
+	       without, after, pace / 1e6, ticks, ratio,
 	       ratio >= 0.9 ? "true" : "false", pratio,
 	       pratio >= 0.9 ? "true" : "false");
 	bu_rm_tree(AT_FDCWD, root, 4);

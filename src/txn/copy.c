@@ -136,6 +136,7 @@ struct farm_datarec {
 	pthread_cond_t cond;
 	pthread_t thr;
 	bool started, stop;
+	_Atomic bool hold; /* farm_txm_datarec_hold: no READs, no credit */
 	struct dr_reg *r;
 	unsigned nr, capr;
 	struct dr_note *nt;
@@ -731,7 +732,9 @@ static void *engine(void *arg)
 		        (int64_t)((double)dr->bytes * (double)(now_ns - last) /
 		                  ((double)dr->interval_us * 1000.0));
 		last = now_ns;
-		for (unsigned t = 0; t < m->T && t < MAX_LOOPS; t++) {
+		bool hold =
+		        atomic_load_explicit(&dr->hold, memory_order_relaxed);
+		for (unsigned t = 0; t < m->T && t < MAX_LOOPS && !hold; t++) {
 			struct dr_loop *lp = &dr->lp[t];
 			lp->credit = FARM_MIN(lp->credit + add,
 			                      (int64_t)DR_BURST * dr->bytes);
@@ -937,6 +940,12 @@ void txn_datarec_sums(farm_txm *m, farm_txm_stats *out)
 			out->datarec_copying++;
 	}
 	pthread_mutex_unlock(&dr->lock);
+}
+
+void farm_txm_datarec_hold(farm_txm *m, bool hold)
+{
+	if (m && m->dr) /* read by the engine at its next tick */
+		atomic_store_explicit(&m->dr->hold, hold, memory_order_relaxed);
 }
 
 void farm_txm_datarec_pace(farm_txm *m, uint32_t *bytes, uint32_t *interval_us)

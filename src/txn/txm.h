@@ -115,6 +115,9 @@ void farm_txm_datarec_view(farm_txm *m);
 unsigned farm_txm_datarec_get(farm_txm *m, struct farm_datarec_region *out,
                               unsigned max);
 void farm_txm_datarec_pace(farm_txm *m, uint32_t *bytes, uint32_t *interval_us);
+/* Hold copies (no new READs, no credit) while @hold: for benchmarks that
+ * compare the foreground with and without copies in alternate windows. */
+void farm_txm_datarec_hold(farm_txm *m, bool hold);
 
 int farm_txm_reconfigure(farm_txm *m, uint64_t cfg, const uint32_t *removed,
                          unsigned nremoved, const uint32_t *members,
