@@ -302,6 +302,63 @@ static void test_bad_requests(void **state)
 	assert_int_equal(after.regions_primary, before.regions_primary);
 }
 
+/* Data recovery's filling copies (farm_as_backup_open): held as backups,
+ * never promotable, even where the ring makes this machine the primary,
+ * until filled. */
+static void test_filling_never_promoted(void **state)
+{
+	(void)state;
+	farm_as *as = nodes[0].as;
+	uint32_t me = farm_as_machine_id(as);
+	uint32_t backup_of = 0, primary_of = 0;
+	for (uint32_t r = 0x70000000u; r < 0x70010000u; r++) {
+		uint32_t rep[FARM_RING_MAX_REPLICAS];
+		unsigned n = farm_as_replicas(as, r, rep);
+		enum farm_as_role role;
+		if (!n || farm_as_local_region(as, r, &role))
+			continue;
+		if (!primary_of && rep[0] == me)
+			primary_of = r;
+		for (unsigned k = 1; k < n && !backup_of; k++)
+			if (rep[k] == me)
+				backup_of = r;
+		if (backup_of && primary_of)
+			break;
+	}
+	assert_true(backup_of && primary_of);
+	assert_int_equal(farm_as_backup_open(as, 0), -EINVAL);
+	assert_int_equal(farm_as_backup_filled(as, backup_of), -ENOENT);
+	assert_int_equal(farm_as_backup_open(as, backup_of), 0);
+	assert_int_equal(farm_as_backup_open(as, backup_of), -EEXIST);
+	assert_true(farm_as_backup_filling(as, backup_of));
+	enum farm_as_role role;
+	assert_non_null(farm_as_local_region(as, backup_of, &role));
+	assert_int_equal(role, FARM_AS_BACKUP);
+
+	/* The ring says primary, the copy is incomplete: not promotable. */
+	assert_int_equal(farm_as_backup_open(as, primary_of), 0);
+	uint32_t promo[64];
+	unsigned np = farm_as_promotable(as, promo, 64);
+	for (unsigned i = 0; i < np && i < 64; i++)
+		assert_int_not_equal(promo[i], primary_of);
+	assert_int_equal(farm_as_promote(as, primary_of), -ENOENT);
+	assert_non_null(farm_as_local_region(as, primary_of, &role));
+	assert_int_equal(role, FARM_AS_BACKUP);
+
+	/* Complete: a backup like any other, promotable. */
+	assert_int_equal(farm_as_backup_filled(as, primary_of), 0);
+	assert_false(farm_as_backup_filling(as, primary_of));
+	np = farm_as_promotable(as, promo, 64);
+	bool listed = false;
+	for (unsigned i = 0; i < np && i < 64; i++)
+		listed |= promo[i] == primary_of;
+	assert_true(listed);
+	assert_int_equal(farm_as_promote(as, primary_of), 0);
+	assert_non_null(farm_as_local_region(as, primary_of, &role));
+	assert_int_equal(role, FARM_AS_PRIMARY);
+	assert_int_equal(farm_as_backup_filled(as, backup_of), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -309,6 +366,7 @@ int main(void)
 	        cmocka_unit_test(test_alloc_and_access),
 	        cmocka_unit_test(test_bad_requests),
 	        cmocka_unit_test(test_ship_by_address),
+	        cmocka_unit_test(test_filling_never_promoted),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
