@@ -400,8 +400,13 @@ static void answer_regions(struct farm_ctl *c, struct farm_ctl_out *o)
 	for (unsigned i = 0; i < n; i++) {
 		uint32_t rep[16];
 		unsigned k = farm_as_replicas(as, h[i].region, rep);
+		/* filling: a new backup data recovery is still copying
+		 * (src/txn/copy.c), not yet a replica that counts. */
 		out_printf(o, "region %" PRIu32 " %s", h[i].region,
-		           h[i].role == FARM_AS_PRIMARY ? "primary" : "backup");
+		           h[i].role == FARM_AS_PRIMARY ? "primary"
+		           : farm_as_backup_filling(as, h[i].region)
+		                   ? "filling"
+		                   : "backup");
 		for (unsigned j = 0; j < k && j < 16; j++)
 			out_printf(o, " %" PRIu32, rep[j]);
 		out_printf(o, "\n");

@@ -9,7 +9,8 @@
  *   ok        every assigned machine answered and holds its copy in its
  *             role;
  *   degraded  an assigned machine answered without its copy (or in the
- *             wrong role), or is not registered in ZooKeeper;
+ *             wrong role, or with a copy data recovery is still filling),
+ *             or is not registered in ZooKeeper;
  *   unknown   an assigned machine did not answer (its control socket is
  *             not on this host, or it died).
  * Machines are found on this host through --dir, the --config file's
@@ -44,7 +45,7 @@ struct mach {
 /* One copy a machine reported: region, its role, the replicas it sees. */
 struct copy {
 	uint32_t region, machine;
-	bool primary;
+	bool primary, filling; /* filling: data recovery is copying it */
 	unsigned nrep;
 	uint32_t rep[MAX_REP];
 };
@@ -150,7 +151,8 @@ static int parse_lines(struct state *s, const char *dir, char *text)
 				return FARM_ECORRUPT;
 			c.machine = m.id;
 			c.primary = !strcmp(role, "primary");
-			if (!c.primary && strcmp(role, "backup"))
+			c.filling = !strcmp(role, "filling");
+			if (!c.primary && !c.filling && strcmp(role, "backup"))
 				return FARM_ECORRUPT;
 			char *p = l + pos;
 			while (*p) {
@@ -277,7 +279,9 @@ static int region_line(struct state *s, const struct copy *c, size_t n)
 		        held + FARM_MIN(hl, sizeof(held)),
 		        sizeof(held) - FARM_MIN(hl, sizeof(held)),
 		        "%s%" PRIu32 ":%s", i ? " " : "", c[i].machine,
-		        c[i].primary ? "primary" : "backup");
+		        c[i].primary   ? "primary"
+		        : c[i].filling ? "filling"
+		                       : "backup");
 	int st = OK;
 	for (unsigned j = 0; j < ref->nrep; j++) {
 		uint32_t m = ref->rep[j];
@@ -299,6 +303,9 @@ static int region_line(struct state *s, const struct copy *c, size_t n)
 		} else if (has->primary != (j == 0)) {
 			why = j == 0 ? "holds a backup, not the primary"
 			             : "holds the primary, not a backup";
+			w = DEGRADED;
+		} else if (has->filling) {
+			why = "is still copying it (data recovery)";
 			w = DEGRADED;
 		}
 		if (why)
