@@ -9,9 +9,10 @@
  *                     "<section>.<name> <value>" lines
  *   stats prometheus  the same in Prometheus' text exposition format
  *   regions           "machine <id>", "configuration <id>", "regions <n>",
- *                     then "region <id> primary|backup <replica>..." per
- *                     region this machine holds, by id (its replicas in
- *                     the machine's view, primary first)
+ *                     then "region <id> primary|backup|filling
+ *                     <replica>..." per region this machine holds, by id
+ *                     (filling: a backup data recovery is still copying;
+ *                     its replicas in the machine's view, primary first)
  *   help              the requests
  *
  * Anything else (unknown, longer than 128 bytes, not one printable line,
