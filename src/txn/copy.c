@@ -9,9 +9,11 @@
  * (the ring put it after the lost replica) opens an empty copy
  * (farm_as_backup_open: a backup that is *filling*, never promotable) and
  * registers the region with this machine's copy engine. A COMMIT-BACKUP
- * that reaches the new backup first (the primary's coordinators already
- * list it) opens the copy there and then (txn_datarec_adopt), so no record
- * is dropped for want of a copy.
+ * that reaches the new backup first (a coordinator already lists it)
+ * opens the copy there and then (txn_datarec_adopt), so no record is
+ * dropped for want of a copy; but the copying waits for COPY: the primary
+ * may not have applied the configuration yet (it accepts LOCKs of newer
+ * ones), and a READ must come after that (below).
  *
  * The copy. One engine thread per machine, parked while there is nothing
  * to copy, wakes every `datarec_interval_us`, gives each loop
@@ -205,7 +207,7 @@ static bool new_backup_here(farm_txm *m, uint32_t region)
 	return false;
 }
 
-bool txn_datarec_adopt(farm_txm *m, uint32_t region)
+bool txn_datarec_adopt(farm_txm *m, uint32_t region, bool start)
 {
 	struct farm_datarec *dr = m->dr;
 	if (!dr || !new_backup_here(m, region))
@@ -219,6 +221,8 @@ bool txn_datarec_adopt(farm_txm *m, uint32_t region)
 	}
 	if (!farm_as_backup_filling(m->as, region))
 		return rc == -EEXIST; /* complete already */
+	if (!start)
+		return true; /* COPY starts it */
 	pthread_mutex_lock(&dr->lock);
 	rc = reg_add(dr, region, farm_as_config_id(m->as));
 	pthread_mutex_unlock(&dr->lock);
@@ -686,7 +690,7 @@ static void h_copy(farm_loop *loop, const farm_msg_in *in, void *arg)
 	else if (!n || reps[0] != in->src_machine ||
 	         !new_backup_here(m, q.region))
 		rc = q.cfg < cfg ? -ESTALE : -EINVAL;
-	else if (!txn_datarec_adopt(m, q.region))
+	else if (!txn_datarec_adopt(m, q.region, true))
 		rc = -ENOMEM;
 	rc = rc ? farm_msg_reply_error(loop, &in->token, rc)
 	        : farm_msg_reply(loop, &in->token, NULL, 0);

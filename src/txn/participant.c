@@ -343,7 +343,7 @@ static void backup_apply(struct txloop *tl, const uint8_t *rec)
 		uint64_t off = farm_gaddr_offset(o[i].addr);
 		/* A new backup's first record may come before the primary's
 		 * COPY: open the copy now (copy.c). */
-		if (!r && txn_datarec_adopt(m, rid))
+		if (!r && txn_datarec_adopt(m, rid, false))
 			r = farm_as_local_region(m->as, rid, &role);
 		if (r && role == FARM_AS_BACKUP &&
 		    txn_datarec_skip_apply(m, rid)) {

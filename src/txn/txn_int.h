@@ -647,14 +647,15 @@ bool txn_copy_apply(uint8_t *p, unsigned lines, const uint8_t *img, bool held);
 
 /* copy.c: data recovery. adopt: a COMMIT-BACKUP for @region, of which we
  * hold no copy: when this machine is a new backup of it, open the copy
- * (filling) and start copying; returns whether a copy is held now.
+ * (filling), and with @start (the primary said COPY) start copying;
+ * returns whether a copy is held now.
  * skip_apply: the test-only switch (FARM_FAULT_INJECTION) that drops
  * COMMIT-BACKUPs to filling copies. */
 int txn_datarec_init(farm_txm *m, uint32_t bytes, uint32_t interval_us);
 int txn_datarec_attach(farm_txm *m, struct txloop *tl);
 void txn_datarec_detach(farm_txm *m, struct txloop *tl);
 void txn_datarec_fini(farm_txm *m);
-bool txn_datarec_adopt(farm_txm *m, uint32_t region);
+bool txn_datarec_adopt(farm_txm *m, uint32_t region, bool start);
 bool txn_datarec_skip_apply(farm_txm *m, uint32_t region);
 void txn_datarec_sums(farm_txm *m, farm_txm_stats *out);
 
