@@ -272,6 +272,9 @@ typedef struct farm_txm_stats {
 	 * low-water mark passed them: an invariant, always 0 (recovery
 	 * could abort such a commit after it was reported). */
 	uint64_t trunc_unfinished;
+	/* Commits that stopped waiting for a LOCK reply from a machine a new
+	 * configuration removed (they abort, retryable, at once). */
+	uint64_t lock_waits_ended;
 } farm_txm_stats;
 
 FARM_API void farm_txm_stats_get(farm_txm *m, farm_txm_stats *out);

@@ -1031,7 +1031,48 @@ void txn_scan_deadlines(struct txloop *tl)
 	}
 }
 
+/*
+ * A new configuration removed machines: commits still waiting for a LOCK
+ * reply from one of them stop waiting now instead of at their deadline.
+ * The LOCK record itself may have landed (shm memory outlives its
+ * process), so no reply would ever come, and each such commit held its
+ * other locks for REPLY_TIMEOUT_NS, stalling survivors' throughput for a
+ * second after every kill (recovery_bench). Nothing was written past
+ * LOCK, so aborting is safe; the retry runs in the new configuration.
+ */
+void txn_end_lock_waits(struct txloop *tl, const bool *removed)
+{
+#ifdef FARM_FAULT_INJECTION
+	if (atomic_load(&txn_testing_keep_lock_waits))
+		return; /* testing: wait for the deadline, as before */
+#endif
+	for (unsigned i = 0; i < TX_SLOTS; i++) {
+		farm_tx *tx = tl->slots[i];
+		if (!tx || tx->ph != PH_LOCK || !tx->wait_replies)
+			continue;
+		bool gone = false;
+		for (uint32_t k = 0; k < tl->m->M && k < 0x40 && !gone; k++)
+			gone = removed[k] && tx->locked_at[k];
+		if (!gone)
+			continue;
+		tx->wait_replies = 0;
+		if (!tx->fail)
+			tx->fail = FARM_EPEERDEAD;
+		stat_add(tl->m, S_LOCK_WAITS_ENDED, 1);
+		tx_step(tx);
+	}
+}
+
 /* ---- testing (txn_testing.h): for tests only --------------------------- */
+
+#ifdef FARM_FAULT_INJECTION
+_Atomic bool txn_testing_keep_lock_waits;
+
+void farm_txn_testing_keep_lock_waits(bool on)
+{
+	atomic_store(&txn_testing_keep_lock_waits, on);
+}
+#endif
 
 void farm_txn_testing_crash_after_backup(bool on)
 {

@@ -545,6 +545,11 @@ static void rec_loop_apply(farm_loop *loop, void *ctx, int status)
 	farm_txm *m = tl->m;
 	if (status)
 		return;
+	bool removed[0x40];
+	pthread_mutex_lock(&m->rec.lock);
+	memcpy(removed, m->rec.removed, sizeof(removed));
+	pthread_mutex_unlock(&m->rec.lock);
+	txn_end_lock_waits(tl, removed);
 	if (atomic_fetch_add(&m->rec.applied, 1) + 1 != m->T)
 		return;
 	struct rec_end a = {.cfg = atomic_load(&m->rec.cfg)};

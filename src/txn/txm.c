@@ -437,7 +437,8 @@ void farm_txm_stats_get(farm_txm *m, farm_txm_stats *out)
 	        .rec_t_config_ns = atomic_load(&m->rec.t_config),
 	        .rec_t_go_ns = atomic_load(&m->rec.t_go),
 	        .rec_t_active_ns = atomic_load(&m->rec.t_active),
-	        .trunc_unfinished = v[S_TRUNC_UNFINISHED]};
+	        .trunc_unfinished = v[S_TRUNC_UNFINISHED],
+	        .lock_waits_ended = v[S_LOCK_WAITS_ENDED]};
 }
 
 _Atomic uint64_t *farm_txm_serve_word(farm_txm *m)

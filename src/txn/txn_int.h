@@ -309,6 +309,7 @@ enum {
 	S_REC_PROMOTED,
 	S_REC_REFUSED,
 	S_TRUNC_UNFINISHED, /* COMMIT-BACKUPs truncated at or above the mark */
+	S_LOCK_WAITS_ENDED, /* LOCK waits on removed machines ended early */
 	S_NSTATS
 };
 _Static_assert(S_NSTATS <= 48, "farm_txm st.v holds the counters");
@@ -497,6 +498,7 @@ static inline uint64_t rec_size(unsigned nobj, uint64_t img_bytes,
  */
 #ifdef FARM_FAULT_INJECTION
 extern _Atomic bool txn_testing_trunc_early; /* farm_txn_testing_... */
+extern _Atomic bool txn_testing_keep_lock_waits;
 #endif
 
 static inline bool wq_truncatable(const struct wq_ent *e, uint64_t cs_low)
@@ -666,6 +668,7 @@ void txn_tx_record_done(farm_loop *loop, farm_tx *tx, int kind, uint32_t mach,
 void txn_tx_reserve(farm_tx *tx);
 void txn_tx_finish(farm_tx *tx);
 void txn_scan_deadlines(struct txloop *tl);
+void txn_end_lock_waits(struct txloop *tl, const bool *removed);
 void txn_h_reply(farm_loop *loop, const farm_msg_in *in, void *arg);
 
 #endif

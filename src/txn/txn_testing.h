@@ -49,6 +49,10 @@ void farm_txn_testing_recovery_no_drain(bool on);
  * trunc_unfinished (farm_txm_stats), and recovery may abort a reported
  * commit one backup truncated. */
 void farm_txn_testing_trunc_early(bool on);
+/* Process-wide: when on, a new configuration does not end the waits of
+ * commits for LOCK replies from removed machines (txn_end_lock_waits):
+ * they wait out the reply deadline, holding their locks, as before. */
+void farm_txn_testing_keep_lock_waits(bool on);
 #endif
 
 /* Record types farm_txm_testing_records reports. */
