@@ -54,6 +54,7 @@
 #include "kvlin.h"
 #include "kvproc.h"
 #include "recproc.h"
+#include "util/fault.h"
 
 #include "kv/kv.h"
 #include "node/node.h"
@@ -563,6 +564,11 @@ int main(int argc, char **argv)
 	if (argc > 1 && !strcmp(argv[1], "--broken")) {
 		/* A test-only switch: promoted backups serve without their
 		 * logs drained. The checks must notice. */
+		if (!farm_fault_built()) {
+			printf("skipped: --broken needs fault injection "
+			       "(FARM_FAULT_INJECTION=OFF)\n");
+			return FARM_TEST_SKIP;
+		}
 		opt_broken = true;
 		farm_txn_testing_recovery_no_drain(true);
 	} else if (argc > 1) {

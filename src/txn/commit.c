@@ -41,7 +41,12 @@
 #define SPACE_WAIT_NS (1000ull * 1000000ull) /* then -ENOSPC */
 
 /* Testing knobs (txn_testing.h; the testing section at the end). */
+#ifdef FARM_FAULT_INJECTION
 static _Atomic bool testing_crash_after_backup, testing_skip_validation;
+#define TESTING(flag) atomic_load(&testing_##flag)
+#else
+#define TESTING(flag) false
+#endif
 
 struct decisive;
 
@@ -341,7 +346,7 @@ static void tx_step(farm_tx *tx)
 		} else if (tx->single) {
 			single_install(tx);
 		} else {
-			if (atomic_load(&testing_crash_after_backup))
+			if (TESTING(crash_after_backup))
 				raise(SIGKILL); /* testing: COMMIT-BACKUP acked
 				                 */
 			/* The configuration changed since the commit started:
@@ -486,8 +491,7 @@ static void phase_validate(farm_tx *tx)
 	farm_txm *m = tx->m;
 	tx->ph = PH_VALIDATE;
 	for (unsigned i = 0;
-	     i < tx->n && !tx->fail && !atomic_load(&testing_skip_validation);
-	     i++) {
+	     i < tx->n && !tx->fail && !TESTING(skip_validation); i++) {
 		struct txobj *o = &tx->o[i];
 		if (is_write(o) || !(o->flags & TXO_READ))
 			continue;
@@ -1074,6 +1078,7 @@ void farm_txn_testing_keep_lock_waits(bool on)
 }
 #endif
 
+#ifdef FARM_FAULT_INJECTION
 void farm_txn_testing_crash_after_backup(bool on)
 {
 	atomic_store(&testing_crash_after_backup, on);
@@ -1083,3 +1088,4 @@ void farm_txn_testing_skip_validation(bool on)
 {
 	atomic_store(&testing_skip_validation, on);
 }
+#endif

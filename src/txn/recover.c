@@ -221,14 +221,19 @@ static bool promo_apply(farm_txm *m, uint64_t addr, uint8_t *q, unsigned lines,
 	return txn_copy_apply(q, lines, img, rlock_find(m, addr) != NULL);
 }
 
+#ifdef FARM_FAULT_INJECTION
+static _Atomic bool testing_no_drain; /* farm_txn_testing_recovery_no_drain */
+#define NO_DRAIN() atomic_load_explicit(&testing_no_drain, memory_order_relaxed)
+#else
+#define NO_DRAIN() false
+#endif
+
 /* participant.c, at truncation: a COMMIT-BACKUP's object in a region
  * being promoted. Returns whether it applied. */
-static _Atomic bool testing_no_drain;
-
 bool txn_rec_truncate_apply(farm_txm *m, uint64_t addr, uint8_t *q,
                             unsigned lines, const uint8_t *img)
 {
-	if (atomic_load_explicit(&testing_no_drain, memory_order_relaxed))
+	if (NO_DRAIN())
 		return false; /* testing: the copy stays as it was */
 	pthread_mutex_lock(&m->rec.lock);
 	bool r = promo_apply(m, addr, q, lines, img);
@@ -359,7 +364,7 @@ static void send_query(struct txloop *tl, uint32_t coord, uint64_t txid)
 static void promote_scan(struct txloop *tl, uint32_t coord)
 {
 	farm_txm *m = tl->m;
-	if (atomic_load_explicit(&testing_no_drain, memory_order_relaxed))
+	if (NO_DRAIN())
 		return;
 	struct reader *rd = &tl->r[coord];
 	struct rec_hdr h;
@@ -1089,7 +1094,9 @@ void txn_rec_detach(struct txloop *tl)
 
 /* ---- testing (txn_testing.h): for tests only --------------------------- */
 
+#ifdef FARM_FAULT_INJECTION
 void farm_txn_testing_recovery_no_drain(bool on)
 {
 	atomic_store(&testing_no_drain, on);
 }
+#endif

@@ -28,6 +28,13 @@ int farm_lf_testing_read_sync(farm_txm *m, farm_loop *loop, farm_gaddr a,
                               uint32_t size, uint64_t want_incarnation,
                               void *buf, uint64_t *version);
 
+/*
+ * Switches that break the protocol on purpose, to prove that tests notice.
+ * Compiled only into fault-injection builds (FARM_FAULT_INJECTION, the
+ * default with tests); elsewhere they do nothing, and tests that need
+ * them skip (farm_fault_built()).
+ */
+#ifdef FARM_FAULT_INJECTION
 /* Process-wide: when on, a distributed commit's coordinator kills its own
  * process (SIGKILL) once every COMMIT-BACKUP write has completed, before
  * it writes COMMIT-PRIMARY. */
@@ -42,7 +49,6 @@ void farm_txn_testing_skip_validation(bool on);
  * committed writes still in the logs are lost, half-decided ones seen). */
 void farm_txn_testing_recovery_no_drain(bool on);
 
-#ifdef FARM_FAULT_INJECTION
 /* Process-wide: when on, coordinators let replicas truncate a record as
  * soon as its transaction is done, even above the low-water mark (the
  * rule before recovery_bench found it losing commits): replicas then count
@@ -53,6 +59,27 @@ void farm_txn_testing_trunc_early(bool on);
  * commits for LOCK replies from removed machines (txn_end_lock_waits):
  * they wait out the reply deadline, holding their locks, as before. */
 void farm_txn_testing_keep_lock_waits(bool on);
+#else
+static inline void farm_txn_testing_crash_after_backup(bool on)
+{
+	(void)on;
+}
+static inline void farm_txn_testing_skip_validation(bool on)
+{
+	(void)on;
+}
+static inline void farm_txn_testing_recovery_no_drain(bool on)
+{
+	(void)on;
+}
+static inline void farm_txn_testing_trunc_early(bool on)
+{
+	(void)on;
+}
+static inline void farm_txn_testing_keep_lock_waits(bool on)
+{
+	(void)on;
+}
 #endif
 
 /* Record types farm_txm_testing_records reports. */
