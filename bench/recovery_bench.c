@@ -109,7 +109,7 @@
 /* Accounts per machine, at most: the final sum reads every account in one
  * read-only transaction, whose validation posts one READ per remote object
  * at once; more than the endpoint's 1024 at one machine fail with -EAGAIN
- * (msg.c EP_DEPTH), and a machine that took over the victim's regions
+ * (msg_int.h EP_DEPTH), and a machine that took over the victim's regions
  * holds about 2 machines' worth. */
 #define MAX_ACCT   320u
 #define INIT_BAL   1000
