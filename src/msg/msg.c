@@ -81,7 +81,9 @@ int farm_msg_create(farm_fabric *fab, const farm_msg_attr *attr, farm_msg **out)
 	msg->peers = calloc(a.max_machines, sizeof(*msg->peers));
 	msg->inboxes = calloc(a.nthreads, sizeof(*msg->inboxes));
 	msg->loops = calloc(a.nthreads, sizeof(*msg->loops));
-	if (!msg->handlers || !msg->peers || !msg->inboxes || !msg->loops)
+	msg->min_cfg = calloc(a.max_machines, sizeof(*msg->min_cfg));
+	if (!msg->handlers || !msg->peers || !msg->inboxes || !msg->loops ||
+	    !msg->min_cfg)
 		goto fail;
 	for (unsigned i = 0; i < a.nthreads; i++)
 		cds_wfcq_init(&msg->inboxes[i].head, &msg->inboxes[i].tail);
@@ -110,6 +112,7 @@ fail:
 	free(msg->peers);
 	free(msg->inboxes);
 	free(msg->loops);
+	free((void *)msg->min_cfg);
 	pthread_mutex_destroy(&msg->lock);
 	free(msg);
 	return rc;
@@ -143,6 +146,7 @@ int farm_msg_destroy(farm_msg *msg)
 	free(msg->peers);
 	free(msg->inboxes);
 	free(msg->loops);
+	free((void *)msg->min_cfg);
 	pthread_mutex_destroy(&msg->lock);
 	free(msg);
 	return 0;
@@ -169,6 +173,26 @@ unsigned farm_msg_nthreads(const farm_msg *msg)
 uint32_t farm_msg_max_payload(const farm_msg *msg)
 {
 	return msg->max_frame - WIRE_FRAME_OVERHEAD - WIRE_MSG_HDR;
+}
+
+int farm_msg_set_config(farm_msg *msg, uint32_t cfg)
+{
+	if (!msg)
+		return -EINVAL;
+	/* Relaxed: a frame closed just before carries the old id, which
+	 * every receiver that still accepts this machine accepts. */
+	atomic_store_explicit(&msg->cfg, cfg, memory_order_relaxed);
+	return 0;
+}
+
+int farm_msg_peer_min_config(farm_msg *msg, uint32_t id, uint32_t cfg)
+{
+	if (!msg || id == msg->me || id >= msg->attr.max_machines)
+		return -EINVAL;
+	/* Pairs with the acquire load in poll_ring: a frame read after this
+	 * store is judged by the new threshold. */
+	atomic_store_explicit(&msg->min_cfg[id], cfg, memory_order_release);
+	return 0;
 }
 
 int farm_msg_add_peer(farm_msg *msg, uint32_t id, const char *addr,
@@ -221,9 +245,9 @@ int farm_msg_handle(farm_msg *msg, uint16_t type, farm_msg_handler_fn fn,
 void farm_msg_stats_get(const farm_msg *msg, const farm_loop *loop,
                         farm_msg_stats *out)
 {
-	uint64_t v[12] = {0};
+	uint64_t v[S_REFUSED_CONFIG + 1] = {0};
 	if (loop) {
-		for (int i = 0; i < 12; i++)
+		for (int i = 0; i <= S_REFUSED_CONFIG; i++)
 			v[i] = atomic_load_explicit(&loop->stats.v[i],
 			                            memory_order_relaxed);
 	} else if (msg) {
@@ -232,7 +256,7 @@ void farm_msg_stats_get(const farm_msg *msg, const farm_loop *loop,
 		for (unsigned l = 0; l < mm->attr.nthreads; l++) {
 			if (!mm->loops[l])
 				continue;
-			for (int i = 0; i < 12; i++)
+			for (int i = 0; i <= S_REFUSED_CONFIG; i++)
 				v[i] += atomic_load_explicit(
 				        &mm->loops[l]->stats.v[i],
 				        memory_order_relaxed);

@@ -84,7 +84,7 @@ static inline uint64_t ring_at(const struct layout *l, unsigned r, uint32_t m,
 
 /* One writer (the loop); readers on other threads load relaxed. */
 struct stats {
-	_Atomic uint64_t v[12];
+	_Atomic uint64_t v[13];
 };
 enum {
 	S_SENT,
@@ -99,8 +99,9 @@ enum {
 	S_PEER_DEATHS,
 	S_PARKS,
 	S_WAKEUPS,
+	S_REFUSED_CONFIG,
 };
-_Static_assert(sizeof(farm_msg_stats) == 12 * sizeof(uint64_t), "stats");
+_Static_assert(sizeof(farm_msg_stats) == 13 * sizeof(uint64_t), "stats");
 
 static inline void stat_add(struct stats *s, int i, uint64_t n)
 {
@@ -152,9 +153,14 @@ struct farm_msg {
 	uint64_t types[FARM_MSG_TYPES / 64];
 	pthread_mutex_t lock;
 	_Atomic uint64_t peer_gen;
-	struct peer_info *peers;  /* max_machines */
-	struct inbox *inboxes;    /* nthreads */
-	struct farm_loop **loops; /* nthreads, under lock */
+	struct peer_info *peers; /* max_machines */
+	/* Configurations (farm_msg_set_config): the id this machine stamps
+	 * on its frames, and per sender the lowest id accepted from it
+	 * (UINT32_MAX: removed, nothing accepted; 0: anything). */
+	_Atomic uint32_t cfg;
+	_Atomic uint32_t *min_cfg; /* max_machines */
+	struct inbox *inboxes;     /* nthreads */
+	struct farm_loop **loops;  /* nthreads, under lock */
 };
 
 /* ---- per-loop state -------------------------------------------------------
@@ -231,9 +237,10 @@ struct farm_loop {
 	unsigned idx;
 	pthread_t owner;
 	farm_cq *cq;
-	struct out_peer *out; /* max_machines */
-	struct in_chan *in;   /* max_machines * nthreads */
-	uint32_t *peer_list;  /* machines we poll */
+	struct out_peer *out;     /* max_machines */
+	struct in_chan *in;       /* max_machines * nthreads */
+	uint32_t *peer_list;      /* machines we poll */
+	uint32_t *refused_logged; /* per machine: threshold last logged */
 	unsigned npeers;
 	uint64_t peer_gen;
 	struct out_chan **dirty;

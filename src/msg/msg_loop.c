@@ -47,6 +47,7 @@ static void loop_free(farm_loop *loop)
 	free(loop->out);
 	free(loop->in);
 	free(loop->peer_list);
+	free(loop->refused_logged);
 	free(loop->dirty);
 	free(loop->calls);
 	free(loop->wrs);
@@ -68,13 +69,15 @@ int farm_loop_open(farm_msg *msg, unsigned idx, farm_loop **out)
 	loop->in = calloc((size_t)a->max_machines * a->nthreads,
 	                  sizeof(*loop->in));
 	loop->peer_list = calloc(a->max_machines, sizeof(*loop->peer_list));
+	loop->refused_logged =
+	        calloc(a->max_machines, sizeof(*loop->refused_logged));
 	loop->dirty = calloc((size_t)a->max_machines * a->nthreads,
 	                     sizeof(*loop->dirty));
 	loop->calls = calloc(a->max_calls, sizeof(*loop->calls));
 	loop->wrs = calloc(WR_BATCH + 1, sizeof(*loop->wrs));
 	int rc = -ENOMEM;
-	if (!loop->out || !loop->in || !loop->peer_list || !loop->dirty ||
-	    !loop->calls || !loop->wrs)
+	if (!loop->out || !loop->in || !loop->peer_list ||
+	    !loop->refused_logged || !loop->dirty || !loop->calls || !loop->wrs)
 		goto fail;
 	for (uint32_t m = 0; m < a->max_machines; m++) {
 		for (unsigned t = 0; t < a->nthreads; t++) {

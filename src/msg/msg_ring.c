@@ -136,15 +136,17 @@ static inline bool fits(struct out_chan *c, uint32_t R, uint64_t end)
 	return end - c->head <= R;
 }
 
-/* Close the open frame: trailer, final header. */
-static void frame_close(struct out_chan *c, uint32_t R)
+/* Close the open frame: configuration word, trailer, final header. */
+static void frame_close(farm_msg *msg, struct out_chan *c, uint32_t R)
 {
 	if (c->frame == UINT64_MAX)
 		return;
 	uint32_t off = (uint32_t)(c->frame & (R - 1));
 	uint32_t len = (uint32_t)(c->tail - c->frame) + 8;
 	uint64_t h = wire_header(c->seq++, len);
+	uint64_t cfg = atomic_load_explicit(&msg->cfg, memory_order_relaxed);
 	memcpy(c->mirror + off, &h, 8);
+	memcpy(c->mirror + off + 8, &cfg, 8);
 	uint64_t t = h ^ WIRE_TRAILER_MAGIC;
 	memcpy(c->mirror + off + len - 8, &t, 8);
 	c->tail += 8;
@@ -163,11 +165,11 @@ static bool chan_append(farm_msg *msg, struct out_chan *c,
 		    off + flen + stride + 8 <= R &&
 		    fits(c, R, c->tail + stride + 8))
 			goto put;
-		frame_close(c, R);
+		frame_close(msg, c, R);
 	}
-	/* A new frame: header, the message, trailer; wrap if it would cross
-	 * the end of the ring. */
-	uint32_t need = 8 + stride + 8;
+	/* A new frame: header, configuration word, the message, trailer;
+	 * wrap if it would cross the end of the ring. */
+	uint32_t need = WIRE_FRAME_OVERHEAD + stride;
 	uint32_t off = (uint32_t)(c->tail & (R - 1));
 	if (off + need > R) {
 		uint64_t end = c->tail + (R - off) + need;
@@ -180,7 +182,7 @@ static bool chan_append(farm_msg *msg, struct out_chan *c,
 		return false;
 	}
 	c->frame = c->tail;
-	c->tail += 8;
+	c->tail += WIRE_FRAME_BODY;
 put:;
 	uint8_t *p = c->mirror + (uint32_t)(c->tail & (R - 1));
 	memcpy(p, m, WIRE_MSG_HDR);
@@ -288,7 +290,7 @@ void farm_loop_flush(farm_loop *loop)
 	for (unsigned i = 0; i < loop->ndirty; i++) {
 		struct out_chan *c = loop->dirty[i];
 		chan_drain(msg, c);
-		frame_close(c, msg->lay.R);
+		frame_close(msg, c, msg->lay.R);
 		chan_post(loop, c);
 		if (c->qhead || c->posted != c->tail)
 			loop->dirty[keep++] = c; /* waiting for room or SQ */
@@ -345,6 +347,10 @@ int msg_send_wire(farm_loop *loop, uint32_t machine, unsigned thread,
 		stat_add(&loop->stats, S_SENT, 1);
 		return 0;
 	}
+	if (machine < msg->attr.max_machines &&
+	    atomic_load_explicit(&msg->min_cfg[machine],
+	                         memory_order_relaxed) == UINT32_MAX)
+		return FARM_EPEERDEAD; /* removed: it would not read it */
 	struct out_chan *c;
 	int rc = chan_get(loop, machine, thread, &c);
 	if (rc)
@@ -485,6 +491,29 @@ static void break_chan(farm_loop *loop, uint32_t m, unsigned t,
 	         loop->idx, m, t, why, c->head & (loop->msg->lay.R - 1));
 }
 
+/* A frame from machine @m stamped with configuration @cfg, older than
+ * the @min this machine accepts from it: counted; logged for the first
+ * refused frame of each threshold. */
+static void refuse_frame(farm_loop *loop, uint32_t m, uint32_t cfg,
+                         uint32_t min)
+{
+	stat_add(&loop->stats, S_REFUSED_CONFIG, 1);
+	if (loop->refused_logged[m] == min)
+		return;
+	loop->refused_logged[m] = min;
+	if (min == UINT32_MAX)
+		farm_warn(
+		        "msg: loop %u: refusing messages from machine %" PRIu32
+		        ": it was removed from the configuration",
+		        loop->idx, m);
+	else
+		farm_warn(
+		        "msg: loop %u: refusing messages from machine %" PRIu32
+		        " stamped with configuration %" PRIu32
+		        " (accepted from %" PRIu32 ")",
+		        loop->idx, m, cfg, min);
+}
+
 /* Handle the frames waiting in one ring. Returns messages delivered. */
 static int poll_ring(farm_loop *loop, uint32_t m, unsigned t, struct in_chan *c)
 {
@@ -507,14 +536,27 @@ static int poll_ring(farm_loop *loop, uint32_t m, unsigned t, struct in_chan *c)
 			c->head += R - off;
 			continue;
 		}
-		const uint8_t *body = c->ring + off + 8;
+		const uint8_t *body = c->ring + off + WIRE_FRAME_BODY;
 		uint32_t blen = len - WIRE_FRAME_OVERHEAD;
-		if (wire_check_body(body, blen, msg->attr.nthreads,
-		                    msg->types) < 0) {
+		int64_t fcfg = wire_frame_config(c->ring, off);
+		if (fcfg < 0 || wire_check_body(body, blen, msg->attr.nthreads,
+		                                msg->types) < 0) {
 			break_chan(loop, m, t, c, "malformed message");
 			return got;
 		}
 		stat_add(&loop->stats, S_FRAMES_RECV, 1);
+		/* Pairs with the release in farm_msg_peer_min_config. */
+		uint32_t min = atomic_load_explicit(&msg->min_cfg[m],
+		                                    memory_order_acquire);
+		if (FARM_UNLIKELY((uint64_t)fcfg < min)) {
+			/* A removed machine (or an older incarnation of a
+			 * returning one): consumed, not delivered. */
+			refuse_frame(loop, m, (uint32_t)fcfg, min);
+			c->head += len;
+			if (c->head - c->returned >= R / 2)
+				hand_back(loop, m, t, c);
+			continue;
+		}
 		for (uint32_t o = 0; o < blen;) {
 			struct wire_msg wm;
 			memcpy(&wm, body + o, sizeof(wm));

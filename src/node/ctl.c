@@ -189,6 +189,9 @@ static const struct farm_ctl_field msg_fields[] = {
                          "channels broken by bad data"),
         FARM_CTL_COUNTER(farm_msg_stats, stale_replies,
                          "replies to calls that had given up"),
+        FARM_CTL_COUNTER(farm_msg_stats, refused_config,
+                         "frames refused: sender removed from the "
+                         "configuration"),
         FARM_CTL_COUNTER(farm_msg_stats, timeouts, "calls that timed out"),
         FARM_CTL_COUNTER(farm_msg_stats, peer_deaths,
                          "calls failed because the peer died"),
