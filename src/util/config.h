@@ -12,6 +12,7 @@
 
 #define FARM_CONFIG_MAX_PEERS 64
 #define FARM_CONFIG_STR       256
+#define FARM_CONFIG_DOMAIN    64 /* a failure domain's name, with NUL */
 
 struct farm_config_peer {
 	uint32_t id;
@@ -22,13 +23,14 @@ struct farm_config {
 	uint32_t machine_id;
 	bool has_machine_id;
 	char data_dir[FARM_CONFIG_STR];
-	char fabric[16];                /* "" = $FARM_FABRIC or shm */
-	char listen[FARM_CONFIG_STR];   /* verbs, ofi: ip:port */
-	char ofi_provider[64];          /* ofi: libfabric provider ("" =
-	                                   tcp;ofi_rxm) */
-	uint64_t region_size;           /* bytes, power of two */
-	char job[32];                   /* what the machine host runs */
-	uint32_t replicas;              /* r: copies of each region, 1..8 */
+	char domain[FARM_CONFIG_DOMAIN]; /* failure domain ("": none) */
+	char fabric[16];                 /* "" = $FARM_FABRIC or shm */
+	char listen[FARM_CONFIG_STR];    /* verbs, ofi: ip:port */
+	char ofi_provider[64];           /* ofi: libfabric provider ("" =
+	                                    tcp;ofi_rxm) */
+	uint64_t region_size;            /* bytes, power of two */
+	char job[32];                    /* what the machine host runs */
+	uint32_t replicas;               /* r: copies of each region, 1..8 */
 	uint32_t rings;                 /* k: consistent-hashing rings, 1..16 */
 	uint32_t ring_points;           /* points per machine per ring */
 	uint32_t threads;               /* event loops per machine, 1..64 */
@@ -51,6 +53,9 @@ struct farm_config {
 	                                     socket ("": 127.0.0.1) */
 	unsigned npeers;
 	struct farm_config_peer peers[FARM_CONFIG_MAX_PEERS];
+	/* peer_domains[i]: peers[i]'s failure domain ("peer_domain"; "":
+	 * none), for static membership. */
+	char peer_domains[FARM_CONFIG_MAX_PEERS][FARM_CONFIG_DOMAIN];
 };
 
 void farm_config_defaults(struct farm_config *c);
