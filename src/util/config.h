@@ -23,14 +23,13 @@ struct farm_config {
 	uint32_t machine_id;
 	bool has_machine_id;
 	char data_dir[FARM_CONFIG_STR];
-	char domain[FARM_CONFIG_DOMAIN]; /* failure domain ("": none) */
-	char fabric[16];                 /* "" = $FARM_FABRIC or shm */
-	char listen[FARM_CONFIG_STR];    /* verbs, ofi: ip:port */
-	char ofi_provider[64];           /* ofi: libfabric provider ("" =
-	                                    tcp;ofi_rxm) */
-	uint64_t region_size;            /* bytes, power of two */
-	char job[32];                    /* what the machine host runs */
-	uint32_t replicas;               /* r: copies of each region, 1..8 */
+	char fabric[16];                /* "" = $FARM_FABRIC or shm */
+	char listen[FARM_CONFIG_STR];   /* verbs, ofi: ip:port */
+	char ofi_provider[64];          /* ofi: libfabric provider ("" =
+	                                   tcp;ofi_rxm) */
+	uint64_t region_size;           /* bytes, power of two */
+	char job[32];                   /* what the machine host runs */
+	uint32_t replicas;              /* r: copies of each region, 1..8 */
 	uint32_t rings;                 /* k: consistent-hashing rings, 1..16 */
 	uint32_t ring_points;           /* points per machine per ring */
 	uint32_t threads;               /* event loops per machine, 1..64 */
@@ -51,6 +50,9 @@ struct farm_config {
 	                                   leases run with ZooKeeper only */
 	char lease_bind[FARM_CONFIG_STR]; /* IPv4 address of the lease
 	                                     socket ("": 127.0.0.1) */
+	/* The machine's failure domain ("": none): placement puts a
+	 * region's replicas in distinct domains (docs/config.md). */
+	char domain[FARM_CONFIG_DOMAIN];
 	unsigned npeers;
 	struct farm_config_peer peers[FARM_CONFIG_MAX_PEERS];
 	/* peer_domains[i]: peers[i]'s failure domain ("peer_domain"; "":
