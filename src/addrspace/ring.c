@@ -154,7 +154,11 @@ static void place_arc(const farm_ring *g, const struct one_ring *R, unsigned i,
 	/* 3. Short of departed ones: members outside L's domains first,
 	 * then any, each pass clockwise; a fixed order given L, so a
 	 * later departure only appends. */
-	for (unsigned pass = 0; pass < 2 && got < g->nrep; pass++)
+	bool outside = false; /* a member outside L's domains exists */
+	for (unsigned m = 0; got < g->nrep && m < g->nall && !outside; m++)
+		outside = !g->all[m].departed &&
+		          !domain_in(g, L, nl, g->all[m].domain);
+	for (unsigned pass = outside ? 0 : 1; pass < 2 && got < g->nrep; pass++)
 		for (unsigned s = 0; s < g->npts && got < g->nrep; s++) {
 			uint32_t m = R->pts[(i + s) % g->npts].idx;
 			if (g->all[m].departed || in_set(L, nl, m) ||
