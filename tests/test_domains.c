@@ -19,7 +19,9 @@
  *   text           domain lines in the configuration text round-trip, bad
  *                  ones are refused, and the view's numbering of domains
  *                  (farm_view_placement) depends on the names alone;
- *   config         the `domain` and `peer_domain` keys, and bad values.
+ *   config         the `domain` and `peer_domain` keys, and bad values;
+ *   static         static membership carries the machine's and its peers'
+ *                  domains into the view, and refuses bad names.
  *
  * --broken: placement ignores domains (the test-only switch
  * FARM_FP_RING_NO_DOMAINS); "distinct" must then find regions with two
@@ -435,6 +437,37 @@ static void test_config(void **state)
 	        -EINVAL);
 }
 
+static void test_static(void **state)
+{
+	(void)state;
+	struct farm_config_peer peers[2] = {{2, "/tmp/b"}, {1, "/tmp/a"}};
+	char pd[2][FARM_CONFIG_DOMAIN] = {"rack-2", ""};
+	struct farm_membership_attr a = {.self_id = 0,
+	                                 .endpoint = "/tmp/x",
+	                                 .domain = "rack-0",
+	                                 .peers = peers,
+	                                 .npeers = 2,
+	                                 .peer_domains = pd};
+	struct farm_membership *m = NULL;
+	struct farm_view *v = calloc(1, sizeof(*v));
+	assert_non_null(v);
+	assert_int_equal(farm_membership_open(&a, &m), 0);
+	assert_int_equal(farm_membership_view(m, v), 0);
+	assert_int_equal(v->n, 3);
+	assert_string_equal(v->members[0].domain, "rack-0");
+	assert_string_equal(v->members[1].domain, "");
+	assert_string_equal(v->members[2].domain, "rack-2");
+	assert_int_equal(v->ndeparted, 0);
+	farm_membership_close(m);
+	/* Bad names are refused. */
+	a.domain = "rack 0";
+	assert_int_equal(farm_membership_open(&a, &m), -EINVAL);
+	a.domain = NULL;
+	strcpy(pd[1], "a/b");
+	assert_int_equal(farm_membership_open(&a, &m), -EINVAL);
+	free(v);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -442,6 +475,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_plain),    cmocka_unit_test(test_stable),
 	        cmocka_unit_test(test_order),    cmocka_unit_test(test_balance),
 	        cmocka_unit_test(test_text),     cmocka_unit_test(test_config),
+	        cmocka_unit_test(test_static),
 	};
 	size_t n = FARM_ARRAY_SIZE(tests);
 	if (argc > 1 && !strcmp(argv[1], "--broken")) {
