@@ -283,7 +283,11 @@ static void apply_view(void *ctx, const struct farm_view *v)
 			farm_warn("node: cannot reach machine %" PRIu32 ": %s",
 			          m->id, farm_strerror(rc));
 	}
-	int rc = farm_as_set_view(n->as, v->config_id, ids, k);
+	/* Placement with the failure domains and departed machines the
+	 * configuration lists (addrspace/ring.h). */
+	struct farm_ring_machine placed[2 * FARM_VIEW_MAX];
+	unsigned np = farm_view_placement(v, ids, k, placed);
+	int rc = farm_as_set_view_placed(n->as, v->config_id, placed, np);
 	if (rc && rc != -ESTALE)
 		farm_warn("node: view %" PRIu64 " not applied: %s",
 		          v->config_id, farm_strerror(rc));
@@ -564,12 +568,14 @@ int farm_node_start(farm_node *n, int timeout_ms)
 	struct farm_membership_attr ma = {
 	        .self_id = n->cfg.machine_id,
 	        .endpoint = n->card,
+	        .domain = n->cfg.domain,
 	        .zk = n->cfg.zk,
 	        .zk_root = n->cfg.zk_root[0] ? n->cfg.zk_root : NULL,
 	        .session_ms = n->cfg.zk_session_ms,
 	        .connect_ms = n->cfg.zk_connect_timeout_ms,
 	        .peers = n->cfg.peers,
 	        .npeers = n->cfg.npeers,
+	        .peer_domains = n->cfg.peer_domains,
 	        .on_view = apply_view,
 	        .on_state = on_state,
 	        .ctx = n,
