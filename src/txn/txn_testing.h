@@ -53,6 +53,10 @@ void farm_txn_testing_trunc_early(bool on);
  * commits for LOCK replies from removed machines (txn_end_lock_waits):
  * they wait out the reply deadline, holding their locks, as before. */
 void farm_txn_testing_keep_lock_waits(bool on);
+/* Process-wide: when on, COMMIT-BACKUP records carry no block
+ * descriptions (allocrec.c): backups' copies keep no block table, and a
+ * promoted region cannot be adopted by its new primary's allocator. */
+void farm_txn_testing_no_block_info(bool on);
 #endif
 
 /* Record types farm_txm_testing_records reports. */
