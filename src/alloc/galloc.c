@@ -20,9 +20,10 @@
 #include "util/common.h"
 #include "util/log.h"
 
-#define POOL_MAX  8
-#define MAX_LOOPS 64
-#define MAX_RETRY 4 /* region requests per allocation */
+#define POOL_MAX    8
+#define MAX_LOOPS   64
+#define MAX_RETRY   4 /* region requests per allocation */
+#define ADOPTED_MAX 64
 
 struct pooled {
 	uint32_t near;
@@ -49,6 +50,12 @@ struct farm_galloc {
 	struct deferred *deferred;     /* frees waiting for their region */
 	_Atomic uint64_t adopted, adopt_failed, adopt_skipped, adopt_ns,
 	        adopt_max_ns, frees_deferred, deferred_freed, deferred_lost;
+	/* The regions adopted (the first ADOPTED_MAX), for the counters of
+	 * allocations and frees in them: ids written before the count
+	 * (release; pairs with the acquire in in_adopted). */
+	uint32_t adopted_ids[ADOPTED_MAX];
+	_Atomic unsigned nadopted_ids;
+	_Atomic uint64_t adopted_allocs, adopted_frees;
 };
 
 /* A region promoted here, not yet in the block allocator. */
@@ -78,6 +85,8 @@ struct alloc_rep {
 struct free_req {
 	uint64_t addr;
 };
+
+static bool in_adopted(farm_galloc *g, uint32_t id);
 
 /* ---- regions ----------------------------------------------------------- */
 
@@ -207,6 +216,9 @@ static void op_try(farm_loop *loop, struct galloc_op *op)
 	}
 	if (rc == -EAGAIN)
 		rc = -ENOSPC;
+	if (!rc && in_adopted(g, farm_gaddr_region(a)))
+		atomic_fetch_add_explicit(&g->adopted_allocs, 1,
+		                          memory_order_relaxed);
 	op_post(loop, op, rc, a);
 }
 
@@ -370,6 +382,18 @@ int farm_galloc_free(farm_galloc *g, farm_loop *loop, farm_gaddr a,
  * rebuild, so none leaks and none is seen freed-but-allocated.
  */
 
+/* Was region @id adopted here? (Counters only; the adopter is the only
+ * writer of the list.) */
+static bool in_adopted(farm_galloc *g, uint32_t id)
+{
+	unsigned n =
+	        atomic_load_explicit(&g->nadopted_ids, memory_order_acquire);
+	for (unsigned i = 0; i < n; i++)
+		if (g->adopted_ids[i] == id)
+			return true;
+	return false;
+}
+
 static struct adopt_region **adopt_find(farm_galloc *g, uint32_t id)
 {
 	struct adopt_region **pp = &g->adopting;
@@ -456,6 +480,14 @@ static void adopt_one(farm_galloc *g, farm_slab **slab, uint32_t id)
 			uint64_t dt = farm_now_ns() - t0;
 			if (!rc) {
 				atomic_fetch_add(&g->adopted, 1);
+				unsigned k = atomic_load_explicit(
+				        &g->nadopted_ids, memory_order_relaxed);
+				if (k < ADOPTED_MAX) {
+					g->adopted_ids[k] = id;
+					atomic_store_explicit(
+					        &g->nadopted_ids, k + 1,
+					        memory_order_release);
+				}
 				atomic_fetch_add(&g->adopt_ns, dt);
 				uint64_t mx = atomic_load(&g->adopt_max_ns);
 				while (dt > mx &&
@@ -576,7 +608,11 @@ int farm_galloc_free_local_or_defer(farm_galloc *g, farm_loop *loop,
 		}
 		pthread_mutex_unlock(&g->adopt_lock);
 	}
-	return farm_galloc_free_local(g, loop, a);
+	int rc = farm_galloc_free_local(g, loop, a);
+	if (!rc && in_adopted(g, id))
+		atomic_fetch_add_explicit(&g->adopted_frees, 1,
+		                          memory_order_relaxed);
+	return rc;
 }
 
 int farm_galloc_block_info(farm_galloc *g, farm_gaddr a, uint32_t *info)
@@ -760,4 +796,6 @@ void farm_galloc_stats(farm_galloc *g, struct farm_galloc_stats *out)
 	out->frees_deferred = atomic_load(&g->frees_deferred);
 	out->deferred_freed = atomic_load(&g->deferred_freed);
 	out->deferred_lost = atomic_load(&g->deferred_lost);
+	out->adopted_allocs = atomic_load(&g->adopted_allocs);
+	out->adopted_frees = atomic_load(&g->adopted_frees);
 }

@@ -36,6 +36,9 @@ struct farm_galloc_stats {
 	 * region was adopted, done then, and lost (not freed: leaked). */
 	uint64_t adopted, adopt_failed, adopt_skipped, adopt_ns, adopt_max_ns;
 	uint64_t frees_deferred, deferred_freed, deferred_lost;
+	/* Objects allocated in adopted regions since, and frees at commit
+	 * (farm_galloc_free_local_or_defer) done in them. */
+	uint64_t adopted_allocs, adopted_frees;
 };
 
 /* Before the loops start (registers the RPC handlers). */
