@@ -408,12 +408,15 @@ int farm_galloc_adopt_expect(farm_galloc *g, uint32_t region)
 		return -EINVAL;
 	pthread_mutex_lock(&g->adopt_lock);
 	int rc = 0;
-	if (!*adopt_find(g, region)) {
+	if (farm_alloc_region_is_local(g->ba, region)) {
+		rc = 2; /* adopted already (an earlier recovery) */
+	} else if (!*adopt_find(g, region)) {
 		struct adopt_region *a = calloc(1, sizeof(*a));
 		if (a) {
 			*a = (struct adopt_region){.id = region,
 			                           .next = g->adopting};
 			g->adopting = a;
+			rc = 1;
 		} else {
 			rc = -ENOMEM;
 		}
@@ -466,9 +469,11 @@ static void adopt_one(farm_galloc *g, farm_slab **slab, uint32_t id)
 	farm_region *fr = farm_as_local_region(g->as, id, &role);
 	struct farm_alloc_region r = {.id = id};
 	int rc = -ENOENT;
-	if (fr && role == FARM_AS_PRIMARY) {
+	if (fr) { /* for the deferred frees' unlocks in any case */
 		r.base = farm_region_base(fr);
 		r.size = farm_region_size(fr);
+	}
+	if (fr && role == FARM_AS_PRIMARY) {
 		if (!farm_alloc_copy_formatted(&r)) {
 			/* No object was ever carried into it: not an
 			 * allocator region (or an unused one). */
@@ -567,8 +572,8 @@ int farm_galloc_adopt(farm_galloc *g, uint32_t region)
 	if (!g)
 		return -EINVAL;
 	int rc = farm_galloc_adopt_expect(g, region);
-	if (rc)
-		return rc;
+	if (rc < 0 || rc == 2)
+		return rc < 0 ? rc : 0;
 	pthread_mutex_lock(&g->adopt_lock);
 	if (!g->adopter_up) {
 		rc = pthread_create(&g->adopter, NULL, adopter_main, g);
@@ -579,7 +584,7 @@ int farm_galloc_adopt(farm_galloc *g, uint32_t region)
 		g->adopter_up = true;
 	}
 	struct adopt_region *a = *adopt_find(g, region);
-	if (!a->taken)
+	if (a && !a->taken) /* (gone: adopted since, by a racing call) */
 		a->queued = true;
 	pthread_cond_signal(&g->adopt_cv);
 	pthread_mutex_unlock(&g->adopt_lock);

@@ -88,8 +88,11 @@ int farm_galloc_free_array_local(farm_galloc *g, farm_loop *loop, farm_gaddr a,
  *
  * farm_galloc_adopt_expect() - region @region is about to become primary
  * here (promoted by recovery): from now on frees of its objects are
- * deferred (farm_galloc_free_local_or_defer) until it is adopted.
- * farm_galloc_adopt_cancel() - it was not promoted after all.
+ * deferred (farm_galloc_free_local_or_defer) until it is adopted. Returns
+ * 1 (expected from now on), 0 (it was already), 2 (it is adopted
+ * already: nothing to do), -ENOMEM.
+ * farm_galloc_adopt_cancel() - it was not promoted after all (only after
+ * an expect that returned 1).
  * farm_galloc_adopt() - nothing can write new objects into it any more
  * but this machine's allocator: a background thread rebuilds its block
  * allocator state from the copy (block table kept by the replica, slab free

@@ -212,6 +212,9 @@ static int rlock_take(farm_txm *m, uint64_t addr, uint8_t *q)
  */
 static void adopt_add(farm_txm *m, uint32_t region)
 {
+	for (unsigned i = 0; i < m->rec.nadopt; i++)
+		if (m->rec.adopt[i] == region)
+			return; /* still waiting since an earlier recovery */
 	if (m->rec.nadopt == m->rec.capadopt) {
 		unsigned nc = m->rec.capadopt ? 2 * m->rec.capadopt : 16;
 		uint32_t *n = realloc(m->rec.adopt, nc * sizeof(*n));
@@ -571,14 +574,16 @@ static void rec_loop_run(struct txloop *tl)
 	pthread_mutex_lock(&m->rec.lock);
 	for (unsigned i = 0; i < m->rec.npromo; i++) {
 		uint32_t id = m->rec.promo[i];
-		/* Before it serves: its frees wait for adoption (galloc.h). */
-		bool expect = !farm_galloc_adopt_expect(m->ga, id);
+		/* Before it serves: its frees wait for adoption (galloc.h).
+		 * A region of an earlier recovery (still listed) may be
+		 * adopted already (2). */
+		int ex = farm_galloc_adopt_expect(m->ga, id);
 		if (!farm_as_promote(m->as, id)) {
 			stat_add(m, S_REC_PROMOTED, 1);
 			np++;
-			if (expect)
+			if (ex == 0 || ex == 1)
 				adopt_add(m, id);
-		} else if (expect) {
+		} else if (ex == 1) {
 			farm_galloc_adopt_cancel(m->ga, id);
 		}
 	}
