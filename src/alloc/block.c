@@ -663,12 +663,16 @@ int farm_alloc_copy_note(const struct farm_alloc_region *copy, farm_gaddr a,
 	if (t0 && t0 != bt_table(1))
 		return FARM_ECORRUPT;
 	uint64_t hv = bt_slab(cls, mb, 0);
+	bool all_there = magic != 0 && t0 != 0;
 	for (uint32_t i = 0; i < mb; i++) {
 		uint64_t have = atomic_load_explicit(&table[head + i],
 		                                     memory_order_acquire);
 		if (have && !(i ? have == bt_cont(head) : same_slab(have, hv)))
 			return FARM_ECORRUPT;
+		all_there &= have != 0;
 	}
+	if (all_there)
+		return 0; /* the common case: loads only, no line written */
 	int wrote = 0, rc;
 	if (!magic) {
 		for (unsigned k = 1; k < sizeof(want) / 8; k++)
