@@ -520,6 +520,15 @@ static void adopt_one(farm_galloc *g, farm_slab **slab, uint32_t id)
 	while (d) {
 		struct deferred *n = d->next;
 		int f = rc == 0 && *slab ? farm_slab_free(*slab, d->a) : rc;
+		/* Unlock it either way: the caller left that to us. */
+		if (r.base)
+			atomic_store_explicit(
+			        (_Atomic uint64_t *)(void *)((char *)r.base +
+			                                     farm_gaddr_offset(
+			                                             d->a)),
+			        d->then, memory_order_release);
+		/* Counted after (seq_cst, so a release): whoever reads the
+		 * count sees the free and the unlock. */
 		if (f) {
 			atomic_fetch_add(&g->deferred_lost, 1);
 			farm_warn("alloc: deferred free of %#" PRIx64
@@ -528,13 +537,6 @@ static void adopt_one(farm_galloc *g, farm_slab **slab, uint32_t id)
 		} else {
 			atomic_fetch_add(&g->deferred_freed, 1);
 		}
-		/* Unlock it either way: the caller left that to us. */
-		if (r.base)
-			atomic_store_explicit(
-			        (_Atomic uint64_t *)(void *)((char *)r.base +
-			                                     farm_gaddr_offset(
-			                                             d->a)),
-			        d->then, memory_order_release);
 		free(d);
 		d = n;
 	}
