@@ -275,6 +275,15 @@ typedef struct farm_txm_stats {
 	/* Commits that stopped waiting for a LOCK reply from a machine a new
 	 * configuration removed (they abort, retryable, at once). */
 	uint64_t lock_waits_ended;
+	/* Allocator recovery (SOSP'15 5.4): frees at commit the allocator
+	 * refused (each a leaked object; 0 expected), frees deferred until
+	 * their promoted region was adopted, block descriptions written into
+	 * backup copies and refused there; promoted regions adopted by this
+	 * machine's allocator (rebuilt by scan), refused, their rebuild time
+	 * in all and the longest, and deferred frees that were lost. */
+	uint64_t free_failed, free_deferred, block_notes, block_note_errors;
+	uint64_t rec_adopted, rec_adopt_failed, rec_adopt_ns, rec_adopt_max_ns,
+	        deferred_lost;
 } farm_txm_stats;
 
 FARM_API void farm_txm_stats_get(farm_txm *m, farm_txm_stats *out);

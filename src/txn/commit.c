@@ -135,6 +135,9 @@ static int build_rec(farm_tx *tx, int type, uint32_t p, uint32_t b,
 		                 ((o->flags & (TXO_FREE | TXO_ELEM)) ==
 		                                  (TXO_FREE | TXO_ELEM)
 		                          ? OBJF_ELEM
+		                          : 0) |
+		                 (type == REC_COMMIT_BACKUP
+		                          ? txn_alloc_flags(tx->m, o)
 		                          : 0)};
 		memcpy(img, o->img, 64ull * o->lines);
 		img += 64ull * o->lines;
@@ -755,13 +758,10 @@ static void single_install(farm_tx *tx)
 		if ((o->flags & TXO_FREE) &&
 		    (o->flags & (TXO_ARRAY | TXO_ELEM)))
 			continue; /* freed whole below, then unlocked */
-		if (o->flags & TXO_FREE) {
-			/* Under the lock: see obj_install_locked. */
-			int rc = farm_galloc_free_local(m->ga, tx->tl->loop,
-			                                o->a);
-			if (rc)
-				farm_warn("txn: free at commit: %s",
-				          farm_strerror(rc));
+		if ((o->flags & TXO_FREE) &&
+		    txn_free_at_commit(m, tx->tl, o->a, nv)) {
+			o->locked = false; /* the allocator unlocks it */
+			continue;
 		}
 		atomic_store_explicit((_Atomic uint64_t *)(void *)p, nv,
 		                      memory_order_release);
@@ -774,9 +774,11 @@ static void single_install(farm_tx *tx)
 			continue;
 		int rc = farm_galloc_free_array_local(
 		        m->ga, tx->tl->loop, o->a, 64ull * o->lines, o->arr_n);
-		if (rc)
+		if (rc) {
+			stat_add(m, S_FREE_FAILED, 1);
 			farm_warn("txn: array free at commit: %s",
 			          farm_strerror(rc));
+		}
 	}
 	for (unsigned i = 0; i < tx->n; i++) {
 		struct txobj *o = &tx->o[i];

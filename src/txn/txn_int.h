@@ -89,6 +89,9 @@ struct rec_obj {
 #define OBJF_ARRAY   4u
 #define OBJF_ELEM    8u
 #define OBJF_N_SHIFT 8
+/* Any other object the coordinator holds: its slab block's description
+ * (farm_alloc_block_info, 15 bits) in bits 30..16, or 0 (allocrec.c). */
+#define OBJF_BINFO_SHIFT 16
 
 struct reply {
 	uint64_t txid;
@@ -224,6 +227,8 @@ struct txrec_state {
 	_Atomic uint64_t t_config, t_go, t_active; /* farm_txm_stats */
 	struct rec_rlock *rl;
 	unsigned nrl, caprl;
+	uint32_t *adopt; /* promoted regions not yet handed to the allocator */
+	unsigned nadopt, capadopt;
 	/* The decider. */
 	bool go_sent;
 	uint64_t applied_from[0x40];
@@ -308,8 +313,12 @@ enum {
 	S_REC_LOCKS,
 	S_REC_PROMOTED,
 	S_REC_REFUSED,
-	S_TRUNC_UNFINISHED, /* COMMIT-BACKUPs truncated at or above the mark */
-	S_LOCK_WAITS_ENDED, /* LOCK waits on removed machines ended early */
+	S_TRUNC_UNFINISHED,  /* COMMIT-BACKUPs truncated at or above the mark */
+	S_LOCK_WAITS_ENDED,  /* LOCK waits on removed machines ended early */
+	S_FREE_FAILED,       /* frees at commit the allocator refused (leaks) */
+	S_FREE_DEFERRED,     /* frees at commit waiting for their region */
+	S_BLOCK_NOTES,       /* block descriptions written into backup copies */
+	S_BLOCK_NOTE_ERRORS, /* ... refused (the copy's table disagrees) */
 	S_NSTATS
 };
 _Static_assert(S_NSTATS <= 48, "farm_txm st.v holds the counters");
@@ -647,6 +656,12 @@ void txn_note_abort(struct txloop *tl, uint64_t txid, uint64_t pos);
 bool txn_copy_apply(uint8_t *p, unsigned lines, const uint8_t *img, bool held);
 
 void txn_decide_primary(struct txloop *tl, uint64_t txid, bool commit);
+
+/* allocrec.c: block descriptions carried to backups */
+uint32_t txn_alloc_flags(farm_txm *m, const struct txobj *o);
+void txn_alloc_note(struct txloop *tl, const uint8_t *rec);
+bool txn_free_at_commit(farm_txm *m, struct txloop *tl, farm_gaddr a,
+                        uint64_t nv);
 
 /* recover.c */
 int txn_rec_init(farm_txm *m);

@@ -59,6 +59,10 @@ void farm_txn_testing_trunc_early(bool on);
  * commits for LOCK replies from removed machines (txn_end_lock_waits):
  * they wait out the reply deadline, holding their locks, as before. */
 void farm_txn_testing_keep_lock_waits(bool on);
+/* Process-wide: when on, COMMIT-BACKUP records carry no block
+ * descriptions (allocrec.c): backups' copies keep no block table, and a
+ * promoted region cannot be adopted by its new primary's allocator. */
+void farm_txn_testing_no_block_info(bool on);
 #else
 static inline void farm_txn_testing_crash_after_backup(bool on)
 {
@@ -77,6 +81,10 @@ static inline void farm_txn_testing_trunc_early(bool on)
 	(void)on;
 }
 static inline void farm_txn_testing_keep_lock_waits(bool on)
+{
+	(void)on;
+}
+static inline void farm_txn_testing_no_block_info(bool on)
 {
 	(void)on;
 }
