@@ -40,7 +40,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		size--;
 		uint32_t o = 0, s = 1;
 		while (size >= 2) {
-			uint32_t blen = (uint32_t)(data[0] | data[1] << 8) % MAX_FRAME;
+			uint32_t blen =
+			        (uint32_t)(data[0] | data[1] << 8) % MAX_FRAME;
 			data += 2;
 			size -= 2;
 			if (blen > size)
@@ -53,11 +54,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 					break;
 				uint64_t w = wire_header(s++, WIRE_WRAP_LEN);
 				memcpy(ring + o, &w, 8);
-				break; /* one lap: what follows the wrap is empty */
+				break; /* one lap: what follows the wrap is
+				          empty */
 			}
-			uint64_t h = wire_header(s++, flen), t = h ^ WIRE_TRAILER_MAGIC;
+			uint64_t h = wire_header(s++, flen),
+			         t = h ^ WIRE_TRAILER_MAGIC;
+			uint64_t cfg = s; /* any id; the high bits zero */
 			memcpy(ring + o, &h, 8);
-			memcpy(ring + o + 8, data, blen);
+			memcpy(ring + o + 8, &cfg, 8);
+			memcpy(ring + o + WIRE_FRAME_BODY, data, blen);
 			memcpy(ring + o + flen - 8, &t, 8);
 			data += blen;
 			size -= blen;
@@ -82,8 +87,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		}
 		if (len < WIRE_FRAME_OVERHEAD || off + len > RING)
 			abort(); /* wire_peek promised otherwise */
-		const uint8_t *body = ring + off + 8;
+		const uint8_t *body = ring + off + WIRE_FRAME_BODY;
 		uint32_t blen = len - WIRE_FRAME_OVERHEAD;
+		if (wire_frame_config(ring, off) < 0)
+			break;
 		int n = wire_check_body(body, blen, 4, types);
 		if (n < 0)
 			break;

@@ -75,8 +75,9 @@ struct rb_params {
 	           unsigned nacc);
 	int (*step)(struct tx_child *c, struct run_report *r);
 	int (*end)(struct tx_child *c, const farm_fatptr *acc, unsigned nacc);
-	/* The machines' configuration, changed before they start. */
-	void (*config)(struct farm_config *cfg);
+	/* configure: machine @me's configuration, before it starts (after
+	 * recbank.h's own settings; test_rec_domains: domains, replicas). */
+	void (*configure)(uint32_t me, struct farm_config *cfg);
 };
 static struct rb_params rb_p = {.pre_transfers = 300, .post_ms = 3000};
 
@@ -381,8 +382,8 @@ static inline int rb_machine(struct np_child *np, void *arg)
 	if (st)
 		return st;
 	cfg.replicas = 3;
-	if (rb_p.config)
-		rb_p.config(&cfg);
+	if (rb_p.configure)
+		rb_p.configure(np->me, &cfg);
 	if (tx_hist_stream(&c))
 		return 8;
 	return tx_child_run(&c, &cfg, RB_JOIN_MS, rb_bank);

@@ -913,6 +913,188 @@ static void test_rebuild(void **state)
 	prov_fini(&p);
 }
 
+/* ---- replicating the block table --------------------------------------- */
+
+/*
+ * A replica's copy receives object images only; the block-table words come
+ * from farm_alloc_block_info() carried with each new object and written by
+ * farm_alloc_copy_note(). Rebuilt by scan, such a copy must give the
+ * owner's allocator state exactly.
+ */
+static void test_copy_note(void **state)
+{
+	(void)state;
+	struct prov p;
+	prov_init(&p, 16u << 20, 70);
+	farm_blockalloc *ba = mk_ba(&p);
+	farm_slab *s1, *s2;
+	assert_int_equal(farm_slab_create(ba, &s1), 0);
+	assert_int_equal(farm_slab_create(ba, &s2), 0);
+	enum { N = 20000 };
+	farm_gaddr *objs = malloc(N * sizeof(*objs));
+	uint32_t *info = malloc(N * sizeof(*info));
+	assert_non_null(objs);
+	assert_non_null(info);
+	uint64_t seed = 11;
+	for (int i = 0; i < N; i++) {
+		uint32_t sz = rand_size(&seed);
+		if (sz > 8192)
+			sz = 64 + sz % 512;
+		if (i % 997 == 0) /* classes of 2 and 5 MiB blocks too */
+			sz = i & 1 ? 89000 : 470000;
+		assert_int_equal(
+		        farm_slab_alloc(i & 1 ? s2 : s1, sz, 0, &objs[i]), 0);
+		/* Taken when the object is new, as a commit does. */
+		assert_int_equal(farm_alloc_block_info(ba, objs[i], &info[i]),
+		                 0);
+		assert_true(info[i] & 1);
+		assert_int_equal(info[i] >> FARM_ALLOC_BINFO_BITS, 0);
+	}
+	farm_gaddr small;
+	assert_int_equal(farm_alloc_array(s1, 200, 7, 0, &small), 0);
+	uint32_t small_info;
+	assert_int_equal(farm_alloc_block_info(ba, small, &small_info), 0);
+	for (int i = 0; i < N; i++)
+		if (farm_rand64(&seed) % 3 == 0)
+			assert_int_equal(
+			        farm_slab_free(i & 1 ? s1 : s2, objs[i]), 0);
+	/* Bad input. */
+	assert_int_equal(
+	        farm_alloc_block_info(ba, farm_gaddr_make(9999, 64), &info[0]),
+	        -EREMOTE);
+	assert_int_equal(farm_alloc_block_info(NULL, objs[0], &info[0]),
+	                 -EINVAL);
+
+	/* The copies: zero, then every object's image (allocated or freed
+	 * since: both were replicated) and its block's description, in a
+	 * shuffled order (replicas apply records of many logs). */
+	int nc = p.n;
+	struct farm_alloc_region copies[PROV_MAX];
+	for (int i = 0; i < nc; i++) {
+		copies[i] = p.r[i];
+		copies[i].base = aligned_alloc(4096, p.r[i].size);
+		assert_non_null(copies[i].base);
+		memset(copies[i].base, 0, p.r[i].size);
+	}
+	uint64_t wrote = 0;
+	for (int k = 0; k <= N; k++) {
+		int i = k == N ? -1 : (int)((k * 7919ull) % N);
+		farm_gaddr a = i < 0 ? small : objs[i];
+		uint32_t in = i < 0 ? small_info : info[i];
+		int ci = (int)farm_gaddr_region(a) - 70;
+		assert_true(ci >= 0 && ci < nc);
+		uint64_t off = farm_gaddr_offset(a);
+		/* The image: its header says how many lines it has (the
+		 * array's: 7 elements of 4 lines). */
+		const struct farm_objhdr *h =
+		        (const void *)((char *)p.r[ci].base + off);
+		uint64_t lines =
+		        i < 0 ? 7 * 4 : ((h->incarn >> 1) & 0x3fff) + 1;
+		memcpy((char *)copies[ci].base + off,
+		       (char *)p.r[ci].base + off, lines * 64);
+		int rc = farm_alloc_copy_note(&copies[ci], a, in);
+		assert_true(rc == 0 || rc == 1);
+		wrote += (uint64_t)rc;
+		assert_int_equal(farm_alloc_copy_note(&copies[ci], a, in), 0);
+	}
+	assert_true(wrote > 0);
+	/* Refused: bad descriptions, another region's copy, a class that
+	 * contradicts the noted one. Nothing is written. */
+	int ci0 = (int)farm_gaddr_region(objs[0]) - 70;
+	assert_int_equal(farm_alloc_copy_note(&copies[ci0], objs[0], 0),
+	                 -EINVAL);
+	assert_int_equal(
+	        farm_alloc_copy_note(&copies[ci0], objs[0], info[0] | 7u << 12),
+	        -EINVAL);
+	assert_int_equal(farm_alloc_copy_note(&copies[ci0],
+	                                      farm_gaddr_make(9999, 1 << 20),
+	                                      info[0]),
+	                 -EINVAL);
+	uint32_t other = (info[0] & ~(0xffu << 1)) |
+	                 ((((info[0] >> 1) & 0xff) ^ 1) << 1);
+	if (farm_alloc_class_block_mb((int)((other >> 1) & 0xff)) ==
+	    ((other >> 9) & 7))
+		assert_int_equal(
+		        farm_alloc_copy_note(&copies[ci0], objs[0], other),
+		        FARM_ECORRUPT);
+
+	/* Owners are not carried (copies say 0): the live state without
+	 * slabs is what the copies must rebuild to. */
+	farm_slab_destroy(s1);
+	farm_slab_destroy(s2);
+	int rc1, rc2;
+	char *live = dump_str(ba, &rc1);
+	assert_int_equal(rc1, 0);
+	farm_blockalloc *rb;
+	struct farm_blockalloc_attr at = {0};
+	assert_int_equal(farm_blockalloc_create(&at, &rb), 0);
+	for (int i = 0; i < nc; i++) {
+		assert_true(farm_alloc_copy_formatted(&copies[i]));
+		assert_int_equal(farm_blockalloc_rebuild_region(rb, &copies[i]),
+		                 0);
+	}
+	char *rebuilt = dump_str(rb, &rc2);
+	assert_int_equal(rc2, 0);
+	printf("copy note: %d regions, %d objects, dump %zu bytes, equal %d\n",
+	       nc, N, strlen(live), strcmp(live, rebuilt) == 0);
+	assert_string_equal(live, rebuilt);
+	struct farm_alloc_stats st1, st2;
+	farm_blockalloc_stats(ba, &st1);
+	farm_blockalloc_stats(rb, &st2);
+	assert_int_equal(st2.blocks_in_use, st1.blocks_in_use);
+	assert_int_equal(st2.blocks_unusable, 0);
+	farm_blockalloc_destroy(rb);
+
+	/* A large array's run is not carried: its copy holds the elements in
+	 * blocks the copied table says are FREE. A rebuild must never hand
+	 * them out. */
+	farm_slab *s3;
+	assert_int_equal(farm_slab_create(ba, &s3), 0);
+	farm_gaddr big;
+	assert_int_equal(farm_alloc_array(s3, 4096, 600, 0, &big), 0);
+	uint32_t bi;
+	assert_int_equal(farm_alloc_block_info(ba, big, &bi), -ENOENT);
+	int cb = (int)farm_gaddr_region(big) - 70;
+	uint64_t boff = farm_gaddr_offset(big), blen = 4096ull * 600;
+	for (uint64_t e = 0; e < 600; e++) /* each element's header */
+		memcpy((char *)copies[cb].base + boff + e * 4096,
+		       (char *)p.r[cb].base + boff + e * 4096, 16);
+	char *keep = malloc(blen);
+	assert_non_null(keep);
+	memcpy(keep, (char *)copies[cb].base + boff, blen);
+	assert_int_equal(farm_blockalloc_create(&at, &rb), 0);
+	assert_int_equal(farm_blockalloc_rebuild_region(rb, &copies[cb]), 0);
+	farm_blockalloc_stats(rb, &st2);
+	printf("copy note: a large array's 3 blocks, %llu found unusable\n",
+	       (unsigned long long)st2.blocks_unusable);
+	assert_int_equal(st2.blocks_unusable, 3);
+	farm_slab *s4;
+	assert_int_equal(farm_slab_create(rb, &s4), 0);
+	farm_gaddr x;
+	int got = 0;
+	while (farm_slab_alloc(s4, 100000, big, &x) == 0 &&
+	       farm_gaddr_region(x) == copies[cb].id && got < 1000) {
+		uint64_t xo = farm_gaddr_offset(x);
+		assert_true(xo + 100000 <= boff || xo >= boff + blen);
+		got++;
+	}
+	assert_true(got > 0);
+	assert_memory_equal(keep, (char *)copies[cb].base + boff, blen);
+	farm_slab_destroy(s4);
+	farm_blockalloc_destroy(rb);
+	farm_slab_destroy(s3);
+
+	free(keep);
+	for (int i = 0; i < nc; i++)
+		free(copies[i].base);
+	free(live);
+	free(rebuilt);
+	free(objs);
+	free(info);
+	farm_blockalloc_destroy(ba);
+	prov_fini(&p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -922,6 +1104,7 @@ int main(void)
 	        cmocka_unit_test(test_arrays),
 	        cmocka_unit_test(test_double_free_race),
 	        cmocka_unit_test(test_rebuild),
+	        cmocka_unit_test(test_copy_note),
 	        cmocka_unit_test(test_threads),
 	};
 	return cmocka_run_group_tests_name("alloc", tests, NULL, NULL);

@@ -76,8 +76,9 @@ struct hash_report {
 	uint64_t hash[DR_MAXREG];
 };
 
-static void dr_config(struct farm_config *cfg)
+static void dr_config(uint32_t me, struct farm_config *cfg)
 {
+	(void)me;
 	cfg->datarec_bytes = DR_BYTES;
 	cfg->datarec_interval_us = DR_US;
 	/* 5 machines and the copies on a shared 2-core host: 50 ms leases
@@ -419,6 +420,11 @@ int main(int argc, char **argv)
 	};
 	size_t n = sizeof(tests) / sizeof(tests[0]);
 	if (argc > 1 && !strcmp(argv[1], "--broken")) {
+		if (!farm_fault_built()) {
+			printf("skipped: --broken needs fault injection "
+			       "(FARM_FAULT_INJECTION=OFF)\n");
+			return FARM_TEST_SKIP;
+		}
 		opt_broken = true;
 		farm_txn_testing_datarec_skip_apply(true);
 		n = 1;
@@ -432,6 +438,6 @@ int main(int argc, char **argv)
 	rb_p.pre_transfers = 200;
 	rb_p.post_ms = 500;
 	rb_p.cmd = dr_cmd;
-	rb_p.config = dr_config;
+	rb_p.configure = dr_config;
 	return rb_main("datarec", tests, n);
 }

@@ -128,8 +128,14 @@ static void test_torn(void **state)
 	uint64_t reads = 0, valid = 0, invalid = 0, torn = 0, posted = 0;
 	unsigned slot_obj[WINDOW];
 	uint64_t t0 = farm_now_ns();
-	while (reads < n_reads && !(broken && torn >= 20)) {
-		while (posted - reads < WINDOW && posted < n_reads) {
+	/* At least n_reads, and on until the writer has raced a read (it may
+	 * not have run yet on a loaded host), for a minute at most. */
+	uint64_t want = n_reads;
+	while (reads < want && !(broken && torn >= 20)) {
+		if (reads + WINDOW >= want && !invalid &&
+		    farm_now_ns() - t0 < 60ull * 1000000000ull)
+			want += WINDOW;
+		while (posted - reads < WINDOW && posted < want) {
 			unsigned slot = (unsigned)(posted % WINDOW);
 			unsigned o = (unsigned)((posted * 7) % OBJS);
 			slot_obj[slot] = o;

@@ -147,7 +147,7 @@ static void test_bad_args(void **state)
 	assert_int_equal(farm_msg_create(nd[0].fab, &bad, &m), -EINVAL);
 	uint8_t big[8192] = {0};
 	uint32_t max = farm_msg_max_payload(nd[0].msg);
-	assert_int_equal(max, 4096 / 8 - 32);
+	assert_int_equal(max, 4096 / 8 - 40); /* frame 24 B, message 16 */
 	assert_int_equal(farm_msg_send(nd[0].loop, 1, 0, T_COUNT, big, max + 1),
 	                 -EMSGSIZE);
 	assert_int_equal(farm_msg_send(nd[0].loop, 1, 1, T_COUNT, big, 8),
@@ -335,6 +335,67 @@ static void test_corrupt_ring(void **state)
 	assert_int_equal(farm_msg_send(nd[0].loop, 2, 0, T_COUNT, buf, 64), 0);
 	pump(nd, 3, 3);
 	assert_int_equal(nd[2].count, 20);
+	nodes_close(nd, 3);
+}
+
+/* Frames stamped with a configuration older than the receiver accepts
+ * from their sender are refused (counted, not delivered); a removed
+ * machine (UINT32_MAX) is refused whatever it stamps, and sends to it
+ * fail. Other senders are not affected. */
+static void test_config_refused(void **state)
+{
+	(void)state;
+	struct node nd[3];
+	farm_msg_attr a = {.ring_size = 8192};
+	nodes_open(nd, 3, &a);
+	uint8_t buf[64] = {0};
+	assert_int_equal(farm_msg_peer_min_config(nd[2].msg, 2, 1), -EINVAL);
+	assert_int_equal(farm_msg_peer_min_config(NULL, 0, 1), -EINVAL);
+	assert_int_equal(farm_msg_set_config(nd[0].msg, 4), 0);
+	assert_int_equal(farm_msg_peer_min_config(nd[2].msg, 0, 5), 0);
+	for (uint64_t q = 0; q < 10; q++) {
+		memcpy(buf, &q, 8);
+		assert_int_equal(
+		        farm_msg_send(nd[0].loop, 2, 0, T_COUNT, buf, 64), 0);
+		pump(nd, 3, 1);
+	}
+	pump(nd, 3, 3);
+	farm_msg_stats s;
+	farm_msg_stats_get(NULL, nd[2].loop, &s);
+	assert_int_equal(nd[2].count, 0);
+	assert_true(s.refused_config >= 1);
+	assert_int_equal(s.malformed, 0);
+	/* Another sender is read as before. */
+	for (uint64_t q = 0; q < 10; q++) {
+		memcpy(buf, &q, 8);
+		assert_int_equal(
+		        farm_msg_send(nd[1].loop, 2, 0, T_COUNT, buf, 64), 0);
+		pump(nd, 3, 1);
+	}
+	assert_int_equal(nd[2].count, 10);
+	/* Stamped with the configuration that took it in: delivered. */
+	assert_int_equal(farm_msg_set_config(nd[0].msg, 5), 0);
+	nd[2].next_seq = 0;
+	nd[2].count = 0;
+	for (uint64_t q = 0; q < 10; q++) {
+		memcpy(buf, &q, 8);
+		assert_int_equal(
+		        farm_msg_send(nd[0].loop, 2, 0, T_COUNT, buf, 64), 0);
+		pump(nd, 3, 1);
+	}
+	assert_int_equal(nd[2].count, 10);
+	assert_int_equal(nd[2].bad_seq, 0);
+	/* Removed: nothing it stamps is read, and nothing goes to it. */
+	assert_int_equal(farm_msg_peer_min_config(nd[2].msg, 0, UINT32_MAX), 0);
+	assert_int_equal(farm_msg_set_config(nd[0].msg, 9), 0);
+	uint64_t before = s.refused_config;
+	assert_int_equal(farm_msg_send(nd[0].loop, 2, 0, T_COUNT, buf, 64), 0);
+	pump(nd, 3, 3);
+	farm_msg_stats_get(NULL, nd[2].loop, &s);
+	assert_int_equal(nd[2].count, 10);
+	assert_true(s.refused_config > before);
+	assert_int_equal(farm_msg_send(nd[2].loop, 0, 0, T_COUNT, buf, 64),
+	                 FARM_EPEERDEAD);
 	nodes_close(nd, 3);
 }
 
@@ -749,6 +810,7 @@ int main(void)
 	        cmocka_unit_test(test_backpressure),
 	        cmocka_unit_test(test_rpc),
 	        cmocka_unit_test(test_corrupt_ring),
+	        cmocka_unit_test(test_config_refused),
 	        cmocka_unit_test(test_cont_thread),
 	        cmocka_unit_test(test_post_wakes),
 	        cmocka_unit_test(test_defer),

@@ -27,8 +27,14 @@
  * landed at a survivor). backup_some may go either way: a COMMIT-BACKUP
  * the victim never wrote was for itself only when it backs the region.
  *
+ * At on_lock, the coordinator whose LOCK the victim took must stop
+ * waiting for the reply when the new configuration comes (counted as
+ * lock_waits_ended), not hold its locks until the reply deadline.
+ *
  * Usage: test_rec_crash [--victim member|cm|both] [--points coord|part|all
- * |NAME]; default: every point, both victims. Exits 77 (skip) without the
+ * |NAME] [--keep-lock-waits]; default: every point, both victims.
+ * --keep-lock-waits: that wait is not ended (a test-only switch); the
+ * checks must notice. Exits 77 (skip) without the
  * ZooKeeper client or server.
  */
 #define NP_NM 4
@@ -61,6 +67,7 @@ struct crash_case {
 };
 
 static unsigned hits;
+static bool opt_broken; /* --keep-lock-waits */
 
 /* 'b': how many accounts of other machines this machine holds a backup
  * copy of (on_backup is reachable only when some). */
@@ -145,12 +152,22 @@ static void crash_run(void **state)
 		       "committed (no version it wrote was read), but it died "
 		       "at %s, after a COMMIT-PRIMARY landed at a survivor",
 		       p->name);
-	uint64_t rc = 0, ra = 0, stale = 0;
+	uint64_t rc = 0, ra = 0, stale = 0, ended = 0;
 	for (unsigned i = 0; i < NP_NM; i++) {
 		rc += res.r[i].st.rec_committed;
 		ra += res.r[i].st.rec_aborted;
 		stale += res.r[i].st.stale_refused;
+		ended += res.r[i].st.lock_waits_ended;
 	}
+	/* on_lock: the coordinator whose LOCK the victim took is still
+	 * waiting for its reply when the new configuration comes, and must
+	 * stop waiting then, not hold its locks until the reply deadline. */
+	if (p->fp == FARM_FP_TX_ON_LOCK && !ended)
+		failed(&res.f,
+		       "no survivor ended a commit's wait for the victim's "
+		       "LOCK "
+		       "reply at the new configuration (lock_waits_ended 0): "
+		       "it held its locks until the reply deadline");
 	printf("%s: promoted primaries settled %" PRIu64
 	       " pending transaction(s) as committed and %" PRIu64
 	       " as aborted; %" PRIu64 " stale LOCKs refused; the victim's "
@@ -159,7 +176,8 @@ static void crash_run(void **state)
 	       res.cut == 0                ? "none"
 	       : res.rep.nunknown_included ? "committed"
 	                                   : "aborted");
-	rb_verdict(&res, false, NULL);
+	rb_verdict(&res, opt_broken,
+	           "on_lock waits kept until the reply deadline");
 }
 
 int main(int argc, char **argv)
@@ -170,10 +188,13 @@ int main(int argc, char **argv)
 			victims = argv[++i];
 		} else if (!strcmp(argv[i], "--points") && i + 1 < argc) {
 			which = argv[++i];
+		} else if (!strcmp(argv[i], "--keep-lock-waits")) {
+			opt_broken = true;
 		} else {
 			fprintf(stderr,
 			        "usage: %s [--victim member|cm|both] "
-			        "[--points coord|part|all|NAME]\n",
+			        "[--points coord|part|all|NAME] "
+			        "[--keep-lock-waits]\n",
 			        argv[0]);
 			return 2;
 		}
@@ -183,6 +204,10 @@ int main(int argc, char **argv)
 		       "(FARM_FAULT_INJECTION=OFF)\n");
 		return FARM_TEST_SKIP;
 	}
+#ifdef FARM_FAULT_INJECTION
+	if (opt_broken)
+		farm_txn_testing_keep_lock_waits(true);
+#endif
 	static struct crash_case cases[2 * NPOINTS];
 	static struct CMUnitTest tests[2 * NPOINTS];
 	size_t n = 0;

@@ -43,18 +43,35 @@
  *   - lincheck finds the histories of every machine (the victim's as far
  *     as it got, the witnesses, final puts and reads included)
  *     linearizable.
+ *   - allocator recovery (SOSP'15 5.4): the survivors adopted the
+ *     victim's promoted regions into their allocators (rec_adopted > 0),
+ *     then allocated objects in them and freed objects in them (the dead
+ *     shard's long values and chain blocks) with no free refused
+ *     (free_failed 0: before, each such free leaked) or lost, no block
+ *     description refused by a backup copy; and each survivor's
+ *     allocator state at the end, rebuilt by scan from a copy of its
+ *     regions, equals the live one (farm_blockalloc_dump: the free lists
+ *     agree with every header, so no slot is both free and live).
+ *     The checks of values above show no object was allocated twice.
  * Every failed check is reported before the test fails.
  *   --broken  kill_quiet_shard with recovery promoting backups without
  *             draining their logs (farm_txn_testing_recovery_no_drain):
  *             the last witness's committed put is lost, and the checks
  *             above must notice (the last-value check and lincheck do).
+ *   --alloc_broken  kill_mid_write with COMMIT-BACKUPs carrying no block
+ *             descriptions (farm_txn_testing_no_block_info): backups keep
+ *             no block table, so no promoted region can be adopted; the
+ *             allocator checks must notice.
  * Exits 77 (skip) without the ZooKeeper client or server.
  */
 #define NP_NM 4
 #include "kvlin.h"
 #include "kvproc.h"
 #include "recproc.h"
+#include "util/fault.h"
 
+#include "alloc/alloc_int.h"
+#include "alloc/galloc.h"
 #include "kv/kv.h"
 #include "node/node.h"
 #include "txn/txn_testing.h"
@@ -82,7 +99,7 @@
 
 static char zk_dir[256], zk_connect[64], zk_root[96];
 static const char *zk_script = FARM_SOURCE_DIR "/scripts/zk-local";
-static bool opt_broken;
+static bool opt_broken, opt_alloc_broken;
 
 /* ---- the machines ---------------------------------------------------- */
 
@@ -103,6 +120,15 @@ struct fin_put {
 struct fin_get {
 	int status; /* 0 found, -ENOENT, or an error */
 	uint64_t value;
+};
+
+/* A survivor's allocator at the end ('A'). */
+struct alloc_report {
+	farm_txm_stats st;
+	struct farm_galloc_stats gs;
+	int live_rc, rebuilt_rc; /* farm_blockalloc_dump's */
+	int equal;               /* the two dumps are the same text */
+	uint64_t dump_bytes, regions;
 };
 
 struct ch {
@@ -165,6 +191,8 @@ static bool rec_go(struct lin *L, void *arg)
 	return !sn->removed && np_now_ns() < c->t_end;
 }
 
+static int alloc_report(struct ch *c);
+
 static int body(void *arg)
 {
 	struct ch *c = arg;
@@ -198,10 +226,73 @@ static int body(void *arg)
 			}
 			if (np_say(&c->np, 'F', out, sizeof(out)))
 				return 27;
+		} else if (cmd == 'A') {
+			if (alloc_report(c))
+				return 29;
 		} else {
 			return cmd == 'Q' && !lin_close(&c->L) ? 0 : 28;
 		}
 	}
+}
+
+static char *dump_of(farm_blockalloc *ba, int *rc)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	if (!f) {
+		*rc = -ENOMEM;
+		return NULL;
+	}
+	*rc = farm_blockalloc_dump(ba, f);
+	fclose(f);
+	return buf;
+}
+
+/* The allocator's state, live and rebuilt by scan from a copy of every
+ * region it holds (the machine is quiet: the workload is over). */
+static int alloc_report(struct ch *c)
+{
+	struct alloc_report a = {.live_rc = -1, .rebuilt_rc = -1};
+	farm_txm_stats_get(farm_node_txm(c->np.node), &a.st);
+	farm_galloc *g = farm_node_galloc(c->np.node);
+	farm_galloc_stats(g, &a.gs);
+	farm_blockalloc *ba = farm_galloc_blockalloc(g);
+	struct farm_blockalloc_attr at = {0};
+	farm_blockalloc *rb = NULL;
+	char *live = dump_of(ba, &a.live_rc);
+	if (!farm_blockalloc_create(&at, &rb)) {
+		uint32_t n = atomic_load(&ba->nregions);
+		a.regions = n;
+		a.rebuilt_rc = 0;
+		void **copies = calloc(n ? n : 1, sizeof(void *));
+		for (uint32_t i = 0; copies && i < n && !a.rebuilt_rc; i++) {
+			struct ba_region *r = ba->regions[i];
+			copies[i] = aligned_alloc(4096, r->size);
+			if (!copies[i]) {
+				a.rebuilt_rc = -ENOMEM;
+				break;
+			}
+			memcpy(copies[i], r->base, r->size);
+			struct farm_alloc_region ar = {.id = r->id,
+			                               .base = copies[i],
+			                               .size = r->size};
+			a.rebuilt_rc = farm_blockalloc_rebuild_region(rb, &ar);
+		}
+		int rc = 0;
+		char *rebuilt = a.rebuilt_rc ? NULL : dump_of(rb, &rc);
+		if (!a.rebuilt_rc)
+			a.rebuilt_rc = rc;
+		a.equal = live && rebuilt && !strcmp(live, rebuilt);
+		a.dump_bytes = live ? strlen(live) : 0;
+		free(rebuilt);
+		farm_blockalloc_destroy(rb);
+		for (uint32_t i = 0; copies && i < n; i++)
+			free(copies[i]);
+		free(copies);
+	}
+	free(live);
+	return np_say(&c->np, 'A', &a, sizeof(a));
 }
 
 static int machine(struct np_child *np, void *arg)
@@ -337,6 +428,72 @@ static void report_dead_shard(const struct hist *h, const struct run_report *rr,
 		       starved, VICTIM, nk, list);
 }
 
+/* Allocator recovery: the victim's regions adopted, then used. */
+static void report_alloc(const struct alloc_report *ar, struct fails *f)
+{
+	uint64_t adopted = 0, allocs = 0, frees = 0, deferred = 0, notes = 0;
+	uint64_t max_ns = 0;
+	for (unsigned i = 0; i < NM; i++) {
+		if (i == VICTIM)
+			continue;
+		const struct alloc_report *a = &ar[i];
+		printf("machine %u allocator: %" PRIu64 " region(s) adopted "
+		       "(%" PRIu64 " refused, %" PRIu64 " skipped; rebuild "
+		       "max %.2f ms), %" PRIu64 " allocations and %" PRIu64
+		       " frees in them since, %" PRIu64 " frees deferred "
+		       "(%" PRIu64 " lost), %" PRIu64 " frees refused, %" PRIu64
+		       " blocks noted in backup copies (%" PRIu64
+		       " refused), %" PRIu64
+		       " blocks unusable; state of %" PRIu64
+		       " regions rebuilt by scan %s the live one (dumps %d/%d, "
+		       "%" PRIu64 " bytes)\n",
+		       i, a->gs.adopted, a->gs.adopt_failed,
+		       a->gs.adopt_skipped, (double)a->gs.adopt_max_ns / 1e6,
+		       a->gs.adopted_allocs, a->gs.adopted_frees,
+		       a->st.free_deferred, a->st.deferred_lost,
+		       a->st.free_failed, a->st.block_notes,
+		       a->st.block_note_errors, a->gs.local.blocks_unusable,
+		       a->regions, a->equal ? "equals" : "DIFFERS FROM",
+		       a->live_rc, a->rebuilt_rc, a->dump_bytes);
+		adopted += a->gs.adopted;
+		allocs += a->gs.adopted_allocs;
+		frees += a->gs.adopted_frees + a->st.free_deferred;
+		deferred += a->st.free_deferred;
+		notes += a->st.block_notes;
+		max_ns = FARM_MAX(max_ns, a->gs.adopt_max_ns);
+		if (a->st.free_failed || a->st.deferred_lost)
+			failed(f,
+			       "machine %u: %" PRIu64
+			       " frees at commit refused "
+			       "and %" PRIu64 " deferred frees lost (leaks)",
+			       i, a->st.free_failed, a->st.deferred_lost);
+		if (a->st.block_note_errors || a->gs.adopt_failed)
+			failed(f,
+			       "machine %u: %" PRIu64 " block descriptions "
+			       "refused by backup copies, %" PRIu64
+			       " promoted regions refused by the allocator",
+			       i, a->st.block_note_errors, a->gs.adopt_failed);
+		if (a->live_rc || a->rebuilt_rc || !a->equal)
+			failed(f,
+			       "machine %u: allocator state rebuilt by scan "
+			       "differs from the live one (dumps: %d live, %d "
+			       "rebuilt)",
+			       i, a->live_rc, a->rebuilt_rc);
+	}
+	printf("allocator recovery: %" PRIu64 " region(s) adopted (rebuild "
+	       "at most %.2f ms), then %" PRIu64 " objects allocated and "
+	       "%" PRIu64 " freed in them (%" PRIu64 " deferred until "
+	       "adopted); %" PRIu64 " block descriptions noted\n",
+	       adopted, (double)max_ns / 1e6, allocs, frees, deferred, notes);
+	if (!adopted)
+		failed(f, "no survivor adopted a promoted region");
+	if (adopted && (!allocs || !frees))
+		failed(f,
+		       "the adopted regions took %" PRIu64 " allocations and "
+		       "%" PRIu64 " frees: the workload did not use them",
+		       allocs, frees);
+}
+
 /* Machine @i puts new values to @n keys: their outcomes. */
 static void p_puts(unsigned i, char cmd, const uint32_t *keys, unsigned n,
                    struct fin_put *out)
@@ -419,6 +576,14 @@ static void kv_under_kill(bool quiet, const char *name)
 		np_expect(&cl, i, 'F', 60000 + NALL * 1000);
 		np_recv(&cl, i, fg[i], sizeof(fg[i]), 1000);
 	}
+	struct alloc_report ar[NM] = {0};
+	for (unsigned i = 0; i < NM; i++) {
+		if (i == VICTIM)
+			continue;
+		np_send(&cl, i, 'A');
+		np_expect(&cl, i, 'A', 120000);
+		np_recv(&cl, i, &ar[i], sizeof(ar[i]), 1000);
+	}
 	for (unsigned i = 0; i < NM; i++)
 		if (i != VICTIM)
 			np_send(&cl, i, 'Q');
@@ -445,6 +610,7 @@ static void kv_under_kill(bool quiet, const char *name)
 			failed(&f, "machine %u left no history", i);
 	}
 	report_dead_shard(&h, rr, km.t_kill_ns, &f);
+	report_alloc(ar, &f);
 
 	check_puts(wp, wit, NWIT, "just before the kill", &f);
 	check_puts(fp, fin, NFIN, "after recovery", &f);
@@ -530,10 +696,16 @@ static void kv_under_kill(bool quiet, const char *name)
 		free(h.r[i]);
 	tu_rmtree(cl.root);
 	cl.root[0] = 0;
-	printf("%s%s: %.1f s in all\n", name, opt_broken ? " --broken" : "",
+	printf("%s%s: %.1f s in all\n", name,
+	       opt_broken         ? " --broken"
+	       : opt_alloc_broken ? " --alloc_broken"
+	                          : "",
 	       (double)(np_now_ns() - t0) / 1e9);
-	rec_verdict(&f, name, VICTIM, opt_broken,
-	            "recovery promoted backups without draining their logs");
+	rec_verdict(&f, name, VICTIM, opt_broken || opt_alloc_broken,
+	            opt_alloc_broken
+	                    ? "backups kept no block table"
+	                    : "recovery promoted backups without draining "
+	                      "their logs");
 }
 
 /* Writes of the victim's shard in flight at the kill. */
@@ -563,18 +735,39 @@ int main(int argc, char **argv)
 	if (argc > 1 && !strcmp(argv[1], "--broken")) {
 		/* A test-only switch: promoted backups serve without their
 		 * logs drained. The checks must notice. */
+		if (!farm_fault_built()) {
+			printf("skipped: --broken needs fault injection "
+			       "(FARM_FAULT_INJECTION=OFF)\n");
+			return FARM_TEST_SKIP;
+		}
 		opt_broken = true;
 		farm_txn_testing_recovery_no_drain(true);
+	} else if (argc > 1 && !strcmp(argv[1], "--alloc_broken")) {
+		/* A test-only switch: COMMIT-BACKUPs carry no block
+		 * descriptions. The allocator checks must notice. */
+#ifdef FARM_FAULT_INJECTION
+		opt_alloc_broken = true;
+		farm_txn_testing_no_block_info(true);
+#else
+		printf("skipped: built without fault injection "
+		       "(FARM_FAULT_INJECTION=OFF)\n");
+		return FARM_TEST_SKIP;
+#endif
 	} else if (argc > 1) {
-		fprintf(stderr, "usage: %s [--broken]\n", argv[0]);
+		fprintf(stderr, "usage: %s [--broken | --alloc_broken]\n",
+		        argv[0]);
 		return 2;
 	}
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test_teardown(test_kill_quiet_shard, teardown),
 	        cmocka_unit_test_teardown(test_kill_mid_write, teardown),
 	};
-	/* --broken: the run whose witnesses must be drained. */
-	size_t n = opt_broken ? 1 : sizeof(tests) / sizeof(tests[0]);
+	/* --broken: the run whose witnesses must be drained;
+	 * --alloc_broken: the run with writes everywhere. */
+	const struct CMUnitTest *run = opt_alloc_broken ? tests + 1 : tests;
+	size_t n = opt_broken || opt_alloc_broken
+	                   ? 1
+	                   : sizeof(tests) / sizeof(tests[0]);
 	return tu_zk_run(zk_script, zk_dir, sizeof(zk_dir), zk_connect,
-	                 sizeof(zk_connect), "rec_kv", tests, n);
+	                 sizeof(zk_connect), "rec_kv", run, n);
 }

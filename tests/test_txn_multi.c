@@ -915,6 +915,17 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
+	/* --broken and the durability test need the testing switches of
+	 * txn_testing.h, compiled only with fault injection. */
+	if (!farm_fault_built()) {
+		if (opt_broken) {
+			printf("skipped: --broken needs fault injection "
+			       "(FARM_FAULT_INJECTION=OFF)\n");
+			return FARM_TEST_SKIP;
+		}
+		printf("durability test skipped: needs fault injection "
+		       "(FARM_FAULT_INJECTION=OFF)\n");
+	}
 	if (opt_broken) { /* few hot accounts, a short run */
 		opt_only = "bank";
 		opt_accounts = 4;
@@ -932,7 +943,8 @@ int main(int argc, char **argv)
 	struct CMUnitTest sel[4];
 	size_t n = 0;
 	for (size_t i = 0; i < 4; i++)
-		if (!opt_only || strstr(opt_only, names[i]))
+		if ((!opt_only || strstr(opt_only, names[i])) &&
+		    (i != 3 || farm_fault_built()))
 			sel[n++] = all[i];
 	return _cmocka_run_group_tests("txn_multi", sel, n, NULL, NULL);
 }

@@ -23,6 +23,7 @@
 #include "sercheck.h"
 #include "txn/txm.h"
 #include "txn/txn_testing.h"
+#include "util/fault.h"
 
 #define TX_VSTEP 4u /* object versions step by 4 (txn/object.h) */
 

@@ -101,6 +101,23 @@ FARM_API FARM_MUST_CHECK int farm_msg_add_peer(farm_msg *msg, uint32_t id,
                                                const char *addr,
                                                const farm_mr_desc *desc);
 
+/*
+ * Configurations. Every frame carries the id its sender last set with
+ * farm_msg_set_config() (0 until then). farm_msg_peer_min_config() makes
+ * this machine refuse frames from machine @id stamped with an older id
+ * than @cfg (counted as refused_config, logged, never delivered; their
+ * requests get no reply) and sends to it fail with FARM_EPEERDEAD when
+ * @cfg is UINT32_MAX: a machine removed from the configuration gets
+ * UINT32_MAX, and when it comes back (a new incarnation) the id of the
+ * configuration that takes it in. Members' frames stamped with an older
+ * id than ours are accepted: machines take a configuration at different
+ * times, and the layers above check it where it matters (log records,
+ * recovery messages, shard ownership). -EINVAL: bad id.
+ */
+FARM_API FARM_MUST_CHECK int farm_msg_set_config(farm_msg *msg, uint32_t cfg);
+FARM_API FARM_MUST_CHECK int
+farm_msg_peer_min_config(farm_msg *msg, uint32_t id, uint32_t cfg);
+
 /* ---- handlers ------------------------------------------------------------ */
 
 /* A received message, valid during the handler. */
@@ -281,15 +298,18 @@ typedef struct farm_msg_stats {
 	uint64_t received;    /* messages delivered to handlers */
 	uint64_t frames_sent; /* WRITEs of frames */
 	uint64_t frames_recv;
-	uint64_t queued;        /* sends that waited for ring space */
-	uint64_t nobufs;        /* sends refused with -ENOBUFS */
-	uint64_t malformed;     /* channels broken by bad data */
-	uint64_t stale_replies; /* replies to calls that had given up */
-	uint64_t timeouts;      /* calls that timed out */
-	uint64_t peer_deaths;   /* calls failed because the peer died */
-	uint64_t parks;         /* times the loop parked */
-	uint64_t doorbells;     /* wake-up doorbells posted (receivers that
-	                           may be parked) */
+	uint64_t queued;         /* sends that waited for ring space */
+	uint64_t nobufs;         /* sends refused with -ENOBUFS */
+	uint64_t malformed;      /* channels broken by bad data */
+	uint64_t stale_replies;  /* replies to calls that had given up */
+	uint64_t timeouts;       /* calls that timed out */
+	uint64_t peer_deaths;    /* calls failed because the peer died */
+	uint64_t parks;          /* times the loop parked */
+	uint64_t doorbells;      /* wake-up doorbells posted (receivers that
+	                            may be parked) */
+	uint64_t refused_config; /* frames refused: their sender's
+	                            configuration is older than this
+	                            machine accepts from it (removed) */
 } farm_msg_stats;
 
 /* Counters of one loop (read on its thread) or, with @loop NULL, the sum

@@ -272,6 +272,18 @@ typedef struct farm_txm_stats {
 	 * low-water mark passed them: an invariant, always 0 (recovery
 	 * could abort such a commit after it was reported). */
 	uint64_t trunc_unfinished;
+	/* Commits that stopped waiting for a LOCK reply from a machine a new
+	 * configuration removed (they abort, retryable, at once). */
+	uint64_t lock_waits_ended;
+	/* Allocator recovery (SOSP'15 5.4): frees at commit the allocator
+	 * refused (each a leaked object; 0 expected), frees deferred until
+	 * their promoted region was adopted, block descriptions written into
+	 * backup copies and refused there; promoted regions adopted by this
+	 * machine's allocator (rebuilt by scan), refused, their rebuild time
+	 * in all and the longest, and deferred frees that were lost. */
+	uint64_t free_failed, free_deferred, block_notes, block_note_errors;
+	uint64_t rec_adopted, rec_adopt_failed, rec_adopt_ns, rec_adopt_max_ns,
+	        deferred_lost;
 	/* Data recovery here as a new backup (src/txn/copy.c): copies of
 	 * regions being made (copied or checked), complete, stopped (not a
 	 * replica here any more, or no complete replica left); bytes READ

@@ -253,15 +253,30 @@ static unsigned replicas_in(farm_as *as, bool prev, uint32_t region,
 int farm_as_set_view(farm_as *as, uint64_t config_id, const uint32_t *ids,
                      unsigned n)
 {
-	if (!as || !ids || !n)
+	if (!as || !ids || !n || n > FARM_RING_MAX_MACHINES)
+		return -EINVAL;
+	struct farm_ring_machine *ms = malloc(n * sizeof(*ms));
+	if (!ms)
+		return -ENOMEM;
+	for (unsigned i = 0; i < n; i++)
+		ms[i] = (struct farm_ring_machine){.id = ids[i]};
+	int rc = farm_as_set_view_placed(as, config_id, ms, n);
+	free(ms);
+	return rc;
+}
+
+int farm_as_set_view_placed(farm_as *as, uint64_t config_id,
+                            const struct farm_ring_machine *ms, unsigned n)
+{
+	if (!as || !ms || !n)
 		return -EINVAL;
 	bool self = false;
 	for (unsigned i = 0; i < n; i++)
-		self |= ids[i] == as->me;
+		self |= ms[i].id == as->me && !ms[i].departed;
 	if (!self)
 		return -EINVAL;
 	farm_ring *g;
-	int rc = farm_ring_build(ids, n, &as->ring_attr, &g);
+	int rc = farm_ring_build_domains(ms, n, &as->ring_attr, &g);
 	if (rc)
 		return rc;
 	as_wrlock(as);

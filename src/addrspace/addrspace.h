@@ -59,6 +59,11 @@ void farm_as_destroy(farm_as *as);
  */
 int farm_as_set_view(farm_as *as, uint64_t config_id, const uint32_t *ids,
                      unsigned n);
+/* Same, with failure domains and departed machines (ring.h,
+ * farm_ring_build_domains; farm_view_placement makes @ms from a view):
+ * this machine must be among @ms and not departed. */
+int farm_as_set_view_placed(farm_as *as, uint64_t config_id,
+                            const struct farm_ring_machine *ms, unsigned n);
 uint64_t farm_as_config_id(const farm_as *as);
 uint64_t farm_as_region_size(const farm_as *as);
 uint32_t farm_as_machine_id(const farm_as *as);

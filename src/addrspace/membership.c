@@ -49,11 +49,16 @@ bool farm_view_equal(const struct farm_view *a, const struct farm_view *b)
 {
 	if (a->config_id != b->config_id || a->n != b->n ||
 	    a->has_cm != b->has_cm || (a->has_cm && a->cm != b->cm) ||
-	    a->nremoved != b->nremoved)
+	    a->nremoved != b->nremoved || a->ndeparted != b->ndeparted)
 		return false;
 	for (unsigned i = 0; i < a->n; i++)
 		if (a->members[i].id != b->members[i].id ||
-		    strcmp(a->members[i].endpoint, b->members[i].endpoint))
+		    strcmp(a->members[i].endpoint, b->members[i].endpoint) ||
+		    strcmp(a->members[i].domain, b->members[i].domain))
+			return false;
+	for (unsigned i = 0; i < a->ndeparted; i++)
+		if (a->departed[i].id != b->departed[i].id ||
+		    strcmp(a->departed[i].domain, b->departed[i].domain))
 			return false;
 	for (unsigned i = 0; i < a->nremoved; i++)
 		if (a->removed[i].id != b->removed[i].id ||
@@ -81,9 +86,68 @@ static bool endpoint_valid(const char *e)
 	return true;
 }
 
+bool farm_domain_valid(const char *s)
+{
+	size_t n = s ? strnlen(s, FARM_DOMAIN_MAX) : 0;
+	if (n == 0 || n == FARM_DOMAIN_MAX)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!isalnum((unsigned char)s[i]) && !strchr("._:-", s[i]))
+			return false;
+	return true;
+}
+
+static int cmp_name(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* 1 + the rank of @d among the sorted distinct @names; 0 for "". */
+static uint32_t domain_number(const char *const *names, unsigned n,
+                              const char *d)
+{
+	if (!d[0])
+		return 0;
+	uint32_t rank = 0;
+	for (unsigned i = 0; i < n; i++)
+		if (i == 0 || strcmp(names[i], names[i - 1]))
+			if (strcmp(names[i], d) < 0)
+				rank++;
+	return rank + 1;
+}
+
+unsigned farm_view_placement(const struct farm_view *v, const uint32_t *ids,
+                             unsigned n, struct farm_ring_machine *out)
+{
+	/* The names, sorted: the numbers depend on the view alone. */
+	const char *names[2 * FARM_VIEW_MAX];
+	unsigned nn = 0;
+	for (unsigned i = 0; i < v->n && i < FARM_VIEW_MAX; i++)
+		if (v->members[i].domain[0])
+			names[nn++] = v->members[i].domain;
+	for (unsigned i = 0; i < v->ndeparted && i < FARM_VIEW_MAX; i++)
+		names[nn++] = v->departed[i].domain;
+	qsort(names, nn, sizeof(names[0]), cmp_name);
+	unsigned k = 0;
+	for (unsigned i = 0; i < n; i++) {
+		const struct farm_member *m = farm_view_find(v, ids[i]);
+		out[k++] = (struct farm_ring_machine){
+		        .id = ids[i],
+		        .domain = m ? domain_number(names, nn, m->domain) : 0};
+	}
+	for (unsigned i = 0; i < v->ndeparted && i < FARM_VIEW_MAX; i++)
+		if (!farm_view_find(v, v->departed[i].id))
+			out[k++] = (struct farm_ring_machine){
+			        .id = v->departed[i].id,
+			        .domain = domain_number(names, nn,
+			                                v->departed[i].domain),
+			        .departed = true};
+	return k;
+}
+
 int farm_view_format(const struct farm_view *v, char *buf, size_t len)
 {
-	if (!v || !buf || v->n > FARM_VIEW_MAX)
+	if (!v || !buf || v->n > FARM_VIEW_MAX || v->ndeparted > FARM_VIEW_MAX)
 		return -EINVAL;
 	size_t off = 0;
 	int n = snprintf(buf, len,
@@ -101,6 +165,21 @@ int farm_view_format(const struct farm_view *v, char *buf, size_t len)
 	for (unsigned i = 0; i < v->n; i++) {
 		n = snprintf(buf + off, len - off, "member %" PRIu32 " %s\n",
 		             v->members[i].id, v->members[i].endpoint);
+		if (n < 0 || (size_t)n >= len - off)
+			return -ENOBUFS;
+		off += (size_t)n;
+	}
+	/* Domains by id: the members' and the departed machines' merged. */
+	for (unsigned i = 0, j = 0; i < v->n || j < v->ndeparted;) {
+		bool mem = j == v->ndeparted ||
+		           (i < v->n && v->members[i].id < v->departed[j].id);
+		uint32_t id = mem ? v->members[i].id : v->departed[j].id;
+		const char *d =
+		        mem ? v->members[i++].domain : v->departed[j++].domain;
+		if (!d[0])
+			continue;
+		n = snprintf(buf + off, len - off, "domain %" PRIu32 " %s\n",
+		             id, d);
 		if (n < 0 || (size_t)n >= len - off)
 			return -ENOBUFS;
 		off += (size_t)n;
@@ -143,7 +222,8 @@ int farm_view_parse(const char *buf, size_t len, struct farm_view *v)
 	memset(v, 0, sizeof(*v));
 	const char *p = buf, *lim = buf + len;
 	unsigned line = 0;
-	bool have_id = false;
+	bool have_id = false, have_domain = false;
+	uint64_t last_domain = 0;
 	while (p < lim) {
 		const char *nl = memchr(p, '\n', (size_t)(lim - p));
 		if (!nl)
@@ -178,8 +258,40 @@ int farm_view_parse(const char *buf, size_t len, struct farm_view *v)
 				return FARM_ECORRUPT;
 			v->removed[v->nremoved++] = (struct farm_removed){
 			        .id = (uint32_t)x, .incarnation = (int64_t)inc};
+		} else if (n >= 7 && !memcmp(p, "domain ", 7)) {
+			/* After the members, ids increasing: a member's
+			 * domain, or a departed machine's. */
+			if (parse_dec(p + 7, nl, UINT32_MAX, &x, &e) ||
+			    e == nl || *e != ' ' ||
+			    (have_domain && x <= last_domain))
+				return FARM_ECORRUPT;
+			have_domain = true;
+			last_domain = x;
+			e++;
+			char d[FARM_DOMAIN_MAX];
+			size_t dlen = (size_t)(nl - e);
+			if (dlen == 0 || dlen >= sizeof(d))
+				return FARM_ECORRUPT;
+			memcpy(d, e, dlen);
+			d[dlen] = 0;
+			if (!farm_domain_valid(d))
+				return FARM_ECORRUPT;
+			struct farm_member *mb =
+			        (struct farm_member *)farm_view_find(
+			                v, (uint32_t)x);
+			if (mb) {
+				memcpy(mb->domain, d, dlen + 1);
+			} else {
+				if (v->ndeparted == FARM_VIEW_MAX)
+					return FARM_ECORRUPT;
+				struct farm_departed *dp =
+				        &v->departed[v->ndeparted++];
+				dp->id = (uint32_t)x;
+				memcpy(dp->domain, d, dlen + 1);
+			}
 		} else {
-			if (v->nremoved || n < 7 || memcmp(p, "member ", 7) ||
+			if (v->nremoved || have_domain || n < 7 ||
+			    memcmp(p, "member ", 7) ||
 			    parse_dec(p + 7, nl, UINT32_MAX, &x, &e) ||
 			    e == nl || *e != ' ')
 				return FARM_ECORRUPT;
@@ -274,9 +386,11 @@ static int static_open(struct farm_membership *m,
 	struct farm_view *v = malloc(sizeof(*v));
 	if (!v)
 		return -ENOMEM;
+	memset(v, 0, sizeof(*v));
 	v->config_id = 1;
 	v->n = 0;
 	v->members[v->n].id = a->self_id;
+	strcpy(v->members[v->n].domain, m->domain);
 	strcpy(v->members[v->n++].endpoint, a->endpoint);
 	for (unsigned i = 0; i < a->npeers; i++) {
 		const struct farm_config_peer *p = &a->peers[i];
@@ -285,7 +399,13 @@ static int static_open(struct farm_membership *m,
 			free(v);
 			return -EINVAL;
 		}
+		const char *d = a->peer_domains ? a->peer_domains[i] : "";
+		if (d[0] && !farm_domain_valid(d)) {
+			free(v);
+			return -EINVAL;
+		}
 		v->members[v->n].id = p->id;
+		strcpy(v->members[v->n].domain, d);
 		strcpy(v->members[v->n++].endpoint, p->addr);
 	}
 	qsort(v->members, v->n, sizeof(v->members[0]), cmp_member);
@@ -315,9 +435,13 @@ int farm_membership_open(const struct farm_membership_attr *a,
 	if (zk && (!farm_zk_connect_valid(a->zk) ||
 	           (a->zk_root && !farm_zk_path_valid(a->zk_root))))
 		return -EINVAL;
+	if (a->domain && a->domain[0] && !farm_domain_valid(a->domain))
+		return -EINVAL;
 	struct farm_membership *m = handle_new(a->self_id, a->endpoint);
 	if (!m)
 		return -ENOMEM;
+	if (a->domain)
+		strcpy(m->domain, a->domain); /* checked above */
 	m->on_view = a->on_view;
 	m->on_state = a->on_state;
 	m->ctx = a->ctx;
@@ -342,12 +466,14 @@ int farm_membership_open_config(const struct farm_config *c, farm_view_fn fn,
 	struct farm_membership_attr a = {
 	        .self_id = c->machine_id,
 	        .endpoint = ep,
+	        .domain = c->domain,
 	        .zk = c->zk,
 	        .zk_root = c->zk_root[0] ? c->zk_root : NULL,
 	        .session_ms = c->zk_session_ms,
 	        .connect_ms = c->zk_connect_timeout_ms,
 	        .peers = c->peers,
 	        .npeers = c->npeers,
+	        .peer_domains = c->peer_domains,
 	        .on_view = fn,
 	        .on_state = sfn,
 	        .ctx = ctx,

@@ -33,8 +33,12 @@
  *                        "removed <id> <czxid>\n"     removed incarnations
  *                      (config_id 0 with no members until the first write)
  *     R/members        persistent, empty
+ *                        "domain <id> <name>\n"      failure domains, by id:
+ *                                                     members' and departed
+ *                                                     machines' (below)
  *     R/members/<id>   ephemeral, one per live machine (decimal id); its
- *                      data is the machine's endpoint
+ *                      data is the machine's endpoint, then, when it has
+ *                      a failure domain, "\ndomain <name>"
  *
  *   Threads: the ZooKeeper client runs two threads of its own; the module
  *   adds one worker thread per handle that makes every ZooKeeper call after
@@ -59,14 +63,26 @@
 
 #include <farm/error.h>
 
+#include "addrspace/ring.h"
 #include "util/config.h"
 
 #define FARM_VIEW_MAX     (FARM_CONFIG_MAX_PEERS + 1)
-#define FARM_ENDPOINT_MAX FARM_CONFIG_STR /* with its NUL */
+#define FARM_ENDPOINT_MAX FARM_CONFIG_STR    /* with its NUL */
+#define FARM_DOMAIN_MAX   FARM_CONFIG_DOMAIN /* with its NUL */
 
 struct farm_member {
 	uint32_t id;
 	char endpoint[FARM_ENDPOINT_MAX]; /* fabric address; shm: data dir */
+	char domain[FARM_DOMAIN_MAX];     /* failure domain; "": none */
+};
+
+/* A machine that was a member with a failure domain and is not one now.
+ * The configuration keeps it (and its domain) so that placement stays a
+ * function of the configuration that never reorders the survivors on a
+ * region's ring (ring.h, farm_ring_build_domains). */
+struct farm_departed {
+	uint32_t id;
+	char domain[FARM_DOMAIN_MAX];
 };
 
 /* A machine incarnation removed from the configuration (ZooKeeper: its
@@ -85,6 +101,8 @@ struct farm_view {
 	struct farm_member members[FARM_VIEW_MAX]; /* sorted by id, unique */
 	unsigned nremoved;
 	struct farm_removed removed[FARM_VIEW_MAX];
+	unsigned ndeparted;
+	struct farm_departed departed[FARM_VIEW_MAX]; /* sorted by id */
 };
 
 enum farm_membership_state {
@@ -129,6 +147,7 @@ typedef void (*farm_state_fn)(void *ctx, enum farm_membership_state s);
 struct farm_membership_attr {
 	uint32_t self_id;
 	const char *endpoint; /* this machine's fabric address */
+	const char *domain;   /* its failure domain; NULL or "": none */
 	const char *zk;       /* NULL or "": static backend */
 	const char *zk_root;  /* NULL: "/libfarm/default" */
 	unsigned session_ms;  /* 0: 4000 (the server may adjust it) */
@@ -136,6 +155,8 @@ struct farm_membership_attr {
 	/* static backend: the other machines */
 	const struct farm_config_peer *peers;
 	unsigned npeers;
+	/* NULL, or the peers' failure domains ("": none), parallel */
+	const char (*peer_domains)[FARM_CONFIG_DOMAIN];
 	farm_view_fn on_view;   /* may be NULL */
 	farm_state_fn on_state; /* may be NULL */
 	void *ctx;
@@ -232,6 +253,19 @@ struct farm_zk_peek {
 };
 int farm_zk_peek(const char *zk, const char *root, unsigned connect_ms,
                  struct farm_zk_peek *out) FARM_MUST_CHECK;
+
+/*
+ * farm_view_placement() - the machines placement works on (ring.h,
+ * farm_ring_build_domains) for the members @ids[0..n) of @v (any subset of
+ * its members) and @v's departed machines: each with its domain as a
+ * number (1 + the rank of its name among the names @v uses; 0: none).
+ * @out has room for n + FARM_VIEW_MAX; returns how many it holds.
+ */
+unsigned farm_view_placement(const struct farm_view *v, const uint32_t *ids,
+                             unsigned n, struct farm_ring_machine *out);
+/* Is @s a usable failure-domain name: 1 to FARM_DOMAIN_MAX - 1 bytes of
+ * letters, digits and ._:- ? */
+bool farm_domain_valid(const char *s);
 
 /* View helpers. */
 const struct farm_member *farm_view_find(const struct farm_view *v,

@@ -19,6 +19,7 @@ struct farm_membership {
 	bool closed;
 	uint32_t self;
 	char endpoint[FARM_ENDPOINT_MAX];
+	char domain[FARM_DOMAIN_MAX]; /* "": none */
 	farm_view_fn on_view;
 	farm_state_fn on_state;
 	void *ctx;

@@ -13,10 +13,12 @@
 #include <string.h>
 
 #include "util/common.h"
+#include "util/fault.h"
 
 struct point {
 	uint32_t pos;
 	uint32_t machine;
+	uint32_t idx; /* into farm_ring.all */
 };
 
 struct one_ring {
@@ -26,8 +28,11 @@ struct one_ring {
 
 struct farm_ring {
 	unsigned k, p, r, nrep, n;
-	unsigned npts; /* n * p per ring */
-	uint32_t *ids; /* n, ascending */
+	unsigned npts; /* nall * p per ring */
+	uint32_t *ids; /* n members, ascending */
+	unsigned nall; /* members and departed machines on the rings */
+	struct farm_ring_machine *all; /* nall, by id; domain 0 made unique */
+	unsigned ndomains;             /* distinct domains among all */
 	struct one_ring rings[FARM_RING_MAX_RINGS];
 };
 
@@ -89,13 +94,88 @@ void farm_ring_free(farm_ring *ring)
 		free(ring->rings[j].reps);
 	}
 	free(ring->ids);
+	free(ring->all);
 	free(ring);
 }
 
-int farm_ring_build(const uint32_t *ids, unsigned n,
-                    const struct farm_ring_attr *attr, farm_ring **out)
+static int cmp_machine(const void *a, const void *b)
 {
-	if (!ids || !out || n == 0 || n > FARM_RING_MAX_MACHINES)
+	const struct farm_ring_machine *x = a, *y = b;
+	return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/* Is machine index @m in @set[0..n)? */
+static bool in_set(const uint32_t *set, unsigned n, uint32_t m)
+{
+	for (unsigned q = 0; q < n; q++)
+		if (set[q] == m)
+			return true;
+	return false;
+}
+
+/* Has domain @d been taken by one of the machines in @set[0..n)? */
+static bool domain_in(const farm_ring *g, const uint32_t *set, unsigned n,
+                      uint32_t d)
+{
+	for (unsigned q = 0; q < n; q++)
+		if (g->all[set[q]].domain == d)
+			return true;
+	return false;
+}
+
+/* The replicas of the arc ending at point @i of ring @R into @rep (ids,
+ * g->nrep of them): ring.h's three steps, as machine indices first. */
+static void place_arc(const farm_ring *g, const struct one_ring *R, unsigned i,
+                      uint32_t *rep)
+{
+	uint32_t L[FARM_RING_MAX_REPLICAS];
+	unsigned nl = 0, want = FARM_MIN(g->r, g->nall), ndom = 0;
+	/* 1. The first machine of each new domain, clockwise. */
+	for (unsigned s = 0; s < g->npts && nl < want && ndom < g->ndomains;
+	     s++) {
+		uint32_t m = R->pts[(i + s) % g->npts].idx;
+		if (in_set(L, nl, m) || domain_in(g, L, nl, g->all[m].domain))
+			continue;
+		L[nl++] = m;
+		ndom++;
+	}
+	/* Fewer domains than replicas: the next machines, clockwise. */
+	for (unsigned s = 0; s < g->npts && nl < want; s++) {
+		uint32_t m = R->pts[(i + s) % g->npts].idx;
+		if (!in_set(L, nl, m))
+			L[nl++] = m;
+	}
+	/* 2. L's members, in L's order. */
+	unsigned got = 0;
+	uint32_t chosen[FARM_RING_MAX_REPLICAS];
+	for (unsigned q = 0; q < nl && got < g->nrep; q++)
+		if (!g->all[L[q]].departed)
+			chosen[got++] = L[q];
+	/* 3. Short of departed ones: members outside L's domains first,
+	 * then any, each pass clockwise; a fixed order given L, so a
+	 * later departure only appends. */
+	bool outside = false; /* a member outside L's domains exists */
+	for (unsigned m = 0; got < g->nrep && m < g->nall && !outside; m++)
+		outside = !g->all[m].departed &&
+		          !domain_in(g, L, nl, g->all[m].domain);
+	for (unsigned pass = outside ? 0 : 1; pass < 2 && got < g->nrep; pass++)
+		for (unsigned s = 0; s < g->npts && got < g->nrep; s++) {
+			uint32_t m = R->pts[(i + s) % g->npts].idx;
+			if (g->all[m].departed || in_set(L, nl, m) ||
+			    in_set(chosen, got, m) ||
+			    (pass == 0 &&
+			     domain_in(g, L, nl, g->all[m].domain)))
+				continue;
+			chosen[got++] = m;
+		}
+	for (unsigned q = 0; q < got; q++)
+		rep[q] = g->all[chosen[q]].id;
+}
+
+int farm_ring_build_domains(const struct farm_ring_machine *ms, unsigned n,
+                            const struct farm_ring_attr *attr, farm_ring **out)
+{
+	if (!ms || !out || n == 0 || n > 2 * FARM_RING_MAX_MACHINES)
 		return -EINVAL;
 	struct farm_ring_attr a = attr ? *attr : (struct farm_ring_attr){0};
 	if (!a.replicas)
@@ -107,25 +187,59 @@ int farm_ring_build(const uint32_t *ids, unsigned n,
 	if (a.replicas > FARM_RING_MAX_REPLICAS ||
 	    a.rings > FARM_RING_MAX_RINGS || a.points > FARM_RING_MAX_POINTS)
 		return -EINVAL;
+	/* Departed machines matter only to the domain walk: without any
+	 * domain (or with the test-only switch that ignores them) the
+	 * placement is the plain one over the members. */
+	bool domains = false;
+	for (unsigned m = 0; m < n; m++)
+		domains |= ms[m].domain != 0;
+	if (FARM_FAULT_SWITCH(FARM_FP_RING_NO_DOMAINS))
+		domains = false;
 	farm_ring *g = calloc(1, sizeof(*g));
 	if (!g)
 		return -ENOMEM;
+	g->all = malloc(n * sizeof(*g->all));
+	g->ids = malloc(n * sizeof(*g->ids));
+	if (!g->all || !g->ids)
+		goto nomem;
+	for (unsigned m = 0; m < n; m++) {
+		if (!domains && ms[m].departed)
+			continue;
+		g->all[g->nall] = ms[m];
+		if (!domains)
+			g->all[g->nall].domain = 0;
+		g->nall++;
+	}
+	qsort(g->all, g->nall, sizeof(*g->all), cmp_machine);
+	for (unsigned m = 0; m < g->nall; m++) {
+		if (m && g->all[m].id == g->all[m - 1].id)
+			goto inval;
+		if (!g->all[m].departed)
+			g->ids[g->n++] = g->all[m].id;
+	}
+	if (g->n == 0 || g->n > FARM_RING_MAX_MACHINES)
+		goto inval;
+	/* A machine without a domain is one of its own: give it a value no
+	 * named domain has (above the largest), and count the domains. */
+	uint32_t top = 0;
+	for (unsigned m = 0; m < g->nall; m++)
+		top = FARM_MAX(top, g->all[m].domain);
+	for (unsigned m = 0; m < g->nall; m++) {
+		if (!g->all[m].domain) {
+			if (top == UINT32_MAX)
+				goto inval;
+			g->all[m].domain = ++top;
+		}
+		bool seen = false;
+		for (unsigned q = 0; q < m && !seen; q++)
+			seen = g->all[q].domain == g->all[m].domain;
+		g->ndomains += !seen;
+	}
 	g->k = a.rings;
 	g->p = a.points;
 	g->r = a.replicas;
-	g->n = n;
-	g->nrep = FARM_MIN(a.replicas, n);
-	g->npts = n * a.points;
-	g->ids = malloc(n * sizeof(*g->ids));
-	if (!g->ids)
-		goto nomem;
-	memcpy(g->ids, ids, n * sizeof(*ids));
-	qsort(g->ids, n, sizeof(*g->ids), cmp_u32);
-	for (unsigned i = 1; i < n; i++)
-		if (g->ids[i] == g->ids[i - 1]) {
-			farm_ring_free(g);
-			return -EINVAL;
-		}
+	g->nrep = FARM_MIN(a.replicas, g->n);
+	g->npts = g->nall * a.points;
 	for (unsigned j = 0; j < g->k; j++) {
 		struct one_ring *R = &g->rings[j];
 		R->pts = malloc(g->npts * sizeof(*R->pts));
@@ -133,33 +247,39 @@ int farm_ring_build(const uint32_t *ids, unsigned n,
 		if (!R->pts || !R->reps)
 			goto nomem;
 		unsigned x = 0;
-		for (unsigned m = 0; m < n; m++)
+		for (unsigned m = 0; m < g->nall; m++)
 			for (unsigned i = 0; i < g->p; i++)
 				R->pts[x++] = (struct point){
-				        .pos = point_pos(g->ids[m], j, i),
-				        .machine = g->ids[m]};
+				        .pos = point_pos(g->all[m].id, j, i),
+				        .machine = g->all[m].id,
+				        .idx = m};
 		qsort(R->pts, g->npts, sizeof(*R->pts), cmp_point);
-		/* Replicas of the arc ending at point i: distinct machines
-		 * walking clockwise from i. */
-		for (unsigned i = 0; i < g->npts; i++) {
-			uint32_t *rep = &R->reps[(size_t)i * g->nrep];
-			unsigned got = 0;
-			for (unsigned s = 0; s < g->npts && got < g->nrep;
-			     s++) {
-				uint32_t m = R->pts[(i + s) % g->npts].machine;
-				bool dup = false;
-				for (unsigned q = 0; q < got; q++)
-					dup |= rep[q] == m;
-				if (!dup)
-					rep[got++] = m;
-			}
-		}
+		for (unsigned i = 0; i < g->npts; i++)
+			place_arc(g, R, i, &R->reps[(size_t)i * g->nrep]);
 	}
 	*out = g;
 	return 0;
+inval:
+	farm_ring_free(g);
+	return -EINVAL;
 nomem:
 	farm_ring_free(g);
 	return -ENOMEM;
+}
+
+int farm_ring_build(const uint32_t *ids, unsigned n,
+                    const struct farm_ring_attr *attr, farm_ring **out)
+{
+	if (!ids || !out || n == 0 || n > FARM_RING_MAX_MACHINES)
+		return -EINVAL;
+	struct farm_ring_machine *ms = malloc(n * sizeof(*ms));
+	if (!ms)
+		return -ENOMEM;
+	for (unsigned m = 0; m < n; m++)
+		ms[m] = (struct farm_ring_machine){.id = ids[m]};
+	int rc = farm_ring_build_domains(ms, n, attr, out);
+	free(ms);
+	return rc;
 }
 
 unsigned farm_ring_nrings(const farm_ring *ring)

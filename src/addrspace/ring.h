@@ -8,6 +8,27 @@
  * first being the primary. Every machine builds the same rings from the
  * same membership view: nothing here depends on pointers, time, random
  * seeds or the order the members were given in. Internal; not installed.
+ *
+ * Failure domains (farm_ring_build_domains): when machines name domains,
+ * a region's replicas are, in this order,
+ *   1. L: walking clockwise over every machine on the rings, members and
+ *      departed ones alike, the first machine of each domain not met yet,
+ *      until r are chosen; when fewer domains exist, L is filled with the
+ *      next machines clockwise not in it (the fallback);
+ *   2. the members of L, in L's order;
+ *   3. when departed machines left L short, the next members clockwise
+ *      whose domain is not one of L's, then the next other members
+ *      clockwise.
+ * L depends only on the machines ever placed and their domains, never on
+ * which of them are still members, and step 3 takes a prefix of one fixed
+ * order; so a machine's departure removes it from every replica list and
+ * appends at the end: the survivors keep their order, and a region whose
+ * primary left gets its first surviving backup as primary. (Picking, among
+ * members only, the first machine of each unused domain would not: a
+ * machine skipped because its domain was taken by the primary would move
+ * in front of the surviving backups once the primary left.) A machine
+ * without a domain (0) is a domain of its own; when no machine names one,
+ * departed machines are ignored and placement is exactly the plain one.
  */
 #ifndef FARM_ADDRSPACE_RING_H
 #define FARM_ADDRSPACE_RING_H
@@ -43,6 +64,22 @@ struct farm_ring_attr {
 int farm_ring_build(const uint32_t *ids, unsigned n,
                     const struct farm_ring_attr *attr, farm_ring **out);
 void farm_ring_free(farm_ring *ring);
+
+/* One machine for farm_ring_build_domains. */
+struct farm_ring_machine {
+	uint32_t id;
+	uint32_t domain; /* failure domain; 0: none (a domain of its own) */
+	bool departed;   /* no longer a member: on the rings (so the domain
+	                    walk does not change), never a replica */
+};
+/*
+ * farm_ring_build_domains() - rings for the @n machines in @ms (any order,
+ * distinct ids, at least one not departed), placing replicas in distinct
+ * domains (above). Same returns as farm_ring_build; the replica count in
+ * use is min(r, members). farm_ring_build is this with no domains.
+ */
+int farm_ring_build_domains(const struct farm_ring_machine *ms, unsigned n,
+                            const struct farm_ring_attr *attr, farm_ring **out);
 
 unsigned farm_ring_nrings(const farm_ring *ring);
 /* Replicas per region: min(r, machines). */

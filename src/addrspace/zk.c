@@ -351,6 +351,41 @@ static int zk_layout(struct farm_membership *m)
 	return zk_ensure(z->zh, z->config, z->buf, len);
 }
 
+/* A registration's data: the endpoint, then "\ndomain <name>" when the
+ * machine has a failure domain. */
+#define ZK_CARD_MAX           (FARM_ENDPOINT_MAX + FARM_DOMAIN_MAX + 8)
+
+static int zk_card(const struct farm_membership *m, char *out)
+{
+	return snprintf(out, ZK_CARD_MAX, "%s%s%s", m->endpoint,
+	                m->domain[0] ? "\ndomain " : "", m->domain);
+}
+
+/* The registration @data (@len bytes) into @mb's endpoint and domain.
+ * 0, or -EINVAL: empty or control bytes in the endpoint, a second line
+ * that is not a valid domain. */
+static int zk_card_parse(const char *data, int len, struct farm_member *mb)
+{
+	if (len <= 0 || memchr(data, 0, (size_t)len))
+		return -EINVAL;
+	const char *nl = memchr(data, '\n', (size_t)len);
+	size_t elen = nl ? (size_t)(nl - data) : (size_t)len;
+	if (elen == 0 || elen >= sizeof(mb->endpoint))
+		return -EINVAL;
+	memcpy(mb->endpoint, data, elen);
+	mb->endpoint[elen] = 0;
+	mb->domain[0] = 0;
+	if (!nl)
+		return 0;
+	size_t rest = (size_t)(data + len - nl - 1);
+	if (rest <= 7 || rest - 7 >= sizeof(mb->domain) ||
+	    memcmp(nl + 1, "domain ", 7))
+		return -EINVAL;
+	memcpy(mb->domain, nl + 8, rest - 7);
+	mb->domain[rest - 7] = 0;
+	return farm_domain_valid(mb->domain) ? 0 : -EINVAL;
+}
+
 /* Register this machine. Returns 0 when our ephemeral znode exists, 1 when
  * another session holds our id (we wait for it: its deletion fires the
  * watch set here), or a negative code. */
@@ -376,8 +411,9 @@ static int zk_register(struct farm_membership *m)
 	}
 	if (zrc != ZNONODE)
 		return zk_err(zrc);
-	zrc = zoo_create(z->zh, z->self_path, m->endpoint,
-	                 (int)strlen(m->endpoint), &ZOO_OPEN_ACL_UNSAFE,
+	char card[ZK_CARD_MAX];
+	int clen = zk_card(m, card);
+	zrc = zoo_create(z->zh, z->self_path, card, clen, &ZOO_OPEN_ACL_UNSAFE,
 	                 ZOO_EPHEMERAL, NULL, 0);
 	if (zrc == ZOK) {
 		farm_info("membership: machine %" PRIu32 " registered as %s",
@@ -432,6 +468,41 @@ static bool is_suspect(struct farm_membership *m, uint32_t id)
 	return yes;
 }
 
+/* The departed machines of z->next: z->cur's departed ones and its
+ * members with a domain, when not members of z->next (a member's own
+ * domain is its registration's). Kept for good (placement must not
+ * reorder the survivors, ring.h); when more than fit, the lowest ids go
+ * (logged), which may move replicas as a join does. */
+static void zk_departed(struct farm_zk *z)
+{
+	struct farm_view *c = &z->cur, *x = &z->next;
+	x->ndeparted = 0;
+	unsigned over = 0;
+	for (unsigned i = 0, j = 0; i < c->n || j < c->ndeparted;) {
+		bool mem = j == c->ndeparted ||
+		           (i < c->n && c->members[i].id < c->departed[j].id);
+		uint32_t id = mem ? c->members[i].id : c->departed[j].id;
+		const char *d =
+		        mem ? c->members[i++].domain : c->departed[j++].domain;
+		if (!d[0] || farm_view_find(x, id))
+			continue;
+		if (x->ndeparted == FARM_VIEW_MAX) {
+			/* Keep the highest ids: drop the lowest. */
+			memmove(&x->departed[0], &x->departed[1],
+			        (FARM_VIEW_MAX - 1) * sizeof(x->departed[0]));
+			x->ndeparted--;
+			over++;
+		}
+		struct farm_departed *dp = &x->departed[x->ndeparted++];
+		dp->id = id;
+		snprintf(dp->domain, sizeof(dp->domain), "%s", d);
+	}
+	if (over)
+		farm_warn("membership: %u departed machine(s) forgotten: more "
+		          "than %u; placement may move replicas",
+		          over, FARM_VIEW_MAX);
+}
+
 /* Build in z->next the configuration of the live members: every live
  * machine but the incarnations z->cur lists as removed (kept listed while
  * their znodes live) and the machines this one suspects (listed from now
@@ -445,9 +516,10 @@ static int zk_build(struct farm_membership *m, const uint32_t *ids, unsigned n)
 		char path[sizeof(z->members) + 16];
 		snprintf(path, sizeof(path), "%s/%" PRIu32, z->members, ids[i]);
 		struct farm_member *mb = &z->next.members[z->next.n];
-		int len = (int)sizeof(mb->endpoint) - 1;
+		char card[ZK_CARD_MAX];
+		int len = (int)sizeof(card) - 1;
 		struct Stat st;
-		int zrc = zoo_get(z->zh, path, 0, mb->endpoint, &len, &st);
+		int zrc = zoo_get(z->zh, path, 0, card, &len, &st);
 		if (zrc == ZNONODE)
 			continue; /* left meanwhile; its watch event follows */
 		if (zrc != ZOK)
@@ -462,31 +534,37 @@ static int zk_build(struct farm_membership *m, const uint32_t *ids, unsigned n)
 			                              .incarnation = st.czxid};
 			continue;
 		}
-		if (len <= 0 || memchr(mb->endpoint, '\n', (size_t)len) ||
-		    memchr(mb->endpoint, 0, (size_t)len)) {
-			farm_warn("membership: %s has no usable endpoint",
+		if (zk_card_parse(card, len, mb)) {
+			farm_warn("membership: %s has no usable endpoint "
+			          "and domain",
 			          path);
 			continue;
 		}
-		mb->endpoint[len] = 0;
 		mb->id = ids[i];
 		z->next.n++;
 	}
+	zk_departed(z);
 	return 0;
 }
 
 static bool same_members(const struct farm_view *a, const struct farm_view *b)
 {
 	if (a->n != b->n || a->has_cm != b->has_cm ||
-	    (a->has_cm && a->cm != b->cm) || a->nremoved != b->nremoved)
+	    (a->has_cm && a->cm != b->cm) || a->nremoved != b->nremoved ||
+	    a->ndeparted != b->ndeparted)
 		return false;
+	for (unsigned i = 0; i < a->ndeparted; i++)
+		if (a->departed[i].id != b->departed[i].id ||
+		    strcmp(a->departed[i].domain, b->departed[i].domain))
+			return false;
 	for (unsigned i = 0; i < a->nremoved; i++)
 		if (a->removed[i].id != b->removed[i].id ||
 		    a->removed[i].incarnation != b->removed[i].incarnation)
 			return false;
 	for (unsigned i = 0; i < a->n; i++)
 		if (a->members[i].id != b->members[i].id ||
-		    strcmp(a->members[i].endpoint, b->members[i].endpoint))
+		    strcmp(a->members[i].endpoint, b->members[i].endpoint) ||
+		    strcmp(a->members[i].domain, b->members[i].domain))
 			return false;
 	return true;
 }
@@ -915,14 +993,17 @@ static int peek_live(zhandle_t *zh, const char *members,
 			return -ENAMETOOLONG; /* the root is checked: cannot be
 			                       */
 		struct farm_member *mb = &out->live[out->nlive];
-		int len = (int)sizeof(mb->endpoint) - 1;
+		char card[ZK_CARD_MAX];
+		int len = (int)sizeof(card) - 1;
 		struct Stat st;
-		zrc = zoo_get(zh, path, 0, mb->endpoint, &len, &st);
+		zrc = zoo_get(zh, path, 0, card, &len, &st);
 		if (zrc == ZNONODE)
 			continue;
 		if (zrc != ZOK)
 			return zk_err(zrc);
-		mb->endpoint[len > 0 ? len : 0] = 0;
+		if (zk_card_parse(card, len, mb)) /* shown as it is */
+			snprintf(mb->endpoint, sizeof(mb->endpoint), "%.*s",
+			         len > 0 ? len : 0, card);
 		mb->id = ids[i];
 		out->live_incarnation[out->nlive++] = st.czxid;
 	}

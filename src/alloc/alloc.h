@@ -137,12 +137,48 @@ farm_blockalloc_add_region(farm_blockalloc *ba,
  * already formatted and used (a replica's memory during recovery), rebuilding
  * block states, per-block free slots and allocated objects by scanning its
  * block table and object headers. Its slab blocks become unowned; any slab
- * adopts them when it needs a block of their class. Returns 0, or
- * FARM_ECORRUPT (bad header or table) with nothing added.
+ * adopts them when it needs a block of their class. A block the table says
+ * is FREE but whose memory is not all zero (data the table does not
+ * describe: a replica's copy of a large array's run) is made UNUSABLE and
+ * never handed out (counted: blocks_unusable). Returns 0, or FARM_ECORRUPT
+ * (bad header or table) with nothing added.
  */
 FARM_MUST_CHECK int
 farm_blockalloc_rebuild_region(farm_blockalloc *ba,
                                const struct farm_alloc_region *r);
+
+/*
+ * Replicating the block table (README.md "Replicating the block table").
+ * A replica's copy of a region receives object images only; the block
+ * table in block 0 is the owner's. The transaction layer carries, with each
+ * new object it replicates, a 15-bit description of the object's slab block
+ * (FARM_ALLOC_BINFO_BITS bits), and the replica writes it into its copy's
+ * table, so a copy rebuilt by scan (farm_blockalloc_rebuild_region) after
+ * promotion knows every block that holds a committed object.
+ *
+ * farm_alloc_block_info() - the description of the slab block holding the
+ * allocated object at @a: bit 0 set, bits 8..1 the class, 11..9 the run's
+ * length in MiB, 14..12 the MiB of the run the object is in. Lock-free.
+ * Returns 0, -EREMOTE (not a local region), -ENOENT (not in a slab block:
+ * a large array's run, or a free block), -EINVAL.
+ *
+ * farm_alloc_copy_note() - write @info for the object at @a into the raw
+ * copy @copy of its region (@copy->id is @a's region): the region header
+ * (as farm_blockalloc_add_region writes it) when block 0 is still zero, and
+ * the run's table words (owner 0) where they are still FREE. Words are
+ * written with compare-and-swap, so any threads may note into one copy at
+ * once. Returns 1 (a word was written), 0 (all were there already),
+ * -EINVAL (bad @info, @a or @copy), FARM_ECORRUPT (the copy's header or a
+ * word says otherwise: nothing is written).
+ */
+#define FARM_ALLOC_BINFO_BITS 15
+FARM_MUST_CHECK int farm_alloc_block_info(farm_blockalloc *ba, farm_gaddr a,
+                                          uint32_t *info);
+FARM_MUST_CHECK int farm_alloc_copy_note(const struct farm_alloc_region *copy,
+                                         farm_gaddr a, uint32_t info);
+/* True when @copy's block 0 holds a region header (some block was noted,
+ * or an allocator formatted it). */
+bool farm_alloc_copy_formatted(const struct farm_alloc_region *copy);
 
 /* Local pointer to @len bytes at @a, or NULL if @a is not in a local region
  * or the range leaves it. Lock-free. */
@@ -286,6 +322,8 @@ struct farm_alloc_stats {
 	uint64_t blocks_in_use;  /* slab, array and table blocks */
 	uint64_t blocks_retired; /* freed array blocks awaiting an epoch */
 	uint64_t blocks_reclaimed; /* retired blocks freed by epochs, in all */
+	uint64_t blocks_unusable;  /* FREE yet not zero at a rebuild: never
+	                              reused (in blocks_in_use) */
 };
 
 /*

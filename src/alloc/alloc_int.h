@@ -12,7 +12,10 @@
  *               54..28 element count
  *   CONT    (4) bits 31..0 index of the head block of the run
  *   RETIRED (5) as ARRAY: a freed array whose blocks wait for a distributed
- *               epoch before reuse (not in this issue: never reused)
+ *               epoch before reuse
+ *   UNUSABLE (6) bits 31..0: 1. A block a rebuild found FREE in the table
+ *               but not zero (committed data the table does not describe,
+ *               e.g. a large array in a replica's copy): never reused
  */
 #ifndef FARM_ALLOC_INT_H
 #define FARM_ALLOC_INT_H
@@ -31,6 +34,7 @@ enum bt_type {
 	BT_ARRAY = 3,
 	BT_CONT = 4,
 	BT_RETIRED = 5,
+	BT_UNUSABLE = 6,
 };
 
 static inline unsigned bt_type(uint64_t w)
@@ -74,6 +78,10 @@ static inline uint32_t bt_array_elines(uint64_t w)
 static inline uint64_t bt_array_n(uint64_t w)
 {
 	return (w >> 28) & ((1ull << 27) - 1);
+}
+static inline uint64_t bt_unusable(void)
+{
+	return (uint64_t)BT_UNUSABLE << 60 | 1;
 }
 static inline uint64_t bt_cont(uint32_t head)
 {
@@ -231,6 +239,7 @@ struct farm_blockalloc {
 	struct ba_retired *retired;
 	uint64_t retire_gen;
 	uint64_t blocks_reclaimed; /* retired blocks freed by epochs */
+	uint64_t blocks_unusable;  /* FREE but not zero at a rebuild */
 	/* Objects found by rebuild (no slab counted them), and array blocks
 	 * counted in bytes: */
 	int64_t base_bytes;

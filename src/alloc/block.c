@@ -411,6 +411,20 @@ static int64_t scan_block(struct farm_block *b, uint64_t *nalloc)
 	return (int64_t)n * b->slot;
 }
 
+static bool block_zero(const struct ba_region *r, uint32_t bidx)
+{
+	const uint64_t *w =
+	        (const uint64_t *)(r->base + (uint64_t)bidx * FARM_ALLOC_BLOCK);
+	uint64_t any = 0;
+	for (uint32_t i = 0; i < FARM_ALLOC_BLOCK / 8; i += 8) {
+		for (uint32_t k = 0; k < 8; k++)
+			any |= w[i + k];
+		if (any)
+			return false;
+	}
+	return true;
+}
+
 int farm_blockalloc_rebuild_region(farm_blockalloc *ba,
                                    const struct farm_alloc_region *ar)
 {
@@ -435,7 +449,7 @@ int farm_blockalloc_rebuild_region(farm_blockalloc *ba,
 	rc = FARM_ECORRUPT;
 	if (atomic_load(&r->table[0]) != bt_table(1))
 		goto fail;
-	uint64_t in_use = 1, retired = 0, allocs = 0;
+	uint64_t in_use = 1, retired = 0, allocs = 0, unusable = 0;
 	int64_t bytes = 0;
 	for (uint32_t i = 1; i < r->nblocks;) {
 		uint64_t w = atomic_load_explicit(&r->table[i],
@@ -480,11 +494,31 @@ int farm_blockalloc_rebuild_region(farm_blockalloc *ba,
 				ba_retire_locked(ba, r, i, mb, 0);
 			}
 			break;
+		case BT_UNUSABLE:
+			mb = 1;
+			if (w != bt_unusable())
+				goto fail;
+			in_use++;
+			unusable++;
+			break;
 		default: goto fail;
 		}
 		i += mb;
 	}
-	/* Valid: the scanned slab blocks join the orphans of their class. */
+	/* Valid. A FREE block must be zero: anything else is committed data
+	 * the table does not describe (a replica's copy of a large array,
+	 * whose table words are not carried), and handing it out would
+	 * allocate over it. */
+	for (uint32_t i = 1; i < r->nblocks; i++)
+		if (atomic_load_explicit(&r->table[i], memory_order_relaxed) ==
+		            0 &&
+		    !block_zero(r, i)) {
+			atomic_store_explicit(&r->table[i], bt_unusable(),
+			                      memory_order_release);
+			in_use++;
+			unusable++;
+		}
+	/* The scanned slab blocks join the orphans of their class. */
 	for (uint32_t i = 1; i < r->nblocks; i++) {
 		struct farm_block *b =
 		        atomic_load_explicit(&r->meta[i], memory_order_relaxed);
@@ -496,6 +530,7 @@ int farm_blockalloc_rebuild_region(farm_blockalloc *ba,
 	region_publish(ba, r);
 	ba->blocks_in_use += in_use;
 	ba->blocks_retired += retired;
+	ba->blocks_unusable += unusable;
 	ba->base_bytes += bytes;
 	ba->base_allocs += allocs;
 	rc = 0;
@@ -515,6 +550,151 @@ fail:
 out:
 	pthread_mutex_unlock(&ba->lock);
 	return rc;
+}
+
+/* ---- replicating the block table (alloc.h) ----------------------------- */
+
+#define BINFO_CLS(i) (((i) >> 1) & 0xffu)
+#define BINFO_MB(i)  (((i) >> 9) & 7u)
+#define BINFO_OFF(i) (((i) >> 12) & 7u)
+
+int farm_alloc_block_info(farm_blockalloc *ba, farm_gaddr a, uint32_t *info)
+{
+	if (!ba || !info)
+		return -EINVAL;
+	struct ba_region *r = ba_lookup(ba, farm_gaddr_region(a));
+	if (!r)
+		return -EREMOTE;
+	uint64_t off = farm_gaddr_offset(a);
+	if (off >= r->size)
+		return -EINVAL;
+	uint32_t mib = (uint32_t)(off / FARM_ALLOC_BLOCK);
+	/* Acquire: pairs with meta_publish's release; the caller holds an
+	 * object of the block, so it was published before it was handed out
+	 * and never changes. */
+	const struct farm_block *b =
+	        atomic_load_explicit(&r->meta[mib], memory_order_acquire);
+	if (!b)
+		return -ENOENT;
+	*info = 1u | (uint32_t)b->cls << 1 | b->len_mb << 9 |
+	        (mib - b->bidx) << 12;
+	return 0;
+}
+
+/* @copy as a raw region: the header's fields, for a check or a write. */
+static void copy_rhdr(const struct farm_alloc_region *copy,
+                      struct farm_alloc_rhdr *h)
+{
+	memset(h, 0, sizeof(*h));
+	h->magic = FARM_ALLOC_MAGIC;
+	h->region_id = copy->id;
+	h->nblocks = (uint32_t)(copy->size / FARM_ALLOC_BLOCK);
+	h->table_off = RHDR_TABLE_OFF;
+	h->layout = 1;
+}
+
+bool farm_alloc_copy_formatted(const struct farm_alloc_region *copy)
+{
+	return copy && copy->base &&
+	       atomic_load_explicit((_Atomic uint64_t *)copy->base,
+	                            memory_order_acquire) == FARM_ALLOC_MAGIC;
+}
+
+/* CAS *@w from 0 to @v: 1 written, 0 already @v (or @same accepts it),
+ * FARM_ECORRUPT otherwise. */
+static int word_claim(_Atomic uint64_t *w, uint64_t v,
+                      bool (*same)(uint64_t have, uint64_t want))
+{
+	uint64_t have = 0;
+	if (atomic_compare_exchange_strong_explicit(
+	            w, &have, v, memory_order_acq_rel, memory_order_acquire))
+		return 1;
+	return have == v || (same && same(have, v)) ? 0 : FARM_ECORRUPT;
+}
+
+/* A slab head with any owner is the same run. */
+static bool same_slab(uint64_t have, uint64_t want)
+{
+	return bt_type(have) == BT_SLAB &&
+	       bt_slab_cls(have) == bt_slab_cls(want) &&
+	       bt_slab_mb(have) == bt_slab_mb(want);
+}
+
+int farm_alloc_copy_note(const struct farm_alloc_region *copy, farm_gaddr a,
+                         uint32_t info)
+{
+	if (!copy || !copy->base || farm_gaddr_region(a) != copy->id ||
+	    !farm_is_pow2(copy->size) || copy->size < FARM_ALLOC_MIN_REGION ||
+	    copy->size > FARM_ALLOC_MAX_REGION ||
+	    ((uintptr_t)copy->base & (FARM_ALLOC_LINE - 1)) || !(info & 1) ||
+	    info >> FARM_ALLOC_BINFO_BITS)
+		return -EINVAL;
+	uint32_t nblocks = (uint32_t)(copy->size / FARM_ALLOC_BLOCK);
+	uint32_t mib = (uint32_t)(farm_gaddr_offset(a) / FARM_ALLOC_BLOCK);
+	unsigned cls = BINFO_CLS(info), mb = BINFO_MB(info),
+	         roff = BINFO_OFF(info);
+	if (mb != farm_alloc_class_block_mb((int)cls) || roff >= mb ||
+	    farm_gaddr_offset(a) >= copy->size || mib < roff + 1 ||
+	    mib - roff + mb > nblocks)
+		return -EINVAL;
+	uint32_t head = mib - roff;
+	/* The header: written whole by whoever finds it missing (every
+	 * writer writes the same words), the magic last (release: pairs with
+	 * the acquire loads of farm_alloc_copy_formatted and the checks
+	 * below). */
+	struct farm_alloc_rhdr want;
+	copy_rhdr(copy, &want);
+	_Atomic uint64_t *hw = (_Atomic uint64_t *)copy->base;
+	_Atomic uint64_t *table =
+	        (_Atomic uint64_t *)((char *)copy->base + RHDR_TABLE_OFF);
+	uint64_t ww[sizeof(want) / 8];
+	memcpy(ww, &want, sizeof(want));
+	uint64_t magic = atomic_load_explicit(&hw[0], memory_order_acquire);
+	if (magic != 0 && magic != FARM_ALLOC_MAGIC)
+		return FARM_ECORRUPT;
+	for (unsigned k = 1; k < sizeof(want) / 8; k++) {
+		uint64_t have =
+		        atomic_load_explicit(&hw[k], memory_order_relaxed);
+		if (have != ww[k] && (magic || have))
+			return FARM_ECORRUPT;
+	}
+	/* Check the run before writing anything. */
+	uint64_t t0 = atomic_load_explicit(&table[0], memory_order_acquire);
+	if (t0 && t0 != bt_table(1))
+		return FARM_ECORRUPT;
+	uint64_t hv = bt_slab(cls, mb, 0);
+	bool all_there = magic != 0 && t0 != 0;
+	for (uint32_t i = 0; i < mb; i++) {
+		uint64_t have = atomic_load_explicit(&table[head + i],
+		                                     memory_order_acquire);
+		if (have && !(i ? have == bt_cont(head) : same_slab(have, hv)))
+			return FARM_ECORRUPT;
+		all_there &= have != 0;
+	}
+	if (all_there)
+		return 0; /* the common case: loads only, no line written */
+	int wrote = 0, rc;
+	if (!magic) {
+		for (unsigned k = 1; k < sizeof(want) / 8; k++)
+			atomic_store_explicit(&hw[k], ww[k],
+			                      memory_order_relaxed);
+		if ((rc = word_claim(&table[0], bt_table(1), NULL)) < 0)
+			return rc;
+		wrote |= rc;
+		if ((rc = word_claim(&hw[0], FARM_ALLOC_MAGIC, NULL)) < 0)
+			return rc;
+		wrote |= rc;
+	}
+	/* Continuations first, then the head, as ba_write_run. */
+	for (uint32_t i = 1; i < mb; i++) {
+		if ((rc = word_claim(&table[head + i], bt_cont(head), NULL)) <
+		    0)
+			return rc;
+		wrote |= rc;
+	}
+	if ((rc = word_claim(&table[head], hv, same_slab)) < 0)
+		return rc;
+	return wrote | rc;
 }
 
 /* ---- translation ----------------------------------------------------- */
@@ -766,5 +946,6 @@ void farm_blockalloc_stats(farm_blockalloc *ba, struct farm_alloc_stats *st)
 	st->blocks_in_use = ba->blocks_in_use;
 	st->blocks_retired = ba->blocks_retired;
 	st->blocks_reclaimed = ba->blocks_reclaimed;
+	st->blocks_unusable = ba->blocks_unusable;
 	pthread_mutex_unlock(&ba->lock);
 }

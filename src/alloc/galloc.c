@@ -20,9 +20,10 @@
 #include "util/common.h"
 #include "util/log.h"
 
-#define POOL_MAX  8
-#define MAX_LOOPS 64
-#define MAX_RETRY 4 /* region requests per allocation */
+#define POOL_MAX    8
+#define MAX_LOOPS   64
+#define MAX_RETRY   4 /* region requests per allocation */
+#define ADOPTED_MAX 64
 
 struct pooled {
 	uint32_t near;
@@ -39,6 +40,37 @@ struct farm_galloc {
 	unsigned npool;
 	_Atomic uint64_t shipped_allocs, served_allocs, shipped_frees,
 	        served_frees, regions_added, region_waits;
+	/* Adopting promoted regions (farm_galloc_adopt): one thread, made on
+	 * first use, parked on `adopt_cv` while there is nothing to do. */
+	pthread_mutex_t adopt_lock;
+	pthread_cond_t adopt_cv;
+	pthread_t adopter;
+	bool adopter_up, adopt_stop;
+	struct adopt_region *adopting; /* expected or queued, under the lock */
+	struct deferred *deferred;     /* frees waiting for their region */
+	_Atomic uint64_t adopted, adopt_failed, adopt_skipped, adopt_ns,
+	        adopt_max_ns, frees_deferred, deferred_freed, deferred_lost;
+	/* The regions adopted (the first ADOPTED_MAX), for the counters of
+	 * allocations and frees in them: ids written before the count
+	 * (release; pairs with the acquire in in_adopted). */
+	uint32_t adopted_ids[ADOPTED_MAX];
+	_Atomic unsigned nadopted_ids;
+	_Atomic uint64_t adopted_allocs, adopted_frees;
+};
+
+/* A region promoted here, not yet in the block allocator. */
+struct adopt_region {
+	uint32_t id;
+	bool queued; /* farm_galloc_adopt called: the adopter may take it */
+	bool taken;  /* the adopter is on it */
+	struct adopt_region *next;
+};
+/* A free of an object in such a region, done once it is adopted; then
+ * @then is stored (release) in the object's first word. */
+struct deferred {
+	farm_gaddr a;
+	uint64_t then;
+	struct deferred *next;
 };
 
 /* Wire formats. */
@@ -53,6 +85,8 @@ struct alloc_rep {
 struct free_req {
 	uint64_t addr;
 };
+
+static bool in_adopted(farm_galloc *g, uint32_t id);
 
 /* ---- regions ----------------------------------------------------------- */
 
@@ -182,6 +216,9 @@ static void op_try(farm_loop *loop, struct galloc_op *op)
 	}
 	if (rc == -EAGAIN)
 		rc = -ENOSPC;
+	if (!rc && in_adopted(g, farm_gaddr_region(a)))
+		atomic_fetch_add_explicit(&g->adopted_allocs, 1,
+		                          memory_order_relaxed);
 	op_post(loop, op, rc, a);
 }
 
@@ -332,6 +369,264 @@ int farm_galloc_free(farm_galloc *g, farm_loop *loop, farm_gaddr a,
 	return rc;
 }
 
+/* ---- recovery: adopting promoted regions ------------------------------------
+ *
+ * A region promoted here (its primary failed; src/txn/recover.c) serves
+ * reads and commits at once, but the block allocator does not know it. Its
+ * copy's block table was kept by the replica (farm_alloc_copy_note, from
+ * each new object's block description carried in COMMIT-BACKUP), so once
+ * recovery has settled every transaction that could still write it, the
+ * adopter thread rebuilds it by scan (farm_blockalloc_rebuild_region) off
+ * the event loops. Frees of its objects meanwhile are deferred, the object
+ * left locked by the caller, and done (then unlocked) right after the
+ * rebuild, so none leaks and none is seen freed-but-allocated.
+ */
+
+/* Was region @id adopted here? (Counters only; the adopter is the only
+ * writer of the list.) */
+static bool in_adopted(farm_galloc *g, uint32_t id)
+{
+	unsigned n =
+	        atomic_load_explicit(&g->nadopted_ids, memory_order_acquire);
+	for (unsigned i = 0; i < n; i++)
+		if (g->adopted_ids[i] == id)
+			return true;
+	return false;
+}
+
+static struct adopt_region **adopt_find(farm_galloc *g, uint32_t id)
+{
+	struct adopt_region **pp = &g->adopting;
+	while (*pp && (*pp)->id != id)
+		pp = &(*pp)->next;
+	return pp;
+}
+
+int farm_galloc_adopt_expect(farm_galloc *g, uint32_t region)
+{
+	if (!g)
+		return -EINVAL;
+	pthread_mutex_lock(&g->adopt_lock);
+	int rc = 0;
+	if (farm_alloc_region_is_local(g->ba, region)) {
+		rc = 2; /* adopted already (an earlier recovery) */
+	} else if (!*adopt_find(g, region)) {
+		struct adopt_region *a = calloc(1, sizeof(*a));
+		if (a) {
+			*a = (struct adopt_region){.id = region,
+			                           .next = g->adopting};
+			g->adopting = a;
+			rc = 1;
+		} else {
+			rc = -ENOMEM;
+		}
+	}
+	pthread_mutex_unlock(&g->adopt_lock);
+	return rc;
+}
+
+/* Take region @id out of the adoption list with its deferred frees. */
+static struct deferred *adopt_take(farm_galloc *g, uint32_t id)
+{
+	struct deferred *mine = NULL;
+	pthread_mutex_lock(&g->adopt_lock);
+	struct adopt_region **pp = adopt_find(g, id);
+	if (*pp) {
+		struct adopt_region *a = *pp;
+		*pp = a->next;
+		free(a);
+	}
+	for (struct deferred **dp = &g->deferred; *dp;) {
+		struct deferred *d = *dp;
+		if (farm_gaddr_region(d->a) == id) {
+			*dp = d->next;
+			d->next = mine;
+			mine = d;
+		} else {
+			dp = &d->next;
+		}
+	}
+	pthread_mutex_unlock(&g->adopt_lock);
+	return mine;
+}
+
+void farm_galloc_adopt_cancel(farm_galloc *g, uint32_t region)
+{
+	if (!g)
+		return;
+	struct deferred *d = adopt_take(g, region);
+	while (d) { /* none: the region never served here */
+		struct deferred *n = d->next;
+		free(d);
+		d = n;
+	}
+}
+
+/* Adopt one region; then its deferred frees, and unlock their objects. */
+static void adopt_one(farm_galloc *g, farm_slab **slab, uint32_t id)
+{
+	enum farm_as_role role;
+	farm_region *fr = farm_as_local_region(g->as, id, &role);
+	struct farm_alloc_region r = {.id = id};
+	int rc = -ENOENT;
+	if (fr) { /* for the deferred frees' unlocks in any case */
+		r.base = farm_region_base(fr);
+		r.size = farm_region_size(fr);
+	}
+	if (fr && role == FARM_AS_PRIMARY) {
+		if (!farm_alloc_copy_formatted(&r)) {
+			/* No object was ever carried into it: not an
+			 * allocator region (or an unused one). */
+			atomic_fetch_add(&g->adopt_skipped, 1);
+			rc = 1;
+		} else {
+			uint64_t t0 = farm_now_ns();
+			rc = farm_blockalloc_rebuild_region(g->ba, &r);
+			uint64_t dt = farm_now_ns() - t0;
+			if (!rc) {
+				atomic_fetch_add(&g->adopted, 1);
+				unsigned k = atomic_load_explicit(
+				        &g->nadopted_ids, memory_order_relaxed);
+				if (k < ADOPTED_MAX) {
+					g->adopted_ids[k] = id;
+					atomic_store_explicit(
+					        &g->nadopted_ids, k + 1,
+					        memory_order_release);
+				}
+				atomic_fetch_add(&g->adopt_ns, dt);
+				uint64_t mx = atomic_load(&g->adopt_max_ns);
+				while (dt > mx &&
+				       !atomic_compare_exchange_weak(
+				               &g->adopt_max_ns, &mx, dt))
+					;
+				farm_info("alloc: region %" PRIu32
+				          " adopted (rebuilt by scan in "
+				          "%.2f ms)",
+				          id, dt / 1e6);
+			}
+		}
+	}
+	if (rc < 0) {
+		atomic_fetch_add(&g->adopt_failed, 1);
+		farm_warn("alloc: promoted region %" PRIu32
+		          " not adopted: %s; its free space is not used",
+		          id, farm_strerror(rc));
+	}
+	/* Published (if adopted) before adopt_take takes the lock, so a free
+	 * that finds the region still unknown under the lock is ours. */
+	struct deferred *d = adopt_take(g, id);
+	if (d && !*slab && rc == 0 && farm_slab_create(g->ba, slab))
+		*slab = NULL;
+	while (d) {
+		struct deferred *n = d->next;
+		int f = rc == 0 && *slab ? farm_slab_free(*slab, d->a) : rc;
+		/* Unlock it either way: the caller left that to us. */
+		if (r.base)
+			atomic_store_explicit(
+			        (_Atomic uint64_t *)(void *)((char *)r.base +
+			                                     farm_gaddr_offset(
+			                                             d->a)),
+			        d->then, memory_order_release);
+		/* Counted after (seq_cst, so a release): whoever reads the
+		 * count sees the free and the unlock. */
+		if (f) {
+			atomic_fetch_add(&g->deferred_lost, 1);
+			farm_warn("alloc: deferred free of %#" PRIx64
+			          " in region %" PRIu32 ": %s (leaked)",
+			          d->a, id, farm_strerror(f < 0 ? f : -ENOENT));
+		} else {
+			atomic_fetch_add(&g->deferred_freed, 1);
+		}
+		free(d);
+		d = n;
+	}
+}
+
+static void *adopter_main(void *arg)
+{
+	farm_galloc *g = arg;
+	farm_slab *slab = NULL; /* for deferred frees, made when needed */
+	pthread_mutex_lock(&g->adopt_lock);
+	for (;;) {
+		struct adopt_region *a = g->adopting;
+		while (a && !a->queued)
+			a = a->next;
+		if (!a) {
+			if (g->adopt_stop)
+				break;
+			pthread_cond_wait(&g->adopt_cv, &g->adopt_lock);
+			continue;
+		}
+		uint32_t id = a->id;
+		a->queued = false; /* ours now: adopt_take removes it */
+		a->taken = true;
+		pthread_mutex_unlock(&g->adopt_lock);
+		adopt_one(g, &slab, id);
+		pthread_mutex_lock(&g->adopt_lock);
+	}
+	pthread_mutex_unlock(&g->adopt_lock);
+	farm_slab_destroy(slab);
+	return NULL;
+}
+
+int farm_galloc_adopt(farm_galloc *g, uint32_t region)
+{
+	if (!g)
+		return -EINVAL;
+	int rc = farm_galloc_adopt_expect(g, region);
+	if (rc < 0 || rc == 2)
+		return rc < 0 ? rc : 0;
+	pthread_mutex_lock(&g->adopt_lock);
+	if (!g->adopter_up) {
+		rc = pthread_create(&g->adopter, NULL, adopter_main, g);
+		if (rc) {
+			pthread_mutex_unlock(&g->adopt_lock);
+			return -rc;
+		}
+		g->adopter_up = true;
+	}
+	struct adopt_region *a = *adopt_find(g, region);
+	if (a && !a->taken) /* (gone: adopted since, by a racing call) */
+		a->queued = true;
+	pthread_cond_signal(&g->adopt_cv);
+	pthread_mutex_unlock(&g->adopt_lock);
+	return 0;
+}
+
+int farm_galloc_free_local_or_defer(farm_galloc *g, farm_loop *loop,
+                                    farm_gaddr a, uint64_t then)
+{
+	if (!g || !loop)
+		return -EINVAL;
+	uint32_t id = farm_gaddr_region(a);
+	if (!farm_alloc_region_is_local(g->ba, id)) {
+		pthread_mutex_lock(&g->adopt_lock);
+		if (!farm_alloc_region_is_local(g->ba, id)) {
+			struct deferred *d = NULL;
+			if (*adopt_find(g, id) && (d = malloc(sizeof(*d)))) {
+				*d = (struct deferred){.a = a,
+				                       .then = then,
+				                       .next = g->deferred};
+				g->deferred = d;
+				atomic_fetch_add(&g->frees_deferred, 1);
+			}
+			pthread_mutex_unlock(&g->adopt_lock);
+			return d ? 1 : -EREMOTE;
+		}
+		pthread_mutex_unlock(&g->adopt_lock);
+	}
+	int rc = farm_galloc_free_local(g, loop, a);
+	if (!rc && in_adopted(g, id))
+		atomic_fetch_add_explicit(&g->adopted_frees, 1,
+		                          memory_order_relaxed);
+	return rc;
+}
+
+int farm_galloc_block_info(farm_galloc *g, farm_gaddr a, uint32_t *info)
+{
+	return g ? farm_alloc_block_info(g->ba, a, info) : -EINVAL;
+}
+
 /* ---- handlers: requests from other machines -------------------------------
  */
 
@@ -430,6 +725,8 @@ int farm_galloc_create(farm_as *as, farm_msg *msg, farm_galloc **out)
 	g->as = as;
 	g->msg = msg;
 	pthread_mutex_init(&g->lock, NULL);
+	pthread_mutex_init(&g->adopt_lock, NULL);
+	pthread_cond_init(&g->adopt_cv, NULL);
 	struct farm_blockalloc_attr ba = {.new_region = new_region_cb,
 	                                  .ctx = g};
 	int rc = farm_blockalloc_create(&ba, &g->ba);
@@ -440,6 +737,8 @@ int farm_galloc_create(farm_as *as, farm_msg *msg, farm_galloc **out)
 	if (rc) {
 		farm_blockalloc_destroy(g->ba);
 		pthread_mutex_destroy(&g->lock);
+		pthread_mutex_destroy(&g->adopt_lock);
+		pthread_cond_destroy(&g->adopt_cv);
 		free(g);
 		return rc;
 	}
@@ -451,6 +750,27 @@ void farm_galloc_destroy(farm_galloc *g)
 {
 	if (!g)
 		return;
+	pthread_mutex_lock(&g->adopt_lock);
+	g->adopt_stop = true;
+	for (struct adopt_region *a = g->adopting; a; a = a->next)
+		a->queued = false; /* not started: dropped */
+	pthread_cond_signal(&g->adopt_cv);
+	bool up = g->adopter_up;
+	pthread_mutex_unlock(&g->adopt_lock);
+	if (up)
+		pthread_join(g->adopter, NULL);
+	while (g->adopting) {
+		struct adopt_region *a = g->adopting;
+		g->adopting = a->next;
+		free(a);
+	}
+	while (g->deferred) {
+		struct deferred *d = g->deferred;
+		g->deferred = d->next;
+		free(d);
+	}
+	pthread_mutex_destroy(&g->adopt_lock);
+	pthread_cond_destroy(&g->adopt_cv);
 	for (unsigned i = 0; i < MAX_LOOPS; i++)
 		farm_slab_destroy(g->slabs[i]);
 	farm_blockalloc_destroy(g->ba);
@@ -475,4 +795,14 @@ void farm_galloc_stats(farm_galloc *g, struct farm_galloc_stats *out)
 	out->served_frees = atomic_load(&g->served_frees);
 	out->regions_added = atomic_load(&g->regions_added);
 	out->region_waits = atomic_load(&g->region_waits);
+	out->adopted = atomic_load(&g->adopted);
+	out->adopt_failed = atomic_load(&g->adopt_failed);
+	out->adopt_skipped = atomic_load(&g->adopt_skipped);
+	out->adopt_ns = atomic_load(&g->adopt_ns);
+	out->adopt_max_ns = atomic_load(&g->adopt_max_ns);
+	out->frees_deferred = atomic_load(&g->frees_deferred);
+	out->deferred_freed = atomic_load(&g->deferred_freed);
+	out->deferred_lost = atomic_load(&g->deferred_lost);
+	out->adopted_allocs = atomic_load(&g->adopted_allocs);
+	out->adopted_frees = atomic_load(&g->adopted_frees);
 }

@@ -30,6 +30,15 @@ struct farm_galloc_stats {
 	uint64_t shipped_frees, served_frees;
 	uint64_t regions_added; /* regions taken from the address space */
 	uint64_t region_waits;  /* allocations that waited for a region */
+	/* Recovery: promoted regions adopted (rebuilt by scan), refused
+	 * (corrupt copy), skipped (no object was ever carried into them);
+	 * rebuild time in all and the longest; frees deferred until their
+	 * region was adopted, done then, and lost (not freed: leaked). */
+	uint64_t adopted, adopt_failed, adopt_skipped, adopt_ns, adopt_max_ns;
+	uint64_t frees_deferred, deferred_freed, deferred_lost;
+	/* Objects allocated in adopted regions since, and frees at commit
+	 * (farm_galloc_free_local_or_defer) done in them. */
+	uint64_t adopted_allocs, adopted_frees;
 };
 
 /* Before the loops start (registers the RPC handlers). */
@@ -70,6 +79,38 @@ int farm_galloc_free_local(farm_galloc *g, farm_loop *loop, farm_gaddr a);
  * its blocks retired until a distributed epoch (src/txn/epoch.c) ends. */
 int farm_galloc_free_array_local(farm_galloc *g, farm_loop *loop, farm_gaddr a,
                                  uint64_t elem_size, uint64_t n);
+
+/*
+ * Allocator recovery (src/alloc/README.md "Recovery"; FaRM SOSP'15 5.4).
+ *
+ * farm_galloc_block_info() - the block description of a local object, for
+ * the transaction layer to carry to replicas (farm_alloc_block_info).
+ *
+ * farm_galloc_adopt_expect() - region @region is about to become primary
+ * here (promoted by recovery): from now on frees of its objects are
+ * deferred (farm_galloc_free_local_or_defer) until it is adopted. Returns
+ * 1 (expected from now on), 0 (it was already), 2 (it is adopted
+ * already: nothing to do), -ENOMEM.
+ * farm_galloc_adopt_cancel() - it was not promoted after all (only after
+ * an expect that returned 1).
+ * farm_galloc_adopt() - nothing can write new objects into it any more
+ * but this machine's allocator: a background thread rebuilds its block
+ * allocator state from the copy (block table kept by the replica, slab free
+ * lists by scanning headers), then does its deferred frees. Never blocks
+ * the caller. Returns 0 or -ENOMEM / a thread-creation error.
+ *
+ * farm_galloc_free_local_or_defer() - farm_galloc_free_local(), except that
+ * an object of a region expected for adoption is freed later: returns 1,
+ * and the adopter stores @then (release) in the object's first word once it
+ * is free, so the caller leaves the object locked and lets that store
+ * unlock it. 0 when freed now (the caller unlocks), or a negative code.
+ */
+int farm_galloc_block_info(farm_galloc *g, farm_gaddr a, uint32_t *info);
+int farm_galloc_adopt_expect(farm_galloc *g, uint32_t region);
+void farm_galloc_adopt_cancel(farm_galloc *g, uint32_t region);
+int farm_galloc_adopt(farm_galloc *g, uint32_t region);
+int farm_galloc_free_local_or_defer(farm_galloc *g, farm_loop *loop,
+                                    farm_gaddr a, uint64_t then);
 
 farm_blockalloc *farm_galloc_blockalloc(farm_galloc *g);
 void farm_galloc_stats(farm_galloc *g, struct farm_galloc_stats *out);

@@ -24,9 +24,10 @@
  *       A plain TCP RMA write lands through recv(2) in pieces of any size,
  *       so a polled word can be seen half written.
  *   (b) line-atomic READs (<= OFI_VERIFY_MAX bytes): the READ is issued
- *       twice back to back and delivered only when both copies agree byte
- *       for byte, else both are issued again (a torn copy differs from the
- *       next one: the writer's version word changed in between).
+ *       twice, the second once the first has completed, and delivered only
+ *       when both copies agree byte for byte, else both are issued again
+ *       (a torn copy differs from a later one: the writer's version word
+ *       changed in between, and versions only grow).
  *   (c) post order across READ then WRITE (FI_ORDER_WAR, which tcp;ofi_rxm
  *       does not offer): a WRITE, CAS or NOTIFY waits while READs of its
  *       endpoint are in flight.
@@ -783,6 +784,19 @@ static void pump(struct ofi_ep *ep)
 			                        .kind;
 			if (!may_post(ep, kind))
 				return;
+			/* (b): the verification copy goes only once the first
+			 * is whole. Issued together, the target's provider may
+			 * copy both in pieces, interleaved (a send that does
+			 * not fit the socket goes out later), so the two can
+			 * be torn alike and agree; copied strictly after the
+			 * first, any word the writer changed in between differs
+			 * (line versions only grow). The completion kicks the
+			 * endpoint (kick_waiting), which pumps it again. */
+			if (s->opcode == FARM_WR_READ && !s->rev8 &&
+			    s->npieces == 2 && s->posted == 1 &&
+			    atomic_load_explicit(&s->pending,
+			                         memory_order_acquire) > 0)
+				return;
 			if (!s->started) { /* the bound (e) starts here */
 				s->started = true;
 				s->posted_ns = farm_now_ns();
@@ -1011,12 +1025,17 @@ static int retire(struct ofi_ep *ep, int n, farm_wc *wc)
 			}
 			if (s->opcode == FARM_WR_READ && s->npieces == 2 &&
 			    !s->rev8 && !atomic_load(&s->err) &&
-			    memcmp(s->local, s->scratch, s->len) != 0 &&
-			    s->tries < OFI_VERIFY_TRIES) {
+			    memcmp(s->local, s->scratch, s->len) != 0) {
 				/* (b): the two copies differ: a writer raced
-				 * the READ; read both again. */
-				s->tries++;
+				 * the READ; read both again, as often as it
+				 * takes (never delivered unverified: after a
+				 * cap, a hot object read while the target was
+				 * descheduled came back torn). The peer
+				 * answered: the bound (e) starts again. */
+				if (s->tries < UINT8_MAX)
+					s->tries++;
 				s->posted = 0;
+				s->started = false;
 				s->state = S_QUEUED;
 				ep->next_post = ep->tail;
 				ST_ADD(f, read_retries, 1);

@@ -23,7 +23,6 @@
 #define OFI_MAX_EPS          4096 /* logical endpoints per fabric */
 #define OFI_MAX_PEERS        1024 /* machine ids tracked for death */
 #define OFI_VERIFY_MAX       4096 /* READs up to this are line-atomic */
-#define OFI_VERIFY_TRIES     64
 #define OFI_RECVS            32
 #define OFI_CTRL_MAGIC       0x3130494f4d524146ull /* "FARMOI01" */
 #define OFI_CONNECT_NS       (3000ull * 1000000ull)

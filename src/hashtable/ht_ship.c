@@ -154,11 +154,12 @@ static void batch_alloc_done(farm_tx *tx, void *ctx, int status, farm_fatptr p,
 	struct shardq *q = &l->q[shard];
 	int kind = c->kind;
 	if (status == -EREMOTE && c->hinted) {
-		/* The shard's region was promoted here by recovery, and its
-		 * allocator state is not recovered (SOSP'15 5.4 is not built
-		 * yet): it takes no new objects. Any region of this machine
-		 * will do: the pair's fat pointer says where its object is,
-		 * and it is local to the shard's owner, who reads it. */
+		/* The shard's region was promoted here by recovery and its
+		 * allocator state is still being rebuilt (SOSP'15 5.4,
+		 * farm_galloc_adopt): it takes no new objects yet. Any region
+		 * of this machine will do: the pair's fat pointer says where
+		 * its object is, and it is local to the shard's owner, who
+		 * reads it. */
 		c->hinted = false;
 		status = farm_tx_alloc(q->tx, c->size, FARM_GADDR_NULL,
 		                       batch_alloc_done, c);

@@ -6,6 +6,7 @@
  * A ring holds frames. A frame is what one fabric WRITE carries:
  *
  *   word 0    header  = (uint64)seq << 32 | len
+ *   word 1    the sender's configuration id (low 32 bits; the rest zero)
  *   ...       messages, each [wire_msg header (16 B) | payload | pad to 8]
  *   last word trailer = header ^ WIRE_TRAILER_MAGIC
  *
@@ -26,7 +27,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#define WIRE_FRAME_OVERHEAD 16u /* header + trailer */
+#define WIRE_FRAME_OVERHEAD 24u /* header, configuration word, trailer */
+#define WIRE_FRAME_BODY     16u /* where a frame's messages start */
 #define WIRE_MSG_HDR        16u
 #define WIRE_WRAP_LEN       1u
 #define WIRE_TRAILER_MAGIC                         \
@@ -105,6 +107,15 @@ static inline enum wire_peek wire_peek(const uint8_t *ring, uint32_t ring_size,
 		return WIRE_CORRUPT;
 	*len = n;
 	return WIRE_FRAME;
+}
+
+/* The configuration id a whole frame at @off carries, or -1 when its word
+ * is malformed (high bits set). */
+static inline int64_t wire_frame_config(const uint8_t *ring, uint32_t off)
+{
+	uint64_t w;
+	memcpy(&w, ring + off + 8, 8);
+	return w >> 32 ? -1 : (int64_t)w;
 }
 
 /* Whether a type has a handler: a bitmap of 65536 bits. */

@@ -189,6 +189,9 @@ static const struct farm_ctl_field msg_fields[] = {
                          "channels broken by bad data"),
         FARM_CTL_COUNTER(farm_msg_stats, stale_replies,
                          "replies to calls that had given up"),
+        FARM_CTL_COUNTER(farm_msg_stats, refused_config,
+                         "frames refused: sender removed from the "
+                         "configuration"),
         FARM_CTL_COUNTER(farm_msg_stats, timeouts, "calls that timed out"),
         FARM_CTL_COUNTER(farm_msg_stats, peer_deaths,
                          "calls failed because the peer died"),
@@ -247,6 +250,29 @@ static const struct farm_ctl_field txn_fields[] = {
                          "distributed epochs that failed"),
         FARM_CTL_COUNTER(farm_txm_stats, epoch_blocks_reclaimed,
                          "1 MiB blocks epochs made reusable"),
+        FARM_CTL_COUNTER(farm_txm_stats, stale_refused,
+                         "LOCK records of an older configuration refused"),
+        FARM_CTL_COUNTER(farm_txm_stats, backup_skipped,
+                         "COMMIT-BACKUPs skipped: their transaction aborted"),
+        FARM_CTL_COUNTER(farm_txm_stats, backup_nocopy,
+                         "COMMIT-BACKUPs for regions this machine holds no "
+                         "copy of"),
+        FARM_CTL_COUNTER(farm_txm_stats, rec_committed,
+                         "transactions recovery decided here as committed"),
+        FARM_CTL_COUNTER(farm_txm_stats, rec_aborted,
+                         "transactions recovery decided here as aborted"),
+        FARM_CTL_COUNTER(farm_txm_stats, rec_locks,
+                         "locks recovered at promoted primaries"),
+        FARM_CTL_COUNTER(farm_txm_stats, rec_promoted,
+                         "regions promoted to primary here"),
+        FARM_CTL_COUNTER(farm_txm_stats, rec_refused,
+                         "recovery messages refused"),
+        FARM_CTL_COUNTER(farm_txm_stats, trunc_unfinished,
+                         "COMMIT-BACKUPs truncated above the low-water mark "
+                         "(invariant: 0)"),
+        FARM_CTL_COUNTER(farm_txm_stats, lock_waits_ended,
+                         "commits whose LOCK wait on a removed machine "
+                         "a new configuration ended"),
 };
 
 #define REC(field, name, help)                                                 \

@@ -55,6 +55,9 @@ struct farm_node {
 	/* Under lock: */
 	bool removed;    /* this machine was removed from the cluster */
 	bool lease_lost; /* its lease at the CM lapsed */
+	/* Machines whose messages are refused (farm_msg_peer_min_config);
+	 * apply_view's thread only. */
+	bool msg_removed[FARM_NODE_MAX_MACHINES];
 	farm_node_config_fn on_config;
 	void *on_config_ctx;
 };
@@ -224,6 +227,18 @@ static void apply_view(void *ctx, const struct farm_view *v)
 			farm_warn("node: cannot fence machine %" PRIu32 ": %s",
 			          gone[i], farm_strerror(frc));
 	}
+	/* Its messages too, whatever it stamps on them (the only fence on
+	 * providers that cannot revoke), and ours to it stop. */
+	for (unsigned i = 0; i < ngone; i++) {
+		if (FARM_FAULT_SWITCH(FARM_FP_NODE_NO_FENCE))
+			break;
+		if (gone[i] < FARM_NODE_MAX_MACHINES &&
+		    !farm_msg_peer_min_config(n->msg, gone[i], UINT32_MAX))
+			n->msg_removed[gone[i]] = true;
+	}
+	if (member && farm_msg_set_config(n->msg, (uint32_t)v->config_id))
+		farm_warn("node: messages not stamped with view %" PRIu64,
+		          v->config_id);
 	for (unsigned i = 0; i < v->n; i++) {
 		const struct farm_member *m = &v->members[i];
 		if (m->id >= FARM_NODE_MAX_MACHINES) {
@@ -235,6 +250,11 @@ static void apply_view(void *ctx, const struct farm_view *v)
 		ids[k++] = m->id;
 		if (m->id == n->cfg.machine_id)
 			continue;
+		if (n->msg_removed[m->id] &&
+		    !farm_msg_peer_min_config(n->msg, m->id,
+		                              (uint32_t)v->config_id))
+			n->msg_removed[m->id] = false; /* a new incarnation:
+			                                  from this id on */
 		char card[FARM_ENDPOINT_MAX], addr[FARM_ENDPOINT_MAX];
 		farm_mr_desc d, ld;
 		int rc = farm_node_card_parse(m->endpoint, addr, sizeof(addr),
@@ -263,7 +283,11 @@ static void apply_view(void *ctx, const struct farm_view *v)
 			farm_warn("node: cannot reach machine %" PRIu32 ": %s",
 			          m->id, farm_strerror(rc));
 	}
-	int rc = farm_as_set_view(n->as, v->config_id, ids, k);
+	/* Placement with the failure domains and departed machines the
+	 * configuration lists (addrspace/ring.h). */
+	struct farm_ring_machine placed[2 * FARM_VIEW_MAX];
+	unsigned np = farm_view_placement(v, ids, k, placed);
+	int rc = farm_as_set_view_placed(n->as, v->config_id, placed, np);
 	if (rc && rc != -ESTALE)
 		farm_warn("node: view %" PRIu64 " not applied: %s",
 		          v->config_id, farm_strerror(rc));
@@ -550,12 +574,14 @@ int farm_node_start(farm_node *n, int timeout_ms)
 	struct farm_membership_attr ma = {
 	        .self_id = n->cfg.machine_id,
 	        .endpoint = n->card,
+	        .domain = n->cfg.domain,
 	        .zk = n->cfg.zk,
 	        .zk_root = n->cfg.zk_root[0] ? n->cfg.zk_root : NULL,
 	        .session_ms = n->cfg.zk_session_ms,
 	        .connect_ms = n->cfg.zk_connect_timeout_ms,
 	        .peers = n->cfg.peers,
 	        .npeers = n->cfg.npeers,
+	        .peer_domains = n->cfg.peer_domains,
 	        .on_view = apply_view,
 	        .on_state = on_state,
 	        .ctx = n,

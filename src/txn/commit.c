@@ -41,7 +41,12 @@
 #define SPACE_WAIT_NS (1000ull * 1000000ull) /* then -ENOSPC */
 
 /* Testing knobs (txn_testing.h; the testing section at the end). */
+#ifdef FARM_FAULT_INJECTION
 static _Atomic bool testing_crash_after_backup, testing_skip_validation;
+#define TESTING(flag) atomic_load(&testing_##flag)
+#else
+#define TESTING(flag) false
+#endif
 
 struct decisive;
 
@@ -130,6 +135,9 @@ static int build_rec(farm_tx *tx, int type, uint32_t p, uint32_t b,
 		                 ((o->flags & (TXO_FREE | TXO_ELEM)) ==
 		                                  (TXO_FREE | TXO_ELEM)
 		                          ? OBJF_ELEM
+		                          : 0) |
+		                 (type == REC_COMMIT_BACKUP
+		                          ? txn_alloc_flags(tx->m, o)
 		                          : 0)};
 		memcpy(img, o->img, 64ull * o->lines);
 		img += 64ull * o->lines;
@@ -350,7 +358,7 @@ static void tx_step(farm_tx *tx)
 		} else if (tx->single) {
 			single_install(tx);
 		} else {
-			if (atomic_load(&testing_crash_after_backup))
+			if (TESTING(crash_after_backup))
 				raise(SIGKILL); /* testing: COMMIT-BACKUP acked
 				                 */
 			/* The configuration changed since the commit started:
@@ -495,8 +503,7 @@ static void phase_validate(farm_tx *tx)
 	farm_txm *m = tx->m;
 	tx->ph = PH_VALIDATE;
 	for (unsigned i = 0;
-	     i < tx->n && !tx->fail && !atomic_load(&testing_skip_validation);
-	     i++) {
+	     i < tx->n && !tx->fail && !TESTING(skip_validation); i++) {
 		struct txobj *o = &tx->o[i];
 		if (is_write(o) || !(o->flags & TXO_READ))
 			continue;
@@ -760,13 +767,10 @@ static void single_install(farm_tx *tx)
 		if ((o->flags & TXO_FREE) &&
 		    (o->flags & (TXO_ARRAY | TXO_ELEM)))
 			continue; /* freed whole below, then unlocked */
-		if (o->flags & TXO_FREE) {
-			/* Under the lock: see obj_install_locked. */
-			int rc = farm_galloc_free_local(m->ga, tx->tl->loop,
-			                                o->a);
-			if (rc)
-				farm_warn("txn: free at commit: %s",
-				          farm_strerror(rc));
+		if ((o->flags & TXO_FREE) &&
+		    txn_free_at_commit(m, tx->tl, o->a, nv)) {
+			o->locked = false; /* the allocator unlocks it */
+			continue;
 		}
 		atomic_store_explicit((_Atomic uint64_t *)(void *)p, nv,
 		                      memory_order_release);
@@ -779,9 +783,11 @@ static void single_install(farm_tx *tx)
 			continue;
 		int rc = farm_galloc_free_array_local(
 		        m->ga, tx->tl->loop, o->a, 64ull * o->lines, o->arr_n);
-		if (rc)
+		if (rc) {
+			stat_add(m, S_FREE_FAILED, 1);
 			farm_warn("txn: array free at commit: %s",
 			          farm_strerror(rc));
+		}
 	}
 	for (unsigned i = 0; i < tx->n; i++) {
 		struct txobj *o = &tx->o[i];
@@ -1040,8 +1046,50 @@ void txn_scan_deadlines(struct txloop *tl)
 	}
 }
 
+/*
+ * A new configuration removed machines: commits still waiting for a LOCK
+ * reply from one of them stop waiting now instead of at their deadline.
+ * The LOCK record itself may have landed (shm memory outlives its
+ * process), so no reply would ever come, and each such commit held its
+ * other locks for REPLY_TIMEOUT_NS, stalling survivors' throughput for a
+ * second after every kill (recovery_bench). Nothing was written past
+ * LOCK, so aborting is safe; the retry runs in the new configuration.
+ */
+void txn_end_lock_waits(struct txloop *tl, const bool *removed)
+{
+#ifdef FARM_FAULT_INJECTION
+	if (atomic_load(&txn_testing_keep_lock_waits))
+		return; /* testing: wait for the deadline, as before */
+#endif
+	for (unsigned i = 0; i < TX_SLOTS; i++) {
+		farm_tx *tx = tl->slots[i];
+		if (!tx || tx->ph != PH_LOCK || !tx->wait_replies)
+			continue;
+		bool gone = false;
+		for (uint32_t k = 0; k < tl->m->M && k < 0x40 && !gone; k++)
+			gone = removed[k] && tx->locked_at[k];
+		if (!gone)
+			continue;
+		tx->wait_replies = 0;
+		if (!tx->fail)
+			tx->fail = FARM_EPEERDEAD;
+		stat_add(tl->m, S_LOCK_WAITS_ENDED, 1);
+		tx_step(tx);
+	}
+}
+
 /* ---- testing (txn_testing.h): for tests only --------------------------- */
 
+#ifdef FARM_FAULT_INJECTION
+_Atomic bool txn_testing_keep_lock_waits;
+
+void farm_txn_testing_keep_lock_waits(bool on)
+{
+	atomic_store(&txn_testing_keep_lock_waits, on);
+}
+#endif
+
+#ifdef FARM_FAULT_INJECTION
 void farm_txn_testing_crash_after_backup(bool on)
 {
 	atomic_store(&testing_crash_after_backup, on);
@@ -1051,3 +1099,4 @@ void farm_txn_testing_skip_validation(bool on)
 {
 	atomic_store(&testing_skip_validation, on);
 }
+#endif

@@ -71,6 +71,8 @@
  * copied raw, so the copy can be rebuilt by scan; allocator changes that
  * commits do not carry (a slot allocated by an aborted transaction and
  * freed again, free-list links) are not replicated, as for every backup.
+ * A promoted primary's table describes its slab blocks only (allocrec.c):
+ * a large array's run reads as free there and is not copied.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -102,8 +104,8 @@ struct dr_reg {
 	uint64_t t_start, t_done;
 	uint8_t *meta;  /* the primary's header and table, as last read */
 	bool have_meta; /* read in this pass */
-	/* A primary without a header (promoted from a backup, which never
-	 * got block 0): runs inferred from their first object's header
+	/* A primary without a header (a promoted copy no block was ever
+	 * described to): runs inferred from their first object's header
 	 * (farm_alloc_block_infer), probed with a 64-byte READ. */
 	struct farm_alloc_layout run; /* kind SLOTS: the current run */
 	uint32_t probe_block;

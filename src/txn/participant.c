@@ -170,22 +170,15 @@ static void install_rec(struct txloop *tl, const uint8_t *rec)
 			if (o[i].flags & (OBJF_ARRAY | OBJF_ELEM)) {
 				arrays = true; /* unlocked after the free */
 			} else {
-				if (o[i].flags & OBJF_FREE) {
-					/* Under the lock: see
-					 * obj_install_locked. */
-					int rc = farm_galloc_free_local(
-					        m->ga, tl->loop, o[i].addr);
-					if (rc)
-						farm_warn(
-						        "txn: free at commit: "
-						        "%s",
-						        farm_strerror(rc));
-				}
+				if ((o[i].flags & OBJF_FREE) &&
+				    txn_free_at_commit(m, tl, o[i].addr, nv))
+					goto next; /* the allocator unlocks */
 				atomic_store_explicit(
 				        (_Atomic uint64_t *)(void *)p, nv,
 				        memory_order_release);
 			}
 		}
+	next:
 		img += 64ull * o[i].lines;
 	}
 	if (!arrays)
@@ -197,9 +190,11 @@ static void install_rec(struct txloop *tl, const uint8_t *rec)
 			int rc = farm_galloc_free_array_local(
 			        m->ga, tl->loop, o[i].addr, 64ull * o[i].lines,
 			        o[i].flags >> OBJF_N_SHIFT);
-			if (rc)
+			if (rc) {
+				stat_add(m, S_FREE_FAILED, 1);
 				farm_warn("txn: array free at commit: %s",
 				          farm_strerror(rc));
+			}
 		}
 	for (unsigned i = 0; i < h.nobj; i++) {
 		uint8_t *p = primary_obj(m, &o[i]);
@@ -476,9 +471,13 @@ static int poll_log(struct txloop *tl, uint32_t coord)
 			txn_note_abort(tl, h.txid, rd->head);
 			break;
 		case REC_COMMIT_BACKUP:
-			if (!rec_sane(rec, len))
+			if (!rec_sane(rec, len)) {
 				stat_add(m, S_BAD_RECORDS, 1);
-			else if (coord != m->me)
+				break;
+			}
+			/* Before it can be applied: allocrec.c. */
+			txn_alloc_note(tl, rec);
+			if (coord != m->me)
 				FARM_FAULT_POINT(FARM_FP_TX_ON_BACKUP);
 			break;
 		case REC_TRUNC:

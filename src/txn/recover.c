@@ -203,6 +203,53 @@ static int rlock_take(farm_txm *m, uint64_t addr, uint8_t *q)
 	return 0;
 }
 
+/*
+ * Promoted regions waiting to be adopted by this machine's allocator
+ * (allocrec.c, galloc.h): one is handed over once no recovered lock is
+ * left in it, i.e. every transaction of the old configuration that writes
+ * it is settled; until then a pending transaction's new object may still
+ * be installed in a slot a scan would take for free. rec.lock held.
+ */
+static void adopt_add(farm_txm *m, uint32_t region)
+{
+	for (unsigned i = 0; i < m->rec.nadopt; i++)
+		if (m->rec.adopt[i] == region)
+			return; /* still waiting since an earlier recovery */
+	if (m->rec.nadopt == m->rec.capadopt) {
+		unsigned nc = m->rec.capadopt ? 2 * m->rec.capadopt : 16;
+		uint32_t *n = realloc(m->rec.adopt, nc * sizeof(*n));
+		if (!n) {
+			farm_err("txn recovery: out of memory: region %" PRIu32
+			         " is not adopted (its frees wait)",
+			         region);
+			return;
+		}
+		m->rec.adopt = n;
+		m->rec.capadopt = nc;
+	}
+	m->rec.adopt[m->rec.nadopt++] = region;
+}
+
+static void adopt_ready(farm_txm *m)
+{
+	for (unsigned i = 0; i < m->rec.nadopt;) {
+		uint32_t id = m->rec.adopt[i];
+		bool locked = false;
+		for (unsigned k = 0; k < m->rec.nrl && !locked; k++)
+			locked = farm_gaddr_region(m->rec.rl[k].addr) == id;
+		if (locked) {
+			i++;
+			continue;
+		}
+		int rc = farm_galloc_adopt(m->ga, id);
+		if (rc)
+			farm_err("txn recovery: region %" PRIu32
+			         " not handed to the allocator: %s",
+			         id, farm_strerror(rc));
+		m->rec.adopt[i] = m->rec.adopt[--m->rec.nadopt];
+	}
+}
+
 static void rlock_put(farm_txm *m, uint64_t addr, uint8_t *q)
 {
 	struct rec_rlock *l = rlock_find(m, addr);
@@ -212,6 +259,8 @@ static void rlock_put(farm_txm *m, uint64_t addr, uint8_t *q)
 	_Atomic uint64_t *hv = (_Atomic uint64_t *)(void *)q;
 	uint64_t v = atomic_load_explicit(hv, memory_order_relaxed);
 	atomic_store_explicit(hv, v & ~OBJ_LOCK_MASK, memory_order_release);
+	if (m->rec.nadopt)
+		adopt_ready(m);
 }
 
 /* An image for an object of a promoted region (rec.lock held). */
@@ -221,14 +270,19 @@ static bool promo_apply(farm_txm *m, uint64_t addr, uint8_t *q, unsigned lines,
 	return txn_copy_apply(q, lines, img, rlock_find(m, addr) != NULL);
 }
 
+#ifdef FARM_FAULT_INJECTION
+static _Atomic bool testing_no_drain; /* farm_txn_testing_recovery_no_drain */
+#define NO_DRAIN() atomic_load_explicit(&testing_no_drain, memory_order_relaxed)
+#else
+#define NO_DRAIN() false
+#endif
+
 /* participant.c, at truncation: a COMMIT-BACKUP's object in a region
  * being promoted. Returns whether it applied. */
-static _Atomic bool testing_no_drain;
-
 bool txn_rec_truncate_apply(farm_txm *m, uint64_t addr, uint8_t *q,
                             unsigned lines, const uint8_t *img)
 {
-	if (atomic_load_explicit(&testing_no_drain, memory_order_relaxed))
+	if (NO_DRAIN())
 		return false; /* testing: the copy stays as it was */
 	pthread_mutex_lock(&m->rec.lock);
 	bool r = promo_apply(m, addr, q, lines, img);
@@ -359,7 +413,7 @@ static void send_query(struct txloop *tl, uint32_t coord, uint64_t txid)
 static void promote_scan(struct txloop *tl, uint32_t coord)
 {
 	farm_txm *m = tl->m;
-	if (atomic_load_explicit(&testing_no_drain, memory_order_relaxed))
+	if (NO_DRAIN())
 		return;
 	struct reader *rd = &tl->r[coord];
 	struct rec_hdr h;
@@ -523,11 +577,22 @@ static void rec_loop_run(struct txloop *tl)
 		return;
 	unsigned np = 0;
 	pthread_mutex_lock(&m->rec.lock);
-	for (unsigned i = 0; i < m->rec.npromo; i++)
-		if (!farm_as_promote(m->as, m->rec.promo[i])) {
+	for (unsigned i = 0; i < m->rec.npromo; i++) {
+		uint32_t id = m->rec.promo[i];
+		/* Before it serves: its frees wait for adoption (galloc.h).
+		 * A region of an earlier recovery (still listed) may be
+		 * adopted already (2). */
+		int ex = farm_galloc_adopt_expect(m->ga, id);
+		if (!farm_as_promote(m->as, id)) {
 			stat_add(m, S_REC_PROMOTED, 1);
 			np++;
+			if (ex == 0 || ex == 1)
+				adopt_add(m, id);
+		} else if (ex == 1) {
+			farm_galloc_adopt_cancel(m->ga, id);
 		}
+	}
+	adopt_ready(m);
 	/* Promoted: backups' truncation no longer touches them (role). */
 	atomic_store(&m->rec.npromo_live, 0);
 	pthread_mutex_unlock(&m->rec.lock);
@@ -545,6 +610,11 @@ static void rec_loop_apply(farm_loop *loop, void *ctx, int status)
 	farm_txm *m = tl->m;
 	if (status)
 		return;
+	bool removed[0x40];
+	pthread_mutex_lock(&m->rec.lock);
+	memcpy(removed, m->rec.removed, sizeof(removed));
+	pthread_mutex_unlock(&m->rec.lock);
+	txn_end_lock_waits(tl, removed);
 	if (atomic_fetch_add(&m->rec.applied, 1) + 1 != m->T)
 		return;
 	struct rec_end a = {.cfg = atomic_load(&m->rec.cfg)};
@@ -1069,6 +1139,7 @@ void txn_rec_fini(farm_txm *m)
 	free(m->rec.d);
 	free(m->rec.promo);
 	free(m->rec.rl);
+	free(m->rec.adopt);
 	pthread_mutex_destroy(&m->rec.lock);
 }
 
@@ -1084,7 +1155,9 @@ void txn_rec_detach(struct txloop *tl)
 
 /* ---- testing (txn_testing.h): for tests only --------------------------- */
 
+#ifdef FARM_FAULT_INJECTION
 void farm_txn_testing_recovery_no_drain(bool on)
 {
 	atomic_store(&testing_no_drain, on);
 }
+#endif

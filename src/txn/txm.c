@@ -446,7 +446,19 @@ void farm_txm_stats_get(farm_txm *m, farm_txm_stats *out)
 	        .rec_t_config_ns = atomic_load(&m->rec.t_config),
 	        .rec_t_go_ns = atomic_load(&m->rec.t_go),
 	        .rec_t_active_ns = atomic_load(&m->rec.t_active),
-	        .trunc_unfinished = v[S_TRUNC_UNFINISHED]};
+	        .trunc_unfinished = v[S_TRUNC_UNFINISHED],
+	        .lock_waits_ended = v[S_LOCK_WAITS_ENDED],
+	        .free_failed = v[S_FREE_FAILED],
+	        .free_deferred = v[S_FREE_DEFERRED],
+	        .block_notes = v[S_BLOCK_NOTES],
+	        .block_note_errors = v[S_BLOCK_NOTE_ERRORS]};
+	struct farm_galloc_stats gs;
+	farm_galloc_stats(m->ga, &gs);
+	out->rec_adopted = gs.adopted;
+	out->rec_adopt_failed = gs.adopt_failed;
+	out->rec_adopt_ns = gs.adopt_ns;
+	out->rec_adopt_max_ns = gs.adopt_max_ns;
+	out->deferred_lost = gs.deferred_lost;
 	txn_datarec_sums(m, out);
 }
 

@@ -89,6 +89,9 @@ struct rec_obj {
 #define OBJF_ARRAY   4u
 #define OBJF_ELEM    8u
 #define OBJF_N_SHIFT 8
+/* Any other object the coordinator holds: its slab block's description
+ * (farm_alloc_block_info, 15 bits) in bits 30..16, or 0 (allocrec.c). */
+#define OBJF_BINFO_SHIFT 16
 
 struct reply {
 	uint64_t txid;
@@ -224,6 +227,8 @@ struct txrec_state {
 	_Atomic uint64_t t_config, t_go, t_active; /* farm_txm_stats */
 	struct rec_rlock *rl;
 	unsigned nrl, caprl;
+	uint32_t *adopt; /* promoted regions not yet handed to the allocator */
+	unsigned nadopt, capadopt;
 	/* The decider. */
 	bool go_sent;
 	uint64_t applied_from[0x40];
@@ -309,7 +314,12 @@ enum {
 	S_REC_LOCKS,
 	S_REC_PROMOTED,
 	S_REC_REFUSED,
-	S_TRUNC_UNFINISHED, /* COMMIT-BACKUPs truncated at or above the mark */
+	S_TRUNC_UNFINISHED,  /* COMMIT-BACKUPs truncated at or above the mark */
+	S_LOCK_WAITS_ENDED,  /* LOCK waits on removed machines ended early */
+	S_FREE_FAILED,       /* frees at commit the allocator refused (leaks) */
+	S_FREE_DEFERRED,     /* frees at commit waiting for their region */
+	S_BLOCK_NOTES,       /* block descriptions written into backup copies */
+	S_BLOCK_NOTE_ERRORS, /* ... refused (the copy's table disagrees) */
 	S_NSTATS
 };
 _Static_assert(S_NSTATS <= 48, "farm_txm st.v holds the counters");
@@ -498,6 +508,7 @@ static inline uint64_t rec_size(unsigned nobj, uint64_t img_bytes,
  */
 #ifdef FARM_FAULT_INJECTION
 extern _Atomic bool txn_testing_trunc_early; /* farm_txn_testing_... */
+extern _Atomic bool txn_testing_keep_lock_waits;
 #endif
 
 static inline bool wq_truncatable(const struct wq_ent *e, uint64_t cs_low)
@@ -661,6 +672,12 @@ void txn_datarec_sums(farm_txm *m, farm_txm_stats *out);
 
 void txn_decide_primary(struct txloop *tl, uint64_t txid, bool commit);
 
+/* allocrec.c: block descriptions carried to backups */
+uint32_t txn_alloc_flags(farm_txm *m, const struct txobj *o);
+void txn_alloc_note(struct txloop *tl, const uint8_t *rec);
+bool txn_free_at_commit(farm_txm *m, struct txloop *tl, farm_gaddr a,
+                        uint64_t nv);
+
 /* recover.c */
 int txn_rec_init(farm_txm *m);
 void txn_rec_fini(farm_txm *m);
@@ -681,6 +698,7 @@ void txn_tx_record_done(farm_loop *loop, farm_tx *tx, int kind, uint32_t mach,
 void txn_tx_reserve(farm_tx *tx);
 void txn_tx_finish(farm_tx *tx);
 void txn_scan_deadlines(struct txloop *tl);
+void txn_end_lock_waits(struct txloop *tl, const bool *removed);
 void txn_h_reply(farm_loop *loop, const farm_msg_in *in, void *arg);
 
 #endif

@@ -28,6 +28,13 @@ int farm_lf_testing_read_sync(farm_txm *m, farm_loop *loop, farm_gaddr a,
                               uint32_t size, uint64_t want_incarnation,
                               void *buf, uint64_t *version);
 
+/*
+ * Switches that break the protocol on purpose, to prove that tests notice.
+ * Compiled only into fault-injection builds (FARM_FAULT_INJECTION, the
+ * default with tests); elsewhere they do nothing, and tests that need
+ * them skip (farm_fault_built()).
+ */
+#ifdef FARM_FAULT_INJECTION
 /* Process-wide: when on, a distributed commit's coordinator kills its own
  * process (SIGKILL) once every COMMIT-BACKUP write has completed, before
  * it writes COMMIT-PRIMARY. */
@@ -42,23 +49,54 @@ void farm_txn_testing_skip_validation(bool on);
  * committed writes still in the logs are lost, half-decided ones seen). */
 void farm_txn_testing_recovery_no_drain(bool on);
 
-#ifdef FARM_FAULT_INJECTION
 /* Process-wide: when on, coordinators let replicas truncate a record as
  * soon as its transaction is done, even above the low-water mark (the
  * rule before recovery_bench found it losing commits): replicas then count
  * trunc_unfinished (farm_txm_stats), and recovery may abort a reported
  * commit one backup truncated. */
 void farm_txn_testing_trunc_early(bool on);
+/* Process-wide: when on, a new configuration does not end the waits of
+ * commits for LOCK replies from removed machines (txn_end_lock_waits):
+ * they wait out the reply deadline, holding their locks, as before. */
+void farm_txn_testing_keep_lock_waits(bool on);
+/* Process-wide: when on, COMMIT-BACKUP records carry no block
+ * descriptions (allocrec.c): backups' copies keep no block table, and a
+ * promoted region cannot be adopted by its new primary's allocator. */
+void farm_txn_testing_no_block_info(bool on);
 
-/* Process-wide (FARM_FAULT_INJECTION builds): when on, COMMIT-BACKUPs
- * for a copy that data recovery is still filling are dropped (copy.c), so
- * the copy misses commits; test_datarec --broken must notice. */
+/* Process-wide: when on, COMMIT-BACKUPs for a copy that data recovery is
+ * still filling are dropped (copy.c), and the copy skips its check pass,
+ * so the copy misses commits; test_datarec --broken must notice. */
 void farm_txn_testing_datarec_skip_apply(bool on);
-
-/* On loop @loop's thread: a TRUNCATE record to every log this loop writes
- * whose low-water mark moved since it last said, so that replicas apply
- * every finished COMMIT-BACKUP (log.c). Returns how many were sent. */
-int farm_txm_testing_truncate(farm_txm *m, farm_loop *loop);
+#else
+static inline void farm_txn_testing_crash_after_backup(bool on)
+{
+	(void)on;
+}
+static inline void farm_txn_testing_skip_validation(bool on)
+{
+	(void)on;
+}
+static inline void farm_txn_testing_recovery_no_drain(bool on)
+{
+	(void)on;
+}
+static inline void farm_txn_testing_trunc_early(bool on)
+{
+	(void)on;
+}
+static inline void farm_txn_testing_keep_lock_waits(bool on)
+{
+	(void)on;
+}
+static inline void farm_txn_testing_no_block_info(bool on)
+{
+	(void)on;
+}
+static inline void farm_txn_testing_datarec_skip_apply(bool on)
+{
+	(void)on;
+}
 #endif
 
 /* Record types farm_txm_testing_records reports. */
@@ -81,5 +119,10 @@ int farm_txm_testing_records(farm_txm *m,
                              void (*fn)(void *ctx, uint32_t coord, int type,
                                         uint64_t txid),
                              void *ctx);
+
+/* On loop @loop's thread: a TRUNCATE record to every log this loop writes
+ * whose low-water mark moved since it last said, so that replicas apply
+ * every finished COMMIT-BACKUP (log.c). Returns how many were sent. */
+int farm_txm_testing_truncate(farm_txm *m, farm_loop *loop);
 
 #endif

@@ -105,6 +105,20 @@ static int copy_str(char *dst, size_t cap, const char *v)
 	return 0;
 }
 
+/* A failure domain's name: 1 to FARM_CONFIG_DOMAIN - 1 bytes of letters,
+ * digits and ._:- (it travels in the membership's text forms). */
+static int copy_domain(char *dst, const char *v)
+{
+	size_t n = strlen(v);
+	if (n == 0 || n >= FARM_CONFIG_DOMAIN)
+		return -EINVAL;
+	for (size_t i = 0; i < n; i++)
+		if (!isalnum((unsigned char)v[i]) && !strchr("._:-", v[i]))
+			return -EINVAL;
+	memcpy(dst, v, n + 1);
+	return 0;
+}
+
 int farm_config_set(struct farm_config *c, const char *key, const char *value,
                     char *err, size_t errlen)
 {
@@ -182,6 +196,25 @@ int farm_config_set(struct farm_config *c, const char *key, const char *value,
 		             ? -EINVAL
 		             : copy_str(c->lease_bind, sizeof(c->lease_bind),
 		                        value);
+	} else if (strcmp(key, "domain") == 0) {
+		rc = copy_domain(c->domain, value);
+	} else if (strcmp(key, "peer_domain") == 0) {
+		/* "peer_domain = <id> <domain>", after the peer's line */
+		char idbuf[16];
+		uint32_t id;
+		const char *sp = strchr(value, ' ');
+		rc = -EINVAL;
+		if (sp && (size_t)(sp - value) < sizeof(idbuf)) {
+			memcpy(idbuf, value, (size_t)(sp - value));
+			idbuf[sp - value] = 0;
+			while (*sp == ' ')
+				sp++;
+			if (!parse_u32(idbuf, &id))
+				for (unsigned i = 0; i < c->npeers && rc; i++)
+					if (c->peers[i].id == id)
+						rc = copy_domain(
+						        c->peer_domains[i], sp);
+		}
 	} else if (strcmp(key, "peer") == 0) {
 		/* "peer = <id> <address>" */
 		if (c->npeers == FARM_CONFIG_MAX_PEERS) {
@@ -272,29 +305,15 @@ int farm_config_load(struct farm_config *c, const char *path, char *err,
 
 int farm_config_apply_env(struct farm_config *c, char *err, size_t errlen)
 {
-	static const char *const keys[] = {"machine_id",
-	                                   "data_dir",
-	                                   "fabric",
-	                                   "listen",
-	                                   "ofi_provider",
-	                                   "region_size",
-	                                   "job",
-	                                   "replicas",
-	                                   "rings",
-	                                   "ring_points",
-	                                   "threads",
-	                                   "expect_machines",
-	                                   "log_size",
-	                                   "busy_poll",
-	                                   "zk",
-	                                   "zk_root",
-	                                   "zk_session_ms",
-	                                   "zk_connect_timeout_ms",
-	                                   "lease_us",
-	                                   "lease_bind",
-	                                   "park_after_us",
-	                                   "datarec_bytes",
-	                                   "datarec_interval_us"};
+	static const char *const keys[] = {
+	        "machine_id",  "data_dir",      "fabric",
+	        "listen",      "ofi_provider",  "region_size",
+	        "job",         "replicas",      "rings",
+	        "ring_points", "threads",       "expect_machines",
+	        "log_size",    "busy_poll",     "zk",
+	        "zk_root",     "zk_session_ms", "zk_connect_timeout_ms",
+	        "lease_us",    "lease_bind",    "park_after_us",
+	        "domain", "datarec_bytes", "datarec_interval_us"};
 	char env[64], msg[256];
 	for (size_t i = 0; i < FARM_ARRAY_SIZE(keys); i++) {
 		size_t n =

@@ -12,6 +12,7 @@
 
 #define FARM_CONFIG_MAX_PEERS 64
 #define FARM_CONFIG_STR       256
+#define FARM_CONFIG_DOMAIN    64 /* a failure domain's name, with NUL */
 
 struct farm_config_peer {
 	uint32_t id;
@@ -49,11 +50,17 @@ struct farm_config {
 	                                   leases run with ZooKeeper only */
 	char lease_bind[FARM_CONFIG_STR]; /* IPv4 address of the lease
 	                                     socket ("": 127.0.0.1) */
+	/* The machine's failure domain ("": none): placement puts a
+	 * region's replicas in distinct domains (docs/config.md). */
+	char domain[FARM_CONFIG_DOMAIN];
 	uint32_t datarec_bytes;           /* data recovery: bytes READ per loop
 	                                     per interval (0: 8192) */
 	uint32_t datarec_interval_us;     /* ... every so often (0: 2000) */
 	unsigned npeers;
 	struct farm_config_peer peers[FARM_CONFIG_MAX_PEERS];
+	/* peer_domains[i]: peers[i]'s failure domain ("peer_domain"; "":
+	 * none), for static membership. */
+	char peer_domains[FARM_CONFIG_MAX_PEERS][FARM_CONFIG_DOMAIN];
 };
 
 void farm_config_defaults(struct farm_config *c);

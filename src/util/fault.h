@@ -41,6 +41,10 @@ enum farm_fault_point {
 	 * that drops machines does not fence them (a deliberately broken
 	 * protocol, tests/test_rec_zombie.c --broken). */
 	FARM_FP_NODE_NO_FENCE,
+	/* addrspace/ring.c, a switch: while hooked, placement ignores
+	 * failure domains (a deliberately broken placement,
+	 * tests/test_ring.c --broken). */
+	FARM_FP_RING_NO_DOMAINS,
 	FARM_FP_COUNT
 };
 

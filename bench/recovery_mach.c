@@ -1,0 +1,561 @@
+/*
+ * recovery_bench: a machine process. It joins the cluster, makes its
+ * accounts, runs the closed-loop workload (transfers and lookups) while
+ * counting every operation in its 1 ms bucket and logging every commit it
+ * is told of, and at the end the scanner reads every account. See
+ * recovery_bench.c's head comment.
+ */
+#include "benchnode.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <farm/farm.h>
+#include <farm/txn.h>
+
+#include "addrspace/membership.h"
+#include "node/node.h"
+#include "recovery/recovery.h"
+#include "util/common.h"
+#include "util/config.h"
+
+#include "recovery_bench.h"
+
+/* ---- the machine ----------------------------------------------------- */
+
+struct mach {
+	uint32_t me;
+	farm_node *node;
+	farm_loop *loop;
+	farm_txm *txm;
+	struct mstat *st;
+	uint64_t rng;
+	farm_fatptr *acc; /* every machine's accounts, NM * nacct */
+	unsigned nacc;
+	unsigned busy; /* operations in flight */
+};
+
+struct acct {
+	int64_t balance;
+	uint64_t ctr; /* committed transfers that wrote it */
+};
+
+static uint64_t rnd(struct mach *c)
+{
+	return farm_rand64(&c->rng);
+}
+
+static void fail(struct mach *c, const char *what, int rc)
+{
+	c->st->fail_rc = rc;
+	snprintf(c->st->fail_what, sizeof(c->st->fail_what), "%s", what);
+	fprintf(stderr, PROG ": machine %u: %s: %s\n", c->me, what,
+	        farm_strerror(rc));
+	atomic_store(&c->st->state, ST_FAILED);
+}
+
+static void serve_ms(struct mach *c, unsigned ms)
+{
+	static const volatile int never = 0;
+	(void)farm_loop_wait(c->loop, &never, (uint64_t)ms * 1000000ull);
+}
+
+/* The machine's accounts, in transactions of 16. */
+static int create_accounts(struct mach *c)
+{
+	unsigned n = O.accounts;
+	for (unsigned done = 0; done < n;) {
+		unsigned k = FARM_MIN(16u, n - done);
+		farm_tx *tx;
+		int rc = farm_tx_begin(c->txm, c->loop, &tx);
+		if (rc)
+			return rc;
+		for (unsigned j = 0; j < k && !rc; j++) {
+			void *d;
+			rc = farm_tx_alloc_sync(tx, sizeof(struct acct),
+			                        FARM_GADDR_NULL,
+			                        &c->st->acct[done + j], &d);
+			if (!rc) {
+				struct acct a = {.balance = INIT_BAL};
+				memcpy(d, &a, sizeof(a));
+			}
+		}
+		if (!rc)
+			rc = farm_tx_commit_sync(tx);
+		farm_tx_free(tx);
+		if (rc == 0)
+			done += k;
+		else if (!farm_tx_retryable(rc))
+			return rc;
+	}
+	c->st->nacct = n;
+	return 0;
+}
+
+static void bump(struct mach *c, uint32_t *counts)
+{
+	uint64_t b = (now_ns() - SH->t0) / 1000000ull;
+	if (b < SH->nbuckets)
+		counts[(size_t)c->me * SH->nbuckets + b]++;
+}
+
+static bool running(struct mach *c)
+{
+	return atomic_load(&SH->cmd) == C_GO && !atomic_load(&c->st->removed);
+}
+
+static void note_error(struct mach *c, int rc, const char *what)
+{
+	atomic_fetch_add(&c->st->failed, 1);
+	if (!c->st->first_err) {
+		c->st->first_err = rc;
+		snprintf(c->st->first_err_what, sizeof(c->st->first_err_what),
+		         "%s, %" PRId64 " ms after go", what,
+		         (int64_t)((now_ns() - SH->t0) / 1000000ull));
+		fprintf(stderr, PROG ": machine %u: %s: %s\n", c->me,
+		        c->st->first_err_what, farm_strerror(rc));
+	}
+}
+
+/* One operation in flight: a transfer (its reads, then its commit) or a
+ * lookup. A transfer whose outcome is retryable runs again after a
+ * backoff (retry_at), with the same accounts. */
+struct slot {
+	struct mach *c;
+	farm_tx *tx;
+	bool busy, lookup;
+	unsigned ia, ib, pending, tries;
+	int64_t amt;
+	int err;
+	uint64_t retry_at, t_start;
+	int phase; /* 1 reading, 2 committing */
+	struct acct a, b, lk;
+};
+
+static void slot_start(struct slot *s);
+
+static void slot_end(struct slot *s, int rc)
+{
+	struct mach *c = s->c;
+	uint64_t now = now_ns();
+	if (now - s->t_start > 100000000ull) { /* the last 16 */
+		struct slow *w = &c->st->slow[c->st->nslow++ % 16];
+		w->start_ms = (int64_t)((s->t_start - SH->t0) / 1000000ull);
+		w->ms = (uint32_t)((now - s->t_start) / 1000000ull);
+		w->rc = rc;
+		w->lookup = s->lookup;
+		w->phase = s->phase;
+		w->acct_a = s->ia;
+		w->acct_b = s->ib;
+	}
+	if (s->tx)
+		farm_tx_free(s->tx);
+	s->tx = NULL;
+	s->busy = false;
+	c->busy--;
+	if (rc == 0) {
+		if (!s->lookup)
+			bump(c, g_xfers);
+		bump(c, g_ops);
+		s->tries = 0;
+	} else if (!s->lookup && farm_tx_retryable(rc)) {
+		/* Back off, so that a lock held by a descheduled machine
+		 * or a recovering region is not hammered. */
+		atomic_fetch_add(&c->st->retries, 1);
+		for (unsigned k = 0; k < 8; k++)
+			if ((c->st->rcode[k] == rc &&
+			     c->st->rphase[k] == s->phase) ||
+			    !c->st->rcount[k]) {
+				c->st->rcode[k] = rc;
+				c->st->rphase[k] = s->phase;
+				c->st->rcount[k]++;
+				c->st->rlast_ms[k] =
+				        (int64_t)((now - SH->t0) / 1000000ull);
+				break;
+			}
+		s->retry_at = now_ns() + (1000ull << FARM_MIN(s->tries, 10u));
+		s->tries++;
+		return; /* the main loop starts it again */
+	} else {
+		if (!farm_tx_retryable(rc) && rc != -EBUSY)
+			note_error(c, rc,
+			           s->lookup       ? "lookup"
+			           : s->phase == 2 ? "transfer commit"
+			                           : "transfer read");
+		s->tries = 0;
+	}
+	if (running(c))
+		slot_start(s);
+}
+
+static void commit_cb(farm_loop *loop, void *ctx, int outcome)
+{
+	(void)loop;
+	struct slot *s = ctx;
+	struct mach *c = s->c;
+	if (outcome == 0) {
+		uint64_t *mw = SH->maxw[c->me];
+		mw[s->ia] = FARM_MAX(mw[s->ia], s->a.ctr);
+		mw[s->ib] = FARM_MAX(mw[s->ib], s->b.ctr);
+		uint32_t k = atomic_load(&c->st->nclog);
+		if (k < CLOG_CAP) {
+			g_clog[(size_t)c->me * CLOG_CAP + k] = (struct clog){
+			        .ia = (uint16_t)s->ia,
+			        .ib = (uint16_t)s->ib,
+			        .ca = (uint32_t)s->a.ctr,
+			        .cb = (uint32_t)s->b.ctr,
+			        .t_begin = (uint32_t)((s->t_start - SH->t0) /
+			                              1000),
+			        .t_end =
+			                (uint32_t)((now_ns() - SH->t0) / 1000)};
+			atomic_store(&c->st->nclog, k + 1);
+		}
+		atomic_fetch_add(&c->st->transfers, 1);
+	}
+	atomic_fetch_sub(&c->st->inflight, 1);
+	slot_end(s, outcome);
+}
+
+static void reads_done(struct slot *s)
+{
+	if (--s->pending)
+		return;
+	int rc = s->err;
+	if (!rc && s->a.balance < s->amt) {
+		atomic_fetch_add(&s->c->st->declined, 1);
+		slot_end(s, 0); /* read-only: nothing to commit */
+		return;
+	}
+	void *wa, *wb;
+	if (!rc && !(rc = farm_tx_write(s->tx, s->c->acc[s->ia].addr, &wa)) &&
+	    !(rc = farm_tx_write(s->tx, s->c->acc[s->ib].addr, &wb))) {
+		s->a.balance -= s->amt;
+		s->a.ctr++;
+		s->b.balance += s->amt;
+		s->b.ctr++;
+		memcpy(wa, &s->a, sizeof(s->a));
+		memcpy(wb, &s->b, sizeof(s->b));
+		/* Counted before the commit can be decided: a machine killed
+		 * inside it may or may not have committed. */
+		atomic_fetch_add(&s->c->st->inflight, 1);
+		s->phase = 2;
+		rc = farm_tx_commit(s->tx, commit_cb, s);
+		if (rc)
+			atomic_fetch_sub(&s->c->st->inflight, 1);
+	}
+	if (rc)
+		slot_end(s, rc);
+}
+
+static void read_cb(farm_tx *tx, void *ctx, int status, const void *data,
+                    struct acct *into)
+{
+	(void)tx;
+	struct slot *s = ctx;
+	if (status && !s->err)
+		s->err = status;
+	if (!status)
+		memcpy(into, data, sizeof(*into));
+	reads_done(s);
+}
+
+static void read_a_cb(farm_tx *tx, void *ctx, int status, const void *data,
+                      uint32_t size)
+{
+	(void)size;
+	read_cb(tx, ctx, status, data, &((struct slot *)ctx)->a);
+}
+
+static void read_b_cb(farm_tx *tx, void *ctx, int status, const void *data,
+                      uint32_t size)
+{
+	(void)size;
+	read_cb(tx, ctx, status, data, &((struct slot *)ctx)->b);
+}
+
+static void lookup_cb(farm_loop *loop, void *ctx, int status)
+{
+	(void)loop;
+	struct slot *s = ctx;
+	if (status == 0)
+		atomic_fetch_add(&s->c->st->lookups, 1);
+	slot_end(s, status);
+}
+
+static void slot_start(struct slot *s)
+{
+	struct mach *c = s->c;
+	s->busy = true;
+	s->retry_at = 0;
+	s->t_start = now_ns();
+	s->phase = 1;
+	c->busy++;
+	if (!s->tries) {
+		s->lookup = rnd(c) % 100 >= 70;
+		s->ia = (unsigned)(rnd(c) % c->nacc);
+		do
+			s->ib = (unsigned)(rnd(c) % c->nacc);
+		while (s->ib == s->ia);
+		s->amt = 1 + (int64_t)(rnd(c) % 20);
+	}
+	int rc;
+	if (s->lookup) {
+		const farm_fatptr *p = &c->acc[s->ia];
+		rc = farm_lf_read(c->txm, c->loop, p->addr, sizeof(s->lk),
+		                  p->incarnation, &s->lk, lookup_cb, s);
+		if (rc)
+			slot_end(s, rc);
+		return;
+	}
+	if ((rc = farm_tx_begin(c->txm, c->loop, &s->tx))) {
+		s->tx = NULL;
+		slot_end(s, rc);
+		return;
+	}
+	s->err = 0;
+	s->pending = 3; /* two reads, and one held until both are issued */
+	if ((rc = farm_tx_read(s->tx, c->acc[s->ia].addr, sizeof(s->a),
+	                       read_a_cb, s))) {
+		s->err = rc;
+		s->pending--;
+	}
+	if ((rc = farm_tx_read(s->tx, c->acc[s->ib].addr, sizeof(s->b),
+	                       read_b_cb, s))) {
+		s->err = s->err ? s->err : rc;
+		s->pending--;
+	}
+	reads_done(s);
+}
+
+/* What the parent watches while it waits (every ms). */
+static void publish(struct mach *c)
+{
+	farm_txm_stats ts;
+	farm_txm_stats_get(c->txm, &ts);
+	atomic_store(&c->st->t_active, ts.rec_t_active_ns);
+	atomic_store(&c->st->config_id, farm_node_config_id(c->node));
+	struct farm_recovery_stats rs;
+	farm_recovery_stats(farm_node_recovery(c->node), &rs);
+	atomic_store(&c->st->suspicions, rs.suspicions + rs.lease.lost);
+	atomic_store(&c->st->cm, rs.cm);
+	atomic_store(&c->st->removed, farm_node_removed(c->node));
+}
+
+/* --depth operations in flight until told to stop (or removed), then
+ * until every one has ended. */
+static int workload(struct mach *c)
+{
+	static const volatile int never = 0;
+	struct slot *slots = calloc(O.depth, sizeof(*slots));
+	if (!slots)
+		return -ENOMEM;
+	for (unsigned i = 0; i < O.depth; i++) {
+		slots[i].c = c;
+		slot_start(&slots[i]);
+	}
+	uint64_t last = UINT64_MAX;
+	while (running(c)) {
+		uint64_t now = now_ns();
+		uint64_t b = (now - SH->t0) / 1000000ull;
+		if (b != last) {
+			last = b;
+			publish(c);
+		}
+		uint64_t next = now + 1000000ull;
+		for (unsigned i = 0; i < O.depth; i++) {
+			struct slot *s = &slots[i];
+			if (s->busy)
+				continue;
+			if (s->retry_at <= now)
+				slot_start(s);
+			else
+				next = FARM_MIN(next, s->retry_at);
+		}
+		(void)farm_loop_wait(c->loop, &never,
+		                     next > now ? next - now : 1000);
+	}
+	uint64_t dl = now_ns() + 10000000000ull;
+	while (c->busy && now_ns() < dl)
+		(void)farm_loop_wait(c->loop, &never, 1000000ull);
+	publish(c);
+	int rc = c->busy ? -ETIMEDOUT : 0;
+	if (rc)
+		fprintf(stderr,
+		        PROG ": machine %u: %u operations never ended\n", c->me,
+		        c->busy);
+	else
+		free(slots); /* else continuations may still use them */
+	return rc;
+}
+
+/* Every account read lock-free (a locked one is a lock left behind), then
+ * all summed in one read-only transaction. */
+static void scan(struct mach *c)
+{
+	for (unsigned i = 0; i < c->nacc; i++) {
+		struct acct a;
+		int rc = farm_lf_read_sync(c->txm, c->loop, c->acc[i].addr,
+		                           sizeof(a), UINT64_MAX, &a);
+		for (unsigned t = 0;
+		     rc && rc != -EBUSY && farm_tx_retryable(rc) && t < 100;
+		     t++) {
+			serve_ms(c, 10);
+			rc = farm_lf_read_sync(c->txm, c->loop, c->acc[i].addr,
+			                       sizeof(a), UINT64_MAX, &a);
+		}
+		if (rc == 0) {
+			SH->lf_read++;
+		} else if (rc == -EBUSY) {
+			SH->locked_acct[SH->lf_locked] = i;
+			SH->lf_locked++;
+			if (SH->lf_locked == 4)
+				break; /* 1 s each: enough evidence */
+		} else {
+			if (!SH->lf_other++)
+				SH->lf_err = rc;
+		}
+	}
+	int rc = 0;
+	for (unsigned t = 0; t < 20; t++) {
+		if (t)
+			serve_ms(c, 20);
+		SH->sum_tries++;
+		SH->total = 0;
+		farm_tx *tx;
+		rc = farm_tx_begin(c->txm, c->loop, &tx);
+		snprintf(SH->sum_where, sizeof(SH->sum_where), "begin");
+		if (rc)
+			break;
+		for (unsigned i = 0; i < c->nacc && !rc; i++) {
+			const void *d;
+			rc = farm_tx_read_sync(tx, c->acc[i].addr,
+			                       sizeof(struct acct), &d);
+			snprintf(SH->sum_where, sizeof(SH->sum_where),
+			         "read of account %u", i);
+			if (!rc) {
+				struct acct a;
+				memcpy(&a, d, sizeof(a));
+				SH->total += a.balance;
+				SH->ctr[i] = a.ctr;
+			}
+		}
+		if (!rc) {
+			rc = farm_tx_commit_sync(tx);
+			snprintf(SH->sum_where, sizeof(SH->sum_where),
+			         "commit");
+		}
+		farm_tx_free(tx);
+		if (!rc || !farm_tx_retryable(rc))
+			break;
+	}
+	SH->sum_rc = rc;
+}
+
+static int wait_cmd(struct mach *c, int want)
+{
+	for (;;) {
+		int cmd = atomic_load(&SH->cmd);
+		if (cmd >= want)
+			return cmd;
+		if (getppid() == 1)
+			return -1;
+		serve_ms(c, 1);
+	}
+}
+
+int machine(uint32_t me, const char *root, const char *zk_root)
+{
+	struct mach c = {.me = me, .st = &SH->m[me]};
+	c.rng = now_ns() ^ O.seed ^ ((uint64_t)me << 40) ^
+	        0x9e3779b97f4a7c15ull;
+	struct farm_config cfg;
+	farm_config_defaults(&cfg);
+	char v[320];
+	int rc = 0;
+	snprintf(v, sizeof(v), "%u", me);
+	rc |= bn_cfg_set(PROG, &cfg, "machine_id", v);
+	snprintf(v, sizeof(v), "%s/m%u", root, me);
+	if (mkdir(v, 0700) && errno != EEXIST)
+		rc = -errno;
+	rc |= bn_cfg_set(PROG, &cfg, "data_dir", v);
+	rc |= bn_cfg_set(PROG, &cfg, "region_size", "16M");
+	rc |= bn_cfg_set(PROG, &cfg, "threads", "1");
+	rc |= bn_cfg_set(PROG, &cfg, "replicas", "3");
+	rc |= bn_cfg_set(PROG, &cfg, "busy_poll", O.busy_poll ? "1" : "0");
+	rc |= bn_cfg_set(PROG, &cfg, "zk", g_zk_connect);
+	rc |= bn_cfg_set(PROG, &cfg, "zk_root", zk_root);
+	snprintf(v, sizeof(v), "%u", SESSION_MS);
+	rc |= bn_cfg_set(PROG, &cfg, "zk_session_ms", v);
+	if (O.lease_us) {
+		snprintf(v, sizeof(v), "%u", O.lease_us);
+		rc |= bn_cfg_set(PROG, &cfg, "lease_us", v);
+	}
+	if (rc) {
+		fail(&c, "configuration", -EINVAL);
+		return 3;
+	}
+	if ((rc = bn_node_open(PROG, &cfg, me, &c.node))) {
+		fail(&c, "open", rc);
+		return 4;
+	}
+	farm_node_set_app_loops(c.node, true);
+	int st = 5;
+	if ((rc = farm_node_start(c.node, JOIN_MS)) ||
+	    (rc = farm_node_loop_open(c.node, 0, &c.loop))) {
+		fail(&c, "start", rc);
+		goto out;
+	}
+	st = 6;
+	if ((rc = farm_node_wait_members(c.node, NM, JOIN_MS))) {
+		fail(&c, "join", rc);
+		goto out;
+	}
+	c.txm = farm_node_txm(c.node);
+	st = 7;
+	if ((rc = create_accounts(&c))) {
+		fail(&c, "create accounts", rc);
+		goto out;
+	}
+	atomic_store(&c.st->state, ST_CREATED);
+	st = 8;
+	if (wait_cmd(&c, C_GO) != C_GO)
+		goto out;
+	c.nacc = NM * O.accounts;
+	c.acc = calloc(c.nacc, sizeof(*c.acc));
+	if (!c.acc)
+		goto out;
+	for (unsigned i = 0; i < NM; i++)
+		memcpy(c.acc + i * O.accounts, SH->m[i].acct,
+		       O.accounts * sizeof(*c.acc));
+	if ((rc = workload(&c))) {
+		fail(&c, "workload", rc);
+		goto out;
+	}
+	farm_recovery_stats(farm_node_recovery(c.node), &c.st->rs);
+	farm_txm_stats_get(c.txm, &c.st->ts);
+	(void)farm_membership_status(farm_node_membership(c.node), &c.st->ms);
+	struct farm_view *view = malloc(sizeof(*view));
+	if (view && !farm_node_view(c.node, view))
+		c.st->members = view->n;
+	free(view);
+	atomic_store(&c.st->state, ST_DONE);
+	int cmd = wait_cmd(&c, C_SCAN);
+	if (cmd == C_SCAN && SH->scanner == me) {
+		scan(&c);
+		atomic_store(&c.st->state, ST_SCANNED);
+	}
+	st = wait_cmd(&c, C_QUIT) == C_QUIT ? 0 : 9;
+out:
+	free(c.acc);
+	if (c.loop)
+		farm_node_loop_close(c.node, c.loop);
+	farm_node_close(c.node);
+	return st;
+}

@@ -1,0 +1,623 @@
+/*
+ * recovery_bench: the cluster driver. The private ZooKeeper server, and one
+ * run: fork the machines, wait for their accounts, load, hit the victim,
+ * wait for recovery, stop, scan, and gather the timeline and the checks.
+ * See recovery_bench.c's head comment.
+ */
+#include "benchnode.h"
+#include "benchutil.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <farm/farm.h>
+
+#include "addrspace/membership.h"
+#include "recovery/recovery.h"
+#include "util/common.h"
+#include "zklocal.h"
+
+#include "recovery_bench.h"
+
+/* ---- ZooKeeper ------------------------------------------------------- */
+
+/* scripts/zk-local @verb on g_zk_dir (tests/zklocal.h). */
+static int zk_local(const char *verb, char *line, size_t len)
+{
+	return zkl_run(O.zk_disk ? "ZK_LOCAL_SYNC=yes" : NULL, O.zk_script,
+	               verb, g_zk_dir, line, len);
+}
+
+int zk_start(void)
+{
+	const char *base = O.zk_dir_base ? O.zk_dir_base
+	                   : O.zk_disk   ? "/var/tmp"
+	                                 : "/dev/shm";
+	snprintf(g_zk_dir, sizeof(g_zk_dir), "%s/farm-recbench-zk-XXXXXX",
+	         base);
+	if (!mkdtemp(g_zk_dir)) {
+		fprintf(stderr, PROG ": mkdtemp %s: %s\n", g_zk_dir,
+		        strerror(errno));
+		return 1;
+	}
+	int st = zk_local("start", g_zk_connect, sizeof(g_zk_connect));
+	if (st == 0)
+		return 0;
+	if (st == 3)
+		fprintf(stderr, PROG ": java or the ZooKeeper jars are not "
+		                     "installed (scripts/install-deps)\n");
+	else
+		fprintf(stderr,
+		        PROG ": zk-local start failed (%d); see %s/zk.log\n",
+		        st, g_zk_dir);
+	zk_local("stop", NULL, 0);
+	if (st != 3)
+		return 1;
+	bu_rm_tree(AT_FDCWD, g_zk_dir, 3);
+	g_zk_dir[0] = 0;
+	return 77;
+}
+
+void zk_stop(void)
+{
+	if (!g_zk_dir[0])
+		return;
+	if (zk_local("stop", NULL, 0))
+		fprintf(stderr, PROG ": zk-local stop failed\n");
+	bu_rm_tree(AT_FDCWD, g_zk_dir, 4);
+	g_zk_dir[0] = 0;
+}
+
+/* ---- one run (parent) ------------------------------------------------ */
+
+void kill_all(void)
+{
+	for (unsigned i = 0; i < NM; i++)
+		if (g_pid[i] > 0) {
+			kill(g_pid[i], SIGKILL);
+			kill(g_pid[i], SIGCONT);
+			waitpid(g_pid[i], NULL, 0);
+			g_pid[i] = 0;
+		}
+}
+
+/* Wait until every machine in @mask is in a state >= @state (or failed);
+ * -1 on timeout, failure or interruption. */
+static int wait_state(unsigned mask, int state, unsigned ms, char *why,
+                      size_t len)
+{
+	uint64_t dl = now_ns() + (uint64_t)ms * 1000000ull;
+	for (;;) {
+		bool all = true;
+		for (unsigned i = 0; i < NM; i++) {
+			if (!(mask & (1u << i)))
+				continue;
+			int s = atomic_load(&SH->m[i].state);
+			if (s == ST_FAILED) {
+				snprintf(why, len, "machine %u: %s: %s", i,
+				         SH->m[i].fail_what,
+				         farm_strerror(SH->m[i].fail_rc));
+				return -1;
+			}
+			all &= s >= state;
+		}
+		if (all)
+			return 0;
+		if (interrupted) {
+			snprintf(why, len, "interrupted");
+			return -1;
+		}
+		if (now_ns() > dl) {
+			snprintf(why, len,
+			         "machines did not reach state %d "
+			         "within %u ms",
+			         state, ms);
+			return -1;
+		}
+		nap_ms(1);
+	}
+}
+
+static void show_logs(const char *root)
+{
+	for (unsigned i = 0; i < NM; i++) {
+		char cmd[400];
+		snprintf(cmd, sizeof(cmd),
+		         "echo '--- machine %u (last lines of its log)' >&2; "
+		         "tail -n 8 '%s/m%u.log' >&2",
+		         i, root, i);
+		if (system(cmd) != 0)
+			fprintf(stderr, "(no log of machine %u)\n", i);
+	}
+}
+
+static pid_t spawn(unsigned i, const char *root, const char *zk_root)
+{
+	fflush(NULL);
+	pid_t pid = fork();
+	if (pid != 0)
+		return pid;
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	signal(SIGINT, SIG_IGN);
+	signal(SIGTERM, SIG_DFL);
+	if (!O.verbose) {
+		char path[320];
+		snprintf(path, sizeof(path), "%s/m%u.log", root, i);
+		if (!freopen(path, "w", stderr))
+			_exit(2);
+		setvbuf(stderr, NULL, _IOLBF, 0);
+	}
+	_exit(machine(i, root, zk_root));
+}
+
+int one_run(unsigned idx, enum scen sc, unsigned pre_ms, struct run *r)
+{
+	memset(r, 0, sizeof(*r));
+	r->sc = sc;
+	for (unsigned k = 0; k < NT; k++)
+		r->t[k] = NAN;
+	r->t80_from_suspect = NAN;
+	memset(SH, 0, sizeof(*SH));
+	SH->nbuckets = pre_ms + RECOV_MS + O.post_ms + 3000;
+	size_t nb = (size_t)NM * SH->nbuckets;
+	memset(g_ops, 0, nb * sizeof(*g_ops));
+	memset(g_xfers, 0, nb * sizeof(*g_xfers));
+
+	char root[256], zk_root[128];
+	snprintf(root, sizeof(root), "/dev/shm/farm-recbench-XXXXXX");
+	if (!mkdtemp(root)) {
+		snprintf(r->why, sizeof(r->why), "mkdtemp: %s",
+		         strerror(errno));
+		return -1;
+	}
+	snprintf(zk_root, sizeof(zk_root), "/libfarm/recbench-%d-%u",
+	         (int)getpid(), idx);
+	for (unsigned i = 0; i < NM; i++) {
+		g_pid[i] = spawn(i, root, zk_root);
+		if (g_pid[i] < 0) {
+			g_pid[i] = 0;
+			snprintf(r->why, sizeof(r->why), "fork: %s",
+			         strerror(errno));
+			kill_all();
+			bu_rm_tree(AT_FDCWD, root, 3);
+			return -1;
+		}
+	}
+	int rc = wait_state((1u << NM) - 1, ST_CREATED, 2 * JOIN_MS + 30000,
+	                    r->why, sizeof(r->why));
+	uint64_t t_kill = 0;
+	unsigned mask = 0;
+	if (rc)
+		goto out;
+	/* The victim: machine 2, or the CM (all agree on it by now). */
+	uint32_t cm = atomic_load(&SH->m[0].cm);
+	unsigned victim = sc == SC_CM ? cm : 2;
+	if (sc != SC_CM && victim == cm)
+		victim = 3;
+	r->victim = victim;
+	mask = ((1u << NM) - 1) & ~(1u << victim);
+	SH->scanner = victim == 0 ? 1 : 0;
+	SH->t0 = now_ns();
+	atomic_store(&SH->cmd, C_GO);
+	uint64_t t_go = SH->t0;
+	while (now_ns() < t_go + (uint64_t)pre_ms * 1000000ull) {
+		if (interrupted) {
+			snprintf(r->why, sizeof(r->why), "interrupted");
+			rc = -1;
+			goto out;
+		}
+		for (unsigned i = 0; i < NM; i++)
+			if (atomic_load(&SH->m[i].state) == ST_FAILED) {
+				snprintf(r->why, sizeof(r->why),
+				         "machine %u failed before the kill",
+				         i);
+				rc = -1;
+				goto out;
+			}
+		nap_ms(pre_ms > 5000 ? 50 : 5);
+	}
+	/* Suspicions so far (refreshed every ms) are false ones; those
+	 * after the kill are told apart by the survivors' steps. */
+	for (unsigned i = 0; i < NM; i++)
+		r->false_susp += atomic_load(&SH->m[i].suspicions);
+	uint64_t victim_xfers = atomic_load(&SH->m[victim].transfers);
+	t_kill = now_ns();
+	r->pre_secs = (double)(t_kill - t_go) / 1e9;
+	kill(g_pid[victim], sc == SC_STOP ? SIGSTOP : SIGKILL);
+	uint64_t stop_inflight = (uint64_t)atomic_load(&SH->m[victim].inflight);
+	if (sc != SC_STOP) {
+		waitpid(g_pid[victim], NULL, 0);
+		g_pid[victim] = 0;
+	}
+	/* Until every survivor's regions are active again. */
+	uint64_t dl = t_kill + (uint64_t)RECOV_MS * 1000000ull;
+	for (;;) {
+		bool all = true;
+		for (unsigned i = 0; i < NM; i++)
+			if ((mask & (1u << i)) &&
+			    atomic_load(&SH->m[i].t_active) < t_kill)
+				all = false;
+		if (all)
+			break;
+		int failed = -1;
+		for (unsigned i = 0; i < NM; i++)
+			if ((mask & (1u << i)) &&
+			    atomic_load(&SH->m[i].state) == ST_FAILED)
+				failed = (int)i;
+		if (failed >= 0)
+			snprintf(r->why, sizeof(r->why),
+			         "machine %d failed during recovery", failed);
+		else if (interrupted)
+			snprintf(r->why, sizeof(r->why), "interrupted");
+		else if (now_ns() > dl)
+			snprintf(r->why, sizeof(r->why),
+			         "no recovery within %d ms of the kill",
+			         RECOV_MS);
+		if (failed >= 0 || interrupted || now_ns() > dl) {
+			rc = -1;
+			goto out;
+		}
+		nap_ms(1);
+	}
+	nap_ms(O.post_ms);
+	atomic_store(&SH->cmd, C_STOP);
+	if (sc == SC_STOP) {
+		/* The zombie: it must find itself removed, commit nothing. */
+		kill(g_pid[victim], SIGCONT);
+		char tmp[64];
+		int zr = wait_state(1u << victim, ST_DONE, 1000, tmp,
+		                    sizeof(tmp));
+		uint64_t after = atomic_load(&SH->m[victim].transfers);
+		uint64_t infl = (uint64_t)atomic_load(&SH->m[victim].inflight);
+		r->zombie = after - victim_xfers;
+		/* Its commits in flight at the stop may end either way. */
+		r->zombie -= FARM_MIN(r->zombie, stop_inflight);
+		r->zombie_hung = zr != 0;
+		if (zr)
+			fprintf(stderr,
+			        PROG ": run %u: the stopped machine %u did not "
+			             "end its workload within 1 s of SIGCONT "
+			             "(%" PRIu64 " commits in flight)\n",
+			        idx, victim, infl);
+		kill(g_pid[victim], SIGKILL);
+		waitpid(g_pid[victim], NULL, 0);
+		g_pid[victim] = 0;
+	}
+	if ((rc = wait_state(mask, ST_DONE, 30000, r->why, sizeof(r->why))))
+		goto out;
+	atomic_store(&SH->cmd, C_SCAN);
+	if ((rc = wait_state(1u << SH->scanner, ST_SCANNED, 120000, r->why,
+	                     sizeof(r->why))))
+		goto out;
+	atomic_store(&SH->cmd, C_QUIT);
+	r->ok = true;
+out:
+	if (rc)
+		atomic_store(&SH->cmd, C_QUIT);
+	for (unsigned i = 0; i < NM; i++) {
+		if (g_pid[i] <= 0)
+			continue;
+		/* Closing leaves ZooKeeper; give it a few seconds. */
+		uint64_t dl2 = now_ns() + 10000000000ull;
+		int st = 0;
+		pid_t w;
+		while ((w = waitpid(g_pid[i], &st, WNOHANG)) == 0 &&
+		       now_ns() < dl2)
+			nap_ms(2);
+		if (w == 0) {
+			kill(g_pid[i], SIGKILL);
+			waitpid(g_pid[i], &st, 0);
+		}
+		if (r->ok && (!WIFEXITED(st) || WEXITSTATUS(st))) {
+			r->ok = false;
+			snprintf(r->why, sizeof(r->why),
+			         "machine %u exited with status %d", i,
+			         WIFEXITED(st) ? WEXITSTATUS(st)
+			                       : 128 + WTERMSIG(st));
+		}
+		g_pid[i] = 0;
+	}
+	if (!r->ok)
+		show_logs(root);
+	bu_rm_tree(AT_FDCWD, root, 3);
+	if (!r->ok)
+		return -1;
+
+	if (getenv("RECOVERY_BENCH_DEBUG"))
+		for (unsigned i = 0; i < NM; i++) {
+			const struct mstat *m = &SH->m[i];
+			fprintf(stderr,
+			        "debug run %u machine %u: %" PRIu64
+			        " transfers, %" PRIu64 " lookups, %" PRIu64
+			        " declined, %" PRIu64 " retries, %" PRIu64
+			        " failed (%s%s%s); txm: %" PRIu64 " commits, "
+			        "aborts conflict %" PRIu64
+			        " validation %" PRIu64 " failure %" PRIu64
+			        " nospace %" PRIu64 "; lease: %" PRIu64
+			        " renewals, %" PRIu64
+			        " late, max gap %.1f ms\n",
+			        idx, i, (uint64_t)m->transfers,
+			        (uint64_t)m->lookups, (uint64_t)m->declined,
+			        (uint64_t)m->retries, (uint64_t)m->failed,
+			        m->first_err ? farm_strerror(m->first_err)
+			                     : "-",
+			        m->first_err ? " at " : "", m->first_err_what,
+			        m->ts.commits, m->ts.aborts_conflict,
+			        m->ts.aborts_validation, m->ts.aborts_failure,
+			        m->ts.aborts_nospace, m->rs.lease.renewals,
+			        m->rs.lease.late, m->rs.lease.max_gap_us / 1e3);
+			for (unsigned k = 0; k < FARM_MIN(m->nslow, 16u); k++)
+				fprintf(stderr,
+				        "  slow %s: start %" PRId64
+				        " ms after go (kill at %" PRIu64
+				        "), %u ms, phase %d, %s, accounts %u "
+				        "%u\n",
+				        m->slow[k].lookup ? "lookup"
+				                          : "transfer",
+				        m->slow[k].start_ms,
+				        (uint64_t)((t_kill - SH->t0) /
+				                   1000000ull),
+				        m->slow[k].ms, m->slow[k].phase,
+				        farm_strerror(m->slow[k].rc),
+				        m->slow[k].acct_a, m->slow[k].acct_b);
+			static const char *const kn[] = {
+			        "?",         "suspect",     "request",
+			        "withdrawn", "no-majority", "config"};
+			for (unsigned k = 0; k < m->rs.nsteps; k++) {
+				const struct farm_recovery_step *st =
+				        &m->rs.steps[k];
+				fprintf(stderr,
+				        "  step %+.1f ms after the kill: %s "
+				        "machine %u (n %u, configuration "
+				        "%" PRIu64 ")\n",
+				        ((double)st->t_ns - (double)t_kill) /
+				                1e6,
+				        kn[st->kind <= 5 ? st->kind : 0],
+				        st->machine, st->n, st->config_id);
+			}
+			fprintf(stderr,
+			        "  lease: %" PRIu64 " expiries, %" PRIu64
+			        " lost, %" PRIu64
+			        " refused; membership: %" PRIu64
+			        " config writes, %" PRIu64 " suspects\n",
+			        m->rs.lease.expiries, m->rs.lease.lost,
+			        m->rs.lease.refused, m->ms.config_writes,
+			        m->ms.suspects);
+			for (unsigned k = 0; k < 8 && m->rcount[k]; k++)
+				fprintf(stderr,
+				        "  retried %s in phase %d x %" PRIu64
+				        ", the last %" PRId64 " ms after go\n",
+				        farm_strerror(m->rcode[k]),
+				        m->rphase[k], m->rcount[k],
+				        m->rlast_ms[k]);
+		}
+	const char *dump = getenv("RECOVERY_BENCH_DUMP");
+	FILE *df = dump ? fopen(dump, "w") : NULL;
+	if (df) { /* every machine's ops per 10 ms, the whole run */
+		uint64_t kb10 = (t_kill - SH->t0) / 10000000ull;
+		for (uint64_t b = 0; b + 10 <= SH->nbuckets; b += 10) {
+			fprintf(df, "%" PRId64,
+			        (int64_t)(b / 10) - (int64_t)kb10);
+			for (unsigned i = 0; i < NM; i++) {
+				uint32_t n = 0;
+				for (unsigned k = 0; k < 10; k++)
+					n += g_ops[(size_t)i * SH->nbuckets +
+					           b + k];
+				fprintf(df, " %u", n);
+			}
+			fprintf(df, "\n");
+		}
+		fclose(df);
+	}
+	/* ---- the timeline ---- */
+	unsigned victim_ = r->victim;
+	uint64_t new_cfg = 0;
+	for (unsigned i = 0; i < NM; i++) {
+		if (i == victim_)
+			continue;
+		const struct mstat *m = &SH->m[i];
+		const struct farm_recovery_stats *rs = &m->rs;
+		bool saw_cfg = false;
+		for (unsigned k = 0; k < rs->nsteps; k++) {
+			const struct farm_recovery_step *st = &rs->steps[k];
+			if (st->t_ns < t_kill)
+				continue;
+			double t = ms_after(st->t_ns, t_kill);
+			bool v = st->machine == victim_;
+			switch (st->kind) {
+			case FARM_RSTEP_SUSPECT:
+				if (v)
+					r->t[T_SUSPECT] =
+					        tmin(r->t[T_SUSPECT], t);
+				else
+					r->false_susp++; /* a survivor */
+				break;
+			case FARM_RSTEP_REQUEST:
+				if (v && st->n == 1)
+					r->t[T_PROBE] = tmin(r->t[T_PROBE], t);
+				else
+					r->false_susp++; /* a survivor too */
+				break;
+			case FARM_RSTEP_WITHDRAWN: r->false_susp++; break;
+			case FARM_RSTEP_CONFIG:
+				if (!v || saw_cfg)
+					break;
+				saw_cfg = true;
+				new_cfg = st->config_id;
+				r->t[T_CFG_FIRST] = tmin(r->t[T_CFG_FIRST], t);
+				r->t[T_CFG_LAST] = tmax(r->t[T_CFG_LAST], t);
+				break;
+			default: break;
+			}
+		}
+		if (!saw_cfg)
+			r->t[T_CFG_LAST] = INFINITY; /* never took it */
+		r->t[T_TXREC] = tmax(r->t[T_TXREC],
+		                     ms_after(m->ts.rec_t_config_ns, t_kill));
+		r->t[T_COMMIT] = tmax(r->t[T_COMMIT],
+		                      ms_after(m->ts.rec_t_go_ns, t_kill));
+		r->t[T_ACTIVE] = tmax(r->t[T_ACTIVE],
+		                      ms_after(m->ts.rec_t_active_ns, t_kill));
+		if (m->removed)
+			r->false_susp++;
+		r->transfers += m->transfers;
+	}
+	for (unsigned i = 0; i < NM; i++) {
+		const struct farm_membership_status *ms = &SH->m[i].ms;
+		if (i != victim_ && new_cfg && ms->write_config_id == new_cfg)
+			r->t[T_ZK] = tmin(r->t[T_ZK],
+			                  ms_after(ms->t_write_ns, t_kill));
+	}
+	/* Throughput before the kill, and when it is back to 80%. */
+	uint64_t kb = (t_kill - SH->t0) / 1000000ull; /* the kill's bucket */
+	unsigned base = FARM_MIN(O.base_ms, (unsigned)kb);
+	uint64_t pre = 0;
+	for (uint64_t b = kb - base; b < kb; b++)
+		pre += surv_ops(victim_, b, g_ops);
+	r->pre_rate = base ? (double)pre / base : 0;
+	r->win = calibrate(victim_, kb - base, kb, r->pre_rate, &r->win_ok);
+	double target = 0.8 * r->pre_rate * r->win;
+	double from = isnan(r->t[T_SUSPECT]) ? 0 : r->t[T_SUSPECT];
+	uint64_t end = kb + (uint64_t)ceil(r->t[T_ACTIVE]) + O.post_ms;
+	for (uint64_t b = kb + (uint64_t)ceil(from);
+	     b + r->win <= end && b + r->win <= SH->nbuckets; b++) {
+		uint64_t s = 0;
+		for (unsigned w = 0; w < r->win; w++)
+			s += surv_ops(victim_, b + w, g_ops);
+		if ((double)s >= target) {
+			/* Bucket b counts what ended in [b, b + 1) ms after
+			 * t0; the kill fell inside bucket kb. */
+			uint64_t start = SH->t0 + b * 1000000ull;
+			r->t[T_80] = start > t_kill
+			                     ? (double)(start - t_kill) / 1e6
+			                     : 0.0;
+			break;
+		}
+	}
+	if (!isnan(r->t[T_80]) && !isnan(r->t[T_SUSPECT]))
+		r->t80_from_suspect =
+		        FARM_MAX(0.0, r->t[T_80] - r->t[T_SUSPECT]);
+	/* The plot: 200 ms before the kill to post_ms after active. */
+	uint64_t p0 = kb >= 200 ? kb - 200 : 0;
+	uint64_t p1 = FARM_MIN(end, (uint64_t)SH->nbuckets);
+	r->nplot = (unsigned)(p1 - p0);
+	r->plot_ops = calloc(r->nplot + 1, sizeof(uint32_t) * 2);
+	if (r->plot_ops) {
+		r->plot_xfers = r->plot_ops + r->nplot;
+		for (unsigned k = 0; k < r->nplot; k++) {
+			r->plot_ops[k] = surv_ops(victim_, p0 + k, g_ops);
+			r->plot_xfers[k] = surv_ops(victim_, p0 + k, g_xfers);
+		}
+	}
+	/* ---- lost commits ---- */
+	unsigned nacc = NM * O.accounts;
+	if (SH->sum_rc == 0) {
+		uint64_t unrep = 0;
+		bool complete;
+		char det[1400] = "";
+		uint64_t l = check_clog(nacc, (t_kill - SH->t0) / 1000, &unrep,
+		                        det, sizeof(det), &complete);
+		uint64_t allowed =
+		        2 * (uint64_t)atomic_load(&SH->m[victim_].inflight);
+		r->clog_lost = l;
+		r->clog_unreported = unrep;
+		if (l || unrep > allowed) {
+			fprintf(stderr,
+			        PROG
+			        ": run %u: %" PRIu64 " lost commit(s), %" PRIu64
+			        " write(s) of commits not reported (%" PRIu64
+			        " allowed)%s%s\n",
+			        idx, l, unrep, allowed, det[0] ? ": " : "",
+			        det);
+			if (unrep > allowed)
+				r->phantom += (unrep - allowed + 1) / 2;
+		}
+		if (!complete)
+			fprintf(stderr,
+			        PROG
+			        ": run %u: a commit log is full; the "
+			        "per-account check covers part of the run\n",
+			        idx);
+	}
+	uint64_t reported = 0, ctr_sum = 0, below_max = 0;
+	for (unsigned i = 0; i < NM; i++)
+		reported += SH->m[i].transfers;
+	for (unsigned j = 0; j < nacc; j++) {
+		ctr_sum += SH->ctr[j];
+		uint64_t want = 0;
+		for (unsigned i = 0; i < NM; i++)
+			want = FARM_MAX(want, SH->maxw[i][j]);
+		below_max += SH->ctr[j] < want;
+	}
+	int64_t expect = (int64_t)nacc * INIT_BAL;
+	char *w = r->why;
+	size_t wl = sizeof(r->why);
+	size_t o = 0;
+	if (SH->sum_rc) {
+		o += (size_t)snprintf(
+		        w, wl, "the final sum failed: %s at its %s (%u tries)",
+		        farm_strerror(SH->sum_rc), SH->sum_where,
+		        SH->sum_tries);
+		r->lost++; /* unknown: counted as a failure */
+	} else {
+		/* Three views of the same question; the largest counts. */
+		uint64_t slack =
+		        2 * (uint64_t)atomic_load(&SH->m[victim_].inflight);
+		uint64_t deficit = ctr_sum < 2 * reported
+		                           ? (2 * reported - ctr_sum + 1) / 2
+		                           : 0;
+		r->lost = FARM_MAX(deficit, FARM_MAX(below_max, r->clog_lost));
+		if (ctr_sum > 2 * reported + slack)
+			r->phantom =
+			        FARM_MAX(r->phantom,
+			                 (ctr_sum - 2 * reported - slack) / 2);
+		if (r->lost || r->phantom)
+			o += (size_t)snprintf(
+			        w + o, wl - o,
+			        "%" PRIu64 " lost, %" PRIu64
+			        " phantom commit(s): counters sum to %" PRIu64
+			        ", %" PRIu64 " transfers reported committed "
+			        "(victim's in flight: %" PRIu64 "), %" PRIu64
+			        " account(s) below a committed value, %" PRIu64
+			        " counter value(s) committed twice or above "
+			        "the final one (details on stderr)",
+			        r->lost, r->phantom, ctr_sum, reported,
+			        slack / 2, below_max, r->clog_lost);
+		if (SH->total != expect) {
+			r->lost++;
+			o += (size_t)snprintf(w + o, wl - FARM_MIN(o, wl),
+			                      "%stotal %" PRId64
+			                      ", expected %" PRId64,
+			                      o ? "; " : "", SH->total, expect);
+		}
+	}
+	if (SH->lf_locked || SH->lf_other) {
+		r->unlocked_checks = SH->lf_locked + SH->lf_other;
+		o += (size_t)snprintf(
+		        w + FARM_MIN(o, wl - 1), wl - FARM_MIN(o, wl - 1),
+		        "%s%s%u account(s) left locked, %u unreadable (%s); "
+		        "locked:",
+		        o ? "; " : "", SH->lf_locked >= 4 ? "at least " : "",
+		        SH->lf_locked, SH->lf_other,
+		        SH->lf_other ? farm_strerror(SH->lf_err) : "-");
+		for (unsigned k = 0; k < FARM_MIN(SH->lf_locked, 4u); k++)
+			o += (size_t)snprintf(w + FARM_MIN(o, wl - 1),
+			                      wl - FARM_MIN(o, wl - 1),
+			                      " %u (made on %u)",
+			                      SH->locked_acct[k],
+			                      SH->locked_acct[k] / O.accounts);
+	}
+	return 0;
+}

@@ -1,0 +1,540 @@
+/*
+ * shm provider: the data path. Requests are checked against the peer's
+ * table (resolve), run in post order (WRITE and CAS at post, READs copied
+ * at poll, line-atomic), and completed only by farm_cq_poll(). Also the
+ * test-only knobs that break a guarantee (shm_testing.h). See shm.c's head
+ * comment.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <libpmem.h>
+
+#include "fabric/shm_int.h"
+#include "fabric/shm_testing.h"
+#include "util/futex.h"
+#include "util/lines.h"
+#include "util/log.h"
+
+/* ---- test knobs ------------------------------------------------------------
+ */
+
+static atomic_int knob_line_atomic = 1;
+static atomic_int knob_ordered_writes = 1;
+static atomic_ullong stat_line_giveups;
+
+int farm_shm_testing_set(enum farm_shm_knob knob, int value)
+{
+	switch (knob) {
+	case FARM_SHM_KNOB_LINE_ATOMIC:
+		return atomic_exchange(&knob_line_atomic, value);
+	case FARM_SHM_KNOB_ORDERED_WRITES:
+		return atomic_exchange(&knob_ordered_writes, value);
+	}
+	return -EINVAL;
+}
+
+uint64_t farm_shm_testing_line_giveups(void)
+{
+	return atomic_load(&stat_line_giveups);
+}
+
+/* ---- peers' files, mapped on first use -------------------------------- */
+
+static const struct shm_fmap *peer_file(struct shm_peer *p, uint32_t file,
+                                        uint64_t gen)
+{
+	struct shm_fmap *m =
+	        atomic_load_explicit(&p->fmap[file], memory_order_acquire);
+	if (FARM_LIKELY(m && m->gen == gen))
+		return m;
+
+	pthread_mutex_lock(&p->map_lock);
+	m = atomic_load_explicit(&p->fmap[file], memory_order_acquire);
+	if (m && m->gen == gen)
+		goto out;
+	char path[SHM_PATH_MAX];
+	int n = snprintf(path, sizeof(path), "%s/mem-%u-%llu.region", p->dir,
+	                 file, (unsigned long long)gen);
+	m = NULL;
+	if (n < 0 || (size_t)n >= sizeof(path))
+		goto out;
+	int fd = open(path, O_RDWR | O_CLOEXEC);
+	if (fd < 0) {
+		farm_dbg("shm: cannot open %s: %s", path, strerror(errno));
+		goto out;
+	}
+	struct stat st;
+	void *addr = MAP_FAILED;
+	if (fstat(fd, &st) == 0 && st.st_size > 0)
+		addr = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE,
+		            MAP_SHARED, fd, 0);
+	close(fd);
+	if (addr == MAP_FAILED)
+		goto out;
+	m = calloc(1, sizeof(*m));
+	if (!m) {
+		munmap(addr, (size_t)st.st_size);
+		goto out;
+	}
+	m->addr = addr;
+	m->size = (size_t)st.st_size;
+	m->gen = gen;
+	/* The old mapping may still be in use by another thread's request:
+	 * keep it until the peer goes away. */
+	struct shm_fmap *old = atomic_load(&p->fmap[file]);
+	if (old) {
+		old->retired_next = p->retired;
+		p->retired = old;
+	}
+	/* Pairs with the acquire at the top. */
+	atomic_store_explicit(&p->fmap[file], m, memory_order_release);
+out:
+	pthread_mutex_unlock(&p->map_lock);
+	return m;
+}
+
+/* ---- the data path
+ * ------------------------------------------------------------ */
+
+/*
+ * Copy @len bytes from a peer's memory as a line-atomic DMA read would:
+ * each 64-byte line is a seqlock reader section on the line's first word.
+ * The writer discipline it is exact for (object layout, txn layer): change
+ * the word (lock value), store the data, change the word again (new
+ * version). x86 keeps the writer's stores and our loads in order, so equal
+ * words before and after the copy mean no store to the line fell inside it.
+ */
+/* Copy @n bytes at @p, inside the line whose first word is @w, as a
+ * seqlock read of that word (ARCHITECTURE.md 2.1). */
+static inline void read_line(uint8_t *dst, const uint8_t *p, size_t n,
+                             const _Atomic uint64_t *w)
+{
+	if (FARM_UNLIKELY(!farm_line_copy(dst, p, n, w, SHM_LINE_RETRIES)))
+		atomic_fetch_add(&stat_line_giveups, 1);
+}
+
+static void read_lines(uint8_t *dst, const uint8_t *src, size_t len)
+{
+	if (FARM_UNLIKELY(!farm_lines_copy(dst, src, len, SHM_LINE_RETRIES)))
+		atomic_fetch_add(&stat_line_giveups, 1);
+}
+
+/*
+ * Test-only (knob LINE_ATOMIC = 0): a READ with no line atomicity, as a DMA
+ * engine that is not line-atomic could do it: 8 bytes at a time, highest
+ * address first, pausing between words. A bare memcpy of a line is not a
+ * useful stand-in: on x86 the line arrives in the reader's cache whole, so
+ * it tore 0 times in 10 million racing reads here, and would not show that
+ * the torn-read test can fail.
+ */
+static void read_unsafe(uint8_t *dst, const uint8_t *src, size_t len)
+{
+	size_t i = len;
+	while (i >= 8) {
+		i -= 8;
+		uint64_t w = atomic_load_explicit(
+		        (const _Atomic uint64_t *)(const void *)(src + i),
+		        memory_order_relaxed);
+		memcpy(dst + i, &w, 8);
+		for (int k = 0; k < 8; k++)
+			farm_cpu_relax();
+	}
+	memcpy(dst, src, i);
+}
+
+/* read_lines() for a line-aligned source and a whole number of lines. */
+static inline void read_whole_lines(uint8_t *dst, const uint8_t *src,
+                                    size_t len)
+{
+	for (const uint8_t *p = src, *end = src + len; p < end;
+	     p += FARM_CL, dst += FARM_CL)
+		read_line(dst, p, FARM_CL, (const _Atomic uint64_t *)p);
+}
+
+/*
+ * WRITE with increasing-address visibility for its last word: the body
+ * first (its first 8 bytes as one store when aligned), a store fence
+ * (non-temporal stores of a large memcpy are not ordered by TSO), then the
+ * last 8 bytes, as one store when aligned.
+ */
+static void write_ordered(uint8_t *dst, const uint8_t *src, size_t len)
+{
+	if (len < 8) {
+		memcpy(dst, src, len);
+		return;
+	}
+	size_t body = len - 8;
+	uint64_t last;
+	memcpy(&last, src + body, 8);
+	if (FARM_UNLIKELY(!atomic_load_explicit(&knob_ordered_writes,
+	                                        memory_order_relaxed))) {
+		/* Test-only: the broken order a test must catch. */
+		memcpy(dst + body, &last, 8);
+		atomic_signal_fence(memory_order_seq_cst);
+		memcpy(dst, src, body);
+		return;
+	}
+	if (((uintptr_t)dst & 7) == 0 && body >= 8) {
+		/* The first word lands whole (one store), as it does from a
+		 * NIC, so a reader that polls it (a ring's frame header) never
+		 * sees it half written. */
+		uint64_t first;
+		memcpy(&first, src, 8);
+		atomic_store_explicit((_Atomic uint64_t *)dst, first,
+		                      memory_order_relaxed);
+		memcpy(dst + 8, src + 8, body - 8);
+	} else {
+		memcpy(dst, src, body);
+	}
+	if (body >= SHM_NT_THRESHOLD)
+		farm_store_fence();
+	if (((uintptr_t)(dst + body) & 7) == 0) {
+		/* W: release orders the body's stores before this one (a
+		 * compiler barrier on x86); pairs with a reader's acquire
+		 * load of the last word. */
+		atomic_store_explicit((_Atomic uint64_t *)(dst + body), last,
+		                      memory_order_release);
+	} else {
+		atomic_thread_fence(memory_order_release);
+		memcpy(dst + body, &last, 8);
+	}
+}
+
+static inline bool local_ok(const struct shm_ep *ep, const farm_wr *wr)
+{
+	const farm_mr *lmr = wr->lmr;
+	if (!lmr || lmr->fab != ep->base.fab ||
+	    !(lmr->access & FARM_ACCESS_LOCAL))
+		return false;
+	uintptr_t a = (uintptr_t)wr->local, b = (uintptr_t)lmr->addr;
+	return a >= b && wr->len <= lmr->len && a - b <= lmr->len - wr->len;
+}
+
+/* Check a request against the peer's table; on success point op->rptr at
+ * the bytes it names. Touches nothing. */
+static int resolve(struct shm_ep *ep, struct shm_op *op, const farm_wr *wr)
+{
+	struct shm_peer *p = ep->peer;
+	if (wr->len && !(wr->flags & FARM_WR_INLINE) &&
+	    wr->opcode != FARM_WR_NOTIFY && !local_ok(ep, wr))
+		return FARM_ELOCAL_ACCESS;
+	if (wr->len == 0)
+		return 0;
+	uint64_t idx = wr->rkey & (SHM_MAX_MR - 1),
+	         gen = wr->rkey >> SHM_IDX_BITS;
+	unsigned need = wr->opcode == FARM_WR_READ  ? FARM_ACCESS_REMOTE_READ
+	                : wr->opcode == FARM_WR_CAS ? FARM_ACCESS_REMOTE_ATOMIC
+	                                            : FARM_ACCESS_REMOTE_WRITE;
+	if (FARM_LIKELY(wr->rkey == ep->rc_key && ep->rc_entry &&
+	                atomic_load_explicit(&ep->rc_entry->gen,
+	                                     memory_order_acquire) == gen)) {
+		if ((ep->rc_access & need) != need || wr->raddr < ep->rc_base ||
+		    wr->len > ep->rc_len ||
+		    wr->raddr - ep->rc_base > ep->rc_len - wr->len)
+			return FARM_EREMOTE_ACCESS;
+		if (wr->opcode == FARM_WR_CAS && (wr->raddr & 7))
+			return -EINVAL;
+		op->rptr = ep->rc_ptr + (wr->raddr - ep->rc_base);
+		return 0;
+	}
+	const struct shm_table_mr *e = &p->table->mr[idx];
+	/* Pairs with the release store in shm_mr_reg(). */
+	if (gen == 0 ||
+	    atomic_load_explicit(&e->gen, memory_order_acquire) != gen)
+		return FARM_EREMOTE_KEY;
+	uint64_t base = e->base, elen = e->len, foff = e->file_off;
+	uint32_t file = e->file, acc = e->access;
+	uint64_t fgen = e->file_gen;
+	if ((acc & need) != need)
+		return FARM_EREMOTE_ACCESS;
+	if (wr->raddr < base || wr->len > elen ||
+	    wr->raddr - base > elen - wr->len)
+		return FARM_EREMOTE_ACCESS;
+	if (wr->opcode == FARM_WR_CAS && (wr->raddr & 7))
+		return -EINVAL;
+	if (file >= SHM_MAX_FILES)
+		return FARM_EREMOTE_KEY;
+	const struct shm_fmap *m = peer_file(p, file, fgen);
+	if (!m)
+		return FARM_EREMOTE_KEY;
+	/* The table is the peer's: check it against what we mapped. */
+	if (foff > m->size || elen > m->size - foff)
+		return FARM_EREMOTE_ACCESS;
+	op->rptr = m->addr + foff + (wr->raddr - base);
+	/* Entry fields were read after the acquire of gen; re-check it so
+	 * the cache holds a consistent snapshot. */
+	if (atomic_load_explicit(&e->gen, memory_order_acquire) == gen) {
+		ep->rc_key = wr->rkey;
+		ep->rc_entry = e;
+		ep->rc_base = base;
+		ep->rc_len = elen;
+		ep->rc_ptr = m->addr + foff;
+		ep->rc_access = acc;
+	}
+	return 0;
+}
+
+static inline int fault_status(const struct shm_ep *ep)
+{
+	if (atomic_load_explicit(&ep->faults.fail, memory_order_relaxed) ||
+	    atomic_load_explicit(&ep->peer->faults.fail, memory_order_relaxed))
+		return FARM_EINJECTED;
+	return 0;
+}
+
+static inline bool paused(const struct shm_ep *ep)
+{
+	return atomic_load_explicit(&ep->faults.pause, memory_order_relaxed) ||
+	       atomic_load_explicit(&ep->peer->faults.pause,
+	                            memory_order_relaxed);
+}
+
+/* What every request executed now would fail with (0: none): checked once
+ * per doorbell or harvest, not per request. */
+static inline int run_status(const struct shm_ep *ep)
+{
+	if (!peer_alive(ep->peer))
+		return FARM_EPEERDEAD;
+	uint32_t me = ep->peer->fab->base.machine_id;
+	if (me < 64 && (atomic_load_explicit(&ep->peer->table->hdr.revoked,
+	                                     memory_order_acquire) >>
+	                me) & 1)
+		return FARM_EFENCED;
+	return fault_status(ep);
+}
+
+/* FARM_WR_PERSIST: the target is a file in the peer's data directory,
+ * which is on the same kind of file system as ours on one host. */
+static void persist_remote(struct shm_ep *ep, struct shm_op *op)
+{
+	if (ep->peer->fab->dax_like) {
+		pmem_persist(op->rptr, op->len);
+		return;
+	}
+	uintptr_t page = (uintptr_t)op->rptr & ~(uintptr_t)4095;
+	if (pmem_msync((void *)page, (uintptr_t)op->rptr + op->len - page))
+		op->status = -errno;
+}
+
+/* Run op (the next unexecuted one) now; @st from run_status(). */
+static void execute(struct shm_ep *ep, struct shm_op *op, int st)
+{
+	op->executed = 1;
+	if (ep->state != EP_OK) {
+		op->status = ep->state == EP_CLOSED ? -ENOTCONN : FARM_EFLUSHED;
+		return;
+	}
+	if (op->status == 0)
+		op->status = st;
+	if (op->status) {
+		ep->state = EP_ERROR;
+		return;
+	}
+	if (op->len == 0)
+		return;
+	switch (op->opcode) {
+	case FARM_WR_READ:
+		if (FARM_LIKELY(atomic_load_explicit(&knob_line_atomic,
+		                                     memory_order_relaxed)))
+			read_lines(op->local, op->rptr, op->len);
+		else
+			read_unsafe(op->local, op->rptr, op->len);
+		break;
+	case FARM_WR_WRITE:
+		write_ordered(op->rptr, op->local, op->len);
+		if (op->flags & FARM_WR_PERSIST)
+			persist_remote(ep, op);
+		break;
+	case FARM_WR_CAS: {
+		uint64_t expect = op->compare;
+		__atomic_compare_exchange_n((uint64_t *)(void *)op->rptr,
+		                            &expect, op->swap, false,
+		                            __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+		memcpy(op->local, &expect, 8);
+		break;
+	}
+	case FARM_WR_NOTIFY: {
+		/* Dekker with the waiter: our earlier stores (the WRITEs before
+		 * this request), full barrier, then the load of its word; the
+		 * waiter stores the word, full barrier, re-checks its memory.
+		 */
+		atomic_thread_fence(memory_order_seq_cst);
+		uint32_t *w = (uint32_t *)(void *)op->rptr;
+		bool woke = false;
+		/* Load first: most doorbells find the word clear, and a load
+		 * does not take the line away from its owner. */
+		if (__atomic_load_n(w, __ATOMIC_SEQ_CST) != 0 &&
+		    __atomic_exchange_n(w, 0, __ATOMIC_SEQ_CST) != 0)
+			woke = farm_futex_wake(w) > 0;
+		op->len = woke ? 1 : 0;
+		break;
+	}
+	}
+}
+
+int shm_ep_post(farm_ep *e, farm_wr *list, farm_wr **bad)
+{
+	struct shm_ep *ep = (struct shm_ep *)e;
+	int rc = 0;
+	uint32_t last_write = UINT32_MAX;
+	ep_lock(ep);
+	uint64_t delay = atomic_load_explicit(&ep->faults.delay_ns,
+	                                      memory_order_relaxed) +
+	                 atomic_load_explicit(&ep->peer->faults.delay_ns,
+	                                      memory_order_relaxed);
+	uint64_t now = delay ? farm_now_ns() : 0;
+	farm_wr *wr = list;
+	uint32_t first = ep->tail;
+	for (; wr; wr = wr->next) {
+		rc = farm_wr_check(wr);
+		if (rc)
+			break;
+		if (ep->tail - ep->head >= ep->depth) {
+			rc = -EAGAIN;
+			break;
+		}
+		struct shm_op *op = &ep->ops[ep->tail & ep->mask];
+		op->wr_id = wr->wr_id;
+		op->opcode = wr->opcode;
+		op->flags = wr->flags;
+		op->len = wr->len;
+		op->local = wr->local;
+		op->compare = wr->compare;
+		op->swap = wr->swap;
+		op->ready_ns = delay ? now + delay : 0;
+		op->executed = 0;
+		op->rptr = NULL;
+		if (wr->flags & FARM_WR_INLINE) {
+			if (!ep->inline_buf) {
+				ep->inline_buf = malloc((size_t)ep->depth *
+				                        FARM_INLINE_MAX);
+				if (!ep->inline_buf) {
+					rc = -ENOMEM;
+					break;
+				}
+			}
+			uint8_t *ib =
+			        ep->inline_buf +
+			        (size_t)(ep->tail & ep->mask) * FARM_INLINE_MAX;
+			memcpy(ib, wr->local, wr->len);
+			op->local = ib;
+		}
+		op->status = ep->state == EP_OK ? resolve(ep, op, wr) : 0;
+		if (op->opcode != FARM_WR_READ || op->status != 0)
+			last_write = ep->tail;
+		ep->tail++;
+	}
+	/* Prefetch the new READs' lines in one tight loop, so their TLB
+	 * misses and cache misses overlap (spread between requests' checks
+	 * they each stall the core on a page walk). */
+	for (uint32_t t = first; t != ep->tail; t++) {
+		const struct shm_op *op = &ep->ops[t & ep->mask];
+		if (op->opcode != FARM_WR_READ || op->status != 0)
+			continue;
+		const uint8_t *l =
+		        (const uint8_t *)((uintptr_t)op->rptr & ~(uintptr_t)63);
+		for (unsigned i = 0;
+		     i < SHM_PREFETCH_LINES && l < op->rptr + op->len;
+		     i++, l += FARM_CL)
+			__builtin_prefetch(l, 0, 3);
+	}
+	/* Doorbell: run everything up to the last WRITE/CAS now, in order.
+	 * READs after it stay queued (prefetched) until the poll. */
+	if (last_write != UINT32_MAX && !paused(ep)) {
+		int st = run_status(ep);
+		while (ep->exec != last_write + 1) {
+			execute(ep, &ep->ops[ep->exec & ep->mask], st);
+			ep->exec++;
+		}
+	}
+	ep_unlock(ep);
+	if (bad)
+		*bad = rc ? wr : NULL;
+	return rc;
+}
+
+/* Harvest completions from one endpoint; returns how many were written. */
+static int ep_harvest(struct shm_ep *ep, int n, farm_wc *wc, uint64_t *now)
+{
+	int got = 0;
+	ep_lock(ep);
+	if (paused(ep)) {
+		ep_unlock(ep);
+		return 0;
+	}
+	bool alive = peer_alive(ep->peer);
+	int st = alive ? run_status(ep) : FARM_EPEERDEAD;
+	/* Fast path: whole-line READs on a healthy endpoint (its state is
+	 * re-checked per request: an earlier one may fail it). */
+	bool fast = st == 0 && atomic_load_explicit(&knob_line_atomic,
+	                                            memory_order_relaxed);
+	while (ep->head != ep->tail && got < n) {
+		struct shm_op *op = &ep->ops[ep->head & ep->mask];
+		if (!op->executed) {
+			if (FARM_LIKELY(fast && ep->state == EP_OK &&
+			                op->opcode == FARM_WR_READ &&
+			                op->status == 0 && op->len &&
+			                ((op->len | (uintptr_t)op->rptr) &
+			                 (FARM_CL - 1)) == 0)) {
+				read_whole_lines(op->local, op->rptr, op->len);
+				op->executed = 1;
+			} else {
+				execute(ep, op, st);
+			}
+			ep->exec++;
+		}
+		if (op->ready_ns) {
+			if (!*now)
+				*now = farm_now_ns();
+			if (*now < op->ready_ns)
+				break;
+		}
+		/* An outstanding request to a machine that died gets no ack
+		 * on hardware: it fails, whether or not its bytes landed. */
+		if (op->status == 0 && (!alive || ep->state == EP_CLOSED)) {
+			op->status = alive ? -ENOTCONN : FARM_EPEERDEAD;
+			if (ep->state == EP_OK)
+				ep->state = EP_ERROR;
+		}
+		if (op->status || (op->flags & FARM_WR_SIGNALED)) {
+			wc[got++] = (farm_wc){.wr_id = op->wr_id,
+			                      .status = op->status,
+			                      .opcode = op->opcode,
+			                      .peer = ep->base.peer,
+			                      .len = op->status ? 0 : op->len};
+			if (op->opcode == FARM_WR_NOTIFY && op->status == 0)
+				wc[got - 1].len = op->len;
+		}
+		ep->head++;
+	}
+	ep_unlock(ep);
+	return got;
+}
+
+int shm_cq_poll(farm_cq *c, int n, farm_wc *wc)
+{
+	struct shm_cq *cq = (struct shm_cq *)c;
+	int got = 0;
+	uint64_t now = 0;
+	if (cq->shared)
+		pthread_mutex_lock(&cq->lock);
+	unsigned neps = cq->neps;
+	for (unsigned i = 0; i < neps && got < n; i++) {
+		struct shm_ep *ep = cq->eps[(cq->rr + i) % neps];
+		if (ep->head != ep->tail)
+			got += ep_harvest(ep, n - got, wc + got, &now);
+	}
+	if (neps)
+		cq->rr = (cq->rr + 1) % neps;
+	if (cq->shared)
+		pthread_mutex_unlock(&cq->lock);
+	return got;
+}

@@ -1,0 +1,303 @@
+/*
+ * Internal to messaging: the region layout, the machine-wide and per-loop
+ * state, counters, and the functions one file calls in another. msg.c:
+ * the machine-wide object (create, peers, handlers, counters); msg_ring.c:
+ * the ring channels (sending: frames, queues, doorbells; receiving:
+ * polling, checking, delivering, handing space back; the same-machine
+ * inbox); msg_rpc.c: calls, replies and their deadlines; msg_loop.c: the
+ * per-thread event loop (open / close, one-sided operations for the
+ * layers above, pollers, deferred work, parking). Every file that
+ * includes this one defines _LGPL_SOURCE first (liburcu's wait-free
+ * queue, inlined).
+ */
+#ifndef FARM_MSG_MSG_INT_H
+#define FARM_MSG_MSG_INT_H
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <urcu/wfcqueue.h>
+
+#include <farm/msg.h>
+
+#include "msg/wire.h"
+#include "util/common.h"
+
+#define MSG_MAGIC          0x3167736d6d726166ull /* "farmmsg1" */
+#define MSG_HDR_BYTES      4096u
+#define DEFAULT_RING       (256u << 10)
+#define MIN_RING           (4u << 10)
+#define MAX_RING           (64u << 20)
+#define EP_DEPTH           1024u
+#define CQ_BATCH           32
+#define MAX_POLLERS        8
+#define FRAMES_PER_POLL    64u
+#define WR_BATCH           64u
+#define SCAN_EVERY         256u /* passes between timer scans when busy */
+#define PARK_MAX_NS        200000000ull /* longest park with nothing pending */
+#define PARK_CALLS_NS      10000000ull  /* longest park while calls wait */
+#define DEFAULT_TIMEOUT_NS 1000000000ull
+
+/* ---- layout of a machine's message region -------------------------------
+ *   [0, 4096)              header (struct region_hdr)
+ *   park words             one 64-B line per local thread
+ *   head-back words        one line per (local sender thread t, remote
+ *                          machine m, remote thread r): where machine m's
+ *                          thread r writes how far it has consumed the
+ *                          ring t -> (m, r)
+ *   rings                  one per (local receiver thread r, sender machine
+ *                          m, sender thread t), ring_size each, 4 KiB aligned
+ * Every machine computes every machine's layout from the shared attributes.
+ */
+struct region_hdr {
+	uint64_t magic;
+	uint32_t nthreads, max_machines, ring_size, machine;
+};
+
+struct layout {
+	unsigned T, M;
+	uint32_t R;
+	uint64_t park_off, head_off, ring_off, total;
+};
+
+static inline uint64_t park_at(const struct layout *l, unsigned r)
+{
+	return l->park_off + (uint64_t)r * FARM_CL;
+}
+
+static inline uint64_t head_at(const struct layout *l, unsigned t, uint32_t m,
+                               unsigned r)
+{
+	return l->head_off + (((uint64_t)t * l->M + m) * l->T + r) * FARM_CL;
+}
+
+static inline uint64_t ring_at(const struct layout *l, unsigned r, uint32_t m,
+                               unsigned t)
+{
+	return l->ring_off + (((uint64_t)r * l->M + m) * l->T + t) * l->R;
+}
+
+/* ---- counters ------------------------------------------------------------ */
+
+/* One writer (the loop); readers on other threads load relaxed. */
+struct stats {
+	_Atomic uint64_t v[13];
+};
+enum {
+	S_SENT,
+	S_RECEIVED,
+	S_FRAMES_SENT,
+	S_FRAMES_RECV,
+	S_QUEUED,
+	S_NOBUFS,
+	S_MALFORMED,
+	S_STALE,
+	S_TIMEOUTS,
+	S_PEER_DEATHS,
+	S_PARKS,
+	S_WAKEUPS,
+	S_REFUSED_CONFIG,
+};
+_Static_assert(sizeof(farm_msg_stats) == 13 * sizeof(uint64_t), "stats");
+
+static inline void stat_add(struct stats *s, int i, uint64_t n)
+{
+	atomic_store_explicit(
+	        &s->v[i],
+	        atomic_load_explicit(&s->v[i], memory_order_relaxed) + n,
+	        memory_order_relaxed);
+}
+
+/* ---- machine-wide state -------------------------------------------------- */
+
+struct peer_info {
+	_Atomic int ready; /* release after the fields below are set */
+	char addr[256];
+	farm_mr_desc desc;
+};
+
+/* Work items and same-machine messages, queued to a loop by any thread. */
+struct inbox_item {
+	struct cds_wfcq_node node;
+	farm_work_fn fn; /* NULL: a message */
+	void *ctx;
+	struct wire_msg m;
+	uint8_t payload[];
+};
+
+struct inbox {
+	struct cds_wfcq_head head;
+	struct cds_wfcq_tail tail;
+};
+
+struct handler {
+	farm_msg_handler_fn fn;
+	void *arg;
+};
+
+struct farm_msg {
+	farm_fabric *fab;
+	uint32_t me;
+	farm_msg_attr attr;
+	struct layout lay;
+	uint32_t max_frame;
+	bool notify; /* ring doorbells for parked receivers */
+	farm_mem *mem;
+	uint8_t *base;
+	farm_mr *mr;
+	farm_mr_desc desc;
+	struct handler *handlers; /* FARM_MSG_TYPES */
+	uint64_t types[FARM_MSG_TYPES / 64];
+	pthread_mutex_t lock;
+	_Atomic uint64_t peer_gen;
+	struct peer_info *peers; /* max_machines */
+	/* Configurations (farm_msg_set_config): the id this machine stamps
+	 * on its frames, and per sender the lowest id accepted from it
+	 * (UINT32_MAX: removed, nothing accepted; 0: anything). */
+	_Atomic uint32_t cfg;
+	_Atomic uint32_t *min_cfg; /* max_machines */
+	struct inbox *inboxes;     /* nthreads */
+	struct farm_loop **loops;  /* nthreads, under lock */
+};
+
+/* ---- per-loop state -------------------------------------------------------
+ */
+
+struct pend { /* a message waiting for ring space */
+	struct pend *next;
+	struct wire_msg m;
+	uint8_t payload[];
+};
+
+/* Sending side of the ring (this loop) -> (machine m, thread r). */
+struct out_chan {
+	uint32_t m;
+	unsigned r;
+	uint8_t *mirror; /* our copy of the ring: frames are built here */
+	farm_mr *mirror_mr;
+	uint64_t ring_raddr, park_raddr;
+	const _Atomic uint64_t *head_word; /* written by the receiver */
+	uint64_t head;                     /* lagging copy of *head_word */
+	uint64_t tail;   /* bytes staged (abs), excluding an open trailer */
+	uint64_t posted; /* bytes posted (abs) */
+	uint64_t frame;  /* abs offset of the open frame; UINT64_MAX: none */
+	uint32_t seq;    /* seq of the next frame */
+	bool dirty;
+	struct pend *qhead, *qtail;
+	uint32_t qlen;
+};
+
+struct out_peer {
+	farm_ep *ep;
+	int err; /* sticky: the endpoint failed (peer dead or closed) */
+	/* One-sided operations of the layers above (farm_loop_rdma) use an
+	 * endpoint of their own: a bad address there puts that endpoint in
+	 * the error state (as a verbs QP), which must not stop messaging.
+	 * It is replaced once its outstanding operations have completed. */
+	farm_ep *rep;
+	unsigned rops;           /* outstanding on rep */
+	struct out_chan **chans; /* nthreads, lazily */
+};
+
+/* Receiving side of the ring (machine m, thread t) -> this loop. */
+struct in_chan {
+	uint8_t *ring;
+	uint64_t head;     /* consumed (abs) */
+	uint64_t returned; /* handed back to the sender (abs) */
+	uint32_t seq;
+	bool broken;
+};
+
+struct call {
+	uint64_t id; /* 0: free */
+	farm_rpc_fn cont;
+	void *ctx;
+	uint64_t deadline;
+	uint32_t machine;
+	uint32_t next_free;
+	uint32_t prev, next; /* active list */
+};
+
+#define NIL UINT32_MAX
+
+/* A one-sided operation posted through a loop (farm_loop_rdma). Its
+ * address is the work request id; msg's own requests use id 0. */
+struct rdma_op {
+	farm_op_fn cont;
+	void *ctx;
+	uint32_t machine;
+	struct rdma_op *prev, *next; /* outstanding list */
+};
+
+struct farm_loop {
+	farm_msg *msg;
+	unsigned idx;
+	pthread_t owner;
+	farm_cq *cq;
+	struct out_peer *out;     /* max_machines */
+	struct in_chan *in;       /* max_machines * nthreads */
+	uint32_t *peer_list;      /* machines we poll */
+	uint32_t *refused_logged; /* per machine: threshold last logged */
+	unsigned npeers;
+	uint64_t peer_gen;
+	struct out_chan **dirty;
+	unsigned ndirty;
+	_Atomic uint32_t *park; /* our park word, in the region */
+	struct call *calls;
+	uint32_t free_call, active, nactive;
+	uint64_t call_gen;
+	unsigned ticks;
+	uint64_t idle_since;
+	_Atomic int stop;
+	bool polling; /* inside farm_loop_poll: handlers may not re-enter */
+	farm_wr *wrs; /* WR_BATCH + 1 */
+	struct poller {
+		farm_poll_fn poll;
+		farm_pending_fn pending;
+		void *ctx;
+	} pollers[MAX_POLLERS];
+	unsigned npollers;
+	struct rdma_op *ops;      /* outstanding one-sided operations */
+	struct rdma_op *ops_free; /* recycled records */
+	unsigned nops;
+	/* farm_loop_defer: owner-only FIFO and recycled items. */
+	struct defer_item *dq_head, **dq_tail, *dq_free;
+	struct stats stats;
+};
+
+struct defer_item {
+	farm_work_fn fn;
+	void *ctx;
+	struct defer_item *next;
+};
+
+static inline bool on_owner(const farm_loop *loop)
+{
+	return pthread_equal(loop->owner, pthread_self());
+}
+
+/* ---- across files -------------------------------------------------------- */
+
+/* msg_ring.c: channels, sending, receiving, the inbox */
+void msg_refresh_peers(farm_loop *loop);
+int msg_peer_ep(farm_loop *loop, uint32_t m, struct out_peer **out);
+void msg_chan_free(struct out_chan *c);
+struct inbox_item *msg_item_new(uint32_t len);
+void msg_inbox_push(farm_msg *msg, unsigned r, struct inbox_item *it);
+int msg_send_wire(farm_loop *loop, uint32_t machine, unsigned thread,
+                  const struct wire_msg *m, const void *payload);
+int msg_check_dest(farm_loop *loop, uint32_t machine, unsigned thread,
+                   uint32_t len);
+int msg_poll_rings(farm_loop *loop);
+void msg_hand_back_all(farm_loop *loop);
+int msg_poll_inbox(farm_loop *loop, int status);
+
+/* msg_rpc.c: calls */
+void msg_call_done(farm_loop *loop, uint32_t i, int status, const void *reply,
+                   uint32_t len);
+int msg_scan_calls(farm_loop *loop, uint64_t now);
+
+#endif

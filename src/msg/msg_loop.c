@@ -1,0 +1,501 @@
+/*
+ * Messaging: the per-thread event loop. Opening and closing a loop, one
+ * pass (farm_loop_poll: completions, inbox, rings, deferred work, timers),
+ * one-sided operations for the layers above (farm_loop_rdma) on an
+ * endpoint of their own, pollers, and parking when idle. See README.md.
+ */
+#define _LGPL_SOURCE 1 /* liburcu's wait-free queue, inlined */
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "msg/msg_int.h"
+#include "util/log.h"
+
+/* ---- loops ----------------------------------------------------------------
+ */
+
+static void pin_thread(unsigned idx)
+{
+	cpu_set_t set;
+	if (sched_getaffinity(0, sizeof(set), &set))
+		return;
+	int n = CPU_COUNT(&set);
+	if (n <= 0)
+		return;
+	int want = (int)(idx % (unsigned)n), seen = 0;
+	for (int c = 0; c < CPU_SETSIZE; c++) {
+		if (!CPU_ISSET(c, &set))
+			continue;
+		if (seen++ == want) {
+			cpu_set_t one;
+			CPU_ZERO(&one);
+			CPU_SET(c, &one);
+			if (pthread_setaffinity_np(pthread_self(), sizeof(one),
+			                           &one))
+				farm_warn("msg: cannot pin loop %u to CPU %d",
+				          idx, c);
+			return;
+		}
+	}
+}
+
+static void loop_free(farm_loop *loop)
+{
+	free(loop->out);
+	free(loop->in);
+	free(loop->peer_list);
+	free(loop->refused_logged);
+	free(loop->dirty);
+	free(loop->calls);
+	free(loop->wrs);
+	free(loop);
+}
+
+int farm_loop_open(farm_msg *msg, unsigned idx, farm_loop **out)
+{
+	if (!msg || !out || idx >= msg->attr.nthreads)
+		return -EINVAL;
+	const farm_msg_attr *a = &msg->attr;
+	farm_loop *loop = calloc(1, sizeof(*loop));
+	if (!loop)
+		return -ENOMEM;
+	loop->msg = msg;
+	loop->idx = idx;
+	loop->owner = pthread_self();
+	loop->out = calloc(a->max_machines, sizeof(*loop->out));
+	loop->in = calloc((size_t)a->max_machines * a->nthreads,
+	                  sizeof(*loop->in));
+	loop->peer_list = calloc(a->max_machines, sizeof(*loop->peer_list));
+	loop->refused_logged =
+	        calloc(a->max_machines, sizeof(*loop->refused_logged));
+	loop->dirty = calloc((size_t)a->max_machines * a->nthreads,
+	                     sizeof(*loop->dirty));
+	loop->calls = calloc(a->max_calls, sizeof(*loop->calls));
+	loop->wrs = calloc(WR_BATCH + 1, sizeof(*loop->wrs));
+	int rc = -ENOMEM;
+	if (!loop->out || !loop->in || !loop->peer_list ||
+	    !loop->refused_logged || !loop->dirty || !loop->calls || !loop->wrs)
+		goto fail;
+	for (uint32_t m = 0; m < a->max_machines; m++) {
+		for (unsigned t = 0; t < a->nthreads; t++) {
+			struct in_chan *c = &loop->in[m * a->nthreads + t];
+			c->ring = msg->base + ring_at(&msg->lay, idx, m, t);
+			c->seq = 1;
+		}
+	}
+	for (uint32_t i = 0; i < a->max_calls; i++)
+		loop->calls[i].next_free = i + 1 < a->max_calls ? i + 1 : NIL;
+	loop->free_call = 0;
+	loop->active = NIL;
+	loop->peer_gen = UINT64_MAX;
+	loop->park = (_Atomic uint32_t *)(void *)(msg->base +
+	                                          park_at(&msg->lay, idx));
+	rc = farm_cq_create(msg->fab, 4096, 0, &loop->cq);
+	if (rc)
+		goto fail;
+	pthread_mutex_lock(&msg->lock);
+	if (msg->loops[idx]) {
+		pthread_mutex_unlock(&msg->lock);
+		rc = -EBUSY;
+		goto fail;
+	}
+	msg->loops[idx] = loop;
+	pthread_mutex_unlock(&msg->lock);
+	if (a->pin)
+		pin_thread(idx);
+	*out = loop;
+	return 0;
+fail:
+	if (loop->cq && farm_cq_destroy(loop->cq))
+		farm_warn("msg: cq_destroy failed");
+	loop_free(loop);
+	return rc;
+}
+
+unsigned farm_loop_index(const farm_loop *loop)
+{
+	return loop->idx;
+}
+farm_msg *farm_loop_msg(const farm_loop *loop)
+{
+	return loop->msg;
+}
+static void rdma_done(farm_loop *loop, struct rdma_op *o, int status)
+{
+	if (o->prev)
+		o->prev->next = o->next;
+	else
+		loop->ops = o->next;
+	if (o->next)
+		o->next->prev = o->prev;
+	loop->nops--;
+	loop->out[o->machine].rops--;
+	farm_op_fn cont = o->cont;
+	void *ctx = o->ctx;
+	o->next = loop->ops_free;
+	loop->ops_free = o;
+	cont(loop, ctx, status);
+}
+
+static int rdma_post(farm_loop *loop, uint32_t machine, int wake_thread,
+                     farm_wr *wr, farm_op_fn cont, void *ctx)
+{
+	if (!loop || !wr || !cont || machine >= loop->msg->attr.max_machines ||
+	    machine == loop->msg->me)
+		return -EINVAL;
+	if (wake_thread >= (int)loop->msg->attr.nthreads)
+		return -EINVAL;
+	if (wr->opcode != FARM_WR_READ && wr->opcode != FARM_WR_WRITE &&
+	    wr->opcode != FARM_WR_CAS)
+		return -EINVAL;
+	struct out_peer *op;
+	int rc = msg_peer_ep(loop, machine, &op);
+	if (rc)
+		return rc;
+	if (op->rep && !farm_ep_usable(op->rep)) {
+		if (op->rops)
+			return -EAGAIN; /* the failed one's followers drain */
+		farm_ep_destroy(op->rep);
+		op->rep = NULL;
+	}
+	if (!op->rep) {
+		farm_ep_attr ea = {.sq_depth = EP_DEPTH};
+		rc = farm_ep_connect(loop->msg->fab, loop->cq, machine,
+		                     loop->msg->peers[machine].addr, &ea,
+		                     &op->rep);
+		if (rc) {
+			op->rep = NULL;
+			return rc == -ECONNREFUSED ? FARM_EPEERDEAD : rc;
+		}
+	}
+	struct rdma_op *o = loop->ops_free;
+	if (o)
+		loop->ops_free = o->next;
+	else if (!(o = malloc(sizeof(*o))))
+		return -ENOMEM;
+	o->cont = cont;
+	o->ctx = ctx;
+	o->machine = machine;
+	wr->next = NULL;
+	wr->wr_id = (uint64_t)(uintptr_t)o;
+	wr->flags |= FARM_WR_SIGNALED;
+	farm_wr bell;
+	if (wake_thread >= 0 && loop->msg->notify) {
+		/* After the WRITE, in the same doorbell: a parked receiver
+		 * wakes and finds it. */
+		const farm_mr_desc *pd = &loop->msg->peers[machine].desc;
+		bell = farm_wr_notify(
+		        0, pd, park_at(&loop->msg->lay, (unsigned)wake_thread));
+		wr->next = &bell;
+	}
+	farm_wr *bad = NULL;
+	rc = farm_ep_post(op->rep, wr, &bad);
+	if (rc && bad == wr->next)
+		rc = 0; /* the request is queued, only its doorbell is not: a
+		           parked receiver wakes at its next timed check */
+	wr->next = NULL;
+	if (rc) {
+		o->next = loop->ops_free;
+		loop->ops_free = o;
+		return rc;
+	}
+	o->prev = NULL;
+	o->next = loop->ops;
+	if (loop->ops)
+		loop->ops->prev = o;
+	loop->ops = o;
+	loop->nops++;
+	op->rops++;
+	return 0;
+}
+
+int farm_loop_rdma(farm_loop *loop, uint32_t machine, farm_wr *wr,
+                   farm_op_fn cont, void *ctx)
+{
+	return rdma_post(loop, machine, -1, wr, cont, ctx);
+}
+
+int farm_loop_rdma_wake(farm_loop *loop, uint32_t machine, unsigned thread,
+                        farm_wr *wr, farm_op_fn cont, void *ctx)
+{
+	if (thread > INT32_MAX)
+		return -EINVAL;
+	return rdma_post(loop, machine, (int)thread, wr, cont, ctx);
+}
+
+int farm_loop_add_poller(farm_loop *loop, farm_poll_fn poll,
+                         farm_pending_fn pending, void *ctx)
+{
+	if (!loop || !poll || !pending)
+		return -EINVAL;
+	if (loop->npollers == MAX_POLLERS)
+		return -ENOSPC;
+	loop->pollers[loop->npollers++] =
+	        (struct poller){.poll = poll, .pending = pending, .ctx = ctx};
+	return 0;
+}
+
+static int poll_cq(farm_loop *loop)
+{
+	farm_wc wc[CQ_BATCH];
+	int n = farm_cq_poll(loop->cq, CQ_BATCH, wc);
+	for (int i = 0; i < n; i++) {
+		if (wc[i].wr_id) {
+			/* FARM_EFLUSHED: an earlier operation on the endpoint
+			 * failed; this one did not run (the caller may retry:
+			 * the endpoint is replaced). */
+			rdma_done(loop,
+			          (struct rdma_op *)(uintptr_t)wc[i].wr_id,
+			          wc[i].status);
+			continue;
+		}
+		if (wc[i].status == 0)
+			continue;
+		struct out_peer *op = &loop->out[wc[i].peer];
+		if (!op->err) {
+			farm_warn("msg: loop %u: machine %" PRIu32 ": %s",
+			          loop->idx, wc[i].peer,
+			          farm_strerror(wc[i].status));
+			op->err = wc[i].status == FARM_EFLUSHED ? FARM_EPEERDEAD
+			                                        : wc[i].status;
+		}
+	}
+	return n > 0 ? n : 0;
+}
+
+int farm_loop_defer(farm_loop *loop, farm_work_fn fn, void *ctx)
+{
+	if (!loop || !fn)
+		return -EINVAL;
+	struct defer_item *d = loop->dq_free;
+	if (d)
+		loop->dq_free = d->next;
+	else if (!(d = malloc(sizeof(*d))))
+		return -ENOMEM;
+	d->fn = fn;
+	d->ctx = ctx;
+	d->next = NULL;
+	if (!loop->dq_head)
+		loop->dq_tail = &loop->dq_head;
+	*loop->dq_tail = d;
+	loop->dq_tail = &d->next;
+	return 0;
+}
+
+/* Run the items deferred before this pass (later ones wait for the next). */
+static int run_deferred(farm_loop *loop, int status)
+{
+	struct defer_item *d = loop->dq_head;
+	loop->dq_head = NULL;
+	int n = 0;
+	while (d) {
+		struct defer_item *next = d->next;
+		farm_work_fn fn = d->fn;
+		void *ctx = d->ctx;
+		d->next = loop->dq_free;
+		loop->dq_free = d;
+		fn(loop, ctx, status);
+		d = next;
+		n++;
+	}
+	return n;
+}
+
+int farm_loop_poll(farm_loop *loop)
+{
+	if (!loop || loop->polling)
+		return 0;
+	loop->polling = true;
+	int got = loop->dq_head ? run_deferred(loop, 0) : 0;
+	msg_refresh_peers(loop);
+	got += poll_cq(loop);
+	got += msg_poll_rings(loop);
+	for (unsigned i = 0; i < loop->npollers; i++)
+		got += loop->pollers[i].poll(loop, loop->pollers[i].ctx);
+	got += msg_poll_inbox(loop, 0);
+	if (loop->nactive && (++loop->ticks % SCAN_EVERY) == 0)
+		got += msg_scan_calls(loop, farm_now_ns());
+	if (loop->ndirty)
+		farm_loop_flush(loop);
+	loop->polling = false;
+	return got;
+}
+
+/* Whether anything is waiting for us (checked after raising the park
+ * word, so a sender that missed the word is seen here). */
+static bool work_pending(farm_loop *loop)
+{
+	farm_msg *msg = loop->msg;
+	struct inbox *ib = &msg->inboxes[loop->idx];
+	if (!cds_wfcq_empty(&ib->head, &ib->tail))
+		return true;
+	unsigned T = msg->attr.nthreads;
+	for (unsigned i = 0; i < loop->npeers; i++) {
+		uint32_t m = loop->peer_list[i];
+		for (unsigned t = 0; t < T; t++) {
+			struct in_chan *c = &loop->in[m * T + t];
+			if (!c->broken &&
+			    wire_load(c->ring + (c->head & (msg->lay.R - 1))))
+				return true;
+		}
+	}
+	for (unsigned i = 0; i < loop->npollers; i++)
+		if (loop->pollers[i].pending(loop, loop->pollers[i].ctx))
+			return true;
+	/* Last: a pending() above may have deferred something. */
+	return loop->dq_head || atomic_load(&loop->stop) != 0;
+}
+
+/* Park until a doorbell, a posted item, or @max_ns. */
+static void park(farm_loop *loop, uint64_t max_ns)
+{
+	msg_hand_back_all(loop);
+	if (loop->ndirty)
+		farm_loop_flush(loop);
+	if (loop->ndirty)
+		return; /* sends still wait for room: keep polling */
+	atomic_store_explicit(loop->park, 1, memory_order_seq_cst);
+	atomic_thread_fence(memory_order_seq_cst);
+	if (!work_pending(loop)) {
+		stat_add(&loop->stats, S_PARKS, 1);
+		farm_wait_word((const uint32_t *)(const void *)loop->park, 1,
+		               max_ns);
+	}
+	atomic_store_explicit(loop->park, 0, memory_order_relaxed);
+}
+
+/* After an empty pass: decide whether to park. */
+static void idle(farm_loop *loop, uint64_t deadline)
+{
+	farm_msg *msg = loop->msg;
+	uint64_t now = farm_now_ns();
+	if (loop->nactive)
+		msg_scan_calls(loop, now);
+	if (msg->attr.busy_poll || loop->nops) {
+		farm_cpu_relax();
+		return;
+	}
+	if (!loop->idle_since) {
+		loop->idle_since = now;
+		return;
+	}
+	if (now - loop->idle_since < msg->attr.park_after_ns) {
+		farm_cpu_relax();
+		return;
+	}
+	uint64_t max = loop->nactive ? PARK_CALLS_NS : PARK_MAX_NS;
+	if (deadline) {
+		if (now >= deadline)
+			return;
+		max = FARM_MIN(max, deadline - now);
+	}
+	park(loop, max);
+	loop->idle_since = 0;
+}
+
+void farm_loop_run(farm_loop *loop)
+{
+	if (!loop || loop->polling)
+		return;
+	while (!atomic_load_explicit(&loop->stop, memory_order_acquire)) {
+		if (farm_loop_poll(loop))
+			loop->idle_since = 0;
+		else
+			idle(loop, 0);
+	}
+	atomic_store(&loop->stop, 0);
+}
+
+void farm_loop_stop(farm_loop *loop)
+{
+	if (!loop)
+		return;
+	atomic_store_explicit(&loop->stop, 1, memory_order_release);
+	atomic_thread_fence(memory_order_seq_cst);
+	if (atomic_load(loop->park))
+		farm_wake_word((const uint32_t *)(const void *)loop->park);
+}
+
+int farm_loop_wait(farm_loop *loop, const volatile int *flag,
+                   uint64_t timeout_ns)
+{
+	if (!loop || !flag)
+		return -EINVAL;
+	if (loop->polling)
+		return -EDEADLK; /* from a handler or continuation */
+	uint64_t deadline = timeout_ns ? farm_now_ns() + timeout_ns : 0;
+	unsigned n = 0;
+	/* At least one pass, so a caller looping on an already-set flag
+	 * still sends what it queued. */
+	for (;;) {
+		if (farm_loop_poll(loop))
+			loop->idle_since = 0;
+		else if (!*flag)
+			idle(loop, deadline);
+		if (*flag)
+			return 0;
+		if (deadline && (++n & 63) == 0 && farm_now_ns() >= deadline)
+			return *flag ? 0 : -ETIMEDOUT;
+	}
+}
+
+int farm_loop_post(farm_loop *loop, farm_work_fn fn, void *ctx)
+{
+	if (!loop || !fn)
+		return -EINVAL;
+	struct inbox_item *it = msg_item_new(0);
+	if (!it)
+		return -ENOMEM;
+	it->fn = fn;
+	it->ctx = ctx;
+	msg_inbox_push(loop->msg, loop->idx, it);
+	return 0;
+}
+
+void farm_loop_close(farm_loop *loop)
+{
+	if (!loop)
+		return;
+	farm_msg *msg = loop->msg;
+	if (!on_owner(loop))
+		farm_warn("msg: loop %u closed by another thread", loop->idx);
+	while (loop->active != NIL)
+		msg_call_done(loop, loop->active, -ECANCELED, NULL, 0);
+	while (loop->ops)
+		rdma_done(loop, loop->ops, -ECANCELED);
+	while (loop->dq_head)
+		(void)run_deferred(loop, -ECANCELED);
+	while (loop->dq_free) {
+		struct defer_item *d = loop->dq_free;
+		loop->dq_free = d->next;
+		free(d);
+	}
+	while (loop->ops_free) {
+		struct rdma_op *o = loop->ops_free;
+		loop->ops_free = o->next;
+		free(o);
+	}
+	pthread_mutex_lock(&msg->lock);
+	msg->loops[loop->idx] = NULL;
+	pthread_mutex_unlock(&msg->lock);
+	msg_poll_inbox(loop, -ECANCELED);
+	for (uint32_t m = 0; m < msg->attr.max_machines; m++) {
+		struct out_peer *op = &loop->out[m];
+		if (op->chans) {
+			for (unsigned r = 0; r < msg->attr.nthreads; r++)
+				if (op->chans[r])
+					msg_chan_free(op->chans[r]);
+			free(op->chans);
+		}
+		if (op->ep)
+			farm_ep_destroy(op->ep);
+		if (op->rep)
+			farm_ep_destroy(op->rep);
+	}
+	if (farm_cq_destroy(loop->cq))
+		farm_warn("msg: loop %u: cq_destroy failed", loop->idx);
+	loop_free(loop);
+}

@@ -1,0 +1,633 @@
+/*
+ * Messaging: the ring channels. Sending: frames staged in a local mirror of
+ * the remote ring and written with one WRITE per burst, a local queue when
+ * the ring is full, doorbells for parked receivers. Receiving: polling
+ * rings, checking every frame before delivering any message, handing
+ * consumed space back in bulk. Also the same-machine inbox (a wait-free
+ * queue per loop). See README.md, "Invariants".
+ */
+#define _LGPL_SOURCE 1 /* liburcu's wait-free queue, inlined */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "msg/msg_int.h"
+#include "util/log.h"
+
+/* Refresh the list of machines whose rings we poll. */
+void msg_refresh_peers(farm_loop *loop)
+{
+	farm_msg *msg = loop->msg;
+	uint64_t g = atomic_load_explicit(&msg->peer_gen, memory_order_acquire);
+	if (g == loop->peer_gen)
+		return;
+	loop->peer_gen = g;
+	loop->npeers = 0;
+	for (uint32_t m = 0; m < msg->attr.max_machines; m++)
+		if (atomic_load_explicit(&msg->peers[m].ready,
+		                         memory_order_acquire))
+			loop->peer_list[loop->npeers++] = m;
+}
+
+/* The endpoint to machine @m, connected on first use. */
+int msg_peer_ep(farm_loop *loop, uint32_t m, struct out_peer **out)
+{
+	struct out_peer *op = &loop->out[m];
+	*out = op;
+	if (op->err)
+		return op->err;
+	if (op->ep) {
+		if (FARM_UNLIKELY(!farm_ep_usable(op->ep)))
+			return op->err = FARM_EPEERDEAD;
+		return 0;
+	}
+	farm_msg *msg = loop->msg;
+	struct peer_info *p = &msg->peers[m];
+	if (!atomic_load_explicit(&p->ready, memory_order_acquire))
+		return -ENOENT;
+	farm_ep_attr ea = {.sq_depth = EP_DEPTH};
+	int rc = farm_ep_connect(msg->fab, loop->cq, m, p->addr, &ea, &op->ep);
+	if (rc) {
+		farm_warn("msg: loop %u cannot connect to machine %" PRIu32
+		          ": %s",
+		          loop->idx, m, farm_strerror(rc));
+		op->ep = NULL;
+		if (rc == -ECONNREFUSED)
+			rc = op->err = FARM_EPEERDEAD;
+		return rc;
+	}
+	return 0;
+}
+
+static int chan_get(farm_loop *loop, uint32_t m, unsigned r,
+                    struct out_chan **out)
+{
+	struct out_peer *op;
+	int rc = msg_peer_ep(loop, m, &op);
+	if (rc)
+		return rc;
+	if (!op->chans) {
+		op->chans =
+		        calloc(loop->msg->attr.nthreads, sizeof(*op->chans));
+		if (!op->chans)
+			return -ENOMEM;
+	}
+	struct out_chan *c = op->chans[r];
+	if (c) {
+		*out = c;
+		return 0;
+	}
+	farm_msg *msg = loop->msg;
+	const struct layout *l = &msg->lay;
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	if (posix_memalign((void **)&c->mirror, 4096, l->R)) {
+		free(c);
+		return -ENOMEM;
+	}
+	memset(c->mirror, 0, l->R);
+	rc = farm_mr_reg(msg->fab, c->mirror, l->R, FARM_ACCESS_LOCAL,
+	                 &c->mirror_mr);
+	if (rc) {
+		free(c->mirror);
+		free(c);
+		return rc;
+	}
+	const farm_mr_desc *pd = &msg->peers[m].desc;
+	c->m = m;
+	c->r = r;
+	c->ring_raddr = pd->addr + ring_at(l, r, msg->me, loop->idx);
+	c->park_raddr = pd->addr + park_at(l, r);
+	c->head_word =
+	        (const _Atomic uint64_t *)(const void *)(msg->base +
+	                                                 head_at(l, loop->idx,
+	                                                         m, r));
+	c->head = atomic_load_explicit(c->head_word, memory_order_acquire);
+	c->tail = c->posted = c->head;
+	c->frame = UINT64_MAX;
+	c->seq = 1;
+	op->chans[r] = c;
+	*out = c;
+	return 0;
+}
+
+void msg_chan_free(struct out_chan *c)
+{
+	while (c->qhead) {
+		struct pend *p = c->qhead;
+		c->qhead = p->next;
+		free(p);
+	}
+	farm_mr_dereg(c->mirror_mr);
+	free(c->mirror);
+	free(c);
+}
+
+/* ---- sending ----------------------------------------------------------------
+ */
+
+/* Whether @need more bytes fit up to abs position @end, given the head. */
+static inline bool fits(struct out_chan *c, uint32_t R, uint64_t end)
+{
+	if (end - c->head <= R)
+		return true;
+	c->head = atomic_load_explicit(c->head_word, memory_order_acquire);
+	return end - c->head <= R;
+}
+
+/* Close the open frame: configuration word, trailer, final header. */
+static void frame_close(farm_msg *msg, struct out_chan *c, uint32_t R)
+{
+	if (c->frame == UINT64_MAX)
+		return;
+	uint32_t off = (uint32_t)(c->frame & (R - 1));
+	uint32_t len = (uint32_t)(c->tail - c->frame) + 8;
+	uint64_t h = wire_header(c->seq++, len);
+	uint64_t cfg = atomic_load_explicit(&msg->cfg, memory_order_relaxed);
+	memcpy(c->mirror + off, &h, 8);
+	memcpy(c->mirror + off + 8, &cfg, 8);
+	uint64_t t = h ^ WIRE_TRAILER_MAGIC;
+	memcpy(c->mirror + off + len - 8, &t, 8);
+	c->tail += 8;
+	c->frame = UINT64_MAX;
+}
+
+/* Stage one message in the ring mirror. False: no room (nothing staged). */
+static bool chan_append(farm_msg *msg, struct out_chan *c,
+                        const struct wire_msg *m, const void *payload)
+{
+	uint32_t R = msg->lay.R, stride = wire_msg_stride(m->len);
+	if (c->frame != UINT64_MAX) {
+		uint32_t flen = (uint32_t)(c->tail - c->frame);
+		uint32_t off = (uint32_t)(c->frame & (R - 1));
+		if (flen + stride + 8 <= msg->max_frame &&
+		    off + flen + stride + 8 <= R &&
+		    fits(c, R, c->tail + stride + 8))
+			goto put;
+		frame_close(msg, c, R);
+	}
+	/* A new frame: header, configuration word, the message, trailer;
+	 * wrap if it would cross the end of the ring. */
+	uint32_t need = WIRE_FRAME_OVERHEAD + stride;
+	uint32_t off = (uint32_t)(c->tail & (R - 1));
+	if (off + need > R) {
+		uint64_t end = c->tail + (R - off) + need;
+		if (!fits(c, R, end))
+			return false;
+		uint64_t w = wire_header(c->seq++, WIRE_WRAP_LEN);
+		memcpy(c->mirror + off, &w, 8);
+		c->tail += R - off;
+	} else if (!fits(c, R, c->tail + need)) {
+		return false;
+	}
+	c->frame = c->tail;
+	c->tail += WIRE_FRAME_BODY;
+put:;
+	uint8_t *p = c->mirror + (uint32_t)(c->tail & (R - 1));
+	memcpy(p, m, WIRE_MSG_HDR);
+	if (m->len)
+		memcpy(p + WIRE_MSG_HDR, payload, m->len);
+	uint32_t pad = wire_align8(m->len) - m->len;
+	if (pad)
+		memset(p + WIRE_MSG_HDR + m->len, 0, pad);
+	c->tail += stride;
+	return true;
+}
+
+static inline void mark_dirty(farm_loop *loop, struct out_chan *c)
+{
+	if (!c->dirty) {
+		c->dirty = true;
+		loop->dirty[loop->ndirty++] = c;
+	}
+}
+
+/* Move queued messages into the ring while they fit. */
+static void chan_drain(farm_msg *msg, struct out_chan *c)
+{
+	while (c->qhead) {
+		struct pend *p = c->qhead;
+		if (!chan_append(msg, c, &p->m, p->payload))
+			return;
+		c->qhead = p->next;
+		if (!c->qhead)
+			c->qtail = NULL;
+		c->qlen--;
+		free(p);
+	}
+}
+
+/* Post what is staged: one WRITE per frame or wrap marker, then (when
+ * receivers may park) a doorbell; one post for the lot. */
+static void chan_post(farm_loop *loop, struct out_chan *c)
+{
+	farm_msg *msg = loop->msg;
+	uint32_t R = msg->lay.R;
+	struct out_peer *op = &loop->out[c->m];
+	if (op->err || !op->ep)
+		return;
+	unsigned n = 0;
+	uint64_t pos = c->posted;
+	uint32_t adv[WR_BATCH];
+	farm_wr *w = loop->wrs;
+	while (pos != c->tail && n < WR_BATCH) {
+		uint32_t off = (uint32_t)(pos & (R - 1));
+		uint64_t h;
+		memcpy(&h, c->mirror + off, 8);
+		uint32_t len = (uint32_t)h;
+		farm_wr *wr = &w[n++];
+		*wr = (farm_wr){0};
+		wr->opcode = FARM_WR_WRITE;
+		wr->local = c->mirror + off;
+		wr->lmr = c->mirror_mr;
+		wr->raddr = c->ring_raddr + off;
+		wr->rkey = msg->peers[c->m].desc.key;
+		if (len == WIRE_WRAP_LEN) {
+			wr->len = 8;
+			adv[n - 1] = R - off;
+		} else {
+			wr->len = len;
+			adv[n - 1] = len;
+		}
+		pos += adv[n - 1];
+	}
+	if (!n)
+		return;
+	if (msg->notify) {
+		farm_wr *wr = &w[n++];
+		*wr = farm_wr_notify(0, &msg->peers[c->m].desc,
+		                     c->park_raddr -
+		                             msg->peers[c->m].desc.addr);
+	}
+	for (unsigned i = 0; i + 1 < n; i++)
+		w[i].next = &w[i + 1];
+	w[n - 1].next = NULL;
+	farm_wr *bad = NULL;
+	int rc = farm_ep_post(op->ep, w, &bad);
+	unsigned done = n;
+	if (rc) {
+		done = bad ? (unsigned)(bad - w) : 0;
+		if (rc != -EAGAIN) {
+			farm_warn("msg: post to machine %" PRIu32 ": %s", c->m,
+			          farm_strerror(rc));
+			op->err = rc;
+		}
+	}
+	/* Advance over the frames that were queued. */
+	for (unsigned i = 0; i < done && w[i].opcode == FARM_WR_WRITE; i++) {
+		c->posted += adv[i];
+		stat_add(&loop->stats, S_FRAMES_SENT, 1);
+	}
+	if (msg->notify && done == n)
+		stat_add(&loop->stats, S_WAKEUPS, 1);
+}
+
+void farm_loop_flush(farm_loop *loop)
+{
+	farm_msg *msg = loop->msg;
+	unsigned keep = 0;
+	for (unsigned i = 0; i < loop->ndirty; i++) {
+		struct out_chan *c = loop->dirty[i];
+		chan_drain(msg, c);
+		frame_close(msg, c, msg->lay.R);
+		chan_post(loop, c);
+		if (c->qhead || c->posted != c->tail)
+			loop->dirty[keep++] = c; /* waiting for room or SQ */
+		else
+			c->dirty = false;
+	}
+	loop->ndirty = keep;
+}
+
+unsigned farm_loop_unsent(const farm_loop *loop)
+{
+	return loop ? loop->ndirty : 0;
+}
+
+struct inbox_item *msg_item_new(uint32_t len)
+{
+	struct inbox_item *it = malloc(sizeof(*it) + len);
+	if (it)
+		cds_wfcq_node_init(&it->node);
+	return it;
+}
+
+/* Queue on loop @r of this machine and wake it if parked. */
+void msg_inbox_push(farm_msg *msg, unsigned r, struct inbox_item *it)
+{
+	cds_wfcq_enqueue(&msg->inboxes[r].head, &msg->inboxes[r].tail,
+	                 &it->node);
+	/* Dekker with park(): enqueue, full barrier, load its word. */
+	atomic_thread_fence(memory_order_seq_cst);
+	const uint32_t *w =
+	        (const uint32_t *)(const void *)(msg->base +
+	                                         park_at(&msg->lay, r));
+	if (__atomic_load_n(w, __ATOMIC_SEQ_CST))
+		farm_wake_word(w);
+}
+
+int msg_send_wire(farm_loop *loop, uint32_t machine, unsigned thread,
+                  const struct wire_msg *m, const void *payload)
+{
+	farm_msg *msg = loop->msg;
+	if (machine == msg->me) {
+		if ((m->kind == WIRE_ONEWAY || m->kind == WIRE_REQUEST) &&
+		    !wire_type_known(msg->types, m->type))
+			return -EINVAL;
+		struct inbox_item *it = msg_item_new(m->len);
+		if (!it)
+			return -ENOMEM;
+		it->fn = NULL;
+		it->ctx = NULL;
+		it->m = *m;
+		if (m->len)
+			memcpy(it->payload, payload, m->len);
+		msg_inbox_push(msg, thread, it);
+		stat_add(&loop->stats, S_SENT, 1);
+		return 0;
+	}
+	if (machine < msg->attr.max_machines &&
+	    atomic_load_explicit(&msg->min_cfg[machine],
+	                         memory_order_relaxed) == UINT32_MAX)
+		return FARM_EPEERDEAD; /* removed: it would not read it */
+	struct out_chan *c;
+	int rc = chan_get(loop, machine, thread, &c);
+	if (rc)
+		return rc;
+	if (FARM_LIKELY(!c->qhead) && chan_append(msg, c, m, payload)) {
+		mark_dirty(loop, c);
+		stat_add(&loop->stats, S_SENT, 1);
+		return 0;
+	}
+	if (c->qlen >= msg->attr.sendq_max) {
+		stat_add(&loop->stats, S_NOBUFS, 1);
+		return -ENOBUFS;
+	}
+	struct pend *p = malloc(sizeof(*p) + m->len);
+	if (!p)
+		return -ENOMEM;
+	p->next = NULL;
+	p->m = *m;
+	if (m->len)
+		memcpy(p->payload, payload, m->len);
+	if (c->qtail)
+		c->qtail->next = p;
+	else
+		c->qhead = p;
+	c->qtail = p;
+	c->qlen++;
+	mark_dirty(loop, c);
+	stat_add(&loop->stats, S_QUEUED, 1);
+	stat_add(&loop->stats, S_SENT, 1);
+	return 0;
+}
+
+int msg_check_dest(farm_loop *loop, uint32_t machine, unsigned thread,
+                   uint32_t len)
+{
+	farm_msg *msg = loop->msg;
+	if (thread >= msg->attr.nthreads)
+		return -EINVAL;
+	if (machine >= msg->attr.max_machines)
+		return -ENOENT;
+	if (len > farm_msg_max_payload(msg))
+		return -EMSGSIZE;
+	return 0;
+}
+
+int farm_msg_send(farm_loop *loop, uint32_t machine, unsigned thread,
+                  uint16_t type, const void *payload, uint32_t len)
+{
+	if (!loop || (len && !payload))
+		return -EINVAL;
+	int rc = msg_check_dest(loop, machine, thread, len);
+	if (rc)
+		return rc;
+	struct wire_msg m = {.len = len,
+	                     .type = type,
+	                     .kind = WIRE_ONEWAY,
+	                     .src_thread = (uint8_t)loop->idx};
+	return msg_send_wire(loop, machine, thread, &m, payload);
+}
+
+/* ---- receiving
+ * ---------------------------------------------------------------- */
+
+static void deliver(farm_loop *loop, uint32_t src, const struct wire_msg *m,
+                    const uint8_t *payload)
+{
+	farm_msg *msg = loop->msg;
+	stat_add(&loop->stats, S_RECEIVED, 1);
+	if (m->kind == WIRE_ONEWAY || m->kind == WIRE_REQUEST) {
+		const struct handler *h = &msg->handlers[m->type];
+		farm_msg_in in = {.src_machine = src,
+		                  .src_thread = m->src_thread,
+		                  .type = m->type,
+		                  .payload = payload,
+		                  .len = m->len,
+		                  .token = {.call_id = m->call_id,
+		                            .machine = src,
+		                            .thread = m->src_thread,
+		                            .type = m->type}};
+		h->fn(loop, &in, h->arg);
+		return;
+	}
+	uint32_t i = (uint32_t)(m->call_id & 0xffffff);
+	if (i >= msg->attr.max_calls || loop->calls[i].id != m->call_id) {
+		stat_add(&loop->stats, S_STALE, 1);
+		return;
+	}
+	if (m->kind == WIRE_REPLY) {
+		msg_call_done(loop, i, 0, payload, m->len);
+	} else {
+		int32_t st;
+		memcpy(&st, payload, 4);
+		msg_call_done(loop, i, st, NULL, 0);
+	}
+}
+
+/* Zero what was consumed and tell the sender (machine m, thread t). */
+static void hand_back(farm_loop *loop, uint32_t m, unsigned t,
+                      struct in_chan *c)
+{
+	farm_msg *msg = loop->msg;
+	uint32_t R = msg->lay.R;
+	if (c->head == c->returned)
+		return;
+	uint64_t from = c->returned;
+	while (from != c->head) {
+		uint32_t off = (uint32_t)(from & (R - 1));
+		uint64_t n = FARM_MIN(c->head - from, (uint64_t)(R - off));
+		memset(c->ring + off, 0, (size_t)n);
+		from += n;
+	}
+	/* The zeroes are visible before the sender can learn of the room. */
+	farm_store_fence();
+	atomic_thread_fence(memory_order_release);
+	struct out_peer *op;
+	if (msg_peer_ep(loop, m, &op))
+		return; /* dead or unknown: nobody to tell */
+	uint64_t v = c->head;
+	const farm_mr_desc *pd = &msg->peers[m].desc;
+	farm_wr wr = farm_wr_write(0, &v, NULL, 8, pd,
+	                           head_at(&msg->lay, t, msg->me, loop->idx));
+	wr.flags = FARM_WR_INLINE;
+	int rc = farm_ep_post(op->ep, &wr, NULL);
+	if (rc == 0)
+		c->returned = c->head;
+	else if (rc != -EAGAIN)
+		op->err = rc;
+}
+
+static void break_chan(farm_loop *loop, uint32_t m, unsigned t,
+                       struct in_chan *c, const char *why)
+{
+	c->broken = true;
+	stat_add(&loop->stats, S_MALFORMED, 1);
+	farm_err("msg: loop %u: channel from machine %" PRIu32 " thread %u "
+	         "is broken (%s at ring offset %" PRIu64 "); it is no longer "
+	         "read",
+	         loop->idx, m, t, why, c->head & (loop->msg->lay.R - 1));
+}
+
+/* A frame from machine @m stamped with configuration @cfg, older than
+ * the @min this machine accepts from it: counted; logged for the first
+ * refused frame of each threshold. */
+static void refuse_frame(farm_loop *loop, uint32_t m, uint32_t cfg,
+                         uint32_t min)
+{
+	stat_add(&loop->stats, S_REFUSED_CONFIG, 1);
+	if (loop->refused_logged[m] == min)
+		return;
+	loop->refused_logged[m] = min;
+	if (min == UINT32_MAX)
+		farm_warn(
+		        "msg: loop %u: refusing messages from machine %" PRIu32
+		        ": it was removed from the configuration",
+		        loop->idx, m);
+	else
+		farm_warn(
+		        "msg: loop %u: refusing messages from machine %" PRIu32
+		        " stamped with configuration %" PRIu32
+		        " (accepted from %" PRIu32 ")",
+		        loop->idx, m, cfg, min);
+}
+
+/* Handle the frames waiting in one ring. Returns messages delivered. */
+static int poll_ring(farm_loop *loop, uint32_t m, unsigned t, struct in_chan *c)
+{
+	farm_msg *msg = loop->msg;
+	uint32_t R = msg->lay.R;
+	int got = 0;
+	for (unsigned f = 0; f < FRAMES_PER_POLL; f++) {
+		uint32_t off = (uint32_t)(c->head & (R - 1)), len = 0;
+		enum wire_peek k = wire_peek(c->ring, R, off, c->seq,
+		                             msg->max_frame, &len);
+		if (k == WIRE_EMPTY || k == WIRE_PARTIAL)
+			break;
+		if (k == WIRE_CORRUPT) {
+			break_chan(loop, m, t, c,
+			           "bad frame header or trailer");
+			return got;
+		}
+		c->seq++;
+		if (k == WIRE_WRAP) {
+			c->head += R - off;
+			continue;
+		}
+		const uint8_t *body = c->ring + off + WIRE_FRAME_BODY;
+		uint32_t blen = len - WIRE_FRAME_OVERHEAD;
+		int64_t fcfg = wire_frame_config(c->ring, off);
+		if (fcfg < 0 || wire_check_body(body, blen, msg->attr.nthreads,
+		                                msg->types) < 0) {
+			break_chan(loop, m, t, c, "malformed message");
+			return got;
+		}
+		stat_add(&loop->stats, S_FRAMES_RECV, 1);
+		/* Pairs with the release in farm_msg_peer_min_config. */
+		uint32_t min = atomic_load_explicit(&msg->min_cfg[m],
+		                                    memory_order_acquire);
+		if (FARM_UNLIKELY((uint64_t)fcfg < min)) {
+			/* A removed machine (or an older incarnation of a
+			 * returning one): consumed, not delivered. */
+			refuse_frame(loop, m, (uint32_t)fcfg, min);
+			c->head += len;
+			if (c->head - c->returned >= R / 2)
+				hand_back(loop, m, t, c);
+			continue;
+		}
+		for (uint32_t o = 0; o < blen;) {
+			struct wire_msg wm;
+			memcpy(&wm, body + o, sizeof(wm));
+			deliver(loop, m, &wm, body + o + WIRE_MSG_HDR);
+			o += wire_msg_stride(wm.len);
+			got++;
+		}
+		c->head += len;
+		if (c->head - c->returned >= R / 2)
+			hand_back(loop, m, t, c);
+	}
+	return got;
+}
+
+int msg_poll_rings(farm_loop *loop)
+{
+	farm_msg *msg = loop->msg;
+	unsigned T = msg->attr.nthreads;
+	int got = 0;
+	for (unsigned i = 0; i < loop->npeers; i++) {
+		uint32_t m = loop->peer_list[i];
+		for (unsigned t = 0; t < T; t++) {
+			struct in_chan *c = &loop->in[m * T + t];
+			if (FARM_UNLIKELY(c->broken))
+				continue;
+			got += poll_ring(loop, m, t, c);
+			if (c->head - c->returned >= msg->lay.R / 8 &&
+			    wire_load(c->ring + (c->head & (msg->lay.R - 1))) ==
+			            0)
+				hand_back(loop, m, t, c);
+		}
+	}
+	return got;
+}
+
+void msg_hand_back_all(farm_loop *loop)
+{
+	unsigned T = loop->msg->attr.nthreads;
+	for (unsigned i = 0; i < loop->npeers; i++) {
+		uint32_t m = loop->peer_list[i];
+		for (unsigned t = 0; t < T; t++) {
+			struct in_chan *c = &loop->in[m * T + t];
+			if (!c->broken)
+				hand_back(loop, m, t, c);
+		}
+	}
+}
+
+int msg_poll_inbox(farm_loop *loop, int status)
+{
+	farm_msg *msg = loop->msg;
+	struct inbox *ib = &msg->inboxes[loop->idx];
+	int got = 0;
+	if (cds_wfcq_empty(&ib->head, &ib->tail))
+		return 0;
+	/* Take what is there now; items queued while they run wait for the
+	 * next pass (a work item that re-posts itself cannot starve us). */
+	struct cds_wfcq_head h;
+	struct cds_wfcq_tail t;
+	cds_wfcq_init(&h, &t);
+	__cds_wfcq_splice_blocking(&h, &t, &ib->head, &ib->tail);
+	struct cds_wfcq_node *n;
+	while ((n = __cds_wfcq_dequeue_blocking(&h, &t))) {
+		struct inbox_item *it =
+		        caa_container_of(n, struct inbox_item, node);
+		if (it->fn)
+			it->fn(loop, it->ctx, status);
+		else if (status == 0)
+			deliver(loop, msg->me, &it->m, it->payload);
+		free(it);
+		got++;
+	}
+	return got;
+}

@@ -1,0 +1,142 @@
+/*
+ * Messaging: RPC. Calls take a slot (id = generation << 24 | slot), are
+ * sent as messages and end with the reply, the peer's death, their
+ * deadline or the loop's close; replies to a slot whose id changed are
+ * dropped. See README.md, "Calls".
+ */
+#define _LGPL_SOURCE 1 /* liburcu's wait-free queue, inlined */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "msg/msg_int.h"
+#include "util/log.h"
+
+/* ---- RPC -------------------------------------------------------------------
+ */
+
+static void call_unlink(farm_loop *loop, uint32_t i)
+{
+	struct call *c = &loop->calls[i];
+	if (c->prev != NIL)
+		loop->calls[c->prev].next = c->next;
+	else
+		loop->active = c->next;
+	if (c->next != NIL)
+		loop->calls[c->next].prev = c->prev;
+	c->id = 0;
+	c->next_free = loop->free_call;
+	loop->free_call = i;
+	loop->nactive--;
+}
+
+/* Complete call @i with @status (and a reply when 0). */
+void msg_call_done(farm_loop *loop, uint32_t i, int status, const void *reply,
+                   uint32_t len)
+{
+	struct call *c = &loop->calls[i];
+	farm_rpc_fn cont = c->cont;
+	void *ctx = c->ctx;
+	call_unlink(loop, i);
+	cont(loop, ctx, status, reply, len);
+}
+
+int farm_msg_call(farm_loop *loop, uint32_t machine, unsigned thread,
+                  uint16_t type, const void *req, uint32_t len,
+                  uint64_t timeout_ns, farm_rpc_fn cont, void *ctx)
+{
+	if (!loop || !cont || (len && !req))
+		return -EINVAL;
+	int rc = msg_check_dest(loop, machine, thread, len);
+	if (rc)
+		return rc;
+	if (loop->free_call == NIL)
+		return -EAGAIN;
+	uint32_t i = loop->free_call;
+	struct call *c = &loop->calls[i];
+	/* id: a generation above the slot index; never 0. */
+	uint64_t id = (++loop->call_gen << 24) | i;
+	struct wire_msg m = {.len = len,
+	                     .type = type,
+	                     .kind = WIRE_REQUEST,
+	                     .src_thread = (uint8_t)loop->idx,
+	                     .call_id = id};
+	rc = msg_send_wire(loop, machine, thread, &m, req);
+	if (rc)
+		return rc;
+	loop->free_call = c->next_free;
+	c->id = id;
+	c->cont = cont;
+	c->ctx = ctx;
+	c->machine = machine;
+	c->deadline =
+	        farm_now_ns() + (timeout_ns ? timeout_ns : DEFAULT_TIMEOUT_NS);
+	c->prev = NIL;
+	c->next = loop->active;
+	if (c->next != NIL)
+		loop->calls[c->next].prev = i;
+	loop->active = i;
+	loop->nactive++;
+	return 0;
+}
+
+static int reply_wire(farm_loop *loop, const struct farm_msg_token *tok,
+                      uint8_t kind, const void *p, uint32_t len)
+{
+	if (!loop || !tok || !tok->call_id || (len && !p))
+		return -EINVAL;
+	int rc = msg_check_dest(loop, tok->machine, tok->thread, len);
+	if (rc)
+		return rc;
+	struct wire_msg m = {.len = len,
+	                     .type = tok->type,
+	                     .kind = kind,
+	                     .src_thread = (uint8_t)loop->idx,
+	                     .call_id = tok->call_id};
+	return msg_send_wire(loop, tok->machine, tok->thread, &m, p);
+}
+
+int farm_msg_reply(farm_loop *loop, const struct farm_msg_token *tok,
+                   const void *reply, uint32_t len)
+{
+	return reply_wire(loop, tok, WIRE_REPLY, reply, len);
+}
+
+int farm_msg_reply_error(farm_loop *loop, const struct farm_msg_token *tok,
+                         int status)
+{
+	if (status >= 0)
+		return -EINVAL;
+	int32_t st = status;
+	return reply_wire(loop, tok, WIRE_REPLY_ERR, &st, 4);
+}
+
+/* Fail calls that timed out or whose peer died. */
+int msg_scan_calls(farm_loop *loop, uint64_t now)
+{
+	int n = 0;
+	for (uint32_t i = loop->active; i != NIL;) {
+		struct call *c = &loop->calls[i];
+		uint32_t next = c->next;
+		int st = 0;
+		if (c->machine != loop->msg->me) {
+			struct out_peer *op = &loop->out[c->machine];
+			if (op->err || (op->ep && !farm_ep_usable(op->ep))) {
+				if (!op->err)
+					op->err = FARM_EPEERDEAD;
+				st = FARM_EPEERDEAD;
+			}
+		}
+		if (!st && now >= c->deadline)
+			st = -ETIMEDOUT;
+		if (st) {
+			stat_add(&loop->stats,
+			         st == -ETIMEDOUT ? S_TIMEOUTS : S_PEER_DEATHS,
+			         1);
+			msg_call_done(loop, i, st, NULL, 0);
+			n++;
+		}
+		i = next;
+	}
+	return n;
+}

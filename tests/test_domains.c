@@ -1,0 +1,494 @@
+/*
+ * Failure domains in placement (src/addrspace/ring.h,
+ * farm_ring_build_domains) and in the configuration's text form:
+ *
+ *   distinct       with at least r domains, every region's replicas are in
+ *                  r distinct domains (5 machines in 3 domains, 6 in 3, 9
+ *                  in 4; r = 2 and 3), over 200,000 region ids each;
+ *   fewer          with fewer domains than replicas, every region still
+ *                  has r distinct machines and uses every domain;
+ *   plain          without domains, placement is exactly farm_ring_build's
+ *                  (departed machines are then ignored);
+ *   stable         a departure (one machine, two at once, a whole domain,
+ *                  then another machine later) never reorders the
+ *                  survivors: each region's new replicas begin with its
+ *                  old ones less the departed, in order (25,000 ids);
+ *   order          the input order of the machines does not matter;
+ *   balance        primary shares are the plain ones; with equal domains
+ *                  every machine's replica share is within 20% of even;
+ *   text           domain lines in the configuration text round-trip, bad
+ *                  ones are refused, and the view's numbering of domains
+ *                  (farm_view_placement) depends on the names alone;
+ *   config         the `domain` and `peer_domain` keys, and bad values;
+ *   static         static membership carries the machine's and its peers'
+ *                  domains into the view, and refuses bad names.
+ *
+ * --broken: placement ignores domains (the test-only switch
+ * FARM_FP_RING_NO_DOMAINS); "distinct" must then find regions with two
+ * replicas in one domain, and the run fails when it does not.
+ */
+#include "testutil.h"
+
+#include <inttypes.h>
+#include <math.h>
+
+#include "addrspace/membership.h"
+#include "addrspace/ring.h"
+#include "util/config.h"
+#include "util/fault.h"
+
+#define NIDS 200000u
+
+static bool opt_broken;
+
+static void no_domains(enum farm_fault_point fp, void *arg)
+{
+	(void)fp;
+	(void)arg;
+}
+
+/* A cluster: machine i has id ids[i] and domain dom[i] (0: none). */
+struct cl {
+	unsigned n;
+	uint32_t ids[16];
+	uint32_t dom[16];
+	bool departed[16];
+};
+
+static farm_ring *build(const struct cl *c, unsigned r)
+{
+	struct farm_ring_machine ms[16];
+	for (unsigned i = 0; i < c->n; i++)
+		ms[i] = (struct farm_ring_machine){.id = c->ids[i],
+		                                   .domain = c->dom[i],
+		                                   .departed = c->departed[i]};
+	farm_ring *g = NULL;
+	struct farm_ring_attr a = {.replicas = r};
+	assert_int_equal(farm_ring_build_domains(ms, c->n, &a, &g), 0);
+	return g;
+}
+
+static uint32_t dom_of(const struct cl *c, uint32_t id)
+{
+	for (unsigned i = 0; i < c->n; i++)
+		if (c->ids[i] == id)
+			return c->dom[i];
+	fail_msg("machine %" PRIu32 " not in the cluster", id);
+	return 0;
+}
+
+static unsigned ndomains(const struct cl *c)
+{
+	unsigned k = 0;
+	for (unsigned i = 0; i < c->n; i++) {
+		bool seen = false;
+		for (unsigned j = 0; j < i; j++)
+			seen |= !c->departed[j] && c->dom[j] == c->dom[i];
+		k += !c->departed[i] && !seen;
+	}
+	return k;
+}
+
+/* Regions (of NIDS ids) whose replicas share a domain. */
+static unsigned same_domain(const struct cl *c, unsigned r)
+{
+	farm_ring *g = build(c, r);
+	unsigned bad = 0;
+	uint32_t rep[FARM_RING_MAX_REPLICAS];
+	for (uint32_t id = 1; id <= NIDS; id++) {
+		unsigned n = farm_ring_replicas(g, id, rep);
+		assert_int_equal(n, r);
+		bool dup = false;
+		for (unsigned i = 0; i < n; i++)
+			for (unsigned j = 0; j < i; j++) {
+				assert_true(rep[i] != rep[j]);
+				dup |= dom_of(c, rep[i]) == dom_of(c, rep[j]);
+			}
+		bad += dup;
+	}
+	farm_ring_free(g);
+	return bad;
+}
+
+static const struct cl five3 = {5, {0, 1, 2, 3, 4}, {1, 1, 2, 2, 3}, {0}};
+static const struct cl six3 = {
+        6, {10, 11, 12, 13, 14, 15}, {7, 8, 9, 7, 8, 9}, {0}};
+static const struct cl nine4 = {
+        9, {1, 2, 3, 4, 5, 6, 7, 8, 9}, {1, 1, 2, 2, 3, 3, 4, 4, 4}, {0}};
+
+static void test_distinct(void **state)
+{
+	(void)state;
+	struct {
+		const struct cl *c;
+		unsigned r;
+	} cases[] = {
+	        {&five3, 3}, {&five3, 2}, {&six3, 3}, {&nine4, 3}, {&nine4, 4}};
+	unsigned total = 0;
+	for (size_t i = 0; i < FARM_ARRAY_SIZE(cases); i++) {
+		unsigned bad = same_domain(cases[i].c, cases[i].r);
+		printf("%u machines in %u domains, r = %u: %u of %u regions "
+		       "with two replicas in one domain\n",
+		       cases[i].c->n, ndomains(cases[i].c), cases[i].r, bad,
+		       NIDS);
+		total += bad;
+	}
+	if (opt_broken) {
+		if (!total)
+			fail_msg("--broken: placement ignores domains, and "
+			         "no region was found with two replicas in one "
+			         "domain");
+		printf("--broken: %u regions with two replicas in one domain, "
+		       "as there must be\n",
+		       total);
+		return;
+	}
+	assert_int_equal(total, 0);
+}
+
+static void test_fewer(void **state)
+{
+	(void)state;
+	/* 4 machines in 2 domains, r = 3; 3 machines in one domain. */
+	const struct cl two = {4, {1, 2, 3, 4}, {5, 5, 6, 6}, {0}};
+	const struct cl one = {3, {1, 2, 3}, {5, 5, 5}, {0}};
+	const struct cl *cs[] = {&two, &one};
+	for (size_t k = 0; k < FARM_ARRAY_SIZE(cs); k++) {
+		farm_ring *g = build(cs[k], 3);
+		uint32_t rep[FARM_RING_MAX_REPLICAS];
+		for (uint32_t id = 1; id <= NIDS / 4; id++) {
+			assert_int_equal(farm_ring_replicas(g, id, rep), 3);
+			assert_true(rep[0] != rep[1] && rep[1] != rep[2] &&
+			            rep[0] != rep[2]);
+			/* Every domain is used: the first two replicas are
+			 * in two domains when two exist. */
+			if (ndomains(cs[k]) > 1)
+				assert_true(dom_of(cs[k], rep[0]) !=
+				            dom_of(cs[k], rep[1]));
+		}
+		farm_ring_free(g);
+	}
+	/* More replicas than machines: all of them. */
+	const struct cl small = {2, {1, 2}, {5, 6}, {0}};
+	farm_ring *g = build(&small, 3);
+	assert_int_equal(farm_ring_nreplicas(g), 2);
+	farm_ring_free(g);
+}
+
+static void test_plain(void **state)
+{
+	(void)state;
+	uint32_t ids[] = {3, 1, 4, 9, 7};
+	farm_ring *plain = NULL;
+	assert_int_equal(farm_ring_build(ids, 5, NULL, &plain), 0);
+	/* No domains, and a departed machine that must be ignored. */
+	struct farm_ring_machine ms[6];
+	for (unsigned i = 0; i < 5; i++)
+		ms[i] = (struct farm_ring_machine){.id = ids[i]};
+	ms[5] = (struct farm_ring_machine){.id = 2, .departed = true};
+	farm_ring *g = NULL;
+	assert_int_equal(farm_ring_build_domains(ms, 6, NULL, &g), 0);
+	assert_int_equal(farm_ring_nmachines(g), 5);
+	assert_false(farm_ring_has(g, 2));
+	uint32_t a[FARM_RING_MAX_REPLICAS], b[FARM_RING_MAX_REPLICAS];
+	for (uint32_t id = 1; id <= NIDS; id++) {
+		unsigned n = farm_ring_replicas(plain, id, a);
+		assert_int_equal(farm_ring_replicas(g, id, b), n);
+		assert_memory_equal(a, b, n * sizeof(a[0]));
+	}
+	farm_ring_free(g);
+	farm_ring_free(plain);
+	/* Bad input. */
+	struct farm_ring_machine dup[2] = {{.id = 1, .domain = 1},
+	                                   {.id = 1, .domain = 2}};
+	assert_int_equal(farm_ring_build_domains(dup, 2, NULL, &g), -EINVAL);
+	struct farm_ring_machine gone[1] = {
+	        {.id = 1, .domain = 1, .departed = true}};
+	assert_int_equal(farm_ring_build_domains(gone, 1, NULL, &g), -EINVAL);
+	assert_int_equal(farm_ring_build_domains(NULL, 1, NULL, &g), -EINVAL);
+}
+
+/* Every region's replicas after @after begin with those of @before less
+ * the machines @after has departed, in order. Returns how many regions
+ * had a replica depart. */
+static unsigned check_stable(const struct cl *before, const struct cl *after,
+                             unsigned r)
+{
+	farm_ring *g0 = build(before, r), *g1 = build(after, r);
+	uint32_t a[FARM_RING_MAX_REPLICAS], b[FARM_RING_MAX_REPLICAS];
+	unsigned moved = 0;
+	for (uint32_t id = 1; id <= NIDS / 8; id++) {
+		unsigned na = farm_ring_replicas(g0, id, a);
+		unsigned nb = farm_ring_replicas(g1, id, b);
+		unsigned k = 0;
+		for (unsigned i = 0; i < na; i++) {
+			if (!farm_ring_has(g1, a[i]))
+				continue;
+			if (k >= nb || b[k] != a[i])
+				fail_msg("region %" PRIu32 ": replica %" PRIu32
+				         " (%u of %u before) is not at place "
+				         "%u after the departure",
+				         id, a[i], i, na, k);
+			k++;
+		}
+		moved += k < na;
+	}
+	farm_ring_free(g0);
+	farm_ring_free(g1);
+	return moved;
+}
+
+static struct cl depart(struct cl c, uint32_t id)
+{
+	for (unsigned i = 0; i < c.n; i++)
+		if (c.ids[i] == id)
+			c.departed[i] = true;
+	return c;
+}
+
+static void test_stable(void **state)
+{
+	(void)state;
+	const struct cl *cs[] = {&five3, &six3, &nine4};
+	for (size_t k = 0; k < FARM_ARRAY_SIZE(cs); k++) {
+		const struct cl *c = cs[k];
+		for (unsigned r = 2; r <= 3; r++) {
+			/* Each machine, each pair. */
+			for (unsigned i = 0; i < c->n; i++) {
+				struct cl one = depart(*c, c->ids[i]);
+				assert_true(check_stable(c, &one, r) > 0);
+				for (unsigned j = i + 1; j < c->n; j++) {
+					struct cl two = depart(one, c->ids[j]);
+					check_stable(c, &two, r);
+					/* ... and one after the other. */
+					check_stable(&one, &two, r);
+				}
+			}
+		}
+	}
+	/* A whole domain at once (5 machines, 3 domains: machines 0 and 1),
+	 * then machine 3 later; replicas stay in distinct domains where two
+	 * domains are left. */
+	struct cl d1 = depart(depart(five3, 0), 1);
+	unsigned moved = check_stable(&five3, &d1, 3);
+	struct cl d2 = depart(d1, 3);
+	check_stable(&d1, &d2, 3);
+	printf("5 machines in 3 domains, r = 3: domain 1 (2 machines) "
+	       "departs: %u of %u regions lose a replica, survivors keep "
+	       "their order\n",
+	       moved, NIDS / 8);
+	farm_ring *g = build(&d1, 3);
+	uint32_t rep[FARM_RING_MAX_REPLICAS];
+	for (uint32_t id = 1; id <= NIDS / 4; id++) {
+		assert_int_equal(farm_ring_replicas(g, id, rep), 3);
+		assert_true(dom_of(&d1, rep[0]) != dom_of(&d1, rep[1]) ||
+		            dom_of(&d1, rep[0]) != dom_of(&d1, rep[2]));
+	}
+	farm_ring_free(g);
+}
+
+static void test_order(void **state)
+{
+	(void)state;
+	struct cl rev = nine4;
+	for (unsigned i = 0; i < rev.n; i++) {
+		rev.ids[i] = nine4.ids[nine4.n - 1 - i];
+		rev.dom[i] = nine4.dom[nine4.n - 1 - i];
+	}
+	rev.departed[2] = true; /* machine 7 */
+	struct cl fwd = depart(nine4, 7);
+	farm_ring *a = build(&fwd, 3), *b = build(&rev, 3);
+	uint32_t x[FARM_RING_MAX_REPLICAS], y[FARM_RING_MAX_REPLICAS];
+	for (uint32_t id = 1; id <= NIDS; id++) {
+		unsigned n = farm_ring_replicas(a, id, x);
+		assert_int_equal(farm_ring_replicas(b, id, y), n);
+		assert_memory_equal(x, y, n * sizeof(x[0]));
+	}
+	farm_ring_free(a);
+	farm_ring_free(b);
+}
+
+static void test_balance(void **state)
+{
+	(void)state;
+	farm_ring *plain = NULL, *g = build(&six3, 3);
+	assert_int_equal(farm_ring_build(six3.ids, six3.n, NULL, &plain), 0);
+	uint32_t ids[6], pids[6];
+	double pri[6], bak[6], ppri[6], pbak[6];
+	farm_ring_shares(g, ids, pri, bak);
+	farm_ring_shares(plain, pids, ppri, pbak);
+	for (unsigned i = 0; i < 6; i++) {
+		assert_int_equal(ids[i], pids[i]);
+		/* The primary is the first machine clockwise either way. */
+		assert_true(fabs(pri[i] - ppri[i]) < 1e-9);
+		double all = pri[i] + bak[i], even = 3.0 / 6;
+		printf("machine %" PRIu32 " (domain %" PRIu32 "): primary "
+		       "%.3f, all replicas %.3f (plain %.3f; even %.3f)\n",
+		       ids[i], dom_of(&six3, ids[i]), pri[i], all,
+		       ppri[i] + pbak[i], even);
+		assert_true(fabs(all - even) <= 0.2 * even);
+	}
+	farm_ring_free(g);
+	farm_ring_free(plain);
+}
+
+static void test_text(void **state)
+{
+	(void)state;
+	struct farm_view *v = calloc(1, sizeof(*v)), *w = calloc(1, sizeof(*w));
+	assert_non_null(v);
+	assert_non_null(w);
+	v->config_id = 7;
+	v->has_cm = true;
+	v->cm = 1;
+	v->n = 3;
+	const char *eps[] = {"/a", "/b", "/c"};
+	for (unsigned i = 0; i < 3; i++) {
+		v->members[i].id = i + 1;
+		strcpy(v->members[i].endpoint, eps[i]);
+	}
+	strcpy(v->members[0].domain, "rack-b");
+	strcpy(v->members[2].domain, "rack-a");
+	v->ndeparted = 2;
+	v->departed[0].id = 0;
+	strcpy(v->departed[0].domain, "rack-a");
+	v->departed[1].id = 9;
+	strcpy(v->departed[1].domain, "rack:c.1");
+	char buf[4096];
+	int len = farm_view_format(v, buf, sizeof(buf));
+	assert_true(len > 0);
+	assert_non_null(strstr(buf, "domain 0 rack-a\ndomain 1 rack-b\n"
+	                            "domain 3 rack-a\ndomain 9 rack:c.1\n"));
+	assert_int_equal(farm_view_parse(buf, (size_t)len, w), 0);
+	assert_true(farm_view_equal(v, w));
+	assert_string_equal(w->members[1].domain, "");
+	/* Domains numbered by name: rack-a 1, rack-b 2, rack:c.1 3. */
+	uint32_t ids[] = {1, 2, 3};
+	struct farm_ring_machine ms[3 + FARM_VIEW_MAX];
+	assert_int_equal(farm_view_placement(w, ids, 3, ms), 5);
+	assert_int_equal(ms[0].domain, 2);
+	assert_int_equal(ms[1].domain, 0);
+	assert_int_equal(ms[2].domain, 1);
+	assert_true(ms[3].id == 0 && ms[3].departed && ms[3].domain == 1);
+	assert_true(ms[4].id == 9 && ms[4].departed && ms[4].domain == 3);
+	/* A view that differs only in a domain is another view. */
+	strcpy(w->members[1].domain, "x");
+	assert_false(farm_view_equal(v, w));
+
+	const char *bad[] = {
+	        /* ids not increasing */
+	        "libfarm-config 1\nconfig_id 1\nmember 1 /a\nmember 2 /b\n"
+	        "domain 2 x\ndomain 1 y\n",
+	        /* a member after a domain line */
+	        "libfarm-config 1\nconfig_id 1\nmember 1 /a\ndomain 1 x\n"
+	        "member 2 /b\n",
+	        /* bad names */
+	        "libfarm-config 1\nconfig_id 1\nmember 1 /a\ndomain 1 a b\n",
+	        "libfarm-config 1\nconfig_id 1\nmember 1 /a\ndomain 1 \n",
+	        "libfarm-config 1\nconfig_id 1\nmember 1 /a\ndomain 1 a/b\n",
+	        "libfarm-config 1\nconfig_id 1\nmember 1 /a\ndomain x y\n",
+	};
+	for (size_t i = 0; i < FARM_ARRAY_SIZE(bad); i++)
+		assert_int_equal(farm_view_parse(bad[i], strlen(bad[i]), w),
+		                 FARM_ECORRUPT);
+	char longname[FARM_DOMAIN_MAX + 1];
+	memset(longname, 'a', FARM_DOMAIN_MAX);
+	longname[FARM_DOMAIN_MAX] = 0;
+	assert_false(farm_domain_valid(longname));
+	longname[FARM_DOMAIN_MAX - 1] = 0;
+	assert_true(farm_domain_valid(longname));
+	assert_false(farm_domain_valid(""));
+	assert_false(farm_domain_valid(NULL));
+	free(v);
+	free(w);
+}
+
+static void test_config(void **state)
+{
+	(void)state;
+	struct farm_config c;
+	char err[256];
+	farm_config_defaults(&c);
+	assert_string_equal(c.domain, "");
+	assert_int_equal(
+	        farm_config_set(&c, "domain", "rack-1", err, sizeof(err)), 0);
+	assert_string_equal(c.domain, "rack-1");
+	assert_int_equal(farm_config_set(&c, "domain", "a b", err, sizeof(err)),
+	                 -EINVAL);
+	assert_int_equal(farm_config_set(&c, "domain", "", err, sizeof(err)),
+	                 -EINVAL);
+	assert_string_equal(c.domain, "rack-1");
+	/* peer_domain names a listed peer. */
+	assert_int_equal(farm_config_set(&c, "peer_domain", "2 rack-2", err,
+	                                 sizeof(err)),
+	                 -EINVAL);
+	assert_int_equal(
+	        farm_config_set(&c, "peer", "2 /dev/shm/m2", err, sizeof(err)),
+	        0);
+	assert_int_equal(farm_config_set(&c, "peer_domain", "2 rack-2", err,
+	                                 sizeof(err)),
+	                 0);
+	assert_string_equal(c.peer_domains[0], "rack-2");
+	assert_int_equal(farm_config_set(&c, "peer_domain", "2 rack/2", err,
+	                                 sizeof(err)),
+	                 -EINVAL);
+	assert_int_equal(
+	        farm_config_set(&c, "peer_domain", "2", err, sizeof(err)),
+	        -EINVAL);
+}
+
+static void test_static(void **state)
+{
+	(void)state;
+	struct farm_config_peer peers[2] = {{2, "/tmp/b"}, {1, "/tmp/a"}};
+	char pd[2][FARM_CONFIG_DOMAIN] = {"rack-2", ""};
+	struct farm_membership_attr a = {.self_id = 0,
+	                                 .endpoint = "/tmp/x",
+	                                 .domain = "rack-0",
+	                                 .peers = peers,
+	                                 .npeers = 2,
+	                                 .peer_domains = pd};
+	struct farm_membership *m = NULL;
+	struct farm_view *v = calloc(1, sizeof(*v));
+	assert_non_null(v);
+	assert_int_equal(farm_membership_open(&a, &m), 0);
+	assert_int_equal(farm_membership_view(m, v), 0);
+	assert_int_equal(v->n, 3);
+	assert_string_equal(v->members[0].domain, "rack-0");
+	assert_string_equal(v->members[1].domain, "");
+	assert_string_equal(v->members[2].domain, "rack-2");
+	assert_int_equal(v->ndeparted, 0);
+	farm_membership_close(m);
+	/* Bad names are refused. */
+	a.domain = "rack 0";
+	assert_int_equal(farm_membership_open(&a, &m), -EINVAL);
+	a.domain = NULL;
+	strcpy(pd[1], "a/b");
+	assert_int_equal(farm_membership_open(&a, &m), -EINVAL);
+	free(v);
+}
+
+int main(int argc, char **argv)
+{
+	const struct CMUnitTest tests[] = {
+	        cmocka_unit_test(test_distinct), cmocka_unit_test(test_fewer),
+	        cmocka_unit_test(test_plain),    cmocka_unit_test(test_stable),
+	        cmocka_unit_test(test_order),    cmocka_unit_test(test_balance),
+	        cmocka_unit_test(test_text),     cmocka_unit_test(test_config),
+	        cmocka_unit_test(test_static),
+	};
+	size_t n = FARM_ARRAY_SIZE(tests);
+	if (argc > 1 && !strcmp(argv[1], "--broken")) {
+		/* A test-only switch: placement ignores domains. */
+		if (farm_fault_set(FARM_FP_RING_NO_DOMAINS, no_domains, NULL)) {
+			printf("skipped: built without fault injection\n");
+			return FARM_TEST_SKIP;
+		}
+		opt_broken = true;
+		n = 1;
+	} else if (argc > 1) {
+		fprintf(stderr, "usage: %s [--broken]\n", argv[0]);
+		return 2;
+	}
+	return _cmocka_run_group_tests("domains", tests, n, NULL, NULL) ? 1 : 0;
+}
