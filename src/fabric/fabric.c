@@ -107,6 +107,11 @@ void farm_mem_free(farm_mem *mem)
 		mem->fab->ops->mem_free(mem);
 }
 
+const char *farm_mem_file(const farm_mem *mem)
+{
+	return mem ? mem->name : "";
+}
+
 void *farm_mem_addr(const farm_mem *mem)
 {
 	return mem ? mem->addr : NULL;

@@ -27,6 +27,9 @@ struct farm_mem {
 	size_t size;
 	bool huge;
 	bool pmem;
+	/* The file backing it in the data directory (shm; "" elsewhere): what
+	 * a restart reopens (src/node/restart.c). */
+	char name[64];
 };
 
 struct farm_mr {

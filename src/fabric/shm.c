@@ -930,6 +930,8 @@ static int shm_mem_alloc(farm_fabric *f, size_t size, unsigned flags,
 
 	snprintf(m->path, sizeof(m->path), "%s/mem-%u-%llu.region", fab->dir,
 	         slot, (unsigned long long)m->gen);
+	snprintf(m->base.name, sizeof(m->base.name), "mem-%u-%llu.region", slot,
+	         (unsigned long long)m->gen);
 	size_t mapped = 0;
 	int is_pmem = 0;
 	int rc;

@@ -41,6 +41,15 @@ enum farm_fault_point {
 	 * that drops machines does not fence them (a deliberately broken
 	 * protocol, tests/test_rec_zombie.c --broken). */
 	FARM_FP_NODE_NO_FENCE,
+	/* txn/restart.c, a switch: while hooked, a whole-cluster restart
+	 * decides the logs' transactions but applies none of their images
+	 * (tests/test_restart.c --broken: acknowledged transfers must be
+	 * found missing). */
+	FARM_FP_RESTART_NO_REPLAY,
+	/* node/restart.c, a switch: while hooked, the directory check at
+	 * restart passes a damaged directory (tests/test_restart.c
+	 * --broken-check: the refusal must be missed). */
+	FARM_FP_RESTART_NO_CHECK,
 	FARM_FP_COUNT
 };
 
