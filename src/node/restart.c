@@ -678,7 +678,10 @@ int farm_restart_view(struct farm_restart *rs, const struct farm_view *v)
 {
 	if (!rs || !rs->pending)
 		return 0;
-	if (v->config_id <= rs->old.config_id) {
+	/* Static membership has one configuration (id 1) and no stale
+	 * one to ignore. */
+	if (strcmp(rs->cluster, "static") != 0 &&
+	    v->config_id <= rs->old.config_id) {
 		farm_info("restart: view %" PRIu64
 		          " ignored: the previous incarnation's",
 		          v->config_id);
