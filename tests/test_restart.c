@@ -287,8 +287,10 @@ static void test_bank(void **state)
 
 	restart_all(&cl, check_machine);
 	struct scan s[NP_NM];
+	for (unsigned i = 0; i < NP_NM; i++)
+		np_expect(&cl, i, 'R', RS_JOIN_MS + 30000);
 	for (unsigned i = 0; i < NP_NM; i++) {
-		np_expect(&cl, i, 's', RS_JOIN_MS + 30000);
+		np_expect(&cl, i, 's', 60000);
 		np_recv(&cl, i, &s[i], sizeof(s[i]), 10000);
 	}
 	uint64_t t_up = np_now_ns();

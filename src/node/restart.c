@@ -687,6 +687,18 @@ int farm_restart_view(struct farm_restart *rs, const struct farm_view *v)
 		          v->config_id);
 		return 1;
 	}
+	/* A member without a previous log published is an incarnation that
+	 * has not restarted (its ephemeral znode outlives it until its
+	 * session expires): its card is dead. */
+	for (unsigned i = 0; i < v->n; i++)
+		if (v->members[i].id != rs->me &&
+		    !farm_restart_card_field(v->members[i].endpoint)) {
+			farm_info("restart: view %" PRIu64
+			          " ignored: machine %" PRIu32
+			          " has not restarted yet",
+			          v->config_id, v->members[i].id);
+			return 1;
+		}
 	return 0;
 }
 
