@@ -127,6 +127,13 @@ enum farm_mem_flags {
  */
 FARM_API FARM_MUST_CHECK int farm_mem_alloc(farm_fabric *fab, size_t size,
                                             unsigned flags, farm_mem **out);
+/* farm_mem_alloc's memory from the existing file @path of @size bytes
+ * (shm: a previous incarnation's region file, which a restart maps again
+ * instead of copying; the file keeps its old name too until the caller
+ * removes it). -ENOTSUP for providers without files. */
+FARM_API FARM_MUST_CHECK int farm_mem_adopt(farm_fabric *fab, const char *path,
+                                            size_t size, unsigned flags,
+                                            farm_mem **out);
 FARM_API void farm_mem_free(farm_mem *mem);
 FARM_API void *farm_mem_addr(const farm_mem *mem);
 FARM_API size_t farm_mem_size(const farm_mem *mem);

@@ -92,6 +92,10 @@ int farm_as_promote(farm_as *as, uint32_t region);
  * made the change, outside the table's lock.
  */
 int farm_as_adopt(farm_as *as, uint32_t region, farm_region *r);
+/* A region mapped from a previous incarnation's file @path (shm:
+ * farm_mem_adopt, no copy). -ENOTSUP off shm; -EINVAL; the fabric's. */
+int farm_region_adopt(farm_fabric *fab, const char *path, uint64_t size,
+                      farm_region **out);
 typedef void (*farm_as_local_fn)(void *ctx, uint32_t region, farm_region *r,
                                  bool added);
 void farm_as_on_local(farm_as *as, farm_as_local_fn fn, void *ctx);

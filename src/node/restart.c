@@ -35,8 +35,9 @@
  *      member, farm_node_wait_members, which returns only after step 6).
  *   2. At the first view with the manifest's members (the mapping of
  *      regions to machines is a function of the members, so every copy
- *      has its old role): each region copy is copied from its .old file
- *      into a new region and adopted as a backup copy (farm_as_adopt).
+ *      has its old role): each region file is mapped again where it lies
+ *      (farm_region_adopt: the fabric links it under a new name, no copy)
+ *      and adopted as a backup copy (farm_as_adopt).
  *   3. Every member's previous log is READ (one-sided) and the
  *      transaction layer decides and applies them (src/txn/restart.c:
  *      the same logs on every machine give the same decisions; committed
@@ -48,8 +49,9 @@
  *      meet a copy that is not yet adopted.
  *   6. The new manifest is written (new files, new log) and the .old files
  *      are deleted. The view is then applied as usual.
- * A restart that fails leaves the .old files and the old manifest: the
- * machine says why and can be started again.
+ * A restart that fails leaves the .old names and the old manifest: the
+ * machine says why and can be started again (the replay is idempotent:
+ * images go only where they are newer, and every lock is cleared).
  *
  * Clean shutdown (farm_node_shutdown, farm_restart_keep): after the loops
  * stopped, every listed file gets a second name <f>.old (a hard link) and
@@ -58,9 +60,11 @@
  * transactions in flight (there are none).
  *
  * Known window: between another machine's step 6 and this one's, that
- * machine may commit into this machine's copies; if every machine is
- * killed again inside that window, this machine restarts from its .old
- * files and those commits are lost. The window is one manifest write.
+ * machine may commit into this machine's copies (the same files: the .old
+ * names are links); if every machine is killed again inside that window,
+ * this machine restarts with the previous logs, not the new ones, so a
+ * commit of that window may be half-applied at its backups. The window is
+ * one manifest write.
  */
 #include "node/restart.h"
 
@@ -777,6 +781,24 @@ static int peer_desc(const struct farm_member *m, char *addr, size_t alen,
 	return 0;
 }
 
+/* A new region with the contents of @path (a fabric without files). */
+static int copy_region(struct farm_restart *rs, const char *path, uint64_t size,
+                       farm_region **out)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	void *src = fd >= 0 ? mmap(NULL, size, PROT_READ,
+	                           MAP_SHARED | MAP_POPULATE, fd, 0)
+	                    : MAP_FAILED;
+	int rc = src == MAP_FAILED ? -errno : 0;
+	if (fd >= 0)
+		close(fd);
+	if (!rc && !(rc = farm_region_create(rs->fab, size, out)))
+		memcpy(farm_region_base(*out), src, size);
+	if (src != MAP_FAILED)
+		munmap(src, size);
+	return rc;
+}
+
 static void set_done(struct farm_restart *rs)
 {
 	struct rlog_hdr *h = farm_mem_addr(rs->rmem);
@@ -806,26 +828,16 @@ int farm_restart_run(struct farm_restart *rs, const struct farm_view *v)
 		char path[FARM_CONFIG_STR + 80];
 		path_of(rs, r->file, ".old", path, sizeof(path));
 		farm_region *reg = NULL;
-		int fd = open(path, O_RDONLY | O_CLOEXEC);
-		void *src = fd >= 0 ? mmap(NULL, r->size, PROT_READ,
-		                           MAP_SHARED | MAP_POPULATE, fd, 0)
-		                    : MAP_FAILED;
-		if (fd >= 0)
-			close(fd);
-		if (src == MAP_FAILED) {
-			rc = -errno;
-			snprintf(err, sizeof(err), "%s: %s", path,
-			         farm_strerror(rc));
-			break;
-		}
-		rc = farm_region_create(rs->fab, r->size, &reg);
+		/* Mapped again where it lies (a second name for the file,
+		 * no copy); copied only where the fabric cannot. */
+		rc = farm_region_adopt(rs->fab, path, r->size, &reg);
+		if (rc == -ENOTSUP)
+			rc = copy_region(rs, path, r->size, &reg);
 		if (!rc) {
-			memcpy(farm_region_base(reg), src, r->size);
 			rc = farm_as_adopt(rs->as, r->id, reg);
 			if (rc)
 				farm_region_destroy(reg);
 		}
-		munmap(src, r->size);
 		if (rc) {
 			snprintf(err, sizeof(err), "region %" PRIu32 ": %s",
 			         r->id, farm_strerror(rc));
