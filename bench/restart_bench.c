@@ -407,10 +407,12 @@ int main(int argc, char **argv)
 		printf("  machine %u: %" PRIu64 " region file(s), %" PRIu64
 		       " MiB mapped again in %.0f ms; %" PRIu64
 		       " records, %" PRIu64 " transactions decided, %" PRIu64
-		       " objects checked for locks in %.0f ms; barrier %.0f "
-		       "ms; first commit %.0f ms after start\n",
+		       " objects checked for locks in %.0f ms (logs read %.0f, "
+		       "decided and applied %.0f, allocator rebuilt %.0f); "
+		       "barrier %.0f ms; first commit %.0f ms after start\n",
 		       i, s->regions, s->bytes >> 20, s->adopt_ns / 1e6,
 		       s->records, s->txns, s->objects, s->replay_ns / 1e6,
+		       s->logs_ns / 1e6, s->apply_ns / 1e6, s->alloc_ns / 1e6,
 		       s->barrier_ns / 1e6, (rr[i].t_first_ns - t_start) / 1e6);
 	}
 	if (bad)

@@ -38,6 +38,9 @@ struct farm_restart_stats {
 	uint64_t regions, bytes, logs, records, txns, committed, aborted,
 	        images, objects, unlocked;
 	uint64_t adopt_ns, replay_ns, barrier_ns, total_ns;
+	/* replay_ns's parts: reading the logs, deciding and applying them
+	 * with the lock walk, promotion with the allocator's rebuild */
+	uint64_t logs_ns, apply_ns, alloc_ns;
 };
 
 /* 0 with *@out (a fresh directory, or an intact one to restart from);
