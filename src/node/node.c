@@ -689,11 +689,11 @@ void farm_node_shutdown(farm_node *n)
 	if (!n)
 		return;
 	n->keep = true;
+	farm_restart_freeze(n->rs);
 	farm_node_close(n);
 }
 
-void farm_node_restart_stats(const farm_node *n,
-                             struct farm_restart_stats *out)
+void farm_node_restart_stats(const farm_node *n, struct farm_restart_stats *out)
 {
 	farm_restart_stats(n ? n->rs : NULL, out);
 }

@@ -160,6 +160,7 @@ struct farm_restart {
 	uint32_t members[FARM_VIEW_MAX];
 	unsigned nmembers;
 	bool writable; /* the manifest is this incarnation's */
+	bool frozen;   /* shutting down: views no longer recorded */
 	/* The previous log, published. */
 	farm_mem *rmem;
 	farm_mr *rmr;
@@ -711,12 +712,23 @@ void farm_restart_applied(struct farm_restart *rs, const struct farm_view *v)
 	if (!rs)
 		return;
 	pthread_mutex_lock(&rs->lock);
-	rs->config_id = v->config_id;
-	rs->nmembers = v->n;
-	for (unsigned i = 0; i < v->n; i++)
-		rs->members[i] = v->members[i].id;
-	if (rs->writable)
-		man_write(rs, false);
+	if (!rs->frozen) {
+		rs->config_id = v->config_id;
+		rs->nmembers = v->n;
+		for (unsigned i = 0; i < v->n; i++)
+			rs->members[i] = v->members[i].id;
+		if (rs->writable)
+			man_write(rs, false);
+	}
+	pthread_mutex_unlock(&rs->lock);
+}
+
+void farm_restart_freeze(struct farm_restart *rs)
+{
+	if (!rs)
+		return;
+	pthread_mutex_lock(&rs->lock);
+	rs->frozen = true;
 	pthread_mutex_unlock(&rs->lock);
 }
 

@@ -60,6 +60,10 @@ int farm_restart_view(struct farm_restart *rs, const struct farm_view *v);
 int farm_restart_run(struct farm_restart *rs, const struct farm_view *v);
 /* The view was applied (pending or not): recorded in the manifest. */
 void farm_restart_applied(struct farm_restart *rs, const struct farm_view *v);
+/* A clean shutdown begins: the configuration recorded stays the one
+ * applied last (machines leaving one by one make views without those that
+ * left first; the restart needs the whole cluster's). */
+void farm_restart_freeze(struct farm_restart *rs);
 int farm_restart_keep(struct farm_restart *rs);
 /* Plain close: the manifest goes (the fabric removes the files). */
 void farm_restart_discard(struct farm_restart *rs);
