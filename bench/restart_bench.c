@@ -54,7 +54,7 @@
 #define MAXM       8
 #define OBJ        (64u << 10)
 #define PER_TX     8
-#define SESSION_MS 1000
+#define SESSION_MS 3000 /* loaded hosts: a 1 s session expired while filling */
 #define JOIN_MS    120000
 
 static struct {
@@ -99,13 +99,17 @@ static int make_config(unsigned me, struct farm_config *c)
 	c->machine_id = me;
 	c->region_size = O.region_mb << 20;
 	c->replicas = O.replicas;
+	/* With backups every transaction's images go through the logs: room
+	 * for a transaction of PER_TX objects. */
+	if (O.replicas > 1)
+		c->log_size = 4u << 20;
 	c->threads = 1;
 	snprintf(c->data_dir, sizeof(c->data_dir), "%s/m%u", g_root, me);
 	snprintf(c->fabric, sizeof(c->fabric), "shm");
 	snprintf(c->zk, sizeof(c->zk), "%s", g_zk_connect);
 	snprintf(c->zk_root, sizeof(c->zk_root), "%s", g_zk_root);
 	c->zk_session_ms = SESSION_MS;
-	c->lease_us = 100000;
+	c->lease_us = 500000;
 	c->zk_connect_timeout_ms = 30000;
 	c->expect_machines = O.machines;
 	char err[256];
@@ -376,7 +380,7 @@ int main(int argc, char **argv)
 	}
 	/* The old sessions expire first (ZooKeeper's wait, not the
 	 * restart's): a restarted machine waits for its old znode. */
-	struct timespec ts = {.tv_sec = (SESSION_MS * 3) / 1000};
+	struct timespec ts = {.tv_sec = (SESSION_MS * 2) / 1000 + 1};
 	nanosleep(&ts, NULL);
 	uint64_t t_start = now_ns();
 	spawn(true, pid, from);

@@ -378,7 +378,7 @@ static void test_bank(void **state)
 
 /* ---- the damaged directory (one machine, static membership) -------------- */
 
-static char dd_root[256];
+static char dd_root[160];
 
 static void dd_config(const char *dir, uint32_t id, struct farm_config *cfg)
 {
@@ -534,7 +534,7 @@ static void test_damaged(void **state)
 {
 	(void)state;
 	tu_tmpdir(dd_root, sizeof(dd_root), "restart-dd");
-	char good[400], d[400], f[700], err[768];
+	char good[200], d[200], f[700], err[768];
 	snprintf(good, sizeof(good), "%s/good", dd_root);
 	farm_gaddr obj;
 	dd_make(good, &obj, 0x5eed);
