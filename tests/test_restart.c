@@ -170,7 +170,16 @@ static int check_role(struct tx_child *c)
 	int st = np_say(&c->np, 's', s, sizeof(*s)) ? 31 : 0;
 	free(s);
 	free(acc);
-	if (!st && np_wait_cmd(&c->np) != 'Q')
+	int cmd = st ? 0 : np_wait_cmd(&c->np);
+	if (cmd == 'Z') { /* a clean whole-cluster shutdown, in two steps */
+		farm_node_quiesce(c->np.node);
+		if (np_say(&c->np, 'z', NULL, 0) || np_wait_cmd(&c->np) != 'Q')
+			return 33;
+		farm_node_loop_close(c->np.node, c->np.loop);
+		farm_node_shutdown(c->np.node);
+		_exit(0); /* the node is gone: not tx_child_run's close */
+	}
+	if (!st && cmd != 'Q')
 		st = 32;
 	return st;
 }
@@ -252,7 +261,10 @@ static void test_bank(void **state)
 			np_send(&cl, i, 'F');
 			np_expect(&cl, i, 'f', 30000);
 		}
-	/* Every machine at once. */
+	/* Every machine at once: stopped first, so none sees another die
+	 * and reconfigures in between (a power loss takes all at once). */
+	for (unsigned i = 0; i < NP_NM; i++)
+		assert_int_equal(kill(cl.pid[i], SIGSTOP), 0);
 	for (unsigned i = 0; i < NP_NM; i++)
 		assert_int_equal(kill(cl.pid[i], SIGKILL), 0);
 	uint64_t t_kill = np_now_ns();
@@ -294,10 +306,30 @@ static void test_bank(void **state)
 		np_recv(&cl, i, &s[i], sizeof(s[i]), 10000);
 	}
 	uint64_t t_up = np_now_ns();
+	/* Then a clean shutdown of every machine, and a restart from it. */
+	for (unsigned i = 0; i < NP_NM; i++)
+		np_send(&cl, i, 'Z');
+	for (unsigned i = 0; i < NP_NM; i++)
+		np_expect(&cl, i, 'z', 30000);
 	for (unsigned i = 0; i < NP_NM; i++)
 		np_send(&cl, i, 'Q');
-	int st = 0;
-	np_finish(&cl, &st);
+	int sts[NP_NM], st = 0;
+	np_finish(&cl, sts);
+	for (unsigned i = 0; i < NP_NM; i++)
+		st |= sts[i];
+	restart_all(&cl, check_machine);
+	struct scan s2[NP_NM];
+	for (unsigned i = 0; i < NP_NM; i++)
+		np_expect(&cl, i, 'R', RS_JOIN_MS + 30000);
+	for (unsigned i = 0; i < NP_NM; i++) {
+		np_expect(&cl, i, 's', 60000);
+		np_recv(&cl, i, &s2[i], sizeof(s2[i]), 10000);
+	}
+	for (unsigned i = 0; i < NP_NM; i++)
+		np_send(&cl, i, 'Q');
+	np_finish(&cl, sts);
+	for (unsigned i = 0; i < NP_NM; i++)
+		st |= sts[i];
 
 	struct fails f = {0};
 	int64_t sum = 0;
@@ -338,6 +370,32 @@ static void test_bank(void **state)
 	       (t_up - t_kill) / 1e6, RS_SESSION_MS, (unsigned)cut);
 	if (st)
 		failed(&f, "a machine exited with status %d", st);
+	/* After the clean shutdown: everything the first restart saw, and
+	 * its own transfer (account 0 and the last one moved on). */
+	unsigned older = 0;
+	int64_t sum2 = 0;
+	for (unsigned i = 0; i < RS_NACC; i++) {
+		if (s2[0].rc[i] || s2[0].ver[i] < s[0].ver[i])
+			older++;
+		sum2 += s2[0].bal[i];
+	}
+	for (unsigned i = 0; i < NP_NM; i++)
+		if (!s2[i].st.restarted)
+			failed(&f,
+			       "machine %u did not restart after the clean "
+			       "shutdown",
+			       i);
+	printf("clean shutdown, restart: %" PRIu64 " records decided, "
+	       "%" PRIu64 " locks cleared on machine 0; total %" PRId64 "\n",
+	       s2[0].st.records, s2[0].st.unlocked, sum2);
+	if (older || sum2 != (int64_t)RS_NACC * INIT_BALANCE ||
+	    s2[0].transfer_rc || s2[0].ver[0] <= s[0].ver[0])
+		failed(&f,
+		       "after the clean shutdown: %u accounts older or "
+		       "unreadable, total %" PRId64 ", transfer %s, account 0 "
+		       "at version %" PRIu64 " (was %" PRIu64 ")",
+		       older, sum2, farm_strerror(s2[0].transfer_rc),
+		       s2[0].ver[0], s[0].ver[0]);
 	if (anomalies)
 		failed(&f, "the pre-kill histories have %d anomalies",
 		       anomalies);

@@ -684,6 +684,12 @@ void farm_node_close(farm_node *n)
 	free(n);
 }
 
+void farm_node_quiesce(farm_node *n)
+{
+	if (n)
+		farm_restart_freeze(n->rs);
+}
+
 void farm_node_shutdown(farm_node *n)
 {
 	if (!n)

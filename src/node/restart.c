@@ -679,6 +679,8 @@ static bool same_members(const struct farm_restart *rs,
 	return true;
 }
 
+static bool peer_live(struct farm_restart *rs, const struct farm_member *m);
+
 int farm_restart_view(struct farm_restart *rs, const struct farm_view *v)
 {
 	if (!rs || !rs->pending)
@@ -701,6 +703,18 @@ int farm_restart_view(struct farm_restart *rs, const struct farm_view *v)
 			farm_info("restart: view %" PRIu64
 			          " ignored: machine %" PRIu32
 			          " has not restarted yet",
+			          v->config_id, v->members[i].id);
+			return 1;
+		}
+	/* A card with a previous log may still be dead: an earlier restart's
+	 * incarnation, in a configuration its CM wrote while the cluster
+	 * shut down. Its log must answer a READ. */
+	for (unsigned i = 0; i < v->n; i++)
+		if (v->members[i].id != rs->me &&
+		    !peer_live(rs, &v->members[i])) {
+			farm_info("restart: view %" PRIu64
+			          " ignored: machine %" PRIu32
+			          "'s card is a dead incarnation's",
 			          v->config_id, v->members[i].id);
 			return 1;
 		}
@@ -860,6 +874,33 @@ static int copy_region(struct farm_restart *rs, const char *path, uint64_t size,
 	if (src != MAP_FAILED)
 		munmap(src, size);
 	return rc;
+}
+
+static bool peer_live(struct farm_restart *rs, const struct farm_member *m)
+{
+	char addr[FARM_ENDPOINT_MAX];
+	farm_mr_desc d;
+	if (peer_desc(m, addr, sizeof(addr), &d) || d.len < RLOG_HDR)
+		return false;
+	farm_cq *cq = NULL;
+	farm_ep *ep = NULL;
+	farm_mr *mr = NULL;
+	struct rlog_hdr h = {0};
+	int rc = farm_cq_create(rs->fab, 4, 0, &cq);
+	if (!rc)
+		rc = farm_mr_reg(rs->fab, &h, sizeof(h), FARM_ACCESS_LOCAL,
+		                 &mr);
+	if (!rc)
+		rc = farm_ep_connect(rs->fab, cq, m->id, addr, NULL, &ep);
+	if (!rc)
+		rc = read_sync(cq, ep, mr, &h, d.addr, d.key, sizeof(h));
+	if (ep)
+		farm_ep_destroy(ep);
+	if (mr)
+		farm_mr_dereg(mr);
+	if (cq && farm_cq_destroy(cq))
+		farm_warn("restart: completion queue not destroyed");
+	return !rc && h.magic == RLOG_MAGIC && h.machine == m->id;
 }
 
 static void set_done(struct farm_restart *rs)
