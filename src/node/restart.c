@@ -597,6 +597,19 @@ int farm_restart_open(const struct farm_config *cfg, struct farm_restart **out,
 
 /* ---- publishing the previous log ------------------------------------ */
 
+/* @len bytes of @fd at @off into @dst. 0; -EIO. */
+static int read_at(int fd, uint8_t *dst, uint64_t off, uint64_t len)
+{
+	uint64_t got = 0;
+	while (got < len) {
+		ssize_t r = pread(fd, dst + got, len - got, (off_t)(off + got));
+		if (r <= 0)
+			return -EIO;
+		got += (uint64_t)r;
+	}
+	return 0;
+}
+
 int farm_restart_attach(struct farm_restart *rs, farm_fabric *fab, farm_as *as,
                         farm_txm *txm, struct farm_galloc *ga)
 {
@@ -624,17 +637,32 @@ int farm_restart_attach(struct farm_restart *rs, farm_fabric *fab, farm_as *as,
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
-	size_t got = 0;
-	while (got < ll) {
-		ssize_t r =
-		        pread(fd, base + RLOG_HDR + got, ll - got, (off_t)got);
-		if (r <= 0)
-			break;
-		got += (size_t)r;
+	/* The superblock and headers, then only the rings of the previous
+	 * members' coordinators: a log file has rings for every possible
+	 * machine id (64 x threads x ring bytes), nearly all empty, and the
+	 * memory is zero already. Unreadable superblock: all of it. */
+	struct {
+		uint64_t magic;
+		uint32_t layout, machine, M, T;
+		uint64_t R, hdr_area, total;
+	} sb = {0};
+	bool whole = pread(fd, &sb, sizeof(sb), 0) != (ssize_t)sizeof(sb) ||
+	             !sb.M || sb.M > 0x40 || !sb.T || sb.T > 64 || !sb.R ||
+	             sb.total != ll || sb.hdr_area > ll ||
+	             sb.hdr_area + (uint64_t)sb.M * sb.T * sb.R != ll;
+	int rc2 = whole ? read_at(fd, base + RLOG_HDR, 0, ll)
+	                : read_at(fd, base + RLOG_HDR, 0, sb.hdr_area);
+	for (uint32_t i = 0; !whole && !rc2 && i < rs->old.nmembers; i++) {
+		uint64_t c = rs->old.members[i];
+		if (c >= sb.M)
+			continue;
+		uint64_t off = sb.hdr_area + c * sb.T * sb.R;
+		rc2 = read_at(fd, base + RLOG_HDR + off, off,
+		              (uint64_t)sb.T * sb.R);
 	}
 	close(fd);
-	if (got != ll)
-		return -EIO;
+	if (rc2)
+		return rc2;
 	struct rlog_hdr *h = (struct rlog_hdr *)(void *)base;
 	h->magic = RLOG_MAGIC;
 	h->machine = rs->me;
@@ -1022,8 +1050,14 @@ int farm_restart_run(struct farm_restart *rs, const struct farm_view *v)
 			}
 			p->buf += RLOG_HDR;
 		}
-		logs[nl] = (struct farm_txrestart_log){
-		        .base = p->buf, .len = p->len, .what = p->what};
+		uint64_t coords = 0;
+		for (unsigned k = 0; k < v->n; k++)
+			if (v->members[k].id < 64)
+				coords |= 1ull << v->members[k].id;
+		logs[nl] = (struct farm_txrestart_log){.base = p->buf,
+		                                       .len = p->len,
+		                                       .what = p->what,
+		                                       .coords = coords};
 		nl++;
 	}
 	if (rc)

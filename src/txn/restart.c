@@ -110,14 +110,15 @@ int farm_txlog_check(const uint8_t *base, size_t len, const char *what,
 
 /* Every whole record of one log file (as farm_txlog_scan_file finds
  * them), appended to *@v. */
-static int collect(const uint8_t *base, size_t len, struct rs_rec **v,
-                   size_t *n, size_t *cap)
+static int collect(const uint8_t *base, size_t len, uint64_t coords,
+                   struct rs_rec **v, size_t *n, size_t *cap)
 {
 	struct log_super sb;
 	memcpy(&sb, base, sizeof(sb));
 	(void)len;
 	for (uint32_t c = 0; c < sb.M; c++)
-		for (uint32_t t = 0; t < sb.T; t++) {
+		for (uint32_t t = 0; t < sb.T && (!coords || (coords >> c) & 1);
+		     t++) {
 			const uint8_t *ring = base + sb.hdr_area +
 			                      ((uint64_t)c * sb.T + t) * sb.R;
 			for (uint64_t off = 0; off < sb.R; off += 64) {
@@ -325,7 +326,8 @@ int farm_txm_restart_apply(farm_txm *m, const struct farm_txrestart_log *logs,
 		rc = farm_txlog_check(logs[i].base, logs[i].len, logs[i].what,
 		                      err, errlen);
 		if (!rc)
-			rc = collect(logs[i].base, logs[i].len, &v, &n, &cap);
+			rc = collect(logs[i].base, logs[i].len, logs[i].coords,
+			             &v, &n, &cap);
 	}
 	if (rc)
 		goto out;

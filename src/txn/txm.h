@@ -126,6 +126,9 @@ struct farm_txrestart_log {
 	const uint8_t *base;
 	size_t len;
 	const char *what; /* for messages: machine and file */
+	/* The coordinators whose rings to read (bit c: machine c; 0: all):
+	 * the members, the other rings are empty and were not copied. */
+	uint64_t coords;
 };
 struct farm_txrestart_stats {
 	uint64_t records, txns, committed, aborted, images, objects, unlocked;
