@@ -372,6 +372,10 @@ int main(int argc, char **argv)
 		if (hear(from[i], &fr[i]) || fr[i].status)
 			bad = 1;
 	double fill_s = (now_ns() - t0) / 1e9;
+	/* All at once: stopped first, so none sees another die and
+	 * reconfigures in between (test_restart does the same). */
+	for (unsigned i = 0; i < O.machines; i++)
+		kill(pid[i], SIGSTOP);
 	for (unsigned i = 0; i < O.machines; i++)
 		kill(pid[i], SIGKILL);
 	uint64_t t_kill = now_ns();
