@@ -50,12 +50,13 @@
 #error "FARM_SOURCE_DIR must name the source tree (scripts/zk-local)"
 #endif
 
-#define PROG       "restart_bench"
-#define MAXM       8
-#define OBJ        (64u << 10)
-#define PER_TX     (O.replicas > 1 ? 1u : 8u)
-#define SESSION_MS 3000 /* loaded hosts: a 1 s session expired while filling \
-	                 */
+#define PROG   "restart_bench"
+#define MAXM   8
+#define OBJ    (64u << 10)
+#define PER_TX (O.replicas > 1 ? 1u : 8u)
+#define SESSION_MS                                                \
+	3000 /* loaded hosts: a 1 s session expired while filling \
+	      */
 #define JOIN_MS 120000
 
 static struct {
@@ -254,6 +255,13 @@ static int machine(unsigned me, bool restart, int out)
 	}
 	free(want);
 	r.status = 0;
+	if (say(out, &r))
+		goto out;
+	/* Serve until the parent has every report and kills us: with
+	 * backups, the others' first commits need this machine's logs. */
+	static const volatile int never2 = 0;
+	for (;;)
+		(void)farm_loop_wait(loop, &never2, 1000000000ull);
 out:
 	if (r.status)
 		fprintf(stderr, PROG ": machine %u failed at step %d\n", me,
@@ -402,6 +410,7 @@ int main(int argc, char **argv)
 			t_last = rr[i].t_first_ns;
 	}
 	for (unsigned i = 0; i < O.machines; i++) {
+		kill(pid[i], SIGKILL);
 		waitpid(pid[i], NULL, 0);
 		close(from[i]);
 	}

@@ -290,18 +290,6 @@ static void apply_view(void *ctx, const struct farm_view *v)
 	if (rc && rc != -ESTALE)
 		farm_warn("node: view %" PRIu64 " not applied: %s",
 		          v->config_id, farm_strerror(rc));
-	/* Whole-cluster restart: the first view with every previous member
-	 * brings the previous incarnation's memory back before anything
-	 * else sees the view (restart.c). */
-	if (!rc && farm_restart_run(n->rs, v)) {
-		pthread_mutex_lock(&n->lock);
-		n->restart_failed = true;
-		pthread_cond_broadcast(&n->cond);
-		pthread_mutex_unlock(&n->lock);
-		return;
-	}
-	if (!rc)
-		farm_restart_applied(n->rs, v);
 	if (n->rec) {
 		static char leases[FARM_VIEW_MAX][FARM_LEASE_ADDR_MAX];
 		for (unsigned i = 0; i < v->n; i++)
@@ -313,6 +301,21 @@ static void apply_view(void *ctx, const struct farm_view *v)
 			farm_warn("node: leases of view %" PRIu64 ": %s",
 			          v->config_id, farm_strerror(lrc));
 	}
+	/* Whole-cluster restart: the first view with every previous member
+	 * brings the previous incarnation's memory back before the view is
+	 * recorded (restart.c). After the leases took the view: a restart
+	 * can outlast the join grace, and leases renew on their own thread
+	 * meanwhile (before them, the CM suspected machines still
+	 * restarting and removed them). */
+	if (!rc && farm_restart_run(n->rs, v)) {
+		pthread_mutex_lock(&n->lock);
+		n->restart_failed = true;
+		pthread_cond_broadcast(&n->cond);
+		pthread_mutex_unlock(&n->lock);
+		return;
+	}
+	if (!rc)
+		farm_restart_applied(n->rs, v);
 	/* After the leases took the configuration (no lease is granted
 	 * outside it any more). */
 	if (!rc && ngone) {
