@@ -127,12 +127,22 @@ enum farm_mem_flags {
  */
 FARM_API FARM_MUST_CHECK int farm_mem_alloc(farm_fabric *fab, size_t size,
                                             unsigned flags, farm_mem **out);
+/* farm_mem_alloc's memory from the existing file @path of @size bytes
+ * (shm: a previous incarnation's region file, which a restart maps again
+ * instead of copying; the file keeps its old name too until the caller
+ * removes it). -ENOTSUP for providers without files. */
+FARM_API FARM_MUST_CHECK int farm_mem_adopt(farm_fabric *fab, const char *path,
+                                            size_t size, unsigned flags,
+                                            farm_mem **out);
 FARM_API void farm_mem_free(farm_mem *mem);
 FARM_API void *farm_mem_addr(const farm_mem *mem);
 FARM_API size_t farm_mem_size(const farm_mem *mem);
 FARM_API bool farm_mem_is_huge(const farm_mem *mem);
 /* Whether the memory is persistent memory (pmem_is_pmem). */
 FARM_API bool farm_mem_is_pmem(const farm_mem *mem);
+/* The file backing @mem in the data directory (shm: "mem-<slot>-<gen>.region",
+ * which a whole-cluster restart reopens); "" for providers without files. */
+FARM_API const char *farm_mem_file(const farm_mem *mem);
 /* Make [addr, addr+len) durable: pmem_persist on persistent memory, msync
  * on a file, a store fence on DRAM. */
 FARM_API FARM_MUST_CHECK int farm_mem_persist(const farm_mem *mem,

@@ -96,6 +96,18 @@ FARM_API unsigned farm_node_expected_machines(const farm_node *n);
 /* Leave the cluster, stop the loops this library started, free
  * everything. Application-run loops must be closed first. NULL is fine. */
 FARM_API void farm_node_close(farm_node *n);
+/* Clean shutdown: as farm_node_close, but the machine's region copies and
+ * logs stay in its data directory (with a manifest marked clean), so
+ * starting every machine of the cluster again on the same directories
+ * brings the cluster back with every committed transaction
+ * (src/node/restart.c). Stop issuing transactions first. */
+FARM_API void farm_node_shutdown(farm_node *n);
+/* The first step of a clean whole-cluster shutdown: call it on every
+ * machine before any of them calls farm_node_shutdown. From here on the
+ * configuration kept for the restart is the current one, not the views of
+ * machines leaving one by one (each would record fewer members, and the
+ * restart waits for the members it recorded). */
+FARM_API void farm_node_quiesce(farm_node *n);
 
 /* This machine's id (0 for NULL). */
 FARM_API uint32_t farm_node_id(const farm_node *n);

@@ -57,7 +57,16 @@ struct farm_as {
 	/* Bumped whenever a writer takes the lock: resolve caches
 	 * (farm_as_resolve_cached) trust entries of the current value. */
 	_Atomic uint64_t gen;
+	/* Told of every local copy gained or dropped (farm_as_on_local). */
+	farm_as_local_fn on_local;
+	void *on_local_ctx;
 };
+
+static void tell_local(farm_as *as, uint32_t id, farm_region *r, bool added)
+{
+	if (as->on_local)
+		as->on_local(as->on_local_ctx, id, r, added);
+}
 
 static void as_wrlock(farm_as *as)
 {
@@ -310,6 +319,28 @@ int farm_as_set_view_placed(farm_as *as, uint64_t config_id,
 	free(drop);
 	farm_ring_free(old);
 	return 0;
+}
+
+void farm_as_on_local(farm_as *as, farm_as_local_fn fn, void *ctx)
+{
+	if (!as)
+		return;
+	as_wrlock(as);
+	as->on_local = fn;
+	as->on_local_ctx = ctx;
+	pthread_rwlock_unlock(&as->lock);
+}
+
+int farm_as_adopt(farm_as *as, uint32_t region, farm_region *r)
+{
+	if (!as || !r || region == 0 || region > FARM_REGION_ID_MAX ||
+	    farm_region_size(r) != as->region_size)
+		return -EINVAL;
+	struct entry e = {.id = region, .kind = E_BACKUP, .local = r};
+	as_wrlock(as);
+	int rc = find(as, region) ? -EEXIST : put(as, &e);
+	pthread_rwlock_unlock(&as->lock);
+	return rc;
 }
 
 unsigned farm_as_prev_replicas(farm_as *as, uint32_t region, uint32_t *out)
@@ -576,6 +607,9 @@ static void h_create(farm_loop *loop, const farm_msg_in *in, void *arg)
 		reply_err(loop, &in->token, rc);
 		return;
 	}
+	/* Durable before the primary learns of the copy (and before any
+	 * COMMIT-BACKUP for it can exist). */
+	tell_local(as, q.region, r, true);
 	farm_mr_desc bd = farm_region_desc(r);
 	struct desc_reply d = desc_reply_of(q.region, &bd);
 	reply(loop, &in->token, &d, sizeof(d));
@@ -651,6 +685,8 @@ static void h_drop(farm_loop *loop, const farm_msg_in *in, void *arg)
 		del(as, q.region);
 	}
 	pthread_rwlock_unlock(&as->lock);
+	if (victim)
+		tell_local(as, q.region, victim, false);
 	farm_region_destroy(victim);
 	if (in->token.call_id)
 		reply(loop, &in->token, NULL, 0);
@@ -685,9 +721,14 @@ static void alloc_finish(farm_loop *loop, struct alloc_op *op)
 		                  .kind = E_PRIMARY,
 		                  .local = op->local,
 		                  .desc = farm_region_desc(op->local)};
+		/* Recorded before it is published: no commit can reach a
+		 * region a restart would not find. */
+		tell_local(as, op->region, op->local, true);
 		as_wrlock(as);
 		rc = put(as, &e);
 		pthread_rwlock_unlock(&as->lock);
+		if (rc)
+			tell_local(as, op->region, op->local, false);
 	}
 	if (rc) {
 		/* Roll back: drop the backup copies that were made. */

@@ -97,6 +97,23 @@ int farm_as_promote(farm_as *as, uint32_t region);
 int farm_as_backup_open(farm_as *as, uint32_t region);
 int farm_as_backup_filled(farm_as *as, uint32_t region);
 bool farm_as_backup_filling(farm_as *as, uint32_t region);
+ * Whole-cluster restart (src/node/restart.c). farm_as_adopt(): @r, a local
+ * copy of @region filled from the previous incarnation's file, joins the
+ * table as a backup copy that no lookup is answered for (-EAGAIN to
+ * askers) until farm_as_promote() makes it primary. -EEXIST, -EINVAL.
+ * farm_as_on_local(): @fn is told of every local copy this machine gains
+ * (before anyone can write it: a primary before it is published, a backup
+ * before the primary learns of it) or drops; it runs on the thread that
+ * made the change, outside the table's lock.
+ */
+int farm_as_adopt(farm_as *as, uint32_t region, farm_region *r);
+/* A region mapped from a previous incarnation's file @path (shm:
+ * farm_mem_adopt, no copy). -ENOTSUP off shm; -EINVAL; the fabric's. */
+int farm_region_adopt(farm_fabric *fab, const char *path, uint64_t size,
+                      farm_region **out);
+typedef void (*farm_as_local_fn)(void *ctx, uint32_t region, farm_region *r,
+                                 bool added);
+void farm_as_on_local(farm_as *as, farm_as_local_fn fn, void *ctx);
 
 /* The local copy of @region, and this machine's role for it. NULL and
  * FARM_AS_NONE when not held here. */

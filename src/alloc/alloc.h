@@ -179,6 +179,23 @@ FARM_MUST_CHECK int farm_alloc_copy_note(const struct farm_alloc_region *copy,
 /* True when @copy's block 0 holds a region header (some block was noted,
  * or an allocator formatted it). */
 bool farm_alloc_copy_formatted(const struct farm_alloc_region *copy);
+ * farm_alloc_walk_region() - call @fn for every allocated object of the
+ * region at @base (@size bytes, id @id) as its block table and object
+ * headers describe it, with no allocator state (walk.c: a restart finds the
+ * objects a previous incarnation left). @fn gets the object's header and
+ * its slot's lines. Returns the objects seen, 0 for a region never
+ * formatted (all zero header), FARM_ECORRUPT for a bad header or table,
+ * -EINVAL.
+ */
+struct farm_objhdr;
+typedef void (*farm_alloc_walk_fn)(void *ctx, struct farm_objhdr *obj,
+                                   uint32_t lines);
+int farm_alloc_walk_region(void *base, uint64_t size, uint32_t id,
+                           farm_alloc_walk_fn fn, void *ctx);
+/* Is a region file's first 16 bytes (@magic, @region_id at offset 8) a
+ * header of region @id, or never formatted (0)? 1: bad magic (offset 0),
+ * 2: another region's header (offset 8). */
+int farm_alloc_region_check(uint64_t magic, uint32_t region_id, uint32_t id);
 
 /* Local pointer to @len bytes at @a, or NULL if @a is not in a local region
  * or the range leaves it. Lock-free. */

@@ -101,10 +101,28 @@ int farm_mem_alloc(farm_fabric *fab, size_t size, unsigned flags,
 	return fab->ops->mem_alloc(fab, size, flags, out);
 }
 
+int farm_mem_adopt(farm_fabric *fab, const char *path, size_t size,
+                   unsigned flags, farm_mem **out)
+{
+	if (!fab || !path || !out || size == 0 ||
+	    (flags & ~(unsigned)(FARM_MEM_ALIGN_SIZE | FARM_MEM_REQUIRE_HUGE)))
+		return -EINVAL;
+	if ((flags & FARM_MEM_ALIGN_SIZE) && (size & (size - 1)))
+		return -EINVAL;
+	if (!fab->ops->mem_adopt)
+		return -ENOTSUP;
+	return fab->ops->mem_adopt(fab, path, size, flags, out);
+}
+
 void farm_mem_free(farm_mem *mem)
 {
 	if (mem)
 		mem->fab->ops->mem_free(mem);
+}
+
+const char *farm_mem_file(const farm_mem *mem)
+{
+	return mem ? mem->name : "";
 }
 
 void *farm_mem_addr(const farm_mem *mem)

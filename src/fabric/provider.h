@@ -27,6 +27,9 @@ struct farm_mem {
 	size_t size;
 	bool huge;
 	bool pmem;
+	/* The file backing it in the data directory (shm; "" elsewhere): what
+	 * a restart reopens (src/node/restart.c). */
+	char name[64];
 };
 
 struct farm_mr {
@@ -57,6 +60,9 @@ struct farm_fabric_ops {
 
 	int (*mem_alloc)(farm_fabric *fab, size_t size, unsigned flags,
 	                 farm_mem **out);
+	/* Map the existing file @path (a restart); NULL: -ENOTSUP. */
+	int (*mem_adopt)(farm_fabric *fab, const char *path, size_t size,
+	                 unsigned flags, farm_mem **out);
 	void (*mem_free)(farm_mem *mem);
 	int (*mem_persist)(const farm_mem *mem, const void *addr, size_t len);
 

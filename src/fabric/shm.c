@@ -388,8 +388,11 @@ static int shm_address(const farm_fabric *f, char *buf, size_t len)
 /* ---- memory
  * ------------------------------------------------------------------ */
 
-static int shm_mem_alloc(farm_fabric *f, size_t size, unsigned flags,
-                         farm_mem **out)
+/* @adopt: an existing file of @size bytes to map instead of a new one (a
+ * restart, farm_mem_adopt): linked under the new name, so the old name
+ * keeps the data until its owner removes it. */
+static int shm_mem_map(farm_fabric *f, size_t size, unsigned flags,
+                       const char *adopt, farm_mem **out)
 {
 	struct shm_fabric *fab = to_fab(f);
 	if ((flags & FARM_MEM_REQUIRE_HUGE) && !fab->huge_ok) {
@@ -418,11 +421,25 @@ static int shm_mem_alloc(farm_fabric *f, size_t size, unsigned flags,
 
 	snprintf(m->path, sizeof(m->path), "%s/mem-%u-%llu.region", fab->dir,
 	         slot, (unsigned long long)m->gen);
+	snprintf(m->base.name, sizeof(m->base.name), "mem-%u-%llu.region", slot,
+	         (unsigned long long)m->gen);
 	size_t mapped = 0;
 	int is_pmem = 0;
 	int rc;
 	void *addr;
-	if (fab->thp_tmpfs) {
+	if (adopt) {
+		struct stat ast;
+		if (stat(adopt, &ast) != 0 || (uint64_t)ast.st_size != size ||
+		    link(adopt, m->path) != 0) {
+			rc = errno ? -errno : -EINVAL;
+			farm_err("shm: cannot adopt %s as %s: %s", adopt,
+			         m->path, farm_strerror(rc));
+			goto fail;
+		}
+		addr = pmem_map_file(m->path, 0, 0, 0600, &mapped, &is_pmem);
+		if (!addr)
+			unlink(m->path);
+	} else if (fab->thp_tmpfs) {
 		/* tmpfs with shmem huge pages: sized but not allocated yet,
 		 * so the pages come through the mapping once it is advised
 		 * (below): libpmem's posix_fallocate would allocate them
@@ -529,6 +546,18 @@ fail:
 	pthread_mutex_unlock(&fab->lock);
 	free(m);
 	return rc;
+}
+
+static int shm_mem_alloc(farm_fabric *f, size_t size, unsigned flags,
+                         farm_mem **out)
+{
+	return shm_mem_map(f, size, flags, NULL, out);
+}
+
+static int shm_mem_adopt(farm_fabric *f, const char *path, size_t size,
+                         unsigned flags, farm_mem **out)
+{
+	return shm_mem_map(f, size, flags, path, out);
 }
 
 static void shm_mem_free(farm_mem *mm)
@@ -812,6 +841,7 @@ const struct farm_fabric_ops farm_shm_ops = {
         .close = shm_close_fabric,
         .address = shm_address,
         .mem_alloc = shm_mem_alloc,
+        .mem_adopt = shm_mem_adopt,
         .mem_free = shm_mem_free,
         .mem_persist = shm_mem_persist,
         .mr_reg = shm_mr_reg,

@@ -14,6 +14,7 @@
 
 #include "alloc/galloc.h"
 #include "node/ctl.h"
+#include "node/restart.h"
 #include "recovery/recovery.h"
 #include "txn/txm.h"
 #include "util/common.h"
@@ -52,6 +53,9 @@ struct farm_node {
 	struct farm_ctl *ctl;
 	bool app_loops;     /* the application's threads run the loops */
 	farm_recovery *rec; /* leases and reconfiguration (ZooKeeper only) */
+	struct farm_restart *rs; /* durable directory (restart.c; shm only) */
+	bool keep;               /* closing cleanly: keep the files */
+	bool restart_failed;     /* views are no longer applied */
 	/* Under lock: */
 	bool removed;    /* this machine was removed from the cluster */
 	bool lease_lost; /* its lease at the CM lapsed */
@@ -74,11 +78,19 @@ static int card_format(farm_node *n)
 	farm_mr_desc d = farm_msg_desc(n->msg), l = farm_txm_log_desc(n->txm);
 	int len = snprintf(n->card, sizeof(n->card),
 	                   "%s msg=%" PRIx64 ":%" PRIx64 ":%" PRIx64
-	                   " log=%" PRIx64 ":%" PRIx64 ":%" PRIx64 "%s%s",
-	                   addr, d.key, d.addr, d.len, l.key, l.addr, l.len,
-	                   n->rec ? " lease=" : "",
-	                   n->rec ? farm_recovery_lease_addr(n->rec) : "");
-	return len < 0 || (size_t)len >= sizeof(n->card) ? -ENAMETOOLONG : 0;
+	                   " log=%" PRIx64 ":%" PRIx64 ":%" PRIx64,
+	                   addr, d.key, d.addr, d.len, l.key, l.addr, l.len);
+	if (len < 0 || (size_t)len >= sizeof(n->card))
+		return -ENAMETOOLONG;
+	/* A restarting machine's previous log (restart.c), before the
+	 * lease address, which stays last. */
+	farm_restart_card(n->rs, n->card, sizeof(n->card));
+	size_t used = strlen(n->card);
+	len = snprintf(n->card + used, sizeof(n->card) - used, "%s%s",
+	               n->rec ? " lease=" : "",
+	               n->rec ? farm_recovery_lease_addr(n->rec) : "");
+	return len < 0 || (size_t)len >= sizeof(n->card) - used ? -ENAMETOOLONG
+	                                                        : 0;
 }
 
 /* Where a card's optional " lease=<addr>" tail starts (NULL: none). */
@@ -116,6 +128,15 @@ int farm_node_card_parse(const char *card, char *addr, size_t addrlen,
 		if (bl >= sizeof(body))
 			return -EINVAL;
 		memcpy(body, card, bl);
+		body[bl] = 0;
+		card = body;
+	}
+	const char *rl = farm_restart_card_field(card);
+	if (rl) { /* and before a restarting machine's rlog= field */
+		size_t bl = (size_t)(rl - card);
+		if (bl >= sizeof(body))
+			return -EINVAL;
+		memmove(body, card, bl);
 		body[bl] = 0;
 		card = body;
 	}
@@ -214,6 +235,8 @@ static void apply_view(void *ctx, const struct farm_view *v)
 	farm_node *n = ctx;
 	uint32_t ids[FARM_VIEW_MAX], gone[FARM_VIEW_MAX];
 	unsigned k = 0;
+	if (n->restart_failed || farm_restart_view(n->rs, v))
+		return; /* the previous incarnation's view (restart.c) */
 	bool member = farm_view_find(v, n->cfg.machine_id) != NULL;
 	unsigned ngone = member ? dropped(n, v, gone) : 0;
 	/* Fence the machines that left before anything moves: from here on
@@ -302,6 +325,21 @@ static void apply_view(void *ctx, const struct farm_view *v)
 			farm_warn("node: leases of view %" PRIu64 ": %s",
 			          v->config_id, farm_strerror(lrc));
 	}
+	/* Whole-cluster restart: the first view with every previous member
+	 * brings the previous incarnation's memory back before the view is
+	 * recorded (restart.c). After the leases took the view: a restart
+	 * can outlast the join grace, and leases renew on their own thread
+	 * meanwhile (before them, the CM suspected machines still
+	 * restarting and removed them). */
+	if (!rc && farm_restart_run(n->rs, v)) {
+		pthread_mutex_lock(&n->lock);
+		n->restart_failed = true;
+		pthread_cond_broadcast(&n->cond);
+		pthread_mutex_unlock(&n->lock);
+		return;
+	}
+	if (!rc)
+		farm_restart_applied(n->rs, v);
 	/* After the leases took the configuration (no lease is granted
 	 * outside it any more). */
 	if (!rc && ngone) {
@@ -401,6 +439,21 @@ int farm_node_open(const struct farm_config *cfg, farm_node **out)
 	n->start_timeout_ms = 30000;
 	pthread_mutex_init(&n->lock, NULL);
 	pthread_cond_init(&n->cond, NULL);
+	int rc;
+	/* Before the fabric, which removes a previous incarnation's region
+	 * files: an intact directory is restarted from, a damaged or foreign
+	 * one refused (restart.c). Only shm keeps memory in files. */
+	const char *prov = cfg->fabric[0] ? cfg->fabric : getenv("FARM_FABRIC");
+	if (!prov || !*prov || strcmp(prov, "shm") == 0) {
+		char err[768] = "";
+		rc = farm_restart_open(cfg, &n->rs, err, sizeof(err));
+		if (rc) {
+			farm_err("node %" PRIu32 ": refusing to start: %s",
+			         cfg->machine_id,
+			         err[0] ? err : farm_strerror(rc));
+			goto fail;
+		}
+	}
 	farm_fabric_attr fa = {
 	        .provider = cfg->fabric[0] ? cfg->fabric : NULL,
 	        .machine_id = cfg->machine_id,
@@ -408,7 +461,7 @@ int farm_node_open(const struct farm_config *cfg, farm_node **out)
 	        .listen_addr = cfg->listen[0] ? cfg->listen : NULL,
 	        .ofi_provider = cfg->ofi_provider[0] ? cfg->ofi_provider : NULL,
 	};
-	int rc = farm_fabric_open(&fa, &n->fab);
+	rc = farm_fabric_open(&fa, &n->fab);
 	if (rc) {
 		farm_err("node %" PRIu32 ": cannot open the fabric: %s",
 		         cfg->machine_id, farm_strerror(rc));
@@ -465,6 +518,11 @@ int farm_node_open(const struct farm_config *cfg, farm_node **out)
 		if (drc && drc != -ENOTSUP)
 			farm_warn("node %" PRIu32 ": no death notices: %s",
 			          cfg->machine_id, farm_strerror(drc));
+	}
+	if ((rc = farm_restart_attach(n->rs, n->fab, n->as, n->txm, n->ga))) {
+		farm_err("node %" PRIu32 ": restart: %s", cfg->machine_id,
+		         farm_strerror(rc));
+		goto fail;
 	}
 	if ((rc = card_format(n)) || (rc = card_write(n))) {
 		farm_err("node %" PRIu32 ": cannot publish its card: %s",
@@ -608,7 +666,7 @@ int farm_node_wait_members(farm_node *n, unsigned count, int timeout_ms)
 	ts.tv_nsec = (long)(dl % 1000000000ull);
 	int rc = 0;
 	pthread_mutex_lock(&n->lock);
-	while (n->view.n != count && rc == 0)
+	while (n->view.n != count && rc == 0 && !n->restart_failed)
 		rc = timeout_ms < 0
 		             ? pthread_cond_wait(&n->cond, &n->lock)
 		             : pthread_cond_timedwait(&n->cond, &n->lock, &ts);
@@ -639,6 +697,11 @@ void farm_node_close(farm_node *n)
 				pthread_join(n->threads[i].th, NULL);
 		free(n->threads);
 	}
+	/* The loops are stopped: nothing changes memory any more. */
+	if (n->keep)
+		(void)farm_restart_keep(n->rs);
+	else
+		farm_restart_discard(n->rs);
 	farm_txm_destroy(n->txm);
 	farm_galloc_destroy(n->ga);
 	farm_as_destroy(n->as);
@@ -649,10 +712,31 @@ void farm_node_close(farm_node *n)
 		snprintf(path, sizeof(path), "%s/" CARD_FILE, n->cfg.data_dir);
 		unlink(path);
 	}
+	farm_restart_close(n->rs);
 	farm_fabric_close(n->fab);
 	pthread_cond_destroy(&n->cond);
 	pthread_mutex_destroy(&n->lock);
 	free(n);
+}
+
+void farm_node_quiesce(farm_node *n)
+{
+	if (n)
+		farm_restart_freeze(n->rs);
+}
+
+void farm_node_shutdown(farm_node *n)
+{
+	if (!n)
+		return;
+	n->keep = true;
+	farm_restart_freeze(n->rs);
+	farm_node_close(n);
+}
+
+void farm_node_restart_stats(const farm_node *n, struct farm_restart_stats *out)
+{
+	farm_restart_stats(n ? n->rs : NULL, out);
 }
 
 /* ---- access

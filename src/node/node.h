@@ -50,4 +50,9 @@ struct farm_ctl *farm_node_ctl(const farm_node *n);
 /* The membership (its counters and timeline: farm_membership_status). */
 struct farm_membership *farm_node_membership(const farm_node *n);
 
+/* Whole-cluster restart (restart.c): timings and counts of the last one. */
+struct farm_restart_stats;
+void farm_node_restart_stats(const farm_node *n,
+                             struct farm_restart_stats *out);
+
 #endif

@@ -11,7 +11,11 @@
  *          the probe) stops too, says so and exits with status 3: it may
  *          come back only as a new incarnation (restart it);
  *   demo   the address-space demo with its peers (tools/demo.c).
- * On the way out everything it created is removed.
+ * On the way out everything it created is removed, unless --keep was
+ * given: then a SIGTERM/SIGINT is a clean shutdown (farm_node_shutdown)
+ * that keeps the region copies and logs in the data directory, and every
+ * machine of the cluster started again on its directory brings the
+ * cluster back with every committed transaction (src/node/restart.c).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -51,7 +55,8 @@ static void on_config(void *ctx, uint64_t config_id, unsigned members,
 static void usage(FILE *out)
 {
 	fprintf(out,
-	        "usage: farm machine --config FILE [--ready-fd N] [--go-fd N]\n"
+	        "usage: farm machine --config FILE [--ready-fd N] [--go-fd N] "
+	        "[--keep]\n"
 	        "\n"
 	        "Run one libfarm machine from a configuration file "
 	        "(docs/config.md);\n"
@@ -61,6 +66,9 @@ static void usage(FILE *out)
 	        "ready\n"
 	        "  --go-fd N      then wait for one byte on fd N before the "
 	        "job\n"
+	        "  --keep         on SIGTERM/SIGINT, shut down cleanly and "
+	        "keep the data\n"
+	        "                 directory for a whole-cluster restart\n"
 	        "  -h, --help     this text\n");
 }
 
@@ -70,16 +78,19 @@ int farm_cmd_machine(int argc, char **argv)
 	        {"config", required_argument, NULL, 'c'},
 	        {"ready-fd", required_argument, NULL, 'r'},
 	        {"go-fd", required_argument, NULL, 'g'},
+	        {"keep", no_argument, NULL, 'k'},
 	        {"help", no_argument, NULL, 'h'},
 	        {NULL, 0, NULL, 0},
 	};
 	const char *config = NULL;
 	int ready_fd = -1, go_fd = -1, c;
+	bool keep = false;
 	while ((c = getopt_long(argc, argv, "c:h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'c': config = optarg; break;
 		case 'r': ready_fd = atoi(optarg); break;
 		case 'g': go_fd = atoi(optarg); break;
+		case 'k': keep = true; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
@@ -180,7 +191,10 @@ out:
 	if (rc)
 		fprintf(stderr, "farm machine %u: %s\n", cfg.machine_id,
 		        farm_strerror(rc));
-	farm_node_close(node);
+	if (keep && !removed && !rc)
+		farm_node_shutdown(node);
+	else
+		farm_node_close(node);
 	farm_demo_free(job);
 	return rc ? 1 : removed ? EXIT_REMOVED : 0;
 }

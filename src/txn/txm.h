@@ -151,4 +151,37 @@ int farm_txlog_scan_file(const char *path, farm_txlog_fn fn, void *ctx,
 int farm_txlog_scan_dir(const char *dir, farm_txlog_fn fn, void *ctx,
                         struct farm_txlog_info *info);
 
+
+/*
+ * Whole-cluster restart (restart.c; its opening comment is the rule).
+ * farm_txlog_check(): is @base (@len bytes, a previous log file named
+ * @what) a whole log file? 0, or FARM_ECORRUPT with @err naming @what and
+ * the offset. farm_txm_restart_apply(): decide every transaction in the
+ * previous log files of every member (@logs: the same set on every
+ * machine), apply the committed ones' images to this machine's copies of
+ * them, then unlock every object of @regions (this machine's copies).
+ * Call it after the view with every member is applied and before any
+ * transaction starts. 0; FARM_ECORRUPT (@err says where); -ENOMEM.
+ */
+struct farm_txrestart_log {
+	const uint8_t *base;
+	size_t len;
+	const char *what; /* for messages: machine and file */
+	/* The coordinators whose rings to read (bit c: machine c; 0: all):
+	 * the members, the other rings are empty and were not copied. */
+	uint64_t coords;
+};
+struct farm_txrestart_stats {
+	uint64_t records, txns, committed, aborted, images, objects, unlocked;
+};
+/* The log memory's file in the data directory ("" without one). */
+const char *farm_txm_log_file(const farm_txm *m);
+int farm_txlog_check(const uint8_t *base, size_t len, const char *what,
+                     char *err, size_t errlen);
+int farm_txm_restart_apply(farm_txm *m, const struct farm_txrestart_log *logs,
+                           unsigned nlogs, const uint32_t *regions,
+                           unsigned nregions,
+                           struct farm_txrestart_stats *st, char *err,
+                           size_t errlen);
+
 #endif

@@ -45,6 +45,15 @@ enum farm_fault_point {
 	 * failure domains (a deliberately broken placement,
 	 * tests/test_ring.c --broken). */
 	FARM_FP_RING_NO_DOMAINS,
+	/* txn/restart.c, a switch: while hooked, a whole-cluster restart
+	 * decides the logs' transactions but applies none of their images
+	 * (tests/test_restart.c --broken: acknowledged transfers must be
+	 * found missing). */
+	FARM_FP_RESTART_NO_REPLAY,
+	/* node/restart.c, a switch: while hooked, the directory check at
+	 * restart passes a damaged directory (tests/test_restart.c
+	 * --broken-check: the refusal must be missed). */
+	FARM_FP_RESTART_NO_CHECK,
 	FARM_FP_COUNT
 };
 

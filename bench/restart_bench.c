@@ -1,0 +1,462 @@
+/*
+ * restart_bench: whole-cluster restart from durable memory (issue 13,
+ * "restart time for a whole cluster with 1 GB of committed data per
+ * machine": kill all, start all, time to the first committed
+ * transaction). src/node/restart.c is what it measures.
+ *
+ * NP machine processes join through a private ZooKeeper server
+ * (scripts/zk-local) with data directories on tmpfs (/dev/shm). Each
+ * commits --mb MiB of objects (64 KiB each, 8 per transaction) into
+ * regions it is primary of, remembers its first and last object with
+ * their contents, and waits. All are killed with SIGKILL at once. Once
+ * their ZooKeeper sessions have expired (a restarted machine waits for its
+ * old session's znode to go: that wait is ZooKeeper's, and is reported
+ * apart), all are started again on the same directories, and each
+ * commits one transaction. Reported per machine: node open to its first
+ * commit, and the restart's parts (copying the region files back,
+ * deciding and applying the logs, the barrier); the figure the goal
+ * judges is the start of the processes to the last machine's first
+ * commit, with the session wait taken out. The remembered objects are
+ * read back and compared.
+ *
+ * Usage: restart_bench [--machines N] [--mb MiB] [--replicas R]
+ *                      [--region MiB] [--dir D] [--quick]
+ * Default: 3 machines, 1024 MiB each, 1 replica (3 would need 3 GiB of
+ * copies per machine, twice over while restarting: more tmpfs than the
+ * development host has to spare). Prints a summary and, last, one JSON
+ * line.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "benchutil.h"
+#include "node/node.h"
+#include "node/restart.h"
+#include "util/common.h"
+#include "util/config.h"
+#include "zklocal.h"
+
+#ifndef FARM_SOURCE_DIR
+#error "FARM_SOURCE_DIR must name the source tree (scripts/zk-local)"
+#endif
+
+#define PROG   "restart_bench"
+#define MAXM   8
+#define OBJ    (64u << 10)
+#define PER_TX (O.replicas > 1 ? 1u : 8u)
+#define SESSION_MS                                                \
+	3000 /* loaded hosts: a 1 s session expired while filling \
+	      */
+#define JOIN_MS 120000
+
+static struct {
+	unsigned machines, replicas;
+	uint64_t mb, region_mb;
+	const char *dir;
+} O = {3, 1, 1024, 256, "/dev/shm"};
+
+static char g_root[200], g_zk_dir[300], g_zk_connect[64], g_zk_root[96];
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* What a machine says to the parent (one struct per phase). */
+struct report {
+	int status;
+	uint64_t bytes, objects, t_ready_ns, t_first_ns;
+	uint64_t check_bad; /* remembered objects whose contents differ */
+	struct farm_restart_stats st;
+};
+
+struct remembered {
+	farm_gaddr a[2];
+	uint64_t seed[2];
+};
+
+static void fill(void *d, uint64_t seed)
+{
+	uint64_t *w = d;
+	for (unsigned i = 0; i < OBJ / 8; i++)
+		w[i] = seed * 0x9e3779b97f4a7c15ull + i;
+}
+
+static int make_config(unsigned me, struct farm_config *c)
+{
+	farm_config_defaults(c);
+	c->has_machine_id = true;
+	c->machine_id = me;
+	c->region_size = O.region_mb << 20;
+	c->replicas = O.replicas;
+	/* With backups every transaction's images go through the logs: room
+	 * for a transaction of PER_TX objects. */
+	if (O.replicas > 1)
+		c->log_size = 4u << 20;
+	c->threads = 1;
+	snprintf(c->data_dir, sizeof(c->data_dir), "%s/m%u", g_root, me);
+	snprintf(c->fabric, sizeof(c->fabric), "shm");
+	snprintf(c->zk, sizeof(c->zk), "%s", g_zk_connect);
+	snprintf(c->zk_root, sizeof(c->zk_root), "%s", g_zk_root);
+	c->zk_session_ms = SESSION_MS;
+	c->lease_us = 500000;
+	c->zk_connect_timeout_ms = 30000;
+	c->expect_machines = O.machines;
+	char err[256];
+	int rc = farm_config_validate(c, err, sizeof(err));
+	if (rc)
+		fprintf(stderr, PROG ": config: %s\n", err);
+	return rc;
+}
+
+static int say(int fd, const struct report *r)
+{
+	return write(fd, r, sizeof(*r)) == (ssize_t)sizeof(*r) ? 0 : -1;
+}
+
+/* Fill (@restart false) or restart and check (true). */
+static int machine(unsigned me, bool restart, int out)
+{
+	struct report r = {0};
+	struct farm_config cfg;
+	farm_node *n = NULL;
+	farm_loop *loop = NULL;
+	r.status = 1;
+	if (make_config(me, &cfg) || farm_node_open(&cfg, &n))
+		goto out;
+	farm_node_set_app_loops(n, true);
+	r.status = 2;
+	if (farm_node_start(n, JOIN_MS) || farm_node_loop_open(n, 0, &loop) ||
+	    farm_node_wait_members(n, O.machines, JOIN_MS))
+		goto out;
+	r.t_ready_ns = now_ns();
+	farm_txm *txm = farm_node_txm(n);
+	char path[400];
+	snprintf(path, sizeof(path), "%s/remember-%u", g_root, me);
+	r.status = 3;
+	if (!restart) {
+		struct remembered rm = {0};
+		uint64_t want = O.mb << 20, seed = (uint64_t)me << 40;
+		uint64_t t_report = now_ns();
+		while (r.bytes < want) {
+			farm_tx *tx;
+			if (farm_tx_begin(txm, loop, &tx))
+				goto out;
+			farm_fatptr p[8];
+			unsigned k = 0;
+			for (; k < PER_TX && r.bytes + (uint64_t)k * OBJ < want;
+			     k++) {
+				void *d;
+				if (farm_tx_alloc_sync(tx, OBJ, FARM_GADDR_NULL,
+				                       &p[k], &d))
+					break;
+				fill(d, seed + k);
+			}
+			int rc = k ? farm_tx_commit_sync(tx) : -ENOSPC;
+			farm_tx_free(tx);
+			if (rc && !farm_tx_retryable(rc)) {
+				fprintf(stderr,
+				        PROG
+				        ": machine %u: commit after %" PRIu64
+				        " MiB: %s\n",
+				        me, r.bytes >> 20, farm_strerror(rc));
+				goto out;
+			}
+			if (rc)
+				continue;
+			if (!r.objects) {
+				rm.a[0] = p[0].addr;
+				rm.seed[0] = seed;
+			}
+			rm.a[1] = p[k - 1].addr;
+			rm.seed[1] = seed + k - 1;
+			r.objects += k;
+			r.bytes += (uint64_t)k * OBJ;
+			seed += k;
+			if (me == 0 && now_ns() - t_report > 2000000000ull) {
+				t_report = now_ns();
+				fprintf(stderr,
+				        PROG ": filling: %" PRIu64
+				             " of %" PRIu64 " MiB\n",
+				        r.bytes >> 20, O.mb);
+			}
+		}
+		FILE *f = fopen(path, "we");
+		if (!f || fwrite(&rm, sizeof(rm), 1, f) != 1) {
+			if (f)
+				fclose(f);
+			goto out;
+		}
+		fclose(f);
+		r.status = 0;
+		r.t_first_ns = now_ns();
+		if (say(out, &r))
+			goto out;
+		/* Killed here, serving its loop meanwhile: the others' commits
+		 * need this machine's logs truncated (with backups). */
+		static const volatile int never = 0;
+		for (;;)
+			(void)farm_loop_wait(loop, &never, 1000000000ull);
+	}
+	/* After the restart: one commit, then the remembered objects. */
+	for (unsigned tries = 0;; tries++) {
+		farm_tx *tx;
+		farm_fatptr p;
+		void *d;
+		if (farm_tx_begin(txm, loop, &tx))
+			goto out;
+		int rc = farm_tx_alloc_sync(tx, 64, FARM_GADDR_NULL, &p, &d);
+		if (!rc) {
+			memset(d, 0x5a, 64);
+			rc = farm_tx_commit_sync(tx);
+		}
+		farm_tx_free(tx);
+		if (!rc)
+			break;
+		if (!farm_tx_retryable(rc) || tries > 1000) {
+			fprintf(stderr, PROG ": machine %u: first commit: %s\n",
+			        me, farm_strerror(rc));
+			goto out;
+		}
+	}
+	r.t_first_ns = now_ns();
+	farm_node_restart_stats(n, &r.st);
+	struct remembered rm;
+	FILE *f = fopen(path, "re");
+	if (!f || fread(&rm, sizeof(rm), 1, f) != 1) {
+		if (f)
+			fclose(f);
+		goto out;
+	}
+	fclose(f);
+	uint8_t *want = malloc(OBJ);
+	for (unsigned i = 0; i < 2 && want; i++) {
+		farm_tx *tx;
+		const void *d;
+		fill(want, rm.seed[i]);
+		if (farm_tx_begin(txm, loop, &tx))
+			goto out;
+		if (farm_tx_read_sync(tx, rm.a[i], OBJ, &d) ||
+		    memcmp(d, want, OBJ) != 0)
+			r.check_bad++;
+		farm_tx_free(tx);
+	}
+	free(want);
+	r.status = 0;
+	if (say(out, &r))
+		goto out;
+	/* Serve until the parent has every report and kills us: with
+	 * backups, the others' first commits need this machine's logs. */
+	static const volatile int never2 = 0;
+	for (;;)
+		(void)farm_loop_wait(loop, &never2, 1000000000ull);
+out:
+	if (r.status)
+		fprintf(stderr, PROG ": machine %u failed at step %d\n", me,
+		        r.status);
+	(void)say(out, &r);
+	if (loop)
+		farm_node_loop_close(n, loop);
+	if (n)
+		farm_node_close(n);
+	return r.status;
+}
+
+static void spawn(bool restart, pid_t *pid, int *from)
+{
+	for (unsigned i = 0; i < O.machines; i++) {
+		int p[2];
+		if (pipe(p))
+			exit(1);
+		fflush(NULL);
+		pid[i] = fork();
+		if (pid[i] == 0) {
+			close(p[0]);
+			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			_exit(machine(i, restart, p[1]));
+		}
+		close(p[1]);
+		from[i] = p[0];
+	}
+}
+
+static int hear(int fd, struct report *r)
+{
+	size_t got = 0;
+	while (got < sizeof(*r)) {
+		ssize_t n = read(fd, (char *)r + got, sizeof(*r) - got);
+		if (n <= 0)
+			return -1;
+		got += (size_t)n;
+	}
+	return 0;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+	        "usage: " PROG " [--machines N] [--mb MiB] [--replicas R] "
+	        "[--region MiB] [--dir D] [--quick]\n"
+	        "  Whole-cluster restart: N machines (default 3) each commit "
+	        "MiB (default 1024)\n"
+	        "  of objects, all are killed with SIGKILL and started again "
+	        "on their data\n"
+	        "  directories (under D, default /dev/shm); time to the first "
+	        "commit.\n"
+	        "  --quick: 64 MiB per machine.\n");
+}
+
+int main(int argc, char **argv)
+{
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+		if (!strcmp(a, "--help")) {
+			usage(stdout);
+			return 0;
+		} else if (!strcmp(a, "--quick")) {
+			O.mb = 64;
+			O.region_mb = 64;
+		} else if (v && !strcmp(a, "--machines")) {
+			O.machines = (unsigned)atoi(v), i++;
+		} else if (v && !strcmp(a, "--mb")) {
+			O.mb = strtoull(v, NULL, 10), i++;
+		} else if (v && !strcmp(a, "--replicas")) {
+			O.replicas = (unsigned)atoi(v), i++;
+		} else if (v && !strcmp(a, "--region")) {
+			O.region_mb = strtoull(v, NULL, 10), i++;
+		} else if (v && !strcmp(a, "--dir")) {
+			O.dir = v, i++;
+		} else {
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (!O.machines || O.machines > MAXM || !O.mb || !O.replicas ||
+	    O.replicas > O.machines) {
+		usage(stderr);
+		return 2;
+	}
+	snprintf(g_root, sizeof(g_root), "%s/farm-restart-bench-XXXXXX", O.dir);
+	if (!mkdtemp(g_root)) {
+		fprintf(stderr, PROG ": mkdtemp %s: %s\n", g_root,
+		        strerror(errno));
+		return 1;
+	}
+	snprintf(g_zk_dir, sizeof(g_zk_dir), "%s/zk", g_root);
+	mkdir(g_zk_dir, 0700);
+	const char *script = FARM_SOURCE_DIR "/scripts/zk-local";
+	int zs = zkl_run(NULL, script, "start", g_zk_dir, g_zk_connect,
+	                 sizeof(g_zk_connect));
+	if (zs) {
+		fprintf(stderr,
+		        PROG ": zk-local start: %d (3: no java or "
+		             "jars)\n",
+		        zs);
+		zkl_run(NULL, script, "stop", g_zk_dir, NULL, 0);
+		bu_rm_tree(AT_FDCWD, g_root, 4);
+		return zs == 3 ? 77 : 1;
+	}
+	snprintf(g_zk_root, sizeof(g_zk_root), "/libfarm/restart-bench-%d",
+	         (int)getpid());
+	pid_t pid[MAXM];
+	int from[MAXM];
+	struct report fr[MAXM], rr[MAXM];
+	int bad = 0;
+	uint64_t t0 = now_ns();
+	spawn(false, pid, from);
+	for (unsigned i = 0; i < O.machines; i++)
+		if (hear(from[i], &fr[i]) || fr[i].status)
+			bad = 1;
+	double fill_s = (now_ns() - t0) / 1e9;
+	/* All at once: stopped first, so none sees another die and
+	 * reconfigures in between (test_restart does the same). */
+	for (unsigned i = 0; i < O.machines; i++)
+		kill(pid[i], SIGSTOP);
+	for (unsigned i = 0; i < O.machines; i++)
+		kill(pid[i], SIGKILL);
+	uint64_t t_kill = now_ns();
+	for (unsigned i = 0; i < O.machines; i++) {
+		waitpid(pid[i], NULL, 0);
+		close(from[i]);
+	}
+	if (bad) {
+		fprintf(stderr, PROG ": filling failed\n");
+		goto done;
+	}
+	/* The old sessions expire first (ZooKeeper's wait, not the
+	 * restart's): a restarted machine waits for its old znode. */
+	struct timespec ts = {.tv_sec = (SESSION_MS * 2) / 1000 + 1};
+	nanosleep(&ts, NULL);
+	uint64_t t_start = now_ns();
+	spawn(true, pid, from);
+	uint64_t t_last = 0;
+	for (unsigned i = 0; i < O.machines; i++) {
+		if (hear(from[i], &rr[i]) || rr[i].status || rr[i].check_bad ||
+		    !rr[i].st.restarted)
+			bad = 1;
+		else if (rr[i].t_first_ns > t_last)
+			t_last = rr[i].t_first_ns;
+	}
+	for (unsigned i = 0; i < O.machines; i++) {
+		kill(pid[i], SIGKILL);
+		waitpid(pid[i], NULL, 0);
+		close(from[i]);
+	}
+	double total_ms = bad ? -1 : (t_last - t_start) / 1e6;
+	uint64_t bytes = 0;
+	double adopt_max = 0, replay_max = 0;
+	printf("restart_bench: %u machines, %" PRIu64
+	       " MiB committed each (64 KiB objects) in %.1f s, %u replica(s), "
+	       "regions of %" PRIu64 " MiB, data on %s\n",
+	       O.machines, O.mb, fill_s, O.replicas, O.region_mb, O.dir);
+	for (unsigned i = 0; i < O.machines && !bad; i++) {
+		const struct farm_restart_stats *s = &rr[i].st;
+		bytes += s->bytes;
+		adopt_max = FARM_MAX(adopt_max, s->adopt_ns / 1e6);
+		replay_max = FARM_MAX(replay_max, s->replay_ns / 1e6);
+		printf("  machine %u: %" PRIu64 " region file(s), %" PRIu64
+		       " MiB mapped again in %.0f ms; %" PRIu64
+		       " records, %" PRIu64 " transactions decided, %" PRIu64
+		       " objects checked for locks in %.0f ms (logs read %.0f, "
+		       "decided and applied %.0f, allocator rebuilt %.0f); "
+		       "barrier %.0f ms; first commit %.0f ms after start\n",
+		       i, s->regions, s->bytes >> 20, s->adopt_ns / 1e6,
+		       s->records, s->txns, s->objects, s->replay_ns / 1e6,
+		       s->logs_ns / 1e6, s->apply_ns / 1e6, s->alloc_ns / 1e6,
+		       s->barrier_ns / 1e6, (rr[i].t_first_ns - t_start) / 1e6);
+	}
+	if (bad)
+		fprintf(stderr, PROG ": the restart failed (see above)\n");
+	else
+		printf("  start of every process to the last first commit: "
+		       "%.0f ms (kill to restart: %.0f ms, ZooKeeper sessions "
+		       "of %d ms left to expire first); remembered objects "
+		       "intact\n",
+		       total_ms, (t_start - t_kill) / 1e6, SESSION_MS);
+	printf("{\"bench\": \"restart\", \"machines\": %u, \"mb_per_machine\": "
+	       "%" PRIu64 ", \"replicas\": %u, \"region_mb\": %" PRIu64
+	       ", \"bytes_restored\": %" PRIu64
+	       ", \"restart_to_first_commit_ms\": %.1f, \"adopt_ms_max\": "
+	       "%.1f, "
+	       "\"replay_ms_max\": %.1f, \"goals\": {\"restart_under_2s\": "
+	       "{\"value\": %.1f, \"target\": 2000, \"met\": %s}}}\n",
+	       O.machines, O.mb, O.replicas, O.region_mb, bytes, total_ms,
+	       adopt_max, replay_max, total_ms,
+	       !bad && total_ms < 2000 ? "true" : "false");
+done:
+	zkl_run(NULL, script, "stop", g_zk_dir, NULL, 0);
+	bu_rm_tree(AT_FDCWD, g_root, 4);
+	return bad;
+}

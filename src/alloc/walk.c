@@ -1,0 +1,88 @@
+/*
+ * Walking the objects of a region from its block table alone, with no
+ * allocator state (alloc.h, farm_alloc_walk_region): what a whole-cluster
+ * restart uses to find every object header of a region the previous
+ * incarnation left behind (src/txn/restart.c clears stale locks with it).
+ * One role: reading the durable layout; never writes.
+ */
+#include <errno.h>
+
+#include "alloc/alloc_int.h"
+#include "alloc/objhdr.h"
+
+int farm_alloc_walk_region(void *base, uint64_t size, uint32_t id,
+                           farm_alloc_walk_fn fn, void *ctx)
+{
+	if (!base || !fn || size < FARM_ALLOC_BLOCK || size % FARM_ALLOC_BLOCK)
+		return -EINVAL;
+	const struct farm_alloc_rhdr *h = base;
+	uint32_t nblocks = (uint32_t)(size / FARM_ALLOC_BLOCK);
+	if (h->magic == 0)
+		return 0; /* never formatted (a backup copy, or unused) */
+	if (h->magic != FARM_ALLOC_MAGIC || h->region_id != id ||
+	    h->nblocks != nblocks || h->table_off != RHDR_TABLE_OFF ||
+	    h->layout != 1)
+		return FARM_ECORRUPT;
+	const _Atomic uint64_t *table =
+	        (const _Atomic uint64_t *)(const void *)((const uint8_t *)base +
+	                                                 RHDR_TABLE_OFF);
+	uint8_t *b0 = base;
+	int n = 0;
+	for (uint32_t i = 1; i < nblocks;) {
+		uint64_t w =
+		        atomic_load_explicit(&table[i], memory_order_acquire);
+		uint8_t *blk = b0 + (uint64_t)i * FARM_ALLOC_BLOCK;
+		uint32_t mb;
+		switch (bt_type(w)) {
+		case BT_SLAB: {
+			unsigned cls = bt_slab_cls(w);
+			mb = bt_slab_mb(w);
+			uint32_t slot = farm_alloc_class_size((int)cls);
+			if (!mb || !slot || i + mb > nblocks)
+				return FARM_ECORRUPT;
+			uint64_t ns = (uint64_t)mb * FARM_ALLOC_BLOCK / slot;
+			for (uint64_t k = 0; k < ns; k++) {
+				struct farm_objhdr *o =
+				        (void *)(blk + k * slot);
+				if (farm_objhdr_allocated(o)) {
+					fn(ctx, o, slot / FARM_ALLOC_LINE);
+					n++;
+				}
+			}
+			break;
+		}
+		case BT_ARRAY: {
+			mb = bt_array_mb(w);
+			uint64_t stride =
+			        (uint64_t)bt_array_elines(w) * FARM_ALLOC_LINE;
+			uint64_t ne = bt_array_n(w);
+			if (!mb || !stride || i + mb > nblocks ||
+			    stride * ne > (uint64_t)mb * FARM_ALLOC_BLOCK)
+				return FARM_ECORRUPT;
+			for (uint64_t k = 0; k < ne; k++) {
+				struct farm_objhdr *o =
+				        (void *)(blk + k * stride);
+				if (farm_objhdr_allocated(o)) {
+					fn(ctx, o, bt_array_elines(w));
+					n++;
+				}
+			}
+			break;
+		}
+		case BT_RETIRED: mb = bt_array_mb(w); break;
+		case BT_FREE: mb = 1; break;
+		default: return FARM_ECORRUPT;
+		}
+		i += mb ? mb : 1;
+	}
+	return n;
+}
+
+int farm_alloc_region_check(uint64_t magic, uint32_t region_id, uint32_t id)
+{
+	if (magic == 0)
+		return 0; /* never formatted: a backup copy or an unused one */
+	if (magic != FARM_ALLOC_MAGIC)
+		return 1;
+	return region_id == id ? 0 : 2;
+}

@@ -1,0 +1,74 @@
+/*
+ * Whole-cluster restart from durable memory (restart.c; the opening
+ * comment there is the protocol). The node calls these at fixed points:
+ *
+ *   farm_restart_open()     before the fabric opens: check the directory
+ *                           (refuse a damaged or foreign one, naming file
+ *                           and offset; delete nothing), set the previous
+ *                           incarnation's files aside
+ *   farm_restart_attach()   once the layers exist: keep the manifest up to
+ *                           date, publish the previous log to peers
+ *   farm_restart_card()     the card's " rlog=" field while restarting
+ *   farm_restart_view()     every view: 1 = ignore it (stale), 0 = apply
+ *   farm_restart_run()      the first view with the previous members:
+ *                           adopt, replay, unlock, barrier, commit
+ *   farm_restart_keep()     clean shutdown: keep the files for a restart
+ *   farm_restart_close()
+ */
+#ifndef FARM_NODE_RESTART_H
+#define FARM_NODE_RESTART_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <farm/farm.h>
+
+#include "addrspace/addrspace.h"
+#include "addrspace/membership.h"
+#include "alloc/galloc.h"
+#include "util/config.h"
+
+#define FARM_MANIFEST_FILE "farm.manifest"
+
+struct farm_restart;
+
+/* Timings and counts of the last restart (all 0 without one). */
+struct farm_restart_stats {
+	bool restarted;
+	uint64_t regions, bytes, logs, records, txns, committed, aborted,
+	        images, objects, unlocked;
+	uint64_t adopt_ns, replay_ns, barrier_ns, total_ns;
+	/* replay_ns's parts: reading the logs, deciding and applying them
+	 * with the lock walk, promotion with the allocator's rebuild */
+	uint64_t logs_ns, apply_ns, alloc_ns;
+};
+
+/* 0 with *@out (a fresh directory, or an intact one to restart from);
+ * FARM_ECORRUPT (damaged: @err names the file and offset), -EXDEV
+ * (another machine's or cluster's), -ENOMEM, -errno; nothing in the
+ * directory is deleted on any error. */
+int farm_restart_open(const struct farm_config *cfg, struct farm_restart **out,
+                      char *err, size_t errlen);
+int farm_restart_attach(struct farm_restart *rs, farm_fabric *fab, farm_as *as,
+                        farm_txm *txm, struct farm_galloc *ga);
+/* Appends " rlog=<key>:<addr>:<len>" while a restart is pending. */
+void farm_restart_card(const struct farm_restart *rs, char *buf, size_t len);
+/* Where a card's " rlog=" field starts (NULL: none). */
+const char *farm_restart_card_field(const char *card);
+bool farm_restart_pending(const struct farm_restart *rs);
+int farm_restart_view(struct farm_restart *rs, const struct farm_view *v);
+int farm_restart_run(struct farm_restart *rs, const struct farm_view *v);
+/* The view was applied (pending or not): recorded in the manifest. */
+void farm_restart_applied(struct farm_restart *rs, const struct farm_view *v);
+/* A clean shutdown begins: the configuration recorded stays the one
+ * applied last (machines leaving one by one make views without those that
+ * left first; the restart needs the whole cluster's). */
+void farm_restart_freeze(struct farm_restart *rs);
+int farm_restart_keep(struct farm_restart *rs);
+/* Plain close: the manifest goes (the fabric removes the files). */
+void farm_restart_discard(struct farm_restart *rs);
+void farm_restart_stats(const struct farm_restart *rs,
+                        struct farm_restart_stats *out);
+void farm_restart_close(struct farm_restart *rs);
+
+#endif

@@ -1,0 +1,751 @@
+/*
+ * Whole-cluster restart from durable memory (issue 13, items 3 and 6;
+ * src/node/restart.c, src/txn/restart.c).
+ *
+ *   bank      NP_NM machines through a private ZooKeeper run the bank
+ *             workload of txproc.h, streaming their histories. Then one
+ *             commit is caught between its acknowledgement and its
+ *             install: machine 1's COMMIT-PRIMARY handler stops at the
+ *             fault point FARM_FP_TX_ON_PRIMARY (the record landed, so
+ *             its coordinator reports the commit; machine 1 never
+ *             installs it). Every machine is then killed with SIGKILL at
+ *             once, and all are started again on the same data
+ *             directories. After the restart (no state but the
+ *             configuration znode): every account is readable lock-free
+ *             (no stale lock), the total is conserved, every write of
+ *             every transaction its coordinator reported committed is
+ *             present (each account's version is at least the highest
+ *             one a committed transfer wrote), the pre-kill histories
+ *             are strictly serializable, and a new transfer commits.
+ *             --broken: the restart applies no log record
+ *             (FARM_FP_RESTART_NO_REPLAY); the caught commit must be
+ *             found missing.
+ *   damaged   one machine with static membership writes an object and
+ *             shuts down cleanly; copies of its directory are damaged (a
+ *             region file's magic, the manifest's trailer, the log's
+ *             size) or started as another machine: each start is refused
+ *             with the file and offset named, and every file is left as
+ *             it was (names, sizes, bytes). The intact directory
+ *             restarts, with the object's value. --broken-check: the
+ *             check is off (FARM_FP_RESTART_NO_CHECK); the damaged region
+ *             file must then be accepted, which the test notices.
+ */
+#define NP_NM 3
+#include "txproc.h"
+
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include "node/restart.h"
+#include "util/fault.h"
+
+#ifndef FARM_SOURCE_DIR
+#error "FARM_SOURCE_DIR must name the source tree (for scripts/zk-local)"
+#endif
+
+#define RS_ACCOUNTS   20
+#define RS_NACC       (NP_NM * RS_ACCOUNTS)
+#define RS_SESSION_MS 1500
+#define RS_LEASE_US   50000u
+#define RS_JOIN_MS    60000
+#define RS_PRE        200 /* transfers per machine before the catch */
+
+static char zk_dir[256], zk_connect[64], zk_root[96];
+static const char *zk_script = FARM_SOURCE_DIR "/scripts/zk-local";
+static bool broken, broken_check;
+static struct np_cluster cl;
+
+/* ---- the bank run (child side) ----------------------------------------- */
+
+static struct tx_child *self;
+
+static void hold(enum farm_fault_point fp, void *arg)
+{
+	(void)fp;
+	(void)arg;
+	/* The COMMIT-PRIMARY landed and is never processed here: its
+	 * coordinator reports the commit, the install never happens. */
+	(void)np_say(&self->np, 'H', NULL, 0);
+	for (;;)
+		pause();
+}
+
+static int run_role(struct tx_child *c)
+{
+	farm_fatptr mine[RS_ACCOUNTS];
+	farm_fatptr *acc = share_objs(c, "acct", RS_ACCOUNTS, 64, fill_account,
+	                              NULL, mine);
+	if (!acc)
+		return 20;
+	struct bank_counts k = {0};
+	bool said = false;
+	for (;;) {
+		if (!said && k.transfers >= RS_PRE) {
+			if (np_say(&c->np, 'P', NULL, 0))
+				return 21;
+			said = true;
+		}
+		int cmd = np_poll_cmd(&c->np);
+		if (cmd == 'A' &&
+		    farm_fault_set(FARM_FP_TX_ON_PRIMARY, hold, NULL))
+			return 22;
+		if (cmd == 'F') { /* everything acknowledged is in the file */
+			tx_hist_flush(c);
+			if (np_say(&c->np, 'f', NULL, 0))
+				return 23;
+		}
+		if (cmd == 'Q')
+			return 0;
+		bank_step(c, &k, mine, RS_ACCOUNTS, acc, RS_NACC,
+		          2000000000ull);
+	}
+}
+
+static int config(struct np_child *np, struct farm_config *cfg)
+{
+	int st = np_config_zk(np, "16M", zk_connect, zk_root, RS_SESSION_MS,
+	                      RS_LEASE_US, cfg);
+	cfg->replicas = 3;
+	return st;
+}
+
+static int run_machine(struct np_child *np, void *arg)
+{
+	(void)arg;
+	struct tx_child c = {.np = *np};
+	self = &c;
+	struct farm_config cfg;
+	int st = config(np, &cfg);
+	if (st)
+		return st;
+	if (tx_hist_stream(&c))
+		return 8;
+	return tx_child_run(&c, &cfg, RS_JOIN_MS, run_role);
+}
+
+/* ---- after the restart (child side) -------------------------------------- */
+
+struct scan {
+	int rc[RS_NACC];
+	int64_t bal[RS_NACC];
+	uint64_t ver[RS_NACC];
+	int sum_rc, transfer_rc;
+	int64_t sum;
+	struct farm_restart_stats st;
+};
+
+static void no_replay(enum farm_fault_point fp, void *arg)
+{
+	(void)fp;
+	(void)arg;
+}
+
+static int check_role(struct tx_child *c)
+{
+	unsigned n = 0;
+	farm_fatptr *acc = load_objs(c, "acct", &n);
+	struct scan *s = calloc(1, sizeof(*s));
+	if (!acc || n != RS_NACC || !s)
+		return 30;
+	farm_node_restart_stats(c->np.node, &s->st);
+	if (c->np.me == 0) {
+		for (unsigned i = 0; i < RS_NACC; i++)
+			s->rc[i] = lf_account(c, acc[i].addr, &s->bal[i],
+			                      &s->ver[i]);
+		struct bank_counts k = {0};
+		int64_t minb;
+		s->sum_rc = -EAGAIN;
+		for (unsigned t = 0; t < 20 && farm_tx_retryable(s->sum_rc);
+		     t++)
+			s->sum_rc = ro_sum(c, &k, acc, RS_NACC, RS_NACC,
+			                   &s->sum, &minb);
+		bool declined;
+		s->transfer_rc = -EAGAIN;
+		for (unsigned t = 0;
+		     t < 20 && farm_tx_retryable(s->transfer_rc); t++)
+			s->transfer_rc =
+			        transfer(c, &k, acc[0].addr,
+			                 acc[RS_NACC - 1].addr, 0, &declined);
+	}
+	int st = np_say(&c->np, 's', s, sizeof(*s)) ? 31 : 0;
+	free(s);
+	free(acc);
+	int cmd = st ? 0 : np_wait_cmd(&c->np);
+	if (cmd == 'Z') { /* a clean whole-cluster shutdown, in two steps */
+		farm_node_quiesce(c->np.node);
+		if (np_say(&c->np, 'z', NULL, 0) || np_wait_cmd(&c->np) != 'Q')
+			return 33;
+		farm_node_loop_close(c->np.node, c->np.loop);
+		farm_node_shutdown(c->np.node);
+		_exit(0); /* the node is gone: not tx_child_run's close */
+	}
+	if (!st && cmd != 'Q')
+		st = 32;
+	return st;
+}
+
+static int check_machine(struct np_child *np, void *arg)
+{
+	(void)arg;
+	struct tx_child c = {.np = *np};
+	struct farm_config cfg;
+	int st = config(np, &cfg);
+	if (st)
+		return st;
+	if (broken &&
+	    farm_fault_set(FARM_FP_RESTART_NO_REPLAY, no_replay, NULL))
+		return 9;
+	return tx_child_run(&c, &cfg, RS_JOIN_MS, check_role);
+}
+
+/* Start NP_NM machines again on the directories of @cl. */
+static void restart_all(struct np_cluster *c, np_entry_fn entry)
+{
+	for (uint32_t i = 0; i < NP_NM; i++) {
+		int down[2], up[2];
+		assert_int_equal(pipe(down), 0);
+		assert_int_equal(pipe(up), 0);
+		fflush(NULL);
+		pid_t pid = fork();
+		assert_true(pid >= 0);
+		if (pid == 0) {
+			close(down[1]);
+			close(up[0]);
+			for (uint32_t j = 0; j < i; j++) {
+				close(c->to[j]);
+				close(c->from[j]);
+			}
+			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			struct np_child ch = {
+			        .me = i, .in = down[0], .out = up[1], .cl = c};
+			_exit(entry(&ch, NULL));
+		}
+		close(down[0]);
+		close(up[1]);
+		c->pid[i] = pid;
+		c->to[i] = down[1];
+		c->from[i] = up[0];
+	}
+}
+
+/* ---- the bank test (parent) -----------------------------------------------
+ */
+
+struct committed {
+	const farm_fatptr *acc;
+	uint64_t max[RS_NACC];
+};
+
+static void on_write(void *ctx, uint64_t key, uint64_t version)
+{
+	struct committed *cm = ctx;
+	for (unsigned i = 0; i < RS_NACC; i++)
+		if (cm->acc[i].addr == key && version > cm->max[i])
+			cm->max[i] = version;
+}
+
+static void test_bank(void **state)
+{
+	(void)state;
+	snprintf(zk_root, sizeof(zk_root), "/libfarm/restart-%d",
+	         (int)getpid());
+	np_start(&cl, "restart", run_machine, NULL);
+	p_setup(&cl);
+	for (unsigned i = 0; i < NP_NM; i++)
+		np_expect(&cl, i, 'P', 120000);
+	/* Catch one commit between its acknowledgement and its install. */
+	np_send(&cl, 1, 'A');
+	np_expect(&cl, 1, 'H', 60000);
+	for (unsigned i = 0; i < NP_NM; i++)
+		if (i != 1) {
+			np_send(&cl, i, 'F');
+			np_expect(&cl, i, 'f', 30000);
+		}
+	/* Every machine at once: stopped first, so none sees another die
+	 * and reconfigures in between (a power loss takes all at once). */
+	for (unsigned i = 0; i < NP_NM; i++)
+		assert_int_equal(kill(cl.pid[i], SIGSTOP), 0);
+	for (unsigned i = 0; i < NP_NM; i++)
+		assert_int_equal(kill(cl.pid[i], SIGKILL), 0);
+	uint64_t t_kill = np_now_ns();
+	for (unsigned i = 0; i < NP_NM; i++) {
+		assert_int_equal(tu_reap(cl.pid[i]), 128 + SIGKILL);
+		cl.pid[i] = 0;
+		close(cl.to[i]);
+		close(cl.from[i]);
+		cl.to[i] = cl.from[i] = -1;
+	}
+	/* What was acknowledged before the kill. */
+	size_t len;
+	char path[600];
+	snprintf(path, sizeof(path), "%s/acct-0", cl.root);
+	struct committed cm = {0};
+	farm_fatptr acc[RS_NACC];
+	unsigned na = 0;
+	for (unsigned i = 0; i < NP_NM; i++) {
+		snprintf(path, sizeof(path), "%s/acct-%u", cl.root, i);
+		farm_fatptr *p = np_read_file(path, &len);
+		assert_non_null(p);
+		assert_int_equal(len, RS_ACCOUNTS * sizeof(*p));
+		memcpy(acc + na, p, len);
+		na += RS_ACCOUNTS;
+		free(p);
+	}
+	cm.acc = acc;
+	sc_report rep;
+	uint64_t cut = 0;
+	int anomalies = tx_check_history(&cl, (1ull << NP_NM) - 1, &rep, &cut,
+	                                 on_write, &cm);
+
+	restart_all(&cl, check_machine);
+	struct scan s[NP_NM];
+	for (unsigned i = 0; i < NP_NM; i++)
+		np_expect(&cl, i, 'R', RS_JOIN_MS + 30000);
+	for (unsigned i = 0; i < NP_NM; i++) {
+		np_expect(&cl, i, 's', 60000);
+		np_recv(&cl, i, &s[i], sizeof(s[i]), 10000);
+	}
+	uint64_t t_up = np_now_ns();
+	/* Then a clean shutdown of every machine, and a restart from it. */
+	for (unsigned i = 0; i < NP_NM; i++)
+		np_send(&cl, i, 'Z');
+	for (unsigned i = 0; i < NP_NM; i++)
+		np_expect(&cl, i, 'z', 30000);
+	for (unsigned i = 0; i < NP_NM; i++)
+		np_send(&cl, i, 'Q');
+	int sts[NP_NM], st = 0;
+	np_finish(&cl, sts);
+	for (unsigned i = 0; i < NP_NM; i++)
+		st |= sts[i];
+	restart_all(&cl, check_machine);
+	struct scan s2[NP_NM];
+	for (unsigned i = 0; i < NP_NM; i++)
+		np_expect(&cl, i, 'R', RS_JOIN_MS + 30000);
+	for (unsigned i = 0; i < NP_NM; i++) {
+		np_expect(&cl, i, 's', 60000);
+		np_recv(&cl, i, &s2[i], sizeof(s2[i]), 10000);
+	}
+	for (unsigned i = 0; i < NP_NM; i++)
+		np_send(&cl, i, 'Q');
+	np_finish(&cl, sts);
+	for (unsigned i = 0; i < NP_NM; i++)
+		st |= sts[i];
+
+	struct fails f = {0};
+	int64_t sum = 0;
+	unsigned locked = 0, missing = 0, first_missing = RS_NACC;
+	for (unsigned i = 0; i < RS_NACC; i++) {
+		if (s[0].rc[i]) {
+			locked++;
+			continue;
+		}
+		sum += s[0].bal[i];
+		if (s[0].ver[i] < cm.max[i]) {
+			missing++;
+			if (first_missing == RS_NACC)
+				first_missing = i;
+		}
+	}
+	for (unsigned i = 0; i < NP_NM; i++) {
+		const struct farm_restart_stats *t = &s[i].st;
+		printf("restart: machine %u: %" PRIu64 " regions (%" PRIu64
+		       " MiB) adopted in %.1f ms; %" PRIu64
+		       " records of %" PRIu64 " transactions (%" PRIu64
+		       " committed, %" PRIu64 " aborted), %" PRIu64
+		       " images applied, %" PRIu64 " of %" PRIu64
+		       " objects unlocked in %.1f ms; barrier %.1f ms\n",
+		       i, t->regions, t->bytes >> 20, t->adopt_ns / 1e6,
+		       t->records, t->txns, t->committed, t->aborted, t->images,
+		       t->unlocked, t->objects, t->replay_ns / 1e6,
+		       t->barrier_ns / 1e6);
+		if (!t->restarted)
+			failed(&f,
+			       "machine %u did not restart from its "
+			       "directory",
+			       i);
+	}
+	printf("restart: kill to every machine serving %.0f ms (ZooKeeper "
+	       "sessions of %d ms expire first); %u transactions open at "
+	       "the kill\n",
+	       (t_up - t_kill) / 1e6, RS_SESSION_MS, (unsigned)cut);
+	if (st)
+		failed(&f, "a machine exited with status %d", st);
+	/* After the clean shutdown: everything the first restart saw, and
+	 * its own transfer (account 0 and the last one moved on). */
+	unsigned older = 0;
+	int64_t sum2 = 0;
+	for (unsigned i = 0; i < RS_NACC; i++) {
+		if (s2[0].rc[i] || s2[0].ver[i] < s[0].ver[i])
+			older++;
+		sum2 += s2[0].bal[i];
+	}
+	for (unsigned i = 0; i < NP_NM; i++)
+		if (!s2[i].st.restarted)
+			failed(&f,
+			       "machine %u did not restart after the clean "
+			       "shutdown",
+			       i);
+	printf("clean shutdown, restart: %" PRIu64 " records decided, "
+	       "%" PRIu64 " locks cleared on machine 0; total %" PRId64 "\n",
+	       s2[0].st.records, s2[0].st.unlocked, sum2);
+	if (older || sum2 != (int64_t)RS_NACC * INIT_BALANCE ||
+	    s2[0].transfer_rc || s2[0].ver[0] <= s[0].ver[0])
+		failed(&f,
+		       "after the clean shutdown: %u accounts older or "
+		       "unreadable, total %" PRId64 ", transfer %s, account 0 "
+		       "at version %" PRIu64 " (was %" PRIu64 ")",
+		       older, sum2, farm_strerror(s2[0].transfer_rc),
+		       s2[0].ver[0], s[0].ver[0]);
+	if (anomalies)
+		failed(&f, "the pre-kill histories have %d anomalies",
+		       anomalies);
+	if (locked)
+		failed(&f,
+		       "%u accounts unreadable (locked) after the "
+		       "restart",
+		       locked);
+	if (missing)
+		failed(&f,
+		       "%u accounts lack an acknowledged write (account "
+		       "%u: version %" PRIu64 ", committed %" PRIu64 ")",
+		       missing, first_missing,
+		       first_missing < RS_NACC ? s[0].ver[first_missing] : 0,
+		       first_missing < RS_NACC ? cm.max[first_missing] : 0);
+	if (!locked && sum != (int64_t)RS_NACC * INIT_BALANCE)
+		failed(&f, "total %" PRId64 ", expected %" PRId64, sum,
+		       (int64_t)RS_NACC * INIT_BALANCE);
+	if (s[0].sum_rc || s[0].sum != (int64_t)RS_NACC * INIT_BALANCE)
+		failed(&f, "read-only sum after the restart: %s, %" PRId64,
+		       farm_strerror(s[0].sum_rc), s[0].sum);
+	if (s[0].transfer_rc)
+		failed(&f, "a transfer after the restart: %s",
+		       farm_strerror(s[0].transfer_rc));
+	np_cleanup(&cl);
+	if (broken) {
+		if (!f.n)
+			fail_msg("--broken: the restart applied no record and "
+			         "every check passed: the test cannot see a "
+			         "lost commit");
+		printf("--broken: %u check(s) failed, as they must:\n%s", f.n,
+		       f.text);
+		return;
+	}
+	if (f.n)
+		fail_msg("%u check(s) failed:\n%s", f.n, f.text);
+}
+
+/* ---- the damaged directory (one machine, static membership) -------------- */
+
+static char dd_root[160];
+
+static void dd_config(const char *dir, uint32_t id, struct farm_config *cfg)
+{
+	farm_config_defaults(cfg);
+	cfg->has_machine_id = true;
+	cfg->machine_id = id;
+	cfg->region_size = 16u << 20;
+	cfg->replicas = 1;
+	snprintf(cfg->data_dir, sizeof(cfg->data_dir), "%s", dir);
+	snprintf(cfg->fabric, sizeof(cfg->fabric), "shm");
+}
+
+/* Write @value into a new object of machine 0 at @dir; shut down. */
+static void dd_make(const char *dir, farm_gaddr *out, uint64_t value)
+{
+	struct farm_config cfg;
+	dd_config(dir, 0, &cfg);
+	farm_node *n;
+	assert_int_equal(farm_node_open(&cfg, &n), 0);
+	farm_node_set_app_loops(n, true);
+	farm_loop *loop;
+	assert_int_equal(farm_node_start(n, 10000), 0);
+	assert_int_equal(farm_node_loop_open(n, 0, &loop), 0);
+	assert_int_equal(farm_node_wait_members(n, 1, 10000), 0);
+	farm_tx *tx;
+	assert_int_equal(farm_tx_begin(farm_node_txm(n), loop, &tx), 0);
+	void *d;
+	farm_fatptr p;
+	assert_int_equal(farm_tx_alloc_sync(tx, 64, FARM_GADDR_NULL, &p, &d),
+	                 0);
+	memcpy(d, &value, 8);
+	assert_int_equal(farm_tx_commit_sync(tx), 0);
+	farm_tx_free(tx);
+	*out = p.addr;
+	farm_node_loop_close(n, loop);
+	farm_node_shutdown(n);
+}
+
+/* A directory's files: names, sizes, content checksums. */
+struct snap {
+	unsigned n;
+	char name[32][80];
+	uint64_t size[32], sum[32];
+};
+
+static void snap_take(const char *dir, struct snap *s)
+{
+	memset(s, 0, sizeof(*s));
+	DIR *d = opendir(dir);
+	assert_non_null(d);
+	struct dirent *e;
+	while ((e = readdir(d)))
+		if (e->d_name[0] != '.' && s->n < 32) {
+			char p[600];
+			snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
+			size_t len;
+			uint8_t *b = np_read_file(p, &len);
+			uint64_t h = 0xcbf29ce484222325ull;
+			for (size_t i = 0; b && i < len; i++)
+				h = (h ^ b[i]) * 0x100000001b3ull;
+			free(b);
+			snprintf(s->name[s->n], sizeof(s->name[0]), "%.79s",
+			         e->d_name);
+			s->size[s->n] = len;
+			s->sum[s->n++] = h;
+		}
+	closedir(d);
+}
+
+static bool snap_same(const struct snap *a, const struct snap *b)
+{
+	if (a->n != b->n)
+		return false;
+	for (unsigned i = 0; i < a->n; i++) {
+		bool found = false;
+		for (unsigned j = 0; j < b->n && !found; j++)
+			found = !strcmp(a->name[i], b->name[j]) &&
+			        a->size[i] == b->size[j] &&
+			        a->sum[i] == b->sum[j];
+		if (!found)
+			return false;
+	}
+	return true;
+}
+
+static void copy_dir(const char *from, const char *to)
+{
+	char cmd[1400];
+	snprintf(cmd, sizeof(cmd), "cp -a '%s' '%s'", from, to);
+	assert_int_equal(system(cmd), 0);
+}
+
+/* The first file of @dir whose name ends with @suffix and starts "mem-". */
+static bool find_file(const char *dir, const char *suffix, bool log, char *out,
+                      size_t len)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	bool found = false;
+	while (d && !found && (e = readdir(d))) {
+		size_t l = strlen(e->d_name), sl = strlen(suffix);
+		if (strncmp(e->d_name, "mem-", 4) || l < sl ||
+		    strcmp(e->d_name + l - sl, suffix))
+			continue;
+		char p[600];
+		snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
+		uint64_t w = 0;
+		FILE *f = fopen(p, "rb");
+		if (f) {
+			if (fread(&w, 8, 1, f) != 1)
+				w = 0;
+			fclose(f);
+		}
+		/* The log starts "FARMTXL1"; a primary region "FARMAPC1". */
+		bool is_log = w == 0x314c58544d524146ull;
+		bool is_reg = w == 0x314350414d524146ull;
+		if ((log && is_log) || (!log && is_reg)) {
+			snprintf(out, len, "%s", p);
+			found = true;
+		}
+	}
+	if (d)
+		closedir(d);
+	return found;
+}
+
+/* Start machine @id on @dir: farm_restart_open's verdict (and text), then
+ * farm_node_open's; the directory must be unchanged by both. */
+static int dd_try(const char *dir, uint32_t id, char *err, size_t len)
+{
+	struct snap before, after;
+	snap_take(dir, &before);
+	struct farm_config cfg;
+	dd_config(dir, id, &cfg);
+	struct farm_restart *rs = NULL;
+	int rc = farm_restart_open(&cfg, &rs, err, len);
+	if (!rc) { /* accepted: the start would go on; undo the set-aside */
+		farm_restart_close(rs);
+		return 0;
+	}
+	farm_node *n = NULL;
+	int nrc = farm_node_open(&cfg, &n);
+	if (!nrc)
+		farm_node_close(n);
+	snap_take(dir, &after);
+	if (!snap_same(&before, &after))
+		fail_msg("%s: the refused start changed the directory", dir);
+	assert_int_equal(nrc, rc);
+	return rc;
+}
+
+static void test_damaged(void **state)
+{
+	(void)state;
+	tu_tmpdir(dd_root, sizeof(dd_root), "restart-dd");
+	char good[200], d[200], f[700], err[768];
+	snprintf(good, sizeof(good), "%s/good", dd_root);
+	farm_gaddr obj;
+	dd_make(good, &obj, 0x5eed);
+	struct fails fl = {0};
+
+	/* A region file's magic. */
+	snprintf(d, sizeof(d), "%s/magic", dd_root);
+	copy_dir(good, d);
+	assert_true(find_file(d, ".region.old", false, f, sizeof(f)));
+	FILE *w = fopen(f, "r+b");
+	assert_non_null(w);
+	assert_int_equal(fwrite("garbage!", 8, 1, w), 1);
+	fclose(w);
+	int rc = dd_try(d, 0, err, sizeof(err));
+	printf("damaged region magic: %s\n", rc ? err : "accepted");
+	const char *base = strrchr(f, '/') + 1;
+	if (rc != FARM_ECORRUPT || !strstr(err, base) ||
+	    !strstr(err, "offset 0"))
+		failed(&fl, "a region file with a bad magic: %s (%s)",
+		       farm_strerror(rc), rc ? err : "accepted");
+
+	/* The manifest's trailer, torn. */
+	snprintf(d, sizeof(d), "%s/torn", dd_root);
+	copy_dir(good, d);
+	snprintf(f, sizeof(f), "%s/%s", d, FARM_MANIFEST_FILE);
+	struct stat st;
+	assert_int_equal(stat(f, &st), 0);
+	assert_int_equal(truncate(f, st.st_size - 10), 0);
+	rc = dd_try(d, 0, err, sizeof(err));
+	printf("torn manifest: %s\n", rc ? err : "accepted");
+	if (rc != FARM_ECORRUPT || !strstr(err, FARM_MANIFEST_FILE) ||
+	    !strstr(err, "offset"))
+		failed(&fl, "a torn manifest: %s (%s)", farm_strerror(rc),
+		       rc ? err : "accepted");
+
+	/* The log's size. */
+	snprintf(d, sizeof(d), "%s/logsize", dd_root);
+	copy_dir(good, d);
+	assert_true(find_file(d, ".region.old", true, f, sizeof(f)));
+	assert_int_equal(stat(f, &st), 0);
+	assert_int_equal(truncate(f, st.st_size - 4096), 0);
+	rc = dd_try(d, 0, err, sizeof(err));
+	printf("short log: %s\n", rc ? err : "accepted");
+	base = strrchr(f, '/') + 1;
+	char logname[128];
+	snprintf(logname, sizeof(logname), "%.*s", (int)(strlen(base) - 4),
+	         base); /* without ".old" */
+	if (rc != FARM_ECORRUPT || !strstr(err, logname) ||
+	    !strstr(err, "size mismatch"))
+		failed(&fl, "a short log: %s (%s)", farm_strerror(rc),
+		       rc ? err : "accepted");
+
+	/* Another machine's directory. */
+	snprintf(d, sizeof(d), "%s/other", dd_root);
+	copy_dir(good, d);
+	rc = dd_try(d, 1, err, sizeof(err));
+	printf("another machine's: %s\n", rc ? err : "accepted");
+	if (rc != -EXDEV || !strstr(err, "belongs to machine 0"))
+		failed(&fl, "another machine's directory: %s (%s)",
+		       farm_strerror(rc), rc ? err : "accepted");
+
+	/* The intact one restarts with the object. */
+	if (!broken_check) {
+		struct farm_config cfg;
+		dd_config(good, 0, &cfg);
+		farm_node *n;
+		assert_int_equal(farm_node_open(&cfg, &n), 0);
+		farm_node_set_app_loops(n, true);
+		farm_loop *loop;
+		assert_int_equal(farm_node_start(n, 10000), 0);
+		assert_int_equal(farm_node_loop_open(n, 0, &loop), 0);
+		assert_int_equal(farm_node_wait_members(n, 1, 10000), 0);
+		struct farm_restart_stats rst;
+		farm_node_restart_stats(n, &rst);
+		farm_tx *tx;
+		assert_int_equal(farm_tx_begin(farm_node_txm(n), loop, &tx), 0);
+		const void *v;
+		rc = farm_tx_read_sync(tx, obj, 64, &v);
+		uint64_t got = 0;
+		if (!rc)
+			memcpy(&got, v, 8);
+		farm_tx_free(tx);
+		printf("intact: restarted %d, %" PRIu64
+		       " regions, object %s: %#" PRIx64 "\n",
+		       rst.restarted, rst.regions, farm_strerror(rc), got);
+		if (!rst.restarted || rc || got != 0x5eed)
+			failed(&fl,
+			       "the intact directory: restarted %d, "
+			       "read %s, value %#" PRIx64,
+			       rst.restarted, farm_strerror(rc), got);
+		farm_node_loop_close(n, loop);
+		farm_node_close(n);
+	}
+	tu_rmtree(dd_root);
+	dd_root[0] = 0;
+	if (broken_check) {
+		if (!fl.n)
+			fail_msg("--broken-check: the check was off and "
+			         "nothing noticed");
+		printf("--broken-check: %u check(s) failed, as they must:\n%s",
+		       fl.n, fl.text);
+		return;
+	}
+	if (fl.n)
+		fail_msg("%u check(s) failed:\n%s", fl.n, fl.text);
+}
+
+static void no_check(enum farm_fault_point fp, void *arg)
+{
+	(void)fp;
+	(void)arg;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	np_cleanup(&cl);
+	if (dd_root[0])
+		tu_rmtree(dd_root);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	bool only_damaged = false;
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--broken")) {
+			broken = true;
+		} else if (!strcmp(argv[i], "--broken-check")) {
+			broken_check = only_damaged = true;
+		} else if (!strcmp(argv[i], "--damaged")) {
+			only_damaged = true;
+		} else {
+			printf("usage: %s [--broken | --broken-check | "
+			       "--damaged]\n",
+			       argv[0]);
+			return strcmp(argv[i], "--help") ? 2 : 0;
+		}
+	}
+	if ((broken || broken_check) && !farm_fault_built()) {
+		printf("skipped: built without fault injection\n");
+		return FARM_TEST_SKIP;
+	}
+	if (broken_check &&
+	    farm_fault_set(FARM_FP_RESTART_NO_CHECK, no_check, NULL))
+		return 1;
+	const struct CMUnitTest damaged[] = {
+	        cmocka_unit_test_teardown(test_damaged, teardown)};
+	if (only_damaged)
+		return cmocka_run_group_tests_name("restart", damaged, NULL,
+		                                   NULL);
+	const struct CMUnitTest bank[] = {
+	        cmocka_unit_test_teardown(test_bank, teardown)};
+	return tu_zk_run(zk_script, zk_dir, sizeof(zk_dir), zk_connect,
+	                 sizeof(zk_connect), "restart", bank, 1);
+}
