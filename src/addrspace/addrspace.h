@@ -97,6 +97,8 @@ int farm_as_promote(farm_as *as, uint32_t region);
 int farm_as_backup_open(farm_as *as, uint32_t region);
 int farm_as_backup_filled(farm_as *as, uint32_t region);
 bool farm_as_backup_filling(farm_as *as, uint32_t region);
+
+/*
  * Whole-cluster restart (src/node/restart.c). farm_as_adopt(): @r, a local
  * copy of @region filled from the previous incarnation's file, joins the
  * table as a backup copy that no lookup is answered for (-EAGAIN to

@@ -179,6 +179,8 @@ FARM_MUST_CHECK int farm_alloc_copy_note(const struct farm_alloc_region *copy,
 /* True when @copy's block 0 holds a region header (some block was noted,
  * or an allocator formatted it). */
 bool farm_alloc_copy_formatted(const struct farm_alloc_region *copy);
+
+/*
  * farm_alloc_walk_region() - call @fn for every allocated object of the
  * region at @base (@size bytes, id @id) as its block table and object
  * headers describe it, with no allocator state (walk.c: a restart finds the
