@@ -327,6 +327,28 @@ static void freed_read_done(farm_loop *loop, void *ctx, int status)
 	}
 }
 
+/*
+ * Is a whole transaction record (not a pad) at @off of a ring of @R
+ * bytes? Its header is sane and its trailer holds its position + 1: a
+ * record whose trailer does not match was in flight when its writer
+ * stopped (never landed, never acknowledged), and truncation zeroes what
+ * it frees. *@h is the header when true. For scans of files at rest
+ * (farm_txlog_scan_file, whole-cluster restart).
+ */
+bool txn_log_record_at(const uint8_t *ring, uint64_t R, uint64_t off,
+                       struct rec_hdr *h)
+{
+	memcpy(h, ring + off, sizeof(*h));
+	if (!h->len || h->len % 64 || h->len > R - off || h->type < REC_LOCK ||
+	    h->type > REC_PAD)
+		return false;
+	uint64_t tr;
+	memcpy(&tr, ring + off + (h->type == REC_PAD ? 56 : h->len - 8), 8);
+	if (!tr || (tr - 1) % R != off)
+		return false;
+	return h->type != REC_PAD && rec_size(h->nobj, 0, h->nreg) <= h->len;
+}
+
 /* ---- reading logs after a restart ------------------------------------- */
 
 int farm_txlog_scan_file(const char *path, farm_txlog_fn fn, void *ctx,
@@ -376,21 +398,7 @@ int farm_txlog_scan_file(const char *path, farm_txlog_fn fn, void *ctx,
 			 * are the records not yet truncated. */
 			for (uint64_t off = 0; off < sb.R; off += 64) {
 				struct rec_hdr h;
-				memcpy(&h, ring + off, sizeof(h));
-				if (!h.len || h.len % 64 ||
-				    h.len > sb.R - off || h.type < REC_LOCK ||
-				    h.type > REC_PAD)
-					continue;
-				uint64_t tr;
-				memcpy(&tr,
-				       ring + off +
-				               (h.type == REC_PAD ? 56
-				                                  : h.len - 8),
-				       8);
-				if (!tr || (tr - 1) % sb.R != off)
-					continue;
-				if (h.type == REC_PAD ||
-				    rec_size(h.nobj, 0, h.nreg) > h.len)
+				if (!txn_log_record_at(ring, sb.R, off, &h))
 					continue;
 				struct farm_txlog_rec r = {.coord = c,
 				                           .thread = t,

@@ -123,25 +123,10 @@ static int collect(const uint8_t *base, size_t len, uint64_t coords,
 			                      ((uint64_t)c * sb.T + t) * sb.R;
 			for (uint64_t off = 0; off < sb.R; off += 64) {
 				struct rec_hdr h;
-				memcpy(&h, ring + off, sizeof(h));
-				if (!h.len || h.len % 64 ||
-				    h.len > sb.R - off || h.type < REC_LOCK ||
-				    h.type > REC_PAD)
-					continue;
-				uint64_t tr;
-				memcpy(&tr,
-				       ring + off +
-				               (h.type == REC_PAD ? 56
-				                                  : h.len - 8),
-				       8);
-				/* A record whose trailer does not match was
-				 * in flight at the kill: never landed, so
-				 * never acknowledged. */
-				if (!tr || (tr - 1) % sb.R != off)
-					continue;
-				if (h.type == REC_PAD)
-					continue;
-				if (rec_size(h.nobj, 0, h.nreg) > h.len)
+				/* One in flight at the kill never landed, so
+				 * was never acknowledged: not whole, skipped.
+				 */
+				if (!txn_log_record_at(ring, sb.R, off, &h))
 					continue;
 				if (*n == *cap) {
 					size_t nc = *cap ? *cap * 2 : 1024;
