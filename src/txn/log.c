@@ -332,11 +332,12 @@ static void freed_read_done(farm_loop *loop, void *ctx, int status)
  * bytes? Its header is sane and its trailer holds its position + 1: a
  * record whose trailer does not match was in flight when its writer
  * stopped (never landed, never acknowledged), and truncation zeroes what
- * it frees. *@h is the header when true. For scans of files at rest
- * (farm_txlog_scan_file, whole-cluster restart).
+ * it frees. *@h is the header when true, and *@pos (when not NULL) the
+ * record's position in the log (its trailer - 1). For scans of files at
+ * rest (farm_txlog_scan_file, whole-cluster restart).
  */
 bool txn_log_record_at(const uint8_t *ring, uint64_t R, uint64_t off,
-                       struct rec_hdr *h)
+                       struct rec_hdr *h, uint64_t *pos)
 {
 	memcpy(h, ring + off, sizeof(*h));
 	if (!h->len || h->len % 64 || h->len > R - off || h->type < REC_LOCK ||
@@ -346,6 +347,8 @@ bool txn_log_record_at(const uint8_t *ring, uint64_t R, uint64_t off,
 	memcpy(&tr, ring + off + (h->type == REC_PAD ? 56 : h->len - 8), 8);
 	if (!tr || (tr - 1) % R != off)
 		return false;
+	if (pos)
+		*pos = tr - 1;
 	return h->type != REC_PAD && rec_size(h->nobj, 0, h->nreg) <= h->len;
 }
 
@@ -398,7 +401,9 @@ int farm_txlog_scan_file(const char *path, farm_txlog_fn fn, void *ctx,
 			 * are the records not yet truncated. */
 			for (uint64_t off = 0; off < sb.R; off += 64) {
 				struct rec_hdr h;
-				if (!txn_log_record_at(ring, sb.R, off, &h))
+				uint64_t pos;
+				if (!txn_log_record_at(ring, sb.R, off, &h,
+				                       &pos))
 					continue;
 				struct farm_txlog_rec r = {.coord = c,
 				                           .thread = t,
@@ -406,7 +411,7 @@ int farm_txlog_scan_file(const char *path, farm_txlog_fn fn, void *ctx,
 				                           .nobj = h.nobj,
 				                           .len = h.len,
 				                           .txid = h.txid,
-				                           .pos = tr - 1};
+				                           .pos = pos};
 				fn(ctx, &r);
 				n++;
 				off += h.len - 64;

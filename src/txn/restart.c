@@ -126,7 +126,8 @@ static int collect(const uint8_t *base, size_t len, uint64_t coords,
 				/* One in flight at the kill never landed, so
 				 * was never acknowledged: not whole, skipped.
 				 */
-				if (!txn_log_record_at(ring, sb.R, off, &h))
+				if (!txn_log_record_at(ring, sb.R, off, &h,
+				                       NULL))
 					continue;
 				if (*n == *cap) {
 					size_t nc = *cap ? *cap * 2 : 1024;

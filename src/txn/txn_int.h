@@ -700,7 +700,7 @@ void txn_tx_finish(farm_tx *tx);
 void txn_scan_deadlines(struct txloop *tl);
 void txn_end_lock_waits(struct txloop *tl, const bool *removed);
 bool txn_log_record_at(const uint8_t *ring, uint64_t R, uint64_t off,
-                       struct rec_hdr *h);
+                       struct rec_hdr *h, uint64_t *pos);
 void txn_h_reply(farm_loop *loop, const farm_msg_in *in, void *arg);
 
 #endif
