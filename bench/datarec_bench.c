@@ -41,6 +41,7 @@
  */
 #include "benchnode.h"
 #include "benchutil.h"
+#include "transfers.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -157,11 +158,6 @@ struct mach {
 	unsigned nacc, busy;
 };
 
-struct acct {
-	int64_t balance;
-	uint64_t ctr;
-};
-
 static void fail(struct mach *c, const char *what, int rc)
 {
 	c->st->fail_rc = rc;
@@ -169,37 +165,6 @@ static void fail(struct mach *c, const char *what, int rc)
 	fprintf(stderr, PROG ": machine %u: %s: %s\n", c->me, what,
 	        farm_strerror(rc));
 	atomic_store(&c->st->state, ST_FAILED);
-}
-
-/* @n objects of @size bytes in transactions of 16; accounts into @out. */
-static int create(struct mach *c, unsigned n, uint32_t size, farm_fatptr *out)
-{
-	uint8_t buf[1024] = {0};
-	struct acct a = {.balance = INIT_BAL};
-	memcpy(buf, &a, sizeof(a));
-	for (unsigned done = 0; done < n;) {
-		unsigned k = FARM_MIN(16u, n - done);
-		farm_tx *tx;
-		int rc = farm_tx_begin(c->txm, c->loop, &tx);
-		if (rc)
-			return rc;
-		for (unsigned j = 0; j < k && !rc; j++) {
-			void *d;
-			farm_fatptr p;
-			rc = farm_tx_alloc_sync(tx, size, FARM_GADDR_NULL,
-			                        out ? &out[done + j] : &p, &d);
-			if (!rc)
-				memcpy(d, buf, FARM_MIN(size, sizeof(buf)));
-		}
-		if (!rc)
-			rc = farm_tx_commit_sync(tx);
-		farm_tx_free(tx);
-		if (rc == 0)
-			done += k;
-		else if (!farm_tx_retryable(rc))
-			return rc;
-	}
-	return 0;
 }
 
 /* Are copies held at @t ns after t0 (the odd --ab-ms windows)? */
@@ -224,12 +189,10 @@ static bool running(struct mach *c)
 
 struct slot {
 	struct mach *c;
-	farm_tx *tx;
+	struct bx_pair p; /* its transaction and reads */
 	bool busy;
-	unsigned ia, ib, pending, tries;
-	int err;
+	unsigned ia, ib, tries;
 	uint64_t retry_at;
-	struct acct a, b;
 };
 
 static void slot_start(struct slot *s);
@@ -237,9 +200,9 @@ static void slot_start(struct slot *s);
 static void slot_end(struct slot *s, int rc)
 {
 	struct mach *c = s->c;
-	if (s->tx)
-		farm_tx_free(s->tx);
-	s->tx = NULL;
+	if (s->p.tx)
+		farm_tx_free(s->p.tx);
+	s->p.tx = NULL;
 	s->busy = false;
 	c->busy--;
 	if (rc == 0) {
@@ -248,8 +211,7 @@ static void slot_end(struct slot *s, int rc)
 			g_ops[(size_t)c->me * SH->nb + b]++;
 		s->tries = 0;
 	} else if (farm_tx_retryable(rc)) {
-		s->retry_at = now_ns() + (1000ull << FARM_MIN(s->tries, 10u));
-		s->tries++;
+		s->retry_at = bx_backoff(&s->tries);
 		return;
 	} else {
 		atomic_fetch_add(&c->st->failed, 1);
@@ -268,51 +230,16 @@ static void commit_cb(farm_loop *loop, void *ctx, int outcome)
 	slot_end(s, outcome);
 }
 
-static void reads_done(struct slot *s)
+static void reads_done(struct bx_pair *p)
 {
-	if (--s->pending)
-		return;
-	int rc = s->err;
-	void *wa, *wb;
-	if (!rc && !(rc = farm_tx_write(s->tx, s->c->acc[s->ia].addr, &wa)) &&
-	    !(rc = farm_tx_write(s->tx, s->c->acc[s->ib].addr, &wb))) {
-		int64_t amt = s->a.balance > 0 ? 1 : 0;
-		s->a.balance -= amt;
-		s->a.ctr++;
-		s->b.balance += amt;
-		s->b.ctr++;
-		memcpy(wa, &s->a, sizeof(s->a));
-		memcpy(wb, &s->b, sizeof(s->b));
-		rc = farm_tx_commit(s->tx, commit_cb, s);
-	}
+	struct slot *s = (struct slot *)((char *)p - offsetof(struct slot, p));
+	int rc = p->err;
+	if (!rc &&
+	    !(rc = bx_pair_write(p, s->c->acc[s->ia].addr,
+	                         s->c->acc[s->ib].addr, p->a.balance > 0)))
+		rc = farm_tx_commit(p->tx, commit_cb, s);
 	if (rc)
 		slot_end(s, rc);
-}
-
-static void read_cb(farm_tx *tx, void *ctx, int status, const void *data,
-                    struct acct *into)
-{
-	(void)tx;
-	struct slot *s = ctx;
-	if (status && !s->err)
-		s->err = status;
-	if (!status)
-		memcpy(into, data, sizeof(*into));
-	reads_done(s);
-}
-
-static void read_a(farm_tx *tx, void *ctx, int status, const void *data,
-                   uint32_t size)
-{
-	(void)size;
-	read_cb(tx, ctx, status, data, &((struct slot *)ctx)->a);
-}
-
-static void read_b(farm_tx *tx, void *ctx, int status, const void *data,
-                   uint32_t size)
-{
-	(void)size;
-	read_cb(tx, ctx, status, data, &((struct slot *)ctx)->b);
 }
 
 static void slot_start(struct slot *s)
@@ -327,25 +254,13 @@ static void slot_start(struct slot *s)
 			s->ib = (unsigned)(farm_rand64(&c->rng) % c->nacc);
 		while (s->ib == s->ia);
 	}
-	int rc = farm_tx_begin(c->txm, c->loop, &s->tx);
+	int rc = farm_tx_begin(c->txm, c->loop, &s->p.tx);
 	if (rc) {
-		s->tx = NULL;
+		s->p.tx = NULL;
 		slot_end(s, rc);
 		return;
 	}
-	s->err = 0;
-	s->pending = 3;
-	if ((rc = farm_tx_read(s->tx, c->acc[s->ia].addr, sizeof(s->a), read_a,
-	                       s))) {
-		s->err = rc;
-		s->pending--;
-	}
-	if ((rc = farm_tx_read(s->tx, c->acc[s->ib].addr, sizeof(s->b), read_b,
-	                       s))) {
-		s->err = s->err ? s->err : rc;
-		s->pending--;
-	}
-	reads_done(s);
+	bx_pair_read(&s->p, c->acc[s->ia].addr, c->acc[s->ib].addr);
 }
 
 static void publish(struct mach *c, uint64_t b)
@@ -374,6 +289,7 @@ static int workload(struct mach *c)
 		return -ENOMEM;
 	for (unsigned i = 0; i < O.depth; i++) {
 		slots[i].c = c;
+		slots[i].p.done = reads_done;
 		slot_start(&slots[i]);
 	}
 	uint64_t last = UINT64_MAX, lastms = UINT64_MAX;
@@ -427,21 +343,9 @@ static int machine(uint32_t me, const char *root, const char *zk_root)
 	c.rng = now_ns() ^ ((uint64_t)me << 40) ^ 0x9e3779b97f4a7c15ull;
 	struct farm_config cfg;
 	farm_config_defaults(&cfg);
-	char v[320];
-	int rc = 0;
-	snprintf(v, sizeof(v), "%u", me);
-	rc |= bn_cfg_set(PROG, &cfg, "machine_id", v);
-	snprintf(v, sizeof(v), "%s/m%u", root, me);
-	if (mkdir(v, 0700) && errno != EEXIST)
-		rc = -errno;
-	rc |= bn_cfg_set(PROG, &cfg, "data_dir", v);
-	rc |= bn_cfg_set(PROG, &cfg, "region_size", "16M");
-	rc |= bn_cfg_set(PROG, &cfg, "threads", "1");
-	rc |= bn_cfg_set(PROG, &cfg, "replicas", "3");
-	rc |= bn_cfg_set(PROG, &cfg, "zk", g_zk_connect);
-	rc |= bn_cfg_set(PROG, &cfg, "zk_root", zk_root);
-	snprintf(v, sizeof(v), "%u", SESSION_MS);
-	rc |= bn_cfg_set(PROG, &cfg, "zk_session_ms", v);
+	char v[32];
+	int rc = bx_node_config(PROG, &cfg, me, root, g_zk_connect, zk_root,
+	                        SESSION_MS);
 	/* Long leases: five machines on a shared 2-core host lapsed 20 ms
 	 * ones and removed survivors, which is not what this measures (the
 	 * kill is seen through the fabric's death notice). */
@@ -454,24 +358,20 @@ static int machine(uint32_t me, const char *root, const char *zk_root)
 		fail(&c, "configuration", -EINVAL);
 		return 3;
 	}
-	if ((rc = bn_node_open(PROG, &cfg, me, &c.node))) {
-		fail(&c, "open", rc);
-		return 4;
-	}
-	farm_node_set_app_loops(c.node, true);
+	unsigned stage;
 	int st = 5;
-	if ((rc = farm_node_start(c.node, JOIN_MS)) ||
-	    (rc = farm_node_loop_open(c.node, 0, &c.loop))) {
-		fail(&c, "start", rc);
-		goto out;
-	}
-	if ((rc = farm_node_wait_members(c.node, O.machines, JOIN_MS))) {
-		fail(&c, "join", rc);
+	if ((rc = bx_node_up(PROG, &cfg, me, O.machines, JOIN_MS, &c.node,
+	                     &c.loop, &stage))) {
+		static const char *const what[] = {"open", "start", "join"};
+		fail(&c, what[stage], rc);
+		st = stage ? 5 : 4;
 		goto out;
 	}
 	c.txm = farm_node_txm(c.node);
-	if ((rc = create(&c, O.accounts, sizeof(struct acct), c.st->acct)) ||
-	    (rc = create(&c, O.fill_mb * 1024u, 1000, NULL))) {
+	if ((rc = bx_create(c.txm, c.loop, O.accounts, sizeof(struct bx_acct),
+	                    INIT_BAL, c.st->acct)) ||
+	    (rc = bx_create(c.txm, c.loop, O.fill_mb * 1024u, 1000, INIT_BAL,
+	                    NULL))) {
 		fail(&c, "create", rc);
 		goto out;
 	}

@@ -1,0 +1,152 @@
+/*
+ * The bank-transfer workload shared by recovery_bench and datarec_bench
+ * (transfers.h).
+ */
+#include "transfers.h"
+
+#include "benchnode.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "node/node.h"
+#include "util/common.h"
+
+int bx_create(farm_txm *txm, farm_loop *loop, unsigned n, uint32_t size,
+              int64_t init, farm_fatptr *out)
+{
+	uint8_t buf[1024] = {0};
+	struct bx_acct a = {.balance = init};
+	memcpy(buf, &a, sizeof(a));
+	for (unsigned done = 0; done < n;) {
+		unsigned k = FARM_MIN(16u, n - done);
+		farm_tx *tx;
+		int rc = farm_tx_begin(txm, loop, &tx);
+		if (rc)
+			return rc;
+		for (unsigned j = 0; j < k && !rc; j++) {
+			void *d;
+			farm_fatptr p;
+			rc = farm_tx_alloc_sync(tx, size, FARM_GADDR_NULL,
+			                        out ? &out[done + j] : &p, &d);
+			if (!rc)
+				memcpy(d, buf, FARM_MIN(size, sizeof(buf)));
+		}
+		if (!rc)
+			rc = farm_tx_commit_sync(tx);
+		farm_tx_free(tx);
+		if (rc == 0)
+			done += k;
+		else if (!farm_tx_retryable(rc))
+			return rc;
+	}
+	return 0;
+}
+
+static void pair_landed(struct bx_pair *p, int status, const void *data,
+                        struct bx_acct *into)
+{
+	if (status && !p->err)
+		p->err = status;
+	if (!status)
+		memcpy(into, data, sizeof(*into));
+	if (!--p->pending)
+		p->done(p);
+}
+
+static void read_a(farm_tx *tx, void *ctx, int status, const void *data,
+                   uint32_t size)
+{
+	(void)tx;
+	(void)size;
+	pair_landed(ctx, status, data, &((struct bx_pair *)ctx)->a);
+}
+
+static void read_b(farm_tx *tx, void *ctx, int status, const void *data,
+                   uint32_t size)
+{
+	(void)tx;
+	(void)size;
+	pair_landed(ctx, status, data, &((struct bx_pair *)ctx)->b);
+}
+
+void bx_pair_read(struct bx_pair *p, farm_gaddr a, farm_gaddr b)
+{
+	int rc;
+	p->err = 0;
+	p->pending = 3; /* two reads, and one held until both are issued */
+	if ((rc = farm_tx_read(p->tx, a, sizeof(p->a), read_a, p))) {
+		p->err = rc;
+		p->pending--;
+	}
+	if ((rc = farm_tx_read(p->tx, b, sizeof(p->b), read_b, p))) {
+		p->err = p->err ? p->err : rc;
+		p->pending--;
+	}
+	if (!--p->pending)
+		p->done(p);
+}
+
+int bx_pair_write(struct bx_pair *p, farm_gaddr a, farm_gaddr b, int64_t amt)
+{
+	void *wa, *wb;
+	int rc;
+	if ((rc = farm_tx_write(p->tx, a, &wa)) ||
+	    (rc = farm_tx_write(p->tx, b, &wb)))
+		return rc;
+	p->a.balance -= amt;
+	p->a.ctr++;
+	p->b.balance += amt;
+	p->b.ctr++;
+	memcpy(wa, &p->a, sizeof(p->a));
+	memcpy(wb, &p->b, sizeof(p->b));
+	return 0;
+}
+
+uint64_t bx_backoff(unsigned *tries)
+{
+	uint64_t at = farm_now_ns() + (1000ull << FARM_MIN(*tries, 10u));
+	(*tries)++;
+	return at;
+}
+
+int bx_node_config(const char *prog, struct farm_config *cfg, uint32_t me,
+                   const char *root, const char *zk, const char *zk_root,
+                   unsigned session_ms)
+{
+	char v[320];
+	int rc = 0;
+	snprintf(v, sizeof(v), "%u", me);
+	rc |= bn_cfg_set(prog, cfg, "machine_id", v);
+	snprintf(v, sizeof(v), "%s/m%u", root, me);
+	if (mkdir(v, 0700) && errno != EEXIST)
+		rc = -errno;
+	rc |= bn_cfg_set(prog, cfg, "data_dir", v);
+	rc |= bn_cfg_set(prog, cfg, "region_size", "16M");
+	rc |= bn_cfg_set(prog, cfg, "threads", "1");
+	rc |= bn_cfg_set(prog, cfg, "replicas", "3");
+	rc |= bn_cfg_set(prog, cfg, "zk", zk);
+	rc |= bn_cfg_set(prog, cfg, "zk_root", zk_root);
+	snprintf(v, sizeof(v), "%u", session_ms);
+	rc |= bn_cfg_set(prog, cfg, "zk_session_ms", v);
+	return rc;
+}
+
+int bx_node_up(const char *prog, struct farm_config *cfg, uint32_t me,
+               unsigned members, unsigned join_ms, farm_node **node,
+               farm_loop **loop, unsigned *stage)
+{
+	int rc;
+	*stage = 0;
+	if ((rc = bn_node_open(prog, cfg, me, node)))
+		return rc;
+	farm_node_set_app_loops(*node, true);
+	*stage = 1;
+	if ((rc = farm_node_start(*node, join_ms)) ||
+	    (rc = farm_node_loop_open(*node, 0, loop)))
+		return rc;
+	*stage = 2;
+	return farm_node_wait_members(*node, members, join_ms);
+}

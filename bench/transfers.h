@@ -1,0 +1,67 @@
+/*
+ * The bank-transfer workload shared by recovery_bench and datarec_bench:
+ * an account's layout, making accounts (and filler objects), the two
+ * reads of a transfer and its two writes, and bringing a machine process
+ * of a ZooKeeper cluster up. What each benchmark counts around a transfer
+ * (buckets, commit logs, retry statistics) stays in its own file: only
+ * the mechanics are here, so that both measure the same transaction.
+ */
+#ifndef FARM_BENCH_TRANSFERS_H
+#define FARM_BENCH_TRANSFERS_H
+
+#include <stdint.h>
+
+#include <farm/farm.h>
+#include <farm/txn.h>
+
+#include "util/config.h"
+
+struct bx_acct {
+	int64_t balance;
+	uint64_t ctr; /* committed transfers that wrote it */
+};
+
+/* @n objects of @size bytes, in transactions of 16 (retried while
+ * retryable); each starts with a struct bx_acct of balance @init, the
+ * rest zero. Their pointers go to @out unless it is NULL (filler). */
+int bx_create(farm_txm *txm, farm_loop *loop, unsigned n, uint32_t size,
+              int64_t init, farm_fatptr *out);
+
+/* A transfer's two reads in flight. Embed it; @done runs once both have
+ * landed or failed to post (err: the first failure; a, b: what was
+ * read), possibly before bx_pair_read returns. */
+struct bx_pair {
+	farm_tx *tx;
+	unsigned pending;
+	int err;
+	struct bx_acct a, b;
+	void (*done)(struct bx_pair *p);
+};
+
+/* Reads the accounts at @a and @b in p->tx (begun by the caller). */
+void bx_pair_read(struct bx_pair *p, farm_gaddr a, farm_gaddr b);
+
+/* Moves @amt from a to b, bumps both counters and writes both into
+ * p->tx; the caller commits. */
+int bx_pair_write(struct bx_pair *p, farm_gaddr a, farm_gaddr b, int64_t amt);
+
+/* When a transfer that failed retryably runs again: an exponential
+ * backoff from 1 us to about 1 ms over *@tries, which it bumps. */
+uint64_t bx_backoff(unsigned *tries);
+
+/* The settings every machine of these clusters shares: its id, a data
+ * directory @root/m<me> (made here), 16 MiB regions, one thread, 3
+ * replicas, ZooKeeper at @zk under @zk_root with @session_ms sessions.
+ * Nonzero when one failed (said on stderr). */
+int bx_node_config(const char *prog, struct farm_config *cfg, uint32_t me,
+                   const char *root, const char *zk, const char *zk_root,
+                   unsigned session_ms);
+
+/* Opens the node (application loops), starts it, opens loop 0 and waits
+ * for @members machines. On failure *@stage says where (0 open: *@node
+ * is NULL; 1 start or loop; 2 join) and the caller closes what opened. */
+int bx_node_up(const char *prog, struct farm_config *cfg, uint32_t me,
+               unsigned members, unsigned join_ms, farm_node **node,
+               farm_loop **loop, unsigned *stage);
+
+#endif
