@@ -188,14 +188,18 @@ static bool running(struct mach *c)
 }
 
 struct slot {
+	struct bx_slot h; /* first: bx_slots_pass */
 	struct mach *c;
 	struct bx_pair p; /* its transaction and reads */
-	bool busy;
 	unsigned ia, ib, tries;
-	uint64_t retry_at;
 };
 
 static void slot_start(struct slot *s);
+
+static void slot_start_any(void *s)
+{
+	slot_start(s);
+}
 
 static void slot_end(struct slot *s, int rc)
 {
@@ -203,7 +207,7 @@ static void slot_end(struct slot *s, int rc)
 	if (s->p.tx)
 		farm_tx_free(s->p.tx);
 	s->p.tx = NULL;
-	s->busy = false;
+	s->h.busy = false;
 	c->busy--;
 	if (rc == 0) {
 		uint64_t b = (now_ns() - SH->t0) / BUCKET_NS;
@@ -211,7 +215,7 @@ static void slot_end(struct slot *s, int rc)
 			g_ops[(size_t)c->me * SH->nb + b]++;
 		s->tries = 0;
 	} else if (farm_tx_retryable(rc)) {
-		s->retry_at = bx_backoff(&s->tries);
+		s->h.retry_at = bx_backoff(&s->tries);
 		return;
 	} else {
 		atomic_fetch_add(&c->st->failed, 1);
@@ -245,8 +249,8 @@ static void reads_done(struct bx_pair *p)
 static void slot_start(struct slot *s)
 {
 	struct mach *c = s->c;
-	s->busy = true;
-	s->retry_at = 0;
+	s->h.busy = true;
+	s->h.retry_at = 0;
 	c->busy++;
 	if (!s->tries) {
 		s->ia = (unsigned)(farm_rand64(&c->rng) % c->nacc);
@@ -283,7 +287,6 @@ static void publish(struct mach *c, uint64_t b)
 
 static int workload(struct mach *c)
 {
-	static const volatile int never = 0;
 	struct slot *slots = calloc(O.depth, sizeof(*slots));
 	if (!slots)
 		return -ENOMEM;
@@ -292,7 +295,7 @@ static int workload(struct mach *c)
 		slots[i].p.done = reads_done;
 		slot_start(&slots[i]);
 	}
-	uint64_t last = UINT64_MAX, lastms = UINT64_MAX;
+	uint64_t lastms = UINT64_MAX;
 	while (running(c)) {
 		uint64_t now = now_ns();
 		uint64_t ms = (now - SH->t0) / 1000000ull;
@@ -300,30 +303,16 @@ static int workload(struct mach *c)
 			lastms = ms;
 			uint64_t b = (now - SH->t0) / BUCKET_NS;
 			publish(c, b);
-			last = b;
 		}
 		if (O.ab_ms) /* copies held in odd windows (A/B) */
 			farm_txm_datarec_hold(c->txm, held(now - SH->t0));
-		uint64_t next = now + 1000000ull;
-		for (unsigned i = 0; i < O.depth; i++) {
-			struct slot *s = &slots[i];
-			if (s->busy)
-				continue;
-			if (s->retry_at <= now)
-				slot_start(s);
-			else
-				next = FARM_MIN(next, s->retry_at);
-		}
-		(void)farm_loop_wait(c->loop, &never,
-		                     next > now ? next - now : 1000);
+		bx_slots_pass(c->loop, slots, sizeof(*slots), O.depth, now,
+		              slot_start_any);
 	}
-	(void)last;
-	uint64_t dl = now_ns() + 10000000000ull;
-	while (c->busy && now_ns() < dl)
-		(void)farm_loop_wait(c->loop, &never, 1000000ull);
-	if (!c->busy)
+	int rc = bx_slots_drain(c->loop, &c->busy);
+	if (!rc)
 		free(slots); /* else continuations may still use them */
-	return c->busy ? -ETIMEDOUT : 0;
+	return rc;
 }
 
 static int wait_cmd(struct mach *c, int want)

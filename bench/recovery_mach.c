@@ -102,17 +102,23 @@ static void note_error(struct mach *c, int rc, const char *what)
  * lookup. A transfer whose outcome is retryable runs again after a
  * backoff (retry_at), with the same accounts. */
 struct slot {
+	struct bx_slot h; /* first: bx_slots_pass */
 	struct mach *c;
 	struct bx_pair p; /* a transfer's transaction and reads */
-	bool busy, lookup;
+	bool lookup;
 	unsigned ia, ib, tries;
 	int64_t amt;
-	uint64_t retry_at, t_start;
+	uint64_t t_start;
 	int phase; /* 1 reading, 2 committing */
 	struct bx_acct lk;
 };
 
 static void slot_start(struct slot *s);
+
+static void slot_start_any(void *s)
+{
+	slot_start(s);
+}
 
 static void slot_end(struct slot *s, int rc)
 {
@@ -131,7 +137,7 @@ static void slot_end(struct slot *s, int rc)
 	if (s->p.tx)
 		farm_tx_free(s->p.tx);
 	s->p.tx = NULL;
-	s->busy = false;
+	s->h.busy = false;
 	c->busy--;
 	if (rc == 0) {
 		if (!s->lookup)
@@ -153,7 +159,7 @@ static void slot_end(struct slot *s, int rc)
 				        (int64_t)((now - SH->t0) / 1000000ull);
 				break;
 			}
-		s->retry_at = bx_backoff(&s->tries);
+		s->h.retry_at = bx_backoff(&s->tries);
 		return; /* the main loop starts it again */
 	} else {
 		if (!farm_tx_retryable(rc) && rc != -EBUSY)
@@ -230,8 +236,8 @@ static void lookup_cb(farm_loop *loop, void *ctx, int status)
 static void slot_start(struct slot *s)
 {
 	struct mach *c = s->c;
-	s->busy = true;
-	s->retry_at = 0;
+	s->h.busy = true;
+	s->h.retry_at = 0;
 	s->t_start = now_ns();
 	s->phase = 1;
 	c->busy++;
@@ -278,7 +284,6 @@ static void publish(struct mach *c)
  * until every one has ended. */
 static int workload(struct mach *c)
 {
-	static const volatile int never = 0;
 	struct slot *slots = calloc(O.depth, sizeof(*slots));
 	if (!slots)
 		return -ENOMEM;
@@ -295,24 +300,11 @@ static int workload(struct mach *c)
 			last = b;
 			publish(c);
 		}
-		uint64_t next = now + 1000000ull;
-		for (unsigned i = 0; i < O.depth; i++) {
-			struct slot *s = &slots[i];
-			if (s->busy)
-				continue;
-			if (s->retry_at <= now)
-				slot_start(s);
-			else
-				next = FARM_MIN(next, s->retry_at);
-		}
-		(void)farm_loop_wait(c->loop, &never,
-		                     next > now ? next - now : 1000);
+		bx_slots_pass(c->loop, slots, sizeof(*slots), O.depth, now,
+		              slot_start_any);
 	}
-	uint64_t dl = now_ns() + 10000000000ull;
-	while (c->busy && now_ns() < dl)
-		(void)farm_loop_wait(c->loop, &never, 1000000ull);
+	int rc = bx_slots_drain(c->loop, &c->busy);
 	publish(c);
-	int rc = c->busy ? -ETIMEDOUT : 0;
 	if (rc)
 		fprintf(stderr,
 		        PROG ": machine %u: %u operations never ended\n", c->me,

@@ -112,6 +112,33 @@ uint64_t bx_backoff(unsigned *tries)
 	return at;
 }
 
+void bx_slots_pass(farm_loop *loop, void *slots, size_t size, unsigned n,
+                   uint64_t now, void (*start)(void *slot))
+{
+	static const volatile int never = 0;
+	uint64_t next = now + 1000000ull;
+	for (unsigned i = 0; i < n; i++) {
+		struct bx_slot *s =
+		        (struct bx_slot *)((char *)slots + (size_t)i * size);
+		if (s->busy)
+			continue;
+		if (s->retry_at <= now)
+			start(s);
+		else
+			next = FARM_MIN(next, s->retry_at);
+	}
+	(void)farm_loop_wait(loop, &never, next > now ? next - now : 1000);
+}
+
+int bx_slots_drain(farm_loop *loop, const unsigned *busy)
+{
+	static const volatile int never = 0;
+	uint64_t dl = farm_now_ns() + 10000000000ull;
+	while (*busy && farm_now_ns() < dl)
+		(void)farm_loop_wait(loop, &never, 1000000ull);
+	return *busy ? -ETIMEDOUT : 0;
+}
+
 int bx_node_config(const char *prog, struct farm_config *cfg, uint32_t me,
                    const char *root, const char *zk, const char *zk_root,
                    unsigned session_ms)

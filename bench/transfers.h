@@ -9,6 +9,8 @@
 #ifndef FARM_BENCH_TRANSFERS_H
 #define FARM_BENCH_TRANSFERS_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include <farm/farm.h>
@@ -48,6 +50,24 @@ int bx_pair_write(struct bx_pair *p, farm_gaddr a, farm_gaddr b, int64_t amt);
 /* When a transfer that failed retryably runs again: an exponential
  * backoff from 1 us to about 1 ms over *@tries, which it bumps. */
 uint64_t bx_backoff(unsigned *tries);
+
+/* What the closed loop reads of an operation slot: the first member of
+ * each benchmark's own slot. */
+struct bx_slot {
+	bool busy;         /* an operation in flight */
+	uint64_t retry_at; /* ns: when an idle one starts again */
+};
+
+/* One pass of a closed loop over @n slots of @size bytes at @slots:
+ * starts the idle ones whose time has come (@start), then serves @loop
+ * until the next is due (1 ms at most after @now). */
+void bx_slots_pass(farm_loop *loop, void *slots, size_t size, unsigned n,
+                   uint64_t now, void (*start)(void *slot));
+
+/* After the loop: serves @loop until *@busy operations have ended, 10 s
+ * at most; -ETIMEDOUT if some never did (their slots may still be used
+ * by continuations: the caller must not free them). */
+int bx_slots_drain(farm_loop *loop, const unsigned *busy);
 
 /* The settings every machine of these clusters shares: its id, a data
  * directory @root/m<me> (made here), 16 MiB regions, one thread, 3
