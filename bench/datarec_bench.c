@@ -439,17 +439,6 @@ static void usage(FILE *f)
 	        NMAX, MAX_ACCT);
 }
 
-static int parse_u(const char *s, unsigned lo, unsigned hi, unsigned *out)
-{
-	char *end;
-	errno = 0;
-	unsigned long v = s ? strtoul(s, &end, 10) : 0;
-	if (!s || errno || *end || v < lo || v > hi)
-		return -1;
-	*out = (unsigned)v;
-	return 0;
-}
-
 /* Transfers/s over the buckets [b0, b1) of kind @kind: 0 copies
  * running, 1 held, -1 any. */
 static double mean_rate(const uint32_t *sum, uint64_t b0, uint64_t b1, int kind)
@@ -493,27 +482,27 @@ int main(int argc, char **argv)
 			O.verbose = true;
 			continue;
 		} else if (!strcmp(a, "--machines")) {
-			bad = parse_u(v, 4, NMAX, &O.machines);
+			bad = bu_parse_u(v, 4, NMAX, &O.machines);
 		} else if (!strcmp(a, "--accounts")) {
-			bad = parse_u(v, 2, MAX_ACCT, &O.accounts);
+			bad = bu_parse_u(v, 2, MAX_ACCT, &O.accounts);
 		} else if (!strcmp(a, "--fill-mb")) {
-			bad = parse_u(v, 0, 12, &O.fill_mb);
+			bad = bu_parse_u(v, 0, 12, &O.fill_mb);
 		} else if (!strcmp(a, "--depth")) {
-			bad = parse_u(v, 1, 64, &O.depth);
+			bad = bu_parse_u(v, 1, 64, &O.depth);
 		} else if (!strcmp(a, "--pre-ms")) {
-			bad = parse_u(v, 500, 600000, &O.pre_ms);
+			bad = bu_parse_u(v, 500, 600000, &O.pre_ms);
 		} else if (!strcmp(a, "--tail-ms")) {
-			bad = parse_u(v, 500, 600000, &O.tail_ms);
+			bad = bu_parse_u(v, 500, 600000, &O.tail_ms);
 		} else if (!strcmp(a, "--stall-ms")) {
-			bad = parse_u(v, 0, 60000, &O.stall_ms);
+			bad = bu_parse_u(v, 0, 60000, &O.stall_ms);
 		} else if (!strcmp(a, "--pace-bytes")) {
-			bad = parse_u(v, 64, 1u << 30, &O.pace_bytes);
+			bad = bu_parse_u(v, 64, 1u << 30, &O.pace_bytes);
 		} else if (!strcmp(a, "--ab-ms")) {
-			bad = parse_u(v, 0, 60000, &O.ab_ms);
+			bad = bu_parse_u(v, 0, 60000, &O.ab_ms);
 			if (!bad && O.ab_ms % 10)
 				bad = -1; /* whole 10 ms buckets */
 		} else if (!strcmp(a, "--pace-us")) {
-			bad = parse_u(v, 10, 10000000, &O.pace_us);
+			bad = bu_parse_u(v, 10, 10000000, &O.pace_us);
 		} else if (!strcmp(a, "--out") && v) {
 			O.out = v;
 		} else {
