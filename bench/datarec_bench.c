@@ -41,6 +41,7 @@
  */
 #include "benchnode.h"
 #include "benchutil.h"
+#include "benchcluster.h"
 #include "transfers.h"
 
 #include <errno.h>
@@ -54,7 +55,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -67,7 +67,6 @@
 #include "txn/txm.h"
 #include "util/common.h"
 #include "util/config.h"
-#include "zklocal.h"
 
 #ifndef FARM_SOURCE_DIR
 #error "FARM_SOURCE_DIR must name the source tree (scripts/zk-local)"
@@ -333,7 +332,7 @@ static int machine(uint32_t me, const char *root, const char *zk_root)
 	struct farm_config cfg;
 	farm_config_defaults(&cfg);
 	char v[32];
-	int rc = bx_node_config(PROG, &cfg, me, root, g_zk_connect, zk_root,
+	int rc = bc_node_config(PROG, &cfg, me, root, g_zk_connect, zk_root,
 	                        SESSION_MS);
 	/* Long leases: five machines on a shared 2-core host lapsed 20 ms
 	 * ones and removed survivors, which is not what this measures (the
@@ -349,7 +348,7 @@ static int machine(uint32_t me, const char *root, const char *zk_root)
 	}
 	unsigned stage;
 	int st = 5;
-	if ((rc = bx_node_up(PROG, &cfg, me, O.machines, JOIN_MS, &c.node,
+	if ((rc = bc_node_up(PROG, &cfg, me, O.machines, JOIN_MS, &c.node,
 	                     &c.loop, &stage))) {
 		static const char *const what[] = {"open", "start", "join"};
 		fail(&c, what[stage], rc);
@@ -392,27 +391,6 @@ out:
 }
 
 /* ---- the parent ------------------------------------------------------ */
-
-static int zk_local(const char *verb, char *line, size_t len)
-{
-	return zkl_run(NULL, O.zk_script, verb, g_zk_dir, line, len);
-}
-
-static pid_t spawn(unsigned i, const char *root, const char *zk_root)
-{
-	fflush(NULL);
-	pid_t pid = fork();
-	if (pid != 0)
-		return pid;
-	prctl(PR_SET_PDEATHSIG, SIGKILL);
-	if (!O.verbose) {
-		char path[320];
-		snprintf(path, sizeof(path), "%s/m%u.log", root, i);
-		if (!freopen(path, "w", stderr))
-			_exit(2);
-	}
-	_exit(machine(i, root, zk_root));
-}
 
 static void usage(FILE *f)
 {
@@ -535,19 +513,10 @@ int main(int argc, char **argv)
 	memset(g_done, 0xff, (size_t)NMAX * nb * sizeof(int16_t));
 
 	snprintf(g_zk_dir, sizeof(g_zk_dir), "/dev/shm/farm-drbench-zk-XXXXXX");
-	if (!mkdtemp(g_zk_dir)) {
-		perror(PROG ": mkdtemp");
-		return 1;
-	}
-	int zst = zk_local("start", g_zk_connect, sizeof(g_zk_connect));
-	if (zst) {
-		fprintf(stderr, PROG ": zk-local start failed (%d)%s\n", zst,
-		        zst == 3 ? ": java or the ZooKeeper jars are missing"
-		                 : "");
-		zk_local("stop", NULL, 0);
-		bu_rm_tree(AT_FDCWD, g_zk_dir, 3);
-		return zst == 3 ? 77 : 1;
-	}
+	int zst = bc_zk_start(PROG, O.zk_script, NULL, g_zk_dir, g_zk_connect,
+	                      sizeof(g_zk_connect));
+	if (zst)
+		return zst;
 	char root[] = "/dev/shm/farm-drbench-XXXXXX";
 	if (!mkdtemp(root)) {
 		perror(PROG ": mkdtemp");
@@ -563,7 +532,7 @@ int main(int argc, char **argv)
 	       O.pace_us, O.pace_bytes / (O.pace_us * 1e-6) / 1e6);
 	fflush(stdout);
 	for (unsigned i = 0; i < O.machines; i++)
-		g_pid[i] = spawn(i, root, zk_root);
+		g_pid[i] = bc_spawn(i, root, zk_root, O.verbose, machine);
 	int rc = 0;
 	uint64_t dl = now_ns() + 300000000000ull;
 	for (bool all = false; !all;) {
@@ -662,8 +631,7 @@ int main(int argc, char **argv)
 				rc = 1;
 			}
 		}
-	zk_local("stop", NULL, 0);
-	bu_rm_tree(AT_FDCWD, g_zk_dir, 4);
+	bc_zk_stop(PROG, O.zk_script, NULL, g_zk_dir);
 	if (rc) {
 		fprintf(stderr, PROG ": failed; machines' logs in %s\n", root);
 		return 1;

@@ -72,8 +72,8 @@
  * and the summary; recovery_mach.c a machine process; recovery_run.c the
  * cluster driver (one run); recovery_timeline.c the timeline analysis and
  * checks; recovery_report.c distributions, run lines and the plot;
- * transfers.c the transfer and the machine's start, shared with
- * datarec_bench.
+ * transfers.c the transfer and benchcluster.c ZooKeeper, forking and a
+ * machine's start, shared with datarec_bench.
  */
 #include "benchutil.h"
 

@@ -27,6 +27,7 @@
 #include "util/config.h"
 
 #include "recovery_bench.h"
+#include "benchcluster.h"
 #include "transfers.h"
 
 /* ---- the machine ----------------------------------------------------- */
@@ -397,7 +398,7 @@ int machine(uint32_t me, const char *root, const char *zk_root)
 	struct farm_config cfg;
 	farm_config_defaults(&cfg);
 	char v[32];
-	int rc = bx_node_config(PROG, &cfg, me, root, g_zk_connect, zk_root,
+	int rc = bc_node_config(PROG, &cfg, me, root, g_zk_connect, zk_root,
 	                        SESSION_MS);
 	rc |= bn_cfg_set(PROG, &cfg, "busy_poll", O.busy_poll ? "1" : "0");
 	if (O.lease_us) {
@@ -410,7 +411,7 @@ int machine(uint32_t me, const char *root, const char *zk_root)
 	}
 	unsigned stage;
 	int st = 5;
-	if ((rc = bx_node_up(PROG, &cfg, me, NM, JOIN_MS, &c.node, &c.loop,
+	if ((rc = bc_node_up(PROG, &cfg, me, NM, JOIN_MS, &c.node, &c.loop,
 	                     &stage))) {
 		static const char *const what[] = {"open", "start", "join"};
 		fail(&c, what[stage], rc);

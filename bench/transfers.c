@@ -4,14 +4,10 @@
  */
 #include "transfers.h"
 
-#include "benchnode.h"
-
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
 
-#include "node/node.h"
 #include "util/common.h"
 
 int bx_create(farm_txm *txm, farm_loop *loop, unsigned n, uint32_t size,
@@ -137,43 +133,4 @@ int bx_slots_drain(farm_loop *loop, const unsigned *busy)
 	while (*busy && farm_now_ns() < dl)
 		(void)farm_loop_wait(loop, &never, 1000000ull);
 	return *busy ? -ETIMEDOUT : 0;
-}
-
-int bx_node_config(const char *prog, struct farm_config *cfg, uint32_t me,
-                   const char *root, const char *zk, const char *zk_root,
-                   unsigned session_ms)
-{
-	char v[320];
-	int rc = 0;
-	snprintf(v, sizeof(v), "%u", me);
-	rc |= bn_cfg_set(prog, cfg, "machine_id", v);
-	snprintf(v, sizeof(v), "%s/m%u", root, me);
-	if (mkdir(v, 0700) && errno != EEXIST)
-		rc = -errno;
-	rc |= bn_cfg_set(prog, cfg, "data_dir", v);
-	rc |= bn_cfg_set(prog, cfg, "region_size", "16M");
-	rc |= bn_cfg_set(prog, cfg, "threads", "1");
-	rc |= bn_cfg_set(prog, cfg, "replicas", "3");
-	rc |= bn_cfg_set(prog, cfg, "zk", zk);
-	rc |= bn_cfg_set(prog, cfg, "zk_root", zk_root);
-	snprintf(v, sizeof(v), "%u", session_ms);
-	rc |= bn_cfg_set(prog, cfg, "zk_session_ms", v);
-	return rc;
-}
-
-int bx_node_up(const char *prog, struct farm_config *cfg, uint32_t me,
-               unsigned members, unsigned join_ms, farm_node **node,
-               farm_loop **loop, unsigned *stage)
-{
-	int rc;
-	*stage = 0;
-	if ((rc = bn_node_open(prog, cfg, me, node)))
-		return rc;
-	farm_node_set_app_loops(*node, true);
-	*stage = 1;
-	if ((rc = farm_node_start(*node, join_ms)) ||
-	    (rc = farm_node_loop_open(*node, 0, loop)))
-		return rc;
-	*stage = 2;
-	return farm_node_wait_members(*node, members, join_ms);
 }

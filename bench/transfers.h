@@ -1,8 +1,9 @@
 /*
  * The bank-transfer workload shared by recovery_bench and datarec_bench:
  * an account's layout, making accounts (and filler objects), the two
- * reads of a transfer and its two writes, and bringing a machine process
- * of a ZooKeeper cluster up. What each benchmark counts around a transfer
+ * reads of a transfer and its two writes, and the closed loop over the
+ * operations in flight (bringing the cluster up: benchcluster.h). What
+ * each benchmark counts around a transfer
  * (buckets, commit logs, retry statistics) stays in its own file: only
  * the mechanics are here, so that both measure the same transaction.
  */
@@ -15,8 +16,6 @@
 
 #include <farm/farm.h>
 #include <farm/txn.h>
-
-#include "util/config.h"
 
 struct bx_acct {
 	int64_t balance;
@@ -68,20 +67,5 @@ void bx_slots_pass(farm_loop *loop, void *slots, size_t size, unsigned n,
  * at most; -ETIMEDOUT if some never did (their slots may still be used
  * by continuations: the caller must not free them). */
 int bx_slots_drain(farm_loop *loop, const unsigned *busy);
-
-/* The settings every machine of these clusters shares: its id, a data
- * directory @root/m<me> (made here), 16 MiB regions, one thread, 3
- * replicas, ZooKeeper at @zk under @zk_root with @session_ms sessions.
- * Nonzero when one failed (said on stderr). */
-int bx_node_config(const char *prog, struct farm_config *cfg, uint32_t me,
-                   const char *root, const char *zk, const char *zk_root,
-                   unsigned session_ms);
-
-/* Opens the node (application loops), starts it, opens loop 0 and waits
- * for @members machines. On failure *@stage says where (0 open: *@node
- * is NULL; 1 start or loop; 2 join) and the caller closes what opened. */
-int bx_node_up(const char *prog, struct farm_config *cfg, uint32_t me,
-               unsigned members, unsigned join_ms, farm_node **node,
-               farm_loop **loop, unsigned *stage);
 
 #endif
