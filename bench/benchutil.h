@@ -1,6 +1,7 @@
 /*
  * Small helpers the benchmarks share: removing a benchmark's scratch
- * directory, pinning a process to a CPU, the CPU time a process used.
+ * directory, pinning a process to a CPU, the CPU time a process used,
+ * an option's number.
  * Header-only.
  */
 #ifndef FARM_BENCH_BENCHUTIL_H
@@ -17,6 +18,22 @@
 #include <sys/resource.h>
 #include <sys/types.h>
 #include <unistd.h>
+
+/* *@out = @s, a decimal number in [@lo, @hi]; -1 when @s is NULL (an
+ * option's missing value), empty, not a number or out of range. */
+static inline int bu_parse_u(const char *s, unsigned lo, unsigned hi,
+                             unsigned *out)
+{
+	char *end;
+	if (!s)
+		return -1;
+	errno = 0;
+	unsigned long v = strtoul(s, &end, 10);
+	if (errno || *end || end == s || v < lo || v > hi)
+		return -1;
+	*out = (unsigned)v;
+	return 0;
+}
 
 /* Remove @path (relative to @at) and what is in it, @depth levels down at
  * most. Never follows links. */

@@ -41,6 +41,8 @@
  */
 #include "benchnode.h"
 #include "benchutil.h"
+#include "benchcluster.h"
+#include "transfers.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -53,7 +55,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -66,7 +67,6 @@
 #include "txn/txm.h"
 #include "util/common.h"
 #include "util/config.h"
-#include "zklocal.h"
 
 #ifndef FARM_SOURCE_DIR
 #error "FARM_SOURCE_DIR must name the source tree (scripts/zk-local)"
@@ -157,11 +157,6 @@ struct mach {
 	unsigned nacc, busy;
 };
 
-struct acct {
-	int64_t balance;
-	uint64_t ctr;
-};
-
 static void fail(struct mach *c, const char *what, int rc)
 {
 	c->st->fail_rc = rc;
@@ -169,37 +164,6 @@ static void fail(struct mach *c, const char *what, int rc)
 	fprintf(stderr, PROG ": machine %u: %s: %s\n", c->me, what,
 	        farm_strerror(rc));
 	atomic_store(&c->st->state, ST_FAILED);
-}
-
-/* @n objects of @size bytes in transactions of 16; accounts into @out. */
-static int create(struct mach *c, unsigned n, uint32_t size, farm_fatptr *out)
-{
-	uint8_t buf[1024] = {0};
-	struct acct a = {.balance = INIT_BAL};
-	memcpy(buf, &a, sizeof(a));
-	for (unsigned done = 0; done < n;) {
-		unsigned k = FARM_MIN(16u, n - done);
-		farm_tx *tx;
-		int rc = farm_tx_begin(c->txm, c->loop, &tx);
-		if (rc)
-			return rc;
-		for (unsigned j = 0; j < k && !rc; j++) {
-			void *d;
-			farm_fatptr p;
-			rc = farm_tx_alloc_sync(tx, size, FARM_GADDR_NULL,
-			                        out ? &out[done + j] : &p, &d);
-			if (!rc)
-				memcpy(d, buf, FARM_MIN(size, sizeof(buf)));
-		}
-		if (!rc)
-			rc = farm_tx_commit_sync(tx);
-		farm_tx_free(tx);
-		if (rc == 0)
-			done += k;
-		else if (!farm_tx_retryable(rc))
-			return rc;
-	}
-	return 0;
 }
 
 /* Are copies held at @t ns after t0 (the odd --ab-ms windows)? */
@@ -223,24 +187,26 @@ static bool running(struct mach *c)
 }
 
 struct slot {
+	struct bx_slot h; /* first: bx_slots_pass */
 	struct mach *c;
-	farm_tx *tx;
-	bool busy;
-	unsigned ia, ib, pending, tries;
-	int err;
-	uint64_t retry_at;
-	struct acct a, b;
+	struct bx_pair p; /* its transaction and reads */
+	unsigned ia, ib, tries;
 };
 
 static void slot_start(struct slot *s);
 
+static void slot_start_any(void *s)
+{
+	slot_start(s);
+}
+
 static void slot_end(struct slot *s, int rc)
 {
 	struct mach *c = s->c;
-	if (s->tx)
-		farm_tx_free(s->tx);
-	s->tx = NULL;
-	s->busy = false;
+	if (s->p.tx)
+		farm_tx_free(s->p.tx);
+	s->p.tx = NULL;
+	s->h.busy = false;
 	c->busy--;
 	if (rc == 0) {
 		uint64_t b = (now_ns() - SH->t0) / BUCKET_NS;
@@ -248,8 +214,7 @@ static void slot_end(struct slot *s, int rc)
 			g_ops[(size_t)c->me * SH->nb + b]++;
 		s->tries = 0;
 	} else if (farm_tx_retryable(rc)) {
-		s->retry_at = now_ns() + (1000ull << FARM_MIN(s->tries, 10u));
-		s->tries++;
+		s->h.retry_at = bx_backoff(&s->tries);
 		return;
 	} else {
 		atomic_fetch_add(&c->st->failed, 1);
@@ -268,58 +233,23 @@ static void commit_cb(farm_loop *loop, void *ctx, int outcome)
 	slot_end(s, outcome);
 }
 
-static void reads_done(struct slot *s)
+static void reads_done(struct bx_pair *p)
 {
-	if (--s->pending)
-		return;
-	int rc = s->err;
-	void *wa, *wb;
-	if (!rc && !(rc = farm_tx_write(s->tx, s->c->acc[s->ia].addr, &wa)) &&
-	    !(rc = farm_tx_write(s->tx, s->c->acc[s->ib].addr, &wb))) {
-		int64_t amt = s->a.balance > 0 ? 1 : 0;
-		s->a.balance -= amt;
-		s->a.ctr++;
-		s->b.balance += amt;
-		s->b.ctr++;
-		memcpy(wa, &s->a, sizeof(s->a));
-		memcpy(wb, &s->b, sizeof(s->b));
-		rc = farm_tx_commit(s->tx, commit_cb, s);
-	}
+	struct slot *s = (struct slot *)((char *)p - offsetof(struct slot, p));
+	int rc = p->err;
+	if (!rc &&
+	    !(rc = bx_pair_write(p, s->c->acc[s->ia].addr,
+	                         s->c->acc[s->ib].addr, p->a.balance > 0)))
+		rc = farm_tx_commit(p->tx, commit_cb, s);
 	if (rc)
 		slot_end(s, rc);
-}
-
-static void read_cb(farm_tx *tx, void *ctx, int status, const void *data,
-                    struct acct *into)
-{
-	(void)tx;
-	struct slot *s = ctx;
-	if (status && !s->err)
-		s->err = status;
-	if (!status)
-		memcpy(into, data, sizeof(*into));
-	reads_done(s);
-}
-
-static void read_a(farm_tx *tx, void *ctx, int status, const void *data,
-                   uint32_t size)
-{
-	(void)size;
-	read_cb(tx, ctx, status, data, &((struct slot *)ctx)->a);
-}
-
-static void read_b(farm_tx *tx, void *ctx, int status, const void *data,
-                   uint32_t size)
-{
-	(void)size;
-	read_cb(tx, ctx, status, data, &((struct slot *)ctx)->b);
 }
 
 static void slot_start(struct slot *s)
 {
 	struct mach *c = s->c;
-	s->busy = true;
-	s->retry_at = 0;
+	s->h.busy = true;
+	s->h.retry_at = 0;
 	c->busy++;
 	if (!s->tries) {
 		s->ia = (unsigned)(farm_rand64(&c->rng) % c->nacc);
@@ -327,25 +257,13 @@ static void slot_start(struct slot *s)
 			s->ib = (unsigned)(farm_rand64(&c->rng) % c->nacc);
 		while (s->ib == s->ia);
 	}
-	int rc = farm_tx_begin(c->txm, c->loop, &s->tx);
+	int rc = farm_tx_begin(c->txm, c->loop, &s->p.tx);
 	if (rc) {
-		s->tx = NULL;
+		s->p.tx = NULL;
 		slot_end(s, rc);
 		return;
 	}
-	s->err = 0;
-	s->pending = 3;
-	if ((rc = farm_tx_read(s->tx, c->acc[s->ia].addr, sizeof(s->a), read_a,
-	                       s))) {
-		s->err = rc;
-		s->pending--;
-	}
-	if ((rc = farm_tx_read(s->tx, c->acc[s->ib].addr, sizeof(s->b), read_b,
-	                       s))) {
-		s->err = s->err ? s->err : rc;
-		s->pending--;
-	}
-	reads_done(s);
+	bx_pair_read(&s->p, c->acc[s->ia].addr, c->acc[s->ib].addr);
 }
 
 static void publish(struct mach *c, uint64_t b)
@@ -368,15 +286,15 @@ static void publish(struct mach *c, uint64_t b)
 
 static int workload(struct mach *c)
 {
-	static const volatile int never = 0;
 	struct slot *slots = calloc(O.depth, sizeof(*slots));
 	if (!slots)
 		return -ENOMEM;
 	for (unsigned i = 0; i < O.depth; i++) {
 		slots[i].c = c;
+		slots[i].p.done = reads_done;
 		slot_start(&slots[i]);
 	}
-	uint64_t last = UINT64_MAX, lastms = UINT64_MAX;
+	uint64_t lastms = UINT64_MAX;
 	while (running(c)) {
 		uint64_t now = now_ns();
 		uint64_t ms = (now - SH->t0) / 1000000ull;
@@ -384,30 +302,16 @@ static int workload(struct mach *c)
 			lastms = ms;
 			uint64_t b = (now - SH->t0) / BUCKET_NS;
 			publish(c, b);
-			last = b;
 		}
 		if (O.ab_ms) /* copies held in odd windows (A/B) */
 			farm_txm_datarec_hold(c->txm, held(now - SH->t0));
-		uint64_t next = now + 1000000ull;
-		for (unsigned i = 0; i < O.depth; i++) {
-			struct slot *s = &slots[i];
-			if (s->busy)
-				continue;
-			if (s->retry_at <= now)
-				slot_start(s);
-			else
-				next = FARM_MIN(next, s->retry_at);
-		}
-		(void)farm_loop_wait(c->loop, &never,
-		                     next > now ? next - now : 1000);
+		bx_slots_pass(c->loop, slots, sizeof(*slots), O.depth, now,
+		              slot_start_any);
 	}
-	(void)last;
-	uint64_t dl = now_ns() + 10000000000ull;
-	while (c->busy && now_ns() < dl)
-		(void)farm_loop_wait(c->loop, &never, 1000000ull);
-	if (!c->busy)
+	int rc = bx_slots_drain(c->loop, &c->busy);
+	if (!rc)
 		free(slots); /* else continuations may still use them */
-	return c->busy ? -ETIMEDOUT : 0;
+	return rc;
 }
 
 static int wait_cmd(struct mach *c, int want)
@@ -427,21 +331,9 @@ static int machine(uint32_t me, const char *root, const char *zk_root)
 	c.rng = now_ns() ^ ((uint64_t)me << 40) ^ 0x9e3779b97f4a7c15ull;
 	struct farm_config cfg;
 	farm_config_defaults(&cfg);
-	char v[320];
-	int rc = 0;
-	snprintf(v, sizeof(v), "%u", me);
-	rc |= bn_cfg_set(PROG, &cfg, "machine_id", v);
-	snprintf(v, sizeof(v), "%s/m%u", root, me);
-	if (mkdir(v, 0700) && errno != EEXIST)
-		rc = -errno;
-	rc |= bn_cfg_set(PROG, &cfg, "data_dir", v);
-	rc |= bn_cfg_set(PROG, &cfg, "region_size", "16M");
-	rc |= bn_cfg_set(PROG, &cfg, "threads", "1");
-	rc |= bn_cfg_set(PROG, &cfg, "replicas", "3");
-	rc |= bn_cfg_set(PROG, &cfg, "zk", g_zk_connect);
-	rc |= bn_cfg_set(PROG, &cfg, "zk_root", zk_root);
-	snprintf(v, sizeof(v), "%u", SESSION_MS);
-	rc |= bn_cfg_set(PROG, &cfg, "zk_session_ms", v);
+	char v[32];
+	int rc = bc_node_config(PROG, &cfg, me, root, g_zk_connect, zk_root,
+	                        SESSION_MS);
 	/* Long leases: five machines on a shared 2-core host lapsed 20 ms
 	 * ones and removed survivors, which is not what this measures (the
 	 * kill is seen through the fabric's death notice). */
@@ -454,24 +346,20 @@ static int machine(uint32_t me, const char *root, const char *zk_root)
 		fail(&c, "configuration", -EINVAL);
 		return 3;
 	}
-	if ((rc = bn_node_open(PROG, &cfg, me, &c.node))) {
-		fail(&c, "open", rc);
-		return 4;
-	}
-	farm_node_set_app_loops(c.node, true);
+	unsigned stage;
 	int st = 5;
-	if ((rc = farm_node_start(c.node, JOIN_MS)) ||
-	    (rc = farm_node_loop_open(c.node, 0, &c.loop))) {
-		fail(&c, "start", rc);
-		goto out;
-	}
-	if ((rc = farm_node_wait_members(c.node, O.machines, JOIN_MS))) {
-		fail(&c, "join", rc);
+	if ((rc = bc_node_up(PROG, &cfg, me, O.machines, JOIN_MS, &c.node,
+	                     &c.loop, &stage))) {
+		static const char *const what[] = {"open", "start", "join"};
+		fail(&c, what[stage], rc);
+		st = stage ? 5 : 4;
 		goto out;
 	}
 	c.txm = farm_node_txm(c.node);
-	if ((rc = create(&c, O.accounts, sizeof(struct acct), c.st->acct)) ||
-	    (rc = create(&c, O.fill_mb * 1024u, 1000, NULL))) {
+	if ((rc = bx_create(c.txm, c.loop, O.accounts, sizeof(struct bx_acct),
+	                    INIT_BAL, c.st->acct)) ||
+	    (rc = bx_create(c.txm, c.loop, O.fill_mb * 1024u, 1000, INIT_BAL,
+	                    NULL))) {
 		fail(&c, "create", rc);
 		goto out;
 	}
@@ -504,27 +392,6 @@ out:
 
 /* ---- the parent ------------------------------------------------------ */
 
-static int zk_local(const char *verb, char *line, size_t len)
-{
-	return zkl_run(NULL, O.zk_script, verb, g_zk_dir, line, len);
-}
-
-static pid_t spawn(unsigned i, const char *root, const char *zk_root)
-{
-	fflush(NULL);
-	pid_t pid = fork();
-	if (pid != 0)
-		return pid;
-	prctl(PR_SET_PDEATHSIG, SIGKILL);
-	if (!O.verbose) {
-		char path[320];
-		snprintf(path, sizeof(path), "%s/m%u.log", root, i);
-		if (!freopen(path, "w", stderr))
-			_exit(2);
-	}
-	_exit(machine(i, root, zk_root));
-}
-
 static void usage(FILE *f)
 {
 	fprintf(f,
@@ -548,17 +415,6 @@ static void usage(FILE *f)
 	        "  --out DIR        timeline files (default: /tmp)\n"
 	        "  --verbose        machines' logs to stderr\n",
 	        NMAX, MAX_ACCT);
-}
-
-static int parse_u(const char *s, unsigned lo, unsigned hi, unsigned *out)
-{
-	char *end;
-	errno = 0;
-	unsigned long v = s ? strtoul(s, &end, 10) : 0;
-	if (!s || errno || *end || v < lo || v > hi)
-		return -1;
-	*out = (unsigned)v;
-	return 0;
 }
 
 /* Transfers/s over the buckets [b0, b1) of kind @kind: 0 copies
@@ -604,27 +460,27 @@ int main(int argc, char **argv)
 			O.verbose = true;
 			continue;
 		} else if (!strcmp(a, "--machines")) {
-			bad = parse_u(v, 4, NMAX, &O.machines);
+			bad = bu_parse_u(v, 4, NMAX, &O.machines);
 		} else if (!strcmp(a, "--accounts")) {
-			bad = parse_u(v, 2, MAX_ACCT, &O.accounts);
+			bad = bu_parse_u(v, 2, MAX_ACCT, &O.accounts);
 		} else if (!strcmp(a, "--fill-mb")) {
-			bad = parse_u(v, 0, 12, &O.fill_mb);
+			bad = bu_parse_u(v, 0, 12, &O.fill_mb);
 		} else if (!strcmp(a, "--depth")) {
-			bad = parse_u(v, 1, 64, &O.depth);
+			bad = bu_parse_u(v, 1, 64, &O.depth);
 		} else if (!strcmp(a, "--pre-ms")) {
-			bad = parse_u(v, 500, 600000, &O.pre_ms);
+			bad = bu_parse_u(v, 500, 600000, &O.pre_ms);
 		} else if (!strcmp(a, "--tail-ms")) {
-			bad = parse_u(v, 500, 600000, &O.tail_ms);
+			bad = bu_parse_u(v, 500, 600000, &O.tail_ms);
 		} else if (!strcmp(a, "--stall-ms")) {
-			bad = parse_u(v, 0, 60000, &O.stall_ms);
+			bad = bu_parse_u(v, 0, 60000, &O.stall_ms);
 		} else if (!strcmp(a, "--pace-bytes")) {
-			bad = parse_u(v, 64, 1u << 30, &O.pace_bytes);
+			bad = bu_parse_u(v, 64, 1u << 30, &O.pace_bytes);
 		} else if (!strcmp(a, "--ab-ms")) {
-			bad = parse_u(v, 0, 60000, &O.ab_ms);
+			bad = bu_parse_u(v, 0, 60000, &O.ab_ms);
 			if (!bad && O.ab_ms % 10)
 				bad = -1; /* whole 10 ms buckets */
 		} else if (!strcmp(a, "--pace-us")) {
-			bad = parse_u(v, 10, 10000000, &O.pace_us);
+			bad = bu_parse_u(v, 10, 10000000, &O.pace_us);
 		} else if (!strcmp(a, "--out") && v) {
 			O.out = v;
 		} else {
@@ -657,19 +513,10 @@ int main(int argc, char **argv)
 	memset(g_done, 0xff, (size_t)NMAX * nb * sizeof(int16_t));
 
 	snprintf(g_zk_dir, sizeof(g_zk_dir), "/dev/shm/farm-drbench-zk-XXXXXX");
-	if (!mkdtemp(g_zk_dir)) {
-		perror(PROG ": mkdtemp");
-		return 1;
-	}
-	int zst = zk_local("start", g_zk_connect, sizeof(g_zk_connect));
-	if (zst) {
-		fprintf(stderr, PROG ": zk-local start failed (%d)%s\n", zst,
-		        zst == 3 ? ": java or the ZooKeeper jars are missing"
-		                 : "");
-		zk_local("stop", NULL, 0);
-		bu_rm_tree(AT_FDCWD, g_zk_dir, 3);
-		return zst == 3 ? 77 : 1;
-	}
+	int zst = bc_zk_start(PROG, O.zk_script, NULL, g_zk_dir, g_zk_connect,
+	                      sizeof(g_zk_connect));
+	if (zst)
+		return zst;
 	char root[] = "/dev/shm/farm-drbench-XXXXXX";
 	if (!mkdtemp(root)) {
 		perror(PROG ": mkdtemp");
@@ -685,7 +532,7 @@ int main(int argc, char **argv)
 	       O.pace_us, O.pace_bytes / (O.pace_us * 1e-6) / 1e6);
 	fflush(stdout);
 	for (unsigned i = 0; i < O.machines; i++)
-		g_pid[i] = spawn(i, root, zk_root);
+		g_pid[i] = bc_spawn(i, root, zk_root, O.verbose, machine);
 	int rc = 0;
 	uint64_t dl = now_ns() + 300000000000ull;
 	for (bool all = false; !all;) {
@@ -784,8 +631,7 @@ int main(int argc, char **argv)
 				rc = 1;
 			}
 		}
-	zk_local("stop", NULL, 0);
-	bu_rm_tree(AT_FDCWD, g_zk_dir, 4);
+	bc_zk_stop(PROG, O.zk_script, NULL, g_zk_dir);
 	if (rc) {
 		fprintf(stderr, PROG ": failed; machines' logs in %s\n", root);
 		return 1;

@@ -71,8 +71,12 @@
  * Files (recovery_bench.h has what they share): this one is options, main
  * and the summary; recovery_mach.c a machine process; recovery_run.c the
  * cluster driver (one run); recovery_timeline.c the timeline analysis and
- * checks; recovery_report.c distributions, run lines and the plot.
+ * checks; recovery_report.c distributions, run lines and the plot;
+ * transfers.c the transfer and benchcluster.c ZooKeeper, forking and a
+ * machine's start, shared with datarec_bench.
  */
+#include "benchutil.h"
+
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -183,17 +187,6 @@ static void usage(FILE *f)
 	        MAX_ACCT, FARM_LEASE_DEFAULT_US);
 }
 
-static int parse_u(const char *s, unsigned lo, unsigned hi, unsigned *out)
-{
-	char *end;
-	errno = 0;
-	unsigned long v = strtoul(s, &end, 10);
-	if (errno || *end || end == s || v < lo || v > hi)
-		return -1;
-	*out = (unsigned)v;
-	return 0;
-}
-
 /* The default --out: bench-results next to the program's directory. */
 static char *default_out(const char *argv0)
 {
@@ -229,7 +222,7 @@ int main(int argc, char **argv)
 		int bad = 0;
 #define OPT_U(name, lo, hi, dst)                                       \
 	if (!strcmp(a, name)) {                                        \
-		bad = !v || parse_u(v, lo, hi, dst);                   \
+		bad = !v || bu_parse_u(v, lo, hi, dst);                \
 		i++;                                                   \
 		if (bad) {                                             \
 			fprintf(stderr,                                \

@@ -27,6 +27,8 @@
 #include "util/config.h"
 
 #include "recovery_bench.h"
+#include "benchcluster.h"
+#include "transfers.h"
 
 /* ---- the machine ----------------------------------------------------- */
 
@@ -40,11 +42,6 @@ struct mach {
 	farm_fatptr *acc; /* every machine's accounts, NM * nacct */
 	unsigned nacc;
 	unsigned busy; /* operations in flight */
-};
-
-struct acct {
-	int64_t balance;
-	uint64_t ctr; /* committed transfers that wrote it */
 };
 
 static uint64_t rnd(struct mach *c)
@@ -67,36 +64,14 @@ static void serve_ms(struct mach *c, unsigned ms)
 	(void)farm_loop_wait(c->loop, &never, (uint64_t)ms * 1000000ull);
 }
 
-/* The machine's accounts, in transactions of 16. */
+/* The machine's accounts. */
 static int create_accounts(struct mach *c)
 {
-	unsigned n = O.accounts;
-	for (unsigned done = 0; done < n;) {
-		unsigned k = FARM_MIN(16u, n - done);
-		farm_tx *tx;
-		int rc = farm_tx_begin(c->txm, c->loop, &tx);
-		if (rc)
-			return rc;
-		for (unsigned j = 0; j < k && !rc; j++) {
-			void *d;
-			rc = farm_tx_alloc_sync(tx, sizeof(struct acct),
-			                        FARM_GADDR_NULL,
-			                        &c->st->acct[done + j], &d);
-			if (!rc) {
-				struct acct a = {.balance = INIT_BAL};
-				memcpy(d, &a, sizeof(a));
-			}
-		}
-		if (!rc)
-			rc = farm_tx_commit_sync(tx);
-		farm_tx_free(tx);
-		if (rc == 0)
-			done += k;
-		else if (!farm_tx_retryable(rc))
-			return rc;
-	}
-	c->st->nacct = n;
-	return 0;
+	int rc = bx_create(c->txm, c->loop, O.accounts, sizeof(struct bx_acct),
+	                   INIT_BAL, c->st->acct);
+	if (!rc)
+		c->st->nacct = O.accounts;
+	return rc;
 }
 
 static void bump(struct mach *c, uint32_t *counts)
@@ -128,18 +103,23 @@ static void note_error(struct mach *c, int rc, const char *what)
  * lookup. A transfer whose outcome is retryable runs again after a
  * backoff (retry_at), with the same accounts. */
 struct slot {
+	struct bx_slot h; /* first: bx_slots_pass */
 	struct mach *c;
-	farm_tx *tx;
-	bool busy, lookup;
-	unsigned ia, ib, pending, tries;
+	struct bx_pair p; /* a transfer's transaction and reads */
+	bool lookup;
+	unsigned ia, ib, tries;
 	int64_t amt;
-	int err;
-	uint64_t retry_at, t_start;
+	uint64_t t_start;
 	int phase; /* 1 reading, 2 committing */
-	struct acct a, b, lk;
+	struct bx_acct lk;
 };
 
 static void slot_start(struct slot *s);
+
+static void slot_start_any(void *s)
+{
+	slot_start(s);
+}
 
 static void slot_end(struct slot *s, int rc)
 {
@@ -155,10 +135,10 @@ static void slot_end(struct slot *s, int rc)
 		w->acct_a = s->ia;
 		w->acct_b = s->ib;
 	}
-	if (s->tx)
-		farm_tx_free(s->tx);
-	s->tx = NULL;
-	s->busy = false;
+	if (s->p.tx)
+		farm_tx_free(s->p.tx);
+	s->p.tx = NULL;
+	s->h.busy = false;
 	c->busy--;
 	if (rc == 0) {
 		if (!s->lookup)
@@ -180,8 +160,7 @@ static void slot_end(struct slot *s, int rc)
 				        (int64_t)((now - SH->t0) / 1000000ull);
 				break;
 			}
-		s->retry_at = now_ns() + (1000ull << FARM_MIN(s->tries, 10u));
-		s->tries++;
+		s->h.retry_at = bx_backoff(&s->tries);
 		return; /* the main loop starts it again */
 	} else {
 		if (!farm_tx_retryable(rc) && rc != -EBUSY)
@@ -202,15 +181,15 @@ static void commit_cb(farm_loop *loop, void *ctx, int outcome)
 	struct mach *c = s->c;
 	if (outcome == 0) {
 		uint64_t *mw = SH->maxw[c->me];
-		mw[s->ia] = FARM_MAX(mw[s->ia], s->a.ctr);
-		mw[s->ib] = FARM_MAX(mw[s->ib], s->b.ctr);
+		mw[s->ia] = FARM_MAX(mw[s->ia], s->p.a.ctr);
+		mw[s->ib] = FARM_MAX(mw[s->ib], s->p.b.ctr);
 		uint32_t k = atomic_load(&c->st->nclog);
 		if (k < CLOG_CAP) {
 			g_clog[(size_t)c->me * CLOG_CAP + k] = (struct clog){
 			        .ia = (uint16_t)s->ia,
 			        .ib = (uint16_t)s->ib,
-			        .ca = (uint32_t)s->a.ctr,
-			        .cb = (uint32_t)s->b.ctr,
+			        .ca = (uint32_t)s->p.a.ctr,
+			        .cb = (uint32_t)s->p.b.ctr,
 			        .t_begin = (uint32_t)((s->t_start - SH->t0) /
 			                              1000),
 			        .t_end =
@@ -223,61 +202,27 @@ static void commit_cb(farm_loop *loop, void *ctx, int outcome)
 	slot_end(s, outcome);
 }
 
-static void reads_done(struct slot *s)
+static void reads_done(struct bx_pair *p)
 {
-	if (--s->pending)
-		return;
-	int rc = s->err;
-	if (!rc && s->a.balance < s->amt) {
+	struct slot *s = (struct slot *)((char *)p - offsetof(struct slot, p));
+	int rc = p->err;
+	if (!rc && p->a.balance < s->amt) {
 		atomic_fetch_add(&s->c->st->declined, 1);
 		slot_end(s, 0); /* read-only: nothing to commit */
 		return;
 	}
-	void *wa, *wb;
-	if (!rc && !(rc = farm_tx_write(s->tx, s->c->acc[s->ia].addr, &wa)) &&
-	    !(rc = farm_tx_write(s->tx, s->c->acc[s->ib].addr, &wb))) {
-		s->a.balance -= s->amt;
-		s->a.ctr++;
-		s->b.balance += s->amt;
-		s->b.ctr++;
-		memcpy(wa, &s->a, sizeof(s->a));
-		memcpy(wb, &s->b, sizeof(s->b));
+	if (!rc && !(rc = bx_pair_write(p, s->c->acc[s->ia].addr,
+	                                s->c->acc[s->ib].addr, s->amt))) {
 		/* Counted before the commit can be decided: a machine killed
 		 * inside it may or may not have committed. */
 		atomic_fetch_add(&s->c->st->inflight, 1);
 		s->phase = 2;
-		rc = farm_tx_commit(s->tx, commit_cb, s);
+		rc = farm_tx_commit(p->tx, commit_cb, s);
 		if (rc)
 			atomic_fetch_sub(&s->c->st->inflight, 1);
 	}
 	if (rc)
 		slot_end(s, rc);
-}
-
-static void read_cb(farm_tx *tx, void *ctx, int status, const void *data,
-                    struct acct *into)
-{
-	(void)tx;
-	struct slot *s = ctx;
-	if (status && !s->err)
-		s->err = status;
-	if (!status)
-		memcpy(into, data, sizeof(*into));
-	reads_done(s);
-}
-
-static void read_a_cb(farm_tx *tx, void *ctx, int status, const void *data,
-                      uint32_t size)
-{
-	(void)size;
-	read_cb(tx, ctx, status, data, &((struct slot *)ctx)->a);
-}
-
-static void read_b_cb(farm_tx *tx, void *ctx, int status, const void *data,
-                      uint32_t size)
-{
-	(void)size;
-	read_cb(tx, ctx, status, data, &((struct slot *)ctx)->b);
 }
 
 static void lookup_cb(farm_loop *loop, void *ctx, int status)
@@ -292,8 +237,8 @@ static void lookup_cb(farm_loop *loop, void *ctx, int status)
 static void slot_start(struct slot *s)
 {
 	struct mach *c = s->c;
-	s->busy = true;
-	s->retry_at = 0;
+	s->h.busy = true;
+	s->h.retry_at = 0;
 	s->t_start = now_ns();
 	s->phase = 1;
 	c->busy++;
@@ -314,24 +259,12 @@ static void slot_start(struct slot *s)
 			slot_end(s, rc);
 		return;
 	}
-	if ((rc = farm_tx_begin(c->txm, c->loop, &s->tx))) {
-		s->tx = NULL;
+	if ((rc = farm_tx_begin(c->txm, c->loop, &s->p.tx))) {
+		s->p.tx = NULL;
 		slot_end(s, rc);
 		return;
 	}
-	s->err = 0;
-	s->pending = 3; /* two reads, and one held until both are issued */
-	if ((rc = farm_tx_read(s->tx, c->acc[s->ia].addr, sizeof(s->a),
-	                       read_a_cb, s))) {
-		s->err = rc;
-		s->pending--;
-	}
-	if ((rc = farm_tx_read(s->tx, c->acc[s->ib].addr, sizeof(s->b),
-	                       read_b_cb, s))) {
-		s->err = s->err ? s->err : rc;
-		s->pending--;
-	}
-	reads_done(s);
+	bx_pair_read(&s->p, c->acc[s->ia].addr, c->acc[s->ib].addr);
 }
 
 /* What the parent watches while it waits (every ms). */
@@ -352,12 +285,12 @@ static void publish(struct mach *c)
  * until every one has ended. */
 static int workload(struct mach *c)
 {
-	static const volatile int never = 0;
 	struct slot *slots = calloc(O.depth, sizeof(*slots));
 	if (!slots)
 		return -ENOMEM;
 	for (unsigned i = 0; i < O.depth; i++) {
 		slots[i].c = c;
+		slots[i].p.done = reads_done;
 		slot_start(&slots[i]);
 	}
 	uint64_t last = UINT64_MAX;
@@ -368,24 +301,11 @@ static int workload(struct mach *c)
 			last = b;
 			publish(c);
 		}
-		uint64_t next = now + 1000000ull;
-		for (unsigned i = 0; i < O.depth; i++) {
-			struct slot *s = &slots[i];
-			if (s->busy)
-				continue;
-			if (s->retry_at <= now)
-				slot_start(s);
-			else
-				next = FARM_MIN(next, s->retry_at);
-		}
-		(void)farm_loop_wait(c->loop, &never,
-		                     next > now ? next - now : 1000);
+		bx_slots_pass(c->loop, slots, sizeof(*slots), O.depth, now,
+		              slot_start_any);
 	}
-	uint64_t dl = now_ns() + 10000000000ull;
-	while (c->busy && now_ns() < dl)
-		(void)farm_loop_wait(c->loop, &never, 1000000ull);
+	int rc = bx_slots_drain(c->loop, &c->busy);
 	publish(c);
-	int rc = c->busy ? -ETIMEDOUT : 0;
 	if (rc)
 		fprintf(stderr,
 		        PROG ": machine %u: %u operations never ended\n", c->me,
@@ -400,7 +320,7 @@ static int workload(struct mach *c)
 static void scan(struct mach *c)
 {
 	for (unsigned i = 0; i < c->nacc; i++) {
-		struct acct a;
+		struct bx_acct a;
 		int rc = farm_lf_read_sync(c->txm, c->loop, c->acc[i].addr,
 		                           sizeof(a), UINT64_MAX, &a);
 		for (unsigned t = 0;
@@ -436,11 +356,11 @@ static void scan(struct mach *c)
 		for (unsigned i = 0; i < c->nacc && !rc; i++) {
 			const void *d;
 			rc = farm_tx_read_sync(tx, c->acc[i].addr,
-			                       sizeof(struct acct), &d);
+			                       sizeof(struct bx_acct), &d);
 			snprintf(SH->sum_where, sizeof(SH->sum_where),
 			         "read of account %u", i);
 			if (!rc) {
-				struct acct a;
+				struct bx_acct a;
 				memcpy(&a, d, sizeof(a));
 				SH->total += a.balance;
 				SH->ctr[i] = a.ctr;
@@ -477,22 +397,10 @@ int machine(uint32_t me, const char *root, const char *zk_root)
 	        0x9e3779b97f4a7c15ull;
 	struct farm_config cfg;
 	farm_config_defaults(&cfg);
-	char v[320];
-	int rc = 0;
-	snprintf(v, sizeof(v), "%u", me);
-	rc |= bn_cfg_set(PROG, &cfg, "machine_id", v);
-	snprintf(v, sizeof(v), "%s/m%u", root, me);
-	if (mkdir(v, 0700) && errno != EEXIST)
-		rc = -errno;
-	rc |= bn_cfg_set(PROG, &cfg, "data_dir", v);
-	rc |= bn_cfg_set(PROG, &cfg, "region_size", "16M");
-	rc |= bn_cfg_set(PROG, &cfg, "threads", "1");
-	rc |= bn_cfg_set(PROG, &cfg, "replicas", "3");
+	char v[32];
+	int rc = bc_node_config(PROG, &cfg, me, root, g_zk_connect, zk_root,
+	                        SESSION_MS);
 	rc |= bn_cfg_set(PROG, &cfg, "busy_poll", O.busy_poll ? "1" : "0");
-	rc |= bn_cfg_set(PROG, &cfg, "zk", g_zk_connect);
-	rc |= bn_cfg_set(PROG, &cfg, "zk_root", zk_root);
-	snprintf(v, sizeof(v), "%u", SESSION_MS);
-	rc |= bn_cfg_set(PROG, &cfg, "zk_session_ms", v);
 	if (O.lease_us) {
 		snprintf(v, sizeof(v), "%u", O.lease_us);
 		rc |= bn_cfg_set(PROG, &cfg, "lease_us", v);
@@ -501,20 +409,13 @@ int machine(uint32_t me, const char *root, const char *zk_root)
 		fail(&c, "configuration", -EINVAL);
 		return 3;
 	}
-	if ((rc = bn_node_open(PROG, &cfg, me, &c.node))) {
-		fail(&c, "open", rc);
-		return 4;
-	}
-	farm_node_set_app_loops(c.node, true);
+	unsigned stage;
 	int st = 5;
-	if ((rc = farm_node_start(c.node, JOIN_MS)) ||
-	    (rc = farm_node_loop_open(c.node, 0, &c.loop))) {
-		fail(&c, "start", rc);
-		goto out;
-	}
-	st = 6;
-	if ((rc = farm_node_wait_members(c.node, NM, JOIN_MS))) {
-		fail(&c, "join", rc);
+	if ((rc = bc_node_up(PROG, &cfg, me, NM, JOIN_MS, &c.node, &c.loop,
+	                     &stage))) {
+		static const char *const what[] = {"open", "start", "join"};
+		fail(&c, what[stage], rc);
+		st = 4 + (int)stage;
 		goto out;
 	}
 	c.txm = farm_node_txm(c.node);

@@ -18,7 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -27,17 +26,16 @@
 #include "addrspace/membership.h"
 #include "recovery/recovery.h"
 #include "util/common.h"
-#include "zklocal.h"
 
+#include "benchcluster.h"
 #include "recovery_bench.h"
 
 /* ---- ZooKeeper ------------------------------------------------------- */
 
-/* scripts/zk-local @verb on g_zk_dir (tests/zklocal.h). */
-static int zk_local(const char *verb, char *line, size_t len)
+/* Data on tmpfs, or on disk with fsync (--zk-disk). */
+static const char *zk_env(void)
 {
-	return zkl_run(O.zk_disk ? "ZK_LOCAL_SYNC=yes" : NULL, O.zk_script,
-	               verb, g_zk_dir, line, len);
+	return O.zk_disk ? "ZK_LOCAL_SYNC=yes" : NULL;
 }
 
 int zk_start(void)
@@ -47,37 +45,13 @@ int zk_start(void)
 	                                 : "/dev/shm";
 	snprintf(g_zk_dir, sizeof(g_zk_dir), "%s/farm-recbench-zk-XXXXXX",
 	         base);
-	if (!mkdtemp(g_zk_dir)) {
-		fprintf(stderr, PROG ": mkdtemp %s: %s\n", g_zk_dir,
-		        strerror(errno));
-		return 1;
-	}
-	int st = zk_local("start", g_zk_connect, sizeof(g_zk_connect));
-	if (st == 0)
-		return 0;
-	if (st == 3)
-		fprintf(stderr, PROG ": java or the ZooKeeper jars are not "
-		                     "installed (scripts/install-deps)\n");
-	else
-		fprintf(stderr,
-		        PROG ": zk-local start failed (%d); see %s/zk.log\n",
-		        st, g_zk_dir);
-	zk_local("stop", NULL, 0);
-	if (st != 3)
-		return 1;
-	bu_rm_tree(AT_FDCWD, g_zk_dir, 3);
-	g_zk_dir[0] = 0;
-	return 77;
+	return bc_zk_start(PROG, O.zk_script, zk_env(), g_zk_dir, g_zk_connect,
+	                   sizeof(g_zk_connect));
 }
 
 void zk_stop(void)
 {
-	if (!g_zk_dir[0])
-		return;
-	if (zk_local("stop", NULL, 0))
-		fprintf(stderr, PROG ": zk-local stop failed\n");
-	bu_rm_tree(AT_FDCWD, g_zk_dir, 4);
-	g_zk_dir[0] = 0;
+	bc_zk_stop(PROG, O.zk_script, zk_env(), g_zk_dir);
 }
 
 /* ---- one run (parent) ------------------------------------------------ */
@@ -143,25 +117,6 @@ static void show_logs(const char *root)
 	}
 }
 
-static pid_t spawn(unsigned i, const char *root, const char *zk_root)
-{
-	fflush(NULL);
-	pid_t pid = fork();
-	if (pid != 0)
-		return pid;
-	prctl(PR_SET_PDEATHSIG, SIGKILL);
-	signal(SIGINT, SIG_IGN);
-	signal(SIGTERM, SIG_DFL);
-	if (!O.verbose) {
-		char path[320];
-		snprintf(path, sizeof(path), "%s/m%u.log", root, i);
-		if (!freopen(path, "w", stderr))
-			_exit(2);
-		setvbuf(stderr, NULL, _IOLBF, 0);
-	}
-	_exit(machine(i, root, zk_root));
-}
-
 int one_run(unsigned idx, enum scen sc, unsigned pre_ms, struct run *r)
 {
 	memset(r, 0, sizeof(*r));
@@ -185,7 +140,7 @@ int one_run(unsigned idx, enum scen sc, unsigned pre_ms, struct run *r)
 	snprintf(zk_root, sizeof(zk_root), "/libfarm/recbench-%d-%u",
 	         (int)getpid(), idx);
 	for (unsigned i = 0; i < NM; i++) {
-		g_pid[i] = spawn(i, root, zk_root);
+		g_pid[i] = bc_spawn(i, root, zk_root, O.verbose, machine);
 		if (g_pid[i] < 0) {
 			g_pid[i] = 0;
 			snprintf(r->why, sizeof(r->why), "fork: %s",
