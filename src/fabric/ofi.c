@@ -764,6 +764,14 @@ static bool ep_paused(const struct ofi_ep *ep)
 	        atomic_load(&ep->fab->peers[ep->base.peer].faults.pause));
 }
 
+/* (b): a line-atomic READ whose first copy is posted and whose second
+ * waits for it (pump posts the second once the first has completed). */
+static bool verify_waiting(const struct ofi_slot *s)
+{
+	return s->state == S_POSTED && s->opcode == FARM_WR_READ && !s->rev8 &&
+	       s->npieces == 2 && s->posted == 1;
+}
+
 /* Hand queued requests to libfabric, in order, as far as it takes them
  * and the order rules allow. */
 static void pump(struct ofi_ep *ep)
@@ -792,8 +800,7 @@ static void pump(struct ofi_ep *ep)
 			 * first, any word the writer changed in between differs
 			 * (line versions only grow). The completion kicks the
 			 * endpoint (kick_waiting), which pumps it again. */
-			if (s->opcode == FARM_WR_READ && !s->rev8 &&
-			    s->npieces == 2 && s->posted == 1 &&
+			if (verify_waiting(s) &&
 			    atomic_load_explicit(&s->pending,
 			                         memory_order_acquire) > 0)
 				return;
@@ -989,6 +996,21 @@ static int retire(struct ofi_ep *ep, int n, farm_wc *wc)
 	struct ofi_fabric *f = ep->fab;
 	int got = 0;
 	uint64_t now = 0;
+	/* (b) then (e): the first copy of a READ waiting to be verified got
+	 * no answer within the bound (a cut link sends no reset). Its second
+	 * copy never goes; the slot counts as handed, so the bound below
+	 * fails it like any other request (it was stuck at next_post, which
+	 * the loop below never reaches). */
+	if (ep->next_post != ep->head) {
+		struct ofi_slot *w = &ep->slots[ep->next_post & ep->mask];
+		if (verify_waiting(w) &&
+		    atomic_load_explicit(&w->pending, memory_order_acquire) >
+		            0 &&
+		    farm_now_ns() - w->posted_ns >= f->timeout_ns) {
+			w->posted = w->npieces;
+			ep->next_post++;
+		}
+	}
 	while (got < n && ep->tail != ep->next_post) {
 		struct ofi_slot *s = &ep->slots[ep->tail & ep->mask];
 		if (s->state == S_POSTED) {
