@@ -236,8 +236,9 @@ static int man_write(struct farm_restart *rs, bool clean)
 	h->clean = clean;
 	memcpy(h->members, rs->members, sizeof(h->members));
 	snprintf(h->cluster, sizeof(h->cluster), "%s", rs->cluster);
-	memcpy(buf + sizeof(*h), rs->regs,
-	       (size_t)rs->nregs * sizeof(struct man_region));
+	if (rs->nregs) /* regs may be NULL with none */
+		memcpy(buf + sizeof(*h), rs->regs,
+		       (size_t)rs->nregs * sizeof(struct man_region));
 	struct man_tail t = {.magic = MAN_END,
 	                     .len = len,
 	                     .sum = fnv1a(buf, len - sizeof(t))};
