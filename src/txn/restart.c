@@ -323,7 +323,8 @@ int farm_txm_restart_apply(farm_txm *m, const struct farm_txrestart_log *logs,
 		if (v[i].h.lw > *mk)
 			*mk = v[i].h.lw;
 	}
-	qsort(v, n, sizeof(*v), cmp_txid);
+	if (n) /* v is NULL with no record */
+		qsort(v, n, sizeof(*v), cmp_txid);
 	bool replay = !FARM_FAULT_SWITCH(FARM_FP_RESTART_NO_REPLAY);
 	for (size_t i = 0; i < n;) {
 		size_t j = i;
