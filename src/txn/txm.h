@@ -151,7 +151,6 @@ int farm_txlog_scan_file(const char *path, farm_txlog_fn fn, void *ctx,
 int farm_txlog_scan_dir(const char *dir, farm_txlog_fn fn, void *ctx,
                         struct farm_txlog_info *info);
 
-
 /*
  * Whole-cluster restart (restart.c; its opening comment is the rule).
  * farm_txlog_check(): is @base (@len bytes, a previous log file named
@@ -180,8 +179,7 @@ int farm_txlog_check(const uint8_t *base, size_t len, const char *what,
                      char *err, size_t errlen);
 int farm_txm_restart_apply(farm_txm *m, const struct farm_txrestart_log *logs,
                            unsigned nlogs, const uint32_t *regions,
-                           unsigned nregions,
-                           struct farm_txrestart_stats *st, char *err,
-                           size_t errlen);
+                           unsigned nregions, struct farm_txrestart_stats *st,
+                           char *err, size_t errlen);
 
 #endif

@@ -313,7 +313,7 @@ int farm_config_apply_env(struct farm_config *c, char *err, size_t errlen)
 	        "log_size",    "busy_poll",     "zk",
 	        "zk_root",     "zk_session_ms", "zk_connect_timeout_ms",
 	        "lease_us",    "lease_bind",    "park_after_us",
-	        "domain", "datarec_bytes", "datarec_interval_us"};
+	        "domain",      "datarec_bytes", "datarec_interval_us"};
 	char env[64], msg[256];
 	for (size_t i = 0; i < FARM_ARRAY_SIZE(keys); i++) {
 		size_t n =

@@ -53,9 +53,9 @@ struct farm_config {
 	/* The machine's failure domain ("": none): placement puts a
 	 * region's replicas in distinct domains (docs/config.md). */
 	char domain[FARM_CONFIG_DOMAIN];
-	uint32_t datarec_bytes;           /* data recovery: bytes READ per loop
-	                                     per interval (0: 8192) */
-	uint32_t datarec_interval_us;     /* ... every so often (0: 2000) */
+	uint32_t datarec_bytes;       /* data recovery: bytes READ per loop
+	                                 per interval (0: 8192) */
+	uint32_t datarec_interval_us; /* ... every so often (0: 2000) */
 	unsigned npeers;
 	struct farm_config_peer peers[FARM_CONFIG_MAX_PEERS];
 	/* peer_domains[i]: peers[i]'s failure domain ("peer_domain"; "":
