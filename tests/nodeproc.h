@@ -58,19 +58,11 @@ struct np_child {
 /* A machine's body: its exit status (0 when all went well). */
 typedef int (*np_entry_fn)(struct np_child *c, void *arg);
 
-/* Fork NP_NM machines with data dirs under a new temporary directory
- * (@tag names it); machine i runs @entry(c, @arg) and exits. */
-static inline void np_start(struct np_cluster *cl, const char *tag,
-                            np_entry_fn entry, void *arg)
+/* Fork NP_NM machines on @cl's data directories (made by np_start, or
+ * left by an earlier incarnation: a restart); machine i runs
+ * @entry(c, @arg) and exits. */
+static inline void np_spawn(struct np_cluster *cl, np_entry_fn entry, void *arg)
 {
-	memset(cl, 0, sizeof(*cl));
-	tn_require(NP_NM);
-	tu_tmpdir(cl->root, sizeof(cl->root), tag);
-	for (uint32_t i = 0; i < NP_NM; i++) {
-		snprintf(cl->dir[i], sizeof(cl->dir[i]), "%s/m%u", cl->root, i);
-		assert_int_equal(mkdir(cl->dir[i], 0700), 0);
-		cl->to[i] = cl->from[i] = -1;
-	}
 	for (uint32_t i = 0; i < NP_NM; i++) {
 		int down[2], up[2];
 		assert_int_equal(pipe(down), 0);
@@ -107,6 +99,21 @@ static inline void np_start(struct np_cluster *cl, const char *tag,
 	}
 }
 
+/* Fork NP_NM machines with data dirs under a new temporary directory
+ * (@tag names it); machine i runs @entry(c, @arg) and exits. */
+static inline void np_start(struct np_cluster *cl, const char *tag,
+                            np_entry_fn entry, void *arg)
+{
+	memset(cl, 0, sizeof(*cl));
+	tn_require(NP_NM);
+	tu_tmpdir(cl->root, sizeof(cl->root), tag);
+	for (uint32_t i = 0; i < NP_NM; i++) {
+		snprintf(cl->dir[i], sizeof(cl->dir[i]), "%s/m%u", cl->root, i);
+		assert_int_equal(mkdir(cl->dir[i], 0700), 0);
+		cl->to[i] = cl->from[i] = -1;
+	}
+	np_spawn(cl, entry, arg);
+}
 /* Read @len bytes from machine @i within @ms (fails the test otherwise). */
 static inline void np_recv(struct np_cluster *cl, unsigned i, void *buf,
                            size_t len, int ms)

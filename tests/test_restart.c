@@ -198,36 +198,6 @@ static int check_machine(struct np_child *np, void *arg)
 	return tx_child_run(&c, &cfg, RS_JOIN_MS, check_role);
 }
 
-/* Start NP_NM machines again on the directories of @cl. */
-static void restart_all(struct np_cluster *c, np_entry_fn entry)
-{
-	for (uint32_t i = 0; i < NP_NM; i++) {
-		int down[2], up[2];
-		assert_int_equal(pipe(down), 0);
-		assert_int_equal(pipe(up), 0);
-		fflush(NULL);
-		pid_t pid = fork();
-		assert_true(pid >= 0);
-		if (pid == 0) {
-			close(down[1]);
-			close(up[0]);
-			for (uint32_t j = 0; j < i; j++) {
-				close(c->to[j]);
-				close(c->from[j]);
-			}
-			prctl(PR_SET_PDEATHSIG, SIGKILL);
-			struct np_child ch = {
-			        .me = i, .in = down[0], .out = up[1], .cl = c};
-			_exit(entry(&ch, NULL));
-		}
-		close(down[0]);
-		close(up[1]);
-		c->pid[i] = pid;
-		c->to[i] = down[1];
-		c->from[i] = up[0];
-	}
-}
-
 /* ---- the bank test (parent) -----------------------------------------------
  */
 
@@ -297,7 +267,7 @@ static void test_bank(void **state)
 	int anomalies = tx_check_history(&cl, (1ull << NP_NM) - 1, &rep, &cut,
 	                                 on_write, &cm);
 
-	restart_all(&cl, check_machine);
+	np_spawn(&cl, check_machine, NULL); /* again, same dirs */
 	struct scan s[NP_NM];
 	for (unsigned i = 0; i < NP_NM; i++)
 		np_expect(&cl, i, 'R', RS_JOIN_MS + 30000);
@@ -317,7 +287,7 @@ static void test_bank(void **state)
 	np_finish(&cl, sts);
 	for (unsigned i = 0; i < NP_NM; i++)
 		st |= sts[i];
-	restart_all(&cl, check_machine);
+	np_spawn(&cl, check_machine, NULL); /* again, same dirs */
 	struct scan s2[NP_NM];
 	for (unsigned i = 0; i < NP_NM; i++)
 		np_expect(&cl, i, 'R', RS_JOIN_MS + 30000);
