@@ -4,14 +4,15 @@
 # Both install missing Debian packages first (scripts/install-deps).
 # Others: make bench (every benchmark), make stress (long stress tests),
 # make asan (tests under AddressSanitizer+UBSan), make netns (tests across
-# network namespaces; root, skipped otherwise), make clean.
+# network namespaces; root, skipped otherwise), make faults (the 50-cycle
+# fault campaign), make clean.
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 JOBS ?= 2
 CMAKE_FLAGS ?=
 FARM ?= $(BUILD)/src/tools/farm
 
-.PHONY: all deps build demo check bench stress asan netns clean format
+.PHONY: all deps build demo check bench stress faults asan netns clean format
 
 all: build
 
@@ -26,7 +27,7 @@ demo: build
 	@scripts/demo $(FARM)
 
 check: build
-	ctest --test-dir $(BUILD) --output-on-failure -j$(JOBS) -LE "stress|netns"
+	ctest --test-dir $(BUILD) --output-on-failure -j$(JOBS) -LE "stress|netns|faults"
 
 netns: build
 	ctest --test-dir $(BUILD) --output-on-failure -L netns
@@ -36,11 +37,18 @@ stress: deps
 	@cmake --build $(BUILD) -j$(JOBS)
 	ctest --test-dir $(BUILD) --output-on-failure -L stress
 
+# The fault campaign: 50 cycles of faults under load, each checked
+# (tests/fault_campaign.sh; FAULT_CYCLES=N and FAULT_SEED=S to change).
+FAULT_CYCLES ?= 50
+faults: build
+	tests/fault_campaign.sh --build $(BUILD) --cycles $(FAULT_CYCLES) \
+	    $(if $(FAULT_SEED),--seed $(FAULT_SEED))
+
 asan: deps
 	@cmake -S . -B $(ASAN_BUILD) -DFARM_SANITIZE=address,undefined \
 	    -DFARM_BUILD_BENCH=OFF $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(ASAN_BUILD) -j$(JOBS)
-	ctest --test-dir $(ASAN_BUILD) --output-on-failure -j$(JOBS) -LE "stress|nosan|netns"
+	ctest --test-dir $(ASAN_BUILD) --output-on-failure -j$(JOBS) -LE "stress|nosan|netns|faults"
 
 bench: build
 	@scripts/bench $(BUILD)

@@ -81,6 +81,28 @@ struct rb_params {
 };
 static struct rb_params rb_p = {.pre_transfers = 300, .post_ms = 3000};
 
+/* The fault campaign's seed (tests/fault_campaign.sh sets FARM_FAULT_SEED):
+ * a draw in [lo, hi] from it, the same sequence for the same seed; @dflt
+ * when no seed is set, so the suite's own runs stay as they were. */
+static inline unsigned rb_seeded(unsigned lo, unsigned hi, unsigned dflt)
+{
+	static uint64_t x;
+	static int state = -1; /* -1 unread, 0 no seed, 1 seeded */
+	if (state < 0) {
+		const char *s = getenv("FARM_FAULT_SEED");
+		state = s && *s;
+		x = state ? strtoull(s, NULL, 10) : 0;
+	}
+	if (!state || hi < lo)
+		return dflt;
+	x += 0x9e3779b97f4a7c15ull; /* splitmix64 */
+	uint64_t z = x;
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	z ^= z >> 31;
+	return lo + (unsigned)(z % ((uint64_t)hi - lo + 1));
+}
+
 static char rb_zk_dir[256], rb_zk_connect[64], rb_zk_root[96];
 static const char *rb_zk_script = FARM_SOURCE_DIR "/scripts/zk-local";
 
@@ -414,6 +436,14 @@ static inline void rb_start(struct rb_result *res, const char *name)
 {
 	memset(res, 0, sizeof(*res));
 	res->name = name;
+	/* The campaign moves the fault: after 1/2 to 3/2 of the transfers. */
+	static unsigned pre; /* the test's own count, kept for each draw */
+	if (!pre)
+		pre = rb_p.pre_transfers;
+	rb_p.pre_transfers = rb_seeded(pre / 2, pre * 3 / 2, pre);
+	if (getenv("FARM_FAULT_SEED"))
+		printf("%s: the fault after %u transfers per machine\n", name,
+		       rb_p.pre_transfers);
 	static unsigned starts; /* a cluster of its own each time */
 	snprintf(rb_zk_root, sizeof(rb_zk_root), "/libfarm/%s-%d-%u", name,
 	         (int)getpid(), starts++);
@@ -701,7 +731,11 @@ static inline void rb_verdict(struct rb_result *res, bool broken,
 {
 	free(res->s);
 	res->s = NULL;
-	tu_rmtree(rb_cl.root);
+	if (res->f.n && !broken && getenv("FARM_FAULT_SEED"))
+		/* a campaign's failure: keep the histories (hist-<machine>) */
+		printf("%s: histories kept in %s\n", res->name, rb_cl.root);
+	else
+		tu_rmtree(rb_cl.root);
 	rb_cl.root[0] = 0;
 	fflush(stdout); /* the report above, then what failed */
 	struct fails *f = &res->f;

@@ -3,7 +3,8 @@
  * machines; once every machine has committed 300 transfers, the parent
  * kills one with SIGKILL, in the middle of whatever it was doing:
  *
- *   kill_member  machine 2 (not the configuration manager)
+ *   kill_member  machine 2 (not the configuration manager; with
+ *                FARM_FAULT_SEED set, any of 1-3)
  *   kill_cm      machine 0 (the CM, the lowest id)
  *
  * then recbank.h's checks (total, no locks, committed writes reflected,
@@ -40,7 +41,8 @@ static void bank_under_kill(unsigned victim, const char *name)
 static void test_kill_member(void **state)
 {
 	(void)state;
-	bank_under_kill(2, "kill_member");
+	/* machine 2, or any member but the CM in a fault campaign */
+	bank_under_kill(rb_seeded(1, NP_NM - 1, 2), "kill_member");
 }
 
 static void test_kill_cm(void **state)

@@ -210,9 +210,9 @@ static inline void tu_zk_stop(const char *script, const char *dir)
 	tu_rmtree(dir);
 }
 
-/* A ZooKeeper test's main: @tests (@n of them, group @name) with a private
- * server (tu_zk_start), or a skip (77) without the client library, java
- * or the jars. */
+/* A ZooKeeper test's main: @tests (@n of them, group @name; only those
+ * matching $FARM_TEST_ONLY when set) with a private server (tu_zk_start),
+ * or a skip (77) without the client library, java or the jars. */
 static inline int tu_zk_run(const char *script, char *dir, size_t dlen,
                             char *connect, size_t clen, const char *name,
                             const struct CMUnitTest *tests, size_t n)
@@ -223,6 +223,11 @@ static inline int tu_zk_run(const char *script, char *dir, size_t dlen,
 	printf("skipped: libfarm built without the ZooKeeper client\n");
 	return FARM_TEST_SKIP;
 #else
+	/* FARM_TEST_ONLY: run only the tests whose names match (cmocka's
+	 * pattern: * and ?), for the fault campaign (fault_campaign.sh). */
+	const char *only = getenv("FARM_TEST_ONLY");
+	if (only && *only)
+		cmocka_set_test_filter(only);
 	int st = tu_zk_start(script, dir, dlen, connect, clen);
 	if (st)
 		return st;
