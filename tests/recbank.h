@@ -103,7 +103,7 @@ static inline unsigned rb_seeded(unsigned lo, unsigned hi, unsigned dflt)
 	return lo + (unsigned)(z % ((uint64_t)hi - lo + 1));
 }
 
-static char rb_zk_dir[256], rb_zk_connect[64], rb_zk_root[96];
+static char rb_zk_dir[256], rb_zk_connect[256], rb_zk_root[96];
 static const char *rb_zk_script = FARM_SOURCE_DIR "/scripts/zk-local";
 
 /* ---- the machines ---------------------------------------------------- */
@@ -304,6 +304,10 @@ static inline void rb_scan(struct tx_child *c, const farm_fatptr *acc,
                            unsigned nacc, struct scan_report *s)
 {
 	s->n = nacc;
+	/* Retries while a region recovers; once one account ran out of
+	 * them, the others of a region that stays away get one try each
+	 * (a --broken run's dead machine: 1 s, not 1 s per account). */
+	unsigned retries = 100;
 	for (unsigned i = 0; i < nacc; i++) {
 		s->addr[i] = acc[i].addr;
 		s->version[i] = UINT64_MAX;
@@ -316,8 +320,12 @@ static inline void rb_scan(struct tx_child *c, const farm_fatptr *acc,
 		int rc;
 		for (unsigned t = 0;; t++) {
 			rc = lf_account(c, acc[i].addr, &b, &s->version[i]);
-			if (rc == -EBUSY || !farm_tx_retryable(rc) || t == 100)
+			if (rc == -EBUSY || !farm_tx_retryable(rc))
 				break;
+			if (t >= retries) {
+				retries = 0;
+				break;
+			}
 			(void)farm_loop_wait(c->np.loop, &never, 10000000ull);
 		}
 		if (rc == 0) {
@@ -759,12 +767,20 @@ static inline int rb_teardown(void **state)
 	return 0;
 }
 
-/* A test's main: @tests with a private ZooKeeper server. */
+/* A test's main: @tests with a private ZooKeeper server, or with an
+ * ensemble of @nservers (rb_zk_dir/1 .. ; test_rec_zkens). */
+static inline int rb_main_n(const char *name, const struct CMUnitTest *tests,
+                            size_t n, unsigned nservers)
+{
+	return tu_zk_run_n(rb_zk_script, rb_zk_dir, sizeof(rb_zk_dir), nservers,
+	                   rb_zk_connect, sizeof(rb_zk_connect), name, tests,
+	                   n);
+}
+
 static inline int rb_main(const char *name, const struct CMUnitTest *tests,
                           size_t n)
 {
-	return tu_zk_run(rb_zk_script, rb_zk_dir, sizeof(rb_zk_dir),
-	                 rb_zk_connect, sizeof(rb_zk_connect), name, tests, n);
+	return rb_main_n(name, tests, n, 0);
 }
 
 #endif

@@ -177,14 +177,20 @@ static inline int tu_zk_local(const char *script, const char *verb,
 
 /* A test's private ZooKeeper server (scripts/zk-local @script), its state
  * in a new temporary directory (its path in @dir): started, its connect
- * string in @connect. Returns 0; FARM_TEST_SKIP when java or the jars are
- * missing (said on stdout); 1 when it failed (its log on stderr). On
+ * string in @connect. @nservers 0: one standalone server; else an
+ * ensemble of that many (members @dir/1 .. @dir/@nservers; @connect
+ * names them all). Returns 0; FARM_TEST_SKIP when java or the jars are
+ * missing (said on stdout); 1 when it failed (its logs on stderr). On
  * anything but 0 nothing is left running or on disk. */
-static inline int tu_zk_start(const char *script, char *dir, size_t dlen,
-                              char *connect, size_t clen)
+static inline int tu_zk_start_n(const char *script, char *dir, size_t dlen,
+                                unsigned nservers, char *connect, size_t clen)
 {
-	tu_tmpdir(dir, dlen, "zk");
-	int st = tu_zk_local(script, "start", dir, connect, clen);
+	tu_tmpdir(dir, dlen, nservers ? "zkens" : "zk");
+	char n[16];
+	snprintf(n, sizeof(n), "%u", nservers);
+	int st = nservers ? zkl_run_arg(NULL, script, "start-ensemble", dir, n,
+	                                connect, clen)
+	                  : tu_zk_local(script, "start", dir, connect, clen);
 	if (st == 0)
 		return 0;
 	if (st == 3) {
@@ -193,33 +199,63 @@ static inline int tu_zk_start(const char *script, char *dir, size_t dlen,
 	} else {
 		fprintf(stderr, "zk-local start failed (%d); log:\n", st);
 		char cmd[400];
-		snprintf(cmd, sizeof(cmd), "cat '%s/zk.log' >&2", dir);
+		snprintf(cmd, sizeof(cmd),
+		         nservers ? "tail -n 20 '%s'/*/zk.log >&2"
+		                  : "cat '%s/zk.log' >&2",
+		         dir);
 		if (system(cmd) != 0)
 			fprintf(stderr, "(no log)\n");
-		tu_zk_local(script, "stop", dir, NULL, 0);
+		tu_zk_local(script, nservers ? "stop-ensemble" : "stop", dir,
+		            NULL, 0);
 	}
 	tu_rmtree(dir);
 	return st == 3 ? FARM_TEST_SKIP : 1;
 }
 
-/* Stop what tu_zk_start started and remove its directory. */
-static inline void tu_zk_stop(const char *script, const char *dir)
+static inline int tu_zk_start(const char *script, char *dir, size_t dlen,
+                              char *connect, size_t clen)
 {
-	if (tu_zk_local(script, "stop", dir, NULL, 0) != 0)
+	return tu_zk_start_n(script, dir, dlen, 0, connect, clen);
+}
+
+/* Stop what tu_zk_start_n started (@nservers as there) and remove its
+ * directory. */
+static inline void tu_zk_stop_n(const char *script, const char *dir,
+                                unsigned nservers)
+{
+	if (tu_zk_local(script, nservers ? "stop-ensemble" : "stop", dir, NULL,
+	                0) != 0)
 		fprintf(stderr, "zk-local stop failed\n");
 	tu_rmtree(dir);
 }
 
+static inline void tu_zk_stop(const char *script, const char *dir)
+{
+	tu_zk_stop_n(script, dir, 0);
+}
+
+/* Member @k of the ensemble in @dir: "kill" (SIGKILL, waits until it has
+ * exited), "start" (on its ports and data; waits until it serves when a
+ * quorum runs), "stop", or "mode" (its first line in @line). Returns
+ * zk-local's exit status. */
+static inline int tu_zk_member(const char *script, const char *dir, unsigned k,
+                               const char *verb, char *line, size_t len)
+{
+	return zkl_member(script, verb, dir, k, line, len);
+}
+
 /* A ZooKeeper test's main: @tests (@n of them, group @name; only those
- * matching $FARM_TEST_ONLY when set) with a private server (tu_zk_start),
- * or a skip (77) without the client library, java or the jars. */
-static inline int tu_zk_run(const char *script, char *dir, size_t dlen,
-                            char *connect, size_t clen, const char *name,
-                            const struct CMUnitTest *tests, size_t n)
+ * matching $FARM_TEST_ONLY when set) with a private server or ensemble
+ * (tu_zk_start_n; the ensemble's start time printed), or a skip (77)
+ * without the client library, java or the jars. */
+static inline int tu_zk_run_n(const char *script, char *dir, size_t dlen,
+                              unsigned nservers, char *connect, size_t clen,
+                              const char *name, const struct CMUnitTest *tests,
+                              size_t n)
 {
 #ifndef FARM_HAVE_ZK
-	(void)script, (void)dir, (void)dlen, (void)connect, (void)clen;
-	(void)name, (void)tests, (void)n;
+	(void)script, (void)dir, (void)dlen, (void)nservers, (void)connect;
+	(void)clen, (void)name, (void)tests, (void)n;
 	printf("skipped: libfarm built without the ZooKeeper client\n");
 	return FARM_TEST_SKIP;
 #else
@@ -228,13 +264,25 @@ static inline int tu_zk_run(const char *script, char *dir, size_t dlen,
 	const char *only = getenv("FARM_TEST_ONLY");
 	if (only && *only)
 		cmocka_set_test_filter(only);
-	int st = tu_zk_start(script, dir, dlen, connect, clen);
+	uint64_t t0 = farm_now_ns();
+	int st = tu_zk_start_n(script, dir, dlen, nservers, connect, clen);
 	if (st)
 		return st;
+	if (nservers)
+		printf("zk-local: an ensemble of %u servers (%s) served %.0f "
+		       "ms after its start\n",
+		       nservers, connect, (double)(farm_now_ns() - t0) / 1e6);
 	int rc = _cmocka_run_group_tests(name, tests, n, NULL, NULL);
-	tu_zk_stop(script, dir);
+	tu_zk_stop_n(script, dir, nservers);
 	return rc;
 #endif
+}
+
+static inline int tu_zk_run(const char *script, char *dir, size_t dlen,
+                            char *connect, size_t clen, const char *name,
+                            const struct CMUnitTest *tests, size_t n)
+{
+	return tu_zk_run_n(script, dir, dlen, 0, connect, clen, name, tests, n);
 }
 
 /* ---- error tallies ------------------------------------------------------ */
