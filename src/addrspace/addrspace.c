@@ -46,7 +46,10 @@ struct farm_as {
 	pthread_rwlock_t lock;
 	farm_ring *ring; /* under lock */
 	farm_ring *prev; /* the view before (recovery asks who held what) */
-	uint64_t config_id;
+	/* Written under lock (release); read without it by farm_as_config_id
+	 * (acquire), from any thread: the commit and copy paths stamp their
+	 * work with it. */
+	_Atomic uint64_t config_id;
 	struct entry *tab; /* open addressing, cap a power of two */
 	uint32_t cap, used;
 	uint64_t seed;
@@ -289,7 +292,9 @@ int farm_as_set_view_placed(farm_as *as, uint64_t config_id,
 	if (rc)
 		return rc;
 	as_wrlock(as);
-	if (as->ring && config_id <= as->config_id) {
+	if (as->ring &&
+	    config_id <= atomic_load_explicit(&as->config_id,
+	                                      memory_order_relaxed)) {
 		pthread_rwlock_unlock(&as->lock);
 		farm_ring_free(g);
 		return -ESTALE;
@@ -297,7 +302,7 @@ int farm_as_set_view_placed(farm_as *as, uint64_t config_id,
 	farm_ring *old = as->prev;
 	as->prev = as->ring;
 	as->ring = g;
-	as->config_id = config_id;
+	atomic_store_explicit(&as->config_id, config_id, memory_order_release);
 	/* Primaries may have moved: forget every cached descriptor (a
 	 * removed machine's memory must not be read again; lookups ask the
 	 * new primaries). The lock bumped the generation, so resolve caches
@@ -388,7 +393,8 @@ int farm_as_promote(farm_as *as, uint32_t region)
 
 uint64_t farm_as_config_id(const farm_as *as)
 {
-	return as ? as->config_id : 0;
+	return as ? atomic_load_explicit(&as->config_id, memory_order_acquire)
+	          : 0;
 }
 uint64_t farm_as_region_size(const farm_as *as)
 {
