@@ -13,6 +13,10 @@
  *                  then another machine later) never reorders the
  *                  survivors: each region's new replicas begin with its
  *                  old ones less the departed, in order (25,000 ids);
+ *   late           a machine joining a running cluster (late) is appended
+ *                  only where replicas are short, never before a copy or
+ *                  as a primary; departures keep the order with late
+ *                  machines too (issue 13, rejoin and growth);
  *   order          the input order of the machines does not matter;
  *   balance        primary shares are the plain ones; with equal domains
  *                  every machine's replica share is within 20% of even;
@@ -53,6 +57,7 @@ struct cl {
 	uint32_t ids[16];
 	uint32_t dom[16];
 	bool departed[16];
+	uint32_t late[16]; /* rank among late machines; 0: not late */
 };
 
 static farm_ring *build(const struct cl *c, unsigned r)
@@ -61,7 +66,8 @@ static farm_ring *build(const struct cl *c, unsigned r)
 	for (unsigned i = 0; i < c->n; i++)
 		ms[i] = (struct farm_ring_machine){.id = c->ids[i],
 		                                   .domain = c->dom[i],
-		                                   .departed = c->departed[i]};
+		                                   .departed = c->departed[i],
+		                                   .late = c->late[i]};
 	farm_ring *g = NULL;
 	struct farm_ring_attr a = {.replicas = r};
 	assert_int_equal(farm_ring_build_domains(ms, c->n, &a, &g), 0);
@@ -110,11 +116,11 @@ static unsigned same_domain(const struct cl *c, unsigned r)
 	return bad;
 }
 
-static const struct cl five3 = {5, {0, 1, 2, 3, 4}, {1, 1, 2, 2, 3}, {0}};
+static const struct cl five3 = {5, {0, 1, 2, 3, 4}, {1, 1, 2, 2, 3}, {0}, {0}};
 static const struct cl six3 = {
-        6, {10, 11, 12, 13, 14, 15}, {7, 8, 9, 7, 8, 9}, {0}};
+        6, {10, 11, 12, 13, 14, 15}, {7, 8, 9, 7, 8, 9}, {0}, {0}};
 static const struct cl nine4 = {
-        9, {1, 2, 3, 4, 5, 6, 7, 8, 9}, {1, 1, 2, 2, 3, 3, 4, 4, 4}, {0}};
+        9, {1, 2, 3, 4, 5, 6, 7, 8, 9}, {1, 1, 2, 2, 3, 3, 4, 4, 4}, {0}, {0}};
 
 static void test_distinct(void **state)
 {
@@ -150,8 +156,8 @@ static void test_fewer(void **state)
 {
 	(void)state;
 	/* 4 machines in 2 domains, r = 3; 3 machines in one domain. */
-	const struct cl two = {4, {1, 2, 3, 4}, {5, 5, 6, 6}, {0}};
-	const struct cl one = {3, {1, 2, 3}, {5, 5, 5}, {0}};
+	const struct cl two = {4, {1, 2, 3, 4}, {5, 5, 6, 6}, {0}, {0}};
+	const struct cl one = {3, {1, 2, 3}, {5, 5, 5}, {0}, {0}};
 	const struct cl *cs[] = {&two, &one};
 	for (size_t k = 0; k < FARM_ARRAY_SIZE(cs); k++) {
 		farm_ring *g = build(cs[k], 3);
@@ -169,7 +175,7 @@ static void test_fewer(void **state)
 		farm_ring_free(g);
 	}
 	/* More replicas than machines: all of them. */
-	const struct cl small = {2, {1, 2}, {5, 6}, {0}};
+	const struct cl small = {2, {1, 2}, {5, 6}, {0}, {0}};
 	farm_ring *g = build(&small, 3);
 	assert_int_equal(farm_ring_nreplicas(g), 2);
 	farm_ring_free(g);
@@ -287,6 +293,115 @@ static void test_stable(void **state)
 	farm_ring_free(g);
 }
 
+/* A machine joins late: every region's replicas after @after begin with
+ * those of @before, in order (no copy displaced, no primary moved), and
+ * the ones added are late machines, only where @before was short of r.
+ * Returns how many regions gained a replica. */
+static unsigned check_join(const struct cl *before, const struct cl *after,
+                           unsigned r)
+{
+	farm_ring *g0 = build(before, r), *g1 = build(after, r);
+	uint32_t a[FARM_RING_MAX_REPLICAS], b[FARM_RING_MAX_REPLICAS];
+	unsigned gained = 0;
+	for (uint32_t id = 1; id <= NIDS / 8; id++) {
+		unsigned na = farm_ring_replicas(g0, id, a);
+		unsigned nb = farm_ring_replicas(g1, id, b);
+		assert_true(nb >= na);
+		for (unsigned i = 0; i < na; i++)
+			if (b[i] != a[i])
+				fail_msg("region %" PRIu32
+				         ": replica %u is %" PRIu32
+				         " after the join, %" PRIu32 " before",
+				         id, i, b[i], a[i]);
+		for (unsigned i = na; i < nb; i++) {
+			bool late = false;
+			for (unsigned q = 0; q < after->n; q++)
+				late |= after->ids[q] == b[i] && after->late[q];
+			if (!late)
+				fail_msg("region %" PRIu32 ": %" PRIu32
+				         " added by "
+				         "the join is not a late machine",
+				         id, b[i]);
+		}
+		gained += nb > na;
+	}
+	farm_ring_free(g0);
+	farm_ring_free(g1);
+	return gained;
+}
+
+static struct cl join_late(struct cl c, uint32_t id, uint32_t rank)
+{
+	for (unsigned i = 0; i < c.n; i++)
+		if (c.ids[i] == id) {
+			c.departed[i] = false;
+			c.late[i] = rank;
+			return c;
+		}
+	c.ids[c.n] = id;
+	c.dom[c.n] = 0;
+	c.late[c.n++] = rank;
+	return c;
+}
+
+/*
+ * Rejoin and growth (issue 13 item 4): a machine that joins a running
+ * cluster is late. 3 machines without domains (r = 3) lose one: every
+ * region has 2 replicas; the machine coming back (same id) and then a new
+ * one are appended where short, never before a copy that exists; with
+ * enough other members a late machine gets nothing. Departures with late
+ * machines keep the survivors' order. Then 5 machines in 3 domains.
+ */
+static void test_late(void **state)
+{
+	(void)state;
+	const struct cl three = {3, {0, 1, 2}, {0}, {0}, {0}};
+	struct cl gone = depart(three, 2);
+	struct cl back = join_late(gone, 2, 1);
+	unsigned gained = check_join(&gone, &back, 3);
+	printf("3 machines, r = 3, machine 2 gone then back late: %u of %u "
+	       "regions gain it as their third replica\n",
+	       gained, NIDS / 8);
+	assert_int_equal(gained, NIDS / 8);
+	/* Never a primary, never before another replica. */
+	farm_ring *g = build(&back, 3);
+	uint32_t rep[FARM_RING_MAX_REPLICAS];
+	for (uint32_t id = 1; id <= NIDS / 8; id++) {
+		assert_int_equal(farm_ring_replicas(g, id, rep), 3);
+		assert_int_equal(rep[2], 2);
+	}
+	farm_ring_free(g);
+	/* A second late machine (new id 7) is not needed: nothing moves. */
+	struct cl grown = join_late(back, 7, 2);
+	assert_int_equal(check_join(&back, &grown, 3), 0);
+	/* Departures among them keep the order: a member, then a late. */
+	struct cl d0 = depart(grown, 0);
+	assert_true(check_stable(&grown, &d0, 3) > 0);
+	struct cl d2 = depart(d0, 2);
+	assert_true(check_stable(&d0, &d2, 3) > 0);
+	/* Every region now: machine 1, then 7 (the only ones left). */
+	g = build(&d2, 3);
+	for (uint32_t id = 1; id <= NIDS / 8; id++) {
+		assert_int_equal(farm_ring_replicas(g, id, rep), 2);
+		assert_int_equal(rep[0], 1);
+		assert_int_equal(rep[1], 7);
+	}
+	farm_ring_free(g);
+	/* Domains: machine 4 (the only one of domain 3) gone and back late;
+	 * then machines 0 and 1 (domain 1) gone: late 4 fills in. */
+	struct cl f = depart(five3, 4);
+	struct cl fb = join_late(f, 4, 1);
+	check_join(&f, &fb, 3);
+	struct cl fd = depart(depart(fb, 0), 1);
+	check_stable(&fb, &fd, 3);
+	g = build(&fd, 3);
+	for (uint32_t id = 1; id <= NIDS / 8; id++) {
+		assert_int_equal(farm_ring_replicas(g, id, rep), 3);
+		assert_int_equal(rep[2], 4);
+	}
+	farm_ring_free(g);
+}
+
 static void test_order(void **state)
 {
 	(void)state;
@@ -374,8 +489,33 @@ static void test_text(void **state)
 	/* A view that differs only in a domain is another view. */
 	strcpy(w->members[1].domain, "x");
 	assert_false(farm_view_equal(v, w));
+	/* Rejoin and growth: the formed mark and the late machines, in the
+	 * order they joined, round-trip and rank the machines. */
+	v->formed = true;
+	v->nlate = 2;
+	v->late[0] = 3;
+	v->late[1] = 2;
+	len = farm_view_format(v, buf, sizeof(buf));
+	assert_true(len > 0);
+	assert_non_null(strstr(buf, "formed\nlate 3\nlate 2\n"));
+	assert_int_equal(farm_view_parse(buf, (size_t)len, w), 0);
+	assert_true(farm_view_equal(v, w));
+	assert_int_equal(farm_view_placement(w, ids, 3, ms), 5);
+	assert_int_equal(ms[0].late, 0);
+	assert_int_equal(ms[1].late, 2);
+	assert_int_equal(ms[2].late, 1);
+	w->late[0] = 2;
+	w->late[1] = 3;
+	assert_false(farm_view_equal(v, w));
+	v->formed = false;
+	v->nlate = 0;
 
 	const char *bad[] = {
+	        /* a late machine listed twice, formed twice */
+	        "libfarm-config 1\nconfig_id 1\nmember 1 /a\nlate 1\nlate 1\n",
+	        "libfarm-config 1\nconfig_id 1\nmember 1 /a\nformed\nformed\n",
+	        /* a member after the late list */
+	        "libfarm-config 1\nconfig_id 1\nlate 1\nmember 1 /a\n",
 	        /* ids not increasing */
 	        "libfarm-config 1\nconfig_id 1\nmember 1 /a\nmember 2 /b\n"
 	        "domain 2 x\ndomain 1 y\n",
@@ -473,9 +613,9 @@ int main(int argc, char **argv)
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test(test_distinct), cmocka_unit_test(test_fewer),
 	        cmocka_unit_test(test_plain),    cmocka_unit_test(test_stable),
-	        cmocka_unit_test(test_order),    cmocka_unit_test(test_balance),
-	        cmocka_unit_test(test_text),     cmocka_unit_test(test_config),
-	        cmocka_unit_test(test_static),
+	        cmocka_unit_test(test_late),     cmocka_unit_test(test_order),
+	        cmocka_unit_test(test_balance),  cmocka_unit_test(test_text),
+	        cmocka_unit_test(test_config),   cmocka_unit_test(test_static),
 	};
 	size_t n = FARM_ARRAY_SIZE(tests);
 	if (argc > 1 && !strcmp(argv[1], "--broken")) {

@@ -49,7 +49,10 @@ bool farm_view_equal(const struct farm_view *a, const struct farm_view *b)
 {
 	if (a->config_id != b->config_id || a->n != b->n ||
 	    a->has_cm != b->has_cm || (a->has_cm && a->cm != b->cm) ||
-	    a->nremoved != b->nremoved || a->ndeparted != b->ndeparted)
+	    a->nremoved != b->nremoved || a->ndeparted != b->ndeparted ||
+	    a->formed != b->formed || a->nlate != b->nlate ||
+	    (a->nlate <= FARM_VIEW_MAX &&
+	     memcmp(a->late, b->late, a->nlate * sizeof(a->late[0]))))
 		return false;
 	for (unsigned i = 0; i < a->n; i++)
 		if (a->members[i].id != b->members[i].id ||
@@ -131,9 +134,15 @@ unsigned farm_view_placement(const struct farm_view *v, const uint32_t *ids,
 	unsigned k = 0;
 	for (unsigned i = 0; i < n; i++) {
 		const struct farm_member *m = farm_view_find(v, ids[i]);
+		uint32_t late = 0;
+		for (unsigned q = 0; q < v->nlate && q < FARM_VIEW_MAX && !late;
+		     q++)
+			if (v->late[q] == ids[i])
+				late = q + 1;
 		out[k++] = (struct farm_ring_machine){
 		        .id = ids[i],
-		        .domain = m ? domain_number(names, nn, m->domain) : 0};
+		        .domain = m ? domain_number(names, nn, m->domain) : 0,
+		        .late = late};
 	}
 	for (unsigned i = 0; i < v->ndeparted && i < FARM_VIEW_MAX; i++)
 		if (!farm_view_find(v, v->departed[i].id))
@@ -147,7 +156,8 @@ unsigned farm_view_placement(const struct farm_view *v, const uint32_t *ids,
 
 int farm_view_format(const struct farm_view *v, char *buf, size_t len)
 {
-	if (!v || !buf || v->n > FARM_VIEW_MAX || v->ndeparted > FARM_VIEW_MAX)
+	if (!v || !buf || v->n > FARM_VIEW_MAX ||
+	    v->ndeparted > FARM_VIEW_MAX || v->nlate > FARM_VIEW_MAX)
 		return -EINVAL;
 	size_t off = 0;
 	int n = snprintf(buf, len,
@@ -188,6 +198,19 @@ int farm_view_format(const struct farm_view *v, char *buf, size_t len)
 		n = snprintf(buf + off, len - off,
 		             "removed %" PRIu32 " %" PRId64 "\n",
 		             v->removed[i].id, v->removed[i].incarnation);
+		if (n < 0 || (size_t)n >= len - off)
+			return -ENOBUFS;
+		off += (size_t)n;
+	}
+	if (v->formed) {
+		n = snprintf(buf + off, len - off, "formed\n");
+		if (n < 0 || (size_t)n >= len - off)
+			return -ENOBUFS;
+		off += (size_t)n;
+	}
+	for (unsigned i = 0; i < v->nlate && i < FARM_VIEW_MAX; i++) {
+		n = snprintf(buf + off, len - off, "late %" PRIu32 "\n",
+		             v->late[i]);
 		if (n < 0 || (size_t)n >= len - off)
 			return -ENOBUFS;
 		off += (size_t)n;
@@ -248,6 +271,18 @@ int farm_view_parse(const char *buf, size_t len, struct farm_view *v)
 				return FARM_ECORRUPT;
 			v->has_cm = true;
 			v->cm = (uint32_t)x;
+		} else if (n == 6 && !memcmp(p, "formed", 6)) {
+			if (v->formed)
+				return FARM_ECORRUPT;
+			v->formed = true;
+		} else if (n >= 5 && !memcmp(p, "late ", 5)) {
+			if (v->nlate == FARM_VIEW_MAX ||
+			    parse_dec(p + 5, nl, UINT32_MAX, &x, &e) || e != nl)
+				return FARM_ECORRUPT;
+			for (unsigned q = 0; q < v->nlate; q++)
+				if (v->late[q] == x)
+					return FARM_ECORRUPT;
+			v->late[v->nlate++] = (uint32_t)x;
 		} else if (n >= 8 && !memcmp(p, "removed ", 8)) {
 			uint64_t inc;
 			if (v->nremoved == FARM_VIEW_MAX ||
@@ -290,8 +325,8 @@ int farm_view_parse(const char *buf, size_t len, struct farm_view *v)
 				memcpy(dp->domain, d, dlen + 1);
 			}
 		} else {
-			if (v->nremoved || have_domain || n < 7 ||
-			    memcmp(p, "member ", 7) ||
+			if (v->nremoved || have_domain || v->formed ||
+			    v->nlate || n < 7 || memcmp(p, "member ", 7) ||
 			    parse_dec(p + 7, nl, UINT32_MAX, &x, &e) ||
 			    e == nl || *e != ' ')
 				return FARM_ECORRUPT;
@@ -442,6 +477,8 @@ int farm_membership_open(const struct farm_membership_attr *a,
 		return -ENOMEM;
 	if (a->domain)
 		strcpy(m->domain, a->domain); /* checked above */
+	m->expect = a->expect;
+	m->fresh = a->fresh;
 	m->on_view = a->on_view;
 	m->on_state = a->on_state;
 	m->ctx = a->ctx;

@@ -74,6 +74,7 @@ struct farm_member {
 	uint32_t id;
 	char endpoint[FARM_ENDPOINT_MAX]; /* fabric address; shm: data dir */
 	char domain[FARM_DOMAIN_MAX];     /* failure domain; "": none */
+	bool fresh; /* registered with empty memory (ZooKeeper card) */
 };
 
 /* A machine that was a member with a failure domain and is not one now.
@@ -103,6 +104,15 @@ struct farm_view {
 	struct farm_removed removed[FARM_VIEW_MAX];
 	unsigned ndeparted;
 	struct farm_departed departed[FARM_VIEW_MAX]; /* sorted by id */
+	/* Rejoin and growth (issue 13 item 4): once a configuration has had
+	 * the expected number of machines the cluster is formed (sticky);
+	 * from then on a machine joining with empty memory is late
+	 * (ring.h: it only fills replica lists the others leave short).
+	 * late[] is in the order they joined and keeps ids that left, so a
+	 * placement never changes when one comes back with its memory. */
+	bool formed;
+	unsigned nlate;
+	uint32_t late[FARM_VIEW_MAX];
 };
 
 enum farm_membership_state {
@@ -157,6 +167,11 @@ struct farm_membership_attr {
 	unsigned npeers;
 	/* NULL, or the peers' failure domains ("": none), parallel */
 	const char (*peer_domains)[FARM_CONFIG_DOMAIN];
+	/* ZooKeeper: the machines the cluster is formed with (0: never
+	 * formed, no machine is ever late), and whether this one starts
+	 * with empty memory (a new data directory). */
+	unsigned expect;
+	bool fresh;
 	farm_view_fn on_view;   /* may be NULL */
 	farm_state_fn on_state; /* may be NULL */
 	void *ctx;

@@ -20,6 +20,8 @@ struct farm_membership {
 	uint32_t self;
 	char endpoint[FARM_ENDPOINT_MAX];
 	char domain[FARM_DOMAIN_MAX]; /* "": none */
+	unsigned expect; /* ZooKeeper: machines the cluster forms with */
+	bool fresh;      /* this machine started with empty memory */
 	farm_view_fn on_view;
 	farm_state_fn on_state;
 	void *ctx;

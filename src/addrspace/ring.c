@@ -33,6 +33,8 @@ struct farm_ring {
 	unsigned nall; /* members and departed machines on the rings */
 	struct farm_ring_machine *all; /* nall, by id; domain 0 made unique */
 	unsigned ndomains;             /* distinct domains among all */
+	uint32_t *late;                /* late members' indices, by rank */
+	unsigned nlate;
 	struct one_ring rings[FARM_RING_MAX_RINGS];
 };
 
@@ -95,6 +97,7 @@ void farm_ring_free(farm_ring *ring)
 	}
 	free(ring->ids);
 	free(ring->all);
+	free(ring->late);
 	free(ring);
 }
 
@@ -130,11 +133,13 @@ static void place_arc(const farm_ring *g, const struct one_ring *R, unsigned i,
 {
 	uint32_t L[FARM_RING_MAX_REPLICAS];
 	unsigned nl = 0, want = FARM_MIN(g->r, g->nall), ndom = 0;
-	/* 1. The first machine of each new domain, clockwise. */
+	/* 1. The first machine of each new domain, clockwise (late
+	 * machines are not walked: L never depends on them). */
 	for (unsigned s = 0; s < g->npts && nl < want && ndom < g->ndomains;
 	     s++) {
 		uint32_t m = R->pts[(i + s) % g->npts].idx;
-		if (in_set(L, nl, m) || domain_in(g, L, nl, g->all[m].domain))
+		if (g->all[m].late || in_set(L, nl, m) ||
+		    domain_in(g, L, nl, g->all[m].domain))
 			continue;
 		L[nl++] = m;
 		ndom++;
@@ -142,7 +147,7 @@ static void place_arc(const farm_ring *g, const struct one_ring *R, unsigned i,
 	/* Fewer domains than replicas: the next machines, clockwise. */
 	for (unsigned s = 0; s < g->npts && nl < want; s++) {
 		uint32_t m = R->pts[(i + s) % g->npts].idx;
-		if (!in_set(L, nl, m))
+		if (!g->all[m].late && !in_set(L, nl, m))
 			L[nl++] = m;
 	}
 	/* 2. L's members, in L's order. */
@@ -156,18 +161,22 @@ static void place_arc(const farm_ring *g, const struct one_ring *R, unsigned i,
 	 * later departure only appends. */
 	bool outside = false; /* a member outside L's domains exists */
 	for (unsigned m = 0; got < g->nrep && m < g->nall && !outside; m++)
-		outside = !g->all[m].departed &&
+		outside = !g->all[m].departed && !g->all[m].late &&
 		          !domain_in(g, L, nl, g->all[m].domain);
 	for (unsigned pass = outside ? 0 : 1; pass < 2 && got < g->nrep; pass++)
 		for (unsigned s = 0; s < g->npts && got < g->nrep; s++) {
 			uint32_t m = R->pts[(i + s) % g->npts].idx;
-			if (g->all[m].departed || in_set(L, nl, m) ||
-			    in_set(chosen, got, m) ||
+			if (g->all[m].departed || g->all[m].late ||
+			    in_set(L, nl, m) || in_set(chosen, got, m) ||
 			    (pass == 0 &&
 			     domain_in(g, L, nl, g->all[m].domain)))
 				continue;
 			chosen[got++] = m;
 		}
+	/* 4. Still short: the late members, in the order they joined (the
+	 * same for every region, so a later joiner only appends). */
+	for (unsigned q = 0; q < g->nlate && got < g->nrep; q++)
+		chosen[got++] = g->late[q];
 	for (unsigned q = 0; q < got; q++)
 		rep[q] = g->all[chosen[q]].id;
 }
@@ -219,6 +228,20 @@ int farm_ring_build_domains(const struct farm_ring_machine *ms, unsigned n,
 	}
 	if (g->n == 0 || g->n > FARM_RING_MAX_MACHINES)
 		goto inval;
+	/* Late members by rank (ties, which a view never makes, by id). */
+	g->late = malloc((g->nall ? g->nall : 1) * sizeof(*g->late));
+	if (!g->late)
+		goto nomem;
+	for (unsigned m = 0; m < g->nall; m++) {
+		if (!g->all[m].late || g->all[m].departed)
+			continue;
+		unsigned q = g->nlate++;
+		while (q && g->all[g->late[q - 1]].late > g->all[m].late) {
+			g->late[q] = g->late[q - 1];
+			q--;
+		}
+		g->late[q] = m;
+	}
 	/* A machine without a domain is one of its own: give it a value no
 	 * named domain has (above the largest), and count the domains. */
 	uint32_t top = 0;

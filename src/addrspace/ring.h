@@ -71,6 +71,15 @@ struct farm_ring_machine {
 	uint32_t domain; /* failure domain; 0: none (a domain of its own) */
 	bool departed;   /* no longer a member: on the rings (so the domain
 	                    walk does not change), never a replica */
+	/* A member that joined a running cluster with empty memory (issue
+	 * 13, rejoin and growth): 0 if not; else its rank among such
+	 * machines, in the order they joined (1 first). A late machine is
+	 * never in the domain walk (L) and never a replica while the other
+	 * members suffice: it only fills the replica lists the others leave
+	 * short, after them, in rank order. So it never becomes a primary
+	 * or a backup before a copy that exists, and a later joiner never
+	 * comes before an earlier one. */
+	uint32_t late;
 };
 /*
  * farm_ring_build_domains() - rings for the @n machines in @ms (any order,

@@ -357,17 +357,20 @@ static int zk_layout(struct farm_membership *m)
 
 static int zk_card(const struct farm_membership *m, char *out)
 {
-	return snprintf(out, ZK_CARD_MAX, "%s%s%s", m->endpoint,
-	                m->domain[0] ? "\ndomain " : "", m->domain);
+	return snprintf(out, ZK_CARD_MAX, "%s%s%s%s", m->endpoint,
+	                m->domain[0] ? "\ndomain " : "", m->domain,
+	                m->fresh ? "\nfresh" : "");
 }
 
-/* The registration @data (@len bytes) into @mb's endpoint and domain.
- * 0, or -EINVAL: empty or control bytes in the endpoint, a second line
- * that is not a valid domain. */
+/* The registration @data (@len bytes) into @mb's endpoint, domain and
+ * fresh mark: the endpoint, then optionally "domain <name>", then
+ * optionally "fresh", one per line. 0, or -EINVAL: empty or control bytes
+ * in the endpoint, a line that is neither of those, or out of order. */
 static int zk_card_parse(const char *data, int len, struct farm_member *mb)
 {
 	if (len <= 0 || memchr(data, 0, (size_t)len))
 		return -EINVAL;
+	const char *lim = data + len;
 	const char *nl = memchr(data, '\n', (size_t)len);
 	size_t elen = nl ? (size_t)(nl - data) : (size_t)len;
 	if (elen == 0 || elen >= sizeof(mb->endpoint))
@@ -375,15 +378,25 @@ static int zk_card_parse(const char *data, int len, struct farm_member *mb)
 	memcpy(mb->endpoint, data, elen);
 	mb->endpoint[elen] = 0;
 	mb->domain[0] = 0;
-	if (!nl)
-		return 0;
-	size_t rest = (size_t)(data + len - nl - 1);
-	if (rest <= 7 || rest - 7 >= sizeof(mb->domain) ||
-	    memcmp(nl + 1, "domain ", 7))
-		return -EINVAL;
-	memcpy(mb->domain, nl + 8, rest - 7);
-	mb->domain[rest - 7] = 0;
-	return farm_domain_valid(mb->domain) ? 0 : -EINVAL;
+	mb->fresh = false;
+	while (nl) {
+		const char *p = nl + 1;
+		nl = memchr(p, '\n', (size_t)(lim - p));
+		size_t n = nl ? (size_t)(nl - p) : (size_t)(lim - p);
+		if (n == 5 && !memcmp(p, "fresh", 5) && !mb->fresh) {
+			mb->fresh = true;
+		} else if (n > 7 && n - 7 < sizeof(mb->domain) &&
+		           !memcmp(p, "domain ", 7) && !mb->domain[0] &&
+		           !mb->fresh) {
+			memcpy(mb->domain, p + 7, n - 7);
+			mb->domain[n - 7] = 0;
+			if (!farm_domain_valid(mb->domain))
+				return -EINVAL;
+		} else {
+			return -EINVAL;
+		}
+	}
+	return 0;
 }
 
 /* ---- reads issued together ---------------------------------------------
@@ -627,6 +640,54 @@ static void zk_departed(struct farm_zk *z)
 static int zk_build_from(struct farm_membership *m, const uint32_t *ids,
                          unsigned n, const struct zk_read *rd);
 
+/* Rejoin and growth (membership.h, ring.h): z->next's formed mark and late
+ * list from z->cur's. Once formed (a configuration had m->expect
+ * machines), a member that is new to the configuration and registered
+ * with empty memory (its card says "fresh") is late, after the earlier
+ * ones. Late ids stay listed (a late machine that restarts on its
+ * directory keeps its placement); the oldest that are not members are
+ * dropped when the list is full. A machine new to a formed configuration
+ * that is not fresh comes back with memory (a whole-cluster restart): it
+ * takes its place as before. */
+static void zk_late(struct farm_membership *m)
+{
+	struct farm_zk *z = m->zk;
+	struct farm_view *x = &z->next;
+	const struct farm_view *c = &z->cur;
+	x->formed = c->formed || (m->expect && x->n >= m->expect);
+	x->nlate = 0;
+	for (unsigned i = 0; i < c->nlate && i < FARM_VIEW_MAX; i++)
+		x->late[x->nlate++] = c->late[i];
+	for (unsigned i = 0; c->formed && i < x->n; i++) {
+		const struct farm_member *mb = &x->members[i];
+		bool listed = false;
+		for (unsigned q = 0; q < x->nlate && !listed; q++)
+			listed = x->late[q] == mb->id;
+		if (!mb->fresh || listed || farm_view_find(c, mb->id))
+			continue;
+		if (x->nlate == FARM_VIEW_MAX) {
+			unsigned q = 0;
+			while (q < x->nlate && farm_view_find(x, x->late[q]))
+				q++;
+			if (q == x->nlate) {
+				farm_warn("membership: machine %" PRIu32
+				          " joins late, but %u late machines "
+				          "are listed already",
+				          mb->id, x->nlate);
+				continue;
+			}
+			memmove(&x->late[q], &x->late[q + 1],
+			        (x->nlate - q - 1) * sizeof(x->late[0]));
+			x->nlate--;
+		}
+		x->late[x->nlate++] = mb->id;
+		farm_warn("membership: machine %" PRIu32 " joins the formed "
+		          "cluster with empty memory: late (a backup where "
+		          "replicas are short, never a primary)",
+		          mb->id);
+	}
+}
+
 static int zk_build(struct farm_membership *m, const uint32_t *ids, unsigned n)
 {
 	struct farm_zk *z = m->zk;
@@ -696,6 +757,7 @@ static int zk_build_from(struct farm_membership *m, const uint32_t *ids,
 		z->next.n++;
 	}
 	zk_departed(z);
+	zk_late(m);
 	return 0;
 }
 
@@ -703,7 +765,9 @@ static bool same_members(const struct farm_view *a, const struct farm_view *b)
 {
 	if (a->n != b->n || a->has_cm != b->has_cm ||
 	    (a->has_cm && a->cm != b->cm) || a->nremoved != b->nremoved ||
-	    a->ndeparted != b->ndeparted)
+	    a->ndeparted != b->ndeparted || a->formed != b->formed ||
+	    a->nlate != b->nlate ||
+	    memcmp(a->late, b->late, a->nlate * sizeof(a->late[0])))
 		return false;
 	for (unsigned i = 0; i < a->ndeparted; i++)
 		if (a->departed[i].id != b->departed[i].id ||

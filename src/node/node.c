@@ -230,6 +230,33 @@ static unsigned dropped(farm_node *n, const struct farm_view *v, uint32_t *out)
 	return k;
 }
 
+/* Rejoin and growth: machines of @v that joined late since this machine's
+ * last view (into @out; ring.h). They take no part in this view's
+ * transaction-recovery barrier (they have no previous state); the others
+ * run one so every commit of an older configuration ends before the new
+ * backups copy (src/txn/copy.c). */
+static unsigned joined_late(farm_node *n, const struct farm_view *v,
+                            uint32_t *out)
+{
+	unsigned k = 0;
+	pthread_mutex_lock(&n->lock);
+	if (n->view.config_id && n->view.config_id < v->config_id)
+		for (unsigned q = 0; q < v->nlate && q < FARM_VIEW_MAX; q++)
+			if (farm_view_find(v, v->late[q]) &&
+			    !farm_view_find(&n->view, v->late[q]))
+				out[k++] = v->late[q];
+	pthread_mutex_unlock(&n->lock);
+	return k;
+}
+
+static bool in_ids(const uint32_t *ids, unsigned n, uint32_t id)
+{
+	for (unsigned i = 0; i < n; i++)
+		if (ids[i] == id)
+			return true;
+	return false;
+}
+
 static void apply_view(void *ctx, const struct farm_view *v)
 {
 	farm_node *n = ctx;
@@ -239,6 +266,8 @@ static void apply_view(void *ctx, const struct farm_view *v)
 		return; /* the previous incarnation's view (restart.c) */
 	bool member = farm_view_find(v, n->cfg.machine_id) != NULL;
 	unsigned ngone = member ? dropped(n, v, gone) : 0;
+	uint32_t late[FARM_VIEW_MAX];
+	unsigned nlate = member ? joined_late(n, v, late) : 0;
 	/* Fence the machines that left before anything moves: from here on
 	 * their one-sided requests to this machine fail (a zombie that
 	 * resumes writes nothing). */
@@ -342,12 +371,21 @@ static void apply_view(void *ctx, const struct farm_view *v)
 		farm_restart_applied(n->rs, v);
 	/* After the leases took the configuration (no lease is granted
 	 * outside it any more). */
-	if (!rc && ngone) {
+	if (!rc && (ngone || nlate)) {
 		/* Recover the transactions and regions the lost machines
 		 * took part in (src/txn/recover.c); the configuration's CM
-		 * decides for their coordinators. */
+		 * decides for their coordinators. Late joiners only: the
+		 * same round with nothing removed, among the machines that
+		 * were here before (joined_late). */
 		uint32_t decider = v->has_cm ? v->cm : ids[0];
-		if (decider == n->cfg.machine_id && n->rec) {
+		uint32_t olds[FARM_VIEW_MAX];
+		unsigned nolds = 0;
+		for (unsigned i = 0; i < k; i++)
+			if (!in_ids(late, nlate, ids[i]))
+				olds[nolds++] = ids[i];
+		if (nolds && in_ids(late, nlate, decider))
+			decider = olds[0]; /* a late CM takes no part */
+		if (ngone && decider == n->cfg.machine_id && n->rec) {
 			/* FaRM's lease wait before NEW-CONFIG-COMMIT: the CM
 			 * grants no lease outside the configuration it has
 			 * taken, so one lease length from here every lease a
@@ -363,7 +401,7 @@ static void apply_view(void *ctx, const struct farm_view *v)
 				;
 		}
 		int trc = farm_txm_reconfigure(n->txm, v->config_id, gone,
-		                               ngone, ids, k, decider);
+		                               ngone, olds, nolds, decider);
 		if (trc == -ENOENT) /* loops closed: this machine stops */
 			farm_info("node: view %" PRIu64 " while closing: no "
 			          "transaction recovery",
@@ -640,6 +678,8 @@ int farm_node_start(farm_node *n, int timeout_ms)
 	        .peers = n->cfg.peers,
 	        .npeers = n->cfg.npeers,
 	        .peer_domains = n->cfg.peer_domains,
+	        .expect = n->cfg.expect_machines,
+	        .fresh = !farm_restart_pending(n->rs),
 	        .on_view = apply_view,
 	        .on_state = on_state,
 	        .ctx = n,
