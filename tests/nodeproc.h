@@ -58,45 +58,65 @@ struct np_child {
 /* A machine's body: its exit status (0 when all went well). */
 typedef int (*np_entry_fn)(struct np_child *c, void *arg);
 
+/* Another cluster of this test whose pipes a machine must not hold (a
+ * machine that joins later is forked as a cluster of its own). */
+static struct np_cluster *np_other;
+
+static inline void np_close_pipes(const struct np_cluster *cl)
+{
+	for (uint32_t j = 0; cl && j < NP_NM; j++) {
+		if (cl->to[j] > 0)
+			close(cl->to[j]);
+		if (cl->from[j] > 0)
+			close(cl->from[j]);
+	}
+}
+
+/* Fork machine @i on @cl's data directory (@cl->dir[i]); it runs
+ * @entry(c, @arg) and exits. */
+static inline void np_spawn_one(struct np_cluster *cl, uint32_t i,
+                                np_entry_fn entry, void *arg)
+{
+	int down[2], up[2];
+	assert_int_equal(pipe(down), 0);
+	assert_int_equal(pipe(up), 0);
+	fflush(NULL);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		close(down[1]);
+		close(up[0]);
+		np_close_pipes(cl);
+		if (np_other != cl)
+			np_close_pipes(np_other);
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		/* cmocka's handlers would run the parent's tests in this
+		 * process. */
+		const int sigs[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
+		for (size_t k = 0; k < sizeof(sigs) / sizeof(sigs[0]); k++)
+			signal(sigs[k], SIG_DFL);
+		if (tn_active() && tn_enter_machine(i))
+			_exit(12);
+		struct np_child c = {
+		        .me = i, .in = down[0], .out = up[1], .cl = cl};
+		_exit(entry(&c, arg));
+	}
+	close(down[0]);
+	close(up[1]);
+	cl->pid[i] = pid;
+	cl->to[i] = down[1];
+	cl->from[i] = up[0];
+}
+
 /* Fork NP_NM machines on @cl's data directories (made by np_start, or
  * left by an earlier incarnation: a restart); machine i runs
  * @entry(c, @arg) and exits. */
 static inline void np_spawn(struct np_cluster *cl, np_entry_fn entry, void *arg)
 {
-	for (uint32_t i = 0; i < NP_NM; i++) {
-		int down[2], up[2];
-		assert_int_equal(pipe(down), 0);
-		assert_int_equal(pipe(up), 0);
-		fflush(NULL);
-		pid_t pid = fork();
-		assert_true(pid >= 0);
-		if (pid == 0) {
-			close(down[1]);
-			close(up[0]);
-			for (uint32_t j = 0; j < i; j++) {
-				close(cl->to[j]);
-				close(cl->from[j]);
-			}
-			prctl(PR_SET_PDEATHSIG, SIGKILL);
-			/* cmocka's handlers would run the parent's tests in
-			 * this process. */
-			const int sigs[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE,
-			                    SIGABRT};
-			for (size_t k = 0; k < sizeof(sigs) / sizeof(sigs[0]);
-			     k++)
-				signal(sigs[k], SIG_DFL);
-			if (tn_active() && tn_enter_machine(i))
-				_exit(12);
-			struct np_child c = {
-			        .me = i, .in = down[0], .out = up[1], .cl = cl};
-			_exit(entry(&c, arg));
-		}
-		close(down[0]);
-		close(up[1]);
-		cl->pid[i] = pid;
-		cl->to[i] = down[1];
-		cl->from[i] = up[0];
-	}
+	for (uint32_t i = 0; i < NP_NM; i++)
+		cl->to[i] = cl->from[i] = -1;
+	for (uint32_t i = 0; i < NP_NM; i++)
+		np_spawn_one(cl, i, entry, arg);
 }
 
 /* Fork NP_NM machines with data dirs under a new temporary directory

@@ -23,9 +23,17 @@
  *     are all smaller);
  *   - recbank.h's checks: total, no locks, every committed transfer
  *     present, sercheck over every history.
+ *   rejoin     4 replicas; machines 2 and 3 killed in turn (every region
+ *              short), then machine 5 joins with an empty directory:
+ *              it must hold a complete copy of every region, never as
+ *              primary (issue 13 item 4, rejoin and growth).
+ *
  * --broken: new backups drop the COMMIT-BACKUPs that arrive during the
  * copy (and skip the check pass that would repair it); the replicas'
- * hashes must then differ (copy_kill only).
+ * hashes must then differ (copy_kill only). --broken-late: placement
+ * ignores which machine joined late (FARM_FP_RING_NO_LATE), so the new
+ * machine is placed as primary of regions it has no copy of: rejoin's
+ * checks must fail.
  *
  * Exits 77 (skip) without the ZooKeeper client or server.
  */
@@ -76,9 +84,20 @@ struct hash_report {
 	uint64_t hash[DR_MAXREG];
 };
 
+/* Replicas per region (rejoin: 4, so that 3 survivors leave every region
+ * short), and the machine that joins late (rejoin; a new id, NP_NM). */
+static unsigned dr_reps = 3;
+#define DR_LATE_ID NP_NM
+static struct np_cluster late_cl; /* slot 0: the late machine */
+static bool late_in;              /* it joined and has not quit */
+
 static void dr_config(uint32_t me, struct farm_config *cfg)
 {
 	(void)me;
+	cfg->replicas = dr_reps;
+	/* The cluster is formed with NP_NM machines: one joining later with
+	 * empty memory is late (placement appends it where short). */
+	cfg->expect_machines = NP_NM;
 	cfg->datarec_bytes = DR_BYTES;
 	cfg->datarec_interval_us = DR_US;
 	/* 5 machines and the copies on a shared 2-core host: 50 ms leases
@@ -163,14 +182,132 @@ static int dr_cmd(struct tx_child *c, int cmd, const farm_fatptr *acc,
 	return -1;
 }
 
+/* Machine @i's cluster and slot: NP_NM is the late machine. */
+static struct np_cluster *cl_of(unsigned i, unsigned *slot)
+{
+	*slot = i < NP_NM ? i : 0;
+	return i < NP_NM ? &rb_cl : &late_cl;
+}
+
+/* Is machine @i (NP_NM: the late one) in the cluster now? */
+static bool dr_in(const struct rb_result *res, unsigned i)
+{
+	return i < NP_NM ? rb_member(res, i) : late_in;
+}
+
+static void dr_send(unsigned i, char cmd)
+{
+	unsigned k;
+	struct np_cluster *c = cl_of(i, &k);
+	np_send(c, k, cmd);
+}
+
+static void dr_expect(unsigned i, char b, int ms)
+{
+	unsigned k;
+	struct np_cluster *c = cl_of(i, &k);
+	np_expect(c, k, b, ms);
+}
+
+static void dr_recv(unsigned i, void *buf, size_t len, int ms)
+{
+	unsigned k;
+	struct np_cluster *c = cl_of(i, &k);
+	np_recv(c, k, buf, len, ms);
+}
+
 static struct held_report *ask(unsigned i)
 {
 	struct held_report *r = malloc(sizeof(*r));
 	assert_non_null(r);
-	np_send(&rb_cl, i, 'g');
-	np_expect(&rb_cl, i, 'G', 30000);
-	np_recv(&rb_cl, i, r, sizeof(*r), 1000);
+	dr_send(i, 'g');
+	dr_expect(i, 'G', 30000);
+	dr_recv(i, r, sizeof(*r), 1000);
 	return r;
+}
+
+/* The late machine: joins the running cluster with an empty directory,
+ * says 'P' once it is a member, then answers dr_cmd's commands until 'Q'.
+ * It runs no workload (it can be no primary). */
+static int late_machine(struct np_child *np, void *arg)
+{
+	(void)arg;
+	struct tx_child c = {.np = *np};
+	struct farm_config cfg;
+	int st = np_config_zk(np, "16M", rb_zk_connect, rb_zk_root,
+	                      RB_SESSION_MS, RB_LEASE_US, &cfg);
+	if (st)
+		return st;
+	cfg.machine_id = DR_LATE_ID;
+	dr_config(DR_LATE_ID, &cfg);
+	c.np.me = DR_LATE_ID;
+	struct farm_view *v = malloc(sizeof(*v));
+	if (!v || farm_node_open(&cfg, &c.np.node)) {
+		free(v);
+		return 4;
+	}
+	farm_node_set_app_loops(c.np.node, true);
+	st = 5;
+	if (farm_node_start(c.np.node, RB_JOIN_MS) ||
+	    farm_node_loop_open(c.np.node, 0, &c.np.loop))
+		goto out;
+	c.txm = farm_node_txm(c.np.node);
+	st = 6;
+	static const volatile int never = 0;
+	for (uint64_t dl = np_now_ns() + RB_JOIN_MS * 1000000ull;
+	     np_now_ns() < dl;) {
+		if (!farm_node_view(c.np.node, v) &&
+		    farm_view_find(v, DR_LATE_ID)) {
+			st = 0;
+			break;
+		}
+		(void)farm_loop_wait(c.np.loop, &never, 10000000ull);
+	}
+	if (st || np_say(&c.np, 'P', NULL, 0))
+		goto out;
+	for (;;) {
+		int cmd = np_wait_cmd(&c.np);
+		if (cmd == 'Q' || cmd < 0)
+			break;
+		if (dr_cmd(&c, cmd, NULL, 0)) {
+			st = 7;
+			break;
+		}
+	}
+out:
+	free(v);
+	if (c.np.loop)
+		farm_node_loop_close(c.np.node, c.np.loop);
+	farm_node_close(c.np.node);
+	return st;
+}
+
+static void no_late(enum farm_fault_point fp, void *arg)
+{
+	(void)fp;
+	(void)arg;
+}
+
+/* Start the late machine (its directory under the cluster's root). */
+static void late_start(void)
+{
+	memset(&late_cl, 0, sizeof(late_cl));
+	for (unsigned i = 0; i < NP_NM; i++)
+		late_cl.to[i] = late_cl.from[i] = -1;
+	snprintf(late_cl.dir[0], sizeof(late_cl.dir[0]), "%s/late", rb_cl.root);
+	assert_int_equal(mkdir(late_cl.dir[0], 0700), 0);
+	np_other = &rb_cl;
+	np_spawn_one(&late_cl, 0, late_machine, NULL);
+	np_other = NULL;
+	np_expect(&late_cl, 0, 'P', RB_JOIN_MS + 30000);
+	late_in = true;
+}
+
+static int dr_teardown(void **state)
+{
+	np_cleanup(&late_cl);
+	late_in = false;
+	return rb_teardown(state);
 }
 
 /* Does any survivor copy a region now (bytes read, not done)? */
@@ -189,27 +326,27 @@ static bool copying(struct rb_result *res)
 	return any;
 }
 
-/* Every region any survivor holds is complete at exactly its replicas.
- * Fills @why when not. */
+/* Every region any machine holds is complete at exactly its replicas
+ * (@r[i] for machine i; NP_NM: the late one). Fills @why when not. */
 static bool replicated(struct held_report **r, struct rb_result *res, char *why,
                        size_t len, unsigned *nregions)
 {
 	why[0] = 0;
 	*nregions = 0;
-	for (unsigned i = 0; i < NP_NM; i++) {
-		if (!rb_member(res, i))
+	for (unsigned i = 0; i <= NP_NM; i++) {
+		if (!dr_in(res, i))
 			continue;
 		for (unsigned k = 0; k < r[i]->n; k++) {
 			const struct held *h = &r[i]->h[k];
 			bool first = true; /* count each region once */
 			for (unsigned j = 0; j < i && first; j++)
 				for (unsigned q = 0;
-				     rb_member(res, j) && q < r[j]->n; q++)
+				     dr_in(res, j) && q < r[j]->n; q++)
 					first &= r[j]->h[q].region != h->region;
 			if (!first)
 				continue;
 			(*nregions)++;
-			if (h->nreps != 3) {
+			if (h->nreps != dr_reps) {
 				snprintf(why, len,
 				         "region %#" PRIx32
 				         " has %u replicas in machine %u's "
@@ -220,11 +357,12 @@ static bool replicated(struct held_report **r, struct rb_result *res, char *why,
 			for (unsigned x = 0; x < h->nreps; x++) {
 				uint32_t m = h->reps[x];
 				const struct held *at = NULL;
-				for (unsigned q = 0; m < NP_NM && q < r[m]->n;
+				for (unsigned q = 0;
+				     m <= NP_NM && dr_in(res, m) && q < r[m]->n;
 				     q++)
 					if (r[m]->h[q].region == h->region)
 						at = &r[m]->h[q];
-				if (m >= NP_NM || !rb_member(res, m) || !at ||
+				if (m > NP_NM || !dr_in(res, m) || !at ||
 				    at->filling) {
 					snprintf(why, len,
 					         "region %#" PRIx32 ": replica "
@@ -234,13 +372,24 @@ static bool replicated(struct held_report **r, struct rb_result *res, char *why,
 					             : "is still filling");
 					return false;
 				}
+				if (m == DR_LATE_ID && x == 0) {
+					snprintf(why, len,
+					         "region %#" PRIx32
+					         ": the late "
+					         "machine is its primary",
+					         h->region);
+					return false;
+				}
 			}
 		}
 	}
 	return true;
 }
 
-static void run(unsigned first, int second, const char *name)
+/* @first killed; then @second (-1: none) while a copy is under way, or,
+ * with @rejoin, right after the first's recovery, and then a machine
+ * joins late (a new id, empty memory) while the workload goes on. */
+static void run(unsigned first, int second, bool rejoin, const char *name)
 {
 	struct rb_result res;
 	rb_start(&res, name);
@@ -248,7 +397,18 @@ static void run(unsigned first, int second, const char *name)
 	rb_tell(&res, first, true);
 	rb_wait_recovered(&res);
 	bool killed_during = false;
-	if (second >= 0) {
+	if (rejoin) {
+		rb_reap(&res, (unsigned)second, true);
+		rb_tell(&res, (unsigned)second, true);
+		rb_wait_recovered(&res);
+		uint64_t t = np_now_ns();
+		late_start();
+		printf("%s: machines %u and %d gone, every region short of "
+		       "its %u replicas; machine %u joined late %.0f ms "
+		       "after its start\n",
+		       name, first, second, dr_reps, DR_LATE_ID,
+		       (double)(np_now_ns() - t) / 1e6);
+	} else if (second >= 0) {
 		/* Kill once some new backup has read part of a region. */
 		uint64_t dl = np_now_ns() + 20000000000ull;
 		while (!(killed_during = copying(&res)) && np_now_ns() < dl)
@@ -259,20 +419,21 @@ static void run(unsigned first, int second, const char *name)
 	rb_collect(&res);
 	uint64_t t_stopped = np_now_ns(); /* every survivor said 'D' */
 	struct fails *f = &res.f;
-	if (second >= 0 && !killed_during)
+	if (second >= 0 && !rejoin && !killed_during)
 		failed(f, "no copy was seen in progress: the second kill did "
 		          "not come during data recovery");
 
 	/* Full replication, the workload paused. */
-	struct held_report *r[NP_NM] = {0};
+	struct held_report *r[NP_NM + 1] = {0};
 	char why[256] = "";
 	unsigned nreg = 0;
-	uint64_t t0 = np_now_ns(), dl = t0 + DR_WAIT_MS * 1000000ull;
+	unsigned wait_ms = opt_broken && rejoin ? 10000 : DR_WAIT_MS;
+	uint64_t t0 = np_now_ns(), dl = t0 + wait_ms * 1000000ull;
 	bool ok = false;
 	for (;;) {
-		for (unsigned i = 0; i < NP_NM; i++) {
+		for (unsigned i = 0; i <= NP_NM; i++) {
 			free(r[i]);
-			r[i] = rb_member(&res, i) ? ask(i) : NULL;
+			r[i] = dr_in(&res, i) ? ask(i) : NULL;
 		}
 		ok = replicated(r, &res, why, sizeof(why), &nreg);
 		if (ok || np_now_ns() > dl)
@@ -284,12 +445,12 @@ static void run(unsigned first, int second, const char *name)
 	       name, nreg, ok ? "yes" : "NO", (double)(np_now_ns() - t0) / 1e6,
 	       ok ? "" : ": ", why);
 	if (!ok)
-		failed(f, "not fully replicated within %d ms: %s", DR_WAIT_MS,
+		failed(f, "not fully replicated within %u ms: %s", wait_ms,
 		       why);
 
 	/* Pacing, and what each new backup did. */
-	unsigned copies = 0, late = 0;
-	for (unsigned i = 0; i < NP_NM; i++) {
+	unsigned copies = 0, late = 0, at_late = 0;
+	for (unsigned i = 0; i <= NP_NM; i++) {
 		if (!r[i])
 			continue;
 		double limit = (double)r[i]->pace_bytes * r[i]->threads /
@@ -320,6 +481,7 @@ static void run(unsigned first, int second, const char *name)
 				continue;
 			copies++;
 			late += d->t_done_ns > t_stopped;
+			at_late += i == DR_LATE_ID;
 			if (rate > limit)
 				failed(f,
 				       "machine %u copied region %#" PRIx32
@@ -336,26 +498,31 @@ static void run(unsigned first, int second, const char *name)
 	}
 	if (!copies)
 		failed(f, "no region was copied to a new backup");
+	if (rejoin && at_late != nreg)
+		failed(f,
+		       "the late machine completed %u copies, the cluster "
+		       "holds %u regions",
+		       at_late, nreg);
 	/* Commits during a copy that ends after the workload are never
 	 * rewritten later: what --broken relies on to be seen. */
 	printf("%s: %u of %u copies completed after the workload stopped\n",
 	       name, late, copies);
 
 	/* Equal bytes at every replica, once every log is truncated. */
-	for (unsigned i = 0; i < NP_NM; i++)
-		if (rb_member(&res, i))
-			np_send(&rb_cl, i, 'F');
-	for (unsigned i = 0; i < NP_NM; i++)
-		if (rb_member(&res, i))
-			np_expect(&rb_cl, i, 'f', 30000);
-	struct hash_report hr[NP_NM];
-	for (unsigned i = 0; i < NP_NM; i++)
-		if (rb_member(&res, i))
-			np_send(&rb_cl, i, 'H');
-	for (unsigned i = 0; i < NP_NM; i++)
-		if (rb_member(&res, i)) {
-			np_expect(&rb_cl, i, 'h', 60000);
-			np_recv(&rb_cl, i, &hr[i], sizeof(hr[i]), 5000);
+	for (unsigned i = 0; i <= NP_NM; i++)
+		if (dr_in(&res, i))
+			dr_send(i, 'F');
+	for (unsigned i = 0; i <= NP_NM; i++)
+		if (dr_in(&res, i))
+			dr_expect(i, 'f', 30000);
+	struct hash_report hr[NP_NM + 1];
+	for (unsigned i = 0; i <= NP_NM; i++)
+		if (dr_in(&res, i))
+			dr_send(i, 'H');
+	for (unsigned i = 0; i <= NP_NM; i++)
+		if (dr_in(&res, i)) {
+			dr_expect(i, 'h', 60000);
+			dr_recv(i, &hr[i], sizeof(hr[i]), 5000);
 			if (hr[i].pending)
 				failed(f,
 				       "machine %u: %u COMMIT-BACKUPs not "
@@ -363,12 +530,12 @@ static void run(unsigned first, int second, const char *name)
 				       i, hr[i].pending);
 		}
 	unsigned differ = 0, compared = 0;
-	for (unsigned i = 0; i < NP_NM; i++) {
-		if (!rb_member(&res, i))
+	for (unsigned i = 0; i <= NP_NM; i++) {
+		if (!dr_in(&res, i))
 			continue;
 		for (unsigned k = 0; k < hr[i].n; k++)
-			for (unsigned j = i + 1; j < NP_NM; j++) {
-				if (!rb_member(&res, j))
+			for (unsigned j = i + 1; j <= NP_NM; j++) {
+				if (!dr_in(&res, j))
 					continue;
 				for (unsigned q = 0; q < hr[j].n; q++) {
 					if (hr[j].region[q] != hr[i].region[k])
@@ -388,18 +555,27 @@ static void run(unsigned first, int second, const char *name)
 	}
 	printf("%s: %u replica pairs compared, %u differ\n", name, compared,
 	       differ);
-	for (unsigned i = 0; i < NP_NM; i++)
+	for (unsigned i = 0; i <= NP_NM; i++)
 		free(r[i]);
+	if (late_in) { /* before the cluster's files go */
+		dr_send(NP_NM, 'Q');
+		int st = tu_reap(late_cl.pid[0]);
+		late_cl.pid[0] = 0;
+		late_in = false;
+		if (st)
+			failed(f, "the late machine exited with %d", st);
+	}
 	rb_check(&res);
 	rb_verdict(&res, opt_broken,
-	           "new backups dropped the commits that came during the "
-	           "copy");
+	           rejoin ? "placement ignored which machine joined late"
+	                  : "new backups dropped the commits that came "
+	                    "during the copy");
 }
 
 static void test_one_kill(void **state)
 {
 	(void)state;
-	run(2, -1, "one_kill");
+	run(2, -1, false, "one_kill");
 }
 
 static void test_copy_kill(void **state)
@@ -408,18 +584,50 @@ static void test_copy_kill(void **state)
 	/* The survivors keep running until the second kill (the copy is
 	 * seen in progress first), then 500 ms. */
 	rb_p.first_post_ms = 30000;
-	run(2, 3, "copy_kill");
+	run(2, 3, false, "copy_kill");
 	rb_p.first_post_ms = 0;
+}
+
+/*
+ * Rejoin and growth (issue 13 item 4): 4 replicas; machines 2 and 3 are
+ * killed, one after the other, so the 3 survivors leave every region
+ * short; then a machine with a new id and an empty directory joins the
+ * running cluster. It must become a backup of every region (never a
+ * primary), its copies complete and equal to the others', the bank
+ * intact.
+ */
+static void test_rejoin(void **state)
+{
+	(void)state;
+	dr_reps = 4;
+	rb_p.first_post_ms = 30000;
+	rb_p.post_ms = 3000; /* the join comes during the workload */
+	run(2, 3, true, opt_broken ? "rejoin --broken-late" : "rejoin");
+	rb_p.first_post_ms = 0;
+	rb_p.post_ms = 500;
+	dr_reps = 3;
 }
 
 int main(int argc, char **argv)
 {
-	const struct CMUnitTest tests[] = {
-	        cmocka_unit_test_teardown(test_copy_kill, rb_teardown),
-	        cmocka_unit_test_teardown(test_one_kill, rb_teardown),
+	struct CMUnitTest tests[] = {
+	        cmocka_unit_test_teardown(test_copy_kill, dr_teardown),
+	        cmocka_unit_test_teardown(test_one_kill, dr_teardown),
+	        cmocka_unit_test_teardown(test_rejoin, dr_teardown),
 	};
 	size_t n = sizeof(tests) / sizeof(tests[0]);
-	if (argc > 1 && !strcmp(argv[1], "--broken")) {
+	if (argc > 1 && !strcmp(argv[1], "--broken-late")) {
+		/* A test-only switch: placement ignores which machine
+		 * joined late; the rejoin checks must notice. */
+		if (farm_fault_set(FARM_FP_RING_NO_LATE, no_late, NULL)) {
+			printf("skipped: --broken-late needs fault injection "
+			       "(FARM_FAULT_INJECTION=OFF)\n");
+			return FARM_TEST_SKIP;
+		}
+		opt_broken = true;
+		tests[0] = tests[2];
+		n = 1;
+	} else if (argc > 1 && !strcmp(argv[1], "--broken")) {
 		if (!farm_fault_built()) {
 			printf("skipped: --broken needs fault injection "
 			       "(FARM_FAULT_INJECTION=OFF)\n");
@@ -429,7 +637,8 @@ int main(int argc, char **argv)
 		farm_txn_testing_datarec_skip_apply(true);
 		n = 1;
 	} else if (argc > 1) {
-		fprintf(stderr, "usage: %s [--broken]\n", argv[0]);
+		fprintf(stderr, "usage: %s [--broken | --broken-late]\n",
+		        argv[0]);
 		return 2;
 	}
 	/* A machine removed by mistake closes its pipe: fail on the

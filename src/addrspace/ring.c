@@ -204,6 +204,7 @@ int farm_ring_build_domains(const struct farm_ring_machine *ms, unsigned n,
 		domains |= ms[m].domain != 0;
 	if (FARM_FAULT_SWITCH(FARM_FP_RING_NO_DOMAINS))
 		domains = false;
+	bool no_late = FARM_FAULT_SWITCH(FARM_FP_RING_NO_LATE);
 	farm_ring *g = calloc(1, sizeof(*g));
 	if (!g)
 		return -ENOMEM;
@@ -217,6 +218,8 @@ int farm_ring_build_domains(const struct farm_ring_machine *ms, unsigned n,
 		g->all[g->nall] = ms[m];
 		if (!domains)
 			g->all[g->nall].domain = 0;
+		if (no_late)
+			g->all[g->nall].late = 0;
 		g->nall++;
 	}
 	qsort(g->all, g->nall, sizeof(*g->all), cmp_machine);

@@ -45,6 +45,10 @@ enum farm_fault_point {
 	 * failure domains (a deliberately broken placement,
 	 * tests/test_ring.c --broken). */
 	FARM_FP_RING_NO_DOMAINS,
+	/* addrspace/ring.c, a switch: while hooked, placement ignores which
+	 * machines joined late (a machine with empty memory is placed as
+	 * any other: tests/test_datarec.c --broken-late). */
+	FARM_FP_RING_NO_LATE,
 	/* txn/restart.c, a switch: while hooked, a whole-cluster restart
 	 * decides the logs' transactions but applies none of their images
 	 * (tests/test_restart.c --broken: acknowledged transfers must be
