@@ -231,16 +231,16 @@ static struct held_report *ask(unsigned i)
  * It runs no workload (it can be no primary). */
 static int late_machine(struct np_child *np, void *arg)
 {
-	(void)arg;
+	uint32_t id = *(const uint32_t *)arg;
 	struct tx_child c = {.np = *np};
 	struct farm_config cfg;
 	int st = np_config_zk(np, "16M", rb_zk_connect, rb_zk_root,
 	                      RB_SESSION_MS, RB_LEASE_US, &cfg);
 	if (st)
 		return st;
-	cfg.machine_id = DR_LATE_ID;
-	dr_config(DR_LATE_ID, &cfg);
-	c.np.me = DR_LATE_ID;
+	cfg.machine_id = id;
+	dr_config(id, &cfg);
+	c.np.me = id;
 	struct farm_view *v = malloc(sizeof(*v));
 	if (!v || farm_node_open(&cfg, &c.np.node)) {
 		free(v);
@@ -256,10 +256,13 @@ static int late_machine(struct np_child *np, void *arg)
 	static const volatile int never = 0;
 	for (uint64_t dl = np_now_ns() + RB_JOIN_MS * 1000000ull;
 	     np_now_ns() < dl;) {
-		if (!farm_node_view(c.np.node, v) &&
-		    farm_view_find(v, DR_LATE_ID)) {
+		if (!farm_node_view(c.np.node, v) && farm_view_find(v, id)) {
 			st = 0;
 			break;
+		}
+		if (farm_node_refused(c.np.node)) { /* a gone id, fresh */
+			st = np_say(&c.np, 'X', NULL, 0) ? 8 : 0;
+			goto out;
 		}
 		(void)farm_loop_wait(c.np.loop, &never, 10000000ull);
 	}
@@ -288,19 +291,32 @@ static void no_late(enum farm_fault_point fp, void *arg)
 	(void)arg;
 }
 
-/* Start the late machine (its directory under the cluster's root). */
-static void late_start(void)
+/* Start a machine with id @id and an empty directory under the cluster's
+ * root; it says @want: 'P' (a member) or 'X' (not admitted, then it
+ * exits). */
+static void late_start(uint32_t id, char want)
 {
+	static uint32_t ids[2];
+	uint32_t *arg = &ids[want == 'P'];
+	*arg = id;
 	memset(&late_cl, 0, sizeof(late_cl));
 	for (unsigned i = 0; i < NP_NM; i++)
 		late_cl.to[i] = late_cl.from[i] = -1;
-	snprintf(late_cl.dir[0], sizeof(late_cl.dir[0]), "%s/late", rb_cl.root);
+	snprintf(late_cl.dir[0], sizeof(late_cl.dir[0]), "%s/late-%u",
+	         rb_cl.root, id);
 	assert_int_equal(mkdir(late_cl.dir[0], 0700), 0);
 	np_other = &rb_cl;
-	np_spawn_one(&late_cl, 0, late_machine, NULL);
+	np_spawn_one(&late_cl, 0, late_machine, arg);
 	np_other = NULL;
-	np_expect(&late_cl, 0, 'P', RB_JOIN_MS + 30000);
-	late_in = true;
+	np_expect(&late_cl, 0, want, RB_JOIN_MS + 30000);
+	if (want == 'P') {
+		late_in = true;
+		return;
+	}
+	int st = tu_reap(late_cl.pid[0]);
+	late_cl.pid[0] = 0;
+	np_cleanup(&late_cl);
+	assert_int_equal(st, 0);
 }
 
 static int dr_teardown(void **state)
@@ -401,8 +417,16 @@ static void run(unsigned first, int second, bool rejoin, const char *name)
 		rb_reap(&res, (unsigned)second, true);
 		rb_tell(&res, (unsigned)second, true);
 		rb_wait_recovered(&res);
+		/* The killed machine's id with an empty directory: not
+		 * admitted (same-id rejoin is not supported). */
 		uint64_t t = np_now_ns();
-		late_start();
+		late_start(first, 'X');
+		printf("%s: a machine with id %u (gone) and an empty "
+		       "directory: not admitted, told so %.0f ms after its "
+		       "start\n",
+		       name, first, (double)(np_now_ns() - t) / 1e6);
+		t = np_now_ns();
+		late_start(DR_LATE_ID, 'P');
 		printf("%s: machines %u and %d gone, every region short of "
 		       "its %u replicas; machine %u joined late %.0f ms "
 		       "after its start\n",

@@ -85,7 +85,10 @@ FARM_API void farm_node_loop_close(farm_node *n, farm_loop *loop);
 /*
  * farm_node_wait_members() - wait until the cluster's view has @count
  * machines and the address space uses it. @timeout_ms < 0: no limit.
- * Returns 0, -ETIMEDOUT, or -EINVAL.
+ * Returns 0, -ETIMEDOUT, -EINVAL, or -EEXIST: this machine started with
+ * an empty directory under the id of a machine that left the (formed)
+ * cluster, which is not admitted; a failed machine rejoins under a new
+ * `machine_id` (it then takes backup copies where replicas are short).
  */
 FARM_API FARM_MUST_CHECK int
 farm_node_wait_members(farm_node *n, unsigned count, int timeout_ms);

@@ -51,8 +51,11 @@ bool farm_view_equal(const struct farm_view *a, const struct farm_view *b)
 	    a->has_cm != b->has_cm || (a->has_cm && a->cm != b->cm) ||
 	    a->nremoved != b->nremoved || a->ndeparted != b->ndeparted ||
 	    a->formed != b->formed || a->nlate != b->nlate ||
+	    a->ngone != b->ngone ||
 	    (a->nlate <= FARM_VIEW_MAX &&
-	     memcmp(a->late, b->late, a->nlate * sizeof(a->late[0]))))
+	     memcmp(a->late, b->late, a->nlate * sizeof(a->late[0]))) ||
+	    (a->ngone <= FARM_VIEW_MAX &&
+	     memcmp(a->gone, b->gone, a->ngone * sizeof(a->gone[0]))))
 		return false;
 	for (unsigned i = 0; i < a->n; i++)
 		if (a->members[i].id != b->members[i].id ||
@@ -157,7 +160,8 @@ unsigned farm_view_placement(const struct farm_view *v, const uint32_t *ids,
 int farm_view_format(const struct farm_view *v, char *buf, size_t len)
 {
 	if (!v || !buf || v->n > FARM_VIEW_MAX ||
-	    v->ndeparted > FARM_VIEW_MAX || v->nlate > FARM_VIEW_MAX)
+	    v->ndeparted > FARM_VIEW_MAX || v->nlate > FARM_VIEW_MAX ||
+	    v->ngone > FARM_VIEW_MAX)
 		return -EINVAL;
 	size_t off = 0;
 	int n = snprintf(buf, len,
@@ -211,6 +215,13 @@ int farm_view_format(const struct farm_view *v, char *buf, size_t len)
 	for (unsigned i = 0; i < v->nlate && i < FARM_VIEW_MAX; i++) {
 		n = snprintf(buf + off, len - off, "late %" PRIu32 "\n",
 		             v->late[i]);
+		if (n < 0 || (size_t)n >= len - off)
+			return -ENOBUFS;
+		off += (size_t)n;
+	}
+	for (unsigned i = 0; i < v->ngone && i < FARM_VIEW_MAX; i++) {
+		n = snprintf(buf + off, len - off, "gone %" PRIu32 "\n",
+		             v->gone[i]);
 		if (n < 0 || (size_t)n >= len - off)
 			return -ENOBUFS;
 		off += (size_t)n;
@@ -283,6 +294,14 @@ int farm_view_parse(const char *buf, size_t len, struct farm_view *v)
 				if (v->late[q] == x)
 					return FARM_ECORRUPT;
 			v->late[v->nlate++] = (uint32_t)x;
+		} else if (n >= 5 && !memcmp(p, "gone ", 5)) {
+			if (v->ngone == FARM_VIEW_MAX ||
+			    parse_dec(p + 5, nl, UINT32_MAX, &x, &e) || e != nl)
+				return FARM_ECORRUPT;
+			for (unsigned q = 0; q < v->ngone; q++)
+				if (v->gone[q] == x)
+					return FARM_ECORRUPT;
+			v->gone[v->ngone++] = (uint32_t)x;
 		} else if (n >= 8 && !memcmp(p, "removed ", 8)) {
 			uint64_t inc;
 			if (v->nremoved == FARM_VIEW_MAX ||
@@ -326,7 +345,8 @@ int farm_view_parse(const char *buf, size_t len, struct farm_view *v)
 			}
 		} else {
 			if (v->nremoved || have_domain || v->formed ||
-			    v->nlate || n < 7 || memcmp(p, "member ", 7) ||
+			    v->nlate || v->ngone || n < 7 ||
+			    memcmp(p, "member ", 7) ||
 			    parse_dec(p + 7, nl, UINT32_MAX, &x, &e) ||
 			    e == nl || *e != ' ')
 				return FARM_ECORRUPT;

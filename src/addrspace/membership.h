@@ -113,6 +113,12 @@ struct farm_view {
 	bool formed;
 	unsigned nlate;
 	uint32_t late[FARM_VIEW_MAX];
+	/* Ids that left the formed cluster and have not come back. A
+	 * machine registering under one with empty memory is not admitted:
+	 * messaging and the logs cannot replace a peer's rings under the
+	 * same id yet, so a failed machine rejoins under a new id. */
+	unsigned ngone;
+	uint32_t gone[FARM_VIEW_MAX];
 };
 
 enum farm_membership_state {

@@ -649,11 +649,36 @@ static int zk_build_from(struct farm_membership *m, const uint32_t *ids,
  * dropped when the list is full. A machine new to a formed configuration
  * that is not fresh comes back with memory (a whole-cluster restart): it
  * takes its place as before. */
+static bool zk_gone(const struct farm_view *v, uint32_t id)
+{
+	for (unsigned q = 0; q < v->ngone && q < FARM_VIEW_MAX; q++)
+		if (v->gone[q] == id)
+			return true;
+	return false;
+}
+
 static void zk_late(struct farm_membership *m)
 {
 	struct farm_zk *z = m->zk;
 	struct farm_view *x = &z->next;
 	const struct farm_view *c = &z->cur;
+	/* Gone: those that left a formed configuration, until they come
+	 * back with their memory (a restart). */
+	x->ngone = 0;
+	for (unsigned i = 0; i < c->ngone && i < FARM_VIEW_MAX; i++)
+		if (!farm_view_find(x, c->gone[i]))
+			x->gone[x->ngone++] = c->gone[i];
+	for (unsigned i = 0; c->formed && i < c->n; i++) {
+		uint32_t id = c->members[i].id;
+		if (farm_view_find(x, id) || zk_gone(x, id))
+			continue;
+		if (x->ngone == FARM_VIEW_MAX) { /* forget the oldest */
+			memmove(&x->gone[0], &x->gone[1],
+			        (FARM_VIEW_MAX - 1) * sizeof(x->gone[0]));
+			x->ngone--;
+		}
+		x->gone[x->ngone++] = id;
+	}
 	x->formed = c->formed || (m->expect && x->n >= m->expect);
 	x->nlate = 0;
 	for (unsigned i = 0; i < c->nlate && i < FARM_VIEW_MAX; i++)
@@ -753,6 +778,15 @@ static int zk_build_from(struct farm_membership *m, const uint32_t *ids,
 			          path);
 			continue;
 		}
+		if (mb->fresh && zk_gone(&z->cur, ids[i])) {
+			farm_err("membership: machine %" PRIu32 " registered "
+			         "with empty memory under the id of a machine "
+			         "that left this cluster: not admitted (a "
+			         "failed machine rejoins under a new "
+			         "machine_id)",
+			         ids[i]);
+			continue;
+		}
 		mb->id = ids[i];
 		z->next.n++;
 	}
@@ -766,8 +800,9 @@ static bool same_members(const struct farm_view *a, const struct farm_view *b)
 	if (a->n != b->n || a->has_cm != b->has_cm ||
 	    (a->has_cm && a->cm != b->cm) || a->nremoved != b->nremoved ||
 	    a->ndeparted != b->ndeparted || a->formed != b->formed ||
-	    a->nlate != b->nlate ||
-	    memcmp(a->late, b->late, a->nlate * sizeof(a->late[0])))
+	    a->nlate != b->nlate || a->ngone != b->ngone ||
+	    memcmp(a->late, b->late, a->nlate * sizeof(a->late[0])) ||
+	    memcmp(a->gone, b->gone, a->ngone * sizeof(a->gone[0])))
 		return false;
 	for (unsigned i = 0; i < a->ndeparted; i++)
 		if (a->departed[i].id != b->departed[i].id ||

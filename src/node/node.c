@@ -58,6 +58,7 @@ struct farm_node {
 	bool restart_failed;     /* views are no longer applied */
 	/* Under lock: */
 	bool removed;    /* this machine was removed from the cluster */
+	bool refused;    /* fresh under the id of a machine that left */
 	bool lease_lost; /* its lease at the CM lapsed */
 	/* Machines whose messages are refused (farm_msg_peer_min_config);
 	 * apply_view's thread only. */
@@ -265,6 +266,25 @@ static void apply_view(void *ctx, const struct farm_view *v)
 	if (n->restart_failed || farm_restart_view(n->rs, v))
 		return; /* the previous incarnation's view (restart.c) */
 	bool member = farm_view_find(v, n->cfg.machine_id) != NULL;
+	if (!member && !farm_restart_pending(n->rs)) {
+		bool left = false;
+		for (unsigned q = 0; q < v->ngone && q < FARM_VIEW_MAX; q++)
+			left |= v->gone[q] == n->cfg.machine_id;
+		pthread_mutex_lock(&n->lock);
+		bool tell = left && !n->refused;
+		if (left) {
+			n->refused = true;
+			pthread_cond_broadcast(&n->cond);
+		}
+		pthread_mutex_unlock(&n->lock);
+		if (tell)
+			farm_err("node %" PRIu32 ": a machine with this id "
+			         "left the cluster; this one has an empty "
+			         "directory and is not admitted: start it with "
+			         "a new machine_id (same-id rejoin is not "
+			         "supported)",
+			         n->cfg.machine_id);
+	}
 	unsigned ngone = member ? dropped(n, v, gone) : 0;
 	uint32_t late[FARM_VIEW_MAX];
 	unsigned nlate = member ? joined_late(n, v, late) : 0;
@@ -706,13 +726,15 @@ int farm_node_wait_members(farm_node *n, unsigned count, int timeout_ms)
 	ts.tv_nsec = (long)(dl % 1000000000ull);
 	int rc = 0;
 	pthread_mutex_lock(&n->lock);
-	while (n->view.n != count && rc == 0 && !n->restart_failed)
+	while (n->view.n != count && rc == 0 && !n->restart_failed &&
+	       !n->refused)
 		rc = timeout_ms < 0
 		             ? pthread_cond_wait(&n->cond, &n->lock)
 		             : pthread_cond_timedwait(&n->cond, &n->lock, &ts);
 	bool ok = n->view.n == count;
+	bool refused = n->refused;
 	pthread_mutex_unlock(&n->lock);
-	return ok ? 0 : -ETIMEDOUT;
+	return ok ? 0 : refused ? -EEXIST : -ETIMEDOUT;
 }
 
 void farm_node_close(farm_node *n)
@@ -800,6 +822,16 @@ void farm_node_on_config(farm_node *n, farm_node_config_fn fn, void *ctx)
 	n->on_config = fn;
 	n->on_config_ctx = ctx;
 	pthread_mutex_unlock(&n->lock);
+}
+
+bool farm_node_refused(farm_node *n)
+{
+	if (!n)
+		return false;
+	pthread_mutex_lock(&n->lock);
+	bool r = n->refused;
+	pthread_mutex_unlock(&n->lock);
+	return r;
 }
 
 bool farm_node_removed(farm_node *n)

@@ -31,6 +31,9 @@
 int farm_node_open(const struct farm_config *cfg, farm_node **out);
 
 farm_as *farm_node_as(const farm_node *n);
+/* Not admitted: started with an empty directory under the id of a
+ * machine that left the cluster (farm_node_wait_members' -EEXIST). */
+bool farm_node_refused(farm_node *n);
 struct farm_galloc *farm_node_galloc(const farm_node *n);
 /* The current view (config id 0 before the first). */
 int farm_node_view(farm_node *n, struct farm_view *out);
