@@ -30,15 +30,19 @@
  *                        "config_id <decimal>\n"
  *                        "cm <id>\n"                  the manager (optional)
  *                        "member <id> <endpoint>\n"   one per member, by id
- *                        "removed <id> <czxid>\n"     removed incarnations
- *                      (config_id 0 with no members until the first write)
- *     R/members        persistent, empty
  *                        "domain <id> <name>\n"      failure domains, by id:
  *                                                     members' and departed
  *                                                     machines' (below)
+ *                        "removed <id> <czxid>\n"     removed incarnations
+ *                        "formed\n"                   had expect members
+ *                        "late <id>\n"                joined late, in order
+ *                        "gone <id>\n"                left the formed cluster
+ *                      (config_id 0 with no members until the first write)
+ *     R/members        persistent, empty
  *     R/members/<id>   ephemeral, one per live machine (decimal id); its
  *                      data is the machine's endpoint, then, when it has
- *                      a failure domain, "\ndomain <name>"
+ *                      a failure domain, "\ndomain <name>", then, when it
+ *                      started with an empty directory, "\nfresh"
  *
  *   Threads: the ZooKeeper client runs two threads of its own; the module
  *   adds one worker thread per handle that makes every ZooKeeper call after
