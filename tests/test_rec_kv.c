@@ -307,10 +307,98 @@ static int machine(struct np_child *np, void *arg)
 	                      LEASE_US, &cfg);
 	if (!st) {
 		cfg.replicas = 3;
+		/* Formed with NM machines: one joining later is late. */
+		cfg.expect_machines = NM;
 		st = kvp_run_config(&c->np, &cfg, NULL, NBUCKETS, JOIN_MS,
 		                    &c->kv, body, c);
 	}
 	free(c);
+	return st;
+}
+
+/* A machine with a new id (LATE_ID) joins the running cluster with an
+ * empty directory after recovery (rejoin and growth): late, it holds no
+ * primary region, so it joins the KV store without a shard of its own
+ * (farm_kv_join_existing_sync, the list from machine SCANNER), says 'R',
+ * then answers 'F' (reads every key named, as the survivors do) until
+ * 'Q'. */
+#define LATE_ID NM
+static struct np_cluster late_cl; /* slot 0 */
+
+static int late_reader(struct np_child *np, void *arg)
+{
+	(void)arg;
+	struct farm_config cfg;
+	int st = np_config_zk(np, RSIZE, zk_connect, zk_root, SESSION_MS,
+	                      LEASE_US, &cfg);
+	if (st)
+		return st;
+	cfg.machine_id = LATE_ID;
+	cfg.replicas = 3;
+	cfg.expect_machines = NM;
+	farm_kv *kv = NULL;
+	struct farm_view *v = malloc(sizeof(*v));
+	if (!v || farm_node_open(&cfg, &np->node)) {
+		free(v);
+		return 4;
+	}
+	st = 5;
+	if (farm_kv_create(np->node, NULL, NBUCKETS, &kv))
+		goto out;
+	farm_node_set_app_loops(np->node, true);
+	st = 6;
+	if (farm_node_start(np->node, JOIN_MS) ||
+	    farm_node_loop_open(np->node, 0, &np->loop))
+		goto out;
+	st = 7;
+	static const volatile int never = 0;
+	for (uint64_t dl = np_now_ns() + JOIN_MS * 1000000ull;
+	     st && np_now_ns() < dl;) {
+		if (!farm_node_view(np->node, v) && farm_view_find(v, LATE_ID))
+			st = 0;
+		else
+			(void)farm_loop_wait(np->loop, &never, 10000000ull);
+	}
+	if (st || farm_kv_attach(kv, np->loop)) {
+		st = 7;
+		goto out;
+	}
+	int rc = farm_kv_join_existing_sync(kv, np->loop, SCANNER, JOIN_MS);
+	if (rc) {
+		fprintf(stderr, "late: join: %s\n", farm_strerror(rc));
+		st = 8;
+		goto out;
+	}
+	st = np_say(np, 'R', NULL, 0) ? 9 : 0;
+	while (!st) {
+		int cmd = np_wait_cmd(np);
+		if (cmd != 'F')
+			break;
+		uint32_t keys[NALL];
+		struct fin_get out[NALL];
+		if (tu_recv(np->in, keys, sizeof(keys))) {
+			st = 10;
+			break;
+		}
+		for (unsigned i = 0; i < NALL; i++) {
+			uint8_t k[KLEN], val[VMAX];
+			uint32_t len = 0;
+			mkkey(k, "lin", keys[i]);
+			out[i].status = farm_kv_get_sync(
+			        kv, np->loop, k, KLEN, val, sizeof(val), &len);
+			out[i].value = out[i].status ? 0 : val_id(val, len);
+		}
+		if (np_say(np, 'F', out, sizeof(out)))
+			st = 11;
+	}
+out:
+	free(v);
+	if (np->loop) {
+		farm_kv_detach(kv, np->loop);
+		farm_node_loop_close(np->node, np->loop);
+	}
+	farm_node_close(np->node);
+	farm_kv_destroy(kv);
 	return st;
 }
 
@@ -576,6 +664,28 @@ static void kv_under_kill(bool quiet, const char *name)
 		np_expect(&cl, i, 'F', 60000 + NALL * 1000);
 		np_recv(&cl, i, fg[i], sizeof(fg[i]), 1000);
 	}
+	/* Rejoin and growth: a machine with a new id and an empty directory
+	 * joins the running store late and reads every key too. */
+	uint64_t t_late = np_now_ns();
+	memset(&late_cl, 0, sizeof(late_cl));
+	for (unsigned i = 0; i < NM; i++)
+		late_cl.to[i] = late_cl.from[i] = -1;
+	snprintf(late_cl.dir[0], sizeof(late_cl.dir[0]), "%s/late", cl.root);
+	assert_int_equal(mkdir(late_cl.dir[0], 0700), 0);
+	np_other = &cl;
+	np_spawn_one(&late_cl, 0, late_reader, NULL);
+	np_other = NULL;
+	np_expect(&late_cl, 0, 'R', JOIN_MS + 30000);
+	double late_ms = (double)(np_now_ns() - t_late) / 1e6;
+	struct fin_get lg[NALL];
+	np_send(&late_cl, 0, 'F');
+	assert_int_equal(tu_send(late_cl.to[0], keys, sizeof(keys)), 0);
+	np_expect(&late_cl, 0, 'F', 60000 + NALL * 1000);
+	np_recv(&late_cl, 0, lg, sizeof(lg), 1000);
+	np_send(&late_cl, 0, 'Q');
+	int late_st = tu_reap(late_cl.pid[0]);
+	late_cl.pid[0] = 0;
+	np_cleanup(&late_cl);
 	struct alloc_report ar[NM] = {0};
 	for (unsigned i = 0; i < NM; i++) {
 		if (i == VICTIM)
@@ -671,6 +781,29 @@ static void kv_under_kill(bool quiet, const char *name)
 			       lw);
 		}
 	}
+	/* The late machine reads what the survivors read. */
+	unsigned late_differ = 0;
+	const unsigned ref = VICTIM == 0 ? 1 : 0;
+	for (unsigned j = 0; j < NALL; j++)
+		if (lg[j].status != fg[ref][j].status ||
+		    lg[j].value != fg[ref][j].value) {
+			if (late_differ++ < 3)
+				failed(&f,
+				       "machine %u (joined late) reads "
+				       "lin-%03u "
+				       "as %s %#" PRIx64 ", machine %u as %s "
+				       "%#" PRIx64,
+				       LATE_ID, keys[j],
+				       farm_strerror(lg[j].status), lg[j].value,
+				       ref, farm_strerror(fg[ref][j].status),
+				       fg[ref][j].value);
+		}
+	if (late_st)
+		failed(&f, "machine %u (joined late) exited with %d", LATE_ID,
+		       late_st);
+	printf("late: machine %u joined the running store %.0f ms after its "
+	       "start and read the %u keys: %u differ from machine %u's\n",
+	       LATE_ID, late_ms, NALL, late_differ, ref);
 	if (unread > 3)
 		failed(&f, "%u reads in all failed", unread);
 	if (stale > 4)
@@ -726,6 +859,7 @@ static void test_kill_quiet_shard(void **state)
 static int teardown(void **state)
 {
 	(void)state;
+	np_cleanup(&late_cl);
 	np_cleanup(&cl);
 	return 0;
 }

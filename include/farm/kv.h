@@ -86,6 +86,21 @@ FARM_API FARM_MUST_CHECK int farm_kv_join_sync(farm_kv *kv, farm_loop *loop,
                                                unsigned nmachines,
                                                int timeout_ms);
 
+/*
+ * farm_kv_join_existing_sync() - join a store whose shards exist without
+ * making one: learn the shard list machine @from installed (any machine
+ * that joined). For a machine that joins a running cluster (rejoin and
+ * growth: it holds no primary region, so it can make no shard); its gets,
+ * puts and deletes go to the shards' owners as anyone's do. Drives @loop,
+ * at most @timeout_ms. Returns 0; -EINVAL (bad arguments, @from is this
+ * machine, joined already); -ETIMEDOUT; FARM_ECORRUPT (a malformed
+ * answer); FARM_EPEERDEAD; -ENOMEM.
+ */
+FARM_API FARM_MUST_CHECK int farm_kv_join_existing_sync(farm_kv *kv,
+                                                        farm_loop *loop,
+                                                        uint32_t from,
+                                                        int timeout_ms);
+
 /* The largest value a put of a @klen-byte key accepts: FARM_KV_MAX_VALUE,
  * or less when the key and value would not fit in one message (with the
  * default 256 KiB message rings, about 32 KiB in all). 0 for a bad @klen. */

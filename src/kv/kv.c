@@ -94,6 +94,29 @@ static void h_shard(farm_loop *loop, const farm_msg_in *in, void *arg)
 		          in->src_machine);
 }
 
+/* FARM_MSGT_KV_SHARDS: the shard list this machine installed (for a
+ * machine that joins the store late: farm_kv_join_existing_sync). */
+static void h_shards(farm_loop *loop, const farm_msg_in *in, void *arg)
+{
+	farm_kv *kv = arg;
+	if (!in->token.call_id)
+		return;
+	int rc;
+	if (!joined(kv)) {
+		rc = farm_msg_reply_error(loop, &in->token, -EAGAIN);
+	} else {
+		uint8_t buf[4 + sizeof(kv->shards)];
+		uint32_t n = kv->nshards;
+		memcpy(buf, &n, 4);
+		memcpy(buf + 4, kv->shards, n * sizeof(kv->shards[0]));
+		rc = farm_msg_reply(loop, &in->token, buf,
+		                    4 + n * (uint32_t)sizeof(kv->shards[0]));
+	}
+	if (rc)
+		farm_warn("kv: cannot answer machine %" PRIu32,
+		          in->src_machine);
+}
+
 static void h_mget(farm_loop *loop, const farm_msg_in *in, void *arg);
 
 #define KV_C(f, help) FARM_CTL_COUNTER(farm_kv_stats, f, help)
@@ -165,6 +188,9 @@ int farm_kv_create(farm_node *node, const struct farm_kv_attr *attr,
 		rc = farm_msg_handle(kv->msg, FARM_MSGT_KV_SHARD, h_shard, kv);
 	if (!rc)
 		rc = farm_msg_handle(kv->msg, FARM_MSGT_KV_MGET, h_mget, kv);
+	if (!rc)
+		rc = farm_msg_handle(kv->msg, FARM_MSGT_KV_SHARDS, h_shards,
+		                     kv);
 	if (rc) {
 		farm_ht_destroy(kv->ht);
 		free(kv);
@@ -321,6 +347,74 @@ int farm_kv_join_sync(farm_kv *kv, farm_loop *loop, unsigned nmachines,
 	kv->my_shard = kv->me;
 	atomic_store_explicit(&kv->joined, 1, memory_order_release);
 	return 0;
+}
+
+/* The shard list from machine @from (FARM_MSGT_KV_SHARDS). */
+struct shards_wait {
+	volatile int done;
+	int status;
+	uint32_t n;
+	struct farm_ht_shard sd[MAX_MACHINES];
+};
+
+static void shards_reply(farm_loop *loop, void *ctx, int status,
+                         const void *reply, uint32_t len)
+{
+	(void)loop;
+	struct shards_wait *w = ctx;
+	uint32_t n = 0;
+	if (!status && len >= 4)
+		memcpy(&n, reply, 4);
+	if (!status && (len < 4 || n == 0 || n > MAX_MACHINES ||
+	                len != 4 + n * (uint32_t)sizeof(w->sd[0])))
+		status = FARM_ECORRUPT; /* a malformed answer */
+	if (!status) {
+		w->n = n;
+		memcpy(w->sd, (const uint8_t *)reply + 4, n * sizeof(w->sd[0]));
+	}
+	w->status = status;
+	w->done = 1;
+}
+
+int farm_kv_join_existing_sync(farm_kv *kv, farm_loop *loop, uint32_t from,
+                               int timeout_ms)
+{
+	if (!kv || !loop || from == kv->me || timeout_ms < 0 || joined(kv))
+		return -EINVAL;
+	uint64_t deadline = farm_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+	struct shards_wait *w = calloc(1, sizeof(*w));
+	if (!w)
+		return -ENOMEM;
+	int rc;
+	for (;;) {
+		uint64_t now = farm_now_ns();
+		memset(w, 0, sizeof(*w));
+		rc = farm_msg_call(loop, from, 0, FARM_MSGT_KV_SHARDS, NULL, 0,
+		                   deadline > now ? deadline - now : 1,
+		                   shards_reply, w);
+		if (!rc) {
+			rc = farm_loop_wait(loop, &w->done,
+			                    deadline > now ? deadline - now
+			                                   : 1);
+			if (!rc)
+				rc = w->status;
+		}
+		if ((rc != -EAGAIN && rc != -ETIMEDOUT) ||
+		    farm_now_ns() >= deadline)
+			break;
+		for (int i = 0; i < 64; i++) /* not joined yet: ask again */
+			(void)farm_loop_poll(loop);
+	}
+	if (!rc)
+		rc = farm_ht_set_shards(kv->ht, w->sd, w->n);
+	if (!rc) {
+		memcpy(kv->shards, w->sd, w->n * sizeof(w->sd[0]));
+		kv->nshards = w->n;
+		kv->my_shard = UINT32_MAX; /* none */
+		atomic_store_explicit(&kv->joined, 1, memory_order_release);
+	}
+	free(w);
+	return rc;
 }
 
 /* ---- single operations
@@ -1142,6 +1236,8 @@ long farm_kv_iterate_local(farm_kv *kv, farm_kv_iter_fn fn, void *ctx)
 {
 	if (!kv || !fn || !joined(kv))
 		return -EINVAL;
+	if (kv->my_shard == UINT32_MAX)
+		return 0; /* joined late: no shard of its own */
 	return farm_ht_iterate_local(kv->ht, kv->my_shard, fn, ctx);
 }
 

@@ -33,6 +33,9 @@
 
 #define FARM_MSGT_KV_SHARD 0xf140u /* -> the machine's shard descriptor */
 #define FARM_MSGT_KV_MGET  0xf141u /* multi-get batch -> statuses, values */
+#define FARM_MSGT_KV_SHARDS                            \
+	0xf142u /* -> the installed shard list (u32 n, \
+	           then n struct farm_ht_shard) */
 
 /* Keys one batch request may carry. */
 #define FARM_KV_MGET_BATCH_MAX 1024u
