@@ -30,7 +30,7 @@
 
 static char zk_dir[256];
 static char zk_connect[64];
-static char zk_root[64];
+static char zk_root[96];
 static const char *zk_script = FARM_SOURCE_DIR "/scripts/zk-local";
 
 /* ---- parent <-> child protocol ---------------------------------------- */
@@ -43,6 +43,8 @@ struct cmd {
 	uint64_t min_id;    /* W: config id >= this */
 	uint32_t absent;    /* W: this id not in the view (UINT32_MAX: none) */
 	uint64_t min_syncs; /* W: syncs >= this */
+	uint64_t min_rejoins; /* W: rejoins (new sessions) >= this */
+	int wait_ms;          /* W: bound on the wait (0: WAIT_MS) */
 	bool lost; /* W: instead of the above: state is not CONNECTED */
 };
 
@@ -66,8 +68,12 @@ static bool pred(const struct farm_view *v,
 		return s->state != FARM_MEMBERSHIP_CONNECTED;
 	return s->state == FARM_MEMBERSHIP_CONNECTED && s->registered &&
 	       (v->n == c->n || c->n == 0) && v->config_id >= c->min_id &&
-	       s->syncs >= c->min_syncs && !farm_view_find(v, c->absent);
+	       s->syncs >= c->min_syncs && s->rejoins >= c->min_rejoins &&
+	       !farm_view_find(v, c->absent);
 }
+
+/* The machines' expect_machines (0: the cluster is never formed). */
+static unsigned child_expect;
 
 static int child_main(uint32_t id, int in, int out)
 {
@@ -78,7 +84,8 @@ static int child_main(uint32_t id, int in, int out)
 	                                 .zk = zk_connect,
 	                                 .zk_root = zk_root,
 	                                 .session_ms = SESSION_MS,
-	                                 .connect_ms = 10000};
+	                                 .connect_ms = 10000,
+	                                 .expect = child_expect};
 	struct farm_membership *m = NULL;
 	int rc = farm_membership_open(&a, &m);
 	if (tu_send(out, &rc, sizeof(rc)) || rc)
@@ -100,7 +107,9 @@ static int child_main(uint32_t id, int in, int out)
 		if (c.op == 'S')
 			r.rc = farm_membership_suspect(m, &c.suspect, 1);
 		if (!r.rc)
-			r.rc = farm_membership_wait(m, pred, &c, WAIT_MS, v);
+			r.rc = farm_membership_wait(
+			        m, pred, &c, c.wait_ms ? c.wait_ms : WAIT_MS,
+			        v);
 		r.ms = (double)(farm_now_ns() - t0) / 1e6;
 		if (r.rc == -ETIMEDOUT)
 			farm_membership_view(m, v);
@@ -426,6 +435,71 @@ static int teardown(void **state)
 	return 0;
 }
 
+/*
+ * A formed cluster (expect_machines = NM): machine 3 frozen until its
+ * session expires and the others leave it out (its id is then gone), then
+ * let run. It registers again with a new session, marked stale, and the
+ * manager must not take it back: its memory is from before (in a running
+ * cluster its regions were recovered elsewhere). Unformed (test_zk_cluster,
+ * step 3), the same machine is taken back.
+ */
+static void test_zk_formed(void **state)
+{
+	(void)state;
+	child_expect = NM;
+	char root[sizeof(zk_root)];
+	snprintf(root, sizeof(root), "%s", zk_root);
+	snprintf(zk_root, sizeof(zk_root), "%.80s-formed", root);
+	for (int i = 0; i < NM; i++)
+		kids[i].to = kids[i].from = -1;
+	for (int i = 0; i < NM; i++)
+		assert_int_equal(spawn(&kids[i], (uint32_t)i + 1), 0);
+	snprintf(zk_root, sizeof(zk_root), "%s", root);
+	child_expect = 0;
+	for (int i = 0; i < NM; i++) {
+		int rc = -1;
+		assert_int_equal(recv_bounded(kids[i].from, &rc, sizeof(rc)),
+		                 0);
+		assert_int_equal(rc, 0);
+	}
+	struct cmd c = {.op = 'W', .n = NM, .absent = UINT32_MAX};
+	struct reply r[NM];
+	for (int i = 0; i < NM; i++)
+		ask(&kids[i], &c);
+	for (int i = 0; i < NM; i++)
+		answer(&kids[i], &r[i]);
+	assert_int_equal(kill(kids[2].pid, SIGSTOP), 0);
+	c = (struct cmd){.op = 'W', .n = NM - 1, .absent = 3};
+	ask(&kids[0], &c);
+	answer(&kids[0], &r[0]);
+	uint64_t syncs = r[0].st.syncs, cfg = r[0].config_id;
+	uint64_t t_cont = farm_now_ns();
+	assert_int_equal(kill(kids[2].pid, SIGCONT), 0);
+	/* Machine 3 learns its session expired and registers again. */
+	c = (struct cmd){
+	        .op = 'W', .n = 0, .min_rejoins = 1, .absent = UINT32_MAX};
+	ask(&kids[2], &c);
+	answer(&kids[2], &r[2]);
+	double reg_ms = since_ms(t_cont);
+	/* Registered again: taken back, the manager's view would have NM
+	 * members within tens of ms (test_zk_cluster's re-join took 23 ms);
+	 * kept out, it does not within 40 times that. */
+	c = (struct cmd){.op = 'W', .n = NM, .wait_ms = 1000};
+	ask(&kids[0], &c);
+	assert_int_equal(recv_bounded(kids[0].from, &r[0], sizeof(r[0])), 0);
+	printf("formed: machine 3 frozen past its session, left out in "
+	       "config %" PRIu64 "; after SIGCONT it registered again (%" PRIu64
+	       " new session) %.0f ms later; the manager's view 1 s after "
+	       "that: config %" PRIu64 ", %u members (%s)\n",
+	       cfg, r[2].st.rejoins, reg_ms, r[0].config_id, r[0].n,
+	       farm_strerror(r[0].rc));
+	assert_true(r[2].st.rejoins >= 1);
+	assert_int_equal(r[0].rc, -ETIMEDOUT);
+	assert_int_equal(r[0].n, NM - 1);
+	(void)syncs;
+	kill_kids();
+}
+
 int main(void)
 {
 #ifndef FARM_HAVE_ZK
@@ -442,6 +516,7 @@ int main(void)
 	printf("ZooKeeper at %s, root %s\n", zk_connect, zk_root);
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test_teardown(test_zk_cluster, teardown),
+	        cmocka_unit_test_teardown(test_zk_formed, teardown),
 	};
 	int rc = cmocka_run_group_tests_name("zk", tests, NULL, NULL);
 	kill_kids();

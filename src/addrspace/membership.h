@@ -55,8 +55,10 @@
  *   session: this machine's registration is gone and the others have or
  *   will have a configuration without it) makes the state EXPIRED, and the
  *   worker re-joins automatically with a new session and a new registration
- *   (a new configuration with it follows). Each transition is logged (warn)
- *   and counted, and on_state runs.
+ *   marked stale (a new configuration with it follows, unless the cluster
+ *   is formed: then its id is gone and the manager leaves it out, since
+ *   its regions were recovered elsewhere). Each transition is logged
+ *   (warn) and counted, and on_state runs.
  */
 #ifndef FARM_ADDRSPACE_MEMBERSHIP_H
 #define FARM_ADDRSPACE_MEMBERSHIP_H
@@ -79,6 +81,7 @@ struct farm_member {
 	char endpoint[FARM_ENDPOINT_MAX]; /* fabric address; shm: data dir */
 	char domain[FARM_DOMAIN_MAX];     /* failure domain; "": none */
 	bool fresh; /* registered with empty memory (ZooKeeper card) */
+	bool stale; /* registered again after its session expired */
 };
 
 /* A machine that was a member with a failure domain and is not one now.

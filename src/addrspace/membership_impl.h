@@ -22,6 +22,7 @@ struct farm_membership {
 	char domain[FARM_DOMAIN_MAX]; /* "": none */
 	unsigned expect; /* ZooKeeper: machines the cluster forms with */
 	bool fresh;      /* this machine started with empty memory */
+	bool stale;      /* a later session: its memory may be out of date */
 	farm_view_fn on_view;
 	farm_state_fn on_state;
 	void *ctx;

@@ -357,9 +357,9 @@ static int zk_layout(struct farm_membership *m)
 
 static int zk_card(const struct farm_membership *m, char *out)
 {
-	return snprintf(out, ZK_CARD_MAX, "%s%s%s%s", m->endpoint,
+	return snprintf(out, ZK_CARD_MAX, "%s%s%s%s%s", m->endpoint,
 	                m->domain[0] ? "\ndomain " : "", m->domain,
-	                m->fresh ? "\nfresh" : "");
+	                m->fresh ? "\nfresh" : "", m->stale ? "\nstale" : "");
 }
 
 /* The registration @data (@len bytes) into @mb's endpoint, domain and
@@ -379,11 +379,15 @@ static int zk_card_parse(const char *data, int len, struct farm_member *mb)
 	mb->endpoint[elen] = 0;
 	mb->domain[0] = 0;
 	mb->fresh = false;
+	mb->stale = false;
 	while (nl) {
 		const char *p = nl + 1;
 		nl = memchr(p, '\n', (size_t)(lim - p));
 		size_t n = nl ? (size_t)(nl - p) : (size_t)(lim - p);
-		if (n == 5 && !memcmp(p, "fresh", 5) && !mb->fresh) {
+		if (n == 5 && !memcmp(p, "stale", 5) && !mb->stale) {
+			mb->stale = true;
+		} else if (n == 5 && !memcmp(p, "fresh", 5) && !mb->fresh &&
+		           !mb->stale) {
 			mb->fresh = true;
 		} else if (n > 7 && n - 7 < sizeof(mb->domain) &&
 		           !memcmp(p, "domain ", 7) && !mb->domain[0] &&
@@ -778,13 +782,14 @@ static int zk_build_from(struct farm_membership *m, const uint32_t *ids,
 			          path);
 			continue;
 		}
-		if (mb->fresh && zk_gone(&z->cur, ids[i])) {
+		if ((mb->fresh || mb->stale) && zk_gone(&z->cur, ids[i])) {
 			farm_err("membership: machine %" PRIu32 " registered "
-			         "with empty memory under the id of a machine "
-			         "that left this cluster: not admitted (a "
-			         "failed machine rejoins under a new "
-			         "machine_id)",
-			         ids[i]);
+			         "%s under the id of a machine that left this "
+			         "cluster: not admitted (a failed machine "
+			         "rejoins under a new machine_id)",
+			         ids[i],
+			         mb->fresh ? "with empty memory"
+			                   : "again after its session expired");
 			continue;
 		}
 		mb->id = ids[i];
@@ -970,8 +975,13 @@ static int zk_rejoin(struct farm_membership *m)
 		return rc;
 	}
 	z->zh = zh;
+	/* Registered again from here on with "stale": in a formed cluster
+	 * the machine's regions were recovered elsewhere when it left, so
+	 * its memory must not come back as a member's (zk_build_from). */
+	m->stale = true;
 	pthread_mutex_lock(&m->lock);
 	m->st.rejoins++;
+	m->st.registered = false; /* the old session's znode went with it */
 	pthread_cond_broadcast(&m->changed);
 	pthread_mutex_unlock(&m->lock);
 	return 0;

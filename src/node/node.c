@@ -266,24 +266,40 @@ static void apply_view(void *ctx, const struct farm_view *v)
 	if (n->restart_failed || farm_restart_view(n->rs, v))
 		return; /* the previous incarnation's view (restart.c) */
 	bool member = farm_view_find(v, n->cfg.machine_id) != NULL;
-	if (!member && !farm_restart_pending(n->rs)) {
+	if (!member) {
+		/* Its id left the formed cluster: a fresh machine under it,
+		 * or this one after it left (its session expired and it
+		 * registered again), is not admitted (zk.c). */
 		bool left = false;
 		for (unsigned q = 0; q < v->ngone && q < FARM_VIEW_MAX; q++)
 			left |= v->gone[q] == n->cfg.machine_id;
 		pthread_mutex_lock(&n->lock);
+		bool was = n->view.config_id != 0;
+		bool fresh = !was && !farm_restart_pending(n->rs);
+		left = left && (fresh || was);
 		bool tell = left && !n->refused;
 		if (left) {
 			n->refused = true;
+			if (was)
+				n->removed = true;
 			pthread_cond_broadcast(&n->cond);
 		}
 		pthread_mutex_unlock(&n->lock);
-		if (tell)
+		if (tell && fresh)
 			farm_err("node %" PRIu32 ": a machine with this id "
 			         "left the cluster; this one has an empty "
 			         "directory and is not admitted: start it with "
 			         "a new machine_id (same-id rejoin is not "
 			         "supported)",
 			         n->cfg.machine_id);
+		else if (tell)
+			farm_err(
+			        "node %" PRIu32 ": this machine left the "
+			        "cluster (configuration %" PRIu64
+			        "); it is not "
+			        "taken back: restart it under a new machine_id "
+			        "with an empty directory",
+			        n->cfg.machine_id, v->config_id);
 	}
 	unsigned ngone = member ? dropped(n, v, gone) : 0;
 	uint32_t late[FARM_VIEW_MAX];
