@@ -179,6 +179,7 @@ struct farm_zk {
 	/* Worker only: */
 	bool layout_done;
 	bool held_logged;
+	int64_t refused_czxid; /* the last registration left out, logged */
 	enum farm_membership_state told; /* last state passed to on_state */
 	unsigned session_ms, connect_ms;
 	char connect[1024];
@@ -783,6 +784,9 @@ static int zk_build_from(struct farm_membership *m, const uint32_t *ids,
 			continue;
 		}
 		if ((mb->fresh || mb->stale) && zk_gone(&z->cur, ids[i])) {
+			if (z->refused_czxid == st.czxid)
+				continue; /* logged at its first sync */
+			z->refused_czxid = st.czxid;
 			farm_err("membership: machine %" PRIu32 " registered "
 			         "%s under the id of a machine that left this "
 			         "cluster: not admitted (a failed machine "
