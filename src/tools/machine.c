@@ -142,10 +142,18 @@ int farm_cmd_machine(int argc, char **argv)
 	if ((rc = farm_node_start(node, JOIN_TIMEOUT_MS)))
 		goto out;
 	if ((rc = farm_node_wait_members(node, expect, JOIN_TIMEOUT_MS))) {
-		fprintf(stderr,
-		        "farm machine %u: %u machines did not join "
-		        "within %d s\n",
-		        cfg.machine_id, expect, JOIN_TIMEOUT_MS / 1000);
+		if (rc == -EEXIST)
+			fprintf(stderr,
+			        "farm machine %u: not admitted: a machine "
+			        "with this id left the cluster; start this one "
+			        "with a new machine_id and an empty data "
+			        "directory\n",
+			        cfg.machine_id);
+		else
+			fprintf(stderr,
+			        "farm machine %u: %u machines did not join "
+			        "within %d s\n",
+			        cfg.machine_id, expect, JOIN_TIMEOUT_MS / 1000);
 		goto out;
 	}
 	if (ready_fd >= 0) {
