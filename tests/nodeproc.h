@@ -359,6 +359,30 @@ static inline int np_wait_cmd(struct np_child *c)
 	}
 }
 
+/* Drive @loop until machine @id is in @node's view (0), the node says it
+ * is not admitted (-EEXIST: farm_node_refused), or @ms pass (-ETIMEDOUT).
+ * For a machine that joins a running cluster. */
+static inline int np_await_member(farm_node *node, farm_loop *loop, uint32_t id,
+                                  int ms)
+{
+	static const volatile int never = 0;
+	struct farm_view *v = malloc(sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	int rc = -ETIMEDOUT;
+	for (uint64_t dl = np_now_ns() + (uint64_t)ms * 1000000ull;
+	     rc == -ETIMEDOUT && np_now_ns() < dl;) {
+		if (!farm_node_view(node, v) && farm_view_find(v, id))
+			rc = 0;
+		else if (farm_node_refused(node))
+			rc = -EEXIST;
+		else
+			(void)farm_loop_wait(loop, &never, 10000000ull);
+	}
+	free(v);
+	return rc;
+}
+
 /* Answer @b to the parent, then @len bytes of @data. */
 static inline int np_say(struct np_child *c, char b, const void *data,
                          size_t len)

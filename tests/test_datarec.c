@@ -241,11 +241,8 @@ static int late_machine(struct np_child *np, void *arg)
 	cfg.machine_id = id;
 	dr_config(id, &cfg);
 	c.np.me = id;
-	struct farm_view *v = malloc(sizeof(*v));
-	if (!v || farm_node_open(&cfg, &c.np.node)) {
-		free(v);
+	if (farm_node_open(&cfg, &c.np.node))
 		return 4;
-	}
 	farm_node_set_app_loops(c.np.node, true);
 	st = 5;
 	if (farm_node_start(c.np.node, RB_JOIN_MS) ||
@@ -253,19 +250,12 @@ static int late_machine(struct np_child *np, void *arg)
 		goto out;
 	c.txm = farm_node_txm(c.np.node);
 	st = 6;
-	static const volatile int never = 0;
-	for (uint64_t dl = np_now_ns() + RB_JOIN_MS * 1000000ull;
-	     np_now_ns() < dl;) {
-		if (!farm_node_view(c.np.node, v) && farm_view_find(v, id)) {
-			st = 0;
-			break;
-		}
-		if (farm_node_refused(c.np.node)) { /* a gone id, fresh */
-			st = np_say(&c.np, 'X', NULL, 0) ? 8 : 0;
-			goto out;
-		}
-		(void)farm_loop_wait(c.np.loop, &never, 10000000ull);
+	int rc = np_await_member(c.np.node, c.np.loop, id, RB_JOIN_MS);
+	if (rc == -EEXIST) { /* a gone id, fresh: not admitted */
+		st = np_say(&c.np, 'X', NULL, 0) ? 8 : 0;
+		goto out;
 	}
+	st = rc ? 6 : 0;
 	if (st || np_say(&c.np, 'P', NULL, 0))
 		goto out;
 	for (;;) {
@@ -278,7 +268,6 @@ static int late_machine(struct np_child *np, void *arg)
 		}
 	}
 out:
-	free(v);
 	if (c.np.loop)
 		farm_node_loop_close(c.np.node, c.np.loop);
 	farm_node_close(c.np.node);

@@ -337,11 +337,8 @@ static int late_reader(struct np_child *np, void *arg)
 	cfg.replicas = 3;
 	cfg.expect_machines = NM;
 	farm_kv *kv = NULL;
-	struct farm_view *v = malloc(sizeof(*v));
-	if (!v || farm_node_open(&cfg, &np->node)) {
-		free(v);
+	if (farm_node_open(&cfg, &np->node))
 		return 4;
-	}
 	st = 5;
 	if (farm_kv_create(np->node, NULL, NBUCKETS, &kv))
 		goto out;
@@ -351,14 +348,7 @@ static int late_reader(struct np_child *np, void *arg)
 	    farm_node_loop_open(np->node, 0, &np->loop))
 		goto out;
 	st = 7;
-	static const volatile int never = 0;
-	for (uint64_t dl = np_now_ns() + JOIN_MS * 1000000ull;
-	     st && np_now_ns() < dl;) {
-		if (!farm_node_view(np->node, v) && farm_view_find(v, LATE_ID))
-			st = 0;
-		else
-			(void)farm_loop_wait(np->loop, &never, 10000000ull);
-	}
+	st = np_await_member(np->node, np->loop, LATE_ID, JOIN_MS) ? 7 : 0;
 	if (st || farm_kv_attach(kv, np->loop)) {
 		st = 7;
 		goto out;
@@ -392,7 +382,6 @@ static int late_reader(struct np_child *np, void *arg)
 			st = 11;
 	}
 out:
-	free(v);
 	if (np->loop) {
 		farm_kv_detach(kv, np->loop);
 		farm_node_loop_close(np->node, np->loop);

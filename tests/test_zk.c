@@ -183,6 +183,19 @@ static int recv_bounded(int fd, void *buf, size_t len)
 	return 0;
 }
 
+/* Machines 1..NM, each answering farm_membership_open's result (0). */
+static void spawn_all(void)
+{
+	for (int i = 0; i < NM; i++)
+		assert_int_equal(spawn(&kids[i], (uint32_t)i + 1), 0);
+	for (int i = 0; i < NM; i++) {
+		int rc = -1;
+		assert_int_equal(recv_bounded(kids[i].from, &rc, sizeof(rc)),
+		                 0);
+		assert_int_equal(rc, 0);
+	}
+}
+
 static void ask(struct child *k, const struct cmd *c)
 {
 	assert_int_equal(tu_send(k->to, c, sizeof(*c)), 0);
@@ -234,14 +247,7 @@ static void test_zk_cluster(void **state)
 	for (int i = 0; i < NM; i++)
 		kids[i].to = kids[i].from = -1;
 	/* 1. Three machines join at once. */
-	for (int i = 0; i < NM; i++)
-		assert_int_equal(spawn(&kids[i], (uint32_t)i + 1), 0);
-	for (int i = 0; i < NM; i++) {
-		int rc = -1;
-		assert_int_equal(recv_bounded(kids[i].from, &rc, sizeof(rc)),
-		                 0);
-		assert_int_equal(rc, 0);
-	}
+	spawn_all();
 	struct cmd c = {.op = 'W', .n = NM, .absent = UINT32_MAX};
 	struct reply r[NM];
 	for (int i = 0; i < NM; i++)
@@ -452,16 +458,9 @@ static void test_zk_formed(void **state)
 	snprintf(zk_root, sizeof(zk_root), "%.80s-formed", root);
 	for (int i = 0; i < NM; i++)
 		kids[i].to = kids[i].from = -1;
-	for (int i = 0; i < NM; i++)
-		assert_int_equal(spawn(&kids[i], (uint32_t)i + 1), 0);
+	spawn_all();
 	snprintf(zk_root, sizeof(zk_root), "%s", root);
 	child_expect = 0;
-	for (int i = 0; i < NM; i++) {
-		int rc = -1;
-		assert_int_equal(recv_bounded(kids[i].from, &rc, sizeof(rc)),
-		                 0);
-		assert_int_equal(rc, 0);
-	}
 	struct cmd c = {.op = 'W', .n = NM, .absent = UINT32_MAX};
 	struct reply r[NM];
 	for (int i = 0; i < NM; i++)

@@ -127,7 +127,14 @@ p0=$!
 pids="$p0 $p1 $p2"
 i=0
 until grep -q "running the linkbench mix" "$dir/k.err0" 2>/dev/null; do
-    i=$((i + 1)); [ $i -gt 1200 ] && fail "the cluster did not start running"
+    if [ $i -gt 1200 ]; then
+        for k in 0 1 2; do
+            echo "--- machine $k's stderr (last lines):" >&2
+            tail -n 15 "$dir/k.err$k" >&2 2>/dev/null
+        done
+        fail "the cluster did not start running"
+    fi
+    i=$((i + 1))
     sleep 0.05
 done
 t0=$(date +%s)
