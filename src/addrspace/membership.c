@@ -73,6 +73,14 @@ bool farm_view_equal(const struct farm_view *a, const struct farm_view *b)
 	return true;
 }
 
+bool farm_ids_have(const uint32_t *ids, unsigned n, uint32_t id)
+{
+	for (unsigned i = 0; i < n && i < FARM_VIEW_MAX; i++)
+		if (ids[i] == id)
+			return true;
+	return false;
+}
+
 bool farm_view_removed(const struct farm_view *v, uint32_t id)
 {
 	for (unsigned i = 0; v && i < v->nremoved; i++)
@@ -157,6 +165,21 @@ unsigned farm_view_placement(const struct farm_view *v, const uint32_t *ids,
 	return k;
 }
 
+/* One "<tag> <id>" line per id of @ids[0..n) at @buf + *@off. 0, or -1
+ * when @len is too small. */
+static int format_ids(char *buf, size_t len, size_t *off, const char *tag,
+                      const uint32_t *ids, unsigned n)
+{
+	for (unsigned i = 0; i < n && i < FARM_VIEW_MAX; i++) {
+		int k = snprintf(buf + *off, len - *off, "%s %" PRIu32 "\n",
+		                 tag, ids[i]);
+		if (k < 0 || (size_t)k >= len - *off)
+			return -1;
+		*off += (size_t)k;
+	}
+	return 0;
+}
+
 int farm_view_format(const struct farm_view *v, char *buf, size_t len)
 {
 	if (!v || !buf || v->n > FARM_VIEW_MAX ||
@@ -212,20 +235,9 @@ int farm_view_format(const struct farm_view *v, char *buf, size_t len)
 			return -ENOBUFS;
 		off += (size_t)n;
 	}
-	for (unsigned i = 0; i < v->nlate && i < FARM_VIEW_MAX; i++) {
-		n = snprintf(buf + off, len - off, "late %" PRIu32 "\n",
-		             v->late[i]);
-		if (n < 0 || (size_t)n >= len - off)
-			return -ENOBUFS;
-		off += (size_t)n;
-	}
-	for (unsigned i = 0; i < v->ngone && i < FARM_VIEW_MAX; i++) {
-		n = snprintf(buf + off, len - off, "gone %" PRIu32 "\n",
-		             v->gone[i]);
-		if (n < 0 || (size_t)n >= len - off)
-			return -ENOBUFS;
-		off += (size_t)n;
-	}
+	if (format_ids(buf, len, &off, "late", v->late, v->nlate) ||
+	    format_ids(buf, len, &off, "gone", v->gone, v->ngone))
+		return -ENOBUFS;
 	return (int)off;
 }
 
@@ -246,6 +258,20 @@ static int parse_dec(const char *s, const char *lim, uint64_t max,
 	}
 	*out = v;
 	*end = p;
+	return 0;
+}
+
+/* The id after a "<tag> " of 5 bytes at @p (line end @nl) appended to
+ * @ids (*@n of them, distinct, at most FARM_VIEW_MAX). 0, or -1. */
+static int parse_id_line(const char *p, const char *nl, uint32_t *ids,
+                         unsigned *n)
+{
+	uint64_t x;
+	const char *e;
+	if (*n == FARM_VIEW_MAX || parse_dec(p + 5, nl, UINT32_MAX, &x, &e) ||
+	    e != nl || farm_ids_have(ids, *n, (uint32_t)x))
+		return -1;
+	ids[(*n)++] = (uint32_t)x;
 	return 0;
 }
 
@@ -287,21 +313,11 @@ int farm_view_parse(const char *buf, size_t len, struct farm_view *v)
 				return FARM_ECORRUPT;
 			v->formed = true;
 		} else if (n >= 5 && !memcmp(p, "late ", 5)) {
-			if (v->nlate == FARM_VIEW_MAX ||
-			    parse_dec(p + 5, nl, UINT32_MAX, &x, &e) || e != nl)
+			if (parse_id_line(p, nl, v->late, &v->nlate))
 				return FARM_ECORRUPT;
-			for (unsigned q = 0; q < v->nlate; q++)
-				if (v->late[q] == x)
-					return FARM_ECORRUPT;
-			v->late[v->nlate++] = (uint32_t)x;
 		} else if (n >= 5 && !memcmp(p, "gone ", 5)) {
-			if (v->ngone == FARM_VIEW_MAX ||
-			    parse_dec(p + 5, nl, UINT32_MAX, &x, &e) || e != nl)
+			if (parse_id_line(p, nl, v->gone, &v->ngone))
 				return FARM_ECORRUPT;
-			for (unsigned q = 0; q < v->ngone; q++)
-				if (v->gone[q] == x)
-					return FARM_ECORRUPT;
-			v->gone[v->ngone++] = (uint32_t)x;
 		} else if (n >= 8 && !memcmp(p, "removed ", 8)) {
 			uint64_t inc;
 			if (v->nremoved == FARM_VIEW_MAX ||

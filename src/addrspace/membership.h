@@ -230,6 +230,8 @@ void farm_membership_close(struct farm_membership *m);
  */
 int farm_membership_suspect(struct farm_membership *m, const uint32_t *ids,
                             unsigned n);
+/* Whether @id is among @ids[0..n) (a view's late or gone list). */
+bool farm_ids_have(const uint32_t *ids, unsigned n, uint32_t id);
 /* Whether @v lists machine @id's incarnation @inc as removed. */
 bool farm_view_removed(const struct farm_view *v, uint32_t id);
 

@@ -654,14 +654,6 @@ static int zk_build_from(struct farm_membership *m, const uint32_t *ids,
  * dropped when the list is full. A machine new to a formed configuration
  * that is not fresh comes back with memory (a whole-cluster restart): it
  * takes its place as before. */
-static bool zk_gone(const struct farm_view *v, uint32_t id)
-{
-	for (unsigned q = 0; q < v->ngone && q < FARM_VIEW_MAX; q++)
-		if (v->gone[q] == id)
-			return true;
-	return false;
-}
-
 static void zk_late(struct farm_membership *m)
 {
 	struct farm_zk *z = m->zk;
@@ -675,7 +667,8 @@ static void zk_late(struct farm_membership *m)
 			x->gone[x->ngone++] = c->gone[i];
 	for (unsigned i = 0; c->formed && i < c->n; i++) {
 		uint32_t id = c->members[i].id;
-		if (farm_view_find(x, id) || zk_gone(x, id))
+		if (farm_view_find(x, id) ||
+		    farm_ids_have(x->gone, x->ngone, id))
 			continue;
 		if (x->ngone == FARM_VIEW_MAX) { /* forget the oldest */
 			memmove(&x->gone[0], &x->gone[1],
@@ -690,10 +683,8 @@ static void zk_late(struct farm_membership *m)
 		x->late[x->nlate++] = c->late[i];
 	for (unsigned i = 0; c->formed && i < x->n; i++) {
 		const struct farm_member *mb = &x->members[i];
-		bool listed = false;
-		for (unsigned q = 0; q < x->nlate && !listed; q++)
-			listed = x->late[q] == mb->id;
-		if (!mb->fresh || listed || farm_view_find(c, mb->id))
+		if (!mb->fresh || farm_ids_have(x->late, x->nlate, mb->id) ||
+		    farm_view_find(c, mb->id))
 			continue;
 		if (x->nlate == FARM_VIEW_MAX) {
 			unsigned q = 0;
@@ -783,7 +774,8 @@ static int zk_build_from(struct farm_membership *m, const uint32_t *ids,
 			          path);
 			continue;
 		}
-		if ((mb->fresh || mb->stale) && zk_gone(&z->cur, ids[i])) {
+		if ((mb->fresh || mb->stale) &&
+		    farm_ids_have(z->cur.gone, z->cur.ngone, ids[i])) {
 			if (z->refused_czxid == st.czxid)
 				continue; /* logged at its first sync */
 			z->refused_czxid = st.czxid;

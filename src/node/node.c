@@ -270,9 +270,7 @@ static void apply_view(void *ctx, const struct farm_view *v)
 		/* Its id left the formed cluster: a fresh machine under it,
 		 * or this one after it left (its session expired and it
 		 * registered again), is not admitted (zk.c). */
-		bool left = false;
-		for (unsigned q = 0; q < v->ngone && q < FARM_VIEW_MAX; q++)
-			left |= v->gone[q] == n->cfg.machine_id;
+		bool left = farm_ids_have(v->gone, v->ngone, n->cfg.machine_id);
 		pthread_mutex_lock(&n->lock);
 		bool was = n->view.config_id != 0;
 		bool fresh = !was && !farm_restart_pending(n->rs);
