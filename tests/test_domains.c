@@ -509,11 +509,26 @@ static void test_text(void **state)
 	assert_false(farm_view_equal(v, w));
 	v->formed = false;
 	v->nlate = 0;
+	/* Machines given up at a restart (lost) round-trip too. */
+	v->nlost = 2;
+	v->lost[0] = 5;
+	v->lost[1] = 4;
+	len = farm_view_format(v, buf, sizeof(buf));
+	assert_true(len > 0);
+	assert_non_null(strstr(buf, "lost 5\nlost 4\n"));
+	assert_int_equal(farm_view_parse(buf, (size_t)len, w), 0);
+	assert_true(farm_view_equal(v, w));
+	w->nlost = 1;
+	assert_false(farm_view_equal(v, w));
+	v->nlost = 0;
 
 	const char *bad[] = {
 	        /* a late machine listed twice, formed twice */
 	        "libfarm-config 1\nconfig_id 1\nmember 1 /a\nlate 1\nlate 1\n",
 	        "libfarm-config 1\nconfig_id 1\nmember 1 /a\nformed\nformed\n",
+	        /* a lost machine listed twice, a member after it */
+	        "libfarm-config 1\nconfig_id 1\nmember 1 /a\nlost 2\nlost 2\n",
+	        "libfarm-config 1\nconfig_id 1\nlost 2\nmember 1 /a\n",
 	        /* a member after the late list */
 	        "libfarm-config 1\nconfig_id 1\nlate 1\nmember 1 /a\n",
 	        /* ids not increasing */

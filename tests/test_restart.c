@@ -50,14 +50,19 @@
 #define RS_JOIN_MS    60000
 #define RS_PRE        200 /* transfers per machine before the catch */
 
+#define RS_WAIT_MS 1500 /* restart_wait_ms of the lost case */
+
 static char zk_dir[256], zk_connect[64], zk_root[96];
 static const char *zk_script = FARM_SOURCE_DIR "/scripts/zk-local";
-static bool broken, broken_check;
+static bool broken, broken_check, broken_lost;
 static struct np_cluster cl;
 
 /* ---- the bank run (child side) ----------------------------------------- */
 
 static struct tx_child *self;
+/* The lost case: machine 0 never writes machine 1's accounts, so every
+ * commit caught on machine 1 is coordinated by machine 2. */
+static bool spare_1;
 
 static void hold(enum farm_fault_point fp, void *arg)
 {
@@ -96,6 +101,15 @@ static int run_role(struct tx_child *c)
 		}
 		if (cmd == 'Q')
 			return 0;
+		if (spare_1 && c->np.me == 0) {
+			farm_fatptr no1[RS_NACC - RS_ACCOUNTS];
+			memcpy(no1, acc, RS_ACCOUNTS * sizeof(*acc));
+			memcpy(no1 + RS_ACCOUNTS, acc + 2 * RS_ACCOUNTS,
+			       (RS_NACC - 2 * RS_ACCOUNTS) * sizeof(*acc));
+			bank_step(c, &k, mine, RS_ACCOUNTS, no1,
+			          RS_NACC - RS_ACCOUNTS, 2000000000ull);
+			continue;
+		}
 		bank_step(c, &k, mine, RS_ACCOUNTS, acc, RS_NACC,
 		          2000000000ull);
 	}
@@ -106,6 +120,7 @@ static int config(struct np_child *np, struct farm_config *cfg)
 	int st = np_config_zk(np, "16M", zk_connect, zk_root, RS_SESSION_MS,
 	                      RS_LEASE_US, cfg);
 	cfg->replicas = 3;
+	cfg->restart_wait_ms = RS_WAIT_MS;
 	return st;
 }
 
@@ -195,6 +210,9 @@ static int check_machine(struct np_child *np, void *arg)
 	if (broken &&
 	    farm_fault_set(FARM_FP_RESTART_NO_REPLAY, no_replay, NULL))
 		return 9;
+	if (broken_lost &&
+	    farm_fault_set(FARM_FP_RESTART_LOST_STRICT, no_replay, NULL))
+		return 9;
 	return tx_child_run(&c, &cfg, RS_JOIN_MS, check_role);
 }
 
@@ -214,11 +232,14 @@ static void on_write(void *ctx, uint64_t key, uint64_t version)
 			cm->max[i] = version;
 }
 
-static void test_bank(void **state)
+/* The bank until one commit is caught on machine 1 (acknowledged, not
+ * installed), then every machine killed at once. What was acknowledged
+ * into @cm (accounts into @acc), the pre-kill histories' anomalies into
+ * *@anomalies, the transactions open at the kill into *@cut. */
+static uint64_t bank_then_kill(struct committed *cm, farm_fatptr *acc,
+                               int *anomalies, uint64_t *cut, bool spare)
 {
-	(void)state;
-	snprintf(zk_root, sizeof(zk_root), "/libfarm/restart-%d",
-	         (int)getpid());
+	spare_1 = spare; /* the machines inherit it */
 	np_start(&cl, "restart", run_machine, NULL);
 	p_setup(&cl);
 	for (unsigned i = 0; i < NP_NM; i++)
@@ -248,9 +269,6 @@ static void test_bank(void **state)
 	/* What was acknowledged before the kill. */
 	size_t len;
 	char path[600];
-	snprintf(path, sizeof(path), "%s/acct-0", cl.root);
-	struct committed cm = {0};
-	farm_fatptr acc[RS_NACC];
 	unsigned na = 0;
 	for (unsigned i = 0; i < NP_NM; i++) {
 		snprintf(path, sizeof(path), "%s/acct-%u", cl.root, i);
@@ -261,11 +279,80 @@ static void test_bank(void **state)
 		na += RS_ACCOUNTS;
 		free(p);
 	}
-	cm.acc = acc;
+	cm->acc = acc;
 	sc_report rep;
+	*anomalies = tx_check_history(&cl, (1ull << NP_NM) - 1, &rep, cut,
+	                              on_write, cm);
+	return t_kill;
+}
+
+/* Machine 0's scan after a restart against what was acknowledged. */
+static void check_scan(struct fails *f, const struct scan *s0,
+                       const struct committed *cm, int anomalies)
+{
+	int64_t sum = 0;
+	unsigned locked = 0, missing = 0, first_missing = RS_NACC;
+	for (unsigned i = 0; i < RS_NACC; i++) {
+		if (s0->rc[i]) {
+			locked++;
+			continue;
+		}
+		sum += s0->bal[i];
+		if (s0->ver[i] < cm->max[i]) {
+			missing++;
+			if (first_missing == RS_NACC)
+				first_missing = i;
+		}
+	}
+	if (anomalies)
+		failed(f, "the pre-kill histories have %d anomalies",
+		       anomalies);
+	if (locked)
+		failed(f,
+		       "%u accounts unreadable (locked) after the "
+		       "restart",
+		       locked);
+	if (missing)
+		failed(f,
+		       "%u accounts lack an acknowledged write (account "
+		       "%u: version %" PRIu64 ", committed %" PRIu64 ")",
+		       missing, first_missing,
+		       first_missing < RS_NACC ? s0->ver[first_missing] : 0,
+		       first_missing < RS_NACC ? cm->max[first_missing] : 0);
+	if (!locked && sum != (int64_t)RS_NACC * INIT_BALANCE)
+		failed(f, "total %" PRId64 ", expected %" PRId64, sum,
+		       (int64_t)RS_NACC * INIT_BALANCE);
+	if (s0->sum_rc || s0->sum != (int64_t)RS_NACC * INIT_BALANCE)
+		failed(f, "read-only sum after the restart: %s, %" PRId64,
+		       farm_strerror(s0->sum_rc), s0->sum);
+	if (s0->transfer_rc)
+		failed(f, "a transfer after the restart: %s",
+		       farm_strerror(s0->transfer_rc));
+}
+
+static void print_stats(unsigned i, const struct farm_restart_stats *t)
+{
+	printf("restart: machine %u: %" PRIu64 " regions (%" PRIu64
+	       " MiB) adopted in %.1f ms; %" PRIu64 " records of %" PRIu64
+	       " transactions (%" PRIu64 " committed, %" PRIu64
+	       " aborted), %" PRIu64 " images applied, %" PRIu64 " of %" PRIu64
+	       " objects unlocked in %.1f ms; barrier %.1f "
+	       "ms; %" PRIu64 " previous member(s) given up\n",
+	       i, t->regions, t->bytes >> 20, t->adopt_ns / 1e6, t->records,
+	       t->txns, t->committed, t->aborted, t->images, t->unlocked,
+	       t->objects, t->replay_ns / 1e6, t->barrier_ns / 1e6, t->lost);
+}
+
+static void test_bank(void **state)
+{
+	(void)state;
+	snprintf(zk_root, sizeof(zk_root), "/libfarm/restart-%d",
+	         (int)getpid());
+	struct committed cm = {0};
+	farm_fatptr acc[RS_NACC];
+	int anomalies;
 	uint64_t cut = 0;
-	int anomalies = tx_check_history(&cl, (1ull << NP_NM) - 1, &rep, &cut,
-	                                 on_write, &cm);
+	uint64_t t_kill = bank_then_kill(&cm, acc, &anomalies, &cut, false);
 
 	np_spawn(&cl, check_machine, NULL); /* again, same dirs */
 	struct scan s[NP_NM];
@@ -302,32 +389,9 @@ static void test_bank(void **state)
 		st |= sts[i];
 
 	struct fails f = {0};
-	int64_t sum = 0;
-	unsigned locked = 0, missing = 0, first_missing = RS_NACC;
-	for (unsigned i = 0; i < RS_NACC; i++) {
-		if (s[0].rc[i]) {
-			locked++;
-			continue;
-		}
-		sum += s[0].bal[i];
-		if (s[0].ver[i] < cm.max[i]) {
-			missing++;
-			if (first_missing == RS_NACC)
-				first_missing = i;
-		}
-	}
 	for (unsigned i = 0; i < NP_NM; i++) {
 		const struct farm_restart_stats *t = &s[i].st;
-		printf("restart: machine %u: %" PRIu64 " regions (%" PRIu64
-		       " MiB) adopted in %.1f ms; %" PRIu64
-		       " records of %" PRIu64 " transactions (%" PRIu64
-		       " committed, %" PRIu64 " aborted), %" PRIu64
-		       " images applied, %" PRIu64 " of %" PRIu64
-		       " objects unlocked in %.1f ms; barrier %.1f ms\n",
-		       i, t->regions, t->bytes >> 20, t->adopt_ns / 1e6,
-		       t->records, t->txns, t->committed, t->aborted, t->images,
-		       t->unlocked, t->objects, t->replay_ns / 1e6,
-		       t->barrier_ns / 1e6);
+		print_stats(i, t);
 		if (!t->restarted)
 			failed(&f,
 			       "machine %u did not restart from its "
@@ -366,30 +430,7 @@ static void test_bank(void **state)
 		       "at version %" PRIu64 " (was %" PRIu64 ")",
 		       older, sum2, farm_strerror(s2[0].transfer_rc),
 		       s2[0].ver[0], s[0].ver[0]);
-	if (anomalies)
-		failed(&f, "the pre-kill histories have %d anomalies",
-		       anomalies);
-	if (locked)
-		failed(&f,
-		       "%u accounts unreadable (locked) after the "
-		       "restart",
-		       locked);
-	if (missing)
-		failed(&f,
-		       "%u accounts lack an acknowledged write (account "
-		       "%u: version %" PRIu64 ", committed %" PRIu64 ")",
-		       missing, first_missing,
-		       first_missing < RS_NACC ? s[0].ver[first_missing] : 0,
-		       first_missing < RS_NACC ? cm.max[first_missing] : 0);
-	if (!locked && sum != (int64_t)RS_NACC * INIT_BALANCE)
-		failed(&f, "total %" PRId64 ", expected %" PRId64, sum,
-		       (int64_t)RS_NACC * INIT_BALANCE);
-	if (s[0].sum_rc || s[0].sum != (int64_t)RS_NACC * INIT_BALANCE)
-		failed(&f, "read-only sum after the restart: %s, %" PRId64,
-		       farm_strerror(s[0].sum_rc), s[0].sum);
-	if (s[0].transfer_rc)
-		failed(&f, "a transfer after the restart: %s",
-		       farm_strerror(s[0].transfer_rc));
+	check_scan(&f, &s[0], &cm, anomalies);
 	np_cleanup(&cl);
 	if (broken) {
 		if (!f.n)
@@ -670,6 +711,137 @@ static void test_damaged(void **state)
 		fail_msg("%u check(s) failed:\n%s", fl.n, fl.text);
 }
 
+/* ---- a machine lost at the restart (its directory damaged) ------------- */
+
+/*
+ * lost: the bank run and the kill of test_bank (machine 0 leaves machine
+ * 1's accounts alone, so the commit caught on machine 1 is machine 2's),
+ * then machine 2's region file is damaged (a bad magic) before every
+ * machine starts again. Machine 2 refuses its directory (exit 4, nothing
+ * in it changed); the others give
+ * it up after restart_wait_ms (RS_WAIT_MS) and restart without it: the
+ * configuration lists it lost, its regions' backups are promoted, and its
+ * log is gone, so what it coordinated is decided from the others' logs.
+ * Then every check of test_bank's first restart (no lock left, the total,
+ * every acknowledged write, serializable histories, a new transfer), and
+ * a fresh machine under id 2 is refused (-EEXIST: exit 6).
+ * --broken-lost: the restart treats the lost machine's log as merely
+ * absent (FARM_FP_RESTART_LOST_STRICT: its coordinator rings are not read
+ * from the others' logs and its COMMIT-BACKUPs are still asked for), so
+ * the caught commit, which machine 2 coordinated, is not installed.
+ */
+static void test_lost(void **state)
+{
+	(void)state;
+	snprintf(zk_root, sizeof(zk_root), "/libfarm/restart-lost-%d",
+	         (int)getpid());
+	struct committed cm = {0};
+	farm_fatptr acc[RS_NACC];
+	int anomalies;
+	uint64_t cut = 0;
+	uint64_t t_kill = bank_then_kill(&cm, acc, &anomalies, &cut, true);
+	/* Machine 2: the coordinator of the commit caught on machine 1
+	 * (acknowledged, not installed there). Its records are in the
+	 * others' logs only; the restart must read its coordinator rings
+	 * there to install it. */
+	const unsigned lost = 2;
+	char reg[600];
+	assert_true(
+	        find_file(cl.dir[lost], ".region", false, reg, sizeof(reg)) ||
+	        find_file(cl.dir[lost], "", false, reg, sizeof(reg)));
+	FILE *fp = fopen(reg, "r+b");
+	assert_non_null(fp);
+	assert_int_equal(fwrite("DAMAGED!", 8, 1, fp), 1);
+	assert_int_equal(fclose(fp), 0);
+	struct snap before, after;
+	snap_take(cl.dir[lost], &before);
+
+	np_spawn(&cl, check_machine, NULL); /* again, same dirs */
+	struct scan s[NP_NM];
+	int st_lost = tu_reap(cl.pid[lost]);
+	cl.pid[lost] = 0;
+	snap_take(cl.dir[lost], &after);
+	for (unsigned i = 0; i < NP_NM; i++)
+		if (i != lost)
+			np_expect(&cl, i, 'R', RS_JOIN_MS + 30000);
+	for (unsigned i = 0; i < NP_NM; i++)
+		if (i != lost) {
+			np_expect(&cl, i, 's', 60000);
+			np_recv(&cl, i, &s[i], sizeof(s[i]), 10000);
+		}
+	uint64_t t_up = np_now_ns();
+	/* Under its id again, with an empty directory: not admitted. */
+	char aside[700];
+	snprintf(aside, sizeof(aside), "%s.damaged", cl.dir[lost]);
+	assert_int_equal(rename(cl.dir[lost], aside), 0);
+	assert_int_equal(mkdir(cl.dir[lost], 0700), 0);
+	close(cl.to[lost]);
+	close(cl.from[lost]);
+	np_spawn_one(&cl, lost, check_machine, NULL);
+	int st_fresh = tu_reap(cl.pid[lost]);
+	cl.pid[lost] = 0;
+	close(cl.to[lost]);
+	close(cl.from[lost]);
+	cl.to[lost] = cl.from[lost] = -1;
+	for (unsigned i = 0; i < NP_NM; i++)
+		if (i != lost)
+			np_send(&cl, i, 'Q');
+	int sts[NP_NM], st = 0;
+	np_finish(&cl, sts);
+	for (unsigned i = 0; i < NP_NM; i++)
+		if (i != lost)
+			st |= sts[i];
+	tu_rmtree(aside);
+
+	struct fails f = {0};
+	printf("lost: machine %u refused its directory (exit %d; 4: "
+	       "farm_node_open failed), its files %s\n",
+	       lost, st_lost,
+	       snap_same(&before, &after) ? "unchanged" : "CHANGED");
+	if (st_lost != 4)
+		failed(&f,
+		       "machine %u on its damaged directory exited %d, "
+		       "not 4 (refused)",
+		       lost, st_lost);
+	if (!snap_same(&before, &after))
+		failed(&f, "the refused start changed machine %u's files",
+		       lost);
+	for (unsigned i = 0; i < NP_NM; i++) {
+		if (i == lost)
+			continue;
+		print_stats(i, &s[i].st);
+		if (!s[i].st.restarted || s[i].st.lost != 1)
+			failed(&f,
+			       "machine %u: restarted %d, %" PRIu64
+			       " previous members given up (want 1)",
+			       i, s[i].st.restarted, s[i].st.lost);
+	}
+	printf("lost: kill to the others serving %.0f ms (restart_wait_ms "
+	       "%d); %u transactions open at the kill; a fresh machine %u "
+	       "exited %d (6: not admitted)\n",
+	       (t_up - t_kill) / 1e6, RS_WAIT_MS, (unsigned)cut, lost,
+	       st_fresh);
+	if (st_fresh != 6)
+		failed(&f,
+		       "a fresh machine under the lost id exited %d, not 6 "
+		       "(refused)",
+		       st_fresh);
+	if (st)
+		failed(&f, "a machine exited with status %d", st);
+	check_scan(&f, &s[0], &cm, anomalies);
+	np_cleanup(&cl);
+	if (broken_lost) {
+		if (!f.n)
+			fail_msg("--broken-lost: the lost machine's log was "
+			         "treated as absent and every check passed");
+		printf("--broken-lost: %u check(s) failed, as they must:\n%s",
+		       f.n, f.text);
+		return;
+	}
+	if (f.n)
+		fail_msg("%u check(s) failed:\n%s", f.n, f.text);
+}
+
 static void no_check(enum farm_fault_point fp, void *arg)
 {
 	(void)fp;
@@ -691,18 +863,20 @@ int main(int argc, char **argv)
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--broken")) {
 			broken = true;
+		} else if (!strcmp(argv[i], "--broken-lost")) {
+			broken_lost = true;
 		} else if (!strcmp(argv[i], "--broken-check")) {
 			broken_check = only_damaged = true;
 		} else if (!strcmp(argv[i], "--damaged")) {
 			only_damaged = true;
 		} else {
-			printf("usage: %s [--broken | --broken-check | "
-			       "--damaged]\n",
+			printf("usage: %s [--broken | --broken-lost | "
+			       "--broken-check | --damaged]\n",
 			       argv[0]);
 			return strcmp(argv[i], "--help") ? 2 : 0;
 		}
 	}
-	if ((broken || broken_check) && !farm_fault_built()) {
+	if ((broken || broken_check || broken_lost) && !farm_fault_built()) {
 		printf("skipped: built without fault injection\n");
 		return FARM_TEST_SKIP;
 	}
@@ -714,8 +888,18 @@ int main(int argc, char **argv)
 	if (only_damaged)
 		return cmocka_run_group_tests_name("restart", damaged, NULL,
 		                                   NULL);
+	if (broken_lost &&
+	    farm_fault_set(FARM_FP_RESTART_LOST_STRICT, no_check, NULL))
+		return 1;
 	const struct CMUnitTest bank[] = {
-	        cmocka_unit_test_teardown(test_bank, teardown)};
+	        cmocka_unit_test_teardown(test_bank, teardown),
+	        cmocka_unit_test_teardown(test_lost, teardown)};
+	if (broken)
+		return tu_zk_run(zk_script, zk_dir, sizeof(zk_dir), zk_connect,
+		                 sizeof(zk_connect), "restart", bank, 1);
+	if (broken_lost)
+		return tu_zk_run(zk_script, zk_dir, sizeof(zk_dir), zk_connect,
+		                 sizeof(zk_connect), "restart", bank + 1, 1);
 	return tu_zk_run(zk_script, zk_dir, sizeof(zk_dir), zk_connect,
-	                 sizeof(zk_connect), "restart", bank, 1);
+	                 sizeof(zk_connect), "restart", bank, 2);
 }

@@ -51,7 +51,9 @@ bool farm_view_equal(const struct farm_view *a, const struct farm_view *b)
 	    a->has_cm != b->has_cm || (a->has_cm && a->cm != b->cm) ||
 	    a->nremoved != b->nremoved || a->ndeparted != b->ndeparted ||
 	    a->formed != b->formed || a->nlate != b->nlate ||
-	    a->ngone != b->ngone ||
+	    a->ngone != b->ngone || a->nlost != b->nlost ||
+	    (a->nlost <= FARM_VIEW_MAX &&
+	     memcmp(a->lost, b->lost, a->nlost * sizeof(a->lost[0]))) ||
 	    (a->nlate <= FARM_VIEW_MAX &&
 	     memcmp(a->late, b->late, a->nlate * sizeof(a->late[0]))) ||
 	    (a->ngone <= FARM_VIEW_MAX &&
@@ -184,7 +186,7 @@ int farm_view_format(const struct farm_view *v, char *buf, size_t len)
 {
 	if (!v || !buf || v->n > FARM_VIEW_MAX ||
 	    v->ndeparted > FARM_VIEW_MAX || v->nlate > FARM_VIEW_MAX ||
-	    v->ngone > FARM_VIEW_MAX)
+	    v->ngone > FARM_VIEW_MAX || v->nlost > FARM_VIEW_MAX)
 		return -EINVAL;
 	size_t off = 0;
 	int n = snprintf(buf, len,
@@ -236,7 +238,8 @@ int farm_view_format(const struct farm_view *v, char *buf, size_t len)
 		off += (size_t)n;
 	}
 	if (format_ids(buf, len, &off, "late", v->late, v->nlate) ||
-	    format_ids(buf, len, &off, "gone", v->gone, v->ngone))
+	    format_ids(buf, len, &off, "gone", v->gone, v->ngone) ||
+	    format_ids(buf, len, &off, "lost", v->lost, v->nlost))
 		return -ENOBUFS;
 	return (int)off;
 }
@@ -318,6 +321,9 @@ int farm_view_parse(const char *buf, size_t len, struct farm_view *v)
 		} else if (n >= 5 && !memcmp(p, "gone ", 5)) {
 			if (parse_id_line(p, nl, v->gone, &v->ngone))
 				return FARM_ECORRUPT;
+		} else if (n >= 5 && !memcmp(p, "lost ", 5)) {
+			if (parse_id_line(p, nl, v->lost, &v->nlost))
+				return FARM_ECORRUPT;
 		} else if (n >= 8 && !memcmp(p, "removed ", 8)) {
 			uint64_t inc;
 			if (v->nremoved == FARM_VIEW_MAX ||
@@ -361,7 +367,7 @@ int farm_view_parse(const char *buf, size_t len, struct farm_view *v)
 			}
 		} else {
 			if (v->nremoved || have_domain || v->formed ||
-			    v->nlate || v->ngone || n < 7 ||
+			    v->nlate || v->ngone || v->nlost || n < 7 ||
 			    memcmp(p, "member ", 7) ||
 			    parse_dec(p + 7, nl, UINT32_MAX, &x, &e) ||
 			    e == nl || *e != ' ')
@@ -579,6 +585,19 @@ int farm_membership_suspect(struct farm_membership *m, const uint32_t *ids,
 	bool closed = m->closed;
 	pthread_mutex_unlock(&m->lock);
 	return closed ? FARM_ECLOSED : farm_zk_suspect(m, ids, n);
+}
+
+int farm_membership_forsake(struct farm_membership *m, const uint32_t *ids,
+                            unsigned n)
+{
+	if (!m || (n && !ids))
+		return -EINVAL;
+	if (!m->zk)
+		return -ENOTSUP;
+	pthread_mutex_lock(&m->lock);
+	bool closed = m->closed;
+	pthread_mutex_unlock(&m->lock);
+	return closed ? FARM_ECLOSED : farm_zk_forsake(m, ids, n);
 }
 
 int farm_membership_view(struct farm_membership *m, struct farm_view *out)

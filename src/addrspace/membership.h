@@ -37,6 +37,7 @@
  *                        "formed\n"                   had expect members
  *                        "late <id>\n"                joined late, in order
  *                        "gone <id>\n"                left the formed cluster
+ *                        "lost <id>\n"                given up at a restart
  *                      (config_id 0 with no members until the first write)
  *     R/members        persistent, empty
  *     R/members/<id>   ephemeral, one per live machine (decimal id); its
@@ -126,6 +127,13 @@ struct farm_view {
 	 * same id yet, so a failed machine rejoins under a new id. */
 	unsigned ngone;
 	uint32_t gone[FARM_VIEW_MAX];
+	/* Ids whose memory the cluster gave up at a whole-cluster restart
+	 * (farm_membership_forsake: the machine did not come back, its
+	 * directory refused as damaged): the others restarted without it
+	 * and recovered its data from replicas. Never admitted again under
+	 * that id, with memory or without. Sticky. */
+	unsigned nlost;
+	uint32_t lost[FARM_VIEW_MAX];
 };
 
 enum farm_membership_state {
@@ -230,7 +238,17 @@ void farm_membership_close(struct farm_membership *m);
  */
 int farm_membership_suspect(struct farm_membership *m, const uint32_t *ids,
                             unsigned n);
-/* Whether @id is among @ids[0..n) (a view's late or gone list). */
+/*
+ * farm_membership_forsake() - give up machines @ids, which were members
+ * of the configuration before a whole-cluster restart and have not come
+ * back (ZooKeeper backend): the manager lists them as lost in its next
+ * configuration, so the others restart without them (node/restart.c) and
+ * none of them is admitted again under its id. Returns at once: 0;
+ * -EINVAL; -ENOTSUP (static backend); FARM_ECLOSED.
+ */
+int farm_membership_forsake(struct farm_membership *m, const uint32_t *ids,
+                            unsigned n);
+/* Whether @id is among @ids[0..n) (a view's late, gone or lost list). */
 bool farm_ids_have(const uint32_t *ids, unsigned n, uint32_t id);
 /* Whether @v lists machine @id's incarnation @inc as removed. */
 bool farm_view_removed(const struct farm_view *v, uint32_t id);

@@ -36,6 +36,8 @@ int farm_zk_open(struct farm_membership *m,
 void farm_zk_close(struct farm_membership *m);
 /* Leave @ids out of the live set and sync (farm_membership_suspect). */
 int farm_zk_suspect(struct farm_membership *m, const uint32_t *ids, unsigned n);
+/* List @ids as lost from the next configuration (farm_membership_forsake). */
+int farm_zk_forsake(struct farm_membership *m, const uint32_t *ids, unsigned n);
 /* Is @s a well-formed connect string: host:port[,host:port...][/chroot]? */
 bool farm_zk_connect_valid(const char *s);
 /* Is @s a usable root path: /a/b, no trailing slash, no empty, "." or ".."

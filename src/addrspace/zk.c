@@ -131,6 +131,14 @@ int farm_zk_suspect(struct farm_membership *m, const uint32_t *ids, unsigned n)
 	return -ENOTSUP;
 }
 
+int farm_zk_forsake(struct farm_membership *m, const uint32_t *ids, unsigned n)
+{
+	(void)m;
+	(void)ids;
+	(void)n;
+	return -ENOTSUP;
+}
+
 void farm_zk_close(struct farm_membership *m)
 {
 	(void)m;
@@ -193,6 +201,11 @@ struct farm_zk {
 	 * the live set until a configuration lists them as removed. */
 	uint32_t suspects[FARM_VIEW_MAX];
 	unsigned nsuspects;
+	/* Under m->lock: machines farm_membership_forsake named (given up
+	 * at a restart), listed as lost by the configurations this one
+	 * writes. */
+	uint32_t forsake[FARM_VIEW_MAX];
+	unsigned nforsake;
 };
 
 static void zk_log(const char *msg)
@@ -603,6 +616,18 @@ static bool is_suspect(struct farm_membership *m, uint32_t id)
 	return yes;
 }
 
+/* Has @id been given up (listed lost, or being forsaken by this one)? */
+static bool is_lost(struct farm_membership *m, uint32_t id)
+{
+	struct farm_zk *z = m->zk;
+	if (farm_ids_have(z->cur.lost, z->cur.nlost, id))
+		return true;
+	pthread_mutex_lock(&m->lock);
+	bool yes = farm_ids_have(z->forsake, z->nforsake, id);
+	pthread_mutex_unlock(&m->lock);
+	return yes;
+}
+
 /* The departed machines of z->next: z->cur's departed ones and its
  * members with a domain, when not members of z->next (a member's own
  * domain is its registration's). Kept for good (placement must not
@@ -677,6 +702,24 @@ static void zk_late(struct farm_membership *m)
 		}
 		x->gone[x->ngone++] = id;
 	}
+	/* Lost: given up at a restart (farm_membership_forsake), for good. */
+	x->nlost = 0;
+	for (unsigned i = 0; i < c->nlost && i < FARM_VIEW_MAX; i++)
+		x->lost[x->nlost++] = c->lost[i];
+	pthread_mutex_lock(&m->lock);
+	for (unsigned i = 0; i < z->nforsake; i++) {
+		uint32_t id = z->forsake[i];
+		if (farm_view_find(x, id) ||
+		    farm_ids_have(x->lost, x->nlost, id))
+			continue;
+		if (x->nlost == FARM_VIEW_MAX) { /* forget the oldest */
+			memmove(&x->lost[0], &x->lost[1],
+			        (FARM_VIEW_MAX - 1) * sizeof(x->lost[0]));
+			x->nlost--;
+		}
+		x->lost[x->nlost++] = id;
+	}
+	pthread_mutex_unlock(&m->lock);
 	x->formed = c->formed || (m->expect && x->n >= m->expect);
 	x->nlate = 0;
 	for (unsigned i = 0; i < c->nlate && i < FARM_VIEW_MAX; i++)
@@ -774,6 +817,19 @@ static int zk_build_from(struct farm_membership *m, const uint32_t *ids,
 			          path);
 			continue;
 		}
+		if (is_lost(m, ids[i])) {
+			if (z->refused_czxid == st.czxid)
+				continue; /* logged at its first sync */
+			z->refused_czxid = st.czxid;
+			farm_err("membership: machine %" PRIu32 " registered "
+			         "under the id of a machine the cluster gave "
+			         "up at a restart (its data was recovered "
+			         "from replicas): not admitted (start it "
+			         "under a new machine_id with an empty "
+			         "directory)",
+			         ids[i]);
+			continue;
+		}
 		if ((mb->fresh || mb->stale) &&
 		    farm_ids_have(z->cur.gone, z->cur.ngone, ids[i])) {
 			if (z->refused_czxid == st.czxid)
@@ -802,6 +858,8 @@ static bool same_members(const struct farm_view *a, const struct farm_view *b)
 	    (a->has_cm && a->cm != b->cm) || a->nremoved != b->nremoved ||
 	    a->ndeparted != b->ndeparted || a->formed != b->formed ||
 	    a->nlate != b->nlate || a->ngone != b->ngone ||
+	    a->nlost != b->nlost ||
+	    memcmp(a->lost, b->lost, a->nlost * sizeof(a->lost[0])) ||
 	    memcmp(a->late, b->late, a->nlate * sizeof(a->late[0])) ||
 	    memcmp(a->gone, b->gone, a->ngone * sizeof(a->gone[0])))
 		return false;
@@ -1104,6 +1162,24 @@ int farm_zk_suspect(struct farm_membership *m, const uint32_t *ids, unsigned n)
 			break;
 		z->suspects[z->nsuspects++] = ids[i];
 		m->st.suspects++;
+	}
+	z->pending |= PEND_SYNC;
+	pthread_cond_signal(&z->wake);
+	pthread_mutex_unlock(&m->lock);
+	return 0;
+}
+
+int farm_zk_forsake(struct farm_membership *m, const uint32_t *ids, unsigned n)
+{
+	struct farm_zk *z = m->zk;
+	pthread_mutex_lock(&m->lock);
+	for (unsigned i = 0; i < n; i++) {
+		if (ids[i] == m->self ||
+		    farm_ids_have(z->forsake, z->nforsake, ids[i]))
+			continue;
+		if (z->nforsake == FARM_VIEW_MAX)
+			break;
+		z->forsake[z->nforsake++] = ids[i];
 	}
 	z->pending |= PEND_SYNC;
 	pthread_cond_signal(&z->wake);

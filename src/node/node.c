@@ -56,6 +56,9 @@ struct farm_node {
 	struct farm_restart *rs; /* durable directory (restart.c; shm only) */
 	bool keep;               /* closing cleanly: keep the files */
 	bool restart_failed;     /* views are no longer applied */
+	uint64_t view_t_ns;      /* under lock: when n->view last changed */
+	bool forsook;            /* asked to restart without the missing */
+	unsigned restart_lost;   /* under lock: restarted without so many */
 	/* Under lock: */
 	bool removed;    /* this machine was removed from the cluster */
 	bool refused;    /* fresh under the id of a machine that left */
@@ -271,10 +274,13 @@ static void apply_view(void *ctx, const struct farm_view *v)
 		 * or this one after it left (its session expired and it
 		 * registered again), is not admitted (zk.c). */
 		bool left = farm_ids_have(v->gone, v->ngone, n->cfg.machine_id);
+		/* Or the others restarted without it (its directory did
+		 * not come back in time): any memory it has is stale. */
+		bool lost = farm_ids_have(v->lost, v->nlost, n->cfg.machine_id);
 		pthread_mutex_lock(&n->lock);
 		bool was = n->view.config_id != 0;
 		bool fresh = !was && !farm_restart_pending(n->rs);
-		left = left && (fresh || was);
+		left = (left && (fresh || was)) || lost;
 		bool tell = left && !n->refused;
 		if (left) {
 			n->refused = true;
@@ -283,7 +289,15 @@ static void apply_view(void *ctx, const struct farm_view *v)
 			pthread_cond_broadcast(&n->cond);
 		}
 		pthread_mutex_unlock(&n->lock);
-		if (tell && fresh)
+		if (tell && lost)
+			farm_err("node %" PRIu32 ": the cluster restarted "
+			         "without this machine (configuration %" PRIu64
+			         ": lost) and recovered its data from "
+			         "replicas; it is not taken back: start it "
+			         "under a new machine_id with an empty "
+			         "directory",
+			         n->cfg.machine_id, v->config_id);
+		else if (tell && fresh)
 			farm_err("node %" PRIu32 ": a machine with this id "
 			         "left the cluster; this one has an empty "
 			         "directory and is not admitted: start it with "
@@ -394,6 +408,7 @@ static void apply_view(void *ctx, const struct farm_view *v)
 	 * can outlast the join grace, and leases renew on their own thread
 	 * meanwhile (before them, the CM suspected machines still
 	 * restarting and removed them). */
+	bool restarting = farm_restart_pending(n->rs);
 	if (!rc && farm_restart_run(n->rs, v)) {
 		pthread_mutex_lock(&n->lock);
 		n->restart_failed = true;
@@ -448,9 +463,23 @@ static void apply_view(void *ctx, const struct farm_view *v)
 		 * in the background (data recovery, src/txn/copy.c). */
 		farm_txm_datarec_view(n->txm);
 	}
+	unsigned rlost = 0;
+	if (!rc && restarting && !farm_restart_pending(n->rs)) {
+		/* Restarted without machines given up: their regions'
+		 * replicas are short; data recovery makes new ones. */
+		struct farm_restart_stats rst;
+		farm_restart_stats(n->rs, &rst);
+		rlost = (unsigned)rst.lost;
+		if (rlost && !ngone && !nlate)
+			farm_txm_datarec_view(n->txm);
+	}
 	pthread_mutex_lock(&n->lock);
-	if (!rc)
+	if (rlost)
+		n->restart_lost = rlost;
+	if (!rc) {
 		n->view = *v;
+		n->view_t_ns = farm_now_ns();
+	}
 	if (member)
 		n->lease_lost = false;
 	farm_node_config_fn fn = n->on_config;
@@ -509,6 +538,7 @@ int farm_node_open(const struct farm_config *cfg, farm_node **out)
 	n->cfg = *cfg;
 	n->nthreads = cfg->threads ? cfg->threads : 1;
 	n->start_timeout_ms = 30000;
+	n->view_t_ns = farm_now_ns();
 	pthread_mutex_init(&n->lock, NULL);
 	pthread_cond_init(&n->cond, NULL);
 	int rc;
@@ -727,6 +757,48 @@ int farm_node_start(farm_node *n, int timeout_ms)
 	return rc;
 }
 
+/* Under n->lock, while a restart is pending and the view has not changed
+ * for restart_wait_ms: ask the membership to give up the previous members
+ * still missing, so the others restart without them (restart.c). Once;
+ * when too many are missing, again after another restart_wait_ms. */
+static void forsake_missing(farm_node *n)
+{
+	uint32_t miss[FARM_VIEW_MAX];
+	unsigned most;
+	unsigned k = farm_restart_missing(n->rs, &n->view, miss, &most);
+	n->view_t_ns = farm_now_ns(); /* the next try, if any */
+	if (!k)
+		return;
+	if (k > most) {
+		farm_err("node %" PRIu32 ": %u previous members have not "
+		         "restarted after %" PRIu32 " ms (machine %" PRIu32
+		         " first); the replicas allow restarting without at "
+		         "most %u: waiting for them",
+		         n->cfg.machine_id, k, n->cfg.restart_wait_ms, miss[0],
+		         most);
+		return;
+	}
+	n->forsook = true;
+	for (unsigned i = 0; i < k; i++)
+		farm_warn("node %" PRIu32 ": machine %" PRIu32 " has not "
+		          "restarted after %" PRIu32 " ms: giving it up (its "
+		          "data is recovered from replicas)",
+		          n->cfg.machine_id, miss[i], n->cfg.restart_wait_ms);
+	pthread_mutex_unlock(&n->lock);
+	int rc = farm_membership_forsake(n->mem, miss, k);
+	pthread_mutex_lock(&n->lock);
+	if (rc)
+		farm_err("node %" PRIu32 ": cannot give up the missing "
+		         "machines: %s",
+		         n->cfg.machine_id, farm_strerror(rc));
+}
+
+static void ts_of(uint64_t realtime_ns, struct timespec *ts)
+{
+	ts->tv_sec = (time_t)(realtime_ns / 1000000000ull);
+	ts->tv_nsec = (long)(realtime_ns % 1000000000ull);
+}
+
 int farm_node_wait_members(farm_node *n, unsigned count, int timeout_ms)
 {
 	if (!n)
@@ -736,16 +808,49 @@ int farm_node_wait_members(farm_node *n, unsigned count, int timeout_ms)
 	uint64_t dl = (uint64_t)ts.tv_sec * 1000000000ull +
 	              (uint64_t)ts.tv_nsec +
 	              (uint64_t)(timeout_ms > 0 ? timeout_ms : 0) * 1000000ull;
-	ts.tv_sec = (time_t)(dl / 1000000000ull);
-	ts.tv_nsec = (long)(dl % 1000000000ull);
+	ts_of(dl, &ts);
+	uint64_t wait_ns = (uint64_t)n->cfg.restart_wait_ms * 1000000ull;
 	int rc = 0;
 	pthread_mutex_lock(&n->lock);
-	while (n->view.n != count && rc == 0 && !n->restart_failed &&
-	       !n->refused)
-		rc = timeout_ms < 0
+	for (;;) {
+		/* After a restart without machines given up, the view is
+		 * short of @count by them. */
+		if (n->view.n == count ||
+		    (n->restart_lost && n->view.n + n->restart_lost == count) ||
+		    rc != 0 || n->restart_failed || n->refused)
+			break;
+		/* Whole-cluster restart: while this machine is in the view
+		 * and the view has not changed for restart_wait_ms, give up
+		 * the previous members still missing. */
+		bool watch = n->mem && wait_ns && !n->forsook &&
+		             farm_restart_pending(n->rs) &&
+		             farm_view_find(&n->view, n->cfg.machine_id);
+		uint64_t now = farm_now_ns();
+		if (watch && now >= n->view_t_ns + wait_ns) {
+			forsake_missing(n);
+			continue;
+		}
+		struct timespec t = ts;
+		bool mine = false; /* waiting for the give-up time */
+		if (watch) {
+			struct timespec rt;
+			clock_gettime(CLOCK_REALTIME, &rt);
+			uint64_t g = (uint64_t)rt.tv_sec * 1000000000ull +
+			             (uint64_t)rt.tv_nsec +
+			             (n->view_t_ns + wait_ns - now);
+			if (timeout_ms < 0 || g < dl) {
+				ts_of(g, &t);
+				mine = true;
+			}
+		}
+		rc = timeout_ms < 0 && !mine
 		             ? pthread_cond_wait(&n->cond, &n->lock)
-		             : pthread_cond_timedwait(&n->cond, &n->lock, &ts);
-	bool ok = n->view.n == count;
+		             : pthread_cond_timedwait(&n->cond, &n->lock, &t);
+		if (rc == ETIMEDOUT && mine)
+			rc = 0; /* the give-up time, not the caller's */
+	}
+	bool ok = n->view.n == count ||
+	          (n->restart_lost && n->view.n + n->restart_lost == count);
 	bool refused = n->refused;
 	pthread_mutex_unlock(&n->lock);
 	return ok ? 0 : refused ? -EEXIST : -ETIMEDOUT;

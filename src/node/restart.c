@@ -38,6 +38,18 @@
  *      has its old role): each region file is mapped again where it lies
  *      (farm_region_adopt: the fabric links it under a new name, no copy)
  *      and adopted as a backup copy (farm_as_adopt).
+ *      Or with the manifest's members but those the view lists as lost:
+ *      machines that did not come back within restart_wait_ms of the last
+ *      view change (a damaged directory is refused, never used) and were
+ *      given up (node.c, farm_membership_forsake; at most replicas - 2,
+ *      so every region keeps a backup with its log). A departure keeps
+ *      the survivors' order in every replica list (ring.h), so every copy
+ *      still has its old role or is the first surviving backup of a
+ *      region whose primary was lost: promoted in step 4. The lost logs
+ *      are gone: step 3 reads the lost coordinators' rings from the
+ *      others' logs, and the decision counts the backups that came back
+ *      in the previous placement (old_ring). Data recovery then makes
+ *      the missing copies where machines are left to hold them.
  *   3. Every member's previous log is READ (one-sided) and the
  *      transaction layer decides and applies them (src/txn/restart.c:
  *      the same logs on every machine give the same decisions; committed
@@ -166,6 +178,7 @@ struct farm_restart {
 	farm_mr *rmr;
 	struct farm_restart_stats st;
 	uint64_t t_open_ns;
+	struct farm_ring_attr ring; /* placement's (cfg) */
 };
 
 static uint64_t fnv1a(const void *p, size_t n)
@@ -539,6 +552,9 @@ int farm_restart_open(const struct farm_config *cfg, struct farm_restart **out,
 	rs->t_open_ns = farm_now_ns();
 	snprintf(rs->dir, sizeof(rs->dir), "%s", cfg->data_dir);
 	rs->me = cfg->machine_id;
+	rs->ring = (struct farm_ring_attr){.replicas = cfg->replicas,
+	                                   .rings = cfg->rings,
+	                                   .points = cfg->ring_points};
 	rs->region_size =
 	        cfg->region_size ? cfg->region_size : FARM_REGION_DEFAULT_SIZE;
 	cluster_name(cfg, rs->cluster, sizeof(rs->cluster));
@@ -697,15 +713,75 @@ bool farm_restart_pending(const struct farm_restart *rs)
 	return rs && rs->pending;
 }
 
-static bool same_members(const struct farm_restart *rs,
-                         const struct farm_view *v)
+/* Is @v the restart's view: the previous members, but those it lists as
+ * lost (given up, farm_membership_forsake)? Those into @lost. */
+static bool restart_set(const struct farm_restart *rs,
+                        const struct farm_view *v, uint32_t *lost,
+                        unsigned *nlost)
 {
-	if (v->n != rs->old.nmembers)
-		return false;
-	for (unsigned i = 0; i < v->n; i++)
-		if (v->members[i].id != rs->old.members[i])
+	unsigned back = 0;
+	*nlost = 0;
+	for (unsigned i = 0; i < rs->old.nmembers && i < FARM_VIEW_MAX; i++) {
+		uint32_t id = rs->old.members[i];
+		if (farm_view_find(v, id))
+			back++;
+		else if (farm_ids_have(v->lost, v->nlost, id))
+			lost[(*nlost)++] = id;
+		else
 			return false;
-	return true;
+	}
+	return back == v->n;
+}
+
+static unsigned most_lost(const struct farm_restart *rs)
+{
+	unsigned r = rs->ring.replicas ? rs->ring.replicas
+	                               : FARM_RING_DEFAULT_REPLICAS;
+	if (r > rs->old.nmembers)
+		r = rs->old.nmembers;
+	return r > 2 ? r - 2 : 0;
+}
+
+unsigned farm_restart_missing(const struct farm_restart *rs,
+                              const struct farm_view *v, uint32_t *out,
+                              unsigned *most)
+{
+	*most = 0;
+	if (!rs || !rs->pending || !v)
+		return 0;
+	unsigned n = 0;
+	for (unsigned i = 0; i < rs->old.nmembers && i < FARM_VIEW_MAX; i++)
+		if (!farm_view_find(v, rs->old.members[i]))
+			out[n++] = rs->old.members[i];
+	*most = most_lost(rs);
+	return n;
+}
+
+/* The previous configuration's placement: @v's, with the @lost machines
+ * members again (where departed, with their domains). */
+static int old_ring(const struct farm_restart *rs, const struct farm_view *v,
+                    const uint32_t *lost, unsigned nlost, farm_ring **out)
+{
+	uint32_t ids[FARM_VIEW_MAX];
+	struct farm_ring_machine placed[3 * FARM_VIEW_MAX];
+	for (unsigned i = 0; i < v->n; i++)
+		ids[i] = v->members[i].id;
+	unsigned np = farm_view_placement(v, ids, v->n, placed);
+	for (unsigned i = 0; i < nlost; i++) {
+		uint32_t late = 0;
+		for (unsigned q = 0; q < v->nlate && !late; q++)
+			if (v->late[q] == lost[i])
+				late = q + 1;
+		unsigned k = 0;
+		while (k < np && placed[k].id != lost[i])
+			k++;
+		if (k == np)
+			placed[np++] =
+			        (struct farm_ring_machine){.id = lost[i]};
+		placed[k].departed = false;
+		placed[k].late = late;
+	}
+	return farm_ring_build_domains(placed, np, &rs->ring, out);
 }
 
 static bool peer_live(struct farm_restart *rs, const struct farm_member *m);
@@ -941,9 +1017,12 @@ static void set_done(struct farm_restart *rs)
 
 int farm_restart_run(struct farm_restart *rs, const struct farm_view *v)
 {
-	if (!rs || !rs->pending || !same_members(rs, v))
+	uint32_t lost[FARM_VIEW_MAX];
+	unsigned nlost;
+	if (!rs || !rs->pending || !restart_set(rs, v, lost, &nlost))
 		return 0;
 	char err[512] = "";
+	farm_ring *oring = NULL;
 	uint64_t t0 = farm_now_ns();
 	int rc = 0;
 	unsigned nadopt = 0;
@@ -955,6 +1034,29 @@ int farm_restart_run(struct farm_restart *rs, const struct farm_view *v)
 		rc = -ENOMEM;
 		goto out;
 	}
+	/* Without the machines given up: their logs are gone, and recovery's
+	 * rule for a removed backup decides (src/txn/restart.c). Only while
+	 * every region keeps a backup that came back. */
+	if (nlost > most_lost(rs)) {
+		rc = FARM_EUNAVAILABLE;
+		snprintf(err, sizeof(err),
+		         "%u previous members are lost, more than the %u "
+		         "the replicas allow",
+		         nlost, most_lost(rs));
+		goto out;
+	}
+	if (nlost && (rc = old_ring(rs, v, lost, nlost, &oring))) {
+		snprintf(err, sizeof(err), "previous placement: %s",
+		         farm_strerror(rc));
+		goto out;
+	}
+	rs->st.lost = nlost;
+	for (unsigned i = 0; i < nlost; i++)
+		farm_warn("restart: machine %" PRIu32 " restarts without "
+		          "machine %" PRIu32 " (given up: its directory did "
+		          "not come back); its regions are served from "
+		          "their other replicas",
+		          rs->me, lost[i]);
 	/* 2. Adopt: copy every region from its set-aside file. */
 	for (uint32_t i = 0; i < rs->old.nregions && !rc; i++) {
 		const struct man_region *r = &rs->old_regs[i];
@@ -1051,10 +1153,16 @@ int farm_restart_run(struct farm_restart *rs, const struct farm_view *v)
 			}
 			p->buf += RLOG_HDR;
 		}
+		/* Every previous member coordinated: the lost ones too
+		 * (their records are in the others' logs). */
 		uint64_t coords = 0;
-		for (unsigned k = 0; k < v->n; k++)
-			if (v->members[k].id < 64)
-				coords |= 1ull << v->members[k].id;
+		for (unsigned k = 0; k < rs->old.nmembers; k++)
+			if (rs->old.members[k] < 64)
+				coords |= 1ull << rs->old.members[k];
+		for (unsigned k = 0; k < nlost; k++)
+			if (lost[k] < 64 &&
+			    FARM_FAULT_SWITCH(FARM_FP_RESTART_LOST_STRICT))
+				coords &= ~(1ull << lost[k]); /* testing */
 		logs[nl] = (struct farm_txrestart_log){.base = p->buf,
 		                                       .len = p->len,
 		                                       .what = p->what,
@@ -1068,7 +1176,10 @@ int farm_restart_run(struct farm_restart *rs, const struct farm_view *v)
 	uint64_t tl = farm_now_ns();
 	rs->st.logs_ns = tl - t1;
 	struct farm_txrestart_stats ts;
-	rc = farm_txm_restart_apply(rs->txm, logs, nl, ids, nadopt, &ts, err,
+	struct farm_txrestart_lost tl_lost = {
+	        .ring = oring, .ids = lost, .n = nlost};
+	rc = farm_txm_restart_apply(rs->txm, logs, nl, ids, nadopt,
+	                            nlost ? &tl_lost : NULL, &ts, err,
 	                            sizeof(err));
 	if (rc)
 		goto out;
@@ -1190,6 +1301,7 @@ out:
 	}
 	if (cq && farm_cq_destroy(cq))
 		farm_warn("restart: completion queue not destroyed");
+	farm_ring_free(oring);
 	free(ids);
 	free(pl);
 	free(logs);

@@ -10,7 +10,9 @@
  *                           date, publish the previous log to peers
  *   farm_restart_card()     the card's " rlog=" field while restarting
  *   farm_restart_view()     every view: 1 = ignore it (stale), 0 = apply
- *   farm_restart_run()      the first view with the previous members:
+ *   farm_restart_run()      the first view with the previous members
+ *                           (but those it lists lost: given up after
+ *                           restart_wait_ms, farm_restart_missing):
  *                           adopt, replay, unlock, barrier, commit
  *   farm_restart_keep()     clean shutdown: keep the files for a restart
  *   farm_restart_close()
@@ -41,6 +43,8 @@ struct farm_restart_stats {
 	/* replay_ns's parts: reading the logs, deciding and applying them
 	 * with the lock walk, promotion with the allocator's rebuild */
 	uint64_t logs_ns, apply_ns, alloc_ns;
+	/* Previous members given up (listed lost): restarted without. */
+	uint64_t lost;
 };
 
 /* 0 with *@out (a fresh directory, or an intact one to restart from);
@@ -58,6 +62,13 @@ const char *farm_restart_card_field(const char *card);
 bool farm_restart_pending(const struct farm_restart *rs);
 int farm_restart_view(struct farm_restart *rs, const struct farm_view *v);
 int farm_restart_run(struct farm_restart *rs, const struct farm_view *v);
+/* While a restart is pending: the previous members that @v lacks, into
+ * @out[FARM_VIEW_MAX]; returns how many. *@most: how many of them the
+ * others can restart without (min(replicas, previous members) - 2, so
+ * every region keeps a backup whose log came back). */
+unsigned farm_restart_missing(const struct farm_restart *rs,
+                              const struct farm_view *v, uint32_t *out,
+                              unsigned *most);
 /* The view was applied (pending or not): recorded in the manifest. */
 void farm_restart_applied(struct farm_restart *rs, const struct farm_view *v);
 /* A clean shutdown begins: the configuration recorded stays the one

@@ -19,6 +19,12 @@
  *              below its thread's mark); or a COMMIT-BACKUP for every
  *              region it writes at every backup of that region;
  *      abort   otherwise.
+ *    When some members did not come back (their directories refused;
+ *    node/restart.c gives them up, @lost), their logs are gone: "every
+ *    backup" means every backup that came back, in the previous
+ *    configuration's placement, and each region written needs one.
+ *    This is recovery's rule for a removed backup (a lost machine is a
+ *    failed one whose log failed with it).
  *    A coordinator reports commit only once every COMMIT-BACKUP is durable
  *    and reports abort only once its ABORTs landed, so no reported outcome
  *    is reversed. Every machine reads the same logs, so every machine
@@ -189,9 +195,17 @@ static unsigned regs_of(const struct rs_rec *r, uint32_t *out, unsigned max)
 	return n;
 }
 
+static bool given_up(const struct farm_txrestart_lost *lost, uint32_t id)
+{
+	for (unsigned i = 0; i < lost->n; i++)
+		if (lost->ids[i] == id)
+			return true;
+	return false;
+}
+
 /* Decide the transaction of records @g[0..n) (one txid). */
 static bool decide(farm_txm *m, const struct rs_rec *g, size_t n,
-                   const uint64_t *mark)
+                   const uint64_t *mark, const struct farm_txrestart_lost *lost)
 {
 	bool cb = false;
 	for (size_t i = 0; i < n; i++)
@@ -214,10 +228,27 @@ static bool decide(farm_txm *m, const struct rs_rec *g, size_t n,
 			nreg = regs_of(&g[i], regs, 512);
 	if (!nreg)
 		return false;
+	bool strict = FARM_FAULT_SWITCH(FARM_FP_RESTART_LOST_STRICT);
 	for (unsigned k = 0; k < nreg; k++) {
 		uint32_t reps[FARM_RING_MAX_REPLICAS];
-		unsigned nr = farm_as_replicas(m->as, regs[k], reps);
+		unsigned nr =
+		        lost && lost->ring
+		                ? farm_ring_replicas(lost->ring, regs[k], reps)
+		                : farm_as_replicas(m->as, regs[k], reps);
+		/* A backup given up took its records with it: the others'
+		 * decide. The coordinator reported the commit only once
+		 * every backup's COMMIT-BACKUP was durable, so those of the
+		 * backups that came back are there; committing one it did
+		 * not report is allowed (every lock was held and validation
+		 * passed before any COMMIT-BACKUP was sent). With no backup
+		 * of a region back, nothing proves the commit. */
+		unsigned back = 0, skipped = 0;
 		for (unsigned b = 1; b < nr; b++) {
+			if (lost && !strict && given_up(lost, reps[b])) {
+				skipped++;
+				continue;
+			}
+			back++;
 			bool found = false;
 			for (size_t i = 0; i < n && !found; i++)
 				found = g[i].h.type == REC_COMMIT_BACKUP &&
@@ -226,6 +257,8 @@ static bool decide(farm_txm *m, const struct rs_rec *g, size_t n,
 			if (!found)
 				return false;
 		}
+		if (skipped && !back)
+			return false;
 	}
 	return true;
 }
@@ -296,8 +329,10 @@ static void unlock_one(void *ctx, struct farm_objhdr *obj, uint32_t lines)
 
 int farm_txm_restart_apply(farm_txm *m, const struct farm_txrestart_log *logs,
                            unsigned nlogs, const uint32_t *regions,
-                           unsigned nregions, struct farm_txrestart_stats *st,
-                           char *err, size_t errlen)
+                           unsigned nregions,
+                           const struct farm_txrestart_lost *lost,
+                           struct farm_txrestart_stats *st, char *err,
+                           size_t errlen)
 {
 	if (!m || (!logs && nlogs) || (!regions && nregions) || !st)
 		return -EINVAL;
@@ -335,7 +370,7 @@ int farm_txm_restart_apply(farm_txm *m, const struct farm_txrestart_log *logs,
 			continue;
 		}
 		st->txns++;
-		bool commit = decide(m, &v[i], j - i, mark);
+		bool commit = decide(m, &v[i], j - i, mark, lost);
 		if (commit) {
 			st->committed++;
 			for (size_t k = i; k < j && replay; k++)

@@ -160,7 +160,8 @@ int farm_txlog_scan_dir(const char *dir, farm_txlog_fn fn, void *ctx,
  * machine), apply the committed ones' images to this machine's copies of
  * them, then unlock every object of @regions (this machine's copies).
  * Call it after the view with every member is applied and before any
- * transaction starts. 0; FARM_ECORRUPT (@err says where); -ENOMEM.
+ * transaction starts; @lost: NULL, or the members that did not come back.
+ * 0; FARM_ECORRUPT (@err says where); -ENOMEM.
  */
 struct farm_txrestart_log {
 	const uint8_t *base;
@@ -169,6 +170,16 @@ struct farm_txrestart_log {
 	/* The coordinators whose rings to read (bit c: machine c; 0: all):
 	 * the members, the other rings are empty and were not copied. */
 	uint64_t coords;
+};
+/* A restart without some previous members (farm_membership_forsake):
+ * their logs are gone. @ring: the previous configuration's placement
+ * (with them); @ids[0..n): the members given up. A transaction is then
+ * committed on the COMMIT-BACKUP records of every backup that came back,
+ * as long as each region it writes has one. */
+struct farm_txrestart_lost {
+	const farm_ring *ring;
+	const uint32_t *ids;
+	unsigned n;
 };
 struct farm_txrestart_stats {
 	uint64_t records, txns, committed, aborted, images, objects, unlocked;
@@ -179,7 +190,9 @@ int farm_txlog_check(const uint8_t *base, size_t len, const char *what,
                      char *err, size_t errlen);
 int farm_txm_restart_apply(farm_txm *m, const struct farm_txrestart_log *logs,
                            unsigned nlogs, const uint32_t *regions,
-                           unsigned nregions, struct farm_txrestart_stats *st,
-                           char *err, size_t errlen);
+                           unsigned nregions,
+                           const struct farm_txrestart_lost *lost,
+                           struct farm_txrestart_stats *st, char *err,
+                           size_t errlen);
 
 #endif

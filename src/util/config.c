@@ -27,6 +27,7 @@ void farm_config_defaults(struct farm_config *c)
 	strcpy(c->zk_root, "/libfarm/default");
 	c->zk_session_ms = 4000;
 	c->zk_connect_timeout_ms = 5000;
+	c->restart_wait_ms = 30000;
 }
 
 int farm_parse_size(const char *s, uint64_t *out)
@@ -191,6 +192,8 @@ int farm_config_set(struct farm_config *c, const char *key, const char *value,
 		rc = parse_u32_in(value, 64, 1u << 30, &c->datarec_bytes);
 	} else if (strcmp(key, "datarec_interval_us") == 0) {
 		rc = parse_u32_in(value, 10, 10000000, &c->datarec_interval_us);
+	} else if (strcmp(key, "restart_wait_ms") == 0) {
+		rc = parse_u32_in(value, 0, 86400000, &c->restart_wait_ms);
 	} else if (strcmp(key, "lease_bind") == 0) {
 		rc = strpbrk(value, " \t")
 		             ? -EINVAL
@@ -305,15 +308,31 @@ int farm_config_load(struct farm_config *c, const char *path, char *err,
 
 int farm_config_apply_env(struct farm_config *c, char *err, size_t errlen)
 {
-	static const char *const keys[] = {
-	        "machine_id",  "data_dir",      "fabric",
-	        "listen",      "ofi_provider",  "region_size",
-	        "job",         "replicas",      "rings",
-	        "ring_points", "threads",       "expect_machines",
-	        "log_size",    "busy_poll",     "zk",
-	        "zk_root",     "zk_session_ms", "zk_connect_timeout_ms",
-	        "lease_us",    "lease_bind",    "park_after_us",
-	        "domain",      "datarec_bytes", "datarec_interval_us"};
+	static const char *const keys[] = {"machine_id",
+	                                   "data_dir",
+	                                   "fabric",
+	                                   "listen",
+	                                   "ofi_provider",
+	                                   "region_size",
+	                                   "job",
+	                                   "replicas",
+	                                   "rings",
+	                                   "ring_points",
+	                                   "threads",
+	                                   "expect_machines",
+	                                   "log_size",
+	                                   "busy_poll",
+	                                   "zk",
+	                                   "zk_root",
+	                                   "zk_session_ms",
+	                                   "zk_connect_timeout_ms",
+	                                   "lease_us",
+	                                   "lease_bind",
+	                                   "park_after_us",
+	                                   "domain",
+	                                   "datarec_bytes",
+	                                   "datarec_interval_us",
+	                                   "restart_wait_ms"};
 	char env[64], msg[256];
 	for (size_t i = 0; i < FARM_ARRAY_SIZE(keys); i++) {
 		size_t n =

@@ -58,6 +58,12 @@ enum farm_fault_point {
 	 * restart passes a damaged directory (tests/test_restart.c
 	 * --broken-check: the refusal must be missed). */
 	FARM_FP_RESTART_NO_CHECK,
+	/* txn/restart.c, a switch: while hooked, a restart without a lost
+	 * machine still asks for its COMMIT-BACKUP records (as if its log
+	 * had come back), so a commit whose only proof was in that log is
+	 * aborted (tests/test_restart.c --broken-lost: the caught commit
+	 * must be found missing). */
+	FARM_FP_RESTART_LOST_STRICT,
 	FARM_FP_COUNT
 };
 
