@@ -144,6 +144,57 @@ static void test_distributed(void **state)
 }
 
 /*
+ * A transaction that reads more objects of one remote machine than an
+ * endpoint's send queue holds (1024): validation must post its READs as
+ * room comes back, not fail with -EAGAIN (which the caller would retry
+ * forever: the same transaction can never commit). Read-only, then with
+ * one write.
+ */
+#define MANY_READS 2100u
+static void test_many_reads(void **state)
+{
+	(void)state;
+	farm_fatptr *obj = calloc(MANY_READS, sizeof(*obj));
+	assert_non_null(obj);
+	for (unsigned i = 0; i < MANY_READS; i++)
+		obj[i] = make_obj(0, 64, (uint8_t)i);
+	assert_int_equal(primary_of(obj[0].addr), 1);
+	for (int rw = 0; rw < 2; rw++) {
+		farm_txm_stats s0, s1;
+		farm_txm_stats_get(C.m[2].txm, &s0);
+		farm_tx *tx = begin(2);
+		for (unsigned i = 0; i < MANY_READS; i++) {
+			const void *d = NULL;
+			assert_int_equal(rd(tx, obj[i].addr, 64, &d), 0);
+			uint8_t b0 = (uint8_t)~i;
+			if (d)
+				memcpy(&b0, d, 1);
+			assert_int_equal(b0, (uint8_t)i);
+		}
+		if (rw) {
+			uint8_t *w;
+			assert_int_equal(
+			        farm_tx_write(tx, obj[0].addr, (void **)&w), 0);
+			w[1] = 0x5a;
+		}
+		int rc = commit(tx);
+		farm_tx_free(tx);
+		farm_txm_stats_get(C.m[2].txm, &s1);
+		printf("%s transaction of %u remote reads: %s, %" PRIu64
+		       " validation READs\n",
+		       rw ? "read-write" : "read-only", MANY_READS,
+		       farm_strerror(rc), s1.commit_reads - s0.commit_reads);
+		assert_int_equal(rc, 0);
+		assert_int_equal(s1.commit_reads - s0.commit_reads,
+		                 MANY_READS - rw);
+	}
+	uint8_t buf[64];
+	assert_int_equal(lf(0, obj[0].addr, 64, obj[0].incarnation, buf), 0);
+	assert_int_equal(buf[1], 0x5a);
+	free(obj);
+}
+
+/*
  * Three participants: machine 3 writes one object on each machine (so it
  * is a primary itself) and reads one more remote object. The protocol's
  * remote work, from the formula: LOCK + COMMIT-PRIMARY per remote primary,
@@ -629,6 +680,7 @@ int main(void)
 	        cmocka_unit_test(test_single_machine),
 	        cmocka_unit_test(test_distributed),
 	        cmocka_unit_test(test_three_primaries),
+	        cmocka_unit_test(test_many_reads),
 	        cmocka_unit_test(test_conflict_and_validation),
 	        cmocka_unit_test(test_free_and_fat_pointers),
 	        cmocka_unit_test(test_arrays),

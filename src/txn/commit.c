@@ -483,6 +483,8 @@ static void phase_lock(farm_tx *tx)
 	tx_step(tx);
 }
 
+static void validate_more(farm_tx *tx);
+
 static void val_done(farm_loop *loop, void *ctx, int status)
 {
 	(void)loop;
@@ -495,16 +497,39 @@ static void val_done(farm_loop *loop, void *ctx, int status)
 		tx->fail = status ? (status == FARM_EFLUSHED ? FARM_EPEERDEAD
 		                                             : status)
 		                  : FARM_EVALIDATION;
+	validate_more(tx); /* a slot of the send queue came back */
 	tx_step(tx);
 }
 
-static void phase_validate(farm_tx *tx)
+/* How long validation waits for room in a send queue that none of its own
+ * READs occupy (other transactions', or a failed endpoint draining)
+ * before it fails with -EAGAIN. */
+#define VALIDATE_FULL_NS (1000ull * 1000000ull)
+
+static void validate_again(farm_loop *loop, void *ctx, int status)
+{
+	(void)loop;
+	farm_tx *tx = ctx;
+	tx->wait_reads--;
+	if (status && !tx->fail)
+		tx->fail = status; /* the loop closed */
+	validate_more(tx);
+	tx_step(tx);
+}
+
+/* Post the validation READs from tx->vnext on, as many as the send queue
+ * takes. A full queue (-EAGAIN) is not a failure while our own READs are
+ * in it: each completion posts more (val_done). Failing there instead made
+ * a transaction reading more objects of one machine than the queue holds
+ * (EP_DEPTH, 1024) abort every time it was retried. */
+static void validate_more(farm_tx *tx)
 {
 	farm_txm *m = tx->m;
-	tx->ph = PH_VALIDATE;
-	for (unsigned i = 0;
-	     i < tx->n && !tx->fail && !TESTING(skip_validation); i++) {
-		struct txobj *o = &tx->o[i];
+	if (tx->ph != PH_VALIDATE)
+		return;
+	for (; tx->vnext < tx->n && !tx->fail && !TESTING(skip_validation);
+	     tx->vnext++) {
+		struct txobj *o = &tx->o[tx->vnext];
 		if (is_write(o) || !(o->flags & TXO_READ))
 			continue;
 		const _Atomic uint64_t *lp = farm_as_local_ptr(m->as, o->a, 8);
@@ -514,7 +539,8 @@ static void phase_validate(farm_tx *tx)
 				tx->fail = FARM_EVALIDATION;
 			continue;
 		}
-		o->vbuf = arena_get(&tx->tl->ar, 64);
+		if (!o->vbuf)
+			o->vbuf = arena_get(&tx->tl->ar, 64);
 		if (!o->vbuf) {
 			tx->fail = -ENOMEM;
 			break;
@@ -522,13 +548,35 @@ static void phase_validate(farm_tx *tx)
 		memcpy(o->vbuf + 8, &tx, sizeof(tx));
 		int rc = farm_as_read(m->as, tx->tl->loop, o->a, o->vbuf,
 		                      tx->tl->ar.mr, 8, val_done, o);
+		if (rc == -EAGAIN && tx->wait_reads)
+			return; /* val_done goes on */
+		if (rc == -EAGAIN) {
+			uint64_t now = farm_now_ns();
+			if (!tx->vfull_t0)
+				tx->vfull_t0 = now;
+			if (now - tx->vfull_t0 < VALIDATE_FULL_NS &&
+			    !farm_loop_defer(tx->tl->loop, validate_again,
+			                     tx)) {
+				tx->wait_reads++; /* validate_again's */
+				return;
+			}
+		}
 		if (rc) {
 			tx->fail = rc;
 			break;
 		}
+		tx->vfull_t0 = 0;
 		tx->n_reads++;
 		tx->wait_reads++;
 	}
+}
+
+static void phase_validate(farm_tx *tx)
+{
+	tx->ph = PH_VALIDATE;
+	tx->vnext = 0;
+	tx->vfull_t0 = 0;
+	validate_more(tx);
 	tx_step(tx);
 }
 

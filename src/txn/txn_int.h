@@ -393,6 +393,11 @@ struct farm_tx {
 	int abort_outcome;     /* PH_ABORT: reported once ABORTs landed */
 	bool decided_at[0x40]; /* its COMMIT-PRIMARY or ABORT landed there */
 	unsigned wait_writes, wait_replies, wait_reads;
+	/* PH_VALIDATE: the next object to validate; when the send queue
+	 * was full with none of ours in flight, since when (a deferred
+	 * retry counts in wait_reads). */
+	unsigned vnext;
+	uint64_t vfull_t0;
 	int fail;                  /* first failure of the phase */
 	uint64_t deadline;         /* waiting for replies until */
 	unsigned committed_writes; /* COMMIT-PRIMARY writes that landed */
