@@ -264,6 +264,25 @@ static void print_members(struct state *s)
 		printf("removed: machine %" PRIu32 " incarnation %#" PRIx64
 		       "\n",
 		       v->removed[i].id, (uint64_t)v->removed[i].incarnation);
+	/* Rejoin and restart (membership.h): machines that joined late,
+	 * that left the formed cluster, that a restart gave up. */
+	if (v->formed)
+		printf("formed\n");
+	static const char *const what[] = {
+	        "late (joined with empty memory; a backup where replicas "
+	        "are short)",
+	        "gone (left; a new machine_id rejoins)",
+	        "lost (given up at a restart; never admitted again)"};
+	const uint32_t *lists[] = {v->late, v->gone, v->lost};
+	const unsigned ns[] = {v->nlate, v->ngone, v->nlost};
+	for (unsigned k = 0; k < 3; k++) {
+		if (!ns[k])
+			continue;
+		printf("%s:", what[k]);
+		for (unsigned i = 0; i < ns[k] && i < FARM_VIEW_MAX; i++)
+			printf(" %" PRIu32, lists[k][i]);
+		printf("\n");
+	}
 }
 
 /* The copies of one region, @c[0 .. @n): print its line; its state. */
