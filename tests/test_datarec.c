@@ -250,7 +250,9 @@ static int late_machine(struct np_child *np, void *arg)
 		goto out;
 	c.txm = farm_node_txm(c.np.node);
 	st = 6;
-	int rc = np_await_member(c.np.node, c.np.loop, id, RB_JOIN_MS);
+	/* NP_NM: the cluster's size when it formed, not now (two machines
+	 * left): a late machine waits only to be a member. */
+	int rc = farm_node_wait_members(c.np.node, NP_NM, RB_JOIN_MS);
 	if (rc == -EEXIST) { /* a gone id, fresh: not admitted */
 		st = np_say(&c.np, 'X', NULL, 0) ? 8 : 0;
 		goto out;

@@ -85,10 +85,16 @@ FARM_API void farm_node_loop_close(farm_node *n, farm_loop *loop);
 /*
  * farm_node_wait_members() - wait until the cluster's view has @count
  * machines and the address space uses it. @timeout_ms < 0: no limit.
- * Returns 0, -ETIMEDOUT, -EINVAL, or -EEXIST: this machine started with
- * an empty directory under the id of a machine that left the (formed)
- * cluster, which is not admitted; a failed machine rejoins under a new
- * `machine_id` (it then takes backup copies where replicas are short).
+ * A machine that joins a formed cluster late (a new machine_id, an empty
+ * directory) waits only until it is a member. In a whole-cluster restart
+ * the previous members that do not come back are given up after
+ * `restart_wait_ms` (docs/config.md): it returns once the others have
+ * restarted, with @count less those machines.
+ * Returns 0, -ETIMEDOUT, -EINVAL, or -EEXIST: this machine is not
+ * admitted: it started with an empty directory under the id of a machine
+ * that left the (formed) cluster, or under one a restart gave up; a
+ * failed machine rejoins under a new `machine_id` (it then takes backup
+ * copies where replicas are short).
  */
 FARM_API FARM_MUST_CHECK int
 farm_node_wait_members(farm_node *n, unsigned count, int timeout_ms);

@@ -793,6 +793,20 @@ static void forsake_missing(farm_node *n)
 		         n->cfg.machine_id, farm_strerror(rc));
 }
 
+/* Under n->lock: does farm_node_wait_members(@count) return? The view
+ * has @count members; or @count less the machines a restart gave up; or
+ * this machine joined the formed cluster late (the cluster had its
+ * machines before it came: it waits only to be a member). */
+static bool members_enough(const farm_node *n, unsigned count)
+{
+	const struct farm_view *v = &n->view;
+	uint32_t me = n->cfg.machine_id;
+	return v->n == count ||
+	       (n->restart_lost && v->n + n->restart_lost == count) ||
+	       (v->formed && farm_ids_have(v->late, v->nlate, me) &&
+	        farm_view_find(v, me));
+}
+
 static void ts_of(uint64_t realtime_ns, struct timespec *ts)
 {
 	ts->tv_sec = (time_t)(realtime_ns / 1000000000ull);
@@ -814,10 +828,10 @@ int farm_node_wait_members(farm_node *n, unsigned count, int timeout_ms)
 	pthread_mutex_lock(&n->lock);
 	for (;;) {
 		/* After a restart without machines given up, the view is
-		 * short of @count by them. */
-		if (n->view.n == count ||
-		    (n->restart_lost && n->view.n + n->restart_lost == count) ||
-		    rc != 0 || n->restart_failed || n->refused)
+		 * short of @count by them; a machine that joined the formed
+		 * cluster late waits only to be a member. */
+		if (members_enough(n, count) || rc != 0 || n->restart_failed ||
+		    n->refused)
 			break;
 		/* Whole-cluster restart: while this machine is in the view
 		 * and the view has not changed for restart_wait_ms, give up
@@ -849,8 +863,7 @@ int farm_node_wait_members(farm_node *n, unsigned count, int timeout_ms)
 		if (rc == ETIMEDOUT && mine)
 			rc = 0; /* the give-up time, not the caller's */
 	}
-	bool ok = n->view.n == count ||
-	          (n->restart_lost && n->view.n + n->restart_lost == count);
+	bool ok = members_enough(n, count);
 	bool refused = n->refused;
 	pthread_mutex_unlock(&n->lock);
 	return ok ? 0 : refused ? -EEXIST : -ETIMEDOUT;
