@@ -54,7 +54,7 @@
 
 static char zk_dir[256], zk_connect[64], zk_root[96];
 static const char *zk_script = FARM_SOURCE_DIR "/scripts/zk-local";
-static bool broken, broken_check, broken_lost;
+static bool broken, broken_check, broken_lost, broken_kv;
 static struct np_cluster cl;
 
 /* ---- the bank run (child side) ----------------------------------------- */
@@ -448,6 +448,8 @@ static void test_bank(void **state)
 /* ---- the damaged directory (one machine, static membership) -------------- */
 
 static char dd_root[160];
+#define DD_KEY "restart-key"
+#define DD_VAL "kept across the restart"
 
 static void dd_config(const char *dir, uint32_t id, struct farm_config *cfg)
 {
@@ -467,6 +469,8 @@ static void dd_make(const char *dir, farm_gaddr *out, uint64_t value)
 	dd_config(dir, 0, &cfg);
 	farm_node *n;
 	assert_int_equal(farm_node_open(&cfg, &n), 0);
+	farm_kv *kv;
+	assert_int_equal(farm_kv_create(n, NULL, 1024, &kv), 0);
 	farm_node_set_app_loops(n, true);
 	farm_loop *loop;
 	assert_int_equal(farm_node_start(n, 10000), 0);
@@ -482,6 +486,14 @@ static void dd_make(const char *dir, farm_gaddr *out, uint64_t value)
 	assert_int_equal(farm_tx_commit_sync(tx), 0);
 	farm_tx_free(tx);
 	*out = p.addr;
+	/* A key in the KV store: its shard list is kept for the restart. */
+	assert_int_equal(farm_kv_attach(kv, loop), 0);
+	assert_int_equal(farm_kv_join_sync(kv, loop, 1, 10000), 0);
+	assert_int_equal(farm_kv_put_sync(kv, loop, DD_KEY, sizeof(DD_KEY),
+	                                  DD_VAL, sizeof(DD_VAL)),
+	                 0);
+	farm_kv_detach(kv, loop);
+	farm_kv_destroy(kv);
 	farm_node_loop_close(n, loop);
 	farm_node_shutdown(n);
 }
@@ -671,6 +683,8 @@ static void test_damaged(void **state)
 		dd_config(good, 0, &cfg);
 		farm_node *n;
 		assert_int_equal(farm_node_open(&cfg, &n), 0);
+		farm_kv *kv;
+		assert_int_equal(farm_kv_create(n, NULL, 1024, &kv), 0);
 		farm_node_set_app_loops(n, true);
 		farm_loop *loop;
 		assert_int_equal(farm_node_start(n, 10000), 0);
@@ -694,11 +708,36 @@ static void test_damaged(void **state)
 			       "the intact directory: restarted %d, "
 			       "read %s, value %#" PRIx64,
 			       rst.restarted, farm_strerror(rc), got);
+		/* The KV store finds its shard again (the list was kept). */
+		char val[64] = "";
+		uint32_t vlen = 0;
+		assert_int_equal(farm_kv_attach(kv, loop), 0);
+		rc = farm_kv_join_sync(kv, loop, 1, 10000);
+		if (!rc)
+			rc = farm_kv_get_sync(kv, loop, DD_KEY, sizeof(DD_KEY),
+			                      val, sizeof(val), &vlen);
+		printf("intact: the KV store's key: %s%s%s\n",
+		       farm_strerror(rc), rc ? "" : ", ", rc ? "" : val);
+		if (rc || vlen != sizeof(DD_VAL) || memcmp(val, DD_VAL, vlen))
+			failed(&fl,
+			       "the KV store after the restart: get %s, "
+			       "%u bytes",
+			       farm_strerror(rc), vlen);
+		farm_kv_detach(kv, loop);
+		farm_kv_destroy(kv);
 		farm_node_loop_close(n, loop);
 		farm_node_close(n);
 	}
 	tu_rmtree(dd_root);
 	dd_root[0] = 0;
+	if (broken_kv) {
+		if (!fl.n)
+			fail_msg("--broken-kv: the KV store ignored its kept "
+			         "shard list and nothing noticed");
+		printf("--broken-kv: %u check(s) failed, as they must:\n%s",
+		       fl.n, fl.text);
+		return;
+	}
 	if (broken_check) {
 		if (!fl.n)
 			fail_msg("--broken-check: the check was off and "
@@ -867,21 +906,26 @@ int main(int argc, char **argv)
 			broken_lost = true;
 		} else if (!strcmp(argv[i], "--broken-check")) {
 			broken_check = only_damaged = true;
+		} else if (!strcmp(argv[i], "--broken-kv")) {
+			broken_kv = only_damaged = true;
 		} else if (!strcmp(argv[i], "--damaged")) {
 			only_damaged = true;
 		} else {
 			printf("usage: %s [--broken | --broken-lost | "
-			       "--broken-check | --damaged]\n",
+			       "--broken-check | --broken-kv | --damaged]\n",
 			       argv[0]);
 			return strcmp(argv[i], "--help") ? 2 : 0;
 		}
 	}
-	if ((broken || broken_check || broken_lost) && !farm_fault_built()) {
+	if ((broken || broken_check || broken_lost || broken_kv) &&
+	    !farm_fault_built()) {
 		printf("skipped: built without fault injection\n");
 		return FARM_TEST_SKIP;
 	}
 	if (broken_check &&
 	    farm_fault_set(FARM_FP_RESTART_NO_CHECK, no_check, NULL))
+		return 1;
+	if (broken_kv && farm_fault_set(FARM_FP_KV_NO_KEPT, no_check, NULL))
 		return 1;
 	const struct CMUnitTest damaged[] = {
 	        cmocka_unit_test_teardown(test_damaged, teardown)};

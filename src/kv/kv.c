@@ -10,7 +10,13 @@
 
 #include "node/ctl.h"
 #include "util/common.h"
+#include "util/fault.h"
 #include "util/log.h"
+
+/* The shard list, kept with the machine's data directory (node.h,
+ * farm_node_keep): after a whole-cluster restart the shards' buckets are
+ * where they were, and this is the only way back to them. */
+#define KV_KEPT "kv.shards"
 
 #define DIR_PREFIX   0xffu /* first byte of directory keys */
 #define MAX_MACHINES FARM_NODE_MAX_MACHINES
@@ -294,12 +300,79 @@ static int drive(farm_loop *loop, struct wait *w, uint64_t deadline)
 	return rc ? rc : w->status;
 }
 
+/* Install @n shards @sd: this machine's is @sd[i] with machine == me (if
+ * any). */
+static int install(farm_kv *kv, const struct farm_ht_shard *sd, unsigned n)
+{
+	int rc = farm_ht_set_shards(kv->ht, sd, n);
+	if (rc)
+		return rc;
+	memcpy(kv->shards, sd, n * sizeof(*sd));
+	kv->nshards = n;
+	kv->my_shard = UINT32_MAX; /* none: a late machine */
+	for (unsigned i = 0; i < n; i++)
+		if (sd[i].machine == kv->me) {
+			kv->my_shard = i;
+			kv->mine = sd[i];
+			atomic_store_explicit(&kv->shard_ready, 1,
+			                      memory_order_release);
+		}
+	atomic_store_explicit(&kv->joined, 1, memory_order_release);
+	return 0;
+}
+
+/* After a whole-cluster restart: the shard list this machine kept. 1:
+ * installed; 0: none kept (a fresh machine); <0: an error (a damaged
+ * list, or one of another size than @nmachines when nonzero). */
+static int install_kept(farm_kv *kv, unsigned nmachines)
+{
+	struct farm_ht_shard sd[MAX_MACHINES];
+	long n = farm_node_kept(kv->node, KV_KEPT, sd, sizeof(sd));
+	if (n == -ENOENT || FARM_FAULT_SWITCH(FARM_FP_KV_NO_KEPT))
+		return 0;
+	if (n < 0)
+		return (int)n;
+	unsigned k = (unsigned)((size_t)n / sizeof(sd[0]));
+	if (n == 0 || (size_t)n % sizeof(sd[0]) || (size_t)n > sizeof(sd)) {
+		farm_err("kv: machine %" PRIu32 ": the kept shard list is "
+		         "malformed (%ld bytes)",
+		         kv->me, n);
+		return FARM_ECORRUPT;
+	}
+	if (nmachines && k != nmachines) {
+		farm_err("kv: machine %" PRIu32 ": the store had %u shards "
+		         "before the restart, not %u",
+		         kv->me, k, nmachines);
+		return -EINVAL;
+	}
+	int rc = install(kv, sd, k);
+	if (!rc)
+		farm_info("kv: machine %" PRIu32 ": %u shards of the previous "
+		          "incarnation installed (whole-cluster restart)",
+		          kv->me, k);
+	return rc ? rc : 1;
+}
+
+/* Keep the installed list for a whole-cluster restart. */
+static void keep_list(farm_kv *kv)
+{
+	int rc = farm_node_keep(kv->node, KV_KEPT, kv->shards,
+	                        kv->nshards * sizeof(kv->shards[0]));
+	if (rc && rc != -ENOTSUP)
+		farm_warn("kv: machine %" PRIu32 ": the shard list is not "
+		          "kept for a restart: %s",
+		          kv->me, farm_strerror(rc));
+}
+
 int farm_kv_join_sync(farm_kv *kv, farm_loop *loop, unsigned nmachines,
                       int timeout_ms)
 {
 	if (!kv || !loop || nmachines == 0 || nmachines > MAX_MACHINES ||
 	    kv->me >= nmachines || joined(kv))
 		return -EINVAL;
+	int kept = install_kept(kv, nmachines);
+	if (kept)
+		return kept < 0 ? kept : 0;
 	uint64_t deadline = farm_now_ns() + (uint64_t)timeout_ms * 1000000ull;
 	struct wait w = {0};
 	int rc = farm_ht_make_shard(kv->ht, loop, kv->nbuckets, shard_made, &w);
@@ -346,6 +419,7 @@ int farm_kv_join_sync(farm_kv *kv, farm_loop *loop, unsigned nmachines,
 	kv->nshards = nmachines;
 	kv->my_shard = kv->me;
 	atomic_store_explicit(&kv->joined, 1, memory_order_release);
+	keep_list(kv);
 	return 0;
 }
 
@@ -381,6 +455,9 @@ int farm_kv_join_existing_sync(farm_kv *kv, farm_loop *loop, uint32_t from,
 {
 	if (!kv || !loop || from == kv->me || timeout_ms < 0 || joined(kv))
 		return -EINVAL;
+	int kept = install_kept(kv, 0);
+	if (kept)
+		return kept < 0 ? kept : 0;
 	uint64_t deadline = farm_now_ns() + (uint64_t)timeout_ms * 1000000ull;
 	struct shards_wait *w = calloc(1, sizeof(*w));
 	if (!w)
@@ -406,13 +483,9 @@ int farm_kv_join_existing_sync(farm_kv *kv, farm_loop *loop, uint32_t from,
 			(void)farm_loop_poll(loop);
 	}
 	if (!rc)
-		rc = farm_ht_set_shards(kv->ht, w->sd, w->n);
-	if (!rc) {
-		memcpy(kv->shards, w->sd, w->n * sizeof(w->sd[0]));
-		kv->nshards = w->n;
-		kv->my_shard = UINT32_MAX; /* none */
-		atomic_store_explicit(&kv->joined, 1, memory_order_release);
-	}
+		rc = install(kv, w->sd, w->n);
+	if (!rc)
+		keep_list(kv);
 	free(w);
 	return rc;
 }

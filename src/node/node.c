@@ -928,6 +928,20 @@ void farm_node_shutdown(farm_node *n)
 	farm_node_close(n);
 }
 
+int farm_node_keep(farm_node *n, const char *name, const void *data, size_t len)
+{
+	if (!n)
+		return -EINVAL;
+	return farm_restart_keep_blob(n->rs, name, data, len);
+}
+
+long farm_node_kept(farm_node *n, const char *name, void *buf, size_t cap)
+{
+	if (!n)
+		return -EINVAL;
+	return farm_restart_kept_blob(n->rs, name, buf, cap);
+}
+
 void farm_node_restart_stats(const farm_node *n, struct farm_restart_stats *out)
 {
 	farm_restart_stats(n ? n->rs : NULL, out);

@@ -57,5 +57,13 @@ struct farm_membership *farm_node_membership(const farm_node *n);
 struct farm_restart_stats;
 void farm_node_restart_stats(const farm_node *n,
                              struct farm_restart_stats *out);
+/* A layer's durable blob, kept with the machine's data directory across a
+ * whole-cluster restart (restart.h, farm_restart_keep_blob): the KV store
+ * keeps its shard list. -ENOTSUP without a durable directory (not shm). */
+int farm_node_keep(farm_node *n, const char *name, const void *data,
+                   size_t len);
+/* The blob kept under @name (this incarnation's, else the previous
+ * one's): its length, up to @cap bytes copied into @buf; -ENOENT. */
+long farm_node_kept(farm_node *n, const char *name, void *buf, size_t cap);
 
 #endif

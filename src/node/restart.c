@@ -122,7 +122,8 @@ struct man_hdr {
 	uint32_t nregions;
 	uint32_t nmembers;
 	uint32_t clean;
-	uint32_t pad;
+	uint32_t nkept; /* struct man_kept entries after the regions (0 in
+	                   manifests written before they existed) */
 	uint32_t members[FARM_VIEW_MAX];
 	char cluster[256];
 	char log_file[MAN_NAME];
@@ -133,6 +134,15 @@ struct man_region {
 	uint32_t pad;
 	uint64_t size;
 	char file[MAN_NAME];
+};
+
+/* A layer's durable blob (farm_restart_keep_blob): the KV store's shard
+ * list, for one. */
+struct man_kept {
+	char name[FARM_RESTART_KEPT_NAME];
+	uint32_t len;
+	uint32_t pad;
+	uint8_t data[FARM_RESTART_KEPT_MAX];
 };
 
 struct man_tail {
@@ -179,6 +189,10 @@ struct farm_restart {
 	struct farm_restart_stats st;
 	uint64_t t_open_ns;
 	struct farm_ring_attr ring; /* placement's (cfg) */
+	/* Under lock: the layers' blobs, the previous incarnation's until
+	 * replaced (written with every manifest). */
+	struct man_kept kept[FARM_RESTART_KEPT_N];
+	unsigned nkept;
 };
 
 static uint64_t fnv1a(const void *p, size_t n)
@@ -228,6 +242,7 @@ static int man_write(struct farm_restart *rs, bool clean)
 {
 	size_t len = sizeof(struct man_hdr) +
 	             (size_t)rs->nregs * sizeof(struct man_region) +
+	             (size_t)rs->nkept * sizeof(struct man_kept) +
 	             sizeof(struct man_tail);
 	uint8_t *buf = calloc(1, len);
 	if (!buf)
@@ -252,6 +267,9 @@ static int man_write(struct farm_restart *rs, bool clean)
 	if (rs->nregs) /* regs may be NULL with none */
 		memcpy(buf + sizeof(*h), rs->regs,
 		       (size_t)rs->nregs * sizeof(struct man_region));
+	h->nkept = rs->nkept;
+	memcpy(buf + sizeof(*h) + (size_t)rs->nregs * sizeof(struct man_region),
+	       rs->kept, (size_t)rs->nkept * sizeof(struct man_kept));
 	struct man_tail t = {.magic = MAN_END,
 	                     .len = len,
 	                     .sum = fnv1a(buf, len - sizeof(t))};
@@ -466,13 +484,16 @@ static int man_read(struct farm_restart *rs, const struct farm_config *cfg,
 		            n - sizeof(t));
 		goto out;
 	}
-	if (t.len != n ||
+	if (t.len != n || h.nkept > FARM_RESTART_KEPT_N ||
 	    n != sizeof(h) + (size_t)h.nregions * sizeof(struct man_region) +
+	                    (size_t)h.nkept * sizeof(struct man_kept) +
 	                    sizeof(t)) {
 		rc = refuse(err, len, FARM_ECORRUPT,
 		            "%s: size mismatch at offset %zu: %zu bytes, the "
-		            "trailer says %" PRIu64 " for %" PRIu32 " regions",
-		            path, n - sizeof(t) + 8, n, t.len, h.nregions);
+		            "trailer says %" PRIu64 " for %" PRIu32
+		            " regions and %" PRIu32 " kept blobs",
+		            path, n - sizeof(t) + 8, n, t.len, h.nregions,
+		            h.nkept);
 		goto out;
 	}
 	if (t.sum != fnv1a(buf, n - sizeof(t))) {
@@ -515,6 +536,24 @@ static int man_read(struct farm_restart *rs, const struct farm_config *cfg,
 	}
 	memcpy(rs->old_regs, buf + sizeof(h),
 	       (size_t)h.nregions * sizeof(struct man_region));
+	memcpy(rs->kept,
+	       buf + sizeof(h) + (size_t)h.nregions * sizeof(struct man_region),
+	       (size_t)h.nkept * sizeof(struct man_kept));
+	rs->nkept = h.nkept;
+	for (unsigned i = 0; i < rs->nkept; i++) {
+		rs->kept[i].name[FARM_RESTART_KEPT_NAME - 1] = 0;
+		if (rs->kept[i].len > FARM_RESTART_KEPT_MAX) {
+			rc = refuse(err, len, FARM_ECORRUPT,
+			            "%s: kept blob \"%s\" of %" PRIu32
+			            " bytes at offset %zu",
+			            path, rs->kept[i].name, rs->kept[i].len,
+			            sizeof(h) +
+			                    (size_t)h.nregions *
+			                            sizeof(struct man_region) +
+			                    i * sizeof(struct man_kept));
+			goto out;
+		}
+	}
 	for (uint32_t i = 0; i < h.nregions; i++) {
 		struct man_region *r = &rs->old_regs[i];
 		r->file[MAN_NAME - 1] = 0;
@@ -1362,6 +1401,59 @@ void farm_restart_stats(const struct farm_restart *rs,
 	memset(out, 0, sizeof(*out));
 	if (rs)
 		*out = rs->st;
+}
+
+int farm_restart_keep_blob(struct farm_restart *rs, const char *name,
+                           const void *data, size_t len)
+{
+	if (!name || !name[0] || strlen(name) >= FARM_RESTART_KEPT_NAME ||
+	    (len && !data) || len > FARM_RESTART_KEPT_MAX)
+		return -EINVAL;
+	if (!rs)
+		return -ENOTSUP; /* no durable directory (not shm) */
+	pthread_mutex_lock(&rs->lock);
+	unsigned i = 0;
+	while (i < rs->nkept && strcmp(rs->kept[i].name, name))
+		i++;
+	int rc = 0;
+	if (i == FARM_RESTART_KEPT_N) {
+		rc = -ENOSPC;
+	} else {
+		struct man_kept *k = &rs->kept[i];
+		memset(k, 0, sizeof(*k));
+		snprintf(k->name, sizeof(k->name), "%s", name);
+		k->len = (uint32_t)len;
+		if (len)
+			memcpy(k->data, data, len);
+		if (i == rs->nkept)
+			rs->nkept++;
+		/* Before the restart's manifest, the next one carries it. */
+		if (rs->writable && !rs->frozen)
+			rc = man_write(rs, false);
+	}
+	pthread_mutex_unlock(&rs->lock);
+	return rc;
+}
+
+long farm_restart_kept_blob(struct farm_restart *rs, const char *name,
+                            void *buf, size_t cap)
+{
+	if (!name || (cap && !buf))
+		return -EINVAL;
+	if (!rs)
+		return -ENOENT;
+	pthread_mutex_lock(&rs->lock);
+	long rc = -ENOENT;
+	for (unsigned i = 0; i < rs->nkept; i++)
+		if (!strcmp(rs->kept[i].name, name)) {
+			rc = rs->kept[i].len;
+			if (cap)
+				memcpy(buf, rs->kept[i].data,
+				       FARM_MIN(cap, (size_t)rs->kept[i].len));
+			break;
+		}
+	pthread_mutex_unlock(&rs->lock);
+	return rc;
 }
 
 void farm_restart_close(struct farm_restart *rs)

@@ -80,6 +80,24 @@ int farm_restart_keep(struct farm_restart *rs);
 void farm_restart_discard(struct farm_restart *rs);
 void farm_restart_stats(const struct farm_restart *rs,
                         struct farm_restart_stats *out);
+/*
+ * A layer's durable blob, kept in the manifest across a whole-cluster
+ * restart (the KV store's shard list: the only way back to the data its
+ * shards hold). keep: 0, -EINVAL (name empty or FARM_RESTART_KEPT_NAME
+ * long, more than FARM_RESTART_KEPT_MAX bytes), -ENOSPC (more than
+ * FARM_RESTART_KEPT_N names), -ENOTSUP (no durable directory), or the
+ * manifest write's error. kept: the blob's length (up to @cap bytes
+ * copied), -ENOENT (none), -EINVAL. A blob a previous incarnation kept
+ * reads back from farm_restart_open on, and is carried into this
+ * incarnation's manifest until replaced.
+ */
+#define FARM_RESTART_KEPT_NAME 32
+#define FARM_RESTART_KEPT_MAX  4096
+#define FARM_RESTART_KEPT_N    4
+int farm_restart_keep_blob(struct farm_restart *rs, const char *name,
+                           const void *data, size_t len);
+long farm_restart_kept_blob(struct farm_restart *rs, const char *name,
+                            void *buf, size_t cap);
 void farm_restart_close(struct farm_restart *rs);
 
 #endif

@@ -64,6 +64,11 @@ enum farm_fault_point {
 	 * aborted (tests/test_restart.c --broken-lost: the caught commit
 	 * must be found missing). */
 	FARM_FP_RESTART_LOST_STRICT,
+	/* kv/kv.c, a switch: while hooked, joining ignores the shard list a
+	 * previous incarnation kept and makes new, empty shards
+	 * (tests/test_restart.c --broken-kv: the keys put before a restart
+	 * must be found missing). */
+	FARM_FP_KV_NO_KEPT,
 	FARM_FP_COUNT
 };
 
