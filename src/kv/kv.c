@@ -349,6 +349,37 @@ int farm_kv_join_sync(farm_kv *kv, farm_loop *loop, unsigned nmachines,
 	return 0;
 }
 
+unsigned farm_kv_testing_shards(const farm_kv *kv, struct farm_ht_shard *sd,
+                                unsigned max)
+{
+	if (!kv || !joined(kv))
+		return 0;
+	memcpy(sd, kv->shards, FARM_MIN(max, kv->nshards) * sizeof(*sd));
+	return kv->nshards;
+}
+
+int farm_kv_testing_install(farm_kv *kv, const struct farm_ht_shard *sd,
+                            unsigned n)
+{
+	if (!kv || !sd || n == 0 || n > MAX_MACHINES || joined(kv))
+		return -EINVAL;
+	int rc = farm_ht_set_shards(kv->ht, sd, n);
+	if (rc)
+		return rc;
+	memcpy(kv->shards, sd, n * sizeof(*sd));
+	kv->nshards = n;
+	kv->my_shard = UINT32_MAX;
+	for (unsigned i = 0; i < n; i++)
+		if (sd[i].machine == kv->me) {
+			kv->my_shard = i;
+			kv->mine = sd[i];
+			atomic_store_explicit(&kv->shard_ready, 1,
+			                      memory_order_release);
+		}
+	atomic_store_explicit(&kv->joined, 1, memory_order_release);
+	return 0;
+}
+
 /* The shard list from machine @from (FARM_MSGT_KV_SHARDS). */
 struct shards_wait {
 	volatile int done;

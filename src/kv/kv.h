@@ -59,4 +59,19 @@ _Static_assert(sizeof(struct farm_kv_mget_rep) == 8, "mget reply layout");
 /* The store's hashtable (the asynchronous farm_ht_* calls, its stats). */
 farm_ht *farm_kv_table(farm_kv *kv);
 
+/*
+ * Tests only (tests/test_campaign.c). The store keeps no shard list across
+ * a whole-cluster restart: its shards survive in the regions, but no
+ * machine knows where they are once every one restarted. Until it does,
+ * a test saves the list a machine installed (farm_kv_testing_shards: its
+ * length, at most @max copied; 0 before the join) and installs it again
+ * on the restarted machines, as a join would (farm_kv_testing_install: 0;
+ * -EINVAL when joined already or @n is 0 or too many; the hashtable's
+ * error).
+ */
+unsigned farm_kv_testing_shards(const farm_kv *kv, struct farm_ht_shard *sd,
+                                unsigned max);
+int farm_kv_testing_install(farm_kv *kv, const struct farm_ht_shard *sd,
+                            unsigned n);
+
 #endif
