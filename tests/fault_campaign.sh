@@ -27,6 +27,8 @@
 #   zk_kill       ZooKeeper servers killed and restarted, one at a time
 #   restart       every machine killed at once, then restarted on its data
 #                 directory
+#   restart_copy  kill -9 of a machine, then, while a region is being
+#                 copied to a new backup, every machine at once, restarted
 #
 # A machine that left is replaced by a NEW machine (a new id, an empty
 # data directory, the same failure domain) that joins the running cluster

@@ -26,6 +26,10 @@
  *   zk_kill      the ZooKeeper ensemble's leader killed, a new leader
  *                awaited, the server restarted; then the next leader the
  *                same way (one server down at a time; the workload goes on)
+ *   restart      every machine stopped, then killed (a power loss), then
+ *                all restarted on their data directories
+ *   restart_copy kill -9 of a machine, then, while a region is being
+ *                copied to a new backup, every machine at once, restarted
  *
  * A machine that left is replaced, to keep the cluster's size, by a NEW
  * machine: a new machine id and an empty data directory, in the failure
@@ -52,6 +56,12 @@
  *   - every machine's allocator state, rebuilt by scan from its regions,
  *     equals its live state, with no free refused or lost (allocscan.h).
  * Then the workloads resume and the next fault comes.
+ *
+ * A restarted machine's histories go on in the same files (tx_hist_seal,
+ * lin_resume); the KV store's shard list is installed again from the copy
+ * machine 0 saved (farm_kv_testing_install: the store keeps none across a
+ * restart). FARM_CAMPAIGN_VERBOSE=1 prints where every copy is before
+ * each fault. --order applies the faults of --faults in the order given.
  *
  * Prints a line per cycle, then a table of the faults applied and the
  * checks passed, the transactions and KV operations checked, and last one
@@ -110,11 +120,12 @@ enum cp_fault {
 	F_COPY_KILL,
 	F_ZK_KILL,
 	F_RESTART,
+	F_RESTART_COPY,
 	F_COUNT
 };
 static const char *const cp_fault_name[F_COUNT] = {
         "kill_member", "kill_cm", "sigstop", "domain",
-        "copy_kill",   "zk_kill", "restart"};
+        "copy_kill",   "zk_kill", "restart", "restart_copy"};
 
 static unsigned opt_cycles = 50;
 static uint64_t opt_seed;
@@ -729,6 +740,87 @@ static unsigned zk_wait_leader(unsigned not )
 	}
 }
 
+/* A live machine that holds a region (a late machine may hold none:
+ * then no copy would follow its loss). */
+static unsigned cp_holder(void)
+{
+	uint64_t holders = 0;
+	for (unsigned i = 0; i < 64; i++) {
+		if (!cp_is(cp_live, i))
+			continue;
+		struct held_report *r = cp_ask_held(i);
+		if (r->n)
+			holders |= 1ull << i;
+		free(r);
+	}
+	assert_true(holders != 0);
+	return cp_nth(holders, cp_draw(cp_count(holders)));
+}
+
+/* Until some live machine copies a region (data recovery): whether one
+ * was seen within 20 s. */
+static bool cp_await_copying(void)
+{
+	uint64_t dl = np_now_ns() + 20000000000ull;
+	while (np_now_ns() < dl) {
+		for (unsigned i = 0; i < 64; i++) {
+			if (!cp_is(cp_live, i))
+				continue;
+			struct held_report *r = cp_ask_held(i);
+			bool copying = rp_copying(r);
+			free(r);
+			if (copying)
+				return true;
+		}
+		pause_ms(2);
+	}
+	return false;
+}
+
+/* Every live machine at once: stopped first, so that none sees another
+ * die and reconfigures in between (a power loss takes all at once;
+ * test_restart does the same), killed, then restarted on its directory;
+ * their histories go on in the same files. The machines in *@n, the
+ * transactions left open in *@sealed; the time until all were up. */
+static double cp_restart_all(unsigned *n, unsigned *sealed)
+{
+	uint64_t all = cp_live;
+	*n = cp_count(all);
+	*sealed = 0;
+	for (unsigned i = 0; i < 64; i++)
+		if (cp_is(all, i))
+			assert_int_equal(kill(rb_cl.pid[i], SIGSTOP), 0);
+	for (unsigned i = 0; i < 64; i++)
+		if (cp_is(all, i))
+			cp_kill(i);
+	for (unsigned i = 0; i < 64; i++)
+		if (cp_is(all, i)) {
+			int rc = tx_hist_seal(&rb_cl, i);
+			assert_true(rc >= 0);
+			*sealed += (unsigned)rc;
+			cp_killed &= ~(1ull << i);
+		}
+	uint64_t t = np_now_ns();
+	for (unsigned i = 0; i < 64; i++)
+		if (cp_is(all, i)) {
+			cp_args[i] =
+			        (struct cp_arg){.mode = CP_RESTART, .n = *n};
+			np_spawn_one(&rb_cl, i, cp_machine, &cp_args[i]);
+		}
+	for (unsigned i = 0; i < 64; i++)
+		if (cp_is(all, i))
+			np_expect(&rb_cl, i, 'R', CP_JOIN_MS + 30000);
+	double up = (double)(np_now_ns() - t) / 1e6;
+	for (unsigned i = 0; i < 64; i++)
+		if (cp_is(all, i))
+			np_expect(&rb_cl, i, 'C', 60000);
+	for (unsigned i = 0; i < 64; i++)
+		if (cp_is(all, i))
+			np_send(&rb_cl, i, 'G');
+	cp_live = all;
+	return up;
+}
+
 /* Apply fault @fl; the machines that left in *@gone (to be replaced, in
  * their domains). Failures in @f. */
 static void cp_fault(enum cp_fault fl, struct cp_cycle *cy, uint64_t *gone,
@@ -805,19 +897,7 @@ static void cp_fault(enum cp_fault fl, struct cp_cycle *cy, uint64_t *gone,
 		break;
 	}
 	case F_COPY_KILL: {
-		/* The first victim holds a region (a late machine may hold
-		 * none: then no copy would follow). */
-		uint64_t holders = 0;
-		for (unsigned i = 0; i < 64; i++) {
-			if (!cp_is(cp_live, i))
-				continue;
-			struct held_report *r = cp_ask_held(i);
-			if (r->n)
-				holders |= 1ull << i;
-			free(r);
-		}
-		assert_true(holders != 0);
-		unsigned v = cp_nth(holders, cp_draw(cp_count(holders)));
+		unsigned v = cp_holder();
 		cp_kill(v);
 		*gone = 1ull << v;
 		if (cp_await_config(CP_RECONF_MS, why, sizeof(why))) {
@@ -827,19 +907,7 @@ static void cp_fault(enum cp_fault fl, struct cp_cycle *cy, uint64_t *gone,
 		}
 		/* The second kill once some new backup has read part of a
 		 * region. */
-		uint64_t dl = np_now_ns() + 20000000000ull;
-		bool during = false;
-		while (!during && np_now_ns() < dl) {
-			for (unsigned i = 0; i < 64 && !during; i++) {
-				if (!cp_is(cp_live, i))
-					continue;
-				struct held_report *r = cp_ask_held(i);
-				during = rp_copying(r);
-				free(r);
-			}
-			if (!during)
-				pause_ms(2);
-		}
+		bool during = cp_await_copying();
 		unsigned w = cp_nth(cp_live, cp_draw(cp_count(cp_live)));
 		cp_kill(w);
 		*gone |= 1ull << w;
@@ -854,49 +922,36 @@ static void cp_fault(enum cp_fault fl, struct cp_cycle *cy, uint64_t *gone,
 		break;
 	}
 	case F_RESTART: {
-		/* Every machine at once: stopped first, so that none sees
-		 * another die and reconfigures in between (a power loss takes
-		 * all at once; test_restart does the same). */
-		uint64_t all = cp_live;
-		unsigned n = cp_count(all), sealed = 0;
-		for (unsigned i = 0; i < 64; i++)
-			if (cp_is(all, i))
-				assert_int_equal(kill(rb_cl.pid[i], SIGSTOP),
-				                 0);
-		for (unsigned i = 0; i < 64; i++)
-			if (cp_is(all, i))
-				cp_kill(i);
-		/* Their histories go on in the same files. */
-		for (unsigned i = 0; i < 64; i++)
-			if (cp_is(all, i)) {
-				int rc = tx_hist_seal(&rb_cl, i);
-				assert_true(rc >= 0);
-				sealed += (unsigned)rc;
-				cp_killed &= ~(1ull << i);
-			}
-		uint64_t t = np_now_ns();
-		for (unsigned i = 0; i < 64; i++)
-			if (cp_is(all, i)) {
-				cp_args[i] = (struct cp_arg){.mode = CP_RESTART,
-				                             .n = n};
-				np_spawn_one(&rb_cl, i, cp_machine,
-				             &cp_args[i]);
-			}
-		for (unsigned i = 0; i < 64; i++)
-			if (cp_is(all, i))
-				np_expect(&rb_cl, i, 'R', CP_JOIN_MS + 30000);
-		double up = (double)(np_now_ns() - t) / 1e6;
-		for (unsigned i = 0; i < 64; i++)
-			if (cp_is(all, i))
-				np_expect(&rb_cl, i, 'C', 60000);
-		for (unsigned i = 0; i < 64; i++)
-			if (cp_is(all, i))
-				np_send(&rb_cl, i, 'G');
-		cp_live = all;
+		unsigned n, sealed;
+		double up = cp_restart_all(&n, &sealed);
 		snprintf(cy->what, sizeof(cy->what),
 		         "kill -9 all %u, restart (up in %.0f ms; %u open "
 		         "txns)",
 		         n, up, sealed);
+		break;
+	}
+	case F_RESTART_COPY: {
+		unsigned v = cp_holder();
+		cp_kill(v);
+		*gone = 1ull << v;
+		if (cp_await_config(CP_RECONF_MS, why, sizeof(why))) {
+			failed(f, "no configuration without machine %u: %s", v,
+			       why);
+			break;
+		}
+		bool during = cp_await_copying();
+		unsigned n, sealed;
+		double up = cp_restart_all(&n, &sealed);
+		if (!during)
+			failed(f,
+			       "no copy was seen in progress after machine "
+			       "%u's kill: the restart did not come during "
+			       "data recovery",
+			       v);
+		snprintf(cy->what, sizeof(cy->what),
+		         "kill -9 machine %u, all %u restarted while copying "
+		         "(up in %.0f ms)",
+		         v, n, up);
 		break;
 	}
 	case F_ZK_KILL: {
@@ -1073,6 +1128,8 @@ static void cp_cycle(unsigned c, enum cp_fault fl, struct cp_cycle *cy,
 	/* The workloads run a while first: 0.3 to 1.5 s. */
 	pause_ms(300 + cp_draw(1200));
 	uint64_t gone;
+	if (getenv("FARM_CAMPAIGN_VERBOSE"))
+		cp_dump_held(); /* where every copy is, before the fault */
 	cp_fault(fl, cy, &gone, f);
 	char why[256] = "";
 	if (!f->n && cp_await_config(CP_RECONF_MS, why, sizeof(why)))
