@@ -1153,6 +1153,8 @@ static void cp_cycle(unsigned c, enum cp_fault fl, struct cp_cycle *cy,
 		cp_dump_held();
 	}
 	double rep_ms = (double)(np_now_ns() - t_rep) / 1e6;
+	if (getenv("FARM_CAMPAIGN_VERBOSE"))
+		cp_dump_held(); /* and after the cluster is whole again */
 	struct cp_counts *n = calloc(NP_NM, sizeof(*n));
 	assert_non_null(n);
 	cp_pause(n);
