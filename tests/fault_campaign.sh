@@ -142,18 +142,22 @@ if [ $mode = continuous ]; then
 	timeout -k 10 "$timeout_s" "$bin" "${args[@]}" 2>&1 | tee "$log" |
 		grep --line-buffered -E '^\[[0-9]+/[0-9]+\] '
 	rc=${PIPESTATUS[0]}
-	# The table and the summary, then the JSON line last.
+	# The table and the summary, what failed, then the JSON line last.
 	sed -n '/^cycle  fault/,/^campaign: [0-9]* of/p' "$log"
 	grep -E '^campaign: (cycle|histories)|^  - ' "$log"
 	grep -E '^skipped' "$log"
+	case $rc in
+	0 | 77) ;;
+	124 | 137) echo "$prog: FAILED: the campaign ran past --timeout $timeout_s s; log: $log" >&2 ;;
+	*) echo "$prog: FAILED (exit $rc); log: $log" >&2 ;;
+	esac
+	[ "$rc" = 0 ] || [ "$rc" = 77 ] ||
+		grep -h "histories kept in" "$log" | sed 's/^/  /' >&2
 	grep -E '^\{"bench"' "$log" | tail -1
 	case $rc in
 	0) rm -f "$log"; rmdir "$out" 2>/dev/null; exit 0 ;;
 	77) echo "$prog: skipped (see $log)"; exit 0 ;;
-	124 | 137) echo "$prog: FAILED: the campaign ran past --timeout $timeout_s s; log: $log" >&2 ;;
-	*) echo "$prog: FAILED (exit $rc); log: $log" >&2 ;;
 	esac
-	grep -h "histories kept in" "$log" | sed 's/^/  /' >&2
 	exit 1
 fi
 
