@@ -1,11 +1,49 @@
 #!/bin/bash
 # fault_campaign.sh: libfarm's fault campaign (issue 13, item 5).
 #
-#   fault_campaign.sh [--build DIR] [--cycles N] [--seed S] [--out DIR]
+#   fault_campaign.sh [--continuous | --per-scenario] [--build DIR]
+#                     [--cycles N] [--seed S] [--faults F,F,...] [--out DIR]
 #                     [--timeout SEC] [--list] [--help]
 #
-# Runs N cycles (default 50); each applies one fault to a cluster under
-# load and then runs every check of that scenario's test. The faults:
+# --timeout: the whole run's limit (--continuous; default 300 s + 60 s a
+# cycle), or each cycle's (--per-scenario; default 300 s).
+#
+# Two modes; --continuous is the default (make faults).
+#
+# --continuous: ONE cluster takes N faults in a row (default 50):
+# tests/test_campaign (5 machines in 3 failure domains, 3 replicas, a
+# 3-server ZooKeeper ensemble) runs the bank AND the KV workload together
+# on every machine all the time, and applies, one after another, faults
+# drawn from the seed (shuffled rounds: every fault once before any
+# repeats; --faults picks some):
+#
+#   kill_member   kill -9 of a random machine, not the CM
+#   kill_cm       kill -9 of the configuration manager
+#   sigstop       SIGSTOP of a machine until the others run without it,
+#                 then SIGCONT (it must learn it was removed, and stop)
+#   domain        kill -9 of both machines of a failure domain
+#   copy_kill     kill -9 of a machine, then of another while a region is
+#                 being copied to a new backup (data recovery)
+#   zk_kill       ZooKeeper servers killed and restarted, one at a time
+#   restart       every machine killed at once, then restarted on its data
+#                 directory
+#   restart_copy  kill -9 of a machine, then, while a region is being
+#                 copied to a new backup, every machine at once, restarted
+#
+# A machine that left is replaced by a NEW machine (a new id, an empty
+# data directory, the same failure domain) that joins the running cluster
+# late. After each fault the cluster is whole again and fully replicated
+# (every region at 3 complete replicas); then, with the workloads paused:
+# full replication; no account locked, the bank total conserved; every
+# transaction reported committed present; sercheck clean over the whole
+# history of every machine since the start; lincheck clean over the whole
+# KV history; every machine's allocator state, rebuilt by scan, equal to
+# the live one. The first failed cycle stops the run; the cluster's
+# directory (histories hist-<machine>, lin-<machine>) is kept and named.
+#
+# --per-scenario: the earlier campaign. Each cycle runs one recovery test
+# on a cluster of its own (4-5 machines, a private ZooKeeper) and all of
+# that scenario's checks:
 #
 #   kill_member   kill -9 of a random machine, not the CM (bank)
 #   kill_cm       kill -9 of the configuration manager (bank)
@@ -31,28 +69,26 @@
 # left locked, every transfer reported committed is present, and the whole
 # history of every machine is strictly serializable (sercheck). Each cycle
 # draws its parameters (victim, the moment of the fault, crash point) from
-# the seed: FARM_FAULT_SEED=<seed*1000+cycle> reproduces one.
+# the seed: FARM_FAULT_SEED=<seed*1000+cycle> reproduces one. The faults
+# are taken in a random order (seeded) that runs through every one before
+# any repeats, so --cycles 5 applies 5 different faults.
 #
-# The faults are taken in a random order (seeded) that runs through every
-# one before any repeats, so --cycles 5 applies 5 different faults.
-#
-# Every cycle runs on a cluster of its own (4-5 machines and a private
-# ZooKeeper): a machine that failed cannot rejoin a running cluster yet
-# (issue 13 item 4), so one cluster cannot take 50 faults in a row.
-#
-# Prints a progress line per cycle, then a table of faults applied and
-# checks passed, the transactions and KV operations the checkers went over,
-# and last one JSON line (goal campaign_cycles_pass: every cycle passed). Exit status: 0 every cycle passed (skipped ones allowed:
-# java or ZooKeeper missing, fault injection not built); 1 a cycle failed
-# (its log and, for the bank, its histories are kept and named); 2 usage.
+# Both modes print a progress line per cycle, then a table of faults
+# applied and checks passed, the transactions and KV operations the
+# checkers went over, and last one JSON line (goal campaign_cycles_pass:
+# every cycle passed). Exit status: 0 every cycle passed (skipped ones
+# allowed: java or ZooKeeper missing, fault injection not built); 1 a
+# cycle failed (its log and its histories are kept and named); 2 usage.
 set -u
 
 prog=fault_campaign.sh
+mode=continuous
+faults_opt=
 build=
 cycles=50
 seed=
 out=
-timeout_s=300
+timeout_s=
 list=0
 
 usage() {
@@ -67,12 +103,18 @@ while [ $# -gt 0 ]; do
 	--out) out=${2:?}; shift 2 ;;
 	--timeout) timeout_s=${2:?}; shift 2 ;;
 	--list) list=1; shift ;;
+	--continuous) mode=continuous; shift ;;
+	--per-scenario) mode=per-scenario; shift ;;
+	--faults) faults_opt=${2:?}; shift 2 ;;
 	--help | -h) usage; exit 0 ;;
 	*) echo "$prog: unknown argument '$1' (see --help)" >&2; exit 2 ;;
 	esac
 done
 case $cycles in '' | *[!0-9]*) echo "$prog: --cycles needs a number" >&2; exit 2 ;; esac
+# --timeout: per cycle (--per-scenario), or for the whole run.
+[ -n "$timeout_s" ] || { [ $mode = continuous ] && timeout_s=$((300 + 60 * cycles)) || timeout_s=300; }
 case $timeout_s in '' | *[!0-9]*) echo "$prog: --timeout needs seconds" >&2; exit 2 ;; esac
+[ $mode = per-scenario ] && [ -n "$faults_opt" ] && { echo "$prog: --faults is for --continuous" >&2; exit 2; }
 [ -n "$seed" ] || seed=$(( $(date +%s) % 100000 ))
 case $seed in *[!0-9]*) echo "$prog: --seed needs a number" >&2; exit 2 ;; esac
 if [ -z "$build" ]; then
@@ -81,6 +123,43 @@ if [ -z "$build" ]; then
 fi
 tests=$build/tests
 [ -d "$tests" ] || { echo "$prog: no test binaries in $tests (build first, or --build DIR)" >&2; exit 2; }
+
+if [ $mode = continuous ]; then
+	bin=$tests/test_campaign
+	[ -x "$bin" ] || { echo "$prog: no $bin (build first, or --build DIR)" >&2; exit 2; }
+	if [ $list = 1 ]; then
+		exec "$bin" --list
+	fi
+	if [ -z "$out" ]; then
+		out=$(mktemp -d "${TMPDIR:-/tmp}/farm-faults-XXXXXX") || exit 1
+	fi
+	mkdir -p "$out" || exit 1
+	log=$out/continuous.log
+	echo "fault campaign (one continuous cluster): $cycles cycles, seed $seed, log in $log"
+	args=(--cycles "$cycles" --seed "$seed")
+	[ -n "$faults_opt" ] && args+=(--faults "$faults_opt")
+	# The cycle lines as they come; the whole output in the log.
+	timeout -k 10 "$timeout_s" "$bin" "${args[@]}" 2>&1 | tee "$log" |
+		grep --line-buffered -E '^\[[0-9]+/[0-9]+\] '
+	rc=${PIPESTATUS[0]}
+	# The table and the summary, what failed, then the JSON line last.
+	sed -n '/^cycle  fault/,/^campaign: [0-9]* of/p' "$log"
+	grep -E '^campaign: (cycle|histories)|^  - ' "$log"
+	grep -E '^skipped' "$log"
+	case $rc in
+	0 | 77) ;;
+	124 | 137) echo "$prog: FAILED: the campaign ran past --timeout $timeout_s s; log: $log" >&2 ;;
+	*) echo "$prog: FAILED (exit $rc); log: $log" >&2 ;;
+	esac
+	[ "$rc" = 0 ] || [ "$rc" = 77 ] ||
+		grep -h "histories kept in" "$log" | sed 's/^/  /' >&2
+	grep -E '^\{"bench"' "$log" | tail -1
+	case $rc in
+	0) rm -f "$log"; rmdir "$out" 2>/dev/null; exit 0 ;;
+	77) echo "$prog: skipped (see $log)"; exit 0 ;;
+	esac
+	exit 1
+fi
 
 faults=(kill_member kill_cm crash_commit sigstop two_kills domain restart copy_kill kv_kill)
 [ -x "$tests/test_rec_zkens" ] && faults+=(zk_kill)

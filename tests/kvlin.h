@@ -143,6 +143,7 @@ struct lin {
 	unsigned nshards;  /* of the table (for quiet) */
 	struct rec *r;
 	size_t n, cap;
+	uint32_t base; /* records of earlier incarnations (lin_resume) */
 	int oom, ioerr;
 	int fd;         /* the history file */
 	struct rec *ev; /* events not yet written */
@@ -178,6 +179,44 @@ static inline int lin_init(struct lin *L, struct np_child *np, farm_ht *ht,
 	char path[512];
 	kvl_path(np->cl, np->me, path, sizeof(path));
 	L->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, 0600);
+	return L->fd > 0 ? 0 : -1;
+}
+
+/* lin_init for a machine restarted on its data directory: its history
+ * goes on after what its earlier incarnations wrote (their operations
+ * without an answer stay unknown), with new record indexes and value
+ * ids. */
+static inline int lin_resume(struct lin *L, struct np_child *np, farm_ht *ht,
+                             unsigned w, uint64_t retry_ns)
+{
+	char path[512];
+	size_t len = 0;
+	kvl_path(np->cl, np->me, path, sizeof(path));
+	struct rec *ev = np_read_file(path, &len);
+	size_t nev = len / sizeof(*ev);
+	uint32_t base = 0;
+	uint64_t next = ((uint64_t)(np->me + 1) << 40) | 1;
+	for (size_t k = 0; k < nev; k++) {
+		base = FARM_MAX(base, ev[k].idx + 1);
+		if (ev[k].value >= next && ev[k].value >> 40 == np->me + 1)
+			next = ev[k].value + 1;
+	}
+	free(ev);
+	memset(L, 0, sizeof(*L));
+	L->np = np;
+	L->ht = ht;
+	L->w = FARM_MAX(1u, FARM_MIN(w, MAXW - 1));
+	L->retry_ns = retry_ns;
+	L->quiet = -1;
+	L->base = base;
+	L->next_id = next;
+	for (unsigned i = 0; i < MAXW; i++)
+		L->s[i] = (struct slot){.L = L, .idx = i};
+	/* A torn last event (the kill) is cut off. */
+	if (len % sizeof(struct rec) &&
+	    truncate(path, (off_t)(nev * sizeof(struct rec))))
+		return -1;
+	L->fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0600);
 	return L->fd > 0 ? 0 : -1;
 }
 
@@ -231,7 +270,7 @@ static inline size_t rec_add(struct lin *L, struct rec r)
 		L->r = nr;
 		L->cap = nc;
 	}
-	r.idx = (uint32_t)L->n;
+	r.idx = L->base + (uint32_t)L->n;
 	L->r[L->n] = r;
 	return L->n++;
 }
@@ -587,15 +626,19 @@ static inline struct rec *kvl_load(const struct np_cluster *cl, unsigned i,
 	return r;
 }
 
-/* Check every machine's history with lincheck (budget 60 s); *@nrec:
+/* Check the histories of the machines of @which (bit i: machine i; ids
+ * below 64 and NP_NM) with lincheck (budget @budget_ms); *@nrec:
  * operations checked. Returns lc_check's result. */
-static inline int kvl_check(const struct np_cluster *cl, lc_report *rep,
-                            uint64_t *nrec)
+static inline int kvl_check_some(const struct np_cluster *cl, uint64_t which,
+                                 lc_report *rep, uint64_t *nrec,
+                                 unsigned budget_ms)
 {
 	lc_history *h = lc_new();
 	assert_non_null(h);
 	*nrec = 0;
-	for (unsigned i = 0; i < NP_NM; i++) {
+	for (unsigned i = 0; i < FARM_MIN(NP_NM, 64u); i++) {
+		if (!((which >> i) & 1))
+			continue;
 		size_t n;
 		struct rec *r = kvl_load(cl, i, &n);
 		if (!r)
@@ -611,9 +654,17 @@ static inline int kvl_check(const struct np_cluster *cl, lc_report *rep,
 		}
 		free(r);
 	}
-	int rc = lc_check(h, rep, 60000);
+	int rc = lc_check(h, rep, budget_ms);
 	lc_free(h);
 	return rc;
+}
+
+/* Every machine's history (budget 60 s). */
+static inline int kvl_check(const struct np_cluster *cl, lc_report *rep,
+                            uint64_t *nrec)
+{
+	uint64_t all = NP_NM >= 64 ? ~0ull : (1ull << NP_NM) - 1;
+	return kvl_check_some(cl, all, rep, nrec, 60000);
 }
 
 static inline void print_lin(unsigned i, const struct lin_stats *s)

@@ -606,7 +606,7 @@ static inline const char *by_maker(const unsigned *n, char *buf, size_t len)
 static inline void report_scan(const struct scan_report *s, unsigned scanner,
                                struct fails *f)
 {
-	int64_t expect = (int64_t)RB_NACC * INIT_BALANCE;
+	int64_t expect = (int64_t)s->n * INIT_BALANCE; /* every account */
 	printf("machine %u: lock-free scan of %u accounts: %u read, %u "
 	       "locked%s, %u other errors; final sum: %s after %u tries, "
 	       "total %" PRId64 " (expected %" PRId64 "), lowest %" PRId64 "\n",

@@ -39,6 +39,7 @@
  */
 #define NP_NM 5
 #include "recbank.h"
+#include "replicas.h"
 
 #include "addrspace/addrspace.h"
 #include "txn/txn_testing.h"
@@ -46,7 +47,7 @@
 #define DR_BYTES   1024u
 #define DR_US      2000u
 #define DR_WAIT_MS 60000
-#define DR_MAXREG  64
+#define DR_MAXREG  RP_MAXREG
 
 static bool opt_broken;
 
@@ -59,22 +60,7 @@ static void poll_pause(unsigned ms)
 		;
 }
 
-struct held {
-	uint32_t region;
-	int role;
-	bool filling;
-	unsigned nreps;
-	uint32_t reps[FARM_RING_MAX_REPLICAS];
-};
-
-/* 'g' -> 'G': what a machine holds, and its copies. */
-struct held_report {
-	uint64_t config;
-	unsigned n, ndr, threads;
-	struct held h[DR_MAXREG];
-	struct farm_datarec_region dr[DR_MAXREG];
-	uint32_t pace_bytes, pace_us;
-};
+/* 'g' -> 'G': what a machine holds, and its copies (replicas.h). */
 
 /* 'H' -> 'h': region hashes once the logs are truncated. */
 struct hash_report {
@@ -121,24 +107,10 @@ static int dr_cmd(struct tx_child *c, int cmd, const farm_fatptr *acc,
 	(void)nacc;
 	farm_as *as = farm_node_as(c->np.node);
 	if (cmd == 'g') {
-		struct held_report *r = calloc(1, sizeof(*r));
-		struct farm_as_held hl[DR_MAXREG];
+		struct held_report *r = malloc(sizeof(*r));
 		if (!r)
 			return -1;
-		r->config = farm_node_config_id(c->np.node);
-		r->n = FARM_MIN(farm_as_held(as, hl, DR_MAXREG), DR_MAXREG);
-		for (unsigned i = 0; i < r->n; i++) {
-			struct held *h = &r->h[i];
-			h->region = hl[i].region;
-			h->role = (int)hl[i].role;
-			h->filling = farm_as_backup_filling(as, h->region);
-			h->nreps = farm_as_replicas(as, h->region, h->reps);
-		}
-		r->ndr =
-		        FARM_MIN(farm_txm_datarec_get(c->txm, r->dr, DR_MAXREG),
-		                 DR_MAXREG);
-		farm_txm_datarec_pace(c->txm, &r->pace_bytes, &r->pace_us);
-		r->threads = 1;
+		rp_held(c, r);
 		int rc = np_say(&c->np, 'G', r, sizeof(*r));
 		free(r);
 		return rc;
@@ -325,72 +297,25 @@ static bool copying(struct rb_result *res)
 		if (!rb_member(res, i))
 			continue;
 		struct held_report *r = ask(i);
-		for (unsigned k = 0; k < r->ndr; k++)
-			any |= r->dr[k].state < FARM_DATAREC_DONE &&
-			       r->dr[k].bytes > 0;
+		any = rp_copying(r);
 		free(r);
 	}
 	return any;
 }
 
 /* Every region any machine holds is complete at exactly its replicas
- * (@r[i] for machine i; NP_NM: the late one). Fills @why when not. */
+ * (@r[i] for machine i; NP_NM: the late one, never a primary). */
 static bool replicated(struct held_report **r, struct rb_result *res, char *why,
                        size_t len, unsigned *nregions)
 {
-	why[0] = 0;
-	*nregions = 0;
-	for (unsigned i = 0; i <= NP_NM; i++) {
-		if (!dr_in(res, i))
-			continue;
-		for (unsigned k = 0; k < r[i]->n; k++) {
-			const struct held *h = &r[i]->h[k];
-			bool first = true; /* count each region once */
-			for (unsigned j = 0; j < i && first; j++)
-				for (unsigned q = 0;
-				     dr_in(res, j) && q < r[j]->n; q++)
-					first &= r[j]->h[q].region != h->region;
-			if (!first)
-				continue;
-			(*nregions)++;
-			if (h->nreps != dr_reps) {
-				snprintf(why, len,
-				         "region %#" PRIx32
-				         " has %u replicas in machine %u's "
-				         "configuration",
-				         h->region, h->nreps, i);
-				return false;
-			}
-			for (unsigned x = 0; x < h->nreps; x++) {
-				uint32_t m = h->reps[x];
-				const struct held *at = NULL;
-				for (unsigned q = 0;
-				     m <= NP_NM && dr_in(res, m) && q < r[m]->n;
-				     q++)
-					if (r[m]->h[q].region == h->region)
-						at = &r[m]->h[q];
-				if (m > NP_NM || !dr_in(res, m) || !at ||
-				    at->filling) {
-					snprintf(why, len,
-					         "region %#" PRIx32 ": replica "
-					         "%" PRIu32 " %s",
-					         h->region, m,
-					         !at ? "holds no copy"
-					             : "is still filling");
-					return false;
-				}
-				if (m == DR_LATE_ID && x == 0) {
-					snprintf(why, len,
-					         "region %#" PRIx32
-					         ": the late "
-					         "machine is its primary",
-					         h->region);
-					return false;
-				}
-			}
-		}
-	}
-	return true;
+	uint64_t in = 0;
+	for (unsigned i = 0; i <= NP_NM; i++)
+		if (dr_in(res, i))
+			in |= 1ull << i;
+	struct held_report *all[64] = {0};
+	memcpy(all, r, (NP_NM + 1) * sizeof(*r));
+	return rp_replicated(all, in, dr_reps, 1ull << DR_LATE_ID, why, len,
+	                     nregions);
 }
 
 /* @first killed; then @second (-1: none) while a copy is under way, or,

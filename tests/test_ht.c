@@ -6,7 +6,8 @@
  * past 90% with H = 8 without a failed insert, the placement's moves
  * (backward moves, evictions to shallower chains, dense chains, chains
  * pulled back into buckets), lookups that never miss a key while others
- * move it (one thread, then a thread per machine), and bad input.
+ * move it (one thread, then a thread per machine), lookups of a machine
+ * whose lease lapsed (FARM_ELEASE), and bad input.
  */
 #include "asnodes.h"
 
@@ -839,6 +840,57 @@ static void test_bad_input(void **state)
 	assert_int_equal(R.len, 1);
 }
 
+/*
+ * A machine paused past its lease (perhaps removed, its shards served
+ * elsewhere by now) must not answer a lookup from what it reads, found
+ * or absent, locally or remotely: FARM_ELEASE, as the transaction layer's
+ * reads (farm_txm_serve_word). Found by the fault campaign: a zombie's
+ * get after SIGCONT returned a value overwritten in the new
+ * configuration (lincheck).
+ */
+static void test_lease(void **state)
+{
+	(void)state;
+	make_shards(8);
+	/* A key of each machine's shard, present, and one absent. */
+	char key[3][16], none[3][16];
+	for (unsigned s = 0; s < 3; s++) {
+		unsigned n = 0, i = 0;
+		for (; n < 2; i++) {
+			char k[16];
+			snprintf(k, sizeof(k), "lease-%u", i);
+			if (farm_ht_shard_index(farm_ht_hash(k, 16), 3) != s)
+				continue;
+			memcpy(n ? none[s] : key[s], k, 16);
+			n++;
+		}
+		assert_int_equal(put(s, key[s], 16, "v", 1), 0);
+	}
+	_Atomic uint64_t *w = farm_txm_serve_word(C.m[0].txm);
+	assert_non_null(w);
+	atomic_store(w, 1); /* lapsed long ago */
+	for (unsigned s = 0; s < 3; s++) {
+		/* s == 0: machine 0's own shard (a local copy). */
+		assert_int_equal(get(0, key[s], 16), FARM_ELEASE);
+		assert_int_equal(get(0, none[s], 16), FARM_ELEASE);
+		/* The others' leases hold: they answer. */
+		assert_int_equal(get(1, key[s], 16), 0);
+		assert_int_equal(get(2, none[s], 16), -ENOENT);
+	}
+	atomic_store(w, UINT64_MAX);
+	for (unsigned s = 0; s < 3; s++) {
+		assert_int_equal(get(0, key[s], 16), 0);
+		assert_int_equal(get(0, none[s], 16), -ENOENT);
+	}
+}
+
+static int lease_teardown(void **state)
+{
+	(void)state;
+	atomic_store(farm_txm_serve_word(C.m[0].txm), UINT64_MAX);
+	return 0;
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -848,6 +900,7 @@ int main(void)
 	        cmocka_unit_test(test_churn),
 	        cmocka_unit_test(test_churn_mt),
 	        cmocka_unit_test(test_bad_input),
+	        cmocka_unit_test_teardown(test_lease, lease_teardown),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

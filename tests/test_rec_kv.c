@@ -65,13 +65,12 @@
  * Exits 77 (skip) without the ZooKeeper client or server.
  */
 #define NP_NM 4
+#include "allocscan.h"
 #include "kvlin.h"
 #include "kvproc.h"
 #include "recproc.h"
 #include "util/fault.h"
 
-#include "alloc/alloc_int.h"
-#include "alloc/galloc.h"
 #include "kv/kv.h"
 #include "node/node.h"
 #include "txn/txn_testing.h"
@@ -120,15 +119,6 @@ struct fin_put {
 struct fin_get {
 	int status; /* 0 found, -ENOENT, or an error */
 	uint64_t value;
-};
-
-/* A survivor's allocator at the end ('A'). */
-struct alloc_report {
-	farm_txm_stats st;
-	struct farm_galloc_stats gs;
-	int live_rc, rebuilt_rc; /* farm_blockalloc_dump's */
-	int equal;               /* the two dumps are the same text */
-	uint64_t dump_bytes, regions;
 };
 
 struct ch {
@@ -235,63 +225,12 @@ static int body(void *arg)
 	}
 }
 
-static char *dump_of(farm_blockalloc *ba, int *rc)
-{
-	char *buf = NULL;
-	size_t len = 0;
-	FILE *f = open_memstream(&buf, &len);
-	if (!f) {
-		*rc = -ENOMEM;
-		return NULL;
-	}
-	*rc = farm_blockalloc_dump(ba, f);
-	fclose(f);
-	return buf;
-}
-
-/* The allocator's state, live and rebuilt by scan from a copy of every
- * region it holds (the machine is quiet: the workload is over). */
+/* The allocator's state, live and rebuilt by scan (allocscan.h; the
+ * machine is quiet: the workload is over). */
 static int alloc_report(struct ch *c)
 {
-	struct alloc_report a = {.live_rc = -1, .rebuilt_rc = -1};
-	farm_txm_stats_get(farm_node_txm(c->np.node), &a.st);
-	farm_galloc *g = farm_node_galloc(c->np.node);
-	farm_galloc_stats(g, &a.gs);
-	farm_blockalloc *ba = farm_galloc_blockalloc(g);
-	struct farm_blockalloc_attr at = {0};
-	farm_blockalloc *rb = NULL;
-	char *live = dump_of(ba, &a.live_rc);
-	if (!farm_blockalloc_create(&at, &rb)) {
-		uint32_t n = atomic_load(&ba->nregions);
-		a.regions = n;
-		a.rebuilt_rc = 0;
-		void **copies = calloc(n ? n : 1, sizeof(void *));
-		for (uint32_t i = 0; copies && i < n && !a.rebuilt_rc; i++) {
-			struct ba_region *r = ba->regions[i];
-			copies[i] = aligned_alloc(4096, r->size);
-			if (!copies[i]) {
-				a.rebuilt_rc = -ENOMEM;
-				break;
-			}
-			memcpy(copies[i], r->base, r->size);
-			struct farm_alloc_region ar = {.id = r->id,
-			                               .base = copies[i],
-			                               .size = r->size};
-			a.rebuilt_rc = farm_blockalloc_rebuild_region(rb, &ar);
-		}
-		int rc = 0;
-		char *rebuilt = a.rebuilt_rc ? NULL : dump_of(rb, &rc);
-		if (!a.rebuilt_rc)
-			a.rebuilt_rc = rc;
-		a.equal = live && rebuilt && !strcmp(live, rebuilt);
-		a.dump_bytes = live ? strlen(live) : 0;
-		free(rebuilt);
-		farm_blockalloc_destroy(rb);
-		for (uint32_t i = 0; copies && i < n; i++)
-			free(copies[i]);
-		free(copies);
-	}
-	free(live);
+	struct alloc_report a;
+	alloc_scan(c->np.node, &a);
 	return np_say(&c->np, 'A', &a, sizeof(a));
 }
 
@@ -538,24 +477,7 @@ static void report_alloc(const struct alloc_report *ar, struct fails *f)
 		deferred += a->st.free_deferred;
 		notes += a->st.block_notes;
 		max_ns = FARM_MAX(max_ns, a->gs.adopt_max_ns);
-		if (a->st.free_failed || a->st.deferred_lost)
-			failed(f,
-			       "machine %u: %" PRIu64
-			       " frees at commit refused "
-			       "and %" PRIu64 " deferred frees lost (leaks)",
-			       i, a->st.free_failed, a->st.deferred_lost);
-		if (a->st.block_note_errors || a->gs.adopt_failed)
-			failed(f,
-			       "machine %u: %" PRIu64 " block descriptions "
-			       "refused by backup copies, %" PRIu64
-			       " promoted regions refused by the allocator",
-			       i, a->st.block_note_errors, a->gs.adopt_failed);
-		if (a->live_rc || a->rebuilt_rc || !a->equal)
-			failed(f,
-			       "machine %u: allocator state rebuilt by scan "
-			       "differs from the live one (dumps: %d live, %d "
-			       "rebuilt)",
-			       i, a->live_rc, a->rebuilt_rc);
+		alloc_check(i, a, f);
 	}
 	printf("allocator recovery: %" PRIu64 " region(s) adopted (rebuild "
 	       "at most %.2f ms), then %" PRIu64 " objects allocated and "

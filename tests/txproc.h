@@ -129,6 +129,56 @@ static inline int tx_hist_stream(struct tx_child *c)
 	return c->hfd > 0 ? 0 : -1;
 }
 
+/* From now on, stream the history to its file after what an earlier
+ * incarnation of this machine left there (a machine restarted on its
+ * data directory; the parent sealed the file first: tx_hist_seal). */
+static inline int tx_hist_resume(struct tx_child *c)
+{
+	char path[512];
+	tx_hist_path(c->np.cl, c->np.me, path, sizeof(path));
+	c->hfd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0600);
+	return c->hfd > 0 ? 0 : -1;
+}
+
+/*
+ * Parent: the history of machine @i, killed with SIGKILL, made whole for
+ * a new incarnation that appends to it (tx_hist_resume): a torn last
+ * record dropped, and a transaction it had not ended ended as unknown, at
+ * its invocation time, as tx_check_history takes a killed machine's.
+ * Returns 1 when it ended one, 0 when none was open, -1 (I/O).
+ */
+static inline int tx_hist_seal(const struct np_cluster *cl, unsigned i)
+{
+	char path[512];
+	size_t len;
+	tx_hist_path(cl, i, path, sizeof(path));
+	uint64_t *v = np_read_file(path, &len);
+	size_t n = len / sizeof(*v);
+	n -= n % 3;
+	if (truncate(path, (off_t)(n * sizeof(*v)))) {
+		free(v);
+		return -1;
+	}
+	bool open_txn = false;
+	uint64_t t_inv = 0;
+	for (size_t k = 0; k < n; k += 3)
+		if (v[k] == H_BEGIN) {
+			open_txn = true;
+			t_inv = v[k + 1];
+		} else if (v[k] == H_END) {
+			open_txn = false;
+		}
+	free(v);
+	if (!open_txn)
+		return 0;
+	uint64_t end[3] = {H_END, t_inv, SC_UNKNOWN};
+	int fd = open(path, O_WRONLY | O_APPEND);
+	int rc = fd >= 0 && !tu_send(fd, end, sizeof(end)) ? 1 : -1;
+	if (fd >= 0 && close(fd))
+		rc = -1;
+	return rc;
+}
+
 /* The whole history in its file (at the end of a machine's run). */
 static inline int tx_hist_save(struct tx_child *c)
 {

@@ -656,8 +656,17 @@ int farm_as_backup_filled(farm_as *as, uint32_t region)
 	as_wrlock(as);
 	struct entry *e = find(as, region);
 	int rc = e && e->kind == E_BACKUP && e->filling ? 0 : -ENOENT;
-	if (!rc)
+	if (!rc) {
+		/* Recorded for a whole-cluster restart (the manifest) before
+		 * it counts: a filling copy is not, so without this a
+		 * restarted machine came back without every copy data
+		 * recovery had made it, and the empty one the ring's next
+		 * commit opened there stayed filling for good. Under the
+		 * lock, so that a drop cannot free the region meanwhile (the
+		 * manifest's lock is never held while this one is taken). */
+		tell_local(as, region, e->local, true);
 		e->filling = false;
+	}
 	pthread_rwlock_unlock(&as->lock);
 	return rc;
 }

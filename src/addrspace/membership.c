@@ -132,6 +132,15 @@ static uint32_t domain_number(const char *const *names, unsigned n,
 	return rank + 1;
 }
 
+/* Machine @id's rank among the late machines of @v (1 first), or 0. */
+static uint32_t late_rank(const struct farm_view *v, uint32_t id)
+{
+	for (unsigned q = 0; q < v->nlate && q < FARM_VIEW_MAX; q++)
+		if (v->late[q] == id)
+			return q + 1;
+	return 0;
+}
+
 unsigned farm_view_placement(const struct farm_view *v, const uint32_t *ids,
                              unsigned n, struct farm_ring_machine *out)
 {
@@ -147,23 +156,25 @@ unsigned farm_view_placement(const struct farm_view *v, const uint32_t *ids,
 	unsigned k = 0;
 	for (unsigned i = 0; i < n; i++) {
 		const struct farm_member *m = farm_view_find(v, ids[i]);
-		uint32_t late = 0;
-		for (unsigned q = 0; q < v->nlate && q < FARM_VIEW_MAX && !late;
-		     q++)
-			if (v->late[q] == ids[i])
-				late = q + 1;
 		out[k++] = (struct farm_ring_machine){
 		        .id = ids[i],
 		        .domain = m ? domain_number(names, nn, m->domain) : 0,
-		        .late = late};
+		        .late = late_rank(v, ids[i])};
 	}
+	/* A late machine that left keeps its rank (the late list keeps
+	 * ids that left): it stays out of the domain walk, so the
+	 * survivors keep their order. Placed as an ordinary departed
+	 * machine, it took the place of a member of its domain in the walk
+	 * and moved primaries between live machines (the fault
+	 * campaign: two primaries of one region). */
 	for (unsigned i = 0; i < v->ndeparted && i < FARM_VIEW_MAX; i++)
 		if (!farm_view_find(v, v->departed[i].id))
 			out[k++] = (struct farm_ring_machine){
 			        .id = v->departed[i].id,
 			        .domain = domain_number(names, nn,
 			                                v->departed[i].domain),
-			        .departed = true};
+			        .departed = true,
+			        .late = late_rank(v, v->departed[i].id)};
 	return k;
 }
 

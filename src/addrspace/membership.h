@@ -306,8 +306,9 @@ int farm_zk_peek(const char *zk, const char *root, unsigned connect_ms,
  * farm_view_placement() - the machines placement works on (ring.h,
  * farm_ring_build_domains) for the members @ids[0..n) of @v (any subset of
  * its members) and @v's departed machines: each with its domain as a
- * number (1 + the rank of its name among the names @v uses; 0: none).
- * @out has room for n + FARM_VIEW_MAX; returns how many it holds.
+ * number (1 + the rank of its name among the names @v uses; 0: none) and
+ * its rank among @v's late machines, departed ones included (0: not
+ * late). @out has room for n + FARM_VIEW_MAX; returns how many it holds.
  */
 unsigned farm_view_placement(const struct farm_view *v, const uint32_t *ids,
                              unsigned n, struct farm_ring_machine *out);

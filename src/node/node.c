@@ -796,7 +796,10 @@ static void forsake_missing(farm_node *n)
 /* Under n->lock: does farm_node_wait_members(@count) return? The view
  * has @count members; or @count less the machines a restart gave up; or
  * this machine joined the formed cluster late (the cluster had its
- * machines before it came: it waits only to be a member). */
+ * machines before it came: it waits only to be a member). Not while a
+ * whole-cluster restart is pending: a late machine that restarts on its
+ * directory waits for the restart like the others (the fault campaign's
+ * restart found it returning first). */
 static bool members_enough(const farm_node *n, unsigned count)
 {
 	const struct farm_view *v = &n->view;
@@ -804,7 +807,7 @@ static bool members_enough(const farm_node *n, unsigned count)
 	return v->n == count ||
 	       (n->restart_lost && v->n + n->restart_lost == count) ||
 	       (v->formed && farm_ids_have(v->late, v->nlate, me) &&
-	        farm_view_find(v, me));
+	        farm_view_find(v, me) && !farm_restart_pending(n->rs));
 }
 
 static void ts_of(uint64_t realtime_ns, struct timespec *ts)

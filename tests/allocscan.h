@@ -1,0 +1,117 @@
+/*
+ * The allocator's state, live and rebuilt by scan (SOSP'15 5.4; issue 13's
+ * check "the allocator's state, rebuilt by scan, matches the live
+ * state"), for tests/test_rec_kv.c and tests/test_campaign.c. Child side:
+ * alloc_scan dumps the machine's block allocator, then rebuilds a fresh
+ * one from a copy of every region it holds and dumps that
+ * (farm_blockalloc_dump: the free lists agree with every header, so no
+ * slot is both free and live). Parent side: alloc_check. Header-only,
+ * static functions; needs testutil.h.
+ */
+#ifndef FARM_TESTS_ALLOCSCAN_H
+#define FARM_TESTS_ALLOCSCAN_H
+
+#include "testutil.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+
+#include "alloc/alloc_int.h"
+#include "alloc/galloc.h"
+#include "node/node.h"
+#include "txn/txm.h"
+
+/* A machine's allocator ('A' in the tests). */
+struct alloc_report {
+	farm_txm_stats st;
+	struct farm_galloc_stats gs;
+	int live_rc, rebuilt_rc; /* farm_blockalloc_dump's */
+	int equal;               /* the two dumps are the same text */
+	uint64_t dump_bytes, regions;
+};
+
+static inline char *alloc_dump_of(farm_blockalloc *ba, int *rc)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	if (!f) {
+		*rc = -ENOMEM;
+		return NULL;
+	}
+	*rc = farm_blockalloc_dump(ba, f);
+	fclose(f);
+	return buf;
+}
+
+/* Child: machine @node's allocator, live and rebuilt by scan from a copy
+ * of every region it holds. The machine must be quiet (no workload runs
+ * anywhere in the cluster). */
+static inline void alloc_scan(farm_node *node, struct alloc_report *a)
+{
+	*a = (struct alloc_report){.live_rc = -1, .rebuilt_rc = -1};
+	farm_txm_stats_get(farm_node_txm(node), &a->st);
+	farm_galloc *g = farm_node_galloc(node);
+	farm_galloc_stats(g, &a->gs);
+	farm_blockalloc *ba = farm_galloc_blockalloc(g);
+	struct farm_blockalloc_attr at = {0};
+	farm_blockalloc *rb = NULL;
+	char *live = alloc_dump_of(ba, &a->live_rc);
+	if (!farm_blockalloc_create(&at, &rb)) {
+		uint32_t n = atomic_load(&ba->nregions);
+		a->regions = n;
+		a->rebuilt_rc = 0;
+		void **copies = calloc(n ? n : 1, sizeof(void *));
+		for (uint32_t i = 0; copies && i < n && !a->rebuilt_rc; i++) {
+			struct ba_region *r = ba->regions[i];
+			copies[i] = aligned_alloc(4096, r->size);
+			if (!copies[i]) {
+				a->rebuilt_rc = -ENOMEM;
+				break;
+			}
+			memcpy(copies[i], r->base, r->size);
+			struct farm_alloc_region ar = {.id = r->id,
+			                               .base = copies[i],
+			                               .size = r->size};
+			a->rebuilt_rc = farm_blockalloc_rebuild_region(rb, &ar);
+		}
+		int rc = 0;
+		char *rebuilt = a->rebuilt_rc ? NULL : alloc_dump_of(rb, &rc);
+		if (!a->rebuilt_rc)
+			a->rebuilt_rc = rc;
+		a->equal = live && rebuilt && !strcmp(live, rebuilt);
+		a->dump_bytes = live ? strlen(live) : 0;
+		free(rebuilt);
+		farm_blockalloc_destroy(rb);
+		for (uint32_t i = 0; copies && i < n; i++)
+			free(copies[i]);
+		free(copies);
+	}
+	free(live);
+}
+
+/* Parent: machine @i's allocator report @a; a failed check in @f for each
+ * leak, refusal, or a rebuilt state that differs from the live one. */
+static inline void alloc_check(unsigned i, const struct alloc_report *a,
+                               struct fails *f)
+{
+	if (a->st.free_failed || a->st.deferred_lost)
+		failed(f,
+		       "machine %u: %" PRIu64 " frees at commit refused "
+		       "and %" PRIu64 " deferred frees lost (leaks)",
+		       i, a->st.free_failed, a->st.deferred_lost);
+	if (a->st.block_note_errors || a->gs.adopt_failed)
+		failed(f,
+		       "machine %u: %" PRIu64 " block descriptions "
+		       "refused by backup copies, %" PRIu64
+		       " promoted regions refused by the allocator",
+		       i, a->st.block_note_errors, a->gs.adopt_failed);
+	if (a->live_rc || a->rebuilt_rc || !a->equal)
+		failed(f,
+		       "machine %u: allocator state rebuilt by scan "
+		       "differs from the live one (dumps: %d live, %d "
+		       "rebuilt)",
+		       i, a->live_rc, a->rebuilt_rc);
+}
+
+#endif

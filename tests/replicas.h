@@ -1,0 +1,133 @@
+/*
+ * Full replication, as the tests judge it (tests/test_datarec.c,
+ * tests/test_campaign.c): what a machine holds and copies (child side:
+ * rp_held), and whether every region any machine holds is complete at
+ * exactly the machines its ring names (parent side: rp_replicated).
+ * Header-only, static functions; needs txproc.h.
+ */
+#ifndef FARM_TESTS_REPLICAS_H
+#define FARM_TESTS_REPLICAS_H
+
+#include "txproc.h"
+
+#include "addrspace/addrspace.h"
+
+#define RP_MAXREG 64
+
+struct rp_held {
+	uint32_t region;
+	int role;
+	bool filling;
+	unsigned nreps;
+	uint32_t reps[FARM_RING_MAX_REPLICAS];
+};
+
+/* What a machine holds, and its copies (data recovery). */
+struct held_report {
+	uint64_t config;
+	unsigned n, ndr, threads;
+	struct rp_held h[RP_MAXREG];
+	struct farm_datarec_region dr[RP_MAXREG];
+	uint32_t pace_bytes, pace_us;
+};
+
+/* Child: fill @r with what machine @c holds now. */
+static inline void rp_held(struct tx_child *c, struct held_report *r)
+{
+	farm_as *as = farm_node_as(c->np.node);
+	struct farm_as_held hl[RP_MAXREG];
+	memset(r, 0, sizeof(*r));
+	r->config = farm_node_config_id(c->np.node);
+	r->n = FARM_MIN(farm_as_held(as, hl, RP_MAXREG), RP_MAXREG);
+	for (unsigned i = 0; i < r->n; i++) {
+		struct rp_held *h = &r->h[i];
+		h->region = hl[i].region;
+		h->role = (int)hl[i].role;
+		h->filling = farm_as_backup_filling(as, h->region);
+		h->nreps = farm_as_replicas(as, h->region, h->reps);
+	}
+	r->ndr = FARM_MIN(farm_txm_datarec_get(c->txm, r->dr, RP_MAXREG),
+	                  RP_MAXREG);
+	farm_txm_datarec_pace(c->txm, &r->pace_bytes, &r->pace_us);
+	r->threads = 1;
+}
+
+/* Does the machine of @r copy a region now (bytes read, not done)? */
+static inline bool rp_copying(const struct held_report *r)
+{
+	for (unsigned k = 0; k < r->ndr; k++)
+		if (r->dr[k].state < FARM_DATAREC_DONE && r->dr[k].bytes > 0)
+			return true;
+	return false;
+}
+
+/*
+ * Parent: is every region any machine of @in (bit i: machine i, whose
+ * report is @r[i]; ids below 64) holds complete at exactly its @reps
+ * replicas, each of them in @in, none still filling, and none of the
+ * machines of @no_primary its primary? Fills @why when not, and counts
+ * the regions in *@nregions.
+ */
+static inline bool rp_replicated(struct held_report *const *r, uint64_t in,
+                                 unsigned reps, uint64_t no_primary, char *why,
+                                 size_t len, unsigned *nregions)
+{
+	why[0] = 0;
+	*nregions = 0;
+#define RP_IN(m) ((m) < 64 && ((in >> (m)) & 1))
+	for (unsigned i = 0; i < 64; i++) {
+		if (!RP_IN(i))
+			continue;
+		for (unsigned k = 0; k < r[i]->n; k++) {
+			const struct rp_held *h = &r[i]->h[k];
+			bool first = true; /* count each region once */
+			for (unsigned j = 0; j < i && first; j++)
+				for (unsigned q = 0; RP_IN(j) && q < r[j]->n;
+				     q++)
+					first &= r[j]->h[q].region != h->region;
+			if (!first)
+				continue;
+			(*nregions)++;
+			if (h->nreps != reps) {
+				snprintf(why, len,
+				         "region %#" PRIx32
+				         " has %u replicas in machine %u's "
+				         "configuration",
+				         h->region, h->nreps, i);
+				return false;
+			}
+			for (unsigned x = 0; x < h->nreps; x++) {
+				uint32_t m = h->reps[x];
+				const struct rp_held *at = NULL;
+				for (unsigned q = 0; RP_IN(m) && q < r[m]->n;
+				     q++)
+					if (r[m]->h[q].region == h->region)
+						at = &r[m]->h[q];
+				if (!RP_IN(m) || !at || at->filling) {
+					snprintf(why, len,
+					         "region %#" PRIx32 ": replica "
+					         "%" PRIu32 " %s",
+					         h->region, m,
+					         !RP_IN(m) ? "is not a member"
+					         : !at     ? "holds no copy"
+					               : "is still filling");
+					return false;
+				}
+				if (x == 0 && m < 64 &&
+				    ((no_primary >> m) & 1)) {
+					snprintf(
+					        why, len,
+					        "region %#" PRIx32
+					        ": machine %" PRIu32
+					        " (joined late) is its primary",
+					        h->region, m);
+					return false;
+				}
+			}
+		}
+	}
+#undef RP_IN
+	return true;
+}
+
+#endif

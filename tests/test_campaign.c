@@ -1,0 +1,1417 @@
+/*
+ * The fault campaign on one continuous cluster (issue 13 item 5):
+ *
+ *   test_campaign [--cycles N] [--seed S] [--faults F,F,...] [--broken]
+ *                 [--list] [--help]
+ *
+ * One cluster of CP_NM0 machine processes (3 replicas, 3 failure domains:
+ * two of two machines and one of one) joined through a 3-server ZooKeeper
+ * ensemble (scripts/zk-local start-ensemble) runs, on every machine and
+ * all the time, the bank of txproc.h (RB_ACCOUNTS accounts made by each
+ * first machine, transfers, lock-free reads, read-only sums; histories
+ * streamed for sercheck) and the KV workload of kvlin.h (async gets, puts
+ * and deletes on a hot set of keys, retried while retryable; histories
+ * streamed for lincheck), interleaved on the machine's one loop. N faults
+ * (default 50) are applied to it one after another, drawn from the seed
+ * (a shuffled order that runs through every fault before any repeats):
+ *
+ *   kill_member  kill -9 of a random machine, not the CM
+ *   kill_cm      kill -9 of the configuration manager
+ *   sigstop      SIGSTOP of a machine (not the CM) until every other one
+ *                runs a configuration without it, then SIGCONT: it must
+ *                learn it was removed and stop
+ *   domain       kill -9 of both machines of a two-machine failure domain
+ *   copy_kill    kill -9 of a machine, then of another while a region is
+ *                being copied to a new backup (data recovery)
+ *   zk_kill      the ZooKeeper ensemble's leader killed, a new leader
+ *                awaited, the server restarted; then the next leader the
+ *                same way (one server down at a time; the workload goes on)
+ *   restart      every machine stopped, then killed (a power loss), then
+ *                all restarted on their data directories
+ *   restart_copy kill -9 of a machine, then, while a region is being
+ *                copied to a new backup, every machine at once, restarted
+ *
+ * A machine that left is replaced, to keep the cluster's size, by a NEW
+ * machine: a new machine id and an empty data directory, in the failure
+ * domain of the one it replaces, which joins the running cluster late
+ * (np_await_member) and the KV store without a shard
+ * (farm_kv_join_existing_sync), then runs both workloads too.
+ *
+ * After each fault, with the workloads running: every machine runs a
+ * configuration without the machines that left; the replacements join;
+ * every region any machine holds returns to 3 complete replicas at
+ * exactly the machines its ring names (replicas.h). Then the workloads are
+ * paused (every operation in flight answered) and every check runs:
+ *   - full replication, again, with the workloads paused;
+ *   - no account is left locked, the bank total is conserved, no balance
+ *     negative (recbank.h's scan and sum by the lowest machine);
+ *   - every transaction reported committed is present (each account's
+ *     version is at least the highest one a committed transfer wrote);
+ *   - sercheck: the histories of every machine that ever ran, from the
+ *     start of the campaign, are strictly serializable;
+ *   - lincheck: the KV histories of every machine that ever ran, from the
+ *     start, are linearizable (this is how every acknowledged put is
+ *     checked to be present: reads after it must see it or a later
+ *     write);
+ *   - every machine's allocator state, rebuilt by scan from its regions,
+ *     equals its live state, with no free refused or lost (allocscan.h).
+ * Then the workloads resume and the next fault comes.
+ *
+ * A restarted machine's histories go on in the same files (tx_hist_seal,
+ * lin_resume); its KV store installs the shard list it kept with its data
+ * directory (farm_kv_join_sync, or farm_kv_join_existing_sync for a
+ * machine that joined late). FARM_CAMPAIGN_VERBOSE=1 prints where every
+ * copy is before
+ * each fault. --order applies the faults of --faults in the order given.
+ *
+ * Prints a line per cycle, then a table of the faults applied and the
+ * checks passed, the transactions and KV operations checked, and last one
+ * JSON line (goal campaign_cycles_pass). Stops at the first cycle whose
+ * checks fail: the failures are listed, the cluster's directory (the
+ * histories hist-<machine> and lin-<machine>) is kept and its path
+ * printed, and the exit status is 1. 77: ZooKeeper, java or the jars
+ * missing.
+ *
+ * --broken (a test-only switch, fault injection builds only): recovery
+ * promotes backups without draining their logs
+ * (farm_txn_testing_recovery_no_drain), so commits acknowledged just
+ * before a kill are lost; the campaign must report a failed cycle (its
+ * exit status is then 0, and 1 when every cycle passed).
+ */
+#define NP_NM 64 /* one slot per machine id */
+#include "allocscan.h"
+#include "kvlin.h"
+#include "recbank.h"
+#include "replicas.h"
+
+#include <getopt.h>
+#include <time.h>
+
+#include "kv/kv.h"
+#include "node/restart.h"
+#include "txn/txn_testing.h"
+
+#define CP_NM0       5 /* machines in the cluster */
+#define CP_ZK        3 /* ZooKeeper servers */
+#define CP_REPLICAS  3
+#define CP_NACC      (CP_NM0 * RB_ACCOUNTS)
+#define CP_NBUCKETS  256u
+#define CP_W         1u
+#define CP_SLICE_NS  2000000ull /* a bank step and a KV operation */
+#define CP_LEASE_US  200000u    /* 5 machines on 2 shared cores */
+#define CP_JOIN_MS   60000
+#define CP_RECONF_MS 30000
+#define CP_REPL_MS   60000
+#define CP_KV_GIVE   (10ull * 1000000000ull)
+#define CP_ELECT_MS  30000
+#define CP_DR_BYTES  (32u << 10) /* data recovery: 16 MB/s */
+#define CP_DR_US     2000u
+
+static const char *const cp_zone[3] = {"zone-a", "zone-b", "zone-c"};
+
+/* The machine id each first machine's domain follows: 0, 1: a; 2, 3: b;
+ * 4: c. A replacement takes the domain of the machine it replaces. */
+static unsigned cp_dom[NP_NM];
+
+enum cp_fault {
+	F_KILL_MEMBER,
+	F_KILL_CM,
+	F_SIGSTOP,
+	F_DOMAIN,
+	F_COPY_KILL,
+	F_ZK_KILL,
+	F_RESTART,
+	F_RESTART_COPY,
+	F_COUNT
+};
+static const char *const cp_fault_name[F_COUNT] = {
+        "kill_member", "kill_cm", "sigstop", "domain",
+        "copy_kill",   "zk_kill", "restart", "restart_copy"};
+
+static unsigned opt_cycles = 50;
+static uint64_t opt_seed;
+static bool opt_broken;
+static bool opt_use[F_COUNT];
+/* --order: the faults of --faults in the order given, again and again
+ * (a reproducer), instead of shuffled rounds. */
+static bool opt_order;
+static enum cp_fault opt_list[F_COUNT * 4];
+static unsigned opt_nlist;
+
+/* ---- the machines ------------------------------------------------------ */
+
+enum { CP_FIRST, CP_LATE, CP_RESTART };
+
+struct cp_arg {
+	uint32_t mode; /* CP_FIRST, CP_LATE, CP_RESTART */
+	uint32_t from; /* a member that joined the KV store (CP_LATE) */
+	uint32_t n;    /* the members to wait for (CP_RESTART) */
+};
+
+/* What a machine says of itself ('v' -> 'V'). */
+struct cp_state {
+	uint64_t config;
+	uint64_t members; /* bits */
+	uint64_t late;    /* members that joined late (bits) */
+	uint32_t cm;
+	bool has_cm, removed;
+	uint64_t transfers, kv_ops;
+};
+
+/* What a machine did so far ('p', at each pause). */
+struct cp_counts {
+	struct bank_counts k;
+	struct lin_stats lin;
+};
+
+struct cp_child {
+	struct tx_child tx;
+	farm_kv *kv;
+	struct lin L;
+	farm_fatptr *acc;
+	unsigned nacc;
+	farm_fatptr mine[RB_ACCOUNTS];
+	const farm_fatptr *own; /* its own accounts (late: every one) */
+	unsigned nown;
+	struct bank_counts k;
+	int bad; /* a command not understood */
+};
+
+static int cp_config(struct np_child *np, struct farm_config *cfg)
+{
+	farm_config_defaults(cfg);
+	cfg->machine_id = np->me;
+	cfg->has_machine_id = true;
+	snprintf(cfg->data_dir, sizeof(cfg->data_dir), "%s",
+	         np->cl->dir[np->me]);
+	if (farm_parse_size("16M", &cfg->region_size))
+		return 2;
+	cfg->threads = 1;
+	snprintf(cfg->zk, sizeof(cfg->zk), "%s", rb_zk_connect);
+	snprintf(cfg->zk_root, sizeof(cfg->zk_root), "%s", rb_zk_root);
+	cfg->zk_session_ms = RB_SESSION_MS;
+	cfg->zk_connect_timeout_ms = 30000;
+	cfg->lease_us = CP_LEASE_US;
+	cfg->replicas = CP_REPLICAS;
+	/* Formed with CP_NM0 machines: a machine joining later is late. */
+	cfg->expect_machines = CP_NM0;
+	snprintf(cfg->domain, sizeof(cfg->domain), "%s",
+	         cp_zone[cp_dom[np->me]]);
+	cfg->datarec_bytes = CP_DR_BYTES;
+	cfg->datarec_interval_us = CP_DR_US;
+	char err[256];
+	if (farm_config_validate(cfg, err, sizeof(err))) {
+		fprintf(stderr, "m%u: config: %s\n", np->me, err);
+		return 3;
+	}
+	return 0;
+}
+
+static void cp_state_of(struct cp_child *c, struct cp_state *s)
+{
+	struct farm_view *v = malloc(sizeof(*v));
+	memset(s, 0, sizeof(*s));
+	if (v && !farm_node_view(c->tx.np.node, v)) {
+		s->config = v->config_id;
+		s->has_cm = v->has_cm;
+		s->cm = v->cm;
+		for (unsigned i = 0; i < v->n; i++)
+			if (v->members[i].id < 64)
+				s->members |= 1ull << v->members[i].id;
+		for (unsigned i = 0; i < v->nlate; i++)
+			if (v->late[i] < 64)
+				s->late |= 1ull << v->late[i];
+	}
+	free(v);
+	s->removed = farm_node_removed(c->tx.np.node);
+	s->transfers = c->k.transfers;
+	s->kv_ops = c->L.st.found + c->L.st.absent + c->L.st.puts +
+	            c->L.st.del_found + c->L.st.del_absent;
+}
+
+/* The commands a machine answers running or paused. 1: not one of them. */
+static int cp_query(struct cp_child *c, int cmd)
+{
+	if (cmd == 'v') {
+		struct cp_state s;
+		cp_state_of(c, &s);
+		return np_say(&c->tx.np, 'V', &s, sizeof(s)) ? -1 : 0;
+	}
+	if (cmd == 'g') {
+		struct held_report *r = malloc(sizeof(*r));
+		if (!r)
+			return -1;
+		rp_held(&c->tx, r);
+		int rc = np_say(&c->tx.np, 'G', r, sizeof(*r));
+		free(r);
+		return rc ? -1 : 0;
+	}
+	return 1;
+}
+
+/* lin_run's pacing: a bank step between KV operations, until 'P' (pause)
+ * or until this machine learns it was removed. */
+static bool cp_go(struct lin *L, void *arg)
+{
+	(void)L;
+	struct cp_child *c = arg;
+	if (farm_node_removed(c->tx.np.node))
+		return false;
+	int cmd = np_poll_cmd(&c->tx.np);
+	if (cmd == 'P')
+		return false;
+	if (cmd) {
+		int rc = cp_query(c, cmd);
+		if (rc) {
+			c->bad = cmd;
+			return false;
+		}
+	}
+	/* One bank step per slice of CP_SLICE_NS, the rest of it parked on
+	 * the loop (serving the peers); lin_run issues one KV operation
+	 * between two calls. Paced, so that 5 machines leave the 2-core
+	 * host some room and the histories stay small enough for sercheck
+	 * and lincheck over the whole campaign. */
+	static const volatile int never = 0;
+	uint64_t until = np_now_ns() + CP_SLICE_NS;
+	bank_step(&c->tx, &c->k, c->own, c->nown, c->acc, c->nacc,
+	          RB_GIVE_UP_NS);
+	uint64_t now = np_now_ns();
+	if (now < until)
+		(void)farm_loop_wait(c->tx.np.loop, &never, until - now);
+	return true;
+}
+
+/* Both workloads, paused and resumed at the parent's word, until 'Q'. */
+static int cp_work(struct cp_child *c)
+{
+	for (;;) {
+		if (lin_run(&c->L, cp_go, c))
+			return 30;
+		tx_hist_flush(&c->tx);
+		if (c->bad)
+			return 31;
+		struct cp_counts n = {.k = c->k, .lin = c->L.st};
+		if (farm_node_removed(c->tx.np.node)) {
+			/* A zombie: say so, then stop. */
+			if (lin_close(&c->L) || tx_hist_save(&c->tx) ||
+			    np_say(&c->tx.np, 'Z', &n, sizeof(n)))
+				return 32;
+			return 0;
+		}
+		if (np_say(&c->tx.np, 'p', &n, sizeof(n)))
+			return 33;
+		for (;;) { /* paused */
+			int cmd = np_wait_cmd(&c->tx.np);
+			int rc = cp_query(c, cmd);
+			if (rc < 0)
+				return 34;
+			if (rc == 0)
+				continue;
+			if (cmd == 'S') {
+				struct scan_report *s = calloc(1, sizeof(*s));
+				if (!s)
+					return 35;
+				rb_scan(&c->tx, c->acc, c->nacc, s);
+				rc = np_say(&c->tx.np, 's', s, sizeof(*s));
+				free(s);
+				if (rc)
+					return 36;
+			} else if (cmd == 'A') {
+				struct alloc_report a;
+				alloc_scan(c->tx.np.node, &a);
+				if (np_say(&c->tx.np, 'A', &a, sizeof(a)))
+					return 37;
+			} else if (cmd == 'r') {
+				break;
+			} else if (cmd == 'Q') {
+				return lin_close(&c->L) || tx_hist_save(&c->tx)
+				               ? 38
+				               : 0;
+			} else {
+				return 39;
+			}
+		}
+	}
+}
+
+static int cp_machine(struct np_child *np, void *arg)
+{
+	const struct cp_arg *a = arg;
+	struct cp_child *c = calloc(1, sizeof(*c));
+	if (!c)
+		return 9;
+	c->tx.np = *np;
+	struct np_child *p = &c->tx.np;
+	struct farm_config cfg;
+	int st = cp_config(np, &cfg);
+	if (st)
+		goto out_free;
+	st = 4;
+	if (farm_node_open(&cfg, &p->node))
+		goto out_free;
+	st = 5;
+	if (farm_kv_create(p->node, NULL, CP_NBUCKETS, &c->kv))
+		goto out;
+	farm_node_set_app_loops(p->node, true);
+	st = 6;
+	if (farm_node_start(p->node, CP_JOIN_MS) ||
+	    farm_node_loop_open(p->node, 0, &p->loop))
+		goto out;
+	c->tx.txm = farm_node_txm(p->node);
+	st = 7;
+	if (a->mode == CP_FIRST) {
+		if (farm_node_wait_members(p->node, CP_NM0, CP_JOIN_MS) ||
+		    farm_kv_attach(c->kv, p->loop))
+			goto out;
+		int rc = farm_kv_join_sync(c->kv, p->loop, CP_NM0, CP_JOIN_MS);
+		st = 8;
+		if (rc) {
+			fprintf(stderr, "m%u: kv join: %s\n", p->me,
+			        farm_strerror(rc));
+			goto out;
+		}
+	} else if (a->mode == CP_RESTART) {
+		/* The node restarted from its directory; the store installs
+		 * the shard list it kept there (src/kv/README.md). */
+		st = 7;
+		if (farm_node_wait_members(p->node, a->n, CP_JOIN_MS) ||
+		    farm_kv_attach(c->kv, p->loop))
+			goto out;
+		struct farm_restart_stats rs;
+		farm_node_restart_stats(p->node, &rs);
+		st = 16;
+		if (!rs.restarted) {
+			fprintf(stderr,
+			        "m%u: not restarted from its data "
+			        "directory\n",
+			        p->me);
+			goto out;
+		}
+		st = 8;
+		int rc = p->me < CP_NM0
+		                 ? farm_kv_join_sync(c->kv, p->loop, CP_NM0,
+		                                     CP_JOIN_MS)
+		                 : farm_kv_join_existing_sync(c->kv, p->loop, 0,
+		                                              CP_JOIN_MS);
+		if (rc) {
+			fprintf(stderr, "m%u: kv shards: %s\n", p->me,
+			        farm_strerror(rc));
+			goto out;
+		}
+	} else {
+		int rc = np_await_member(p->node, p->loop, p->me, CP_JOIN_MS);
+		if (rc == -EEXIST) { /* not admitted: say so */
+			st = np_say(p, 'X', NULL, 0) ? 10 : 0;
+			goto out;
+		}
+		if (rc || farm_kv_attach(c->kv, p->loop))
+			goto out;
+		rc = farm_kv_join_existing_sync(c->kv, p->loop, a->from,
+		                                CP_JOIN_MS);
+		st = 8;
+		if (rc) {
+			fprintf(stderr, "m%u: kv join (from %u): %s\n", p->me,
+			        a->from, farm_strerror(rc));
+			goto out;
+		}
+	}
+	st = 11;
+	if ((a->mode == CP_RESTART ? tx_hist_resume(&c->tx)
+	                           : tx_hist_stream(&c->tx)) ||
+	    np_ready(p))
+		goto out;
+	if (a->mode == CP_FIRST) {
+		st = 12;
+		if (create_objs(&c->tx, "acct", RB_ACCOUNTS, 64, fill_account,
+		                NULL, c->mine))
+			goto out;
+		c->own = c->mine;
+		c->nown = RB_ACCOUNTS;
+	}
+	st = 13;
+	if (np_say(p, 'C', NULL, 0) || np_wait_cmd(p) != 'G')
+		goto out;
+	c->acc = load_objs(&c->tx, "acct", &c->nacc);
+	st = 14;
+	if (!c->acc || c->nacc != CP_NACC)
+		goto out;
+	if (a->mode != CP_FIRST) {
+		c->own = c->acc;
+		c->nown = c->nacc;
+	}
+	st = 15;
+	if (a->mode == CP_RESTART ? lin_resume(&c->L, p, farm_kv_table(c->kv),
+	                                       CP_W, CP_KV_GIVE)
+	                          : lin_init(&c->L, p, farm_kv_table(c->kv),
+	                                     CP_W, CP_KV_GIVE, false))
+		goto out;
+	st = cp_work(c);
+out:
+	if (p->loop) {
+		farm_kv_detach(c->kv, p->loop);
+		farm_node_loop_close(p->node, p->loop);
+	}
+	farm_node_close(p->node);
+	farm_kv_destroy(c->kv);
+	free(c->acc);
+	free(c->tx.h);
+	if (c->tx.hfd > 0)
+		close(c->tx.hfd);
+out_free:
+	free(c);
+	return st;
+}
+
+/* ---- the parent: the cluster ------------------------------------------- */
+
+static uint64_t cp_live;   /* machines running (bits) */
+static uint64_t cp_used;   /* machines that ever ran the workloads */
+static uint64_t cp_killed; /* killed with SIGKILL: histories may end open */
+static uint32_t cp_next;   /* the next new machine id */
+static bool cp_done;       /* the campaign ended: no history to keep */
+static struct cp_arg cp_args[NP_NM];
+
+static void pause_ms(unsigned ms)
+{
+	struct timespec ts = {.tv_sec = ms / 1000,
+	                      .tv_nsec = (long)(ms % 1000) * 1000000L};
+	while (nanosleep(&ts, &ts) && errno == EINTR)
+		;
+}
+
+static bool cp_is(uint64_t mask, unsigned i)
+{
+	return i < 64 && ((mask >> i) & 1);
+}
+
+static unsigned cp_count(uint64_t mask)
+{
+	return (unsigned)__builtin_popcountll(mask);
+}
+
+static unsigned cp_lowest(uint64_t mask)
+{
+	return mask ? (unsigned)__builtin_ctzll(mask) : NP_NM;
+}
+
+/* The @k-th machine of @mask. */
+static unsigned cp_nth(uint64_t mask, unsigned k)
+{
+	for (unsigned i = 0; i < 64; i++)
+		if (cp_is(mask, i) && k-- == 0)
+			return i;
+	return NP_NM;
+}
+
+static void cp_dir(unsigned id)
+{
+	char d[sizeof(rb_cl.dir[id])];
+	snprintf(d, sizeof(d), "%.250s/m%u", rb_cl.root, id);
+	memcpy(rb_cl.dir[id], d, sizeof(d));
+	assert_int_equal(mkdir(rb_cl.dir[id], 0700), 0);
+}
+
+static struct cp_state cp_ask_state(unsigned i)
+{
+	struct cp_state s;
+	np_send(&rb_cl, i, 'v');
+	np_expect(&rb_cl, i, 'V', 30000);
+	np_recv(&rb_cl, i, &s, sizeof(s), 1000);
+	return s;
+}
+
+static struct held_report *cp_ask_held(unsigned i)
+{
+	struct held_report *r = malloc(sizeof(*r));
+	assert_non_null(r);
+	np_send(&rb_cl, i, 'g');
+	np_expect(&rb_cl, i, 'G', 30000);
+	np_recv(&rb_cl, i, r, sizeof(*r), 1000);
+	return r;
+}
+
+/* The configuration manager, as the lowest live machine sees it. */
+static unsigned cp_cm(void)
+{
+	struct cp_state s = cp_ask_state(cp_lowest(cp_live));
+	return s.has_cm ? s.cm : cp_lowest(cp_live);
+}
+
+static void cp_start(void)
+{
+	memset(&rb_cl, 0, sizeof(rb_cl));
+	for (unsigned i = 0; i < NP_NM; i++)
+		rb_cl.to[i] = rb_cl.from[i] = -1;
+	tu_tmpdir(rb_cl.root, sizeof(rb_cl.root), "campaign");
+	snprintf(rb_zk_root, sizeof(rb_zk_root), "/libfarm/campaign-%d",
+	         (int)getpid());
+	for (unsigned i = 0; i < CP_NM0; i++) {
+		cp_dom[i] = i / 2;
+		cp_dir(i);
+		cp_args[i] = (struct cp_arg){.mode = CP_FIRST};
+	}
+	for (unsigned i = 0; i < CP_NM0; i++)
+		np_spawn_one(&rb_cl, i, cp_machine, &cp_args[i]);
+	for (unsigned i = 0; i < CP_NM0; i++)
+		np_expect(&rb_cl, i, 'R', CP_JOIN_MS + 30000);
+	for (unsigned i = 0; i < CP_NM0; i++)
+		np_expect(&rb_cl, i, 'C', 60000);
+	for (unsigned i = 0; i < CP_NM0; i++)
+		np_send(&rb_cl, i, 'G');
+	cp_live = cp_used = (1ull << CP_NM0) - 1;
+	cp_next = CP_NM0;
+}
+
+/* Machine @i killed with SIGKILL, reaped. */
+static void cp_kill(unsigned i)
+{
+	assert_int_equal(kill(rb_cl.pid[i], SIGKILL), 0);
+	assert_int_equal(tu_reap(rb_cl.pid[i]), 128 + SIGKILL);
+	rb_cl.pid[i] = 0;
+	close(rb_cl.to[i]);
+	close(rb_cl.from[i]);
+	rb_cl.to[i] = rb_cl.from[i] = -1;
+	cp_live &= ~(1ull << i);
+	cp_killed |= 1ull << i;
+}
+
+/* Every live machine runs a configuration of exactly the live machines
+ * (within @ms): 0, or -1 with the reason in @why. */
+static int cp_await_config(unsigned ms, char *why, size_t len)
+{
+	uint64_t dl = np_now_ns() + (uint64_t)ms * 1000000ull;
+	for (;;) {
+		bool all = true;
+		for (unsigned i = 0; i < 64 && all; i++) {
+			if (!cp_is(cp_live, i))
+				continue;
+			struct cp_state s = cp_ask_state(i);
+			if (s.removed || s.members != cp_live) {
+				all = false;
+				snprintf(why, len,
+				         "machine %u: configuration %" PRIu64
+				         " has members %#" PRIx64
+				         ", expected %#" PRIx64 "%s",
+				         i, s.config, s.members, cp_live,
+				         s.removed ? " (it was removed)" : "");
+			}
+		}
+		if (all)
+			return 0;
+		if (np_now_ns() > dl)
+			return -1;
+		pause_ms(20);
+	}
+}
+
+/* A new machine (a new id, an empty directory) in domain @dom joins the
+ * running cluster and starts its workloads. */
+static unsigned cp_add(unsigned dom)
+{
+	unsigned id = cp_next++;
+	assert_true(id < NP_NM);
+	cp_dom[id] = dom;
+	cp_dir(id);
+	cp_args[id] =
+	        (struct cp_arg){.mode = CP_LATE, .from = cp_lowest(cp_live)};
+	np_spawn_one(&rb_cl, id, cp_machine, &cp_args[id]);
+	np_expect(&rb_cl, id, 'R', CP_JOIN_MS + 30000);
+	np_expect(&rb_cl, id, 'C', 60000);
+	np_send(&rb_cl, id, 'G');
+	cp_live |= 1ull << id;
+	cp_used |= 1ull << id;
+	return id;
+}
+
+/* What every live machine holds, and its view (when replication did not
+ * come back: for the report). */
+static void cp_dump_held(void)
+{
+	for (unsigned i = 0; i < 64; i++) {
+		if (!cp_is(cp_live, i))
+			continue;
+		struct cp_state st = cp_ask_state(i);
+		struct held_report *r = cp_ask_held(i);
+		printf("machine %u: configuration %" PRIu64
+		       ", members %#" PRIx64 ", late %#" PRIx64
+		       ", CM %u; holds",
+		       i, st.config, st.members, st.late, st.cm);
+		for (unsigned k = 0; k < r->n; k++) {
+			const struct rp_held *h = &r->h[k];
+			printf(" %#" PRIx32 "(%s%s:", h->region,
+			       h->role == FARM_AS_PRIMARY ? "P" : "B",
+			       h->filling ? ",filling" : "");
+			for (unsigned x = 0; x < h->nreps; x++)
+				printf("%s%" PRIu32, x ? "," : "", h->reps[x]);
+			printf(")");
+		}
+		printf("; copies:");
+		for (unsigned k = 0; k < r->ndr; k++)
+			printf(" %#" PRIx32 "(state %d, %" PRIu64 " bytes)",
+			       r->dr[k].region, (int)r->dr[k].state,
+			       r->dr[k].bytes);
+		printf("\n");
+		free(r);
+	}
+}
+
+/* Every region back at CP_REPLICAS complete replicas (within @ms): 0, or
+ * -1 with the reason in @why. Regions counted in *@nreg. */
+static int cp_await_replicated(unsigned ms, char *why, size_t len,
+                               unsigned *nreg)
+{
+	uint64_t dl = np_now_ns() + (uint64_t)ms * 1000000ull;
+	struct held_report *r[64] = {0};
+	int rc;
+	for (;;) {
+		for (unsigned i = 0; i < 64; i++) {
+			free(r[i]);
+			r[i] = cp_is(cp_live, i) ? cp_ask_held(i) : NULL;
+		}
+		bool ok = rp_replicated(r, cp_live, CP_REPLICAS, 0, why, len,
+		                        nreg);
+		if (ok || np_now_ns() > dl) {
+			rc = ok ? 0 : -1;
+			break;
+		}
+		pause_ms(20);
+	}
+	for (unsigned i = 0; i < 64; i++)
+		free(r[i]);
+	return rc;
+}
+
+/* ---- the parent: the faults -------------------------------------------- */
+
+static uint64_t cp_rng;
+
+static unsigned cp_draw(unsigned n)
+{
+	return (unsigned)(farm_rand64(&cp_rng) % n);
+}
+
+/* One cycle: what was done, how it went. */
+struct cp_cycle {
+	enum cp_fault fault;
+	char what[96];
+	double secs;
+	unsigned checks; /* passed */
+	uint64_t txns, committed, kv_ops;
+	bool ok;
+};
+
+static void zk_do(struct fails *f, const char *verb, unsigned k)
+{
+	char line[128];
+	int st = tu_zk_member(rb_zk_script, rb_zk_dir, k, verb, line,
+	                      sizeof(line));
+	if (st)
+		failed(f,
+		       "zk-local %s of ZooKeeper server %u: %d (log: %s/%u/"
+		       "zk.log)",
+		       verb, k, st, rb_zk_dir, k);
+}
+
+static unsigned zk_wait_leader(unsigned not )
+{
+	uint64_t dl = np_now_ns() + CP_ELECT_MS * 1000000ull;
+	for (;;) {
+		unsigned k = zkl_leader(rb_zk_script, rb_zk_dir, CP_ZK);
+		if ((k && k != not ) || np_now_ns() >= dl)
+			return k != not ? k : 0;
+		pause_ms(20);
+	}
+}
+
+/* A live machine that holds a region (a late machine may hold none:
+ * then no copy would follow its loss). */
+static unsigned cp_holder(void)
+{
+	uint64_t holders = 0;
+	for (unsigned i = 0; i < 64; i++) {
+		if (!cp_is(cp_live, i))
+			continue;
+		struct held_report *r = cp_ask_held(i);
+		if (r->n)
+			holders |= 1ull << i;
+		free(r);
+	}
+	assert_true(holders != 0);
+	return cp_nth(holders, cp_draw(cp_count(holders)));
+}
+
+/* Until some live machine copies a region (data recovery): whether one
+ * was seen within 20 s. */
+static bool cp_await_copying(void)
+{
+	uint64_t dl = np_now_ns() + 20000000000ull;
+	while (np_now_ns() < dl) {
+		for (unsigned i = 0; i < 64; i++) {
+			if (!cp_is(cp_live, i))
+				continue;
+			struct held_report *r = cp_ask_held(i);
+			bool copying = rp_copying(r);
+			free(r);
+			if (copying)
+				return true;
+		}
+		pause_ms(2);
+	}
+	return false;
+}
+
+/* Every live machine at once: stopped first, so that none sees another
+ * die and reconfigures in between (a power loss takes all at once;
+ * test_restart does the same), killed, then restarted on its directory;
+ * their histories go on in the same files. The machines in *@n, the
+ * transactions left open in *@sealed; the time until all were up. */
+static double cp_restart_all(unsigned *n, unsigned *sealed)
+{
+	uint64_t all = cp_live;
+	*n = cp_count(all);
+	*sealed = 0;
+	for (unsigned i = 0; i < 64; i++)
+		if (cp_is(all, i))
+			assert_int_equal(kill(rb_cl.pid[i], SIGSTOP), 0);
+	for (unsigned i = 0; i < 64; i++)
+		if (cp_is(all, i))
+			cp_kill(i);
+	for (unsigned i = 0; i < 64; i++)
+		if (cp_is(all, i)) {
+			int rc = tx_hist_seal(&rb_cl, i);
+			assert_true(rc >= 0);
+			*sealed += (unsigned)rc;
+			cp_killed &= ~(1ull << i);
+		}
+	uint64_t t = np_now_ns();
+	for (unsigned i = 0; i < 64; i++)
+		if (cp_is(all, i)) {
+			cp_args[i] =
+			        (struct cp_arg){.mode = CP_RESTART, .n = *n};
+			np_spawn_one(&rb_cl, i, cp_machine, &cp_args[i]);
+		}
+	for (unsigned i = 0; i < 64; i++)
+		if (cp_is(all, i))
+			np_expect(&rb_cl, i, 'R', CP_JOIN_MS + 30000);
+	double up = (double)(np_now_ns() - t) / 1e6;
+	for (unsigned i = 0; i < 64; i++)
+		if (cp_is(all, i))
+			np_expect(&rb_cl, i, 'C', 60000);
+	for (unsigned i = 0; i < 64; i++)
+		if (cp_is(all, i))
+			np_send(&rb_cl, i, 'G');
+	cp_live = all;
+	return up;
+}
+
+/* Apply fault @fl; the machines that left in *@gone (to be replaced, in
+ * their domains). Failures in @f. */
+static void cp_fault(enum cp_fault fl, struct cp_cycle *cy, uint64_t *gone,
+                     struct fails *f)
+{
+	unsigned cm = cp_cm();
+	uint64_t others = cp_live & ~(1ull << cm);
+	char why[256] = "";
+	*gone = 0;
+	switch (fl) {
+	case F_KILL_MEMBER:
+	case F_KILL_CM: {
+		unsigned v =
+		        fl == F_KILL_CM
+		                ? cm
+		                : cp_nth(others, cp_draw(cp_count(others)));
+		cp_kill(v);
+		*gone = 1ull << v;
+		snprintf(cy->what, sizeof(cy->what), "kill -9 machine %u%s", v,
+		         v == cm ? " (CM)" : "");
+		break;
+	}
+	case F_SIGSTOP: {
+		unsigned v = cp_nth(others, cp_draw(cp_count(others)));
+		uint64_t t = np_now_ns();
+		assert_int_equal(kill(rb_cl.pid[v], SIGSTOP), 0);
+		cp_live &= ~(1ull << v);
+		int rc = cp_await_config(CP_RECONF_MS, why, sizeof(why));
+		double stopped = (double)(np_now_ns() - t) / 1e6;
+		assert_int_equal(kill(rb_cl.pid[v], SIGCONT), 0);
+		if (rc)
+			failed(f,
+			       "machine %u stopped: no configuration "
+			       "without it within %d ms: %s",
+			       v, CP_RECONF_MS, why);
+		/* It must learn it was removed, and stop. */
+		struct cp_counts n;
+		np_expect(&rb_cl, v, 'Z', 60000);
+		np_recv(&rb_cl, v, &n, sizeof(n), 1000);
+		int st = tu_reap(rb_cl.pid[v]);
+		rb_cl.pid[v] = 0;
+		close(rb_cl.to[v]);
+		close(rb_cl.from[v]);
+		rb_cl.to[v] = rb_cl.from[v] = -1;
+		if (st)
+			failed(f, "machine %u (the zombie) exited with %d", v,
+			       st);
+		*gone = 1ull << v;
+		snprintf(cy->what, sizeof(cy->what),
+		         "SIGSTOP machine %u %.0f ms, SIGCONT", v, stopped);
+		break;
+	}
+	case F_DOMAIN: {
+		/* A domain with two live machines (a and b, by the layout). */
+		unsigned pick[3], n = 0;
+		for (unsigned d = 0; d < 3; d++) {
+			unsigned k = 0;
+			for (unsigned i = 0; i < 64; i++)
+				k += cp_is(cp_live, i) && cp_dom[i] == d;
+			if (k == 2)
+				pick[n++] = d;
+		}
+		assert_true(n > 0);
+		unsigned d = pick[cp_draw(n)], a = NP_NM, b = NP_NM;
+		for (unsigned i = 0; i < 64; i++)
+			if (cp_is(cp_live, i) && cp_dom[i] == d)
+				*(a == NP_NM ? &a : &b) = i;
+		cp_kill(a);
+		cp_kill(b);
+		*gone = (1ull << a) | (1ull << b);
+		snprintf(cy->what, sizeof(cy->what),
+		         "kill -9 %s (machines %u, %u)%s", cp_zone[d], a, b,
+		         a == cm || b == cm ? ", the CM among them" : "");
+		break;
+	}
+	case F_COPY_KILL: {
+		unsigned v = cp_holder();
+		cp_kill(v);
+		*gone = 1ull << v;
+		if (cp_await_config(CP_RECONF_MS, why, sizeof(why))) {
+			failed(f, "no configuration without machine %u: %s", v,
+			       why);
+			break;
+		}
+		/* The second kill once some new backup has read part of a
+		 * region. */
+		bool during = cp_await_copying();
+		unsigned w = cp_nth(cp_live, cp_draw(cp_count(cp_live)));
+		cp_kill(w);
+		*gone |= 1ull << w;
+		if (!during)
+			failed(f,
+			       "no copy was seen in progress after machine "
+			       "%u's kill: the second kill did not come "
+			       "during data recovery",
+			       v);
+		snprintf(cy->what, sizeof(cy->what),
+		         "kill -9 machine %u, machine %u while copying", v, w);
+		break;
+	}
+	case F_RESTART: {
+		unsigned n, sealed;
+		double up = cp_restart_all(&n, &sealed);
+		snprintf(cy->what, sizeof(cy->what),
+		         "kill -9 all %u, restart (up in %.0f ms; %u open "
+		         "txns)",
+		         n, up, sealed);
+		break;
+	}
+	case F_RESTART_COPY: {
+		unsigned v = cp_holder();
+		cp_kill(v);
+		*gone = 1ull << v;
+		if (cp_await_config(CP_RECONF_MS, why, sizeof(why))) {
+			failed(f, "no configuration without machine %u: %s", v,
+			       why);
+			break;
+		}
+		bool during = cp_await_copying();
+		unsigned n, sealed;
+		double up = cp_restart_all(&n, &sealed);
+		if (!during)
+			failed(f,
+			       "no copy was seen in progress after machine "
+			       "%u's kill: the restart did not come during "
+			       "data recovery",
+			       v);
+		snprintf(cy->what, sizeof(cy->what),
+		         "kill -9 machine %u, all %u restarted while copying "
+		         "(up in %.0f ms)",
+		         v, n, up);
+		break;
+	}
+	case F_ZK_KILL: {
+		unsigned k1 = zk_wait_leader(0);
+		if (!k1) {
+			failed(f, "no ZooKeeper server leads");
+			break;
+		}
+		zk_do(f, "kill", k1);
+		unsigned next = zk_wait_leader(k1);
+		if (!next)
+			failed(f,
+			       "no ZooKeeper server led within %d ms of "
+			       "server %u's kill",
+			       CP_ELECT_MS, k1);
+		zk_do(f, "start", k1);
+		unsigned k2 = zk_wait_leader(0);
+		if (!k2) {
+			failed(f,
+			       "no ZooKeeper server leads after server "
+			       "%u's restart",
+			       k1);
+			break;
+		}
+		zk_do(f, "kill", k2);
+		if (!zk_wait_leader(k2))
+			failed(f,
+			       "no ZooKeeper server led within %d ms of "
+			       "server %u's kill",
+			       CP_ELECT_MS, k2);
+		zk_do(f, "start", k2);
+		snprintf(cy->what, sizeof(cy->what),
+		         "ZooKeeper servers %u, then %u killed, restarted", k1,
+		         k2);
+		break;
+	}
+	default: fail_msg("no fault %d", (int)fl);
+	}
+}
+
+/* ---- the parent: the checks --------------------------------------------- */
+
+/* Pause every live machine (every operation in flight answered); their
+ * counts in @n. */
+static void cp_pause(struct cp_counts *n)
+{
+	for (unsigned i = 0; i < 64; i++)
+		if (cp_is(cp_live, i))
+			np_send(&rb_cl, i, 'P');
+	for (unsigned i = 0; i < 64; i++)
+		if (cp_is(cp_live, i)) {
+			np_expect(&rb_cl, i, 'p', 60000);
+			np_recv(&rb_cl, i, &n[i], sizeof(n[i]), 1000);
+		}
+}
+
+static void cp_resume(void)
+{
+	for (unsigned i = 0; i < 64; i++)
+		if (cp_is(cp_live, i))
+			np_send(&rb_cl, i, 'r');
+}
+
+/* Every check, the workloads paused; a failed one in @f. */
+static void cp_check(struct cp_cycle *cy, struct fails *f)
+{
+	unsigned nreg = 0;
+	char why[256];
+	/* 1. full replication, paused */
+	if (cp_await_replicated(10000, why, sizeof(why), &nreg))
+		failed(f, "paused: not fully replicated: %s", why);
+	else
+		cy->checks++;
+
+	/* 2. locks, total, no negative balance */
+	unsigned scanner = cp_lowest(cp_live);
+	struct scan_report *s = calloc(1, sizeof(*s));
+	assert_non_null(s);
+	np_send(&rb_cl, scanner, 'S');
+	np_expect(&rb_cl, scanner, 's',
+	          (RB_MAX_LOCKED + RB_SUM_TRIES) * 3000 + 60000);
+	np_recv(&rb_cl, scanner, s, sizeof(*s), 5000);
+	unsigned n0 = f->n;
+	report_scan(s, scanner, f);
+	cy->checks += f->n == n0;
+
+	/* 3, 4. every committed write present; sercheck over everything */
+	struct committed *w = calloc(1, sizeof(*w));
+	assert_non_null(w);
+	w->s = s;
+	sc_report rep;
+	uint64_t cut = 0;
+	uint64_t t0 = np_now_ns();
+	int anomalies = tx_check_history(&rb_cl, cp_killed | ~cp_used, &rep,
+	                                 &cut, on_write, w);
+	double sc_ms = (double)(np_now_ns() - t0) / 1e6;
+	unsigned lost = 0;
+	for (unsigned i = 0; i < s->n; i++) {
+		if (s->version[i] == UINT64_MAX || w->maxv[i] <= s->version[i])
+			continue;
+		if (lost++ < 4)
+			failed(f,
+			       "account %#" PRIx64 ": a transaction reported "
+			       "committed wrote version %" PRIu64
+			       ", its final version is %" PRIu64,
+			       s->addr[i], w->maxv[i], s->version[i]);
+	}
+	if (lost > 4)
+		failed(f, "%u accounts in all lost committed writes", lost);
+	if (w->unknown_keys)
+		failed(f, "%" PRIu64 " committed writes of unknown objects",
+		       w->unknown_keys);
+	cy->checks += !lost && !w->unknown_keys;
+	if (anomalies) {
+		sc_report_print(stdout, &rep);
+		failed(f,
+		       "sercheck: %d anomalies in the history (%" PRIu64
+		       " transactions, %" PRIu64 " committed)",
+		       anomalies, rep.ntxns, rep.ncommitted);
+	} else {
+		cy->checks++;
+	}
+	cy->txns = rep.ntxns;
+	cy->committed = rep.ncommitted;
+	printf("sercheck: %" PRIu64 " txns (%" PRIu64 " committed, %" PRIu64
+	       " unknown at kills) of %u machines: %s in %.0f ms\n",
+	       rep.ntxns, rep.ncommitted, cut, cp_count(cp_used),
+	       anomalies ? "ANOMALIES" : "strictly serializable", sc_ms);
+	free(w);
+	free(s);
+
+	/* 5. lincheck over every KV history */
+	lc_report lr;
+	uint64_t nrec = 0;
+	t0 = np_now_ns();
+	int rc = kvl_check_some(&rb_cl, cp_used, &lr, &nrec, 120000);
+	printf("lincheck: %" PRIu64 " ops of %u machines: %s in %.0f ms\n",
+	       nrec, cp_count(cp_used),
+	       rc == 0  ? "linearizable"
+	       : rc > 0 ? "VIOLATIONS"
+	                : farm_strerror(rc),
+	       (double)(np_now_ns() - t0) / 1e6);
+	if (rc) {
+		lc_report_print(stdout, &lr);
+		failed(f,
+		       "lincheck: %d (%" PRIu64 " keys without a "
+		       "linearization, %" PRIu64 " not checked in time)",
+		       rc, lr.nviolations, lr.ntimedout + lr.nunchecked);
+	} else {
+		cy->checks++;
+	}
+	cy->kv_ops = nrec;
+
+	/* 6. the allocators, rebuilt by scan */
+	n0 = f->n;
+	for (unsigned i = 0; i < 64; i++) {
+		if (!cp_is(cp_live, i))
+			continue;
+		struct alloc_report a;
+		np_send(&rb_cl, i, 'A');
+		np_expect(&rb_cl, i, 'A', 120000);
+		np_recv(&rb_cl, i, &a, sizeof(a), 1000);
+		alloc_check(i, &a, f);
+	}
+	cy->checks += f->n == n0;
+}
+
+/* One cycle: the fault, the cluster made whole again, the checks. */
+static void cp_cycle(unsigned c, enum cp_fault fl, struct cp_cycle *cy,
+                     struct fails *f)
+{
+	uint64_t t0 = np_now_ns();
+	cy->fault = fl;
+	/* The workloads run a while first: 0.3 to 1.5 s. */
+	pause_ms(300 + cp_draw(1200));
+	uint64_t gone;
+	if (getenv("FARM_CAMPAIGN_VERBOSE"))
+		cp_dump_held(); /* where every copy is, before the fault */
+	cp_fault(fl, cy, &gone, f);
+	char why[256] = "";
+	if (!f->n && cp_await_config(CP_RECONF_MS, why, sizeof(why)))
+		failed(f, "after the fault: %s", why);
+	/* Replacements: new ids, empty directories, the same domains. */
+	char added[64] = "";
+	size_t o = 0;
+	for (unsigned i = 0; !f->n && i < 64; i++)
+		if (cp_is(gone, i)) {
+			unsigned id = cp_add(cp_dom[i]);
+			o += (size_t)snprintf(added + o, sizeof(added) - o,
+			                      "%s%u", o ? "," : "", id);
+		}
+	if (!f->n && cp_await_config(CP_RECONF_MS, why, sizeof(why)))
+		failed(f, "after the replacements joined: %s", why);
+	unsigned nreg = 0;
+	uint64_t t_rep = np_now_ns();
+	if (!f->n && cp_await_replicated(CP_REPL_MS, why, sizeof(why), &nreg)) {
+		failed(f, "not fully replicated within %d ms: %s", CP_REPL_MS,
+		       why);
+		cp_dump_held();
+	}
+	double rep_ms = (double)(np_now_ns() - t_rep) / 1e6;
+	if (getenv("FARM_CAMPAIGN_VERBOSE"))
+		cp_dump_held(); /* and after the cluster is whole again */
+	struct cp_counts *n = calloc(NP_NM, sizeof(*n));
+	assert_non_null(n);
+	cp_pause(n);
+	printf("cycle %u: %s; replaced by %s; %u regions fully replicated "
+	       "%.0f ms after the cluster was whole again\n",
+	       c, cy->what, added[0] ? added : "none", nreg, rep_ms);
+	if (!f->n)
+		cp_check(cy, f);
+	uint64_t tr = 0, kv = 0, failedtx = 0;
+	for (unsigned i = 0; i < 64; i++)
+		if (cp_is(cp_live, i)) {
+			tr += n[i].k.transfers;
+			failedtx += n[i].k.failed;
+			kv += n[i].lin.found + n[i].lin.absent + n[i].lin.puts +
+			      n[i].lin.del_found + n[i].lin.del_absent;
+		}
+	printf("cycle %u: the live machines so far: %" PRIu64
+	       " transfers committed (%" PRIu64 " given up), %" PRIu64
+	       " KV operations answered\n",
+	       c, tr, failedtx, kv);
+	free(n);
+	cp_resume();
+	cy->secs = (double)(np_now_ns() - t0) / 1e9;
+	cy->ok = f->n == 0;
+}
+
+static void cp_stop(void)
+{
+	for (unsigned i = 0; i < 64; i++)
+		if (cp_is(cp_live, i))
+			np_send(&rb_cl, i, 'P');
+	for (unsigned i = 0; i < 64; i++)
+		if (cp_is(cp_live, i)) {
+			struct cp_counts n;
+			np_expect(&rb_cl, i, 'p', 60000);
+			np_recv(&rb_cl, i, &n, sizeof(n), 1000);
+			np_send(&rb_cl, i, 'Q');
+		}
+	int st[NP_NM];
+	np_finish(&rb_cl, st);
+	for (unsigned i = 0; i < 64; i++)
+		if (cp_is(cp_live, i) && st[i])
+			fail_msg("machine %u exited with status %d", i, st[i]);
+	cp_live = 0;
+}
+
+static void test_campaign(void **state)
+{
+	(void)state;
+	cp_rng = opt_seed * 0x9e3779b97f4a7c15ull + 1;
+	/* The order: every fault once per round, shuffled. */
+	enum cp_fault order[1024];
+	unsigned nuse = 0, nord = 0;
+	enum cp_fault use[F_COUNT];
+	for (unsigned i = 0; i < F_COUNT; i++)
+		if (opt_use[i])
+			use[nuse++] = (enum cp_fault)i;
+	assert_true(nuse > 0 && opt_cycles <= 1024);
+	while (opt_order && nord < opt_cycles) {
+		order[nord] = opt_list[nord % opt_nlist];
+		nord++;
+	}
+	while (nord < opt_cycles) {
+		enum cp_fault r[F_COUNT];
+		memcpy(r, use, sizeof(r));
+		for (unsigned i = nuse - 1; i > 0; i--) {
+			unsigned j = cp_draw(i + 1);
+			enum cp_fault t = r[i];
+			r[i] = r[j];
+			r[j] = t;
+		}
+		for (unsigned i = 0; i < nuse && nord < opt_cycles; i++)
+			order[nord++] = r[i];
+	}
+	printf("campaign: %u cycles, seed %" PRIu64 ", one cluster of %u "
+	       "machines (3 replicas, 3 domains), ZooKeeper ensemble %s%s\n",
+	       opt_cycles, opt_seed, CP_NM0, rb_zk_connect,
+	       opt_broken ? "; --broken: recovery does not drain logs" : "");
+	uint64_t t0 = np_now_ns();
+	cp_start();
+	printf("campaign: the cluster is up in %s (%.1f s)\n", rb_cl.root,
+	       (double)(np_now_ns() - t0) / 1e9);
+	fflush(stdout);
+	struct cp_cycle *cy = calloc(opt_cycles, sizeof(*cy));
+	assert_non_null(cy);
+	struct fails f = {0};
+	unsigned done = 0, passed = 0;
+	for (unsigned c = 0; c < opt_cycles; c++) {
+		cp_cycle(c + 1, order[c], &cy[c], &f);
+		done++;
+		passed += cy[c].ok;
+		printf("[%u/%u] %-12s %-52s %6.1fs  %s (%u of 6 checks)\n",
+		       c + 1, opt_cycles, cp_fault_name[cy[c].fault],
+		       cy[c].what, cy[c].secs, cy[c].ok ? "passed" : "FAILED",
+		       cy[c].checks);
+		fflush(stdout);
+		if (!cy[c].ok)
+			break;
+	}
+	double all = (double)(np_now_ns() - t0) / 1e9;
+	printf("\ncycle  fault        what                                    "
+	       "              seconds  checks  result\n");
+	for (unsigned c = 0; c < done; c++)
+		printf("%5u  %-12s %-54s %7.1f  %4u/6  %s\n", c + 1,
+		       cp_fault_name[cy[c].fault], cy[c].what, cy[c].secs,
+		       cy[c].checks, cy[c].ok ? "passed" : "FAILED");
+	printf("\nfault          cycles  passed\n");
+	for (unsigned k = 0; k < F_COUNT; k++) {
+		unsigned n = 0, p = 0;
+		for (unsigned c = 0; c < done; c++)
+			if (cy[c].fault == (enum cp_fault)k) {
+				n++;
+				p += cy[c].ok;
+			}
+		if (n)
+			printf("%-14s %6u  %6u\n", cp_fault_name[k], n, p);
+	}
+	uint64_t committed = 0, kvops = 0; /* the last checks that ran */
+	for (unsigned c = 0; c < done; c++)
+		if (cy[c].ok) {
+			committed = cy[c].committed;
+			kvops = cy[c].kv_ops;
+		}
+	printf("\ncampaign: %u of %u cycles passed in %.0f s (seed %" PRIu64
+	       "); the last passed checks went over %" PRIu64
+	       " committed bank transactions (sercheck) and %" PRIu64
+	       " KV operations (lincheck) of %u machines\n",
+	       passed, opt_cycles, all, opt_seed, committed, kvops,
+	       cp_count(cp_used));
+	bool ok = passed == opt_cycles;
+	if (!ok) {
+		printf("campaign: cycle %u failed:\n%s", done, f.text);
+		if (!opt_broken)
+			printf("campaign: histories kept in %s "
+			       "(hist-<machine>: bank, lin-<machine>: KV)\n",
+			       rb_cl.root);
+	}
+	printf("{\"bench\": \"fault_campaign_continuous\", \"seed\": %" PRIu64
+	       ", \"cycles\": %u, \"passed\": %u, \"seconds\": %.0f, "
+	       "\"committed_checked\": %" PRIu64
+	       ", \"kv_ops_checked\": %" PRIu64
+	       ", \"goals\": {\"campaign_cycles_pass\": {\"value\": %u, "
+	       "\"target\": %u, \"met\": %s}}}\n",
+	       opt_seed, opt_cycles, passed, all, committed, kvops, passed,
+	       opt_cycles, ok ? "true" : "false");
+	fflush(stdout);
+	free(cy);
+	if (opt_broken) {
+		if (ok)
+			fail_msg("campaign --broken: recovery promoted backups "
+			         "without draining their logs, and no check "
+			         "noticed in %u cycles",
+			         opt_cycles);
+		printf("campaign --broken: cycle %u failed, as it must\n",
+		       done);
+		cp_done = true; /* the teardown removes the cluster */
+		return;
+	}
+	if (!ok) {
+		rb_cl.root[0] = 0; /* kept */
+		fail_msg("campaign: cycle %u of %u failed", done, opt_cycles);
+	}
+	cp_stop();
+	cp_done = true;
+}
+
+static int cp_teardown(void **state)
+{
+	(void)state;
+	if (!cp_done && rb_cl.root[0]) {
+		/* A failed assertion: keep the histories. */
+		printf("campaign: histories kept in %s\n", rb_cl.root);
+		rb_cl.root[0] = 0;
+	}
+	np_cleanup(&rb_cl);
+	return 0;
+}
+
+static void usage(FILE *out)
+{
+	fprintf(out,
+	        "usage: test_campaign [--cycles N] [--seed S] [--faults "
+	        "F,F,...] [--order] [--broken] [--list] [--help]\n"
+	        "  One cluster under the bank and KV workloads takes N faults "
+	        "(default 50)\n  in a row, each followed by full replication "
+	        "and every check.\n");
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option lo[] = {
+	        {"cycles", 1, NULL, 'c'}, {"seed", 1, NULL, 's'},
+	        {"faults", 1, NULL, 'f'}, {"broken", 0, NULL, 'b'},
+	        {"order", 0, NULL, 'o'},  {"list", 0, NULL, 'l'},
+	        {"help", 0, NULL, 'h'},   {0}};
+	opt_seed = (uint64_t)time(NULL) % 100000;
+	const char *faults = NULL;
+	int o;
+	while ((o = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+		char *end;
+		switch (o) {
+		case 'c':
+			opt_cycles = (unsigned)strtoul(optarg, &end, 10);
+			if (*end || !opt_cycles || opt_cycles > 1024) {
+				fprintf(stderr, "test_campaign: --cycles: 1 "
+				                "to 1024\n");
+				return 2;
+			}
+			break;
+		case 's':
+			opt_seed = strtoull(optarg, &end, 10);
+			if (*end) {
+				fprintf(stderr, "test_campaign: --seed needs "
+				                "a number\n");
+				return 2;
+			}
+			break;
+		case 'f': faults = optarg; break;
+		case 'b': opt_broken = true; break;
+		case 'o': opt_order = true; break;
+		case 'l':
+			for (unsigned i = 0; i < F_COUNT; i++)
+				printf("%s\n", cp_fault_name[i]);
+			return 0;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (optind < argc) {
+		usage(stderr);
+		return 2;
+	}
+	if (!faults) {
+		for (unsigned i = 0; i < F_COUNT; i++)
+			opt_use[i] = true;
+	} else {
+		char buf[256];
+		snprintf(buf, sizeof(buf), "%s", faults);
+		for (char *sp, *t = strtok_r(buf, ",", &sp); t;
+		     t = strtok_r(NULL, ",", &sp)) {
+			unsigned i = 0;
+			while (i < F_COUNT && strcmp(t, cp_fault_name[i]))
+				i++;
+			if (i == F_COUNT) {
+				fprintf(stderr,
+				        "test_campaign: no fault '%s' (see "
+				        "--list)\n",
+				        t);
+				return 2;
+			}
+			opt_use[i] = true;
+			if (opt_nlist < F_COUNT * 4)
+				opt_list[opt_nlist++] = (enum cp_fault)i;
+		}
+	}
+	if (opt_order && !opt_nlist) {
+		fprintf(stderr, "test_campaign: --order needs --faults\n");
+		return 2;
+	}
+	if (opt_broken) {
+		/* A test-only switch: promoted backups serve without their
+		 * logs drained. The checks must notice. */
+		if (!farm_fault_built()) {
+			printf("skipped: --broken needs fault injection "
+			       "(FARM_FAULT_INJECTION=OFF)\n");
+			return FARM_TEST_SKIP;
+		}
+		farm_txn_testing_recovery_no_drain(true);
+	}
+	/* A machine gone closes its pipe: fail on the write's error. */
+	signal(SIGPIPE, SIG_IGN);
+	const struct CMUnitTest tests[] = {
+	        cmocka_unit_test_teardown(test_campaign, cp_teardown),
+	};
+	return rb_main_n("campaign", tests, 1, CP_ZK);
+}
