@@ -1321,19 +1321,33 @@ static void usage(FILE *out)
 {
 	fprintf(out,
 	        "usage: test_campaign [--cycles N] [--seed S] [--faults "
-	        "F,F,...] [--order] [--broken] [--list] [--help]\n"
+	        "F,F,...] [--order] [--broken] [--prev-ring] [--list] "
+	        "[--help]\n"
 	        "  One cluster under the bank and KV workloads takes N faults "
 	        "(default 50)\n  in a row, each followed by full replication "
-	        "and every check.\n");
+	        "and every check.\n"
+	        "  --prev-ring: recovery judges a removed coordinator's "
+	        "commit by the view\n  before the current one "
+	        "(FARM_FP_REC_PREV_RING; the bug seed 1128 found).\n");
+}
+
+static void prev_ring(enum farm_fault_point fp, void *arg)
+{
+	(void)fp;
+	(void)arg;
 }
 
 int main(int argc, char **argv)
 {
-	static const struct option lo[] = {
-	        {"cycles", 1, NULL, 'c'}, {"seed", 1, NULL, 's'},
-	        {"faults", 1, NULL, 'f'}, {"broken", 0, NULL, 'b'},
-	        {"order", 0, NULL, 'o'},  {"list", 0, NULL, 'l'},
-	        {"help", 0, NULL, 'h'},   {0}};
+	static const struct option lo[] = {{"cycles", 1, NULL, 'c'},
+	                                   {"seed", 1, NULL, 's'},
+	                                   {"faults", 1, NULL, 'f'},
+	                                   {"broken", 0, NULL, 'b'},
+	                                   {"order", 0, NULL, 'o'},
+	                                   {"list", 0, NULL, 'l'},
+	                                   {"help", 0, NULL, 'h'},
+	                                   {"prev-ring", 0, NULL, 'p'},
+	                                   {0}};
 	opt_seed = (uint64_t)time(NULL) % 100000;
 	const char *faults = NULL;
 	int o;
@@ -1358,6 +1372,15 @@ int main(int argc, char **argv)
 			break;
 		case 'f': faults = optarg; break;
 		case 'b': opt_broken = true; break;
+		case 'p':
+			if (!farm_fault_built() ||
+			    farm_fault_set(FARM_FP_REC_PREV_RING, prev_ring,
+			                   NULL)) {
+				fprintf(stderr, "test_campaign: --prev-ring "
+				                "needs fault injection\n");
+				return 2;
+			}
+			break;
 		case 'o': opt_order = true; break;
 		case 'l':
 			for (unsigned i = 0; i < F_COUNT; i++)

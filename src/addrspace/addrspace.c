@@ -44,8 +44,17 @@ struct farm_as {
 	struct farm_ring_attr ring_attr;
 	uint64_t rpc_timeout_ns;
 	pthread_rwlock_t lock;
-	farm_ring *ring; /* under lock */
-	farm_ring *prev; /* the view before (recovery asks who held what) */
+	farm_ring *ring;   /* under lock */
+	farm_ring *prev;   /* the view before (recovery asks who held what) */
+	uint64_t prev_cfg; /* its configuration id */
+	/* Under lock: the views before those two, newest last, so recovery
+	 * can ask who the replicas were in the configuration a transaction
+	 * ran in (farm_as_replicas_at) after several views went by. */
+	struct {
+		uint64_t cfg;
+		farm_ring *ring;
+	} hist[AS_RING_HISTORY];
+	unsigned nhist;
 	/* Written under lock (release); read without it by farm_as_config_id
 	 * (acquire), from any thread: the commit and copy paths stamp their
 	 * work with it. */
@@ -244,6 +253,8 @@ void farm_as_destroy(farm_as *as)
 			farm_region_destroy(as->tab[i].local);
 	farm_ring_free(as->ring);
 	farm_ring_free(as->prev);
+	for (unsigned i = 0; i < as->nhist; i++)
+		farm_ring_free(as->hist[i].ring);
 	pthread_rwlock_destroy(&as->lock);
 	free(as->tab);
 	free(as);
@@ -299,8 +310,20 @@ int farm_as_set_view_placed(farm_as *as, uint64_t config_id,
 		farm_ring_free(g);
 		return -ESTALE;
 	}
-	farm_ring *old = as->prev;
+	farm_ring *old = NULL;
+	if (as->prev) { /* into the history; its oldest goes */
+		if (as->nhist == AS_RING_HISTORY) {
+			old = as->hist[0].ring;
+			memmove(&as->hist[0], &as->hist[1],
+			        (AS_RING_HISTORY - 1) * sizeof(as->hist[0]));
+			as->nhist--;
+		}
+		as->hist[as->nhist].cfg = as->prev_cfg;
+		as->hist[as->nhist++].ring = as->prev;
+	}
 	as->prev = as->ring;
+	as->prev_cfg =
+	        atomic_load_explicit(&as->config_id, memory_order_relaxed);
 	as->ring = g;
 	atomic_store_explicit(&as->config_id, config_id, memory_order_release);
 	/* Primaries may have moved: forget every cached descriptor (a
@@ -351,6 +374,26 @@ int farm_as_adopt(farm_as *as, uint32_t region, farm_region *r)
 unsigned farm_as_prev_replicas(farm_as *as, uint32_t region, uint32_t *out)
 {
 	return replicas_in(as, true, region, out);
+}
+
+unsigned farm_as_replicas_at(farm_as *as, uint32_t cfg, uint32_t region,
+                             uint32_t *out)
+{
+	if (!as || !out || region == FARM_REGION_ID_NONE || !cfg)
+		return 0;
+	pthread_rwlock_rdlock(&as->lock);
+	const farm_ring *g = NULL;
+	if ((uint32_t)atomic_load_explicit(&as->config_id,
+	                                   memory_order_relaxed) == cfg)
+		g = as->ring;
+	else if (as->prev && (uint32_t)as->prev_cfg == cfg)
+		g = as->prev;
+	for (unsigned i = as->nhist; !g && i > 0; i--)
+		if ((uint32_t)as->hist[i - 1].cfg == cfg)
+			g = as->hist[i - 1].ring;
+	unsigned n = g ? farm_ring_replicas(g, region, out) : 0;
+	pthread_rwlock_unlock(&as->lock);
+	return n;
 }
 
 unsigned farm_as_promotable(farm_as *as, uint32_t *out, unsigned max)

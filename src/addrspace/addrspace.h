@@ -75,6 +75,13 @@ unsigned farm_as_replicas(farm_as *as, uint32_t region, uint32_t *out);
 
 /* Replicas of @region in the view before the current one (0: none). */
 unsigned farm_as_prev_replicas(farm_as *as, uint32_t region, uint32_t *out);
+/* Replicas of @region in the view of configuration @cfg (its low 32 bits,
+ * as log records carry it): the current one, the one before, or one of
+ * the AS_RING_HISTORY before those; 0 when this machine did not apply it
+ * or has forgotten it. */
+#define AS_RING_HISTORY 8
+unsigned farm_as_replicas_at(farm_as *as, uint32_t cfg, uint32_t region,
+                             uint32_t *out);
 /*
  * Recovery's promotion of backup copies (src/txn/recover.c): the regions
  * this machine holds a backup copy of and is primary of in the current

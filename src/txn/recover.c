@@ -41,8 +41,10 @@
  *       abort    an ABORT, or a LOCK its primary refused;
  *       commit   a COMMIT-PRIMARY; or finished (sequence below the mark);
  *                or a COMMIT-BACKUP for every region the transaction
- *                writes at every surviving backup of it in the previous
- *                configuration;
+ *                writes at every surviving backup of it in the
+ *                configuration the COMMIT-BACKUPs were sent in (their
+ *                records carry it; farm_as_replicas_at; the view before
+ *                the current one when forgotten);
  *       abort    otherwise.
  *     A coordinator reports commit only once every COMMIT-BACKUP is
  *     durable, and abort only once its ABORT records landed, so no
@@ -64,6 +66,7 @@
 #include "txn/object.h"
 #include "txn/txn_int.h"
 #include "txn/txn_testing.h"
+#include "util/fault.h"
 #include "util/log.h"
 
 #define REC_MAX_REGS 512u /* regions one vote carries (farm_tx_commit) */
@@ -503,6 +506,7 @@ static void vote_scan(struct txloop *tl, uint32_t coord)
 			rregs(rec, regs, REC_MAX_REGS, &nregs);
 		} else if (h.type == REC_COMMIT_BACKUP) {
 			v.flags = V_CB;
+			v.tcfg = h.cfg;
 			rregs(rec, regs, REC_MAX_REGS, &nregs);
 			const struct rec_obj *o = robjs(rec);
 			for (unsigned i = 0; i < h.nobj && ncb < REC_MAX_REGS;
@@ -910,6 +914,8 @@ static void h_vote(farm_loop *loop, const farm_msg_in *in, void *arg)
 	t->flags |= v.flags;
 	if (v.cseq)
 		t->cseq = v.cseq;
+	if ((v.flags & V_CB) && v.tcfg && !t->tcfg)
+		t->tcfg = v.tcfg;
 	if (v.nregs && !t->nregs) {
 		t->regs = malloc(4ull * v.nregs);
 		if (t->regs) {
@@ -951,8 +957,19 @@ static bool decide(farm_txm *m, const struct rec_txn *t, uint64_t maxlw)
 	if (!(t->flags & V_CB) || !t->nregs)
 		return false;
 	for (unsigned i = 0; i < t->nregs; i++) {
+		/* The backups the coordinator sent its COMMIT-BACKUPs to:
+		 * those of the configuration they carry. Not the view before
+		 * the current one: a later view (a late join, a second
+		 * removal) makes this round's "previous" one with a new
+		 * backup that never had them, and a reported commit was
+		 * aborted (the continuous fault campaign, seed 1128). */
 		uint32_t reps[FARM_RING_MAX_REPLICAS];
-		unsigned n = farm_as_prev_replicas(m->as, t->regs[i], reps);
+		unsigned n = 0;
+		if (!FARM_FAULT_SWITCH(FARM_FP_REC_PREV_RING))
+			n = farm_as_replicas_at(m->as, t->tcfg, t->regs[i],
+			                        reps);
+		if (!n)
+			n = farm_as_prev_replicas(m->as, t->regs[i], reps);
 		if (!n)
 			return false;
 		for (unsigned k = 1; k < n; k++)

@@ -26,7 +26,8 @@ struct rec_vote { /* REC_VOTE, then nregs + ncb region ids */
 	uint32_t coord;
 	uint32_t flags;
 	uint16_t nregs, ncb;
-	uint32_t pad;
+	uint32_t tcfg; /* V_CB: the configuration its record carries (the
+	                  one the coordinator sent the COMMIT-BACKUPs in) */
 };
 
 struct rec_end { /* REC_END and REC_DONE */

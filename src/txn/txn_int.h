@@ -201,6 +201,7 @@ struct rec_cb {
 struct rec_txn {
 	uint64_t txid, cseq;
 	uint32_t flags;
+	uint32_t tcfg; /* the configuration of its COMMIT-BACKUPs (0: none) */
 	bool sent;
 	uint32_t *regs;
 	unsigned nregs;

@@ -69,6 +69,12 @@ enum farm_fault_point {
 	 * (tests/test_restart.c --broken-kv: the keys put before a restart
 	 * must be found missing). */
 	FARM_FP_KV_NO_KEPT,
+	/* txn/recover.c, a switch: while hooked, the decider judges a
+	 * removed coordinator's transaction by the backups of the view
+	 * before the current one, not of the configuration its
+	 * COMMIT-BACKUPs were sent in (tests/test_campaign.c
+	 * --broken-prev-ring with the seed that lost commits). */
+	FARM_FP_REC_PREV_RING,
 	FARM_FP_COUNT
 };
 
