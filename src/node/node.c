@@ -277,10 +277,17 @@ static void apply_view(void *ctx, const struct farm_view *v)
 		/* Or the others restarted without it (its directory did
 		 * not come back in time): any memory it has is stale. */
 		bool lost = farm_ids_have(v->lost, v->nlost, n->cfg.machine_id);
+		/* A machine restarting on its directory is listed gone until
+		 * it registers (the manager lists every previous member so):
+		 * views it applies before then are not a refusal. Found by
+		 * the fault campaign: a restarting machine whose old session
+		 * delayed its registration took the second such view for one
+		 * and stopped. */
+		bool restarting = farm_restart_pending(n->rs);
 		pthread_mutex_lock(&n->lock);
 		bool was = n->view.config_id != 0;
-		bool fresh = !was && !farm_restart_pending(n->rs);
-		left = (left && (fresh || was)) || lost;
+		bool fresh = !was && !restarting;
+		left = (left && !restarting && (fresh || was)) || lost;
 		bool tell = left && !n->refused;
 		if (left) {
 			n->refused = true;
