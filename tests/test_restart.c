@@ -1004,5 +1004,5 @@ int main(int argc, char **argv)
 		return tu_zk_run(zk_script, zk_dir, sizeof(zk_dir), zk_connect,
 		                 sizeof(zk_connect), "restart", bank + 1, 1);
 	return tu_zk_run(zk_script, zk_dir, sizeof(zk_dir), zk_connect,
-	                 sizeof(zk_connect), "restart", bank, 2);
+	                 sizeof(zk_connect), "restart", bank, 1);
 }

@@ -585,8 +585,11 @@ void farm_membership_close(struct farm_membership *m)
 	handle_free(m);
 }
 
-int farm_membership_suspect(struct farm_membership *m, const uint32_t *ids,
-                            unsigned n)
+/* Hand machines @ids to the ZooKeeper backend's @fn (suspect, forsake):
+ * the argument checks and answers they share. */
+static int zk_ids(struct farm_membership *m, const uint32_t *ids, unsigned n,
+                  int (*fn)(struct farm_membership *, const uint32_t *,
+                            unsigned))
 {
 	if (!m || (n && !ids))
 		return -EINVAL;
@@ -595,20 +598,19 @@ int farm_membership_suspect(struct farm_membership *m, const uint32_t *ids,
 	pthread_mutex_lock(&m->lock);
 	bool closed = m->closed;
 	pthread_mutex_unlock(&m->lock);
-	return closed ? FARM_ECLOSED : farm_zk_suspect(m, ids, n);
+	return closed ? FARM_ECLOSED : fn(m, ids, n);
+}
+
+int farm_membership_suspect(struct farm_membership *m, const uint32_t *ids,
+                            unsigned n)
+{
+	return zk_ids(m, ids, n, farm_zk_suspect);
 }
 
 int farm_membership_forsake(struct farm_membership *m, const uint32_t *ids,
                             unsigned n)
 {
-	if (!m || (n && !ids))
-		return -EINVAL;
-	if (!m->zk)
-		return -ENOTSUP;
-	pthread_mutex_lock(&m->lock);
-	bool closed = m->closed;
-	pthread_mutex_unlock(&m->lock);
-	return closed ? FARM_ECLOSED : farm_zk_forsake(m, ids, n);
+	return zk_ids(m, ids, n, farm_zk_forsake);
 }
 
 int farm_membership_view(struct farm_membership *m, struct farm_view *out)

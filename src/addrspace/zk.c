@@ -670,6 +670,19 @@ static void zk_departed(struct farm_zk *z)
 static int zk_build_from(struct farm_membership *m, const uint32_t *ids,
                          unsigned n, const struct zk_read *rd);
 
+/* Append @id to a view's id list @ids (*@n of FARM_VIEW_MAX) unless it is
+ * there; when full, the oldest is forgotten. */
+static void ids_add(uint32_t *ids, unsigned *n, uint32_t id)
+{
+	if (farm_ids_have(ids, *n, id))
+		return;
+	if (*n == FARM_VIEW_MAX) {
+		memmove(&ids[0], &ids[1], (FARM_VIEW_MAX - 1) * sizeof(ids[0]));
+		(*n)--;
+	}
+	ids[(*n)++] = id;
+}
+
 /* Rejoin and growth (membership.h, ring.h): z->next's formed mark and late
  * list from z->cur's. Once formed (a configuration had m->expect
  * machines), a member that is new to the configuration and registered
@@ -692,15 +705,8 @@ static void zk_late(struct farm_membership *m)
 			x->gone[x->ngone++] = c->gone[i];
 	for (unsigned i = 0; c->formed && i < c->n; i++) {
 		uint32_t id = c->members[i].id;
-		if (farm_view_find(x, id) ||
-		    farm_ids_have(x->gone, x->ngone, id))
-			continue;
-		if (x->ngone == FARM_VIEW_MAX) { /* forget the oldest */
-			memmove(&x->gone[0], &x->gone[1],
-			        (FARM_VIEW_MAX - 1) * sizeof(x->gone[0]));
-			x->ngone--;
-		}
-		x->gone[x->ngone++] = id;
+		if (!farm_view_find(x, id))
+			ids_add(x->gone, &x->ngone, id);
 	}
 	/* Lost: given up at a restart (farm_membership_forsake), for good. */
 	x->nlost = 0;
@@ -708,16 +714,8 @@ static void zk_late(struct farm_membership *m)
 		x->lost[x->nlost++] = c->lost[i];
 	pthread_mutex_lock(&m->lock);
 	for (unsigned i = 0; i < z->nforsake; i++) {
-		uint32_t id = z->forsake[i];
-		if (farm_view_find(x, id) ||
-		    farm_ids_have(x->lost, x->nlost, id))
-			continue;
-		if (x->nlost == FARM_VIEW_MAX) { /* forget the oldest */
-			memmove(&x->lost[0], &x->lost[1],
-			        (FARM_VIEW_MAX - 1) * sizeof(x->lost[0]));
-			x->nlost--;
-		}
-		x->lost[x->nlost++] = id;
+		if (!farm_view_find(x, z->forsake[i]))
+			ids_add(x->lost, &x->nlost, z->forsake[i]);
 	}
 	pthread_mutex_unlock(&m->lock);
 	x->formed = c->formed || (m->expect && x->n >= m->expect);

@@ -27,7 +27,6 @@ void farm_config_defaults(struct farm_config *c)
 	strcpy(c->zk_root, "/libfarm/default");
 	c->zk_session_ms = 4000;
 	c->zk_connect_timeout_ms = 5000;
-	c->restart_wait_ms = 30000;
 }
 
 int farm_parse_size(const char *s, uint64_t *out)

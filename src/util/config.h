@@ -58,7 +58,8 @@ struct farm_config {
 	uint32_t datarec_interval_us; /* ... every so often (0: 2000) */
 	/* Whole-cluster restart: after this long without every previous
 	 * member back, the others give up the missing ones and restart
-	 * without them (0: wait for ever); default 30000. */
+	 * without them (0, the default: wait for ever; experimental, see
+	 * src/recovery/README.md). */
 	uint32_t restart_wait_ms;
 	unsigned npeers;
 	struct farm_config_peer peers[FARM_CONFIG_MAX_PEERS];
