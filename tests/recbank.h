@@ -532,6 +532,32 @@ static inline void on_write(void *ctx, uint64_t key, uint64_t version)
 	w->unknown_keys++;
 }
 
+/* Every write of a transaction reported committed is in the final
+ * versions (@w filled by tx_check_history's on_write): failures into @f;
+ * returns whether it held. */
+static inline bool rb_committed_present(const struct committed *w,
+                                        struct fails *f)
+{
+	const struct scan_report *s = w->s;
+	unsigned lost = 0;
+	for (unsigned i = 0; i < s->n; i++) {
+		if (s->version[i] == UINT64_MAX || w->maxv[i] <= s->version[i])
+			continue;
+		if (lost++ < 4)
+			failed(f,
+			       "account %#" PRIx64 ": a transaction reported "
+			       "committed wrote version %" PRIu64
+			       ", its final version is %" PRIu64,
+			       s->addr[i], w->maxv[i], s->version[i]);
+	}
+	if (lost > 4)
+		failed(f, "%u accounts in all lost committed writes", lost);
+	if (w->unknown_keys)
+		failed(f, "%" PRIu64 " committed writes of unknown objects",
+		       w->unknown_keys);
+	return !lost && !w->unknown_keys;
+}
+
 static inline void report_run(unsigned i, const struct run_report *r,
                               struct fails *f)
 {
@@ -708,22 +734,7 @@ static inline void rb_check(struct rb_result *res)
 	printf("%s: the killed machines' histories end with %" PRIu64
 	       " transaction(s) in flight (unknown)\n",
 	       res->name, res->cut);
-	unsigned lost = 0;
-	for (unsigned i = 0; i < s->n; i++) {
-		if (s->version[i] == UINT64_MAX || w->maxv[i] <= s->version[i])
-			continue;
-		if (lost++ < 4)
-			failed(f,
-			       "account %#" PRIx64 ": a transaction reported "
-			       "committed wrote version %" PRIu64
-			       ", its final version is %" PRIu64,
-			       s->addr[i], w->maxv[i], s->version[i]);
-	}
-	if (lost > 4)
-		failed(f, "%u accounts in all lost committed writes", lost);
-	if (w->unknown_keys)
-		failed(f, "%" PRIu64 " committed writes of unknown objects",
-		       w->unknown_keys);
+	(void)rb_committed_present(w, f);
 	if (anomalies)
 		failed(f,
 		       "sercheck: %d anomalies in the history (%" PRIu64

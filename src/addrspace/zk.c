@@ -815,31 +815,31 @@ static int zk_build_from(struct farm_membership *m, const uint32_t *ids,
 			          path);
 			continue;
 		}
-		if (is_lost(m, ids[i])) {
-			if (z->refused_czxid == st.czxid)
-				continue; /* logged at its first sync */
+		/* Not admitted: an id a restart gave up (any memory), or
+		 * one that left the formed cluster (with empty or stale
+		 * memory). Logged once per registration. */
+		bool lost = is_lost(m, ids[i]);
+		if (lost ||
+		    ((mb->fresh || mb->stale) &&
+		     farm_ids_have(z->cur.gone, z->cur.ngone, ids[i]))) {
+			if (z->refused_czxid != st.czxid)
+				farm_err("membership: machine %" PRIu32
+				         " registered%s under the id of a "
+				         "machine %s: not admitted (start it "
+				         "under a new machine_id with an empty "
+				         "directory)",
+				         ids[i],
+				         lost ? ""
+				         : mb->fresh
+				                 ? " with empty memory"
+				                 : " again after its session "
+				                   "expired",
+				         lost ? "the cluster gave up at a "
+				                "restart "
+				                "(its data was recovered from "
+				                "replicas)"
+				              : "that left this cluster");
 			z->refused_czxid = st.czxid;
-			farm_err("membership: machine %" PRIu32 " registered "
-			         "under the id of a machine the cluster gave "
-			         "up at a restart (its data was recovered "
-			         "from replicas): not admitted (start it "
-			         "under a new machine_id with an empty "
-			         "directory)",
-			         ids[i]);
-			continue;
-		}
-		if ((mb->fresh || mb->stale) &&
-		    farm_ids_have(z->cur.gone, z->cur.ngone, ids[i])) {
-			if (z->refused_czxid == st.czxid)
-				continue; /* logged at its first sync */
-			z->refused_czxid = st.czxid;
-			farm_err("membership: machine %" PRIu32 " registered "
-			         "%s under the id of a machine that left this "
-			         "cluster: not admitted (a failed machine "
-			         "rejoins under a new machine_id)",
-			         ids[i],
-			         mb->fresh ? "with empty memory"
-			                   : "again after its session expired");
 			continue;
 		}
 		mb->id = ids[i];

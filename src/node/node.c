@@ -269,6 +269,8 @@ static void apply_view(void *ctx, const struct farm_view *v)
 	if (n->restart_failed || farm_restart_view(n->rs, v))
 		return; /* the previous incarnation's view (restart.c) */
 	bool member = farm_view_find(v, n->cfg.machine_id) != NULL;
+	/* A whole-cluster restart not run yet (this view may run it). */
+	bool restarting = farm_restart_pending(n->rs);
 	if (!member) {
 		/* Its id left the formed cluster: a fresh machine under it,
 		 * or this one after it left (its session expired and it
@@ -283,7 +285,6 @@ static void apply_view(void *ctx, const struct farm_view *v)
 		 * the fault campaign: a restarting machine whose old session
 		 * delayed its registration took the second such view for one
 		 * and stopped. */
-		bool restarting = farm_restart_pending(n->rs);
 		pthread_mutex_lock(&n->lock);
 		bool was = n->view.config_id != 0;
 		bool fresh = !was && !restarting;
@@ -415,7 +416,6 @@ static void apply_view(void *ctx, const struct farm_view *v)
 	 * can outlast the join grace, and leases renew on their own thread
 	 * meanwhile (before them, the CM suspected machines still
 	 * restarting and removed them). */
-	bool restarting = farm_restart_pending(n->rs);
 	if (!rc && farm_restart_run(n->rs, v)) {
 		pthread_mutex_lock(&n->lock);
 		n->restart_failed = true;
