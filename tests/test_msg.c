@@ -169,6 +169,52 @@ static void test_bad_args(void **state)
 	nodes_close(nd, 2);
 }
 
+/* The reconfiguration probe READs each machine's header: the live ones
+ * answer, a machine never added, one the fabric fails and a closed one do
+ * not; bad arguments are refused. */
+static void test_probe(void **state)
+{
+	(void)state;
+	struct node nd[3];
+	farm_msg_attr a = {.ring_size = 4096};
+	nodes_open(nd, 3, &a);
+	uint32_t ids[4] = {0, 1, 2, 5};
+	bool ok[4];
+	assert_int_equal(farm_msg_probe(nd[0].msg, ids, 4, 100000000ull, ok),
+	                 3);
+	assert_true(ok[0] && ok[1] && ok[2]);
+	assert_false(ok[3]); /* never added */
+	/* A failing fabric to machine 1: its memory does not answer. */
+	assert_int_equal(
+	        farm_fabric_fault_peer(nd[0].fab, 1, FARM_FAULT_FAIL, 1), 0);
+	assert_int_equal(farm_msg_probe(nd[0].msg, ids, 3, 100000000ull, ok),
+	                 2);
+	assert_true(ok[0] && !ok[1] && ok[2]);
+	/* Healed: the probe connects a new endpoint and it answers again. */
+	assert_int_equal(
+	        farm_fabric_fault_peer(nd[0].fab, 1, FARM_FAULT_FAIL, 0), 0);
+	assert_int_equal(farm_msg_probe(nd[0].msg, ids, 3, 100000000ull, ok),
+	                 3);
+	/* Paused: no completion within the timeout. */
+	assert_int_equal(
+	        farm_fabric_fault_peer(nd[0].fab, 2, FARM_FAULT_PAUSE, 1), 0);
+	assert_int_equal(farm_msg_probe(nd[0].msg, ids, 3, 20000000ull, ok), 2);
+	assert_true(ok[0] && ok[1] && !ok[2]);
+	assert_int_equal(
+	        farm_fabric_fault_peer(nd[0].fab, 2, FARM_FAULT_PAUSE, 0), 0);
+	assert_int_equal(farm_msg_probe(nd[0].msg, ids, 3, 100000000ull, ok),
+	                 3);
+	/* Bad arguments. */
+	uint32_t far = 4096;
+	assert_int_equal(farm_msg_probe(NULL, ids, 1, 1000, ok), -EINVAL);
+	assert_int_equal(farm_msg_probe(nd[0].msg, NULL, 1, 1000, ok), -EINVAL);
+	assert_int_equal(farm_msg_probe(nd[0].msg, ids, 1, 1000, NULL),
+	                 -EINVAL);
+	assert_int_equal(farm_msg_probe(nd[0].msg, &far, 1, 1000, ok), -EINVAL);
+	assert_int_equal(farm_msg_probe(nd[0].msg, ids, 0, 1000, ok), 0);
+	nodes_close(nd, 3);
+}
+
 /* Exactly once, in order, through many wrap-arounds of a small ring. */
 static void test_stream_wraps(void **state)
 {
@@ -806,6 +852,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test(test_bad_args),
+	        cmocka_unit_test(test_probe),
 	        cmocka_unit_test(test_stream_wraps),
 	        cmocka_unit_test(test_backpressure),
 	        cmocka_unit_test(test_rpc),

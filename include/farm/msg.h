@@ -118,6 +118,20 @@ FARM_API FARM_MUST_CHECK int farm_msg_set_config(farm_msg *msg, uint32_t cfg);
 FARM_API FARM_MUST_CHECK int
 farm_msg_peer_min_config(farm_msg *msg, uint32_t id, uint32_t cfg);
 
+/*
+ * farm_msg_probe() - FaRM's reconfiguration probe: a one-sided READ of the
+ * message-region header of each machine @ids[0..n) (added with
+ * farm_msg_add_peer), on endpoints and a completion queue of the probe's
+ * own, so it never waits behind messages and needs no loop. @ok[i] is
+ * true when machine @ids[i]'s memory answered within @timeout_ns with its
+ * own header (this machine always answers). The calling thread parks
+ * while it waits. One probe runs at a time; any thread. Returns how many
+ * answered, -EINVAL (a bad argument or id) or -ENOMEM.
+ */
+FARM_API FARM_MUST_CHECK int farm_msg_probe(farm_msg *msg, const uint32_t *ids,
+                                            unsigned n, uint64_t timeout_ns,
+                                            bool *ok);
+
 /* ---- handlers ------------------------------------------------------------ */
 
 /* A received message, valid during the handler. */

@@ -76,6 +76,7 @@ int farm_msg_create(farm_fabric *fab, const farm_msg_attr *attr, farm_msg **out)
 	layout_init(&msg->lay, a.nthreads, a.max_machines, a.ring_size);
 	msg->max_frame = a.ring_size / 8;
 	pthread_mutex_init(&msg->lock, NULL);
+	pthread_mutex_init(&msg->probe_mu, NULL);
 	int rc = -ENOMEM;
 	msg->handlers = calloc(FARM_MSG_TYPES, sizeof(*msg->handlers));
 	msg->peers = calloc(a.max_machines, sizeof(*msg->peers));
@@ -113,6 +114,7 @@ fail:
 	free(msg->inboxes);
 	free(msg->loops);
 	free((void *)msg->min_cfg);
+	pthread_mutex_destroy(&msg->probe_mu);
 	pthread_mutex_destroy(&msg->lock);
 	free(msg);
 	return rc;
@@ -140,6 +142,7 @@ int farm_msg_destroy(farm_msg *msg)
 			free(it);
 		}
 	}
+	msg_probe_free(msg);
 	farm_mr_dereg(msg->mr);
 	farm_mem_free(msg->mem);
 	free(msg->handlers);
@@ -147,6 +150,7 @@ int farm_msg_destroy(farm_msg *msg)
 	free(msg->inboxes);
 	free(msg->loops);
 	free((void *)msg->min_cfg);
+	pthread_mutex_destroy(&msg->probe_mu);
 	pthread_mutex_destroy(&msg->lock);
 	free(msg);
 	return 0;

@@ -161,6 +161,9 @@ struct farm_msg {
 	_Atomic uint32_t *min_cfg; /* max_machines */
 	struct inbox *inboxes;     /* nthreads */
 	struct farm_loop **loops;  /* nthreads, under lock */
+	/* The reconfiguration probe (msg_probe.c), made on first use. */
+	pthread_mutex_t probe_mu;
+	struct msg_probe *probe; /* under probe_mu */
 };
 
 /* ---- per-loop state -------------------------------------------------------
@@ -285,6 +288,8 @@ static inline bool on_owner(const farm_loop *loop)
 void msg_refresh_peers(farm_loop *loop);
 int msg_peer_ep(farm_loop *loop, uint32_t m, struct out_peer **out);
 void msg_chan_free(struct out_chan *c);
+/* msg_probe.c: free the probe's endpoints and queue (at destroy). */
+void msg_probe_free(farm_msg *msg);
 struct inbox_item *msg_item_new(uint32_t len);
 void msg_inbox_push(farm_msg *msg, unsigned r, struct inbox_item *it);
 int msg_send_wire(farm_loop *loop, uint32_t machine, unsigned thread,

@@ -614,7 +614,8 @@ int farm_node_open(const struct farm_config *cfg, farm_node **out)
 		                cfg->lease_bind[0] ? cfg->lease_bind : NULL,
 		        .on_event = on_recovery,
 		        .ctx = n,
-		        .serve_word = farm_txm_serve_word(n->txm)};
+		        .serve_word = farm_txm_serve_word(n->txm),
+		        .msg = n->msg};
 		if ((rc = farm_recovery_open(&ra, &n->rec))) {
 			farm_err("node %" PRIu32 ": leases: %s",
 			         cfg->machine_id, farm_strerror(rc));

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "util/common.h"
+#include "util/fault.h"
 #include "util/log.h"
 
 struct farm_recovery {
@@ -102,40 +103,66 @@ static void on_lost(void *ctx, uint64_t config_id)
 static void handle(farm_recovery *r, const uint32_t *sus, unsigned nsus)
 {
 	pthread_mutex_lock(&r->mu);
+	/* peers: the suspects, asked on the lease channel; others: the rest,
+	 * READ (without a messaging, on the lease channel too). */
 	struct farm_lease_peer peers[FARM_VIEW_MAX];
-	uint32_t gone[FARM_VIEW_MAX];
-	unsigned n = r->npeers, np = 0, ngone = 0;
-	/* A machine the fabric saw die cannot answer: no need to wait two
-	 * lease lengths for it. */
-	for (unsigned i = 0; i < n; i++)
-		if (in_list(r->dead, r->ndead, r->peers[i].id))
-			gone[ngone++] = r->peers[i].id;
+	uint32_t gone[FARM_VIEW_MAX], others[FARM_VIEW_MAX];
+	unsigned n = r->npeers, np = 0, ngone = 0, nothers = 0;
+	bool by_read = r->a.msg && !FARM_FAULT_SWITCH(FARM_FP_REC_LEASE_PROBE);
+	for (unsigned i = 0; i < n; i++) {
+		uint32_t id = r->peers[i].id;
+		/* A machine the fabric saw die cannot answer: no need to
+		 * wait two lease lengths for it. */
+		if (in_list(r->dead, r->ndead, id))
+			gone[ngone++] = id;
+		else if (by_read && !in_list(sus, nsus, id))
+			others[nothers++] = id;
 		else
 			peers[np++] = r->peers[i];
+	}
 	uint64_t cfg = r->view.config_id;
 	struct farm_membership *mem = r->mem;
 	r->st.probes++;
 	pthread_mutex_unlock(&r->mu);
 
-	/* Everyone is asked, the suspects too: a suspect that answers is
-	 * alive and its lease thread runs, so the lapse was ours (we were
-	 * paused, say) and the suspicion is withdrawn. */
-	bool ok[FARM_VIEW_MAX];
+	/* The others first: FaRM's CM READs every member but the suspect
+	 * (SOSP'15 5.2), which proves its memory is reachable on the fabric
+	 * the transactions use, where a lease only proves its lease thread
+	 * runs. The suspects are asked on the lease channel: one that
+	 * answers is alive and its lease thread runs, so the lapse was ours
+	 * (we were paused, say) and the suspicion is withdrawn; a READ would
+	 * not tell, for a stopped machine's memory still answers. */
+	bool ok[FARM_VIEW_MAX], rok[FARM_VIEW_MAX];
 	uint64_t lease_ns = (uint64_t)(r->a.lease_us ? r->a.lease_us
 	                                             : FARM_LEASE_DEFAULT_US) *
 	                    1000ull;
-	int got = np ? farm_lease_probe(r->lease, peers, np, 2 * lease_ns, ok)
-	             : 0;
+	int rgot = nothers ? farm_msg_probe(r->a.msg, others, nothers,
+	                                    2 * lease_ns, rok)
+	                   : 0;
+	int got = rgot < 0 || !np ? 0
+	                          : farm_lease_probe(r->lease, peers, np,
+	                                             2 * lease_ns, ok);
+	if (rgot < 0)
+		got = rgot;
+	else if (got >= 0)
+		got += rgot;
 	uint32_t out[FARM_VIEW_MAX];
 	unsigned nout = 0;
 	for (unsigned i = 0; got >= 0 && i < ngone; i++)
 		out[nout++] = gone[i];
+	for (unsigned i = 0; got >= 0 && i < nothers; i++)
+		if (!rok[i])
+			out[nout++] = others[i];
 	for (unsigned i = 0; got >= 0 && i < np; i++)
 		if (!ok[i])
 			out[nout++] = peers[i].id;
 	bool majority = got >= 0 && (unsigned)got * 2 > n;
 	pthread_mutex_lock(&r->mu);
 	r->st.t_probed_ns = farm_now_ns();
+	if (rgot >= 0) {
+		r->st.read_probes += nothers;
+		r->st.read_silent += nothers - (unsigned)rgot;
+	}
 	if (!majority) {
 		r->st.no_majority++;
 		step(r, FARM_RSTEP_NO_MAJORITY, sus[0],

@@ -4,10 +4,11 @@
  *
  * A machine runs one of these next to its membership. It holds the
  * leases (lease.h) of the current configuration. When a lease lapses or
- * the fabric reports a peer dead, its recovery thread probes every
- * member of the configuration, the suspect too (a datagram each on the
- * lease channel, answered by the lease thread, bounded by two lease
- * lengths). When a majority of the configuration (itself included)
+ * the fabric reports a peer dead, its recovery thread probes every other
+ * member of the configuration with a one-sided READ (farm_msg_probe, as
+ * FaRM's CM does), and the suspects on the lease channel (a datagram
+ * each, answered by their lease threads); both are bounded by two lease
+ * lengths. When a majority of the configuration (itself included)
  * answered, it asks the membership to leave out every member that did not
  * answer (farm_membership_suspect); a suspect that answered is alive, so
  * the suspicion is withdrawn (the lapse was on this side: it was paused).
@@ -29,6 +30,7 @@
 #include <stdint.h>
 
 #include <farm/error.h>
+#include <farm/msg.h>
 
 #include "addrspace/membership.h"
 #include "recovery/lease.h"
@@ -52,6 +54,9 @@ struct farm_recovery_attr {
 	farm_recovery_event_fn on_event; /* may be NULL */
 	void *ctx;
 	_Atomic uint64_t *serve_word; /* farm_lease_attr.serve_word */
+	/* The messaging whose farm_msg_probe READs the members that are not
+	 * suspected. NULL: they are probed on the lease channel too. */
+	farm_msg *msg;
 };
 
 /* What recovery did, in order (the timeline of FaRM's Figure 9 for a
@@ -81,6 +86,9 @@ struct farm_recovery_stats {
 	uint64_t requests;     /* farm_membership_suspect calls */
 	uint64_t no_majority;  /* probes that found no majority */
 	uint64_t withdrawn;    /* suspects that answered the probe */
+	uint64_t read_probes;  /* members probed by a one-sided READ (itself
+	                          included, answered at once) */
+	uint64_t read_silent;  /* ... of which did not answer */
 	uint64_t removed;      /* times this machine found itself removed */
 	uint64_t t_suspect_ns; /* last suspicion */
 	uint64_t t_probed_ns;  /* its probe's end */

@@ -75,6 +75,11 @@ enum farm_fault_point {
 	 * COMMIT-BACKUPs were sent in (tests/test_campaign.c
 	 * --broken-prev-ring with the seed that lost commits). */
 	FARM_FP_REC_PREV_RING,
+	/* recovery/recovery.c, a switch: while hooked, the members that are
+	 * not suspected are probed on the lease channel, not by a one-sided
+	 * READ (tests/test_rec_probe.c --broken: a member whose memory the
+	 * prober cannot reach must be found kept). */
+	FARM_FP_REC_LEASE_PROBE,
 	FARM_FP_COUNT
 };
 
