@@ -395,7 +395,11 @@ static void apply_view(void *ctx, const struct farm_view *v)
 	 * configuration lists (addrspace/ring.h). */
 	struct farm_ring_machine placed[2 * FARM_VIEW_MAX];
 	unsigned np = farm_view_placement(v, ids, k, placed);
-	int rc = farm_as_set_view_placed(n->as, v->config_id, placed, np);
+	/* A view without this machine (one formed before it joined) has no
+	 * ring for it to take: its peers are known, nothing else moves. */
+	int rc = member ? farm_as_set_view_placed(n->as, v->config_id, placed,
+	                                          np)
+	                : 0;
 	if (rc && rc != -ESTALE)
 		farm_warn("node: view %" PRIu64 " not applied: %s",
 		          v->config_id, farm_strerror(rc));
