@@ -220,6 +220,18 @@ static void test_view_text(void **state)
 	assert_false(farm_view_removed(&v[1], 7));
 	v[1].removed[1].incarnation = 5;
 	assert_false(farm_view_equal(&v[0], &v[1]));
+	/* The restart mark: last, and part of equality. */
+	v[0].restart = 41;
+	n = farm_view_format(&v[0], buf, sizeof(buf));
+	assert_true(n > 0 && strstr(buf, "\nrestart 41\n") &&
+	            buf[n - 1] == '\n' &&
+	            !strcmp(buf + n - strlen("restart 41\n"), "restart 41\n"));
+	assert_int_equal(farm_view_parse(buf, (size_t)n, &v[1]), 0);
+	assert_int_equal(v[1].restart, 41);
+	assert_true(farm_view_equal(&v[0], &v[1]));
+	v[1].restart = 0;
+	assert_false(farm_view_equal(&v[0], &v[1]));
+	v[0].restart = 0;
 
 	const char *bad[] = {
 	        "",
@@ -247,6 +259,11 @@ static void test_view_text(void **state)
 	        "libfarm-config 1\nconfig_id 1\nmember 1 x\nmember 1 y\n",
 	        "libfarm-config 1\nconfig_id 1\nmemberx 1 y\n",
 	        "libfarm-config 1\nconfig_id 1\nmember 1 a\tb\n",
+	        /* restart: zero, twice, junk, before a member */
+	        "libfarm-config 1\nconfig_id 1\nrestart 0\n",
+	        "libfarm-config 1\nconfig_id 1\nrestart 2\nrestart 2\n",
+	        "libfarm-config 1\nconfig_id 1\nrestart 2x\n",
+	        "libfarm-config 1\nconfig_id 1\nrestart 2\nmember 1 x\n",
 	};
 	for (size_t i = 0; i < FARM_ARRAY_SIZE(bad); i++)
 		assert_int_equal(farm_view_parse(bad[i], strlen(bad[i]), &v[1]),

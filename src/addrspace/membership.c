@@ -52,6 +52,7 @@ bool farm_view_equal(const struct farm_view *a, const struct farm_view *b)
 	    a->nremoved != b->nremoved || a->ndeparted != b->ndeparted ||
 	    a->formed != b->formed || a->nlate != b->nlate ||
 	    a->ngone != b->ngone || a->nlost != b->nlost ||
+	    a->restart != b->restart ||
 	    (a->nlost <= FARM_VIEW_MAX &&
 	     memcmp(a->lost, b->lost, a->nlost * sizeof(a->lost[0]))) ||
 	    (a->nlate <= FARM_VIEW_MAX &&
@@ -252,6 +253,13 @@ int farm_view_format(const struct farm_view *v, char *buf, size_t len)
 	    format_ids(buf, len, &off, "gone", v->gone, v->ngone) ||
 	    format_ids(buf, len, &off, "lost", v->lost, v->nlost))
 		return -ENOBUFS;
+	if (v->restart) {
+		n = snprintf(buf + off, len - off, "restart %" PRIu64 "\n",
+		             v->restart);
+		if (n < 0 || (size_t)n >= len - off)
+			return -ENOBUFS;
+		off += (size_t)n;
+	}
 	return (int)off;
 }
 
@@ -335,6 +343,12 @@ int farm_view_parse(const char *buf, size_t len, struct farm_view *v)
 		} else if (n >= 5 && !memcmp(p, "lost ", 5)) {
 			if (parse_id_line(p, nl, v->lost, &v->nlost))
 				return FARM_ECORRUPT;
+		} else if (n >= 8 && !memcmp(p, "restart ", 8)) {
+			if (v->restart ||
+			    parse_dec(p + 8, nl, UINT64_MAX, &x, &e) ||
+			    e != nl || x == 0)
+				return FARM_ECORRUPT;
+			v->restart = x;
 		} else if (n >= 8 && !memcmp(p, "removed ", 8)) {
 			uint64_t inc;
 			if (v->nremoved == FARM_VIEW_MAX ||
@@ -378,8 +392,8 @@ int farm_view_parse(const char *buf, size_t len, struct farm_view *v)
 			}
 		} else {
 			if (v->nremoved || have_domain || v->formed ||
-			    v->nlate || v->ngone || v->nlost || n < 7 ||
-			    memcmp(p, "member ", 7) ||
+			    v->nlate || v->ngone || v->nlost || v->restart ||
+			    n < 7 || memcmp(p, "member ", 7) ||
 			    parse_dec(p + 7, nl, UINT32_MAX, &x, &e) ||
 			    e == nl || *e != ' ')
 				return FARM_ECORRUPT;
@@ -532,6 +546,7 @@ int farm_membership_open(const struct farm_membership_attr *a,
 		strcpy(m->domain, a->domain); /* checked above */
 	m->expect = a->expect;
 	m->fresh = a->fresh;
+	m->restart = a->restart;
 	m->on_view = a->on_view;
 	m->on_state = a->on_state;
 	m->ctx = a->ctx;
@@ -611,6 +626,18 @@ int farm_membership_forsake(struct farm_membership *m, const uint32_t *ids,
                             unsigned n)
 {
 	return zk_ids(m, ids, n, farm_zk_forsake);
+}
+
+void farm_membership_restarted(struct farm_membership *m)
+{
+	if (!m)
+		return;
+	pthread_mutex_lock(&m->lock);
+	bool was = m->restart != 0, closed = m->closed;
+	m->restart = 0;
+	pthread_mutex_unlock(&m->lock);
+	if (was && !closed && m->zk)
+		farm_zk_kick(m);
 }
 
 int farm_membership_view(struct farm_membership *m, struct farm_view *out)

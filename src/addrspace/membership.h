@@ -134,6 +134,12 @@ struct farm_view {
 	 * that id, with memory or without. Sticky. */
 	unsigned nlost;
 	uint32_t lost[FARM_VIEW_MAX];
+	/* Written during a whole-cluster restart: the configuration the
+	 * restarting manager's directory last had (its manifest); 0 while
+	 * the cluster lives. A machine that comes back with memory under
+	 * an id that left (gone) is admitted only while it is set: when the
+	 * others lived on without it, its memory is stale. */
+	uint64_t restart;
 };
 
 enum farm_membership_state {
@@ -193,6 +199,9 @@ struct farm_membership_attr {
 	 * with empty memory (a new data directory). */
 	unsigned expect;
 	bool fresh;
+	/* A machine restarting on its directory: the configuration its
+	 * manifest names (farm_view.restart); 0: not restarting. */
+	uint64_t restart;
 	farm_view_fn on_view;   /* may be NULL */
 	farm_state_fn on_state; /* may be NULL */
 	void *ctx;
@@ -238,6 +247,13 @@ void farm_membership_close(struct farm_membership *m);
  */
 int farm_membership_suspect(struct farm_membership *m, const uint32_t *ids,
                             unsigned n);
+/*
+ * farm_membership_restarted() - this machine's whole-cluster restart ran
+ * (or it gave it up): from now on, as manager, it writes configurations
+ * without the restart mark (farm_view.restart), so machines that come
+ * back with memory under ids that left are refused. NULL is fine.
+ */
+void farm_membership_restarted(struct farm_membership *m);
 /*
  * farm_membership_forsake() - give up machines @ids, which were members
  * of the configuration before a whole-cluster restart and have not come

@@ -23,6 +23,9 @@ struct farm_membership {
 	unsigned expect; /* ZooKeeper: machines the cluster forms with */
 	bool fresh;      /* this machine started with empty memory */
 	bool stale;      /* a later session: its memory may be out of date */
+	/* farm_membership_attr.restart until farm_membership_restarted();
+	 * under lock. */
+	uint64_t restart;
 	farm_view_fn on_view;
 	farm_state_fn on_state;
 	void *ctx;
@@ -38,6 +41,8 @@ void farm_zk_close(struct farm_membership *m);
 int farm_zk_suspect(struct farm_membership *m, const uint32_t *ids, unsigned n);
 /* List @ids as lost from the next configuration (farm_membership_forsake). */
 int farm_zk_forsake(struct farm_membership *m, const uint32_t *ids, unsigned n);
+/* Sync again (farm_membership_restarted: the restart mark changed). */
+void farm_zk_kick(struct farm_membership *m);
 /* Is @s a well-formed connect string: host:port[,host:port...][/chroot]? */
 bool farm_zk_connect_valid(const char *s);
 /* Is @s a usable root path: /a/b, no trailing slash, no empty, "." or ".."

@@ -33,6 +33,7 @@
 #include <time.h>
 
 #include "util/common.h"
+#include "util/fault.h"
 #include "util/log.h"
 
 /* Plain-text checks, needed with or without the client library. */
@@ -139,6 +140,11 @@ int farm_zk_forsake(struct farm_membership *m, const uint32_t *ids, unsigned n)
 	return -ENOTSUP;
 }
 
+void farm_zk_kick(struct farm_membership *m)
+{
+	(void)m;
+}
+
 void farm_zk_close(struct farm_membership *m)
 {
 	(void)m;
@@ -187,6 +193,7 @@ struct farm_zk {
 	/* Worker only: */
 	bool layout_done;
 	bool held_logged;
+	bool lone_logged;      /* zk_sync: restarting alone, not managing */
 	int64_t refused_czxid; /* the last registration left out, logged */
 	enum farm_membership_state told; /* last state passed to on_state */
 	unsigned session_ms, connect_ms;
@@ -750,11 +757,30 @@ static void zk_late(struct farm_membership *m)
 	}
 }
 
+/* The restart mark this machine writes as manager (farm_view.restart): its
+ * manifest's configuration while it restarts on its directory, 0 once the
+ * restart ran or when it never restarted. UINT64_MAX: it restarts, but the
+ * configuration in force neither names it nor is a restart's, so the
+ * others lived on without it and its memory is stale: it must not manage
+ * (it would admit itself); node.c refuses it. */
+static uint64_t zk_restart_mark(struct farm_membership *m)
+{
+	struct farm_zk *z = m->zk;
+	pthread_mutex_lock(&m->lock);
+	uint64_t r = m->restart;
+	pthread_mutex_unlock(&m->lock);
+	if (!r || farm_view_find(&z->cur, m->self) || z->cur.restart ||
+	    !z->cur.formed)
+		return r;
+	return UINT64_MAX;
+}
+
 static int zk_build(struct farm_membership *m, const uint32_t *ids, unsigned n)
 {
 	struct farm_zk *z = m->zk;
 	z->next.n = 0;
 	z->next.nremoved = 0;
+	z->next.restart = zk_restart_mark(m);
 	/* Every member's registration, read together (above). */
 	struct zk_read *rd = calloc(n ? n : 1, sizeof(*rd));
 	char *cards = malloc((size_t)(n ? n : 1) * ZK_CARD_MAX);
@@ -817,10 +843,15 @@ static int zk_build_from(struct farm_membership *m, const uint32_t *ids,
 		}
 		/* Not admitted: an id a restart gave up (any memory), or
 		 * one that left the formed cluster (with empty or stale
-		 * memory). Logged once per registration. */
+		 * memory, or with its directory's memory while the cluster
+		 * is not restarting: the others lived on without it, so
+		 * its copies are out of date). Logged once per
+		 * registration. */
 		bool lost = is_lost(m, ids[i]);
+		bool alone = !mb->fresh && !mb->stale && !z->next.restart &&
+		             !FARM_FAULT_SWITCH(FARM_FP_ZK_ADMIT_ALONE);
 		if (lost ||
-		    ((mb->fresh || mb->stale) &&
+		    ((mb->fresh || mb->stale || alone) &&
 		     farm_ids_have(z->cur.gone, z->cur.ngone, ids[i]))) {
 			if (z->refused_czxid != st.czxid)
 				farm_err("membership: machine %" PRIu32
@@ -829,11 +860,13 @@ static int zk_build_from(struct farm_membership *m, const uint32_t *ids,
 				         "under a new machine_id with an empty "
 				         "directory)",
 				         ids[i],
-				         lost ? ""
-				         : mb->fresh
-				                 ? " with empty memory"
-				                 : " again after its session "
-				                   "expired",
+				         lost        ? ""
+				         : mb->fresh ? " with empty memory"
+				         : mb->stale
+				                 ? " again after its session "
+				                   "expired"
+				                 : " with its old memory, "
+				                   "alone,",
 				         lost ? "the cluster gave up at a "
 				                "restart "
 				                "(its data was recovered from "
@@ -856,7 +889,7 @@ static bool same_members(const struct farm_view *a, const struct farm_view *b)
 	    (a->has_cm && a->cm != b->cm) || a->nremoved != b->nremoved ||
 	    a->ndeparted != b->ndeparted || a->formed != b->formed ||
 	    a->nlate != b->nlate || a->ngone != b->ngone ||
-	    a->nlost != b->nlost ||
+	    a->nlost != b->nlost || a->restart != b->restart ||
 	    memcmp(a->lost, b->lost, a->nlost * sizeof(a->lost[0])) ||
 	    memcmp(a->late, b->late, a->nlate * sizeof(a->late[0])) ||
 	    memcmp(a->gone, b->gone, a->ngone * sizeof(a->gone[0])))
@@ -956,7 +989,19 @@ static int zk_sync(struct farm_membership *m)
 	/* The manager is the lowest live id that is neither removed nor
 	 * suspected: the CM while it lives, then its successors in id
 	 * order. */
-	if (reg == 0 && nids && ids[0] <= m->self) {
+	if (reg == 0 && nids && ids[0] <= m->self &&
+	    zk_restart_mark(m) == UINT64_MAX) {
+		/* Restarting alone into a cluster that lived on: not a
+		 * manager (node.c refuses this machine and closes, which
+		 * hands management back to the next id). */
+		if (!z->lone_logged)
+			farm_warn("membership: machine %" PRIu32
+			          " restarts on its directory, but "
+			          "configuration %" PRIu64
+			          " does not name it: it does not manage",
+			          m->self, z->cur.config_id);
+		z->lone_logged = true;
+	} else if (reg == 0 && nids && ids[0] <= m->self) {
 		rc = zk_build(m, ids, nids);
 		if (rc)
 			return rc;
@@ -1183,6 +1228,15 @@ int farm_zk_forsake(struct farm_membership *m, const uint32_t *ids, unsigned n)
 	pthread_cond_signal(&z->wake);
 	pthread_mutex_unlock(&m->lock);
 	return 0;
+}
+
+void farm_zk_kick(struct farm_membership *m)
+{
+	struct farm_zk *z = m->zk;
+	pthread_mutex_lock(&m->lock);
+	z->pending |= PEND_SYNC;
+	pthread_cond_signal(&z->wake);
+	pthread_mutex_unlock(&m->lock);
 }
 
 void farm_zk_close(struct farm_membership *m)

@@ -60,8 +60,13 @@ struct farm_node {
 	bool forsook;            /* asked to restart without the missing */
 	unsigned restart_lost;   /* under lock: restarted without so many */
 	/* Under lock: */
-	bool removed;    /* this machine was removed from the cluster */
-	bool refused;    /* fresh under the id of a machine that left */
+	bool removed; /* this machine was removed from the cluster */
+	bool refused; /* fresh under the id of a machine that left */
+	/* The membership still writes the restart mark (a restart was
+	 * pending at start and has not run yet), and the membership once
+	 * farm_membership_open returned; both under lock. */
+	bool restart_marked;
+	struct farm_membership *marked_mem;
 	bool lease_lost; /* its lease at the CM lapsed */
 	/* Machines whose messages are refused (farm_msg_peer_min_config);
 	 * apply_view's thread only. */
@@ -261,11 +266,56 @@ static bool in_ids(const uint32_t *ids, unsigned n, uint32_t id)
 	return false;
 }
 
+/* Once the restart ran: as manager, this machine writes no restart mark
+ * any more (zk.c). Any thread; once. */
+static void restart_unmark(farm_node *n)
+{
+	pthread_mutex_lock(&n->lock);
+	struct farm_membership *m = NULL;
+	if (n->restart_marked && n->marked_mem &&
+	    !farm_restart_pending(n->rs)) {
+		n->restart_marked = false;
+		m = n->marked_mem;
+	}
+	pthread_mutex_unlock(&n->lock);
+	farm_membership_restarted(m);
+}
+
+/* Restarting on its directory while the others lived on without it: a
+ * newer configuration than the manifest's lists it as gone and is not a
+ * restart's (farm_view.restart). Its copies are out of date, and the
+ * manager does not admit it (zk.c): refused, said once. */
+static bool restart_alone(farm_node *n, const struct farm_view *v)
+{
+	uint32_t me = n->cfg.machine_id;
+	if (!farm_restart_pending(n->rs) || !v->formed || v->restart ||
+	    v->config_id <= farm_restart_config(n->rs) ||
+	    farm_view_find(v, me) || !farm_ids_have(v->gone, v->ngone, me) ||
+	    FARM_FAULT_SWITCH(FARM_FP_ZK_ADMIT_ALONE))
+		return false;
+	pthread_mutex_lock(&n->lock);
+	bool tell = !n->refused;
+	n->refused = true;
+	pthread_cond_broadcast(&n->cond);
+	pthread_mutex_unlock(&n->lock);
+	if (tell)
+		farm_err("node %" PRIu32 ": this machine restarted on its "
+		         "data directory, but the cluster lived on without "
+		         "it (configuration %" PRIu64 " lists it as gone): "
+		         "its memory is out of date and it is not taken "
+		         "back; start it under a new machine_id with an "
+		         "empty directory",
+		         me, v->config_id);
+	return true;
+}
+
 static void apply_view(void *ctx, const struct farm_view *v)
 {
 	farm_node *n = ctx;
 	uint32_t ids[FARM_VIEW_MAX], gone[FARM_VIEW_MAX];
 	unsigned k = 0;
+	if (restart_alone(n, v))
+		return;
 	if (n->restart_failed || farm_restart_view(n->rs, v))
 		return; /* the previous incarnation's view (restart.c) */
 	bool member = farm_view_find(v, n->cfg.machine_id) != NULL;
@@ -429,6 +479,8 @@ static void apply_view(void *ctx, const struct farm_view *v)
 	}
 	if (!rc)
 		farm_restart_applied(n->rs, v);
+	if (!rc)
+		restart_unmark(n);
 	/* After the leases took the configuration (no lease is granted
 	 * outside it any more). */
 	if (!rc && (ngone || nlate)) {
@@ -756,13 +808,22 @@ int farm_node_start(farm_node *n, int timeout_ms)
 	        .peer_domains = n->cfg.peer_domains,
 	        .expect = n->cfg.expect_machines,
 	        .fresh = !farm_restart_pending(n->rs),
+	        .restart = farm_restart_config(n->rs),
 	        .on_view = apply_view,
 	        .on_state = on_state,
 	        .ctx = n,
 	};
+	pthread_mutex_lock(&n->lock);
+	n->restart_marked = farm_restart_pending(n->rs);
+	pthread_mutex_unlock(&n->lock);
 	rc = farm_membership_open(&ma, &n->mem);
-	if (!rc)
+	if (!rc) {
 		farm_recovery_set_membership(n->rec, n->mem);
+		pthread_mutex_lock(&n->lock);
+		n->marked_mem = n->mem;
+		pthread_mutex_unlock(&n->lock);
+		restart_unmark(n); /* it may have run during the open */
+	}
 	if (rc)
 		farm_err("node %" PRIu32 ": cannot join: %s", n->cfg.machine_id,
 		         farm_strerror(rc));

@@ -752,6 +752,13 @@ bool farm_restart_pending(const struct farm_restart *rs)
 	return rs && rs->pending;
 }
 
+uint64_t farm_restart_config(const struct farm_restart *rs)
+{
+	if (!farm_restart_pending(rs))
+		return 0;
+	return rs->old.config_id ? rs->old.config_id : 1;
+}
+
 /* Is @v the restart's view: the previous members, but those it lists as
  * lost (given up, farm_membership_forsake)? Those into @lost. */
 static bool restart_set(const struct farm_restart *rs,

@@ -60,6 +60,9 @@ void farm_restart_card(const struct farm_restart *rs, char *buf, size_t len);
 /* Where a card's " rlog=" field starts (NULL: none). */
 const char *farm_restart_card_field(const char *card);
 bool farm_restart_pending(const struct farm_restart *rs);
+/* The configuration the manifest names (at least 1 while a restart is
+ * pending: the membership's restart mark); 0 when none is pending. */
+uint64_t farm_restart_config(const struct farm_restart *rs);
 int farm_restart_view(struct farm_restart *rs, const struct farm_view *v);
 int farm_restart_run(struct farm_restart *rs, const struct farm_view *v);
 /* While a restart is pending: the previous members that @v lacks, into

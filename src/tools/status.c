@@ -268,6 +268,10 @@ static void print_members(struct state *s)
 	 * that left the formed cluster, that a restart gave up. */
 	if (v->formed)
 		printf("formed\n");
+	if (v->restart)
+		printf("restarting (a whole-cluster restart of configuration "
+		       "%" PRIu64 ")\n",
+		       v->restart);
 	static const char *const what[] = {
 	        "late (joined with empty memory; a backup where replicas "
 	        "are short)",

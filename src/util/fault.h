@@ -80,6 +80,13 @@ enum farm_fault_point {
 	 * READ (tests/test_rec_probe.c --broken: a member whose memory the
 	 * prober cannot reach must be found kept). */
 	FARM_FP_REC_LEASE_PROBE,
+	/* addrspace/zk.c and node/node.c, a switch: while hooked, the
+	 * manager admits a machine that comes back with its directory's
+	 * memory under an id that left while the cluster lived, and that
+	 * machine does not refuse itself (tests/test_restart_alone.c
+	 * --broken: the survivors' configuration must be seen taking it
+	 * back). */
+	FARM_FP_ZK_ADMIT_ALONE,
 	FARM_FP_COUNT
 };
 
