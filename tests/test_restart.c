@@ -421,9 +421,9 @@ static void test_bank(void **state)
 			       "directory",
 			       i);
 	}
-	printf("restart: kill to every machine serving %.0f ms (ZooKeeper "
-	       "sessions of %d ms expire first); %u transactions open at "
-	       "the kill\n",
+	printf("restart: kill to every machine serving %.0f ms (sessions "
+	       "of %d ms; the dead incarnations' registrations deleted, not "
+	       "waited out); %u transactions open at the kill\n",
 	       (t_up - t_kill) / 1e6, RS_SESSION_MS, (unsigned)cut);
 	if (st)
 		failed(&f, "a machine exited with status %d", st);

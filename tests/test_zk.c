@@ -498,6 +498,79 @@ static void test_zk_formed(void **state)
 	kill_kids();
 }
 
+/* One registration of id 9 (@address, session @session_ms) in this
+ * process; how farm_membership_open ended and the handle. */
+static int reg9(const char *address, const char *endpoint, unsigned session_ms,
+                unsigned connect_ms, struct farm_membership **m)
+{
+	struct farm_membership_attr a = {.self_id = 9,
+	                                 .endpoint = endpoint,
+	                                 .address = address,
+	                                 .zk = zk_connect,
+	                                 .zk_root = zk_root,
+	                                 .session_ms = session_ms,
+	                                 .connect_ms = connect_ms};
+	*m = NULL;
+	return farm_membership_open(&a, m);
+}
+
+/*
+ * A dead incarnation's registration: machine 9 registers from a child
+ * process with a 10 s session and is killed with SIGKILL (its ephemeral
+ * znode outlives it). Another process under id 9 with another address
+ * waits it out (-EADDRINUSE within connect + session time); one with the
+ * same address (the data directory or port it now holds) deletes it at
+ * once and joins (reclaimed 1), long before the session could expire.
+ */
+static void test_zk_reclaim(void **state)
+{
+	(void)state;
+	char root[sizeof(zk_root)];
+	snprintf(root, sizeof(root), "%s", zk_root);
+	snprintf(zk_root, sizeof(zk_root), "%.80s-reclaim", root);
+	int p[2];
+	assert_int_equal(pipe(p), 0);
+	fflush(NULL);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		close(p[0]);
+		struct farm_membership *m;
+		int rc = reg9("/dev/shm/m9", "/dev/shm/m9 msg=1", 10000, 10000,
+		              &m);
+		(void)tu_send(p[1], &rc, sizeof(rc));
+		for (;;)
+			pause();
+	}
+	close(p[1]);
+	int rc = -1;
+	assert_int_equal(tu_recv(p[0], &rc, sizeof(rc)), 0);
+	close(p[0]);
+	assert_int_equal(rc, 0);
+	assert_int_equal(kill(pid, SIGKILL), 0);
+	tu_reap(pid);
+	uint64_t t0 = farm_now_ns();
+	struct farm_membership *m;
+	/* Another address: not ours to delete. */
+	assert_int_equal(
+	        reg9("/dev/shm/m9b", "/dev/shm/m9b msg=2", 1000, 500, &m),
+	        -EADDRINUSE);
+	/* The same address, which this process now holds. */
+	assert_int_equal(
+	        reg9("/dev/shm/m9", "/dev/shm/m9 msg=3", 1000, 5000, &m), 0);
+	double ms = (farm_now_ns() - t0) / 1e6;
+	struct farm_membership_status st;
+	assert_int_equal(farm_membership_status(m, &st), 0);
+	printf("reclaim: the killed incarnation's registration (10 s "
+	       "session) deleted and id 9 registered %.0f ms after the kill; "
+	       "reclaimed %" PRIu64 "\n",
+	       ms, st.reclaimed);
+	assert_int_equal(st.reclaimed, 1);
+	assert_true(st.registered);
+	farm_membership_close(m);
+	snprintf(zk_root, sizeof(zk_root), "%s", root);
+}
+
 int main(void)
 {
 #ifndef FARM_HAVE_ZK
@@ -515,6 +588,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test_teardown(test_zk_cluster, teardown),
 	        cmocka_unit_test_teardown(test_zk_formed, teardown),
+	        cmocka_unit_test_teardown(test_zk_reclaim, teardown),
 	};
 	int rc = cmocka_run_group_tests_name("zk", tests, NULL, NULL);
 	kill_kids();

@@ -547,6 +547,8 @@ int farm_membership_open(const struct farm_membership_attr *a,
 	m->expect = a->expect;
 	m->fresh = a->fresh;
 	m->restart = a->restart;
+	if (a->address && strlen(a->address) < sizeof(m->address))
+		strcpy(m->address, a->address);
 	m->on_view = a->on_view;
 	m->on_state = a->on_state;
 	m->ctx = a->ctx;

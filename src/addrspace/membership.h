@@ -160,6 +160,8 @@ struct farm_membership_status {
 	uint64_t conn_lost;     /* CONNECTED -> CONNECTING transitions */
 	uint64_t expired;       /* session expiries */
 	uint64_t rejoins;       /* new sessions after an expiry */
+	uint64_t reclaimed;     /* dead incarnations' registrations deleted
+	                           (farm_membership_attr.address) */
 	uint64_t config_writes; /* configurations this machine wrote */
 	uint64_t suspects;      /* machines farm_membership_suspect named */
 	uint64_t cas_conflicts; /* its writes that lost the compare-and-set */
@@ -202,6 +204,13 @@ struct farm_membership_attr {
 	/* A machine restarting on its directory: the configuration its
 	 * manifest names (farm_view.restart); 0: not restarting. */
 	uint64_t restart;
+	/* ZooKeeper: the fabric address @endpoint starts with, held by this
+	 * process alone while it lives (a data directory it has locked, a
+	 * port it listens on). A registration of this id by another session
+	 * whose endpoint starts with the same address is a dead previous
+	 * incarnation's (its session outlived it): it is deleted at once
+	 * instead of waited out. NULL or "": waited out. */
+	const char *address;
 	farm_view_fn on_view;   /* may be NULL */
 	farm_state_fn on_state; /* may be NULL */
 	void *ctx;

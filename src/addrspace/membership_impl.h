@@ -26,6 +26,7 @@ struct farm_membership {
 	/* farm_membership_attr.restart until farm_membership_restarted();
 	 * under lock. */
 	uint64_t restart;
+	char address[FARM_ENDPOINT_MAX]; /* farm_membership_attr.address */
 	farm_view_fn on_view;
 	farm_state_fn on_state;
 	void *ctx;

@@ -513,6 +513,47 @@ static void read_stat_done(int rc, const struct Stat *stat, const void *data)
 	batch_done(r->b);
 }
 
+/* Our id's registration by another session (@st): when its endpoint
+ * starts with our own address, which this process holds alone while it
+ * lives, that session's process is a dead previous incarnation of this
+ * machine whose session outlived it: delete the registration (0), as a
+ * whole-cluster restart would otherwise wait for every session to expire.
+ * 1: someone else's (wait for it); a negative code. */
+static int zk_reclaim(struct farm_membership *m, const struct Stat *st)
+{
+	struct farm_zk *z = m->zk;
+	size_t alen = strlen(m->address);
+	if (!alen)
+		return 1;
+	char card[ZK_CARD_MAX];
+	int len = (int)sizeof(card) - 1;
+	struct Stat cur;
+	int zrc = zoo_get(z->zh, z->self_path, 0, card, &len, &cur);
+	if (zrc == ZNONODE)
+		return 0; /* gone meanwhile */
+	if (zrc != ZOK)
+		return zk_err(zrc);
+	if (len < 0)
+		len = 0;
+	card[len] = 0;
+	if (cur.ephemeralOwner != st->ephemeralOwner ||
+	    strncmp(card, m->address, alen) ||
+	    (card[alen] != ' ' && card[alen] != '\n' && card[alen] != 0))
+		return 1;
+	zrc = zoo_delete(z->zh, z->self_path, cur.version);
+	if (zrc != ZOK && zrc != ZNONODE && zrc != ZBADVERSION)
+		return zk_err(zrc);
+	farm_warn("membership: machine %" PRIu32 ": the registration of "
+	          "session 0x%" PRIx64 " names this machine's own address, "
+	          "which this process holds: a dead previous incarnation's, "
+	          "deleted instead of waited out",
+	          m->self, (uint64_t)cur.ephemeralOwner);
+	pthread_mutex_lock(&m->lock);
+	m->st.reclaimed++;
+	pthread_mutex_unlock(&m->lock);
+	return 0;
+}
+
 /* Register this machine, given what zoo_exists on our znode answered
  * (@zrc, @st; the watch was set by that call). Returns 0 when our
  * ephemeral znode exists (*created: this call made it), 1 when another
@@ -530,6 +571,9 @@ static int zk_register(struct farm_membership *m, int zrc,
 			z->held_logged = false;
 			return 0;
 		}
+		int rrc = zk_reclaim(m, &st);
+		if (rrc <= 0)
+			return rrc ? rrc : -EAGAIN; /* deleted: look again */
 		if (!z->held_logged)
 			farm_warn(
 			        "membership: machine id %" PRIu32

@@ -795,8 +795,15 @@ int farm_node_start(farm_node *n, int timeout_ms)
 	if (rc)
 		return rc;
 	n->start_timeout_ms = timeout_ms > 0 ? timeout_ms : 30000;
+	/* The fabric address the card starts with, which this process holds
+	 * alone (shm: its locked data directory; verbs, ofi: the port it
+	 * listens on): a registration naming it is a dead incarnation's. */
+	char addr[FARM_ENDPOINT_MAX];
+	if (farm_fabric_address(n->fab, addr, sizeof(addr)) < 0)
+		addr[0] = 0;
 	struct farm_membership_attr ma = {
 	        .self_id = n->cfg.machine_id,
+	        .address = addr,
 	        .endpoint = n->card,
 	        .domain = n->cfg.domain,
 	        .zk = n->cfg.zk,
