@@ -9,14 +9,13 @@
  * commits --mb MiB of objects (64 KiB each, 8 per transaction) into
  * regions it is primary of, remembers its first and last object with
  * their contents, and waits. All are killed with SIGKILL at once. Once
- * their ZooKeeper sessions have expired (a restarted machine waits for its
- * old session's znode to go: that wait is ZooKeeper's, and is reported
- * apart), all are started again on the same directories, and each
- * commits one transaction. Reported per machine: node open to its first
- * commit, and the restart's parts (copying the region files back,
- * deciding and applying the logs, the barrier); the figure the goal
- * judges is the start of the processes to the last machine's first
- * commit, with the session wait taken out. The remembered objects are
+ * reaped, all are started again on the same directories at once (each
+ * deletes its dead incarnation's registration, whose session still lives,
+ * instead of waiting it out: src/addrspace/README.md), and each commits
+ * one transaction. Reported per machine: node open to its first commit,
+ * and the restart's parts (mapping the region files again, deciding and
+ * applying the logs, the barrier); the figure the goal judges is the
+ * kill to the last machine's first commit. The remembered objects are
  * read back and compared.
  *
  * Usage: restart_bench [--machines N] [--mb MiB] [--replicas R]
@@ -395,10 +394,6 @@ int main(int argc, char **argv)
 		fprintf(stderr, PROG ": filling failed\n");
 		goto done;
 	}
-	/* The old sessions expire first (ZooKeeper's wait, not the
-	 * restart's): a restarted machine waits for its old znode. */
-	struct timespec ts = {.tv_sec = (SESSION_MS * 2) / 1000 + 1};
-	nanosleep(&ts, NULL);
 	uint64_t t_start = now_ns();
 	spawn(true, pid, from);
 	uint64_t t_last = 0;
@@ -415,6 +410,7 @@ int main(int argc, char **argv)
 		close(from[i]);
 	}
 	double total_ms = bad ? -1 : (t_last - t_start) / 1e6;
+	double kill_ms = bad ? -1 : (t_last - t_kill) / 1e6;
 	uint64_t bytes = 0;
 	double adopt_max = 0, replay_max = 0;
 	printf("restart_bench: %u machines, %" PRIu64
@@ -440,21 +436,23 @@ int main(int argc, char **argv)
 	if (bad)
 		fprintf(stderr, PROG ": the restart failed (see above)\n");
 	else
-		printf("  start of every process to the last first commit: "
-		       "%.0f ms (kill to restart: %.0f ms, ZooKeeper sessions "
-		       "of %d ms left to expire first); remembered objects "
-		       "intact\n",
-		       total_ms, (t_start - t_kill) / 1e6, SESSION_MS);
+		printf("  kill to the last first commit: %.0f ms (the kill "
+		       "and reaping %.0f ms, start of every process to the "
+		       "last first commit %.0f ms; sessions of %d ms still "
+		       "live, their registrations deleted); remembered "
+		       "objects intact\n",
+		       kill_ms, (t_start - t_kill) / 1e6, total_ms, SESSION_MS);
 	printf("{\"bench\": \"restart\", \"machines\": %u, \"mb_per_machine\": "
 	       "%" PRIu64 ", \"replicas\": %u, \"region_mb\": %" PRIu64
 	       ", \"bytes_restored\": %" PRIu64
-	       ", \"restart_to_first_commit_ms\": %.1f, \"adopt_ms_max\": "
+	       ", \"start_to_first_commit_ms\": %.1f, "
+	       "\"kill_to_first_commit_ms\": %.1f, \"adopt_ms_max\": "
 	       "%.1f, "
 	       "\"replay_ms_max\": %.1f, \"goals\": {\"restart_under_2s\": "
 	       "{\"value\": %.1f, \"target\": 2000, \"met\": %s}}}\n",
 	       O.machines, O.mb, O.replicas, O.region_mb, bytes, total_ms,
-	       adopt_max, replay_max, total_ms,
-	       !bad && total_ms < 2000 ? "true" : "false");
+	       kill_ms, adopt_max, replay_max, kill_ms,
+	       !bad && kill_ms < 2000 ? "true" : "false");
 done:
 	zkl_run(NULL, script, "stop", g_zk_dir, NULL, 0);
 	bu_rm_tree(AT_FDCWD, g_root, 4);
