@@ -75,6 +75,13 @@ enum farm_fault_point {
 	 * COMMIT-BACKUPs were sent in (tests/test_campaign.c
 	 * --broken-prev-ring with the seed that lost commits). */
 	FARM_FP_REC_PREV_RING,
+	/* node/restart.c, a switch: while hooked, a restart without a lost
+	 * machine reads only the restarting members' coordinator rings of
+	 * the others' previous logs (as before the fix), so each machine
+	 * sees the lost coordinator's records in its own log alone
+	 * (tests/test_restart.c --broken-rings: the lost machine's last
+	 * acknowledged commit must be found missing). */
+	FARM_FP_RESTART_VIEW_RINGS,
 	FARM_FP_COUNT
 };
 
