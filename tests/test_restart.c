@@ -59,7 +59,7 @@
 
 static char zk_dir[256], zk_connect[64], zk_root[96];
 static const char *zk_script = FARM_SOURCE_DIR "/scripts/zk-local";
-static bool broken, broken_check, broken_lost, broken_kv;
+static bool broken, broken_check, broken_lost, broken_kv, broken_rings;
 static struct np_cluster cl;
 
 /* ---- the bank run (child side) ----------------------------------------- */
@@ -80,6 +80,32 @@ static void hold(enum farm_fault_point fp, void *arg)
 		pause();
 }
 
+/* The lost case: machine 2's last commit, a transfer between two of its
+ * own accounts (a single-machine commit: COMMIT-BACKUPs at its regions'
+ * two backups, no COMMIT-PRIMARY), committed and in the history file.
+ * Nothing it coordinates after it carries a low-water mark past it, so
+ * only both backups' COMMIT-BACKUPs prove it at the restart. */
+static int last_commit(struct tx_child *c, struct bank_counts *k,
+                       const farm_fatptr *mine)
+{
+	uint64_t dl = np_now_ns() + 30000000000ull;
+	for (unsigned i = 0; np_now_ns() < dl; i++) {
+		farm_gaddr a = mine[i % RS_ACCOUNTS].addr;
+		farm_gaddr b = mine[(i + 1) % RS_ACCOUNTS].addr;
+		bool declined;
+		int rc = transfer(c, k, a, b, 1, &declined);
+		if (!rc && !declined) {
+			tx_hist_flush(c);
+			return 0;
+		}
+		if (rc && !farm_tx_retryable(rc))
+			return -1;
+		static const volatile int never = 0;
+		(void)farm_loop_wait(c->np.loop, &never, 1000000ull);
+	}
+	return -1;
+}
+
 static int run_role(struct tx_child *c)
 {
 	farm_fatptr mine[RS_ACCOUNTS];
@@ -88,7 +114,7 @@ static int run_role(struct tx_child *c)
 	if (!acc)
 		return 20;
 	struct bank_counts k = {0};
-	bool said = false;
+	bool said = false, quiet = false;
 	for (;;) {
 		if (!said && k.transfers >= RS_PRE) {
 			if (np_say(&c->np, 'P', NULL, 0))
@@ -106,6 +132,24 @@ static int run_role(struct tx_child *c)
 		}
 		if (cmd == 'Q')
 			return 0;
+		/* The lost case: one last commit, then none. */
+		if (cmd == 'L') {
+			if (last_commit(c, &k, mine))
+				return 24;
+			quiet = true;
+			if (np_say(&c->np, 'l', NULL, 0))
+				return 25;
+		}
+		if (cmd == 'S') { /* the lost case: coordinate nothing more */
+			quiet = true;
+			if (np_say(&c->np, 's', NULL, 0))
+				return 26;
+		}
+		if (quiet) { /* serve peers' requests, coordinate nothing */
+			static const volatile int never = 0;
+			(void)farm_loop_wait(c->np.loop, &never, 1000000ull);
+			continue;
+		}
 		if (spare_1 && c->np.me == 0) {
 			farm_fatptr no1[RS_NACC - RS_ACCOUNTS];
 			memcpy(no1, acc, RS_ACCOUNTS * sizeof(*acc));
@@ -236,6 +280,9 @@ static int check_machine(struct np_child *np, void *arg)
 	if (broken_lost &&
 	    farm_fault_set(FARM_FP_RESTART_LOST_STRICT, no_replay, NULL))
 		return 9;
+	if (broken_rings &&
+	    farm_fault_set(FARM_FP_RESTART_VIEW_RINGS, no_replay, NULL))
+		return 9;
 	return tx_child_run(&c, &cfg, RS_JOIN_MS, check_role);
 }
 
@@ -270,6 +317,19 @@ static uint64_t bank_then_kill(struct committed *cm, farm_fatptr *acc,
 	/* Catch one commit between its acknowledgement and its install. */
 	np_send(&cl, 1, 'A');
 	np_expect(&cl, 1, 'H', 60000);
+	/* The lost case: the others stop coordinating (a later transfer
+	 * would write the accounts again, its images hiding a lost write),
+	 * then machine 2 (lost at the restart) commits once more on its own
+	 * accounts and then coordinates nothing. */
+	if (spare) {
+		for (unsigned i = 0; i < NP_NM; i++)
+			if (i != 1 && i != 2) {
+				np_send(&cl, i, 'S');
+				np_expect(&cl, i, 's', 60000);
+			}
+		np_send(&cl, 2, 'L');
+		np_expect(&cl, 2, 'l', 60000);
+	}
 	for (unsigned i = 0; i < NP_NM; i++)
 		if (i != 1) {
 			np_send(&cl, i, 'F');
@@ -777,11 +837,15 @@ static void test_damaged(void **state)
 
 /*
  * lost: the bank run and the kill of test_bank (machine 0 leaves machine
- * 1's accounts alone, so the commit caught on machine 1 is machine 2's),
- * then machine 2's region file is damaged (a bad magic) before every
- * machine starts again. Machine 2 refuses its directory (exit 4, nothing
- * in it changed); the others give
- * it up after restart_wait_ms (RS_WAIT_MS) and restart without it: the
+ * 1's accounts alone, so the commit caught on machine 1 is machine 2's;
+ * after the catch, the others stop coordinating and machine 2 commits
+ * one transfer between two of its own accounts and then coordinates
+ * nothing, so that commit is proven only by its COMMIT-BACKUPs at both
+ * surviving backups, each in another machine's log), then machine 2's
+ * region file is damaged (a bad magic) before every machine starts
+ * again. Machine 2 refuses its directory (exit 4, nothing in it changed);
+ * the others give it up after restart_wait_ms (RS_WAIT_MS) and restart
+ * without it: the
  * configuration lists it lost, its regions' backups are promoted, and its
  * log is gone, so what it coordinated is decided from the others' logs.
  * Then every check of test_bank's first restart (no lock left, the total,
@@ -791,6 +855,11 @@ static void test_damaged(void **state)
  * absent (FARM_FP_RESTART_LOST_STRICT: its coordinator rings are not read
  * from the others' logs and its COMMIT-BACKUPs are still asked for), so
  * the caught commit, which machine 2 coordinated, is not installed.
+ * --broken-rings: each machine reads only the restarting members'
+ * coordinator rings of the others' logs (FARM_FP_RESTART_VIEW_RINGS, the
+ * bug this test was written for), so it sees machine 2's records in its
+ * own log alone: machine 2's last commit, whose COMMIT-BACKUPs are at two
+ * machines, is aborted everywhere and must be found missing.
  */
 static void test_lost(void **state)
 {
@@ -936,6 +1005,15 @@ static void test_lost(void **state)
 		       f.n, f.text);
 		return;
 	}
+	if (broken_rings) {
+		if (!f.n)
+			fail_msg("--broken-rings: the lost coordinator's rings "
+			         "were read from each machine's own log only "
+			         "and every check passed");
+		printf("--broken-rings: %u check(s) failed, as they must:\n%s",
+		       f.n, f.text);
+		return;
+	}
 	if (f.n)
 		fail_msg("%u check(s) failed:\n%s", f.n, f.text);
 }
@@ -963,6 +1041,8 @@ int main(int argc, char **argv)
 			broken = true;
 		} else if (!strcmp(argv[i], "--broken-lost")) {
 			broken_lost = true;
+		} else if (!strcmp(argv[i], "--broken-rings")) {
+			broken_rings = true;
 		} else if (!strcmp(argv[i], "--lost")) {
 			only_lost = true;
 		} else if (!strcmp(argv[i], "--broken-check")) {
@@ -973,13 +1053,14 @@ int main(int argc, char **argv)
 			only_damaged = true;
 		} else {
 			printf("usage: %s [--broken | --broken-lost | "
-			       "--broken-check | --broken-kv | --damaged | "
-			       "--lost]\n",
+			       "--broken-rings | --broken-check | "
+			       "--broken-kv | --damaged | --lost]\n",
 			       argv[0]);
 			return strcmp(argv[i], "--help") ? 2 : 0;
 		}
 	}
-	if ((broken || broken_check || broken_lost || broken_kv) &&
+	if ((broken || broken_check || broken_lost || broken_kv ||
+	     broken_rings) &&
 	    !farm_fault_built()) {
 		printf("skipped: built without fault injection\n");
 		return FARM_TEST_SKIP;
@@ -1003,7 +1084,10 @@ int main(int argc, char **argv)
 	if (broken)
 		return tu_zk_run(zk_script, zk_dir, sizeof(zk_dir), zk_connect,
 		                 sizeof(zk_connect), "restart", bank, 1);
-	if (broken_lost || only_lost)
+	if (broken_rings &&
+	    farm_fault_set(FARM_FP_RESTART_VIEW_RINGS, no_check, NULL))
+		return 1;
+	if (broken_lost || broken_rings || only_lost)
 		return tu_zk_run(zk_script, zk_dir, sizeof(zk_dir), zk_connect,
 		                 sizeof(zk_connect), "restart", bank + 1, 1);
 	return tu_zk_run(zk_script, zk_dir, sizeof(zk_dir), zk_connect,

@@ -954,11 +954,11 @@ static int read_range(farm_cq *cq, struct peer_log *p, uint64_t off,
 }
 
 /* A peer's previous log: the header and superblock first, then only the
- * rings of coordinators in @v (a log file has rings for every possible
- * machine id, nearly all of them empty; the buffer is zeroed, and a zero
- * ring holds no record). A superblock that does not add up is read whole,
- * for farm_txlog_check to name. */
-static int read_log(farm_cq *cq, struct peer_log *p, const struct farm_view *v)
+ * rings of the coordinators @coords (a log file has rings for every
+ * possible machine id, nearly all of them empty; the buffer is zeroed, and
+ * a zero ring holds no record). A superblock that does not add up is read
+ * whole, for farm_txlog_check to name. */
+static int read_log(farm_cq *cq, struct peer_log *p, uint64_t coords)
 {
 	uint64_t head = FARM_MIN(p->d.len, (uint64_t)RLOG_HDR + 4096);
 	int rc = read_range(cq, p, 0, head);
@@ -977,9 +977,8 @@ static int read_log(farm_cq *cq, struct peer_log *p, const struct farm_view *v)
 	    sb.hdr_area + (uint64_t)sb.M * sb.T * sb.R != sb.total)
 		return read_range(cq, p, 0, p->d.len);
 	rc = read_range(cq, p, RLOG_HDR, sb.hdr_area);
-	for (unsigned i = 0; !rc && i < v->n; i++) {
-		uint32_t c = v->members[i].id;
-		if (c >= sb.M)
+	for (uint32_t c = 0; !rc && c < sb.M && c < 64; c++) {
+		if (!((coords >> c) & 1))
 			continue;
 		rc = read_range(cq, p,
 		                RLOG_HDR + sb.hdr_area +
@@ -1139,6 +1138,29 @@ int farm_restart_run(struct farm_restart *rs, const struct farm_view *v)
 	/* 3. Every member's previous log. */
 	if ((rc = farm_cq_create(rs->fab, 64, 0, &cq)))
 		goto out;
+	/* Every previous member coordinated: the lost ones too. Their
+	 * records are in every log that came back, and every machine must
+	 * read the same records to take the same decisions: a lost
+	 * coordinator's COMMIT-BACKUPs at the other backups, and the marks
+	 * its later records carry, are what proves its last commits (reading
+	 * only the view's members' rings, each machine saw a lost
+	 * coordinator's records in its own log alone, and a backup promoted
+	 * for a lost primary aborted a commit another backup had applied). */
+	uint64_t coords = 0;
+	for (unsigned k = 0; k < rs->old.nmembers; k++)
+		if (rs->old.members[k] < 64)
+			coords |= 1ull << rs->old.members[k];
+	uint64_t rcoords = coords;
+	if (FARM_FAULT_SWITCH(FARM_FP_RESTART_VIEW_RINGS)) { /* testing */
+		rcoords = 0;
+		for (unsigned k = 0; k < v->n; k++)
+			if (v->members[k].id < 64)
+				rcoords |= 1ull << v->members[k].id;
+	}
+	for (unsigned k = 0; k < nlost; k++)
+		if (lost[k] < 64 &&
+		    FARM_FAULT_SWITCH(FARM_FP_RESTART_LOST_STRICT))
+			coords &= ~(1ull << lost[k]); /* testing */
 	unsigned nl = 0;
 	for (unsigned i = 0; i < v->n && !rc; i++) {
 		const struct farm_member *m = &v->members[i];
@@ -1178,7 +1200,7 @@ int farm_restart_run(struct farm_restart *rs, const struct farm_view *v)
 				rc = farm_ep_connect(rs->fab, cq, m->id, addr,
 				                     NULL, &p->ep);
 			if (!rc)
-				rc = read_log(cq, p, v);
+				rc = read_log(cq, p, rcoords);
 			if (rc) {
 				snprintf(err, sizeof(err),
 				         "cannot read the previous log of "
@@ -1199,16 +1221,6 @@ int farm_restart_run(struct farm_restart *rs, const struct farm_view *v)
 			}
 			p->buf += RLOG_HDR;
 		}
-		/* Every previous member coordinated: the lost ones too
-		 * (their records are in the others' logs). */
-		uint64_t coords = 0;
-		for (unsigned k = 0; k < rs->old.nmembers; k++)
-			if (rs->old.members[k] < 64)
-				coords |= 1ull << rs->old.members[k];
-		for (unsigned k = 0; k < nlost; k++)
-			if (lost[k] < 64 &&
-			    FARM_FAULT_SWITCH(FARM_FP_RESTART_LOST_STRICT))
-				coords &= ~(1ull << lost[k]); /* testing */
 		logs[nl] = (struct farm_txrestart_log){.base = p->buf,
 		                                       .len = p->len,
 		                                       .what = p->what,

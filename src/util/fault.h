@@ -87,6 +87,13 @@ enum farm_fault_point {
 	 * --broken: the survivors' configuration must be seen taking it
 	 * back). */
 	FARM_FP_ZK_ADMIT_ALONE,
+	/* node/restart.c, a switch: while hooked, a restart without a lost
+	 * machine reads only the restarting members' coordinator rings of
+	 * the others' previous logs (as before the fix), so each machine
+	 * sees the lost coordinator's records in its own log alone
+	 * (tests/test_restart.c --broken-rings: the lost machine's last
+	 * acknowledged commit must be found missing). */
+	FARM_FP_RESTART_VIEW_RINGS,
 	FARM_FP_COUNT
 };
 
