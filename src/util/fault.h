@@ -75,6 +75,17 @@ enum farm_fault_point {
 	 * COMMIT-BACKUPs were sent in (tests/test_campaign.c
 	 * --broken-prev-ring with the seed that lost commits). */
 	FARM_FP_REC_PREV_RING,
+	/* txn/object.h, a switch: while hooked, an install left locked
+	 * (obj_install_locked) keeps the old version in the header until
+	 * its unlock, as before the fix: a free deferred in a promoted
+	 * region and cleared by a whole-cluster restart is then torn
+	 * (tests/test_restart_copy.c --broken). */
+	FARM_FP_TX_INSTALL_OLD_HEADER,
+	/* alloc/galloc.c, a switch: while hooked, a promoted region is
+	 * expected (frees of its objects are deferred) but not adopted, so
+	 * a test can commit a deferred free at will
+	 * (tests/test_restart_copy.c). */
+	FARM_FP_ALLOC_ADOPT_HOLD,
 	FARM_FP_COUNT
 };
 
