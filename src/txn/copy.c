@@ -641,10 +641,11 @@ void farm_txm_datarec_view(farm_txm *m)
 		/* Every backup, not only those new since the last
 		 * configuration: one told by a primary that died since may
 		 * never have opened its copy (a complete one answers at
-		 * once). */
+		 * once). With no previous view too: a machine holds regions
+		 * at its first view only when it restarted on its directory
+		 * (a whole-cluster restart), and a copy the restart cut off
+		 * (never in the manifest) must start again. */
 		for (unsigned k = 1; k < nn; k++) {
-			if (!np)
-				continue;
 			if (dr->nn == dr->capn) {
 				unsigned nc = dr->capn ? 2 * dr->capn : 16;
 				struct dr_note *x =

@@ -86,6 +86,11 @@ enum farm_fault_point {
 	 * a test can commit a deferred free at will
 	 * (tests/test_restart_copy.c). */
 	FARM_FP_ALLOC_ADOPT_HOLD,
+	/* node/node.c, a switch: while hooked, a whole-cluster restart
+	 * that gave no machine up starts no data recovery, as before the
+	 * fix: a copy the restart cut off never starts again
+	 * (tests/test_restart_copy.c --broken-resume). */
+	FARM_FP_NODE_RESTART_NO_COPY,
 	FARM_FP_COUNT
 };
 
