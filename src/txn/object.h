@@ -171,9 +171,9 @@ static inline void obj_install_locked(uint8_t *obj, unsigned lines,
 		atomic_store_explicit(
 		        (_Atomic uint16_t *)(void *)(obj + 64u * l), nv,
 		        memory_order_relaxed);
-	/* Release: pairs with the acquire load of the header by whoever
-	 * unlocks it later, or reads it after a restart (the line versions
-	 * and data before the new version). A reader still sees it locked. */
+	/* Release: pairs with the acquire loads of the header (lock-free
+	 * reads, txn_copy_apply), so whoever sees the new version sees the
+	 * new lines and data too; it still sees the object locked. */
 	if (!FARM_FAULT_SWITCH(FARM_FP_TX_INSTALL_OLD_HEADER))
 		atomic_store_explicit(
 		        hv, (new_version & ~OBJ_LOCK_MASK) | OBJ_LOCK_EXCL,
