@@ -648,9 +648,12 @@ static void cp_dump_held(void)
 		}
 		printf("; copies:");
 		for (unsigned k = 0; k < r->ndr; k++)
-			printf(" %#" PRIx32 "(state %d, %" PRIu64 " bytes)",
+			printf(" %#" PRIx32 "(state %d, %" PRIu64
+			       " bytes, %" PRIu64 " reads, %" PRIu64
+			       " again, last error %d)",
 			       r->dr[k].region, (int)r->dr[k].state,
-			       r->dr[k].bytes);
+			       r->dr[k].bytes, r->dr[k].reads, r->dr[k].retries,
+			       r->dr[k].last_err);
 		printf("\n");
 		free(r);
 	}

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "util/common.h"
+#include "util/fault.h"
 #include "util/log.h"
 
 #define POOL_MAX    8
@@ -576,6 +577,8 @@ int farm_galloc_adopt(farm_galloc *g, uint32_t region)
 	int rc = farm_galloc_adopt_expect(g, region);
 	if (rc < 0 || rc == 2)
 		return rc < 0 ? rc : 0;
+	if (FARM_FAULT_SWITCH(FARM_FP_ALLOC_ADOPT_HOLD))
+		return 0; /* test-only: its frees stay deferred */
 	pthread_mutex_lock(&g->adopt_lock);
 	if (!g->adopter_up) {
 		rc = pthread_create(&g->adopter, NULL, adopter_main, g);

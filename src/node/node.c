@@ -528,12 +528,18 @@ static void apply_view(void *ctx, const struct farm_view *v)
 	}
 	unsigned rlost = 0;
 	if (!rc && restarting && !farm_restart_pending(n->rs)) {
-		/* Restarted without machines given up: their regions'
-		 * replicas are short; data recovery makes new ones. */
+		/* Restarted: data recovery tells every backup again. With
+		 * machines given up, their regions' replicas are short and
+		 * new ones are made; without, a copy the restart cut off
+		 * (a filling copy is not in the manifest, so the backup came
+		 * back without it) must start again: nothing else would tell
+		 * that backup, and a commit opens its copy only to wait for
+		 * COPY (found by the fault campaign, restart_copy). */
 		struct farm_restart_stats rst;
 		farm_restart_stats(n->rs, &rst);
 		rlost = (unsigned)rst.lost;
-		if (rlost && !ngone && !nlate)
+		if (!ngone && !nlate &&
+		    (rlost || !FARM_FAULT_SWITCH(FARM_FP_NODE_RESTART_NO_COPY)))
 			farm_txm_datarec_view(n->txm);
 	}
 	pthread_mutex_lock(&n->lock);

@@ -91,6 +91,9 @@
 #define DR_NOTE_EVERY  (100ull * 1000000ull)        /* COPY resends, ns */
 #define DR_RPC_TIMEOUT (2ull * 1000000000ull)
 #define DR_BURST       4 /* intervals of credit a loop may hold */
+/* READs in a row stopped at one object before it is said (at the default
+ * pace, 2 s: an install takes microseconds, a recovered lock a decision). */
+#define DR_STUCK_SAY 1000u
 
 enum { DR_COPY = 0, DR_CHECK, DR_DONE, DR_LOST };
 
@@ -113,6 +116,9 @@ struct dr_reg {
 	bool probe_ok;
 	uint64_t inferred; /* runs inferred */
 	int last_err;
+	/* READs in a row that stopped at the object at @stuck_off (torn or
+	 * locked at the primary): said once, at DR_STUCK_SAY of them. */
+	uint64_t stuck_off, stuck_n;
 };
 
 struct dr_note {
@@ -471,6 +477,23 @@ static void step_run(farm_loop *loop, void *ctx, int status)
 	}
 }
 
+/* A READ stopped at the object at @off, again: counted, and said once if
+ * it goes on (an object left torn or locked at the primary for good would
+ * keep the copy reading it at the pace forever). */
+static void stuck(struct dr_reg *g, uint64_t off)
+{
+	g->retries++;
+	if (g->stuck_off != off) {
+		g->stuck_off = off;
+		g->stuck_n = 0;
+	}
+	if (++g->stuck_n == DR_STUCK_SAY)
+		farm_warn("datarec: region %#" PRIx32 ": the object at offset "
+		          "%#" PRIx64 " was torn or locked at the primary in "
+		          "%u READs in a row; reading it again",
+		          g->id, off, DR_STUCK_SAY);
+}
+
 static void step_done(farm_loop *loop, void *ctx, int status)
 {
 	(void)loop;
@@ -505,7 +528,9 @@ static void step_done(farm_loop *loop, void *ctx, int status)
 					        apply_span(dr, g, s, buf,
 					                   farm_region_base(r));
 					if (nx == s->off)
-						g->retries++;
+						stuck(g, nx);
+					else
+						g->stuck_n = 0;
 					g->next = nx < s->off + s->len
 					                  ? nx
 					                  : s->off + s->len;
@@ -641,10 +666,11 @@ void farm_txm_datarec_view(farm_txm *m)
 		/* Every backup, not only those new since the last
 		 * configuration: one told by a primary that died since may
 		 * never have opened its copy (a complete one answers at
-		 * once). */
+		 * once). With no previous view too: a machine holds regions
+		 * at its first view only when it restarted on its directory
+		 * (a whole-cluster restart), and a copy the restart cut off
+		 * (never in the manifest) must start again. */
 		for (unsigned k = 1; k < nn; k++) {
-			if (!np)
-				continue;
 			if (dr->nn == dr->capn) {
 				unsigned nc = dr->capn ? 2 * dr->capn : 16;
 				struct dr_note *x =

@@ -29,6 +29,7 @@
 
 #include "alloc/objhdr.h"
 #include "util/common.h"
+#include "util/fault.h"
 
 #define OBJ_LOCK_MASK   3ull
 #define OBJ_LOCK_SHARED 1ull /* locked; lock-free reads still succeed */
@@ -128,13 +129,22 @@ static inline int obj_check(const uint8_t *img, unsigned lines,
  * (@new_version, unlocked). The incarnation word is not touched.
  */
 /*
- * obj_install_locked() - obj_install without the final store of the
- * header: the object stays locked exclusive, for a caller that still has
- * to change it in ways that do not touch the version word (freeing it:
- * the allocator rewrites the incarnation and links the slot through its
- * line 0). A reader copies a line consistently only when the line's first
- * word changes around the change, so those writes must happen under the
- * lock; the caller then stores @new_version.
+ * obj_install_locked() - obj_install without the final unlock: the object
+ * stays locked exclusive, for a caller that still has to change it in ways
+ * that do not touch the version word (freeing it: the allocator rewrites
+ * the incarnation and links the slot through its line 0). A reader copies
+ * a line consistently only when the line's first word changes around the
+ * change, so those writes must happen under the lock; the caller then
+ * stores @new_version.
+ *
+ * The header takes @new_version at once, still locked exclusive: the
+ * object is whole in memory from here on, the lock bits aside. The unlock
+ * may come much later (a free in a promoted region waits for the
+ * allocator to adopt the region, src/alloc/galloc.c) or never (a kill; a
+ * whole-cluster restart clears every lock left, src/txn/restart.c), and
+ * with the old version left in the header the cleared object was torn for
+ * good: line versions of the new one, header of the old (the data
+ * recovery copy of the region then read it again forever).
  */
 static inline void obj_install_locked(uint8_t *obj, unsigned lines,
                                       const uint8_t *img, uint64_t new_version)
@@ -161,6 +171,13 @@ static inline void obj_install_locked(uint8_t *obj, unsigned lines,
 		atomic_store_explicit(
 		        (_Atomic uint16_t *)(void *)(obj + 64u * l), nv,
 		        memory_order_relaxed);
+	/* Release: pairs with the acquire loads of the header (lock-free
+	 * reads, txn_copy_apply), so whoever sees the new version sees the
+	 * new lines and data too; it still sees the object locked. */
+	if (!FARM_FAULT_SWITCH(FARM_FP_TX_INSTALL_OLD_HEADER))
+		atomic_store_explicit(
+		        hv, (new_version & ~OBJ_LOCK_MASK) | OBJ_LOCK_EXCL,
+		        memory_order_release);
 }
 
 static inline void obj_install(uint8_t *obj, unsigned lines, const uint8_t *img,

@@ -41,11 +41,16 @@
  *    every lock bit left in a local object is stale: once the images are
  *    in, every object of every formatted local region is unlocked (found
  *    through its block table: farm_alloc_walk_region). Nothing an aborted
- *    transaction wrote is visible: primaries install only at commit.
+ *    transaction wrote is visible: primaries install only at commit. An
+ *    object whose install finished but whose unlock never came (a free
+ *    deferred until the allocator adopts its promoted region, whose
+ *    records may all be truncated by then) already holds its new version
+ *    under the lock (obj_install_locked), so unlocking it leaves it whole.
  *
  * Not handled (src/recovery/README.md, "Not yet"): a committed free whose
- * install the kill cut short is installed but its slot is not freed (a
- * leak, never a wrong value).
+ * install the kill cut short, or that was deferred to its region's
+ * adoption, is installed but its slot is not freed (a leak, never a wrong
+ * value).
  */
 #include <errno.h>
 #include <inttypes.h>

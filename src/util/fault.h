@@ -94,6 +94,22 @@ enum farm_fault_point {
 	 * (tests/test_restart.c --broken-rings: the lost machine's last
 	 * acknowledged commit must be found missing). */
 	FARM_FP_RESTART_VIEW_RINGS,
+	/* txn/object.h, a switch: while hooked, an install left locked
+	 * (obj_install_locked) keeps the old version in the header until
+	 * its unlock, as before the fix: a free deferred in a promoted
+	 * region and cleared by a whole-cluster restart is then torn
+	 * (tests/test_restart_copy.c --broken). */
+	FARM_FP_TX_INSTALL_OLD_HEADER,
+	/* alloc/galloc.c, a switch: while hooked, a promoted region is
+	 * expected (frees of its objects are deferred) but not adopted, so
+	 * a test can commit a deferred free at will
+	 * (tests/test_restart_copy.c). */
+	FARM_FP_ALLOC_ADOPT_HOLD,
+	/* node/node.c, a switch: while hooked, a whole-cluster restart
+	 * that gave no machine up starts no data recovery, as before the
+	 * fix: a copy the restart cut off never starts again
+	 * (tests/test_restart_copy.c --broken-resume). */
+	FARM_FP_NODE_RESTART_NO_COPY,
 	FARM_FP_COUNT
 };
 

@@ -1,0 +1,568 @@
+/*
+ * A data-recovery copy interrupted by a whole-cluster restart must end
+ * (found by the fault campaign: restart_copy, seed 2811 cycle 14;
+ * src/recovery/README.md).
+ *
+ * 4 machines through a private ZooKeeper, 3 replicas, 16 MiB regions:
+ *   1. every machine makes RC_OBJS objects of RC_SIZE bytes (6 lines) in
+ *      its own regions; every machine's allocator is kept from adopting
+ *      promoted regions (FARM_FP_ALLOC_ADOPT_HOLD), so that frees in them
+ *      stay deferred for as long as the test needs;
+ *   2. machine 3 is killed: its regions are promoted at their first
+ *      surviving backup, and the machine the ring puts after them becomes
+ *      a new backup that copies them;
+ *   3. machine 0 frees every object of machine 3 (one transaction each):
+ *      each free's install at the promoted primary is deferred, the
+ *      object left locked until the allocator adopts the region (counted:
+ *      free_deferred, RC_OBJS of them in all, or the test says why not);
+ *   4. every log is truncated (TRUNCATE records, then every survivor's
+ *      logs hold no record of a transaction), so no record of the frees
+ *      is left for the restart to replay;
+ *   5. the three survivors are stopped, killed, and restarted on their
+ *      directories.
+ * Checks after the restart:
+ *   - every region any machine holds is back at 3 complete replicas at
+ *     the machines its ring names, none filling, within RC_REPL_MS (the
+ *     campaign's symptom: a copy reading one torn object again forever);
+ *   - every allocated object of every local copy on every machine is
+ *     whole: not locked, every line's version equal to the header's
+ *     (before the fix, a deferred free kept the object's OLD version in
+ *     its header while its lines had the new one; the restart cleared the
+ *     lock and left it torn for good).
+ *
+ * The bug had two halves, each with its switch:
+ * --broken: installs left locked keep the old header version
+ * (FARM_FP_TX_INSTALL_OLD_HEADER, the code before the fix); both checks
+ * must fail (torn objects, and a copy that cannot pass them), and the
+ * test passes only when they do.
+ * --broken-resume: a restart that gave no machine up starts no data
+ * recovery (FARM_FP_NODE_RESTART_NO_COPY, the code before the fix): the
+ * copy the restart cut off never starts again, and replication must fail.
+ *
+ * Exits 77 (skip) without the ZooKeeper client or server.
+ */
+#define NP_NM 4
+#include "txproc.h"
+
+#include "alloc/alloc.h"
+#include "alloc/objhdr.h"
+#include "replicas.h"
+#include "txn/object.h"
+#include "util/fault.h"
+
+#ifndef FARM_SOURCE_DIR
+#error "FARM_SOURCE_DIR must name the source tree (for scripts/zk-local)"
+#endif
+
+#define RC_OBJS       6
+#define RC_SIZE       300u /* 6 lines: a torn one shows in its lines */
+#define RC_VICTIM     3
+#define RC_FREER      0
+#define RC_SURVIVORS  (NP_NM - 1)
+#define RC_SESSION_MS 1500
+#define RC_LEASE_US   100000u
+#define RC_JOIN_MS    60000
+#define RC_REPL_MS    20000
+#define RC_STEP_MS    60000 /* a step's deadline (a failure, not a wait) */
+
+static char zk_dir[256], zk_connect[64], zk_root[96];
+static const char *zk_script = FARM_SOURCE_DIR "/scripts/zk-local";
+static bool broken, broken_resume;
+static struct np_cluster cl;
+
+/* 'f' answers: frees committed; 'd': frees deferred here; 'h': records
+ * left in this machine's logs (after 'F'). */
+struct rc_count {
+	uint64_t n;
+	int err;
+};
+
+/* 't' answers: the whole-object scan of every local copy. */
+struct rc_scan {
+	uint64_t regions, objects, locked, torn;
+	int walk_err;
+	uint32_t first_region;
+	uint64_t first_off, first_version;
+	uint16_t first_line;
+};
+
+static int rc_config(struct np_child *np, struct farm_config *cfg)
+{
+	int st = np_config_zk(np, "16M", zk_connect, zk_root, RC_SESSION_MS,
+	                      RC_LEASE_US, cfg);
+	cfg->replicas = 3;
+	/* 32 MB/s a loop: copies take well under a second each. */
+	cfg->datarec_bytes = 64u << 10;
+	cfg->datarec_interval_us = 2000;
+	return st;
+}
+
+static void on_switch(enum farm_fault_point fp, void *arg)
+{
+	(void)fp;
+	(void)arg;
+}
+
+/* ---- children -------------------------------------------------------- */
+
+static void fill_obj(void *d, uint32_t size, farm_fatptr p, void *arg)
+{
+	(void)arg;
+	memset(d, (int)(p.addr & 0x7f) | 1, size);
+}
+
+/* Free @p in one transaction, retried while retryable. */
+static int free_one(struct tx_child *c, farm_fatptr p)
+{
+	int rc = -EAGAIN;
+	uint64_t dl = np_now_ns() + RC_STEP_MS * 1000000ull;
+	while (farm_tx_retryable(rc) && np_now_ns() < dl) {
+		farm_tx *tx;
+		rc = farm_tx_begin(c->txm, c->np.loop, &tx);
+		if (rc)
+			continue;
+		const void *d;
+		rc = farm_tx_read_sync(tx, p.addr, p.size, &d);
+		if (!rc)
+			rc = farm_tx_free_obj(tx, p.addr);
+		if (!rc)
+			rc = farm_tx_commit_sync(tx);
+		farm_tx_free(tx);
+	}
+	return rc;
+}
+
+static void count_rec(void *ctx, uint32_t coord, int type, uint64_t txid)
+{
+	(void)coord;
+	(void)txid;
+	if (type != FARM_TXN_TESTING_TRUNCATE)
+		(*(uint64_t *)ctx)++;
+}
+
+/* Before the restart: make the objects, then serve the parent. */
+static int first_role(struct tx_child *c)
+{
+	farm_fatptr mine[RC_OBJS];
+	farm_fatptr *all =
+	        share_objs(c, "obj", RC_OBJS, RC_SIZE, fill_obj, NULL, mine);
+	if (!all)
+		return 20;
+	static const volatile int never = 0;
+	for (;;) {
+		int cmd = np_wait_cmd(&c->np);
+		struct rc_count r = {0};
+		if (cmd == 'K') { /* free the victim's objects */
+			for (unsigned i = 0; i < RC_OBJS && !r.err; i++) {
+				r.err = free_one(c,
+				                 all[RC_VICTIM * RC_OBJS + i]);
+				r.n += !r.err;
+			}
+			if (np_say(&c->np, 'k', &r, sizeof(r)))
+				return 21;
+		} else if (cmd == 'd') {
+			farm_txm_stats st;
+			farm_txm_stats_get(c->txm, &st);
+			r.n = st.free_deferred;
+			if (np_say(&c->np, 'D', &r, sizeof(r)))
+				return 22;
+		} else if (cmd == 'F') {
+			(void)farm_txm_testing_truncate(c->txm, c->np.loop);
+			if (np_say(&c->np, 'f', NULL, 0))
+				return 23;
+		} else if (cmd == 'h') {
+			/* Every survivor sent its TRUNCATE records ('F'):
+			 * until this machine's logs hold no record of a
+			 * transaction (or RC_STEP_MS: then reported). */
+			uint64_t dl = np_now_ns() + RC_STEP_MS * 1000000ull;
+			for (;;) {
+				r.n = 0;
+				(void)farm_txm_testing_records(c->txm,
+				                               count_rec, &r.n);
+				if (!r.n || np_now_ns() > dl)
+					break;
+				(void)farm_loop_wait(c->np.loop, &never,
+				                     1000000ull);
+			}
+			if (np_say(&c->np, 'H', &r, sizeof(r)))
+				return 24;
+		} else if (cmd == 'g') {
+			struct held_report *h = calloc(1, sizeof(*h));
+			if (!h)
+				return 25;
+			rp_held(c, h);
+			int rc = np_say(&c->np, 'G', h, sizeof(*h));
+			free(h);
+			if (rc)
+				return 26;
+		} else {
+			free(all);
+			return cmd == 'Q' ? 0 : 27;
+		}
+	}
+}
+
+static int first_machine(struct np_child *np, void *arg)
+{
+	(void)arg;
+	struct tx_child c = {.np = *np};
+	struct farm_config cfg;
+	int st = rc_config(np, &cfg);
+	if (st)
+		return st;
+	/* Promoted regions stay unadopted: their frees stay deferred. */
+	if (farm_fault_set(FARM_FP_ALLOC_ADOPT_HOLD, on_switch, NULL))
+		return 9;
+	if (broken &&
+	    farm_fault_set(FARM_FP_TX_INSTALL_OLD_HEADER, on_switch, NULL))
+		return 9;
+	return tx_child_run(&c, &cfg, RC_JOIN_MS, first_role);
+}
+
+struct walk_ctx {
+	struct rc_scan *s;
+	uint32_t region;
+	uint8_t *base;
+};
+
+static void check_obj(void *ctx, struct farm_objhdr *obj, uint32_t slot_lines)
+{
+	struct walk_ctx *w = ctx;
+	struct rc_scan *s = w->s;
+	uint64_t v = farm_objhdr_load_version(obj);
+	uint64_t inc = farm_objhdr_load_incarn(obj);
+	unsigned lines = FARM_MIN(farm_incarn_lines(inc), slot_lines);
+	s->objects++;
+	if (v & OBJ_LOCK_MASK) {
+		s->locked++;
+		return;
+	}
+	for (unsigned l = 1; l < lines; l++) {
+		uint16_t x;
+		memcpy(&x, (uint8_t *)obj + 64u * l, 2);
+		if (x == obj_v16(v))
+			continue;
+		if (!s->torn++) {
+			s->first_region = w->region;
+			s->first_off = (uint64_t)((uint8_t *)obj - w->base);
+			s->first_version = v;
+			s->first_line = x;
+		}
+		return;
+	}
+}
+
+/* Every allocated object of every local copy: whole? */
+static void scan_copies(struct tx_child *c, struct rc_scan *s)
+{
+	farm_as *as = farm_node_as(c->np.node);
+	struct farm_as_held hl[RP_MAXREG];
+	unsigned n = FARM_MIN(farm_as_held(as, hl, RP_MAXREG), RP_MAXREG);
+	memset(s, 0, sizeof(*s));
+	for (unsigned i = 0; i < n; i++) {
+		farm_region *r = farm_as_local_region(as, hl[i].region, NULL);
+		if (!r)
+			continue;
+		struct walk_ctx w = {.s = s,
+		                     .region = hl[i].region,
+		                     .base = farm_region_base(r)};
+		int rc = farm_alloc_walk_region(w.base, farm_region_size(r),
+		                                hl[i].region, check_obj, &w);
+		if (rc < 0 && !s->walk_err)
+			s->walk_err = rc;
+		s->regions++;
+	}
+}
+
+/* After the restart: serve the parent's questions. */
+static int restart_machine(struct np_child *np, void *arg)
+{
+	(void)arg;
+	struct tx_child c = {.np = *np};
+	struct farm_config cfg;
+	int st = rc_config(np, &cfg);
+	if (st)
+		return st;
+	if (farm_node_open(&cfg, &c.np.node))
+		return 4;
+	farm_node_set_app_loops(c.np.node, true);
+	st = 9;
+	if (broken_resume &&
+	    farm_fault_set(FARM_FP_NODE_RESTART_NO_COPY, on_switch, NULL))
+		goto out;
+	st = 5;
+	if (farm_node_start(c.np.node, RC_JOIN_MS) ||
+	    farm_node_loop_open(c.np.node, 0, &c.np.loop))
+		goto out;
+	st = 6;
+	if (farm_node_wait_members(c.np.node, RC_SURVIVORS, RC_JOIN_MS))
+		goto out;
+	c.txm = farm_node_txm(c.np.node);
+	st = np_ready(&c.np) ? 7 : 0;
+	while (!st) {
+		int cmd = np_wait_cmd(&c.np);
+		if (cmd == 'g') {
+			struct held_report *h = calloc(1, sizeof(*h));
+			if (!h) {
+				st = 30;
+				break;
+			}
+			rp_held(&c, h);
+			if (np_say(&c.np, 'G', h, sizeof(*h)))
+				st = 31;
+			free(h);
+		} else if (cmd == 't') {
+			struct rc_scan s;
+			scan_copies(&c, &s);
+			if (np_say(&c.np, 'T', &s, sizeof(s)))
+				st = 32;
+		} else {
+			if (cmd != 'Q')
+				st = 33;
+			break;
+		}
+	}
+out:
+	if (c.np.loop)
+		farm_node_loop_close(c.np.node, c.np.loop);
+	farm_node_close(c.np.node);
+	return st;
+}
+
+/* ---- the parent ------------------------------------------------------- */
+
+static struct rc_count ask_count(unsigned i, char cmd, char want)
+{
+	struct rc_count r;
+	np_send(&cl, i, cmd);
+	np_expect(&cl, i, want, RC_STEP_MS + 10000);
+	np_recv(&cl, i, &r, sizeof(r), 1000);
+	return r;
+}
+
+static void reap(unsigned i)
+{
+	int st = tu_reap(cl.pid[i]);
+	assert_int_equal(st, 128 + SIGKILL);
+	cl.pid[i] = 0;
+	close(cl.to[i]);
+	close(cl.from[i]);
+	cl.to[i] = cl.from[i] = -1;
+}
+
+/* The parent's pause between two polls of the machines' state. */
+static void poll_pause(unsigned ms)
+{
+	struct timespec ts = {.tv_sec = ms / 1000,
+	                      .tv_nsec = (long)(ms % 1000) * 1000000L};
+	while (nanosleep(&ts, &ts) && errno == EINTR)
+		;
+}
+
+/* Every region at 3 complete replicas within @ms: 0, or -1 (why in @why). */
+static int await_replicated(unsigned ms, char *why, size_t len, unsigned *nreg,
+                            struct held_report **last)
+{
+	uint64_t dl = np_now_ns() + (uint64_t)ms * 1000000ull;
+	struct held_report *r[64] = {0};
+	uint64_t in = (1ull << RC_SURVIVORS) - 1;
+	for (;;) {
+		for (unsigned i = 0; i < RC_SURVIVORS; i++) {
+			free(r[i]);
+			r[i] = malloc(sizeof(*r[i]));
+			assert_non_null(r[i]);
+			np_send(&cl, i, 'g');
+			np_expect(&cl, i, 'G', 10000);
+			np_recv(&cl, i, r[i], sizeof(*r[i]), 1000);
+		}
+		bool ok = rp_replicated(r, in, 3, 0, why, len, nreg);
+		if (ok || np_now_ns() > dl) {
+			for (unsigned i = 0; i < RC_SURVIVORS; i++)
+				last[i] = r[i];
+			return ok ? 0 : -1;
+		}
+		poll_pause(20);
+	}
+}
+
+static void test_restart_copy(void **state)
+{
+	(void)state;
+	/* @setup: the case was not set up (fails in either mode); @f: the
+	 * checks after the restart. */
+	struct fails setup = {0}, f = {0};
+	snprintf(zk_root, sizeof(zk_root), "/libfarm/restart-copy-%d",
+	         (int)getpid());
+	np_start(&cl, "restart-copy", first_machine, NULL);
+	p_setup(&cl);
+
+	/* 2. The victim killed; 3. its objects freed by machine 0. */
+	assert_int_equal(kill(cl.pid[RC_VICTIM], SIGKILL), 0);
+	reap(RC_VICTIM);
+	struct rc_count k = ask_count(RC_FREER, 'K', 'k');
+	if (k.err || k.n != RC_OBJS)
+		failed(&setup, "%" PRIu64 " of %d frees committed (last: %s)",
+		       k.n, RC_OBJS, farm_strerror(k.err));
+	/* Each free is installed at its promoted primary when the
+	 * COMMIT-PRIMARY is processed, after the commit is reported. */
+	uint64_t deferred = 0;
+	uint64_t dl = np_now_ns() + RC_STEP_MS * 1000000ull;
+	for (;;) {
+		deferred = 0;
+		for (unsigned i = 0; i < RC_SURVIVORS; i++)
+			deferred += ask_count(i, 'd', 'D').n;
+		if (deferred >= RC_OBJS || np_now_ns() > dl)
+			break;
+		poll_pause(20);
+	}
+	if (deferred != RC_OBJS)
+		failed(&setup,
+		       "%" PRIu64 " of %d frees deferred at their promoted "
+		       "primaries: the test did not set its case up",
+		       deferred, RC_OBJS);
+	/* 4. No record of the frees left to replay at the restart. */
+	for (unsigned i = 0; i < RC_SURVIVORS; i++) {
+		np_send(&cl, i, 'F');
+		np_expect(&cl, i, 'f', 10000);
+	}
+	uint64_t left = 0;
+	for (unsigned i = 0; i < RC_SURVIVORS; i++)
+		left += ask_count(i, 'h', 'H').n;
+	if (left)
+		failed(&setup,
+		       "%" PRIu64 " transaction records left in the logs "
+		       "after truncation: the test did not set its case up",
+		       left);
+	/* 5. A power loss: every survivor stopped first, killed, then all
+	 * restarted on their directories. */
+	for (unsigned i = 0; i < RC_SURVIVORS; i++)
+		assert_int_equal(kill(cl.pid[i], SIGSTOP), 0);
+	for (unsigned i = 0; i < RC_SURVIVORS; i++)
+		assert_int_equal(kill(cl.pid[i], SIGKILL), 0);
+	for (unsigned i = 0; i < RC_SURVIVORS; i++)
+		reap(i);
+	uint64_t t_kill = np_now_ns();
+	for (unsigned i = 0; i < RC_SURVIVORS; i++)
+		np_spawn_one(&cl, i, restart_machine, NULL);
+	for (unsigned i = 0; i < RC_SURVIVORS; i++)
+		np_expect(&cl, i, 'R', RC_JOIN_MS + 30000);
+	uint64_t t_up = np_now_ns();
+
+	char why[512];
+	unsigned nreg = 0;
+	struct held_report *last[RC_SURVIVORS];
+	int repl = await_replicated(RC_REPL_MS, why, sizeof(why), &nreg, last);
+	double repl_ms = (double)(np_now_ns() - t_up) / 1e6;
+	printf("restart-copy: %d frees deferred; restarted %.0f ms after the "
+	       "kill; %u regions %s %.0f ms after\n",
+	       (int)deferred, (double)(t_up - t_kill) / 1e6, nreg,
+	       repl ? "NOT fully replicated" : "fully replicated", repl_ms);
+	for (unsigned i = 0; i < RC_SURVIVORS; i++) {
+		for (unsigned j = 0; j < last[i]->ndr; j++) {
+			const struct farm_datarec_region *d = &last[i]->dr[j];
+			printf("  machine %u copies region %#" PRIx32
+			       ": state %d, %" PRIu64 " bytes in %" PRIu64
+			       " reads, %" PRIu64 " read again\n",
+			       i, d->region, (int)d->state, d->bytes, d->reads,
+			       d->retries);
+		}
+		free(last[i]);
+	}
+	if (repl)
+		failed(&f, "not fully replicated %d ms after the restart: %s",
+		       RC_REPL_MS, why);
+
+	uint64_t torn = 0, locked = 0, objects = 0;
+	for (unsigned i = 0; i < RC_SURVIVORS; i++) {
+		struct rc_scan s;
+		np_send(&cl, i, 't');
+		np_expect(&cl, i, 'T', 30000);
+		np_recv(&cl, i, &s, sizeof(s), 1000);
+		objects += s.objects;
+		torn += s.torn;
+		locked += s.locked;
+		if (s.walk_err)
+			failed(&f, "machine %u: a copy's block table: %s", i,
+			       farm_strerror(s.walk_err));
+		if (s.torn)
+			failed(&f,
+			       "machine %u: %" PRIu64 " torn objects (first: "
+			       "region %#" PRIx32 " offset %#" PRIx64
+			       ", header version %#" PRIx64 ", a line's %#x)",
+			       i, s.torn, s.first_region, s.first_off,
+			       s.first_version, (unsigned)s.first_line);
+		if (s.locked)
+			failed(&f,
+			       "machine %u: %" PRIu64 " objects left locked "
+			       "after the restart",
+			       i, s.locked);
+	}
+	printf("restart-copy: %" PRIu64 " objects scanned on %d machines: "
+	       "%" PRIu64 " torn, %" PRIu64 " locked\n",
+	       objects, RC_SURVIVORS, torn, locked);
+	for (unsigned i = 0; i < RC_SURVIVORS; i++)
+		np_send(&cl, i, 'Q');
+	for (unsigned i = 0; i < RC_SURVIVORS; i++) {
+		int st = tu_reap(cl.pid[i]);
+		cl.pid[i] = 0;
+		if (st)
+			failed(&setup, "machine %u exited with status %d", i,
+			       st);
+	}
+	np_cleanup(&cl);
+	if (setup.n)
+		fail_msg("%u step(s) failed:\n%s%s", setup.n, setup.text,
+		         f.text);
+	if (broken_resume) {
+		if (!repl)
+			fail_msg("--broken-resume: no data recovery after the "
+			         "restart, and every region was replicated "
+			         "anyway\n%s",
+			         f.text);
+		printf("--broken-resume: %u check(s) failed, as they must:\n%s",
+		       f.n, f.text);
+		return;
+	}
+	if (broken) {
+		if (!repl || !torn)
+			fail_msg("--broken: the deferred frees' old headers "
+			         "went unnoticed (replicated: %s, %" PRIu64
+			         " torn objects)\n%s",
+			         repl ? "no" : "yes", torn, f.text);
+		printf("--broken: %u check(s) failed, as they must:\n%s", f.n,
+		       f.text);
+		return;
+	}
+	if (f.n)
+		fail_msg("%u check(s) failed:\n%s", f.n, f.text);
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	np_cleanup(&cl);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--broken")) {
+			broken = true;
+		} else if (!strcmp(argv[i], "--broken-resume")) {
+			broken_resume = true;
+		} else {
+			printf("usage: %s [--broken | --broken-resume]\n",
+			       argv[0]);
+			return strcmp(argv[i], "--help") ? 2 : 0;
+		}
+	}
+	if (!farm_fault_built()) {
+		printf("skipped: built without fault injection\n");
+		return FARM_TEST_SKIP;
+	}
+	const struct CMUnitTest tests[] = {
+	        cmocka_unit_test_teardown(test_restart_copy, teardown)};
+	return tu_zk_run(zk_script, zk_dir, sizeof(zk_dir), zk_connect,
+	                 sizeof(zk_connect), "restart_copy", tests, 1);
+}
