@@ -562,7 +562,7 @@ static void test_zk_reclaim(void **state)
 	struct farm_membership_status st;
 	assert_int_equal(farm_membership_status(m, &st), 0);
 	printf("reclaim: the killed incarnation's registration (10 s "
-	       "session) deleted and id 9 registered %.0f ms after the kill; "
+	       "session) replaced and id 9 registered %.0f ms after the kill; "
 	       "reclaimed %" PRIu64 "\n",
 	       ms, st.reclaimed);
 	assert_int_equal(st.reclaimed, 1);

@@ -516,10 +516,15 @@ static void read_stat_done(int rc, const struct Stat *stat, const void *data)
 /* Our id's registration by another session (@st): when its endpoint
  * starts with our own address, which this process holds alone while it
  * lives, that session's process is a dead previous incarnation of this
- * machine whose session outlived it: delete the registration (0), as a
- * whole-cluster restart would otherwise wait for every session to expire.
- * 1: someone else's (wait for it); a negative code. */
-static int zk_reclaim(struct farm_membership *m, const struct Stat *st)
+ * machine whose session outlived it: replace the registration by ours
+ * (0, *@created), as a whole-cluster restart would otherwise wait for
+ * every session to expire. One atomic multi-operation (delete, create):
+ * the manager never sees the id absent in between, which it would take
+ * for a departure (the machine, already registered again, then found
+ * itself removed). 1: someone else's (wait for it); -EAGAIN: it changed
+ * meanwhile (look again); a negative code. */
+static int zk_reclaim(struct farm_membership *m, const struct Stat *st,
+                      bool *created)
 {
 	struct farm_zk *z = m->zk;
 	size_t alen = strlen(m->address);
@@ -530,7 +535,7 @@ static int zk_reclaim(struct farm_membership *m, const struct Stat *st)
 	struct Stat cur;
 	int zrc = zoo_get(z->zh, z->self_path, 0, card, &len, &cur);
 	if (zrc == ZNONODE)
-		return 0; /* gone meanwhile */
+		return -EAGAIN; /* gone meanwhile: look again */
 	if (zrc != ZOK)
 		return zk_err(zrc);
 	if (len < 0)
@@ -540,13 +545,23 @@ static int zk_reclaim(struct farm_membership *m, const struct Stat *st)
 	    strncmp(card, m->address, alen) ||
 	    (card[alen] != ' ' && card[alen] != '\n' && card[alen] != 0))
 		return 1;
-	zrc = zoo_delete(z->zh, z->self_path, cur.version);
-	if (zrc != ZOK && zrc != ZNONODE && zrc != ZBADVERSION)
+	char mine[ZK_CARD_MAX];
+	int mlen = zk_card(m, mine);
+	zoo_op_t ops[2];
+	zoo_op_result_t res[2];
+	zoo_delete_op_init(&ops[0], z->self_path, cur.version);
+	zoo_create_op_init(&ops[1], z->self_path, mine, mlen,
+	                   &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL, NULL, 0);
+	zrc = zoo_multi(z->zh, 2, ops, res);
+	if (zrc == ZNONODE || zrc == ZBADVERSION || zrc == ZNODEEXISTS)
+		return -EAGAIN;
+	if (zrc != ZOK)
 		return zk_err(zrc);
+	*created = true;
 	farm_warn("membership: machine %" PRIu32 ": the registration of "
 	          "session 0x%" PRIx64 " names this machine's own address, "
 	          "which this process holds: a dead previous incarnation's, "
-	          "deleted instead of waited out",
+	          "replaced by this one's instead of waited out",
 	          m->self, (uint64_t)cur.ephemeralOwner);
 	pthread_mutex_lock(&m->lock);
 	m->st.reclaimed++;
@@ -571,9 +586,9 @@ static int zk_register(struct farm_membership *m, int zrc,
 			z->held_logged = false;
 			return 0;
 		}
-		int rrc = zk_reclaim(m, &st);
+		int rrc = zk_reclaim(m, &st, created);
 		if (rrc <= 0)
-			return rrc ? rrc : -EAGAIN; /* deleted: look again */
+			return rrc; /* replaced by ours (0), or look again */
 		if (!z->held_logged)
 			farm_warn(
 			        "membership: machine id %" PRIu32
