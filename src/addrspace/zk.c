@@ -834,12 +834,14 @@ static uint64_t zk_restart_mark(struct farm_membership *m)
 	return UINT64_MAX;
 }
 
-static int zk_build(struct farm_membership *m, const uint32_t *ids, unsigned n)
+/* The next configuration from the live @ids; @mark: zk_restart_mark's. */
+static int zk_build(struct farm_membership *m, const uint32_t *ids, unsigned n,
+                    uint64_t mark)
 {
 	struct farm_zk *z = m->zk;
 	z->next.n = 0;
 	z->next.nremoved = 0;
-	z->next.restart = zk_restart_mark(m);
+	z->next.restart = mark;
 	/* Every member's registration, read together (above). */
 	struct zk_read *rd = calloc(n ? n : 1, sizeof(*rd));
 	char *cards = malloc((size_t)(n ? n : 1) * ZK_CARD_MAX);
@@ -1048,8 +1050,8 @@ static int zk_sync(struct farm_membership *m)
 	/* The manager is the lowest live id that is neither removed nor
 	 * suspected: the CM while it lives, then its successors in id
 	 * order. */
-	if (reg == 0 && nids && ids[0] <= m->self &&
-	    zk_restart_mark(m) == UINT64_MAX) {
+	uint64_t mark = zk_restart_mark(m);
+	if (reg == 0 && nids && ids[0] <= m->self && mark == UINT64_MAX) {
 		/* Restarting alone into a cluster that lived on: not a
 		 * manager (node.c refuses this machine and closes, which
 		 * hands management back to the next id). */
@@ -1061,7 +1063,7 @@ static int zk_sync(struct farm_membership *m)
 			          m->self, z->cur.config_id);
 		z->lone_logged = true;
 	} else if (reg == 0 && nids && ids[0] <= m->self) {
-		rc = zk_build(m, ids, nids);
+		rc = zk_build(m, ids, nids, mark);
 		if (rc)
 			return rc;
 		z->next.has_cm = true;

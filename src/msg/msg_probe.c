@@ -158,10 +158,7 @@ int farm_msg_probe(farm_msg *msg, const uint32_t *ids, unsigned n,
 		posted[i] = true;
 		pending++;
 	}
-	struct timespec t0;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	uint64_t start =
-	        (uint64_t)t0.tv_sec * 1000000000ull + (uint64_t)t0.tv_nsec;
+	uint64_t start = farm_now_ns();
 	long nap_ns = 10000;
 	while (pending) {
 		farm_wc wc[16];
@@ -186,11 +183,7 @@ int farm_msg_probe(farm_msg *msg, const uint32_t *ids, unsigned n,
 		}
 		if (!pending || k > 0)
 			continue;
-		struct timespec t;
-		clock_gettime(CLOCK_MONOTONIC, &t);
-		uint64_t now = (uint64_t)t.tv_sec * 1000000000ull +
-		               (uint64_t)t.tv_nsec;
-		if (now - start >= timeout_ns)
+		if (farm_now_ns() - start >= timeout_ns)
 			break;
 		/* Park between polls: READs complete in microseconds, and a
 		 * probe that waits is waiting for a machine that is gone. */

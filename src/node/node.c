@@ -62,10 +62,9 @@ struct farm_node {
 	/* Under lock: */
 	bool removed; /* this machine was removed from the cluster */
 	bool refused; /* fresh under the id of a machine that left */
-	/* The membership still writes the restart mark (a restart was
-	 * pending at start and has not run yet), and the membership once
-	 * farm_membership_open returned; both under lock. */
-	bool restart_marked;
+	/* The membership once farm_membership_open returned (under lock):
+	 * views may come before, on its worker, which must not read n->mem
+	 * while open writes it. */
 	struct farm_membership *marked_mem;
 	bool lease_lost; /* its lease at the CM lapsed */
 	/* Machines whose messages are refused (farm_msg_peer_min_config);
@@ -266,17 +265,14 @@ static bool in_ids(const uint32_t *ids, unsigned n, uint32_t id)
 	return false;
 }
 
-/* Once the restart ran: as manager, this machine writes no restart mark
- * any more (zk.c). Any thread; once. */
+/* Once the restart ran (or none was pending): as manager, this machine
+ * writes no restart mark (zk.c). Any thread; farm_membership_restarted
+ * does something only the first time. */
 static void restart_unmark(farm_node *n)
 {
 	pthread_mutex_lock(&n->lock);
-	struct farm_membership *m = NULL;
-	if (n->restart_marked && n->marked_mem &&
-	    !farm_restart_pending(n->rs)) {
-		n->restart_marked = false;
-		m = n->marked_mem;
-	}
+	struct farm_membership *m =
+	        farm_restart_pending(n->rs) ? NULL : n->marked_mem;
 	pthread_mutex_unlock(&n->lock);
 	farm_membership_restarted(m);
 }
@@ -826,9 +822,6 @@ int farm_node_start(farm_node *n, int timeout_ms)
 	        .on_state = on_state,
 	        .ctx = n,
 	};
-	pthread_mutex_lock(&n->lock);
-	n->restart_marked = farm_restart_pending(n->rs);
-	pthread_mutex_unlock(&n->lock);
 	rc = farm_membership_open(&ma, &n->mem);
 	if (!rc) {
 		farm_recovery_set_membership(n->rec, n->mem);
