@@ -27,7 +27,7 @@
 
 #include "addrspace/membership.h"
 #include "recovery/recovery.h"
-#include "util/fault.h"
+#include "brokenarg.h"
 
 #ifndef FARM_SOURCE_DIR
 #error "FARM_SOURCE_DIR must name the source tree (for scripts/zk-local)"
@@ -261,26 +261,12 @@ static int teardown(void **state)
 	return 0;
 }
 
-static void lease_probe(enum farm_fault_point fp, void *arg)
-{
-	(void)fp;
-	(void)arg;
-}
-
 int main(int argc, char **argv)
 {
-	if (argc > 1 && !strcmp(argv[1], "--broken")) {
-		opt_broken = true;
-		/* Inherited by the machines (forked). */
-		if (farm_fault_set(FARM_FP_REC_LEASE_PROBE, lease_probe,
-		                   NULL)) {
-			printf("skipped: built without fault injection\n");
-			return FARM_TEST_SKIP;
-		}
-	} else if (argc > 1) {
-		fprintf(stderr, "usage: %s [--broken]\n", argv[0]);
-		return 2;
-	}
+	int st =
+	        tu_broken_arg(argc, argv, FARM_FP_REC_LEASE_PROBE, &opt_broken);
+	if (st)
+		return st;
 	snprintf(zk_root, sizeof(zk_root), "/libfarm/test-rec-probe-%d",
 	         (int)getpid());
 	const struct CMUnitTest tests[] = {

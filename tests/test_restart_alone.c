@@ -26,6 +26,8 @@
 
 #include <dirent.h>
 
+#include "brokenarg.h"
+
 #ifndef FARM_SOURCE_DIR
 #error "FARM_SOURCE_DIR must name the source tree (for scripts/zk-local)"
 #endif
@@ -305,25 +307,11 @@ static int teardown(void **state)
 	return 0;
 }
 
-static void admit(enum farm_fault_point fp, void *arg)
-{
-	(void)fp;
-	(void)arg;
-}
-
 int main(int argc, char **argv)
 {
-	if (argc > 1 && !strcmp(argv[1], "--broken")) {
-		broken = true;
-		/* Inherited by the machines (forked). */
-		if (farm_fault_set(FARM_FP_ZK_ADMIT_ALONE, admit, NULL)) {
-			printf("skipped: built without fault injection\n");
-			return FARM_TEST_SKIP;
-		}
-	} else if (argc > 1) {
-		fprintf(stderr, "usage: %s [--broken]\n", argv[0]);
-		return 2;
-	}
+	int st = tu_broken_arg(argc, argv, FARM_FP_ZK_ADMIT_ALONE, &broken);
+	if (st)
+		return st;
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test_teardown(test_alone, teardown),
 	};

@@ -48,7 +48,7 @@
 #include "alloc/objhdr.h"
 #include "replicas.h"
 #include "txn/object.h"
-#include "util/fault.h"
+#include "brokenarg.h"
 
 #ifndef FARM_SOURCE_DIR
 #error "FARM_SOURCE_DIR must name the source tree (for scripts/zk-local)"
@@ -95,12 +95,6 @@ static int rc_config(struct np_child *np, struct farm_config *cfg)
 	cfg->datarec_bytes = 64u << 10;
 	cfg->datarec_interval_us = 2000;
 	return st;
-}
-
-static void on_switch(enum farm_fault_point fp, void *arg)
-{
-	(void)fp;
-	(void)arg;
 }
 
 /* ---- children -------------------------------------------------------- */
@@ -211,10 +205,10 @@ static int first_machine(struct np_child *np, void *arg)
 	if (st)
 		return st;
 	/* Promoted regions stay unadopted: their frees stay deferred. */
-	if (farm_fault_set(FARM_FP_ALLOC_ADOPT_HOLD, on_switch, NULL))
+	if (farm_fault_set(FARM_FP_ALLOC_ADOPT_HOLD, tu_switch_on, NULL))
 		return 9;
 	if (broken &&
-	    farm_fault_set(FARM_FP_TX_INSTALL_OLD_HEADER, on_switch, NULL))
+	    farm_fault_set(FARM_FP_TX_INSTALL_OLD_HEADER, tu_switch_on, NULL))
 		return 9;
 	return tx_child_run(&c, &cfg, RC_JOIN_MS, first_role);
 }
@@ -288,7 +282,7 @@ static int restart_machine(struct np_child *np, void *arg)
 	farm_node_set_app_loops(c.np.node, true);
 	st = 9;
 	if (broken_resume &&
-	    farm_fault_set(FARM_FP_NODE_RESTART_NO_COPY, on_switch, NULL))
+	    farm_fault_set(FARM_FP_NODE_RESTART_NO_COPY, tu_switch_on, NULL))
 		goto out;
 	st = 5;
 	if (farm_node_start(c.np.node, RC_JOIN_MS) ||
