@@ -160,7 +160,7 @@ struct farm_membership_status {
 	uint64_t conn_lost;     /* CONNECTED -> CONNECTING transitions */
 	uint64_t expired;       /* session expiries */
 	uint64_t rejoins;       /* new sessions after an expiry */
-	uint64_t reclaimed;     /* dead incarnations' registrations deleted
+	uint64_t reclaimed;     /* dead incarnations' registrations replaced
 	                           (farm_membership_attr.address) */
 	uint64_t config_writes; /* configurations this machine wrote */
 	uint64_t suspects;      /* machines farm_membership_suspect named */
@@ -208,8 +208,8 @@ struct farm_membership_attr {
 	 * process alone while it lives (a data directory it has locked, a
 	 * port it listens on). A registration of this id by another session
 	 * whose endpoint starts with the same address is a dead previous
-	 * incarnation's (its session outlived it): it is deleted at once
-	 * instead of waited out. NULL or "": waited out. */
+	 * incarnation's (its session outlived it): it is replaced by ours at
+	 * once instead of waited out. NULL or "": waited out. */
 	const char *address;
 	farm_view_fn on_view;   /* may be NULL */
 	farm_state_fn on_state; /* may be NULL */
