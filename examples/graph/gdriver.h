@@ -27,6 +27,9 @@ struct gd_result {
 	uint64_t reads[FG_NOPS], kvs[FG_NOPS];
 	uint64_t hist[FG_NOPS][GD_HB];
 	uint64_t cpu_ns, wall_ns;
+	/* fg_stats over the measured window: reads restarted, cached heads
+	 * found replaced, owner transactions run again, committed */
+	uint64_t retries, stale_heads, tx_retries, tx_commits;
 };
 
 struct gd_shared {
@@ -340,6 +343,10 @@ static inline int gd_run_mix(struct gc_machine *m, struct gd_shared *sh)
 		res->reads[k] = st.reads[k] - r.st0.reads[k];
 		res->kvs[k] = st.kv_gets[k] - r.st0.kv_gets[k];
 	}
+	res->retries = st.retries - r.st0.retries;
+	res->stale_heads = st.stale_heads - r.st0.stale_heads;
+	res->tx_retries = st.tx_retries - r.st0.tx_retries;
+	res->tx_commits = st.tx_commits - r.st0.tx_commits;
 	uint64_t stop = now < r.end ? now : r.end;
 	res->wall_ns = r.measuring ? stop - res->wall_ns : 0;
 	res->cpu_ns = r.measuring ? gd_cpu_ns() - r.cpu0 : 0;
@@ -421,6 +428,7 @@ struct gd_sum {
 	uint64_t ops[FG_NOPS + 1], errs[FG_NOPS + 1];
 	double cores;    /* CPU seconds per wall second, all machines */
 	double lf_reads; /* per obj_get, assoc_count, assoc_range together */
+	uint64_t retries, stale_heads, tx_retries, tx_commits;
 };
 
 /* The results of @nm machines (@res[0 .. nm - 1]) together. */
@@ -435,6 +443,10 @@ static inline void gd_summarize(const struct gd_result *res, unsigned nm,
 		const struct gd_result *r = &res[i];
 		wall = r->wall_ns > wall ? (double)r->wall_ns : wall;
 		cpu += (double)r->cpu_ns;
+		s->retries += r->retries;
+		s->stale_heads += r->stale_heads;
+		s->tx_retries += r->tx_retries;
+		s->tx_commits += r->tx_commits;
 		for (unsigned k = 0; k < FG_NOPS; k++) {
 			s->ops[k] += r->ops[k];
 			s->errs[k] += r->errs[k];
@@ -482,6 +494,13 @@ static inline void gd_print(FILE *f, const char *title, const struct gd_sum *s)
 	        "  CPU: %.2f cores busy; lock-free reads per obj_get, "
 	        "assoc_count, assoc_range: %.3f\n",
 	        s->cores, s->lf_reads);
+	if (s->tx_commits || s->retries)
+		fprintf(f,
+		        "  reads restarted %" PRIu64 " (stale heads %" PRIu64
+		        "); owner transactions %" PRIu64 " committed, %" PRIu64
+		        " run again\n",
+		        s->retries, s->stale_heads, s->tx_commits,
+		        s->tx_retries);
 }
 
 /* Parent: send @cmd to machines [@from, @to) and wait for their answers
