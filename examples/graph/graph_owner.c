@@ -17,6 +17,7 @@
 #include "graph_logic.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -35,8 +36,11 @@ struct fg_owner {
 	farm_loop *loop;
 	struct oent *tab;
 	size_t cap, n;
-	unsigned live; /* operations made and not yet freed */
-	bool closing;  /* detaching: new requests are refused */
+	uint64_t gen;          /* +1 whenever entries move (grow, delete) */
+	unsigned live;         /* operations made and not yet freed */
+	bool closing;          /* detaching: new requests are refused */
+	struct uop *free_uops; /* finished operations, for the next ones */
+	unsigned nfree;
 };
 
 static size_t om_slot(const struct fg_owner *o, uint64_t id)
@@ -63,6 +67,7 @@ static int om_grow(struct fg_owner *o)
 	size_t ocap = o->cap;
 	o->tab = nt;
 	o->cap = ncap;
+	o->gen++;
 	for (size_t i = 0; i < ocap; i++) {
 		if (!old[i].id)
 			continue;
@@ -96,6 +101,7 @@ static void om_del(struct fg_owner *o, struct oent *e)
 	size_t i = (size_t)(e - o->tab), mask = o->cap - 1;
 	o->tab[i] = (struct oent){0};
 	o->n--;
+	o->gen++;
 	for (size_t j = (i + 1) & mask; o->tab[j].id; j = (j + 1) & mask) {
 		size_t h = om_slot(o, o->tab[j].id);
 		/* may o->tab[j] move to i? when h is not in (i, j] */
@@ -106,6 +112,31 @@ static void om_del(struct fg_owner *o, struct oent *e)
 			i = j;
 		}
 	}
+}
+
+/* @op's id1 entry (NULL: none), looked up again only when entries moved
+ * since the last time: an update used to look it up four times. */
+static struct oent *op_ent(struct uop *op)
+{
+	struct fg_owner *o = op->ow;
+	if (op->oe && op->oe_gen == o->gen)
+		return op->oe;
+	op->oe = om_find(o, op->rq.id1);
+	op->oe_gen = o->gen;
+	return op->oe;
+}
+
+static void uop_pool_free(struct fg_owner *o)
+{
+	while (o->free_uops) {
+		struct uop *op = o->free_uops;
+		o->free_uops = op->next_free;
+		free(op->data);
+		free(op->objs);
+		free(op->out);
+		free(op);
+	}
+	o->nfree = 0;
 }
 
 int fg_owner_attach(fg_graph *g, farm_loop *loop)
@@ -151,6 +182,7 @@ void fg_owner_detach(fg_graph *g, farm_loop *loop)
 		        g->me, o->live);
 		return;
 	}
+	uop_pool_free(o);
 	free(o->tab);
 	free(o);
 }
@@ -158,16 +190,34 @@ void fg_owner_detach(fg_graph *g, farm_loop *loop)
 /* ---- operations ----------------------------------------------------------
  */
 
+/* Finished operations wait for reuse, with their buffers: a fresh record
+ * for every update (calloc of 3.8 KB, most of it the allocation table)
+ * cost more than the rest of its bookkeeping. At most this many. */
+#define UOP_POOL  256u
+#define DATA_KEEP FG_MAX_DATA /* request bytes a pooled record keeps */
+
 static void uop_free(struct uop *op)
 {
-	op->ow->live--;
+	struct fg_owner *o = op->ow;
+	o->live--;
 	acc_reset(op);
-	free(op->objs);
-	free(op->out);
-	free(op->data);
 	if (op->tx)
 		farm_tx_free(op->tx);
-	free(op);
+	if (o->nfree >= UOP_POOL) {
+		free(op->objs);
+		free(op->out);
+		free(op->data);
+		free(op);
+		return;
+	}
+	if (op->datacap > DATA_KEEP) { /* obj_load's */
+		free(op->data);
+		op->data = NULL;
+		op->datacap = 0;
+	}
+	op->next_free = o->free_uops;
+	o->free_uops = op;
+	o->nfree++;
 }
 
 /* Replies are best effort: a caller that gave up is answered harmlessly,
@@ -222,7 +272,7 @@ static void finish(struct uop *op, int status)
 		uop_free(op);
 		return;
 	}
-	struct oent *e = om_find(o, op->rq.id1);
+	struct oent *e = op_ent(op);
 	struct uop *next = op->qnext;
 	uop_free(op);
 	if (!e)
@@ -446,7 +496,7 @@ static void attempt(struct uop *op)
 {
 	fg_graph *g = op->g;
 	if (!op->is_get) {
-		struct oent *e = om_find(op->ow, op->rq.id1);
+		struct oent *e = op_ent(op);
 		op->id1ptr = e ? e->node : (farm_fatptr){0};
 	} else {
 		(void)own_ptr(op, op->grq.id1, &op->id1ptr);
@@ -516,7 +566,7 @@ static void after_commit(struct uop *op)
 		finish(op, op->result);
 		return;
 	}
-	struct oent *e = om_find(op->ow, op->rq.id1);
+	struct oent *e = op_ent(op);
 	uint8_t k[FG_KEY_LEN];
 	fg_key(op->rq.id1, k);
 	int rc = 0;
@@ -560,13 +610,25 @@ static void after_commit(struct uop *op)
 
 static struct uop *uop_new(fg_graph *g, farm_loop *loop, const farm_msg_in *in)
 {
-	struct uop *op = calloc(1, sizeof(*op));
-	if (!op)
+	struct fg_owner *o = g->owner[farm_loop_index(loop)];
+	struct uop *op = o->free_uops;
+	if (op) {
+		o->free_uops = op->next_free;
+		o->nfree--;
+	} else if ((op = malloc(sizeof(*op)))) {
+		op->data = NULL;
+		op->datacap = 0;
+		op->objs = NULL;
+		op->capobj = 0;
+		op->out = NULL;
+	} else {
 		return NULL;
+	}
+	memset(op, 0, offsetof(struct uop, next_free));
 	op->g = g;
 	op->loop = loop;
-	op->ow = g->owner[farm_loop_index(loop)];
-	op->ow->live++;
+	op->ow = o;
+	o->live++;
 	op->tok = in->token;
 	return op;
 }
@@ -616,10 +678,18 @@ void fg_h_update(farm_loop *loop, const farm_msg_in *in, void *arg)
 		return;
 	}
 	op->rq = rq;
-	if (!(op->data = malloc(rq.len ? rq.len : 1))) {
-		uop_free(op);
-		say_error(loop, &in->token, -ENOMEM);
-		return;
+	op->oe = e;
+	op->oe_gen = op->ow->gen;
+	if (rq.len > op->datacap) {
+		uint32_t cap = rq.len > DATA_KEEP ? rq.len : DATA_KEEP;
+		uint8_t *d = realloc(op->data, cap);
+		if (!d) {
+			uop_free(op);
+			say_error(loop, &in->token, -ENOMEM);
+			return;
+		}
+		op->data = d;
+		op->datacap = cap;
 	}
 	memcpy(op->data, (const uint8_t *)in->payload + sizeof(rq), rq.len);
 	uint8_t inv = rq.atype <= FG_MAX_ATYPE ? g->inverse[rq.atype] : 0;
