@@ -32,6 +32,8 @@
 
 #define MAX_LOOPS    64
 #define TX_SLOTS     4096u /* concurrent transactions per loop */
+#define TX_POOL      64u   /* finished transaction records kept per loop */
+#define TX_POOL_OBJS 64u   /* ... when their object array is this small */
 #define LOCK_BUCKETS 1024u
 #define CS_RING      (2 * TX_SLOTS) /* commits of a loop in flight, at most */
 
@@ -181,6 +183,8 @@ struct txloop {
 	uint64_t rand;
 	unsigned lock_waiters;      /* transactions waiting for lock replies */
 	struct rd_op *rd_free_list; /* recycled read operations */
+	farm_tx *tx_free_list;      /* recycled transactions (TX_POOL) */
+	unsigned tx_nfree;
 	/* Hot counters, written by this loop only (plain load + store). */
 	_Atomic uint64_t c_lf_reads, c_lf_retries, c_tx_reads;
 	unsigned inflight;   /* log WRITEs and freed-word READs not completed */
@@ -422,6 +426,7 @@ struct farm_tx {
 		uint16_t thread;
 	} waiters[8];
 	unsigned nwaiters;
+	farm_tx *next_free; /* in its loop's tx_free_list */
 };
 
 /* ---- arena: registered staging memory ------------------------------- */
