@@ -27,6 +27,9 @@ struct gd_result {
 	uint64_t reads[FG_NOPS], kvs[FG_NOPS];
 	uint64_t hist[FG_NOPS][GD_HB];
 	uint64_t cpu_ns, wall_ns;
+	/* fg_stats over the measured window: reads restarted, cached heads
+	 * found replaced, owner transactions run again, committed */
+	uint64_t retries, stale_heads, tx_retries, tx_commits;
 };
 
 struct gd_shared {
@@ -205,7 +208,7 @@ struct gd_run {
 	struct gd_result *res;
 };
 
-static void gd_issue(struct gd_slot *s);
+static void gd_issue(struct gd_slot *s, uint64_t now);
 
 static void gd_done(struct gd_slot *s, int status)
 {
@@ -225,7 +228,7 @@ static void gd_done(struct gd_slot *s, int status)
 		r->res->hist[k][gd_bucket(now - s->t0)]++;
 	}
 	if (now < r->end) {
-		gd_issue(s);
+		gd_issue(s, now);
 		return;
 	}
 	if (--r->active == 0)
@@ -292,16 +295,20 @@ static int gd_start(fg_graph *g, farm_loop *l, struct gd_slot *s)
 	}
 }
 
-static void gd_issue(struct gd_slot *s)
+/* The slot's next operation, timed from @now, when the slot's previous one
+ * ended (a closed loop: one clock read per operation, not two; the ~50 ns
+ * of drawing the operation count in its latency). */
+static void gd_issue(struct gd_slot *s, uint64_t now)
 {
 	struct gd_run *r = s->run;
+	s->t0 = now;
 	for (int tries = 0; tries < 1000; tries++) {
 		lb_next(&r->lg, (enum lb_mix)r->sh->mix, &r->rng, &r->next_id,
 		        &s->op);
-		s->t0 = gc_now_ns();
 		if (!gd_start(r->m->g, r->m->loop, s))
 			return;
 		r->res->errs[s->op.op]++;
+		s->t0 = gc_now_ns();
 	}
 	if (--r->active == 0)
 		r->done = 1;
@@ -326,7 +333,7 @@ static inline int gd_run_mix(struct gc_machine *m, struct gd_shared *sh)
 	r.active = depth;
 	for (unsigned i = 0; i < depth; i++) {
 		slots[i].run = &r;
-		gd_issue(&slots[i]);
+		gd_issue(&slots[i], gc_now_ns());
 	}
 	while (!r.done) {
 		(void)farm_loop_wait(m->loop, &r.done, 10000000ull);
@@ -340,6 +347,10 @@ static inline int gd_run_mix(struct gc_machine *m, struct gd_shared *sh)
 		res->reads[k] = st.reads[k] - r.st0.reads[k];
 		res->kvs[k] = st.kv_gets[k] - r.st0.kv_gets[k];
 	}
+	res->retries = st.retries - r.st0.retries;
+	res->stale_heads = st.stale_heads - r.st0.stale_heads;
+	res->tx_retries = st.tx_retries - r.st0.tx_retries;
+	res->tx_commits = st.tx_commits - r.st0.tx_commits;
 	uint64_t stop = now < r.end ? now : r.end;
 	res->wall_ns = r.measuring ? stop - res->wall_ns : 0;
 	res->cpu_ns = r.measuring ? gd_cpu_ns() - r.cpu0 : 0;
@@ -421,6 +432,7 @@ struct gd_sum {
 	uint64_t ops[FG_NOPS + 1], errs[FG_NOPS + 1];
 	double cores;    /* CPU seconds per wall second, all machines */
 	double lf_reads; /* per obj_get, assoc_count, assoc_range together */
+	uint64_t retries, stale_heads, tx_retries, tx_commits;
 };
 
 /* The results of @nm machines (@res[0 .. nm - 1]) together. */
@@ -435,6 +447,10 @@ static inline void gd_summarize(const struct gd_result *res, unsigned nm,
 		const struct gd_result *r = &res[i];
 		wall = r->wall_ns > wall ? (double)r->wall_ns : wall;
 		cpu += (double)r->cpu_ns;
+		s->retries += r->retries;
+		s->stale_heads += r->stale_heads;
+		s->tx_retries += r->tx_retries;
+		s->tx_commits += r->tx_commits;
 		for (unsigned k = 0; k < FG_NOPS; k++) {
 			s->ops[k] += r->ops[k];
 			s->errs[k] += r->errs[k];
@@ -482,6 +498,13 @@ static inline void gd_print(FILE *f, const char *title, const struct gd_sum *s)
 	        "  CPU: %.2f cores busy; lock-free reads per obj_get, "
 	        "assoc_count, assoc_range: %.3f\n",
 	        s->cores, s->lf_reads);
+	if (s->tx_commits || s->retries)
+		fprintf(f,
+		        "  reads restarted %" PRIu64 " (stale heads %" PRIu64
+		        "); owner transactions %" PRIu64 " committed, %" PRIu64
+		        " run again\n",
+		        s->retries, s->stale_heads, s->tx_commits,
+		        s->tx_retries);
 }
 
 /* Parent: send @cmd to machines [@from, @to) and wait for their answers

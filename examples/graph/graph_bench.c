@@ -26,7 +26,8 @@ static struct {
 	double warm, secs;
 	unsigned depth, redis_depth, maria_conns, replicas;
 	int park_after;
-	bool no_redis, no_maria, quick, demo;
+	int mix; /* -1: both */
+	bool no_redis, no_maria, quick, demo, verbose;
 	const char *plot;
 } O = {.nodes = 250000,
        .seed = 1,
@@ -36,7 +37,14 @@ static struct {
        .redis_depth = 0,
        .maria_conns = 4,
        .replicas = 1,
-       .park_after = 0};
+       .park_after = 0,
+       .mix = -1};
+
+/* Whether mix @m is run (--mix). */
+static bool mix_on(int m)
+{
+	return O.mix < 0 || O.mix == m;
+}
 
 /* The pipeline depth Redis's best run used, per mix. */
 static unsigned redis_best_depth[LB_NMIX];
@@ -61,9 +69,12 @@ static const char *usage =
         "                     three machines share 2 cores; see\n"
         "                     docs/benchmarks.md)\n"
         "  --no-redis, --no-maria   leave a peer out\n"
+        "  --mix M            only mix M (tao or linkbench; default both)\n"
         "  --quick            100k nodes, 1 s runs\n"
         "  --plot FILE        also write a PNG of per-operation throughput\n"
         "  --seed S           the graph's seed\n"
+        "  --verbose          also fgraph's per-operation table of every\n"
+        "                     run (reads per operation, retries)\n"
         "  --demo             make demo: 20k nodes, the Tao mix for 10 s,\n"
         "                     fgraph next to MariaDB\n"
         "  --zk HOST:PORT     the machines join through ZooKeeper\n";
@@ -157,7 +168,7 @@ static int run_fgraph(void)
 	        (double)(gc_now_ns() - t1) / 1e9);
 	for (int mix = 0; mix < LB_NMIX && !rc; mix++)
 		for (int one = 0; one < 2 && !rc; one++) {
-			if (O.demo && (mix || one))
+			if ((O.demo && (mix || one)) || !mix_on(mix))
 				continue;
 			sh->mix = mix;
 			sh->depth = one ? 1 : O.depth;
@@ -166,6 +177,16 @@ static int run_fgraph(void)
 				gd_summarize(sh->res, GC_NM,
 				             &R[SYS_FG][mix][one]);
 				have[SYS_FG][mix][one] = true;
+				if (O.verbose) {
+					char t[80];
+					snprintf(t, sizeof(t),
+					         "fgraph, %s mix, %u in flight "
+					         "per machine:",
+					         lb_mix_name((enum lb_mix)mix),
+					         sh->depth);
+					gd_print(stderr, t,
+					         &R[SYS_FG][mix][one]);
+				}
 			}
 		}
 	if (rc)
@@ -188,6 +209,8 @@ static int run_mem(const struct lb_graph *lg)
 	        (double)(gc_now_ns() - t0) / 1e9);
 	static struct gd_result r;
 	for (int mix = 0; mix < LB_NMIX && !rc; mix++) {
+		if (!mix_on(mix))
+			continue;
 		struct peer_run pr = {.mix = (enum lb_mix)mix,
 		                      .warm = O.warm,
 		                      .secs = O.secs,
@@ -225,7 +248,8 @@ static int run_redis(const struct lb_graph *lg)
 	unsigned nd = O.redis_depth ? 1 : 2;
 	for (int mix = 0; mix < LB_NMIX && !rc; mix++)
 		for (int one = 0; one < 2 && !rc; one++)
-			for (unsigned d = 0; d < (one ? 1 : nd) && !rc; d++) {
+			for (unsigned d = 0;
+			     d < (one ? 1 : nd) && !rc && mix_on(mix); d++) {
 				struct peer_run pr = {.mix = (enum lb_mix)mix,
 				                      .warm = O.warm,
 				                      .secs = O.secs,
@@ -266,7 +290,7 @@ static int run_maria(const struct lb_graph *lg)
 	static struct gd_result r;
 	for (int mix = 0; mix < LB_NMIX && !rc; mix++)
 		for (int one = 0; one < 2 && !rc; one++) {
-			if (O.demo && (mix || one))
+			if ((O.demo && (mix || one)) || !mix_on(mix))
 				continue;
 			struct peer_run pr = {.mix = (enum lb_mix)mix,
 			                      .warm = O.warm,
@@ -304,6 +328,8 @@ static double lf_p50(const struct gd_sum *s)
 static void report(void)
 {
 	for (int mix = 0; mix < (O.demo ? 1 : LB_NMIX); mix++) {
+		if (!mix_on(mix))
+			continue;
 		printf("\n== %s mix, %" PRIu64 " nodes ==\n",
 		       lb_mix_name((enum lb_mix)mix), O.nodes);
 		printf("%-22s %12s %7s %12s %10s %10s\n", "system", "ops/s",
@@ -466,9 +492,11 @@ int main(int argc, char **argv)
 	        {"park-after", required_argument, 0, 'k'},
 	        {"no-redis", no_argument, 0, 'R'},
 	        {"no-maria", no_argument, 0, 'M'},
+	        {"mix", required_argument, 0, 'x'},
 	        {"quick", no_argument, 0, 'q'},
 	        {"plot", required_argument, 0, 'P'},
 	        {"seed", required_argument, 0, 's'},
+	        {"verbose", no_argument, 0, 'v'},
 	        {"demo", no_argument, 0, 'D'},
 	        {"zk", required_argument, 0, 'z'},
 	        {"help", no_argument, 0, 'h'},
@@ -492,10 +520,16 @@ int main(int argc, char **argv)
 		case 'k': O.park_after = atoi(optarg); break;
 		case 'R': O.no_redis = true; break;
 		case 'M': O.no_maria = true; break;
+		case 'x':
+			O.mix = !strcmp(optarg, "tao")         ? LB_TAO
+			        : !strcmp(optarg, "linkbench") ? LB_LINKBENCH
+			                                       : -2;
+			break;
 		case 'q': O.quick = true; break;
 		case 'P': O.plot = optarg; break;
 		case 's': O.seed = strtoull(optarg, NULL, 0); break;
 		case 'D': O.demo = true; break;
+		case 'v': O.verbose = true; break;
 		case 'z': gc_o.zk = optarg; break;
 		case 'h': fputs(usage, stdout); return 0;
 		default: fputs(usage, stderr); return 2;
@@ -512,8 +546,10 @@ int main(int argc, char **argv)
 		O.secs = 1;
 		O.warm = 0.5;
 	}
-	if (!O.nodes || O.secs <= 0 || !O.depth || O.depth > 1024 ||
-	    O.redis_depth > 4096 || O.park_after < 0 ||
+	if (O.demo)
+		O.mix = LB_TAO;
+	if (!O.nodes || O.mix < -1 || O.secs <= 0 || !O.depth ||
+	    O.depth > 1024 || O.redis_depth > 4096 || O.park_after < 0 ||
 	    O.park_after > 1000000 || !O.maria_conns || O.maria_conns > 64) {
 		fputs(usage, stderr);
 		return 2;

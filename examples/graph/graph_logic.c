@@ -6,13 +6,14 @@
  * Edge lists: blocks newest first; within a block, edges newest first;
  * every edge of a block is newer than every edge of the blocks after it.
  * An edge goes into the first block whose oldest edge is older than it (or
- * the last block). A full block is replaced (the old one freed): by one
- * larger block holding its edges and the new one while they fit in
- * GB_MAX_CAP, else by two blocks holding the halves. An emptied block is
- * unlinked and freed. So a block stops being the head only by being freed,
- * and a client holding the head's fat pointer either reads the current head
- * or gets FARM_EFREED; and a head holds at least min(count, GB_MAX_CAP / 2)
- * of the newest edges until deletes thin it.
+ * the last block). A full block below GB_MAX_CAP is replaced (the old one
+ * freed) by one larger block holding its edges and the new one; a full
+ * block of GB_MAX_CAP keeps the newer half in place and a new block after
+ * it takes the older half. An emptied block is unlinked and freed. So a
+ * block stops being the head only by being freed, and a client holding
+ * the head's fat pointer either reads the current head or gets
+ * FARM_EFREED; and a head holds at least min(count, GB_MAX_CAP / 2) of the
+ * newest edges until deletes thin it.
  */
 #include "graph_logic.h"
 
@@ -395,17 +396,47 @@ static int list_insert(struct uop *op, farm_fatptr np, uint64_t id1,
 		e[pos] = *ne;
 		b->n++;
 	} else {
-		/* A full block is replaced: by one larger block holding all
-		 * its edges and the new one while they fit in GB_MAX_CAP, else
-		 * by two halves. A head that fills up so stays one block with
-		 * at least GB_MAX_CAP / 2 of the newest edges (a short range
-		 * is one read), and the old block is freed either way (a
-		 * cached head pointer to it goes stale). */
+		/* A full block is replaced by one larger block holding all
+		 * its edges and the new one while they fit in GB_MAX_CAP (the
+		 * old one freed: a cached head pointer to it goes stale), else
+		 * split in two: the newer half stays in the block, the older
+		 * half goes to a new block after it. A head that fills up so
+		 * stays one block with at least GB_MAX_CAP / 2 of the newest
+		 * edges (a short range is one read). Splitting in place (it
+		 * used to be two new blocks for the old one) keeps the cached
+		 * head pointers of a long list valid: in LinkBench's mix the
+		 * hot nodes' lists split every ~16 adds, and each time every
+		 * machine's next range of the node read the freed head, the
+		 * node and the new head. */
 		struct gb_edge all[GB_MAX_CAP + 1];
 		unsigned m = b->n + 1u;
 		memcpy(all, e, pos * sizeof(*e));
 		all[pos] = *ne;
 		memcpy(&all[pos + 1], &e[pos], (b->n - pos) * sizeof(*e));
+		bool in_place = m > GB_MAX_CAP;
+#ifdef FG_TEST_BREAK_HEAD
+		/* the broken build replaces on every split, as before, so the
+		 * concurrency test's long lists keep replacing their heads */
+		in_place = false;
+#endif
+		if (in_place) {
+			unsigned h = m / 2, cap = b->cap;
+			farm_fatptr next = b->next;
+			if ((rc = acc_alloc(op, gb_size(cap), np.addr, &p2,
+			                    &d2)))
+				return rc;
+			fill_block((struct gb_hdr *)d2, id1, atype, cap,
+			           all + h, m - h, next);
+			if ((rc = acc_put(op, cur.addr, &d)))
+				return rc;
+			fill_block((struct gb_hdr *)d, id1, atype, cap, all, h,
+			           p2);
+			memset(gb_edges(d) + h, 0, (cap - h) * sizeof(*e));
+			if ((rc = node_put(op, np, &n)))
+				return rc;
+			n->lists[s].count++;
+			return 0;
+		}
 		if (m <= GB_MAX_CAP) {
 			unsigned cap = cap_for(m);
 			if (!prev.addr && cap < grow_cap(count + 1))

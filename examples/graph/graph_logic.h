@@ -32,31 +32,41 @@ struct alloc_req {
 	void *data;
 };
 
+struct oent; /* graph_owner.c: the owner's id map */
+
 struct uop {
 	fg_graph *g;
 	struct fg_owner *ow;
 	farm_loop *loop;
 	struct farm_msg_token tok;
 	struct uop *qnext;
+	/* id1's entry in the owner's id map, valid while the map's
+	 * generation is still oe_gen (entries move when it grows or when one
+	 * is deleted) */
+	struct oent *oe;
+	uint64_t oe_gen;
 	bool is_get, wants_id2, have_id2;
 	int step, mode, result;
 	unsigned attempts;
 	/* the request */
 	struct up_req rq;
-	uint8_t *data; /* the request's data (obj_load: and its edges) */
 	struct get_req grq;
-	uint64_t id2s[FG_GET_MAX];
 	/* what the transaction works from */
 	farm_fatptr id1ptr, id2ptr, newnode, oldnode;
 	farm_tx *tx;
 	farm_fatptr need;
+	unsigned nobj, nal, nal_done, ual;
+	unsigned nout; /* assoc_get's answer: edges in out */
+	/* Kept when the record is reused (uop_new clears what is above):
+	 * buffers, and arrays filled before they are read. */
+	struct uop *next_free;
+	uint8_t *data; /* the request's data (obj_load: and its edges) */
+	uint32_t datacap;
 	struct aobj *objs;
-	unsigned nobj, capobj;
-	struct alloc_req al[MAX_ALLOCS];
-	unsigned nal, nal_done, ual;
-	/* assoc_get's answer */
+	unsigned capobj;
 	struct fg_edge *out;
-	unsigned nout;
+	uint64_t id2s[FG_GET_MAX];
+	struct alloc_req al[MAX_ALLOCS];
 };
 
 /* graph_logic.c */

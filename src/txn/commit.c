@@ -243,8 +243,9 @@ void txn_tx_finish(farm_tx *tx)
 		struct writer *w = &tl->w[tx->recs[i].machine];
 		w->wq[tx->recs[i].seq % w->wq_cap].done = true;
 	}
-	for (uint32_t mach = 0; mach < m->M && mach < 0x40; mach++) {
-		if (!tx->need[mach])
+	for (uint64_t mk = tx->need_mask; mk; mk &= mk - 1) {
+		uint32_t mach = (uint32_t)__builtin_ctzll(mk);
+		if (mach >= m->M || !tx->need[mach])
 			continue;
 		struct writer *w = &tl->w[mach];
 		uint64_t left = tx->need[mach] > tx->used[mach]
@@ -898,7 +899,7 @@ static void reserve_again(farm_loop *loop, void *ctx, int status)
 	if (tx->ph != PH_RESERVE)
 		return;
 	if (status) { /* the loop is closing */
-		memset(tx->need, 0, sizeof(tx->need));
+		tx_need_clear(tx);
 		tx_report(tx, status);
 		txn_tx_finish(tx);
 		return;
@@ -911,8 +912,9 @@ void txn_tx_reserve(farm_tx *tx)
 	farm_txm *m = tx->m;
 	struct txloop *tl = tx->tl;
 	bool ok = true, reading = false;
-	for (uint32_t mach = 0; mach < m->M && mach < 0x40; mach++) {
-		if (!tx->need[mach])
+	for (uint64_t mk = tx->need_mask; mk; mk &= mk - 1) {
+		uint32_t mach = (uint32_t)__builtin_ctzll(mk);
+		if (mach >= m->M || !tx->need[mach])
 			continue;
 		struct writer *w = &tl->w[mach];
 		if (!has_room(m, w, tx->need[mach])) {
@@ -932,7 +934,7 @@ void txn_tx_reserve(farm_tx *tx)
 		}
 		tx->ph = PH_RESERVE;
 		if (farm_now_ns() > tx->deadline) {
-			memset(tx->need, 0, sizeof(tx->need));
+			tx_need_clear(tx);
 			tx_report(tx, -ENOSPC);
 			txn_tx_finish(tx);
 			return;
@@ -951,13 +953,16 @@ void txn_tx_reserve(farm_tx *tx)
 	 * (wq_truncatable), and the room it waits for may be theirs. */
 	int crc = txn_cseq_take(tl, &tx->cseq);
 	if (crc) {
-		memset(tx->need, 0, sizeof(tx->need));
+		tx_need_clear(tx);
 		tx_report(tx, crc);
 		txn_tx_finish(tx);
 		return;
 	}
-	for (uint32_t mach = 0; mach < m->M && mach < 0x40; mach++)
-		tl->w[mach].reserved += tx->need[mach];
+	for (uint64_t mk = tx->need_mask; mk; mk &= mk - 1) {
+		uint32_t mach = (uint32_t)__builtin_ctzll(mk);
+		if (mach < m->M)
+			tl->w[mach].reserved += tx->need[mach];
+	}
 	tx_start_phases(tx);
 }
 
@@ -1037,7 +1042,8 @@ int farm_tx_commit(farm_tx *tx, farm_tx_commit_fn cont, void *ctx)
 			continue;
 		uint32_t p = o->primary;
 		if (!tx->single && !tx->need[p])
-			tx->need[p] += rec_bytes(tx, REC_LOCK, p, 0, NULL) + 64;
+			tx_need_add(tx, p,
+			            rec_bytes(tx, REC_LOCK, p, 0, NULL) + 64);
 	}
 	bool seenp[0x40] = {false};
 	for (unsigned i = 0; i < tx->n; i++) {
@@ -1055,23 +1061,28 @@ int farm_tx_commit(farm_tx *tx, farm_tx_commit_fn cont, void *ctx)
 				if (b >= 0x40 || seenb[b])
 					continue;
 				seenb[b] = true;
-				tx->need[b] += rec_bytes(tx, REC_COMMIT_BACKUP,
-				                         o->primary, b, NULL);
+				tx_need_add(tx, b,
+				            rec_bytes(tx, REC_COMMIT_BACKUP,
+				                      o->primary, b, NULL));
 				if (!tx->cb_room[b]) { /* a possible ABORT */
 					tx->cb_room[b] = true;
-					tx->need[b] += 64;
+					tx_need_add(tx, b, 64);
 				}
 			}
 		}
 	}
-	for (uint32_t mach = 0; mach < m->M && mach < 0x40; mach++)
-		if (tx->need[mach] && mach != m->me &&
+	for (uint64_t mk = tx->need_mask; mk; mk &= mk - 1) {
+		uint32_t mach = (uint32_t)__builtin_ctzll(mk);
+		if (mach < m->M && tx->need[mach] && mach != m->me &&
 		    !atomic_load_explicit(&m->peer_ready[mach],
 		                          memory_order_acquire))
 			return FARM_EPEERDEAD; /* we cannot write its log */
-	for (uint32_t mach = 0; mach < m->M && mach < 0x40; mach++)
-		if (tx->need[mach] > m->R / 2)
+	}
+	for (uint64_t mk = tx->need_mask; mk; mk &= mk - 1) {
+		uint32_t mach = (uint32_t)__builtin_ctzll(mk);
+		if (mach < m->M && tx->need[mach] > m->R / 2)
 			return -E2BIG; /* more than half a log: never fits */
+	}
 	tx->ph = PH_RESERVE;
 	tx->in_call = true;
 	txn_tx_reserve(tx);

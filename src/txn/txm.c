@@ -379,6 +379,12 @@ void farm_txm_detach(farm_txm *m, farm_loop *loop)
 		tl->rd_free_list = op->next_free;
 		free(op);
 	}
+	while (tl->tx_free_list) {
+		farm_tx *tx = tl->tx_free_list;
+		tl->tx_free_list = tx->next_free;
+		free(tx->o);
+		free(tx);
+	}
 	farm_mr_dereg(tl->ar.mr);
 	free(tl->ar.base);
 	for (uint32_t i = 0; i < m->M; i++)

@@ -32,6 +32,8 @@
 
 #define MAX_LOOPS    64
 #define TX_SLOTS     4096u /* concurrent transactions per loop */
+#define TX_POOL      64u   /* finished transaction records kept per loop */
+#define TX_POOL_OBJS 64u   /* ... when their object array is this small */
 #define LOCK_BUCKETS 1024u
 #define CS_RING      (2 * TX_SLOTS) /* commits of a loop in flight, at most */
 
@@ -181,6 +183,8 @@ struct txloop {
 	uint64_t rand;
 	unsigned lock_waiters;      /* transactions waiting for lock replies */
 	struct rd_op *rd_free_list; /* recycled read operations */
+	farm_tx *tx_free_list;      /* recycled transactions (TX_POOL) */
+	unsigned tx_nfree;
 	/* Hot counters, written by this loop only (plain load + store). */
 	_Atomic uint64_t c_lf_reads, c_lf_retries, c_tx_reads;
 	unsigned inflight;   /* log WRITEs and freed-word READs not completed */
@@ -387,6 +391,7 @@ struct farm_tx {
 	farm_tx_commit_fn cont;
 	void *ctx;
 	uint64_t need[0x40]; /* log bytes reserved per machine (M <= 64) */
+	uint64_t need_mask;  /* bit m: need[m] != 0 (tx_need_add) */
 	uint64_t used[0x40];
 	bool locked_at[0x40];
 	bool cb_at[0x40];      /* a COMMIT-BACKUP was sent there */
@@ -422,6 +427,7 @@ struct farm_tx {
 		uint16_t thread;
 	} waiters[8];
 	unsigned nwaiters;
+	farm_tx *next_free; /* in its loop's tx_free_list */
 };
 
 /* ---- arena: registered staging memory ------------------------------- */
@@ -596,6 +602,22 @@ static inline struct txobj *tx_find(farm_tx *tx, farm_gaddr a)
 		if (tx->o[i].a == a)
 			return &tx->o[i];
 	return NULL;
+}
+
+/* Log room for @bytes more in machine @mach's log (@mach < 0x40). The
+ * mask lets the loops over a commit's logs visit only those it uses: M is
+ * the message layer's machine limit (64), and a single-machine commit
+ * without backups, the most common kind, uses none. */
+static inline void tx_need_add(farm_tx *tx, uint32_t mach, uint64_t bytes)
+{
+	tx->need[mach] += bytes;
+	tx->need_mask |= 1ull << mach;
+}
+
+static inline void tx_need_clear(farm_tx *tx)
+{
+	memset(tx->need, 0, sizeof(tx->need));
+	tx->need_mask = 0;
 }
 
 static inline struct txobj *tx_add(farm_tx *tx)
