@@ -596,6 +596,60 @@ static void test_bad_input(void **state)
 	assert_false(farm_tx_retryable(0));
 }
 
+/* A commit refused before it reserves log room (-E2BIG: more than half a
+ * log; FARM_EPEERDEAD alike) must not release room at abort: that room is
+ * another commit's, which could then overrun a backup's log. */
+static uint64_t reserved_at(unsigned m)
+{
+	uint64_t sum = 0;
+	for (uint32_t mach = 0; mach < 3; mach++)
+		sum += farm_txm_testing_log_reserved(C.m[m].txm, C.m[m].loop,
+		                                     mach);
+	return sum;
+}
+
+static void test_refused_commit_room(void **state)
+{
+	(void)state;
+	farm_fatptr p = make_obj(0, 64, 1);
+	/* A commit whose backups' records exceed half a 256 KiB log. */
+	farm_tx *big = begin(0);
+	struct res ra = {0};
+	assert_int_equal(farm_tx_alloc(big, 200u << 10, p.addr, alloc_cb, &ra),
+	                 0);
+	asn_wait(&C, &ra.done);
+	assert_int_equal(ra.status, 0);
+	assert_int_equal(reserved_at(0), 0);
+	/* A small commit in progress: its room is reserved until its records
+	 * are written, which needs the loops polled. */
+	farm_tx *tx = begin(0);
+	assert_int_equal(rd(tx, p.addr, 64, NULL), 0);
+	void *w;
+	assert_int_equal(farm_tx_write(tx, p.addr, &w), 0);
+	memset(w, 2, 64);
+	struct res rc = {0};
+	assert_int_equal(farm_tx_commit(tx, op_cb, &rc), 0);
+	uint64_t held = reserved_at(0);
+	printf("log room held by the commit in progress: %" PRIu64 " B\n",
+	       held);
+	assert_true(held > 0);
+	/* Refused, twice (the second counts afresh), then aborted. */
+	assert_int_equal(farm_tx_commit(big, op_cb, &ra), -E2BIG);
+	assert_int_equal(farm_tx_commit(big, op_cb, &ra), -E2BIG);
+	assert_int_equal(farm_tx_abort(big), 0);
+	farm_tx_free(big);
+	printf("after the refused commit's abort: %" PRIu64 " B (must be "
+	       "%" PRIu64 ")\n",
+	       reserved_at(0), held);
+	assert_int_equal(reserved_at(0), held);
+	asn_wait(&C, &rc.done);
+	assert_int_equal(rc.status, 0);
+	farm_tx_free(tx);
+	uint8_t buf[64];
+	assert_int_equal(lf(1, p.addr, 64, UINT64_MAX, buf), 0);
+	assert_int_equal(buf[0], 2);
+}
+
 /* Recovery's messages, forged or stale (issue 12: bad input): each is
  * refused and counted (rec_refused), none changes anything, and the
  * machines go on committing. Machine id 2 sends them to machine id 1,
@@ -686,6 +740,7 @@ int main(void)
 	        cmocka_unit_test(test_arrays),
 	        cmocka_unit_test(test_trunc_low_water),
 	        cmocka_unit_test(test_bad_input),
+	        cmocka_unit_test(test_refused_commit_room),
 	        cmocka_unit_test(test_recovery_bad_input),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -966,6 +966,18 @@ void txn_tx_reserve(farm_tx *tx)
 	tx_start_phases(tx);
 }
 
+/* farm_tx_commit refuses @tx with @rc before reserving any log room: the
+ * room it counted is forgotten, as txn_tx_finish (at farm_tx_abort or
+ * farm_tx_free) releases need[] less used[] from the writers' reserved
+ * bytes, which are other commits' then; a later farm_tx_commit counts
+ * afresh. */
+static int commit_refused(farm_tx *tx, int rc)
+{
+	tx_need_clear(tx);
+	memset(tx->cb_room, 0, sizeof(tx->cb_room));
+	return rc;
+}
+
 int farm_tx_commit(farm_tx *tx, farm_tx_commit_fn cont, void *ctx)
 {
 	if (!tx || !cont)
@@ -1028,6 +1040,8 @@ int farm_tx_commit(farm_tx *tx, farm_tx_commit_fn cont, void *ctx)
 		struct txobj *o = &tx->o[i];
 		if (!is_write(o))
 			continue;
+		if (o->img) /* a commit refused before (commit_refused) */
+			arena_put(&tx->tl->ar, o->img, 64ull * o->lines);
 		o->img = arena_get(&tx->tl->ar, 64ull * o->lines);
 		if (!o->img)
 			return -ENOMEM;
@@ -1076,12 +1090,12 @@ int farm_tx_commit(farm_tx *tx, farm_tx_commit_fn cont, void *ctx)
 		if (mach < m->M && tx->need[mach] && mach != m->me &&
 		    !atomic_load_explicit(&m->peer_ready[mach],
 		                          memory_order_acquire))
-			return FARM_EPEERDEAD; /* we cannot write its log */
+			return commit_refused(tx, FARM_EPEERDEAD);
 	}
 	for (uint64_t mk = tx->need_mask; mk; mk &= mk - 1) {
 		uint32_t mach = (uint32_t)__builtin_ctzll(mk);
 		if (mach < m->M && tx->need[mach] > m->R / 2)
-			return -E2BIG; /* more than half a log: never fits */
+			return commit_refused(tx, -E2BIG);
 	}
 	tx->ph = PH_RESERVE;
 	tx->in_call = true;
@@ -1138,6 +1152,13 @@ void txn_end_lock_waits(struct txloop *tl, const bool *removed)
 }
 
 /* ---- testing (txn_testing.h): for tests only --------------------------- */
+
+uint64_t farm_txm_testing_log_reserved(farm_txm *m, farm_loop *loop,
+                                       uint32_t mach)
+{
+	struct txloop *tl = loop_state(m, loop);
+	return tl && mach < m->M && mach < 0x40 ? tl->w[mach].reserved : 0;
+}
 
 #ifdef FARM_FAULT_INJECTION
 _Atomic bool txn_testing_keep_lock_waits;

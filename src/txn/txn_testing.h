@@ -28,6 +28,11 @@ int farm_lf_testing_read_sync(farm_txm *m, farm_loop *loop, farm_gaddr a,
                               uint32_t size, uint64_t want_incarnation,
                               void *buf, uint64_t *version);
 
+/* The log bytes that commits of @loop in progress have reserved in machine
+ * @mach's log and not yet written (0 for a bad argument). */
+uint64_t farm_txm_testing_log_reserved(farm_txm *m, farm_loop *loop,
+                                       uint32_t mach);
+
 /*
  * Switches that break the protocol on purpose, to prove that tests notice.
  * Compiled only into fault-injection builds (FARM_FAULT_INJECTION, the
