@@ -162,58 +162,7 @@ int farm_zk_peek(const char *zk, const char *root, unsigned connect_ms,
 
 #else /* FARM_HAVE_ZK */
 
-#define THREADED 1 /* the client's synchronous calls (zookeeper_mt) */
-#include <zookeeper/zookeeper.h>
-
-#define ZK_BUF                (64u << 10) /* the configuration: 65 members fit in 18 KiB */
-#define ZK_DEFAULT_SESSION_MS 4000u
-#define ZK_DEFAULT_CONNECT_MS 5000u
-#define ZK_BACKOFF_MS         200 /* retry after an unexpected error */
-
-enum {
-	PEND_SYNC = 1u << 0,    /* re-read (and maybe write) the config */
-	PEND_EXPIRED = 1u << 1, /* session expired: new session */
-	PEND_STATE = 1u << 2,   /* run on_state */
-};
-
-struct farm_zk {
-	zhandle_t *zh; /* only the worker (and open/close around it) */
-	pthread_t worker;
-	bool worker_started;
-	pthread_cond_t wake; /* with m->lock: pending work or stop */
-	/* Under m->lock: */
-	unsigned pending;
-	unsigned retry; /* work to redo after ZK_BACKOFF_MS */
-	bool stop;
-	bool zh_closing;     /* ignore events from a handle being closed */
-	bool connected_once; /* this handle reached a server */
-	bool held_elsewhere; /* our id's znode belongs to another session */
-	bool opened;         /* farm_zk_open returned 0 */
-	int fatal;           /* error that makes open fail */
-	/* Worker only: */
-	bool layout_done;
-	bool held_logged;
-	bool lone_logged;      /* zk_sync: restarting alone, not managing */
-	int64_t refused_czxid; /* the last registration left out, logged */
-	enum farm_membership_state told; /* last state passed to on_state */
-	unsigned session_ms, connect_ms;
-	char connect[1024];
-	char root[200];
-	char members[216];
-	char config[216];
-	char self_path[232];
-	char *buf;
-	struct farm_view cur, next; /* scratch */
-	/* Under m->lock: machines farm_membership_suspect named, left out of
-	 * the live set until a configuration lists them as removed. */
-	uint32_t suspects[FARM_VIEW_MAX];
-	unsigned nsuspects;
-	/* Under m->lock: machines farm_membership_forsake named (given up
-	 * at a restart), listed as lost by the configurations this one
-	 * writes. */
-	uint32_t forsake[FARM_VIEW_MAX];
-	unsigned nforsake;
-};
+#include "addrspace/zk_int.h"
 
 static void zk_log(const char *msg)
 {
@@ -234,8 +183,7 @@ static void zk_global_init(void)
 	zoo_set_debug_level(l);
 }
 
-/* A ZooKeeper return code as a negative errno value. */
-static int zk_err(int zrc)
+int zk_err(int zrc)
 {
 	if (zrc == ZOK)
 		return 0;
@@ -374,54 +322,13 @@ static int zk_layout(struct farm_membership *m)
 
 /* A registration's data: the endpoint, then "\ndomain <name>" when the
  * machine has a failure domain. */
-#define ZK_CARD_MAX           (FARM_ENDPOINT_MAX + FARM_DOMAIN_MAX + 8)
+#define ZK_CARD_MAX (FARM_ENDPOINT_MAX + FARM_DOMAIN_MAX + 8)
 
 static int zk_card(const struct farm_membership *m, char *out)
 {
 	return snprintf(out, ZK_CARD_MAX, "%s%s%s%s%s", m->endpoint,
 	                m->domain[0] ? "\ndomain " : "", m->domain,
 	                m->fresh ? "\nfresh" : "", m->stale ? "\nstale" : "");
-}
-
-/* The registration @data (@len bytes) into @mb's endpoint, domain and
- * fresh mark: the endpoint, then optionally "domain <name>", then
- * optionally "fresh", one per line. 0, or -EINVAL: empty or control bytes
- * in the endpoint, a line that is neither of those, or out of order. */
-static int zk_card_parse(const char *data, int len, struct farm_member *mb)
-{
-	if (len <= 0 || memchr(data, 0, (size_t)len))
-		return -EINVAL;
-	const char *lim = data + len;
-	const char *nl = memchr(data, '\n', (size_t)len);
-	size_t elen = nl ? (size_t)(nl - data) : (size_t)len;
-	if (elen == 0 || elen >= sizeof(mb->endpoint))
-		return -EINVAL;
-	memcpy(mb->endpoint, data, elen);
-	mb->endpoint[elen] = 0;
-	mb->domain[0] = 0;
-	mb->fresh = false;
-	mb->stale = false;
-	while (nl) {
-		const char *p = nl + 1;
-		nl = memchr(p, '\n', (size_t)(lim - p));
-		size_t n = nl ? (size_t)(nl - p) : (size_t)(lim - p);
-		if (n == 5 && !memcmp(p, "stale", 5) && !mb->stale) {
-			mb->stale = true;
-		} else if (n == 5 && !memcmp(p, "fresh", 5) && !mb->fresh &&
-		           !mb->stale) {
-			mb->fresh = true;
-		} else if (n > 7 && n - 7 < sizeof(mb->domain) &&
-		           !memcmp(p, "domain ", 7) && !mb->domain[0] &&
-		           !mb->fresh) {
-			memcpy(mb->domain, p + 7, n - 7);
-			mb->domain[n - 7] = 0;
-			if (!farm_domain_valid(mb->domain))
-				return -EINVAL;
-		} else {
-			return -EINVAL;
-		}
-	}
-	return 0;
 }
 
 /* ---- reads issued together ---------------------------------------------
@@ -476,16 +383,6 @@ static void batch_wait(struct zk_batch *b)
 	pthread_cond_destroy(&b->cv);
 	pthread_mutex_destroy(&b->mu);
 }
-
-/* One zoo_aget or zoo_aexists: its result, the data copied into @buf (at
- * most @cap bytes, as zoo_get truncates). */
-struct zk_read {
-	struct zk_batch *b;
-	int rc, len;
-	struct Stat st;
-	char *buf;
-	int cap;
-};
 
 static void read_data_done(int rc, const char *value, int value_len,
                            const struct Stat *stat, const void *data)
@@ -671,169 +568,6 @@ static void kids_done(int rc, const struct String_vector *sv, const void *data)
 	batch_done(k->b);
 }
 
-static bool is_suspect(struct farm_membership *m, uint32_t id)
-{
-	struct farm_zk *z = m->zk;
-	bool yes = false;
-	pthread_mutex_lock(&m->lock);
-	for (unsigned i = 0; i < z->nsuspects && !yes; i++)
-		yes = z->suspects[i] == id;
-	pthread_mutex_unlock(&m->lock);
-	return yes;
-}
-
-/* Has @id been given up (listed lost, or being forsaken by this one)? */
-static bool is_lost(struct farm_membership *m, uint32_t id)
-{
-	struct farm_zk *z = m->zk;
-	if (farm_ids_have(z->cur.lost, z->cur.nlost, id))
-		return true;
-	pthread_mutex_lock(&m->lock);
-	bool yes = farm_ids_have(z->forsake, z->nforsake, id);
-	pthread_mutex_unlock(&m->lock);
-	return yes;
-}
-
-/* The departed machines of z->next: z->cur's departed ones and its
- * members with a domain, when not members of z->next (a member's own
- * domain is its registration's). Kept for good (placement must not
- * reorder the survivors, ring.h); when more than fit, the lowest ids go
- * (logged), which may move replicas as a join does. */
-static void zk_departed(struct farm_zk *z)
-{
-	struct farm_view *c = &z->cur, *x = &z->next;
-	x->ndeparted = 0;
-	unsigned over = 0;
-	for (unsigned i = 0, j = 0; i < c->n || j < c->ndeparted;) {
-		bool mem = j == c->ndeparted ||
-		           (i < c->n && c->members[i].id < c->departed[j].id);
-		uint32_t id = mem ? c->members[i].id : c->departed[j].id;
-		const char *d =
-		        mem ? c->members[i++].domain : c->departed[j++].domain;
-		if (!d[0] || farm_view_find(x, id))
-			continue;
-		if (x->ndeparted == FARM_VIEW_MAX) {
-			/* Keep the highest ids: drop the lowest. */
-			memmove(&x->departed[0], &x->departed[1],
-			        (FARM_VIEW_MAX - 1) * sizeof(x->departed[0]));
-			x->ndeparted--;
-			over++;
-		}
-		struct farm_departed *dp = &x->departed[x->ndeparted++];
-		dp->id = id;
-		snprintf(dp->domain, sizeof(dp->domain), "%s", d);
-	}
-	if (over)
-		farm_warn("membership: %u departed machine(s) forgotten: more "
-		          "than %u; placement may move replicas",
-		          over, FARM_VIEW_MAX);
-}
-
-/* Build in z->next the configuration of the live members: every live
- * machine but the incarnations z->cur lists as removed (kept listed while
- * their znodes live) and the machines this one suspects (listed from now
- * on, by the znode's creation zxid). */
-static int zk_build_from(struct farm_membership *m, const uint32_t *ids,
-                         unsigned n, const struct zk_read *rd);
-
-/* Append @id to a view's id list @ids (*@n of FARM_VIEW_MAX) unless it is
- * there; when full, the oldest is forgotten. */
-static void ids_add(uint32_t *ids, unsigned *n, uint32_t id)
-{
-	if (farm_ids_have(ids, *n, id))
-		return;
-	if (*n == FARM_VIEW_MAX) {
-		memmove(&ids[0], &ids[1], (FARM_VIEW_MAX - 1) * sizeof(ids[0]));
-		(*n)--;
-	}
-	ids[(*n)++] = id;
-}
-
-/* Rejoin and growth (membership.h, ring.h): z->next's formed mark and late
- * list from z->cur's. Once formed (a configuration had m->expect
- * machines), a member that is new to the configuration and registered
- * with empty memory (its card says "fresh") is late, after the earlier
- * ones. Late ids stay listed (a late machine that restarts on its
- * directory keeps its placement); the oldest that are not members are
- * dropped when the list is full. A machine new to a formed configuration
- * that is not fresh comes back with memory (a whole-cluster restart): it
- * takes its place as before. */
-static void zk_late(struct farm_membership *m)
-{
-	struct farm_zk *z = m->zk;
-	struct farm_view *x = &z->next;
-	const struct farm_view *c = &z->cur;
-	/* Gone: those that left a formed configuration, until they come
-	 * back with their memory (a restart). */
-	x->ngone = 0;
-	for (unsigned i = 0; i < c->ngone && i < FARM_VIEW_MAX; i++)
-		if (!farm_view_find(x, c->gone[i]))
-			x->gone[x->ngone++] = c->gone[i];
-	for (unsigned i = 0; c->formed && i < c->n; i++) {
-		uint32_t id = c->members[i].id;
-		if (!farm_view_find(x, id))
-			ids_add(x->gone, &x->ngone, id);
-	}
-	/* Lost: given up at a restart (farm_membership_forsake), for good. */
-	x->nlost = 0;
-	for (unsigned i = 0; i < c->nlost && i < FARM_VIEW_MAX; i++)
-		x->lost[x->nlost++] = c->lost[i];
-	pthread_mutex_lock(&m->lock);
-	for (unsigned i = 0; i < z->nforsake; i++) {
-		if (!farm_view_find(x, z->forsake[i]))
-			ids_add(x->lost, &x->nlost, z->forsake[i]);
-	}
-	pthread_mutex_unlock(&m->lock);
-	x->formed = c->formed || (m->expect && x->n >= m->expect);
-	x->nlate = 0;
-	for (unsigned i = 0; i < c->nlate && i < FARM_VIEW_MAX; i++)
-		x->late[x->nlate++] = c->late[i];
-	for (unsigned i = 0; c->formed && i < x->n; i++) {
-		const struct farm_member *mb = &x->members[i];
-		if (!mb->fresh || farm_ids_have(x->late, x->nlate, mb->id) ||
-		    farm_view_find(c, mb->id))
-			continue;
-		if (x->nlate == FARM_VIEW_MAX) {
-			unsigned q = 0;
-			while (q < x->nlate && farm_view_find(x, x->late[q]))
-				q++;
-			if (q == x->nlate) {
-				farm_warn("membership: machine %" PRIu32
-				          " joins late, but %u late machines "
-				          "are listed already",
-				          mb->id, x->nlate);
-				continue;
-			}
-			memmove(&x->late[q], &x->late[q + 1],
-			        (x->nlate - q - 1) * sizeof(x->late[0]));
-			x->nlate--;
-		}
-		x->late[x->nlate++] = mb->id;
-		farm_warn("membership: machine %" PRIu32 " joins the formed "
-		          "cluster with empty memory: late (a backup where "
-		          "replicas are short, never a primary)",
-		          mb->id);
-	}
-}
-
-/* The restart mark this machine writes as manager (farm_view.restart): its
- * manifest's configuration while it restarts on its directory, 0 once the
- * restart ran or when it never restarted. UINT64_MAX: it restarts, but the
- * configuration in force neither names it nor is a restart's, so the
- * others lived on without it and its memory is stale: it must not manage
- * (it would admit itself); node.c refuses it. */
-static uint64_t zk_restart_mark(struct farm_membership *m)
-{
-	struct farm_zk *z = m->zk;
-	pthread_mutex_lock(&m->lock);
-	uint64_t r = m->restart;
-	pthread_mutex_unlock(&m->lock);
-	if (!r || farm_view_find(&z->cur, m->self) || z->cur.restart ||
-	    !z->cur.formed)
-		return r;
-	return UINT64_MAX;
-}
-
 /* The next configuration from the live @ids; @mark: zk_restart_mark's. */
 static int zk_build(struct farm_membership *m, const uint32_t *ids, unsigned n,
                     uint64_t mark)
@@ -867,108 +601,6 @@ static int zk_build(struct farm_membership *m, const uint32_t *ids, unsigned n,
 	free(rd);
 	free(cards);
 	return rc;
-}
-
-/* zk_build, given the registrations read (@rd[i] for @ids[i]). */
-static int zk_build_from(struct farm_membership *m, const uint32_t *ids,
-                         unsigned n, const struct zk_read *rd)
-{
-	struct farm_zk *z = m->zk;
-	for (unsigned i = 0; i < n; i++) {
-		char path[sizeof(z->members) + 16];
-		snprintf(path, sizeof(path), "%s/%" PRIu32, z->members, ids[i]);
-		struct farm_member *mb = &z->next.members[z->next.n];
-		const char *card = rd[i].buf;
-		int len = rd[i].len;
-		struct Stat st = rd[i].st;
-		int zrc = rd[i].rc;
-		if (zrc == ZNONODE)
-			continue; /* left meanwhile; its watch event follows */
-		if (zrc != ZOK)
-			return zk_err(zrc);
-		bool out = is_suspect(m, ids[i]);
-		for (unsigned r = 0; r < z->cur.nremoved && !out; r++)
-			out = z->cur.removed[r].id == ids[i] &&
-			      z->cur.removed[r].incarnation == st.czxid;
-		if (out) {
-			z->next.removed[z->next.nremoved++] =
-			        (struct farm_removed){.id = ids[i],
-			                              .incarnation = st.czxid};
-			continue;
-		}
-		if (zk_card_parse(card, len, mb)) {
-			farm_warn("membership: %s has no usable endpoint "
-			          "and domain",
-			          path);
-			continue;
-		}
-		/* Not admitted: an id a restart gave up (any memory), or
-		 * one that left the formed cluster (with empty or stale
-		 * memory, or with its directory's memory while the cluster
-		 * is not restarting: the others lived on without it, so
-		 * its copies are out of date). Logged once per
-		 * registration. */
-		bool lost = is_lost(m, ids[i]);
-		bool alone = !mb->fresh && !mb->stale && !z->next.restart &&
-		             !FARM_FAULT_SWITCH(FARM_FP_ZK_ADMIT_ALONE);
-		if (lost ||
-		    ((mb->fresh || mb->stale || alone) &&
-		     farm_ids_have(z->cur.gone, z->cur.ngone, ids[i]))) {
-			if (z->refused_czxid != st.czxid)
-				farm_err("membership: machine %" PRIu32
-				         " registered%s under the id of a "
-				         "machine %s: not admitted (start it "
-				         "under a new machine_id with an empty "
-				         "directory)",
-				         ids[i],
-				         lost        ? ""
-				         : mb->fresh ? " with empty memory"
-				         : mb->stale
-				                 ? " again after its session "
-				                   "expired"
-				                 : " with its old memory, "
-				                   "alone,",
-				         lost ? "the cluster gave up at a "
-				                "restart "
-				                "(its data was recovered from "
-				                "replicas)"
-				              : "that left this cluster");
-			z->refused_czxid = st.czxid;
-			continue;
-		}
-		mb->id = ids[i];
-		z->next.n++;
-	}
-	zk_departed(z);
-	zk_late(m);
-	return 0;
-}
-
-static bool same_members(const struct farm_view *a, const struct farm_view *b)
-{
-	if (a->n != b->n || a->has_cm != b->has_cm ||
-	    (a->has_cm && a->cm != b->cm) || a->nremoved != b->nremoved ||
-	    a->ndeparted != b->ndeparted || a->formed != b->formed ||
-	    a->nlate != b->nlate || a->ngone != b->ngone ||
-	    a->nlost != b->nlost || a->restart != b->restart ||
-	    memcmp(a->lost, b->lost, a->nlost * sizeof(a->lost[0])) ||
-	    memcmp(a->late, b->late, a->nlate * sizeof(a->late[0])) ||
-	    memcmp(a->gone, b->gone, a->ngone * sizeof(a->gone[0])))
-		return false;
-	for (unsigned i = 0; i < a->ndeparted; i++)
-		if (a->departed[i].id != b->departed[i].id ||
-		    strcmp(a->departed[i].domain, b->departed[i].domain))
-			return false;
-	for (unsigned i = 0; i < a->nremoved; i++)
-		if (a->removed[i].id != b->removed[i].id ||
-		    a->removed[i].incarnation != b->removed[i].incarnation)
-			return false;
-	for (unsigned i = 0; i < a->n; i++)
-		if (a->members[i].id != b->members[i].id ||
-		    strcmp(a->members[i].endpoint, b->members[i].endpoint) ||
-		    strcmp(a->members[i].domain, b->members[i].domain))
-			return false;
-	return true;
 }
 
 static int zk_sync(struct farm_membership *m)
@@ -1069,7 +701,7 @@ static int zk_sync(struct farm_membership *m)
 		z->next.has_cm = true;
 		z->next.cm = m->self;
 		if (z->next.n && z->next.members[0].id == m->self &&
-		    (!parsed || !same_members(&z->cur, &z->next))) {
+		    (!parsed || !zk_same_members(&z->cur, &z->next))) {
 			uint64_t id = z->cur.config_id;
 			if ((uint64_t)cst.version > id)
 				id = (uint64_t)cst.version;

@@ -1,0 +1,110 @@
+/*
+ * The ZooKeeper backend's private state and what its two files share:
+ * zk.c (the session, the worker, registration, reads and writes) and
+ * zk_next.c (the next configuration, computed from what zk.c read). Only
+ * with the client library (FARM_HAVE_ZK).
+ */
+#ifndef FARM_ADDRSPACE_ZK_INT_H
+#define FARM_ADDRSPACE_ZK_INT_H
+
+#include "addrspace/membership_impl.h"
+
+#define THREADED 1 /* the client's synchronous calls (zookeeper_mt) */
+#include <zookeeper/zookeeper.h>
+
+#define ZK_BUF                (64u << 10) /* the configuration: 65 members fit in 18 KiB */
+#define ZK_DEFAULT_SESSION_MS 4000u
+#define ZK_DEFAULT_CONNECT_MS 5000u
+#define ZK_BACKOFF_MS         200 /* retry after an unexpected error */
+
+enum {
+	PEND_SYNC = 1u << 0,    /* re-read (and maybe write) the config */
+	PEND_EXPIRED = 1u << 1, /* session expired: new session */
+	PEND_STATE = 1u << 2,   /* run on_state */
+};
+
+struct farm_zk {
+	zhandle_t *zh; /* only the worker (and open/close around it) */
+	pthread_t worker;
+	bool worker_started;
+	pthread_cond_t wake; /* with m->lock: pending work or stop */
+	/* Under m->lock: */
+	unsigned pending;
+	unsigned retry; /* work to redo after ZK_BACKOFF_MS */
+	bool stop;
+	bool zh_closing;     /* ignore events from a handle being closed */
+	bool connected_once; /* this handle reached a server */
+	bool held_elsewhere; /* our id's znode belongs to another session */
+	bool opened;         /* farm_zk_open returned 0 */
+	int fatal;           /* error that makes open fail */
+	/* Worker only: */
+	bool layout_done;
+	bool held_logged;
+	bool lone_logged;      /* zk_sync: restarting alone, not managing */
+	int64_t refused_czxid; /* the last registration left out, logged */
+	enum farm_membership_state told; /* last state passed to on_state */
+	unsigned session_ms, connect_ms;
+	char connect[1024];
+	char root[200];
+	char members[216];
+	char config[216];
+	char self_path[232];
+	char *buf;
+	struct farm_view cur, next; /* scratch */
+	/* Under m->lock: machines farm_membership_suspect named, left out of
+	 * the live set until a configuration lists them as removed. */
+	uint32_t suspects[FARM_VIEW_MAX];
+	unsigned nsuspects;
+	/* Under m->lock: machines farm_membership_forsake named (given up
+	 * at a restart), listed as lost by the configurations this one
+	 * writes. */
+	uint32_t forsake[FARM_VIEW_MAX];
+	unsigned nforsake;
+};
+
+struct zk_batch;
+
+/* One zoo_aget or zoo_aexists: its result, the data copied into @buf (at
+ * most @cap bytes, as zoo_get truncates). */
+struct zk_read {
+	struct zk_batch *b;
+	int rc, len;
+	struct Stat st;
+	char *buf;
+	int cap;
+};
+
+/* zk.c */
+
+/* A ZooKeeper return code as a negative errno value. */
+int zk_err(int zrc);
+
+/* zk_next.c */
+
+/* The registration @data (@len bytes) into @mb's endpoint, domain and
+ * fresh mark: the endpoint, then optionally "domain <name>", then
+ * optionally "fresh", one per line. 0, or -EINVAL: empty or control bytes
+ * in the endpoint, a line that is neither of those, or out of order. */
+int zk_card_parse(const char *data, int len, struct farm_member *mb);
+
+/* The restart mark this machine writes as manager (farm_view.restart): its
+ * manifest's configuration while it restarts on its directory, 0 once the
+ * restart ran or when it never restarted. UINT64_MAX: it restarts, but the
+ * configuration in force neither names it nor is a restart's, so the
+ * others lived on without it and its memory is stale: it must not manage
+ * (it would admit itself); node.c refuses it. */
+uint64_t zk_restart_mark(struct farm_membership *m);
+
+/* Build in z->next the configuration of the live members @ids (@n), given
+ * their registrations read (@rd[i] for @ids[i]): every live machine but
+ * the incarnations z->cur lists as removed (kept listed while their znodes
+ * live) and the machines this one suspects (listed from now on, by the
+ * znode's creation zxid). Worker thread only. */
+int zk_build_from(struct farm_membership *m, const uint32_t *ids, unsigned n,
+                  const struct zk_read *rd);
+
+/* Do @a and @b list the same members, removed, departed, late, gone and
+ * lost machines, manager and restart mark (everything but the id)? */
+bool zk_same_members(const struct farm_view *a, const struct farm_view *b);
+
+#endif
