@@ -45,7 +45,8 @@ struct cmd {
 	uint64_t min_syncs; /* W: syncs >= this */
 	uint64_t min_rejoins; /* W: rejoins (new sessions) >= this */
 	int wait_ms;          /* W: bound on the wait (0: WAIT_MS) */
-	bool lost; /* W: instead of the above: state is not CONNECTED */
+	bool lost;       /* W: instead of the above: state is not CONNECTED */
+	bool fast_ready; /* W: also membership status fast_ready */
 };
 
 struct reply {
@@ -69,6 +70,7 @@ static bool pred(const struct farm_view *v,
 	return s->state == FARM_MEMBERSHIP_CONNECTED && s->registered &&
 	       (v->n == c->n || c->n == 0) && v->config_id >= c->min_id &&
 	       s->syncs >= c->min_syncs && s->rejoins >= c->min_rejoins &&
+	       (!c->fast_ready || s->fast_ready) &&
 	       !farm_view_find(v, c->absent);
 }
 
@@ -280,6 +282,19 @@ static void test_zk_cluster(void **state)
 	 * it out at once, not after a session timeout, and lists its
 	 * incarnation as removed; machine 3 is still registered but sees
 	 * itself removed. Then it comes back as a new incarnation. */
+	/* Once the CM's last sync found nothing to write, its reads stay
+	 * current until a watch fires: the suspicion's configuration is
+	 * written from them, with the compare-and-set alone. */
+	c = (struct cmd){.op = 'W',
+	                 .n = NM,
+	                 .min_id = c1,
+	                 .absent = UINT32_MAX,
+	                 .fast_ready = true};
+	ask(&kids[0], &c);
+	answer(&kids[0], &r[0]);
+	assert_int_equal(r[0].rc, 0);
+	uint64_t writes0 = r[0].st.config_writes;
+	assert_int_equal(r[0].st.fast_writes, 0);
 	uint64_t t_sus = farm_now_ns();
 	c = (struct cmd){.op = 'S',
 	                 .suspect = 3,
@@ -301,7 +316,28 @@ static void test_zk_cluster(void **state)
 	assert_true(r[2].self_removed);
 	assert_false(r[0].self_removed);
 	assert_true(r[0].st.suspects == 1);
+	assert_int_equal(r[0].st.fast_writes, 1);
+	assert_int_equal(r[0].st.config_writes, writes0 + 1);
 	uint64_t cs = r[0].config_id;
+	assert_int_equal(cs, c1 + 1);
+	/* The full sync its own write's watch brings finds the same
+	 * configuration: nothing written again (what the fast write built
+	 * is what the full read would have). */
+	c = (struct cmd){.op = 'W',
+	                 .n = NM - 1,
+	                 .min_id = cs,
+	                 .absent = 3,
+	                 .min_syncs = r[0].st.syncs + 1,
+	                 .fast_ready = true};
+	ask(&kids[0], &c);
+	answer(&kids[0], &r[0]);
+	assert_int_equal(r[0].rc, 0);
+	assert_int_equal(r[0].config_id, cs);
+	assert_int_equal(r[0].st.config_writes, writes0 + 1);
+	printf("suspect: written from the CM's last read (one round trip: "
+	       "%.2f ms from the sync's start to the compare-and-set's "
+	       "return), and not again by the full sync after it\n",
+	       (double)(r[0].st.t_write_ns - r[0].st.t_write_begin_ns) / 1e6);
 	printf("suspect: config %" PRIu64 " without machine 3 seen by all "
 	       "%.1f ms after the CM was told (machine 3 still registered, "
 	       "sees itself removed)\n",

@@ -546,6 +546,7 @@ int farm_membership_open(const struct farm_membership_attr *a,
 		strcpy(m->domain, a->domain); /* checked above */
 	m->expect = a->expect;
 	m->fresh = a->fresh;
+	m->realtime = a->realtime;
 	m->restart = a->restart;
 	if (a->address && strlen(a->address) < sizeof(m->address))
 		strcpy(m->address, a->address);

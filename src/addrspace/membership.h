@@ -165,6 +165,9 @@ struct farm_membership_status {
 	uint64_t config_writes; /* configurations this machine wrote */
 	uint64_t suspects;      /* machines farm_membership_suspect named */
 	uint64_t cas_conflicts; /* its writes that lost the compare-and-set */
+	uint64_t fast_writes;   /* of config_writes, those built from the
+	                           last sync's reads (one round trip) */
+	bool fast_ready; /* manager: a suspicion now takes one round trip */
 	/* The last configuration this machine wrote (CLOCK_MONOTONIC ns, 0:
 	 * none): when the sync that wrote it began (the worker took the
 	 * change) and when the compare-and-set returned; its id. */
@@ -211,6 +214,11 @@ struct farm_membership_attr {
 	 * incarnation's (its session outlived it): it is replaced by ours at
 	 * once instead of waited out. NULL or "": waited out. */
 	const char *address;
+	/* ZooKeeper: the worker and the client library's threads ask for
+	 * SCHED_FIFO (util/rt.h; kept at normal priority without the
+	 * privilege), as the lease thread does: a suspicion's configuration
+	 * must not wait behind busy loops for a core (recovery_bench). */
+	bool realtime;
 	farm_view_fn on_view;   /* may be NULL */
 	farm_state_fn on_state; /* may be NULL */
 	void *ctx;

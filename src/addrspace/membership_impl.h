@@ -23,6 +23,7 @@ struct farm_membership {
 	unsigned expect; /* ZooKeeper: machines the cluster forms with */
 	bool fresh;      /* this machine started with empty memory */
 	bool stale;      /* a later session: its memory may be out of date */
+	bool realtime;   /* farm_membership_attr.realtime */
 	/* farm_membership_attr.restart until farm_membership_restarted();
 	 * under lock. */
 	uint64_t restart;

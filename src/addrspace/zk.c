@@ -35,6 +35,7 @@
 #include "util/common.h"
 #include "util/fault.h"
 #include "util/log.h"
+#include "util/rt.h"
 
 /* Plain-text checks, needed with or without the client library. */
 
@@ -226,6 +227,8 @@ static void zk_watcher(zhandle_t *zh, int type, int state, const char *path,
 		pthread_mutex_unlock(&m->lock);
 		return;
 	}
+	z->events++;
+	m->st.fast_ready = false;
 	if (type != ZOO_SESSION_EVENT) {
 		z->pending |= PEND_SYNC; /* a watched znode changed */
 	} else if (state == ZOO_CONNECTED_STATE) {
@@ -276,9 +279,21 @@ static void zk_watcher(zhandle_t *zh, int type, int state, const char *path,
 static zhandle_t *zk_init(struct farm_membership *m)
 {
 	struct farm_zk *z = m->zk;
+	/* The client's I/O and completion threads take the creating
+	 * thread's policy (pthread_create's default, PTHREAD_INHERIT_SCHED),
+	 * so the caller runs SCHED_FIFO for the call when asked to. */
+	int policy = SCHED_OTHER;
+	struct sched_param sp = {0};
+	bool raised = m->realtime &&
+	              !pthread_getschedparam(pthread_self(), &policy, &sp) &&
+	              policy != SCHED_FIFO && !farm_thread_set_realtime();
 	errno = 0;
 	zhandle_t *zh = zookeeper_init2(z->connect, zk_watcher,
 	                                (int)z->session_ms, NULL, m, 0, zk_log);
+	int e = errno;
+	if (raised)
+		(void)pthread_setschedparam(pthread_self(), policy, &sp);
+	errno = e;
 	if (!zh && !errno)
 		errno = EINVAL;
 	return zh;
@@ -576,14 +591,14 @@ static int zk_build(struct farm_membership *m, const uint32_t *ids, unsigned n,
 	z->next.n = 0;
 	z->next.nremoved = 0;
 	z->next.restart = mark;
-	/* Every member's registration, read together (above). */
-	struct zk_read *rd = calloc(n ? n : 1, sizeof(*rd));
-	char *cards = malloc((size_t)(n ? n : 1) * ZK_CARD_MAX);
-	if (!rd || !cards) {
-		free(rd);
-		free(cards);
-		return -ENOMEM;
-	}
+	/* Every member's registration, read together (above), into the
+	 * buffers a later suspicion may build from again (zk_fast_write). */
+	if (n > FARM_VIEW_MAX)
+		return -EINVAL; /* kids_parse keeps at most this many */
+	struct zk_read *rd = z->rd;
+	char *cards = z->cards;
+	memcpy(z->rd_ids, ids, n * sizeof(ids[0]));
+	z->rd_n = n;
 	struct zk_batch b;
 	batch_init(&b, n);
 	for (unsigned i = 0; i < n; i++) {
@@ -597,10 +612,86 @@ static int zk_build(struct farm_membership *m, const uint32_t *ids, unsigned n,
 		              &rd[i].rc);
 	}
 	batch_wait(&b);
-	int rc = zk_build_from(m, ids, n, rd);
-	free(rd);
-	free(cards);
-	return rc;
+	return zk_build_from(m, ids, n, rd);
+}
+
+/* Write z->next as the configuration after @version (the znode version
+ * read with z->cur), when it names this machine first and differs from
+ * z->cur (@force: z->cur did not parse). 1: nothing to write; 0: written
+ * and published; -EAGAIN: another manager wrote first. @t_begin: when the
+ * work began (membership status); @fast: built by zk_fast_write. */
+static int zk_write_next(struct farm_membership *m, int32_t version, bool force,
+                         uint64_t t_begin, bool fast)
+{
+	struct farm_zk *z = m->zk;
+	z->next.has_cm = true;
+	z->next.cm = m->self;
+	if (!z->next.n || z->next.members[0].id != m->self ||
+	    (!force && zk_same_members(&z->cur, &z->next)))
+		return 1;
+	uint64_t id = z->cur.config_id;
+	if (version > 0 && (uint64_t)version > id)
+		id = (uint64_t)version;
+	z->next.config_id = id + 1;
+	int len = farm_view_format(&z->next, z->buf, ZK_BUF);
+	if (len < 0)
+		return len;
+	int zrc = zoo_set(z->zh, z->config, z->buf, len, version);
+	if (zrc == ZBADVERSION) {
+		pthread_mutex_lock(&m->lock);
+		m->st.cas_conflicts++;
+		pthread_mutex_unlock(&m->lock);
+		return -EAGAIN;
+	}
+	if (zrc != ZOK)
+		return zk_err(zrc);
+	pthread_mutex_lock(&m->lock);
+	m->st.config_writes++;
+	m->st.fast_writes += fast;
+	m->st.t_write_begin_ns = t_begin;
+	m->st.t_write_ns = farm_now_ns();
+	m->st.write_config_id = z->next.config_id;
+	pthread_mutex_unlock(&m->lock);
+	farm_info("membership: machine %" PRIu32
+	          " (manager) wrote configuration %" PRIu64
+	          " with %u members%s",
+	          m->self, z->next.config_id, z->next.n,
+	          fast ? " (from its last read)" : "");
+	farm_membership_publish(m, &z->next);
+	return 0;
+}
+
+/* The manager's last full sync read the members, their registrations and
+ * the configuration (with watches) and had nothing to write; until a
+ * watch or session event comes, those reads are still current, so a sync
+ * that a local change asked for (a suspicion, above all) can build the
+ * next configuration from them and go straight to the compare-and-set: one
+ * round trip instead of three. On the 2-core host with four machine
+ * processes busy, the two reads took most of a reconfiguration's
+ * ZooKeeper time (recovery_bench, docs/benchmarks.md). The compare-and-set
+ * on the version read keeps it safe against any write since; a member
+ * that registered or left since fires the children watch, so the full
+ * sync that event brings corrects the members. 1: not applicable (do the
+ * full sync); else zk_write_next's answer. Used once per full sync. */
+static int zk_fast_write(struct farm_membership *m, uint64_t t_begin)
+{
+	struct farm_zk *z = m->zk;
+	if (!z->rd_ok)
+		return 1;
+	z->rd_ok = false;
+	pthread_mutex_lock(&m->lock);
+	bool current = z->events == z->rd_events;
+	m->st.fast_ready = false;
+	pthread_mutex_unlock(&m->lock);
+	uint64_t mark = zk_restart_mark(m);
+	if (!current || mark == UINT64_MAX)
+		return 1;
+	z->next.n = 0;
+	z->next.nremoved = 0;
+	z->next.restart = mark;
+	if (zk_build_from(m, z->rd_ids, z->rd_n, z->rd))
+		return 1;
+	return zk_write_next(m, z->rd_version, false, t_begin, true);
 }
 
 static int zk_sync(struct farm_membership *m)
@@ -616,6 +707,13 @@ static int zk_sync(struct farm_membership *m)
 			return rc;
 		z->layout_done = true;
 	}
+	rc = zk_fast_write(m, t_begin);
+	if (rc <= 0)
+		return rc;
+	/* Events from here on make what this sync reads out of date. */
+	pthread_mutex_lock(&m->lock);
+	uint64_t events = z->events;
+	pthread_mutex_unlock(&m->lock);
 	/* Our registration, the live members and the configuration, each
 	 * with its watch, in one round trip (above). */
 	uint32_t ids[FARM_VIEW_MAX];
@@ -698,40 +796,17 @@ static int zk_sync(struct farm_membership *m)
 		rc = zk_build(m, ids, nids, mark);
 		if (rc)
 			return rc;
-		z->next.has_cm = true;
-		z->next.cm = m->self;
-		if (z->next.n && z->next.members[0].id == m->self &&
-		    (!parsed || !zk_same_members(&z->cur, &z->next))) {
-			uint64_t id = z->cur.config_id;
-			if ((uint64_t)cst.version > id)
-				id = (uint64_t)cst.version;
-			z->next.config_id = id + 1;
-			len = farm_view_format(&z->next, z->buf, ZK_BUF);
-			if (len < 0)
-				return len;
-			zrc = zoo_set(z->zh, z->config, z->buf, len,
-			              cst.version);
-			if (zrc == ZBADVERSION) {
-				pthread_mutex_lock(&m->lock);
-				m->st.cas_conflicts++;
-				pthread_mutex_unlock(&m->lock);
-				return -EAGAIN;
-			}
-			if (zrc != ZOK)
-				return zk_err(zrc);
-			pthread_mutex_lock(&m->lock);
-			m->st.config_writes++;
-			m->st.t_write_begin_ns = t_begin;
-			m->st.t_write_ns = farm_now_ns();
-			m->st.write_config_id = z->next.config_id;
-			pthread_mutex_unlock(&m->lock);
-			farm_info("membership: machine %" PRIu32
-			          " (manager) wrote configuration %" PRIu64
-			          " with %u members",
-			          m->self, z->next.config_id, z->next.n);
-			farm_membership_publish(m, &z->next);
-			return 0;
-		}
+		rc = zk_write_next(m, cst.version, !parsed, t_begin, false);
+		if (rc <= 0)
+			return rc;
+		/* Nothing to write: these reads serve the next suspicion
+		 * (zk_fast_write) while no event comes. */
+		z->rd_ok = parsed;
+		z->rd_events = events;
+		z->rd_version = cst.version;
+		pthread_mutex_lock(&m->lock);
+		m->st.fast_ready = z->rd_ok && z->events == events;
+		pthread_mutex_unlock(&m->lock);
 	}
 	if (parsed && z->cur.config_id)
 		farm_membership_publish(m, &z->cur);
@@ -805,6 +880,8 @@ static void *zk_worker(void *arg)
 {
 	struct farm_membership *m = arg;
 	struct farm_zk *z = m->zk;
+	if (m->realtime)
+		(void)farm_thread_set_realtime(); /* normal without the right */
 	pthread_mutex_lock(&m->lock);
 	for (;;) {
 		while (!z->stop && !z->pending) {
@@ -879,6 +956,8 @@ static void zk_free(struct farm_membership *m)
 			farm_dbg("membership: zookeeper_close: %d", zrc);
 	}
 	pthread_cond_destroy(&z->wake);
+	free(z->rd);
+	free(z->cards);
 	free(z->buf);
 	free(z);
 	m->zk = NULL;
@@ -958,14 +1037,18 @@ int farm_zk_open(struct farm_membership *m,
 	if (!z)
 		return -ENOMEM;
 	z->buf = malloc(ZK_BUF);
+	z->rd = calloc(FARM_VIEW_MAX, sizeof(*z->rd));
+	z->cards = malloc((size_t)FARM_VIEW_MAX * ZK_CARD_MAX);
 	pthread_condattr_t ca;
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	int e = pthread_cond_init(&z->wake, &ca);
 	pthread_condattr_destroy(&ca);
-	if (!z->buf || e) {
+	if (!z->buf || !z->rd || !z->cards || e) {
 		if (!e)
 			pthread_cond_destroy(&z->wake);
+		free(z->rd);
+		free(z->cards);
 		free(z->buf);
 		free(z);
 		return e ? -e : -ENOMEM;

@@ -60,6 +60,19 @@ struct farm_zk {
 	 * writes. */
 	uint32_t forsake[FARM_VIEW_MAX];
 	unsigned nforsake;
+	/* Under m->lock: watch and session events seen (zk_watcher). */
+	uint64_t events;
+	/* Worker only: the manager's last reads (zk_build): the live ids,
+	 * their registrations (FARM_VIEW_MAX each), and, when rd_ok, still
+	 * current while events == rd_events, with the configuration's
+	 * version rd_version (zk_fast_write). */
+	struct zk_read *rd;
+	char *cards;
+	uint32_t rd_ids[FARM_VIEW_MAX];
+	unsigned rd_n;
+	bool rd_ok;
+	uint64_t rd_events;
+	int32_t rd_version;
 };
 
 struct zk_batch;

@@ -818,6 +818,7 @@ int farm_node_start(farm_node *n, int timeout_ms)
 	        .expect = n->cfg.expect_machines,
 	        .fresh = !farm_restart_pending(n->rs),
 	        .restart = farm_restart_config(n->rs),
+	        .realtime = true,
 	        .on_view = apply_view,
 	        .on_state = on_state,
 	        .ctx = n,

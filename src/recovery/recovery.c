@@ -18,6 +18,7 @@
 #include "util/common.h"
 #include "util/fault.h"
 #include "util/log.h"
+#include "util/rt.h"
 
 struct farm_recovery {
 	struct farm_recovery_attr a;
@@ -204,6 +205,11 @@ static void handle(farm_recovery *r, const uint32_t *sus, unsigned nsus)
 static void *recovery_main(void *arg)
 {
 	farm_recovery *r = arg;
+	/* Like the lease thread (which wakes this one): a suspicion's probe
+	 * and its hand-off to the membership must not wait for a core
+	 * behind busy loops. It sleeps between suspicions. */
+	if (!r->a.no_realtime)
+		(void)farm_thread_set_realtime();
 	pthread_mutex_lock(&r->mu);
 	while (!r->stop) {
 		if (!r->npending) {
