@@ -6,6 +6,7 @@
  * Concurrency (bank, torn reads, checker) is in the multi-process tests.
  */
 #include "asntx.h"
+#include "txn/txn_int.h"
 #include "txn/txn_testing.h"
 
 #include <inttypes.h>
@@ -650,6 +651,60 @@ static void test_refused_commit_room(void **state)
 	assert_int_equal(buf[0], 2);
 }
 
+/* A whole-cluster restart takes each coordinator thread's low-water mark
+ * from every whole record of the previous logs, and from pads too: a pad
+ * is written with the record after it (one append) and carries its marks,
+ * so a kill may land the pad alone, and a replica may have truncated on
+ * the pad's mark what another replica still holds (restart.c, collect). */
+static void test_restart_marks_pads(void **state)
+{
+	(void)state;
+	const uint64_t R = 64u << 10, hdr = 4096;
+	size_t len = hdr + R;
+	uint8_t *log = calloc(1, len);
+	assert_non_null(log);
+	struct log_super sb = {.magic = LOG_SUPER_MAGIC,
+	                       .layout = 2,
+	                       .machine = 0,
+	                       .M = 1,
+	                       .T = 1,
+	                       .R = R,
+	                       .hdr_area = hdr,
+	                       .total = len};
+	memcpy(log, &sb, sizeof(sb));
+	uint8_t *ring = log + hdr;
+	/* A TRUNCATE record at 0 (lap 1) with mark 5 ... */
+	struct rec_hdr h = {.len = 64, .type = REC_TRUNC, .lw = 5};
+	memcpy(ring, &h, sizeof(h));
+	uint64_t tr = 0 + 1;
+	memcpy(ring + 64 - 8, &tr, 8);
+	/* ... and a pad to the ring's end with mark 9, whose record (at 0 of
+	 * the next lap) never landed. */
+	uint64_t off = R - 128;
+	h = (struct rec_hdr){.len = 128, .type = REC_PAD, .lw = 9};
+	memcpy(ring + off, &h, sizeof(h));
+	tr = off + 1;
+	memcpy(ring + off + 56, &tr, 8);
+	uint64_t *mark = calloc(64 * 64, sizeof(*mark));
+	assert_non_null(mark);
+	assert_int_equal(farm_txlog_testing_marks(log, len, mark), 0);
+	printf("coordinator 0 thread 0: low-water mark %" PRIu64
+	       " (record 5, pad 9)\n",
+	       mark[0]);
+	assert_int_equal(mark[0], 9);
+	/* A torn pad (its trailer not its position) counts for nothing. */
+	tr = 7;
+	memcpy(ring + off + 56, &tr, 8);
+	assert_int_equal(farm_txlog_testing_marks(log, len, mark), 0);
+	assert_int_equal(mark[0], 5);
+	/* Not a log file. */
+	log[0] ^= 1;
+	assert_int_equal(farm_txlog_testing_marks(log, len, mark),
+	                 FARM_ECORRUPT);
+	free(mark);
+	free(log);
+}
+
 /* Recovery's messages, forged or stale (issue 12: bad input): each is
  * refused and counted (rec_refused), none changes anything, and the
  * machines go on committing. Machine id 2 sends them to machine id 1,
@@ -741,6 +796,7 @@ int main(void)
 	        cmocka_unit_test(test_trunc_low_water),
 	        cmocka_unit_test(test_bad_input),
 	        cmocka_unit_test(test_refused_commit_room),
+	        cmocka_unit_test(test_restart_marks_pads),
 	        cmocka_unit_test(test_recovery_bad_input),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -10,8 +10,10 @@
  *
  *  - A transaction's facts are the records of it in any log: ABORT,
  *    COMMIT-PRIMARY, and which regions each backup's COMMIT-BACKUP covers.
- *    A coordinator thread's low-water mark is the highest any record of
- *    its log carries (on any machine).
+ *    A coordinator thread's low-water mark is the highest any whole
+ *    record or pad of its log carries (on any machine): a pad carries
+ *    the marks of the record written with it, which a kill may have
+ *    stopped, and a replica may have truncated on them.
  *  - The rule is recovery's for a removed coordinator (recover.c, step 4),
  *    with every coordinator removed (none survived):
  *      abort   an ABORT anywhere;
@@ -62,6 +64,7 @@
 #include "alloc/objhdr.h"
 #include "txn/object.h"
 #include "txn/txn_int.h"
+#include "txn/txn_testing.h"
 #include "util/fault.h"
 #include "util/log.h"
 
@@ -120,9 +123,14 @@ int farm_txlog_check(const uint8_t *base, size_t len, const char *what,
 }
 
 /* Every whole record of one log file (as farm_txlog_scan_file finds
- * them), appended to *@v. */
+ * them), appended to *@v, and every coordinator thread's low-water mark
+ * raised to the highest a whole record or pad carries (@mark[coordinator *
+ * MAX_LOOPS + thread]). A pad counts: it is written with the record after
+ * it, in one append, and carries the same marks, so a kill can leave the
+ * pad without the record, and a replica may already have truncated on the
+ * pad's mark (participant.c) what another replica still holds. */
 static int collect(const uint8_t *base, size_t len, uint64_t coords,
-                   struct rs_rec **v, size_t *n, size_t *cap)
+                   struct rs_rec **v, size_t *n, size_t *cap, uint64_t *mark)
 {
 	struct log_super sb;
 	memcpy(&sb, base, sizeof(sb));
@@ -137,8 +145,22 @@ static int collect(const uint8_t *base, size_t len, uint64_t coords,
 				/* One in flight at the kill never landed, so
 				 * was never acknowledged: not whole, skipped.
 				 */
-				if (!txn_log_record_at(ring, sb.R, off, &h,
-				                       NULL))
+				bool rec = txn_log_record_at(ring, sb.R, off,
+				                             &h, NULL);
+				uint64_t tr = 0;
+				memcpy(&tr, ring + off + 56, 8);
+				bool pad = !rec && h.type == REC_PAD && h.len &&
+				           h.len % 64 == 0 &&
+				           h.len <= sb.R - off && tr &&
+				           (tr - 1) % sb.R == off;
+				uint64_t *mk = &mark[c * MAX_LOOPS + t];
+				if ((rec || pad) && h.lw > *mk)
+					*mk = h.lw;
+				if (pad) {
+					off += h.len - 64;
+					continue;
+				}
+				if (!rec)
 					continue;
 				if (*n == *cap) {
 					size_t nc = *cap ? *cap * 2 : 1024;
@@ -353,16 +375,11 @@ int farm_txm_restart_apply(farm_txm *m, const struct farm_txrestart_log *logs,
 		                      err, errlen);
 		if (!rc)
 			rc = collect(logs[i].base, logs[i].len, logs[i].coords,
-			             &v, &n, &cap);
+			             &v, &n, &cap, mark);
 	}
 	if (rc)
 		goto out;
 	st->records = n;
-	for (size_t i = 0; i < n; i++) {
-		uint64_t *mk = &mark[v[i].coord * MAX_LOOPS + v[i].th];
-		if (v[i].h.lw > *mk)
-			*mk = v[i].h.lw;
-	}
 	if (n) /* v is NULL with no record */
 		qsort(v, n, sizeof(*v), cmp_txid);
 	bool replay = !FARM_FAULT_SWITCH(FARM_FP_RESTART_NO_REPLAY);
@@ -415,4 +432,20 @@ out:
 const char *farm_txm_log_file(const farm_txm *m)
 {
 	return m && m->logmem ? farm_mem_file(m->logmem) : "";
+}
+
+/* ---- testing (txn_testing.h): for tests only --------------------------- */
+
+int farm_txlog_testing_marks(const uint8_t *base, size_t len, uint64_t *mark)
+{
+	if (!base || !mark)
+		return -EINVAL;
+	memset(mark, 0, 0x40ull * MAX_LOOPS * sizeof(*mark));
+	int rc = farm_txlog_check(base, len, "test log", NULL, 0);
+	struct rs_rec *v = NULL;
+	size_t n = 0, cap = 0;
+	if (!rc)
+		rc = collect(base, len, 0, &v, &n, &cap, mark);
+	free(v);
+	return rc;
 }

@@ -33,6 +33,12 @@ int farm_lf_testing_read_sync(farm_txm *m, farm_loop *loop, farm_gaddr a,
 uint64_t farm_txm_testing_log_reserved(farm_txm *m, farm_loop *loop,
                                        uint32_t mach);
 
+/* The low-water marks a whole-cluster restart takes from the previous log
+ * file @base (@len bytes; restart.c): @mark[c * 64 + t] for coordinator
+ * c's thread t (64 * 64 entries), from its whole records and pads. 0,
+ * FARM_ECORRUPT (not a log file), -EINVAL. */
+int farm_txlog_testing_marks(const uint8_t *base, size_t len, uint64_t *mark);
+
 /*
  * Switches that break the protocol on purpose, to prove that tests notice.
  * Compiled only into fault-injection builds (FARM_FAULT_INJECTION, the
