@@ -161,8 +161,25 @@ static void crash_run(void **state)
 	}
 	/* on_lock: the coordinator whose LOCK the victim took is still
 	 * waiting for its reply when the new configuration comes, and must
-	 * stop waiting then, not hold its locks until the reply deadline. */
-	if (p->fp == FARM_FP_TX_ON_LOCK && !ended)
+	 * stop waiting then, not hold its locks until the reply deadline (1
+	 * s after the LOCK, which was before the kill). Only a configuration
+	 * that every survivor took well before that can tell: a host loaded
+	 * enough to take longer (1259 ms once, under ASan at load 4-9) lets
+	 * the deadline end the wait first, and proves nothing either way. */
+	uint64_t cfg_ms = 0;
+	for (unsigned i = 0; i < NP_NM; i++)
+		if (rb_member(&res, i) &&
+		    res.r[i].t_cfg_ns > res.r[i].t_kill_ns)
+			cfg_ms = FARM_MAX(cfg_ms, (res.r[i].t_cfg_ns -
+			                           res.r[i].t_kill_ns) /
+			                                  1000000u);
+	bool telling = cfg_ms < 800;
+	if (p->fp == FARM_FP_TX_ON_LOCK && !ended && !telling)
+		printf("%s: the configuration came %" PRIu64 " ms after the "
+		       "kill, too close to the LOCK reply deadline to tell "
+		       "whether waits end at it: not judged\n",
+		       cc->name, cfg_ms);
+	if (p->fp == FARM_FP_TX_ON_LOCK && !ended && telling)
 		failed(&res.f,
 		       "no survivor ended a commit's wait for the victim's "
 		       "LOCK "
