@@ -718,7 +718,7 @@ void fg_h_update(farm_loop *loop, const farm_msg_in *in, void *arg)
 	op->rq = rq;
 	op->oe = e;
 	op->oe_gen = op->ow->gen;
-	if (rq.len > op->datacap) {
+	if (rq.len > op->datacap || !op->data) { /* never NULL: memcpy */
 		uint32_t cap = rq.len > DATA_KEEP ? rq.len : DATA_KEEP;
 		uint8_t *d = realloc(op->data, cap);
 		if (!d) {
