@@ -18,8 +18,9 @@ struct rp_held {
 	uint32_t region;
 	int role;
 	bool filling;
-	unsigned nreps;
+	unsigned nreps; /* the replicas, then the extra backup if any */
 	uint32_t reps[FARM_RING_MAX_REPLICAS];
+	uint32_t extra; /* FARM_RING_NO_EXTRA: none (ring.h, growth) */
 };
 
 /* What a machine holds, and its copies (data recovery). */
@@ -45,6 +46,7 @@ static inline void rp_held(struct tx_child *c, struct held_report *r)
 		h->role = (int)hl[i].role;
 		h->filling = farm_as_backup_filling(as, h->region);
 		h->nreps = farm_as_replicas(as, h->region, h->reps);
+		h->extra = farm_as_extra(as, h->region);
 	}
 	r->ndr = FARM_MIN(farm_txm_datarec_get(c->txm, r->dr, RP_MAXREG),
 	                  RP_MAXREG);
@@ -64,9 +66,10 @@ static inline bool rp_copying(const struct held_report *r)
 /*
  * Parent: is every region any machine of @in (bit i: machine i, whose
  * report is @r[i]; ids below 64) holds complete at exactly its @reps
- * replicas, each of them in @in, none still filling, and none of the
- * machines of @no_primary its primary? Fills @why when not, and counts
- * the regions in *@nregions.
+ * replicas and its extra backup if it has one (a late machine growing
+ * into it: ring.h), each of them in @in, none still filling, and none of
+ * the machines of @no_primary its primary? Fills @why when not, and
+ * counts the regions in *@nregions.
  */
 static inline bool rp_replicated(struct held_report *const *r, uint64_t in,
                                  unsigned reps, uint64_t no_primary, char *why,
@@ -88,7 +91,9 @@ static inline bool rp_replicated(struct held_report *const *r, uint64_t in,
 			if (!first)
 				continue;
 			(*nregions)++;
-			if (h->nreps != reps) {
+			bool extra = h->extra != FARM_RING_NO_EXTRA;
+			if (h->nreps != reps + extra ||
+			    (extra && h->reps[reps] != h->extra)) {
 				snprintf(why, len,
 				         "region %#" PRIx32
 				         " has %u replicas in machine %u's "

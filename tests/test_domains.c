@@ -17,6 +17,12 @@
  *                  only where replicas are short, never before a copy or
  *                  as a primary; departures keep the order with late
  *                  machines too (issue 13, rejoin and growth);
+ *   grow           with nothing short, the first late machine (the grower)
+ *                  is an extra backup, after the replicas, exactly where
+ *                  it would be a replica as an ordinary member; a later
+ *                  joiner is no one's until it leaves; departures of
+ *                  others never take it out of a region it holds
+ *                  (issue 13, growth's first step);
  *   order          the input order of the machines does not matter;
  *   balance        primary shares are the plain ones; with equal domains
  *                  every machine's replica share is within 20% of even;
@@ -342,6 +348,138 @@ static struct cl join_late(struct cl c, uint32_t id, uint32_t rank)
 	c.dom[c.n] = 0;
 	c.late[c.n++] = rank;
 	return c;
+}
+
+/* @c with machine @id not late: the placement the grower aims at. */
+static struct cl ordinary(struct cl c, uint32_t id)
+{
+	for (unsigned i = 0; i < c.n; i++)
+		if (c.ids[i] == id)
+			c.late[i] = 0;
+	return c;
+}
+
+/* Growth: in @c (r replicas), @grower (FARM_RING_NO_EXTRA: none) is the
+ * extra backup of exactly the regions whose replicas would include it
+ * were it ordinary and do not, listed last by farm_ring_holders; the
+ * replicas never include an extra. Returns how many regions have it. */
+static unsigned check_grow(const struct cl *c, uint32_t grower, unsigned r)
+{
+	farm_ring *g = build(c, r);
+	farm_ring *t = grower != FARM_RING_NO_EXTRA
+	                       ? build((struct cl[]){ordinary(*c, grower)}, r)
+	                       : NULL;
+	uint32_t rep[FARM_RING_MAX_REPLICAS], tr[FARM_RING_MAX_REPLICAS];
+	uint32_t all[FARM_RING_MAX_REPLICAS];
+	unsigned extras = 0;
+	for (uint32_t id = 1; id <= NIDS / 8; id++) {
+		unsigned n = farm_ring_replicas(g, id, rep);
+		uint32_t x = farm_ring_extra(g, id);
+		bool in = false, want = false;
+		for (unsigned i = 0; i < n; i++)
+			in |= rep[i] == grower;
+		if (t) {
+			unsigned nt = farm_ring_replicas(t, id, tr);
+			for (unsigned i = 0; i < nt; i++)
+				want |= tr[i] == grower;
+		}
+		want &= !in;
+		bool has = x != FARM_RING_NO_EXTRA && x == grower;
+		if (want != has || (x != FARM_RING_NO_EXTRA && x != grower))
+			fail_msg("region %" PRIu32 ": extra backup %" PRIu32
+			         ", the grower %" PRIu32
+			         " is%s in its target and%s a replica",
+			         id, x, grower, want || in ? "" : " not",
+			         in ? "" : " not");
+		unsigned na = farm_ring_holders(g, id, all);
+		assert_int_equal(na, n + (x != FARM_RING_NO_EXTRA));
+		assert_memory_equal(all, rep, n * sizeof(*rep));
+		if (x != FARM_RING_NO_EXTRA)
+			assert_int_equal(all[n], x);
+		extras += x != FARM_RING_NO_EXTRA;
+	}
+	farm_ring_free(t);
+	farm_ring_free(g);
+	return extras;
+}
+
+/* Every region that @m holds (replica or extra) in @before, it holds in
+ * @after too (a departure of others never drops a copy it made). */
+static void check_keeps(const struct cl *before, const struct cl *after,
+                        uint32_t m, unsigned r)
+{
+	farm_ring *g0 = build(before, r), *g1 = build(after, r);
+	uint32_t a[FARM_RING_MAX_REPLICAS], b[FARM_RING_MAX_REPLICAS];
+	for (uint32_t id = 1; id <= NIDS / 8; id++) {
+		unsigned na = farm_ring_holders(g0, id, a);
+		unsigned nb = farm_ring_holders(g1, id, b);
+		bool had = false, has = false;
+		for (unsigned i = 0; i < na; i++)
+			had |= a[i] == m;
+		for (unsigned i = 0; i < nb; i++)
+			has |= b[i] == m;
+		if (had && !has)
+			fail_msg("region %" PRIu32 ": machine %" PRIu32
+			         " held it before the departure, not after",
+			         id, m);
+	}
+	farm_ring_free(g0);
+	farm_ring_free(g1);
+}
+
+static void test_grow(void **state)
+{
+	(void)state;
+	const struct cl five = {5, {0, 1, 2, 3, 4}, {0}, {0}, {0}};
+	const struct cl *bases[] = {&five, &five3};
+	for (size_t k = 0; k < FARM_ARRAY_SIZE(bases); k++) {
+		const struct cl *c = bases[k];
+		/* Nothing short: no extra before the join. */
+		assert_int_equal(check_grow(c, FARM_RING_NO_EXTRA, 3), 0);
+		struct cl g9 = join_late(*c, 9, 1);
+		/* The join displaces nothing (the replicas as before). */
+		assert_int_equal(check_join(c, &g9, 3), 0);
+		unsigned x9 = check_grow(&g9, 9, 3);
+		printf("%s, r = 3, machine 9 late: the extra backup of %u of "
+		       "%u regions\n",
+		       k ? "5 machines in 3 domains" : "5 machines", x9,
+		       NIDS / 8);
+		/* Its share as an ordinary member of 6: about 3/6 (more with
+		 * domains: it is a domain of its own, one of 4; measured 49%
+		 * and 65%). */
+		assert_true(x9 > NIDS / 8 * 35 / 100 &&
+		            x9 < NIDS / 8 * 80 / 100);
+		/* A second joiner waits: machine 9 still grows alone. */
+		struct cl g10 = join_late(g9, 10, 2);
+		assert_int_equal(check_grow(&g10, 9, 3), x9);
+		/* Departures of the others keep machine 9 wherever it was,
+		 * and it stays the grower. */
+		for (unsigned i = 0; i < c->n; i++) {
+			struct cl d = depart(g10, c->ids[i]);
+			check_keeps(&g10, &d, 9, 3);
+			check_grow(&d, 9, 3);
+			for (unsigned j = i + 1; j < c->n; j++) {
+				struct cl d2 = depart(d, c->ids[j]);
+				check_keeps(&d, &d2, 9, 3);
+				check_grow(&d2, 9, 3);
+			}
+		}
+		/* The grower leaves: the next joiner grows. */
+		struct cl gone9 = depart(g10, 9);
+		assert_true(check_grow(&gone9, 10, 3) > 0);
+	}
+	/* Where replicas are short the late machine is a replica (test_late)
+	 * and an extra nowhere: 3 machines, one gone, r = 3. */
+	const struct cl three = {3, {0, 1, 2}, {0}, {0}, {0}};
+	struct cl back = join_late(depart(three, 2), 5, 1);
+	assert_int_equal(check_grow(&back, 5, 3), 0);
+	/* No room past FARM_RING_MAX_REPLICAS: no extra. */
+	struct cl nine = {9, {0, 1, 2, 3, 4, 5, 6, 7, 8}, {0}, {0}, {0}};
+	struct cl n9 = join_late(nine, 20, 1);
+	farm_ring *g = build(&n9, FARM_RING_MAX_REPLICAS);
+	for (uint32_t id = 1; id <= 1000; id++)
+		assert_int_equal(farm_ring_extra(g, id), FARM_RING_NO_EXTRA);
+	farm_ring_free(g);
 }
 
 /*
@@ -742,6 +880,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_plain),
 	        cmocka_unit_test(test_stable),
 	        cmocka_unit_test(test_late),
+	        cmocka_unit_test(test_grow),
 	        cmocka_unit_test(test_order),
 	        cmocka_unit_test(test_view_late_leaves),
 	        cmocka_unit_test(test_balance),

@@ -268,7 +268,7 @@ static unsigned replicas_in(farm_as *as, bool prev, uint32_t region,
 		return 0;
 	pthread_rwlock_rdlock(&as->lock);
 	const farm_ring *g = prev ? as->prev : as->ring;
-	unsigned n = g ? farm_ring_replicas(g, region, out) : 0;
+	unsigned n = g ? farm_ring_holders(g, region, out) : 0;
 	pthread_rwlock_unlock(&as->lock);
 	return n;
 }
@@ -391,7 +391,7 @@ unsigned farm_as_replicas_at(farm_as *as, uint32_t cfg, uint32_t region,
 	for (unsigned i = as->nhist; !g && i > 0; i--)
 		if ((uint32_t)as->hist[i - 1].cfg == cfg)
 			g = as->hist[i - 1].ring;
-	unsigned n = g ? farm_ring_replicas(g, region, out) : 0;
+	unsigned n = g ? farm_ring_holders(g, region, out) : 0;
 	pthread_rwlock_unlock(&as->lock);
 	return n;
 }
@@ -455,6 +455,17 @@ farm_fabric *farm_as_fabric(const farm_as *as)
 unsigned farm_as_replicas(farm_as *as, uint32_t region, uint32_t *out)
 {
 	return replicas_in(as, false, region, out);
+}
+
+uint32_t farm_as_extra(farm_as *as, uint32_t region)
+{
+	if (!as || region == FARM_REGION_ID_NONE)
+		return FARM_RING_NO_EXTRA;
+	pthread_rwlock_rdlock(&as->lock);
+	uint32_t x = as->ring ? farm_ring_extra(as->ring, region)
+	                      : FARM_RING_NO_EXTRA;
+	pthread_rwlock_unlock(&as->lock);
+	return x;
 }
 
 farm_region *farm_as_local_region(farm_as *as, uint32_t region,
@@ -854,8 +865,8 @@ int farm_as_region_alloc(farm_as *as, farm_loop *loop, uint32_t near,
 	if (!rc && !near)
 		rc = farm_ring_pick_region(as->ring, as->me, &as->seed,
 		                           taken_cb, as, 0, &op->region);
-	if (!rc)
-		op->nrep = farm_ring_replicas(as->ring, op->region, op->reps);
+	if (!rc) /* the extra backup too: born complete, as the others */
+		op->nrep = farm_ring_holders(as->ring, op->region, op->reps);
 	if (!rc) {
 		struct entry e = {.id = op->region, .kind = E_REMOTE};
 		rc = put(as, &e); /* a placeholder no lookup answers */

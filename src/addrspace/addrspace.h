@@ -69,9 +69,16 @@ uint64_t farm_as_region_size(const farm_as *as);
 uint32_t farm_as_machine_id(const farm_as *as);
 farm_fabric *farm_as_fabric(const farm_as *as);
 
-/* Replicas of @region in the current view, primary first; returns how
- * many (0 before the first view). */
+/* Replicas of @region in the current view, primary first, then its extra
+ * backup if it has one (a late machine growing into the region: ring.h,
+ * farm_ring_holders; it gets every COMMIT-BACKUP and is filled by data
+ * recovery like any backup, but is beyond the configured count and never
+ * promoted ahead of the others); returns how many (0 before the first
+ * view). The lists below (previous view, view of a configuration) are
+ * the same, extras included. */
 unsigned farm_as_replicas(farm_as *as, uint32_t region, uint32_t *out);
+/* @region's extra backup in the current view, or FARM_RING_NO_EXTRA. */
+uint32_t farm_as_extra(farm_as *as, uint32_t region);
 
 /* Replicas of @region in the view before the current one (0: none). */
 unsigned farm_as_prev_replicas(farm_as *as, uint32_t region, uint32_t *out);

@@ -24,6 +24,8 @@ struct point {
 struct one_ring {
 	struct point *pts; /* npts, sorted */
 	uint32_t *reps;    /* npts * nrep: replicas of the arc ending at pt i */
+	uint32_t *extra;   /* npts: the grower as an extra backup of the arc,
+	                      or FARM_RING_NO_EXTRA */
 };
 
 struct farm_ring {
@@ -35,6 +37,9 @@ struct farm_ring {
 	unsigned ndomains;             /* distinct domains among all */
 	uint32_t *late;                /* late members' indices, by rank */
 	unsigned nlate;
+	/* The grower: the first late member in rank order (its index in
+	 * all), or UINT32_MAX when there is none (ring.h, growth). */
+	uint32_t grower;
 	struct one_ring rings[FARM_RING_MAX_RINGS];
 };
 
@@ -94,6 +99,7 @@ void farm_ring_free(farm_ring *ring)
 	for (unsigned j = 0; j < FARM_RING_MAX_RINGS; j++) {
 		free(ring->rings[j].pts);
 		free(ring->rings[j].reps);
+		free(ring->rings[j].extra);
 	}
 	free(ring->ids);
 	free(ring->all);
@@ -126,10 +132,18 @@ static bool domain_in(const farm_ring *g, const uint32_t *set, unsigned n,
 	return false;
 }
 
-/* The replicas of the arc ending at point @i of ring @R into @rep (ids,
- * g->nrep of them): ring.h's three steps, as machine indices first. */
-static void place_arc(const farm_ring *g, const struct one_ring *R, unsigned i,
-                      uint32_t *rep)
+/* Is machine index @m late for this placement? @ordinary (an index, or
+ * UINT32_MAX) is placed as if it were not: the grower's target. */
+static bool late_for(const farm_ring *g, uint32_t m, uint32_t ordinary)
+{
+	return g->all[m].late && m != ordinary;
+}
+
+/* The replicas of the arc ending at point @i of ring @R into @chosen
+ * (machine indices, g->nrep of them): ring.h's steps, with the late
+ * machine @ordinary (UINT32_MAX: none) placed as any other member. */
+static unsigned place_arc_as(const farm_ring *g, const struct one_ring *R,
+                             unsigned i, uint32_t ordinary, uint32_t *chosen)
 {
 	uint32_t L[FARM_RING_MAX_REPLICAS];
 	unsigned nl = 0, want = FARM_MIN(g->r, g->nall), ndom = 0;
@@ -138,7 +152,7 @@ static void place_arc(const farm_ring *g, const struct one_ring *R, unsigned i,
 	for (unsigned s = 0; s < g->npts && nl < want && ndom < g->ndomains;
 	     s++) {
 		uint32_t m = R->pts[(i + s) % g->npts].idx;
-		if (g->all[m].late || in_set(L, nl, m) ||
+		if (late_for(g, m, ordinary) || in_set(L, nl, m) ||
 		    domain_in(g, L, nl, g->all[m].domain))
 			continue;
 		L[nl++] = m;
@@ -147,12 +161,11 @@ static void place_arc(const farm_ring *g, const struct one_ring *R, unsigned i,
 	/* Fewer domains than replicas: the next machines, clockwise. */
 	for (unsigned s = 0; s < g->npts && nl < want; s++) {
 		uint32_t m = R->pts[(i + s) % g->npts].idx;
-		if (!g->all[m].late && !in_set(L, nl, m))
+		if (!late_for(g, m, ordinary) && !in_set(L, nl, m))
 			L[nl++] = m;
 	}
 	/* 2. L's members, in L's order. */
 	unsigned got = 0;
-	uint32_t chosen[FARM_RING_MAX_REPLICAS];
 	for (unsigned q = 0; q < nl && got < g->nrep; q++)
 		if (!g->all[L[q]].departed)
 			chosen[got++] = L[q];
@@ -161,12 +174,12 @@ static void place_arc(const farm_ring *g, const struct one_ring *R, unsigned i,
 	 * later departure only appends. */
 	bool outside = false; /* a member outside L's domains exists */
 	for (unsigned m = 0; got < g->nrep && m < g->nall && !outside; m++)
-		outside = !g->all[m].departed && !g->all[m].late &&
+		outside = !g->all[m].departed && !late_for(g, m, ordinary) &&
 		          !domain_in(g, L, nl, g->all[m].domain);
 	for (unsigned pass = outside ? 0 : 1; pass < 2 && got < g->nrep; pass++)
 		for (unsigned s = 0; s < g->npts && got < g->nrep; s++) {
 			uint32_t m = R->pts[(i + s) % g->npts].idx;
-			if (g->all[m].departed || g->all[m].late ||
+			if (g->all[m].departed || late_for(g, m, ordinary) ||
 			    in_set(L, nl, m) || in_set(chosen, got, m) ||
 			    (pass == 0 &&
 			     domain_in(g, L, nl, g->all[m].domain)))
@@ -176,9 +189,31 @@ static void place_arc(const farm_ring *g, const struct one_ring *R, unsigned i,
 	/* 4. Still short: the late members, in the order they joined (the
 	 * same for every region, so a later joiner only appends). */
 	for (unsigned q = 0; q < g->nlate && got < g->nrep; q++)
-		chosen[got++] = g->late[q];
+		if (!in_set(chosen, got, g->late[q]))
+			chosen[got++] = g->late[q];
+	return got;
+}
+
+/* The arc ending at point @i of ring @R: its replicas into @rep (ids,
+ * g->nrep of them) and its extra backup into *@extra (ring.h). */
+static void place_arc(const farm_ring *g, const struct one_ring *R, unsigned i,
+                      uint32_t *rep, uint32_t *extra)
+{
+	uint32_t chosen[FARM_RING_MAX_REPLICAS];
+	unsigned got = place_arc_as(g, R, i, UINT32_MAX, chosen);
 	for (unsigned q = 0; q < got; q++)
 		rep[q] = g->all[chosen[q]].id;
+	*extra = FARM_RING_NO_EXTRA;
+	/* Growth: where the grower placed as an ordinary member would be a
+	 * replica and is not one, it is an extra backup, after the others
+	 * (so never promoted ahead of them). With room for it only. */
+	if (g->grower == UINT32_MAX || got >= FARM_RING_MAX_REPLICAS ||
+	    in_set(chosen, got, g->grower))
+		return;
+	uint32_t target[FARM_RING_MAX_REPLICAS];
+	unsigned nt = place_arc_as(g, R, i, g->grower, target);
+	if (in_set(target, nt, g->grower))
+		*extra = g->all[g->grower].id;
 }
 
 int farm_ring_build_domains(const struct farm_ring_machine *ms, unsigned n,
@@ -245,6 +280,7 @@ int farm_ring_build_domains(const struct farm_ring_machine *ms, unsigned n,
 		}
 		g->late[q] = m;
 	}
+	g->grower = g->nlate ? g->late[0] : UINT32_MAX;
 	/* A machine without a domain is one of its own: give it a value no
 	 * named domain has (above the largest), and count the domains. */
 	uint32_t top = 0;
@@ -270,7 +306,8 @@ int farm_ring_build_domains(const struct farm_ring_machine *ms, unsigned n,
 		struct one_ring *R = &g->rings[j];
 		R->pts = malloc(g->npts * sizeof(*R->pts));
 		R->reps = malloc((size_t)g->npts * g->nrep * sizeof(*R->reps));
-		if (!R->pts || !R->reps)
+		R->extra = malloc((size_t)g->npts * sizeof(*R->extra));
+		if (!R->pts || !R->reps || !R->extra)
 			goto nomem;
 		unsigned x = 0;
 		for (unsigned m = 0; m < g->nall; m++)
@@ -281,7 +318,8 @@ int farm_ring_build_domains(const struct farm_ring_machine *ms, unsigned n,
 				        .idx = m};
 		qsort(R->pts, g->npts, sizeof(*R->pts), cmp_point);
 		for (unsigned i = 0; i < g->npts; i++)
-			place_arc(g, R, i, &R->reps[(size_t)i * g->nrep]);
+			place_arc(g, R, i, &R->reps[(size_t)i * g->nrep],
+			          &R->extra[i]);
 	}
 	*out = g;
 	return 0;
@@ -353,6 +391,25 @@ unsigned farm_ring_replicas(const farm_ring *ring, uint32_t region,
 	memcpy(out, &R->reps[(size_t)i * ring->nrep],
 	       ring->nrep * sizeof(*out));
 	return ring->nrep;
+}
+
+uint32_t farm_ring_extra(const farm_ring *ring, uint32_t region)
+{
+	const struct one_ring *R = &ring->rings[farm_ring_of(ring, region)];
+	return R->extra[succ(R, ring->npts, farm_ring_pos(region))];
+}
+
+unsigned farm_ring_holders(const farm_ring *ring, uint32_t region,
+                           uint32_t *out)
+{
+	const struct one_ring *R = &ring->rings[farm_ring_of(ring, region)];
+	unsigned i = succ(R, ring->npts, farm_ring_pos(region));
+	memcpy(out, &R->reps[(size_t)i * ring->nrep],
+	       ring->nrep * sizeof(*out));
+	unsigned n = ring->nrep;
+	if (R->extra[i] != FARM_RING_NO_EXTRA)
+		out[n++] = R->extra[i];
+	return n;
 }
 
 uint32_t farm_ring_primary(const farm_ring *ring, uint32_t region)

@@ -119,6 +119,34 @@ unsigned farm_ring_replicas(const farm_ring *ring, uint32_t region,
 uint32_t farm_ring_primary(const farm_ring *ring, uint32_t region);
 
 /*
+ * Growth (issue 13 item 4, the first step of FaRM's rebalancing on join):
+ * the *grower* is the first late member in rank order (the earliest
+ * joiner still a member). Its *target* is the regions whose replicas it
+ * would be among were it an ordinary member (placed by the steps above
+ * with it not late, the later joiners still late). Where it is in the
+ * target and not a replica, it is the region's *extra* backup: a backup
+ * beyond the configured count, listed after the replicas, so never
+ * promoted while any of them lives. Commits send it their COMMIT-BACKUPs
+ * and data recovery fills its copy as any new backup's, so it ends
+ * holding a complete copy of its target. Later joiners get nothing until
+ * it leaves (one machine grows at a time; the late list keeps rank
+ * order). A departure keeps the grower in a target it was in (the
+ * target is a placement, and departures only append to those), so a
+ * copy it made never falls out of its lists and goes stale.
+ * Not yet: making the grower an ordinary member once its copies are
+ * complete (primary of its share; src/recovery/README.md).
+ *
+ * farm_ring_extra() - @region's extra backup, or FARM_RING_NO_EXTRA.
+ * farm_ring_holders() - @region's replicas, primary first, then its
+ * extra backup if any, into @out (room for FARM_RING_MAX_REPLICAS; an
+ * extra is given only where the replicas leave room). Returns how many.
+ */
+#define FARM_RING_NO_EXTRA UINT32_MAX
+uint32_t farm_ring_extra(const farm_ring *ring, uint32_t region);
+unsigned farm_ring_holders(const farm_ring *ring, uint32_t region,
+                           uint32_t *out);
+
+/*
  * farm_ring_pick_region() - a region id whose primary is @machine, on a
  * ring chosen from @seed, that @taken (may be NULL) does not reject.
  * Tries at most @max_tries random ids (0: 64 * machines). Returns 0 and

@@ -192,7 +192,8 @@ static void zk_late(struct farm_membership *m)
 		x->late[x->nlate++] = mb->id;
 		farm_warn("membership: machine %" PRIu32 " joins the formed "
 		          "cluster with empty memory: late (a backup where "
-		          "replicas are short, never a primary)",
+		          "replicas are short, the first late one an extra "
+		          "backup of its share, never a primary)",
 		          mb->id);
 	}
 }

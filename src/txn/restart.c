@@ -260,7 +260,7 @@ static bool decide(farm_txm *m, const struct rs_rec *g, size_t n,
 		uint32_t reps[FARM_RING_MAX_REPLICAS];
 		unsigned nr =
 		        lost && lost->ring
-		                ? farm_ring_replicas(lost->ring, regs[k], reps)
+		                ? farm_ring_holders(lost->ring, regs[k], reps)
 		                : farm_as_replicas(m->as, regs[k], reps);
 		/* A backup given up took its records with it: the others'
 		 * decide. The coordinator reported the commit only once

@@ -49,6 +49,11 @@ enum farm_fault_point {
 	 * machines joined late (a machine with empty memory is placed as
 	 * any other: tests/test_datarec.c --broken-late). */
 	FARM_FP_RING_NO_LATE,
+	/* txn/copy.c, a switch: while hooked, an extra backup's copy counts
+	 * as complete as soon as it is opened, before anything is copied (a
+	 * deliberately broken growth: tests/test_datarec.c --broken-grow
+	 * must find its bytes differ). */
+	FARM_FP_DATAREC_EXTRA_EARLY,
 	/* txn/restart.c, a switch: while hooked, a whole-cluster restart
 	 * decides the logs' transactions but applies none of their images
 	 * (tests/test_restart.c --broken: acknowledged transfers must be
