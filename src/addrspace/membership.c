@@ -45,14 +45,14 @@ const struct farm_member *farm_view_find(const struct farm_view *v, uint32_t id)
 	return NULL;
 }
 
-bool farm_view_equal(const struct farm_view *a, const struct farm_view *b)
+bool farm_view_same_members(const struct farm_view *a,
+                            const struct farm_view *b)
 {
-	if (a->config_id != b->config_id || a->n != b->n ||
-	    a->has_cm != b->has_cm || (a->has_cm && a->cm != b->cm) ||
-	    a->nremoved != b->nremoved || a->ndeparted != b->ndeparted ||
-	    a->formed != b->formed || a->nlate != b->nlate ||
-	    a->ngone != b->ngone || a->nlost != b->nlost ||
-	    a->restart != b->restart ||
+	if (a->n != b->n || a->has_cm != b->has_cm ||
+	    (a->has_cm && a->cm != b->cm) || a->nremoved != b->nremoved ||
+	    a->ndeparted != b->ndeparted || a->formed != b->formed ||
+	    a->nlate != b->nlate || a->ngone != b->ngone ||
+	    a->nlost != b->nlost || a->restart != b->restart ||
 	    (a->nlost <= FARM_VIEW_MAX &&
 	     memcmp(a->lost, b->lost, a->nlost * sizeof(a->lost[0]))) ||
 	    (a->nlate <= FARM_VIEW_MAX &&
@@ -74,6 +74,11 @@ bool farm_view_equal(const struct farm_view *a, const struct farm_view *b)
 		    a->removed[i].incarnation != b->removed[i].incarnation)
 			return false;
 	return true;
+}
+
+bool farm_view_equal(const struct farm_view *a, const struct farm_view *b)
+{
+	return a->config_id == b->config_id && farm_view_same_members(a, b);
 }
 
 bool farm_ids_have(const uint32_t *ids, unsigned n, uint32_t id)

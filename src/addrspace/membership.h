@@ -353,6 +353,10 @@ bool farm_domain_valid(const char *s);
 const struct farm_member *farm_view_find(const struct farm_view *v,
                                          uint32_t id);
 bool farm_view_equal(const struct farm_view *a, const struct farm_view *b);
+/* farm_view_equal but for the config id: the same members, removed,
+ * departed, late, gone and lost machines, manager and restart mark. */
+bool farm_view_same_members(const struct farm_view *a,
+                            const struct farm_view *b);
 /* The configuration znode's text (format above). farm_view_format returns
  * the length written (without NUL) or -ENOBUFS; farm_view_parse returns 0
  * or FARM_ECORRUPT (anything malformed: unknown line, ids not increasing,

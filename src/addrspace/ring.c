@@ -383,11 +383,20 @@ static unsigned succ(const struct one_ring *R, unsigned npts, uint32_t pos)
 	return lo == npts ? 0 : lo;
 }
 
+/* The ring of @region and the point ending its arc (*@i). */
+static const struct one_ring *arc_of(const farm_ring *ring, uint32_t region,
+                                     unsigned *i)
+{
+	const struct one_ring *R = &ring->rings[farm_ring_of(ring, region)];
+	*i = succ(R, ring->npts, farm_ring_pos(region));
+	return R;
+}
+
 unsigned farm_ring_replicas(const farm_ring *ring, uint32_t region,
                             uint32_t *out)
 {
-	const struct one_ring *R = &ring->rings[farm_ring_of(ring, region)];
-	unsigned i = succ(R, ring->npts, farm_ring_pos(region));
+	unsigned i;
+	const struct one_ring *R = arc_of(ring, region, &i);
 	memcpy(out, &R->reps[(size_t)i * ring->nrep],
 	       ring->nrep * sizeof(*out));
 	return ring->nrep;
@@ -395,15 +404,15 @@ unsigned farm_ring_replicas(const farm_ring *ring, uint32_t region,
 
 uint32_t farm_ring_extra(const farm_ring *ring, uint32_t region)
 {
-	const struct one_ring *R = &ring->rings[farm_ring_of(ring, region)];
-	return R->extra[succ(R, ring->npts, farm_ring_pos(region))];
+	unsigned i;
+	return arc_of(ring, region, &i)->extra[i];
 }
 
 unsigned farm_ring_holders(const farm_ring *ring, uint32_t region,
                            uint32_t *out)
 {
-	const struct one_ring *R = &ring->rings[farm_ring_of(ring, region)];
-	unsigned i = succ(R, ring->npts, farm_ring_pos(region));
+	unsigned i;
+	const struct one_ring *R = arc_of(ring, region, &i);
 	memcpy(out, &R->reps[(size_t)i * ring->nrep],
 	       ring->nrep * sizeof(*out));
 	unsigned n = ring->nrep;

@@ -627,7 +627,7 @@ static int zk_write_next(struct farm_membership *m, int32_t version, bool force,
 	z->next.has_cm = true;
 	z->next.cm = m->self;
 	if (!z->next.n || z->next.members[0].id != m->self ||
-	    (!force && zk_same_members(&z->cur, &z->next)))
+	    (!force && farm_view_same_members(&z->cur, &z->next)))
 		return 1;
 	uint64_t id = z->cur.config_id;
 	if (version > 0 && (uint64_t)version > id)

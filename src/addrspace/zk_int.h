@@ -116,8 +116,4 @@ uint64_t zk_restart_mark(struct farm_membership *m);
 int zk_build_from(struct farm_membership *m, const uint32_t *ids, unsigned n,
                   const struct zk_read *rd);
 
-/* Do @a and @b list the same members, removed, departed, late, gone and
- * lost machines, manager and restart mark (everything but the id)? */
-bool zk_same_members(const struct farm_view *a, const struct farm_view *b);
-
 #endif

@@ -289,31 +289,4 @@ int zk_build_from(struct farm_membership *m, const uint32_t *ids, unsigned n,
 	return 0;
 }
 
-bool zk_same_members(const struct farm_view *a, const struct farm_view *b)
-{
-	if (a->n != b->n || a->has_cm != b->has_cm ||
-	    (a->has_cm && a->cm != b->cm) || a->nremoved != b->nremoved ||
-	    a->ndeparted != b->ndeparted || a->formed != b->formed ||
-	    a->nlate != b->nlate || a->ngone != b->ngone ||
-	    a->nlost != b->nlost || a->restart != b->restart ||
-	    memcmp(a->lost, b->lost, a->nlost * sizeof(a->lost[0])) ||
-	    memcmp(a->late, b->late, a->nlate * sizeof(a->late[0])) ||
-	    memcmp(a->gone, b->gone, a->ngone * sizeof(a->gone[0])))
-		return false;
-	for (unsigned i = 0; i < a->ndeparted; i++)
-		if (a->departed[i].id != b->departed[i].id ||
-		    strcmp(a->departed[i].domain, b->departed[i].domain))
-			return false;
-	for (unsigned i = 0; i < a->nremoved; i++)
-		if (a->removed[i].id != b->removed[i].id ||
-		    a->removed[i].incarnation != b->removed[i].incarnation)
-			return false;
-	for (unsigned i = 0; i < a->n; i++)
-		if (a->members[i].id != b->members[i].id ||
-		    strcmp(a->members[i].endpoint, b->members[i].endpoint) ||
-		    strcmp(a->members[i].domain, b->members[i].domain))
-			return false;
-	return true;
-}
-
 #endif /* FARM_HAVE_ZK */
