@@ -614,20 +614,17 @@ static inline int find_in_cache(farm_slab *s, farm_gaddr a,
 
 /* find_slot() failed on a cached region: if that region was retired since
  * (maybe re-adopted under the same id, at another base and size), drop the
- * cache and look again. */
-static __attribute__((noinline)) int find_slot_stale(farm_slab *s, farm_gaddr a,
-                                                     int rc,
-                                                     struct farm_block **bo,
-                                                     char **po)
+ * cache and look @id up again. True when there is a live region @id to try
+ * again in. Takes no pointer to the caller's block and slot, so they stay
+ * in registers on the fast path. */
+static __attribute__((noinline)) bool find_slot_stale(farm_slab *s, uint32_t id)
 {
 	struct ba_region *r = s->last_r;
 	if (!r || !atomic_load_explicit(&r->retired, memory_order_acquire))
-		return rc;
+		return false;
 	slab_purge(s, atomic_load_explicit(&s->ba->region_gen,
 	                                   memory_order_acquire));
-	if (!slab_region_miss(s, farm_gaddr_region(a)))
-		return -EREMOTE;
-	return find_in_cache(s, a, bo, po);
+	return slab_region_miss(s, id) != NULL;
 }
 
 static inline int find_slot(farm_slab *s, farm_gaddr a, struct farm_block **bo,
@@ -638,10 +635,7 @@ static inline int find_slot(farm_slab *s, farm_gaddr a, struct farm_block **bo,
 	uint32_t id = farm_gaddr_region(a);
 	if (FARM_UNLIKELY(id != s->rc_id) && !slab_region_miss(s, id))
 		return id ? -EREMOTE : -EINVAL;
-	int rc = find_in_cache(s, a, bo, po);
-	if (FARM_UNLIKELY(rc))
-		return find_slot_stale(s, a, rc, bo, po);
-	return 0;
+	return find_in_cache(s, a, bo, po);
 }
 
 /* Clear the allocated bit and bump the incarnation: the one step that
@@ -659,6 +653,20 @@ static inline int hdr_free(char *p)
 	return 0;
 }
 
+/* find_slot() refused @a with @rc: again after dropping a stale region
+ * cache (find_slot_stale), else counted and returned. */
+static __attribute__((noinline)) int free_refused(farm_slab *s, farm_gaddr a,
+                                                  int rc)
+{
+	if (rc != -EINVAL && rc != -EREMOTE)
+		return rc;
+	if (find_slot_stale(s, farm_gaddr_region(a)))
+		return farm_slab_free(s, a); /* the cache is live now: once */
+	if (rc != -EREMOTE)
+		cnt_add(&s->free_errors, 1);
+	return rc;
+}
+
 int farm_slab_free(farm_slab *s, farm_gaddr a)
 {
 	if (FARM_UNLIKELY(!s))
@@ -666,11 +674,11 @@ int farm_slab_free(farm_slab *s, farm_gaddr a)
 	struct farm_block *b;
 	char *p;
 	int rc = find_slot(s, a, &b, &p);
-	if (FARM_LIKELY(!rc))
-		rc = hdr_free(p);
+	if (FARM_UNLIKELY(rc)) /* a tail call: nothing live across it */
+		return free_refused(s, a, rc);
+	rc = hdr_free(p);
 	if (FARM_UNLIKELY(rc)) {
-		if (rc != -EREMOTE)
-			cnt_add(&s->free_errors, 1);
+		cnt_add(&s->free_errors, 1);
 		return rc;
 	}
 	slot_release(s, b, p);
@@ -893,6 +901,8 @@ int farm_alloc_array_free(farm_slab *s, farm_gaddr a, uint64_t elem_size,
 		struct farm_block *b;
 		char *p;
 		rc = find_slot(s, a, &b, &p);
+		if (rc && find_slot_stale(s, farm_gaddr_region(a)))
+			rc = find_slot(s, a, &b, &p);
 		if (!rc && total > b->slot)
 			rc = -EINVAL;
 		uint64_t w0 = 0;
