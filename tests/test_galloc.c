@@ -551,6 +551,25 @@ static void test_retire(void **state)
 	       " was retired, 0 in it (%" PRIu64 " regions made in all)\n",
 	       2 * NA, R, gs.regions_added);
 
+	/* An adoption of R expected, then given up before it ran: the
+	 * expectation is cancelled and its deferred free dropped (counted
+	 * lost, nothing written). */
+	assert_int_equal(farm_galloc_adopt_expect(g, R), 1);
+	assert_int_equal(
+	        farm_galloc_free_local_or_defer(g, L.m[0].loop[0], live[4], 0),
+	        1);
+	uint64_t lost = gs.deferred_lost;
+	assert_int_equal(farm_galloc_retire(g, R), 0);
+	farm_galloc_stats(g, &gs);
+	assert_int_equal(gs.retired, 2);
+	assert_int_equal(gs.deferred_lost, lost + 1);
+	assert_int_equal(
+	        farm_galloc_free_local_or_defer(g, L.m[0].loop[0], live[4], 0),
+	        -EREMOTE);
+	assert_memory_equal(
+	        farm_as_local_ptr(L.m[0].as, live[4], FARM_OBJHDR_SIZE),
+	        &img[4], sizeof(img[4]));
+
 	/* (c) Primary of R again: a fresh zeroed copy with the live objects'
 	 * images and their blocks noted, as recovery leaves it. */
 	enum farm_as_role role;
