@@ -9,7 +9,9 @@
  */
 #include "testutil.h"
 
+#include <inttypes.h>
 #include <pthread.h>
+#include <sched.h>
 #include <sys/mman.h>
 
 #include "alloc/alloc.h"
@@ -1095,6 +1097,284 @@ static void test_copy_note(void **state)
 	prov_fini(&p);
 }
 
+/* ---- retiring a region ------------------------------------------------- */
+
+static bool gaddr_in(farm_gaddr a, const farm_gaddr *set, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (set[i] == a)
+			return true;
+	return false;
+}
+
+/*
+ * farm_blockalloc_retire_region(): two slabs hold current blocks of region
+ * R (three classes each, a small array, a freed large array waiting for an
+ * epoch), a third slab's block of R is unowned, a fourth slab's region cache
+ * names R. After the retire nothing hands out or frees anything in R, and
+ * R's memory is not written by anything (allocations, refused frees, an
+ * epoch's reclaim, a slab's destroy): byte-equal to its image at the
+ * retire. Then R is rebuilt from a copy at another base: the region cache
+ * that named the tombstone frees into the copy, and hinted allocations land
+ * there, never on a live object.
+ */
+static void test_retire(void **state)
+{
+	(void)state;
+	struct prov p;
+	prov_init(&p, 16u << 20, 300);
+	farm_blockalloc *ba = mk_ba(&p);
+	farm_slab *s1, *s2, *s3, *s4;
+	assert_int_equal(farm_slab_create(ba, &s1), 0);
+	assert_int_equal(farm_slab_create(ba, &s2), 0);
+	assert_int_equal(farm_slab_create(ba, &s3), 0);
+	assert_int_equal(farm_slab_create(ba, &s4), 0);
+	enum { NL = 64, NLIVE = 2 * NL + 2 };
+	static const uint32_t sizes[3] = {64, 200, 3000};
+	farm_gaddr live[NLIVE];
+	for (int i = 0; i < NL; i++) {
+		assert_int_equal(farm_slab_alloc(s1, sizes[i % 3], 0, &live[i]),
+		                 0);
+		assert_int_equal(farm_slab_alloc(s2, sizes[(i + 1) % 3], 0,
+		                                 &live[NL + i]),
+		                 0);
+	}
+	uint32_t R = farm_gaddr_region(live[0]);
+	farm_gaddr sarr, larr, o3;
+	assert_int_equal(farm_alloc_array(s1, 100, 5, 0, &sarr), 0);
+	assert_int_equal(farm_alloc_array(s2, 4096, 300, 0, &larr), 0);
+	assert_int_equal(farm_slab_alloc(s3, 1000, 0, &o3), 0);
+	live[2 * NL] = sarr;
+	live[2 * NL + 1] = o3;
+	for (int i = 0; i < NLIVE; i++)
+		assert_int_equal(farm_gaddr_region(live[i]), R);
+	assert_int_equal(farm_gaddr_region(larr), R);
+	/* A retired run in R (waits for an epoch), an unowned block of R,
+	 * and s4's region cache on R (a remote free into s1's block). */
+	assert_int_equal(farm_alloc_array_free(s2, larr, 4096, 300), 0);
+	uint64_t mark = farm_blockalloc_epoch_mark(ba);
+	farm_slab_destroy(s3);
+	assert_int_equal(farm_slab_free(s4, live[NL - 1]), 0);
+	live[NL - 1] = live[0]; /* (freed: the set keeps only live ones) */
+	struct farm_alloc_stats st0, st;
+	farm_blockalloc_stats(ba, &st0);
+
+	assert_int_equal(farm_blockalloc_retire_region(ba, R), 0);
+	char *rbase = p.r[0].base;
+	assert_int_equal(p.r[0].id, R);
+	char *snap = malloc(p.size);
+	assert_non_null(snap);
+	memcpy(snap, rbase, p.size);
+	assert_int_equal(farm_blockalloc_retire_region(ba, R), -ENOENT);
+	assert_int_equal(farm_blockalloc_retire_region(NULL, R), -EINVAL);
+	assert_int_equal(farm_blockalloc_retire_region(ba, FARM_REGION_ID_NONE),
+	                 -EINVAL);
+	assert_false(farm_alloc_region_is_local(ba, R));
+	assert_null(farm_alloc_local(ba, live[0], FARM_OBJHDR_SIZE));
+	farm_gaddr ga;
+	assert_int_equal(farm_alloc_gaddr_of(ba, rbase + 4096, &ga), -EINVAL);
+	uint32_t info;
+	assert_int_equal(farm_alloc_block_info(ba, live[0], &info), -EREMOTE);
+	farm_blockalloc_stats(ba, &st);
+	assert_int_equal(st.regions, st0.regions - 1);
+	assert_int_equal(st.blocks_total, st0.blocks_total - 16);
+	assert_int_equal(st.blocks_retired, st0.blocks_retired - 2);
+
+	/* Frees: refused by the owner, by another slab, for arrays. */
+	assert_int_equal(farm_slab_free(s1, live[1]), -EREMOTE);
+	assert_int_equal(farm_slab_free(s2, live[1]), -EREMOTE);
+	assert_int_equal(farm_slab_free(s2, live[NL + 1]), -EREMOTE);
+	assert_int_equal(farm_alloc_array_free(s1, sarr, 100, 5), -EREMOTE);
+	assert_int_equal(farm_alloc_array_free(s2, larr, 4096, 300), -EREMOTE);
+	/* Allocations: a hint in R is not local; none lands in R. */
+	farm_gaddr x;
+	assert_int_equal(farm_slab_alloc(s1, 200, live[1], &x), -EREMOTE);
+	assert_int_equal(farm_alloc_array(s2, 4096, 300, live[1], &x),
+	                 -EREMOTE);
+	int in_r = 0;
+	for (int i = 0; i < 3000; i++) {
+		for (int k = 0; k < 2; k++) {
+			farm_slab *s = k ? s2 : s1;
+			uint32_t sz = sizes[(i + k) % 3];
+			if (i % 100 == 7)
+				assert_int_equal(
+				        farm_alloc_array(s, 100, 5, 0, &x), 0);
+			else if (i % 500 == 9)
+				assert_int_equal(
+				        farm_alloc_array(s, 4096, 300, 0, &x),
+				        0);
+			else
+				assert_int_equal(farm_slab_alloc(s, sz, 0, &x),
+				                 0);
+			in_r += farm_gaddr_region(x) == R;
+		}
+	}
+	assert_int_equal(in_r, 0);
+	/* The epoch ends: R's retired run is not zeroed. A slab's destroy
+	 * does not write R's table (owner ids). */
+	assert_int_equal(farm_blockalloc_reclaim(ba, mark), 0);
+	farm_slab_destroy(s2);
+	assert_int_equal(memcmp(rbase, snap, p.size), 0);
+
+	/* Primary again: a copy at another base, rebuilt by scan. */
+	farm_blockalloc_stats(ba, &st0);
+	char *nb = mmap(NULL, p.size, PROT_READ | PROT_WRITE,
+	                MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	assert_true(nb != MAP_FAILED);
+	assert_true(nb != rbase);
+	memcpy(nb, snap, p.size);
+	struct farm_alloc_region ar = {.id = R, .base = nb, .size = p.size};
+	assert_int_equal(farm_blockalloc_rebuild_region(ba, &ar), 0);
+	assert_true(farm_alloc_region_is_local(ba, R));
+	assert_ptr_equal(farm_alloc_local(ba, live[2], FARM_OBJHDR_SIZE),
+	                 nb + farm_gaddr_offset(live[2]));
+	assert_int_equal(farm_alloc_gaddr_of(ba, nb + 4096, &ga), 0);
+	assert_int_equal(ga, farm_gaddr_make(R, 4096));
+	farm_blockalloc_stats(ba, &st);
+	assert_int_equal(st.regions, st0.regions + 1);
+	/* s4's cache still named the tombstone: the free goes to the copy. */
+	uint64_t w = farm_objhdr_load_incarn(
+	        (void *)(nb + farm_gaddr_offset(live[2])));
+	assert_int_equal(farm_slab_free(s4, live[2]), 0);
+	assert_int_equal(farm_objhdr_load_incarn(
+	                         (void *)(nb + farm_gaddr_offset(live[2]))),
+	                 farm_incarn_freed(w));
+	assert_int_equal(farm_slab_free(s1, live[NL + 2]), 0);
+	live[2] = live[NL + 2] = live[0];
+	/* Hinted allocations land in the copy, never on a live object. */
+	in_r = 0;
+	for (int i = 0; i < 300; i++) {
+		assert_int_equal(farm_slab_alloc(s1, 200, live[1], &x), 0);
+		if (farm_gaddr_region(x) == R) {
+			in_r++;
+			assert_false(gaddr_in(x, live, NLIVE));
+			assert_true(farm_objhdr_allocated(
+			        (void *)(nb + farm_gaddr_offset(x))));
+		}
+	}
+	assert_true(in_r > 0);
+	for (int i = 0; i < NLIVE; i++)
+		assert_true(farm_objhdr_allocated(
+		        (void *)(nb + farm_gaddr_offset(live[i]))));
+	int rc;
+	free(dump_str(ba, &rc));
+	assert_int_equal(rc, 0);
+	/* And the old memory was never touched. */
+	assert_int_equal(memcmp(rbase, snap, p.size), 0);
+	printf("retire: region %u with 2 slabs' current blocks retired; "
+	       "6000 allocations elsewhere, 0 in it; rebuilt at another "
+	       "base, %d hinted allocations there\n",
+	       R, in_r);
+	farm_slab_destroy(s1);
+	farm_slab_destroy(s4);
+	farm_blockalloc_destroy(ba);
+	munmap(nb, p.size);
+	prov_fini(&p);
+	free(snap);
+}
+
+/*
+ * Retiring while two threads allocate and free on their own slabs: once a
+ * thread has seen the retire return (an acquire load of a flag the retiring
+ * thread set after it), no allocation it starts is in the region, and its
+ * frees of the region's objects are refused.
+ */
+struct rt_thread {
+	farm_slab *s;
+	uint32_t R;
+	uint64_t seed;
+	_Atomic uint64_t ops;
+	uint64_t in_r_before, after, bad_alloc, bad_free;
+	int rc;
+};
+static _Atomic int rt_retired;
+
+static void *rt_main(void *arg)
+{
+	struct rt_thread *t = arg;
+	enum { WIN = 256, AFTER = 20000 };
+	farm_gaddr win[WIN] = {0};
+	for (uint64_t i = 0;; i++) {
+		bool seen =
+		        atomic_load_explicit(&rt_retired, memory_order_acquire);
+		unsigned k = (unsigned)(farm_rand64(&t->seed) % WIN);
+		if (win[k]) {
+			int rc = farm_slab_free(t->s, win[k]);
+			/* In R: refused once the retire was seen; a free that
+			 * overlapped it may have gone either way. */
+			bool ok = farm_gaddr_region(win[k]) == t->R
+			                  ? rc == -EREMOTE || (!seen && rc == 0)
+			                  : rc == 0;
+			t->bad_free += !ok;
+		}
+		/* Four classes: the blocks of both threads fit in R. */
+		static const uint32_t szs[4] = {64, 200, 1000, 3000};
+		uint32_t sz = szs[farm_rand64(&t->seed) % 4];
+		int rc = farm_slab_alloc(t->s, sz, 0, &win[k]);
+		if (rc) {
+			t->rc = rc;
+			break;
+		}
+		bool in_r = farm_gaddr_region(win[k]) == t->R;
+		if (seen) {
+			t->bad_alloc += in_r;
+			if (++t->after == AFTER)
+				break;
+		} else {
+			t->in_r_before += in_r;
+		}
+		atomic_store_explicit(&t->ops, i + 1, memory_order_relaxed);
+	}
+	return NULL;
+}
+
+static void test_retire_threads(void **state)
+{
+	(void)state;
+	struct prov p;
+	prov_init(&p, 16u << 20, 400);
+	farm_blockalloc *ba = mk_ba(&p);
+	/* R is the first region the threads' refills make (id 400): both
+	 * take their first blocks there. */
+	struct rt_thread t[2];
+	pthread_t th[2];
+	atomic_store(&rt_retired, 0);
+	for (int i = 0; i < 2; i++) {
+		memset(&t[i], 0, sizeof(t[i]));
+		assert_int_equal(farm_slab_create(ba, &t[i].s), 0);
+		t[i].R = 400;
+		t[i].seed = 11 + (uint64_t)i;
+	}
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(pthread_create(&th[i], NULL, rt_main, &t[i]),
+		                 0);
+	/* Both running (bounded wait on their progress counters). */
+	uint64_t t0 = farm_now_ns();
+	while ((atomic_load(&t[0].ops) < 2000 ||
+	        atomic_load(&t[1].ops) < 2000) &&
+	       farm_now_ns() - t0 < 10000000000ull)
+		sched_yield();
+	assert_int_equal(farm_blockalloc_retire_region(ba, 400), 0);
+	atomic_store_explicit(&rt_retired, 1, memory_order_release);
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(pthread_join(th[i], NULL), 0);
+	for (int i = 0; i < 2; i++) {
+		printf("retire race: thread %d: %" PRIu64 " allocations in the "
+		       "region before, %" PRIu64 " after the retire (%" PRIu64
+		       " in it), %" PRIu64 " bad frees\n",
+		       i, t[i].in_r_before, t[i].after, t[i].bad_alloc,
+		       t[i].bad_free);
+		assert_int_equal(t[i].rc, 0);
+		assert_true(t[i].in_r_before > 0);
+		assert_int_equal(t[i].after, 20000);
+		assert_int_equal(t[i].bad_alloc, 0);
+		assert_int_equal(t[i].bad_free, 0);
+		farm_slab_destroy(t[i].s);
+	}
+	farm_blockalloc_destroy(ba);
+	prov_fini(&p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1106,6 +1386,8 @@ int main(void)
 	        cmocka_unit_test(test_rebuild),
 	        cmocka_unit_test(test_copy_note),
 	        cmocka_unit_test(test_threads),
+	        cmocka_unit_test(test_retire),
+	        cmocka_unit_test(test_retire_threads),
 	};
 	return cmocka_run_group_tests_name("alloc", tests, NULL, NULL);
 }

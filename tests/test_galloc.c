@@ -339,6 +339,300 @@ static void test_adopt(void **state)
 	       id, (double)gs.adopt_max_ns / 1e6);
 }
 
+/* ---- retiring a region (farm_galloc_retire) ----------------------------
+ *
+ * A cluster of its own: three machines with two loops each (one test
+ * thread drives all six), so that two slabs of one machine hold blocks of
+ * the region given up.
+ */
+#define TL_M 3
+#define TL_L 2
+
+static struct {
+	struct {
+		char dir[256];
+		farm_fabric *fab;
+		farm_msg *msg;
+		farm_loop *loop[TL_L];
+		farm_as *as;
+		farm_galloc *ga;
+	} m[TL_M];
+} L;
+
+static void tl_open(void)
+{
+	farm_msg_attr ma = {
+	        .nthreads = TL_L, .max_machines = 8, .busy_poll = true};
+	struct farm_as_attr aa = {.region_size = RSIZE};
+	memset(&L, 0, sizeof(L));
+	for (unsigned i = 0; i < TL_M; i++) {
+		tu_tmpdir(L.m[i].dir, sizeof(L.m[i].dir), "galr");
+		L.m[i].fab = tu_open(i + 1, L.m[i].dir);
+		assert_non_null(L.m[i].fab);
+		assert_int_equal(farm_msg_create(L.m[i].fab, &ma, &L.m[i].msg),
+		                 0);
+		aa.seed = i + 1;
+		assert_int_equal(
+		        farm_as_create(L.m[i].fab, L.m[i].msg, &aa, &L.m[i].as),
+		        0);
+		assert_int_equal(
+		        farm_galloc_create(L.m[i].as, L.m[i].msg, &L.m[i].ga),
+		        0);
+	}
+	uint32_t ids[TL_M];
+	for (unsigned i = 0; i < TL_M; i++) {
+		ids[i] = i + 1;
+		for (unsigned j = 0; j < TL_M; j++) {
+			if (i == j)
+				continue;
+			char addr[256];
+			assert_true(farm_fabric_address(L.m[j].fab, addr,
+			                                sizeof(addr)) > 0);
+			farm_mr_desc d = farm_msg_desc(L.m[j].msg);
+			assert_int_equal(
+			        farm_msg_add_peer(L.m[i].msg, j + 1, addr, &d),
+			        0);
+		}
+		for (unsigned l = 0; l < TL_L; l++)
+			assert_int_equal(
+			        farm_loop_open(L.m[i].msg, l, &L.m[i].loop[l]),
+			        0);
+	}
+	for (unsigned i = 0; i < TL_M; i++)
+		assert_int_equal(farm_as_set_view(L.m[i].as, 1, ids, TL_M), 0);
+}
+
+static void tl_close(void)
+{
+	for (unsigned i = 0; i < TL_M; i++) {
+		for (unsigned l = 0; l < TL_L; l++)
+			farm_loop_close(L.m[i].loop[l]);
+		farm_galloc_destroy(L.m[i].ga);
+		farm_as_destroy(L.m[i].as);
+		assert_int_equal(farm_msg_destroy(L.m[i].msg), 0);
+		farm_fabric_close(L.m[i].fab);
+		tu_rmtree(L.m[i].dir);
+	}
+}
+
+static void tl_wait(const volatile int *flag)
+{
+	uint64_t t0 = farm_now_ns();
+	while (!*flag && farm_now_ns() - t0 < 10000000000ull)
+		for (unsigned i = 0; i < TL_M; i++)
+			for (unsigned l = 0; l < TL_L; l++)
+				(void)farm_loop_poll(L.m[i].loop[l]);
+	assert_true(*flag);
+}
+
+/* Allocate on machine 0's loop @l. */
+static farm_gaddr tl_alloc(unsigned l, uint64_t size, farm_gaddr hint, int *st)
+{
+	struct res r = {0};
+	int rc = farm_galloc_alloc(L.m[0].ga, L.m[0].loop[l], size, hint,
+	                           alloc_done, &r);
+	if (rc) {
+		*st = rc;
+		return FARM_GADDR_NULL;
+	}
+	tl_wait(&r.done);
+	*st = r.status;
+	return r.a;
+}
+
+/* The slot [a, a + class size of @size) overlaps a live one of @live. */
+static bool tl_overlaps(farm_gaddr a, uint64_t size, const farm_gaddr *live,
+                        const uint64_t *lsize, int n)
+{
+	uint64_t len = farm_alloc_class_size(farm_alloc_class_of(size));
+	for (int i = 0; i < n; i++) {
+		uint64_t ll =
+		        farm_alloc_class_size(farm_alloc_class_of(lsize[i]));
+		if (farm_gaddr_region(a) == farm_gaddr_region(live[i]) &&
+		    a < live[i] + ll && live[i] < a + len)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * Machine 1 (index 0) gives up region R while both its loops' slabs hold
+ * current blocks there: (a) thousands of allocations on both loops after
+ * the retire all succeed and none is in R (new regions are made); (b)
+ * frees of R's objects are -EREMOTE with their headers untouched; (c) R
+ * comes back (primary here again) as a fresh zeroed copy holding only the
+ * live objects' images and block descriptions: after adopt_expect/adopt,
+ * hinted allocations from both loops land in R again, none on a live
+ * object, and the rebuilt state is consistent (dump).
+ */
+static void test_retire(void **state)
+{
+	(void)state;
+	tl_open();
+	farm_galloc *g = L.m[0].ga;
+	enum { NO = 40, NLIVE = 2 * NO };
+	farm_gaddr live[NLIVE];
+	uint64_t lsize[NLIVE];
+	uint32_t info[NLIVE];
+	int st;
+	for (int i = 0; i < NLIVE; i++) {
+		lsize[i] = i % 2 ? 3000 : 200;
+		live[i] = tl_alloc(i < NO ? 0 : 1, lsize[i], FARM_GADDR_NULL,
+		                   &st);
+		assert_int_equal(st, 0);
+		assert_int_equal(farm_galloc_block_info(g, live[i], &info[i]),
+		                 0);
+	}
+	uint32_t R = farm_gaddr_region(live[0]);
+	for (int i = 0; i < NLIVE; i++)
+		assert_int_equal(farm_gaddr_region(live[i]), R);
+	/* Each loop frees one (its slab's region cache is on R). */
+	assert_int_equal(farm_galloc_free_local(g, L.m[0].loop[0], live[0]), 0);
+	assert_int_equal(farm_galloc_free_local(g, L.m[0].loop[1], live[NO]),
+	                 0);
+	live[0] = live[1];
+	lsize[0] = lsize[1];
+	info[0] = info[1];
+	live[NO] = live[NO + 1];
+	lsize[NO] = lsize[NO + 1];
+	info[NO] = info[NO + 1];
+	struct farm_objhdr img[NLIVE];
+	for (int i = 0; i < NLIVE; i++)
+		memcpy(&img[i],
+		       farm_as_local_ptr(L.m[0].as, live[i], FARM_OBJHDR_SIZE),
+		       sizeof(img[i]));
+
+	assert_int_equal(farm_galloc_retire(g, R), 0);
+	assert_int_equal(farm_galloc_retire(g, R), -ENOENT);
+	assert_int_equal(farm_galloc_retire(NULL, R), -EINVAL);
+	assert_int_equal(farm_galloc_retire(g, FARM_REGION_ID_NONE), -EINVAL);
+	struct farm_galloc_stats gs;
+	farm_galloc_stats(g, &gs);
+	assert_int_equal(gs.retired, 1);
+
+	/* (b) Frees refused, nothing written. */
+	for (unsigned l = 0; l < TL_L; l++) {
+		assert_int_equal(
+		        farm_galloc_free_local(g, L.m[0].loop[l], live[2]),
+		        -EREMOTE);
+		assert_int_equal(farm_galloc_free_local_or_defer(
+		                         g, L.m[0].loop[l], live[NO + 2], 0),
+		                 -EREMOTE);
+		assert_int_equal(farm_galloc_free_array_local(g, L.m[0].loop[l],
+		                                              live[3], 3000, 1),
+		                 -EREMOTE);
+	}
+	for (int i = 0; i < NLIVE; i++)
+		assert_memory_equal(
+		        farm_as_local_ptr(L.m[0].as, live[i], FARM_OBJHDR_SIZE),
+		        &img[i], sizeof(img[i]));
+
+	/* (a) Both loops allocate on: never in R; a hint in R is refused. */
+	tl_alloc(0, 200, live[1], &st);
+	assert_int_equal(st, -EREMOTE);
+	enum { NA = 2500 };
+	unsigned in_r = 0, regions = 0;
+	uint32_t last = 0;
+	for (int i = 0; i < NA; i++) {
+		for (unsigned l = 0; l < TL_L; l++) {
+			farm_gaddr a = tl_alloc(l, i % 3 ? 200 : 3000,
+			                        FARM_GADDR_NULL, &st);
+			assert_int_equal(st, 0);
+			in_r += farm_gaddr_region(a) == R;
+			if (farm_gaddr_region(a) != last) {
+				last = farm_gaddr_region(a);
+				regions++;
+			}
+		}
+	}
+	assert_int_equal(in_r, 0);
+	farm_galloc_stats(g, &gs);
+	printf("retire: %d allocations on 2 loops after region %" PRIu32
+	       " was retired, 0 in it (%" PRIu64 " regions made in all)\n",
+	       2 * NA, R, gs.regions_added);
+
+	/* An adoption of R expected, then given up before it ran: the
+	 * expectation is cancelled and its deferred free dropped (counted
+	 * lost, nothing written). */
+	assert_int_equal(farm_galloc_adopt_expect(g, R), 1);
+	assert_int_equal(
+	        farm_galloc_free_local_or_defer(g, L.m[0].loop[0], live[4], 0),
+	        1);
+	uint64_t lost = gs.deferred_lost;
+	assert_int_equal(farm_galloc_retire(g, R), 0);
+	farm_galloc_stats(g, &gs);
+	assert_int_equal(gs.retired, 2);
+	assert_int_equal(gs.deferred_lost, lost + 1);
+	assert_int_equal(
+	        farm_galloc_free_local_or_defer(g, L.m[0].loop[0], live[4], 0),
+	        -EREMOTE);
+	assert_memory_equal(
+	        farm_as_local_ptr(L.m[0].as, live[4], FARM_OBJHDR_SIZE),
+	        &img[4], sizeof(img[4]));
+
+	/* (c) Primary of R again: a fresh zeroed copy with the live objects'
+	 * images and their blocks noted, as recovery leaves it. */
+	enum farm_as_role role;
+	farm_region *fr = farm_as_local_region(L.m[0].as, R, &role);
+	assert_non_null(fr);
+	struct farm_alloc_region ar = {.id = R,
+	                               .base = farm_region_base(fr),
+	                               .size = farm_region_size(fr)};
+	memset(ar.base, 0, ar.size);
+	for (int i = 0; i < NLIVE; i++) {
+		memcpy((char *)ar.base + farm_gaddr_offset(live[i]), &img[i],
+		       sizeof(img[i]));
+		int rc = farm_alloc_copy_note(&ar, live[i], info[i]);
+		assert_true(rc == 0 || rc == 1);
+	}
+	uint64_t before = gs.adopted;
+	assert_int_equal(farm_galloc_adopt_expect(g, R), 1);
+	assert_int_equal(farm_galloc_adopt(g, R), 0);
+	uint64_t t0 = farm_now_ns();
+	do {
+		for (unsigned i = 0; i < TL_M; i++)
+			for (unsigned l = 0; l < TL_L; l++)
+				(void)farm_loop_poll(L.m[i].loop[l]);
+		farm_galloc_stats(g, &gs);
+	} while (gs.adopted + gs.adopt_failed < before + 1 &&
+	         farm_now_ns() - t0 < 10000000000ull);
+	assert_int_equal(gs.adopted, before + 1);
+	assert_int_equal(farm_galloc_adopt_expect(g, R), 2);
+	in_r = 0;
+	for (int i = 0; i < 200; i++) {
+		for (unsigned l = 0; l < TL_L; l++) {
+			uint64_t sz = i % 2 ? 3000 : 200;
+			farm_gaddr a =
+			        tl_alloc(l, sz, live[i % 2 ? 3 : 2], &st);
+			assert_int_equal(st, 0);
+			in_r += farm_gaddr_region(a) == R;
+			assert_false(tl_overlaps(a, sz, live, lsize, NLIVE));
+		}
+	}
+	assert_true(in_r > 0);
+	for (int i = 0; i < NLIVE; i++)
+		assert_memory_equal(
+		        farm_as_local_ptr(L.m[0].as, live[i], FARM_OBJHDR_SIZE),
+		        &img[i], sizeof(img[i]));
+	/* Frees in R work again, on both loops. */
+	assert_int_equal(farm_galloc_free_local(g, L.m[0].loop[0], live[2]), 0);
+	assert_int_equal(
+	        farm_galloc_free_local(g, L.m[0].loop[1], live[NO + 2]), 0);
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	assert_non_null(f);
+	int drc = farm_blockalloc_dump(farm_galloc_blockalloc(g), f);
+	fclose(f);
+	free(buf);
+	assert_int_equal(drc, 0);
+	printf("retire: region %" PRIu32 " re-adopted from a zeroed copy "
+	       "with %d live objects; %u of 400 hinted allocations there, "
+	       "none on a live object\n",
+	       R, NLIVE, in_r);
+	tl_close();
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -346,6 +640,7 @@ int main(void)
 	        cmocka_unit_test(test_many_regions_near),
 	        cmocka_unit_test(test_arrays_and_errors),
 	        cmocka_unit_test(test_adopt),
+	        cmocka_unit_test(test_retire),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -346,6 +346,23 @@ struct farm_alloc_stats {
 };
 
 /*
+ * farm_blockalloc_retire_region() - forget region @id: this machine no
+ * longer owns it (another machine became its primary; README.md "Retiring
+ * a region"). Any thread, while slabs keep running. When it returns, every
+ * call that starts afterwards treats @id as not local (-EREMOTE for frees
+ * and hints, NULL from farm_alloc_local), no slab hands out a slot of it
+ * (each slab drops its blocks of @id the next time it would use one), no
+ * block is carved in it, and the allocator writes nothing more in its
+ * memory (not even its block table; a retired run of it is never zeroed),
+ * so the caller may discard the memory once the calls that overlapped this
+ * one have finished. The region stays as a tombstone; a later
+ * farm_blockalloc_rebuild_region() of the same id (a fresh copy, at any
+ * base) adds it anew. Returns 0, -EINVAL, -ENOENT (no live region @id).
+ */
+FARM_MUST_CHECK int farm_blockalloc_retire_region(farm_blockalloc *ba,
+                                                  uint32_t id);
+
+/*
  * Distributed epochs (run by the transaction layer, src/txn/epoch.c): a
  * freed large array's blocks are RETIRED, stamped with the current
  * generation, and become free blocks (of any use) only once every

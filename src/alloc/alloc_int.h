@@ -116,6 +116,11 @@ struct ba_region {
 	/* Slab block covering each 1 MiB block, or NULL. Set (release) before
 	 * any object of the block is handed out; never cleared. */
 	_Atomic(struct farm_block *) *meta;
+	/* Set (release) once, under the lock, by farm_blockalloc_retire_region:
+	 * the region is a tombstone, skipped by every lookup and never written
+	 * again. Read relaxed (coherence orders it for calls that start after
+	 * the retire returned) or under the lock. */
+	_Atomic bool retired;
 	/* Under the lock: */
 	struct ba_region *spill; /* the region created near this one */
 	uint32_t scan_from;      /* no free block below this index */
@@ -138,6 +143,12 @@ struct farm_block {
 	uint64_t
 	        slot_inv; /* rel / slot == (rel * slot_inv) >> SLOT_INV_SHIFT */
 	uint8_t cls;
+	/* Set (release, under the lock) when the block's region is retired:
+	 * the owner stops taking slots from it and drops it from its lists,
+	 * freers refuse its slots (-EREMOTE). In the first cache line, which
+	 * alloc and free read anyway, so the check costs a relaxed load of a
+	 * line already fetched and a branch never taken. */
+	_Atomic uint8_t retired;
 	/* The owning slab, or NULL (unowned: on the block allocator's orphan
 	 * list). Written by the owner (destroy) or the adopter, under the lock;
 	 * freers compare it with themselves only. */
@@ -201,6 +212,9 @@ struct farm_slab {
 	char *rc_base;
 	_Atomic(struct farm_block *) *rc_meta;
 	struct ba_region *last_r;
+	/* The block allocator's region_gen when this slab last dropped its
+	 * retired blocks (slab_sync). Owner-only. */
+	uint64_t region_gen;
 	const uint8_t *line_cls; /* size-class table: lines -> class */
 	/* Counters: written only by the owning thread, read by any. Slot
 	 * allocations and frees are counted per class (farm_slab_cls); allocs,
@@ -244,10 +258,21 @@ struct farm_blockalloc {
 	 * counted in bytes: */
 	int64_t base_bytes;
 	uint64_t base_allocs;
+	/* farm_blockalloc_reclaim()s zeroing runs outside the lock; a retire
+	 * waits (idle_cv) until none is, so none writes a retired region. */
+	unsigned reclaiming;
+	pthread_cond_t idle_cv;
+	uint32_t nretired_regions; /* tombstones in regions[] */
+	/* Bumped (release) after a retire has flagged its region and blocks;
+	 * each slab compares it in its slow paths (acquire) and drops the
+	 * retired blocks from its lists. Its own line: read-mostly. */
+	FARM_CL_ALIGNED _Atomic uint64_t region_gen;
 };
 
 /* Region lookup by id; lock-free (entries are published with release and
- * never removed while the allocator lives). */
+ * never removed while the allocator lives). A retired region stays in the
+ * table as a tombstone and is skipped: a later region of the same id
+ * (re-adopted) sits further along the same probe chain. */
 static inline struct ba_region *ba_lookup(farm_blockalloc *ba, uint32_t id)
 {
 	uint32_t i = (id * 0x9e3779b1u) >> (32 - RTAB_BITS);
@@ -257,7 +282,8 @@ static inline struct ba_region *ba_lookup(farm_blockalloc *ba, uint32_t id)
 		        &ba->rtab[i], memory_order_acquire);
 		if (!r)
 			return NULL;
-		if (r->id == id)
+		if (r->id == id &&
+		    !atomic_load_explicit(&r->retired, memory_order_relaxed))
 			return r;
 	}
 	return NULL;

@@ -8,8 +8,11 @@
  * the head word, so a head is never seen without its continuations.
  * Regions are only added while the allocator lives; the id lookup table and
  * the region array are published with release stores and read lock-free.
+ * A retired region (farm_blockalloc_retire_region) stays in both as a
+ * tombstone that every lookup and walk skips.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 
 #include "alloc/alloc_int.h"
@@ -37,10 +40,19 @@ int farm_blockalloc_create(const struct farm_blockalloc_attr *a,
 {
 	if (!out)
 		return -EINVAL;
-	farm_blockalloc *ba = calloc(1, sizeof(*ba));
+	size_t sz = (sizeof(struct farm_blockalloc) + FARM_CL - 1) / FARM_CL *
+	            FARM_CL;
+	farm_blockalloc *ba =
+	        aligned_alloc(FARM_CL, sz); /* region_gen's line */
 	if (!ba)
 		return -ENOMEM;
+	memset(ba, 0, sizeof(*ba));
 	if (pthread_mutex_init(&ba->lock, NULL)) {
+		free(ba);
+		return -ENOMEM;
+	}
+	if (pthread_cond_init(&ba->idle_cv, NULL)) {
+		pthread_mutex_destroy(&ba->lock);
 		free(ba);
 		return -ENOMEM;
 	}
@@ -74,6 +86,7 @@ void farm_blockalloc_destroy(farm_blockalloc *ba)
 		ba->retired = x->next;
 		free(x);
 	}
+	pthread_cond_destroy(&ba->idle_cv);
 	pthread_mutex_destroy(&ba->lock);
 	free(ba);
 }
@@ -187,6 +200,10 @@ int ba_grow_locked(farm_blockalloc *ba, uint32_t near, struct ba_region **out)
 int ba_take_run_locked(farm_blockalloc *ba, struct ba_region *r, uint32_t nmb,
                        uint32_t *bidx)
 {
+	/* Nothing is carved in a retired region (checked under the lock, where
+	 * the flag is set). */
+	if (atomic_load_explicit(&r->retired, memory_order_relaxed))
+		return -ENOSPC;
 	uint32_t run = 0;
 	bool all_used_below = true;
 	for (uint32_t i = r->scan_from; i < r->nblocks; i++) {
@@ -272,6 +289,8 @@ uint64_t farm_blockalloc_reclaim(farm_blockalloc *ba, uint64_t mark)
 			pp = &x->next;
 		}
 	}
+	if (take)
+		ba->reclaiming++; /* a retire waits until we are done */
 	pthread_mutex_unlock(&ba->lock);
 	if (!take)
 		return 0;
@@ -295,6 +314,8 @@ uint64_t farm_blockalloc_reclaim(farm_blockalloc *ba, uint64_t mark)
 		n += x->mb;
 		free(x);
 	}
+	if (--ba->reclaiming == 0)
+		pthread_cond_broadcast(&ba->idle_cv);
 	pthread_mutex_unlock(&ba->lock);
 	return n;
 }
@@ -365,6 +386,80 @@ void ba_set_owner_locked(struct farm_block *b, farm_slab *s)
 	atomic_store_explicit(&b->r->table[b->bidx],
 	                      bt_slab(b->cls, b->len_mb, s ? s->id : 0),
 	                      memory_order_release);
+}
+
+/* ---- retiring a region ------------------------------------------------ */
+
+_Static_assert(offsetof(struct farm_block, retired) < FARM_CL,
+               "the retired flag shares the line alloc and free read");
+
+int farm_blockalloc_retire_region(farm_blockalloc *ba, uint32_t id)
+{
+	if (!ba || id == FARM_REGION_ID_NONE || id > FARM_REGION_ID_MAX)
+		return -EINVAL;
+	pthread_mutex_lock(&ba->lock);
+	/* A reclaim zeroes runs outside the lock: let it finish, so that
+	 * nothing writes the region after we return. */
+	while (ba->reclaiming)
+		pthread_cond_wait(&ba->idle_cv, &ba->lock);
+	struct ba_region *r = ba_lookup(ba, id);
+	if (!r) {
+		pthread_mutex_unlock(&ba->lock);
+		return -ENOENT;
+	}
+	/* Flag the region and every slab block of it (release: pairs with
+	 * the acquire of region_gen in slab_sync; the relaxed loads on the
+	 * hot paths rely on coherence, which orders them after this for
+	 * any call that starts after we return). */
+	atomic_store_explicit(&r->retired, true, memory_order_release);
+	uint64_t in_use = 0, runs = 0;
+	for (uint32_t i = 0; i < r->nblocks; i++) {
+		struct farm_block *b =
+		        atomic_load_explicit(&r->meta[i], memory_order_relaxed);
+		if (b && b->bidx == i)
+			atomic_store_explicit(&b->retired, 1,
+			                      memory_order_release);
+		/* Read while the memory is still the caller's, for the
+		 * counters: every used word but a RETIRED run's is in use. */
+		uint64_t w = atomic_load_explicit(&r->table[i],
+		                                  memory_order_relaxed);
+		if (bt_type(w) == BT_RETIRED)
+			runs = bt_array_mb(w);
+		if (w && !runs)
+			in_use++;
+		if (runs)
+			runs--;
+	}
+	/* Its unowned blocks leave the orphan lists (owned ones leave their
+	 * slab's lists on the owner's thread: slab_sync). */
+	for (int c = 0; c < FARM_ALLOC_NCLASSES; c++)
+		for (struct farm_block **pp = &ba->orphans[c]; *pp;) {
+			if ((*pp)->r == r)
+				*pp = (*pp)->orphan_next;
+			else
+				pp = &(*pp)->orphan_next;
+		}
+	/* Its retired runs are never zeroed: that would write the memory. */
+	for (struct ba_retired **pp = &ba->retired; *pp;) {
+		struct ba_retired *x = *pp;
+		if (x->r == r) {
+			*pp = x->next;
+			ba->blocks_retired -= x->mb;
+			free(x);
+		} else {
+			pp = &x->next;
+		}
+	}
+	if (ba->cur_region == r)
+		ba->cur_region = NULL; /* refill_any walks the regions */
+	ba->blocks_total -= r->nblocks;
+	ba->blocks_in_use -= in_use;
+	ba->nretired_regions++;
+	/* After the flags (release): a slab that sees the new generation
+	 * sees every flag of this retire. */
+	atomic_fetch_add_explicit(&ba->region_gen, 1, memory_order_release);
+	pthread_mutex_unlock(&ba->lock);
+	return 0;
 }
 
 /* ---- rebuild --------------------------------------------------------- */
@@ -719,6 +814,9 @@ int farm_alloc_gaddr_of(farm_blockalloc *ba, const void *p, farm_gaddr *out)
 	uint32_t n = atomic_load_explicit(&ba->nregions, memory_order_acquire);
 	for (uint32_t i = 0; i < n; i++) {
 		struct ba_region *r = ba->regions[i];
+		/* A tombstone's memory may be mapped again for another. */
+		if (atomic_load_explicit(&r->retired, memory_order_relaxed))
+			continue;
 		uintptr_t b = (uintptr_t)r->base, q = (uintptr_t)p;
 		if (q >= b && q - b < r->size) {
 			*out = farm_gaddr_make(r->id, (uint32_t)(q - b));
@@ -836,7 +934,12 @@ int farm_blockalloc_dump(farm_blockalloc *ba, FILE *f)
 		pthread_mutex_unlock(&ba->lock);
 		return -ENOMEM;
 	}
-	memcpy(rs, ba->regions, n * sizeof(*rs));
+	uint32_t live = 0;
+	for (uint32_t k = 0; k < n; k++)
+		if (!atomic_load_explicit(&ba->regions[k]->retired,
+		                          memory_order_relaxed))
+			rs[live++] = ba->regions[k];
+	n = live;
 	qsort(rs, n, sizeof(*rs), cmp_region);
 	int rc = 0;
 	for (uint32_t k = 0; k < n; k++) {
@@ -941,7 +1044,9 @@ void farm_blockalloc_stats(farm_blockalloc *ba, struct farm_alloc_stats *st)
 	}
 	st->allocs += ba->base_allocs;
 	st->bytes_in_use += ba->base_bytes;
-	st->regions = atomic_load_explicit(&ba->nregions, memory_order_relaxed);
+	st->regions =
+	        atomic_load_explicit(&ba->nregions, memory_order_relaxed) -
+	        ba->nretired_regions;
 	st->blocks_total = ba->blocks_total;
 	st->blocks_in_use = ba->blocks_in_use;
 	st->blocks_retired = ba->blocks_retired;

@@ -39,6 +39,12 @@ struct farm_galloc {
 	pthread_mutex_t lock;        /* pool */
 	struct pooled pool[POOL_MAX];
 	unsigned npool;
+	/* Regions taken out of a full pool and being added to the block
+	 * allocator outside `lock` (region_made); a retire waits on `pool_cv`
+	 * until none is, so it cannot miss one. Under `lock`. */
+	unsigned adding;
+	pthread_cond_t pool_cv;
+	_Atomic uint64_t retired;
 	_Atomic uint64_t shipped_allocs, served_allocs, shipped_frees,
 	        served_frees, regions_added, region_waits;
 	/* Adopting promoted regions (farm_galloc_adopt): one thread, made on
@@ -47,6 +53,10 @@ struct farm_galloc {
 	pthread_cond_t adopt_cv;
 	pthread_t adopter;
 	bool adopter_up, adopt_stop;
+	/* The region the adopter is on (0: none); cleared, with a broadcast
+	 * on `adopt_done_cv`, once its deferred frees are done too. */
+	uint32_t adopt_busy;
+	pthread_cond_t adopt_done_cv;
 	struct adopt_region *adopting; /* expected or queued, under the lock */
 	struct deferred *deferred;     /* frees waiting for their region */
 	_Atomic uint64_t adopted, adopt_failed, adopt_skipped, adopt_ns,
@@ -184,10 +194,13 @@ static void region_made(farm_loop *loop, void *ctx, int status, uint32_t id)
 		 * allocator as a plain region, so none is lost. */
 		struct farm_alloc_region old = g->pool[0].r;
 		g->pool[0] = g->pool[--g->npool];
+		g->adding++;
 		pthread_mutex_unlock(&g->lock);
 		if (farm_blockalloc_add_region(g->ba, &old) == 0)
 			atomic_fetch_add(&g->regions_added, 1);
 		pthread_mutex_lock(&g->lock);
+		if (--g->adding == 0)
+			pthread_cond_broadcast(&g->pool_cv);
 	}
 	g->pool[g->npool++] =
 	        (struct pooled){.near = near,
@@ -426,11 +439,11 @@ int farm_galloc_adopt_expect(farm_galloc *g, uint32_t region)
 	return rc;
 }
 
-/* Take region @id out of the adoption list with its deferred frees. */
-static struct deferred *adopt_take(farm_galloc *g, uint32_t id)
+/* Take region @id out of the adoption list with its deferred frees; under
+ * adopt_lock. */
+static struct deferred *adopt_take_locked(farm_galloc *g, uint32_t id)
 {
 	struct deferred *mine = NULL;
-	pthread_mutex_lock(&g->adopt_lock);
 	struct adopt_region **pp = adopt_find(g, id);
 	if (*pp) {
 		struct adopt_region *a = *pp;
@@ -447,6 +460,13 @@ static struct deferred *adopt_take(farm_galloc *g, uint32_t id)
 			dp = &d->next;
 		}
 	}
+	return mine;
+}
+
+static struct deferred *adopt_take(farm_galloc *g, uint32_t id)
+{
+	pthread_mutex_lock(&g->adopt_lock);
+	struct deferred *mine = adopt_take_locked(g, id);
 	pthread_mutex_unlock(&g->adopt_lock);
 	return mine;
 }
@@ -561,9 +581,12 @@ static void *adopter_main(void *arg)
 		uint32_t id = a->id;
 		a->queued = false; /* ours now: adopt_take removes it */
 		a->taken = true;
+		g->adopt_busy = id;
 		pthread_mutex_unlock(&g->adopt_lock);
 		adopt_one(g, &slab, id);
 		pthread_mutex_lock(&g->adopt_lock);
+		g->adopt_busy = 0; /* farm_galloc_retire may wait for it */
+		pthread_cond_broadcast(&g->adopt_done_cv);
 	}
 	pthread_mutex_unlock(&g->adopt_lock);
 	farm_slab_destroy(slab);
@@ -623,6 +646,66 @@ int farm_galloc_free_local_or_defer(farm_galloc *g, farm_loop *loop,
 		atomic_fetch_add_explicit(&g->adopted_frees, 1,
 		                          memory_order_relaxed);
 	return rc;
+}
+
+/* ---- retiring a region ------------------------------------------------
+ *
+ * This machine stops being primary of a region (a new configuration moved
+ * it): the new primary's allocator rebuilds it by scan and owns its free
+ * slots, so ours must never hand one out again, nor write the memory, which
+ * the caller is about to discard. The block allocator keeps the region as a
+ * tombstone (farm_blockalloc_retire_region); here, the region is also taken
+ * out of the pool and out of adoption.
+ */
+int farm_galloc_retire(farm_galloc *g, uint32_t region)
+{
+	if (!g || region == FARM_REGION_ID_NONE || region > FARM_REGION_ID_MAX)
+		return -EINVAL;
+	bool known = false;
+	/* Adoption: wait for the adopter if it is on this region (its rebuild
+	 * and deferred frees write the memory), else cancel an expectation. */
+	struct deferred *d = NULL;
+	pthread_mutex_lock(&g->adopt_lock);
+	while (g->adopt_busy == region)
+		pthread_cond_wait(&g->adopt_done_cv, &g->adopt_lock);
+	if (*adopt_find(g, region)) { /* not taken: the adopter skips it */
+		d = adopt_take_locked(g, region);
+		known = true;
+	}
+	pthread_mutex_unlock(&g->adopt_lock);
+	/* Its deferred frees are not done: the copy they would free in is
+	 * discarded, and the new primary frees them in its own. */
+	while (d) {
+		struct deferred *n = d->next;
+		atomic_fetch_add(&g->deferred_lost, 1);
+		free(d);
+		d = n;
+	}
+	/* The pool: a made but unused region is dropped. Wait for regions
+	 * moving from the pool to the block allocator first. */
+	pthread_mutex_lock(&g->lock);
+	while (g->adding)
+		pthread_cond_wait(&g->pool_cv, &g->lock);
+	for (unsigned i = 0; i < g->npool;) {
+		if (g->pool[i].r.id == region) {
+			g->pool[i] = g->pool[--g->npool];
+			known = true;
+		} else {
+			i++;
+		}
+	}
+	pthread_mutex_unlock(&g->lock);
+	int rc = farm_blockalloc_retire_region(g->ba, region);
+	if (rc && rc != -ENOENT)
+		return rc;
+	if (rc == 0)
+		known = true;
+	if (!known)
+		return -ENOENT;
+	atomic_fetch_add(&g->retired, 1);
+	farm_info("alloc: region %" PRIu32 " retired (no longer primary here)",
+	          region);
+	return 0;
 }
 
 int farm_galloc_block_info(farm_galloc *g, farm_gaddr a, uint32_t *info)
@@ -728,8 +811,10 @@ int farm_galloc_create(farm_as *as, farm_msg *msg, farm_galloc **out)
 	g->as = as;
 	g->msg = msg;
 	pthread_mutex_init(&g->lock, NULL);
+	pthread_cond_init(&g->pool_cv, NULL);
 	pthread_mutex_init(&g->adopt_lock, NULL);
 	pthread_cond_init(&g->adopt_cv, NULL);
+	pthread_cond_init(&g->adopt_done_cv, NULL);
 	struct farm_blockalloc_attr ba = {.new_region = new_region_cb,
 	                                  .ctx = g};
 	int rc = farm_blockalloc_create(&ba, &g->ba);
@@ -740,8 +825,10 @@ int farm_galloc_create(farm_as *as, farm_msg *msg, farm_galloc **out)
 	if (rc) {
 		farm_blockalloc_destroy(g->ba);
 		pthread_mutex_destroy(&g->lock);
+		pthread_cond_destroy(&g->pool_cv);
 		pthread_mutex_destroy(&g->adopt_lock);
 		pthread_cond_destroy(&g->adopt_cv);
+		pthread_cond_destroy(&g->adopt_done_cv);
 		free(g);
 		return rc;
 	}
@@ -774,10 +861,12 @@ void farm_galloc_destroy(farm_galloc *g)
 	}
 	pthread_mutex_destroy(&g->adopt_lock);
 	pthread_cond_destroy(&g->adopt_cv);
+	pthread_cond_destroy(&g->adopt_done_cv);
 	for (unsigned i = 0; i < MAX_LOOPS; i++)
 		farm_slab_destroy(g->slabs[i]);
 	farm_blockalloc_destroy(g->ba);
 	pthread_mutex_destroy(&g->lock);
+	pthread_cond_destroy(&g->pool_cv);
 	free(g);
 }
 
@@ -808,4 +897,5 @@ void farm_galloc_stats(farm_galloc *g, struct farm_galloc_stats *out)
 	out->deferred_lost = atomic_load(&g->deferred_lost);
 	out->adopted_allocs = atomic_load(&g->adopted_allocs);
 	out->adopted_frees = atomic_load(&g->adopted_frees);
+	out->retired = atomic_load(&g->retired);
 }

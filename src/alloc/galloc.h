@@ -39,6 +39,8 @@ struct farm_galloc_stats {
 	/* Objects allocated in adopted regions since, and frees at commit
 	 * (farm_galloc_free_local_or_defer) done in them. */
 	uint64_t adopted_allocs, adopted_frees;
+	/* Regions given up (farm_galloc_retire). */
+	uint64_t retired;
 };
 
 /* Before the loops start (registers the RPC handlers). */
@@ -111,6 +113,28 @@ void farm_galloc_adopt_cancel(farm_galloc *g, uint32_t region);
 int farm_galloc_adopt(farm_galloc *g, uint32_t region);
 int farm_galloc_free_local_or_defer(farm_galloc *g, farm_loop *loop,
                                     farm_gaddr a, uint64_t then);
+
+/*
+ * farm_galloc_retire() - this machine stopped being primary of @region (a
+ * new configuration gave it to another machine, whose allocator rebuilds
+ * it by scan and owns its free slots; src/alloc/README.md "Retiring a
+ * region"). Any thread, while the loops keep allocating; it may wait for
+ * the adopter thread if that is rebuilding @region. Once it returns, no
+ * allocation that starts afterwards, on any loop, returns an address in
+ * @region (each loop's slab drops its blocks of it the next time it would
+ * take a slot from one); no block and no pooled region of it is used;
+ * farm_galloc_free_local(), _free_array_local() and _free_local_or_defer()
+ * of its objects return -EREMOTE; an expected adoption of it is cancelled,
+ * its deferred frees dropped (counted lost: the copy is discarded); and the
+ * allocator writes nothing more in its memory. Calls that overlapped this
+ * one may still have used it: discard the memory once every loop has run a
+ * pass after the return (a farm_loop_post round trip). A later
+ * farm_galloc_adopt_expect() / farm_galloc_adopt() of the same id (primary
+ * here again, with a fresh copy at any base) rebuilds it as any promoted
+ * region. Returns 0, -EINVAL, -ENOENT (not known to this allocator: not
+ * in use here, pooled or expected; nothing to do).
+ */
+int farm_galloc_retire(farm_galloc *g, uint32_t region);
 
 farm_blockalloc *farm_galloc_blockalloc(farm_galloc *g);
 void farm_galloc_stats(farm_galloc *g, struct farm_galloc_stats *out);

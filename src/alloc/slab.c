@@ -67,6 +67,10 @@ void farm_slab_destroy(farm_slab *s)
 		struct farm_slab_cls *k = &s->cls[c];
 		for (uint32_t i = 0; i < k->nblocks; i++) {
 			struct farm_block *b = k->blocks[i];
+			/* A retired region's table is not ours to write. */
+			if (atomic_load_explicit(&b->retired,
+			                         memory_order_relaxed))
+				continue;
 			ba_set_owner_locked(b, NULL);
 			b->orphan_next = ba->orphans[c];
 			ba->orphans[c] = b;
@@ -102,9 +106,58 @@ slab_region_miss(farm_slab *s, uint32_t id)
 static inline struct ba_region *slab_region(farm_slab *s, uint32_t id)
 {
 	struct ba_region *r = s->last_r;
-	if (FARM_LIKELY(r && r->id == id))
+	if (FARM_LIKELY(
+	            r && r->id == id &&
+	            !atomic_load_explicit(&r->retired, memory_order_relaxed)))
 		return r;
 	return slab_region_miss(s, id);
+}
+
+static bool block_retired(const struct farm_block *b)
+{
+	return atomic_load_explicit(&((struct farm_block *)b)->retired,
+	                            memory_order_relaxed);
+}
+
+/*
+ * Drop what this slab holds of retired regions (farm_blockalloc_retire_
+ * region): their blocks from the class lists, cur and spare, and the region
+ * cache. Owner-only; called from the slow paths when the block allocator's
+ * region generation moved (acquire: pairs with the release bump after the
+ * flags, so every flag of that retire is seen), or when a block or the
+ * cached region is found flagged. O(blocks of the slab), once per retire.
+ */
+static __attribute__((noinline)) void slab_purge(farm_slab *s, uint64_t gen)
+{
+	s->region_gen = gen;
+	for (int c = 0; c < FARM_ALLOC_NCLASSES; c++) {
+		struct farm_slab_cls *k = &s->cls[c];
+		uint32_t j = 0;
+		for (uint32_t i = 0; i < k->nblocks; i++)
+			if (!block_retired(k->blocks[i]))
+				k->blocks[j++] = k->blocks[i];
+		k->nblocks = j;
+		if (k->cur && block_retired(k->cur))
+			k->cur = NULL;
+		if (k->spare && block_retired(k->spare))
+			k->spare = NULL;
+	}
+	struct ba_region *r = s->last_r;
+	if (r && atomic_load_explicit(&r->retired, memory_order_relaxed)) {
+		s->last_r = NULL;
+		s->rc_id = 0; /* names no region; rc_size 0 refuses all */
+		s->rc_size = 0;
+		s->rc_base = NULL;
+		s->rc_meta = NULL;
+	}
+}
+
+static inline void slab_sync(farm_slab *s)
+{
+	uint64_t g =
+	        atomic_load_explicit(&s->ba->region_gen, memory_order_acquire);
+	if (FARM_UNLIKELY(g != s->region_gen))
+		slab_purge(s, g);
 }
 
 /* Take the remote frees into the (empty) local list. Acquire pairs with the
@@ -172,7 +225,8 @@ static struct farm_block *own_with_room(farm_slab *s, unsigned c,
 	struct farm_slab_cls *k = &s->cls[c];
 	for (uint32_t i = k->nblocks; i-- > 0;) {
 		struct farm_block *b = k->blocks[i];
-		if ((!r || b->r == r) && block_room(b))
+		/* (Flagged but not purged yet: a retire in progress.) */
+		if ((!r || b->r == r) && !block_retired(b) && block_room(b))
 			return b;
 	}
 	return NULL;
@@ -187,7 +241,7 @@ static struct farm_block *adopt_locked(farm_slab *s, unsigned c,
 	for (struct farm_block **pp = &ba->orphans[c]; *pp;
 	     pp = &(*pp)->orphan_next) {
 		struct farm_block *b = *pp;
-		if ((r && b->r != r) || !block_room(b))
+		if ((r && b->r != r) || block_retired(b) || !block_room(b))
 			continue;
 		*pp = b->orphan_next;
 		b->orphan_next = NULL;
@@ -337,6 +391,7 @@ static int try_slab_region(farm_slab *s, void *ctx, struct ba_region *r)
 static int take_hinted(farm_slab *s, unsigned c, farm_gaddr hint, char **p,
                        struct farm_block **bo, int *lvl)
 {
+	slab_sync(s);
 	struct ba_region *r = slab_region(s, farm_gaddr_region(hint));
 	if (!r) {
 		cnt_add(&s->hint[FARM_ALLOC_HINT_REMOTE], 1);
@@ -350,7 +405,7 @@ static int take_hinted(farm_slab *s, unsigned c, farm_gaddr hint, char **p,
 	int level = FARM_ALLOC_HINT_BLOCK;
 	if (!b || b->cls != c ||
 	    atomic_load_explicit(&b->owner, memory_order_relaxed) != s ||
-	    !block_room(b)) {
+	    block_retired(b) || !block_room(b)) {
 		level = FARM_ALLOC_HINT_REGION;
 		int rc = block_in_region(s, c, r, &b);
 		if (rc == -ENOSPC) {
@@ -391,10 +446,12 @@ static inline int slot_claim(char *p, unsigned lines)
 static __attribute__((noinline)) int
 take_slow(farm_slab *s, unsigned c, char **pp, struct farm_block **bo)
 {
+	slab_sync(s);
 	struct farm_slab_cls *k = &s->cls[c];
 	struct farm_block *b = k->cur, *sp = k->spare;
 	char *p;
-	if (sp && sp != b && (p = sp->free_head) != NULL) {
+	if (sp && sp != b && !block_retired(sp) &&
+	    (p = sp->free_head) != NULL) {
 		sp->free_head = slot_link(p);
 		k->cur = sp;
 		*pp = p;
@@ -423,7 +480,7 @@ take(farm_slab *s, unsigned c, farm_gaddr hint, char **pp,
 		return take_hinted(s, c, hint, pp, bo, lvl);
 	*lvl = FARM_ALLOC_HINT_NONE;
 	struct farm_block *b = s->cls[c].cur;
-	if (FARM_LIKELY(b)) {
+	if (FARM_LIKELY(b && !block_retired(b))) {
 		char *p = b->free_head;
 		if (FARM_LIKELY(p)) {
 			b->free_head = slot_link(p);
@@ -482,7 +539,12 @@ int farm_slab_alloc(farm_slab *s, uint64_t size, farm_gaddr hint,
 	 * as take() + slot_claim(), with nothing spilled to the stack. */
 	struct farm_block *b = s->cls[c].cur;
 	char *p;
-	if (FARM_UNLIKELY(hint != FARM_GADDR_NULL || !b || !(p = b->free_head)))
+	/* The retired check: a relaxed load from the block's first line,
+	 * which the header write below reads anyway (b->slot, b->gbase). */
+	if (FARM_UNLIKELY(
+	            hint != FARM_GADDR_NULL || !b ||
+	            atomic_load_explicit(&b->retired, memory_order_relaxed) ||
+	            !(p = b->free_head)))
 		return alloc_slow(s, c, hint, out);
 	b->free_head = slot_link(p);
 	int rc = slot_claim(p, b->slot / FARM_ALLOC_LINE);
@@ -521,14 +583,9 @@ static inline void slot_release(farm_slab *s, struct farm_block *b, char *p)
  * metadata, so the header's line is fetched while the metadata and the
  * slot-index checks run; the header is only read, and a region is mapped
  * for its whole size, so a bad @a costs nothing but the error. */
-static inline int find_slot(farm_slab *s, farm_gaddr a, struct farm_block **bo,
-                            char **po)
+static inline int find_in_cache(farm_slab *s, farm_gaddr a,
+                                struct farm_block **bo, char **po)
 {
-	if (FARM_UNLIKELY(a == FARM_GADDR_NULL || (a & (FARM_ALLOC_LINE - 1))))
-		return -EINVAL;
-	uint32_t id = farm_gaddr_region(a);
-	if (FARM_UNLIKELY(id != s->rc_id) && !slab_region_miss(s, id))
-		return id ? -EREMOTE : -EINVAL;
 	uint32_t off = farm_gaddr_offset(a);
 	if (FARM_UNLIKELY(off >= s->rc_size))
 		return -EINVAL;
@@ -537,6 +594,11 @@ static inline int find_slot(farm_slab *s, farm_gaddr a, struct farm_block **bo,
 	        &s->rc_meta[off / FARM_ALLOC_BLOCK], memory_order_acquire);
 	if (FARM_UNLIKELY(!b))
 		return -EINVAL;
+	/* Its region is retired: not ours to write (a relaxed load from the
+	 * line the slot checks below read anyway). */
+	if (FARM_UNLIKELY(
+	            atomic_load_explicit(&b->retired, memory_order_relaxed)))
+		return -EREMOTE;
 	/* One multiply gives both the index (high bits) and whether @rel is a
 	 * multiple of the slot (low bits below slot_inv: see SLOT_INV_SHIFT).
 	 */
@@ -548,6 +610,32 @@ static inline int find_slot(farm_slab *s, farm_gaddr a, struct farm_block **bo,
 	*bo = b;
 	*po = p;
 	return 0;
+}
+
+/* find_slot() failed on a cached region: if that region was retired since
+ * (maybe re-adopted under the same id, at another base and size), drop the
+ * cache and look @id up again. True when there is a live region @id to try
+ * again in. Takes no pointer to the caller's block and slot, so they stay
+ * in registers on the fast path. */
+static __attribute__((noinline)) bool find_slot_stale(farm_slab *s, uint32_t id)
+{
+	struct ba_region *r = s->last_r;
+	if (!r || !atomic_load_explicit(&r->retired, memory_order_acquire))
+		return false;
+	slab_purge(s, atomic_load_explicit(&s->ba->region_gen,
+	                                   memory_order_acquire));
+	return slab_region_miss(s, id) != NULL;
+}
+
+static inline int find_slot(farm_slab *s, farm_gaddr a, struct farm_block **bo,
+                            char **po)
+{
+	if (FARM_UNLIKELY(a == FARM_GADDR_NULL || (a & (FARM_ALLOC_LINE - 1))))
+		return -EINVAL;
+	uint32_t id = farm_gaddr_region(a);
+	if (FARM_UNLIKELY(id != s->rc_id) && !slab_region_miss(s, id))
+		return id ? -EREMOTE : -EINVAL;
+	return find_in_cache(s, a, bo, po);
 }
 
 /* Clear the allocated bit and bump the incarnation: the one step that
@@ -565,6 +653,20 @@ static inline int hdr_free(char *p)
 	return 0;
 }
 
+/* find_slot() refused @a with @rc: again after dropping a stale region
+ * cache (find_slot_stale), else counted and returned. */
+static __attribute__((noinline)) int free_refused(farm_slab *s, farm_gaddr a,
+                                                  int rc)
+{
+	if (rc != -EINVAL && rc != -EREMOTE)
+		return rc;
+	if (find_slot_stale(s, farm_gaddr_region(a)))
+		return farm_slab_free(s, a); /* the cache is live now: once */
+	if (rc != -EREMOTE)
+		cnt_add(&s->free_errors, 1);
+	return rc;
+}
+
 int farm_slab_free(farm_slab *s, farm_gaddr a)
 {
 	if (FARM_UNLIKELY(!s))
@@ -572,11 +674,11 @@ int farm_slab_free(farm_slab *s, farm_gaddr a)
 	struct farm_block *b;
 	char *p;
 	int rc = find_slot(s, a, &b, &p);
-	if (FARM_LIKELY(!rc))
-		rc = hdr_free(p);
+	if (FARM_UNLIKELY(rc)) /* a tail call: nothing live across it */
+		return free_refused(s, a, rc);
+	rc = hdr_free(p);
 	if (FARM_UNLIKELY(rc)) {
-		if (rc != -EREMOTE)
-			cnt_add(&s->free_errors, 1);
+		cnt_add(&s->free_errors, 1);
 		return rc;
 	}
 	slot_release(s, b, p);
@@ -799,6 +901,8 @@ int farm_alloc_array_free(farm_slab *s, farm_gaddr a, uint64_t elem_size,
 		struct farm_block *b;
 		char *p;
 		rc = find_slot(s, a, &b, &p);
+		if (rc && find_slot_stale(s, farm_gaddr_region(a)))
+			rc = find_slot(s, a, &b, &p);
 		if (!rc && total > b->slot)
 			rc = -EINVAL;
 		uint64_t w0 = 0;
