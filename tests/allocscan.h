@@ -64,6 +64,11 @@ static inline void alloc_scan(farm_node *node, struct alloc_report *a)
 		void **copies = calloc(n ? n : 1, sizeof(void *));
 		for (uint32_t i = 0; copies && i < n && !a->rebuilt_rc; i++) {
 			struct ba_region *r = ba->regions[i];
+			/* Given up (growth moved its primary away,
+			 * farm_galloc_retire): not the allocator's any more,
+			 * and the live dump leaves it out. */
+			if (atomic_load(&r->retired))
+				continue;
 			copies[i] = aligned_alloc(4096, r->size);
 			if (!copies[i]) {
 				a->rebuilt_rc = -ENOMEM;

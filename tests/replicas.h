@@ -30,6 +30,9 @@ struct held_report {
 	struct rp_held h[RP_MAXREG];
 	struct farm_datarec_region dr[RP_MAXREG];
 	uint32_t pace_bytes, pace_us;
+	/* In the late list of the configuration in force (a machine that
+	 * joined late and has not grown into an ordinary member yet). */
+	bool late;
 };
 
 /* Child: fill @r with what machine @c holds now. */
@@ -51,6 +54,10 @@ static inline void rp_held(struct tx_child *c, struct held_report *r)
 	r->ndr = FARM_MIN(farm_txm_datarec_get(c->txm, r->dr, RP_MAXREG),
 	                  RP_MAXREG);
 	farm_txm_datarec_pace(c->txm, &r->pace_bytes, &r->pace_us);
+	struct farm_view *v = malloc(sizeof(*v));
+	if (v && !farm_node_view(c->np.node, v))
+		r->late = farm_ids_have(v->late, v->nlate, c->np.me);
+	free(v);
 	r->threads = 1;
 }
 
@@ -78,6 +85,16 @@ static inline bool rp_replicated(struct held_report *const *r, uint64_t in,
 	why[0] = 0;
 	*nregions = 0;
 #define RP_IN(m) ((m) < 64 && ((in >> (m)) & 1))
+	/* At rest, every late machine has grown into an ordinary member
+	 * (growth follows a join once its copies are complete). */
+	for (unsigned i = 0; i < 64; i++)
+		if (RP_IN(i) && r[i]->late) {
+			snprintf(why, len,
+			         "machine %u is still late (growing into its "
+			         "share)",
+			         i);
+			return false;
+		}
 	for (unsigned i = 0; i < 64; i++) {
 		if (!RP_IN(i))
 			continue;

@@ -25,16 +25,24 @@
  *     present, sercheck over every history.
  *   rejoin     4 replicas; machines 2 and 3 killed in turn (every region
  *              short), then machine 5 joins with an empty directory:
- *              it must hold a complete copy of every region, never as
- *              primary (issue 13 item 4, rejoin and growth).
- *   grow       3 replicas; a machine killed (the 4 survivors leave no
- *              region short); each survivor makes DR_COLD objects no
- *              transfer writes again; then machine 5 joins with an empty
- *              directory during the workload: it must become the extra
- *              backup of at least one region (its share were it an
- *              ordinary member: ring.h, growth), hold complete copies of
- *              exactly those, equal to the others', and be primary of
- *              none; every region keeps its 3 complete replicas.
+ *              it must hold a complete copy of every region, first as
+ *              a late machine filling the short replica lists (never a
+ *              primary), then, once every copy is complete, as an
+ *              ordinary member (growth: the primary of whichever
+ *              regions its placement gives it; issue 13 item 4).
+ *   grow       3 replicas, region ids from a fixed seed (DR_SEED) and
+ *              copies at FaRM's pace; a machine killed (the 4 survivors
+ *              leave no region short); each survivor makes DR_COLD
+ *              objects no transfer writes again; then machine 5 joins
+ *              with an empty directory during the workload: it becomes
+ *              the extra backup of its share (ring.h, growth), and once
+ *              its copies are complete an ordinary member, the primary
+ *              of at least one region a live machine was primary of
+ *              (the handoff), all while the workload runs. At the end
+ *              it must be the primary of some region and an extra
+ *              backup of none, every region at exactly its ring's 3
+ *              complete replicas (the old primary refilled as a backup),
+ *              every pair of copies equal.
  *
  * --broken: new backups drop the COMMIT-BACKUPs that arrive during the
  * copy (and skip the check pass that would repair it); the replicas'
@@ -43,7 +51,10 @@
  * machine is placed as primary of regions it has no copy of: rejoin's
  * checks must fail. --broken-grow: a growing machine's copy counts as
  * complete as soon as it is opened (FARM_FP_DATAREC_EXTRA_EARLY), before
- * anything is copied: grow's hashes must differ.
+ * anything is copied: grow's hashes must differ. --broken-handoff: the
+ * old primary keeps its copy as primary after the grower took the region
+ * over (FARM_FP_AS_NO_DEMOTE): grow's hashes, total, acknowledged
+ * transfers or sercheck must fail. --grow: the grow run alone.
  *
  * Exits 77 (skip) without the ZooKeeper client or server.
  */
@@ -59,8 +70,15 @@
 #define DR_WAIT_MS 60000
 #define DR_MAXREG  RP_MAXREG
 #define DR_COLD    64 /* objects each survivor makes before a growth */
+/* grow's region seed (config region_seed): one whose layout gives the
+ * late machine, once grown, a live primary's region (grow_victim). */
+#define DR_SEED 6
 
 static bool opt_broken;
+/* What grow's broken run switched off (rb_verdict's words). */
+static const char *dr_grow_broken =
+        "a growing machine's copies counted complete before they were "
+        "copied";
 
 /* The parent's pause between two polls of the machines' state. */
 static void poll_pause(unsigned ms)
@@ -88,6 +106,9 @@ static unsigned dr_reps = 3;
 static struct np_cluster late_cl; /* slot 0: the late machine */
 static bool late_in;              /* it joined and has not quit */
 
+/* The region seed of the grow test's machines (0: the clock). */
+static uint32_t dr_seed;
+
 static void dr_config(uint32_t me, struct farm_config *cfg)
 {
 	(void)me;
@@ -101,6 +122,16 @@ static void dr_config(uint32_t me, struct farm_config *cfg)
 	 * lapsed falsely under load 12 (a survivor removed). Kills are seen
 	 * through the fabric's death notice anyway. */
 	cfg->lease_us = 200000;
+	/* grow: region ids from a fixed seed (FARM_DR_SEED overrides it),
+	 * so the layout, and with it the premise grow_victim looks for, is
+	 * the same every run. */
+	if (dr_seed) {
+		cfg->region_seed = dr_seed;
+		/* FaRM's pace (8 KB per 2 ms): the grower's copies end in
+		 * about a second, so it takes its share over while the
+		 * workload runs (the handoff under load). */
+		cfg->datarec_bytes = 8 * DR_BYTES;
+	}
 }
 
 static void count_cb(void *ctx, uint32_t coord, int type, uint64_t txid)
@@ -354,9 +385,13 @@ static bool copying(struct rb_result *res)
 }
 
 /* Every region any machine holds is complete at exactly its replicas
- * (@r[i] for machine i; NP_NM: the late one, never a primary). */
+ * (@r[i] for machine i; NP_NM: the late one, never a primary while it is
+ * late). */
+static bool grown(const struct held_report *g, bool primary);
+
+/* @grow: the late machine may have grown into an ordinary member. */
 static bool replicated(struct held_report **r, struct rb_result *res, char *why,
-                       size_t len, unsigned *nregions)
+                       size_t len, unsigned *nregions, bool grow)
 {
 	uint64_t in = 0;
 	for (unsigned i = 0; i <= NP_NM; i++)
@@ -364,8 +399,8 @@ static bool replicated(struct held_report **r, struct rb_result *res, char *why,
 			in |= 1ull << i;
 	struct held_report *all[64] = {0};
 	memcpy(all, r, (NP_NM + 1) * sizeof(*r));
-	return rp_replicated(all, in, dr_reps, 1ull << DR_LATE_ID, why, len,
-	                     nregions);
+	uint64_t late = grow && grown(r[NP_NM], false) ? 0 : 1ull << DR_LATE_ID;
+	return rp_replicated(all, in, dr_reps, late, why, len, nregions);
 }
 
 /*
@@ -378,6 +413,22 @@ static bool replicated(struct held_report **r, struct rb_result *res, char *why,
  * machine will (no domains: ring.h over the members, the late one rank
  * 1), from what the machines hold now. Returns -1 when no victim does.
  */
+/* Whether the late machine has grown (an ordinary member: no longer late,
+ * the extra backup of nothing) and is the primary of at least one region
+ * (@primary) or of any number. */
+static bool grown(const struct held_report *g, bool primary)
+{
+	unsigned prim = 0;
+	if (!g || g->late)
+		return false;
+	for (unsigned k = 0; k < g->n; k++) {
+		if (g->h[k].extra == DR_LATE_ID)
+			return false;
+		prim += g->h[k].role == (int)FARM_AS_PRIMARY;
+	}
+	return prim > 0 || !primary;
+}
+
 static int grow_victim(void)
 {
 	uint32_t reg[DR_MAXREG], prim[DR_MAXREG];
@@ -391,6 +442,10 @@ static int grow_victim(void)
 			}
 		free(h);
 	}
+	printf("grow: regions (primary):");
+	for (unsigned k = 0; k < nr; k++)
+		printf(" %#" PRIx32 " (%u)", reg[k], prim[k]);
+	printf("\n");
 	static const unsigned order[] = {2, 3, 4, 1, 0};
 	for (unsigned o = 0; o < FARM_ARRAY_SIZE(order); o++) {
 		unsigned v = order[o];
@@ -404,16 +459,26 @@ static int grow_victim(void)
 		struct farm_ring_attr a = {.replicas = dr_reps};
 		farm_ring *g = NULL;
 		assert_int_equal(farm_ring_build_domains(ms, n, &a, &g), 0);
-		unsigned hit = 0;
-		for (unsigned k = 0; k < nr; k++)
+		/* Once grown, an ordinary member (not late): the primary
+		 * of some of them, taking over from a live primary. */
+		ms[n - 1].late = 0;
+		farm_ring *o2 = NULL;
+		assert_int_equal(farm_ring_build_domains(ms, n, &a, &o2), 0);
+		unsigned hit = 0, lead = 0;
+		for (unsigned k = 0; k < nr; k++) {
 			hit += prim[k] != v &&
 			       farm_ring_extra(g, reg[k]) == DR_LATE_ID;
+			lead += prim[k] != v &&
+			        farm_ring_primary(o2, reg[k]) == DR_LATE_ID;
+		}
 		farm_ring_free(g);
-		if (hit) {
+		farm_ring_free(o2);
+		if (hit && lead) {
 			printf("grow: %u regions; killing machine %u makes "
 			       "machine %u the extra backup of %u of its "
-			       "survivors' regions\n",
-			       nr, v, DR_LATE_ID, hit);
+			       "survivors' regions, and, once grown, the "
+			       "primary of %u in place of a live one\n",
+			       nr, v, DR_LATE_ID, hit, lead);
 			return (int)v;
 		}
 	}
@@ -507,7 +572,18 @@ static void run_mode(unsigned first, int second, bool rejoin, bool grow,
 			free(r[i]);
 			r[i] = dr_in(&res, i) ? ask(i) : NULL;
 		}
-		ok = replicated(r, &res, why, sizeof(why), &nreg);
+		ok = replicated(r, &res, why, sizeof(why), &nreg,
+		                grow || rejoin);
+		/* A late machine grows into an ordinary member once its
+		 * copies are complete: wait for that configuration too. */
+		if (ok && (grow || rejoin) && !grown(r[NP_NM], grow)) {
+			ok = false;
+			snprintf(why, sizeof(why),
+			         "machine %u has not grown into an ordinary "
+			         "member%s",
+			         DR_LATE_ID,
+			         grow ? ", the primary of its share" : "");
+		}
 		if (ok || np_now_ns() > dl)
 			break;
 		poll_pause(20);
@@ -576,28 +652,26 @@ static void run_mode(unsigned first, int second, bool rejoin, bool grow,
 		       "holds %u regions",
 		       at_late, nreg);
 	if (grow && r[NP_NM]) {
-		/* What it holds: exactly the regions whose extra backup it
-		 * is (every one complete: replicated() above). */
-		unsigned extra = 0;
+		/* What it holds once grown: its share as an ordinary member
+		 * (replicated() above: held by exactly the ring's replicas,
+		 * complete), the primary of some of it. */
+		unsigned prim = 0, back = 0;
 		for (unsigned k = 0; k < r[NP_NM]->n; k++) {
 			const struct rp_held *h = &r[NP_NM]->h[k];
-			if (h->extra == DR_LATE_ID)
-				extra++;
+			if (h->role == (int)FARM_AS_PRIMARY)
+				prim++;
 			else
-				failed(f,
-				       "the growing machine holds region "
-				       "%#" PRIx32 " but is not its extra "
-				       "backup",
-				       h->region);
+				back++;
 		}
-		printf("%s: the growing machine is the extra backup of %u "
-		       "of %u regions, copied %u of them\n",
-		       name, extra, nreg, at_late);
-		if (!extra)
+		printf("%s: the grown machine is the primary of %u and a "
+		       "backup of %u of %u regions; it copied %u\n",
+		       name, prim, back, nreg, at_late);
+		if (!grown(r[NP_NM], true))
 			failed(f,
-			       "the growing machine holds no region of the "
-			       "%u (it gained nothing)",
-			       nreg);
+			       "the growing machine did not become the "
+			       "primary of its share (primary of %u of %u "
+			       "regions)",
+			       prim, nreg);
 	}
 	/* Commits during a copy that ends after the workload are never
 	 * rewritten later: what --broken relies on to be seen. */
@@ -663,8 +737,7 @@ static void run_mode(unsigned first, int second, bool rejoin, bool grow,
 	}
 	rb_check(&res);
 	rb_verdict(&res, opt_broken,
-	           grow     ? "a growing machine's copies counted complete "
-	                      "before they were copied"
+	           grow     ? dr_grow_broken
 	           : rejoin ? "placement ignored which machine joined late"
 	                    : "new backups dropped the commits that came "
 	                      "during the copy");
@@ -717,8 +790,9 @@ static void test_rejoin(void **state)
  * late machine no surviving primary's region to grow into), and the 4
  * survivors leave no region short; then a machine with
  * a new id and an empty directory joins during the workload. It must
- * become the extra backup of its share, its copies complete and equal
- * to the others', never a primary, the bank intact.
+ * become the extra backup of its share and, its copies complete, an
+ * ordinary member: the primary of part of it in place of live primaries,
+ * every copy equal to the others', the bank intact.
  */
 static void test_grow(void **state)
 {
@@ -727,9 +801,12 @@ static void test_grow(void **state)
 	 * 2: the join (about 1 s) and part of the copies come during the
 	 * workload. */
 	rb_p.first_post_ms = 6000;
-	run_mode(2, -1, false, true,
-	         opt_broken ? "grow --broken-grow" : "grow");
+	const char *seed = getenv("FARM_DR_SEED");
+	dr_seed = seed && *seed ? (uint32_t)strtoul(seed, NULL, 10) : DR_SEED;
+	printf("grow: region seed %" PRIu32 "\n", dr_seed);
+	run_mode(2, -1, false, true, opt_broken ? "grow (broken)" : "grow");
 	rb_p.first_post_ms = 0;
+	dr_seed = 0;
 }
 
 int main(int argc, char **argv)
@@ -764,6 +841,23 @@ int main(int argc, char **argv)
 		opt_broken = true;
 		tests[0] = tests[3];
 		n = 1;
+	} else if (argc > 1 && !strcmp(argv[1], "--broken-handoff")) {
+		/* A test-only switch: a view that makes the grower primary
+		 * does not demote the old primary's copy (two primaries);
+		 * grow must notice. */
+		if (farm_fault_set(FARM_FP_AS_NO_DEMOTE, no_late, NULL)) {
+			printf("skipped: --broken-handoff needs fault "
+			       "injection (FARM_FAULT_INJECTION=OFF)\n");
+			return FARM_TEST_SKIP;
+		}
+		opt_broken = true;
+		dr_grow_broken = "the old primary kept its copy as primary "
+		                 "once the grower took the region over";
+		tests[0] = tests[3];
+		n = 1;
+	} else if (argc > 1 && !strcmp(argv[1], "--grow")) {
+		tests[0] = tests[3]; /* grow alone */
+		n = 1;
 	} else if (argc > 1 && !strcmp(argv[1], "--broken")) {
 		if (!farm_fault_built()) {
 			printf("skipped: --broken needs fault injection "
@@ -776,7 +870,7 @@ int main(int argc, char **argv)
 	} else if (argc > 1) {
 		fprintf(stderr,
 		        "usage: %s [--broken | --broken-late | "
-		        "--broken-grow]\n",
+		        "--broken-grow | --broken-handoff | --grow]\n",
 		        argv[0]);
 		return 2;
 	}

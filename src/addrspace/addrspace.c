@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "util/common.h"
+#include "util/fault.h"
 #include "util/log.h"
 
 enum {
@@ -72,6 +73,19 @@ struct farm_as {
 	/* Told of every local copy gained or dropped (farm_as_on_local). */
 	farm_as_local_fn on_local;
 	void *on_local_ctx;
+	/* Under lock: copies a view took from this machine while it lives
+	 * (growth: a primary that another machine took over, a backup the
+	 * grower displaced; farm_as_set_view_placed). They stay mapped until
+	 * farm_as_destroy: readers of an older configuration may still read
+	 * a demoted primary's copy, and its transactions of that
+	 * configuration finish there (farm_as_demoted_ptr). Newest last. */
+	struct given_up {
+		uint32_t id;
+		bool primary; /* it was our primary copy */
+		farm_region *r;
+	} * given;
+	unsigned ngiven, given_cap;
+	uint64_t demoted, displaced; /* counts, under lock */
 };
 
 static void tell_local(farm_as *as, uint32_t id, farm_region *r, bool added)
@@ -191,6 +205,7 @@ static void del(farm_as *as, uint32_t id)
 static void h_lookup(farm_loop *loop, const farm_msg_in *in, void *arg);
 static void h_create(farm_loop *loop, const farm_msg_in *in, void *arg);
 static void h_drop(farm_loop *loop, const farm_msg_in *in, void *arg);
+static void h_growq(farm_loop *loop, const farm_msg_in *in, void *arg);
 
 int farm_as_create(farm_fabric *fab, farm_msg *msg,
                    const struct farm_as_attr *attr, farm_as **out)
@@ -230,7 +245,8 @@ int farm_as_create(farm_fabric *fab, farm_msg *msg,
 	}
 	if ((rc = farm_msg_handle(msg, FARM_MSGT_AS_LOOKUP, h_lookup, as)) ||
 	    (rc = farm_msg_handle(msg, FARM_MSGT_AS_CREATE, h_create, as)) ||
-	    (rc = farm_msg_handle(msg, FARM_MSGT_AS_DROP, h_drop, as))) {
+	    (rc = farm_msg_handle(msg, FARM_MSGT_AS_DROP, h_drop, as)) ||
+	    (rc = farm_msg_handle(msg, FARM_MSGT_AS_GROWQ, h_growq, as))) {
 		/* Handlers cannot be unregistered: the farm_msg is unusable
 		 * for another address space now; say so. */
 		farm_err("addrspace: cannot register handlers: %s",
@@ -251,6 +267,9 @@ void farm_as_destroy(farm_as *as)
 	for (uint32_t i = 0; i < as->cap; i++)
 		if (as->tab[i].local)
 			farm_region_destroy(as->tab[i].local);
+	for (unsigned i = 0; i < as->ngiven; i++)
+		farm_region_destroy(as->given[i].r);
+	free(as->given);
 	farm_ring_free(as->ring);
 	farm_ring_free(as->prev);
 	for (unsigned i = 0; i < as->nhist; i++)
@@ -287,6 +306,8 @@ int farm_as_set_view(farm_as *as, uint64_t config_id, const uint32_t *ids,
 	free(ms);
 	return rc;
 }
+
+static bool gives_up(const farm_as *as, const struct entry *e);
 
 int farm_as_set_view_placed(farm_as *as, uint64_t config_id,
                             const struct farm_ring_machine *ms, unsigned n)
@@ -332,9 +353,24 @@ int farm_as_set_view_placed(farm_as *as, uint64_t config_id,
 	 * drop theirs too. */
 	uint32_t *drop = as->prev ? malloc(sizeof(*drop) * as->cap) : NULL;
 	uint32_t ndrop = 0;
+	struct given_up *gave = NULL;
+	unsigned ngave = 0;
 	for (uint32_t i = 0; as->prev && i < as->cap; i++) {
 		struct entry *e = &as->tab[i];
-		if (e->id && e->kind == E_BACKUP)
+		if (e->id && (e->kind == E_PRIMARY || e->kind == E_BACKUP) &&
+		    drop && gives_up(as, e)) {
+			/* Growth moved the copy away (below): forgotten here,
+			 * kept mapped in as->given. */
+			if (!gave)
+				gave = malloc(sizeof(*gave) * as->cap);
+			if (gave) {
+				gave[ngave++] = (struct given_up){
+				        .id = e->id,
+				        .primary = e->kind == E_PRIMARY,
+				        .r = e->local};
+				drop[ndrop++] = e->id;
+			}
+		} else if (e->id && e->kind == E_BACKUP)
 			e->desc.len = 0;
 		else if (e->id && e->kind == E_REMOTE && drop)
 			drop[ndrop++] = e->id;
@@ -343,10 +379,101 @@ int farm_as_set_view_placed(farm_as *as, uint64_t config_id,
 	}
 	for (uint32_t i = 0; i < ndrop; i++)
 		del(as, drop[i]);
+	if (ngave && as->ngiven + ngave > as->given_cap) {
+		unsigned nc = as->given_cap ? as->given_cap : 16;
+		while (nc < as->ngiven + ngave)
+			nc *= 2;
+		struct given_up *nv = realloc(as->given, nc * sizeof(*nv));
+		if (nv) {
+			as->given = nv;
+			as->given_cap = nc;
+		}
+	}
+	for (unsigned i = 0; i < ngave; i++) {
+		if (as->ngiven < as->given_cap)
+			as->given[as->ngiven++] = gave[i];
+		/* else: out of memory for the list; the region leaks mapped
+		 * (never destroyed under a reader). */
+		if (gave[i].primary)
+			as->demoted++;
+		else
+			as->displaced++;
+	}
 	pthread_rwlock_unlock(&as->lock);
+	for (unsigned i = 0; i < ngave; i++) {
+		farm_info("addrspace: machine %" PRIu32 " gives up its %s copy "
+		          "of region %" PRIu32 " in configuration %" PRIu64
+		          " (growth: %s)",
+		          as->me, gave[i].primary ? "primary" : "backup",
+		          gave[i].id, config_id,
+		          gave[i].primary ? "the grower is its primary now"
+		                          : "no longer a replica");
+		tell_local(as, gave[i].id, gave[i].r, false);
+	}
+	free(gave);
 	free(drop);
 	farm_ring_free(old);
 	return 0;
+}
+
+/*
+ * Growth (ring.h): a view that takes a machine out of the late list places
+ * it as an ordinary member, so in the regions of its share it becomes a
+ * replica, the primary of some, and the replica it displaces (the last, or
+ * the one of its failure domain) is no longer one. Called under the write
+ * lock with the new ring in place, for a copy this machine holds:
+ *  - our primary copy of a region whose primary is now another machine:
+ *    demoted. The new primary's copy is complete (the grower's extra
+ *    copy, filled by data recovery and checked, with every COMMIT-BACKUP
+ *    since), and recovery promotes it with the locks of the transactions
+ *    still undecided. Ours stops being the primary copy at once (no new
+ *    LOCK, lookup or local access reaches it), but stays mapped for the
+ *    older configuration's work: its transactions' installs and unlocks
+ *    (farm_as_demoted_ptr) and readers that resolved it before this view
+ *    (the transaction layer's reads check the configuration after the
+ *    copy). If this machine is a backup in the new view, data recovery
+ *    opens a fresh copy for it (a new backup's: filled from the new
+ *    primary), as for any new backup: the demoted copy holds locks of the
+ *    old configuration's transactions and can lag the new primary, so it
+ *    is never taken for a replica;
+ *  - a complete backup copy of a region this machine is no longer a
+ *    replica of: displaced, forgotten. (Filling copies keep their rule:
+ *    a copy that is no longer a replica stops, copy.c.)
+ * Not for the first view, nor while the test-only switch
+ * FARM_FP_AS_NO_DEMOTE is hooked (two primaries: test_datarec
+ * --broken-handoff).
+ */
+static bool gives_up(const farm_as *as, const struct entry *e)
+{
+	if (FARM_FAULT_SWITCH(FARM_FP_AS_NO_DEMOTE))
+		return false;
+	uint32_t h[FARM_RING_MAX_REPLICAS];
+	unsigned n = farm_ring_holders(as->ring, e->id, h);
+	if (!n)
+		return false;
+	if (e->kind == E_PRIMARY)
+		return h[0] != as->me;
+	if (e->filling)
+		return false;
+	for (unsigned i = 0; i < n; i++)
+		if (h[i] == as->me)
+			return false;
+	return true;
+}
+
+void *farm_as_demoted_ptr(farm_as *as, farm_gaddr a, uint64_t len)
+{
+	if (!as || !farm_gaddr_valid(a, len, as->region_size))
+		return NULL;
+	uint32_t id = farm_gaddr_region(a);
+	void *p = NULL;
+	pthread_rwlock_rdlock(&as->lock);
+	for (unsigned i = as->ngiven; i > 0 && !p; i--)
+		if (as->given[i - 1].id == id && as->given[i - 1].primary)
+			p = (uint8_t *)farm_region_base(as->given[i - 1].r) +
+			    farm_gaddr_offset(a);
+	pthread_rwlock_unlock(&as->lock);
+	return p;
 }
 
 void farm_as_on_local(farm_as *as, farm_as_local_fn fn, void *ctx)
@@ -621,6 +748,12 @@ static void h_lookup(farm_loop *loop, const farm_msg_in *in, void *arg)
 	 * applied it yet (the asker asks us only then). Ask again
 	 * (retryable): -ENOENT would say the region does not exist. */
 	bool recovering = e && e->kind == E_BACKUP;
+	/* Or the asker's view still makes us the primary of a region that
+	 * ours moved away (growth demoted our copy): it learns the new
+	 * primary with the view. */
+	if ((!e || e->kind == E_REMOTE) && q.region && as->ring &&
+	    farm_ring_primary(as->ring, q.region) != as->me)
+		recovering = true;
 	farm_mr_desc d = ok ? e->desc : (farm_mr_desc){0};
 	pthread_rwlock_unlock(&as->lock);
 	if (!ok) {
@@ -761,6 +894,165 @@ static void h_drop(farm_loop *loop, const farm_msg_in *in, void *arg)
 		reply(loop, &in->token, NULL, 0);
 }
 
+/* ---- growth: the grower's share ------------------------------------------
+ *
+ * GROWQ {cfg, grower} asks a machine for the regions it is primary of in
+ * configuration cfg that the grower holds a copy of (as their extra
+ * backup, or as a replica where the others left them short). Reply: a
+ * count, then
+ * that many region ids; -EAGAIN while this machine has not applied cfg or
+ * still promotes a region it is to be primary of (the list would be
+ * short), -ESTALE when it has a later configuration. */
+struct growq_req {
+	uint64_t cfg;
+	uint32_t grower, pad;
+};
+
+static void h_growq(farm_loop *loop, const farm_msg_in *in, void *arg)
+{
+	farm_as *as = arg;
+	struct growq_req q;
+	if (in->len != sizeof(q) || !in->token.call_id) {
+		bad_request(as, loop, in, "growth query");
+		return;
+	}
+	memcpy(&q, in->payload, sizeof(q));
+	if (q.grower != in->src_machine || q.pad) {
+		bad_request(as, loop, in, "growth query");
+		return;
+	}
+	uint32_t max = (farm_msg_max_payload(farm_loop_msg(loop)) - 4) / 4;
+	uint32_t *out = malloc(4ull * (max + 1));
+	if (!out) {
+		reply_err(loop, &in->token, -ENOMEM);
+		return;
+	}
+	uint32_t n = 0;
+	int rc = 0;
+	pthread_rwlock_rdlock(&as->lock);
+	uint64_t cfg =
+	        atomic_load_explicit(&as->config_id, memory_order_relaxed);
+	if (cfg != q.cfg)
+		rc = cfg < q.cfg ? -EAGAIN : -ESTALE;
+	for (uint32_t i = 0; !rc && as->ring && i < as->cap; i++) {
+		const struct entry *e = &as->tab[i];
+		if (!e->id || e->kind == E_REMOTE ||
+		    farm_ring_primary(as->ring, e->id) != as->me)
+			continue;
+		/* Every copy the grower is to hold: its extra ones, and the
+		 * replicas it fills where the others left a region short. */
+		uint32_t h[FARM_RING_MAX_REPLICAS];
+		unsigned nh = farm_ring_holders(as->ring, e->id, h), k = 0;
+		while (k < nh && h[k] != q.grower)
+			k++;
+		if (k == nh)
+			continue;
+		if (e->kind != E_PRIMARY)
+			rc = -EAGAIN; /* being promoted: not listed yet */
+		else if (n == max)
+			rc = -E2BIG;
+		else
+			out[1 + n++] = e->id;
+	}
+	pthread_rwlock_unlock(&as->lock);
+	out[0] = n;
+	if (rc)
+		reply_err(loop, &in->token, rc);
+	else
+		reply(loop, &in->token, out, 4 * (n + 1));
+	free(out);
+}
+
+struct grow_op {
+	farm_as *as;
+	uint64_t cfg;
+	farm_op_fn cont;
+	void *ctx;
+	unsigned pending;
+	int status;
+	uint64_t regions; /* listed and complete here */
+};
+
+static void grow_end(farm_loop *loop, struct grow_op *op)
+{
+	if (--op->pending)
+		return;
+	int rc = op->status;
+	if (!rc && farm_as_config_id(op->as) != op->cfg)
+		rc = -ESTALE;
+	op->cont(loop, op->ctx, rc);
+	free(op);
+}
+
+static void grow_reply(farm_loop *loop, void *ctx, int status,
+                       const void *reply_buf, uint32_t len)
+{
+	struct grow_op *op = ctx;
+	farm_as *as = op->as;
+	uint32_t n = 0;
+	if (!status && (len < 4 || len % 4))
+		status = FARM_ECORRUPT;
+	if (!status) {
+		memcpy(&n, reply_buf, 4);
+		if (4ull * (n + 1) != len)
+			status = FARM_ECORRUPT;
+	}
+	for (uint32_t i = 0; !status && i < n; i++) {
+		uint32_t id;
+		memcpy(&id, (const uint8_t *)reply_buf + 4 * (i + 1), 4);
+		pthread_rwlock_rdlock(&as->lock);
+		const struct entry *e = find(as, id);
+		bool ok = e && e->kind == E_BACKUP && !e->filling;
+		pthread_rwlock_unlock(&as->lock);
+		if (!ok)
+			status = -EAGAIN; /* not complete here yet */
+		else
+			op->regions++;
+	}
+	/* The first answer that is not "complete" wins, an error over
+	 * -EAGAIN and -ESTALE (both: ask again later). */
+	bool soft = status == -EAGAIN || status == -ESTALE;
+	if (status && (!op->status || !soft))
+		op->status = status;
+	grow_end(loop, op);
+}
+
+int farm_as_grow_check(farm_as *as, farm_loop *loop, uint64_t cfg,
+                       const uint32_t *members, unsigned n, farm_op_fn cont,
+                       void *ctx)
+{
+	if (!as || !loop || !cont || !cfg || (n && !members))
+		return -EINVAL;
+	if (farm_as_config_id(as) != cfg)
+		return -ESTALE;
+	struct grow_op *op = calloc(1, sizeof(*op));
+	if (!op)
+		return -ENOMEM;
+	*op = (struct grow_op){
+	        .as = as, .cfg = cfg, .cont = cont, .ctx = ctx, .pending = 1};
+	struct growq_req q = {.cfg = cfg, .grower = as->me};
+	int rc = 0;
+	for (unsigned i = 0; i < n && !rc; i++) {
+		if (members[i] == as->me)
+			continue;
+		op->pending++;
+		rc = farm_msg_call(loop, members[i], 0, FARM_MSGT_AS_GROWQ, &q,
+		                   sizeof(q), as->rpc_timeout_ns, grow_reply,
+		                   op);
+		if (rc)
+			op->pending--;
+	}
+	if (rc) {
+		op->status = rc;
+		if (op->pending == 1) {
+			free(op);
+			return rc;
+		}
+	}
+	grow_end(loop, op); /* the caller's own share of pending */
+	return 0;
+}
+
 /* ---- region allocation
  * -------------------------------------------------------- */
 
@@ -794,7 +1086,13 @@ static void alloc_finish(farm_loop *loop, struct alloc_op *op)
 		 * region a restart would not find. */
 		tell_local(as, op->region, op->local, true);
 		as_wrlock(as);
-		rc = put(as, &e);
+		/* A view may have made another machine its primary while the
+		 * backups made their copies (growth): not ours to publish. */
+		if (!as->ring ||
+		    farm_ring_primary(as->ring, op->region) != as->me)
+			rc = -EAGAIN;
+		else
+			rc = put(as, &e);
 		pthread_rwlock_unlock(&as->lock);
 		if (rc)
 			tell_local(as, op->region, op->local, false);
@@ -1113,6 +1411,10 @@ void farm_as_stats_get(farm_as *as, struct farm_as_stats *out)
 	out->writes_local = atomic_load(&as->st.writes_local);
 	out->writes_remote = atomic_load(&as->st.writes_remote);
 	out->bad_requests = atomic_load(&as->st.bad_requests);
+	pthread_rwlock_rdlock(&as->lock);
+	out->demoted = as->demoted;
+	out->displaced = as->displaced;
+	pthread_rwlock_unlock(&as->lock);
 }
 
 static int held_cmp(const void *a, const void *b)

@@ -26,6 +26,7 @@
 #define FARM_MSGT_AS_LOOKUP 0xf100u /* region id -> descriptor, to primary */
 #define FARM_MSGT_AS_CREATE 0xf101u /* make a backup copy of a region */
 #define FARM_MSGT_AS_DROP   0xf102u /* forget a backup copy (rollback) */
+/* FARM_MSGT_AS_GROWQ 0xf103u: the regions of a grower's share (below) */
 
 typedef struct farm_as farm_as;
 
@@ -44,6 +45,10 @@ struct farm_as_stats {
 	        lookups_cached; /* descriptor cache misses/hits */
 	uint64_t reads_local, reads_remote, writes_local, writes_remote;
 	uint64_t bad_requests; /* malformed or out-of-range requests refused */
+	/* Growth (farm_as_set_view_placed): our primary copies another
+	 * machine became primary of, and backup copies no longer a
+	 * replica's. */
+	uint64_t demoted, displaced;
 };
 
 int farm_as_create(farm_fabric *fab, farm_msg *msg,
@@ -99,6 +104,38 @@ unsigned farm_as_replicas_at(farm_as *as, uint32_t cfg, uint32_t region,
  */
 unsigned farm_as_promotable(farm_as *as, uint32_t *out, unsigned max);
 int farm_as_promote(farm_as *as, uint32_t region);
+
+/*
+ * Growth (ring.h): a view that makes another machine primary of a region
+ * this machine was primary of demotes our copy: from then on it is not
+ * held (no lookup, local access or LOCK reaches it; if this machine is a
+ * backup in the view, data recovery gives it a fresh copy), but it stays
+ * mapped until farm_as_destroy. farm_as_demoted_ptr() is the address of
+ * [@a, @a + @len) in the newest such copy, NULL when there is none: for
+ * the transaction layer to finish there what an older configuration's
+ * transactions locked (installs and unlocks), so that readers still in
+ * that configuration never see a committed write missing.
+ */
+void *farm_as_demoted_ptr(farm_as *as, farm_gaddr a, uint64_t len);
+
+/*
+ * farm_as_grow_check() - growth, asked by the grower (the first late
+ * member, @me here) in configuration @cfg: does it hold a complete copy
+ * of every region of its share? Each of the @n machines in @members is
+ * asked (FARM_MSGT_AS_GROWQ) for the regions it is primary of that this
+ * machine is to hold a copy of (as their extra backup, or as a replica
+ * where the others left them short); each must be held here as a backup
+ * that is not filling. The primaries answer only once they have applied @cfg
+ * and every region they are to be primary of is promoted (else -EAGAIN). @cont
+ * runs once on @loop: 0 (complete: every member answered, every region
+ * listed is complete here, and @cfg is still in force here), -EAGAIN (not
+ * yet: ask again later), -ESTALE (another configuration is in force), or
+ * a messaging error. Returns 0 or an error (then @cont does not run).
+ */
+#define FARM_MSGT_AS_GROWQ 0xf103u
+int farm_as_grow_check(farm_as *as, farm_loop *loop, uint64_t cfg,
+                       const uint32_t *members, unsigned n, farm_op_fn cont,
+                       void *ctx);
 
 /*
  * Data recovery (src/txn/copy.c): a new backup's copy of @region, zeroed,

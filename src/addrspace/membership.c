@@ -636,6 +636,18 @@ int farm_membership_forsake(struct farm_membership *m, const uint32_t *ids,
 	return zk_ids(m, ids, n, farm_zk_forsake);
 }
 
+int farm_membership_grown(struct farm_membership *m, uint64_t config_id)
+{
+	if (!m || !config_id)
+		return -EINVAL;
+	if (!m->zk)
+		return -ENOTSUP;
+	pthread_mutex_lock(&m->lock);
+	bool closed = m->closed;
+	pthread_mutex_unlock(&m->lock);
+	return closed ? FARM_ECLOSED : farm_zk_grown(m, config_id);
+}
+
 void farm_membership_restarted(struct farm_membership *m)
 {
 	if (!m)

@@ -39,6 +39,10 @@
  *                        "gone <id>\n"                left the formed cluster
  *                        "lost <id>\n"                given up at a restart
  *                      (config_id 0 with no members until the first write)
+ *     R/grow           persistent; "<id> <config id>": the grower that
+ *                      said its share is complete in that configuration
+ *                      (farm_membership_grown; read with a watch by the
+ *                      manager, which then drops it from the late list)
  *     R/members        persistent, empty
  *     R/members/<id>   ephemeral, one per live machine (decimal id); its
  *                      data is the machine's endpoint, then, when it has
@@ -264,6 +268,18 @@ void farm_membership_close(struct farm_membership *m);
  */
 int farm_membership_suspect(struct farm_membership *m, const uint32_t *ids,
                             unsigned n);
+/*
+ * farm_membership_grown() - growth (ring.h): this machine, the grower
+ * (the first late member), holds a complete copy of every region of its
+ * share in configuration @config_id, as the primaries of those regions
+ * confirmed (farm_as_grow_check). The mark goes to ZooKeeper (R/grow);
+ * the manager takes the machine out of the late list in the next
+ * configuration if @config_id is still the one in force and the machine
+ * still the grower, so it becomes an ordinary member: primary of its
+ * share. Returns at once: 0; -EINVAL; -ENOTSUP (static backend);
+ * FARM_ECLOSED.
+ */
+int farm_membership_grown(struct farm_membership *m, uint64_t config_id);
 /*
  * farm_membership_restarted() - this machine's whole-cluster restart ran
  * (or it gave it up): from now on, as manager, it writes configurations

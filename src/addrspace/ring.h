@@ -133,8 +133,12 @@ uint32_t farm_ring_primary(const farm_ring *ring, uint32_t region);
  * order). A departure keeps the grower in a target it was in (the
  * target is a placement, and departures only append to those), so a
  * copy it made never falls out of its lists and goes stale.
- * Not yet: making the grower an ordinary member once its copies are
- * complete (primary of its share; src/recovery/README.md).
+ * Once every copy of its target is complete (the primaries confirm it,
+ * farm_as_grow_check), the configuration takes it out of the late list:
+ * it is then placed as an ordinary member, a replica of exactly its
+ * target, the primary of some of it, and the replica it displaces in each
+ * region gives its copy up (addrspace.h, farm_as_demoted_ptr;
+ * src/recovery/README.md, "Rejoin and growth").
  *
  * farm_ring_extra() - @region's extra backup, or FARM_RING_NO_EXTRA.
  * farm_ring_holders() - @region's replicas, primary first, then its

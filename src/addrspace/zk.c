@@ -141,6 +141,13 @@ int farm_zk_forsake(struct farm_membership *m, const uint32_t *ids, unsigned n)
 	return -ENOTSUP;
 }
 
+int farm_zk_grown(struct farm_membership *m, uint64_t config_id)
+{
+	(void)m;
+	(void)config_id;
+	return -ENOTSUP;
+}
+
 void farm_zk_kick(struct farm_membership *m)
 {
 	(void)m;
@@ -326,6 +333,9 @@ static int zk_layout(struct farm_membership *m)
 			break;
 	}
 	int rc = zk_ensure(z->zh, z->members, NULL, -1);
+	if (rc)
+		return rc;
+	rc = zk_ensure(z->zh, z->grow, NULL, -1);
 	if (rc)
 		return rc;
 	memset(&z->cur, 0, sizeof(z->cur));
@@ -694,6 +704,60 @@ static int zk_fast_write(struct farm_membership *m, uint64_t t_begin)
 	return zk_write_next(m, z->rd_version, false, t_begin, true);
 }
 
+/* The growth mark as read (R/grow, "<id> <config id>"): kept for zk_late.
+ * Absent, empty or malformed: none (a layout older than the mark, or no
+ * machine has grown yet). */
+static void zk_grow_parse(struct farm_zk *z, const struct zk_read *r)
+{
+	z->grow_id = 0;
+	z->grow_cfg = 0;
+	if (r->rc != ZOK || r->len <= 0)
+		return;
+	r->buf[r->len] = 0;
+	unsigned long id;
+	unsigned long long cfg;
+	char extra;
+	if (sscanf(r->buf, "%lu %llu%c", &id, &cfg, &extra) != 2 ||
+	    id > UINT32_MAX || !cfg) {
+		farm_warn("membership: %s is malformed: ignored", z->grow);
+		return;
+	}
+	z->grow_id = (uint32_t)id;
+	z->grow_cfg = cfg;
+}
+
+/* Write our growth mark (farm_zk_grown): the manager's watch on R/grow
+ * brings it a sync, which takes this machine out of the late list when
+ * the mark names the configuration in force (zk_next.c, zk_late). */
+static int zk_grow_write(struct farm_membership *m)
+{
+	struct farm_zk *z = m->zk;
+	pthread_mutex_lock(&m->lock);
+	uint64_t cfg = z->grow_want;
+	pthread_mutex_unlock(&m->lock);
+	if (!cfg)
+		return 0;
+	if (!z->zh || zoo_state(z->zh) != ZOO_CONNECTED_STATE)
+		return -ENOTCONN;
+	char buf[48];
+	int len = snprintf(buf, sizeof(buf), "%" PRIu32 " %" PRIu64, m->self,
+	                   cfg);
+	int zrc = zoo_set(z->zh, z->grow, buf, len, -1);
+	if (zrc == ZNONODE) {
+		zrc = zoo_create(z->zh, z->grow, buf, len, &ZOO_OPEN_ACL_UNSAFE,
+		                 ZOO_PERSISTENT, NULL, 0);
+		if (zrc == ZNODEEXISTS)
+			return -EAGAIN;
+	}
+	if (zrc != ZOK)
+		return zk_err(zrc);
+	farm_info("membership: machine %" PRIu32 " holds every copy of its "
+	          "share in configuration %" PRIu64 ": asks to become an "
+	          "ordinary member",
+	          m->self, cfg);
+	return 0;
+}
+
 static int zk_sync(struct farm_membership *m)
 {
 	struct farm_zk *z = m->zk;
@@ -719,9 +783,13 @@ static int zk_sync(struct farm_membership *m)
 	uint32_t ids[FARM_VIEW_MAX];
 	unsigned nids = 0;
 	struct zk_batch b;
-	batch_init(&b, 3);
+	batch_init(&b, 4);
+	char growbuf[48];
 	struct zk_read self = {.b = &b},
-	               cfg = {.b = &b, .buf = z->buf, .cap = (int)ZK_BUF};
+	               cfg = {.b = &b, .buf = z->buf, .cap = (int)ZK_BUF},
+	               grow = {.b = &b,
+	                       .buf = growbuf,
+	                       .cap = (int)sizeof(growbuf) - 1};
 	struct zk_kids kids = {.b = &b, .members = z->members, .ids = ids};
 	batch_started(
 	        &b, zoo_aexists(z->zh, z->self_path, 1, read_stat_done, &self),
@@ -731,7 +799,10 @@ static int zk_sync(struct farm_membership *m)
 	              &kids.rc);
 	batch_started(&b, zoo_aget(z->zh, z->config, 1, read_data_done, &cfg),
 	              &cfg.rc);
+	batch_started(&b, zoo_aget(z->zh, z->grow, 1, read_data_done, &grow),
+	              &grow.rc);
 	batch_wait(&b);
+	zk_grow_parse(z, &grow);
 	bool created;
 	int reg = zk_register(m, self.rc, &self.st, &created);
 	if (reg < 0)
@@ -908,6 +979,14 @@ static void *zk_worker(void *arg)
 		if (p & PEND_EXPIRED) {
 			rc = zk_rejoin(m);
 			redo = PEND_EXPIRED;
+		} else if (p & PEND_GROW) {
+			rc = zk_grow_write(m);
+			redo = PEND_GROW;
+			if (p & PEND_SYNC) { /* not lost: next round */
+				pthread_mutex_lock(&m->lock);
+				z->pending |= PEND_SYNC;
+				pthread_mutex_unlock(&m->lock);
+			}
 		} else if (p & PEND_SYNC) {
 			rc = zk_sync(m);
 			redo = PEND_SYNC;
@@ -927,7 +1006,9 @@ static void *zk_worker(void *arg)
 			farm_warn("membership: machine %" PRIu32
 			          ": %s failed: %s; retrying",
 			          m->self,
-			          redo == PEND_SYNC ? "sync" : "re-join",
+			          redo == PEND_SYNC   ? "sync"
+			          : redo == PEND_GROW ? "growth mark"
+			                              : "re-join",
 			          farm_strerror(rc));
 			z->retry |= redo;
 		}
@@ -1002,6 +1083,17 @@ int farm_zk_forsake(struct farm_membership *m, const uint32_t *ids, unsigned n)
 	return 0;
 }
 
+int farm_zk_grown(struct farm_membership *m, uint64_t config_id)
+{
+	struct farm_zk *z = m->zk;
+	pthread_mutex_lock(&m->lock);
+	z->grow_want = config_id;
+	z->pending |= PEND_GROW;
+	pthread_cond_signal(&z->wake);
+	pthread_mutex_unlock(&m->lock);
+	return 0;
+}
+
 void farm_zk_kick(struct farm_membership *m)
 {
 	struct farm_zk *z = m->zk;
@@ -1060,6 +1152,7 @@ int farm_zk_open(struct farm_membership *m,
 	snprintf(z->root, sizeof(z->root), "%s", root);
 	snprintf(z->members, sizeof(z->members), "%s/members", root);
 	snprintf(z->config, sizeof(z->config), "%s/config", root);
+	snprintf(z->grow, sizeof(z->grow), "%s/grow", root);
 	snprintf(z->self_path, sizeof(z->self_path), "%s/%" PRIu32, z->members,
 	         m->self);
 	m->zk = z;

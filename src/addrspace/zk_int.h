@@ -21,6 +21,7 @@ enum {
 	PEND_SYNC = 1u << 0,    /* re-read (and maybe write) the config */
 	PEND_EXPIRED = 1u << 1, /* session expired: new session */
 	PEND_STATE = 1u << 2,   /* run on_state */
+	PEND_GROW = 1u << 3,    /* write our growth mark (farm_zk_grown) */
 };
 
 struct farm_zk {
@@ -49,6 +50,15 @@ struct farm_zk {
 	char members[216];
 	char config[216];
 	char self_path[232];
+	/* R/grow: "<id> <config id>", the last machine that said its extra
+	 * copies were complete in that configuration (farm_membership_grown).
+	 * The manager reads it with its watch in every sync. */
+	char grow[216];
+	/* Under m->lock: the configuration our mark names (0: none). */
+	uint64_t grow_want;
+	/* Worker only: the mark as the manager last read it (0: none). */
+	uint32_t grow_id;
+	uint64_t grow_cfg;
 	char *buf;
 	struct farm_view cur, next; /* scratch */
 	/* Under m->lock: machines farm_membership_suspect named, left out of

@@ -169,6 +169,24 @@ static void zk_late(struct farm_membership *m)
 	x->nlate = 0;
 	for (unsigned i = 0; i < c->nlate && i < FARM_VIEW_MAX; i++)
 		x->late[x->nlate++] = c->late[i];
+	/* Growth: the grower (the first late machine still a member) said
+	 * every copy of its share is complete in the configuration in
+	 * force (farm_membership_grown, R/grow): it leaves the late list and
+	 * is placed as an ordinary member from the next configuration on.
+	 * The others keep their order. A mark of an older configuration
+	 * proves nothing (copies may have been lost since): ignored. */
+	unsigned g = 0;
+	while (g < x->nlate && !farm_view_find(x, x->late[g]))
+		g++;
+	if (g < x->nlate && z->grow_cfg && z->grow_cfg == c->config_id &&
+	    z->grow_id == x->late[g] && farm_view_find(c, x->late[g])) {
+		farm_info("membership: machine %" PRIu32 " holds its share: "
+		          "an ordinary member from the next configuration",
+		          x->late[g]);
+		memmove(&x->late[g], &x->late[g + 1],
+		        (x->nlate - g - 1) * sizeof(x->late[0]));
+		x->nlate--;
+	}
 	for (unsigned i = 0; c->formed && i < x->n; i++) {
 		const struct farm_member *mb = &x->members[i];
 		if (!mb->fresh || farm_ids_have(x->late, x->nlate, mb->id) ||

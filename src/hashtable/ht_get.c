@@ -9,6 +9,7 @@
 #include "hashtable/ht_int.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,6 +40,7 @@ struct get_op {
 	farm_lf_op ep; /* an epoch operation from start to continuation */
 	struct get_op *next_free;
 	const uint8_t *lp; /* local shard: the buckets, copied when due */
+	uint64_t cfg;      /* the configuration the buckets were found in */
 };
 
 void ht_gets_free(struct htloop *l)
@@ -235,6 +237,14 @@ static void get_buckets(struct get_op *g)
 		get_end(g, FARM_ECORRUPT, NULL, 0); /* not a bucket */
 		return;
 	}
+	/* Read again when the configuration changed since the buckets
+	 * were found: growth can move the shard's region while its old
+	 * copy lives on (src/txn/read.c, rd_moved). */
+	atomic_thread_fence(memory_order_acquire);
+	if (farm_as_config_id(h->as) != g->cfg) {
+		get_retry(g);
+		return;
+	}
 	obj_unpack(g->img, h->bucket_data, g->d0);
 	obj_unpack(g->img + 64u * L, h->bucket_data, g->d1);
 	if (get64(B_FWD(g->d0)) != get64(B_BWD(g->d1))) {
@@ -298,6 +308,7 @@ static void get_start(struct get_op *g)
 	st_add(h, T_READS, 1);
 	uint8_t *p;
 	farm_mr_desc d;
+	g->cfg = farm_as_config_id(h->as);
 	int rc = farm_as_resolve_cached(h->as, &g->l->rc, a, 2ull * bb, &p, &d);
 	if (!rc && p) {
 		for (uint32_t o = 0; o < 2 * bb; o += 64)

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "alloc/galloc.h"
+#include "node/grow.h"
 #include "node/ctl.h"
 #include "node/restart.h"
 #include "recovery/recovery.h"
@@ -72,6 +73,9 @@ struct farm_node {
 	bool msg_removed[FARM_NODE_MAX_MACHINES];
 	farm_node_config_fn on_config;
 	void *on_config_ctx;
+	/* Growth, the grower's side (grow.c): made on the first view that
+	 * names this machine the grower; apply_view's thread only. */
+	struct farm_grow *grow;
 };
 
 /* ---- cards ------------------------------------------------------------------
@@ -257,6 +261,112 @@ static unsigned joined_late(farm_node *n, const struct farm_view *v,
 	return k;
 }
 
+/* Growth: machines this machine's last view listed as late that @v lists
+ * as ordinary members (ring.h: the grower, once its share was complete).
+ * Their placement changed with everyone else's still there, so the
+ * machines run the transaction-recovery barrier of a view that removed
+ * nobody, every member taking part (the grower too: it was one). */
+static unsigned grown(farm_node *n, const struct farm_view *v, uint32_t *out)
+{
+	unsigned k = 0;
+	pthread_mutex_lock(&n->lock);
+	if (n->view.config_id && n->view.config_id < v->config_id)
+		for (unsigned q = 0; q < n->view.nlate && q < FARM_VIEW_MAX;
+		     q++) {
+			uint32_t id = n->view.late[q];
+			if (farm_view_find(v, id) &&
+			    farm_view_find(&n->view, id) &&
+			    !farm_ids_have(v->late, v->nlate, id))
+				out[k++] = id;
+		}
+	pthread_mutex_unlock(&n->lock);
+	return k;
+}
+
+/* grow.c's way to the membership (made while the membership opens). */
+static int tell_grown(void *ctx, uint64_t cfg)
+{
+	farm_node *n = ctx;
+	pthread_mutex_lock(&n->lock);
+	struct farm_membership *mem = n->marked_mem;
+	pthread_mutex_unlock(&n->lock);
+	return mem ? farm_membership_grown(mem, cfg) : -EAGAIN;
+}
+
+/* The grower's side of growth: started once this machine is the grower. */
+static void grow_view(farm_node *n, const struct farm_view *v)
+{
+	bool grower = false;
+	for (unsigned q = 0; q < v->nlate && q < FARM_VIEW_MAX; q++)
+		if (farm_view_find(v, v->late[q])) {
+			grower = v->late[q] == n->cfg.machine_id;
+			break;
+		}
+	if (!n->grow && grower && n->threads && n->nthreads) {
+		pthread_mutex_lock(&n->lock);
+		farm_loop *loop = n->threads[0].loop;
+		pthread_mutex_unlock(&n->lock);
+		if (loop)
+			n->grow = farm_grow_create(
+			        n->as, loop, n->cfg.machine_id, tell_grown, n);
+		if (!n->grow)
+			farm_warn("node %" PRIu32 ": grows into no share: %s",
+			          n->cfg.machine_id,
+			          loop ? farm_strerror(-errno)
+			               : "no loop of its own");
+	}
+	farm_grow_view(n->grow, v);
+}
+
+/* Growth: the regions of which this machine holds the primary copy (for
+ * farm_galloc_retire once a view moved them). */
+static unsigned primaries(farm_node *n, struct farm_as_held **out)
+{
+	unsigned cap = 256, k;
+	for (;;) {
+		*out = malloc(cap * sizeof(**out));
+		if (!*out)
+			return 0;
+		k = farm_as_held(n->as, *out, cap);
+		if (k <= cap)
+			break;
+		free(*out);
+		cap = k + 64;
+	}
+	unsigned j = 0;
+	for (unsigned i = 0; i < k; i++)
+		if ((*out)[i].role == FARM_AS_PRIMARY)
+			(*out)[j++] = (*out)[i];
+	return j;
+}
+
+/* The regions of @held (this machine's primaries) whose primary the
+ * placement @ms makes another machine: given up by the allocator
+ * (farm_galloc_retire). Only growth does that to a machine that lives. */
+static void retire_moved(farm_node *n, const struct farm_ring_machine *ms,
+                         unsigned nms, const struct farm_as_held *held,
+                         unsigned nheld)
+{
+	if (!nheld)
+		return;
+	struct farm_ring_attr a = {.replicas = n->cfg.replicas,
+	                           .rings = n->cfg.rings,
+	                           .points = n->cfg.ring_points};
+	farm_ring *g = NULL;
+	if (farm_ring_build_domains(ms, nms, &a, &g))
+		return; /* the address space refuses the view too */
+	for (unsigned i = 0; i < nheld; i++) {
+		if (farm_ring_primary(g, held[i].region) == n->cfg.machine_id)
+			continue;
+		int rc = farm_galloc_retire(n->ga, held[i].region);
+		if (rc && rc != -ENOENT)
+			farm_warn("node: allocator keeps region %" PRIu32
+			          ": %s",
+			          held[i].region, farm_strerror(rc));
+	}
+	farm_ring_free(g);
+}
+
 static bool in_ids(const uint32_t *ids, unsigned n, uint32_t id)
 {
 	for (unsigned i = 0; i < n; i++)
@@ -368,8 +478,14 @@ static void apply_view(void *ctx, const struct farm_view *v)
 			        n->cfg.machine_id, v->config_id);
 	}
 	unsigned ngone = member ? dropped(n, v, gone) : 0;
-	uint32_t late[FARM_VIEW_MAX];
+	uint32_t late[FARM_VIEW_MAX], grew[FARM_VIEW_MAX];
 	unsigned nlate = member ? joined_late(n, v, late) : 0;
+	unsigned ngrew = member ? grown(n, v, grew) : 0;
+	struct farm_as_held *was_primary = NULL;
+	/* Views other than growth's never take a primary copy from a
+	 * machine that lives (addrspace.h), but the allocator is told of
+	 * whatever the address space gave up, whichever view did it. */
+	unsigned nwas = member ? primaries(n, &was_primary) : 0;
 	/* Fence the machines that left before anything moves: from here on
 	 * their one-sided requests to this machine fail (a zombie that
 	 * resumes writes nothing). */
@@ -441,6 +557,12 @@ static void apply_view(void *ctx, const struct farm_view *v)
 	 * configuration lists (addrspace/ring.h). */
 	struct farm_ring_machine placed[2 * FARM_VIEW_MAX];
 	unsigned np = farm_view_placement(v, ids, k, placed);
+	/* Growth moves some of our primaries to the grower: the allocator
+	 * gives them up before the address space takes the view (the
+	 * grower's allocator takes them over by scan, recover.c), so no
+	 * allocation made here in the view can take a slot of one. */
+	retire_moved(n, placed, np, was_primary, nwas);
+	free(was_primary);
 	/* A view without this machine (one formed before it joined) has no
 	 * ring for it to take: its peers are known, nothing else moves. */
 	int rc = member ? farm_as_set_view_placed(n->as, v->config_id, placed,
@@ -479,7 +601,7 @@ static void apply_view(void *ctx, const struct farm_view *v)
 		restart_unmark(n);
 	/* After the leases took the configuration (no lease is granted
 	 * outside it any more). */
-	if (!rc && (ngone || nlate)) {
+	if (!rc && (ngone || nlate || ngrew)) {
 		/* Recover the transactions and regions the lost machines
 		 * took part in (src/txn/recover.c); the configuration's CM
 		 * decides for their coordinators. Late joiners only: the
@@ -555,6 +677,8 @@ static void apply_view(void *ctx, const struct farm_view *v)
 	 * space refuses: the application must learn it was removed. */
 	if (fn && (!rc || !member))
 		fn(fn_ctx, v->config_id, v->n, member);
+	if (!rc && member)
+		grow_view(n, v);
 	farm_info("node %" PRIu32 ": view %" PRIu64 " with %u machines",
 	          n->cfg.machine_id, v->config_id, v->n);
 }
@@ -648,6 +772,10 @@ int farm_node_open(const struct farm_config *cfg, farm_node **out)
 	}
 	struct farm_as_attr aa = {
 	        .region_size = cfg->region_size,
+	        .seed = cfg->region_seed
+	                        ? cfg->region_seed * 0x9e3779b97f4a7c15ull +
+	                                  cfg->machine_id
+	                        : 0,
 	        .ring = {.replicas = cfg->replicas,
 	                 .rings = cfg->rings,
 	                 .points = cfg->ring_points},
@@ -962,6 +1090,7 @@ void farm_node_close(farm_node *n)
 	 * until the membership is closed. */
 	farm_recovery_stop(n->rec);
 	farm_membership_close(n->mem); /* no more view callbacks */
+	farm_grow_destroy(n->grow);    /* before the loops stop */
 	if (n->rec && n->fab && farm_fabric_on_peer_death(n->fab, NULL, NULL))
 		farm_info("node: fabric without death notices");
 	farm_recovery_close(n->rec);

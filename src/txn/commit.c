@@ -743,13 +743,23 @@ static _Atomic uint64_t *local_hdr(farm_tx *tx, const struct txobj *o)
 	return farm_as_local_ptr(tx->m->as, o->a, 64ull * o->lines);
 }
 
+/* An object this commit locked here: in our primary copy, or in the copy
+ * growth demoted since (txn_own_ptr). */
+static _Atomic uint64_t *own_hdr(farm_tx *tx, const struct txobj *o,
+                                 bool *demoted)
+{
+	return (_Atomic uint64_t *)(void *)txn_own_ptr(
+	        tx->m, o->a, 64ull * o->lines, demoted);
+}
+
 static void single_unlock(farm_tx *tx, unsigned upto)
 {
 	for (unsigned i = 0; i < upto; i++) {
 		struct txobj *o = &tx->o[i];
 		if (!is_write(o) || !o->locked)
 			continue;
-		_Atomic uint64_t *h = local_hdr(tx, o);
+		bool demoted;
+		_Atomic uint64_t *h = own_hdr(tx, o, &demoted);
 		if (h)
 			atomic_store_explicit(h, o->version,
 			                      memory_order_release);
@@ -798,25 +808,32 @@ static void single_install(farm_tx *tx)
 	/* Every written object exclusive before the first is installed: a
 	 * shared lock lets lock-free readers through, and they must not see
 	 * one object installed and another one still as it was. */
+	/* A view may demote the copy meanwhile (growth): then the demoted
+	 * copy, where it was locked, gets the images (txn_own_ptr), and the
+	 * allocator, which gave the region up, frees nothing there. */
+	bool demoted = false;
 	for (unsigned i = 0; i < tx->n; i++) {
 		struct txobj *o = &tx->o[i];
-		if (is_write(o))
-			atomic_store_explicit(local_hdr(tx, o),
-			                      o->version | OBJ_LOCK_EXCL,
+		bool d;
+		_Atomic uint64_t *h = is_write(o) ? own_hdr(tx, o, &d) : NULL;
+		if (h)
+			atomic_store_explicit(h, o->version | OBJ_LOCK_EXCL,
 			                      memory_order_seq_cst);
 	}
 	for (unsigned i = 0; i < tx->n; i++) {
 		struct txobj *o = &tx->o[i];
 		if (!is_write(o))
 			continue;
-		uint8_t *p = (uint8_t *)local_hdr(tx, o);
+		uint8_t *p = (uint8_t *)own_hdr(tx, o, &demoted);
+		if (!p)
+			continue; /* cannot be: locked here */
 		uint64_t nv = o->version + OBJ_VSTEP;
 		obj_install_locked(p, o->lines, o->img, nv);
 		stat_add(m, S_INSTALLS, 1);
 		if ((o->flags & TXO_FREE) &&
-		    (o->flags & (TXO_ARRAY | TXO_ELEM)))
+		    (o->flags & (TXO_ARRAY | TXO_ELEM)) && !demoted)
 			continue; /* freed whole below, then unlocked */
-		if ((o->flags & TXO_FREE) &&
+		if ((o->flags & TXO_FREE) && !demoted &&
 		    txn_free_at_commit(m, tx->tl, o->a, nv)) {
 			o->locked = false; /* the allocator unlocks it */
 			continue;
@@ -828,7 +845,8 @@ static void single_install(farm_tx *tx)
 	for (unsigned i = 0; i < tx->n; i++) {
 		struct txobj *o = &tx->o[i];
 		if ((o->flags & (TXO_FREE | TXO_ARRAY)) !=
-		    (TXO_FREE | TXO_ARRAY))
+		            (TXO_FREE | TXO_ARRAY) ||
+		    !local_hdr(tx, o))
 			continue;
 		int rc = farm_galloc_free_array_local(
 		        m->ga, tx->tl->loop, o->a, 64ull * o->lines, o->arr_n);
@@ -840,10 +858,15 @@ static void single_install(farm_tx *tx)
 	}
 	for (unsigned i = 0; i < tx->n; i++) {
 		struct txobj *o = &tx->o[i];
-		if (!is_write(o) || !(o->flags & TXO_FREE) ||
-		    !(o->flags & (TXO_ARRAY | TXO_ELEM)))
+		bool d;
+		_Atomic uint64_t *h =
+		        is_write(o) && (o->flags & TXO_FREE) &&
+		                        (o->flags & (TXO_ARRAY | TXO_ELEM))
+		                ? own_hdr(tx, o, &d)
+		                : NULL;
+		if (!h)
 			continue;
-		atomic_store_explicit(local_hdr(tx, o), o->version + OBJ_VSTEP,
+		atomic_store_explicit(h, o->version + OBJ_VSTEP,
 		                      memory_order_release);
 		o->locked = false;
 	}

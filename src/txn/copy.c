@@ -182,8 +182,23 @@ static struct dr_reg *reg_find(struct farm_datarec *dr, uint32_t id)
 
 static int reg_add(struct farm_datarec *dr, uint32_t id, uint64_t cfg)
 {
-	if (reg_find(dr, id))
+	struct dr_reg *old = reg_find(dr, id);
+	if (old && old->state < DR_DONE)
+		return 0; /* being copied */
+	if (old) {
+		/* Copied here before, and given up since (growth demoted or
+		 * displaced this machine's copy; addrspace.h): a new copy,
+		 * from the start. What is reported is this copy's. */
+		uint8_t *meta = old->meta;
+		*old = (struct dr_reg){.id = id,
+		                       .loop = id % dr->m->T,
+		                       .state = DR_COPY,
+		                       .cfg = cfg,
+		                       .t_start = farm_now_ns(),
+		                       .meta = meta};
+		pthread_cond_signal(&dr->cond);
 		return 0;
+	}
 	if (dr->nr == dr->capr) {
 		unsigned nc = dr->capr ? 2 * dr->capr : 16;
 		struct dr_reg *n = realloc(dr->r, nc * sizeof(*n));

@@ -81,7 +81,9 @@ static void unlock_objs(farm_txm *m, const uint8_t *rec, unsigned n)
 {
 	const struct rec_obj *o = rec_objs(rec);
 	for (unsigned i = 0; i < n; i++) {
-		uint8_t *p = primary_obj(m, &o[i]);
+		bool demoted;
+		uint8_t *p =
+		        txn_own_ptr(m, o[i].addr, 64ull * o[i].lines, &demoted);
 		if (p)
 			atomic_store_explicit((_Atomic uint64_t *)(void *)p,
 			                      o[i].version,
@@ -162,7 +164,9 @@ static void install_rec(struct txloop *tl, const uint8_t *rec)
 	const uint8_t *img = rec + sizeof(h) + (size_t)h.nobj * sizeof(*o);
 	bool arrays = false;
 	for (unsigned i = 0; i < h.nobj; i++) {
-		uint8_t *p = primary_obj(m, &o[i]);
+		bool demoted;
+		uint8_t *p =
+		        txn_own_ptr(m, o[i].addr, 64ull * o[i].lines, &demoted);
 		if (p) {
 			uint64_t nv = o[i].version + OBJ_VSTEP;
 			obj_install_locked(p, o[i].lines, img, nv);
@@ -170,7 +174,7 @@ static void install_rec(struct txloop *tl, const uint8_t *rec)
 			if (o[i].flags & (OBJF_ARRAY | OBJF_ELEM)) {
 				arrays = true; /* unlocked after the free */
 			} else {
-				if ((o[i].flags & OBJF_FREE) &&
+				if ((o[i].flags & OBJF_FREE) && !demoted &&
 				    txn_free_at_commit(m, tl, o[i].addr, nv))
 					goto next; /* the allocator unlocks */
 				atomic_store_explicit(
@@ -197,7 +201,9 @@ static void install_rec(struct txloop *tl, const uint8_t *rec)
 			}
 		}
 	for (unsigned i = 0; i < h.nobj; i++) {
-		uint8_t *p = primary_obj(m, &o[i]);
+		bool demoted;
+		uint8_t *p =
+		        txn_own_ptr(m, o[i].addr, 64ull * o[i].lines, &demoted);
 		if (p && (o[i].flags & (OBJF_ARRAY | OBJF_ELEM)))
 			atomic_store_explicit((_Atomic uint64_t *)(void *)p,
 			                      o[i].version + OBJ_VSTEP,

@@ -100,10 +100,22 @@ static int rd_validate(struct rd_op *op)
 	return 0;
 }
 
+/* Whether the configuration changed since the copy was resolved (after
+ * the copy: the fence orders its loads before the id's). A view can move
+ * a region's primary while its old copy lives on (growth demotes it,
+ * addrspace.h), and the new primary commits only once every machine has
+ * taken the view (recovery's barrier): a copy resolved and made in one
+ * configuration saw nothing of the next, so it is read again. */
+static bool rd_moved(const struct rd_op *op)
+{
+	atomic_thread_fence(memory_order_acquire);
+	return farm_as_config_id(op->tl->m->as) != op->cfg;
+}
+
 static void rd_check(struct rd_op *op)
 {
 	int rc = rd_validate(op);
-	if (rc == -EAGAIN) {
+	if (rc == -EAGAIN || (!rc && rd_moved(op))) {
 		rd_retry(op);
 		return;
 	}
@@ -145,6 +157,7 @@ static void rd_start(struct rd_op *op)
 	uint64_t len = 64ull * op->lines;
 	uint8_t *p;
 	farm_mr_desc d;
+	op->cfg = farm_as_config_id(m->as);
 	int rc = farm_as_resolve_cached(m->as, &tl->rc, op->a, len, &p, &d);
 	if (!rc && p) {
 		if (!farm_lines_copy(op->img, p, len, LINE_TRIES)) {
@@ -152,7 +165,7 @@ static void rd_start(struct rd_op *op)
 			return;
 		}
 		rc = rd_validate(op);
-		if (rc == -EAGAIN) {
+		if (rc == -EAGAIN || (!rc && rd_moved(op))) {
 			rd_retry(op);
 			return;
 		}

@@ -576,6 +576,7 @@ struct rd_op {
 	unsigned tries;
 	uint64_t t0;
 	uint64_t busy_t0; /* ns of the first retry (0: none yet) */
+	uint64_t cfg;     /* the configuration the copy was resolved in */
 	int status;
 	uint64_t version, incarn;
 	unsigned ep;  /* lock-free reads: epoch bucket */
@@ -683,6 +684,25 @@ bool txn_pending(farm_loop *loop, void *ctx);
 bool txn_aborted(struct txloop *tl, uint64_t txid);
 void txn_note_abort(struct txloop *tl, uint64_t txid, uint64_t pos);
 bool txn_copy_apply(uint8_t *p, unsigned lines, const uint8_t *img, bool held);
+
+/* Where an older configuration's transaction installs or unlocks an
+ * object it locked here: our primary copy, or, when a view since made
+ * another machine the region's primary (growth), the demoted copy it
+ * locked it in (farm_as_demoted_ptr: readers still in that configuration
+ * read it, so committed writes must reach it). *@demoted says which (the
+ * allocator has given a demoted region up: no free there). NULL when
+ * neither. Never for a LOCK: a primary locks only its own copy. */
+static inline uint8_t *txn_own_ptr(farm_txm *m, farm_gaddr a, uint64_t len,
+                                   bool *demoted)
+{
+	uint8_t *p = farm_as_local_ptr(m->as, a, len);
+	*demoted = false;
+	if (!p) {
+		p = farm_as_demoted_ptr(m->as, a, len);
+		*demoted = p != NULL;
+	}
+	return p;
+}
 
 /* copy.c: data recovery. adopt: a COMMIT-BACKUP for @region, of which we
  * hold no copy: when this machine is a new backup of it, open the copy

@@ -193,6 +193,8 @@ int farm_config_set(struct farm_config *c, const char *key, const char *value,
 		rc = parse_u32_in(value, 10, 10000000, &c->datarec_interval_us);
 	} else if (strcmp(key, "restart_wait_ms") == 0) {
 		rc = parse_u32_in(value, 0, 86400000, &c->restart_wait_ms);
+	} else if (strcmp(key, "region_seed") == 0) {
+		rc = parse_u32(value, &c->region_seed);
 	} else if (strcmp(key, "lease_bind") == 0) {
 		rc = strpbrk(value, " \t")
 		             ? -EINVAL
@@ -331,7 +333,8 @@ int farm_config_apply_env(struct farm_config *c, char *err, size_t errlen)
 	                                   "domain",
 	                                   "datarec_bytes",
 	                                   "datarec_interval_us",
-	                                   "restart_wait_ms"};
+	                                   "restart_wait_ms",
+	                                   "region_seed"};
 	char env[64], msg[256];
 	for (size_t i = 0; i < FARM_ARRAY_SIZE(keys); i++) {
 		size_t n =

@@ -61,6 +61,11 @@ struct farm_config {
 	 * without them (0, the default: wait for ever; experimental, see
 	 * src/recovery/README.md). */
 	uint32_t restart_wait_ms;
+	/* Region ids drawn from this seed (mixed with the machine id) rather
+	 * than the clock: the same allocations give the same ids, so the
+	 * same placement (tests that need a given layout; reproducing one).
+	 * 0: the clock. */
+	uint32_t region_seed;
 	unsigned npeers;
 	struct farm_config_peer peers[FARM_CONFIG_MAX_PEERS];
 	/* peer_domains[i]: peers[i]'s failure domain ("peer_domain"; "":

@@ -54,6 +54,11 @@ enum farm_fault_point {
 	 * deliberately broken growth: tests/test_datarec.c --broken-grow
 	 * must find its bytes differ). */
 	FARM_FP_DATAREC_EXTRA_EARLY,
+	/* addrspace/addrspace.c, a switch: while hooked, a view that makes
+	 * another machine primary of a region this one is primary of does
+	 * not demote our copy (two primaries: tests/test_datarec.c
+	 * --broken-handoff must find the copies differ). */
+	FARM_FP_AS_NO_DEMOTE,
 	/* txn/restart.c, a switch: while hooked, a whole-cluster restart
 	 * decides the logs' transactions but applies none of their images
 	 * (tests/test_restart.c --broken: acknowledged transfers must be
