@@ -85,16 +85,6 @@ static inline bool rp_replicated(struct held_report *const *r, uint64_t in,
 	why[0] = 0;
 	*nregions = 0;
 #define RP_IN(m) ((m) < 64 && ((in >> (m)) & 1))
-	/* At rest, every late machine has grown into an ordinary member
-	 * (growth follows a join once its copies are complete). */
-	for (unsigned i = 0; i < 64; i++)
-		if (RP_IN(i) && r[i]->late) {
-			snprintf(why, len,
-			         "machine %u is still late (growing into its "
-			         "share)",
-			         i);
-			return false;
-		}
 	for (unsigned i = 0; i < 64; i++) {
 		if (!RP_IN(i))
 			continue;

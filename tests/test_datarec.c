@@ -122,6 +122,8 @@ static void dr_config(uint32_t me, struct farm_config *cfg)
 	 * lapsed falsely under load 12 (a survivor removed). Kills are seen
 	 * through the fabric's death notice anyway. */
 	cfg->lease_us = 200000;
+	/* A late machine grows into an ordinary member (rejoin, grow). */
+	cfg->grow = true;
 	/* grow: region ids from a fixed seed (FARM_DR_SEED overrides it),
 	 * so the layout, and with it the premise grow_victim looks for, is
 	 * the same every run. */

@@ -461,6 +461,45 @@ static bool gives_up(const farm_as *as, const struct entry *e)
 	return true;
 }
 
+int farm_as_give_up(farm_as *as, uint32_t region)
+{
+	if (!as || !region)
+		return -EINVAL;
+	farm_region *r = NULL;
+	as_wrlock(as);
+	struct entry *e = find(as, region);
+	/* Only a complete copy whose region another machine is primary of
+	 * now: a filling one has no recovered locks, and where the ring
+	 * still makes us primary the promotion is to come. */
+	if (e && (e->kind != E_BACKUP || e->filling || !as->ring ||
+	          farm_ring_primary(as->ring, region) == as->me))
+		e = NULL;
+	if (e && as->ngiven == as->given_cap) {
+		unsigned nc = as->given_cap ? 2 * as->given_cap : 16;
+		struct given_up *nv = realloc(as->given, nc * sizeof(*nv));
+		if (nv) {
+			as->given = nv;
+			as->given_cap = nc;
+		}
+	}
+	if (e && as->ngiven < as->given_cap) {
+		r = e->local;
+		as->given[as->ngiven++] = (struct given_up){
+		        .id = region, .primary = false, .r = r};
+		as->displaced++;
+		del(as, region);
+	}
+	pthread_rwlock_unlock(&as->lock);
+	if (!r)
+		return -ENOENT;
+	farm_warn("addrspace: machine %" PRIu32 " gives up its copy of region "
+	          "%" PRIu32 " (it holds recovered locks of a promotion a "
+	          "later view moved elsewhere); a new copy is made",
+	          as->me, region);
+	tell_local(as, region, r, false);
+	return 0;
+}
+
 void *farm_as_demoted_ptr(farm_as *as, farm_gaddr a, uint64_t len)
 {
 	if (!as || !farm_gaddr_valid(a, len, as->region_size))

@@ -117,6 +117,16 @@ int farm_as_promote(farm_as *as, uint32_t region);
  * that configuration never see a committed write missing.
  */
 void *farm_as_demoted_ptr(farm_as *as, farm_gaddr a, uint64_t len);
+/*
+ * farm_as_give_up() - forget our backup copy of @region (kept mapped until
+ * farm_as_destroy, as a displaced one): recovery locked objects in it to
+ * promote it, and a later view gave the region another primary first, so
+ * it is no longer a copy a backup may keep (its locks would never be
+ * released). Where this machine is a backup, data recovery makes a new
+ * one. 0, -EINVAL, -ENOENT (no complete backup copy held, or the ring
+ * still makes this machine the region's primary: nothing done).
+ */
+int farm_as_give_up(farm_as *as, uint32_t region);
 
 /*
  * farm_as_grow_check() - growth, asked by the grower (the first late

@@ -302,6 +302,8 @@ static void grow_view(farm_node *n, const struct farm_view *v)
 			grower = v->late[q] == n->cfg.machine_id;
 			break;
 		}
+	if (!n->cfg.grow)
+		return; /* off (docs/config.md, grow): it stays late */
 	if (!n->grow && grower && n->threads && n->nthreads) {
 		pthread_mutex_lock(&n->lock);
 		farm_loop *loop = n->threads[0].loop;

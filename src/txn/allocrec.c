@@ -22,6 +22,8 @@
  */
 #include <inttypes.h>
 
+#include <errno.h>
+
 #include "txn/txn_int.h"
 #include "txn/txn_testing.h"
 #include "util/log.h"
@@ -64,6 +66,11 @@ bool txn_free_at_commit(farm_txm *m, struct txloop *tl, farm_gaddr a,
 		stat_add(m, S_FREE_DEFERRED, 1);
 		return true;
 	}
+	if (rc == -EREMOTE)
+		return false; /* the allocator gave the region up (growth moved
+		                 its primary, farm_galloc_retire): the new
+		                 primary's, rebuilt by scan, has the slot free
+		                 from this commit's image; no leak */
 	if (rc) {
 		stat_add(m, S_FREE_FAILED, 1);
 		farm_warn("txn: free at commit: %s", farm_strerror(rc));

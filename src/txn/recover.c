@@ -592,8 +592,14 @@ static void rec_loop_run(struct txloop *tl)
 			np++;
 			if (ex == 0 || ex == 1)
 				adopt_add(m, id);
-		} else if (ex == 1) {
-			farm_galloc_adopt_cancel(m->ga, id);
+		} else {
+			if (ex == 1)
+				farm_galloc_adopt_cancel(m->ga, id);
+			/* A view since made another machine its primary
+			 * (growth): our copy holds the locks promote_scan
+			 * recovered, which nothing releases on a backup;
+			 * it goes, and data recovery makes a new one. */
+			(void)farm_as_give_up(m->as, id);
 		}
 	}
 	adopt_ready(m);

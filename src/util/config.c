@@ -195,6 +195,15 @@ int farm_config_set(struct farm_config *c, const char *key, const char *value,
 		rc = parse_u32_in(value, 0, 86400000, &c->restart_wait_ms);
 	} else if (strcmp(key, "region_seed") == 0) {
 		rc = parse_u32(value, &c->region_seed);
+	} else if (strcmp(key, "grow") == 0) {
+		if (!strcmp(value, "1") || !strcmp(value, "true") ||
+		    !strcmp(value, "yes") || !strcmp(value, "on"))
+			c->grow = true;
+		else if (!strcmp(value, "0") || !strcmp(value, "false") ||
+		         !strcmp(value, "no") || !strcmp(value, "off"))
+			c->grow = false;
+		else
+			rc = -EINVAL;
 	} else if (strcmp(key, "lease_bind") == 0) {
 		rc = strpbrk(value, " \t")
 		             ? -EINVAL
@@ -334,7 +343,8 @@ int farm_config_apply_env(struct farm_config *c, char *err, size_t errlen)
 	                                   "datarec_bytes",
 	                                   "datarec_interval_us",
 	                                   "restart_wait_ms",
-	                                   "region_seed"};
+	                                   "region_seed",
+	                                   "grow"};
 	char env[64], msg[256];
 	for (size_t i = 0; i < FARM_ARRAY_SIZE(keys); i++) {
 		size_t n =

@@ -66,6 +66,10 @@ struct farm_config {
 	 * same placement (tests that need a given layout; reproducing one).
 	 * 0: the clock. */
 	uint32_t region_seed;
+	/* Growth (src/recovery/README.md): this machine, once it joined late
+	 * and holds its share, asks to become an ordinary member (primary of
+	 * part of its share). Off: it stays a late backup. */
+	bool grow;
 	unsigned npeers;
 	struct farm_config_peer peers[FARM_CONFIG_MAX_PEERS];
 	/* peer_domains[i]: peers[i]'s failure domain ("peer_domain"; "":
