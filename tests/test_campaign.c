@@ -135,6 +135,9 @@ static bool opt_use[F_COUNT];
 /* --order: the faults of --faults in the order given, again and again
  * (a reproducer), instead of shuffled rounds. */
 static bool opt_order;
+/* --grow: late machines grow into ordinary members (config grow): full
+ * replication then also waits until none is late. */
+static bool opt_grow;
 static enum cp_fault opt_list[F_COUNT * 4];
 static unsigned opt_nlist;
 
@@ -199,6 +202,7 @@ static int cp_config(struct np_child *np, struct farm_config *cfg)
 	         cp_zone[cp_dom[np->me]]);
 	cfg->datarec_bytes = CP_DR_BYTES;
 	cfg->datarec_interval_us = CP_DR_US;
+	cfg->grow = opt_grow;
 	char err[256];
 	if (farm_config_validate(cfg, err, sizeof(err))) {
 		fprintf(stderr, "m%u: config: %s\n", np->me, err);
@@ -674,6 +678,13 @@ static int cp_await_replicated(unsigned ms, char *why, size_t len,
 		}
 		bool ok = rp_replicated(r, cp_live, CP_REPLICAS, 0, why, len,
 		                        nreg);
+		for (unsigned i = 0; ok && opt_grow && i < 64; i++)
+			if (r[i] && r[i]->late) {
+				ok = false;
+				snprintf(why, len,
+				         "machine %u is still late (growing)",
+				         i);
+			}
 		if (ok || np_now_ns() > dl) {
 			rc = ok ? 0 : -1;
 			break;
@@ -1328,14 +1339,16 @@ static void usage(FILE *out)
 {
 	fprintf(out,
 	        "usage: test_campaign [--cycles N] [--seed S] [--faults "
-	        "F,F,...] [--order] [--broken] [--prev-ring] [--list] "
-	        "[--help]\n"
+	        "F,F,...] [--order] [--broken] [--prev-ring] [--grow] "
+	        "[--list] [--help]\n"
 	        "  One cluster under the bank and KV workloads takes N faults "
 	        "(default 50)\n  in a row, each followed by full replication "
 	        "and every check.\n"
 	        "  --prev-ring: recovery judges a removed coordinator's "
 	        "commit by the view\n  before the current one "
-	        "(FARM_FP_REC_PREV_RING; the bug seed 1128 found).\n");
+	        "(FARM_FP_REC_PREV_RING; the bug seed 1128 found).\n"
+	        "  --grow: machines that join late grow into ordinary "
+	        "members (config grow).\n");
 }
 
 static void prev_ring(enum farm_fault_point fp, void *arg)
@@ -1346,15 +1359,12 @@ static void prev_ring(enum farm_fault_point fp, void *arg)
 
 int main(int argc, char **argv)
 {
-	static const struct option lo[] = {{"cycles", 1, NULL, 'c'},
-	                                   {"seed", 1, NULL, 's'},
-	                                   {"faults", 1, NULL, 'f'},
-	                                   {"broken", 0, NULL, 'b'},
-	                                   {"order", 0, NULL, 'o'},
-	                                   {"list", 0, NULL, 'l'},
-	                                   {"help", 0, NULL, 'h'},
-	                                   {"prev-ring", 0, NULL, 'p'},
-	                                   {0}};
+	static const struct option lo[] = {
+	        {"cycles", 1, NULL, 'c'}, {"seed", 1, NULL, 's'},
+	        {"faults", 1, NULL, 'f'}, {"broken", 0, NULL, 'b'},
+	        {"order", 0, NULL, 'o'},  {"list", 0, NULL, 'l'},
+	        {"help", 0, NULL, 'h'},   {"prev-ring", 0, NULL, 'p'},
+	        {"grow", 0, NULL, 'g'},   {0}};
 	opt_seed = (uint64_t)time(NULL) % 100000;
 	const char *faults = NULL;
 	int o;
@@ -1389,6 +1399,7 @@ int main(int argc, char **argv)
 			}
 			break;
 		case 'o': opt_order = true; break;
+		case 'g': opt_grow = true; break;
 		case 'l':
 			for (unsigned i = 0; i < F_COUNT; i++)
 				printf("%s\n", cp_fault_name[i]);

@@ -69,7 +69,8 @@
 #include "util/fault.h"
 #include "util/log.h"
 
-#define REC_MAX_REGS 512u /* regions one vote carries (farm_tx_commit) */
+#define REC_MAX_REGS   512u /* regions one vote carries (farm_tx_commit) */
+#define REC_RECOPY_MAX 64u  /* copies given up in one round, copied again */
 
 #include "txn/recover_wire.h"
 
@@ -579,10 +580,12 @@ static void rec_loop_run(struct txloop *tl)
 	}
 	if (atomic_fetch_add(&m->rec.scanned, 1) + 1 != m->T)
 		return;
-	unsigned np = 0;
+	unsigned np = 0, kept = 0, nrecopy = 0;
+	uint32_t recopy[REC_RECOPY_MAX];
 	pthread_mutex_lock(&m->rec.lock);
 	for (unsigned i = 0; i < m->rec.npromo; i++) {
 		uint32_t id = m->rec.promo[i];
+		m->rec.promo[kept++] = id;
 		/* Before it serves: its frees wait for adoption (galloc.h).
 		 * A region of an earlier recovery (still listed) may be
 		 * adopted already (2). */
@@ -598,14 +601,26 @@ static void rec_loop_run(struct txloop *tl)
 			/* A view since made another machine its primary
 			 * (growth): our copy holds the locks promote_scan
 			 * recovered, which nothing releases on a backup;
-			 * it goes, and data recovery makes a new one. */
-			(void)farm_as_give_up(m->as, id);
+			 * it goes, and a new one is copied at once (every
+			 * machine has taken this configuration: the
+			 * primary's COPY for it may have come already). It
+			 * leaves the list: no later round promotes it (or
+			 * gives its new copy up again). */
+			if (!farm_as_give_up(m->as, id)) {
+				kept--;
+				if (nrecopy < REC_RECOPY_MAX)
+					recopy[nrecopy++] = id;
+			}
 		}
 	}
+	m->rec.npromo = kept;
 	adopt_ready(m);
 	/* Promoted: backups' truncation no longer touches them (role). */
 	atomic_store(&m->rec.npromo_live, 0);
 	pthread_mutex_unlock(&m->rec.lock);
+	/* Outside the lock: opening a copy makes and registers a region. */
+	for (unsigned i = 0; i < nrecopy; i++)
+		(void)txn_datarec_adopt(m, recopy[i], true);
 	atomic_store(&m->rec.t_active, farm_now_ns());
 	farm_info("txn recovery: configuration %" PRIu64
 	          ": %u region(s) promoted",
