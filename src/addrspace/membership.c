@@ -608,6 +608,18 @@ void farm_membership_close(struct farm_membership *m)
 	handle_free(m);
 }
 
+/* What a request to the ZooKeeper backend answers before it is handed
+ * on: 0, -ENOTSUP (static backend) or FARM_ECLOSED. */
+static int zk_open_for(struct farm_membership *m)
+{
+	if (!m->zk)
+		return -ENOTSUP;
+	pthread_mutex_lock(&m->lock);
+	bool closed = m->closed;
+	pthread_mutex_unlock(&m->lock);
+	return closed ? FARM_ECLOSED : 0;
+}
+
 /* Hand machines @ids to the ZooKeeper backend's @fn (suspect, forsake):
  * the argument checks and answers they share. */
 static int zk_ids(struct farm_membership *m, const uint32_t *ids, unsigned n,
@@ -616,12 +628,8 @@ static int zk_ids(struct farm_membership *m, const uint32_t *ids, unsigned n,
 {
 	if (!m || (n && !ids))
 		return -EINVAL;
-	if (!m->zk)
-		return -ENOTSUP;
-	pthread_mutex_lock(&m->lock);
-	bool closed = m->closed;
-	pthread_mutex_unlock(&m->lock);
-	return closed ? FARM_ECLOSED : fn(m, ids, n);
+	int rc = zk_open_for(m);
+	return rc ? rc : fn(m, ids, n);
 }
 
 int farm_membership_suspect(struct farm_membership *m, const uint32_t *ids,
@@ -640,12 +648,8 @@ int farm_membership_grown(struct farm_membership *m, uint64_t config_id)
 {
 	if (!m || !config_id)
 		return -EINVAL;
-	if (!m->zk)
-		return -ENOTSUP;
-	pthread_mutex_lock(&m->lock);
-	bool closed = m->closed;
-	pthread_mutex_unlock(&m->lock);
-	return closed ? FARM_ECLOSED : farm_zk_grown(m, config_id);
+	int rc = zk_open_for(m);
+	return rc ? rc : farm_zk_grown(m, config_id);
 }
 
 void farm_membership_restarted(struct farm_membership *m)

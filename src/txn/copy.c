@@ -182,40 +182,35 @@ static struct dr_reg *reg_find(struct farm_datarec *dr, uint32_t id)
 
 static int reg_add(struct farm_datarec *dr, uint32_t id, uint64_t cfg)
 {
-	struct dr_reg *old = reg_find(dr, id);
-	if (old && old->state < DR_DONE)
+	struct dr_reg *g = reg_find(dr, id);
+	if (g && g->state < DR_DONE)
 		return 0; /* being copied */
-	if (old) {
+	uint8_t *meta;
+	if (g) {
 		/* Copied here before, and given up since (growth demoted or
 		 * displaced this machine's copy; addrspace.h): a new copy,
-		 * from the start. What is reported is this copy's. */
-		uint8_t *meta = old->meta;
-		*old = (struct dr_reg){.id = id,
-		                       .loop = id % dr->m->T,
-		                       .state = DR_COPY,
-		                       .cfg = cfg,
-		                       .t_start = farm_now_ns(),
-		                       .meta = meta};
-		pthread_cond_signal(&dr->cond);
-		return 0;
-	}
-	if (dr->nr == dr->capr) {
-		unsigned nc = dr->capr ? 2 * dr->capr : 16;
-		struct dr_reg *n = realloc(dr->r, nc * sizeof(*n));
-		if (!n)
+		 * from the start, in the same record. What is reported is
+		 * this copy's. */
+		meta = g->meta;
+	} else {
+		if (dr->nr == dr->capr) {
+			unsigned nc = dr->capr ? 2 * dr->capr : 16;
+			struct dr_reg *n = realloc(dr->r, nc * sizeof(*n));
+			if (!n)
+				return -ENOMEM;
+			dr->r = n;
+			dr->capr = nc;
+		}
+		if (!(meta = malloc(dr->meta_bytes)))
 			return -ENOMEM;
-		dr->r = n;
-		dr->capr = nc;
+		g = &dr->r[dr->nr++];
 	}
-	uint8_t *meta = malloc(dr->meta_bytes);
-	if (!meta)
-		return -ENOMEM;
-	dr->r[dr->nr++] = (struct dr_reg){.id = id,
-	                                  .loop = id % dr->m->T,
-	                                  .state = DR_COPY,
-	                                  .cfg = cfg,
-	                                  .t_start = farm_now_ns(),
-	                                  .meta = meta};
+	*g = (struct dr_reg){.id = id,
+	                     .loop = id % dr->m->T,
+	                     .state = DR_COPY,
+	                     .cfg = cfg,
+	                     .t_start = farm_now_ns(),
+	                     .meta = meta};
 	pthread_cond_signal(&dr->cond);
 	return 0;
 }

@@ -70,6 +70,24 @@ int farm_parse_size(const char *s, uint64_t *out)
 	return 0;
 }
 
+/* 1, true, yes, on / 0, false, no, off. -EINVAL otherwise. */
+static int parse_bool(const char *s, bool *out)
+{
+	static const char *const yes[] = {"1", "true", "yes", "on"};
+	static const char *const no[] = {"0", "false", "no", "off"};
+	for (size_t i = 0; i < FARM_ARRAY_SIZE(yes); i++) {
+		if (!strcmp(s, yes[i])) {
+			*out = true;
+			return 0;
+		}
+		if (!strcmp(s, no[i])) {
+			*out = false;
+			return 0;
+		}
+	}
+	return -EINVAL;
+}
+
 static int parse_u32(const char *s, uint32_t *out)
 {
 	if (!s || !isdigit((unsigned char)*s))
@@ -162,14 +180,7 @@ int farm_config_set(struct farm_config *c, const char *key, const char *value,
 	} else if (strcmp(key, "threads") == 0) {
 		rc = parse_u32_in(value, 1, 64, &c->threads);
 	} else if (strcmp(key, "busy_poll") == 0) {
-		if (!strcmp(value, "1") || !strcmp(value, "true") ||
-		    !strcmp(value, "yes") || !strcmp(value, "on"))
-			c->busy_poll = true;
-		else if (!strcmp(value, "0") || !strcmp(value, "false") ||
-		         !strcmp(value, "no") || !strcmp(value, "off"))
-			c->busy_poll = false;
-		else
-			rc = -EINVAL;
+		rc = parse_bool(value, &c->busy_poll);
 	} else if (strcmp(key, "park_after_us") == 0) {
 		rc = parse_u32_in(value, 0, 1000000, &c->park_after_us);
 	} else if (strcmp(key, "zk") == 0) {
@@ -196,14 +207,7 @@ int farm_config_set(struct farm_config *c, const char *key, const char *value,
 	} else if (strcmp(key, "region_seed") == 0) {
 		rc = parse_u32(value, &c->region_seed);
 	} else if (strcmp(key, "grow") == 0) {
-		if (!strcmp(value, "1") || !strcmp(value, "true") ||
-		    !strcmp(value, "yes") || !strcmp(value, "on"))
-			c->grow = true;
-		else if (!strcmp(value, "0") || !strcmp(value, "false") ||
-		         !strcmp(value, "no") || !strcmp(value, "off"))
-			c->grow = false;
-		else
-			rc = -EINVAL;
+		rc = parse_bool(value, &c->grow);
 	} else if (strcmp(key, "lease_bind") == 0) {
 		rc = strpbrk(value, " \t")
 		             ? -EINVAL
