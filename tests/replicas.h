@@ -75,8 +75,11 @@ static inline bool rp_copying(const struct held_report *r)
  * report is @r[i]; ids below 64) holds complete at exactly its @reps
  * replicas and its extra backup if it has one (a late machine growing
  * into it: ring.h), each of them in @in, none still filling, and none of
- * the machines of @no_primary its primary? Fills @why when not, and
- * counts the regions in *@nregions.
+ * the machines of @no_primary its primary, every report of the same
+ * configuration? Fills @why when not, and counts the regions in
+ * *@nregions. (Reports of different configurations prove nothing: a
+ * machine still in the older one says it holds a copy the newer one has
+ * it give up and copy again, as growth's demoted primary does.)
  */
 static inline bool rp_replicated(struct held_report *const *r, uint64_t in,
                                  unsigned reps, uint64_t no_primary, char *why,
@@ -85,6 +88,19 @@ static inline bool rp_replicated(struct held_report *const *r, uint64_t in,
 	why[0] = 0;
 	*nregions = 0;
 #define RP_IN(m) ((m) < 64 && ((in >> (m)) & 1))
+	for (unsigned i = 0, first = 64; i < 64; i++) {
+		if (!RP_IN(i))
+			continue;
+		if (first == 64)
+			first = i;
+		if (r[i]->config != r[first]->config) {
+			snprintf(why, len,
+			         "machine %u is in configuration %" PRIu64
+			         ", machine %u in %" PRIu64,
+			         i, r[i]->config, first, r[first]->config);
+			return false;
+		}
+	}
 	for (unsigned i = 0; i < 64; i++) {
 		if (!RP_IN(i))
 			continue;

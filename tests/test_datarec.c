@@ -860,6 +860,9 @@ int main(int argc, char **argv)
 	} else if (argc > 1 && !strcmp(argv[1], "--grow")) {
 		tests[0] = tests[3]; /* grow alone */
 		n = 1;
+	} else if (argc > 1 && !strcmp(argv[1], "--rejoin")) {
+		tests[0] = tests[2]; /* rejoin alone */
+		n = 1;
 	} else if (argc > 1 && !strcmp(argv[1], "--broken")) {
 		if (!farm_fault_built()) {
 			printf("skipped: --broken needs fault injection "
@@ -872,7 +875,8 @@ int main(int argc, char **argv)
 	} else if (argc > 1) {
 		fprintf(stderr,
 		        "usage: %s [--broken | --broken-late | "
-		        "--broken-grow | --broken-handoff | --grow]\n",
+		        "--broken-grow | --broken-handoff | --grow | "
+		        "--rejoin]\n",
 		        argv[0]);
 		return 2;
 	}
