@@ -788,9 +788,13 @@ static bool cp_await_copying(void)
 
 /* A machine that holds a region killed (into *@v and *@gone), its
  * configuration awaited, then a copy awaited: 0 when one was seen in
- * progress, 1 when none was, -1 (failed into @f) when no configuration
- * without it came. Before a second fault that must come during data
- * recovery. */
+ * progress; 2 when none was and none was needed (every region already
+ * complete at exactly its replicas, all machines in one configuration: a
+ * copy held from before took the lost one's place, so the fault's
+ * premise failed, not the system); 1 when none was though one was needed
+ * (what every machine holds is printed); -1 (failed into @f) when no
+ * configuration without it came. Before a second fault that must come
+ * during data recovery. */
 static int cp_kill_until_copying(unsigned *v, uint64_t *gone, struct fails *f)
 {
 	char why[256];
@@ -802,7 +806,18 @@ static int cp_kill_until_copying(unsigned *v, uint64_t *gone, struct fails *f)
 		return -1;
 	}
 	/* Once some new backup has read part of a region. */
-	return cp_await_copying() ? 0 : 1;
+	if (cp_await_copying())
+		return 0;
+	unsigned nreg;
+	if (!cp_await_replicated(0, why, sizeof(why), &nreg)) {
+		printf("campaign: no copy after machine %u's kill: none was "
+		       "needed (%u regions complete at their replicas)\n",
+		       *v, nreg);
+		return 2;
+	}
+	printf("campaign: no copy after machine %u's kill, and %s\n", *v, why);
+	cp_dump_held();
+	return 1;
 }
 
 /* Every live machine at once: stopped first, so that none sees another
@@ -929,18 +944,18 @@ static void cp_fault(enum cp_fault fl, struct cp_cycle *cy, uint64_t *gone,
 		int c = cp_kill_until_copying(&v, gone, f);
 		if (c < 0)
 			break;
-		bool during = c == 0;
 		unsigned w = cp_nth(cp_live, cp_draw(cp_count(cp_live)));
 		cp_kill(w);
 		*gone |= 1ull << w;
-		if (!during)
+		if (c == 1)
 			failed(f,
 			       "no copy was seen in progress after machine "
 			       "%u's kill: the second kill did not come "
 			       "during data recovery",
 			       v);
 		snprintf(cy->what, sizeof(cy->what),
-		         "kill -9 machine %u, machine %u while copying", v, w);
+		         "kill -9 machine %u, machine %u %s", v, w,
+		         c == 2 ? "(no copy was needed)" : "while copying");
 		break;
 	}
 	case F_RESTART: {
@@ -957,19 +972,19 @@ static void cp_fault(enum cp_fault fl, struct cp_cycle *cy, uint64_t *gone,
 		int c = cp_kill_until_copying(&v, gone, f);
 		if (c < 0)
 			break;
-		bool during = c == 0;
 		unsigned n, sealed;
 		double up = cp_restart_all(&n, &sealed);
-		if (!during)
+		if (c == 1)
 			failed(f,
 			       "no copy was seen in progress after machine "
 			       "%u's kill: the restart did not come during "
 			       "data recovery",
 			       v);
 		snprintf(cy->what, sizeof(cy->what),
-		         "kill -9 machine %u, all %u restarted while copying "
-		         "(up in %.0f ms)",
-		         v, n, up);
+		         "kill -9 machine %u, all %u restarted %s (up in "
+		         "%.0f ms)",
+		         v, n,
+		         c == 2 ? "(no copy was needed)" : "while copying", up);
 		break;
 	}
 	case F_ZK_KILL: {
