@@ -788,10 +788,10 @@ static bool cp_await_copying(void)
 
 /* A machine that holds a region killed (into *@v and *@gone), its
  * configuration awaited, then a copy awaited: 0 when one was seen in
- * progress; 2 when none was and none was needed (every region already
- * complete at exactly its replicas, all machines in one configuration: a
- * copy held from before took the lost one's place, so the fault's
- * premise failed, not the system); 1 when none was though one was needed
+ * progress; 2 when none was and every region is complete already (at
+ * exactly its replicas, all machines in one configuration: none was
+ * needed, or one ran between two looks; either way the fault's premise
+ * failed, not the system); 1 when none was and replicas are still short
  * (what every machine holds is printed); -1 (failed into @f) when no
  * configuration without it came. Before a second fault that must come
  * during data recovery. */
@@ -810,8 +810,9 @@ static int cp_kill_until_copying(unsigned *v, uint64_t *gone, struct fails *f)
 		return 0;
 	unsigned nreg;
 	if (!cp_await_replicated(0, why, sizeof(why), &nreg)) {
-		printf("campaign: no copy after machine %u's kill: none was "
-		       "needed (%u regions complete at their replicas)\n",
+		printf("campaign: no copy seen in progress after machine %u's "
+		       "kill, and %u regions are complete at their "
+		       "replicas\n",
 		       *v, nreg);
 		return 2;
 	}
@@ -955,7 +956,8 @@ static void cp_fault(enum cp_fault fl, struct cp_cycle *cy, uint64_t *gone,
 			       v);
 		snprintf(cy->what, sizeof(cy->what),
 		         "kill -9 machine %u, machine %u %s", v, w,
-		         c == 2 ? "(no copy was needed)" : "while copying");
+		         c == 2 ? "(no copy seen, none short)"
+		                : "while copying");
 		break;
 	}
 	case F_RESTART: {
@@ -984,7 +986,9 @@ static void cp_fault(enum cp_fault fl, struct cp_cycle *cy, uint64_t *gone,
 		         "kill -9 machine %u, all %u restarted %s (up in "
 		         "%.0f ms)",
 		         v, n,
-		         c == 2 ? "(no copy was needed)" : "while copying", up);
+		         c == 2 ? "(no copy seen, none short)"
+		                : "while copying",
+		         up);
 		break;
 	}
 	case F_ZK_KILL: {

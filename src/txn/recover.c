@@ -605,11 +605,13 @@ static void rec_loop_run(struct txloop *tl)
 			 * machine has taken this configuration: the
 			 * primary's COPY for it may have come already). It
 			 * leaves the list: no later round promotes it (or
-			 * gives its new copy up again). */
-			if (!farm_as_give_up(m->as, id)) {
+			 * gives its new copy up again). Past REC_RECOPY_MAX
+			 * in one round it stays listed for the next one,
+			 * never given up without its new copy started. */
+			if (nrecopy < REC_RECOPY_MAX &&
+			    !farm_as_give_up(m->as, id)) {
 				kept--;
-				if (nrecopy < REC_RECOPY_MAX)
-					recopy[nrecopy++] = id;
+				recopy[nrecopy++] = id;
 			}
 		}
 	}
