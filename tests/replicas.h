@@ -33,6 +33,9 @@ struct held_report {
 	/* In the late list of the configuration in force (a machine that
 	 * joined late and has not grown into an ordinary member yet). */
 	bool late;
+	/* The last recovery round: when it began and when its promoted
+	 * regions became active (farm_txm_stats; 0: none yet). */
+	uint64_t rec_t_config_ns, rec_t_active_ns;
 };
 
 /* Child: fill @r with what machine @c holds now. */
@@ -53,6 +56,10 @@ static inline void rp_held(struct tx_child *c, struct held_report *r)
 	}
 	r->ndr = FARM_MIN(farm_txm_datarec_get(c->txm, r->dr, RP_MAXREG),
 	                  RP_MAXREG);
+	farm_txm_stats st;
+	farm_txm_stats_get(c->txm, &st);
+	r->rec_t_config_ns = st.rec_t_config_ns;
+	r->rec_t_active_ns = st.rec_t_active_ns;
 	farm_txm_datarec_pace(c->txm, &r->pace_bytes, &r->pace_us);
 	struct farm_view *v = malloc(sizeof(*v));
 	if (v && !farm_node_view(c->np.node, v))

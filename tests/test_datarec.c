@@ -44,6 +44,16 @@
  *              complete replicas (the old primary refilled as a backup),
  *              every pair of copies equal.
  *
+ *   grow_kill  grow's run, with every old primary's new copy held
+ *              (farm_txm_datarec_hold) until the grower is killed, after
+ *              the handoff: the ring makes the old primary first again
+ *              with a filling copy, and the region's other backup is
+ *              complete. The old primary must finish its copy from its
+ *              demoted one (copy.c), ask for a round
+ *              (farm_membership_bump) and be promoted: every region at
+ *              exactly its ring's 3 complete replicas again, every pair
+ *              of copies equal, the bank's checks as above.
+ *
  * --broken: new backups drop the COMMIT-BACKUPs that arrive during the
  * copy (and skip the check pass that would repair it); the replicas'
  * hashes must then differ (copy_kill only). --broken-late: placement
@@ -54,7 +64,10 @@
  * anything is copied: grow's hashes must differ. --broken-handoff: the
  * old primary keeps its copy as primary after the grower took the region
  * over (FARM_FP_AS_NO_DEMOTE): grow's hashes, total, acknowledged
- * transfers or sercheck must fail. --grow: the grow run alone.
+ * transfers or sercheck must fail. --broken-grow-kill: no demoted copy is
+ * a source (FARM_FP_AS_NO_DEMOTED_SOURCE): grow_kill's region must stay
+ * short (the growth gap this closes). --grow, --grow-kill: that run
+ * alone.
  *
  * Exits 77 (skip) without the ZooKeeper client or server.
  */
@@ -75,6 +88,9 @@
 #define DR_SEED 6
 
 static bool opt_broken;
+/* grow_kill: the grower is killed after the handoff, the old primaries'
+ * new copies held until then. */
+static bool dr_grow_kill;
 /* What grow's broken run switched off (rb_verdict's words). */
 static const char *dr_grow_broken =
         "a growing machine's copies counted complete before they were "
@@ -197,6 +213,10 @@ static int dr_cmd(struct tx_child *c, int cmd, const farm_fatptr *acc,
 				return -1;
 		}
 		return np_say(&c->np, 'w', NULL, 0);
+	}
+	if (cmd == 'O' || cmd == 'o') { /* hold copies, or let them go */
+		farm_txm_datarec_hold(c->txm, cmd == 'O');
+		return np_say(&c->np, cmd == 'O' ? 'K' : 'k', NULL, 0);
 	}
 	if (cmd == 'F') {
 		(void)farm_txm_testing_truncate(c->txm, c->np.loop);
@@ -487,6 +507,107 @@ static int grow_victim(void)
 	return -1;
 }
 
+/*
+ * grow_kill, after the survivors' run: once machine NP_NM has grown and
+ * taken a region over from a live primary, whose new copy of it is held
+ * filling, kill it; once every survivor runs a configuration without it
+ * (the old primary first in that region's list again, its copy
+ * filling), let the copies go. The checks that follow (run_mode) must
+ * find every region replicated again.
+ */
+static void grow_kill(struct rb_result *res)
+{
+	struct fails *f = &res->f;
+	uint64_t dl = np_now_ns() + 30000000000ull;
+	uint32_t region = 0;
+	int old = -1;
+	while (!region && np_now_ns() < dl) {
+		struct held_report *g = ask(NP_NM);
+		for (unsigned i = 0; grown(g, true) && i < NP_NM && !region;
+		     i++) {
+			if (!rb_member(res, i))
+				continue;
+			struct held_report *r = ask(i);
+			for (unsigned k = 0; k < r->n && !region; k++)
+				if (r->h[k].filling && r->h[k].nreps &&
+				    r->h[k].reps[0] == DR_LATE_ID &&
+				    r->config == g->config) {
+					region = r->h[k].region;
+					old = (int)i;
+				}
+			free(r);
+		}
+		free(g);
+		if (!region)
+			poll_pause(20);
+	}
+	if (!region) {
+		failed(f,
+		       "machine %u never took a region over from a live "
+		       "primary whose new copy was held filling",
+		       DR_LATE_ID);
+		return;
+	}
+	assert_int_equal(kill(late_cl.pid[0], SIGKILL), 0);
+	assert_int_equal(tu_reap(late_cl.pid[0]), 128 + SIGKILL);
+	late_cl.pid[0] = 0;
+	late_in = false;
+	uint64_t t = np_now_ns();
+	/* Every survivor in a configuration whose ring no longer names it. */
+	bool moved = false;
+	while (!moved && np_now_ns() < dl + 30000000000ull) {
+		moved = true;
+		for (unsigned i = 0; i < NP_NM && moved; i++) {
+			if (!rb_member(res, i))
+				continue;
+			struct held_report *r = ask(i);
+			for (unsigned k = 0; k < r->n; k++)
+				for (unsigned q = 0; q < r->h[k].nreps; q++)
+					moved &= r->h[k].reps[q] != DR_LATE_ID;
+			free(r);
+		}
+		if (!moved)
+			poll_pause(20);
+	}
+	/* And the old primary's round for that configuration over (its
+	 * promotions made), so that only a round asked for later can
+	 * promote the copy it finishes. */
+	struct held_report *r = NULL;
+	bool first = false, filling = false, over = false;
+	while (moved && np_now_ns() < dl + 60000000000ull) {
+		free(r);
+		r = ask((unsigned)old);
+		over = r->rec_t_active_ns > r->rec_t_config_ns;
+		if (over)
+			break;
+		poll_pause(20);
+	}
+	for (unsigned k = 0; r && k < r->n; k++)
+		if (r->h[k].region == region) {
+			first = r->h[k].nreps &&
+			        r->h[k].reps[0] == (uint32_t)old;
+			filling = r->h[k].filling;
+		}
+	free(r);
+	printf("grow_kill: machine %u, primary of region %#" PRIx32
+	       " (taken over from machine %d, whose new copy is held), "
+	       "killed; %.0f ms later every survivor runs a configuration "
+	       "without it and machine %d's round is over: it is %s of "
+	       "the region with a %s copy\n",
+	       DR_LATE_ID, region, old, (double)(np_now_ns() - t) / 1e6, old,
+	       first ? "the primary" : "NOT the primary",
+	       filling ? "filling" : "complete");
+	if (!moved || !over || !first || !filling)
+		failed(f, "the premise did not hold: the old primary is not "
+		          "first in the region's list with a filling copy once "
+		          "its round is over");
+	for (unsigned i = 0; i < NP_NM; i++)
+		if (rb_member(res, i)) {
+			dr_send(i, 'o');
+			dr_expect(i, 'k', 30000);
+		}
+}
+
 /* @first killed; then @second (-1: none) while a copy is under way, or,
  * with @rejoin, right after the first's recovery, and then a machine
  * joins late (a new id, empty memory) while the workload goes on. With
@@ -521,6 +642,11 @@ static void run_mode(unsigned first, int second, bool rejoin, bool grow,
 		for (unsigned i = 0; i < NP_NM; i++)
 			if (rb_member(&res, i))
 				dr_expect(i, 'w', 30000);
+		for (unsigned i = 0; dr_grow_kill && i < NP_NM; i++)
+			if (rb_member(&res, i)) {
+				dr_send(i, 'O');
+				dr_expect(i, 'K', 30000);
+			}
 		uint64_t t = np_now_ns();
 		late_start(DR_LATE_ID, 'P');
 		printf("%s: machine %u gone, no region short of its %u "
@@ -561,12 +687,15 @@ static void run_mode(unsigned first, int second, bool rejoin, bool grow,
 	if (second >= 0 && !rejoin && !killed_during)
 		failed(f, "no copy was seen in progress: the second kill did "
 		          "not come during data recovery");
+	if (dr_grow_kill)
+		grow_kill(&res);
 
 	/* Full replication, the workload paused. */
 	struct held_report *r[NP_NM + 1] = {0};
 	char why[256] = "";
 	unsigned nreg = 0;
-	unsigned wait_ms = opt_broken && rejoin ? 10000 : DR_WAIT_MS;
+	unsigned wait_ms =
+	        opt_broken && (rejoin || dr_grow_kill) ? 10000 : DR_WAIT_MS;
 	uint64_t t0 = np_now_ns(), dl = t0 + wait_ms * 1000000ull;
 	bool ok = false;
 	for (;;) {
@@ -578,7 +707,8 @@ static void run_mode(unsigned first, int second, bool rejoin, bool grow,
 		                grow || rejoin);
 		/* A late machine grows into an ordinary member once its
 		 * copies are complete: wait for that configuration too. */
-		if (ok && (grow || rejoin) && !grown(r[NP_NM], grow)) {
+		if (ok && (grow || rejoin) && !dr_grow_kill &&
+		    !grown(r[NP_NM], grow)) {
 			ok = false;
 			snprintf(why, sizeof(why),
 			         "machine %u has not grown into an ordinary "
@@ -806,9 +936,25 @@ static void test_grow(void **state)
 	const char *seed = getenv("FARM_DR_SEED");
 	dr_seed = seed && *seed ? (uint32_t)strtoul(seed, NULL, 10) : DR_SEED;
 	printf("grow: region seed %" PRIu32 "\n", dr_seed);
-	run_mode(2, -1, false, true, opt_broken ? "grow (broken)" : "grow");
+	run_mode(2, -1, false, true,
+	         dr_grow_kill
+	                 ? (opt_broken ? "grow_kill (broken)" : "grow_kill")
+	         : opt_broken ? "grow (broken)"
+	                      : "grow");
 	rb_p.first_post_ms = 0;
 	dr_seed = 0;
+}
+
+/*
+ * The growth gap (src/recovery/README.md): grow's run, then the grower
+ * dies while the old primary's new copy is still filling (held so). The
+ * old primary finishes it from its demoted copy and is promoted.
+ */
+static void test_grow_kill(void **state)
+{
+	dr_grow_kill = true;
+	test_grow(state);
+	dr_grow_kill = false;
 }
 
 int main(int argc, char **argv)
@@ -818,6 +964,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test_teardown(test_one_kill, dr_teardown),
 	        cmocka_unit_test_teardown(test_rejoin, dr_teardown),
 	        cmocka_unit_test_teardown(test_grow, dr_teardown),
+	        cmocka_unit_test_teardown(test_grow_kill, dr_teardown),
 	};
 	size_t n = sizeof(tests) / sizeof(tests[0]);
 	if (argc > 1 && !strcmp(argv[1], "--broken-late")) {
@@ -857,6 +1004,24 @@ int main(int argc, char **argv)
 		                 "once the grower took the region over";
 		tests[0] = tests[3];
 		n = 1;
+	} else if (argc > 1 && !strcmp(argv[1], "--broken-grow-kill")) {
+		/* A test-only switch: no demoted copy is a source for data
+		 * recovery; grow_kill's region must stay short. */
+		if (farm_fault_set(FARM_FP_AS_NO_DEMOTED_SOURCE, no_late,
+		                   NULL)) {
+			printf("skipped: --broken-grow-kill needs fault "
+			       "injection (FARM_FAULT_INJECTION=OFF)\n");
+			return FARM_TEST_SKIP;
+		}
+		opt_broken = true;
+		dr_grow_broken = "no demoted copy was a source for data "
+		                 "recovery (the old primary could not finish "
+		                 "its copy once the grower died)";
+		tests[0] = tests[4];
+		n = 1;
+	} else if (argc > 1 && !strcmp(argv[1], "--grow-kill")) {
+		tests[0] = tests[4]; /* grow_kill alone */
+		n = 1;
 	} else if (argc > 1 && !strcmp(argv[1], "--grow")) {
 		tests[0] = tests[3]; /* grow alone */
 		n = 1;
@@ -875,7 +1040,8 @@ int main(int argc, char **argv)
 	} else if (argc > 1) {
 		fprintf(stderr,
 		        "usage: %s [--broken | --broken-late | "
-		        "--broken-grow | --broken-handoff | --grow | "
+		        "--broken-grow | --broken-handoff | "
+		        "--broken-grow-kill | --grow | --grow-kill | "
 		        "--rejoin]\n",
 		        argv[0]);
 		return 2;

@@ -82,6 +82,11 @@ struct farm_as {
 	struct given_up {
 		uint32_t id;
 		bool primary; /* it was our primary copy */
+		/* A demoted copy that data recovery may fill this machine's
+		 * new backup copy from (farm_as_demoted_source): set while
+		 * this machine has been a replica of the region in every
+		 * view since the demotion and its new copy is not complete. */
+		bool source;
 		farm_region *r;
 	} * given;
 	unsigned ngiven, given_cap;
@@ -309,6 +314,17 @@ int farm_as_set_view(farm_as *as, uint64_t config_id, const uint32_t *ids,
 
 static bool gives_up(const farm_as *as, const struct entry *e);
 
+/* Whether ring @g makes @me a replica of @region. */
+static bool holds(const farm_ring *g, uint32_t region, uint32_t me)
+{
+	uint32_t h[FARM_RING_MAX_REPLICAS];
+	unsigned n = g ? farm_ring_holders(g, region, h) : 0;
+	for (unsigned i = 0; i < n; i++)
+		if (h[i] == me)
+			return true;
+	return false;
+}
+
 int farm_as_set_view_placed(farm_as *as, uint64_t config_id,
                             const struct farm_ring_machine *ms, unsigned n)
 {
@@ -355,6 +371,12 @@ int farm_as_set_view_placed(farm_as *as, uint64_t config_id,
 	uint32_t ndrop = 0;
 	struct given_up *gave = NULL;
 	unsigned ngave = 0;
+	/* A demoted copy is a source for data recovery only while this
+	 * machine stayed a replica since: one that was not missed commits. */
+	for (unsigned i = 0; i < as->ngiven; i++)
+		if (as->given[i].source &&
+		    !holds(as->ring, as->given[i].id, as->me))
+			as->given[i].source = false;
 	for (uint32_t i = 0; as->prev && i < as->cap; i++) {
 		struct entry *e = &as->tab[i];
 		if (e->id && (e->kind == E_PRIMARY || e->kind == E_BACKUP) &&
@@ -364,9 +386,12 @@ int farm_as_set_view_placed(farm_as *as, uint64_t config_id,
 			if (!gave)
 				gave = malloc(sizeof(*gave) * as->cap);
 			if (gave) {
+				bool prim = e->kind == E_PRIMARY;
 				gave[ngave++] = (struct given_up){
 				        .id = e->id,
-				        .primary = e->kind == E_PRIMARY,
+				        .primary = prim,
+				        .source = prim && holds(as->ring, e->id,
+				                                as->me),
 				        .r = e->local};
 				drop[ndrop++] = e->id;
 			}
@@ -513,6 +538,42 @@ void *farm_as_demoted_ptr(farm_as *as, farm_gaddr a, uint64_t len)
 			    farm_gaddr_offset(a);
 	pthread_rwlock_unlock(&as->lock);
 	return p;
+}
+
+const void *farm_as_demoted_source(farm_as *as, uint32_t region)
+{
+	if (!as || !region || FARM_FAULT_SWITCH(FARM_FP_AS_NO_DEMOTED_SOURCE))
+		return NULL;
+	const void *p = NULL;
+	pthread_rwlock_rdlock(&as->lock);
+	struct entry *e = find(as, region);
+	if (e && e->kind == E_BACKUP && e->filling)
+		for (unsigned i = as->ngiven; i > 0; i--) {
+			const struct given_up *g = &as->given[i - 1];
+			if (g->id != region || !g->primary)
+				continue;
+			if (g->source)
+				p = farm_region_base(g->r);
+			break; /* the newest demoted copy, or none */
+		}
+	pthread_rwlock_unlock(&as->lock);
+	return p;
+}
+
+unsigned farm_as_demoted_sources(farm_as *as, uint32_t *out, unsigned max)
+{
+	unsigned n = 0;
+	if (!as || !out)
+		return 0;
+	pthread_rwlock_rdlock(&as->lock);
+	for (unsigned i = 0; i < as->ngiven; i++)
+		if (as->given[i].source) {
+			if (n < max)
+				out[n] = as->given[i].id;
+			n++;
+		}
+	pthread_rwlock_unlock(&as->lock);
+	return n;
 }
 
 void farm_as_on_local(farm_as *as, farm_as_local_fn fn, void *ctx)
@@ -892,6 +953,11 @@ int farm_as_backup_filled(farm_as *as, uint32_t region)
 		 * manifest's lock is never held while this one is taken). */
 		tell_local(as, region, e->local, true);
 		e->filling = false;
+		/* Complete: no copy of this region is filled from a demoted
+		 * one again (a later one would lack what came since). */
+		for (unsigned i = 0; i < as->ngiven; i++)
+			if (as->given[i].id == region)
+				as->given[i].source = false;
 	}
 	pthread_rwlock_unlock(&as->lock);
 	return rc;

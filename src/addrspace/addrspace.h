@@ -118,6 +118,22 @@ int farm_as_promote(farm_as *as, uint32_t region);
  */
 void *farm_as_demoted_ptr(farm_as *as, farm_gaddr a, uint64_t len);
 /*
+ * farm_as_demoted_source() - the base of the copy of @region a view
+ * demoted here (growth), when data recovery may fill this machine's new,
+ * still filling backup copy of it from there instead of from the
+ * primary: that copy was the primary's, so it holds every write committed
+ * before the demotion once the older configuration's locks in it are
+ * released (installed or undone), and every later commit reaches the new
+ * copy as a COMMIT-BACKUP, since this machine has been a replica of the
+ * region in every view since. NULL otherwise: no demoted copy, a view
+ * since in which this machine was not a replica, or a copy of the region
+ * completed since (a later one would lack what came after).
+ */
+const void *farm_as_demoted_source(farm_as *as, uint32_t region);
+/* The regions with a demoted copy that may be such a source, whether or
+ * not a new copy is open yet (up to @max in @out; returns how many). */
+unsigned farm_as_demoted_sources(farm_as *as, uint32_t *out, unsigned max);
+/*
  * farm_as_give_up() - forget our backup copy of @region (kept mapped until
  * farm_as_destroy, as a displaced one): recovery locked objects in it to
  * promote it, and a later view gave the region another primary first, so

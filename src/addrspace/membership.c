@@ -53,6 +53,7 @@ bool farm_view_same_members(const struct farm_view *a,
 	    a->ndeparted != b->ndeparted || a->formed != b->formed ||
 	    a->nlate != b->nlate || a->ngone != b->ngone ||
 	    a->nlost != b->nlost || a->restart != b->restart ||
+	    a->bump != b->bump ||
 	    (a->nlost <= FARM_VIEW_MAX &&
 	     memcmp(a->lost, b->lost, a->nlost * sizeof(a->lost[0]))) ||
 	    (a->nlate <= FARM_VIEW_MAX &&
@@ -265,6 +266,13 @@ int farm_view_format(const struct farm_view *v, char *buf, size_t len)
 			return -ENOBUFS;
 		off += (size_t)n;
 	}
+	if (v->bump) {
+		n = snprintf(buf + off, len - off, "bump %" PRIu64 "\n",
+		             v->bump);
+		if (n < 0 || (size_t)n >= len - off)
+			return -ENOBUFS;
+		off += (size_t)n;
+	}
 	return (int)off;
 }
 
@@ -354,6 +362,12 @@ int farm_view_parse(const char *buf, size_t len, struct farm_view *v)
 			    e != nl || x == 0)
 				return FARM_ECORRUPT;
 			v->restart = x;
+		} else if (n >= 5 && !memcmp(p, "bump ", 5)) {
+			if (v->bump ||
+			    parse_dec(p + 5, nl, UINT64_MAX, &x, &e) ||
+			    e != nl || x == 0)
+				return FARM_ECORRUPT;
+			v->bump = x;
 		} else if (n >= 8 && !memcmp(p, "removed ", 8)) {
 			uint64_t inc;
 			if (v->nremoved == FARM_VIEW_MAX ||
@@ -649,7 +663,15 @@ int farm_membership_grown(struct farm_membership *m, uint64_t config_id)
 	if (!m || !config_id)
 		return -EINVAL;
 	int rc = zk_open_for(m);
-	return rc ? rc : farm_zk_grown(m, config_id);
+	return rc ? rc : farm_zk_mark(m, FARM_ZK_MARK_GROW, config_id);
+}
+
+int farm_membership_bump(struct farm_membership *m, uint64_t config_id)
+{
+	if (!m || !config_id)
+		return -EINVAL;
+	int rc = zk_open_for(m);
+	return rc ? rc : farm_zk_mark(m, FARM_ZK_MARK_BUMP, config_id);
 }
 
 void farm_membership_restarted(struct farm_membership *m)

@@ -43,6 +43,11 @@
  *                      said its share is complete in that configuration
  *                      (farm_membership_grown; read with a watch by the
  *                      manager, which then drops it from the late list)
+ *     R/bump           persistent; "<id> <config id>": a member that asked
+ *                      for a recovery round in that configuration
+ *                      (farm_membership_bump; read with a watch by the
+ *                      manager, which then writes the next one with
+ *                      "bump <config id>")
  *     R/members        persistent, empty
  *     R/members/<id>   ephemeral, one per live machine (decimal id); its
  *                      data is the machine's endpoint, then, when it has
@@ -144,6 +149,12 @@ struct farm_view {
 	 * an id that left (gone) is admitted only while it is set: when the
 	 * others lived on without it, its memory is stale. */
 	uint64_t restart;
+	/* A member asked for a recovery round in configuration @bump
+	 * (farm_membership_bump: it holds a complete copy of a region its
+	 * ring makes it primary of, and no round promoted it), and the
+	 * manager wrote this configuration for it; 0: none. Every machine
+	 * runs a round for a view with it set. */
+	uint64_t bump;
 };
 
 enum farm_membership_state {
@@ -280,6 +291,17 @@ int farm_membership_suspect(struct farm_membership *m, const uint32_t *ids,
  * FARM_ECLOSED.
  */
 int farm_membership_grown(struct farm_membership *m, uint64_t config_id);
+/*
+ * farm_membership_bump() - ask for a recovery round: this machine holds a
+ * complete copy of a region the ring of configuration @config_id makes it
+ * primary of, which no round promoted (its copy was completed after that
+ * configuration's round began: src/txn/copy.c). The mark goes to
+ * ZooKeeper (R/bump); the manager writes the next configuration with
+ * farm_view.bump set if @config_id is still the one in force and this
+ * machine still a member, and every machine runs a round for it. Returns
+ * at once: 0; -EINVAL; -ENOTSUP (static backend); FARM_ECLOSED.
+ */
+int farm_membership_bump(struct farm_membership *m, uint64_t config_id);
 /*
  * farm_membership_restarted() - this machine's whole-cluster restart ran
  * (or it gave it up): from now on, as manager, it writes configurations

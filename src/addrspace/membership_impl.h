@@ -44,8 +44,11 @@ int farm_zk_suspect(struct farm_membership *m, const uint32_t *ids, unsigned n);
 /* List @ids as lost from the next configuration (farm_membership_forsake). */
 int farm_zk_forsake(struct farm_membership *m, const uint32_t *ids, unsigned n);
 /* Sync again (farm_membership_restarted: the restart mark changed). */
-/* The grower's mark (farm_membership_grown). */
-int farm_zk_grown(struct farm_membership *m, uint64_t config_id);
+/* A member's mark naming configuration @config_id: the grower's
+ * (farm_membership_grown) or a request for a round (farm_membership_bump). */
+enum farm_zk_mark { FARM_ZK_MARK_GROW = 0, FARM_ZK_MARK_BUMP, FARM_ZK_NMARKS };
+int farm_zk_mark(struct farm_membership *m, enum farm_zk_mark k,
+                 uint64_t config_id);
 void farm_zk_kick(struct farm_membership *m);
 /* Is @s a well-formed connect string: host:port[,host:port...][/chroot]? */
 bool farm_zk_connect_valid(const char *s);

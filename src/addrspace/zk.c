@@ -141,9 +141,11 @@ int farm_zk_forsake(struct farm_membership *m, const uint32_t *ids, unsigned n)
 	return -ENOTSUP;
 }
 
-int farm_zk_grown(struct farm_membership *m, uint64_t config_id)
+int farm_zk_mark(struct farm_membership *m, enum farm_zk_mark k,
+                 uint64_t config_id)
 {
 	(void)m;
+	(void)k;
 	(void)config_id;
 	return -ENOTSUP;
 }
@@ -335,9 +337,11 @@ static int zk_layout(struct farm_membership *m)
 	int rc = zk_ensure(z->zh, z->members, NULL, -1);
 	if (rc)
 		return rc;
-	rc = zk_ensure(z->zh, z->grow, NULL, -1);
-	if (rc)
-		return rc;
+	for (unsigned k = 0; k < FARM_ZK_NMARKS; k++) {
+		rc = zk_ensure(z->zh, z->mark[k], NULL, -1);
+		if (rc)
+			return rc;
+	}
 	memset(&z->cur, 0, sizeof(z->cur));
 	int len = farm_view_format(&z->cur, z->buf, ZK_BUF);
 	if (len < 0)
@@ -704,13 +708,14 @@ static int zk_fast_write(struct farm_membership *m, uint64_t t_begin)
 	return zk_write_next(m, z->rd_version, false, t_begin, true);
 }
 
-/* The growth mark as read (R/grow, "<id> <config id>"): kept for zk_late.
- * Absent, empty or malformed: none (a layout older than the mark, or no
- * machine has grown yet). */
-static void zk_grow_parse(struct farm_zk *z, const struct zk_read *r)
+/* A mark as read (R/grow, R/bump: "<id> <config id>"): kept for
+ * zk_next.c. Absent, empty or malformed: none (a layout older than the
+ * mark, or no machine has written it yet). */
+static void zk_mark_parse(struct farm_zk *z, enum farm_zk_mark k,
+                          const struct zk_read *r)
 {
-	z->grow_id = 0;
-	z->grow_cfg = 0;
+	z->mark_id[k] = 0;
+	z->mark_cfg[k] = 0;
 	if (r->rc != ZOK || r->len <= 0)
 		return;
 	r->buf[r->len] = 0;
@@ -719,42 +724,55 @@ static void zk_grow_parse(struct farm_zk *z, const struct zk_read *r)
 	char extra;
 	if (sscanf(r->buf, "%lu %llu%c", &id, &cfg, &extra) != 2 ||
 	    id > UINT32_MAX || !cfg) {
-		farm_warn("membership: %s is malformed: ignored", z->grow);
+		farm_warn("membership: %s is malformed: ignored", z->mark[k]);
 		return;
 	}
-	z->grow_id = (uint32_t)id;
-	z->grow_cfg = cfg;
+	z->mark_id[k] = (uint32_t)id;
+	z->mark_cfg[k] = cfg;
 }
 
-/* Write our growth mark (farm_zk_grown): the manager's watch on R/grow
- * brings it a sync, which takes this machine out of the late list when
- * the mark names the configuration in force (zk_next.c, zk_late). */
-static int zk_grow_write(struct farm_membership *m)
+/* Write our marks (farm_zk_mark): the manager's watch on each brings it a
+ * sync, which acts on a mark that names the configuration in force
+ * (zk_next.c: the grower leaves the late list; a bump is written). */
+static int zk_mark_write(struct farm_membership *m)
 {
 	struct farm_zk *z = m->zk;
-	pthread_mutex_lock(&m->lock);
-	uint64_t cfg = z->grow_want;
-	pthread_mutex_unlock(&m->lock);
-	if (!cfg)
-		return 0;
-	if (!z->zh || zoo_state(z->zh) != ZOO_CONNECTED_STATE)
-		return -ENOTCONN;
-	char buf[48];
-	int len = snprintf(buf, sizeof(buf), "%" PRIu32 " %" PRIu64, m->self,
-	                   cfg);
-	int zrc = zoo_set(z->zh, z->grow, buf, len, -1);
-	if (zrc == ZNONODE) {
-		zrc = zoo_create(z->zh, z->grow, buf, len, &ZOO_OPEN_ACL_UNSAFE,
-		                 ZOO_PERSISTENT, NULL, 0);
-		if (zrc == ZNODEEXISTS)
-			return -EAGAIN;
+	for (unsigned k = 0; k < FARM_ZK_NMARKS; k++) {
+		pthread_mutex_lock(&m->lock);
+		uint64_t cfg = z->mark_want[k];
+		pthread_mutex_unlock(&m->lock);
+		if (!cfg)
+			continue;
+		if (!z->zh || zoo_state(z->zh) != ZOO_CONNECTED_STATE)
+			return -ENOTCONN;
+		char buf[48];
+		int len = snprintf(buf, sizeof(buf), "%" PRIu32 " %" PRIu64,
+		                   m->self, cfg);
+		int zrc = zoo_set(z->zh, z->mark[k], buf, len, -1);
+		if (zrc == ZNONODE) {
+			zrc = zoo_create(z->zh, z->mark[k], buf, len,
+			                 &ZOO_OPEN_ACL_UNSAFE, ZOO_PERSISTENT,
+			                 NULL, 0);
+			if (zrc == ZNODEEXISTS)
+				return -EAGAIN;
+		}
+		if (zrc != ZOK)
+			return zk_err(zrc);
+		pthread_mutex_lock(&m->lock);
+		if (z->mark_want[k] == cfg)
+			z->mark_want[k] = 0; /* written; a newer one waits */
+		pthread_mutex_unlock(&m->lock);
+		farm_info("membership: machine %" PRIu32 " %s in configuration "
+		          "%" PRIu64,
+		          m->self,
+		          k == FARM_ZK_MARK_GROW
+		                  ? "holds every copy of its share: asks to "
+		                    "become an ordinary member"
+		                  : "holds a complete copy of a region it is "
+		                    "primary of that no round promoted: asks "
+		                    "for a round",
+		          cfg);
 	}
-	if (zrc != ZOK)
-		return zk_err(zrc);
-	farm_info("membership: machine %" PRIu32 " holds every copy of its "
-	          "share in configuration %" PRIu64 ": asks to become an "
-	          "ordinary member",
-	          m->self, cfg);
 	return 0;
 }
 
@@ -783,13 +801,15 @@ static int zk_sync(struct farm_membership *m)
 	uint32_t ids[FARM_VIEW_MAX];
 	unsigned nids = 0;
 	struct zk_batch b;
-	batch_init(&b, 4);
-	char growbuf[48];
+	batch_init(&b, 3 + FARM_ZK_NMARKS);
+	char markbuf[FARM_ZK_NMARKS][48];
 	struct zk_read self = {.b = &b},
 	               cfg = {.b = &b, .buf = z->buf, .cap = (int)ZK_BUF},
-	               grow = {.b = &b,
-	                       .buf = growbuf,
-	                       .cap = (int)sizeof(growbuf) - 1};
+	               marks[FARM_ZK_NMARKS];
+	for (unsigned k = 0; k < FARM_ZK_NMARKS; k++)
+		marks[k] = (struct zk_read){.b = &b,
+		                            .buf = markbuf[k],
+		                            .cap = (int)sizeof(markbuf[k]) - 1};
 	struct zk_kids kids = {.b = &b, .members = z->members, .ids = ids};
 	batch_started(
 	        &b, zoo_aexists(z->zh, z->self_path, 1, read_stat_done, &self),
@@ -799,10 +819,14 @@ static int zk_sync(struct farm_membership *m)
 	              &kids.rc);
 	batch_started(&b, zoo_aget(z->zh, z->config, 1, read_data_done, &cfg),
 	              &cfg.rc);
-	batch_started(&b, zoo_aget(z->zh, z->grow, 1, read_data_done, &grow),
-	              &grow.rc);
+	for (unsigned k = 0; k < FARM_ZK_NMARKS; k++)
+		batch_started(&b,
+		              zoo_aget(z->zh, z->mark[k], 1, read_data_done,
+		                       &marks[k]),
+		              &marks[k].rc);
 	batch_wait(&b);
-	zk_grow_parse(z, &grow);
+	for (unsigned k = 0; k < FARM_ZK_NMARKS; k++)
+		zk_mark_parse(z, k, &marks[k]);
 	bool created;
 	int reg = zk_register(m, self.rc, &self.st, &created);
 	if (reg < 0)
@@ -979,9 +1003,9 @@ static void *zk_worker(void *arg)
 		if (p & PEND_EXPIRED) {
 			rc = zk_rejoin(m);
 			redo = PEND_EXPIRED;
-		} else if (p & PEND_GROW) {
-			rc = zk_grow_write(m);
-			redo = PEND_GROW;
+		} else if (p & PEND_MARK) {
+			rc = zk_mark_write(m);
+			redo = PEND_MARK;
 			if (p & PEND_SYNC) { /* not lost: next round */
 				pthread_mutex_lock(&m->lock);
 				z->pending |= PEND_SYNC;
@@ -1007,7 +1031,7 @@ static void *zk_worker(void *arg)
 			          ": %s failed: %s; retrying",
 			          m->self,
 			          redo == PEND_SYNC   ? "sync"
-			          : redo == PEND_GROW ? "growth mark"
+			          : redo == PEND_MARK ? "mark"
 			                              : "re-join",
 			          farm_strerror(rc));
 			z->retry |= redo;
@@ -1083,12 +1107,16 @@ int farm_zk_forsake(struct farm_membership *m, const uint32_t *ids, unsigned n)
 	return 0;
 }
 
-int farm_zk_grown(struct farm_membership *m, uint64_t config_id)
+int farm_zk_mark(struct farm_membership *m, enum farm_zk_mark k,
+                 uint64_t config_id)
 {
+	if ((unsigned)k >= FARM_ZK_NMARKS)
+		return -EINVAL;
 	struct farm_zk *z = m->zk;
 	pthread_mutex_lock(&m->lock);
-	z->grow_want = config_id;
-	z->pending |= PEND_GROW;
+	if (z->mark_want[k] < config_id)
+		z->mark_want[k] = config_id;
+	z->pending |= PEND_MARK;
 	pthread_cond_signal(&z->wake);
 	pthread_mutex_unlock(&m->lock);
 	return 0;
@@ -1152,7 +1180,10 @@ int farm_zk_open(struct farm_membership *m,
 	snprintf(z->root, sizeof(z->root), "%s", root);
 	snprintf(z->members, sizeof(z->members), "%s/members", root);
 	snprintf(z->config, sizeof(z->config), "%s/config", root);
-	snprintf(z->grow, sizeof(z->grow), "%s/grow", root);
+	snprintf(z->mark[FARM_ZK_MARK_GROW], sizeof(z->mark[0]), "%s/grow",
+	         root);
+	snprintf(z->mark[FARM_ZK_MARK_BUMP], sizeof(z->mark[0]), "%s/bump",
+	         root);
 	snprintf(z->self_path, sizeof(z->self_path), "%s/%" PRIu32, z->members,
 	         m->self);
 	m->zk = z;

@@ -21,7 +21,7 @@ enum {
 	PEND_SYNC = 1u << 0,    /* re-read (and maybe write) the config */
 	PEND_EXPIRED = 1u << 1, /* session expired: new session */
 	PEND_STATE = 1u << 2,   /* run on_state */
-	PEND_GROW = 1u << 3,    /* write our growth mark (farm_zk_grown) */
+	PEND_MARK = 1u << 3,    /* write our marks (farm_zk_mark) */
 };
 
 struct farm_zk {
@@ -50,15 +50,17 @@ struct farm_zk {
 	char members[216];
 	char config[216];
 	char self_path[232];
-	/* R/grow: "<id> <config id>", the last machine that said its extra
-	 * copies were complete in that configuration (farm_membership_grown).
-	 * The manager reads it with its watch in every sync. */
-	char grow[216];
+	/* Marks, "<id> <config id>" (enum farm_zk_mark): R/grow, the last
+	 * machine that said its extra copies were complete in that
+	 * configuration (farm_membership_grown); R/bump, the last member
+	 * that asked for a recovery round in it (farm_membership_bump). The
+	 * manager reads them with its watch in every sync. */
+	char mark[FARM_ZK_NMARKS][216];
 	/* Under m->lock: the configuration our mark names (0: none). */
-	uint64_t grow_want;
+	uint64_t mark_want[FARM_ZK_NMARKS];
 	/* Worker only: the mark as the manager last read it (0: none). */
-	uint32_t grow_id;
-	uint64_t grow_cfg;
+	uint32_t mark_id[FARM_ZK_NMARKS];
+	uint64_t mark_cfg[FARM_ZK_NMARKS];
 	char *buf;
 	struct farm_view cur, next; /* scratch */
 	/* Under m->lock: machines farm_membership_suspect named, left out of

@@ -178,14 +178,32 @@ static void zk_late(struct farm_membership *m)
 	unsigned g = 0;
 	while (g < x->nlate && !farm_view_find(x, x->late[g]))
 		g++;
-	if (g < x->nlate && z->grow_cfg && z->grow_cfg == c->config_id &&
-	    z->grow_id == x->late[g] && farm_view_find(c, x->late[g])) {
+	uint64_t gcfg = z->mark_cfg[FARM_ZK_MARK_GROW];
+	if (g < x->nlate && gcfg && gcfg == c->config_id &&
+	    z->mark_id[FARM_ZK_MARK_GROW] == x->late[g] &&
+	    farm_view_find(c, x->late[g])) {
 		farm_info("membership: machine %" PRIu32 " holds its share: "
 		          "an ordinary member from the next configuration",
 		          x->late[g]);
 		memmove(&x->late[g], &x->late[g + 1],
 		        (x->nlate - g - 1) * sizeof(x->late[0]));
 		x->nlate--;
+	}
+	/* A round asked for (farm_membership_bump, R/bump) by a member in
+	 * the configuration in force: the next one names it, and every
+	 * machine runs a round for it (node.c). Carried on unchanged
+	 * otherwise (so that no configuration is written only to clear it):
+	 * machines run a round for a bump they have not seen. A mark of an
+	 * older configuration is answered already, or a view came since. */
+	uint64_t bcfg = z->mark_cfg[FARM_ZK_MARK_BUMP];
+	uint32_t bid = z->mark_id[FARM_ZK_MARK_BUMP];
+	x->bump = c->bump;
+	if (bcfg && bcfg == c->config_id && bcfg != c->bump &&
+	    farm_view_find(c, bid) && farm_view_find(x, bid)) {
+		farm_info("membership: machine %" PRIu32 " asked for a "
+		          "recovery round in configuration %" PRIu64,
+		          bid, bcfg);
+		x->bump = bcfg;
 	}
 	for (unsigned i = 0; c->formed && i < x->n; i++) {
 		const struct farm_member *mb = &x->members[i];

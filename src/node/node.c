@@ -293,6 +293,29 @@ static int tell_grown(void *ctx, uint64_t cfg)
 	return mem ? farm_membership_grown(mem, cfg) : -EAGAIN;
 }
 
+/* Data recovery completed a copy of a region our ring makes us primary
+ * of after the configuration's round began (copy.c: a copy finished from
+ * our demoted one when the machine growth had given the region to died
+ * first): no round promotes it until a view asks for one, so ask. */
+static void ask_round(void *ctx, uint64_t cfg)
+{
+	farm_node *n = ctx;
+	pthread_mutex_lock(&n->lock);
+	struct farm_membership *mem = n->marked_mem;
+	pthread_mutex_unlock(&n->lock);
+	int rc = mem ? farm_membership_bump(mem, cfg) : -EAGAIN;
+	if (rc)
+		farm_warn("node %" PRIu32 ": cannot ask for a recovery round "
+		          "in configuration %" PRIu64 " (a region this "
+		          "machine is primary of waits for one): %s",
+		          n->cfg.machine_id, cfg, farm_strerror(rc));
+	else
+		farm_info("node %" PRIu32 ": asked for a recovery round in "
+		          "configuration %" PRIu64 " (a region this machine "
+		          "is primary of was completed after its round began)",
+		          n->cfg.machine_id, cfg);
+}
+
 /* The grower's side of growth: started once this machine is the grower. */
 static void grow_view(farm_node *n, const struct farm_view *v)
 {
@@ -483,6 +506,12 @@ static void apply_view(void *ctx, const struct farm_view *v)
 	uint32_t late[FARM_VIEW_MAX], grew[FARM_VIEW_MAX];
 	unsigned nlate = member ? joined_late(n, v, late) : 0;
 	unsigned ngrew = member ? grown(n, v, grew) : 0;
+	/* A round a member asked for (farm_view.bump) that this machine
+	 * has not run yet; not at its first view (a joiner, a restart: the
+	 * mark is carried on from configuration to configuration, and the
+	 * others ran that round long ago). */
+	bool bumped = member && n->view.config_id && v->bump &&
+	              v->bump != n->view.bump;
 	struct farm_as_held *was_primary = NULL;
 	/* Views other than growth's never take a primary copy from a
 	 * machine that lives (addrspace.h), but the allocator is told of
@@ -603,7 +632,7 @@ static void apply_view(void *ctx, const struct farm_view *v)
 		restart_unmark(n);
 	/* After the leases took the configuration (no lease is granted
 	 * outside it any more). */
-	if (!rc && (ngone || nlate || ngrew)) {
+	if (!rc && (ngone || nlate || ngrew || bumped)) {
 		/* Recover the transactions and regions the lost machines
 		 * took part in (src/txn/recover.c); the configuration's CM
 		 * decides for their coordinators. Late joiners only: the
@@ -794,6 +823,7 @@ int farm_node_open(const struct farm_config *cfg, farm_node **out)
 		         farm_strerror(rc));
 		goto fail;
 	}
+	farm_txm_datarec_on_unserved(n->txm, ask_round, n);
 	if (cfg->zk[0]) {
 		struct farm_recovery_attr ra = {
 		        .self_id = cfg->machine_id,

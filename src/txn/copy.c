@@ -65,7 +65,29 @@
  * a replica that had every committed write, and commits of every later
  * configuration list this machine. A filling copy whose machine the ring
  * makes primary is never promoted (the region had no complete replica
- * left: it is reported lost); one that is no longer a replica stops.
+ * left: it is reported lost), unless it can be finished from a demoted
+ * copy (below); one that is no longer a replica stops.
+ *
+ * A copy growth demoted here (addrspace.h, farm_as_demoted_source). The
+ * view that makes the grower primary of a region this machine was primary
+ * of demotes our copy; where this machine stays a replica, its new copy is
+ * opened at once and filled from the demoted one, a read of local memory,
+ * unpaced (one step after another on the loop), not from the grower. That
+ * is enough: the demoted copy holds every write committed before the
+ * view once the older configuration's locks in it are released (the step
+ * stops at a locked object and reads it again later, as at a primary:
+ * those transactions install or undo there, farm_as_demoted_ptr, and no
+ * new LOCK reaches it), and every later commit reaches the new copy as a
+ * COMMIT-BACKUP (this machine has been a replica since; a view in which
+ * it is not ends the demoted copy's use). An object left locked there
+ * for DR_LOCAL_STUCK steps is read from the primary instead. So the new
+ * copy is complete within moments of the handoff, not after a paced copy
+ * (the growth gap, src/recovery/README.md), and if the grower dies first
+ * the ring makes this machine primary again with a copy it can still
+ * finish. Finished after the new configuration's round began, it is not
+ * promoted by that round: the engine tells the node
+ * (farm_txm_datarec_on_unserved), which asks for a round
+ * (farm_membership_bump), and that round promotes it.
  *
  * Region memory outside objects: the header and block table (block 0) are
  * copied raw, so the copy can be rebuilt by scan; allocator changes that
@@ -95,6 +117,12 @@
 /* READs in a row stopped at one object before it is said (at the default
  * pace, 2 s: an install takes microseconds, a recovered lock a decision). */
 #define DR_STUCK_SAY 1000u
+/* Steps in a row stopped at one object of our demoted copy before the
+ * copy goes on from the primary instead (about 0.2 s at the default
+ * interval: an older configuration's lock there lasts until its
+ * transaction is decided; one that lasts longer, e.g. a free deferred
+ * until an adoption that never comes, is read from the primary). */
+#define DR_LOCAL_STUCK 100u
 
 enum { DR_COPY = 0, DR_CHECK, DR_DONE, DR_LOST };
 
@@ -105,6 +133,10 @@ struct dr_reg {
 	uint64_t next; /* offset where this pass goes on */
 	uint64_t cfg;  /* the configuration that made it a new backup */
 	uint64_t bytes, steps, retries, fixed;
+	uint64_t local; /* bytes taken from our demoted copy */
+	/* Not from our demoted copy any more: an object stayed locked
+	 * there too long (below, DR_LOCAL_STUCK). */
+	bool remote;
 	uint64_t t_start, t_done;
 	uint8_t *meta;  /* the primary's header and table, as last read */
 	bool have_meta; /* read in this pass */
@@ -132,6 +164,7 @@ struct dr_note {
 struct dr_loop {
 	farm_loop *loop; /* set with buf, under dr->lock */
 	uint8_t *buf;
+	size_t cap; /* of buf */
 	farm_mr *mr;
 	bool busy; /* a step posted or in flight (under dr->lock) */
 	/* Bytes this loop may still READ: + datarec_bytes per interval, at
@@ -154,6 +187,12 @@ struct farm_datarec {
 	unsigned nn, capn;
 	uint32_t bytes, interval_us;
 	uint64_t meta_bytes, region_size;
+	/* farm_txm_datarec_on_unserved; @unserved: the configuration a copy
+	 * completed in whose ring makes us its primary (0: none), told by
+	 * the engine outside the lock. */
+	farm_txm_unserved_fn on_unserved;
+	void *unserved_ctx;
+	uint64_t unserved;
 	struct dr_loop lp[MAX_LOOPS];
 };
 
@@ -277,9 +316,12 @@ struct dr_step {
 	uint32_t region;
 	unsigned loop;
 	int64_t budget; /* the loop's credit when posted */
-	bool meta;      /* this READ is the header and table */
-	bool probe;     /* this READ is a block's first line (no header) */
-	uint64_t off;   /* of the READ */
+	/* From our demoted copy (farm_as_demoted_source), not a READ:
+	 * unpaced, one step after another on the loop. */
+	const uint8_t *src;
+	bool meta;    /* this READ is the header and table */
+	bool probe;   /* this READ is a block's first line (no header) */
+	uint64_t off; /* of the READ */
 	uint32_t len;
 	struct farm_alloc_layout lay;
 };
@@ -312,6 +354,15 @@ static void pass_end(struct farm_datarec *dr, struct dr_reg *g)
 	int rc = farm_as_backup_filled(dr->m->as, g->id);
 	g->state = rc ? DR_LOST : DR_DONE;
 	g->t_done = farm_now_ns();
+	uint32_t reps[16];
+	if (!rc && farm_as_replicas(dr->m->as, g->id, reps) &&
+	    reps[0] == dr->m->me) {
+		/* Our ring primary's copy, completed from our demoted one
+		 * after its configuration's round began: a round promotes
+		 * it (the engine asks, below). */
+		dr->unserved = farm_as_config_id(dr->m->as);
+		pthread_cond_signal(&dr->cond);
+	}
 	if (rc)
 		farm_warn("datarec: region %#" PRIx32 " copied, but no longer "
 		          "held here: %s",
@@ -319,10 +370,12 @@ static void pass_end(struct farm_datarec *dr, struct dr_reg *g)
 	else
 		farm_info(
 		        "datarec: region %#" PRIx32 " replicated here: %" PRIu64
-		        " bytes read in %.1f ms (%" PRIu64 " objects newer "
+		        " bytes read and %" PRIu64 " taken from this machine's "
+		        "demoted copy in %.1f ms (%" PRIu64 " objects newer "
 		        "at the check, %" PRIu64 " reads again)",
-		        g->id, g->bytes, (double)(g->t_done - g->t_start) / 1e6,
-		        g->fixed, g->retries);
+		        g->id, g->bytes, g->local,
+		        (double)(g->t_done - g->t_start) / 1e6, g->fixed,
+		        g->retries);
 }
 
 /*
@@ -389,7 +442,11 @@ static void step_run(farm_loop *loop, void *ctx, int status)
 		step_end(dr, s);
 		return;
 	}
+	s->src = g->remote ? NULL : farm_as_demoted_source(m->as, g->id);
+	if (s->src)
+		s->budget = (int64_t)dr->lp[s->loop].cap;
 	s->meta = !g->have_meta;
+	s->probe = false;
 	s->off = 0;
 	s->len = (uint32_t)dr->meta_bytes;
 	/* Skip what holds no object, using the table read in this pass
@@ -480,6 +537,13 @@ static void step_run(farm_loop *loop, void *ctx, int status)
 		break;
 	}
 	pthread_mutex_unlock(&dr->lock);
+	if (s->src) {
+		/* Our demoted copy stays mapped until the address space
+		 * goes (addrspace.h); its objects are checked as a READ's. */
+		memcpy(dr->lp[s->loop].buf, s->src + s->off, s->len);
+		step_done(loop, s, 0);
+		return;
+	}
 	farm_gaddr a = farm_gaddr_make(s->region, s->off);
 	int rc = farm_as_read(m->as, loop, a, dr->lp[s->loop].buf,
 	                      dr->lp[s->loop].mr, s->len, step_done, s);
@@ -512,12 +576,25 @@ static void stuck(struct dr_reg *g, uint64_t off)
 		          g->id, off, DR_STUCK_SAY);
 }
 
+/* Our demoted copy held an object locked for DR_LOCAL_STUCK steps in a
+ * row: the rest of this copy is read from the primary (what was taken
+ * from the demoted copy stays: it was final there). */
+static void local_stuck(struct dr_reg *g, uint64_t off)
+{
+	g->remote = true;
+	g->stuck_n = 0;
+	farm_warn("datarec: region %#" PRIx32 ": the object at offset %#" PRIx64
+	          " stayed locked in this machine's demoted copy for %u "
+	          "steps; the copy goes on from the primary",
+	          g->id, off, DR_LOCAL_STUCK);
+}
+
 static void step_done(farm_loop *loop, void *ctx, int status)
 {
-	(void)loop;
 	struct dr_step *s = ctx;
 	struct farm_datarec *dr = s->dr;
 	uint8_t *buf = dr->lp[s->loop].buf;
+	bool again = false; /* a local step that got on: the next one now */
 	pthread_mutex_lock(&dr->lock);
 	struct dr_reg *g = reg_find(dr, s->region);
 	if (g && g->state < DR_DONE) {
@@ -525,9 +602,14 @@ static void step_done(farm_loop *loop, void *ctx, int status)
 			g->retries++;
 			g->last_err = status;
 		} else {
-			dr->lp[s->loop].credit -= s->len;
-			g->bytes += s->len;
-			g->steps++;
+			if (s->src) {
+				g->local += s->len;
+				again = true;
+			} else {
+				dr->lp[s->loop].credit -= s->len;
+				g->bytes += s->len;
+				g->steps++;
+			}
 			if (s->meta) {
 				memcpy(g->meta, buf, dr->meta_bytes);
 				g->have_meta = true;
@@ -545,18 +627,32 @@ static void step_done(farm_loop *loop, void *ctx, int status)
 					uint64_t nx =
 					        apply_span(dr, g, s, buf,
 					                   farm_region_base(r));
-					if (nx == s->off)
+					if (nx == s->off) {
 						stuck(g, nx);
-					else
+						again = false;
+						if (s->src &&
+						    g->stuck_n >=
+						            DR_LOCAL_STUCK)
+							local_stuck(g, nx);
+					} else {
 						g->stuck_n = 0;
+					}
 					g->next = nx < s->off + s->len
 					                  ? nx
 					                  : s->off + s->len;
+				} else {
+					again = false;
 				}
 			}
 		}
 	}
+	again = again && g && g->state < DR_DONE &&
+	        !atomic_load_explicit(&dr->hold, memory_order_relaxed) &&
+	        !dr->stop;
 	pthread_mutex_unlock(&dr->lock);
+	/* Posted, not called: the loop serves its other work in between. */
+	if (again && !farm_loop_post(loop, step_run, s))
+		return;
 	step_end(dr, s);
 }
 
@@ -646,6 +742,31 @@ void farm_txm_datarec_view(farm_txm *m)
 			break;
 		cap = n;
 	}
+	/* Regions a view demoted here (growth) that this machine is still
+	 * a replica of: their new copy is opened and filled from the
+	 * demoted one now, without waiting for the primary's COPY, so that
+	 * it is complete within moments of the demotion (a read of local
+	 * memory, unpaced) rather than after a paced copy, and can be
+	 * finished even if that primary dies first. */
+	uint32_t dem[64];
+	unsigned nd = farm_as_demoted_sources(m->as, dem, 64);
+	for (unsigned i = 0; i < nd && i < 64; i++) {
+		int orc = farm_as_backup_open(m->as, dem[i]);
+		if (orc && orc != -EEXIST) {
+			farm_err("datarec: cannot open a copy of region "
+			         "%#" PRIx32 ": %s",
+			         dem[i], farm_strerror(orc));
+			continue;
+		}
+		if (!farm_as_demoted_source(m->as, dem[i]))
+			continue; /* complete, or not ours to fill */
+		pthread_mutex_lock(&dr->lock);
+		orc = reg_add(dr, dem[i], cfg);
+		pthread_mutex_unlock(&dr->lock);
+		if (orc)
+			farm_err("datarec: region %#" PRIx32 " not copied: %s",
+			         dem[i], farm_strerror(orc));
+	}
 	pthread_mutex_lock(&dr->lock);
 	/* Notes of older configurations: the new one decides again. */
 	for (unsigned i = 0; i < dr->nn;)
@@ -667,7 +788,19 @@ void farm_txm_datarec_view(farm_txm *m)
 				in |= now[k] == m->me;
 			if (!g || g->state >= DR_DONE)
 				continue;
-			if (now[0] == m->me) {
+			if (now[0] == m->me && !g->remote &&
+			    farm_as_demoted_source(m->as, h[i].region)) {
+				/* The primary that took the region from us
+				 * (growth) is gone before our new copy was
+				 * complete: it is finished from our demoted
+				 * copy (no primary needed), and the next
+				 * configuration's recovery promotes it. */
+				farm_warn("datarec: region %#" PRIx32 ": this "
+				          "machine is its primary again before "
+				          "its new copy is complete; the copy "
+				          "is finished from the demoted one",
+				          g->id);
+			} else if (now[0] == m->me) {
 				g->state = DR_LOST;
 				farm_err("datarec: region %#" PRIx32 " has no "
 				         "complete replica left: this "
@@ -766,6 +899,17 @@ static void *engine(void *arg)
 	uint64_t last = farm_now_ns(); /* credit given up to here */
 	pthread_mutex_lock(&dr->lock);
 	while (!dr->stop) {
+		if (dr->unserved) {
+			uint64_t cfg = dr->unserved;
+			dr->unserved = 0;
+			farm_txm_unserved_fn fn = dr->on_unserved;
+			void *ctx = dr->unserved_ctx;
+			pthread_mutex_unlock(&dr->lock);
+			if (fn)
+				fn(ctx, cfg);
+			pthread_mutex_lock(&dr->lock);
+			continue;
+		}
 		if (!has_work(dr)) {
 			pthread_cond_wait(&dr->cond, &dr->lock);
 			clock_gettime(CLOCK_MONOTONIC, &next);
@@ -788,12 +932,18 @@ static void *engine(void *arg)
 			struct dr_loop *lp = &dr->lp[t];
 			lp->credit = FARM_MIN(lp->credit + add,
 			                      (int64_t)DR_BURST * dr->bytes);
-			if (lp->busy || !lp->loop || lp->credit <= 0)
+			if (lp->busy || !lp->loop)
 				continue;
 			for (unsigned k = 0; k < dr->nr; k++) {
 				struct dr_reg *g =
 				        &dr->r[(lp->rr + k) % dr->nr];
 				if (g->loop != t || g->state >= DR_DONE)
+					continue;
+				/* A copy from our demoted copy reads no
+				 * one's memory: no credit needed. */
+				if (lp->credit <= 0 &&
+				    (g->remote ||
+				     !farm_as_demoted_source(m->as, g->id)))
 					continue;
 				struct dr_step *s = calloc(1, sizeof(*s));
 				if (!s)
@@ -883,6 +1033,7 @@ int txn_datarec_attach(farm_txm *m, struct txloop *tl)
 	}
 	pthread_mutex_lock(&dr->lock);
 	lp->buf = buf;
+	lp->cap = cap;
 	lp->mr = mr;
 	lp->loop = tl->loop;
 	if (!dr->started && !dr->stop) {
@@ -961,6 +1112,7 @@ unsigned farm_txm_datarec_get(farm_txm *m, struct farm_datarec_region *out,
 		                 : g->state == DR_DONE  ? FARM_DATAREC_DONE
 		                                        : FARM_DATAREC_LOST,
 		        .bytes = g->bytes,
+		        .local = g->local,
 		        .reads = g->steps,
 		        .retries = g->retries,
 		        .fixed = g->fixed,
@@ -996,6 +1148,18 @@ void farm_txm_datarec_hold(farm_txm *m, bool hold)
 {
 	if (m && m->dr) /* read by the engine at its next tick */
 		atomic_store_explicit(&m->dr->hold, hold, memory_order_relaxed);
+}
+
+void farm_txm_datarec_on_unserved(farm_txm *m, farm_txm_unserved_fn fn,
+                                  void *ctx)
+{
+	struct farm_datarec *dr = m ? m->dr : NULL;
+	if (!dr)
+		return;
+	pthread_mutex_lock(&dr->lock);
+	dr->on_unserved = fn;
+	dr->unserved_ctx = ctx;
+	pthread_mutex_unlock(&dr->lock);
 }
 
 void farm_txm_datarec_pace(farm_txm *m, uint32_t *bytes, uint32_t *interval_us)

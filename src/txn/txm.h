@@ -103,6 +103,8 @@ struct farm_datarec_region {
 	uint32_t region;
 	enum farm_datarec_state state;
 	uint64_t bytes;    /* READ from the primary, both passes */
+	uint64_t local;    /* copied from this machine's demoted copy
+	                      (growth; farm_as_demoted_source), unpaced */
 	uint64_t reads;    /* READs that completed */
 	uint64_t retries;  /* READs failed, or stopped at a torn object */
 	uint64_t fixed;    /* objects the check found newer at the primary */
@@ -118,6 +120,13 @@ void farm_txm_datarec_pace(farm_txm *m, uint32_t *bytes, uint32_t *interval_us);
 /* Hold copies (no new READs, no credit) while @hold: for benchmarks that
  * compare the foreground with and without copies in alternate windows. */
 void farm_txm_datarec_hold(farm_txm *m, bool hold);
+/* Told (on data recovery's thread) when this machine completes a copy of
+ * a region the ring of configuration @cfg makes it primary of: no round
+ * of that configuration promotes it any more (its copy was filling when
+ * the round began), so the node asks for one (farm_membership_bump). */
+typedef void (*farm_txm_unserved_fn)(void *ctx, uint64_t cfg);
+void farm_txm_datarec_on_unserved(farm_txm *m, farm_txm_unserved_fn fn,
+                                  void *ctx);
 
 int farm_txm_reconfigure(farm_txm *m, uint64_t cfg, const uint32_t *removed,
                          unsigned nremoved, const uint32_t *members,

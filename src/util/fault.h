@@ -59,6 +59,12 @@ enum farm_fault_point {
 	 * not demote our copy (two primaries: tests/test_datarec.c
 	 * --broken-handoff must find the copies differ). */
 	FARM_FP_AS_NO_DEMOTE,
+	/* addrspace.c, a switch: while hooked, no demoted copy is a source
+	 * for data recovery (farm_as_demoted_source answers NULL): the old
+	 * primary refills from the grower alone, and is left with a filling
+	 * copy when the grower dies first (tests/test_datarec.c
+	 * --broken-grow-kill must find a region not replicated again). */
+	FARM_FP_AS_NO_DEMOTED_SOURCE,
 	/* txn/restart.c, a switch: while hooked, a whole-cluster restart
 	 * decides the logs' transactions but applies none of their images
 	 * (tests/test_restart.c --broken: acknowledged transfers must be
