@@ -149,13 +149,17 @@ static uint8_t *copy_obj(farm_txm *m, const struct rec_obj *o)
 }
 
 /* The copy of @o's object when its region is being promoted here now
- * (held as a backup copy), else NULL. */
+ * (held as a complete backup copy), else NULL. A filling copy is never
+ * promoted, so no lock is recovered in it: one would never be released,
+ * and data recovery's applies would wait on it for good (a region still
+ * listed from an earlier round whose copy growth demoted here, and whose
+ * new copy fills: the fault campaign with growth on, a loop stuck). */
 static uint8_t *promo_obj(farm_txm *m, const struct rec_obj *o)
 {
 	enum farm_as_role role;
 	uint32_t r = farm_gaddr_region(o->addr);
 	if (!in_promo(m, r) || !farm_as_local_region(m->as, r, &role) ||
-	    role != FARM_AS_BACKUP)
+	    role != FARM_AS_BACKUP || farm_as_backup_filling(m->as, r))
 		return NULL;
 	return copy_obj(m, o);
 }
