@@ -1018,10 +1018,18 @@ static void *zk_worker(void *arg)
 		deliver_state(m);
 
 		pthread_mutex_lock(&m->lock);
+		/* A mark waits in mark_want until written: one not taken
+		 * this round (a re-join came first) is taken next, and one
+		 * that found no session is tried again after the backoff
+		 * (no session event asks for it). */
+		if ((p & PEND_MARK) && redo != PEND_MARK)
+			z->pending |= PEND_MARK;
 		if (rc == -EAGAIN) {
 			z->pending |= redo; /* lost a race: look again now */
 		} else if (rc == -ESTALE || rc == -ENOTCONN) {
 			/* The session event that follows brings us back. */
+			if (redo == PEND_MARK)
+				z->retry |= PEND_MARK;
 		} else if (rc) {
 			if (!z->opened && !zk_transient(rc)) {
 				z->fatal = rc;
