@@ -74,8 +74,12 @@ struct farm_node {
 	farm_node_config_fn on_config;
 	void *on_config_ctx;
 	/* Growth, the grower's side (grow.c): made on the first view that
-	 * names this machine the grower; apply_view's thread only. */
+	 * names this machine the grower once it has a loop; under
+	 * grow_lock (farm_node_close destroys it after the loops stop). */
 	struct farm_grow *grow;
+	/* Serialises grow_view: views and the opening of loop 0 (the grow
+	 * thread asks on it) both start growth. */
+	pthread_mutex_t grow_lock;
 };
 
 /* ---- cards ------------------------------------------------------------------
@@ -327,6 +331,7 @@ static void grow_view(farm_node *n, const struct farm_view *v)
 		}
 	if (!n->cfg.grow)
 		return; /* off (docs/config.md, grow): it stays late */
+	pthread_mutex_lock(&n->grow_lock);
 	if (!n->grow && grower && n->threads && n->nthreads) {
 		pthread_mutex_lock(&n->lock);
 		farm_loop *loop = n->threads[0].loop;
@@ -338,9 +343,10 @@ static void grow_view(farm_node *n, const struct farm_view *v)
 			farm_warn("node %" PRIu32 ": grows into no share: %s",
 			          n->cfg.machine_id,
 			          loop ? farm_strerror(-errno)
-			               : "no loop of its own");
+			               : "no loop of its own yet");
 	}
 	farm_grow_view(n->grow, v);
+	pthread_mutex_unlock(&n->grow_lock);
 }
 
 /* Growth: the regions of which this machine holds the primary copy (for
@@ -760,6 +766,7 @@ int farm_node_open(const struct farm_config *cfg, farm_node **out)
 	n->start_timeout_ms = 30000;
 	n->view_t_ns = farm_now_ns();
 	pthread_mutex_init(&n->lock, NULL);
+	pthread_mutex_init(&n->grow_lock, NULL);
 	pthread_cond_init(&n->cond, NULL);
 	int rc;
 	/* Before the fabric, which removes a previous incarnation's region
@@ -912,7 +919,19 @@ int farm_node_loop_open(farm_node *n, unsigned i, farm_loop **out)
 	}
 	pthread_mutex_lock(&n->lock);
 	n->threads[i].loop = loop;
+	/* The view that made this machine the grower may have come before
+	 * its first loop (the fault campaign: a machine joining late found
+	 * no loop to grow with, and no later view came): growth starts now
+	 * with the view in force. */
+	struct farm_view *v = NULL;
+	if (i == 0 && n->cfg.grow && n->view.config_id &&
+	    farm_view_find(&n->view, n->cfg.machine_id) &&
+	    (v = malloc(sizeof(*v))))
+		*v = n->view;
 	pthread_mutex_unlock(&n->lock);
+	if (v)
+		grow_view(n, v);
+	free(v);
 	*out = loop;
 	return 0;
 }
@@ -1154,6 +1173,7 @@ void farm_node_close(farm_node *n)
 	farm_fabric_close(n->fab);
 	pthread_cond_destroy(&n->cond);
 	pthread_mutex_destroy(&n->lock);
+	pthread_mutex_destroy(&n->grow_lock);
 	free(n);
 }
 
