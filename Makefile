@@ -40,13 +40,15 @@ stress: deps
 # The fault campaign: one cluster under the bank and KV workloads takes
 # 50 faults in a row, each followed by full replication and every check
 # (tests/fault_campaign.sh --continuous; FAULT_CYCLES=N and FAULT_SEED=S
-# to change; FAULT_MODE=--per-scenario for a cluster per cycle).
+# to change; FAULT_MODE=--per-scenario for a cluster per cycle;
+# FAULT_GROW=1 with growth on, late machines becoming primaries).
 FAULT_CYCLES ?= 50
 FAULT_MODE ?= --continuous
 faults: build
 	tests/fault_campaign.sh $(FAULT_MODE) --build $(BUILD) \
 	    --cycles $(FAULT_CYCLES) \
-	    $(if $(FAULT_SEED),--seed $(FAULT_SEED))
+	    $(if $(FAULT_SEED),--seed $(FAULT_SEED)) \
+	    $(if $(FAULT_GROW),--grow)
 
 asan: deps
 	@cmake -S . -B $(ASAN_BUILD) -DFARM_SANITIZE=address,undefined \

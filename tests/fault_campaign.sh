@@ -3,7 +3,7 @@
 #
 #   fault_campaign.sh [--continuous | --per-scenario] [--build DIR]
 #                     [--cycles N] [--seed S] [--faults F,F,...] [--out DIR]
-#                     [--timeout SEC] [--list] [--help]
+#                     [--grow] [--timeout SEC] [--list] [--help]
 #
 # --timeout: the whole run's limit (--continuous; default 300 s + 60 s a
 # cycle), or each cycle's (--per-scenario; default 300 s).
@@ -32,7 +32,9 @@
 #
 # A machine that left is replaced by a NEW machine (a new id, an empty
 # data directory, the same failure domain) that joins the running cluster
-# late. After each fault the cluster is whole again and fully replicated
+# late. With --grow, the first late machine grows into an ordinary member
+# once its copies are complete (config grow = 1: primary of part of its
+# share, the old primaries demoted), and each cycle also waits for that. After each fault the cluster is whole again and fully replicated
 # (every region at 3 complete replicas); then, with the workloads paused:
 # full replication; no account locked, the bank total conserved; every
 # transaction reported committed present; sercheck clean over the whole
@@ -84,6 +86,7 @@ set -u
 prog=fault_campaign.sh
 mode=continuous
 faults_opt=
+grow=0
 build=
 cycles=50
 seed=
@@ -106,6 +109,7 @@ while [ $# -gt 0 ]; do
 	--continuous) mode=continuous; shift ;;
 	--per-scenario) mode=per-scenario; shift ;;
 	--faults) faults_opt=${2:?}; shift 2 ;;
+	--grow) grow=1; shift ;;
 	--help | -h) usage; exit 0 ;;
 	*) echo "$prog: unknown argument '$1' (see --help)" >&2; exit 2 ;;
 	esac
@@ -115,6 +119,7 @@ case $cycles in '' | *[!0-9]*) echo "$prog: --cycles needs a number" >&2; exit 2
 [ -n "$timeout_s" ] || { [ $mode = continuous ] && timeout_s=$((300 + 60 * cycles)) || timeout_s=300; }
 case $timeout_s in '' | *[!0-9]*) echo "$prog: --timeout needs seconds" >&2; exit 2 ;; esac
 [ $mode = per-scenario ] && [ -n "$faults_opt" ] && { echo "$prog: --faults is for --continuous" >&2; exit 2; }
+[ $mode = per-scenario ] && [ "$grow" = 1 ] && { echo "$prog: --grow is for --continuous" >&2; exit 2; }
 [ -n "$seed" ] || seed=$(( $(date +%s) % 100000 ))
 case $seed in *[!0-9]*) echo "$prog: --seed needs a number" >&2; exit 2 ;; esac
 if [ -z "$build" ]; then
@@ -138,6 +143,7 @@ if [ $mode = continuous ]; then
 	echo "fault campaign (one continuous cluster): $cycles cycles, seed $seed, log in $log"
 	args=(--cycles "$cycles" --seed "$seed")
 	[ -n "$faults_opt" ] && args+=(--faults "$faults_opt")
+	[ "$grow" = 1 ] && args+=(--grow)
 	# The cycle lines as they come; the whole output in the log.
 	timeout -k 10 "$timeout_s" "$bin" "${args[@]}" 2>&1 | tee "$log" |
 		grep --line-buffered -E '^\[[0-9]+/[0-9]+\] '
