@@ -36,6 +36,8 @@ struct held_report {
 	/* The last recovery round: when it began and when its promoted
 	 * regions became active (farm_txm_stats; 0: none yet). */
 	uint64_t rec_t_config_ns, rec_t_active_ns;
+	/* The configuration's farm_view.bump (a round a member asked for). */
+	uint64_t bump;
 };
 
 /* Child: fill @r with what machine @c holds now. */
@@ -62,8 +64,10 @@ static inline void rp_held(struct tx_child *c, struct held_report *r)
 	r->rec_t_active_ns = st.rec_t_active_ns;
 	farm_txm_datarec_pace(c->txm, &r->pace_bytes, &r->pace_us);
 	struct farm_view *v = malloc(sizeof(*v));
-	if (v && !farm_node_view(c->np.node, v))
+	if (v && !farm_node_view(c->np.node, v)) {
 		r->late = farm_ids_have(v->late, v->nlate, c->np.me);
+		r->bump = v->bump;
+	}
 	free(v);
 	r->threads = 1;
 }

@@ -577,7 +577,8 @@ static void grow_kill(struct rb_result *res)
 	while (moved && np_now_ns() < dl + 60000000000ull) {
 		free(r);
 		r = ask((unsigned)old);
-		over = r->rec_t_active_ns > r->rec_t_config_ns;
+		over = r->rec_t_config_ns > t &&
+		       r->rec_t_active_ns > r->rec_t_config_ns;
 		if (over)
 			break;
 		poll_pause(20);
@@ -727,6 +728,20 @@ static void run_mode(unsigned first, int second, bool rejoin, bool grow,
 	if (!ok)
 		failed(f, "not fully replicated within %u ms: %s", wait_ms,
 		       why);
+	if (dr_grow_kill && ok) {
+		/* The copy was completed after its round (held until then):
+		 * only a round asked for can have promoted it. */
+		uint64_t bump = 0;
+		for (unsigned i = 0; i < NP_NM; i++)
+			if (r[i] && r[i]->bump > bump)
+				bump = r[i]->bump;
+		printf("%s: the survivors' configuration names a round asked "
+		       "for in configuration %" PRIu64 "\n",
+		       name, bump);
+		if (!bump)
+			failed(f, "replicated again without a round asked for "
+			          "(farm_view.bump): the premise did not hold");
+	}
 
 	/* Pacing, and what each new backup did. */
 	unsigned copies = 0, late = 0, at_late = 0;

@@ -193,12 +193,14 @@ static void zk_late(struct farm_membership *m)
 	 * the configuration in force: the next one names it, and every
 	 * machine runs a round for it (node.c). Carried on unchanged
 	 * otherwise (so that no configuration is written only to clear it):
-	 * machines run a round for a bump they have not seen. A mark of an
-	 * older configuration is answered already, or a view came since. */
+	 * machines run a round for a bump they have not seen. A mark no
+	 * newer than the last bump is answered already; one of a
+	 * configuration written since that bump is answered even when others
+	 * came after it (they need not have run a round). */
 	uint64_t bcfg = z->mark_cfg[FARM_ZK_MARK_BUMP];
 	uint32_t bid = z->mark_id[FARM_ZK_MARK_BUMP];
 	x->bump = c->bump;
-	if (bcfg && bcfg == c->config_id && bcfg != c->bump &&
+	if (bcfg && bcfg > c->bump && bcfg <= c->config_id &&
 	    farm_view_find(c, bid) && farm_view_find(x, bid)) {
 		farm_info("membership: machine %" PRIu32 " asked for a "
 		          "recovery round in configuration %" PRIu64,

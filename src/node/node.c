@@ -287,14 +287,17 @@ static unsigned grown(farm_node *n, const struct farm_view *v, uint32_t *out)
 	return k;
 }
 
-/* grow.c's way to the membership (made while the membership opens). */
+/* grow.c's way to the membership (made while the membership opens,
+ * cleared before it closes; the call, which returns at once, is made
+ * under the lock so that it never reaches a closed membership). */
 static int tell_grown(void *ctx, uint64_t cfg)
 {
 	farm_node *n = ctx;
 	pthread_mutex_lock(&n->lock);
 	struct farm_membership *mem = n->marked_mem;
+	int rc = mem ? farm_membership_grown(mem, cfg) : -EAGAIN;
 	pthread_mutex_unlock(&n->lock);
-	return mem ? farm_membership_grown(mem, cfg) : -EAGAIN;
+	return rc;
 }
 
 /* Data recovery completed a copy of a region our ring makes us primary
@@ -304,10 +307,10 @@ static int tell_grown(void *ctx, uint64_t cfg)
 static void ask_round(void *ctx, uint64_t cfg)
 {
 	farm_node *n = ctx;
-	pthread_mutex_lock(&n->lock);
+	pthread_mutex_lock(&n->lock); /* as tell_grown */
 	struct farm_membership *mem = n->marked_mem;
-	pthread_mutex_unlock(&n->lock);
 	int rc = mem ? farm_membership_bump(mem, cfg) : -EAGAIN;
+	pthread_mutex_unlock(&n->lock);
 	if (rc)
 		farm_warn("node %" PRIu32 ": cannot ask for a recovery round "
 		          "in configuration %" PRIu64 " (a region this "
@@ -320,8 +323,9 @@ static void ask_round(void *ctx, uint64_t cfg)
 		          n->cfg.machine_id, cfg);
 }
 
-/* The grower's side of growth: started once this machine is the grower. */
-static void grow_view(farm_node *n, const struct farm_view *v)
+/* The grower's side of growth: started once this machine is the grower
+ * (grow_lock held). */
+static void grow_view_locked(farm_node *n, const struct farm_view *v)
 {
 	bool grower = false;
 	for (unsigned q = 0; q < v->nlate && q < FARM_VIEW_MAX; q++)
@@ -331,7 +335,6 @@ static void grow_view(farm_node *n, const struct farm_view *v)
 		}
 	if (!n->cfg.grow)
 		return; /* off (docs/config.md, grow): it stays late */
-	pthread_mutex_lock(&n->grow_lock);
 	if (!n->grow && grower && n->threads && n->nthreads) {
 		pthread_mutex_lock(&n->lock);
 		farm_loop *loop = n->threads[0].loop;
@@ -346,6 +349,12 @@ static void grow_view(farm_node *n, const struct farm_view *v)
 			               : "no loop of its own yet");
 	}
 	farm_grow_view(n->grow, v);
+}
+
+static void grow_view(farm_node *n, const struct farm_view *v)
+{
+	pthread_mutex_lock(&n->grow_lock);
+	grow_view_locked(n, v);
 	pthread_mutex_unlock(&n->grow_lock);
 }
 
@@ -919,19 +928,23 @@ int farm_node_loop_open(farm_node *n, unsigned i, farm_loop **out)
 	}
 	pthread_mutex_lock(&n->lock);
 	n->threads[i].loop = loop;
+	pthread_mutex_unlock(&n->lock);
 	/* The view that made this machine the grower may have come before
 	 * its first loop (the fault campaign: a machine joining late found
 	 * no loop to grow with, and no later view came): growth starts now
-	 * with the view in force. */
-	struct farm_view *v = NULL;
-	if (i == 0 && n->cfg.grow && n->view.config_id &&
-	    farm_view_find(&n->view, n->cfg.machine_id) &&
-	    (v = malloc(sizeof(*v))))
+	 * with the view in force, read under grow_lock so that no newer
+	 * view's grow_view can come between the read and its use. */
+	struct farm_view *v = i == 0 && n->cfg.grow ? malloc(sizeof(*v)) : NULL;
+	if (v) {
+		pthread_mutex_lock(&n->grow_lock);
+		pthread_mutex_lock(&n->lock);
 		*v = n->view;
-	pthread_mutex_unlock(&n->lock);
-	if (v)
-		grow_view(n, v);
-	free(v);
+		pthread_mutex_unlock(&n->lock);
+		if (v->config_id && farm_view_find(v, n->cfg.machine_id))
+			grow_view_locked(n, v);
+		pthread_mutex_unlock(&n->grow_lock);
+		free(v);
+	}
 	*out = loop;
 	return 0;
 }
@@ -1140,6 +1153,9 @@ void farm_node_close(farm_node *n)
 	 * stops before the membership goes; views still reach recovery
 	 * until the membership is closed. */
 	farm_recovery_stop(n->rec);
+	pthread_mutex_lock(&n->lock); /* growth and data recovery stop asking */
+	n->marked_mem = NULL;
+	pthread_mutex_unlock(&n->lock);
 	farm_membership_close(n->mem); /* no more view callbacks */
 	farm_grow_destroy(n->grow);    /* before the loops stop */
 	if (n->rec && n->fab && farm_fabric_on_peer_death(n->fab, NULL, NULL))

@@ -80,7 +80,11 @@
  * new LOCK reaches it), and every later commit reaches the new copy as a
  * COMMIT-BACKUP (this machine has been a replica since; a view in which
  * it is not ends the demoted copy's use). An object left locked there
- * for DR_LOCAL_STUCK steps is read from the primary instead. So the new
+ * for DR_LOCAL_STUCK steps is read from the primary instead (never while
+ * this machine is the ring primary itself). A step does not start before
+ * every loop here has taken the configuration that demoted the copy
+ * (txn_rec_taken), and stops at any lock, a shared one included (an
+ * older single-machine commit may still install there). So the new
  * copy is complete within moments of the handoff, not after a paced copy
  * (the growth gap, src/recovery/README.md), and if the grower dies first
  * the ring makes this machine primary again with a copy it can still
@@ -118,11 +122,11 @@
  * pace, 2 s: an install takes microseconds, a recovered lock a decision). */
 #define DR_STUCK_SAY 1000u
 /* Steps in a row stopped at one object of our demoted copy before the
- * copy goes on from the primary instead (about 0.2 s at the default
+ * copy goes on from the primary instead (about 1 s at the default
  * interval: an older configuration's lock there lasts until its
  * transaction is decided; one that lasts longer, e.g. a free deferred
  * until an adoption that never comes, is read from the primary). */
-#define DR_LOCAL_STUCK 100u
+#define DR_LOCAL_STUCK 500u
 
 enum { DR_COPY = 0, DR_CHECK, DR_DONE, DR_LOST };
 
@@ -334,6 +338,14 @@ static void step_end(struct farm_datarec *dr, struct dr_step *s)
 	free(s);
 }
 
+/* Does our ring make this machine @region's primary? (Then no other
+ * machine serves it to READ from.) */
+static bool primary_here(farm_txm *m, uint32_t region)
+{
+	uint32_t reps[16];
+	return farm_as_replicas(m->as, region, reps) && reps[0] == m->me;
+}
+
 /* The end of a pass: the check after the copy, then complete. */
 static void pass_end(struct farm_datarec *dr, struct dr_reg *g)
 {
@@ -354,9 +366,7 @@ static void pass_end(struct farm_datarec *dr, struct dr_reg *g)
 	int rc = farm_as_backup_filled(dr->m->as, g->id);
 	g->state = rc ? DR_LOST : DR_DONE;
 	g->t_done = farm_now_ns();
-	uint32_t reps[16];
-	if (!rc && farm_as_replicas(dr->m->as, g->id, reps) &&
-	    reps[0] == dr->m->me) {
+	if (!rc && primary_here(dr->m, g->id)) {
 		/* Our ring primary's copy, completed from our demoted one
 		 * after its configuration's round began: a round promotes
 		 * it (the engine asks, below). */
@@ -396,6 +406,11 @@ static uint64_t apply_span(struct farm_datarec *dr, struct dr_reg *g,
 		memcpy(&w, p + 8, 8);
 		if ((v & OBJ_LOCK_MASK) == OBJ_LOCK_EXCL)
 			break; /* being installed or recovered: later */
+		/* In our demoted copy a shared lock is a single-machine
+		 * commit of the older configuration that may still install
+		 * there, and nothing sends us its images: later too. */
+		if (s->src && (v & OBJ_LOCK_MASK))
+			break;
 		unsigned lines = w ? farm_incarn_lines(w) : 1;
 		unsigned slot_lines = L->slot_bytes / 64;
 		if (lines > slot_lines)
@@ -443,6 +458,14 @@ static void step_run(farm_loop *loop, void *ctx, int status)
 		return;
 	}
 	s->src = g->remote ? NULL : farm_as_demoted_source(m->as, g->id);
+	if (s->src && !txn_rec_taken(m, g->cfg)) {
+		/* Not before every loop here has taken the configuration
+		 * that demoted the copy: a LOCK handler or a commit that saw
+		 * the older one may still lock an object we would read. */
+		pthread_mutex_unlock(&dr->lock);
+		step_end(dr, s);
+		return;
+	}
 	if (s->src)
 		s->budget = (int64_t)dr->lp[s->loop].cap;
 	s->meta = !g->have_meta;
@@ -578,7 +601,8 @@ static void stuck(struct dr_reg *g, uint64_t off)
 
 /* Our demoted copy held an object locked for DR_LOCAL_STUCK steps in a
  * row: the rest of this copy is read from the primary (what was taken
- * from the demoted copy stays: it was final there). */
+ * from the demoted copy stays: it was final there). Never while the ring
+ * makes this machine the primary (the grower gone): nothing to read. */
 static void local_stuck(struct dr_reg *g, uint64_t off)
 {
 	g->remote = true;
@@ -632,7 +656,8 @@ static void step_done(farm_loop *loop, void *ctx, int status)
 						again = false;
 						if (s->src &&
 						    g->stuck_n >=
-						            DR_LOCAL_STUCK)
+						            DR_LOCAL_STUCK &&
+						    !primary_here(dr->m, g->id))
 							local_stuck(g, nx);
 					} else {
 						g->stuck_n = 0;
@@ -788,8 +813,10 @@ void farm_txm_datarec_view(farm_txm *m)
 				in |= now[k] == m->me;
 			if (!g || g->state >= DR_DONE)
 				continue;
-			if (now[0] == m->me && !g->remote &&
-			    farm_as_demoted_source(m->as, h[i].region)) {
+			bool src = farm_as_demoted_source(m->as, h[i].region);
+			if (src)
+				g->remote = false; /* the view may need it */
+			if (now[0] == m->me && src) {
 				/* The primary that took the region from us
 				 * (growth) is gone before our new copy was
 				 * complete: it is finished from our demoted

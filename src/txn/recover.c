@@ -298,6 +298,15 @@ bool txn_rec_truncate_apply(farm_txm *m, uint64_t addr, uint8_t *q,
 	return r;
 }
 
+bool txn_rec_taken(farm_txm *m, uint64_t cfg)
+{
+	pthread_mutex_lock(&m->rec.lock);
+	bool r = atomic_load(&m->rec.cfg) >= cfg &&
+	         atomic_load(&m->rec.applied) >= m->T;
+	pthread_mutex_unlock(&m->rec.lock);
+	return r;
+}
+
 bool txn_rec_promoting(farm_txm *m, uint32_t region)
 {
 	if (!atomic_load_explicit(&m->rec.npromo_live, memory_order_acquire))
