@@ -53,6 +53,18 @@
  *              (farm_membership_bump) and be promoted: every region at
  *              exactly its ring's 3 complete replicas again, every pair
  *              of copies equal, the bank's checks as above.
+ *   grow_round grow's run with a victim whose death makes a survivor
+ *              (X) the primary of a region (R) by promotion, a region
+ *              the grower then takes over (X refills it as a backup from
+ *              its demoted copy). Once X's copy of R is complete, new
+ *              copies are held, X asks for a round
+ *              (farm_membership_bump) and the grower is killed after it:
+ *              X is first in R's list again and must be promoted with
+ *              the copy it holds. (A region stays on the promotion list
+ *              after its round; the round asked for used to throw X's
+ *              complete copy away as one holding recovered locks, and
+ *              the held refill left R with no complete first replica:
+ *              the growth campaign's seed 505, cycle 14.)
  *
  * --broken: new backups drop the COMMIT-BACKUPs that arrive during the
  * copy (and skip the check pass that would repair it); the replicas'
@@ -66,8 +78,10 @@
  * over (FARM_FP_AS_NO_DEMOTE): grow's hashes, total, acknowledged
  * transfers or sercheck must fail. --broken-grow-kill: no demoted copy is
  * a source (FARM_FP_AS_NO_DEMOTED_SOURCE): grow_kill's region must stay
- * short (the growth gap this closes). --grow, --grow-kill: that run
- * alone.
+ * short (the growth gap this closes). --broken-grow-round: a region left
+ * on the promotion list is handled as before the fix
+ * (FARM_FP_REC_STALE_PROMO): grow_round's region must be lost. --grow,
+ * --grow-kill, --grow-round: that run alone.
  *
  * Exits 77 (skip) without the ZooKeeper client or server.
  */
@@ -76,6 +90,7 @@
 #include "replicas.h"
 
 #include "addrspace/addrspace.h"
+#include "addrspace/membership.h"
 #include "txn/txn_testing.h"
 
 #define DR_BYTES   1024u
@@ -91,6 +106,12 @@ static bool opt_broken;
 /* grow_kill: the grower is killed after the handoff, the old primaries'
  * new copies held until then. */
 static bool dr_grow_kill;
+/* grow_round: a round asked for while the grower is the primary of a
+ * region a survivor was promoted in, then the grower killed; the region
+ * and that survivor (grow_victim). */
+static bool dr_grow_round;
+static uint32_t dr_round_region;
+static int dr_round_x = -1;
 /* What grow's broken run switched off (rb_verdict's words). */
 static const char *dr_grow_broken =
         "a growing machine's copies counted complete before they were "
@@ -213,6 +234,11 @@ static int dr_cmd(struct tx_child *c, int cmd, const farm_fatptr *acc,
 				return -1;
 		}
 		return np_say(&c->np, 'w', NULL, 0);
+	}
+	if (cmd == 'B') { /* ask for a recovery round */
+		int rc = farm_membership_bump(farm_node_membership(c->np.node),
+		                              farm_as_config_id(as));
+		return np_say(&c->np, 'b', &rc, sizeof(rc));
 	}
 	if (cmd == 'O' || cmd == 'o') { /* hold copies, or let them go */
 		farm_txm_datarec_hold(c->txm, cmd == 'O');
@@ -486,16 +512,32 @@ static int grow_victim(void)
 		ms[n - 1].late = 0;
 		farm_ring *o2 = NULL;
 		assert_int_equal(farm_ring_build_domains(ms, n, &a, &o2), 0);
-		unsigned hit = 0, lead = 0;
+		unsigned hit = 0, lead = 0, promoted = 0;
 		for (unsigned k = 0; k < nr; k++) {
 			hit += prim[k] != v &&
 			       farm_ring_extra(g, reg[k]) == DR_LATE_ID;
 			lead += prim[k] != v &&
 			        farm_ring_primary(o2, reg[k]) == DR_LATE_ID;
+			/* grow_round: v's region, promoted at the next
+			 * replica (X), then taken over by the grower. */
+			if (prim[k] == v &&
+			    farm_ring_primary(o2, reg[k]) == DR_LATE_ID &&
+			    !promoted++) {
+				dr_round_region = reg[k];
+				dr_round_x = (int)farm_ring_primary(g, reg[k]);
+			}
 		}
 		farm_ring_free(g);
 		farm_ring_free(o2);
-		if (hit && lead) {
+		if (dr_grow_round && promoted) {
+			printf("grow_round: killing machine %u makes machine "
+			       "%d the primary of region %#" PRIx32
+			       " by promotion; once grown, machine %u takes it "
+			       "over\n",
+			       v, dr_round_x, dr_round_region, DR_LATE_ID);
+			return (int)v;
+		}
+		if (!dr_grow_round && hit && lead) {
 			printf("grow: %u regions; killing machine %u makes "
 			       "machine %u the extra backup of %u of its "
 			       "survivors' regions, and, once grown, the "
@@ -609,6 +651,144 @@ static void grow_kill(struct rb_result *res)
 		}
 }
 
+/* Machine @i's report once its round for a configuration it took after
+ * @t is over, or NULL past @dl. */
+static struct held_report *round_after(unsigned i, uint64_t t, uint64_t dl)
+{
+	for (;;) {
+		struct held_report *r = ask(i);
+		if (r->rec_t_config_ns > t &&
+		    r->rec_t_active_ns > r->rec_t_config_ns)
+			return r;
+		free(r);
+		if (np_now_ns() > dl)
+			return NULL;
+		poll_pause(20);
+	}
+}
+
+/* @r's entry for @region, or NULL. */
+static const struct rp_held *held_of(const struct held_report *r,
+                                     uint32_t region)
+{
+	for (unsigned k = 0; r && k < r->n; k++)
+		if (r->h[k].region == region)
+			return &r->h[k];
+	return NULL;
+}
+
+/* Is @h a complete backup copy behind the grower (first in its list)? */
+static bool behind_grower(const struct rp_held *h)
+{
+	return h && !h->filling && h->role == (int)FARM_AS_BACKUP &&
+	       h->nreps > 1 && h->reps[0] == DR_LATE_ID;
+}
+
+/*
+ * grow_round, after the survivors' run: once machine NP_NM has grown and
+ * taken over region R, which machine X was promoted in when the victim
+ * died, and X's new copy of R is complete: new copies held, X asks for a
+ * round; once that round is over at X, X's copy must still be complete.
+ * Then the grower is killed (X first in R's list again) and, once every
+ * survivor runs a configuration without it and X's round for it is over,
+ * the copies go. The checks that follow (run_mode) must find every
+ * region replicated again: R promoted at X with the copy it kept.
+ */
+static void grow_round(struct rb_result *res)
+{
+	struct fails *f = &res->f;
+	unsigned x = (unsigned)dr_round_x;
+	uint32_t region = dr_round_region;
+	uint64_t dl = np_now_ns() + 30000000000ull;
+	bool ready = false;
+	while (!ready && np_now_ns() < dl) {
+		struct held_report *g = ask(NP_NM);
+		struct held_report *r = ask(x);
+		ready = grown(g, true) && r->config == g->config &&
+		        r->rec_t_active_ns > r->rec_t_config_ns &&
+		        behind_grower(held_of(r, region));
+		free(g);
+		free(r);
+		if (!ready)
+			poll_pause(20);
+	}
+	if (!ready) {
+		failed(f,
+		       "machine %u never held a complete copy of region "
+		       "%#" PRIx32 " behind the grown machine %u",
+		       x, region, DR_LATE_ID);
+		return;
+	}
+	for (unsigned i = 0; i < NP_NM; i++)
+		if (rb_member(res, i)) {
+			dr_send(i, 'O');
+			dr_expect(i, 'K', 30000);
+		}
+	uint64_t t = np_now_ns();
+	int rc = -1;
+	dr_send(x, 'B');
+	dr_expect(x, 'b', 30000);
+	dr_recv(x, &rc, sizeof(rc), 1000);
+	if (rc)
+		failed(f, "machine %u could not ask for a round: %s", x,
+		       farm_strerror(rc));
+	struct held_report *r = round_after(x, t, dl + 30000000000ull);
+	const struct rp_held *h = held_of(r, region);
+	printf("grow_round: machine %u asked for a round; %.0f ms later it "
+	       "is over there (configuration %" PRIu64 ", round asked for "
+	       "in %" PRIu64 "): its copy of region %#" PRIx32 " is %s\n",
+	       x, (double)(np_now_ns() - t) / 1e6, r ? r->config : 0,
+	       r ? r->bump : 0, region,
+	       !h           ? "gone"
+	       : h->filling ? "filling (thrown away)"
+	                    : "complete");
+	if (!r || !r->bump)
+		failed(f, "no round asked for came within 60 s");
+	else if (!behind_grower(h))
+		failed(f,
+		       "machine %u no longer holds a complete copy of region "
+		       "%#" PRIx32 " after a round it asked for",
+		       x, region);
+	free(r);
+	assert_int_equal(kill(late_cl.pid[0], SIGKILL), 0);
+	assert_int_equal(tu_reap(late_cl.pid[0]), 128 + SIGKILL);
+	late_cl.pid[0] = 0;
+	late_in = false;
+	t = np_now_ns();
+	bool moved = false;
+	while (!moved && np_now_ns() < t + 30000000000ull) {
+		moved = true;
+		for (unsigned i = 0; i < NP_NM && moved; i++) {
+			if (!rb_member(res, i))
+				continue;
+			struct held_report *q = ask(i);
+			for (unsigned k = 0; k < q->n; k++)
+				for (unsigned j = 0; j < q->h[k].nreps; j++)
+					moved &= q->h[k].reps[j] != DR_LATE_ID;
+			free(q);
+		}
+		if (!moved)
+			poll_pause(20);
+	}
+	r = moved ? round_after(x, t, t + 60000000000ull) : NULL;
+	h = held_of(r, region);
+	printf("grow_round: machine %u killed; %.0f ms later every survivor "
+	       "runs a configuration without it and machine %u's round is "
+	       "over: it is %s of region %#" PRIx32 "\n",
+	       DR_LATE_ID, (double)(np_now_ns() - t) / 1e6, x,
+	       h && h->nreps && h->reps[0] == x ? "first" : "NOT first",
+	       region);
+	if (!r)
+		failed(f, "the survivors did not all run a configuration "
+		          "without the grower within 30 s");
+	free(r);
+	for (unsigned i = 0; i < NP_NM; i++)
+		if (rb_member(res, i)) {
+			dr_send(i, 'o');
+			dr_expect(i, 'k', 30000);
+		}
+}
+
 /* @first killed; then @second (-1: none) while a copy is under way, or,
  * with @rejoin, right after the first's recovery, and then a machine
  * joins late (a new id, empty memory) while the workload goes on. With
@@ -690,13 +870,17 @@ static void run_mode(unsigned first, int second, bool rejoin, bool grow,
 		          "not come during data recovery");
 	if (dr_grow_kill)
 		grow_kill(&res);
+	if (dr_grow_round)
+		grow_round(&res);
 
 	/* Full replication, the workload paused. */
 	struct held_report *r[NP_NM + 1] = {0};
 	char why[256] = "";
 	unsigned nreg = 0;
 	unsigned wait_ms =
-	        opt_broken && (rejoin || dr_grow_kill) ? 10000 : DR_WAIT_MS;
+	        opt_broken && (rejoin || dr_grow_kill || dr_grow_round)
+	                ? 10000
+	                : DR_WAIT_MS;
 	uint64_t t0 = np_now_ns(), dl = t0 + wait_ms * 1000000ull;
 	bool ok = false;
 	for (;;) {
@@ -708,7 +892,7 @@ static void run_mode(unsigned first, int second, bool rejoin, bool grow,
 		                grow || rejoin);
 		/* A late machine grows into an ordinary member once its
 		 * copies are complete: wait for that configuration too. */
-		if (ok && (grow || rejoin) && !dr_grow_kill &&
+		if (ok && (grow || rejoin) && !dr_grow_kill && !dr_grow_round &&
 		    !grown(r[NP_NM], grow)) {
 			ok = false;
 			snprintf(why, sizeof(why),
@@ -954,6 +1138,8 @@ static void test_grow(void **state)
 	run_mode(2, -1, false, true,
 	         dr_grow_kill
 	                 ? (opt_broken ? "grow_kill (broken)" : "grow_kill")
+	         : dr_grow_round
+	                 ? (opt_broken ? "grow_round (broken)" : "grow_round")
 	         : opt_broken ? "grow (broken)"
 	                      : "grow");
 	rb_p.first_post_ms = 0;
@@ -972,6 +1158,20 @@ static void test_grow_kill(void **state)
 	dr_grow_kill = false;
 }
 
+/*
+ * A region the grower took over from a survivor promoted in it keeps
+ * that survivor's refilled copy through a later round: the second
+ * variant of the growth gap (the campaign's seed 505, cycle 14).
+ */
+static void test_grow_round(void **state)
+{
+	dr_grow_round = true;
+	test_grow(state);
+	dr_grow_round = false;
+	dr_round_x = -1;
+	dr_round_region = 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct CMUnitTest tests[] = {
@@ -980,6 +1180,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test_teardown(test_rejoin, dr_teardown),
 	        cmocka_unit_test_teardown(test_grow, dr_teardown),
 	        cmocka_unit_test_teardown(test_grow_kill, dr_teardown),
+	        cmocka_unit_test_teardown(test_grow_round, dr_teardown),
 	};
 	size_t n = sizeof(tests) / sizeof(tests[0]);
 	if (argc > 1 && !strcmp(argv[1], "--broken-late")) {
@@ -1034,6 +1235,24 @@ int main(int argc, char **argv)
 		                 "its copy once the grower died)";
 		tests[0] = tests[4];
 		n = 1;
+	} else if (argc > 1 && !strcmp(argv[1], "--broken-grow-round")) {
+		/* A test-only switch: a region left on the promotion list
+		 * is handled as before the fix; grow_round's region must
+		 * be lost. */
+		if (farm_fault_set(FARM_FP_REC_STALE_PROMO, no_late, NULL)) {
+			printf("skipped: --broken-grow-round needs fault "
+			       "injection (FARM_FAULT_INJECTION=OFF)\n");
+			return FARM_TEST_SKIP;
+		}
+		opt_broken = true;
+		dr_grow_broken = "a region left on the promotion list took "
+		                 "recovered locks as a plain backup and its "
+		                 "complete copy was thrown away";
+		tests[0] = tests[5];
+		n = 1;
+	} else if (argc > 1 && !strcmp(argv[1], "--grow-round")) {
+		tests[0] = tests[5]; /* grow_round alone */
+		n = 1;
 	} else if (argc > 1 && !strcmp(argv[1], "--grow-kill")) {
 		tests[0] = tests[4]; /* grow_kill alone */
 		n = 1;
@@ -1056,8 +1275,8 @@ int main(int argc, char **argv)
 		fprintf(stderr,
 		        "usage: %s [--broken | --broken-late | "
 		        "--broken-grow | --broken-handoff | "
-		        "--broken-grow-kill | --grow | --grow-kill | "
-		        "--rejoin]\n",
+		        "--broken-grow-kill | --broken-grow-round | --grow | "
+		        "--grow-kill | --grow-round | --rejoin]\n",
 		        argv[0]);
 		return 2;
 	}

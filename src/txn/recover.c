@@ -154,12 +154,36 @@ static uint8_t *copy_obj(farm_txm *m, const struct rec_obj *o)
  * and data recovery's applies would wait on it for good (a region still
  * listed from an earlier round whose copy growth demoted here, and whose
  * new copy fills: the fault campaign with growth on, a loop stuck). */
+/* Is this machine @region's primary in the view in force? */
+static bool primary_now(farm_txm *m, uint32_t region)
+{
+	uint32_t reps[16];
+	return farm_as_replicas(m->as, region, reps) && reps[0] == m->me;
+}
+
+/* Does a recovered lock lie in @region? (rec.lock held) */
+static bool region_locked(const farm_txm *m, uint32_t region)
+{
+	for (unsigned k = 0; k < m->rec.nrl; k++)
+		if (farm_gaddr_region(m->rec.rl[k].addr) == region)
+			return true;
+	return false;
+}
+
+/* The copy of a listed region that is to be promoted: a complete backup
+ * copy the view in force makes us primary of. A region stays listed
+ * after its round (pending transactions), so a listed one may since
+ * have been handed to a grower and refilled here as a plain backup
+ * (its primary elsewhere): that copy takes no recovered lock, which
+ * no one would release and for which a later round would throw the
+ * copy away (rec_loop_run). */
 static uint8_t *promo_obj(farm_txm *m, const struct rec_obj *o)
 {
 	enum farm_as_role role;
 	uint32_t r = farm_gaddr_region(o->addr);
 	if (!in_promo(m, r) || !farm_as_local_region(m->as, r, &role) ||
-	    role != FARM_AS_BACKUP || farm_as_backup_filling(m->as, r))
+	    role != FARM_AS_BACKUP || farm_as_backup_filling(m->as, r) ||
+	    (!primary_now(m, r) && !FARM_FAULT_SWITCH(FARM_FP_REC_STALE_PROMO)))
 		return NULL;
 	return copy_obj(m, o);
 }
@@ -242,10 +266,7 @@ static void adopt_ready(farm_txm *m)
 {
 	for (unsigned i = 0; i < m->rec.nadopt;) {
 		uint32_t id = m->rec.adopt[i];
-		bool locked = false;
-		for (unsigned k = 0; k < m->rec.nrl && !locked; k++)
-			locked = farm_gaddr_region(m->rec.rl[k].addr) == id;
-		if (locked) {
+		if (region_locked(m, id)) {
 			i++;
 			continue;
 		}
@@ -611,8 +632,16 @@ static void rec_loop_run(struct txloop *tl)
 		} else {
 			if (ex == 1)
 				farm_galloc_adopt_cancel(m->ga, id);
-			/* A view since made another machine its primary
-			 * (growth): our copy holds the locks promote_scan
+			/* Not ours to promote (a view since made another
+			 * machine its primary: growth), and no recovered
+			 * lock in it: whatever copy we hold is a plain
+			 * backup's, kept. It leaves the list. */
+			if (!region_locked(m, id) &&
+			    !FARM_FAULT_SWITCH(FARM_FP_REC_STALE_PROMO)) {
+				kept--;
+				continue;
+			}
+			/* Our copy holds the locks promote_scan
 			 * recovered, which nothing releases on a backup;
 			 * it goes, and a new one is copied at once (every
 			 * machine has taken this configuration: the

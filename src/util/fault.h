@@ -126,6 +126,14 @@ enum farm_fault_point {
 	 * fix: a copy the restart cut off never starts again
 	 * (tests/test_restart_copy.c --broken-resume). */
 	FARM_FP_NODE_RESTART_NO_COPY,
+	/* txn/recover.c, a switch: while hooked, a region left on the
+	 * promotion list by an earlier round is treated as before the fix:
+	 * its backup copy takes recovered locks whoever the ring makes its
+	 * primary, and a round that cannot promote it gives the copy up
+	 * whether it holds recovered locks or not (tests/test_datarec.c
+	 * --broken-grow-round: the old primary's complete copy is thrown
+	 * away and the region lost when the grower dies). */
+	FARM_FP_REC_STALE_PROMO,
 	FARM_FP_COUNT
 };
 
