@@ -7,7 +7,7 @@
  * region this machine holds (primary or backup copy) or a remote region
  * whose descriptor it has cached.
  */
-#include "addrspace/addrspace.h"
+#include "addrspace/as_int.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -19,110 +19,6 @@
 #include "util/fault.h"
 #include "util/log.h"
 
-enum {
-	E_FREE = 0,
-	E_PRIMARY = FARM_AS_PRIMARY,
-	E_BACKUP = FARM_AS_BACKUP,
-	E_REMOTE
-};
-
-struct entry {
-	uint32_t id; /* 0: free slot */
-	uint8_t kind;
-	/* E_BACKUP being filled by data recovery (src/txn/copy.c): never
-	 * promoted, not yet a replica that counts. */
-	bool filling;
-	farm_region *local; /* E_PRIMARY, E_BACKUP: our copy */
-	farm_mr_desc desc;  /* the primary copy: ours for E_PRIMARY, the
-	                       cached remote one otherwise (len 0: unknown) */
-};
-
-struct farm_as {
-	farm_fabric *fab;
-	farm_msg *msg;
-	uint32_t me;
-	uint64_t region_size;
-	struct farm_ring_attr ring_attr;
-	uint64_t rpc_timeout_ns;
-	pthread_rwlock_t lock;
-	farm_ring *ring;   /* under lock */
-	farm_ring *prev;   /* the view before (recovery asks who held what) */
-	uint64_t prev_cfg; /* its configuration id */
-	/* Under lock: the views before those two, newest last, so recovery
-	 * can ask who the replicas were in the configuration a transaction
-	 * ran in (farm_as_replicas_at) after several views went by. */
-	struct {
-		uint64_t cfg;
-		farm_ring *ring;
-	} hist[AS_RING_HISTORY];
-	unsigned nhist;
-	/* Written under lock (release); read without it by farm_as_config_id
-	 * (acquire), from any thread: the commit and copy paths stamp their
-	 * work with it. */
-	_Atomic uint64_t config_id;
-	struct entry *tab; /* open addressing, cap a power of two */
-	uint32_t cap, used;
-	uint64_t seed;
-	struct {
-		_Atomic uint64_t lookups_sent, lookups_cached, reads_local,
-		        reads_remote, writes_local, writes_remote, bad_requests;
-	} st;
-	/* Bumped whenever a writer takes the lock: resolve caches
-	 * (farm_as_resolve_cached) trust entries of the current value. */
-	_Atomic uint64_t gen;
-	/* Told of every local copy gained or dropped (farm_as_on_local). */
-	farm_as_local_fn on_local;
-	void *on_local_ctx;
-	/* Under lock: copies a view took from this machine while it lives
-	 * (growth: a primary that another machine took over, a backup the
-	 * grower displaced; farm_as_set_view_placed). They stay mapped until
-	 * farm_as_destroy: readers of an older configuration may still read
-	 * a demoted primary's copy, and its transactions of that
-	 * configuration finish there (farm_as_demoted_ptr). Newest last. */
-	struct given_up {
-		uint32_t id;
-		bool primary; /* it was our primary copy */
-		/* A demoted copy that data recovery may fill this machine's
-		 * new backup copy from (farm_as_demoted_source): set while
-		 * this machine has been a replica of the region in every
-		 * view since the demotion and its new copy is not complete. */
-		bool source;
-		farm_region *r;
-	} * given;
-	unsigned ngiven, given_cap;
-	uint64_t demoted, displaced; /* counts, under lock */
-};
-
-static void tell_local(farm_as *as, uint32_t id, farm_region *r, bool added)
-{
-	if (as->on_local)
-		as->on_local(as->on_local_ctx, id, r, added);
-}
-
-static void as_wrlock(farm_as *as)
-{
-	pthread_rwlock_wrlock(&as->lock);
-	atomic_fetch_add_explicit(&as->gen, 1, memory_order_release);
-}
-
-/* ---- wire formats -----------------------------------------------------------
- */
-
-struct lookup_req {
-	uint32_t region;
-};
-struct desc_reply {
-	uint32_t region;
-	uint32_t machine;
-	uint64_t key, addr, len;
-	uint32_t access, pad;
-};
-struct create_req {
-	uint32_t region;
-	uint32_t primary;
-	uint64_t size;
-};
-
 /* ---- table ------------------------------------------------------------------
  */
 
@@ -131,7 +27,7 @@ static uint32_t hash32(uint32_t x)
 	return farm_ring_pos(x);
 }
 
-static struct entry *find(const farm_as *as, uint32_t id)
+struct entry *as_find(const farm_as *as, uint32_t id)
 {
 	for (uint32_t i = hash32(id) & (as->cap - 1);;
 	     i = (i + 1) & (as->cap - 1)) {
@@ -165,9 +61,9 @@ static int grow(farm_as *as)
 }
 
 /* Insert or overwrite; under the write lock. */
-static int put(farm_as *as, const struct entry *in)
+int as_put(farm_as *as, const struct entry *in)
 {
-	struct entry *e = find(as, in->id);
+	struct entry *e = as_find(as, in->id);
 	if (e) {
 		*e = *in;
 		return 0;
@@ -186,9 +82,9 @@ static int put(farm_as *as, const struct entry *in)
 }
 
 /* Remove (backward-shift deletion keeps probe chains intact). */
-static void del(farm_as *as, uint32_t id)
+void as_del(farm_as *as, uint32_t id)
 {
-	struct entry *e = find(as, id);
+	struct entry *e = as_find(as, id);
 	if (!e)
 		return;
 	uint32_t i = (uint32_t)(e - as->tab), mask = as->cap - 1;
@@ -210,7 +106,6 @@ static void del(farm_as *as, uint32_t id)
 static void h_lookup(farm_loop *loop, const farm_msg_in *in, void *arg);
 static void h_create(farm_loop *loop, const farm_msg_in *in, void *arg);
 static void h_drop(farm_loop *loop, const farm_msg_in *in, void *arg);
-static void h_growq(farm_loop *loop, const farm_msg_in *in, void *arg);
 
 int farm_as_create(farm_fabric *fab, farm_msg *msg,
                    const struct farm_as_attr *attr, farm_as **out)
@@ -251,7 +146,7 @@ int farm_as_create(farm_fabric *fab, farm_msg *msg,
 	if ((rc = farm_msg_handle(msg, FARM_MSGT_AS_LOOKUP, h_lookup, as)) ||
 	    (rc = farm_msg_handle(msg, FARM_MSGT_AS_CREATE, h_create, as)) ||
 	    (rc = farm_msg_handle(msg, FARM_MSGT_AS_DROP, h_drop, as)) ||
-	    (rc = farm_msg_handle(msg, FARM_MSGT_AS_GROWQ, h_growq, as))) {
+	    (rc = farm_msg_handle(msg, FARM_MSGT_AS_GROWQ, as_h_growq, as))) {
 		/* Handlers cannot be unregistered: the farm_msg is unusable
 		 * for another address space now; say so. */
 		farm_err("addrspace: cannot register handlers: %s",
@@ -403,7 +298,7 @@ int farm_as_set_view_placed(farm_as *as, uint64_t config_id,
 			e->desc.len = 0; /* no memory: keep, but unusable */
 	}
 	for (uint32_t i = 0; i < ndrop; i++)
-		del(as, drop[i]);
+		as_del(as, drop[i]);
 	if (ngave && as->ngiven + ngave > as->given_cap) {
 		unsigned nc = as->given_cap ? as->given_cap : 16;
 		while (nc < as->ngiven + ngave)
@@ -492,7 +387,7 @@ int farm_as_give_up(farm_as *as, uint32_t region)
 		return -EINVAL;
 	farm_region *r = NULL;
 	as_wrlock(as);
-	struct entry *e = find(as, region);
+	struct entry *e = as_find(as, region);
 	/* Only a complete copy whose region another machine is primary of
 	 * now: a filling one has no recovered locks, and where the ring
 	 * still makes us primary the promotion is to come. */
@@ -512,7 +407,7 @@ int farm_as_give_up(farm_as *as, uint32_t region)
 		as->given[as->ngiven++] = (struct given_up){
 		        .id = region, .primary = false, .r = r};
 		as->displaced++;
-		del(as, region);
+		as_del(as, region);
 	}
 	pthread_rwlock_unlock(&as->lock);
 	if (!r)
@@ -546,7 +441,7 @@ const void *farm_as_demoted_source(farm_as *as, uint32_t region)
 		return NULL;
 	const void *p = NULL;
 	pthread_rwlock_rdlock(&as->lock);
-	struct entry *e = find(as, region);
+	struct entry *e = as_find(as, region);
 	if (e && e->kind == E_BACKUP && e->filling)
 		for (unsigned i = as->ngiven; i > 0; i--) {
 			const struct given_up *g = &as->given[i - 1];
@@ -593,7 +488,7 @@ int farm_as_adopt(farm_as *as, uint32_t region, farm_region *r)
 		return -EINVAL;
 	struct entry e = {.id = region, .kind = E_BACKUP, .local = r};
 	as_wrlock(as);
-	int rc = find(as, region) ? -EEXIST : put(as, &e);
+	int rc = as_find(as, region) ? -EEXIST : as_put(as, &e);
 	pthread_rwlock_unlock(&as->lock);
 	return rc;
 }
@@ -648,7 +543,7 @@ int farm_as_promote(farm_as *as, uint32_t region)
 		return -EINVAL;
 	int rc = -ENOENT;
 	as_wrlock(as);
-	struct entry *e = find(as, region);
+	struct entry *e = as_find(as, region);
 	if (e && e->kind == E_BACKUP && !e->filling && as->ring &&
 	    farm_ring_primary(as->ring, region) == as->me) {
 		e->kind = E_PRIMARY;
@@ -702,7 +597,7 @@ farm_region *farm_as_local_region(farm_as *as, uint32_t region,
 	enum farm_as_role ro = FARM_AS_NONE;
 	if (as && region) {
 		pthread_rwlock_rdlock(&as->lock);
-		struct entry *e = find(as, region);
+		struct entry *e = as_find(as, region);
 		if (e && (e->kind == E_PRIMARY || e->kind == E_BACKUP)) {
 			r = e->local;
 			ro = (enum farm_as_role)e->kind;
@@ -714,87 +609,13 @@ farm_region *farm_as_local_region(farm_as *as, uint32_t region,
 	return r;
 }
 
-void *farm_as_local_ptr(farm_as *as, farm_gaddr a, uint64_t len)
-{
-	if (!as || !farm_gaddr_valid(a, len, as->region_size))
-		return NULL;
-	enum farm_as_role role;
-	farm_region *r = farm_as_local_region(as, farm_gaddr_region(a), &role);
-	if (!r || role != FARM_AS_PRIMARY)
-		return NULL;
-	return (uint8_t *)farm_region_base(r) + farm_gaddr_offset(a);
-}
-
-int farm_as_resolve(farm_as *as, farm_gaddr a, uint64_t len, uint8_t **local,
-                    farm_mr_desc *desc)
-{
-	if (!as || !local || !desc || !len ||
-	    !farm_gaddr_valid(a, len, as->region_size))
-		return -EINVAL;
-	*local = NULL;
-	int rc = -EAGAIN;
-	pthread_rwlock_rdlock(&as->lock);
-	struct entry *e = find(as, farm_gaddr_region(a));
-	if (e && e->kind == E_PRIMARY) {
-		*local = (uint8_t *)farm_region_base(e->local) +
-		         farm_gaddr_offset(a);
-		rc = 0;
-	} else if (e && (e->kind == E_REMOTE || e->kind == E_BACKUP) &&
-	           e->desc.len) {
-		*desc = e->desc;
-		rc = 0;
-	}
-	pthread_rwlock_unlock(&as->lock);
-	if (!rc && !*local) {
-		atomic_fetch_add_explicit(&as->st.reads_remote, 1,
-		                          memory_order_relaxed);
-		atomic_fetch_add_explicit(&as->st.lookups_cached, 1,
-		                          memory_order_relaxed);
-	}
-	return rc;
-}
-
-int farm_as_resolve_cached(farm_as *as, struct farm_as_rcache *c, farm_gaddr a,
-                           uint64_t len, uint8_t **local, farm_mr_desc *desc)
-{
-	if (!as || !c || !local || !desc || !len ||
-	    !farm_gaddr_valid(a, len, as->region_size))
-		return -EINVAL;
-	uint32_t id = farm_gaddr_region(a);
-	uint64_t g = atomic_load_explicit(&as->gen, memory_order_acquire);
-	struct farm_as_rcache_ent *e = &c->e[id % FARM_AS_RCACHE];
-	if (e->id == id && e->gen == g) {
-		c->hits++;
-		if (e->base) {
-			*local = e->base + farm_gaddr_offset(a);
-		} else {
-			*local = NULL;
-			*desc = e->d;
-		}
-		return 0;
-	}
-	/* Miss: the locked lookup, remembered under the generation read
-	 * before it (a writer since then makes the entry stale, never
-	 * wrong). */
-	int rc = farm_as_resolve(as, a, len, local, desc);
-	if (rc)
-		return rc;
-	*e = (struct farm_as_rcache_ent){.id = id, .gen = g};
-	if (*local)
-		e->base = *local - farm_gaddr_offset(a);
-	else
-		e->d = *desc;
-	c->misses++;
-	return 0;
-}
-
 /* ---- handlers (run on the receiving machine's loop) ------------------------
  */
 
 /* A reply that cannot be sent means the caller is gone or its channel is
  * broken; its RPC times out. Say so and carry on. */
-static void reply(farm_loop *loop, const struct farm_msg_token *tok,
-                  const void *data, uint32_t len)
+void as_reply(farm_loop *loop, const struct farm_msg_token *tok,
+              const void *data, uint32_t len)
 {
 	int rc = farm_msg_reply(loop, tok, data, len);
 	if (rc)
@@ -802,8 +623,7 @@ static void reply(farm_loop *loop, const struct farm_msg_token *tok,
 		          tok->machine, farm_strerror(rc));
 }
 
-static void reply_err(farm_loop *loop, const struct farm_msg_token *tok,
-                      int status)
+void as_reply_err(farm_loop *loop, const struct farm_msg_token *tok, int status)
 {
 	int rc = farm_msg_reply_error(loop, tok, status);
 	if (rc)
@@ -811,14 +631,14 @@ static void reply_err(farm_loop *loop, const struct farm_msg_token *tok,
 		          tok->machine, farm_strerror(rc));
 }
 
-static void bad_request(farm_as *as, farm_loop *loop, const farm_msg_in *in,
-                        const char *what)
+void as_bad_request(farm_as *as, farm_loop *loop, const farm_msg_in *in,
+                    const char *what)
 {
 	atomic_fetch_add(&as->st.bad_requests, 1);
 	farm_warn("addrspace: bad %s from machine %" PRIu32 " (%u bytes)", what,
 	          in->src_machine, in->len);
 	if (in->token.call_id)
-		reply_err(loop, &in->token, -EINVAL);
+		as_reply_err(loop, &in->token, -EINVAL);
 }
 
 static struct desc_reply desc_reply_of(uint32_t region, const farm_mr_desc *d)
@@ -836,12 +656,12 @@ static void h_lookup(farm_loop *loop, const farm_msg_in *in, void *arg)
 	farm_as *as = arg;
 	struct lookup_req q;
 	if (in->len != sizeof(q) || !in->token.call_id) {
-		bad_request(as, loop, in, "region lookup");
+		as_bad_request(as, loop, in, "region lookup");
 		return;
 	}
 	memcpy(&q, in->payload, sizeof(q));
 	pthread_rwlock_rdlock(&as->lock);
-	struct entry *e = q.region ? find(as, q.region) : NULL;
+	struct entry *e = q.region ? as_find(as, q.region) : NULL;
 	bool ok = e && e->kind == E_PRIMARY;
 	/* A backup copy: recovery is promoting it, or the asker applied a
 	 * configuration that makes us the region's primary and we have not
@@ -857,11 +677,11 @@ static void h_lookup(farm_loop *loop, const farm_msg_in *in, void *arg)
 	farm_mr_desc d = ok ? e->desc : (farm_mr_desc){0};
 	pthread_rwlock_unlock(&as->lock);
 	if (!ok) {
-		reply_err(loop, &in->token, recovering ? -EAGAIN : -ENOENT);
+		as_reply_err(loop, &in->token, recovering ? -EAGAIN : -ENOENT);
 		return;
 	}
 	struct desc_reply r = desc_reply_of(q.region, &d);
-	reply(loop, &in->token, &r, sizeof(r));
+	as_reply(loop, &in->token, &r, sizeof(r));
 }
 
 static void h_create(farm_loop *loop, const farm_msg_in *in, void *arg)
@@ -869,35 +689,35 @@ static void h_create(farm_loop *loop, const farm_msg_in *in, void *arg)
 	farm_as *as = arg;
 	struct create_req q;
 	if (in->len != sizeof(q) || !in->token.call_id) {
-		bad_request(as, loop, in, "region create");
+		as_bad_request(as, loop, in, "region create");
 		return;
 	}
 	memcpy(&q, in->payload, sizeof(q));
 	if (q.region == 0 || q.region > FARM_REGION_ID_MAX ||
 	    q.size != as->region_size || q.primary != in->src_machine) {
-		bad_request(as, loop, in, "region create");
+		as_bad_request(as, loop, in, "region create");
 		return;
 	}
 	pthread_rwlock_rdlock(&as->lock);
-	bool exists = find(as, q.region) != NULL;
+	bool exists = as_find(as, q.region) != NULL;
 	pthread_rwlock_unlock(&as->lock);
 	if (exists) {
-		reply_err(loop, &in->token, -EEXIST);
+		as_reply_err(loop, &in->token, -EEXIST);
 		return;
 	}
 	farm_region *r;
 	int rc = farm_region_create(as->fab, as->region_size, &r);
 	if (rc) {
-		reply_err(loop, &in->token, rc);
+		as_reply_err(loop, &in->token, rc);
 		return;
 	}
 	struct entry e = {.id = q.region, .kind = E_BACKUP, .local = r};
 	as_wrlock(as);
-	rc = find(as, q.region) ? -EEXIST : put(as, &e);
+	rc = as_find(as, q.region) ? -EEXIST : as_put(as, &e);
 	pthread_rwlock_unlock(&as->lock);
 	if (rc) {
 		farm_region_destroy(r);
-		reply_err(loop, &in->token, rc);
+		as_reply_err(loop, &in->token, rc);
 		return;
 	}
 	/* Durable before the primary learns of the copy (and before any
@@ -905,7 +725,7 @@ static void h_create(farm_loop *loop, const farm_msg_in *in, void *arg)
 	tell_local(as, q.region, r, true);
 	farm_mr_desc bd = farm_region_desc(r);
 	struct desc_reply d = desc_reply_of(q.region, &bd);
-	reply(loop, &in->token, &d, sizeof(d));
+	as_reply(loop, &in->token, &d, sizeof(d));
 }
 
 int farm_as_backup_open(farm_as *as, uint32_t region)
@@ -913,7 +733,7 @@ int farm_as_backup_open(farm_as *as, uint32_t region)
 	if (!as || region == 0 || region > FARM_REGION_ID_MAX)
 		return -EINVAL;
 	pthread_rwlock_rdlock(&as->lock);
-	struct entry *e = find(as, region);
+	struct entry *e = as_find(as, region);
 	bool held = e && (e->kind == E_PRIMARY || e->kind == E_BACKUP);
 	pthread_rwlock_unlock(&as->lock);
 	if (held)
@@ -925,11 +745,11 @@ int farm_as_backup_open(farm_as *as, uint32_t region)
 	struct entry ne = {
 	        .id = region, .kind = E_BACKUP, .filling = true, .local = r};
 	as_wrlock(as);
-	e = find(as, region);
+	e = as_find(as, region);
 	if (e && (e->kind == E_PRIMARY || e->kind == E_BACKUP))
 		rc = -EEXIST;
 	else
-		rc = put(as, &ne); /* replaces a cached remote entry */
+		rc = as_put(as, &ne); /* replaces a cached remote entry */
 	pthread_rwlock_unlock(&as->lock);
 	if (rc)
 		farm_region_destroy(r);
@@ -941,7 +761,7 @@ int farm_as_backup_filled(farm_as *as, uint32_t region)
 	if (!as || !region)
 		return -EINVAL;
 	as_wrlock(as);
-	struct entry *e = find(as, region);
+	struct entry *e = as_find(as, region);
 	int rc = e && e->kind == E_BACKUP && e->filling ? 0 : -ENOENT;
 	if (!rc) {
 		/* Recorded for a whole-cluster restart (the manifest) before
@@ -969,7 +789,7 @@ bool farm_as_backup_filling(farm_as *as, uint32_t region)
 	if (!as || !region)
 		return false;
 	pthread_rwlock_rdlock(&as->lock);
-	struct entry *e = find(as, region);
+	struct entry *e = as_find(as, region);
 	f = e && e->kind == E_BACKUP && e->filling;
 	pthread_rwlock_unlock(&as->lock);
 	return f;
@@ -980,182 +800,23 @@ static void h_drop(farm_loop *loop, const farm_msg_in *in, void *arg)
 	farm_as *as = arg;
 	struct lookup_req q;
 	if (in->len != sizeof(q)) {
-		bad_request(as, loop, in, "region drop");
+		as_bad_request(as, loop, in, "region drop");
 		return;
 	}
 	memcpy(&q, in->payload, sizeof(q));
 	farm_region *victim = NULL;
 	as_wrlock(as);
-	struct entry *e = q.region ? find(as, q.region) : NULL;
+	struct entry *e = q.region ? as_find(as, q.region) : NULL;
 	if (e && e->kind == E_BACKUP) {
 		victim = e->local;
-		del(as, q.region);
+		as_del(as, q.region);
 	}
 	pthread_rwlock_unlock(&as->lock);
 	if (victim)
 		tell_local(as, q.region, victim, false);
 	farm_region_destroy(victim);
 	if (in->token.call_id)
-		reply(loop, &in->token, NULL, 0);
-}
-
-/* ---- growth: the grower's share ------------------------------------------
- *
- * GROWQ {cfg, grower} asks a machine for the regions it is primary of in
- * configuration cfg that the grower holds a copy of (as their extra
- * backup, or as a replica where the others left them short). Reply: a
- * count, then
- * that many region ids; -EAGAIN while this machine has not applied cfg or
- * still promotes a region it is to be primary of (the list would be
- * short), -ESTALE when it has a later configuration. */
-struct growq_req {
-	uint64_t cfg;
-	uint32_t grower, pad;
-};
-
-static void h_growq(farm_loop *loop, const farm_msg_in *in, void *arg)
-{
-	farm_as *as = arg;
-	struct growq_req q;
-	if (in->len != sizeof(q) || !in->token.call_id) {
-		bad_request(as, loop, in, "growth query");
-		return;
-	}
-	memcpy(&q, in->payload, sizeof(q));
-	if (q.grower != in->src_machine || q.pad) {
-		bad_request(as, loop, in, "growth query");
-		return;
-	}
-	uint32_t max = (farm_msg_max_payload(farm_loop_msg(loop)) - 4) / 4;
-	uint32_t *out = malloc(4ull * (max + 1));
-	if (!out) {
-		reply_err(loop, &in->token, -ENOMEM);
-		return;
-	}
-	uint32_t n = 0;
-	int rc = 0;
-	pthread_rwlock_rdlock(&as->lock);
-	uint64_t cfg =
-	        atomic_load_explicit(&as->config_id, memory_order_relaxed);
-	if (cfg != q.cfg)
-		rc = cfg < q.cfg ? -EAGAIN : -ESTALE;
-	for (uint32_t i = 0; !rc && as->ring && i < as->cap; i++) {
-		const struct entry *e = &as->tab[i];
-		if (!e->id || e->kind == E_REMOTE ||
-		    farm_ring_primary(as->ring, e->id) != as->me)
-			continue;
-		/* Every copy the grower is to hold: its extra ones, and the
-		 * replicas it fills where the others left a region short. */
-		uint32_t h[FARM_RING_MAX_REPLICAS];
-		unsigned nh = farm_ring_holders(as->ring, e->id, h), k = 0;
-		while (k < nh && h[k] != q.grower)
-			k++;
-		if (k == nh)
-			continue;
-		if (e->kind != E_PRIMARY)
-			rc = -EAGAIN; /* being promoted: not listed yet */
-		else if (n == max)
-			rc = -E2BIG;
-		else
-			out[1 + n++] = e->id;
-	}
-	pthread_rwlock_unlock(&as->lock);
-	out[0] = n;
-	if (rc)
-		reply_err(loop, &in->token, rc);
-	else
-		reply(loop, &in->token, out, 4 * (n + 1));
-	free(out);
-}
-
-struct grow_op {
-	farm_as *as;
-	uint64_t cfg;
-	farm_op_fn cont;
-	void *ctx;
-	unsigned pending;
-	int status;
-	uint64_t regions; /* listed and complete here */
-};
-
-static void grow_end(farm_loop *loop, struct grow_op *op)
-{
-	if (--op->pending)
-		return;
-	int rc = op->status;
-	if (!rc && farm_as_config_id(op->as) != op->cfg)
-		rc = -ESTALE;
-	op->cont(loop, op->ctx, rc);
-	free(op);
-}
-
-static void grow_reply(farm_loop *loop, void *ctx, int status,
-                       const void *reply_buf, uint32_t len)
-{
-	struct grow_op *op = ctx;
-	farm_as *as = op->as;
-	uint32_t n = 0;
-	if (!status && (len < 4 || len % 4))
-		status = FARM_ECORRUPT;
-	if (!status) {
-		memcpy(&n, reply_buf, 4);
-		if (4ull * (n + 1) != len)
-			status = FARM_ECORRUPT;
-	}
-	for (uint32_t i = 0; !status && i < n; i++) {
-		uint32_t id;
-		memcpy(&id, (const uint8_t *)reply_buf + 4 * (i + 1), 4);
-		pthread_rwlock_rdlock(&as->lock);
-		const struct entry *e = find(as, id);
-		bool ok = e && e->kind == E_BACKUP && !e->filling;
-		pthread_rwlock_unlock(&as->lock);
-		if (!ok)
-			status = -EAGAIN; /* not complete here yet */
-		else
-			op->regions++;
-	}
-	/* The first answer that is not "complete" wins, an error over
-	 * -EAGAIN and -ESTALE (both: ask again later). */
-	bool soft = status == -EAGAIN || status == -ESTALE;
-	if (status && (!op->status || !soft))
-		op->status = status;
-	grow_end(loop, op);
-}
-
-int farm_as_grow_check(farm_as *as, farm_loop *loop, uint64_t cfg,
-                       const uint32_t *members, unsigned n, farm_op_fn cont,
-                       void *ctx)
-{
-	if (!as || !loop || !cont || !cfg || (n && !members))
-		return -EINVAL;
-	if (farm_as_config_id(as) != cfg)
-		return -ESTALE;
-	struct grow_op *op = calloc(1, sizeof(*op));
-	if (!op)
-		return -ENOMEM;
-	*op = (struct grow_op){
-	        .as = as, .cfg = cfg, .cont = cont, .ctx = ctx, .pending = 1};
-	struct growq_req q = {.cfg = cfg, .grower = as->me};
-	int rc = 0;
-	for (unsigned i = 0; i < n && !rc; i++) {
-		if (members[i] == as->me)
-			continue;
-		op->pending++;
-		rc = farm_msg_call(loop, members[i], 0, FARM_MSGT_AS_GROWQ, &q,
-		                   sizeof(q), as->rpc_timeout_ns, grow_reply,
-		                   op);
-		if (rc)
-			op->pending--;
-	}
-	if (rc) {
-		op->status = rc;
-		if (op->pending == 1) {
-			free(op);
-			return rc;
-		}
-	}
-	grow_end(loop, op); /* the caller's own share of pending */
-	return 0;
+		as_reply(loop, &in->token, NULL, 0);
 }
 
 /* ---- region allocation
@@ -1175,7 +836,7 @@ struct alloc_op {
 
 static bool taken_cb(void *ctx, uint32_t id)
 {
-	return find(ctx, id) != NULL; /* caller holds the lock */
+	return as_find(ctx, id) != NULL; /* caller holds the lock */
 }
 
 static void alloc_finish(farm_loop *loop, struct alloc_op *op)
@@ -1197,7 +858,7 @@ static void alloc_finish(farm_loop *loop, struct alloc_op *op)
 		    farm_ring_primary(as->ring, op->region) != as->me)
 			rc = -EAGAIN;
 		else
-			rc = put(as, &e);
+			rc = as_put(as, &e);
 		pthread_rwlock_unlock(&as->lock);
 		if (rc)
 			tell_local(as, op->region, op->local, false);
@@ -1272,7 +933,7 @@ int farm_as_region_alloc(farm_as *as, farm_loop *loop, uint32_t near,
 		op->nrep = farm_ring_holders(as->ring, op->region, op->reps);
 	if (!rc) {
 		struct entry e = {.id = op->region, .kind = E_REMOTE};
-		rc = put(as, &e); /* a placeholder no lookup answers */
+		rc = as_put(as, &e); /* a placeholder no lookup answers */
 	}
 	pthread_rwlock_unlock(&as->lock);
 	if (!rc)
@@ -1280,7 +941,7 @@ int farm_as_region_alloc(farm_as *as, farm_loop *loop, uint32_t near,
 	if (rc) {
 		if (op->region) {
 			as_wrlock(as);
-			del(as, op->region);
+			as_del(as, op->region);
 			pthread_rwlock_unlock(&as->lock);
 		}
 		free(op);
@@ -1310,192 +971,6 @@ int farm_as_region_alloc(farm_as *as, farm_loop *loop, uint32_t near,
 	if (--op->pending == 0)
 		alloc_finish(loop, op);
 	return 0;
-}
-
-/* ---- access
- * ------------------------------------------------------------------- */
-
-struct access_op {
-	farm_as *as;
-	bool write;
-	farm_gaddr a;
-	void *buf;
-	farm_mr *lmr;
-	uint32_t len;
-	farm_op_fn cont;
-	void *ctx;
-};
-
-static int post_rdma(farm_loop *loop, const farm_mr_desc *d, bool write,
-                     farm_gaddr a, void *buf, farm_mr *lmr, uint32_t len,
-                     farm_op_fn cont, void *ctx)
-{
-	farm_wr wr =
-	        write ? farm_wr_write(0, buf, lmr, len, d, farm_gaddr_offset(a))
-	              : farm_wr_read(0, buf, lmr, len, d, farm_gaddr_offset(a));
-	return farm_loop_rdma(loop, d->machine, &wr, cont, ctx);
-}
-
-static void lookup_done(farm_loop *loop, void *ctx, int status,
-                        const void *reply, uint32_t len)
-{
-	struct access_op *op = ctx;
-	farm_as *as = op->as;
-	struct desc_reply r;
-	uint32_t region = farm_gaddr_region(op->a);
-	if (!status) {
-		if (len != sizeof(r)) {
-			status = FARM_ECORRUPT;
-		} else {
-			memcpy(&r, reply, sizeof(r));
-			/* The descriptor must name this region and cover it. */
-			if (r.region != region || r.len < as->region_size)
-				status = FARM_ECORRUPT;
-		}
-	}
-	if (!status) {
-		farm_mr_desc d = {.key = r.key,
-		                  .addr = r.addr,
-		                  .len = r.len,
-		                  .machine = r.machine,
-		                  .access = r.access};
-		struct entry e = {.id = region, .kind = E_REMOTE, .desc = d};
-		as_wrlock(as);
-		struct entry *old = find(as, region);
-		if (old && old->kind == E_BACKUP)
-			old->desc = d;
-		else if (!old || old->kind == E_REMOTE)
-			(void)put(as,
-			          &e); /* a failed cache insert is harmless */
-		pthread_rwlock_unlock(&as->lock);
-		status = post_rdma(loop, &d, op->write, op->a, op->buf, op->lmr,
-		                   op->len, op->cont, op->ctx);
-		if (!status) {
-			free(op);
-			return;
-		}
-	}
-	op->cont(loop, op->ctx, status);
-	free(op);
-}
-
-static int as_access(farm_as *as, farm_loop *loop, bool write, farm_gaddr a,
-                     void *buf, farm_mr *lmr, uint32_t len, farm_op_fn cont,
-                     void *ctx)
-{
-	if (!as || !loop || !buf || !cont || len == 0 ||
-	    !farm_gaddr_valid(a, len, as->region_size))
-		return -EINVAL;
-	uint32_t region = farm_gaddr_region(a);
-	pthread_rwlock_rdlock(&as->lock);
-	struct entry *e = find(as, region);
-	int kind = e ? e->kind : E_FREE;
-	farm_mr_desc d = e ? e->desc : (farm_mr_desc){0};
-	uint8_t *base = kind == E_PRIMARY ? farm_region_base(e->local) : NULL;
-	uint32_t primary =
-	        as->ring ? farm_ring_primary(as->ring, region) : as->me;
-	bool have_view = as->ring != NULL;
-	pthread_rwlock_unlock(&as->lock);
-	if (base) {
-		/* Ours: loads and stores. The region stays while the machine
-		 * runs (regions are not freed in this version). */
-		uint8_t *p = base + farm_gaddr_offset(a);
-		if (write)
-			memcpy(p, buf, len);
-		else
-			memcpy(buf, p, len);
-		atomic_fetch_add(
-		        write ? &as->st.writes_local : &as->st.reads_local, 1);
-		return farm_loop_post(loop, cont, ctx);
-	}
-	atomic_fetch_add(write ? &as->st.writes_remote : &as->st.reads_remote,
-	                 1);
-	if ((kind == E_REMOTE || kind == E_BACKUP) && d.len) {
-		atomic_fetch_add(&as->st.lookups_cached, 1);
-		return post_rdma(loop, &d, write, a, buf, lmr, len, cont, ctx);
-	}
-	if (have_view && primary == as->me && kind == E_BACKUP)
-		return -EAGAIN; /* recovery is promoting our copy */
-	if (!have_view || primary == as->me)
-		return -ENOENT;
-	struct access_op *op = malloc(sizeof(*op));
-	if (!op)
-		return -ENOMEM;
-	*op = (struct access_op){.as = as,
-	                         .write = write,
-	                         .a = a,
-	                         .buf = buf,
-	                         .lmr = lmr,
-	                         .len = len,
-	                         .cont = cont,
-	                         .ctx = ctx};
-	struct lookup_req q = {.region = region};
-	atomic_fetch_add(&as->st.lookups_sent, 1);
-	int rc = farm_msg_call(loop, primary, 0, FARM_MSGT_AS_LOOKUP, &q,
-	                       sizeof(q), as->rpc_timeout_ns, lookup_done, op);
-	if (rc)
-		free(op);
-	return rc;
-}
-
-int farm_as_read(farm_as *as, farm_loop *loop, farm_gaddr a, void *buf,
-                 farm_mr *lmr, uint32_t len, farm_op_fn cont, void *ctx)
-{
-	return as_access(as, loop, false, a, buf, lmr, len, cont, ctx);
-}
-
-int farm_as_write(farm_as *as, farm_loop *loop, farm_gaddr a, const void *buf,
-                  farm_mr *lmr, uint32_t len, farm_op_fn cont, void *ctx)
-{
-	return as_access(as, loop, true, a, (void *)buf, lmr, len, cont, ctx);
-}
-
-/* ---- function shipping ------------------------------------------------------
- */
-
-unsigned farm_as_thread_of(const farm_as *as, farm_gaddr a)
-{
-	unsigned t = farm_msg_nthreads(as->msg);
-	return t ? farm_ring_pos(farm_gaddr_region(a)) % t : 0;
-}
-
-static int owner_of(farm_as *as, farm_gaddr a, uint32_t *machine)
-{
-	if (!farm_gaddr_valid(a, 0, as->region_size))
-		return -EINVAL;
-	pthread_rwlock_rdlock(&as->lock);
-	int rc = as->ring ? 0 : -ENOENT;
-	if (!rc)
-		*machine = farm_ring_primary(as->ring, farm_gaddr_region(a));
-	pthread_rwlock_unlock(&as->lock);
-	return rc;
-}
-
-int farm_as_ship(farm_as *as, farm_loop *loop, farm_gaddr a, uint16_t type,
-                 const void *payload, uint32_t len)
-{
-	if (!as || !loop)
-		return -EINVAL;
-	uint32_t m;
-	int rc = owner_of(as, a, &m);
-	if (rc)
-		return rc;
-	return farm_msg_send(loop, m, farm_as_thread_of(as, a), type, payload,
-	                     len);
-}
-
-int farm_as_call(farm_as *as, farm_loop *loop, farm_gaddr a, uint16_t type,
-                 const void *req, uint32_t len, uint64_t timeout_ns,
-                 farm_rpc_fn cont, void *ctx)
-{
-	if (!as || !loop)
-		return -EINVAL;
-	uint32_t m;
-	int rc = owner_of(as, a, &m);
-	if (rc)
-		return rc;
-	return farm_msg_call(loop, m, farm_as_thread_of(as, a), type, req, len,
-	                     timeout_ns, cont, ctx);
 }
 
 void farm_as_stats_get(farm_as *as, struct farm_as_stats *out)
