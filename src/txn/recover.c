@@ -148,42 +148,50 @@ static uint8_t *copy_obj(farm_txm *m, const struct rec_obj *o)
 	return (uint8_t *)farm_region_base(r) + off;
 }
 
-/* The copy of @o's object when its region is being promoted here now
- * (held as a complete backup copy), else NULL. A filling copy is never
- * promoted, so no lock is recovered in it: one would never be released,
- * and data recovery's applies would wait on it for good (a region still
- * listed from an earlier round whose copy growth demoted here, and whose
- * new copy fills: the fault campaign with growth on, a loop stuck). */
-/* Is this machine @region's primary in the view in force? */
-static bool primary_now(farm_txm *m, uint32_t region)
+/* Is @region this round's to promote (rec.nelig)? */
+static bool is_elig(const farm_txm *m, uint32_t region)
 {
-	uint32_t reps[16];
-	return farm_as_replicas(m->as, region, reps) && reps[0] == m->me;
-}
-
-/* Does a recovered lock lie in @region? (rec.lock held) */
-static bool region_locked(const farm_txm *m, uint32_t region)
-{
-	for (unsigned k = 0; k < m->rec.nrl; k++)
-		if (farm_gaddr_region(m->rec.rl[k].addr) == region)
+	for (unsigned i = 0; i < m->rec.nelig && i < m->rec.npromo; i++)
+		if (m->rec.promo[i] == region)
 			return true;
 	return false;
 }
 
-/* The copy of a listed region that is to be promoted: a complete backup
- * copy the view in force makes us primary of. A region stays listed
- * after its round (pending transactions), so a listed one may since
- * have been handed to a grower and refilled here as a plain backup
- * (its primary elsewhere): that copy takes no recovered lock, which
- * no one would release and for which a later round would throw the
- * copy away (rec_loop_run). */
+/* Does a recovered lock lie in this machine's current copy of @region
+ * (not in a copy growth demoted since)? (rec.lock held) */
+static bool region_locked(const farm_txm *m, uint32_t region)
+{
+	farm_region *r = farm_as_local_region(m->as, region, NULL);
+	if (!r)
+		return false;
+	const uint8_t *base = farm_region_base(r);
+	uint64_t size = farm_region_size(r);
+	for (unsigned k = 0; k < m->rec.nrl; k++) {
+		const struct rec_rlock *l = &m->rec.rl[k];
+		if (farm_gaddr_region(l->addr) == region && l->q >= base &&
+		    l->q < base + size)
+			return true;
+	}
+	return false;
+}
+
+/* The copy of @o's object when its region is this round's to promote
+ * (rec.nelig: held as a complete backup copy this machine was primary
+ * of when the round began), else NULL. A region stays listed after its
+ * round (pending transactions), so a listed one may since have been
+ * handed to a grower and refilled here as a plain backup: that copy
+ * takes no recovered lock, which nothing would release and for which a
+ * later round would throw the copy away (rec_loop_run). A filling copy
+ * is never promoted either, so no lock is recovered in it (data
+ * recovery's applies would wait on one for good). */
 static uint8_t *promo_obj(farm_txm *m, const struct rec_obj *o)
 {
 	enum farm_as_role role;
 	uint32_t r = farm_gaddr_region(o->addr);
-	if (!in_promo(m, r) || !farm_as_local_region(m->as, r, &role) ||
-	    role != FARM_AS_BACKUP || farm_as_backup_filling(m->as, r) ||
-	    (!primary_now(m, r) && !FARM_FAULT_SWITCH(FARM_FP_REC_STALE_PROMO)))
+	bool old_rule = FARM_FAULT_SWITCH(FARM_FP_REC_STALE_PROMO);
+	if (!(old_rule ? in_promo(m, r) : is_elig(m, r)) ||
+	    !farm_as_local_region(m->as, r, &role) || role != FARM_AS_BACKUP ||
+	    farm_as_backup_filling(m->as, r))
 		return NULL;
 	return copy_obj(m, o);
 }
@@ -203,17 +211,19 @@ static void refuse(farm_txm *m, const farm_msg_in *in, const char *what)
  * is promoted, and every recovered lock, is made under rec.lock.
  */
 
-static struct rec_rlock *rlock_find(farm_txm *m, uint64_t addr)
+/* The recovered lock of @addr taken at @q, or with @q NULL in any copy. */
+static struct rec_rlock *rlock_find(farm_txm *m, uint64_t addr,
+                                    const uint8_t *q)
 {
 	for (unsigned i = 0; i < m->rec.nrl; i++)
-		if (m->rec.rl[i].addr == addr)
+		if (m->rec.rl[i].addr == addr && (!q || m->rec.rl[i].q == q))
 			return &m->rec.rl[i];
 	return NULL;
 }
 
 static int rlock_take(farm_txm *m, uint64_t addr, uint8_t *q)
 {
-	struct rec_rlock *l = rlock_find(m, addr);
+	struct rec_rlock *l = rlock_find(m, addr, q);
 	if (l) {
 		l->n++;
 		return 0;
@@ -226,7 +236,8 @@ static int rlock_take(farm_txm *m, uint64_t addr, uint8_t *q)
 		m->rec.rl = nr;
 		m->rec.caprl = nc;
 	}
-	m->rec.rl[m->rec.nrl++] = (struct rec_rlock){.addr = addr, .n = 1};
+	m->rec.rl[m->rec.nrl++] =
+	        (struct rec_rlock){.addr = addr, .q = q, .n = 1};
 	_Atomic uint64_t *hv = (_Atomic uint64_t *)(void *)q;
 	uint64_t v = atomic_load_explicit(hv, memory_order_acquire);
 	atomic_store_explicit(hv, (v & ~OBJ_LOCK_MASK) | OBJ_LOCK_EXCL,
@@ -266,6 +277,14 @@ static void adopt_ready(farm_txm *m)
 {
 	for (unsigned i = 0; i < m->rec.nadopt;) {
 		uint32_t id = m->rec.adopt[i];
+		enum farm_as_role role;
+		/* No longer ours (growth demoted it: its allocator state
+		 * was retired, farm_galloc_retire): never adopted. */
+		if (!farm_as_local_region(m->as, id, &role) ||
+		    role != FARM_AS_PRIMARY) {
+			m->rec.adopt[i] = m->rec.adopt[--m->rec.nadopt];
+			continue;
+		}
 		if (region_locked(m, id)) {
 			i++;
 			continue;
@@ -281,7 +300,7 @@ static void adopt_ready(farm_txm *m)
 
 static void rlock_put(farm_txm *m, uint64_t addr, uint8_t *q)
 {
-	struct rec_rlock *l = rlock_find(m, addr);
+	struct rec_rlock *l = rlock_find(m, addr, q);
 	if (!l || --l->n)
 		return;
 	*l = m->rec.rl[--m->rec.nrl];
@@ -296,7 +315,7 @@ static void rlock_put(farm_txm *m, uint64_t addr, uint8_t *q)
 static bool promo_apply(farm_txm *m, uint64_t addr, uint8_t *q, unsigned lines,
                         const uint8_t *img)
 {
-	return txn_copy_apply(q, lines, img, rlock_find(m, addr) != NULL);
+	return txn_copy_apply(q, lines, img, rlock_find(m, addr, q) != NULL);
 }
 
 #ifdef FARM_FAULT_INJECTION
@@ -351,9 +370,11 @@ static void pend_settle(struct txloop *tl, struct rec_pend *p, bool commit)
 	const uint8_t *img = rimgs(p->rec);
 	pthread_mutex_lock(&m->rec.lock);
 	for (unsigned i = 0; i < h.nobj; i++) {
-		/* Only what we locked (pend_add): the recovered locks. */
-		uint8_t *q =
-		        rlock_find(m, o[i].addr) ? copy_obj(m, &o[i]) : NULL;
+		/* Only what we locked (pend_add): the recovered locks, in
+		 * the copy each was taken in (a copy demoted since is
+		 * installed there: data recovery reads it). */
+		struct rec_rlock *l = rlock_find(m, o[i].addr, NULL);
+		uint8_t *q = l ? l->q : NULL;
 		if (q && commit && txn_copy_apply(q, o[i].lines, img, true))
 			stat_add(m, S_INSTALLS, 1);
 		if (q)
@@ -619,12 +640,23 @@ static void rec_loop_run(struct txloop *tl)
 	pthread_mutex_lock(&m->rec.lock);
 	for (unsigned i = 0; i < m->rec.npromo; i++) {
 		uint32_t id = m->rec.promo[i];
+		bool elig = i < m->rec.nelig;
 		m->rec.promo[kept++] = id;
 		/* Before it serves: its frees wait for adoption (galloc.h).
 		 * A region of an earlier recovery (still listed) may be
 		 * adopted already (2). */
 		int ex = farm_galloc_adopt_expect(m->ga, id);
-		if (!farm_as_promote(m->as, id)) {
+		/* Promoted: this round's (scanned as such by every loop), or
+		 * one an earlier round promoted (farm_as_promote: 0). A
+		 * copy that became promotable since the round began (a newer
+		 * view, a copy completed) is not: that view's round, or the
+		 * one data recovery asks for, promotes it after a scan. */
+		enum farm_as_role role;
+		bool primary = farm_as_local_region(m->as, id, &role) &&
+		               role == FARM_AS_PRIMARY;
+		if ((elig || primary ||
+		     FARM_FAULT_SWITCH(FARM_FP_REC_STALE_PROMO)) &&
+		    !farm_as_promote(m->as, id)) {
 			stat_add(m, S_REC_PROMOTED, 1);
 			np++;
 			if (ex == 0 || ex == 1)
@@ -639,6 +671,11 @@ static void rec_loop_run(struct txloop *tl)
 			if (!region_locked(m, id) &&
 			    !FARM_FAULT_SWITCH(FARM_FP_REC_STALE_PROMO)) {
 				kept--;
+				farm_info("txn recovery: region %" PRIu32
+				          " leaves the promotion list (not "
+				          "this round's to promote; the copy "
+				          "held here, if any, is kept)",
+				          id);
 				continue;
 			}
 			/* Our copy holds the locks promote_scan
@@ -658,6 +695,7 @@ static void rec_loop_run(struct txloop *tl)
 		}
 	}
 	m->rec.npromo = kept;
+	m->rec.nelig = 0;
 	adopt_ready(m);
 	/* Promoted: backups' truncation no longer touches them (role). */
 	atomic_store(&m->rec.npromo_live, 0);
@@ -710,6 +748,7 @@ int farm_txm_reconfigure(farm_txm *m, uint64_t cfg, const uint32_t *removed,
 		free(promo);
 		return -E2BIG;
 	}
+	unsigned nelig = np;
 	pthread_mutex_lock(&m->rec.lock);
 	if (cfg <= atomic_load(&m->rec.cfg)) {
 		pthread_mutex_unlock(&m->rec.lock);
@@ -739,6 +778,7 @@ int farm_txm_reconfigure(farm_txm *m, uint64_t cfg, const uint32_t *removed,
 	free(m->rec.promo);
 	m->rec.promo = promo;
 	m->rec.npromo = np;
+	m->rec.nelig = nelig;
 	atomic_store(&m->rec.npromo_live, np);
 	atomic_store(&m->rec.scanned, 0);
 	atomic_store(&m->rec.applied, 0);

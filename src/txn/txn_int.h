@@ -214,6 +214,10 @@ struct rec_txn {
 };
 struct rec_rlock {
 	uint64_t addr;
+	/* The object in the copy the lock was taken in: the copy may be
+	 * demoted (growth) before the lock's transaction settles, and is
+	 * installed and unlocked there (demoted copies stay mapped). */
+	uint8_t *q;
 	unsigned n;
 };
 
@@ -227,6 +231,11 @@ struct txrec_state {
 	unsigned nsurv;
 	uint32_t *promo; /* regions being promoted here */
 	unsigned npromo;
+	/* promo[0, nelig) are this round's to promote: complete backup
+	 * copies this machine was primary of when the round began
+	 * (farm_as_promotable); the rest are listed from earlier rounds.
+	 * Decided once, so every loop's scan and the promotion agree. */
+	unsigned nelig;
 	_Atomic unsigned npromo_live;
 	_Atomic unsigned applied, scanned; /* loops done with each step */
 	_Atomic uint64_t t_config, t_go, t_active; /* farm_txm_stats */
