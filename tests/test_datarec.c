@@ -549,6 +549,50 @@ static int grow_victim(void)
 	return -1;
 }
 
+/* Machine @i's report once its round for a configuration it took after
+ * @t is over, or NULL past @dl. */
+static struct held_report *round_after(unsigned i, uint64_t t, uint64_t dl)
+{
+	for (;;) {
+		struct held_report *r = ask(i);
+		if (r->rec_t_config_ns > t &&
+		    r->rec_t_active_ns > r->rec_t_config_ns)
+			return r;
+		free(r);
+		if (np_now_ns() > dl)
+			return NULL;
+		poll_pause(20);
+	}
+}
+
+/* Kill the late machine (grown); wait up to 30 s for every survivor to
+ * run a configuration whose ring no longer names it. Returns whether
+ * they all do; *@t: when it was killed. */
+static bool grower_killed(struct rb_result *res, uint64_t *t)
+{
+	assert_int_equal(kill(late_cl.pid[0], SIGKILL), 0);
+	assert_int_equal(tu_reap(late_cl.pid[0]), 128 + SIGKILL);
+	late_cl.pid[0] = 0;
+	late_in = false;
+	*t = np_now_ns();
+	bool moved = false;
+	while (!moved && np_now_ns() < *t + 30000000000ull) {
+		moved = true;
+		for (unsigned i = 0; i < NP_NM && moved; i++) {
+			if (!rb_member(res, i))
+				continue;
+			struct held_report *r = ask(i);
+			for (unsigned k = 0; k < r->n; k++)
+				for (unsigned q = 0; q < r->h[k].nreps; q++)
+					moved &= r->h[k].reps[q] != DR_LATE_ID;
+			free(r);
+		}
+		if (!moved)
+			poll_pause(20);
+	}
+	return moved;
+}
+
 /*
  * grow_kill, after the survivors' run: once machine NP_NM has grown and
  * taken a region over from a live primary, whose new copy of it is held
@@ -590,41 +634,15 @@ static void grow_kill(struct rb_result *res)
 		       DR_LATE_ID);
 		return;
 	}
-	assert_int_equal(kill(late_cl.pid[0], SIGKILL), 0);
-	assert_int_equal(tu_reap(late_cl.pid[0]), 128 + SIGKILL);
-	late_cl.pid[0] = 0;
-	late_in = false;
-	uint64_t t = np_now_ns();
-	/* Every survivor in a configuration whose ring no longer names it. */
-	bool moved = false;
-	while (!moved && np_now_ns() < dl + 30000000000ull) {
-		moved = true;
-		for (unsigned i = 0; i < NP_NM && moved; i++) {
-			if (!rb_member(res, i))
-				continue;
-			struct held_report *r = ask(i);
-			for (unsigned k = 0; k < r->n; k++)
-				for (unsigned q = 0; q < r->h[k].nreps; q++)
-					moved &= r->h[k].reps[q] != DR_LATE_ID;
-			free(r);
-		}
-		if (!moved)
-			poll_pause(20);
-	}
+	uint64_t t;
+	bool moved = grower_killed(res, &t);
 	/* And the old primary's round for that configuration over (its
 	 * promotions made), so that only a round asked for later can
 	 * promote the copy it finishes. */
-	struct held_report *r = NULL;
-	bool first = false, filling = false, over = false;
-	while (moved && np_now_ns() < dl + 60000000000ull) {
-		free(r);
-		r = ask((unsigned)old);
-		over = r->rec_t_config_ns > t &&
-		       r->rec_t_active_ns > r->rec_t_config_ns;
-		if (over)
-			break;
-		poll_pause(20);
-	}
+	struct held_report *r =
+	        moved ? round_after((unsigned)old, t, dl + 60000000000ull)
+	              : NULL;
+	bool first = false, filling = false, over = r != NULL;
 	for (unsigned k = 0; r && k < r->n; k++)
 		if (r->h[k].region == region) {
 			first = r->h[k].nreps &&
@@ -649,22 +667,6 @@ static void grow_kill(struct rb_result *res)
 			dr_send(i, 'o');
 			dr_expect(i, 'k', 30000);
 		}
-}
-
-/* Machine @i's report once its round for a configuration it took after
- * @t is over, or NULL past @dl. */
-static struct held_report *round_after(unsigned i, uint64_t t, uint64_t dl)
-{
-	for (;;) {
-		struct held_report *r = ask(i);
-		if (r->rec_t_config_ns > t &&
-		    r->rec_t_active_ns > r->rec_t_config_ns)
-			return r;
-		free(r);
-		if (np_now_ns() > dl)
-			return NULL;
-		poll_pause(20);
-	}
 }
 
 /* @r's entry for @region, or NULL. */
@@ -750,26 +752,7 @@ static void grow_round(struct rb_result *res)
 		       "%#" PRIx32 " after a round it asked for",
 		       x, region);
 	free(r);
-	assert_int_equal(kill(late_cl.pid[0], SIGKILL), 0);
-	assert_int_equal(tu_reap(late_cl.pid[0]), 128 + SIGKILL);
-	late_cl.pid[0] = 0;
-	late_in = false;
-	t = np_now_ns();
-	bool moved = false;
-	while (!moved && np_now_ns() < t + 30000000000ull) {
-		moved = true;
-		for (unsigned i = 0; i < NP_NM && moved; i++) {
-			if (!rb_member(res, i))
-				continue;
-			struct held_report *q = ask(i);
-			for (unsigned k = 0; k < q->n; k++)
-				for (unsigned j = 0; j < q->h[k].nreps; j++)
-					moved &= q->h[k].reps[j] != DR_LATE_ID;
-			free(q);
-		}
-		if (!moved)
-			poll_pause(20);
-	}
+	bool moved = grower_killed(res, &t);
 	r = moved ? round_after(x, t, t + 60000000000ull) : NULL;
 	h = held_of(r, region);
 	printf("grow_round: machine %u killed; %.0f ms later every survivor "
