@@ -370,11 +370,13 @@ static void pend_settle(struct txloop *tl, struct rec_pend *p, bool commit)
 	const uint8_t *img = rimgs(p->rec);
 	pthread_mutex_lock(&m->rec.lock);
 	for (unsigned i = 0; i < h.nobj; i++) {
-		/* Only what we locked (pend_add): the recovered locks, in
-		 * the copy each was taken in (a copy demoted since is
-		 * installed there: data recovery reads it). */
-		struct rec_rlock *l = rlock_find(m, o[i].addr, NULL);
-		uint8_t *q = l ? l->q : NULL;
+		/* Only what this entry locked (pend_add), in the copy it
+		 * locked it in (a copy demoted since is installed there:
+		 * data recovery reads it). */
+		uint8_t *q = p->q[i];
+		p->q[i] = NULL;
+		if (q && !rlock_find(m, o[i].addr, q))
+			q = NULL;
 		if (q && commit && txn_copy_apply(q, o[i].lines, img, true))
 			stat_add(m, S_INSTALLS, 1);
 		if (q)
@@ -398,6 +400,7 @@ static void pend_decide(struct txloop *tl, uint64_t txid, bool commit)
 		if (!p->settled)
 			pend_settle(tl, p, commit);
 		*pp = p->next;
+		free(p->q);
 		free(p->rec);
 		free(p);
 	}
@@ -434,14 +437,19 @@ static int pend_add(struct txloop *tl, uint32_t coord, const uint8_t *rec)
 	memcpy(&h, rec, sizeof(h));
 	struct rec_pend *p = malloc(sizeof(*p));
 	uint8_t *copy = malloc(h.len);
-	if (!p || !copy) {
+	uint8_t **qs = calloc(h.nobj ? h.nobj : 1, sizeof(*qs));
+	if (!p || !copy || !qs) {
 		free(p);
 		free(copy);
+		free(qs);
 		return -ENOMEM;
 	}
 	memcpy(copy, rec, h.len);
-	*p = (struct rec_pend){
-	        .next = tl->pend, .txid = h.txid, .coord = coord, .rec = copy};
+	*p = (struct rec_pend){.next = tl->pend,
+	                       .txid = h.txid,
+	                       .coord = coord,
+	                       .rec = copy,
+	                       .q = qs};
 	const struct rec_obj *o = robjs(copy);
 	for (unsigned i = 0; i < h.nobj; i++) {
 		uint8_t *q = promo_obj(m, &o[i]);
@@ -449,6 +457,8 @@ static int pend_add(struct txloop *tl, uint32_t coord, const uint8_t *rec)
 			farm_err("txn recovery: out of memory for a lock: "
 			         "object %#" PRIx64 " left unlocked",
 			         o[i].addr);
+		else
+			qs[i] = q;
 	}
 	tl->pend = p;
 	return 0;
@@ -1270,6 +1280,7 @@ void txn_rec_detach(struct txloop *tl)
 	while (tl->pend) {
 		struct rec_pend *p = tl->pend;
 		tl->pend = p->next;
+		free(p->q);
 		free(p->rec);
 		free(p);
 	}

@@ -166,6 +166,11 @@ struct rec_pend {
 	uint64_t txid;
 	uint32_t coord;
 	uint8_t *rec; /* a copy of its COMMIT-BACKUP (malloc'd) */
+	/* Per object of rec: where pend_add took its recovered lock (the
+	 * object in the copy it was promoting), or NULL: settling releases
+	 * only these, never another pending transaction's lock on the
+	 * same object (malloc'd). */
+	uint8_t **q;
 	bool settled; /* at the log's truncation; awaits the answer */
 };
 
