@@ -351,6 +351,18 @@ static void grow_view_locked(farm_node *n, const struct farm_view *v)
 	farm_grow_view(n->grow, v);
 }
 
+/* Stop growth (a later view or loop 0 may start it again). Destroyed
+ * outside grow_lock: the grow thread's answer may be telling the
+ * membership, whose views take grow_lock. */
+static void grow_stop(farm_node *n)
+{
+	pthread_mutex_lock(&n->grow_lock);
+	struct farm_grow *g = n->grow;
+	n->grow = NULL;
+	pthread_mutex_unlock(&n->grow_lock);
+	farm_grow_destroy(g);
+}
+
 static void grow_view(farm_node *n, const struct farm_view *v)
 {
 	pthread_mutex_lock(&n->grow_lock);
@@ -957,19 +969,15 @@ void farm_node_loop_close(farm_node *n, farm_loop *loop)
 	/* Nothing new starts on it: growth asks on loop 0 (its thread posts
 	 * there), so it stops before the loop goes, and a view that comes
 	 * now finds no loop to grow with (a later loop 0 starts growth
-	 * again, farm_node_loop_open). Stopped outside grow_lock: the grow
-	 * thread's answer may be telling the membership, whose views take
-	 * grow_lock. */
+	 * again, farm_node_loop_open). */
 	pthread_mutex_lock(&n->grow_lock);
 	pthread_mutex_lock(&n->lock);
 	if (i < n->nthreads && n->threads[i].loop == loop)
 		n->threads[i].loop = NULL;
 	pthread_mutex_unlock(&n->lock);
-	struct farm_grow *g = i == 0 ? n->grow : NULL;
-	if (i == 0)
-		n->grow = NULL;
 	pthread_mutex_unlock(&n->grow_lock);
-	farm_grow_destroy(g);
+	if (i == 0)
+		grow_stop(n);
 	farm_ctl_lock(n->ctl);
 	farm_txm_detach(n->txm, loop);
 	farm_ctl_unlock(n->ctl);
@@ -1169,11 +1177,7 @@ void farm_node_close(farm_node *n)
 	n->marked_mem = NULL;
 	pthread_mutex_unlock(&n->lock);
 	farm_membership_close(n->mem); /* no more view callbacks */
-	pthread_mutex_lock(&n->grow_lock);
-	struct farm_grow *g = n->grow;
-	n->grow = NULL;
-	pthread_mutex_unlock(&n->grow_lock);
-	farm_grow_destroy(g); /* before the loops stop */
+	grow_stop(n);                  /* before the loops stop */
 	if (n->rec && n->fab && farm_fabric_on_peer_death(n->fab, NULL, NULL))
 		farm_info("node: fabric without death notices");
 	farm_recovery_close(n->rec);
