@@ -664,7 +664,7 @@ static void test_restart_marks_pads(void **state)
 	uint8_t *log = calloc(1, len);
 	assert_non_null(log);
 	struct log_super sb = {.magic = LOG_SUPER_MAGIC,
-	                       .layout = 2,
+	                       .layout = LOG_LAYOUT,
 	                       .machine = 0,
 	                       .M = 1,
 	                       .T = 1,
@@ -676,6 +676,8 @@ static void test_restart_marks_pads(void **state)
 	/* A TRUNCATE record at 0 (lap 1) with mark 5 ... */
 	struct rec_hdr h = {.len = 64, .type = REC_TRUNC, .lw = 5};
 	memcpy(ring, &h, sizeof(h));
+	uint64_t sum = rec_sum(ring, 48);
+	memcpy(ring + 64 - 16, &sum, 8);
 	uint64_t tr = 0 + 1;
 	memcpy(ring + 64 - 8, &tr, 8);
 	/* ... and a pad to the ring's end with mark 9, whose record (at 0 of
@@ -683,6 +685,8 @@ static void test_restart_marks_pads(void **state)
 	uint64_t off = R - 128;
 	h = (struct rec_hdr){.len = 128, .type = REC_PAD, .lw = 9};
 	memcpy(ring + off, &h, sizeof(h));
+	sum = rec_sum(ring + off, 48);
+	memcpy(ring + off + 48, &sum, 8);
 	tr = off + 1;
 	memcpy(ring + off + 56, &tr, 8);
 	uint64_t *mark = calloc(64 * 64, sizeof(*mark));
@@ -697,6 +701,31 @@ static void test_restart_marks_pads(void **state)
 	memcpy(ring + off + 56, &tr, 8);
 	assert_int_equal(farm_txlog_testing_marks(log, len, mark), 0);
 	assert_int_equal(mark[0], 5);
+	/* A record whose trailer says it landed whole but whose bytes
+	 * changed since (its checksum no longer matches): damage, refused,
+	 * not skipped as one a kill cut short; the file check says where. */
+	ring[40] ^= 1; /* the TRUNCATE record's header (cfg) */
+	assert_int_equal(farm_txlog_testing_marks(log, len, mark),
+	                 FARM_ECORRUPT);
+	char err[256] = "";
+	assert_int_equal(
+	        farm_txlog_check(log, len, "test.log", err, sizeof(err)),
+	        FARM_ECORRUPT);
+	printf("damaged record: %s\n", err);
+	assert_non_null(strstr(err, "test.log: damaged log record at offset "
+	                            "4096"));
+	ring[40] ^= 1;
+	assert_int_equal(
+	        farm_txlog_check(log, len, "test.log", err, sizeof(err)), 0);
+	/* A log of the layout before checksums: refused by its layout. */
+	sb.layout = 2;
+	memcpy(log, &sb, sizeof(sb));
+	assert_int_equal(
+	        farm_txlog_check(log, len, "test.log", err, sizeof(err)),
+	        FARM_ECORRUPT);
+	assert_non_null(strstr(err, "log layout 2 at offset 8"));
+	sb.layout = LOG_LAYOUT;
+	memcpy(log, &sb, sizeof(sb));
 	/* Not a log file. */
 	log[0] ^= 1;
 	assert_int_equal(farm_txlog_testing_marks(log, len, mark),

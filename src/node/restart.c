@@ -19,8 +19,10 @@
  *   - no manifest and no region files: a fresh machine;
  *   - region files but no manifest, a manifest that is torn, of another
  *     layout, or whose files are missing, of the wrong size or with a bad
- *     magic (a region's allocator header, the log's superblock): refused
- *     with the file and offset, nothing deleted (FARM_ECORRUPT);
+ *     magic (a region's allocator header, the log's superblock), a log
+ *     record whose trailer says it is whole but whose checksum does not
+ *     match (farm_txlog_check): refused with the file and offset,
+ *     nothing deleted (FARM_ECORRUPT);
  *   - another machine's or cluster's manifest: refused (-EXDEV);
  *   - intact: every listed file <f> is renamed <f>.old (a name the fabric
  *     leaves alone), and the machine restarts.

@@ -195,6 +195,8 @@ int txn_log_append(struct txloop *tl, uint32_t mach, void *buf, size_t len,
 		                     .trunc = low_water(tl, w),
 		                     .lw = tl->cs_low};
 		memcpy(pb, &ph, sizeof(ph));
+		uint64_t sum = rec_sum(pb, 48);
+		memcpy(pb + 48, &sum, 8);
 		uint64_t tr = w->tail + 1;
 		memcpy(pb + 56, &tr, 8); /* a pad's trailer: its first line's */
 		int rc = post_write(tl, mach, off, pb, 64, NULL, 0);
@@ -213,6 +215,9 @@ int txn_log_append(struct txloop *tl, uint32_t mach, void *buf, size_t len,
 	h->trunc = low_water(tl, w);
 	h->lw = tl->cs_low;
 	w->sent_trunc = FARM_MAX(w->sent_trunc, h->trunc);
+	/* Every byte is final now: the checksum, then the trailer. */
+	uint64_t sum = rec_sum(buf, len - 16);
+	memcpy((uint8_t *)buf + len - 16, &sum, 8);
 	uint64_t tr = w->tail + 1;
 	memcpy((uint8_t *)buf + len - 8, &tr, 8);
 	uint64_t s = w->wq_tail;
@@ -328,28 +333,38 @@ static void freed_read_done(farm_loop *loop, void *ctx, int status)
 }
 
 /*
- * Is a whole transaction record (not a pad) at @off of a ring of @R
- * bytes? Its header is sane and its trailer holds its position + 1: a
- * record whose trailer does not match was in flight when its writer
- * stopped (never landed, never acknowledged), and truncation zeroes what
- * it frees. *@h is the header when true, and *@pos (when not NULL) the
- * record's position in the log (its trailer - 1). For scans of files at
- * rest (farm_txlog_scan_file, whole-cluster restart).
+ * What lies at @off of a ring of @R bytes? 1: a whole transaction record
+ * (not a pad): its header is sane, its trailer holds its position + 1
+ * and its checksum matches; 2: a whole pad (the same, its first line);
+ * 0: neither: a record whose trailer does not match was in flight when
+ * its writer stopped (never landed, never acknowledged; the trailer
+ * lands last), and truncation zeroes what it frees; FARM_ECORRUPT: a
+ * record or pad whose trailer says it landed whole but whose checksum
+ * does not match its bytes: damaged since (or a bad header that claims a
+ * trailer). *@h is the header unless 0, and *@pos (when not NULL) the
+ * position in the log (its trailer - 1). For scans of files at rest
+ * (farm_txlog_scan_file, whole-cluster restart).
  */
-bool txn_log_record_at(const uint8_t *ring, uint64_t R, uint64_t off,
-                       struct rec_hdr *h, uint64_t *pos)
+int txn_log_record_at(const uint8_t *ring, uint64_t R, uint64_t off,
+                      struct rec_hdr *h, uint64_t *pos)
 {
 	memcpy(h, ring + off, sizeof(*h));
 	if (!h->len || h->len % 64 || h->len > R - off || h->type < REC_LOCK ||
 	    h->type > REC_PAD)
-		return false;
+		return 0;
 	uint64_t tr;
 	memcpy(&tr, ring + off + (h->type == REC_PAD ? 56 : h->len - 8), 8);
 	if (!tr || (tr - 1) % R != off)
-		return false;
+		return 0;
 	if (pos)
 		*pos = tr - 1;
-	return h->type != REC_PAD && rec_size(h->nobj, 0, h->nreg) <= h->len;
+	uint64_t so = rec_sum_off(h->type, h->len), sum;
+	memcpy(&sum, ring + off + so, 8);
+	if (sum != rec_sum(ring + off, so))
+		return FARM_ECORRUPT;
+	if (h->type == REC_PAD)
+		return 2;
+	return rec_size(h->nobj, 0, h->nreg) <= h->len ? 1 : FARM_ECORRUPT;
 }
 
 /* ---- reading logs after a restart ------------------------------------- */
@@ -371,7 +386,7 @@ int farm_txlog_scan_file(const char *path, farm_txlog_fn fn, void *ctx,
 	         pread(fd, &sb, sizeof(sb), 0) != (ssize_t)sizeof(sb) ||
 	         sb.magic != LOG_SUPER_MAGIC)
 		rc = -ENOMSG; /* not a log file */
-	else if (sb.layout != 2 || !sb.M || sb.M > 0x40 || !sb.T ||
+	else if (sb.layout != LOG_LAYOUT || !sb.M || sb.M > 0x40 || !sb.T ||
 	         sb.T > MAX_LOOPS || sb.machine >= sb.M ||
 	         !farm_is_pow2(sb.R) || sb.R < (64u << 10) ||
 	         sb.R > (64u << 20) ||
@@ -402,8 +417,13 @@ int farm_txlog_scan_file(const char *path, farm_txlog_fn fn, void *ctx,
 			for (uint64_t off = 0; off < sb.R; off += 64) {
 				struct rec_hdr h;
 				uint64_t pos;
-				if (!txn_log_record_at(ring, sb.R, off, &h,
-				                       &pos))
+				int k = txn_log_record_at(ring, sb.R, off, &h,
+				                          &pos);
+				if (k < 0) {
+					munmap(base, sb.total);
+					return k; /* damaged */
+				}
+				if (k != 1)
 					continue;
 				struct farm_txlog_rec r = {.coord = c,
 				                           .thread = t,

@@ -90,8 +90,10 @@ static int cmp_txid(const void *a, const void *b)
 			snprintf(err, errlen, __VA_ARGS__); \
 	} while (0)
 
-int farm_txlog_check(const uint8_t *base, size_t len, const char *what,
-                     char *err, size_t errlen)
+/* The superblock of a log file at rest: its magic, layout, geometry and
+ * size. */
+static int super_check(const uint8_t *base, size_t len, const char *what,
+                       char *err, size_t errlen)
 {
 	struct log_super sb;
 	if (!base || len < sizeof(sb)) {
@@ -104,9 +106,15 @@ int farm_txlog_check(const uint8_t *base, size_t len, const char *what,
 		FAIL("%s: bad log magic at offset 0", what);
 		return FARM_ECORRUPT;
 	}
-	if (sb.layout != 2 || !sb.M || sb.M > 0x40 || !sb.T ||
-	    sb.T > MAX_LOOPS || sb.machine >= sb.M || !farm_is_pow2(sb.R) ||
-	    sb.R < (64u << 10) || sb.R > (64u << 20) ||
+	if (sb.layout != LOG_LAYOUT) {
+		FAIL("%s: log layout %" PRIu32 " at offset 8 (this build reads "
+		     "layout %u)",
+		     what, sb.layout, LOG_LAYOUT);
+		return FARM_ECORRUPT;
+	}
+	if (!sb.M || sb.M > 0x40 || !sb.T || sb.T > MAX_LOOPS ||
+	    sb.machine >= sb.M || !farm_is_pow2(sb.R) || sb.R < (64u << 10) ||
+	    sb.R > (64u << 20) ||
 	    sb.hdr_area !=
 	            ((64 + (uint64_t)sb.M * sb.T * 64 + 4095) & ~4095ull) ||
 	    sb.total != sb.hdr_area + (uint64_t)sb.M * sb.T * sb.R) {
@@ -123,45 +131,54 @@ int farm_txlog_check(const uint8_t *base, size_t len, const char *what,
 }
 
 /* Every whole record of one log file (as farm_txlog_scan_file finds
- * them), appended to *@v, and every coordinator thread's low-water mark
- * raised to the highest a whole record or pad carries (@mark[coordinator *
- * MAX_LOOPS + thread]). A pad counts: it is written with the record after
- * it, in one append, and carries the same marks, so a kill can leave the
- * pad without the record, and a replica may already have truncated on the
- * pad's mark (participant.c) what another replica still holds. */
-static int collect(const uint8_t *base, size_t len, uint64_t coords,
-                   struct rs_rec **v, size_t *n, size_t *cap, uint64_t *mark)
+ * them), appended to *@v (when @v is given), and every coordinator
+ * thread's low-water mark raised to the highest a whole record or pad
+ * carries (@mark[coordinator * MAX_LOOPS + thread], when given). A pad
+ * counts: it is written with the record after it, in one append, and
+ * carries the same marks, so a kill can leave the pad without the record,
+ * and a replica may already have truncated on the pad's mark
+ * (participant.c) what another replica still holds. A record or pad whose
+ * trailer says it landed whole but whose checksum does not match is
+ * damage: FARM_ECORRUPT, with the file (@what) and offset in @err; the
+ * superblock was checked. */
+static int collect(const uint8_t *base, uint64_t coords, struct rs_rec **v,
+                   size_t *n, size_t *cap, uint64_t *mark, const char *what,
+                   char *err, size_t errlen)
 {
 	struct log_super sb;
 	memcpy(&sb, base, sizeof(sb));
-	(void)len;
 	for (uint32_t c = 0; c < sb.M; c++)
 		for (uint32_t t = 0; t < sb.T && (!coords || (coords >> c) & 1);
 		     t++) {
-			const uint8_t *ring = base + sb.hdr_area +
-			                      ((uint64_t)c * sb.T + t) * sb.R;
+			uint64_t roff =
+			        sb.hdr_area + ((uint64_t)c * sb.T + t) * sb.R;
+			const uint8_t *ring = base + roff;
 			for (uint64_t off = 0; off < sb.R; off += 64) {
 				struct rec_hdr h;
 				/* One in flight at the kill never landed, so
 				 * was never acknowledged: not whole, skipped.
 				 */
-				bool rec = txn_log_record_at(ring, sb.R, off,
-				                             &h, NULL);
-				uint64_t tr = 0;
-				memcpy(&tr, ring + off + 56, 8);
-				bool pad = !rec && h.type == REC_PAD && h.len &&
-				           h.len % 64 == 0 &&
-				           h.len <= sb.R - off && tr &&
-				           (tr - 1) % sb.R == off;
-				uint64_t *mk = &mark[c * MAX_LOOPS + t];
-				if ((rec || pad) && h.lw > *mk)
-					*mk = h.lw;
-				if (pad) {
+				int k = txn_log_record_at(ring, sb.R, off, &h,
+				                          NULL);
+				if (k < 0) {
+					FAIL("%s: damaged log record at offset "
+					     "%" PRIu64 " (machine %" PRIu32
+					     "'s thread %" PRIu32
+					     " ring, type %u, %" PRIu32
+					     " bytes): whole by its trailer "
+					     "but its checksum does not match",
+					     what, roff + off, c, t,
+					     (unsigned)h.type, h.len);
+					return FARM_ECORRUPT;
+				}
+				if (!k)
+					continue;
+				if (mark && h.lw > mark[c * MAX_LOOPS + t])
+					mark[c * MAX_LOOPS + t] = h.lw;
+				if (k == 2 || !v) { /* a pad, or checking */
 					off += h.len - 64;
 					continue;
 				}
-				if (!rec)
-					continue;
 				if (*n == *cap) {
 					size_t nc = *cap ? *cap * 2 : 1024;
 					struct rs_rec *nv =
@@ -181,6 +198,14 @@ static int collect(const uint8_t *base, size_t len, uint64_t coords,
 			}
 		}
 	return 0;
+}
+
+int farm_txlog_check(const uint8_t *base, size_t len, const char *what,
+                     char *err, size_t errlen)
+{
+	int rc = super_check(base, len, what, err, errlen);
+	return rc ? rc
+	          : collect(base, 0, NULL, NULL, NULL, NULL, what, err, errlen);
 }
 
 static const struct rec_obj *objs_of(const uint8_t *rec)
@@ -371,11 +396,11 @@ int farm_txm_restart_apply(farm_txm *m, const struct farm_txrestart_log *logs,
 	if (!mark)
 		return -ENOMEM;
 	for (unsigned i = 0; i < nlogs && !rc; i++) {
-		rc = farm_txlog_check(logs[i].base, logs[i].len, logs[i].what,
-		                      err, errlen);
+		rc = super_check(logs[i].base, logs[i].len, logs[i].what, err,
+		                 errlen);
 		if (!rc)
-			rc = collect(logs[i].base, logs[i].len, logs[i].coords,
-			             &v, &n, &cap, mark);
+			rc = collect(logs[i].base, logs[i].coords, &v, &n, &cap,
+			             mark, logs[i].what, err, errlen);
 	}
 	if (rc)
 		goto out;
@@ -441,11 +466,11 @@ int farm_txlog_testing_marks(const uint8_t *base, size_t len, uint64_t *mark)
 	if (!base || !mark)
 		return -EINVAL;
 	memset(mark, 0, 0x40ull * MAX_LOOPS * sizeof(*mark));
-	int rc = farm_txlog_check(base, len, "test log", NULL, 0);
+	int rc = super_check(base, len, "test log", NULL, 0);
 	struct rs_rec *v = NULL;
 	size_t n = 0, cap = 0;
 	if (!rc)
-		rc = collect(base, len, 0, &v, &n, &cap, mark);
+		rc = collect(base, 0, &v, &n, &cap, mark, "test log", NULL, 0);
 	free(v);
 	return rc;
 }

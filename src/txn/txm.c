@@ -199,7 +199,7 @@ int farm_txm_create(farm_fabric *fab, farm_msg *msg, farm_as *as,
 	}
 	m->logbase = farm_mem_addr(m->logmem);
 	struct log_super sb = {.magic = LOG_SUPER_MAGIC,
-	                       .layout = 2, /* 2: 48-byte record headers */
+	                       .layout = LOG_LAYOUT,
 	                       .machine = m->me,
 	                       .M = m->M,
 	                       .T = m->T,

@@ -138,7 +138,9 @@ int farm_txm_reconfigure(farm_txm *m, uint64_t cfg, const uint32_t *removed,
  * starts with a superblock. farm_txlog_scan_file() calls @fn for every
  * whole record still in the logs (not truncated yet), in log order within
  * each (coordinator, thread) log; returns how many, -ENOMSG when @path is
- * not a log file, FARM_ECORRUPT for a damaged superblock, -errno.
+ * not a log file, FARM_ECORRUPT for a damaged superblock or a record
+ * whose trailer says it is whole but whose checksum does not match,
+ * -errno.
  * farm_txlog_scan_dir() does it for the log file among a data directory's
  * *.region files (-ENOENT: none).
  */
@@ -163,8 +165,11 @@ int farm_txlog_scan_dir(const char *dir, farm_txlog_fn fn, void *ctx,
 /*
  * Whole-cluster restart (restart.c; its opening comment is the rule).
  * farm_txlog_check(): is @base (@len bytes, a previous log file named
- * @what) a whole log file? 0, or FARM_ECORRUPT with @err naming @what and
- * the offset. farm_txm_restart_apply(): decide every transaction in the
+ * @what) a whole log file: its superblock (magic, layout, size) sound and
+ * every record and pad that landed whole (its trailer) matching its
+ * checksum? 0, or FARM_ECORRUPT with @err naming @what and the offset (a
+ * record a kill cut short, trailer missing, was never acknowledged: not
+ * damage, skipped). farm_txm_restart_apply(): decide every transaction in the
  * previous log files of every member (@logs: the same set on every
  * machine), apply the committed ones' images to this machine's copies of
  * them, then unlock every object of @regions (this machine's copies).
