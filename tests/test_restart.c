@@ -10,8 +10,10 @@
  *             its coordinator reports the commit; machine 1 never
  *             installs it). Every machine is then killed with SIGKILL at
  *             once, and all are started again on the same data
- *             directories. After the restart (no state but the
- *             configuration znode): every account is readable lock-free
+ *             directories, with every znode of the cluster's root
+ *             but the configuration deleted first (the issue: the
+ *             restart needs no ZooKeeper state beyond the configuration
+ *             znode). After the restart: every account is readable lock-free
  *             (no stale lock), the total is conserved, every write of
  *             every transaction its coordinator reported committed is
  *             present (each account's version is at least the highest
@@ -38,6 +40,7 @@
 #include "txproc.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 
 #include "node/restart.h"
@@ -55,11 +58,14 @@
 #define RS_JOIN_MS    60000
 #define RS_PRE        200 /* transfers per machine before the catch */
 
-#define RS_WAIT_MS 1500 /* restart_wait_ms of the lost case */
+/* restart_wait_ms of the lost case: long, for the refused machine's
+ * notice, not this wait, must make the others go on without it. */
+#define RS_WAIT_MS 20000
 
 static char zk_dir[256], zk_connect[64], zk_root[96];
 static const char *zk_script = FARM_SOURCE_DIR "/scripts/zk-local";
-static bool broken, broken_check, broken_lost, broken_kv, broken_rings;
+static bool broken, broken_check, broken_lost, broken_kv, broken_rings,
+        broken_notice;
 static struct np_cluster cl;
 
 /* ---- the bank run (child side) ----------------------------------------- */
@@ -426,6 +432,96 @@ static void print_stats(unsigned i, const struct farm_restart_stats *t)
 	       t->objects, t->replay_ns / 1e6, t->barrier_ns / 1e6, t->lost);
 }
 
+#ifdef FARM_HAVE_ZK
+#include <pthread.h>
+#include <time.h>
+#ifndef THREADED
+#define THREADED /* the synchronous API of zookeeper_mt */
+#endif
+#include <zookeeper/zookeeper.h>
+
+struct zk_up {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool up;
+};
+
+static void zk_watch_connected(zhandle_t *zh, int type, int state,
+                               const char *path, void *ctx)
+{
+	(void)zh, (void)path;
+	struct zk_up *u = ctx;
+	if (type == ZOO_SESSION_EVENT && state == ZOO_CONNECTED_STATE) {
+		pthread_mutex_lock(&u->lock);
+		u->up = true;
+		pthread_cond_signal(&u->cond);
+		pthread_mutex_unlock(&u->lock);
+	}
+}
+
+/* Delete every znode under @path but @keep (and @path itself, unless it
+ * is @root): the number deleted, or -1. */
+static int zk_prune(zhandle_t *zh, const char *path, const char *keep,
+                    const char *root)
+{
+	if (!strcmp(path, keep))
+		return 0;
+	struct String_vector ch = {0};
+	int n = 0;
+	if (zoo_get_children(zh, path, 0, &ch) != ZOK)
+		return -1;
+	for (int i = 0; i < ch.count && n >= 0; i++) {
+		char sub[512];
+		snprintf(sub, sizeof(sub), "%s/%s", path, ch.data[i]);
+		int k = zk_prune(zh, sub, keep, root);
+		n = k < 0 ? -1 : n + k;
+	}
+	deallocate_String_vector(&ch);
+	if (n >= 0 && strcmp(path, root)) {
+		int zrc = zoo_delete(zh, path, -1);
+		n = zrc == ZOK || zrc == ZNONODE ? n + 1 : -1;
+	}
+	return n;
+}
+
+/* Issue 13: "the restart needs no ZooKeeper state beyond what the
+ * configuration znode holds". With every machine dead, delete every znode
+ * of the cluster's root but its configuration znode (registrations of the
+ * dead sessions, the members' parent, the marks): the restart must do with
+ * that. The number deleted, or -1. */
+static int zk_keep_only_config(void)
+{
+	struct zk_up u = {.lock = PTHREAD_MUTEX_INITIALIZER,
+	                  .cond = PTHREAD_COND_INITIALIZER};
+	zoo_set_debug_level(ZOO_LOG_LEVEL_ERROR);
+	zhandle_t *zh = zookeeper_init(zk_connect, zk_watch_connected, 10000,
+	                               NULL, &u, 0);
+	if (!zh)
+		return -1;
+	struct timespec dl;
+	clock_gettime(CLOCK_REALTIME, &dl);
+	dl.tv_sec += 10;
+	pthread_mutex_lock(&u.lock);
+	while (!u.up && pthread_cond_timedwait(&u.cond, &u.lock, &dl) == 0)
+		;
+	bool up = u.up;
+	pthread_mutex_unlock(&u.lock);
+	char keep[160];
+	snprintf(keep, sizeof(keep), "%s/config", zk_root);
+	int n = up ? zk_prune(zh, zk_root, keep, zk_root) : -1;
+	struct Stat st;
+	if (n >= 0 && zoo_exists(zh, keep, 0, &st) != ZOK)
+		n = -1; /* the configuration itself must be there */
+	zookeeper_close(zh);
+	return n;
+}
+#else
+static int zk_keep_only_config(void)
+{
+	return -1;
+}
+#endif
+
 static void test_bank(void **state)
 {
 	(void)state;
@@ -436,6 +532,11 @@ static void test_bank(void **state)
 	int anomalies;
 	uint64_t cut = 0;
 	uint64_t t_kill = bank_then_kill(&cm, acc, &anomalies, &cut, false);
+	int pruned = zk_keep_only_config();
+	printf("restart: ZooKeeper: %d znodes of %s deleted, only its "
+	       "configuration znode kept\n",
+	       pruned, zk_root);
+	assert_true(pruned >= 0);
 
 	np_spawn(&cl, check_machine, NULL); /* again, same dirs */
 	struct scan s[NP_NM];
@@ -694,6 +795,37 @@ static int dd_try(const char *dir, uint32_t id, char *err, size_t len)
 	return rc;
 }
 
+/* The first whole record of the log file @path (its trailer and checksum
+ * sound): its offset in the file and its length; false with none. */
+struct first_rec {
+	bool found;
+	struct farm_txlog_rec r;
+};
+
+static void first_rec_fn(void *ctx, const struct farm_txlog_rec *r)
+{
+	struct first_rec *f = ctx;
+	if (!f->found && r->len >= 128) {
+		f->found = true;
+		f->r = *r;
+	}
+}
+
+static bool log_first_record(const char *path, uint64_t *off, uint32_t *len)
+{
+	struct first_rec f = {0};
+	struct farm_txlog_info in;
+	if (farm_txlog_scan_file(path, first_rec_fn, &f, &in) <= 0 || !f.found)
+		return false;
+	/* The superblock, one 64-byte header per (coordinator, thread) log,
+	 * page-aligned; then the rings (src/txn/txn_int.h). */
+	uint64_t hdr_area = (64 + (uint64_t)in.M * in.T * 64 + 4095) & ~4095ull;
+	*off = hdr_area + ((uint64_t)f.r.coord * in.T + f.r.thread) * in.R +
+	       f.r.pos % in.R;
+	*len = f.r.len;
+	return true;
+}
+
 static void test_damaged(void **state)
 {
 	(void)state;
@@ -841,10 +973,12 @@ static void test_damaged(void **state)
  * after the catch, the others stop coordinating and machine 2 commits
  * one transfer between two of its own accounts and then coordinates
  * nothing, so that commit is proven only by its COMMIT-BACKUPs at both
- * surviving backups, each in another machine's log), then machine 2's
- * region file is damaged (a bad magic) before every machine starts
- * again. Machine 2 refuses its directory (exit 4, nothing in it changed);
- * the others give it up after restart_wait_ms (RS_WAIT_MS) and restart
+ * surviving backups, each in another machine's log), then one byte of a
+ * whole record in machine 2's log file is changed (its checksum no longer
+ * matches) before every machine starts again. Machine 2 refuses its
+ * directory (exit 4, nothing in it changed) and leaves a refusal notice;
+ * the others give it up at once, as if it had failed (long before
+ * restart_wait_ms, RS_WAIT_MS, which the test checks), and restart
  * without it: the
  * configuration lists it lost, its regions' backups are promoted, and its
  * log is gone, so what it coordinated is decided from the others' logs.
@@ -855,6 +989,9 @@ static void test_damaged(void **state)
  * absent (FARM_FP_RESTART_LOST_STRICT: its coordinator rings are not read
  * from the others' logs and its COMMIT-BACKUPs are still asked for), so
  * the caught commit, which machine 2 coordinated, is not installed.
+ * --broken-notice: the refused machine leaves no notice
+ * (FARM_FP_RESTART_NO_NOTICE): the others wait restart_wait_ms for it,
+ * which the test must notice.
  * --broken-rings: each machine reads only the restarting members'
  * coordinator rings of the others' logs (FARM_FP_RESTART_VIEW_RINGS, the
  * bug this test was written for), so it sees machine 2's records in its
@@ -876,17 +1013,27 @@ static void test_lost(void **state)
 	 * others' logs only; the restart must read its coordinator rings
 	 * there to install it. */
 	const unsigned lost = 2;
-	char reg[600];
-	assert_true(
-	        find_file(cl.dir[lost], ".region", false, reg, sizeof(reg)) ||
-	        find_file(cl.dir[lost], "", false, reg, sizeof(reg)));
-	FILE *fp = fopen(reg, "r+b");
-	assert_non_null(fp);
-	assert_int_equal(fwrite("DAMAGED!", 8, 1, fp), 1);
-	assert_int_equal(fclose(fp), 0);
+	char logf[600];
+	assert_true(find_file(cl.dir[lost], "", true, logf, sizeof(logf)));
+	uint64_t roff = 0;
+	uint32_t rlen = 0;
+	assert_true(log_first_record(logf, &roff, &rlen));
+	/* One byte of its body, past the header: the trailer still says the
+	 * record landed whole, the checksum says it changed since. */
+	int fd = open(logf, O_RDWR);
+	assert_true(fd >= 0);
+	uint8_t byte;
+	assert_int_equal(pread(fd, &byte, 1, (off_t)(roff + 64)), 1);
+	byte ^= 0x10;
+	assert_int_equal(pwrite(fd, &byte, 1, (off_t)(roff + 64)), 1);
+	close(fd);
+	printf("lost: machine %u's log %s: a byte of the %u-byte record at "
+	       "offset %" PRIu64 " changed\n",
+	       lost, strrchr(logf, '/') + 1, rlen, roff);
 	struct snap before, after;
 	snap_take(cl.dir[lost], &before);
 
+	uint64_t t_start = np_now_ns();
 	np_spawn(&cl, check_machine, NULL); /* again, same dirs */
 	struct scan s[NP_NM];
 	int st_lost = tu_reap(cl.pid[lost]);
@@ -981,11 +1128,18 @@ static void test_lost(void **state)
 			       " previous members given up (want 1)",
 			       i, s[i].st.restarted, s[i].st.lost);
 	}
-	printf("lost: kill to the others serving %.0f ms (restart_wait_ms "
-	       "%d); %u transactions open at the kill; a fresh machine %u "
-	       "exited %d (6: not admitted)\n",
-	       (t_up - t_kill) / 1e6, RS_WAIT_MS, (unsigned)cut, lost,
+	double up_ms = (t_up - t_start) / 1e6;
+	printf("lost: kill to the others serving %.0f ms, start to serving "
+	       "%.0f ms (restart_wait_ms %d); %u transactions open at the "
+	       "kill; a fresh machine %u exited %d (6: not admitted)\n",
+	       (t_up - t_kill) / 1e6, up_ms, RS_WAIT_MS, (unsigned)cut, lost,
 	       st_fresh);
+	if (up_ms >= RS_WAIT_MS)
+		failed(&f,
+		       "the others served %.0f ms after their start: they "
+		       "waited restart_wait_ms (%d ms) for machine %u, not "
+		       "for its refusal notice",
+		       up_ms, RS_WAIT_MS, lost);
 	if (NP_NM > 3 && !full)
 		failed(&f, "not fully replicated within 60 s: %s", why);
 	if (st_fresh != 6)
@@ -1011,6 +1165,14 @@ static void test_lost(void **state)
 			         "were read from each machine's own log only "
 			         "and every check passed");
 		printf("--broken-rings: %u check(s) failed, as they must:\n%s",
+		       f.n, f.text);
+		return;
+	}
+	if (broken_notice) {
+		if (!f.n)
+			fail_msg("--broken-notice: no refusal notice was left "
+			         "and every check passed");
+		printf("--broken-notice: %u check(s) failed, as they must:\n%s",
 		       f.n, f.text);
 		return;
 	}
@@ -1043,6 +1205,8 @@ int main(int argc, char **argv)
 			broken_lost = true;
 		} else if (!strcmp(argv[i], "--broken-rings")) {
 			broken_rings = true;
+		} else if (!strcmp(argv[i], "--broken-notice")) {
+			broken_notice = true;
 		} else if (!strcmp(argv[i], "--lost")) {
 			only_lost = true;
 		} else if (!strcmp(argv[i], "--broken-check")) {
@@ -1053,14 +1217,15 @@ int main(int argc, char **argv)
 			only_damaged = true;
 		} else {
 			printf("usage: %s [--broken | --broken-lost | "
-			       "--broken-rings | --broken-check | "
-			       "--broken-kv | --damaged | --lost]\n",
+			       "--broken-rings | --broken-notice | "
+			       "--broken-check | --broken-kv | --damaged | "
+			       "--lost]\n",
 			       argv[0]);
 			return strcmp(argv[i], "--help") ? 2 : 0;
 		}
 	}
 	if ((broken || broken_check || broken_lost || broken_kv ||
-	     broken_rings) &&
+	     broken_rings || broken_notice) &&
 	    !farm_fault_built()) {
 		printf("skipped: built without fault injection\n");
 		return FARM_TEST_SKIP;
@@ -1087,7 +1252,10 @@ int main(int argc, char **argv)
 	if (broken_rings &&
 	    farm_fault_set(FARM_FP_RESTART_VIEW_RINGS, no_check, NULL))
 		return 1;
-	if (broken_lost || broken_rings || only_lost)
+	if (broken_notice &&
+	    farm_fault_set(FARM_FP_RESTART_NO_NOTICE, no_check, NULL))
+		return 1;
+	if (broken_lost || broken_rings || broken_notice || only_lost)
 		return tu_zk_run(zk_script, zk_dir, sizeof(zk_dir), zk_connect,
 		                 sizeof(zk_connect), "restart", bank + 1, 1);
 	return tu_zk_run(zk_script, zk_dir, sizeof(zk_dir), zk_connect,

@@ -658,6 +658,13 @@ int farm_membership_forsake(struct farm_membership *m, const uint32_t *ids,
 	return zk_ids(m, ids, n, farm_zk_forsake);
 }
 
+unsigned farm_membership_refused(struct farm_membership *m, uint32_t *ids)
+{
+	if (!m || !ids || !m->zk)
+		return 0;
+	return farm_zk_refused(m, ids);
+}
+
 int farm_membership_grown(struct farm_membership *m, uint64_t config_id)
 {
 	if (!m || !config_id)

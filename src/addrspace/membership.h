@@ -374,6 +374,23 @@ int farm_zk_peek(const char *zk, const char *root, unsigned connect_ms,
                  struct farm_zk_peek *out) FARM_MUST_CHECK;
 
 /*
+ * farm_zk_note_refused() - leave a refusal notice for the cluster under
+ * @root at @zk: machine @id refused to restart on its damaged directory
+ * (@why: the error, file and offset), R/refused/<id>, persistent. The
+ * other machines of a whole-cluster restart give a member with a notice
+ * up at once, as if it had failed (node.c; farm_membership_refused),
+ * rather than wait for it; a machine that restarts under that id deletes
+ * its notice. Returns 0, -EINVAL, FARM_EUNAVAILABLE, -ENOTSUP, or another
+ * negative code from ZooKeeper.
+ */
+int farm_zk_note_refused(const char *zk, const char *root, uint32_t id,
+                         const char *why);
+/* The machines with a refusal notice, as the last sync read them (this
+ * one left out), into @ids (FARM_VIEW_MAX entries); how many (0 without
+ * ZooKeeper). */
+unsigned farm_membership_refused(struct farm_membership *m, uint32_t *ids);
+
+/*
  * farm_view_placement() - the machines placement works on (ring.h,
  * farm_ring_build_domains) for the members @ids[0..n) of @v (any subset of
  * its members) and @v's departed machines: each with its domain as a

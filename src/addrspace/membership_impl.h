@@ -50,6 +50,9 @@ enum farm_zk_mark { FARM_ZK_MARK_GROW = 0, FARM_ZK_MARK_BUMP, FARM_ZK_NMARKS };
 int farm_zk_mark(struct farm_membership *m, enum farm_zk_mark k,
                  uint64_t config_id);
 void farm_zk_kick(struct farm_membership *m);
+/* The machines with a refusal notice (R/refused/<id>) as the last sync
+ * read them, this one left out, into @ids (FARM_VIEW_MAX); how many. */
+unsigned farm_zk_refused(struct farm_membership *m, uint32_t *ids);
 /* Is @s a well-formed connect string: host:port[,host:port...][/chroot]? */
 bool farm_zk_connect_valid(const char *s);
 /* Is @s a usable root path: /a/b, no trailing slash, no empty, "." or ".."

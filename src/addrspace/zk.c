@@ -155,6 +155,23 @@ void farm_zk_kick(struct farm_membership *m)
 	(void)m;
 }
 
+unsigned farm_zk_refused(struct farm_membership *m, uint32_t *ids)
+{
+	(void)m;
+	(void)ids;
+	return 0;
+}
+
+int farm_zk_note_refused(const char *zk, const char *root, uint32_t id,
+                         const char *why)
+{
+	(void)zk;
+	(void)root;
+	(void)id;
+	(void)why;
+	return -ENOTSUP;
+}
+
 void farm_zk_close(struct farm_membership *m)
 {
 	(void)m;
@@ -335,6 +352,8 @@ static int zk_layout(struct farm_membership *m)
 			break;
 	}
 	int rc = zk_ensure(z->zh, z->members, NULL, -1);
+	if (!rc)
+		rc = zk_ensure(z->zh, z->refused_dir, NULL, -1);
 	if (rc)
 		return rc;
 	for (unsigned k = 0; k < FARM_ZK_NMARKS; k++) {
@@ -801,7 +820,7 @@ static int zk_sync(struct farm_membership *m)
 	uint32_t ids[FARM_VIEW_MAX];
 	unsigned nids = 0;
 	struct zk_batch b;
-	batch_init(&b, 3 + FARM_ZK_NMARKS);
+	batch_init(&b, 4 + FARM_ZK_NMARKS);
 	char markbuf[FARM_ZK_NMARKS][48];
 	struct zk_read self = {.b = &b},
 	               cfg = {.b = &b, .buf = z->buf, .cap = (int)ZK_BUF},
@@ -811,6 +830,13 @@ static int zk_sync(struct farm_membership *m)
 		                            .buf = markbuf[k],
 		                            .cap = (int)sizeof(markbuf[k]) - 1};
 	struct zk_kids kids = {.b = &b, .members = z->members, .ids = ids};
+	uint32_t rids[FARM_VIEW_MAX];
+	struct zk_kids refused = {
+	        .b = &b, .members = z->refused_dir, .ids = rids};
+	batch_started(&b,
+	              zoo_aget_children(z->zh, z->refused_dir, 1, kids_done,
+	                                &refused),
+	              &refused.rc);
 	batch_started(
 	        &b, zoo_aexists(z->zh, z->self_path, 1, read_stat_done, &self),
 	        &self.rc);
@@ -866,6 +892,16 @@ static int zk_sync(struct farm_membership *m)
 			z->suspects[i] = z->suspects[--z->nsuspects];
 		else
 			i++;
+	/* Machines that refused their directories at a restart (node.c
+	 * gives those still missing up at once). Ours, if we came back, is
+	 * deleted below. */
+	z->nrefused = 0;
+	bool mine = false;
+	for (unsigned i = 0; refused.rc == ZOK && i < refused.n; i++) {
+		if (rids[i] != m->self)
+			z->refused[z->nrefused++] = rids[i];
+		mine |= rids[i] == m->self;
+	}
 	m->st.syncs++;
 	m->st.registered = reg == 0;
 	z->held_elsewhere = reg == 1;
@@ -902,6 +938,14 @@ static int zk_sync(struct farm_membership *m)
 		pthread_mutex_lock(&m->lock);
 		m->st.fast_ready = z->rd_ok && z->events == events;
 		pthread_mutex_unlock(&m->lock);
+	}
+	if (mine && reg == 0) { /* we came back: the notice is stale */
+		char p[sizeof(z->refused_dir) + 16];
+		snprintf(p, sizeof(p), "%s/%" PRIu32, z->refused_dir, m->self);
+		int drc = zoo_delete(z->zh, p, -1);
+		if (drc != ZOK && drc != ZNONODE)
+			farm_warn("membership: cannot delete %s: %s", p,
+			          zerror(drc));
 	}
 	if (parsed && z->cur.config_id)
 		farm_membership_publish(m, &z->cur);
@@ -1130,6 +1174,16 @@ int farm_zk_mark(struct farm_membership *m, enum farm_zk_mark k,
 	return 0;
 }
 
+unsigned farm_zk_refused(struct farm_membership *m, uint32_t *ids)
+{
+	struct farm_zk *z = m->zk;
+	pthread_mutex_lock(&m->lock);
+	unsigned n = z->nrefused;
+	memcpy(ids, z->refused, n * sizeof(ids[0]));
+	pthread_mutex_unlock(&m->lock);
+	return n;
+}
+
 void farm_zk_kick(struct farm_membership *m)
 {
 	struct farm_zk *z = m->zk;
@@ -1194,6 +1248,7 @@ int farm_zk_open(struct farm_membership *m,
 	         root);
 	snprintf(z->self_path, sizeof(z->self_path), "%s/%" PRIu32, z->members,
 	         m->self);
+	snprintf(z->refused_dir, sizeof(z->refused_dir), "%s/refused", root);
 	m->zk = z;
 
 	uint64_t t0 = mono_ms();
@@ -1277,6 +1332,46 @@ static void peek_watcher(zhandle_t *zh, int type, int state, const char *path,
 	pthread_mutex_unlock(&c->lock);
 }
 
+/* A short session of our own (farm_zk_peek, farm_zk_note_refused):
+ * connected within @connect_ms (0: the default), or NULL with *@rc. */
+static zhandle_t *oneshot_open(const char *zk, unsigned connect_ms,
+                               struct peek_conn *c, int *rc)
+{
+	c->connected = false;
+	pthread_mutex_init(&c->lock, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&c->cond, &ca);
+	pthread_condattr_destroy(&ca);
+	unsigned ms = connect_ms ? connect_ms : ZK_DEFAULT_CONNECT_MS;
+	errno = 0;
+	zhandle_t *zh =
+	        zookeeper_init2(zk, peek_watcher, (int)ZK_DEFAULT_SESSION_MS,
+	                        NULL, c, 0, zk_log);
+	*rc = zh ? 0 : errno ? -errno : -EINVAL;
+	if (zh) {
+		struct timespec dl;
+		deadline_in(&dl, (int)ms);
+		pthread_mutex_lock(&c->lock);
+		while (!c->connected &&
+		       pthread_cond_timedwait(&c->cond, &c->lock, &dl) == 0)
+			;
+		bool up = c->connected;
+		pthread_mutex_unlock(&c->lock);
+		*rc = up ? 0 : FARM_EUNAVAILABLE;
+	}
+	return zh;
+}
+
+static void oneshot_close(zhandle_t *zh, struct peek_conn *c)
+{
+	if (zh)
+		zookeeper_close(zh);
+	pthread_cond_destroy(&c->cond);
+	pthread_mutex_destroy(&c->lock);
+}
+
 /* The registrations under @members, sorted by id (names that are not
  * decimal ids are skipped; one that left meanwhile too). */
 static int peek_live(zhandle_t *zh, const char *members,
@@ -1338,30 +1433,9 @@ int farm_zk_peek(const char *zk, const char *root, unsigned connect_ms,
 	char *buf = malloc(ZK_BUF);
 	if (!buf)
 		return -ENOMEM;
-	struct peek_conn c = {.connected = false};
-	pthread_mutex_init(&c.lock, NULL);
-	pthread_condattr_t ca;
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&c.cond, &ca);
-	pthread_condattr_destroy(&ca);
-	unsigned ms = connect_ms ? connect_ms : ZK_DEFAULT_CONNECT_MS;
-	errno = 0;
-	zhandle_t *zh =
-	        zookeeper_init2(zk, peek_watcher, (int)ZK_DEFAULT_SESSION_MS,
-	                        NULL, &c, 0, zk_log);
-	int rc = zh ? 0 : errno ? -errno : -EINVAL;
-	if (zh) {
-		struct timespec dl;
-		deadline_in(&dl, (int)ms);
-		pthread_mutex_lock(&c.lock);
-		while (!c.connected &&
-		       pthread_cond_timedwait(&c.cond, &c.lock, &dl) == 0)
-			;
-		bool up = c.connected;
-		pthread_mutex_unlock(&c.lock);
-		rc = up ? 0 : FARM_EUNAVAILABLE;
-	}
+	struct peek_conn c;
+	int rc;
+	zhandle_t *zh = oneshot_open(zk, connect_ms, &c, &rc);
 	char path[240];
 	if (!rc) {
 		snprintf(path, sizeof(path), "%s/config", root);
@@ -1378,11 +1452,37 @@ int farm_zk_peek(const char *zk, const char *root, unsigned connect_ms,
 		if (rc == -ENOENT)
 			rc = 0; /* a configuration, nobody registered yet */
 	}
-	if (zh)
-		zookeeper_close(zh);
-	pthread_cond_destroy(&c.cond);
-	pthread_mutex_destroy(&c.lock);
+	oneshot_close(zh, &c);
 	free(buf);
+	return rc;
+}
+
+int farm_zk_note_refused(const char *zk, const char *root, uint32_t id,
+                         const char *why)
+{
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+	pthread_once(&once, zk_global_init);
+	if (!root)
+		root = "/libfarm/default";
+	if (!why || !farm_zk_connect_valid(zk) || !farm_zk_path_valid(root))
+		return -EINVAL;
+	struct peek_conn c;
+	int rc;
+	zhandle_t *zh = oneshot_open(zk, 0, &c, &rc);
+	char path[240];
+	snprintf(path, sizeof(path), "%s/refused", root);
+	if (!rc) /* the cluster's layout is there: its configuration is */
+		rc = zk_ensure(zh, path, NULL, -1);
+	snprintf(path, sizeof(path), "%s/refused/%" PRIu32, root, id);
+	int len = (int)strnlen(why, 1024);
+	if (!rc) {
+		int zrc = zoo_create(zh, path, why, len, &ZOO_OPEN_ACL_UNSAFE,
+		                     ZOO_PERSISTENT, NULL, 0);
+		if (zrc == ZNODEEXISTS)
+			zrc = zoo_set(zh, path, why, len, -1);
+		rc = zk_err(zrc);
+	}
+	oneshot_close(zh, &c);
 	return rc;
 }
 

@@ -50,6 +50,12 @@ struct farm_zk {
 	char members[216];
 	char config[216];
 	char self_path[232];
+	/* R/refused: a znode per machine that refused its damaged
+	 * directory at a restart (farm_zk_note_refused), read with a watch
+	 * in every sync; refused_n ids in refused (under m->lock). */
+	char refused_dir[216];
+	uint32_t refused[FARM_VIEW_MAX];
+	unsigned nrefused;
 	/* Marks, "<id> <config id>" (enum farm_zk_mark): R/grow, the last
 	 * machine that said its extra copies were complete in that
 	 * configuration (farm_membership_grown); R/bump, the last member

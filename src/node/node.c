@@ -23,6 +23,12 @@
 #include "util/log.h"
 
 #define CARD_FILE "machine.card"
+/* While a whole-cluster restart waits for its members: how often to look
+ * for a missing one's refusal notice (farm_membership_refused). */
+#define NOTICE_POLL_NS 200000000ull
+
+static void note_refused(const struct farm_config *cfg, int rc,
+                         const char *why);
 
 struct loop_thread {
 	farm_node *n;
@@ -59,6 +65,10 @@ struct farm_node {
 	bool restart_failed;     /* views are no longer applied */
 	uint64_t view_t_ns;      /* under lock: when n->view last changed */
 	bool forsook;            /* asked to restart without the missing */
+	/* Under lock: previous members given up for their refusal notices
+	 * (forsake_refused). */
+	uint32_t refused_gone[FARM_VIEW_MAX];
+	unsigned nrefused_gone;
 	unsigned restart_lost;   /* under lock: restarted without so many */
 	/* Under lock: */
 	bool removed; /* this machine was removed from the cluster */
@@ -801,6 +811,7 @@ int farm_node_open(const struct farm_config *cfg, farm_node **out)
 			farm_err("node %" PRIu32 ": refusing to start: %s",
 			         cfg->machine_id,
 			         err[0] ? err : farm_strerror(rc));
+			note_refused(cfg, rc, err[0] ? err : farm_strerror(rc));
 			goto fail;
 		}
 	}
@@ -1085,6 +1096,73 @@ static void forsake_missing(farm_node *n)
 		         n->cfg.machine_id, farm_strerror(rc));
 }
 
+/* farm_node_open refused this machine's directory (@rc, @why): with
+ * ZooKeeper, tell the cluster (farm_zk_note_refused), so that a
+ * whole-cluster restart gives this machine up at once rather than wait for
+ * it. Only for damage (FARM_ECORRUPT): another machine's or cluster's
+ * directory (-EXDEV) is a mistake to mend, not a loss. */
+static void note_refused(const struct farm_config *cfg, int rc, const char *why)
+{
+	if (rc != FARM_ECORRUPT || !cfg->zk[0] ||
+	    FARM_FAULT_SWITCH(FARM_FP_RESTART_NO_NOTICE))
+		return;
+	int nrc = farm_zk_note_refused(cfg->zk,
+	                               cfg->zk_root[0] ? cfg->zk_root : NULL,
+	                               cfg->machine_id, why);
+	if (nrc)
+		farm_err("node %" PRIu32 ": cannot leave a refusal notice in "
+		         "ZooKeeper (%s): the others wait for this machine "
+		         "(restart_wait_ms)",
+		         cfg->machine_id, farm_strerror(nrc));
+	else
+		farm_warn("node %" PRIu32 ": refusal notice left: a "
+		          "whole-cluster restart goes on without this machine",
+		          cfg->machine_id);
+}
+
+/* Under n->lock, while a restart is pending: give up at once the previous
+ * members still missing that left a refusal notice (@ref[0..nref): their
+ * directories are damaged, note_refused), as if they had failed, rather
+ * than wait restart_wait_ms (or for ever) for them. */
+static void forsake_refused(farm_node *n, const uint32_t *ref, unsigned nref)
+{
+	uint32_t miss[FARM_VIEW_MAX], give[FARM_VIEW_MAX];
+	unsigned most, g = 0;
+	unsigned k = farm_restart_missing(n->rs, &n->view, miss, &most);
+	for (unsigned i = 0; i < k; i++)
+		if (farm_ids_have(ref, nref, miss[i]) &&
+		    !farm_ids_have(n->refused_gone, n->nrefused_gone, miss[i]))
+			give[g++] = miss[i];
+	if (!g)
+		return;
+	if (n->nrefused_gone + g > most) {
+		farm_err("node %" PRIu32 ": %u previous members refused their "
+		         "directories (machine %" PRIu32 " first); the "
+		         "replicas allow restarting without at most %u: "
+		         "waiting for them",
+		         n->cfg.machine_id, n->nrefused_gone + g, give[0],
+		         most);
+		memcpy(n->refused_gone + n->nrefused_gone, give,
+		       g * sizeof(give[0])); /* said once */
+		n->nrefused_gone += g;
+		return;
+	}
+	for (unsigned i = 0; i < g; i++) {
+		farm_warn("node %" PRIu32 ": machine %" PRIu32 " refused its "
+		          "directory at the restart: giving it up (its data "
+		          "is recovered from replicas)",
+		          n->cfg.machine_id, give[i]);
+		n->refused_gone[n->nrefused_gone++] = give[i];
+	}
+	pthread_mutex_unlock(&n->lock);
+	int rc = farm_membership_forsake(n->mem, give, g);
+	pthread_mutex_lock(&n->lock);
+	if (rc)
+		farm_err("node %" PRIu32 ": cannot give up the machines that "
+		         "refused their directories: %s",
+		         n->cfg.machine_id, farm_strerror(rc));
+}
+
 /* Under n->lock: does farm_node_wait_members(@count) return? The view
  * has @count members; or @count less the machines a restart gave up; or
  * this machine joined the formed cluster late (the cluster had its
@@ -1131,22 +1209,34 @@ int farm_node_wait_members(farm_node *n, unsigned count, int timeout_ms)
 		/* Whole-cluster restart: while this machine is in the view
 		 * and the view has not changed for restart_wait_ms, give up
 		 * the previous members still missing. */
-		bool watch = n->mem && wait_ns && !n->forsook &&
-		             farm_restart_pending(n->rs) &&
-		             farm_view_find(&n->view, n->cfg.machine_id);
+		bool pending = n->mem && farm_restart_pending(n->rs) &&
+		               farm_view_find(&n->view, n->cfg.machine_id);
+		bool watch = pending && wait_ns && !n->forsook;
+		if (pending) { /* refusal notices, read without our lock */
+			uint32_t ref[FARM_VIEW_MAX];
+			pthread_mutex_unlock(&n->lock);
+			unsigned nref = farm_membership_refused(n->mem, ref);
+			pthread_mutex_lock(&n->lock);
+			if (nref)
+				forsake_refused(n, ref, nref);
+		}
 		uint64_t now = farm_now_ns();
 		if (watch && now >= n->view_t_ns + wait_ns) {
 			forsake_missing(n);
 			continue;
 		}
 		struct timespec t = ts;
-		bool mine = false; /* waiting for the give-up time */
-		if (watch) {
+		bool mine = false; /* waiting for our own time */
+		if (pending) {
+			/* The give-up time; and a refusal notice changes no
+			 * view, so look for one again in a while. */
+			uint64_t after = NOTICE_POLL_NS;
+			if (watch && n->view_t_ns + wait_ns - now < after)
+				after = n->view_t_ns + wait_ns - now;
 			struct timespec rt;
 			clock_gettime(CLOCK_REALTIME, &rt);
 			uint64_t g = (uint64_t)rt.tv_sec * 1000000000ull +
-			             (uint64_t)rt.tv_nsec +
-			             (n->view_t_ns + wait_ns - now);
+			             (uint64_t)rt.tv_nsec + after;
 			if (timeout_ms < 0 || g < dl) {
 				ts_of(g, &t);
 				mine = true;
@@ -1156,7 +1246,7 @@ int farm_node_wait_members(farm_node *n, unsigned count, int timeout_ms)
 		             ? pthread_cond_wait(&n->cond, &n->lock)
 		             : pthread_cond_timedwait(&n->cond, &n->lock, &t);
 		if (rc == ETIMEDOUT && mine)
-			rc = 0; /* the give-up time, not the caller's */
+			rc = 0; /* our time, not the caller's */
 	}
 	bool ok = members_enough(n, count);
 	bool refused = n->refused;

@@ -74,6 +74,12 @@ enum farm_fault_point {
 	 * restart passes a damaged directory (tests/test_restart.c
 	 * --broken-check: the refusal must be missed). */
 	FARM_FP_RESTART_NO_CHECK,
+	/* node/node.c, a switch: while hooked, a machine that refuses its
+	 * damaged directory leaves no refusal notice, so a whole-cluster
+	 * restart waits for it as for a missing one (tests/test_restart.c
+	 * --broken-notice: the others must not restart without it in time).
+	 */
+	FARM_FP_RESTART_NO_NOTICE,
 	/* txn/restart.c, a switch: while hooked, a restart without a lost
 	 * machine still asks for its COMMIT-BACKUP records (as if its log
 	 * had come back), so a commit whose only proof was in that log is
