@@ -5,7 +5,9 @@
  * alloc_scan dumps the machine's block allocator, then rebuilds a fresh
  * one from a copy of every region it holds and dumps that
  * (farm_blockalloc_dump: the free lists agree with every header, so no
- * slot is both free and live). Parent side: alloc_check. Header-only,
+ * slot is both free and live), and counts the objects of those regions
+ * left locked (issue 13's "no object is left locked", for every object,
+ * not only the bank's accounts). Parent side: alloc_check. Header-only,
  * static functions; needs testutil.h.
  */
 #ifndef FARM_TESTS_ALLOCSCAN_H
@@ -19,6 +21,7 @@
 #include "alloc/alloc_int.h"
 #include "alloc/galloc.h"
 #include "node/node.h"
+#include "txn/object.h"
 #include "txn/txm.h"
 
 /* A machine's allocator ('A' in the tests). */
@@ -28,7 +31,23 @@ struct alloc_report {
 	int live_rc, rebuilt_rc; /* farm_blockalloc_dump's */
 	int equal;               /* the two dumps are the same text */
 	uint64_t dump_bytes, regions;
+	/* Objects of the allocator's regions (every object this machine is
+	 * primary of: bank accounts, KV objects, all) whose header holds a
+	 * lock bit with the cluster quiet (issue 13's "no object is left
+	 * locked"); walk_rc: the first walk's error. */
+	uint64_t objects, locked;
+	int walk_rc;
 };
+
+static inline void alloc_locked_one(void *ctx, struct farm_objhdr *obj,
+                                    uint32_t lines)
+{
+	(void)lines;
+	uint64_t *locked = ctx;
+	uint64_t v = atomic_load_explicit((_Atomic uint64_t *)(void *)obj,
+	                                  memory_order_acquire);
+	*locked += (v & OBJ_LOCK_MASK) != 0;
+}
 
 static inline char *alloc_dump_of(farm_blockalloc *ba, int *rc)
 {
@@ -69,6 +88,12 @@ static inline void alloc_scan(farm_node *node, struct alloc_report *a)
 			 * and the live dump leaves it out. */
 			if (atomic_load(&r->retired))
 				continue;
+			int w = farm_alloc_walk_region(r->base, r->size, r->id,
+			                               alloc_locked_one,
+			                               &a->locked);
+			if (w < 0 && !a->walk_rc)
+				a->walk_rc = w;
+			a->objects += w > 0 ? (uint64_t)w : 0;
 			copies[i] = aligned_alloc(4096, r->size);
 			if (!copies[i]) {
 				a->rebuilt_rc = -ENOMEM;
@@ -111,6 +136,13 @@ static inline void alloc_check(unsigned i, const struct alloc_report *a,
 		       "refused by backup copies, %" PRIu64
 		       " promoted regions refused by the allocator",
 		       i, a->st.block_note_errors, a->gs.adopt_failed);
+	if (a->locked || a->walk_rc)
+		failed(f,
+		       "machine %u: %" PRIu64 " of %" PRIu64
+		       " objects it is primary of left locked with the "
+		       "cluster quiet (walk: %s)",
+		       i, a->locked, a->objects,
+		       a->walk_rc ? farm_strerror(a->walk_rc) : "ok");
 	if (a->live_rc || a->rebuilt_rc || !a->equal)
 		failed(f,
 		       "machine %u: allocator state rebuilt by scan "

@@ -54,7 +54,8 @@
  *     checked to be present: reads after it must see it or a later
  *     write);
  *   - every machine's allocator state, rebuilt by scan from its regions,
- *     equals its live state, with no free refused or lost (allocscan.h).
+ *     equals its live state, with no free refused or lost, and no object
+ *     of those regions (KV objects too) holds a lock bit (allocscan.h).
  * Then the workloads resume and the next fault comes.
  *
  * A restarted machine's histories go on in the same files (tx_hist_seal,
@@ -66,10 +67,11 @@
  *
  * Prints a line per cycle, then a table of the faults applied and the
  * checks passed, the transactions and KV operations checked, and last one
- * JSON line (goal campaign_cycles_pass). Stops at the first cycle whose
- * checks fail: the failures are listed, the cluster's directory (the
- * histories hist-<machine> and lin-<machine>) is kept and its path
- * printed, and the exit status is 1. 77: ZooKeeper, java or the jars
+ * JSON line (goals campaign_cycles_pass, lost_commits and
+ * checker_anomalies: the last checks over the whole history). Stops at the
+ * first cycle whose checks fail: the failures are listed, the cluster's
+ * directory (the histories hist-<machine> and lin-<machine>) is kept and its
+ * path printed, and the exit status is 1. 77: ZooKeeper, java or the jars
  * missing.
  *
  * --broken (a test-only switch, fault injection builds only): recovery
@@ -712,6 +714,11 @@ struct cp_cycle {
 	double secs;
 	unsigned checks; /* passed */
 	uint64_t txns, committed, kv_ops;
+	/* Over the whole history at this cycle's checks: accounts whose
+	 * acknowledged commit is missing; sercheck anomalies and lincheck
+	 * keys without a linearization (a checker's error counts 1). */
+	uint64_t lost, anomalies;
+	bool ran; /* the checks ran */
 	bool ok;
 };
 
@@ -1085,7 +1092,11 @@ static void cp_check(struct cp_cycle *cy, struct fails *f)
 	int anomalies = tx_check_history(&rb_cl, cp_killed | ~cp_used, &rep,
 	                                 &cut, on_write, w);
 	double sc_ms = (double)(np_now_ns() - t0) / 1e6;
-	cy->checks += rb_committed_present(w, f);
+	unsigned lost = rb_committed_lost(w, f);
+	cy->checks += !lost;
+	cy->lost = lost;
+	cy->anomalies = anomalies > 0 ? (uint64_t)anomalies : anomalies < 0;
+	cy->ran = true;
 	if (anomalies) {
 		sc_report_print(stdout, &rep);
 		failed(f,
@@ -1115,6 +1126,8 @@ static void cp_check(struct cp_cycle *cy, struct fails *f)
 	       : rc > 0 ? "VIOLATIONS"
 	                : farm_strerror(rc),
 	       (double)(np_now_ns() - t0) / 1e6);
+	if (rc)
+		cy->anomalies += rc > 0 ? FARM_MAX(lr.nviolations, 1) : 1;
 	if (rc) {
 		lc_report_print(stdout, &lr);
 		failed(f,
@@ -1126,8 +1139,9 @@ static void cp_check(struct cp_cycle *cy, struct fails *f)
 	}
 	cy->kv_ops = nrec;
 
-	/* 6. the allocators, rebuilt by scan */
+	/* 6. the allocators, rebuilt by scan; no object left locked */
 	n0 = f->n;
+	uint64_t objects = 0, locked = 0;
 	for (unsigned i = 0; i < 64; i++) {
 		if (!cp_is(cp_live, i))
 			continue;
@@ -1136,7 +1150,12 @@ static void cp_check(struct cp_cycle *cy, struct fails *f)
 		np_expect(&rb_cl, i, 'A', 120000);
 		np_recv(&rb_cl, i, &a, sizeof(a), 1000);
 		alloc_check(i, &a, f);
+		objects += a.objects;
+		locked += a.locked;
 	}
+	printf("allocators: rebuilt by scan on %u machines; %" PRIu64
+	       " objects walked, %" PRIu64 " locked\n",
+	       cp_count(cp_live), objects, locked);
 	cy->checks += f->n == n0;
 }
 
@@ -1293,11 +1312,21 @@ static void test_campaign(void **state)
 		if (n)
 			printf("%-14s %6u  %6u\n", cp_fault_name[k], n, p);
 	}
-	uint64_t committed = 0, kvops = 0; /* the last checks that ran */
+	uint64_t committed = 0, kvops = 0; /* the last checks that passed */
 	for (unsigned c = 0; c < done; c++)
 		if (cy[c].ok) {
 			committed = cy[c].committed;
 			kvops = cy[c].kv_ops;
+		}
+	/* Lost commits and anomalies: the last checks that ran (each goes
+	 * over the whole history since the start). */
+	uint64_t lost = 0, anomalies = 0;
+	bool checked = false;
+	for (unsigned c = 0; c < done; c++)
+		if (cy[c].ran) {
+			lost = cy[c].lost;
+			anomalies = cy[c].anomalies;
+			checked = true;
 		}
 	printf("\ncampaign: %u of %u cycles passed in %.0f s (seed %" PRIu64
 	       "); the last passed checks went over %" PRIu64
@@ -1318,9 +1347,14 @@ static void test_campaign(void **state)
 	       "\"committed_checked\": %" PRIu64
 	       ", \"kv_ops_checked\": %" PRIu64
 	       ", \"goals\": {\"campaign_cycles_pass\": {\"value\": %u, "
-	       "\"target\": %u, \"met\": %s}}}\n",
+	       "\"target\": %u, \"met\": %s}, \"lost_commits\": "
+	       "{\"value\": %" PRIu64 ", \"target\": 0, \"met\": %s}, "
+	       "\"checker_anomalies\": {\"value\": %" PRIu64
+	       ", \"target\": 0, \"met\": %s}}}\n",
 	       opt_seed, opt_cycles, passed, all, committed, kvops, passed,
-	       opt_cycles, ok ? "true" : "false");
+	       opt_cycles, ok ? "true" : "false", lost,
+	       checked && !lost ? "true" : "false", anomalies,
+	       checked && !anomalies ? "true" : "false");
 	fflush(stdout);
 	free(cy);
 	if (opt_broken) {
