@@ -62,7 +62,8 @@ static struct {
 	unsigned machines, replicas;
 	uint64_t mb, region_mb;
 	const char *dir;
-} O = {3, 1, 1024, 256, "/dev/shm"};
+	unsigned lease_ms;
+} O = {3, 1, 1024, 256, "/dev/shm", 500};
 
 static char g_root[200], g_zk_dir[300], g_zk_connect[64], g_zk_root[96];
 
@@ -110,7 +111,7 @@ static int make_config(unsigned me, struct farm_config *c)
 	snprintf(c->zk, sizeof(c->zk), "%s", g_zk_connect);
 	snprintf(c->zk_root, sizeof(c->zk_root), "%s", g_zk_root);
 	c->zk_session_ms = SESSION_MS;
-	c->lease_us = 500000;
+	c->lease_us = O.lease_ms * 1000u;
 	c->zk_connect_timeout_ms = 30000;
 	c->expect_machines = O.machines;
 	char err[256];
@@ -307,13 +308,14 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 	        "usage: " PROG " [--machines N] [--mb MiB] [--replicas R] "
-	        "[--region MiB] [--dir D] [--quick]\n"
+	        "[--region MiB] [--dir D] [--lease-ms L] [--quick]\n"
 	        "  Whole-cluster restart: N machines (default 3) each commit "
 	        "MiB (default 1024)\n"
 	        "  of objects, all are killed with SIGKILL and started again "
 	        "on their data\n"
 	        "  directories (under D, default /dev/shm); time to the first "
 	        "commit.\n"
+	        "  --lease-ms: recovery's lease (default 500).\n"
 	        "  --quick: 64 MiB per machine.\n");
 }
 
@@ -337,13 +339,15 @@ int main(int argc, char **argv)
 			O.region_mb = strtoull(v, NULL, 10), i++;
 		} else if (v && !strcmp(a, "--dir")) {
 			O.dir = v, i++;
+		} else if (v && !strcmp(a, "--lease-ms")) {
+			O.lease_ms = (unsigned)atoi(v), i++;
 		} else {
 			usage(stderr);
 			return 2;
 		}
 	}
 	if (!O.machines || O.machines > MAXM || !O.mb || !O.replicas ||
-	    O.replicas > O.machines) {
+	    O.replicas > O.machines || O.lease_ms < 1 || O.lease_ms > 60000) {
 		usage(stderr);
 		return 2;
 	}

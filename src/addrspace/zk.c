@@ -898,10 +898,16 @@ static int zk_sync(struct farm_membership *m)
 	z->nrefused = 0;
 	bool mine = false;
 	for (unsigned i = 0; refused.rc == ZOK && i < refused.n; i++) {
-		if (rids[i] != m->self)
+		/* One registered again came back since: stale. */
+		bool live = false;
+		for (unsigned j = 0; j < nids && !live; j++)
+			live = ids[j] == rids[i];
+		if (rids[i] != m->self && !live)
 			z->refused[z->nrefused++] = rids[i];
 		mine |= rids[i] == m->self;
 	}
+	if (refused.rc == ZNONODE)      /* removed under us: made again, and */
+		z->layout_done = false; /* watched, at the next sync */
 	m->st.syncs++;
 	m->st.registered = reg == 0;
 	z->held_elsewhere = reg == 1;

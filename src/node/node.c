@@ -69,7 +69,7 @@ struct farm_node {
 	 * (forsake_refused). */
 	uint32_t refused_gone[FARM_VIEW_MAX];
 	unsigned nrefused_gone;
-	unsigned restart_lost;   /* under lock: restarted without so many */
+	unsigned restart_lost; /* under lock: restarted without so many */
 	/* Under lock: */
 	bool removed; /* this machine was removed from the cluster */
 	bool refused; /* fresh under the id of a machine that left */
@@ -1219,6 +1219,10 @@ int farm_node_wait_members(farm_node *n, unsigned count, int timeout_ms)
 			pthread_mutex_lock(&n->lock);
 			if (nref)
 				forsake_refused(n, ref, nref);
+			/* The lock was let go: what came meanwhile. */
+			if (members_enough(n, count) || n->restart_failed ||
+			    n->refused)
+				break;
 		}
 		uint64_t now = farm_now_ns();
 		if (watch && now >= n->view_t_ns + wait_ns) {

@@ -395,8 +395,13 @@ static int check_region(const struct farm_restart *rs,
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	uint64_t w[2] = {0, 0};
 	ssize_t got = fd >= 0 ? pread(fd, w, sizeof(w), 0) : -1;
+	int e = errno;
 	if (fd >= 0)
 		close(fd);
+	if (got < 0) /* an I/O error, not damage: no refusal notice */
+		return refuse(err, len, e ? -e : -EIO,
+		              "%s: cannot read offset 0: %s", path,
+		              farm_strerror(e ? -e : -EIO));
 	if (got != (ssize_t)sizeof(w))
 		return refuse(err, len, FARM_ECORRUPT,
 		              "%s: unreadable at offset 0", path);
@@ -428,10 +433,12 @@ static int check_log(const struct farm_restart *rs, char *err, size_t len)
 		              farm_strerror(-errno));
 	void *p = size ? mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0)
 	               : MAP_FAILED;
+	int e = size ? errno : EINVAL;
 	close(fd);
-	if (p == MAP_FAILED)
-		return refuse(err, len, FARM_ECORRUPT,
-		              "%s: cannot map %" PRIu64 " bytes", path, size);
+	if (p == MAP_FAILED) /* not damage: no refusal notice (node.c) */
+		return refuse(err, len, -e,
+		              "%s: cannot map %" PRIu64 " bytes: %s", path,
+		              size, farm_strerror(-e));
 	int rc = farm_txlog_check(p, size, path, err, len);
 	munmap(p, size);
 	return rc;

@@ -56,17 +56,17 @@ static bool rec_sane(const uint8_t *rec, uint32_t len)
 {
 	struct rec_hdr h;
 	memcpy(&h, rec, sizeof(h));
-	uint64_t need = sizeof(h) + (uint64_t)h.nobj * sizeof(struct rec_obj) +
-	                4ull * h.nreg + 8;
-	if (need > len)
+	if (rec_size(h.nobj, 0, h.nreg) > len)
 		return false;
 	const struct rec_obj *o = rec_objs(rec);
+	uint64_t img = 0;
 	for (unsigned i = 0; i < h.nobj; i++) {
 		if (o[i].lines == 0 || o[i].lines > OBJ_MAX_LINES)
 			return false;
-		need += 64ull * o[i].lines;
-		if (need > len)
-			return false;
+		img += 64ull * o[i].lines;
+		if (rec_size(h.nobj, img, h.nreg) > len)
+			return false; /* the images, region ids, checksum and
+			                 trailer must fit */
 	}
 	return true;
 }
@@ -410,7 +410,7 @@ static void truncate_to(struct txloop *tl, struct reader *rd, uint8_t *ring,
 			          " truncated "
 			          "while its locks are held",
 			          h.txid);
-		memset(rec, 0, h.len);
+		rec_zero(rec, h.type, h.len);
 		rd->applied += h.len;
 		moved = true;
 	}

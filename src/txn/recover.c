@@ -1233,7 +1233,7 @@ static void h_done(farm_loop *loop, const farm_msg_in *in, void *arg)
 		if (h.len == 0 || h.len % 64 ||
 		    h.len > m->R - rd->applied % m->R)
 			break;
-		memset(ring + rd->applied % m->R, 0, h.len);
+		rec_zero(ring + rd->applied % m->R, h.type, h.len);
 		rd->applied += h.len;
 	}
 	rd->rec_done = true;

@@ -568,6 +568,19 @@ static inline uint64_t rec_sum_off(uint16_t type, uint32_t len)
 	return type == REC_PAD ? 48 : (uint64_t)len - 16;
 }
 
+/* Zero a record of @len bytes (type @type) that truncation frees: its
+ * trailer first, so that a kill in the middle leaves a record no scan
+ * takes for whole (memset's store order is not ours to know), never one
+ * whole by its trailer with a checksum the zeroes broke. */
+static inline void rec_zero(uint8_t *rec, uint16_t type, uint32_t len)
+{
+	atomic_store_explicit(
+	        (_Atomic uint64_t *)(void *)(rec +
+	                                     (type == REC_PAD ? 56 : len - 8)),
+	        0, memory_order_release);
+	memset(rec, 0, len);
+}
+
 /*
  * May a replica truncate past this record? Only when its transaction is
  * done and its commit sequence is below @cs_low, the low-water mark the
