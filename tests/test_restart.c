@@ -43,6 +43,7 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 
+#include "addrspace/membership.h"
 #include "node/restart.h"
 #include "replicas.h"
 #include "util/fault.h"
@@ -976,8 +977,10 @@ static void test_damaged(void **state)
  * surviving backups, each in another machine's log), then one byte of a
  * whole record in machine 2's log file is changed (its checksum no longer
  * matches) before every machine starts again. Machine 2 refuses its
- * directory (exit 4, nothing in it changed) and leaves a refusal notice;
- * the others give it up at once, as if it had failed (long before
+ * directory (exit 4, nothing in it changed) and leaves a refusal notice
+ * (machine 1 finds a stale one of its own, which it must delete, and
+ * must not be given up for); the others give machine 2 up at once, as if
+ * it had failed (long before
  * restart_wait_ms, RS_WAIT_MS, which the test checks), and restart
  * without it: the
  * configuration lists it lost, its regions' backups are promoted, and its
@@ -1032,6 +1035,16 @@ static void test_lost(void **state)
 	       lost, strrchr(logf, '/') + 1, rlen, roff);
 	struct snap before, after;
 	snap_take(cl.dir[lost], &before);
+	/* A stale notice for machine 1, whose directory is sound (as an
+	 * earlier attempt that refused it would have left): machine 1
+	 * deletes it when its directory passes, and the others must not give
+	 * machine 1 up for it. */
+	int nrc =
+	        farm_zk_note_refused(zk_connect, zk_root, 1,
+	                             "test: a notice from an earlier attempt");
+	printf("lost: a stale refusal notice for machine 1: %s\n",
+	       farm_strerror(nrc));
+	assert_int_equal(nrc, 0);
 
 	uint64_t t_start = np_now_ns();
 	np_spawn(&cl, check_machine, NULL); /* again, same dirs */

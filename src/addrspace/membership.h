@@ -385,6 +385,11 @@ int farm_zk_peek(const char *zk, const char *root, unsigned connect_ms,
  */
 int farm_zk_note_refused(const char *zk, const char *root, uint32_t id,
                          const char *why);
+/* Delete machine @id's refusal notice, if any: its directory passed the
+ * check at this start (a notice from an earlier attempt is stale and
+ * would have the others give it up). 0 (also when there was none), or an
+ * error as farm_zk_note_refused's. */
+int farm_zk_clear_refused(const char *zk, const char *root, uint32_t id);
 /* The machines with a refusal notice, as the last sync read them (this
  * one left out), into @ids (FARM_VIEW_MAX entries); how many (0 without
  * ZooKeeper). */

@@ -1,8 +1,9 @@
 /*
- * The ZooKeeper backend's private state and what its two files share:
- * zk.c (the session, the worker, registration, reads and writes) and
- * zk_next.c (the next configuration, computed from what zk.c read). Only
- * with the client library (FARM_HAVE_ZK).
+ * The ZooKeeper backend's private state and what its files share: zk.c
+ * (the session, the worker, registration, reads and writes), zk_next.c
+ * (the next configuration, computed from what zk.c read) and zk_peek.c
+ * (short sessions of their own: farm status's peek, refusal notices).
+ * Only with the client library (FARM_HAVE_ZK).
  */
 #ifndef FARM_ADDRSPACE_ZK_INT_H
 #define FARM_ADDRSPACE_ZK_INT_H
@@ -15,7 +16,10 @@
 #define ZK_BUF                (64u << 10) /* the configuration: 65 members fit in 18 KiB */
 #define ZK_DEFAULT_SESSION_MS 4000u
 #define ZK_DEFAULT_CONNECT_MS 5000u
-#define ZK_BACKOFF_MS         200 /* retry after an unexpected error */
+/* A registration's data: the endpoint, then "\ndomain <name>" when the
+ * machine has a failure domain. */
+#define ZK_CARD_MAX   (FARM_ENDPOINT_MAX + FARM_DOMAIN_MAX + 8)
+#define ZK_BACKOFF_MS 200 /* retry after an unexpected error */
 
 enum {
 	PEND_SYNC = 1u << 0,    /* re-read (and maybe write) the config */
@@ -109,6 +113,14 @@ struct zk_read {
 
 /* A ZooKeeper return code as a negative errno value. */
 int zk_err(int zrc);
+/* zk.c, for zk_peek.c too: the client's log hook, its global set-up
+ * (once), create @path unless it exists, order ids, a deadline @ms from
+ * now on the monotonic clock. */
+void zk_log(const char *msg);
+void zk_global_init(void);
+int zk_ensure(zhandle_t *zh, const char *path, const char *data, int len);
+int cmp_u32(const void *a, const void *b);
+void deadline_in(struct timespec *t, int ms);
 
 /* zk_next.c */
 

@@ -1,0 +1,88 @@
+/*
+ * A node's state, shared by node.c (open, views, loops, close) and
+ * members.c (waiting for the members, and giving up at a whole-cluster
+ * restart the ones that do not come back). Internal; not installed.
+ */
+#ifndef FARM_NODE_NODE_INT_H
+#define FARM_NODE_NODE_INT_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "alloc/galloc.h"
+#include "node/node.h"
+#include "recovery/recovery.h"
+
+struct loop_thread {
+	farm_node *n;
+	unsigned idx;
+	pthread_t th;
+	farm_loop *loop;
+	int rc;
+	bool started;
+};
+
+struct farm_node {
+	struct farm_config cfg;
+	farm_fabric *fab;
+	farm_msg *msg;
+	farm_as *as;
+	farm_galloc *ga;
+	farm_txm *txm;
+	struct farm_membership *mem;
+	char card[FARM_ENDPOINT_MAX];
+	unsigned nthreads;
+	struct loop_thread *threads;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	unsigned ready;        /* loops opened */
+	struct farm_view view; /* last view applied */
+	int start_timeout_ms; /* static peers' cards are waited for this long */
+	bool card_written;
+	/* The control socket (ctl.c); NULL: none. */
+	struct farm_ctl *ctl;
+	bool app_loops;     /* the application's threads run the loops */
+	farm_recovery *rec; /* leases and reconfiguration (ZooKeeper only) */
+	struct farm_restart *rs; /* durable directory (restart.c; shm only) */
+	bool keep;               /* closing cleanly: keep the files */
+	bool restart_failed;     /* views are no longer applied */
+	uint64_t view_t_ns;      /* under lock: when n->view last changed */
+	bool forsook;            /* asked to restart without the missing */
+	/* Under lock: previous members given up for their refusal notices
+	 * (forsake_refused). */
+	uint32_t refused_gone[FARM_VIEW_MAX];
+	unsigned nrefused_gone;
+	unsigned refused_over; /* the count over the limit last said */
+	unsigned restart_lost; /* under lock: restarted without so many */
+	/* Under lock: */
+	bool removed; /* this machine was removed from the cluster */
+	bool refused; /* fresh under the id of a machine that left */
+	/* The membership once farm_membership_open returned (under lock):
+	 * views may come before, on its worker, which must not read n->mem
+	 * while open writes it. */
+	struct farm_membership *marked_mem;
+	bool lease_lost; /* its lease at the CM lapsed */
+	/* Machines whose messages are refused (farm_msg_peer_min_config);
+	 * apply_view's thread only. */
+	bool msg_removed[FARM_NODE_MAX_MACHINES];
+	farm_node_config_fn on_config;
+	void *on_config_ctx;
+	/* Growth, the grower's side (grow.c): made on the first view that
+	 * names this machine the grower once it has a loop; under
+	 * grow_lock (farm_node_close destroys it after the loops stop). */
+	struct farm_grow *grow;
+	/* Serialises grow_view: views and the opening of loop 0 (the grow
+	 * thread asks on it) both start growth. */
+	pthread_mutex_t grow_lock;
+};
+
+/* members.c: farm_node_open refused this machine's directory (@rc, @why):
+ * with ZooKeeper, leave a refusal notice (farm_zk_note_refused) when it is
+ * damage. */
+void node_note_refused(const struct farm_config *cfg, int rc, const char *why);
+/* members.c: this machine's directory passed the restart check: with
+ * ZooKeeper, delete a refusal notice an earlier attempt left. */
+void node_clear_notice(const struct farm_config *cfg);
+
+#endif
