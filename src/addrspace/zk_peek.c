@@ -3,7 +3,7 @@
  * `farm status` reads without joining (farm_zk_peek), and the refusal
  * notices of machines that refused their damaged directories at a restart
  * (farm_zk_note_refused, farm_zk_clear_refused; membership.h). Only with
- * the client library; zk.c has the stubs without it.
+ * the client library; without it, zk.c answers -ENOTSUP for them.
  */
 #ifdef FARM_HAVE_ZK
 

@@ -21,6 +21,20 @@
  * for a missing one's refusal notice (farm_membership_refused). */
 #define NOTICE_POLL_NS 200000000ull
 
+/* Under n->lock: ask the membership, with the lock let go, to list @ids
+ * lost (farm_membership_forsake). */
+static void forsake_unlocked(farm_node *n, const uint32_t *ids, unsigned k)
+{
+	pthread_mutex_unlock(&n->lock);
+	int rc = farm_membership_forsake(n->mem, ids, k);
+	pthread_mutex_lock(&n->lock);
+	if (rc)
+		farm_err("node %" PRIu32 ": cannot give up machine %" PRIu32
+		         "%s: %s",
+		         n->cfg.machine_id, ids[0], k > 1 ? " and others" : "",
+		         farm_strerror(rc));
+}
+
 /* Under n->lock, while a restart is pending and the view has not changed
  * for restart_wait_ms: ask the membership to give up the previous members
  * still missing, so the others restart without them (restart.c). Once;
@@ -48,13 +62,7 @@ static void forsake_missing(farm_node *n)
 		          "restarted after %" PRIu32 " ms: giving it up (its "
 		          "data is recovered from replicas)",
 		          n->cfg.machine_id, miss[i], n->cfg.restart_wait_ms);
-	pthread_mutex_unlock(&n->lock);
-	int rc = farm_membership_forsake(n->mem, miss, k);
-	pthread_mutex_lock(&n->lock);
-	if (rc)
-		farm_err("node %" PRIu32 ": cannot give up the missing "
-		         "machines: %s",
-		         n->cfg.machine_id, farm_strerror(rc));
+	forsake_unlocked(n, miss, k);
 }
 
 /* farm_node_open refused this machine's directory (@rc, @why): with
@@ -129,13 +137,7 @@ static void forsake_refused(farm_node *n, const uint32_t *ref, unsigned nref)
 		          n->cfg.machine_id, give[i]);
 		n->refused_gone[n->nrefused_gone++] = give[i];
 	}
-	pthread_mutex_unlock(&n->lock);
-	int rc = farm_membership_forsake(n->mem, give, g);
-	pthread_mutex_lock(&n->lock);
-	if (rc)
-		farm_err("node %" PRIu32 ": cannot give up the machines that "
-		         "refused their directories: %s",
-		         n->cfg.machine_id, farm_strerror(rc));
+	forsake_unlocked(n, give, g);
 }
 
 /* Under n->lock: does farm_node_wait_members(@count) return? The view
