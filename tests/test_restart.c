@@ -25,7 +25,8 @@
  *   damaged   one machine with static membership writes an object and
  *             shuts down cleanly; copies of its directory are damaged (a
  *             region file's magic, the manifest's trailer, the log's
- *             size) or started as another machine: each start is refused
+ *             size) or started as another machine or as a machine of
+ *             another cluster: each start is refused
  *             with the file and offset named, and every file is left as
  *             it was (names, sizes, bytes). The intact directory
  *             restarts, with the object's value. --broken-check: the
@@ -636,9 +637,17 @@ static char dd_root[160];
 #define DD_KEY "restart-key"
 #define DD_VAL "kept across the restart"
 
+/* dd_config as a machine of another cluster (a ZooKeeper root; the
+ * directories here are of a static cluster). */
+static bool dd_other_cluster;
+
 static void dd_config(const char *dir, uint32_t id, struct farm_config *cfg)
 {
 	farm_config_defaults(cfg);
+	if (dd_other_cluster) { /* refused before any connection */
+		snprintf(cfg->zk, sizeof(cfg->zk), "127.0.0.1:9");
+		snprintf(cfg->zk_root, sizeof(cfg->zk_root), "/libfarm/other");
+	}
 	cfg->has_machine_id = true;
 	cfg->machine_id = id;
 	cfg->region_size = 16u << 20;
@@ -891,6 +900,17 @@ static void test_damaged(void **state)
 	printf("another machine's: %s\n", rc ? err : "accepted");
 	if (rc != -EXDEV || !strstr(err, "belongs to machine 0"))
 		failed(&fl, "another machine's directory: %s (%s)",
+		       farm_strerror(rc), rc ? err : "accepted");
+
+	/* Another cluster's directory. */
+	snprintf(d, sizeof(d), "%s/cluster", dd_root);
+	copy_dir(good, d);
+	dd_other_cluster = true;
+	rc = dd_try(d, 0, err, sizeof(err));
+	dd_other_cluster = false;
+	printf("another cluster's: %s\n", rc ? err : "accepted");
+	if (rc != -EXDEV || !strstr(err, "belongs to cluster"))
+		failed(&fl, "another cluster's directory: %s (%s)",
 		       farm_strerror(rc), rc ? err : "accepted");
 
 	/* The intact one restarts with the object. */
