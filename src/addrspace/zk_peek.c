@@ -38,11 +38,17 @@ static void peek_watcher(zhandle_t *zh, int type, int state, const char *path,
 	pthread_mutex_unlock(&c->lock);
 }
 
-/* A short session of our own (farm_zk_peek, farm_zk_note_refused):
- * connected within @connect_ms (0: the default), or NULL with *@rc. */
-static zhandle_t *oneshot_open(const char *zk, unsigned connect_ms,
-                               struct peek_conn *c, int *rc)
+/* A short session of our own (farm_zk_peek, the refusal notices) at @zk
+ * for the cluster under *@root (NULL: "/libfarm/default", set there):
+ * connected within @connect_ms (0: the default), or NULL with *@rc
+ * (-EINVAL for a bad connect string or root). Close it with
+ * oneshot_close either way. */
+static zhandle_t *oneshot_open(const char *zk, const char **root,
+                               unsigned connect_ms, struct peek_conn *c,
+                               int *rc)
 {
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+	pthread_once(&once, zk_global_init);
 	c->connected = false;
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_condattr_t ca;
@@ -50,6 +56,12 @@ static zhandle_t *oneshot_open(const char *zk, unsigned connect_ms,
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&c->cond, &ca);
 	pthread_condattr_destroy(&ca);
+	if (!*root)
+		*root = "/libfarm/default";
+	if (!farm_zk_connect_valid(zk) || !farm_zk_path_valid(*root)) {
+		*rc = -EINVAL;
+		return NULL;
+	}
 	unsigned ms = connect_ms ? connect_ms : ZK_DEFAULT_CONNECT_MS;
 	errno = 0;
 	zhandle_t *zh =
@@ -129,11 +141,7 @@ static int peek_live(zhandle_t *zh, const char *members,
 int farm_zk_peek(const char *zk, const char *root, unsigned connect_ms,
                  struct farm_zk_peek *out)
 {
-	static pthread_once_t once = PTHREAD_ONCE_INIT;
-	pthread_once(&once, zk_global_init);
-	if (!root)
-		root = "/libfarm/default";
-	if (!out || !farm_zk_connect_valid(zk) || !farm_zk_path_valid(root))
+	if (!out)
 		return -EINVAL;
 	memset(out, 0, sizeof(*out));
 	char *buf = malloc(ZK_BUF);
@@ -141,7 +149,7 @@ int farm_zk_peek(const char *zk, const char *root, unsigned connect_ms,
 		return -ENOMEM;
 	struct peek_conn c;
 	int rc;
-	zhandle_t *zh = oneshot_open(zk, connect_ms, &c, &rc);
+	zhandle_t *zh = oneshot_open(zk, &root, connect_ms, &c, &rc);
 	char path[240];
 	if (!rc) {
 		snprintf(path, sizeof(path), "%s/config", root);
@@ -166,15 +174,11 @@ int farm_zk_peek(const char *zk, const char *root, unsigned connect_ms,
 int farm_zk_note_refused(const char *zk, const char *root, uint32_t id,
                          const char *why)
 {
-	static pthread_once_t once = PTHREAD_ONCE_INIT;
-	pthread_once(&once, zk_global_init);
-	if (!root)
-		root = "/libfarm/default";
-	if (!why || !farm_zk_connect_valid(zk) || !farm_zk_path_valid(root))
+	if (!why)
 		return -EINVAL;
 	struct peek_conn c;
 	int rc;
-	zhandle_t *zh = oneshot_open(zk, 0, &c, &rc);
+	zhandle_t *zh = oneshot_open(zk, &root, 0, &c, &rc);
 	char path[240];
 	snprintf(path, sizeof(path), "%s/refused", root);
 	if (!rc) /* the cluster's layout is there: its configuration is */
@@ -194,15 +198,9 @@ int farm_zk_note_refused(const char *zk, const char *root, uint32_t id,
 
 int farm_zk_clear_refused(const char *zk, const char *root, uint32_t id)
 {
-	static pthread_once_t once = PTHREAD_ONCE_INIT;
-	pthread_once(&once, zk_global_init);
-	if (!root)
-		root = "/libfarm/default";
-	if (!farm_zk_connect_valid(zk) || !farm_zk_path_valid(root))
-		return -EINVAL;
 	struct peek_conn c;
 	int rc;
-	zhandle_t *zh = oneshot_open(zk, 0, &c, &rc);
+	zhandle_t *zh = oneshot_open(zk, &root, 0, &c, &rc);
 	char path[240];
 	snprintf(path, sizeof(path), "%s/refused/%" PRIu32, root, id);
 	if (!rc) {

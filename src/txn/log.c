@@ -369,6 +369,16 @@ int txn_log_record_at(const uint8_t *ring, uint64_t R, uint64_t off,
 
 /* ---- reading logs after a restart ------------------------------------- */
 
+bool txn_log_geometry_ok(const struct log_super *sb)
+{
+	return sb->M && sb->M <= 0x40 && sb->T && sb->T <= MAX_LOOPS &&
+	       sb->machine < sb->M && farm_is_pow2(sb->R) &&
+	       sb->R >= (64u << 10) && sb->R <= (64u << 20) &&
+	       sb->hdr_area == ((64 + (uint64_t)sb->M * sb->T * 64 + 4095) &
+	                        ~4095ull) &&
+	       sb->total == sb->hdr_area + (uint64_t)sb->M * sb->T * sb->R;
+}
+
 int farm_txlog_scan_file(const char *path, farm_txlog_fn fn, void *ctx,
                          struct farm_txlog_info *info)
 {
@@ -386,13 +396,7 @@ int farm_txlog_scan_file(const char *path, farm_txlog_fn fn, void *ctx,
 	         pread(fd, &sb, sizeof(sb), 0) != (ssize_t)sizeof(sb) ||
 	         sb.magic != LOG_SUPER_MAGIC)
 		rc = -ENOMSG; /* not a log file */
-	else if (sb.layout != LOG_LAYOUT || !sb.M || sb.M > 0x40 || !sb.T ||
-	         sb.T > MAX_LOOPS || sb.machine >= sb.M ||
-	         !farm_is_pow2(sb.R) || sb.R < (64u << 10) ||
-	         sb.R > (64u << 20) ||
-	         sb.hdr_area != ((64 + (uint64_t)sb.M * sb.T * 64 + 4095) &
-	                         ~4095ull) ||
-	         sb.total != sb.hdr_area + (uint64_t)sb.M * sb.T * sb.R ||
+	else if (sb.layout != LOG_LAYOUT || !txn_log_geometry_ok(&sb) ||
 	         (uint64_t)st.st_size < sb.total)
 		rc = FARM_ECORRUPT;
 	if (rc) {

@@ -112,12 +112,7 @@ static int super_check(const uint8_t *base, size_t len, const char *what,
 		     what, sb.layout, LOG_LAYOUT);
 		return FARM_ECORRUPT;
 	}
-	if (!sb.M || sb.M > 0x40 || !sb.T || sb.T > MAX_LOOPS ||
-	    sb.machine >= sb.M || !farm_is_pow2(sb.R) || sb.R < (64u << 10) ||
-	    sb.R > (64u << 20) ||
-	    sb.hdr_area !=
-	            ((64 + (uint64_t)sb.M * sb.T * 64 + 4095) & ~4095ull) ||
-	    sb.total != sb.hdr_area + (uint64_t)sb.M * sb.T * sb.R) {
+	if (!txn_log_geometry_ok(&sb)) {
 		FAIL("%s: bad log superblock at offset 8", what);
 		return FARM_ECORRUPT;
 	}

@@ -825,6 +825,10 @@ void txn_scan_deadlines(struct txloop *tl);
 void txn_end_lock_waits(struct txloop *tl, const bool *removed);
 int txn_log_record_at(const uint8_t *ring, uint64_t R, uint64_t off,
                       struct rec_hdr *h, uint64_t *pos);
+/* Is a log file's superblock geometry (machines, threads, ring size, the
+ * header area and the total they make) one this build writes? The magic
+ * and layout are the caller's to check. */
+bool txn_log_geometry_ok(const struct log_super *sb);
 void txn_h_reply(farm_loop *loop, const farm_msg_in *in, void *arg);
 
 #endif
