@@ -294,8 +294,7 @@ static int check_machine(struct np_child *np, void *arg)
 	return tx_child_run(&c, &cfg, RS_JOIN_MS, check_role);
 }
 
-/* ---- the bank test (parent) -----------------------------------------------
- */
+/* ---- the bank test (parent) ---------------------------------------------- */
 
 struct committed {
 	const farm_fatptr *acc;

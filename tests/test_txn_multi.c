@@ -35,8 +35,7 @@
 #define RSIZE   "16M"
 #define JOIN_MS 30000
 
-/* ---- options ----------------------------------------------------------------
- */
+/* ---- options ------------------------------------------------------------- */
 
 /* The issue asks for 100,000 committed transfers; the sanitizer build,
  * several times slower, runs a fifth of them. */
@@ -57,8 +56,7 @@ static bool opt_broken;
 static const char *opt_only;
 static uint64_t opt_epoch_every = 2000; /* bank iterations per epoch end */
 
-/* ---- the cluster (parent side)
- * ----------------------------------------------- */
+/* ---- the cluster (parent side) ------------------------------------------- */
 
 static struct np_cluster G;
 
@@ -91,8 +89,7 @@ static int cl_cleanup(void **state)
 	return 0;
 }
 
-/* ---- bank
- * ------------------------------------------------------------------------ */
+/* ---- bank ---------------------------------------------------------------- */
 
 struct bank_stats {
 	struct bank_counts k;
@@ -226,8 +223,7 @@ static void test_bank(void **state)
 	assert_int_equal(tot.epochs_failed, 0);
 }
 
-/* ---- torn reads
- * ------------------------------------------------------------------- */
+/* ---- torn reads ---------------------------------------------------------- */
 
 #define TORN_SIZE 500 /* 9 lines */
 #define TORN_PER  4   /* objects per machine */
@@ -412,8 +408,7 @@ static void test_torn(void **state)
 		assert_true(reads >= opt_torn_reads);
 }
 
-/* ---- zombie reads
- * ------------------------------------------------------------------ */
+/* ---- zombie reads -------------------------------------------------------- */
 
 #define Z_ROOTS 8
 #define Z_SIZE  200
@@ -731,8 +726,7 @@ static void test_zombie(void **state)
 	assert_true(t.reads_ok + t.tx_commits > 0);
 }
 
-/* ---- durability
- * -------------------------------------------------------------------- */
+/* ---- durability ---------------------------------------------------------- */
 
 struct recs_ctx {
 	uint64_t txid;
@@ -880,8 +874,7 @@ static void test_durability(void **state)
 	}
 }
 
-/* ---- main
- * -------------------------------------------------------------------------- */
+/* ---- main ---------------------------------------------------------------- */
 
 int main(int argc, char **argv)
 {

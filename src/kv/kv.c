@@ -258,8 +258,7 @@ void farm_kv_stats_get(const farm_kv *kv, farm_kv_stats *out)
 	                       .mget_bad = v[S_BAD]};
 }
 
-/* ---- joining ----------------------------------------------------------------
- */
+/* ---- joining ------------------------------------------------------------- */
 
 struct wait {
 	volatile int done;
@@ -490,8 +489,7 @@ int farm_kv_join_existing_sync(farm_kv *kv, farm_loop *loop, uint32_t from,
 	return rc;
 }
 
-/* ---- single operations
- * ------------------------------------------------------------ */
+/* ---- single operations --------------------------------------------------- */
 
 int farm_kv_get(farm_kv *kv, farm_loop *loop, const void *key, uint32_t klen,
                 farm_kv_get_fn cont, void *ctx)
@@ -528,8 +526,7 @@ int farm_kv_del(farm_kv *kv, farm_loop *loop, const void *key, uint32_t klen,
 	return rc == -E2BIG ? -EMSGSIZE : rc;
 }
 
-/* ---- blocking wrappers
- * --------------------------------------------------------- */
+/* ---- blocking wrappers --------------------------------------------------- */
 
 static void get_done(farm_loop *loop, void *ctx, int status, const void *val,
                      uint32_t len)
@@ -1066,8 +1063,7 @@ int farm_kv_mget_sync(farm_kv *kv, farm_loop *loop, unsigned n,
 	return rc ? rc : farm_loop_wait(loop, &w.done, 0);
 }
 
-/* ---- multi-get: the owning side
- * ------------------------------------------------------- */
+/* ---- multi-get: the owning side ------------------------------------------ */
 
 struct srv;
 
@@ -1302,8 +1298,7 @@ static void h_mget(farm_loop *loop, const farm_msg_in *in, void *arg)
 	srv_advance(s);
 }
 
-/* ---- iteration
- * -------------------------------------------------------------------- */
+/* ---- iteration ----------------------------------------------------------- */
 
 long farm_kv_iterate_local(farm_kv *kv, farm_kv_iter_fn fn, void *ctx)
 {
@@ -1314,8 +1309,7 @@ long farm_kv_iterate_local(farm_kv *kv, farm_kv_iter_fn fn, void *ctx)
 	return farm_ht_iterate_local(kv->ht, kv->my_shard, fn, ctx);
 }
 
-/* ---- the named-object directory
- * ---------------------------------------------------- */
+/* ---- the named-object directory ------------------------------------------ */
 
 static int dir_key(const char *name, uint8_t *key, uint32_t *klen)
 {

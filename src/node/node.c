@@ -25,8 +25,7 @@
 
 #define CARD_FILE "machine.card"
 
-/* ---- cards ------------------------------------------------------------------
- */
+/* ---- cards --------------------------------------------------------------- */
 
 static int card_format(farm_node *n)
 {
@@ -173,8 +172,7 @@ static int card_read(const char *dir, int timeout_ms, char *out, size_t len)
 	}
 }
 
-/* ---- views ------------------------------------------------------------------
- */
+/* ---- views --------------------------------------------------------------- */
 
 /* The members of the view this machine applied last that @v drops. */
 static unsigned dropped(farm_node *n, const struct farm_view *v, uint32_t *out)
@@ -710,8 +708,7 @@ static void on_state(void *ctx, enum farm_membership_state s)
 	          farm_membership_state_name(s));
 }
 
-/* ---- lifetime ---------------------------------------------------------------
- */
+/* ---- lifetime ------------------------------------------------------------ */
 
 int farm_node_open(const struct farm_config *cfg, farm_node **out)
 {
@@ -1079,8 +1076,7 @@ void farm_node_restart_stats(const farm_node *n, struct farm_restart_stats *out)
 	farm_restart_stats(n ? n->rs : NULL, out);
 }
 
-/* ---- access
- * ------------------------------------------------------------------- */
+/* ---- access -------------------------------------------------------------- */
 
 uint64_t farm_node_config_id(farm_node *n)
 {
@@ -1223,8 +1219,7 @@ int farm_node_run(farm_node *n, unsigned i, farm_work_fn fn, void *ctx)
 	return rc;
 }
 
-/* ---- the public configuration entry points
- * ----------------------------------------------- */
+/* ---- the public configuration entry points ------------------------------- */
 
 int farm_node_open_file(const char *path, farm_node **out)
 {

@@ -977,8 +977,7 @@ static void h_answer(farm_loop *loop, const farm_msg_in *in, void *arg)
 	pend_decide(tl, q.txid, q.answer == A_COMMIT);
 }
 
-/* ---- the decider ----------------------------------------------------------
- */
+/* ---- the decider --------------------------------------------------------- */
 
 static struct rec_txn *dec_find(farm_txm *m, uint64_t txid)
 {
@@ -1155,8 +1154,7 @@ static void h_end(farm_loop *loop, const farm_msg_in *in, void *arg)
 	          e.coord, e.thread, nc, na);
 }
 
-/* ---- survivors apply the decisions ----------------------------------------
- */
+/* ---- survivors apply the decisions --------------------------------------- */
 
 static void h_decide(farm_loop *loop, const farm_msg_in *in, void *arg)
 {
