@@ -1,6 +1,5 @@
 /*
- * Test fixture on top of txproc.h: the bank under failures (issue 12,
- * "Recovery I"), shared by test_rec_bank.c (kill -9), test_rec_crash.c
+ * Test fixture on top of txproc.h: the bank under failures, shared by test_rec_bank.c (kill -9), test_rec_crash.c
  * (a machine kills itself at one step of a commit), test_rec_zombie.c
  * (SIGSTOP past the lease, then SIGCONT) and test_rec_seq.c (two kills in
  * sequence). Header-only, static functions; the including test defines

@@ -841,9 +841,8 @@ static void test_bad_input(void **state)
  * A machine paused past its lease (perhaps removed, its shards served
  * elsewhere by now) must not answer a lookup from what it reads, found
  * or absent, locally or remotely: FARM_ELEASE, as the transaction layer's
- * reads (farm_txm_serve_word). Found by the fault campaign: a zombie's
- * get after SIGCONT returned a value overwritten in the new
- * configuration (lincheck).
+ * reads (farm_txm_serve_word): otherwise a zombie's get after SIGCONT
+ * returns a value overwritten in the new configuration.
  */
 static void test_lease(void **state)
 {

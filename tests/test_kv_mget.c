@@ -1,5 +1,5 @@
 /*
- * The KV store's batched multi-get across machine processes (issue 6).
+ * The KV store's batched multi-get across machine processes.
  * Three forked machines (nodeproc.h: static membership, one loop each)
  * share a deliberately small table (16 buckets of 2 slots per machine)
  * filled well past its buckets, so overflow chains exist on every shard.

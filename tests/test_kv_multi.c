@@ -1,5 +1,5 @@
 /*
- * The cluster KV store across machine processes (issue 6). Each machine is
+ * The cluster KV store across machine processes. Each machine is
  * a forked process running a farm_node (static membership, 1 loop that the
  * process's main thread drives) and a farm_kv with one shard per machine;
  * the parent coordinates them through pipes and checks what they report.

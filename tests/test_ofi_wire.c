@@ -1,5 +1,5 @@
 /*
- * Bad input over the network to a machine on the ofi provider (issue 15).
+ * Bad input over the network to a machine on the ofi provider.
  * The target is a forked machine: its fabric, a 1 MiB region holding a
  * known pattern (its last 4 KiB a scratch area peers may write), served by
  * the provider's progress thread while the machine's own thread sits in

@@ -1,5 +1,5 @@
 /*
- * Transactions across machine processes (issue 5). Each machine is a forked
+ * Transactions across machine processes. Each machine is a forked
  * process running a farm_node (static membership, 1 loop that the
  * process's main thread drives with the *_sync wrappers); the parent
  * coordinates them through pipes and checks what they report.
@@ -46,9 +46,8 @@ static uint64_t opt_transfers = 100000;
 #endif
 static unsigned opt_accounts = 100;
 /* A bound on the bank run, not its length (100,000 transfers take about
- * 50 s on a quiet 2-core host). At 100 s a flake-hunt run at load 18
- * (948 transfers/s) stopped 5% short of the count; the cause was this
- * deadline, so it is now 200 s. */
+ * 50 s on a quiet 2-core host; at load 18 they run at about 950/s, so
+ * 100 s would stop short of the count). */
 static double opt_bank_secs = 200;
 static double opt_torn_secs = 8;
 static uint64_t opt_torn_reads = 0; /* 0: as many as fit in torn_secs */

@@ -430,10 +430,9 @@ static void apply_view(void *ctx, const struct farm_view *v)
 		bool lost = farm_ids_have(v->lost, v->nlost, n->cfg.machine_id);
 		/* A machine restarting on its directory is listed gone until
 		 * it registers (the manager lists every previous member so):
-		 * views it applies before then are not a refusal. Found by
-		 * the fault campaign: a restarting machine whose old session
-		 * delayed its registration took the second such view for one
-		 * and stopped. */
+		 * views it applies before then are not a refusal: a restarting
+		 * machine whose old session delays its registration sees more
+		 * than one such view. */
 		pthread_mutex_lock(&n->lock);
 		bool was = n->view.config_id != 0;
 		bool fresh = !was && !restarting;
@@ -651,7 +650,7 @@ static void apply_view(void *ctx, const struct farm_view *v)
 		 * (a filling copy is not in the manifest, so the backup came
 		 * back without it) must start again: nothing else would tell
 		 * that backup, and a commit opens its copy only to wait for
-		 * COPY (found by the fault campaign, restart_copy). */
+		 * COPY. */
 		struct farm_restart_stats rst;
 		farm_restart_stats(n->rs, &rst);
 		rlost = (unsigned)rst.lost;

@@ -1075,8 +1075,8 @@ static bool decide(farm_txm *m, const struct rec_txn *t, uint64_t maxlw)
 		 * those of the configuration they carry. Not the view before
 		 * the current one: a later view (a late join, a second
 		 * removal) makes this round's "previous" one with a new
-		 * backup that never had them, and a reported commit was
-		 * aborted (the continuous fault campaign, seed 1128). */
+		 * backup that never had them, and a reported commit would be
+		 * aborted. */
 		uint32_t reps[FARM_RING_MAX_REPLICAS];
 		unsigned n = 0;
 		if (!FARM_FAULT_SWITCH(FARM_FP_REC_PREV_RING))
