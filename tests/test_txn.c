@@ -526,9 +526,10 @@ static uint64_t trunc_round(farm_fatptr x, farm_fatptr y)
  * coordinator's low-water mark has passed it. Otherwise recovery, seeing
  * the record at one surviving backup and not at another that truncated
  * it, and no mark above it, aborts a commit that was reported (a
- * single-machine transfer lost about once in ten kills). Here an older commit (T0) is held open while two younger ones
- * finish; with the old rule (a test-only switch) machine 3 truncates T1's
- * record above the mark, and the counter says so.
+ * single-machine transfer lost about once in ten kills). Here an older commit
+ * (T0) is held open while two younger ones finish; with the old rule (a
+ * test-only switch) machine 3 truncates T1's record above the mark, and the
+ * counter says so.
  */
 static void test_trunc_low_water(void **state)
 {
