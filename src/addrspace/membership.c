@@ -310,6 +310,182 @@ static int parse_id_line(const char *p, const char *nl, uint32_t *ids,
 	return 0;
 }
 
+/* A configuration being parsed: the view and what the lines' order rules
+ * need to remember. */
+struct view_parse {
+	struct farm_view *v;
+	bool have_domain;
+	uint64_t last_domain;
+};
+
+/* One line kind after the first two: @p is the line, @nl its '\n'. 0, or
+ * -1 for a malformed line (FARM_ECORRUPT). */
+typedef int (*view_line_fn)(struct view_parse *s, const char *p,
+                            const char *nl);
+
+static int vl_cm(struct view_parse *s, const char *p, const char *nl)
+{
+	struct farm_view *v = s->v;
+	uint64_t x;
+	const char *e;
+	if (v->has_cm || v->n || parse_dec(p + 3, nl, UINT32_MAX, &x, &e) ||
+	    e != nl)
+		return -1;
+	v->has_cm = true;
+	v->cm = (uint32_t)x;
+	return 0;
+}
+
+static int vl_formed(struct view_parse *s, const char *p, const char *nl)
+{
+	(void)p;
+	(void)nl;
+	if (s->v->formed)
+		return -1;
+	s->v->formed = true;
+	return 0;
+}
+
+static int vl_late(struct view_parse *s, const char *p, const char *nl)
+{
+	return parse_id_line(p, nl, s->v->late, &s->v->nlate);
+}
+
+static int vl_gone(struct view_parse *s, const char *p, const char *nl)
+{
+	return parse_id_line(p, nl, s->v->gone, &s->v->ngone);
+}
+
+static int vl_lost(struct view_parse *s, const char *p, const char *nl)
+{
+	return parse_id_line(p, nl, s->v->lost, &s->v->nlost);
+}
+
+/* "<tag> <u64 above 0>" once: "restart " (8 bytes) and "bump " (5). */
+static int parse_once(const char *arg, const char *nl, uint64_t *out)
+{
+	uint64_t x;
+	const char *e;
+	if (*out || parse_dec(arg, nl, UINT64_MAX, &x, &e) || e != nl || x == 0)
+		return -1;
+	*out = x;
+	return 0;
+}
+
+static int vl_restart(struct view_parse *s, const char *p, const char *nl)
+{
+	return parse_once(p + 8, nl, &s->v->restart);
+}
+
+static int vl_bump(struct view_parse *s, const char *p, const char *nl)
+{
+	return parse_once(p + 5, nl, &s->v->bump);
+}
+
+static int vl_removed(struct view_parse *s, const char *p, const char *nl)
+{
+	struct farm_view *v = s->v;
+	uint64_t x, inc;
+	const char *e;
+	if (v->nremoved == FARM_VIEW_MAX ||
+	    parse_dec(p + 8, nl, UINT32_MAX, &x, &e) || e == nl || *e != ' ' ||
+	    parse_dec(e + 1, nl, INT64_MAX, &inc, &e) || e != nl)
+		return -1;
+	v->removed[v->nremoved++] = (struct farm_removed){
+	        .id = (uint32_t)x, .incarnation = (int64_t)inc};
+	return 0;
+}
+
+/* After the members, ids increasing: a member's domain, or a departed
+ * machine's. */
+static int vl_domain(struct view_parse *s, const char *p, const char *nl)
+{
+	struct farm_view *v = s->v;
+	uint64_t x;
+	const char *e;
+	if (parse_dec(p + 7, nl, UINT32_MAX, &x, &e) || e == nl || *e != ' ' ||
+	    (s->have_domain && x <= s->last_domain))
+		return -1;
+	s->have_domain = true;
+	s->last_domain = x;
+	e++;
+	char d[FARM_DOMAIN_MAX];
+	size_t dlen = (size_t)(nl - e);
+	if (dlen == 0 || dlen >= sizeof(d))
+		return -1;
+	memcpy(d, e, dlen);
+	d[dlen] = 0;
+	if (!farm_domain_valid(d))
+		return -1;
+	struct farm_member *mb =
+	        (struct farm_member *)farm_view_find(v, (uint32_t)x);
+	if (mb) {
+		memcpy(mb->domain, d, dlen + 1);
+	} else {
+		if (v->ndeparted == FARM_VIEW_MAX)
+			return -1;
+		struct farm_departed *dp = &v->departed[v->ndeparted++];
+		dp->id = (uint32_t)x;
+		memcpy(dp->domain, d, dlen + 1);
+	}
+	return 0;
+}
+
+/* "member <id> <endpoint>": before every line kind but "cm", ids
+ * increasing. */
+static int vl_member(struct view_parse *s, const char *p, const char *nl)
+{
+	struct farm_view *v = s->v;
+	size_t n = (size_t)(nl - p);
+	uint64_t x;
+	const char *e;
+	if (v->nremoved || s->have_domain || v->formed || v->nlate ||
+	    v->ngone || v->nlost || v->restart || n < 7 ||
+	    memcmp(p, "member ", 7) ||
+	    parse_dec(p + 7, nl, UINT32_MAX, &x, &e) || e == nl || *e != ' ')
+		return -1;
+	if (v->n == FARM_VIEW_MAX || (v->n && v->members[v->n - 1].id >= x))
+		return -1;
+	e++;
+	size_t elen = (size_t)(nl - e);
+	struct farm_member *m = &v->members[v->n];
+	if (elen == 0 || elen >= sizeof(m->endpoint) || memchr(e, 0, elen))
+		return -1;
+	memcpy(m->endpoint, e, elen);
+	m->endpoint[elen] = 0;
+	if (!endpoint_valid(m->endpoint))
+		return -1;
+	m->id = (uint32_t)x;
+	v->n++;
+	return 0;
+}
+
+/* The line kinds after the magic and config_id lines, by their first
+ * bytes (@whole: the line is exactly the tag); anything else is a member
+ * line. */
+static const struct {
+	const char *tag;
+	size_t len;
+	bool whole;
+	view_line_fn fn;
+} view_lines[] = {
+        {"cm ", 3, false, vl_cm},         {"formed", 6, true, vl_formed},
+        {"late ", 5, false, vl_late},     {"gone ", 5, false, vl_gone},
+        {"lost ", 5, false, vl_lost},     {"restart ", 8, false, vl_restart},
+        {"bump ", 5, false, vl_bump},     {"removed ", 8, false, vl_removed},
+        {"domain ", 7, false, vl_domain},
+};
+
+static view_line_fn view_line(const char *p, size_t n)
+{
+	for (size_t i = 0; i < sizeof(view_lines) / sizeof(view_lines[0]); i++)
+		if ((view_lines[i].whole ? n == view_lines[i].len
+		                         : n >= view_lines[i].len) &&
+		    !memcmp(p, view_lines[i].tag, view_lines[i].len))
+			return view_lines[i].fn;
+	return vl_member;
+}
+
 int farm_view_parse(const char *buf, size_t len, struct farm_view *v)
 {
 	if (!buf || !v)
@@ -317,8 +493,8 @@ int farm_view_parse(const char *buf, size_t len, struct farm_view *v)
 	memset(v, 0, sizeof(*v));
 	const char *p = buf, *lim = buf + len;
 	unsigned line = 0;
-	bool have_id = false, have_domain = false;
-	uint64_t last_domain = 0;
+	bool have_id = false;
+	struct view_parse s = {.v = v};
 	while (p < lim) {
 		const char *nl = memchr(p, '\n', (size_t)(lim - p));
 		if (!nl)
@@ -337,100 +513,8 @@ int farm_view_parse(const char *buf, size_t len, struct farm_view *v)
 				return FARM_ECORRUPT;
 			v->config_id = x;
 			have_id = true;
-		} else if (n >= 3 && !memcmp(p, "cm ", 3)) {
-			if (v->has_cm || v->n ||
-			    parse_dec(p + 3, nl, UINT32_MAX, &x, &e) || e != nl)
-				return FARM_ECORRUPT;
-			v->has_cm = true;
-			v->cm = (uint32_t)x;
-		} else if (n == 6 && !memcmp(p, "formed", 6)) {
-			if (v->formed)
-				return FARM_ECORRUPT;
-			v->formed = true;
-		} else if (n >= 5 && !memcmp(p, "late ", 5)) {
-			if (parse_id_line(p, nl, v->late, &v->nlate))
-				return FARM_ECORRUPT;
-		} else if (n >= 5 && !memcmp(p, "gone ", 5)) {
-			if (parse_id_line(p, nl, v->gone, &v->ngone))
-				return FARM_ECORRUPT;
-		} else if (n >= 5 && !memcmp(p, "lost ", 5)) {
-			if (parse_id_line(p, nl, v->lost, &v->nlost))
-				return FARM_ECORRUPT;
-		} else if (n >= 8 && !memcmp(p, "restart ", 8)) {
-			if (v->restart ||
-			    parse_dec(p + 8, nl, UINT64_MAX, &x, &e) ||
-			    e != nl || x == 0)
-				return FARM_ECORRUPT;
-			v->restart = x;
-		} else if (n >= 5 && !memcmp(p, "bump ", 5)) {
-			if (v->bump ||
-			    parse_dec(p + 5, nl, UINT64_MAX, &x, &e) ||
-			    e != nl || x == 0)
-				return FARM_ECORRUPT;
-			v->bump = x;
-		} else if (n >= 8 && !memcmp(p, "removed ", 8)) {
-			uint64_t inc;
-			if (v->nremoved == FARM_VIEW_MAX ||
-			    parse_dec(p + 8, nl, UINT32_MAX, &x, &e) ||
-			    e == nl || *e != ' ' ||
-			    parse_dec(e + 1, nl, INT64_MAX, &inc, &e) ||
-			    e != nl)
-				return FARM_ECORRUPT;
-			v->removed[v->nremoved++] = (struct farm_removed){
-			        .id = (uint32_t)x, .incarnation = (int64_t)inc};
-		} else if (n >= 7 && !memcmp(p, "domain ", 7)) {
-			/* After the members, ids increasing: a member's
-			 * domain, or a departed machine's. */
-			if (parse_dec(p + 7, nl, UINT32_MAX, &x, &e) ||
-			    e == nl || *e != ' ' ||
-			    (have_domain && x <= last_domain))
-				return FARM_ECORRUPT;
-			have_domain = true;
-			last_domain = x;
-			e++;
-			char d[FARM_DOMAIN_MAX];
-			size_t dlen = (size_t)(nl - e);
-			if (dlen == 0 || dlen >= sizeof(d))
-				return FARM_ECORRUPT;
-			memcpy(d, e, dlen);
-			d[dlen] = 0;
-			if (!farm_domain_valid(d))
-				return FARM_ECORRUPT;
-			struct farm_member *mb =
-			        (struct farm_member *)farm_view_find(
-			                v, (uint32_t)x);
-			if (mb) {
-				memcpy(mb->domain, d, dlen + 1);
-			} else {
-				if (v->ndeparted == FARM_VIEW_MAX)
-					return FARM_ECORRUPT;
-				struct farm_departed *dp =
-				        &v->departed[v->ndeparted++];
-				dp->id = (uint32_t)x;
-				memcpy(dp->domain, d, dlen + 1);
-			}
-		} else {
-			if (v->nremoved || have_domain || v->formed ||
-			    v->nlate || v->ngone || v->nlost || v->restart ||
-			    n < 7 || memcmp(p, "member ", 7) ||
-			    parse_dec(p + 7, nl, UINT32_MAX, &x, &e) ||
-			    e == nl || *e != ' ')
-				return FARM_ECORRUPT;
-			if (v->n == FARM_VIEW_MAX ||
-			    (v->n && v->members[v->n - 1].id >= x))
-				return FARM_ECORRUPT;
-			e++;
-			size_t elen = (size_t)(nl - e);
-			struct farm_member *m = &v->members[v->n];
-			if (elen == 0 || elen >= sizeof(m->endpoint) ||
-			    memchr(e, 0, elen))
-				return FARM_ECORRUPT;
-			memcpy(m->endpoint, e, elen);
-			m->endpoint[elen] = 0;
-			if (!endpoint_valid(m->endpoint))
-				return FARM_ECORRUPT;
-			m->id = (uint32_t)x;
-			v->n++;
+		} else if (view_line(p, n)(&s, p, nl)) {
+			return FARM_ECORRUPT;
 		}
 		line++;
 		p = nl + 1;
