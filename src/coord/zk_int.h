@@ -5,10 +5,10 @@
  * (short sessions of their own: farm status's peek, refusal notices).
  * Only with the client library (FARM_HAVE_ZK).
  */
-#ifndef FARM_ADDRSPACE_ZK_INT_H
-#define FARM_ADDRSPACE_ZK_INT_H
+#ifndef FARM_COORD_ZK_INT_H
+#define FARM_COORD_ZK_INT_H
 
-#include "addrspace/membership_impl.h"
+#include "coord/membership_impl.h"
 
 #define THREADED 1 /* the client's synchronous calls (zookeeper_mt) */
 #include <zookeeper/zookeeper.h>
