@@ -350,6 +350,8 @@ static void tx_step(farm_tx *tx)
 			tx_fail(tx, fail);
 		} else if (tx->single &&
 		           tx->cfg <
+		                   /* Pairs with recovery's store of rec.cfg
+		                    * (recover.c), after its round's state. */
 		                   atomic_load_explicit(&tx->m->rec.cfg,
 		                                        memory_order_acquire)) {
 			/* Its COMMIT-BACKUPs went to the replicas of an older
@@ -368,6 +370,7 @@ static void tx_step(farm_tx *tx)
 			 * primary drained its logs, so it must not count
 			 * (recover.c). Abort; the retry runs in the new one. */
 			if (tx->cfg <
+			    /* Pairs with recovery's store of rec.cfg. */
 			    atomic_load_explicit(&tx->m->rec.cfg,
 			                         memory_order_acquire))
 				tx_fail(tx, -EAGAIN);
@@ -536,6 +539,8 @@ static void validate_more(farm_tx *tx)
 			continue;
 		const _Atomic uint64_t *lp = farm_as_local_ptr(m->as, o->a, 8);
 		if (lp) {
+			/* Pairs with the release of the version at unlock and
+			 * install (participant.c, single_install). */
 			if (atomic_load_explicit(lp, memory_order_acquire) !=
 			    o->version)
 				tx->fail = FARM_EVALIDATION;
@@ -761,6 +766,8 @@ static void single_unlock(farm_tx *tx, unsigned upto)
 			continue;
 		bool demoted;
 		_Atomic uint64_t *h = own_hdr(tx, o, &demoted);
+		/* Unlocked, unchanged: pairs with the next locker's CAS and
+		 * readers' acquire of the header. */
 		if (h)
 			atomic_store_explicit(h, o->version,
 			                      memory_order_release);
@@ -781,6 +788,8 @@ static void single_lock(farm_tx *tx)
 			break;
 		}
 		if (!is_write(o)) {
+			/* Pairs with the release of the version at unlock and
+			 * install. */
 			if (atomic_load_explicit(h, memory_order_acquire) !=
 			    o->version)
 				tx->fail = FARM_EVALIDATION;
@@ -792,6 +801,8 @@ static void single_lock(farm_tx *tx)
 			break;
 		}
 		uint64_t expect = o->version;
+		/* Lock: pairs with the release that last unlocked or installed
+		 * this header. */
 		if (!atomic_compare_exchange_strong_explicit(
 		            h, &expect, o->version | OBJ_LOCK_SHARED,
 		            memory_order_acq_rel, memory_order_acquire)) {
@@ -839,6 +850,8 @@ static void single_install(farm_tx *tx)
 			o->locked = false; /* the allocator unlocks it */
 			continue;
 		}
+		/* Install: body, then version. Pairs with readers' acquire of
+		 * the header and the next locker's CAS. */
 		atomic_store_explicit((_Atomic uint64_t *)(void *)p, nv,
 		                      memory_order_release);
 		o->locked = false;
@@ -867,6 +880,7 @@ static void single_install(farm_tx *tx)
 		                : NULL;
 		if (!h)
 			continue;
+		/* As an install: pairs with readers' acquire of the header. */
 		atomic_store_explicit(h, o->version + OBJ_VSTEP,
 		                      memory_order_release);
 		o->locked = false;
@@ -1112,6 +1126,7 @@ int farm_tx_commit(farm_tx *tx, farm_tx_commit_fn cont, void *ctx)
 	for (uint64_t mk = tx->need_mask; mk; mk &= mk - 1) {
 		uint32_t mach = (uint32_t)__builtin_ctzll(mk);
 		if (mach < m->M && tx->need[mach] && mach != m->me &&
+		    /* Pairs with the release of peer_ready in txm.c. */
 		    !atomic_load_explicit(&m->peer_ready[mach],
 		                          memory_order_acquire))
 			return commit_refused(tx, FARM_EPEERDEAD);

@@ -806,7 +806,8 @@ int farm_txm_reconfigure(farm_txm *m, uint64_t cfg, const uint32_t *removed,
 	atomic_store(&m->rec.t_go, 0);
 	atomic_store(&m->rec.t_active, 0);
 	/* From here on this machine's coordinators stop older commits
-	 * short of COMMIT-PRIMARY (commit.c reads it). */
+	 * short of COMMIT-PRIMARY: pairs with their acquire of rec.cfg in
+	 * commit.c (tx_step). */
 	atomic_store(&m->rec.cfg, cfg);
 	pthread_mutex_unlock(&m->rec.lock);
 	farm_info("txn recovery: configuration %" PRIu64 ", %u removed, %u "
