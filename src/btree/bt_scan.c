@@ -1,0 +1,135 @@
+/*
+ * Range scans: the first leaf located as a lookup locates it, then right
+ * siblings through each leaf's next pointer, each checked to start where
+ * the one before ended (its low fence equals the previous high fence; a
+ * sibling that does not is found again from its key). With a transaction
+ * every leaf read is in its read set: a key inserted into the part of the
+ * range scanned lands in one of them (their fences partition that part,
+ * and a split rewrites the leaf it splits), so the commit fails
+ * validation and no phantom is seen.
+ */
+#include "btree/bt_int.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+static int check_bound(const farm_bt *bt, const void *k, uint32_t len)
+{
+	if (!k)
+		return 0;
+	if (!len)
+		return -EINVAL;
+	return len > bt->lay.key_max ? -EMSGSIZE : 0;
+}
+
+struct scan {
+	farm_bt *bt;
+	farm_tx *tx;
+	farm_loop *loop;
+	const struct farm_bt_range *r;
+	farm_bt_scan_fn fn;
+	void *ctx;
+	long count;
+	bool stop;
+};
+
+/* Visit @leaf's entries from @i; stop at the range's end or limit. */
+static void visit(struct scan *s, const uint8_t *leaf, uint32_t i)
+{
+	const struct bt_layout *l = &s->bt->lay;
+	for (; i < bt_n(leaf) && !s->stop; i++) {
+		const uint8_t *e = bt_entry(l, leaf, i);
+		const uint8_t *k = bt_ekey(e, true);
+		if (s->r->end &&
+		    bt_cmp(k, bt_eklen(e), s->r->end, s->r->end_len) >= 0) {
+			s->stop = true;
+			break;
+		}
+		s->count++;
+		if (!s->fn(s->ctx, k, bt_eklen(e), bt_eval(l, e),
+		           bt_evlen(e)) ||
+		    (s->r->limit && s->count >= s->r->limit))
+			s->stop = true;
+	}
+}
+
+/* Whether the scan ends at @leaf's high fence. */
+static bool ends_here(const struct scan *s, const struct bt_key *high)
+{
+	return high->inf || (s->r->end && bt_cmp(high->b, high->len, s->r->end,
+	                                         s->r->end_len) >= 0);
+}
+
+/* The leaf after the one whose high fence is @high and next pointer
+ * @next, read into @buf (lock-free) or @s->tx. */
+static int next_leaf(struct scan *s, farm_gaddr next, const struct bt_key *high,
+                     uint8_t *buf, const uint8_t **leaf)
+{
+	farm_bt *bt = s->bt;
+	int rc = FARM_ECORRUPT;
+	if (next) {
+		BT_COUNT(bt, scan_leaves);
+		BT_COUNT(bt, leaf_reads);
+		rc = bt_read(bt, s->tx, s->loop, next, bt->lay.leaf_size, buf,
+		             leaf);
+	}
+	if (!rc) {
+		struct bt_key low;
+		bt_fence(&bt->lay, *leaf, false, &low);
+		if (bt_is_leaf(*leaf) && !low.inf &&
+		    bt_cmp(low.b, low.len, high->b, high->len) == 0)
+			return 0;
+	} else if (rc != FARM_ECORRUPT) {
+		return rc;
+	}
+	/* Not the leaf that starts at @high: find that one by its key. */
+	struct bt_found f;
+	rc = bt_locate(bt, s->tx, s->loop, high->b, high->len, buf, &f);
+	*leaf = f.leaf;
+	return rc;
+}
+
+static long run_scan(struct scan *s, uint8_t *buf)
+{
+	const struct farm_bt_range *r = s->r;
+	const uint8_t *start = r->start ? r->start : (const uint8_t *)"";
+	uint32_t slen = r->start ? r->start_len : 0;
+	struct bt_found f;
+	int rc = bt_locate(s->bt, s->tx, s->loop, start, slen, buf, &f);
+	if (rc)
+		return rc;
+	bool found;
+	const uint8_t *leaf = f.leaf;
+	uint32_t i = bt_leaf_search(&s->bt->lay, leaf, start, slen, &found);
+	for (;;) {
+		visit(s, leaf, i);
+		struct bt_key high;
+		bt_fence(&s->bt->lay, leaf, true, &high);
+		if (s->stop || ends_here(s, &high))
+			return s->count;
+		rc = next_leaf(s, bt_next(leaf), &high, buf, &leaf);
+		if (rc)
+			return rc;
+		i = 0;
+	}
+}
+
+long farm_bt_scan(farm_bt *bt, farm_tx *tx, farm_loop *loop,
+                  const struct farm_bt_range *r, farm_bt_scan_fn fn, void *ctx)
+{
+	if (!bt || !loop || !r || !fn)
+		return -EINVAL;
+	int rc = check_bound(bt, r->start, r->start_len);
+	if (!rc)
+		rc = check_bound(bt, r->end, r->end_len);
+	if (rc)
+		return rc;
+	uint8_t *buf = malloc(bt->lay.leaf_size);
+	if (!buf)
+		return -ENOMEM;
+	struct scan s = {
+	        .bt = bt, .tx = tx, .loop = loop, .r = r, .fn = fn, .ctx = ctx};
+	long n = run_scan(&s, buf);
+	free(buf);
+	return n;
+}

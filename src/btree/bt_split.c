@@ -1,0 +1,175 @@
+/*
+ * Writes that need room: a descent from the root in the writing
+ * transaction that splits every full node on the way down (so a split's
+ * parent always has room for the new separator), and the root split,
+ * which keeps the root at its address (the name points at it for good)
+ * by moving its entries into two new children. Every node it touches is
+ * read and written in the caller's transaction, so a split commits or
+ * vanishes with the write that needed it and recovery has nothing to do.
+ */
+#include "btree/bt_int.h"
+
+#include <errno.h>
+
+/* Move entries [@from, n) of @x to the empty node @y. */
+static void move_tail(const struct bt_layout *l, uint8_t *x, uint8_t *y,
+                      uint32_t from)
+{
+	uint32_t n = bt_n(x), es = bt_esize(l, bt_is_leaf(x));
+	memcpy(bt_entry(l, y, 0), bt_entry(l, x, from),
+	       (size_t)(n - from) * es);
+	memset(bt_entry(l, x, from), 0, (size_t)(n - from) * es);
+	bt_set_n(y, n - from);
+	bt_set_n(x, from);
+}
+
+static void entry_key(const struct bt_layout *l, const uint8_t *n, uint32_t i,
+                      struct bt_key *k)
+{
+	const uint8_t *e = bt_entry(l, n, i);
+	k->inf = false;
+	k->len = bt_eklen(e);
+	memcpy(k->b, bt_ekey(e, bt_is_leaf(n)), k->len);
+}
+
+static int alloc_node(farm_bt *bt, farm_tx *tx, farm_gaddr near, farm_gaddr *a,
+                      uint8_t **d)
+{
+	farm_fatptr fp;
+	void *data = NULL;
+	int rc = farm_tx_alloc_sync(tx, bt->lay.leaf_size, near, &fp, &data);
+	if (rc)
+		return rc;
+	*a = fp.addr;
+	*d = data;
+	return 0;
+}
+
+/* Split @x (at @xa, writable) under its writable parent @p: the upper
+ * half goes to a new right sibling, whose address and low fence (the
+ * separator) the parent takes. */
+static int split_node(farm_bt *bt, farm_tx *tx, farm_gaddr xa, uint8_t *x,
+                      farm_gaddr pa, uint8_t *p)
+{
+	const struct bt_layout *l = &bt->lay;
+	struct bt_key sep, high;
+	entry_key(l, x, bt_n(x) / 2, &sep);
+	uint32_t pi = bt_inner_search(l, p, sep.b, sep.len);
+	if (bt_echild(bt_entry(l, p, pi)) != xa)
+		return FARM_EVALIDATION; /* reads that disagree: run again */
+	farm_gaddr ya;
+	uint8_t *y;
+	int rc = alloc_node(bt, tx, pa, &ya, &y);
+	if (rc)
+		return rc;
+	bt_init_node(l, y, bt_is_leaf(x), bt_level(x));
+	move_tail(l, x, y, bt_n(x) / 2);
+	bt_fence(l, x, true, &high);
+	bt_set_fence(l, y, false, &sep);
+	bt_set_fence(l, y, true, &high);
+	bt_set_fence(l, x, true, &sep);
+	bt_set_u64(y + 16, bt_next(x));
+	bt_set_u64(x + 16, ya);
+	bt_inner_insert(l, p, pi + 1, &sep, ya);
+	BT_COUNT(bt, splits);
+	return 0;
+}
+
+/* Split the (writable, full) root in place: its entries move to two new
+ * nodes and it becomes an internal node one level up over them. */
+static int split_root(farm_bt *bt, farm_tx *tx, uint8_t *r)
+{
+	const struct bt_layout *l = &bt->lay;
+	farm_gaddr aa, ba;
+	uint8_t *a, *b;
+	int rc = alloc_node(bt, tx, bt->root, &aa, &a);
+	if (!rc)
+		rc = alloc_node(bt, tx, bt->root, &ba, &b);
+	if (rc)
+		return rc;
+	bool leaf = bt_is_leaf(r);
+	uint32_t level = bt_level(r), n = bt_n(r);
+	if (level + 1 >= BT_MAX_LEVELS)
+		return -ENOSPC;
+	struct bt_key sep;
+	entry_key(l, r, n / 2, &sep);
+	bt_init_node(l, a, leaf, level);
+	bt_init_node(l, b, leaf, level);
+	memcpy(bt_entry(l, a, 0), bt_entry(l, r, 0),
+	       (size_t)n * bt_esize(l, leaf));
+	bt_set_n(a, n);
+	move_tail(l, a, b, n / 2);
+	bt_set_fence(l, a, true, &sep);
+	bt_set_fence(l, b, false, &sep);
+	bt_set_u64(a + 16, ba);
+	bt_init_node(l, r, false, level + 1);
+	struct bt_key lowest = {.len = 0};
+	bt_inner_insert(l, r, 0, &lowest, aa);
+	bt_inner_insert(l, r, 1, &sep, ba);
+	BT_COUNT(bt, splits);
+	BT_COUNT(bt, root_splits);
+	return 0;
+}
+
+/* A node of @tx's, read (a transaction's copy) and checked. */
+static int read_node(const farm_bt *bt, farm_tx *tx, farm_gaddr a,
+                     const uint8_t **n)
+{
+	const void *d = NULL;
+	int rc = farm_tx_read_sync(tx, a, bt->lay.leaf_size, &d);
+	if (rc)
+		return rc == -EINVAL || rc == FARM_EFREED ? FARM_ECORRUPT : rc;
+	*n = d;
+	return bt_check_node(&bt->lay, d);
+}
+
+/* Split the full node @a (read by @tx) under @pa, or the root. Returns
+ * the node that now holds @key in *@a. */
+static int split_on_path(farm_bt *bt, farm_tx *tx, farm_gaddr *a, farm_gaddr pa,
+                         const void *key, uint32_t klen)
+{
+	uint8_t *w, *p;
+	int rc = farm_tx_write(tx, *a, (void **)&w);
+	if (rc)
+		return rc;
+	if (*a == bt->root)
+		return split_root(bt, tx, w); /* then read the root again */
+	rc = farm_tx_write(tx, pa, (void **)&p);
+	if (!rc)
+		rc = split_node(bt, tx, *a, w, pa, p);
+	if (!rc && !bt_in_fences(&bt->lay, w, key, klen))
+		*a = bt_next(w); /* the new right half */
+	return rc;
+}
+
+int bt_writable_leaf(farm_bt *bt, farm_tx *tx, const void *key, uint32_t klen,
+                     bool need_room, farm_gaddr *out_a, uint8_t **out)
+{
+	const struct bt_layout *l = &bt->lay;
+	BT_COUNT(bt, slow_paths);
+	farm_gaddr a = bt->root, pa = FARM_GADDR_NULL;
+	for (uint32_t depth = 0; depth <= 2 * BT_MAX_LEVELS; depth++) {
+		const uint8_t *n;
+		int rc = read_node(bt, tx, a, &n);
+		if (rc)
+			return rc;
+		/* Reads of a transaction are one snapshot only once it
+		 * commits: nodes that disagree mean it must run again. */
+		if (!bt_in_fences(l, n, key, klen))
+			return FARM_EVALIDATION;
+		uint32_t cap = bt_is_leaf(n) ? l->leaf_cap : l->inner_cap;
+		if (need_room && bt_n(n) == cap) {
+			rc = split_on_path(bt, tx, &a, pa, key, klen);
+			if (rc)
+				return rc;
+			continue;
+		}
+		if (bt_is_leaf(n)) {
+			*out_a = a;
+			return farm_tx_write(tx, a, (void **)out);
+		}
+		pa = a;
+		a = bt_echild(bt_entry(l, n, bt_inner_search(l, n, key, klen)));
+	}
+	return FARM_ECORRUPT;
+}
