@@ -24,7 +24,11 @@
  *              of lock-free lookups switched off on every machine: stale
  *              caches answer "absent" for present keys and lincheck must
  *              report violations.
- * Options: --seconds S (lin and ser phases), --broken-fence.
+ *   --broken-scan  (test builds) the ser phase with scans in a
+ *              transaction reading their leaves outside its read set:
+ *              phantoms, and sercheck must report anomalies.
+ * Options: --seconds S (lin and ser phases), --broken-fence,
+ * --broken-scan.
  */
 #include "kvproc.h"
 
@@ -45,7 +49,7 @@
 #define SBASE   200000u
 
 static double opt_secs = 2;
-static bool opt_broken;
+static bool opt_broken, opt_broken_scan;
 static struct np_cluster G;
 
 static const struct farm_bt_attr ATTR = {
@@ -385,7 +389,14 @@ static int serve(struct ch *c)
 			rc = phase_lin(c);
 			atomic_store(&farm_bt_fault_no_fence, 0);
 			break;
-		case 'S': rc = phase_ser(c); break;
+		case 'S':
+		case 'T':
+#ifdef FARM_FAULT_INJECTION
+			atomic_store(&farm_bt_fault_scan_lf, cmd == 'T');
+#endif
+			rc = phase_ser(c);
+			atomic_store(&farm_bt_fault_scan_lf, 0);
+			break;
 		default: farm_bt_close(c->bt); return 0;
 		}
 		if (np_say(&c->np, (char)(cmd | 0x20), &rc, sizeof(rc)) ||
@@ -499,7 +510,13 @@ static void test_multi(void **state)
 	all('C', 1, NULL, 30000);
 	all('O', 6, NULL, 30000);
 	int ms = (int)(opt_secs * 1000) + 60000;
-	if (opt_broken) {
+	if (opt_broken_scan) {
+		all('T', 7, NULL, ms);
+		sc_report sr;
+		int rc = ser_check(&sr);
+		printf("broken scans: sercheck reports %d\n", rc);
+		assert_true(rc > 0);
+	} else if (opt_broken) {
 		all('B', 7, NULL, ms);
 		lc_report rep;
 		int rc = lin_check(&rep);
@@ -541,6 +558,8 @@ int main(int argc, char **argv)
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--broken-fence")) {
 			opt_broken = true;
+		} else if (!strcmp(argv[i], "--broken-scan")) {
+			opt_broken_scan = true;
 		} else if (!strcmp(argv[i], "--seconds") && i + 1 < argc) {
 			opt_secs = strtod(argv[++i], NULL);
 		} else {
@@ -550,8 +569,8 @@ int main(int argc, char **argv)
 		}
 	}
 #ifndef FARM_FAULT_INJECTION
-	if (opt_broken) {
-		printf("SKIPPED: --broken-fence needs a test build\n");
+	if (opt_broken || opt_broken_scan) {
+		printf("SKIPPED: --broken-* needs a test build\n");
 		return FARM_TEST_SKIP;
 	}
 #endif

@@ -19,7 +19,7 @@
 /* Fast descents a transaction tries before the root-down one. */
 #define TX_FAST_TRIES 2u
 
-_Atomic int farm_bt_fault_no_fence;
+_Atomic int farm_bt_fault_no_fence, farm_bt_fault_scan_lf;
 
 static bool no_fence_check(void)
 {

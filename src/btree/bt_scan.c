@@ -127,6 +127,10 @@ long farm_bt_scan(farm_bt *bt, farm_tx *tx, farm_loop *loop,
 	uint8_t *buf = malloc(bt->lay.leaf_size);
 	if (!buf)
 		return -ENOMEM;
+#ifdef FARM_FAULT_INJECTION
+	if (atomic_load_explicit(&farm_bt_fault_scan_lf, memory_order_relaxed))
+		tx = NULL; /* broken: the leaves stay out of the read set */
+#endif
 	struct scan s = {
 	        .bt = bt, .tx = tx, .loop = loop, .r = r, .fn = fn, .ctx = ctx};
 	long n = run_scan(&s, buf);
