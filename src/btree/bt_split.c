@@ -32,12 +32,17 @@ static void entry_key(const struct bt_layout *l, const uint8_t *n, uint32_t i,
 	memcpy(k->b, bt_ekey(e, bt_is_leaf(n)), k->len);
 }
 
-static int alloc_node(farm_bt *bt, farm_tx *tx, farm_gaddr near, farm_gaddr *a,
-                      uint8_t **d)
+/* A new node on this machine (the one that splits). Not near its
+ * parent: a hint on another machine ships the allocation there, and the
+ * transaction cannot take an object it did not allocate locally
+ * (-EREMOTE); a hint in a region recovery just promoted fails the same
+ * way. */
+static int alloc_node(farm_bt *bt, farm_tx *tx, farm_gaddr *a, uint8_t **d)
 {
 	farm_fatptr fp;
 	void *data = NULL;
-	int rc = farm_tx_alloc_sync(tx, bt->lay.leaf_size, near, &fp, &data);
+	int rc = farm_tx_alloc_sync(tx, bt->lay.leaf_size, FARM_GADDR_NULL, &fp,
+	                            &data);
 	if (rc)
 		return rc;
 	*a = fp.addr;
@@ -59,7 +64,7 @@ static int split_node(farm_bt *bt, farm_tx *tx, farm_gaddr xa, uint8_t *x,
 		return FARM_EVALIDATION; /* reads that disagree: run again */
 	farm_gaddr ya;
 	uint8_t *y;
-	int rc = alloc_node(bt, tx, pa, &ya, &y);
+	int rc = alloc_node(bt, tx, &ya, &y);
 	if (rc)
 		return rc;
 	bt_init_node(l, y, bt_is_leaf(x), bt_level(x));
@@ -82,9 +87,9 @@ static int split_root(farm_bt *bt, farm_tx *tx, uint8_t *r)
 	const struct bt_layout *l = &bt->lay;
 	farm_gaddr aa, ba;
 	uint8_t *a, *b;
-	int rc = alloc_node(bt, tx, bt->root, &aa, &a);
+	int rc = alloc_node(bt, tx, &aa, &a);
 	if (!rc)
-		rc = alloc_node(bt, tx, bt->root, &ba, &b);
+		rc = alloc_node(bt, tx, &ba, &b);
 	if (rc)
 		return rc;
 	bool leaf = bt_is_leaf(r);
