@@ -181,6 +181,17 @@ void bt_leaf_set_val(const struct bt_layout *l, uint8_t *e, const void *val,
 void bt_remove(const struct bt_layout *l, uint8_t *n, uint32_t i);
 void bt_inner_insert(const struct bt_layout *l, uint8_t *n, uint32_t i,
                      const struct bt_key *k, farm_gaddr child);
+void bt_entry_key(const struct bt_layout *l, const uint8_t *n, uint32_t i,
+                  struct bt_key *k);
+/* Split @x: its upper half moves to the empty node @y (at @ya), the
+ * fences and sibling pointers set; *@sep is y's low fence, for the
+ * parent. */
+void bt_split_half(const struct bt_layout *l, uint8_t *x, uint8_t *y,
+                   farm_gaddr ya, struct bt_key *sep);
+/* Split root @r in place: its entries to @a (at @aa) and @b (at @ba),
+ * @r an internal node one level up over them. */
+void bt_split_root(const struct bt_layout *l, uint8_t *r, uint8_t *a,
+                   farm_gaddr aa, uint8_t *b, farm_gaddr ba);
 void bt_layout_make(struct bt_layout *l, const struct farm_bt_attr *a);
 int bt_layout_check(const struct farm_bt_attr *a);
 uint32_t bt_node_size(const struct bt_layout *l, bool leaf);

@@ -266,3 +266,63 @@ void bt_layout_make(struct bt_layout *l, const struct farm_bt_attr *a)
 	uint32_t is = fixed + l->inner_cap * bt_esize(l, false);
 	l->leaf_size = l->inner_size = whole_lines(ls > is ? ls : is);
 }
+
+/* ---- splits (shared by transactions and bench/'s in-memory tree) ------- */
+
+/* Move entries [@from, n) of @x to the empty node @y. */
+static void move_tail(const struct bt_layout *l, uint8_t *x, uint8_t *y,
+                      uint32_t from)
+{
+	uint32_t n = bt_n(x), es = bt_esize(l, bt_is_leaf(x));
+	memcpy(bt_entry(l, y, 0), bt_entry(l, x, from),
+	       (size_t)(n - from) * es);
+	memset(bt_entry(l, x, from), 0, (size_t)(n - from) * es);
+	bt_set_n(y, n - from);
+	bt_set_n(x, from);
+}
+
+void bt_entry_key(const struct bt_layout *l, const uint8_t *n, uint32_t i,
+                  struct bt_key *k)
+{
+	const uint8_t *e = bt_entry(l, n, i);
+	k->inf = false;
+	k->len = bt_eklen(e);
+	memcpy(k->b, bt_ekey(e, bt_is_leaf(n)), k->len);
+}
+
+void bt_split_half(const struct bt_layout *l, uint8_t *x, uint8_t *y,
+                   farm_gaddr ya, struct bt_key *sep)
+{
+	struct bt_key high;
+	bt_entry_key(l, x, bt_n(x) / 2, sep);
+	bt_init_node(l, y, bt_is_leaf(x), bt_level(x));
+	move_tail(l, x, y, bt_n(x) / 2);
+	bt_fence(l, x, true, &high);
+	bt_set_fence(l, y, false, sep);
+	bt_set_fence(l, y, true, &high);
+	bt_set_fence(l, x, true, sep);
+	bt_set_u64(y + 16, bt_next(x));
+	bt_set_u64(x + 16, ya);
+}
+
+void bt_split_root(const struct bt_layout *l, uint8_t *r, uint8_t *a,
+                   farm_gaddr aa, uint8_t *b, farm_gaddr ba)
+{
+	bool leaf = bt_is_leaf(r);
+	uint32_t level = bt_level(r), n = bt_n(r);
+	struct bt_key sep;
+	bt_entry_key(l, r, n / 2, &sep);
+	bt_init_node(l, a, leaf, level);
+	bt_init_node(l, b, leaf, level);
+	memcpy(bt_entry(l, a, 0), bt_entry(l, r, 0),
+	       (size_t)n * bt_esize(l, leaf));
+	bt_set_n(a, n);
+	move_tail(l, a, b, n / 2);
+	bt_set_fence(l, a, true, &sep);
+	bt_set_fence(l, b, false, &sep);
+	bt_set_u64(a + 16, ba);
+	bt_init_node(l, r, false, level + 1);
+	struct bt_key lowest = {.len = 0};
+	bt_inner_insert(l, r, 0, &lowest, aa);
+	bt_inner_insert(l, r, 1, &sep, ba);
+}

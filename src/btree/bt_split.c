@@ -11,27 +11,6 @@
 
 #include <errno.h>
 
-/* Move entries [@from, n) of @x to the empty node @y. */
-static void move_tail(const struct bt_layout *l, uint8_t *x, uint8_t *y,
-                      uint32_t from)
-{
-	uint32_t n = bt_n(x), es = bt_esize(l, bt_is_leaf(x));
-	memcpy(bt_entry(l, y, 0), bt_entry(l, x, from),
-	       (size_t)(n - from) * es);
-	memset(bt_entry(l, x, from), 0, (size_t)(n - from) * es);
-	bt_set_n(y, n - from);
-	bt_set_n(x, from);
-}
-
-static void entry_key(const struct bt_layout *l, const uint8_t *n, uint32_t i,
-                      struct bt_key *k)
-{
-	const uint8_t *e = bt_entry(l, n, i);
-	k->inf = false;
-	k->len = bt_eklen(e);
-	memcpy(k->b, bt_ekey(e, bt_is_leaf(n)), k->len);
-}
-
 /* A new node on this machine (the one that splits). Not near its
  * parent: a hint on another machine ships the allocation there, and the
  * transaction cannot take an object it did not allocate locally
@@ -54,11 +33,11 @@ static int alloc_node(farm_bt *bt, farm_tx *tx, farm_gaddr *a, uint8_t **d)
  * half goes to a new right sibling, whose address and low fence (the
  * separator) the parent takes. */
 static int split_node(farm_bt *bt, farm_tx *tx, farm_gaddr xa, uint8_t *x,
-                      farm_gaddr pa, uint8_t *p)
+                      uint8_t *p)
 {
 	const struct bt_layout *l = &bt->lay;
-	struct bt_key sep, high;
-	entry_key(l, x, bt_n(x) / 2, &sep);
+	struct bt_key sep;
+	bt_entry_key(l, x, bt_n(x) / 2, &sep);
 	uint32_t pi = bt_inner_search(l, p, sep.b, sep.len);
 	if (bt_echild(bt_entry(l, p, pi)) != xa)
 		return FARM_EVALIDATION; /* reads that disagree: run again */
@@ -67,14 +46,7 @@ static int split_node(farm_bt *bt, farm_tx *tx, farm_gaddr xa, uint8_t *x,
 	int rc = alloc_node(bt, tx, &ya, &y);
 	if (rc)
 		return rc;
-	bt_init_node(l, y, bt_is_leaf(x), bt_level(x));
-	move_tail(l, x, y, bt_n(x) / 2);
-	bt_fence(l, x, true, &high);
-	bt_set_fence(l, y, false, &sep);
-	bt_set_fence(l, y, true, &high);
-	bt_set_fence(l, x, true, &sep);
-	bt_set_u64(y + 16, bt_next(x));
-	bt_set_u64(x + 16, ya);
+	bt_split_half(l, x, y, ya, &sep);
 	bt_inner_insert(l, p, pi + 1, &sep, ya);
 	BT_COUNT(bt, splits);
 	return 0;
@@ -84,7 +56,8 @@ static int split_node(farm_bt *bt, farm_tx *tx, farm_gaddr xa, uint8_t *x,
  * nodes and it becomes an internal node one level up over them. */
 static int split_root(farm_bt *bt, farm_tx *tx, uint8_t *r)
 {
-	const struct bt_layout *l = &bt->lay;
+	if (bt_level(r) + 1 >= BT_MAX_LEVELS)
+		return -ENOSPC;
 	farm_gaddr aa, ba;
 	uint8_t *a, *b;
 	int rc = alloc_node(bt, tx, &aa, &a);
@@ -92,25 +65,7 @@ static int split_root(farm_bt *bt, farm_tx *tx, uint8_t *r)
 		rc = alloc_node(bt, tx, &ba, &b);
 	if (rc)
 		return rc;
-	bool leaf = bt_is_leaf(r);
-	uint32_t level = bt_level(r), n = bt_n(r);
-	if (level + 1 >= BT_MAX_LEVELS)
-		return -ENOSPC;
-	struct bt_key sep;
-	entry_key(l, r, n / 2, &sep);
-	bt_init_node(l, a, leaf, level);
-	bt_init_node(l, b, leaf, level);
-	memcpy(bt_entry(l, a, 0), bt_entry(l, r, 0),
-	       (size_t)n * bt_esize(l, leaf));
-	bt_set_n(a, n);
-	move_tail(l, a, b, n / 2);
-	bt_set_fence(l, a, true, &sep);
-	bt_set_fence(l, b, false, &sep);
-	bt_set_u64(a + 16, ba);
-	bt_init_node(l, r, false, level + 1);
-	struct bt_key lowest = {.len = 0};
-	bt_inner_insert(l, r, 0, &lowest, aa);
-	bt_inner_insert(l, r, 1, &sep, ba);
+	bt_split_root(&bt->lay, r, a, aa, b, ba);
 	BT_COUNT(bt, splits);
 	BT_COUNT(bt, root_splits);
 	return 0;
@@ -141,7 +96,7 @@ static int split_on_path(farm_bt *bt, farm_tx *tx, farm_gaddr *a, farm_gaddr pa,
 		return split_root(bt, tx, w); /* then read the root again */
 	rc = farm_tx_write(tx, pa, (void **)&p);
 	if (!rc)
-		rc = split_node(bt, tx, *a, w, pa, p);
+		rc = split_node(bt, tx, *a, w, p);
 	if (!rc && !bt_in_fences(&bt->lay, w, key, klen))
 		*a = bt_next(w); /* the new right half */
 	return rc;
