@@ -322,6 +322,46 @@ static uint64_t *all_acks(size_t *n)
 	return all;
 }
 
+/* The tree's keys (machine 0's scan) against the acknowledged ones: every
+ * acknowledged key there, nothing else but the victim's put in flight. */
+static void check_keys(uint64_t puts, uint64_t nkeys)
+{
+	size_t nacks, nin, ntree;
+	uint64_t *acks = all_acks(&nacks);
+	char path[400];
+	snprintf(path, sizeof(path), "%s/inflight", cl.dir[VICTIM]);
+	uint64_t *in = np_read_file(path, &nin);
+	uint64_t maybe = nin >= 8 ? in[nin / 8 - 1] : UINT64_MAX;
+	snprintf(path, sizeof(path), "%s/keys", cl.root);
+	struct bm_pair *tree = np_read_file(path, &ntree);
+	ntree /= sizeof(*tree);
+	printf("btree_rec: %zu keys acknowledged (%" PRIu64
+	       " by survivors), the tree holds %" PRIu64 "\n",
+	       nacks, puts, nkeys);
+	/* Both sorted: every acknowledged key in the tree, nothing else but
+	 * the victim's put in flight. */
+	size_t j = 0, extra = 0, missing = 0;
+	for (size_t i = 0; i < ntree; i++) {
+		while (j < nacks && acks[j] < tree[i].k)
+			missing++, j++;
+		if (j < nacks && acks[j] == tree[i].k) {
+			while (j < nacks && acks[j] == tree[i].k)
+				j++;
+		} else if (tree[i].k != maybe) {
+			extra++;
+		}
+	}
+	missing += nacks - j;
+	printf("btree_rec: %zu acknowledged keys missing, %zu keys never "
+	       "acknowledged\n",
+	       missing, extra);
+	assert_int_equal(missing, 0);
+	assert_int_equal(extra, 0);
+	free(acks);
+	free(in);
+	free(tree);
+}
+
 static void test_kill_in_split(void **state)
 {
 	(void)state;
@@ -358,46 +398,13 @@ static void test_kill_in_split(void **state)
 			puts += answer(i, 'I', RECONF_MS + 120000);
 	ask(0, 'V');
 	uint64_t nkeys = answer(0, 'V', 60000);
-	size_t nacks, nin, ntree;
-	uint64_t *acks = all_acks(&nacks);
-	char path[400];
-	snprintf(path, sizeof(path), "%s/inflight", cl.dir[VICTIM]);
-	uint64_t *in = np_read_file(path, &nin);
-	uint64_t maybe = nin >= 8 ? in[nin / 8 - 1] : UINT64_MAX;
-	snprintf(path, sizeof(path), "%s/keys", cl.root);
-	struct bm_pair *tree = np_read_file(path, &ntree);
-	ntree /= sizeof(*tree);
-	printf("btree_rec: %zu keys acknowledged (%" PRIu64
-	       " by survivors), the tree holds %" PRIu64 "\n",
-	       nacks, puts, nkeys);
-	/* Both sorted: every acknowledged key in the tree, nothing else but
-	 * the victim's put in flight. */
-	size_t j = 0, extra = 0, missing = 0;
-	for (size_t i = 0; i < ntree; i++) {
-		while (j < nacks && acks[j] < tree[i].k)
-			missing++, j++;
-		if (j < nacks && acks[j] == tree[i].k) {
-			while (j < nacks && acks[j] == tree[i].k)
-				j++;
-		} else if (tree[i].k != maybe) {
-			extra++;
-		}
-	}
-	missing += nacks - j;
-	printf("btree_rec: %zu acknowledged keys missing, %zu keys never "
-	       "acknowledged\n",
-	       missing, extra);
-	assert_int_equal(missing, 0);
-	assert_int_equal(extra, 0);
+	check_keys(puts, nkeys);
 	for (unsigned i = 0; i < NM; i++)
 		if (i != VICTIM)
 			ask(i, 'G');
 	for (unsigned i = 0; i < NM; i++)
 		if (i != VICTIM)
 			assert_int_equal(answer(i, 'G', 60000), 0);
-	free(acks);
-	free(in);
-	free(tree);
 	for (unsigned i = 0; i < NM; i++)
 		if (i != VICTIM)
 			np_send(&cl, i, 'Q');
