@@ -387,7 +387,9 @@ static int serve(struct ch *c)
 			atomic_store(&farm_bt_fault_no_fence, cmd == 'B');
 #endif
 			rc = phase_lin(c);
+#ifdef FARM_FAULT_INJECTION
 			atomic_store(&farm_bt_fault_no_fence, 0);
+#endif
 			break;
 		case 'S':
 		case 'T':
@@ -395,7 +397,9 @@ static int serve(struct ch *c)
 			atomic_store(&farm_bt_fault_scan_lf, cmd == 'T');
 #endif
 			rc = phase_ser(c);
+#ifdef FARM_FAULT_INJECTION
 			atomic_store(&farm_bt_fault_scan_lf, 0);
+#endif
 			break;
 		default: farm_bt_close(c->bt); return 0;
 		}

@@ -19,7 +19,9 @@
 /* Fast descents a transaction tries before the root-down one. */
 #define TX_FAST_TRIES 2u
 
+#ifdef FARM_FAULT_INJECTION
 _Atomic int farm_bt_fault_no_fence, farm_bt_fault_scan_lf;
+#endif
 
 static bool no_fence_check(void)
 {

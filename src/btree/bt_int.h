@@ -212,11 +212,13 @@ void bt_cache_drop(farm_bt *bt, farm_gaddr a);
 
 /* Test builds: while set, lock-free lookups skip the leaf's fence check
  * (a deliberately broken tree: test_btree_multi --broken-fence). */
+#ifdef FARM_FAULT_INJECTION
 extern _Atomic int farm_bt_fault_no_fence;
 /* Test builds: while set, scans in a transaction read their leaves
  * lock-free, out of its read set (phantoms: test_btree_multi
  * --broken-scan). */
 extern _Atomic int farm_bt_fault_scan_lf;
+#endif
 
 /* A leaf located for a key: its address and bytes (a transaction's copy
  * with @tx, else the caller's buffer). */
