@@ -18,8 +18,9 @@
  * farm_bt_key_u64() for integer keys. Values are 0..val_max bytes (at most
  * FARM_BT_MAX_VALUE), kept inline in the leaves.
  *
- * Every call drives @loop (its thread) until it is done, as the *_sync
- * wrappers of include/farm/txn.h do: not from handlers or continuations.
+ * Every call drives @loop (its thread; with @tx, the loop @tx was begun
+ * on) until it is done, as the *_sync wrappers of include/farm/txn.h do:
+ * not from handlers or continuations.
  * A handle may be used from several loops of its machine (its cache is
  * shared and locked).
  *
