@@ -106,9 +106,10 @@ static int del_u64(farm_bt *bt, farm_tx *tx, uint64_t k)
 	return farm_bt_delete(bt, tx, loop, kb, 8);
 }
 
-/* Scan [lo, hi) with @limit, in @tx or not, and compare with the model. */
-static void check_scan(farm_bt *bt, farm_tx *tx, const struct bmodel *m,
-                       uint64_t lo, uint64_t hi, uint32_t limit)
+/* Scan [lo, hi) with @limit, in @tx or not, ascending or (@rev)
+ * descending, and compare with the model. */
+static void check_scan_dir(farm_bt *bt, farm_tx *tx, const struct bmodel *m,
+                           uint64_t lo, uint64_t hi, uint32_t limit, bool rev)
 {
 	uint8_t kl[8], kh[8];
 	farm_bt_key_u64(lo, kl);
@@ -117,14 +118,17 @@ static void check_scan(farm_bt *bt, farm_tx *tx, const struct bmodel *m,
 	                          .start_len = 8,
 	                          .end = kh,
 	                          .end_len = 8,
-	                          .limit = limit};
+	                          .limit = limit,
+	                          .reverse = rev};
 	struct bscan s = {.cap = m->n + 1};
 	s.out = malloc(s.cap * sizeof(*s.out));
 	long got = farm_bt_scan(bt, tx, loop, &r, bscan_cb, &s);
 	assert_false(s.bad);
 	bool f;
-	size_t i = bm_find(m, lo, &f), want = 0;
-	for (; i < m->n && m->p[i].k < hi && (!limit || want < limit); i++) {
+	size_t first = bm_find(m, lo, &f), end = bm_find(m, hi, &f), want = 0;
+	size_t n = end > first ? end - first : 0;
+	for (size_t j = 0; j < n && (!limit || want < limit); j++) {
+		size_t i = rev ? end - 1 - j : first + j;
 		assert_true(want < s.n);
 		assert_int_equal(s.out[want].k, m->p[i].k);
 		assert_int_equal(s.out[want].v, m->p[i].v);
@@ -133,6 +137,13 @@ static void check_scan(farm_bt *bt, farm_tx *tx, const struct bmodel *m,
 	assert_int_equal(got, (long)want);
 	assert_int_equal(s.n, want);
 	free(s.out);
+}
+
+static void check_scan(farm_bt *bt, farm_tx *tx, const struct bmodel *m,
+                       uint64_t lo, uint64_t hi, uint32_t limit)
+{
+	check_scan_dir(bt, tx, m, lo, hi, limit, false);
+	check_scan_dir(bt, tx, m, lo, hi, limit, true);
 }
 
 static void verify(farm_bt *bt, const struct bmodel *m)
@@ -405,6 +416,9 @@ static void test_bad_input(void **state)
 	r = (struct farm_bt_range){0};
 	assert_int_equal(farm_bt_scan(bt, NULL, loop, &r, count_cb, &n), 2);
 	assert_int_equal(n, 2);
+	r.reverse = true;
+	assert_int_equal(farm_bt_scan(bt, NULL, loop, &r, count_cb, &n), 2);
+	assert_int_equal(n, 4);
 	farm_bt_close(bt);
 }
 

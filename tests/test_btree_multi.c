@@ -16,10 +16,11 @@
  *              times; the parent checks the merged history with
  *              lincheck: no violation.
  *   ser        all three run transactions over 24 keys: read-modify-
- *              writes, scans of a sub-range, and scans followed by a
- *              write outside the scanned range (write skew through
- *              phantoms); versions are the values, so the merged history
- *              is checked with sercheck: strictly serializable.
+ *              writes, scans of a sub-range (ascending or descending:
+ *              every scan in this file picks at random), and scans followed by
+ * a write outside the scanned range (write skew through phantoms); versions are
+ * the values, so the merged history is checked with sercheck: strictly
+ * serializable.
  *   --broken-fence  (test builds) the lin phase with the leaf fence check
  *              of lock-free lookups switched off on every machine: stale
  *              caches answer "absent" for present keys and lincheck must
@@ -91,18 +92,33 @@ static int cdel(struct ch *c, farm_tx *tx, uint64_t k)
 	farm_bt_key_u64(k, kb);
 	return farm_bt_delete(c->bt, tx, c->np.loop, kb, 8);
 }
-static long cscan(struct ch *c, farm_tx *tx, uint64_t lo, uint64_t hi,
-                  struct bscan *s)
+static long cscan_dir(struct ch *c, farm_tx *tx, uint64_t lo, uint64_t hi,
+                      bool rev, struct bscan *s)
 {
 	uint8_t kl[8], kh[8];
 	farm_bt_key_u64(lo, kl);
 	farm_bt_key_u64(hi, kh);
-	struct farm_bt_range r = {
-	        .start = kl, .start_len = 8, .end = kh, .end_len = 8};
+	struct farm_bt_range r = {.start = kl,
+	                          .start_len = 8,
+	                          .end = kh,
+	                          .end_len = 8,
+	                          .reverse = rev};
 	s->n = 0;
 	s->bad = false;
 	long n = farm_bt_scan(c->bt, tx, c->np.loop, &r, bscan_cb, s);
+	if (rev) /* back to ascending for the callers */
+		for (size_t i = 0; i < s->n / 2; i++) {
+			struct bm_pair t = s->out[i];
+			s->out[i] = s->out[s->n - 1 - i];
+			s->out[s->n - 1 - i] = t;
+		}
 	return s->bad ? FARM_ECORRUPT : n;
+}
+
+static long cscan(struct ch *c, farm_tx *tx, uint64_t lo, uint64_t hi,
+                  struct bscan *s)
+{
+	return cscan_dir(c, tx, lo, hi, c->np.rng & 1, s);
 }
 
 #define CHECK(cond, ...)                                    \

@@ -11,7 +11,7 @@
  *   ranges     a scan with an end key and a limit, inside a transaction
  *              and lock-free, reads the rows its entries name
  *   strings    byte-string keys of different lengths sort as memcmp
- *              orders them (a prefix first)
+ *              orders them (a prefix first), ascending and descending
  */
 #include <farm/btree.h> /* first: stands alone */
 #include <farm/farm.h>
@@ -204,6 +204,16 @@ static void test_strings(void **state)
 	        .start = "app", .start_len = 3, .end = "b", .end_len = 1};
 	assert_int_equal(farm_bt_scan(bt, NULL, loop, &r, key_cb, out), 3);
 	assert_string_equal(out, "app,apple,apples,");
+	/* Descending: the latest before "pea", the three before "b". */
+	out[0] = 0;
+	r = (struct farm_bt_range){
+	        .end = "pea", .end_len = 3, .limit = 1, .reverse = true};
+	assert_int_equal(farm_bt_scan(bt, NULL, loop, &r, key_cb, out), 1);
+	assert_string_equal(out, "b,");
+	out[0] = 0;
+	r = (struct farm_bt_range){.reverse = true};
+	assert_int_equal(farm_bt_scan(bt, NULL, loop, &r, key_cb, out), 7);
+	assert_string_equal(out, "pear,pea,b,apples,apple,app,a,");
 	farm_bt *again = NULL;
 	assert_int_equal(farm_bt_open_sync(kv, txm, loop, "words", &again), 0);
 	uint32_t len = 1;

@@ -120,7 +120,9 @@ FARM_API FARM_MUST_CHECK int farm_bt_delete(farm_bt *bt, farm_tx *tx,
 
 /*
  * A range: keys from @start (inclusive; NULL: the first key) up to @end
- * (exclusive; NULL: no end), at most @limit entries (0: no limit).
+ * (exclusive; NULL: no end), at most @limit entries (0: no limit), in
+ * ascending order, or with @reverse descending (from the last key below
+ * @end down to @start: "the latest before").
  */
 struct farm_bt_range {
 	const void *start;
@@ -128,13 +130,16 @@ struct farm_bt_range {
 	const void *end;
 	uint32_t end_len;
 	uint32_t limit;
+	bool reverse;
 };
 /* Each entry in key order; the bytes are valid during the call only.
  * Return false to stop. */
 typedef bool (*farm_bt_scan_fn)(void *ctx, const void *key, uint32_t klen,
                                 const void *val, uint32_t vlen);
 /*
- * farm_bt_scan() - visit the entries of @r in key order, forward. Returns
+ * farm_bt_scan() - visit the entries of @r in key order (descending with
+ * @r->reverse: each leaf before the first is found by a descent through
+ * the cache, one READ when warm). Returns
  * the number visited, or an error. With @tx every leaf the scan read is
  * in the read set, so the scan is serializable, phantoms included (a key
  * inserted into the range scanned changes one of those leaves). Without,

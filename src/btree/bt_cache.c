@@ -52,16 +52,15 @@ static uint32_t slot_of(const farm_bt *bt, farm_gaddr a)
 	return i;
 }
 
-farm_gaddr bt_cache_child(farm_bt *bt, farm_gaddr a, const void *key,
-                          uint32_t klen, bool *leaf_next)
+farm_gaddr bt_cache_child(farm_bt *bt, farm_gaddr a, const struct bt_probe *p,
+                          bool *leaf_next)
 {
 	farm_gaddr child = FARM_GADDR_NULL;
 	pthread_mutex_lock(&bt->cache_lock);
 	struct bt_cache_slot *s = &bt->slots[slot_of(bt, a)];
 	if (s->a == a && s->node) {
-		if (bt_in_fences(&bt->lay, s->node, key, klen)) {
-			uint32_t i =
-			        bt_inner_search(&bt->lay, s->node, key, klen);
+		if (bt_probe_holds(&bt->lay, s->node, p)) {
+			uint32_t i = bt_probe_child(&bt->lay, s->node, p);
 			child = bt_echild(bt_entry(&bt->lay, s->node, i));
 			*leaf_next = bt_level(s->node) == 1;
 		} else {

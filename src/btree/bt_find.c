@@ -74,7 +74,7 @@ static void drop_path(farm_bt *bt, const struct path *p)
  * transaction's own reads can find the leaf; an error.
  */
 static int fast_descent(farm_bt *bt, farm_tx *tx, farm_loop *loop,
-                        const void *key, uint32_t klen, uint8_t *buf,
+                        const struct bt_probe *pr, uint8_t *buf,
                         struct bt_found *f)
 {
 	struct path p = {.n = 0};
@@ -83,9 +83,8 @@ static int fast_descent(farm_bt *bt, farm_tx *tx, farm_loop *loop,
 	uint32_t size = bt->lay.leaf_size;
 	for (uint32_t depth = 0; depth <= BT_MAX_LEVELS; depth++) {
 		bool ln = false;
-		farm_gaddr c = leaf_next
-		                       ? FARM_GADDR_NULL
-		                       : bt_cache_child(bt, a, key, klen, &ln);
+		farm_gaddr c = leaf_next ? FARM_GADDR_NULL
+		                         : bt_cache_child(bt, a, pr, &ln);
 		if (c) {
 			p.a[p.n++] = a;
 			a = c;
@@ -113,7 +112,7 @@ static int fast_descent(farm_bt *bt, farm_tx *tx, farm_loop *loop,
 			return FARM_ECORRUPT; /* levels never change */
 		if (bt_is_leaf(n)) {
 			BT_COUNT(bt, leaf_reads);
-			if (!bt_in_fences(&bt->lay, n, key, klen) &&
+			if (!bt_probe_holds(&bt->lay, n, pr) &&
 			    (tx || !no_fence_check())) {
 				BT_COUNT(bt, fence_misses);
 				drop_path(bt, &p);
@@ -124,7 +123,7 @@ static int fast_descent(farm_bt *bt, farm_tx *tx, farm_loop *loop,
 			return 0;
 		}
 		BT_COUNT(bt, inner_reads);
-		if (!bt_in_fences(&bt->lay, n, key, klen)) {
+		if (!bt_probe_holds(&bt->lay, n, pr)) {
 			BT_COUNT(bt, fence_misses);
 			drop_path(bt, &p);
 			return -EAGAIN;
@@ -132,15 +131,15 @@ static int fast_descent(farm_bt *bt, farm_tx *tx, farm_loop *loop,
 		bt_cache_put(bt, a, n);
 		p.a[p.n++] = a;
 		leaf_next = bt_level(n) == 1;
-		a = bt_echild(bt_entry(
-		        &bt->lay, n, bt_inner_search(&bt->lay, n, key, klen)));
+		a = bt_echild(
+		        bt_entry(&bt->lay, n, bt_probe_child(&bt->lay, n, pr)));
 	}
 	return FARM_ECORRUPT; /* deeper than any tree */
 }
 
 /* The root-down descent of a transaction: every node read in @tx. */
 static int tx_descent(farm_bt *bt, farm_tx *tx, farm_loop *loop,
-                      const void *key, uint32_t klen, struct bt_found *f)
+                      const struct bt_probe *pr, struct bt_found *f)
 {
 	BT_COUNT(bt, slow_paths);
 	farm_gaddr a = bt->root;
@@ -151,7 +150,7 @@ static int tx_descent(farm_bt *bt, farm_tx *tx, farm_loop *loop,
 			return rc;
 		/* Reads of a transaction are not one snapshot until it
 		 * commits: nodes that disagree mean it must run again. */
-		if (!bt_in_fences(&bt->lay, n, key, klen))
+		if (!bt_probe_holds(&bt->lay, n, pr))
 			return FARM_EVALIDATION;
 		if (bt_is_leaf(n)) {
 			BT_COUNT(bt, leaf_reads);
@@ -160,23 +159,30 @@ static int tx_descent(farm_bt *bt, farm_tx *tx, farm_loop *loop,
 			return 0;
 		}
 		BT_COUNT(bt, inner_reads);
-		a = bt_echild(bt_entry(
-		        &bt->lay, n, bt_inner_search(&bt->lay, n, key, klen)));
+		a = bt_echild(
+		        bt_entry(&bt->lay, n, bt_probe_child(&bt->lay, n, pr)));
 	}
 	return FARM_ECORRUPT;
 }
 
-int bt_locate(farm_bt *bt, farm_tx *tx, farm_loop *loop, const void *key,
-              uint32_t klen, uint8_t *buf, struct bt_found *f)
+int bt_locate_probe(farm_bt *bt, farm_tx *tx, farm_loop *loop,
+                    const struct bt_probe *p, uint8_t *buf, struct bt_found *f)
 {
 	BT_COUNT(bt, lookups);
 	uint32_t tries = tx ? TX_FAST_TRIES : LF_TRIES;
 	for (uint32_t i = 0; i < tries; i++) {
-		int rc = fast_descent(bt, tx, loop, key, klen, buf, f);
+		int rc = fast_descent(bt, tx, loop, p, buf, f);
 		if (rc == -ESTALE)
 			break;
 		if (rc != -EAGAIN)
 			return rc;
 	}
-	return tx ? tx_descent(bt, tx, loop, key, klen, f) : -EBUSY;
+	return tx ? tx_descent(bt, tx, loop, p, f) : -EBUSY;
+}
+
+int bt_locate(farm_bt *bt, farm_tx *tx, farm_loop *loop, const void *key,
+              uint32_t klen, uint8_t *buf, struct bt_found *f)
+{
+	struct bt_probe p = {.key = key, .klen = klen};
+	return bt_locate_probe(bt, tx, loop, &p, buf, f);
 }

@@ -158,6 +158,19 @@ static inline farm_gaddr bt_echild(const uint8_t *e)
 }
 
 int bt_cmp(const void *a, uint32_t alen, const void *b, uint32_t blen);
+
+/* What a descent looks for: the node holding @key (low <= key < high),
+ * or with @before the node holding the keys just below it (low < key <=
+ * high; a NULL @key is +inf: the last node). */
+struct bt_probe {
+	const void *key;
+	uint32_t klen;
+	bool before;
+};
+bool bt_probe_holds(const struct bt_layout *l, const uint8_t *n,
+                    const struct bt_probe *p);
+uint32_t bt_probe_child(const struct bt_layout *l, const uint8_t *n,
+                        const struct bt_probe *p);
 void bt_fence(const struct bt_layout *l, const uint8_t *n, bool high,
               struct bt_key *out);
 void bt_set_fence(const struct bt_layout *l, uint8_t *n, bool high,
@@ -203,8 +216,8 @@ void bt_cache_free(farm_bt *bt);
 /* The child of cached node @a for @key, 0 when @a is not cached (or its
  * fences do not hold @key: the copy is dropped). *@leaf_next: whether the
  * child is a leaf. */
-farm_gaddr bt_cache_child(farm_bt *bt, farm_gaddr a, const void *key,
-                          uint32_t klen, bool *leaf_next);
+farm_gaddr bt_cache_child(farm_bt *bt, farm_gaddr a, const struct bt_probe *p,
+                          bool *leaf_next);
 void bt_cache_put(farm_bt *bt, farm_gaddr a, const uint8_t *node);
 void bt_cache_drop(farm_bt *bt, farm_gaddr a);
 
@@ -231,6 +244,9 @@ int bt_read(farm_bt *bt, farm_tx *tx, farm_loop *loop, farm_gaddr a,
             uint32_t size, uint8_t *buf, const uint8_t **out);
 int bt_locate(farm_bt *bt, farm_tx *tx, farm_loop *loop, const void *key,
               uint32_t klen, uint8_t *buf, struct bt_found *f);
+/* The leaf @p asks for (bt_probe). */
+int bt_locate_probe(farm_bt *bt, farm_tx *tx, farm_loop *loop,
+                    const struct bt_probe *p, uint8_t *buf, struct bt_found *f);
 int bt_check_key(const farm_bt *bt, const void *key, uint32_t klen);
 
 /* ---- writes in a transaction (bt_split.c) -------------------------------- */

@@ -57,6 +57,42 @@ bool bt_in_fences(const struct bt_layout *l, const uint8_t *n, const void *key,
 	return true;
 }
 
+bool bt_probe_holds(const struct bt_layout *l, const uint8_t *n,
+                    const struct bt_probe *p)
+{
+	if (!p->before)
+		return bt_in_fences(l, n, p->key, p->klen);
+	bool low_inf = n[14] & BT_LOW_INF, high_inf = n[14] & BT_HIGH_INF;
+	if (!p->key)
+		return high_inf;
+	if (!low_inf &&
+	    bt_cmp(fence_bytes(l, n, false), n[24], p->key, p->klen) >= 0)
+		return false;
+	return high_inf ||
+	       bt_cmp(p->key, p->klen, fence_bytes(l, n, true), n[25]) <= 0;
+}
+
+uint32_t bt_probe_child(const struct bt_layout *l, const uint8_t *n,
+                        const struct bt_probe *p)
+{
+	if (!p->before)
+		return bt_inner_search(l, n, p->key, p->klen);
+	if (!p->key)
+		return bt_n(n) - 1;
+	/* The last entry whose key is below @key (entry 0 covers from the
+	 * node's low fence, which is below it). */
+	uint32_t lo = 1, hi = bt_n(n);
+	while (lo < hi) {
+		uint32_t mid = (lo + hi) / 2;
+		const uint8_t *e = bt_entry(l, n, mid);
+		if (bt_cmp(bt_ekey(e, false), bt_eklen(e), p->key, p->klen) < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo - 1;
+}
+
 void bt_init_node(const struct bt_layout *l, uint8_t *n, bool leaf,
                   uint32_t level)
 {

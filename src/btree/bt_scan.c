@@ -114,6 +114,66 @@ static long run_scan(struct scan *s, uint8_t *buf)
 	}
 }
 
+/* Visit @leaf's entries below index @i, descending; stop below the
+ * range's start or at its limit. */
+static void visit_rev(struct scan *s, const uint8_t *leaf, uint32_t i)
+{
+	const struct bt_layout *l = &s->bt->lay;
+	for (; i > 0 && !s->stop; i--) {
+		const uint8_t *e = bt_entry(l, leaf, i - 1);
+		const uint8_t *k = bt_ekey(e, true);
+		if (s->r->start &&
+		    bt_cmp(k, bt_eklen(e), s->r->start, s->r->start_len) < 0) {
+			s->stop = true;
+			break;
+		}
+		s->count++;
+		if (!s->fn(s->ctx, k, bt_eklen(e), bt_eval(l, e),
+		           bt_evlen(e)) ||
+		    (s->r->limit && s->count >= s->r->limit))
+			s->stop = true;
+	}
+}
+
+/* Descending: the leaf holding the keys just below @end (a descent that
+ * asks for low < end <= high), then, leaf by leaf, the one holding the
+ * keys just below the previous low fence. Its high fence must be that
+ * low fence: leaves only split, and the rightmost piece of a split keeps
+ * the high fence. */
+static long run_scan_rev(struct scan *s, uint8_t *buf)
+{
+	const struct farm_bt_range *r = s->r;
+	const struct bt_layout *l = &s->bt->lay;
+	struct bt_probe p = {.key = r->end, .klen = r->end_len, .before = true};
+	struct bt_found f;
+	int rc = bt_locate_probe(s->bt, s->tx, s->loop, &p, buf, &f);
+	bool found;
+	uint32_t i =
+	        rc       ? 0
+	        : r->end ? bt_leaf_search(l, f.leaf, r->end, r->end_len, &found)
+	                 : bt_n(f.leaf);
+	while (!rc) {
+		visit_rev(s, f.leaf, i);
+		struct bt_key low, high;
+		bt_fence(l, f.leaf, false, &low);
+		if (s->stop || low.inf ||
+		    (r->start &&
+		     bt_cmp(low.b, low.len, r->start, r->start_len) <= 0))
+			return s->count;
+		p = (struct bt_probe){
+		        .key = low.b, .klen = low.len, .before = true};
+		BT_COUNT(s->bt, scan_leaves);
+		rc = bt_locate_probe(s->bt, s->tx, s->loop, &p, buf, &f);
+		if (rc)
+			break;
+		bt_fence(l, f.leaf, true, &high);
+		if (high.inf || bt_cmp(high.b, high.len, low.b, low.len))
+			return FARM_ECORRUPT;
+		i = bt_n(f.leaf);
+	}
+	return rc;
+}
+
 long farm_bt_scan(farm_bt *bt, farm_tx *tx, farm_loop *loop,
                   const struct farm_bt_range *r, farm_bt_scan_fn fn, void *ctx)
 {
@@ -133,7 +193,7 @@ long farm_bt_scan(farm_bt *bt, farm_tx *tx, farm_loop *loop,
 #endif
 	struct scan s = {
 	        .bt = bt, .tx = tx, .loop = loop, .r = r, .fn = fn, .ctx = ctx};
-	long n = run_scan(&s, buf);
+	long n = r->reverse ? run_scan_rev(&s, buf) : run_scan(&s, buf);
 	free(buf);
 	return n;
 }
