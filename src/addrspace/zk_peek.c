@@ -111,7 +111,8 @@ static int peek_live(zhandle_t *zh, const char *members,
 			ids[n++] = (uint32_t)v;
 	}
 	deallocate_String_vector(&sv);
-	qsort(ids, n, sizeof(ids[0]), cmp_u32);
+	if (n > 1)
+		qsort(ids, n, sizeof(ids[0]), cmp_u32);
 	out->nlive = 0;
 	for (unsigned i = 0; i < n; i++) {
 		char path[240];
