@@ -14,6 +14,9 @@
  *              fence checks notice, and warm lookups take one read each;
  *              with the fence check switched off (test builds) the stale
  *              cache gives a wrong answer, which is what the check guards
+ *   rev split  a transaction's descending scan meets its own older copy
+ *              of a leaf split since: FARM_EVALIDATION (retry), not
+ *              FARM_ECORRUPT; run again it sees the split
  *   bad input  keys and values over the limits, empty keys, bad
  *              attributes and names, a short buffer
  *   corrupt    a leaf overwritten with garbage: FARM_ECORRUPT for every
@@ -343,6 +346,50 @@ static bool count_cb(void *ctx, const void *k, uint32_t kl, const void *v,
 	return true;
 }
 
+/* A transaction holds its copy of a leaf that another handle then splits:
+ * a descending scan in it steps from the new right piece down to that
+ * old copy, whose high fence no longer meets the piece's low fence. The
+ * transaction's reads are no longer one snapshot (retry), the tree is not
+ * damaged. */
+static void test_tx_rev_split(void **state)
+{
+	(void)state;
+	farm_bt *a = NULL, *b = NULL;
+	assert_int_equal(
+	        farm_bt_create_sync(kv, txm, loop, "revsplit", &small, &a), 0);
+	assert_int_equal(farm_bt_open_sync(kv, txm, loop, "revsplit", &b), 0);
+	struct bmodel m = {0};
+	for (uint64_t k = 0; k < 400; k += 10) {
+		assert_int_equal(put_u64(a, NULL, k, k), 0);
+		bm_put(&m, k, k);
+	}
+	farm_tx *tx = NULL;
+	assert_int_equal(farm_tx_begin(txm, loop, &tx), 0);
+	uint64_t v;
+	assert_int_equal(get_u64(a, tx, 200, &v), 0);
+	for (uint64_t k = 201; k < 210; k++) {
+		assert_int_equal(put_u64(b, NULL, k, k), 0);
+		bm_put(&m, k, k);
+	}
+	/* a's cache learns the split. */
+	for (uint64_t k = 201; k < 210; k++)
+		assert_int_equal(get_u64(a, NULL, k, &v), 0);
+	struct farm_bt_range r = {.reverse = true};
+	int n = 0;
+	assert_int_equal(farm_bt_scan(a, tx, loop, &r, count_cb, &n),
+	                 FARM_EVALIDATION);
+	assert_int_equal(farm_tx_abort(tx), 0);
+	farm_tx_free(tx);
+	/* Run again, it sees the split. */
+	assert_int_equal(farm_tx_begin(txm, loop, &tx), 0);
+	check_scan_dir(a, tx, &m, 0, UINT64_MAX, 0, true);
+	assert_int_equal(farm_tx_commit_sync(tx), 0);
+	farm_tx_free(tx);
+	farm_bt_close(a);
+	farm_bt_close(b);
+	free(m.p);
+}
+
 static void test_bad_input(void **state)
 {
 	(void)state;
@@ -502,6 +549,7 @@ int main(void)
 	        cmocka_unit_test(test_model),
 	        cmocka_unit_test(test_tx),
 	        cmocka_unit_test(test_cache),
+	        cmocka_unit_test(test_tx_rev_split),
 	        cmocka_unit_test(test_bad_input),
 	        cmocka_unit_test(test_corrupt),
 	};

@@ -167,8 +167,12 @@ static long run_scan_rev(struct scan *s, uint8_t *buf)
 		if (rc)
 			break;
 		bt_fence(l, f.leaf, true, &high);
+		/* In a transaction the leaf may be its older copy of a leaf
+		 * split since (the descent went through the newer cache):
+		 * its reads are not one snapshot, and it must run again.
+		 * Lock-free, the leaf was just read and must meet @low. */
 		if (high.inf || bt_cmp(high.b, high.len, low.b, low.len))
-			return FARM_ECORRUPT;
+			return s->tx ? FARM_EVALIDATION : FARM_ECORRUPT;
 		i = bt_n(f.leaf);
 	}
 	return rc;
