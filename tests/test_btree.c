@@ -17,6 +17,9 @@
  *   rev split  a transaction's descending scan meets its own older copy
  *              of a leaf split since: FARM_EVALIDATION (retry), not
  *              FARM_ECORRUPT; run again it sees the split
+ *   scan writes a scan callback deletes each key it is given (and
+ *              inserts others) in the scan's transaction: every key of
+ *              the range visited once and none left, both directions
  *   bad input  keys and values over the limits, empty keys, bad
  *              attributes and names, a short buffer
  *   corrupt    a leaf overwritten with garbage: FARM_ECORRUPT for every
@@ -390,6 +393,67 @@ static void test_tx_rev_split(void **state)
 	free(m.p);
 }
 
+/* A scan callback that deletes the key it is given (and inserts one
+ * outside the range) in the scan's transaction. */
+struct del_ctx {
+	farm_bt *bt;
+	farm_tx *tx;
+	int seen, failed;
+};
+static bool del_cb(void *ctx, const void *k, uint32_t kl, const void *v,
+                   uint32_t vl)
+{
+	(void)v, (void)vl;
+	struct del_ctx *c = ctx;
+	c->seen++;
+	if (farm_bt_delete(c->bt, c->tx, loop, k, kl))
+		c->failed++;
+	if (put_u64(c->bt, c->tx, 100000 + (uint64_t)c->seen, 1))
+		c->failed++;
+	return true;
+}
+
+/* The callback writes in the scan's transaction: the scan visits each
+ * leaf as it was read, so deleting every key it is given leaves none and
+ * visits each once, ascending and descending. */
+static void test_scan_writes(void **state)
+{
+	(void)state;
+	for (int rev = 0; rev < 2; rev++) {
+		farm_bt *bt = NULL;
+		const char *name = rev ? "scanw-r" : "scanw";
+		assert_int_equal(
+		        farm_bt_create_sync(kv, txm, loop, name, &small, &bt),
+		        0);
+		for (uint64_t k = 0; k < 60; k++)
+			assert_int_equal(put_u64(bt, NULL, k, k), 0);
+		farm_tx *tx = NULL;
+		assert_int_equal(farm_tx_begin(txm, loop, &tx), 0);
+		uint8_t kl[8], kh[8];
+		farm_bt_key_u64(10, kl);
+		farm_bt_key_u64(50, kh);
+		struct farm_bt_range r = {.start = kl,
+		                          .start_len = 8,
+		                          .end = kh,
+		                          .end_len = 8,
+		                          .reverse = rev};
+		struct del_ctx c = {.bt = bt, .tx = tx};
+		assert_int_equal(farm_bt_scan(bt, tx, loop, &r, del_cb, &c),
+		                 40);
+		assert_int_equal(c.seen, 40);
+		assert_int_equal(c.failed, 0);
+		assert_int_equal(farm_tx_commit_sync(tx), 0);
+		farm_tx_free(tx);
+		int n = 0;
+		assert_int_equal(farm_bt_scan(bt, NULL, loop, &r, count_cb, &n),
+		                 0);
+		struct farm_bt_range all = {0};
+		assert_int_equal(
+		        farm_bt_scan(bt, NULL, loop, &all, count_cb, &n), 60);
+		farm_bt_close(bt);
+	}
+}
+
 static void test_bad_input(void **state)
 {
 	(void)state;
@@ -550,6 +614,7 @@ int main(void)
 	        cmocka_unit_test(test_tx),
 	        cmocka_unit_test(test_cache),
 	        cmocka_unit_test(test_tx_rev_split),
+	        cmocka_unit_test(test_scan_writes),
 	        cmocka_unit_test(test_bad_input),
 	        cmocka_unit_test(test_corrupt),
 	};

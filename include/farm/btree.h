@@ -146,6 +146,13 @@ typedef bool (*farm_bt_scan_fn)(void *ctx, const void *key, uint32_t klen,
  * each leaf is one lock-free READ: every entry visited was present when
  * its leaf was read and every key present throughout the scan is
  * visited, but the scan as a whole is not one snapshot.
+ *
+ * @fn may write to the tree (in @tx or not): each leaf is visited as it
+ * was when the scan read it, so writes to the entries of the leaf being
+ * visited never shift the scan; in @tx, keys it writes to the part of
+ * the range not yet reached are seen when the scan reaches them.
+ * Entries passed to @fn before an error stand (the scan does not undo
+ * them); with @tx, a retryable error means run the transaction again.
  */
 FARM_API FARM_MUST_CHECK long farm_bt_scan(farm_bt *bt, farm_tx *tx,
                                            farm_loop *loop,

@@ -31,7 +31,20 @@ struct scan {
 	void *ctx;
 	long count;
 	bool stop;
+	uint8_t *cur; /* the leaf being visited, copied (see own_copy) */
 };
+
+/* The leaf @leaf as the scan visits it: in a transaction, @leaf is the
+ * transaction's own copy, which a callback writing in the transaction
+ * changes under the scan (entries shift); the scan visits a copy of it
+ * taken when it was read. Lock-free, @leaf is already the scan's buffer. */
+static const uint8_t *own_copy(struct scan *s, const uint8_t *leaf)
+{
+	if (!s->tx)
+		return leaf;
+	memcpy(s->cur, leaf, s->bt->lay.leaf_size);
+	return s->cur;
+}
 
 /* Visit @leaf's entries from @i; stop at the range's end or limit. */
 static void visit(struct scan *s, const uint8_t *leaf, uint32_t i)
@@ -99,7 +112,7 @@ static long run_scan(struct scan *s, uint8_t *buf)
 	if (rc)
 		return rc;
 	bool found;
-	const uint8_t *leaf = f.leaf;
+	const uint8_t *leaf = own_copy(s, f.leaf);
 	uint32_t i = bt_leaf_search(&s->bt->lay, leaf, start, slen, &found);
 	for (;;) {
 		visit(s, leaf, i);
@@ -110,6 +123,7 @@ static long run_scan(struct scan *s, uint8_t *buf)
 		rc = next_leaf(s, bt_next(leaf), &high, buf, &leaf);
 		if (rc)
 			return rc;
+		leaf = own_copy(s, leaf);
 		i = 0;
 	}
 }
@@ -153,9 +167,10 @@ static long run_scan_rev(struct scan *s, uint8_t *buf)
 	        : r->end ? bt_leaf_search(l, f.leaf, r->end, r->end_len, &found)
 	                 : bt_n(f.leaf);
 	while (!rc) {
-		visit_rev(s, f.leaf, i);
+		const uint8_t *leaf = own_copy(s, f.leaf);
+		visit_rev(s, leaf, i);
 		struct bt_key low, high;
-		bt_fence(l, f.leaf, false, &low);
+		bt_fence(l, leaf, false, &low);
 		if (s->stop || low.inf ||
 		    (r->start &&
 		     bt_cmp(low.b, low.len, r->start, r->start_len) <= 0))
@@ -189,15 +204,25 @@ long farm_bt_scan(farm_bt *bt, farm_tx *tx, farm_loop *loop,
 	if (rc)
 		return rc;
 	uint8_t *buf = malloc(bt->lay.leaf_size);
-	if (!buf)
+	uint8_t *cur = tx ? malloc(bt->lay.leaf_size) : NULL;
+	if (!buf || (tx && !cur)) {
+		free(buf);
+		free(cur);
 		return -ENOMEM;
+	}
 #ifdef FARM_FAULT_INJECTION
 	if (atomic_load_explicit(&farm_bt_fault_scan_lf, memory_order_relaxed))
 		tx = NULL; /* broken: the leaves stay out of the read set */
 #endif
-	struct scan s = {
-	        .bt = bt, .tx = tx, .loop = loop, .r = r, .fn = fn, .ctx = ctx};
+	struct scan s = {.bt = bt,
+	                 .tx = tx,
+	                 .loop = loop,
+	                 .r = r,
+	                 .fn = fn,
+	                 .ctx = ctx,
+	                 .cur = cur};
 	long n = r->reverse ? run_scan_rev(&s, buf) : run_scan(&s, buf);
 	free(buf);
+	free(cur);
 	return n;
 }
