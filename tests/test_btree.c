@@ -24,7 +24,11 @@
  *              attributes and names, a short buffer
  *   corrupt    a leaf overwritten with garbage: FARM_ECORRUPT for every
  *              operation that reads it, nothing written, the rest of the
- *              tree intact; a name that does not lead to a tree
+ *              tree intact; a name that does not lead to a tree;
+ *              a well-formed leaf whose fences disagree with its parent
+ *              (FARM_ECORRUPT, lock-free and in a transaction, not a
+ *              retry for ever), fences out of order, an internal node
+ *              whose entry 0 is not its low fence
  */
 #include "testutil.h"
 
@@ -607,6 +611,73 @@ static void test_corrupt(void **state)
 	farm_bt_close(bt);
 }
 
+/* A well-formed leaf that disagrees with its parent: no entries, fences
+ * [900, 950), where the parent sends 50. No retry can mend it: every
+ * operation that reaches it says FARM_ECORRUPT (not -EBUSY, not a
+ * retryable error that a caller would retry for ever). */
+static void test_corrupt_fences(void **state)
+{
+	(void)state;
+	farm_bt *bt = NULL;
+	assert_int_equal(
+	        farm_bt_create_sync(kv, txm, loop, "corruptf", &small, &bt), 0);
+	for (uint64_t k = 0; k < 100; k++)
+		assert_int_equal(put_u64(bt, NULL, k, k), 0);
+	uint8_t kb[8], *buf = malloc(bt->lay.leaf_size);
+	farm_bt_key_u64(50, kb);
+	struct bt_found f;
+	assert_int_equal(bt_locate(bt, NULL, loop, kb, 8, buf, &f), 0);
+	farm_tx *tx = NULL;
+	assert_int_equal(farm_tx_begin(txm, loop, &tx), 0);
+	const void *d;
+	uint8_t *w;
+	assert_int_equal(farm_tx_read_sync(tx, f.a, bt->lay.leaf_size, &d), 0);
+	assert_int_equal(farm_tx_write(tx, f.a, (void **)&w), 0);
+	while (bt_n(w))
+		bt_remove(&bt->lay, w, 0);
+	struct bt_key lo = {.len = 8}, hi = {.len = 8};
+	farm_bt_key_u64(900, lo.b);
+	farm_bt_key_u64(950, hi.b);
+	bt_set_fence(&bt->lay, w, false, &lo);
+	bt_set_fence(&bt->lay, w, true, &hi);
+	assert_int_equal(bt_check_node(&bt->lay, w), 0); /* well-formed */
+	uint8_t *copy = malloc(bt->lay.leaf_size);
+	memcpy(copy, w, bt->lay.leaf_size);
+	assert_int_equal(farm_tx_commit_sync(tx), 0);
+	farm_tx_free(tx);
+	uint64_t v;
+	assert_int_equal(get_u64(bt, NULL, 50, &v), FARM_ECORRUPT);
+	assert_int_equal(put_u64(bt, NULL, 50, 1), FARM_ECORRUPT);
+	assert_int_equal(del_u64(bt, NULL, 50), FARM_ECORRUPT);
+	assert_int_equal(farm_tx_begin(txm, loop, &tx), 0);
+	assert_int_equal(get_u64(bt, tx, 50, &v), FARM_ECORRUPT);
+	assert_int_equal(put_u64(bt, tx, 50, 1), FARM_ECORRUPT);
+	assert_int_equal(farm_tx_abort(tx), 0);
+	farm_tx_free(tx);
+	struct farm_bt_range r = {0};
+	int cnt = 0;
+	assert_int_equal(farm_bt_scan(bt, NULL, loop, &r, count_cb, &cnt),
+	                 FARM_ECORRUPT);
+	/* Fences out of order, and an internal node whose entry 0 is not
+	 * its low fence, are malformed by themselves. */
+	bt_set_fence(&bt->lay, copy, false, &hi);
+	bt_set_fence(&bt->lay, copy, true, &lo);
+	assert_int_equal(bt_check_node(&bt->lay, copy), FARM_ECORRUPT);
+	bt_set_fence(&bt->lay, copy, true, &hi);
+	assert_int_equal(bt_check_node(&bt->lay, copy), FARM_ECORRUPT);
+	free(copy);
+	assert_int_equal(farm_lf_read_sync(txm, loop, bt->root,
+	                                   bt->lay.leaf_size, UINT64_MAX, buf),
+	                 0);
+	assert_false(bt_is_leaf(buf));
+	assert_int_equal(bt_check_node(&bt->lay, buf), 0);
+	uint8_t *e0 = bt_entry(&bt->lay, buf, 0);
+	e0[0] = 1; /* entry 0's key no longer the root's (empty) low fence */
+	assert_int_equal(bt_check_node(&bt->lay, buf), FARM_ECORRUPT);
+	free(buf);
+	farm_bt_close(bt);
+}
+
 int main(void)
 {
 	const struct CMUnitTest t[] = {
@@ -617,6 +688,7 @@ int main(void)
 	        cmocka_unit_test(test_scan_writes),
 	        cmocka_unit_test(test_bad_input),
 	        cmocka_unit_test(test_corrupt),
+	        cmocka_unit_test(test_corrupt_fences),
 	};
 	return cmocka_run_group_tests_name("btree", t, setup, teardown);
 }

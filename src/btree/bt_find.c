@@ -12,12 +12,16 @@
 #include "btree/bt_int.h"
 
 #include <errno.h>
+#include <stdlib.h>
+#include <time.h>
 
 /* Lock-free descents tried before giving up with -EBUSY; each failure
  * means a split happened between two reads of one descent. */
 #define LF_TRIES 1000u
 /* Fast descents a transaction tries before the root-down one. */
 #define TX_FAST_TRIES 2u
+/* Lock-free descents tried back to back before backing off. */
+#define LF_FREE_TRIES 4u
 
 #ifdef FARM_FAULT_INJECTION
 _Atomic int farm_bt_fault_no_fence, farm_bt_fault_scan_lf;
@@ -62,6 +66,43 @@ struct path {
 	uint32_t n;
 };
 
+/* A fence miss between a parent and its child both read afresh (not
+ * from the cache) by one descent: the addresses and the child's fences. */
+struct miss {
+	bool set;
+	farm_gaddr parent, child;
+	struct bt_key low, high;
+};
+
+static void note_miss(const struct bt_layout *l, struct miss *m,
+                      farm_gaddr parent, farm_gaddr child, const uint8_t *n)
+{
+	m->set = true;
+	m->parent = parent;
+	m->child = child;
+	bt_fence(l, n, false, &m->low);
+	bt_fence(l, n, true, &m->high);
+}
+
+static bool same_key(const struct bt_key *a, const struct bt_key *b)
+{
+	return a->inf == b->inf && a->len == b->len &&
+	       !memcmp(a->b, b->b, a->len);
+}
+
+/* Whether two misses in a row prove the committed tree wrong. The child
+ * of the first was read before the parent of the second; a node's fences
+ * only narrow (splits), and a split writes the parent and the child in
+ * one transaction. So a parent that, read later, still sends the probe to
+ * a child whose fences have not changed and do not hold it is committed
+ * state that disagrees with itself: corruption, not a race. */
+static bool same_miss(const struct miss *a, const struct miss *b)
+{
+	return a->set && b->set && a->parent == b->parent &&
+	       a->child == b->child && same_key(&a->low, &b->low) &&
+	       same_key(&a->high, &b->high);
+}
+
 static void drop_path(farm_bt *bt, const struct path *p)
 {
 	for (uint32_t i = 0; i < p->n; i++)
@@ -75,11 +116,12 @@ static void drop_path(farm_bt *bt, const struct path *p)
  */
 static int fast_descent(farm_bt *bt, farm_tx *tx, farm_loop *loop,
                         const struct bt_probe *pr, uint8_t *buf,
-                        struct bt_found *f)
+                        struct bt_found *f, struct miss *ms)
 {
 	struct path p = {.n = 0};
-	farm_gaddr a = bt->root;
+	farm_gaddr a = bt->root, fresh_parent = FARM_GADDR_NULL;
 	bool leaf_next = false;
+	ms->set = false;
 	uint32_t size = bt->lay.leaf_size;
 	for (uint32_t depth = 0; depth <= BT_MAX_LEVELS; depth++) {
 		bool ln = false;
@@ -89,6 +131,7 @@ static int fast_descent(farm_bt *bt, farm_tx *tx, farm_loop *loop,
 			p.a[p.n++] = a;
 			a = c;
 			leaf_next = ln;
+			fresh_parent = FARM_GADDR_NULL;
 			continue;
 		}
 		const uint8_t *n = NULL;
@@ -115,6 +158,11 @@ static int fast_descent(farm_bt *bt, farm_tx *tx, farm_loop *loop,
 			if (!bt_probe_holds(&bt->lay, n, pr) &&
 			    (tx || !no_fence_check())) {
 				BT_COUNT(bt, fence_misses);
+				/* A transaction's leaf may be its older copy.
+				 */
+				if (fresh_parent && !tx)
+					note_miss(&bt->lay, ms, fresh_parent, a,
+					          n);
 				drop_path(bt, &p);
 				return -EAGAIN;
 			}
@@ -125,10 +173,13 @@ static int fast_descent(farm_bt *bt, farm_tx *tx, farm_loop *loop,
 		BT_COUNT(bt, inner_reads);
 		if (!bt_probe_holds(&bt->lay, n, pr)) {
 			BT_COUNT(bt, fence_misses);
+			if (fresh_parent)
+				note_miss(&bt->lay, ms, fresh_parent, a, n);
 			drop_path(bt, &p);
 			return -EAGAIN;
 		}
 		bt_cache_put(bt, a, n);
+		fresh_parent = a;
 		p.a[p.n++] = a;
 		leaf_next = bt_level(n) == 1;
 		a = bt_echild(
@@ -165,19 +216,64 @@ static int tx_descent(farm_bt *bt, farm_tx *tx, farm_loop *loop,
 	return FARM_ECORRUPT;
 }
 
+/* Pause before lock-free descent @i (0-based): none for the first few
+ * (a split raced one descent), then doubling up to 1 ms, so that 1,000
+ * tries span splits that take a while rather than a few microseconds. */
+static void backoff(uint32_t i)
+{
+	if (i < LF_FREE_TRIES)
+		return;
+	uint32_t sh = i - LF_FREE_TRIES;
+	long ns = sh >= 10 ? 1000000L : 1000L << sh;
+	struct timespec ts = {.tv_sec = 0, .tv_nsec = ns};
+	nanosleep(&ts, NULL);
+}
+
+/* Lock-free descents: -EAGAIN again and again is a race that lasts, but
+ * the same parent and unchanged child disagreeing twice is corruption. */
+static int lf_locate(farm_bt *bt, farm_loop *loop, const struct bt_probe *p,
+                     uint8_t *buf, struct bt_found *f)
+{
+	struct miss prev = {.set = false}, cur;
+	for (uint32_t i = 0; i < LF_TRIES; i++) {
+		backoff(i);
+		int rc = fast_descent(bt, NULL, loop, p, buf, f, &cur);
+		if (rc != -EAGAIN)
+			return rc;
+		if (same_miss(&prev, &cur))
+			return FARM_ECORRUPT;
+		prev = cur;
+	}
+	return -EBUSY;
+}
+
 int bt_locate_probe(farm_bt *bt, farm_tx *tx, farm_loop *loop,
                     const struct bt_probe *p, uint8_t *buf, struct bt_found *f)
 {
 	BT_COUNT(bt, lookups);
-	uint32_t tries = tx ? TX_FAST_TRIES : LF_TRIES;
-	for (uint32_t i = 0; i < tries; i++) {
-		int rc = fast_descent(bt, tx, loop, p, buf, f);
+	if (!tx)
+		return lf_locate(bt, loop, p, buf, f);
+	struct miss ms;
+	for (uint32_t i = 0; i < TX_FAST_TRIES; i++) {
+		int rc = fast_descent(bt, tx, loop, p, buf, f, &ms);
 		if (rc == -ESTALE)
 			break;
 		if (rc != -EAGAIN)
 			return rc;
 	}
-	return tx ? tx_descent(bt, tx, loop, p, f) : -EBUSY;
+	int rc = tx_descent(bt, tx, loop, p, f);
+	return rc == FARM_EVALIDATION ? bt_confirm(bt, loop, p, rc) : rc;
+}
+
+int bt_confirm(farm_bt *bt, farm_loop *loop, const struct bt_probe *p, int rc)
+{
+	uint8_t *buf = malloc(bt->lay.leaf_size);
+	if (!buf)
+		return rc;
+	struct bt_found f;
+	int lf = lf_locate(bt, loop, p, buf, &f);
+	free(buf);
+	return lf == FARM_ECORRUPT ? FARM_ECORRUPT : rc;
 }
 
 int bt_locate(farm_bt *bt, farm_tx *tx, farm_loop *loop, const void *key,

@@ -244,6 +244,11 @@ int bt_read(farm_bt *bt, farm_tx *tx, farm_loop *loop, farm_gaddr a,
             uint32_t size, uint8_t *buf, const uint8_t **out);
 int bt_locate(farm_bt *bt, farm_tx *tx, farm_loop *loop, const void *key,
               uint32_t klen, uint8_t *buf, struct bt_found *f);
+/* @rc, a transaction's FARM_EVALIDATION for nodes that disagreed, or
+ * FARM_ECORRUPT when the committed tree disagrees with itself for @p too
+ * (lock-free descents: the same fresh parent and unchanged child twice),
+ * so that no retry loop runs for ever on a corrupt tree. */
+int bt_confirm(farm_bt *bt, farm_loop *loop, const struct bt_probe *p, int rc);
 /* The leaf @p asks for (bt_probe). */
 int bt_locate_probe(farm_bt *bt, farm_tx *tx, farm_loop *loop,
                     const struct bt_probe *p, uint8_t *buf, struct bt_found *f);
@@ -253,7 +258,8 @@ int bt_check_key(const farm_bt *bt, const void *key, uint32_t klen);
 
 /* The leaf for @key with room for one more entry, read and made writable
  * in @tx, descending from the root and splitting full nodes on the way. */
-int bt_writable_leaf(farm_bt *bt, farm_tx *tx, const void *key, uint32_t klen,
-                     bool need_room, farm_gaddr *a, uint8_t **leaf);
+int bt_writable_leaf(farm_bt *bt, farm_tx *tx, farm_loop *loop, const void *key,
+                     uint32_t klen, bool need_room, farm_gaddr *a,
+                     uint8_t **leaf);
 
 #endif

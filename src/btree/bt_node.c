@@ -128,11 +128,27 @@ static bool header_ok(const struct bt_layout *l, const uint8_t *n)
 	return n[24] <= l->key_max && n[25] <= l->key_max;
 }
 
+/* Fences that bound a non-empty interval (low < high); for an internal
+ * node, entry 0's key is its low fence (empty at -infinity). */
+static bool fences_ok(const struct bt_layout *l, const uint8_t *n)
+{
+	struct bt_key low, high;
+	bt_fence(l, n, false, &low);
+	bt_fence(l, n, true, &high);
+	if (!low.inf && !high.inf &&
+	    bt_cmp(low.b, low.len, high.b, high.len) >= 0)
+		return false;
+	if (bt_is_leaf(n))
+		return true;
+	const uint8_t *e = bt_entry(l, n, 0);
+	return bt_cmp(bt_ekey(e, false), bt_eklen(e), low.b, low.len) == 0;
+}
+
 /* Keys strictly increasing, each within the node's fences; children not
  * null; entry 0 of an internal node carries the node's low fence. */
 int bt_check_node(const struct bt_layout *l, const uint8_t *n)
 {
-	if (!header_ok(l, n))
+	if (!header_ok(l, n) || !fences_ok(l, n))
 		return FARM_ECORRUPT;
 	bool leaf = bt_is_leaf(n);
 	const uint8_t *pk = NULL;

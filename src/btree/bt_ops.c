@@ -63,7 +63,7 @@ static int writable_for(farm_bt *bt, farm_tx *tx, farm_loop *loop,
 		rc = farm_tx_write(tx, f.a, (void **)w);
 	} else {
 		farm_gaddr a;
-		rc = bt_writable_leaf(bt, tx, key, klen, true, &a, w);
+		rc = bt_writable_leaf(bt, tx, loop, key, klen, true, &a, w);
 		if (!rc)
 			*i = bt_leaf_search(&bt->lay, *w, key, klen, found);
 	}

@@ -102,8 +102,9 @@ static int split_on_path(farm_bt *bt, farm_tx *tx, farm_gaddr *a, farm_gaddr pa,
 	return rc;
 }
 
-int bt_writable_leaf(farm_bt *bt, farm_tx *tx, const void *key, uint32_t klen,
-                     bool need_room, farm_gaddr *out_a, uint8_t **out)
+int bt_writable_leaf(farm_bt *bt, farm_tx *tx, farm_loop *loop, const void *key,
+                     uint32_t klen, bool need_room, farm_gaddr *out_a,
+                     uint8_t **out)
 {
 	const struct bt_layout *l = &bt->lay;
 	BT_COUNT(bt, slow_paths);
@@ -115,8 +116,10 @@ int bt_writable_leaf(farm_bt *bt, farm_tx *tx, const void *key, uint32_t klen,
 			return rc;
 		/* Reads of a transaction are one snapshot only once it
 		 * commits: nodes that disagree mean it must run again. */
-		if (!bt_in_fences(l, n, key, klen))
-			return FARM_EVALIDATION;
+		if (!bt_in_fences(l, n, key, klen)) {
+			struct bt_probe pr = {.key = key, .klen = klen};
+			return bt_confirm(bt, loop, &pr, FARM_EVALIDATION);
+		}
 		uint32_t cap = bt_is_leaf(n) ? l->leaf_cap : l->inner_cap;
 		if (need_room && bt_n(n) == cap) {
 			rc = split_on_path(bt, tx, &a, pa, key, klen);
