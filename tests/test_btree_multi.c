@@ -27,7 +27,9 @@
  *              report violations.
  *   --broken-scan  (test builds) the ser phase with scans in a
  *              transaction reading their leaves outside its read set:
- *              phantoms, and sercheck must report anomalies.
+ *              sercheck must report anomalies. They are stale reads of
+ *              the read-modify-writes on the 24 keys, not phantoms; the
+ *              phantom cases are test_btree's test_phantoms.
  * Options: --seconds S (lin and ser phases), --broken-fence,
  * --broken-scan.
  */
