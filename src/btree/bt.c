@@ -24,8 +24,7 @@ static int dir_name(const char *name, char *out, size_t cap)
 }
 
 static int new_handle(farm_kv *kv, farm_txm *m, farm_gaddr root,
-                      uint64_t incarn, const struct farm_bt_attr *a,
-                      farm_bt **out)
+                      const struct farm_bt_attr *a, farm_bt **out)
 {
 	farm_bt *bt = calloc(1, sizeof(*bt));
 	if (!bt)
@@ -33,7 +32,6 @@ static int new_handle(farm_kv *kv, farm_txm *m, farm_gaddr root,
 	bt->kv = kv;
 	bt->txm = m;
 	bt->root = root;
-	bt->root_incarn = incarn;
 	bt_layout_make(&bt->lay, a);
 	int rc = bt_cache_init(bt);
 	if (rc) {
@@ -90,7 +88,7 @@ int farm_bt_create_sync(farm_kv *kv, farm_txm *m, farm_loop *loop,
 	                         .val_max = l.val_max,
 	                         .leaf_cap = l.leaf_cap,
 	                         .inner_cap = l.inner_cap};
-	return new_handle(kv, m, fp.addr, fp.incarnation, &a, out);
+	return new_handle(kv, m, fp.addr, &a, out);
 }
 
 int farm_bt_open_sync(farm_kv *kv, farm_txm *m, farm_loop *loop,
@@ -112,14 +110,16 @@ int farm_bt_open_sync(farm_kv *kv, farm_txm *m, farm_loop *loop,
 	if (!root)
 		return -ENOMEM;
 	rc = farm_lf_read_sync(m, loop, fp.addr, fp.size, fp.incarnation, root);
-	struct farm_bt_attr a = {
-	        .key_max = bt_u16(root + 8),
-	        .val_max = bt_u16(root + 10),
-	        .leaf_cap = bt_u16(root + 12),
-	        .inner_cap = bt_u16(root + 26),
-	};
+	struct farm_bt_attr a;
 	struct bt_layout l;
 	if (!rc) {
+		/* The root's bytes mean something only once read. */
+		a = (struct farm_bt_attr){
+		        .key_max = bt_u16(root + 8),
+		        .val_max = bt_u16(root + 10),
+		        .leaf_cap = bt_u16(root + 12),
+		        .inner_cap = bt_u16(root + 26),
+		};
 		bt_layout_make(&l, &a);
 		if (!a.key_max || !a.val_max || !a.leaf_cap || !a.inner_cap ||
 		    bt_layout_check(&a) || l.leaf_size != fp.size ||
@@ -129,7 +129,7 @@ int farm_bt_open_sync(farm_kv *kv, farm_txm *m, farm_loop *loop,
 		rc = FARM_ECORRUPT;
 	}
 	free(root);
-	return rc ? rc : new_handle(kv, m, fp.addr, fp.incarnation, &a, out);
+	return rc ? rc : new_handle(kv, m, fp.addr, &a, out);
 }
 
 void farm_bt_close(farm_bt *bt)

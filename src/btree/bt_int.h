@@ -66,7 +66,6 @@ struct farm_bt {
 	farm_kv *kv;
 	farm_txm *txm;
 	farm_gaddr root;
-	uint64_t root_incarn;
 	struct bt_layout lay;
 	pthread_mutex_t cache_lock; /* guards the cache slots */
 	struct bt_cache_slot *slots;
