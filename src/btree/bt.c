@@ -61,6 +61,26 @@ static int make_root(farm_txm *m, farm_loop *loop, const struct bt_layout *l,
 	return rc;
 }
 
+/* Free the root of a tree that could not be named (no one else can find
+ * it, so nothing else refers to it); best effort: a failure leaks one
+ * node, and the naming error is what the caller needs. */
+static void drop_root(farm_txm *m, farm_loop *loop, const struct bt_layout *l,
+                      farm_gaddr a)
+{
+	farm_tx *tx = NULL;
+	if (farm_tx_begin(m, loop, &tx))
+		return;
+	const void *d;
+	int rc = farm_tx_read_sync(tx, a, l->leaf_size, &d);
+	if (!rc)
+		rc = farm_tx_free_obj(tx, a);
+	if (!rc)
+		rc = farm_tx_commit_sync(tx);
+	else
+		(void)farm_tx_abort(tx);
+	farm_tx_free(tx);
+}
+
 int farm_bt_create_sync(farm_kv *kv, farm_txm *m, farm_loop *loop,
                         const char *name, const struct farm_bt_attr *attr,
                         farm_bt **out)
@@ -80,10 +100,13 @@ int farm_bt_create_sync(farm_kv *kv, farm_txm *m, farm_loop *loop,
 	struct bt_layout l;
 	bt_layout_make(&l, attr);
 	rc = make_root(m, loop, &l, &fp);
-	if (!rc)
-		rc = farm_kv_name_sync(kv, loop, dn, fp);
 	if (rc)
 		return rc;
+	rc = farm_kv_name_sync(kv, loop, dn, fp);
+	if (rc) {
+		drop_root(m, loop, &l, fp.addr);
+		return rc;
+	}
 	struct farm_bt_attr a = {.key_max = l.key_max,
 	                         .val_max = l.val_max,
 	                         .leaf_cap = l.leaf_cap,
