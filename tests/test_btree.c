@@ -596,6 +596,14 @@ static void test_bad_input(void **state)
 	struct farm_bt_attr a;
 	farm_bt_attr_get(bt, &a);
 	assert_int_equal(a.key_max, 16);
+	farm_bt_attr_get(bt, NULL);
+	farm_bt_stats_get(bt, NULL);
+	struct farm_bt_attr za = {.key_max = 9};
+	farm_bt_attr_get(NULL, &za);
+	assert_int_equal(za.key_max, 0);
+	farm_bt_stats zs = {.lookups = 9};
+	farm_bt_stats_get(NULL, &zs);
+	assert_int_equal(zs.lookups, 0);
 	assert_int_equal(a.val_max, 32);
 	uint8_t key[FARM_BT_MAX_KEY + 1] = {1}, val[64] = {2};
 	uint32_t len = 0;

@@ -26,8 +26,11 @@
  *
  * Errors are negative codes: -EINVAL (NULL or empty key, bad arguments),
  * -EMSGSIZE (key longer than key_max, value longer than val_max),
- * -ENOENT (absent), FARM_ECORRUPT (a node read is malformed: nothing is
- * written), the transaction layer's errors. Inside a transaction an error
+ * -ENOENT (absent), FARM_ECORRUPT (a node read is malformed, or nodes
+ * disagree with their parents: nothing is written), -EBUSY (a lock-free
+ * call kept meeting splits for 1,000 descents), -ENOSPC (a split would
+ * make the tree deeper than 24 levels), -ENOMEM, the transaction layer's
+ * errors. Inside a transaction an error
  * for which farm_tx_retryable() is true means the transaction saw the
  * tree change under it: abort it and run it again.
  */
@@ -92,7 +95,8 @@ FARM_API FARM_MUST_CHECK int farm_bt_open_sync(farm_kv *kv, farm_txm *m,
                                                const char *name, farm_bt **out);
 /* Free the handle and its cache. NULL is fine. */
 FARM_API void farm_bt_close(farm_bt *bt);
-/* The tree's layout (after defaults). */
+/* The tree's layout (after defaults); with @bt NULL, all zero. @out NULL
+ * is ignored. */
 FARM_API void farm_bt_attr_get(const farm_bt *bt, struct farm_bt_attr *out);
 
 /*
@@ -176,7 +180,8 @@ typedef struct farm_bt_stats {
 	uint64_t scan_leaves; /* leaves read by scans after their first */
 } farm_bt_stats;
 
-/* This handle's counters (approximate while loops run). */
+/* This handle's counters (approximate while loops run); with @bt NULL,
+ * all zero. @out NULL is ignored. */
 FARM_API void farm_bt_stats_get(const farm_bt *bt, farm_bt_stats *out);
 
 #ifdef __cplusplus

@@ -165,6 +165,12 @@ void farm_bt_close(farm_bt *bt)
 
 void farm_bt_attr_get(const farm_bt *bt, struct farm_bt_attr *out)
 {
+	if (!out)
+		return;
+	if (!bt) {
+		*out = (struct farm_bt_attr){0};
+		return;
+	}
 	*out = (struct farm_bt_attr){.key_max = bt->lay.key_max,
 	                             .val_max = bt->lay.val_max,
 	                             .leaf_cap = bt->lay.leaf_cap,
@@ -173,6 +179,12 @@ void farm_bt_attr_get(const farm_bt *bt, struct farm_bt_attr *out)
 
 void farm_bt_stats_get(const farm_bt *bt, farm_bt_stats *out)
 {
+	if (!out)
+		return;
+	if (!bt) {
+		*out = (farm_bt_stats){0};
+		return;
+	}
 #define LD(f) atomic_load_explicit(&((farm_bt *)bt)->st.f, memory_order_relaxed)
 	*out = (farm_bt_stats){
 	        .lookups = LD(lookups),
