@@ -574,6 +574,29 @@ static void test_bad_input(void **state)
 	bad = (struct farm_bt_attr){.leaf_cap = 2};
 	assert_int_equal(farm_bt_create_sync(kv, txm, loop, "b", &bad, &bt),
 	                 -EINVAL);
+	/* Nodes over 64 KiB: a split's three would strain the log. */
+	bad = (struct farm_bt_attr){.key_max = FARM_BT_MAX_KEY,
+	                            .val_max = FARM_BT_MAX_VALUE,
+	                            .leaf_cap = 60};
+	assert_int_equal(farm_bt_create_sync(kv, txm, loop, "b", &bad, &bt),
+	                 -EINVAL);
+	bad.leaf_cap = 56;
+	assert_int_equal(farm_bt_create_sync(kv, txm, loop, "big", &bad, &bt),
+	                 0);
+	/* Large enough to split leaves and the root: the commits fit. */
+	static uint8_t bigv[FARM_BT_MAX_VALUE];
+	for (uint64_t k = 0; k < 200; k++) {
+		uint8_t kb[FARM_BT_MAX_KEY] = {0};
+		farm_bt_key_u64(k, kb);
+		assert_int_equal(farm_bt_put(bt, NULL, loop, kb,
+		                             FARM_BT_MAX_KEY, bigv,
+		                             FARM_BT_MAX_VALUE),
+		                 0);
+	}
+	farm_bt_stats bs;
+	farm_bt_stats_get(bt, &bs);
+	assert_true(bs.splits > 0);
+	farm_bt_close(bt);
 	bad = (struct farm_bt_attr){.val_max = FARM_BT_MAX_VALUE + 1};
 	assert_int_equal(farm_bt_create_sync(kv, txm, loop, "b", &bad, &bt),
 	                 -EINVAL);

@@ -60,7 +60,10 @@ typedef struct farm_bt farm_bt;
  * Layout of a tree, fixed at creation. 0 fields take defaults: key_max 16,
  * val_max 32, leaf_cap and inner_cap so that a node is about 1 KiB.
  * leaf_cap and inner_cap are entries per node, 4..512; a node's size is
- * rounded up to whole cache lines (the space is not used).
+ * rounded up to whole cache lines (the space is not used) and must be at
+ * most 64 KiB (-EINVAL otherwise: a split writes three nodes in one
+ * transaction, which must fit in the commit log), e.g. at most 56 entries
+ * of a 64-byte key and a 1,024-byte value.
  */
 struct farm_bt_attr {
 	uint32_t key_max;   /* 1..FARM_BT_MAX_KEY */

@@ -42,6 +42,11 @@
 /* Entries of the whole tree, at most: caps are in [BT_MIN_CAP, BT_MAX_CAP]. */
 #define BT_MIN_CAP 4u
 #define BT_MAX_CAP 512u
+/* The largest node: a split writes three nodes (the node, its new
+ * sibling, the parent; a root split the root and two children) in one
+ * transaction, and a transaction's writes must fit in half a log, or its
+ * commit fails with -E2BIG. 64 KiB keeps the three far below that. */
+#define BT_NODE_MAX (64u * 1024u)
 
 /* A key (or fence) by value: up to FARM_BT_MAX_KEY bytes. */
 struct bt_key {

@@ -290,7 +290,9 @@ int bt_layout_check(const struct farm_bt_attr *a)
 	    (a->inner_cap &&
 	     (a->inner_cap < BT_MIN_CAP || a->inner_cap > BT_MAX_CAP)))
 		return -EINVAL;
-	return 0;
+	struct bt_layout l;
+	bt_layout_make(&l, a);
+	return l.leaf_size > BT_NODE_MAX ? -EINVAL : 0;
 }
 
 void bt_layout_make(struct bt_layout *l, const struct farm_bt_attr *a)
