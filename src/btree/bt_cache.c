@@ -12,8 +12,15 @@
 #include <errno.h>
 #include <stdlib.h>
 
+/* The cache grows by doubling its slots (at most 3/4 used) while the
+ * copies it may hold stay under CACHE_BYTES, so at most about twice that
+ * (64 MiB; 49k copies of 1 KiB nodes, enough for the internal nodes of
+ * some 100 million keys), then starts over. It is one table behind one
+ * mutex, taken once per cached level of every descent: a handle shared
+ * by many loops contends there. */
 #define CACHE_SLOTS0    1024u
-#define CACHE_SLOTS_MAX (1u << 20)
+#define CACHE_SLOTS_MAX (1u << 17)
+#define CACHE_BYTES     (32u << 20)
 
 int bt_cache_init(farm_bt *bt)
 {
@@ -80,7 +87,8 @@ farm_gaddr bt_cache_child(farm_bt *bt, farm_gaddr a, const struct bt_probe *p,
 /* Double the slots (with the lock held); false when it cannot. */
 static bool grow(farm_bt *bt)
 {
-	if (bt->nslots >= CACHE_SLOTS_MAX)
+	if (bt->nslots >= CACHE_SLOTS_MAX ||
+	    (uint64_t)bt->nslots / 4 * 3 * bt->lay.inner_size >= CACHE_BYTES)
 		return false;
 	struct bt_cache_slot *old = bt->slots;
 	uint32_t n = bt->nslots;
