@@ -51,8 +51,8 @@ static int add_body(farm_tx *tx, void *arg)
 
 struct run_stats {
 	uint64_t ok, failed, calls;
-	int64_t final;        /* the counter at the end (machine 0) */
-	int contract;         /* 0: the contract checks held */
+	int64_t final; /* the counter at the end (machine 0) */
+	int contract;  /* 0: the contract checks held */
 	uint64_t ns;
 };
 
@@ -69,7 +69,8 @@ static int check_contract(struct tx_child *c, struct run_ctx r)
 	farm_loop *loop = c->np.loop;
 	r.calls = 0;
 	r.fail_with = -EPERM;
-	if (farm_tx_run(c->txm, loop, add_body, &r, 0) != -EPERM || r.calls != 1)
+	if (farm_tx_run(c->txm, loop, add_body, &r, 0) != -EPERM ||
+	    r.calls != 1)
 		return 1;
 	r.calls = 0;
 	r.fail_with = FARM_ECONFLICT;
@@ -164,7 +165,8 @@ static void test_contention(void **state)
 	uint64_t ok = 0, calls = 0;
 	for (unsigned i = 0; i < NP_NM; i++) {
 		printf("tx_run: machine %u: %" PRIu64 " committed, %" PRIu64
-		       " gave up, %" PRIu64 " bodies run, %.2f s, contract %d\n",
+		       " gave up, %" PRIu64
+		       " bodies run, %.2f s, contract %d\n",
 		       i, s[i].ok, s[i].failed, s[i].calls,
 		       (double)s[i].ns / 1e9, s[i].contract);
 		assert_int_equal(st[i], 0);

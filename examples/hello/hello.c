@@ -23,7 +23,8 @@ static void on_barrier(farm_loop *loop, const farm_msg_in *in, void *arg)
 {
 	(void)loop, (void)arg;
 	uint32_t phase;
-	if (in->len == sizeof(phase) && (memcpy(&phase, in->payload, 4), phase < 4))
+	if (in->len == sizeof(phase) &&
+	    (memcpy(&phase, in->payload, 4), phase < 4))
 		arrived[phase]++;
 }
 
@@ -132,7 +133,8 @@ static int work(farm_node *node, farm_kv *kv, farm_loop *loop, unsigned n)
 		                       8, c.total.incarnation, &total);
 	if (!rc)
 		printf("machine %u: counter = %llu (one add per machine: %s)\n",
-		       me, (unsigned long long)total, total == n ? "yes" : "NO");
+		       me, (unsigned long long)total,
+		       total == n ? "yes" : "NO");
 	int brc = barrier(loop, n, me, 3); /* nobody leaves before the rest */
 	return rc ? rc : brc ? brc : total == n ? 0 : -EPROTO;
 }

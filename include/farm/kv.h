@@ -158,8 +158,7 @@ farm_kv_mget(farm_kv *kv, farm_loop *loop, unsigned n, const void *const *keys,
              const uint32_t *klens, void *vals, uint32_t cap, uint32_t *lens,
              int *status, farm_kv_mget_fn cont, void *ctx);
 
-/* ---- blocking wrappers (drive @loop until done) --------------------------
- */
+/* ---- blocking wrappers (drive @loop until done) -------------------------- */
 
 /* get: 0 and *@len bytes into @val; -EMSGSIZE when the value is longer
  * than @cap (*@len is then its length); -ENOENT; errors as farm_kv_get. */
@@ -180,8 +179,7 @@ farm_kv_mget_sync(farm_kv *kv, farm_loop *loop, unsigned n,
                   const void *const *keys, const uint32_t *klens, void *vals,
                   uint32_t cap, uint32_t *lens, int *status);
 
-/* ---- iteration ------------------------------------------------------------
- */
+/* ---- iteration ----------------------------------------------------------- */
 
 /*
  * farm_kv_iterate_local() - the pairs of this machine's shard, read in
@@ -213,8 +211,7 @@ FARM_API FARM_MUST_CHECK int farm_kv_lookup_sync(farm_kv *kv, farm_loop *loop,
 FARM_API FARM_MUST_CHECK int farm_kv_unname_sync(farm_kv *kv, farm_loop *loop,
                                                  const char *name);
 
-/* ---- counters -------------------------------------------------------------
- */
+/* ---- counters ------------------------------------------------------------ */
 
 typedef struct farm_kv_stats {
 	/* multi-get, asking side */

@@ -48,8 +48,7 @@ typedef struct farm_fatptr {
 	uint64_t incarnation;
 } farm_fatptr;
 
-/* ---- transactions ----------------------------------------------------------
- */
+/* ---- transactions -------------------------------------------------------- */
 
 /* Begin a transaction on @loop (its thread). */
 FARM_API FARM_MUST_CHECK int farm_tx_begin(farm_txm *m, farm_loop *loop,
@@ -166,8 +165,7 @@ FARM_API void farm_tx_free(farm_tx *tx);
  * installs the next configuration the retry succeeds. */
 FARM_API bool farm_tx_retryable(int outcome);
 
-/* ---- blocking wrappers (drive the loop; not from handlers) ----------------
- */
+/* ---- blocking wrappers (drive the loop; not from handlers) --------------- */
 
 /* *@data stays valid until the transaction ends. */
 FARM_API FARM_MUST_CHECK int

@@ -34,6 +34,7 @@
 
 #include "txn/object.h"
 #include "txn/txn_int.h"
+#include "txn/txn_tx.h"
 #include "txn/txn_testing.h"
 #include "util/fault.h"
 #include "util/log.h"
@@ -275,7 +276,7 @@ void txn_tx_finish(farm_tx *tx)
 		o->flags &= ~TXO_NEW;
 	}
 	if (tx->nwaiters) /* decided without passing the hooks */
-		txn_rec_decided(tx, tx->outcome == 0);
+		txn_tell_decided(tx, tx->outcome == 0);
 	if (tx->cseq) {
 		txn_cseq_done(tl, tx->cseq);
 		tx->cseq = 0;
@@ -703,7 +704,7 @@ static void decisive_retry(farm_loop *loop, void *ctx, int status)
 static void phase_primary(farm_tx *tx)
 {
 	tx->ph = PH_PRIMARY;
-	txn_rec_decided(tx, true);
+	txn_tell_decided(tx, true);
 	bool remote = false;
 	for (uint32_t p = 0; p < tx->m->M && p < 0x40; p++) {
 		if (!tx->locked_at[p])
@@ -729,7 +730,7 @@ static void phase_abort(farm_tx *tx, int outcome)
 	tx->ph = PH_ABORT;
 	tx->fail = 0;
 	tx->abort_outcome = outcome;
-	txn_rec_decided(tx, false);
+	txn_tell_decided(tx, false);
 	for (uint32_t p = 0; p < tx->m->M && p < 0x40; p++)
 		if (tx->locked_at[p] || tx->cb_at[p])
 			send_decisive(tx, p, REC_ABORT, K_ABORT, NULL);
@@ -1203,3 +1204,14 @@ void farm_txn_testing_skip_validation(bool on)
 	atomic_store(&testing_skip_validation, on);
 }
 #endif
+
+void txn_on_decided(farm_txm *m, txn_decided_fn fn)
+{
+	m->on_decided = fn;
+}
+
+void txn_tell_decided(farm_tx *tx, bool commit)
+{
+	if (tx->m->on_decided)
+		tx->m->on_decided(tx, commit);
+}

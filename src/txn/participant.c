@@ -22,6 +22,7 @@
 #include "txn/epoch.h"
 #include "txn/object.h"
 #include "txn/txn_int.h"
+#include "txn/txn_tx.h"
 #include "util/fault.h"
 #include "util/log.h"
 

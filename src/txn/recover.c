@@ -65,6 +65,7 @@
 
 #include "txn/object.h"
 #include "txn/txn_int.h"
+#include "txn/txn_tx.h"
 #include "txn/txn_testing.h"
 #include "util/fault.h"
 #include "util/log.h"
@@ -888,8 +889,9 @@ static void answer(struct txloop *tl, uint32_t to, uint16_t thread,
 		          to, farm_strerror(rc));
 }
 
-/* commit.c: @tx decided (commit at COMMIT-PRIMARY, abort at ABORT). */
-void txn_rec_decided(farm_tx *tx, bool commit)
+/* @tx decided (commit at COMMIT-PRIMARY, abort at ABORT): its waiters
+ * learn the outcome. Registered with the coordinator (txn_on_decided). */
+static void rec_decided(farm_tx *tx, bool commit)
 {
 	for (unsigned i = 0; i < tx->nwaiters; i++)
 		answer(tx->tl, tx->waiters[i].machine, tx->waiters[i].thread,
@@ -977,8 +979,7 @@ static void h_answer(farm_loop *loop, const farm_msg_in *in, void *arg)
 	pend_decide(tl, q.txid, q.answer == A_COMMIT);
 }
 
-/* ---- the decider ----------------------------------------------------------
- */
+/* ---- the decider --------------------------------------------------------- */
 
 static struct rec_txn *dec_find(farm_txm *m, uint64_t txid)
 {
@@ -1076,8 +1077,8 @@ static bool decide(farm_txm *m, const struct rec_txn *t, uint64_t maxlw)
 		 * those of the configuration they carry. Not the view before
 		 * the current one: a later view (a late join, a second
 		 * removal) makes this round's "previous" one with a new
-		 * backup that never had them, and a reported commit was
-		 * aborted (the continuous fault campaign, seed 1128). */
+		 * backup that never had them, and a reported commit would be
+		 * aborted. */
 		uint32_t reps[FARM_RING_MAX_REPLICAS];
 		unsigned n = 0;
 		if (!FARM_FAULT_SWITCH(FARM_FP_REC_PREV_RING))
@@ -1155,8 +1156,7 @@ static void h_end(farm_loop *loop, const farm_msg_in *in, void *arg)
 	          e.coord, e.thread, nc, na);
 }
 
-/* ---- survivors apply the decisions ----------------------------------------
- */
+/* ---- survivors apply the decisions --------------------------------------- */
 
 static void h_decide(farm_loop *loop, const farm_msg_in *in, void *arg)
 {
@@ -1243,6 +1243,9 @@ static void h_done(farm_loop *loop, const farm_msg_in *in, void *arg)
 
 int txn_rec_init(farm_txm *m)
 {
+	/* A promoted primary that asked about a transaction still being
+	 * decided waits for its outcome (h_query): the coordinator tells. */
+	txn_on_decided(m, rec_decided);
 	int rc = farm_msg_handle(m->msg, FARM_MSGT_REC_QUERY, h_query, m);
 	if (!rc)
 		rc = farm_msg_handle(m->msg, FARM_MSGT_REC_ANSWER, h_answer, m);

@@ -54,12 +54,12 @@ static int run_once(farm_txm *m, farm_loop *loop, farm_tx_body_fn body,
 		rc = farm_tx_commit_sync(tx);
 	else if (rc > 0)
 		rc = -EINVAL; /* the body broke its contract */
-	farm_tx_free(tx); /* aborts a transaction the body gave up */
+	farm_tx_free(tx);     /* aborts a transaction the body gave up */
 	return rc;
 }
 
-int farm_tx_run(farm_txm *m, farm_loop *loop, farm_tx_body_fn body,
-                void *ctx, unsigned max_tries)
+int farm_tx_run(farm_txm *m, farm_loop *loop, farm_tx_body_fn body, void *ctx,
+                unsigned max_tries)
 {
 	if (!m || !loop || !body)
 		return -EINVAL;

@@ -11,6 +11,7 @@
 
 #include "txn/epoch.h"
 #include "txn/txn_int.h"
+#include "txn/txn_tx.h"
 #include "util/log.h"
 
 #define WQ_CAP 1024u /* initial record queue per log writer; grows */

@@ -3,7 +3,7 @@
  * `farm status` reads without joining (farm_zk_peek), and the refusal
  * notices of machines that refused their damaged directories at a restart
  * (farm_zk_note_refused, farm_zk_clear_refused; membership.h). Only with
- * the client library; without it, zk.c answers -ENOTSUP for them.
+ * the client library; without it, the stubs at the end answer -ENOTSUP.
  */
 #ifdef FARM_HAVE_ZK
 
@@ -15,7 +15,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "addrspace/zk_int.h"
+#include "coord/zk_int.h"
 #include "util/log.h"
 
 struct peek_conn {
@@ -70,7 +70,7 @@ static zhandle_t *oneshot_open(const char *zk, const char **root,
 	*rc = zh ? 0 : errno ? -errno : -EINVAL;
 	if (zh) {
 		struct timespec dl;
-		deadline_in(&dl, (int)ms);
+		zk_deadline_in(&dl, (int)ms);
 		pthread_mutex_lock(&c->lock);
 		while (!c->connected &&
 		       pthread_cond_timedwait(&c->cond, &c->lock, &dl) == 0)
@@ -112,7 +112,7 @@ static int peek_live(zhandle_t *zh, const char *members,
 	}
 	deallocate_String_vector(&sv);
 	if (n > 1)
-		qsort(ids, n, sizeof(ids[0]), cmp_u32);
+		qsort(ids, n, sizeof(ids[0]), zk_cmp_u32);
 	out->nlive = 0;
 	for (unsigned i = 0; i < n; i++) {
 		char path[240];
@@ -210,6 +210,40 @@ int farm_zk_clear_refused(const char *zk, const char *root, uint32_t id)
 	}
 	oneshot_close(zh, &c);
 	return rc;
+}
+
+#else /* !FARM_HAVE_ZK */
+
+#include <errno.h>
+
+#include "coord/membership_impl.h"
+
+int farm_zk_note_refused(const char *zk, const char *root, uint32_t id,
+                         const char *why)
+{
+	(void)zk;
+	(void)root;
+	(void)id;
+	(void)why;
+	return -ENOTSUP;
+}
+
+int farm_zk_clear_refused(const char *zk, const char *root, uint32_t id)
+{
+	(void)zk;
+	(void)root;
+	(void)id;
+	return -ENOTSUP;
+}
+
+int farm_zk_peek(const char *zk, const char *root, unsigned connect_ms,
+                 struct farm_zk_peek *out)
+{
+	(void)zk;
+	(void)root;
+	(void)connect_ms;
+	(void)out;
+	return -ENOTSUP;
 }
 
 #endif /* FARM_HAVE_ZK */
