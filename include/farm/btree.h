@@ -114,7 +114,8 @@ FARM_API FARM_MUST_CHECK int farm_bt_get(farm_bt *bt, farm_tx *tx,
                                          uint32_t klen, void *val, uint32_t cap,
                                          uint32_t *vlen);
 /* farm_bt_put() - insert or replace. Without @tx it commits a transaction
- * of its own (retried while retryable, at most 64 times). */
+ * of its own (farm_tx_run: retried while retryable, with backoff, at
+ * most FARM_TX_RUN_TRIES times). */
 FARM_API FARM_MUST_CHECK int farm_bt_put(farm_bt *bt, farm_tx *tx,
                                          farm_loop *loop, const void *key,
                                          uint32_t klen, const void *val,

@@ -8,7 +8,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
-#define OWN_TX_TRIES 64u
+#define OWN_TX_TRIES FARM_TX_RUN_TRIES
 
 int farm_bt_get(farm_bt *bt, farm_tx *tx, farm_loop *loop, const void *key,
                 uint32_t klen, void *val, uint32_t cap, uint32_t *vlen)
@@ -97,35 +97,30 @@ static int do_op(farm_bt *bt, farm_tx *tx, farm_loop *loop,
 	return 0;
 }
 
+struct own_ctx {
+	farm_bt *bt;
+	farm_loop *loop;
+	const struct op_args *o;
+	bool absent;
+};
+
+/* One try of own_tx. An absent key's delete commits read-only: its leaf
+ * read is validated, so -ENOENT is as current as a write. */
+static int own_body(farm_tx *tx, void *ctx)
+{
+	struct own_ctx *c = ctx;
+	int op = do_op(c->bt, tx, c->loop, c->o);
+	c->absent = op == -ENOENT;
+	return c->absent ? 0 : op;
+}
+
 /* @o in a transaction of its own, run again while the outcome is
- * retryable (with a growing random pause that serves the loop). */
+ * retryable (farm_tx_run's tries and backoff). */
 static int own_tx(farm_bt *bt, farm_loop *loop, const struct op_args *o)
 {
-	static const volatile int never = 0;
-	int rc = -EAGAIN;
-	uint64_t seed = (uint64_t)(uintptr_t)&rc ^ (uint64_t)o->klen;
-	for (uint32_t t = 0; t < OWN_TX_TRIES; t++) {
-		farm_tx *tx = NULL;
-		rc = farm_tx_begin(bt->txm, loop, &tx);
-		if (rc)
-			return rc;
-		int op = do_op(bt, tx, loop, o);
-		/* An absent key's delete commits read-only: its leaf read
-		 * is validated, so -ENOENT is as current as a write. */
-		if (!op || op == -ENOENT)
-			rc = farm_tx_commit_sync(tx);
-		else
-			rc = op;
-		farm_tx_free(tx);
-		if (!rc && op)
-			return op;
-		if (!farm_tx_retryable(rc))
-			return rc;
-		seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-		uint64_t ns = (seed >> 33) % (20000ull * (t + 1));
-		(void)farm_loop_wait(loop, &never, ns);
-	}
-	return rc;
+	struct own_ctx c = {.bt = bt, .loop = loop, .o = o};
+	int rc = farm_tx_run(bt->txm, loop, own_body, &c, OWN_TX_TRIES);
+	return !rc && c.absent ? -ENOENT : rc;
 }
 
 static int write_op(farm_bt *bt, farm_tx *tx, farm_loop *loop,
