@@ -79,7 +79,7 @@ static void print_result(const struct wl_opts *o, const struct wl_result *r)
 	}
 	double tput = r->seconds > 0 ? all / r->seconds : 0;
 	printf("%s: %u machines x %u threads, scale %llu, %s%s: %.0f txn/s "
-	       "(%.0f per client thread), p50 %.0f us, p99 %.0f us, "
+	       "(%.0f per client thread), p50 %.1f us, p99 %.1f us, "
 	       "retries %.2f%%, errors %llu, shipped %llu (fallbacks %llu), "
 	       "load %llu ms\n",
 	       o->kind == WL_TATP ? "TATP" : "SmallBank", o->machines,

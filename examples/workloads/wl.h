@@ -33,8 +33,9 @@ enum wl_txn {
 
 #define WL_MAX_MACHINES 8
 #define WL_MAX_THREADS  16
-/* Latency histogram: 1 us buckets up to 20 ms, then one overflow bucket. */
-#define WL_HIST_BUCKETS 20001
+/* Latency histogram: 100 ns buckets below 100 us, then 10 us buckets up
+ * to 200 ms, then one overflow bucket (wl_hist_bucket). */
+#define WL_HIST_BUCKETS 21001
 
 struct wl_opts {
 	enum wl_kind kind;
@@ -108,6 +109,13 @@ int wl_validate(const struct wl_opts *o, char *err, size_t len);
 int wl_run(const struct wl_opts *o, struct wl_result *r);
 void wl_result_free(struct wl_result *r);
 
+static inline unsigned wl_hist_bucket(uint64_t ns)
+{
+	if (ns < 100000)
+		return (unsigned)(ns / 100);
+	uint64_t b = 1000 + (ns - 100000) / 10000;
+	return b < WL_HIST_BUCKETS - 1 ? (unsigned)b : WL_HIST_BUCKETS - 1;
+}
 /* Latency percentile (0..1) of a histogram, in microseconds. */
 double wl_hist_pct(const uint64_t *hist, double p);
 const char *wl_txn_name(enum wl_txn t);

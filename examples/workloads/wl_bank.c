@@ -123,16 +123,39 @@ static int add_row(struct wl_client *c, struct btx *b, uint64_t id, int k)
 	return wl_kv_ptr(c, &key, &b->p[b->n++], sizeof(farm_fatptr));
 }
 
+#ifdef FWL_TEST_BREAK_READ
+/* Test-only (fwl_broken): the logic works on lock-free reads taken
+ * outside the transaction, a moment before it reads; so two clients can
+ * both update from the same balance, and the tests must notice. */
+static int stale_read(struct wl_client *c, struct btx *b, unsigned i)
+{
+	static const volatile int never = 0;
+	int rc = farm_lf_read_sync(c->m->txm, c->loop, b->p[i].addr,
+	                           sizeof(b->row[i]), b->p[i].incarnation,
+	                           &b->row[i]);
+	(void)farm_loop_wait(c->loop, &never, 200000);
+	return rc;
+}
+#endif
+
 static int read_rows(struct wl_client *c, struct btx *b)
 {
-	(void)c;
 	for (unsigned i = 0; i < b->n; i++) {
 		const void *d;
+#ifdef FWL_TEST_BREAK_READ
+		int rc = stale_read(c, b, i) ?:
+		         farm_tx_read_sync(b->tx, b->p[i].addr,
+		                           sizeof(struct bank_row), &d);
+		if (rc)
+			return rc;
+#else
+		(void)c;
 		int rc = farm_tx_read_sync(b->tx, b->p[i].addr,
 		                           sizeof(struct bank_row), &d);
 		if (rc)
 			return rc;
 		memcpy(&b->row[i], d, sizeof(b->row[i]));
+#endif
 		b->w[i] = NULL;
 		b->ops[b->nops++] = (struct wl_hop){b->key[i], b->row[i].ver, 0, 0};
 	}

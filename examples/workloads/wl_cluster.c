@@ -213,10 +213,10 @@ double wl_hist_pct(const uint64_t *hist, double p)
 		return 0;
 	for (int b = 0; b < WL_HIST_BUCKETS; b++) {
 		acc += hist[b];
-		if ((double)acc >= p * (double)n)
-			return b + 0.5;
+		if ((double)acc >= p * (double)n) /* the bucket's middle */
+			return b < 1000 ? (b + 0.5) / 10 : 100 + (b - 999.5) * 10;
 	}
-	return WL_HIST_BUCKETS;
+	return 200000;
 }
 
 void wl_result_free(struct wl_result *r)

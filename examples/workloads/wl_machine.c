@@ -114,8 +114,7 @@ void wl_count(struct wl_client *c, enum wl_txn t, int outcome, uint64_t t0_ns)
 	c->res.commits[t]++;
 	if (outcome == 1)
 		c->res.fails[t]++;
-	uint64_t us = (now - t0_ns) / 1000;
-	c->res.hist[us < WL_HIST_BUCKETS - 1 ? us : WL_HIST_BUCKETS - 1]++;
+	c->res.hist[wl_hist_bucket(now - t0_ns)]++;
 	struct wl_machine *m = c->m;
 	if (m->ticks) {
 		uint64_t tick = (now - m->run_start_ns) / (m->o->tick_us * 1000);
@@ -180,6 +179,11 @@ static void client_run(struct wl_client *c)
 		uint64_t s = wl_now_ns();
 		int rc = w->txn(c, t);
 		wl_count(c, t, rc, s);
+		if (rc < 0)
+			fprintf(stderr, "m%u.%u: %s given up after %.1f ms: %s\n",
+			        m->me, c->idx, wl_txn_name(t),
+			        (double)(wl_now_ns() - s) / 1e6,
+			        farm_strerror(rc));
 		if (rc < 0 && !wl_retryable(rc))
 			break;
 	}

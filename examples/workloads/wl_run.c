@@ -306,6 +306,11 @@ int wl_run(const struct wl_opts *o, struct wl_result *r)
 		snprintf(r->msg, sizeof(r->msg), "%s", err);
 		return rc;
 	}
+	if (o->history && mkdir(o->history, 0700) && errno != EEXIST) {
+		snprintf(r->msg, sizeof(r->msg), "history directory %.200s: %s",
+		         o->history, strerror(errno));
+		return -errno;
+	}
 	struct wl_cluster cl;
 	int bad = 0;
 	rc = cluster_start(&cl, o);

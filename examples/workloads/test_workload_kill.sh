@@ -1,0 +1,32 @@
+#!/bin/sh
+# test_workload_kill: SmallBank and TATP on 3 machines with ZooKeeper
+# membership, machine 2 killed mid-run: after recovery the invariants
+# hold (SmallBank's total against the ledgers, TATP's row counts), every
+# transaction a surviving client was told committed is in its ledger and
+# none it was told failed, and the SmallBank history (the victim's
+# unfinished transactions as unknown) is strictly serializable.
+# Exits 77 (skipped) without java or zk-local.
+# usage: test_workload_kill.sh FARM_WORKLOAD WL_HISTCHECK SCRIPTS
+set -u
+tool=$1 hc=$2 scripts=$3
+dir=$(mktemp -d /tmp/fwl-kill-XXXXXX) || exit 1
+trap '"$scripts/zk-local" stop "$dir/zk" >/dev/null 2>&1; rm -rf "$dir"' EXIT
+fail() { echo "test_workload_kill: FAIL: $*"; exit 1; }
+zk=$("$scripts/zk-local" start "$dir/zk" 2>/dev/null) || {
+	echo "test_workload_kill: skipped (no ZooKeeper: java or zk-local)"
+	exit 77
+}
+"$tool" smallbank --scale 300 --duration 2.5 --audit --history "$dir/h" \
+	--zk "$zk" --kill 2@0.8 --quiet >"$dir/bank.out" 2>"$dir/bank.err"
+rc=$?
+cat "$dir/bank.out"
+[ $rc -eq 0 ] || { tail -20 "$dir/bank.err"; fail "SmallBank exited $rc"; }
+"$hc" "$dir/h" --min 100 >"$dir/h.out" 2>&1 || {
+	cat "$dir/h.out"; fail "SmallBank history"; }
+tail -1 "$dir/h.out"
+"$tool" tatp --scale 400 --duration 2.5 --zk "$zk" --kill 2@0.8 --quiet \
+	>"$dir/tatp.out" 2>"$dir/tatp.err"
+rc=$?
+cat "$dir/tatp.out"
+[ $rc -eq 0 ] || { tail -20 "$dir/tatp.err"; fail "TATP exited $rc"; }
+echo "test_workload_kill: passed"
