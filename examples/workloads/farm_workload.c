@@ -37,6 +37,7 @@ static void usage(FILE *f)
 	        "(tests/wl_histcheck)\n"
 	        "  --zk HOST:PORT    ZooKeeper membership (recovery needs it)\n"
 	        "  --kill M@S        kill machine M S seconds into the run\n"
+	        "  --lease MS        recovery's lease with --zk (1000)\n"
 	        "  --region-size SZ  region size (64M)\n"
 	        "  --busy-poll       loops never park\n"
 	        "  --quiet           only the summary line\n");
@@ -141,7 +142,7 @@ int main(int argc, char **argv)
 	        {"audit", 0, 0, 'a'},    {"history", 1, 0, 'y'},
 	        {"zk", 1, 0, 'z'},       {"kill", 1, 0, 'k'},
 	        {"region-size", 1, 0, 'R'}, {"busy-poll", 0, 0, 'b'},
-	        {"quiet", 0, 0, 'q'},    {"help", 0, 0, 'h'},
+	        {"quiet", 0, 0, 'q'}, {"lease", 1, 0, 'l'},    {"help", 0, 0, 'h'},
 	        {0, 0, 0, 0}};
 	/* The workload comes last but options depend on it (the mix):
 	 * find it first. */
@@ -185,6 +186,7 @@ int main(int argc, char **argv)
 		case 'R': o.region_size = optarg; break;
 		case 'b': o.busy_poll = true; break;
 		case 'q': o.quiet = true; break;
+		case 'l': bad |= parse_u64(optarg, &v) || v > 60000; o.lease_ms = (unsigned)v; break;
 		default: usage(stderr); return 2;
 		}
 		if (bad) {

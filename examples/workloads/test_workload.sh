@@ -27,7 +27,8 @@ expect_bad "needs about" tatp --scale 100000000000
 expect_bad "machines must be" tatp --machines 0
 expect_bad "name a workload" --scale 10
 expect_bad "unknown fabric" tatp --fabric carrier-pigeon
-expect_bad "needs recovery" smallbank --kill 1@1
+expect_bad "needs recovery" smallbank --audit --kill 1@1
+expect_bad "needs --audit" smallbank --kill 1@1
 
 run() { # NAME ARGS...
 	name=$1; shift

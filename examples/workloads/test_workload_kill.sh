@@ -16,7 +16,7 @@ zk=$("$scripts/zk-local" start "$dir/zk" 2>/dev/null) || {
 	echo "test_workload_kill: skipped (no ZooKeeper: java or zk-local)"
 	exit 77
 }
-"$tool" smallbank --scale 300 --duration 2.5 --audit --history "$dir/h" \
+"$tool" smallbank --scale 300 --duration 3 --audit --history "$dir/h" \
 	--zk "$zk" --kill 2@0.8 --quiet >"$dir/bank.out" 2>"$dir/bank.err"
 rc=$?
 cat "$dir/bank.out"
@@ -24,7 +24,7 @@ cat "$dir/bank.out"
 "$hc" "$dir/h" --min 100 >"$dir/h.out" 2>&1 || {
 	cat "$dir/h.out"; fail "SmallBank history"; }
 tail -1 "$dir/h.out"
-"$tool" tatp --scale 400 --duration 2.5 --zk "$zk" --kill 2@0.8 --quiet \
+"$tool" tatp --scale 400 --duration 3 --zk "$zk" --kill 2@0.8 --quiet \
 	>"$dir/tatp.out" 2>"$dir/tatp.err"
 rc=$?
 cat "$dir/tatp.out"

@@ -54,6 +54,7 @@ struct wl_opts {
 	int kill_machine;     /* -1: none */
 	uint64_t kill_at_ms;  /* after the run starts */
 	const char *zk;       /* ZooKeeper host:port (needed for recovery) */
+	unsigned lease_ms;    /* recovery's lease with zk (failure detection) */
 	const char *region_size;
 	bool busy_poll;
 	uint64_t tick_us;     /* > 0: per-tick commit counts (the timeline) */
@@ -86,6 +87,7 @@ struct wl_result {
 	uint64_t acked[WL_MAX_MACHINES][WL_MAX_THREADS];
 	uint64_t ledger[WL_MAX_MACHINES][WL_MAX_THREADS];
 	int64_t ledger_delta; /* what the ledgers say was added */
+	int64_t acked_delta;  /* what acknowledged transactions added */
 	/* Timeline: commits per tick (all machines), ticks, and the
 	 * suspicion time (the tick in which the kill happened), or 0. */
 	uint64_t *ticks;

@@ -271,8 +271,10 @@ static int attempt(struct wl_client *c, struct btx *b, enum wl_txn t,
 		struct wl_hrec h = {'E', rc == 0 ? 1 : 2, seq, wl_now_ns()};
 		hist_write(c, &h, sizeof(h), NULL, 0);
 	}
-	if (rc == 0 && writes)
+	if (rc == 0 && writes) {
 		c->res.acked[c->m->me][c->idx]++;
+		c->res.acked_delta += delta;
+	}
 	return rc;
 }
 

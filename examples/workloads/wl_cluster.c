@@ -67,6 +67,9 @@ void wl_opts_default(struct wl_opts *o, enum wl_kind kind)
 	o->hot_prob = 90;
 	o->kill_machine = -1;
 	o->region_size = "64M";
+	/* Long enough that a host loaded by other work does not suspect a
+	 * live machine; the failure timeline uses a shorter one. */
+	o->lease_ms = 1000;
 	set_mix(o, kind == WL_TATP ? tatp_std : bank_std);
 }
 
@@ -144,8 +147,10 @@ int wl_validate(const struct wl_opts *o, char *err, size_t len)
 		         WL_MAX_MACHINES, WL_MAX_THREADS);
 		return -EINVAL;
 	}
-	if (o->replicas < 1 || o->replicas > 8 || !o->duration_ms) {
-		snprintf(err, len, "replicas must be 1..8, duration > 0");
+	if (o->replicas < 1 || o->replicas > 8 || !o->duration_ms ||
+	    o->lease_ms < 1 || o->lease_ms > 60000) {
+		snprintf(err, len, "replicas must be 1..8, duration > 0, "
+		                   "lease 1..60000 ms");
 		return -EINVAL;
 	}
 	if (strcmp(o->fabric, "shm") && strcmp(o->fabric, "ofi") &&
@@ -170,6 +175,11 @@ int wl_validate(const struct wl_opts *o, char *err, size_t len)
 	}
 	if (o->kill_machine >= (int)o->machines) {
 		snprintf(err, len, "no machine %d to kill", o->kill_machine);
+		return -EINVAL;
+	}
+	if (o->kill_machine >= 0 && o->kind == WL_BANK && !o->audit) {
+		snprintf(err, len, "a SmallBank kill needs --audit (the "
+		                   "victim's outcomes are known only to ledgers)");
 		return -EINVAL;
 	}
 	if (o->kill_machine >= 0 && !o->zk) {

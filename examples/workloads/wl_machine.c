@@ -277,9 +277,11 @@ static int write_conf(const struct wl_machine *m, const char *conf)
 	if (o->zk)
 		fprintf(f,
 		        "zk = %s\nzk_root = /libfarm/fwl-%d\n"
-		        "expect_machines = %u\nzk_session_ms = 2000\n"
-		        "lease_us = 100000\n",
-		        o->zk, (int)getppid(), o->machines);
+		        "expect_machines = %u\nzk_session_ms = %u\n"
+		        "lease_us = %u\n",
+		        o->zk, (int)getppid(), o->machines,
+		        o->lease_ms * 4 > 2000 ? o->lease_ms * 4 : 2000,
+		        o->lease_ms * 1000);
 	for (unsigned j = 0; j < o->machines && !o->zk; j++)
 		if (j != m->me)
 			fprintf(f, "peer = %u %s/m%u\n", j, m->root, j);
@@ -390,6 +392,7 @@ static int answer_run(struct wl_machine *m, int out)
 		sum->seconds = r->seconds > sum->seconds ? r->seconds
 		                                         : sum->seconds;
 		sum->acked[m->me][i] = r->acked[m->me][i];
+		sum->acked_delta += r->acked_delta;
 	}
 	sum->cores = m->o->threads;
 	int rc = wl_write_all(out, sum, sizeof(*sum));
