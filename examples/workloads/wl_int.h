@@ -111,6 +111,8 @@ struct wl_machine {
 	_Atomic uint64_t *ticks; /* per tick commits, this machine */
 	unsigned nticks;
 	uint64_t loaded[4]; /* rows this machine loaded */
+	unsigned puts_in_flight; /* the load's (wl_kv_put) */
+	int put_err;
 };
 
 /* The machine that owns (loads, serves shipped updates of) id. */
@@ -152,8 +154,11 @@ static inline void wl_unanswered(int rc)
 /* Look @k up: 0 and its fat pointer (or id), -ENOENT, or an error. */
 int wl_kv_ptr(struct wl_client *c, const struct wl_key *k, void *val,
               uint32_t size);
+/* Queue a put (the load's; at most 32 bytes of value): 0, or the first
+ * error of this or an earlier put. wl_kv_flush waits for all of them. */
 int wl_kv_put(struct wl_machine *m, farm_loop *loop, const struct wl_key *k,
               const void *val, uint32_t size);
+int wl_kv_flush(struct wl_machine *m, farm_loop *loop);
 /* Ship @req to the owner @to; 0 and its one-int reply in *@answer, or
  * an error (the caller then runs the update itself). */
 int wl_ship(struct wl_client *c, unsigned to, const void *req, uint32_t len,

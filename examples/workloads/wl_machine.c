@@ -55,16 +55,75 @@ int wl_kv_ptr(struct wl_client *c, const struct wl_key *k, void *val,
 	}
 }
 
+/* The load's puts, pipelined: up to PUT_WINDOW in flight on the loading
+ * loop (one at a time, each waited for, made loading a scale of 10^4 take
+ * tens of seconds). A put that fails retryably is issued again from its
+ * continuation; the first other error is kept for wl_kv_flush. */
+#define PUT_WINDOW 64
+
+struct put_ctx {
+	struct wl_machine *m;
+	farm_loop *loop;
+	struct wl_key k;
+	uint8_t val[32];
+	uint32_t size;
+	uint64_t deadline;
+};
+
+static int put_issue(struct put_ctx *p);
+
+static void put_done(farm_loop *loop, void *ctx, int status)
+{
+	(void)loop;
+	struct put_ctx *p = ctx;
+	struct wl_machine *m = p->m;
+	if (status && wl_retryable(status) && wl_now_ns() < p->deadline &&
+	    put_issue(p) == 0)
+		return;
+	if (status && !m->put_err)
+		m->put_err = status;
+	m->puts_in_flight--;
+	free(p);
+}
+
+static int put_issue(struct put_ctx *p)
+{
+	return farm_kv_put(p->m->kv, p->loop, p->k.b, p->k.len, p->val,
+	                   p->size, put_done, p);
+}
+
 int wl_kv_put(struct wl_machine *m, farm_loop *loop, const struct wl_key *k,
               const void *val, uint32_t size)
 {
-	uint64_t dl = wl_now_ns() + WL_RETRY_NS;
-	for (;;) {
-		int rc = farm_kv_put_sync(m->kv, loop, k->b, k->len, val, size);
-		if (rc == 0 || !wl_retryable(rc) || wl_now_ns() > dl)
-			return rc;
-		serve_for(loop, 200);
+	struct put_ctx *p = malloc(sizeof(*p));
+	if (!p || size > sizeof(p->val)) {
+		free(p);
+		return -ENOMEM;
 	}
+	*p = (struct put_ctx){m, loop, *k, {0}, size,
+	                      wl_now_ns() + WL_RETRY_NS};
+	memcpy(p->val, val, size);
+	for (;;) {
+		while (m->puts_in_flight >= PUT_WINDOW)
+			serve_for(loop, 50);
+		int rc = put_issue(p);
+		if (rc == 0) {
+			m->puts_in_flight++;
+			return m->put_err;
+		}
+		if (rc != -EAGAIN || wl_now_ns() > p->deadline) {
+			free(p);
+			return rc;
+		}
+		serve_for(loop, 50);
+	}
+}
+
+int wl_kv_flush(struct wl_machine *m, farm_loop *loop)
+{
+	while (m->puts_in_flight)
+		serve_for(loop, 50);
+	return m->put_err;
 }
 
 struct ship_wait {
@@ -97,7 +156,7 @@ int wl_ship(struct wl_client *c, unsigned to, const void *req, uint32_t len,
 	if (rc)
 		return rc;
 	(void)farm_loop_wait(c->loop, &w.done, 0);
-	if (w.status == FARM_EPEERDEAD || w.status == -ETIMEDOUT)
+	if (w.status == FARM_EPEERDEAD)
 		c->dead[to] = true; /* run its updates here from now on */
 	if (w.status == 0)
 		*answer = w.answer;
@@ -413,12 +472,22 @@ static int serve_cmds(struct wl_machine *m, int in, int out)
 		switch (cmd) {
 		case 'L':
 			rc = w->load(m, m->cl[0].loop);
+			if (!rc)
+				rc = wl_kv_flush(m, m->cl[0].loop);
 			if (wl_write_all(out, &rc, sizeof(rc)) ||
 			    wl_write_all(out, m->loaded, sizeof(m->loaded)))
 				return 7;
 			break;
 		case 'G':
+			/* Say the run is over, then report only when asked:
+			 * the report is larger than a pipe holds, and a
+			 * machine blocked writing it would stop serving
+			 * transactions of machines still running. */
 			run_all(m);
+			if (wl_write_all(out, "D", 1))
+				return 7;
+			break;
+		case 'R':
 			if (answer_run(m, out))
 				return 7;
 			break;

@@ -196,13 +196,26 @@ static int run(struct wl_cluster *cl, const struct wl_opts *o,
 	if (!m)
 		return -ENOMEM;
 	int ms = (int)o->duration_ms + 120000;
-	for (unsigned i = 0; i < cl->n; i++) {
-		if (!cl->alive[i])
-			continue;
-		if (wl_read_all(cl->from[i], m, sizeof(*m), ms)) {
+	char d = 0;
+	for (unsigned i = 0; i < cl->n; i++)
+		if (cl->alive[i] &&
+		    (wl_read_all(cl->from[i], &d, 1, ms) || d != 'D')) {
 			free(m);
 			snprintf(r->msg, sizeof(r->msg),
 			         "machine %u did not finish its run", i);
+			return -EIO;
+		}
+	if (send_all(cl, 'R')) {
+		free(m);
+		return -EIO;
+	}
+	for (unsigned i = 0; i < cl->n; i++) {
+		if (!cl->alive[i])
+			continue;
+		if (wl_read_all(cl->from[i], m, sizeof(*m), 60000)) {
+			free(m);
+			snprintf(r->msg, sizeof(r->msg),
+			         "machine %u did not report its run", i);
 			return -EIO;
 		}
 		add_run(r, m, i);
