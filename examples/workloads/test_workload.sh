@@ -49,7 +49,7 @@ tail -1 "$dir/h.out"
 
 # The broken build computes from reads outside its transactions: the
 # total, the ledgers or the checker must say so.
-"$broken" smallbank --scale 40 --hotspot 10,90 --duration 1.5 --audit \
+"$broken" smallbank --scale 10 --hotspot 100,0 --threads 2 --duration 2 --audit \
 	--history "$dir/hb" --quiet >"$dir/b.out" 2>&1
 brc=$?
 "$hc" "$dir/hb" >"$dir/hb.out" 2>&1

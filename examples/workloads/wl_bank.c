@@ -133,7 +133,7 @@ static int stale_read(struct wl_client *c, struct btx *b, unsigned i)
 	int rc = farm_lf_read_sync(c->m->txm, c->loop, b->p[i].addr,
 	                           sizeof(b->row[i]), b->p[i].incarnation,
 	                           &b->row[i]);
-	(void)farm_loop_wait(c->loop, &never, 200000);
+	(void)farm_loop_wait(c->loop, &never, 2000000);
 	return rc;
 }
 #endif
