@@ -40,6 +40,7 @@ static void usage(FILE *f)
 	        "  --lease MS        recovery's lease with --zk (1000)\n"
 	        "  --region-size SZ  region size (64M)\n"
 	        "  --busy-poll       loops never park\n"
+	        "  --park-after-us N idle loops spin N us before parking (0)\n"
 	        "  --quiet           only the summary line\n");
 }
 
@@ -142,7 +143,7 @@ int main(int argc, char **argv)
 	        {"audit", 0, 0, 'a'},    {"history", 1, 0, 'y'},
 	        {"zk", 1, 0, 'z'},       {"kill", 1, 0, 'k'},
 	        {"region-size", 1, 0, 'R'}, {"busy-poll", 0, 0, 'b'},
-	        {"quiet", 0, 0, 'q'}, {"lease", 1, 0, 'l'},    {"help", 0, 0, 'h'},
+	        {"quiet", 0, 0, 'q'}, {"lease", 1, 0, 'l'}, {"park-after-us", 1, 0, 'P'},    {"help", 0, 0, 'h'},
 	        {0, 0, 0, 0}};
 	/* The workload comes last but options depend on it (the mix):
 	 * find it first. */
@@ -185,6 +186,7 @@ int main(int argc, char **argv)
 		case 'k': bad |= parse_kill(&o, optarg); break;
 		case 'R': o.region_size = optarg; break;
 		case 'b': o.busy_poll = true; break;
+		case 'P': bad |= parse_u64(optarg, &v) || v > 1000000; o.park_after_us = (int)v; break;
 		case 'q': o.quiet = true; break;
 		case 'l': bad |= parse_u64(optarg, &v) || v > 60000; o.lease_ms = (unsigned)v; break;
 		default: usage(stderr); return 2;

@@ -57,6 +57,7 @@ struct wl_opts {
 	unsigned lease_ms;    /* recovery's lease with zk (failure detection) */
 	const char *region_size;
 	bool busy_poll;
+	int park_after_us;    /* < 0: the configuration's default */
 	uint64_t tick_us;     /* > 0: per-tick commit counts (the timeline) */
 	bool quiet;
 };

@@ -333,6 +333,8 @@ static int write_conf(const struct wl_machine *m, const char *conf)
 	fprintf(f, "threads = %u\nlog_size = 256K\nbusy_poll = %d\n",
 	        o->threads, o->busy_poll);
 	fprintf(f, "replicas = %u\nfabric = %s\n", o->replicas, o->fabric);
+	if (o->park_after_us >= 0)
+		fprintf(f, "park_after_us = %d\n", o->park_after_us);
 	if (o->zk)
 		fprintf(f,
 		        "zk = %s\nzk_root = /libfarm/fwl-%d\n"
