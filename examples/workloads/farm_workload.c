@@ -20,7 +20,8 @@ static void usage(FILE *f)
 	        "  --machines N      machines (processes), 1..8 (3)\n"
 	        "  --threads N       client threads (event loops) per machine "
 	        "(1)\n"
-	        "  --scale N         subscribers (TATP) or accounts (SmallBank) "
+	        "  --scale N         subscribers (TATP) or accounts "
+	        "(SmallBank) "
 	        "(10000)\n"
 	        "  --mix M           standard | read-only | write-heavy | "
 	        "p1,p2,... (standard)\n"
@@ -124,27 +125,81 @@ static int parse_hot(struct wl_opts *o, const char *s)
 {
 	unsigned p, q;
 	char end;
-	if (sscanf(s, "%u,%u%c", &p, &q, &end) != 2 || !p || p > 100 ||
-	    q > 100)
+	if (sscanf(s, "%u,%u%c", &p, &q, &end) != 2 || !p || p > 100 || q > 100)
 		return -1;
 	o->hot_pct = p;
 	o->hot_prob = q;
 	return 0;
 }
 
+/* One option into @o: 0, 1 (a bad value), -1 (unknown). */
+static int parse_opt(struct wl_opts *o, int c, const char **mix)
+{
+	uint64_t v;
+	int bad = 0;
+	switch (c) {
+	case 'm':
+		bad |= parse_u64(optarg, &v) || v > 64;
+		o->machines = (unsigned)v;
+		break;
+	case 't':
+		bad |= parse_u64(optarg, &v) || v > 64;
+		o->threads = (unsigned)v;
+		break;
+	case 's': bad |= parse_u64(optarg, &o->scale); break;
+	case 'x': *mix = optarg; break;
+	case 'd': bad |= parse_secs(optarg, &o->duration_ms); break;
+	case 'S': bad |= parse_u64(optarg, &o->seed); break;
+	case 'r':
+		bad |= parse_u64(optarg, &v) || v > 64;
+		o->replicas = (unsigned)v;
+		break;
+	case 'f': o->fabric = optarg; break;
+	case 'p': o->partitioned = true; break;
+	case 'H': bad |= parse_hot(o, optarg); break;
+	case 'a': o->audit = true; break;
+	case 'y': o->history = optarg; break;
+	case 'z': o->zk = optarg; break;
+	case 'k': bad |= parse_kill(o, optarg); break;
+	case 'R': o->region_size = optarg; break;
+	case 'b': o->busy_poll = true; break;
+	case 'P':
+		bad |= parse_u64(optarg, &v) || v > 1000000;
+		o->park_after_us = (int)v;
+		break;
+	case 'q': o->quiet = true; break;
+	case 'l':
+		bad |= parse_u64(optarg, &v) || v > 60000;
+		o->lease_ms = (unsigned)v;
+		break;
+	default: return -1;
+	}
+	return bad;
+}
+
 int main(int argc, char **argv)
 {
-	static const struct option lo[] = {
-	        {"machines", 1, 0, 'm'}, {"threads", 1, 0, 't'},
-	        {"scale", 1, 0, 's'},    {"mix", 1, 0, 'x'},
-	        {"duration", 1, 0, 'd'}, {"seed", 1, 0, 'S'},
-	        {"replicas", 1, 0, 'r'}, {"fabric", 1, 0, 'f'},
-	        {"partitioned", 0, 0, 'p'}, {"hotspot", 1, 0, 'H'},
-	        {"audit", 0, 0, 'a'},    {"history", 1, 0, 'y'},
-	        {"zk", 1, 0, 'z'},       {"kill", 1, 0, 'k'},
-	        {"region-size", 1, 0, 'R'}, {"busy-poll", 0, 0, 'b'},
-	        {"quiet", 0, 0, 'q'}, {"lease", 1, 0, 'l'}, {"park-after-us", 1, 0, 'P'},    {"help", 0, 0, 'h'},
-	        {0, 0, 0, 0}};
+	static const struct option lo[] = {{"machines", 1, 0, 'm'},
+	                                   {"threads", 1, 0, 't'},
+	                                   {"scale", 1, 0, 's'},
+	                                   {"mix", 1, 0, 'x'},
+	                                   {"duration", 1, 0, 'd'},
+	                                   {"seed", 1, 0, 'S'},
+	                                   {"replicas", 1, 0, 'r'},
+	                                   {"fabric", 1, 0, 'f'},
+	                                   {"partitioned", 0, 0, 'p'},
+	                                   {"hotspot", 1, 0, 'H'},
+	                                   {"audit", 0, 0, 'a'},
+	                                   {"history", 1, 0, 'y'},
+	                                   {"zk", 1, 0, 'z'},
+	                                   {"kill", 1, 0, 'k'},
+	                                   {"region-size", 1, 0, 'R'},
+	                                   {"busy-poll", 0, 0, 'b'},
+	                                   {"quiet", 0, 0, 'q'},
+	                                   {"lease", 1, 0, 'l'},
+	                                   {"park-after-us", 1, 0, 'P'},
+	                                   {"help", 0, 0, 'h'},
+	                                   {0, 0, 0, 0}};
 	/* The workload comes last but options depend on it (the mix):
 	 * find it first. */
 	const char *wname = NULL;
@@ -166,34 +221,16 @@ int main(int argc, char **argv)
 	wl_opts_default(&o, !strcmp(wname, "tatp") ? WL_TATP : WL_BANK);
 	const char *mix = NULL;
 	char err[256];
-	uint64_t v;
-	int c, bad = 0;
+	int c;
 	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
-		switch (c) {
-		case 'm': bad |= parse_u64(optarg, &v) || v > 64; o.machines = (unsigned)v; break;
-		case 't': bad |= parse_u64(optarg, &v) || v > 64; o.threads = (unsigned)v; break;
-		case 's': bad |= parse_u64(optarg, &o.scale); break;
-		case 'x': mix = optarg; break;
-		case 'd': bad |= parse_secs(optarg, &o.duration_ms); break;
-		case 'S': bad |= parse_u64(optarg, &o.seed); break;
-		case 'r': bad |= parse_u64(optarg, &v) || v > 64; o.replicas = (unsigned)v; break;
-		case 'f': o.fabric = optarg; break;
-		case 'p': o.partitioned = true; break;
-		case 'H': bad |= parse_hot(&o, optarg); break;
-		case 'a': o.audit = true; break;
-		case 'y': o.history = optarg; break;
-		case 'z': o.zk = optarg; break;
-		case 'k': bad |= parse_kill(&o, optarg); break;
-		case 'R': o.region_size = optarg; break;
-		case 'b': o.busy_poll = true; break;
-		case 'P': bad |= parse_u64(optarg, &v) || v > 1000000; o.park_after_us = (int)v; break;
-		case 'q': o.quiet = true; break;
-		case 'l': bad |= parse_u64(optarg, &v) || v > 60000; o.lease_ms = (unsigned)v; break;
-		default: usage(stderr); return 2;
+		int bad = parse_opt(&o, c, &mix);
+		if (bad < 0) {
+			usage(stderr);
+			return 2;
 		}
 		if (bad) {
-			fprintf(stderr, "farm-workload: bad value for --%s: %s\n",
-			        lo[0].name ? argv[optind - 1] : "", optarg);
+			fprintf(stderr, "farm-workload: bad value for %s: %s\n",
+			        argv[optind - 1], optarg);
 			return 2;
 		}
 	}
@@ -220,7 +257,8 @@ int main(int argc, char **argv)
 	}
 	print_result(&o, r);
 	if (r->check)
-		fprintf(stderr, "farm-workload: INVARIANT FAILED: %s\n", r->msg);
+		fprintf(stderr, "farm-workload: INVARIANT FAILED: %s\n",
+		        r->msg);
 	else
 		printf("invariants hold\n");
 	int st = r->check ? 1 : 0;

@@ -40,25 +40,25 @@ enum wl_txn {
 struct wl_opts {
 	enum wl_kind kind;
 	unsigned machines, threads;
-	uint64_t scale;       /* TATP subscribers, SmallBank accounts */
+	uint64_t scale;          /* TATP subscribers, SmallBank accounts */
 	unsigned mix[WT_NTYPES]; /* percentages of the workload's types */
 	uint64_t duration_ms;
 	uint64_t seed;
 	unsigned replicas;
-	const char *fabric;   /* shm (default), ofi */
-	bool partitioned;     /* clients pick ids their machine owns */
-	unsigned hot_pct;     /* SmallBank: accounts in the hotspot (% of all) */
-	unsigned hot_prob;    /* SmallBank: % of picks that go to the hotspot */
-	bool audit;           /* SmallBank: per-client ledger rows (tests) */
-	const char *history;  /* directory for per-client histories, or NULL */
-	int kill_machine;     /* -1: none */
-	uint64_t kill_at_ms;  /* after the run starts */
-	const char *zk;       /* ZooKeeper host:port (needed for recovery) */
-	unsigned lease_ms;    /* recovery's lease with zk (failure detection) */
+	const char *fabric;  /* shm (default), ofi */
+	bool partitioned;    /* clients pick ids their machine owns */
+	unsigned hot_pct;    /* SmallBank: accounts in the hotspot (% of all) */
+	unsigned hot_prob;   /* SmallBank: % of picks that go to the hotspot */
+	bool audit;          /* SmallBank: per-client ledger rows (tests) */
+	const char *history; /* directory for per-client histories, or NULL */
+	int kill_machine;    /* -1: none */
+	uint64_t kill_at_ms; /* after the run starts */
+	const char *zk;      /* ZooKeeper host:port (needed for recovery) */
+	unsigned lease_ms;   /* recovery's lease with zk (failure detection) */
 	const char *region_size;
 	bool busy_poll;
-	int park_after_us;    /* < 0: the configuration's default */
-	uint64_t tick_us;     /* > 0: per-tick commit counts (the timeline) */
+	int park_after_us; /* < 0: the configuration's default */
+	uint64_t tick_us;  /* > 0: per-tick commit counts (the timeline) */
 	bool quiet;
 };
 
@@ -70,8 +70,8 @@ struct wl_result {
 	uint64_t errors;             /* transactions given up */
 	uint64_t shipped, ship_fallbacks;
 	uint64_t hist[WL_HIST_BUCKETS];
-	double seconds;              /* measured run time */
-	unsigned cores;              /* client threads in all */
+	double seconds; /* measured run time */
+	unsigned cores; /* client threads in all */
 	/* Invariants (after the run): 0 all held, else what failed in msg. */
 	int check;
 	char msg[256];

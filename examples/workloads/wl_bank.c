@@ -14,7 +14,7 @@
 #include "wl_int.h"
 
 #define LEDGER_KEY (1ull << 62)
-#define MAX_ROWS 4
+#define MAX_ROWS   4
 
 static int64_t initial_balance(uint64_t id, int kind)
 {
@@ -52,7 +52,8 @@ static int load_batch(struct wl_machine *m, farm_loop *loop, uint64_t first,
 			continue;
 		for (int k = 0; k < 2 && !rc; k++) {
 			struct wl_key key = wl_key_make(k ? 'c' : 's', id, 0);
-			rc = wl_kv_put(m, loop, &key, &p[n++], sizeof(farm_fatptr));
+			rc = wl_kv_put(m, loop, &key, &p[n++],
+			               sizeof(farm_fatptr));
 			*total += initial_balance(id, k);
 		}
 		++*accounts;
@@ -65,9 +66,11 @@ static int bank_load(struct wl_machine *m, farm_loop *loop)
 	uint64_t accounts = 0;
 	int64_t total = 0;
 	int rc = 0;
-	for (uint64_t id = 1; id <= m->o->scale && !rc; id += 32 * m->o->machines) {
+	for (uint64_t id = 1; id <= m->o->scale && !rc;
+	     id += 32 * m->o->machines) {
 		uint64_t last = id + 32 * m->o->machines - 1;
-		rc = load_batch(m, loop, id, last < m->o->scale ? last : m->o->scale,
+		rc = load_batch(m, loop, id,
+		                last < m->o->scale ? last : m->o->scale,
 		                &accounts, &total);
 	}
 	for (unsigned t = 0; t < m->o->threads && !rc; t++) {
@@ -91,7 +94,8 @@ static int bank_load(struct wl_machine *m, farm_loop *loop)
 	return rc;
 }
 
-/* ---- transactions --------------------------------------------------------- */
+/* ---- transactions ---------------------------------------------------------
+ */
 
 struct btx {
 	unsigned n;
@@ -143,9 +147,10 @@ static int read_rows(struct wl_client *c, struct btx *b)
 	for (unsigned i = 0; i < b->n; i++) {
 		const void *d;
 #ifdef FWL_TEST_BREAK_READ
-		int rc = stale_read(c, b, i) ?:
-		         farm_tx_read_sync(b->tx, b->p[i].addr,
-		                           sizeof(struct bank_row), &d);
+		int rc = stale_read(c, b, i)
+		                 ?: farm_tx_read_sync(b->tx, b->p[i].addr,
+		                                      sizeof(struct bank_row),
+		                                      &d);
 		if (rc)
 			return rc;
 #else
@@ -157,7 +162,8 @@ static int read_rows(struct wl_client *c, struct btx *b)
 		memcpy(&b->row[i], d, sizeof(b->row[i]));
 #endif
 		b->w[i] = NULL;
-		b->ops[b->nops++] = (struct wl_hop){b->key[i], b->row[i].ver, 0, 0};
+		b->ops[b->nops++] =
+		        (struct wl_hop){b->key[i], b->row[i].ver, 0, 0};
 	}
 	return 0;
 }
@@ -209,12 +215,9 @@ static int logic(struct btx *b, enum wl_txn t, int64_t v, int64_t *delta)
 	int64_t x0 = b->row[0].bal, x1 = b->n > 1 ? b->row[1].bal : 0;
 	*delta = 0;
 	switch (t) {
-	case WT_BALANCE:
-		return 0;
+	case WT_BALANCE: return 0;
 	case WT_DEPOSIT:
-	case WT_TRANSACT_SAV:
-		*delta = v;
-		return set_bal(b, 0, x0 + v);
+	case WT_TRANSACT_SAV: *delta = v; return set_bal(b, 0, x0 + v);
 	case WT_AMALGAMATE: /* savings1, checking1, checking2 */
 		return set_bal(b, 0, 0) || set_bal(b, 1, 0) ||
 		       set_bal(b, 2, b->row[2].bal + x0 + x1);
@@ -225,15 +228,15 @@ static int logic(struct btx *b, enum wl_txn t, int64_t v, int64_t *delta)
 		if (x0 < v)
 			return 1;
 		return set_bal(b, 0, x0 - v) || set_bal(b, 1, x1 + v);
-	default:
-		return -EINVAL;
+	default: return -EINVAL;
 	}
 }
 
 static void hist_write(struct wl_client *c, const void *a, size_t la,
                        const void *p, size_t lp)
 {
-	char buf[sizeof(struct wl_hrec) + WL_HIST_MAX_OPS * sizeof(struct wl_hop)];
+	char buf[sizeof(struct wl_hrec) +
+	         WL_HIST_MAX_OPS * sizeof(struct wl_hop)];
 	memcpy(buf, a, la);
 	memcpy(buf + la, p, lp);
 	if (write(c->hist_fd, buf, la + lp) < 0)
@@ -241,8 +244,7 @@ static void hist_write(struct wl_client *c, const void *a, size_t la,
 }
 
 /* One attempt: 0 committed, 1 ended by the logic, or the error. */
-static int attempt(struct wl_client *c, struct btx *b, enum wl_txn t,
-                   int64_t v)
+static int attempt(struct wl_client *c, struct btx *b, enum wl_txn t, int64_t v)
 {
 	b->nops = 0;
 	int rc = farm_tx_begin(c->m->txm, c->loop, &b->tx);
@@ -263,7 +265,8 @@ static int attempt(struct wl_client *c, struct btx *b, enum wl_txn t,
 	uint64_t seq = ++c->hist_seq;
 	if (c->hist_fd >= 0) {
 		struct wl_hrec h = {'B', b->nops, seq, t0};
-		hist_write(c, &h, sizeof(h), b->ops, b->nops * sizeof(b->ops[0]));
+		hist_write(c, &h, sizeof(h), b->ops,
+		           b->nops * sizeof(b->ops[0]));
 	}
 	rc = farm_tx_commit_sync(b->tx);
 	farm_tx_free(b->tx);
@@ -292,12 +295,8 @@ static int bank_txn(struct wl_client *c, enum wl_txn t)
 	case WT_WRITE_CHECK:
 		rc = add_row(c, &b, a, 0) ?: add_row(c, &b, a, 1);
 		break;
-	case WT_DEPOSIT:
-		rc = add_row(c, &b, a, 1);
-		break;
-	case WT_TRANSACT_SAV:
-		rc = add_row(c, &b, a, 0);
-		break;
+	case WT_DEPOSIT: rc = add_row(c, &b, a, 1); break;
+	case WT_TRANSACT_SAV: rc = add_row(c, &b, a, 0); break;
 	case WT_AMALGAMATE:
 		rc = add_row(c, &b, a, 0) ?: add_row(c, &b, a, 1)
 		                         ?: add_row(c, &b, a2, 1);
@@ -305,8 +304,7 @@ static int bank_txn(struct wl_client *c, enum wl_txn t)
 	case WT_SEND_PAYMENT:
 		rc = add_row(c, &b, a, 1) ?: add_row(c, &b, a2, 1);
 		break;
-	default:
-		return -EINVAL;
+	default: return -EINVAL;
 	}
 	if (rc)
 		return rc;
@@ -319,7 +317,8 @@ static int bank_txn(struct wl_client *c, enum wl_txn t)
 	}
 }
 
-/* ---- check ---------------------------------------------------------------- */
+/* ---- check ----------------------------------------------------------------
+ */
 
 static int read_ptr(struct wl_client *c, char table, uint64_t id, void *buf,
                     uint32_t size)
@@ -374,5 +373,4 @@ static void bank_ship(struct wl_machine *m, farm_loop *loop,
 	wl_unanswered(farm_msg_reply_error(loop, &in->token, -EOPNOTSUPP));
 }
 
-const struct wl_ops wl_bank_ops = {bank_load, bank_txn, bank_ship,
-                                   bank_check};
+const struct wl_ops wl_bank_ops = {bank_load, bank_txn, bank_ship, bank_check};

@@ -18,11 +18,19 @@
 #include "wl_int.h"
 #include "wl_proc.h"
 
-static const char *const names[WT_NTYPES] = {
-        "GET_SUBSCRIBER_DATA", "GET_NEW_DESTINATION", "GET_ACCESS_DATA",
-        "UPDATE_SUBSCRIBER_DATA", "UPDATE_LOCATION", "INSERT_CALL_FORWARDING",
-        "DELETE_CALL_FORWARDING", "Amalgamate", "Balance", "DepositChecking",
-        "SendPayment", "TransactSavings", "WriteCheck"};
+static const char *const names[WT_NTYPES] = {"GET_SUBSCRIBER_DATA",
+                                             "GET_NEW_DESTINATION",
+                                             "GET_ACCESS_DATA",
+                                             "UPDATE_SUBSCRIBER_DATA",
+                                             "UPDATE_LOCATION",
+                                             "INSERT_CALL_FORWARDING",
+                                             "DELETE_CALL_FORWARDING",
+                                             "Amalgamate",
+                                             "Balance",
+                                             "DepositChecking",
+                                             "SendPayment",
+                                             "TransactSavings",
+                                             "WriteCheck"};
 /* TATP's standard mix (spec 1.2) and SmallBank's usual one (H-Store,
  * OLTPBench, FaSST, DrTM+H). */
 static const unsigned tatp_std[7] = {35, 10, 35, 2, 14, 2, 2};
@@ -134,12 +142,35 @@ static uint64_t parse_size(const char *s)
 	switch (*e) {
 	case 'G': return v << 30;
 	case 'M': return v << 20;
-	case 'k': case 'K': return v << 10;
+	case 'k':
+	case 'K': return v << 10;
 	default: return v;
 	}
 }
 
-int wl_validate(const struct wl_opts *o, char *err, size_t len)
+/* A kill: a machine that exists, recovery (ZooKeeper), and for
+ * SmallBank the ledgers that know the victim's outcomes. */
+static int validate_kill(const struct wl_opts *o, char *err, size_t len)
+{
+	if (o->kill_machine >= (int)o->machines) {
+		snprintf(err, len, "no machine %d to kill", o->kill_machine);
+		return -EINVAL;
+	}
+	if (o->kill_machine >= 0 && o->kind == WL_BANK && !o->audit) {
+		snprintf(err, len,
+		         "a SmallBank kill needs --audit (the "
+		         "victim's outcomes are known only to ledgers)");
+		return -EINVAL;
+	}
+	if (o->kill_machine >= 0 && !o->zk) {
+		snprintf(err, len, "a kill needs recovery: give --zk");
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* The shape of the run: machines, threads, replicas, fabric, mix. */
+static int validate_shape(const struct wl_opts *o, char *err, size_t len)
 {
 	int from, to;
 	if (o->kind != WL_TATP && o->kind != WL_BANK) {
@@ -154,8 +185,9 @@ int wl_validate(const struct wl_opts *o, char *err, size_t len)
 	}
 	if (o->replicas < 1 || o->replicas > 8 || !o->duration_ms ||
 	    o->lease_ms < 1 || o->lease_ms > 60000) {
-		snprintf(err, len, "replicas must be 1..8, duration > 0, "
-		                   "lease 1..60000 ms");
+		snprintf(err, len,
+		         "replicas must be 1..8, duration > 0, "
+		         "lease 1..60000 ms");
 		return -EINVAL;
 	}
 	if (strcmp(o->fabric, "shm") && strcmp(o->fabric, "ofi") &&
@@ -174,23 +206,17 @@ int wl_validate(const struct wl_opts *o, char *err, size_t len)
 	uint64_t minscale = o->kind == WL_BANK ? 2 : 1;
 	if (o->scale < minscale || o->scale > (1ull << 40) ||
 	    o->scale < o->machines) {
-		snprintf(err, len, "scale must be at least %llu and the machines",
+		snprintf(err, len,
+		         "scale must be at least %llu and the machines",
 		         (unsigned long long)minscale);
 		return -EINVAL;
 	}
-	if (o->kill_machine >= (int)o->machines) {
-		snprintf(err, len, "no machine %d to kill", o->kill_machine);
-		return -EINVAL;
-	}
-	if (o->kill_machine >= 0 && o->kind == WL_BANK && !o->audit) {
-		snprintf(err, len, "a SmallBank kill needs --audit (the "
-		                   "victim's outcomes are known only to ledgers)");
-		return -EINVAL;
-	}
-	if (o->kill_machine >= 0 && !o->zk) {
-		snprintf(err, len, "a kill needs recovery: give --zk");
-		return -EINVAL;
-	}
+	return validate_kill(o, err, len);
+}
+
+/* That the scale fits what is free, before anything starts. */
+static int validate_memory(const struct wl_opts *o, char *err, size_t len)
+{
 	/* Every machine's memory lives in this host's /dev/shm (shm) or
 	 * RAM: the scale must fit what is free, before anything starts. */
 	struct statvfs vs;
@@ -219,6 +245,12 @@ int wl_validate(const struct wl_opts *o, char *err, size_t len)
 	return 0;
 }
 
+int wl_validate(const struct wl_opts *o, char *err, size_t len)
+{
+	int rc = validate_shape(o, err, len);
+	return rc ? rc : validate_memory(o, err, len);
+}
+
 double wl_hist_pct(const uint64_t *hist, double p)
 {
 	uint64_t n = 0, acc = 0;
@@ -229,7 +261,8 @@ double wl_hist_pct(const uint64_t *hist, double p)
 	for (int b = 0; b < WL_HIST_BUCKETS; b++) {
 		acc += hist[b];
 		if ((double)acc >= p * (double)n) /* the bucket's middle */
-			return b < 1000 ? (b + 0.5) / 10 : 100 + (b - 999.5) * 10;
+			return b < 1000 ? (b + 0.5) / 10
+			                : 100 + (b - 999.5) * 10;
 	}
 	return 200000;
 }

@@ -14,11 +14,11 @@
 #define WL_HIST_MAX_OPS 8
 
 struct wl_hrec {
-	uint32_t kind;  /* 'B' or 'E' */
-	uint32_t n;     /* 'B': operations that follow; 'E': 1 committed,
-	                   2 aborted */
-	uint64_t seq;   /* the client's transaction number */
-	uint64_t t_ns;  /* 'B': invocation; 'E': completion (monotonic) */
+	uint32_t kind; /* 'B' or 'E' */
+	uint32_t n;    /* 'B': operations that follow; 'E': 1 committed,
+	                  2 aborted */
+	uint64_t seq;  /* the client's transaction number */
+	uint64_t t_ns; /* 'B': invocation; 'E': completion (monotonic) */
 };
 struct wl_hop {
 	uint64_t key, ver;

@@ -38,14 +38,17 @@ static int read_file(sc_history *h, const char *path)
 			open_t = r.t_ns;
 			bad |= open_txn < 0;
 			for (uint32_t i = 0; i < r.n && !bad; i++)
-				bad |= (ops[i].write
-				                ? sc_write(h, open_txn, ops[i].key,
-				                           ops[i].ver)
-				                : sc_read(h, open_txn, ops[i].key,
-				                          ops[i].ver)) < 0;
-		} else if (r.kind == 'E' && open_txn >= 0 && r.seq == open_seq) {
+				bad |= (ops[i].write ? sc_write(h, open_txn,
+				                                ops[i].key,
+				                                ops[i].ver)
+				                     : sc_read(h, open_txn,
+				                               ops[i].key,
+				                               ops[i].ver)) < 0;
+		} else if (r.kind == 'E' && open_txn >= 0 &&
+		           r.seq == open_seq) {
 			bad |= sc_txn_end(h, open_txn, r.t_ns,
-			                  r.n == 1 ? SC_COMMITTED : SC_ABORTED) < 0;
+			                  r.n == 1 ? SC_COMMITTED
+			                           : SC_ABORTED) < 0;
 			open_txn = -1;
 		} else {
 			bad = 1;
@@ -99,7 +102,8 @@ int main(int argc, char **argv)
 	if (rc < 0)
 		return 2;
 	if (rep.ncommitted < min) {
-		fprintf(stderr, "wl_histcheck: only %llu committed (want %lu)\n",
+		fprintf(stderr,
+		        "wl_histcheck: only %llu committed (want %lu)\n",
 		        (unsigned long long)rep.ncommitted, min);
 		return 1;
 	}

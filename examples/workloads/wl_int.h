@@ -87,7 +87,7 @@ struct wl_client {
 	unsigned idx; /* thread */
 	farm_loop *loop;
 	uint64_t rng;
-	struct wl_result res; /* counts only (no ticks) */
+	struct wl_result res;       /* counts only (no ticks) */
 	bool dead[WL_MAX_MACHINES]; /* owners a ship to has failed */
 	farm_fatptr ledger;
 	int hist_fd;
@@ -110,7 +110,7 @@ struct wl_machine {
 	uint64_t run_start_ns;
 	_Atomic uint64_t *ticks; /* per tick commits, this machine */
 	unsigned nticks;
-	uint64_t loaded[4]; /* rows this machine loaded */
+	uint64_t loaded[4];      /* rows this machine loaded */
 	unsigned puts_in_flight; /* the load's (wl_kv_put) */
 	int put_err;
 };
@@ -164,8 +164,7 @@ int wl_kv_flush(struct wl_machine *m, farm_loop *loop);
 int wl_ship(struct wl_client *c, unsigned to, const void *req, uint32_t len,
             int *answer);
 /* Record one transaction's outcome and latency. */
-void wl_count(struct wl_client *c, enum wl_txn t, int outcome,
-              uint64_t t0_ns);
+void wl_count(struct wl_client *c, enum wl_txn t, int outcome, uint64_t t0_ns);
 bool wl_retryable(int rc);
 
 /* ---- workloads ---------------------------------------------------------- */

@@ -88,8 +88,8 @@ static void put_done(farm_loop *loop, void *ctx, int status)
 
 static int put_issue(struct put_ctx *p)
 {
-	return farm_kv_put(p->m->kv, p->loop, p->k.b, p->k.len, p->val,
-	                   p->size, put_done, p);
+	return farm_kv_put(p->m->kv, p->loop, p->k.b, p->k.len, p->val, p->size,
+	                   put_done, p);
 }
 
 int wl_kv_put(struct wl_machine *m, farm_loop *loop, const struct wl_key *k,
@@ -100,8 +100,8 @@ int wl_kv_put(struct wl_machine *m, farm_loop *loop, const struct wl_key *k,
 		free(p);
 		return -ENOMEM;
 	}
-	*p = (struct put_ctx){m, loop, *k, {0}, size,
-	                      wl_now_ns() + WL_RETRY_NS};
+	*p = (struct put_ctx){m,   loop, *k,
+	                      {0}, size, wl_now_ns() + WL_RETRY_NS};
 	memcpy(p->val, val, size);
 	for (;;) {
 		while (m->puts_in_flight >= PUT_WINDOW)
@@ -131,8 +131,8 @@ struct ship_wait {
 	int status, answer;
 };
 
-static void ship_done(farm_loop *loop, void *ctx, int status,
-                      const void *reply, uint32_t len)
+static void ship_done(farm_loop *loop, void *ctx, int status, const void *reply,
+                      uint32_t len)
 {
 	(void)loop;
 	struct ship_wait *w = ctx;
@@ -176,7 +176,8 @@ void wl_count(struct wl_client *c, enum wl_txn t, int outcome, uint64_t t0_ns)
 	c->res.hist[wl_hist_bucket(now - t0_ns)]++;
 	struct wl_machine *m = c->m;
 	if (m->ticks) {
-		uint64_t tick = (now - m->run_start_ns) / (m->o->tick_us * 1000);
+		uint64_t tick =
+		        (now - m->run_start_ns) / (m->o->tick_us * 1000);
 		if (tick < m->nticks)
 			atomic_fetch_add(&m->ticks[tick], 1);
 	}
@@ -204,7 +205,8 @@ static void ship_handler(farm_loop *loop, const farm_msg_in *in, void *arg)
 	ops_of(m->o)->ship(m, loop, in);
 }
 
-/* ---- the run -------------------------------------------------------------- */
+/* ---- the run --------------------------------------------------------------
+ */
 
 static enum wl_txn pick_type(struct wl_client *c)
 {
@@ -239,7 +241,8 @@ static void client_run(struct wl_client *c)
 		int rc = w->txn(c, t);
 		wl_count(c, t, rc, s);
 		if (rc < 0)
-			fprintf(stderr, "m%u.%u: %s given up after %.1f ms: %s\n",
+			fprintf(stderr,
+			        "m%u.%u: %s given up after %.1f ms: %s\n",
 			        m->me, c->idx, wl_txn_name(t),
 			        (double)(wl_now_ns() - s) / 1e6,
 			        farm_strerror(rc));
@@ -320,7 +323,8 @@ static void run_all(struct wl_machine *m)
 	(void)wait_workers(m);
 }
 
-/* ---- setup ---------------------------------------------------------------- */
+/* ---- setup ----------------------------------------------------------------
+ */
 
 static int write_conf(const struct wl_machine *m, const char *conf)
 {
@@ -406,7 +410,8 @@ static void machine_close(struct wl_machine *m)
 			/* Without memory for the work item the thread
 			 * cannot be told: leave it to farm_node_close. */
 			if (m->cl[i].loop &&
-			    farm_loop_post(m->cl[i].loop, set_quit, &m->cl[i]) == 0)
+			    farm_loop_post(m->cl[i].loop, set_quit,
+			                   &m->cl[i]) == 0)
 				pthread_join(m->cl[i].th, NULL);
 		}
 	if (m->cl[0].loop) {
@@ -417,7 +422,8 @@ static void machine_close(struct wl_machine *m)
 	farm_kv_destroy(m->kv);
 }
 
-/* ---- commands ------------------------------------------------------------- */
+/* ---- commands -------------------------------------------------------------
+ */
 
 /* Serve loop 0 until a command byte arrives (its value) or the pipe
  * closes (0). */
@@ -450,8 +456,8 @@ static int answer_run(struct wl_machine *m, int out)
 		sum->ship_fallbacks += r->ship_fallbacks;
 		for (int b = 0; b < WL_HIST_BUCKETS; b++)
 			sum->hist[b] += r->hist[b];
-		sum->seconds = r->seconds > sum->seconds ? r->seconds
-		                                         : sum->seconds;
+		sum->seconds =
+		        r->seconds > sum->seconds ? r->seconds : sum->seconds;
 		sum->acked[m->me][i] = r->acked[m->me][i];
 		sum->acked_delta += r->acked_delta;
 	}
@@ -501,8 +507,7 @@ static int serve_cmds(struct wl_machine *m, int in, int out)
 				return 7;
 			free(r);
 			break;
-		default:
-			return 0;
+		default: return 0;
 		}
 	}
 }

@@ -84,7 +84,8 @@ struct mem {
 	uint64_t rng;
 };
 
-/* ---- TATP ----------------------------------------------------------------- */
+/* ---- TATP -----------------------------------------------------------------
+ */
 
 struct tsub_rows {
 	struct tatp_sub sub;
@@ -112,7 +113,8 @@ static void tatp_fill(struct mem *m, uint64_t s, struct tsub_rows *r)
 				if (wl_uni(&rng, 0, 1)) {
 					r->cf[t].slot[k].present = 1;
 					r->cf[t].slot[k].end_time =
-					        (uint8_t)(k * 8 + wl_uni(&rng, 1, 8));
+					        (uint8_t)(k * 8 +
+					                  wl_uni(&rng, 1, 8));
 				}
 		}
 	}
@@ -145,8 +147,7 @@ static int tatp_mem_txn(struct mem *m, enum wl_txn t)
 		su = mt_get(&m->idx, mkey('S', nurand(m), 0));
 		memcpy((void *)&copy, su, sizeof(copy));
 		return 0;
-	case WT_GET_ACCESS:
-		return !mt_get(&m->idx, mkey('A', nurand(m), type));
+	case WT_GET_ACCESS: return !mt_get(&m->idx, mkey('A', nurand(m), type));
 	case WT_GET_NEWDEST: {
 		uint64_t s = nurand(m);
 		unsigned end = (unsigned)wl_uni(&m->rng, 1, 24);
@@ -164,7 +165,8 @@ static int tatp_mem_txn(struct mem *m, enum wl_txn t)
 		if (!sf)
 			return 1;
 		su = mt_get(&m->idx, mkey('S', s, 0));
-		su->bits = (uint16_t)((su->bits & ~1u) | (wl_rand(&m->rng) & 1));
+		su->bits =
+		        (uint16_t)((su->bits & ~1u) | (wl_rand(&m->rng) & 1));
 		sf->data_a = (uint8_t)wl_rand(&m->rng);
 		return 0;
 	}
@@ -179,22 +181,24 @@ static int tatp_mem_txn(struct mem *m, enum wl_txn t)
 		if (!cf || cf->slot[st].present == (t == WT_INS_CF))
 			return 1;
 		cf->slot[st].present = t == WT_INS_CF;
-		cf->slot[st].end_time = (uint8_t)(st * 8 + wl_uni(&m->rng, 1, 8));
+		cf->slot[st].end_time =
+		        (uint8_t)(st * 8 + wl_uni(&m->rng, 1, 8));
 		return 0;
-	default:
-		return -EINVAL;
+	default: return -EINVAL;
 	}
 }
 
-/* ---- SmallBank ------------------------------------------------------------ */
+/* ---- SmallBank ------------------------------------------------------------
+ */
 
 static uint64_t bank_pick(struct mem *m)
 {
 	const struct wl_opts *o = m->o;
 	uint64_t hot = o->scale * o->hot_pct / 100;
 	hot = hot ? hot : 1;
-	return wl_uni(&m->rng, 0, 99) < o->hot_prob ? wl_uni(&m->rng, 1, hot)
-	                                            : wl_uni(&m->rng, 1, o->scale);
+	return wl_uni(&m->rng, 0, 99) < o->hot_prob
+	               ? wl_uni(&m->rng, 1, hot)
+	               : wl_uni(&m->rng, 1, o->scale);
 }
 
 static int bank_mem_txn(struct mem *m, enum wl_txn t)
@@ -236,18 +240,19 @@ static int bank_mem_txn(struct mem *m, enum wl_txn t)
 		cb->bal += v;
 		ca->ver++, cb->ver++;
 		return 0;
-	default:
-		return -EINVAL;
+	default: return -EINVAL;
 	}
 }
 
-/* ---- the run -------------------------------------------------------------- */
+/* ---- the run --------------------------------------------------------------
+ */
 
 static int mem_load(struct mem *m)
 {
 	const struct wl_opts *o = m->o;
 	bool tatp = o->kind == WL_TATP;
-	size_t row = tatp ? sizeof(struct tsub_rows) : 2 * sizeof(struct bank_row);
+	size_t row =
+	        tatp ? sizeof(struct tsub_rows) : 2 * sizeof(struct bank_row);
 	m->rows = calloc(o->scale + 1, row);
 	if (!m->rows || mt_init(&m->idx, o->scale * (tatp ? 13 : 2)) ||
 	    mt_init(&m->nbr, tatp ? o->scale : 1))
@@ -272,7 +277,8 @@ int wl_mem_run(const struct wl_opts *o, struct wl_bres *out)
 	uint64_t *hist = calloc(WL_HIST_BUCKETS, sizeof(uint64_t));
 	int rc = hist ? mem_load(&m) : -ENOMEM;
 	int from, to;
-	uint64_t n = 0, t0 = wl_now_ns(), end = t0 + o->duration_ms * 1000000ull;
+	uint64_t n = 0, t0 = wl_now_ns(),
+	         end = t0 + o->duration_ms * 1000000ull;
 	wl_types(o->kind, &from, &to);
 	while (!rc && wl_now_ns() < end) {
 		/* Batches of 64 between clock reads of the deadline. */
@@ -282,8 +288,9 @@ int wl_mem_run(const struct wl_opts *o, struct wl_bres *out)
 			while (t < to - 1 && r >= (acc += o->mix[t]))
 				t++;
 			uint64_t s = wl_now_ns();
-			rc = o->kind == WL_TATP ? tatp_mem_txn(&m, (enum wl_txn)t)
-			                        : bank_mem_txn(&m, (enum wl_txn)t);
+			rc = o->kind == WL_TATP
+			             ? tatp_mem_txn(&m, (enum wl_txn)t)
+			             : bank_mem_txn(&m, (enum wl_txn)t);
 			hist[wl_hist_bucket(wl_now_ns() - s)]++;
 			n++;
 		}

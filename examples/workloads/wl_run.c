@@ -47,11 +47,12 @@ static void cluster_end(struct wl_cluster *cl, bool force, int *bad)
 	for (unsigned i = 0; i < cl->n; i++) {
 		if (cl->pid[i] > 0) {
 			int ws = 0;
-			while (waitpid(cl->pid[i], &ws, 0) < 0 && errno == EINTR)
+			while (waitpid(cl->pid[i], &ws, 0) < 0 &&
+			       errno == EINTR)
 				;
 			if (!force && (!WIFEXITED(ws) || WEXITSTATUS(ws))) {
-				fprintf(stderr, "machine %u: exit status %#x\n", i,
-				        ws);
+				fprintf(stderr, "machine %u: exit status %#x\n",
+				        i, ws);
 				*bad = -1;
 			}
 		}
@@ -173,9 +174,9 @@ static void sleep_ms(uint64_t ms)
 static int run(struct wl_cluster *cl, const struct wl_opts *o,
                struct wl_result *r)
 {
-	unsigned nt = o->tick_us ? (unsigned)(o->duration_ms * 1000 /
-	                                      o->tick_us) + 1
-	                         : 0;
+	unsigned nt =
+	        o->tick_us ? (unsigned)(o->duration_ms * 1000 / o->tick_us) + 1
+	                   : 0;
 	if (nt && !(r->ticks = calloc(nt, sizeof(uint64_t))))
 		return -ENOMEM;
 	r->nticks = nt;
@@ -189,8 +190,8 @@ static int run(struct wl_cluster *cl, const struct wl_opts *o,
 		cl->pid[v] = 0;
 		cl->alive[v] = false;
 		if (o->tick_us)
-			r->kill_tick = (unsigned)(o->kill_at_ms * 1000 /
-			                          o->tick_us);
+			r->kill_tick =
+			        (unsigned)(o->kill_at_ms * 1000 / o->tick_us);
 	}
 	struct wl_result *m = malloc(sizeof(*m));
 	if (!m)
@@ -265,13 +266,13 @@ static void verdict(const struct wl_opts *o, const struct wl_cluster *cl,
 	size_t len = sizeof(r->msg);
 	if (o->kind == WL_TATP) {
 		uint64_t cf = r->initial[3] + r->commits[WT_INS_CF] -
-		              r->fails[WT_INS_CF] - (r->commits[WT_DEL_CF] -
-		                                     r->fails[WT_DEL_CF]);
+		              r->fails[WT_INS_CF] -
+		              (r->commits[WT_DEL_CF] - r->fails[WT_DEL_CF]);
 		for (int k = 0; k < 3; k++)
 			if (r->rows[k] != r->initial[k]) {
 				snprintf(msg, len,
-				         "table %d has %llu rows, loaded %llu", k,
-				         (unsigned long long)r->rows[k],
+				         "table %d has %llu rows, loaded %llu",
+				         k, (unsigned long long)r->rows[k],
 				         (unsigned long long)r->initial[k]);
 				r->check = -1;
 				return;
@@ -290,8 +291,10 @@ static void verdict(const struct wl_opts *o, const struct wl_cluster *cl,
 	 * outcome). */
 	int64_t added = o->audit ? r->ledger_delta : r->acked_delta;
 	if (o->audit && o->kill_machine < 0 && r->acked_delta != added) {
-		snprintf(msg, len, "clients were told %lld was added, ledgers "
-		         "say %lld", (long long)r->acked_delta, (long long)added);
+		snprintf(msg, len,
+		         "clients were told %lld was added, ledgers "
+		         "say %lld",
+		         (long long)r->acked_delta, (long long)added);
 		r->check = -1;
 		return;
 	}
@@ -310,7 +313,8 @@ static void verdict(const struct wl_opts *o, const struct wl_cluster *cl,
 		for (unsigned t = 0; cl->alive[i] && t < o->threads; t++)
 			if (r->acked[i][t] != r->ledger[i][t]) {
 				snprintf(msg, len,
-				         "client %u.%u was told %llu commits; its "
+				         "client %u.%u was told %llu commits; "
+				         "its "
 				         "ledger holds %llu",
 				         i, t,
 				         (unsigned long long)r->acked[i][t],

@@ -43,7 +43,8 @@ static struct wl_key nbr_key(uint64_t s_id)
 	return k;
 }
 
-/* ---- load ----------------------------------------------------------------- */
+/* ---- load -----------------------------------------------------------------
+ */
 
 /* Pick @n distinct values of 0..@k-1 (bit i: i chosen). */
 static unsigned pick_set(uint64_t *rng, unsigned n, unsigned k)
@@ -146,8 +147,9 @@ static int index_sub(struct wl_machine *m, farm_loop *loop, uint64_t s,
 		if (rp->ai_set >> t & 1)
 			rc = put_ptr(m, loop, 'A', s, t + 1, &rp->ai[t]);
 		if (!rc && rp->sf_set >> t & 1)
-			rc = put_ptr(m, loop, 'F', s, t + 1, &rp->sf[t]) ?:
-			     put_ptr(m, loop, 'C', s, t + 1, &rp->cf[t]);
+			rc = put_ptr(m, loop, 'F', s, t + 1, &rp->sf[t])
+			             ?: put_ptr(m, loop, 'C', s, t + 1,
+			                        &rp->cf[t]);
 	}
 	return rc;
 }
@@ -168,7 +170,8 @@ static int tatp_load(struct wl_machine *m, farm_loop *loop)
 		rc = farm_tx_begin(m->txm, loop, &tx);
 		if (rc)
 			break;
-		for (; n < LOAD_BATCH && s <= o->scale && !rc; s += o->machines) {
+		for (; n < LOAD_BATCH && s <= o->scale && !rc;
+		     s += o->machines) {
 			ids[n] = s;
 			rc = make_sub(m, tx, s, &rp[n++]);
 		}
@@ -181,7 +184,8 @@ static int tatp_load(struct wl_machine *m, farm_loop *loop)
 	return rc;
 }
 
-/* ---- transactions --------------------------------------------------------- */
+/* ---- transactions ---------------------------------------------------------
+ */
 
 static uint64_t nurand_sub(struct wl_client *c)
 {
@@ -245,7 +249,8 @@ static int newdest_body(struct wl_client *c, farm_tx *tx, void *arg)
 	const void *a, *b;
 	int rc = farm_tx_read_sync(tx, q->sf.addr, sizeof(struct tatp_sf), &a);
 	if (!rc)
-		rc = farm_tx_read_sync(tx, q->cf.addr, sizeof(struct tatp_cf), &b);
+		rc = farm_tx_read_sync(tx, q->cf.addr, sizeof(struct tatp_cf),
+		                       &b);
 	if (rc)
 		return rc;
 	const struct tatp_sf *sf = a;
@@ -285,9 +290,11 @@ static int updsub_body(struct wl_client *c, farm_tx *tx, void *arg)
 	struct updsub *q = arg;
 	const void *a, *b;
 	void *wa, *wb;
-	int rc = farm_tx_read_sync(tx, q->sub.addr, sizeof(struct tatp_sub), &a);
+	int rc =
+	        farm_tx_read_sync(tx, q->sub.addr, sizeof(struct tatp_sub), &a);
 	if (!rc)
-		rc = farm_tx_read_sync(tx, q->sf.addr, sizeof(struct tatp_sf), &b);
+		rc = farm_tx_read_sync(tx, q->sf.addr, sizeof(struct tatp_sf),
+		                       &b);
 	if (!rc)
 		rc = farm_tx_write(tx, q->sub.addr, &wa);
 	if (!rc)
@@ -320,9 +327,7 @@ static int ship_apply(const struct ship_req *q, void *a, const void *b)
 {
 	struct tatp_cf *cf = a;
 	switch (q->op) {
-	case SHIP_LOC:
-		((struct tatp_sub *)a)->vlr_location = q->val;
-		return 0;
+	case SHIP_LOC: ((struct tatp_sub *)a)->vlr_location = q->val; return 0;
 	case SHIP_INS:
 		(void)b;
 		if (cf->slot[q->slot].present)
@@ -336,8 +341,7 @@ static int ship_apply(const struct ship_req *q, void *a, const void *b)
 			return 1;
 		cf->slot[q->slot].present = 0;
 		return 0;
-	default:
-		return -EINVAL;
+	default: return -EINVAL;
 	}
 }
 
@@ -437,21 +441,19 @@ static int tatp_txn(struct wl_client *c, enum wl_txn t)
 		return read_one(c, 'S', nurand_sub(c), 0, &su, sizeof(su));
 	case WT_GET_ACCESS:
 		return read_one(c, 'A', nurand_sub(c),
-		                (unsigned)wl_uni(&c->rng, 1, 4), &ai, sizeof(ai));
-	case WT_GET_NEWDEST:
-		return get_new_dest(c);
-	case WT_UPD_SUB:
-		return upd_sub(c);
+		                (unsigned)wl_uni(&c->rng, 1, 4), &ai,
+		                sizeof(ai));
+	case WT_GET_NEWDEST: return get_new_dest(c);
+	case WT_UPD_SUB: return upd_sub(c);
 	case WT_UPD_LOC:
 	case WT_INS_CF:
-	case WT_DEL_CF:
-		return shipped_txn(c, t);
-	default:
-		return -EINVAL;
+	case WT_DEL_CF: return shipped_txn(c, t);
+	default: return -EINVAL;
 	}
 }
 
-/* ---- the owner's side of a shipped update ---------------------------------- */
+/* ---- the owner's side of a shipped update ----------------------------------
+ */
 
 struct ship_ctx {
 	struct farm_msg_token tok;
@@ -464,7 +466,8 @@ static void ship_committed(farm_loop *loop, void *ctx, int outcome)
 	if (outcome)
 		wl_unanswered(farm_msg_reply_error(loop, &s->tok, outcome));
 	else
-		wl_unanswered(farm_msg_reply(loop, &s->tok, &s->answer, sizeof(int)));
+		wl_unanswered(
+		        farm_msg_reply(loop, &s->tok, &s->answer, sizeof(int)));
 	free(s);
 }
 
@@ -488,7 +491,8 @@ static int ship_run(struct wl_machine *m, farm_loop *loop,
 		rc = s->answer = ship_apply(q, w, b);
 	if (rc == 1) { /* nothing to write: answered without a commit */
 		farm_tx_free(tx);
-		wl_unanswered(farm_msg_reply(loop, &s->tok, &s->answer, sizeof(int)));
+		wl_unanswered(
+		        farm_msg_reply(loop, &s->tok, &s->answer, sizeof(int)));
 		free(s);
 		return 0;
 	}
@@ -516,7 +520,8 @@ static void tatp_ship(struct wl_machine *m, farm_loop *loop,
 	}
 }
 
-/* ---- check ---------------------------------------------------------------- */
+/* ---- check ----------------------------------------------------------------
+ */
 
 static int tatp_check(struct wl_machine *m, farm_loop *loop,
                       struct wl_result *r)
@@ -550,5 +555,4 @@ static int tatp_check(struct wl_machine *m, farm_loop *loop,
 	return 0;
 }
 
-const struct wl_ops wl_tatp_ops = {tatp_load, tatp_txn, tatp_ship,
-                                   tatp_check};
+const struct wl_ops wl_tatp_ops = {tatp_load, tatp_txn, tatp_ship, tatp_check};

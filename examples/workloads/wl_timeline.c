@@ -3,8 +3,8 @@
  * machines under ZooKeeper membership (a private server from
  * scripts/zk-local), machine 3 killed a second into the run, committed
  * transactions counted per millisecond; drawn with gnuplot. The figure
- * reported is from the kill to the end of the first 50 ms window back at 80% of the
- * throughput before it: an upper bound of FaRM's suspicion-to-80% time,
+ * reported is from the kill to the end of the first 50 ms window back at 80% of
+ * the throughput before it: an upper bound of FaRM's suspicion-to-80% time,
  * since it includes the detection (a lease of 200 ms here: shorter ones
  * suspect live machines on a loaded 2-core host).
  */
@@ -61,9 +61,12 @@ static int plot(const struct wl_result *r, const char *out)
 	fclose(f);
 	snprintf(cmd, sizeof(cmd),
 	         "gnuplot -e \"set terminal png size 900,400; set output "
-	         "'%s/workload_timeline.png'; set xlabel 'time (ms)'; set ylabel "
-	         "'committed TATP transactions per ms'; set arrow from %u, graph "
-	         "0 to %u, graph 1 nohead lc rgb 'red'; plot '%s' using 1:2 with "
+	         "'%s/workload_timeline.png'; set xlabel 'time (ms)'; set "
+	         "ylabel "
+	         "'committed TATP transactions per ms'; set arrow from %u, "
+	         "graph "
+	         "0 to %u, graph 1 nohead lc rgb 'red'; plot '%s' using 1:2 "
+	         "with "
 	         "lines title 'TATP, 4 machines, machine 3 killed (red)'\" "
 	         "2>/dev/null",
 	         out, r->kill_tick, r->kill_tick, dat);
@@ -100,12 +103,15 @@ int wl_timeline(const char *scripts, const char *out, double *kill_to_80,
 	o.lease_ms = 200;
 	struct wl_result *r = calloc(1, sizeof(*r));
 	int rc = r ? wl_run(&o, r) : -ENOMEM;
-	snprintf(cmd, sizeof(cmd), "%s/zk-local stop %s/zk >/dev/null 2>&1; "
-	                           "rm -rf %s", scripts, dir, dir);
+	snprintf(cmd, sizeof(cmd),
+	         "%s/zk-local stop %s/zk >/dev/null 2>&1; "
+	         "rm -rf %s",
+	         scripts, dir, dir);
 	if (system(cmd))
 		fprintf(stderr, "workload_bench: ZooKeeper in %s\n", dir);
 	if (!rc && r->nticks > r->kill_tick + 20 && r->kill_tick > 500) {
-		/* The half second before the kill (the load's start excluded). */
+		/* The half second before the kill (the load's start excluded).
+		 */
 		*before = window(r->ticks, r->nticks, r->kill_tick - 500, 500);
 		*kill_to_80 = to_80(r, *before);
 		if (plot(r, out))

@@ -55,13 +55,13 @@ static int farm_run(enum wl_kind kind, bool part, struct wl_bres *b)
 	for (int t = 0; t < WT_NTYPES; t++)
 		n += r->commits[t];
 	unsigned c = o.machines * o.threads;
-	*b = (struct wl_bres){.tput = n / r->seconds,
-	                      .p50 = wl_hist_pct(r->hist, 0.5),
-	                      .p99 = wl_hist_pct(r->hist, 0.99),
-	                      .abort_pct = n ? 100.0 * r->retries / (n + r->retries)
-	                                     : 0,
-	                      .cores = c < ncpu() ? c : ncpu(),
-	                      .clients = c};
+	*b = (struct wl_bres){
+	        .tput = n / r->seconds,
+	        .p50 = wl_hist_pct(r->hist, 0.5),
+	        .p99 = wl_hist_pct(r->hist, 0.99),
+	        .abort_pct = n ? 100.0 * r->retries / (n + r->retries) : 0,
+	        .cores = c < ncpu() ? c : ncpu(),
+	        .clients = c};
 	snprintf(b->note, sizeof(b->note), "%u machines, 3 replicas, %s",
 	         o.machines, part ? "partitioned" : "unpartitioned");
 	wl_result_free(r);
@@ -123,14 +123,105 @@ static double per_core(const struct wl_bres *b)
 	return b->tput / (b->cores ? b->cores : 1);
 }
 
+struct figures {
+	struct wl_bres ft, ftp, fb, mt, mb, pt[2], pb[2];
+	bool have_pg;
+	double k80, before;
+};
+
+static void human(const struct figures *f)
+{
+	printf("workload_bench: %u CPUs on this host; per core = throughput / "
+	       "cores the run could use\nTATP (%llu subscribers):\n",
+	       ncpu(), (unsigned long long)a.tatp_scale);
+	show("libfarm unpartitioned", &f->ft);
+	show("libfarm partitioned", &f->ftp);
+	show("in-memory limit", &f->mt);
+	if (f->have_pg) {
+		show("PostgreSQL", &f->pt[0]);
+		show("PostgreSQL", &f->pt[1]);
+	}
+	printf("SmallBank (%llu accounts, 90%% to 4%%):\n",
+	       (unsigned long long)a.bank_scale);
+	show("libfarm", &f->fb);
+	show("in-memory limit", &f->mb);
+	if (f->have_pg) {
+		show("PostgreSQL", &f->pb[0]);
+		show("PostgreSQL", &f->pb[1]);
+	}
+	printf("FaRM (SOSP'15): TATP 140 M txn/s on 90 machines x 16 cores = "
+	       "97 k per core (RDMA, 2x 8-core Xeon; here: shm on %u shared "
+	       "cores)\n",
+	       ncpu());
+	if (f->k80 >= 0)
+		printf("failure timeline: kill to 80%% of %.1f txn/ms in %.0f "
+		       "ms "
+		       "(%s/workload_timeline.png)\n",
+		       f->before, f->k80, a.out);
+}
+
+static void json(const struct figures *f)
+{
+	const struct wl_bres *pgt =
+	        f->pt[0].tput > f->pt[1].tput ? &f->pt[0] : &f->pt[1];
+	const struct wl_bres *pgb =
+	        f->pb[0].tput > f->pb[1].tput ? &f->pb[0] : &f->pb[1];
+	/* TATP's goals take the better of FaRM's setup (unpartitioned) and
+	 * the partitioned one; both are reported, and which one it was. */
+	bool part = per_core(&f->ftp) > per_core(&f->ft);
+	const struct wl_bres *tb = part ? &f->ftp : &f->ft;
+	double r_tpg = f->have_pg ? per_core(tb) / per_core(pgt) : 0;
+	double r_mem = per_core(tb) / per_core(&f->mt);
+	double r_bpg = f->have_pg ? per_core(&f->fb) / per_core(pgb) : 0;
+	double k80 = f->k80;
+	printf("{\"bench\": \"workload_bench\", \"cpus\": %u, \"tatp\": {",
+	       ncpu());
+	json_res("libfarm_unpartitioned", &f->ft, true);
+	json_res("libfarm_partitioned", &f->ftp, true);
+	json_res("memory", &f->mt, f->have_pg);
+	if (f->have_pg) {
+		json_res("pg_sync_on", &f->pt[0], true);
+		json_res("pg_sync_off", &f->pt[1], false);
+	}
+	printf("}, \"smallbank\": {");
+	json_res("libfarm", &f->fb, true);
+	json_res("memory", &f->mb, f->have_pg);
+	if (f->have_pg) {
+		json_res("pg_sync_on", &f->pb[0], true);
+		json_res("pg_sync_off", &f->pb[1], false);
+	}
+	printf("}, \"tatp_goals_from\": \"%s\", \"tpcc\": null, "
+	       "\"timeline_before_per_ms\": %.1f, \"goals\": {",
+	       part ? "partitioned" : "unpartitioned", f->before);
+	printf("\"tatp_vs_pg_per_core\": {\"value\": %.2f, \"target\": 10, "
+	       "\"met\": %s}, "
+	       "\"tatp_vs_memory_per_core\": {\"value\": %.3f, \"target\": "
+	       "0.3, "
+	       "\"met\": %s}, "
+	       "\"smallbank_vs_pg_per_core\": {\"value\": %.2f, \"target\": "
+	       "10, "
+	       "\"met\": %s}, "
+	       "\"tpcc_vs_pg_per_core\": {\"value\": null, \"target\": 5, "
+	       "\"met\": false}, "
+	       "\"kill_to_80pct_ms\": {\"value\": %.0f, \"target\": 50, "
+	       "\"met\": %s}}}\n",
+	       r_tpg, r_tpg >= 10 ? "true" : "false", r_mem,
+	       r_mem >= 0.3 ? "true" : "false", r_bpg,
+	       r_bpg >= 10 ? "true" : "false", k80,
+	       k80 >= 0 && k80 <= 50 ? "true" : "false");
+}
+
 int main(int argc, char **argv)
 {
-	static const struct option lo[] = {
-	        {"seconds", 1, 0, 's'},   {"tatp-scale", 1, 0, 't'},
-	        {"bank-scale", 1, 0, 'b'}, {"no-pg", 0, 0, 'n'},
-	        {"no-timeline", 0, 0, 'T'}, {"out", 1, 0, 'o'},
-	        {"scripts", 1, 0, 'S'},   {"help", 0, 0, 'h'},
-	        {0, 0, 0, 0}};
+	static const struct option lo[] = {{"seconds", 1, 0, 's'},
+	                                   {"tatp-scale", 1, 0, 't'},
+	                                   {"bank-scale", 1, 0, 'b'},
+	                                   {"no-pg", 0, 0, 'n'},
+	                                   {"no-timeline", 0, 0, 'T'},
+	                                   {"out", 1, 0, 'o'},
+	                                   {"scripts", 1, 0, 'S'},
+	                                   {"help", 0, 0, 'h'},
+	                                   {0, 0, 0, 0}};
 	int c;
 	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
 		switch (c) {
@@ -142,7 +233,8 @@ int main(int argc, char **argv)
 		case 'o': a.out = optarg; break;
 		case 'S': a.scripts = optarg; break;
 		case 'h':
-			printf("usage: workload_bench [--seconds S] [--tatp-scale N] "
+			printf("usage: workload_bench [--seconds S] "
+			       "[--tatp-scale N] "
 			       "[--bank-scale N] [--no-pg] [--no-timeline] "
 			       "[--out DIR] [--scripts DIR]\n");
 			return 0;
@@ -153,90 +245,27 @@ int main(int argc, char **argv)
 		fprintf(stderr, "workload_bench: bad --seconds or scale\n");
 		return 2;
 	}
-	struct wl_bres ft, ftp, fb, mt, mb, pt[2] = {{0}}, pb[2] = {{0}};
-	int rc = farm_run(WL_TATP, false, &ft) || farm_run(WL_TATP, true, &ftp) ||
-	         farm_run(WL_BANK, false, &fb) || mem_run(WL_TATP, &mt) ||
-	         mem_run(WL_BANK, &mb);
+	static struct figures f = {.k80 = -1};
+	int rc = farm_run(WL_TATP, false, &f.ft) ||
+	         farm_run(WL_TATP, true, &f.ftp) ||
+	         farm_run(WL_BANK, false, &f.fb) || mem_run(WL_TATP, &f.mt) ||
+	         mem_run(WL_BANK, &f.mb);
 	if (rc)
 		return 1;
-	bool have_pg = false;
 	if (a.pg) {
 		struct wl_pg *pg;
 		char err[256];
 		if (wl_pg_start(&pg, err, sizeof(err))) {
 			fprintf(stderr, "workload_bench: %s\n", err);
 		} else {
-			have_pg = !pg_runs(pg, WL_TATP, pt) &&
-			          !pg_runs(pg, WL_BANK, pb);
+			f.have_pg = !pg_runs(pg, WL_TATP, f.pt) &&
+			            !pg_runs(pg, WL_BANK, f.pb);
 			wl_pg_stop(pg);
 		}
 	}
-	double k80 = -1, before = 0;
-	if (a.timeline && wl_timeline(a.scripts, a.out, &k80, &before))
-		k80 = -1;
-	const struct wl_bres *pgt = pt[0].tput > pt[1].tput ? &pt[0] : &pt[1];
-	const struct wl_bres *pgb = pb[0].tput > pb[1].tput ? &pb[0] : &pb[1];
-	printf("workload_bench: %u CPUs on this host; per core = throughput / "
-	       "cores the run could use\nTATP (%llu subscribers):\n",
-	       ncpu(), (unsigned long long)a.tatp_scale);
-	show("libfarm unpartitioned", &ft);
-	show("libfarm partitioned", &ftp);
-	show("in-memory limit", &mt);
-	if (have_pg) {
-		show("PostgreSQL", &pt[0]);
-		show("PostgreSQL", &pt[1]);
-	}
-	printf("SmallBank (%llu accounts, 90%% to 4%%):\n",
-	       (unsigned long long)a.bank_scale);
-	show("libfarm", &fb);
-	show("in-memory limit", &mb);
-	if (have_pg) {
-		show("PostgreSQL", &pb[0]);
-		show("PostgreSQL", &pb[1]);
-	}
-	printf("FaRM (SOSP'15): TATP 140 M txn/s on 90 machines x 16 cores = "
-	       "97 k per core (RDMA, 2x 8-core Xeon; here: shm on %u shared "
-	       "cores)\n",
-	       ncpu());
-	if (k80 >= 0)
-		printf("failure timeline: kill to 80%% of %.0f txn/ms in %.0f ms "
-		       "(%s/workload_timeline.png)\n",
-		       before, k80, a.out);
-	/* Goals: TATP as FaRM ran it (unpartitioned) and partitioned's
-	 * better figure both reported; the goals take the better. */
-	const struct wl_bres *tb = per_core(&ftp) > per_core(&ft) ? &ftp : &ft;
-	double r_tpg = have_pg ? per_core(tb) / per_core(pgt) : 0;
-	double r_mem = per_core(tb) / per_core(&mt);
-	double r_bpg = have_pg ? per_core(&fb) / per_core(pgb) : 0;
-	printf("{\"bench\": \"workload_bench\", \"cpus\": %u, \"tatp\": {", ncpu());
-	json_res("libfarm_unpartitioned", &ft, true);
-	json_res("libfarm_partitioned", &ftp, true);
-	json_res("memory", &mt, have_pg);
-	if (have_pg) {
-		json_res("pg_sync_on", &pt[0], true);
-		json_res("pg_sync_off", &pt[1], false);
-	}
-	printf("}, \"smallbank\": {");
-	json_res("libfarm", &fb, true);
-	json_res("memory", &mb, have_pg);
-	if (have_pg) {
-		json_res("pg_sync_on", &pb[0], true);
-		json_res("pg_sync_off", &pb[1], false);
-	}
-	printf("}, \"tpcc\": null, \"goals\": {"
-	       "\"tatp_vs_pg_per_core\": {\"value\": %.2f, \"target\": 10, "
-	       "\"met\": %s}, "
-	       "\"tatp_vs_memory_per_core\": {\"value\": %.3f, \"target\": 0.3, "
-	       "\"met\": %s}, "
-	       "\"smallbank_vs_pg_per_core\": {\"value\": %.2f, \"target\": 10, "
-	       "\"met\": %s}, "
-	       "\"tpcc_vs_pg_per_core\": {\"value\": null, \"target\": 5, "
-	       "\"met\": false}, "
-	       "\"kill_to_80pct_ms\": {\"value\": %.0f, \"target\": 50, "
-	       "\"met\": %s}}}\n",
-	       r_tpg, r_tpg >= 10 ? "true" : "false", r_mem,
-	       r_mem >= 0.3 ? "true" : "false", r_bpg,
-	       r_bpg >= 10 ? "true" : "false", k80,
-	       k80 >= 0 && k80 <= 50 ? "true" : "false");
+	if (a.timeline && wl_timeline(a.scripts, a.out, &f.k80, &f.before))
+		f.k80 = -1;
+	human(&f);
+	json(&f);
 	return 0;
 }
