@@ -222,15 +222,17 @@ int main(int argc, char **argv)
 	const char *mix = NULL;
 	char err[256];
 	int c;
-	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+	int li = 0;
+	while ((c = getopt_long(argc, argv, "h", lo, &li)) != -1) {
 		int bad = parse_opt(&o, c, &mix);
 		if (bad < 0) {
 			usage(stderr);
 			return 2;
 		}
 		if (bad) {
-			fprintf(stderr, "farm-workload: bad value for %s: %s\n",
-			        argv[optind - 1], optarg);
+			fprintf(stderr,
+			        "farm-workload: bad value for --%s: %s\n",
+			        lo[li].name, optarg);
 			return 2;
 		}
 	}
