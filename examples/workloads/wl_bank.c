@@ -22,31 +22,46 @@ static int64_t initial_balance(uint64_t id, int kind)
 	return (int64_t)wl_uni(&s, 10000, 50000);
 }
 
+/* Allocate the rows of the accounts of @first..@last this machine owns
+ * in one transaction, run again while it fails retryably (a loaded host
+ * can time a commit out). */
+static int alloc_rows(struct wl_machine *m, farm_loop *loop, uint64_t first,
+                      uint64_t last, farm_fatptr *p)
+{
+	uint64_t dl = wl_now_ns() + 20ull * 1000000000ull;
+	for (;;) {
+		unsigned n = 0;
+		farm_tx *tx;
+		int rc = farm_tx_begin(m->txm, loop, &tx);
+		if (rc)
+			return rc;
+		for (uint64_t id = first; id <= last && !rc; id++) {
+			if (wl_owner(m->o, id) != m->me)
+				continue;
+			for (int k = 0; k < 2 && !rc; k++) {
+				void *d;
+				rc = farm_tx_alloc_sync(
+				        tx, sizeof(struct bank_row),
+				        FARM_GADDR_NULL, &p[n++], &d);
+				if (!rc)
+					((struct bank_row *)d)->bal =
+					        initial_balance(id, k);
+			}
+		}
+		if (!rc)
+			rc = farm_tx_commit_sync(tx);
+		farm_tx_free(tx);
+		if (!rc || !wl_retryable(rc) || wl_now_ns() > dl)
+			return rc;
+	}
+}
+
 static int load_batch(struct wl_machine *m, farm_loop *loop, uint64_t first,
                       uint64_t last, uint64_t *accounts, int64_t *total)
 {
 	farm_fatptr p[64];
 	unsigned n = 0;
-	farm_tx *tx;
-	int rc = farm_tx_begin(m->txm, loop, &tx);
-	if (rc)
-		return rc;
-	for (uint64_t id = first; id <= last && !rc; id++) {
-		if (wl_owner(m->o, id) != m->me)
-			continue;
-		for (int k = 0; k < 2 && !rc; k++) {
-			void *d;
-			rc = farm_tx_alloc_sync(tx, sizeof(struct bank_row),
-			                        FARM_GADDR_NULL, &p[n++], &d);
-			if (!rc)
-				((struct bank_row *)d)->bal =
-				        initial_balance(id, k);
-		}
-	}
-	if (!rc)
-		rc = farm_tx_commit_sync(tx);
-	farm_tx_free(tx);
-	n = 0;
+	int rc = alloc_rows(m, loop, first, last, p);
 	for (uint64_t id = first; id <= last && !rc; id++) {
 		if (wl_owner(m->o, id) != m->me)
 			continue;
@@ -59,6 +74,25 @@ static int load_batch(struct wl_machine *m, farm_loop *loop, uint64_t first,
 		++*accounts;
 	}
 	return rc;
+}
+
+static int alloc_ledger(struct wl_machine *m, farm_loop *loop, farm_fatptr *p)
+{
+	uint64_t dl = wl_now_ns() + 20ull * 1000000000ull;
+	for (;;) {
+		farm_tx *tx;
+		void *d;
+		int rc = farm_tx_begin(m->txm, loop, &tx);
+		if (rc)
+			return rc;
+		rc = farm_tx_alloc_sync(tx, sizeof(struct bank_ledger),
+		                        FARM_GADDR_NULL, p, &d);
+		if (!rc)
+			rc = farm_tx_commit_sync(tx);
+		farm_tx_free(tx);
+		if (!rc || !wl_retryable(rc) || wl_now_ns() > dl)
+			return rc;
+	}
 }
 
 static int bank_load(struct wl_machine *m, farm_loop *loop)
@@ -74,16 +108,7 @@ static int bank_load(struct wl_machine *m, farm_loop *loop)
 		                &accounts, &total);
 	}
 	for (unsigned t = 0; t < m->o->threads && !rc; t++) {
-		farm_tx *tx;
-		void *d;
-		rc = farm_tx_begin(m->txm, loop, &tx);
-		if (rc)
-			break;
-		rc = farm_tx_alloc_sync(tx, sizeof(struct bank_ledger),
-		                        FARM_GADDR_NULL, &m->cl[t].ledger, &d);
-		if (!rc)
-			rc = farm_tx_commit_sync(tx);
-		farm_tx_free(tx);
+		rc = alloc_ledger(m, loop, &m->cl[t].ledger);
 		struct wl_key key = wl_key_make('L', m->me * 64u + t, 0);
 		if (!rc)
 			rc = wl_kv_put(m, loop, &key, &m->cl[t].ledger,
@@ -328,8 +353,7 @@ static int read_ptr(struct wl_client *c, char table, uint64_t id, void *buf,
 	int rc = wl_kv_ptr(c, &key, &p, sizeof(p));
 	if (rc)
 		return rc;
-	return farm_lf_read_sync(c->m->txm, c->loop, p.addr, size,
-	                         p.incarnation, buf);
+	return wl_lf_read(c, p, buf, size);
 }
 
 static int bank_check(struct wl_machine *m, farm_loop *loop,

@@ -154,6 +154,9 @@ static inline void wl_unanswered(int rc)
 /* Look @k up: 0 and its fat pointer (or id), -ENOENT, or an error. */
 int wl_kv_ptr(struct wl_client *c, const struct wl_key *k, void *val,
               uint32_t size);
+/* A lock-free read of @size bytes at @p, retried while it fails
+ * retryably (a recovery, a loaded host). */
+int wl_lf_read(struct wl_client *c, farm_fatptr p, void *buf, uint32_t size);
 /* Queue a put (the load's; at most 32 bytes of value): 0, or the first
  * error of this or an earlier put. wl_kv_flush waits for all of them. */
 int wl_kv_put(struct wl_machine *m, farm_loop *loop, const struct wl_key *k,

@@ -126,6 +126,18 @@ int wl_kv_flush(struct wl_machine *m, farm_loop *loop)
 	return m->put_err;
 }
 
+int wl_lf_read(struct wl_client *c, farm_fatptr p, void *buf, uint32_t size)
+{
+	uint64_t dl = wl_now_ns() + WL_RETRY_NS;
+	for (;;) {
+		int rc = farm_lf_read_sync(c->m->txm, c->loop, p.addr, size,
+		                           p.incarnation, buf);
+		if (rc == 0 || !wl_retryable(rc) || wl_now_ns() > dl)
+			return rc;
+		serve_for(c->loop, 200);
+	}
+}
+
 struct ship_wait {
 	volatile int done;
 	int status, answer;

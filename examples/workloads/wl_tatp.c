@@ -156,30 +156,46 @@ static int index_sub(struct wl_machine *m, farm_loop *loop, uint64_t s,
 
 #define LOAD_BATCH 8
 
+/* Allocate and fill the rows of up to LOAD_BATCH subscribers from @s (ids
+ * this machine owns) in one transaction, run again while it fails
+ * retryably (a loaded host can time a commit out). *@n: how many. */
+static int alloc_batch(struct wl_machine *m, farm_loop *loop, uint64_t s,
+                       struct row_ptrs *rp, unsigned *n)
+{
+	uint64_t saved[4], dl = wl_now_ns() + 20ull * 1000000000ull;
+	memcpy(saved, m->loaded, sizeof(saved));
+	for (;;) {
+		farm_tx *tx;
+		int rc = farm_tx_begin(m->txm, loop, &tx);
+		if (rc)
+			return rc;
+		*n = 0;
+		for (uint64_t id = s;
+		     *n < LOAD_BATCH && id <= m->o->scale && !rc;
+		     id += m->o->machines)
+			rc = make_sub(m, tx, id, &rp[(*n)++]);
+		if (!rc)
+			rc = farm_tx_commit_sync(tx);
+		farm_tx_free(tx);
+		if (!rc || !wl_retryable(rc) || wl_now_ns() > dl)
+			return rc;
+		memcpy(m->loaded, saved, sizeof(saved));
+	}
+}
+
 static int tatp_load(struct wl_machine *m, farm_loop *loop)
 {
 	const struct wl_opts *o = m->o;
 	struct row_ptrs rp[LOAD_BATCH];
-	uint64_t ids[LOAD_BATCH];
 	uint64_t s = m->me ? m->me : o->machines; /* ids this machine owns */
 	int rc = 0;
 	m->loaded[0] = 0;
 	while (s <= o->scale && !rc) {
 		unsigned n = 0;
-		farm_tx *tx;
-		rc = farm_tx_begin(m->txm, loop, &tx);
-		if (rc)
-			break;
-		for (; n < LOAD_BATCH && s <= o->scale && !rc;
-		     s += o->machines) {
-			ids[n] = s;
-			rc = make_sub(m, tx, s, &rp[n++]);
-		}
-		if (!rc)
-			rc = farm_tx_commit_sync(tx);
-		farm_tx_free(tx);
+		rc = alloc_batch(m, loop, s, rp, &n);
 		for (unsigned i = 0; i < n && !rc; i++, m->loaded[0]++)
-			rc = index_sub(m, loop, ids[i], &rp[i]);
+			rc = index_sub(m, loop, s + i * o->machines, &rp[i]);
+		s += (uint64_t)n * o->machines;
 	}
 	return rc;
 }
@@ -212,8 +228,7 @@ static int read_one(struct wl_client *c, char table, uint64_t s, unsigned t,
 		return 1;
 	if (rc)
 		return rc;
-	return farm_lf_read_sync(c->m->txm, c->loop, p.addr, size,
-	                         p.incarnation, buf);
+	return wl_lf_read(c, p, buf, size);
 }
 
 /* Run @body as a transaction until it ends (not retryable). */
