@@ -9,6 +9,7 @@
  * suspect live machines on a loaded 2-core host).
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,11 +31,21 @@ static double window(const uint64_t *t, unsigned n, unsigned at, unsigned w)
 	return k ? s / k : 0;
 }
 
-/* From the kill to 80% of @before again, in ticks: the first 50 ms
- * window after the throughput fell below 80% that is back above it (per
- * millisecond counts are too few to judge one by one); 0 when it never
- * fell, -1 when it never came back. */
+/* From the kill to 80% of @before again, in ticks: the end of the first
+ * 50 ms window after the throughput fell below 80% that starts 150 ms
+ * all back above it (per-millisecond counts are too few to judge one by
+ * one, and a burst of commits during recovery is not recovery); 0 when
+ * it never fell, -1 when it never came back. */
 #define W80 50
+static bool back(const struct wl_result *r, unsigned t, double want)
+{
+	for (unsigned k = 0; k < 3; k++)
+		if (t + (k + 1) * W80 > r->nticks ||
+		    window(r->ticks, r->nticks, t + k * W80, W80) < want)
+			return false;
+	return true;
+}
+
 static double to_80(const struct wl_result *r, double before)
 {
 	unsigned k = r->kill_tick, dip = k;
@@ -44,7 +55,7 @@ static double to_80(const struct wl_result *r, double before)
 	if (dip + W80 >= r->nticks || dip > k + 200)
 		return 0;
 	for (unsigned t = dip; t + W80 < r->nticks; t++)
-		if (window(r->ticks, r->nticks, t, W80) >= 0.8 * before)
+		if (back(r, t, 0.8 * before))
 			return t + W80 - k;
 	return -1;
 }
