@@ -94,6 +94,7 @@ struct wl_result {
 	uint64_t *ticks;
 	unsigned nticks;
 	unsigned kill_tick;
+	uint64_t tick_us;
 };
 
 /* Defaults (the standard mix of @kind, 3 machines, 3 replicas, ...). */

@@ -334,11 +334,12 @@ static int bank_txn(struct wl_client *c, enum wl_txn t)
 	if (rc)
 		return rc;
 	uint64_t dl = wl_now_ns() + 20ull * 1000000000ull;
-	for (;;) {
+	for (unsigned tries = 1;; tries++) {
 		rc = attempt(c, &b, t, v);
 		if (rc >= 0 || !wl_retryable(rc) || wl_now_ns() > dl)
 			return rc;
 		c->res.retries++;
+		wl_backoff(c, tries);
 	}
 }
 

@@ -154,6 +154,9 @@ static inline void wl_unanswered(int rc)
 /* Look @k up: 0 and its fat pointer (or id), -ENOENT, or an error. */
 int wl_kv_ptr(struct wl_client *c, const struct wl_key *k, void *val,
               uint32_t size);
+/* Before running a transaction again: serve the loop a while, longer
+ * after more attempts (a recovery answers -EAGAIN until it is done). */
+void wl_backoff(struct wl_client *c, unsigned attempt);
 /* A lock-free read of @size bytes at @p, retried while it fails
  * retryably (a recovery, a loaded host). */
 int wl_lf_read(struct wl_client *c, farm_fatptr p, void *buf, uint32_t size);

@@ -38,6 +38,11 @@ static void serve_for(farm_loop *loop, uint64_t us)
  * takes well under it. */
 #define WL_RETRY_NS (20ull * 1000000000ull)
 
+void wl_backoff(struct wl_client *c, unsigned attempt)
+{
+	serve_for(c->loop, attempt < 20 ? 10u * attempt : 200u);
+}
+
 int wl_kv_ptr(struct wl_client *c, const struct wl_key *k, void *val,
               uint32_t size)
 {

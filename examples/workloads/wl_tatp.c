@@ -236,18 +236,19 @@ typedef int (*tx_body)(struct wl_client *c, farm_tx *tx, void *arg);
 static int run_tx(struct wl_client *c, tx_body body, void *arg)
 {
 	uint64_t dl = wl_now_ns() + 20ull * 1000000000ull;
-	for (;;) {
+	for (unsigned tries = 1;; tries++) {
 		farm_tx *tx;
 		int rc = farm_tx_begin(c->m->txm, c->loop, &tx);
-		if (rc)
-			return rc;
-		rc = body(c, tx, arg);
-		if (rc == 0)
-			rc = farm_tx_commit_sync(tx);
-		farm_tx_free(tx);
+		if (rc == 0) {
+			rc = body(c, tx, arg);
+			if (rc == 0)
+				rc = farm_tx_commit_sync(tx);
+			farm_tx_free(tx);
+		}
 		if (rc >= 0 || !wl_retryable(rc) || wl_now_ns() > dl)
 			return rc;
 		c->res.retries++;
+		wl_backoff(c, tries);
 	}
 }
 
