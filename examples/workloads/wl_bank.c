@@ -312,9 +312,15 @@ static int bank_txn(struct wl_client *c, enum wl_txn t)
 	uint64_t a = pick_account(c), a2 = a;
 	int64_t v = (int64_t)wl_uni(&c->rng, 1, 100);
 	int rc = 0;
-	if (t == WT_AMALGAMATE || t == WT_SEND_PAYMENT)
-		while (a2 == a && c->m->o->scale > 1)
+	/* A second account: a bounded number of picks (a skewed or
+	 * partitioned pick may keep landing on @a), then @a's neighbour
+	 * (wl_validate guarantees at least two accounts). */
+	if (t == WT_AMALGAMATE || t == WT_SEND_PAYMENT) {
+		for (int i = 0; i < 64 && a2 == a; i++)
 			a2 = pick_account(c);
+		if (a2 == a)
+			a2 = a % c->m->o->scale + 1;
+	}
 	switch (t) {
 	case WT_BALANCE:
 	case WT_WRITE_CHECK:

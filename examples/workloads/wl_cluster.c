@@ -211,6 +211,15 @@ static int validate_shape(const struct wl_opts *o, char *err, size_t len)
 		         (unsigned long long)minscale);
 		return -EINVAL;
 	}
+	/* Partitioned, a machine picks only ids it owns: SmallBank's
+	 * two-account transactions need two of them on every machine. */
+	if (o->partitioned && o->scale < 2ull * o->machines) {
+		snprintf(err, len,
+		         "a partitioned run needs a scale of at least 2 per "
+		         "machine (%u)",
+		         2 * o->machines);
+		return -EINVAL;
+	}
 	return validate_kill(o, err, len);
 }
 
