@@ -337,11 +337,20 @@ static int upd_sub(struct wl_client *c)
 	return rc ? rc : run_tx(c, updsub_body, &q);
 }
 
+/* A request from the wire indexes cf->slot[] with q->slot: anything but
+ * a known op on one of the row's 3 slots is refused before it is used. */
+static bool ship_valid(const struct ship_req *q)
+{
+	return q->op >= SHIP_LOC && q->op <= SHIP_DEL && q->slot < 3;
+}
+
 /* The logic of a shipped update on writable @a (and read-only @b):
  * 0 changed, 1 nothing to do (the transaction ends without writing). */
 static int ship_apply(const struct ship_req *q, void *a, const void *b)
 {
 	struct tatp_cf *cf = a;
+	if (!ship_valid(q))
+		return -EINVAL;
 	switch (q->op) {
 	case SHIP_LOC: ((struct tatp_sub *)a)->vlr_location = q->val; return 0;
 	case SHIP_INS:
@@ -523,11 +532,16 @@ static void tatp_ship(struct wl_machine *m, farm_loop *loop,
 {
 	struct ship_req q;
 	struct ship_ctx *s;
-	if (in->len != sizeof(q) || !(s = malloc(sizeof(*s)))) {
+	if (in->len != sizeof(q)) {
 		wl_unanswered(farm_msg_reply_error(loop, &in->token, -EINVAL));
 		return;
 	}
 	memcpy(&q, in->payload, sizeof(q));
+	if (!ship_valid(&q) || !(s = malloc(sizeof(*s)))) {
+		wl_unanswered(farm_msg_reply_error(
+		        loop, &in->token, ship_valid(&q) ? -ENOMEM : -EINVAL));
+		return;
+	}
 	s->tok = in->token;
 	int rc = ship_run(m, loop, &q, s);
 	if (rc) {
