@@ -25,6 +25,50 @@ struct wl_cluster {
 	bool alive[WL_MAX_MACHINES];
 };
 
+/* SIGINT/SIGTERM during a run: the handler kills the machines (kill is
+ * async-signal-safe), so the parent's next pipe read fails and the run
+ * ends through cluster_end, which removes the cluster's directory; then
+ * wl_run raises the signal again with the caller's disposition. The
+ * handler reads the pids through @live, set while a cluster exists. */
+static struct wl_cluster *volatile live;
+static volatile sig_atomic_t signalled;
+
+static void on_signal(int sig)
+{
+	struct wl_cluster *cl = live;
+	signalled = sig;
+	for (unsigned i = 0; cl && i < cl->n; i++)
+		if (cl->pid[i] > 0)
+			kill(cl->pid[i], SIGKILL);
+}
+
+struct saved_sigs {
+	struct sigaction intr, term, pipe;
+};
+
+/* A write to a dead machine's pipe is an error (EPIPE), not the end of
+ * the parent. */
+static void catch_signals(struct saved_sigs *s)
+{
+	struct sigaction sa = {.sa_handler = on_signal};
+	sigemptyset(&sa.sa_mask);
+	signalled = 0;
+	sigaction(SIGINT, &sa, &s->intr);
+	sigaction(SIGTERM, &sa, &s->term);
+	sa.sa_handler = SIG_IGN;
+	sigaction(SIGPIPE, &sa, &s->pipe);
+}
+
+static void restore_signals(const struct saved_sigs *s)
+{
+	live = NULL;
+	sigaction(SIGINT, &s->intr, NULL);
+	sigaction(SIGTERM, &s->term, NULL);
+	sigaction(SIGPIPE, &s->pipe, NULL);
+	if (signalled)
+		raise(signalled);
+}
+
 static int rm_cb(const char *path, const struct stat *sb, int flag,
                  struct FTW *ftw)
 {
@@ -91,6 +135,8 @@ static int cluster_start(struct wl_cluster *cl, const struct wl_opts *o)
 		if (pid < 0)
 			return -errno;
 		if (pid == 0) {
+			signal(SIGINT, SIG_DFL);
+			signal(SIGTERM, SIG_DFL);
 			close(down[1]);
 			close(up[0]);
 			for (unsigned j = 0; j < i; j++) {
@@ -103,6 +149,8 @@ static int cluster_start(struct wl_cluster *cl, const struct wl_opts *o)
 		close(down[0]);
 		close(up[1]);
 		cl->pid[i] = pid;
+		if (signalled) /* the handler may have missed this one */
+			kill(pid, SIGKILL);
 		cl->to[i] = down[1];
 		cl->from[i] = up[0];
 		cl->alive[i] = true;
@@ -366,7 +414,11 @@ int wl_run(const struct wl_opts *o, struct wl_result *r)
 		ko.tick_us = 100000;
 	o = &ko;
 	struct wl_cluster cl;
+	struct saved_sigs ss;
 	int bad = 0;
+	cl.n = 0;
+	live = &cl;
+	catch_signals(&ss);
 	rc = cluster_start(&cl, o);
 	if (rc)
 		snprintf(r->msg, sizeof(r->msg), "the cluster did not start");
@@ -383,5 +435,11 @@ int wl_run(const struct wl_opts *o, struct wl_result *r)
 		snprintf(r->msg, sizeof(r->msg), "a machine failed");
 		rc = -EIO;
 	}
+	if (signalled) {
+		snprintf(r->msg, sizeof(r->msg), "interrupted by signal %d",
+		         (int)signalled);
+		rc = -EINTR;
+	}
+	restore_signals(&ss);
 	return rc;
 }
