@@ -75,9 +75,10 @@ int wl_pg_start(struct wl_pg **out, char *err, size_t len)
 	        "-c max_connections=64 -c max_wal_size=4GB' start >/dev/null",
 	        pg->bin, pg->dir, pg->dir, pg->bin, pg->dir, pg->dir, pg->dir);
 	if (sh(pg, cmd)) {
-		snprintf(err, len, "PostgreSQL did not start (see %s)",
-		         pg->dir);
-		free(pg);
+		/* pg_ctl may give up while the server still comes up:
+		 * stop it and remove the directory (its logs go with it). */
+		snprintf(err, len, "PostgreSQL did not start in %s", pg->dir);
+		wl_pg_stop(pg);
 		return -EIO;
 	}
 	snprintf(pg->conninfo, sizeof(pg->conninfo),
@@ -262,7 +263,11 @@ struct pg_client {
 	const struct wl_pg *pg;
 	const struct wl_opts *o;
 	bool sync;
-	uint64_t rng, n, aborts, end_ns;
+	uint64_t rng, n, aborts;
+	/* Set once before the thread starts; cleared early to stop the
+	 * clients already started when a later one cannot be (seq_cst
+	 * store in wl_pg_run pairs with the load in pg_client_main). */
+	_Atomic uint64_t end_ns;
 	uint64_t *hist;
 	int err;
 	pthread_t th;
@@ -350,7 +355,7 @@ static void *pg_client_main(void *arg)
 		PQfinish(c);
 		return NULL;
 	}
-	while (wl_now_ns() < k->end_ns && !k->err) {
+	while (wl_now_ns() < atomic_load(&k->end_ns) && !k->err) {
 		enum wl_txn t = pick(k);
 		char p[5][24], name[16];
 		const char *pv[5] = {p[0], p[1], p[2], p[3], p[4]};
@@ -404,8 +409,14 @@ int wl_pg_run(struct wl_pg *pg, const struct wl_opts *o, unsigned clients,
 		        .rng = (o->seed + 7) * 0x9e3779b97f4a7c15ull * (i + 1),
 		        .end_ns = t0 + o->duration_ms * 1000000ull,
 		        .hist = hist + (size_t)(i + 1) * WL_HIST_BUCKETS};
-		if (pthread_create(&k[i].th, NULL, pg_client_main, &k[i]))
+		if (pthread_create(&k[i].th, NULL, pg_client_main, &k[i])) {
+			for (unsigned j = 0; j < i; j++)
+				atomic_store(&k[j].end_ns, 0);
+			for (unsigned j = 0; j < i; j++)
+				pthread_join(k[j].th, NULL);
+			free(hist);
 			return -EAGAIN;
+		}
 	}
 	uint64_t n = 0, aborts = 0;
 	int err = 0;

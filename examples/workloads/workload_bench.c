@@ -9,6 +9,7 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +26,17 @@ static struct {
 	unsigned machines;
 } a = {2.0, 2000, 5000, true, true, ".", NULL, 3};
 
+/* SIGINT/SIGTERM: the phase under way ends (wl_run kills its machines
+ * and removes their directory, then raises the signal again here), and
+ * no other starts; what was started (PostgreSQL, ZooKeeper) is stopped
+ * and removed before the exit. */
+static volatile sig_atomic_t stop;
+
+static void on_signal(int sig)
+{
+	stop = sig;
+}
+
 static unsigned ncpu(void)
 {
 	long n = sysconf(_SC_NPROCESSORS_ONLN);
@@ -34,6 +46,8 @@ static unsigned ncpu(void)
 /* libfarm on a local cluster: the figures of one run. */
 static int farm_run(enum wl_kind kind, bool part, struct wl_bres *b)
 {
+	if (stop)
+		return -EINTR;
 	struct wl_opts o;
 	wl_opts_default(&o, kind);
 	o.machines = a.machines;
@@ -89,8 +103,8 @@ static int pg_runs(struct wl_pg *pg, enum wl_kind kind, struct wl_bres best[2])
 	int rc = wl_pg_load(pg, &o);
 	static const unsigned counts[] = {1, 2, 4, 8};
 	memset(best, 0, 2 * sizeof(best[0]));
-	for (int s = 0; s < 2 && !rc; s++)
-		for (size_t i = 0; i < 4 && !rc; i++) {
+	for (int s = 0; s < 2 && !rc && !stop; s++)
+		for (size_t i = 0; i < 4 && !rc && !stop; i++) {
 			struct wl_bres b;
 			rc = wl_pg_run(pg, &o, counts[i], s == 0, &b);
 			unsigned c = counts[i] * 2;
@@ -245,13 +259,18 @@ int main(int argc, char **argv)
 		fprintf(stderr, "workload_bench: bad --seconds or scale\n");
 		return 2;
 	}
+	struct sigaction sa = {.sa_handler = on_signal};
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
 	static struct figures f = {.k80 = -1};
 	int rc = farm_run(WL_TATP, false, &f.ft) ||
 	         farm_run(WL_TATP, true, &f.ftp) ||
 	         farm_run(WL_BANK, false, &f.fb) || mem_run(WL_TATP, &f.mt) ||
 	         mem_run(WL_BANK, &f.mb);
-	if (rc)
-		return 1;
+	if (rc || stop)
+		return stop ? 128 + stop : 1;
 	if (a.pg) {
 		struct wl_pg *pg;
 		char err[256];
@@ -263,8 +282,12 @@ int main(int argc, char **argv)
 			wl_pg_stop(pg);
 		}
 	}
+	if (stop)
+		return 128 + stop;
 	if (a.timeline && wl_timeline(a.scripts, a.out, &f.k80, &f.before))
 		f.k80 = -1;
+	if (stop)
+		return 128 + stop;
 	human(&f);
 	json(&f);
 	return 0;
