@@ -29,6 +29,7 @@ expect_bad "name a workload" --scale 10
 expect_bad "unknown fabric" tatp --fabric carrier-pigeon
 expect_bad "needs recovery" smallbank --audit --kill 1@1
 expect_bad "needs --audit" smallbank --kill 1@1
+expect_bad "before the end" tatp --zk 127.0.0.1:1 --duration 2 --kill 1@1.5
 expect_bad "at least 2 per machine" smallbank --scale 5 --partitioned
 
 run() { # NAME ARGS...

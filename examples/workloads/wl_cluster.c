@@ -166,6 +166,17 @@ static int validate_kill(const struct wl_opts *o, char *err, size_t len)
 		snprintf(err, len, "a kill needs recovery: give --zk");
 		return -EINVAL;
 	}
+	/* A kill is judged by the survivors committing from half a second
+	 * after it (wl_run's recovered()): a kill later than that never
+	 * happens or cannot be judged. */
+	if (o->kill_machine >= 0 &&
+	    (o->duration_ms < 600 || o->kill_at_ms > o->duration_ms - 600)) {
+		snprintf(err, len,
+		         "the kill at %.3f s must come at least 0.6 s before "
+		         "the end of the %.3f s run",
+		         o->kill_at_ms / 1000.0, o->duration_ms / 1000.0);
+		return -EINVAL;
+	}
 	return 0;
 }
 
