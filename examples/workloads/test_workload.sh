@@ -57,7 +57,16 @@ brc=$?
 "$hc" "$dir/hb" >"$dir/hb.out" 2>&1
 hrc=$?
 tail -1 "$dir/hb.out"
-[ $brc -eq 1 ] || [ $hrc -eq 1 ] ||
-	fail "the broken build passed (tool $brc, checker $hrc)"
-echo "ok: the broken build was caught (tool $brc, checker $hrc)"
+# Caught means the checks said so: the tool ran to its verdict (0 or 1;
+# not a build that failed to start) and either its invariants failed or
+# the checker found anomalies (not merely too few commits).
+[ $brc -eq 0 ] || [ $brc -eq 1 ] || {
+	cat "$dir/b.out"; fail "the broken build did not run (tool $brc)"; }
+tool_caught=no hist_caught=no
+[ $brc -eq 1 ] && grep -q "INVARIANT FAILED" "$dir/b.out" && tool_caught=yes
+n=$(sed -n 's/.* \([0-9][0-9]*\) anomalies$/\1/p' "$dir/hb.out" | tail -1)
+[ "${n:-0}" -gt 0 ] && hist_caught=yes
+[ $tool_caught = yes ] || [ $hist_caught = yes ] ||
+	fail "the broken build passed (tool $brc, checker $hrc: $(tail -1 "$dir/hb.out"))"
+echo "ok: the broken build was caught (invariants: $tool_caught, anomalies: ${n:-0})"
 echo "test_workload: passed"
