@@ -66,7 +66,9 @@ static int parse_secs(const char *s, uint64_t *ms)
 	return 0;
 }
 
-static void print_result(const struct wl_opts *o, const struct wl_result *r)
+/* Print @r; the number of transactions committed. */
+static uint64_t print_result(const struct wl_opts *o,
+                             const struct wl_result *r)
 {
 	int from, to;
 	uint64_t all = 0, fails = 0;
@@ -81,14 +83,16 @@ static void print_result(const struct wl_opts *o, const struct wl_result *r)
 			       (unsigned long long)r->fails[t]);
 	}
 	double tput = r->seconds > 0 ? all / r->seconds : 0;
-	printf("%s: %u machines x %u threads, scale %llu, %s%s: %.0f txn/s "
+	printf("%s: %u machines x %u threads, scale %llu, %s%s: %llu "
+	       "committed, %.0f txn/s "
 	       "(%.0f per client thread), p50 %.1f us, p99 %.1f us, "
 	       "retries %.2f%%, errors %llu, shipped %llu (fallbacks %llu), "
 	       "load %llu ms\n",
 	       o->kind == WL_TATP ? "TATP" : "SmallBank", o->machines,
 	       o->threads, (unsigned long long)o->scale,
 	       o->partitioned ? "partitioned" : "unpartitioned",
-	       o->kill_machine >= 0 ? ", one killed" : "", tput,
+	       o->kill_machine >= 0 ? ", one killed" : "",
+	       (unsigned long long)all, tput,
 	       r->cores ? tput / r->cores : 0, wl_hist_pct(r->hist, 0.5),
 	       wl_hist_pct(r->hist, 0.99),
 	       all ? 100.0 * r->retries / (all + r->retries) : 0,
@@ -109,6 +113,7 @@ static void print_result(const struct wl_opts *o, const struct wl_result *r)
 		       (long long)(int64_t)r->initial[1],
 		       (long long)r->ledger_delta);
 	(void)fails;
+	return all;
 }
 
 static int parse_kill(struct wl_opts *o, const char *s)
@@ -257,13 +262,25 @@ int main(int argc, char **argv)
 		free(r);
 		return 3;
 	}
-	print_result(&o, r);
+	uint64_t all = print_result(&o, r);
 	if (r->check)
 		fprintf(stderr, "farm-workload: INVARIANT FAILED: %s\n",
 		        r->msg);
 	else
 		printf("invariants hold\n");
+	/* A run that gave transactions up or committed nothing measured
+	 * nothing trustworthy, whatever the invariants say. */
 	int st = r->check ? 1 : 0;
+	if (!st && r->errors) {
+		fprintf(stderr, "farm-workload: FAILED: %llu transactions "
+		                "given up\n",
+		        (unsigned long long)r->errors);
+		st = 1;
+	}
+	if (!st && !all) {
+		fprintf(stderr, "farm-workload: FAILED: nothing committed\n");
+		st = 1;
+	}
 	wl_result_free(r);
 	free(r);
 	return st;

@@ -39,6 +39,8 @@ run() { # NAME ARGS...
 	cat "$dir/$name.out"
 	[ $rc -eq 0 ] || { cat "$dir/$name.err"; fail "$name exited $rc"; }
 	grep -q "invariants hold" "$dir/$name.out" || fail "$name"
+	n=$(sed -n 's/.*: \([0-9][0-9]*\) committed,.*/\1/p' "$dir/$name.out")
+	[ "${n:-0}" -ge 200 ] || fail "$name committed ${n:-0}, under 200"
 }
 run tatp tatp --scale 400 --duration 1 --quiet
 run tatp_part tatp --scale 400 --duration 1 --partitioned --mix write-heavy \

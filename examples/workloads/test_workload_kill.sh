@@ -12,6 +12,11 @@ tool=$1 hc=$2 scripts=$3
 dir=$(mktemp -d /tmp/fwl-kill-XXXXXX) || exit 1
 trap '"$scripts/zk-local" stop "$dir/zk" >/dev/null 2>&1; rm -rf "$dir"' EXIT
 fail() { echo "test_workload_kill: FAIL: $*"; exit 1; }
+# The survivors must have committed (farm-workload also exits 1 on 0).
+min_commits() { # NAME FILE
+	n=$(sed -n 's/.*: \([0-9][0-9]*\) committed,.*/\1/p' "$2")
+	[ "${n:-0}" -ge 100 ] || fail "$1 committed ${n:-0}, under 100"
+}
 zk=$("$scripts/zk-local" start "$dir/zk" 2>/dev/null) || {
 	echo "test_workload_kill: skipped (no ZooKeeper: java or zk-local)"
 	exit 77
@@ -21,6 +26,7 @@ zk=$("$scripts/zk-local" start "$dir/zk" 2>/dev/null) || {
 rc=$?
 cat "$dir/bank.out"
 [ $rc -eq 0 ] || { tail -20 "$dir/bank.err"; fail "SmallBank exited $rc"; }
+min_commits SmallBank "$dir/bank.out"
 "$hc" "$dir/h" --min 100 >"$dir/h.out" 2>&1 || {
 	cat "$dir/h.out"; fail "SmallBank history"; }
 tail -1 "$dir/h.out"
@@ -29,4 +35,5 @@ tail -1 "$dir/h.out"
 rc=$?
 cat "$dir/tatp.out"
 [ $rc -eq 0 ] || { tail -20 "$dir/tatp.err"; fail "TATP exited $rc"; }
+min_commits TATP "$dir/tatp.out"
 echo "test_workload_kill: passed"
