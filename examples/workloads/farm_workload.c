@@ -67,15 +67,13 @@ static int parse_secs(const char *s, uint64_t *ms)
 }
 
 /* Print @r; the number of transactions committed. */
-static uint64_t print_result(const struct wl_opts *o,
-                             const struct wl_result *r)
+static uint64_t print_result(const struct wl_opts *o, const struct wl_result *r)
 {
 	int from, to;
-	uint64_t all = 0, fails = 0;
+	uint64_t all = 0;
 	wl_types(o->kind, &from, &to);
 	for (int t = from; t < to; t++) {
 		all += r->commits[t];
-		fails += r->fails[t];
 		if (!o->quiet)
 			printf("  %-24s %10llu  (%llu ended by the logic)\n",
 			       wl_txn_name((enum wl_txn)t),
@@ -92,9 +90,8 @@ static uint64_t print_result(const struct wl_opts *o,
 	       o->threads, (unsigned long long)o->scale,
 	       o->partitioned ? "partitioned" : "unpartitioned",
 	       o->kill_machine >= 0 ? ", one killed" : "",
-	       (unsigned long long)all, tput,
-	       r->cores ? tput / r->cores : 0, wl_hist_pct(r->hist, 0.5),
-	       wl_hist_pct(r->hist, 0.99),
+	       (unsigned long long)all, tput, r->cores ? tput / r->cores : 0,
+	       wl_hist_pct(r->hist, 0.5), wl_hist_pct(r->hist, 0.99),
 	       all ? 100.0 * r->retries / (all + r->retries) : 0,
 	       (unsigned long long)r->errors, (unsigned long long)r->shipped,
 	       (unsigned long long)r->ship_fallbacks,
@@ -112,7 +109,6 @@ static uint64_t print_result(const struct wl_opts *o,
 		       (unsigned long long)r->rows[0], (long long)r->total,
 		       (long long)(int64_t)r->initial[1],
 		       (long long)r->ledger_delta);
-	(void)fails;
 	return all;
 }
 
@@ -272,8 +268,9 @@ int main(int argc, char **argv)
 	 * nothing trustworthy, whatever the invariants say. */
 	int st = r->check ? 1 : 0;
 	if (!st && r->errors) {
-		fprintf(stderr, "farm-workload: FAILED: %llu transactions "
-		                "given up\n",
+		fprintf(stderr,
+		        "farm-workload: FAILED: %llu transactions "
+		        "given up\n",
 		        (unsigned long long)r->errors);
 		st = 1;
 	}

@@ -31,6 +31,8 @@ expect_bad "needs recovery" smallbank --audit --kill 1@1
 expect_bad "needs --audit" smallbank --kill 1@1
 expect_bad "before the end" tatp --zk 127.0.0.1:1 --duration 2 --kill 1@1.5
 expect_bad "at least 2 per machine" smallbank --scale 5 --partitioned
+expect_bad "are SmallBank's" tatp --audit
+expect_bad "are SmallBank's" tatp --history "$dir/th"
 
 run() { # NAME ARGS...
 	name=$1; shift

@@ -1,22 +1,16 @@
 /*
- * fwl's parent side: options and their checks, a local cluster of forked
- * machine processes, and one run (load, run with an optional kill, check)
- * with its results summed over the machines.
+ * fwl's options: defaults, the mixes, and the checks made before anything
+ * starts (shape, kill, memory); transaction names and latency
+ * percentiles. The run itself is wl_run.c.
  */
 #include <errno.h>
-#include <ftw.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/stat.h>
 #include <sys/statvfs.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "wl_int.h"
-#include "wl_proc.h"
 
 static const char *const names[WT_NTYPES] = {"GET_SUBSCRIBER_DATA",
                                              "GET_NEW_DESTINATION",
@@ -66,7 +60,7 @@ void wl_opts_default(struct wl_opts *o, enum wl_kind kind)
 	o->kind = kind;
 	o->machines = 3;
 	o->threads = 1;
-	o->scale = kind == WL_TATP ? 10000 : 10000;
+	o->scale = 10000;
 	o->duration_ms = 2000;
 	o->seed = 1;
 	o->replicas = 3;
@@ -229,6 +223,13 @@ static int validate_shape(const struct wl_opts *o, char *err, size_t len)
 		         "a partitioned run needs a scale of at least 2 per "
 		         "machine (%u)",
 		         2 * o->machines);
+		return -EINVAL;
+	}
+	/* Ledgers and histories are SmallBank's (README.md, Invariants). */
+	if (o->kind == WL_TATP && (o->audit || o->history)) {
+		snprintf(err, len,
+		         "--audit and --history are SmallBank's: TATP has "
+		         "neither ledgers nor histories");
 		return -EINVAL;
 	}
 	return validate_kill(o, err, len);

@@ -105,8 +105,6 @@ struct wl_machine {
 	farm_txm *txm;
 	const char *root;
 	struct wl_client cl[WL_MAX_THREADS];
-	atomic_int quit;
-	atomic_int stop_run;
 	uint64_t run_start_ns;
 	_Atomic uint64_t *ticks; /* per tick commits, this machine */
 	unsigned nticks;

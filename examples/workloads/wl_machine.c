@@ -252,7 +252,7 @@ static void client_run(struct wl_client *c)
 		c->hist_fd = open(p, O_WRONLY | O_CREAT | O_APPEND, 0600);
 	}
 	uint64_t t0 = wl_now_ns();
-	while (wl_now_ns() < end && !atomic_load(&m->stop_run)) {
+	while (wl_now_ns() < end) {
 		enum wl_txn t = pick_type(c);
 		uint64_t s = wl_now_ns();
 		int rc = w->txn(c, t);
@@ -330,7 +330,6 @@ static int wait_workers(struct wl_machine *m)
 static void run_all(struct wl_machine *m)
 {
 	m->run_start_ns = wl_now_ns();
-	atomic_store(&m->stop_run, 0);
 	for (unsigned i = 1; i < m->o->threads; i++) {
 		atomic_store(&m->cl[i].done, 0);
 		if (farm_loop_post(m->cl[i].loop, set_go, &m->cl[i]))

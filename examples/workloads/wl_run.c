@@ -306,8 +306,6 @@ static int check(struct wl_cluster *cl, struct wl_result *r)
 	return rc;
 }
 
-/* The invariants of what the check counted against what the load made
- * and what the clients were told. */
 /* After a kill the survivors must commit again: some commits from half a
  * second after the kill (the lease, then recovery) to the end. Not a
  * bound on recovery's speed: locks of the victim's transactions have
@@ -321,6 +319,8 @@ static bool recovered(const struct wl_result *r)
 	return late > 0;
 }
 
+/* The invariants of what the check counted against what the load made
+ * and what the clients were told. */
 static void verdict(const struct wl_opts *o, const struct wl_cluster *cl,
                     struct wl_result *r)
 {
