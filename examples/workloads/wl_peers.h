@@ -35,7 +35,9 @@ void wl_pg_stop(struct wl_pg *pg);
 
 /* The failure timeline (wl_timeline.c): ZooKeeper from @scripts/zk-local,
  * TATP on 4 machines, one killed; the PNG and its data into @out. 0 and
- * the milliseconds from the kill to 80% of *@before (per ms) again. */
+ * the milliseconds from the kill to 80% of *@before (per ms) again: NAN
+ * when no dip was seen or the throughput never came back (nothing
+ * measured). */
 int wl_timeline(const char *scripts, const char *out, double *kill_to_80,
                 double *before);
 

@@ -9,6 +9,7 @@
  * suspect live machines on a loaded 2-core host).
  */
 #include <errno.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,12 +53,13 @@ static double to_80(const struct wl_result *r, double before)
 	while (dip + W80 < r->nticks &&
 	       window(r->ticks, r->nticks, dip, W80) >= 0.8 * before)
 		dip++;
+	/* No dip after the kill, or never back: nothing measured. */
 	if (dip + W80 >= r->nticks || dip > k + 200)
-		return 0;
+		return NAN;
 	for (unsigned t = dip; t + W80 < r->nticks; t++)
 		if (back(r, t, 0.8 * before))
 			return t + W80 - k;
-	return -1;
+	return NAN;
 }
 
 static int plot(const struct wl_result *r, const char *out)
