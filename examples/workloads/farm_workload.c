@@ -96,6 +96,16 @@ static uint64_t print_result(const struct wl_opts *o, const struct wl_result *r)
 	       (unsigned long long)r->errors, (unsigned long long)r->shipped,
 	       (unsigned long long)r->ship_fallbacks,
 	       (unsigned long long)r->load_ms);
+	uint64_t acked = 0, ledger = 0;
+	for (unsigned i = 0; i < WL_MAX_MACHINES; i++)
+		for (unsigned t = 0; t < WL_MAX_THREADS; t++) {
+			acked += r->acked[i][t];
+			ledger += r->ledger[i][t];
+		}
+	if (o->kind == WL_TATP)
+		printf("updates acknowledged to surviving clients %llu, in "
+		       "all ledgers %llu\n",
+		       (unsigned long long)acked, (unsigned long long)ledger);
 	if (o->kind == WL_TATP)
 		printf("rows: subscriber %llu, access_info %llu, "
 		       "special_facility %llu, call_forwarding %llu\n",

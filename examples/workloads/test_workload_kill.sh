@@ -2,12 +2,12 @@
 # test_workload_kill: SmallBank and TATP on 3 machines with ZooKeeper
 # membership, machine 2 killed mid-run: after recovery the invariants
 # hold (SmallBank's total against the ledgers; TATP's subscriber,
-# access_info and special_facility counts only), every SmallBank
-# transaction a surviving client was told committed is in its ledger and
-# none it was told failed, and the SmallBank history (the victim's
-# unfinished transactions as unknown) is strictly serializable. For TATP
-# after a kill neither acknowledged updates nor call_forwarding rows are
-# checked (README.md, Invariants).
+# access_info and special_facility counts), every SmallBank transaction
+# and every TATP shipped update a surviving client was told changed a row
+# is in its ledgers and none it was told failed, and the SmallBank history
+# (the victim's unfinished transactions as unknown) is strictly
+# serializable. Not checked for TATP after a kill: the call_forwarding
+# count, UPDATE_SUBSCRIBER_DATA (README.md, Invariants).
 # Exits 77 (skipped) without java or zk-local.
 # usage: test_workload_kill.sh FARM_WORKLOAD WL_HISTCHECK SCRIPTS
 set -u

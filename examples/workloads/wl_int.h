@@ -90,6 +90,10 @@ struct wl_client {
 	struct wl_result res;       /* counts only (no ticks) */
 	bool dead[WL_MAX_MACHINES]; /* owners a ship to has failed */
 	farm_fatptr ledger;
+	/* TATP: this client's ledger at each owner (found at first use) and
+	 * the id of its last shipped update. */
+	farm_fatptr tledger[WL_MAX_MACHINES];
+	uint64_t ship_seq;
 	int hist_fd;
 	uint64_t hist_seq;
 	pthread_t th;

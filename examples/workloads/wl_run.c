@@ -319,6 +319,25 @@ static bool recovered(const struct wl_result *r)
 	return late > 0;
 }
 
+/* Every surviving client's acknowledged changes are in its ledgers, and
+ * none it was told failed: the counts are equal. */
+static void check_acked(const struct wl_opts *o, const struct wl_cluster *cl,
+                        struct wl_result *r)
+{
+	for (unsigned i = 0; i < o->machines; i++)
+		for (unsigned t = 0; cl->alive[i] && t < o->threads; t++)
+			if (r->acked[i][t] != r->ledger[i][t]) {
+				snprintf(r->msg, sizeof(r->msg),
+				         "client %u.%u was told %llu commits; "
+				         "its ledgers hold %llu",
+				         i, t,
+				         (unsigned long long)r->acked[i][t],
+				         (unsigned long long)r->ledger[i][t]);
+				r->check = -1;
+				return;
+			}
+}
+
 /* The invariants of what the check counted against what the load made
  * and what the clients were told. */
 static void verdict(const struct wl_opts *o, const struct wl_cluster *cl,
@@ -352,7 +371,9 @@ static void verdict(const struct wl_opts *o, const struct wl_cluster *cl,
 			         (unsigned long long)r->rows[3],
 			         (unsigned long long)cf);
 			r->check = -1;
+			return;
 		}
+		check_acked(o, cl, r);
 		return;
 	}
 	/* With ledgers the total is checked whatever ended unknown; without,
@@ -378,19 +399,8 @@ static void verdict(const struct wl_opts *o, const struct wl_cluster *cl,
 		r->check = -1;
 		return;
 	}
-	for (unsigned i = 0; o->audit && i < o->machines; i++)
-		for (unsigned t = 0; cl->alive[i] && t < o->threads; t++)
-			if (r->acked[i][t] != r->ledger[i][t]) {
-				snprintf(msg, len,
-				         "client %u.%u was told %llu commits; "
-				         "its "
-				         "ledger holds %llu",
-				         i, t,
-				         (unsigned long long)r->acked[i][t],
-				         (unsigned long long)r->ledger[i][t]);
-				r->check = -1;
-				return;
-			}
+	if (o->audit)
+		check_acked(o, cl, r);
 }
 
 int wl_run(const struct wl_opts *o, struct wl_result *r)

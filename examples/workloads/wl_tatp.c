@@ -21,9 +21,19 @@ enum { SHIP_LOC = 1, SHIP_INS, SHIP_DEL };
 struct ship_req {
 	uint32_t op, slot;
 	farm_gaddr a, b; /* a: the row written; b: a row read (INS: sf) */
+	farm_gaddr l;    /* the client's ledger at the owner */
+	uint64_t seq;    /* the client's id of this update */
 	uint32_t val;
 	uint8_t end_time;
 	char numberx[15];
+};
+
+/* One per (client, owner), at the owner: the updates of the client that
+ * changed a row there, written in the same transaction as the row. @seq
+ * is the last one's id: an update shipped again (its reply lost) or run
+ * by the client after all is answered from here, not applied twice. */
+struct tatp_ledger {
+	uint64_t seq, count;
 };
 
 /* The 15 digits of a number (not terminated). */
@@ -183,6 +193,40 @@ static int alloc_batch(struct wl_machine *m, farm_loop *loop, uint64_t s,
 	}
 }
 
+/* The ledgers of every client at this machine (key 'T', the client's
+ * number, this machine). */
+static int load_ledgers(struct wl_machine *m, farm_loop *loop)
+{
+	int rc = 0;
+	for (unsigned i = 0; i < m->o->machines && !rc; i++)
+		for (unsigned t = 0; t < m->o->threads && !rc; t++) {
+			uint64_t dl = wl_now_ns() + 20ull * 1000000000ull;
+			farm_fatptr p;
+			for (;;) {
+				farm_tx *tx;
+				void *d;
+				rc = farm_tx_begin(m->txm, loop, &tx);
+				if (rc)
+					return rc;
+				rc = alloc_row(tx, sizeof(struct tatp_ledger),
+				               &p, &d);
+				if (!rc) {
+					memset(d, 0,
+					       sizeof(struct tatp_ledger));
+					rc = farm_tx_commit_sync(tx);
+				}
+				farm_tx_free(tx);
+				if (!rc || !wl_retryable(rc) ||
+				    wl_now_ns() > dl)
+					break;
+			}
+			if (!rc)
+				rc = put_ptr(m, loop, 'T', i * 64u + t, m->me,
+				             &p);
+		}
+	return rc;
+}
+
 static int tatp_load(struct wl_machine *m, farm_loop *loop)
 {
 	const struct wl_opts *o = m->o;
@@ -197,7 +241,7 @@ static int tatp_load(struct wl_machine *m, farm_loop *loop)
 			rc = index_sub(m, loop, s + i * o->machines, &rp[i]);
 		s += (uint64_t)n * o->machines;
 	}
-	return rc;
+	return rc ? rc : load_ledgers(m, loop);
 }
 
 /* ---- transactions ---------------------------------------------------------
@@ -381,13 +425,32 @@ struct local_upd {
 	int answer;
 };
 
+/* A changed row's ledger entry, in the row's transaction. */
+static int ledger_note(farm_tx *tx, const struct ship_req *q)
+{
+	void *w;
+	int rc = farm_tx_write(tx, q->l, &w);
+	if (!rc) {
+		struct tatp_ledger *l = w;
+		l->seq = q->seq;
+		l->count++;
+	}
+	return rc;
+}
+
 static int local_body(struct wl_client *c, farm_tx *tx, void *arg)
 {
 	(void)c;
 	struct local_upd *u = arg;
-	const void *a, *b = NULL;
+	const void *a, *b = NULL, *l;
 	void *w;
-	int rc = farm_tx_read_sync(tx, u->q->a, size_of(u->q), &a);
+	int rc = farm_tx_read_sync(tx, u->q->l, sizeof(struct tatp_ledger), &l);
+	if (!rc && ((const struct tatp_ledger *)l)->seq == u->q->seq) {
+		u->answer = 0; /* the owner applied it; its reply was lost */
+		return 0;
+	}
+	if (!rc)
+		rc = farm_tx_read_sync(tx, u->q->a, size_of(u->q), &a);
 	if (!rc && u->q->b)
 		rc = farm_tx_read_sync(tx, u->q->b, sizeof(struct tatp_sf), &b);
 	if (!rc)
@@ -395,18 +458,37 @@ static int local_body(struct wl_client *c, farm_tx *tx, void *arg)
 	if (rc)
 		return rc;
 	u->answer = ship_apply(u->q, w, b);
+	if (u->answer == 0)
+		return ledger_note(tx, u->q);
 	return u->answer < 0 ? u->answer : 0;
 }
 
+/* This client's ledger at @owner. */
+static int ledger_of(struct wl_client *c, unsigned owner, farm_gaddr *l)
+{
+	farm_fatptr *p = &c->tledger[owner];
+	int rc = 0;
+	if (p->addr == FARM_GADDR_NULL)
+		rc = get_ptr(c, 'T', c->m->me * 64u + c->idx, owner, p);
+	*l = p->addr;
+	return rc;
+}
+
 /* Ship @q to @s's owner; run it here when the owner cannot. */
-static int update(struct wl_client *c, uint64_t s, const struct ship_req *q)
+static int update(struct wl_client *c, uint64_t s, struct ship_req *q)
 {
 	unsigned to = wl_owner(c->m->o, s);
+	int rc = ledger_of(c, to, &q->l);
+	if (rc)
+		return rc;
+	q->seq = ++c->ship_seq;
 	for (int tries = 0; tries < 100; tries++) {
 		int answer = 0;
-		int rc = wl_ship(c, to, q, sizeof(*q), &answer);
+		rc = wl_ship(c, to, q, sizeof(*q), &answer);
 		if (rc == 0) {
 			c->res.shipped++;
+			if (answer == 0)
+				c->res.acked[c->m->me][c->idx]++;
 			return answer;
 		}
 		if (!farm_tx_retryable(rc) || c->dead[to])
@@ -415,7 +497,9 @@ static int update(struct wl_client *c, uint64_t s, const struct ship_req *q)
 	}
 	c->res.ship_fallbacks++;
 	struct local_upd u = {q, 0};
-	int rc = run_tx(c, local_body, &u);
+	rc = run_tx(c, local_body, &u);
+	if (!rc && u.answer == 0)
+		c->res.acked[c->m->me][c->idx]++;
 	return rc ? rc : u.answer;
 }
 
@@ -502,18 +586,28 @@ static int ship_run(struct wl_machine *m, farm_loop *loop,
                     const struct ship_req *q, struct ship_ctx *s)
 {
 	farm_tx *tx;
-	const void *a, *b = NULL;
+	const void *a, *b = NULL, *l;
 	void *w;
 	int rc = farm_tx_begin(m->txm, loop, &tx);
 	if (rc)
 		return rc;
-	rc = farm_tx_read_local(tx, q->a, size_of(q), &a);
+	rc = farm_tx_read_local(tx, q->l, sizeof(struct tatp_ledger), &l);
+	if (!rc && ((const struct tatp_ledger *)l)->seq == q->seq) {
+		s->answer = 0; /* applied already: a repeat of a lost reply */
+		rc = 1;
+		goto answered;
+	}
+	if (!rc)
+		rc = farm_tx_read_local(tx, q->a, size_of(q), &a);
 	if (!rc && q->b)
 		rc = farm_tx_read_local(tx, q->b, sizeof(struct tatp_sf), &b);
 	if (!rc)
 		rc = farm_tx_write(tx, q->a, &w);
 	if (!rc)
 		rc = s->answer = ship_apply(q, w, b);
+	if (!rc)
+		rc = ledger_note(tx, q);
+answered:
 	if (rc == 1) { /* nothing to write: answered without a commit */
 		farm_tx_free(tx);
 		wl_unanswered(
@@ -553,6 +647,30 @@ static void tatp_ship(struct wl_machine *m, farm_loop *loop,
 /* ---- check ----------------------------------------------------------------
  */
 
+/* Each client's changing updates, summed over its ledgers at every
+ * owner (the parent compares them with what the client was told). */
+static int check_ledgers(struct wl_machine *m, struct wl_result *r)
+{
+	struct wl_client *c = &m->cl[0];
+	for (unsigned i = 0; i < m->o->machines; i++)
+		for (unsigned t = 0; t < m->o->threads; t++)
+			for (unsigned o = 0; o < m->o->machines; o++) {
+				struct tatp_ledger l;
+				int rc = read_one(c, 'T', i * 64u + t, o, &l,
+				                  sizeof(l));
+				if (rc) {
+					snprintf(r->msg, sizeof(r->msg),
+					         "ledger %u.%u at %u: %s", i, t,
+					         o,
+					         rc > 0 ? "missing"
+					                : farm_strerror(rc));
+					return rc > 0 ? -ENOENT : rc;
+				}
+				r->ledger[i][t] += l.count;
+			}
+	return 0;
+}
+
 static int tatp_check(struct wl_machine *m, farm_loop *loop,
                       struct wl_result *r)
 {
@@ -582,7 +700,7 @@ static int tatp_check(struct wl_machine *m, farm_loop *loop,
 			return rc;
 		}
 	}
-	return 0;
+	return check_ledgers(m, r);
 }
 
 const struct wl_ops wl_tatp_ops = {tatp_load, tatp_txn, tatp_ship, tatp_check};
