@@ -47,6 +47,11 @@ run() { # NAME ARGS...
 run tatp tatp --scale 400 --duration 1 --quiet
 run tatp_part tatp --scale 400 --duration 1 --partitioned --mix write-heavy \
 	--threads 2 --quiet
+# The test build also ships malformed TATP updates, which the owners must
+# refuse (-EINVAL) with the rows intact.
+t=$tool; tool=$broken
+run tatp_bad tatp --scale 400 --duration 1 --mix write-heavy --quiet
+tool=$t
 run bank smallbank --scale 300 --duration 1.5 --audit --history "$dir/h" \
 	--quiet
 "$hc" "$dir/h" --min 200 >"$dir/h.out" 2>&1 || {

@@ -474,6 +474,25 @@ static int ledger_of(struct wl_client *c, unsigned owner, farm_gaddr *l)
 	return rc;
 }
 
+#ifdef FWL_TEST_BREAK_READ
+/* Test build: with its first shipped update a client also sends two
+ * malformed ones (a slot past the row's 3, an unknown op); the owner must
+ * refuse each with -EINVAL before touching the row, else the run counts
+ * an error and fails. */
+static void ship_bad(struct wl_client *c, unsigned to, const struct ship_req *q)
+{
+	struct ship_req bad[2] = {*q, *q};
+	bad[0].op = SHIP_INS;
+	bad[0].slot = 3;
+	bad[1].op = SHIP_DEL + 1;
+	for (int i = 0; i < 2 && c->ship_seq == 1; i++) {
+		int answer = 0;
+		if (wl_ship(c, to, &bad[i], sizeof(bad[i]), &answer) != -EINVAL)
+			c->res.errors++;
+	}
+}
+#endif
+
 /* Ship @q to @s's owner; run it here when the owner cannot. */
 static int update(struct wl_client *c, uint64_t s, struct ship_req *q)
 {
@@ -482,6 +501,9 @@ static int update(struct wl_client *c, uint64_t s, struct ship_req *q)
 	if (rc)
 		return rc;
 	q->seq = ++c->ship_seq;
+#ifdef FWL_TEST_BREAK_READ
+	ship_bad(c, to, q);
+#endif
 	for (int tries = 0; tries < 100; tries++) {
 		int answer = 0;
 		rc = wl_ship(c, to, q, sizeof(*q), &answer);
