@@ -174,6 +174,28 @@ static int validate_kill(const struct wl_opts *o, char *err, size_t len)
 	return 0;
 }
 
+/* What the options ask of the workload: ids per machine, ledgers. */
+static int validate_use(const struct wl_opts *o, char *err, size_t len)
+{
+	/* Partitioned, a machine picks only ids it owns: SmallBank's
+	 * two-account transactions need two of them on every machine. */
+	if (o->partitioned && o->scale < 2ull * o->machines) {
+		snprintf(err, len,
+		         "a partitioned run needs a scale of at least 2 per "
+		         "machine (%u)",
+		         2 * o->machines);
+		return -EINVAL;
+	}
+	/* TATP's ledgers are always on, and it writes no histories. */
+	if (o->kind == WL_TATP && (o->audit || o->history)) {
+		snprintf(err, len,
+		         "--audit and --history are SmallBank's (TATP always "
+		         "keeps its ledgers and writes no history)");
+		return -EINVAL;
+	}
+	return 0;
+}
+
 /* The shape of the run: machines, threads, replicas, fabric, mix. */
 static int validate_shape(const struct wl_opts *o, char *err, size_t len)
 {
@@ -216,23 +238,7 @@ static int validate_shape(const struct wl_opts *o, char *err, size_t len)
 		         (unsigned long long)minscale);
 		return -EINVAL;
 	}
-	/* Partitioned, a machine picks only ids it owns: SmallBank's
-	 * two-account transactions need two of them on every machine. */
-	if (o->partitioned && o->scale < 2ull * o->machines) {
-		snprintf(err, len,
-		         "a partitioned run needs a scale of at least 2 per "
-		         "machine (%u)",
-		         2 * o->machines);
-		return -EINVAL;
-	}
-	/* Ledgers and histories are SmallBank's (README.md, Invariants). */
-	if (o->kind == WL_TATP && (o->audit || o->history)) {
-		snprintf(err, len,
-		         "--audit and --history are SmallBank's: TATP has "
-		         "neither ledgers nor histories");
-		return -EINVAL;
-	}
-	return validate_kill(o, err, len);
+	return validate_use(o, err, len) ?: validate_kill(o, err, len);
 }
 
 /* That the scale fits what is free, before anything starts. */
