@@ -1,0 +1,294 @@
+/*
+ * farm-workload: run TATP or SmallBank on a local cluster of libfarm
+ * machines (forked processes), print throughput, latency and abort
+ * rates, check the workload's invariants. Exits 0 when the run finished
+ * and the invariants held, 1 when they did not, 2 on bad input (said
+ * before anything starts), 3 when the run failed.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "wl.h"
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+	        "usage: farm-workload [options] tatp|smallbank\n"
+	        "  --machines N      machines (processes), 1..8 (3)\n"
+	        "  --threads N       client threads (event loops) per machine "
+	        "(1)\n"
+	        "  --scale N         subscribers (TATP) or accounts "
+	        "(SmallBank) "
+	        "(10000)\n"
+	        "  --mix M           standard | read-only | write-heavy | "
+	        "p1,p2,... (standard)\n"
+	        "  --duration S      seconds of run (2)\n"
+	        "  --seed N          random seed (1)\n"
+	        "  --replicas N      copies of every region (3)\n"
+	        "  --fabric F        shm | ofi (shm)\n"
+	        "  --partitioned     clients pick ids their machine owns\n"
+	        "  --hotspot P,Q     SmallBank: Q%% of picks go to P%% of the "
+	        "accounts (4,90)\n"
+	        "  --audit           SmallBank: per-client ledgers (every "
+	        "acknowledged commit checked)\n"
+	        "  --history DIR     SmallBank: per-client histories "
+	        "(tests/wl_histcheck)\n"
+	        "  --zk HOST:PORT    ZooKeeper membership (recovery needs it)\n"
+	        "  --kill M@S        kill machine M S seconds into the run\n"
+	        "  --lease MS        recovery's lease with --zk (1000)\n"
+	        "  --region-size SZ  region size (64M)\n"
+	        "  --busy-poll       loops never park\n"
+	        "  --park-after-us N idle loops spin N us before parking (0)\n"
+	        "  --quiet           only the summary line\n");
+}
+
+static int parse_u64(const char *s, uint64_t *out)
+{
+	char *e;
+	errno = 0;
+	unsigned long long v = strtoull(s, &e, 10);
+	if (errno || e == s || *e || s[0] == '-')
+		return -1;
+	*out = v;
+	return 0;
+}
+
+static int parse_secs(const char *s, uint64_t *ms)
+{
+	char *e;
+	double v = strtod(s, &e);
+	if (e == s || *e || !(v > 0) || v > 86400)
+		return -1;
+	*ms = (uint64_t)(v * 1000 + 0.5);
+	return 0;
+}
+
+/* Print @r; the number of transactions committed. */
+static uint64_t print_result(const struct wl_opts *o, const struct wl_result *r)
+{
+	int from, to;
+	uint64_t all = 0;
+	wl_types(o->kind, &from, &to);
+	for (int t = from; t < to; t++) {
+		all += r->commits[t];
+		if (!o->quiet)
+			printf("  %-24s %10llu  (%llu ended by the logic)\n",
+			       wl_txn_name((enum wl_txn)t),
+			       (unsigned long long)r->commits[t],
+			       (unsigned long long)r->fails[t]);
+	}
+	double tput = r->seconds > 0 ? all / r->seconds : 0;
+	printf("%s: %u machines x %u threads, scale %llu, %s%s: %llu "
+	       "committed, %.0f txn/s "
+	       "(%.0f per client thread), p50 %.1f us, p99 %.1f us, "
+	       "retries %.2f%%, errors %llu, shipped %llu (fallbacks %llu), "
+	       "load %llu ms\n",
+	       o->kind == WL_TATP ? "TATP" : "SmallBank", o->machines,
+	       o->threads, (unsigned long long)o->scale,
+	       o->partitioned ? "partitioned" : "unpartitioned",
+	       o->kill_machine >= 0 ? ", one killed" : "",
+	       (unsigned long long)all, tput, r->cores ? tput / r->cores : 0,
+	       wl_hist_pct(r->hist, 0.5), wl_hist_pct(r->hist, 0.99),
+	       all ? 100.0 * r->retries / (all + r->retries) : 0,
+	       (unsigned long long)r->errors, (unsigned long long)r->shipped,
+	       (unsigned long long)r->ship_fallbacks,
+	       (unsigned long long)r->load_ms);
+	uint64_t acked = 0, ledger = 0;
+	for (unsigned i = 0; i < WL_MAX_MACHINES; i++)
+		for (unsigned t = 0; t < WL_MAX_THREADS; t++) {
+			acked += r->acked[i][t];
+			ledger += r->ledger[i][t];
+		}
+	if (o->kind == WL_TATP)
+		printf("updates acknowledged to surviving clients %llu, in "
+		       "all ledgers %llu\n",
+		       (unsigned long long)acked, (unsigned long long)ledger);
+	if (o->kind == WL_TATP)
+		printf("rows: subscriber %llu, access_info %llu, "
+		       "special_facility %llu, call_forwarding %llu\n",
+		       (unsigned long long)r->rows[0],
+		       (unsigned long long)r->rows[1],
+		       (unsigned long long)r->rows[2],
+		       (unsigned long long)r->rows[3]);
+	else
+		printf("accounts %llu, total balance %lld (loaded %lld, "
+		       "ledgers %+lld)\n",
+		       (unsigned long long)r->rows[0], (long long)r->total,
+		       (long long)(int64_t)r->initial[1],
+		       (long long)r->ledger_delta);
+	return all;
+}
+
+static int parse_kill(struct wl_opts *o, const char *s)
+{
+	char *e;
+	long m = strtol(s, &e, 10);
+	if (e == s || *e != '@' || m < 0 || m >= 64)
+		return -1;
+	o->kill_machine = (int)m;
+	return parse_secs(e + 1, &o->kill_at_ms);
+}
+
+static int parse_hot(struct wl_opts *o, const char *s)
+{
+	unsigned p, q;
+	char end;
+	if (sscanf(s, "%u,%u%c", &p, &q, &end) != 2 || !p || p > 100 || q > 100)
+		return -1;
+	o->hot_pct = p;
+	o->hot_prob = q;
+	return 0;
+}
+
+/* One option into @o: 0, 1 (a bad value), -1 (unknown). */
+static int parse_opt(struct wl_opts *o, int c, const char **mix)
+{
+	uint64_t v;
+	int bad = 0;
+	switch (c) {
+	case 'm':
+		bad |= parse_u64(optarg, &v) || v > 64;
+		o->machines = (unsigned)v;
+		break;
+	case 't':
+		bad |= parse_u64(optarg, &v) || v > 64;
+		o->threads = (unsigned)v;
+		break;
+	case 's': bad |= parse_u64(optarg, &o->scale); break;
+	case 'x': *mix = optarg; break;
+	case 'd': bad |= parse_secs(optarg, &o->duration_ms); break;
+	case 'S': bad |= parse_u64(optarg, &o->seed); break;
+	case 'r':
+		bad |= parse_u64(optarg, &v) || v > 64;
+		o->replicas = (unsigned)v;
+		break;
+	case 'f': o->fabric = optarg; break;
+	case 'p': o->partitioned = true; break;
+	case 'H': bad |= parse_hot(o, optarg); break;
+	case 'a': o->audit = true; break;
+	case 'y': o->history = optarg; break;
+	case 'z': o->zk = optarg; break;
+	case 'k': bad |= parse_kill(o, optarg); break;
+	case 'R': o->region_size = optarg; break;
+	case 'b': o->busy_poll = true; break;
+	case 'P':
+		bad |= parse_u64(optarg, &v) || v > 1000000;
+		o->park_after_us = (int)v;
+		break;
+	case 'q': o->quiet = true; break;
+	case 'l':
+		bad |= parse_u64(optarg, &v) || v > 60000;
+		o->lease_ms = (unsigned)v;
+		break;
+	default: return -1;
+	}
+	return bad;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option lo[] = {{"machines", 1, 0, 'm'},
+	                                   {"threads", 1, 0, 't'},
+	                                   {"scale", 1, 0, 's'},
+	                                   {"mix", 1, 0, 'x'},
+	                                   {"duration", 1, 0, 'd'},
+	                                   {"seed", 1, 0, 'S'},
+	                                   {"replicas", 1, 0, 'r'},
+	                                   {"fabric", 1, 0, 'f'},
+	                                   {"partitioned", 0, 0, 'p'},
+	                                   {"hotspot", 1, 0, 'H'},
+	                                   {"audit", 0, 0, 'a'},
+	                                   {"history", 1, 0, 'y'},
+	                                   {"zk", 1, 0, 'z'},
+	                                   {"kill", 1, 0, 'k'},
+	                                   {"region-size", 1, 0, 'R'},
+	                                   {"busy-poll", 0, 0, 'b'},
+	                                   {"quiet", 0, 0, 'q'},
+	                                   {"lease", 1, 0, 'l'},
+	                                   {"park-after-us", 1, 0, 'P'},
+	                                   {"help", 0, 0, 'h'},
+	                                   {0, 0, 0, 0}};
+	/* The workload comes last but options depend on it (the mix):
+	 * find it first. */
+	const char *wname = NULL;
+	for (int i = 1; i < argc; i++)
+		if (!strcmp(argv[i], "tatp") || !strcmp(argv[i], "smallbank"))
+			wname = argv[i];
+	for (int i = 1; i < argc; i++)
+		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+			usage(stdout);
+			return 0;
+		}
+	if (!wname) {
+		fprintf(stderr, "farm-workload: name a workload: tatp or "
+		                "smallbank\n");
+		usage(stderr);
+		return 2;
+	}
+	struct wl_opts o;
+	wl_opts_default(&o, !strcmp(wname, "tatp") ? WL_TATP : WL_BANK);
+	const char *mix = NULL;
+	char err[256];
+	int c;
+	int li = 0;
+	while ((c = getopt_long(argc, argv, "h", lo, &li)) != -1) {
+		int bad = parse_opt(&o, c, &mix);
+		if (bad < 0) {
+			usage(stderr);
+			return 2;
+		}
+		if (bad) {
+			fprintf(stderr,
+			        "farm-workload: bad value for --%s: %s\n",
+			        lo[li].name, optarg);
+			return 2;
+		}
+	}
+	if (optind != argc - 1) {
+		usage(stderr);
+		return 2;
+	}
+	if (mix && wl_mix_parse(&o, mix, err, sizeof(err))) {
+		fprintf(stderr, "farm-workload: %s\n", err);
+		return 2;
+	}
+	if (wl_validate(&o, err, sizeof(err))) {
+		fprintf(stderr, "farm-workload: %s\n", err);
+		return 2;
+	}
+	struct wl_result *r = calloc(1, sizeof(*r));
+	if (!r)
+		return 3;
+	int rc = wl_run(&o, r);
+	if (rc) {
+		fprintf(stderr, "farm-workload: the run failed: %s\n", r->msg);
+		free(r);
+		return 3;
+	}
+	uint64_t all = print_result(&o, r);
+	if (r->check)
+		fprintf(stderr, "farm-workload: INVARIANT FAILED: %s\n",
+		        r->msg);
+	else
+		printf("invariants hold\n");
+	/* A run that gave transactions up or committed nothing measured
+	 * nothing trustworthy, whatever the invariants say. */
+	int st = r->check ? 1 : 0;
+	if (!st && r->errors) {
+		fprintf(stderr,
+		        "farm-workload: FAILED: %llu transactions "
+		        "given up\n",
+		        (unsigned long long)r->errors);
+		st = 1;
+	}
+	if (!st && !all) {
+		fprintf(stderr, "farm-workload: FAILED: nothing committed\n");
+		st = 1;
+	}
+	wl_result_free(r);
+	free(r);
+	return st;
+}

@@ -1,0 +1,728 @@
+/*
+ * TATP on libfarm (TATP specification 1.0): the four tables as objects
+ * indexed by the KV store ('S' subscriber, 'A' access_info, 'F'
+ * special_facility, 'C' call_forwarding + s_id + type -> fat pointer;
+ * 'N' + sub_nbr -> s_id, the secondary index), non-uniform subscriber
+ * ids, single-row reads lock-free, and the single-object updates
+ * (UPDATE_LOCATION, INSERT/DELETE_CALL_FORWARDING) shipped to the
+ * machine that owns the subscriber, which runs them as local
+ * transactions (FaRM's function shipping); a client whose owner is gone
+ * or no longer primary runs them itself.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "wl_int.h"
+
+enum { SHIP_LOC = 1, SHIP_INS, SHIP_DEL };
+
+struct ship_req {
+	uint32_t op, slot;
+	farm_gaddr a, b; /* a: the row written; b: a row read (INS: sf) */
+	farm_gaddr l;    /* the client's ledger at the owner */
+	uint64_t seq;    /* the client's id of this update */
+	uint32_t val;
+	uint8_t end_time;
+	char numberx[15];
+};
+
+/* One per (client, owner), at the owner: the updates of the client that
+ * changed a row there, written in the same transaction as the row. @seq
+ * is the last one's id: an update shipped again (its reply lost) or run
+ * by the client after all is answered from here, not applied twice. */
+struct tatp_ledger {
+	uint64_t seq, count;
+};
+
+/* The 15 digits of a number (not terminated). */
+static void nbr_of(uint64_t s_id, char *out)
+{
+	char buf[32];
+	snprintf(buf, sizeof(buf), "%015llu",
+	         (unsigned long long)(s_id % 1000000000000000ull));
+	memcpy(out, buf, 15);
+}
+
+static struct wl_key nbr_key(uint64_t s_id)
+{
+	struct wl_key k = {.len = 16};
+	k.b[0] = 'N';
+	nbr_of(s_id, (char *)k.b + 1);
+	return k;
+}
+
+/* ---- load -----------------------------------------------------------------
+ */
+
+/* Pick @n distinct values of 0..@k-1 (bit i: i chosen). */
+static unsigned pick_set(uint64_t *rng, unsigned n, unsigned k)
+{
+	unsigned set = 0;
+	while ((unsigned)__builtin_popcount(set) < n)
+		set |= 1u << wl_uni(rng, 0, k - 1);
+	return set;
+}
+
+struct row_ptrs {
+	farm_fatptr sub, ai[4], sf[4], cf[4];
+	unsigned ai_set, sf_set;
+};
+
+static int alloc_row(farm_tx *tx, uint32_t size, farm_fatptr *p, void **d)
+{
+	return farm_tx_alloc_sync(tx, size, FARM_GADDR_NULL, p, d);
+}
+
+static int make_sub(struct wl_machine *m, farm_tx *tx, uint64_t s,
+                    struct row_ptrs *rp)
+{
+	uint64_t rng = s * 0x9e3779b97f4a7c15ull + m->o->seed;
+	void *d;
+	int rc = alloc_row(tx, sizeof(struct tatp_sub), &rp->sub, &d);
+	if (rc)
+		return rc;
+	struct tatp_sub *su = d;
+	su->s_id = s;
+	nbr_of(s, su->sub_nbr);
+	su->bits = (uint16_t)wl_rand(&rng);
+	for (int i = 0; i < 10; i++) {
+		su->hex[i] = (uint8_t)wl_uni(&rng, 0, 15);
+		su->byte2[i] = (uint8_t)wl_rand(&rng);
+	}
+	su->msc_location = (uint32_t)wl_rand(&rng);
+	su->vlr_location = (uint32_t)wl_rand(&rng);
+	rp->ai_set = pick_set(&rng, (unsigned)wl_uni(&rng, 1, 4), 4);
+	rp->sf_set = pick_set(&rng, (unsigned)wl_uni(&rng, 1, 4), 4);
+	for (int t = 0; t < 4 && !rc; t++) {
+		if (!(rp->ai_set >> t & 1))
+			continue;
+		rc = alloc_row(tx, sizeof(struct tatp_ai), &rp->ai[t], &d);
+		if (!rc) {
+			struct tatp_ai *ai = d;
+			ai->data1 = (uint8_t)wl_rand(&rng);
+			ai->data2 = (uint8_t)wl_rand(&rng);
+			memcpy(ai->data3, "ABC", 3);
+			memcpy(ai->data4, "ABCDE", 5);
+		}
+		m->loaded[1]++;
+	}
+	for (int t = 0; t < 4 && !rc; t++) {
+		if (!(rp->sf_set >> t & 1))
+			continue;
+		rc = alloc_row(tx, sizeof(struct tatp_sf), &rp->sf[t], &d);
+		if (rc)
+			break;
+		struct tatp_sf *sf = d;
+		sf->is_active = wl_uni(&rng, 0, 99) < 85;
+		sf->error_cntrl = (uint8_t)wl_rand(&rng);
+		sf->data_a = (uint8_t)wl_rand(&rng);
+		memcpy(sf->data_b, "XYZZY", 5);
+		m->loaded[2]++;
+		rc = alloc_row(tx, sizeof(struct tatp_cf), &rp->cf[t], &d);
+		if (rc)
+			break;
+		struct tatp_cf *cf = d;
+		/* 0 to 3 rows, start times distinct of 0, 8, 16. */
+		unsigned set = pick_set(&rng, (unsigned)wl_uni(&rng, 0, 3), 3);
+		for (int k = 0; k < 3; k++)
+			if (set >> k & 1) {
+				cf->slot[k].present = 1;
+				cf->slot[k].end_time =
+				        (uint8_t)(k * 8 + wl_uni(&rng, 1, 8));
+				nbr_of(wl_rand(&rng) % 1000000000000000ull,
+				       cf->slot[k].numberx);
+				m->loaded[3]++;
+			}
+	}
+	return rc;
+}
+
+static int put_ptr(struct wl_machine *m, farm_loop *loop, char table,
+                   uint64_t s, unsigned t, const farm_fatptr *p)
+{
+	struct wl_key k = wl_key_make(table, s, (uint8_t)t);
+	return wl_kv_put(m, loop, &k, p, sizeof(*p));
+}
+
+static int index_sub(struct wl_machine *m, farm_loop *loop, uint64_t s,
+                     const struct row_ptrs *rp)
+{
+	struct wl_key nk = nbr_key(s);
+	int rc = put_ptr(m, loop, 'S', s, 0, &rp->sub);
+	if (!rc)
+		rc = wl_kv_put(m, loop, &nk, &s, sizeof(s));
+	for (unsigned t = 0; t < 4 && !rc; t++) {
+		if (rp->ai_set >> t & 1)
+			rc = put_ptr(m, loop, 'A', s, t + 1, &rp->ai[t]);
+		if (!rc && rp->sf_set >> t & 1)
+			rc = put_ptr(m, loop, 'F', s, t + 1, &rp->sf[t])
+			             ?: put_ptr(m, loop, 'C', s, t + 1,
+			                        &rp->cf[t]);
+	}
+	return rc;
+}
+
+#define LOAD_BATCH 8
+
+/* Allocate and fill the rows of up to LOAD_BATCH subscribers from @s (ids
+ * this machine owns) in one transaction, run again while it fails
+ * retryably (a loaded host can time a commit out). *@n: how many. */
+static int alloc_batch(struct wl_machine *m, farm_loop *loop, uint64_t s,
+                       struct row_ptrs *rp, unsigned *n)
+{
+	uint64_t saved[4], dl = wl_now_ns() + 20ull * 1000000000ull;
+	memcpy(saved, m->loaded, sizeof(saved));
+	for (;;) {
+		farm_tx *tx;
+		int rc = farm_tx_begin(m->txm, loop, &tx);
+		if (rc)
+			return rc;
+		*n = 0;
+		for (uint64_t id = s;
+		     *n < LOAD_BATCH && id <= m->o->scale && !rc;
+		     id += m->o->machines)
+			rc = make_sub(m, tx, id, &rp[(*n)++]);
+		if (!rc)
+			rc = farm_tx_commit_sync(tx);
+		farm_tx_free(tx);
+		if (!rc || !wl_retryable(rc) || wl_now_ns() > dl)
+			return rc;
+		memcpy(m->loaded, saved, sizeof(saved));
+	}
+}
+
+/* The ledgers of every client at this machine (key 'T', the client's
+ * number, this machine). */
+static int load_ledgers(struct wl_machine *m, farm_loop *loop)
+{
+	int rc = 0;
+	for (unsigned i = 0; i < m->o->machines && !rc; i++)
+		for (unsigned t = 0; t < m->o->threads && !rc; t++) {
+			uint64_t dl = wl_now_ns() + 20ull * 1000000000ull;
+			farm_fatptr p;
+			for (;;) {
+				farm_tx *tx;
+				void *d;
+				rc = farm_tx_begin(m->txm, loop, &tx);
+				if (rc)
+					return rc;
+				rc = alloc_row(tx, sizeof(struct tatp_ledger),
+				               &p, &d);
+				if (!rc) {
+					memset(d, 0,
+					       sizeof(struct tatp_ledger));
+					rc = farm_tx_commit_sync(tx);
+				}
+				farm_tx_free(tx);
+				if (!rc || !wl_retryable(rc) ||
+				    wl_now_ns() > dl)
+					break;
+			}
+			if (!rc)
+				rc = put_ptr(m, loop, 'T', i * 64u + t, m->me,
+				             &p);
+		}
+	return rc;
+}
+
+static int tatp_load(struct wl_machine *m, farm_loop *loop)
+{
+	const struct wl_opts *o = m->o;
+	struct row_ptrs rp[LOAD_BATCH];
+	uint64_t s = m->me ? m->me : o->machines; /* ids this machine owns */
+	int rc = 0;
+	m->loaded[0] = 0;
+	while (s <= o->scale && !rc) {
+		unsigned n = 0;
+		rc = alloc_batch(m, loop, s, rp, &n);
+		for (unsigned i = 0; i < n && !rc; i++, m->loaded[0]++)
+			rc = index_sub(m, loop, s + i * o->machines, &rp[i]);
+		s += (uint64_t)n * o->machines;
+	}
+	return rc ? rc : load_ledgers(m, loop);
+}
+
+/* ---- transactions ---------------------------------------------------------
+ */
+
+static uint64_t nurand_sub(struct wl_client *c)
+{
+	uint64_t p = c->m->o->scale;
+	uint64_t a = p <= 1000000 ? 65535 : p <= 10000000 ? 1048575 : 2097151;
+	uint64_t s = ((wl_uni(&c->rng, 0, a) | wl_uni(&c->rng, 1, p)) % p) + 1;
+	return wl_pick_id(c, s);
+}
+
+static int get_ptr(struct wl_client *c, char table, uint64_t s, unsigned t,
+                   farm_fatptr *p)
+{
+	struct wl_key k = wl_key_make(table, s, (uint8_t)t);
+	return wl_kv_ptr(c, &k, p, sizeof(*p));
+}
+
+/* A single-row read, lock-free: 0, or 1 when the row does not exist. */
+static int read_one(struct wl_client *c, char table, uint64_t s, unsigned t,
+                    void *buf, uint32_t size)
+{
+	farm_fatptr p;
+	int rc = get_ptr(c, table, s, t, &p);
+	if (rc == -ENOENT)
+		return 1;
+	if (rc)
+		return rc;
+	return wl_lf_read(c, p, buf, size);
+}
+
+/* Run @body as a transaction until it ends (not retryable). */
+typedef int (*tx_body)(struct wl_client *c, farm_tx *tx, void *arg);
+static int run_tx(struct wl_client *c, tx_body body, void *arg)
+{
+	uint64_t dl = wl_now_ns() + 20ull * 1000000000ull;
+	for (unsigned tries = 1;; tries++) {
+		farm_tx *tx;
+		int rc = farm_tx_begin(c->m->txm, c->loop, &tx);
+		if (rc == 0) {
+			rc = body(c, tx, arg);
+			if (rc == 0)
+				rc = farm_tx_commit_sync(tx);
+			farm_tx_free(tx);
+		}
+		if (rc >= 0 || !wl_retryable(rc) || wl_now_ns() > dl)
+			return rc;
+		c->res.retries++;
+		wl_backoff(c, tries);
+	}
+}
+
+struct newdest {
+	farm_fatptr sf, cf;
+	unsigned start, end;
+	int found;
+};
+
+static int newdest_body(struct wl_client *c, farm_tx *tx, void *arg)
+{
+	(void)c;
+	struct newdest *q = arg;
+	const void *a, *b;
+	int rc = farm_tx_read_sync(tx, q->sf.addr, sizeof(struct tatp_sf), &a);
+	if (!rc)
+		rc = farm_tx_read_sync(tx, q->cf.addr, sizeof(struct tatp_cf),
+		                       &b);
+	if (rc)
+		return rc;
+	const struct tatp_sf *sf = a;
+	const struct tatp_cf *cf = b;
+	q->found = 0;
+	for (unsigned k = 0; k < 3 && sf->is_active; k++)
+		if (cf->slot[k].present && k * 8 <= q->start &&
+		    q->end < cf->slot[k].end_time)
+			q->found = 1;
+	return 0;
+}
+
+static int get_new_dest(struct wl_client *c)
+{
+	uint64_t s = nurand_sub(c);
+	unsigned t = (unsigned)wl_uni(&c->rng, 1, 4);
+	struct newdest q = {.start = (unsigned)wl_uni(&c->rng, 0, 2) * 8,
+	                    .end = (unsigned)wl_uni(&c->rng, 1, 24)};
+	int rc = get_ptr(c, 'F', s, t, &q.sf);
+	if (rc == -ENOENT)
+		return 1;
+	if (!rc)
+		rc = get_ptr(c, 'C', s, t, &q.cf);
+	if (!rc)
+		rc = run_tx(c, newdest_body, &q);
+	return rc ? rc : !q.found;
+}
+
+struct updsub {
+	farm_fatptr sub, sf;
+	unsigned bit, data_a;
+};
+
+static int updsub_body(struct wl_client *c, farm_tx *tx, void *arg)
+{
+	(void)c;
+	struct updsub *q = arg;
+	const void *a, *b;
+	void *wa, *wb;
+	int rc =
+	        farm_tx_read_sync(tx, q->sub.addr, sizeof(struct tatp_sub), &a);
+	if (!rc)
+		rc = farm_tx_read_sync(tx, q->sf.addr, sizeof(struct tatp_sf),
+		                       &b);
+	if (!rc)
+		rc = farm_tx_write(tx, q->sub.addr, &wa);
+	if (!rc)
+		rc = farm_tx_write(tx, q->sf.addr, &wb);
+	if (rc)
+		return rc;
+	struct tatp_sub *su = wa;
+	su->bits = (uint16_t)((su->bits & ~1u) | q->bit);
+	((struct tatp_sf *)wb)->data_a = (uint8_t)q->data_a;
+	return 0;
+}
+
+static int upd_sub(struct wl_client *c)
+{
+	uint64_t s = nurand_sub(c);
+	struct updsub q = {.bit = (unsigned)wl_uni(&c->rng, 0, 1),
+	                   .data_a = (unsigned)wl_uni(&c->rng, 0, 255)};
+	unsigned t = (unsigned)wl_uni(&c->rng, 1, 4);
+	int rc = get_ptr(c, 'F', s, t, &q.sf);
+	if (rc == -ENOENT)
+		return 1;
+	if (!rc)
+		rc = get_ptr(c, 'S', s, 0, &q.sub);
+	return rc ? rc : run_tx(c, updsub_body, &q);
+}
+
+/* A request from the wire indexes cf->slot[] with q->slot: anything but
+ * a known op on one of the row's 3 slots is refused before it is used. */
+static bool ship_valid(const struct ship_req *q)
+{
+	return q->op >= SHIP_LOC && q->op <= SHIP_DEL && q->slot < 3;
+}
+
+/* The logic of a shipped update on writable @a (and read-only @b):
+ * 0 changed, 1 nothing to do (the transaction ends without writing). */
+static int ship_apply(const struct ship_req *q, void *a, const void *b)
+{
+	struct tatp_cf *cf = a;
+	if (!ship_valid(q))
+		return -EINVAL;
+	switch (q->op) {
+	case SHIP_LOC: ((struct tatp_sub *)a)->vlr_location = q->val; return 0;
+	case SHIP_INS:
+		(void)b;
+		if (cf->slot[q->slot].present)
+			return 1; /* the primary key exists */
+		cf->slot[q->slot].present = 1;
+		cf->slot[q->slot].end_time = q->end_time;
+		memcpy(cf->slot[q->slot].numberx, q->numberx, 15);
+		return 0;
+	case SHIP_DEL:
+		if (!cf->slot[q->slot].present)
+			return 1;
+		cf->slot[q->slot].present = 0;
+		return 0;
+	default: return -EINVAL;
+	}
+}
+
+static uint32_t size_of(const struct ship_req *q)
+{
+	return q->op == SHIP_LOC ? sizeof(struct tatp_sub)
+	                         : sizeof(struct tatp_cf);
+}
+
+struct local_upd {
+	const struct ship_req *q;
+	int answer;
+};
+
+/* A changed row's ledger entry, in the row's transaction. */
+static int ledger_note(farm_tx *tx, const struct ship_req *q)
+{
+	void *w;
+	int rc = farm_tx_write(tx, q->l, &w);
+	if (!rc) {
+		struct tatp_ledger *l = w;
+		l->seq = q->seq;
+		l->count++;
+	}
+	return rc;
+}
+
+static int local_body(struct wl_client *c, farm_tx *tx, void *arg)
+{
+	(void)c;
+	struct local_upd *u = arg;
+	const void *a, *b = NULL, *l;
+	void *w;
+	int rc = farm_tx_read_sync(tx, u->q->l, sizeof(struct tatp_ledger), &l);
+	if (!rc && ((const struct tatp_ledger *)l)->seq == u->q->seq) {
+		u->answer = 0; /* the owner applied it; its reply was lost */
+		return 0;
+	}
+	if (!rc)
+		rc = farm_tx_read_sync(tx, u->q->a, size_of(u->q), &a);
+	if (!rc && u->q->b)
+		rc = farm_tx_read_sync(tx, u->q->b, sizeof(struct tatp_sf), &b);
+	if (!rc)
+		rc = farm_tx_write(tx, u->q->a, &w);
+	if (rc)
+		return rc;
+	u->answer = ship_apply(u->q, w, b);
+	if (u->answer == 0)
+		return ledger_note(tx, u->q);
+	return u->answer < 0 ? u->answer : 0;
+}
+
+/* This client's ledger at @owner. */
+static int ledger_of(struct wl_client *c, unsigned owner, farm_gaddr *l)
+{
+	farm_fatptr *p = &c->tledger[owner];
+	int rc = 0;
+	if (p->addr == FARM_GADDR_NULL)
+		rc = get_ptr(c, 'T', c->m->me * 64u + c->idx, owner, p);
+	*l = p->addr;
+	return rc;
+}
+
+#ifdef FWL_TEST_BREAK_READ
+/* Test build: with its first shipped update a client also sends two
+ * malformed ones (a slot past the row's 3, an unknown op); the owner must
+ * refuse each with -EINVAL before touching the row, else the run counts
+ * an error and fails. */
+static void ship_bad(struct wl_client *c, unsigned to, const struct ship_req *q)
+{
+	struct ship_req bad[2] = {*q, *q};
+	bad[0].op = SHIP_INS;
+	bad[0].slot = 3;
+	bad[1].op = SHIP_DEL + 1;
+	for (int i = 0; i < 2 && c->ship_seq == 1; i++) {
+		int answer = 0;
+		if (wl_ship(c, to, &bad[i], sizeof(bad[i]), &answer) != -EINVAL)
+			c->res.errors++;
+	}
+}
+#endif
+
+/* Ship @q to @s's owner; run it here when the owner cannot. */
+static int update(struct wl_client *c, uint64_t s, struct ship_req *q)
+{
+	unsigned to = wl_owner(c->m->o, s);
+	int rc = ledger_of(c, to, &q->l);
+	if (rc)
+		return rc;
+	q->seq = ++c->ship_seq;
+#ifdef FWL_TEST_BREAK_READ
+	ship_bad(c, to, q);
+#endif
+	for (int tries = 0; tries < 100; tries++) {
+		int answer = 0;
+		rc = wl_ship(c, to, q, sizeof(*q), &answer);
+		if (rc == 0) {
+			c->res.shipped++;
+			if (answer == 0)
+				c->res.acked[c->m->me][c->idx]++;
+			return answer;
+		}
+		if (!farm_tx_retryable(rc) || c->dead[to])
+			break;
+		c->res.retries++;
+	}
+	c->res.ship_fallbacks++;
+	struct local_upd u = {q, 0};
+	rc = run_tx(c, local_body, &u);
+	if (!rc && u.answer == 0)
+		c->res.acked[c->m->me][c->idx]++;
+	return rc ? rc : u.answer;
+}
+
+/* The subscriber of a random sub_nbr, through the secondary index. */
+static int by_nbr(struct wl_client *c, uint64_t *s)
+{
+	struct wl_key k = nbr_key(nurand_sub(c));
+	return wl_kv_ptr(c, &k, s, sizeof(*s));
+}
+
+static int shipped_txn(struct wl_client *c, enum wl_txn t)
+{
+	uint64_t s;
+	struct ship_req q = {0};
+	farm_fatptr p, sf;
+	int rc = by_nbr(c, &s);
+	unsigned type = (unsigned)wl_uni(&c->rng, 1, 4);
+	q.slot = (uint32_t)wl_uni(&c->rng, 0, 2);
+	if (rc)
+		return rc;
+	if (t == WT_UPD_LOC) {
+		q.op = SHIP_LOC;
+		q.val = (uint32_t)wl_rand(&c->rng);
+		rc = get_ptr(c, 'S', s, 0, &p);
+	} else {
+		q.op = t == WT_INS_CF ? SHIP_INS : SHIP_DEL;
+		q.end_time = (uint8_t)(q.slot * 8 + wl_uni(&c->rng, 1, 8));
+		nbr_of(wl_rand(&c->rng) % 1000000000000000ull, q.numberx);
+		rc = get_ptr(c, 'C', s, type, &p);
+		if (!rc && t == WT_INS_CF)
+			rc = get_ptr(c, 'F', s, type, &sf);
+		q.b = t == WT_INS_CF && !rc ? sf.addr : FARM_GADDR_NULL;
+	}
+	if (rc == -ENOENT)
+		return 1; /* no such special facility */
+	if (rc)
+		return rc;
+	q.a = p.addr;
+	return update(c, s, &q);
+}
+
+static int tatp_txn(struct wl_client *c, enum wl_txn t)
+{
+	struct tatp_sub su;
+	struct tatp_ai ai;
+	switch (t) {
+	case WT_GET_SUB:
+		return read_one(c, 'S', nurand_sub(c), 0, &su, sizeof(su));
+	case WT_GET_ACCESS:
+		return read_one(c, 'A', nurand_sub(c),
+		                (unsigned)wl_uni(&c->rng, 1, 4), &ai,
+		                sizeof(ai));
+	case WT_GET_NEWDEST: return get_new_dest(c);
+	case WT_UPD_SUB: return upd_sub(c);
+	case WT_UPD_LOC:
+	case WT_INS_CF:
+	case WT_DEL_CF: return shipped_txn(c, t);
+	default: return -EINVAL;
+	}
+}
+
+/* ---- the owner's side of a shipped update ----------------------------------
+ */
+
+struct ship_ctx {
+	struct farm_msg_token tok;
+	int answer;
+};
+
+static void ship_committed(farm_loop *loop, void *ctx, int outcome)
+{
+	struct ship_ctx *s = ctx;
+	if (outcome)
+		wl_unanswered(farm_msg_reply_error(loop, &s->tok, outcome));
+	else
+		wl_unanswered(
+		        farm_msg_reply(loop, &s->tok, &s->answer, sizeof(int)));
+	free(s);
+}
+
+/* Read both rows here (they must be local), apply, commit; the reply
+ * goes when the commit's outcome is known. */
+static int ship_run(struct wl_machine *m, farm_loop *loop,
+                    const struct ship_req *q, struct ship_ctx *s)
+{
+	farm_tx *tx;
+	const void *a, *b = NULL, *l;
+	void *w;
+	int rc = farm_tx_begin(m->txm, loop, &tx);
+	if (rc)
+		return rc;
+	rc = farm_tx_read_local(tx, q->l, sizeof(struct tatp_ledger), &l);
+	if (!rc && ((const struct tatp_ledger *)l)->seq == q->seq) {
+		s->answer = 0; /* applied already: a repeat of a lost reply */
+		rc = 1;
+		goto answered;
+	}
+	if (!rc)
+		rc = farm_tx_read_local(tx, q->a, size_of(q), &a);
+	if (!rc && q->b)
+		rc = farm_tx_read_local(tx, q->b, sizeof(struct tatp_sf), &b);
+	if (!rc)
+		rc = farm_tx_write(tx, q->a, &w);
+	if (!rc)
+		rc = s->answer = ship_apply(q, w, b);
+	if (!rc)
+		rc = ledger_note(tx, q);
+answered:
+	if (rc == 1) { /* nothing to write: answered without a commit */
+		farm_tx_free(tx);
+		wl_unanswered(
+		        farm_msg_reply(loop, &s->tok, &s->answer, sizeof(int)));
+		free(s);
+		return 0;
+	}
+	if (!rc)
+		rc = farm_tx_commit(tx, ship_committed, s);
+	farm_tx_free(tx);
+	return rc;
+}
+
+static void tatp_ship(struct wl_machine *m, farm_loop *loop,
+                      const farm_msg_in *in)
+{
+	struct ship_req q;
+	struct ship_ctx *s;
+	if (in->len != sizeof(q)) {
+		wl_unanswered(farm_msg_reply_error(loop, &in->token, -EINVAL));
+		return;
+	}
+	memcpy(&q, in->payload, sizeof(q));
+	if (!ship_valid(&q) || !(s = malloc(sizeof(*s)))) {
+		wl_unanswered(farm_msg_reply_error(
+		        loop, &in->token, ship_valid(&q) ? -ENOMEM : -EINVAL));
+		return;
+	}
+	s->tok = in->token;
+	int rc = ship_run(m, loop, &q, s);
+	if (rc) {
+		wl_unanswered(farm_msg_reply_error(loop, &s->tok, rc));
+		free(s);
+	}
+}
+
+/* ---- check ----------------------------------------------------------------
+ */
+
+/* Each client's changing updates, summed over its ledgers at every
+ * owner (the parent compares them with what the client was told). */
+static int check_ledgers(struct wl_machine *m, struct wl_result *r)
+{
+	struct wl_client *c = &m->cl[0];
+	for (unsigned i = 0; i < m->o->machines; i++)
+		for (unsigned t = 0; t < m->o->threads; t++)
+			for (unsigned o = 0; o < m->o->machines; o++) {
+				struct tatp_ledger l;
+				int rc = read_one(c, 'T', i * 64u + t, o, &l,
+				                  sizeof(l));
+				if (rc) {
+					snprintf(r->msg, sizeof(r->msg),
+					         "ledger %u.%u at %u: %s", i, t,
+					         o,
+					         rc > 0 ? "missing"
+					                : farm_strerror(rc));
+					return rc > 0 ? -ENOENT : rc;
+				}
+				r->ledger[i][t] += l.count;
+			}
+	return 0;
+}
+
+static int tatp_check(struct wl_machine *m, farm_loop *loop,
+                      struct wl_result *r)
+{
+	struct wl_client *c = &m->cl[0];
+	(void)loop;
+	for (uint64_t s = 1; s <= m->o->scale; s++) {
+		struct tatp_sub su;
+		struct tatp_ai ai;
+		struct tatp_sf sf;
+		struct tatp_cf cf;
+		int rc = read_one(c, 'S', s, 0, &su, sizeof(su));
+		r->rows[0] += rc == 0 && su.s_id == s;
+		for (unsigned t = 1; t <= 4 && rc >= 0; t++) {
+			rc = read_one(c, 'A', s, t, &ai, sizeof(ai));
+			r->rows[1] += rc == 0;
+			if (rc >= 0)
+				rc = read_one(c, 'F', s, t, &sf, sizeof(sf));
+			r->rows[2] += rc == 0;
+			if (rc == 0)
+				rc = read_one(c, 'C', s, t, &cf, sizeof(cf));
+			for (int k = 0; k < 3 && rc == 0; k++)
+				r->rows[3] += cf.slot[k].present;
+		}
+		if (rc < 0) {
+			snprintf(r->msg, sizeof(r->msg), "subscriber %llu: %s",
+			         (unsigned long long)s, farm_strerror(rc));
+			return rc;
+		}
+	}
+	return check_ledgers(m, r);
+}
+
+const struct wl_ops wl_tatp_ops = {tatp_load, tatp_txn, tatp_ship, tatp_check};
