@@ -148,7 +148,7 @@ int farm_config_set(struct farm_config *c, const char *key, const char *value,
 		rc = copy_str(c->data_dir, sizeof(c->data_dir), value);
 	} else if (strcmp(key, "fabric") == 0) {
 		if (strcmp(value, "shm") && strcmp(value, "verbs") &&
-		    strcmp(value, "ofi"))
+		    strcmp(value, "ofi") && strcmp(value, "udp"))
 			rc = -EINVAL;
 		else
 			rc = copy_str(c->fabric, sizeof(c->fabric), value);
