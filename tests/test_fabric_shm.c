@@ -699,6 +699,7 @@ int main(void)
 	tu_require_provider();
 	/* ofi: a short death bound (peers closed on purpose, a closed port). */
 	setenv("FARM_OFI_TIMEOUT_MS", "500", 0);
+	setenv("FARM_UDP_TIMEOUT_MS", "500", 0);
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test_setup_teardown(test_open_errors, setup,
 	                                        teardown),

@@ -29,6 +29,12 @@
 #define UDP_RTO_NS     (5ull * 1000000ull) /* as eRPC: 5 ms */
 #define UDP_CONNECT_NS (2000ull * 1000000ull)
 
+/* Test-only request flags (udp_testing.h knobs, set at the initiator as
+ * the tests set them, obeyed by the target in FARM_FAULT_INJECTION builds
+ * only). */
+#define UDP_TF_UNORDERED 1u /* WRITE: the last word first */
+#define UDP_TF_TEARABLE  2u /* READ: word by word, highest first */
+
 enum {
 	T_REQ = 1,
 	T_RESP,
@@ -55,8 +61,8 @@ struct udp_hdr {
 	int32_t status;    /* RESP */
 	uint64_t seq;      /* packet sequence in the session */
 	uint64_t raddr, rkey;
-	uint32_t rlen; /* READ: bytes wanted */
-	uint32_t pad;
+	uint32_t rlen;     /* READ: bytes wanted */
+	uint32_t tflags;   /* test builds: UDP_TF_*, a guarantee to break */
 	uint64_t cmp, swp; /* CAS; its RESP: cmp is the value found */
 };
 _Static_assert(sizeof(struct udp_hdr) == UDP_HDR, "header size");

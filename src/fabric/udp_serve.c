@@ -40,7 +40,10 @@ static int resolve(struct udp_fabric *f, uint64_t key, uint64_t addr,
 	return 0;
 }
 
-/* Test-only (knob LINE_ATOMIC 0): 8 bytes at a time, highest first. */
+/* Test-only (knob LINE_ATOMIC 0): 8 bytes at a time, highest first,
+ * pausing between words, as a DMA engine without line atomicity could (a
+ * bare memcpy of a line arrives whole on x86 and would not show that the
+ * torn-read test can fail). */
 static void read_words_reversed(uint8_t *dst, const uint8_t *src, size_t n)
 {
 	size_t w = n / 8;
@@ -50,6 +53,8 @@ static void read_words_reversed(uint8_t *dst, const uint8_t *src, size_t n)
 		        (const _Atomic uint64_t *)(src + w * 8),
 		        memory_order_relaxed);
 		memcpy(dst + w * 8, &v, 8);
+		for (int k = 0; k < 64; k++)
+			farm_cpu_relax();
 	}
 }
 
@@ -57,7 +62,8 @@ static void read_words_reversed(uint8_t *dst, const uint8_t *src, size_t n)
  * aligned (release: pairs with a reader's acquire load of that word), so a
  * polled last word (a ring frame's trailer) is seen only after the rest.
  * An aligned first word is stored whole, never torn. */
-static void write_piece(uint8_t *dst, const uint8_t *src, size_t len)
+static void write_piece(uint8_t *dst, const uint8_t *src, size_t len,
+                        bool unordered)
 {
 	if (len < 8) {
 		memcpy(dst, src, len);
@@ -66,7 +72,7 @@ static void write_piece(uint8_t *dst, const uint8_t *src, size_t len)
 	size_t body = len - 8;
 	uint64_t last;
 	memcpy(&last, src + body, 8);
-	if (!udp_knob(FARM_UDP_KNOB_ORDERED_WRITES)) {
+	if (unordered) {
 		memcpy(dst + body, &last, 8); /* test-only: last word first */
 		atomic_signal_fence(memory_order_seq_cst);
 		memcpy(dst, src, body);
@@ -127,16 +133,22 @@ static int execute(struct udp_fabric *f, const struct udp_pkt *p, size_t n,
 		return st;
 	}
 	uint8_t *mem = (uint8_t *)(uintptr_t)h->raddr;
+	uint32_t tf = 0;
+#ifdef FARM_FAULT_INJECTION
+	tf = h->tflags;
+#endif
 	switch (h->op) {
 	case FARM_WR_READ:
-		if (udp_knob(FARM_UDP_KNOB_LINE_ATOMIC))
+		if (!(tf & UDP_TF_TEARABLE))
 			farm_lines_copy(reply->data, mem, len,
 			                UDP_LINE_RETRIES);
 		else
 			read_words_reversed(reply->data, mem, len);
 		reply->h.len = (uint16_t)len;
 		break;
-	case FARM_WR_WRITE: write_piece(mem, p->data, len); break;
+	case FARM_WR_WRITE:
+		write_piece(mem, p->data, len, tf & UDP_TF_UNORDERED);
+		break;
 	case FARM_WR_CAS: {
 		uint64_t cmp = h->cmp;
 		atomic_compare_exchange_strong((_Atomic uint64_t *)mem, &cmp,

@@ -244,6 +244,12 @@ static size_t build_pkt(struct udp_ep *ep, const struct udp_slot *s, uint64_t q,
 	p->h.seq = q;
 	p->h.raddr = s->raddr + off;
 	p->h.rkey = s->rkey;
+#ifdef FARM_FAULT_INJECTION
+	if (!udp_knob(FARM_UDP_KNOB_ORDERED_WRITES))
+		p->h.tflags |= UDP_TF_UNORDERED;
+	if (!udp_knob(FARM_UDP_KNOB_LINE_ATOMIC))
+		p->h.tflags |= UDP_TF_TEARABLE;
+#endif
 	switch (s->opcode) {
 	case FARM_WR_READ: p->h.rlen = plen; break;
 	case FARM_WR_WRITE:
