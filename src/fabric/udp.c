@@ -476,6 +476,7 @@ static int udp_ep_connect(farm_fabric *fab, farm_cq *cq, uint32_t peer_id,
 	ep->sess = c.sess;
 	ep->token = c.token;
 	ep->progress_ns = farm_now_ns();
+	ep->rto_ns = UDP_RTO_NS;
 	pthread_mutex_lock(&f->lock);
 	struct udp_peer *pe = &f->peers[peer_id];
 	if (pe->inc != c.inc || atomic_load(&pe->dead)) {

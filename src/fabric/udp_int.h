@@ -27,6 +27,7 @@
 #define UDP_MAX_SESS   1024u
 #define UDP_TABLE_N    4096u
 #define UDP_RTO_NS     (5ull * 1000000ull) /* as eRPC: 5 ms */
+#define UDP_RTO_MAX_NS (160ull * 1000000ull)
 #define UDP_CONNECT_NS (2000ull * 1000000ull)
 
 /* Test-only request flags (udp_testing.h knobs, set at the initiator as
@@ -147,6 +148,7 @@ struct udp_ep {
 	uint64_t acked;                /* bit i: snd_una + i answered */
 	uint32_t win_slot[UDP_WINDOW]; /* the slot of packet q % W */
 	uint64_t rto_at, progress_ns;
+	uint64_t rto_ns; /* UDP_RTO_NS, doubled by each retransmission */
 	bool closed, err_state, sw_failed;
 	struct udp_faults faults;
 	struct udp_ep *cq_next;

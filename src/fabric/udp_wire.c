@@ -317,8 +317,10 @@ static void ep_send(struct udp_ep *ep, uint64_t from)
 	}
 	if (n)
 		udp_send(ep->fab, out, n);
+	if (from < ep->snd_nxt) /* a retransmission: back off */
+		ep->rto_ns = FARM_MIN(ep->rto_ns * 2, UDP_RTO_MAX_NS);
 	if (arm)
-		ep->rto_at = farm_now_ns() + UDP_RTO_NS;
+		ep->rto_at = farm_now_ns() + ep->rto_ns;
 }
 
 void udp_ep_pump(struct udp_ep *ep)
@@ -368,8 +370,10 @@ static void on_reply(struct udp_ep *ep, const struct udp_pkt *p, uint64_t q)
 	}
 	uint64_t now = farm_now_ns();
 	ep->progress_ns = now;
-	if (ep->snd_una != before)
+	if (ep->snd_una != before) {
+		ep->rto_ns = UDP_RTO_NS;
 		ep->rto_at = now + UDP_RTO_NS;
+	}
 	udp_ep_pump(ep);
 }
 
