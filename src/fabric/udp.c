@@ -76,8 +76,26 @@ static int open_socket(struct udp_fabric *f, const char *listen)
 	return 0;
 }
 
+/* Test builds: FARM_UDP_HOOKS="drop,dup,reorder" (per mille of the
+ * packets this process sends) turns the hooks on for a whole test, so the
+ * layers above run over a lossy network. */
+static void hooks_from_env(void)
+{
+#ifdef FARM_FAULT_INJECTION
+	const char *h = getenv("FARM_UDP_HOOKS");
+	int d = 0, u = 0, r = 0;
+	if (h && sscanf(h, "%d,%d,%d", &d, &u, &r) == 3 && d >= 0 &&
+	    d <= 1000 && u >= 0 && u <= 1000 && r >= 0 && r <= 1000) {
+		farm_udp_testing_set(FARM_UDP_KNOB_DROP, d);
+		farm_udp_testing_set(FARM_UDP_KNOB_DUP, u);
+		farm_udp_testing_set(FARM_UDP_KNOB_REORDER, r);
+	}
+#endif
+}
+
 static int udp_open(const farm_fabric_attr *attr, farm_fabric **out)
 {
+	hooks_from_env();
 	struct udp_fabric *f = calloc(1, sizeof(*f));
 	if (!f)
 		return -ENOMEM;
