@@ -499,12 +499,12 @@ static int udp_ep_connect(farm_fabric *fab, farm_cq *cq, uint32_t peer_id,
 	struct udp_peer *pe = &f->peers[peer_id];
 	if (pe->inc != c.inc || atomic_load(&pe->dead)) {
 		/* A new connection is a new chance (a restarted machine). */
-		pe->inc = c.inc;
+		__atomic_store_n(&pe->inc, c.inc, __ATOMIC_RELAXED);
 		atomic_store(&pe->dead, 0);
 	}
 	pe->addr = to;
 	pe->alen = tlen;
-	pe->rx_ns = farm_now_ns();
+	__atomic_store_n(&pe->rx_ns, farm_now_ns(), __ATOMIC_RELAXED);
 	pe->neps++;
 	f->eps[idx] = ep;
 	f->eps_hi = FARM_MAX(f->eps_hi, idx + 1);

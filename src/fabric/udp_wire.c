@@ -395,10 +395,14 @@ int udp_rx_alloc(struct udp_fabric *f)
 	return f->rxb ? 0 : -ENOMEM;
 }
 
+/* Without f->lock (a request served): the peer's fields are read and
+ * written as single words; pairs with the loads in peer_timers. */
 static void heard(struct udp_fabric *f, const struct udp_hdr *h)
 {
-	if (h->from < UDP_MAX_PEERS && f->peers[h->from].inc == h->inc)
-		f->peers[h->from].rx_ns = farm_now_ns();
+	if (h->from < UDP_MAX_PEERS &&
+	    __atomic_load_n(&f->peers[h->from].inc, __ATOMIC_RELAXED) == h->inc)
+		__atomic_store_n(&f->peers[h->from].rx_ns, farm_now_ns(),
+		                 __ATOMIC_RELAXED);
 }
 
 static void on_resp(struct udp_fabric *f, const struct udp_pkt *p)
@@ -441,9 +445,10 @@ static void on_pong(struct udp_fabric *f, const struct udp_hdr *h)
 	pthread_mutex_lock(&f->lock);
 	struct udp_peer *pe = &f->peers[h->from];
 	if (pe->inc == h->inc)
-		pe->rx_ns = farm_now_ns();
+		__atomic_store_n(&pe->rx_ns, farm_now_ns(), __ATOMIC_RELAXED);
 	else if (pe->neps && !atomic_load(&pe->dead))
-		pe->rx_ns = 0; /* restarted: its sessions are gone */
+		__atomic_store_n(&pe->rx_ns, 0,
+		                 __ATOMIC_RELAXED); /* restarted */
 	pthread_mutex_unlock(&f->lock);
 }
 
@@ -680,7 +685,8 @@ static void peer_timers(struct udp_fabric *f, uint64_t now, uint32_t *dead,
 		struct udp_peer *pe = &f->peers[m];
 		if (!pe->neps || atomic_load(&pe->dead))
 			continue;
-		if (later(now, pe->rx_ns, f->timeout_ns)) {
+		if (later(now, __atomic_load_n(&pe->rx_ns, __ATOMIC_RELAXED),
+		          f->timeout_ns)) {
 			if (*ndead < 16)
 				dead[(*ndead)++] = m;
 			continue;
