@@ -10,6 +10,8 @@
  *              Each is dropped and counted (or, revoked, refused with
  *              FARM_EFENCED); the region is unchanged byte for byte and a
  *              good peer still reads and writes.
+ *   full_ring  bursts that fill a small send queue after single requests
+ *              (the send cursor once stayed on a reused slot: a stall).
  *   lossy      the test hooks drop, duplicate and reorder 5% of packets
  *              each way while pipelined WRITEs, READs and CASes run on one
  *              endpoint (requests of one and of many packets): every READ
@@ -360,10 +362,49 @@ static void test_broken_go_back_n(void **state)
 	assert_true(bad > 0);
 }
 
+/* Single requests, then bursts that fill the whole send queue at once:
+ * the send cursor must not stay on a retired slot that a new request of
+ * the burst reuses (its packets would be sent under another request's
+ * sequence numbers, and never answered). */
+static void test_full_ring(void **state)
+{
+	struct fx *f = *state;
+	farm_ep *ep;
+	farm_ep_attr ea = {.sq_depth = 16};
+	assert_int_equal(farm_ep_connect(f->a, f->cq, 2, f->addr_b, &ea, &ep),
+	                 0);
+	for (unsigned i = 0; i < 100; i++)
+		assert_int_equal(tu_do(ep, f->cq,
+		                       farm_wr_read(i, f->buf, f->lmr, 64,
+		                                    &f->rd, 64 * (i % 64))),
+		                 0);
+	for (unsigned r = 0; r < 50; r++) {
+		farm_wr l[16];
+		for (unsigned k = 0; k < 16; k++) {
+			l[k] = farm_wr_read(k, f->buf + 64 * k, f->lmr, 64,
+			                    &f->rd, 64 * ((r * 16 + k) % 1024));
+			l[k].flags = k == 15 ? FARM_WR_SIGNALED : 0;
+			l[k].next = k < 15 ? &l[k + 1] : NULL;
+		}
+		assert_int_equal(farm_ep_post(ep, l, NULL), 0);
+		farm_wc wc;
+		assert_int_equal(tu_wait_wc(f->cq, &wc, 10000), 1);
+		assert_int_equal(wc.status, 0);
+		assert_int_equal(wc.wr_id, 15);
+		for (unsigned k = 0; k < 16; k++)
+			assert_memory_equal(
+			        f->buf + 64 * k,
+			        f->region + 64 * ((r * 16 + k) % 1024), 64);
+	}
+	farm_ep_destroy(ep);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test_setup_teardown(test_bad_input, setup,
+	                                        teardown),
+	        cmocka_unit_test_setup_teardown(test_full_ring, setup,
 	                                        teardown),
 	        cmocka_unit_test_setup_teardown(test_lossy, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_broken_go_back_n, setup,

@@ -298,6 +298,10 @@ static void ep_send(struct udp_ep *ep, uint64_t from)
 			n = 0;
 		}
 	}
+	/* The cursor may lag behind the oldest request (retired since): its
+	 * slot may hold a newer request by now. */
+	if ((int32_t)(ep->send_slot - ep->tail) < 0)
+		ep->send_slot = ep->tail;
 	while (ep->snd_nxt < ep->next_pkt &&
 	       ep->snd_nxt < ep->snd_una + UDP_WINDOW) {
 		struct udp_slot *s = &ep->slots[ep->send_slot & ep->mask];
