@@ -23,6 +23,7 @@
 
 /* ---- knobs -------------------------------------------------------------- */
 
+#ifdef FARM_FAULT_INJECTION
 static atomic_int knobs[7] = {0, 1, 1, 1, 0, 0, 0};
 
 int udp_knob(int knob)
@@ -34,12 +35,27 @@ int farm_udp_testing_set(enum farm_udp_knob knob, int value)
 {
 	if (knob < FARM_UDP_KNOB_GO_BACK_N || knob > FARM_UDP_KNOB_REORDER)
 		return -EINVAL;
-#ifndef FARM_FAULT_INJECTION
-	if (knob >= FARM_UDP_KNOB_DROP)
-		return -ENOTSUP;
-#endif
 	return atomic_exchange(&knobs[knob], value);
 }
+#else
+/* A production build cannot switch a guarantee off (duplicate suppression,
+ * line atomicity, write order) nor lose packets: every knob reads as its
+ * default and setting one is refused. */
+static const int knob_default[7] = {0, 1, 1, 1, 0, 0, 0};
+
+int udp_knob(int knob)
+{
+	return knob_default[knob];
+}
+
+int farm_udp_testing_set(enum farm_udp_knob knob, int value)
+{
+	(void)value;
+	if (knob < FARM_UDP_KNOB_GO_BACK_N || knob > FARM_UDP_KNOB_REORDER)
+		return -EINVAL;
+	return -ENOTSUP;
+}
+#endif
 
 /* ---- addresses ---------------------------------------------------------- */
 
