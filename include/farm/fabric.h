@@ -393,8 +393,11 @@ farm_fabric_on_peer_death(farm_fabric *fab, farm_peer_death_fn fn, void *ctx);
  * teardown of its queue pairs). shm: a bit in this machine's registration
  * table that initiators check before each doorbell, so a request already
  * past its check when the bit is set still lands; ids up to 63. udp: the
- * target refuses each request of that machine before executing it; ids
- * up to 63. -ENOTSUP for providers without it (verbs, ofi: not yet).
+ * target refuses each request of that machine before executing it, and
+ * when this returns none of its requests is still executing (the bit set
+ * here pairs with the target's load of it under its receive lock, which
+ * revoke takes and drops); ids up to 63. Not to be called from a request
+ * handler. -ENOTSUP for providers without it (verbs, ofi: not yet).
  */
 FARM_API FARM_MUST_CHECK int farm_fabric_revoke(farm_fabric *fab,
                                                 uint32_t peer_id);

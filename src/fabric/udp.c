@@ -704,8 +704,16 @@ static int udp_revoke(farm_fabric *fab, uint32_t peer_id)
 	struct udp_fabric *f = UF(fab);
 	if (peer_id >= 64) /* as shm: machine ids below 64 */
 		return -ERANGE;
-	/* The dispatch thread loads it before executing each request. */
+	/* Pairs with the load in udp_serve.c revoked(), made under f->rx
+	 * before each request executes. */
 	atomic_fetch_or(&f->revoked[peer_id / 64], 1ull << (peer_id % 64));
+	/* A request that passed revoked() just before the bit was set is
+	 * still executing under f->rx: taking and dropping rx waits for it,
+	 * so none of that machine's requests runs after we return. Every
+	 * request executes under rx, and revoke is never called with rx held
+	 * (death callbacks run from the timers, outside rx). */
+	pthread_mutex_lock(&f->rx);
+	pthread_mutex_unlock(&f->rx);
 	return 0;
 }
 

@@ -184,6 +184,8 @@ static void reply_hdr(struct udp_fabric *f, const struct udp_hdr *h,
 	reply->h.seq = h->seq;
 }
 
+/* Pairs with the fetch_or in udp.c udp_revoke(), which then takes f->rx
+ * (held here) so no request that passed this check outlives the revoke. */
 static bool revoked(struct udp_fabric *f, uint32_t m)
 {
 	return m < UDP_MAX_PEERS &&
