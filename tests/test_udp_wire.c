@@ -10,6 +10,10 @@
  *              Each is dropped and counted (or, revoked, refused with
  *              FARM_EFENCED); the region is unchanged byte for byte and a
  *              good peer still reads and writes.
+ *   bad_range  requests out of the registration (past its end, an unknown
+ *              key) in a valid session, a WRITE of two pieces whose first
+ *              fits among them: each refused, the region unchanged byte
+ *              for byte, the peer alive.
  *   full_ring  bursts that fill a small send queue after single requests
  *              (the send cursor once stayed on a reused slot: a stall).
  *   lossy      the test hooks drop, duplicate and reorder 5% of packets
@@ -319,6 +323,58 @@ static unsigned workload(struct fx *f, unsigned rounds)
 	return bad;
 }
 
+/* One request on a fresh endpoint (an error fails the endpoint's session
+ * for good); returns its completion status. */
+static int one_shot(struct fx *f, farm_wr wr)
+{
+	farm_ep *ep;
+	farm_ep_attr ea = {.sq_depth = 16};
+	assert_int_equal(farm_ep_connect(f->a, f->cq, 2, f->addr_b, &ea, &ep),
+	                 0);
+	int st = tu_do(ep, f->cq, wr);
+	farm_ep_destroy(ep);
+	return st;
+}
+
+/* Requests out of the registration inside a valid session: the target
+ * refuses each before any byte of it lands, a WRITE of many pieces whose
+ * first pieces are in range included (the descriptor is forged larger, so
+ * only the target's check stands in the way). */
+static void test_bad_range(void **state)
+{
+	struct fx *f = *state;
+	farm_mr_desc big = f->rd;
+	big.len = 4ull * RSIZE;
+	farm_mr_desc badkey = f->rd;
+	badkey.key ^= 1ull << 40;
+	memset(f->buf, 0x5c, 8192);
+	/* 4096 B from 2048 B before the end: two pieces, the first fits. */
+	assert_int_equal(one_shot(f, farm_wr_write(1, f->buf, f->lmr, 4096,
+	                                           &big, RSIZE - 2048)),
+	                 FARM_EREMOTE_ACCESS);
+	assert_true(region_intact(f));
+	/* Wholly past the end, a READ past it, a CAS past it. */
+	assert_int_equal(one_shot(f, farm_wr_write(2, f->buf, f->lmr, 64, &big,
+	                                           RSIZE + 4096)),
+	                 FARM_EREMOTE_ACCESS);
+	assert_int_equal(one_shot(f, farm_wr_read(3, f->buf, f->lmr, 8192,
+	                                          &big, RSIZE - 4096)),
+	                 FARM_EREMOTE_ACCESS);
+	uint64_t *res = (uint64_t *)(void *)(f->buf + 8192);
+	assert_int_equal(
+	        one_shot(f, farm_wr_cas(4, res, f->lmr, &big, RSIZE, 0, 1)),
+	        FARM_EREMOTE_ACCESS);
+	/* An unknown key, for a WRITE and a READ. */
+	assert_int_equal(one_shot(f, farm_wr_write(5, f->buf, f->lmr, 4096,
+	                                           &badkey, 0)),
+	                 FARM_EREMOTE_KEY);
+	assert_int_equal(one_shot(f, farm_wr_read(6, f->buf, f->lmr, 64,
+	                                          &badkey, 0)),
+	                 FARM_EREMOTE_KEY);
+	assert_true(region_intact(f));
+	still_serving(f); /* the peer is not dead; the good endpoint works */
+}
+
 static void set_hooks(int drop, int dup, int reorder)
 {
 	if (farm_udp_testing_set(FARM_UDP_KNOB_DROP, drop) == -ENOTSUP)
@@ -403,6 +459,8 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test_setup_teardown(test_bad_input, setup,
+	                                        teardown),
+	        cmocka_unit_test_setup_teardown(test_bad_range, setup,
 	                                        teardown),
 	        cmocka_unit_test_setup_teardown(test_full_ring, setup,
 	                                        teardown),

@@ -96,6 +96,18 @@ static void write_piece(uint8_t *dst, const uint8_t *src, size_t len,
 	}
 }
 
+/* The first piece of a WRITE names the whole request's range (cmp: start,
+ * swp: length): it is checked before the piece executes, so a request that
+ * a later piece would fail leaves the region untouched. The piece must lie
+ * inside the range it names. tab_lock held (read). */
+static int check_whole(struct udp_fabric *f, const struct udp_hdr *h,
+                       uint64_t len, unsigned acc)
+{
+	if (h->raddr != h->cmp || len > h->swp)
+		return FARM_ECORRUPT;
+	return resolve(f, h->rkey, h->cmp, h->swp, acc);
+}
+
 /* Execute one request packet into @reply (header prepared by the caller);
  * returns the status. */
 static int execute(struct udp_fabric *f, const struct udp_pkt *p, size_t n,
@@ -128,6 +140,8 @@ static int execute(struct udp_fabric *f, const struct udp_pkt *p, size_t n,
 	(void)n;
 	pthread_rwlock_rdlock(&f->tab_lock);
 	int st = resolve(f, h->rkey, h->raddr, len, acc);
+	if (!st && h->op == FARM_WR_WRITE && h->swp)
+		st = check_whole(f, h, len, acc);
 	if (st) {
 		pthread_rwlock_unlock(&f->tab_lock);
 		return st;

@@ -271,6 +271,14 @@ static size_t build_pkt(struct udp_ep *ep, const struct udp_slot *s, uint64_t q,
 	case FARM_WR_WRITE:
 		p->h.len = (uint16_t)plen;
 		memcpy(p->data, (const uint8_t *)s->local + off, plen);
+		/* The first piece carries the whole request's range (cmp:
+		 * start, swp: length, unused by a WRITE), so the target
+		 * refuses a request that would fail on a later piece
+		 * before any byte of it lands. */
+		if (q == s->pkt_first) {
+			p->h.cmp = s->raddr;
+			p->h.swp = s->len;
+		}
 		break;
 	case FARM_WR_CAS:
 		p->h.cmp = s->cmp;
