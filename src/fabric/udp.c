@@ -25,6 +25,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -93,6 +94,29 @@ static void hooks_from_env(void)
 #endif
 }
 
+/* Test builds: with FARM_UDP_HOOKS_LOG set, a closing fabric appends how
+ * many packets its hooks dropped to that file (one line, O_APPEND, so the
+ * machines of one test add up), so a lossy test can prove it was lossy. */
+static void hooks_tally(const struct udp_fabric *f)
+{
+#ifdef FARM_FAULT_INJECTION
+	const char *path = getenv("FARM_UDP_HOOKS_LOG");
+	if (!path || !*path)
+		return;
+	int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return;
+	char line[32];
+	int n = snprintf(line, sizeof(line), "%" PRIu64 "\n",
+	                 __atomic_load_n(&f->st.hook_drops, __ATOMIC_RELAXED));
+	if (write(fd, line, (size_t)n) != n)
+		farm_warn("udp: FARM_UDP_HOOKS_LOG: %s", strerror(errno));
+	close(fd);
+#else
+	(void)f;
+#endif
+}
+
 static int udp_open(const farm_fabric_attr *attr, farm_fabric **out)
 {
 	hooks_from_env();
@@ -148,6 +172,7 @@ static void udp_close(farm_fabric *fab)
 			          strerror(errno));
 		pthread_join(f->thread, NULL);
 		udp_bye(f);
+		hooks_tally(f);
 	}
 	for (unsigned k = 0; k < UDP_MAX_EPS; k++)
 		if (f->eps[k])
