@@ -14,6 +14,10 @@
  *              key) in a valid session, a WRITE of two pieces whose first
  *              fits among them: each refused, the region unchanged byte
  *              for byte, the peer alive.
+ *   sess_full  the session table filled with live sessions: CONNECTs
+ *              refused (-ENOSPC), the fixture's idle session kept (its
+ *              READ works, no peer death), an unknown session's request
+ *              answered -ENOTCONN.
  *   full_ring  bursts that fill a small send queue after single requests
  *              (the send cursor once stayed on a reused slot: a stall).
  *   lossy      the test hooks drop, duplicate and reorder 5% of packets
@@ -375,6 +379,60 @@ static void test_bad_range(void **state)
 	still_serving(f); /* the peer is not dead; the good endpoint works */
 }
 
+/* A control packet from the raw socket and the target's answer (its
+ * status), or 1 when none came within 2 s. */
+static int raw_ask(struct fx *f, const struct udp_pkt *p)
+{
+	raw_send(f, p, UDP_HDR);
+	struct udp_pkt r;
+	ssize_t n = recv(f->raw, &r, sizeof(r), 0);
+	return n >= (ssize_t)UDP_HDR ? r.h.status : 1;
+}
+
+/* The session table full of live sessions (CONNECTs of a machine 3 from
+ * the raw socket): further CONNECTs are refused with -ENOSPC, the
+ * fixture's session, idle meanwhile, is not taken (its READ works and
+ * its peer is not declared dead), a new endpoint's connect fails cleanly,
+ * and a request on an unknown session is answered -ENOTCONN. */
+static void test_sess_full(void **state)
+{
+	struct fx *f = *state;
+	struct timeval tv = {.tv_sec = 2};
+	assert_int_equal(setsockopt(f->raw, SOL_SOCKET, SO_RCVTIMEO, &tv,
+	                            sizeof(tv)),
+	                 0);
+	struct udp_pkt p;
+	memset(&p, 0, sizeof(p));
+	p.h.magic = UDP_MAGIC;
+	p.h.type = T_CONNECT;
+	p.h.from = 3;
+	p.h.to = 2;
+	p.h.inc = 0x1234567;
+	unsigned ok = 0, full = 0;
+	for (unsigned i = 0; i < UDP_MAX_SESS + 16; i++) {
+		p.h.cep = i << 16 | 1;
+		int st = raw_ask(f, &p);
+		ok += st == 0;
+		full += st == -ENOSPC;
+	}
+	printf("sessions: %u accepted, %u refused (table of %u)\n", ok, full,
+	       UDP_MAX_SESS);
+	assert_int_equal(ok, UDP_MAX_SESS - 1); /* the fixture holds one */
+	assert_int_equal(full, 17);
+	assert_int_equal(stats(f->b).conn_refused, 17);
+	still_serving(f);
+	farm_ep *ep;
+	farm_ep_attr ea = {.sq_depth = 16};
+	assert_int_equal(farm_ep_connect(f->a, f->cq, 2, f->addr_b, &ea, &ep),
+	                 -ENOSPC);
+	struct udp_pkt q = req(f, FARM_WR_READ, 0);
+	q.h.sess = UDP_MAX_SESS + 5;
+	assert_int_equal(raw_ask(f, &q), -ENOTCONN);
+	still_serving(f);
+	assert_int_equal(stats(f->a).timeouts, 0);
+	assert_true(region_intact(f));
+}
+
 static void set_hooks(int drop, int dup, int reorder)
 {
 	if (farm_udp_testing_set(FARM_UDP_KNOB_DROP, drop) == -ENOTSUP)
@@ -461,6 +519,8 @@ int main(void)
 	        cmocka_unit_test_setup_teardown(test_bad_input, setup,
 	                                        teardown),
 	        cmocka_unit_test_setup_teardown(test_bad_range, setup,
+	                                        teardown),
+	        cmocka_unit_test_setup_teardown(test_sess_full, setup,
 	                                        teardown),
 	        cmocka_unit_test_setup_teardown(test_full_ring, setup,
 	                                        teardown),

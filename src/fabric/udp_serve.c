@@ -217,6 +217,16 @@ void udp_serve_req(struct udp_fabric *f, const struct udp_pkt *p, size_t n,
 	    s->peer_inc != h->inc || s->cep != h->cep ||
 	    !same_addr(&s->addr, s->alen, from, flen)) {
 		UST_ADD(f, bad_session, 1);
+		if (!s || !s->used || s->token != h->token) {
+			/* Unknown or stale (closed, or given up when the
+			 * table was full): that endpoint fails with
+			 * -ENOTCONN, not the peer by silence. A live
+			 * session's id and token from elsewhere (a forgery)
+			 * get nothing. */
+			reply_hdr(f, h, reply, T_RESP);
+			reply->h.status = -ENOTCONN;
+			*rlen = UDP_HDR;
+		}
 		return;
 	}
 	s->seen_ns = farm_now_ns();
@@ -262,6 +272,26 @@ void udp_serve_req(struct udp_fabric *f, const struct udp_pkt *p, size_t n,
 	s->expect++;
 }
 
+/* A full table gives up only a session idle past the timeout (the one idle
+ * longest): an initiator with a request in flight retransmits it well
+ * within the timeout, so such a session has nothing in flight, and its
+ * endpoint, if it posts again, gets -ENOTCONN on that endpoint alone. A
+ * session in use is never taken: its endpoint's packets would be dropped
+ * and the peer declared dead. -1 when none qualifies. */
+static int evictable(struct udp_fabric *f, uint64_t now)
+{
+	int pick = -1;
+	uint64_t oldest = now;
+	for (unsigned i = 0; i < UDP_MAX_SESS; i++) {
+		uint64_t seen = f->sess[i].seen_ns;
+		if (now - seen > f->timeout_ns && seen <= oldest) {
+			oldest = seen;
+			pick = (int)i;
+		}
+	}
+	return pick;
+}
+
 /* A new session for the CONNECT @h from @from. */
 static void accept_conn(struct udp_fabric *f, const struct udp_hdr *h,
                         const struct sockaddr_storage *from, socklen_t flen,
@@ -281,13 +311,14 @@ static void accept_conn(struct udp_fabric *f, const struct udp_hdr *h,
 		if (!s->used && pick < 0)
 			pick = (int)i;
 	}
-	if (pick < 0) { /* full: the session idle longest goes */
-		uint64_t oldest = now;
-		for (unsigned i = 0; i < UDP_MAX_SESS; i++)
-			if (f->sess[i].seen_ns <= oldest) {
-				oldest = f->sess[i].seen_ns;
-				pick = (int)i;
-			}
+	if (pick < 0)
+		pick = evictable(f, now);
+	if (pick < 0) { /* full of live sessions: this connect fails */
+		UST_ADD(f, conn_refused, 1);
+		reply_hdr(f, h, reply, T_ACCEPT);
+		reply->h.status = -ENOSPC;
+		*rlen = UDP_HDR;
+		return;
 	}
 	struct udp_sess *s = &f->sess[pick];
 	if (!s->cache)

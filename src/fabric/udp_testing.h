@@ -56,6 +56,7 @@ struct farm_udp_stats {
 	uint64_t hook_dups;       /* ... sent twice */
 	uint64_t hook_reorders;   /* ... held behind a later one */
 	uint64_t dispatch_sleeps; /* times the dispatch thread parked */
+	uint64_t conn_refused;    /* CONNECTs refused: sessions all in use */
 };
 
 /* A snapshot of a udp fabric's counters; -EINVAL for another provider. */
