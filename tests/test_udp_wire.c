@@ -446,7 +446,7 @@ static void test_lossy(void **state)
 	struct fx *f = *state;
 	set_hooks(50, 50, 50);
 	uint64_t t0 = farm_now_ns();
-	unsigned bad = workload(f, 100);
+	unsigned bad = workload(f, 50);
 	set_hooks(0, 0, 0);
 	struct farm_udp_stats a = stats(f->a), b = stats(f->b);
 	printf("lossy: %u anomalies in %.2f s; hooks dropped %" PRIu64
@@ -469,7 +469,7 @@ static void test_broken_go_back_n(void **state)
 	struct fx *f = *state;
 	set_hooks(50, 50, 50);
 	farm_udp_testing_set(FARM_UDP_KNOB_GO_BACK_N, 0);
-	unsigned bad = workload(f, 100);
+	unsigned bad = workload(f, 50);
 	farm_udp_testing_set(FARM_UDP_KNOB_GO_BACK_N, 1);
 	set_hooks(0, 0, 0);
 	printf("go-back-N off: %u anomalies (must be > 0)\n", bad);
