@@ -22,7 +22,9 @@
 #include "fabric/udp_int.h"
 #include "util/lines.h"
 
-#define UDP_LINE_RETRIES 1000000u
+/* A line changing under a READ this many times gives up (-EAGAIN). Lower
+ * than shm's: the copy runs under f->rx, which every session waits on. */
+#define UDP_LINE_RETRIES 100000u
 
 /* The registration holding [addr, addr + len) with @access under @key, or
  * a status. tab_lock held (read). */
@@ -153,10 +155,16 @@ static int execute(struct udp_fabric *f, const struct udp_pkt *p, size_t n,
 #endif
 	switch (h->op) {
 	case FARM_WR_READ:
-		if (!(tf & UDP_TF_TEARABLE))
-			farm_lines_copy(reply->data, mem, len,
-			                UDP_LINE_RETRIES);
-		else
+		if (!(tf & UDP_TF_TEARABLE)) {
+			if (FARM_UNLIKELY(!farm_lines_copy(reply->data, mem,
+			                                   len,
+			                                   UDP_LINE_RETRIES))) {
+				/* No consistent copy: never answer torn
+				 * data as a success. */
+				UST_ADD(f, line_giveups, 1);
+				st = -EAGAIN;
+			}
+		} else
 			read_words_reversed(reply->data, mem, len);
 		reply->h.len = (uint16_t)len;
 		break;
@@ -173,7 +181,7 @@ static int execute(struct udp_fabric *f, const struct udp_pkt *p, size_t n,
 	default: farm_wake_word((const uint32_t *)mem); break;
 	}
 	pthread_rwlock_unlock(&f->tab_lock);
-	return 0;
+	return st;
 }
 
 static bool same_addr(const struct sockaddr_storage *a, socklen_t al,

@@ -57,6 +57,8 @@ struct farm_udp_stats {
 	uint64_t hook_reorders;   /* ... held behind a later one */
 	uint64_t dispatch_sleeps; /* times the dispatch thread parked */
 	uint64_t conn_refused;    /* CONNECTs refused: sessions all in use */
+	uint64_t line_giveups;    /* READs answered -EAGAIN: a line kept
+	                           * changing under the copy */
 };
 
 /* A snapshot of a udp fabric's counters; -EINVAL for another provider. */
