@@ -642,6 +642,10 @@ static bool fail_peer_locked(struct udp_fabric *f, uint32_t peer)
 					s->err = FARM_EPEERDEAD;
 				__atomic_store_n(&s->state, S_DONE,
 				                 __ATOMIC_RELEASE);
+				/* Sequence numbers the target never saw
+				 * are skipped now: a later post would sit
+				 * ahead of its order for ever. */
+				ep->sw_failed = true;
 			}
 		}
 		ep->snd_una = ep->snd_nxt = ep->next_pkt;
