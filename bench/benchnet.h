@@ -16,7 +16,7 @@
 #include "netns.h"
 
 struct bnet {
-	char fabric[8]; /* shm or ofi */
+	char fabric[8]; /* shm, ofi or udp */
 	bool netns;     /* ofi across network namespaces */
 };
 
@@ -28,7 +28,8 @@ struct bnet {
 /* --fabric @v: 0, or -1 (not a provider a benchmark runs on). */
 static inline int bnet_set_fabric(struct bnet *n, const char *v)
 {
-	if (strcmp(v, "shm") != 0 && strcmp(v, "ofi") != 0)
+	if (strcmp(v, "shm") != 0 && strcmp(v, "ofi") != 0 &&
+	    strcmp(v, "udp") != 0)
 		return -1;
 	snprintf(n->fabric, sizeof(n->fabric), "%s", v);
 	return 0;

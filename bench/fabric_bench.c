@@ -30,8 +30,8 @@
  * Target CPU: the target's CPU time (all its threads, schedstat) over each
  * run, per request. On shm it is nil (the target sleeps in read(2)); on ofi
  * it is the software RMA's cost.
- * --fabric ofi: the region is anonymous memory, no file to map: no memcpy
- * baseline. --netns (under scripts/netns-cluster run --net-only): the
+ * --fabric ofi or udp: the region is anonymous memory, no file to map: no
+ * memcpy baseline. --netns (under scripts/netns-cluster run --net-only): the
  * target runs in the first machine namespace, the initiator in the second,
  * over the veth links (tests/netns.h).
  * Output: a table, then, last, one JSON line (bench/README.md).
@@ -933,8 +933,9 @@ static void usage(FILE *out)
 	        "target's CPU time per request. Prints a table, then one JSON\n"
 	        "line (last).\n"
 	        "\n"
-	        "  --fabric NAME      shm (default) or ofi (libfabric\n"
-	        "                     tcp;ofi_rxm over loopback; no memcpy\n"
+	        "  --fabric NAME      shm (default), udp (datagrams) or ofi\n"
+	        "                     (libfabric tcp;ofi_rxm), over loopback;\n"
+	        "                     udp, ofi: no memcpy\n"
 	        "                     baseline; defaults: region 64M, 2000\n"
 	        "                     latency samples)\n"
 	        "  --netns            ofi across network namespaces: target "

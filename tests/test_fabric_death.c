@@ -146,6 +146,7 @@ int main(void)
 {
 	tu_require_provider();
 	setenv("FARM_OFI_TIMEOUT_MS", OFI_TIMEOUT_MS, 0);
+	setenv("FARM_UDP_TIMEOUT_MS", OFI_TIMEOUT_MS, 0);
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test(test_kill_peer),
 	};

@@ -599,7 +599,11 @@ static void test_peer_closed_in_process(void **state)
 	f->b = NULL;
 	farm_wc wc;
 	assert_int_equal(tu_wait_wc(f->cq, &wc, 1000), 1);
-	if (!tu_is_shm() && wc.status == 0) {
+	if (!tu_is_shm() && wc.status == FARM_EREMOTE_KEY) {
+		/* udp: the target served it between the region's going and
+		 * its fabric's close; the endpoint is in the error state. */
+		assert_string_equal(tu_provider(), "udp");
+	} else if (!tu_is_shm() && wc.status == 0) {
 		/* Over a network the READ may have been answered before the
 		 * close; the next one meets the closed connection. */
 		assert_int_equal(
@@ -695,6 +699,7 @@ int main(void)
 	tu_require_provider();
 	/* ofi: a short death bound (peers closed on purpose, a closed port). */
 	setenv("FARM_OFI_TIMEOUT_MS", "500", 0);
+	setenv("FARM_UDP_TIMEOUT_MS", "500", 0);
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test_setup_teardown(test_open_errors, setup,
 	                                        teardown),

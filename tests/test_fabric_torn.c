@@ -24,6 +24,7 @@
 #include <inttypes.h>
 
 #include "fabric/shm_testing.h"
+#include "fabric/udp_testing.h"
 #ifdef FARM_HAVE_OFI
 #include "fabric/ofi_testing.h"
 #endif
@@ -32,6 +33,8 @@
  * on; returns the previous setting. */
 static int set_knob(int on)
 {
+	if (strcmp(tu_provider(), "udp") == 0)
+		return farm_udp_testing_set(FARM_UDP_KNOB_LINE_ATOMIC, on);
 #ifdef FARM_HAVE_OFI
 	if (!tu_is_shm())
 		return farm_ofi_testing_set(FARM_OFI_KNOB_LINE_ATOMIC, on);

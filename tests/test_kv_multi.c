@@ -661,5 +661,7 @@ int main(int argc, char **argv)
 	const struct CMUnitTest t[] = {
 	        cmocka_unit_test_teardown(test_kv, cl_cleanup),
 	};
-	return cmocka_run_group_tests_name("kv_multi", t, NULL, NULL);
+	bool lossy = tu_lossy_begin();
+	return tu_lossy_end(lossy,
+	                    cmocka_run_group_tests_name("kv_multi", t, NULL, NULL));
 }

@@ -623,8 +623,10 @@ static void test_death(void **state)
 	/* ofi: a short death bound for these machines only (a loaded
 	 * machine can hold a healthy request longer than this). */
 	setenv("FARM_OFI_TIMEOUT_MS", "200", 0);
+	setenv("FARM_UDP_TIMEOUT_MS", "200", 0);
 	start(p, &a, death_role_wait, death_setup);
 	unsetenv("FARM_OFI_TIMEOUT_MS");
+	unsetenv("FARM_UDP_TIMEOUT_MS");
 	char h;
 	assert_int_equal(tu_recv(p[1].from, &h, 1), 0);
 	uint64_t t_kill = farm_now_ns();

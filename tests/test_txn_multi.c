@@ -938,5 +938,7 @@ int main(int argc, char **argv)
 		if ((!opt_only || strstr(opt_only, names[i])) &&
 		    (i != 3 || farm_fault_built()))
 			sel[n++] = all[i];
-	return _cmocka_run_group_tests("txn_multi", sel, n, NULL, NULL);
+	bool lossy = tu_lossy_begin();
+	return tu_lossy_end(lossy, _cmocka_run_group_tests("txn_multi", sel, n,
+	                                                   NULL, NULL));
 }

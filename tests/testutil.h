@@ -23,6 +23,7 @@
 #include <farm/farm.h>
 
 #include "util/common.h"
+#include "util/fault.h"
 #include "zklocal.h"
 
 /* ctest treats this exit code as "skipped" (SKIP_RETURN_CODE). */
@@ -74,6 +75,62 @@ static inline void tu_require_provider(void)
 		       tu_provider());
 		exit(FARM_TEST_SKIP);
 	}
+}
+
+/*
+ * A run over the lossy udp network (FARM_UDP_HOOKS set) proves nothing if
+ * no packet was lost. tu_lossy_begin(), in main before any machine starts:
+ * false when not lossy; exits 77 (skipped) in a build without fault
+ * injection (the hooks are not compiled there); else every udp fabric of
+ * the test tallies its dropped packets into a file at close.
+ * tu_lossy_dropped(), at the end: the packets the hooks dropped, all
+ * machines that closed their fabric together.
+ */
+static char tu_lossy_log[256];
+
+static inline bool tu_lossy_begin(void)
+{
+	const char *h = getenv("FARM_UDP_HOOKS");
+	if (!h || !*h)
+		return false;
+	if (!farm_fault_built()) {
+		printf("SKIPPED: FARM_UDP_HOOKS needs fault injection "
+		       "(FARM_FAULT_INJECTION=OFF): no packet would be lost\n");
+		exit(FARM_TEST_SKIP);
+	}
+	snprintf(tu_lossy_log, sizeof(tu_lossy_log),
+	         "/tmp/farm-udp-hooks-%d.log", (int)getpid());
+	unlink(tu_lossy_log);
+	setenv("FARM_UDP_HOOKS_LOG", tu_lossy_log, 1);
+	return true;
+}
+
+static inline unsigned long long tu_lossy_dropped(void)
+{
+	unsigned long long sum = 0, v;
+	FILE *fp = fopen(tu_lossy_log, "r");
+	if (!fp)
+		return 0;
+	while (fscanf(fp, "%llu", &v) == 1)
+		sum += v;
+	fclose(fp);
+	unlink(tu_lossy_log);
+	return sum;
+}
+
+/* A lossy run's verdict: @rc, or 1 when the hooks dropped nothing. */
+static inline int tu_lossy_end(bool lossy, int rc)
+{
+	if (!lossy || rc)
+		return rc;
+	unsigned long long d = tu_lossy_dropped();
+	printf("lossy: the udp hooks dropped %llu packets\n", d);
+	if (d == 0) {
+		fprintf(stderr, "FARM_UDP_HOOKS set but no packet was dropped: "
+		                "the run was not lossy\n");
+		return 1;
+	}
+	return rc;
 }
 
 /* Open a fabric for machine @id in @dir (shm; network providers listen on

@@ -8,6 +8,9 @@
  *   "verbs" rdma-core (libibverbs + librdmacm): InfiniBand, RoCE, rxe, siw.
  *   "ofi"   libfabric: its "tcp;ofi_rxm" provider (software RMA over TCP,
  *           any network) by default, or another of its providers.
+ *   "udp"   plain UDP datagrams, any network, no library: the target
+ *           serves each one-sided request as a small RPC (eRPC-style
+ *           sessions, credits, go-back-N retransmission).
  *
  * The model is that of RDMA verbs, simplified:
  *   - memory that peers may reach is registered (farm_mr_reg) and described
@@ -67,7 +70,8 @@ typedef struct farm_mem farm_mem;
 #define FARM_CACHE_LINE 64
 
 typedef struct farm_fabric_attr {
-	/* "shm", "verbs" or "ofi"; NULL takes $FARM_FABRIC, else "shm". */
+	/* "shm", "verbs", "ofi" or "udp"; NULL takes $FARM_FABRIC, else
+	 * "shm". */
 	const char *provider;
 	/* This machine's identity, unique in the cluster. */
 	uint32_t machine_id;
@@ -75,9 +79,10 @@ typedef struct farm_fabric_attr {
 	 * lock; peers reach the machine through it. verbs: used for nothing
 	 * but diagnostics. Required for shm. */
 	const char *data_dir;
-	/* verbs, ofi: "ip:port" to listen on for peers' connections (port 0:
-	 * any free port). Give a concrete IP: a wildcard address is not one
-	 * peers can connect to. Ignored by shm. ofi: NULL is 127.0.0.1:0. */
+	/* verbs, ofi, udp: "ip:port" to listen on for peers' connections
+	 * (port 0: any free port). Give a concrete IP: a wildcard address is
+	 * not one peers can connect to. Ignored by shm. ofi, udp: NULL is
+	 * 127.0.0.1:0. */
 	const char *listen_addr;
 	/* verbs: device name (NULL: the first one). */
 	const char *device;
@@ -101,7 +106,7 @@ FARM_API void farm_fabric_close(farm_fabric *fab);
 FARM_API const char *farm_fabric_provider(const farm_fabric *fab);
 FARM_API uint32_t farm_fabric_machine_id(const farm_fabric *fab);
 /* The address peers pass to farm_ep_connect() to reach this machine
- * (shm: the data directory; verbs, ofi: "ip:port"). Returns its length, or
+ * (shm: the data directory; verbs, ofi, udp: "ip:port"). Returns its length, or
  * -ENOSPC when @len is too small. */
 FARM_API int farm_fabric_address(const farm_fabric *fab, char *buf, size_t len);
 /* Whether @provider was built into this library. */
@@ -209,7 +214,7 @@ enum farm_wr_opcode {
 	 * that checked for work just before the WRITEs and is about to sleep:
 	 * its farm_wait_word(word, non-zero) then returns at once. len is 4
 	 * and local may be NULL. Its wc.len is 1 when it woke someone (shm;
-	 * ofi: always 0, the target does not answer). */
+	 * ofi, udp: always 0). */
 	FARM_WR_NOTIFY = 4,
 };
 
@@ -387,8 +392,12 @@ farm_fabric_on_peer_death(farm_fabric *fab, farm_peer_death_fn fn, void *ctx);
  * FARM_EFENCED from now on (recovery does it to a removed machine, FaRM's
  * teardown of its queue pairs). shm: a bit in this machine's registration
  * table that initiators check before each doorbell, so a request already
- * past its check when the bit is set still lands; ids up to 63. -ENOTSUP
- * for providers without it (verbs, ofi: not yet).
+ * past its check when the bit is set still lands; ids up to 63. udp: the
+ * target refuses each request of that machine before executing it, and
+ * when this returns none of its requests is still executing (the bit set
+ * here pairs with the target's load of it under its receive lock, which
+ * revoke takes and drops); ids up to 63. Not to be called from a request
+ * handler. -ENOTSUP for providers without it (verbs, ofi: not yet).
  */
 FARM_API FARM_MUST_CHECK int farm_fabric_revoke(farm_fabric *fab,
                                                 uint32_t peer_id);

@@ -14,6 +14,7 @@
 
 static const struct farm_fabric_ops *const providers[] = {
         &farm_shm_ops,
+        &farm_udp_ops,
 #ifdef FARM_HAVE_VERBS
         &farm_verbs_ops,
 #endif
@@ -55,7 +56,7 @@ int farm_fabric_open(const farm_fabric_attr *attr, farm_fabric **out)
 			         "libfabric-dev was missing at build time");
 		else
 			farm_err("unknown fabric provider '%s' (known: shm, "
-			         "verbs, ofi)",
+			         "udp, verbs, ofi)",
 			         name);
 		return -EINVAL;
 	}

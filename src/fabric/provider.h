@@ -96,6 +96,7 @@ struct farm_fabric_ops {
 };
 
 extern const struct farm_fabric_ops farm_shm_ops;
+extern const struct farm_fabric_ops farm_udp_ops;
 #ifdef FARM_HAVE_VERBS
 extern const struct farm_fabric_ops farm_verbs_ops;
 #endif

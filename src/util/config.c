@@ -148,7 +148,7 @@ static int key_machine_id(struct farm_config *c, const char *value)
 static int key_fabric(struct farm_config *c, const char *value)
 {
 	if (strcmp(value, "shm") && strcmp(value, "verbs") &&
-	    strcmp(value, "ofi"))
+	    strcmp(value, "ofi") && strcmp(value, "udp"))
 		return -EINVAL;
 	return copy_str(c->fabric, sizeof(c->fabric), value);
 }

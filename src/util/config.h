@@ -24,7 +24,7 @@ struct farm_config {
 	bool has_machine_id;
 	char data_dir[FARM_CONFIG_STR];
 	char fabric[16];                /* "" = $FARM_FABRIC or shm */
-	char listen[FARM_CONFIG_STR];   /* verbs, ofi: ip:port */
+	char listen[FARM_CONFIG_STR];   /* verbs, ofi, udp: ip:port */
 	char ofi_provider[64];          /* ofi: libfabric provider ("" =
 	                                   tcp;ofi_rxm) */
 	uint64_t region_size;           /* bytes, power of two */

@@ -1,0 +1,789 @@
+/*
+ * The "udp" fabric provider: libfarm's fabric over plain UDP datagrams, for
+ * networks without RDMA, in the manner of eRPC (NSDI'19) and FaSST
+ * (OSDI'16). README.md, "udp", gives the design and what it guarantees.
+ *
+ * Shape. One fabric owns one UDP socket bound to its listen address (the
+ * address in the machine's card) and one dispatch thread. A farm_ep is a
+ * session to one peer, opened by a CONNECT / ACCEPT exchange with the
+ * peer's fabric (which allocates the target's half: a session index and a
+ * random token every later packet must carry, the initiator's address, and
+ * a cache of its last UDP_WINDOW replies). The one-sided requests the
+ * layers above post (READ, WRITE, CAS, NOTIFY) become packets with
+ * consecutive sequence numbers; the target executes them as small RPCs
+ * against its registrations (udp_serve.c) and answers each. At most
+ * UDP_WINDOW packets a session are unanswered (credits: a target never
+ * holds more than a window per session); a packet unanswered for
+ * UDP_RTO_NS is sent again with everything after it (go-back-N; the target
+ * drops packets ahead of the one it expects and answers duplicates from
+ * its cache, so each executes once and in order). Requests larger than one
+ * packet are split at line boundaries (udp_wire.c, udp_npieces).
+ *
+ * This file: open / close, memory, registrations, completion queues,
+ * endpoints and posting, faults, revocation, the ops table.
+ */
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "fabric/udp_int.h"
+#include "util/log.h"
+
+/* ---- fabric ------------------------------------------------------------ */
+
+static void udp_close(farm_fabric *fab);
+
+static uint64_t env_ms(const char *name, uint64_t dflt)
+{
+	const char *v = getenv(name);
+	return v && atoi(v) > 0 ? (uint64_t)atoi(v) : dflt;
+}
+
+static int open_socket(struct udp_fabric *f, const char *listen)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl;
+	if (udp_parse_addr(listen, &ss, &sl)) {
+		farm_err("udp: listen address '%s' is not ip:port", listen);
+		return -EINVAL;
+	}
+	f->fd = socket(ss.ss_family, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK,
+	               0);
+	if (f->fd < 0)
+		return -errno;
+	/* Room for every session's window at once (the kernel caps it at
+	 * net.core.[rw]mem_max). */
+	int sz = 4 << 20;
+	(void)setsockopt(f->fd, SOL_SOCKET, SO_RCVBUF, &sz, sizeof(sz));
+	(void)setsockopt(f->fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
+	if (bind(f->fd, (struct sockaddr *)&ss, sl)) {
+		int e = -errno;
+		farm_err("udp: bind %s: %s", listen, strerror(errno));
+		return e;
+	}
+	sl = sizeof(ss);
+	if (getsockname(f->fd, (struct sockaddr *)&ss, &sl))
+		return -errno;
+	udp_format_addr(&ss, f->addr, sizeof(f->addr));
+	return 0;
+}
+
+/* Test builds: FARM_UDP_HOOKS="drop,dup,reorder" (per mille of the
+ * packets this process sends) turns the hooks on for a whole test, so the
+ * layers above run over a lossy network. */
+static void hooks_from_env(void)
+{
+#ifdef FARM_FAULT_INJECTION
+	const char *h = getenv("FARM_UDP_HOOKS");
+	int d = 0, u = 0, r = 0;
+	if (h && sscanf(h, "%d,%d,%d", &d, &u, &r) == 3 && d >= 0 &&
+	    d <= 1000 && u >= 0 && u <= 1000 && r >= 0 && r <= 1000) {
+		farm_udp_testing_set(FARM_UDP_KNOB_DROP, d);
+		farm_udp_testing_set(FARM_UDP_KNOB_DUP, u);
+		farm_udp_testing_set(FARM_UDP_KNOB_REORDER, r);
+	}
+#endif
+}
+
+/* Test builds: with FARM_UDP_HOOKS_LOG set, a closing fabric appends how
+ * many packets its hooks dropped to that file (one line, O_APPEND, so the
+ * machines of one test add up), so a lossy test can prove it was lossy. */
+static void hooks_tally(const struct udp_fabric *f)
+{
+#ifdef FARM_FAULT_INJECTION
+	const char *path = getenv("FARM_UDP_HOOKS_LOG");
+	if (!path || !*path)
+		return;
+	int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return;
+	char line[32];
+	int n = snprintf(line, sizeof(line), "%" PRIu64 "\n",
+	                 __atomic_load_n(&f->st.hook_drops, __ATOMIC_RELAXED));
+	if (write(fd, line, (size_t)n) != n)
+		farm_warn("udp: FARM_UDP_HOOKS_LOG: %s", strerror(errno));
+	close(fd);
+#else
+	(void)f;
+#endif
+}
+
+static int udp_open(const farm_fabric_attr *attr, farm_fabric **out)
+{
+	hooks_from_env();
+	struct udp_fabric *f = calloc(1, sizeof(*f));
+	if (!f)
+		return -ENOMEM;
+	f->base.ops = &farm_udp_ops;
+	f->base.machine_id = attr->machine_id;
+	f->fd = f->stop_fd = -1;
+	pthread_mutex_init(&f->rx, NULL);
+	pthread_mutex_init(&f->lock, NULL);
+	pthread_mutex_init(&f->conn_mu, NULL);
+	pthread_mutex_init(&f->death_mu, NULL);
+	pthread_mutex_init(&f->tx, NULL);
+	pthread_rwlock_init(&f->tab_lock, NULL);
+	f->timeout_ns = env_ms("FARM_UDP_TIMEOUT_MS", 4000) * 1000000ull;
+	f->hb_ns = FARM_MAX(f->timeout_ns / 4, 20000000ull);
+	if (getrandom(&f->inc, sizeof(f->inc), 0) != sizeof(f->inc))
+		f->inc = farm_now_ns() ^ ((uint64_t)getpid() << 32);
+	f->inc |= 1;
+	f->table = calloc(UDP_TABLE_N, sizeof(*f->table));
+	f->peers = calloc(UDP_MAX_PEERS, sizeof(*f->peers));
+	f->sess = calloc(UDP_MAX_SESS, sizeof(*f->sess));
+	int rc = -ENOMEM;
+	if (!f->table || !f->peers || !f->sess || udp_rx_alloc(f))
+		goto fail;
+	const char *listen = attr->listen_addr && *attr->listen_addr
+	                             ? attr->listen_addr
+	                             : "127.0.0.1:0";
+	if ((rc = open_socket(f, listen)))
+		goto fail;
+	f->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	rc = -ENOMEM;
+	if (f->stop_fd < 0 ||
+	    pthread_create(&f->thread, NULL, udp_dispatch_main, f))
+		goto fail;
+	f->started = true;
+	farm_dbg("udp: machine %" PRIu32 " on %s", attr->machine_id, f->addr);
+	*out = &f->base;
+	return 0;
+fail:
+	udp_close(&f->base);
+	return rc;
+}
+
+static void udp_close(farm_fabric *fab)
+{
+	struct udp_fabric *f = UF(fab);
+	if (f->started) {
+		uint64_t one = 1;
+		if (write(f->stop_fd, &one, sizeof(one)) < 0)
+			farm_warn("udp: waking the dispatch thread: %s",
+			          strerror(errno));
+		pthread_join(f->thread, NULL);
+		udp_bye(f);
+		hooks_tally(f);
+	}
+	for (unsigned k = 0; k < UDP_MAX_EPS; k++)
+		if (f->eps[k])
+			f->base.ops->ep_destroy(&f->eps[k]->base);
+	if (f->stop_fd >= 0)
+		close(f->stop_fd);
+	if (f->fd >= 0)
+		close(f->fd);
+	if (f->sess)
+		for (unsigned k = 0; k < UDP_MAX_SESS; k++)
+			free(f->sess[k].cache);
+	free(f->sess);
+	free(f->peers);
+	free(f->table);
+	free(f->rxb);
+	pthread_rwlock_destroy(&f->tab_lock);
+	pthread_mutex_destroy(&f->rx);
+	pthread_mutex_destroy(&f->lock);
+	pthread_mutex_destroy(&f->conn_mu);
+	pthread_mutex_destroy(&f->death_mu);
+	pthread_mutex_destroy(&f->tx);
+	free(f);
+}
+
+static int udp_address(const farm_fabric *fab, char *buf, size_t len)
+{
+	const struct udp_fabric *f = (const struct udp_fabric *)fab;
+	size_t n = strlen(f->addr);
+	if (n + 1 > len)
+		return -ENOSPC;
+	memcpy(buf, f->addr, n + 1);
+	return (int)n;
+}
+
+/* ---- memory ------------------------------------------------------------ */
+
+#define UDP_HUGE (2u << 20)
+
+static int udp_mem_alloc(farm_fabric *fab, size_t size, unsigned flags,
+                         farm_mem **out)
+{
+	if (flags & FARM_MEM_REQUIRE_HUGE)
+		return -ENOTSUP; /* transparent huge pages are best effort */
+	size_t align = (flags & FARM_MEM_ALIGN_SIZE) ? size : 4096;
+	size_t len = (size + 4095) & ~(size_t)4095;
+	if (len < size || len + align < len)
+		return -ENOMEM;
+	size_t maplen = len + align;
+	uint8_t *map = mmap(NULL, maplen, PROT_READ | PROT_WRITE,
+	                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (map == MAP_FAILED)
+		return -errno;
+	uint8_t *p = (uint8_t *)(((uintptr_t)map + align - 1) &
+	                         ~(uintptr_t)(align - 1));
+	if (len >= UDP_HUGE)
+		(void)madvise(p, len, MADV_HUGEPAGE);
+#ifdef MADV_POPULATE_WRITE
+	if (madvise(p, len, MADV_POPULATE_WRITE))
+#endif
+		for (size_t k = 0; k < len; k += 4096)
+			((volatile uint8_t *)p)[k] = 0;
+	struct udp_mem *m = calloc(1, sizeof(*m));
+	if (!m) {
+		munmap(map, maplen);
+		return -ENOMEM;
+	}
+	m->base.fab = fab;
+	m->base.addr = p;
+	m->base.size = size;
+	m->map = map;
+	m->maplen = maplen;
+	*out = &m->base;
+	return 0;
+}
+
+static void udp_mem_free(farm_mem *mem)
+{
+	struct udp_mem *m = (struct udp_mem *)mem;
+	munmap(m->map, m->maplen);
+	free(m);
+}
+
+static int udp_mem_persist(const farm_mem *mem, const void *addr, size_t len)
+{
+	(void)mem;
+	(void)addr;
+	(void)len;
+	farm_store_fence(); /* DRAM (battery-backed in FaRM's model) */
+	return 0;
+}
+
+/* ---- registrations ----------------------------------------------------- */
+
+/* Keys are (generation << 12 | slot): a key of a registration since gone
+ * names a slot whose generation moved on, and is refused. */
+static int udp_mr_reg(farm_fabric *fab, void *addr, size_t len, unsigned access,
+                      farm_mr **out)
+{
+	struct udp_fabric *f = UF(fab);
+	struct udp_mr *m = calloc(1, sizeof(*m));
+	if (!m)
+		return -ENOMEM;
+	pthread_rwlock_wrlock(&f->tab_lock);
+	uint32_t slot = 1;
+	while (slot < UDP_TABLE_N && f->table[slot].key)
+		slot++;
+	if (slot == UDP_TABLE_N) {
+		pthread_rwlock_unlock(&f->tab_lock);
+		free(m);
+		return -ENOSPC;
+	}
+	uint16_t gen = ++f->slot_gen[slot];
+	if (!gen)
+		gen = f->slot_gen[slot] = 1;
+	uint64_t key = (uint64_t)gen << 12 | slot;
+	f->table[slot] = (struct udp_tent){key, (uintptr_t)addr, len, access};
+	pthread_rwlock_unlock(&f->tab_lock);
+	m->slot = slot;
+	m->base.fab = fab;
+	m->base.addr = addr;
+	m->base.len = len;
+	m->base.access = access;
+	m->base.desc = (farm_mr_desc){.key = key,
+	                              .addr = (uintptr_t)addr,
+	                              .len = len,
+	                              .machine = fab->machine_id,
+	                              .access = access};
+	*out = &m->base;
+	return 0;
+}
+
+static void udp_mr_dereg(farm_mr *mr)
+{
+	struct udp_mr *m = (struct udp_mr *)mr;
+	struct udp_fabric *f = UF(mr->fab);
+	/* Writer side of tab_lock: a request being served holds it (read)
+	 * while it touches the memory, so none does once this returns. */
+	pthread_rwlock_wrlock(&f->tab_lock);
+	memset(&f->table[m->slot], 0, sizeof(f->table[m->slot]));
+	pthread_rwlock_unlock(&f->tab_lock);
+	free(m);
+}
+
+/* ---- completion queues ------------------------------------------------- */
+
+static int udp_cq_create(farm_fabric *fab, unsigned depth, unsigned flags,
+                         farm_cq **out)
+{
+	(void)depth;
+	struct udp_cq *c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->base.fab = fab;
+	c->shared = flags & FARM_CQ_SHARED;
+	pthread_mutex_init(&c->lock, NULL);
+	*out = &c->base;
+	return 0;
+}
+
+static int udp_cq_destroy(farm_cq *cq)
+{
+	struct udp_cq *c = (struct udp_cq *)cq;
+	if (c->eps)
+		return -EBUSY;
+	pthread_mutex_destroy(&c->lock);
+	free(c);
+	return 0;
+}
+
+static bool peer_dead(const struct udp_ep *ep)
+{
+	return ep->base.peer < UDP_MAX_PEERS &&
+	       atomic_load(&ep->fab->peers[ep->base.peer].dead);
+}
+
+static uint64_t ep_delay(const struct udp_ep *ep)
+{
+	uint64_t d = atomic_load(&ep->faults.delay_ns);
+	if (ep->base.peer < UDP_MAX_PEERS)
+		d = FARM_MAX(d, atomic_load(&ep->fab->peers[ep->base.peer]
+		                                     .faults.delay_ns));
+	return d;
+}
+
+/* Retire @ep's finished requests in post order into @wc (its lock held). */
+static int retire(struct udp_ep *ep, int n, farm_wc *wc)
+{
+	int got = 0;
+	uint64_t delay = ep_delay(ep), now = delay ? farm_now_ns() : 0;
+	while (got < n && ep->tail != ep->head) {
+		struct udp_slot *s = &ep->slots[ep->tail & ep->mask];
+		if (s->state != S_DONE)
+			break;
+		if (delay && now - s->posted_ns < delay)
+			break;
+		int st = s->err;
+		if (ep->closed)
+			st = -ENOTCONN;
+		else if (ep->err_state)
+			st = FARM_EFLUSHED;
+		if (st)
+			ep->err_state = true;
+		if (st || (s->flags & FARM_WR_SIGNALED)) {
+			farm_wc *w = &wc[got++];
+			w->wr_id = s->wr_id;
+			w->status = st;
+			w->opcode = s->opcode;
+			w->pad = 0;
+			w->peer = ep->base.peer;
+			w->len = st || s->opcode == FARM_WR_NOTIFY ? 0 : s->len;
+		}
+		s->state = S_FREE;
+		ep->tail++;
+	}
+	return got;
+}
+
+static int udp_cq_poll(farm_cq *fcq, int n, farm_wc *wc)
+{
+	struct udp_cq *c = (struct udp_cq *)fcq;
+	struct udp_fabric *f = UF(fcq->fab);
+	if (c->shared)
+		pthread_mutex_lock(&c->lock);
+	/* A poller waiting for replies reads them itself when the dispatch
+	 * thread is not (one wake-up less per round trip). */
+	bool waiting = false;
+	for (struct udp_ep *ep = c->eps; ep && !waiting; ep = ep->cq_next)
+		waiting = ep->tail != ep->head;
+	if (waiting)
+		udp_rx_drain(f);
+	int got = 0;
+	for (struct udp_ep *ep = c->eps; ep && got < n; ep = ep->cq_next) {
+		/* Only an endpoint whose oldest request is done is locked:
+		 * a poller spinning on the lock would starve the reply
+		 * handler waiting for it (a mutex is not fair). A hint, read
+		 * again under the lock; pairs with the release in on_reply
+		 * and udp_ep_post. */
+		if (ep->tail == ep->head ||
+		    __atomic_load_n(&ep->slots[ep->tail & ep->mask].state,
+		                    __ATOMIC_ACQUIRE) != S_DONE)
+			continue;
+		pthread_mutex_lock(&ep->lock);
+		got += retire(ep, n - got, wc + got);
+		pthread_mutex_unlock(&ep->lock);
+	}
+	if (c->shared)
+		pthread_mutex_unlock(&c->lock);
+	return got;
+}
+
+/* ---- endpoints --------------------------------------------------------- */
+
+/* The CONNECT / ACCEPT exchange: the target's session index and token for
+ * endpoint @cep, and the target's incarnation. Retried with a doubling
+ * gap (a datagram can be lost) up to the connect bound. */
+static int handshake(struct udp_fabric *f, uint32_t peer, uint32_t cep,
+                     const struct sockaddr_storage *to, socklen_t tlen,
+                     struct udp_conn *c)
+{
+	c->cep = cep;
+	atomic_store(&c->done, 0);
+	pthread_mutex_lock(&f->conn_mu);
+	pthread_mutex_lock(&f->lock);
+	f->conn = c;
+	pthread_mutex_unlock(&f->lock);
+	struct udp_pkt p;
+	memset(&p.h, 0, sizeof(p.h));
+	p.h.magic = UDP_MAGIC;
+	p.h.type = T_CONNECT;
+	p.h.from = f->base.machine_id;
+	p.h.to = peer;
+	p.h.inc = f->inc;
+	p.h.cep = cep;
+	uint64_t bound = FARM_MIN(UDP_CONNECT_NS, f->timeout_ns);
+	uint64_t t0 = farm_now_ns(), gap = 2000000ull;
+	struct udp_out o = {&p, UDP_HDR, to, tlen};
+	while (!atomic_load(&c->done) && farm_now_ns() - t0 < bound) {
+		udp_send(f, &o, 1);
+		uint64_t until = farm_now_ns() + gap;
+		while (!atomic_load(&c->done) && farm_now_ns() < until)
+			farm_wait_word((const uint32_t *)&c->done, 0,
+			               until - farm_now_ns());
+		gap = FARM_MIN(gap * 2, 100000000ull);
+	}
+	pthread_mutex_lock(&f->lock);
+	f->conn = NULL;
+	pthread_mutex_unlock(&f->lock);
+	pthread_mutex_unlock(&f->conn_mu);
+	if (!atomic_load(&c->done))
+		return -ECONNREFUSED;
+	return c->status;
+}
+
+static int udp_ep_connect(farm_fabric *fab, farm_cq *cq, uint32_t peer_id,
+                          const char *peer_addr, const farm_ep_attr *attr,
+                          farm_ep **out)
+{
+	struct udp_fabric *f = UF(fab);
+	struct sockaddr_storage to;
+	socklen_t tlen;
+	if (!peer_addr || udp_parse_addr(peer_addr, &to, &tlen) ||
+	    peer_id >= UDP_MAX_PEERS || peer_id == fab->machine_id)
+		return -ECONNREFUSED;
+	struct udp_ep *ep = calloc(1, sizeof(*ep));
+	if (!ep)
+		return -ENOMEM;
+	unsigned d = 1;
+	while (d < attr->sq_depth)
+		d <<= 1;
+	ep->slots = calloc(d, sizeof(*ep->slots));
+	if (!ep->slots) {
+		free(ep);
+		return -ENOMEM;
+	}
+	ep->base.fab = fab;
+	ep->base.cq = cq;
+	ep->base.peer = peer_id;
+	ep->fab = f;
+	ep->depth = attr->sq_depth;
+	ep->mask = d - 1;
+	ep->dest = to;
+	ep->dlen = tlen;
+	pthread_mutex_init(&ep->lock, NULL);
+	pthread_mutex_lock(&f->lock);
+	unsigned idx = 0;
+	while (idx < UDP_MAX_EPS && f->eps[idx])
+		idx++;
+	if (idx == UDP_MAX_EPS) {
+		pthread_mutex_unlock(&f->lock);
+		free(ep->slots);
+		free(ep);
+		return -ENOSPC;
+	}
+	ep->idx = idx;
+	ep->gen = ++f->ep_gen[idx];
+	pthread_mutex_unlock(&f->lock);
+	struct udp_conn c;
+	int rc = handshake(f, peer_id, idx << 16 | ep->gen, &to, tlen, &c);
+	if (rc) {
+		free(ep->slots);
+		free(ep);
+		return rc;
+	}
+	ep->sess = c.sess;
+	ep->token = c.token;
+	ep->progress_ns = farm_now_ns();
+	ep->rto_ns = UDP_RTO_NS;
+	pthread_mutex_lock(&f->lock);
+	struct udp_peer *pe = &f->peers[peer_id];
+	if (pe->inc != c.inc || atomic_load(&pe->dead)) {
+		/* A new connection is a new chance (a restarted machine). */
+		__atomic_store_n(&pe->inc, c.inc, __ATOMIC_RELAXED);
+		atomic_store(&pe->dead, 0);
+	}
+	pe->addr = to;
+	pe->alen = tlen;
+	__atomic_store_n(&pe->rx_ns, farm_now_ns(), __ATOMIC_RELAXED);
+	pe->neps++;
+	f->eps[idx] = ep;
+	f->eps_hi = FARM_MAX(f->eps_hi, idx + 1);
+	pthread_mutex_unlock(&f->lock);
+	struct udp_cq *q = (struct udp_cq *)cq;
+	if (q->shared)
+		pthread_mutex_lock(&q->lock);
+	ep->cq_next = q->eps;
+	q->eps = ep;
+	if (q->shared)
+		pthread_mutex_unlock(&q->lock);
+	*out = &ep->base;
+	return 0;
+}
+
+static void udp_ep_disconnect(farm_ep *fep)
+{
+	struct udp_ep *ep = (struct udp_ep *)fep;
+	pthread_mutex_lock(&ep->lock);
+	ep->closed = true;
+	pthread_mutex_unlock(&ep->lock);
+}
+
+static void udp_ep_destroy(farm_ep *fep)
+{
+	struct udp_ep *ep = (struct udp_ep *)fep;
+	struct udp_fabric *f = ep->fab;
+	struct udp_cq *c = (struct udp_cq *)fep->cq;
+	if (c->shared)
+		pthread_mutex_lock(&c->lock);
+	for (struct udp_ep **p = &c->eps; *p; p = &(*p)->cq_next)
+		if (*p == ep) {
+			*p = ep->cq_next;
+			break;
+		}
+	if (c->shared)
+		pthread_mutex_unlock(&c->lock);
+	/* Under f->lock, which every reply's handler holds while it uses
+	 * the endpoint: none does once it is out of the table. */
+	pthread_mutex_lock(&f->lock);
+	f->eps[ep->idx] = NULL;
+	if (ep->base.peer < UDP_MAX_PEERS && f->peers[ep->base.peer].neps)
+		f->peers[ep->base.peer].neps--;
+	pthread_mutex_unlock(&f->lock);
+	/* The target's half goes too (best effort: an unanswered session is
+	 * also reused when its table fills). */
+	struct udp_pkt p;
+	memset(&p.h, 0, sizeof(p.h));
+	p.h.magic = UDP_MAGIC;
+	p.h.type = T_CLOSE;
+	p.h.from = f->base.machine_id;
+	p.h.to = ep->base.peer;
+	p.h.inc = f->inc;
+	p.h.sess = ep->sess;
+	p.h.token = ep->token;
+	p.h.cep = ep->idx << 16 | ep->gen;
+	struct udp_out o = {&p, UDP_HDR, &ep->dest, ep->dlen};
+	if (f->started)
+		udp_send(f, &o, 1);
+	pthread_mutex_destroy(&ep->lock);
+	free(ep->slots);
+	free(ep);
+}
+
+static bool udp_ep_usable(const farm_ep *fep)
+{
+	const struct udp_ep *ep = (const struct udp_ep *)fep;
+	return !ep->err_state && !ep->closed && !peer_dead(ep);
+}
+
+/* Check the local buffer against its registration (verbs' LOC_PROT). */
+static bool local_ok(const farm_wr *wr)
+{
+	if (wr->len == 0 || wr->opcode == FARM_WR_NOTIFY ||
+	    (wr->opcode == FARM_WR_WRITE && (wr->flags & FARM_WR_INLINE)))
+		return true;
+	if (!wr->lmr || !(wr->lmr->access & FARM_ACCESS_LOCAL))
+		return false;
+	uintptr_t a = (uintptr_t)wr->local, b = (uintptr_t)wr->lmr->addr;
+	return a >= b && a - b <= wr->lmr->len &&
+	       wr->len <= wr->lmr->len - (a - b);
+}
+
+/* A failure known without the peer, or 0. */
+static int local_status(const struct udp_ep *ep, const farm_wr *wr)
+{
+	const struct udp_fabric *f = ep->fab;
+	if (ep->closed)
+		return -ENOTCONN;
+	if (ep->err_state || ep->sw_failed)
+		return FARM_EFLUSHED;
+	if (peer_dead(ep))
+		return FARM_EPEERDEAD;
+	if (atomic_load(&ep->faults.fail) ||
+	    (ep->base.peer < UDP_MAX_PEERS &&
+	     atomic_load(&f->peers[ep->base.peer].faults.fail)))
+		return FARM_EINJECTED;
+	if (!local_ok(wr))
+		return FARM_ELOCAL_ACCESS;
+	if (wr->opcode == FARM_WR_CAS && (wr->raddr & 7))
+		return -EINVAL;
+	return 0;
+}
+
+static int udp_ep_post(farm_ep *fep, farm_wr *list, farm_wr **bad)
+{
+	struct udp_ep *ep = (struct udp_ep *)fep;
+	pthread_mutex_lock(&ep->lock);
+	int rc = 0;
+	farm_wr *wr;
+	for (wr = list; wr; wr = wr->next) {
+		if ((rc = farm_wr_check(wr)))
+			break;
+		if (ep->head - ep->tail >= ep->depth) {
+			rc = -EAGAIN;
+			break;
+		}
+		struct udp_slot *s = &ep->slots[ep->head & ep->mask];
+		s->wr_id = wr->wr_id;
+		s->opcode = wr->opcode;
+		s->flags = wr->flags;
+		s->len = wr->len;
+		s->local = wr->local;
+		s->raddr = wr->raddr;
+		s->rkey = wr->rkey;
+		s->cmp = wr->compare;
+		s->swp = wr->swap;
+		s->posted_ns = farm_now_ns();
+		s->ndone = 0;
+		s->npk = 0;
+		s->err = local_status(ep, wr);
+		if (s->err)
+			ep->sw_failed = true; /* later requests: flushed */
+		if (!s->err && wr->opcode == FARM_WR_WRITE &&
+		    (wr->flags & FARM_WR_INLINE)) {
+			memcpy(s->inl, wr->local, wr->len);
+			s->local = s->inl;
+		}
+		if (s->err || (wr->len == 0 && wr->opcode != FARM_WR_NOTIFY)) {
+			__atomic_store_n(&s->state, S_DONE, __ATOMIC_RELEASE);
+		} else {
+			s->npk = udp_npieces(wr->raddr, wr->len);
+			s->pkt_first = ep->next_pkt;
+			ep->next_pkt += s->npk;
+			s->state = S_QUEUED;
+			UST_ADD(ep->fab, ops, 1);
+		}
+		ep->head++;
+	}
+	if (ep->snd_una == ep->snd_nxt)
+		ep->progress_ns = farm_now_ns(); /* the bound starts now */
+	udp_ep_pump(ep);
+	pthread_mutex_unlock(&ep->lock);
+	if (rc && bad)
+		*bad = wr;
+	return rc;
+}
+
+/* ---- faults, fencing, death -------------------------------------------- */
+
+static int set_fault(struct udp_faults *x, enum farm_fault fl, uint64_t arg)
+{
+	switch (fl) {
+	case FARM_FAULT_CLEAR:
+		atomic_store(&x->delay_ns, 0);
+		atomic_store(&x->fail, 0);
+		atomic_store(&x->pause, 0);
+		return 0;
+	case FARM_FAULT_DELAY: atomic_store(&x->delay_ns, arg); return 0;
+	case FARM_FAULT_FAIL: atomic_store(&x->fail, arg != 0); return 0;
+	case FARM_FAULT_PAUSE: atomic_store(&x->pause, arg != 0); return 0;
+	}
+	return -EINVAL;
+}
+
+static int udp_ep_fault(farm_ep *fep, enum farm_fault fl, uint64_t arg)
+{
+	return set_fault(&((struct udp_ep *)fep)->faults, fl, arg);
+}
+
+static int udp_fault_peer(farm_fabric *fab, uint32_t peer_id,
+                          enum farm_fault fl, uint64_t arg)
+{
+	struct udp_fabric *f = UF(fab);
+	if (peer_id >= UDP_MAX_PEERS)
+		return -ENOENT;
+	pthread_mutex_lock(&f->lock);
+	bool found = f->peers[peer_id].neps > 0;
+	pthread_mutex_unlock(&f->lock);
+	if (!found)
+		return -ENOENT;
+	return set_fault(&f->peers[peer_id].faults, fl, arg);
+}
+
+static int udp_revoke(farm_fabric *fab, uint32_t peer_id)
+{
+	struct udp_fabric *f = UF(fab);
+	if (peer_id >= 64) /* as shm: machine ids below 64 */
+		return -ERANGE;
+	/* Pairs with the load in udp_serve.c revoked(), made under f->rx
+	 * before each request executes. */
+	atomic_fetch_or(&f->revoked[peer_id / 64], 1ull << (peer_id % 64));
+	/* A request that passed revoked() just before the bit was set is
+	 * still executing under f->rx: taking and dropping rx waits for it,
+	 * so none of that machine's requests runs after we return. Every
+	 * request executes under rx, and revoke is never called with rx held
+	 * (death callbacks run from the timers, outside rx). */
+	pthread_mutex_lock(&f->rx);
+	pthread_mutex_unlock(&f->rx);
+	return 0;
+}
+
+static int udp_on_peer_death(farm_fabric *fab, farm_peer_death_fn fn, void *ctx)
+{
+	struct udp_fabric *f = UF(fab);
+	pthread_mutex_lock(&f->death_mu);
+	f->death_fn = fn;
+	f->death_ctx = ctx;
+	pthread_mutex_unlock(&f->death_mu);
+	return 0;
+}
+
+int farm_udp_stats(const farm_fabric *fab, struct farm_udp_stats *out)
+{
+	if (!fab || !out || fab->ops != &farm_udp_ops)
+		return -EINVAL;
+	const struct udp_fabric *f = (const struct udp_fabric *)fab;
+	const uint64_t *src = (const uint64_t *)&f->st;
+	uint64_t *dst = (uint64_t *)out;
+	for (size_t k = 0; k < sizeof(*out) / 8; k++)
+		dst[k] = __atomic_load_n(&src[k], __ATOMIC_RELAXED);
+	return 0;
+}
+
+const struct farm_fabric_ops farm_udp_ops = {
+        .name = "udp",
+        .open = udp_open,
+        .close = udp_close,
+        .address = udp_address,
+        .mem_alloc = udp_mem_alloc,
+        .mem_free = udp_mem_free,
+        .mem_persist = udp_mem_persist,
+        .mr_reg = udp_mr_reg,
+        .mr_dereg = udp_mr_dereg,
+        .cq_create = udp_cq_create,
+        .cq_destroy = udp_cq_destroy,
+        .cq_poll = udp_cq_poll,
+        .ep_connect = udp_ep_connect,
+        .ep_disconnect = udp_ep_disconnect,
+        .ep_destroy = udp_ep_destroy,
+        .ep_usable = udp_ep_usable,
+        .ep_post = udp_ep_post,
+        .ep_fault = udp_ep_fault,
+        .revoke = udp_revoke,
+        .on_peer_death = udp_on_peer_death,
+        .fault_peer = udp_fault_peer,
+};

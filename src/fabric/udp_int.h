@@ -1,0 +1,256 @@
+/*
+ * Internal to the udp provider (udp.c: fabric, memory, registrations,
+ * completion queues, endpoints, posting; udp_wire.c: packets, the dispatch
+ * thread that serves peers' requests and receives replies, retransmission,
+ * liveness). See udp.c's head comment and README.md, "udp".
+ */
+#ifndef FARM_FABRIC_UDP_INT_H
+#define FARM_FABRIC_UDP_INT_H
+
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/socket.h>
+
+#include "fabric/provider.h"
+#include "fabric/udp_testing.h"
+#include "util/common.h"
+
+#define UDP_MAGIC      0x31505546u /* "FUP1" */
+#define UDP_HDR        88u
+#define UDP_PIECE      1344u /* data bytes per packet: 21 lines */
+#define UDP_DGRAM_MAX  (UDP_HDR + UDP_PIECE) /* fits a 1500-byte MTU */
+#define UDP_WINDOW     32u /* credits: unacknowledged packets a session */
+#define UDP_BATCH      32u /* datagrams per recvmmsg / sendmmsg */
+#define UDP_MAX_EPS    4096u
+#define UDP_MAX_PEERS  1024u
+#define UDP_MAX_SESS   1024u
+#define UDP_TABLE_N    4096u
+#define UDP_RTO_NS     (5ull * 1000000ull) /* as eRPC: 5 ms */
+#define UDP_RTO_MAX_NS (160ull * 1000000ull)
+#define UDP_CONNECT_NS (2000ull * 1000000ull)
+
+/* Test-only request flags (udp_testing.h knobs, set at the initiator as
+ * the tests set them, obeyed by the target in FARM_FAULT_INJECTION builds
+ * only). */
+#define UDP_TF_UNORDERED 1u /* WRITE: the last word first */
+#define UDP_TF_TEARABLE  2u /* READ: word by word, highest first */
+
+enum {
+	T_REQ = 1,
+	T_RESP,
+	T_CONNECT,
+	T_ACCEPT,
+	T_PING,
+	T_PONG,
+	T_CLOSE,
+	T_BYE, /* the sender's fabric closes */
+};
+
+/* Every datagram starts with this header (host byte order: the provider
+ * runs between machines of one architecture, as the rings do). */
+struct udp_hdr {
+	uint32_t magic;
+	uint8_t type;
+	uint8_t op;        /* REQ: enum farm_wr_opcode */
+	uint16_t len;      /* payload bytes after the header */
+	uint32_t from, to; /* machine ids */
+	uint64_t inc;      /* the sender fabric's incarnation (random) */
+	uint32_t sess;     /* the target's session index */
+	uint32_t token;    /* ... and its secret; both echoed in replies */
+	uint32_t cep;      /* the initiator's endpoint: index << 16 | gen */
+	int32_t status;    /* RESP */
+	uint64_t seq;      /* packet sequence in the session */
+	uint64_t raddr, rkey;
+	uint32_t rlen;     /* READ: bytes wanted */
+	uint32_t tflags;   /* test builds: UDP_TF_*, a guarantee to break */
+	uint64_t cmp, swp; /* CAS; its RESP: cmp is the value found */
+};
+_Static_assert(sizeof(struct udp_hdr) == UDP_HDR, "header size");
+
+struct udp_pkt {
+	struct udp_hdr h;
+	uint8_t data[UDP_PIECE];
+};
+
+/* A registration (key: gen << 12 | slot). */
+struct udp_tent {
+	uint64_t key;
+	uintptr_t addr;
+	uint64_t len;
+	unsigned access;
+};
+
+struct udp_mr {
+	farm_mr base;
+	uint32_t slot;
+};
+
+struct udp_mem {
+	farm_mem base;
+	void *map;
+	size_t maplen;
+};
+
+struct udp_faults {
+	_Atomic uint64_t delay_ns;
+	atomic_int fail, pause;
+};
+
+/* The target's side of a session: where its replies go and the cache of
+ * the last UDP_WINDOW replies, so a duplicate is answered, not redone. */
+struct udp_sess {
+	bool used, failed;
+	uint32_t token, peer, cep;
+	uint64_t peer_inc;
+	struct sockaddr_storage addr;
+	socklen_t alen;
+	uint64_t expect; /* the next sequence to execute */
+	uint64_t seen_ns;
+	struct udp_cached {
+		uint64_t seq;
+		uint16_t len;
+		struct udp_pkt pkt;
+	} * cache; /* UDP_WINDOW entries, by seq % UDP_WINDOW */
+};
+
+enum { S_FREE = 0, S_QUEUED, S_DONE };
+
+struct udp_slot {
+	uint64_t wr_id;
+	uint16_t opcode, flags;
+	uint32_t len;
+	uint8_t state;
+	int err;
+	void *local;
+	uint64_t raddr, rkey, cmp, swp;
+	uint64_t pkt_first; /* its first packet's sequence */
+	uint32_t npk, ndone;
+	uint64_t posted_ns;
+	uint8_t inl[FARM_INLINE_MAX];
+};
+
+/* The initiator's side of a session: one farm_ep. Requests become packets
+ * with consecutive sequence numbers; at most UDP_WINDOW unacknowledged. */
+struct udp_ep {
+	farm_ep base;
+	struct udp_fabric *fab;
+	pthread_mutex_t lock;
+	uint32_t idx, gen;
+	uint32_t sess, token; /* the target's */
+	struct sockaddr_storage dest;
+	socklen_t dlen;
+	struct udp_slot *slots;
+	uint32_t mask, depth, head, tail;
+	uint32_t send_slot;            /* the slot holding snd_nxt */
+	uint64_t next_pkt;             /* the next sequence to assign */
+	uint64_t snd_una, snd_nxt;     /* oldest unacked; next to send */
+	uint64_t acked;                /* bit i: snd_una + i answered */
+	uint32_t win_slot[UDP_WINDOW]; /* the slot of packet q % W */
+	uint64_t rto_at, progress_ns;
+	uint64_t rto_ns; /* UDP_RTO_NS, doubled by each retransmission */
+	bool closed, err_state, sw_failed;
+	struct udp_faults faults;
+	struct udp_ep *cq_next;
+};
+
+struct udp_cq {
+	farm_cq base;
+	pthread_mutex_t lock;
+	bool shared;
+	struct udp_ep *eps;
+};
+
+struct udp_peer {
+	atomic_int dead;
+	bool report;      /* dead, not yet told to the death callback */
+	uint64_t inc;     /* its incarnation, learned at connect */
+	uint64_t rx_ns;   /* last packet heard from it */
+	uint64_t ping_ns; /* last probe sent */
+	struct sockaddr_storage addr;
+	socklen_t alen;
+	unsigned neps;
+	struct udp_faults faults;
+};
+
+/* A connect in progress: the dispatch thread fills it from the ACCEPT. */
+struct udp_conn {
+	uint32_t cep;
+	atomic_int done;
+	uint32_t sess, token;
+	int32_t status;
+	uint64_t inc;
+};
+
+struct udp_fabric {
+	farm_fabric base;
+	int fd, stop_fd;
+	uint64_t inc;
+	uint64_t timeout_ns, hb_ns;
+	char addr[64];
+	pthread_t thread;
+	bool started;
+	/* Lock order: rx, then lock, then an endpoint's lock. */
+	pthread_mutex_t rx;   /* the socket's receive side and sessions */
+	pthread_mutex_t lock; /* eps, peers, conns */
+	pthread_rwlock_t tab_lock;
+	struct udp_tent *table;
+	uint16_t slot_gen[UDP_TABLE_N];
+	struct udp_ep *eps[UDP_MAX_EPS];
+	uint16_t ep_gen[UDP_MAX_EPS];
+	struct udp_peer *peers; /* UDP_MAX_PEERS */
+	struct udp_sess *sess;  /* UDP_MAX_SESS */
+	struct udp_conn *conn;  /* at most one connect at a time */
+	pthread_mutex_t conn_mu;
+	_Atomic uint64_t revoked[UDP_MAX_PEERS / 64];
+	pthread_mutex_t death_mu;
+	farm_peer_death_fn death_fn;
+	void *death_ctx;
+	pthread_mutex_t tx; /* the test hooks' held packet */
+	struct udp_pkt held;
+	size_t held_len;
+	struct sockaddr_storage held_to;
+	socklen_t held_tlen;
+	struct udp_rxbuf *rxb; /* under rx */
+	unsigned eps_hi;       /* eps[] used below this */
+	struct farm_udp_stats st;
+};
+
+#define UST_ADD(f, field, n) \
+	__atomic_fetch_add(&(f)->st.field, (n), __ATOMIC_RELAXED)
+
+static inline struct udp_fabric *UF(farm_fabric *fab)
+{
+	return (struct udp_fabric *)fab;
+}
+
+/* A datagram to send. */
+struct udp_out {
+	const struct udp_pkt *pkt;
+	size_t len;
+	const struct sockaddr_storage *to;
+	socklen_t tlen;
+};
+
+/* udp_wire.c */
+int udp_parse_addr(const char *s, struct sockaddr_storage *ss, socklen_t *sl);
+int udp_format_addr(const struct sockaddr_storage *ss, char *buf, size_t len);
+void udp_send(struct udp_fabric *f, const struct udp_out *out, unsigned n);
+int udp_rx_alloc(struct udp_fabric *f);
+void udp_rx_drain(struct udp_fabric *f);
+void *udp_dispatch_main(void *arg);
+int udp_knob(int knob);
+void udp_ep_pump(struct udp_ep *ep);
+void udp_piece(uint64_t raddr, uint32_t len, uint32_t k, uint64_t *off,
+               uint32_t *plen);
+uint32_t udp_npieces(uint64_t raddr, uint32_t len);
+void udp_bye(struct udp_fabric *f);
+/* udp_serve.c */
+void udp_serve_req(struct udp_fabric *f, const struct udp_pkt *p, size_t n,
+                   const struct sockaddr_storage *from, socklen_t flen,
+                   struct udp_pkt *reply, size_t *rlen);
+void udp_serve_ctl(struct udp_fabric *f, const struct udp_pkt *p, size_t n,
+                   const struct sockaddr_storage *from, socklen_t flen,
+                   struct udp_pkt *reply, size_t *rlen);
+
+#endif

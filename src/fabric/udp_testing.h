@@ -1,0 +1,67 @@
+/*
+ * The udp provider's counters and its test-only switches: knobs that break
+ * a guarantee so tests prove they can fail, and (FARM_FAULT_INJECTION
+ * builds only) hooks that drop, duplicate and reorder the packets this
+ * process sends. Internal; not installed.
+ */
+#ifndef FARM_FABRIC_UDP_TESTING_H
+#define FARM_FABRIC_UDP_TESTING_H
+
+#include <stdint.h>
+
+#include <farm/fabric.h>
+
+enum farm_udp_knob {
+	/* 1 (default): the target executes a session's packets once each, in
+	 * sequence order (go-back-N: later ones dropped until the missing
+	 * one arrives, duplicates answered from the reply cache); 0: every
+	 * packet is executed as it arrives, duplicates again. */
+	FARM_UDP_KNOB_GO_BACK_N = 1,
+	/* 1 (default): a READ is copied line by line as a seqlock reader;
+	 * 0: word by word, highest first, unchecked. */
+	FARM_UDP_KNOB_LINE_ATOMIC = 2,
+	/* 1 (default): a WRITE's last word is stored after the rest; 0:
+	 * first. */
+	FARM_UDP_KNOB_ORDERED_WRITES = 3,
+	/* Per mille of the packets this process sends that are dropped,
+	 * sent twice, or held back behind the next one (test builds only:
+	 * -ENOTSUP elsewhere). */
+	FARM_UDP_KNOB_DROP = 4,
+	FARM_UDP_KNOB_DUP = 5,
+	FARM_UDP_KNOB_REORDER = 6,
+};
+
+/* Set a knob for the whole process; returns its previous value (or
+ * -ENOTSUP for a hook in a build without fault injection). */
+int farm_udp_testing_set(enum farm_udp_knob knob, int value);
+
+struct farm_udp_stats {
+	uint64_t ops;             /* requests posted to a peer */
+	uint64_t tx_pkts;         /* datagrams sent */
+	uint64_t rx_pkts;         /* datagrams received */
+	uint64_t tx_calls;        /* sendmmsg calls */
+	uint64_t rx_calls;        /* recvmmsg calls that returned packets */
+	uint64_t served;          /* request packets executed */
+	uint64_t malformed;       /* wrong magic, version, size or fields */
+	uint64_t bad_session;     /* unknown, forged or stale session */
+	uint64_t fenced;          /* from a revoked machine: not executed */
+	uint64_t out_of_order;    /* ahead of the expected sequence: dropped */
+	uint64_t replayed;        /* duplicates answered from the reply cache */
+	uint64_t too_old;         /* duplicates older than the cache: dropped */
+	uint64_t stale_replies;   /* replies for nothing outstanding */
+	uint64_t retransmits;     /* packets sent again after a timeout */
+	uint64_t timeouts;        /* peers declared dead by the bound */
+	uint64_t pings;           /* liveness probes sent */
+	uint64_t hook_drops;      /* test hooks: packets dropped */
+	uint64_t hook_dups;       /* ... sent twice */
+	uint64_t hook_reorders;   /* ... held behind a later one */
+	uint64_t dispatch_sleeps; /* times the dispatch thread parked */
+	uint64_t conn_refused;    /* CONNECTs refused: sessions all in use */
+	uint64_t line_giveups;    /* READs answered -EAGAIN: a line kept
+	                           * changing under the copy */
+};
+
+/* A snapshot of a udp fabric's counters; -EINVAL for another provider. */
+int farm_udp_stats(const farm_fabric *fab, struct farm_udp_stats *out);
+
+#endif

@@ -1,0 +1,800 @@
+/*
+ * The udp provider's wire: addresses, sending (sendmmsg, through the test
+ * hooks), draining the socket (recvmmsg: requests to serve, replies to
+ * hand to endpoints, session control), the initiator's go-back-N window
+ * (pump, retransmission after UDP_RTO_NS) and the dispatch thread, which
+ * parks in poll(2) while nothing is outstanding and probes peers' liveness
+ * every hb_ns.
+ */
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "fabric/udp_int.h"
+#include "util/log.h"
+
+/* ---- knobs -------------------------------------------------------------- */
+
+#ifdef FARM_FAULT_INJECTION
+static atomic_int knobs[7] = {0, 1, 1, 1, 0, 0, 0};
+
+int udp_knob(int knob)
+{
+	return atomic_load_explicit(&knobs[knob], memory_order_relaxed);
+}
+
+int farm_udp_testing_set(enum farm_udp_knob knob, int value)
+{
+	if (knob < FARM_UDP_KNOB_GO_BACK_N || knob > FARM_UDP_KNOB_REORDER)
+		return -EINVAL;
+	return atomic_exchange(&knobs[knob], value);
+}
+#else
+/* A production build cannot switch a guarantee off (duplicate suppression,
+ * line atomicity, write order) nor lose packets: every knob reads as its
+ * default and setting one is refused. */
+static const int knob_default[7] = {0, 1, 1, 1, 0, 0, 0};
+
+int udp_knob(int knob)
+{
+	return knob_default[knob];
+}
+
+int farm_udp_testing_set(enum farm_udp_knob knob, int value)
+{
+	(void)value;
+	if (knob < FARM_UDP_KNOB_GO_BACK_N || knob > FARM_UDP_KNOB_REORDER)
+		return -EINVAL;
+	return -ENOTSUP;
+}
+#endif
+
+/* ---- addresses ---------------------------------------------------------- */
+
+int udp_parse_addr(const char *s, struct sockaddr_storage *ss, socklen_t *sl)
+{
+	char host[64];
+	const char *colon = strrchr(s, ':');
+	if (!colon || (size_t)(colon - s) >= sizeof(host))
+		return -EINVAL;
+	char *end;
+	long port = strtol(colon + 1, &end, 10);
+	if (*end || port < 0 || port > 65535 || end == colon + 1)
+		return -EINVAL;
+	size_t hl = (size_t)(colon - s);
+	if (hl >= 2 && s[0] == '[' && s[hl - 1] == ']') {
+		memcpy(host, s + 1, hl - 2);
+		host[hl - 2] = 0;
+	} else {
+		memcpy(host, s, hl);
+		host[hl] = 0;
+	}
+	memset(ss, 0, sizeof(*ss));
+	struct sockaddr_in *a4 = (struct sockaddr_in *)ss;
+	struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)ss;
+	if (inet_pton(AF_INET, host, &a4->sin_addr) == 1) {
+		a4->sin_family = AF_INET;
+		a4->sin_port = htons((uint16_t)port);
+		*sl = sizeof(*a4);
+		return 0;
+	}
+	if (inet_pton(AF_INET6, host, &a6->sin6_addr) == 1) {
+		a6->sin6_family = AF_INET6;
+		a6->sin6_port = htons((uint16_t)port);
+		*sl = sizeof(*a6);
+		return 0;
+	}
+	return -EINVAL;
+}
+
+int udp_format_addr(const struct sockaddr_storage *ss, char *buf, size_t len)
+{
+	char host[INET6_ADDRSTRLEN];
+	if (ss->ss_family == AF_INET) {
+		const struct sockaddr_in *a = (const struct sockaddr_in *)ss;
+		inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
+		return snprintf(buf, len, "%s:%u", host, ntohs(a->sin_port));
+	}
+	const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)ss;
+	inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
+	return snprintf(buf, len, "[%s]:%u", host, ntohs(a->sin6_port));
+}
+
+/* ---- sending ------------------------------------------------------------ */
+
+static void send_raw(struct udp_fabric *f, const struct udp_out *out,
+                     unsigned n)
+{
+	struct mmsghdr m[UDP_BATCH * 2 + 1];
+	struct iovec iov[UDP_BATCH * 2 + 1];
+	unsigned k = 0;
+	while (k < n) {
+		unsigned b = 0;
+		for (; b < FARM_ARRAY_SIZE(m) && k + b < n; b++) {
+			const struct udp_out *o = &out[k + b];
+			iov[b] = (struct iovec){(void *)o->pkt, o->len};
+			m[b].msg_hdr =
+			        (struct msghdr){.msg_name = (void *)o->to,
+			                        .msg_namelen = o->tlen,
+			                        .msg_iov = &iov[b],
+			                        .msg_iovlen = 1};
+		}
+		int r = sendmmsg(f->fd, m, b, MSG_DONTWAIT);
+		UST_ADD(f, tx_calls, 1);
+		if (r <= 0) {
+			/* A full socket buffer drops them, as a switch
+			 * would: retransmission recovers. */
+			r = 1;
+		} else {
+			UST_ADD(f, tx_pkts, (uint64_t)r);
+		}
+		k += (unsigned)r;
+	}
+}
+
+#ifdef FARM_FAULT_INJECTION
+static _Thread_local uint64_t hook_rng;
+
+static bool roll(int knob)
+{
+	int pm = udp_knob(knob);
+	if (!pm)
+		return false;
+	if (!hook_rng)
+		hook_rng = farm_now_ns() | 1;
+	return (int)(farm_rand64(&hook_rng) % 1000) < pm;
+}
+
+/* The held packet goes out now (behind whatever was sent before). */
+static void flush_held(struct udp_fabric *f)
+{
+	pthread_mutex_lock(&f->tx);
+	if (f->held_len) {
+		struct udp_out o = {&f->held, f->held_len, &f->held_to,
+		                    f->held_tlen};
+		send_raw(f, &o, 1);
+		f->held_len = 0;
+	}
+	pthread_mutex_unlock(&f->tx);
+}
+#endif
+
+void udp_send(struct udp_fabric *f, const struct udp_out *out, unsigned n)
+{
+#ifdef FARM_FAULT_INJECTION
+	if (udp_knob(FARM_UDP_KNOB_DROP) || udp_knob(FARM_UDP_KNOB_DUP) ||
+	    udp_knob(FARM_UDP_KNOB_REORDER)) {
+		struct udp_out v[UDP_BATCH * 2] = {{0}};
+		unsigned m = 0;
+		bool flush = false;
+		for (unsigned i = 0; i < n && m + 2 <= FARM_ARRAY_SIZE(v);
+		     i++) {
+			if (roll(FARM_UDP_KNOB_DROP)) {
+				UST_ADD(f, hook_drops, 1);
+				continue;
+			}
+			if (roll(FARM_UDP_KNOB_REORDER)) {
+				pthread_mutex_lock(&f->tx);
+				bool free_slot = f->held_len == 0;
+				if (free_slot) {
+					memcpy(&f->held, out[i].pkt,
+					       out[i].len);
+					f->held_len = out[i].len;
+					memcpy(&f->held_to, out[i].to,
+					       out[i].tlen);
+					f->held_tlen = out[i].tlen;
+				}
+				pthread_mutex_unlock(&f->tx);
+				if (free_slot) {
+					UST_ADD(f, hook_reorders, 1);
+					continue;
+				}
+			}
+			v[m++] = out[i];
+			flush = true;
+			if (roll(FARM_UDP_KNOB_DUP)) {
+				UST_ADD(f, hook_dups, 1);
+				v[m++] = out[i];
+			}
+		}
+		if (m)
+			send_raw(f, v, m);
+		if (flush)
+			flush_held(f);
+		return;
+	}
+#endif
+	send_raw(f, out, n);
+}
+
+/* ---- pieces ------------------------------------------------------------- */
+
+/* A request is split at line boundaries into pieces of at most UDP_PIECE
+ * bytes, one per packet: a line never spans two packets (so a READ stays
+ * line-atomic), and pieces execute in order (so a WRITE's last word lands
+ * last). */
+uint32_t udp_npieces(uint64_t raddr, uint32_t len)
+{
+	if (len == 0)
+		return 1;
+	uint64_t a = raddr & ~(uint64_t)(FARM_CACHE_LINE - 1);
+	return (uint32_t)((raddr + len - a + UDP_PIECE - 1) / UDP_PIECE);
+}
+
+void udp_piece(uint64_t raddr, uint32_t len, uint32_t k, uint64_t *off,
+               uint32_t *plen)
+{
+	uint64_t a = raddr & ~(uint64_t)(FARM_CACHE_LINE - 1);
+	uint64_t b0 = FARM_MAX(raddr, a + (uint64_t)k * UDP_PIECE);
+	uint64_t b1 = FARM_MIN(raddr + len, a + (uint64_t)(k + 1) * UDP_PIECE);
+	*off = b0 - raddr;
+	*plen = (uint32_t)(b1 - b0);
+}
+
+/* ---- the initiator's window ---------------------------------------------- */
+
+static size_t build_pkt(struct udp_ep *ep, const struct udp_slot *s, uint64_t q,
+                        struct udp_pkt *p)
+{
+	uint64_t off;
+	uint32_t plen;
+	udp_piece(s->raddr, s->len, (uint32_t)(q - s->pkt_first), &off, &plen);
+	memset(&p->h, 0, sizeof(p->h));
+	p->h.magic = UDP_MAGIC;
+	p->h.type = T_REQ;
+	p->h.op = (uint8_t)s->opcode;
+	p->h.from = ep->fab->base.machine_id;
+	p->h.to = ep->base.peer;
+	p->h.inc = ep->fab->inc;
+	p->h.sess = ep->sess;
+	p->h.token = ep->token;
+	p->h.cep = ep->idx << 16 | ep->gen;
+	p->h.seq = q;
+	p->h.raddr = s->raddr + off;
+	p->h.rkey = s->rkey;
+#ifdef FARM_FAULT_INJECTION
+	if (!udp_knob(FARM_UDP_KNOB_ORDERED_WRITES))
+		p->h.tflags |= UDP_TF_UNORDERED;
+	if (!udp_knob(FARM_UDP_KNOB_LINE_ATOMIC))
+		p->h.tflags |= UDP_TF_TEARABLE;
+#endif
+	switch (s->opcode) {
+	case FARM_WR_READ: p->h.rlen = plen; break;
+	case FARM_WR_WRITE:
+		p->h.len = (uint16_t)plen;
+		memcpy(p->data, (const uint8_t *)s->local + off, plen);
+		/* The first piece carries the whole request's range (cmp:
+		 * start, swp: length, unused by a WRITE), so the target
+		 * refuses a request that would fail on a later piece
+		 * before any byte of it lands. */
+		if (q == s->pkt_first) {
+			p->h.cmp = s->raddr;
+			p->h.swp = s->len;
+		}
+		break;
+	case FARM_WR_CAS:
+		p->h.cmp = s->cmp;
+		p->h.swp = s->swp;
+		break;
+	default: break;
+	}
+	return UDP_HDR + p->h.len;
+}
+
+static bool ep_paused(const struct udp_ep *ep)
+{
+	const struct udp_fabric *f = ep->fab;
+	return atomic_load(&ep->faults.pause) ||
+	       (ep->base.peer < UDP_MAX_PEERS &&
+	        atomic_load(&f->peers[ep->base.peer].faults.pause));
+}
+
+/* Send what the window allows: first the packets in [from, snd_nxt) not
+ * answered yet (a retransmission), then new ones. Endpoint lock held. */
+static void ep_send(struct udp_ep *ep, uint64_t from)
+{
+	if (ep_paused(ep))
+		return;
+	static _Thread_local struct udp_pkt pk[UDP_BATCH];
+	struct udp_out out[UDP_BATCH];
+	unsigned n = 0;
+	/* The timer is armed by the first packet outstanding, re-armed by a
+	 * retransmission (and by progress, on_reply). */
+	bool arm = ep->snd_una == ep->snd_nxt || from < ep->snd_nxt;
+	for (uint64_t q = from; q < ep->snd_nxt; q++) {
+		if (ep->acked >> (q - ep->snd_una) & 1)
+			continue;
+		const struct udp_slot *s =
+		        &ep->slots[ep->win_slot[q % UDP_WINDOW] & ep->mask];
+		out[n] = (struct udp_out){&pk[n], build_pkt(ep, s, q, &pk[n]),
+		                          &ep->dest, ep->dlen};
+		UST_ADD(ep->fab, retransmits, 1);
+		if (++n == UDP_BATCH) {
+			udp_send(ep->fab, out, n);
+			n = 0;
+		}
+	}
+	/* The cursor may lag behind the oldest request (retired since): its
+	 * slot may hold a newer request by now. */
+	if ((int32_t)(ep->send_slot - ep->tail) < 0)
+		ep->send_slot = ep->tail;
+	while (ep->snd_nxt < ep->next_pkt &&
+	       ep->snd_nxt < ep->snd_una + UDP_WINDOW) {
+		struct udp_slot *s = &ep->slots[ep->send_slot & ep->mask];
+		if (s->state != S_QUEUED ||
+		    ep->snd_nxt >= s->pkt_first + s->npk) {
+			ep->send_slot++;
+			continue;
+		}
+		uint64_t q = ep->snd_nxt++;
+		ep->win_slot[q % UDP_WINDOW] = ep->send_slot;
+		out[n] = (struct udp_out){&pk[n], build_pkt(ep, s, q, &pk[n]),
+		                          &ep->dest, ep->dlen};
+		if (++n == UDP_BATCH) {
+			udp_send(ep->fab, out, n);
+			n = 0;
+		}
+	}
+	if (n)
+		udp_send(ep->fab, out, n);
+	if (from < ep->snd_nxt) /* a retransmission: back off */
+		ep->rto_ns = FARM_MIN(ep->rto_ns * 2, UDP_RTO_MAX_NS);
+	if (arm)
+		ep->rto_at = farm_now_ns() + ep->rto_ns;
+}
+
+void udp_ep_pump(struct udp_ep *ep)
+{
+	ep_send(ep, ep->snd_nxt);
+}
+
+/* A reply for packet @q of @ep (endpoint lock held). */
+static void on_reply(struct udp_ep *ep, const struct udp_pkt *p, uint64_t q)
+{
+	struct udp_fabric *f = ep->fab;
+	if (q < ep->snd_una || q >= ep->snd_nxt ||
+	    (ep->acked >> (q - ep->snd_una) & 1)) {
+		UST_ADD(f, stale_replies, 1);
+		return;
+	}
+	struct udp_slot *s =
+	        &ep->slots[ep->win_slot[q % UDP_WINDOW] & ep->mask];
+	if (s->state != S_QUEUED || q < s->pkt_first ||
+	    q >= s->pkt_first + s->npk || p->h.op != s->opcode) {
+		UST_ADD(f, stale_replies, 1);
+		return;
+	}
+	uint64_t off;
+	uint32_t plen;
+	udp_piece(s->raddr, s->len, (uint32_t)(q - s->pkt_first), &off, &plen);
+	int st = p->h.status;
+	if (!st && s->opcode == FARM_WR_READ && p->h.len != plen)
+		st = FARM_ECORRUPT;
+	else if (!st && s->opcode != FARM_WR_READ && p->h.len)
+		st = FARM_ECORRUPT;
+	if (st > 0)
+		st = FARM_ECORRUPT;
+	if (st && !s->err)
+		s->err = st;
+	else if (!st && s->opcode == FARM_WR_READ)
+		memcpy((uint8_t *)s->local + off, p->data, plen);
+	else if (!st && s->opcode == FARM_WR_CAS)
+		memcpy(s->local, &p->h.cmp, 8);
+	ep->acked |= 1ull << (q - ep->snd_una);
+	if (++s->ndone == s->npk) /* pairs with udp_cq_poll's hint */
+		__atomic_store_n(&s->state, S_DONE, __ATOMIC_RELEASE);
+	uint64_t before = ep->snd_una;
+	while (ep->acked & 1) {
+		ep->acked >>= 1;
+		ep->snd_una++;
+	}
+	uint64_t now = farm_now_ns();
+	ep->progress_ns = now;
+	if (ep->snd_una != before) {
+		ep->rto_ns = UDP_RTO_NS;
+		ep->rto_at = now + UDP_RTO_NS;
+	}
+	udp_ep_pump(ep);
+}
+
+/* ---- receiving ---------------------------------------------------------- */
+
+struct udp_rxbuf {
+	struct {
+		struct udp_pkt p;
+		uint8_t extra[64]; /* an oversized datagram shows as such */
+	} in[UDP_BATCH];
+	struct sockaddr_storage from[UDP_BATCH];
+	struct udp_pkt reply[UDP_BATCH];
+	struct udp_out out[UDP_BATCH];
+};
+
+int udp_rx_alloc(struct udp_fabric *f)
+{
+	f->rxb = calloc(1, sizeof(*f->rxb));
+	return f->rxb ? 0 : -ENOMEM;
+}
+
+/* Without f->lock (a request served): the peer's fields are read and
+ * written as single words; pairs with the loads in peer_timers. */
+static void heard(struct udp_fabric *f, const struct udp_hdr *h)
+{
+	if (h->from < UDP_MAX_PEERS &&
+	    __atomic_load_n(&f->peers[h->from].inc, __ATOMIC_RELAXED) == h->inc)
+		__atomic_store_n(&f->peers[h->from].rx_ns, farm_now_ns(),
+		                 __ATOMIC_RELAXED);
+}
+
+static void on_resp(struct udp_fabric *f, const struct udp_pkt *p)
+{
+	uint32_t idx = p->h.cep >> 16, gen = p->h.cep & 0xffff;
+	pthread_mutex_lock(&f->lock);
+	struct udp_ep *ep = idx < UDP_MAX_EPS ? f->eps[idx] : NULL;
+	if (!ep || ep->gen != gen || ep->base.peer != p->h.from ||
+	    ep->sess != p->h.sess || ep->token != p->h.token ||
+	    f->peers[ep->base.peer].inc != p->h.inc) {
+		pthread_mutex_unlock(&f->lock);
+		UST_ADD(f, bad_session, 1);
+		return;
+	}
+	heard(f, &p->h);
+	pthread_mutex_lock(&ep->lock);
+	on_reply(ep, p, p->h.seq);
+	pthread_mutex_unlock(&ep->lock);
+	pthread_mutex_unlock(&f->lock);
+}
+
+static void on_accept(struct udp_fabric *f, const struct udp_hdr *h)
+{
+	pthread_mutex_lock(&f->lock);
+	struct udp_conn *c = f->conn;
+	if (c && c->cep == h->cep && !atomic_load(&c->done)) {
+		c->sess = h->sess;
+		c->token = h->token;
+		c->inc = h->inc;
+		c->status = h->status < 0 ? h->status : 0;
+		atomic_store(&c->done, 1);
+	}
+	pthread_mutex_unlock(&f->lock);
+}
+
+static void on_pong(struct udp_fabric *f, const struct udp_hdr *h)
+{
+	if (h->from >= UDP_MAX_PEERS)
+		return;
+	pthread_mutex_lock(&f->lock);
+	struct udp_peer *pe = &f->peers[h->from];
+	if (pe->inc == h->inc)
+		__atomic_store_n(&pe->rx_ns, farm_now_ns(), __ATOMIC_RELAXED);
+	else if (pe->neps && !atomic_load(&pe->dead))
+		__atomic_store_n(&pe->rx_ns, 0,
+		                 __ATOMIC_RELAXED); /* restarted */
+	pthread_mutex_unlock(&f->lock);
+}
+
+static bool fail_peer_locked(struct udp_fabric *f, uint32_t peer);
+
+/* A peer's fabric closed (its farewell, as a TCP reset would be): its
+ * requests outstanding fail now, not after the bound; its sessions go. */
+static void on_bye(struct udp_fabric *f, const struct udp_hdr *h)
+{
+	if (h->from >= UDP_MAX_PEERS)
+		return;
+	for (unsigned i = 0; i < UDP_MAX_SESS; i++)
+		if (f->sess[i].used && f->sess[i].peer == h->from &&
+		    f->sess[i].peer_inc == h->inc)
+			f->sess[i].used = false;
+	pthread_mutex_lock(&f->lock);
+	if (f->peers[h->from].inc == h->inc && f->peers[h->from].neps)
+		fail_peer_locked(f, h->from);
+	pthread_mutex_unlock(&f->lock);
+}
+
+/* Say goodbye to every machine this one has sessions with (either side),
+ * best effort; the dispatch thread has stopped. */
+void udp_bye(struct udp_fabric *f)
+{
+	struct udp_pkt p;
+	memset(&p.h, 0, sizeof(p.h));
+	p.h.magic = UDP_MAGIC;
+	p.h.type = T_BYE;
+	p.h.from = f->base.machine_id;
+	p.h.inc = f->inc;
+	for (uint32_t m = 0; m < UDP_MAX_PEERS; m++)
+		if (f->peers[m].neps) {
+			p.h.to = m;
+			struct udp_out o = {&p, UDP_HDR, &f->peers[m].addr,
+			                    f->peers[m].alen};
+			send_raw(f, &o, 1);
+		}
+	for (unsigned i = 0; i < UDP_MAX_SESS; i++)
+		if (f->sess[i].used) {
+			p.h.to = f->sess[i].peer;
+			struct udp_out o = {&p, UDP_HDR, &f->sess[i].addr,
+			                    f->sess[i].alen};
+			send_raw(f, &o, 1);
+		}
+}
+
+/* One datagram: checked, then served or handed on. Returns the reply's
+ * length (in *reply), 0 for none. */
+static size_t on_dgram(struct udp_fabric *f, const struct udp_pkt *p, size_t n,
+                       int mflags, const struct sockaddr_storage *from,
+                       socklen_t flen, struct udp_pkt *reply)
+{
+	const struct udp_hdr *h = &p->h;
+	if (n == UDP_HDR && h->magic == UDP_MAGIC && h->type == T_CONNECT &&
+	    !h->len && h->to != f->base.machine_id) {
+		/* Someone else's address: say so, the caller's card is
+		 * wrong (farm_ep_connect: -EINVAL). */
+		UST_ADD(f, malformed, 1);
+		memset(&reply->h, 0, sizeof(reply->h));
+		reply->h.magic = UDP_MAGIC;
+		reply->h.type = T_ACCEPT;
+		reply->h.from = f->base.machine_id;
+		reply->h.to = h->from;
+		reply->h.cep = h->cep;
+		reply->h.status = -EINVAL;
+		return UDP_HDR;
+	}
+	if (n < UDP_HDR || n > UDP_DGRAM_MAX || (mflags & MSG_TRUNC) ||
+	    h->magic != UDP_MAGIC || UDP_HDR + (size_t)h->len != n ||
+	    h->to != f->base.machine_id || h->from == f->base.machine_id ||
+	    flen > sizeof(struct sockaddr_storage)) {
+		UST_ADD(f, malformed, 1);
+		return 0;
+	}
+	size_t rlen = 0;
+	switch (h->type) {
+	case T_REQ:
+		udp_serve_req(f, p, n, from, flen, reply, &rlen);
+		if (rlen)
+			heard(f, h);
+		return rlen;
+	case T_RESP: on_resp(f, p); return 0;
+	case T_ACCEPT: on_accept(f, h); return 0;
+	case T_PONG: on_pong(f, h); return 0;
+	case T_BYE: on_bye(f, h); return 0;
+	case T_CONNECT:
+	case T_PING:
+	case T_CLOSE:
+		udp_serve_ctl(f, p, n, from, flen, reply, &rlen);
+		return rlen;
+	default: UST_ADD(f, malformed, 1); return 0;
+	}
+}
+
+/* Read the socket until it is empty; replies go in one sendmmsg per
+ * batch received. Caller holds f->rx. */
+static void rx_drain_locked(struct udp_fabric *f)
+{
+	struct udp_rxbuf *b = f->rxb;
+	for (;;) {
+		struct mmsghdr m[UDP_BATCH];
+		struct iovec iov[UDP_BATCH];
+		for (unsigned i = 0; i < UDP_BATCH; i++) {
+			iov[i] = (struct iovec){&b->in[i], sizeof(b->in[i])};
+			m[i].msg_hdr = (struct msghdr){
+			        .msg_name = &b->from[i],
+			        .msg_namelen = sizeof(b->from[i]),
+			        .msg_iov = &iov[i],
+			        .msg_iovlen = 1};
+		}
+		int r = recvmmsg(f->fd, m, UDP_BATCH, MSG_DONTWAIT, NULL);
+		if (r <= 0)
+			return;
+		UST_ADD(f, rx_calls, 1);
+		UST_ADD(f, rx_pkts, (uint64_t)r);
+		unsigned nout = 0;
+		for (int i = 0; i < r; i++) {
+			size_t rl = on_dgram(
+			        f, &b->in[i].p, m[i].msg_len,
+			        m[i].msg_hdr.msg_flags, &b->from[i],
+			        m[i].msg_hdr.msg_namelen, &b->reply[nout]);
+			if (rl) {
+				b->out[nout] = (struct udp_out){
+				        &b->reply[nout], rl, &b->from[i],
+				        m[i].msg_hdr.msg_namelen};
+				nout++;
+			}
+		}
+		if (nout)
+			udp_send(f, b->out, nout);
+		if (r < (int)UDP_BATCH)
+			return;
+	}
+}
+
+void udp_rx_drain(struct udp_fabric *f)
+{
+	if (pthread_mutex_trylock(&f->rx) == 0) {
+		rx_drain_locked(f);
+		pthread_mutex_unlock(&f->rx);
+	}
+}
+
+/* ---- timers: retransmission, liveness ------------------------------------ */
+
+/* Fail everything outstanding to @peer (f->lock held); true when it was
+ * alive until now. */
+static bool fail_peer_locked(struct udp_fabric *f, uint32_t peer)
+{
+	bool was = !atomic_exchange(&f->peers[peer].dead, 1);
+	if (was)
+		f->peers[peer].report = true; /* by the dispatch thread */
+	for (unsigned i = 0; i < f->eps_hi; i++) {
+		struct udp_ep *ep = f->eps[i];
+		if (!ep || ep->base.peer != peer)
+			continue;
+		pthread_mutex_lock(&ep->lock);
+		for (uint32_t k = ep->tail; k != ep->head; k++) {
+			struct udp_slot *s = &ep->slots[k & ep->mask];
+			if (s->state == S_QUEUED) {
+				if (!s->err)
+					s->err = FARM_EPEERDEAD;
+				__atomic_store_n(&s->state, S_DONE,
+				                 __ATOMIC_RELEASE);
+				/* Sequence numbers the target never saw
+				 * are skipped now: a later post would sit
+				 * ahead of its order for ever. */
+				ep->sw_failed = true;
+			}
+		}
+		ep->snd_una = ep->snd_nxt = ep->next_pkt;
+		ep->acked = 0;
+		ep->send_slot = ep->head;
+		pthread_mutex_unlock(&ep->lock);
+	}
+	return was;
+}
+
+static void report_death(struct udp_fabric *f, uint32_t peer)
+{
+	farm_info("udp: machine %" PRIu32 " unreachable: declared dead", peer);
+	pthread_mutex_lock(&f->death_mu);
+	if (f->death_fn)
+		f->death_fn(f->death_ctx, peer);
+	pthread_mutex_unlock(&f->death_mu);
+}
+
+/* Tell the death callback, from the dispatch thread only: a poller that
+ * drained the socket may hold locks of the layers above. */
+static void report_deaths(struct udp_fabric *f)
+{
+	for (uint32_t m = 0; m < UDP_MAX_PEERS; m++) {
+		pthread_mutex_lock(&f->lock);
+		bool r = f->peers[m].report;
+		f->peers[m].report = false;
+		pthread_mutex_unlock(&f->lock);
+		if (r)
+			report_death(f, m);
+	}
+}
+
+/* Whether @now is more than @d after @t. Another thread may have stored a
+ * @t later than the @now this pass took: that is not "long ago". */
+static bool later(uint64_t now, uint64_t t, uint64_t d)
+{
+	return (int64_t)(now - t) > (int64_t)d;
+}
+
+/* One endpoint's timers (f->lock and its lock held): retransmission after
+ * the RTO (go-back-N from the oldest unanswered packet) and the death
+ * bound. Returns whether it has packets outstanding; sets *dead. */
+static bool ep_timers(struct udp_ep *ep, uint64_t now, bool *dead)
+{
+	if (ep->snd_una == ep->next_pkt)
+		return false;
+	if (ep_paused(ep)) {
+		ep->progress_ns = now; /* held back on purpose */
+		return true;
+	}
+	if (later(now, ep->progress_ns, ep->fab->timeout_ns)) {
+		*dead = true;
+		return true;
+	}
+	if (ep->snd_una < ep->snd_nxt && now >= ep->rto_at)
+		ep_send(ep, ep->snd_una);
+	else if (ep->snd_nxt < ep->next_pkt)
+		udp_ep_pump(ep); /* unpaused, or the window opened */
+	return true;
+}
+
+/* Peers' liveness: a probe every hb_ns to each peer this machine has
+ * endpoints to; nothing heard for the bound: dead. f->lock held. */
+static void peer_timers(struct udp_fabric *f, uint64_t now, uint32_t *dead,
+                        unsigned *ndead)
+{
+	for (uint32_t m = 0; m < UDP_MAX_PEERS; m++) {
+		struct udp_peer *pe = &f->peers[m];
+		if (!pe->neps || atomic_load(&pe->dead))
+			continue;
+		if (later(now, __atomic_load_n(&pe->rx_ns, __ATOMIC_RELAXED),
+		          f->timeout_ns)) {
+			if (*ndead < 16)
+				dead[(*ndead)++] = m;
+			continue;
+		}
+		if (!later(now, pe->ping_ns, f->hb_ns))
+			continue;
+		pe->ping_ns = now;
+		struct udp_pkt p;
+		memset(&p.h, 0, sizeof(p.h));
+		p.h.magic = UDP_MAGIC;
+		p.h.type = T_PING;
+		p.h.from = f->base.machine_id;
+		p.h.to = m;
+		p.h.inc = f->inc;
+		struct udp_out o = {&p, UDP_HDR, &pe->addr, pe->alen};
+		udp_send(f, &o, 1);
+		UST_ADD(f, pings, 1);
+	}
+}
+
+/* Returns how long the dispatch thread may sleep, in ms. */
+static int timers(struct udp_fabric *f)
+{
+	uint64_t now = farm_now_ns();
+	uint32_t dead[16];
+	unsigned ndead = 0;
+	bool busy = false;
+	pthread_mutex_lock(&f->lock);
+	for (unsigned i = 0; i < f->eps_hi; i++) {
+		struct udp_ep *ep = f->eps[i];
+		if (!ep)
+			continue;
+		bool d = false;
+		if (pthread_mutex_trylock(&ep->lock)) {
+			busy = true; /* its owner posts: next pass */
+			continue;
+		}
+		busy |= ep_timers(ep, now, &d);
+		pthread_mutex_unlock(&ep->lock);
+		uint32_t pr = ep->base.peer;
+		if (d && pr < UDP_MAX_PEERS && ndead < 16)
+			dead[ndead++] = pr;
+	}
+	peer_timers(f, now, dead, &ndead);
+	for (unsigned k = 0; k < ndead; k++)
+		if (fail_peer_locked(f, dead[k]))
+			UST_ADD(f, timeouts, 1);
+	pthread_mutex_unlock(&f->lock);
+	report_deaths(f);
+#ifdef FARM_FAULT_INJECTION
+	flush_held(f);
+#endif
+	return busy ? 1
+	            : (int)FARM_MAX(1u, FARM_MIN(200u, f->hb_ns / 1000000u));
+}
+
+void *udp_dispatch_main(void *arg)
+{
+	struct udp_fabric *f = arg;
+	struct pollfd p[2] = {{.fd = f->stop_fd, .events = POLLIN},
+	                      {.fd = f->fd, .events = POLLIN}};
+	for (;;) {
+		/* A poller draining the socket holds rx: it serves what
+		 * arrives, and this thread keeps the timers, not waiting
+		 * behind a lock a spinning poller takes again and again (a
+		 * mutex is not fair). */
+		bool drained = pthread_mutex_trylock(&f->rx) == 0;
+		if (drained) {
+			rx_drain_locked(f);
+			pthread_mutex_unlock(&f->rx);
+		}
+		int ms = timers(f);
+		UST_ADD(f, dispatch_sleeps, 1);
+		int n = poll(p, drained ? 2 : 1, drained ? ms : 1);
+		if (n > 0 && (p[0].revents & POLLIN))
+			break;
+	}
+	return NULL;
+}

@@ -1,0 +1,532 @@
+/*
+ * The udp provider on a lossy, hostile network (loopback).
+ *
+ *   bad_input  a raw UDP socket sends the target garbage, headers that are
+ *              too short, of a wrong magic or type, truncated (a length
+ *              field longer than the datagram) or oversized, requests
+ *              with an unknown or forged session (a real session's id and
+ *              token sent from another address), a session closed since
+ *              (stale), and requests from a machine the target revoked.
+ *              Each is dropped and counted (or, revoked, refused with
+ *              FARM_EFENCED); the region is unchanged byte for byte and a
+ *              good peer still reads and writes.
+ *   bad_range  requests out of the registration (past its end, an unknown
+ *              key) in a valid session, a WRITE of two pieces whose first
+ *              fits among them: each refused, the region unchanged byte
+ *              for byte, the peer alive.
+ *   sess_full  the session table filled with live sessions: CONNECTs
+ *              refused (-ENOSPC), the fixture's idle session kept (its
+ *              READ works, no peer death), an unknown session's request
+ *              answered -ENOTCONN.
+ *   full_ring  bursts that fill a small send queue after single requests
+ *              (the send cursor once stayed on a reused slot: a stall).
+ *   lossy      the test hooks drop, duplicate and reorder 5% of packets
+ *              each way while pipelined WRITEs, READs and CASes run on one
+ *              endpoint (requests of one and of many packets): every READ
+ *              sees the WRITE posted just before it, every CAS finds the
+ *              value the one before it left, large transfers arrive
+ *              intact; the hooks and the recovery really ran (counters).
+ *   broken     the same with the target's go-back-N switched off (it
+ *              executes packets as they arrive, duplicates again): the
+ *              workload must find anomalies, proving it can fail.
+ */
+#include "testutil.h"
+
+#include <arpa/inet.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include "fabric/udp_int.h"
+#include "fabric/udp_testing.h"
+
+#define RSIZE (1u << 20)
+#define LBUF  (256u << 10)
+
+struct fx {
+	farm_fabric *a, *b; /* initiator 1, target 2 */
+	uint8_t *region;
+	farm_mr *rmr;
+	farm_mr_desc rd;
+	farm_cq *cq;
+	farm_ep *ep;
+	uint8_t *buf;
+	farm_mr *lmr;
+	char addr_b[64];
+	struct sockaddr_in to;
+	int raw;
+};
+
+static int setup(void **state)
+{
+	struct fx *f = calloc(1, sizeof(*f));
+	farm_fabric_attr a = {.provider = "udp",
+	                      .machine_id = 1,
+	                      .listen_addr = "127.0.0.1:0"};
+	assert_int_equal(farm_fabric_open(&a, &f->a), 0);
+	a.machine_id = 2;
+	assert_int_equal(farm_fabric_open(&a, &f->b), 0);
+	f->region = aligned_alloc(4096, RSIZE);
+	for (size_t i = 0; i < RSIZE; i++)
+		f->region[i] = (uint8_t)(i * 31 + 7);
+	assert_int_equal(
+	        farm_mr_reg(f->b, f->region, RSIZE, FARM_ACCESS_ALL, &f->rmr),
+	        0);
+	f->rd = farm_mr_describe(f->rmr);
+	assert_int_equal(farm_cq_create(f->a, 256, 0, &f->cq), 0);
+	assert_true(farm_fabric_address(f->b, f->addr_b, sizeof(f->addr_b)) >
+	            0);
+	farm_ep_attr ea = {.sq_depth = 256};
+	assert_int_equal(
+	        farm_ep_connect(f->a, f->cq, 2, f->addr_b, &ea, &f->ep), 0);
+	f->buf = aligned_alloc(64, LBUF);
+	memset(f->buf, 0, LBUF);
+	assert_int_equal(
+	        farm_mr_reg(f->a, f->buf, LBUF, FARM_ACCESS_LOCAL, &f->lmr), 0);
+	struct sockaddr_storage ss;
+	socklen_t sl;
+	assert_int_equal(udp_parse_addr(f->addr_b, &ss, &sl), 0);
+	memcpy(&f->to, &ss, sizeof(f->to));
+	f->raw = socket(AF_INET, SOCK_DGRAM, 0);
+	assert_true(f->raw >= 0);
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fx *f = *state;
+	farm_udp_testing_set(FARM_UDP_KNOB_DROP, 0);
+	farm_udp_testing_set(FARM_UDP_KNOB_DUP, 0);
+	farm_udp_testing_set(FARM_UDP_KNOB_REORDER, 0);
+	farm_udp_testing_set(FARM_UDP_KNOB_GO_BACK_N, 1);
+	close(f->raw);
+	farm_ep_destroy(f->ep);
+	assert_int_equal(farm_cq_destroy(f->cq), 0);
+	farm_mr_dereg(f->lmr);
+	farm_mr_dereg(f->rmr);
+	farm_fabric_close(f->a);
+	farm_fabric_close(f->b);
+	free(f->region);
+	free(f->buf);
+	free(f);
+	return 0;
+}
+
+static struct farm_udp_stats stats(farm_fabric *fab)
+{
+	struct farm_udp_stats s;
+	assert_int_equal(farm_udp_stats(fab, &s), 0);
+	return s;
+}
+
+static void raw_send(struct fx *f, const void *p, size_t n)
+{
+	assert_int_equal(sendto(f->raw, p, n, 0, (struct sockaddr *)&f->to,
+	                        sizeof(f->to)),
+	                 (ssize_t)n);
+}
+
+/* Wait until @field of the target's counters reaches @want (the dispatch
+ * thread counts asynchronously); fails after 5 s. */
+#define WAIT_STAT(f, field, want)                                         \
+	do {                                                              \
+		uint64_t t0_ = farm_now_ns();                             \
+		while (stats((f)->b).field < (want)) {                    \
+			assert_true(farm_now_ns() - t0_ < 5000000000ull); \
+			farm_cpu_relax();                                 \
+		}                                                         \
+	} while (0)
+
+static bool region_intact(const struct fx *f)
+{
+	for (size_t i = 0; i < RSIZE; i++)
+		if (f->region[i] != (uint8_t)(i * 31 + 7))
+			return false;
+	return true;
+}
+
+/* A good peer still reads the whole first 64 KiB and finds the pattern. */
+static void still_serving(struct fx *f)
+{
+	memset(f->buf, 0, 65536);
+	assert_int_equal(
+	        tu_do(f->ep, f->cq,
+	              farm_wr_read(1, f->buf, f->lmr, 65536, &f->rd, 0)),
+	        0);
+	assert_memory_equal(f->buf, f->region, 65536);
+}
+
+static struct udp_pkt req(const struct fx *f, uint8_t op, uint64_t off)
+{
+	const struct udp_ep *ep = (const struct udp_ep *)f->ep;
+	struct udp_pkt p;
+	memset(&p, 0, sizeof(p));
+	p.h.magic = UDP_MAGIC;
+	p.h.type = T_REQ;
+	p.h.op = op;
+	p.h.from = 1;
+	p.h.to = 2;
+	p.h.inc = ep->fab->inc;
+	p.h.sess = ep->sess;
+	p.h.token = ep->token;
+	p.h.cep = ep->idx << 16 | ep->gen;
+	p.h.seq = ep->next_pkt;
+	p.h.raddr = f->rd.addr + off;
+	p.h.rkey = f->rd.key;
+	if (op == FARM_WR_WRITE) {
+		p.h.len = 64;
+		memset(p.data, 0xee, 64);
+	} else {
+		p.h.rlen = 64;
+	}
+	return p;
+}
+
+static void test_bad_input(void **state)
+{
+	struct fx *f = *state;
+	still_serving(f);
+	struct farm_udp_stats s0 = stats(f->b);
+	/* Garbage of many sizes, a bare byte, all ones. */
+	uint8_t junk[2048];
+	uint64_t rng = 42;
+	for (int k = 0; k < 50; k++) {
+		for (size_t i = 0; i < sizeof(junk); i++)
+			junk[i] = (uint8_t)farm_rand64(&rng);
+		raw_send(f, junk, 1 + farm_rand64(&rng) % sizeof(junk));
+	}
+	memset(junk, 0xff, sizeof(junk));
+	raw_send(f, junk, UDP_HDR);
+	raw_send(f, junk, 1);
+	/* Well-formed looking: wrong magic, unknown type, truncated (the
+	 * length field says more than came), oversized, short header. */
+	struct udp_pkt p = req(f, FARM_WR_WRITE, 0);
+	p.h.magic ^= 1;
+	raw_send(f, &p, UDP_HDR + 64);
+	p = req(f, FARM_WR_WRITE, 0);
+	p.h.type = 99;
+	raw_send(f, &p, UDP_HDR + 64);
+	p = req(f, FARM_WR_WRITE, 0);
+	raw_send(f, &p, UDP_HDR + 10);
+	memcpy(junk, &p, UDP_HDR + 64);
+	raw_send(f, junk, sizeof(junk));
+	raw_send(f, &p, UDP_HDR - 8);
+	WAIT_STAT(f, malformed, s0.malformed + 57);
+	/* Sessions: unknown index, forged token, the real one from another
+	 * address (a replay of a captured packet), a READ likewise. */
+	p = req(f, FARM_WR_WRITE, 0);
+	p.h.sess = UDP_MAX_SESS + 5;
+	raw_send(f, &p, UDP_HDR + 64);
+	p = req(f, FARM_WR_WRITE, 0);
+	p.h.token ^= 0x5a5a;
+	raw_send(f, &p, UDP_HDR + 64);
+	p = req(f, FARM_WR_WRITE, 0);
+	raw_send(f, &p, UDP_HDR + 64);
+	p = req(f, FARM_WR_READ, 0);
+	raw_send(f, &p, UDP_HDR);
+	WAIT_STAT(f, bad_session, s0.bad_session + 4);
+	/* A stale session: a second endpoint, closed; its id and token sent
+	 * again from its own address are refused. */
+	farm_ep *ep2;
+	farm_ep_attr ea = {.sq_depth = 16};
+	assert_int_equal(farm_ep_connect(f->a, f->cq, 2, f->addr_b, &ea, &ep2),
+	                 0);
+	struct udp_ep *e2 = (struct udp_ep *)ep2;
+	p = req(f, FARM_WR_WRITE, 0);
+	p.h.sess = e2->sess;
+	p.h.token = e2->token;
+	p.h.cep = e2->idx << 16 | e2->gen;
+	p.h.seq = 0;
+	farm_ep_destroy(ep2);
+	WAIT_STAT(f, bad_session, s0.bad_session + 4); /* CLOSE counted none */
+	struct udp_fabric *fa = (struct udp_fabric *)f->a;
+	struct sockaddr_storage from_b;
+	socklen_t fl;
+	assert_int_equal(udp_parse_addr(f->addr_b, &from_b, &fl), 0);
+	struct udp_out o = {&p, UDP_HDR + 64, &from_b, fl};
+	udp_send(fa, &o, 1); /* from the initiator's own socket */
+	WAIT_STAT(f, bad_session, s0.bad_session + 5);
+	assert_true(region_intact(f));
+	still_serving(f);
+
+	/* A machine removed from the configuration: refused, counted, its
+	 * WRITE not executed. */
+	assert_int_equal(farm_fabric_revoke(f->b, 1), 0);
+	memset(f->buf, 0x77, 64);
+	assert_int_equal(tu_do(f->ep, f->cq,
+	                       farm_wr_write(2, f->buf, f->lmr, 64, &f->rd, 0)),
+	                 FARM_EFENCED);
+	assert_true(stats(f->b).fenced >= 1);
+	assert_true(region_intact(f));
+	struct farm_udp_stats s1 = stats(f->b);
+	printf("target counted: %" PRIu64 " malformed, %" PRIu64
+	       " bad session, %" PRIu64 " fenced\n",
+	       s1.malformed - s0.malformed, s1.bad_session - s0.bad_session,
+	       s1.fenced - s0.fenced);
+}
+
+/* Pipelined WRITE / READ pairs on one word, CAS chains on another, and
+ * large transfers, @rounds times; returns the anomalies seen. */
+static unsigned workload(struct fx *f, unsigned rounds)
+{
+	unsigned bad = 0;
+	uint64_t *rw = (uint64_t *)(void *)f->buf; /* [0..15] READ results */
+	uint64_t *vals = rw + 16, *cas = rw + 32;
+	const uint64_t w_off = 4096, c_off = 8192, big_off = 65536;
+	uint64_t cval = 0, seq = 1;
+	memset(f->region + c_off, 0, 8);
+	for (unsigned r = 0; r < rounds; r++) {
+		farm_wr l[32];
+		unsigned n = 0;
+		for (unsigned k = 0; k < 8; k++, seq++) {
+			vals[k] = seq;
+			l[n++] = farm_wr_write(0, &vals[k], f->lmr, 8, &f->rd,
+			                       w_off);
+			l[n - 1].flags = 0;
+			l[n++] = farm_wr_read(100 + k, &rw[k], f->lmr, 8,
+			                      &f->rd, w_off);
+			l[n++] = farm_wr_cas(200 + k, &cas[k], f->lmr, &f->rd,
+			                     c_off, cval + k, cval + k + 1);
+		}
+		for (unsigned k = 0; k + 1 < n; k++)
+			l[k].next = &l[k + 1];
+		l[n - 1].next = NULL;
+		if (farm_ep_post(f->ep, l, NULL))
+			return bad + 1000;
+		for (unsigned got = 0; got < 16; got++) {
+			farm_wc wc;
+			if (!tu_wait_wc(f->cq, &wc, 10000) || wc.status)
+				return bad + 1000;
+		}
+		for (unsigned k = 0; k < 8; k++) {
+			bad += rw[k] != seq - 8 + k;
+			bad += cas[k] != cval + k;
+		}
+		cval += 8;
+		if (r % 16 == 0) { /* many packets each way */
+			uint8_t *big = f->buf + 65536;
+			for (unsigned i = 0; i < 100000; i++)
+				big[i] = (uint8_t)(i ^ r);
+			if (tu_do(f->ep, f->cq,
+			          farm_wr_write(1, big, f->lmr, 100000, &f->rd,
+			                        big_off)))
+				return bad + 1000;
+			memset(big, 0, 100000);
+			if (tu_do(f->ep, f->cq,
+			          farm_wr_read(1, big, f->lmr, 100000, &f->rd,
+			                       big_off)))
+				return bad + 1000;
+			for (unsigned i = 0; i < 100000; i++)
+				if (big[i] != (uint8_t)(i ^ r)) {
+					bad++;
+					break;
+				}
+		}
+	}
+	return bad;
+}
+
+/* One request on a fresh endpoint (an error fails the endpoint's session
+ * for good); returns its completion status. */
+static int one_shot(struct fx *f, farm_wr wr)
+{
+	farm_ep *ep;
+	farm_ep_attr ea = {.sq_depth = 16};
+	assert_int_equal(farm_ep_connect(f->a, f->cq, 2, f->addr_b, &ea, &ep),
+	                 0);
+	int st = tu_do(ep, f->cq, wr);
+	farm_ep_destroy(ep);
+	return st;
+}
+
+/* Requests out of the registration inside a valid session: the target
+ * refuses each before any byte of it lands, a WRITE of many pieces whose
+ * first pieces are in range included (the descriptor is forged larger, so
+ * only the target's check stands in the way). */
+static void test_bad_range(void **state)
+{
+	struct fx *f = *state;
+	farm_mr_desc big = f->rd;
+	big.len = 4ull * RSIZE;
+	farm_mr_desc badkey = f->rd;
+	badkey.key ^= 1ull << 40;
+	memset(f->buf, 0x5c, 8192);
+	/* 4096 B from 2048 B before the end: two pieces, the first fits. */
+	assert_int_equal(one_shot(f, farm_wr_write(1, f->buf, f->lmr, 4096,
+	                                           &big, RSIZE - 2048)),
+	                 FARM_EREMOTE_ACCESS);
+	assert_true(region_intact(f));
+	/* Wholly past the end, a READ past it, a CAS past it. */
+	assert_int_equal(one_shot(f, farm_wr_write(2, f->buf, f->lmr, 64, &big,
+	                                           RSIZE + 4096)),
+	                 FARM_EREMOTE_ACCESS);
+	assert_int_equal(one_shot(f, farm_wr_read(3, f->buf, f->lmr, 8192,
+	                                          &big, RSIZE - 4096)),
+	                 FARM_EREMOTE_ACCESS);
+	uint64_t *res = (uint64_t *)(void *)(f->buf + 8192);
+	assert_int_equal(
+	        one_shot(f, farm_wr_cas(4, res, f->lmr, &big, RSIZE, 0, 1)),
+	        FARM_EREMOTE_ACCESS);
+	/* An unknown key, for a WRITE and a READ. */
+	assert_int_equal(one_shot(f, farm_wr_write(5, f->buf, f->lmr, 4096,
+	                                           &badkey, 0)),
+	                 FARM_EREMOTE_KEY);
+	assert_int_equal(one_shot(f, farm_wr_read(6, f->buf, f->lmr, 64,
+	                                          &badkey, 0)),
+	                 FARM_EREMOTE_KEY);
+	assert_true(region_intact(f));
+	still_serving(f); /* the peer is not dead; the good endpoint works */
+}
+
+/* A control packet from the raw socket and the target's answer (its
+ * status), or 1 when none came within 2 s. */
+static int raw_ask(struct fx *f, const struct udp_pkt *p)
+{
+	raw_send(f, p, UDP_HDR);
+	struct udp_pkt r;
+	ssize_t n = recv(f->raw, &r, sizeof(r), 0);
+	return n >= (ssize_t)UDP_HDR ? r.h.status : 1;
+}
+
+/* The session table full of live sessions (CONNECTs of a machine 3 from
+ * the raw socket): further CONNECTs are refused with -ENOSPC, the
+ * fixture's session, idle meanwhile, is not taken (its READ works and
+ * its peer is not declared dead), a new endpoint's connect fails cleanly,
+ * and a request on an unknown session is answered -ENOTCONN. */
+static void test_sess_full(void **state)
+{
+	struct fx *f = *state;
+	struct timeval tv = {.tv_sec = 2};
+	assert_int_equal(setsockopt(f->raw, SOL_SOCKET, SO_RCVTIMEO, &tv,
+	                            sizeof(tv)),
+	                 0);
+	struct udp_pkt p;
+	memset(&p, 0, sizeof(p));
+	p.h.magic = UDP_MAGIC;
+	p.h.type = T_CONNECT;
+	p.h.from = 3;
+	p.h.to = 2;
+	p.h.inc = 0x1234567;
+	unsigned ok = 0, full = 0;
+	for (unsigned i = 0; i < UDP_MAX_SESS + 16; i++) {
+		p.h.cep = i << 16 | 1;
+		int st = raw_ask(f, &p);
+		ok += st == 0;
+		full += st == -ENOSPC;
+	}
+	printf("sessions: %u accepted, %u refused (table of %u)\n", ok, full,
+	       UDP_MAX_SESS);
+	assert_int_equal(ok, UDP_MAX_SESS - 1); /* the fixture holds one */
+	assert_int_equal(full, 17);
+	assert_int_equal(stats(f->b).conn_refused, 17);
+	still_serving(f);
+	farm_ep *ep;
+	farm_ep_attr ea = {.sq_depth = 16};
+	assert_int_equal(farm_ep_connect(f->a, f->cq, 2, f->addr_b, &ea, &ep),
+	                 -ENOSPC);
+	struct udp_pkt q = req(f, FARM_WR_READ, 0);
+	q.h.sess = UDP_MAX_SESS + 5;
+	assert_int_equal(raw_ask(f, &q), -ENOTCONN);
+	still_serving(f);
+	assert_int_equal(stats(f->a).timeouts, 0);
+	assert_true(region_intact(f));
+}
+
+static void set_hooks(int drop, int dup, int reorder)
+{
+	if (farm_udp_testing_set(FARM_UDP_KNOB_DROP, drop) == -ENOTSUP)
+		skip(); /* a build without fault injection */
+	farm_udp_testing_set(FARM_UDP_KNOB_DUP, dup);
+	farm_udp_testing_set(FARM_UDP_KNOB_REORDER, reorder);
+}
+
+static void test_lossy(void **state)
+{
+	struct fx *f = *state;
+	set_hooks(50, 50, 50);
+	uint64_t t0 = farm_now_ns();
+	unsigned bad = workload(f, 50);
+	set_hooks(0, 0, 0);
+	struct farm_udp_stats a = stats(f->a), b = stats(f->b);
+	printf("lossy: %u anomalies in %.2f s; hooks dropped %" PRIu64
+	       ", duplicated %" PRIu64 ", reordered %" PRIu64
+	       "; retransmitted %" PRIu64 ", replayed %" PRIu64
+	       ", ahead of order %" PRIu64 "\n",
+	       bad, (double)(farm_now_ns() - t0) / 1e9,
+	       a.hook_drops + b.hook_drops, a.hook_dups + b.hook_dups,
+	       a.hook_reorders + b.hook_reorders, a.retransmits, b.replayed,
+	       b.out_of_order);
+	assert_int_equal(bad, 0);
+	assert_true(a.hook_drops > 0 && b.hook_drops > 0);
+	assert_true(a.hook_dups > 0 && a.hook_reorders > 0);
+	assert_true(a.retransmits > 0 && b.replayed > 0 && b.out_of_order > 0);
+	still_serving(f);
+}
+
+static void test_broken_go_back_n(void **state)
+{
+	struct fx *f = *state;
+	set_hooks(50, 50, 50);
+	farm_udp_testing_set(FARM_UDP_KNOB_GO_BACK_N, 0);
+	unsigned bad = workload(f, 50);
+	farm_udp_testing_set(FARM_UDP_KNOB_GO_BACK_N, 1);
+	set_hooks(0, 0, 0);
+	printf("go-back-N off: %u anomalies (must be > 0)\n", bad);
+	assert_true(bad > 0);
+}
+
+/* Single requests, then bursts that fill the whole send queue at once:
+ * the send cursor must not stay on a retired slot that a new request of
+ * the burst reuses (its packets would be sent under another request's
+ * sequence numbers, and never answered). */
+static void test_full_ring(void **state)
+{
+	struct fx *f = *state;
+	farm_ep *ep;
+	farm_ep_attr ea = {.sq_depth = 16};
+	assert_int_equal(farm_ep_connect(f->a, f->cq, 2, f->addr_b, &ea, &ep),
+	                 0);
+	for (unsigned i = 0; i < 100; i++)
+		assert_int_equal(tu_do(ep, f->cq,
+		                       farm_wr_read(i, f->buf, f->lmr, 64,
+		                                    &f->rd, 64 * (i % 64))),
+		                 0);
+	for (unsigned r = 0; r < 50; r++) {
+		farm_wr l[16];
+		for (unsigned k = 0; k < 16; k++) {
+			l[k] = farm_wr_read(k, f->buf + 64 * k, f->lmr, 64,
+			                    &f->rd, 64 * ((r * 16 + k) % 1024));
+			l[k].flags = k == 15 ? FARM_WR_SIGNALED : 0;
+			l[k].next = k < 15 ? &l[k + 1] : NULL;
+		}
+		assert_int_equal(farm_ep_post(ep, l, NULL), 0);
+		farm_wc wc;
+		assert_int_equal(tu_wait_wc(f->cq, &wc, 10000), 1);
+		assert_int_equal(wc.status, 0);
+		assert_int_equal(wc.wr_id, 15);
+		for (unsigned k = 0; k < 16; k++)
+			assert_memory_equal(
+			        f->buf + 64 * k,
+			        f->region + 64 * ((r * 16 + k) % 1024), 64);
+	}
+	farm_ep_destroy(ep);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	        cmocka_unit_test_setup_teardown(test_bad_input, setup,
+	                                        teardown),
+	        cmocka_unit_test_setup_teardown(test_bad_range, setup,
+	                                        teardown),
+	        cmocka_unit_test_setup_teardown(test_sess_full, setup,
+	                                        teardown),
+	        cmocka_unit_test_setup_teardown(test_full_ring, setup,
+	                                        teardown),
+	        cmocka_unit_test_setup_teardown(test_lossy, setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_broken_go_back_n, setup,
+	                                        teardown),
+	};
+	return cmocka_run_group_tests_name("udp_wire", tests, NULL, NULL);
+}
