@@ -294,6 +294,7 @@ static int phase_echo(void)
  */
 
 static char out_buf[1 << 20];
+static char tail[20][512]; /* a failed phase's last lines, for stderr */
 
 /* Run @cmd (a shell line) and keep its output's last line starting with
  * @tag in @line. 0, or -1. */
@@ -304,18 +305,32 @@ static int run_capture(const char *cmd, const char *tag, char *line, size_t len)
 	if (!p)
 		return -1;
 	line[0] = 0;
+	unsigned nt = 0;
 	while (fgets(out_buf, sizeof(out_buf), p)) {
+		size_t tl = strnlen(out_buf, sizeof(tail[0]) - 1);
+		memcpy(tail[nt % 20], out_buf, tl);
+		tail[nt++ % 20][tl] = 0;
 		if (strncmp(out_buf, tag, strlen(tag)) != 0)
 			continue;
-		size_t n = strlen(out_buf);
+		size_t n = strcspn(out_buf, "\n");
 		n = n < len ? n : len - 1;
 		memcpy(line, out_buf, n);
 		line[n] = 0;
 	}
 	int st = pclose(p);
-	if (st != 0)
-		fprintf(stderr, "net_bench: exit status %d\n", st);
-	return line[0] ? 0 : -1;
+	if (st != 0 || !line[0]) {
+		fprintf(stderr,
+		        "net_bench: failed (status %d); its last "
+		        "lines:\n",
+		        st);
+		for (unsigned i = nt > 20 ? nt - 20 : 0; i < nt; i++)
+			fputs(tail[i % 20], stderr);
+		return -1;
+	}
+	/* The other benchmarks' own JSON lines, for the record. */
+	if (strcmp(tag, "ECHO ") != 0)
+		printf("%.80s ...\n", line);
+	return 0;
 }
 
 /* The number after "@key": in JSON line @s (the first one), or -1. */
@@ -389,6 +404,13 @@ static int kv_phase(const char *prov, char *j, size_t len)
 	         "--fabric %s -- %s/kv_bench --fabric %s --netns --quick "
 	         "--no-small 2>&1",
 	         FARM_SOURCE_DIR, prov, self_dir, prov);
+	/* Once more after a failure: on a loaded host a busy-polling
+	 * machine has been seen to miss its lease, and kv_bench then stops
+	 * (it says so above). */
+	if (run_capture(cmd, "{\"bench\"", j, len) == 0)
+		return 0;
+	fprintf(stderr, "net_bench: kv_bench over %s failed: once more\n",
+	        prov);
 	return run_capture(cmd, "{\"bench\"", j, len);
 }
 
@@ -494,7 +516,6 @@ static void print_summary(const struct all *a)
 
 static void print_json(const struct all *a, double load)
 {
-	double e_pc1 = jnum(a->echo, "per_core1");
 	double e_pcw = jnum(a->echo, "per_corew");
 	double kx = jgoal(a->ku, "netns_lookups_per_core_vs_memcached_best");
 	double kp = jgoal(a->ku, "netns_lookup_p50_us_vs_memcached_p50_us");
@@ -512,9 +533,10 @@ static void print_json(const struct all *a, double load)
 	       a->echo_loss[0] ? strchr(a->echo_loss, '{') : "{}", a->u.mops,
 	       a->u.p50, a->u.p99, a->u.cpu_ns, a->o.mops, a->o.p50, a->o.p99,
 	       a->o.cpu_ns, a->l.mops);
-	(void)e_pcw;
+	/* The same batching: both keep --window requests in flight, one
+	 * request per datagram. */
 	goal("rpc64_one_per_datagram_per_core_vs_echo",
-	     e_pc1 > 0 ? per_core(&a->u) / e_pc1 : 0, 0.5, true);
+	     e_pcw > 0 ? per_core(&a->u) / e_pcw : 0, 0.5, true);
 	goal("rpc64_many_in_flight_per_core_vs_ofi",
 	     per_core(&a->o) > 0 ? per_core(&a->u) / per_core(&a->o) : 0, 10,
 	     true);
