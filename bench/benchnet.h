@@ -17,7 +17,7 @@
 
 struct bnet {
 	char fabric[8]; /* shm, ofi or udp */
-	bool netns;     /* ofi across network namespaces */
+	bool netns;     /* ofi or udp across network namespaces */
 };
 
 #define BNET_DEFAULT            \
@@ -40,13 +40,15 @@ static inline bool bnet_shm(const struct bnet *n)
 	return strcmp(n->fabric, "shm") == 0;
 }
 
-/* After the options: --netns means ofi and needs @machines namespaces;
+/* After the options: --netns means ofi (or udp) and needs @machines namespaces;
  * the provider must be built. 0, or -1 (said on stderr, with @prog). */
 static inline int bnet_check(struct bnet *n, const char *prog,
                              unsigned machines)
 {
 	if (n->netns) {
-		snprintf(n->fabric, sizeof(n->fabric), "ofi");
+		/* ofi unless udp was asked for: shm needs one host. */
+		if (bnet_shm(n))
+			snprintf(n->fabric, sizeof(n->fabric), "ofi");
 		if (!tn_active() || tn_count() < machines) {
 			fprintf(stderr,
 			        "%s: --netns needs %u machine namespaces: run "

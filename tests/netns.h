@@ -138,8 +138,8 @@ static inline void tn_require(unsigned n)
 	if (!tn_active())
 		return;
 	const char *p = getenv("FARM_FABRIC");
-	if (!p || strcmp(p, "ofi") != 0) {
-		fprintf(stderr, "netns: FARM_FABRIC must be ofi across "
+	if (!p || (strcmp(p, "ofi") != 0 && strcmp(p, "udp") != 0)) {
+		fprintf(stderr, "netns: FARM_FABRIC must be ofi or udp across "
 		                "namespaces (shm needs one host)\n");
 		exit(2);
 	}
