@@ -48,6 +48,10 @@ struct gb_hdr {
 	uint32_t atype;
 	uint16_t n, cap;
 	farm_fatptr next;
+	/* In a list's head: +1 by every transaction that changes the list
+	 * (any block of it), so a reader of several blocks that finds the
+	 * head's seq unchanged after them read one state of the list. */
+	uint64_t seq;
 	/* cap edges follow, newest first */
 };
 
