@@ -167,7 +167,26 @@ FARM_API void farm_tx_free(farm_tx *tx);
 FARM_API bool farm_tx_retryable(int outcome);
 
 /* ---- blocking wrappers (drive the loop; not from handlers) ----------------
+ *
+ * Each waits at most its deadline: the transaction manager's default
+ * (farm_txm_set_sync_timeout; 0, the initial value, is no limit of the
+ * wrapper's own) or, for the *_timed variants, @timeout_ns (0: no limit).
+ * Past it the wrapper returns -ETIMEDOUT and the operation goes on; its
+ * outcome is then what the asynchronous call defines and is not reported:
+ * a read or allocation may still complete (the transaction stays in use:
+ * farm_tx_free it, or wait for nothing more from it), and a commit's
+ * outcome is UNKNOWN (it may commit later, or may have committed: read the
+ * objects again in a new transaction to learn). Either way the
+ * transaction must still be freed with farm_tx_free, which a commit in
+ * flight outlives. An -ETIMEDOUT a commit itself reports (a participant
+ * did not answer) is retryable as farm_tx_retryable says; the wrapper's
+ * own is not distinguished from it, so treat -ETIMEDOUT from a *_sync
+ * commit as unknown.
  */
+
+/* Set the deadline of the blocking wrappers of @m's transactions (ns, 0:
+ * none); any thread, for the calls that start after it. */
+FARM_API void farm_txm_set_sync_timeout(farm_txm *m, uint64_t timeout_ns);
 
 /* *@data stays valid until the transaction ends. */
 FARM_API FARM_MUST_CHECK int
@@ -176,6 +195,15 @@ FARM_API FARM_MUST_CHECK int farm_tx_alloc_sync(farm_tx *tx, uint32_t size,
                                                 farm_gaddr hint, farm_fatptr *p,
                                                 void **data);
 FARM_API FARM_MUST_CHECK int farm_tx_commit_sync(farm_tx *tx);
+FARM_API FARM_MUST_CHECK int farm_tx_read_sync_timed(farm_tx *tx, farm_gaddr a,
+                                                     uint32_t size,
+                                                     const void **data,
+                                                     uint64_t timeout_ns);
+FARM_API FARM_MUST_CHECK int
+farm_tx_alloc_sync_timed(farm_tx *tx, uint32_t size, farm_gaddr hint,
+                         farm_fatptr *p, void **data, uint64_t timeout_ns);
+FARM_API FARM_MUST_CHECK int farm_tx_commit_sync_timed(farm_tx *tx,
+                                                       uint64_t timeout_ns);
 
 /* ---- lock-free reads ----------------------------------------------------- */
 

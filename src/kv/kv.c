@@ -57,6 +57,7 @@ struct farm_kv {
 	unsigned nshards, my_shard;
 	struct farm_ht_shard shards[MAX_MACHINES];
 	_Atomic uint64_t st[S_N];
+	_Atomic uint64_t sync_timeout_ns; /* the *_sync wrappers' default */
 	struct farm_ctl_source ctl; /* counters for the control socket */
 };
 
@@ -529,68 +530,163 @@ int farm_kv_del(farm_kv *kv, farm_loop *loop, const void *key, uint32_t klen,
 }
 
 /* ---- blocking wrappers
- * --------------------------------------------------------- */
+ * ---------------------------------------------------------
+ *
+ * Each waits at most its deadline (farm_kv_set_sync_timeout, or the
+ * *_timed variant's). Its record is on the heap: one that gives up leaves
+ * its operation running, whose continuation frees the record it finds
+ * abandoned (the continuation always runs; ops here never outlive it). */
+
+struct sync_op {
+	volatile int done;
+	int status;
+	bool abandoned;
+	void *val; /* get: the caller's buffer, cap bytes */
+	uint32_t cap, len;
+	uint8_t *vals; /* mget: the lookup's own arrays */
+	uint32_t *lens;
+	int *st;
+};
+
+void farm_kv_set_sync_timeout(farm_kv *kv, uint64_t timeout_ns)
+{
+	if (kv)
+		atomic_store_explicit(&kv->sync_timeout_ns, timeout_ns,
+		                      memory_order_relaxed);
+}
+
+static uint64_t sync_timeout(const farm_kv *kv)
+{
+	return atomic_load_explicit(&kv->sync_timeout_ns,
+	                            memory_order_relaxed);
+}
+
+static void sop_free(struct sync_op *w)
+{
+	free(w->vals);
+	free(w->lens);
+	free(w->st);
+	free(w);
+}
+
+/* The operation ended: 1 when the record was abandoned (now freed). */
+static bool sop_end(struct sync_op *w, int status)
+{
+	if (w->abandoned) {
+		sop_free(w);
+		return true;
+	}
+	w->status = status;
+	w->done = 1;
+	return false;
+}
+
+/* Drive @loop until @w is done (0) or its deadline passed (the error, @w
+ * abandoned to its continuation). */
+static int sop_wait(farm_loop *loop, struct sync_op *w, uint64_t timeout_ns)
+{
+	int rc = farm_loop_wait(loop, &w->done, timeout_ns);
+	if (w->done)
+		return 0;
+	w->abandoned = true;
+	return rc ? rc : -ETIMEDOUT;
+}
 
 static void get_done(farm_loop *loop, void *ctx, int status, const void *val,
                      uint32_t len)
 {
 	(void)loop;
-	struct wait *w = ctx;
-	if (!status) {
+	struct sync_op *w = ctx;
+	if (!status && !w->abandoned) {
 		w->len = len;
 		if (len > w->cap)
 			status = -EMSGSIZE;
 		else
 			memcpy(w->val, val, len);
 	}
-	w->status = status;
-	w->done = 1;
+	(void)sop_end(w, status);
 }
 
 static void op_done(farm_loop *loop, void *ctx, int status)
 {
 	(void)loop;
-	struct wait *w = ctx;
-	w->status = status;
-	w->done = 1;
+	(void)sop_end(ctx, status);
 }
 
-static int wait_op(farm_loop *loop, struct wait *w)
+int farm_kv_get_sync_timed(farm_kv *kv, farm_loop *loop, const void *key,
+                           uint32_t klen, void *val, uint32_t cap,
+                           uint32_t *len, uint64_t timeout_ns)
 {
-	int rc = farm_loop_wait(loop, &w->done, 0);
-	return rc ? rc : w->status;
+	if (!kv || !loop || (!val && cap))
+		return -EINVAL;
+	struct sync_op *w = calloc(1, sizeof(*w));
+	if (!w)
+		return -ENOMEM;
+	w->val = val;
+	w->cap = cap;
+	int rc;
+	while ((rc = farm_kv_get(kv, loop, key, klen, get_done, w)) == -EAGAIN)
+		(void)farm_loop_poll(loop);
+	if (!rc && (rc = sop_wait(loop, w, timeout_ns)))
+		return rc;
+	if (len)
+		*len = w->len;
+	rc = rc ? rc : w->status;
+	sop_free(w);
+	return rc;
 }
 
 int farm_kv_get_sync(farm_kv *kv, farm_loop *loop, const void *key,
                      uint32_t klen, void *val, uint32_t cap, uint32_t *len)
 {
-	if (!kv || !loop || (!val && cap))
-		return -EINVAL;
-	struct wait w = {.val = val, .cap = cap};
-	int rc;
-	while ((rc = farm_kv_get(kv, loop, key, klen, get_done, &w)) == -EAGAIN)
-		(void)farm_loop_poll(loop);
-	if (!rc)
-		rc = wait_op(loop, &w);
-	if (len)
-		*len = w.len;
+	return farm_kv_get_sync_timed(kv, loop, key, klen, val, cap, len,
+	                              kv ? sync_timeout(kv) : 0);
+}
+
+/* put (@val) or delete (@val NULL) */
+static int change_sync(farm_kv *kv, farm_loop *loop, const void *key,
+                       uint32_t klen, const void *val, uint32_t vlen,
+                       uint64_t timeout_ns)
+{
+	struct sync_op *w = calloc(1, sizeof(*w));
+	if (!w)
+		return -ENOMEM;
+	int rc = val ? farm_kv_put(kv, loop, key, klen, val, vlen, op_done, w)
+	             : farm_kv_del(kv, loop, key, klen, op_done, w);
+	if (!rc && (rc = sop_wait(loop, w, timeout_ns)))
+		return rc;
+	rc = rc ? rc : w->status;
+	sop_free(w);
 	return rc;
+}
+
+int farm_kv_put_sync_timed(farm_kv *kv, farm_loop *loop, const void *key,
+                           uint32_t klen, const void *val, uint32_t vlen,
+                           uint64_t timeout_ns)
+{
+	if (!val)
+		return -EINVAL;
+	return change_sync(kv, loop, key, klen, val, vlen, timeout_ns);
 }
 
 int farm_kv_put_sync(farm_kv *kv, farm_loop *loop, const void *key,
                      uint32_t klen, const void *val, uint32_t vlen)
 {
-	struct wait w = {0};
-	int rc = farm_kv_put(kv, loop, key, klen, val, vlen, op_done, &w);
-	return rc ? rc : wait_op(loop, &w);
+	return farm_kv_put_sync_timed(kv, loop, key, klen, val, vlen,
+	                              kv ? sync_timeout(kv) : 0);
+}
+
+int farm_kv_del_sync_timed(farm_kv *kv, farm_loop *loop, const void *key,
+                           uint32_t klen, uint64_t timeout_ns)
+{
+	return change_sync(kv, loop, key, klen, NULL, 0, timeout_ns);
 }
 
 int farm_kv_del_sync(farm_kv *kv, farm_loop *loop, const void *key,
                      uint32_t klen)
 {
-	struct wait w = {0};
-	int rc = farm_kv_del(kv, loop, key, klen, op_done, &w);
-	return rc ? rc : wait_op(loop, &w);
+	return farm_kv_del_sync_timed(kv, loop, key, klen,
+	                              kv ? sync_timeout(kv) : 0);
 }
 
 /* ---- multi-get: the asking side
@@ -1044,26 +1140,50 @@ int farm_kv_mget(farm_kv *kv, farm_loop *loop, unsigned n,
 	return 0;
 }
 
-struct mg_wait {
-	volatile int done;
-};
-
 static void mg_sync_done(farm_loop *loop, void *ctx)
 {
 	(void)loop;
-	((struct mg_wait *)ctx)->done = 1;
+	(void)sop_end(ctx, 0);
+}
+
+/* The lookup fills arrays of its own, copied out once it is done: one
+ * that outlives a wrapper that gave up must not write the caller's. */
+int farm_kv_mget_sync_timed(farm_kv *kv, farm_loop *loop, unsigned n,
+                            const void *const *keys, const uint32_t *klens,
+                            void *vals, uint32_t cap, uint32_t *lens,
+                            int *status, uint64_t timeout_ns)
+{
+	if (!vals || !lens || !status)
+		return -EINVAL;
+	if (n > FARM_KV_MGET_MAX)
+		return -E2BIG;
+	struct sync_op *w = calloc(1, sizeof(*w));
+	if (!w)
+		return -ENOMEM;
+	w->vals = malloc((size_t)n * cap + 1);
+	w->lens = calloc(n + 1u, sizeof(*w->lens));
+	w->st = calloc(n + 1u, sizeof(*w->st));
+	int rc = w->vals && w->lens && w->st ? 0 : -ENOMEM;
+	if (!rc)
+		rc = farm_kv_mget(kv, loop, n, keys, klens, w->vals, cap,
+		                  w->lens, w->st, mg_sync_done, w);
+	if (!rc && (rc = sop_wait(loop, w, timeout_ns)))
+		return rc;
+	if (!rc) {
+		memcpy(vals, w->vals, (size_t)n * cap);
+		memcpy(lens, w->lens, n * sizeof(*lens));
+		memcpy(status, w->st, n * sizeof(*status));
+	}
+	sop_free(w);
+	return rc;
 }
 
 int farm_kv_mget_sync(farm_kv *kv, farm_loop *loop, unsigned n,
                       const void *const *keys, const uint32_t *klens,
                       void *vals, uint32_t cap, uint32_t *lens, int *status)
 {
-	struct mg_wait w = {0};
-	int rc = farm_kv_mget(kv, loop, n, keys, klens, vals, cap, lens, status,
-	                      mg_sync_done, &w);
-	/* Every lookup and batch ends (batches time out): no limit here,
-	 * since the arrays must outlive the multi-get. */
-	return rc ? rc : farm_loop_wait(loop, &w.done, 0);
+	return farm_kv_mget_sync_timed(kv, loop, n, keys, klens, vals, cap,
+	                               lens, status, kv ? sync_timeout(kv) : 0);
 }
 
 /* ---- multi-get: the owning side
