@@ -267,6 +267,11 @@ static struct answer hist_run(struct gc_machine *mc, FILE *f, struct fg_edge *b)
 			r.kind = k ? (uint8_t)(K_OBJ_GET + xr(&rng) % 5)
 			           : K_ASSOC_GET;
 			lin_read(mc, &r, b);
+			if (r.status > 0) { /* reads return 0 or an error */
+				fprintf(stderr, "m%u: read %u returned %d\n",
+				        mc->me, r.kind, r.status);
+				a.err = -EPROTO;
+			}
 			fwrite(&r, sizeof(r), 1, f);
 			a.reads++;
 		}
