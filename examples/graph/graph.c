@@ -549,7 +549,11 @@ static void head_check_cb(farm_loop *loop, void *ctx, int status)
  */
 static void range_end(struct rop *r)
 {
-	if (r->blocks < 2) {
+	bool check = r->blocks >= 2;
+#ifdef FG_TEST_BREAK_LIN
+	check = false; /* the test-only build: ranges as before, unchecked */
+#endif
+	if (!check) {
 		rop_done(r, 0, NULL);
 		return;
 	}

@@ -163,9 +163,9 @@ int fg_assoc_range_sync_timed(fg_graph *g, farm_loop *loop, uint64_t id1,
                               uint64_t timeout_ns)
 {
 	struct wait *w = edges_wait(out, cap, n);
-	return RUN(loop, w, timeout_ns,
-	           fg_assoc_range(g, loop, id1, atype, pos, limit, edges_cb,
-	                          w));
+	return RUN(
+	        loop, w, timeout_ns,
+	        fg_assoc_range(g, loop, id1, atype, pos, limit, edges_cb, w));
 }
 
 int fg_assoc_time_range_sync_timed(fg_graph *g, farm_loop *loop, uint64_t id1,
@@ -197,8 +197,7 @@ int fg_obj_add_sync_timed(fg_graph *g, farm_loop *loop, uint64_t id,
 {
 	struct wait *w = wait_new();
 	return RUN(loop, w, timeout_ns,
-	           fg_obj_add(g, loop, id, otype, time, data, len, done_cb,
-	                      w));
+	           fg_obj_add(g, loop, id, otype, time, data, len, done_cb, w));
 }
 
 int fg_obj_load_sync_timed(fg_graph *g, farm_loop *loop, uint64_t id,
@@ -218,23 +217,21 @@ int fg_obj_update_sync_timed(fg_graph *g, farm_loop *loop, uint64_t id,
                              uint32_t len, uint64_t timeout_ns)
 {
 	struct wait *w = wait_new();
-	return RUN(loop, w, timeout_ns,
-	           fg_obj_update(g, loop, id, otype, time, data, len, done_cb,
-	                         w));
+	return RUN(
+	        loop, w, timeout_ns,
+	        fg_obj_update(g, loop, id, otype, time, data, len, done_cb, w));
 }
 
 int fg_obj_delete_sync_timed(fg_graph *g, farm_loop *loop, uint64_t id,
                              uint64_t timeout_ns)
 {
 	struct wait *w = wait_new();
-	return RUN(loop, w, timeout_ns,
-	           fg_obj_delete(g, loop, id, done_cb, w));
+	return RUN(loop, w, timeout_ns, fg_obj_delete(g, loop, id, done_cb, w));
 }
 
 int fg_assoc_add_sync_timed(fg_graph *g, farm_loop *loop, uint64_t id1,
                             uint32_t atype, uint64_t id2, int64_t time,
-                            const void *data, uint32_t len,
-                            uint64_t timeout_ns)
+                            const void *data, uint32_t len, uint64_t timeout_ns)
 {
 	struct wait *w = wait_new();
 	return RUN(loop, w, timeout_ns,

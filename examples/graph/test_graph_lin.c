@@ -22,7 +22,10 @@
  * sequential, so states are numbered and a read's possible states form a
  * set whose least and greatest member bound it).
  *
- * FG_LIN_SECONDS sets each run (default 3 s).
+ * --broken runs a library built with FG_TEST_BREAK_LIN, whose multi-block
+ * ranges are not validated and whose assoc_get runs beside the node's
+ * updates (both as they were); the test then passes only when both
+ * checks find violations. FG_LIN_SECONDS sets each run (default 3 s).
  */
 #include "gcluster.h"
 #include "graph_int.h"
@@ -41,6 +44,7 @@
 #define GROWN_LEN    600u /* past any first capacity: the node moves */
 
 static double seconds = 3.0;
+static bool broken; /* --broken: the anomalies must be found */
 
 struct answer {
 	int32_t err;
@@ -85,10 +89,9 @@ static bool move_read(struct gc_machine *mc, unsigned kind, struct fg_edge *b,
 		                         FG_LIN_EDGES / 2, FG_MAX_LIMIT, b,
 		                         FG_MAX_LIMIT, &n);
 	} else {
-		rc = fg_assoc_time_range_sync(mc->g, mc->loop, MOVE_NODE, 1,
-		                              INT64_MAX, INT64_MIN,
-		                              FG_MAX_LIMIT, b, FG_MAX_LIMIT,
-		                              &n);
+		rc = fg_assoc_time_range_sync(
+		        mc->g, mc->loop, MOVE_NODE, 1, INT64_MAX, INT64_MIN,
+		        FG_MAX_LIMIT, b, FG_MAX_LIMIT, &n);
 	}
 	if (rc == -EBUSY)
 		return true; /* kept changing: no answer, nothing to check */
@@ -101,8 +104,9 @@ static bool move_read(struct gc_machine *mc, unsigned kind, struct fg_edge *b,
 		ok = edge_before(b[i - 1].time, b[i - 1].id2, b[i].time,
 		                 b[i].id2);
 	if (!ok)
-		fprintf(stderr, "m%u: read kind %u returned %u edges, %u "
-		                "expected\n",
+		fprintf(stderr,
+		        "m%u: read kind %u returned %u edges, %u "
+		        "expected\n",
 		        mc->me, kind, n, want);
 	return ok;
 }
@@ -135,14 +139,7 @@ static struct answer move_run(struct gc_machine *mc, struct fg_edge *b)
 
 /* ---- history ------------------------------------------------------------- */
 
-enum {
-	K_WRITE = 1,
-	K_OBJ_GET,
-	K_ASSOC_GET,
-	K_COUNT,
-	K_RANGE,
-	K_TIME_RANGE
-};
+enum { K_WRITE = 1, K_OBJ_GET, K_ASSOC_GET, K_COUNT, K_RANGE, K_TIME_RANGE };
 
 /* What one operation saw (reads) or did (writes: step of the cycle). */
 struct lrec {
@@ -170,8 +167,7 @@ static int lin_write(struct gc_machine *mc, uint64_t id, uint64_t g,
 	memset(data, 'g', sizeof(data));
 	memcpy(data, &g, 8);
 	switch (step) {
-	case S_ADD:
-		return fg_obj_add_sync(mc->g, mc->loop, id, 1, 0, data, 8);
+	case S_ADD: return fg_obj_add_sync(mc->g, mc->loop, id, 1, 0, data, 8);
 	case S_EDGE:
 	case S_OVERWRITE: {
 		int rc = fg_assoc_add_sync(mc->g, mc->loop, id, 1, EDGE_ID2,
@@ -247,8 +243,9 @@ static struct answer hist_run(struct gc_machine *mc, FILE *f, struct fg_edge *b)
 			r.status = lin_write(mc, mine, g, step);
 			r.t1 = gc_now_ns();
 			if (r.status) {
-				fprintf(stderr, "m%u: write %u of gen %" PRIu64
-				                " failed: %d\n",
+				fprintf(stderr,
+				        "m%u: write %u of gen %" PRIu64
+				        " failed: %d\n",
 				        mc->me, step, g, r.status);
 				a.err = r.status;
 			}
@@ -379,6 +376,44 @@ static int cmp_t1(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+/* Pairs of reads (@sp, whose states are known) where one that ended
+ * before the other began saw a later state than it: none in a
+ * linearizable history. */
+static unsigned order_violations(struct span *sp, size_t nsp, uint8_t node)
+{
+	unsigned bad = 0;
+	qsort(sp, nsp, sizeof(*sp), cmp_t1);
+	size_t *pmax = calloc(nsp + 1, sizeof(*pmax)),
+	       *who = calloc(nsp + 1, sizeof(*who));
+	assert_true(pmax && who);
+	for (size_t i = 0; i < nsp; i++) {
+		pmax[i] = i && pmax[i - 1] > sp[i].lo ? pmax[i - 1] : sp[i].lo;
+		who[i] = i && pmax[i - 1] > sp[i].lo ? who[i - 1] : i;
+	}
+	for (size_t i = 0; i < nsp; i++) {
+		size_t lo = 0, hi = nsp; /* reads with t1 < sp[i].t0 */
+		while (lo < hi) {
+			size_t m = (lo + hi) / 2;
+			if (sp[m].t1 < sp[i].t0)
+				lo = m + 1;
+			else
+				hi = m;
+		}
+		if (lo && pmax[lo - 1] > sp[i].hi && bad++ < 10) {
+			const struct span *e = &sp[who[lo - 1]];
+			printf("node %u: a read in [%" PRIu64 ", %" PRIu64
+			       "] saw state %zu or later, a later one in "
+			       "[%" PRIu64 ", %" PRIu64
+			       "] state %zu or earlier\n",
+			       node, e->t0, e->t1, e->lo, sp[i].t0, sp[i].t1,
+			       sp[i].hi);
+		}
+	}
+	free(pmax);
+	free(who);
+	return bad;
+}
+
 /* Violations among @node's reads. */
 static unsigned check_node(const struct lrec *r, size_t nr, uint8_t node,
                            unsigned *checked)
@@ -411,36 +446,7 @@ static unsigned check_node(const struct lrec *r, size_t nr, uint8_t node,
 		}
 		sp[nsp++] = s;
 	}
-	/* a read that ended before another began saw no later state */
-	qsort(sp, nsp, sizeof(*sp), cmp_t1);
-	size_t *pmax = calloc(nsp + 1, sizeof(*pmax)), *who = calloc(
-	                                                       nsp + 1,
-	                                                       sizeof(*who));
-	assert_true(pmax && who);
-	for (size_t i = 0; i < nsp; i++) {
-		pmax[i] = i && pmax[i - 1] > sp[i].lo ? pmax[i - 1] : sp[i].lo;
-		who[i] = i && pmax[i - 1] > sp[i].lo ? who[i - 1] : i;
-	}
-	for (size_t i = 0; i < nsp; i++) {
-		size_t lo = 0, hi = nsp; /* reads with t1 < sp[i].t0 */
-		while (lo < hi) {
-			size_t m = (lo + hi) / 2;
-			if (sp[m].t1 < sp[i].t0)
-				lo = m + 1;
-			else
-				hi = m;
-		}
-		if (lo && pmax[lo - 1] > sp[i].hi && bad++ < 10) {
-			const struct span *e = &sp[who[lo - 1]];
-			printf("node %u: a read in [%" PRIu64 ", %" PRIu64
-			       "] saw state %zu or later, a later one in [%" PRIu64
-			       ", %" PRIu64 "] state %zu or earlier\n",
-			       node, e->t0, e->t1, e->lo, sp[i].t0, sp[i].t1,
-			       sp[i].hi);
-		}
-	}
-	free(pmax);
-	free(who);
+	bad += order_violations(sp, nsp, node);
 	free(st);
 	free(sp);
 	return bad;
@@ -488,7 +494,10 @@ static void test_moves(void **state)
 	       ans.reads, FG_LIN_EDGES, ans.bad);
 	assert_int_equal(gc_finish(&cl), 0);
 	assert_true(ans.reads > 100);
-	assert_int_equal(ans.bad, 0);
+	if (broken)
+		assert_true(ans.bad > 0);
+	else
+		assert_int_equal(ans.bad, 0);
 }
 
 static void test_history(void **state)
@@ -536,11 +545,26 @@ static void test_history(void **state)
 	       writes, checked, ans.reads, bad);
 	free(r);
 	assert_true(writes > 12 && checked > 100);
-	assert_int_equal(bad, 0);
+	if (broken)
+		assert_true(bad > 0);
+	else
+		assert_int_equal(bad, 0);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+	broken = argc > 1 && !strcmp(argv[1], "--broken");
+#ifdef FG_TEST_BREAK_LIN
+	if (!broken) {
+		fprintf(stderr, "this build breaks the reads: --broken\n");
+		return 2;
+	}
+#else
+	if (broken) {
+		fprintf(stderr, "--broken needs the FG_TEST_BREAK_LIN build\n");
+		return 2;
+	}
+#endif
 	const char *s = getenv("FG_LIN_SECONDS");
 	if (s)
 		seconds = strtod(s, NULL);

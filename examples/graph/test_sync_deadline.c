@@ -120,7 +120,8 @@ static int tx_write_x(struct gc_machine *mc, farm_fatptr p, bool timed)
 		return rc;
 	if (!(rc = farm_tx_read_sync(tx, p.addr, p.size, &d)) &&
 	    !(rc = farm_tx_write(tx, p.addr, &w))) {
-		memcpy(w, d, p.size); /* the same bytes: only the locks matter */
+		/* the same bytes: only the locks matter */
+		memcpy(w, d, p.size);
 		rc = timed ? farm_tx_commit_sync_timed(tx, DEADLINE_NS)
 		           : farm_tx_commit_sync(tx);
 	}
@@ -171,8 +172,8 @@ static int stopped_calls(struct gc_machine *mc)
 		}
 	}
 	farm_kv_set_sync_timeout(mc->kv, 0);
-	fprintf(stderr, "farm_kv_put_sync: %u of %u keys timed out\n",
-	        timeouts, NKEYS);
+	fprintf(stderr, "farm_kv_put_sync: %u of %u keys timed out\n", timeouts,
+	        NKEYS);
 	ok &= timeouts > 0;
 	/* a transaction, per call, then the manager's default */
 	t0 = gc_now_ns();

@@ -201,11 +201,9 @@ FARM_API FARM_MUST_CHECK int
 farm_kv_put_sync_timed(farm_kv *kv, farm_loop *loop, const void *key,
                        uint32_t klen, const void *val, uint32_t vlen,
                        uint64_t timeout_ns);
-FARM_API FARM_MUST_CHECK int farm_kv_del_sync_timed(farm_kv *kv,
-                                                    farm_loop *loop,
-                                                    const void *key,
-                                                    uint32_t klen,
-                                                    uint64_t timeout_ns);
+FARM_API FARM_MUST_CHECK int
+farm_kv_del_sync_timed(farm_kv *kv, farm_loop *loop, const void *key,
+                       uint32_t klen, uint64_t timeout_ns);
 FARM_API FARM_MUST_CHECK int
 farm_kv_mget_sync_timed(farm_kv *kv, farm_loop *loop, unsigned n,
                         const void *const *keys, const uint32_t *klens,

@@ -58,7 +58,7 @@ struct farm_kv {
 	struct farm_ht_shard shards[MAX_MACHINES];
 	_Atomic uint64_t st[S_N];
 	_Atomic uint64_t sync_timeout_ns; /* the *_sync wrappers' default */
-	struct farm_ctl_source ctl; /* counters for the control socket */
+	struct farm_ctl_source ctl;       /* counters for the control socket */
 };
 
 static void st_add(farm_kv *kv, int i, uint64_t n)
@@ -557,8 +557,7 @@ void farm_kv_set_sync_timeout(farm_kv *kv, uint64_t timeout_ns)
 
 static uint64_t sync_timeout(const farm_kv *kv)
 {
-	return atomic_load_explicit(&kv->sync_timeout_ns,
-	                            memory_order_relaxed);
+	return atomic_load_explicit(&kv->sync_timeout_ns, memory_order_relaxed);
 }
 
 static void sop_free(struct sync_op *w)

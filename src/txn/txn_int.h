@@ -430,7 +430,7 @@ struct farm_tx {
 	/* Records of blocking wrappers that gave up (txsync.c), freed with
 	 * the transaction: their operations may still complete into them. */
 	struct sync_res *orphans;
-	bool retry_posted;         /* a reserve_again work item is queued */
+	bool retry_posted; /* a reserve_again work item is queued */
 	bool deferred_report, deferred_finish;
 	unsigned space_tries;
 	struct txrec *recs;
