@@ -1,5 +1,5 @@
 /*
- * datarec_bench: data recovery's timeline (issue 13, FaRM SOSP'15 section
+ * datarec_bench: data recovery's timeline (FaRM SOSP'15 section
  * 6.5, Figure 9(b)): after a machine is lost, how fast its regions get
  * their third replica back, and what the copy costs the foreground.
  *

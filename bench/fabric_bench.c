@@ -1,8 +1,8 @@
 /*
  * fabric_bench: one-sided READ and WRITE between two machine processes,
- * against a plain memcpy from the same memory (issue 2); with --fabric ofi
+ * against a plain memcpy from the same memory; with --fabric ofi
  * the same over libfabric (tcp;ofi_rxm, software RMA) on loopback, or with
- * --netns across network namespaces (issue 15), with the CPU time the
+ * --netns across network namespaces, with the CPU time the
  * target spends per request (its progress thread does the work a NIC
  * would).
  *
@@ -677,7 +677,7 @@ static void print_results(const struct opts *o, const struct result *res,
 	}
 	printf("], \"goals\": {");
 	if (!is_shm(o)) {
-		/* Issue 15 names goals for kv_bench only: none here. */
+		/* The goals across hosts are kv_bench's: none here. */
 		printf("}}\n");
 		fflush(stdout);
 		return;

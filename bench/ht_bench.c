@@ -204,8 +204,7 @@ static void pump(struct cluster *c)
 		(void)farm_loop_poll(c->m[i].loop);
 }
 
-/* ---- keys and values
- * --------------------------------------------------------- */
+/* ---- keys and values ----------------------------------------------------- */
 
 /* Key i: 8 mixed bytes, then i (so distinct, and not sequential). */
 static void mk_key(uint64_t seed, uint64_t i, uint8_t *k)
@@ -225,8 +224,7 @@ static void mk_val(uint64_t i, uint32_t len, uint8_t *v)
 	}
 }
 
-/* ---- one configuration
- * ----------------------------------------------------------- */
+/* ---- one configuration --------------------------------------------------- */
 
 struct point {
 	unsigned H;
@@ -510,8 +508,7 @@ out:
 	return rc ? rc : RUN.errors ? -EIO : 0;
 }
 
-/* ---- output
- * ------------------------------------------------------------------------ */
+/* ---- output -------------------------------------------------------------- */
 
 static const struct point *find(const struct point *pts, unsigned n, unsigned H,
                                 uint32_t v, unsigned occ)
@@ -719,8 +716,7 @@ static void print_json(const struct opts *o, const struct point *pts,
 		       "false}}}\n");
 }
 
-/* ---- options
- * --------------------------------------------------------------------- */
+/* ---- options ------------------------------------------------------------- */
 
 static void usage(FILE *f)
 {

@@ -459,7 +459,7 @@ static void jgoal(const char *name, double v, bool have, double target,
 		       name, target, cmp, comma ? ", " : "");
 }
 
-/* Issue 15's comparison (ofi): lookups per measured CPU core against
+/* The comparison over ofi: lookups per measured CPU core against
  * memcached's best configuration per measured server core, unloaded
  * lookup p50 against memcached's unloaded GET p50. */
 struct net_goals {
@@ -508,7 +508,7 @@ static void print_net(const struct net_goals *g)
 }
 
 /* The JSON line's end over ofi: the measured cores, the peers' unloaded
- * GETs and issue 15's goals (across namespaces; on loopback they are
+ * GETs and the goals across hosts (across namespaces; on loopback they are
  * reported, never met). */
 static void print_net_json(const struct net_goals *ng)
 {
@@ -754,9 +754,7 @@ static void print_demo(bool mc_skipped)
 	fflush(stdout);
 }
 
-/* ---- main
- * --------------------------------------------------------------------------------------
- */
+/* ---- main ---------------------------------------------------------------- */
 
 static void usage(FILE *out)
 {
@@ -832,12 +830,12 @@ static void usage(FILE *out)
 	        "read/read-modify-write).\n"
 	        "                   No 1M-key run, unloaded latency or plain\n"
 	        "                   loop: those goals report null\n"
-	        "Networks (issue 15):\n"
+	        "Networks:\n"
 	        "  --fabric NAME    shm (default) or ofi (libfabric\n"
 	        "                   tcp;ofi_rxm over loopback; default keys\n"
 	        "                   100k); the server and client CPU each\n"
 	        "                   run uses is measured, and the goals are\n"
-	        "                   issue 15's (per core against memcached)\n"
+	        "                   per core against memcached's\n"
 	        "  --netns          ofi across network namespaces: machine i\n"
 	        "                   in the i-th machine namespace (ZooKeeper\n"
 	        "                   membership), memcached and Redis in\n"

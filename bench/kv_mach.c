@@ -160,8 +160,7 @@ static int fetch_shards(struct mach *m)
 	return 0;
 }
 
-/* ---- the machine's work: operations in flight
- * ------------------------------------------ */
+/* ---- the machine's work: operations in flight ---------------------------- */
 
 struct eng;
 

@@ -4,7 +4,7 @@
 # missing) and writes DIR/kv_keys.png (uniform read-only lookups/s per core
 # against key count) and DIR/kv_occ.png (the same against occupancy, with
 # the one-sided reads per lookup on the right axis). goal (default 5, in M
-# lookups/s per core: issue 6's target; 0: none) draws the target line.
+# lookups/s per core; 0: none) draws the target line.
 # Key counts are kv_bench's: M = 2^20, k = 2^10.
 if (!exists("dir")) dir = "build/bench-results"
 if (!exists("goal")) goal = 5

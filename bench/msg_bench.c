@@ -935,7 +935,7 @@ static void print_results(const struct opts *o, const struct size_res *res,
 	}
 	printf("}, \"goals\": {");
 	if (!bnet_shm(&o->net)) {
-		/* Issue 15 names goals for kv_bench only: none here. */
+		/* The goals across hosts are kv_bench's: none here. */
 		printf("}}\n");
 		fflush(stdout);
 		return;

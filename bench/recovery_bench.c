@@ -1,6 +1,6 @@
 /*
  * recovery_bench: how fast a local cluster gets back to work after it
- * loses a machine (issue 12, FaRM SOSP'15 section 6.5, Figure 9).
+ * loses a machine (FaRM SOSP'15 section 6.5, Figure 9).
  *
  * One private ZooKeeper server (scripts/zk-local; its data on tmpfs under
  * /dev/shm unless --zk-disk) serves every run. A run is a fresh cluster of

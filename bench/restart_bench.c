@@ -1,6 +1,6 @@
 /*
- * restart_bench: whole-cluster restart from durable memory (issue 13,
- * "restart time for a whole cluster with 1 GB of committed data per
+ * restart_bench: whole-cluster restart from durable memory ("restart
+ * time for a whole cluster with 1 GB of committed data per
  * machine": kill all, start all, time to the first committed
  * transaction). src/node/restart.c is what it measures.
  *

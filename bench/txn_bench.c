@@ -128,8 +128,7 @@ static void on_signal(int sig)
 	interrupted = 1;
 }
 
-/* ---- helpers
- * ----------------------------------------------------------------- */
+/* ---- helpers ------------------------------------------------------------- */
 
 static int cmp_u64(const void *a, const void *b)
 {
@@ -177,8 +176,7 @@ static int nth_cpu(unsigned i, unsigned *count)
 	return -1;
 }
 
-/* ---- a machine
- * ------------------------------------------------------------------ */
+/* ---- a machine ----------------------------------------------------------- */
 
 struct mach {
 	uint32_t id;
@@ -377,8 +375,7 @@ static int child_main(uint32_t id, const char *base, int cpu)
 	return rc ? 1 : 0;
 }
 
-/* ---- transactions
- * ---------------------------------------------------------------- */
+/* ---- transactions -------------------------------------------------------- */
 
 struct shape {
 	char name[32];
@@ -661,8 +658,7 @@ static int run_tx(struct mach *m, const struct shape *sh, unsigned depth,
 	return r->fatal;
 }
 
-/* ---- lock-free reads and raw READs
- * -------------------------------------------------- */
+/* ---- lock-free reads and raw READs --------------------------------------- */
 
 enum { LF_READ = 0, RAW_64 = 1, RAW_128 = 2 };
 
@@ -772,8 +768,7 @@ static double run_lf(struct lfrun *r, int kind, unsigned depth, double seconds,
 	return (double)r->ops / ((double)(t1 - t0) / 1e9);
 }
 
-/* ---- the coordinator
- * --------------------------------------------------------------- */
+/* ---- the coordinator ----------------------------------------------------- */
 
 struct lf_res {
 	double lf_rate, raw64_rate, raw128_rate; /* medians */
@@ -1179,9 +1174,7 @@ out:
 	return rc;
 }
 
-/* ---- main
- * ----------------------------------------------------------------------------
- */
+/* ---- main ---------------------------------------------------------------- */
 
 static void usage(FILE *f)
 {

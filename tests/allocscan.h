@@ -1,12 +1,12 @@
 /*
- * The allocator's state, live and rebuilt by scan (SOSP'15 5.4; issue 13's
+ * The allocator's state, live and rebuilt by scan (SOSP'15 5.4; the
  * check "the allocator's state, rebuilt by scan, matches the live
  * state"), for tests/test_rec_kv.c and tests/test_campaign.c. Child side:
  * alloc_scan dumps the machine's block allocator, then rebuilds a fresh
  * one from a copy of every region it holds and dumps that
  * (farm_blockalloc_dump: the free lists agree with every header, so no
  * slot is both free and live), and counts the objects of those regions
- * left locked (issue 13's "no object is left locked", for every object,
+ * left locked ("no object is left locked", for every object,
  * not only the bank's accounts). Parent side: alloc_check. Header-only,
  * static functions; needs testutil.h.
  */
@@ -33,7 +33,7 @@ struct alloc_report {
 	uint64_t dump_bytes, regions;
 	/* Objects of the allocator's regions (every object this machine is
 	 * primary of: bank accounts, KV objects, all) whose header holds a
-	 * lock bit with the cluster quiet (issue 13's "no object is left
+	 * lock bit with the cluster quiet ("no object is left
 	 * locked"); walk_rc: the first walk's error. */
 	uint64_t objects, locked;
 	int walk_rc;

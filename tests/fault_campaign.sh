@@ -1,5 +1,5 @@
 #!/bin/bash
-# fault_campaign.sh: libfarm's fault campaign (issue 13, item 5).
+# fault_campaign.sh: libfarm's fault campaign.
 #
 #   fault_campaign.sh [--continuous | --per-scenario] [--build DIR]
 #                     [--cycles N] [--seed S] [--faults F,F,...] [--out DIR]

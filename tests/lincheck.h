@@ -1,6 +1,6 @@
 /*
  * lincheck: a linearizability checker for histories of a key-value store
- * (issue 6), Porcupine-style (Wing & Gong / Lowe's search with
+ *, Porcupine-style (Wing & Gong / Lowe's search with
  * memoization), partitioned per key.
  *
  * Build: tests/CMakeLists.txt builds the static library `farm_lincheck`

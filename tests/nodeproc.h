@@ -35,8 +35,7 @@ static inline uint64_t np_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* ---- the cluster (parent side)
- * ----------------------------------------------- */
+/* ---- the cluster (parent side) ------------------------------------------- */
 
 struct np_cluster {
 	char root[256];       /* a temporary directory, removed at the end */
@@ -210,8 +209,7 @@ static inline void np_cleanup(struct np_cluster *cl)
 	cl->root[0] = 0;
 }
 
-/* ---- the machine (child side)
- * ------------------------------------------------ */
+/* ---- the machine (child side) -------------------------------------------- */
 
 /* Lease length across namespaces: generous, so that a loaded host's
  * scheduling does not look like a failure (recovery removes a machine
@@ -392,8 +390,7 @@ static inline int np_say(struct np_child *c, char b, const void *data,
 	return len ? tu_send(c->out, data, len) : 0;
 }
 
-/* ---- files the machines and the parent share
- * --------------------------------- */
+/* ---- files the machines and the parent share ----------------------------- */
 
 /* Write @path whole (through a temporary file and a rename). */
 static inline int np_write_file(const char *path, const void *buf, size_t len)

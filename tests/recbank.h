@@ -1,10 +1,9 @@
 /*
- * Test fixture on top of txproc.h: the bank under failures (issue 12,
- * "Recovery I"), shared by test_rec_bank.c (kill -9), test_rec_crash.c
- * (a machine kills itself at one step of a commit), test_rec_zombie.c
- * (SIGSTOP past the lease, then SIGCONT) and test_rec_seq.c (two kills in
- * sequence). Header-only, static functions; the including test defines
- * NP_NM and FARM_SOURCE_DIR.
+ * Test fixture on top of txproc.h: the bank under failures, shared by
+ * test_rec_bank.c (kill -9), test_rec_crash.c (a machine kills itself at one
+ * step of a commit), test_rec_zombie.c (SIGSTOP past the lease, then SIGCONT)
+ * and test_rec_seq.c (two kills in sequence). Header-only, static functions;
+ * the including test defines NP_NM and FARM_SOURCE_DIR.
  *
  * NP_NM machine processes joined through a real ZooKeeper
  * (scripts/zk-local; sessions of 4 s, leases of 50 ms), 3 replicas,

@@ -1,6 +1,6 @@
 /*
  * sercheck: a strict-serializability checker over recorded histories of
- * read/write registers with a KNOWN version order (issue 5).
+ * read/write registers with a KNOWN version order.
  *
  * Build: tests/CMakeLists.txt builds the static library `farm_sercheck`
  * (sercheck.c, libc only; its include directory is public). A test links it

@@ -1,5 +1,5 @@
 /*
- * The fault campaign on one continuous cluster (issue 13 item 5):
+ * The fault campaign on one continuous cluster:
  *
  *   test_campaign [--cycles N] [--seed S] [--faults F,F,...] [--broken]
  *                 [--list] [--help]

@@ -1,5 +1,5 @@
 /*
- * Data recovery (issue 13, "Recovery II", item 1): the bank of recbank.h
+ * Data recovery: the bank of recbank.h
  * on 5 machines, 3 replicas, copies paced at DR_BYTES per DR_US per loop
  * (slow: 0.5 MB/s, so that copies outlast the workload, which stops 500 ms
  * after the last configuration).
@@ -29,7 +29,7 @@
  *              a late machine filling the short replica lists (never a
  *              primary), then, once every copy is complete, as an
  *              ordinary member (growth: the primary of whichever
- *              regions its placement gives it; issue 13 item 4).
+ *              regions its placement gives it).
  *   grow       3 replicas, region ids from a fixed seed (DR_SEED) and
  *              copies at FaRM's pace; a machine killed (the 4 survivors
  *              leave no region short); each survivor makes DR_COLD
@@ -1079,7 +1079,7 @@ static void test_copy_kill(void **state)
 }
 
 /*
- * Rejoin and growth (issue 13 item 4): 4 replicas; machines 2 and 3 are
+ * Rejoin and growth: 4 replicas; machines 2 and 3 are
  * killed, one after the other, so the 3 survivors leave every region
  * short; then a machine with a new id and an empty directory joins the
  * running cluster. It must become a backup of every region (never a
@@ -1099,7 +1099,7 @@ static void test_rejoin(void **state)
 }
 
 /*
- * Growth (issue 13 item 4, its first step): 3 replicas; a machine is
+ * Growth (its first step): 3 replicas; a machine is
  * killed (grow_victim: machine 2 unless its departure would leave the
  * late machine no surviving primary's region to grow into), and the 4
  * survivors leave no region short; then a machine with

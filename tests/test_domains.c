@@ -16,13 +16,13 @@
  *   late           a machine joining a running cluster (late) is appended
  *                  only where replicas are short, never before a copy or
  *                  as a primary; departures keep the order with late
- *                  machines too (issue 13, rejoin and growth);
+ *                  machines too (rejoin and growth);
  *   grow           with nothing short, the first late machine (the grower)
  *                  is an extra backup, after the replicas, exactly where
  *                  it would be a replica as an ordinary member; a later
  *                  joiner is no one's until it leaves; departures of
  *                  others never take it out of a region it holds
- *                  (issue 13, growth's first step);
+ *                  (growth's first step);
  *   order          the input order of the machines does not matter;
  *   balance        primary shares are the plain ones; with equal domains
  *                  every machine's replica share is within 20% of even;
@@ -483,7 +483,7 @@ static void test_grow(void **state)
 }
 
 /*
- * Rejoin and growth (issue 13 item 4): a machine that joins a running
+ * Rejoin and growth: a machine that joins a running
  * cluster is late. 3 machines without domains (r = 3) lose one: every
  * region has 2 replicas; the machine coming back (same id) and then a new
  * one are appended where short, never before a copy that exists; with

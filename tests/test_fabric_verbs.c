@@ -26,8 +26,8 @@ static farm_fabric *vopen(uint32_t id)
 {
 	char listen[128];
 	snprintf(listen, sizeof(listen), "%s:0", ip);
-	farm_fabric_attr a = {.provider = "verbs", .machine_id = id,
-	                      .listen_addr = listen};
+	farm_fabric_attr a = {
+	        .provider = "verbs", .machine_id = id, .listen_addr = listen};
 	farm_fabric *f = NULL;
 	return farm_fabric_open(&a, &f) == 0 ? f : NULL;
 }
@@ -44,10 +44,13 @@ static int setup(void **state)
 	char addr[256];
 	assert_true(farm_fabric_address(f->b, addr, sizeof(addr)) > 0);
 	assert_int_equal(farm_cq_create(f->a, 256, 0, &f->cq), 0);
-	assert_int_equal(farm_ep_connect(f->a, f->cq, 2, addr, NULL, &f->ep), 0);
+	assert_int_equal(farm_ep_connect(f->a, f->cq, 2, addr, NULL, &f->ep),
+	                 0);
 	f->buf = aligned_alloc(64, 16384);
 	memset(f->buf, 0, 16384);
-	assert_int_equal(farm_mr_reg(f->a, f->buf, 16384, FARM_ACCESS_LOCAL, &f->lmr), 0);
+	assert_int_equal(
+	        farm_mr_reg(f->a, f->buf, 16384, FARM_ACCESS_LOCAL, &f->lmr),
+	        0);
 	*state = f;
 	return 0;
 }
@@ -73,13 +76,21 @@ static void test_round_trip(void **state)
 	uint8_t *rbase = farm_region_base(f->region);
 	for (int i = 0; i < 4096; i++)
 		src[i] = (uint8_t)(i * 13 + 1);
-	assert_int_equal(tu_do(f->ep, f->cq, farm_wr_write(1, src, f->lmr, 4096, &f->rd, 4096)), 0);
+	assert_int_equal(
+	        tu_do(f->ep, f->cq,
+	              farm_wr_write(1, src, f->lmr, 4096, &f->rd, 4096)),
+	        0);
 	assert_memory_equal(rbase + 4096, src, 4096);
-	assert_int_equal(tu_do(f->ep, f->cq, farm_wr_read(2, dst, f->lmr, 4096, &f->rd, 4096)), 0);
+	assert_int_equal(
+	        tu_do(f->ep, f->cq,
+	              farm_wr_read(2, dst, f->lmr, 4096, &f->rd, 4096)),
+	        0);
 	assert_memory_equal(dst, src, 4096);
 	uint64_t *res = (uint64_t *)(void *)(f->buf + 16000);
 	memcpy(rbase + 64, &(uint64_t){5}, 8);
-	assert_int_equal(tu_do(f->ep, f->cq, farm_wr_cas(3, res, f->lmr, &f->rd, 64, 5, 6)), 0);
+	assert_int_equal(tu_do(f->ep, f->cq,
+	                       farm_wr_cas(3, res, f->lmr, &f->rd, 64, 5, 6)),
+	                 0);
 	assert_int_equal(*res, 5);
 	assert_int_equal(*(uint64_t *)(void *)(rbase + 64), 6);
 }
@@ -89,8 +100,8 @@ static void test_errors(void **state)
 	struct vfx *f = *state;
 	/* Out of range: a remote access error, then the endpoint flushes. */
 	farm_wr l[2] = {
-		farm_wr_read(1, f->buf, f->lmr, 64, &f->rd, RSIZE),
-		farm_wr_read(2, f->buf, f->lmr, 64, &f->rd, 0),
+	        farm_wr_read(1, f->buf, f->lmr, 64, &f->rd, RSIZE),
+	        farm_wr_read(2, f->buf, f->lmr, 64, &f->rd, 0),
 	};
 	l[0].next = &l[1];
 	assert_int_equal(farm_ep_post(f->ep, l, NULL), 0);
@@ -109,7 +120,8 @@ int main(void)
 {
 	if (!farm_fabric_provider_available("verbs")) {
 		printf("SKIPPED: the verbs provider was not built "
-		       "(libibverbs-dev/librdmacm-dev missing at build time)\n");
+		       "(libibverbs-dev/librdmacm-dev missing at build "
+		       "time)\n");
 		return FARM_TEST_SKIP;
 	}
 	ip = getenv("FARM_TEST_VERBS_IP");
@@ -117,24 +129,30 @@ int main(void)
 		ip = "127.0.0.1";
 	char listen[128];
 	snprintf(listen, sizeof(listen), "%s:0", ip);
-	farm_fabric_attr a = {.provider = "verbs", .machine_id = 0, .listen_addr = listen};
+	farm_fabric_attr a = {
+	        .provider = "verbs", .machine_id = 0, .listen_addr = listen};
 	farm_fabric *probe = NULL;
 	int rc = farm_fabric_open(&a, &probe);
 	if (rc == FARM_ENODEVICE) {
-		printf("SKIPPED: no RDMA device on this machine (ibv_get_device_list "
+		printf("SKIPPED: no RDMA device on this machine "
+		       "(ibv_get_device_list "
 		       "found none); the verbs tests need one (or rxe/siw)\n");
 		return FARM_TEST_SKIP;
 	}
 	if (rc) {
-		printf("SKIPPED: an RDMA device exists but the provider cannot listen "
-		       "on %s (%s); set FARM_TEST_VERBS_IP to the address of an "
-		       "RDMA-capable interface\n", listen, farm_strerror(rc));
+		printf("SKIPPED: an RDMA device exists but the provider cannot "
+		       "listen "
+		       "on %s (%s); set FARM_TEST_VERBS_IP to the address of "
+		       "an "
+		       "RDMA-capable interface\n",
+		       listen, farm_strerror(rc));
 		return FARM_TEST_SKIP;
 	}
 	farm_fabric_close(probe);
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_round_trip, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_errors, setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_round_trip, setup,
+	                                        teardown),
+	        cmocka_unit_test_setup_teardown(test_errors, setup, teardown),
 	};
 	return cmocka_run_group_tests_name("fabric_verbs", tests, NULL, NULL);
 }

@@ -136,8 +136,7 @@ static int teardown(void **state)
 	return 0;
 }
 
-/* ---- the model
- * ------------------------------------------------------------------ */
+/* ---- the model ----------------------------------------------------------- */
 
 #define NKEYS 600
 
@@ -398,8 +397,7 @@ static void test_occupancy(void **state)
 	assert_true(tot.pairs_in_buckets * 100 >= (uint64_t)n * 90);
 }
 
-/* ---- moves: backward, eviction, dense chains, pull-back
- * ---------------------------------------------------------------- */
+/* ---- moves: backward, eviction, dense chains, pull-back ------------------ */
 
 #define MV_NB   16 /* buckets per shard */
 #define MV_KEYS 12 /* keys per home */
@@ -574,8 +572,7 @@ static void test_moves(void **state)
 	assert_int_equal(get(1, PK[HC][0], 16), -ENOENT);
 }
 
-/* ---- lookups during moves
- * ------------------------------------------------------------------ */
+/* ---- lookups during moves ------------------------------------------------ */
 
 #define CH_STABLE 60u  /* keys put once, then only looked up */
 #define CH_CHURN  120u /* keys put and deleted at random */
@@ -844,9 +841,8 @@ static void test_bad_input(void **state)
  * A machine paused past its lease (perhaps removed, its shards served
  * elsewhere by now) must not answer a lookup from what it reads, found
  * or absent, locally or remotely: FARM_ELEASE, as the transaction layer's
- * reads (farm_txm_serve_word). Found by the fault campaign: a zombie's
- * get after SIGCONT returned a value overwritten in the new
- * configuration (lincheck).
+ * reads (farm_txm_serve_word): otherwise a zombie's get after SIGCONT
+ * returns a value overwritten in the new configuration.
  */
 static void test_lease(void **state)
 {

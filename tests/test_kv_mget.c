@@ -1,5 +1,5 @@
 /*
- * The KV store's batched multi-get across machine processes (issue 6).
+ * The KV store's batched multi-get across machine processes.
  * Three forked machines (nodeproc.h: static membership, one loop each)
  * share a deliberately small table (16 buckets of 2 slots per machine)
  * filled well past its buckets, so overflow chains exist on every shard.
@@ -62,8 +62,7 @@ struct ch {
 	unsigned ver[NKEYS];
 };
 
-/* ---- keys and values
- * -------------------------------------------------------------- */
+/* ---- keys and values ----------------------------------------------------- */
 
 /* Key @i: short (12 bytes) or, one in 9, long (40 bytes: not inline). */
 static uint32_t mkkey(unsigned i, uint8_t *k)
@@ -96,8 +95,7 @@ static unsigned machine_of(const void *key, uint32_t klen)
 	return farm_ht_shard_index(farm_ht_hash(key, klen), NM);
 }
 
-/* ---- the machines
- * ------------------------------------------------------------------ */
+/* ---- the machines -------------------------------------------------------- */
 
 typedef int (*role_fn)(struct ch *c);
 
@@ -140,8 +138,7 @@ static int cl_cleanup(void **state)
 	return 0;
 }
 
-/* ---- the asker's checks
- * ------------------------------------------------------------ */
+/* ---- the asker's checks -------------------------------------------------- */
 
 /* A key of a multi-get and what it should give (exp_ver < 0: absent). */
 struct kd {
@@ -424,8 +421,7 @@ static void do_split(struct ch *c, struct phase *p)
 	free(ks);
 }
 
-/* ---- bad input
- * --------------------------------------------------------------------- */
+/* ---- bad input ----------------------------------------------------------- */
 
 enum {
 	B_N0,
@@ -530,8 +526,7 @@ static void do_bad(struct ch *c, int *r)
 	r[B_LIMIT] = (int)lim;
 }
 
-/* ---- malformed requests
- * ------------------------------------------------------------ */
+/* ---- malformed requests -------------------------------------------------- */
 
 enum {
 	M_EMPTY,
@@ -678,8 +673,7 @@ static void do_malformed(struct ch *c, int *r)
 		r[M_GOOD] = -101;
 }
 
-/* ---- the machines' script
- * ---------------------------------------------------------- */
+/* ---- the machines' script ------------------------------------------------ */
 
 static int role(struct ch *c)
 {
@@ -739,8 +733,7 @@ static int role(struct ch *c)
 	}
 }
 
-/* ---- the parent
- * ----------------------------------------------------------------- */
+/* ---- the parent ---------------------------------------------------------- */
 
 static void stats_of(unsigned m, farm_kv_stats *s)
 {

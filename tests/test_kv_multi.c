@@ -1,5 +1,5 @@
 /*
- * The cluster KV store across machine processes (issue 6). Each machine is
+ * The cluster KV store across machine processes. Each machine is
  * a forked process running a farm_node (static membership, 1 loop that the
  * process's main thread drives) and a farm_kv with one shard per machine;
  * the parent coordinates them through pipes and checks what they report.
@@ -72,8 +72,7 @@ static uint64_t cut_bound_ns(void)
 	return (ms + ms / 4 + 1000) * 1000000ull;
 }
 
-/* ---- the cluster (parent side)
- * ----------------------------------------------- */
+/* ---- the cluster (parent side) ------------------------------------------- */
 
 static struct np_cluster G;
 
@@ -125,8 +124,7 @@ static int cl_cleanup(void **state)
 	return 0;
 }
 
-/* ---- multi-get, directory, death (child side)
- * ------------------------------------ */
+/* ---- multi-get, directory, death (child side) ---------------------------- */
 
 struct mg_stats {
 	uint32_t ok, absent, wrong;
@@ -335,8 +333,7 @@ static int death_gets(struct ch *c, uint32_t mask_dead, uint32_t mask_live,
 	return 0;
 }
 
-/* ---- the machines' script
- * ---------------------------------------------------------- */
+/* ---- the machines' script ------------------------------------------------ */
 
 /* The linearizability run goes on until this deadline. */
 static bool until(struct lin *L, void *arg)
@@ -422,8 +419,7 @@ static int kv_role(struct ch *c)
 	}
 }
 
-/* ---- the parent
- * ----------------------------------------------------------------- */
+/* ---- the parent ---------------------------------------------------------- */
 
 /* Merge the machines' histories and check them. */
 static void test_kv(void **state)

@@ -124,8 +124,7 @@ static int finish(struct mproc *p)
 	return st;
 }
 
-/* ---- stream ----------------------------------------------------------------
- */
+/* ---- stream -------------------------------------------------------------- */
 
 struct stream_state {
 	struct child *c;
@@ -288,8 +287,7 @@ static void test_stream(void **state)
 	assert_true(total >= 1000000 || stream_msgs < 400000);
 }
 
-/* ---- idle ------------------------------------------------------------------
- */
+/* ---- idle ---------------------------------------------------------------- */
 
 struct idle_state {
 	farm_loop *loops[2];
@@ -530,8 +528,7 @@ static void test_idle(void **state)
 		assert_int_equal(finish(&p[i]), 0);
 }
 
-/* ---- death -----------------------------------------------------------------
- */
+/* ---- death --------------------------------------------------------------- */
 
 static void h_hold(farm_loop *loop, const farm_msg_in *in, void *arg)
 {

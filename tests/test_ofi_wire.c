@@ -1,5 +1,5 @@
 /*
- * Bad input over the network to a machine on the ofi provider (issue 15).
+ * Bad input over the network to a machine on the ofi provider.
  * The target is a forked machine: its fabric, a 1 MiB region holding a
  * known pattern (its last 4 KiB a scratch area peers may write), served by
  * the provider's progress thread while the machine's own thread sits in
@@ -60,8 +60,7 @@
 
 enum { T_TARGET = 0, T_GOOD = 1, T_BAD = 2 }; /* namespace per role */
 
-/* ---- shared ---------------------------------------------------------------
- */
+/* ---- shared -------------------------------------------------------------- */
 
 static uint8_t pat(size_t i)
 {
@@ -114,8 +113,7 @@ static int spawn(unsigned role, int (*fn)(void *), void *arg, pid_t *pid)
 	return 0;
 }
 
-/* ---- the target -----------------------------------------------------------
- */
+/* ---- the target ---------------------------------------------------------- */
 
 struct target_info {
 	char addr[128];
@@ -177,8 +175,7 @@ out:
 	return st;
 }
 
-/* ---- a well-behaved peer --------------------------------------------------
- */
+/* ---- a well-behaved peer ------------------------------------------------- */
 
 struct good_arg {
 	const struct target_info *ti;
@@ -294,8 +291,7 @@ out:
 	return st;
 }
 
-/* ---- the attacker: libfabric without libfarm ---------------------------
- */
+/* ---- the attacker: libfabric without libfarm ----------------------------- */
 
 struct raw {
 	struct fi_info *info;
@@ -633,8 +629,7 @@ static int tcp_main(void *argp)
 	return st;
 }
 
-/* ---- the parent -----------------------------------------------------------
- */
+/* ---- the parent ---------------------------------------------------------- */
 
 static pid_t target_pid;
 static struct target_info TI;

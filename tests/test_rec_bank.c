@@ -1,5 +1,5 @@
 /*
- * Bank under a kill (issue 12, "Recovery I"): the bank of recbank.h on 4
+ * Bank under a kill: the bank of recbank.h on 4
  * machines; once every machine has committed 300 transfers, the parent
  * kills one with SIGKILL, in the middle of whatever it was doing:
  *

@@ -1,5 +1,5 @@
 /*
- * Crash points (issue 12, "Recovery I"): the bank of recbank.h on 4
+ * Crash points: the bank of recbank.h on 4
  * machines; once every machine has committed 100 transfers, one machine
  * arms a fault-injection point (util/fault.h, test builds only) and kills
  * itself (SIGKILL) the first time it gets there, in the middle of a

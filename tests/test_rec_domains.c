@@ -1,5 +1,5 @@
 /*
- * A whole failure domain killed at once (issue 13, "Recovery II", item 2):
+ * A whole failure domain killed at once:
  * the bank of recbank.h on 5 machines in 3 failure domains,
  *
  *   zone-a: machines 0 and 1    zone-b: machines 2 and 3    zone-c: 4

@@ -1,5 +1,5 @@
 /*
- * KV under a kill (issue 12, "Recovery I"): 4 machine processes joined
+ * KV under a kill: 4 machine processes joined
  * through a real ZooKeeper (scripts/zk-local; sessions of 4 s, leases of
  * 50 ms as in test_rec_bank), 3 replicas, a KV store with one shard per
  * machine. Every machine runs test_kv_multi's linearizability workload

@@ -1,5 +1,5 @@
 /*
- * Two failures in sequence (issue 12, "Recovery I"): the bank of
+ * Two failures in sequence: the bank of
  * recbank.h on 5 machines, 3 replicas. Once every machine has committed
  * 200 transfers, the parent kills a first machine (SIGKILL), waits until
  * every survivor runs in a configuration without it with its regions
@@ -13,7 +13,7 @@
  * history), no locks left, the survivors keep committing.
  *
  * A region that lost a replica in the first failure gets a new backup,
- * which data recovery (issue 13, src/txn/copy.c; test_datarec checks it)
+ * which data recovery (src/txn/copy.c; test_datarec checks it)
  * fills in the background. The test reports, for every machine's account
  * region, its replica set in each configuration and which survivors hold
  * a copy at the end, so a region left with one copy (or none) shows.

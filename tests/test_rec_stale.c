@@ -1,5 +1,5 @@
 /*
- * Stale configurations (issue 12, "Recovery I"), on four in-process
+ * Stale configurations, on four in-process
  * machines (asnodes.h) whose views the test sets itself, deterministically:
  *
  *   stale_lock      the primaries of a transaction's objects move to

@@ -1,5 +1,5 @@
 /*
- * ZooKeeper faults (issue 13 item 5, the fault campaign's ZooKeeper
+ * ZooKeeper faults (the fault campaign's ZooKeeper
  * fault): the bank of recbank.h on 4 machines whose membership lives in a
  * 3-server ZooKeeper ensemble (scripts/zk-local start-ensemble; every
  * machine is given the three servers). Once every machine has committed

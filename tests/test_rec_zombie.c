@@ -1,5 +1,5 @@
 /*
- * Zombie (issue 12, "Recovery I"): the bank of recbank.h on 4 machines;
+ * Zombie: the bank of recbank.h on 4 machines;
  * once every machine has committed 300 transfers, machine 3 (not the CM)
  * is stopped with SIGSTOP, well past its 50 ms lease: the others suspect
  * it, reconfigure without it, promote its regions and recover its

@@ -1,5 +1,5 @@
 /*
- * Whole-cluster restart from durable memory (issue 13, items 3 and 6;
+ * Whole-cluster restart from durable memory (items 3 and 6;
  * src/node/restart.c, src/txn/restart.c).
  *
  *   bank      NP_NM machines through a private ZooKeeper run the bank
@@ -294,8 +294,7 @@ static int check_machine(struct np_child *np, void *arg)
 	return tx_child_run(&c, &cfg, RS_JOIN_MS, check_role);
 }
 
-/* ---- the bank test (parent) -----------------------------------------------
- */
+/* ---- the bank test (parent) ---------------------------------------------- */
 
 struct committed {
 	const farm_fatptr *acc;
@@ -486,8 +485,8 @@ static int zk_prune(zhandle_t *zh, const char *path, const char *keep,
 	return n;
 }
 
-/* Issue 13: "the restart needs no ZooKeeper state beyond what the
- * configuration znode holds". With every machine dead, delete every znode
+/* The restart needs no ZooKeeper state beyond what the
+ * configuration znode holds. With every machine dead, delete every znode
  * of the cluster's root but its configuration znode (registrations of the
  * dead sessions, the members' parent, the marks): the restart must do with
  * that. The number deleted, or -1. */

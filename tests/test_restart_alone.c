@@ -1,6 +1,6 @@
 /*
  * A machine restarted alone on its data directory, into a cluster that
- * lived on without it, is refused (issue 13: a restart is for the whole
+ * lived on without it, is refused (a restart is for the whole
  * cluster; a lone machine's memory is out of date).
  *
  * 3 machines through a private ZooKeeper run the bank workload of

@@ -1,7 +1,6 @@
 /*
  * A data-recovery copy interrupted by a whole-cluster restart must end
- * (found by the fault campaign: restart_copy, seed 2811 cycle 14;
- * src/recovery/README.md).
+ * (docs/architecture.md, "Recovery").
  *
  * 4 machines through a private ZooKeeper, 3 replicas, 16 MiB regions:
  *   1. every machine makes RC_OBJS objects of RC_SIZE bytes (6 lines) in

@@ -55,8 +55,7 @@ static void test_gaddr(void **state)
 	                             4ull << 30));
 }
 
-/* ---- ring ------------------------------------------------------------------
- */
+/* ---- ring ---------------------------------------------------------------- */
 
 static farm_ring *build(const uint32_t *ids, unsigned n, unsigned r)
 {

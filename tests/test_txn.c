@@ -525,11 +525,11 @@ static uint64_t trunc_round(farm_fatptr x, farm_fatptr y)
  * A replica may truncate (and apply) a COMMIT-BACKUP only once the
  * coordinator's low-water mark has passed it. Otherwise recovery, seeing
  * the record at one surviving backup and not at another that truncated
- * it, and no mark above it, aborts a commit that was reported (found by
- * recovery_bench: a single-machine transfer lost about once in ten
- * kills). Here an older commit (T0) is held open while two younger ones
- * finish; with the old rule (a test-only switch) machine 3 truncates T1's
- * record above the mark, and the counter says so.
+ * it, and no mark above it, aborts a commit that was reported (a
+ * single-machine transfer lost about once in ten kills). Here an older commit
+ * (T0) is held open while two younger ones finish; with the old rule (a
+ * test-only switch) machine 3 truncates T1's record above the mark, and the
+ * counter says so.
  */
 static void test_trunc_low_water(void **state)
 {
@@ -734,7 +734,7 @@ static void test_restart_marks_pads(void **state)
 	free(log);
 }
 
-/* Recovery's messages, forged or stale (issue 12: bad input): each is
+/* Recovery's messages, forged or stale (bad input): each is
  * refused and counted (rec_refused), none changes anything, and the
  * machines go on committing. Machine id 2 sends them to machine id 1,
  * which is in no recovery (configuration 0 there). */

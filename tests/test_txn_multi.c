@@ -1,5 +1,5 @@
 /*
- * Transactions across machine processes (issue 5). Each machine is a forked
+ * Transactions across machine processes. Each machine is a forked
  * process running a farm_node (static membership, 1 loop that the
  * process's main thread drives with the *_sync wrappers); the parent
  * coordinates them through pipes and checks what they report.
@@ -35,8 +35,7 @@
 #define RSIZE   "16M"
 #define JOIN_MS 30000
 
-/* ---- options ----------------------------------------------------------------
- */
+/* ---- options ------------------------------------------------------------- */
 
 /* The issue asks for 100,000 committed transfers; the sanitizer build,
  * several times slower, runs a fifth of them. */
@@ -47,9 +46,8 @@ static uint64_t opt_transfers = 100000;
 #endif
 static unsigned opt_accounts = 100;
 /* A bound on the bank run, not its length (100,000 transfers take about
- * 50 s on a quiet 2-core host). At 100 s a flake-hunt run at load 18
- * (948 transfers/s) stopped 5% short of the count; the cause was this
- * deadline, so it is now 200 s. */
+ * 50 s on a quiet 2-core host; at load 18 they run at about 950/s, so
+ * 100 s would stop short of the count). */
 static double opt_bank_secs = 200;
 static double opt_torn_secs = 8;
 static uint64_t opt_torn_reads = 0; /* 0: as many as fit in torn_secs */
@@ -57,8 +55,7 @@ static bool opt_broken;
 static const char *opt_only;
 static uint64_t opt_epoch_every = 2000; /* bank iterations per epoch end */
 
-/* ---- the cluster (parent side)
- * ----------------------------------------------- */
+/* ---- the cluster (parent side) ------------------------------------------- */
 
 static struct np_cluster G;
 
@@ -91,8 +88,7 @@ static int cl_cleanup(void **state)
 	return 0;
 }
 
-/* ---- bank
- * ------------------------------------------------------------------------ */
+/* ---- bank ---------------------------------------------------------------- */
 
 struct bank_stats {
 	struct bank_counts k;
@@ -226,8 +222,7 @@ static void test_bank(void **state)
 	assert_int_equal(tot.epochs_failed, 0);
 }
 
-/* ---- torn reads
- * ------------------------------------------------------------------- */
+/* ---- torn reads ---------------------------------------------------------- */
 
 #define TORN_SIZE 500 /* 9 lines */
 #define TORN_PER  4   /* objects per machine */
@@ -412,8 +407,7 @@ static void test_torn(void **state)
 		assert_true(reads >= opt_torn_reads);
 }
 
-/* ---- zombie reads
- * ------------------------------------------------------------------ */
+/* ---- zombie reads -------------------------------------------------------- */
 
 #define Z_ROOTS 8
 #define Z_SIZE  200
@@ -731,8 +725,7 @@ static void test_zombie(void **state)
 	assert_true(t.reads_ok + t.tx_commits > 0);
 }
 
-/* ---- durability
- * -------------------------------------------------------------------- */
+/* ---- durability ---------------------------------------------------------- */
 
 struct recs_ctx {
 	uint64_t txid;
@@ -880,8 +873,7 @@ static void test_durability(void **state)
 	}
 }
 
-/* ---- main
- * -------------------------------------------------------------------------- */
+/* ---- main ---------------------------------------------------------------- */
 
 int main(int argc, char **argv)
 {

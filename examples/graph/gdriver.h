@@ -185,8 +185,7 @@ static inline int gd_load(struct gc_machine *m, struct gd_shared *sh)
 	return L.err;
 }
 
-/* ---- running a mix ---------------------------------------------------------
- */
+/* ---- running a mix ------------------------------------------------------- */
 
 struct gd_run;
 struct gd_slot {
@@ -358,8 +357,7 @@ static inline int gd_run_mix(struct gc_machine *m, struct gd_shared *sh)
 	return 0;
 }
 
-/* ---- one node, printed ------------------------------------------------------
- */
+/* ---- one node, printed --------------------------------------------------- */
 
 static inline int gd_query(struct gc_machine *m, uint64_t id, FILE *out)
 {
@@ -422,8 +420,7 @@ static inline int gd_body(struct gc_machine *m, void *arg)
 	}
 }
 
-/* ---- the parent's summary ---------------------------------------------------
- */
+/* ---- the parent's summary ------------------------------------------------ */
 
 struct gd_sum {
 	double rate[FG_NOPS + 1]; /* ops/s per op, [FG_NOPS]: all */

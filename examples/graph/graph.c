@@ -825,8 +825,7 @@ int fg_assoc_time_range(fg_graph *g, farm_loop *loop, uint64_t id1,
 	return 0;
 }
 
-/* ---- warming the cache ----------------------------------------------------
- */
+/* ---- warming the cache --------------------------------------------------- */
 
 #define WARM_INFLIGHT 64u
 

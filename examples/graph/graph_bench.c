@@ -119,8 +119,7 @@ static void from_result(const struct gd_result *r, struct gd_sum *s)
 	gd_summarize(r, 1, s);
 }
 
-/* ---- the systems ----------------------------------------------------------
- */
+/* ---- the systems --------------------------------------------------------- */
 
 static int run_fgraph(void)
 {
@@ -307,8 +306,7 @@ static int run_maria(const struct lb_graph *lg)
 	return rc;
 }
 
-/* ---- report ----------------------------------------------------------------
- */
+/* ---- report -------------------------------------------------------------- */
 
 static double per_core(const struct gd_sum *s)
 {

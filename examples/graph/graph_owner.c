@@ -216,8 +216,7 @@ void fg_owner_detach(fg_graph *g, farm_loop *loop)
 	free(o);
 }
 
-/* ---- operations ----------------------------------------------------------
- */
+/* ---- operations ---------------------------------------------------------- */
 
 /* Finished operations wait for reuse, with their buffers: a fresh record
  * for every update (calloc of 3.8 KB, most of it the allocation table)

@@ -95,8 +95,7 @@ static inline void pr_stop(pid_t pid, int ms)
 	waitpid(pid, NULL, 0);
 }
 
-/* ---- the in-memory limit --------------------------------------------------
- */
+/* ---- the in-memory limit ------------------------------------------------- */
 
 static inline int mem_load(struct mg *m, const struct lb_graph *lg)
 {

@@ -265,8 +265,7 @@ done:
 	return 0;
 }
 
-/* ---- machine side ---------------------------------------------------------
- */
+/* ---- machine side -------------------------------------------------------- */
 
 struct cmd {
 	uint32_t op; /* 'S' steps, 'B' bad input, 'T' stats */
@@ -314,8 +313,7 @@ static int model_body(struct gc_machine *mc, void *arg)
 	}
 }
 
-/* ---- parent side ------------------------------------------------------------
- */
+/* ---- parent side --------------------------------------------------------- */
 
 static struct answer ask(struct gc_cluster *cl, unsigned i, struct cmd cmd)
 {

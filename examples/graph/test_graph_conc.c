@@ -210,8 +210,7 @@ static int conc_body(struct gc_machine *mc, void *arg)
 	return 0;
 }
 
-/* ---- the checker ----------------------------------------------------------
- */
+/* ---- the checker --------------------------------------------------------- */
 
 struct edge_hist {
 	uint64_t id2;

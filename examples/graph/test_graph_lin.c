@@ -57,8 +57,7 @@ static uint64_t xr(uint64_t *s)
 	return fg_mix(*s);
 }
 
-/* ---- moves ----------------------------------------------------------------
- */
+/* ---- moves -------------------------------------------------------------- */
 
 static int move_init(struct gc_machine *mc)
 {
@@ -305,8 +304,7 @@ static int lin_body(struct gc_machine *mc, void *arg)
 	return 0;
 }
 
-/* ---- the checker ----------------------------------------------------------
- */
+/* ---- the checker -------------------------------------------------------- */
 
 struct state {
 	bool present, edge;

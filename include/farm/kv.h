@@ -158,8 +158,9 @@ farm_kv_mget(farm_kv *kv, farm_loop *loop, unsigned n, const void *const *keys,
              const uint32_t *klens, void *vals, uint32_t cap, uint32_t *lens,
              int *status, farm_kv_mget_fn cont, void *ctx);
 
-/* ---- blocking wrappers (drive @loop until done) --------------------------
- *
+/* ---- blocking wrappers (drive @loop until done) -------------------------- */
+
+/*
  * Each waits at most its deadline: the store's default
  * (farm_kv_set_sync_timeout; 0, the initial value, is no limit of the
  * wrapper's own) or, for the *_timed variants, @timeout_ns (0: no limit).
@@ -210,8 +211,7 @@ farm_kv_mget_sync_timed(farm_kv *kv, farm_loop *loop, unsigned n,
                         void *vals, uint32_t cap, uint32_t *lens, int *status,
                         uint64_t timeout_ns);
 
-/* ---- iteration ------------------------------------------------------------
- */
+/* ---- iteration ----------------------------------------------------------- */
 
 /*
  * farm_kv_iterate_local() - the pairs of this machine's shard, read in
@@ -243,8 +243,7 @@ FARM_API FARM_MUST_CHECK int farm_kv_lookup_sync(farm_kv *kv, farm_loop *loop,
 FARM_API FARM_MUST_CHECK int farm_kv_unname_sync(farm_kv *kv, farm_loop *loop,
                                                  const char *name);
 
-/* ---- counters -------------------------------------------------------------
- */
+/* ---- counters ------------------------------------------------------------ */
 
 typedef struct farm_kv_stats {
 	/* multi-get, asking side */

@@ -17,8 +17,8 @@ extern "C" {
 #endif
 
 #define FARM_REGION_DEFAULT_SIZE (2ull << 30)
-#define FARM_REGION_MIN_SIZE (1ull << 20)
-#define FARM_REGION_MAX_SIZE (1ull << 32)
+#define FARM_REGION_MIN_SIZE     (1ull << 20)
+#define FARM_REGION_MAX_SIZE     (1ull << 32)
 
 typedef struct farm_region farm_region;
 
@@ -28,8 +28,7 @@ typedef struct farm_region farm_region;
  * [FARM_REGION_MIN_SIZE, FARM_REGION_MAX_SIZE]; -ENOSPC when the backing
  * file system is full; other negative codes from the fabric.
  */
-FARM_API FARM_MUST_CHECK int farm_region_create(farm_fabric *fab,
-                                                uint64_t size,
+FARM_API FARM_MUST_CHECK int farm_region_create(farm_fabric *fab, uint64_t size,
                                                 farm_region **out);
 FARM_API void farm_region_destroy(farm_region *r);
 FARM_API void *farm_region_base(const farm_region *r);

@@ -48,8 +48,7 @@ typedef struct farm_fatptr {
 	uint64_t incarnation;
 } farm_fatptr;
 
-/* ---- transactions ----------------------------------------------------------
- */
+/* ---- transactions -------------------------------------------------------- */
 
 /* Begin a transaction on @loop (its thread). */
 FARM_API FARM_MUST_CHECK int farm_tx_begin(farm_txm *m, farm_loop *loop,
@@ -166,8 +165,9 @@ FARM_API void farm_tx_free(farm_tx *tx);
  * installs the next configuration the retry succeeds. */
 FARM_API bool farm_tx_retryable(int outcome);
 
-/* ---- blocking wrappers (drive the loop; not from handlers) ----------------
- *
+/* ---- blocking wrappers (drive the loop; not from handlers) --------------- */
+
+/*
  * Each waits at most its deadline: the transaction manager's default
  * (farm_txm_set_sync_timeout; 0, the initial value, is no limit of the
  * wrapper's own) or, for the *_timed variants, @timeout_ns (0: no limit).
@@ -204,6 +204,38 @@ farm_tx_alloc_sync_timed(farm_tx *tx, uint32_t size, farm_gaddr hint,
                          farm_fatptr *p, void **data, uint64_t timeout_ns);
 FARM_API FARM_MUST_CHECK int farm_tx_commit_sync_timed(farm_tx *tx,
                                                        uint64_t timeout_ns);
+
+/* A transaction's work: reads and writes through the *_sync calls on @tx.
+ * Returns 0 to commit, or a negative code to abort with it (a retryable
+ * one, such as a read's FARM_EVALIDATION, is tried again). It must not
+ * commit, abort or free @tx, and may run several times. */
+typedef int (*farm_tx_body_fn)(farm_tx *tx, void *ctx);
+
+/* Tries farm_tx_run makes when @max_tries is 0. */
+#define FARM_TX_RUN_TRIES 64u
+
+/*
+ * farm_tx_run() - run @body in a transaction on @loop and commit it, again
+ * while the outcome is retryable (farm_tx_retryable), at most @max_tries
+ * times (0: FARM_TX_RUN_TRIES), with randomized exponential backoff between
+ * tries (2 us doubling to 16 ms; the loop keeps serving meanwhile, so 64
+ * tries span about a second: long enough for recovery to install a new
+ * configuration after a machine fails).
+ *
+ * The body's *_sync reads and allocations wait at most the manager's
+ * deadline (farm_txm_set_sync_timeout; -ETIMEDOUT then aborts the try and
+ * is retried), its commit without one: a commit abandoned at a deadline
+ * has an unknown outcome, and trying again could commit the body twice.
+ *
+ * Returns 0 once a try committed; the body's error when it is not
+ * retryable (that try aborted); the last try's outcome when every try
+ * failed. -EINVAL for a NULL argument or a body that returned a positive
+ * value. A blocking wrapper: not from a handler or continuation
+ * (-EDEADLK).
+ */
+FARM_API FARM_MUST_CHECK int farm_tx_run(farm_txm *m, farm_loop *loop,
+                                         farm_tx_body_fn body, void *ctx,
+                                         unsigned max_tries);
 
 /* ---- lock-free reads ----------------------------------------------------- */
 

@@ -88,8 +88,7 @@ int farm_as_resolve_cached(farm_as *as, struct farm_as_rcache *c, farm_gaddr a,
 	return 0;
 }
 
-/* ---- access
- * ------------------------------------------------------------------- */
+/* ---- access -------------------------------------------------------------- */
 
 struct access_op {
 	farm_as *as;
@@ -226,8 +225,7 @@ int farm_as_write(farm_as *as, farm_loop *loop, farm_gaddr a, const void *buf,
 	return as_access(as, loop, true, a, (void *)buf, lmr, len, cont, ctx);
 }
 
-/* ---- function shipping ------------------------------------------------------
- */
+/* ---- function shipping --------------------------------------------------- */
 
 unsigned farm_as_thread_of(const farm_as *as, farm_gaddr a)
 {

@@ -19,8 +19,7 @@
 #include "util/fault.h"
 #include "util/log.h"
 
-/* ---- table ------------------------------------------------------------------
- */
+/* ---- table --------------------------------------------------------------- */
 
 static uint32_t hash32(uint32_t x)
 {
@@ -100,8 +99,7 @@ void as_del(farm_as *as, uint32_t id)
 	as->used--;
 }
 
-/* ---- creation ---------------------------------------------------------------
- */
+/* ---- creation ------------------------------------------------------------ */
 
 static void h_lookup(farm_loop *loop, const farm_msg_in *in, void *arg);
 static void h_create(farm_loop *loop, const farm_msg_in *in, void *arg);
@@ -609,8 +607,7 @@ farm_region *farm_as_local_region(farm_as *as, uint32_t region,
 	return r;
 }
 
-/* ---- handlers (run on the receiving machine's loop) ------------------------
- */
+/* ---- handlers (run on the receiving machine's loop) ---------------------- */
 
 /* A reply that cannot be sent means the caller is gone or its channel is
  * broken; its RPC times out. Say so and carry on. */
@@ -819,8 +816,7 @@ static void h_drop(farm_loop *loop, const farm_msg_in *in, void *arg)
 		as_reply(loop, &in->token, NULL, 0);
 }
 
-/* ---- region allocation
- * -------------------------------------------------------- */
+/* ---- region allocation --------------------------------------------------- */
 
 struct alloc_op {
 	farm_as *as;

@@ -104,8 +104,7 @@ static inline void as_wrlock(farm_as *as)
 	atomic_fetch_add_explicit(&as->gen, 1, memory_order_release);
 }
 
-/* ---- wire formats -----------------------------------------------------------
- */
+/* ---- wire formats -------------------------------------------------------- */
 
 struct lookup_req {
 	uint32_t region;

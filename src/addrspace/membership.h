@@ -121,7 +121,7 @@ struct farm_view {
 	struct farm_removed removed[FARM_VIEW_MAX];
 	unsigned ndeparted;
 	struct farm_departed departed[FARM_VIEW_MAX]; /* sorted by id */
-	/* Rejoin and growth (issue 13 item 4): once a configuration has had
+	/* Rejoin and growth: once a configuration has had
 	 * the expected number of machines the cluster is formed (sticky);
 	 * from then on a machine joining with empty memory is late
 	 * (ring.h: it only fills replica lists the others leave short).

@@ -119,7 +119,7 @@ unsigned farm_ring_replicas(const farm_ring *ring, uint32_t region,
 uint32_t farm_ring_primary(const farm_ring *ring, uint32_t region);
 
 /*
- * Growth (issue 13 item 4, the first step of FaRM's rebalancing on join):
+ * Growth (the first step of FaRM's rebalancing on join):
  * the *grower* is the first late member in rank order (the earliest
  * joiner still a member). Its *target* is the regions whose replicas it
  * would be among were it an ordinary member (placed by the steps above

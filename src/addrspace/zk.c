@@ -564,7 +564,7 @@ static int zk_register(struct farm_membership *m, int zrc,
 	return zk_err(zrc);
 }
 
-int cmp_u32(const void *a, const void *b)
+int zk_cmp_u32(const void *a, const void *b)
 {
 	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
 	return x < y ? -1 : x > y;
@@ -588,7 +588,7 @@ static void kids_parse(const char *members, const struct String_vector *sv,
 		}
 		ids[(*n)++] = (uint32_t)v;
 	}
-	qsort(ids, *n, sizeof(ids[0]), cmp_u32);
+	qsort(ids, *n, sizeof(ids[0]), zk_cmp_u32);
 }
 
 static int zk_live(struct farm_zk *z, uint32_t *ids, unsigned *n)
@@ -1014,7 +1014,7 @@ static void deliver_state(struct farm_membership *m)
 		m->on_state(m->ctx, s);
 }
 
-void deadline_in(struct timespec *t, int ms)
+void zk_deadline_in(struct timespec *t, int ms)
 {
 	clock_gettime(CLOCK_MONOTONIC, t);
 	t->tv_sec += ms / 1000;
@@ -1039,7 +1039,7 @@ static void *zk_worker(void *arg)
 				continue;
 			}
 			struct timespec dl;
-			deadline_in(&dl, ZK_BACKOFF_MS);
+			zk_deadline_in(&dl, ZK_BACKOFF_MS);
 			if (pthread_cond_timedwait(&z->wake, &m->lock, &dl) ==
 			    ETIMEDOUT) {
 				z->pending |= z->retry;
@@ -1302,7 +1302,7 @@ int farm_zk_open(struct farm_membership *m,
 		}
 		uint64_t until = z->connected_once ? dl_register : dl_connect;
 		struct timespec ts;
-		deadline_in(&ts, (int)(until - now));
+		zk_deadline_in(&ts, (int)(until - now));
 		pthread_cond_timedwait(&m->changed, &m->lock, &ts);
 	}
 	pthread_mutex_unlock(&m->lock);

@@ -119,8 +119,8 @@ int zk_err(int zrc);
 void zk_log(const char *msg);
 void zk_global_init(void);
 int zk_ensure(zhandle_t *zh, const char *path, const char *data, int len);
-int cmp_u32(const void *a, const void *b);
-void deadline_in(struct timespec *t, int ms);
+int zk_cmp_u32(const void *a, const void *b);
+void zk_deadline_in(struct timespec *t, int ms);
 
 /* zk_next.c */
 

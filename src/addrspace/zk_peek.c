@@ -70,7 +70,7 @@ static zhandle_t *oneshot_open(const char *zk, const char **root,
 	*rc = zh ? 0 : errno ? -errno : -EINVAL;
 	if (zh) {
 		struct timespec dl;
-		deadline_in(&dl, (int)ms);
+		zk_deadline_in(&dl, (int)ms);
 		pthread_mutex_lock(&c->lock);
 		while (!c->connected &&
 		       pthread_cond_timedwait(&c->cond, &c->lock, &dl) == 0)
@@ -111,7 +111,8 @@ static int peek_live(zhandle_t *zh, const char *members,
 			ids[n++] = (uint32_t)v;
 	}
 	deallocate_String_vector(&sv);
-	qsort(ids, n, sizeof(ids[0]), cmp_u32);
+	if (n > 1)
+		qsort(ids, n, sizeof(ids[0]), zk_cmp_u32);
 	out->nlive = 0;
 	for (unsigned i = 0; i < n; i++) {
 		char path[240];

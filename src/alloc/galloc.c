@@ -305,8 +305,7 @@ int farm_galloc_alloc_array(farm_galloc *g, farm_loop *loop, uint64_t elem_size,
 	return galloc_start(g, loop, elem_size, n, hint, cont, ctx);
 }
 
-/* ---- frees ----------------------------------------------------------------
- */
+/* ---- frees --------------------------------------------------------------- */
 
 struct free_op {
 	farm_op_fn cont;
@@ -713,8 +712,7 @@ int farm_galloc_block_info(farm_galloc *g, farm_gaddr a, uint32_t *info)
 	return g ? farm_alloc_block_info(g->ba, a, info) : -EINVAL;
 }
 
-/* ---- handlers: requests from other machines -------------------------------
- */
+/* ---- handlers: requests from other machines ------------------------------ */
 
 struct served {
 	struct farm_msg_token tok;
@@ -796,8 +794,7 @@ static void h_free(farm_loop *loop, const farm_msg_in *in, void *arg)
 	reply_status(loop, &in->token, rc, NULL, 0);
 }
 
-/* ---- lifetime
- * ---------------------------------------------------------------- */
+/* ---- lifetime ------------------------------------------------------------ */
 
 int farm_galloc_create(farm_as *as, farm_msg *msg, farm_galloc **out)
 {

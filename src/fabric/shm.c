@@ -80,8 +80,7 @@
 #define TMPFS_MAGIC 0x01021994
 #endif
 
-/* ---- open / close ----------------------------------------------------------
- */
+/* ---- open / close -------------------------------------------------------- */
 
 static int mkdir_p(const char *dir)
 {
@@ -385,8 +384,7 @@ static int shm_address(const farm_fabric *f, char *buf, size_t len)
 	return (int)n;
 }
 
-/* ---- memory
- * ------------------------------------------------------------------ */
+/* ---- memory -------------------------------------------------------------- */
 
 /* @adopt: an existing file of @size bytes to map instead of a new one (a
  * restart, farm_mem_adopt): linked under the new name, so the old name
@@ -595,8 +593,7 @@ static int shm_mem_persist(const farm_mem *mm, const void *addr, size_t len)
 	return pmem_msync(addr, len) == 0 ? 0 : -errno;
 }
 
-/* ---- registration ----------------------------------------------------------
- */
+/* ---- registration -------------------------------------------------------- */
 
 static int shm_mr_reg(farm_fabric *f, void *addr, size_t len, unsigned access,
                       farm_mr **out)
@@ -678,8 +675,7 @@ static void shm_mr_dereg(farm_mr *m)
 	free(mr);
 }
 
-/* ---- completion queues -----------------------------------------------------
- */
+/* ---- completion queues --------------------------------------------------- */
 
 static int shm_cq_create(farm_fabric *f, unsigned depth, unsigned flags,
                          farm_cq **out)
@@ -708,8 +704,7 @@ static int shm_cq_destroy(farm_cq *c)
 	return 0;
 }
 
-/* ---- endpoints
- * ---------------------------------------------------------------- */
+/* ---- endpoints ----------------------------------------------------------- */
 
 static int shm_ep_connect(farm_fabric *f, farm_cq *c, uint32_t peer_id,
                           const char *peer_addr, const farm_ep_attr *attr,

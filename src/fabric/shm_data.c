@@ -23,8 +23,7 @@
 #include "util/lines.h"
 #include "util/log.h"
 
-/* ---- test knobs ------------------------------------------------------------
- */
+/* ---- test knobs ---------------------------------------------------------- */
 
 static atomic_int knob_line_atomic = 1;
 static atomic_int knob_ordered_writes = 1;
@@ -101,8 +100,7 @@ out:
 	return m;
 }
 
-/* ---- the data path
- * ------------------------------------------------------------ */
+/* ---- the data path ------------------------------------------------------- */
 
 /*
  * Copy @len bytes from a peer's memory as a line-atomic DMA read would:

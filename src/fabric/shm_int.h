@@ -78,8 +78,7 @@ struct shm_table {
 _Static_assert(sizeof(struct shm_table_hdr) == 64, "header is one line");
 _Static_assert(sizeof(struct shm_table_mr) == 64, "entry is one line");
 
-/* ---- objects ---------------------------------------------------------------
- */
+/* ---- objects ------------------------------------------------------------- */
 
 struct shm_fmap { /* one mapping of a peer's file; immutable once published */
 	uint8_t *addr;

@@ -42,7 +42,7 @@ static void *watchdog_main(void *arg)
 	struct pollfd pfd[1 + 256];
 	struct shm_peer *who[1 + 256];
 	/* The death notice is a failure detector: it must not wait behind
-	 * busy threads for a time slice (a flake-hunt run at load 15 saw
+	 * busy threads for a time slice (at load 15 an ordinary thread saw
 	 * the first error 344 ms after kill -9, past the 100 ms bound). */
 	int prc = farm_thread_set_realtime();
 	if (prc)

@@ -10,7 +10,8 @@
 
 enum farm_shm_knob {
 	/* 1 (default): READs are line-atomic (per-line seqlock); 0: a copy with
-	 * no line atomicity (word at a time, highest first, pausing between). */
+	 * no line atomicity (word at a time, highest first, pausing between).
+	 */
 	FARM_SHM_KNOB_LINE_ATOMIC = 1,
 	/* 1 (default): a WRITE's last 8 bytes land last; 0: they land first. */
 	FARM_SHM_KNOB_ORDERED_WRITES = 2,

@@ -213,8 +213,8 @@ static void mk_end(struct mk_ctx *c, int status)
 	                                 64ull * c->h->bucket_lines,
 	                                 (uint64_t)c->nb + 1))
 		farm_warn("ht: a shard that could not be made was not freed");
-	c->cont(c->loop, c->ctx, status,
-	        status ? (struct farm_ht_shard){0} : sd);
+	const struct farm_ht_shard none = {0};
+	c->cont(c->loop, c->ctx, status, status ? none : sd);
 	free(c);
 }
 

@@ -69,9 +69,9 @@ static int read_err(int status)
  * while its lease holds, as for the transaction layer's reads (read.c,
  * rd_check; farm_txm_serve_word): a machine paused past its lease, perhaps
  * removed and its shards served elsewhere by now, must not answer from
- * what its copy or an old READ says. Checked after the copy. Found by the
- * fault campaign: a zombie's get, right after SIGCONT, returned a value
- * the new configuration had overwritten.
+ * what its copy or an old READ says (a zombie's get right after SIGCONT
+ * would return a value the new configuration has overwritten). Checked
+ * after the copy.
  */
 static int lease_checked(farm_ht *h, int status)
 {

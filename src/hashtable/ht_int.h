@@ -42,8 +42,8 @@
 #define READ_TRIES    1024u
 /* ... and at least this long retrying before -EBUSY: a count alone ran
  * out within milliseconds when the owner holding a bucket's lock was
- * preempted on a loaded host (kv_bench_smoke in a flake-hunt run at
- * load 15). As for lock-free reads (src/txn/read.c). */
+ * preempted on a loaded host. As for lock-free reads
+ * (src/txn/read.c). */
 #define READ_BUSY_NS (1000ull * 1000000ull)
 #define LINE_TRIES   1000u
 

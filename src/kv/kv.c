@@ -259,8 +259,7 @@ void farm_kv_stats_get(const farm_kv *kv, farm_kv_stats *out)
 	                       .mget_bad = v[S_BAD]};
 }
 
-/* ---- joining ----------------------------------------------------------------
- */
+/* ---- joining ------------------------------------------------------------- */
 
 struct wait {
 	volatile int done;
@@ -491,8 +490,7 @@ int farm_kv_join_existing_sync(farm_kv *kv, farm_loop *loop, uint32_t from,
 	return rc;
 }
 
-/* ---- single operations
- * ------------------------------------------------------------ */
+/* ---- single operations --------------------------------------------------- */
 
 int farm_kv_get(farm_kv *kv, farm_loop *loop, const void *key, uint32_t klen,
                 farm_kv_get_fn cont, void *ctx)
@@ -529,10 +527,9 @@ int farm_kv_del(farm_kv *kv, farm_loop *loop, const void *key, uint32_t klen,
 	return rc == -E2BIG ? -EMSGSIZE : rc;
 }
 
-/* ---- blocking wrappers
- * ---------------------------------------------------------
- *
- * Each waits at most its deadline (farm_kv_set_sync_timeout, or the
+/* ---- blocking wrappers --------------------------------------------------- */
+
+/* Each waits at most its deadline (farm_kv_set_sync_timeout, or the
  * *_timed variant's). Its record is on the heap: one that gives up leaves
  * its operation running, whose continuation frees the record it finds
  * abandoned (the continuation always runs; ops here never outlive it). */
@@ -1185,8 +1182,7 @@ int farm_kv_mget_sync(farm_kv *kv, farm_loop *loop, unsigned n,
 	                               lens, status, kv ? sync_timeout(kv) : 0);
 }
 
-/* ---- multi-get: the owning side
- * ------------------------------------------------------- */
+/* ---- multi-get: the owning side ------------------------------------------ */
 
 struct srv;
 
@@ -1421,8 +1417,7 @@ static void h_mget(farm_loop *loop, const farm_msg_in *in, void *arg)
 	srv_advance(s);
 }
 
-/* ---- iteration
- * -------------------------------------------------------------------- */
+/* ---- iteration ----------------------------------------------------------- */
 
 long farm_kv_iterate_local(farm_kv *kv, farm_kv_iter_fn fn, void *ctx)
 {
@@ -1433,8 +1428,7 @@ long farm_kv_iterate_local(farm_kv *kv, farm_kv_iter_fn fn, void *ctx)
 	return farm_ht_iterate_local(kv->ht, kv->my_shard, fn, ctx);
 }
 
-/* ---- the named-object directory
- * ---------------------------------------------------- */
+/* ---- the named-object directory ------------------------------------------ */
 
 static int dir_key(const char *name, uint8_t *key, uint32_t *klen)
 {

@@ -31,8 +31,7 @@ static void layout_init(struct layout *l, unsigned T, unsigned M, uint32_t R)
 	l->total = l->ring_off + (uint64_t)T * M * T * R;
 }
 
-/* ---- creation ---------------------------------------------------------------
- */
+/* ---- creation ------------------------------------------------------------ */
 
 int farm_msg_create(farm_fabric *fab, const farm_msg_attr *attr, farm_msg **out)
 {

@@ -166,8 +166,7 @@ struct farm_msg {
 	struct msg_probe *probe; /* under probe_mu */
 };
 
-/* ---- per-loop state -------------------------------------------------------
- */
+/* ---- per-loop state ------------------------------------------------------ */
 
 struct pend { /* a message waiting for ring space */
 	struct pend *next;

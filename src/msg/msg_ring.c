@@ -124,8 +124,7 @@ void msg_chan_free(struct out_chan *c)
 	free(c);
 }
 
-/* ---- sending ----------------------------------------------------------------
- */
+/* ---- sending ------------------------------------------------------------- */
 
 /* Whether @need more bytes fit up to abs position @end, given the head. */
 static inline bool fits(struct out_chan *c, uint32_t R, uint64_t end)
@@ -411,8 +410,7 @@ int farm_msg_send(farm_loop *loop, uint32_t machine, unsigned thread,
 	return msg_send_wire(loop, machine, thread, &m, payload);
 }
 
-/* ---- receiving
- * ---------------------------------------------------------------- */
+/* ---- receiving ----------------------------------------------------------- */
 
 static void deliver(farm_loop *loop, uint32_t src, const struct wire_msg *m,
                     const uint8_t *payload)

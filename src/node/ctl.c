@@ -71,8 +71,7 @@ struct farm_ctl_out {
 	uint32_t machine;
 };
 
-/* ---- answers
- * ------------------------------------------------------------------ */
+/* ---- answers ------------------------------------------------------------- */
 
 static void out_printf(struct farm_ctl_out *o, const char *fmt, ...)
         __attribute__((format(printf, 2, 3)));
@@ -447,8 +446,7 @@ static const char help_text[] =
         "replicas\n"
         "help              this text\n";
 
-/* ---- the thread
- * --------------------------------------------------------------- */
+/* ---- the thread ---------------------------------------------------------- */
 
 static int remaining_ms(uint64_t deadline)
 {
@@ -614,8 +612,7 @@ static void *ctl_main(void *arg)
 	return NULL;
 }
 
-/* ---- the socket
- * --------------------------------------------------------------- */
+/* ---- the socket ---------------------------------------------------------- */
 
 /* The socket's address for data directory @dir (open as @dirfd). */
 static int ctl_addr(const char *dir, int dirfd, struct sockaddr_un *a)
@@ -773,8 +770,7 @@ void farm_ctl_remove(struct farm_ctl_source *s)
 		pthread_mutex_unlock(&c->lock);
 }
 
-/* ---- the client
- * --------------------------------------------------------------- */
+/* ---- the client ---------------------------------------------------------- */
 
 static void set_timeout(int fd, int opt, uint64_t deadline)
 {

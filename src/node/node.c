@@ -25,8 +25,7 @@
 
 #define CARD_FILE "machine.card"
 
-/* ---- cards ------------------------------------------------------------------
- */
+/* ---- cards --------------------------------------------------------------- */
 
 static int card_format(farm_node *n)
 {
@@ -173,8 +172,7 @@ static int card_read(const char *dir, int timeout_ms, char *out, size_t len)
 	}
 }
 
-/* ---- views ------------------------------------------------------------------
- */
+/* ---- views --------------------------------------------------------------- */
 
 /* The members of the view this machine applied last that @v drops. */
 static unsigned dropped(farm_node *n, const struct farm_view *v, uint32_t *out)
@@ -432,10 +430,9 @@ static void apply_view(void *ctx, const struct farm_view *v)
 		bool lost = farm_ids_have(v->lost, v->nlost, n->cfg.machine_id);
 		/* A machine restarting on its directory is listed gone until
 		 * it registers (the manager lists every previous member so):
-		 * views it applies before then are not a refusal. Found by
-		 * the fault campaign: a restarting machine whose old session
-		 * delayed its registration took the second such view for one
-		 * and stopped. */
+		 * views it applies before then are not a refusal: a restarting
+		 * machine whose old session delays its registration sees more
+		 * than one such view. */
 		pthread_mutex_lock(&n->lock);
 		bool was = n->view.config_id != 0;
 		bool fresh = !was && !restarting;
@@ -653,7 +650,7 @@ static void apply_view(void *ctx, const struct farm_view *v)
 		 * (a filling copy is not in the manifest, so the backup came
 		 * back without it) must start again: nothing else would tell
 		 * that backup, and a commit opens its copy only to wait for
-		 * COPY (found by the fault campaign, restart_copy). */
+		 * COPY. */
 		struct farm_restart_stats rst;
 		farm_restart_stats(n->rs, &rst);
 		rlost = (unsigned)rst.lost;
@@ -710,8 +707,7 @@ static void on_state(void *ctx, enum farm_membership_state s)
 	          farm_membership_state_name(s));
 }
 
-/* ---- lifetime ---------------------------------------------------------------
- */
+/* ---- lifetime ------------------------------------------------------------ */
 
 int farm_node_open(const struct farm_config *cfg, farm_node **out)
 {
@@ -1079,8 +1075,7 @@ void farm_node_restart_stats(const farm_node *n, struct farm_restart_stats *out)
 	farm_restart_stats(n ? n->rs : NULL, out);
 }
 
-/* ---- access
- * ------------------------------------------------------------------- */
+/* ---- access -------------------------------------------------------------- */
 
 uint64_t farm_node_config_id(farm_node *n)
 {
@@ -1223,8 +1218,7 @@ int farm_node_run(farm_node *n, unsigned i, farm_work_fn fn, void *ctx)
 	return rc;
 }
 
-/* ---- the public configuration entry points
- * ----------------------------------------------- */
+/* ---- the public configuration entry points ------------------------------- */
 
 int farm_node_open_file(const char *path, farm_node **out)
 {

@@ -103,8 +103,7 @@ static int step(struct demo *d, farm_work_fn fn)
 	return st;
 }
 
-/* ---- handlers --------------------------------------------------------------
- */
+/* ---- handlers ------------------------------------------------------------ */
 
 static void h_mbox(farm_loop *loop, const farm_msg_in *in, void *arg)
 {
@@ -150,8 +149,7 @@ static void h_add(farm_loop *loop, const farm_msg_in *in, void *arg)
 		        farm_strerror(rc));
 }
 
-/* ---- steps (run on the loop) ------------------------------------------------
- */
+/* ---- steps (run on the loop) --------------------------------------------- */
 
 static void alloc_done(farm_loop *loop, void *ctx, int status, farm_gaddr a)
 {
@@ -387,8 +385,7 @@ static void s_calls(farm_loop *loop, void *ctx, int status)
 		call_one(loop, d);
 }
 
-/* ---- the job ----------------------------------------------------------------
- */
+/* ---- the job ------------------------------------------------------------- */
 
 int farm_demo_register(farm_node *node, void **state)
 {

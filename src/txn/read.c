@@ -21,7 +21,7 @@
 /* A read retried READ_TRIES times gives up with -EBUSY only once it has
  * also been retrying this long. A count alone expired within a few
  * milliseconds when the process holding the lock was preempted on a
- * loaded host (a flake-hunt run of test_txn_multi at load 15); a lock is
+ * loaded host; a lock is
  * held for one install, microseconds, unless its holder is descheduled
  * or dead, and a dead holder is recovery's to clear. */
 #define READ_BUSY_NS (1000ull * 1000000ull)

@@ -977,8 +977,7 @@ static void h_answer(farm_loop *loop, const farm_msg_in *in, void *arg)
 	pend_decide(tl, q.txid, q.answer == A_COMMIT);
 }
 
-/* ---- the decider ----------------------------------------------------------
- */
+/* ---- the decider --------------------------------------------------------- */
 
 static struct rec_txn *dec_find(farm_txm *m, uint64_t txid)
 {
@@ -1076,8 +1075,8 @@ static bool decide(farm_txm *m, const struct rec_txn *t, uint64_t maxlw)
 		 * those of the configuration they carry. Not the view before
 		 * the current one: a later view (a late join, a second
 		 * removal) makes this round's "previous" one with a new
-		 * backup that never had them, and a reported commit was
-		 * aborted (the continuous fault campaign, seed 1128). */
+		 * backup that never had them, and a reported commit would be
+		 * aborted. */
 		uint32_t reps[FARM_RING_MAX_REPLICAS];
 		unsigned n = 0;
 		if (!FARM_FAULT_SWITCH(FARM_FP_REC_PREV_RING))
@@ -1155,8 +1154,7 @@ static void h_end(farm_loop *loop, const farm_msg_in *in, void *arg)
 	          e.coord, e.thread, nc, na);
 }
 
-/* ---- survivors apply the decisions ----------------------------------------
- */
+/* ---- survivors apply the decisions --------------------------------------- */
 
 static void h_decide(farm_loop *loop, const farm_msg_in *in, void *arg)
 {

@@ -36,8 +36,9 @@ void farm_log_write(enum farm_log_level level, const char *file, int line,
 	static const char *const tags[] = {"error", "warn", "info", "debug"};
 	char buf[1024];
 	const char *base = strrchr(file, '/');
-	int n = snprintf(buf, sizeof(buf), "farm[%d] %s: %s:%d: ", (int)getpid(),
-	                 tags[level], base ? base + 1 : file, line);
+	int n = snprintf(buf, sizeof(buf),
+	                 "farm[%d] %s: %s:%d: ", (int)getpid(), tags[level],
+	                 base ? base + 1 : file, line);
 	va_list ap;
 	va_start(ap, fmt);
 	if (n >= 0 && (size_t)n < sizeof(buf))

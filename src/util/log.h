@@ -16,14 +16,15 @@ int farm_log_enabled(enum farm_log_level level);
 void farm_log_write(enum farm_log_level level, const char *file, int line,
                     const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
-#define farm_log(level, ...)                                                   \
-	do {                                                                   \
-		if (farm_log_enabled(level))                                   \
-			farm_log_write(level, __FILE__, __LINE__, __VA_ARGS__); \
+#define farm_log(level, ...)                                      \
+	do {                                                      \
+		if (farm_log_enabled(level))                      \
+			farm_log_write(level, __FILE__, __LINE__, \
+			               __VA_ARGS__);              \
 	} while (0)
-#define farm_err(...) farm_log(FARM_LOG_ERROR, __VA_ARGS__)
+#define farm_err(...)  farm_log(FARM_LOG_ERROR, __VA_ARGS__)
 #define farm_warn(...) farm_log(FARM_LOG_WARN, __VA_ARGS__)
 #define farm_info(...) farm_log(FARM_LOG_INFO, __VA_ARGS__)
-#define farm_dbg(...) farm_log(FARM_LOG_DEBUG, __VA_ARGS__)
+#define farm_dbg(...)  farm_log(FARM_LOG_DEBUG, __VA_ARGS__)
 
 #endif /* FARM_UTIL_LOG_H */
