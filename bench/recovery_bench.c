@@ -94,7 +94,7 @@
 #include <farm/farm.h>
 #include <farm/txn.h>
 
-#include "addrspace/membership.h"
+#include "coord/membership.h"
 #include "recovery/lease.h"
 #include "recovery/recovery.h"
 #include "util/common.h"

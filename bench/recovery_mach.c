@@ -20,7 +20,7 @@
 #include <farm/farm.h>
 #include <farm/txn.h>
 
-#include "addrspace/membership.h"
+#include "coord/membership.h"
 #include "node/node.h"
 #include "recovery/recovery.h"
 #include "util/common.h"

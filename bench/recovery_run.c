@@ -23,7 +23,7 @@
 
 #include <farm/farm.h>
 
-#include "addrspace/membership.h"
+#include "coord/membership.h"
 #include "recovery/recovery.h"
 #include "util/common.h"
 

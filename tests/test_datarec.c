@@ -90,7 +90,7 @@
 #include "replicas.h"
 
 #include "addrspace/addrspace.h"
-#include "addrspace/membership.h"
+#include "coord/membership.h"
 #include "txn/txn_testing.h"
 
 #define DR_BYTES   1024u

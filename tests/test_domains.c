@@ -42,7 +42,7 @@
 #include <inttypes.h>
 #include <math.h>
 
-#include "addrspace/membership.h"
+#include "coord/membership.h"
 #include "addrspace/ring.h"
 #include "util/config.h"
 #include "util/fault.h"

@@ -10,7 +10,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
-#include "addrspace/membership.h"
+#include "coord/membership.h"
 #include "util/config.h"
 
 struct seen {

@@ -25,7 +25,7 @@
 
 #include <inttypes.h>
 
-#include "addrspace/membership.h"
+#include "coord/membership.h"
 #include "recovery/recovery.h"
 #include "brokenarg.h"
 

@@ -44,7 +44,7 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 
-#include "addrspace/membership.h"
+#include "coord/membership.h"
 #include "node/restart.h"
 #include "replicas.h"
 #include "util/fault.h"

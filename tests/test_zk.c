@@ -17,7 +17,7 @@
 #include <inttypes.h>
 #include <poll.h>
 
-#include "addrspace/membership.h"
+#include "coord/membership.h"
 
 #ifndef FARM_SOURCE_DIR
 #error "FARM_SOURCE_DIR must name the source tree (for scripts/zk-local)"

@@ -10,5 +10,6 @@
 #include <farm/txn.h>
 #include <farm/node.h>
 #include <farm/kv.h>
+#include <farm/btree.h>
 
 #endif

@@ -300,7 +300,13 @@ void ht_h_op(farm_loop *loop, const farm_msg_in *in, void *arg)
 		if ((q.op != 1 && q.op != 2) || q.klen == 0 ||
 		    q.klen > FARM_HT_MAX_KEY || q.vlen > FARM_HT_MAX_VALUE ||
 		    in->len != sizeof(q) + q.klen + q.vlen ||
-		    (q.op == 1 && q.vlen == 0) || q.shard >= h->nshards)
+		    (q.op == 1 && q.vlen == 0))
+			status = -EINVAL;
+		else if (h->nshards == 0)
+			/* We have not installed the shard list yet: the sender
+			 * joined first. Retryable. */
+			status = -EAGAIN;
+		else if (q.shard >= h->nshards)
 			status = -EINVAL;
 		else if (!farm_ht_serves(h, q.shard))
 			status = copy_here(h, q.shard) ? -EAGAIN : -EINVAL;
@@ -308,7 +314,7 @@ void ht_h_op(farm_loop *loop, const farm_msg_in *in, void *arg)
 	if (status == -EAGAIN) {
 		/* Not ours yet: the sender applied a configuration that
 		 * makes us the shard's owner, and we have not, or recovery
-		 * is promoting our copy. Retryable. */
+		 * is promoting our copy, or we have not joined. Retryable. */
 		if (farm_msg_reply_error(loop, &in->token, status))
 			farm_warn("ht: cannot answer machine %" PRIu32,
 			          in->src_machine);

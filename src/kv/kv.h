@@ -28,8 +28,9 @@
 #include <farm/kv.h>
 #include <farm/txn.h>
 
+#include "addrspace/addrspace.h"
+#include "alloc/galloc.h"
 #include "hashtable/ht.h"
-#include "node/node.h"
 
 #define FARM_MSGT_KV_SHARD 0xf140u /* -> the machine's shard descriptor */
 #define FARM_MSGT_KV_MGET  0xf141u /* multi-get batch -> statuses, values */
@@ -55,6 +56,34 @@ struct farm_kv_mget_rep {
 
 _Static_assert(sizeof(struct farm_kv_mget_req) == 8, "mget request layout");
 _Static_assert(sizeof(struct farm_kv_mget_rep) == 8, "mget reply layout");
+
+/*
+ * What the store needs of the machine it runs on. The layer that puts a
+ * machine together (src/node: farm_kv_create) fills it in; the store
+ * calls nothing above it, only these callbacks, each with @host.
+ */
+struct farm_kv_env {
+	farm_txm *txm;
+	farm_as *as;
+	farm_galloc *galloc;
+	farm_msg *msg;
+	uint32_t me; /* this machine's id */
+	void *host;
+	/* Keep @len bytes under @name with the machine's data directory, for
+	 * a whole-cluster restart: 0; -ENOTSUP (no durable directory). */
+	int (*keep)(void *host, const char *name, const void *data, size_t len);
+	/* The bytes kept under @name: their length, up to @cap copied into
+	 * @buf; -ENOENT (none). */
+	long (*kept)(void *host, const char *name, void *buf, size_t cap);
+	/* Called once by farm_kv_destroy, before the store is freed (NULL:
+	 * nothing to do): the host lets go of the store. */
+	void (*release)(void *host);
+};
+
+/* The store on the machine @env describes (farm_kv_create's work, for the
+ * layer above). @env is copied. Same returns as farm_kv_create. */
+int farm_kv_open(const struct farm_kv_env *env, const struct farm_kv_attr *attr,
+                 uint32_t buckets_per_machine, farm_kv **out);
 
 /* The store's hashtable (the asynchronous farm_ht_* calls, its stats). */
 farm_ht *farm_kv_table(farm_kv *kv);

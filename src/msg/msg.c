@@ -220,6 +220,9 @@ int farm_msg_add_peer(farm_msg *msg, uint32_t id, const char *addr,
 	} else {
 		snprintf(p->addr, sizeof(p->addr), "%s", addr);
 		p->desc = *desc;
+		/* Pairs with the acquires of ready in msg_refresh_peers,
+		 * msg_peer_ep and the probe; the generation after it with
+		 * the acquire of peer_gen in msg_refresh_peers. */
 		atomic_store_explicit(&p->ready, 1, memory_order_release);
 		atomic_fetch_add(&msg->peer_gen, 1);
 	}

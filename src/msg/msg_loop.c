@@ -356,6 +356,9 @@ static void park(farm_loop *loop, uint64_t max_ns)
 		farm_loop_flush(loop);
 	if (loop->ndirty)
 		return; /* sends still wait for room: keep polling */
+	/* Dekker with msg_inbox_push and farm_loop_stop (pairs with their
+	 * full fences): store the park word, full fence, then look for work.
+	 * Either a producer sees the word and wakes us, or we see its item. */
 	atomic_store_explicit(loop->park, 1, memory_order_seq_cst);
 	atomic_thread_fence(memory_order_seq_cst);
 	if (!work_pending(loop)) {
@@ -412,6 +415,7 @@ void farm_loop_stop(farm_loop *loop)
 {
 	if (!loop)
 		return;
+	/* Dekker with park(), pairs with its store and full fence. */
 	atomic_store_explicit(&loop->stop, 1, memory_order_release);
 	atomic_thread_fence(memory_order_seq_cst);
 	if (atomic_load(loop->park))

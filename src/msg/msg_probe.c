@@ -90,6 +90,7 @@ static int probe_post(farm_msg *msg, uint32_t id, unsigned idx)
 {
 	struct msg_probe *p = msg->probe;
 	struct peer_info *pi = &msg->peers[id];
+	/* Pairs with the release of ready in farm_msg_add_peer. */
 	if (!atomic_load_explicit(&pi->ready, memory_order_acquire))
 		return -ENOENT;
 	if (p->eps[id] && !farm_ep_usable(p->eps[id]))

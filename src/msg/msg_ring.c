@@ -18,11 +18,14 @@
 void msg_refresh_peers(farm_loop *loop)
 {
 	farm_msg *msg = loop->msg;
+	/* Pairs with the increment in farm_msg_add_peer, made after the
+	 * peer's release of ready: a new generation shows its peers ready. */
 	uint64_t g = atomic_load_explicit(&msg->peer_gen, memory_order_acquire);
 	if (g == loop->peer_gen)
 		return;
 	loop->peer_gen = g;
 	loop->npeers = 0;
+	/* Each pairs with the release of ready in farm_msg_add_peer. */
 	for (uint32_t m = 0; m < msg->attr.max_machines; m++)
 		if (atomic_load_explicit(&msg->peers[m].ready,
 		                         memory_order_acquire))
@@ -43,6 +46,8 @@ int msg_peer_ep(farm_loop *loop, uint32_t m, struct out_peer **out)
 	}
 	farm_msg *msg = loop->msg;
 	struct peer_info *p = &msg->peers[m];
+	/* Pairs with the release of ready in farm_msg_add_peer: the peer's
+	 * address and descriptor, written before it, are read below. */
 	if (!atomic_load_explicit(&p->ready, memory_order_acquire))
 		return -ENOENT;
 	farm_ep_attr ea = {.sq_depth = EP_DEPTH};
@@ -103,6 +108,8 @@ static int chan_get(farm_loop *loop, uint32_t m, unsigned r,
 	        (const _Atomic uint64_t *)(const void *)(msg->base +
 	                                                 head_at(l, loop->idx,
 	                                                         m, r));
+	/* Pairs with the receiver's release fence in hand_back, before the
+	 * WRITE of its head into this word. */
 	c->head = atomic_load_explicit(c->head_word, memory_order_acquire);
 	c->tail = c->posted = c->head;
 	c->frame = UINT64_MAX;
@@ -131,6 +138,8 @@ static inline bool fits(struct out_chan *c, uint32_t R, uint64_t end)
 {
 	if (end - c->head <= R)
 		return true;
+	/* Pairs with the receiver's release fence in hand_back: the room up
+	 * to the head it returned is zeroed before we write into it. */
 	c->head = atomic_load_explicit(c->head_word, memory_order_acquire);
 	return end - c->head <= R;
 }
@@ -317,7 +326,9 @@ void msg_inbox_push(farm_msg *msg, unsigned r, struct inbox_item *it)
 {
 	cds_wfcq_enqueue(&msg->inboxes[r].head, &msg->inboxes[r].tail,
 	                 &it->node);
-	/* Dekker with park(): enqueue, full barrier, load its word. */
+	/* Dekker with park() (msg_loop.c), pairs with its store of the park
+	 * word and full fence: enqueue, full barrier, load its word. Either
+	 * the loop sees the item before it sleeps or we see it parked. */
 	atomic_thread_fence(memory_order_seq_cst);
 	const uint32_t *w =
 	        (const uint32_t *)(const void *)(msg->base +
@@ -460,7 +471,9 @@ static void hand_back(farm_loop *loop, uint32_t m, unsigned t,
 		memset(c->ring + off, 0, (size_t)n);
 		from += n;
 	}
-	/* The zeroes are visible before the sender can learn of the room. */
+	/* The zeroes are visible before the sender can learn of the room:
+	 * pairs with the sender's acquire of its head word (fits,
+	 * msg_chan_get). */
 	farm_store_fence();
 	atomic_thread_fence(memory_order_release);
 	struct out_peer *op;

@@ -19,7 +19,7 @@
 #include <farm/msg.h>
 
 #include "addrspace/addrspace.h"
-#include "addrspace/membership.h"
+#include "coord/membership.h"
 
 #define FARM_GROW_RETRY_MS 50
 

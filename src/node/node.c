@@ -146,7 +146,7 @@ static int card_write(farm_node *n)
 }
 
 /* A static peer's card, from its data directory, waited for. */
-static int card_read(const char *dir, int timeout_ms, char *out, size_t len)
+int node_card_read(const char *dir, int timeout_ms, char *out, size_t len)
 {
 	char path[FARM_CONFIG_STR + 32];
 	snprintf(path, sizeof(path), "%s/" CARD_FILE, dir);
@@ -173,60 +173,6 @@ static int card_read(const char *dir, int timeout_ms, char *out, size_t len)
 }
 
 /* ---- views --------------------------------------------------------------- */
-
-/* The members of the view this machine applied last that @v drops. */
-static unsigned dropped(farm_node *n, const struct farm_view *v, uint32_t *out)
-{
-	unsigned k = 0;
-	pthread_mutex_lock(&n->lock);
-	if (n->view.config_id && n->view.config_id < v->config_id)
-		for (unsigned i = 0; i < n->view.n; i++)
-			if (!farm_view_find(v, n->view.members[i].id))
-				out[k++] = n->view.members[i].id;
-	pthread_mutex_unlock(&n->lock);
-	return k;
-}
-
-/* Rejoin and growth: machines of @v that joined late since this machine's
- * last view (into @out; ring.h). They take no part in this view's
- * transaction-recovery barrier (they have no previous state); the others
- * run one so every commit of an older configuration ends before the new
- * backups copy (src/txn/copy.c). */
-static unsigned joined_late(farm_node *n, const struct farm_view *v,
-                            uint32_t *out)
-{
-	unsigned k = 0;
-	pthread_mutex_lock(&n->lock);
-	if (n->view.config_id && n->view.config_id < v->config_id)
-		for (unsigned q = 0; q < v->nlate && q < FARM_VIEW_MAX; q++)
-			if (farm_view_find(v, v->late[q]) &&
-			    !farm_view_find(&n->view, v->late[q]))
-				out[k++] = v->late[q];
-	pthread_mutex_unlock(&n->lock);
-	return k;
-}
-
-/* Growth: machines this machine's last view listed as late that @v lists
- * as ordinary members (ring.h: the grower, once its share was complete).
- * Their placement changed with everyone else's still there, so the
- * machines run the transaction-recovery barrier of a view that removed
- * nobody, every member taking part (the grower too: it was one). */
-static unsigned grown(farm_node *n, const struct farm_view *v, uint32_t *out)
-{
-	unsigned k = 0;
-	pthread_mutex_lock(&n->lock);
-	if (n->view.config_id && n->view.config_id < v->config_id)
-		for (unsigned q = 0; q < n->view.nlate && q < FARM_VIEW_MAX;
-		     q++) {
-			uint32_t id = n->view.late[q];
-			if (farm_view_find(v, id) &&
-			    farm_view_find(&n->view, id) &&
-			    !farm_ids_have(v->late, v->nlate, id))
-				out[k++] = id;
-		}
-	pthread_mutex_unlock(&n->lock);
-	return k;
-}
 
 /* grow.c's way to the membership (made while the membership opens,
  * cleared before it closes; the call, which returns at once, is made
@@ -304,381 +250,23 @@ static void grow_stop(farm_node *n)
 	farm_grow_destroy(g);
 }
 
-static void grow_view(farm_node *n, const struct farm_view *v)
+void node_grow_view(farm_node *n, const struct farm_view *v)
 {
 	pthread_mutex_lock(&n->grow_lock);
 	grow_view_locked(n, v);
 	pthread_mutex_unlock(&n->grow_lock);
 }
 
-/* Growth: the regions of which this machine holds the primary copy (for
- * farm_galloc_retire once a view moved them). */
-static unsigned primaries(farm_node *n, struct farm_as_held **out)
-{
-	unsigned cap = 256, k;
-	for (;;) {
-		*out = malloc(cap * sizeof(**out));
-		if (!*out)
-			return 0;
-		k = farm_as_held(n->as, *out, cap);
-		if (k <= cap)
-			break;
-		free(*out);
-		cap = k + 64;
-	}
-	unsigned j = 0;
-	for (unsigned i = 0; i < k; i++)
-		if ((*out)[i].role == FARM_AS_PRIMARY)
-			(*out)[j++] = (*out)[i];
-	return j;
-}
-
-/* The regions of @held (this machine's primaries) whose primary the
- * placement @ms makes another machine: given up by the allocator
- * (farm_galloc_retire). Only growth does that to a machine that lives. */
-static void retire_moved(farm_node *n, const struct farm_ring_machine *ms,
-                         unsigned nms, const struct farm_as_held *held,
-                         unsigned nheld)
-{
-	if (!nheld)
-		return;
-	struct farm_ring_attr a = {.replicas = n->cfg.replicas,
-	                           .rings = n->cfg.rings,
-	                           .points = n->cfg.ring_points};
-	farm_ring *g = NULL;
-	if (farm_ring_build_domains(ms, nms, &a, &g))
-		return; /* the address space refuses the view too */
-	for (unsigned i = 0; i < nheld; i++) {
-		if (farm_ring_primary(g, held[i].region) == n->cfg.machine_id)
-			continue;
-		int rc = farm_galloc_retire(n->ga, held[i].region);
-		if (rc && rc != -ENOENT)
-			farm_warn("node: allocator keeps region %" PRIu32
-			          ": %s",
-			          held[i].region, farm_strerror(rc));
-	}
-	farm_ring_free(g);
-}
-
-static bool in_ids(const uint32_t *ids, unsigned n, uint32_t id)
-{
-	for (unsigned i = 0; i < n; i++)
-		if (ids[i] == id)
-			return true;
-	return false;
-}
-
 /* Once the restart ran (or none was pending): as manager, this machine
  * writes no restart mark (zk.c). Any thread; farm_membership_restarted
  * does something only the first time. */
-static void restart_unmark(farm_node *n)
+void node_restart_unmark(farm_node *n)
 {
 	pthread_mutex_lock(&n->lock);
 	struct farm_membership *m =
 	        farm_restart_pending(n->rs) ? NULL : n->marked_mem;
 	pthread_mutex_unlock(&n->lock);
 	farm_membership_restarted(m);
-}
-
-/* Restarting on its directory while the others lived on without it: a
- * newer configuration than the manifest's lists it as gone and is not a
- * restart's (farm_view.restart). Its copies are out of date, and the
- * manager does not admit it (zk.c): refused, said once. */
-static bool restart_alone(farm_node *n, const struct farm_view *v)
-{
-	uint32_t me = n->cfg.machine_id;
-	if (!farm_restart_pending(n->rs) || !v->formed || v->restart ||
-	    v->config_id <= farm_restart_config(n->rs) ||
-	    farm_view_find(v, me) || !farm_ids_have(v->gone, v->ngone, me) ||
-	    FARM_FAULT_SWITCH(FARM_FP_ZK_ADMIT_ALONE))
-		return false;
-	pthread_mutex_lock(&n->lock);
-	bool tell = !n->refused;
-	n->refused = true;
-	pthread_cond_broadcast(&n->cond);
-	pthread_mutex_unlock(&n->lock);
-	if (tell)
-		farm_err("node %" PRIu32 ": this machine restarted on its "
-		         "data directory, but the cluster lived on without "
-		         "it (configuration %" PRIu64 " lists it as gone): "
-		         "its memory is out of date and it is not taken "
-		         "back; start it under a new machine_id with an "
-		         "empty directory",
-		         me, v->config_id);
-	return true;
-}
-
-static void apply_view(void *ctx, const struct farm_view *v)
-{
-	farm_node *n = ctx;
-	uint32_t ids[FARM_VIEW_MAX], gone[FARM_VIEW_MAX];
-	unsigned k = 0;
-	if (restart_alone(n, v))
-		return;
-	if (n->restart_failed || farm_restart_view(n->rs, v))
-		return; /* the previous incarnation's view (restart.c) */
-	bool member = farm_view_find(v, n->cfg.machine_id) != NULL;
-	/* A whole-cluster restart not run yet (this view may run it). */
-	bool restarting = farm_restart_pending(n->rs);
-	if (!member) {
-		/* Its id left the formed cluster: a fresh machine under it,
-		 * or this one after it left (its session expired and it
-		 * registered again), is not admitted (zk.c). */
-		bool left = farm_ids_have(v->gone, v->ngone, n->cfg.machine_id);
-		/* Or the others restarted without it (its directory did
-		 * not come back in time): any memory it has is stale. */
-		bool lost = farm_ids_have(v->lost, v->nlost, n->cfg.machine_id);
-		/* A machine restarting on its directory is listed gone until
-		 * it registers (the manager lists every previous member so):
-		 * views it applies before then are not a refusal: a restarting
-		 * machine whose old session delays its registration sees more
-		 * than one such view. */
-		pthread_mutex_lock(&n->lock);
-		bool was = n->view.config_id != 0;
-		bool fresh = !was && !restarting;
-		left = (left && !restarting && (fresh || was)) || lost;
-		bool tell = left && !n->refused;
-		if (left) {
-			n->refused = true;
-			if (was)
-				n->removed = true;
-			pthread_cond_broadcast(&n->cond);
-		}
-		pthread_mutex_unlock(&n->lock);
-		if (tell && lost)
-			farm_err("node %" PRIu32 ": the cluster restarted "
-			         "without this machine (configuration %" PRIu64
-			         ": lost) and recovered its data from "
-			         "replicas; it is not taken back: start it "
-			         "under a new machine_id with an empty "
-			         "directory",
-			         n->cfg.machine_id, v->config_id);
-		else if (tell && fresh)
-			farm_err("node %" PRIu32 ": a machine with this id "
-			         "left the cluster; this one has an empty "
-			         "directory and is not admitted: start it with "
-			         "a new machine_id (same-id rejoin is not "
-			         "supported)",
-			         n->cfg.machine_id);
-		else if (tell)
-			farm_err(
-			        "node %" PRIu32 ": this machine left the "
-			        "cluster (configuration %" PRIu64
-			        "); it is not "
-			        "taken back: restart it under a new machine_id "
-			        "with an empty directory",
-			        n->cfg.machine_id, v->config_id);
-	}
-	unsigned ngone = member ? dropped(n, v, gone) : 0;
-	uint32_t late[FARM_VIEW_MAX], grew[FARM_VIEW_MAX];
-	unsigned nlate = member ? joined_late(n, v, late) : 0;
-	unsigned ngrew = member ? grown(n, v, grew) : 0;
-	/* A round a member asked for (farm_view.bump) that this machine
-	 * has not run yet; not at its first view (a joiner, a restart: the
-	 * mark is carried on from configuration to configuration, and the
-	 * others ran that round long ago). */
-	bool bumped = member && n->view.config_id && v->bump &&
-	              v->bump != n->view.bump;
-	struct farm_as_held *was_primary = NULL;
-	/* Views other than growth's never take a primary copy from a
-	 * machine that lives (addrspace.h), but the allocator is told of
-	 * whatever the address space gave up, whichever view did it. */
-	unsigned nwas = member ? primaries(n, &was_primary) : 0;
-	/* Fence the machines that left before anything moves: from here on
-	 * their one-sided requests to this machine fail (a zombie that
-	 * resumes writes nothing). */
-	for (unsigned i = 0; i < ngone; i++) {
-		if (FARM_FAULT_SWITCH(FARM_FP_NODE_NO_FENCE))
-			break; /* testing: a zombie is not fenced */
-		int frc = farm_fabric_revoke(n->fab, gone[i]);
-		if (frc && frc != -ENOTSUP)
-			farm_warn("node: cannot fence machine %" PRIu32 ": %s",
-			          gone[i], farm_strerror(frc));
-	}
-	/* Its messages too, whatever it stamps on them (the only fence on
-	 * providers that cannot revoke), and ours to it stop. */
-	for (unsigned i = 0; i < ngone; i++) {
-		if (FARM_FAULT_SWITCH(FARM_FP_NODE_NO_FENCE))
-			break;
-		if (gone[i] < FARM_NODE_MAX_MACHINES &&
-		    !farm_msg_peer_min_config(n->msg, gone[i], UINT32_MAX))
-			n->msg_removed[gone[i]] = true;
-	}
-	if (member && farm_msg_set_config(n->msg, (uint32_t)v->config_id))
-		farm_warn("node: messages not stamped with view %" PRIu64,
-		          v->config_id);
-	for (unsigned i = 0; i < v->n; i++) {
-		const struct farm_member *m = &v->members[i];
-		if (m->id >= FARM_NODE_MAX_MACHINES) {
-			farm_warn("node: member %" PRIu32
-			          " ignored: ids are below %u",
-			          m->id, FARM_NODE_MAX_MACHINES);
-			continue;
-		}
-		ids[k++] = m->id;
-		if (m->id == n->cfg.machine_id)
-			continue;
-		if (n->msg_removed[m->id] &&
-		    !farm_msg_peer_min_config(n->msg, m->id,
-		                              (uint32_t)v->config_id))
-			n->msg_removed[m->id] = false; /* a new incarnation:
-			                                  from this id on */
-		char card[FARM_ENDPOINT_MAX], addr[FARM_ENDPOINT_MAX];
-		farm_mr_desc d, ld;
-		int rc = farm_node_card_parse(m->endpoint, addr, sizeof(addr),
-		                              &d, &ld);
-		if (rc == -ENOENT) { /* static: the card is in its directory */
-			rc = card_read(m->endpoint, n->start_timeout_ms, card,
-			               sizeof(card));
-			if (!rc)
-				rc = farm_node_card_parse(
-				        card, addr, sizeof(addr), &d, &ld);
-		}
-		if (!rc) {
-			d.machine = m->id;
-			ld.machine = m->id;
-			rc = farm_msg_add_peer(n->msg, m->id, addr, &d);
-			if (!rc)
-				rc = farm_txm_add_peer(n->txm, m->id, &ld);
-		}
-		if (rc == -EEXIST)
-			farm_warn(
-			        "node: machine %" PRIu32 " came back with new "
-			        "message rings; messages to it fail until this "
-			        "machine restarts (not yet supported)",
-			        m->id);
-		else if (rc)
-			farm_warn("node: cannot reach machine %" PRIu32 ": %s",
-			          m->id, farm_strerror(rc));
-	}
-	/* Placement with the failure domains and departed machines the
-	 * configuration lists (addrspace/ring.h). */
-	struct farm_ring_machine placed[2 * FARM_VIEW_MAX];
-	unsigned np = farm_view_placement(v, ids, k, placed);
-	/* Growth moves some of our primaries to the grower: the allocator
-	 * gives them up before the address space takes the view (the
-	 * grower's allocator takes them over by scan, recover.c), so no
-	 * allocation made here in the view can take a slot of one. */
-	retire_moved(n, placed, np, was_primary, nwas);
-	free(was_primary);
-	/* A view without this machine (one formed before it joined) has no
-	 * ring for it to take: its peers are known, nothing else moves. */
-	int rc = member ? farm_as_set_view_placed(n->as, v->config_id, placed,
-	                                          np)
-	                : 0;
-	if (rc && rc != -ESTALE)
-		farm_warn("node: view %" PRIu64 " not applied: %s",
-		          v->config_id, farm_strerror(rc));
-	if (n->rec) {
-		static char leases[FARM_VIEW_MAX][FARM_LEASE_ADDR_MAX];
-		for (unsigned i = 0; i < v->n; i++)
-			if (farm_node_card_lease(v->members[i].endpoint,
-			                         leases[i], sizeof(leases[i])))
-				leases[i][0] = 0;
-		int lrc = farm_recovery_view(n->rec, v, leases);
-		if (lrc && lrc != -ESTALE)
-			farm_warn("node: leases of view %" PRIu64 ": %s",
-			          v->config_id, farm_strerror(lrc));
-	}
-	/* Whole-cluster restart: the first view with every previous member
-	 * brings the previous incarnation's memory back before the view is
-	 * recorded (restart.c). After the leases took the view: a restart
-	 * can outlast the join grace, and leases renew on their own thread
-	 * meanwhile (before them, the CM suspected machines still
-	 * restarting and removed them). */
-	if (!rc && farm_restart_run(n->rs, v)) {
-		pthread_mutex_lock(&n->lock);
-		n->restart_failed = true;
-		pthread_cond_broadcast(&n->cond);
-		pthread_mutex_unlock(&n->lock);
-		return;
-	}
-	if (!rc)
-		farm_restart_applied(n->rs, v);
-	if (!rc)
-		restart_unmark(n);
-	/* After the leases took the configuration (no lease is granted
-	 * outside it any more). */
-	if (!rc && (ngone || nlate || ngrew || bumped)) {
-		/* Recover the transactions and regions the lost machines
-		 * took part in (src/txn/recover.c); the configuration's CM
-		 * decides for their coordinators. Late joiners only: the
-		 * same round with nothing removed, among the machines that
-		 * were here before (joined_late). */
-		uint32_t decider = v->has_cm ? v->cm : ids[0];
-		uint32_t olds[FARM_VIEW_MAX];
-		unsigned nolds = 0;
-		for (unsigned i = 0; i < k; i++)
-			if (!in_ids(late, nlate, ids[i]))
-				olds[nolds++] = ids[i];
-		if (nolds && in_ids(late, nlate, decider))
-			decider = olds[0]; /* a late CM takes no part */
-		if (ngone && decider == n->cfg.machine_id && n->rec) {
-			/* FaRM's lease wait before NEW-CONFIG-COMMIT: the CM
-			 * grants no lease outside the configuration it has
-			 * taken, so one lease length from here every lease a
-			 * removed machine held has expired (by the holder's
-			 * clock first), and it stops acting as a member
-			 * before recovery moves its regions. */
-			uint32_t us = n->cfg.lease_us ? n->cfg.lease_us
-			                              : FARM_LEASE_DEFAULT_US;
-			struct timespec ts = {.tv_sec = us / 1000000,
-			                      .tv_nsec = (long)(us % 1000000) *
-			                                 1000};
-			while (nanosleep(&ts, &ts) && errno == EINTR)
-				;
-		}
-		int trc = farm_txm_reconfigure(n->txm, v->config_id, gone,
-		                               ngone, olds, nolds, decider);
-		if (trc == -ENOENT) /* loops closed: this machine stops */
-			farm_info("node: view %" PRIu64 " while closing: no "
-			          "transaction recovery",
-			          v->config_id);
-		else if (trc)
-			farm_err("node: transaction recovery for view %" PRIu64
-			         " not started: %s",
-			         v->config_id, farm_strerror(trc));
-		/* Then the regions that lost a replica get a new one, copied
-		 * in the background (data recovery, src/txn/copy.c). */
-		farm_txm_datarec_view(n->txm);
-	}
-	unsigned rlost = 0;
-	if (!rc && restarting && !farm_restart_pending(n->rs)) {
-		/* Restarted: data recovery tells every backup again. With
-		 * machines given up, their regions' replicas are short and
-		 * new ones are made; without, a copy the restart cut off
-		 * (a filling copy is not in the manifest, so the backup came
-		 * back without it) must start again: nothing else would tell
-		 * that backup, and a commit opens its copy only to wait for
-		 * COPY. */
-		struct farm_restart_stats rst;
-		farm_restart_stats(n->rs, &rst);
-		rlost = (unsigned)rst.lost;
-		if (!ngone && !nlate &&
-		    (rlost || !FARM_FAULT_SWITCH(FARM_FP_NODE_RESTART_NO_COPY)))
-			farm_txm_datarec_view(n->txm);
-	}
-	pthread_mutex_lock(&n->lock);
-	if (rlost)
-		n->restart_lost = rlost;
-	if (!rc) {
-		n->view = *v;
-		n->view_t_ns = farm_now_ns();
-	}
-	if (member)
-		n->lease_lost = false;
-	farm_node_config_fn fn = n->on_config;
-	void *fn_ctx = n->on_config_ctx;
-	pthread_cond_broadcast(&n->cond);
-	pthread_mutex_unlock(&n->lock);
-	/* Also for a configuration without this machine, which the address
-	 * space refuses: the application must learn it was removed. */
-	if (fn && (!rc || !member))
-		fn(fn_ctx, v->config_id, v->n, member);
-	if (!rc && member)
-		grow_view(n, v);
-	farm_info("node %" PRIu32 ": view %" PRIu64 " with %u machines",
-	          n->cfg.machine_id, v->config_id, v->n);
 }
 
 static void on_recovery(void *ctx, enum farm_recovery_event e,
@@ -974,7 +562,7 @@ int farm_node_start(farm_node *n, int timeout_ms)
 	        .fresh = !farm_restart_pending(n->rs),
 	        .restart = farm_restart_config(n->rs),
 	        .realtime = true,
-	        .on_view = apply_view,
+	        .on_view = node_apply_view,
 	        .on_state = on_state,
 	        .ctx = n,
 	};
@@ -984,7 +572,7 @@ int farm_node_start(farm_node *n, int timeout_ms)
 		pthread_mutex_lock(&n->lock);
 		n->marked_mem = n->mem;
 		pthread_mutex_unlock(&n->lock);
-		restart_unmark(n); /* it may have run during the open */
+		node_restart_unmark(n); /* it may have run during the open */
 	}
 	if (rc)
 		farm_err("node %" PRIu32 ": cannot join: %s", n->cfg.machine_id,

@@ -23,7 +23,7 @@
 #include <farm/node.h>
 
 #include "addrspace/addrspace.h"
-#include "addrspace/membership.h"
+#include "coord/membership.h"
 #include "util/config.h"
 
 /* -EINVAL for a bad configuration (machine id out of range, ...), or the

@@ -26,7 +26,7 @@
 #include <farm/farm.h>
 
 #include "addrspace/addrspace.h"
-#include "addrspace/membership.h"
+#include "coord/membership.h"
 #include "alloc/galloc.h"
 #include "util/config.h"
 

@@ -32,7 +32,7 @@
 #include <farm/error.h>
 #include <farm/msg.h>
 
-#include "addrspace/membership.h"
+#include "coord/membership.h"
 #include "recovery/lease.h"
 
 typedef struct farm_recovery farm_recovery;

@@ -24,7 +24,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "addrspace/membership.h"
+#include "coord/membership.h"
 #include "node/ctl.h"
 #include "node/node.h"
 #include "tools/tools.h"

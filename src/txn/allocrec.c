@@ -25,6 +25,7 @@
 #include <errno.h>
 
 #include "txn/txn_int.h"
+#include "txn/txn_tx.h"
 #include "txn/txn_testing.h"
 #include "util/log.h"
 

@@ -34,6 +34,7 @@
 
 #include "txn/object.h"
 #include "txn/txn_int.h"
+#include "txn/txn_tx.h"
 #include "txn/txn_testing.h"
 #include "util/fault.h"
 #include "util/log.h"
@@ -275,7 +276,7 @@ void txn_tx_finish(farm_tx *tx)
 		o->flags &= ~TXO_NEW;
 	}
 	if (tx->nwaiters) /* decided without passing the hooks */
-		txn_rec_decided(tx, tx->outcome == 0);
+		txn_tell_decided(tx, tx->outcome == 0);
 	if (tx->cseq) {
 		txn_cseq_done(tl, tx->cseq);
 		tx->cseq = 0;
@@ -349,6 +350,8 @@ static void tx_step(farm_tx *tx)
 			tx_fail(tx, fail);
 		} else if (tx->single &&
 		           tx->cfg <
+		                   /* Pairs with recovery's store of rec.cfg
+		                    * (recover.c), after its round's state. */
 		                   atomic_load_explicit(&tx->m->rec.cfg,
 		                                        memory_order_acquire)) {
 			/* Its COMMIT-BACKUPs went to the replicas of an older
@@ -367,6 +370,7 @@ static void tx_step(farm_tx *tx)
 			 * primary drained its logs, so it must not count
 			 * (recover.c). Abort; the retry runs in the new one. */
 			if (tx->cfg <
+			    /* Pairs with recovery's store of rec.cfg. */
 			    atomic_load_explicit(&tx->m->rec.cfg,
 			                         memory_order_acquire))
 				tx_fail(tx, -EAGAIN);
@@ -535,6 +539,8 @@ static void validate_more(farm_tx *tx)
 			continue;
 		const _Atomic uint64_t *lp = farm_as_local_ptr(m->as, o->a, 8);
 		if (lp) {
+			/* Pairs with the release of the version at unlock and
+			 * install (participant.c, single_install). */
 			if (atomic_load_explicit(lp, memory_order_acquire) !=
 			    o->version)
 				tx->fail = FARM_EVALIDATION;
@@ -703,7 +709,7 @@ static void decisive_retry(farm_loop *loop, void *ctx, int status)
 static void phase_primary(farm_tx *tx)
 {
 	tx->ph = PH_PRIMARY;
-	txn_rec_decided(tx, true);
+	txn_tell_decided(tx, true);
 	bool remote = false;
 	for (uint32_t p = 0; p < tx->m->M && p < 0x40; p++) {
 		if (!tx->locked_at[p])
@@ -729,7 +735,7 @@ static void phase_abort(farm_tx *tx, int outcome)
 	tx->ph = PH_ABORT;
 	tx->fail = 0;
 	tx->abort_outcome = outcome;
-	txn_rec_decided(tx, false);
+	txn_tell_decided(tx, false);
 	for (uint32_t p = 0; p < tx->m->M && p < 0x40; p++)
 		if (tx->locked_at[p] || tx->cb_at[p])
 			send_decisive(tx, p, REC_ABORT, K_ABORT, NULL);
@@ -760,6 +766,8 @@ static void single_unlock(farm_tx *tx, unsigned upto)
 			continue;
 		bool demoted;
 		_Atomic uint64_t *h = own_hdr(tx, o, &demoted);
+		/* Unlocked, unchanged: pairs with the next locker's CAS and
+		 * readers' acquire of the header. */
 		if (h)
 			atomic_store_explicit(h, o->version,
 			                      memory_order_release);
@@ -780,6 +788,8 @@ static void single_lock(farm_tx *tx)
 			break;
 		}
 		if (!is_write(o)) {
+			/* Pairs with the release of the version at unlock and
+			 * install. */
 			if (atomic_load_explicit(h, memory_order_acquire) !=
 			    o->version)
 				tx->fail = FARM_EVALIDATION;
@@ -791,6 +801,8 @@ static void single_lock(farm_tx *tx)
 			break;
 		}
 		uint64_t expect = o->version;
+		/* Lock: pairs with the release that last unlocked or installed
+		 * this header. */
 		if (!atomic_compare_exchange_strong_explicit(
 		            h, &expect, o->version | OBJ_LOCK_SHARED,
 		            memory_order_acq_rel, memory_order_acquire)) {
@@ -838,6 +850,8 @@ static void single_install(farm_tx *tx)
 			o->locked = false; /* the allocator unlocks it */
 			continue;
 		}
+		/* Install: body, then version. Pairs with readers' acquire of
+		 * the header and the next locker's CAS. */
 		atomic_store_explicit((_Atomic uint64_t *)(void *)p, nv,
 		                      memory_order_release);
 		o->locked = false;
@@ -866,6 +880,7 @@ static void single_install(farm_tx *tx)
 		                : NULL;
 		if (!h)
 			continue;
+		/* As an install: pairs with readers' acquire of the header. */
 		atomic_store_explicit(h, o->version + OBJ_VSTEP,
 		                      memory_order_release);
 		o->locked = false;
@@ -1111,6 +1126,7 @@ int farm_tx_commit(farm_tx *tx, farm_tx_commit_fn cont, void *ctx)
 	for (uint64_t mk = tx->need_mask; mk; mk &= mk - 1) {
 		uint32_t mach = (uint32_t)__builtin_ctzll(mk);
 		if (mach < m->M && tx->need[mach] && mach != m->me &&
+		    /* Pairs with the release of peer_ready in txm.c. */
 		    !atomic_load_explicit(&m->peer_ready[mach],
 		                          memory_order_acquire))
 			return commit_refused(tx, FARM_EPEERDEAD);
@@ -1203,3 +1219,14 @@ void farm_txn_testing_skip_validation(bool on)
 	atomic_store(&testing_skip_validation, on);
 }
 #endif
+
+void txn_on_decided(farm_txm *m, txn_decided_fn fn)
+{
+	m->on_decided = fn;
+}
+
+void txn_tell_decided(farm_tx *tx, bool commit)
+{
+	if (tx->m->on_decided)
+		tx->m->on_decided(tx, commit);
+}

@@ -22,6 +22,7 @@
 #include "txn/epoch.h"
 #include "txn/object.h"
 #include "txn/txn_int.h"
+#include "txn/txn_tx.h"
 #include "util/fault.h"
 #include "util/log.h"
 
@@ -84,6 +85,9 @@ static void unlock_objs(farm_txm *m, const uint8_t *rec, unsigned n)
 		bool demoted;
 		uint8_t *p =
 		        txn_own_ptr(m, o[i].addr, 64ull * o[i].lines, &demoted);
+		/* Unlocked, version unchanged: pairs with the next locker's
+		 * CAS and with the acquire of the header in validation
+		 * (commit.c) and lock-free reads (read.c). */
 		if (p)
 			atomic_store_explicit((_Atomic uint64_t *)(void *)p,
 			                      o[i].version,
@@ -119,6 +123,9 @@ static void on_lock(struct txloop *tl, const uint8_t *rec)
 			break;
 		}
 		uint64_t expect = o[locked].version;
+		/* Lock: pairs with the release that last unlocked or
+		 * installed this header (here, commit.c, apply_image), so the
+		 * object is the one that version names. */
 		if (!atomic_compare_exchange_strong_explicit(
 		            (_Atomic uint64_t *)(void *)p, &expect,
 		            o[locked].version | OBJ_LOCK_EXCL,
@@ -177,6 +184,10 @@ static void install_rec(struct txloop *tl, const uint8_t *rec)
 				if ((o[i].flags & OBJF_FREE) && !demoted &&
 				    txn_free_at_commit(m, tl, o[i].addr, nv))
 					goto next; /* the allocator unlocks */
+				/* Install: the body above, then the new
+				 * version, unlocked. Pairs with the acquire of
+				 * the header in validation and lock-free reads,
+				 * which check the version around their copy. */
 				atomic_store_explicit(
 				        (_Atomic uint64_t *)(void *)p, nv,
 				        memory_order_release);
@@ -204,6 +215,7 @@ static void install_rec(struct txloop *tl, const uint8_t *rec)
 		bool demoted;
 		uint8_t *p =
 		        txn_own_ptr(m, o[i].addr, 64ull * o[i].lines, &demoted);
+		/* As an install: pairs with readers' acquire of the header. */
 		if (p && (o[i].flags & (OBJF_ARRAY | OBJF_ELEM)))
 			atomic_store_explicit((_Atomic uint64_t *)(void *)p,
 			                      o[i].version + OBJ_VSTEP,
@@ -293,6 +305,9 @@ bool txn_copy_apply(uint8_t *p, unsigned lines, const uint8_t *img, bool held)
 	uint64_t nv;
 	memcpy(&nv, img, 8);
 	nv &= ~OBJ_LOCK_MASK;
+	/* This acquire and the CAS below pair with the release of the
+	 * version by the install before ours (below, or participant's
+	 * COMMIT-PRIMARY). */
 	uint64_t cur = atomic_load_explicit(hv, memory_order_acquire);
 	if (!held) {
 		for (unsigned spins = 0;; spins++) {
@@ -314,6 +329,8 @@ bool txn_copy_apply(uint8_t *p, unsigned lines, const uint8_t *img, bool held)
 	 * unless recovery still holds it). */
 	memcpy(p + 8, img + 8, 64ull * lines - 8);
 	farm_store_fence();
+	/* Pairs with readers' acquire of the header (validation, lock-free
+	 * reads) and with the next installer's acquire above. */
 	atomic_store_explicit(hv, held ? nv | OBJ_LOCK_EXCL : nv,
 	                      memory_order_release);
 	return true;
@@ -414,6 +431,9 @@ static void truncate_to(struct txloop *tl, struct reader *rd, uint8_t *ring,
 		rd->applied += h.len;
 		moved = true;
 	}
+	/* The records are zeroed before the coordinator may reuse their
+	 * room: pairs with its acquire of this word (log.c,
+	 * txn_refresh_freed; a remote coordinator READs it). */
 	if (moved)
 		atomic_store_explicit(freed_word, rd->applied,
 		                      memory_order_release);
@@ -432,6 +452,8 @@ static int poll_log(struct txloop *tl, uint32_t coord)
 	while (!rd->broken && !rd->fenced) {
 		uint64_t off = rd->head % m->R;
 		uint8_t *rec = ring + off;
+		/* Pairs with the coordinator's WRITE of the record (log.c),
+		 * whose first word lands whole and first and trailer last. */
 		uint32_t len = atomic_load_explicit(
 		        (_Atomic uint32_t *)(void *)rec, memory_order_acquire);
 		if (len == 0)
@@ -451,6 +473,7 @@ static int poll_log(struct txloop *tl, uint32_t coord)
 		/* The first word (length, type) lands whole and first, the
 		 * trailer last: only once the trailer is there is the rest of
 		 * the header (txid, low-water mark) there too. Read it again.
+		 * Pairs, as the length above, with the coordinator's WRITE.
 		 */
 		tr = atomic_load_explicit(
 		        (_Atomic uint64_t *)(void *)(rec + (h.type == REC_PAD
@@ -505,6 +528,8 @@ int txn_poll(farm_loop *loop, void *ctx)
 	struct txloop *tl = ctx;
 	farm_txm *m = tl->m;
 	int got = 0;
+	/* Pairs with the release of nready in txm.c (a log's reader set
+	 * up before its id is listed). */
 	unsigned n = atomic_load_explicit(&m->nready, memory_order_acquire);
 	for (unsigned i = 0; i < n; i++)
 		got += poll_log(tl, m->ready_ids[i]);
@@ -516,6 +541,7 @@ bool txn_pending(farm_loop *loop, void *ctx)
 	(void)loop;
 	struct txloop *tl = ctx;
 	farm_txm *m = tl->m;
+	/* Pairs with the release of nready in txm.c. */
 	unsigned n = atomic_load_explicit(&m->nready, memory_order_acquire);
 	for (unsigned i = 0; i < n; i++) {
 		uint32_t c = m->ready_ids[i];

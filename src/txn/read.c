@@ -14,6 +14,7 @@
 #include "txn/epoch.h"
 #include "txn/object.h"
 #include "txn/txn_int.h"
+#include "txn/txn_tx.h"
 #include "txn/txn_testing.h"
 #include "util/lines.h"
 

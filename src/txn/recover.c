@@ -65,6 +65,7 @@
 
 #include "txn/object.h"
 #include "txn/txn_int.h"
+#include "txn/txn_tx.h"
 #include "txn/txn_testing.h"
 #include "util/fault.h"
 #include "util/log.h"
@@ -805,7 +806,8 @@ int farm_txm_reconfigure(farm_txm *m, uint64_t cfg, const uint32_t *removed,
 	atomic_store(&m->rec.t_go, 0);
 	atomic_store(&m->rec.t_active, 0);
 	/* From here on this machine's coordinators stop older commits
-	 * short of COMMIT-PRIMARY (commit.c reads it). */
+	 * short of COMMIT-PRIMARY: pairs with their acquire of rec.cfg in
+	 * commit.c (tx_step). */
 	atomic_store(&m->rec.cfg, cfg);
 	pthread_mutex_unlock(&m->rec.lock);
 	farm_info("txn recovery: configuration %" PRIu64 ", %u removed, %u "
@@ -888,8 +890,9 @@ static void answer(struct txloop *tl, uint32_t to, uint16_t thread,
 		          to, farm_strerror(rc));
 }
 
-/* commit.c: @tx decided (commit at COMMIT-PRIMARY, abort at ABORT). */
-void txn_rec_decided(farm_tx *tx, bool commit)
+/* @tx decided (commit at COMMIT-PRIMARY, abort at ABORT): its waiters
+ * learn the outcome. Registered with the coordinator (txn_on_decided). */
+static void rec_decided(farm_tx *tx, bool commit)
 {
 	for (unsigned i = 0; i < tx->nwaiters; i++)
 		answer(tx->tl, tx->waiters[i].machine, tx->waiters[i].thread,
@@ -1241,6 +1244,9 @@ static void h_done(farm_loop *loop, const farm_msg_in *in, void *arg)
 
 int txn_rec_init(farm_txm *m)
 {
+	/* A promoted primary that asked about a transaction still being
+	 * decided waits for its outcome (h_query): the coordinator tells. */
+	txn_on_decided(m, rec_decided);
 	int rc = farm_msg_handle(m->msg, FARM_MSGT_REC_QUERY, h_query, m);
 	if (!rc)
 		rc = farm_msg_handle(m->msg, FARM_MSGT_REC_ANSWER, h_answer, m);

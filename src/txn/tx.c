@@ -13,6 +13,7 @@
 #include "txn/epoch.h"
 #include "txn/object.h"
 #include "txn/txn_int.h"
+#include "txn/txn_tx.h"
 #include "txn/txn_testing.h"
 
 int farm_tx_begin(farm_txm *m, farm_loop *loop, farm_tx **out)

@@ -11,6 +11,7 @@
 
 #include "txn/epoch.h"
 #include "txn/txn_int.h"
+#include "txn/txn_tx.h"
 #include "util/log.h"
 
 #define WQ_CAP 1024u /* initial record queue per log writer; grows */
@@ -259,11 +260,15 @@ int farm_txm_add_peer(farm_txm *m, uint32_t id, const farm_mr_desc *logs)
 		rc = memcmp(&m->peers[id], &d, sizeof(d)) ? -EEXIST : 0;
 	} else {
 		m->peers[id] = d;
+		/* Pairs with the acquire of peer_ready in commit.c: the
+		 * descriptor above is set before it. */
 		atomic_store_explicit(&m->peer_ready[id], 1,
 		                      memory_order_release);
 		unsigned n =
 		        atomic_load_explicit(&m->nready, memory_order_relaxed);
 		m->ready_ids[n] = id;
+		/* Pairs with the acquires of nready in participant.c and
+		 * txm.c: the id is listed before the count covers it. */
 		atomic_store_explicit(&m->nready, n + 1, memory_order_release);
 	}
 	pthread_mutex_unlock(&m->peer_lock);

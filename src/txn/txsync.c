@@ -10,7 +10,8 @@
  * transaction is not freed, a commit's before the transaction is, and the
  * transaction frees its orphans when it is freed (txn_tx_free).
  */
-#include "txn_int.h"
+#include "txn/txn_int.h"
+#include "txn/txn_tx.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -3,6 +3,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -137,130 +138,207 @@ static int copy_domain(char *dst, const char *v)
 	return 0;
 }
 
+static int key_machine_id(struct farm_config *c, const char *value)
+{
+	int rc = parse_u32(value, &c->machine_id);
+	c->has_machine_id = rc == 0;
+	return rc;
+}
+
+static int key_fabric(struct farm_config *c, const char *value)
+{
+	if (strcmp(value, "shm") && strcmp(value, "verbs") &&
+	    strcmp(value, "ofi"))
+		return -EINVAL;
+	return copy_str(c->fabric, sizeof(c->fabric), value);
+}
+
+static int key_log_size(struct farm_config *c, const char *value)
+{
+	uint64_t v;
+	int rc = farm_parse_size(value, &v);
+	if (!rc && (!farm_is_pow2(v) || v < (64u << 10) || v > (64u << 20)))
+		rc = -ERANGE;
+	if (!rc)
+		c->log_size = (uint32_t)v;
+	return rc;
+}
+
+static int key_zk_root(struct farm_config *c, const char *value)
+{
+	return value[0] != '/' || strpbrk(value, " \t")
+	               ? -EINVAL
+	               : copy_str(c->zk_root, sizeof(c->zk_root), value);
+}
+
+static int key_domain(struct farm_config *c, const char *value)
+{
+	return copy_domain(c->domain, value);
+}
+
+/* "peer_domain = <id> <domain>", after the peer's line */
+static int key_peer_domain(struct farm_config *c, const char *value)
+{
+	char idbuf[16];
+	uint32_t id;
+	const char *sp = strchr(value, ' ');
+	int rc = -EINVAL;
+	if (sp && (size_t)(sp - value) < sizeof(idbuf)) {
+		memcpy(idbuf, value, (size_t)(sp - value));
+		idbuf[sp - value] = 0;
+		while (*sp == ' ')
+			sp++;
+		if (!parse_u32(idbuf, &id))
+			for (unsigned i = 0; i < c->npeers && rc; i++)
+				if (c->peers[i].id == id)
+					rc = copy_domain(c->peer_domains[i],
+					                 sp);
+	}
+	return rc;
+}
+
+/* "peer = <id> <address>"; the caller checked there is room. */
+static int key_peer(struct farm_config *c, const char *value)
+{
+	char idbuf[16];
+	const char *sp = strchr(value, ' ');
+	if (!sp || (size_t)(sp - value) >= sizeof(idbuf))
+		return -EINVAL;
+	memcpy(idbuf, value, (size_t)(sp - value));
+	idbuf[sp - value] = 0;
+	while (*sp == ' ')
+		sp++;
+	struct farm_config_peer *p = &c->peers[c->npeers];
+	int rc = parse_u32(idbuf, &p->id);
+	if (!rc && !*sp)
+		rc = -EINVAL;
+	if (!rc)
+		rc = copy_str(p->addr, sizeof(p->addr), sp);
+	if (!rc)
+		c->npeers++;
+	return rc;
+}
+
+/* How a key's value is read into its field. */
+enum cfg_kind {
+	CK_U32,    /* a decimal */
+	CK_U32_IN, /* a decimal in [lo, hi] (-ERANGE outside) */
+	CK_STR,    /* text shorter than the field */
+	CK_WORD,   /* text without blanks (checked when used) */
+	CK_BOOL,   /* parse_bool */
+	CK_SIZE,   /* farm_parse_size, into a uint64_t */
+	CK_FN,     /* fn */
+};
+
+struct cfg_key {
+	const char *key;
+	enum cfg_kind kind;
+	size_t off, size; /* the field in struct farm_config */
+	uint32_t lo, hi;
+	int (*fn)(struct farm_config *c, const char *value);
+};
+
+#define CFG_FIELD(f) \
+	offsetof(struct farm_config, f), sizeof(((struct farm_config *)0)->f)
+#define CFG_U32(k, f)                               \
+	{                                           \
+		k, CK_U32, CFG_FIELD(f), 0, 0, NULL \
+	}
+#define CFG_IN(k, f, lo, hi)                             \
+	{                                                \
+		k, CK_U32_IN, CFG_FIELD(f), lo, hi, NULL \
+	}
+#define CFG_STR(k, f)                               \
+	{                                           \
+		k, CK_STR, CFG_FIELD(f), 0, 0, NULL \
+	}
+#define CFG_WORD(k, f)                               \
+	{                                            \
+		k, CK_WORD, CFG_FIELD(f), 0, 0, NULL \
+	}
+#define CFG_BOOL(k, f)                               \
+	{                                            \
+		k, CK_BOOL, CFG_FIELD(f), 0, 0, NULL \
+	}
+#define CFG_SIZE(k, f)                               \
+	{                                            \
+		k, CK_SIZE, CFG_FIELD(f), 0, 0, NULL \
+	}
+#define CFG_FN(k, fn)                    \
+	{                                \
+		k, CK_FN, 0, 0, 0, 0, fn \
+	}
+
+/* Every key of docs/config.md, with its field and its limits. */
+static const struct cfg_key cfg_keys[] = {
+        CFG_FN("machine_id", key_machine_id),
+        CFG_STR("data_dir", data_dir),
+        CFG_FN("fabric", key_fabric),
+        CFG_STR("listen", listen),
+        CFG_STR("ofi_provider", ofi_provider),
+        CFG_SIZE("region_size", region_size),
+        CFG_STR("job", job),
+        CFG_IN("replicas", replicas, 1, 8),
+        CFG_IN("rings", rings, 1, 16),
+        CFG_IN("ring_points", ring_points, 1, 1024),
+        CFG_FN("log_size", key_log_size),
+        CFG_IN("expect_machines", expect_machines, 0,
+               FARM_CONFIG_MAX_PEERS + 1),
+        CFG_IN("threads", threads, 1, 64),
+        CFG_BOOL("busy_poll", busy_poll),
+        CFG_IN("park_after_us", park_after_us, 0, 1000000),
+        /* host:port[,host:port...][/chroot]; checked when used */
+        CFG_WORD("zk", zk),
+        CFG_FN("zk_root", key_zk_root),
+        CFG_IN("zk_session_ms", zk_session_ms, 100, 600000),
+        CFG_IN("zk_connect_timeout_ms", zk_connect_timeout_ms, 1, 3600000),
+        CFG_IN("lease_us", lease_us, 1000, 60000000),
+        CFG_IN("datarec_bytes", datarec_bytes, 64, 1u << 30),
+        CFG_IN("datarec_interval_us", datarec_interval_us, 10, 10000000),
+        CFG_IN("restart_wait_ms", restart_wait_ms, 0, 86400000),
+        CFG_U32("region_seed", region_seed),
+        CFG_BOOL("grow", grow),
+        CFG_WORD("lease_bind", lease_bind),
+        CFG_FN("domain", key_domain),
+        CFG_FN("peer_domain", key_peer_domain),
+        CFG_FN("peer", key_peer),
+};
+
+static int set_key(struct farm_config *c, const struct cfg_key *k,
+                   const char *value)
+{
+	void *f = (char *)c + k->off;
+	switch (k->kind) {
+	case CK_U32: return parse_u32(value, f);
+	case CK_U32_IN: return parse_u32_in(value, k->lo, k->hi, f);
+	case CK_STR: return copy_str(f, k->size, value);
+	case CK_WORD:
+		return strpbrk(value, " \t") ? -EINVAL
+		                             : copy_str(f, k->size, value);
+	case CK_BOOL: return parse_bool(value, f);
+	case CK_SIZE: return farm_parse_size(value, f);
+	case CK_FN: return k->fn(c, value);
+	}
+	return -EINVAL;
+}
+
 int farm_config_set(struct farm_config *c, const char *key, const char *value,
                     char *err, size_t errlen)
 {
-	int rc = 0;
-	if (strcmp(key, "machine_id") == 0) {
-		rc = parse_u32(value, &c->machine_id);
-		c->has_machine_id = rc == 0;
-	} else if (strcmp(key, "data_dir") == 0) {
-		rc = copy_str(c->data_dir, sizeof(c->data_dir), value);
-	} else if (strcmp(key, "fabric") == 0) {
-		if (strcmp(value, "shm") && strcmp(value, "verbs") &&
-		    strcmp(value, "ofi"))
-			rc = -EINVAL;
-		else
-			rc = copy_str(c->fabric, sizeof(c->fabric), value);
-	} else if (strcmp(key, "listen") == 0) {
-		rc = copy_str(c->listen, sizeof(c->listen), value);
-	} else if (strcmp(key, "ofi_provider") == 0) {
-		rc = copy_str(c->ofi_provider, sizeof(c->ofi_provider), value);
-	} else if (strcmp(key, "region_size") == 0) {
-		rc = farm_parse_size(value, &c->region_size);
-	} else if (strcmp(key, "job") == 0) {
-		rc = copy_str(c->job, sizeof(c->job), value);
-	} else if (strcmp(key, "replicas") == 0) {
-		rc = parse_u32_in(value, 1, 8, &c->replicas);
-	} else if (strcmp(key, "rings") == 0) {
-		rc = parse_u32_in(value, 1, 16, &c->rings);
-	} else if (strcmp(key, "ring_points") == 0) {
-		rc = parse_u32_in(value, 1, 1024, &c->ring_points);
-	} else if (strcmp(key, "log_size") == 0) {
-		uint64_t v;
-		rc = farm_parse_size(value, &v);
-		if (!rc &&
-		    (!farm_is_pow2(v) || v < (64u << 10) || v > (64u << 20)))
-			rc = -ERANGE;
-		if (!rc)
-			c->log_size = (uint32_t)v;
-	} else if (strcmp(key, "expect_machines") == 0) {
-		rc = parse_u32_in(value, 0, FARM_CONFIG_MAX_PEERS + 1,
-		                  &c->expect_machines);
-	} else if (strcmp(key, "threads") == 0) {
-		rc = parse_u32_in(value, 1, 64, &c->threads);
-	} else if (strcmp(key, "busy_poll") == 0) {
-		rc = parse_bool(value, &c->busy_poll);
-	} else if (strcmp(key, "park_after_us") == 0) {
-		rc = parse_u32_in(value, 0, 1000000, &c->park_after_us);
-	} else if (strcmp(key, "zk") == 0) {
-		/* host:port[,host:port...][/chroot]; checked when used */
-		rc = strpbrk(value, " \t")
-		             ? -EINVAL
-		             : copy_str(c->zk, sizeof(c->zk), value);
-	} else if (strcmp(key, "zk_root") == 0) {
-		rc = value[0] != '/' || strpbrk(value, " \t")
-		             ? -EINVAL
-		             : copy_str(c->zk_root, sizeof(c->zk_root), value);
-	} else if (strcmp(key, "zk_session_ms") == 0) {
-		rc = parse_u32_in(value, 100, 600000, &c->zk_session_ms);
-	} else if (strcmp(key, "zk_connect_timeout_ms") == 0) {
-		rc = parse_u32_in(value, 1, 3600000, &c->zk_connect_timeout_ms);
-	} else if (strcmp(key, "lease_us") == 0) {
-		rc = parse_u32_in(value, 1000, 60000000, &c->lease_us);
-	} else if (strcmp(key, "datarec_bytes") == 0) {
-		rc = parse_u32_in(value, 64, 1u << 30, &c->datarec_bytes);
-	} else if (strcmp(key, "datarec_interval_us") == 0) {
-		rc = parse_u32_in(value, 10, 10000000, &c->datarec_interval_us);
-	} else if (strcmp(key, "restart_wait_ms") == 0) {
-		rc = parse_u32_in(value, 0, 86400000, &c->restart_wait_ms);
-	} else if (strcmp(key, "region_seed") == 0) {
-		rc = parse_u32(value, &c->region_seed);
-	} else if (strcmp(key, "grow") == 0) {
-		rc = parse_bool(value, &c->grow);
-	} else if (strcmp(key, "lease_bind") == 0) {
-		rc = strpbrk(value, " \t")
-		             ? -EINVAL
-		             : copy_str(c->lease_bind, sizeof(c->lease_bind),
-		                        value);
-	} else if (strcmp(key, "domain") == 0) {
-		rc = copy_domain(c->domain, value);
-	} else if (strcmp(key, "peer_domain") == 0) {
-		/* "peer_domain = <id> <domain>", after the peer's line */
-		char idbuf[16];
-		uint32_t id;
-		const char *sp = strchr(value, ' ');
-		rc = -EINVAL;
-		if (sp && (size_t)(sp - value) < sizeof(idbuf)) {
-			memcpy(idbuf, value, (size_t)(sp - value));
-			idbuf[sp - value] = 0;
-			while (*sp == ' ')
-				sp++;
-			if (!parse_u32(idbuf, &id))
-				for (unsigned i = 0; i < c->npeers && rc; i++)
-					if (c->peers[i].id == id)
-						rc = copy_domain(
-						        c->peer_domains[i], sp);
-		}
-	} else if (strcmp(key, "peer") == 0) {
-		/* "peer = <id> <address>" */
-		if (c->npeers == FARM_CONFIG_MAX_PEERS) {
-			snprintf(err, errlen, "more than %d peers",
-			         FARM_CONFIG_MAX_PEERS);
-			return -E2BIG;
-		}
-		char idbuf[16];
-		const char *sp = strchr(value, ' ');
-		if (!sp || (size_t)(sp - value) >= sizeof(idbuf)) {
-			rc = -EINVAL;
-		} else {
-			memcpy(idbuf, value, (size_t)(sp - value));
-			idbuf[sp - value] = 0;
-			while (*sp == ' ')
-				sp++;
-			struct farm_config_peer *p = &c->peers[c->npeers];
-			rc = parse_u32(idbuf, &p->id);
-			if (!rc && !*sp)
-				rc = -EINVAL;
-			if (!rc)
-				rc = copy_str(p->addr, sizeof(p->addr), sp);
-			if (!rc)
-				c->npeers++;
-		}
-	} else {
+	const struct cfg_key *k = NULL;
+	for (size_t i = 0; i < FARM_ARRAY_SIZE(cfg_keys) && !k; i++)
+		if (strcmp(key, cfg_keys[i].key) == 0)
+			k = &cfg_keys[i];
+	if (!k) {
 		snprintf(err, errlen, "unknown key '%s'", key);
 		return -EINVAL;
 	}
+	if (k->fn == key_peer && c->npeers == FARM_CONFIG_MAX_PEERS) {
+		snprintf(err, errlen, "more than %d peers",
+		         FARM_CONFIG_MAX_PEERS);
+		return -E2BIG;
+	}
+	int rc = set_key(c, k, value);
 	if (rc)
 		snprintf(err, errlen, "bad value '%s' for '%s'", value, key);
 	return rc;

@@ -2,12 +2,12 @@
  * What membership.c (interface, views, static backend) and zk.c (the
  * ZooKeeper backend) share. Private to those two files.
  */
-#ifndef FARM_ADDRSPACE_MEMBERSHIP_IMPL_H
-#define FARM_ADDRSPACE_MEMBERSHIP_IMPL_H
+#ifndef FARM_COORD_MEMBERSHIP_IMPL_H
+#define FARM_COORD_MEMBERSHIP_IMPL_H
 
 #include <pthread.h>
 
-#include "addrspace/membership.h"
+#include "coord/membership.h"
 
 struct farm_zk;
 
@@ -63,5 +63,9 @@ bool farm_zk_path_valid(const char *s);
  * newer, then run on_view outside the lock. Call without the lock. */
 void farm_membership_publish(struct farm_membership *m,
                              const struct farm_view *v);
+
+/* view.c: an endpoint's text is one line of printable bytes (static
+ * peers' addresses, ZooKeeper registrations). */
+bool farm_endpoint_valid(const char *e);
 
 #endif

@@ -70,8 +70,8 @@
  *   its regions were recovered elsewhere). Each transition is logged
  *   (warn) and counted, and on_state runs.
  */
-#ifndef FARM_ADDRSPACE_MEMBERSHIP_H
-#define FARM_ADDRSPACE_MEMBERSHIP_H
+#ifndef FARM_COORD_MEMBERSHIP_H
+#define FARM_COORD_MEMBERSHIP_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -424,4 +424,4 @@ bool farm_view_same_members(const struct farm_view *a,
 int farm_view_format(const struct farm_view *v, char *buf, size_t len);
 int farm_view_parse(const char *buf, size_t len, struct farm_view *v);
 
-#endif /* FARM_ADDRSPACE_MEMBERSHIP_H */
+#endif /* FARM_COORD_MEMBERSHIP_H */

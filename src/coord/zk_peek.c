@@ -3,7 +3,7 @@
  * `farm status` reads without joining (farm_zk_peek), and the refusal
  * notices of machines that refused their damaged directories at a restart
  * (farm_zk_note_refused, farm_zk_clear_refused; membership.h). Only with
- * the client library; without it, zk.c answers -ENOTSUP for them.
+ * the client library; without it, the stubs at the end answer -ENOTSUP.
  */
 #ifdef FARM_HAVE_ZK
 
@@ -15,7 +15,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "addrspace/zk_int.h"
+#include "coord/zk_int.h"
 #include "util/log.h"
 
 struct peek_conn {
@@ -210,6 +210,40 @@ int farm_zk_clear_refused(const char *zk, const char *root, uint32_t id)
 	}
 	oneshot_close(zh, &c);
 	return rc;
+}
+
+#else /* !FARM_HAVE_ZK */
+
+#include <errno.h>
+
+#include "coord/membership_impl.h"
+
+int farm_zk_note_refused(const char *zk, const char *root, uint32_t id,
+                         const char *why)
+{
+	(void)zk;
+	(void)root;
+	(void)id;
+	(void)why;
+	return -ENOTSUP;
+}
+
+int farm_zk_clear_refused(const char *zk, const char *root, uint32_t id)
+{
+	(void)zk;
+	(void)root;
+	(void)id;
+	return -ENOTSUP;
+}
+
+int farm_zk_peek(const char *zk, const char *root, unsigned connect_ms,
+                 struct farm_zk_peek *out)
+{
+	(void)zk;
+	(void)root;
+	(void)connect_ms;
+	(void)out;
+	return -ENOTSUP;
 }
 
 #endif /* FARM_HAVE_ZK */

@@ -22,7 +22,7 @@
  * on the live set. Config ids only grow: a new id is above both the old id
  * and the znode's version.
  */
-#include "addrspace/membership_impl.h"
+#include "coord/membership_impl.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -37,211 +37,9 @@
 #include "util/log.h"
 #include "util/rt.h"
 
-/* Plain-text checks, needed with or without the client library. */
+#ifdef FARM_HAVE_ZK
 
-bool farm_zk_path_valid(const char *s)
-{
-	if (!s || s[0] != '/' || strlen(s) >= 200)
-		return false;
-	const char *c = s;
-	while (*c == '/') {
-		const char *e = c + 1;
-		while (*e && *e != '/') {
-			if (!isprint((unsigned char)*e))
-				return false;
-			e++;
-		}
-		size_t n = (size_t)(e - c - 1);
-		if (n == 0 || (n == 1 && c[1] == '.') ||
-		    (n == 2 && c[1] == '.' && c[2] == '.'))
-			return false;
-		c = e;
-	}
-	return *c == 0;
-}
-
-bool farm_zk_connect_valid(const char *s)
-{
-	if (!s || !*s || strlen(s) >= 1024)
-		return false;
-	const char *slash = strchr(s, '/');
-	const char *end = slash ? slash : s + strlen(s);
-	if (slash && !farm_zk_path_valid(slash))
-		return false;
-	const char *p = s;
-	while (p < end) {
-		const char *comma = memchr(p, ',', (size_t)(end - p));
-		const char *he = comma ? comma : end;
-		const char *colon = NULL;
-		if (*p == '[') { /* [ipv6]:port */
-			const char *rb = memchr(p, ']', (size_t)(he - p));
-			if (!rb || rb == p + 1 || rb + 1 >= he || rb[1] != ':')
-				return false;
-			for (const char *q = p + 1; q < rb; q++)
-				if (!isxdigit((unsigned char)*q) && *q != ':' &&
-				    *q != '.')
-					return false;
-			colon = rb + 1;
-		} else {
-			for (const char *q = p; q < he; q++)
-				if (*q == ':')
-					colon = q;
-			if (!colon || colon == p)
-				return false;
-			for (const char *q = p; q < colon; q++)
-				if (!isalnum((unsigned char)*q) && *q != '.' &&
-				    *q != '-' && *q != '_')
-					return false;
-		}
-		unsigned long port = 0;
-		const char *q = colon + 1;
-		if (q == he || he - q > 5)
-			return false;
-		for (; q < he; q++) {
-			if (!isdigit((unsigned char)*q))
-				return false;
-			port = port * 10 + (unsigned long)(*q - '0');
-		}
-		if (port == 0 || port > 65535)
-			return false;
-		if (!comma)
-			break;
-		p = comma + 1;
-		if (p == end)
-			return false; /* trailing comma */
-	}
-	return true;
-}
-
-#ifndef FARM_HAVE_ZK
-
-int farm_zk_open(struct farm_membership *m,
-                 const struct farm_membership_attr *a)
-{
-	(void)m;
-	(void)a;
-	farm_warn("membership: libfarm was built without the ZooKeeper client "
-	          "(libzookeeper-mt-dev)");
-	return -ENOTSUP;
-}
-
-int farm_zk_suspect(struct farm_membership *m, const uint32_t *ids, unsigned n)
-{
-	(void)m;
-	(void)ids;
-	(void)n;
-	return -ENOTSUP;
-}
-
-int farm_zk_forsake(struct farm_membership *m, const uint32_t *ids, unsigned n)
-{
-	(void)m;
-	(void)ids;
-	(void)n;
-	return -ENOTSUP;
-}
-
-int farm_zk_mark(struct farm_membership *m, enum farm_zk_mark k,
-                 uint64_t config_id)
-{
-	(void)m;
-	(void)k;
-	(void)config_id;
-	return -ENOTSUP;
-}
-
-void farm_zk_kick(struct farm_membership *m)
-{
-	(void)m;
-}
-
-unsigned farm_zk_refused(struct farm_membership *m, uint32_t *ids)
-{
-	(void)m;
-	(void)ids;
-	return 0;
-}
-
-int farm_zk_note_refused(const char *zk, const char *root, uint32_t id,
-                         const char *why)
-{
-	(void)zk;
-	(void)root;
-	(void)id;
-	(void)why;
-	return -ENOTSUP;
-}
-
-int farm_zk_clear_refused(const char *zk, const char *root, uint32_t id)
-{
-	(void)zk;
-	(void)root;
-	(void)id;
-	return -ENOTSUP;
-}
-
-void farm_zk_close(struct farm_membership *m)
-{
-	(void)m;
-}
-
-int farm_zk_peek(const char *zk, const char *root, unsigned connect_ms,
-                 struct farm_zk_peek *out)
-{
-	(void)zk;
-	(void)root;
-	(void)connect_ms;
-	(void)out;
-	return -ENOTSUP;
-}
-
-#else /* FARM_HAVE_ZK */
-
-#include "addrspace/zk_int.h"
-
-void zk_log(const char *msg)
-{
-	size_t n = strlen(msg);
-	while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
-		n--;
-	/* The client's own warnings and errors (e.g. one per failed connect
-	 * while a server restarts) are detail: libfarm reports the state
-	 * changes that matter at warn. */
-	farm_info("zookeeper client: %.*s", (int)n, msg);
-}
-
-void zk_global_init(void)
-{
-	ZooLogLevel l = ZOO_LOG_LEVEL_WARN;
-	if (farm_log_enabled(FARM_LOG_DEBUG))
-		l = ZOO_LOG_LEVEL_DEBUG;
-	zoo_set_debug_level(l);
-}
-
-int zk_err(int zrc)
-{
-	if (zrc == ZOK)
-		return 0;
-	if (zrc == ZCONNECTIONLOSS || zrc == ZINVALIDSTATE)
-		return -ENOTCONN;
-	if (zrc == ZOPERATIONTIMEOUT)
-		return -ETIMEDOUT;
-	if (zrc == ZSESSIONEXPIRED)
-		return -ESTALE;
-	if (zrc == ZNONODE)
-		return -ENOENT;
-	if (zrc == ZNODEEXISTS)
-		return -EEXIST;
-	if (zrc == ZBADVERSION)
-		return -EAGAIN;
-	if (zrc == ZNOAUTH || zrc == ZAUTHFAILED)
-		return -EACCES;
-	if (zrc == ZBADARGUMENTS)
-		return -EINVAL;
-	if (zrc == ZMARSHALLINGERROR)
-		return -ENOMEM;
-	return -EIO;
-}
+#include "coord/zk_int.h"
 
 static bool zk_transient(int rc)
 {
@@ -333,16 +131,6 @@ static zhandle_t *zk_init(struct farm_membership *m)
 	return zh;
 }
 
-/* Create @path (persistent, empty or @data) unless it exists. */
-int zk_ensure(zhandle_t *zh, const char *path, const char *data, int len)
-{
-	int zrc = zoo_create(zh, path, data, len, &ZOO_OPEN_ACL_UNSAFE,
-	                     ZOO_PERSISTENT, NULL, 0);
-	if (zrc == ZOK || zrc == ZNODEEXISTS)
-		return 0;
-	return zk_err(zrc);
-}
-
 static int zk_layout(struct farm_membership *m)
 {
 	struct farm_zk *z = m->zk;
@@ -381,85 +169,6 @@ static int zk_card(const struct farm_membership *m, char *out)
 	return snprintf(out, ZK_CARD_MAX, "%s%s%s%s%s", m->endpoint,
 	                m->domain[0] ? "\ndomain " : "", m->domain,
 	                m->fresh ? "\nfresh" : "", m->stale ? "\nstale" : "");
-}
-
-/* ---- reads issued together ---------------------------------------------
- *
- * Each synchronous call is one round trip to the server; a sync used to
- * make 3 of them in a row, and the manager's path from a suspicion to its
- * compare-and-set 4 plus one per member (~25 ms of a member kill's
- * recovery on a loaded 2-core host, recovery_bench). Reads that do not
- * depend on each other are issued asynchronously and waited for together:
- * the server answers one session's requests in order, so what they see is
- * what the same calls in a row would have seen. The client library calls
- * every completion exactly once (with an error when the connection is lost
- * or the handle closes), so waiting for all is bounded as a synchronous
- * call is. Completions run on the client's completion thread. */
-struct zk_batch {
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	unsigned pending;
-};
-
-static void batch_init(struct zk_batch *b, unsigned n)
-{
-	pthread_mutex_init(&b->mu, NULL);
-	pthread_cond_init(&b->cv, NULL);
-	b->pending = n;
-}
-
-/* One completion in (the waiter may return as soon as the lock drops). */
-static void batch_done(struct zk_batch *b)
-{
-	pthread_mutex_lock(&b->mu);
-	if (--b->pending == 0)
-		pthread_cond_broadcast(&b->cv);
-	pthread_mutex_unlock(&b->mu);
-}
-
-/* @zrc from an asynchronous call: one that did not start never completes. */
-static void batch_started(struct zk_batch *b, int zrc, int *rc)
-{
-	if (zrc != ZOK) {
-		*rc = zrc;
-		batch_done(b);
-	}
-}
-
-static void batch_wait(struct zk_batch *b)
-{
-	pthread_mutex_lock(&b->mu);
-	while (b->pending)
-		pthread_cond_wait(&b->cv, &b->mu);
-	pthread_mutex_unlock(&b->mu);
-	pthread_cond_destroy(&b->cv);
-	pthread_mutex_destroy(&b->mu);
-}
-
-static void read_data_done(int rc, const char *value, int value_len,
-                           const struct Stat *stat, const void *data)
-{
-	struct zk_read *r = (struct zk_read *)(uintptr_t)data;
-	r->rc = rc;
-	r->len = 0;
-	if (rc == ZOK) {
-		if (stat)
-			r->st = *stat;
-		int n = value && value_len > 0 ? value_len : 0;
-		r->len = n < r->cap ? n : r->cap;
-		if (r->len)
-			memcpy(r->buf, value, (size_t)r->len);
-	}
-	batch_done(r->b);
-}
-
-static void read_stat_done(int rc, const struct Stat *stat, const void *data)
-{
-	struct zk_read *r = (struct zk_read *)(uintptr_t)data;
-	r->rc = rc;
-	if (rc == ZOK && stat)
-		r->st = *stat;
-	batch_done(r->b);
 }
 
 /* Our id's registration by another session (@st): when its endpoint
@@ -564,60 +273,15 @@ static int zk_register(struct farm_membership *m, int zrc,
 	return zk_err(zrc);
 }
 
-int zk_cmp_u32(const void *a, const void *b)
-{
-	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-	return x < y ? -1 : x > y;
-}
-
-/* The live members' ids, sorted, from the children of members/ (a watch is
- * set). Names that are not decimal ids are skipped. */
-static void kids_parse(const char *members, const struct String_vector *sv,
-                       uint32_t *ids, unsigned *n)
-{
-	*n = 0;
-	for (int32_t i = 0; sv && i < sv->count; i++) {
-		const char *s = sv->data[i];
-		char *e;
-		errno = 0;
-		unsigned long v = strtoul(s, &e, 10);
-		if (!isdigit((unsigned char)s[0]) || *e || errno ||
-		    v > UINT32_MAX || *n == FARM_VIEW_MAX) {
-			farm_warn("membership: ignoring %s/%s", members, s);
-			continue;
-		}
-		ids[(*n)++] = (uint32_t)v;
-	}
-	qsort(ids, *n, sizeof(ids[0]), zk_cmp_u32);
-}
-
 static int zk_live(struct farm_zk *z, uint32_t *ids, unsigned *n)
 {
 	struct String_vector sv = {0};
 	int zrc = zoo_get_children(z->zh, z->members, 1, &sv);
 	if (zrc != ZOK)
 		return zk_err(zrc);
-	kids_parse(z->members, &sv, ids, n);
+	zk_kids_parse(z->members, &sv, ids, n);
 	deallocate_String_vector(&sv);
 	return 0;
-}
-
-/* zoo_aget_children's result, parsed as zk_live does. */
-struct zk_kids {
-	struct zk_batch *b;
-	int rc;
-	const char *members;
-	uint32_t *ids;
-	unsigned n;
-};
-
-static void kids_done(int rc, const struct String_vector *sv, const void *data)
-{
-	struct zk_kids *k = (struct zk_kids *)(uintptr_t)data;
-	k->rc = rc;
-	if (rc == ZOK)
-		kids_parse(k->members, sv, k->ids, &k->n);
-	batch_done(k->b);
 }
 
 /* The next configuration from the live @ids; @mark: zk_restart_mark's. */
@@ -631,24 +295,24 @@ static int zk_build(struct farm_membership *m, const uint32_t *ids, unsigned n,
 	/* Every member's registration, read together (above), into the
 	 * buffers a later suspicion may build from again (zk_fast_write). */
 	if (n > FARM_VIEW_MAX)
-		return -EINVAL; /* kids_parse keeps at most this many */
+		return -EINVAL; /* zk_kids_parse keeps at most this many */
 	struct zk_read *rd = z->rd;
 	char *cards = z->cards;
 	memcpy(z->rd_ids, ids, n * sizeof(ids[0]));
 	z->rd_n = n;
 	struct zk_batch b;
-	batch_init(&b, n);
+	zk_batch_init(&b, n);
 	for (unsigned i = 0; i < n; i++) {
 		char path[sizeof(z->members) + 16];
 		snprintf(path, sizeof(path), "%s/%" PRIu32, z->members, ids[i]);
 		rd[i] = (struct zk_read){.b = &b,
 		                         .buf = cards + (size_t)i * ZK_CARD_MAX,
 		                         .cap = (int)ZK_CARD_MAX - 1};
-		batch_started(&b,
-		              zoo_aget(z->zh, path, 0, read_data_done, &rd[i]),
-		              &rd[i].rc);
+		zk_batch_started(
+		        &b, zoo_aget(z->zh, path, 0, zk_read_data_done, &rd[i]),
+		        &rd[i].rc);
 	}
-	batch_wait(&b);
+	zk_batch_wait(&b);
 	return zk_build_from(m, ids, n, rd);
 }
 
@@ -731,29 +395,6 @@ static int zk_fast_write(struct farm_membership *m, uint64_t t_begin)
 	return zk_write_next(m, z->rd_version, false, t_begin, true);
 }
 
-/* A mark as read (R/grow, R/bump: "<id> <config id>"): kept for
- * zk_next.c. Absent, empty or malformed: none (a layout older than the
- * mark, or no machine has written it yet). */
-static void zk_mark_parse(struct farm_zk *z, enum farm_zk_mark k,
-                          const struct zk_read *r)
-{
-	z->mark_id[k] = 0;
-	z->mark_cfg[k] = 0;
-	if (r->rc != ZOK || r->len <= 0)
-		return;
-	r->buf[r->len] = 0;
-	unsigned long id;
-	unsigned long long cfg;
-	char extra;
-	if (sscanf(r->buf, "%lu %llu%c", &id, &cfg, &extra) != 2 ||
-	    id > UINT32_MAX || !cfg) {
-		farm_warn("membership: %s is malformed: ignored", z->mark[k]);
-		return;
-	}
-	z->mark_id[k] = (uint32_t)id;
-	z->mark_cfg[k] = cfg;
-}
-
 /* Write our marks (farm_zk_mark): the manager's watch on each brings it a
  * sync, which acts on a mark that names the configuration in force
  * (zk_next.c: the grower leaves the late list; a bump is written). */
@@ -799,6 +440,150 @@ static int zk_mark_write(struct farm_membership *m)
 	return 0;
 }
 
+/* Under the handle's lock, what the sync read: the suspects still
+ * members, the refusal notices, the counters. Whether this machine's own
+ * notice is among them. */
+static bool sync_note(struct farm_membership *m, const struct sync_reads *r,
+                      const uint32_t *ids, unsigned nids, bool parsed, int reg)
+{
+	struct farm_zk *z = m->zk;
+	pthread_mutex_lock(&m->lock);
+	/* A suspect that the configuration no longer names as a member is
+	 * out (listed as removed while its incarnation lives). */
+	for (unsigned i = 0; parsed && i < z->nsuspects;)
+		if (!farm_view_find(&z->cur, z->suspects[i]))
+			z->suspects[i] = z->suspects[--z->nsuspects];
+		else
+			i++;
+	/* Machines that refused their directories at a restart (node.c
+	 * gives those still missing up at once). Ours, if we came back, is
+	 * deleted below. */
+	z->nrefused = 0;
+	bool mine = false;
+	const uint32_t *rids = r->rids;
+	for (unsigned i = 0; r->refused.rc == ZOK && i < r->refused.n; i++) {
+		/* One registered again came back since: stale. */
+		bool live = false;
+		for (unsigned j = 0; j < nids && !live; j++)
+			live = ids[j] == rids[i];
+		if (rids[i] != m->self && !live)
+			z->refused[z->nrefused++] = rids[i];
+		mine |= rids[i] == m->self;
+	}
+	if (r->refused.rc == ZNONODE)   /* removed under us: made again, and */
+		z->layout_done = false; /* watched, at the next sync */
+	m->st.syncs++;
+	m->st.registered = reg == 0;
+	z->held_elsewhere = reg == 1;
+	pthread_cond_broadcast(&m->changed);
+	pthread_mutex_unlock(&m->lock);
+	return mine;
+}
+
+/* The manager's part of a sync (this machine is the lowest live id):
+ * build and write the next configuration. 1: go on with the sync; else
+ * what zk_sync returns. */
+static int sync_manage(struct farm_membership *m, const uint32_t *ids,
+                       unsigned nids, int32_t version, bool parsed,
+                       uint64_t t_begin, uint64_t events)
+{
+	struct farm_zk *z = m->zk;
+	/* The manager is the lowest live id that is neither removed nor
+	 * suspected: the CM while it lives, then its successors in id
+	 * order. */
+	uint64_t mark = zk_restart_mark(m);
+	if (mark == UINT64_MAX) {
+		/* Restarting alone into a cluster that lived on: not a
+		 * manager (node.c refuses this machine and closes, which
+		 * hands management back to the next id). */
+		if (!z->lone_logged)
+			farm_warn("membership: machine %" PRIu32
+			          " restarts on its directory, but "
+			          "configuration %" PRIu64
+			          " does not name it: it does not manage",
+			          m->self, z->cur.config_id);
+		z->lone_logged = true;
+		return 1;
+	}
+	int rc = zk_build(m, ids, nids, mark);
+	if (rc)
+		return rc;
+	rc = zk_write_next(m, version, !parsed, t_begin, false);
+	if (rc <= 0)
+		return rc;
+	/* Nothing to write: these reads serve the next suspicion
+	 * (zk_fast_write) while no event comes. */
+	z->rd_ok = parsed;
+	z->rd_events = events;
+	z->rd_version = version;
+	pthread_mutex_lock(&m->lock);
+	m->st.fast_ready = z->rd_ok && z->events == events;
+	pthread_mutex_unlock(&m->lock);
+	return 1;
+}
+
+/* The rest of a sync, on what zk_sync_read read: registration, the live
+ * members, the configuration, the manager's write, our stale notice, the
+ * view published. */
+static int sync_apply(struct farm_membership *m, struct sync_reads *r,
+                      uint64_t t_begin, uint64_t events)
+{
+	struct farm_zk *z = m->zk;
+	uint32_t *ids = r->ids;
+	unsigned nids = 0;
+	int rc;
+	bool created;
+	int reg = zk_register(m, r->self.rc, &r->self.st, &created);
+	if (reg < 0)
+		return reg;
+	if (created) { /* the members read above did not list us yet */
+		rc = zk_live(z, ids, &nids);
+	} else {
+		rc = zk_err(r->kids.rc);
+		nids = r->kids.n;
+	}
+	if (rc == -ENOENT)
+		z->layout_done = false; /* someone removed the layout */
+	if (rc)
+		return rc == -ENOENT ? -EAGAIN : rc;
+	struct Stat cst = r->cfg.st;
+	int len = r->cfg.len;
+	int zrc = r->cfg.rc;
+	if (zrc == ZNONODE) {
+		z->layout_done = false;
+		return -EAGAIN;
+	}
+	if (zrc != ZOK)
+		return zk_err(zrc);
+	bool parsed = farm_view_parse(z->buf, len > 0 ? (size_t)len : 0,
+	                              &z->cur) == 0;
+	if (!parsed) {
+		farm_err("membership: %s is malformed; the manager will "
+		         "rewrite it",
+		         z->config);
+		memset(&z->cur, 0, sizeof(z->cur));
+	}
+	bool mine = sync_note(m, r, ids, nids, parsed, reg);
+
+	if (reg == 0 && nids && ids[0] <= m->self) {
+		rc = sync_manage(m, ids, nids, cst.version, parsed, t_begin,
+		                 events);
+		if (rc <= 0)
+			return rc;
+	}
+	if (mine && reg == 0) { /* we came back: the notice is stale */
+		char p[sizeof(z->refused_dir) + 16];
+		snprintf(p, sizeof(p), "%s/%" PRIu32, z->refused_dir, m->self);
+		int drc = zoo_delete(z->zh, p, -1);
+		if (drc != ZOK && drc != ZNONODE)
+			farm_warn("membership: cannot delete %s: %s", p,
+			          zerror(drc));
+	}
+	if (parsed && z->cur.config_id)
+		farm_membership_publish(m, &z->cur);
+	return 0;
+}
+
 static int zk_sync(struct farm_membership *m)
 {
 	struct farm_zk *z = m->zk;
@@ -821,145 +606,9 @@ static int zk_sync(struct farm_membership *m)
 	pthread_mutex_unlock(&m->lock);
 	/* Our registration, the live members and the configuration, each
 	 * with its watch, in one round trip (above). */
-	uint32_t ids[FARM_VIEW_MAX];
-	unsigned nids = 0;
-	struct zk_batch b;
-	batch_init(&b, 4 + FARM_ZK_NMARKS);
-	char markbuf[FARM_ZK_NMARKS][48];
-	struct zk_read self = {.b = &b},
-	               cfg = {.b = &b, .buf = z->buf, .cap = (int)ZK_BUF},
-	               marks[FARM_ZK_NMARKS];
-	for (unsigned k = 0; k < FARM_ZK_NMARKS; k++)
-		marks[k] = (struct zk_read){.b = &b,
-		                            .buf = markbuf[k],
-		                            .cap = (int)sizeof(markbuf[k]) - 1};
-	struct zk_kids kids = {.b = &b, .members = z->members, .ids = ids};
-	uint32_t rids[FARM_VIEW_MAX];
-	struct zk_kids refused = {
-	        .b = &b, .members = z->refused_dir, .ids = rids};
-	batch_started(&b,
-	              zoo_aget_children(z->zh, z->refused_dir, 1, kids_done,
-	                                &refused),
-	              &refused.rc);
-	batch_started(
-	        &b, zoo_aexists(z->zh, z->self_path, 1, read_stat_done, &self),
-	        &self.rc);
-	batch_started(&b,
-	              zoo_aget_children(z->zh, z->members, 1, kids_done, &kids),
-	              &kids.rc);
-	batch_started(&b, zoo_aget(z->zh, z->config, 1, read_data_done, &cfg),
-	              &cfg.rc);
-	for (unsigned k = 0; k < FARM_ZK_NMARKS; k++)
-		batch_started(&b,
-		              zoo_aget(z->zh, z->mark[k], 1, read_data_done,
-		                       &marks[k]),
-		              &marks[k].rc);
-	batch_wait(&b);
-	for (unsigned k = 0; k < FARM_ZK_NMARKS; k++)
-		zk_mark_parse(z, k, &marks[k]);
-	bool created;
-	int reg = zk_register(m, self.rc, &self.st, &created);
-	if (reg < 0)
-		return reg;
-	if (created) { /* the members read above did not list us yet */
-		rc = zk_live(z, ids, &nids);
-	} else {
-		rc = zk_err(kids.rc);
-		nids = kids.n;
-	}
-	if (rc == -ENOENT)
-		z->layout_done = false; /* someone removed the layout */
-	if (rc)
-		return rc == -ENOENT ? -EAGAIN : rc;
-	struct Stat cst = cfg.st;
-	int len = cfg.len;
-	int zrc = cfg.rc;
-	if (zrc == ZNONODE) {
-		z->layout_done = false;
-		return -EAGAIN;
-	}
-	if (zrc != ZOK)
-		return zk_err(zrc);
-	bool parsed = farm_view_parse(z->buf, len > 0 ? (size_t)len : 0,
-	                              &z->cur) == 0;
-	if (!parsed) {
-		farm_err("membership: %s is malformed; the manager will "
-		         "rewrite it",
-		         z->config);
-		memset(&z->cur, 0, sizeof(z->cur));
-	}
-	pthread_mutex_lock(&m->lock);
-	/* A suspect that the configuration no longer names as a member is
-	 * out (listed as removed while its incarnation lives). */
-	for (unsigned i = 0; parsed && i < z->nsuspects;)
-		if (!farm_view_find(&z->cur, z->suspects[i]))
-			z->suspects[i] = z->suspects[--z->nsuspects];
-		else
-			i++;
-	/* Machines that refused their directories at a restart (node.c
-	 * gives those still missing up at once). Ours, if we came back, is
-	 * deleted below. */
-	z->nrefused = 0;
-	bool mine = false;
-	for (unsigned i = 0; refused.rc == ZOK && i < refused.n; i++) {
-		/* One registered again came back since: stale. */
-		bool live = false;
-		for (unsigned j = 0; j < nids && !live; j++)
-			live = ids[j] == rids[i];
-		if (rids[i] != m->self && !live)
-			z->refused[z->nrefused++] = rids[i];
-		mine |= rids[i] == m->self;
-	}
-	if (refused.rc == ZNONODE)      /* removed under us: made again, and */
-		z->layout_done = false; /* watched, at the next sync */
-	m->st.syncs++;
-	m->st.registered = reg == 0;
-	z->held_elsewhere = reg == 1;
-	pthread_cond_broadcast(&m->changed);
-	pthread_mutex_unlock(&m->lock);
-
-	/* The manager is the lowest live id that is neither removed nor
-	 * suspected: the CM while it lives, then its successors in id
-	 * order. */
-	uint64_t mark = zk_restart_mark(m);
-	if (reg == 0 && nids && ids[0] <= m->self && mark == UINT64_MAX) {
-		/* Restarting alone into a cluster that lived on: not a
-		 * manager (node.c refuses this machine and closes, which
-		 * hands management back to the next id). */
-		if (!z->lone_logged)
-			farm_warn("membership: machine %" PRIu32
-			          " restarts on its directory, but "
-			          "configuration %" PRIu64
-			          " does not name it: it does not manage",
-			          m->self, z->cur.config_id);
-		z->lone_logged = true;
-	} else if (reg == 0 && nids && ids[0] <= m->self) {
-		rc = zk_build(m, ids, nids, mark);
-		if (rc)
-			return rc;
-		rc = zk_write_next(m, cst.version, !parsed, t_begin, false);
-		if (rc <= 0)
-			return rc;
-		/* Nothing to write: these reads serve the next suspicion
-		 * (zk_fast_write) while no event comes. */
-		z->rd_ok = parsed;
-		z->rd_events = events;
-		z->rd_version = cst.version;
-		pthread_mutex_lock(&m->lock);
-		m->st.fast_ready = z->rd_ok && z->events == events;
-		pthread_mutex_unlock(&m->lock);
-	}
-	if (mine && reg == 0) { /* we came back: the notice is stale */
-		char p[sizeof(z->refused_dir) + 16];
-		snprintf(p, sizeof(p), "%s/%" PRIu32, z->refused_dir, m->self);
-		int drc = zoo_delete(z->zh, p, -1);
-		if (drc != ZOK && drc != ZNONODE)
-			farm_warn("membership: cannot delete %s: %s", p,
-			          zerror(drc));
-	}
-	if (parsed && z->cur.config_id)
-		farm_membership_publish(m, &z->cur);
-	return 0;
+	struct sync_reads r;
+	zk_sync_read(z, &r);
+	return sync_apply(m, &r, t_begin, events);
 }
 
 /* The session expired: close the handle, open a new session. The CONNECTED
@@ -1012,17 +661,6 @@ static void deliver_state(struct farm_membership *m)
 	z->told = s;
 	if (m->on_state)
 		m->on_state(m->ctx, s);
-}
-
-void zk_deadline_in(struct timespec *t, int ms)
-{
-	clock_gettime(CLOCK_MONOTONIC, t);
-	t->tv_sec += ms / 1000;
-	t->tv_nsec += (long)(ms % 1000) * 1000000L;
-	if (t->tv_nsec >= 1000000000L) {
-		t->tv_sec++;
-		t->tv_nsec -= 1000000000L;
-	}
 }
 
 static void *zk_worker(void *arg)

@@ -5,10 +5,10 @@
  * (short sessions of their own: farm status's peek, refusal notices).
  * Only with the client library (FARM_HAVE_ZK).
  */
-#ifndef FARM_ADDRSPACE_ZK_INT_H
-#define FARM_ADDRSPACE_ZK_INT_H
+#ifndef FARM_COORD_ZK_INT_H
+#define FARM_COORD_ZK_INT_H
 
-#include "addrspace/membership_impl.h"
+#include "coord/membership_impl.h"
 
 #define THREADED 1 /* the client's synchronous calls (zookeeper_mt) */
 #include <zookeeper/zookeeper.h>
@@ -97,7 +97,11 @@ struct farm_zk {
 	int32_t rd_version;
 };
 
-struct zk_batch;
+struct zk_batch {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	unsigned pending;
+};
 
 /* One zoo_aget or zoo_aexists: its result, the data copied into @buf (at
  * most @cap bytes, as zoo_get truncates). */
@@ -109,11 +113,11 @@ struct zk_read {
 	int cap;
 };
 
-/* zk.c */
+/* zk_client.c */
 
 /* A ZooKeeper return code as a negative errno value. */
 int zk_err(int zrc);
-/* zk.c, for zk_peek.c too: the client's log hook, its global set-up
+/* The client's log hook, its global set-up
  * (once), create @path unless it exists, order ids, a deadline @ms from
  * now on the monotonic clock. */
 void zk_log(const char *msg);
@@ -121,6 +125,47 @@ void zk_global_init(void);
 int zk_ensure(zhandle_t *zh, const char *path, const char *data, int len);
 int zk_cmp_u32(const void *a, const void *b);
 void zk_deadline_in(struct timespec *t, int ms);
+
+/* zk_batch.c: reads issued together (zk_batch_init for @n completions,
+ * each calls zk_batch_done; zk_batch_started for a call that did not
+ * start; zk_batch_wait until all are in), the completions of zoo_aget and
+ * zoo_aexists into a struct zk_read, and the members' list. */
+void zk_batch_init(struct zk_batch *b, unsigned n);
+void zk_batch_done(struct zk_batch *b);
+void zk_batch_started(struct zk_batch *b, int zrc, int *rc);
+void zk_batch_wait(struct zk_batch *b);
+void zk_read_data_done(int rc, const char *value, int value_len,
+                       const struct Stat *stat, const void *data);
+void zk_read_stat_done(int rc, const struct Stat *stat, const void *data);
+/* zoo_aget_children's result, parsed as zk_live does. */
+struct zk_kids {
+	struct zk_batch *b;
+	int rc;
+	const char *members;
+	uint32_t *ids;
+	unsigned n;
+};
+
+void zk_kids_parse(const char *members, const struct String_vector *sv,
+                   uint32_t *ids, unsigned *n);
+void zk_kids_done(int rc, const struct String_vector *sv, const void *data);
+
+/* What one sync reads in one round trip (zk_sync): our registration, the
+ * live members, the refusal notices, the configuration and the marks, each
+ * with its watch. */
+struct sync_reads {
+	struct zk_batch b;
+	char markbuf[FARM_ZK_NMARKS][48];
+	struct zk_read self, cfg, marks[FARM_ZK_NMARKS];
+	uint32_t ids[FARM_VIEW_MAX], rids[FARM_VIEW_MAX];
+	struct zk_kids kids, refused;
+};
+/* A mark's znode (R/grow, R/bump) as read: its id and configuration into
+ * z->mark_id[k], z->mark_cfg[k] (0, 0 when absent or malformed). */
+void zk_mark_parse(struct farm_zk *z, enum farm_zk_mark k,
+                   const struct zk_read *r);
+/* Issue every read of a sync together and wait for them (zk_sync). */
+void zk_sync_read(struct farm_zk *z, struct sync_reads *r);
 
 /* zk_next.c */
 

@@ -6,7 +6,7 @@
  */
 #ifdef FARM_HAVE_ZK
 
-#include "addrspace/zk_int.h"
+#include "coord/zk_int.h"
 
 #include <errno.h>
 #include <inttypes.h>

@@ -1,0 +1,266 @@
+/*
+ * bt_bench's libfarm system: two machine processes on this host (shm
+ * fabric, static membership, 2 replicas). Machine 1 (a child process)
+ * makes the tree and loads it, so every node starts on machine 1; machine
+ * 0 (this process, one loop on its own thread) opens the tree by name and
+ * runs the workloads: with a warm cache, a lookup is one READ of a leaf
+ * on machine 1. Inserts split on machine 0.
+ */
+#include "bt_bench.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "benchnode.h"
+#include "benchutil.h"
+
+#define PROG     "bt_bench"
+#define JOIN_MS  30000
+#define LOAD_TXN 64 /* sorted puts per loading transaction */
+
+struct mach {
+	farm_node *node;
+	farm_kv *kv;
+	farm_loop *loop;
+	farm_bt *bt;
+};
+
+static struct mach M;
+static pid_t child = -1;
+static int to_child = -1;
+static farm_bt_stats last;
+
+static int open_machine(unsigned id, const char *base, struct mach *m)
+{
+	struct farm_config c;
+	farm_config_defaults(&c);
+	char dir[400];
+	snprintf(dir, sizeof(dir), "%s/m%u", base, id);
+	mkdir(dir, 0700);
+	char idv[16];
+	snprintf(idv, sizeof(idv), "%u", id);
+	int rc = bn_cfg_set(PROG, &c, "machine_id", idv) |
+	         bn_cfg_set(PROG, &c, "data_dir", dir) |
+	         bn_cfg_set(PROG, &c, "region_size", "256M") |
+	         bn_cfg_set(PROG, &c, "threads", "1") |
+	         bn_cfg_set(PROG, &c, "replicas", "2") |
+	         bn_static_peers(PROG, &c, id, 2, base);
+	if (rc || bn_node_open(PROG, &c, id, &m->node))
+		return -EINVAL;
+	if ((rc = farm_kv_create(m->node, NULL, 1024, &m->kv)))
+		return rc;
+	farm_node_set_app_loops(m->node, true);
+	if ((rc = farm_node_start(m->node, JOIN_MS)) ||
+	    (rc = farm_node_loop_open(m->node, 0, &m->loop)) ||
+	    (rc = farm_node_wait_members(m->node, 2, JOIN_MS)) ||
+	    (rc = farm_kv_attach(m->kv, m->loop)))
+		return rc;
+	return farm_kv_join_sync(m->kv, m->loop, 2, JOIN_MS);
+}
+
+static void close_machine(struct mach *m)
+{
+	farm_bt_close(m->bt);
+	if (m->loop) {
+		farm_kv_detach(m->kv, m->loop);
+		farm_node_loop_close(m->node, m->loop);
+	}
+	farm_node_close(m->node);
+	farm_kv_destroy(m->kv);
+	*m = (struct mach){0};
+}
+
+/* Machine 1: n keys in sorted order, LOAD_TXN to a transaction. */
+static int load(struct mach *m, uint64_t n)
+{
+	farm_txm *txm = farm_node_txm(m->node);
+	for (uint64_t i = 0; i < n;) {
+		farm_tx *tx = NULL;
+		int rc = farm_tx_begin(txm, m->loop, &tx);
+		uint64_t j = i;
+		for (; !rc && j < n && j < i + LOAD_TXN; j++) {
+			uint8_t kb[8];
+			uint64_t v = BB_VAL(2 * j);
+			farm_bt_key_u64(2 * j, kb);
+			rc = farm_bt_put(m->bt, tx, m->loop, kb, 8, &v, 8);
+		}
+		if (!rc)
+			rc = farm_tx_commit_sync(tx);
+		farm_tx_free(tx);
+		if (rc && !farm_tx_retryable(rc))
+			return rc;
+		if (!rc)
+			i = j;
+	}
+	return 0;
+}
+
+/* Machine 1's process: make, load, say 'R', serve until the pipe ends. */
+static int machine1(const char *base, uint64_t n, int in, int out)
+{
+	struct mach m = {0};
+	int rc = open_machine(1, base, &m);
+	struct farm_bt_attr a = {.key_max = 8, .val_max = 8};
+	if (!rc)
+		rc = farm_bt_create_sync(m.kv, farm_node_txm(m.node), m.loop,
+		                         "bench", &a, &m.bt);
+	if (!rc)
+		rc = load(&m, n);
+	if (rc)
+		fprintf(stderr, PROG ": machine 1: %s\n", farm_strerror(rc));
+	char b = rc ? 'E' : 'R';
+	if (write(out, &b, 1) != 1)
+		rc = -EIO;
+	static const volatile int never = 0;
+	for (;;) {
+		struct pollfd p = {.fd = in, .events = POLLIN};
+		if (poll(&p, 1, 0) > 0)
+			break;
+		(void)farm_loop_wait(m.loop, &never, 100000000ull);
+	}
+	close_machine(&m);
+	return rc ? 1 : 0;
+}
+
+static int farm_get(void *ctx, uint64_t k, uint64_t *v)
+{
+	(void)ctx;
+	uint8_t kb[8];
+	uint32_t len;
+	farm_bt_key_u64(k, kb);
+	return farm_bt_get(M.bt, NULL, M.loop, kb, 8, v, 8, &len);
+}
+
+static int farm_put(void *ctx, uint64_t k, uint64_t v)
+{
+	(void)ctx;
+	uint8_t kb[8];
+	farm_bt_key_u64(k, kb);
+	return farm_bt_put(M.bt, NULL, M.loop, kb, 8, &v, 8);
+}
+
+static bool sum_cb(void *ctx, const void *k, uint32_t kl, const void *v,
+                   uint32_t vl)
+{
+	(void)k, (void)kl, (void)vl;
+	uint64_t x;
+	memcpy(&x, v, sizeof(x)); /* values are unaligned in the leaf */
+	*(uint64_t *)ctx += x;
+	return true;
+}
+
+static long farm_scan(void *ctx, uint64_t k, uint32_t n)
+{
+	(void)ctx;
+	uint8_t kb[8];
+	uint64_t sum = 0;
+	farm_bt_key_u64(k, kb);
+	struct farm_bt_range r = {.start = kb, .start_len = 8, .limit = n};
+	return farm_bt_scan(M.bt, NULL, M.loop, &r, sum_cb, &sum);
+}
+
+static uint64_t farm_cpu(void *ctx)
+{
+	(void)ctx;
+	return bu_proc_cpu_ns(0) + (child > 0 ? bu_proc_cpu_ns(child) : 0);
+}
+
+double bb_farm_reads_per_lookup(void)
+{
+	farm_bt_stats s;
+	farm_bt_stats_get(M.bt, &s);
+	uint64_t l = s.lookups - last.lookups;
+	double r = l ? (double)(s.leaf_reads - last.leaf_reads + s.inner_reads -
+	                        last.inner_reads) /
+	                           (double)l
+	             : 0;
+	last = s;
+	return r;
+}
+
+int bb_farm_start(uint64_t n, struct bb_sys *s, const char *base)
+{
+	int down[2], up[2];
+	if (pipe(down) || pipe(up))
+		return -errno;
+	fflush(NULL);
+	child = fork();
+	if (child < 0)
+		return -errno;
+	if (child == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		close(down[1]);
+		close(up[0]);
+		_exit(machine1(base, n, down[0], up[1]));
+	}
+	close(down[0]);
+	close(up[1]);
+	to_child = down[1];
+	int rc = open_machine(0, base, &M);
+	char b = 0;
+	static const volatile int never = 0;
+	while (!rc) { /* serve machine 1's requests while it loads */
+		struct pollfd p = {.fd = up[0], .events = POLLIN};
+		if (poll(&p, 1, 0) > 0)
+			break;
+		(void)farm_loop_wait(M.loop, &never, 10000000ull);
+	}
+	if (!rc && (read(up[0], &b, 1) != 1 || b != 'R'))
+		rc = -EIO;
+	close(up[0]);
+	if (!rc)
+		rc = farm_bt_open_sync(M.kv, farm_node_txm(M.node), M.loop,
+		                       "bench", &M.bt);
+	if (rc)
+		return rc;
+	*s = (struct bb_sys){.name = "libfarm",
+	                     .get = farm_get,
+	                     .put = farm_put,
+	                     .scan = farm_scan,
+	                     .cpu_ns = farm_cpu};
+	return 0;
+}
+
+void bb_farm_stop(void)
+{
+	if (M.bt) {
+		farm_txm_stats t;
+		farm_bt_stats b;
+		farm_txm_stats_get(farm_node_txm(M.node), &t);
+		farm_bt_stats_get(M.bt, &b);
+		printf("# libfarm machine 0: %llu commits, %llu aborted "
+		       "(conflict, validation); B-tree: %llu lookups, %llu "
+		       "leaf and %llu internal READs, %llu cache hits, %llu "
+		       "fence misses, %llu splits\n",
+		       (unsigned long long)t.commits,
+		       (unsigned long long)(t.aborts_conflict +
+		                            t.aborts_validation),
+		       (unsigned long long)b.lookups,
+		       (unsigned long long)b.leaf_reads,
+		       (unsigned long long)b.inner_reads,
+		       (unsigned long long)b.cache_hits,
+		       (unsigned long long)b.fence_misses,
+		       (unsigned long long)b.splits);
+	}
+	if (to_child >= 0)
+		close(to_child); /* machine 1 stops serving */
+	to_child = -1;
+	static const volatile int never = 0;
+	if (child > 0) {
+		/* Serve it while it leaves: it closes its node first. */
+		while (waitpid(child, NULL, WNOHANG) != child && M.loop)
+			(void)farm_loop_wait(M.loop, &never, 10000000ull);
+		if (!M.loop)
+			waitpid(child, NULL, 0);
+	}
+	child = -1;
+	close_machine(&M);
+}

@@ -1,0 +1,228 @@
+/*
+ * Range scans: the first leaf located as a lookup locates it, then right
+ * siblings through each leaf's next pointer, each checked to start where
+ * the one before ended (its low fence equals the previous high fence; a
+ * sibling that does not is found again from its key). With a transaction
+ * every leaf read is in its read set: a key inserted into the part of the
+ * range scanned lands in one of them (their fences partition that part,
+ * and a split rewrites the leaf it splits), so the commit fails
+ * validation and no phantom is seen.
+ */
+#include "btree/bt_int.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+static int check_bound(const farm_bt *bt, const void *k, uint32_t len)
+{
+	if (!k)
+		return 0;
+	if (!len)
+		return -EINVAL;
+	return len > bt->lay.key_max ? -EMSGSIZE : 0;
+}
+
+struct scan {
+	farm_bt *bt;
+	farm_tx *tx;
+	farm_loop *loop;
+	const struct farm_bt_range *r;
+	farm_bt_scan_fn fn;
+	void *ctx;
+	long count;
+	bool stop;
+	uint8_t *cur; /* the leaf being visited, copied (see own_copy) */
+};
+
+/* The leaf @leaf as the scan visits it: in a transaction, @leaf is the
+ * transaction's own copy, which a callback writing in the transaction
+ * changes under the scan (entries shift); the scan visits a copy of it
+ * taken when it was read. Lock-free, @leaf is already the scan's buffer. */
+static const uint8_t *own_copy(struct scan *s, const uint8_t *leaf)
+{
+	if (!s->tx)
+		return leaf;
+	memcpy(s->cur, leaf, s->bt->lay.leaf_size);
+	return s->cur;
+}
+
+/* Visit @leaf's entries from @i; stop at the range's end or limit. */
+static void visit(struct scan *s, const uint8_t *leaf, uint32_t i)
+{
+	const struct bt_layout *l = &s->bt->lay;
+	for (; i < bt_n(leaf) && !s->stop; i++) {
+		const uint8_t *e = bt_entry(l, leaf, i);
+		const uint8_t *k = bt_ekey(e, true);
+		if (s->r->end &&
+		    bt_cmp(k, bt_eklen(e), s->r->end, s->r->end_len) >= 0) {
+			s->stop = true;
+			break;
+		}
+		s->count++;
+		if (!s->fn(s->ctx, k, bt_eklen(e), bt_eval(l, e),
+		           bt_evlen(e)) ||
+		    (s->r->limit && s->count >= s->r->limit))
+			s->stop = true;
+	}
+}
+
+/* Whether the scan ends at @leaf's high fence. */
+static bool ends_here(const struct scan *s, const struct bt_key *high)
+{
+	return high->inf || (s->r->end && bt_cmp(high->b, high->len, s->r->end,
+	                                         s->r->end_len) >= 0);
+}
+
+/* The leaf after the one whose high fence is @high and next pointer
+ * @next, read into @buf (lock-free) or @s->tx. */
+static int next_leaf(struct scan *s, farm_gaddr next, const struct bt_key *high,
+                     uint8_t *buf, const uint8_t **leaf)
+{
+	farm_bt *bt = s->bt;
+	int rc = FARM_ECORRUPT;
+	if (next) {
+		BT_COUNT(bt, scan_leaves);
+		BT_COUNT(bt, leaf_reads);
+		rc = bt_read(bt, s->tx, s->loop, next, bt->lay.leaf_size, buf,
+		             leaf);
+	}
+	if (!rc) {
+		struct bt_key low;
+		bt_fence(&bt->lay, *leaf, false, &low);
+		if (bt_is_leaf(*leaf) && !low.inf &&
+		    bt_cmp(low.b, low.len, high->b, high->len) == 0)
+			return 0;
+	} else if (rc != FARM_ECORRUPT) {
+		return rc;
+	}
+	/* Not the leaf that starts at @high: find that one by its key. */
+	struct bt_found f;
+	rc = bt_locate(bt, s->tx, s->loop, high->b, high->len, buf, &f);
+	*leaf = f.leaf;
+	return rc;
+}
+
+static long run_scan(struct scan *s, uint8_t *buf)
+{
+	const struct farm_bt_range *r = s->r;
+	const uint8_t *start = r->start ? r->start : (const uint8_t *)"";
+	uint32_t slen = r->start ? r->start_len : 0;
+	struct bt_found f;
+	int rc = bt_locate(s->bt, s->tx, s->loop, start, slen, buf, &f);
+	if (rc)
+		return rc;
+	bool found;
+	const uint8_t *leaf = own_copy(s, f.leaf);
+	uint32_t i = bt_leaf_search(&s->bt->lay, leaf, start, slen, &found);
+	for (;;) {
+		visit(s, leaf, i);
+		struct bt_key high;
+		bt_fence(&s->bt->lay, leaf, true, &high);
+		if (s->stop || ends_here(s, &high))
+			return s->count;
+		rc = next_leaf(s, bt_next(leaf), &high, buf, &leaf);
+		if (rc)
+			return rc;
+		leaf = own_copy(s, leaf);
+		i = 0;
+	}
+}
+
+/* Visit @leaf's entries below index @i, descending; stop below the
+ * range's start or at its limit. */
+static void visit_rev(struct scan *s, const uint8_t *leaf, uint32_t i)
+{
+	const struct bt_layout *l = &s->bt->lay;
+	for (; i > 0 && !s->stop; i--) {
+		const uint8_t *e = bt_entry(l, leaf, i - 1);
+		const uint8_t *k = bt_ekey(e, true);
+		if (s->r->start &&
+		    bt_cmp(k, bt_eklen(e), s->r->start, s->r->start_len) < 0) {
+			s->stop = true;
+			break;
+		}
+		s->count++;
+		if (!s->fn(s->ctx, k, bt_eklen(e), bt_eval(l, e),
+		           bt_evlen(e)) ||
+		    (s->r->limit && s->count >= s->r->limit))
+			s->stop = true;
+	}
+}
+
+/* Descending: the leaf holding the keys just below @end (a descent that
+ * asks for low < end <= high), then, leaf by leaf, the one holding the
+ * keys just below the previous low fence. Its high fence must be that
+ * low fence: leaves only split, and the rightmost piece of a split keeps
+ * the high fence. */
+static long run_scan_rev(struct scan *s, uint8_t *buf)
+{
+	const struct farm_bt_range *r = s->r;
+	const struct bt_layout *l = &s->bt->lay;
+	struct bt_probe p = {.key = r->end, .klen = r->end_len, .before = true};
+	struct bt_found f;
+	int rc = bt_locate_probe(s->bt, s->tx, s->loop, &p, buf, &f);
+	bool found;
+	uint32_t i =
+	        rc       ? 0
+	        : r->end ? bt_leaf_search(l, f.leaf, r->end, r->end_len, &found)
+	                 : bt_n(f.leaf);
+	while (!rc) {
+		const uint8_t *leaf = own_copy(s, f.leaf);
+		visit_rev(s, leaf, i);
+		struct bt_key low, high;
+		bt_fence(l, leaf, false, &low);
+		if (s->stop || low.inf ||
+		    (r->start &&
+		     bt_cmp(low.b, low.len, r->start, r->start_len) <= 0))
+			return s->count;
+		p = (struct bt_probe){
+		        .key = low.b, .klen = low.len, .before = true};
+		BT_COUNT(s->bt, scan_leaves);
+		rc = bt_locate_probe(s->bt, s->tx, s->loop, &p, buf, &f);
+		if (rc)
+			break;
+		bt_fence(l, f.leaf, true, &high);
+		/* In a transaction the leaf may be its older copy of a leaf
+		 * split since (the descent went through the newer cache):
+		 * its reads are not one snapshot, and it must run again.
+		 * Lock-free, the leaf was just read and must meet @low. */
+		if (high.inf || bt_cmp(high.b, high.len, low.b, low.len))
+			return s->tx ? FARM_EVALIDATION : FARM_ECORRUPT;
+		i = bt_n(f.leaf);
+	}
+	return rc;
+}
+
+long farm_bt_scan(farm_bt *bt, farm_tx *tx, farm_loop *loop,
+                  const struct farm_bt_range *r, farm_bt_scan_fn fn, void *ctx)
+{
+	if (!bt || !loop || !r || !fn)
+		return -EINVAL;
+	int rc = check_bound(bt, r->start, r->start_len);
+	if (!rc)
+		rc = check_bound(bt, r->end, r->end_len);
+	if (rc)
+		return rc;
+	uint8_t *buf = malloc(bt->lay.leaf_size);
+	uint8_t *cur = tx ? malloc(bt->lay.leaf_size) : NULL;
+	if (!buf || (tx && !cur)) {
+		free(buf);
+		free(cur);
+		return -ENOMEM;
+	}
+#ifdef FARM_FAULT_INJECTION
+	if (atomic_load_explicit(&farm_bt_fault_scan_lf, memory_order_relaxed))
+		tx = NULL; /* broken: the leaves stay out of the read set */
+#endif
+	struct scan s = {.bt = bt,
+	                 .tx = tx,
+	                 .loop = loop,
+	                 .r = r,
+	                 .fn = fn,
+	                 .ctx = ctx,
+	                 .cur = cur};
+	long n = r->reverse ? run_scan_rev(&s, buf) : run_scan(&s, buf);
+	free(buf);
+	free(cur);
+	return n;
+}

@@ -1,0 +1,532 @@
+/*
+ * Views: finding and comparing members, placement from a view, the
+ * configuration's text form (farm_view_format, farm_view_parse), and
+ * publishing a view to the handle's callback. Calls nothing else of
+ * src/coord: both backends (membership.c's static one, zk.c) build on it.
+ */
+#include "coord/membership_impl.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/log.h"
+
+#define FARM_CONFIG_MAGIC "libfarm-config 1"
+
+const struct farm_member *farm_view_find(const struct farm_view *v, uint32_t id)
+{
+	if (!v)
+		return NULL;
+	unsigned lo = 0, hi = v->n < FARM_VIEW_MAX ? v->n : FARM_VIEW_MAX;
+	while (lo < hi) {
+		unsigned mid = lo + (hi - lo) / 2;
+		if (v->members[mid].id == id)
+			return &v->members[mid];
+		if (v->members[mid].id < id)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return NULL;
+}
+
+bool farm_view_same_members(const struct farm_view *a,
+                            const struct farm_view *b)
+{
+	if (a->n != b->n || a->has_cm != b->has_cm ||
+	    (a->has_cm && a->cm != b->cm) || a->nremoved != b->nremoved ||
+	    a->ndeparted != b->ndeparted || a->formed != b->formed ||
+	    a->nlate != b->nlate || a->ngone != b->ngone ||
+	    a->nlost != b->nlost || a->restart != b->restart ||
+	    a->bump != b->bump ||
+	    (a->nlost <= FARM_VIEW_MAX &&
+	     memcmp(a->lost, b->lost, a->nlost * sizeof(a->lost[0]))) ||
+	    (a->nlate <= FARM_VIEW_MAX &&
+	     memcmp(a->late, b->late, a->nlate * sizeof(a->late[0]))) ||
+	    (a->ngone <= FARM_VIEW_MAX &&
+	     memcmp(a->gone, b->gone, a->ngone * sizeof(a->gone[0]))))
+		return false;
+	for (unsigned i = 0; i < a->n; i++)
+		if (a->members[i].id != b->members[i].id ||
+		    strcmp(a->members[i].endpoint, b->members[i].endpoint) ||
+		    strcmp(a->members[i].domain, b->members[i].domain))
+			return false;
+	for (unsigned i = 0; i < a->ndeparted; i++)
+		if (a->departed[i].id != b->departed[i].id ||
+		    strcmp(a->departed[i].domain, b->departed[i].domain))
+			return false;
+	for (unsigned i = 0; i < a->nremoved; i++)
+		if (a->removed[i].id != b->removed[i].id ||
+		    a->removed[i].incarnation != b->removed[i].incarnation)
+			return false;
+	return true;
+}
+
+bool farm_view_equal(const struct farm_view *a, const struct farm_view *b)
+{
+	return a->config_id == b->config_id && farm_view_same_members(a, b);
+}
+
+bool farm_ids_have(const uint32_t *ids, unsigned n, uint32_t id)
+{
+	for (unsigned i = 0; i < n && i < FARM_VIEW_MAX; i++)
+		if (ids[i] == id)
+			return true;
+	return false;
+}
+
+bool farm_view_removed(const struct farm_view *v, uint32_t id)
+{
+	for (unsigned i = 0; v && i < v->nremoved; i++)
+		if (v->removed[i].id == id)
+			return true;
+	return false;
+}
+
+bool farm_endpoint_valid(const char *e)
+{
+	size_t n = strnlen(e, FARM_ENDPOINT_MAX);
+	if (n == 0 || n == FARM_ENDPOINT_MAX)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)e[i] < 0x20 || e[i] == 0x7f)
+			return false; /* newlines would break the text form */
+	return true;
+}
+
+bool farm_domain_valid(const char *s)
+{
+	size_t n = s ? strnlen(s, FARM_DOMAIN_MAX) : 0;
+	if (n == 0 || n == FARM_DOMAIN_MAX)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!isalnum((unsigned char)s[i]) && !strchr("._:-", s[i]))
+			return false;
+	return true;
+}
+
+static int cmp_name(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* 1 + the rank of @d among the sorted distinct @names; 0 for "". */
+static uint32_t domain_number(const char *const *names, unsigned n,
+                              const char *d)
+{
+	if (!d[0])
+		return 0;
+	uint32_t rank = 0;
+	for (unsigned i = 0; i < n; i++)
+		if (i == 0 || strcmp(names[i], names[i - 1]))
+			if (strcmp(names[i], d) < 0)
+				rank++;
+	return rank + 1;
+}
+
+/* Machine @id's rank among the late machines of @v (1 first), or 0. */
+static uint32_t late_rank(const struct farm_view *v, uint32_t id)
+{
+	for (unsigned q = 0; q < v->nlate && q < FARM_VIEW_MAX; q++)
+		if (v->late[q] == id)
+			return q + 1;
+	return 0;
+}
+
+unsigned farm_view_placement(const struct farm_view *v, const uint32_t *ids,
+                             unsigned n, struct farm_ring_machine *out)
+{
+	/* The names, sorted: the numbers depend on the view alone. */
+	const char *names[2 * FARM_VIEW_MAX];
+	unsigned nn = 0;
+	for (unsigned i = 0; i < v->n && i < FARM_VIEW_MAX; i++)
+		if (v->members[i].domain[0])
+			names[nn++] = v->members[i].domain;
+	for (unsigned i = 0; i < v->ndeparted && i < FARM_VIEW_MAX; i++)
+		names[nn++] = v->departed[i].domain;
+	qsort(names, nn, sizeof(names[0]), cmp_name);
+	unsigned k = 0;
+	for (unsigned i = 0; i < n; i++) {
+		const struct farm_member *m = farm_view_find(v, ids[i]);
+		out[k++] = (struct farm_ring_machine){
+		        .id = ids[i],
+		        .domain = m ? domain_number(names, nn, m->domain) : 0,
+		        .late = late_rank(v, ids[i])};
+	}
+	/* A late machine that left keeps its rank (the late list keeps
+	 * ids that left): it stays out of the domain walk, so the
+	 * survivors keep their order. Placed as an ordinary departed
+	 * machine, it took the place of a member of its domain in the walk
+	 * and moved primaries between live machines (the fault
+	 * campaign: two primaries of one region). */
+	for (unsigned i = 0; i < v->ndeparted && i < FARM_VIEW_MAX; i++)
+		if (!farm_view_find(v, v->departed[i].id))
+			out[k++] = (struct farm_ring_machine){
+			        .id = v->departed[i].id,
+			        .domain = domain_number(names, nn,
+			                                v->departed[i].domain),
+			        .departed = true,
+			        .late = late_rank(v, v->departed[i].id)};
+	return k;
+}
+
+/* One "<tag> <id>" line per id of @ids[0..n) at @buf + *@off. 0, or -1
+ * when @len is too small. */
+static int format_ids(char *buf, size_t len, size_t *off, const char *tag,
+                      const uint32_t *ids, unsigned n)
+{
+	for (unsigned i = 0; i < n && i < FARM_VIEW_MAX; i++) {
+		int k = snprintf(buf + *off, len - *off, "%s %" PRIu32 "\n",
+		                 tag, ids[i]);
+		if (k < 0 || (size_t)k >= len - *off)
+			return -1;
+		*off += (size_t)k;
+	}
+	return 0;
+}
+
+int farm_view_format(const struct farm_view *v, char *buf, size_t len)
+{
+	if (!v || !buf || v->n > FARM_VIEW_MAX ||
+	    v->ndeparted > FARM_VIEW_MAX || v->nlate > FARM_VIEW_MAX ||
+	    v->ngone > FARM_VIEW_MAX || v->nlost > FARM_VIEW_MAX)
+		return -EINVAL;
+	size_t off = 0;
+	int n = snprintf(buf, len,
+	                 FARM_CONFIG_MAGIC "\nconfig_id %" PRIu64 "\n",
+	                 v->config_id);
+	if (n < 0 || (size_t)n >= len)
+		return -ENOBUFS;
+	off = (size_t)n;
+	if (v->has_cm) {
+		n = snprintf(buf + off, len - off, "cm %" PRIu32 "\n", v->cm);
+		if (n < 0 || (size_t)n >= len - off)
+			return -ENOBUFS;
+		off += (size_t)n;
+	}
+	for (unsigned i = 0; i < v->n; i++) {
+		n = snprintf(buf + off, len - off, "member %" PRIu32 " %s\n",
+		             v->members[i].id, v->members[i].endpoint);
+		if (n < 0 || (size_t)n >= len - off)
+			return -ENOBUFS;
+		off += (size_t)n;
+	}
+	/* Domains by id: the members' and the departed machines' merged. */
+	for (unsigned i = 0, j = 0; i < v->n || j < v->ndeparted;) {
+		bool mem = j == v->ndeparted ||
+		           (i < v->n && v->members[i].id < v->departed[j].id);
+		uint32_t id = mem ? v->members[i].id : v->departed[j].id;
+		const char *d =
+		        mem ? v->members[i++].domain : v->departed[j++].domain;
+		if (!d[0])
+			continue;
+		n = snprintf(buf + off, len - off, "domain %" PRIu32 " %s\n",
+		             id, d);
+		if (n < 0 || (size_t)n >= len - off)
+			return -ENOBUFS;
+		off += (size_t)n;
+	}
+	for (unsigned i = 0; i < v->nremoved && i < FARM_VIEW_MAX; i++) {
+		n = snprintf(buf + off, len - off,
+		             "removed %" PRIu32 " %" PRId64 "\n",
+		             v->removed[i].id, v->removed[i].incarnation);
+		if (n < 0 || (size_t)n >= len - off)
+			return -ENOBUFS;
+		off += (size_t)n;
+	}
+	if (v->formed) {
+		n = snprintf(buf + off, len - off, "formed\n");
+		if (n < 0 || (size_t)n >= len - off)
+			return -ENOBUFS;
+		off += (size_t)n;
+	}
+	if (format_ids(buf, len, &off, "late", v->late, v->nlate) ||
+	    format_ids(buf, len, &off, "gone", v->gone, v->ngone) ||
+	    format_ids(buf, len, &off, "lost", v->lost, v->nlost))
+		return -ENOBUFS;
+	if (v->restart) {
+		n = snprintf(buf + off, len - off, "restart %" PRIu64 "\n",
+		             v->restart);
+		if (n < 0 || (size_t)n >= len - off)
+			return -ENOBUFS;
+		off += (size_t)n;
+	}
+	if (v->bump) {
+		n = snprintf(buf + off, len - off, "bump %" PRIu64 "\n",
+		             v->bump);
+		if (n < 0 || (size_t)n >= len - off)
+			return -ENOBUFS;
+		off += (size_t)n;
+	}
+	return (int)off;
+}
+
+/* Parse a decimal without sign or leading junk, up to @max, ending at @end
+ * (set to the first byte after the digits). */
+static int parse_dec(const char *s, const char *lim, uint64_t max,
+                     uint64_t *out, const char **end)
+{
+	uint64_t v = 0;
+	const char *p = s;
+	if (p == lim || !isdigit((unsigned char)*p))
+		return -1;
+	for (; p < lim && isdigit((unsigned char)*p); p++) {
+		unsigned d = (unsigned)(*p - '0');
+		if (v > (max - d) / 10)
+			return -1;
+		v = v * 10 + d;
+	}
+	*out = v;
+	*end = p;
+	return 0;
+}
+
+/* The id after a "<tag> " of 5 bytes at @p (line end @nl) appended to
+ * @ids (*@n of them, distinct, at most FARM_VIEW_MAX). 0, or -1. */
+static int parse_id_line(const char *p, const char *nl, uint32_t *ids,
+                         unsigned *n)
+{
+	uint64_t x;
+	const char *e;
+	if (*n == FARM_VIEW_MAX || parse_dec(p + 5, nl, UINT32_MAX, &x, &e) ||
+	    e != nl || farm_ids_have(ids, *n, (uint32_t)x))
+		return -1;
+	ids[(*n)++] = (uint32_t)x;
+	return 0;
+}
+
+/* A configuration being parsed: the view and what the lines' order rules
+ * need to remember. */
+struct view_parse {
+	struct farm_view *v;
+	bool have_domain;
+	uint64_t last_domain;
+};
+
+/* One line kind after the first two: @p is the line, @nl its '\n'. 0, or
+ * -1 for a malformed line (FARM_ECORRUPT). */
+typedef int (*view_line_fn)(struct view_parse *s, const char *p,
+                            const char *nl);
+
+static int vl_cm(struct view_parse *s, const char *p, const char *nl)
+{
+	struct farm_view *v = s->v;
+	uint64_t x;
+	const char *e;
+	if (v->has_cm || v->n || parse_dec(p + 3, nl, UINT32_MAX, &x, &e) ||
+	    e != nl)
+		return -1;
+	v->has_cm = true;
+	v->cm = (uint32_t)x;
+	return 0;
+}
+
+static int vl_formed(struct view_parse *s, const char *p, const char *nl)
+{
+	(void)p;
+	(void)nl;
+	if (s->v->formed)
+		return -1;
+	s->v->formed = true;
+	return 0;
+}
+
+static int vl_late(struct view_parse *s, const char *p, const char *nl)
+{
+	return parse_id_line(p, nl, s->v->late, &s->v->nlate);
+}
+
+static int vl_gone(struct view_parse *s, const char *p, const char *nl)
+{
+	return parse_id_line(p, nl, s->v->gone, &s->v->ngone);
+}
+
+static int vl_lost(struct view_parse *s, const char *p, const char *nl)
+{
+	return parse_id_line(p, nl, s->v->lost, &s->v->nlost);
+}
+
+/* "<tag> <u64 above 0>" once: "restart " (8 bytes) and "bump " (5). */
+static int parse_once(const char *arg, const char *nl, uint64_t *out)
+{
+	uint64_t x;
+	const char *e;
+	if (*out || parse_dec(arg, nl, UINT64_MAX, &x, &e) || e != nl || x == 0)
+		return -1;
+	*out = x;
+	return 0;
+}
+
+static int vl_restart(struct view_parse *s, const char *p, const char *nl)
+{
+	return parse_once(p + 8, nl, &s->v->restart);
+}
+
+static int vl_bump(struct view_parse *s, const char *p, const char *nl)
+{
+	return parse_once(p + 5, nl, &s->v->bump);
+}
+
+static int vl_removed(struct view_parse *s, const char *p, const char *nl)
+{
+	struct farm_view *v = s->v;
+	uint64_t x, inc;
+	const char *e;
+	if (v->nremoved == FARM_VIEW_MAX ||
+	    parse_dec(p + 8, nl, UINT32_MAX, &x, &e) || e == nl || *e != ' ' ||
+	    parse_dec(e + 1, nl, INT64_MAX, &inc, &e) || e != nl)
+		return -1;
+	v->removed[v->nremoved++] = (struct farm_removed){
+	        .id = (uint32_t)x, .incarnation = (int64_t)inc};
+	return 0;
+}
+
+/* After the members, ids increasing: a member's domain, or a departed
+ * machine's. */
+static int vl_domain(struct view_parse *s, const char *p, const char *nl)
+{
+	struct farm_view *v = s->v;
+	uint64_t x;
+	const char *e;
+	if (parse_dec(p + 7, nl, UINT32_MAX, &x, &e) || e == nl || *e != ' ' ||
+	    (s->have_domain && x <= s->last_domain))
+		return -1;
+	s->have_domain = true;
+	s->last_domain = x;
+	e++;
+	char d[FARM_DOMAIN_MAX];
+	size_t dlen = (size_t)(nl - e);
+	if (dlen == 0 || dlen >= sizeof(d))
+		return -1;
+	memcpy(d, e, dlen);
+	d[dlen] = 0;
+	if (!farm_domain_valid(d))
+		return -1;
+	struct farm_member *mb =
+	        (struct farm_member *)farm_view_find(v, (uint32_t)x);
+	if (mb) {
+		memcpy(mb->domain, d, dlen + 1);
+	} else {
+		if (v->ndeparted == FARM_VIEW_MAX)
+			return -1;
+		struct farm_departed *dp = &v->departed[v->ndeparted++];
+		dp->id = (uint32_t)x;
+		memcpy(dp->domain, d, dlen + 1);
+	}
+	return 0;
+}
+
+/* "member <id> <endpoint>": before every line kind but "cm", ids
+ * increasing. */
+static int vl_member(struct view_parse *s, const char *p, const char *nl)
+{
+	struct farm_view *v = s->v;
+	size_t n = (size_t)(nl - p);
+	uint64_t x;
+	const char *e;
+	if (v->nremoved || s->have_domain || v->formed || v->nlate ||
+	    v->ngone || v->nlost || v->restart || n < 7 ||
+	    memcmp(p, "member ", 7) ||
+	    parse_dec(p + 7, nl, UINT32_MAX, &x, &e) || e == nl || *e != ' ')
+		return -1;
+	if (v->n == FARM_VIEW_MAX || (v->n && v->members[v->n - 1].id >= x))
+		return -1;
+	e++;
+	size_t elen = (size_t)(nl - e);
+	struct farm_member *m = &v->members[v->n];
+	if (elen == 0 || elen >= sizeof(m->endpoint) || memchr(e, 0, elen))
+		return -1;
+	memcpy(m->endpoint, e, elen);
+	m->endpoint[elen] = 0;
+	if (!farm_endpoint_valid(m->endpoint))
+		return -1;
+	m->id = (uint32_t)x;
+	v->n++;
+	return 0;
+}
+
+/* The line kinds after the magic and config_id lines, by their first
+ * bytes (@whole: the line is exactly the tag); anything else is a member
+ * line. */
+static const struct {
+	const char *tag;
+	size_t len;
+	bool whole;
+	view_line_fn fn;
+} view_lines[] = {
+        {"cm ", 3, false, vl_cm},         {"formed", 6, true, vl_formed},
+        {"late ", 5, false, vl_late},     {"gone ", 5, false, vl_gone},
+        {"lost ", 5, false, vl_lost},     {"restart ", 8, false, vl_restart},
+        {"bump ", 5, false, vl_bump},     {"removed ", 8, false, vl_removed},
+        {"domain ", 7, false, vl_domain},
+};
+
+static view_line_fn view_line(const char *p, size_t n)
+{
+	for (size_t i = 0; i < sizeof(view_lines) / sizeof(view_lines[0]); i++)
+		if ((view_lines[i].whole ? n == view_lines[i].len
+		                         : n >= view_lines[i].len) &&
+		    !memcmp(p, view_lines[i].tag, view_lines[i].len))
+			return view_lines[i].fn;
+	return vl_member;
+}
+
+int farm_view_parse(const char *buf, size_t len, struct farm_view *v)
+{
+	if (!buf || !v)
+		return -EINVAL;
+	memset(v, 0, sizeof(*v));
+	const char *p = buf, *lim = buf + len;
+	unsigned line = 0;
+	bool have_id = false;
+	struct view_parse s = {.v = v};
+	while (p < lim) {
+		const char *nl = memchr(p, '\n', (size_t)(lim - p));
+		if (!nl)
+			return FARM_ECORRUPT; /* every line ends with '\n' */
+		size_t n = (size_t)(nl - p);
+		const char *e;
+		uint64_t x;
+		if (line == 0) {
+			if (n != strlen(FARM_CONFIG_MAGIC) ||
+			    memcmp(p, FARM_CONFIG_MAGIC, n))
+				return FARM_ECORRUPT;
+		} else if (line == 1) {
+			if (n < 11 || memcmp(p, "config_id ", 10) ||
+			    parse_dec(p + 10, nl, UINT64_MAX, &x, &e) ||
+			    e != nl)
+				return FARM_ECORRUPT;
+			v->config_id = x;
+			have_id = true;
+		} else if (view_line(p, n)(&s, p, nl)) {
+			return FARM_ECORRUPT;
+		}
+		line++;
+		p = nl + 1;
+	}
+	/* A named CM must be a member. */
+	if (!have_id || (v->has_cm && !farm_view_find(v, v->cm))) {
+		memset(v, 0, sizeof(*v));
+		return FARM_ECORRUPT;
+	}
+	return 0;
+}
+
+void farm_membership_publish(struct farm_membership *m,
+                             const struct farm_view *v)
+{
+	pthread_mutex_lock(&m->lock);
+	bool newer = v->config_id > m->view.config_id;
+	if (newer) {
+		m->view = *v;
+		m->st.views++;
+	}
+	pthread_cond_broadcast(&m->changed);
+	pthread_mutex_unlock(&m->lock);
+	if (newer && m->on_view)
+		m->on_view(m->ctx, v);
+}

@@ -1,0 +1,234 @@
+/*
+ * Joining the store: making this machine's shard, learning the others',
+ * installing the list (or the one kept across a whole-cluster restart).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kv/kv_int.h"
+#include "util/common.h"
+#include "util/fault.h"
+#include "util/log.h"
+
+static void shard_made(farm_loop *loop, void *ctx, int status,
+                       struct farm_ht_shard sd)
+{
+	(void)loop;
+	struct wait *w = ctx;
+	w->status = status;
+	w->sd = sd;
+	w->done = 1;
+}
+
+static void shard_reply(farm_loop *loop, void *ctx, int status,
+                        const void *reply, uint32_t len)
+{
+	(void)loop;
+	struct wait *w = ctx;
+	if (!status && len != sizeof(w->sd))
+		status = FARM_ECORRUPT;
+	if (!status)
+		memcpy(&w->sd, reply, sizeof(w->sd));
+	w->status = status;
+	w->done = 1;
+}
+
+static int drive(farm_loop *loop, struct wait *w, uint64_t deadline)
+{
+	uint64_t now = farm_now_ns();
+	int rc = farm_loop_wait(loop, &w->done,
+	                        deadline > now ? deadline - now : 1);
+	return rc ? rc : w->status;
+}
+
+/* Install @n shards @sd: this machine's is @sd[i] with machine == me (if
+ * any). */
+static int install(farm_kv *kv, const struct farm_ht_shard *sd, unsigned n)
+{
+	int rc = farm_ht_set_shards(kv->ht, sd, n);
+	if (rc)
+		return rc;
+	memcpy(kv->shards, sd, n * sizeof(*sd));
+	kv->nshards = n;
+	kv->my_shard = UINT32_MAX; /* none: a late machine */
+	for (unsigned i = 0; i < n; i++)
+		if (sd[i].machine == kv->me) {
+			kv->my_shard = i;
+			kv->mine = sd[i];
+			atomic_store_explicit(&kv->shard_ready, 1,
+			                      memory_order_release);
+		}
+	atomic_store_explicit(&kv->joined, 1, memory_order_release);
+	return 0;
+}
+
+/* After a whole-cluster restart: the shard list this machine kept. 1:
+ * installed; 0: none kept (a fresh machine); <0: an error (a damaged
+ * list, or one of another size than @nmachines when nonzero). */
+static int install_kept(farm_kv *kv, unsigned nmachines)
+{
+	struct farm_ht_shard sd[MAX_MACHINES];
+	long n = kv->env.kept(kv->env.host, KV_KEPT, sd, sizeof(sd));
+	if (n == -ENOENT || FARM_FAULT_SWITCH(FARM_FP_KV_NO_KEPT))
+		return 0;
+	if (n < 0)
+		return (int)n;
+	unsigned k = (unsigned)((size_t)n / sizeof(sd[0]));
+	if (n == 0 || (size_t)n % sizeof(sd[0]) || (size_t)n > sizeof(sd)) {
+		farm_err("kv: machine %" PRIu32 ": the kept shard list is "
+		         "malformed (%ld bytes)",
+		         kv->me, n);
+		return FARM_ECORRUPT;
+	}
+	if (nmachines && k != nmachines) {
+		farm_err("kv: machine %" PRIu32 ": the store had %u shards "
+		         "before the restart, not %u",
+		         kv->me, k, nmachines);
+		return -EINVAL;
+	}
+	int rc = install(kv, sd, k);
+	if (!rc)
+		farm_info("kv: machine %" PRIu32 ": %u shards of the previous "
+		          "incarnation installed (whole-cluster restart)",
+		          kv->me, k);
+	return rc ? rc : 1;
+}
+
+/* Keep the installed list for a whole-cluster restart. */
+static void keep_list(farm_kv *kv)
+{
+	int rc = kv->env.keep(kv->env.host, KV_KEPT, kv->shards,
+	                      kv->nshards * sizeof(kv->shards[0]));
+	if (rc && rc != -ENOTSUP)
+		farm_warn("kv: machine %" PRIu32 ": the shard list is not "
+		          "kept for a restart: %s",
+		          kv->me, farm_strerror(rc));
+}
+
+int farm_kv_join_sync(farm_kv *kv, farm_loop *loop, unsigned nmachines,
+                      int timeout_ms)
+{
+	if (!kv || !loop || nmachines == 0 || nmachines > MAX_MACHINES ||
+	    kv->me >= nmachines || joined(kv))
+		return -EINVAL;
+	int kept = install_kept(kv, nmachines);
+	if (kept)
+		return kept < 0 ? kept : 0;
+	uint64_t deadline = farm_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+	struct wait w = {0};
+	int rc = farm_ht_make_shard(kv->ht, loop, kv->nbuckets, shard_made, &w);
+	if (!rc)
+		rc = drive(loop, &w, deadline);
+	if (rc)
+		return rc;
+	kv->mine = w.sd;
+	atomic_store_explicit(&kv->shard_ready, 1, memory_order_release);
+	struct farm_ht_shard sd[MAX_MACHINES];
+	for (uint32_t m = 0; m < nmachines; m++) {
+		if (m == kv->me) {
+			sd[m] = kv->mine;
+			continue;
+		}
+		for (;;) {
+			/* A peer making a large shard does not answer until it
+			 * is done (seconds for millions of buckets): wait for
+			 * the reply as long as the caller allows, and ask
+			 * again after a timeout. */
+			uint64_t now = farm_now_ns();
+			uint64_t left = deadline > now ? deadline - now : 1;
+			w = (struct wait){0};
+			rc = farm_msg_call(loop, m, 0, FARM_MSGT_KV_SHARD, NULL,
+			                   0, left, shard_reply, &w);
+			if (!rc)
+				rc = drive(loop, &w, deadline);
+			if ((rc != -EAGAIN && rc != -ETIMEDOUT) ||
+			    farm_now_ns() >= deadline)
+				break;
+			/* m has not made its shard yet: serve, then ask again.
+			 */
+			for (int i = 0; i < 64; i++)
+				(void)farm_loop_poll(loop);
+		}
+		if (rc)
+			return rc;
+		sd[m] = w.sd;
+	}
+	rc = farm_ht_set_shards(kv->ht, sd, nmachines);
+	if (rc)
+		return rc;
+	memcpy(kv->shards, sd, nmachines * sizeof(*sd));
+	kv->nshards = nmachines;
+	kv->my_shard = kv->me;
+	atomic_store_explicit(&kv->joined, 1, memory_order_release);
+	keep_list(kv);
+	return 0;
+}
+
+/* The shard list from machine @from (FARM_MSGT_KV_SHARDS). */
+struct shards_wait {
+	volatile int done;
+	int status;
+	uint32_t n;
+	struct farm_ht_shard sd[MAX_MACHINES];
+};
+
+static void shards_reply(farm_loop *loop, void *ctx, int status,
+                         const void *reply, uint32_t len)
+{
+	(void)loop;
+	struct shards_wait *w = ctx;
+	uint32_t n = 0;
+	if (!status && len >= 4)
+		memcpy(&n, reply, 4);
+	if (!status && (len < 4 || n == 0 || n > MAX_MACHINES ||
+	                len != 4 + n * (uint32_t)sizeof(w->sd[0])))
+		status = FARM_ECORRUPT; /* a malformed answer */
+	if (!status) {
+		w->n = n;
+		memcpy(w->sd, (const uint8_t *)reply + 4, n * sizeof(w->sd[0]));
+	}
+	w->status = status;
+	w->done = 1;
+}
+
+int farm_kv_join_existing_sync(farm_kv *kv, farm_loop *loop, uint32_t from,
+                               int timeout_ms)
+{
+	if (!kv || !loop || from == kv->me || timeout_ms < 0 || joined(kv))
+		return -EINVAL;
+	int kept = install_kept(kv, 0);
+	if (kept)
+		return kept < 0 ? kept : 0;
+	uint64_t deadline = farm_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+	struct shards_wait *w = calloc(1, sizeof(*w));
+	if (!w)
+		return -ENOMEM;
+	int rc;
+	for (;;) {
+		uint64_t now = farm_now_ns();
+		memset(w, 0, sizeof(*w));
+		rc = farm_msg_call(loop, from, 0, FARM_MSGT_KV_SHARDS, NULL, 0,
+		                   deadline > now ? deadline - now : 1,
+		                   shards_reply, w);
+		if (!rc) {
+			rc = farm_loop_wait(loop, &w->done,
+			                    deadline > now ? deadline - now
+			                                   : 1);
+			if (!rc)
+				rc = w->status;
+		}
+		if ((rc != -EAGAIN && rc != -ETIMEDOUT) ||
+		    farm_now_ns() >= deadline)
+			break;
+		for (int i = 0; i < 64; i++) /* not joined yet: ask again */
+			(void)farm_loop_poll(loop);
+	}
+	if (!rc)
+		rc = install(kv, w->sd, w->n);
+	if (!rc)
+		keep_list(kv);
+	free(w);
+	return rc;
+}

@@ -1,0 +1,507 @@
+/*
+ * Multi-get, the asking side (README.md, "Multi-get"; wire format: kv.h).
+ *
+ * Every key of another machine's shard first gets farm_ht_get_first (one
+ * READ of its bucket pair); keys of our own shard get a whole local
+ * lookup. Once every first read is back, the unresolved keys go to their
+ * owners, one batch message per machine (more only when one would not
+ * fit). Keys whose values did not fit their batch's reply, and keys of a
+ * batch that could not be sent, get a whole lookup of their own. A loop
+ * has a bounded number of lookups in flight (-EAGAIN): the rest wait in
+ * their queue until one completes.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kv/kv_int.h"
+#include "util/common.h"
+#include "util/log.h"
+
+/* A batch the owner does not answer in this time fails its keys. */
+#define MGET_TIMEOUT_NS (5ull * 1000000000ull)
+
+struct mg;
+
+struct mg_key {
+	struct mg *m;
+	const uint8_t *key; /* in the mget's copy of the keys */
+	uint32_t klen;
+	uint32_t shard;
+};
+
+struct mg {
+	farm_kv *kv;
+	farm_loop *loop;
+	unsigned n;
+	uint8_t *vals;
+	uint32_t cap;
+	uint32_t *lens;
+	int *status;
+	farm_kv_mget_fn cont;
+	void *ctx;
+	unsigned left;       /* keys without their answer */
+	unsigned first_left; /* first reads not back */
+	unsigned inflight;   /* our lookups in flight */
+	unsigned calls;      /* batches in flight */
+	bool busy, again, in_call, retry_posted, sent;
+	uint32_t *firstq, nfirst, firstpos; /* keys waiting for a first read */
+	uint32_t *fullq, nfull, fullpos;    /* ... for a whole lookup */
+	uint32_t *missq, nmiss;             /* unresolved: for the batches */
+	uint8_t *keybuf;
+	struct mg_key k[];
+};
+
+struct mg_batch {
+	struct mg *m;
+	uint32_t cap;
+	unsigned nk;
+	uint32_t idx[];
+};
+
+static void mg_advance(struct mg *m);
+
+/* Key @i's answer. @len is the value's length (also for -EMSGSIZE). */
+static void mg_finish_key(struct mg *m, uint32_t i, int status, const void *val,
+                          uint32_t len)
+{
+	if (status == 0 && len > m->cap)
+		status = -EMSGSIZE;
+	if (status == 0 && len)
+		memcpy(m->vals + (size_t)i * m->cap, val, len);
+	m->lens[i] = status == 0 || status == -EMSGSIZE ? len : 0;
+	m->status[i] = status;
+	m->left--;
+}
+
+static void mg_first_done(farm_loop *loop, void *ctx, int status,
+                          const void *val, uint32_t len)
+{
+	(void)loop;
+	struct mg_key *k = ctx;
+	struct mg *m = k->m;
+	uint32_t i = (uint32_t)(k - m->k);
+	m->inflight--;
+	m->first_left--;
+	if (status == FARM_HT_UNRESOLVED) {
+		m->missq[m->nmiss++] = i;
+	} else {
+		if (status == 0 || status == -ENOENT)
+			st_add(m->kv, S_FIRST_HITS, 1);
+		mg_finish_key(m, i, status, val, len);
+	}
+	mg_advance(m);
+}
+
+static void mg_full_done(farm_loop *loop, void *ctx, int status,
+                         const void *val, uint32_t len)
+{
+	(void)loop;
+	struct mg_key *k = ctx;
+	struct mg *m = k->m;
+	m->inflight--;
+	mg_finish_key(m, (uint32_t)(k - m->k), status, val, len);
+	mg_advance(m);
+}
+
+/* Start what the queues hold while the loop takes more lookups; true when
+ * it stopped on -EAGAIN. */
+static bool mg_pump(struct mg *m)
+{
+	farm_ht *ht = m->kv->ht;
+	while (m->fullpos < m->nfull) {
+		uint32_t i = m->fullq[m->fullpos];
+		struct mg_key *k = &m->k[i];
+		m->inflight++; /* the continuation may run inside the call */
+		int rc = farm_ht_get(ht, m->loop, k->key, k->klen, mg_full_done,
+		                     k);
+		if (rc == -EAGAIN) {
+			m->inflight--;
+			return true;
+		}
+		m->fullpos++;
+		if (rc) {
+			m->inflight--;
+			mg_finish_key(m, i, rc, NULL, 0);
+		}
+	}
+	while (m->firstpos < m->nfirst) {
+		uint32_t i = m->firstq[m->firstpos];
+		struct mg_key *k = &m->k[i];
+		int rc = farm_ht_get_first(ht, m->loop, k->key, k->klen,
+		                           mg_first_done, k);
+		if (rc == -EAGAIN)
+			return true;
+		m->firstpos++;
+		if (rc) {
+			m->first_left--;
+			mg_finish_key(m, i, rc, NULL, 0);
+		} else {
+			m->inflight++;
+		}
+	}
+	return false;
+}
+
+/* Key @i gets a whole lookup of its own. */
+static void mg_full(struct mg *m, uint32_t i)
+{
+	m->fullq[m->nfull++] = i;
+}
+
+static void mg_batch_reply(farm_loop *loop, void *ctx, int status,
+                           const void *reply, uint32_t len);
+
+/* One batch of @nk unresolved keys of shard @s. */
+static void mg_send(struct mg *m, unsigned s, const uint32_t *idx, unsigned nk,
+                    uint32_t reqlen)
+{
+	farm_kv *kv = m->kv;
+	struct mg_batch *b = malloc(sizeof(*b) + nk * sizeof(uint32_t));
+	uint8_t *req = malloc(reqlen);
+	int rc = b && req ? 0 : -ENOMEM;
+	if (!rc) {
+		b->m = m;
+		b->cap = FARM_MIN(m->cap, FARM_KV_MAX_VALUE);
+		b->nk = nk;
+		memcpy(b->idx, idx, nk * sizeof(uint32_t));
+		struct farm_kv_mget_req q = {
+		        .nkeys = (uint16_t)nk, .flags = 0, .cap = b->cap};
+		memcpy(req, &q, sizeof(q));
+		uint32_t off = sizeof(q);
+		for (unsigned j = 0; j < nk; j++) {
+			const struct mg_key *k = &m->k[idx[j]];
+			uint16_t kl = (uint16_t)k->klen;
+			memcpy(req + off, &kl, 2);
+			memcpy(req + off + 2, k->key, k->klen);
+			off += 2 + k->klen;
+		}
+		rc = farm_as_call(kv->as, m->loop, kv->shards[s].base,
+		                  FARM_MSGT_KV_MGET, req, reqlen,
+		                  MGET_TIMEOUT_NS, mg_batch_reply, b);
+	}
+	free(req);
+	if (rc) {
+		/* Not sent: each key is looked up on its own. */
+		free(b);
+		st_add(kv, S_FALLBACKS, nk);
+		for (unsigned j = 0; j < nk; j++)
+			mg_full(m, idx[j]);
+		return;
+	}
+	m->calls++;
+	st_add(kv, S_MSGS, 1);
+	st_add(kv, S_MISSES, nk);
+}
+
+/* Every first read is back: the unresolved keys to their owners, grouped
+ * by shard (one shard per machine), as few messages as fit. */
+static void mg_send_batches(struct mg *m)
+{
+	farm_kv *kv = m->kv;
+	uint32_t maxp = farm_msg_max_payload(kv->msg);
+	uint32_t *idx = m->missq; /* reused in place, shard by shard */
+	uint32_t nmiss = m->nmiss;
+	uint32_t *grp = malloc((size_t)FARM_MAX(nmiss, 1u) * sizeof(uint32_t));
+	if (!grp) {
+		for (uint32_t j = 0; j < nmiss; j++)
+			mg_finish_key(m, idx[j], -ENOMEM, NULL, 0);
+		return;
+	}
+	for (unsigned s = 0; s < kv->nshards; s++) {
+		unsigned ng = 0;
+		for (uint32_t j = 0; j < nmiss; j++)
+			if (m->k[idx[j]].shard == s)
+				grp[ng++] = idx[j];
+		unsigned first = 0, nk = 0;
+		uint32_t reqlen = sizeof(struct farm_kv_mget_req);
+		for (unsigned j = 0; j < ng; j++) {
+			uint32_t add = 2 + m->k[grp[j]].klen;
+			bool fits = nk < FARM_KV_MGET_BATCH_MAX &&
+			            reqlen + add <= maxp &&
+			            sizeof(struct farm_kv_mget_rep) +
+			                            8ull * (nk + 1) <=
+			                    maxp;
+			if (!fits) {
+				mg_send(m, s, grp + first, nk, reqlen);
+				first = j;
+				nk = 0;
+				reqlen = sizeof(struct farm_kv_mget_req);
+			}
+			nk++;
+			reqlen += add;
+		}
+		if (nk)
+			mg_send(m, s, grp + first, nk, reqlen);
+	}
+	free(grp);
+}
+
+/* A batch reply's entries are well formed (nothing is applied before). */
+static int mg_reply_check(const struct mg_batch *b, const uint8_t *p,
+                          uint32_t len)
+{
+	struct farm_kv_mget_rep h;
+	if (len < sizeof(h))
+		return FARM_ECORRUPT;
+	memcpy(&h, p, sizeof(h));
+	if (h.nkeys != b->nk)
+		return FARM_ECORRUPT;
+	uint64_t off = sizeof(h);
+	for (unsigned j = 0; j < b->nk; j++) {
+		int32_t st;
+		uint32_t vl;
+		if (off + 8 > len)
+			return FARM_ECORRUPT;
+		memcpy(&st, p + off, 4);
+		memcpy(&vl, p + off + 4, 4);
+		off += 8;
+		if (st == 0) {
+			if (vl > b->cap || off + vl > len)
+				return FARM_ECORRUPT;
+			off += vl;
+		} else if (st > 0 && st != FARM_KV_MGET_SPILL) {
+			return FARM_ECORRUPT;
+		}
+	}
+	return off == len ? 0 : FARM_ECORRUPT;
+}
+
+static void mg_batch_reply(farm_loop *loop, void *ctx, int status,
+                           const void *reply, uint32_t len)
+{
+	(void)loop;
+	struct mg_batch *b = ctx;
+	struct mg *m = b->m;
+	farm_kv *kv = m->kv;
+	m->calls--;
+	if (!status)
+		status = mg_reply_check(b, reply, len);
+	if (!status) {
+		const uint8_t *p = reply;
+		uint32_t off = sizeof(struct farm_kv_mget_rep);
+		for (unsigned j = 0; j < b->nk; j++) {
+			int32_t st;
+			uint32_t vl;
+			memcpy(&st, p + off, 4);
+			memcpy(&vl, p + off + 4, 4);
+			off += 8;
+			if (st == FARM_KV_MGET_SPILL) {
+				st_add(kv, S_SPILLS, 1);
+				mg_full(m, b->idx[j]);
+				continue;
+			}
+			mg_finish_key(m, b->idx[j], st, st ? NULL : p + off,
+			              vl);
+			if (!st)
+				off += vl;
+		}
+	} else if (status == FARM_EPEERDEAD || status == -ETIMEDOUT ||
+	           status == -ECANCELED || status == FARM_ECORRUPT) {
+		for (unsigned j = 0; j < b->nk; j++)
+			mg_finish_key(m, b->idx[j], status, NULL, 0);
+	} else {
+		/* Refused (the owner's serving loop cannot look keys up, or
+		 * it is out of memory): each key is looked up on its own. */
+		farm_warn("kv: machine %" PRIu32 " refused a multi-get "
+		          "batch: %s",
+		          kv->shards[m->k[b->idx[0]].shard].machine,
+		          farm_strerror(status));
+		st_add(kv, S_FALLBACKS, b->nk);
+		for (unsigned j = 0; j < b->nk; j++)
+			mg_full(m, b->idx[j]);
+	}
+	free(b);
+	mg_advance(m);
+}
+
+static void mg_free(struct mg *m)
+{
+	free(m->firstq);
+	free(m->keybuf);
+	free(m);
+}
+
+static void mg_done_work(farm_loop *loop, void *ctx, int status)
+{
+	(void)status;
+	struct mg *m = ctx;
+	m->cont(loop, m->ctx);
+	mg_free(m);
+}
+
+static void mg_retry(farm_loop *loop, void *ctx, int status)
+{
+	(void)loop;
+	struct mg *m = ctx;
+	m->retry_posted = false;
+	if (status) { /* the loop is closing: the waiting keys fail */
+		while (m->fullpos < m->nfull)
+			mg_finish_key(m, m->fullq[m->fullpos++], status, NULL,
+			              0);
+		while (m->firstpos < m->nfirst) {
+			m->first_left--;
+			mg_finish_key(m, m->firstq[m->firstpos++], status, NULL,
+			              0);
+		}
+	}
+	mg_advance(m);
+}
+
+/* Move on after any event; the last one runs the continuation. */
+static void mg_advance(struct mg *m)
+{
+	if (m->busy) { /* called back from inside a call we are making */
+		m->again = true;
+		return;
+	}
+	m->busy = true;
+	do {
+		m->again = false;
+		bool stalled = mg_pump(m);
+		if (!m->sent && m->first_left == 0) {
+			m->sent = true;
+			mg_send_batches(m);
+			m->again = true;
+			continue;
+		}
+		/* Stalled with none of ours in flight: the lookups that hold
+		 * the loop's buffers are others'; try again on a later pass.
+		 */
+		if (stalled && m->inflight == 0 && !m->retry_posted) {
+			if (farm_loop_post(m->loop, mg_retry, m) == 0)
+				m->retry_posted = true;
+			else
+				mg_retry(m->loop, m, -ENOMEM);
+		}
+	} while (m->again);
+	m->busy = false;
+	if (!m->in_call && m->left == 0 && m->calls == 0 && !m->retry_posted) {
+		m->cont(m->loop, m->ctx);
+		mg_free(m);
+	}
+}
+
+int farm_kv_mget(farm_kv *kv, farm_loop *loop, unsigned n,
+                 const void *const *keys, const uint32_t *klens, void *vals,
+                 uint32_t cap, uint32_t *lens, int *status,
+                 farm_kv_mget_fn cont, void *ctx)
+{
+	if (!kv || !loop || !n || !keys || !klens || !vals || !lens ||
+	    !status || !cont)
+		return -EINVAL;
+	if (n > FARM_KV_MGET_MAX)
+		return -E2BIG;
+	if (!joined(kv))
+		return -ENOENT;
+	size_t kbytes = 0;
+	for (unsigned i = 0; i < n; i++)
+		if (!check_key(keys[i], klens[i]))
+			kbytes += klens[i];
+	struct mg *m = calloc(1, sizeof(*m) + n * sizeof(struct mg_key));
+	if (!m)
+		return -ENOMEM;
+	m->firstq = malloc(3ull * n * sizeof(uint32_t));
+	m->keybuf = malloc(kbytes ? kbytes : 1);
+	if (!m->firstq || !m->keybuf) {
+		mg_free(m);
+		return -ENOMEM;
+	}
+	m->fullq = m->firstq + n;
+	m->missq = m->fullq + n;
+	m->kv = kv;
+	m->loop = loop;
+	m->n = n;
+	m->vals = vals;
+	m->cap = cap;
+	m->lens = lens;
+	m->status = status;
+	m->cont = cont;
+	m->ctx = ctx;
+	m->left = n;
+	m->in_call = true;
+	size_t off = 0;
+	unsigned local = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		struct mg_key *k = &m->k[i];
+		k->m = m;
+		int rc = check_key(keys[i], klens[i]);
+		if (rc) { /* this key fails alone */
+			mg_finish_key(m, i, rc, NULL, 0);
+			continue;
+		}
+		memcpy(m->keybuf + off, keys[i], klens[i]);
+		k->key = m->keybuf + off;
+		k->klen = klens[i];
+		off += klens[i];
+		k->shard = shard_of_key(kv, k->key, k->klen);
+		if (kv->shards[k->shard].machine == kv->me) {
+			mg_full(m, i); /* our shard: a local lookup */
+			local++;
+		} else {
+			m->firstq[m->nfirst++] = i;
+		}
+	}
+	m->first_left = m->nfirst;
+	st_add(kv, S_CALLS, 1);
+	st_add(kv, S_KEYS, n);
+	st_add(kv, S_LOCAL, local);
+	mg_advance(m);
+	m->in_call = false;
+	if (m->left == 0 && m->calls == 0 && !m->retry_posted) {
+		/* All answered already: @cont still runs on a later pass. */
+		int rc = farm_loop_post(loop, mg_done_work, m);
+		if (rc) {
+			mg_free(m);
+			return rc;
+		}
+	}
+	return 0;
+}
+
+static void mg_sync_done(farm_loop *loop, void *ctx)
+{
+	(void)loop;
+	(void)kv_sop_end(ctx, 0);
+}
+
+/* The lookup fills arrays of its own, copied out once it is done: one
+ * that outlives a wrapper that gave up must not write the caller's. */
+int farm_kv_mget_sync_timed(farm_kv *kv, farm_loop *loop, unsigned n,
+                            const void *const *keys, const uint32_t *klens,
+                            void *vals, uint32_t cap, uint32_t *lens,
+                            int *status, uint64_t timeout_ns)
+{
+	if (!vals || !lens || !status)
+		return -EINVAL;
+	if (n > FARM_KV_MGET_MAX)
+		return -E2BIG;
+	struct sync_op *w = calloc(1, sizeof(*w));
+	if (!w)
+		return -ENOMEM;
+	w->vals = malloc((size_t)n * cap + 1);
+	w->lens = calloc(n + 1u, sizeof(*w->lens));
+	w->st = calloc(n + 1u, sizeof(*w->st));
+	int rc = w->vals && w->lens && w->st ? 0 : -ENOMEM;
+	if (!rc)
+		rc = farm_kv_mget(kv, loop, n, keys, klens, w->vals, cap,
+		                  w->lens, w->st, mg_sync_done, w);
+	if (!rc && (rc = kv_sop_wait(loop, w, timeout_ns)))
+		return rc;
+	if (!rc) {
+		memcpy(vals, w->vals, (size_t)n * cap);
+		memcpy(lens, w->lens, n * sizeof(*lens));
+		memcpy(status, w->st, n * sizeof(*status));
+	}
+	kv_sop_free(w);
+	return rc;
+}
+
+int farm_kv_mget_sync(farm_kv *kv, farm_loop *loop, unsigned n,
+                      const void *const *keys, const uint32_t *klens,
+                      void *vals, uint32_t cap, uint32_t *lens, int *status)
+{
+	return farm_kv_mget_sync_timed(kv, loop, n, keys, klens, vals, cap,
+	                               lens, status, kv_sync_timeout(kv));
+}

@@ -1,0 +1,150 @@
+/*
+ * The blocking wrappers: each starts its operation and drives the loop
+ * until the continuation has run or its deadline passed
+ * (farm_kv_set_sync_timeout, or the *_timed variant's). Their records are
+ * on the heap (struct sync_op, kv_int.h): one that gives up is freed by
+ * its operation's continuation.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kv/kv_int.h"
+
+void farm_kv_set_sync_timeout(farm_kv *kv, uint64_t timeout_ns)
+{
+	if (kv)
+		atomic_store_explicit(&kv->sync_timeout_ns, timeout_ns,
+		                      memory_order_relaxed);
+}
+
+uint64_t kv_sync_timeout(const farm_kv *kv)
+{
+	return kv ? atomic_load_explicit(&kv->sync_timeout_ns,
+	                                 memory_order_relaxed)
+	          : 0;
+}
+
+void kv_sop_free(struct sync_op *w)
+{
+	free(w->vals);
+	free(w->lens);
+	free(w->st);
+	free(w);
+}
+
+bool kv_sop_end(struct sync_op *w, int status)
+{
+	if (w->abandoned) {
+		kv_sop_free(w);
+		return true;
+	}
+	w->status = status;
+	w->done = 1;
+	return false;
+}
+
+int kv_sop_wait(farm_loop *loop, struct sync_op *w, uint64_t timeout_ns)
+{
+	int rc = farm_loop_wait(loop, &w->done, timeout_ns);
+	if (w->done)
+		return 0;
+	w->abandoned = true;
+	return rc ? rc : -ETIMEDOUT;
+}
+
+static void get_done(farm_loop *loop, void *ctx, int status, const void *val,
+                     uint32_t len)
+{
+	(void)loop;
+	struct sync_op *w = ctx;
+	if (!status && !w->abandoned) {
+		w->len = len;
+		if (len > w->cap)
+			status = -EMSGSIZE;
+		else
+			memcpy(w->val, val, len);
+	}
+	(void)kv_sop_end(w, status);
+}
+
+static void op_done(farm_loop *loop, void *ctx, int status)
+{
+	(void)loop;
+	(void)kv_sop_end(ctx, status);
+}
+
+int farm_kv_get_sync_timed(farm_kv *kv, farm_loop *loop, const void *key,
+                           uint32_t klen, void *val, uint32_t cap,
+                           uint32_t *len, uint64_t timeout_ns)
+{
+	if (!kv || !loop || (!val && cap))
+		return -EINVAL;
+	struct sync_op *w = calloc(1, sizeof(*w));
+	if (!w)
+		return -ENOMEM;
+	w->val = val;
+	w->cap = cap;
+	int rc;
+	while ((rc = farm_kv_get(kv, loop, key, klen, get_done, w)) == -EAGAIN)
+		(void)farm_loop_poll(loop);
+	if (!rc && (rc = kv_sop_wait(loop, w, timeout_ns)))
+		return rc;
+	if (len)
+		*len = w->len;
+	rc = rc ? rc : w->status;
+	kv_sop_free(w);
+	return rc;
+}
+
+int farm_kv_get_sync(farm_kv *kv, farm_loop *loop, const void *key,
+                     uint32_t klen, void *val, uint32_t cap, uint32_t *len)
+{
+	return farm_kv_get_sync_timed(kv, loop, key, klen, val, cap, len,
+	                              kv_sync_timeout(kv));
+}
+
+/* put (@val) or delete (@val NULL) */
+static int change_sync(farm_kv *kv, farm_loop *loop, const void *key,
+                       uint32_t klen, const void *val, uint32_t vlen,
+                       uint64_t timeout_ns)
+{
+	struct sync_op *w = calloc(1, sizeof(*w));
+	if (!w)
+		return -ENOMEM;
+	int rc = val ? farm_kv_put(kv, loop, key, klen, val, vlen, op_done, w)
+	             : farm_kv_del(kv, loop, key, klen, op_done, w);
+	if (!rc && (rc = kv_sop_wait(loop, w, timeout_ns)))
+		return rc;
+	rc = rc ? rc : w->status;
+	kv_sop_free(w);
+	return rc;
+}
+
+int farm_kv_put_sync_timed(farm_kv *kv, farm_loop *loop, const void *key,
+                           uint32_t klen, const void *val, uint32_t vlen,
+                           uint64_t timeout_ns)
+{
+	if (!val)
+		return -EINVAL;
+	return change_sync(kv, loop, key, klen, val, vlen, timeout_ns);
+}
+
+int farm_kv_put_sync(farm_kv *kv, farm_loop *loop, const void *key,
+                     uint32_t klen, const void *val, uint32_t vlen)
+{
+	return farm_kv_put_sync_timed(kv, loop, key, klen, val, vlen,
+	                              kv_sync_timeout(kv));
+}
+
+int farm_kv_del_sync_timed(farm_kv *kv, farm_loop *loop, const void *key,
+                           uint32_t klen, uint64_t timeout_ns)
+{
+	return change_sync(kv, loop, key, klen, NULL, 0, timeout_ns);
+}
+
+int farm_kv_del_sync(farm_kv *kv, farm_loop *loop, const void *key,
+                     uint32_t klen)
+{
+	return farm_kv_del_sync_timed(kv, loop, key, klen, kv_sync_timeout(kv));
+}

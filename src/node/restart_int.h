@@ -1,0 +1,127 @@
+/*
+ * What the files of the whole-cluster restart share (restart.c: the
+ * lifecycle; restart_man.c: the manifest and the directory check;
+ * restart_run.c: the restart itself). Internal to src/node.
+ */
+#ifndef FARM_NODE_RESTART_INT_H
+#define FARM_NODE_RESTART_INT_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "node/restart.h"
+#include "node/node.h"
+#include "txn/txm.h"
+
+#define MAN_MAGIC  0x314e414d4d524146ull /* "FARMMAN1" */
+#define MAN_END    0x31444e454d524146ull /* "FARMEND1" */
+#define MAN_LAYOUT 1u
+#define MAN_NAME   64
+#define RLOG_MAGIC 0x31474f4c524d5246ull /* "FRMRLOG1" */
+#define RLOG_HDR   64u
+#define BARRIER_MS 60000
+#define READ_CHUNK (1u << 20)
+
+struct man_hdr {
+	uint64_t magic;
+	uint32_t layout;
+	uint32_t machine;
+	uint64_t region_size;
+	uint64_t log_bytes;
+	uint64_t config_id;
+	uint32_t nregions;
+	uint32_t nmembers;
+	uint32_t clean;
+	uint32_t nkept; /* struct man_kept entries after the regions (0 in
+	                   manifests written before they existed) */
+	uint32_t members[FARM_VIEW_MAX];
+	char cluster[256];
+	char log_file[MAN_NAME];
+};
+
+struct man_region {
+	uint32_t id;
+	uint32_t pad;
+	uint64_t size;
+	char file[MAN_NAME];
+};
+
+/* A layer's durable blob (farm_restart_keep_blob): the KV store's shard
+ * list, for one. */
+struct man_kept {
+	char name[FARM_RESTART_KEPT_NAME];
+	uint32_t len;
+	uint32_t pad;
+	uint8_t data[FARM_RESTART_KEPT_MAX];
+};
+
+struct man_tail {
+	uint64_t magic;
+	uint64_t len; /* the whole manifest, tail included */
+	uint64_t sum; /* FNV-1a of everything before the tail */
+};
+
+/* The head of the published previous log; the log file follows. */
+struct rlog_hdr {
+	uint64_t magic;
+	uint32_t machine;
+	_Atomic uint32_t done; /* 1: this machine's restart applied (step 5) */
+	uint64_t log_bytes;
+	uint8_t pad[RLOG_HDR - 24];
+};
+_Static_assert(sizeof(struct rlog_hdr) == RLOG_HDR, "rlog header");
+
+struct farm_restart {
+	char dir[FARM_CONFIG_STR];
+	char cluster[256];
+	uint32_t me;
+	uint64_t region_size;
+	farm_fabric *fab;
+	farm_as *as;
+	farm_txm *txm;
+	struct farm_galloc *ga;
+	pthread_mutex_t lock;
+	/* The previous incarnation (pending restart). */
+	bool pending;
+	struct man_hdr old;
+	struct man_region *old_regs;
+	/* This incarnation's copies and last view (under lock). */
+	struct man_region *regs;
+	unsigned nregs, cap;
+	uint64_t config_id;
+	uint32_t members[FARM_VIEW_MAX];
+	unsigned nmembers;
+	bool writable; /* the manifest is this incarnation's */
+	bool frozen;   /* shutting down: views no longer recorded */
+	/* The previous log, published. */
+	farm_mem *rmem;
+	farm_mr *rmr;
+	struct farm_restart_stats st;
+	uint64_t t_open_ns;
+	struct farm_ring_attr ring; /* placement's (cfg) */
+	/* Under lock: the layers' blobs, the previous incarnation's until
+	 * replaced (written with every manifest). */
+	struct man_kept kept[FARM_RESTART_KEPT_N];
+	unsigned nkept;
+};
+
+/* <dir>/<name><suffix> into @out. */
+void farm_rst_path(const struct farm_restart *rs, const char *name,
+                   const char *suffix, char *out, size_t len);
+/* Write the manifest (under rs->lock); @clean marks a clean shutdown. */
+int farm_rst_man_write(struct farm_restart *rs, bool clean);
+/* farm_as_on_local's callback: a copy gained or dropped. */
+void farm_rst_on_local(void *ctx, uint32_t region, farm_region *r, bool added);
+/* Is @v the restart's view (restart.c)? The lost members into @lost. */
+bool farm_rst_set(const struct farm_restart *rs, const struct farm_view *v,
+                  uint32_t *lost, unsigned *nlost);
+/* How many previous members the replicas allow to be lost. */
+unsigned farm_rst_most_lost(const struct farm_restart *rs);
+/* The previous placement (with the lost members), for the decision. */
+int farm_rst_old_ring(const struct farm_restart *rs, const struct farm_view *v,
+                      const uint32_t *lost, unsigned nlost, farm_ring **out);
+/* Does @m publish its previous log (restart_run.c)? */
+bool farm_rst_peer_live(struct farm_restart *rs, const struct farm_member *m);
+
+#endif

@@ -1,0 +1,580 @@
+/*
+ * Applying a view the membership delivers (node_apply_view, the
+ * membership's on_view callback): one view at a time, in config-id order.
+ *
+ * A named state machine: each state does one step of the view and names
+ * the next; the states run in this order, skipping as the arrows say.
+ *
+ *   SCREEN     a restart refused (restart_alone), a failed restart, or a
+ *              view of the previous incarnation (farm_restart_view)
+ *                -> DONE; else -> ADMIT
+ *   ADMIT      not a member: the machine is refused when it left or the
+ *              cluster restarted without it (told once)     -> CLASSIFY
+ *   CLASSIFY   members only: who left, who joined late, who grew, a
+ *              recovery round a member asked for (bump), this machine's
+ *              primaries before the view                      -> FENCE
+ *   FENCE      the machines that left are fenced (fabric, messages);
+ *              messages are stamped with the view              -> PEERS
+ *   PEERS      every member a messaging and log peer, from its card
+ *                                                              -> PLACE
+ *   PLACE      placement; the allocator gives up the primaries that
+ *              growth moves; the address space takes the view -> LEASES
+ *   LEASES     recovery's leases take the view
+ *                -> RESTART; the address space refused it -> RECORD
+ *   RESTART    the whole-cluster restart, when this view runs it
+ *                -> DONE (failed: restart_failed); -> RECOVER when a
+ *                machine left, joined late or grew, or a round was
+ *                asked for; else -> RESTARTED
+ *   RECOVER    transaction recovery (CM decides), then data recovery
+ *                                                          -> RESTARTED
+ *   RESTARTED  just restarted: data recovery tells every backup again
+ *                                                             -> RECORD
+ *   RECORD     the view recorded, the application told, growth told
+ *                                                               -> DONE
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "alloc/galloc.h"
+#include "node/node.h"
+#include "node/node_int.h"
+#include "node/restart.h"
+#include "recovery/recovery.h"
+#include "txn/txm.h"
+#include "util/common.h"
+#include "util/fault.h"
+#include "util/log.h"
+
+/* The members of the view this machine applied last that @v drops. */
+static unsigned dropped(farm_node *n, const struct farm_view *v, uint32_t *out)
+{
+	unsigned k = 0;
+	pthread_mutex_lock(&n->lock);
+	if (n->view.config_id && n->view.config_id < v->config_id)
+		for (unsigned i = 0; i < n->view.n; i++)
+			if (!farm_view_find(v, n->view.members[i].id))
+				out[k++] = n->view.members[i].id;
+	pthread_mutex_unlock(&n->lock);
+	return k;
+}
+
+/* Rejoin and growth: machines of @v that joined late since this machine's
+ * last view (into @out; ring.h). They take no part in this view's
+ * transaction-recovery barrier (they have no previous state); the others
+ * run one so every commit of an older configuration ends before the new
+ * backups copy (src/txn/copy.c). */
+static unsigned joined_late(farm_node *n, const struct farm_view *v,
+                            uint32_t *out)
+{
+	unsigned k = 0;
+	pthread_mutex_lock(&n->lock);
+	if (n->view.config_id && n->view.config_id < v->config_id)
+		for (unsigned q = 0; q < v->nlate && q < FARM_VIEW_MAX; q++)
+			if (farm_view_find(v, v->late[q]) &&
+			    !farm_view_find(&n->view, v->late[q]))
+				out[k++] = v->late[q];
+	pthread_mutex_unlock(&n->lock);
+	return k;
+}
+
+/* Growth: machines this machine's last view listed as late that @v lists
+ * as ordinary members (ring.h: the grower, once its share was complete).
+ * Their placement changed with everyone else's still there, so the
+ * machines run the transaction-recovery barrier of a view that removed
+ * nobody, every member taking part (the grower too: it was one). */
+static unsigned grown(farm_node *n, const struct farm_view *v, uint32_t *out)
+{
+	unsigned k = 0;
+	pthread_mutex_lock(&n->lock);
+	if (n->view.config_id && n->view.config_id < v->config_id)
+		for (unsigned q = 0; q < n->view.nlate && q < FARM_VIEW_MAX;
+		     q++) {
+			uint32_t id = n->view.late[q];
+			if (farm_view_find(v, id) &&
+			    farm_view_find(&n->view, id) &&
+			    !farm_ids_have(v->late, v->nlate, id))
+				out[k++] = id;
+		}
+	pthread_mutex_unlock(&n->lock);
+	return k;
+}
+
+/* Growth: the regions of which this machine holds the primary copy (for
+ * farm_galloc_retire once a view moved them). */
+static unsigned primaries(farm_node *n, struct farm_as_held **out)
+{
+	unsigned cap = 256, k;
+	for (;;) {
+		*out = malloc(cap * sizeof(**out));
+		if (!*out)
+			return 0;
+		k = farm_as_held(n->as, *out, cap);
+		if (k <= cap)
+			break;
+		free(*out);
+		cap = k + 64;
+	}
+	unsigned j = 0;
+	for (unsigned i = 0; i < k; i++)
+		if ((*out)[i].role == FARM_AS_PRIMARY)
+			(*out)[j++] = (*out)[i];
+	return j;
+}
+
+/* The regions of @held (this machine's primaries) whose primary the
+ * placement @ms makes another machine: given up by the allocator
+ * (farm_galloc_retire). Only growth does that to a machine that lives. */
+static void retire_moved(farm_node *n, const struct farm_ring_machine *ms,
+                         unsigned nms, const struct farm_as_held *held,
+                         unsigned nheld)
+{
+	if (!nheld)
+		return;
+	struct farm_ring_attr a = {.replicas = n->cfg.replicas,
+	                           .rings = n->cfg.rings,
+	                           .points = n->cfg.ring_points};
+	farm_ring *g = NULL;
+	if (farm_ring_build_domains(ms, nms, &a, &g))
+		return; /* the address space refuses the view too */
+	for (unsigned i = 0; i < nheld; i++) {
+		if (farm_ring_primary(g, held[i].region) == n->cfg.machine_id)
+			continue;
+		int rc = farm_galloc_retire(n->ga, held[i].region);
+		if (rc && rc != -ENOENT)
+			farm_warn("node: allocator keeps region %" PRIu32
+			          ": %s",
+			          held[i].region, farm_strerror(rc));
+	}
+	farm_ring_free(g);
+}
+
+static bool in_ids(const uint32_t *ids, unsigned n, uint32_t id)
+{
+	for (unsigned i = 0; i < n; i++)
+		if (ids[i] == id)
+			return true;
+	return false;
+}
+
+/* Restarting on its directory while the others lived on without it: a
+ * newer configuration than the manifest's lists it as gone and is not a
+ * restart's (farm_view.restart). Its copies are out of date, and the
+ * manager does not admit it (zk.c): refused, said once. */
+static bool restart_alone(farm_node *n, const struct farm_view *v)
+{
+	uint32_t me = n->cfg.machine_id;
+	if (!farm_restart_pending(n->rs) || !v->formed || v->restart ||
+	    v->config_id <= farm_restart_config(n->rs) ||
+	    farm_view_find(v, me) || !farm_ids_have(v->gone, v->ngone, me) ||
+	    FARM_FAULT_SWITCH(FARM_FP_ZK_ADMIT_ALONE))
+		return false;
+	pthread_mutex_lock(&n->lock);
+	bool tell = !n->refused;
+	n->refused = true;
+	pthread_cond_broadcast(&n->cond);
+	pthread_mutex_unlock(&n->lock);
+	if (tell)
+		farm_err("node %" PRIu32 ": this machine restarted on its "
+		         "data directory, but the cluster lived on without "
+		         "it (configuration %" PRIu64 " lists it as gone): "
+		         "its memory is out of date and it is not taken "
+		         "back; start it under a new machine_id with an "
+		         "empty directory",
+		         me, v->config_id);
+	return true;
+}
+
+enum av_state {
+	AV_SCREEN,
+	AV_ADMIT,
+	AV_CLASSIFY,
+	AV_FENCE,
+	AV_PEERS,
+	AV_PLACE,
+	AV_LEASES,
+	AV_RESTART,
+	AV_RECOVER,
+	AV_RESTARTED,
+	AV_RECORD,
+	AV_DONE
+};
+
+/* One view being applied: what the states hand each other. */
+struct av {
+	farm_node *n;
+	const struct farm_view *v;
+	bool member;     /* this machine is in the view */
+	bool restarting; /* a whole-cluster restart not run yet (this view
+	                    may run it) */
+	uint32_t ids[FARM_VIEW_MAX]; /* the members (ids in range) */
+	unsigned k;
+	uint32_t gone[FARM_VIEW_MAX];
+	unsigned ngone;
+	uint32_t late[FARM_VIEW_MAX];
+	unsigned nlate;
+	uint32_t grew[FARM_VIEW_MAX];
+	unsigned ngrew;
+	bool bumped;
+	struct farm_as_held *was_primary;
+	unsigned nwas;
+	int rc; /* the address space's answer to the view */
+	unsigned rlost;
+};
+
+static enum av_state av_screen(struct av *a)
+{
+	farm_node *n = a->n;
+	if (restart_alone(n, a->v))
+		return AV_DONE;
+	if (n->restart_failed || farm_restart_view(n->rs, a->v))
+		return AV_DONE; /* the previous incarnation's view (restart.c)
+		                 */
+	a->member = farm_view_find(a->v, n->cfg.machine_id) != NULL;
+	a->restarting = farm_restart_pending(n->rs);
+	return AV_ADMIT;
+}
+
+static enum av_state av_admit(struct av *a)
+{
+	farm_node *n = a->n;
+	const struct farm_view *v = a->v;
+	if (a->member)
+		return AV_CLASSIFY;
+	/* Its id left the formed cluster: a fresh machine under it, or this
+	 * one after it left (its session expired and it registered again),
+	 * is not admitted (zk.c). */
+	bool left = farm_ids_have(v->gone, v->ngone, n->cfg.machine_id);
+	/* Or the others restarted without it (its directory did not come
+	 * back in time): any memory it has is stale. */
+	bool lost = farm_ids_have(v->lost, v->nlost, n->cfg.machine_id);
+	/* A machine restarting on its directory is listed gone until it
+	 * registers (the manager lists every previous member so): views it
+	 * applies before then are not a refusal: a restarting machine whose
+	 * old session delays its registration sees more than one such
+	 * view. */
+	pthread_mutex_lock(&n->lock);
+	bool was = n->view.config_id != 0;
+	bool fresh = !was && !a->restarting;
+	left = (left && !a->restarting && (fresh || was)) || lost;
+	bool tell = left && !n->refused;
+	if (left) {
+		n->refused = true;
+		if (was)
+			n->removed = true;
+		pthread_cond_broadcast(&n->cond);
+	}
+	pthread_mutex_unlock(&n->lock);
+	if (tell && lost)
+		farm_err("node %" PRIu32 ": the cluster restarted "
+		         "without this machine (configuration %" PRIu64
+		         ": lost) and recovered its data from "
+		         "replicas; it is not taken back: start it "
+		         "under a new machine_id with an empty "
+		         "directory",
+		         n->cfg.machine_id, v->config_id);
+	else if (tell && fresh)
+		farm_err("node %" PRIu32 ": a machine with this id "
+		         "left the cluster; this one has an empty "
+		         "directory and is not admitted: start it with "
+		         "a new machine_id (same-id rejoin is not "
+		         "supported)",
+		         n->cfg.machine_id);
+	else if (tell)
+		farm_err("node %" PRIu32 ": this machine left the "
+		         "cluster (configuration %" PRIu64 "); it is not "
+		         "taken back: restart it under a new machine_id "
+		         "with an empty directory",
+		         n->cfg.machine_id, v->config_id);
+	return AV_CLASSIFY;
+}
+
+static enum av_state av_classify(struct av *a)
+{
+	farm_node *n = a->n;
+	const struct farm_view *v = a->v;
+	if (!a->member)
+		return AV_FENCE;
+	a->ngone = dropped(n, v, a->gone);
+	a->nlate = joined_late(n, v, a->late);
+	a->ngrew = grown(n, v, a->grew);
+	/* A round a member asked for (farm_view.bump) that this machine
+	 * has not run yet; not at its first view (a joiner, a restart: the
+	 * mark is carried on from configuration to configuration, and the
+	 * others ran that round long ago). */
+	a->bumped = n->view.config_id && v->bump && v->bump != n->view.bump;
+	/* Views other than growth's never take a primary copy from a
+	 * machine that lives (addrspace.h), but the allocator is told of
+	 * whatever the address space gave up, whichever view did it. */
+	a->nwas = primaries(n, &a->was_primary);
+	return AV_FENCE;
+}
+
+static enum av_state av_fence(struct av *a)
+{
+	farm_node *n = a->n;
+	/* Fence the machines that left before anything moves: from here on
+	 * their one-sided requests to this machine fail (a zombie that
+	 * resumes writes nothing). */
+	for (unsigned i = 0; i < a->ngone; i++) {
+		if (FARM_FAULT_SWITCH(FARM_FP_NODE_NO_FENCE))
+			break; /* testing: a zombie is not fenced */
+		int frc = farm_fabric_revoke(n->fab, a->gone[i]);
+		if (frc && frc != -ENOTSUP)
+			farm_warn("node: cannot fence machine %" PRIu32 ": %s",
+			          a->gone[i], farm_strerror(frc));
+	}
+	/* Its messages too, whatever it stamps on them (the only fence on
+	 * providers that cannot revoke), and ours to it stop. */
+	for (unsigned i = 0; i < a->ngone; i++) {
+		if (FARM_FAULT_SWITCH(FARM_FP_NODE_NO_FENCE))
+			break;
+		if (a->gone[i] < FARM_NODE_MAX_MACHINES &&
+		    !farm_msg_peer_min_config(n->msg, a->gone[i], UINT32_MAX))
+			n->msg_removed[a->gone[i]] = true;
+	}
+	if (a->member && farm_msg_set_config(n->msg, (uint32_t)a->v->config_id))
+		farm_warn("node: messages not stamped with view %" PRIu64,
+		          a->v->config_id);
+	return AV_PEERS;
+}
+
+/* Member @m (not this machine) a messaging and log peer, from its card. */
+static void add_peer(farm_node *n, const struct farm_view *v,
+                     const struct farm_member *m)
+{
+	if (n->msg_removed[m->id] &&
+	    !farm_msg_peer_min_config(n->msg, m->id, (uint32_t)v->config_id))
+		n->msg_removed[m->id] = false; /* a new incarnation: from this
+		                                  id on */
+	char card[FARM_ENDPOINT_MAX], addr[FARM_ENDPOINT_MAX];
+	farm_mr_desc d, ld;
+	int rc = farm_node_card_parse(m->endpoint, addr, sizeof(addr), &d, &ld);
+	if (rc == -ENOENT) { /* static: the card is in its directory */
+		rc = node_card_read(m->endpoint, n->start_timeout_ms, card,
+		                    sizeof(card));
+		if (!rc)
+			rc = farm_node_card_parse(card, addr, sizeof(addr), &d,
+			                          &ld);
+	}
+	if (!rc) {
+		d.machine = m->id;
+		ld.machine = m->id;
+		rc = farm_msg_add_peer(n->msg, m->id, addr, &d);
+		if (!rc)
+			rc = farm_txm_add_peer(n->txm, m->id, &ld);
+	}
+	if (rc == -EEXIST)
+		farm_warn("node: machine %" PRIu32 " came back with new "
+		          "message rings; messages to it fail until this "
+		          "machine restarts (not yet supported)",
+		          m->id);
+	else if (rc)
+		farm_warn("node: cannot reach machine %" PRIu32 ": %s", m->id,
+		          farm_strerror(rc));
+}
+
+static enum av_state av_peers(struct av *a)
+{
+	farm_node *n = a->n;
+	const struct farm_view *v = a->v;
+	for (unsigned i = 0; i < v->n; i++) {
+		const struct farm_member *m = &v->members[i];
+		if (m->id >= FARM_NODE_MAX_MACHINES) {
+			farm_warn("node: member %" PRIu32
+			          " ignored: ids are below %u",
+			          m->id, FARM_NODE_MAX_MACHINES);
+			continue;
+		}
+		a->ids[a->k++] = m->id;
+		if (m->id != n->cfg.machine_id)
+			add_peer(n, v, m);
+	}
+	return AV_PLACE;
+}
+
+static enum av_state av_place(struct av *a)
+{
+	farm_node *n = a->n;
+	const struct farm_view *v = a->v;
+	/* Placement with the failure domains and departed machines the
+	 * configuration lists (addrspace/ring.h). */
+	struct farm_ring_machine placed[2 * FARM_VIEW_MAX];
+	unsigned np = farm_view_placement(v, a->ids, a->k, placed);
+	/* Growth moves some of our primaries to the grower: the allocator
+	 * gives them up before the address space takes the view (the
+	 * grower's allocator takes them over by scan, recover.c), so no
+	 * allocation made here in the view can take a slot of one. */
+	retire_moved(n, placed, np, a->was_primary, a->nwas);
+	free(a->was_primary);
+	a->was_primary = NULL;
+	/* A view without this machine (one formed before it joined) has no
+	 * ring for it to take: its peers are known, nothing else moves. */
+	a->rc = a->member ? farm_as_set_view_placed(n->as, v->config_id, placed,
+	                                            np)
+	                  : 0;
+	if (a->rc && a->rc != -ESTALE)
+		farm_warn("node: view %" PRIu64 " not applied: %s",
+		          v->config_id, farm_strerror(a->rc));
+	return AV_LEASES;
+}
+
+static enum av_state av_leases(struct av *a)
+{
+	farm_node *n = a->n;
+	const struct farm_view *v = a->v;
+	if (n->rec) {
+		static char leases[FARM_VIEW_MAX][FARM_LEASE_ADDR_MAX];
+		for (unsigned i = 0; i < v->n; i++)
+			if (farm_node_card_lease(v->members[i].endpoint,
+			                         leases[i], sizeof(leases[i])))
+				leases[i][0] = 0;
+		int lrc = farm_recovery_view(n->rec, v, leases);
+		if (lrc && lrc != -ESTALE)
+			farm_warn("node: leases of view %" PRIu64 ": %s",
+			          v->config_id, farm_strerror(lrc));
+	}
+	return a->rc ? AV_RECORD : AV_RESTART;
+}
+
+static enum av_state av_restart(struct av *a)
+{
+	farm_node *n = a->n;
+	/* Whole-cluster restart: the first view with every previous member
+	 * brings the previous incarnation's memory back before the view is
+	 * recorded (restart.c). After the leases took the view: a restart
+	 * can outlast the join grace, and leases renew on their own thread
+	 * meanwhile (before them, the CM suspected machines still
+	 * restarting and removed them). */
+	if (farm_restart_run(n->rs, a->v)) {
+		pthread_mutex_lock(&n->lock);
+		n->restart_failed = true;
+		pthread_cond_broadcast(&n->cond);
+		pthread_mutex_unlock(&n->lock);
+		return AV_DONE;
+	}
+	farm_restart_applied(n->rs, a->v);
+	node_restart_unmark(n);
+	/* After the leases took the configuration (no lease is granted
+	 * outside it any more). */
+	return a->ngone || a->nlate || a->ngrew || a->bumped ? AV_RECOVER
+	                                                     : AV_RESTARTED;
+}
+
+/* FaRM's lease wait before NEW-CONFIG-COMMIT: the CM grants no lease
+ * outside the configuration it has taken, so one lease length from here
+ * every lease a removed machine held has expired (by the holder's clock
+ * first), and it stops acting as a member before recovery moves its
+ * regions. */
+static void lease_wait(const farm_node *n)
+{
+	uint32_t us = n->cfg.lease_us ? n->cfg.lease_us : FARM_LEASE_DEFAULT_US;
+	struct timespec ts = {.tv_sec = us / 1000000,
+	                      .tv_nsec = (long)(us % 1000000) * 1000};
+	while (nanosleep(&ts, &ts) && errno == EINTR)
+		;
+}
+
+static enum av_state av_recover(struct av *a)
+{
+	farm_node *n = a->n;
+	const struct farm_view *v = a->v;
+	/* Recover the transactions and regions the lost machines took part
+	 * in (src/txn/recover.c); the configuration's CM decides for their
+	 * coordinators. Late joiners only: the same round with nothing
+	 * removed, among the machines that were here before
+	 * (joined_late). */
+	uint32_t decider = v->has_cm ? v->cm : a->ids[0];
+	uint32_t olds[FARM_VIEW_MAX];
+	unsigned nolds = 0;
+	for (unsigned i = 0; i < a->k; i++)
+		if (!in_ids(a->late, a->nlate, a->ids[i]))
+			olds[nolds++] = a->ids[i];
+	if (nolds && in_ids(a->late, a->nlate, decider))
+		decider = olds[0]; /* a late CM takes no part */
+	if (a->ngone && decider == n->cfg.machine_id && n->rec)
+		lease_wait(n);
+	int trc = farm_txm_reconfigure(n->txm, v->config_id, a->gone, a->ngone,
+	                               olds, nolds, decider);
+	if (trc == -ENOENT) /* loops closed: this machine stops */
+		farm_info("node: view %" PRIu64 " while closing: no "
+		          "transaction recovery",
+		          v->config_id);
+	else if (trc)
+		farm_err("node: transaction recovery for view %" PRIu64
+		         " not started: %s",
+		         v->config_id, farm_strerror(trc));
+	/* Then the regions that lost a replica get a new one, copied in the
+	 * background (data recovery, src/txn/copy.c). */
+	farm_txm_datarec_view(n->txm);
+	return AV_RESTARTED;
+}
+
+static enum av_state av_restarted(struct av *a)
+{
+	farm_node *n = a->n;
+	if (!a->restarting || farm_restart_pending(n->rs))
+		return AV_RECORD;
+	/* Restarted: data recovery tells every backup again. With machines
+	 * given up, their regions' replicas are short and new ones are
+	 * made; without, a copy the restart cut off (a filling copy is not
+	 * in the manifest, so the backup came back without it) must start
+	 * again: nothing else would tell that backup, and a commit opens
+	 * its copy only to wait for COPY. */
+	struct farm_restart_stats rst;
+	farm_restart_stats(n->rs, &rst);
+	a->rlost = (unsigned)rst.lost;
+	if (!a->ngone && !a->nlate &&
+	    (a->rlost || !FARM_FAULT_SWITCH(FARM_FP_NODE_RESTART_NO_COPY)))
+		farm_txm_datarec_view(n->txm);
+	return AV_RECORD;
+}
+
+static enum av_state av_record(struct av *a)
+{
+	farm_node *n = a->n;
+	const struct farm_view *v = a->v;
+	pthread_mutex_lock(&n->lock);
+	if (a->rlost)
+		n->restart_lost = a->rlost;
+	if (!a->rc) {
+		n->view = *v;
+		n->view_t_ns = farm_now_ns();
+	}
+	if (a->member)
+		n->lease_lost = false;
+	farm_node_config_fn fn = n->on_config;
+	void *fn_ctx = n->on_config_ctx;
+	pthread_cond_broadcast(&n->cond);
+	pthread_mutex_unlock(&n->lock);
+	/* Also for a configuration without this machine, which the address
+	 * space refuses: the application must learn it was removed. */
+	if (fn && (!a->rc || !a->member))
+		fn(fn_ctx, v->config_id, v->n, a->member);
+	if (!a->rc && a->member)
+		node_grow_view(n, v);
+	farm_info("node %" PRIu32 ": view %" PRIu64 " with %u machines",
+	          n->cfg.machine_id, v->config_id, v->n);
+	return AV_DONE;
+}
+
+static enum av_state (*const av_steps[AV_DONE])(struct av *) = {
+        [AV_SCREEN] = av_screen,     [AV_ADMIT] = av_admit,
+        [AV_CLASSIFY] = av_classify, [AV_FENCE] = av_fence,
+        [AV_PEERS] = av_peers,       [AV_PLACE] = av_place,
+        [AV_LEASES] = av_leases,     [AV_RESTART] = av_restart,
+        [AV_RECOVER] = av_recover,   [AV_RESTARTED] = av_restarted,
+        [AV_RECORD] = av_record,
+};
+
+void node_apply_view(void *ctx, const struct farm_view *v)
+{
+	struct av a = {.n = ctx, .v = v};
+	for (enum av_state s = AV_SCREEN; s != AV_DONE;)
+		s = av_steps[s](&a);
+	free(a.was_primary); /* NULL unless a state left early */
+}

@@ -1,0 +1,107 @@
+/*
+ * Transaction recovery's state (recover.c): the promoted regions' pending
+ * COMMIT-BACKUPs, the decider's view of a removed coordinator's
+ * transactions, and what recover.c offers the other files. Internal to
+ * src/txn.
+ */
+#ifndef FARM_TXN_TXN_REC_H
+#define FARM_TXN_TXN_REC_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "txn/txm.h"
+#include "util/common.h"
+
+#include "txn/txn_log.h"
+
+/* recover.c: a COMMIT-BACKUP for a region being promoted whose
+ * transaction is not decided yet; its objects are locked meanwhile. */
+struct rec_pend {
+	struct rec_pend *next;
+	uint64_t txid;
+	uint32_t coord;
+	uint8_t *rec; /* a copy of its COMMIT-BACKUP (malloc'd) */
+	/* Per object of rec: where pend_add took its recovered lock (the
+	 * object in the copy it was promoting), or NULL: settling releases
+	 * only these, never another pending transaction's lock on the
+	 * same object (malloc'd). */
+	uint8_t **q;
+	bool settled; /* at the log's truncation; awaits the answer */
+};
+
+/* recover.c: the decider's view of one transaction of a removed
+ * coordinator, and the recovered locks of promoted regions. */
+struct rec_cb {
+	uint32_t machine, region;
+};
+struct rec_txn {
+	uint64_t txid, cseq;
+	uint32_t flags;
+	uint32_t tcfg; /* the configuration of its COMMIT-BACKUPs (0: none) */
+	bool sent;
+	uint32_t *regs;
+	unsigned nregs;
+	struct rec_cb *cb; /* who holds a COMMIT-BACKUP for which region */
+	unsigned ncb;
+};
+struct rec_rlock {
+	uint64_t addr;
+	/* The object in the copy the lock was taken in: the copy may be
+	 * demoted (growth) before the lock's transaction settles, and is
+	 * installed and unlocked there (demoted copies stay mapped). */
+	uint8_t *q;
+	unsigned n;
+};
+
+/* recover.c: recovery's state (decider fields on the decider only). */
+struct txrec_state {
+	pthread_mutex_t lock;
+	_Atomic uint64_t cfg; /* the configuration being recovered into */
+	uint32_t decider;
+	bool removed[0x40]; /* every machine ever removed */
+	bool member[0x40];  /* the survivors of cfg */
+	unsigned nsurv;
+	uint32_t *promo; /* regions being promoted here */
+	unsigned npromo;
+	/* promo[0, nelig) are this round's to promote: complete backup
+	 * copies this machine was primary of when the round began
+	 * (farm_as_promotable); the rest are listed from earlier rounds.
+	 * Decided once, so every loop's scan and the promotion agree. */
+	unsigned nelig;
+	_Atomic unsigned npromo_live;
+	_Atomic unsigned applied, scanned; /* loops done with each step */
+	_Atomic uint64_t t_config, t_go, t_active; /* farm_txm_stats */
+	struct rec_rlock *rl;
+	unsigned nrl, caprl;
+	uint32_t *adopt; /* promoted regions not yet handed to the allocator */
+	unsigned nadopt, capadopt;
+	/* The decider. */
+	bool go_sent;
+	uint64_t applied_from[0x40];
+	struct rec_txn *d;
+	unsigned nd, capd;
+	unsigned ends[0x40 * MAX_LOOPS];
+	uint64_t maxlw[0x40 * MAX_LOOPS];
+};
+
+struct txloop;
+
+/* recover.c */
+int txn_rec_init(farm_txm *m);
+void txn_rec_fini(farm_txm *m);
+void txn_rec_detach(struct txloop *tl);
+void txn_rec_truncated(struct txloop *tl, uint64_t txid);
+/* recover.c: whether every loop of this machine has taken configuration
+ * @cfg or a later one (the round's barrier): no handler or commit that
+ * saw an older one is still between its check and its lock. */
+bool txn_rec_taken(farm_txm *m, uint64_t cfg);
+bool txn_rec_promoting(farm_txm *m, uint32_t region);
+bool txn_rec_truncate_apply(farm_txm *m, uint64_t addr, uint8_t *q,
+                            unsigned lines, const uint8_t *img);
+
+#endif

@@ -1,0 +1,239 @@
+/*
+ * Transactions and their objects (tx.c, commit.c, read.c, allocrec.c):
+ * the transaction record, its object set, reads in flight, the blocking
+ * wrappers' waiter. Internal to src/txn.
+ */
+#ifndef FARM_TXN_TXN_TX_H
+#define FARM_TXN_TXN_TX_H
+
+#include "txn/txn_int.h"
+
+/* ---- transactions --------------------------------------------------- */
+
+#define TXO_READ  1u
+#define TXO_WRITE 2u
+#define TXO_NEW   4u
+#define TXO_FREE  8u
+#define TXO_ARRAY 16u /* the first element of an array (arr_n elements) */
+#define TXO_ELEM  32u /* another element of such an array */
+
+struct txobj {
+	farm_gaddr a;
+	uint32_t size;
+	uint32_t lines;
+	uint64_t version; /* read, unlocked */
+	uint64_t incarn;  /* word read */
+	uint32_t primary;
+	uint32_t flags;
+	uint8_t *data; /* size bytes */
+	uint8_t *img;  /* commit: the after-image (arena), lines * 64 */
+	uint32_t reps[FARM_RING_MAX_REPLICAS];
+	unsigned nrep;
+	bool locked;    /* single-machine commit: we hold its lock */
+	uint8_t *vbuf;  /* validation READ destination (arena) */
+	uint32_t arr_n; /* TXO_ARRAY: elements */
+};
+
+enum phase {
+	PH_OPEN = 0,
+	PH_RESERVE,
+	PH_LOCK,
+	PH_VALIDATE,
+	PH_BACKUP,
+	PH_PRIMARY,
+	PH_ABORT,
+	PH_DONE,
+};
+
+/* A record this transaction wrote (for the low-water marks). */
+struct txrec {
+	uint32_t machine;
+	uint64_t seq; /* its wq entry */
+};
+
+struct farm_tx {
+	farm_txm *m;
+	struct txloop *tl;
+	uint64_t id;
+	struct txobj *o;
+	unsigned n, cap;
+	unsigned reads_out; /* reads in flight */
+	enum phase ph;
+	unsigned pending;
+	int outcome;
+	bool reported, single;
+	farm_tx_commit_fn cont;
+	void *ctx;
+	uint64_t need[0x40]; /* log bytes reserved per machine (M <= 64) */
+	uint64_t need_mask;  /* bit m: need[m] != 0 (tx_need_add) */
+	uint64_t used[0x40];
+	bool locked_at[0x40];
+	bool cb_at[0x40];      /* a COMMIT-BACKUP was sent there */
+	bool cb_room[0x40];    /* room for an ABORT there is reserved */
+	int abort_outcome;     /* PH_ABORT: reported once ABORTs landed */
+	bool decided_at[0x40]; /* its COMMIT-PRIMARY or ABORT landed there */
+	unsigned wait_writes, wait_replies, wait_reads;
+	/* PH_VALIDATE: the next object to validate; when the send queue
+	 * was full with none of ours in flight, since when (a deferred
+	 * retry counts in wait_reads). */
+	unsigned vnext;
+	uint64_t vfull_t0;
+	int fail;                  /* first failure of the phase */
+	uint64_t deadline;         /* waiting for replies until */
+	unsigned committed_writes; /* COMMIT-PRIMARY writes that landed */
+	bool in_call;              /* inside farm_tx_commit: defer callbacks */
+	bool released;             /* farm_tx_free was called */
+	/* Records of blocking wrappers that gave up (txsync.c), freed with
+	 * the transaction: their operations may still complete into them. */
+	struct sync_res *orphans;
+	bool retry_posted; /* a reserve_again work item is queued */
+	bool deferred_report, deferred_finish;
+	unsigned space_tries;
+	struct txrec *recs;
+	unsigned nrecs, caprecs;
+	uint64_t n_writes, n_reads, n_msgs;
+	unsigned ep;    /* epoch bucket (farm_epoch_op_begin) */
+	uint64_t cseq;  /* commit sequence (0: none taken) */
+	uint32_t cfg;   /* configuration when the commit started */
+	uint32_t *regs; /* the regions it writes (records' region list) */
+	unsigned nregs;
+	/* Promoted primaries waiting for its decision (recover.c). */
+	struct rec_waiter {
+		uint64_t cfg;
+		uint32_t machine;
+		uint16_t thread;
+	} waiters[8];
+	unsigned nwaiters;
+	farm_tx *next_free; /* in its loop's tx_free_list */
+};
+
+/* ---- reads in flight ------------------------------------------------ */
+
+/* A lock-free read's caller (kept inside its rd_op: no allocation). */
+struct lf_ctx {
+	void *buf;
+	farm_op_fn cont;
+	void *ctx;
+	uint64_t *version_out; /* testing: the version read */
+};
+
+struct rd_op {
+	struct txloop *tl;
+	struct rd_op *next_free;
+	struct lf_ctx lf;
+	farm_gaddr a;
+	uint32_t size, lines;
+	uint64_t want; /* incarnation count, or UINT64_MAX */
+	uint8_t *img;
+	unsigned tries;
+	uint64_t t0;
+	uint64_t busy_t0; /* ns of the first retry (0: none yet) */
+	uint64_t cfg;     /* the configuration the copy was resolved in */
+	int status;
+	uint64_t version, incarn;
+	unsigned ep;  /* lock-free reads: epoch bucket */
+	unsigned nel; /* array reads: elements of lines / nel lines each */
+	void (*done)(struct rd_op *op);
+	void *ctx;
+	void *ctx2;
+};
+
+/* ---- transactions: the object set ----------------------------------- */
+
+static inline struct txobj *tx_find(farm_tx *tx, farm_gaddr a)
+{
+	for (unsigned i = 0; i < tx->n; i++)
+		if (tx->o[i].a == a)
+			return &tx->o[i];
+	return NULL;
+}
+
+/* Log room for @bytes more in machine @mach's log (@mach < 0x40). The
+ * mask lets the loops over a commit's logs visit only those it uses: M is
+ * the message layer's machine limit (64), and a single-machine commit
+ * without backups, the most common kind, uses none. */
+static inline void tx_need_add(farm_tx *tx, uint32_t mach, uint64_t bytes)
+{
+	tx->need[mach] += bytes;
+	tx->need_mask |= 1ull << mach;
+}
+
+static inline void tx_need_clear(farm_tx *tx)
+{
+	memset(tx->need, 0, sizeof(tx->need));
+	tx->need_mask = 0;
+}
+
+static inline struct txobj *tx_add(farm_tx *tx)
+{
+	if (tx->n == tx->cap) {
+		unsigned nc = tx->cap ? tx->cap * 2 : 8;
+		struct txobj *no = realloc(tx->o, nc * sizeof(*no));
+		if (!no)
+			return NULL;
+		tx->o = no;
+		tx->cap = nc;
+	}
+	struct txobj *o = &tx->o[tx->n++];
+	memset(o, 0, sizeof(*o));
+	return o;
+}
+
+/* ---- waiting on a loop (the blocking wrappers) ---------------------- */
+
+struct sync_res {
+	volatile int done;
+	int status;
+	const void *data;
+	farm_fatptr fp;
+	void *wdata;
+	struct sync_res *next; /* farm_tx.orphans */
+};
+
+static inline int wait_loop(farm_loop *loop, struct sync_res *r)
+{
+	int rc = farm_loop_wait(loop, &r->done, 0);
+	return rc ? rc : r->status;
+}
+
+static inline void sync_op_cb(farm_loop *loop, void *ctx, int status)
+{
+	(void)loop;
+	struct sync_res *r = ctx;
+	r->status = status;
+	r->done = 1;
+}
+
+/* txsync.c: free the records of blocking wrappers that gave up. */
+void txn_sync_orphans_free(farm_tx *tx);
+
+/* allocrec.c: block descriptions carried to backups */
+uint32_t txn_alloc_flags(farm_txm *m, const struct txobj *o);
+void txn_alloc_note(struct txloop *tl, const uint8_t *rec);
+bool txn_free_at_commit(farm_txm *m, struct txloop *tl, farm_gaddr a,
+                        uint64_t nv);
+
+/* tx.c */
+void txn_tx_free(farm_tx *tx);
+bool txn_tx_gone(farm_tx *tx);
+
+/* commit.c */
+void txn_tx_record_done(farm_loop *loop, farm_tx *tx, int kind, uint32_t mach,
+                        int status);
+void txn_tx_reserve(farm_tx *tx);
+void txn_tx_finish(farm_tx *tx);
+void txn_scan_deadlines(struct txloop *tl);
+void txn_end_lock_waits(struct txloop *tl, const bool *removed);
+void txn_h_reply(farm_loop *loop, const farm_msg_in *in, void *arg);
+
+/*
+ * What a transaction's decision must tell other parts of the layer: set
+ * by them (recover.c registers the promoted primaries' waiters with
+ * txn_on_decided), called by the coordinator (commit.c) when @tx is
+ * decided: commit at COMMIT-PRIMARY, abort at ABORT.
+ */
+typedef void (*txn_decided_fn)(farm_tx *tx, bool commit);
+void txn_on_decided(farm_txm *m, txn_decided_fn fn);
+void txn_tell_decided(farm_tx *tx, bool commit);
+
+#endif
