@@ -168,7 +168,9 @@ farm_kv_mget(farm_kv *kv, farm_loop *loop, unsigned n, const void *const *keys,
  * the operation goes on to the outcome the asynchronous call defines,
  * unreported: a put or delete that timed out may have happened or may
  * still happen (UNKNOWN: read the key to learn); a get or mget has no
- * effect. The directory's wrappers (farm_kv_name_sync ...) use the
+ * effect. A get refused for want of a free lookup slot on @loop retries
+ * (the loop parked in between) within the same deadline, and returns
+ * -ETIMEDOUT with nothing started once it passed. The directory's wrappers (farm_kv_name_sync ...) use the
  * default; the join wrappers take their own timeout.
  */
 

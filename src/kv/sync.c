@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "kv/kv_int.h"
+#include "util/common.h"
 
 void farm_kv_set_sync_timeout(farm_kv *kv, uint64_t timeout_ns)
 {
@@ -74,6 +75,34 @@ static void op_done(farm_loop *loop, void *ctx, int status)
 	(void)kv_sop_end(ctx, status);
 }
 
+/* How long a get refused with -EAGAIN (this loop's lookups all in flight)
+ * waits before it asks again: the loop parks meanwhile and completes the
+ * lookups in flight, one of which frees the slot. */
+#define GET_RETRY_NS 100000u
+
+/* Start the get, retrying while the loop has no free lookup slot until
+ * @until (0: no limit): -ETIMEDOUT once it passed with nothing started. */
+static int get_start(farm_kv *kv, farm_loop *loop, const void *key,
+                     uint32_t klen, struct sync_op *w, uint64_t until)
+{
+	static const volatile int never; /* the slice's end is the wake-up */
+	int rc;
+	while ((rc = farm_kv_get(kv, loop, key, klen, get_done, w)) == -EAGAIN) {
+		uint64_t slice = GET_RETRY_NS;
+		if (until) {
+			uint64_t now = farm_now_ns();
+			if (now >= until)
+				return -ETIMEDOUT;
+			if (until - now < slice)
+				slice = until - now;
+		}
+		int wr = farm_loop_wait(loop, &never, slice);
+		if (wr && wr != -ETIMEDOUT)
+			return wr;
+	}
+	return rc;
+}
+
 int farm_kv_get_sync_timed(farm_kv *kv, farm_loop *loop, const void *key,
                            uint32_t klen, void *val, uint32_t cap,
                            uint32_t *len, uint64_t timeout_ns)
@@ -85,11 +114,16 @@ int farm_kv_get_sync_timed(farm_kv *kv, farm_loop *loop, const void *key,
 		return -ENOMEM;
 	w->val = val;
 	w->cap = cap;
-	int rc;
-	while ((rc = farm_kv_get(kv, loop, key, klen, get_done, w)) == -EAGAIN)
-		(void)farm_loop_poll(loop);
-	if (!rc && (rc = kv_sop_wait(loop, w, timeout_ns)))
-		return rc;
+	/* One deadline for the retries and the wait together. */
+	uint64_t until = timeout_ns ? farm_now_ns() + timeout_ns : 0;
+	int rc = get_start(kv, loop, key, klen, w, until);
+	if (!rc) {
+		uint64_t now = farm_now_ns();
+		/* Past it already: one look (1 ns), then it is abandoned. */
+		uint64_t left = !until ? 0 : now < until ? until - now : 1;
+		if ((rc = kv_sop_wait(loop, w, left)))
+			return rc; /* abandoned: its continuation frees it */
+	}
 	if (len)
 		*len = w->len;
 	rc = rc ? rc : w->status;
