@@ -15,8 +15,11 @@
  * primary). Each must return -ETIMEDOUT within the deadline and a margin,
  * not at the owner's 10 s request timeout. Once machine 2 runs again the
  * same calls succeed, and the answers that come late to the calls that
- * gave up are harmless (the sanitizers' builds check the memory), as are
- * those of reads, lookups and a shipped assoc_get given a 1 ns deadline.
+ * gave up are harmless (the sanitizers' builds check the memory), as is
+ * that of an assoc_get abandoned while machine 2 was stopped (its output
+ * freed at once; awaited through a later answered call on the same ring).
+ * The one-sided reads (obj_get, ranges, KV get and mget, a transaction's
+ * read) complete without the owner's CPU on shm and are checked to end.
  */
 #include "gcluster.h"
 #include "graph_int.h"
@@ -130,6 +133,81 @@ static int tx_write_x(struct gc_machine *mc, farm_fatptr p, bool timed)
 	return rc;
 }
 
+/* The reads with deadlines while machine 2 is stopped. A call shipped to
+ * it (assoc_get) gives up with its operation still in flight: its output
+ * is on the heap and freed at once, so a late write into it is a use after
+ * free (the sanitizers' builds report it), and its abandoned record is
+ * freed by the late completion (a leak otherwise); resumed_calls waits for
+ * that completion. The others read one-sided (node map, buckets, object),
+ * which the shm fabric completes without the owner's CPU: they must end in
+ * time with 0, and cannot be made to give up this way. */
+static bool one_sided(const char *what, int rc)
+{
+	if (rc)
+		fprintf(stderr, "%s: %d (expected 0: a one-sided read)\n", what,
+		        rc);
+	return rc == 0;
+}
+
+
+static bool abandoned_calls(struct gc_machine *mc, farm_fatptr p)
+{
+	uint64_t x = node_x(mc->g), t0;
+	bool ok = true;
+	unsigned n;
+	int rc;
+	struct fg_obj *o = malloc(sizeof(*o));
+	struct fg_edge *e = malloc(2 * sizeof(*e));
+	t0 = gc_now_ns();
+	rc = fg_obj_get_sync_timed(mc->g, mc->loop, x, o, DEADLINE_NS);
+	free(o);
+	ok &= one_sided("fg_obj_get_sync_timed", rc);
+	t0 = gc_now_ns();
+	rc = fg_assoc_range_sync_timed(mc->g, mc->loop, x, 1, 0, 10, e, 2, &n,
+	                               DEADLINE_NS);
+	ok &= one_sided("fg_assoc_range_sync_timed", rc);
+	free(e);
+	e = malloc(2 * sizeof(*e));
+	t0 = gc_now_ns();
+	rc = fg_assoc_get_sync_timed(mc->g, mc->loop, x, 1, &x, 1, INT64_MAX,
+	                             INT64_MIN, e, 2, &n, DEADLINE_NS);
+	free(e);
+	ok &= timed_out("fg_assoc_get_sync_timed (abandoned)", rc, t0);
+	/* every key, machine 2's shard's among them */
+	for (unsigned i = 0; i < NKEYS; i++) {
+		char k[16];
+		key_of(i, k);
+		const void *keys[1] = {k};
+		uint32_t klens[1] = {(uint32_t)strlen(k)}, len;
+		uint8_t *v = malloc(8);
+		t0 = gc_now_ns();
+		rc = farm_kv_get_sync_timed(mc->kv, mc->loop, k, klens[0], v, 8,
+		                            &len, DEADLINE_NS);
+		free(v);
+		ok &= one_sided("farm_kv_get_sync_timed", rc);
+		v = malloc(8);
+		uint32_t *lens = malloc(sizeof(*lens));
+		int *st = malloc(sizeof(*st));
+		t0 = gc_now_ns();
+		rc = farm_kv_mget_sync_timed(mc->kv, mc->loop, 1, keys, klens, v,
+		                             8, lens, st, DEADLINE_NS);
+		free(v);
+		free(lens);
+		free(st);
+		ok &= one_sided("farm_kv_mget_sync_timed", rc);
+	}
+	/* a transaction's read, handed to the transaction's orphans */
+	farm_tx *tx;
+	const void *d;
+	if (farm_tx_begin(farm_node_txm(mc->node), mc->loop, &tx))
+		return false;
+	t0 = gc_now_ns();
+	rc = farm_tx_read_sync_timed(tx, p.addr, p.size, &d, DEADLINE_NS);
+	ok &= one_sided("farm_tx_read_sync_timed", rc);
+	farm_tx_free(tx); /* frees the wrapper's record once the read ends */
+	return ok;
+}
+
 static int stopped_calls(struct gc_machine *mc)
 {
 	uint64_t x = node_x(mc->g), t0;
@@ -184,50 +262,8 @@ static int stopped_calls(struct gc_machine *mc)
 	t0 = gc_now_ns();
 	ok &= timed_out("farm_tx_commit_sync", tx_write_x(mc, p, false), t0);
 	farm_txm_set_sync_timeout(farm_node_txm(mc->node), 0);
+	ok &= abandoned_calls(mc, p);
 	return ok ? 0 : -EPROTO;
-}
-
-/* Calls that give up at once (a 1 ns deadline) while their operations
- * go on: each returns 0 or -ETIMEDOUT, and the late completions must not
- * touch the caller's buffers or leak (the sanitizers' builds check). */
-static int abandoned_calls(struct gc_machine *mc, farm_fatptr p)
-{
-	uint64_t x = node_x(mc->g);
-	struct fg_obj o;
-	struct fg_edge e[2];
-	unsigned n;
-	uint8_t v[8];
-	uint32_t len, lens[2], klens[2] = {4, 4};
-	int st[2];
-	const void *keys[2] = {"dl-1", "dl-2"};
-	const void *d;
-	farm_tx *tx;
-	int rc[6];
-	rc[0] = fg_obj_get_sync_timed(mc->g, mc->loop, x, &o, 1);
-	rc[1] = fg_assoc_range_sync_timed(mc->g, mc->loop, x, 1, 0, 10, e, 2,
-	                                  &n, 1);
-	rc[2] = farm_kv_get_sync_timed(mc->kv, mc->loop, "dl-1", 4, v,
-	                               sizeof(v), &len, 1);
-	rc[3] = farm_kv_mget_sync_timed(mc->kv, mc->loop, 2, keys, klens, v, 4,
-	                                lens, st, 1);
-	rc[4] = farm_tx_begin(farm_node_txm(mc->node), mc->loop, &tx);
-	if (rc[4])
-		return rc[4];
-	rc[4] = farm_tx_read_sync_timed(tx, p.addr, p.size, &d, 1);
-	farm_tx_free(tx); /* frees the wrapper's record once the read ends */
-	rc[5] = fg_assoc_get_sync_timed(mc->g, mc->loop, x, 1, &x, 1, INT64_MAX,
-	                                INT64_MIN, e, 2, &n, 1);
-	fprintf(stderr, "1 ns deadlines: %d %d %d %d %d %d\n", rc[0], rc[1],
-	        rc[2], rc[3], rc[4], rc[5]);
-	for (unsigned i = 0; i < 6; i++)
-		if (rc[i] && rc[i] != -ETIMEDOUT) {
-			fprintf(stderr, "abandoned call %u: %d\n", i, rc[i]);
-			return rc[i];
-		}
-	/* let the late completions land before the next calls */
-	static const volatile int never;
-	(void)farm_loop_wait(mc->loop, &never, 100000000ull);
-	return 0;
 }
 
 /* Machine 2 runs again: the same calls succeed (retried while the ones
@@ -247,9 +283,15 @@ static int resumed_calls(struct gc_machine *mc)
 			break;
 		rc = 0;
 	}
+	/* The abandoned assoc_get's answer comes from machine 2 on the same
+	 * ring, ahead of this one's: once this one is answered, that one's
+	 * completion has run (and freed its record). */
+	struct fg_edge e[2];
+	unsigned n;
+	if (!rc)
+		rc = fg_assoc_get_sync(mc->g, mc->loop, x, 1, &x, 1, INT64_MAX,
+		                       INT64_MIN, e, 2, &n);
 	struct fg_obj o;
-	if (!rc && !(rc = node_ptr(mc, x, &p)))
-		rc = abandoned_calls(mc, p);
 	if (!rc)
 		rc = fg_obj_get_sync(mc->g, mc->loop, x, &o);
 	if (!rc && (o.len != 1 || o.data[0] != 'z'))
