@@ -162,7 +162,9 @@ FARM_API void farm_tx_free(farm_tx *tx);
 /* Whether running the transaction again may succeed: conflicts, and
  * failures of a participant (FARM_EPEERDEAD, -ETIMEDOUT), which a commit
  * reports only once it is sure not to have committed; after recovery
- * installs the next configuration the retry succeeds. */
+ * installs the next configuration the retry succeeds. False for
+ * FARM_EUNKNOWN, a blocking commit given up at its deadline: it may have
+ * committed, and a retry could commit twice. */
 FARM_API bool farm_tx_retryable(int outcome);
 
 /* ---- blocking wrappers (drive the loop; not from handlers) --------------- */
@@ -171,17 +173,18 @@ FARM_API bool farm_tx_retryable(int outcome);
  * Each waits at most its deadline: the transaction manager's default
  * (farm_txm_set_sync_timeout; 0, the initial value, is no limit of the
  * wrapper's own) or, for the *_timed variants, @timeout_ns (0: no limit).
- * Past it the wrapper returns -ETIMEDOUT and the operation goes on; its
+ * Past it the wrapper returns -ETIMEDOUT (a commit's: FARM_EUNKNOWN) and
+ * the operation goes on; its
  * outcome is then what the asynchronous call defines and is not reported:
  * a read or allocation may still complete (the transaction stays in use:
  * farm_tx_free it, or wait for nothing more from it), and a commit's
  * outcome is UNKNOWN (it may commit later, or may have committed: read the
  * objects again in a new transaction to learn). Either way the
  * transaction must still be freed with farm_tx_free, which a commit in
- * flight outlives. An -ETIMEDOUT a commit itself reports (a participant
- * did not answer) is retryable as farm_tx_retryable says; the wrapper's
- * own is not distinguished from it, so treat -ETIMEDOUT from a *_sync
- * commit as unknown.
+ * flight outlives. The commit wrapper's own deadline is FARM_EUNKNOWN,
+ * which farm_tx_retryable refuses (running the transaction again could
+ * commit it twice); an -ETIMEDOUT a commit itself reports (a participant
+ * did not answer, and it is sure not to have committed) stays retryable.
  */
 
 /* Set the deadline of the blocking wrappers of @m's transactions (ns, 0:

@@ -163,8 +163,8 @@ int farm_tx_commit_sync_timed(farm_tx *tx, uint64_t timeout_ns)
 		return rc;
 	}
 	rc = res_wait(tx, r, timeout_ns);
-	if (!r->done)
-		return rc; /* handed to the transaction */
+	if (!r->done) /* handed to the transaction; it may still commit */
+		return rc == -ETIMEDOUT ? FARM_EUNKNOWN : rc;
 	free(r);
 	return rc;
 }
