@@ -165,7 +165,8 @@ FARM_API bool farm_node_removed(farm_node *n);
  * them (farm_node_on_config says when). The region need not be allocated:
  * this is where its copies are placed. Returns 0; -EINVAL (NULL, or an
  * address no region of this cluster holds: region 0 or an offset past the
- * region size); -ENOENT (no configuration yet).
+ * region size, or a region id past the last one the cluster places);
+ * -ENOENT (no configuration yet).
  */
 #define FARM_REPLICAS_MAX 9u /* FARM_RING_MAX_REPLICAS (8) and an extra */
 struct farm_replicas {
