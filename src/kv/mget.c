@@ -466,8 +466,10 @@ static void mg_sync_done(farm_loop *loop, void *ctx)
 	(void)kv_sop_end(ctx, 0);
 }
 
-/* The lookup fills arrays of its own, copied out once it is done: one
- * that outlives a wrapper that gave up must not write the caller's. */
+/* With a deadline the lookup fills arrays of its own, copied out once it
+ * is done: one that outlives a wrapper that gave up must not write the
+ * caller's. Without one it always ends before the wrapper returns, so it
+ * writes the caller's arrays directly (no n * cap copy per call). */
 int farm_kv_mget_sync_timed(farm_kv *kv, farm_loop *loop, unsigned n,
                             const void *const *keys, const uint32_t *klens,
                             void *vals, uint32_t cap, uint32_t *lens,
@@ -480,6 +482,14 @@ int farm_kv_mget_sync_timed(farm_kv *kv, farm_loop *loop, unsigned n,
 	struct sync_op *w = calloc(1, sizeof(*w));
 	if (!w)
 		return -ENOMEM;
+	if (!timeout_ns) {
+		int rc = farm_kv_mget(kv, loop, n, keys, klens, vals, cap, lens,
+		                      status, mg_sync_done, w);
+		if (!rc && (rc = kv_sop_wait(loop, w, 0)))
+			return rc; /* -EDEADLK: not from a handler */
+		kv_sop_free(w);
+		return rc;
+	}
 	w->vals = malloc((size_t)n * cap + 1);
 	w->lens = calloc(n + 1u, sizeof(*w->lens));
 	w->st = calloc(n + 1u, sizeof(*w->st));
