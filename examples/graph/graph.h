@@ -38,7 +38,22 @@
  * -ENOENT (no such node or edge), -EEXIST (obj_add of an id that exists),
  * -ENOSPC (a node with FG_MAX_TYPES edge types already, or memory full),
  * -EBUSY (kept conflicting; retry), -ETIMEDOUT / FARM_EPEERDEAD (the
- * owner did not answer). A failed update changes nothing.
+ * owner did not answer). A failed update changes nothing, except one that
+ * reports -ETIMEDOUT or FARM_EPEERDEAD: its outcome is UNKNOWN (the owner
+ * may have run it, or may still run it: read to learn).
+ *
+ * Return convention: every call returns 0 or a negative error, except the
+ * updates' status (their continuation's, and the *_sync wrapper's), which
+ * is >= 0 on success: assoc_add's is 1 when it added the edge and 0 when
+ * it overwrote one, every other update's 0. Reads (obj_get, assoc_count,
+ * assoc_range, assoc_time_range, assoc_get) return 0, their results in
+ * their out parameters (edges: *n of them), never a count as the status.
+ *
+ * Consistency: every single-node read is linearizable with the updates of
+ * that node: it returns the node (and its list) as they were at one
+ * instant between its call and its answer, and a read that begins after
+ * another ended never sees an older state. A range over several blocks
+ * returns one state of the whole list.
  */
 #ifndef FGRAPH_GRAPH_H
 #define FGRAPH_GRAPH_H
@@ -171,7 +186,19 @@ int fg_assoc_change_type(fg_graph *g, farm_loop *loop, uint64_t id1,
                          fg_done_fn cont, void *ctx);
 
 /* ---- blocking wrappers (drive @loop; not from handlers) ------------------
- * Ranges: at most @cap edges are copied into @out, *@n the number returned. */
+ * Ranges: at most @cap edges are copied into @out, *@n the number returned.
+ *
+ * Deadlines: each wrapper waits at most the handle's default
+ * (fg_set_sync_timeout; 0, the initial value, is no limit of the wrapper's
+ * own: a shipped operation then ends by the owner's answer or the
+ * request's 10 s timeout) or, for the *_timed variants, @timeout_ns (0: no
+ * limit). Past it the wrapper returns -ETIMEDOUT and writes none of its
+ * outputs; the operation goes on to the outcome the asynchronous call
+ * defines, unreported. A read that timed out had no effect; an update's
+ * outcome is UNKNOWN (it may have been applied, or may still be: read the
+ * node to learn). */
+void fg_set_sync_timeout(fg_graph *g, uint64_t timeout_ns);
+
 int fg_obj_get_sync(fg_graph *g, farm_loop *loop, uint64_t id,
                     struct fg_obj *out);
 int fg_assoc_count_sync(fg_graph *g, farm_loop *loop, uint64_t id1,
@@ -203,6 +230,49 @@ int fg_assoc_delete_sync(fg_graph *g, farm_loop *loop, uint64_t id1,
                          uint32_t atype, uint64_t id2);
 int fg_assoc_change_type_sync(fg_graph *g, farm_loop *loop, uint64_t id1,
                               uint32_t atype, uint64_t id2, uint32_t newtype);
+
+/* The same with a deadline of their own (ns, 0: none). */
+int fg_obj_get_sync_timed(fg_graph *g, farm_loop *loop, uint64_t id,
+                          struct fg_obj *out, uint64_t timeout_ns);
+int fg_assoc_count_sync_timed(fg_graph *g, farm_loop *loop, uint64_t id1,
+                              uint32_t atype, uint64_t *count,
+                              uint64_t timeout_ns);
+int fg_assoc_range_sync_timed(fg_graph *g, farm_loop *loop, uint64_t id1,
+                              uint32_t atype, uint32_t pos, uint32_t limit,
+                              struct fg_edge *out, unsigned cap, unsigned *n,
+                              uint64_t timeout_ns);
+int fg_assoc_time_range_sync_timed(fg_graph *g, farm_loop *loop, uint64_t id1,
+                                   uint32_t atype, int64_t high, int64_t low,
+                                   uint32_t limit, struct fg_edge *out,
+                                   unsigned cap, unsigned *n,
+                                   uint64_t timeout_ns);
+int fg_assoc_get_sync_timed(fg_graph *g, farm_loop *loop, uint64_t id1,
+                            uint32_t atype, const uint64_t *id2s, unsigned nid,
+                            int64_t high, int64_t low, struct fg_edge *out,
+                            unsigned cap, unsigned *n, uint64_t timeout_ns);
+int fg_obj_add_sync_timed(fg_graph *g, farm_loop *loop, uint64_t id,
+                          uint32_t otype, int64_t time, const void *data,
+                          uint32_t len, uint64_t timeout_ns);
+int fg_obj_load_sync_timed(fg_graph *g, farm_loop *loop, uint64_t id,
+                           uint32_t otype, int64_t time, const void *data,
+                           uint32_t len, uint32_t atype,
+                           const struct fg_edge *edges, unsigned n,
+                           uint64_t timeout_ns);
+int fg_obj_update_sync_timed(fg_graph *g, farm_loop *loop, uint64_t id,
+                             uint32_t otype, int64_t time, const void *data,
+                             uint32_t len, uint64_t timeout_ns);
+int fg_obj_delete_sync_timed(fg_graph *g, farm_loop *loop, uint64_t id,
+                             uint64_t timeout_ns);
+int fg_assoc_add_sync_timed(fg_graph *g, farm_loop *loop, uint64_t id1,
+                            uint32_t atype, uint64_t id2, int64_t time,
+                            const void *data, uint32_t len,
+                            uint64_t timeout_ns);
+int fg_assoc_delete_sync_timed(fg_graph *g, farm_loop *loop, uint64_t id1,
+                               uint32_t atype, uint64_t id2,
+                               uint64_t timeout_ns);
+int fg_assoc_change_type_sync_timed(fg_graph *g, farm_loop *loop, uint64_t id1,
+                                    uint32_t atype, uint64_t id2,
+                                    uint32_t newtype, uint64_t timeout_ns);
 
 /*
  * fg_warm_sync() - fill @loop's cache with what a long-running client

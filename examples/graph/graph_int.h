@@ -48,6 +48,10 @@ struct gb_hdr {
 	uint32_t atype;
 	uint16_t n, cap;
 	farm_fatptr next;
+	/* In a list's head: +1 by every transaction that changes the list
+	 * (any block of it), so a reader of several blocks that finds the
+	 * head's seq unchanged after them read one state of the list. */
+	uint64_t seq;
 	/* cap edges follow, newest first */
 };
 
@@ -183,6 +187,7 @@ struct fg_graph {
 	struct fg_client *client[64]; /* by loop index */
 	_Atomic uint64_t st_ops[FG_NOPS], st_reads[FG_NOPS], st_kv[FG_NOPS];
 	_Atomic uint64_t st_retries, st_tx_retries, st_commits, st_stale_heads;
+	_Atomic uint64_t sync_timeout_ns; /* the *_sync wrappers' default */
 };
 
 static inline void fg_count(_Atomic uint64_t *c, uint64_t n)

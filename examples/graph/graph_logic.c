@@ -269,6 +269,23 @@ static int list_find(struct uop *op, farm_fatptr np, uint64_t id1, int s,
 	return 0;
 }
 
+/* Bump the seq of slot @s's head, the list's state as it ends this
+ * transaction (a head freed by it needs none: its readers get EFREED). */
+static int list_touch(struct uop *op, farm_fatptr np, int s)
+{
+	uint8_t *d;
+	int rc = acc_get(op, np, &d);
+	if (rc)
+		return rc;
+	farm_fatptr h = ((struct gn_hdr *)d)->lists[s].head;
+	if (!h.addr)
+		return 0;
+	if ((rc = acc_get(op, h, &d)) || (rc = acc_put(op, h.addr, &d)))
+		return rc;
+	((struct gb_hdr *)d)->seq++;
+	return 0;
+}
+
 /* Remove edge @id2 from node @np's list of @atype: 1 (the edge in *@old),
  * or 0 when it is not there. */
 static int list_remove(struct uop *op, farm_fatptr np, uint64_t id1,
@@ -304,7 +321,7 @@ static int list_remove(struct uop *op, farm_fatptr np, uint64_t id1,
 	if ((rc = node_put(op, np, &n)))
 		return rc;
 	n->lists[s].count--;
-	return 1;
+	return (rc = list_touch(op, np, s)) ? rc : 1;
 }
 
 /* The smallest block capacity that holds @k edges. */
@@ -367,7 +384,7 @@ static int list_insert(struct uop *op, farm_fatptr np, uint64_t id1,
 			return rc;
 		n->lists[s].head = p1;
 		n->lists[s].count++;
-		return 0;
+		return list_touch(op, np, s);
 	}
 	struct gb_hdr *b;
 	for (unsigned guard = 0;; guard++) {
@@ -435,7 +452,7 @@ static int list_insert(struct uop *op, farm_fatptr np, uint64_t id1,
 			if ((rc = node_put(op, np, &n)))
 				return rc;
 			n->lists[s].count++;
-			return 0;
+			return list_touch(op, np, s);
 		}
 		if (m <= GB_MAX_CAP) {
 			unsigned cap = cap_for(m);
@@ -469,7 +486,7 @@ static int list_insert(struct uop *op, farm_fatptr np, uint64_t id1,
 	if ((rc = node_put(op, np, &n)))
 		return rc;
 	n->lists[s].count++;
-	return 0;
+	return list_touch(op, np, s);
 }
 
 /* Add or overwrite an edge: 1 added, 0 overwritten. */

@@ -45,7 +45,9 @@ struct uop {
 	 * is deleted) */
 	struct oent *oe;
 	uint64_t oe_gen;
-	bool is_get, wants_id2, have_id2;
+	/* queued: in id1's queue (every update; an assoc_get that found
+	 * updates of id1 running) */
+	bool is_get, queued, wants_id2, have_id2;
 	int step, mode, result;
 	unsigned attempts;
 	/* the request */

@@ -296,7 +296,7 @@ static void finish(struct uop *op, int status)
 {
 	reply(op, status);
 	struct fg_owner *o = op->ow;
-	if (op->is_get) {
+	if (!op->queued) {
 		uop_free(op);
 		return;
 	}
@@ -518,6 +518,25 @@ static bool own_ptr(struct uop *op, uint64_t id, farm_fatptr *p)
 	return true;
 }
 
+/*
+ * An assoc_get of an id whose updates are running waits behind them in the
+ * id's queue. It reads the node through the owner's map, which names a new
+ * node from its commit on, while the other reads find it through the KV
+ * store once the update's KV step is done: run beside obj_add (or the KV
+ * step of a growth), it would see a node that a read after it may not, and
+ * the node's reads would not be linearizable. Queued, it runs after them,
+ * as the lock-free reads see them. Gets of an id with no update running
+ * run at once, side by side.
+ */
+static void get_wait(struct uop *op, struct oent *e)
+{
+	op->queued = true;
+	op->oe = e;
+	op->oe_gen = op->ow->gen;
+	e->qtail->qnext = op;
+	e->qtail = op;
+}
+
 /* One try of the current step: look the other node up when needed, then
  * a transaction. */
 static void attempt(struct uop *op)
@@ -536,6 +555,15 @@ static void attempt(struct uop *op)
 			return;
 		}
 	} else {
+		struct oent *e =
+		        op->queued ? NULL : om_find(op->ow, op->rq.id1);
+#ifdef FG_TEST_BREAK_LIN
+		e = NULL; /* the test-only build: gets beside updates */
+#endif
+		if (e && e->qtail) {
+			get_wait(op, e);
+			return;
+		}
 		(void)own_ptr(op, op->grq.id1, &op->id1ptr);
 	}
 	if (op->wants_id2 && !op->have_id2) {
@@ -715,6 +743,7 @@ void fg_h_update(farm_loop *loop, const farm_msg_in *in, void *arg)
 		return;
 	}
 	op->rq = rq;
+	op->queued = true;
 	op->oe = e;
 	op->oe_gen = op->ow->gen;
 	if (rq.len > op->datacap || !op->data) { /* never NULL: memcpy */
@@ -773,6 +802,7 @@ void fg_h_get(farm_loop *loop, const farm_msg_in *in, void *arg)
 	}
 	op->is_get = true;
 	op->grq = rq;
+	op->rq.id1 = rq.id1; /* its queue's id, should it wait in one */
 	memcpy(op->id2s, (const uint8_t *)in->payload + sizeof(rq),
 	       rq.n * sizeof(uint64_t));
 	start(op);

@@ -189,7 +189,10 @@ static int step(struct mctx *c, unsigned j, fg_graph *g, farm_loop *loop)
 		unsigned n = 0;
 		got = fg_assoc_range_sync(g, loop, id1, t, pos, lim, c->b,
 		                          FG_MAX_LIMIT, &n);
-		if (!got && want >= 0) {
+		if (got >= 0 && want >= 0) {
+			if (got) /* reads return 0, the edges in *n */
+				return mfail(c, j, "read returned %d, not 0",
+				             got);
 			if ((int)n != want || !edges_equal(c->a, c->b, n))
 				return mfail(c, j,
 				             "range %" PRIu64
@@ -208,7 +211,10 @@ static int step(struct mctx *c, unsigned j, fg_graph *g, farm_loop *loop)
 		unsigned n = 0;
 		got = fg_assoc_time_range_sync(g, loop, id1, t, hi, lo, lim,
 		                               c->b, FG_MAX_LIMIT, &n);
-		if (!got && want >= 0) {
+		if (got >= 0 && want >= 0) {
+			if (got) /* reads return 0, the edges in *n */
+				return mfail(c, j, "read returned %d, not 0",
+				             got);
 			if ((int)n != want || !edges_equal(c->a, c->b, n))
 				return mfail(c, j,
 				             "time_range %" PRIu64
@@ -233,7 +239,11 @@ static int step(struct mctx *c, unsigned j, fg_graph *g, farm_loop *loop)
 		unsigned k = 0;
 		got = fg_assoc_get_sync(g, loop, id1, t, ids, nid, hi, lo, c->b,
 		                        FG_GET_MAX, &k);
-		if (!got && want >= 0) {
+		if (got >= 0 && want >= 0) {
+			/* reads return 0, the edges in *n (graph.h) */
+			if (got)
+				return mfail(c, j, "get returned %d, not 0",
+				             got);
 			if ((int)k != want || !edges_equal(c->a, c->b, k))
 				return mfail(c, j,
 				             "get %" PRIu64

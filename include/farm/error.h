@@ -48,6 +48,9 @@ enum farm_error {
 	FARM_ELEASE = -10015,  /* this machine's lease at the configuration
 	                          manager lapsed: it serves no reads until
 	                          renewed (it may have been removed) */
+	FARM_EUNKNOWN = -10016, /* a blocking commit gave up at its deadline:
+	                           it may have committed or may still commit
+	                           (not retryable: read to learn) */
 };
 
 /* Human-readable text for any code returned by libfarm (never NULL). */

@@ -160,6 +160,24 @@ farm_kv_mget(farm_kv *kv, farm_loop *loop, unsigned n, const void *const *keys,
 
 /* ---- blocking wrappers (drive @loop until done) -------------------------- */
 
+/*
+ * Each waits at most its deadline: the store's default
+ * (farm_kv_set_sync_timeout; 0, the initial value, is no limit of the
+ * wrapper's own) or, for the *_timed variants, @timeout_ns (0: no limit).
+ * Past it the wrapper returns -ETIMEDOUT, writes none of its outputs, and
+ * the operation goes on to the outcome the asynchronous call defines,
+ * unreported: a put or delete that timed out may have happened or may
+ * still happen (UNKNOWN: read the key to learn); a get or mget has no
+ * effect. A get refused for want of a free lookup slot on @loop retries
+ * (the loop parked in between) within the same deadline, and returns
+ * -ETIMEDOUT with nothing started once it passed. The directory's wrappers (farm_kv_name_sync ...) use the
+ * default; the join wrappers take their own timeout.
+ */
+
+/* Set @kv's blocking wrappers' deadline (ns, 0: none); any thread, for
+ * the calls that start after it. */
+FARM_API void farm_kv_set_sync_timeout(farm_kv *kv, uint64_t timeout_ns);
+
 /* get: 0 and *@len bytes into @val; -EMSGSIZE when the value is longer
  * than @cap (*@len is then its length); -ENOENT; errors as farm_kv_get. */
 FARM_API FARM_MUST_CHECK int farm_kv_get_sync(farm_kv *kv, farm_loop *loop,
@@ -178,6 +196,22 @@ FARM_API FARM_MUST_CHECK int
 farm_kv_mget_sync(farm_kv *kv, farm_loop *loop, unsigned n,
                   const void *const *keys, const uint32_t *klens, void *vals,
                   uint32_t cap, uint32_t *lens, int *status);
+FARM_API FARM_MUST_CHECK int
+farm_kv_get_sync_timed(farm_kv *kv, farm_loop *loop, const void *key,
+                       uint32_t klen, void *val, uint32_t cap, uint32_t *len,
+                       uint64_t timeout_ns);
+FARM_API FARM_MUST_CHECK int
+farm_kv_put_sync_timed(farm_kv *kv, farm_loop *loop, const void *key,
+                       uint32_t klen, const void *val, uint32_t vlen,
+                       uint64_t timeout_ns);
+FARM_API FARM_MUST_CHECK int
+farm_kv_del_sync_timed(farm_kv *kv, farm_loop *loop, const void *key,
+                       uint32_t klen, uint64_t timeout_ns);
+FARM_API FARM_MUST_CHECK int
+farm_kv_mget_sync_timed(farm_kv *kv, farm_loop *loop, unsigned n,
+                        const void *const *keys, const uint32_t *klens,
+                        void *vals, uint32_t cap, uint32_t *lens, int *status,
+                        uint64_t timeout_ns);
 
 /* ---- iteration ----------------------------------------------------------- */
 

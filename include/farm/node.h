@@ -156,6 +156,29 @@ FARM_API void farm_node_on_config(farm_node *n, farm_node_config_fn fn,
                                   void *ctx);
 FARM_API bool farm_node_removed(farm_node *n);
 
+/*
+ * farm_replicas() - where the object at @a lives: the region @a names, its
+ * primary and its backups (in promotion order; an extra backup that a
+ * machine growing into the region holds comes last), in the configuration
+ * in force on this machine, whose id is out->config_id (one view: the id
+ * and the machines are read together). A later configuration may move
+ * them (farm_node_on_config says when). The region need not be allocated:
+ * this is where its copies are placed. Returns 0; -EINVAL (NULL, or an
+ * address no region of this cluster holds: region 0 or an offset past the
+ * region size, or a region id past the last one the cluster places);
+ * -ENOENT (no configuration yet).
+ */
+#define FARM_REPLICAS_MAX 9u /* FARM_RING_MAX_REPLICAS (8) and an extra */
+struct farm_replicas {
+	uint64_t config_id;
+	uint32_t region;
+	uint32_t primary;
+	unsigned nbackups;
+	uint32_t backups[FARM_REPLICAS_MAX - 1];
+};
+FARM_API FARM_MUST_CHECK int farm_replicas(farm_node *n, farm_gaddr a,
+                                           struct farm_replicas *out);
+
 /* The machine's messaging (register handlers before farm_node_start),
  * fabric and transaction manager (farm_tx_begin, farm_lf_read). */
 FARM_API farm_msg *farm_node_msg(const farm_node *n);

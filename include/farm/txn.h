@@ -162,10 +162,34 @@ FARM_API void farm_tx_free(farm_tx *tx);
 /* Whether running the transaction again may succeed: conflicts, and
  * failures of a participant (FARM_EPEERDEAD, -ETIMEDOUT), which a commit
  * reports only once it is sure not to have committed; after recovery
- * installs the next configuration the retry succeeds. */
+ * installs the next configuration the retry succeeds. False for
+ * FARM_EUNKNOWN, a blocking commit given up at its deadline: it may have
+ * committed, and a retry could commit twice. */
 FARM_API bool farm_tx_retryable(int outcome);
 
 /* ---- blocking wrappers (drive the loop; not from handlers) --------------- */
+
+/*
+ * Each waits at most its deadline: the transaction manager's default
+ * (farm_txm_set_sync_timeout; 0, the initial value, is no limit of the
+ * wrapper's own) or, for the *_timed variants, @timeout_ns (0: no limit).
+ * Past it the wrapper returns -ETIMEDOUT (a commit's: FARM_EUNKNOWN) and
+ * the operation goes on; its
+ * outcome is then what the asynchronous call defines and is not reported:
+ * a read or allocation may still complete (the transaction stays in use:
+ * farm_tx_free it, or wait for nothing more from it), and a commit's
+ * outcome is UNKNOWN (it may commit later, or may have committed: read the
+ * objects again in a new transaction to learn). Either way the
+ * transaction must still be freed with farm_tx_free, which a commit in
+ * flight outlives. The commit wrapper's own deadline is FARM_EUNKNOWN,
+ * which farm_tx_retryable refuses (running the transaction again could
+ * commit it twice); an -ETIMEDOUT a commit itself reports (a participant
+ * did not answer, and it is sure not to have committed) stays retryable.
+ */
+
+/* Set the deadline of the blocking wrappers of @m's transactions (ns, 0:
+ * none); any thread, for the calls that start after it. */
+FARM_API void farm_txm_set_sync_timeout(farm_txm *m, uint64_t timeout_ns);
 
 /* *@data stays valid until the transaction ends. */
 FARM_API FARM_MUST_CHECK int
@@ -174,6 +198,15 @@ FARM_API FARM_MUST_CHECK int farm_tx_alloc_sync(farm_tx *tx, uint32_t size,
                                                 farm_gaddr hint, farm_fatptr *p,
                                                 void **data);
 FARM_API FARM_MUST_CHECK int farm_tx_commit_sync(farm_tx *tx);
+FARM_API FARM_MUST_CHECK int farm_tx_read_sync_timed(farm_tx *tx, farm_gaddr a,
+                                                     uint32_t size,
+                                                     const void **data,
+                                                     uint64_t timeout_ns);
+FARM_API FARM_MUST_CHECK int
+farm_tx_alloc_sync_timed(farm_tx *tx, uint32_t size, farm_gaddr hint,
+                         farm_fatptr *p, void **data, uint64_t timeout_ns);
+FARM_API FARM_MUST_CHECK int farm_tx_commit_sync_timed(farm_tx *tx,
+                                                       uint64_t timeout_ns);
 
 /* A transaction's work: reads and writes through the *_sync calls on @tx.
  * Returns 0 to commit, or a negative code to abort with it (a retryable
@@ -191,6 +224,11 @@ typedef int (*farm_tx_body_fn)(farm_tx *tx, void *ctx);
  * tries (2 us doubling to 16 ms; the loop keeps serving meanwhile, so 64
  * tries span about a second: long enough for recovery to install a new
  * configuration after a machine fails).
+ *
+ * The body's *_sync reads and allocations wait at most the manager's
+ * deadline (farm_txm_set_sync_timeout; -ETIMEDOUT then aborts the try and
+ * is retried), its commit without one: a commit abandoned at a deadline
+ * has an unknown outcome, and trying again could commit the body twice.
  *
  * Returns 0 once a try committed; the body's error when it is not
  * retryable (that try aborted); the last try's outcome when every try

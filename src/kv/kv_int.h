@@ -48,6 +48,7 @@ struct farm_kv {
 	unsigned nshards, my_shard;
 	struct farm_ht_shard shards[MAX_MACHINES];
 	_Atomic uint64_t st[S_N];
+	_Atomic uint64_t sync_timeout_ns; /* the *_sync wrappers' default */
 };
 
 static inline void st_add(farm_kv *kv, int i, uint64_t n)
@@ -84,6 +85,30 @@ struct wait {
 	uint8_t *val;
 	uint32_t cap, len;
 };
+
+/* A blocking wrapper's record (sync.c), on the heap: one that gives up
+ * leaves its operation running, whose continuation frees the record it
+ * finds abandoned (the continuation always runs; ops here never outlive
+ * it). */
+struct sync_op {
+	volatile int done;
+	int status;
+	bool abandoned;
+	void *val; /* get: the caller's buffer, cap bytes */
+	uint32_t cap, len;
+	uint8_t *vals; /* mget: the lookup's own arrays */
+	uint32_t *lens;
+	int *st;
+};
+
+/* sync.c, shared with mget.c's wrapper. */
+uint64_t kv_sync_timeout(const farm_kv *kv);
+void kv_sop_free(struct sync_op *w);
+/* The operation ended: true when the record was abandoned (now freed). */
+bool kv_sop_end(struct sync_op *w, int status);
+/* Drive @loop until @w is done (0) or @timeout_ns passed (the error, @w
+ * abandoned to its continuation). */
+int kv_sop_wait(farm_loop *loop, struct sync_op *w, uint64_t timeout_ns);
 
 /* FARM_MSGT_KV_MGET's handler (mget_serve.c). */
 void farm_kv_mget_serve(farm_loop *loop, const farm_msg_in *in, void *arg);

@@ -460,24 +460,58 @@ int farm_kv_mget(farm_kv *kv, farm_loop *loop, unsigned n,
 	return 0;
 }
 
-struct mg_wait {
-	volatile int done;
-};
-
 static void mg_sync_done(farm_loop *loop, void *ctx)
 {
 	(void)loop;
-	((struct mg_wait *)ctx)->done = 1;
+	(void)kv_sop_end(ctx, 0);
+}
+
+/* With a deadline the lookup fills arrays of its own, copied out once it
+ * is done: one that outlives a wrapper that gave up must not write the
+ * caller's. Without one it always ends before the wrapper returns, so it
+ * writes the caller's arrays directly (no n * cap copy per call). */
+int farm_kv_mget_sync_timed(farm_kv *kv, farm_loop *loop, unsigned n,
+                            const void *const *keys, const uint32_t *klens,
+                            void *vals, uint32_t cap, uint32_t *lens,
+                            int *status, uint64_t timeout_ns)
+{
+	if (!vals || !lens || !status)
+		return -EINVAL;
+	if (n > FARM_KV_MGET_MAX)
+		return -E2BIG;
+	struct sync_op *w = calloc(1, sizeof(*w));
+	if (!w)
+		return -ENOMEM;
+	if (!timeout_ns) {
+		int rc = farm_kv_mget(kv, loop, n, keys, klens, vals, cap, lens,
+		                      status, mg_sync_done, w);
+		if (!rc && (rc = kv_sop_wait(loop, w, 0)))
+			return rc; /* -EDEADLK: not from a handler */
+		kv_sop_free(w);
+		return rc;
+	}
+	w->vals = malloc((size_t)n * cap + 1);
+	w->lens = calloc(n + 1u, sizeof(*w->lens));
+	w->st = calloc(n + 1u, sizeof(*w->st));
+	int rc = w->vals && w->lens && w->st ? 0 : -ENOMEM;
+	if (!rc)
+		rc = farm_kv_mget(kv, loop, n, keys, klens, w->vals, cap,
+		                  w->lens, w->st, mg_sync_done, w);
+	if (!rc && (rc = kv_sop_wait(loop, w, timeout_ns)))
+		return rc;
+	if (!rc) {
+		memcpy(vals, w->vals, (size_t)n * cap);
+		memcpy(lens, w->lens, n * sizeof(*lens));
+		memcpy(status, w->st, n * sizeof(*status));
+	}
+	kv_sop_free(w);
+	return rc;
 }
 
 int farm_kv_mget_sync(farm_kv *kv, farm_loop *loop, unsigned n,
                       const void *const *keys, const uint32_t *klens,
                       void *vals, uint32_t cap, uint32_t *lens, int *status)
 {
-	struct mg_wait w = {0};
-	int rc = farm_kv_mget(kv, loop, n, keys, klens, vals, cap, lens, status,
-	                      mg_sync_done, &w);
-	/* Every lookup and batch ends (batches time out): no limit here,
-	 * since the arrays must outlive the multi-get. */
-	return rc ? rc : farm_loop_wait(loop, &w.done, 0);
+	return farm_kv_mget_sync_timed(kv, loop, n, keys, klens, vals, cap,
+	                               lens, status, kv_sync_timeout(kv));
 }

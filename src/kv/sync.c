@@ -1,70 +1,184 @@
 /*
  * The blocking wrappers: each starts its operation and drives the loop
- * until the continuation has run.
+ * until the continuation has run or its deadline passed
+ * (farm_kv_set_sync_timeout, or the *_timed variant's). Their records are
+ * on the heap (struct sync_op, kv_int.h): one that gives up is freed by
+ * its operation's continuation.
  */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kv/kv_int.h"
+#include "util/common.h"
+
+void farm_kv_set_sync_timeout(farm_kv *kv, uint64_t timeout_ns)
+{
+	if (kv)
+		atomic_store_explicit(&kv->sync_timeout_ns, timeout_ns,
+		                      memory_order_relaxed);
+}
+
+uint64_t kv_sync_timeout(const farm_kv *kv)
+{
+	return kv ? atomic_load_explicit(&kv->sync_timeout_ns,
+	                                 memory_order_relaxed)
+	          : 0;
+}
+
+void kv_sop_free(struct sync_op *w)
+{
+	free(w->vals);
+	free(w->lens);
+	free(w->st);
+	free(w);
+}
+
+bool kv_sop_end(struct sync_op *w, int status)
+{
+	if (w->abandoned) {
+		kv_sop_free(w);
+		return true;
+	}
+	w->status = status;
+	w->done = 1;
+	return false;
+}
+
+int kv_sop_wait(farm_loop *loop, struct sync_op *w, uint64_t timeout_ns)
+{
+	int rc = farm_loop_wait(loop, &w->done, timeout_ns);
+	if (w->done)
+		return 0;
+	w->abandoned = true;
+	return rc ? rc : -ETIMEDOUT;
+}
 
 static void get_done(farm_loop *loop, void *ctx, int status, const void *val,
                      uint32_t len)
 {
 	(void)loop;
-	struct wait *w = ctx;
-	if (!status) {
+	struct sync_op *w = ctx;
+	if (!status && !w->abandoned) {
 		w->len = len;
 		if (len > w->cap)
 			status = -EMSGSIZE;
 		else
 			memcpy(w->val, val, len);
 	}
-	w->status = status;
-	w->done = 1;
+	(void)kv_sop_end(w, status);
 }
 
 static void op_done(farm_loop *loop, void *ctx, int status)
 {
 	(void)loop;
-	struct wait *w = ctx;
-	w->status = status;
-	w->done = 1;
+	(void)kv_sop_end(ctx, status);
 }
 
-static int wait_op(farm_loop *loop, struct wait *w)
+/* How long a get refused with -EAGAIN (this loop's lookups all in flight)
+ * waits before it asks again: the loop parks meanwhile and completes the
+ * lookups in flight, one of which frees the slot. */
+#define GET_RETRY_NS 100000u
+
+/* Start the get, retrying while the loop has no free lookup slot until
+ * @until (0: no limit): -ETIMEDOUT once it passed with nothing started. */
+static int get_start(farm_kv *kv, farm_loop *loop, const void *key,
+                     uint32_t klen, struct sync_op *w, uint64_t until)
 {
-	int rc = farm_loop_wait(loop, &w->done, 0);
-	return rc ? rc : w->status;
+	static const volatile int never; /* the slice's end is the wake-up */
+	int rc;
+	while ((rc = farm_kv_get(kv, loop, key, klen, get_done, w)) == -EAGAIN) {
+		uint64_t slice = GET_RETRY_NS;
+		if (until) {
+			uint64_t now = farm_now_ns();
+			if (now >= until)
+				return -ETIMEDOUT;
+			if (until - now < slice)
+				slice = until - now;
+		}
+		int wr = farm_loop_wait(loop, &never, slice);
+		if (wr && wr != -ETIMEDOUT)
+			return wr;
+	}
+	return rc;
+}
+
+int farm_kv_get_sync_timed(farm_kv *kv, farm_loop *loop, const void *key,
+                           uint32_t klen, void *val, uint32_t cap,
+                           uint32_t *len, uint64_t timeout_ns)
+{
+	if (!kv || !loop || (!val && cap))
+		return -EINVAL;
+	struct sync_op *w = calloc(1, sizeof(*w));
+	if (!w)
+		return -ENOMEM;
+	w->val = val;
+	w->cap = cap;
+	/* One deadline for the retries and the wait together. */
+	uint64_t until = timeout_ns ? farm_now_ns() + timeout_ns : 0;
+	int rc = get_start(kv, loop, key, klen, w, until);
+	if (!rc) {
+		uint64_t now = farm_now_ns();
+		/* Past it already: one look (1 ns), then it is abandoned. */
+		uint64_t left = !until ? 0 : now < until ? until - now : 1;
+		if ((rc = kv_sop_wait(loop, w, left)))
+			return rc; /* abandoned: its continuation frees it */
+	}
+	if (len)
+		*len = w->len;
+	rc = rc ? rc : w->status;
+	kv_sop_free(w);
+	return rc;
 }
 
 int farm_kv_get_sync(farm_kv *kv, farm_loop *loop, const void *key,
                      uint32_t klen, void *val, uint32_t cap, uint32_t *len)
 {
-	if (!kv || !loop || (!val && cap))
-		return -EINVAL;
-	struct wait w = {.val = val, .cap = cap};
-	int rc;
-	while ((rc = farm_kv_get(kv, loop, key, klen, get_done, &w)) == -EAGAIN)
-		(void)farm_loop_poll(loop);
-	if (!rc)
-		rc = wait_op(loop, &w);
-	if (len)
-		*len = w.len;
+	return farm_kv_get_sync_timed(kv, loop, key, klen, val, cap, len,
+	                              kv_sync_timeout(kv));
+}
+
+/* put (@val) or delete (@val NULL) */
+static int change_sync(farm_kv *kv, farm_loop *loop, const void *key,
+                       uint32_t klen, const void *val, uint32_t vlen,
+                       uint64_t timeout_ns)
+{
+	struct sync_op *w = calloc(1, sizeof(*w));
+	if (!w)
+		return -ENOMEM;
+	int rc = val ? farm_kv_put(kv, loop, key, klen, val, vlen, op_done, w)
+	             : farm_kv_del(kv, loop, key, klen, op_done, w);
+	if (!rc && (rc = kv_sop_wait(loop, w, timeout_ns)))
+		return rc;
+	rc = rc ? rc : w->status;
+	kv_sop_free(w);
 	return rc;
+}
+
+int farm_kv_put_sync_timed(farm_kv *kv, farm_loop *loop, const void *key,
+                           uint32_t klen, const void *val, uint32_t vlen,
+                           uint64_t timeout_ns)
+{
+	if (!val)
+		return -EINVAL;
+	return change_sync(kv, loop, key, klen, val, vlen, timeout_ns);
 }
 
 int farm_kv_put_sync(farm_kv *kv, farm_loop *loop, const void *key,
                      uint32_t klen, const void *val, uint32_t vlen)
 {
-	struct wait w = {0};
-	int rc = farm_kv_put(kv, loop, key, klen, val, vlen, op_done, &w);
-	return rc ? rc : wait_op(loop, &w);
+	return farm_kv_put_sync_timed(kv, loop, key, klen, val, vlen,
+	                              kv_sync_timeout(kv));
+}
+
+int farm_kv_del_sync_timed(farm_kv *kv, farm_loop *loop, const void *key,
+                           uint32_t klen, uint64_t timeout_ns)
+{
+	return change_sync(kv, loop, key, klen, NULL, 0, timeout_ns);
 }
 
 int farm_kv_del_sync(farm_kv *kv, farm_loop *loop, const void *key,
                      uint32_t klen)
 {
-	struct wait w = {0};
-	int rc = farm_kv_del(kv, loop, key, klen, op_done, &w);
-	return rc ? rc : wait_op(loop, &w);
+	return farm_kv_del_sync_timed(kv, loop, key, klen, kv_sync_timeout(kv));
 }

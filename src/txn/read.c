@@ -521,30 +521,6 @@ int farm_tx_read_fat(farm_tx *tx, farm_fatptr p, farm_tx_read_fn cont,
 	return tx_read_common(tx, p.addr, p.size, p.incarnation, cont, ctx);
 }
 
-static void sync_read_cb(farm_tx *tx, void *ctx, int status, const void *data,
-                         uint32_t size)
-{
-	(void)tx;
-	(void)size;
-	struct sync_res *r = ctx;
-	r->status = status;
-	r->data = data;
-	r->done = 1;
-}
-
-int farm_tx_read_sync(farm_tx *tx, farm_gaddr a, uint32_t size,
-                      const void **data)
-{
-	struct sync_res r = {0};
-	int rc = farm_tx_read(tx, a, size, sync_read_cb, &r);
-	if (rc)
-		return rc;
-	rc = wait_loop(tx->tl->loop, &r);
-	if (!rc && data)
-		*data = r.data;
-	return rc;
-}
-
 /* ---- local reads without waiting --------------------------------------- */
 
 int farm_tx_read_local(farm_tx *tx, farm_gaddr a, uint32_t size,

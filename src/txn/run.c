@@ -50,8 +50,11 @@ static int run_once(farm_txm *m, farm_loop *loop, farm_tx_body_fn body,
 	if (rc)
 		return rc;
 	rc = body(tx, ctx);
+	/* No deadline of the wrapper's own on the commit: one that gave up
+	 * would leave the outcome unknown, and retrying it could commit the
+	 * body twice. The commit's own -ETIMEDOUT means it did not commit. */
 	if (rc == 0)
-		rc = farm_tx_commit_sync(tx);
+		rc = farm_tx_commit_sync_timed(tx, 0);
 	else if (rc > 0)
 		rc = -EINVAL; /* the body broke its contract */
 	farm_tx_free(tx);     /* aborts a transaction the body gave up */

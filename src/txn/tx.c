@@ -60,6 +60,7 @@ void txn_tx_free(farm_tx *tx)
 		tl->slots[(tx->id & ((1ull << 48) - 1)) % TX_SLOTS] = NULL;
 	for (unsigned i = 0; i < tx->n; i++)
 		free(tx->o[i].data);
+	txn_sync_orphans_free(tx);
 	free(tx->recs);
 	free(tx->regs);
 	farm_epoch_op_end(tx->ep);
@@ -380,56 +381,6 @@ bool farm_tx_retryable(int outcome)
 	       outcome == -ENOSPC || outcome == -EBUSY || outcome == -EAGAIN ||
 	       outcome == FARM_EPEERDEAD || outcome == -ETIMEDOUT ||
 	       outcome == FARM_ELEASE;
-}
-
-/* ---- blocking wrappers ------------------------------------------------ */
-
-static void sync_alloc_cb(farm_tx *tx, void *ctx, int status, farm_fatptr p,
-                          void *data)
-{
-	(void)tx;
-	struct sync_res *r = ctx;
-	r->status = status;
-	r->fp = p;
-	r->wdata = data;
-	r->done = 1;
-}
-
-int farm_tx_alloc_sync(farm_tx *tx, uint32_t size, farm_gaddr hint,
-                       farm_fatptr *p, void **data)
-{
-	struct sync_res r = {0};
-	int rc = farm_tx_alloc(tx, size, hint, sync_alloc_cb, &r);
-	if (rc)
-		return rc;
-	rc = wait_loop(tx->tl->loop, &r);
-	if (!rc) {
-		if (p)
-			*p = r.fp;
-		if (data)
-			*data = r.wdata;
-	}
-	return rc;
-}
-
-static void sync_commit_cb(farm_loop *loop, void *ctx, int outcome)
-{
-	(void)loop;
-	struct sync_res *r = ctx;
-	r->status = outcome;
-	r->done = 1;
-}
-
-int farm_tx_commit_sync(farm_tx *tx)
-{
-	if (!tx)
-		return -EINVAL;
-	farm_loop *loop = tx->tl->loop;
-	struct sync_res r = {0};
-	int rc = farm_tx_commit(tx, sync_commit_cb, &r);
-	if (rc)
-		return rc;
-	return wait_loop(loop, &r);
 }
 
 /* ---- testing (txn_testing.h): for tests only --------------------------- */

@@ -67,6 +67,7 @@ struct txloop {
 };
 
 struct farm_txm {
+	_Atomic uint64_t sync_timeout_ns; /* the *_sync wrappers' default */
 	farm_fabric *fab;
 	farm_msg *msg;
 	farm_as *as;

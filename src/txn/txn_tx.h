@@ -83,7 +83,10 @@ struct farm_tx {
 	unsigned committed_writes; /* COMMIT-PRIMARY writes that landed */
 	bool in_call;              /* inside farm_tx_commit: defer callbacks */
 	bool released;             /* farm_tx_free was called */
-	bool retry_posted;         /* a reserve_again work item is queued */
+	/* Records of blocking wrappers that gave up (txsync.c), freed with
+	 * the transaction: their operations may still complete into them. */
+	struct sync_res *orphans;
+	bool retry_posted; /* a reserve_again work item is queued */
 	bool deferred_report, deferred_finish;
 	unsigned space_tries;
 	struct txrec *recs;
@@ -184,6 +187,7 @@ struct sync_res {
 	const void *data;
 	farm_fatptr fp;
 	void *wdata;
+	struct sync_res *next; /* farm_tx.orphans */
 };
 
 static inline int wait_loop(farm_loop *loop, struct sync_res *r)
@@ -199,6 +203,9 @@ static inline void sync_op_cb(farm_loop *loop, void *ctx, int status)
 	r->status = status;
 	r->done = 1;
 }
+
+/* txsync.c: free the records of blocking wrappers that gave up. */
+void txn_sync_orphans_free(farm_tx *tx);
 
 /* allocrec.c: block descriptions carried to backups */
 uint32_t txn_alloc_flags(farm_txm *m, const struct txobj *o);

@@ -29,6 +29,9 @@ const char *farm_strerror(int err)
 	case FARM_ELEASE:
 		return "this machine's lease lapsed: it may have been removed "
 		       "from the configuration";
+	case FARM_EUNKNOWN:
+		return "outcome unknown: the commit was given up at its "
+		       "deadline and may have committed";
 	case FARM_EFENCED:
 		return "access revoked: this machine was removed from the "
 		       "configuration";
