@@ -262,11 +262,15 @@ static void *progress_main(void *arg)
 static void ofi_close(farm_fabric *fab);
 static void ep_free(struct ofi_ep *ep);
 
-static int ofi_open(const farm_fabric_attr *attr, farm_fabric **out)
+/* The fabric with its settings: the peer timeout and heartbeat from the
+ * environment, the provider from the attributes, else the environment,
+ * else the default. Returns the provider's name in @prov. */
+static struct ofi_fabric *fabric_new(const farm_fabric_attr *attr,
+                                     const char **prov)
 {
 	struct ofi_fabric *f = calloc(1, sizeof(*f));
 	if (!f)
-		return -ENOMEM;
+		return NULL;
 	f->base.ops = &farm_ofi_ops;
 	f->base.machine_id = attr->machine_id;
 	f->cq_fd = f->stop_fd = -1;
@@ -276,28 +280,21 @@ static int ofi_open(const farm_fabric_attr *attr, farm_fabric **out)
 	f->timeout_ns =
 	        (to && atoi(to) > 0 ? (uint64_t)atoi(to) : 4000) * 1000000ull;
 	f->hb_ns = FARM_MAX(f->timeout_ns / 4, 20000000ull);
-	const char *prov = attr->ofi_provider;
-	if (!prov || !*prov)
-		prov = getenv("FARM_OFI_PROVIDER");
-	if (!prov || !*prov)
-		prov = OFI_DEFAULT_PROVIDER;
-	snprintf(f->prov, sizeof(f->prov), "%s", prov);
-	const char *listen = attr->listen_addr && *attr->listen_addr
-	                             ? attr->listen_addr
-	                             : "127.0.0.1:0";
-	struct sockaddr_storage ss;
-	socklen_t sl;
-	int rc = -EINVAL;
-	if (ofi_parse_addr(listen, &ss, &sl)) {
-		farm_err("ofi: listen address '%s' is not ip:port", listen);
-		free(f);
-		return -EINVAL;
-	}
-	struct fi_info *hints = fi_allocinfo();
-	if (!hints) {
-		free(f);
-		return -ENOMEM;
-	}
+	const char *p = attr->ofi_provider;
+	if (!p || !*p)
+		p = getenv("FARM_OFI_PROVIDER");
+	if (!p || !*p)
+		p = OFI_DEFAULT_PROVIDER;
+	snprintf(f->prov, sizeof(f->prov), "%s", p);
+	*prov = p;
+	return f;
+}
+
+/* What we ask of libfabric: @prov with RDM endpoints, RMA and atomics,
+ * bound to @ss. */
+static void fill_hints(struct fi_info *hints, const char *prov,
+                       const struct sockaddr_storage *ss, socklen_t sl)
+{
 	hints->caps = FI_MSG | FI_RMA | FI_ATOMIC | FI_READ | FI_WRITE |
 	              FI_SEND | FI_RECV | FI_REMOTE_READ | FI_REMOTE_WRITE;
 	hints->mode = 0;
@@ -313,20 +310,16 @@ static int ofi_open(const farm_fabric_attr *attr, farm_fabric **out)
 	/* No msg_order in the hints: ofi_rxm refuses any with atomics. What
 	 * the provider grants is read back and the rest fenced (order_ok). */
 	hints->addr_format =
-	        ss.ss_family == AF_INET ? FI_SOCKADDR_IN : FI_SOCKADDR_IN6;
+	        ss->ss_family == AF_INET ? FI_SOCKADDR_IN : FI_SOCKADDR_IN6;
 	hints->src_addr = malloc(sl);
 	hints->src_addrlen = sl;
-	memcpy(hints->src_addr, &ss, sl);
+	memcpy(hints->src_addr, ss, sl);
 	hints->fabric_attr->prov_name = strdup(prov);
-	rc = fi_getinfo(FI_VERSION(1, 9), NULL, NULL, 0, hints, &f->info);
-	fi_freeinfo(hints);
-	if (rc) {
-		farm_info("ofi: no libfabric provider '%s' with RDM endpoints, "
-		          "RMA and atomics on %s: %s",
-		          prov, listen, fi_strerror(-rc));
-		free(f);
-		return FARM_ENODEVICE;
-	}
+}
+
+/* What the provider granted: memory registration modes and ordering. */
+static void read_grants(struct ofi_fabric *f, const char *prov)
+{
 	struct fi_info *i = f->info;
 	f->mr_local = i->domain_attr->mr_mode & FI_MR_LOCAL;
 	f->virt_addr = i->domain_attr->mr_mode & FI_MR_VIRT_ADDR;
@@ -334,20 +327,21 @@ static int ofi_open(const farm_fabric_attr *attr, farm_fabric **out)
 	f->order = i->tx_attr->msg_order;
 	if (!(i->tx_attr->op_flags & FI_DELIVERY_COMPLETE))
 		farm_warn("ofi: %s does not complete WRITEs on delivery", prov);
-	if ((rc = fi_fabric(i->fabric_attr, &f->fabric, NULL)) ||
-	    (rc = fi_domain(f->fabric, i, &f->domain, NULL)))
-		goto fail_fi;
-	struct fi_av_attr ava = {.type = FI_AV_UNSPEC};
-	if ((rc = fi_av_open(f->domain, &ava, &f->av, NULL)))
-		goto fail_fi;
+}
+
+/* The CQ, with a wait fd when the provider has one: the progress thread
+ * then sleeps in poll(2) instead of spinning. */
+static int open_cq(struct ofi_fabric *f, const char *prov)
+{
 	struct fi_cq_attr cqa = {
 	        .format = FI_CQ_FORMAT_MSG, .wait_obj = FI_WAIT_FD, .size = 0};
 	f->cq_wait = true;
 	if (fi_cq_open(f->domain, &cqa, &f->cq, NULL)) {
 		cqa.wait_obj = FI_WAIT_NONE;
 		f->cq_wait = false;
-		if ((rc = fi_cq_open(f->domain, &cqa, &f->cq, NULL)))
-			goto fail_fi;
+		int rc = fi_cq_open(f->domain, &cqa, &f->cq, NULL);
+		if (rc)
+			return rc;
 		farm_warn("ofi: provider %s has no CQ wait fd: the progress "
 		          "thread polls (costs CPU while idle)",
 		          prov);
@@ -357,63 +351,133 @@ static int ofi_open(const farm_fabric_attr *attr, farm_fabric **out)
 		f->cq_wait = false;
 		f->cq_fd = -1;
 	}
-	if ((rc = fi_endpoint(f->domain, i, &f->ep, NULL)) ||
+	return 0;
+}
+
+/* The RDM endpoint, bound and enabled, and the address peers are given. */
+static int open_endpoint(struct ofi_fabric *f)
+{
+	int rc;
+	if ((rc = fi_endpoint(f->domain, f->info, &f->ep, NULL)) ||
 	    (rc = fi_ep_bind(f->ep, &f->av->fid, 0)) ||
 	    (rc = fi_ep_bind(f->ep, &f->cq->fid, FI_TRANSMIT | FI_RECV)) ||
 	    (rc = fi_enable(f->ep)))
-		goto fail_fi;
+		return rc;
 	char name[128];
 	size_t nl = sizeof(name);
 	if ((rc = fi_getname(&f->ep->fid, name, &nl)))
-		goto fail_fi;
-	if (ofi_format_addr(name, f->addr, sizeof(f->addr)) < 0) {
-		rc = -FI_EINVAL;
-		goto fail_fi;
-	}
+		return rc;
+	if (ofi_format_addr(name, f->addr, sizeof(f->addr)) < 0)
+		return -FI_EINVAL;
+	return 0;
+}
+
+/* Without provider keys, peers validate a key against this fabric's
+ * table of registrations, which they READ: register the table itself as
+ * entry 0. */
+static int open_key_table(struct ofi_fabric *f)
+{
+	size_t tl = sizeof(struct ofi_tent) * OFI_TABLE_N;
+	f->table = aligned_alloc(4096, tl);
+	if (!f->table)
+		return -FI_ENOMEM;
+	memset(f->table, 0, tl);
+	f->slot_gen[0] = 1;
+	uint64_t tkey = 1ull << 12;
+	int rc = fi_mr_reg(f->domain, f->table, tl, FI_REMOTE_READ, 0, tkey, 0,
+	                   &f->table_mr, NULL);
+	if (rc)
+		return rc;
+	f->table[0] = (struct ofi_tent){.key = tkey,
+	                                .addr = (uintptr_t)f->table,
+	                                .len = tl,
+	                                .access = FARM_ACCESS_REMOTE_READ};
+	return 0;
+}
+
+/* Domain, address vector, CQ, endpoint, receive buffers and key table. */
+static int open_resources(struct ofi_fabric *f, const char *prov)
+{
+	struct fi_info *i = f->info;
+	int rc;
+	if ((rc = fi_fabric(i->fabric_attr, &f->fabric, NULL)) ||
+	    (rc = fi_domain(f->fabric, i, &f->domain, NULL)))
+		return rc;
+	struct fi_av_attr ava = {.type = FI_AV_UNSPEC};
+	if ((rc = fi_av_open(f->domain, &ava, &f->av, NULL)) ||
+	    (rc = open_cq(f, prov)) || (rc = open_endpoint(f)))
+		return rc;
 	if (f->mr_local &&
 	    (rc = fi_mr_reg(f->domain, f->rbufs, sizeof(f->rbufs), FI_RECV, 0,
 	                    0, 0, &f->rbufs_mr, NULL)))
-		goto fail_fi;
+		return rc;
 	f->validate = !f->prov_key;
-	if (f->validate) {
-		size_t tl = sizeof(struct ofi_tent) * OFI_TABLE_N;
-		f->table = aligned_alloc(4096, tl);
-		if (!f->table) {
-			rc = -FI_ENOMEM;
-			goto fail_fi;
-		}
-		memset(f->table, 0, tl);
-		f->slot_gen[0] = 1;
-		uint64_t tkey = 1ull << 12;
-		if ((rc = fi_mr_reg(f->domain, f->table, tl, FI_REMOTE_READ, 0,
-		                    tkey, 0, &f->table_mr, NULL)))
-			goto fail_fi;
-		f->table[0] =
-		        (struct ofi_tent){.key = tkey,
-		                          .addr = (uintptr_t)f->table,
-		                          .len = tl,
-		                          .access = FARM_ACCESS_REMOTE_READ};
-	}
+	if (f->validate)
+		return open_key_table(f);
+	return 0;
+}
+
+/* Post the receive buffers and start the progress thread. */
+static int start_progress(struct ofi_fabric *f)
+{
 	for (int k = 0; k < OFI_RECVS; k++)
 		ofi_post_recv(f, &f->rbufs[k]);
 	f->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (f->stop_fd < 0 ||
-	    pthread_create(&f->progress, NULL, progress_main, f)) {
-		rc = -FI_ENOMEM;
-		goto fail_fi;
-	}
+	    pthread_create(&f->progress, NULL, progress_main, f))
+		return -FI_ENOMEM;
 	f->progress_started = true;
+	return 0;
+}
+
+static int ofi_open(const farm_fabric_attr *attr, farm_fabric **out)
+{
+	const char *prov;
+	struct ofi_fabric *f = fabric_new(attr, &prov);
+	if (!f)
+		return -ENOMEM;
+	const char *listen = attr->listen_addr && *attr->listen_addr
+	                             ? attr->listen_addr
+	                             : "127.0.0.1:0";
+	struct sockaddr_storage ss;
+	socklen_t sl;
+	if (ofi_parse_addr(listen, &ss, &sl)) {
+		farm_err("ofi: listen address '%s' is not ip:port", listen);
+		free(f);
+		return -EINVAL;
+	}
+	struct fi_info *hints = fi_allocinfo();
+	if (!hints) {
+		free(f);
+		return -ENOMEM;
+	}
+	fill_hints(hints, prov, &ss, sl);
+	int rc = fi_getinfo(FI_VERSION(1, 9), NULL, NULL, 0, hints, &f->info);
+	fi_freeinfo(hints);
+	if (rc) {
+		farm_info("ofi: no libfabric provider '%s' with RDM endpoints, "
+		          "RMA and atomics on %s: %s",
+		          prov, listen, fi_strerror(-rc));
+		free(f);
+		return FARM_ENODEVICE;
+	}
+	read_grants(f, prov);
+	rc = open_resources(f, prov);
+	if (!rc)
+		rc = start_progress(f);
+	if (rc) {
+		farm_err("ofi: opening %s on %s: %s", prov, listen,
+		         fi_strerror(-rc));
+		rc = fi_to_errno(rc);
+		ofi_close(&f->base);
+		return rc;
+	}
 	farm_dbg("ofi: machine %" PRIu32 " on %s (%s, mr_mode%s%s%s)",
 	         attr->machine_id, f->addr, prov, f->mr_local ? " local" : "",
 	         f->virt_addr ? " virt_addr" : "",
 	         f->prov_key ? " prov_key" : "");
 	*out = &f->base;
 	return 0;
-fail_fi:
-	farm_err("ofi: opening %s on %s: %s", prov, listen, fi_strerror(-rc));
-	rc = fi_to_errno(rc);
-	ofi_close(&f->base);
-	return rc;
 }
 
 static void ofi_close(farm_fabric *fab)
@@ -877,6 +941,141 @@ static bool local_ok(const farm_wr *wr)
 	       wr->len <= wr->lmr->len - (a - b);
 }
 
+static bool line_atomic_on(void)
+{
+	return atomic_load_explicit(&knob_line_atomic, memory_order_relaxed);
+}
+
+/* Copy the request into its slot and reset the slot's progress. */
+static void slot_fill(struct ofi_ep *ep, struct ofi_slot *s, const farm_wr *wr)
+{
+	s->seq = ep->head;
+	s->wr_id = wr->wr_id;
+	s->opcode = wr->opcode;
+	s->flags = wr->flags;
+	s->len = wr->len;
+	s->local = wr->local;
+	s->ldesc = ldesc(ep->fab, wr->lmr);
+	s->raddr = wr->raddr;
+	s->rkey = wr->rkey;
+	s->cmp = wr->compare;
+	s->swp = wr->swap;
+	s->posted = 0;
+	s->tries = 0;
+	s->started = false;
+	s->posted_ns = farm_now_ns();
+	atomic_store(&s->pending, 0);
+	for (unsigned k = 0; k < P_KINDS; k++)
+		atomic_store(&s->pend[k], 0);
+	atomic_store(&s->err, 0);
+}
+
+/* A failure known without the peer, in the order verbs would report it:
+ * the endpoint's state first, then injected faults, then the request's
+ * own buffers and keys. 0 when the request may go. */
+static int known_failure(struct ofi_ep *ep, const farm_wr *wr)
+{
+	if (ep->closed)
+		return -ENOTCONN;
+	if (ep->err_state || ep->sw_failed)
+		return FARM_EFLUSHED;
+	if (peer_dead(ep))
+		return FARM_EPEERDEAD;
+	if (atomic_load(&ep->faults.fail) ||
+	    (ep->base.peer < OFI_MAX_PEERS &&
+	     atomic_load(&ep->fab->peers[ep->base.peer].faults.fail)))
+		return FARM_EINJECTED;
+	if (!local_ok(wr))
+		return FARM_ELOCAL_ACCESS;
+	if (wr->opcode == FARM_WR_CAS && (wr->raddr & 7))
+		return -EINVAL;
+	if (wr->len || wr->opcode == FARM_WR_NOTIFY)
+		return ofi_check_remote(ep, wr);
+	return 0;
+}
+
+/* The pieces of a READ: one, plus its verification copy (b) when it is
+ * line-atomic. Test-only, with line atomicity off: its words copied
+ * apart, highest first, with no verification. */
+static void read_pieces(struct ofi_slot *s, const farm_wr *wr, unsigned *np)
+{
+	if (!line_atomic_on() && wr->len % 8 == 0 && wr->len <= 1024) {
+		s->rev8 = true;
+		for (uint32_t o = 0; o < wr->len; o += 8)
+			piece(s, np, 0, 8, P_READ);
+		return;
+	}
+	piece(s, np, 0, wr->len, P_READ);
+	if (wr->len <= OFI_VERIFY_MAX && s->scratch && line_atomic_on())
+		piece(s, np, 0, wr->len, P_READ); /* (b) */
+}
+
+/* A NOTIFY is one control message to the target's fabric (f). */
+static void notify_piece(struct ofi_ep *ep, struct ofi_slot *s,
+                         const farm_wr *wr, unsigned *np)
+{
+	piece(s, np, 0, 0, P_SEND);
+	memset(&s->ctl, 0, sizeof(s->ctl));
+	s->ctl.magic = OFI_CTRL_MAGIC;
+	s->ctl.type = CTRL_NOTIFY;
+	s->ctl.from = ep->fab->base.machine_id;
+	s->ctl.to = ep->base.peer;
+	s->ctl.key = wr->rkey;
+	s->ctl.addr = wr->raddr;
+}
+
+/* Split the request into the libfabric operations that carry it. */
+static unsigned plan_pieces(struct ofi_ep *ep, struct ofi_slot *s,
+                            const farm_wr *wr)
+{
+	unsigned np = 0;
+	if (wr->opcode == FARM_WR_WRITE) {
+		if (wr->flags & FARM_WR_INLINE) {
+			memcpy(s->inl, wr->local, wr->len);
+			s->local = s->inl;
+			s->ldesc = ep->slots_desc;
+		}
+		np = write_pieces(s);
+	} else if (wr->opcode == FARM_WR_READ) {
+		read_pieces(s, wr, &np);
+	} else if (wr->opcode == FARM_WR_CAS) {
+		piece(s, &np, 0, 8, P_CAS);
+	} else if (wr->opcode == FARM_WR_NOTIFY) {
+		notify_piece(ep, s, wr, &np);
+	}
+	return np;
+}
+
+/* Queue one checked request in the next slot. */
+static int queue_request(struct ofi_ep *ep, const farm_wr *wr)
+{
+	struct ofi_slot *s = &ep->slots[ep->head & ep->mask];
+	int rc;
+	if (wr->opcode == FARM_WR_READ && wr->len &&
+	    wr->len <= OFI_VERIFY_MAX && line_atomic_on() &&
+	    (rc = slot_scratch(ep, s)))
+		return rc;
+	slot_fill(ep, s, wr);
+	unsigned np = 0;
+	s->rev8 = false;
+	int sw = known_failure(ep, wr);
+	if (sw)
+		ep->sw_failed = true; /* later requests: flushed */
+	else
+		np = plan_pieces(ep, s, wr);
+	s->npieces = (uint8_t)np;
+	if (wr->len == 0 && wr->opcode != FARM_WR_NOTIFY && !sw) {
+		s->state = S_DONE; /* nothing to move */
+	} else if (sw) {
+		atomic_store(&s->err, sw);
+		s->state = S_DONE;
+	} else {
+		s->state = S_QUEUED;
+	}
+	ep->head++;
+	return 0;
+}
+
 static int ofi_ep_post(farm_ep *fep, farm_wr *list, farm_wr **bad)
 {
 	struct ofi_ep *ep = (struct ofi_ep *)fep;
@@ -890,98 +1089,8 @@ static int ofi_ep_post(farm_ep *fep, farm_wr *list, farm_wr **bad)
 			rc = -EAGAIN;
 			break;
 		}
-		struct ofi_slot *s = &ep->slots[ep->head & ep->mask];
-		if (wr->opcode == FARM_WR_READ && wr->len &&
-		    wr->len <= OFI_VERIFY_MAX &&
-		    atomic_load_explicit(&knob_line_atomic,
-		                         memory_order_relaxed) &&
-		    (rc = slot_scratch(ep, s)))
+		if ((rc = queue_request(ep, wr)))
 			break;
-		s->seq = ep->head;
-		s->wr_id = wr->wr_id;
-		s->opcode = wr->opcode;
-		s->flags = wr->flags;
-		s->len = wr->len;
-		s->local = wr->local;
-		s->ldesc = ldesc(ep->fab, wr->lmr);
-		s->raddr = wr->raddr;
-		s->rkey = wr->rkey;
-		s->cmp = wr->compare;
-		s->swp = wr->swap;
-		s->posted = 0;
-		s->tries = 0;
-		s->started = false;
-		s->posted_ns = farm_now_ns();
-		atomic_store(&s->pending, 0);
-		for (unsigned k = 0; k < P_KINDS; k++)
-			atomic_store(&s->pend[k], 0);
-		atomic_store(&s->err, 0);
-		unsigned np = 0;
-		int sw = 0;
-		s->rev8 = false; /* a failure known without the peer */
-		if (ep->closed)
-			sw = -ENOTCONN;
-		else if (ep->err_state || ep->sw_failed)
-			sw = FARM_EFLUSHED;
-		else if (peer_dead(ep))
-			sw = FARM_EPEERDEAD;
-		else if (atomic_load(&ep->faults.fail) ||
-		         (ep->base.peer < OFI_MAX_PEERS &&
-		          atomic_load(
-		                  &ep->fab->peers[ep->base.peer].faults.fail)))
-			sw = FARM_EINJECTED;
-		else if (!local_ok(wr))
-			sw = FARM_ELOCAL_ACCESS;
-		else if (wr->opcode == FARM_WR_CAS && (wr->raddr & 7))
-			sw = -EINVAL;
-		else if (wr->len || wr->opcode == FARM_WR_NOTIFY)
-			sw = ofi_check_remote(ep, wr);
-		if (sw)
-			ep->sw_failed = true; /* later requests: flushed */
-		if (!sw && wr->opcode == FARM_WR_WRITE) {
-			if (wr->flags & FARM_WR_INLINE) {
-				memcpy(s->inl, wr->local, wr->len);
-				s->local = s->inl;
-				s->ldesc = ep->slots_desc;
-			}
-			np = write_pieces(s);
-		} else if (!sw && wr->opcode == FARM_WR_READ &&
-		           !atomic_load_explicit(&knob_line_atomic,
-		                                 memory_order_relaxed) &&
-		           wr->len % 8 == 0 && wr->len <= 1024) {
-			/* Test-only: a READ whose words are copied apart,
-			 * highest first, with no verification. */
-			s->rev8 = true;
-			for (uint32_t o = 0; o < wr->len; o += 8)
-				piece(s, &np, 0, 8, P_READ);
-		} else if (!sw && wr->opcode == FARM_WR_READ) {
-			piece(s, &np, 0, wr->len, P_READ);
-			if (wr->len <= OFI_VERIFY_MAX && s->scratch &&
-			    atomic_load_explicit(&knob_line_atomic,
-			                         memory_order_relaxed))
-				piece(s, &np, 0, wr->len, P_READ); /* (b) */
-		} else if (!sw && wr->opcode == FARM_WR_CAS) {
-			piece(s, &np, 0, 8, P_CAS);
-		} else if (!sw && wr->opcode == FARM_WR_NOTIFY) {
-			piece(s, &np, 0, 0, P_SEND);
-			memset(&s->ctl, 0, sizeof(s->ctl));
-			s->ctl.magic = OFI_CTRL_MAGIC;
-			s->ctl.type = CTRL_NOTIFY;
-			s->ctl.from = ep->fab->base.machine_id;
-			s->ctl.to = ep->base.peer;
-			s->ctl.key = wr->rkey;
-			s->ctl.addr = wr->raddr;
-		}
-		s->npieces = (uint8_t)np;
-		if (wr->len == 0 && wr->opcode != FARM_WR_NOTIFY && !sw) {
-			s->state = S_DONE; /* nothing to move */
-		} else if (sw) {
-			atomic_store(&s->err, sw);
-			s->state = S_DONE;
-		} else {
-			s->state = S_QUEUED;
-		}
-		ep->head++;
 	}
 	pump(ep);
 	ep_unlock(ep);
@@ -990,27 +1099,117 @@ static int ofi_ep_post(farm_ep *fep, farm_wr *list, farm_wr **bad)
 	return rc;
 }
 
+/* (b) then (e): the first copy of a READ waiting to be verified got no
+ * answer within the bound (a cut link sends no reset). Its second copy
+ * never goes; the slot counts as handed, so the bound in retire() fails
+ * it like any other request (it was stuck at next_post, which retire's
+ * loop never reaches). */
+static void expire_waiting_verify(struct ofi_ep *ep)
+{
+	if (ep->next_post == ep->head)
+		return;
+	struct ofi_slot *w = &ep->slots[ep->next_post & ep->mask];
+	if (verify_waiting(w) &&
+	    atomic_load_explicit(&w->pending, memory_order_acquire) > 0 &&
+	    farm_now_ns() - w->posted_ns >= ep->fab->timeout_ns) {
+		w->posted = w->npieces;
+		ep->next_post++;
+	}
+}
+
+/* (e): no answer within the bound. Drain once more; if still nothing,
+ * the slot fails with the peer dead, and its late completions are made
+ * stale. */
+static void time_out_slot(struct ofi_ep *ep, struct ofi_slot *s)
+{
+	struct ofi_fabric *f = ep->fab;
+	pthread_mutex_lock(&f->drain);
+	drain_locked(f);
+	if (atomic_load(&s->pending) > 0) {
+		s->seq ^= 0x80000000u; /* late ones: stale */
+		int zero = 0;
+		atomic_compare_exchange_strong(&s->err, &zero, FARM_EPEERDEAD);
+		if (ep->base.peer < OFI_MAX_PEERS)
+			atomic_store(&f->peers[ep->base.peer].dead, 1);
+		for (unsigned k = 0; k < P_KINDS; k++)
+			atomic_fetch_sub(&ep->inflight[k],
+			                 atomic_load(&s->pend[k]));
+		ST_ADD(f, timeouts, 1);
+	}
+	pthread_mutex_unlock(&f->drain);
+}
+
+/* (b): the two copies of a verified READ differ. */
+static bool copies_differ(const struct ofi_slot *s)
+{
+	return s->opcode == FARM_WR_READ && s->npieces == 2 && !s->rev8 &&
+	       !atomic_load(&s->err) &&
+	       memcmp(s->local, s->scratch, s->len) != 0;
+}
+
+/* (b): a writer raced the READ; read both again, as often as it takes
+ * (never delivered unverified: after a cap, a hot object read while the
+ * target was descheduled came back torn). The peer answered: the bound
+ * (e) starts again. */
+static void reissue_read(struct ofi_ep *ep, struct ofi_slot *s)
+{
+	if (s->tries < UINT8_MAX)
+		s->tries++;
+	s->posted = 0;
+	s->started = false;
+	s->state = S_QUEUED;
+	ep->next_post = ep->tail;
+	ST_ADD(ep->fab, read_retries, 1);
+	pump(ep);
+}
+
+/* Injected delay: the slot is held back until it has aged @delay. */
+static bool delay_holds(const struct ofi_ep *ep, const struct ofi_slot *s,
+                        uint64_t *now)
+{
+	uint64_t delay = atomic_load(&ep->faults.delay_ns);
+	if (ep->base.peer < OFI_MAX_PEERS)
+		delay = FARM_MAX(delay,
+		                 atomic_load(&ep->fab->peers[ep->base.peer]
+		                                      .faults.delay_ns));
+	if (!delay)
+		return false;
+	if (!*now)
+		*now = farm_now_ns();
+	return *now - s->posted_ns < delay;
+}
+
+/* The status to report: the endpoint's state overrides the slot's. */
+static int slot_status(struct ofi_ep *ep, const struct ofi_slot *s)
+{
+	int st = atomic_load(&s->err);
+	if (ep->closed)
+		st = -ENOTCONN;
+	else if (ep->err_state)
+		st = FARM_EFLUSHED;
+	else if (st == FARM_EFLUSHED && peer_dead(ep))
+		st = FARM_EPEERDEAD;
+	return st;
+}
+
+static void fill_wc(const struct ofi_ep *ep, const struct ofi_slot *s,
+                    int st, farm_wc *w)
+{
+	w->wr_id = s->wr_id;
+	w->status = st;
+	w->opcode = s->opcode;
+	w->pad = 0;
+	w->peer = ep->base.peer;
+	w->len = st ? 0 : (s->opcode == FARM_WR_NOTIFY ? 0 : s->len);
+}
+
 /* Retire one endpoint's finished requests in order into @wc. */
 static int retire(struct ofi_ep *ep, int n, farm_wc *wc)
 {
 	struct ofi_fabric *f = ep->fab;
 	int got = 0;
 	uint64_t now = 0;
-	/* (b) then (e): the first copy of a READ waiting to be verified got
-	 * no answer within the bound (a cut link sends no reset). Its second
-	 * copy never goes; the slot counts as handed, so the bound below
-	 * fails it like any other request (it was stuck at next_post, which
-	 * the loop below never reaches). */
-	if (ep->next_post != ep->head) {
-		struct ofi_slot *w = &ep->slots[ep->next_post & ep->mask];
-		if (verify_waiting(w) &&
-		    atomic_load_explicit(&w->pending, memory_order_acquire) >
-		            0 &&
-		    farm_now_ns() - w->posted_ns >= f->timeout_ns) {
-			w->posted = w->npieces;
-			ep->next_post++;
-		}
-	}
+	expire_waiting_verify(ep);
 	while (got < n && ep->tail != ep->next_post) {
 		struct ofi_slot *s = &ep->slots[ep->tail & ep->mask];
 		if (s->state == S_POSTED) {
@@ -1022,80 +1221,20 @@ static int retire(struct ofi_ep *ep, int n, farm_wc *wc)
 					now = farm_now_ns();
 				if (now - s->posted_ns < f->timeout_ns)
 					break;
-				/* (e): no answer within the bound. */
-				pthread_mutex_lock(&f->drain);
-				drain_locked(f);
-				if (atomic_load(&s->pending) > 0) {
-					s->seq ^= 0x80000000u; /* late ones:
-					                          stale */
-					int zero = 0;
-					atomic_compare_exchange_strong(
-					        &s->err, &zero, FARM_EPEERDEAD);
-					if (ep->base.peer < OFI_MAX_PEERS)
-						atomic_store(
-						        &f->peers[ep->base.peer]
-						                 .dead,
-						        1);
-					for (unsigned k = 0; k < P_KINDS; k++)
-						atomic_fetch_sub(
-						        &ep->inflight[k],
-						        atomic_load(
-						                &s->pend[k]));
-					ST_ADD(f, timeouts, 1);
-				}
-				pthread_mutex_unlock(&f->drain);
+				time_out_slot(ep, s);
 			}
-			if (s->opcode == FARM_WR_READ && s->npieces == 2 &&
-			    !s->rev8 && !atomic_load(&s->err) &&
-			    memcmp(s->local, s->scratch, s->len) != 0) {
-				/* (b): the two copies differ: a writer raced
-				 * the READ; read both again, as often as it
-				 * takes (never delivered unverified: after a
-				 * cap, a hot object read while the target was
-				 * descheduled came back torn). The peer
-				 * answered: the bound (e) starts again. */
-				if (s->tries < UINT8_MAX)
-					s->tries++;
-				s->posted = 0;
-				s->started = false;
-				s->state = S_QUEUED;
-				ep->next_post = ep->tail;
-				ST_ADD(f, read_retries, 1);
-				pump(ep);
+			if (copies_differ(s)) {
+				reissue_read(ep, s);
 				break;
 			}
 		}
-		uint64_t delay = atomic_load(&ep->faults.delay_ns);
-		if (ep->base.peer < OFI_MAX_PEERS)
-			delay = FARM_MAX(
-			        delay, atomic_load(&f->peers[ep->base.peer]
-			                                    .faults.delay_ns));
-		if (delay) {
-			if (!now)
-				now = farm_now_ns();
-			if (now - s->posted_ns < delay)
-				break;
-		}
-		int st = atomic_load(&s->err);
-		if (ep->closed)
-			st = -ENOTCONN;
-		else if (ep->err_state)
-			st = FARM_EFLUSHED;
-		else if (st == FARM_EFLUSHED && peer_dead(ep))
-			st = FARM_EPEERDEAD;
+		if (delay_holds(ep, s, &now))
+			break;
+		int st = slot_status(ep, s);
 		if (st)
 			ep->err_state = true;
-		if (st || (s->flags & FARM_WR_SIGNALED)) {
-			farm_wc *w = &wc[got++];
-			w->wr_id = s->wr_id;
-			w->status = st;
-			w->opcode = s->opcode;
-			w->pad = 0;
-			w->peer = ep->base.peer;
-			w->len =
-			        st ? 0
-			           : (s->opcode == FARM_WR_NOTIFY ? 0 : s->len);
-		}
+		if (st || (s->flags & FARM_WR_SIGNALED))
+			fill_wc(ep, s, st, &wc[got++]);
 		s->state = S_FREE;
 		ep->tail++;
 	}
