@@ -68,29 +68,11 @@
 #include "fabric/ofi_int.h"
 #include "util/log.h"
 
-static _Atomic int knob_ordered_writes = 1, knob_line_atomic = 1;
-
-int farm_ofi_testing_set(enum farm_ofi_knob knob, int value)
-{
-	_Atomic int *k = knob == FARM_OFI_KNOB_ORDERED_WRITES
-	                         ? &knob_ordered_writes
-	                         : &knob_line_atomic;
-	return atomic_exchange(k, value);
-}
-
 /* ---- addresses --------------------------------------------------------- */
 
 /* ---- control messages -------------------------------------------------- */
 
 /* ---- completion dispatch (drain lock held) ----------------------------- */
-
-/* A slot operation's context: tag, piece kind, endpoint index and
- * generation, slot sequence. */
-static uint64_t slot_ctx(const struct ofi_ep *ep, uint32_t seq, unsigned kind)
-{
-	return OFI_CTX_SLOT | (uint64_t)kind << 60 | (uint64_t)ep->idx << 48 |
-	       (uint64_t)ep->gen << 32 | seq;
-}
 
 static void on_completion(struct ofi_fabric *f, void *ctx, uint64_t flags,
                           size_t len, int err)
@@ -166,8 +148,6 @@ static void on_completion(struct ofi_fabric *f, void *ctx, uint64_t flags,
 	}
 }
 
-static void pump(struct ofi_ep *ep);
-
 /* Requests held back by a fence (order_ok) wait for completions; their
  * owner may not poll again (nothing signaled outstanding), so whoever
  * drained the completions hands them on. Drain lock held; the endpoint
@@ -179,7 +159,7 @@ static void kick_waiting(struct ofi_fabric *f)
 		ep->kick = false;
 		if (pthread_mutex_trylock(&ep->lock) == 0) {
 			if (ep->next_post != ep->head)
-				pump(ep);
+				ofi_pump(ep);
 			pthread_mutex_unlock(&ep->lock);
 		}
 	}
@@ -188,7 +168,7 @@ static void kick_waiting(struct ofi_fabric *f)
 
 /* Read the libfabric CQ until empty; the caller holds f->drain. Returns
  * how many entries were handled. */
-static int drain_locked(struct ofi_fabric *f)
+int ofi_drain_locked(struct ofi_fabric *f)
 {
 	int total = 0;
 	for (;;) {
@@ -221,7 +201,7 @@ static int drain_locked(struct ofi_fabric *f)
 void ofi_drain_try(struct ofi_fabric *f)
 {
 	if (pthread_mutex_trylock(&f->drain) == 0) {
-		drain_locked(f);
+		ofi_drain_locked(f);
 		pthread_mutex_unlock(&f->drain);
 	}
 }
@@ -234,7 +214,7 @@ static void *progress_main(void *arg)
 	                      {.fd = f->cq_fd, .events = POLLIN}};
 	for (;;) {
 		pthread_mutex_lock(&f->drain);
-		drain_locked(f);
+		ofi_drain_locked(f);
 		ofi_hb_tick(f);
 		bool acks = f->acks && ofi_acks_retry(f);
 		pthread_mutex_unlock(&f->drain);
@@ -262,11 +242,15 @@ static void *progress_main(void *arg)
 static void ofi_close(farm_fabric *fab);
 static void ep_free(struct ofi_ep *ep);
 
-static int ofi_open(const farm_fabric_attr *attr, farm_fabric **out)
+/* The fabric with its settings: the peer timeout and heartbeat from the
+ * environment, the provider from the attributes, else the environment,
+ * else the default. Returns the provider's name in @prov. */
+static struct ofi_fabric *fabric_new(const farm_fabric_attr *attr,
+                                     const char **prov)
 {
 	struct ofi_fabric *f = calloc(1, sizeof(*f));
 	if (!f)
-		return -ENOMEM;
+		return NULL;
 	f->base.ops = &farm_ofi_ops;
 	f->base.machine_id = attr->machine_id;
 	f->cq_fd = f->stop_fd = -1;
@@ -276,28 +260,21 @@ static int ofi_open(const farm_fabric_attr *attr, farm_fabric **out)
 	f->timeout_ns =
 	        (to && atoi(to) > 0 ? (uint64_t)atoi(to) : 4000) * 1000000ull;
 	f->hb_ns = FARM_MAX(f->timeout_ns / 4, 20000000ull);
-	const char *prov = attr->ofi_provider;
-	if (!prov || !*prov)
-		prov = getenv("FARM_OFI_PROVIDER");
-	if (!prov || !*prov)
-		prov = OFI_DEFAULT_PROVIDER;
-	snprintf(f->prov, sizeof(f->prov), "%s", prov);
-	const char *listen = attr->listen_addr && *attr->listen_addr
-	                             ? attr->listen_addr
-	                             : "127.0.0.1:0";
-	struct sockaddr_storage ss;
-	socklen_t sl;
-	int rc = -EINVAL;
-	if (ofi_parse_addr(listen, &ss, &sl)) {
-		farm_err("ofi: listen address '%s' is not ip:port", listen);
-		free(f);
-		return -EINVAL;
-	}
-	struct fi_info *hints = fi_allocinfo();
-	if (!hints) {
-		free(f);
-		return -ENOMEM;
-	}
+	const char *p = attr->ofi_provider;
+	if (!p || !*p)
+		p = getenv("FARM_OFI_PROVIDER");
+	if (!p || !*p)
+		p = OFI_DEFAULT_PROVIDER;
+	snprintf(f->prov, sizeof(f->prov), "%s", p);
+	*prov = p;
+	return f;
+}
+
+/* What we ask of libfabric: @prov with RDM endpoints, RMA and atomics,
+ * bound to @ss. */
+static void fill_hints(struct fi_info *hints, const char *prov,
+                       const struct sockaddr_storage *ss, socklen_t sl)
+{
 	hints->caps = FI_MSG | FI_RMA | FI_ATOMIC | FI_READ | FI_WRITE |
 	              FI_SEND | FI_RECV | FI_REMOTE_READ | FI_REMOTE_WRITE;
 	hints->mode = 0;
@@ -313,20 +290,16 @@ static int ofi_open(const farm_fabric_attr *attr, farm_fabric **out)
 	/* No msg_order in the hints: ofi_rxm refuses any with atomics. What
 	 * the provider grants is read back and the rest fenced (order_ok). */
 	hints->addr_format =
-	        ss.ss_family == AF_INET ? FI_SOCKADDR_IN : FI_SOCKADDR_IN6;
+	        ss->ss_family == AF_INET ? FI_SOCKADDR_IN : FI_SOCKADDR_IN6;
 	hints->src_addr = malloc(sl);
 	hints->src_addrlen = sl;
-	memcpy(hints->src_addr, &ss, sl);
+	memcpy(hints->src_addr, ss, sl);
 	hints->fabric_attr->prov_name = strdup(prov);
-	rc = fi_getinfo(FI_VERSION(1, 9), NULL, NULL, 0, hints, &f->info);
-	fi_freeinfo(hints);
-	if (rc) {
-		farm_info("ofi: no libfabric provider '%s' with RDM endpoints, "
-		          "RMA and atomics on %s: %s",
-		          prov, listen, fi_strerror(-rc));
-		free(f);
-		return FARM_ENODEVICE;
-	}
+}
+
+/* What the provider granted: memory registration modes and ordering. */
+static void read_grants(struct ofi_fabric *f, const char *prov)
+{
 	struct fi_info *i = f->info;
 	f->mr_local = i->domain_attr->mr_mode & FI_MR_LOCAL;
 	f->virt_addr = i->domain_attr->mr_mode & FI_MR_VIRT_ADDR;
@@ -334,20 +307,21 @@ static int ofi_open(const farm_fabric_attr *attr, farm_fabric **out)
 	f->order = i->tx_attr->msg_order;
 	if (!(i->tx_attr->op_flags & FI_DELIVERY_COMPLETE))
 		farm_warn("ofi: %s does not complete WRITEs on delivery", prov);
-	if ((rc = fi_fabric(i->fabric_attr, &f->fabric, NULL)) ||
-	    (rc = fi_domain(f->fabric, i, &f->domain, NULL)))
-		goto fail_fi;
-	struct fi_av_attr ava = {.type = FI_AV_UNSPEC};
-	if ((rc = fi_av_open(f->domain, &ava, &f->av, NULL)))
-		goto fail_fi;
+}
+
+/* The CQ, with a wait fd when the provider has one: the progress thread
+ * then sleeps in poll(2) instead of spinning. */
+static int open_cq(struct ofi_fabric *f, const char *prov)
+{
 	struct fi_cq_attr cqa = {
 	        .format = FI_CQ_FORMAT_MSG, .wait_obj = FI_WAIT_FD, .size = 0};
 	f->cq_wait = true;
 	if (fi_cq_open(f->domain, &cqa, &f->cq, NULL)) {
 		cqa.wait_obj = FI_WAIT_NONE;
 		f->cq_wait = false;
-		if ((rc = fi_cq_open(f->domain, &cqa, &f->cq, NULL)))
-			goto fail_fi;
+		int rc = fi_cq_open(f->domain, &cqa, &f->cq, NULL);
+		if (rc)
+			return rc;
 		farm_warn("ofi: provider %s has no CQ wait fd: the progress "
 		          "thread polls (costs CPU while idle)",
 		          prov);
@@ -357,63 +331,133 @@ static int ofi_open(const farm_fabric_attr *attr, farm_fabric **out)
 		f->cq_wait = false;
 		f->cq_fd = -1;
 	}
-	if ((rc = fi_endpoint(f->domain, i, &f->ep, NULL)) ||
+	return 0;
+}
+
+/* The RDM endpoint, bound and enabled, and the address peers are given. */
+static int open_endpoint(struct ofi_fabric *f)
+{
+	int rc;
+	if ((rc = fi_endpoint(f->domain, f->info, &f->ep, NULL)) ||
 	    (rc = fi_ep_bind(f->ep, &f->av->fid, 0)) ||
 	    (rc = fi_ep_bind(f->ep, &f->cq->fid, FI_TRANSMIT | FI_RECV)) ||
 	    (rc = fi_enable(f->ep)))
-		goto fail_fi;
+		return rc;
 	char name[128];
 	size_t nl = sizeof(name);
 	if ((rc = fi_getname(&f->ep->fid, name, &nl)))
-		goto fail_fi;
-	if (ofi_format_addr(name, f->addr, sizeof(f->addr)) < 0) {
-		rc = -FI_EINVAL;
-		goto fail_fi;
-	}
+		return rc;
+	if (ofi_format_addr(name, f->addr, sizeof(f->addr)) < 0)
+		return -FI_EINVAL;
+	return 0;
+}
+
+/* Without provider keys, peers validate a key against this fabric's
+ * table of registrations, which they READ: register the table itself as
+ * entry 0. */
+static int open_key_table(struct ofi_fabric *f)
+{
+	size_t tl = sizeof(struct ofi_tent) * OFI_TABLE_N;
+	f->table = aligned_alloc(4096, tl);
+	if (!f->table)
+		return -FI_ENOMEM;
+	memset(f->table, 0, tl);
+	f->slot_gen[0] = 1;
+	uint64_t tkey = 1ull << 12;
+	int rc = fi_mr_reg(f->domain, f->table, tl, FI_REMOTE_READ, 0, tkey, 0,
+	                   &f->table_mr, NULL);
+	if (rc)
+		return rc;
+	f->table[0] = (struct ofi_tent){.key = tkey,
+	                                .addr = (uintptr_t)f->table,
+	                                .len = tl,
+	                                .access = FARM_ACCESS_REMOTE_READ};
+	return 0;
+}
+
+/* Domain, address vector, CQ, endpoint, receive buffers and key table. */
+static int open_resources(struct ofi_fabric *f, const char *prov)
+{
+	struct fi_info *i = f->info;
+	int rc;
+	if ((rc = fi_fabric(i->fabric_attr, &f->fabric, NULL)) ||
+	    (rc = fi_domain(f->fabric, i, &f->domain, NULL)))
+		return rc;
+	struct fi_av_attr ava = {.type = FI_AV_UNSPEC};
+	if ((rc = fi_av_open(f->domain, &ava, &f->av, NULL)) ||
+	    (rc = open_cq(f, prov)) || (rc = open_endpoint(f)))
+		return rc;
 	if (f->mr_local &&
 	    (rc = fi_mr_reg(f->domain, f->rbufs, sizeof(f->rbufs), FI_RECV, 0,
 	                    0, 0, &f->rbufs_mr, NULL)))
-		goto fail_fi;
+		return rc;
 	f->validate = !f->prov_key;
-	if (f->validate) {
-		size_t tl = sizeof(struct ofi_tent) * OFI_TABLE_N;
-		f->table = aligned_alloc(4096, tl);
-		if (!f->table) {
-			rc = -FI_ENOMEM;
-			goto fail_fi;
-		}
-		memset(f->table, 0, tl);
-		f->slot_gen[0] = 1;
-		uint64_t tkey = 1ull << 12;
-		if ((rc = fi_mr_reg(f->domain, f->table, tl, FI_REMOTE_READ, 0,
-		                    tkey, 0, &f->table_mr, NULL)))
-			goto fail_fi;
-		f->table[0] =
-		        (struct ofi_tent){.key = tkey,
-		                          .addr = (uintptr_t)f->table,
-		                          .len = tl,
-		                          .access = FARM_ACCESS_REMOTE_READ};
-	}
+	if (f->validate)
+		return open_key_table(f);
+	return 0;
+}
+
+/* Post the receive buffers and start the progress thread. */
+static int start_progress(struct ofi_fabric *f)
+{
 	for (int k = 0; k < OFI_RECVS; k++)
 		ofi_post_recv(f, &f->rbufs[k]);
 	f->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (f->stop_fd < 0 ||
-	    pthread_create(&f->progress, NULL, progress_main, f)) {
-		rc = -FI_ENOMEM;
-		goto fail_fi;
-	}
+	    pthread_create(&f->progress, NULL, progress_main, f))
+		return -FI_ENOMEM;
 	f->progress_started = true;
+	return 0;
+}
+
+static int ofi_open(const farm_fabric_attr *attr, farm_fabric **out)
+{
+	const char *prov;
+	struct ofi_fabric *f = fabric_new(attr, &prov);
+	if (!f)
+		return -ENOMEM;
+	const char *listen = attr->listen_addr && *attr->listen_addr
+	                             ? attr->listen_addr
+	                             : "127.0.0.1:0";
+	struct sockaddr_storage ss;
+	socklen_t sl;
+	if (ofi_parse_addr(listen, &ss, &sl)) {
+		farm_err("ofi: listen address '%s' is not ip:port", listen);
+		free(f);
+		return -EINVAL;
+	}
+	struct fi_info *hints = fi_allocinfo();
+	if (!hints) {
+		free(f);
+		return -ENOMEM;
+	}
+	fill_hints(hints, prov, &ss, sl);
+	int rc = fi_getinfo(FI_VERSION(1, 9), NULL, NULL, 0, hints, &f->info);
+	fi_freeinfo(hints);
+	if (rc) {
+		farm_info("ofi: no libfabric provider '%s' with RDM endpoints, "
+		          "RMA and atomics on %s: %s",
+		          prov, listen, fi_strerror(-rc));
+		free(f);
+		return FARM_ENODEVICE;
+	}
+	read_grants(f, prov);
+	rc = open_resources(f, prov);
+	if (!rc)
+		rc = start_progress(f);
+	if (rc) {
+		farm_err("ofi: opening %s on %s: %s", prov, listen,
+		         fi_strerror(-rc));
+		rc = fi_to_errno(rc);
+		ofi_close(&f->base);
+		return rc;
+	}
 	farm_dbg("ofi: machine %" PRIu32 " on %s (%s, mr_mode%s%s%s)",
 	         attr->machine_id, f->addr, prov, f->mr_local ? " local" : "",
 	         f->virt_addr ? " virt_addr" : "",
 	         f->prov_key ? " prov_key" : "");
 	*out = &f->base;
 	return 0;
-fail_fi:
-	farm_err("ofi: opening %s on %s: %s", prov, listen, fi_strerror(-rc));
-	rc = fi_to_errno(rc);
-	ofi_close(&f->base);
-	return rc;
 }
 
 static void ofi_close(farm_fabric *fab)
@@ -564,563 +608,6 @@ static int ofi_cq_destroy(farm_cq *cq)
 	return 0;
 }
 
-/* ---- the data path ----------------------------------------------------- */
-
-static void *ldesc(const struct ofi_fabric *f, farm_mr *lmr)
-{
-	return f->mr_local && lmr ? ((struct ofi_mr *)lmr)->ldesc : NULL;
-}
-
-/* Where libfabric wants the remote address: virtual, or an offset into
- * the registration (its base from the peer's table). */
-static uint64_t remote_addr(const struct ofi_ep *ep, uint64_t raddr,
-                            uint64_t rkey)
-{
-	if (ep->fab->virt_addr || !ep->cache)
-		return raddr;
-	return raddr - ep->cache[rkey & (OFI_TABLE_N - 1)].addr;
-}
-
-static int slot_scratch(struct ofi_ep *ep, struct ofi_slot *s)
-{
-	if (s->scratch)
-		return 0;
-	s->scratch = aligned_alloc(64, OFI_VERIFY_MAX);
-	if (!s->scratch)
-		return -ENOMEM;
-	if (ep->fab->mr_local &&
-	    fi_mr_reg(ep->fab->domain, s->scratch, OFI_VERIFY_MAX, FI_READ, 0,
-	              0, 0, &s->scr_mr, NULL)) {
-		free(s->scratch);
-		s->scratch = NULL;
-		return -ENOMEM;
-	}
-	return 0;
-}
-
-/* Piece @k of a request, to libfabric. Returns 0, -FI_EAGAIN, or another
- * libfabric error. */
-static ssize_t post_piece(struct ofi_ep *ep, struct ofi_slot *s, unsigned k)
-{
-	struct ofi_fabric *f = ep->fab;
-	unsigned pk = k < FARM_ARRAY_SIZE(s->pc) ? k : 0; /* rev8 */
-	unsigned kind = s->pc[pk].kind;
-	void *ctx = (void *)(uintptr_t)slot_ctx(ep, s->seq, kind);
-	uint32_t off = s->pc[pk].off, len = s->pc[pk].len;
-	uint64_t ra = remote_addr(ep, s->raddr, s->rkey) + off;
-	uint8_t *lp = (uint8_t *)s->local + off;
-	switch (kind) {
-	case P_READ:
-		if (s->rev8) { /* test-only: word by word, highest first */
-			uint32_t o = s->len - 8 * (k + 1);
-			return fi_read(f->ep, (uint8_t *)s->local + o, 8,
-			               s->ldesc, ep->dest, ra + o, s->rkey,
-			               ctx);
-		}
-		if (k == 1) /* (b): the verification copy */
-			return fi_read(f->ep, s->scratch, len,
-			               s->scr_mr ? fi_mr_desc(s->scr_mr) : NULL,
-			               ep->dest, ra, s->rkey, ctx);
-		return fi_read(f->ep, lp, len, s->ldesc, ep->dest, ra, s->rkey,
-		               ctx);
-	case P_WRITE:
-		return fi_write(f->ep, lp, len, s->ldesc, ep->dest, ra, s->rkey,
-		                ctx);
-	case P_AWRITE:
-		return fi_atomic(f->ep, lp, 1, s->ldesc, ep->dest, ra, s->rkey,
-		                 FI_UINT64, FI_ATOMIC_WRITE, ctx);
-	case P_CAS:
-		return fi_compare_atomic(f->ep, &s->swp, 1, ep->slots_desc,
-		                         &s->cmp, ep->slots_desc, lp, s->ldesc,
-		                         ep->dest, ra, s->rkey, FI_UINT64,
-		                         FI_CSWAP, ctx);
-	default:
-		return fi_send(f->ep, &s->ctl, sizeof(s->ctl), ep->slots_desc,
-		               ep->dest, ctx);
-	}
-}
-
-static void piece(struct ofi_slot *s, unsigned *k, uint32_t off, uint32_t len,
-                  unsigned kind)
-{
-	if (*k >= FARM_ARRAY_SIZE(s->pc)) { /* rev8: every piece alike */
-		(*k)++;
-		return;
-	}
-	s->pc[*k].off = off;
-	s->pc[*k].len = len;
-	s->pc[(*k)++].kind = (uint8_t)kind;
-}
-
-/* Split a WRITE (a): the body as one RMA write, then an 8-aligned first
- * word and last word as 8-byte atomic writes (the first only when the
- * WRITE has more than one word). The body completes before the atomics go
- * (they are not ordered with RMA, see order_ok); the two atomics are
- * ordered with each other. Unaligned ends travel inside the body: bytes
- * land in increasing address order, only the tearing of a polled word
- * needs the atomic. */
-static unsigned write_pieces(struct ofi_slot *s)
-{
-	uint32_t n = s->len;
-	unsigned k = 0;
-	bool ordered = atomic_load_explicit(&knob_ordered_writes,
-	                                    memory_order_relaxed);
-	if (!ordered && n >= 16 && ((s->raddr + n) & 7) == 0) {
-		/* Test-only: the last word lands first, an order libfabric
-		 * allows when nothing fences RMA against atomics. */
-		piece(s, &k, n - 8, 8, P_AWRITE);
-		piece(s, &k, 0, n - 8, P_WRITE);
-		return k;
-	}
-	if (n < 8 || !ordered) {
-		piece(s, &k, 0, n, P_WRITE);
-		return k;
-	}
-	bool head = (s->raddr & 7) == 0 && n >= 16;
-	bool tail = ((s->raddr + n) & 7) == 0;
-	uint32_t b0 = head ? 8 : 0, b1 = tail ? n - 8 : n;
-	if (b1 > b0)
-		piece(s, &k, b0, b1 - b0, P_WRITE);
-	if (head)
-		piece(s, &k, 0, 8, P_AWRITE);
-	if (tail)
-		piece(s, &k, n - 8, 8, P_AWRITE);
-	return k;
-}
-
-/*
- * Whether a piece of kind @n may go while pieces of kind @i are in flight
- * on the same endpoint: only when the provider orders them (msg_order).
- * tcp;ofi_rxm with atomics grants RMA-RMA (RAR, RAW, WAW) and
- * atomic-atomic (RAR, RAW, WAW) order and anything after a send; not
- * RMA-atomic, not write-after-read, not send-after-anything (NOTIFY after
- * WRITEs). Everything else waits for the in-flight pieces to complete.
- */
-static bool order_ok(uint64_t granted, unsigned n, unsigned i)
-{
-	static const bool rd[P_KINDS] = {1, 0, 0, 1, 0};
-	static const bool wr[P_KINDS] = {0, 1, 1, 1, 0};
-	bool n_rma = n <= P_WRITE, i_rma = i <= P_WRITE;
-	bool n_at = n == P_AWRITE || n == P_CAS;
-	bool i_at = i == P_AWRITE || i == P_CAS;
-	uint64_t need = 0;
-	if (n == P_SEND || i == P_SEND) {
-		if (i == P_SEND)
-			need |= n == P_SEND
-			                ? FI_ORDER_SAS
-			                : (rd[n] ? FI_ORDER_RAS : 0) |
-			                          (wr[n] ? FI_ORDER_WAS : 0);
-		else
-			need |= (rd[i] ? FI_ORDER_SAR : 0) |
-			        (wr[i] ? FI_ORDER_SAW : 0);
-		return (granted & need) == need;
-	}
-	struct {
-		bool on;
-		uint64_t all, rma, at;
-	} rule[4] = {
-	        {rd[n] && rd[i], FI_ORDER_RAR, FI_ORDER_RMA_RAR,
-	         FI_ORDER_ATOMIC_RAR},
-	        {rd[n] && wr[i], FI_ORDER_RAW, FI_ORDER_RMA_RAW,
-	         FI_ORDER_ATOMIC_RAW},
-	        {wr[n] && rd[i], FI_ORDER_WAR, FI_ORDER_RMA_WAR,
-	         FI_ORDER_ATOMIC_WAR},
-	        {wr[n] && wr[i], FI_ORDER_WAW, FI_ORDER_RMA_WAW,
-	         FI_ORDER_ATOMIC_WAW},
-	};
-	for (unsigned r = 0; r < 4; r++) {
-		if (!rule[r].on)
-			continue;
-		bool ok = (granted & rule[r].all) ||
-		          (n_rma && i_rma && (granted & rule[r].rma)) ||
-		          (n_at && i_at && (granted & rule[r].at));
-		if (!ok)
-			return false;
-	}
-	return true;
-}
-
-/* (c): may a piece of kind @kind go now? */
-static bool may_post(const struct ofi_ep *ep, unsigned kind)
-{
-	for (unsigned i = 0; i < P_KINDS; i++)
-		if (atomic_load_explicit(&ep->inflight[i],
-		                         memory_order_relaxed) > 0 &&
-		    !order_ok(ep->fab->order, kind, i))
-			return false;
-	return true;
-}
-
-static bool peer_dead(const struct ofi_ep *ep)
-{
-	return ep->base.peer < OFI_MAX_PEERS &&
-	       atomic_load(&ep->fab->peers[ep->base.peer].dead);
-}
-
-static bool ep_paused(const struct ofi_ep *ep)
-{
-	return atomic_load(&ep->faults.pause) ||
-	       (ep->base.peer < OFI_MAX_PEERS &&
-	        atomic_load(&ep->fab->peers[ep->base.peer].faults.pause));
-}
-
-/* (b): a line-atomic READ whose first copy is posted and whose second
- * waits for it (pump posts the second once the first has completed). */
-static bool verify_waiting(const struct ofi_slot *s)
-{
-	return s->state == S_POSTED && s->opcode == FARM_WR_READ && !s->rev8 &&
-	       s->npieces == 2 && s->posted == 1;
-}
-
-/* Hand queued requests to libfabric, in order, as far as it takes them
- * and the order rules allow. */
-static void pump(struct ofi_ep *ep)
-{
-	if (ep_paused(ep))
-		return;
-	while (ep->next_post != ep->head) {
-		struct ofi_slot *s = &ep->slots[ep->next_post & ep->mask];
-		if (s->state == S_QUEUED && s->posted == 0 && peer_dead(ep)) {
-			/* Queued behind requests that found the peer dead. */
-			atomic_store(&s->err, FARM_EPEERDEAD);
-			s->state = S_DONE;
-		}
-		while (s->state != S_DONE && s->posted < s->npieces) {
-			unsigned kind = s->pc[s->posted < FARM_ARRAY_SIZE(s->pc)
-			                              ? s->posted
-			                              : 0]
-			                        .kind;
-			if (!may_post(ep, kind))
-				return;
-			/* (b): the verification copy goes only once the first
-			 * is whole. Issued together, the target's provider may
-			 * copy both in pieces, interleaved (a send that does
-			 * not fit the socket goes out later), so the two can
-			 * be torn alike and agree; copied strictly after the
-			 * first, any word the writer changed in between differs
-			 * (line versions only grow). The completion kicks the
-			 * endpoint (kick_waiting), which pumps it again. */
-			if (verify_waiting(s) &&
-			    atomic_load_explicit(&s->pending,
-			                         memory_order_acquire) > 0)
-				return;
-			if (!s->started) { /* the bound (e) starts here */
-				s->started = true;
-				s->posted_ns = farm_now_ns();
-			}
-			atomic_fetch_add(&s->pending, 1);
-			atomic_fetch_add(&s->pend[kind], 1);
-			atomic_fetch_add(&ep->inflight[kind], 1);
-			s->state = S_POSTED;
-			ssize_t rc = post_piece(ep, s, s->posted);
-			if (rc == 0) {
-				s->posted++;
-				continue;
-			}
-			atomic_fetch_sub(&s->pend[kind], 1);
-			atomic_fetch_sub(&ep->inflight[kind], 1);
-			atomic_fetch_sub(&s->pending, 1);
-			if (s->posted == 0)
-				s->state = S_QUEUED;
-			if (rc == -FI_EAGAIN && farm_now_ns() - s->posted_ns <
-			                                ep->fab->timeout_ns) {
-				ofi_drain_try(ep->fab);
-				return;
-			}
-			if (rc == -FI_EAGAIN) {
-				/* (e): libfabric refused it for the whole
-				 * bound (a peer it cannot reach). */
-				rc = -FI_ETIMEDOUT;
-				ST_ADD(ep->fab, timeouts, 1);
-			}
-			if (map_err((int)-rc) == FARM_EPEERDEAD &&
-			    ep->base.peer < OFI_MAX_PEERS)
-				atomic_store(
-				        &ep->fab->peers[ep->base.peer].dead, 1);
-			int zero = 0;
-			atomic_compare_exchange_strong(&s->err, &zero,
-			                               map_err((int)-rc));
-			s->state = S_POSTED;
-			s->posted = s->npieces;
-		}
-		if (s->tries == 0)
-			ST_ADD(ep->fab, ops, 1);
-		ep->next_post++;
-	}
-}
-
-/* Every endpoint has a lock, shared or not: besides its owner, a drainer
- * hands it queued requests when completions lift a fence (kick_waiting). */
-static int ep_lock(struct ofi_ep *ep)
-{
-	pthread_mutex_lock(&ep->lock);
-	return 0;
-}
-
-static void ep_unlock(struct ofi_ep *ep)
-{
-	pthread_mutex_unlock(&ep->lock);
-}
-
-/* Check the local buffer against its registration (verbs' LOC_PROT). */
-static bool local_ok(const farm_wr *wr)
-{
-	if (wr->len == 0 ||
-	    (wr->opcode == FARM_WR_WRITE && (wr->flags & FARM_WR_INLINE)))
-		return true;
-	if (wr->opcode == FARM_WR_NOTIFY)
-		return true;
-	if (!wr->lmr || !(wr->lmr->access & FARM_ACCESS_LOCAL))
-		return false;
-	uintptr_t a = (uintptr_t)wr->local, b = (uintptr_t)wr->lmr->addr;
-	return a >= b && a - b <= wr->lmr->len &&
-	       wr->len <= wr->lmr->len - (a - b);
-}
-
-static int ofi_ep_post(farm_ep *fep, farm_wr *list, farm_wr **bad)
-{
-	struct ofi_ep *ep = (struct ofi_ep *)fep;
-	ep_lock(ep);
-	int rc = 0;
-	farm_wr *wr;
-	for (wr = list; wr; wr = wr->next) {
-		if ((rc = farm_wr_check(wr)))
-			break;
-		if (ep->head - ep->tail >= ep->depth) {
-			rc = -EAGAIN;
-			break;
-		}
-		struct ofi_slot *s = &ep->slots[ep->head & ep->mask];
-		if (wr->opcode == FARM_WR_READ && wr->len &&
-		    wr->len <= OFI_VERIFY_MAX &&
-		    atomic_load_explicit(&knob_line_atomic,
-		                         memory_order_relaxed) &&
-		    (rc = slot_scratch(ep, s)))
-			break;
-		s->seq = ep->head;
-		s->wr_id = wr->wr_id;
-		s->opcode = wr->opcode;
-		s->flags = wr->flags;
-		s->len = wr->len;
-		s->local = wr->local;
-		s->ldesc = ldesc(ep->fab, wr->lmr);
-		s->raddr = wr->raddr;
-		s->rkey = wr->rkey;
-		s->cmp = wr->compare;
-		s->swp = wr->swap;
-		s->posted = 0;
-		s->tries = 0;
-		s->started = false;
-		s->posted_ns = farm_now_ns();
-		atomic_store(&s->pending, 0);
-		for (unsigned k = 0; k < P_KINDS; k++)
-			atomic_store(&s->pend[k], 0);
-		atomic_store(&s->err, 0);
-		unsigned np = 0;
-		int sw = 0;
-		s->rev8 = false; /* a failure known without the peer */
-		if (ep->closed)
-			sw = -ENOTCONN;
-		else if (ep->err_state || ep->sw_failed)
-			sw = FARM_EFLUSHED;
-		else if (peer_dead(ep))
-			sw = FARM_EPEERDEAD;
-		else if (atomic_load(&ep->faults.fail) ||
-		         (ep->base.peer < OFI_MAX_PEERS &&
-		          atomic_load(
-		                  &ep->fab->peers[ep->base.peer].faults.fail)))
-			sw = FARM_EINJECTED;
-		else if (!local_ok(wr))
-			sw = FARM_ELOCAL_ACCESS;
-		else if (wr->opcode == FARM_WR_CAS && (wr->raddr & 7))
-			sw = -EINVAL;
-		else if (wr->len || wr->opcode == FARM_WR_NOTIFY)
-			sw = ofi_check_remote(ep, wr);
-		if (sw)
-			ep->sw_failed = true; /* later requests: flushed */
-		if (!sw && wr->opcode == FARM_WR_WRITE) {
-			if (wr->flags & FARM_WR_INLINE) {
-				memcpy(s->inl, wr->local, wr->len);
-				s->local = s->inl;
-				s->ldesc = ep->slots_desc;
-			}
-			np = write_pieces(s);
-		} else if (!sw && wr->opcode == FARM_WR_READ &&
-		           !atomic_load_explicit(&knob_line_atomic,
-		                                 memory_order_relaxed) &&
-		           wr->len % 8 == 0 && wr->len <= 1024) {
-			/* Test-only: a READ whose words are copied apart,
-			 * highest first, with no verification. */
-			s->rev8 = true;
-			for (uint32_t o = 0; o < wr->len; o += 8)
-				piece(s, &np, 0, 8, P_READ);
-		} else if (!sw && wr->opcode == FARM_WR_READ) {
-			piece(s, &np, 0, wr->len, P_READ);
-			if (wr->len <= OFI_VERIFY_MAX && s->scratch &&
-			    atomic_load_explicit(&knob_line_atomic,
-			                         memory_order_relaxed))
-				piece(s, &np, 0, wr->len, P_READ); /* (b) */
-		} else if (!sw && wr->opcode == FARM_WR_CAS) {
-			piece(s, &np, 0, 8, P_CAS);
-		} else if (!sw && wr->opcode == FARM_WR_NOTIFY) {
-			piece(s, &np, 0, 0, P_SEND);
-			memset(&s->ctl, 0, sizeof(s->ctl));
-			s->ctl.magic = OFI_CTRL_MAGIC;
-			s->ctl.type = CTRL_NOTIFY;
-			s->ctl.from = ep->fab->base.machine_id;
-			s->ctl.to = ep->base.peer;
-			s->ctl.key = wr->rkey;
-			s->ctl.addr = wr->raddr;
-		}
-		s->npieces = (uint8_t)np;
-		if (wr->len == 0 && wr->opcode != FARM_WR_NOTIFY && !sw) {
-			s->state = S_DONE; /* nothing to move */
-		} else if (sw) {
-			atomic_store(&s->err, sw);
-			s->state = S_DONE;
-		} else {
-			s->state = S_QUEUED;
-		}
-		ep->head++;
-	}
-	pump(ep);
-	ep_unlock(ep);
-	if (rc && bad)
-		*bad = wr;
-	return rc;
-}
-
-/* Retire one endpoint's finished requests in order into @wc. */
-static int retire(struct ofi_ep *ep, int n, farm_wc *wc)
-{
-	struct ofi_fabric *f = ep->fab;
-	int got = 0;
-	uint64_t now = 0;
-	/* (b) then (e): the first copy of a READ waiting to be verified got
-	 * no answer within the bound (a cut link sends no reset). Its second
-	 * copy never goes; the slot counts as handed, so the bound below
-	 * fails it like any other request (it was stuck at next_post, which
-	 * the loop below never reaches). */
-	if (ep->next_post != ep->head) {
-		struct ofi_slot *w = &ep->slots[ep->next_post & ep->mask];
-		if (verify_waiting(w) &&
-		    atomic_load_explicit(&w->pending, memory_order_acquire) >
-		            0 &&
-		    farm_now_ns() - w->posted_ns >= f->timeout_ns) {
-			w->posted = w->npieces;
-			ep->next_post++;
-		}
-	}
-	while (got < n && ep->tail != ep->next_post) {
-		struct ofi_slot *s = &ep->slots[ep->tail & ep->mask];
-		if (s->state == S_POSTED) {
-			if (s->posted < s->npieces) /* still being handed */
-				break;
-			if (atomic_load_explicit(&s->pending,
-			                         memory_order_acquire) > 0) {
-				if (!now)
-					now = farm_now_ns();
-				if (now - s->posted_ns < f->timeout_ns)
-					break;
-				/* (e): no answer within the bound. */
-				pthread_mutex_lock(&f->drain);
-				drain_locked(f);
-				if (atomic_load(&s->pending) > 0) {
-					s->seq ^= 0x80000000u; /* late ones:
-					                          stale */
-					int zero = 0;
-					atomic_compare_exchange_strong(
-					        &s->err, &zero, FARM_EPEERDEAD);
-					if (ep->base.peer < OFI_MAX_PEERS)
-						atomic_store(
-						        &f->peers[ep->base.peer]
-						                 .dead,
-						        1);
-					for (unsigned k = 0; k < P_KINDS; k++)
-						atomic_fetch_sub(
-						        &ep->inflight[k],
-						        atomic_load(
-						                &s->pend[k]));
-					ST_ADD(f, timeouts, 1);
-				}
-				pthread_mutex_unlock(&f->drain);
-			}
-			if (s->opcode == FARM_WR_READ && s->npieces == 2 &&
-			    !s->rev8 && !atomic_load(&s->err) &&
-			    memcmp(s->local, s->scratch, s->len) != 0) {
-				/* (b): the two copies differ: a writer raced
-				 * the READ; read both again, as often as it
-				 * takes (never delivered unverified: after a
-				 * cap, a hot object read while the target was
-				 * descheduled came back torn). The peer
-				 * answered: the bound (e) starts again. */
-				if (s->tries < UINT8_MAX)
-					s->tries++;
-				s->posted = 0;
-				s->started = false;
-				s->state = S_QUEUED;
-				ep->next_post = ep->tail;
-				ST_ADD(f, read_retries, 1);
-				pump(ep);
-				break;
-			}
-		}
-		uint64_t delay = atomic_load(&ep->faults.delay_ns);
-		if (ep->base.peer < OFI_MAX_PEERS)
-			delay = FARM_MAX(
-			        delay, atomic_load(&f->peers[ep->base.peer]
-			                                    .faults.delay_ns));
-		if (delay) {
-			if (!now)
-				now = farm_now_ns();
-			if (now - s->posted_ns < delay)
-				break;
-		}
-		int st = atomic_load(&s->err);
-		if (ep->closed)
-			st = -ENOTCONN;
-		else if (ep->err_state)
-			st = FARM_EFLUSHED;
-		else if (st == FARM_EFLUSHED && peer_dead(ep))
-			st = FARM_EPEERDEAD;
-		if (st)
-			ep->err_state = true;
-		if (st || (s->flags & FARM_WR_SIGNALED)) {
-			farm_wc *w = &wc[got++];
-			w->wr_id = s->wr_id;
-			w->status = st;
-			w->opcode = s->opcode;
-			w->pad = 0;
-			w->peer = ep->base.peer;
-			w->len =
-			        st ? 0
-			           : (s->opcode == FARM_WR_NOTIFY ? 0 : s->len);
-		}
-		s->state = S_FREE;
-		ep->tail++;
-	}
-	return got;
-}
-
-static int ofi_cq_poll(farm_cq *fcq, int n, farm_wc *wc)
-{
-	struct ofi_cq *c = (struct ofi_cq *)fcq;
-	struct ofi_fabric *f = F(fcq->fab);
-	if (c->shared)
-		pthread_mutex_lock(&c->lock);
-	ofi_drain_try(f);
-	int got = 0;
-	for (struct ofi_ep *ep = c->eps; ep && got < n; ep = ep->cq_next) {
-		ep_lock(ep);
-		pump(ep);
-		got += retire(ep, n - got, wc + got);
-		ep_unlock(ep);
-	}
-	if (c->shared)
-		pthread_mutex_unlock(&c->lock);
-	return got;
-}
-
 /* ---- endpoints --------------------------------------------------------- */
 
 static int ofi_ep_connect(farm_fabric *fab, farm_cq *cq, uint32_t peer_id,
@@ -1219,9 +706,9 @@ static int ofi_ep_connect(farm_fabric *fab, farm_cq *cq, uint32_t peer_id,
 static void ofi_ep_disconnect(farm_ep *fep)
 {
 	struct ofi_ep *ep = (struct ofi_ep *)fep;
-	ep_lock(ep);
+	ofi_ep_lock(ep);
 	ep->closed = true;
-	ep_unlock(ep);
+	ofi_ep_unlock(ep);
 }
 
 static void ofi_ep_destroy(farm_ep *fep)
@@ -1289,7 +776,7 @@ static void ep_free(struct ofi_ep *ep)
 static bool ofi_ep_usable(const farm_ep *fep)
 {
 	const struct ofi_ep *ep = (const struct ofi_ep *)fep;
-	return !ep->err_state && !ep->closed && !peer_dead(ep);
+	return !ep->err_state && !ep->closed && !ofi_peer_dead(ep);
 }
 
 static int set_fault(struct ofi_faults *x, enum farm_fault fl, uint64_t arg)

@@ -1,7 +1,8 @@
 /*
- * Internal to the ofi provider (ofi.c: fabric, memory, data path,
- * endpoints; ofi_ctl.c: addresses, control messages, registrations and
- * their table, heartbeats, the connection check). See ofi.c's head comment
+ * Internal to the ofi provider (ofi.c: fabric, completion dispatch,
+ * memory, endpoints; ofi_data.c: the data path; ofi_ctl.c: addresses,
+ * control messages, registrations and their table, heartbeats, the
+ * connection check). See ofi.c's head comment
  * and README.md, "ofi".
  */
 #ifndef FARM_FABRIC_OFI_INT_H
@@ -296,8 +297,42 @@ static inline bool is_death(int st)
 	return st == FARM_EPEERDEAD;
 }
 
-/* ofi.c */
+/* A slot operation's context: tag, piece kind, endpoint index and
+ * generation, slot sequence. */
+static inline uint64_t ofi_slot_ctx(const struct ofi_ep *ep, uint32_t seq,
+                                    unsigned kind)
+{
+	return OFI_CTX_SLOT | (uint64_t)kind << 60 | (uint64_t)ep->idx << 48 |
+	       (uint64_t)ep->gen << 32 | seq;
+}
+
+static inline bool ofi_peer_dead(const struct ofi_ep *ep)
+{
+	return ep->base.peer < OFI_MAX_PEERS &&
+	       atomic_load(&ep->fab->peers[ep->base.peer].dead);
+}
+
+/* Every endpoint has a lock, shared or not: besides its owner, a drainer
+ * hands it queued requests when completions lift a fence (kick_waiting). */
+static inline int ofi_ep_lock(struct ofi_ep *ep)
+{
+	pthread_mutex_lock(&ep->lock);
+	return 0;
+}
+
+static inline void ofi_ep_unlock(struct ofi_ep *ep)
+{
+	pthread_mutex_unlock(&ep->lock);
+}
+
+/* ofi.c; ofi_drain_locked: the caller holds f->drain. */
+int ofi_drain_locked(struct ofi_fabric *f);
 void ofi_drain_try(struct ofi_fabric *f);
+
+/* ofi_data.c: the data path. */
+void ofi_pump(struct ofi_ep *ep);
+int ofi_ep_post(farm_ep *fep, farm_wr *list, farm_wr **bad);
+int ofi_cq_poll(farm_cq *fcq, int n, farm_wc *wc);
 
 /* ofi_ctl.c */
 int ofi_parse_addr(const char *s, struct sockaddr_storage *ss, socklen_t *len);

@@ -386,6 +386,184 @@ static int shm_address(const farm_fabric *f, char *buf, size_t len)
 
 /* ---- memory -------------------------------------------------------------- */
 
+/* Claim a free file slot for @m and name its file after the slot and a
+ * generation, so a reused slot never reuses a name. */
+static int take_file_slot(struct shm_fabric *fab, struct shm_mem *m)
+{
+	pthread_mutex_lock(&fab->lock);
+	uint32_t slot = 0;
+	while (slot < SHM_MAX_FILES && fab->file_used[slot])
+		slot++;
+	if (slot == SHM_MAX_FILES) {
+		pthread_mutex_unlock(&fab->lock);
+		return -EMFILE;
+	}
+	fab->file_used[slot] = true;
+	m->slot = slot;
+	m->gen = fab->next_file_gen++;
+	pthread_mutex_unlock(&fab->lock);
+
+	snprintf(m->path, sizeof(m->path), "%s/mem-%u-%llu.region", fab->dir,
+	         slot, (unsigned long long)m->gen);
+	snprintf(m->base.name, sizeof(m->base.name), "mem-%u-%llu.region", slot,
+	         (unsigned long long)m->gen);
+	return 0;
+}
+
+static void release_file_slot(struct shm_fabric *fab, struct shm_mem *m)
+{
+	pthread_mutex_lock(&fab->lock);
+	fab->file_used[m->slot] = false;
+	pthread_mutex_unlock(&fab->lock);
+}
+
+/* The mapping of a region file, as pmem_map_file returns it. */
+struct region_map {
+	void *addr;
+	size_t mapped;
+	int is_pmem;
+};
+
+/* Link the existing file @adopt under m->path and map it. Returns 0 with
+ * rm->addr NULL when only the mapping failed (errno says why). */
+static int map_adopted(struct shm_mem *m, const char *adopt, size_t size,
+                       struct region_map *rm)
+{
+	struct stat ast;
+	if (stat(adopt, &ast) != 0 || (uint64_t)ast.st_size != size ||
+	    link(adopt, m->path) != 0) {
+		int rc = errno ? -errno : -EINVAL;
+		farm_err("shm: cannot adopt %s as %s: %s", adopt, m->path,
+		         farm_strerror(rc));
+		return rc;
+	}
+	rm->addr =
+	        pmem_map_file(m->path, 0, 0, 0600, &rm->mapped, &rm->is_pmem);
+	if (!rm->addr)
+		unlink(m->path);
+	return 0;
+}
+
+/* tmpfs with shmem huge pages: sized but not allocated yet, so the pages
+ * come through the mapping once it is advised (advise_pages): libpmem's
+ * posix_fallocate would allocate them first, as 4 KiB pages under
+ * "advise" and "within_size". Same return convention as map_adopted. */
+static int map_thp_tmpfs(struct shm_mem *m, size_t size, struct region_map *rm)
+{
+	int fd = open(m->path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (fd < 0 || ftruncate(fd, (off_t)size) != 0) {
+		int rc = -errno;
+		if (fd >= 0) {
+			close(fd);
+			unlink(m->path);
+		}
+		farm_err("shm: cannot create %zu-byte region file %s: %s", size,
+		         m->path, farm_strerror(rc));
+		return rc;
+	}
+	close(fd);
+	rm->addr =
+	        pmem_map_file(m->path, 0, 0, 0600, &rm->mapped, &rm->is_pmem);
+	if (!rm->addr)
+		unlink(m->path);
+	return 0;
+}
+
+/* Create (or adopt) the region file and map it. */
+static int map_region_file(struct shm_fabric *fab, struct shm_mem *m,
+                           size_t size, const char *adopt,
+                           struct region_map *rm)
+{
+	int rc = 0;
+	if (adopt) {
+		rc = map_adopted(m, adopt, size, rm);
+	} else if (fab->thp_tmpfs) {
+		rc = map_thp_tmpfs(m, size, rm);
+	} else {
+		/* Created and fully allocated (posix_fallocate) by libpmem,
+		 * so a full file system is an error here, never a SIGBUS
+		 * later. */
+		rm->addr = pmem_map_file(m->path, size,
+		                         PMEM_FILE_CREATE | PMEM_FILE_EXCL,
+		                         0600, &rm->mapped, &rm->is_pmem);
+	}
+	if (rc)
+		return rc;
+	if (!rm->addr) {
+		rc = errno ? -errno : -ENOMEM;
+		farm_err("shm: cannot create %zu-byte region file %s: %s", size,
+		         m->path, pmem_errormsg());
+		return rc;
+	}
+	return 0;
+}
+
+/* pmem_map_file takes no address: reserve an aligned range and move the
+ * mapping into it (mremap keeps the pages). On failure the mapping and
+ * the file are gone. */
+static int align_mapping(struct shm_mem *m, size_t size, struct region_map *rm)
+{
+	size_t span = size * 2;
+	uint8_t *res = mmap(NULL, span, PROT_NONE,
+	                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (res == MAP_FAILED) {
+		int rc = -errno;
+		pmem_unmap(rm->addr, rm->mapped);
+		unlink(m->path);
+		return rc;
+	}
+	uint8_t *al = (uint8_t *)(((uintptr_t)res + size - 1) &
+	                          ~(uintptr_t)(size - 1));
+	if (al > res)
+		munmap(res, (size_t)(al - res));
+	if (res + span > al + size)
+		munmap(al + size, (size_t)(res + span - (al + size)));
+	void *moved = mremap(rm->addr, rm->mapped, rm->mapped,
+	                     MREMAP_MAYMOVE | MREMAP_FIXED, al);
+	if (moved == MAP_FAILED) {
+		int rc = -errno;
+		munmap(al, size);
+		pmem_unmap(rm->addr, rm->mapped);
+		unlink(m->path);
+		return rc;
+	}
+	if (rm->mapped < size)
+		munmap(al + rm->mapped, size - rm->mapped);
+	rm->addr = moved;
+	return 0;
+}
+
+/* Ask for huge pages where the file system can have them, and on a THP
+ * tmpfs allocate every page now. On failure the mapping and the file are
+ * gone. */
+static int advise_pages(struct shm_fabric *fab, struct shm_mem *m, size_t size,
+                        const struct region_map *rm)
+{
+	m->base.huge = false;
+	if (fab->huge_ok && madvise(rm->addr, rm->mapped, MADV_HUGEPAGE) == 0)
+		m->base.huge = true;
+	if (fab->thp_tmpfs &&
+	    madvise(rm->addr, rm->mapped, MADV_POPULATE_WRITE) != 0) {
+		/* Allocating every page now: a full tmpfs is an error here
+		 * (ENOMEM, EFAULT), never a SIGBUS later. */
+		int rc = errno == EFAULT || errno == ENOMEM ? -ENOSPC : -errno;
+		farm_err("shm: cannot allocate the %zu-byte region file %s: %s",
+		         size, m->path, farm_strerror(rc));
+		pmem_unmap(rm->addr, rm->mapped);
+		unlink(m->path);
+		return rc;
+	}
+	static atomic_int warned;
+	if (!m->base.huge && !atomic_exchange(&warned, 1))
+		farm_info(
+		        "shm: region files in %s use 4 KiB pages (not "
+		        "hugetlbfs, and its tmpfs mount has no huge= option); "
+		        "for 2 MiB pages: mount -o remount,huge=advise <mount "
+		        "point>",
+		        fab->dir);
+	return 0;
+}
+
 /* @adopt: an existing file of @size bytes to map instead of a new one (a
  * restart, farm_mem_adopt): linked under the new name, so the old name
  * keeps the data until its owner removes it. */
@@ -403,135 +581,29 @@ static int shm_mem_map(farm_fabric *f, size_t size, unsigned flags,
 	struct shm_mem *m = calloc(1, sizeof(*m));
 	if (!m)
 		return -ENOMEM;
-	pthread_mutex_lock(&fab->lock);
-	uint32_t slot = 0;
-	while (slot < SHM_MAX_FILES && fab->file_used[slot])
-		slot++;
-	if (slot == SHM_MAX_FILES) {
-		pthread_mutex_unlock(&fab->lock);
+	int rc = take_file_slot(fab, m);
+	if (rc) {
 		free(m);
-		return -EMFILE;
+		return rc;
 	}
-	fab->file_used[slot] = true;
-	m->slot = slot;
-	m->gen = fab->next_file_gen++;
-	pthread_mutex_unlock(&fab->lock);
-
-	snprintf(m->path, sizeof(m->path), "%s/mem-%u-%llu.region", fab->dir,
-	         slot, (unsigned long long)m->gen);
-	snprintf(m->base.name, sizeof(m->base.name), "mem-%u-%llu.region", slot,
-	         (unsigned long long)m->gen);
-	size_t mapped = 0;
-	int is_pmem = 0;
-	int rc;
-	void *addr;
-	if (adopt) {
-		struct stat ast;
-		if (stat(adopt, &ast) != 0 || (uint64_t)ast.st_size != size ||
-		    link(adopt, m->path) != 0) {
-			rc = errno ? -errno : -EINVAL;
-			farm_err("shm: cannot adopt %s as %s: %s", adopt,
-			         m->path, farm_strerror(rc));
-			goto fail;
-		}
-		addr = pmem_map_file(m->path, 0, 0, 0600, &mapped, &is_pmem);
-		if (!addr)
-			unlink(m->path);
-	} else if (fab->thp_tmpfs) {
-		/* tmpfs with shmem huge pages: sized but not allocated yet,
-		 * so the pages come through the mapping once it is advised
-		 * (below): libpmem's posix_fallocate would allocate them
-		 * first, as 4 KiB pages under "advise" and "within_size". */
-		int fd = open(m->path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC,
-		              0600);
-		if (fd < 0 || ftruncate(fd, (off_t)size) != 0) {
-			rc = -errno;
-			if (fd >= 0) {
-				close(fd);
-				unlink(m->path);
-			}
-			farm_err("shm: cannot create %zu-byte region file %s: "
-			         "%s",
-			         size, m->path, farm_strerror(rc));
-			goto fail;
-		}
-		close(fd);
-		addr = pmem_map_file(m->path, 0, 0, 0600, &mapped, &is_pmem);
-		if (!addr)
-			unlink(m->path);
-	} else {
-		/* Created and fully allocated (posix_fallocate) by libpmem,
-		 * so a full file system is an error here, never a SIGBUS
-		 * later. */
-		addr = pmem_map_file(m->path, size,
-		                     PMEM_FILE_CREATE | PMEM_FILE_EXCL, 0600,
-		                     &mapped, &is_pmem);
-	}
-	if (!addr) {
-		rc = errno ? -errno : -ENOMEM;
-		farm_err("shm: cannot create %zu-byte region file %s: %s", size,
-		         m->path, pmem_errormsg());
+	struct region_map rm = {NULL, 0, 0};
+	rc = map_region_file(fab, m, size, adopt, &rm);
+	if (rc)
 		goto fail;
-	}
-	m->map_len = mapped;
-	if (flags & FARM_MEM_ALIGN_SIZE && ((uintptr_t)addr & (size - 1))) {
-		/* pmem_map_file takes no address: reserve an aligned range
-		 * and move the mapping into it (mremap keeps the pages). */
-		size_t span = size * 2;
-		uint8_t *res = mmap(NULL, span, PROT_NONE,
-		                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-		                    -1, 0);
-		if (res == MAP_FAILED) {
-			rc = -errno;
-			pmem_unmap(addr, mapped);
-			unlink(m->path);
+	m->map_len = rm.mapped;
+	if (flags & FARM_MEM_ALIGN_SIZE && ((uintptr_t)rm.addr & (size - 1))) {
+		rc = align_mapping(m, size, &rm);
+		if (rc)
 			goto fail;
-		}
-		uint8_t *al = (uint8_t *)(((uintptr_t)res + size - 1) &
-		                          ~(uintptr_t)(size - 1));
-		if (al > res)
-			munmap(res, (size_t)(al - res));
-		if (res + span > al + size)
-			munmap(al + size, (size_t)(res + span - (al + size)));
-		void *moved = mremap(addr, mapped, mapped,
-		                     MREMAP_MAYMOVE | MREMAP_FIXED, al);
-		if (moved == MAP_FAILED) {
-			rc = -errno;
-			munmap(al, size);
-			pmem_unmap(addr, mapped);
-			unlink(m->path);
-			goto fail;
-		}
-		if (mapped < size)
-			munmap(al + mapped, size - mapped);
-		addr = moved;
 	}
-	m->base.huge = false;
-	if (fab->huge_ok && madvise(addr, mapped, MADV_HUGEPAGE) == 0)
-		m->base.huge = true;
-	if (fab->thp_tmpfs && madvise(addr, mapped, MADV_POPULATE_WRITE) != 0) {
-		/* Allocating every page now: a full tmpfs is an error here
-		 * (ENOMEM, EFAULT), never a SIGBUS later. */
-		rc = errno == EFAULT || errno == ENOMEM ? -ENOSPC : -errno;
-		farm_err("shm: cannot allocate the %zu-byte region file %s: %s",
-		         size, m->path, farm_strerror(rc));
-		pmem_unmap(addr, mapped);
-		unlink(m->path);
+	rc = advise_pages(fab, m, size, &rm);
+	if (rc)
 		goto fail;
-	}
-	static atomic_int warned;
-	if (!m->base.huge && !atomic_exchange(&warned, 1))
-		farm_info(
-		        "shm: region files in %s use 4 KiB pages (not "
-		        "hugetlbfs, and its tmpfs mount has no huge= option); "
-		        "for 2 MiB pages: mount -o remount,huge=advise <mount "
-		        "point>",
-		        fab->dir);
 	m->base.fab = f;
-	m->base.addr = addr;
+	m->base.addr = rm.addr;
 	m->base.size = size;
-	m->base.pmem = is_pmem != 0;
-	m->fs_is_dax_like = is_pmem || fab->dax_like;
+	m->base.pmem = rm.is_pmem != 0;
+	m->fs_is_dax_like = rm.is_pmem || fab->dax_like;
 	pthread_mutex_lock(&fab->lock);
 	m->next = fab->mems;
 	fab->mems = m;
@@ -539,9 +611,7 @@ static int shm_mem_map(farm_fabric *f, size_t size, unsigned flags,
 	*out = &m->base;
 	return 0;
 fail:
-	pthread_mutex_lock(&fab->lock);
-	fab->file_used[m->slot] = false;
-	pthread_mutex_unlock(&fab->lock);
+	release_file_slot(fab, m);
 	free(m);
 	return rc;
 }

@@ -216,33 +216,42 @@ static inline bool local_ok(const struct shm_ep *ep, const farm_wr *wr)
 	return a >= b && wr->len <= lmr->len && a - b <= lmr->len - wr->len;
 }
 
-/* Check a request against the peer's table; on success point op->rptr at
- * the bytes it names. Touches nothing. */
-static int resolve(struct shm_ep *ep, struct shm_op *op, const farm_wr *wr)
+/* The remote access a request needs of the registration it names. */
+static unsigned access_needed(unsigned opcode)
+{
+	return opcode == FARM_WR_READ  ? FARM_ACCESS_REMOTE_READ
+	       : opcode == FARM_WR_CAS ? FARM_ACCESS_REMOTE_ATOMIC
+	                               : FARM_ACCESS_REMOTE_WRITE;
+}
+
+/* Does [raddr, raddr + len) lie within [base, base + len)? Written so
+ * that nothing overflows. */
+static bool in_range(const farm_wr *wr, uint64_t base, uint64_t len)
+{
+	return wr->raddr >= base && wr->len <= len &&
+	       wr->raddr - base <= len - wr->len;
+}
+
+/* Resolve against the endpoint's one-entry cache of the last key. */
+static int resolve_cached(struct shm_ep *ep, struct shm_op *op,
+                          const farm_wr *wr, unsigned need)
+{
+	if ((ep->rc_access & need) != need ||
+	    !in_range(wr, ep->rc_base, ep->rc_len))
+		return FARM_EREMOTE_ACCESS;
+	if (wr->opcode == FARM_WR_CAS && (wr->raddr & 7))
+		return -EINVAL;
+	op->rptr = ep->rc_ptr + (wr->raddr - ep->rc_base);
+	return 0;
+}
+
+/* Resolve against the peer's table entry @idx, which must still be of
+ * generation @gen, and cache the entry when it was stable throughout. */
+static int resolve_table(struct shm_ep *ep, struct shm_op *op,
+                         const farm_wr *wr, unsigned need, uint64_t idx,
+                         uint64_t gen)
 {
 	struct shm_peer *p = ep->peer;
-	if (wr->len && !(wr->flags & FARM_WR_INLINE) &&
-	    wr->opcode != FARM_WR_NOTIFY && !local_ok(ep, wr))
-		return FARM_ELOCAL_ACCESS;
-	if (wr->len == 0)
-		return 0;
-	uint64_t idx = wr->rkey & (SHM_MAX_MR - 1),
-	         gen = wr->rkey >> SHM_IDX_BITS;
-	unsigned need = wr->opcode == FARM_WR_READ  ? FARM_ACCESS_REMOTE_READ
-	                : wr->opcode == FARM_WR_CAS ? FARM_ACCESS_REMOTE_ATOMIC
-	                                            : FARM_ACCESS_REMOTE_WRITE;
-	if (FARM_LIKELY(wr->rkey == ep->rc_key && ep->rc_entry &&
-	                atomic_load_explicit(&ep->rc_entry->gen,
-	                                     memory_order_acquire) == gen)) {
-		if ((ep->rc_access & need) != need || wr->raddr < ep->rc_base ||
-		    wr->len > ep->rc_len ||
-		    wr->raddr - ep->rc_base > ep->rc_len - wr->len)
-			return FARM_EREMOTE_ACCESS;
-		if (wr->opcode == FARM_WR_CAS && (wr->raddr & 7))
-			return -EINVAL;
-		op->rptr = ep->rc_ptr + (wr->raddr - ep->rc_base);
-		return 0;
-	}
 	const struct shm_table_mr *e = &p->table->mr[idx];
 	/* Pairs with the release store in shm_mr_reg(). */
 	if (gen == 0 ||
@@ -253,8 +262,7 @@ static int resolve(struct shm_ep *ep, struct shm_op *op, const farm_wr *wr)
 	uint64_t fgen = e->file_gen;
 	if ((acc & need) != need)
 		return FARM_EREMOTE_ACCESS;
-	if (wr->raddr < base || wr->len > elen ||
-	    wr->raddr - base > elen - wr->len)
+	if (!in_range(wr, base, elen))
 		return FARM_EREMOTE_ACCESS;
 	if (wr->opcode == FARM_WR_CAS && (wr->raddr & 7))
 		return -EINVAL;
@@ -268,7 +276,8 @@ static int resolve(struct shm_ep *ep, struct shm_op *op, const farm_wr *wr)
 		return FARM_EREMOTE_ACCESS;
 	op->rptr = m->addr + foff + (wr->raddr - base);
 	/* Entry fields were read after the acquire of gen; re-check it so
-	 * the cache holds a consistent snapshot. */
+	 * the cache holds a consistent snapshot. Pairs with the release
+	 * store in shm_mr_reg(), as above. */
 	if (atomic_load_explicit(&e->gen, memory_order_acquire) == gen) {
 		ep->rc_key = wr->rkey;
 		ep->rc_entry = e;
@@ -278,6 +287,26 @@ static int resolve(struct shm_ep *ep, struct shm_op *op, const farm_wr *wr)
 		ep->rc_access = acc;
 	}
 	return 0;
+}
+
+/* Check a request against the peer's table; on success point op->rptr at
+ * the bytes it names. Touches nothing. */
+static int resolve(struct shm_ep *ep, struct shm_op *op, const farm_wr *wr)
+{
+	if (wr->len && !(wr->flags & FARM_WR_INLINE) &&
+	    wr->opcode != FARM_WR_NOTIFY && !local_ok(ep, wr))
+		return FARM_ELOCAL_ACCESS;
+	if (wr->len == 0)
+		return 0;
+	uint64_t idx = wr->rkey & (SHM_MAX_MR - 1),
+	         gen = wr->rkey >> SHM_IDX_BITS;
+	unsigned need = access_needed(wr->opcode);
+	/* Pairs with the release store in shm_mr_reg(). */
+	if (FARM_LIKELY(wr->rkey == ep->rc_key && ep->rc_entry &&
+	                atomic_load_explicit(&ep->rc_entry->gen,
+	                                     memory_order_acquire) == gen))
+		return resolve_cached(ep, op, wr, need);
+	return resolve_table(ep, op, wr, need, idx, gen);
 }
 
 static inline int fault_status(const struct shm_ep *ep)
@@ -459,6 +488,47 @@ int shm_ep_post(farm_ep *e, farm_wr *list, farm_wr **bad)
 	return rc;
 }
 
+/* Execute a request not yet executed. Fast path: a whole-line READ on a
+ * healthy endpoint (its state is re-checked per request: an earlier one
+ * may fail it). */
+static void execute_pending(struct shm_ep *ep, struct shm_op *op, bool fast,
+                            int st)
+{
+	if (FARM_LIKELY(
+	            fast && ep->state == EP_OK && op->opcode == FARM_WR_READ &&
+	            op->status == 0 && op->len &&
+	            ((op->len | (uintptr_t)op->rptr) & (FARM_CL - 1)) == 0)) {
+		read_whole_lines(op->local, op->rptr, op->len);
+		op->executed = 1;
+	} else {
+		execute(ep, op, st);
+	}
+	ep->exec++;
+}
+
+/* An outstanding request to a machine that died gets no ack on hardware:
+ * it fails, whether or not its bytes landed. */
+static void fail_if_gone(struct shm_ep *ep, struct shm_op *op, bool alive)
+{
+	if (op->status == 0 && (!alive || ep->state == EP_CLOSED)) {
+		op->status = alive ? -ENOTCONN : FARM_EPEERDEAD;
+		if (ep->state == EP_OK)
+			ep->state = EP_ERROR;
+	}
+}
+
+static farm_wc op_wc(const struct shm_ep *ep, const struct shm_op *op)
+{
+	farm_wc w = {.wr_id = op->wr_id,
+	             .status = op->status,
+	             .opcode = op->opcode,
+	             .peer = ep->base.peer,
+	             .len = op->status ? 0 : op->len};
+	if (op->opcode == FARM_WR_NOTIFY && op->status == 0)
+		w.len = op->len;
+	return w;
+}
+
 /* Harvest completions from one endpoint; returns how many were written. */
 static int ep_harvest(struct shm_ep *ep, int n, farm_wc *wc, uint64_t *now)
 {
@@ -470,47 +540,21 @@ static int ep_harvest(struct shm_ep *ep, int n, farm_wc *wc, uint64_t *now)
 	}
 	bool alive = peer_alive(ep->peer);
 	int st = alive ? run_status(ep) : FARM_EPEERDEAD;
-	/* Fast path: whole-line READs on a healthy endpoint (its state is
-	 * re-checked per request: an earlier one may fail it). */
 	bool fast = st == 0 && atomic_load_explicit(&knob_line_atomic,
 	                                            memory_order_relaxed);
 	while (ep->head != ep->tail && got < n) {
 		struct shm_op *op = &ep->ops[ep->head & ep->mask];
-		if (!op->executed) {
-			if (FARM_LIKELY(fast && ep->state == EP_OK &&
-			                op->opcode == FARM_WR_READ &&
-			                op->status == 0 && op->len &&
-			                ((op->len | (uintptr_t)op->rptr) &
-			                 (FARM_CL - 1)) == 0)) {
-				read_whole_lines(op->local, op->rptr, op->len);
-				op->executed = 1;
-			} else {
-				execute(ep, op, st);
-			}
-			ep->exec++;
-		}
-		if (op->ready_ns) {
+		if (!op->executed)
+			execute_pending(ep, op, fast, st);
+		if (op->ready_ns) { /* an injected delay */
 			if (!*now)
 				*now = farm_now_ns();
 			if (*now < op->ready_ns)
 				break;
 		}
-		/* An outstanding request to a machine that died gets no ack
-		 * on hardware: it fails, whether or not its bytes landed. */
-		if (op->status == 0 && (!alive || ep->state == EP_CLOSED)) {
-			op->status = alive ? -ENOTCONN : FARM_EPEERDEAD;
-			if (ep->state == EP_OK)
-				ep->state = EP_ERROR;
-		}
-		if (op->status || (op->flags & FARM_WR_SIGNALED)) {
-			wc[got++] = (farm_wc){.wr_id = op->wr_id,
-			                      .status = op->status,
-			                      .opcode = op->opcode,
-			                      .peer = ep->base.peer,
-			                      .len = op->status ? 0 : op->len};
-			if (op->opcode == FARM_WR_NOTIFY && op->status == 0)
-				wc[got - 1].len = op->len;
-		}
+		fail_if_gone(ep, op, alive);
+		if (op->status || (op->flags & FARM_WR_SIGNALED))
+			wc[got++] = op_wc(ep, op);
 		ep->head++;
 	}
 	ep_unlock(ep);

@@ -242,6 +242,159 @@ static void vb_close_fabric(farm_fabric *f)
 	free(fab);
 }
 
+static struct vb_fabric *fab_new(const farm_fabric_attr *attr)
+{
+	struct vb_fabric *fab = calloc(1, sizeof(*fab));
+	if (!fab)
+		return NULL;
+	fab->base.ops = &farm_verbs_ops;
+	fab->base.machine_id = attr->machine_id;
+	fab->lctx.kind = VB_CTX_LISTEN;
+	fab->stop_fd = -1;
+	atomic_init(&fab->next_incarnation, 1);
+	pthread_mutex_init(&fab->lock, NULL);
+	return fab;
+}
+
+static int open_cm_channel(struct vb_fabric *fab)
+{
+	fab->ch = rdma_create_event_channel();
+	if (fab->ch)
+		return 0;
+	int rc = errno == ENODEV || errno == ENOENT ? FARM_ENODEVICE
+	                                            : neg_errno(ENOMEM);
+	farm_err("verbs: cannot open the rdma_cm event channel: %s%s",
+	         strerror(errno),
+	         rc == FARM_ENODEVICE ? " (is rdma_ucm loaded?)" : "");
+	return rc;
+}
+
+/* Bind the listener; a specific address also becomes the source of our
+ * outgoing connections (with any port), so they leave by the same device. */
+static int bind_listener(struct vb_fabric *fab, const farm_fabric_attr *attr,
+                         struct sockaddr_storage *la)
+{
+	if (rdma_bind_addr(fab->listen_id, (struct sockaddr *)la)) {
+		int rc = neg_errno(EADDRNOTAVAIL);
+		if (rc == -ENODEV) {
+			farm_err(
+			        "verbs: %s is not an address of an RDMA device",
+			        attr->listen_addr);
+			return FARM_ENODEVICE;
+		}
+		farm_err("verbs: cannot bind %s: %s", attr->listen_addr,
+		         strerror(-rc));
+		return rc;
+	}
+	fab->src_specific = !vb_addr_is_wildcard(la);
+	if (fab->src_specific) {
+		fab->src = *la;
+		if (la->ss_family == AF_INET)
+			((struct sockaddr_in *)&fab->src)->sin_port = 0;
+		else
+			((struct sockaddr_in6 *)&fab->src)->sin6_port = 0;
+	}
+	return 0;
+}
+
+/* Settle the device context: the bound address's device, which must be
+ * @want when one was asked for, or the probed device @name for a
+ * wildcard bind. */
+static int pick_device(struct vb_fabric *fab, const farm_fabric_attr *attr,
+                       const char *want, const char *name)
+{
+	if (!fab->listen_id->verbs) {
+		int rc = find_cm_context(fab, name);
+		if (rc)
+			return rc;
+		snprintf(fab->dev_name, sizeof(fab->dev_name), "%s", name);
+		return 0;
+	}
+	/* Bound to an address: the device is the address's. */
+	const char *dn = ibv_get_device_name(fab->listen_id->verbs->device);
+	if (want && (!dn || strcmp(dn, want) != 0)) {
+		farm_err("verbs: %s is on device %s, not %s", attr->listen_addr,
+		         dn ? dn : "?", want);
+		return -EINVAL;
+	}
+	fab->ctx = fab->listen_id->verbs;
+	snprintf(fab->dev_name, sizeof(fab->dev_name), "%s", dn ? dn : name);
+	return 0;
+}
+
+/* Query the device's limits, then allocate the PD and the passive CQ
+ * (the listener's). On failure, undoes its own steps. */
+static int open_device_resources(struct vb_fabric *fab)
+{
+	int rc = ibv_query_device(fab->ctx, &fab->dattr);
+	if (rc) {
+		farm_err("verbs: ibv_query_device(%s): %s", fab->dev_name,
+		         strerror(rc));
+		return -rc;
+	}
+	fab->max_rd_atom = clamp_u8(fab->dattr.max_qp_rd_atom);
+	fab->max_init_rd_atom = clamp_u8(fab->dattr.max_qp_init_rd_atom);
+	fab->iwarp = fab->ctx->device->transport_type == IBV_TRANSPORT_IWARP;
+	errno = 0; /* ibv_alloc_pd(3) documents NULL only */
+	fab->pd = ibv_alloc_pd(fab->ctx);
+	if (!fab->pd) {
+		rc = neg_errno(ENOMEM);
+		farm_err("verbs: ibv_alloc_pd: %s", strerror(-rc));
+		return rc;
+	}
+	errno = 0;
+	fab->pcq = ibv_create_cq(fab->ctx, VB_PASSIVE_CQ_DEPTH, NULL, NULL, 0);
+	if (!fab->pcq) {
+		rc = neg_errno(ENOMEM);
+		farm_err("verbs: ibv_create_cq: %s", strerror(-rc));
+		(void)ibv_dealloc_pd(fab->pd);
+		return rc;
+	}
+	return 0;
+}
+
+/* Listen, and record the address peers are to be given. */
+static int start_listening(struct vb_fabric *fab, const farm_fabric_attr *attr)
+{
+	if (rdma_listen(fab->listen_id, VB_LISTEN_BACKLOG)) {
+		int rc = neg_errno(EIO);
+		farm_err("verbs: rdma_listen on %s: %s", attr->listen_addr,
+		         strerror(-rc));
+		return rc;
+	}
+	int rc = vb_format_addr(rdma_get_local_addr(fab->listen_id),
+	                        ntohs(rdma_get_src_port(fab->listen_id)),
+	                        fab->addr, sizeof(fab->addr));
+	if (rc)
+		return rc;
+	if (!fab->src_specific)
+		farm_warn(
+		        "verbs: listening on the wildcard %s: peers need a "
+		        "concrete address, which farm_fabric_address() cannot "
+		        "give; listen on the device's IP",
+		        fab->addr);
+	return 0;
+}
+
+/* The listener thread parks in poll() on the channel and the stop
+ * eventfd. On failure, undoes its own steps. */
+static int start_listener_thread(struct vb_fabric *fab)
+{
+	fab->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (fab->stop_fd < 0)
+		return neg_errno(EMFILE);
+	int rc = vb_set_nonblock(fab->ch->fd);
+	if (!rc) {
+		rc = -pthread_create(&fab->thread, NULL, vb_listener_main, fab);
+	}
+	if (rc) {
+		close(fab->stop_fd);
+		return rc;
+	}
+	fab->thread_running = true;
+	return 0;
+}
+
 static int vb_open_fabric(const farm_fabric_attr *attr, farm_fabric **out)
 {
 	char name[IBV_SYSFS_NAME_MAX];
@@ -263,125 +416,30 @@ static int vb_open_fabric(const farm_fabric_attr *attr, farm_fabric **out)
 		         attr->listen_addr);
 		return -EINVAL;
 	}
-	struct vb_fabric *fab = calloc(1, sizeof(*fab));
+	struct vb_fabric *fab = fab_new(attr);
 	if (!fab)
 		return -ENOMEM;
-	fab->base.ops = &farm_verbs_ops;
-	fab->base.machine_id = attr->machine_id;
-	fab->lctx.kind = VB_CTX_LISTEN;
-	fab->stop_fd = -1;
-	atomic_init(&fab->next_incarnation, 1);
-	pthread_mutex_init(&fab->lock, NULL);
-
-	fab->ch = rdma_create_event_channel();
-	if (!fab->ch) {
-		rc = errno == ENODEV || errno == ENOENT ? FARM_ENODEVICE
-		                                        : neg_errno(ENOMEM);
-		farm_err("verbs: cannot open the rdma_cm event channel: %s%s",
-		         strerror(errno),
-		         rc == FARM_ENODEVICE ? " (is rdma_ucm loaded?)" : "");
+	rc = open_cm_channel(fab);
+	if (rc)
 		goto fail_fab;
-	}
 	if (rdma_create_id(fab->ch, &fab->listen_id, &fab->lctx, RDMA_PS_TCP)) {
 		rc = neg_errno(ENOMEM);
 		farm_err("verbs: rdma_create_id: %s", strerror(-rc));
 		goto fail_ch;
 	}
-	if (rdma_bind_addr(fab->listen_id, (struct sockaddr *)&la)) {
-		rc = neg_errno(EADDRNOTAVAIL);
-		if (rc == -ENODEV) {
-			farm_err(
-			        "verbs: %s is not an address of an RDMA device",
-			        attr->listen_addr);
-			rc = FARM_ENODEVICE;
-		} else {
-			farm_err("verbs: cannot bind %s: %s", attr->listen_addr,
-			         strerror(-rc));
-		}
+	rc = bind_listener(fab, attr, &la);
+	if (rc)
 		goto fail_id;
-	}
-	fab->src_specific = !vb_addr_is_wildcard(&la);
-	if (fab->src_specific) {
-		fab->src = la;
-		if (la.ss_family == AF_INET)
-			((struct sockaddr_in *)&fab->src)->sin_port = 0;
-		else
-			((struct sockaddr_in6 *)&fab->src)->sin6_port = 0;
-	}
-	if (fab->listen_id->verbs) {
-		/* Bound to an address: the device is the address's. */
-		const char *dn =
-		        ibv_get_device_name(fab->listen_id->verbs->device);
-		if (want && (!dn || strcmp(dn, want) != 0)) {
-			farm_err("verbs: %s is on device %s, not %s",
-			         attr->listen_addr, dn ? dn : "?", want);
-			rc = -EINVAL;
-			goto fail_id;
-		}
-		fab->ctx = fab->listen_id->verbs;
-		snprintf(fab->dev_name, sizeof(fab->dev_name), "%s",
-		         dn ? dn : name);
-	} else {
-		rc = find_cm_context(fab, name);
-		if (rc)
-			goto fail_devs;
-		snprintf(fab->dev_name, sizeof(fab->dev_name), "%s", name);
-	}
-	rc = ibv_query_device(fab->ctx, &fab->dattr);
-	if (rc) {
-		farm_err("verbs: ibv_query_device(%s): %s", fab->dev_name,
-		         strerror(rc));
-		rc = -rc;
+	rc = pick_device(fab, attr, want, name);
+	if (!rc)
+		rc = open_device_resources(fab);
+	if (rc)
 		goto fail_devs;
-	}
-	fab->max_rd_atom = clamp_u8(fab->dattr.max_qp_rd_atom);
-	fab->max_init_rd_atom = clamp_u8(fab->dattr.max_qp_init_rd_atom);
-	fab->iwarp = fab->ctx->device->transport_type == IBV_TRANSPORT_IWARP;
-	errno = 0; /* ibv_alloc_pd(3) documents NULL only */
-	fab->pd = ibv_alloc_pd(fab->ctx);
-	if (!fab->pd) {
-		rc = neg_errno(ENOMEM);
-		farm_err("verbs: ibv_alloc_pd: %s", strerror(-rc));
-		goto fail_devs;
-	}
-	errno = 0;
-	fab->pcq = ibv_create_cq(fab->ctx, VB_PASSIVE_CQ_DEPTH, NULL, NULL, 0);
-	if (!fab->pcq) {
-		rc = neg_errno(ENOMEM);
-		farm_err("verbs: ibv_create_cq: %s", strerror(-rc));
-		goto fail_pd;
-	}
-	if (rdma_listen(fab->listen_id, VB_LISTEN_BACKLOG)) {
-		rc = neg_errno(EIO);
-		farm_err("verbs: rdma_listen on %s: %s", attr->listen_addr,
-		         strerror(-rc));
-		goto fail_pcq;
-	}
-	rc = vb_format_addr(rdma_get_local_addr(fab->listen_id),
-	                    ntohs(rdma_get_src_port(fab->listen_id)), fab->addr,
-	                    sizeof(fab->addr));
+	rc = start_listening(fab, attr);
+	if (!rc)
+		rc = start_listener_thread(fab);
 	if (rc)
 		goto fail_pcq;
-	if (!fab->src_specific)
-		farm_warn(
-		        "verbs: listening on the wildcard %s: peers need a "
-		        "concrete address, which farm_fabric_address() cannot "
-		        "give; listen on the device's IP",
-		        fab->addr);
-	fab->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (fab->stop_fd < 0) {
-		rc = neg_errno(EMFILE);
-		goto fail_pcq;
-	}
-	rc = vb_set_nonblock(fab->ch->fd);
-	if (rc)
-		goto fail_efd;
-	rc = pthread_create(&fab->thread, NULL, vb_listener_main, fab);
-	if (rc) {
-		rc = -rc;
-		goto fail_efd;
-	}
-	fab->thread_running = true;
 	farm_info("verbs: machine %u on %s, listening on %s", attr->machine_id,
 	          fab->dev_name, fab->addr);
 	*out = &fab->base;
@@ -389,11 +447,8 @@ static int vb_open_fabric(const farm_fabric_attr *attr, farm_fabric **out)
 
 	/* Unwinding: a failure to release is not actionable here, and the
 	 * first error is the one returned. */
-fail_efd:
-	close(fab->stop_fd);
 fail_pcq:
 	(void)ibv_destroy_cq(fab->pcq);
-fail_pd:
 	(void)ibv_dealloc_pd(fab->pd);
 fail_devs:
 	if (fab->devs)

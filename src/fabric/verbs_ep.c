@@ -259,41 +259,39 @@ static void ep_free(struct vb_ep *ep)
 	free(ep);
 }
 
-int vb_ep_connect(farm_fabric *f, farm_cq *c, uint32_t peer_id,
-                  const char *peer_addr, const farm_ep_attr *attr,
-                  farm_ep **out)
+/* The device bounds the send queue; ask for more and get the device's. */
+static uint32_t clamp_sq_depth(const struct vb_fabric *fab, uint32_t depth)
 {
-	struct vb_fabric *fab = to_fab(f);
-	struct vb_cq *cq = (struct vb_cq *)c;
-	struct sockaddr_storage dst;
-	if (vb_parse_addr(peer_addr, &dst)) {
-		farm_err("verbs: bad peer address '%s' (want ip:port)",
-		         peer_addr);
-		return -EINVAL;
-	}
-	uint32_t depth = attr->sq_depth;
 	if (depth > (uint32_t)fab->dattr.max_qp_wr) {
 		farm_warn("verbs: sq_depth %u above the device's %d; using %d",
 		          depth, fab->dattr.max_qp_wr, fab->dattr.max_qp_wr);
 		depth = (uint32_t)fab->dattr.max_qp_wr;
 	}
+	return depth;
+}
+
+/* Allocate an endpoint and its rings; nothing on the device yet. */
+static struct vb_ep *ep_new(farm_fabric *f, farm_cq *c, uint32_t peer_id,
+                            uint32_t depth, const farm_ep_attr *attr)
+{
+	struct vb_fabric *fab = to_fab(f);
 	struct vb_ep *ep = calloc(1, sizeof(*ep));
 	if (!ep)
-		return -ENOMEM;
+		return NULL;
 	uint32_t size = pow2_at_least(depth);
 	ep->ring = calloc(size, sizeof(*ep->ring));
 	ep->lring = calloc(size, sizeof(*ep->lring));
 	pthread_mutex_init(&ep->lock, NULL);
 	if (!ep->ring || !ep->lring) {
 		ep_free(ep);
-		return -ENOMEM;
+		return NULL;
 	}
 	ep->base.fab = f;
 	ep->base.cq = c;
 	ep->base.peer = peer_id;
 	ep->ctx.kind = VB_CTX_EP;
 	ep->fab = fab;
-	ep->cq = cq;
+	ep->cq = (struct vb_cq *)c;
 	ep->depth = depth;
 	ep->mask = size - 1;
 	ep->signal_every = FARM_MAX(depth / 2, 1u);
@@ -301,39 +299,50 @@ int vb_ep_connect(farm_fabric *f, farm_cq *c, uint32_t peer_id,
 	ep->incarnation = atomic_fetch_add(&fab->next_incarnation, 1);
 	atomic_init(&ep->state, EP_OK);
 	atomic_init(&ep->peer_gone, 0);
+	return ep;
+}
 
-	int rc;
-	struct vb_evt ev;
+/* A private, non-blocking channel: connecting waits with a deadline, and
+ * the listener thread must not see this id's events until it is ours. */
+static int open_private_channel(struct rdma_event_channel **out)
+{
 	struct rdma_event_channel *ch = rdma_create_event_channel();
-	if (!ch) {
-		rc = neg_errno(ENOMEM);
-		goto fail_ep;
+	if (!ch)
+		return neg_errno(ENOMEM);
+	int rc = vb_set_nonblock(ch->fd);
+	if (rc) {
+		rdma_destroy_event_channel(ch);
+		return rc;
 	}
-	rc = vb_set_nonblock(ch->fd);
-	if (rc)
-		goto fail_ch;
-	if (rdma_create_id(ch, &ep->id, &ep->ctx, RDMA_PS_TCP)) {
-		rc = neg_errno(ENOMEM);
-		goto fail_ch;
-	}
+	*out = ch;
+	return 0;
+}
+
+/* Resolve the peer's address, then the route to it, on ep->id. The peer
+ * must be reached through this fabric's device: the PD and CQ are its. */
+static int resolve_peer(struct vb_ep *ep, struct rdma_event_channel *ch,
+                        struct sockaddr_storage *dst, const char *peer_addr)
+{
+	struct vb_fabric *fab = ep->fab;
+	struct vb_evt ev;
 	/* From our listen address when it names one: same device. */
 	struct sockaddr *src =
-	        fab->src_specific && fab->src.ss_family == dst.ss_family
+	        fab->src_specific && fab->src.ss_family == dst->ss_family
 	                ? (struct sockaddr *)&fab->src
 	                : NULL;
-	if (rdma_resolve_addr(ep->id, src, (struct sockaddr *)&dst,
+	if (rdma_resolve_addr(ep->id, src, (struct sockaddr *)dst,
 	                      VB_RESOLVE_MS)) {
-		rc = neg_errno(EINVAL);
+		int rc = neg_errno(EINVAL);
 		farm_info("verbs: rdma_resolve_addr(%s): %s", peer_addr,
 		          strerror(-rc));
 		if (rc != -EINVAL && rc != -ENOMEM)
 			rc = -ECONNREFUSED;
-		goto fail_id;
+		return rc;
 	}
-	rc = expect_event(ch, VB_RESOLVE_WAIT_MS, RDMA_CM_EVENT_ADDR_RESOLVED,
-	                  peer_addr, &ev);
+	int rc = expect_event(ch, VB_RESOLVE_WAIT_MS,
+	                      RDMA_CM_EVENT_ADDR_RESOLVED, peer_addr, &ev);
 	if (rc)
-		goto fail_id;
+		return rc;
 	if (ep->id->verbs != fab->ctx) {
 		farm_err("verbs: %s is reached through device %s, but this "
 		         "fabric uses %s",
@@ -342,37 +351,72 @@ int vb_ep_connect(farm_fabric *f, farm_cq *c, uint32_t peer_id,
 		                 ? ibv_get_device_name(ep->id->verbs->device)
 		                 : "?",
 		         fab->dev_name);
-		rc = -ENETUNREACH;
-		goto fail_id;
+		return -ENETUNREACH;
 	}
 	if (rdma_resolve_route(ep->id, VB_RESOLVE_MS)) {
 		rc = neg_errno(EIO);
 		farm_info("verbs: rdma_resolve_route(%s): %s", peer_addr,
 		          strerror(-rc));
-		rc = -ECONNREFUSED;
-		goto fail_id;
+		return -ECONNREFUSED;
 	}
-	rc = expect_event(ch, VB_RESOLVE_WAIT_MS, RDMA_CM_EVENT_ROUTE_RESOLVED,
-	                  peer_addr, &ev);
-	if (rc)
-		goto fail_id;
+	return expect_event(ch, VB_RESOLVE_WAIT_MS,
+	                    RDMA_CM_EVENT_ROUTE_RESOLVED, peer_addr, &ev);
+}
 
+static void cq_unreserve(struct vb_cq *cq, uint32_t depth)
+{
 	pthread_mutex_lock(&cq->lock);
-	rc = vb_cq_reserve(cq, depth);
+	cq->committed -= depth;
+	pthread_mutex_unlock(&cq->lock);
+}
+
+/* Reserve room on the CQ for the send queue, create the QP and attach it
+ * to the CQ. On failure, undoes its own steps. */
+static int attach_qp(struct vb_ep *ep, struct vb_cq *cq, uint32_t depth)
+{
+	pthread_mutex_lock(&cq->lock);
+	int rc = vb_cq_reserve(cq, depth);
 	pthread_mutex_unlock(&cq->lock);
 	if (rc)
-		goto fail_id;
+		return rc;
 	rc = create_qp(ep, cq);
-	if (rc)
-		goto fail_reserve;
+	if (rc) {
+		cq_unreserve(cq, depth);
+		return rc;
+	}
 	pthread_mutex_lock(&cq->lock);
 	rc = vb_cq_attach(cq, ep);
 	pthread_mutex_unlock(&cq->lock);
-	if (rc)
-		goto fail_qp;
+	if (rc) {
+		rdma_destroy_qp(ep->id);
+		cq_unreserve(cq, depth);
+	}
+	return rc;
+}
 
+/* Undo attach_qp(). */
+static void detach_qp(struct vb_ep *ep, struct vb_cq *cq, uint32_t depth)
+{
+	pthread_mutex_lock(&cq->lock);
+	vb_cq_detach(cq, ep);
+	pthread_mutex_unlock(&cq->lock);
+	rdma_destroy_qp(ep->id);
+	cq_unreserve(cq, depth);
+}
+
+static void disconnect_quietly(struct vb_ep *ep)
+{
+	if (rdma_disconnect(ep->id))
+		farm_dbg("verbs: rdma_disconnect: %s", strerror(errno));
+}
+
+/* Send the connect request, naming who we are and whom we want. */
+static int send_request(struct vb_ep *ep, uint32_t peer_id,
+                        const char *peer_addr)
+{
+	struct vb_fabric *fab = ep->fab;
 	struct vb_pdata req;
-	vb_pdata_encode(&req, VB_PD_REQ, f->machine_id, peer_id, 0);
+	vb_pdata_encode(&req, VB_PD_REQ, ep->base.fab->machine_id, peer_id, 0);
 	struct rdma_conn_param cp;
 	memset(&cp, 0, sizeof(cp));
 	cp.private_data = &req;
@@ -385,48 +429,95 @@ int vb_ep_connect(farm_fabric *f, farm_cq *c, uint32_t peer_id,
 	cp.retry_count = 7;
 	cp.rnr_retry_count = 7;
 	if (rdma_connect(ep->id, &cp)) {
-		rc = neg_errno(EIO);
+		int rc = neg_errno(EIO);
 		farm_info("verbs: rdma_connect(%s): %s", peer_addr,
 		          strerror(-rc));
-		rc = -ECONNREFUSED;
-		goto fail_attach;
+		return -ECONNREFUSED;
 	}
-	rc = wait_event(ch, VB_CONNECT_WAIT_MS, &ev);
+	return 0;
+}
+
+/* Wait for the peer's answer. A refusal naming another machine is a
+ * configuration error (-EINVAL), not a peer that is down. An accept that
+ * does not name the pair we asked for is disconnected here. */
+static int await_accept(struct vb_ep *ep, struct rdma_event_channel *ch,
+                        uint32_t peer_id, const char *peer_addr)
+{
+	struct vb_evt ev;
+	struct vb_pdata pd;
+	int rc = wait_event(ch, VB_CONNECT_WAIT_MS, &ev);
 	if (rc) {
 		farm_info("verbs: %s: no answer within %d ms", peer_addr,
 		          VB_CONNECT_WAIT_MS);
-		goto fail_attach;
+		return rc;
 	}
-	struct vb_pdata pd;
 	if (ev.type == RDMA_CM_EVENT_REJECTED &&
 	    vb_pdata_decode(ev.pdata, ev.pdata_len, VB_PD_REJ, &pd) &&
 	    pd.reason == VB_REJ_WRONG_MACHINE) {
 		farm_err("verbs: the machine at %s is %u, not %u", peer_addr,
 		         pd.from, peer_id);
-		rc = -EINVAL;
-		goto fail_attach;
+		return -EINVAL;
 	}
 	if (ev.type != RDMA_CM_EVENT_ESTABLISHED) {
 		farm_info(
 		        "verbs: connecting to machine %u at %s: %s (status %d)",
 		        peer_id, peer_addr, rdma_event_str(ev.type), ev.status);
-		rc = -ECONNREFUSED;
-		goto fail_attach;
+		return -ECONNREFUSED;
 	}
 	if (!vb_pdata_decode(ev.pdata, ev.pdata_len, VB_PD_ACC, &pd) ||
-	    pd.from != peer_id || pd.to != f->machine_id) {
+	    pd.from != peer_id || pd.to != ep->base.fab->machine_id) {
 		farm_err(
 		        "verbs: the machine at %s did not answer as machine %u",
 		        peer_addr, peer_id);
-		rc = -EINVAL;
-		goto fail_connected;
+		disconnect_quietly(ep);
+		return -EINVAL;
 	}
+	return 0;
+}
+
+int vb_ep_connect(farm_fabric *f, farm_cq *c, uint32_t peer_id,
+                  const char *peer_addr, const farm_ep_attr *attr,
+                  farm_ep **out)
+{
+	struct vb_fabric *fab = to_fab(f);
+	struct vb_cq *cq = (struct vb_cq *)c;
+	struct sockaddr_storage dst;
+	if (vb_parse_addr(peer_addr, &dst)) {
+		farm_err("verbs: bad peer address '%s' (want ip:port)",
+		         peer_addr);
+		return -EINVAL;
+	}
+	uint32_t depth = clamp_sq_depth(fab, attr->sq_depth);
+	struct vb_ep *ep = ep_new(f, c, peer_id, depth, attr);
+	if (!ep)
+		return -ENOMEM;
+
+	struct rdma_event_channel *ch;
+	int rc = open_private_channel(&ch);
+	if (rc)
+		goto fail_ep;
+	if (rdma_create_id(ch, &ep->id, &ep->ctx, RDMA_PS_TCP)) {
+		rc = neg_errno(ENOMEM);
+		goto fail_ch;
+	}
+	rc = resolve_peer(ep, ch, &dst, peer_addr);
+	if (rc)
+		goto fail_id;
+	rc = attach_qp(ep, cq, depth);
+	if (rc)
+		goto fail_id;
+	rc = send_request(ep, peer_id, peer_addr);
+	if (!rc)
+		rc = await_accept(ep, ch, peer_id, peer_addr);
+	if (rc)
+		goto fail_attach;
 	/* From here the listener thread sees this id's events (the peer
 	 * disconnecting). Blocks only while events are unacked: none are. */
 	if (rdma_migrate_id(ep->id, fab->ch)) {
 		rc = neg_errno(EIO);
 		farm_err("verbs: rdma_migrate_id: %s", strerror(-rc));
-		goto fail_connected;
+		disconnect_quietly(ep);
+		goto fail_attach;
 	}
 	rdma_destroy_event_channel(ch);
 	pthread_mutex_lock(&fab->lock);
@@ -438,19 +529,8 @@ int vb_ep_connect(farm_fabric *f, farm_cq *c, uint32_t peer_id,
 	*out = &ep->base;
 	return 0;
 
-fail_connected:
-	if (rdma_disconnect(ep->id))
-		farm_dbg("verbs: rdma_disconnect: %s", strerror(errno));
 fail_attach:
-	pthread_mutex_lock(&cq->lock);
-	vb_cq_detach(cq, ep);
-	pthread_mutex_unlock(&cq->lock);
-fail_qp:
-	rdma_destroy_qp(ep->id);
-fail_reserve:
-	pthread_mutex_lock(&cq->lock);
-	cq->committed -= depth;
-	pthread_mutex_unlock(&cq->lock);
+	detach_qp(ep, cq, depth);
 fail_id:
 	/* Cancels whatever is outstanding; every event we took was acked. */
 	if (rdma_destroy_id(ep->id))
