@@ -1016,19 +1016,14 @@ static int commit_refused(farm_tx *tx, int rc)
 	return rc;
 }
 
-int farm_tx_commit(farm_tx *tx, farm_tx_commit_fn cont, void *ctx)
+/* Find each object's replicas and primary; counts the objects written in
+ * *@nw. Done at commit, not at read, so that the placement is the one of
+ * the configuration the commit runs under. */
+static int commit_place(farm_tx *tx, unsigned *nw)
 {
-	if (!tx || !cont)
-		return -EINVAL;
-	if (tx->ph != PH_OPEN)
-		return FARM_ECLOSED;
-	if (tx->reads_out)
-		return -EBUSY;
 	farm_txm *m = tx->m;
-	tx->cont = cont;
-	tx->ctx = ctx;
-	unsigned nw = 0;
 	bool single = true;
+	*nw = 0;
 	for (unsigned i = 0; i < tx->n; i++) {
 		struct txobj *o = &tx->o[i];
 		o->nrep = farm_as_replicas(m->as, farm_gaddr_region(o->a),
@@ -1038,23 +1033,30 @@ int farm_tx_commit(farm_tx *tx, farm_tx_commit_fn cont, void *ctx)
 		o->primary = o->reps[0];
 		single &= o->primary == m->me;
 		if (is_write(o))
-			nw++;
+			(*nw)++;
 	}
-	tx->single = single && nw > 0;
-	if (nw == 0) {
-		/* Read-only: one object needs nothing more (the read was
-		 * consistent); several are validated. */
-		tx->in_call = true;
-		if (tx->n <= 1) {
-			tx->ph = PH_VALIDATE;
-			tx_report(tx, 0);
-			txn_tx_finish(tx);
-		} else {
-			phase_validate(tx);
-		}
-		return tx_leave_call(tx);
+	tx->single = single && *nw > 0;
+	return 0;
+}
+
+/* Read-only: one object needs nothing more (the read was consistent);
+ * several are validated. */
+static int commit_read_only(farm_tx *tx)
+{
+	tx->in_call = true;
+	if (tx->n <= 1) {
+		tx->ph = PH_VALIDATE;
+		tx_report(tx, 0);
+		txn_tx_finish(tx);
+	} else {
+		phase_validate(tx);
 	}
-	/* The regions it writes, for every record's region list. */
+	return tx_leave_call(tx);
+}
+
+/* The regions it writes (at most @nw), for every record's region list. */
+static int commit_regions(farm_tx *tx, unsigned nw)
+{
 	free(tx->regs);
 	tx->regs = malloc(sizeof(*tx->regs) * nw);
 	if (!tx->regs)
@@ -1072,8 +1074,13 @@ int farm_tx_commit(farm_tx *tx, farm_tx_commit_fn cont, void *ctx)
 	}
 	if (tx->nregs > 512) /* recover.c: REC_MAX_REGS */
 		return -E2BIG;
-	tx->cfg = (uint32_t)farm_as_config_id(m->as);
-	/* After-images. */
+	return 0;
+}
+
+/* The after-image of every object written, packed as it will be
+ * installed (next version, incarnation). */
+static int commit_images(farm_tx *tx)
+{
 	for (unsigned i = 0; i < tx->n; i++) {
 		struct txobj *o = &tx->o[i];
 		if (!is_write(o))
@@ -1086,8 +1093,38 @@ int farm_tx_commit(farm_tx *tx, farm_tx_commit_fn cont, void *ctx)
 		obj_pack(o->img, o->lines, o->data, o->size,
 		         o->version + OBJ_VSTEP, new_incarn(o));
 	}
-	/* Log room: LOCK + COMMIT-PRIMARY/ABORT at each primary (not for a
-	 * single-machine commit), COMMIT-BACKUP at each backup. */
+	return 0;
+}
+
+/* Room at each backup of primary @p: one COMMIT-BACKUP record per backup
+ * (objects from index @from on share no earlier primary), plus a possible
+ * ABORT once per backup. */
+static void need_backups_of(farm_tx *tx, uint32_t p, unsigned from)
+{
+	bool seenb[0x40] = {false};
+	for (unsigned j = from; j < tx->n; j++) {
+		struct txobj *q = &tx->o[j];
+		if (!is_write(q) || q->primary != p)
+			continue;
+		for (unsigned k = 1; k < q->nrep; k++) {
+			uint32_t b = q->reps[k];
+			if (b >= 0x40 || seenb[b])
+				continue;
+			seenb[b] = true;
+			tx_need_add(tx, b,
+			            rec_bytes(tx, REC_COMMIT_BACKUP, p, b, NULL));
+			if (!tx->cb_room[b]) { /* a possible ABORT */
+				tx->cb_room[b] = true;
+				tx_need_add(tx, b, 64);
+			}
+		}
+	}
+}
+
+/* Log room: LOCK + COMMIT-PRIMARY/ABORT at each primary (not for a
+ * single-machine commit), COMMIT-BACKUP at each backup. */
+static void commit_count_room(farm_tx *tx)
+{
 	for (unsigned i = 0; i < tx->n; i++) {
 		struct txobj *o = &tx->o[i];
 		if (!is_write(o))
@@ -1103,39 +1140,59 @@ int farm_tx_commit(farm_tx *tx, farm_tx_commit_fn cont, void *ctx)
 		if (!is_write(o) || seenp[o->primary])
 			continue;
 		seenp[o->primary] = true;
-		bool seenb[0x40] = {false};
-		for (unsigned j = i; j < tx->n; j++) {
-			struct txobj *q = &tx->o[j];
-			if (!is_write(q) || q->primary != o->primary)
-				continue;
-			for (unsigned k = 1; k < q->nrep; k++) {
-				uint32_t b = q->reps[k];
-				if (b >= 0x40 || seenb[b])
-					continue;
-				seenb[b] = true;
-				tx_need_add(tx, b,
-				            rec_bytes(tx, REC_COMMIT_BACKUP,
-				                      o->primary, b, NULL));
-				if (!tx->cb_room[b]) { /* a possible ABORT */
-					tx->cb_room[b] = true;
-					tx_need_add(tx, b, 64);
-				}
-			}
-		}
+		need_backups_of(tx, o->primary, i);
 	}
+}
+
+/* Every log the commit needs is at a peer ready to take it, and no one
+ * commit asks for more than half of a log (it could never fit beside
+ * others'); 0, or the code to refuse with. */
+static int commit_room_check(farm_tx *tx)
+{
+	farm_txm *m = tx->m;
 	for (uint64_t mk = tx->need_mask; mk; mk &= mk - 1) {
 		uint32_t mach = (uint32_t)__builtin_ctzll(mk);
 		if (mach < m->M && tx->need[mach] && mach != m->me &&
 		    /* Pairs with the release of peer_ready in txm.c. */
 		    !atomic_load_explicit(&m->peer_ready[mach],
 		                          memory_order_acquire))
-			return commit_refused(tx, FARM_EPEERDEAD);
+			return FARM_EPEERDEAD;
 	}
 	for (uint64_t mk = tx->need_mask; mk; mk &= mk - 1) {
 		uint32_t mach = (uint32_t)__builtin_ctzll(mk);
 		if (mach < m->M && tx->need[mach] > m->R / 2)
-			return commit_refused(tx, -E2BIG);
+			return -E2BIG;
 	}
+	return 0;
+}
+
+int farm_tx_commit(farm_tx *tx, farm_tx_commit_fn cont, void *ctx)
+{
+	if (!tx || !cont)
+		return -EINVAL;
+	if (tx->ph != PH_OPEN)
+		return FARM_ECLOSED;
+	if (tx->reads_out)
+		return -EBUSY;
+	tx->cont = cont;
+	tx->ctx = ctx;
+	unsigned nw;
+	int rc = commit_place(tx, &nw);
+	if (rc)
+		return rc;
+	if (nw == 0)
+		return commit_read_only(tx);
+	rc = commit_regions(tx, nw);
+	if (rc)
+		return rc;
+	tx->cfg = (uint32_t)farm_as_config_id(tx->m->as);
+	rc = commit_images(tx);
+	if (rc)
+		return rc;
+	commit_count_room(tx);
+	rc = commit_room_check(tx);
+	if (rc)
+		return commit_refused(tx, rc);
 	tx->ph = PH_RESERVE;
 	tx->in_call = true;
 	txn_tx_reserve(tx);
