@@ -9,6 +9,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,22 +35,36 @@ const struct farm_member *farm_view_find(const struct farm_view *v, uint32_t id)
 	return NULL;
 }
 
-bool farm_view_same_members(const struct farm_view *a,
-                            const struct farm_view *b)
+/* The counts and flags of two views agree. */
+static bool same_shape(const struct farm_view *a, const struct farm_view *b)
 {
-	if (a->n != b->n || a->has_cm != b->has_cm ||
-	    (a->has_cm && a->cm != b->cm) || a->nremoved != b->nremoved ||
-	    a->ndeparted != b->ndeparted || a->formed != b->formed ||
-	    a->nlate != b->nlate || a->ngone != b->ngone ||
-	    a->nlost != b->nlost || a->restart != b->restart ||
-	    a->bump != b->bump ||
-	    (a->nlost <= FARM_VIEW_MAX &&
-	     memcmp(a->lost, b->lost, a->nlost * sizeof(a->lost[0]))) ||
-	    (a->nlate <= FARM_VIEW_MAX &&
-	     memcmp(a->late, b->late, a->nlate * sizeof(a->late[0]))) ||
-	    (a->ngone <= FARM_VIEW_MAX &&
-	     memcmp(a->gone, b->gone, a->ngone * sizeof(a->gone[0]))))
-		return false;
+	return a->n == b->n && a->has_cm == b->has_cm &&
+	       (!a->has_cm || a->cm == b->cm) && a->nremoved == b->nremoved &&
+	       a->ndeparted == b->ndeparted && a->formed == b->formed &&
+	       a->nlate == b->nlate && a->ngone == b->ngone &&
+	       a->nlost == b->nlost && a->restart == b->restart &&
+	       a->bump == b->bump;
+}
+
+/* The lost, late and gone lists of two views of the same shape agree (a
+ * count past FARM_VIEW_MAX is not compared: the lists are not read past
+ * their arrays). */
+static bool same_id_lists(const struct farm_view *a,
+                          const struct farm_view *b)
+{
+	return !(a->nlost <= FARM_VIEW_MAX &&
+	         memcmp(a->lost, b->lost, a->nlost * sizeof(a->lost[0]))) &&
+	       !(a->nlate <= FARM_VIEW_MAX &&
+	         memcmp(a->late, b->late, a->nlate * sizeof(a->late[0]))) &&
+	       !(a->ngone <= FARM_VIEW_MAX &&
+	         memcmp(a->gone, b->gone, a->ngone * sizeof(a->gone[0])));
+}
+
+/* The members, departed and removed machines of two views of the same
+ * shape agree, entry by entry. */
+static bool same_machines(const struct farm_view *a,
+                          const struct farm_view *b)
+{
 	for (unsigned i = 0; i < a->n; i++)
 		if (a->members[i].id != b->members[i].id ||
 		    strcmp(a->members[i].endpoint, b->members[i].endpoint) ||
@@ -64,6 +79,12 @@ bool farm_view_same_members(const struct farm_view *a,
 		    a->removed[i].incarnation != b->removed[i].incarnation)
 			return false;
 	return true;
+}
+
+bool farm_view_same_members(const struct farm_view *a,
+                            const struct farm_view *b)
+{
+	return same_shape(a, b) && same_id_lists(a, b) && same_machines(a, b);
 }
 
 bool farm_view_equal(const struct farm_view *a, const struct farm_view *b)
@@ -189,6 +210,75 @@ static int format_ids(char *buf, size_t len, size_t *off, const char *tag,
 	return 0;
 }
 
+/* Append one formatted line to @buf at *@off. 0, or -1 when @len is too
+ * small: snprintf alone would truncate silently. */
+static int emit(char *buf, size_t len, size_t *off, const char *fmt, ...)
+        __attribute__((format(printf, 4, 5)));
+static int emit(char *buf, size_t len, size_t *off, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	int k = vsnprintf(buf + *off, len - *off, fmt, ap);
+	va_end(ap);
+	if (k < 0 || (size_t)k >= len - *off)
+		return -1;
+	*off += (size_t)k;
+	return 0;
+}
+
+/* Domains by id: the members' and the departed machines' merged, so that
+ * the text lists them in one order whoever wrote it. */
+static int format_domains(const struct farm_view *v, char *buf, size_t len,
+                          size_t *off)
+{
+	for (unsigned i = 0, j = 0; i < v->n || j < v->ndeparted;) {
+		bool mem = j == v->ndeparted ||
+		           (i < v->n && v->members[i].id < v->departed[j].id);
+		uint32_t id = mem ? v->members[i].id : v->departed[j].id;
+		const char *d =
+		        mem ? v->members[i++].domain : v->departed[j++].domain;
+		if (d[0] && emit(buf, len, off, "domain %" PRIu32 " %s\n", id, d))
+			return -1;
+	}
+	return 0;
+}
+
+/* The members, their domains and the removed machines' incarnations. */
+static int format_machines(const struct farm_view *v, char *buf, size_t len,
+                           size_t *off)
+{
+	for (unsigned i = 0; i < v->n; i++)
+		if (emit(buf, len, off, "member %" PRIu32 " %s\n",
+		         v->members[i].id, v->members[i].endpoint))
+			return -1;
+	if (format_domains(v, buf, len, off))
+		return -1;
+	for (unsigned i = 0; i < v->nremoved && i < FARM_VIEW_MAX; i++)
+		if (emit(buf, len, off, "removed %" PRIu32 " %" PRId64 "\n",
+		         v->removed[i].id, v->removed[i].incarnation))
+			return -1;
+	return 0;
+}
+
+/* The view's state: formed, the late, gone and lost machines, and the
+ * restart and bump counters (each line only when set). */
+static int format_state(const struct farm_view *v, char *buf, size_t len,
+                        size_t *off)
+{
+	if (v->formed && emit(buf, len, off, "formed\n"))
+		return -1;
+	if (format_ids(buf, len, off, "late", v->late, v->nlate) ||
+	    format_ids(buf, len, off, "gone", v->gone, v->ngone) ||
+	    format_ids(buf, len, off, "lost", v->lost, v->nlost))
+		return -1;
+	if (v->restart &&
+	    emit(buf, len, off, "restart %" PRIu64 "\n", v->restart))
+		return -1;
+	if (v->bump && emit(buf, len, off, "bump %" PRIu64 "\n", v->bump))
+		return -1;
+	return 0;
+}
+
 int farm_view_format(const struct farm_view *v, char *buf, size_t len)
 {
 	if (!v || !buf || v->n > FARM_VIEW_MAX ||
@@ -196,72 +286,14 @@ int farm_view_format(const struct farm_view *v, char *buf, size_t len)
 	    v->ngone > FARM_VIEW_MAX || v->nlost > FARM_VIEW_MAX)
 		return -EINVAL;
 	size_t off = 0;
-	int n = snprintf(buf, len,
-	                 FARM_CONFIG_MAGIC "\nconfig_id %" PRIu64 "\n",
-	                 v->config_id);
-	if (n < 0 || (size_t)n >= len)
+	if (emit(buf, len, &off, FARM_CONFIG_MAGIC "\nconfig_id %" PRIu64 "\n",
+	         v->config_id))
 		return -ENOBUFS;
-	off = (size_t)n;
-	if (v->has_cm) {
-		n = snprintf(buf + off, len - off, "cm %" PRIu32 "\n", v->cm);
-		if (n < 0 || (size_t)n >= len - off)
-			return -ENOBUFS;
-		off += (size_t)n;
-	}
-	for (unsigned i = 0; i < v->n; i++) {
-		n = snprintf(buf + off, len - off, "member %" PRIu32 " %s\n",
-		             v->members[i].id, v->members[i].endpoint);
-		if (n < 0 || (size_t)n >= len - off)
-			return -ENOBUFS;
-		off += (size_t)n;
-	}
-	/* Domains by id: the members' and the departed machines' merged. */
-	for (unsigned i = 0, j = 0; i < v->n || j < v->ndeparted;) {
-		bool mem = j == v->ndeparted ||
-		           (i < v->n && v->members[i].id < v->departed[j].id);
-		uint32_t id = mem ? v->members[i].id : v->departed[j].id;
-		const char *d =
-		        mem ? v->members[i++].domain : v->departed[j++].domain;
-		if (!d[0])
-			continue;
-		n = snprintf(buf + off, len - off, "domain %" PRIu32 " %s\n",
-		             id, d);
-		if (n < 0 || (size_t)n >= len - off)
-			return -ENOBUFS;
-		off += (size_t)n;
-	}
-	for (unsigned i = 0; i < v->nremoved && i < FARM_VIEW_MAX; i++) {
-		n = snprintf(buf + off, len - off,
-		             "removed %" PRIu32 " %" PRId64 "\n",
-		             v->removed[i].id, v->removed[i].incarnation);
-		if (n < 0 || (size_t)n >= len - off)
-			return -ENOBUFS;
-		off += (size_t)n;
-	}
-	if (v->formed) {
-		n = snprintf(buf + off, len - off, "formed\n");
-		if (n < 0 || (size_t)n >= len - off)
-			return -ENOBUFS;
-		off += (size_t)n;
-	}
-	if (format_ids(buf, len, &off, "late", v->late, v->nlate) ||
-	    format_ids(buf, len, &off, "gone", v->gone, v->ngone) ||
-	    format_ids(buf, len, &off, "lost", v->lost, v->nlost))
+	if (v->has_cm && emit(buf, len, &off, "cm %" PRIu32 "\n", v->cm))
 		return -ENOBUFS;
-	if (v->restart) {
-		n = snprintf(buf + off, len - off, "restart %" PRIu64 "\n",
-		             v->restart);
-		if (n < 0 || (size_t)n >= len - off)
-			return -ENOBUFS;
-		off += (size_t)n;
-	}
-	if (v->bump) {
-		n = snprintf(buf + off, len - off, "bump %" PRIu64 "\n",
-		             v->bump);
-		if (n < 0 || (size_t)n >= len - off)
-			return -ENOBUFS;
-		off += (size_t)n;
-	}
+	if (format_machines(v, buf, len, &off) ||
+	    format_state(v, buf, len, &off))
+		return -ENOBUFS;
 	return (int)off;
 }
 

@@ -41,6 +41,51 @@ bool farm_zk_path_valid(const char *s)
 	return *c == 0;
 }
 
+/* The host of "[ipv6]:port" in [@p, @he): the colon before the port, or
+ * NULL when the address is malformed. */
+static const char *host_v6(const char *p, const char *he)
+{
+	const char *rb = memchr(p, ']', (size_t)(he - p));
+	if (!rb || rb == p + 1 || rb + 1 >= he || rb[1] != ':')
+		return NULL;
+	for (const char *q = p + 1; q < rb; q++)
+		if (!isxdigit((unsigned char)*q) && *q != ':' && *q != '.')
+			return NULL;
+	return rb + 1;
+}
+
+/* The host of "name:port" in [@p, @he) (the last colon starts the port):
+ * that colon, or NULL when the name is empty or has a byte no host name
+ * has. */
+static const char *host_name(const char *p, const char *he)
+{
+	const char *colon = NULL;
+	for (const char *q = p; q < he; q++)
+		if (*q == ':')
+			colon = q;
+	if (!colon || colon == p)
+		return NULL;
+	for (const char *q = p; q < colon; q++)
+		if (!isalnum((unsigned char)*q) && *q != '.' && *q != '-' &&
+		    *q != '_')
+			return NULL;
+	return colon;
+}
+
+/* A port in [@q, @he): 1 to 65535, digits only. */
+static bool port_valid(const char *q, const char *he)
+{
+	unsigned long port = 0;
+	if (q == he || he - q > 5)
+		return false;
+	for (; q < he; q++) {
+		if (!isdigit((unsigned char)*q))
+			return false;
+		port = port * 10 + (unsigned long)(*q - '0');
+	}
+	return port != 0 && port <= 65535;
+}
+
 bool farm_zk_connect_valid(const char *s)
 {
 	if (!s || !*s || strlen(s) >= 1024)
@@ -53,37 +98,8 @@ bool farm_zk_connect_valid(const char *s)
 	while (p < end) {
 		const char *comma = memchr(p, ',', (size_t)(end - p));
 		const char *he = comma ? comma : end;
-		const char *colon = NULL;
-		if (*p == '[') { /* [ipv6]:port */
-			const char *rb = memchr(p, ']', (size_t)(he - p));
-			if (!rb || rb == p + 1 || rb + 1 >= he || rb[1] != ':')
-				return false;
-			for (const char *q = p + 1; q < rb; q++)
-				if (!isxdigit((unsigned char)*q) && *q != ':' &&
-				    *q != '.')
-					return false;
-			colon = rb + 1;
-		} else {
-			for (const char *q = p; q < he; q++)
-				if (*q == ':')
-					colon = q;
-			if (!colon || colon == p)
-				return false;
-			for (const char *q = p; q < colon; q++)
-				if (!isalnum((unsigned char)*q) && *q != '.' &&
-				    *q != '-' && *q != '_')
-					return false;
-		}
-		unsigned long port = 0;
-		const char *q = colon + 1;
-		if (q == he || he - q > 5)
-			return false;
-		for (; q < he; q++) {
-			if (!isdigit((unsigned char)*q))
-				return false;
-			port = port * 10 + (unsigned long)(*q - '0');
-		}
-		if (port == 0 || port > 65535)
+		const char *colon = *p == '[' ? host_v6(p, he) : host_name(p, he);
+		if (!colon || !port_valid(colon + 1, he))
 			return false;
 		if (!comma)
 			break;

@@ -130,22 +130,10 @@ static void ids_add(uint32_t *ids, unsigned *n, uint32_t id)
 	ids[(*n)++] = id;
 }
 
-/* Rejoin and growth (membership.h, ring.h): z->next's formed mark and late
- * list from z->cur's. Once formed (a configuration had m->expect
- * machines), a member that is new to the configuration and registered
- * with empty memory (its card says "fresh") is late, after the earlier
- * ones. Late ids stay listed (a late machine that restarts on its
- * directory keeps its placement); the oldest that are not members are
- * dropped when the list is full. A machine new to a formed configuration
- * that is not fresh comes back with memory (a whole-cluster restart): it
- * takes its place as before. */
-static void zk_late(struct farm_membership *m)
+/* Gone: those that left a formed configuration, until they come back
+ * with their memory (a restart). */
+static void next_gone(struct farm_view *x, const struct farm_view *c)
 {
-	struct farm_zk *z = m->zk;
-	struct farm_view *x = &z->next;
-	const struct farm_view *c = &z->cur;
-	/* Gone: those that left a formed configuration, until they come
-	 * back with their memory (a restart). */
 	x->ngone = 0;
 	for (unsigned i = 0; i < c->ngone && i < FARM_VIEW_MAX; i++)
 		if (!farm_view_find(x, c->gone[i]))
@@ -155,7 +143,13 @@ static void zk_late(struct farm_membership *m)
 		if (!farm_view_find(x, id))
 			ids_add(x->gone, &x->ngone, id);
 	}
-	/* Lost: given up at a restart (farm_membership_forsake), for good. */
+}
+
+/* Lost: given up at a restart (farm_membership_forsake), for good. */
+static void next_lost(struct farm_membership *m, struct farm_view *x,
+                      const struct farm_view *c)
+{
+	struct farm_zk *z = m->zk;
 	x->nlost = 0;
 	for (unsigned i = 0; i < c->nlost && i < FARM_VIEW_MAX; i++)
 		x->lost[x->nlost++] = c->lost[i];
@@ -165,16 +159,17 @@ static void zk_late(struct farm_membership *m)
 			ids_add(x->lost, &x->nlost, z->forsake[i]);
 	}
 	pthread_mutex_unlock(&m->lock);
-	x->formed = c->formed || (m->expect && x->n >= m->expect);
-	x->nlate = 0;
-	for (unsigned i = 0; i < c->nlate && i < FARM_VIEW_MAX; i++)
-		x->late[x->nlate++] = c->late[i];
-	/* Growth: the grower (the first late machine still a member) said
-	 * every copy of its share is complete in the configuration in
-	 * force (farm_membership_grown, R/grow): it leaves the late list and
-	 * is placed as an ordinary member from the next configuration on.
-	 * The others keep their order. A mark of an older configuration
-	 * proves nothing (copies may have been lost since): ignored. */
+}
+
+/* Growth: the grower (the first late machine still a member) said every
+ * copy of its share is complete in the configuration in force
+ * (farm_membership_grown, R/grow): it leaves the late list and is placed
+ * as an ordinary member from the next configuration on. The others keep
+ * their order. A mark of an older configuration proves nothing (copies
+ * may have been lost since): ignored. */
+static void next_grown(const struct farm_zk *z, struct farm_view *x,
+                       const struct farm_view *c)
+{
 	unsigned g = 0;
 	while (g < x->nlate && !farm_view_find(x, x->late[g]))
 		g++;
@@ -189,14 +184,18 @@ static void zk_late(struct farm_membership *m)
 		        (x->nlate - g - 1) * sizeof(x->late[0]));
 		x->nlate--;
 	}
-	/* A round asked for (farm_membership_bump, R/bump) by a member in
-	 * the configuration in force: the next one names it, and every
-	 * machine runs a round for it (node.c). Carried on unchanged
-	 * otherwise (so that no configuration is written only to clear it):
-	 * machines run a round for a bump they have not seen. A mark no
-	 * newer than the last bump is answered already; one of a
-	 * configuration written since that bump is answered even when others
-	 * came after it (they need not have run a round). */
+}
+
+/* A round asked for (farm_membership_bump, R/bump) by a member in the
+ * configuration in force: the next one names it, and every machine runs a
+ * round for it (node.c). Carried on unchanged otherwise (so that no
+ * configuration is written only to clear it): machines run a round for a
+ * bump they have not seen. A mark no newer than the last bump is answered
+ * already; one of a configuration written since that bump is answered
+ * even when others came after it (they need not have run a round). */
+static void next_bump(const struct farm_zk *z, struct farm_view *x,
+                      const struct farm_view *c)
+{
 	uint64_t bcfg = z->mark_cfg[FARM_ZK_MARK_BUMP];
 	uint32_t bid = z->mark_id[FARM_ZK_MARK_BUMP];
 	x->bump = c->bump;
@@ -207,26 +206,40 @@ static void zk_late(struct farm_membership *m)
 		          bid, bcfg);
 		x->bump = bcfg;
 	}
+}
+
+/* Room for one more late id: a full list drops its oldest id that is no
+ * longer a member. false (after saying so) when every listed one is. */
+static bool late_room(struct farm_view *x, uint32_t id)
+{
+	if (x->nlate < FARM_VIEW_MAX)
+		return true;
+	unsigned q = 0;
+	while (q < x->nlate && farm_view_find(x, x->late[q]))
+		q++;
+	if (q == x->nlate) {
+		farm_warn("membership: machine %" PRIu32 " joins late, but %u "
+		          "late machines are listed already",
+		          id, x->nlate);
+		return false;
+	}
+	memmove(&x->late[q], &x->late[q + 1],
+	        (x->nlate - q - 1) * sizeof(x->late[0]));
+	x->nlate--;
+	return true;
+}
+
+/* Members new to a formed configuration that registered with empty memory
+ * join the late list, after the earlier ones. */
+static void next_late_new(struct farm_view *x, const struct farm_view *c)
+{
 	for (unsigned i = 0; c->formed && i < x->n; i++) {
 		const struct farm_member *mb = &x->members[i];
 		if (!mb->fresh || farm_ids_have(x->late, x->nlate, mb->id) ||
 		    farm_view_find(c, mb->id))
 			continue;
-		if (x->nlate == FARM_VIEW_MAX) {
-			unsigned q = 0;
-			while (q < x->nlate && farm_view_find(x, x->late[q]))
-				q++;
-			if (q == x->nlate) {
-				farm_warn("membership: machine %" PRIu32
-				          " joins late, but %u late machines "
-				          "are listed already",
-				          mb->id, x->nlate);
-				continue;
-			}
-			memmove(&x->late[q], &x->late[q + 1],
-			        (x->nlate - q - 1) * sizeof(x->late[0]));
-			x->nlate--;
-		}
+		if (!late_room(x, mb->id))
+			continue;
 		x->late[x->nlate++] = mb->id;
 		farm_warn("membership: machine %" PRIu32 " joins the formed "
 		          "cluster with empty memory: late (a backup where "
@@ -234,6 +247,31 @@ static void zk_late(struct farm_membership *m)
 		          "backup of its share, never a primary)",
 		          mb->id);
 	}
+}
+
+/* Rejoin and growth (membership.h, ring.h): z->next's formed mark and late
+ * list from z->cur's. Once formed (a configuration had m->expect
+ * machines), a member that is new to the configuration and registered
+ * with empty memory (its card says "fresh") is late, after the earlier
+ * ones. Late ids stay listed (a late machine that restarts on its
+ * directory keeps its placement); the oldest that are not members are
+ * dropped when the list is full. A machine new to a formed configuration
+ * that is not fresh comes back with memory (a whole-cluster restart): it
+ * takes its place as before. */
+static void zk_late(struct farm_membership *m)
+{
+	struct farm_zk *z = m->zk;
+	struct farm_view *x = &z->next;
+	const struct farm_view *c = &z->cur;
+	next_gone(x, c);
+	next_lost(m, x, c);
+	x->formed = c->formed || (m->expect && x->n >= m->expect);
+	x->nlate = 0;
+	for (unsigned i = 0; i < c->nlate && i < FARM_VIEW_MAX; i++)
+		x->late[x->nlate++] = c->late[i];
+	next_grown(z, x, c);
+	next_bump(z, x, c);
+	next_late_new(x, c);
 }
 
 /* The restart mark this machine writes as manager (farm_view.restart): its

@@ -338,7 +338,9 @@ static int read_pids(const char *dir, pid_t *pids, unsigned *n)
 	return 0;
 }
 
-int farm_cmd_cluster(int argc, char **argv, const char *self)
+/* The options after the verb into @o. -1 to go on, else the exit code
+ * (0 after --help, 2 on a usage error). */
+static int parse_opts(int argc, char **argv, struct opts *o)
 {
 	static const struct option lopts[] = {
 	        {"dir", required_argument, NULL, 'd'},
@@ -351,129 +353,171 @@ int farm_cmd_cluster(int argc, char **argv, const char *self)
 	        {"help", no_argument, NULL, 'h'},
 	        {NULL, 0, NULL, 0},
 	};
+	int c;
+	optind = 2;
+	while ((c = getopt_long(argc, argv, "h", lopts, NULL)) != -1) {
+		switch (c) {
+		case 'd': o->dir = optarg; break;
+		case 'n':
+			o->machines = (unsigned)strtoul(optarg, NULL, 10);
+			break;
+		case 'j': o->job = optarg; break;
+		case 'z': o->zk = optarg; break;
+		case 'f': o->fabric = optarg; break;
+		case 's': o->region_size = optarg; break;
+		case 'k': o->keep_logs = true; break;
+		case 'h': cusage(stdout); return 0;
+		default: cusage(stderr); return 2;
+		}
+	}
+	uint64_t rs;
+	if (!o->dir || optind != argc || o->machines < 1 ||
+	    o->machines > MAX_MACHINES || farm_parse_size(o->region_size, &rs)) {
+		cusage(stderr);
+		return 2;
+	}
+	return -1;
+}
+
+/* The cluster directory's absolute path (to free), created unless the verb
+ * is "stop" (which only reads it); NULL after saying why. */
+static char *cluster_dir(const char *dir, const char *verb)
+{
+	char *abs = realpath(dir, NULL);
+	if (!abs && strcmp(verb, "stop") != 0) {
+		if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
+			fprintf(stderr, "farm cluster: cannot create %s: %s\n",
+			        dir, strerror(errno));
+			return NULL;
+		}
+		abs = realpath(dir, NULL);
+	}
+	if (!abs)
+		fprintf(stderr, "farm cluster: %s: %s\n", dir, strerror(errno));
+	return abs;
+}
+
+static int verb_stop(const struct opts *o)
+{
+	pid_t pids[MAX_MACHINES] = {0};
+	unsigned n = 0;
+	if (read_pids(o->dir, pids, &n)) {
+		fprintf(stderr, "farm cluster: no cluster runs in %s\n", o->dir);
+		return 1;
+	}
+	unsigned killed = stop_pids(pids, n, false);
+	clean_dir(o->dir, o->keep_logs);
+	printf("stopped %u machine%s in %s%s\n", n, n == 1 ? "" : "s", o->dir,
+	       killed ? " (some needed SIGKILL)" : "");
+	return 0;
+}
+
+static int verb_start(const struct opts *o, const char *self)
+{
+	pid_t pids[MAX_MACHINES] = {0};
+	int go_fds[MAX_MACHINES];
+	if (start(o, self, true, pids, go_fds) != 0 || go(o, go_fds) != 0)
+		return 1;
+	printf("started %u machines in %s (stop: farm cluster "
+	       "stop --dir %s)\n",
+	       o->machines, o->dir, o->dir);
+	return 0;
+}
+
+/* Note that machine @pid exited with @st; counts a failure in *@failed. */
+static void reap(const struct opts *o, pid_t *pids, pid_t pid, int st,
+                 unsigned *left, unsigned *failed)
+{
+	for (unsigned i = 0; i < o->machines; i++) {
+		if (pids[i] != pid)
+			continue;
+		pids[i] = -1;
+		(*left)--;
+		if (!WIFEXITED(st) || WEXITSTATUS(st)) {
+			(*failed)++;
+			fprintf(stderr, "farm cluster: machine %u failed\n", i);
+			show_log(o->dir, i);
+		}
+	}
+}
+
+/* Wait for the machines of a running cluster to end (a job) or for one to
+ * end or a stop signal (serving, as a serving machine never ends by
+ * itself); the number that failed. @block holds the signals to park on. */
+static unsigned wait_machines(const struct opts *o, pid_t *pids,
+                              const sigset_t *block)
+{
+	unsigned failed = 0, left = o->machines;
+	bool serving = !strcmp(o->job, "serve");
+	while (left) {
+		int st;
+		pid_t pid = waitpid(-1, &st, WNOHANG);
+		if (pid == 0) {
+			/* Park until a machine exits (SIGCHLD) or a stop
+			 * signal arrives. */
+			int sig = sigwaitinfo(block, NULL);
+			if (sig == SIGINT || sig == SIGTERM)
+				break;
+			continue;
+		}
+		if (pid < 0)
+			break;
+		reap(o, pids, pid, st, &left, &failed);
+		if (serving)
+			break;
+	}
+	return failed;
+}
+
+static int verb_run(const struct opts *o, const char *self)
+{
+	pid_t pids[MAX_MACHINES] = {0};
+	int go_fds[MAX_MACHINES];
+	int rc = 1;
+	/* ^C stops the machines cleanly rather than orphaning them. */
+	sigset_t block, old;
+	sigemptyset(&block);
+	sigaddset(&block, SIGINT);
+	sigaddset(&block, SIGTERM);
+	sigaddset(&block, SIGCHLD);
+	sigprocmask(SIG_BLOCK, &block, &old);
+	if (start(o, self, false, pids, go_fds) == 0) {
+		printf("local cluster: %u machines in %s, job '%s'\n",
+		       o->machines, o->dir, o->job);
+		fflush(stdout);
+		rc = go(o, go_fds) ? 1 : 0;
+		if (rc == 0 && wait_machines(o, pids, &block))
+			rc = 1;
+		stop_pids(pids, o->machines, true);
+		clean_dir(o->dir, o->keep_logs);
+		printf("local cluster stopped%s\n",
+		       rc ? " (with failures)" : "");
+	}
+	sigprocmask(SIG_SETMASK, &old, NULL);
+	return rc;
+}
+
+int farm_cmd_cluster(int argc, char **argv, const char *self)
+{
 	if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
 		cusage(argc < 2 ? stderr : stdout);
 		return argc < 2 ? 2 : 0;
 	}
 	const char *verb = argv[1];
 	struct opts o = {.machines = 3, .job = "serve", .region_size = "64M"};
-	int c;
-	optind = 2;
-	while ((c = getopt_long(argc, argv, "h", lopts, NULL)) != -1) {
-		switch (c) {
-		case 'd': o.dir = optarg; break;
-		case 'n':
-			o.machines = (unsigned)strtoul(optarg, NULL, 10);
-			break;
-		case 'j': o.job = optarg; break;
-		case 'z': o.zk = optarg; break;
-		case 'f': o.fabric = optarg; break;
-		case 's': o.region_size = optarg; break;
-		case 'k': o.keep_logs = true; break;
-		case 'h': cusage(stdout); return 0;
-		default: cusage(stderr); return 2;
-		}
-	}
-	uint64_t rs;
-	if (!o.dir || optind != argc || o.machines < 1 ||
-	    o.machines > MAX_MACHINES || farm_parse_size(o.region_size, &rs)) {
-		cusage(stderr);
-		return 2;
-	}
-	char *abs = realpath(o.dir, NULL);
-	if (!abs && strcmp(verb, "stop") != 0) {
-		if (mkdir(o.dir, 0700) != 0 && errno != EEXIST) {
-			fprintf(stderr, "farm cluster: cannot create %s: %s\n",
-			        o.dir, strerror(errno));
-			return 1;
-		}
-		abs = realpath(o.dir, NULL);
-	}
-	if (!abs) {
-		fprintf(stderr, "farm cluster: %s: %s\n", o.dir,
-		        strerror(errno));
+	int rc = parse_opts(argc, argv, &o);
+	if (rc >= 0)
+		return rc;
+	char *abs = cluster_dir(o.dir, verb);
+	if (!abs)
 		return 1;
-	}
 	o.dir = abs;
-	pid_t pids[MAX_MACHINES] = {0};
-	int go_fds[MAX_MACHINES];
-	int rc = 1;
-
 	if (!strcmp(verb, "stop")) {
-		unsigned n = 0;
-		if (read_pids(o.dir, pids, &n)) {
-			fprintf(stderr, "farm cluster: no cluster runs in %s\n",
-			        o.dir);
-		} else {
-			unsigned killed = stop_pids(pids, n, false);
-			clean_dir(o.dir, o.keep_logs);
-			printf("stopped %u machine%s in %s%s\n", n,
-			       n == 1 ? "" : "s", o.dir,
-			       killed ? " (some needed SIGKILL)" : "");
-			rc = 0;
-		}
+		rc = verb_stop(&o);
 	} else if (!strcmp(verb, "start")) {
-		if (start(&o, self, true, pids, go_fds) == 0 &&
-		    go(&o, go_fds) == 0) {
-			printf("started %u machines in %s (stop: farm cluster "
-			       "stop --dir %s)\n",
-			       o.machines, o.dir, o.dir);
-			rc = 0;
-		}
+		rc = verb_start(&o, self);
 	} else if (!strcmp(verb, "run")) {
-		/* ^C stops the machines cleanly rather than orphaning them. */
-		sigset_t block, old;
-		sigemptyset(&block);
-		sigaddset(&block, SIGINT);
-		sigaddset(&block, SIGTERM);
-		sigaddset(&block, SIGCHLD);
-		sigprocmask(SIG_BLOCK, &block, &old);
-		if (start(&o, self, false, pids, go_fds) == 0) {
-			printf("local cluster: %u machines in %s, job '%s'\n",
-			       o.machines, o.dir, o.job);
-			fflush(stdout);
-			rc = go(&o, go_fds) ? 1 : 0;
-			unsigned failed = 0, left = o.machines;
-			bool serving = !strcmp(o.job, "serve");
-			while (rc == 0 && left) {
-				int st;
-				pid_t pid = waitpid(-1, &st, WNOHANG);
-				if (pid == 0) {
-					/* Park until a machine exits (SIGCHLD)
-					 * or a stop signal arrives. */
-					int sig = sigwaitinfo(&block, NULL);
-					if (sig == SIGINT || sig == SIGTERM)
-						break;
-					continue;
-				}
-				if (pid < 0)
-					break;
-				for (unsigned i = 0; i < o.machines; i++) {
-					if (pids[i] != pid)
-						continue;
-					pids[i] = -1;
-					left--;
-					if (!WIFEXITED(st) || WEXITSTATUS(st)) {
-						failed++;
-						fprintf(stderr,
-						        "farm cluster: machine "
-						        "%u failed\n",
-						        i);
-						show_log(o.dir, i);
-					}
-				}
-				if (serving)
-					break; /* a serving machine never ends
-					          by itself */
-			}
-			stop_pids(pids, o.machines, true);
-			clean_dir(o.dir, o.keep_logs);
-			if (failed)
-				rc = 1;
-			printf("local cluster stopped%s\n",
-			       rc ? " (with failures)" : "");
-		}
-		sigprocmask(SIG_SETMASK, &old, NULL);
+		rc = verb_run(&o, self);
 	} else {
 		cusage(stderr);
 		rc = 2;

@@ -72,7 +72,15 @@ static void usage(FILE *out)
 	        "  -h, --help     this text\n");
 }
 
-int farm_cmd_machine(int argc, char **argv)
+struct margs {
+	const char *config;
+	int ready_fd, go_fd;
+	bool keep;
+};
+
+/* The command line into @a. -1 to go on, else the exit code (0 after
+ * --help, 2 on a usage error). */
+static int parse_args(int argc, char **argv, struct margs *a)
 {
 	static const struct option opts[] = {
 	        {"config", required_argument, NULL, 'c'},
@@ -82,32 +90,116 @@ int farm_cmd_machine(int argc, char **argv)
 	        {"help", no_argument, NULL, 'h'},
 	        {NULL, 0, NULL, 0},
 	};
-	const char *config = NULL;
-	int ready_fd = -1, go_fd = -1, c;
-	bool keep = false;
+	int c;
 	while ((c = getopt_long(argc, argv, "c:h", opts, NULL)) != -1) {
 		switch (c) {
-		case 'c': config = optarg; break;
-		case 'r': ready_fd = atoi(optarg); break;
-		case 'g': go_fd = atoi(optarg); break;
-		case 'k': keep = true; break;
+		case 'c': a->config = optarg; break;
+		case 'r': a->ready_fd = atoi(optarg); break;
+		case 'g': a->go_fd = atoi(optarg); break;
+		case 'k': a->keep = true; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
 	}
-	if (!config || optind != argc) {
+	if (!a->config || optind != argc) {
 		usage(stderr);
 		return 2;
 	}
-	struct farm_config cfg;
+	return -1;
+}
+
+/* The configuration from @path, the environment's overrides applied and
+ * validated. 0, or -1 after saying why. */
+static int load_config(struct farm_config *cfg, const char *path)
+{
 	char err[512];
-	farm_config_defaults(&cfg);
-	if (farm_config_load(&cfg, config, err, sizeof(err)) ||
-	    farm_config_apply_env(&cfg, err, sizeof(err)) ||
-	    farm_config_validate(&cfg, err, sizeof(err))) {
+	farm_config_defaults(cfg);
+	if (farm_config_load(cfg, path, err, sizeof(err)) ||
+	    farm_config_apply_env(cfg, err, sizeof(err)) ||
+	    farm_config_validate(cfg, err, sizeof(err))) {
 		fprintf(stderr, "farm machine: %s\n", err);
-		return 1;
+		return -1;
 	}
+	return 0;
+}
+
+/* Start the machine and wait until @expect machines are members. */
+static int join(farm_node *node, const struct farm_config *cfg,
+                unsigned expect)
+{
+	int rc = farm_node_start(node, JOIN_TIMEOUT_MS);
+	if (rc)
+		return rc;
+	rc = farm_node_wait_members(node, expect, JOIN_TIMEOUT_MS);
+	if (rc == -EEXIST)
+		fprintf(stderr,
+		        "farm machine %u: not admitted: a machine "
+		        "with this id left the cluster; start this one "
+		        "with a new machine_id and an empty data "
+		        "directory\n",
+		        cfg->machine_id);
+	else if (rc)
+		fprintf(stderr,
+		        "farm machine %u: %u machines did not join "
+		        "within %d s\n",
+		        cfg->machine_id, expect, JOIN_TIMEOUT_MS / 1000);
+	return rc;
+}
+
+/* The launcher's handshake: a byte on --ready-fd once joined, then wait
+ * for one on --go-fd. 0 with *@go false when the launcher went away (the
+ * machine stops), else an error code. */
+static int handshake(const struct margs *a, bool *go)
+{
+	*go = true;
+	if (a->ready_fd >= 0) {
+		char b = 'r';
+		if (write(a->ready_fd, &b, 1) != 1)
+			return -errno;
+		close(a->ready_fd);
+	}
+	if (a->go_fd >= 0) {
+		char b;
+		ssize_t n;
+		do
+			n = read(a->go_fd, &b, 1);
+		while (n < 0 && errno == EINTR);
+		close(a->go_fd);
+		*go = n == 1;
+	}
+	return 0;
+}
+
+/* Serve until a stop signal in @stop; true when the signal said that the
+ * cluster removed this machine. */
+static bool serve(farm_node *node, const struct farm_config *cfg,
+                  const sigset_t *stop)
+{
+	int sig;
+	do
+		sig = sigwaitinfo(stop, NULL);
+	while (sig < 0 && errno == EINTR);
+	if (sig != SIGUSR1 || !farm_node_removed(node))
+		return false;
+	fprintf(stderr,
+	        "farm machine %u: removed from the cluster in "
+	        "configuration %" PRIu64
+	        " (its lease lapsed or it did not answer the "
+	        "probe); stopping. Restart it to join again as "
+	        "a new machine incarnation.\n",
+	        cfg->machine_id, atomic_load(&removed_in));
+	return true;
+}
+
+int farm_cmd_machine(int argc, char **argv)
+{
+	struct margs a = {.ready_fd = -1, .go_fd = -1};
+	int rc = parse_args(argc, argv, &a);
+	if (rc >= 0)
+		return rc;
+	struct farm_config cfg;
+	if (load_config(&cfg, a.config))
+		return 1;
 
 	/* Block the stop signals before any thread exists, so they queue for
 	 * sigwaitinfo instead of killing us mid-cleanup. */
@@ -128,78 +220,29 @@ int farm_cmd_machine(int argc, char **argv)
 	                  : cfg.zk[0]         ? 1
 	                                      : cfg.npeers + 1;
 	farm_node *node;
-	int rc = farm_node_open(&cfg, &node);
+	rc = farm_node_open(&cfg, &node);
 	if (rc) {
 		fprintf(stderr, "farm machine %u: cannot start: %s\n",
 		        cfg.machine_id, farm_strerror(rc));
 		return 1;
 	}
 	void *job = NULL;
+	bool removed = false, go = false;
 	if (demo && (rc = farm_demo_register(node, &job)))
 		goto out;
 	farm_node_on_config(node, on_config, node);
-	bool removed = false;
-	if ((rc = farm_node_start(node, JOIN_TIMEOUT_MS)))
+	if ((rc = join(node, &cfg, expect)) || (rc = handshake(&a, &go)) ||
+	    !go)
 		goto out;
-	if ((rc = farm_node_wait_members(node, expect, JOIN_TIMEOUT_MS))) {
-		if (rc == -EEXIST)
-			fprintf(stderr,
-			        "farm machine %u: not admitted: a machine "
-			        "with this id left the cluster; start this one "
-			        "with a new machine_id and an empty data "
-			        "directory\n",
-			        cfg.machine_id);
-		else
-			fprintf(stderr,
-			        "farm machine %u: %u machines did not join "
-			        "within %d s\n",
-			        cfg.machine_id, expect, JOIN_TIMEOUT_MS / 1000);
-		goto out;
-	}
-	if (ready_fd >= 0) {
-		char b = 'r';
-		if (write(ready_fd, &b, 1) != 1) {
-			rc = -errno;
-			goto out;
-		}
-		close(ready_fd);
-	}
-	if (go_fd >= 0) {
-		char b;
-		ssize_t n;
-		do
-			n = read(go_fd, &b, 1);
-		while (n < 0 && errno == EINTR);
-		close(go_fd);
-		if (n != 1) { /* the launcher went away: stop */
-			rc = 0;
-			goto out;
-		}
-	}
-	if (demo) {
+	if (demo)
 		rc = farm_demo_job(node, expect, job);
-	} else {
-		int sig;
-		do
-			sig = sigwaitinfo(&stop, NULL);
-		while (sig < 0 && errno == EINTR);
-		rc = 0;
-		if (sig == SIGUSR1 && farm_node_removed(node)) {
-			fprintf(stderr,
-			        "farm machine %u: removed from the cluster in "
-			        "configuration %" PRIu64
-			        " (its lease lapsed or it did not answer the "
-			        "probe); stopping. Restart it to join again as "
-			        "a new machine incarnation.\n",
-			        cfg.machine_id, atomic_load(&removed_in));
-			removed = true;
-		}
-	}
+	else
+		removed = serve(node, &cfg, &stop);
 out:
 	if (rc)
 		fprintf(stderr, "farm machine %u: %s\n", cfg.machine_id,
 		        farm_strerror(rc));
-	if (keep && !removed && !rc)
+	if (a.keep && !removed && !rc)
 		farm_node_shutdown(node);
 	else
 		farm_node_close(node);

@@ -57,6 +57,7 @@ struct state {
 	struct copy *copies;
 	size_t ncopies, capcopies;
 	bool unhealthy;
+	bool dir_failed; /* a machine named by --dir or data_dir did not answer */
 	bool quiet; /* no per-machine warnings */
 };
 
@@ -413,7 +414,29 @@ static void usage(FILE *out)
 	        "unhealthy.\n");
 }
 
-int farm_cmd_status(int argc, char **argv)
+struct args {
+	const char *zk, *root, *config;
+	const char *dirs[MAX_DIRS];
+	unsigned ndirs, timeout_ms;
+	bool check;
+};
+
+/* -1 to go on, else the exit code (0 after --help, 2 on a usage error). */
+static int parse_timeout(struct args *a, const char *arg)
+{
+	char *end;
+	long t = strtol(arg, &end, 10);
+	if (*end || t <= 0 || t > 600000) {
+		fprintf(stderr, "farm status: bad --timeout '%s'\n", arg);
+		return 2;
+	}
+	a->timeout_ms = (unsigned)t;
+	return -1;
+}
+
+/* The command line into @a. -1 to go on, else the exit code (0 after
+ * --help, 2 on a usage error). */
+static int parse_args(int argc, char **argv, struct args *a)
 {
 	static const struct option opts[] = {
 	        {"zk", required_argument, NULL, 'z'},
@@ -425,97 +448,94 @@ int farm_cmd_status(int argc, char **argv)
 	        {"help", no_argument, NULL, 'h'},
 	        {NULL, 0, NULL, 0},
 	};
-	const char *zk = NULL, *root = NULL, *config = NULL;
-	const char *dirs[MAX_DIRS];
-	unsigned ndirs = 0, timeout_ms = 5000;
-	bool check = false;
-	int c;
-	char *end;
-	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+	int c, rc = -1;
+	while (rc < 0 && (c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (c) {
-		case 'z': zk = optarg; break;
-		case 'r': root = optarg; break;
-		case 'c': config = optarg; break;
+		case 'z': a->zk = optarg; break;
+		case 'r': a->root = optarg; break;
+		case 'c': a->config = optarg; break;
 		case 'd':
-			if (ndirs == MAX_DIRS) {
+			if (a->ndirs == MAX_DIRS) {
 				fprintf(stderr,
 				        "farm status: more than %d --dir\n",
 				        MAX_DIRS);
 				return 2;
 			}
-			dirs[ndirs++] = optarg;
+			a->dirs[a->ndirs++] = optarg;
 			break;
-		case 'k': check = true; break;
-		case 't': {
-			long t = strtol(optarg, &end, 10);
-			if (*end || t <= 0 || t > 600000) {
-				fprintf(stderr,
-				        "farm status: bad --timeout '%s'\n",
-				        optarg);
-				return 2;
-			}
-			timeout_ms = (unsigned)t;
-			break;
-		}
+		case 'k': a->check = true; break;
+		case 't': rc = parse_timeout(a, optarg); break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
 	}
-	if (optind != argc || !zk == !config || (root && config)) {
+	if (rc >= 0)
+		return rc;
+	if (optind != argc || !a->zk == !a->config || (a->root && a->config)) {
 		usage(stderr);
 		return 2;
 	}
-	struct state s = {0};
-	struct farm_config *cfg = NULL;
-	int ret = 1;
-	if (config) {
-		if (!(cfg = malloc(sizeof(*cfg))) ||
-		    farm_tool_config("status", config, cfg))
-			goto out;
-		if (!cfg->zk[0]) {
-			fprintf(stderr,
-			        "farm status: %s names no ZooKeeper (zk); a "
-			        "static cluster has no status to read\n",
-			        config);
-			goto out;
-		}
-		zk = cfg->zk;
-		root = cfg->zk_root[0] ? cfg->zk_root : NULL;
+	return -1;
+}
+
+/* --config: its ZooKeeper and root replace --zk and --root. 0, or -1
+ * after saying why. */
+static int use_config(struct args *a, struct farm_config **cfgp)
+{
+	struct farm_config *cfg = malloc(sizeof(*cfg));
+	*cfgp = cfg;
+	if (!cfg || farm_tool_config("status", a->config, cfg))
+		return -1;
+	if (!cfg->zk[0]) {
+		fprintf(stderr,
+		        "farm status: %s names no ZooKeeper (zk); a "
+		        "static cluster has no status to read\n",
+		        a->config);
+		return -1;
 	}
-	if (!(s.zk = malloc(sizeof(*s.zk)))) {
-		fprintf(stderr, "farm status: out of memory\n");
-		goto out;
-	}
-	int rc = farm_zk_peek(zk, root, timeout_ms, s.zk);
-	if (rc) {
-		const char *why =
-		        rc == FARM_EUNAVAILABLE ? "no ZooKeeper server answered"
-		        : rc == -ENOENT         ? "no cluster under this root"
-		        : rc == -EINVAL ? "bad connect string or root path"
-		        : rc == FARM_ECORRUPT ? "the configuration znode does "
-		                                "not parse"
-		                              : farm_strerror(rc);
-		fprintf(stderr, "farm status: %s%s: %s\n", zk,
-		        root ? root : "/libfarm/default", why);
-		goto out;
-	}
-	/* The machines on this host. */
-	for (unsigned i = 0; i < ndirs; i++)
-		ask(&s, dirs[i], true);
+	a->zk = cfg->zk;
+	a->root = cfg->zk_root[0] ? cfg->zk_root : NULL;
+	return 0;
+}
+
+/* Why farm_zk_peek failed with @rc, in words an operator can act on. */
+static const char *peek_why(int rc)
+{
+	return rc == FARM_EUNAVAILABLE ? "no ZooKeeper server answered"
+	       : rc == -ENOENT         ? "no cluster under this root"
+	       : rc == -EINVAL         ? "bad connect string or root path"
+	       : rc == FARM_ECORRUPT
+	               ? "the configuration znode does not parse"
+	               : farm_strerror(rc);
+}
+
+/* Ask the machines on this host: those named by --dir and the
+ * configuration's data_dir (their failure makes the exit status 1), then
+ * any member whose address is a directory here and has not answered. */
+static void ask_machines(struct state *s, const struct args *a,
+                         const struct farm_config *cfg)
+{
+	for (unsigned i = 0; i < a->ndirs; i++)
+		ask(s, a->dirs[i], true);
 	if (cfg && cfg->data_dir[0])
-		ask(&s, cfg->data_dir, true);
-	bool dir_failed = s.unhealthy;
+		ask(s, cfg->data_dir, true);
+	bool dir_failed = s->unhealthy;
 	char addr[FARM_ENDPOINT_MAX];
-	for (unsigned i = 0; i < s.zk->config.n + s.zk->nlive; i++) {
+	for (unsigned i = 0; i < s->zk->config.n + s->zk->nlive; i++) {
 		const struct farm_member *m =
-		        i < s.zk->config.n ? &s.zk->config.members[i]
-		                           : &s.zk->live[i - s.zk->config.n];
+		        i < s->zk->config.n ? &s->zk->config.members[i]
+		                            : &s->zk->live[i - s->zk->config.n];
 		card_addr(m->endpoint, addr, sizeof(addr));
-		if (!answered(&s, m->id) && is_dir(addr))
-			ask(&s, addr, false);
+		if (!answered(s, m->id) && is_dir(addr))
+			ask(s, addr, false);
 	}
-	const struct farm_view *v = &s.zk->config;
-	printf("cluster %s%s\n", zk, root ? root : "/libfarm/default");
+	s->dir_failed = dir_failed;
+}
+
+static void print_report(struct state *s, const struct args *a)
+{
+	const struct farm_view *v = &s->zk->config;
+	printf("cluster %s%s\n", a->zk, a->root ? a->root : "/libfarm/default");
 	if (!v->config_id)
 		printf("configuration none yet\n");
 	else
@@ -524,11 +544,36 @@ int farm_cmd_status(int argc, char **argv)
 		printf("cm %" PRIu32 "\n", v->cm);
 	else
 		printf("cm none named\n");
-	print_members(&s);
-	print_regions(&s);
+	print_members(s);
+	print_regions(s);
+}
+
+int farm_cmd_status(int argc, char **argv)
+{
+	struct args a = {.timeout_ms = 5000};
+	int ret = parse_args(argc, argv, &a);
+	if (ret >= 0)
+		return ret;
+	struct state s = {0};
+	struct farm_config *cfg = NULL;
+	ret = 1;
+	if (a.config && use_config(&a, &cfg))
+		goto out;
+	if (!(s.zk = malloc(sizeof(*s.zk)))) {
+		fprintf(stderr, "farm status: out of memory\n");
+		goto out;
+	}
+	int rc = farm_zk_peek(a.zk, a.root, a.timeout_ms, s.zk);
+	if (rc) {
+		fprintf(stderr, "farm status: %s%s: %s\n", a.zk,
+		        a.root ? a.root : "/libfarm/default", peek_why(rc));
+		goto out;
+	}
+	ask_machines(&s, &a, cfg);
+	print_report(&s, &a);
 	if (fflush(stdout))
 		goto out;
-	ret = dir_failed ? 1 : check && s.unhealthy ? 3 : 0;
+	ret = s.dir_failed ? 1 : a.check && s.unhealthy ? 3 : 0;
 out:
 	free(s.copies);
 	free(s.zk);

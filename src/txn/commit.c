@@ -1,7 +1,8 @@
 /*
  * The coordinator: the commit protocol (SOSP'15 section 4) over logs
  * written with one-sided WRITEs (log.c), processed by participants
- * (participant.c).
+ * (participant.c). farm_tx_commit, which places the objects and reserves
+ * the log room (step 1), is in commit_start.c; this file runs the phases.
  *
  * Commit of a distributed transaction (coordinator = the loop that ran it):
  *   1. reserve room in every log the commit will write;
@@ -39,8 +40,6 @@
 #include "util/fault.h"
 #include "util/log.h"
 
-#define SPACE_WAIT_NS (1000ull * 1000000ull) /* then -ENOSPC */
-
 /* Testing knobs (txn_testing.h; the testing section at the end). */
 #ifdef FARM_FAULT_INJECTION
 static _Atomic bool testing_crash_after_backup, testing_skip_validation;
@@ -55,11 +54,6 @@ struct decisive;
 
 /* ---- records ----------------------------------------------------------- */
 
-static bool is_write(const struct txobj *o)
-{
-	return (o->flags & TXO_WRITE) != 0;
-}
-
 static bool backs(const struct txobj *o, uint32_t b)
 {
 	for (unsigned i = 1; i < o->nrep; i++)
@@ -72,13 +66,15 @@ static bool backs(const struct txobj *o, uint32_t b)
  * primary @p to backup @b. */
 static bool in_rec(const struct txobj *o, int type, uint32_t p, uint32_t b)
 {
-	if (!is_write(o) || o->primary != p)
+	if (!txo_is_write(o) || o->primary != p)
 		return false;
 	return type == REC_LOCK || backs(o, b);
 }
 
-static uint64_t rec_bytes(farm_tx *tx, int type, uint32_t p, uint32_t b,
-                          unsigned *nobj)
+/* The size of the record of @type from this commit to primary @p (LOCK)
+ * or to backup @b of @p (COMMIT-BACKUP); its object count in *@nobj. */
+uint64_t txn_rec_bytes(farm_tx *tx, int type, uint32_t p, uint32_t b,
+                       unsigned *nobj)
 {
 	unsigned n = 0;
 	uint64_t img = 0;
@@ -92,16 +88,11 @@ static uint64_t rec_bytes(farm_tx *tx, int type, uint32_t p, uint32_t b,
 	return n ? rec_size(n, img, tx->nregs) : 0;
 }
 
-static uint64_t new_incarn(const struct txobj *o)
-{
-	return (o->flags & TXO_FREE) ? farm_incarn_freed(o->incarn) : o->incarn;
-}
-
 static int build_rec(farm_tx *tx, int type, uint32_t p, uint32_t b,
                      uint8_t **out, size_t *len)
 {
 	unsigned n;
-	uint64_t sz = rec_bytes(tx, type, p, b, &n);
+	uint64_t sz = txn_rec_bytes(tx, type, p, b, &n);
 	uint8_t *buf = arena_get(&tx->tl->ar, sz);
 	if (!buf)
 		return -ENOMEM;
@@ -124,7 +115,7 @@ static int build_rec(farm_tx *tx, int type, uint32_t p, uint32_t b,
 		        .addr = o->a,
 		        .version = type == REC_LOCK ? o->version
 		                                    : o->version + OBJ_VSTEP,
-		        .incarn = type == REC_LOCK ? o->incarn : new_incarn(o),
+		        .incarn = type == REC_LOCK ? o->incarn : txo_new_incarn(o),
 		        .lines = o->lines,
 		        .flags = (o->flags & TXO_NEW ? OBJF_NEW : 0) |
 		                 (o->flags & TXO_FREE ? OBJF_FREE : 0) |
@@ -199,7 +190,7 @@ static void count_outcome(farm_txm *m, int outcome)
 	}
 }
 
-static void tx_report(farm_tx *tx, int outcome)
+void txn_tx_report(farm_tx *tx, int outcome)
 {
 	if (tx->reported)
 		return;
@@ -288,7 +279,6 @@ void txn_tx_finish(farm_tx *tx)
 
 /* ---- the state machine ------------------------------------------------ */
 
-static void phase_validate(farm_tx *tx);
 static void phase_backup(farm_tx *tx);
 static void phase_primary(farm_tx *tx);
 static void phase_abort(farm_tx *tx, int outcome);
@@ -306,7 +296,7 @@ static void tx_fail(farm_tx *tx, int fail)
 		for (uint32_t p = 0; p < 0x40; p++)
 			cb |= tx->cb_at[p];
 		if (!cb) {
-			tx_report(tx, fail);
+			txn_tx_report(tx, fail);
 			txn_tx_finish(tx);
 			return;
 		}
@@ -326,7 +316,7 @@ static void tx_step(farm_tx *tx)
 			phase_abort(tx,
 			            fail == -EINVAL ? FARM_ECONFLICT : fail);
 		else
-			phase_validate(tx);
+			txn_phase_validate(tx);
 		break;
 	case PH_VALIDATE:
 		if (fail) {
@@ -336,9 +326,9 @@ static void tx_step(farm_tx *tx)
 		} else {
 			bool any = false;
 			for (unsigned i = 0; i < tx->n; i++)
-				any |= is_write(&tx->o[i]);
+				any |= txo_is_write(&tx->o[i]);
 			if (!any) { /* read-only: validated */
-				tx_report(tx, 0);
+				txn_tx_report(tx, 0);
 				txn_tx_finish(tx);
 			} else {
 				phase_backup(tx);
@@ -385,11 +375,11 @@ static void tx_step(farm_tx *tx)
 		 * their COMMIT-BACKUP at every surviving backup (recover.c),
 		 * so it is committed. */
 		if (!tx->reported)
-			tx_report(tx, 0);
+			txn_tx_report(tx, 0);
 		txn_tx_finish(tx);
 		break;
 	case PH_ABORT:
-		tx_report(tx, tx->abort_outcome);
+		txn_tx_report(tx, tx->abort_outcome);
 		txn_tx_finish(tx);
 		break;
 	default: break;
@@ -425,7 +415,7 @@ void txn_tx_record_done(farm_loop *loop, farm_tx *tx, int kind, uint32_t mach,
 	if (kind == K_PRIMARY && !status) {
 		tx->committed_writes++;
 		if (!tx->reported)
-			tx_report(tx, 0);
+			txn_tx_report(tx, 0);
 	}
 	if (status && !tx->fail && kind != K_PRIMARY && kind != K_ABORT)
 		tx->fail = status == FARM_EFLUSHED ? FARM_EPEERDEAD : status;
@@ -466,7 +456,7 @@ static void phase_lock(farm_tx *tx)
 	bool seen[0x40] = {false};
 	for (unsigned i = 0; i < tx->n; i++) {
 		struct txobj *o = &tx->o[i];
-		if (!is_write(o) || seen[o->primary])
+		if (!txo_is_write(o) || seen[o->primary])
 			continue;
 		seen[o->primary] = true;
 		uint8_t *buf;
@@ -535,7 +525,7 @@ static void validate_more(farm_tx *tx)
 	for (; tx->vnext < tx->n && !tx->fail && !TESTING(skip_validation);
 	     tx->vnext++) {
 		struct txobj *o = &tx->o[tx->vnext];
-		if (is_write(o) || !(o->flags & TXO_READ))
+		if (txo_is_write(o) || !(o->flags & TXO_READ))
 			continue;
 		const _Atomic uint64_t *lp = farm_as_local_ptr(m->as, o->a, 8);
 		if (lp) {
@@ -578,7 +568,7 @@ static void validate_more(farm_tx *tx)
 	}
 }
 
-static void phase_validate(farm_tx *tx)
+void txn_phase_validate(farm_tx *tx)
 {
 	tx->ph = PH_VALIDATE;
 	tx->vnext = 0;
@@ -594,13 +584,13 @@ static void phase_backup(farm_tx *tx)
 	bool seenp[0x40] = {false};
 	for (unsigned i = 0; i < tx->n && !tx->fail; i++) {
 		struct txobj *o = &tx->o[i];
-		if (!is_write(o) || seenp[o->primary])
+		if (!txo_is_write(o) || seenp[o->primary])
 			continue;
 		seenp[o->primary] = true;
 		bool seenb[0x40] = {false};
 		for (unsigned j = i; j < tx->n; j++) {
 			struct txobj *q = &tx->o[j];
-			if (!is_write(q) || q->primary != o->primary)
+			if (!txo_is_write(q) || q->primary != o->primary)
 				continue;
 			for (unsigned k = 1; k < q->nrep; k++) {
 				uint32_t b = q->reps[k];
@@ -762,7 +752,7 @@ static void single_unlock(farm_tx *tx, unsigned upto)
 {
 	for (unsigned i = 0; i < upto; i++) {
 		struct txobj *o = &tx->o[i];
-		if (!is_write(o) || !o->locked)
+		if (!txo_is_write(o) || !o->locked)
 			continue;
 		bool demoted;
 		_Atomic uint64_t *h = own_hdr(tx, o, &demoted);
@@ -787,7 +777,7 @@ static void single_lock(farm_tx *tx)
 			tx->fail = -EAGAIN;
 			break;
 		}
-		if (!is_write(o)) {
+		if (!txo_is_write(o)) {
 			/* Pairs with the release of the version at unlock and
 			 * install. */
 			if (atomic_load_explicit(h, memory_order_acquire) !=
@@ -827,14 +817,14 @@ static void single_install(farm_tx *tx)
 	for (unsigned i = 0; i < tx->n; i++) {
 		struct txobj *o = &tx->o[i];
 		bool d;
-		_Atomic uint64_t *h = is_write(o) ? own_hdr(tx, o, &d) : NULL;
+		_Atomic uint64_t *h = txo_is_write(o) ? own_hdr(tx, o, &d) : NULL;
 		if (h)
 			atomic_store_explicit(h, o->version | OBJ_LOCK_EXCL,
 			                      memory_order_seq_cst);
 	}
 	for (unsigned i = 0; i < tx->n; i++) {
 		struct txobj *o = &tx->o[i];
-		if (!is_write(o))
+		if (!txo_is_write(o))
 			continue;
 		uint8_t *p = (uint8_t *)own_hdr(tx, o, &demoted);
 		if (!p)
@@ -874,7 +864,7 @@ static void single_install(farm_tx *tx)
 		struct txobj *o = &tx->o[i];
 		bool d;
 		_Atomic uint64_t *h =
-		        is_write(o) && (o->flags & TXO_FREE) &&
+		        txo_is_write(o) && (o->flags & TXO_FREE) &&
 		                        (o->flags & (TXO_ARRAY | TXO_ELEM))
 		                ? own_hdr(tx, o, &d)
 		                : NULL;
@@ -885,261 +875,18 @@ static void single_install(farm_tx *tx)
 		                      memory_order_release);
 		o->locked = false;
 	}
-	tx_report(tx, 0);
+	txn_tx_report(tx, 0);
 	txn_tx_finish(tx);
 }
 
 /* ---- commit: entry, log space ----------------------------------------- */
 
-static void tx_deferred(farm_loop *loop, void *ctx, int status)
-{
-	(void)loop;
-	(void)status; /* a closing loop still reports and frees */
-	farm_tx *tx = ctx;
-	bool fin = tx->deferred_finish;
-	if (tx->deferred_report) {
-		tx->deferred_report = false;
-		tx->cont(tx->tl->loop, tx->ctx, tx->outcome);
-	}
-	if (fin) {
-		tx->deferred_finish = false;
-		txn_tx_finish(tx);
-	}
-}
-
-/* The end of farm_tx_commit: callbacks that came during it run later. */
-static int tx_leave_call(farm_tx *tx)
-{
-	tx->in_call = false;
-	if ((tx->deferred_report || tx->deferred_finish) &&
-	    farm_loop_post(tx->tl->loop, tx_deferred, tx)) {
-		/* No memory for a work item: run them now rather than lose
-		 * them (the caller learns the outcome inside the call). */
-		tx_deferred(tx->tl->loop, tx, 0);
-	}
-	return 0;
-}
-
-static void tx_start_phases(farm_tx *tx)
+void txn_tx_start_phases(farm_tx *tx)
 {
 	if (tx->single)
 		single_lock(tx);
 	else
 		phase_lock(tx);
-}
-
-/* Reserve the log room every record of the commit needs, or wait for it. */
-static void reserve_again(farm_loop *loop, void *ctx, int status)
-{
-	(void)loop;
-	farm_tx *tx = ctx;
-	tx->retry_posted = false;
-	if (tx->ph != PH_RESERVE)
-		return;
-	if (status) { /* the loop is closing */
-		tx_need_clear(tx);
-		tx_report(tx, status);
-		txn_tx_finish(tx);
-		return;
-	}
-	txn_tx_reserve(tx);
-}
-
-void txn_tx_reserve(farm_tx *tx)
-{
-	farm_txm *m = tx->m;
-	struct txloop *tl = tx->tl;
-	bool ok = true, reading = false;
-	for (uint64_t mk = tx->need_mask; mk; mk &= mk - 1) {
-		uint32_t mach = (uint32_t)__builtin_ctzll(mk);
-		if (mach >= m->M || !tx->need[mach])
-			continue;
-		struct writer *w = &tl->w[mach];
-		if (!has_room(m, w, tx->need[mach])) {
-			wq_pop_done(w, tl->cs_low);
-			txn_refresh_freed(tl, mach);
-			if (!has_room(m, w, tx->need[mach])) {
-				txn_maybe_truncate(tl, mach);
-				ok = false;
-				reading |= w->reading;
-			}
-		}
-	}
-	if (!ok) {
-		if (!tx->space_tries++) {
-			stat_add(m, S_LOG_FULL, 1);
-			tx->deadline = farm_now_ns() + SPACE_WAIT_NS;
-		}
-		tx->ph = PH_RESERVE;
-		if (farm_now_ns() > tx->deadline) {
-			tx_need_clear(tx);
-			tx_report(tx, -ENOSPC);
-			txn_tx_finish(tx);
-			return;
-		}
-		/* A freed-word READ's completion retries us; with none out
-		 * (our own log, or no memory for one) try on the next pass,
-		 * after the poller has truncated what it could. */
-		if (!reading && !tx->retry_posted &&
-		    farm_loop_post(tl->loop, reserve_again, tx) == 0)
-			tx->retry_posted = true;
-		return;
-	}
-	/* The commit sequence is taken only now, with the room held: a
-	 * commit waiting for room must not hold the low-water mark back, as
-	 * records below the mark are all that replicas may truncate
-	 * (wq_truncatable), and the room it waits for may be theirs. */
-	int crc = txn_cseq_take(tl, &tx->cseq);
-	if (crc) {
-		tx_need_clear(tx);
-		tx_report(tx, crc);
-		txn_tx_finish(tx);
-		return;
-	}
-	for (uint64_t mk = tx->need_mask; mk; mk &= mk - 1) {
-		uint32_t mach = (uint32_t)__builtin_ctzll(mk);
-		if (mach < m->M)
-			tl->w[mach].reserved += tx->need[mach];
-	}
-	tx_start_phases(tx);
-}
-
-/* farm_tx_commit refuses @tx with @rc before reserving any log room: the
- * room it counted is forgotten, as txn_tx_finish (at farm_tx_abort or
- * farm_tx_free) releases need[] less used[] from the writers' reserved
- * bytes, which are other commits' then; a later farm_tx_commit counts
- * afresh. */
-static int commit_refused(farm_tx *tx, int rc)
-{
-	tx_need_clear(tx);
-	memset(tx->cb_room, 0, sizeof(tx->cb_room));
-	return rc;
-}
-
-int farm_tx_commit(farm_tx *tx, farm_tx_commit_fn cont, void *ctx)
-{
-	if (!tx || !cont)
-		return -EINVAL;
-	if (tx->ph != PH_OPEN)
-		return FARM_ECLOSED;
-	if (tx->reads_out)
-		return -EBUSY;
-	farm_txm *m = tx->m;
-	tx->cont = cont;
-	tx->ctx = ctx;
-	unsigned nw = 0;
-	bool single = true;
-	for (unsigned i = 0; i < tx->n; i++) {
-		struct txobj *o = &tx->o[i];
-		o->nrep = farm_as_replicas(m->as, farm_gaddr_region(o->a),
-		                           o->reps);
-		if (!o->nrep || o->reps[0] >= 0x40 || o->reps[0] >= m->M)
-			return -EINVAL;
-		o->primary = o->reps[0];
-		single &= o->primary == m->me;
-		if (is_write(o))
-			nw++;
-	}
-	tx->single = single && nw > 0;
-	if (nw == 0) {
-		/* Read-only: one object needs nothing more (the read was
-		 * consistent); several are validated. */
-		tx->in_call = true;
-		if (tx->n <= 1) {
-			tx->ph = PH_VALIDATE;
-			tx_report(tx, 0);
-			txn_tx_finish(tx);
-		} else {
-			phase_validate(tx);
-		}
-		return tx_leave_call(tx);
-	}
-	/* The regions it writes, for every record's region list. */
-	free(tx->regs);
-	tx->regs = malloc(sizeof(*tx->regs) * nw);
-	if (!tx->regs)
-		return -ENOMEM;
-	tx->nregs = 0;
-	for (unsigned i = 0; i < tx->n; i++) {
-		if (!is_write(&tx->o[i]))
-			continue;
-		uint32_t r = farm_gaddr_region(tx->o[i].a);
-		unsigned k = 0;
-		while (k < tx->nregs && tx->regs[k] != r)
-			k++;
-		if (k == tx->nregs)
-			tx->regs[tx->nregs++] = r;
-	}
-	if (tx->nregs > 512) /* recover.c: REC_MAX_REGS */
-		return -E2BIG;
-	tx->cfg = (uint32_t)farm_as_config_id(m->as);
-	/* After-images. */
-	for (unsigned i = 0; i < tx->n; i++) {
-		struct txobj *o = &tx->o[i];
-		if (!is_write(o))
-			continue;
-		if (o->img) /* a commit refused before (commit_refused) */
-			arena_put(&tx->tl->ar, o->img, 64ull * o->lines);
-		o->img = arena_get(&tx->tl->ar, 64ull * o->lines);
-		if (!o->img)
-			return -ENOMEM;
-		obj_pack(o->img, o->lines, o->data, o->size,
-		         o->version + OBJ_VSTEP, new_incarn(o));
-	}
-	/* Log room: LOCK + COMMIT-PRIMARY/ABORT at each primary (not for a
-	 * single-machine commit), COMMIT-BACKUP at each backup. */
-	for (unsigned i = 0; i < tx->n; i++) {
-		struct txobj *o = &tx->o[i];
-		if (!is_write(o))
-			continue;
-		uint32_t p = o->primary;
-		if (!tx->single && !tx->need[p])
-			tx_need_add(tx, p,
-			            rec_bytes(tx, REC_LOCK, p, 0, NULL) + 64);
-	}
-	bool seenp[0x40] = {false};
-	for (unsigned i = 0; i < tx->n; i++) {
-		struct txobj *o = &tx->o[i];
-		if (!is_write(o) || seenp[o->primary])
-			continue;
-		seenp[o->primary] = true;
-		bool seenb[0x40] = {false};
-		for (unsigned j = i; j < tx->n; j++) {
-			struct txobj *q = &tx->o[j];
-			if (!is_write(q) || q->primary != o->primary)
-				continue;
-			for (unsigned k = 1; k < q->nrep; k++) {
-				uint32_t b = q->reps[k];
-				if (b >= 0x40 || seenb[b])
-					continue;
-				seenb[b] = true;
-				tx_need_add(tx, b,
-				            rec_bytes(tx, REC_COMMIT_BACKUP,
-				                      o->primary, b, NULL));
-				if (!tx->cb_room[b]) { /* a possible ABORT */
-					tx->cb_room[b] = true;
-					tx_need_add(tx, b, 64);
-				}
-			}
-		}
-	}
-	for (uint64_t mk = tx->need_mask; mk; mk &= mk - 1) {
-		uint32_t mach = (uint32_t)__builtin_ctzll(mk);
-		if (mach < m->M && tx->need[mach] && mach != m->me &&
-		    /* Pairs with the release of peer_ready in txm.c. */
-		    !atomic_load_explicit(&m->peer_ready[mach],
-		                          memory_order_acquire))
-			return commit_refused(tx, FARM_EPEERDEAD);
-	}
-	for (uint64_t mk = tx->need_mask; mk; mk &= mk - 1) {
-		uint32_t mach = (uint32_t)__builtin_ctzll(mk);
-		if (mach < m->M && tx->need[mach] > m->R / 2)
-			return commit_refused(tx, -E2BIG);
-	}
-	tx->ph = PH_RESERVE;
-	tx->in_call = true;
-	txn_tx_reserve(tx);
-	return tx_leave_call(tx);
 }
 
 /* Transactions waiting for lock replies past their deadline give up. */

@@ -1,6 +1,7 @@
 /*
  * Data recovery (SOSP'15 section 5.5): a new backup copies a region from
  * its primary in the background, object by object, while commits go on.
+ * The primary's side (telling backups to copy: COPY) is in copy_note.c.
  *
  * Who copies what. After a configuration change that removed machines,
  * the primary of every region (a promoted one included) tells each of the
@@ -111,99 +112,9 @@
 #include "txn/object.h"
 #include "txn/txn_int.h"
 #include "txn/txn_testing.h"
+#include "txn/copy_int.h"
 #include "util/fault.h"
 #include "util/log.h"
-
-#define DR_MAX_SPAN    (FARM_ALLOC_MAX_OBJECT + 64) /* one object at most */
-#define DR_NOTE_EVERY  (100ull * 1000000ull)        /* COPY resends, ns */
-#define DR_RPC_TIMEOUT (2ull * 1000000000ull)
-#define DR_BURST       4 /* intervals of credit a loop may hold */
-/* READs in a row stopped at one object before it is said (at the default
- * pace, 2 s: an install takes microseconds, a recovered lock a decision). */
-#define DR_STUCK_SAY 1000u
-/* Steps in a row stopped at one object of our demoted copy before the
- * copy goes on from the primary instead (about 1 s at the default
- * interval: an older configuration's lock there lasts until its
- * transaction is decided; one that lasts longer, e.g. a free deferred
- * until an adoption that never comes, is read from the primary). */
-#define DR_LOCAL_STUCK 500u
-
-enum { DR_COPY = 0, DR_CHECK, DR_DONE, DR_LOST };
-
-struct dr_reg {
-	uint32_t id;
-	unsigned loop;
-	int state;
-	uint64_t next; /* offset where this pass goes on */
-	uint64_t cfg;  /* the configuration that made it a new backup */
-	uint64_t bytes, steps, retries, fixed;
-	uint64_t local; /* bytes taken from our demoted copy */
-	/* Not from our demoted copy any more: an object stayed locked
-	 * there too long (below, DR_LOCAL_STUCK). */
-	bool remote;
-	uint64_t t_start, t_done;
-	uint8_t *meta;  /* the primary's header and table, as last read */
-	bool have_meta; /* read in this pass */
-	/* A primary without a header (a promoted copy no block was ever
-	 * described to): runs inferred from their first object's header
-	 * (farm_alloc_block_infer), probed with a 64-byte READ. */
-	struct farm_alloc_layout run; /* kind SLOTS: the current run */
-	uint32_t probe_block;
-	uint64_t probe_w;
-	bool probe_ok;
-	uint64_t inferred; /* runs inferred */
-	int last_err;
-	/* READs in a row that stopped at the object at @stuck_off (torn or
-	 * locked at the primary): said once, at DR_STUCK_SAY of them. */
-	uint64_t stuck_off, stuck_n;
-};
-
-struct dr_note {
-	uint32_t region, to;
-	uint64_t cfg;
-	bool inflight;
-	uint64_t t_sent;
-};
-
-struct dr_loop {
-	farm_loop *loop; /* set with buf, under dr->lock */
-	uint8_t *buf;
-	size_t cap; /* of buf */
-	farm_mr *mr;
-	bool busy; /* a step posted or in flight (under dr->lock) */
-	/* Bytes this loop may still READ: + datarec_bytes per interval, at
-	 * most DR_BURST intervals' worth (a step that ran late catches up
-	 * a little, the average never passes the pace). */
-	int64_t credit;
-	unsigned rr;
-};
-
-struct farm_datarec {
-	farm_txm *m;
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	pthread_t thr;
-	bool started, stop;
-	_Atomic bool hold; /* farm_txm_datarec_hold: no READs, no credit */
-	struct dr_reg *r;
-	unsigned nr, capr;
-	struct dr_note *nt;
-	unsigned nn, capn;
-	uint32_t bytes, interval_us;
-	uint64_t meta_bytes, region_size;
-	/* farm_txm_datarec_on_unserved; @unserved: the configuration a copy
-	 * completed in whose ring makes us its primary (0: none), told by
-	 * the engine outside the lock. */
-	farm_txm_unserved_fn on_unserved;
-	void *unserved_ctx;
-	uint64_t unserved;
-	struct dr_loop lp[MAX_LOOPS];
-};
-
-struct copy_msg {
-	uint32_t region, pad;
-	uint64_t cfg;
-};
 
 #ifdef FARM_FAULT_INJECTION
 static _Atomic bool testing_skip_apply;
@@ -215,7 +126,7 @@ void farm_txn_testing_datarec_skip_apply(bool on)
 
 /* ---- the table of regions being copied (under dr->lock) --------------- */
 
-static struct dr_reg *reg_find(struct farm_datarec *dr, uint32_t id)
+struct dr_reg *txn_dr_reg_find(struct farm_datarec *dr, uint32_t id)
 {
 	for (unsigned i = 0; i < dr->nr; i++)
 		if (dr->r[i].id == id)
@@ -223,9 +134,9 @@ static struct dr_reg *reg_find(struct farm_datarec *dr, uint32_t id)
 	return NULL;
 }
 
-static int reg_add(struct farm_datarec *dr, uint32_t id, uint64_t cfg)
+int txn_dr_reg_add(struct farm_datarec *dr, uint32_t id, uint64_t cfg)
 {
-	struct dr_reg *g = reg_find(dr, id);
+	struct dr_reg *g = txn_dr_reg_find(dr, id);
 	if (g && g->state < DR_DONE)
 		return 0; /* being copied */
 	uint8_t *meta;
@@ -259,7 +170,7 @@ static int reg_add(struct farm_datarec *dr, uint32_t id, uint64_t cfg)
 }
 
 /* Is this machine a backup (not the primary) of @region now? */
-static bool new_backup_here(farm_txm *m, uint32_t region)
+bool txn_dr_new_backup_here(farm_txm *m, uint32_t region)
 {
 	uint32_t reps[16];
 	unsigned n = farm_as_replicas(m->as, region, reps);
@@ -272,7 +183,7 @@ static bool new_backup_here(farm_txm *m, uint32_t region)
 bool txn_datarec_adopt(farm_txm *m, uint32_t region, bool start)
 {
 	struct farm_datarec *dr = m->dr;
-	if (!dr || !new_backup_here(m, region))
+	if (!dr || !txn_dr_new_backup_here(m, region))
 		return false;
 	int rc = farm_as_backup_open(m->as, region);
 	if (rc && rc != -EEXIST) {
@@ -293,7 +204,7 @@ bool txn_datarec_adopt(farm_txm *m, uint32_t region, bool start)
 	if (!start)
 		return true; /* COPY starts it */
 	pthread_mutex_lock(&dr->lock);
-	rc = reg_add(dr, region, farm_as_config_id(m->as));
+	rc = txn_dr_reg_add(dr, region, farm_as_config_id(m->as));
 	pthread_mutex_unlock(&dr->lock);
 	if (rc)
 		farm_err("datarec: region %#" PRIx32 " not copied: %s", region,
@@ -451,7 +362,7 @@ static void step_run(farm_loop *loop, void *ctx, int status)
 		return;
 	}
 	pthread_mutex_lock(&dr->lock);
-	struct dr_reg *g = reg_find(dr, s->region);
+	struct dr_reg *g = txn_dr_reg_find(dr, s->region);
 	if (!g || g->state >= DR_DONE) {
 		pthread_mutex_unlock(&dr->lock);
 		step_end(dr, s);
@@ -572,7 +483,7 @@ static void step_run(farm_loop *loop, void *ctx, int status)
 	                      dr->lp[s->loop].mr, s->len, step_done, s);
 	if (rc) {
 		pthread_mutex_lock(&dr->lock);
-		g = reg_find(dr, s->region);
+		g = txn_dr_reg_find(dr, s->region);
 		if (g) {
 			g->retries++;
 			g->last_err = rc;
@@ -620,7 +531,7 @@ static void step_done(farm_loop *loop, void *ctx, int status)
 	uint8_t *buf = dr->lp[s->loop].buf;
 	bool again = false; /* a local step that got on: the next one now */
 	pthread_mutex_lock(&dr->lock);
-	struct dr_reg *g = reg_find(dr, s->region);
+	struct dr_reg *g = txn_dr_reg_find(dr, s->region);
 	if (g && g->state < DR_DONE) {
 		if (status) {
 			g->retries++;
@@ -681,230 +592,6 @@ static void step_done(farm_loop *loop, void *ctx, int status)
 	step_end(dr, s);
 }
 
-/* ---- telling new backups (the primary's side) ------------------------- */
-
-static void note_done(farm_loop *loop, void *ctx, int status, const void *reply,
-                      uint32_t len)
-{
-	(void)loop;
-	(void)reply;
-	(void)len;
-	struct dr_note *key = ctx;
-	farm_txm *m = *(farm_txm **)(key + 1);
-	struct farm_datarec *dr = m->dr;
-	pthread_mutex_lock(&dr->lock);
-	for (unsigned i = 0; i < dr->nn; i++) {
-		struct dr_note *n = &dr->nt[i];
-		if (n->region != key->region || n->to != key->to ||
-		    n->cfg != key->cfg)
-			continue;
-		n->inflight = false;
-		/* Answered (opened, or a configuration that moved on): done.
-		 * Not yet in the configuration, or no answer: again. */
-		if (status == 0 || status == -ESTALE || status == -EINVAL)
-			dr->nt[i] = dr->nt[--dr->nn];
-		break;
-	}
-	pthread_mutex_unlock(&dr->lock);
-	free(key);
-}
-
-static void note_send(farm_loop *loop, void *ctx, int status)
-{
-	struct dr_note *key = ctx;
-	farm_txm *m = *(farm_txm **)(key + 1);
-	int rc = status;
-	if (!rc) {
-		struct copy_msg q = {.region = key->region, .cfg = key->cfg};
-		rc = farm_msg_call(loop, key->to, 0, FARM_MSGT_TX_COPY, &q,
-		                   sizeof(q), DR_RPC_TIMEOUT, note_done, key);
-	}
-	if (rc)
-		note_done(loop, key, rc == -ECANCELED ? -ESTALE : rc, NULL, 0);
-	(void)m;
-}
-
-/* Post the notes due (under dr->lock, from the engine thread). */
-static void notes_post(struct farm_datarec *dr, uint64_t now)
-{
-	farm_txm *m = dr->m;
-	farm_loop *l0 = dr->lp[0].loop;
-	if (!l0)
-		return;
-	for (unsigned i = 0; i < dr->nn; i++) {
-		struct dr_note *n = &dr->nt[i];
-		if (n->inflight || now - n->t_sent < DR_NOTE_EVERY)
-			continue;
-		struct dr_note *key = malloc(sizeof(*key) + sizeof(farm_txm *));
-		if (!key)
-			return;
-		*key = *n;
-		memcpy(key + 1, &m, sizeof(m));
-		n->inflight = true;
-		n->t_sent = now;
-		if (farm_loop_post(l0, note_send, key)) {
-			n->inflight = false;
-			free(key);
-		}
-	}
-}
-
-void farm_txm_datarec_view(farm_txm *m)
-{
-	struct farm_datarec *dr = m ? m->dr : NULL;
-	if (!dr)
-		return;
-	uint64_t cfg = farm_as_config_id(m->as);
-	unsigned cap = 256, n;
-	struct farm_as_held *h = NULL;
-	for (;;) {
-		free(h);
-		h = malloc(cap * sizeof(*h));
-		if (!h)
-			return;
-		n = farm_as_held(m->as, h, cap);
-		if (n <= cap)
-			break;
-		cap = n;
-	}
-	/* Regions a view demoted here (growth) that this machine is still
-	 * a replica of: their new copy is opened and filled from the
-	 * demoted one now, without waiting for the primary's COPY, so that
-	 * it is complete within moments of the demotion (a read of local
-	 * memory, unpaced) rather than after a paced copy, and can be
-	 * finished even if that primary dies first. */
-	uint32_t dem[64];
-	unsigned nd = farm_as_demoted_sources(m->as, dem, 64);
-	for (unsigned i = 0; i < nd && i < 64; i++) {
-		int orc = farm_as_backup_open(m->as, dem[i]);
-		if (orc && orc != -EEXIST) {
-			farm_err("datarec: cannot open a copy of region "
-			         "%#" PRIx32 ": %s",
-			         dem[i], farm_strerror(orc));
-			continue;
-		}
-		if (!farm_as_demoted_source(m->as, dem[i]))
-			continue; /* complete, or not ours to fill */
-		pthread_mutex_lock(&dr->lock);
-		orc = reg_add(dr, dem[i], cfg);
-		pthread_mutex_unlock(&dr->lock);
-		if (orc)
-			farm_err("datarec: region %#" PRIx32 " not copied: %s",
-			         dem[i], farm_strerror(orc));
-	}
-	pthread_mutex_lock(&dr->lock);
-	/* Notes of older configurations: the new one decides again. */
-	for (unsigned i = 0; i < dr->nn;)
-		if (dr->nt[i].cfg < cfg && !dr->nt[i].inflight)
-			dr->nt[i] = dr->nt[--dr->nn];
-		else
-			i++;
-	for (unsigned i = 0; i < n; i++) {
-		uint32_t now[16], prev[16];
-		unsigned nn = farm_as_replicas(m->as, h[i].region, now);
-		unsigned np = farm_as_prev_replicas(m->as, h[i].region, prev);
-		if (!nn || nn > 16 || np > 16)
-			continue;
-		bool filling = farm_as_backup_filling(m->as, h[i].region);
-		struct dr_reg *g = reg_find(dr, h[i].region);
-		if (filling) {
-			bool in = false;
-			for (unsigned k = 1; k < nn; k++)
-				in |= now[k] == m->me;
-			if (!g || g->state >= DR_DONE)
-				continue;
-			bool src = farm_as_demoted_source(m->as, h[i].region);
-			if (src)
-				g->remote = false; /* the view may need it */
-			if (now[0] == m->me && src) {
-				/* The primary that took the region from us
-				 * (growth) is gone before our new copy was
-				 * complete: it is finished from our demoted
-				 * copy (no primary needed), and the next
-				 * configuration's recovery promotes it. */
-				farm_warn("datarec: region %#" PRIx32 ": this "
-				          "machine is its primary again before "
-				          "its new copy is complete; the copy "
-				          "is finished from the demoted one",
-				          g->id);
-			} else if (now[0] == m->me) {
-				g->state = DR_LOST;
-				farm_err("datarec: region %#" PRIx32 " has no "
-				         "complete replica left: this "
-				         "machine's copy is incomplete and is "
-				         "not promoted",
-				         g->id);
-			} else if (!in) {
-				g->state = DR_LOST;
-			}
-			continue;
-		}
-		if (now[0] != m->me)
-			continue;
-		/* Every backup, not only those new since the last
-		 * configuration: one told by a primary that died since may
-		 * never have opened its copy (a complete one answers at
-		 * once). With no previous view too: a machine holds regions
-		 * at its first view only when it restarted on its directory
-		 * (a whole-cluster restart), and a copy the restart cut off
-		 * (never in the manifest) must start again. */
-		for (unsigned k = 1; k < nn; k++) {
-			if (dr->nn == dr->capn) {
-				unsigned nc = dr->capn ? 2 * dr->capn : 16;
-				struct dr_note *x =
-				        realloc(dr->nt, nc * sizeof(*x));
-				if (!x)
-					break;
-				dr->nt = x;
-				dr->capn = nc;
-			}
-			dr->nt[dr->nn++] =
-			        (struct dr_note){.region = h[i].region,
-			                         .to = now[k],
-			                         .cfg = cfg};
-		}
-	}
-	pthread_cond_signal(&dr->cond);
-	pthread_mutex_unlock(&dr->lock);
-	free(h);
-}
-
-/* COPY at the new backup: open the copy and start copying. */
-static void h_copy(farm_loop *loop, const farm_msg_in *in, void *arg)
-{
-	farm_txm *m = arg;
-	struct copy_msg q;
-	int rc = 0;
-	if (in->len != sizeof(q) || !in->token.call_id) {
-		stat_add(m, S_BAD_RECORDS, 1);
-		farm_warn("datarec: malformed COPY from machine %" PRIu32,
-		          in->src_machine);
-		if (in->token.call_id &&
-		    farm_msg_reply_error(loop, &in->token, -EINVAL))
-			farm_warn("datarec: cannot answer machine %" PRIu32,
-			          in->src_machine);
-		return;
-	}
-	memcpy(&q, in->payload, sizeof(q));
-	uint64_t cfg = farm_as_config_id(m->as);
-	uint32_t reps[16];
-	unsigned n = farm_as_replicas(m->as, q.region, reps);
-	if (q.region == 0 || q.region > FARM_REGION_ID_MAX)
-		rc = -EINVAL;
-	else if (q.cfg > cfg)
-		rc = -EAGAIN; /* we have not applied it yet */
-	else if (!n || reps[0] != in->src_machine ||
-	         !new_backup_here(m, q.region))
-		rc = q.cfg < cfg ? -ESTALE : -EINVAL;
-	else if (!txn_datarec_adopt(m, q.region, true))
-		rc = -ENOMEM;
-	rc = rc ? farm_msg_reply_error(loop, &in->token, rc)
-	        : farm_msg_reply(loop, &in->token, NULL, 0);
-	if (rc) /* the primary asks again */
-		farm_warn("datarec: cannot answer machine %" PRIu32 ": %s",
-		          in->src_machine, farm_strerror(rc));
-}
-
 /* ---- the engine thread ----------------------------------------------- */
 
 static bool has_work(struct farm_datarec *dr)
@@ -943,7 +630,7 @@ static void *engine(void *arg)
 			last = farm_now_ns();
 			continue;
 		}
-		notes_post(dr, farm_now_ns());
+		txn_dr_notes_post(dr, farm_now_ns());
 		/* At most one step in flight per loop, each within the
 		 * loop's credit: the pace. */
 		/* Credit for the time that passed, not per wake-up: a
@@ -1028,7 +715,7 @@ int txn_datarec_init(farm_txm *m, uint32_t bytes, uint32_t interval_us)
 		return -ENOMEM;
 	}
 	pthread_cond_init(&dr->cond, NULL);
-	int rc = farm_msg_handle(m->msg, FARM_MSGT_TX_COPY, h_copy, m);
+	int rc = farm_msg_handle(m->msg, FARM_MSGT_TX_COPY, txn_dr_h_copy, m);
 	if (rc) {
 		pthread_cond_destroy(&dr->cond);
 		pthread_mutex_destroy(&dr->lock);

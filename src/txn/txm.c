@@ -119,23 +119,104 @@ static int txn_poll_all(farm_loop *loop, void *ctx)
 	return got;
 }
 
+/* The attributes with their defaults filled in; -EINVAL when out of
+ * range. */
+static int attr_resolve(const struct farm_txm_attr *attr,
+                        struct farm_txm_attr *a)
+{
+	*a = attr ? *attr : (struct farm_txm_attr){0};
+	if (!a->log_size)
+		a->log_size = DEFAULT_LOG;
+	if (!farm_is_pow2(a->log_size) || a->log_size < (64u << 10) ||
+	    a->log_size > (64u << 20))
+		return -EINVAL;
+	if (!a->arena_size)
+		a->arena_size = DEFAULT_ARENA;
+	if (!a->lf_bound_ns)
+		a->lf_bound_ns = 1000000ull;
+	if (a->epoch_free_pct > 100 &&
+	    a->epoch_free_pct != FARM_TXM_EPOCH_MANUAL)
+		return -EINVAL;
+	return 0;
+}
+
+/* The lock-free read bound in ticks: calibrate the tick against the
+ * clock over 2 ms, as reads compare cycle counts (cheaper than the
+ * clock). */
+static uint64_t bound_cycles(uint64_t bound_ns)
+{
+	uint64_t c0 = farm_cycles(), t0 = farm_now_ns(), t1;
+	while ((t1 = farm_now_ns()) - t0 < 2000000)
+		farm_cpu_relax();
+	uint64_t c1 = farm_cycles();
+	double per_ns = (double)(c1 - c0) / (double)(t1 - t0);
+	return (uint64_t)((double)bound_ns * (per_ns > 0 ? per_ns : 1));
+}
+
+/* The log memory (@total bytes, registered for remote READ and WRITE),
+ * the handlers and the parts of the layer set up with it. */
+static int txm_setup(farm_txm *m, const struct farm_txm_attr *a,
+                     uint64_t total)
+{
+	m->peers = calloc(m->M, sizeof(*m->peers));
+	m->peer_ready = calloc(m->M, sizeof(*m->peer_ready));
+	int rc = m->peers && m->peer_ready ? 0 : -ENOMEM;
+	if (!rc)
+		rc = farm_mem_alloc(m->fab, (size_t)total, 0, &m->logmem);
+	if (!rc)
+		rc = farm_mr_reg(m->fab, farm_mem_addr(m->logmem),
+		                 (size_t)total,
+		                 FARM_ACCESS_LOCAL | FARM_ACCESS_REMOTE_READ |
+		                         FARM_ACCESS_REMOTE_WRITE,
+		                 &m->logmr);
+	if (!rc)
+		rc = farm_msg_handle(m->msg, FARM_MSGT_TX_REPLY, txn_h_reply,
+		                     m);
+	if (!rc)
+		rc = farm_epoch_handle(m->msg);
+	if (!rc)
+		rc = txn_rec_init(m);
+	if (!rc)
+		rc = txn_datarec_init(m, a->datarec_bytes,
+		                      a->datarec_interval_us);
+	if (!rc && !(rc = farm_epoch_domain_get()))
+		m->epoch_domain = true;
+	return rc;
+}
+
+/* Write the log superblock (what a restart reads the logs by) and make
+ * this machine's own logs ready. */
+static void txm_publish(farm_txm *m, uint64_t total)
+{
+	m->logbase = farm_mem_addr(m->logmem);
+	struct log_super sb = {.magic = LOG_SUPER_MAGIC,
+	                       .layout = LOG_LAYOUT,
+	                       .machine = m->me,
+	                       .M = m->M,
+	                       .T = m->T,
+	                       .R = m->R,
+	                       .hdr_area = m->hdr_area,
+	                       .total = total};
+	memcpy(m->logbase, &sb, sizeof(sb));
+	int rc = farm_mem_persist(m->logmem, m->logbase, sizeof(sb));
+	if (rc)
+		farm_warn("txn: cannot make the log superblock durable: %s",
+		          farm_strerror(rc));
+	m->logdesc = farm_mr_describe(m->logmr);
+	m->peers[m->me] = m->logdesc;
+	atomic_store(&m->peer_ready[m->me], 1);
+	m->ready_ids[0] = m->me;
+	atomic_store(&m->nready, 1);
+}
+
 int farm_txm_create(farm_fabric *fab, farm_msg *msg, farm_as *as,
                     farm_galloc *ga, const struct farm_txm_attr *attr,
                     farm_txm **out)
 {
 	if (!fab || !msg || !as || !ga || !out)
 		return -EINVAL;
-	struct farm_txm_attr a = attr ? *attr : (struct farm_txm_attr){0};
-	if (!a.log_size)
-		a.log_size = DEFAULT_LOG;
-	if (!farm_is_pow2(a.log_size) || a.log_size < (64u << 10) ||
-	    a.log_size > (64u << 20))
-		return -EINVAL;
-	if (!a.arena_size)
-		a.arena_size = DEFAULT_ARENA;
-	if (!a.lf_bound_ns)
-		a.lf_bound_ns = 1000000ull;
-	if (a.epoch_free_pct > 100 && a.epoch_free_pct != FARM_TXM_EPOCH_MANUAL)
+	struct farm_txm_attr a;
+	if (attr_resolve(attr, &a))
 		return -EINVAL;
 	farm_txm *m = calloc(1, sizeof(*m));
 	if (!m)
@@ -156,14 +237,7 @@ int farm_txm_create(farm_fabric *fab, farm_msg *msg, farm_as *as,
 	pthread_mutex_init(&m->peer_lock, NULL);
 	pthread_mutex_init(&m->rec.lock, NULL);
 	atomic_init(&m->serve_until, UINT64_MAX);
-	/* The read bound in ticks: calibrate the tick against the clock. */
-	uint64_t c0 = farm_cycles(), t0 = farm_now_ns(), t1;
-	while ((t1 = farm_now_ns()) - t0 < 2000000)
-		farm_cpu_relax();
-	uint64_t c1 = farm_cycles();
-	double per_ns = (double)(c1 - c0) / (double)(t1 - t0);
-	m->lf_bound_cycles =
-	        (uint64_t)((double)m->lf_bound * (per_ns > 0 ? per_ns : 1));
+	m->lf_bound_cycles = bound_cycles(m->lf_bound);
 	if (m->T > MAX_LOOPS || m->me >= m->M) {
 		free(m);
 		return -EINVAL;
@@ -171,51 +245,14 @@ int farm_txm_create(farm_fabric *fab, farm_msg *msg, farm_as *as,
 	uint64_t nlogs = (uint64_t)m->M * m->T;
 	m->hdr_area = (64 + nlogs * 64 + 4095) & ~4095ull;
 	uint64_t total = m->hdr_area + nlogs * m->R;
-	m->peers = calloc(m->M, sizeof(*m->peers));
-	m->peer_ready = calloc(m->M, sizeof(*m->peer_ready));
-	int rc = m->peers && m->peer_ready ? 0 : -ENOMEM;
-	if (!rc)
-		rc = farm_mem_alloc(fab, (size_t)total, 0, &m->logmem);
-	if (!rc)
-		rc = farm_mr_reg(fab, farm_mem_addr(m->logmem), (size_t)total,
-		                 FARM_ACCESS_LOCAL | FARM_ACCESS_REMOTE_READ |
-		                         FARM_ACCESS_REMOTE_WRITE,
-		                 &m->logmr);
-	if (!rc)
-		rc = farm_msg_handle(msg, FARM_MSGT_TX_REPLY, txn_h_reply, m);
-	if (!rc)
-		rc = farm_epoch_handle(msg);
-	if (!rc)
-		rc = txn_rec_init(m);
-	if (!rc)
-		rc = txn_datarec_init(m, a.datarec_bytes,
-		                      a.datarec_interval_us);
-	if (!rc && !(rc = farm_epoch_domain_get()))
-		m->epoch_domain = true;
+	int rc = txm_setup(m, &a, total);
 	if (rc) {
 		farm_err("txn: cannot set up logs (%" PRIu64 " bytes): %s",
 		         total, farm_strerror(rc));
 		farm_txm_destroy(m);
 		return rc;
 	}
-	m->logbase = farm_mem_addr(m->logmem);
-	struct log_super sb = {.magic = LOG_SUPER_MAGIC,
-	                       .layout = LOG_LAYOUT,
-	                       .machine = m->me,
-	                       .M = m->M,
-	                       .T = m->T,
-	                       .R = m->R,
-	                       .hdr_area = m->hdr_area,
-	                       .total = total};
-	memcpy(m->logbase, &sb, sizeof(sb));
-	if ((rc = farm_mem_persist(m->logmem, m->logbase, sizeof(sb))))
-		farm_warn("txn: cannot make the log superblock durable: %s",
-		          farm_strerror(rc));
-	m->logdesc = farm_mr_describe(m->logmr);
-	m->peers[m->me] = m->logdesc;
-	atomic_store(&m->peer_ready[m->me], 1);
-	m->ready_ids[0] = m->me;
-	atomic_store(&m->nready, 1);
+	txm_publish(m, total);
 	*out = m;
 	return 0;
 }

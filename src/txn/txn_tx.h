@@ -6,6 +6,7 @@
 #ifndef FARM_TXN_TXN_TX_H
 #define FARM_TXN_TXN_TX_H
 
+#include "alloc/objhdr.h"
 #include "txn/txn_int.h"
 
 /* ---- transactions --------------------------------------------------- */
@@ -164,6 +165,18 @@ static inline void tx_need_clear(farm_tx *tx)
 	tx->need_mask = 0;
 }
 
+/* Whether the transaction writes @o. */
+static inline bool txo_is_write(const struct txobj *o)
+{
+	return (o->flags & TXO_WRITE) != 0;
+}
+
+/* The incarnation @o will have once committed: a freed object's next. */
+static inline uint64_t txo_new_incarn(const struct txobj *o)
+{
+	return (o->flags & TXO_FREE) ? farm_incarn_freed(o->incarn) : o->incarn;
+}
+
 static inline struct txobj *tx_add(farm_tx *tx)
 {
 	if (tx->n == tx->cap) {
@@ -220,11 +233,18 @@ bool txn_tx_gone(farm_tx *tx);
 /* commit.c */
 void txn_tx_record_done(farm_loop *loop, farm_tx *tx, int kind, uint32_t mach,
                         int status);
-void txn_tx_reserve(farm_tx *tx);
 void txn_tx_finish(farm_tx *tx);
 void txn_scan_deadlines(struct txloop *tl);
 void txn_end_lock_waits(struct txloop *tl, const bool *removed);
 void txn_h_reply(farm_loop *loop, const farm_msg_in *in, void *arg);
+uint64_t txn_rec_bytes(farm_tx *tx, int type, uint32_t p, uint32_t b,
+                       unsigned *nobj);
+void txn_tx_report(farm_tx *tx, int outcome);
+void txn_phase_validate(farm_tx *tx);
+void txn_tx_start_phases(farm_tx *tx);
+
+/* commit_start.c */
+void txn_tx_reserve(farm_tx *tx);
 
 /*
  * What a transaction's decision must tell other parts of the layer: set

@@ -1,0 +1,315 @@
+/*
+ * The start of a commit (commit_start.c): farm_tx_commit places the
+ * objects, packs the after-images, counts and reserves the log room every
+ * record will need, then hands over to the phases (commit.c).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "txn/object.h"
+#include "txn/txn_int.h"
+#include "txn/txn_tx.h"
+#include "util/log.h"
+
+#define SPACE_WAIT_NS (1000ull * 1000000ull) /* then -ENOSPC */
+
+static void tx_deferred(farm_loop *loop, void *ctx, int status)
+{
+	(void)loop;
+	(void)status; /* a closing loop still reports and frees */
+	farm_tx *tx = ctx;
+	bool fin = tx->deferred_finish;
+	if (tx->deferred_report) {
+		tx->deferred_report = false;
+		tx->cont(tx->tl->loop, tx->ctx, tx->outcome);
+	}
+	if (fin) {
+		tx->deferred_finish = false;
+		txn_tx_finish(tx);
+	}
+}
+
+/* The end of farm_tx_commit: callbacks that came during it run later. */
+static int tx_leave_call(farm_tx *tx)
+{
+	tx->in_call = false;
+	if ((tx->deferred_report || tx->deferred_finish) &&
+	    farm_loop_post(tx->tl->loop, tx_deferred, tx)) {
+		/* No memory for a work item: run them now rather than lose
+		 * them (the caller learns the outcome inside the call). */
+		tx_deferred(tx->tl->loop, tx, 0);
+	}
+	return 0;
+}
+
+/* Reserve the log room every record of the commit needs, or wait for it. */
+static void reserve_again(farm_loop *loop, void *ctx, int status)
+{
+	(void)loop;
+	farm_tx *tx = ctx;
+	tx->retry_posted = false;
+	if (tx->ph != PH_RESERVE)
+		return;
+	if (status) { /* the loop is closing */
+		tx_need_clear(tx);
+		txn_tx_report(tx, status);
+		txn_tx_finish(tx);
+		return;
+	}
+	txn_tx_reserve(tx);
+}
+
+void txn_tx_reserve(farm_tx *tx)
+{
+	farm_txm *m = tx->m;
+	struct txloop *tl = tx->tl;
+	bool ok = true, reading = false;
+	for (uint64_t mk = tx->need_mask; mk; mk &= mk - 1) {
+		uint32_t mach = (uint32_t)__builtin_ctzll(mk);
+		if (mach >= m->M || !tx->need[mach])
+			continue;
+		struct writer *w = &tl->w[mach];
+		if (!has_room(m, w, tx->need[mach])) {
+			wq_pop_done(w, tl->cs_low);
+			txn_refresh_freed(tl, mach);
+			if (!has_room(m, w, tx->need[mach])) {
+				txn_maybe_truncate(tl, mach);
+				ok = false;
+				reading |= w->reading;
+			}
+		}
+	}
+	if (!ok) {
+		if (!tx->space_tries++) {
+			stat_add(m, S_LOG_FULL, 1);
+			tx->deadline = farm_now_ns() + SPACE_WAIT_NS;
+		}
+		tx->ph = PH_RESERVE;
+		if (farm_now_ns() > tx->deadline) {
+			tx_need_clear(tx);
+			txn_tx_report(tx, -ENOSPC);
+			txn_tx_finish(tx);
+			return;
+		}
+		/* A freed-word READ's completion retries us; with none out
+		 * (our own log, or no memory for one) try on the next pass,
+		 * after the poller has truncated what it could. */
+		if (!reading && !tx->retry_posted &&
+		    farm_loop_post(tl->loop, reserve_again, tx) == 0)
+			tx->retry_posted = true;
+		return;
+	}
+	/* The commit sequence is taken only now, with the room held: a
+	 * commit waiting for room must not hold the low-water mark back, as
+	 * records below the mark are all that replicas may truncate
+	 * (wq_truncatable), and the room it waits for may be theirs. */
+	int crc = txn_cseq_take(tl, &tx->cseq);
+	if (crc) {
+		tx_need_clear(tx);
+		txn_tx_report(tx, crc);
+		txn_tx_finish(tx);
+		return;
+	}
+	for (uint64_t mk = tx->need_mask; mk; mk &= mk - 1) {
+		uint32_t mach = (uint32_t)__builtin_ctzll(mk);
+		if (mach < m->M)
+			tl->w[mach].reserved += tx->need[mach];
+	}
+	txn_tx_start_phases(tx);
+}
+
+/* farm_tx_commit refuses @tx with @rc before reserving any log room: the
+ * room it counted is forgotten, as txn_tx_finish (at farm_tx_abort or
+ * farm_tx_free) releases need[] less used[] from the writers' reserved
+ * bytes, which are other commits' then; a later farm_tx_commit counts
+ * afresh. */
+static int commit_refused(farm_tx *tx, int rc)
+{
+	tx_need_clear(tx);
+	memset(tx->cb_room, 0, sizeof(tx->cb_room));
+	return rc;
+}
+
+/* Find each object's replicas and primary; counts the objects written in
+ * *@nw. Done at commit, not at read, so that the placement is the one of
+ * the configuration the commit runs under. */
+static int commit_place(farm_tx *tx, unsigned *nw)
+{
+	farm_txm *m = tx->m;
+	bool single = true;
+	*nw = 0;
+	for (unsigned i = 0; i < tx->n; i++) {
+		struct txobj *o = &tx->o[i];
+		o->nrep = farm_as_replicas(m->as, farm_gaddr_region(o->a),
+		                           o->reps);
+		if (!o->nrep || o->reps[0] >= 0x40 || o->reps[0] >= m->M)
+			return -EINVAL;
+		o->primary = o->reps[0];
+		single &= o->primary == m->me;
+		if (txo_is_write(o))
+			(*nw)++;
+	}
+	tx->single = single && *nw > 0;
+	return 0;
+}
+
+/* Read-only: one object needs nothing more (the read was consistent);
+ * several are validated. */
+static int commit_read_only(farm_tx *tx)
+{
+	tx->in_call = true;
+	if (tx->n <= 1) {
+		tx->ph = PH_VALIDATE;
+		txn_tx_report(tx, 0);
+		txn_tx_finish(tx);
+	} else {
+		txn_phase_validate(tx);
+	}
+	return tx_leave_call(tx);
+}
+
+/* The regions it writes (at most @nw), for every record's region list. */
+static int commit_regions(farm_tx *tx, unsigned nw)
+{
+	free(tx->regs);
+	tx->regs = malloc(sizeof(*tx->regs) * nw);
+	if (!tx->regs)
+		return -ENOMEM;
+	tx->nregs = 0;
+	for (unsigned i = 0; i < tx->n; i++) {
+		if (!txo_is_write(&tx->o[i]))
+			continue;
+		uint32_t r = farm_gaddr_region(tx->o[i].a);
+		unsigned k = 0;
+		while (k < tx->nregs && tx->regs[k] != r)
+			k++;
+		if (k == tx->nregs)
+			tx->regs[tx->nregs++] = r;
+	}
+	if (tx->nregs > 512) /* recover.c: REC_MAX_REGS */
+		return -E2BIG;
+	return 0;
+}
+
+/* The after-image of every object written, packed as it will be
+ * installed (next version, incarnation). */
+static int commit_images(farm_tx *tx)
+{
+	for (unsigned i = 0; i < tx->n; i++) {
+		struct txobj *o = &tx->o[i];
+		if (!txo_is_write(o))
+			continue;
+		if (o->img) /* a commit refused before (commit_refused) */
+			arena_put(&tx->tl->ar, o->img, 64ull * o->lines);
+		o->img = arena_get(&tx->tl->ar, 64ull * o->lines);
+		if (!o->img)
+			return -ENOMEM;
+		obj_pack(o->img, o->lines, o->data, o->size,
+		         o->version + OBJ_VSTEP, txo_new_incarn(o));
+	}
+	return 0;
+}
+
+/* Room at each backup of primary @p: one COMMIT-BACKUP record per backup
+ * (objects from index @from on share no earlier primary), plus a possible
+ * ABORT once per backup. */
+static void need_backups_of(farm_tx *tx, uint32_t p, unsigned from)
+{
+	bool seenb[0x40] = {false};
+	for (unsigned j = from; j < tx->n; j++) {
+		struct txobj *q = &tx->o[j];
+		if (!txo_is_write(q) || q->primary != p)
+			continue;
+		for (unsigned k = 1; k < q->nrep; k++) {
+			uint32_t b = q->reps[k];
+			if (b >= 0x40 || seenb[b])
+				continue;
+			seenb[b] = true;
+			tx_need_add(tx, b,
+			            txn_rec_bytes(tx, REC_COMMIT_BACKUP, p, b, NULL));
+			if (!tx->cb_room[b]) { /* a possible ABORT */
+				tx->cb_room[b] = true;
+				tx_need_add(tx, b, 64);
+			}
+		}
+	}
+}
+
+/* Log room: LOCK + COMMIT-PRIMARY/ABORT at each primary (not for a
+ * single-machine commit), COMMIT-BACKUP at each backup. */
+static void commit_count_room(farm_tx *tx)
+{
+	for (unsigned i = 0; i < tx->n; i++) {
+		struct txobj *o = &tx->o[i];
+		if (!txo_is_write(o))
+			continue;
+		uint32_t p = o->primary;
+		if (!tx->single && !tx->need[p])
+			tx_need_add(tx, p,
+			            txn_rec_bytes(tx, REC_LOCK, p, 0, NULL) + 64);
+	}
+	bool seenp[0x40] = {false};
+	for (unsigned i = 0; i < tx->n; i++) {
+		struct txobj *o = &tx->o[i];
+		if (!txo_is_write(o) || seenp[o->primary])
+			continue;
+		seenp[o->primary] = true;
+		need_backups_of(tx, o->primary, i);
+	}
+}
+
+/* Every log the commit needs is at a peer ready to take it, and no one
+ * commit asks for more than half of a log (it could never fit beside
+ * others'); 0, or the code to refuse with. */
+static int commit_room_check(farm_tx *tx)
+{
+	farm_txm *m = tx->m;
+	for (uint64_t mk = tx->need_mask; mk; mk &= mk - 1) {
+		uint32_t mach = (uint32_t)__builtin_ctzll(mk);
+		if (mach < m->M && tx->need[mach] && mach != m->me &&
+		    /* Pairs with the release of peer_ready in txm.c. */
+		    !atomic_load_explicit(&m->peer_ready[mach],
+		                          memory_order_acquire))
+			return FARM_EPEERDEAD;
+	}
+	for (uint64_t mk = tx->need_mask; mk; mk &= mk - 1) {
+		uint32_t mach = (uint32_t)__builtin_ctzll(mk);
+		if (mach < m->M && tx->need[mach] > m->R / 2)
+			return -E2BIG;
+	}
+	return 0;
+}
+
+int farm_tx_commit(farm_tx *tx, farm_tx_commit_fn cont, void *ctx)
+{
+	if (!tx || !cont)
+		return -EINVAL;
+	if (tx->ph != PH_OPEN)
+		return FARM_ECLOSED;
+	if (tx->reads_out)
+		return -EBUSY;
+	tx->cont = cont;
+	tx->ctx = ctx;
+	unsigned nw;
+	int rc = commit_place(tx, &nw);
+	if (rc)
+		return rc;
+	if (nw == 0)
+		return commit_read_only(tx);
+	rc = commit_regions(tx, nw);
+	if (rc)
+		return rc;
+	tx->cfg = (uint32_t)farm_as_config_id(tx->m->as);
+	rc = commit_images(tx);
+	if (rc)
+		return rc;
+	commit_count_room(tx);
+	rc = commit_room_check(tx);
+	if (rc)
+		return commit_refused(tx, rc);
+	tx->ph = PH_RESERVE;
+	tx->in_call = true;
+	txn_tx_reserve(tx);
+	return tx_leave_call(tx);
+}

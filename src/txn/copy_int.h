@@ -1,0 +1,117 @@
+/*
+ * Shared by the two sides of data recovery: copy.c (the table of regions
+ * being copied, the copy steps, the engine, the life cycle) and
+ * copy_note.c (the primary telling new backups to copy: COPY). Only those
+ * two files include it.
+ */
+#ifndef FARM_TXN_COPY_INT_H
+#define FARM_TXN_COPY_INT_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "alloc/alloc.h"
+#include "txn/txn_int.h"
+
+#define DR_MAX_SPAN    (FARM_ALLOC_MAX_OBJECT + 64) /* one object at most */
+#define DR_NOTE_EVERY  (100ull * 1000000ull)        /* COPY resends, ns */
+#define DR_RPC_TIMEOUT (2ull * 1000000000ull)
+#define DR_BURST       4 /* intervals of credit a loop may hold */
+/* READs in a row stopped at one object before it is said (at the default
+ * pace, 2 s: an install takes microseconds, a recovered lock a decision). */
+#define DR_STUCK_SAY 1000u
+/* Steps in a row stopped at one object of our demoted copy before the
+ * copy goes on from the primary instead (about 1 s at the default
+ * interval: an older configuration's lock there lasts until its
+ * transaction is decided; one that lasts longer, e.g. a free deferred
+ * until an adoption that never comes, is read from the primary). */
+#define DR_LOCAL_STUCK 500u
+
+enum { DR_COPY = 0, DR_CHECK, DR_DONE, DR_LOST };
+
+struct dr_reg {
+	uint32_t id;
+	unsigned loop;
+	int state;
+	uint64_t next; /* offset where this pass goes on */
+	uint64_t cfg;  /* the configuration that made it a new backup */
+	uint64_t bytes, steps, retries, fixed;
+	uint64_t local; /* bytes taken from our demoted copy */
+	/* Not from our demoted copy any more: an object stayed locked
+	 * there too long (below, DR_LOCAL_STUCK). */
+	bool remote;
+	uint64_t t_start, t_done;
+	uint8_t *meta;  /* the primary's header and table, as last read */
+	bool have_meta; /* read in this pass */
+	/* A primary without a header (a promoted copy no block was ever
+	 * described to): runs inferred from their first object's header
+	 * (farm_alloc_block_infer), probed with a 64-byte READ. */
+	struct farm_alloc_layout run; /* kind SLOTS: the current run */
+	uint32_t probe_block;
+	uint64_t probe_w;
+	bool probe_ok;
+	uint64_t inferred; /* runs inferred */
+	int last_err;
+	/* READs in a row that stopped at the object at @stuck_off (torn or
+	 * locked at the primary): said once, at DR_STUCK_SAY of them. */
+	uint64_t stuck_off, stuck_n;
+};
+
+struct dr_note {
+	uint32_t region, to;
+	uint64_t cfg;
+	bool inflight;
+	uint64_t t_sent;
+};
+
+struct dr_loop {
+	farm_loop *loop; /* set with buf, under dr->lock */
+	uint8_t *buf;
+	size_t cap; /* of buf */
+	farm_mr *mr;
+	bool busy; /* a step posted or in flight (under dr->lock) */
+	/* Bytes this loop may still READ: + datarec_bytes per interval, at
+	 * most DR_BURST intervals' worth (a step that ran late catches up
+	 * a little, the average never passes the pace). */
+	int64_t credit;
+	unsigned rr;
+};
+
+struct farm_datarec {
+	farm_txm *m;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	pthread_t thr;
+	bool started, stop;
+	_Atomic bool hold; /* farm_txm_datarec_hold: no READs, no credit */
+	struct dr_reg *r;
+	unsigned nr, capr;
+	struct dr_note *nt;
+	unsigned nn, capn;
+	uint32_t bytes, interval_us;
+	uint64_t meta_bytes, region_size;
+	/* farm_txm_datarec_on_unserved; @unserved: the configuration a copy
+	 * completed in whose ring makes us its primary (0: none), told by
+	 * the engine outside the lock. */
+	farm_txm_unserved_fn on_unserved;
+	void *unserved_ctx;
+	uint64_t unserved;
+	struct dr_loop lp[MAX_LOOPS];
+};
+
+struct copy_msg {
+	uint32_t region, pad;
+	uint64_t cfg;
+};
+
+/* copy.c */
+struct dr_reg *txn_dr_reg_find(struct farm_datarec *dr, uint32_t id);
+int txn_dr_reg_add(struct farm_datarec *dr, uint32_t id, uint64_t cfg);
+bool txn_dr_new_backup_here(farm_txm *m, uint32_t region);
+
+/* copy_note.c */
+void txn_dr_notes_post(struct farm_datarec *dr, uint64_t now);
+void txn_dr_h_copy(farm_loop *loop, const farm_msg_in *in, void *arg);
+
+#endif

@@ -1,0 +1,243 @@
+/*
+ * Data recovery, the primary's side (copy.c describes the whole): after a
+ * configuration change the primary of every region tells each of its
+ * backups to hold a copy (COPY, repeated until answered), and a backup
+ * answers it (txn_dr_h_copy), registering the region with its engine.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc/alloc.h"
+#include "txn/object.h"
+#include "txn/txn_int.h"
+#include "txn/txn_testing.h"
+#include "txn/copy_int.h"
+#include "util/fault.h"
+#include "util/log.h"
+
+/* ---- telling new backups (the primary's side) ------------------------- */
+
+static void note_done(farm_loop *loop, void *ctx, int status, const void *reply,
+                      uint32_t len)
+{
+	(void)loop;
+	(void)reply;
+	(void)len;
+	struct dr_note *key = ctx;
+	farm_txm *m = *(farm_txm **)(key + 1);
+	struct farm_datarec *dr = m->dr;
+	pthread_mutex_lock(&dr->lock);
+	for (unsigned i = 0; i < dr->nn; i++) {
+		struct dr_note *n = &dr->nt[i];
+		if (n->region != key->region || n->to != key->to ||
+		    n->cfg != key->cfg)
+			continue;
+		n->inflight = false;
+		/* Answered (opened, or a configuration that moved on): done.
+		 * Not yet in the configuration, or no answer: again. */
+		if (status == 0 || status == -ESTALE || status == -EINVAL)
+			dr->nt[i] = dr->nt[--dr->nn];
+		break;
+	}
+	pthread_mutex_unlock(&dr->lock);
+	free(key);
+}
+
+static void note_send(farm_loop *loop, void *ctx, int status)
+{
+	struct dr_note *key = ctx;
+	farm_txm *m = *(farm_txm **)(key + 1);
+	int rc = status;
+	if (!rc) {
+		struct copy_msg q = {.region = key->region, .cfg = key->cfg};
+		rc = farm_msg_call(loop, key->to, 0, FARM_MSGT_TX_COPY, &q,
+		                   sizeof(q), DR_RPC_TIMEOUT, note_done, key);
+	}
+	if (rc)
+		note_done(loop, key, rc == -ECANCELED ? -ESTALE : rc, NULL, 0);
+	(void)m;
+}
+
+/* Post the notes due (under dr->lock, from the engine thread). */
+void txn_dr_notes_post(struct farm_datarec *dr, uint64_t now)
+{
+	farm_txm *m = dr->m;
+	farm_loop *l0 = dr->lp[0].loop;
+	if (!l0)
+		return;
+	for (unsigned i = 0; i < dr->nn; i++) {
+		struct dr_note *n = &dr->nt[i];
+		if (n->inflight || now - n->t_sent < DR_NOTE_EVERY)
+			continue;
+		struct dr_note *key = malloc(sizeof(*key) + sizeof(farm_txm *));
+		if (!key)
+			return;
+		*key = *n;
+		memcpy(key + 1, &m, sizeof(m));
+		n->inflight = true;
+		n->t_sent = now;
+		if (farm_loop_post(l0, note_send, key)) {
+			n->inflight = false;
+			free(key);
+		}
+	}
+}
+
+void farm_txm_datarec_view(farm_txm *m)
+{
+	struct farm_datarec *dr = m ? m->dr : NULL;
+	if (!dr)
+		return;
+	uint64_t cfg = farm_as_config_id(m->as);
+	unsigned cap = 256, n;
+	struct farm_as_held *h = NULL;
+	for (;;) {
+		free(h);
+		h = malloc(cap * sizeof(*h));
+		if (!h)
+			return;
+		n = farm_as_held(m->as, h, cap);
+		if (n <= cap)
+			break;
+		cap = n;
+	}
+	/* Regions a view demoted here (growth) that this machine is still
+	 * a replica of: their new copy is opened and filled from the
+	 * demoted one now, without waiting for the primary's COPY, so that
+	 * it is complete within moments of the demotion (a read of local
+	 * memory, unpaced) rather than after a paced copy, and can be
+	 * finished even if that primary dies first. */
+	uint32_t dem[64];
+	unsigned nd = farm_as_demoted_sources(m->as, dem, 64);
+	for (unsigned i = 0; i < nd && i < 64; i++) {
+		int orc = farm_as_backup_open(m->as, dem[i]);
+		if (orc && orc != -EEXIST) {
+			farm_err("datarec: cannot open a copy of region "
+			         "%#" PRIx32 ": %s",
+			         dem[i], farm_strerror(orc));
+			continue;
+		}
+		if (!farm_as_demoted_source(m->as, dem[i]))
+			continue; /* complete, or not ours to fill */
+		pthread_mutex_lock(&dr->lock);
+		orc = txn_dr_reg_add(dr, dem[i], cfg);
+		pthread_mutex_unlock(&dr->lock);
+		if (orc)
+			farm_err("datarec: region %#" PRIx32 " not copied: %s",
+			         dem[i], farm_strerror(orc));
+	}
+	pthread_mutex_lock(&dr->lock);
+	/* Notes of older configurations: the new one decides again. */
+	for (unsigned i = 0; i < dr->nn;)
+		if (dr->nt[i].cfg < cfg && !dr->nt[i].inflight)
+			dr->nt[i] = dr->nt[--dr->nn];
+		else
+			i++;
+	for (unsigned i = 0; i < n; i++) {
+		uint32_t now[16], prev[16];
+		unsigned nn = farm_as_replicas(m->as, h[i].region, now);
+		unsigned np = farm_as_prev_replicas(m->as, h[i].region, prev);
+		if (!nn || nn > 16 || np > 16)
+			continue;
+		bool filling = farm_as_backup_filling(m->as, h[i].region);
+		struct dr_reg *g = txn_dr_reg_find(dr, h[i].region);
+		if (filling) {
+			bool in = false;
+			for (unsigned k = 1; k < nn; k++)
+				in |= now[k] == m->me;
+			if (!g || g->state >= DR_DONE)
+				continue;
+			bool src = farm_as_demoted_source(m->as, h[i].region);
+			if (src)
+				g->remote = false; /* the view may need it */
+			if (now[0] == m->me && src) {
+				/* The primary that took the region from us
+				 * (growth) is gone before our new copy was
+				 * complete: it is finished from our demoted
+				 * copy (no primary needed), and the next
+				 * configuration's recovery promotes it. */
+				farm_warn("datarec: region %#" PRIx32 ": this "
+				          "machine is its primary again before "
+				          "its new copy is complete; the copy "
+				          "is finished from the demoted one",
+				          g->id);
+			} else if (now[0] == m->me) {
+				g->state = DR_LOST;
+				farm_err("datarec: region %#" PRIx32 " has no "
+				         "complete replica left: this "
+				         "machine's copy is incomplete and is "
+				         "not promoted",
+				         g->id);
+			} else if (!in) {
+				g->state = DR_LOST;
+			}
+			continue;
+		}
+		if (now[0] != m->me)
+			continue;
+		/* Every backup, not only those new since the last
+		 * configuration: one told by a primary that died since may
+		 * never have opened its copy (a complete one answers at
+		 * once). With no previous view too: a machine holds regions
+		 * at its first view only when it restarted on its directory
+		 * (a whole-cluster restart), and a copy the restart cut off
+		 * (never in the manifest) must start again. */
+		for (unsigned k = 1; k < nn; k++) {
+			if (dr->nn == dr->capn) {
+				unsigned nc = dr->capn ? 2 * dr->capn : 16;
+				struct dr_note *x =
+				        realloc(dr->nt, nc * sizeof(*x));
+				if (!x)
+					break;
+				dr->nt = x;
+				dr->capn = nc;
+			}
+			dr->nt[dr->nn++] =
+			        (struct dr_note){.region = h[i].region,
+			                         .to = now[k],
+			                         .cfg = cfg};
+		}
+	}
+	pthread_cond_signal(&dr->cond);
+	pthread_mutex_unlock(&dr->lock);
+	free(h);
+}
+
+/* COPY at the new backup: open the copy and start copying. */
+void txn_dr_h_copy(farm_loop *loop, const farm_msg_in *in, void *arg)
+{
+	farm_txm *m = arg;
+	struct copy_msg q;
+	int rc = 0;
+	if (in->len != sizeof(q) || !in->token.call_id) {
+		stat_add(m, S_BAD_RECORDS, 1);
+		farm_warn("datarec: malformed COPY from machine %" PRIu32,
+		          in->src_machine);
+		if (in->token.call_id &&
+		    farm_msg_reply_error(loop, &in->token, -EINVAL))
+			farm_warn("datarec: cannot answer machine %" PRIu32,
+			          in->src_machine);
+		return;
+	}
+	memcpy(&q, in->payload, sizeof(q));
+	uint64_t cfg = farm_as_config_id(m->as);
+	uint32_t reps[16];
+	unsigned n = farm_as_replicas(m->as, q.region, reps);
+	if (q.region == 0 || q.region > FARM_REGION_ID_MAX)
+		rc = -EINVAL;
+	else if (q.cfg > cfg)
+		rc = -EAGAIN; /* we have not applied it yet */
+	else if (!n || reps[0] != in->src_machine ||
+	         !txn_dr_new_backup_here(m, q.region))
+		rc = q.cfg < cfg ? -ESTALE : -EINVAL;
+	else if (!txn_datarec_adopt(m, q.region, true))
+		rc = -ENOMEM;
+	rc = rc ? farm_msg_reply_error(loop, &in->token, rc)
+	        : farm_msg_reply(loop, &in->token, NULL, 0);
+	if (rc) /* the primary asks again */
+		farm_warn("datarec: cannot answer machine %" PRIu32 ": %s",
+		          in->src_machine, farm_strerror(rc));
+}

@@ -1,0 +1,403 @@
+/*
+ * Transaction-state recovery, the decision (recover.c describes the whole
+ * protocol): the coordinator's answers to promoted primaries (REC_QUERY,
+ * step 3), the decider for transactions of removed coordinators (REC_VOTE
+ * and REC_END, step 4), and the survivors' application of its decisions
+ * (REC_DECIDE, REC_DONE).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "txn/object.h"
+#include "txn/txn_int.h"
+#include "txn/txn_tx.h"
+#include "txn/recover_wire.h"
+#include "txn/recover_int.h"
+#include "util/fault.h"
+#include "util/log.h"
+
+/* ---- the coordinator's answers ------------------------------------------ */
+
+static void answer(struct txloop *tl, uint32_t to, uint16_t thread,
+                   uint64_t cfg, uint64_t txid, uint32_t a)
+{
+	struct rec_q q = {.cfg = cfg, .txid = txid, .answer = a};
+	int rc = farm_msg_send(tl->loop, to, thread, FARM_MSGT_REC_ANSWER, &q,
+	                       sizeof(q));
+	if (rc)
+		farm_warn("txn recovery: cannot answer machine %" PRIu32 ": %s",
+		          to, farm_strerror(rc));
+}
+
+/* @tx decided (commit at COMMIT-PRIMARY, abort at ABORT): its waiters
+ * learn the outcome. Registered with the coordinator (txn_on_decided). */
+static void rec_decided(farm_tx *tx, bool commit)
+{
+	for (unsigned i = 0; i < tx->nwaiters; i++)
+		answer(tx->tl, tx->waiters[i].machine, tx->waiters[i].thread,
+		       tx->waiters[i].cfg, tx->id, commit ? A_COMMIT : A_ABORT);
+	tx->nwaiters = 0;
+}
+
+static void h_query(farm_loop *loop, const farm_msg_in *in, void *arg)
+{
+	farm_txm *m = arg;
+	struct txloop *tl = loop_state(m, loop);
+	struct rec_q q;
+	if (!tl || in->len != sizeof(q)) {
+		txn_rec_refuse(m, in, "malformed recovery query");
+		return;
+	}
+	memcpy(&q, in->payload, sizeof(q));
+	if ((uint32_t)(q.txid >> 56) != m->me ||
+	    ((q.txid >> 48) & 0xff) != tl->t) {
+		txn_rec_refuse(m, in, "recovery query for another coordinator");
+		return;
+	}
+	farm_tx *tx = tl->slots[(q.txid & ((1ull << 48) - 1)) % TX_SLOTS];
+	uint32_t a = A_FINISHED;
+	if (tx && tx->id == q.txid) {
+		switch (tx->ph) {
+		case PH_PRIMARY: a = A_COMMIT; break;
+		case PH_ABORT: a = A_ABORT; break;
+		case PH_DONE: a = tx->outcome ? A_ABORT : A_COMMIT; break;
+		default:
+			if (tx->nwaiters < FARM_ARRAY_SIZE(tx->waiters)) {
+				tx->waiters[tx->nwaiters++] =
+				        (struct rec_waiter){
+				                .machine = in->src_machine,
+				                .thread = in->src_thread,
+				                .cfg = q.cfg};
+				return; /* answered when it decides */
+			}
+			a = 0; /* cannot wait: the asker asks again */
+		}
+	}
+	answer(tl, in->src_machine, in->src_thread, q.cfg, q.txid, a);
+}
+
+static void h_answer(farm_loop *loop, const farm_msg_in *in, void *arg)
+{
+	farm_txm *m = arg;
+	struct txloop *tl = loop_state(m, loop);
+	struct rec_q q;
+	if (!tl || in->len != sizeof(q)) {
+		txn_rec_refuse(m, in, "malformed recovery answer");
+		return;
+	}
+	memcpy(&q, in->payload, sizeof(q));
+	if (q.answer > A_FINISHED) {
+		txn_rec_refuse(m, in, "malformed recovery answer");
+		return;
+	}
+	bool known = false;
+	for (struct rec_pend *p = tl->pend; p; p = p->next)
+		known |= p->txid == q.txid && p->coord == in->src_machine;
+	if (!known) {
+		txn_rec_refuse(m, in, "recovery answer for no pending transaction");
+		return;
+	}
+	bool settled = false;
+	for (struct rec_pend *p = tl->pend; p; p = p->next)
+		settled |= p->txid == q.txid && p->settled;
+	if (settled) { /* at the truncation of its log */
+		txn_rec_pend_decide(tl, q.txid, false);
+		return;
+	}
+	if (q.answer == 0) {
+		txn_rec_send_query(tl, in->src_machine, q.txid);
+		return;
+	}
+	if (q.answer == A_FINISHED) {
+		/* Its ABORT, if any, landed before it finished: process it.
+		 * If that truncates its COMMIT-BACKUP, the truncation settles
+		 * it (txn_rec_truncated); else the ABORT is still known. */
+		while (txn_poll(loop, tl) > 0)
+			;
+		q.answer = txn_aborted(tl, q.txid) ? A_ABORT : A_COMMIT;
+	}
+	txn_rec_pend_decide(tl, q.txid, q.answer == A_COMMIT);
+}
+
+/* ---- the decider --------------------------------------------------------- */
+
+static struct rec_txn *dec_find(farm_txm *m, uint64_t txid)
+{
+	for (unsigned i = 0; i < m->rec.nd; i++)
+		if (m->rec.d[i].txid == txid)
+			return &m->rec.d[i];
+	if (m->rec.nd == m->rec.capd) {
+		unsigned nc = m->rec.capd ? 2 * m->rec.capd : 64;
+		struct rec_txn *nd = realloc(m->rec.d, nc * sizeof(*nd));
+		if (!nd)
+			return NULL;
+		m->rec.d = nd;
+		m->rec.capd = nc;
+	}
+	struct rec_txn *t = &m->rec.d[m->rec.nd++];
+	memset(t, 0, sizeof(*t));
+	t->txid = txid;
+	return t;
+}
+
+static void h_vote(farm_loop *loop, const farm_msg_in *in, void *arg)
+{
+	(void)loop;
+	farm_txm *m = arg;
+	struct rec_vote v;
+	if (in->len < sizeof(v)) {
+		txn_rec_refuse(m, in, "malformed recovery vote");
+		return;
+	}
+	memcpy(&v, in->payload, sizeof(v));
+	if (v.cfg != atomic_load(&m->rec.cfg) || m->rec.decider != m->me ||
+	    !is_removed(m, v.coord) || (uint32_t)(v.txid >> 56) != v.coord ||
+	    ((v.txid >> 48) & 0xff) >= m->T || v.nregs > REC_MAX_REGS ||
+	    v.ncb > REC_MAX_REGS ||
+	    in->len != sizeof(v) + 4ull * (v.nregs + v.ncb) ||
+	    in->src_machine >= 0x40 || is_removed(m, in->src_machine)) {
+		txn_rec_refuse(m, in, "recovery vote");
+		return;
+	}
+	pthread_mutex_lock(&m->rec.lock);
+	struct rec_txn *t = dec_find(m, v.txid);
+	if (!t) {
+		pthread_mutex_unlock(&m->rec.lock);
+		farm_err("txn recovery: out of memory for votes");
+		return;
+	}
+	const uint8_t *p = (const uint8_t *)in->payload + sizeof(v);
+	t->flags |= v.flags;
+	if (v.cseq)
+		t->cseq = v.cseq;
+	if ((v.flags & V_CB) && v.tcfg && !t->tcfg)
+		t->tcfg = v.tcfg;
+	if (v.nregs && !t->nregs) {
+		t->regs = malloc(4ull * v.nregs);
+		if (t->regs) {
+			memcpy(t->regs, p, 4ull * v.nregs);
+			t->nregs = v.nregs;
+		}
+	}
+	p += 4ull * v.nregs;
+	for (unsigned i = 0; i < v.ncb; i++) {
+		uint32_t r;
+		memcpy(&r, p + 4ull * i, 4);
+		struct rec_cb *nc =
+		        realloc(t->cb, (t->ncb + 1) * sizeof(*t->cb));
+		if (!nc)
+			break;
+		t->cb = nc;
+		t->cb[t->ncb++] = (struct rec_cb){.machine = in->src_machine,
+		                                  .region = r};
+	}
+	pthread_mutex_unlock(&m->rec.lock);
+}
+
+static bool has_cb(const struct rec_txn *t, uint32_t machine, uint32_t region)
+{
+	for (unsigned i = 0; i < t->ncb; i++)
+		if (t->cb[i].machine == machine && t->cb[i].region == region)
+			return true;
+	return false;
+}
+
+static bool decide(farm_txm *m, const struct rec_txn *t, uint64_t maxlw)
+{
+	if (t->flags & (V_ABORT | V_REFUSED))
+		return false;
+	if (t->flags & V_CP)
+		return true;
+	if (t->cseq && t->cseq < maxlw)
+		return true; /* finished, and no ABORT anywhere */
+	if (!(t->flags & V_CB) || !t->nregs)
+		return false;
+	for (unsigned i = 0; i < t->nregs; i++) {
+		/* The backups the coordinator sent its COMMIT-BACKUPs to:
+		 * those of the configuration they carry. Not the view before
+		 * the current one: a later view (a late join, a second
+		 * removal) makes this round's "previous" one with a new
+		 * backup that never had them, and a reported commit would be
+		 * aborted. */
+		uint32_t reps[FARM_RING_MAX_REPLICAS];
+		unsigned n = 0;
+		if (!FARM_FAULT_SWITCH(FARM_FP_REC_PREV_RING))
+			n = farm_as_replicas_at(m->as, t->tcfg, t->regs[i],
+			                        reps);
+		if (!n)
+			n = farm_as_prev_replicas(m->as, t->regs[i], reps);
+		if (!n)
+			return false;
+		for (unsigned k = 1; k < n; k++)
+			if (!is_removed(m, reps[k]) &&
+			    !has_cb(t, reps[k], t->regs[i]))
+				return false;
+	}
+	return true;
+}
+
+static void h_end(farm_loop *loop, const farm_msg_in *in, void *arg)
+{
+	farm_txm *m = arg;
+	struct rec_end e;
+	if (in->len != sizeof(e)) {
+		txn_rec_refuse(m, in, "malformed end of votes");
+		return;
+	}
+	memcpy(&e, in->payload, sizeof(e));
+	if (e.cfg != atomic_load(&m->rec.cfg) || m->rec.decider != m->me ||
+	    !is_removed(m, e.coord) || e.thread >= m->T ||
+	    in->src_machine >= 0x40 || is_removed(m, in->src_machine)) {
+		txn_rec_refuse(m, in, "end of votes");
+		return;
+	}
+	uint64_t key = (uint64_t)e.coord * m->T + e.thread;
+	pthread_mutex_lock(&m->rec.lock);
+	if (e.lw > m->rec.maxlw[key])
+		m->rec.maxlw[key] = e.lw;
+	if (++m->rec.ends[key] != m->rec.nsurv) {
+		pthread_mutex_unlock(&m->rec.lock);
+		return;
+	}
+	/* Every survivor's loop e.thread has voted for log (coord, thread). */
+	unsigned nc = 0, na = 0;
+	for (unsigned i = 0; i < m->rec.nd; i++) {
+		struct rec_txn *t = &m->rec.d[i];
+		if ((uint32_t)(t->txid >> 56) != e.coord ||
+		    ((t->txid >> 48) & 0xff) != e.thread || t->sent)
+			continue;
+		bool commit = decide(m, t, m->rec.maxlw[key]);
+		t->sent = true;
+		commit ? nc++ : na++;
+		struct rec_dec d = {.cfg = e.cfg,
+		                    .txid = t->txid,
+		                    .coord = e.coord,
+		                    .commit = commit};
+		for (uint32_t s = 0; s < m->M; s++)
+			if (m->rec.member[s] &&
+			    farm_msg_send(loop, s, (uint16_t)e.thread,
+			                  FARM_MSGT_REC_DECIDE, &d, sizeof(d)))
+				farm_warn("txn recovery: decision not sent to "
+				          "machine %" PRIu32,
+				          s);
+	}
+	struct rec_end done = e;
+	done.lw = m->rec.maxlw[key];
+	for (uint32_t s = 0; s < m->M; s++)
+		if (m->rec.member[s] &&
+		    farm_msg_send(loop, s, (uint16_t)e.thread,
+		                  FARM_MSGT_REC_DONE, &done, sizeof(done)))
+			farm_warn("txn recovery: done not sent to machine "
+			          "%" PRIu32,
+			          s);
+	pthread_mutex_unlock(&m->rec.lock);
+	farm_info("txn recovery: coordinator %" PRIu32 " thread %" PRIu32
+	          ": %u committed, %u aborted",
+	          e.coord, e.thread, nc, na);
+}
+
+/* ---- survivors apply the decisions --------------------------------------- */
+
+static void h_decide(farm_loop *loop, const farm_msg_in *in, void *arg)
+{
+	farm_txm *m = arg;
+	struct txloop *tl = loop_state(m, loop);
+	struct rec_dec d;
+	if (!tl || in->len != sizeof(d)) {
+		txn_rec_refuse(m, in, "malformed recovery decision");
+		return;
+	}
+	memcpy(&d, in->payload, sizeof(d));
+	if (d.cfg != atomic_load(&m->rec.cfg) ||
+	    in->src_machine != m->rec.decider || !is_removed(m, d.coord) ||
+	    (uint32_t)(d.txid >> 56) != d.coord ||
+	    ((d.txid >> 48) & 0xff) != tl->t || d.commit > 1) {
+		txn_rec_refuse(m, in, "recovery decision");
+		return;
+	}
+	bool commit = d.commit != 0;
+	/* As an old primary: the LOCK record installs or unlocks. */
+	txn_decide_primary(tl, d.txid, commit);
+	/* As a promoted primary: the COMMIT-BACKUP's images, under the
+	 * recovered locks. */
+	txn_rec_pend_decide(tl, d.txid, commit);
+	/* As a backup: its COMMIT-BACKUP applied now, or never. */
+	struct rec_hdr h;
+	FOR_EACH_REC(tl, d.coord, pos, rec, h)
+	{
+		if (h.type != REC_COMMIT_BACKUP || h.txid != d.txid)
+			continue;
+		if (!commit) {
+			stat_add(m, S_BACKUP_SKIPPED, 1);
+			continue;
+		}
+		const struct rec_obj *o = robjs(rec);
+		const uint8_t *img = rimgs(rec);
+		for (unsigned i = 0; i < h.nobj; i++) {
+			enum farm_as_role role;
+			farm_region *r = farm_as_local_region(
+			        m->as, farm_gaddr_region(o[i].addr), &role);
+			uint8_t *q = r && role == FARM_AS_BACKUP
+			                     ? txn_rec_copy_obj(m, &o[i])
+			                     : NULL;
+			if (q && txn_copy_apply(q, o[i].lines, img, false))
+				stat_add(m, S_BACKUP_APPLIES, 1);
+			img += 64ull * o[i].lines;
+		}
+	}
+}
+
+static void h_done(farm_loop *loop, const farm_msg_in *in, void *arg)
+{
+	farm_txm *m = arg;
+	struct txloop *tl = loop_state(m, loop);
+	struct rec_end e;
+	if (!tl || in->len != sizeof(e)) {
+		txn_rec_refuse(m, in, "malformed end of recovery");
+		return;
+	}
+	memcpy(&e, in->payload, sizeof(e));
+	if (e.cfg != atomic_load(&m->rec.cfg) ||
+	    in->src_machine != m->rec.decider || !is_removed(m, e.coord) ||
+	    e.thread != tl->t) {
+		txn_rec_refuse(m, in, "end of recovery");
+		return;
+	}
+	/* Every transaction of the log is decided: empty it. */
+	struct reader *rd = &tl->r[e.coord];
+	uint64_t li = log_index(m, e.coord, tl->t);
+	uint8_t *ring = m->logbase + log_ring_off(m, li);
+	while (rd->applied < rd->head) {
+		struct rec_hdr h;
+		memcpy(&h, ring + rd->applied % m->R, sizeof(h));
+		if (h.len == 0 || h.len % 64 ||
+		    h.len > m->R - rd->applied % m->R)
+			break;
+		rec_zero(ring + rd->applied % m->R, h.type, h.len);
+		rd->applied += h.len;
+	}
+	rd->rec_done = true;
+	farm_info("txn recovery: log of machine %" PRIu32 " thread %u done",
+	          e.coord, tl->t);
+}
+
+int txn_rec_decide_init(farm_txm *m)
+{
+	/* A promoted primary that asked about a transaction still being
+	 * decided waits for its outcome (h_query): the coordinator tells. */
+	txn_on_decided(m, rec_decided);
+	int rc = farm_msg_handle(m->msg, FARM_MSGT_REC_QUERY, h_query, m);
+	if (!rc)
+		rc = farm_msg_handle(m->msg, FARM_MSGT_REC_ANSWER, h_answer, m);
+	if (!rc)
+		rc = farm_msg_handle(m->msg, FARM_MSGT_REC_VOTE, h_vote, m);
+	if (!rc)
+		rc = farm_msg_handle(m->msg, FARM_MSGT_REC_END, h_end, m);
+	if (!rc)
+		rc = farm_msg_handle(m->msg, FARM_MSGT_REC_DECIDE, h_decide, m);
+	if (!rc)
+		rc = farm_msg_handle(m->msg, FARM_MSGT_REC_DONE, h_done, m);
+	return rc;
+}

@@ -1,0 +1,71 @@
+/*
+ * Shared by the two halves of transaction-state recovery: recover.c (the
+ * barrier, draining, promotion, the loops' scans) and recover_decide.c
+ * (the coordinator's answers, the decider, applying its decisions). Only
+ * those two files include it.
+ */
+#ifndef FARM_TXN_RECOVER_INT_H
+#define FARM_TXN_RECOVER_INT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "txn/txn_int.h"
+#include "txn/txn_tx.h"
+
+#define REC_MAX_REGS 512u /* regions one vote carries (farm_tx_commit) */
+
+static inline const struct rec_obj *robjs(const uint8_t *rec)
+{
+	return (const struct rec_obj *)(const void *)(rec +
+	                                              sizeof(struct rec_hdr));
+}
+
+static inline const uint8_t *rimgs(const uint8_t *rec)
+{
+	struct rec_hdr h;
+	memcpy(&h, rec, sizeof(h));
+	return rec + sizeof(h) + (size_t)h.nobj * sizeof(struct rec_obj);
+}
+
+/* Walk the whole records of log (@coord, this loop) from the applied
+ * position to the head (what is not truncated). */
+#define FOR_EACH_REC(tl, coord, pos, rec, h)                                   \
+	for (uint64_t pos = (tl)->r[coord].applied; pos < (tl)->r[coord].head; \
+	     pos += (h).len)                                                   \
+		for (const uint8_t *rec = rec_at(tl, coord, pos, &(h)); rec;   \
+		     rec = NULL)
+
+static inline const uint8_t *rec_at(struct txloop *tl, uint32_t coord, uint64_t pos,
+                             struct rec_hdr *h)
+{
+	farm_txm *m = tl->m;
+	const uint8_t *ring =
+	        m->logbase + log_ring_off(m, log_index(m, coord, tl->t));
+	const uint8_t *rec = ring + pos % m->R;
+	memcpy(h, rec, sizeof(*h));
+	if (h->len == 0 || h->len % 64) {
+		h->len = (uint32_t)(tl->r[coord].head - pos); /* stop */
+		return NULL;
+	}
+	return rec;
+}
+
+static inline bool is_removed(const farm_txm *m, uint32_t id)
+{
+	return id < 0x40 && m->rec.removed[id];
+}
+
+/* recover.c */
+void txn_rec_refuse(farm_txm *m, const farm_msg_in *in, const char *what);
+uint8_t *txn_rec_copy_obj(farm_txm *m, const struct rec_obj *o);
+void txn_rec_pend_decide(struct txloop *tl, uint64_t txid, bool commit);
+void txn_rec_send_query(struct txloop *tl, uint32_t coord, uint64_t txid);
+
+/* recover_decide.c: registers the handlers of REC_QUERY, REC_ANSWER,
+ * REC_VOTE, REC_END, REC_DECIDE and REC_DONE, and tells the coordinator
+ * to report decisions to promoted primaries that asked. */
+int txn_rec_decide_init(farm_txm *m);
+
+#endif
