@@ -3,7 +3,9 @@
 #   make check   build, then run the whole test suite (ctest)
 # Both install missing Debian packages first (scripts/install-deps).
 # Others: make bench (every benchmark), make stress (long stress tests),
-# make asan (tests under AddressSanitizer+UBSan), make netns (tests across
+# make asan (tests under AddressSanitizer+UBSan), make tsan (unit and
+# multi-process tests under ThreadSanitizer), make fuzz (every fuzz target
+# for FUZZ_SECONDS, default 600, one after another), make netns (tests across
 # network namespaces; root, skipped otherwise), make faults (the 50-cycle
 # fault campaign), make clean.
 BUILD ?= build
@@ -12,7 +14,7 @@ JOBS ?= 2
 CMAKE_FLAGS ?=
 FARM ?= $(BUILD)/src/tools/farm
 
-.PHONY: all deps build demo check bench stress faults asan netns clean format
+.PHONY: all deps build demo check bench stress faults asan tsan fuzz netns clean format
 
 all: build
 
@@ -55,6 +57,14 @@ asan: deps
 	    -DFARM_BUILD_BENCH=OFF $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(ASAN_BUILD) -j$(JOBS)
 	ctest --test-dir $(ASAN_BUILD) --output-on-failure -j$(JOBS) -LE "stress|nosan|netns|faults"
+
+# Each decoder's fuzz target (tests/fuzz/README.md) for FUZZ_SECONDS,
+# one at a time; new inputs stay in $(BUILD)/tests/fuzz-corpus.
+FUZZ_SECONDS ?= 600
+fuzz: deps
+	@cmake -S . -B $(BUILD) -DFARM_FUZZ_LONG_SECONDS=$(FUZZ_SECONDS) $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(BUILD) -j$(JOBS) --target farm_static
+	@cmake --build $(BUILD) --target fuzz
 
 bench: build
 	@scripts/bench $(BUILD)
