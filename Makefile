@@ -10,6 +10,7 @@
 # fault campaign), make clean.
 BUILD ?= build
 ASAN_BUILD ?= build-asan
+TSAN_BUILD ?= build-tsan
 JOBS ?= 2
 CMAKE_FLAGS ?=
 FARM ?= $(BUILD)/src/tools/farm
@@ -66,11 +67,19 @@ fuzz: deps
 	@cmake --build $(BUILD) -j$(JOBS) --target farm_static
 	@cmake --build $(BUILD) --target fuzz
 
+# ThreadSanitizer over the tests labelled tsan (tests/CMakeLists.txt):
+# only what they need is built. Suppressions: tests/tsan.supp.
+tsan: deps
+	@cmake -S . -B $(TSAN_BUILD) -DFARM_SANITIZE=thread \
+	    -DFARM_BUILD_BENCH=OFF $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(TSAN_BUILD) -j$(JOBS) --target tsan_tests
+	ctest --test-dir $(TSAN_BUILD) --output-on-failure -j$(JOBS) -L tsan
+
 bench: build
 	@scripts/bench $(BUILD)
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD)
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')

@@ -1,0 +1,30 @@
+/*
+ * Happens-before that ThreadSanitizer cannot see by itself, said
+ * explicitly: liburcu's queues and grace periods order memory with plain
+ * (volatile) loads and stores and barriers, which TSan does not model.
+ * FARM_TSAN_RELEASE(p) where a thread hands @p over (before the enqueue),
+ * FARM_TSAN_ACQUIRE(p) where the other takes it (after the dequeue); each
+ * use names its partner. Nothing outside TSan builds. Internal.
+ */
+#ifndef FARM_UTIL_TSAN_H
+#define FARM_UTIL_TSAN_H
+
+#if defined(__SANITIZE_THREAD__)
+#define FARM_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define FARM_TSAN 1
+#endif
+#endif
+
+#ifdef FARM_TSAN
+void __tsan_acquire(void *addr);
+void __tsan_release(void *addr);
+#define FARM_TSAN_ACQUIRE(p) __tsan_acquire((void *)(p))
+#define FARM_TSAN_RELEASE(p) __tsan_release((void *)(p))
+#else
+#define FARM_TSAN_ACQUIRE(p) ((void)0)
+#define FARM_TSAN_RELEASE(p) ((void)0)
+#endif
+
+#endif
