@@ -83,6 +83,6 @@ int main(int argc, char **argv)
 		}
 		closedir(d);
 	}
-	printf("replayed %u inputs (no libFuzzer: clang not installed)\n", n);
+	printf("replayed %u inputs (built without libFuzzer)\n", n);
 	return 0;
 }
