@@ -53,10 +53,11 @@ faults: build
 	    $(if $(FAULT_SEED),--seed $(FAULT_SEED)) \
 	    $(if $(FAULT_GROW),--grow)
 
+# Only the executables the tests run are built (target test_bins).
 asan: deps
 	@cmake -S . -B $(ASAN_BUILD) -DFARM_SANITIZE=address,undefined \
 	    -DFARM_BUILD_BENCH=OFF $(CMAKE_FLAGS) >/dev/null
-	@cmake --build $(ASAN_BUILD) -j$(JOBS)
+	@cmake --build $(ASAN_BUILD) -j$(JOBS) --target test_bins
 	ctest --test-dir $(ASAN_BUILD) --output-on-failure -j$(JOBS) -LE "stress|nosan|netns|faults"
 
 # Each decoder's fuzz target (tests/fuzz/README.md) for FUZZ_SECONDS,
