@@ -479,6 +479,29 @@ static uint64_t count_arg(const char *s)
 	return v >= 1 ? (uint64_t)v : 0;
 }
 
+/*
+ * make demo's verdict: the demo exists to show fgraph next to MariaDB, so
+ * without MariaDB's figures it failed, and says why. Returns main's exit
+ * status.
+ */
+static int demo_verdict(int maria_rc)
+{
+	report();
+	double f = R[SYS_FG][LB_TAO][0].rate[FG_NOPS],
+	       m = R[SYS_MARIA][LB_TAO][0].rate[FG_NOPS];
+	if (maria_rc || !have[SYS_MARIA][LB_TAO][0] || !(m > 0)) {
+		fprintf(stderr,
+		        "graph_bench: demo failed: MariaDB left out (%s)\n",
+		        maria_rc ? strerror(-maria_rc)
+		                 : "it ran no operations");
+		return 1;
+	}
+	printf("demo: done: fgraph %.0f ops/s, %.1fx MariaDB's "
+	       "%.0f ops/s (Tao mix, %" PRIu64 " nodes, 10 s)\n",
+	       f, f / m, m, O.nodes);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -569,25 +592,8 @@ int main(int argc, char **argv)
 	if (maria_rc)
 		fprintf(stderr, "graph_bench: MariaDB left out: %s\n",
 		        strerror(-maria_rc));
-	if (O.demo) {
-		report();
-		/* The demo exists to show fgraph next to MariaDB: without
-		 * its figures it failed, and says why. */
-		double f = R[SYS_FG][LB_TAO][0].rate[FG_NOPS],
-		       m = R[SYS_MARIA][LB_TAO][0].rate[FG_NOPS];
-		if (maria_rc || !have[SYS_MARIA][LB_TAO][0] || !(m > 0)) {
-			fprintf(stderr,
-			        "graph_bench: demo failed: MariaDB left out "
-			        "(%s)\n",
-			        maria_rc ? strerror(-maria_rc)
-			                 : "it ran no operations");
-			return 1;
-		}
-		printf("demo: done: fgraph %.0f ops/s, %.1fx MariaDB's "
-		       "%.0f ops/s (Tao mix, %" PRIu64 " nodes, 10 s)\n",
-		       f, f / m, m, O.nodes);
-		return 0;
-	}
+	if (O.demo)
+		return demo_verdict(maria_rc);
 	report();
 	if (O.plot)
 		plot();
