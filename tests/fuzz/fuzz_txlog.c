@@ -24,6 +24,11 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+/* Cleared by seal() when it lays a record that a sound log would not
+ * hold: a spoiled checksum, a type it does not seal, or counts of objects
+ * and regions that do not fit the record's length. */
+static bool sound;
+
 static size_t seal(uint8_t *ring, const uint8_t **data, size_t *size,
                    uint64_t lap)
 {
@@ -50,6 +55,9 @@ static size_t seal(uint8_t *ring, const uint8_t **data, size_t *size,
 		*data += body;
 		*size -= body;
 		memcpy(ring + off, &h, sizeof(h));
+		if (type < REC_LOCK || type > REC_PAD || (d[4] & 0x80) ||
+		    (type != REC_PAD && rec_size(h.nobj, 0, h.nreg) > len))
+			sound = false;
 		if (type >= REC_LOCK && type <= REC_PAD) {
 			uint64_t so = rec_sum_off(type, len);
 			uint64_t sum = rec_sum(ring + off, so);
@@ -150,9 +158,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	                       .hdr_area = hdr,
 	                       .total = total};
 	memcpy(f, &sb, sizeof(sb));
+	sound = true;
 	for (uint32_t c = 0; c < M; c++)
 		seal(f + hdr + (uint64_t)c * FZ_R, &data, &size,
 		     (mode >> 3) & 3);
 	walk(f, total);
+	/* Every record whole, sealed and sized as a writer would: the
+	 * restart's check must accept the file. */
+	char err[512];
+	if (sound && farm_txlog_check(f, total, "fuzz", err, sizeof(err)))
+		abort();
 	return 0;
 }
