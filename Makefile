@@ -3,16 +3,19 @@
 #   make check   build, then run the whole test suite (ctest)
 # Both install missing Debian packages first (scripts/install-deps).
 # Others: make bench (every benchmark), make stress (long stress tests),
-# make asan (tests under AddressSanitizer+UBSan), make netns (tests across
+# make asan (tests under AddressSanitizer+UBSan), make tsan (unit and
+# multi-process tests under ThreadSanitizer), make fuzz (every fuzz target
+# for FUZZ_SECONDS, default 600, one after another), make netns (tests across
 # network namespaces; root, skipped otherwise), make faults (the 50-cycle
 # fault campaign), make lint (cppcheck, function sizes), make clean.
 BUILD ?= build
 ASAN_BUILD ?= build-asan
+TSAN_BUILD ?= build-tsan
 JOBS ?= 2
 CMAKE_FLAGS ?=
 FARM ?= $(BUILD)/src/tools/farm
 
-.PHONY: all deps build demo check bench stress faults asan netns lint clean format
+.PHONY: all deps build demo check bench stress faults asan tsan fuzz netns lint clean format
 
 all: build
 
@@ -50,11 +53,28 @@ faults: build
 	    $(if $(FAULT_SEED),--seed $(FAULT_SEED)) \
 	    $(if $(FAULT_GROW),--grow)
 
+# Only the executables the tests run are built (target test_bins).
 asan: deps
 	@cmake -S . -B $(ASAN_BUILD) -DFARM_SANITIZE=address,undefined \
 	    -DFARM_BUILD_BENCH=OFF $(CMAKE_FLAGS) >/dev/null
-	@cmake --build $(ASAN_BUILD) -j$(JOBS)
+	@cmake --build $(ASAN_BUILD) -j$(JOBS) --target test_bins
 	ctest --test-dir $(ASAN_BUILD) --output-on-failure -j$(JOBS) -LE "stress|nosan|netns|faults"
+
+# Each decoder's fuzz target (tests/fuzz/README.md) for FUZZ_SECONDS,
+# one at a time; new inputs stay in $(BUILD)/tests/fuzz-corpus.
+FUZZ_SECONDS ?= 600
+fuzz: deps
+	@cmake -S . -B $(BUILD) -DFARM_FUZZ_LONG_SECONDS=$(FUZZ_SECONDS) $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(BUILD) -j$(JOBS) --target farm_static
+	@cmake --build $(BUILD) --target fuzz
+
+# ThreadSanitizer over the tests labelled tsan (tests/CMakeLists.txt):
+# only what they need is built. Suppressions: tests/tsan.supp.
+tsan: deps
+	@cmake -S . -B $(TSAN_BUILD) -DFARM_SANITIZE=thread \
+	    -DFARM_BUILD_BENCH=OFF $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(TSAN_BUILD) -j$(JOBS) --target tsan_tests
+	ctest --test-dir $(TSAN_BUILD) --output-on-failure -j$(JOBS) -L tsan
 
 bench: build
 	@scripts/bench $(BUILD)
@@ -70,7 +90,7 @@ lint: deps
 	    awk '$$5 > 150 || $$1 > 25 {n++} END {printf "lint: %d of %d functions over 150 lines or complexity 25\n", n, NR}'
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD)
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')

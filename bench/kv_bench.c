@@ -1121,6 +1121,15 @@ static int demo_main(const char *tmp)
 		return 1;
 	}
 	print_demo(mc_skipped);
+	/* The demo shows libfarm next to memcached: without memcached's
+	 * figures it failed, and says why. */
+	if (!R.peer_ok[P_MC] || !R.peer[P_MC][M_PIPE][W_B].have) {
+		fprintf(stderr, PROG ": demo failed: memcached left out (%s)\n",
+		        mc_skipped ? "not installed: scripts/install-deps "
+		                     "installs it"
+		                   : "it could not be run: above");
+		return 1;
+	}
 	return 0;
 }
 

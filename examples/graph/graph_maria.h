@@ -109,6 +109,25 @@ static inline MYSQL *maria_connect(struct maria *m)
 	return c;
 }
 
+/* The last lines of a MariaDB program's @log to stderr: why it failed
+ * (the log's directory is removed with the server's). */
+static inline void maria_log_tail(const char *log)
+{
+	FILE *f = fopen(log, "r");
+	if (!f) {
+		fprintf(stderr, "  (no log: %s)\n", strerror(errno));
+		return;
+	}
+	char lines[8][256];
+	unsigned n = 0;
+	while (fgets(lines[n % 8], sizeof(lines[0]), f))
+		n++;
+	fclose(f);
+	for (unsigned i = n > 8 ? n - 8 : 0; i < n; i++)
+		fprintf(stderr, "  %s%s", lines[i % 8],
+		        strchr(lines[i % 8], '\n') ? "" : "\n");
+}
+
 /* Start a private server and make the schema: 0 or an error. */
 static inline int maria_start(struct maria *m, uint64_t pool_mb)
 {
@@ -124,19 +143,25 @@ static inline int maria_start(struct maria *m, uint64_t pool_mb)
 	snprintf(data, sizeof(data), "%s/data", m->dir);
 	snprintf(log, sizeof(log), "%s/install.log", m->dir);
 	snprintf(a_data, sizeof(a_data), "--datadir=%s", data);
+	/* --force: without it the script refuses to run where neither the
+	 * host name nor "localhost" resolves (a fresh root has no
+	 * /etc/hosts); that lookup only names hosts in the grant tables,
+	 * and this server takes no network connections (--skip-networking,
+	 * root by socket). */
 	char *inst[] = {"mariadb-install-db",
 	                "--no-defaults",
 	                a_data,
 	                "--auth-root-authentication-method=socket",
 	                "--skip-test-db",
+	                "--force",
 	                "--user=root",
 	                NULL};
 	pid_t p = pr_spawn(inst, log);
 	int st = 0;
 	if (p < 0 || waitpid(p, &st, 0) != p || !WIFEXITED(st) ||
 	    WEXITSTATUS(st)) {
-		fprintf(stderr, "graph_bench: mariadb-install-db failed (%s)\n",
-		        log);
+		fprintf(stderr, "graph_bench: mariadb-install-db failed:\n");
+		maria_log_tail(log); /* the reason, before the directory goes */
 		return -EIO;
 	}
 	snprintf(log, sizeof(log), "%s/server.log", m->dir);
@@ -166,12 +191,16 @@ static inline int maria_start(struct maria *m, uint64_t pool_mb)
 	while (!(c = maria_connect(m))) {
 		if (waitpid(m->pid, NULL, WNOHANG) == m->pid) {
 			m->pid = 0;
-			fprintf(stderr, "graph_bench: mariadbd exited (%s)\n",
-			        log);
+			fprintf(stderr, "graph_bench: mariadbd exited:\n");
+			maria_log_tail(log);
 			return -ECHILD;
 		}
-		if (gc_now_ns() - t0 > 60000000000ull)
+		if (gc_now_ns() - t0 > 60000000000ull) {
+			fprintf(stderr, "graph_bench: mariadbd did not answer "
+			                "on its socket within 60 s:\n");
+			maria_log_tail(log);
 			return -ETIMEDOUT;
+		}
 		struct pollfd none;
 		poll(&none, 0, 20); /* waiting for the server to listen */
 	}

@@ -18,6 +18,7 @@
 #include "msg/msg_int.h"
 #include "msg/msg_testing.h"
 #include "util/log.h"
+#include "util/tsan.h"
 
 static void layout_init(struct layout *l, unsigned T, unsigned M, uint32_t R)
 {
@@ -138,6 +139,7 @@ int farm_msg_destroy(farm_msg *msg)
 		                &msg->inboxes[i].tail))) {
 			struct inbox_item *it =
 			        caa_container_of(n, struct inbox_item, node);
+			FARM_TSAN_ACQUIRE(it); /* pairs with msg_inbox_push's */
 			free(it);
 		}
 	}

@@ -415,11 +415,16 @@ void farm_loop_stop(farm_loop *loop)
 {
 	if (!loop)
 		return;
-	/* Dekker with park(), pairs with its store and full fence. */
+	/* The park word lives in the messaging layer's memory, which
+	 * outlives the loop; the loop itself may be closed (freed) by its
+	 * thread as soon as that thread sees stop, so it is not touched
+	 * after the store. Dekker with park(): pairs with its store of the
+	 * park word and full fence. */
+	_Atomic uint32_t *pw = loop->park;
 	atomic_store_explicit(&loop->stop, 1, memory_order_release);
 	atomic_thread_fence(memory_order_seq_cst);
-	if (atomic_load(loop->park))
-		farm_wake_word((const uint32_t *)(const void *)loop->park);
+	if (atomic_load(pw))
+		farm_wake_word((const uint32_t *)(const void *)pw);
 }
 
 int farm_loop_wait(farm_loop *loop, const volatile int *flag,

@@ -13,6 +13,7 @@
 
 #include "msg/msg_int.h"
 #include "util/log.h"
+#include "util/tsan.h"
 
 /* Refresh the list of machines whose rings we poll. */
 void msg_refresh_peers(farm_loop *loop)
@@ -324,6 +325,8 @@ struct inbox_item *msg_item_new(uint32_t len)
 /* Queue on loop @r of this machine and wake it if parked. */
 void msg_inbox_push(farm_msg *msg, unsigned r, struct inbox_item *it)
 {
+	FARM_TSAN_RELEASE(it); /* pairs with FARM_TSAN_ACQUIRE in
+	                          msg_poll_inbox (and msg.c's drain) */
 	cds_wfcq_enqueue(&msg->inboxes[r].head, &msg->inboxes[r].tail,
 	                 &it->node);
 	/* Dekker with park() (msg_loop.c), pairs with its store of the park
@@ -633,6 +636,7 @@ int msg_poll_inbox(farm_loop *loop, int status)
 	while ((n = __cds_wfcq_dequeue_blocking(&h, &t))) {
 		struct inbox_item *it =
 		        caa_container_of(n, struct inbox_item, node);
+		FARM_TSAN_ACQUIRE(it); /* pairs with msg_inbox_push's */
 		if (it->fn)
 			it->fn(loop, it->ctx, status);
 		else if (status == 0)

@@ -505,6 +505,22 @@ static const char *read_request(struct farm_ctl *c, int fd, char *req)
 	return n ? NULL : "empty request";
 }
 
+enum ctl_req { CTL_UNKNOWN, CTL_STATS, CTL_PROM, CTL_REGIONS, CTL_HELP };
+
+/* What a request line (read_request's, checked) asks for. */
+static enum ctl_req request_kind(const char *req)
+{
+	if (!strcmp(req, "stats") || !strcmp(req, "stats text"))
+		return CTL_STATS;
+	if (!strcmp(req, "stats prometheus"))
+		return CTL_PROM;
+	if (!strcmp(req, "regions"))
+		return CTL_REGIONS;
+	if (!strcmp(req, "help"))
+		return CTL_HELP;
+	return CTL_UNKNOWN;
+}
+
 static void send_all(struct farm_ctl *c, int fd, const char *p, size_t len)
 {
 	uint64_t deadline = farm_now_ns() + IO_MS * 1000000ull;
@@ -559,17 +575,15 @@ static void serve(struct farm_ctl *c, int fd)
 	pthread_mutex_lock(&c->lock);
 	c->st.requests++;
 	if (!bad) {
-		if (!strcmp(req, "stats") || !strcmp(req, "stats text")) {
-			answer_stats(c, &o);
-		} else if (!strcmp(req, "stats prometheus")) {
+		switch (request_kind(req)) {
+		case CTL_STATS: answer_stats(c, &o); break;
+		case CTL_PROM:
 			o.prom = true;
 			answer_stats(c, &o);
-		} else if (!strcmp(req, "regions")) {
-			answer_regions(c, &o);
-		} else if (!strcmp(req, "help")) {
-			out_printf(&o, "%s", help_text);
-		} else {
-			bad = "unknown request (try help)";
+			break;
+		case CTL_REGIONS: answer_regions(c, &o); break;
+		case CTL_HELP: out_printf(&o, "%s", help_text); break;
+		default: bad = "unknown request (try help)"; break;
 		}
 	}
 	if (bad)

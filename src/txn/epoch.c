@@ -77,6 +77,22 @@
 
 #include "util/fault.h"
 #include "util/log.h"
+#include "util/tsan.h"
+
+/*
+ * ThreadSanitizer does not see the order a grace period gives: urcu's
+ * quiescent states are plain stores and barriers, so every reader's load
+ * of memory a writer reuses after farm_epoch_local_sync() would be
+ * reported. Under TSan, a thread's quiescent state (or going offline)
+ * releases on gp_sync, and the end of a grace period acquires it: pairs
+ * R3 (and going offline) with B, as the opening comment argues. It also
+ * orders releases made after the period began, so TSan may miss a
+ * reader that announced too early; test_epoch --broken catches that.
+ */
+static char gp_sync __attribute__((unused)); /* TSan only: what
+                                               GP_RELEASE/ACQUIRE name */
+#define GP_RELEASE() FARM_TSAN_RELEASE(&gp_sync)
+#define GP_ACQUIRE() FARM_TSAN_ACQUIRE(&gp_sync)
 
 _Thread_local struct farm_epoch_tls farm_epoch_t;
 _Atomic uint64_t farm_epoch_global = 2;
@@ -147,6 +163,7 @@ static void *epoch_main(void *arg)
 		urcu_qsbr_synchronize_rcu();
 		if (!atomic_load_explicit(&D.one_pass, memory_order_relaxed))
 			urcu_qsbr_synchronize_rcu();
+		GP_ACQUIRE(); /* pairs with GP_RELEASE (TSan only) */
 		pthread_mutex_lock(&D.lock);
 		atomic_store_explicit(&D.gp_active, false,
 		                      memory_order_release);
@@ -279,6 +296,7 @@ void farm_epoch_thread_leave(farm_loop *loop)
 			          (unsigned long long)(t->ops[0] + t->ops[1]));
 		if (t->offline)
 			urcu_qsbr_thread_online();
+		GP_RELEASE(); /* pairs with GP_ACQUIRE (TSan only) */
 		urcu_qsbr_unregister_thread();
 		t->offline = false;
 	}
@@ -308,6 +326,7 @@ void farm_epoch_quiesce(void)
 	if (!t->ops[(e - 1) & 1] ||
 	    atomic_load_explicit(&D.broken, memory_order_relaxed)) {
 		FARM_FAULT_POINT(FARM_FP_EPOCH_QUIESCE_WINDOW);
+		GP_RELEASE(); /* pairs with GP_ACQUIRE (TSan only) */
 		urcu_qsbr_quiescent_state();
 	}
 }
@@ -320,6 +339,7 @@ void farm_epoch_park(void)
 	if ((t->ops[0] || t->ops[1]) &&
 	    !atomic_load_explicit(&D.broken, memory_order_relaxed))
 		return;
+	GP_RELEASE(); /* pairs with GP_ACQUIRE (TSan only) */
 	urcu_qsbr_thread_offline();
 	t->offline = true;
 }
