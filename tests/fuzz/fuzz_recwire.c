@@ -13,6 +13,7 @@
  */
 #include "fuzz_quiet.h"
 #include "txn/recover.c"
+#include "txn/recover_decide.c"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,6 +1,6 @@
 /*
  * libFuzzer target for the files a machine reads back at a whole-cluster
- * restart (src/node/restart.c): its manifest (man_read: header, region
+ * restart (src/node/restart_man.c): its manifest (man_read: header, region
  * entries, kept blobs, trailer and checksum) and the region files it
  * names (check_region: size and allocator header). Whatever the files
  * hold, the machine must refuse them with an error and a reason, never
@@ -15,7 +15,7 @@
  * bytes as their allocator header.
  */
 #include "fuzz_quiet.h"
-#include "node/restart.c"
+#include "node/restart_man.c"
 
 #define FZ_REGION 4096u
 

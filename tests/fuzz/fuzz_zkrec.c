@@ -1,15 +1,15 @@
 /*
  * libFuzzer target for what machines read from ZooKeeper: the
- * configuration znode's text (farm_view_parse, src/addrspace/
- * membership.c) and a member's registration card (zk_card_parse,
- * src/addrspace/zk_next.c). The first byte picks the decoder. Both must
+ * configuration znode's text (farm_view_parse, src/coord/
+ * view.c) and a member's registration card (zk_card_parse,
+ * src/coord/zk_next.c). The first byte picks the decoder. Both must
  * refuse anything malformed with an error, never read outside the bytes,
  * and a view they accept must survive farm_view_format and a second
  * parse unchanged (what one machine writes, the others read alike).
  */
 #include "fuzz_quiet.h"
-#include "addrspace/membership.c"
-#include "addrspace/zk_next.c"
+#include "coord/view.c"
+#include "coord/zk_next.c"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
