@@ -7,7 +7,8 @@
 # multi-process tests under ThreadSanitizer), make fuzz (every fuzz target
 # for FUZZ_SECONDS, default 600, one after another), make netns (tests across
 # network namespaces; root, skipped otherwise), make faults (the 50-cycle
-# fault campaign), make lint (cppcheck, function sizes), make clean.
+# fault campaign), make lint (cppcheck, function sizes), make proofs (each
+# test-only switch that breaks the code, caught by its test), make clean.
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 TSAN_BUILD ?= build-tsan
@@ -15,7 +16,7 @@ JOBS ?= 2
 CMAKE_FLAGS ?=
 FARM ?= $(BUILD)/src/tools/farm
 
-.PHONY: all deps build demo check bench stress faults asan tsan fuzz netns lint clean format
+.PHONY: all deps build demo check proofs bench stress faults asan tsan fuzz netns lint clean format
 
 all: build
 
@@ -30,7 +31,13 @@ demo: build
 	@scripts/demo $(FARM)
 
 check: build
-	ctest --test-dir $(BUILD) --output-on-failure -j$(JOBS) -LE "stress|netns|faults"
+	ctest --test-dir $(BUILD) --output-on-failure -j$(JOBS) -LE "stress|netns|faults|proof"
+
+# Each test-only switch that breaks the code, with the test that must then
+# fail its checks (label proof): the proof that the tests catch the bugs
+# they guard against, run when a checker or its switch changes.
+proofs: build
+	ctest --test-dir $(BUILD) --output-on-failure -j$(JOBS) -L proof -LE "netns|stress"
 
 netns: build
 	ctest --test-dir $(BUILD) --output-on-failure -L netns
@@ -58,7 +65,7 @@ asan: deps
 	@cmake -S . -B $(ASAN_BUILD) -DFARM_SANITIZE=address,undefined \
 	    -DFARM_BUILD_BENCH=OFF $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(ASAN_BUILD) -j$(JOBS) --target test_bins
-	ctest --test-dir $(ASAN_BUILD) --output-on-failure -j$(JOBS) -LE "stress|nosan|netns|faults"
+	ctest --test-dir $(ASAN_BUILD) --output-on-failure -j$(JOBS) -LE "stress|nosan|netns|faults|proof"
 
 # Each decoder's fuzz target (tests/fuzz/README.md) for FUZZ_SECONDS,
 # one at a time; new inputs stay in $(BUILD)/tests/fuzz-corpus.
