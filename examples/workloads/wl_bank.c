@@ -263,7 +263,8 @@ static void hist_write(struct wl_client *c, const void *a, size_t la,
 	char buf[sizeof(struct wl_hrec) +
 	         WL_HIST_MAX_OPS * sizeof(struct wl_hop)];
 	memcpy(buf, a, la);
-	memcpy(buf + la, p, lp);
+	if (lp) /* a transaction with no operations passes no array */
+		memcpy(buf + la, p, lp);
 	if (write(c->hist_fd, buf, la + lp) < 0)
 		c->res.errors++;
 }
