@@ -109,8 +109,8 @@ static struct answer where(struct gc_machine *mc)
 static bool gave_up(const char *what, int rc, uint64_t t0, int want)
 {
 	uint64_t dt = gc_now_ns() - t0;
-	bool ok = rc == want && dt >= DEADLINE_NS &&
-	          dt < DEADLINE_NS + MARGIN_NS;
+	bool ok =
+	        rc == want && dt >= DEADLINE_NS && dt < DEADLINE_NS + MARGIN_NS;
 	fprintf(stderr, "%s: %d after %.1f ms%s\n", what, rc, dt / 1e6,
 	        ok ? "" : " (expected to give up at 200 ms)");
 	return ok;
@@ -156,7 +156,6 @@ static bool one_sided(const char *what, int rc)
 	return rc == 0;
 }
 
-
 static bool abandoned_calls(struct gc_machine *mc, farm_fatptr p)
 {
 	uint64_t x = node_x(mc->g), t0;
@@ -196,8 +195,8 @@ static bool abandoned_calls(struct gc_machine *mc, farm_fatptr p)
 		uint32_t *lens = malloc(sizeof(*lens));
 		int *st = malloc(sizeof(*st));
 		t0 = gc_now_ns();
-		rc = farm_kv_mget_sync_timed(mc->kv, mc->loop, 1, keys, klens, v,
-		                             8, lens, st, DEADLINE_NS);
+		rc = farm_kv_mget_sync_timed(mc->kv, mc->loop, 1, keys, klens,
+		                             v, 8, lens, st, DEADLINE_NS);
 		free(v);
 		free(lens);
 		free(st);
@@ -316,8 +315,8 @@ static int resumed_calls(struct gc_machine *mc)
 	 * their locks; the last try's outcome is the test's. */
 	struct xw c = {mc, x};
 	if (!rc)
-		rc = farm_tx_run(farm_node_txm(mc->node), mc->loop, write_x_body,
-		                 &c, RESUME_TRIES);
+		rc = farm_tx_run(farm_node_txm(mc->node), mc->loop,
+		                 write_x_body, &c, RESUME_TRIES);
 	/* The abandoned assoc_get's answer comes from machine 2 on the same
 	 * ring, ahead of this one's: once this one is answered, that one's
 	 * completion has run (and freed its record). */

@@ -43,11 +43,11 @@ enum farm_error {
 	                              (retry) */
 	FARM_EFREED = -10013,      /* the object was freed (stale pointer) */
 	/* Recovery. */
-	FARM_EFENCED = -10014, /* the target revoked this machine's access: it
-	                          was removed from the configuration */
-	FARM_ELEASE = -10015,  /* this machine's lease at the configuration
-	                          manager lapsed: it serves no reads until
-	                          renewed (it may have been removed) */
+	FARM_EFENCED = -10014,  /* the target revoked this machine's access: it
+	                           was removed from the configuration */
+	FARM_ELEASE = -10015,   /* this machine's lease at the configuration
+	                           manager lapsed: it serves no reads until
+	                           renewed (it may have been removed) */
 	FARM_EUNKNOWN = -10016, /* a blocking commit gave up at its deadline:
 	                           it may have committed or may still commit
 	                           (not retryable: read to learn) */

@@ -49,8 +49,7 @@ static bool same_shape(const struct farm_view *a, const struct farm_view *b)
 /* The lost, late and gone lists of two views of the same shape agree (a
  * count past FARM_VIEW_MAX is not compared: the lists are not read past
  * their arrays). */
-static bool same_id_lists(const struct farm_view *a,
-                          const struct farm_view *b)
+static bool same_id_lists(const struct farm_view *a, const struct farm_view *b)
 {
 	return !(a->nlost <= FARM_VIEW_MAX &&
 	         memcmp(a->lost, b->lost, a->nlost * sizeof(a->lost[0]))) &&
@@ -62,8 +61,7 @@ static bool same_id_lists(const struct farm_view *a,
 
 /* The members, departed and removed machines of two views of the same
  * shape agree, entry by entry. */
-static bool same_machines(const struct farm_view *a,
-                          const struct farm_view *b)
+static bool same_machines(const struct farm_view *a, const struct farm_view *b)
 {
 	for (unsigned i = 0; i < a->n; i++)
 		if (a->members[i].id != b->members[i].id ||
@@ -237,7 +235,8 @@ static int format_domains(const struct farm_view *v, char *buf, size_t len,
 		uint32_t id = mem ? v->members[i].id : v->departed[j].id;
 		const char *d =
 		        mem ? v->members[i++].domain : v->departed[j++].domain;
-		if (d[0] && emit(buf, len, off, "domain %" PRIu32 " %s\n", id, d))
+		if (d[0] &&
+		    emit(buf, len, off, "domain %" PRIu32 " %s\n", id, d))
 			return -1;
 	}
 	return 0;

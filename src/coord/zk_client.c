@@ -98,7 +98,8 @@ bool farm_zk_connect_valid(const char *s)
 	while (p < end) {
 		const char *comma = memchr(p, ',', (size_t)(end - p));
 		const char *he = comma ? comma : end;
-		const char *colon = *p == '[' ? host_v6(p, he) : host_name(p, he);
+		const char *colon =
+		        *p == '[' ? host_v6(p, he) : host_name(p, he);
 		if (!colon || !port_valid(colon + 1, he))
 			return false;
 		if (!comma)

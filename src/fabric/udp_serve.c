@@ -156,9 +156,8 @@ static int execute(struct udp_fabric *f, const struct udp_pkt *p, size_t n,
 	switch (h->op) {
 	case FARM_WR_READ:
 		if (!(tf & UDP_TF_TEARABLE)) {
-			if (FARM_UNLIKELY(!farm_lines_copy(reply->data, mem,
-			                                   len,
-			                                   UDP_LINE_RETRIES))) {
+			if (FARM_UNLIKELY(!farm_lines_copy(
+			            reply->data, mem, len, UDP_LINE_RETRIES))) {
 				/* No consistent copy: never answer torn
 				 * data as a success. */
 				UST_ADD(f, line_giveups, 1);

@@ -87,7 +87,8 @@ static int get_start(farm_kv *kv, farm_loop *loop, const void *key,
 {
 	static const volatile int never; /* the slice's end is the wake-up */
 	int rc;
-	while ((rc = farm_kv_get(kv, loop, key, klen, get_done, w)) == -EAGAIN) {
+	while ((rc = farm_kv_get(kv, loop, key, klen, get_done, w)) ==
+	       -EAGAIN) {
 		uint64_t slice = GET_RETRY_NS;
 		if (until) {
 			uint64_t now = farm_now_ns();

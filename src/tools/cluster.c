@@ -372,7 +372,8 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 	}
 	uint64_t rs;
 	if (!o->dir || optind != argc || o->machines < 1 ||
-	    o->machines > MAX_MACHINES || farm_parse_size(o->region_size, &rs)) {
+	    o->machines > MAX_MACHINES ||
+	    farm_parse_size(o->region_size, &rs)) {
 		cusage(stderr);
 		return 2;
 	}
@@ -402,7 +403,8 @@ static int verb_stop(const struct opts *o)
 	pid_t pids[MAX_MACHINES] = {0};
 	unsigned n = 0;
 	if (read_pids(o->dir, pids, &n)) {
-		fprintf(stderr, "farm cluster: no cluster runs in %s\n", o->dir);
+		fprintf(stderr, "farm cluster: no cluster runs in %s\n",
+		        o->dir);
 		return 1;
 	}
 	unsigned killed = stop_pids(pids, n, false);

@@ -124,8 +124,7 @@ static int load_config(struct farm_config *cfg, const char *path)
 }
 
 /* Start the machine and wait until @expect machines are members. */
-static int join(farm_node *node, const struct farm_config *cfg,
-                unsigned expect)
+static int join(farm_node *node, const struct farm_config *cfg, unsigned expect)
 {
 	int rc = farm_node_start(node, JOIN_TIMEOUT_MS);
 	if (rc)
@@ -231,8 +230,7 @@ int farm_cmd_machine(int argc, char **argv)
 	if (demo && (rc = farm_demo_register(node, &job)))
 		goto out;
 	farm_node_on_config(node, on_config, node);
-	if ((rc = join(node, &cfg, expect)) || (rc = handshake(&a, &go)) ||
-	    !go)
+	if ((rc = join(node, &cfg, expect)) || (rc = handshake(&a, &go)) || !go)
 		goto out;
 	if (demo)
 		rc = farm_demo_job(node, expect, job);

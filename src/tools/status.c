@@ -57,8 +57,9 @@ struct state {
 	struct copy *copies;
 	size_t ncopies, capcopies;
 	bool unhealthy;
-	bool dir_failed; /* a machine named by --dir or data_dir did not answer */
-	bool quiet; /* no per-machine warnings */
+	bool dir_failed; /* a machine named by --dir or data_dir did not answer
+	                  */
+	bool quiet;      /* no per-machine warnings */
 };
 
 static const struct mach *answered(const struct state *s, uint32_t id)
@@ -504,9 +505,8 @@ static const char *peek_why(int rc)
 	return rc == FARM_EUNAVAILABLE ? "no ZooKeeper server answered"
 	       : rc == -ENOENT         ? "no cluster under this root"
 	       : rc == -EINVAL         ? "bad connect string or root path"
-	       : rc == FARM_ECORRUPT
-	               ? "the configuration znode does not parse"
-	               : farm_strerror(rc);
+	       : rc == FARM_ECORRUPT ? "the configuration znode does not parse"
+	                             : farm_strerror(rc);
 }
 
 /* Ask the machines on this host: those named by --dir and the
