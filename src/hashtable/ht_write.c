@@ -315,15 +315,6 @@ static void place(struct wctx *w, uint8_t *s, const uint8_t *key, uint32_t klen,
 	q->ind_ready = false;
 }
 
-/* No free slot can be slid into reach of @home, and a pair added to its
- * chain would sit at depth @own. Rather, a pair of another home, in reach
- * as make_room's free slots are, whose chain has a shallower free slot
- * goes there (the shallowest, then the nearest), and the slot it leaves is
- * slid to @home or @home + 1: as many pairs end in chains, fewer chain
- * reads. Each move stays within a pair's two buckets or between them and
- * its home's chain. Returns 0 with the bucket and slot, -ENOSPC when no
- * pair's chain is shallower, NEED_BLK (nothing changed) when that chain
- * needs the batch's new block. */
 /* The best pair evict found so far: the shallowest chain depth, then the
  * bucket @by and slot @bs it sits in, the bucket @bt its slot slides to,
  * and the pair's home @bh. */

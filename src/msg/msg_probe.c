@@ -126,7 +126,7 @@ static bool probe_header_ok(const farm_msg *msg, uint32_t id)
 }
 
 /* Post a READ of each machine of @ids but this one (which answers at
- * once: ok[i] true) and mark it in p->posted. Returns how many are
+ * once: ok[i] true) and mark it in msg->probe->posted. Returns how many are
  * pending; *@got counts the answers so far. */
 static unsigned probe_post_all(farm_msg *msg, const uint32_t *ids, unsigned n,
                                bool *ok, unsigned *got)

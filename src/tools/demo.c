@@ -486,10 +486,17 @@ static int demo_remote_work(struct demo *d)
 	    NREADS, next, NREADS / s / 1e3, WINDOW);
 	if ((rc = step(d, s_alloc_near)))
 		return rc;
-	uint32_t rep[FARM_RING_MAX_REPLICAS];
-	farm_as_replicas(d->as, farm_gaddr_region(d->a), rep);
-	SAY(d, "allocated next to m%u's mailbox: %s, on m%u (shipped there)",
-	    next, name_of(d->a, g1), rep[0]);
+	uint32_t rep[FARM_RING_MAX_REPLICAS] = {0};
+	if (farm_as_replicas(d->as, farm_gaddr_region(d->a), rep) < 1)
+		SAY(d,
+		    "allocated next to m%u's mailbox: %s, its region not "
+		    "placed yet",
+		    next, name_of(d->a, g1));
+	else
+		SAY(d,
+		    "allocated next to m%u's mailbox: %s, on m%u "
+		    "(shipped there)",
+		    next, name_of(d->a, g1), rep[0]);
 	if ((rc = step(d, s_calls)))
 		return rc;
 	s = (double)(d->t1 - d->t0) / 1e9;
