@@ -41,7 +41,6 @@
 #include "benchutil.h"
 #include "node/node.h"
 #include "node/restart.h"
-#include "util/common.h"
 #include "util/config.h"
 #include "zklocal.h"
 
@@ -424,8 +423,8 @@ int main(int argc, char **argv)
 	for (unsigned i = 0; i < O.machines && !bad; i++) {
 		const struct farm_restart_stats *s = &rr[i].st;
 		bytes += s->bytes;
-		adopt_max = FARM_MAX(adopt_max, s->adopt_ns / 1e6);
-		replay_max = FARM_MAX(replay_max, s->replay_ns / 1e6);
+		adopt_max = BU_MAX(adopt_max, s->adopt_ns / 1e6);
+		replay_max = BU_MAX(replay_max, s->replay_ns / 1e6);
 		printf("  machine %u: %" PRIu64 " region file(s), %" PRIu64
 		       " MiB mapped again in %.0f ms; %" PRIu64
 		       " records, %" PRIu64 " transactions decided, %" PRIu64
