@@ -65,7 +65,6 @@
 
 #include "node/node.h"
 #include "txn/txm.h"
-#include "util/common.h"
 #include "util/config.h"
 
 #ifndef FARM_SOURCE_DIR
@@ -134,7 +133,7 @@ static pid_t g_pid[NMAX];
 
 static uint64_t now_ns(void)
 {
-	return farm_now_ns();
+	return bu_now_ns();
 }
 
 static void nap_ms(unsigned ms)
@@ -252,9 +251,9 @@ static void slot_start(struct slot *s)
 	s->h.retry_at = 0;
 	c->busy++;
 	if (!s->tries) {
-		s->ia = (unsigned)(farm_rand64(&c->rng) % c->nacc);
+		s->ia = (unsigned)(bu_rand64(&c->rng) % c->nacc);
 		do
-			s->ib = (unsigned)(farm_rand64(&c->rng) % c->nacc);
+			s->ib = (unsigned)(bu_rand64(&c->rng) % c->nacc);
 		while (s->ib == s->ia);
 	}
 	int rc = farm_tx_begin(c->txm, c->loop, &s->p.tx);
@@ -274,7 +273,7 @@ static void publish(struct mach *c, uint64_t b)
 	atomic_store(&c->st->removed, farm_node_removed(c->node));
 	atomic_store(&c->st->config_id, farm_node_config_id(c->node));
 	struct farm_datarec_region d[MAX_DR];
-	unsigned n = FARM_MIN(farm_txm_datarec_get(c->txm, d, MAX_DR), MAX_DR);
+	unsigned n = BU_MIN(farm_txm_datarec_get(c->txm, d, MAX_DR), MAX_DR);
 	unsigned done = 0;
 	for (unsigned i = 0; i < n; i++)
 		done += d[i].state == FARM_DATAREC_DONE;
@@ -379,7 +378,7 @@ static int machine(uint32_t me, const char *root, const char *zk_root)
 		goto out;
 	}
 	c.st->ndr =
-	        FARM_MIN(farm_txm_datarec_get(c.txm, c.st->dr, MAX_DR), MAX_DR);
+	        BU_MIN(farm_txm_datarec_get(c.txm, c.st->dr, MAX_DR), MAX_DR);
 	atomic_store(&c.st->state, ST_DONE);
 	st = wait_cmd(&c, C_QUIT) == C_QUIT ? 0 : 9;
 out:
@@ -651,8 +650,8 @@ int main(int argc, char **argv)
 			ncopies++;
 			bytes += d->bytes;
 			reads += d->reads;
-			t0 = FARM_MIN(t0, d->t_start_ns);
-			t1 = FARM_MAX(t1, d->t_done_ns);
+			t0 = BU_MIN(t0, d->t_start_ns);
+			t1 = BU_MAX(t1, d->t_done_ns);
 			printf("machine %u: region %#" PRIx32 ": %" PRIu64
 			       " bytes in %" PRIu64 " READs, %.1f ms%s\n",
 			       i, d->region, d->bytes, d->reads,
@@ -662,8 +661,8 @@ int main(int argc, char **argv)
 			       d->state == FARM_DATAREC_DONE ? ""
 			                                     : " (not done)");
 		}
-		t_first = FARM_MIN(t_first, t0);
-		t_last = FARM_MAX(t_last, t1);
+		t_first = BU_MIN(t_first, t0);
+		t_last = BU_MAX(t_last, t1);
 		if (t1 > t0 && bytes) {
 			/* One loop per machine here: its copies share it. */
 			double s = run_s(t0, t1);
@@ -681,7 +680,7 @@ int main(int argc, char **argv)
 	double ticks = npace ? tick_sum / npace : 0;
 
 	/* The timeline. */
-	uint64_t nbk = FARM_MIN((uint64_t)nb, (t_end - SH->t0) / BUCKET_NS);
+	uint64_t nbk = BU_MIN((uint64_t)nb, (t_end - SH->t0) / BUCKET_NS);
 	uint32_t *sum = calloc(nbk + 1, sizeof(*sum));
 	int *done = calloc(nbk + 1, sizeof(*done));
 	int last[NMAX] = {0};
@@ -698,7 +697,7 @@ int main(int argc, char **argv)
 	}
 	uint64_t bk = (t_kill - SH->t0) / BUCKET_NS;
 	uint64_t bs =
-	        (FARM_MAX(t_first, t_kill + O.stall_ms * 1000000ull) - SH->t0) /
+	        (BU_MAX(t_first, t_kill + O.stall_ms * 1000000ull) - SH->t0) /
 	        BUCKET_NS;
 	uint64_t be = (t_last - SH->t0) / BUCKET_NS;
 	uint64_t ba = (t_last + 200000000ull - SH->t0) / BUCKET_NS;
@@ -708,7 +707,7 @@ int main(int argc, char **argv)
 	 * copies cost). Without --ab-ms: the copy window against after. */
 	double during = mean_rate(sum, bs, be, O.ab_ms ? 0 : -1);
 	double held_rate = O.ab_ms ? mean_rate(sum, bs, be, 1) : 0;
-	uint64_t bz = FARM_MIN(nbk, (t_stop - SH->t0) / BUCKET_NS);
+	uint64_t bz = BU_MIN(nbk, (t_stop - SH->t0) / BUCKET_NS);
 	double after = mean_rate(sum, ba, bz, -1);
 	double without = O.ab_ms ? held_rate : after;
 	char path[512];
@@ -765,7 +764,7 @@ int main(int argc, char **argv)
 		if (i == VICTIM)
 			continue;
 		removed += atomic_load(&SH->m[i].removed);
-		cmax = FARM_MAX(cmax, atomic_load(&SH->m[i].config_id));
+		cmax = BU_MAX(cmax, atomic_load(&SH->m[i].config_id));
 	}
 	if (removed)
 		fprintf(stderr,
