@@ -97,7 +97,6 @@
 #include "coord/membership.h"
 #include "recovery/lease.h"
 #include "recovery/recovery.h"
-#include "util/common.h"
 
 #include "recovery_bench.h"
 
@@ -285,8 +284,8 @@ int main(int argc, char **argv)
 		O.runs = 1;
 		O.cm_runs = O.stop_runs = 0;
 		O.fs_secs = 0;
-		O.pre_ms = FARM_MIN(O.pre_ms, 1500u);
-		O.post_ms = FARM_MIN(O.post_ms, 300u);
+		O.pre_ms = BU_MIN(O.pre_ms, 1500u);
+		O.post_ms = BU_MIN(O.post_ms, 300u);
 	}
 	unsigned n_sc[NSCEN] = {O.runs, O.cm_runs, O.stop_runs};
 	if (only_cm || only_stop) {
@@ -312,7 +311,7 @@ int main(int argc, char **argv)
 	struct sigaction sa = {.sa_handler = on_signal};
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
-	unsigned max_pre = FARM_MAX(O.pre_ms, O.fs_secs * 1000u);
+	unsigned max_pre = BU_MAX(O.pre_ms, O.fs_secs * 1000u);
 	size_t nb = (size_t)NM * (max_pre + RECOV_MS + O.post_ms + 3000);
 	SH = mmap(NULL, sizeof(*SH), PROT_READ | PROT_WRITE,
 	          MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -442,19 +441,18 @@ int main(int argc, char **argv)
 		zombie += r->zombie;
 		hung += r->zombie_hung;
 		win_ok += r->ok && r->win_ok;
-		win_max = FARM_MAX(win_max, r->ok ? r->win : 0);
+		win_max = BU_MAX(win_max, r->ok ? r->win : 0);
 		if (r->sc == SC_STOP) {
 			/* A run that failed or never suspected: infinite. */
 			double x = r->ok && !isnan(r->t[T_SUSPECT])
 			                   ? r->t[T_SUSPECT]
 			                   : INFINITY;
-			stop_susp_max =
-			        stop_n++ ? FARM_MAX(stop_susp_max, x) : x;
+			stop_susp_max = stop_n++ ? BU_MAX(stop_susp_max, x) : x;
 		}
 	}
 	double longest_pre = 0;
 	for (unsigned i = 0; i < nr; i++)
-		longest_pre = FARM_MAX(longest_pre, runs[i].pre_secs);
+		longest_pre = BU_MAX(longest_pre, runs[i].pre_secs);
 	printf("\nfalse suspicions: %" PRIu64 " in %.0f s of steady load "
 	       "(longest continuous: %.0f s) at a %.1f ms lease\n",
 	       fs, fs_secs, longest_pre, lease_us / 1e3);

@@ -25,7 +25,7 @@
 
 #include "coord/membership.h"
 #include "recovery/recovery.h"
-#include "util/common.h"
+#include "benchutil.h"
 
 #ifndef FARM_SOURCE_DIR
 #error "FARM_SOURCE_DIR must name the source tree (scripts/zk-local)"
@@ -141,7 +141,7 @@ extern char g_zk_dir[256], g_zk_connect[64];
 
 static inline uint64_t now_ns(void)
 {
-	return farm_now_ns();
+	return bu_now_ns();
 }
 
 static inline void nap_ms(unsigned ms)

@@ -23,7 +23,7 @@
 #include "coord/membership.h"
 #include "node/node.h"
 #include "recovery/recovery.h"
-#include "util/common.h"
+#include "benchutil.h"
 #include "util/config.h"
 
 #include "recovery_bench.h"
@@ -46,7 +46,7 @@ struct mach {
 
 static uint64_t rnd(struct mach *c)
 {
-	return farm_rand64(&c->rng);
+	return bu_rand64(&c->rng);
 }
 
 static void fail(struct mach *c, const char *what, int rc)
@@ -181,8 +181,8 @@ static void commit_cb(farm_loop *loop, void *ctx, int outcome)
 	struct mach *c = s->c;
 	if (outcome == 0) {
 		uint64_t *mw = SH->maxw[c->me];
-		mw[s->ia] = FARM_MAX(mw[s->ia], s->p.a.ctr);
-		mw[s->ib] = FARM_MAX(mw[s->ib], s->p.b.ctr);
+		mw[s->ia] = BU_MAX(mw[s->ia], s->p.a.ctr);
+		mw[s->ib] = BU_MAX(mw[s->ib], s->p.b.ctr);
 		uint32_t k = atomic_load(&c->st->nclog);
 		if (k < CLOG_CAP) {
 			g_clog[(size_t)c->me * CLOG_CAP + k] = (struct clog){

@@ -93,8 +93,8 @@ void write_plot(const struct run *r, unsigned idx)
 	        idx, scen_name[r->sc], r->victim, r->pre_rate);
 	for (unsigned k = 0; k < r->nplot; k++) {
 		/* The mean of the 10 buckets around this one. */
-		unsigned lo = k >= 5 ? k - 5 : 0,
-		         hi = FARM_MIN(k + 5, r->nplot), sum = 0;
+		unsigned lo = k >= 5 ? k - 5 : 0, hi = BU_MIN(k + 5, r->nplot),
+		         sum = 0;
 		for (unsigned j = lo; j < hi; j++)
 			sum += r->plot_ops[j];
 		fprintf(f, "%d %u %u %.2f\n", (int)k - 200, r->plot_ops[k],

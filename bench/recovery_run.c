@@ -25,7 +25,6 @@
 
 #include "coord/membership.h"
 #include "recovery/recovery.h"
-#include "util/common.h"
 
 #include "benchcluster.h"
 #include "recovery_bench.h"
@@ -238,7 +237,7 @@ int one_run(unsigned idx, enum scen sc, unsigned pre_ms, struct run *r)
 		uint64_t infl = (uint64_t)atomic_load(&SH->m[victim].inflight);
 		r->zombie = after - victim_xfers;
 		/* Its commits in flight at the stop may end either way. */
-		r->zombie -= FARM_MIN(r->zombie, stop_inflight);
+		r->zombie -= BU_MIN(r->zombie, stop_inflight);
 		r->zombie_hung = zr != 0;
 		if (zr)
 			fprintf(stderr,
@@ -313,7 +312,7 @@ out:
 			        m->ts.aborts_validation, m->ts.aborts_failure,
 			        m->ts.aborts_nospace, m->rs.lease.renewals,
 			        m->rs.lease.late, m->rs.lease.max_gap_us / 1e3);
-			for (unsigned k = 0; k < FARM_MIN(m->nslow, 16u); k++)
+			for (unsigned k = 0; k < BU_MIN(m->nslow, 16u); k++)
 				fprintf(stderr,
 				        "  slow %s: start %" PRId64
 				        " ms after go (kill at %" PRIu64
@@ -437,7 +436,7 @@ out:
 	}
 	/* Throughput before the kill, and when it is back to 80%. */
 	uint64_t kb = (t_kill - SH->t0) / 1000000ull; /* the kill's bucket */
-	unsigned base = FARM_MIN(O.base_ms, (unsigned)kb);
+	unsigned base = BU_MIN(O.base_ms, (unsigned)kb);
 	uint64_t pre = 0;
 	for (uint64_t b = kb - base; b < kb; b++)
 		pre += surv_ops(victim_, b, g_ops);
@@ -462,11 +461,10 @@ out:
 		}
 	}
 	if (!isnan(r->t[T_80]) && !isnan(r->t[T_SUSPECT]))
-		r->t80_from_suspect =
-		        FARM_MAX(0.0, r->t[T_80] - r->t[T_SUSPECT]);
+		r->t80_from_suspect = BU_MAX(0.0, r->t[T_80] - r->t[T_SUSPECT]);
 	/* The plot: 200 ms before the kill to post_ms after active. */
 	uint64_t p0 = kb >= 200 ? kb - 200 : 0;
-	uint64_t p1 = FARM_MIN(end, (uint64_t)SH->nbuckets);
+	uint64_t p1 = BU_MIN(end, (uint64_t)SH->nbuckets);
 	r->nplot = (unsigned)(p1 - p0);
 	r->plot_ops = calloc(r->nplot + 1, sizeof(uint32_t) * 2);
 	if (r->plot_ops) {
@@ -513,7 +511,7 @@ out:
 		ctr_sum += SH->ctr[j];
 		uint64_t want = 0;
 		for (unsigned i = 0; i < NM; i++)
-			want = FARM_MAX(want, SH->maxw[i][j]);
+			want = BU_MAX(want, SH->maxw[i][j]);
 		below_max += SH->ctr[j] < want;
 	}
 	int64_t expect = (int64_t)nacc * INIT_BAL;
@@ -533,11 +531,11 @@ out:
 		uint64_t deficit = ctr_sum < 2 * reported
 		                           ? (2 * reported - ctr_sum + 1) / 2
 		                           : 0;
-		r->lost = FARM_MAX(deficit, FARM_MAX(below_max, r->clog_lost));
+		r->lost = BU_MAX(deficit, BU_MAX(below_max, r->clog_lost));
 		if (ctr_sum > 2 * reported + slack)
 			r->phantom =
-			        FARM_MAX(r->phantom,
-			                 (ctr_sum - 2 * reported - slack) / 2);
+			        BU_MAX(r->phantom,
+			               (ctr_sum - 2 * reported - slack) / 2);
 		if (r->lost || r->phantom)
 			o += (size_t)snprintf(
 			        w + o, wl - o,
@@ -552,7 +550,7 @@ out:
 			        slack / 2, below_max, r->clog_lost);
 		if (SH->total != expect) {
 			r->lost++;
-			o += (size_t)snprintf(w + o, wl - FARM_MIN(o, wl),
+			o += (size_t)snprintf(w + o, wl - BU_MIN(o, wl),
 			                      "%stotal %" PRId64
 			                      ", expected %" PRId64,
 			                      o ? "; " : "", SH->total, expect);
@@ -561,18 +559,17 @@ out:
 	if (SH->lf_locked || SH->lf_other) {
 		r->unlocked_checks = SH->lf_locked + SH->lf_other;
 		o += (size_t)snprintf(
-		        w + FARM_MIN(o, wl - 1), wl - FARM_MIN(o, wl - 1),
+		        w + BU_MIN(o, wl - 1), wl - BU_MIN(o, wl - 1),
 		        "%s%s%u account(s) left locked, %u unreadable (%s); "
 		        "locked:",
 		        o ? "; " : "", SH->lf_locked >= 4 ? "at least " : "",
 		        SH->lf_locked, SH->lf_other,
 		        SH->lf_other ? farm_strerror(SH->lf_err) : "-");
-		for (unsigned k = 0; k < FARM_MIN(SH->lf_locked, 4u); k++)
-			o += (size_t)snprintf(w + FARM_MIN(o, wl - 1),
-			                      wl - FARM_MIN(o, wl - 1),
-			                      " %u (made on %u)",
-			                      SH->locked_acct[k],
-			                      SH->locked_acct[k] / O.accounts);
+		for (unsigned k = 0; k < BU_MIN(SH->lf_locked, 4u); k++)
+			o += (size_t)snprintf(
+			        w + BU_MIN(o, wl - 1), wl - BU_MIN(o, wl - 1),
+			        " %u (made on %u)", SH->locked_acct[k],
+			        SH->locked_acct[k] / O.accounts);
 	}
 	return 0;
 }

@@ -161,7 +161,7 @@ uint64_t check_clog(unsigned nacc, uint64_t t_kill_us, uint64_t *unreported,
 			if (dup) {
 				const struct cw *p = &w[x - 1];
 				o += (size_t)snprintf(
-				        why + o, wl - FARM_MIN(o, wl),
+				        why + o, wl - BU_MIN(o, wl),
 				        " and by machine %u's transfer #%u "
 				        "(begun %+.1f, committed %+.1f ms)",
 				        p->mach, p->idx,
@@ -172,7 +172,7 @@ uint64_t check_clog(unsigned nacc, uint64_t t_kill_us, uint64_t *unreported,
 				                1e3);
 			} else {
 				o += (size_t)snprintf(
-				        why + o, wl - FARM_MIN(o, wl),
+				        why + o, wl - BU_MIN(o, wl),
 				        ", above the final %" PRIu64,
 				        SH->ctr[j]);
 			}
