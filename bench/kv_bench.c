@@ -143,7 +143,7 @@ static int cluster_start(struct cluster *c, uint64_t nkeys, const char *tmp)
 	g_sh->nkeys = nkeys;
 	int first[MAXM] = {-1, -1, -1, -1, -1, -1, -1, -1};
 	int ncpu = kb_ncpus_allowed(first);
-	uint64_t t0 = farm_now_ns();
+	uint64_t t0 = bu_now_ns();
 	g_sh->zeta_n = kb_zeta(nkeys, g_opt.theta);
 	if (g_opt.zk[0]) {
 		/* A fresh root per start: a retry must not see the ephemeral
@@ -166,7 +166,7 @@ static int cluster_start(struct cluster *c, uint64_t nkeys, const char *tmp)
 			signal(SIGINT, SIG_IGN);
 			if (getppid() != parent)
 				_exit(1);
-			int cpu = g_opt.pin ? first[i % (unsigned)FARM_MIN(
+			int cpu = g_opt.pin ? first[i % (unsigned)BU_MIN(
 			                                        ncpu, MAXM)]
 			                    : -1;
 			if (bnet_enter(&g_opt.net, i))
@@ -192,7 +192,7 @@ static int cluster_start(struct cluster *c, uint64_t nkeys, const char *tmp)
 	}
 	printf("cluster of %u machines up in %.1f s (%" PRIu32
 	       " buckets of %u slots per machine, region %" PRIu64 " MiB)\n",
-	       c->n, (double)(farm_now_ns() - t0) / 1e9, kb_buckets_for(nkeys),
+	       c->n, (double)(bu_now_ns() - t0) / 1e9, kb_buckets_for(nkeys),
 	       4u, kb_region_for(kb_buckets_for(nkeys), nkeys) >> 20);
 	if (g_opt.zk[0])
 		printf("  membership: ZooKeeper %s, root %s\n", g_opt.zk,
@@ -209,10 +209,10 @@ static int cluster_cmd(struct cluster *c, int cmd, int wl, double secs,
 	g_sh->wl = wl;
 	g_sh->dur_ns = (uint64_t)(secs * 1e9);
 	g_sh->warm_ns = g_sh->dur_ns / 10;
-	g_sh->go_ns = farm_now_ns() + 20000000ull + g_sh->warm_ns;
+	g_sh->go_ns = bu_now_ns() + 20000000ull + g_sh->warm_ns;
 	int seq = atomic_load(&g_sh->seq) + 1;
 	atomic_store(&g_sh->seq, seq);
-	uint64_t t0 = farm_now_ns();
+	uint64_t t0 = bu_now_ns();
 	int next_pct = 10;
 	for (;;) {
 		int rc = cluster_check(c);
@@ -226,7 +226,7 @@ static int cluster_cmd(struct cluster *c, int cmd, int wl, double secs,
 		}
 		if (progress && loaded * 100 >= (uint64_t)next_pct * c->nkeys &&
 		    next_pct <= 100) {
-			double s = (double)(farm_now_ns() - t0) / 1e9;
+			double s = (double)(bu_now_ns() - t0) / 1e9;
 			printf("  loaded %3d%% (%" PRIu64
 			       " keys, %.1f s, %.2f M "
 			       "puts/s)\n",
@@ -245,7 +245,7 @@ static void cluster_stop(struct cluster *c)
 {
 	g_sh->cmd = CMD_QUIT;
 	atomic_store(&g_sh->seq, atomic_load(&g_sh->seq) + 1);
-	uint64_t t0 = farm_now_ns();
+	uint64_t t0 = bu_now_ns();
 	for (unsigned i = 0; i < c->n; i++) {
 		while (c->pid[i] > 0) {
 			int st;
@@ -254,9 +254,9 @@ static void cluster_stop(struct cluster *c)
 				c->pid[i] = 0;
 				break;
 			}
-			if (farm_now_ns() - t0 > 10 * NS) {
+			if (bu_now_ns() - t0 > 10 * NS) {
 				kill(c->pid[i], SIGKILL);
-				t0 = farm_now_ns();
+				t0 = bu_now_ns();
 			}
 			kb_nap_ms(1);
 		}
@@ -327,11 +327,11 @@ static int run_farm(uint64_t nkeys, bool full, const char *tmp)
 	       nkeys, g_opt.ksize, g_opt.vsize, g_opt.machines,
 	       g_opt.load_depth);
 	fflush(stdout);
-	uint64_t t0 = farm_now_ns();
+	uint64_t t0 = bu_now_ns();
 	rc = cluster_cmd(&c, CMD_LOAD, 0, 0, true);
 	if (rc)
 		goto out;
-	double ls = (double)(farm_now_ns() - t0) / 1e9;
+	double ls = (double)(bu_now_ns() - t0) / 1e9;
 	printf("  loaded in %.1f s: %.2f M puts/s\n", ls,
 	       (double)nkeys / ls / 1e6);
 	if (full) {
@@ -351,12 +351,12 @@ static int run_farm(uint64_t nkeys, bool full, const char *tmp)
 	}
 	for (int i = 0; i < nwl && !rc; i++) {
 		int w = wls[i];
-		uint64_t c0 = cpu_of(c.pid, c.n), t0w = farm_now_ns();
+		uint64_t c0 = cpu_of(c.pid, c.n), t0w = bu_now_ns();
 		rc = cluster_cmd(&c, CMD_RUN, w, g_opt.seconds, false);
 		if (rc)
 			break;
 		double cores = (double)(cpu_of(c.pid, c.n) - c0) /
-		               (double)(farm_now_ns() - t0w);
+		               (double)(bu_now_ns() - t0w);
 		struct fig *f = full       ? &g_res.farm[w]
 		                : w == W_C ? &g_res.small_c
 		                           : &g_res.small_zc;
@@ -377,13 +377,13 @@ static int run_farm(uint64_t nkeys, bool full, const char *tmp)
 		fflush(stdout);
 	}
 	if (!rc && full && !g_opt.demo && !g_opt.any_mix) {
-		uint64_t c0 = cpu_of(c.pid, c.n), t0l = farm_now_ns();
-		rc = cluster_cmd(&c, CMD_LAT, 0, FARM_MIN(g_opt.seconds, 1.0),
+		uint64_t c0 = cpu_of(c.pid, c.n), t0l = bu_now_ns();
+		rc = cluster_cmd(&c, CMD_LAT, 0, BU_MIN(g_opt.seconds, 1.0),
 		                 false);
 		if (!rc) {
 			collect(c.n, &g_res.lat1);
 			g_res.lat1.cores = (double)(cpu_of(c.pid, c.n) - c0) /
-			                   (double)(farm_now_ns() - t0l);
+			                   (double)(bu_now_ns() - t0l);
 			printf("  unloaded lookup (1 in flight, machine 0): "
 			       "%.3f M/s, "
 			       "p50 %.2f us, p99 %.2f us\n",
@@ -608,13 +608,13 @@ static int parse_opts(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
 		switch (c) {
 		case O_MACH:
-			if (farm_parse_size(optarg, &v) || v < 2 || v > MAXM)
+			if (bu_parse_size(optarg, &v) || v < 2 || v > MAXM)
 				goto bad;
 			g_opt.machines = (unsigned)v;
 			set_mach = true;
 			break;
 		case O_KEYS:
-			if (farm_parse_size(optarg, &v) || v < 1000 ||
+			if (bu_parse_size(optarg, &v) || v < 1000 ||
 			    v > KEY_LIMIT / 2) /* room for inserts */
 				goto bad;
 			g_opt.keys = v;
@@ -628,12 +628,12 @@ static int parse_opts(int argc, char **argv)
 			set_secs = true;
 			break;
 		case O_DEPTH:
-			if (farm_parse_size(optarg, &v) || v < 1 || v > 200)
+			if (bu_parse_size(optarg, &v) || v < 1 || v > 200)
 				goto bad;
 			g_opt.depth = (unsigned)v;
 			break;
 		case O_LDEPTH:
-			if (farm_parse_size(optarg, &v) || v < 1 || v > 200)
+			if (bu_parse_size(optarg, &v) || v < 1 || v > 200)
 				goto bad;
 			g_opt.load_depth = (unsigned)v;
 			break;
@@ -644,7 +644,7 @@ static int parse_opts(int argc, char **argv)
 				goto bad;
 			break;
 		case O_SAMP:
-			if (farm_parse_size(optarg, &v) || !farm_is_pow2(v) ||
+			if (bu_parse_size(optarg, &v) || !bu_is_pow2(v) ||
 			    v > 65536)
 				goto bad;
 			g_opt.sample_every = (unsigned)v;
@@ -655,13 +655,13 @@ static int parse_opts(int argc, char **argv)
 		case O_QUICK: g_opt.quick = true; break;
 		case O_DEMO: g_opt.demo = true; break;
 		case O_KSIZE:
-			if (farm_parse_size(optarg, &v) || v < 8 ||
+			if (bu_parse_size(optarg, &v) || v < 8 ||
 			    v > KLEN_MAX)
 				goto bad;
 			g_opt.ksize = (unsigned)v;
 			break;
 		case O_VSIZE:
-			if (farm_parse_size(optarg, &v) || v < 8 ||
+			if (bu_parse_size(optarg, &v) || v < 8 ||
 			    v > VLEN_MAX)
 				goto bad;
 			g_opt.vsize = (unsigned)v;
@@ -687,7 +687,7 @@ static int parse_opts(int argc, char **argv)
 			snprintf(g_opt.zk, sizeof(g_opt.zk), "%s", optarg);
 			break;
 		case O_LOG:
-			if (farm_parse_size(optarg, &v) || !farm_is_pow2(v) ||
+			if (bu_parse_size(optarg, &v) || !bu_is_pow2(v) ||
 			    v < (64u << 10) || v > (64u << 20))
 				goto bad;
 			g_opt.log_size = v;
@@ -842,7 +842,7 @@ int main(int argc, char **argv)
 	}
 	int first[MAXM];
 	g_res.ncpu = kb_ncpus_allowed(first);
-	g_res.cores = (int)FARM_MIN((unsigned)g_res.ncpu, g_opt.machines);
+	g_res.cores = (int)BU_MIN((unsigned)g_res.ncpu, g_opt.machines);
 	if (g_opt.demo)
 		printf("kv_bench --demo: the cluster key-value store (src/kv) "
 		       "on "
@@ -856,7 +856,7 @@ int main(int argc, char **argv)
 		       g_opt.machines, g_opt.pin ? ", pinned" : "", g_res.ncpu,
 		       g_opt.keys, g_opt.depth, g_opt.seconds);
 	fflush(stdout);
-	uint64_t t0 = farm_now_ns();
+	uint64_t t0 = bu_now_ns();
 	int rc = 0;
 	if (g_opt.demo)
 		return demo_main(tmp);
@@ -878,7 +878,7 @@ int main(int argc, char **argv)
 			rc = kb_run_peer(p, tmp);
 		}
 	}
-	g_res.total_s = (double)(farm_now_ns() - t0) / 1e9;
+	g_res.total_s = (double)(bu_now_ns() - t0) / 1e9;
 	if (interrupted) {
 		fprintf(stderr, PROG ": interrupted\n");
 		return 130;

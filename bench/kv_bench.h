@@ -43,7 +43,6 @@
 #include "kv/kv.h"
 #include "node/node.h"
 #include "txn/object.h"
-#include "util/common.h"
 #include "util/config.h"
 #include "util/lines.h"
 

@@ -42,7 +42,7 @@ static int mach_open(struct mach *m, uint32_t id, const char *base,
 		rc |= bn_cfg_set(PROG, &c, "lease_bind", ip);
 	snprintf(v, sizeof(v), "%" PRIu64, kb_region_for(nb, nkeys));
 	rc |= bn_cfg_set(PROG, &c, "region_size", v);
-	snprintf(v, sizeof(v), "%u", FARM_MIN(3u, g_opt.machines));
+	snprintf(v, sizeof(v), "%u", BU_MIN(3u, g_opt.machines));
 	rc |= bn_cfg_set(PROG, &c, "replicas", v);
 	rc |= bn_cfg_set(PROG, &c, "threads", "1");
 	rc |= bn_cfg_set(PROG, &c, "busy_poll", "1");
@@ -198,7 +198,7 @@ struct eng {
 static void eng_sample(struct eng *e, struct op *o)
 {
 	if (o->t0 && e->counting && e->r->nsamp < SAMP_MAX)
-		e->r->samp[e->r->nsamp++] = farm_now_ns() - o->t0;
+		e->r->samp[e->r->nsamp++] = bu_now_ns() - o->t0;
 }
 
 static void op_free(struct eng *e, struct op *o)
@@ -353,7 +353,7 @@ static int do_scan(struct eng *e, struct op *o)
 static int issue(struct eng *e, struct op *o, int wl, uint32_t s)
 {
 	struct mach *m = e->m;
-	o->t0 = (e->seq++ & e->sample_mask) == 0 ? farm_now_ns() : 0;
+	o->t0 = (e->seq++ & e->sample_mask) == 0 ? bu_now_ns() : 0;
 	o->kind = op_of(s);
 	o->k = key_of(s);
 	int rc;
@@ -446,7 +446,7 @@ static int eng_drain(struct eng *e, uint64_t deadline)
 {
 	while (e->nfree < e->nops) {
 		(void)farm_loop_poll(e->m->loop);
-		if (farm_now_ns() > deadline || interrupted) {
+		if (bu_now_ns() > deadline || interrupted) {
 			fprintf(stderr,
 			        PROG ": machine %u: %u operations never "
 			             "completed\n",
@@ -465,7 +465,7 @@ static int do_load(struct mach *m)
 	if (rc)
 		return rc;
 	uint64_t next = m->id, done_reported = 0;
-	uint64_t last = farm_now_ns();
+	uint64_t last = bu_now_ns();
 	while (next < m->nkeys || e.nfree < e.nops) {
 		while (e.nfree && next < m->nkeys) {
 			struct op *o = &e.ops[e.freel[e.nfree - 1]];
@@ -484,8 +484,8 @@ static int do_load(struct mach *m)
 		if (e.cnt_ops - done_reported >= 4096) {
 			atomic_store(&g_sh->m[m->id].loaded, e.cnt_ops);
 			done_reported = e.cnt_ops;
-			last = farm_now_ns();
-		} else if (farm_now_ns() - last > STALL_NS) {
+			last = bu_now_ns();
+		} else if (bu_now_ns() - last > STALL_NS) {
 			fprintf(stderr, PROG ": machine %u: loading stalled\n",
 			        m->id);
 			rc = -ETIMEDOUT;
@@ -507,7 +507,7 @@ static int do_load(struct mach *m)
 	atomic_store(&g_sh->m[m->id].loaded, e.cnt_ops);
 out:
 	if (rc)
-		(void)eng_drain(&e, farm_now_ns() + 5 * NS);
+		(void)eng_drain(&e, bu_now_ns() + 5 * NS);
 	eng_fini(&e);
 	return rc;
 }
@@ -559,10 +559,10 @@ static int do_run(struct mach *m, int wl, unsigned depth, uint64_t go,
 	r->nsamp = 0;
 	uint64_t start = go - warm, end = go + dur, t0 = 0, t1 = 0;
 	uint64_t now;
-	while ((now = farm_now_ns()) < start && !interrupted)
+	while ((now = bu_now_ns()) < start && !interrupted)
 		(void)farm_loop_poll(m->loop);
 	for (;;) {
-		now = farm_now_ns();
+		now = bu_now_ns();
 		if (!e.counting && !t0 && now >= go) {
 			e.counting = true;
 			t0 = now;
@@ -606,7 +606,7 @@ static int do_run(struct mach *m, int wl, unsigned depth, uint64_t go,
 	r->rmws = e.cnt_rmws;
 	r->ns = t1 - t0;
 out:;
-	int rc2 = eng_drain(&e, farm_now_ns() + 10 * NS);
+	int rc2 = eng_drain(&e, bu_now_ns() + 10 * NS);
 	r->errors = e.err;
 	r->notfound = e.notfound;
 	eng_fini(&e);
@@ -656,7 +656,7 @@ static int do_plain(struct mach *m, uint64_t dur)
 		return -ENOMEM;
 	}
 	uint64_t n = 0, fallback = 0, bad = 0, gen = 0, sum = 0;
-	uint64_t t0 = farm_now_ns(), now = t0;
+	uint64_t t0 = bu_now_ns(), now = t0;
 	r->nsamp = 0;
 	while (now - t0 < dur) {
 		const uint8_t *p[B];
@@ -725,7 +725,7 @@ static int do_plain(struct mach *m, uint64_t dur)
 			}
 		}
 		n += B;
-		now = farm_now_ns();
+		now = bu_now_ns();
 	}
 	free(img);
 	free(d);

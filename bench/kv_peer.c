@@ -72,12 +72,12 @@ static void peer_stop(struct peer *p)
 {
 	if (p->pid > 0) {
 		kill(p->pid, SIGTERM);
-		uint64_t t0 = farm_now_ns();
+		uint64_t t0 = bu_now_ns();
 		for (;;) {
 			pid_t r = waitpid(p->pid, NULL, WNOHANG);
 			if (r == p->pid || (r < 0 && errno != EINTR))
 				break;
-			if (farm_now_ns() - t0 > 3 * NS) {
+			if (bu_now_ns() - t0 > 3 * NS) {
 				kill(p->pid, SIGKILL);
 				while (waitpid(p->pid, NULL, 0) < 0 &&
 				       errno == EINTR)
@@ -110,7 +110,7 @@ static int peer_start(struct peer *p, int which, const char *tmp)
 	char ps[16], mem[32];
 	snprintf(ps, sizeof(ps), "%d", port);
 	uint64_t mb = (g_opt.keys * 200) >> 20;
-	snprintf(mem, sizeof(mem), "%" PRIu64, FARM_MAX(mb, 256u));
+	snprintf(mem, sizeof(mem), "%" PRIu64, BU_MAX(mb, 256u));
 	fflush(NULL);
 	pid_t parent = getpid();
 	pid_t pid = fork();
@@ -145,7 +145,7 @@ static int peer_start(struct peer *p, int which, const char *tmp)
 		_exit(127);
 	}
 	p->pid = pid;
-	uint64_t t0 = farm_now_ns();
+	uint64_t t0 = bu_now_ns();
 	for (;;) {
 		int fd = tcp_connect(port);
 		if (fd >= 0) {
@@ -160,7 +160,7 @@ static int peer_start(struct peer *p, int which, const char *tmp)
 			        pname[which], (unsigned)st);
 			return -ECHILD;
 		}
-		if (farm_now_ns() - t0 > 10 * NS) {
+		if (bu_now_ns() - t0 > 10 * NS) {
 			fprintf(stderr,
 			        PROG ": %s does not accept connections\n",
 			        pname[which]);
@@ -185,7 +185,7 @@ static int out_room(struct conn *c, size_t n)
 {
 	if (c->olen + n <= c->ocap)
 		return 0;
-	size_t cap = FARM_MAX(c->ocap * 2, c->olen + n + 4096);
+	size_t cap = BU_MAX(c->ocap * 2, c->olen + n + 4096);
 	char *p = realloc(c->out, cap);
 	if (!p)
 		return -ENOMEM;
@@ -453,11 +453,11 @@ static void *peer_run_thread(void *arg)
 		                        : 1;
 	uint64_t gen = 0, batches = 0, t0 = 0, now;
 	uint64_t start = j->go_ns - j->warm_ns, end = j->go_ns + j->dur_ns;
-	while ((now = farm_now_ns()) < start)
+	while ((now = bu_now_ns()) < start)
 		kb_nap_ms(1);
 	bool counting = false;
 	for (;;) {
-		now = farm_now_ns();
+		now = bu_now_ns();
 		if (!counting && now >= j->go_ns) {
 			counting = true;
 			t0 = now;
@@ -513,7 +513,7 @@ static void *peer_run_thread(void *arg)
 		}
 		bool timed = (batches++ % g_opt.sample_every) == 0 ||
 		             j->mode == M_PIPE;
-		uint64_t tb = timed ? farm_now_ns() : 0;
+		uint64_t tb = timed ? bu_now_ns() : 0;
 		unsigned v = 0, m = 0;
 		if (!rc)
 			rc = conn_flush(&c);
@@ -538,7 +538,7 @@ static void *peer_run_thread(void *arg)
 			j->rmws += nrmw;
 			j->notfound += m;
 			if (timed && j->nsamp < SAMP_MAX)
-				j->samp[j->nsamp++] = farm_now_ns() - tb;
+				j->samp[j->nsamp++] = bu_now_ns() - tb;
 		}
 	}
 	j->ns = now - t0;
@@ -577,7 +577,7 @@ static int peer_threads(struct pjob *jobs, unsigned n, void *(*fn)(void *))
  * g_res.peer_lat1[@which]. @j: a job whose sample buffer it uses. */
 static int peer_unloaded(int which, int port, struct pjob *j)
 {
-	uint64_t dur = (uint64_t)(FARM_MIN(g_opt.seconds, 1.0) * 1e9);
+	uint64_t dur = (uint64_t)(BU_MIN(g_opt.seconds, 1.0) * 1e9);
 	uint64_t *smp = j->samp;
 	*j = (struct pjob){.which = which,
 	                   .mode = M_SINGLE,
@@ -586,7 +586,7 @@ static int peer_unloaded(int which, int port, struct pjob *j)
 	                   .port = port,
 	                   .nkeys = g_opt.keys,
 	                   .zetan = g_sh->zeta_n,
-	                   .go_ns = farm_now_ns() + 20000000ull + dur / 10,
+	                   .go_ns = bu_now_ns() + 20000000ull + dur / 10,
 	                   .dur_ns = dur,
 	                   .warm_ns = dur / 10,
 	                   .samp = smp};
@@ -632,9 +632,9 @@ int kb_run_peer(int which, const char *tmp)
 		                        .nthreads = nt,
 		                        .port = p.port,
 		                        .nkeys = g_opt.keys};
-	uint64_t t0 = farm_now_ns();
+	uint64_t t0 = bu_now_ns();
 	rc = peer_threads(jobs, nt, peer_load_thread);
-	double ls = (double)(farm_now_ns() - t0) / 1e9;
+	double ls = (double)(bu_now_ns() - t0) / 1e9;
 	g_res.peer_load_s[which] = ls;
 	if (rc) {
 		fprintf(stderr, PROG ": loading %s: %s\n", pname[which],
@@ -661,7 +661,7 @@ int kb_run_peer(int which, const char *tmp)
 				continue; /* the demo: the best configuration, B
 				           */
 			uint64_t dur = (uint64_t)(g_opt.seconds * 1e9);
-			uint64_t go = farm_now_ns() + 20000000ull + dur / 10;
+			uint64_t go = bu_now_ns() + 20000000ull + dur / 10;
 			for (unsigned i = 0; i < nt; i++) {
 				uint64_t *s = jobs[i].samp;
 				jobs[i] = (struct pjob){.which = which,
@@ -681,7 +681,7 @@ int kb_run_peer(int which, const char *tmp)
 					rc = -ENOMEM;
 			}
 			uint64_t s0 = bu_proc_cpu_ns(p.pid),
-			         k0 = bu_self_cpu_ns(), t0r = farm_now_ns();
+			         k0 = bu_self_cpu_ns(), t0r = bu_now_ns();
 			if (!rc)
 				rc = peer_threads(jobs, nt, peer_run_thread);
 			if (rc) {
@@ -690,7 +690,7 @@ int kb_run_peer(int which, const char *tmp)
 				        g_wdesc[w].key, strerror(-rc));
 				break;
 			}
-			double wall = (double)(farm_now_ns() - t0r);
+			double wall = (double)(bu_now_ns() - t0r);
 			struct fig *f = &g_res.peer[which][mode][w];
 			memset(f, 0, sizeof(*f));
 			f->cores = (double)(bu_proc_cpu_ns(p.pid) - s0) / wall;

@@ -44,7 +44,7 @@ void kb_zipf_init(struct zipf *z, uint64_t n, double zetan)
 
 uint64_t kb_zipf_rank(const struct zipf *z, uint64_t *rng)
 {
-	double u = (double)(farm_rand64(rng) >> 11) / 9007199254740992.0;
+	double u = (double)(bu_rand64(rng) >> 11) / 9007199254740992.0;
 	double uz = u * z->zetan;
 	uint64_t r;
 	if (uz < 1.0)
@@ -80,10 +80,10 @@ void kb_gen_stream(uint32_t *s, unsigned len, int wl, uint64_t nkeys,
 		else if (d->dist == D_LATEST)
 			k = kb_zipf_rank(&z, &rng); /* a rank from the latest */
 		else
-			k = farm_rand64(&rng) % n;
+			k = bu_rand64(&rng) % n;
 		if (d->dist == D_OWN)
 			k = own[k];
-		unsigned p = (unsigned)(farm_rand64(&rng) % 100);
+		unsigned p = (unsigned)(bu_rand64(&rng) % 100);
 		uint32_t op = OP_READ;
 		if (p < (unsigned)d->update)
 			op = OP_UPDATE;
@@ -136,13 +136,13 @@ bool kb_runs(int w, bool peer)
 
 uint32_t kb_key_inline(void)
 {
-	return g_opt.ksize <= 64 ? FARM_MAX((g_opt.ksize + 7) & ~7u, 8u) : 16u;
+	return g_opt.ksize <= 64 ? BU_MAX((g_opt.ksize + 7) & ~7u, 8u) : 16u;
 }
 
 uint32_t kb_val_inline(void)
 {
 	return g_opt.vsize <= VAL_INLINE_MAX
-	               ? FARM_MAX((g_opt.vsize + 7) & ~7u, 24u)
+	               ? BU_MAX((g_opt.vsize + 7) & ~7u, 24u)
 	               : 32u;
 }
 
@@ -159,7 +159,7 @@ void kb_pcts(uint64_t *v, size_t n, double *p50, double *p99)
 		return;
 	qsort(v, n, sizeof(*v), cmp_u64);
 	*p50 = (double)v[n / 2];
-	*p99 = (double)v[FARM_MIN(n - 1, n * 99 / 100)];
+	*p99 = (double)v[BU_MIN(n - 1, n * 99 / 100)];
 }
 
 int kb_ncpus_allowed(int *first)
