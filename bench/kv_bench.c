@@ -166,8 +166,8 @@ static int cluster_start(struct cluster *c, uint64_t nkeys, const char *tmp)
 			signal(SIGINT, SIG_IGN);
 			if (getppid() != parent)
 				_exit(1);
-			int cpu = g_opt.pin ? first[i % (unsigned)BU_MIN(
-			                                        ncpu, MAXM)]
+			int cpu = g_opt.pin ? first[i % (unsigned)BU_MIN(ncpu,
+			                                                 MAXM)]
 			                    : -1;
 			if (bnet_enter(&g_opt.net, i))
 				_exit(1);
@@ -655,14 +655,12 @@ static int parse_opts(int argc, char **argv)
 		case O_QUICK: g_opt.quick = true; break;
 		case O_DEMO: g_opt.demo = true; break;
 		case O_KSIZE:
-			if (bu_parse_size(optarg, &v) || v < 8 ||
-			    v > KLEN_MAX)
+			if (bu_parse_size(optarg, &v) || v < 8 || v > KLEN_MAX)
 				goto bad;
 			g_opt.ksize = (unsigned)v;
 			break;
 		case O_VSIZE:
-			if (bu_parse_size(optarg, &v) || v < 8 ||
-			    v > VLEN_MAX)
+			if (bu_parse_size(optarg, &v) || v < 8 || v > VLEN_MAX)
 				goto bad;
 			g_opt.vsize = (unsigned)v;
 			break;

@@ -278,7 +278,7 @@ void print_all(void)
 			for (int m = 0; m < NMODE; m++)
 				if (g_res.peer_ok[p])
 					bp = BU_MAX(bp,
-					              g_res.peer[p][m][w].keys);
+					            g_res.peer[p][m][w].keys);
 		printf(", \"%s_farm_per_core_vs_best_peer\": %.3f",
 		       g_wdesc[w].key, bp > 0 ? f->keys / cores / bp : 0);
 	}
