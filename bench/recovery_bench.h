@@ -122,7 +122,7 @@ struct clog {
 };
 #define CLOG_CAP (1u << 19)
 extern struct clog *g_clog; /* [NM][CLOG_CAP] */
-extern struct shared *SH;
+extern struct shared *g_sh;
 
 struct opts {
 	unsigned runs, cm_runs, stop_runs;
@@ -133,7 +133,7 @@ struct opts {
 	const char *zk_dir_base, *zk_script, *out;
 	uint64_t seed;
 };
-extern struct opts O;
+extern struct opts g_opt;
 
 extern volatile sig_atomic_t interrupted;
 extern pid_t g_pid[NM];
