@@ -160,52 +160,41 @@ static void json_goal(const char *name, double v, double target, bool met,
 	br_goal(stdout, &style, &g, !last);
 }
 
-static int coordinator(struct mach *m, int cpu)
-{
-	int rc = 0;
+/* What the coordinator's phases hand each other. */
+struct coord {
+	struct mach *m;
+	int cpu;
 	struct shape shapes[16];
-	int nsh = make_shapes(shapes);
+	int nsh;
 	struct run_res res1[16], resN[16];
-	struct txrun *tr = calloc(1, sizeof(*tr));
-	struct lfrun *lr = calloc(1, sizeof(*lr));
-	uint64_t *sv = malloc(3ull * MAX_SAMPLES * sizeof(uint64_t));
-	if (!tr || !lr || !sv) {
-		free(tr);
-		free(lr);
-		free(sv);
-		return -ENOMEM;
-	}
-	tr->lat.v = sv;
-	tr->clat.v = sv + MAX_SAMPLES;
-	lr->lat.v = sv + 2ull * MAX_SAMPLES;
+	struct txrun *tr;
+	struct lfrun *lr;
+	unsigned nrep;
+	double maxdev;
+	bool counts_ok, check_ok;
+	bool checked; /* the counters were read back */
+	uint32_t nlf;
+	struct lf_res L;
+};
 
-	uint32_t rep[FARM_RING_MAX_REPLICAS];
-	unsigned nrep =
-	        farm_as_replicas(m->as, farm_gaddr_region(g_sh->tx[0][0]), rep);
-	printf("txn_bench: %u machine processes (1 loop each, busy polling%s), "
-	       "shm fabric, replicas %u (r in effect: %u), coordinator machine "
-	       "0%s\n",
-	       g_opt.machines, cpu >= 0 ? ", pinned" : "", g_opt.replicas, nrep,
-	       g_opt.machines == 2 ? " (also primary of the local objects)"
-	                           : "");
-	printf("objects of %u B (%u lines with versions): %u per machine for "
-	       "transactions, %u on machine 1 for lock-free reads; %.2f s per "
-	       "run\n\n",
-	       OBJ_SIZE, 2u, g_opt.tx_objects, g_opt.lf_objects, g_opt.seconds);
-
-	/* Transactions. */
+/* The transaction shapes, one in flight and then --depth: the table. */
+static int coord_tx(struct coord *c)
+{
+	struct mach *m = c->m;
+	struct shape *shapes = c->shapes;
+	struct run_res *res1 = c->res1, *resN = c->resN;
+	struct txrun *tr = c->tr;
+	int nsh = c->nsh, rc = 0;
 	printf("%-14s %9s %8s %8s %8s %8s %8s | %9s %7s | %-17s %-15s %-15s "
 	       "%s\n",
 	       "shape", "tx/s(1)", "p50 us", "p99 us", "max us", "c.p50",
 	       "c.p99", "tx/s(D)", "aborts", "WRITEs/commit", "msgs/commit",
 	       "READs/commit", "TRUNC");
-	double maxdev = 0;
-	bool counts_ok = true;
 	for (int i = 0; i < nsh && !rc && !interrupted; i++) {
 		memset(&res1[i], 0, sizeof(res1[i]));
 		memset(&resN[i], 0, sizeof(resN[i]));
 		if (!shape_wanted(shapes[i].name)) {
-			counts_ok = false;
+			c->counts_ok = false;
 			continue;
 		}
 		rc = run_tx(m, &shapes[i], 1, g_opt.seconds, tr, &res1[i]);
@@ -222,8 +211,8 @@ static int coordinator(struct mach *m, int cpu)
 		                     BU_MAX(dev(b->msgs, b->msgs_exp),
 		                            dev(b->r, b->r_exp))));
 		if (!a->commits || !b->commits)
-			counts_ok = false;
-		maxdev = BU_MAX(maxdev, d);
+			c->counts_ok = false;
+		c->maxdev = BU_MAX(c->maxdev, d);
 		char wbuf[32], mbuf[32], rbuf[32];
 		snprintf(wbuf, sizeof(wbuf), "%.3f (exp %.3f)", a->w, a->w_exp);
 		snprintf(mbuf, sizeof(mbuf), "%.2f (exp %.2f)", a->msgs,
@@ -237,45 +226,23 @@ static int coordinator(struct mach *m, int cpu)
 		fflush(stdout);
 	}
 	if (rc)
-		goto out;
+		return rc;
 	printf("(1): one transaction in flight, latency begin->outcome (c.: "
 	       "commit call->outcome); (D): %u in flight\n\n",
 	       g_opt.depth);
 
-	/* Lock-free reads against raw READs of the same objects. */
+	return 0;
+}
+
+/* The lock-free read runs against raw READs of the same objects, in
+ * interleaved slices, then one in flight; into c->L. */
+static int coord_lf_runs(struct coord *c)
+{
+	struct mach *m = c->m;
+	struct lfrun *lr = c->lr;
+	uint32_t nlf = c->nlf;
 	struct lf_res L = {0};
-	if (!g_opt.lf) {
-		printf("(lock-free reads skipped: --no-lf)\n");
-		goto out;
-	}
-	uint32_t nlf = g_sh->m[1].nlf;
-	uint32_t *desc_of = malloc((size_t)nlf * sizeof(*desc_of));
-	size_t bufsz = (size_t)MAX_DEPTH * 128;
-	uint8_t *bufs = aligned_alloc(4096, bufsz);
-	farm_mr *mr = NULL;
-	if (!desc_of || !bufs) {
-		rc = -ENOMEM;
-		goto lf_out;
-	}
-	for (uint32_t i = 0; i < nlf; i++) {
-		uint32_t r = farm_gaddr_region(g_sh->lf[i]);
-		desc_of[i] = 0;
-		for (uint32_t j = 0; j < g_sh->m[1].nreg; j++)
-			if (g_sh->m[1].reg_id[j] == r)
-				desc_of[i] = j;
-	}
-	memset(bufs, 0, bufsz);
-	if ((rc = farm_mr_reg(farm_node_fabric(m->node), bufs, bufsz,
-	                      FARM_ACCESS_LOCAL, &mr))) {
-		fprintf(stderr, PROG ": farm_mr_reg: %s\n", farm_strerror(rc));
-		goto lf_out;
-	}
-	lr->m = m;
-	lr->mr = mr;
-	lr->desc_of = desc_of;
-	lr->descs = g_sh->m[1].reg_desc;
-	for (unsigned i = 0; i < MAX_DEPTH; i++)
-		lr->slots[i].buf = bufs + (size_t)i * 128;
+	int rc = 0;
 	farm_txm_stats ls0, ls1;
 	farm_txm_stats_get(m->txm, &ls0);
 	/* warm-up: a short pass of each */
@@ -300,7 +267,7 @@ static int coordinator(struct mach *m, int cpu)
 		}
 	}
 	if (rc)
-		goto lf_out;
+		return rc;
 	double tmp[80];
 	memcpy(tmp, L.lf_runs, sizeof(tmp));
 	L.lf_rate = median(tmp, L.nslices);
@@ -313,24 +280,30 @@ static int coordinator(struct mach *m, int cpu)
 	memcpy(tmp, L.ratio128, sizeof(tmp));
 	L.ratio128_med = median(tmp, L.nslices);
 	if (!run_lf(lr, LF_READ, 1, g_opt.seconds, true, g_sh->lf, nlf)) {
-		rc = -EIO;
-		goto lf_out;
+		return -EIO;
 	}
 	samp_pcts(&lr->lat, &L.lf_p50, &L.lf_p99);
 	if (!run_lf(lr, RAW_64, 1, g_opt.seconds, true, g_sh->lf, nlf)) {
-		rc = -EIO;
-		goto lf_out;
+		return -EIO;
 	}
 	samp_pcts(&lr->lat, &L.raw64_p50, &L.raw64_p99);
 	L.local_rate = run_lf(lr, LF_READ, 1, g_opt.seconds, true, g_sh->tx[0],
 	                      g_sh->m[0].ntx);
 	if (!L.local_rate) {
-		rc = -EIO;
-		goto lf_out;
+		return -EIO;
 	}
 	samp_pcts(&lr->lat, &L.local_p50, &L.local_p99);
 	farm_txm_stats_get(m->txm, &ls1);
 	L.retries = ls1.lf_retries - ls0.lf_retries;
+	c->L = L;
+	return 0;
+}
+
+/* The lock-free read figures (c->L): the summary's lines. */
+static void coord_lf_print(const struct coord *c)
+{
+	const struct lf_res L = c->L;
+	uint32_t nlf = c->nlf;
 	printf("lock-free reads of %u B objects on machine 1 (%u objects, "
 	       "random), "
 	       "%u in flight, %u interleaved slices of %.2f s, medians:\n",
@@ -360,9 +333,61 @@ static int coordinator(struct mach *m, int cpu)
 	       "(%.2f M/s)\n\n",
 	       L.lf_p50, L.lf_p99, L.raw64_p50, L.raw64_p99, L.local_p50,
 	       L.local_p99, L.local_rate / 1e6);
+}
 
-	/* Check: the counters add up to the committed increments. An object
-	 * that stays locked (-EBUSY) is reported with its header word. */
+/* Lock-free reads, with the READ buffers registered for their run. */
+static int coord_lf(struct coord *c)
+{
+	struct mach *m = c->m;
+	struct lfrun *lr = c->lr;
+	uint32_t nlf = c->nlf = g_sh->m[1].nlf;
+	uint32_t *desc_of = malloc((size_t)nlf * sizeof(*desc_of));
+	size_t bufsz = (size_t)MAX_DEPTH * 128;
+	uint8_t *bufs = aligned_alloc(4096, bufsz);
+	farm_mr *mr = NULL;
+	int rc = 0;
+	if (!desc_of || !bufs) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (uint32_t i = 0; i < nlf; i++) {
+		uint32_t r = farm_gaddr_region(g_sh->lf[i]);
+		desc_of[i] = 0;
+		for (uint32_t j = 0; j < g_sh->m[1].nreg; j++)
+			if (g_sh->m[1].reg_id[j] == r)
+				desc_of[i] = j;
+	}
+	memset(bufs, 0, bufsz);
+	if ((rc = farm_mr_reg(farm_node_fabric(m->node), bufs, bufsz,
+	                      FARM_ACCESS_LOCAL, &mr))) {
+		fprintf(stderr, PROG ": farm_mr_reg: %s\n", farm_strerror(rc));
+		goto out;
+	}
+	lr->m = m;
+	lr->mr = mr;
+	lr->desc_of = desc_of;
+	lr->descs = g_sh->m[1].reg_desc;
+	for (unsigned i = 0; i < MAX_DEPTH; i++)
+		lr->slots[i].buf = bufs + (size_t)i * 128;
+	rc = coord_lf_runs(c);
+	if (!rc)
+		coord_lf_print(c);
+out:
+	if (mr)
+		farm_mr_dereg(mr);
+	free(bufs);
+	free(desc_of);
+	return rc;
+}
+
+/* Check: the counters add up to the committed increments (c->check_ok,
+ * -EIO when not). c->checked once they were read back. */
+static int coord_check(struct coord *c)
+{
+	struct mach *m = c->m;
+	int rc = 0;
+	/* An object that stays locked (-EBUSY) is reported with its header
+	 * word. */
 	uint64_t sum = 0, stuck = 0;
 	for (unsigned mm = 0; mm < g_opt.machines && !rc; mm++)
 		for (uint32_t i = 0; i < g_sh->m[mm].ntx && !rc; i++) {
@@ -400,9 +425,10 @@ static int coordinator(struct mach *m, int cpu)
 	if (rc) {
 		fprintf(stderr, PROG ": reading the counters back: %s\n",
 		        farm_strerror(rc));
-		goto lf_out;
+		return rc;
 	}
-	bool check_ok = sum == g_increments && !stuck;
+	c->checked = true;
+	bool check_ok = c->check_ok = sum == g_increments && !stuck;
 	printf("check: counters sum to %" PRIu64
 	       ", committed increments %" PRIu64
 	       ", objects left locked %" PRIu64 ": %s\n\n",
@@ -415,7 +441,20 @@ static int coordinator(struct mach *m, int cpu)
 		rc = -EIO;
 	}
 
-	/* Goals. */
+	return rc;
+}
+
+/* The goals, then the JSON line. */
+static void coord_report(const struct coord *c)
+{
+	const struct shape *shapes = c->shapes;
+	const struct run_res *res1 = c->res1, *resN = c->resN;
+	const struct lf_res L = c->L;
+	double maxdev = c->maxdev;
+	bool counts_ok = c->counts_ok, check_ok = c->check_ok;
+	unsigned nrep = c->nrep;
+	uint32_t nlf = c->nlf;
+	int nsh = c->nsh, cpu = c->cpu;
 	double lfr = L.ratio64_med;
 	int d2 = 5; /* dist_rmw2 */
 	bool ga = counts_ok && maxdev == 0, gb = lfr >= GOAL_LF_RATIO,
@@ -445,7 +484,7 @@ static int coordinator(struct mach *m, int cpu)
 	       cpu >= 0 ? "true" : "false", g_opt.seconds, g_opt.depth,
 	       g_opt.lf_depth, OBJ_SIZE, g_opt.tx_objects, nlf);
 	for (int i = 0; i < nsh; i++) {
-		struct run_res *a = &res1[i], *b = &resN[i];
+		const struct run_res *a = &res1[i], *b = &resN[i];
 		printf("%s{\"name\":\"%s\",\"objects_written\":%u,\"objects_"
 		       "read_only\":%u,"
 		       "\"single\":%s,\"tps_1\":%.0f,\"p50_us\":%.3f,\"p99_"
@@ -481,14 +520,67 @@ static int coordinator(struct mach *m, int cpu)
 	json_goal("dist_rmw2_p50_us", res1[d2].p50_us, GOAL_P50_US, gc, true);
 	printf("}}\n");
 	fflush(stdout);
-lf_out:
-	if (mr)
-		farm_mr_dereg(mr);
-	free(bufs);
-	free(desc_of);
+}
+
+static int coordinator(struct mach *m, int cpu)
+{
+	int rc = 0;
+	struct coord *c = calloc(1, sizeof(*c));
+	uint64_t *sv = malloc(3ull * MAX_SAMPLES * sizeof(uint64_t));
+	if (c) {
+		c->tr = calloc(1, sizeof(*c->tr));
+		c->lr = calloc(1, sizeof(*c->lr));
+	}
+	if (!c || !c->tr || !c->lr || !sv) {
+		if (c) {
+			free(c->tr);
+			free(c->lr);
+		}
+		free(c);
+		free(sv);
+		return -ENOMEM;
+	}
+	c->m = m;
+	c->cpu = cpu;
+	c->counts_ok = true;
+	c->nsh = make_shapes(c->shapes);
+	c->tr->lat.v = sv;
+	c->tr->clat.v = sv + MAX_SAMPLES;
+	c->lr->lat.v = sv + 2ull * MAX_SAMPLES;
+
+	uint32_t rep[FARM_RING_MAX_REPLICAS];
+	unsigned nrep = c->nrep =
+	        farm_as_replicas(m->as, farm_gaddr_region(g_sh->tx[0][0]), rep);
+	printf("txn_bench: %u machine processes (1 loop each, busy polling%s), "
+	       "shm fabric, replicas %u (r in effect: %u), coordinator machine "
+	       "0%s\n",
+	       g_opt.machines, cpu >= 0 ? ", pinned" : "", g_opt.replicas, nrep,
+	       g_opt.machines == 2 ? " (also primary of the local objects)"
+	                           : "");
+	printf("objects of %u B (%u lines with versions): %u per machine for "
+	       "transactions, %u on machine 1 for lock-free reads; %.2f s per "
+	       "run\n\n",
+	       OBJ_SIZE, 2u, g_opt.tx_objects, g_opt.lf_objects, g_opt.seconds);
+
+	rc = coord_tx(c);
+	if (rc)
+		goto out;
+	if (!g_opt.lf) {
+		printf("(lock-free reads skipped: --no-lf)\n");
+		goto out;
+	}
+	rc = coord_lf(c);
+	if (!rc) {
+		rc = coord_check(c);
+		/* Counters that do not add up are reported; unreadable ones
+		 * are not. */
+		if (c->checked)
+			coord_report(c);
+	}
 out:
-	free(tr);
-	free(lr);
+	free(c->tr);
+	free(c->lr);
+	free(c);
 	free(sv);
 	return rc;
 }
