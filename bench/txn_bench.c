@@ -645,7 +645,9 @@ static int parse_u(const char *s, unsigned lo, unsigned hi, unsigned *out)
 	return 0;
 }
 
-int main(int argc, char **argv)
+/* The options into g_opt and data_dir: -1 to run, else the exit status
+ * (0 after --help, 2 for a bad option). */
+static int parse_opts(int argc, char **argv)
 {
 	g_opt = (struct opts){.machines = 2,
 	                      .replicas = 3,
@@ -783,6 +785,14 @@ int main(int argc, char **argv)
 		g_opt.tx_objects = txo;
 	if (lfo)
 		g_opt.lf_objects = lfo;
+	return -1;
+}
+
+int main(int argc, char **argv)
+{
+	int prc = parse_opts(argc, argv);
+	if (prc >= 0)
+		return prc;
 
 	g_sh = mmap(NULL, sizeof(*g_sh), PROT_READ | PROT_WRITE,
 	            MAP_SHARED | MAP_ANONYMOUS, -1, 0);
