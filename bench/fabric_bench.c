@@ -246,6 +246,66 @@ static void usage(FILE *out)
 	        MAX_REPEAT, MAX_OUTSTANDING, DEFAULT_OFFSETS);
 }
 
+/* Which defaults the options overrode (the network's and --quick's apply
+ * only to the others). */
+struct explicit_opts {
+	bool region, seconds, repeat, samples;
+};
+
+/* After the options: the network's and --quick's defaults, then the
+ * checks across options. 0 or -EINVAL (said on stderr). */
+static int finish_opts(struct opts *o, struct explicit_opts set)
+{
+	if (bnet_check(&o->net, PROG, 2))
+		return -EINVAL;
+	if (!is_shm(o)) {
+		/* Anonymous memory: no region file for memcpy to read. Software
+		 * RMA over TCP: a smaller region and fewer samples keep the
+		 * run within minutes. */
+		o->ops &= ~OP_MEMCPY;
+		if (!set.region)
+			o->region_size = 64ull << 20;
+		if (!set.samples)
+			o->samples = 2000;
+	}
+	if (o->quick) {
+		if (!set.region)
+			o->region_size = 16ull << 20;
+		if (!set.seconds)
+			o->seconds = 0.05;
+		if (!set.repeat)
+			o->repeat = 1;
+		if (!set.samples)
+			o->samples = 2000;
+	}
+	if (!bu_is_pow2(o->region_size) ||
+	    o->region_size < FARM_REGION_MIN_SIZE ||
+	    o->region_size > FARM_REGION_MAX_SIZE) {
+		fprintf(stderr, PROG ": --region-size must be a power of two "
+		                     "from 1M to 4G\n");
+		return -EINVAL;
+	}
+	if (max_size(o) > o->region_size / 2) {
+		fprintf(stderr, PROG ": sizes must be at most half the "
+		                     "region\n");
+		return -EINVAL;
+	}
+	if (!o->signal_every)
+		o->signal_every = BU_MAX(o->outstanding / 2, 1u);
+	if (o->signal_every > o->outstanding) {
+		fprintf(stderr, PROG ": --signal-every must be at most "
+		                     "--outstanding\n");
+		return -EINVAL;
+	}
+	if (!o->noffsets) {
+		/* At most one offset per 4 lines of the region. */
+		o->noffsets = DEFAULT_OFFSETS;
+		while (o->noffsets > o->region_size / (4 * FARM_CACHE_LINE))
+			o->noffsets >>= 1;
+	}
+	return 0;
+}
+
 static int parse_opts(int argc, char **argv, struct opts *o)
 {
 	enum {
@@ -280,8 +340,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 	        {"help", no_argument, NULL, 'h'},
 	        {NULL, 0, NULL, 0},
 	};
-	bool set_region = false, set_seconds = false, set_repeat = false,
-	     set_samples = false;
+	struct explicit_opts set = {false, false, false, false};
 	uint64_t v;
 	char *end;
 	int c;
@@ -305,19 +364,19 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 			o->seconds = strtod(optarg, &end);
 			if (*end || !(o->seconds > 0 && o->seconds <= 3600))
 				goto bad;
-			set_seconds = true;
+			set.seconds = true;
 			break;
 		case O_REPEAT:
 			if (bu_parse_size(optarg, &v) || v < 1 ||
 			    v > MAX_REPEAT)
 				goto bad;
 			o->repeat = (unsigned)v;
-			set_repeat = true;
+			set.repeat = true;
 			break;
 		case O_REGION:
 			if (bu_parse_size(optarg, &o->region_size))
 				goto bad;
-			set_region = true;
+			set.region = true;
 			break;
 		case O_OUTSTANDING:
 			if (bu_parse_size(optarg, &v) || v < 1 ||
@@ -329,7 +388,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 			if (bu_parse_size(optarg, &v) || v < 1 || v > 100000000)
 				goto bad;
 			o->samples = (unsigned)v;
-			set_samples = true;
+			set.samples = true;
 			break;
 		case O_OFFSETS:
 			if (bu_parse_size(optarg, &v) || !bu_is_pow2(v) ||
@@ -367,54 +426,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		        argv[optind]);
 		return -EINVAL;
 	}
-	if (bnet_check(&o->net, PROG, 2))
-		return -EINVAL;
-	if (!is_shm(o)) {
-		/* Anonymous memory: no region file for memcpy to read. Software
-		 * RMA over TCP: a smaller region and fewer samples keep the
-		 * run within minutes. */
-		o->ops &= ~OP_MEMCPY;
-		if (!set_region)
-			o->region_size = 64ull << 20;
-		if (!set_samples)
-			o->samples = 2000;
-	}
-	if (o->quick) {
-		if (!set_region)
-			o->region_size = 16ull << 20;
-		if (!set_seconds)
-			o->seconds = 0.05;
-		if (!set_repeat)
-			o->repeat = 1;
-		if (!set_samples)
-			o->samples = 2000;
-	}
-	if (!bu_is_pow2(o->region_size) ||
-	    o->region_size < FARM_REGION_MIN_SIZE ||
-	    o->region_size > FARM_REGION_MAX_SIZE) {
-		fprintf(stderr, PROG ": --region-size must be a power of two "
-		                     "from 1M to 4G\n");
-		return -EINVAL;
-	}
-	if (max_size(o) > o->region_size / 2) {
-		fprintf(stderr, PROG ": sizes must be at most half the "
-		                     "region\n");
-		return -EINVAL;
-	}
-	if (!o->signal_every)
-		o->signal_every = BU_MAX(o->outstanding / 2, 1u);
-	if (o->signal_every > o->outstanding) {
-		fprintf(stderr, PROG ": --signal-every must be at most "
-		                     "--outstanding\n");
-		return -EINVAL;
-	}
-	if (!o->noffsets) {
-		/* At most one offset per 4 lines of the region. */
-		o->noffsets = DEFAULT_OFFSETS;
-		while (o->noffsets > o->region_size / (4 * FARM_CACHE_LINE))
-			o->noffsets >>= 1;
-	}
-	return 0;
+	return finish_opts(o, set);
 bad:
 	fprintf(stderr, PROG ": bad value '%s' for --%s (see --help)\n", optarg,
 	        lopts[c - O_SIZES].name);
