@@ -538,53 +538,127 @@ static int parse_mix(const char *s)
 	return g_opt.any_mix ? 0 : -EINVAL;
 }
 
-static int parse_opts(int argc, char **argv)
+/* Which defaults the options overrode (--quick's, --demo's and the
+ * network's apply only to the others). */
+struct explicit_opts {
+	bool keys, secs, mach, log;
+};
+
+/* After the options: --quick's, --demo's and the network's defaults, the
+ * log size the values need, and the checks across options. 0 or -EINVAL
+ * (said on stderr). */
+static int finish_opts(struct explicit_opts set)
 {
-	enum {
-		O_MACH = 256,
-		O_KEYS,
-		O_SECS,
-		O_DEPTH,
-		O_LDEPTH,
-		O_OCC,
-		O_SAMP,
-		O_NOPEERS,
-		O_NOSMALL,
-		O_NOPIN,
-		O_QUICK,
-		O_LOG,
-		O_DEMO,
-		O_ZK,
-		O_KSIZE,
-		O_VSIZE,
-		O_ZIPF,
-		O_MIX,
-		O_FABRIC,
-		O_NETNS
-	};
-	static const struct option lo[] = {
-	        {"machines", required_argument, NULL, O_MACH},
-	        {"keys", required_argument, NULL, O_KEYS},
-	        {"seconds", required_argument, NULL, O_SECS},
-	        {"depth", required_argument, NULL, O_DEPTH},
-	        {"load-depth", required_argument, NULL, O_LDEPTH},
-	        {"occupancy", required_argument, NULL, O_OCC},
-	        {"sample-every", required_argument, NULL, O_SAMP},
-	        {"no-peers", no_argument, NULL, O_NOPEERS},
-	        {"no-small", no_argument, NULL, O_NOSMALL},
-	        {"no-pin", no_argument, NULL, O_NOPIN},
-	        {"quick", no_argument, NULL, O_QUICK},
-	        {"log-size", required_argument, NULL, O_LOG},
-	        {"demo", no_argument, NULL, O_DEMO},
-	        {"zk", required_argument, NULL, O_ZK},
-	        {"key-size", required_argument, NULL, O_KSIZE},
-	        {"value-size", required_argument, NULL, O_VSIZE},
-	        {"zipf", required_argument, NULL, O_ZIPF},
-	        {"mix", required_argument, NULL, O_MIX},
-	        {"fabric", required_argument, NULL, O_FABRIC},
-	        {"netns", no_argument, NULL, O_NETNS},
-	        {"help", no_argument, NULL, 'h'},
-	        {NULL, 0, NULL, 0}};
+	if (g_opt.quick) {
+		if (!set.keys)
+			g_opt.keys = 100000;
+		if (!set.secs)
+			g_opt.seconds = 0.5;
+		g_opt.small = false;
+		if (g_opt.peers &&
+		    (!kb_in_path("memcached") || !kb_in_path("redis-server"))) {
+			fprintf(stderr,
+			        PROG ": --quick: memcached or redis-server "
+			             "not installed: peers skipped\n");
+			g_opt.peers = false;
+		}
+	}
+	if (g_opt.demo) {
+		if (!set.mach)
+			g_opt.machines = 3;
+		if (!set.keys)
+			g_opt.keys = SMALL_KEYS;
+		if (!set.secs)
+			g_opt.seconds = 10.0;
+		g_opt.small = false;
+	}
+	if (bnet_check(&g_opt.net, PROG, g_opt.machines))
+		return -EINVAL;
+	if (!bnet_shm(&g_opt.net)) {
+		/* Software RMA over TCP loads thousands, not millions, of
+		 * keys a second. */
+		if (!set.keys)
+			g_opt.keys = 100000;
+		g_opt.small = false;
+	}
+	if (g_opt.net.netns) {
+		/* The machines join through the cluster's ZooKeeper; the
+		 * peers serve from machine 0's namespace. */
+		const char *zk = getenv("FARM_NETNS_ZK");
+		if (!g_opt.zk[0] && zk && *zk)
+			snprintf(g_opt.zk, sizeof(g_opt.zk), "%s", zk);
+		if (kb_peer_netns())
+			return -EINVAL;
+	}
+	if (g_opt.keys <= SMALL_KEYS || g_opt.any_mix)
+		g_opt.small = false;
+	if (!set.log) {
+		/* The owner combines up to 64 puts in one transaction, whose
+		 * records must fit half a log with room to spare: big values
+		 * need bigger logs (1 MiB for the default sizes). */
+		uint64_t need =
+		        64ull * 8 *
+		        (8 + g_opt.ksize + g_opt.vsize + 4 * kb_bucket_bytes());
+		while (g_opt.log_size < need && g_opt.log_size < (64u << 20))
+			g_opt.log_size <<= 1;
+	}
+	if (g_opt.demo && g_opt.any_mix) {
+		fprintf(stderr, PROG ": --demo runs YCSB-B; not with --mix\n");
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* The long options (parse_opts). */
+enum {
+	O_MACH = 256,
+	O_KEYS,
+	O_SECS,
+	O_DEPTH,
+	O_LDEPTH,
+	O_OCC,
+	O_SAMP,
+	O_NOPEERS,
+	O_NOSMALL,
+	O_NOPIN,
+	O_QUICK,
+	O_LOG,
+	O_DEMO,
+	O_ZK,
+	O_KSIZE,
+	O_VSIZE,
+	O_ZIPF,
+	O_MIX,
+	O_FABRIC,
+	O_NETNS
+};
+static const struct option lo[] = {
+        {"machines", required_argument, NULL, O_MACH},
+        {"keys", required_argument, NULL, O_KEYS},
+        {"seconds", required_argument, NULL, O_SECS},
+        {"depth", required_argument, NULL, O_DEPTH},
+        {"load-depth", required_argument, NULL, O_LDEPTH},
+        {"occupancy", required_argument, NULL, O_OCC},
+        {"sample-every", required_argument, NULL, O_SAMP},
+        {"no-peers", no_argument, NULL, O_NOPEERS},
+        {"no-small", no_argument, NULL, O_NOSMALL},
+        {"no-pin", no_argument, NULL, O_NOPIN},
+        {"quick", no_argument, NULL, O_QUICK},
+        {"log-size", required_argument, NULL, O_LOG},
+        {"demo", no_argument, NULL, O_DEMO},
+        {"zk", required_argument, NULL, O_ZK},
+        {"key-size", required_argument, NULL, O_KSIZE},
+        {"value-size", required_argument, NULL, O_VSIZE},
+        {"zipf", required_argument, NULL, O_ZIPF},
+        {"mix", required_argument, NULL, O_MIX},
+        {"fabric", required_argument, NULL, O_FABRIC},
+        {"netns", no_argument, NULL, O_NETNS},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0}};
+
+/* The options' defaults, into g_opt. */
+static void default_opts(void)
+{
 	g_opt = (struct opts){.machines = 2,
 	                      .depth = 32,
 	                      .load_depth = 64,
@@ -600,8 +674,12 @@ static int parse_opts(int argc, char **argv)
 	                      .vsize = 32,
 	                      .theta = 0.99,
 	                      .net = BNET_DEFAULT};
-	bool set_keys = false, set_secs = false, set_mach = false;
-	bool set_log = false;
+}
+
+static int parse_opts(int argc, char **argv)
+{
+	default_opts();
+	struct explicit_opts set = {false, false, false, false};
 	uint64_t v;
 	char *end;
 	int c;
@@ -611,21 +689,21 @@ static int parse_opts(int argc, char **argv)
 			if (bu_parse_size(optarg, &v) || v < 2 || v > MAXM)
 				goto bad;
 			g_opt.machines = (unsigned)v;
-			set_mach = true;
+			set.mach = true;
 			break;
 		case O_KEYS:
 			if (bu_parse_size(optarg, &v) || v < 1000 ||
 			    v > KEY_LIMIT / 2) /* room for inserts */
 				goto bad;
 			g_opt.keys = v;
-			set_keys = true;
+			set.keys = true;
 			break;
 		case O_SECS:
 			g_opt.seconds = strtod(optarg, &end);
 			if (*end ||
 			    !(g_opt.seconds >= 0.05 && g_opt.seconds <= 600))
 				goto bad;
-			set_secs = true;
+			set.secs = true;
 			break;
 		case O_DEPTH:
 			if (bu_parse_size(optarg, &v) || v < 1 || v > 200)
@@ -689,7 +767,7 @@ static int parse_opts(int argc, char **argv)
 			    v < (64u << 10) || v > (64u << 20))
 				goto bad;
 			g_opt.log_size = v;
-			set_log = true;
+			set.log = true;
 			break;
 		case 'h': usage(stdout); exit(0);
 		default: usage(stderr); return -EINVAL;
@@ -700,65 +778,7 @@ static int parse_opts(int argc, char **argv)
 		        argv[optind]);
 		return -EINVAL;
 	}
-	if (g_opt.quick) {
-		if (!set_keys)
-			g_opt.keys = 100000;
-		if (!set_secs)
-			g_opt.seconds = 0.5;
-		g_opt.small = false;
-		if (g_opt.peers &&
-		    (!kb_in_path("memcached") || !kb_in_path("redis-server"))) {
-			fprintf(stderr,
-			        PROG ": --quick: memcached or redis-server "
-			             "not installed: peers skipped\n");
-			g_opt.peers = false;
-		}
-	}
-	if (g_opt.demo) {
-		if (!set_mach)
-			g_opt.machines = 3;
-		if (!set_keys)
-			g_opt.keys = SMALL_KEYS;
-		if (!set_secs)
-			g_opt.seconds = 10.0;
-		g_opt.small = false;
-	}
-	if (bnet_check(&g_opt.net, PROG, g_opt.machines))
-		return -EINVAL;
-	if (!bnet_shm(&g_opt.net)) {
-		/* Software RMA over TCP loads thousands, not millions, of
-		 * keys a second. */
-		if (!set_keys)
-			g_opt.keys = 100000;
-		g_opt.small = false;
-	}
-	if (g_opt.net.netns) {
-		/* The machines join through the cluster's ZooKeeper; the
-		 * peers serve from machine 0's namespace. */
-		const char *zk = getenv("FARM_NETNS_ZK");
-		if (!g_opt.zk[0] && zk && *zk)
-			snprintf(g_opt.zk, sizeof(g_opt.zk), "%s", zk);
-		if (kb_peer_netns())
-			return -EINVAL;
-	}
-	if (g_opt.keys <= SMALL_KEYS || g_opt.any_mix)
-		g_opt.small = false;
-	if (!set_log) {
-		/* The owner combines up to 64 puts in one transaction, whose
-		 * records must fit half a log with room to spare: big values
-		 * need bigger logs (1 MiB for the default sizes). */
-		uint64_t need =
-		        64ull * 8 *
-		        (8 + g_opt.ksize + g_opt.vsize + 4 * kb_bucket_bytes());
-		while (g_opt.log_size < need && g_opt.log_size < (64u << 20))
-			g_opt.log_size <<= 1;
-	}
-	if (g_opt.demo && g_opt.any_mix) {
-		fprintf(stderr, PROG ": --demo runs YCSB-B; not with --mix\n");
-		return -EINVAL;
-	}
-
-	return 0;
+	return finish_opts(set);
 bad:
 	fprintf(stderr, PROG ": bad value '%s' for --%s (see --help)\n", optarg,
 	        lo[c - O_MACH].name);
