@@ -136,9 +136,9 @@ static void print_summary(double farm_c, double lat_us, double vs_plain,
 	       best_name, best_peer / 1e6, vs_peer);
 }
 
-void print_all(void)
+/* The table: each workload's rate per core and latency, and the peers'. */
+static void print_table(double cores)
 {
-	double cores = g_res.cores;
 	printf("\n%-20s | %12s %8s %8s | %26s | %26s\n", "workload",
 	       "farm keys/s", "p50 us", "p99 us", "memcached pipe / single",
 	       "redis pipe / single");
@@ -160,21 +160,34 @@ void print_all(void)
 		}
 		printf("\n");
 	}
-	double farm_c = g_res.farm[W_C].keys / cores;
+}
+
+/* The best peer's rate of uniform C GETs (one server core) and its name. */
+static double best_peer_c(const char **name)
+{
 	double best_peer = 0;
-	const char *best_name = "none";
+	*name = "none";
 	for (int p = 0; p < NPEER; p++)
 		for (int m = 0; m < NMODE; m++)
 			if (g_res.peer_ok[p] &&
 			    g_res.peer[p][m][W_C].gets > best_peer) {
 				best_peer = g_res.peer[p][m][W_C]
 				                    .gets; /* 1 server core */
-				best_name =
-				        p == P_MC ? (m ? "memcached single"
+				*name = p == P_MC ? (m ? "memcached single"
 				                       : "memcached pipelined")
 				                  : (m ? "redis single"
 				                       : "redis pipelined");
 			}
+	return best_peer;
+}
+
+void print_all(void)
+{
+	double cores = g_res.cores;
+	print_table(cores);
+	double farm_c = g_res.farm[W_C].keys / cores;
+	const char *best_name;
+	double best_peer = best_peer_c(&best_name);
 	double vs_peer = best_peer > 0 ? farm_c / best_peer : 0;
 	double lat_us = g_res.lat1.p50_ns / 1e3;
 	double vs_plain = g_res.plain_rate > 0 ? farm_c / g_res.plain_rate : 0;
