@@ -33,7 +33,7 @@ struct mach {
 	farm_bt *bt;
 };
 
-static struct mach M;
+static struct mach g_mach;
 static pid_t child = -1;
 static int to_child = -1;
 static farm_bt_stats last;
@@ -136,7 +136,7 @@ static int farm_get(void *ctx, uint64_t k, uint64_t *v)
 	uint8_t kb[8];
 	uint32_t len;
 	farm_bt_key_u64(k, kb);
-	return farm_bt_get(M.bt, NULL, M.loop, kb, 8, v, 8, &len);
+	return farm_bt_get(g_mach.bt, NULL, g_mach.loop, kb, 8, v, 8, &len);
 }
 
 static int farm_put(void *ctx, uint64_t k, uint64_t v)
@@ -144,7 +144,7 @@ static int farm_put(void *ctx, uint64_t k, uint64_t v)
 	(void)ctx;
 	uint8_t kb[8];
 	farm_bt_key_u64(k, kb);
-	return farm_bt_put(M.bt, NULL, M.loop, kb, 8, &v, 8);
+	return farm_bt_put(g_mach.bt, NULL, g_mach.loop, kb, 8, &v, 8);
 }
 
 static bool sum_cb(void *ctx, const void *k, uint32_t kl, const void *v,
@@ -164,7 +164,7 @@ static long farm_scan(void *ctx, uint64_t k, uint32_t n)
 	uint64_t sum = 0;
 	farm_bt_key_u64(k, kb);
 	struct farm_bt_range r = {.start = kb, .start_len = 8, .limit = n};
-	return farm_bt_scan(M.bt, NULL, M.loop, &r, sum_cb, &sum);
+	return farm_bt_scan(g_mach.bt, NULL, g_mach.loop, &r, sum_cb, &sum);
 }
 
 static uint64_t farm_cpu(void *ctx)
@@ -176,7 +176,7 @@ static uint64_t farm_cpu(void *ctx)
 double bb_farm_reads_per_lookup(void)
 {
 	farm_bt_stats s;
-	farm_bt_stats_get(M.bt, &s);
+	farm_bt_stats_get(g_mach.bt, &s);
 	uint64_t l = s.lookups - last.lookups;
 	double r = l ? (double)(s.leaf_reads - last.leaf_reads + s.inner_reads -
 	                        last.inner_reads) /
@@ -204,21 +204,21 @@ int bb_farm_start(uint64_t n, struct bb_sys *s, const char *base)
 	close(down[0]);
 	close(up[1]);
 	to_child = down[1];
-	int rc = open_machine(0, base, &M);
+	int rc = open_machine(0, base, &g_mach);
 	char b = 0;
 	static const volatile int never = 0;
 	while (!rc) { /* serve machine 1's requests while it loads */
 		struct pollfd p = {.fd = up[0], .events = POLLIN};
 		if (poll(&p, 1, 0) > 0)
 			break;
-		(void)farm_loop_wait(M.loop, &never, 10000000ull);
+		(void)farm_loop_wait(g_mach.loop, &never, 10000000ull);
 	}
 	if (!rc && (read(up[0], &b, 1) != 1 || b != 'R'))
 		rc = -EIO;
 	close(up[0]);
 	if (!rc)
-		rc = farm_bt_open_sync(M.kv, farm_node_txm(M.node), M.loop,
-		                       "bench", &M.bt);
+		rc = farm_bt_open_sync(g_mach.kv, farm_node_txm(g_mach.node),
+		                       g_mach.loop, "bench", &g_mach.bt);
 	if (rc)
 		return rc;
 	*s = (struct bb_sys){.name = "libfarm",
@@ -231,11 +231,11 @@ int bb_farm_start(uint64_t n, struct bb_sys *s, const char *base)
 
 void bb_farm_stop(void)
 {
-	if (M.bt) {
+	if (g_mach.bt) {
 		farm_txm_stats t;
 		farm_bt_stats b;
-		farm_txm_stats_get(farm_node_txm(M.node), &t);
-		farm_bt_stats_get(M.bt, &b);
+		farm_txm_stats_get(farm_node_txm(g_mach.node), &t);
+		farm_bt_stats_get(g_mach.bt, &b);
 		printf("# libfarm machine 0: %llu commits, %llu aborted "
 		       "(conflict, validation); B-tree: %llu lookups, %llu "
 		       "leaf and %llu internal READs, %llu cache hits, %llu "
@@ -256,11 +256,11 @@ void bb_farm_stop(void)
 	static const volatile int never = 0;
 	if (child > 0) {
 		/* Serve it while it leaves: it closes its node first. */
-		while (waitpid(child, NULL, WNOHANG) != child && M.loop)
-			(void)farm_loop_wait(M.loop, &never, 10000000ull);
-		if (!M.loop)
+		while (waitpid(child, NULL, WNOHANG) != child && g_mach.loop)
+			(void)farm_loop_wait(g_mach.loop, &never, 10000000ull);
+		if (!g_mach.loop)
 			waitpid(child, NULL, 0);
 	}
 	child = -1;
-	close_machine(&M);
+	close_machine(&g_mach);
 }
