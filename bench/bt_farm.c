@@ -384,13 +384,19 @@ void bb_farm_stop(void)
 		farm_bt_stats b;
 		farm_txm_stats_get(farm_node_txm(M.node), &t);
 		farm_bt_stats_get(M.bt, &b);
-		printf("# libfarm machine 0: %llu commits, %llu aborted "
-		       "(conflict, validation); B-tree: %llu lookups, %llu "
+		printf("# libfarm machine 0: %llu commits (%llu WRITEs, "
+		       "%llu messages), %llu aborted (conflict, validation); "
+		       "%llu lock-free reads, %llu retried (object locked); "
+		       "B-tree: %llu lookups, %llu "
 		       "leaf and %llu internal READs, %llu cache hits, %llu "
 		       "fence misses, %llu splits\n",
 		       (unsigned long long)t.commits,
+		       (unsigned long long)t.commit_writes,
+		       (unsigned long long)t.commit_msgs,
 		       (unsigned long long)(t.aborts_conflict +
 		                            t.aborts_validation),
+		       (unsigned long long)t.lf_reads,
+		       (unsigned long long)t.lf_retries,
 		       (unsigned long long)b.lookups,
 		       (unsigned long long)b.leaf_reads,
 		       (unsigned long long)b.inner_reads,
