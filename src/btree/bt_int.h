@@ -268,6 +268,9 @@ extern _Atomic int farm_bt_fault_no_fence;
  * lock-free, out of its read set (phantoms: test_btree_multi
  * --broken-scan). */
 extern _Atomic int farm_bt_fault_scan_lf;
+/* Test builds: while set, every split also commits a node it never links
+ * (an orphan: test_btree_rec --broken-orphan). */
+extern _Atomic int farm_bt_fault_orphan;
 #endif
 
 /* A leaf located for a key: its address and bytes (a transaction's copy
