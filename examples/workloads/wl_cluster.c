@@ -211,7 +211,8 @@ static int validate_use(const struct wl_opts *o, char *err, size_t len)
 {
 	/* Partitioned, a machine picks only ids it owns: SmallBank's
 	 * two-account transactions need two of them on every machine. */
-	if (o->partitioned && o->scale < 2ull * o->machines) {
+	if (o->partitioned && o->kind != WL_TPCC &&
+	    o->scale < 2ull * o->machines) {
 		snprintf(err, len,
 		         "a partitioned run needs a scale of at least 2 per "
 		         "machine (%u)",
