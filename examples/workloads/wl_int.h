@@ -191,6 +191,9 @@ struct wl_ops {
 	/* Count every row (machine 0, after the run): into r->rows/total. */
 	int (*check)(struct wl_machine *m, farm_loop *loop,
 	             struct wl_result *r);
+	/* Free the workload's state (m->app, each client's app) before the
+	 * node closes; NULL: none. */
+	void (*fini)(struct wl_machine *m);
 };
 
 extern const struct wl_ops wl_tatp_ops, wl_bank_ops, wl_tpcc_ops;

@@ -439,6 +439,8 @@ static void machine_close(struct wl_machine *m)
 			                   &m->cl[i]) == 0)
 				pthread_join(m->cl[i].th, NULL);
 		}
+	if (ops_of(m->o)->fini)
+		ops_of(m->o)->fini(m);
 	if (m->cl[0].loop) {
 		farm_kv_detach(m->kv, m->cl[0].loop);
 		farm_node_loop_close(m->node, m->cl[0].loop);

@@ -601,4 +601,18 @@ static void tpcc_ship(struct wl_machine *m, farm_loop *loop,
 	wl_unanswered(farm_msg_reply_error(loop, &in->token, -EOPNOTSUPP));
 }
 
-const struct wl_ops wl_tpcc_ops = {tpcc_load, tpcc_txn, tpcc_ship, tpcc_check};
+static void tpcc_fini(struct wl_machine *m)
+{
+	struct tpcc_trees *t = m->app;
+	for (int i = 0; t && i < 4; i++)
+		farm_bt_close(*tree_slot(t, i));
+	free(t);
+	m->app = NULL;
+	for (unsigned i = 0; i < WL_MAX_THREADS; i++) {
+		free(m->cl[i].app);
+		m->cl[i].app = NULL;
+	}
+}
+
+const struct wl_ops wl_tpcc_ops = {tpcc_load, tpcc_txn, tpcc_ship, tpcc_check,
+                                   tpcc_fini};
