@@ -255,7 +255,7 @@ static int validate_tpcc(const struct wl_opts *o, char *err, size_t len)
 static int validate_shape(const struct wl_opts *o, char *err, size_t len)
 {
 	int from, to;
-	if (o->kind != WL_TATP && o->kind != WL_BANK && o->kind != WL_TPCC) {
+	if (o->kind < WL_TATP || o->kind > WL_TPCC) {
 		snprintf(err, len, "unknown workload");
 		return -EINVAL;
 	}

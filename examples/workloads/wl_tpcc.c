@@ -13,47 +13,96 @@
 
 #define LOAD_NS (30ull * 1000000000ull)
 
-static const char *const tree_names[4] = {"tpcc.ord", "tpcc.cord", "tpcc.no",
-                                          "tpcc.cust"};
+static const char *const tree_names[4] = {"ord", "cord", "no", "cust"};
 
-static farm_bt **tree_slot(struct tpcc_trees *t, int i)
-{
-	farm_bt **s[4] = {&t->ord, &t->cord, &t->no, &t->cust};
-	return s[i];
-}
+static const struct farm_bt_attr tree_attr[4] = {
+        {16, sizeof(farm_fatptr), 0, 0},
+        {16, sizeof(farm_fatptr), 0, 0},
+        {16, 1, 0, 0},
+        {40, 4, 0, 0}};
 
-/* Machine 0 makes the trees; the others wait for their names. */
-static int trees_open(struct wl_machine *m, farm_loop *loop)
+static int trees_init(struct wl_machine *m)
 {
-	static const struct farm_bt_attr attr[4] = {
-	        {16, sizeof(farm_fatptr), 0, 0},
-	        {16, sizeof(farm_fatptr), 0, 0},
-	        {16, 1, 0, 0},
-	        {40, 4, 0, 0}};
+	if (m->app)
+		return 0;
 	struct tpcc_trees *t = calloc(1, sizeof(*t));
 	if (!t)
 		return -ENOMEM;
+	t->nw = m->o->scale;
+	t->t = calloc((t->nw + 1) * 4, sizeof(*t->t));
+	if (!t->t) {
+		free(t);
+		return -ENOMEM;
+	}
 	m->app = t;
+	return 0;
+}
+
+/* Make (the owner, at load) or open tree @k of warehouse @w, retried
+ * while it is not there yet or fails retryably. */
+static int tree_get(struct wl_machine *m, farm_loop *loop, uint64_t w,
+                    enum tpcc_tree k, bool make, farm_bt **out)
+{
+	char name[64];
+	snprintf(name, sizeof(name), "tpcc.%s.%llu", tree_names[k],
+	         (unsigned long long)w);
 	uint64_t dl = wl_now_ns() + LOAD_NS;
-	for (int i = 0; i < 4; i++) {
-		int rc;
-		for (;;) {
-			rc = m->me == 0
-			             ? farm_bt_create_sync(m->kv, m->txm, loop,
-			                                   tree_names[i],
-			                                   &attr[i],
-			                                   tree_slot(t, i))
-			             : farm_bt_open_sync(m->kv, m->txm, loop,
-			                                 tree_names[i],
-			                                 tree_slot(t, i));
-			if (rc == 0 || (rc != -ENOENT && !wl_retryable(rc)) ||
-			    wl_now_ns() > dl)
-				break;
-			static const volatile int never = 0;
-			(void)farm_loop_wait(loop, &never, 1000000);
-		}
+	for (unsigned tries = 1;; tries++) {
+		int rc = make ? farm_bt_create_sync(m->kv, m->txm, loop, name,
+		                                    &tree_attr[k], out)
+		              : farm_bt_open_sync(m->kv, m->txm, loop, name,
+		                                  out);
+		if (rc == 0 || (rc != -ENOENT && !wl_retryable(rc)) ||
+		    wl_now_ns() > dl)
+			return rc;
+		static const volatile int never = 0;
+		(void)farm_loop_wait(loop, &never,
+		                     (tries < 50 ? tries : 50) * 20000ull);
+	}
+}
+
+int tpcc_bt(struct wl_machine *m, farm_loop *loop, uint64_t w, enum tpcc_tree k,
+            farm_bt **out)
+{
+	struct tpcc_trees *t = m->app;
+	if (!t || w < 1 || w > t->nw)
+		return -EINVAL;
+	farm_bt *_Atomic *slot = &t->t[w * 4 + k];
+	/* Acquire pairs with the release of the compare-exchange below:
+	 * a handle seen is fully made. */
+	farm_bt *h = atomic_load_explicit(slot, memory_order_acquire);
+	if (h) {
+		*out = h;
+		return 0;
+	}
+	/* Opened without a lock (opening drives this loop, which must not
+	 * wait on another of the machine's loops); the first to store wins
+	 * and a loser closes its copy. */
+	int rc = tree_get(m, loop, w, k, false, &h);
+	if (rc)
+		return rc;
+	farm_bt *none = NULL;
+	if (!atomic_compare_exchange_strong_explicit(slot, &none, h,
+	                                             memory_order_acq_rel,
+	                                             memory_order_acquire)) {
+		farm_bt_close(h);
+		h = none;
+	}
+	*out = h;
+	return 0;
+}
+
+/* The owner makes its warehouse's four trees. */
+static int trees_make(struct wl_machine *m, farm_loop *loop, uint64_t w)
+{
+	struct tpcc_trees *t = m->app;
+	for (int k = 0; k < 4; k++) {
+		farm_bt *h;
+		int rc = tree_get(m, loop, w, (enum tpcc_tree)k, true, &h);
 		if (rc)
 			return rc;
+		atomic_store_explicit(&t->t[w * 4 + k], h,
+		                      memory_order_release);
 	}
 	return 0;
 }
@@ -83,7 +132,15 @@ struct batch {
 static int batch_tx(struct batch *b)
 {
 	uint64_t dl = wl_now_ns() + LOAD_NS;
-	for (;;) {
+	for (unsigned tries = 1;; tries++) {
+		/* Back off before a try again: the conflicting transaction
+		 * (a split of the same tree) should finish first. */
+		if (tries > 1) {
+			static const volatile int never = 0;
+			(void)farm_loop_wait(b->loop, &never,
+			                     (tries < 50 ? tries : 50) *
+			                             20000ull);
+		}
 		farm_tx *tx;
 		int rc = farm_tx_begin(b->m->txm, b->loop, &tx);
 		if (rc)
@@ -190,12 +247,13 @@ static int fill_cust(struct batch *b, farm_tx *tx, unsigned i, farm_fatptr p,
 	c->ytd_payment = 1000;
 	c->payment_cnt = 1;
 	struct tpcc_bkey k = tpcc_nkey(b->w, b->d, c->last, c->first, id);
-	struct tpcc_trees *t = b->m->app;
+	farm_bt *cust;
 	/* One history row per customer (spec 4.3.3.1), in no index. */
 	farm_fatptr hp;
 	void *hd;
-	int rc = farm_tx_alloc_sync(tx, sizeof(struct tpcc_hist),
-	                            FARM_GADDR_NULL, &hp, &hd);
+	int rc = tpcc_bt(b->m, b->loop, b->w, TPCC_CUST, &cust)
+	                 ?: farm_tx_alloc_sync(tx, sizeof(struct tpcc_hist),
+	                                       FARM_GADDR_NULL, &hp, &hd);
 	if (rc)
 		return rc;
 	*(struct tpcc_hist *)hd = (struct tpcc_hist){id,
@@ -205,7 +263,7 @@ static int fill_cust(struct batch *b, farm_tx *tx, unsigned i, farm_fatptr p,
 	                                             (uint32_t)b->w,
 	                                             1000,
 	                                             0};
-	return farm_bt_put(t->cust, tx, b->loop, k.b, k.len, &id, sizeof(id));
+	return farm_bt_put(cust, tx, b->loop, k.b, k.len, &id, sizeof(id));
 }
 
 static uint64_t key_cust(struct batch *b, unsigned i)
@@ -236,14 +294,16 @@ static int fill_order(struct batch *b, farm_tx *tx, unsigned i, farm_fatptr p,
 		        delivered ? 0 : (int32_t)wl_uni(&r, 1, 999999),
 		        0,
 		        delivered ? 1 : 0};
-	struct tpcc_trees *t = b->m->app;
 	struct tpcc_bkey k = tpcc_okey(b->w, b->d, id);
 	struct tpcc_bkey ck = tpcc_cokey(b->w, b->d, o->c_id, id);
-	int rc = farm_bt_put(t->ord, tx, b->loop, k.b, k.len, &p, sizeof(p))
-	                 ?: farm_bt_put(t->cord, tx, b->loop, ck.b, ck.len, &p,
-	                                sizeof(p));
+	farm_bt *ord, *cord, *no;
+	int rc = tpcc_bt(b->m, b->loop, b->w, TPCC_ORD, &ord) ?:
+	         tpcc_bt(b->m, b->loop, b->w, TPCC_CORD, &cord) ?:
+	         tpcc_bt(b->m, b->loop, b->w, TPCC_NO, &no) ?:
+	         farm_bt_put(ord, tx, b->loop, k.b, k.len, &p, sizeof(p)) ?:
+	         farm_bt_put(cord, tx, b->loop, ck.b, ck.len, &p, sizeof(p));
 	if (!rc && !delivered)
-		rc = farm_bt_put(t->no, tx, b->loop, k.b, k.len, "", 0);
+		rc = farm_bt_put(no, tx, b->loop, k.b, k.len, "", 0);
 	b->olc[i] = o->ol_cnt;
 	b->fresh[i] = !delivered;
 	return rc;
@@ -327,11 +387,14 @@ static int load_warehouse(struct batch *b, uint64_t w)
 {
 	const struct wl_opts *o = b->m->o;
 	b->w = w;
+	int rc = trees_make(b->m, b->loop, w);
+	if (rc)
+		return rc;
 	b->size = sizeof(struct tpcc_wh);
 	b->fill = fill_wh;
 	b->table = 'W';
 	b->key = key_wh;
-	int rc = load_range(b, 1, 1, 1);
+	rc = load_range(b, 1, 1, 1);
 	b->size = sizeof(struct tpcc_dist);
 	b->fill = fill_dist;
 	b->table = 'D';
@@ -361,7 +424,7 @@ static int load_warehouse(struct batch *b, uint64_t w)
 static int tpcc_load(struct wl_machine *m, farm_loop *loop)
 {
 	const struct wl_opts *o = m->o;
-	int rc = trees_open(m, loop);
+	int rc = trees_init(m);
 	if (rc)
 		return rc;
 	struct batch *b = calloc(1, sizeof(*b));
@@ -380,9 +443,22 @@ static int tpcc_load(struct wl_machine *m, farm_loop *loop)
 		if (k % o->machines == m->me)
 			rc = load_range(b, i, last, 64);
 	}
+	if (rc)
+		fprintf(stderr, "m%u: load: items: %s\n", m->me,
+		        farm_strerror(rc));
 	for (uint64_t w = 1; w <= o->scale && !rc; w++)
-		if (wl_owner(o, w) == m->me)
+		if (wl_owner(o, w) == m->me) {
 			rc = load_warehouse(b, w);
+			if (rc) /* which table: the parent says only how */
+				fprintf(stderr,
+				        "m%u: load: warehouse %llu, table %c, "
+				        "district %llu, row %llu: %s\n",
+				        m->me, (unsigned long long)w,
+				        b->table ? b->table : 'O',
+				        (unsigned long long)b->d,
+				        (unsigned long long)b->first,
+				        farm_strerror(rc));
+		}
 	free(b);
 	return rc;
 }
@@ -528,11 +604,13 @@ static int check_district(struct wl_client *c, uint64_t w, uint64_t d,
                           struct ids *ord, struct ids *no, int64_t *ytd,
                           struct wl_result *r)
 {
-	struct tpcc_trees *t = c->m->app;
 	struct tpcc_dist dist;
-	int rc = read_row(c, 'D', tpcc_did(w, d), &dist, sizeof(dist)) ?:
-	         scan_district(c, t->ord, w, d, ord) ?:
-	         scan_district(c, t->no, w, d, no);
+	farm_bt *to, *tn;
+	int rc = tpcc_bt(c->m, c->loop, w, TPCC_ORD, &to) ?:
+	         tpcc_bt(c->m, c->loop, w, TPCC_NO, &tn) ?:
+	         read_row(c, 'D', tpcc_did(w, d), &dist, sizeof(dist)) ?:
+	         scan_district(c, to, w, d, ord) ?:
+	         scan_district(c, tn, w, d, no);
 	if (rc)
 		return rc;
 	*ytd += dist.ytd;
@@ -604,8 +682,10 @@ static void tpcc_ship(struct wl_machine *m, farm_loop *loop,
 static void tpcc_fini(struct wl_machine *m)
 {
 	struct tpcc_trees *t = m->app;
-	for (int i = 0; t && i < 4; i++)
-		farm_bt_close(*tree_slot(t, i));
+	for (uint64_t i = 0; t && i < (t->nw + 1) * 4; i++)
+		farm_bt_close(atomic_load(&t->t[i]));
+	if (t)
+		free(t->t);
 	free(t);
 	m->app = NULL;
 	for (unsigned i = 0; i < WL_MAX_THREADS; i++) {

@@ -194,13 +194,23 @@ static inline uint32_t tpcc_first_new(uint32_t customers)
 	return customers - customers * 3 / 10 + 1;
 }
 
-/* The per-machine state: the trees. */
-struct tpcc_trees {
-	farm_bt *ord;  /* (w, d, o) -> the order's fat pointer */
-	farm_bt *cord; /* (w, d, c, o) -> the order's fat pointer */
-	farm_bt *no;   /* (w, d, o) -> nothing: NEW-ORDER */
-	farm_bt *cust; /* (w, d, last, first, c) -> c_id */
+/* The ordered indexes: four trees a warehouse, made by its owner when it
+ * loads (so their nodes are in its memory and the warehouses' trees never
+ * contend), opened by other machines at first use. */
+enum tpcc_tree {
+	TPCC_ORD,  /* (w, d, o) -> the order's fat pointer */
+	TPCC_CORD, /* (w, d, c, o) -> the order's fat pointer */
+	TPCC_NO,   /* (w, d, o) -> nothing: NEW-ORDER */
+	TPCC_CUST  /* (w, d, last, first, c) -> c_id */
 };
+struct tpcc_trees {
+	uint64_t nw;
+	farm_bt *_Atomic *t; /* [w * 4 + tree], w from 1 */
+};
+/* The handle of tree @k of warehouse @w on machine @m (made or opened):
+ * 0, or the error that kept it from opening. Any loop of @m. */
+int tpcc_bt(struct wl_machine *m, farm_loop *loop, uint64_t w, enum tpcc_tree k,
+            farm_bt **out);
 
 /* A warehouse this client serves: one its machine owns (warehouses are
  * partitioned across machines). */

@@ -152,10 +152,13 @@ static int no_line(struct wl_client *c, farm_tx *tx, const struct no_in *in,
 static int no_order(struct wl_client *c, farm_tx *tx, const struct no_in *in,
                     uint32_t o_id)
 {
-	struct tpcc_trees *t = c->m->app;
 	farm_fatptr op;
 	void *d;
-	int rc = farm_tx_alloc_sync(tx, sizeof(struct tpcc_order),
+	farm_bt *ord, *cord, *no;
+	int rc = tpcc_bt(c->m, c->loop, in->w, TPCC_ORD, &ord) ?:
+	         tpcc_bt(c->m, c->loop, in->w, TPCC_CORD, &cord) ?:
+	         tpcc_bt(c->m, c->loop, in->w, TPCC_NO, &no) ?:
+	         farm_tx_alloc_sync(tx, sizeof(struct tpcc_order),
 	                            FARM_GADDR_NULL, &op, &d);
 	if (rc)
 		return rc;
@@ -172,10 +175,9 @@ static int no_order(struct wl_client *c, farm_tx *tx, const struct no_in *in,
 		return rc;
 	struct tpcc_bkey k = tpcc_okey(in->w, in->d, o_id);
 	struct tpcc_bkey ck = tpcc_cokey(in->w, in->d, in->c, o_id);
-	return farm_bt_put(t->ord, tx, c->loop, k.b, k.len, &op, sizeof(op))
-	               ?: farm_bt_put(t->cord, tx, c->loop, ck.b, ck.len, &op,
-	                              sizeof(op))
-	               ?: farm_bt_put(t->no, tx, c->loop, k.b, k.len, "", 0);
+	return farm_bt_put(ord, tx, c->loop, k.b, k.len, &op, sizeof(op)) ?:
+	       farm_bt_put(cord, tx, c->loop, ck.b, ck.len, &op, sizeof(op)) ?:
+	       farm_bt_put(no, tx, c->loop, k.b, k.len, "", 0);
 }
 
 static int new_order(struct wl_client *c, farm_tx *tx, void *arg)
@@ -225,7 +227,10 @@ static bool name_hit(void *ctx, const void *key, uint32_t klen, const void *val,
 static int cust_by_name(struct wl_client *c, uint32_t w, uint32_t d,
                         unsigned name, uint32_t *out)
 {
-	struct tpcc_trees *t = c->m->app;
+	farm_bt *cust;
+	int rc = tpcc_bt(c->m, c->loop, w, TPCC_CUST, &cust);
+	if (rc)
+		return rc;
 	char last[16];
 	tpcc_last_name(name, last);
 	struct tpcc_bkey a = tpcc_nkey(w, d, last, NULL, 0), z = a;
@@ -234,7 +239,7 @@ static int cust_by_name(struct wl_client *c, uint32_t w, uint32_t d,
 	struct by_name b = {.n = 0};
 	for (unsigned tries = 1;; tries++) {
 		b.n = 0;
-		long n = farm_bt_scan(t->cust, NULL, c->loop, &r, name_hit, &b);
+		long n = farm_bt_scan(cust, NULL, c->loop, &r, name_hit, &b);
 		if (n >= 0)
 			break;
 		if (!wl_retryable((int)n) || tries > 1000)
@@ -305,10 +310,11 @@ static bool first_ptr(void *ctx, const void *key, uint32_t klen,
 static int order_status(struct wl_client *c, farm_tx *tx, void *arg)
 {
 	const struct pay_in *in = arg;
-	struct tpcc_trees *t = c->m->app;
 	struct tpcc_cust cu;
-	int rc = tread(c, tx, 'C', tpcc_cid(in->w, in->d, in->c), &cu,
-	               sizeof(cu), NULL);
+	farm_bt *cord;
+	int rc = tpcc_bt(c->m, c->loop, in->w, TPCC_CORD, &cord)
+	                 ?: tread(c, tx, 'C', tpcc_cid(in->w, in->d, in->c),
+	                          &cu, sizeof(cu), NULL);
 	if (rc)
 		return rc;
 	/* The customer's latest order: the last entry below (c + 1, 0). */
@@ -316,7 +322,7 @@ static int order_status(struct wl_client *c, farm_tx *tx, void *arg)
 	                 z = tpcc_cokey(in->w, in->d, in->c + 1, 0);
 	struct farm_bt_range r = {a.b, a.len, z.b, z.len, 1, true};
 	farm_fatptr op = {0};
-	long n = farm_bt_scan(t->cord, tx, c->loop, &r, first_ptr, &op);
+	long n = farm_bt_scan(cord, tx, c->loop, &r, first_ptr, &op);
 	if (n < 0)
 		return (int)n;
 	const void *d;
@@ -349,15 +355,17 @@ static bool first_id(void *ctx, const void *key, uint32_t klen, const void *val,
 static int deliver(struct wl_client *c, farm_tx *tx, const struct dl_in *in,
                    uint32_t o_id)
 {
-	struct tpcc_trees *t = c->m->app;
 	struct tpcc_bkey k = tpcc_okey(in->w, in->d, o_id);
 	farm_fatptr op;
 	uint32_t vlen;
 	const void *d;
-	int rc = farm_bt_get(t->ord, tx, c->loop, k.b, k.len, &op, sizeof(op),
-	                     &vlen)
-	                 ?: farm_tx_read_sync(tx, op.addr,
-	                                      sizeof(struct tpcc_order), &d);
+	farm_bt *ord;
+	int rc = tpcc_bt(c->m, c->loop, in->w, TPCC_ORD, &ord);
+	if (rc)
+		return rc;
+	rc = farm_bt_get(ord, tx, c->loop, k.b, k.len, &op, sizeof(op), &vlen)
+	             ?: farm_tx_read_sync(tx, op.addr,
+	                                  sizeof(struct tpcc_order), &d);
 	if (rc)
 		return rc == -ENOENT ? FARM_ECORRUPT : rc;
 	struct tpcc_order o;
@@ -384,12 +392,15 @@ static int deliver(struct wl_client *c, farm_tx *tx, const struct dl_in *in,
 static int delivery_one(struct wl_client *c, farm_tx *tx, void *arg)
 {
 	const struct dl_in *in = arg;
-	struct tpcc_trees *t = c->m->app;
 	struct tpcc_bkey a = tpcc_okey(in->w, in->d, 0),
 	                 z = tpcc_okey(in->w, in->d + 1, 0);
 	struct farm_bt_range r = {a.b, a.len, z.b, z.len, 1, false};
 	uint32_t o_id = 0;
-	long n = farm_bt_scan(t->no, tx, c->loop, &r, first_id, &o_id);
+	farm_bt *no;
+	int e = tpcc_bt(c->m, c->loop, in->w, TPCC_NO, &no);
+	if (e)
+		return e;
+	long n = farm_bt_scan(no, tx, c->loop, &r, first_id, &o_id);
 	if (n <= 0)
 		return (int)n; /* none to deliver: skipped (2.7.4.2) */
 	struct tpcc_bkey k = tpcc_okey(in->w, in->d, o_id);
@@ -399,7 +410,7 @@ static int delivery_one(struct wl_client *c, farm_tx *tx, void *arg)
 	(void)k;
 	int rc = 0;
 #else
-	int rc = farm_bt_delete(t->no, tx, c->loop, k.b, k.len);
+	int rc = farm_bt_delete(no, tx, c->loop, k.b, k.len);
 #endif
 	return rc ? rc : deliver(c, tx, in, o_id);
 }
@@ -427,10 +438,11 @@ static bool sl_hit(void *ctx, const void *key, uint32_t klen, const void *val,
 static int stock_level(struct wl_client *c, farm_tx *tx, void *arg)
 {
 	const struct dl_in *in = arg; /* carrier: the threshold */
-	struct tpcc_trees *t = c->m->app;
 	struct tpcc_dist dist;
-	int rc = tread(c, tx, 'D', tpcc_did(in->w, in->d), &dist, sizeof(dist),
-	               NULL);
+	farm_bt *ord;
+	int rc = tpcc_bt(c->m, c->loop, in->w, TPCC_ORD, &ord)
+	                 ?: tread(c, tx, 'D', tpcc_did(in->w, in->d), &dist,
+	                          sizeof(dist), NULL);
 	if (rc)
 		return rc;
 	uint32_t lo = dist.next_o_id > 20 ? dist.next_o_id - 20 : 1;
@@ -438,7 +450,7 @@ static int stock_level(struct wl_client *c, farm_tx *tx, void *arg)
 	                 z = tpcc_okey(in->w, in->d, dist.next_o_id);
 	struct farm_bt_range r = {a.b, a.len, z.b, z.len, 20, false};
 	struct sl_scan s = {.n = 0};
-	long n = farm_bt_scan(t->ord, tx, c->loop, &r, sl_hit, &s);
+	long n = farm_bt_scan(ord, tx, c->loop, &r, sl_hit, &s);
 	if (n < 0)
 		return (int)n;
 	uint32_t seen[20 * TPCC_MAX_OL], nseen = 0, low = 0;
