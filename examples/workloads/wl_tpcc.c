@@ -688,10 +688,8 @@ static void tpcc_fini(struct wl_machine *m)
 		free(t->t);
 	free(t);
 	m->app = NULL;
-	for (unsigned i = 0; i < WL_MAX_THREADS; i++) {
-		free(m->cl[i].app);
-		m->cl[i].app = NULL;
-	}
+	for (unsigned i = 0; i < WL_MAX_THREADS; i++)
+		tpcc_client_free(&m->cl[i]);
 }
 
 const struct wl_ops wl_tpcc_ops = {tpcc_load, tpcc_txn, tpcc_ship, tpcc_check,

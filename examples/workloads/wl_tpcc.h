@@ -222,7 +222,8 @@ static inline uint32_t tpcc_home(struct wl_client *c)
 	return (uint32_t)(first + wl_uni(&c->rng, 0, per - 1) * o->machines);
 }
 
-/* wl_tpcc_txn.c */
+/* wl_tpcc_txn.c: one transaction; free a client's state. */
 int tpcc_txn(struct wl_client *c, enum wl_txn t);
+void tpcc_client_free(struct wl_client *c);
 
 #endif

@@ -21,13 +21,34 @@ struct pslot {
 
 struct tcl {
 	struct pslot slot[PCACHE];
+	/* Item rows read so far (price 0: not yet): items never change
+	 * after the load, so a client keeps the copies it read, as the
+	 * in-memory limit reads its item array. */
+	struct tpcc_item *item;
 };
 
 static struct tcl *state(struct wl_client *c)
 {
-	if (!c->app)
-		c->app = calloc(1, sizeof(struct tcl));
+	if (!c->app) {
+		struct tcl *s = calloc(1, sizeof(*s));
+		if (s)
+			s->item = calloc(c->m->o->items + 1, sizeof(*s->item));
+		if (s && !s->item) {
+			free(s);
+			s = NULL;
+		}
+		c->app = s;
+	}
 	return c->app;
+}
+
+void tpcc_client_free(struct wl_client *c)
+{
+	struct tcl *s = c->app;
+	if (s)
+		free(s->item);
+	free(s);
+	c->app = NULL;
 }
 
 /* The fat pointer of row (@table, @id): the client's copy, else the KV
@@ -49,6 +70,25 @@ static int row_ptr(struct wl_client *c, char table, uint64_t id, farm_fatptr *p)
 	int rc = wl_kv_ptr(c, &k, p, sizeof(*p));
 	if (!rc && sl)
 		*sl = (struct pslot){id, table, *p};
+	return rc;
+}
+
+/* Item @i's row: the client's copy, else one lock-free read. 1 when the
+ * item does not exist. */
+static int item_row(struct wl_client *c, uint32_t i, struct tpcc_item *out)
+{
+	struct tcl *s = state(c);
+	if (s && i <= c->m->o->items && s->item[i].price) {
+		*out = s->item[i];
+		return 0;
+	}
+	farm_fatptr ip;
+	int rc = row_ptr(c, 'I', i, &ip);
+	if (rc == -ENOENT)
+		return 1;
+	rc = rc ?: wl_lf_read(c, ip, out, sizeof(*out));
+	if (!rc && s && i <= c->m->o->items)
+		s->item[i] = *out;
 	return rc;
 }
 
@@ -120,13 +160,10 @@ static void no_input(struct wl_client *c, struct no_in *in)
 static int no_line(struct wl_client *c, farm_tx *tx, const struct no_in *in,
                    uint32_t l, struct tpcc_ol *ol)
 {
-	farm_fatptr ip, sp;
+	farm_fatptr sp;
 	struct tpcc_item it;
 	struct tpcc_stock s;
-	int rc = row_ptr(c, 'I', in->item[l], &ip);
-	if (rc == -ENOENT)
-		return 1;
-	rc = rc ?: wl_lf_read(c, ip, &it, sizeof(it));
+	int rc = item_row(c, in->item[l], &it);
 	rc = rc
 	             ?: tread(c, tx, 'K', tpcc_sid(in->supply[l], in->item[l]),
 	                      &s, sizeof(s), &sp);
