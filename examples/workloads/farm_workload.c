@@ -1,5 +1,5 @@
 /*
- * farm-workload: run TATP or SmallBank on a local cluster of libfarm
+ * farm-workload: run TATP, SmallBank or TPC-C on a local cluster of libfarm
  * machines (forked processes), print throughput, latency and abort
  * rates, check the workload's invariants. Exits 0 when the run finished
  * and the invariants held, 1 when they did not, 2 on bad input (said
@@ -16,13 +16,19 @@
 static void usage(FILE *f)
 {
 	fprintf(f,
-	        "usage: farm-workload [options] tatp|smallbank\n"
+	        "usage: farm-workload [options] tatp|smallbank|tpcc\n"
+	        "       (or --workload tatp|smallbank|tpcc)\n"
 	        "  --machines N      machines (processes), 1..8 (3)\n"
 	        "  --threads N       client threads (event loops) per machine "
 	        "(1)\n"
 	        "  --scale N         subscribers (TATP) or accounts "
 	        "(SmallBank) "
-	        "(10000)\n"
+	        "(10000), warehouses (TPC-C, 3)\n"
+	        "  --items N         TPC-C: items (1000; the spec: 100000)\n"
+	        "  --customers N     TPC-C: customers per district (30; the "
+	        "spec: 3000)\n"
+	        "  --full-scale      TPC-C: the spec's population (100000 "
+	        "items, 3000 customers)\n"
 	        "  --mix M           standard | read-only | write-heavy | "
 	        "p1,p2,... (standard)\n"
 	        "  --duration S      seconds of run (2)\n"
@@ -66,6 +72,33 @@ static int parse_secs(const char *s, uint64_t *ms)
 	return 0;
 }
 
+/* TPC-C: committed new orders per second (FaRM's figure; tpmC is per
+ * minute), the population, what the check counted. */
+static void print_tpcc(const struct wl_opts *o, const struct wl_result *r,
+                       uint64_t acked, uint64_t ledger)
+{
+	uint64_t no = r->commits[WT_NEW_ORDER] - r->fails[WT_NEW_ORDER];
+	double nps = r->seconds > 0 ? no / r->seconds : 0;
+	printf("TPC-C new orders: %llu committed (%llu rolled back), %.0f "
+	       "new orders/s (%.0f tpmC-style, %.0f per client thread); "
+	       "%llu warehouses, %u items, %u customers a district%s\n",
+	       (unsigned long long)no,
+	       (unsigned long long)r->fails[WT_NEW_ORDER], nps, nps * 60,
+	       r->cores ? nps / r->cores : 0, (unsigned long long)o->scale,
+	       o->items, o->customers,
+	       o->items == 100000 && o->customers == 3000
+	               ? " (the specification's)"
+	               : " (scaled down from 100000 and 3000)");
+	printf("new orders acknowledged to surviving clients %llu, theirs "
+	       "found %llu; rows: orders %llu (loaded %llu), new-orders %llu, "
+	       "order lines %llu, districts %llu\n",
+	       (unsigned long long)acked, (unsigned long long)ledger,
+	       (unsigned long long)r->rows[0],
+	       (unsigned long long)r->initial[0],
+	       (unsigned long long)r->rows[1], (unsigned long long)r->rows[2],
+	       (unsigned long long)r->rows[3]);
+}
+
 /* Print @r; the number of transactions committed. */
 static uint64_t print_result(const struct wl_opts *o, const struct wl_result *r)
 {
@@ -86,9 +119,13 @@ static uint64_t print_result(const struct wl_opts *o, const struct wl_result *r)
 	       "(%.0f per client thread), p50 %.1f us, p99 %.1f us, "
 	       "retries %.2f%%, errors %llu, shipped %llu (fallbacks %llu), "
 	       "load %llu ms\n",
-	       o->kind == WL_TATP ? "TATP" : "SmallBank", o->machines,
-	       o->threads, (unsigned long long)o->scale,
-	       o->partitioned ? "partitioned" : "unpartitioned",
+	       o->kind == WL_TATP   ? "TATP"
+	       : o->kind == WL_BANK ? "SmallBank"
+	                            : "TPC-C",
+	       o->machines, o->threads, (unsigned long long)o->scale,
+	       o->kind == WL_TPCC ? "warehouses partitioned"
+	       : o->partitioned   ? "partitioned"
+	                          : "unpartitioned",
 	       o->kill_machine >= 0 ? ", one killed" : "",
 	       (unsigned long long)all, tput, r->cores ? tput / r->cores : 0,
 	       wl_hist_pct(r->hist, 0.5), wl_hist_pct(r->hist, 0.99),
@@ -102,6 +139,10 @@ static uint64_t print_result(const struct wl_opts *o, const struct wl_result *r)
 			acked += r->acked[i][t];
 			ledger += r->ledger[i][t];
 		}
+	if (o->kind == WL_TPCC) {
+		print_tpcc(o, r, acked, ledger);
+		return all;
+	}
 	if (o->kind == WL_TATP)
 		printf("updates acknowledged to surviving clients %llu, in "
 		       "all ledgers %llu\n",
@@ -179,6 +220,19 @@ static int parse_opt(struct wl_opts *o, int c, const char **mix)
 		o->park_after_us = (int)v;
 		break;
 	case 'q': o->quiet = true; break;
+	case 'I':
+		bad |= parse_u64(optarg, &v) || v > 0xffffffffu;
+		o->items = (uint32_t)v;
+		break;
+	case 'C':
+		bad |= parse_u64(optarg, &v) || v > 0xffffffffu;
+		o->customers = (uint32_t)v;
+		break;
+	case 'F':
+		o->items = 100000;
+		o->customers = 3000;
+		break;
+	case 'w': break; /* the workload: found before */
 	case 'l':
 		bad |= parse_u64(optarg, &v) || v > 60000;
 		o->lease_ms = (unsigned)v;
@@ -186,6 +240,33 @@ static int parse_opt(struct wl_opts *o, int c, const char **mix)
 	default: return -1;
 	}
 	return bad;
+}
+
+/* The workload's name: the positional argument or --workload's value
+ * (options depend on it, so it is found before they are parsed). */
+static const char *find_workload(int argc, char **argv, bool *positional)
+{
+	const char *name = NULL;
+	for (int i = 1; i < argc; i++) {
+		bool val = i > 1 && !strcmp(argv[i - 1], "--workload");
+		if (val || !strcmp(argv[i], "tatp") ||
+		    !strcmp(argv[i], "smallbank") || !strcmp(argv[i], "tpcc")) {
+			name = argv[i];
+			*positional = !val;
+		} else if (!strncmp(argv[i], "--workload=", 11)) {
+			name = argv[i] + 11;
+			*positional = false;
+		}
+	}
+	return name;
+}
+
+static enum wl_kind kind_of(const char *name)
+{
+	return !strcmp(name, "tatp")        ? WL_TATP
+	       : !strcmp(name, "smallbank") ? WL_BANK
+	       : !strcmp(name, "tpcc")      ? WL_TPCC
+	                                    : (enum wl_kind)0;
 }
 
 int main(int argc, char **argv)
@@ -209,27 +290,35 @@ int main(int argc, char **argv)
 	                                   {"quiet", 0, 0, 'q'},
 	                                   {"lease", 1, 0, 'l'},
 	                                   {"park-after-us", 1, 0, 'P'},
+	                                   {"items", 1, 0, 'I'},
+	                                   {"customers", 1, 0, 'C'},
+	                                   {"full-scale", 0, 0, 'F'},
+	                                   {"workload", 1, 0, 'w'},
 	                                   {"help", 0, 0, 'h'},
 	                                   {0, 0, 0, 0}};
 	/* The workload comes last but options depend on it (the mix):
 	 * find it first. */
-	const char *wname = NULL;
-	for (int i = 1; i < argc; i++)
-		if (!strcmp(argv[i], "tatp") || !strcmp(argv[i], "smallbank"))
-			wname = argv[i];
+	bool positional = false;
+	const char *wname = find_workload(argc, argv, &positional);
 	for (int i = 1; i < argc; i++)
 		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
 			usage(stdout);
 			return 0;
 		}
 	if (!wname) {
-		fprintf(stderr, "farm-workload: name a workload: tatp or "
-		                "smallbank\n");
+		fprintf(stderr, "farm-workload: name a workload: tatp, "
+		                "smallbank or tpcc\n");
 		usage(stderr);
 		return 2;
 	}
+	enum wl_kind kind = kind_of(wname);
+	if (!kind) {
+		fprintf(stderr, "farm-workload: unknown workload '%s'\n",
+		        wname);
+		return 2;
+	}
 	struct wl_opts o;
-	wl_opts_default(&o, !strcmp(wname, "tatp") ? WL_TATP : WL_BANK);
+	wl_opts_default(&o, kind);
 	const char *mix = NULL;
 	char err[256];
 	int c;
@@ -247,7 +336,7 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (optind != argc - 1) {
+	if (optind != argc - (positional ? 1 : 0)) {
 		usage(stderr);
 		return 2;
 	}

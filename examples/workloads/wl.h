@@ -11,9 +11,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum wl_kind { WL_TATP = 1, WL_BANK = 2 };
+enum wl_kind { WL_TATP = 1, WL_BANK = 2, WL_TPCC = 3 };
 
-/* Transaction types: TATP's seven, then SmallBank's six. */
+/* Transaction types: TATP's seven, SmallBank's six, TPC-C's five. */
 enum wl_txn {
 	WT_GET_SUB,
 	WT_GET_NEWDEST,
@@ -28,6 +28,11 @@ enum wl_txn {
 	WT_SEND_PAYMENT,
 	WT_TRANSACT_SAV,
 	WT_WRITE_CHECK,
+	WT_NEW_ORDER,
+	WT_PAYMENT,
+	WT_ORDER_STATUS,
+	WT_DELIVERY,
+	WT_STOCK_LEVEL,
 	WT_NTYPES
 };
 
@@ -40,7 +45,10 @@ enum wl_txn {
 struct wl_opts {
 	enum wl_kind kind;
 	unsigned machines, threads;
-	uint64_t scale;          /* TATP subscribers, SmallBank accounts */
+	uint64_t scale;          /* TATP subscribers, SmallBank accounts,
+	                            TPC-C warehouses */
+	uint32_t items;          /* TPC-C: items (the spec: 100,000) */
+	uint32_t customers;      /* TPC-C: customers per district (3,000) */
 	unsigned mix[WT_NTYPES]; /* percentages of the workload's types */
 	uint64_t duration_ms;
 	uint64_t seed;
@@ -76,7 +84,8 @@ struct wl_result {
 	int check;
 	char msg[256];
 	uint64_t rows[4]; /* TATP: subscriber, access_info, special_facility,
-	                     call_forwarding; SmallBank: accounts */
+	                     call_forwarding; SmallBank: accounts; TPC-C:
+	                     orders, new-orders, order lines, districts */
 	int64_t total;    /* SmallBank: final total balance */
 	uint64_t load_ms;
 	uint64_t initial[4]; /* what the load made (rows; SmallBank: accounts,

@@ -24,7 +24,12 @@ static const char *const names[WT_NTYPES] = {"GET_SUBSCRIBER_DATA",
                                              "DepositChecking",
                                              "SendPayment",
                                              "TransactSavings",
-                                             "WriteCheck"};
+                                             "WriteCheck",
+                                             "NewOrder",
+                                             "Payment",
+                                             "OrderStatus",
+                                             "Delivery",
+                                             "StockLevel"};
 /* TATP's standard mix (spec 1.2) and SmallBank's usual one (H-Store,
  * OLTPBench, FaSST, DrTM+H). */
 static const unsigned tatp_std[7] = {35, 10, 35, 2, 14, 2, 2};
@@ -33,6 +38,20 @@ static const unsigned tatp_wh[7] = {10, 5, 10, 20, 35, 10, 10};
 static const unsigned bank_std[6] = {15, 15, 15, 25, 15, 15};
 static const unsigned bank_ro[6] = {0, 100, 0, 0, 0, 0};
 static const unsigned bank_wh[6] = {20, 0, 20, 30, 15, 15};
+/* TPC-C's standard mix (spec 5.2.3: the minimum shares, NewOrder the
+ * rest); read-only: OrderStatus and StockLevel; write-heavy: NewOrder
+ * and Payment. */
+static const unsigned tpcc_std[5] = {45, 43, 4, 4, 4};
+static const unsigned tpcc_ro[5] = {0, 0, 50, 0, 50};
+static const unsigned tpcc_wh[5] = {50, 50, 0, 0, 0};
+
+static const unsigned *mix_of(enum wl_kind k, int which)
+{
+	static const unsigned *const m[3][3] = {{tatp_std, tatp_ro, tatp_wh},
+	                                        {bank_std, bank_ro, bank_wh},
+	                                        {tpcc_std, tpcc_ro, tpcc_wh}};
+	return m[k == WL_TATP ? 0 : k == WL_BANK ? 1 : 2][which];
+}
 
 const char *wl_txn_name(enum wl_txn t)
 {
@@ -41,8 +60,12 @@ const char *wl_txn_name(enum wl_txn t)
 
 void wl_types(enum wl_kind kind, int *from, int *to)
 {
-	*from = kind == WL_TATP ? WT_GET_SUB : WT_AMALGAMATE;
-	*to = kind == WL_TATP ? WT_AMALGAMATE : WT_NTYPES;
+	*from = kind == WL_TATP   ? WT_GET_SUB
+	        : kind == WL_BANK ? WT_AMALGAMATE
+	                          : WT_NEW_ORDER;
+	*to = kind == WL_TATP   ? WT_AMALGAMATE
+	      : kind == WL_BANK ? WT_NEW_ORDER
+	                        : WT_NTYPES;
 }
 
 static void set_mix(struct wl_opts *o, const unsigned *p)
@@ -77,25 +100,28 @@ void wl_opts_default(struct wl_opts *o, enum wl_kind kind)
 	 * 3 machines, 2 cores: 48k txn/s parking at once, 10k after 50 us
 	 * of spinning). */
 	o->park_after_us = 0;
-	set_mix(o, kind == WL_TATP ? tatp_std : bank_std);
+	/* TPC-C: one warehouse a machine, and a population scaled down so
+	 * that the load takes seconds on a small host (README.md); the
+	 * specification's is --items 100000 --customers 3000. */
+	o->items = 1000;
+	o->customers = 30;
+	if (kind == WL_TPCC)
+		o->scale = 3;
+	set_mix(o, mix_of(kind, 0));
 }
 
 int wl_mix_parse(struct wl_opts *o, const char *s, char *err, size_t len)
 {
-	bool t = o->kind == WL_TATP;
-	if (!strcmp(s, "standard")) {
-		set_mix(o, t ? tatp_std : bank_std);
-		return 0;
-	}
-	if (!strcmp(s, "read-only")) {
-		set_mix(o, t ? tatp_ro : bank_ro);
-		return 0;
-	}
-	if (!strcmp(s, "write-heavy")) {
-		set_mix(o, t ? tatp_wh : bank_wh);
-		return 0;
-	}
-	unsigned p[7], n = 0, sum = 0, want = t ? 7 : 6;
+	static const char *const named[3] = {"standard", "read-only",
+	                                     "write-heavy"};
+	for (int i = 0; i < 3; i++)
+		if (!strcmp(s, named[i])) {
+			set_mix(o, mix_of(o->kind, i));
+			return 0;
+		}
+	int from, to;
+	wl_types(o->kind, &from, &to);
+	unsigned p[7], n = 0, sum = 0, want = (unsigned)(to - from);
 	const char *q = s;
 	while (*q && n < 7) {
 		char *e;
@@ -124,6 +150,12 @@ int wl_mix_parse(struct wl_opts *o, const char *s, char *err, size_t len)
  * whole 64-byte lines, index entries, with a margin for the allocator. */
 static uint64_t need_bytes(const struct wl_opts *o)
 {
+	if (o->kind == WL_TPCC) /* stock; customers, history, orders and
+	                           their index entries; items */
+		return (o->scale * ((uint64_t)o->items * 96 +
+		                    10ull * o->customers * 1024) +
+		        (uint64_t)o->items * 96) *
+		       o->replicas * 2;
 	uint64_t per = o->kind == WL_TATP ? 64 * (1 + 2.5 * 3) + 64 * 10
 	                                  : 2 * (64 + 64);
 	return o->scale * per * o->replicas * 2;
@@ -179,7 +211,8 @@ static int validate_use(const struct wl_opts *o, char *err, size_t len)
 {
 	/* Partitioned, a machine picks only ids it owns: SmallBank's
 	 * two-account transactions need two of them on every machine. */
-	if (o->partitioned && o->scale < 2ull * o->machines) {
+	if (o->partitioned && o->kind != WL_TPCC &&
+	    o->scale < 2ull * o->machines) {
 		snprintf(err, len,
 		         "a partitioned run needs a scale of at least 2 per "
 		         "machine (%u)",
@@ -196,11 +229,33 @@ static int validate_use(const struct wl_opts *o, char *err, size_t len)
 	return 0;
 }
 
+/* TPC-C's population: ids that its keys can pack, a warehouse on every
+ * machine (warehouses are partitioned across them). */
+static int validate_tpcc(const struct wl_opts *o, char *err, size_t len)
+{
+	if (o->kind != WL_TPCC)
+		return 0;
+	if (o->items < 1 || o->items > 100000 || o->customers < 1 ||
+	    o->customers > 3000 || o->scale > 10000) {
+		snprintf(err, len,
+		         "TPC-C: items must be 1..100000, customers per "
+		         "district 1..3000, warehouses at most 10000");
+		return -EINVAL;
+	}
+	if (o->audit || o->history) {
+		snprintf(err, len,
+		         "--audit and --history are SmallBank's (TPC-C always "
+		         "counts each client's new orders)");
+		return -EINVAL;
+	}
+	return 0;
+}
+
 /* The shape of the run: machines, threads, replicas, fabric, mix. */
 static int validate_shape(const struct wl_opts *o, char *err, size_t len)
 {
 	int from, to;
-	if (o->kind != WL_TATP && o->kind != WL_BANK) {
+	if (o->kind < WL_TATP || o->kind > WL_TPCC) {
 		snprintf(err, len, "unknown workload");
 		return -EINVAL;
 	}
@@ -234,11 +289,14 @@ static int validate_shape(const struct wl_opts *o, char *err, size_t len)
 	if (o->scale < minscale || o->scale > (1ull << 40) ||
 	    o->scale < o->machines) {
 		snprintf(err, len,
-		         "scale must be at least %llu and the machines",
-		         (unsigned long long)minscale);
+		         "scale must be at least %llu and the machines%s",
+		         (unsigned long long)minscale,
+		         o->kind == WL_TPCC ? " (a warehouse on every machine)"
+		                            : "");
 		return -EINVAL;
 	}
-	return validate_use(o, err, len) ?: validate_kill(o, err, len);
+	return validate_use(o, err, len) ?: validate_tpcc(o, err, len)
+	                                 ?: validate_kill(o, err, len);
 }
 
 /* That the scale fits what is free, before anything starts. */

@@ -94,6 +94,7 @@ struct wl_client {
 	 * the id of its last shipped update. */
 	farm_fatptr tledger[WL_MAX_MACHINES];
 	uint64_t ship_seq;
+	void *app; /* the workload's per-client state (TPC-C) */
 	int hist_fd;
 	uint64_t hist_seq;
 	pthread_t th;
@@ -115,6 +116,7 @@ struct wl_machine {
 	uint64_t loaded[4];      /* rows this machine loaded */
 	unsigned puts_in_flight; /* the load's (wl_kv_put) */
 	int put_err;
+	void *app; /* the workload's per-machine state (TPC-C's trees) */
 };
 
 /* The machine that owns (loads, serves shipped updates of) id. */
@@ -189,9 +191,12 @@ struct wl_ops {
 	/* Count every row (machine 0, after the run): into r->rows/total. */
 	int (*check)(struct wl_machine *m, farm_loop *loop,
 	             struct wl_result *r);
+	/* Free the workload's state (m->app, each client's app) before the
+	 * node closes; NULL: none. */
+	void (*fini)(struct wl_machine *m);
 };
 
-extern const struct wl_ops wl_tatp_ops, wl_bank_ops;
+extern const struct wl_ops wl_tatp_ops, wl_bank_ops, wl_tpcc_ops;
 
 /* Pick an id: partitioned, one this machine owns. */
 uint64_t wl_pick_id(struct wl_client *c, uint64_t id);

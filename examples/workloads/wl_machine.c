@@ -17,7 +17,9 @@
 
 static const struct wl_ops *ops_of(const struct wl_opts *o)
 {
-	return o->kind == WL_TATP ? &wl_tatp_ops : &wl_bank_ops;
+	return o->kind == WL_TATP   ? &wl_tatp_ops
+	       : o->kind == WL_TPCC ? &wl_tpcc_ops
+	                            : &wl_bank_ops;
 }
 
 bool wl_retryable(int rc)
@@ -372,7 +374,14 @@ static int write_conf(const struct wl_machine *m, const char *conf)
 /* KV buckets per machine for the rows of the workload, with room. */
 static uint32_t kv_buckets(const struct wl_opts *o)
 {
-	uint64_t keys = o->kind == WL_TATP ? o->scale * 10 : o->scale * 2;
+	/* TPC-C: a warehouse's stock and customers, its districts, and
+	 * the items. */
+	uint64_t keys =
+	        o->kind == WL_TATP ? o->scale * 10
+	        : o->kind == WL_TPCC
+	                ? o->scale * (o->items + 10ull * o->customers + 11) +
+	                          o->items
+	                : o->scale * 2;
 	keys += 64u * WL_MAX_THREADS * WL_MAX_MACHINES;
 	uint64_t b = keys / o->machines / 2 + 1024; /* 4 slots a bucket */
 	return b > (1u << 24) ? 1u << 24 : (uint32_t)b;
@@ -430,6 +439,8 @@ static void machine_close(struct wl_machine *m)
 			                   &m->cl[i]) == 0)
 				pthread_join(m->cl[i].th, NULL);
 		}
+	if (ops_of(m->o)->fini)
+		ops_of(m->o)->fini(m);
 	if (m->cl[0].loop) {
 		farm_kv_detach(m->kv, m->cl[0].loop);
 		farm_node_loop_close(m->node, m->cl[0].loop);

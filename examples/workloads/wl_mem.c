@@ -273,6 +273,8 @@ static int mem_load(struct mem *m)
 
 int wl_mem_run(const struct wl_opts *o, struct wl_bres *out)
 {
+	if (o->kind == WL_TPCC)
+		return wl_mem_tpcc_run(o, out);
 	struct mem m = {.o = o, .rng = (o->seed + 3) * 0x9e3779b97f4a7c15ull};
 	uint64_t *hist = calloc(WL_HIST_BUCKETS, sizeof(uint64_t));
 	int rc = hist ? mem_load(&m) : -ENOMEM;

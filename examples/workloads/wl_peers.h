@@ -9,10 +9,11 @@
 #include "wl.h"
 
 struct wl_bres {
-	double tput;      /* transactions per second (all types) */
-	double p50, p99;  /* microseconds */
-	double abort_pct; /* retried attempts per 100 attempts */
-	unsigned cores;   /* cores the run could use */
+	double tput;       /* transactions per second (all types) */
+	double new_orders; /* TPC-C: committed NewOrders per second */
+	double p50, p99;   /* microseconds */
+	double abort_pct;  /* retried attempts per 100 attempts */
+	unsigned cores;    /* cores the run could use */
 	unsigned clients;
 	char note[128];
 };
@@ -20,6 +21,8 @@ struct wl_bres {
 /* The in-memory limit: @o's workload, mix and scale in this process on
  * plain hash tables, one thread, no replication, no messages. */
 int wl_mem_run(const struct wl_opts *o, struct wl_bres *out);
+/* TPC-C's (wl_mem_tpcc.c), which wl_mem_run calls for it. */
+int wl_mem_tpcc_run(const struct wl_opts *o, struct wl_bres *out);
 
 /* PostgreSQL: a private server on tmpfs (started and stopped here), the
  * same tables and transactions as prepared statements and server-side

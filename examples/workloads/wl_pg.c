@@ -17,6 +17,7 @@
 
 #include "wl_int.h"
 #include "wl_peers.h"
+#include "wl_pg_tpcc.h"
 
 struct wl_pg {
 	char dir[128], bin[256], conninfo[256];
@@ -206,16 +207,21 @@ int wl_pg_load(struct wl_pg *pg, const struct wl_opts *o)
 		PQfinish(c);
 		return -EIO;
 	}
-	char *sql = malloc(8192);
+	char *sql = malloc(32768);
 	unsigned long long n = (unsigned long long)o->scale;
 	if (!sql) {
 		PQfinish(c);
 		return -ENOMEM;
 	}
 	if (o->kind == WL_TATP)
-		snprintf(sql, 8192, TATP_SCHEMA, n, n, n);
-	else
-		snprintf(sql, 8192, BANK_SCHEMA, n, n);
+		snprintf(sql, 32768, TATP_SCHEMA, n, n, n);
+	else if (o->kind == WL_BANK)
+		snprintf(sql, 32768, BANK_SCHEMA, n, n);
+	else if (wl_pg_tpcc_schema(o, sql, 32768)) {
+		free(sql);
+		PQfinish(c);
+		return -E2BIG;
+	}
 	PGresult *r = PQexec(c, sql);
 	int rc = PQresultStatus(r) == PGRES_TUPLES_OK ||
 	                         PQresultStatus(r) == PGRES_COMMAND_OK
@@ -263,7 +269,7 @@ struct pg_client {
 	const struct wl_pg *pg;
 	const struct wl_opts *o;
 	bool sync;
-	uint64_t rng, n, aborts;
+	uint64_t rng, n, aborts, new_orders;
 	/* Set once before the thread starts; cleared early to stop the
 	 * clients already started when a later one cannot be (seq_cst
 	 * store in wl_pg_run pairs with the load in pg_client_main). */
@@ -289,30 +295,41 @@ static uint64_t pick_id(struct pg_client *k)
 }
 
 /* The parameters of one transaction of type @t, as text. */
-static void params(struct pg_client *k, enum wl_txn t, char p[5][24])
+static void params(struct pg_client *k, enum wl_txn t,
+                   char p[WL_PG_NPARAM][WL_PG_PARAM])
 {
+	if (k->o->kind == WL_TPCC) {
+		wl_pg_tpcc_params(&k->rng, k->o, t, p);
+		return;
+	}
 	uint64_t a = pick_id(k), b = pick_id(k);
 	while (b == a && k->o->scale > 1 && t >= WT_AMALGAMATE)
 		b = pick_id(k);
 	unsigned st = (unsigned)wl_uni(&k->rng, 0, 2) * 8;
 	bool nbr = t == WT_UPD_LOC || t == WT_INS_CF || t == WT_DEL_CF;
-	snprintf(p[0], 24, nbr ? "%015llu" : "%llu", (unsigned long long)a);
-	snprintf(p[1], 24, "%u", (unsigned)wl_uni(&k->rng, 1, 4));
-	snprintf(p[2], 24, "%u", st);
-	snprintf(p[3], 24, "%u", (unsigned)wl_uni(&k->rng, 1, 24));
-	snprintf(p[4], 24, "123456789012345");
+	snprintf(p[0], WL_PG_PARAM, nbr ? "%015llu" : "%llu",
+	         (unsigned long long)a);
+	snprintf(p[1], WL_PG_PARAM, "%u", (unsigned)wl_uni(&k->rng, 1, 4));
+	snprintf(p[2], WL_PG_PARAM, "%u", st);
+	snprintf(p[3], WL_PG_PARAM, "%u", (unsigned)wl_uni(&k->rng, 1, 24));
+	snprintf(p[4], WL_PG_PARAM, "123456789012345");
 	if (t == WT_UPD_SUB) {
-		snprintf(p[2], 24, "%u", (unsigned)wl_uni(&k->rng, 0, 1));
-		snprintf(p[3], 24, "%u", (unsigned)wl_uni(&k->rng, 0, 255));
+		snprintf(p[2], WL_PG_PARAM, "%u",
+		         (unsigned)wl_uni(&k->rng, 0, 1));
+		snprintf(p[3], WL_PG_PARAM, "%u",
+		         (unsigned)wl_uni(&k->rng, 0, 255));
 	} else if (t == WT_UPD_LOC) {
-		snprintf(p[1], 24, "%u", (unsigned)(wl_rand(&k->rng) >> 34));
+		snprintf(p[1], WL_PG_PARAM, "%u",
+		         (unsigned)(wl_rand(&k->rng) >> 34));
 	} else if (t == WT_INS_CF) {
-		snprintf(p[3], 24, "%u", st + (unsigned)wl_uni(&k->rng, 1, 8));
+		snprintf(p[3], WL_PG_PARAM, "%u",
+		         st + (unsigned)wl_uni(&k->rng, 1, 8));
 	} else if (t >= WT_AMALGAMATE) {
 		unsigned v = (unsigned)wl_uni(&k->rng, 1, 100);
 		bool two = t == WT_AMALGAMATE || t == WT_SEND_PAYMENT;
-		snprintf(p[1], 24, "%llu", two ? (unsigned long long)b : v);
-		snprintf(p[2], 24, "%u", v);
+		snprintf(p[1], WL_PG_PARAM, "%llu",
+		         two ? (unsigned long long)b : v);
+		snprintf(p[2], WL_PG_PARAM, "%u", v);
 	}
 }
 
@@ -327,6 +344,14 @@ static enum wl_txn pick(struct pg_client *k)
 	return (enum wl_txn)from;
 }
 
+static const char *stmt_of(const struct wl_opts *o, enum wl_txn t, int *np)
+{
+	if (o->kind == WL_TPCC)
+		return wl_pg_tpcc_stmt(t, np);
+	*np = atoi(stmts[t][1]);
+	return stmts[t][0];
+}
+
 static int prepare(PGconn *c, const struct wl_opts *o, bool sync)
 {
 	int from, to;
@@ -338,7 +363,9 @@ static int prepare(PGconn *c, const struct wl_opts *o, bool sync)
 	for (int t = from; t < to && !rc; t++) {
 		char name[16];
 		snprintf(name, sizeof(name), "t%d", t);
-		r = PQprepare(c, name, stmts[t][0], atoi(stmts[t][1]), NULL);
+		int np;
+		const char *q = stmt_of(o, (enum wl_txn)t, &np);
+		r = PQprepare(c, name, q, np, NULL);
 		rc = PQresultStatus(r) == PGRES_COMMAND_OK ? 0 : -EIO;
 		PQclear(r);
 	}
@@ -357,14 +384,17 @@ static void *pg_client_main(void *arg)
 	}
 	while (wl_now_ns() < atomic_load(&k->end_ns) && !k->err) {
 		enum wl_txn t = pick(k);
-		char p[5][24], name[16];
-		const char *pv[5] = {p[0], p[1], p[2], p[3], p[4]};
+		char p[WL_PG_NPARAM][WL_PG_PARAM], name[16];
+		const char *pv[WL_PG_NPARAM] = {p[0], p[1], p[2], p[3],
+		                                p[4], p[5], p[6]};
+		int np;
+		(void)stmt_of(k->o, t, &np);
 		params(k, t, p);
 		snprintf(name, sizeof(name), "t%d", (int)t);
 		uint64_t t0 = wl_now_ns();
 		for (;;) {
-			PGresult *r = PQexecPrepared(c, name, atoi(stmts[t][1]),
-			                             pv, NULL, NULL, 0);
+			PGresult *r =
+			        PQexecPrepared(c, name, np, pv, NULL, NULL, 0);
 			ExecStatusType st = PQresultStatus(r);
 			const char *code =
 			        PQresultErrorField(r, PG_DIAG_SQLSTATE);
@@ -379,6 +409,8 @@ static void *pg_client_main(void *arg)
 				k->err = -EIO;
 			}
 			PQclear(r);
+			k->new_orders += t == WT_NEW_ORDER && !retry &&
+			                 !logic && st != PGRES_FATAL_ERROR;
 			if (!retry)
 				break;
 			k->aborts++;
@@ -418,12 +450,13 @@ int wl_pg_run(struct wl_pg *pg, const struct wl_opts *o, unsigned clients,
 			return -EAGAIN;
 		}
 	}
-	uint64_t n = 0, aborts = 0;
+	uint64_t n = 0, aborts = 0, no = 0;
 	int err = 0;
 	for (unsigned i = 0; i < clients; i++) {
 		pthread_join(k[i].th, NULL);
 		n += k[i].n;
 		aborts += k[i].aborts;
+		no += k[i].new_orders;
 		err = err ? err : k[i].err;
 		for (int b = 0; b < WL_HIST_BUCKETS; b++)
 			hist[b] += k[i].hist[b];
@@ -431,6 +464,7 @@ int wl_pg_run(struct wl_pg *pg, const struct wl_opts *o, unsigned clients,
 	double secs = (double)(wl_now_ns() - t0) / 1e9;
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	*out = (struct wl_bres){.tput = n / secs,
+	                        .new_orders = no / secs,
 	                        .p50 = wl_hist_pct(hist, 0.5),
 	                        .p99 = wl_hist_pct(hist, 0.99),
 	                        .abort_pct =

@@ -302,6 +302,11 @@ static int check(struct wl_cluster *cl, struct wl_result *r)
 	r->ledger_delta = m->ledger_delta;
 	if (rc)
 		snprintf(r->msg, sizeof(r->msg), "check: %.200s", m->msg);
+	/* A condition the machine's check found broken (TPC-C's). */
+	if (!rc && m->check) {
+		r->check = m->check;
+		memcpy(r->msg, m->msg, sizeof(r->msg));
+	}
 	free(m);
 	return rc;
 }
@@ -350,6 +355,14 @@ static void verdict(const struct wl_opts *o, const struct wl_cluster *cl,
 		         "no commits in the last quarter of the run: "
 		         "the survivors did not recover");
 		r->check = -1;
+		return;
+	}
+	if (o->kind == WL_TPCC) {
+		/* The consistency conditions (the check), then every
+		 * surviving client's acknowledged new orders present and
+		 * none it was told rolled back or failed. */
+		if (!r->check)
+			check_acked(o, cl, r);
 		return;
 	}
 	if (o->kind == WL_TATP) {

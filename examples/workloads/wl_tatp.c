@@ -725,4 +725,5 @@ static int tatp_check(struct wl_machine *m, farm_loop *loop,
 	return check_ledgers(m, r);
 }
 
-const struct wl_ops wl_tatp_ops = {tatp_load, tatp_txn, tatp_ship, tatp_check};
+const struct wl_ops wl_tatp_ops = {tatp_load, tatp_txn, tatp_ship, tatp_check,
+                                   NULL};

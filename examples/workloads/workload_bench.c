@@ -1,7 +1,7 @@
 /*
- * workload_bench: TATP and SmallBank on libfarm (local cluster, 3 replicas)
- * against PostgreSQL (a private server on tmpfs, its better client count
- * and synchronous_commit setting) and the in-memory limit (one thread,
+ * workload_bench: TATP, SmallBank and TPC-C on libfarm (local cluster, 3
+ * replicas) against PostgreSQL (a private server on tmpfs, its better client
+ * count and synchronous_commit setting) and the in-memory limit (one thread,
  * plain hash tables), per core; and, when ZooKeeper is there
  * (scripts/zk-local), TATP's throughput per millisecond across a killed
  * machine (a gnuplot PNG). A human summary, then one JSON line with the
@@ -23,11 +23,25 @@
 
 static struct {
 	double seconds;
-	uint64_t tatp_scale, bank_scale;
+	uint64_t tatp_scale, bank_scale, tpcc_scale;
 	bool pg, timeline;
 	const char *out, *scripts;
 	unsigned machines;
-} a = {2.0, 2000, 5000, true, true, ".", NULL, 3};
+} a = {2.0, 2000, 5000, 3, true, true, ".", NULL, 3};
+
+static uint64_t scale_of(enum wl_kind kind)
+{
+	return kind == WL_TATP   ? a.tatp_scale
+	       : kind == WL_BANK ? a.bank_scale
+	                         : a.tpcc_scale;
+}
+
+static const char *kind_name(enum wl_kind kind)
+{
+	return kind == WL_TATP   ? "TATP"
+	       : kind == WL_BANK ? "SmallBank"
+	                         : "TPC-C";
+}
 
 /* SIGINT/SIGTERM: the phase under way ends (wl_run kills its machines
  * and removes their directory, then raises the signal again here), and
@@ -54,7 +68,7 @@ static int farm_run(enum wl_kind kind, bool part, struct wl_bres *b)
 	struct wl_opts o;
 	wl_opts_default(&o, kind);
 	o.machines = a.machines;
-	o.scale = kind == WL_TATP ? a.tatp_scale : a.bank_scale;
+	o.scale = scale_of(kind);
 	o.duration_ms = (uint64_t)(a.seconds * 1000);
 	o.partitioned = part;
 	o.region_size = "256M";
@@ -64,7 +78,7 @@ static int farm_run(enum wl_kind kind, bool part, struct wl_bres *b)
 	int rc = wl_run(&o, r);
 	if (rc || r->check) {
 		fprintf(stderr, "workload_bench: libfarm %s: %s\n",
-		        kind == WL_TATP ? "TATP" : "SmallBank", r->msg);
+		        kind_name(kind), r->msg);
 		free(r);
 		return rc ? rc : -EIO;
 	}
@@ -74,13 +88,19 @@ static int farm_run(enum wl_kind kind, bool part, struct wl_bres *b)
 	unsigned c = o.machines * o.threads;
 	*b = (struct wl_bres){
 	        .tput = n / r->seconds,
+	        .new_orders = (double)(r->commits[WT_NEW_ORDER] -
+	                               r->fails[WT_NEW_ORDER]) /
+	                      r->seconds,
 	        .p50 = wl_hist_pct(r->hist, 0.5),
 	        .p99 = wl_hist_pct(r->hist, 0.99),
 	        .abort_pct = n ? 100.0 * r->retries / (n + r->retries) : 0,
 	        .cores = c < ncpu() ? c : ncpu(),
 	        .clients = c};
 	snprintf(b->note, sizeof(b->note), "%u machines, 3 replicas, %s",
-	         o.machines, part ? "partitioned" : "unpartitioned");
+	         o.machines,
+	         kind == WL_TPCC ? "warehouses partitioned, conditions 1-5 held"
+	         : part          ? "partitioned"
+	                         : "unpartitioned");
 	wl_result_free(r);
 	free(r);
 	return 0;
@@ -90,7 +110,7 @@ static int mem_run(enum wl_kind kind, struct wl_bres *b)
 {
 	struct wl_opts o;
 	wl_opts_default(&o, kind);
-	o.scale = kind == WL_TATP ? a.tatp_scale : a.bank_scale;
+	o.scale = scale_of(kind);
 	o.duration_ms = (uint64_t)(a.seconds * 1000);
 	return wl_mem_run(&o, b);
 }
@@ -101,7 +121,7 @@ static int pg_runs(struct wl_pg *pg, enum wl_kind kind, struct wl_bres best[2])
 {
 	struct wl_opts o;
 	wl_opts_default(&o, kind);
-	o.scale = kind == WL_TATP ? a.tatp_scale : a.bank_scale;
+	o.scale = scale_of(kind);
 	o.duration_ms = (uint64_t)(a.seconds * 1000 / 2);
 	int rc = wl_pg_load(pg, &o);
 	memset(best, 0, 2 * sizeof(best[0]));
@@ -147,8 +167,31 @@ static double per_core(const struct wl_bres *b)
 	return b->tput / (b->cores ? b->cores : 1);
 }
 
+static double no_per_core(const struct wl_bres *b)
+{
+	return b->new_orders / (b->cores ? b->cores : 1);
+}
+
+static void show_tpcc(const char *what, const struct wl_bres *b)
+{
+	printf("  %-34s %9.0f new orders/s  %8.0f /core  (%.0f txn/s)  p50 "
+	       "%7.1f us  p99 %8.1f us  aborts %5.2f%%  (%u clients; %s)\n",
+	       what, b->new_orders, no_per_core(b), b->tput, b->p50, b->p99,
+	       b->abort_pct, b->clients, b->note);
+}
+
+static void json_tpcc(const char *name, const struct wl_bres *b, bool comma)
+{
+	printf("\"%s\": {\"new_orders\": %.0f, \"new_orders_per_core\": %.0f, "
+	       "\"tput\": %.0f, \"p50_us\": %.1f, \"p99_us\": %.1f, "
+	       "\"abort_pct\": %.2f, \"clients\": %u, \"cores\": %u}%s",
+	       name, b->new_orders, no_per_core(b), b->tput, b->p50, b->p99,
+	       b->abort_pct, b->clients, b->cores, comma ? ", " : "");
+}
+
 struct figures {
-	struct wl_bres ft, ftp, fb, mt, mb, pt[2], pb[2];
+	struct wl_bres ft, ftp, fb, mt, mb, pt[2], pb[2], fc, mc, pc[2];
+	bool have_pgc;
 	bool have_pg;
 	double k80, before;
 };
@@ -172,6 +215,15 @@ static void human(const struct figures *f)
 	if (f->have_pg) {
 		show("PostgreSQL", &f->pb[0]);
 		show("PostgreSQL", &f->pb[1]);
+	}
+	printf("TPC-C (%llu warehouses, 1000 items, 30 customers a district: "
+	       "scaled down; standard mix):\n",
+	       (unsigned long long)a.tpcc_scale);
+	show_tpcc("libfarm", &f->fc);
+	show_tpcc("in-memory limit", &f->mc);
+	if (f->have_pgc) {
+		show_tpcc("PostgreSQL", &f->pc[0]);
+		show_tpcc("PostgreSQL", &f->pc[1]);
 	}
 	printf("FaRM (SOSP'15): TATP 140 M txn/s on 90 machines x 16 cores = "
 	       "97 k per core (RDMA, 2x 8-core Xeon; here: shm on %u shared "
@@ -227,7 +279,14 @@ static void json(const struct figures *f)
 		json_res("pg_sync_on", &f->pb[0], true);
 		json_res("pg_sync_off", &f->pb[1], false);
 	}
-	printf("}, \"pg_isolation\": \"read committed\", \"tpcc\": null, "
+	printf("}, \"tpcc\": {");
+	json_tpcc("libfarm", &f->fc, true);
+	json_tpcc("memory", &f->mc, f->have_pgc);
+	if (f->have_pgc) {
+		json_tpcc("pg_sync_on", &f->pc[0], true);
+		json_tpcc("pg_sync_off", &f->pc[1], false);
+	}
+	printf("}, \"pg_isolation\": \"read committed\", "
 	       "\"timeline_before_per_ms\": ");
 	if (isnan(f->k80))
 		printf("null");
@@ -244,28 +303,31 @@ static void json(const struct figures *f)
 	     per_core(&f->ftp) / per_core(&f->mt), 0.3, true, true);
 	goal("smallbank_vs_pg_per_core", per_core(&f->fb) / pgb_c, 10, true,
 	     true);
-	goal("tpcc_vs_pg_per_core", NAN, 5, true, true);
+	const struct wl_bres *pgc = f->pc[0].new_orders > f->pc[1].new_orders
+	                                    ? &f->pc[0]
+	                                    : &f->pc[1];
+	goal("tpcc_vs_pg_per_core",
+	     f->have_pgc ? no_per_core(&f->fc) / no_per_core(pgc) : NAN, 5,
+	     true, true);
 	goal("kill_to_80pct_ms", f->k80, 50, false, false);
 	printf("}}\n");
 }
 
 int main(int argc, char **argv)
 {
-	static const struct option lo[] = {{"seconds", 1, 0, 's'},
-	                                   {"tatp-scale", 1, 0, 't'},
-	                                   {"bank-scale", 1, 0, 'b'},
-	                                   {"no-pg", 0, 0, 'n'},
-	                                   {"no-timeline", 0, 0, 'T'},
-	                                   {"out", 1, 0, 'o'},
-	                                   {"scripts", 1, 0, 'S'},
-	                                   {"help", 0, 0, 'h'},
-	                                   {0, 0, 0, 0}};
+	static const struct option lo[] = {
+	        {"seconds", 1, 0, 's'},    {"tatp-scale", 1, 0, 't'},
+	        {"bank-scale", 1, 0, 'b'}, {"tpcc-scale", 1, 0, 'w'},
+	        {"no-pg", 0, 0, 'n'},      {"no-timeline", 0, 0, 'T'},
+	        {"out", 1, 0, 'o'},        {"scripts", 1, 0, 'S'},
+	        {"help", 0, 0, 'h'},       {0, 0, 0, 0}};
 	int c;
 	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
 		switch (c) {
 		case 's': a.seconds = atof(optarg); break;
 		case 't': a.tatp_scale = strtoull(optarg, NULL, 10); break;
 		case 'b': a.bank_scale = strtoull(optarg, NULL, 10); break;
+		case 'w': a.tpcc_scale = strtoull(optarg, NULL, 10); break;
 		case 'n': a.pg = false; break;
 		case 'T': a.timeline = false; break;
 		case 'o': a.out = optarg; break;
@@ -273,13 +335,15 @@ int main(int argc, char **argv)
 		case 'h':
 			printf("usage: workload_bench [--seconds S] "
 			       "[--tatp-scale N] "
-			       "[--bank-scale N] [--no-pg] [--no-timeline] "
+			       "[--bank-scale N] [--tpcc-scale WAREHOUSES] "
+			       "[--no-pg] [--no-timeline] "
 			       "[--out DIR] [--scripts DIR]\n");
 			return 0;
 		default: return 2;
 		}
 	}
-	if (!(a.seconds > 0) || a.tatp_scale < 10 || a.bank_scale < 10) {
+	if (!(a.seconds > 0) || a.tatp_scale < 10 || a.bank_scale < 10 ||
+	    a.tpcc_scale < a.machines || a.tpcc_scale > 64) {
 		fprintf(stderr, "workload_bench: bad --seconds or scale\n");
 		return 2;
 	}
@@ -291,8 +355,9 @@ int main(int argc, char **argv)
 	static struct figures f = {.k80 = NAN};
 	int rc = farm_run(WL_TATP, false, &f.ft) ||
 	         farm_run(WL_TATP, true, &f.ftp) ||
-	         farm_run(WL_BANK, false, &f.fb) || mem_run(WL_TATP, &f.mt) ||
-	         mem_run(WL_BANK, &f.mb);
+	         farm_run(WL_BANK, false, &f.fb) ||
+	         farm_run(WL_TPCC, false, &f.fc) || mem_run(WL_TATP, &f.mt) ||
+	         mem_run(WL_BANK, &f.mb) || mem_run(WL_TPCC, &f.mc);
 	if (rc || stop)
 		return stop ? 128 + stop : 1;
 	if (a.pg) {
@@ -303,6 +368,7 @@ int main(int argc, char **argv)
 		} else {
 			f.have_pg = !pg_runs(pg, WL_TATP, f.pt) &&
 			            !pg_runs(pg, WL_BANK, f.pb);
+			f.have_pgc = !pg_runs(pg, WL_TPCC, f.pc);
 			wl_pg_stop(pg);
 		}
 	}
