@@ -564,7 +564,7 @@ static int check_orders(struct wl_client *c, uint64_t w, uint64_t d,
                         const struct ids *ord, const struct ids *no,
                         struct wl_result *r)
 {
-	uint64_t ol_sum = 0, lines = 0;
+	uint64_t ol_sum = 0, lines = 0, undelivered = 0;
 	for (size_t i = 0; i < ord->n; i++) {
 		struct tpcc_order o;
 		int rc = wl_lf_read(c, ord->p[i], &o, sizeof(o));
@@ -575,6 +575,7 @@ static int check_orders(struct wl_client *c, uint64_t w, uint64_t d,
 			     (unsigned long long)w, (unsigned long long)d,
 			     (unsigned long long)ord->id[i], o.o_id);
 		ol_sum += o.ol_cnt;
+		undelivered += o.carrier_id == 0;
 		for (unsigned l = 0; l < TPCC_MAX_OL; l++)
 			lines += o.ol[l].i_id != 0;
 		if ((o.carrier_id == 0) != has_id(no, o.o_id))
@@ -589,6 +590,13 @@ static int check_orders(struct wl_client *c, uint64_t w, uint64_t d,
 			         [cl % 64 % WL_MAX_THREADS]++;
 		}
 	}
+	/* Condition 5 from the NEW-ORDER side: a row whose order was lost
+	 * would not be seen from the orders above. */
+	if (undelivered != no->n)
+		FAIL("condition 5: district (%llu,%llu): %llu undelivered "
+		     "orders, %zu NEW-ORDER rows",
+		     (unsigned long long)w, (unsigned long long)d,
+		     (unsigned long long)undelivered, no->n);
 	r->rows[0] += ord->n;
 	r->rows[2] += lines;
 	if (ol_sum != lines)
@@ -622,6 +630,13 @@ static int check_district(struct wl_client *c, uint64_t w, uint64_t d,
 		     "%u, max(O_ID) = %llu",
 		     (unsigned long long)w, (unsigned long long)d,
 		     dist.next_o_id - 1, (unsigned long long)max_o);
+	/* Order ids are dense (D_NEXT_O_ID hands them out one by one, a
+	 * rolled-back NewOrder never takes one), so a lost order below the
+	 * maximum shows as a short count. */
+	if (ord->n != max_o)
+		FAIL("district (%llu,%llu): %zu orders for ids 1..%llu",
+		     (unsigned long long)w, (unsigned long long)d, ord->n,
+		     (unsigned long long)max_o);
 	if (no->n && no->id[no->n - 1] != max_o)
 		FAIL("condition 2: district (%llu,%llu): max(NO_O_ID) = %llu, "
 		     "max(O_ID) = %llu",
