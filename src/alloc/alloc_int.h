@@ -269,8 +269,9 @@ struct farm_blockalloc {
 	FARM_CL_ALIGNED _Atomic uint64_t region_gen;
 };
 
-/* Region lookup by id; lock-free (entries are published with release and
- * never removed while the allocator lives). A retired region stays in the
+/* Region lookup by id; lock-free (entries are published with release, in
+ * region_publish, which the acquire load below pairs with, and never
+ * removed while the allocator lives). A retired region stays in the
  * table as a tombstone and is skipped: a later region of the same id
  * (re-adopted) sits further along the same probe chain. */
 static inline struct ba_region *ba_lookup(farm_blockalloc *ba, uint32_t id)

@@ -154,6 +154,8 @@ static __attribute__((noinline)) void slab_purge(farm_slab *s, uint64_t gen)
 
 static inline void slab_sync(farm_slab *s)
 {
+	/* Acquire: pairs with the release bump of region_gen in
+	 * farm_blockalloc_retire_region (its retired flags are seen). */
 	uint64_t g =
 	        atomic_load_explicit(&s->ba->region_gen, memory_order_acquire);
 	if (FARM_UNLIKELY(g != s->region_gen))
@@ -400,6 +402,7 @@ static int take_hinted(farm_slab *s, unsigned c, farm_gaddr hint, char **p,
 	uint32_t off = farm_gaddr_offset(hint);
 	if (off >= r->size)
 		return -EINVAL;
+	/* Acquire: pairs with the release stores of meta_publish. */
 	struct farm_block *b = atomic_load_explicit(
 	        &r->meta[off / FARM_ALLOC_BLOCK], memory_order_acquire);
 	int level = FARM_ALLOC_HINT_BLOCK;
@@ -590,6 +593,7 @@ static inline int find_in_cache(farm_slab *s, farm_gaddr a,
 	if (FARM_UNLIKELY(off >= s->rc_size))
 		return -EINVAL;
 	char *p = s->rc_base + off;
+	/* Acquire: pairs with the release stores of meta_publish. */
 	struct farm_block *b = atomic_load_explicit(
 	        &s->rc_meta[off / FARM_ALLOC_BLOCK], memory_order_acquire);
 	if (FARM_UNLIKELY(!b))
@@ -620,6 +624,9 @@ static inline int find_in_cache(farm_slab *s, farm_gaddr a,
 static __attribute__((noinline)) bool find_slot_stale(farm_slab *s, uint32_t id)
 {
 	struct ba_region *r = s->last_r;
+	/* Acquire (both loads): pair with the release store of r->retired
+	 * and the release bump of region_gen in
+	 * farm_blockalloc_retire_region. */
 	if (!r || !atomic_load_explicit(&r->retired, memory_order_acquire))
 		return false;
 	slab_purge(s, atomic_load_explicit(&s->ba->region_gen,
@@ -782,6 +789,8 @@ static int large_array(farm_slab *s, uint64_t esz, uint64_t n, uint64_t total,
 		struct farm_objhdr *h = (void *)(base + i * esz);
 		uint64_t w =
 		        atomic_load_explicit(&h->incarn, memory_order_relaxed);
+		/* Release: as slot_claim's (pairs with the acquire loads
+		 * of the incarnation, farm_objhdr_load_incarn). */
 		atomic_store_explicit(
 		        &h->incarn,
 		        farm_incarn_claimed(w,
@@ -824,6 +833,8 @@ int farm_alloc_array(farm_slab *s, uint64_t elem_size, uint64_t n,
 		struct farm_objhdr *h = (void *)(p + i * esz);
 		atomic_store_explicit(&h->version, v0 & ~3ull,
 		                      memory_order_relaxed);
+		/* Release: as slot_claim's (pairs with the acquire loads
+		 * of the incarnation, farm_objhdr_load_incarn). */
 		atomic_store_explicit(
 		        &h->incarn,
 		        farm_incarn_claimed(w0,
@@ -844,6 +855,8 @@ static int large_array_free(farm_slab *s, struct ba_region *r, uint32_t off,
 	if (off % FARM_ALLOC_BLOCK)
 		return -EINVAL;
 	uint32_t bidx = off / FARM_ALLOC_BLOCK;
+	/* Acquire: pairs with the release store of the run's head word
+	 * (ba_write_run, or the RETIRED word below by an earlier free). */
 	uint64_t w =
 	        atomic_load_explicit(&r->table[bidx], memory_order_acquire);
 	if (bt_type(w) == BT_RETIRED && bt_array_n(w) == n &&
@@ -863,11 +876,15 @@ static int large_array_free(farm_slab *s, struct ba_region *r, uint32_t off,
 		struct farm_objhdr *h = (void *)(base + i * esz);
 		uint64_t x =
 		        atomic_load_explicit(&h->incarn, memory_order_relaxed);
+		/* Release: as hdr_free's (pairs with the acquire loads of
+		 * the incarnation, farm_objhdr_load_incarn). */
 		atomic_store_explicit(&h->incarn, farm_incarn_freed(x),
 		                      memory_order_release);
 	}
 	uint32_t mb = bt_array_mb(w);
 	pthread_mutex_lock(&s->ba->lock);
+	/* Release: pairs with the acquire load of the head word above (a
+	 * second free sees RETIRED) and those of farm_alloc_walk. */
 	atomic_store_explicit(&r->table[bidx],
 	                      bt_array(BT_RETIRED, mb, bt_array_elines(w), n),
 	                      memory_order_release);
@@ -916,7 +933,9 @@ int farm_alloc_array_free(farm_slab *s, farm_gaddr a, uint64_t elem_size,
 			    w0)
 				rc = -EINVAL;
 		/* Only from the word the elements were checked against: if
-		 * the slot was freed (and maybe reused) since, nothing changes.
+		 * the slot was freed (and maybe reused) since, nothing changes
+		 * (acq_rel: as hdr_free's CAS, pairs with slot_claim's release
+		 * and with a racing free's CAS).
 		 */
 		if (!rc && !atomic_compare_exchange_strong_explicit(
 		                   &((struct farm_objhdr *)p)->incarn, &w0,
@@ -926,6 +945,8 @@ int farm_alloc_array_free(farm_slab *s, farm_gaddr a, uint64_t elem_size,
 		if (!rc) {
 			for (uint64_t i = 1; i < n; i++) {
 				struct farm_objhdr *h = (void *)(p + i * esz);
+				/* Release: pairs with the acquire loads of
+				 * the incarnation (farm_objhdr_load_incarn). */
 				atomic_store_explicit(&h->incarn,
 				                      farm_incarn_freed(w0),
 				                      memory_order_release);

@@ -104,6 +104,9 @@ static void on_completion(struct ofi_fabric *f, void *ctx, uint64_t flags,
 			atomic_fetch_sub(&s->pend[kind], 1);
 			atomic_fetch_sub(&ep->inflight[kind], 1);
 		}
+		/* Release: pairs with the acquire loads of pending in
+		 * ofi_data.c (the completion's results are seen once the
+		 * count is). */
 		atomic_fetch_sub_explicit(&s->pending, 1, memory_order_release);
 		if (!ep->kick && f->nkick < FARM_ARRAY_SIZE(f->kick)) {
 			ep->kick = true;

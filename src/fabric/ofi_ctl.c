@@ -372,6 +372,9 @@ int ofi_mr_reg(farm_fabric *fab, void *addr, size_t len, unsigned access,
 		e->addr = (uintptr_t)addr;
 		e->len = len;
 		e->access = access;
+		/* The key last (release): pairs with the peers' READ of the
+		 * table (fetch_table), ordered by the provider after our
+		 * stores; an entry with its key is whole. */
 		__atomic_store_n(&e->key, key, __ATOMIC_RELEASE);
 	}
 	pthread_mutex_unlock(&f->lock);
@@ -389,7 +392,7 @@ void ofi_mr_dereg(farm_mr *mr)
 			*p = m->next;
 			break;
 		}
-	if (f->validate)
+	if (f->validate) /* release: as in ofi_mr_reg (fetch_table) */
 		__atomic_store_n(
 		        &f->table[mr->desc.key & (OFI_TABLE_N - 1)].key, 0,
 		        __ATOMIC_RELEASE);

@@ -262,6 +262,8 @@ void ofi_pump(struct ofi_ep *ep)
 			 * first, any word the writer changed in between differs
 			 * (line versions only grow). The completion kicks the
 			 * endpoint (kick_waiting), which pumps it again. */
+			/* Acquire: pairs with the release decrement of
+			 * pending at completion (ofi.c). */
 			if (verify_waiting(s) &&
 			    atomic_load_explicit(&s->pending,
 			                         memory_order_acquire) > 0)
@@ -494,6 +496,7 @@ static void expire_waiting_verify(struct ofi_ep *ep)
 	if (ep->next_post == ep->head)
 		return;
 	struct ofi_slot *w = &ep->slots[ep->next_post & ep->mask];
+	/* Acquire: pairs with the release decrement at completion (ofi.c). */
 	if (verify_waiting(w) &&
 	    atomic_load_explicit(&w->pending, memory_order_acquire) > 0 &&
 	    farm_now_ns() - w->posted_ns >= ep->fab->timeout_ns) {
@@ -600,6 +603,8 @@ static int retire(struct ofi_ep *ep, int n, farm_wc *wc)
 		if (s->state == S_POSTED) {
 			if (s->posted < s->npieces) /* still being handed */
 				break;
+			/* Acquire: pairs with the release decrement at
+			 * completion (ofi.c). */
 			if (atomic_load_explicit(&s->pending,
 			                         memory_order_acquire) > 0) {
 				if (!now)

@@ -239,7 +239,9 @@ static void get_buckets(struct get_op *g)
 	}
 	/* Read again when the configuration changed since the buckets
 	 * were found: growth can move the shard's region while its old
-	 * copy lives on (src/txn/read.c, rd_moved). */
+	 * copy lives on (src/txn/read.c, rd_moved). The acquire fence
+	 * orders the buckets' loads before the id's; it pairs with the
+	 * release store of the id in farm_as_set_view_placed (addrspace.c). */
 	atomic_thread_fence(memory_order_acquire);
 	if (farm_as_config_id(h->as) != g->cfg) {
 		get_retry(g);

@@ -56,6 +56,8 @@ static inline void st_add(farm_kv *kv, int i, uint64_t n)
 	atomic_fetch_add_explicit(&kv->st[i], n, memory_order_relaxed);
 }
 
+/* Acquire: pairs with the release stores of joined in join.c (the shard
+ * list is seen once joined). */
 static inline bool joined(const farm_kv *kv)
 {
 	return atomic_load_explicit(&kv->joined, memory_order_acquire) != 0;

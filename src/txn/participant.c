@@ -550,6 +550,8 @@ bool txn_pending(farm_loop *loop, void *ctx)
 		uint64_t li = log_index(m, c, tl->t);
 		const uint8_t *ring = m->logbase + log_ring_off(m, li);
 		uint64_t off = tl->r[c].head % m->R;
+		/* Acquire: pairs, as the record reads below, with the
+		 * coordinator's WRITE of the record (log.c). */
 		if (atomic_load_explicit(
 		            (_Atomic uint32_t *)(void *)(ring + off),
 		            memory_order_acquire))

@@ -46,6 +46,7 @@ int farm_txm_epoch(farm_txm *m, farm_loop *loop, farm_op_fn cont, void *ctx)
 		return -EINVAL;
 	uint32_t peers[0x40];
 	unsigned np = 0;
+	/* Pairs with the release of nready below (ready_ids[] is seen). */
 	unsigned n = atomic_load_explicit(&m->nready, memory_order_acquire);
 	for (unsigned i = 0; i < n; i++)
 		if (m->ready_ids[i] != m->me)

@@ -105,7 +105,8 @@ struct farm_txm {
 	_Atomic uint64_t serve_until; /* farm_txm_serve_word */
 };
 
-/* May this machine serve a read now (its lease holds)? */
+/* May this machine serve a read now (its lease holds)? Acquire: pairs with
+ * the release stores of the serve word in recovery/lease.c. */
 static inline bool txn_serving(farm_txm *m)
 {
 	uint64_t u =
