@@ -26,6 +26,7 @@
 
 #include "alloc/alloc.h"
 #include "util/common.h"
+#include "util/stat.h"
 
 enum bt_type {
 	BT_FREE = 0,
@@ -299,19 +300,6 @@ static inline char *slot_link(const char *p)
 static inline void slot_set_link(char *p, char *n)
 {
 	memcpy(p + FARM_OBJHDR_SIZE, &n, sizeof(n));
-}
-
-static inline void cnt_add(_Atomic uint64_t *c, uint64_t v)
-{
-	atomic_store_explicit(c,
-	                      atomic_load_explicit(c, memory_order_relaxed) + v,
-	                      memory_order_relaxed);
-}
-static inline void cnt_adds(_Atomic int64_t *c, int64_t v)
-{
-	atomic_store_explicit(c,
-	                      atomic_load_explicit(c, memory_order_relaxed) + v,
-	                      memory_order_relaxed);
 }
 
 /* Size-class tables (sizeclass.c), valid after any farm_alloc_class_*(). */

@@ -396,7 +396,7 @@ static int take_hinted(farm_slab *s, unsigned c, farm_gaddr hint, char **p,
 	slab_sync(s);
 	struct ba_region *r = slab_region(s, farm_gaddr_region(hint));
 	if (!r) {
-		cnt_add(&s->hint[FARM_ALLOC_HINT_REMOTE], 1);
+		farm_stat_add_owned(&s->hint[FARM_ALLOC_HINT_REMOTE], 1);
 		return farm_gaddr_region(hint) ? -EREMOTE : -EINVAL;
 	}
 	uint32_t off = farm_gaddr_offset(hint);
@@ -503,10 +503,10 @@ take(farm_slab *s, unsigned c, farm_gaddr hint, char **pp,
 /* Count a slot allocation of class @c placed at hint level @lvl. */
 static inline void count_alloc(farm_slab *s, unsigned c, int lvl)
 {
-	cnt_add(&s->cls[c].nalloc, 1);
+	farm_stat_add_owned(&s->cls[c].nalloc, 1);
 	if (FARM_UNLIKELY(lvl != FARM_ALLOC_HINT_NONE)) {
-		cnt_add(&s->hint[lvl], 1);
-		cnt_add(&s->hinted, 1);
+		farm_stat_add_owned(&s->hint[lvl], 1);
+		farm_stat_add_owned(&s->hinted, 1);
 	}
 }
 
@@ -553,7 +553,7 @@ int farm_slab_alloc(farm_slab *s, uint64_t size, farm_gaddr hint,
 	int rc = slot_claim(p, b->slot / FARM_ALLOC_LINE);
 	if (FARM_UNLIKELY(rc))
 		return rc;
-	cnt_add(&s->cls[c].nalloc, 1);
+	farm_stat_add_owned(&s->cls[c].nalloc, 1);
 	*out = b->gbase + (uint64_t)(p - b->base);
 	return 0;
 }
@@ -578,7 +578,7 @@ static inline void slot_release(farm_slab *s, struct farm_block *b, char *p)
 			break;
 		farm_cpu_relax();
 	}
-	cnt_add(&s->remote_frees, 1);
+	farm_stat_add_owned(&s->remote_frees, 1);
 }
 
 /* The slab block and slot at @a, or an error. The slot's address comes
@@ -670,7 +670,7 @@ static __attribute__((noinline)) int free_refused(farm_slab *s, farm_gaddr a,
 	if (find_slot_stale(s, farm_gaddr_region(a)))
 		return farm_slab_free(s, a); /* the cache is live now: once */
 	if (rc != -EREMOTE)
-		cnt_add(&s->free_errors, 1);
+		farm_stat_add_owned(&s->free_errors, 1);
 	return rc;
 }
 
@@ -685,11 +685,11 @@ int farm_slab_free(farm_slab *s, farm_gaddr a)
 		return free_refused(s, a, rc);
 	rc = hdr_free(p);
 	if (FARM_UNLIKELY(rc)) {
-		cnt_add(&s->free_errors, 1);
+		farm_stat_add_owned(&s->free_errors, 1);
 		return rc;
 	}
 	slot_release(s, b, p);
-	cnt_add(&s->cls[b->cls].nfree, 1);
+	farm_stat_add_owned(&s->cls[b->cls].nfree, 1);
 	return 0;
 }
 
@@ -745,7 +745,8 @@ static int large_array(farm_slab *s, uint64_t esz, uint64_t n, uint64_t total,
 	if (hint != FARM_GADDR_NULL) {
 		struct ba_region *r = slab_region(s, farm_gaddr_region(hint));
 		if (!r) {
-			cnt_add(&s->hint[FARM_ALLOC_HINT_REMOTE], 1);
+			farm_stat_add_owned(&s->hint[FARM_ALLOC_HINT_REMOTE],
+			                    1);
 			return farm_gaddr_region(hint) ? -EREMOTE : -EINVAL;
 		}
 		if (farm_gaddr_offset(hint) >= r->size)
@@ -797,9 +798,9 @@ static int large_array(farm_slab *s, uint64_t esz, uint64_t n, uint64_t total,
 		                            (unsigned)(esz / FARM_ALLOC_LINE)),
 		        memory_order_release);
 	}
-	cnt_add(&s->hint[level], 1);
-	cnt_add(&s->allocs, 1);
-	cnt_adds(&s->bytes, (int64_t)t.nmb * FARM_ALLOC_BLOCK);
+	farm_stat_add_owned(&s->hint[level], 1);
+	farm_stat_add_owned(&s->allocs, 1);
+	farm_stat_add_owned(&s->bytes, (int64_t)t.nmb * FARM_ALLOC_BLOCK);
 	*out = farm_gaddr_make(t.r->id, t.bidx * FARM_ALLOC_BLOCK);
 	return 0;
 }
@@ -892,7 +893,7 @@ static int large_array_free(farm_slab *s, struct ba_region *r, uint32_t off,
 	s->ba->blocks_retired += mb;
 	ba_retire_locked(s->ba, r, bidx, mb, s->ba->retire_gen);
 	pthread_mutex_unlock(&s->ba->lock);
-	cnt_adds(&s->bytes, -(int64_t)mb * FARM_ALLOC_BLOCK);
+	farm_stat_add_owned(&s->bytes, -(int64_t)mb * FARM_ALLOC_BLOCK);
 	return 0;
 }
 
@@ -913,7 +914,7 @@ int farm_alloc_array_free(farm_slab *s, farm_gaddr a, uint64_t elem_size,
 	else if (total > FARM_ALLOC_MAX_OBJECT) {
 		rc = large_array_free(s, r, farm_gaddr_offset(a), esz, n);
 		if (!rc)
-			cnt_add(&s->frees, 1);
+			farm_stat_add_owned(&s->frees, 1);
 	} else {
 		struct farm_block *b;
 		char *p;
@@ -952,11 +953,11 @@ int farm_alloc_array_free(farm_slab *s, farm_gaddr a, uint64_t elem_size,
 				                      memory_order_release);
 			}
 			slot_release(s, b, p);
-			cnt_add(&s->cls[b->cls].nfree, 1);
+			farm_stat_add_owned(&s->cls[b->cls].nfree, 1);
 		}
 	}
 	if (rc) {
-		cnt_add(&s->free_errors, 1);
+		farm_stat_add_owned(&s->free_errors, 1);
 		return rc;
 	}
 	return 0;

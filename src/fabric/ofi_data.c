@@ -295,7 +295,7 @@ void ofi_pump(struct ofi_ep *ep)
 				/* (e): libfabric refused it for the whole
 				 * bound (a peer it cannot reach). */
 				rc = -FI_ETIMEDOUT;
-				ST_ADD(ep->fab, timeouts, 1);
+				farm_stat_add(&ep->fab->st.timeouts, 1);
 			}
 			if (map_err((int)-rc) == FARM_EPEERDEAD &&
 			    ep->base.peer < OFI_MAX_PEERS)
@@ -308,7 +308,7 @@ void ofi_pump(struct ofi_ep *ep)
 			s->posted = s->npieces;
 		}
 		if (s->tries == 0)
-			ST_ADD(ep->fab, ops, 1);
+			farm_stat_add(&ep->fab->st.ops, 1);
 		ep->next_post++;
 	}
 }
@@ -522,7 +522,7 @@ static void time_out_slot(struct ofi_ep *ep, struct ofi_slot *s)
 		for (unsigned k = 0; k < P_KINDS; k++)
 			atomic_fetch_sub(&ep->inflight[k],
 			                 atomic_load(&s->pend[k]));
-		ST_ADD(f, timeouts, 1);
+		farm_stat_add(&f->st.timeouts, 1);
 	}
 	pthread_mutex_unlock(&f->drain);
 }
@@ -547,7 +547,7 @@ static void reissue_read(struct ofi_ep *ep, struct ofi_slot *s)
 	s->started = false;
 	s->state = S_QUEUED;
 	ep->next_post = ep->tail;
-	ST_ADD(ep->fab, read_retries, 1);
+	farm_stat_add(&ep->fab->st.read_retries, 1);
 	ofi_pump(ep);
 }
 

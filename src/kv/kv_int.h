@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "kv/kv.h"
+#include "util/stat.h"
 
 /* The shard list, kept with the machine's data directory (the
  * environment's keep/kept): after a whole-cluster restart the shards'
@@ -50,11 +51,6 @@ struct farm_kv {
 	_Atomic uint64_t st[S_N];
 	_Atomic uint64_t sync_timeout_ns; /* the *_sync wrappers' default */
 };
-
-static inline void st_add(farm_kv *kv, int i, uint64_t n)
-{
-	atomic_fetch_add_explicit(&kv->st[i], n, memory_order_relaxed);
-}
 
 /* Acquire: pairs with the release stores of joined in join.c (the shard
  * list is seen once joined). */

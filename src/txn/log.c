@@ -268,7 +268,7 @@ void txn_maybe_truncate(struct txloop *tl, uint32_t mach)
 	if ((w->tail - w->freed) + w->reserved + 64 > m->R || wq_reserve(w, 1))
 		return;
 	if (log_small(tl, mach, REC_TRUNC, 0, NULL, 0, NULL) == 0)
-		stat_add(m, S_TRUNCATES, 1);
+		farm_stat_add(&m->st.v[S_TRUNCATES], 1);
 }
 
 /* ---- the replica's freed word ---------------------------------------- */

@@ -34,6 +34,7 @@
 
 #include "txn/txm.h"
 #include "util/common.h"
+#include "util/stat.h"
 
 #include "txn/txn_log.h"
 #include "txn/txn_rec.h"
@@ -155,11 +156,6 @@ enum {
 	S_NSTATS
 };
 _Static_assert(S_NSTATS <= 48, "farm_txm st.v holds the counters");
-
-static inline void stat_add(farm_txm *m, int i, uint64_t n)
-{
-	atomic_fetch_add_explicit(&m->st.v[i], n, memory_order_relaxed);
-}
 
 /* ---- logs: where a log lives in the log memory ---------------------- */
 
