@@ -202,6 +202,8 @@ static int rlock_take(farm_txm *m, uint64_t addr, uint8_t *q)
 	m->rec.rl[m->rec.nrl++] =
 	        (struct rec_rlock){.addr = addr, .q = q, .n = 1};
 	_Atomic uint64_t *hv = (_Atomic uint64_t *)(void *)q;
+	/* Acquire: pairs with the release of the version word by the last
+	 * install or unlock (object.h's obj_install, rlock_put below). */
 	uint64_t v = atomic_load_explicit(hv, memory_order_acquire);
 	atomic_store_explicit(hv, (v & ~OBJ_LOCK_MASK) | OBJ_LOCK_EXCL,
 	                      memory_order_seq_cst);
@@ -269,6 +271,8 @@ static void rlock_put(farm_txm *m, uint64_t addr, uint8_t *q)
 	*l = m->rec.rl[--m->rec.nrl];
 	_Atomic uint64_t *hv = (_Atomic uint64_t *)(void *)q;
 	uint64_t v = atomic_load_explicit(hv, memory_order_relaxed);
+	/* The unlock (release): pairs with the acquire loads of the version
+	 * word (farm_objhdr_load_version, txn_copy_apply). */
 	atomic_store_explicit(hv, v & ~OBJ_LOCK_MASK, memory_order_release);
 	if (m->rec.nadopt)
 		adopt_ready(m);
@@ -312,6 +316,8 @@ bool txn_rec_taken(farm_txm *m, uint64_t cfg)
 
 bool txn_rec_promoting(farm_txm *m, uint32_t region)
 {
+	/* Acquire: pairs with the (seq_cst, hence release) stores of
+	 * npromo_live where the promotions are set and ended, below. */
 	if (!atomic_load_explicit(&m->rec.npromo_live, memory_order_acquire))
 		return false; /* no promotion under way: the fast path */
 	pthread_mutex_lock(&m->rec.lock);
