@@ -72,9 +72,20 @@ bool bc_key_eq(const struct bt_key *a, const uint8_t *b, uint32_t blen)
 	return !a->inf && bt_cmp(a->b, a->len, b, blen) == 0;
 }
 
+void bc_note(struct bc_nodes *s, farm_gaddr a)
+{
+	if (!s)
+		return;
+	if (s->n == s->cap) {
+		s->cap = s->cap ? 2 * s->cap : 1024;
+		s->a = realloc(s->a, s->cap * sizeof(*s->a));
+	}
+	s->a[s->n++] = a;
+}
+
 int bc_level(farm_bt *bt, farm_loop *loop, farm_gaddr first,
              const farm_gaddr *kids, size_t nk, farm_gaddr **next, size_t *nn,
-             uint64_t *keys)
+             uint64_t *keys, struct bc_nodes *seen)
 {
 	const struct bt_layout *l = &bt->lay;
 	uint8_t *n = malloc(l->leaf_size);
@@ -91,6 +102,7 @@ int bc_level(farm_bt *bt, farm_loop *loop, farm_gaddr first,
 		                      UINT64_MAX, n) ||
 		    bt_check_node(l, n))
 			return bc_fail("unreadable or malformed", a);
+		bc_note(seen, a);
 		if (kids && (idx >= nk || kids[idx] != a))
 			return bc_fail(
 			        "chain differs from the parents' children", a);
@@ -133,7 +145,8 @@ int bc_level(farm_bt *bt, farm_loop *loop, farm_gaddr first,
 	return rc;
 }
 
-int bc_verify(farm_bt *bt, farm_loop *loop, uint64_t *keys)
+int bc_verify_nodes(farm_bt *bt, farm_loop *loop, uint64_t *keys,
+                    struct bc_nodes *seen)
 {
 	*keys = 0;
 	farm_gaddr *kids = NULL, *next = NULL;
@@ -143,7 +156,7 @@ int bc_verify(farm_bt *bt, farm_loop *loop, uint64_t *keys)
 	for (unsigned depth = 0; depth < BT_MAX_LEVELS && first && !rc;
 	     depth++) {
 		rc = bc_level(bt, loop, first, depth ? kids : NULL, nk, &next,
-		              &nn, keys);
+		              &nn, keys, seen);
 		free(kids);
 		kids = next;
 		nk = nn;
@@ -151,4 +164,9 @@ int bc_verify(farm_bt *bt, farm_loop *loop, uint64_t *keys)
 	}
 	free(kids);
 	return rc;
+}
+
+int bc_verify(farm_bt *bt, farm_loop *loop, uint64_t *keys)
+{
+	return bc_verify_nodes(bt, loop, keys, NULL);
 }

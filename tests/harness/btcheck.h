@@ -53,13 +53,25 @@ bool bc_key_eq(const struct bt_key *a, const uint8_t *b, uint32_t blen);
  * parents named (@kids, @nk; NULL at the root). The next level's
  * children go to @next (*@nn). Leaves: keys counted into *@keys and
  * ordered across the chain. */
+/* Addresses of the nodes a check reached (bc_verify_nodes). */
+struct bc_nodes {
+	farm_gaddr *a;
+	size_t n, cap;
+};
+
+void bc_note(struct bc_nodes *s, farm_gaddr a);
+
 int bc_level(farm_bt *bt, farm_loop *loop, farm_gaddr first,
              const farm_gaddr *kids, size_t nk, farm_gaddr **next, size_t *nn,
-             uint64_t *keys);
+             uint64_t *keys, struct bc_nodes *seen);
 
 /* The whole tree: every level a chain from -inf to +inf whose nodes are
  * exactly its parents' children in order, keys ordered and within fences
- * (bt_check_node), leaves all at level 0. *@keys: the leaves' keys. */
+ * (bt_check_node), leaves all at level 0. *@keys: the leaves' keys;
+ * @seen (or NULL): every node reached. */
+int bc_verify_nodes(farm_bt *bt, farm_loop *loop, uint64_t *keys,
+                    struct bc_nodes *seen);
+
 int bc_verify(farm_bt *bt, farm_loop *loop, uint64_t *keys);
 
 #endif

@@ -1,6 +1,6 @@
 /*
  * Running scripts/zk-local (a private ZooKeeper server) from C: shared by
- * the tests (testutil.h) and bench/benchcluster.c. Defined in zklocal.c
+ * the tests (testutil.h) and bench/lib/benchcluster.c. Defined in zklocal.c
  * (farm_harness_env: no test framework).
  */
 #ifndef FARM_TESTS_ZKLOCAL_H
