@@ -70,6 +70,8 @@ void farm_blockalloc_destroy(farm_blockalloc *ba)
 {
 	if (!ba)
 		return;
+	/* Acquire: pairs with the release store of nregions in
+	 * region_publish (the regions[] entries below it are written). */
 	uint32_t n = atomic_load_explicit(&ba->nregions, memory_order_acquire);
 	for (uint32_t i = 0; i < n; i++) {
 		struct ba_region *r = ba->regions[i];
@@ -733,6 +735,8 @@ int farm_alloc_gaddr_of(farm_blockalloc *ba, const void *p, farm_gaddr *out)
 {
 	if (!ba || !p || !out)
 		return -EINVAL;
+	/* Acquire: pairs with the release store of nregions in
+	 * region_publish. */
 	uint32_t n = atomic_load_explicit(&ba->nregions, memory_order_acquire);
 	for (uint32_t i = 0; i < n; i++) {
 		struct ba_region *r = ba->regions[i];

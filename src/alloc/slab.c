@@ -790,6 +790,8 @@ static int large_array(farm_slab *s, uint64_t esz, uint64_t n, uint64_t total,
 		struct farm_objhdr *h = (void *)(base + i * esz);
 		uint64_t w =
 		        atomic_load_explicit(&h->incarn, memory_order_relaxed);
+		/* Release: as slot_claim's (pairs with the acquire loads of
+		 * the incarnation, farm_objhdr_load_incarn). */
 		atomic_store_explicit(
 		        &h->incarn,
 		        farm_incarn_claimed(w,
@@ -832,6 +834,8 @@ int farm_alloc_array(farm_slab *s, uint64_t elem_size, uint64_t n,
 		struct farm_objhdr *h = (void *)(p + i * esz);
 		atomic_store_explicit(&h->version, v0 & ~3ull,
 		                      memory_order_relaxed);
+		/* Release: as slot_claim's (pairs with the acquire loads of
+		 * the incarnation, farm_objhdr_load_incarn). */
 		atomic_store_explicit(
 		        &h->incarn,
 		        farm_incarn_claimed(w0,
@@ -915,7 +919,9 @@ static int slot_array_free(farm_slab *s, farm_gaddr a, uint64_t esz,
 		if (farm_objhdr_load_incarn((void *)(p + i * esz)) != w0)
 			return -EINVAL;
 	/* Only from the word the elements were checked against: if the slot
-	 * was freed (and maybe reused) since, nothing changes. */
+	 * was freed (and maybe reused) since, nothing changes (acq_rel: as
+	 * hdr_free's CAS, pairs with slot_claim's release and with a racing
+	 * free's CAS). */
 	if (!atomic_compare_exchange_strong_explicit(
 	            &((struct farm_objhdr *)p)->incarn, &w0,
 	            farm_incarn_freed(w0), memory_order_acq_rel,
@@ -923,6 +929,8 @@ static int slot_array_free(farm_slab *s, farm_gaddr a, uint64_t esz,
 		return -ENOENT;
 	for (uint64_t i = 1; i < n; i++) {
 		struct farm_objhdr *h = (void *)(p + i * esz);
+		/* Release: pairs with the acquire loads of the incarnation
+		 * (farm_objhdr_load_incarn). */
 		atomic_store_explicit(&h->incarn, farm_incarn_freed(w0),
 		                      memory_order_release);
 	}
