@@ -5,7 +5,7 @@
  *              lock-free) against a sorted-map model, small nodes so the
  *              tree splits down to a root four levels up; every key then
  *              deleted and the tree still answers (lazy underflow), and
- *              the invariants checked (tests/btcheck.h) along the way
+ *              the invariants checked (tests/harness/btcheck.h) along the way
  *   tx         several operations in one transaction: its own writes and
  *              its own splits seen by its later reads and scans; an
  *              abort leaves nothing

@@ -1,8 +1,9 @@
 /*
  * The B-tree's public API, used the way an application uses it: this file
  * includes only installed headers (include/farm/btree.h first: it stands
- * alone) and links the shared library, so every farm_bt_* it calls is
- * exported. One machine, an application-run loop:
+ * alone; besides them only the harness's libc-only tmpdir.h) and links the
+ * shared library, so every farm_bt_* it calls is exported. One machine, an
+ * application-run loop:
  *
  *   index      rows are objects of their own; a transaction allocates a
  *              row and puts its index entry (an 8-byte key naming the
@@ -17,7 +18,6 @@
 #include <farm/farm.h>
 
 #include <errno.h>
-#include <ftw.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -29,17 +29,13 @@
 
 #include <cmocka.h>
 
+#include "tmpdir.h"
+
 static char dir[256], conf[300];
 static farm_node *node;
 static farm_kv *kv;
 static farm_loop *loop;
 static farm_txm *txm;
-
-static int rm_cb(const char *p, const struct stat *sb, int f, struct FTW *w)
-{
-	(void)sb, (void)f, (void)w;
-	return remove(p);
-}
 
 static int setup(void **state)
 {
@@ -77,7 +73,7 @@ static int teardown(void **state)
 	farm_node_loop_close(node, loop);
 	farm_node_close(node);
 	farm_kv_destroy(kv);
-	return nftw(dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+	return tu_rmtree(dir);
 }
 
 struct row {

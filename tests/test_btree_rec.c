@@ -11,7 +11,7 @@
  * go on until their configuration leaves machine 1 out, then insert more
  * (splits in the promoted regions). Then, with the cluster quiet:
  *
- *   - the tree's invariants hold (tests/btcheck.h: every level a chain
+ *   - the tree's invariants hold (tests/harness/btcheck.h: every level a chain
  *     from -inf to +inf, fences continuous, the chain exactly its parents'
  *     children, keys ordered and within fences, leaves at level 0);
  *   - every acknowledged key is in the tree (a full scan), and every key

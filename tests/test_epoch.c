@@ -8,7 +8,7 @@
  *                 the pointer, waits for a grace period and poisons the
  *                 old buffer. A reader that ever sees poison read memory
  *                 "reused" while its operation was still open.
- *   distributed   3 machines in one process (tests/asnodes.h): a large
+ *   distributed   3 machines in one process (tests/harness/asnodes.h): a large
  *                 array freed on machine 1 stays retired while machine 2
  *                 holds a transaction that read it, becomes free blocks
  *                 once that transaction ends and the epoch completes, and

@@ -1,6 +1,7 @@
 /*
  * The public KV and node API, used the way an application uses it: this
- * file includes only installed headers (include/farm/) and links the
+ * file includes only installed headers (include/farm/; besides them only
+ * the harness's libc-only tmpdir.h) and links the
  * shared library, whose other symbols are hidden, so it also proves that
  * the headers stand alone and that every function they declare is
  * exported. One machine (a configuration file written here, static
@@ -20,7 +21,6 @@
 #include <farm/farm.h>
 
 #include <errno.h>
-#include <ftw.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -31,6 +31,8 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+
+#include "tmpdir.h"
 
 #define NPAIRS 40u
 
@@ -62,21 +64,11 @@ static int setup(void **state)
 	return 0;
 }
 
-static int rm_cb(const char *path, const struct stat *sb, int flag,
-                 struct FTW *ftw)
-{
-	(void)sb;
-	(void)flag;
-	(void)ftw;
-	remove(path);
-	return 0;
-}
-
 static int teardown(void **state)
 {
 	(void)state;
 	/* The machine's files in its data dir, and the dir. */
-	return nftw(dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+	return tu_rmtree(dir);
 }
 
 static void test_open_errors(void **state)

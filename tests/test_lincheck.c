@@ -1,5 +1,5 @@
 /*
- * The linearizability checker (tests/lincheck.h) must pass linearizable
+ * The linearizability checker (tests/harness/lincheck.h) must pass linearizable
  * key-value histories, find each known violation alone and buried in a
  * large valid history, agree with a brute-force checker on small random
  * histories, reject malformed input and give up on budget.

@@ -3,8 +3,8 @@
  * through a real ZooKeeper (scripts/zk-local; sessions of 4 s, leases of
  * 50 ms as in test_rec_bank), 3 replicas, a KV store with one shard per
  * machine. Every machine runs test_kv_multi's linearizability workload
- * (tests/kvlin.h: W async gets, puts and deletes in flight on a hot set of
- * keys, values inline and indirect, histories streamed to files), with
+ * (tests/harness/kvlin.h: W async gets, puts and deletes in flight on a hot set
+ * of keys, values inline and indirect, histories streamed to files), with
  * retries: an operation that fails retryably (farm_tx_retryable: -EAGAIN
  * while a region is being promoted, FARM_EPEERDEAD before the
  * configuration without the dead machine, ...) is issued again after a

@@ -1,5 +1,5 @@
 /*
- * The strict-serializability checker (tests/sercheck.h) must pass valid
+ * The strict-serializability checker (tests/harness/sercheck.h) must pass valid
  * histories and report each known anomaly with the right kind, alone and
  * buried in a large valid history.
  *

@@ -1,7 +1,7 @@
 /*
  * Transactions on three in-process machines whose loops one test thread
- * drives in turn (tests/asnodes.h): single-machine and distributed commits,
- * the protocol's operation counts, conflicts and validation failures,
+ * drives in turn (tests/harness/asnodes.h): single-machine and distributed
+ * commits, the protocol's operation counts, conflicts and validation failures,
  * backups receiving committed values, frees and fat pointers, bad input.
  * Concurrency (bank, torn reads, checker) is in the multi-process tests.
  */

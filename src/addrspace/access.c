@@ -61,6 +61,8 @@ int farm_as_resolve_cached(farm_as *as, struct farm_as_rcache *c, farm_gaddr a,
 	    !farm_gaddr_valid(a, len, as->region_size))
 		return -EINVAL;
 	uint32_t id = farm_gaddr_region(a);
+	/* Acquire: pairs with the release bump of gen in as_wrlock (an entry
+	 * cached under this generation predates no change of the map). */
 	uint64_t g = atomic_load_explicit(&as->gen, memory_order_acquire);
 	struct farm_as_rcache_ent *e = &c->e[id % FARM_AS_RCACHE];
 	if (e->id == id && e->gen == g) {

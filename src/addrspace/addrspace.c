@@ -249,6 +249,8 @@ static farm_ring *install_ring(farm_as *as, farm_ring *g, uint64_t config_id)
 	as->prev_cfg =
 	        atomic_load_explicit(&as->config_id, memory_order_relaxed);
 	as->ring = g;
+	/* Release: pairs with the acquire load in farm_as_config_id (a reader
+	 * of the id sees the ring installed above). */
 	atomic_store_explicit(&as->config_id, config_id, memory_order_release);
 	return old;
 }
@@ -603,6 +605,8 @@ int farm_as_promote(farm_as *as, uint32_t region)
 	return rc;
 }
 
+/* Acquire: pairs with the release store of config_id when a
+ * configuration is installed. */
 uint64_t farm_as_config_id(const farm_as *as)
 {
 	return as ? atomic_load_explicit(&as->config_id, memory_order_acquire)

@@ -26,6 +26,7 @@
 
 #include "alloc/alloc.h"
 #include "util/common.h"
+#include "util/stat.h"
 
 enum bt_type {
 	BT_FREE = 0,
@@ -269,8 +270,9 @@ struct farm_blockalloc {
 	FARM_CL_ALIGNED _Atomic uint64_t region_gen;
 };
 
-/* Region lookup by id; lock-free (entries are published with release and
- * never removed while the allocator lives). A retired region stays in the
+/* Region lookup by id; lock-free (entries are published with release, in
+ * region_publish, which the acquire load below pairs with, and never
+ * removed while the allocator lives). A retired region stays in the
  * table as a tombstone and is skipped: a later region of the same id
  * (re-adopted) sits further along the same probe chain. */
 static inline struct ba_region *ba_lookup(farm_blockalloc *ba, uint32_t id)
@@ -298,19 +300,6 @@ static inline char *slot_link(const char *p)
 static inline void slot_set_link(char *p, char *n)
 {
 	memcpy(p + FARM_OBJHDR_SIZE, &n, sizeof(n));
-}
-
-static inline void cnt_add(_Atomic uint64_t *c, uint64_t v)
-{
-	atomic_store_explicit(c,
-	                      atomic_load_explicit(c, memory_order_relaxed) + v,
-	                      memory_order_relaxed);
-}
-static inline void cnt_adds(_Atomic int64_t *c, int64_t v)
-{
-	atomic_store_explicit(c,
-	                      atomic_load_explicit(c, memory_order_relaxed) + v,
-	                      memory_order_relaxed);
 }
 
 /* Size-class tables (sizeclass.c), valid after any farm_alloc_class_*(). */

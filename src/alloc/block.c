@@ -70,6 +70,8 @@ void farm_blockalloc_destroy(farm_blockalloc *ba)
 {
 	if (!ba)
 		return;
+	/* Acquire: pairs with the release store of nregions in
+	 * region_publish (the regions[] entries below it are written). */
 	uint32_t n = atomic_load_explicit(&ba->nregions, memory_order_acquire);
 	for (uint32_t i = 0; i < n; i++) {
 		struct ba_region *r = ba->regions[i];
@@ -164,6 +166,10 @@ static int add_region_locked(farm_blockalloc *ba,
 	h->nblocks = r->nblocks;
 	h->table_off = RHDR_TABLE_OFF;
 	h->layout = 1;
+	/* Release, the magic last: pairs with the acquire loads of the table
+	 * in farm_alloc_walk and of the magic in farm_alloc_copy_formatted
+	 * (a reader of the region's bytes that sees the magic sees the
+	 * header and table word 0 written above). */
 	atomic_store_explicit(&r->table[0], bt_table(1), memory_order_release);
 	atomic_store_explicit((_Atomic uint64_t *)&h->magic, FARM_ALLOC_MAGIC,
 	                      memory_order_release);
@@ -304,6 +310,9 @@ uint64_t farm_blockalloc_reclaim(farm_blockalloc *ba, uint64_t mark)
 	while (take) {
 		struct ba_retired *x = take;
 		take = x->next;
+		/* Release: pairs with the acquire loads of the table in
+		 * farm_alloc_walk and the rebuild (a FREE word is seen after
+		 * the zeroed block above). */
 		for (uint32_t i = x->mb; i-- > 0;)
 			atomic_store_explicit(&x->r->table[x->bidx + i], 0,
 			                      memory_order_release);
@@ -320,7 +329,10 @@ uint64_t farm_blockalloc_reclaim(farm_blockalloc *ba, uint64_t mark)
 	return n;
 }
 
-/* Write a run's words: continuations first, then the head (release). */
+/* Write a run's words: continuations first, then the head (release: pairs
+ * with the acquire loads of the table in farm_alloc_walk, conts_ok and
+ * the rebuild, which find the continuations written once they see the
+ * head). */
 void ba_write_run(struct ba_region *r, uint32_t bidx, uint32_t nmb,
                   uint64_t head)
 {
@@ -380,6 +392,8 @@ int ba_new_slab_block_locked(farm_blockalloc *ba, farm_slab *s, unsigned cls,
 	return 0;
 }
 
+/* The head word names the owner (release: pairs with the acquire loads of
+ * the table in farm_alloc_walk and the rebuild). */
 void ba_set_owner_locked(struct farm_block *b, farm_slab *s)
 {
 	atomic_store_explicit(&b->owner, s, memory_order_relaxed);
@@ -416,7 +430,7 @@ int farm_blockalloc_retire_region(farm_blockalloc *ba, uint32_t id)
 	for (uint32_t i = 0; i < r->nblocks; i++) {
 		struct farm_block *b =
 		        atomic_load_explicit(&r->meta[i], memory_order_relaxed);
-		if (b && b->bidx == i)
+		if (b && b->bidx == i) /* release: as r->retired above */
 			atomic_store_explicit(&b->retired, 1,
 			                      memory_order_release);
 		/* Read while the memory is still the caller's, for the
@@ -455,8 +469,9 @@ int farm_blockalloc_retire_region(farm_blockalloc *ba, uint32_t id)
 	ba->blocks_total -= r->nblocks;
 	ba->blocks_in_use -= in_use;
 	ba->nretired_regions++;
-	/* After the flags (release): a slab that sees the new generation
-	 * sees every flag of this retire. */
+	/* After the flags (release: pairs with the acquire loads of
+	 * region_gen in slab_sync and slab_purge): a slab that sees the new
+	 * generation sees every flag of this retire. */
 	atomic_fetch_add_explicit(&ba->region_gen, 1, memory_order_release);
 	pthread_mutex_unlock(&ba->lock);
 	return 0;
@@ -469,6 +484,7 @@ static bool conts_ok(struct ba_region *r, uint32_t bidx, uint32_t mb)
 	if (mb == 0 || bidx + mb > r->nblocks)
 		return false;
 	for (uint32_t i = 1; i < mb; i++) {
+		/* Acquire: pairs with the release stores of ba_write_run. */
 		uint64_t w = atomic_load_explicit(&r->table[bidx + i],
 		                                  memory_order_acquire);
 		if (bt_type(w) != BT_CONT || bt_cont_head(w) != bidx)
@@ -584,6 +600,8 @@ static int rebuild_table(farm_blockalloc *ba, struct ba_region *r,
                          struct rebuild_count *c)
 {
 	for (uint32_t i = 1; i < r->nblocks;) {
+		/* Acquire: pairs with the release stores of the table
+		 * (ba_write_run, farm_alloc_copy_note's word_claim). */
 		uint64_t w = atomic_load_explicit(&r->table[i],
 		                                  memory_order_acquire);
 		uint32_t mb = 1;
@@ -623,6 +641,8 @@ static void fence_dirty_free(struct ba_region *r, struct rebuild_count *c)
 		if (atomic_load_explicit(&r->table[i], memory_order_relaxed) ==
 		            0 &&
 		    !block_zero(r, i)) {
+			/* Release: pairs with the acquire loads of the
+			 * table in farm_alloc_walk. */
 			atomic_store_explicit(&r->table[i], bt_unusable(),
 			                      memory_order_release);
 			c->in_use++;
@@ -715,6 +735,8 @@ int farm_alloc_gaddr_of(farm_blockalloc *ba, const void *p, farm_gaddr *out)
 {
 	if (!ba || !p || !out)
 		return -EINVAL;
+	/* Acquire: pairs with the release store of nregions in
+	 * region_publish. */
 	uint32_t n = atomic_load_explicit(&ba->nregions, memory_order_acquire);
 	for (uint32_t i = 0; i < n; i++) {
 		struct ba_region *r = ba->regions[i];

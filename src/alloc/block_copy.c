@@ -53,6 +53,8 @@ static void copy_rhdr(const struct farm_alloc_region *copy,
 
 bool farm_alloc_copy_formatted(const struct farm_alloc_region *copy)
 {
+	/* Acquire: pairs with the release store of the magic in
+	 * farm_alloc_copy_note (and add_region_locked): the header is whole. */
 	return copy && copy->base &&
 	       atomic_load_explicit((_Atomic uint64_t *)copy->base,
 	                            memory_order_acquire) == FARM_ALLOC_MAGIC;
@@ -64,6 +66,9 @@ static int word_claim(_Atomic uint64_t *w, uint64_t v,
                       bool (*same)(uint64_t have, uint64_t want))
 {
 	uint64_t have = 0;
+	/* Acq_rel: pairs with the same CAS by another writer of the copy and
+	 * with the acquire loads of the table (farm_alloc_copy_note's checks,
+	 * the rebuild) that read the word it publishes. */
 	if (atomic_compare_exchange_strong_explicit(
 	            w, &have, v, memory_order_acq_rel, memory_order_acquire))
 		return 1;
@@ -189,6 +194,7 @@ int farm_alloc_copy_note(const struct farm_alloc_region *copy, farm_gaddr a,
 	if (rc)
 		return rc;
 	/* Check the run before writing anything. */
+	/* Acquire (the table words too): pairs with word_claim's CAS. */
 	uint64_t t0 = atomic_load_explicit(&table[0], memory_order_acquire);
 	if (t0 && t0 != bt_table(1))
 		return FARM_ECORRUPT;

@@ -74,6 +74,8 @@ static int dump_slab_block(FILE *f, const struct farm_block *b)
 			rc = FARM_ECORRUPT;
 			break;
 		}
+	/* Acquire: pairs with the release CAS of slot_release (the links of
+	 * the remote frees are seen). */
 	for (const char *p = atomic_load_explicit(
 	             &((struct farm_block *)b)->remote_head,
 	             memory_order_acquire);
@@ -109,6 +111,7 @@ int farm_blockalloc_dump(farm_blockalloc *ba, FILE *f)
 	if (!ba || !f)
 		return -EINVAL;
 	pthread_mutex_lock(&ba->lock);
+	/* Acquire: pairs with the release store of region_publish. */
 	uint32_t n = atomic_load_explicit(&ba->nregions, memory_order_acquire);
 	struct ba_region **rs = malloc((n ? n : 1) * sizeof(*rs));
 	if (!rs) {
@@ -127,6 +130,8 @@ int farm_blockalloc_dump(farm_blockalloc *ba, FILE *f)
 		struct ba_region *r = rs[k];
 		fprintf(f, "region %u blocks %u\n", r->id, r->nblocks);
 		for (uint32_t i = 0; i < r->nblocks; i++) {
+			/* Acquire (table and meta): pairs with the release
+			 * stores of ba_write_run and meta_publish. */
 			uint64_t w = atomic_load_explicit(&r->table[i],
 			                                  memory_order_acquire);
 			if (!w)

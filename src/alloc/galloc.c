@@ -399,6 +399,8 @@ int farm_galloc_free(farm_galloc *g, farm_loop *loop, farm_gaddr a,
  * writer of the list.) */
 static bool in_adopted(farm_galloc *g, uint32_t id)
 {
+	/* Acquire: pairs with the release store of nadopted_ids in
+	 * adopt_one (the ids below it are written). */
 	unsigned n =
 	        atomic_load_explicit(&g->nadopted_ids, memory_order_acquire);
 	for (unsigned i = 0; i < n; i++)
@@ -509,6 +511,8 @@ static void adopt_one(farm_galloc *g, farm_slab **slab, uint32_t id)
 				        &g->nadopted_ids, memory_order_relaxed);
 				if (k < ADOPTED_MAX) {
 					g->adopted_ids[k] = id;
+					/* Release: pairs with the acquire
+					 * load in in_adopted. */
 					atomic_store_explicit(
 					        &g->nadopted_ids, k + 1,
 					        memory_order_release);
@@ -540,7 +544,9 @@ static void adopt_one(farm_galloc *g, farm_slab **slab, uint32_t id)
 	while (d) {
 		struct deferred *n = d->next;
 		int f = rc == 0 && *slab ? farm_slab_free(*slab, d->a) : rc;
-		/* Unlock it either way: the caller left that to us. */
+		/* Unlock it either way: the caller left that to us (release:
+		 * pairs with the acquire loads of the version word,
+		 * farm_objhdr_load_version, which then see the free). */
 		if (r.base)
 			atomic_store_explicit(
 			        (_Atomic uint64_t *)(void *)((char *)r.base +

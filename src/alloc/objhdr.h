@@ -39,12 +39,18 @@ struct farm_objhdr {
 _Static_assert(sizeof(struct farm_objhdr) == FARM_OBJHDR_SIZE,
                "object header is 16 bytes");
 
+/* Acquire: pairs with the release stores and CASes of the incarnation by
+ * the allocator (slot_claim, hdr_free in alloc/slab.c): a reader that sees
+ * an incarnation sees the slot as its allocation or free left it. */
 static inline uint64_t farm_objhdr_load_incarn(const struct farm_objhdr *h)
 {
 	return atomic_load_explicit((_Atomic uint64_t *)&h->incarn,
 	                            memory_order_acquire);
 }
 
+/* Acquire: pairs with the release stores of the version word (a commit's
+ * unlock in txn/, galloc's deferred-free unlock): the object's bytes
+ * written before it are seen. */
 static inline uint64_t farm_objhdr_load_version(const struct farm_objhdr *h)
 {
 	return atomic_load_explicit((_Atomic uint64_t *)&h->version,

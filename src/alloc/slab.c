@@ -154,6 +154,8 @@ static __attribute__((noinline)) void slab_purge(farm_slab *s, uint64_t gen)
 
 static inline void slab_sync(farm_slab *s)
 {
+	/* Acquire: pairs with the release bump of region_gen in
+	 * farm_blockalloc_retire_region (its retired flags are seen). */
 	uint64_t g =
 	        atomic_load_explicit(&s->ba->region_gen, memory_order_acquire);
 	if (FARM_UNLIKELY(g != s->region_gen))
@@ -394,12 +396,13 @@ static int take_hinted(farm_slab *s, unsigned c, farm_gaddr hint, char **p,
 	slab_sync(s);
 	struct ba_region *r = slab_region(s, farm_gaddr_region(hint));
 	if (!r) {
-		cnt_add(&s->hint[FARM_ALLOC_HINT_REMOTE], 1);
+		farm_stat_add_owned(&s->hint[FARM_ALLOC_HINT_REMOTE], 1);
 		return farm_gaddr_region(hint) ? -EREMOTE : -EINVAL;
 	}
 	uint32_t off = farm_gaddr_offset(hint);
 	if (off >= r->size)
 		return -EINVAL;
+	/* Acquire: pairs with the release stores of meta_publish. */
 	struct farm_block *b = atomic_load_explicit(
 	        &r->meta[off / FARM_ALLOC_BLOCK], memory_order_acquire);
 	int level = FARM_ALLOC_HINT_BLOCK;
@@ -500,10 +503,10 @@ take(farm_slab *s, unsigned c, farm_gaddr hint, char **pp,
 /* Count a slot allocation of class @c placed at hint level @lvl. */
 static inline void count_alloc(farm_slab *s, unsigned c, int lvl)
 {
-	cnt_add(&s->cls[c].nalloc, 1);
+	farm_stat_add_owned(&s->cls[c].nalloc, 1);
 	if (FARM_UNLIKELY(lvl != FARM_ALLOC_HINT_NONE)) {
-		cnt_add(&s->hint[lvl], 1);
-		cnt_add(&s->hinted, 1);
+		farm_stat_add_owned(&s->hint[lvl], 1);
+		farm_stat_add_owned(&s->hinted, 1);
 	}
 }
 
@@ -550,7 +553,7 @@ int farm_slab_alloc(farm_slab *s, uint64_t size, farm_gaddr hint,
 	int rc = slot_claim(p, b->slot / FARM_ALLOC_LINE);
 	if (FARM_UNLIKELY(rc))
 		return rc;
-	cnt_add(&s->cls[c].nalloc, 1);
+	farm_stat_add_owned(&s->cls[c].nalloc, 1);
 	*out = b->gbase + (uint64_t)(p - b->base);
 	return 0;
 }
@@ -575,7 +578,7 @@ static inline void slot_release(farm_slab *s, struct farm_block *b, char *p)
 			break;
 		farm_cpu_relax();
 	}
-	cnt_add(&s->remote_frees, 1);
+	farm_stat_add_owned(&s->remote_frees, 1);
 }
 
 /* The slab block and slot at @a, or an error. The slot's address comes
@@ -590,6 +593,7 @@ static inline int find_in_cache(farm_slab *s, farm_gaddr a,
 	if (FARM_UNLIKELY(off >= s->rc_size))
 		return -EINVAL;
 	char *p = s->rc_base + off;
+	/* Acquire: pairs with the release stores of meta_publish. */
 	struct farm_block *b = atomic_load_explicit(
 	        &s->rc_meta[off / FARM_ALLOC_BLOCK], memory_order_acquire);
 	if (FARM_UNLIKELY(!b))
@@ -620,6 +624,9 @@ static inline int find_in_cache(farm_slab *s, farm_gaddr a,
 static __attribute__((noinline)) bool find_slot_stale(farm_slab *s, uint32_t id)
 {
 	struct ba_region *r = s->last_r;
+	/* Acquire (both loads): pair with the release store of r->retired
+	 * and the release bump of region_gen in
+	 * farm_blockalloc_retire_region. */
 	if (!r || !atomic_load_explicit(&r->retired, memory_order_acquire))
 		return false;
 	slab_purge(s, atomic_load_explicit(&s->ba->region_gen,
@@ -663,7 +670,7 @@ static __attribute__((noinline)) int free_refused(farm_slab *s, farm_gaddr a,
 	if (find_slot_stale(s, farm_gaddr_region(a)))
 		return farm_slab_free(s, a); /* the cache is live now: once */
 	if (rc != -EREMOTE)
-		cnt_add(&s->free_errors, 1);
+		farm_stat_add_owned(&s->free_errors, 1);
 	return rc;
 }
 
@@ -678,11 +685,11 @@ int farm_slab_free(farm_slab *s, farm_gaddr a)
 		return free_refused(s, a, rc);
 	rc = hdr_free(p);
 	if (FARM_UNLIKELY(rc)) {
-		cnt_add(&s->free_errors, 1);
+		farm_stat_add_owned(&s->free_errors, 1);
 		return rc;
 	}
 	slot_release(s, b, p);
-	cnt_add(&s->cls[b->cls].nfree, 1);
+	farm_stat_add_owned(&s->cls[b->cls].nfree, 1);
 	return 0;
 }
 
@@ -738,7 +745,8 @@ static int large_array(farm_slab *s, uint64_t esz, uint64_t n, uint64_t total,
 	if (hint != FARM_GADDR_NULL) {
 		struct ba_region *r = slab_region(s, farm_gaddr_region(hint));
 		if (!r) {
-			cnt_add(&s->hint[FARM_ALLOC_HINT_REMOTE], 1);
+			farm_stat_add_owned(&s->hint[FARM_ALLOC_HINT_REMOTE],
+			                    1);
 			return farm_gaddr_region(hint) ? -EREMOTE : -EINVAL;
 		}
 		if (farm_gaddr_offset(hint) >= r->size)
@@ -782,15 +790,17 @@ static int large_array(farm_slab *s, uint64_t esz, uint64_t n, uint64_t total,
 		struct farm_objhdr *h = (void *)(base + i * esz);
 		uint64_t w =
 		        atomic_load_explicit(&h->incarn, memory_order_relaxed);
+		/* Release: as slot_claim's (pairs with the acquire loads of
+		 * the incarnation, farm_objhdr_load_incarn). */
 		atomic_store_explicit(
 		        &h->incarn,
 		        farm_incarn_claimed(w,
 		                            (unsigned)(esz / FARM_ALLOC_LINE)),
 		        memory_order_release);
 	}
-	cnt_add(&s->hint[level], 1);
-	cnt_add(&s->allocs, 1);
-	cnt_adds(&s->bytes, (int64_t)t.nmb * FARM_ALLOC_BLOCK);
+	farm_stat_add_owned(&s->hint[level], 1);
+	farm_stat_add_owned(&s->allocs, 1);
+	farm_stat_add_owned(&s->bytes, (int64_t)t.nmb * FARM_ALLOC_BLOCK);
 	*out = farm_gaddr_make(t.r->id, t.bidx * FARM_ALLOC_BLOCK);
 	return 0;
 }
@@ -824,6 +834,8 @@ int farm_alloc_array(farm_slab *s, uint64_t elem_size, uint64_t n,
 		struct farm_objhdr *h = (void *)(p + i * esz);
 		atomic_store_explicit(&h->version, v0 & ~3ull,
 		                      memory_order_relaxed);
+		/* Release: as slot_claim's (pairs with the acquire loads of
+		 * the incarnation, farm_objhdr_load_incarn). */
 		atomic_store_explicit(
 		        &h->incarn,
 		        farm_incarn_claimed(w0,
@@ -844,6 +856,8 @@ static int large_array_free(farm_slab *s, struct ba_region *r, uint32_t off,
 	if (off % FARM_ALLOC_BLOCK)
 		return -EINVAL;
 	uint32_t bidx = off / FARM_ALLOC_BLOCK;
+	/* Acquire: pairs with the release store of the run's head word
+	 * (ba_write_run, or the RETIRED word below by an earlier free). */
 	uint64_t w =
 	        atomic_load_explicit(&r->table[bidx], memory_order_acquire);
 	if (bt_type(w) == BT_RETIRED && bt_array_n(w) == n &&
@@ -863,11 +877,15 @@ static int large_array_free(farm_slab *s, struct ba_region *r, uint32_t off,
 		struct farm_objhdr *h = (void *)(base + i * esz);
 		uint64_t x =
 		        atomic_load_explicit(&h->incarn, memory_order_relaxed);
+		/* Release: as hdr_free's (pairs with the acquire loads of
+		 * the incarnation, farm_objhdr_load_incarn). */
 		atomic_store_explicit(&h->incarn, farm_incarn_freed(x),
 		                      memory_order_release);
 	}
 	uint32_t mb = bt_array_mb(w);
 	pthread_mutex_lock(&s->ba->lock);
+	/* Release: pairs with the acquire load of the head word above (a
+	 * second free sees RETIRED) and those of farm_alloc_walk. */
 	atomic_store_explicit(&r->table[bidx],
 	                      bt_array(BT_RETIRED, mb, bt_array_elines(w), n),
 	                      memory_order_release);
@@ -875,7 +893,7 @@ static int large_array_free(farm_slab *s, struct ba_region *r, uint32_t off,
 	s->ba->blocks_retired += mb;
 	ba_retire_locked(s->ba, r, bidx, mb, s->ba->retire_gen);
 	pthread_mutex_unlock(&s->ba->lock);
-	cnt_adds(&s->bytes, -(int64_t)mb * FARM_ALLOC_BLOCK);
+	farm_stat_add_owned(&s->bytes, -(int64_t)mb * FARM_ALLOC_BLOCK);
 	return 0;
 }
 
@@ -901,7 +919,9 @@ static int slot_array_free(farm_slab *s, farm_gaddr a, uint64_t esz,
 		if (farm_objhdr_load_incarn((void *)(p + i * esz)) != w0)
 			return -EINVAL;
 	/* Only from the word the elements were checked against: if the slot
-	 * was freed (and maybe reused) since, nothing changes. */
+	 * was freed (and maybe reused) since, nothing changes (acq_rel: as
+	 * hdr_free's CAS, pairs with slot_claim's release and with a racing
+	 * free's CAS). */
 	if (!atomic_compare_exchange_strong_explicit(
 	            &((struct farm_objhdr *)p)->incarn, &w0,
 	            farm_incarn_freed(w0), memory_order_acq_rel,
@@ -909,11 +929,13 @@ static int slot_array_free(farm_slab *s, farm_gaddr a, uint64_t esz,
 		return -ENOENT;
 	for (uint64_t i = 1; i < n; i++) {
 		struct farm_objhdr *h = (void *)(p + i * esz);
+		/* Release: pairs with the acquire loads of the incarnation
+		 * (farm_objhdr_load_incarn). */
 		atomic_store_explicit(&h->incarn, farm_incarn_freed(w0),
 		                      memory_order_release);
 	}
 	slot_release(s, b, p);
-	cnt_add(&s->cls[b->cls].nfree, 1);
+	farm_stat_add_owned(&s->cls[b->cls].nfree, 1);
 	return 0;
 }
 
@@ -934,11 +956,11 @@ int farm_alloc_array_free(farm_slab *s, farm_gaddr a, uint64_t elem_size,
 	else if (total > FARM_ALLOC_MAX_OBJECT) {
 		rc = large_array_free(s, r, farm_gaddr_offset(a), esz, n);
 		if (!rc)
-			cnt_add(&s->frees, 1);
+			farm_stat_add_owned(&s->frees, 1);
 	} else
 		rc = slot_array_free(s, a, esz, total, n);
 	if (rc) {
-		cnt_add(&s->free_errors, 1);
+		farm_stat_add_owned(&s->free_errors, 1);
 		return rc;
 	}
 	return 0;

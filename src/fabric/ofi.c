@@ -85,12 +85,12 @@ static void on_completion(struct ofi_fabric *f, void *ctx, uint64_t flags,
 		uint32_t seq = (uint32_t)c;
 		struct ofi_ep *ep = idx < OFI_MAX_EPS ? f->eps[idx] : NULL;
 		if (!ep || ep->gen != gen) {
-			ST_ADD(f, stale, 1);
+			farm_stat_add(&f->st.stale, 1);
 			return;
 		}
 		struct ofi_slot *s = &ep->slots[seq & ep->mask];
 		if (s->seq != seq || s->state != S_POSTED) {
-			ST_ADD(f, stale, 1);
+			farm_stat_add(&f->st.stale, 1);
 			return;
 		}
 		if (err) {
@@ -104,6 +104,9 @@ static void on_completion(struct ofi_fabric *f, void *ctx, uint64_t flags,
 			atomic_fetch_sub(&s->pend[kind], 1);
 			atomic_fetch_sub(&ep->inflight[kind], 1);
 		}
+		/* Release: pairs with the acquire loads of pending in
+		 * ofi_data.c (the completion's results are seen once the
+		 * count is). */
 		atomic_fetch_sub_explicit(&s->pending, 1, memory_order_release);
 		if (!ep->kick && f->nkick < FARM_ARRAY_SIZE(f->kick)) {
 			ep->kick = true;
@@ -185,7 +188,7 @@ int ofi_drain_locked(struct ofi_fabric *f)
 			struct fi_cq_err_entry ee;
 			memset(&ee, 0, sizeof(ee));
 			if (fi_cq_readerr(f->cq, &ee, 0) == 1) {
-				ST_ADD(f, errors, 1);
+				farm_stat_add(&f->st.errors, 1);
 				on_completion(f, ee.op_context, ee.flags,
 				              ee.len, ee.err ? ee.err : FI_EIO);
 				total++;
@@ -227,7 +230,7 @@ static void *progress_main(void *arg)
 			if (acks) /* deferred ACKs: retry soon */
 				timeout = 1;
 		}
-		ST_ADD(f, progress_sleeps, 1);
+		farm_stat_add(&f->st.progress_sleeps, 1);
 		int n = poll(p, f->cq_wait ? 2 : 1, f->cq_wait ? timeout : 0);
 		if (n > 0 && (p[0].revents & POLLIN))
 			break;

@@ -145,7 +145,7 @@ static void ack_defer(struct ofi_fabric *f, struct ofi_sendbuf *sb,
                       fi_addr_t to)
 {
 	if (f->nacks >= OFI_ACKS_MAX) {
-		ST_ADD(f, acks_dropped, 1);
+		farm_stat_add(&f->st.acks_dropped, 1);
 		free(sb);
 		return;
 	}
@@ -157,7 +157,7 @@ static void ack_defer(struct ofi_fabric *f, struct ofi_sendbuf *sb,
 	sb->next = f->acks;
 	f->acks = sb;
 	f->nacks++;
-	ST_ADD(f, acks_deferred, 1);
+	farm_stat_add(&f->st.acks_deferred, 1);
 }
 
 bool ofi_acks_retry(struct ofi_fabric *f)
@@ -178,7 +178,7 @@ bool ofi_acks_retry(struct ofi_fabric *f)
 		*pp = sb->next; /* sent (freed at its completion), or dropped */
 		f->nacks--;
 		if (rc) {
-			ST_ADD(f, acks_dropped, 1);
+			farm_stat_add(&f->st.acks_dropped, 1);
 			free(sb);
 		}
 	}
@@ -206,14 +206,14 @@ static struct ofi_mr *mr_find(struct ofi_fabric *f, uint64_t key)
 void ofi_on_ctrl(struct ofi_fabric *f, struct ofi_ctrl *m, size_t len)
 {
 	if (len != sizeof(*m) || m->magic != OFI_CTRL_MAGIC) {
-		ST_ADD(f, malformed, 1);
+		farm_stat_add(&f->st.malformed, 1);
 		return;
 	}
 	if (m->type == CTRL_HELLO) {
 		m->reply_addr[sizeof(m->reply_addr) - 1] = 0;
 		fi_addr_t fa;
 		if (ofi_av_lookup(f, m->reply_addr, &fa)) {
-			ST_ADD(f, malformed, 1);
+			farm_stat_add(&f->st.malformed, 1);
 			return;
 		}
 		struct ofi_sendbuf *sb = calloc(1, sizeof(*sb));
@@ -257,11 +257,11 @@ void ofi_on_ctrl(struct ofi_fabric *f, struct ofi_ctrl *m, size_t len)
 		if (ok)
 			farm_wake_word((const uint32_t *)(uintptr_t)m->addr);
 		pthread_mutex_unlock(&f->lock);
-		ST_ADD(f, notifies_in, 1);
+		farm_stat_add(&f->st.notifies_in, 1);
 		if (!ok)
-			ST_ADD(f, malformed, 1);
+			farm_stat_add(&f->st.malformed, 1);
 	} else {
-		ST_ADD(f, malformed, 1);
+		farm_stat_add(&f->st.malformed, 1);
 	}
 }
 
@@ -281,7 +281,7 @@ void ofi_hb_tick(struct ofi_fabric *f)
 		if (atomic_load(&hb->busy)) {
 			if (now - hb->since > f->timeout_ns) {
 				atomic_store(&pe->dead, 1);
-				ST_ADD(f, timeouts, 1);
+				farm_stat_add(&f->st.timeouts, 1);
 			}
 			continue;
 		}
@@ -297,12 +297,12 @@ void ofi_hb_tick(struct ofi_fabric *f)
 		if (rc == 0) {
 			hb->trying = false;
 			atomic_store(&hb->busy, 1);
-			ST_ADD(f, heartbeats, 1);
+			farm_stat_add(&f->st.heartbeats, 1);
 		} else if (now - hb->since > f->timeout_ns) {
 			/* ofi_rxm refuses with EAGAIN while it cannot
 			 * reconnect to a peer that is gone. */
 			atomic_store(&pe->dead, 1);
-			ST_ADD(f, timeouts, 1);
+			farm_stat_add(&f->st.timeouts, 1);
 		}
 	}
 }
@@ -372,6 +372,9 @@ int ofi_mr_reg(farm_fabric *fab, void *addr, size_t len, unsigned access,
 		e->addr = (uintptr_t)addr;
 		e->len = len;
 		e->access = access;
+		/* The key last (release): pairs with the peers' READ of the
+		 * table (fetch_table), ordered by the provider after our
+		 * stores; an entry with its key is whole. */
 		__atomic_store_n(&e->key, key, __ATOMIC_RELEASE);
 	}
 	pthread_mutex_unlock(&f->lock);
@@ -389,7 +392,7 @@ void ofi_mr_dereg(farm_mr *mr)
 			*p = m->next;
 			break;
 		}
-	if (f->validate)
+	if (f->validate) /* release: as in ofi_mr_reg (fetch_table) */
 		__atomic_store_n(
 		        &f->table[mr->desc.key & (OFI_TABLE_N - 1)].key, 0,
 		        __ATOMIC_RELEASE);
@@ -438,7 +441,7 @@ static int fetch_table(struct ofi_ep *ep)
 		ep->fetch_lost = true;
 		return FARM_EPEERDEAD;
 	}
-	ST_ADD(f, table_fetches, 1);
+	farm_stat_add(&f->st.table_fetches, 1);
 	return st == 1 ? 0 : st;
 }
 

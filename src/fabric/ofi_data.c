@@ -262,6 +262,8 @@ void ofi_pump(struct ofi_ep *ep)
 			 * first, any word the writer changed in between differs
 			 * (line versions only grow). The completion kicks the
 			 * endpoint (kick_waiting), which pumps it again. */
+			/* Acquire: pairs with the release decrement of
+			 * pending at completion (ofi.c). */
 			if (verify_waiting(s) &&
 			    atomic_load_explicit(&s->pending,
 			                         memory_order_acquire) > 0)
@@ -293,7 +295,7 @@ void ofi_pump(struct ofi_ep *ep)
 				/* (e): libfabric refused it for the whole
 				 * bound (a peer it cannot reach). */
 				rc = -FI_ETIMEDOUT;
-				ST_ADD(ep->fab, timeouts, 1);
+				farm_stat_add(&ep->fab->st.timeouts, 1);
 			}
 			if (map_err((int)-rc) == FARM_EPEERDEAD &&
 			    ep->base.peer < OFI_MAX_PEERS)
@@ -306,7 +308,7 @@ void ofi_pump(struct ofi_ep *ep)
 			s->posted = s->npieces;
 		}
 		if (s->tries == 0)
-			ST_ADD(ep->fab, ops, 1);
+			farm_stat_add(&ep->fab->st.ops, 1);
 		ep->next_post++;
 	}
 }
@@ -494,6 +496,7 @@ static void expire_waiting_verify(struct ofi_ep *ep)
 	if (ep->next_post == ep->head)
 		return;
 	struct ofi_slot *w = &ep->slots[ep->next_post & ep->mask];
+	/* Acquire: pairs with the release decrement at completion (ofi.c). */
 	if (verify_waiting(w) &&
 	    atomic_load_explicit(&w->pending, memory_order_acquire) > 0 &&
 	    farm_now_ns() - w->posted_ns >= ep->fab->timeout_ns) {
@@ -519,7 +522,7 @@ static void time_out_slot(struct ofi_ep *ep, struct ofi_slot *s)
 		for (unsigned k = 0; k < P_KINDS; k++)
 			atomic_fetch_sub(&ep->inflight[k],
 			                 atomic_load(&s->pend[k]));
-		ST_ADD(f, timeouts, 1);
+		farm_stat_add(&f->st.timeouts, 1);
 	}
 	pthread_mutex_unlock(&f->drain);
 }
@@ -544,7 +547,7 @@ static void reissue_read(struct ofi_ep *ep, struct ofi_slot *s)
 	s->started = false;
 	s->state = S_QUEUED;
 	ep->next_post = ep->tail;
-	ST_ADD(ep->fab, read_retries, 1);
+	farm_stat_add(&ep->fab->st.read_retries, 1);
 	ofi_pump(ep);
 }
 
@@ -600,6 +603,8 @@ static int retire(struct ofi_ep *ep, int n, farm_wc *wc)
 		if (s->state == S_POSTED) {
 			if (s->posted < s->npieces) /* still being handed */
 				break;
+			/* Acquire: pairs with the release decrement at
+			 * completion (ofi.c). */
 			if (atomic_load_explicit(&s->pending,
 			                         memory_order_acquire) > 0) {
 				if (!now)

@@ -19,6 +19,7 @@
 #include "fabric/ofi_testing.h"
 #include "fabric/provider.h"
 #include "util/common.h"
+#include "util/stat.h"
 
 #define OFI_DEFAULT_PROVIDER "tcp;ofi_rxm"
 #define OFI_MAX_EPS          4096 /* logical endpoints per fabric */
@@ -250,10 +251,6 @@ struct ofi_fabric {
 	struct ofi_peer peers[OFI_MAX_PEERS];
 	struct farm_ofi_stats st;
 };
-
-/* Counters: relaxed atomics on struct farm_ofi_stats fields. */
-#define ST_ADD(f, field, v) \
-	__atomic_fetch_add(&(f)->st.field, (v), __ATOMIC_RELAXED)
 
 static inline struct ofi_fabric *F(farm_fabric *f)
 {

@@ -313,6 +313,8 @@ static int shm_open_fabric(const farm_fabric_attr *attr, farm_fabric **out)
 	h->max_files = SHM_MAX_FILES;
 	fab->next_gen = ((rnd[1] & 0xffffffffull) << 8) | 1;
 	fab->next_file_gen = (uint32_t)(rnd[1] >> 40) | 1;
+	/* Release: pairs with the acquire load of the state in a peer's
+	 * connect (shm_peer.c), which then reads the header written above. */
 	atomic_store_explicit(&h->state, SHM_STATE_OPEN, memory_order_release);
 	if (rename(tmp, path) != 0) {
 		rc = -errno;
@@ -643,7 +645,7 @@ static void shm_mem_free(farm_mem *mm)
 	for (unsigned i = 0; i < SHM_MAX_MR; i++) {
 		struct shm_table_mr *e = &fab->table->mr[i];
 		if (atomic_load(&e->gen) && e->file == m->slot &&
-		    e->file_gen == m->gen)
+		    e->file_gen == m->gen) /* release: pairs with resolve()'s */
 			atomic_store_explicit(&e->gen, 0, memory_order_release);
 	}
 	fab->file_used[m->slot] = false;
@@ -738,6 +740,8 @@ static void shm_mr_dereg(farm_mr *m)
 		pthread_mutex_lock(&fab->lock);
 		struct shm_table_mr *e = &fab->table->mr[mr->idx];
 		uint64_t gen = m->desc.key >> SHM_IDX_BITS;
+		/* Release: pairs with the acquire loads of the entry's gen in
+		 * shm_data.c (resolve and the cached-entry checks). */
 		if (atomic_load(&e->gen) == gen)
 			atomic_store_explicit(&e->gen, 0, memory_order_release);
 		pthread_mutex_unlock(&fab->lock);

@@ -51,6 +51,8 @@ uint64_t farm_shm_testing_line_giveups(void)
 static const struct shm_fmap *peer_file(struct shm_peer *p, uint32_t file,
                                         uint64_t gen)
 {
+	/* Acquire (both loads): pairs with the release store of the mapping
+	 * below. */
 	struct shm_fmap *m =
 	        atomic_load_explicit(&p->fmap[file], memory_order_acquire);
 	if (FARM_LIKELY(m && m->gen == gen))
@@ -94,7 +96,7 @@ static const struct shm_fmap *peer_file(struct shm_peer *p, uint32_t file,
 		old->retired_next = p->retired;
 		p->retired = old;
 	}
-	/* Pairs with the acquire at the top. */
+	/* Pairs with the acquire loads at the top. */
 	atomic_store_explicit(&p->fmap[file], m, memory_order_release);
 out:
 	pthread_mutex_unlock(&p->map_lock);
@@ -344,6 +346,8 @@ static inline int run_status(const struct shm_ep *ep)
 	if (!peer_alive(ep->peer))
 		return FARM_EPEERDEAD;
 	uint32_t me = ep->peer->fab->base.machine_id;
+	/* Acquire: pairs with the peer's fetch_or of its revoked mask
+	 * (shm_peer.c, seq_cst, hence a release). */
 	if (me < 64 && (atomic_load_explicit(&ep->peer->table->hdr.revoked,
 	                                     memory_order_acquire) >>
 	                me) & 1)

@@ -178,6 +178,8 @@ static int peer_open(struct shm_fabric *fab, uint32_t peer_id, const char *dir,
 	if (t == MAP_FAILED)
 		return -errno;
 	int rc = -ECONNREFUSED;
+	/* The state's acquire load pairs with its release store at open
+	 * (shm.c). */
 	if (t->hdr.magic != SHM_MAGIC || t->hdr.layout != SHM_LAYOUT ||
 	    atomic_load_explicit(&t->hdr.state, memory_order_acquire) !=
 	            SHM_STATE_OPEN)

@@ -669,6 +669,7 @@ static int udp_ep_post(farm_ep *fep, farm_wr *list, farm_wr **bad)
 			s->local = s->inl;
 		}
 		if (s->err || (wr->len == 0 && wr->opcode != FARM_WR_NOTIFY)) {
+			/* Release: pairs with udp_cq_poll's acquire load. */
 			__atomic_store_n(&s->state, S_DONE, __ATOMIC_RELEASE);
 		} else {
 			s->npk = udp_npieces(wr->raddr, wr->len);

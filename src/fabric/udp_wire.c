@@ -640,6 +640,8 @@ static bool fail_peer_locked(struct udp_fabric *f, uint32_t peer)
 			if (s->state == S_QUEUED) {
 				if (!s->err)
 					s->err = FARM_EPEERDEAD;
+				/* Release: pairs with udp_cq_poll's acquire
+				 * load (the error is seen with the state). */
 				__atomic_store_n(&s->state, S_DONE,
 				                 __ATOMIC_RELEASE);
 				/* Sequence numbers the target never saw

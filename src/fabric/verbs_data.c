@@ -479,6 +479,8 @@ static int ep_harvest(struct vb_ep *ep, int n, farm_wc *wc)
 		} else if (st) {
 			/* The first failure. A flush first means the QP was
 			 * put in error under us: the peer left. */
+			/* Acquire: pairs with the listener's release store
+			 * of peer_gone (verbs_listen.c). */
 			if (st == FARM_EFLUSHED &&
 			    atomic_load_explicit(&ep->peer_gone,
 			                         memory_order_acquire))

@@ -593,6 +593,7 @@ bool vb_ep_usable(const farm_ep *e)
 	const struct vb_ep *ep = (const struct vb_ep *)e;
 	return atomic_load_explicit(&ep->state, memory_order_relaxed) ==
 	               EP_OK &&
+	       /* acquire: pairs with the listener's release store */
 	       !atomic_load_explicit(&ep->peer_gone, memory_order_acquire) &&
 	       !atomic_load_explicit(&ep->fab->device_lost,
 	                             memory_order_relaxed);

@@ -197,6 +197,8 @@ static void handle_event(struct vb_fabric *fab, struct rdma_cm_event *ev)
 			          conn->peer, rdma_event_str(type));
 			drop_conn = true;
 		}
+		/* Release: pairs with the acquire loads of peer_gone in
+		 * verbs_data.c and vb_ep_usable. */
 		if (ep)
 			atomic_store_explicit(&ep->peer_gone, 1,
 			                      memory_order_release);
@@ -206,6 +208,8 @@ static void handle_event(struct vb_fabric *fab, struct rdma_cm_event *ev)
 		atomic_store(&fab->device_lost, 1);
 		if (conn)
 			drop_conn = true;
+		/* Release: pairs with the acquire loads of peer_gone in
+		 * verbs_data.c and vb_ep_usable. */
 		if (ep)
 			atomic_store_explicit(&ep->peer_gone, 1,
 			                      memory_order_release);

@@ -87,7 +87,7 @@ static void get_end(struct get_op *g, int status, const void *val, uint32_t len)
 {
 	farm_ht *h = g->h;
 	status = lease_checked(h, status);
-	st_add(h, status == 0 ? T_FOUND : T_NOTFOUND, 1);
+	farm_stat_add(&h->st.v[status == 0 ? T_FOUND : T_NOTFOUND], 1);
 	farm_loop *loop = g->l->loop;
 	farm_ht_get_fn cont = g->cont;
 	void *ctx = g->ctx;
@@ -106,7 +106,7 @@ static void get_end(struct get_op *g, int status, const void *val, uint32_t len)
 
 static void get_retry(struct get_op *g)
 {
-	st_add(g->h, T_RETRIES, 1);
+	farm_stat_add(&g->h->st.v[T_RETRIES], 1);
 	uint64_t now = farm_now_ns();
 	if (!g->busy_t0)
 		g->busy_t0 = now;
@@ -212,9 +212,9 @@ static void get_read_obj(struct get_op *g, farm_fatptr p, int stage)
 		get_end(g, -ENOMEM, NULL, 0);
 		return;
 	}
-	st_add(g->h, T_READS, 1);
+	farm_stat_add(&g->h->st.v[T_READS], 1);
 	if (stage == 1)
-		st_add(g->h, T_CHAIN, 1);
+		farm_stat_add(&g->h->st.v[T_CHAIN], 1);
 	int rc = farm_lf_read(g->h->txm, g->l->loop, p.addr, p.size,
 	                      p.incarnation, g->obuf, obj_read_done, g);
 	if (rc)
@@ -239,7 +239,9 @@ static void get_buckets(struct get_op *g)
 	}
 	/* Read again when the configuration changed since the buckets
 	 * were found: growth can move the shard's region while its old
-	 * copy lives on (src/txn/read.c, rd_moved). */
+	 * copy lives on (src/txn/read.c, rd_moved). The acquire fence
+	 * orders the buckets' loads before the id's; it pairs with the
+	 * release store of the id in farm_as_set_view_placed (addrspace.c). */
 	atomic_thread_fence(memory_order_acquire);
 	if (farm_as_config_id(h->as) != g->cfg) {
 		get_retry(g);
@@ -305,7 +307,7 @@ static void get_start(struct get_op *g)
 	farm_ht *h = g->h;
 	uint32_t bb = 64u * h->bucket_lines;
 	farm_gaddr a = g->sd->base + (uint64_t)g->b * bb;
-	st_add(h, T_READS, 1);
+	farm_stat_add(&h->st.v[T_READS], 1);
 	uint8_t *p;
 	farm_mr_desc d;
 	g->cfg = farm_as_config_id(h->as);
@@ -405,7 +407,7 @@ int farm_ht_get(farm_ht *h, farm_loop *loop, const void *key, uint32_t klen,
 		l->free_gets = g;
 		return rc; /* the loop has no transactions attached */
 	}
-	st_add(h, T_LOOKUPS, 1);
+	farm_stat_add(&h->st.v[T_LOOKUPS], 1);
 	get_start(g);
 	return 0;
 }
@@ -433,7 +435,8 @@ static void first_end(struct first_op *f, int status, const void *val,
 {
 	status = lease_checked(f->h, status);
 	if (status == 0 || status == -ENOENT)
-		st_add(f->h, status == 0 ? T_FOUND : T_NOTFOUND, 1);
+		farm_stat_add(&f->h->st.v[status == 0 ? T_FOUND : T_NOTFOUND],
+		              1);
 	f->cont(f->l->loop, f->ctx, status, val, len);
 	farm_lf_end(&f->ep);
 	buf_put(f->l, f->img);
@@ -510,7 +513,7 @@ static void first_buckets(struct first_op *f)
 			first_end(f, -ENOMEM, NULL, 0);
 			return;
 		}
-		st_add(h, T_READS, 1);
+		farm_stat_add(&h->st.v[T_READS], 1);
 		int rc =
 		        farm_lf_read(h->txm, f->l->loop, p.addr, p.size,
 		                     p.incarnation, f->obuf, first_obj_done, f);
@@ -573,8 +576,8 @@ int farm_ht_get_first(farm_ht *h, farm_loop *loop, const void *key,
 		free(f);
 		return rc;
 	}
-	st_add(h, T_LOOKUPS, 1);
-	st_add(h, T_READS, 1);
+	farm_stat_add(&h->st.v[T_LOOKUPS], 1);
+	farm_stat_add(&h->st.v[T_READS], 1);
 	const uint8_t *p = farm_as_local_ptr(h->as, a, 2ull * bb);
 	if (p) {
 		f->torn = !farm_lines_copy(f->img, p, 2ull * bb, LINE_TRIES);

@@ -28,6 +28,7 @@
 
 #include "hashtable/ht.h"
 #include "util/common.h"
+#include "util/stat.h"
 
 #define SLOT_USED     1u
 #define SLOT_INDIRECT 2u
@@ -124,11 +125,6 @@ enum {
 	T_FOUND,
 	T_NOTFOUND
 };
-
-static inline void st_add(farm_ht *h, int i, uint64_t n)
-{
-	atomic_fetch_add_explicit(&h->st.v[i], n, memory_order_relaxed);
-}
 
 static inline uint32_t home_of(uint64_t hash, uint32_t nb)
 {

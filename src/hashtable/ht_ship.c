@@ -79,7 +79,7 @@ static int ship(farm_ht *h, farm_loop *loop, uint8_t op, const void *key,
 	if (rc)
 		free(c);
 	else
-		st_add(h, op == 1 ? T_PUTS : T_DELS, 1);
+		farm_stat_add(&h->st.v[op == 1 ? T_PUTS : T_DELS], 1);
 	return rc;
 }
 
@@ -259,7 +259,7 @@ static void batch_start(struct htloop *l, unsigned shard)
 		if (!q->head)
 			q->tail = NULL;
 		if (n > 1)
-			st_add(h, T_COMBINED, 1);
+			farm_stat_add(&h->st.v[T_COMBINED], 1);
 	}
 	for (struct pending *p = q->batch; p; p = p->next)
 		p->status = -EINPROGRESS;

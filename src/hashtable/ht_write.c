@@ -203,7 +203,7 @@ static int move_pair(struct wctx *w, uint32_t from, unsigned fs, uint32_t to,
 	memset(slot_at(h, pf, fs), 0, h->slot_bytes);
 	if ((rc = ht_bump_pairs(w, to)) || (rc = ht_bump_pairs(w, from)))
 		return rc;
-	st_add(h, T_HOPS, 1);
+	farm_stat_add(&h->st.v[T_HOPS], 1);
 	return 0;
 }
 

@@ -57,9 +57,13 @@ static int install(farm_kv *kv, const struct farm_ht_shard *sd, unsigned n)
 		if (sd[i].machine == kv->me) {
 			kv->my_shard = i;
 			kv->mine = sd[i];
+			/* Release: pairs with the acquire load in h_shard
+			 * (kv.c), which then replies kv->mine. */
 			atomic_store_explicit(&kv->shard_ready, 1,
 			                      memory_order_release);
 		}
+	/* Release: pairs with the acquire load in joined() (kv_int.h): the
+	 * shard list above is seen. */
 	atomic_store_explicit(&kv->joined, 1, memory_order_release);
 	return 0;
 }
@@ -124,6 +128,7 @@ int farm_kv_join_sync(farm_kv *kv, farm_loop *loop, unsigned nmachines,
 	if (rc)
 		return rc;
 	kv->mine = w.sd;
+	/* Release: pairs with the acquire load in h_shard (kv.c). */
 	atomic_store_explicit(&kv->shard_ready, 1, memory_order_release);
 	struct farm_ht_shard sd[MAX_MACHINES];
 	for (uint32_t m = 0; m < nmachines; m++) {
@@ -161,6 +166,7 @@ int farm_kv_join_sync(farm_kv *kv, farm_loop *loop, unsigned nmachines,
 	memcpy(kv->shards, sd, nmachines * sizeof(*sd));
 	kv->nshards = nmachines;
 	kv->my_shard = kv->me;
+	/* Release: pairs with the acquire load in joined() (kv_int.h). */
 	atomic_store_explicit(&kv->joined, 1, memory_order_release);
 	keep_list(kv);
 	return 0;

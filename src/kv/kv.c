@@ -23,6 +23,8 @@ static void h_shard(farm_loop *loop, const farm_msg_in *in, void *arg)
 	int rc;
 	if (!in->token.call_id)
 		return;
+	/* Acquire: pairs with the release stores of shard_ready in join.c
+	 * (kv->mine is written). */
 	if (!atomic_load_explicit(&kv->shard_ready, memory_order_acquire))
 		rc = farm_msg_reply_error(loop, &in->token, -EAGAIN);
 	else

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "kv/kv.h"
+#include "util/stat.h"
 
 /* The shard list, kept with the machine's data directory (the
  * environment's keep/kept): after a whole-cluster restart the shards'
@@ -51,11 +52,8 @@ struct farm_kv {
 	_Atomic uint64_t sync_timeout_ns; /* the *_sync wrappers' default */
 };
 
-static inline void st_add(farm_kv *kv, int i, uint64_t n)
-{
-	atomic_fetch_add_explicit(&kv->st[i], n, memory_order_relaxed);
-}
-
+/* Acquire: pairs with the release stores of joined in join.c (the shard
+ * list is seen once joined). */
 static inline bool joined(const farm_kv *kv)
 {
 	return atomic_load_explicit(&kv->joined, memory_order_acquire) != 0;

@@ -88,7 +88,7 @@ static void mg_first_done(farm_loop *loop, void *ctx, int status,
 		m->missq[m->nmiss++] = i;
 	} else {
 		if (status == 0 || status == -ENOENT)
-			st_add(m->kv, S_FIRST_HITS, 1);
+			farm_stat_add(&m->kv->st[S_FIRST_HITS], 1);
 		mg_finish_key(m, i, status, val, len);
 	}
 	mg_advance(m);
@@ -185,14 +185,14 @@ static void mg_send(struct mg *m, unsigned s, const uint32_t *idx, unsigned nk,
 	if (rc) {
 		/* Not sent: each key is looked up on its own. */
 		free(b);
-		st_add(kv, S_FALLBACKS, nk);
+		farm_stat_add(&kv->st[S_FALLBACKS], nk);
 		for (unsigned j = 0; j < nk; j++)
 			mg_full(m, idx[j]);
 		return;
 	}
 	m->calls++;
-	st_add(kv, S_MSGS, 1);
-	st_add(kv, S_MISSES, nk);
+	farm_stat_add(&kv->st[S_MSGS], 1);
+	farm_stat_add(&kv->st[S_MISSES], nk);
 }
 
 /* Every first read is back: the unresolved keys to their owners, grouped
@@ -288,7 +288,7 @@ static void mg_batch_reply(farm_loop *loop, void *ctx, int status,
 			memcpy(&vl, p + off + 4, 4);
 			off += 8;
 			if (st == FARM_KV_MGET_SPILL) {
-				st_add(kv, S_SPILLS, 1);
+				farm_stat_add(&kv->st[S_SPILLS], 1);
 				mg_full(m, b->idx[j]);
 				continue;
 			}
@@ -308,7 +308,7 @@ static void mg_batch_reply(farm_loop *loop, void *ctx, int status,
 		          "batch: %s",
 		          kv->shards[m->k[b->idx[0]].shard].machine,
 		          farm_strerror(status));
-		st_add(kv, S_FALLBACKS, b->nk);
+		farm_stat_add(&kv->st[S_FALLBACKS], b->nk);
 		for (unsigned j = 0; j < b->nk; j++)
 			mg_full(m, b->idx[j]);
 	}
@@ -444,9 +444,9 @@ int farm_kv_mget(farm_kv *kv, farm_loop *loop, unsigned n,
 		}
 	}
 	m->first_left = m->nfirst;
-	st_add(kv, S_CALLS, 1);
-	st_add(kv, S_KEYS, n);
-	st_add(kv, S_LOCAL, local);
+	farm_stat_add(&kv->st[S_CALLS], 1);
+	farm_stat_add(&kv->st[S_KEYS], n);
+	farm_stat_add(&kv->st[S_LOCAL], local);
 	mg_advance(m);
 	m->in_call = false;
 	if (m->left == 0 && m->calls == 0 && !m->retry_posted) {

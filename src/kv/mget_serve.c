@@ -134,8 +134,8 @@ static void srv_reply(struct srv *s)
 		farm_warn("kv: cannot answer machine %" PRIu32 "'s multi-get: "
 		          "%s",
 		          s->tok.machine, farm_strerror(rc));
-	st_add(kv, S_SERVED, 1);
-	st_add(kv, S_SERVED_KEYS, s->n);
+	farm_stat_add(&kv->st[S_SERVED], 1);
+	farm_stat_add(&kv->st[S_SERVED_KEYS], s->n);
 	for (unsigned j = 0; j < s->n; j++)
 		free(s->k[j].val);
 	free(s->req);
@@ -197,7 +197,7 @@ void farm_kv_mget_serve(farm_loop *loop, const farm_msg_in *in, void *arg)
 {
 	farm_kv *kv = arg;
 	if (!in->token.call_id) {
-		st_add(kv, S_BAD, 1);
+		farm_stat_add(&kv->st[S_BAD], 1);
 		farm_warn("kv: a multi-get from machine %" PRIu32
 		          " without a reply address: dropped",
 		          in->src_machine);
@@ -227,7 +227,7 @@ void farm_kv_mget_serve(farm_loop *loop, const farm_msg_in *in, void *arg)
 	}
 	if (rc) {
 		if (rc != -ENOMEM && rc != -EAGAIN) {
-			st_add(kv, S_BAD, 1);
+			farm_stat_add(&kv->st[S_BAD], 1);
 			farm_warn("kv: bad multi-get from machine %" PRIu32
 			          ": %s",
 			          in->src_machine, farm_strerror(rc));

@@ -270,6 +270,10 @@ int farm_msg_handle(farm_msg *msg, uint16_t type, farm_msg_handler_fn fn,
 		rc = -EEXIST;
 	} else {
 		msg->handlers[type] = (struct handler){fn, arg};
+		/* Release: the handler before its bit. The partner is the
+		 * bitmap's read in wire_type_known (wire.h, from msg_ring.c),
+		 * a plain load: an acquire there would order the handler's
+		 * read after the bit on every architecture. */
 		__atomic_or_fetch(&msg->types[type >> 6], 1ull << (type & 63),
 		                  __ATOMIC_RELEASE);
 	}

@@ -402,6 +402,7 @@ void farm_loop_run(farm_loop *loop)
 {
 	if (!loop || loop->polling)
 		return;
+	/* Acquire: pairs with the release store of stop in farm_loop_stop. */
 	while (!atomic_load_explicit(&loop->stop, memory_order_acquire)) {
 		if (farm_loop_poll(loop))
 			loop->idle_since = 0;

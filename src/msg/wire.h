@@ -75,6 +75,9 @@ enum wire_peek {
 	WIRE_CORRUPT = -1,
 };
 
+/* Acquire: pairs with the release store of a WRITE's last word by the
+ * provider that delivers it (fabric/shm_data.c, fabric/udp_serve.c's
+ * write_piece): a frame whose trailer is seen is whole. */
 static inline uint64_t wire_load(const uint8_t *p)
 {
 	return atomic_load_explicit((const _Atomic uint64_t *)(const void *)p,

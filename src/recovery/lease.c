@@ -267,6 +267,8 @@ static bool on_grant_request(farm_lease *l, struct peer *p,
 		l->own_until = m->t_sent + l->lease_ns;
 		l->own_granted = true;
 		note_renewal(l, &l->own_renew_ns, now);
+		/* Release: pairs with the acquire load of the serve word in
+		 * txn_serving (txn/txn_int.h). */
 		atomic_store_explicit(l->serve, l->own_until,
 		                      memory_order_release);
 	}
@@ -287,6 +289,7 @@ static bool on_grant(farm_lease *l, struct peer *p, const struct lease_msg *m,
 		p->granted_until = m->cm_t_sent + l->lease_ns;
 	if (p->granted_until >
 	    atomic_load_explicit(l->serve, memory_order_relaxed))
+		/* Release: pairs with txn_serving's acquire load. */
 		atomic_store_explicit(l->serve, p->granted_until,
 		                      memory_order_release);
 	return true;
@@ -601,7 +604,8 @@ int farm_lease_set_config(farm_lease *l, uint64_t config_id, uint32_t cm,
 	memcpy(l->peers, np, k * sizeof(np[0]));
 	l->npeers = k;
 	if (!same_cm || !l->have_config) {
-		/* A new relationship: a grace for the first handshake. */
+		/* A new relationship: a grace for the first handshake
+		 * (release: pairs with txn_serving's acquire load). */
 		atomic_store_explicit(l->serve, now + grace,
 		                      memory_order_release);
 		l->own_until = now + grace;
@@ -615,7 +619,9 @@ int farm_lease_set_config(farm_lease *l, uint64_t config_id, uint32_t cm,
 	l->config_id = config_id;
 	l->cm = cm;
 	l->have_config = true;
-	if (cm == l->a.self_id && k == 0) /* alone: nobody to lease from */
+	/* Alone: nobody to lease from (release: pairs with txn_serving's
+	 * acquire load). */
+	if (cm == l->a.self_id && k == 0)
 		atomic_store_explicit(l->serve, UINT64_MAX,
 		                      memory_order_release);
 	pthread_mutex_unlock(&l->mu);

@@ -108,6 +108,8 @@ static int step(struct demo *d, farm_work_fn fn)
 static void h_mbox(farm_loop *loop, const farm_msg_in *in, void *arg)
 {
 	struct demo *d = arg;
+	/* Acquire: pairs with the release store of the mailbox's address
+	 * once it is allocated (demo_mailboxes). */
 	farm_gaddr a = __atomic_load_n(&d->mbox, __ATOMIC_ACQUIRE);
 	int rc = a ? farm_msg_reply(loop, &in->token, &a, sizeof(a))
 	           : farm_msg_reply_error(loop, &in->token, -EAGAIN);
@@ -419,6 +421,7 @@ static int demo_mailboxes(struct demo *d)
 	int rc = step(d, s_alloc_mbox);
 	if (rc)
 		return rc;
+	/* Release: pairs with the acquire load in h_mbox. */
 	__atomic_store_n(&d->mbox, d->a, __ATOMIC_RELEASE);
 	uint32_t rep[FARM_RING_MAX_REPLICAS];
 	unsigned nr = farm_as_replicas(d->as, farm_gaddr_region(d->a), rep);

@@ -64,7 +64,7 @@ bool txn_free_at_commit(farm_txm *m, struct txloop *tl, farm_gaddr a,
 {
 	int rc = farm_galloc_free_local_or_defer(m->ga, tl->loop, a, nv);
 	if (rc == 1) {
-		stat_add(m, S_FREE_DEFERRED, 1);
+		farm_stat_add(&m->st.v[S_FREE_DEFERRED], 1);
 		return true;
 	}
 	if (rc == -EREMOTE)
@@ -73,7 +73,7 @@ bool txn_free_at_commit(farm_txm *m, struct txloop *tl, farm_gaddr a,
 		                 primary's, rebuilt by scan, has the slot free
 		                 from this commit's image; no leak */
 	if (rc) {
-		stat_add(m, S_FREE_FAILED, 1);
+		farm_stat_add(&m->st.v[S_FREE_FAILED], 1);
 		farm_warn("txn: free at commit: %s", farm_strerror(rc));
 	}
 	return false;
@@ -108,9 +108,9 @@ void txn_alloc_note(struct txloop *tl, const uint8_t *rec)
 		                              .size = farm_region_size(r)};
 		int rc = farm_alloc_copy_note(&c, o[i].addr, info);
 		if (rc > 0) {
-			stat_add(m, S_BLOCK_NOTES, 1);
+			farm_stat_add(&m->st.v[S_BLOCK_NOTES], 1);
 		} else if (rc < 0) {
-			stat_add(m, S_BLOCK_NOTE_ERRORS, 1);
+			farm_stat_add(&m->st.v[S_BLOCK_NOTE_ERRORS], 1);
 			farm_warn("txn: block of %#" PRIx64
 			          " not noted in the copy: %s",
 			          o[i].addr, farm_strerror(rc));

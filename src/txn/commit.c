@@ -182,11 +182,13 @@ static void count_outcome(farm_txm *m, int outcome)
 {
 	switch (outcome) {
 	case 0: break;
-	case FARM_ECONFLICT: stat_add(m, S_AB_CONFLICT, 1); break;
-	case FARM_EVALIDATION: stat_add(m, S_AB_VALIDATION, 1); break;
-	case -ENOSPC: stat_add(m, S_AB_NOSPACE, 1); break;
-	case FARM_EFREED: stat_add(m, S_AB_FREED, 1); break;
-	default: stat_add(m, S_AB_FAILURE, 1); break;
+	case FARM_ECONFLICT: farm_stat_add(&m->st.v[S_AB_CONFLICT], 1); break;
+	case FARM_EVALIDATION:
+		farm_stat_add(&m->st.v[S_AB_VALIDATION], 1);
+		break;
+	case -ENOSPC: farm_stat_add(&m->st.v[S_AB_NOSPACE], 1); break;
+	case FARM_EFREED: farm_stat_add(&m->st.v[S_AB_FREED], 1); break;
+	default: farm_stat_add(&m->st.v[S_AB_FAILURE], 1); break;
 	}
 }
 
@@ -198,12 +200,12 @@ void txn_tx_report(farm_tx *tx, int outcome)
 	tx->outcome = outcome;
 	farm_txm *m = tx->m;
 	if (!outcome) {
-		stat_add(m, S_COMMITS, 1);
+		farm_stat_add(&m->st.v[S_COMMITS], 1);
 		if (tx->single)
-			stat_add(m, S_COMMITS_SINGLE, 1);
-		stat_add(m, S_C_WRITES, tx->n_writes);
-		stat_add(m, S_C_READS, tx->n_reads);
-		stat_add(m, S_C_MSGS, tx->n_msgs);
+			farm_stat_add(&m->st.v[S_COMMITS_SINGLE], 1);
+		farm_stat_add(&m->st.v[S_C_WRITES], tx->n_writes);
+		farm_stat_add(&m->st.v[S_C_READS], tx->n_reads);
+		farm_stat_add(&m->st.v[S_C_MSGS], tx->n_msgs);
 	}
 	count_outcome(m, outcome);
 	if (tx->in_call) {
@@ -428,7 +430,7 @@ void txn_h_reply(farm_loop *loop, const farm_msg_in *in, void *arg)
 	struct txloop *tl = loop_state(m, loop);
 	struct reply r;
 	if (!tl || in->len != sizeof(r)) {
-		stat_add(m, S_BAD_RECORDS, 1);
+		farm_stat_add(&m->st.v[S_BAD_RECORDS], 1);
 		return;
 	}
 	memcpy(&r, in->payload, sizeof(r));
@@ -831,7 +833,7 @@ static void single_install(farm_tx *tx)
 			continue; /* cannot be: locked here */
 		uint64_t nv = o->version + OBJ_VSTEP;
 		obj_install_locked(p, o->lines, o->img, nv);
-		stat_add(m, S_INSTALLS, 1);
+		farm_stat_add(&m->st.v[S_INSTALLS], 1);
 		if ((o->flags & TXO_FREE) &&
 		    (o->flags & (TXO_ARRAY | TXO_ELEM)) && !demoted)
 			continue; /* freed whole below, then unlocked */
@@ -855,7 +857,7 @@ static void single_install(farm_tx *tx)
 		int rc = farm_galloc_free_array_local(
 		        m->ga, tx->tl->loop, o->a, 64ull * o->lines, o->arr_n);
 		if (rc) {
-			stat_add(m, S_FREE_FAILED, 1);
+			farm_stat_add(&m->st.v[S_FREE_FAILED], 1);
 			farm_warn("txn: array free at commit: %s",
 			          farm_strerror(rc));
 		}
@@ -932,7 +934,7 @@ void txn_end_lock_waits(struct txloop *tl, const bool *removed)
 		tx->wait_replies = 0;
 		if (!tx->fail)
 			tx->fail = FARM_EPEERDEAD;
-		stat_add(tl->m, S_LOCK_WAITS_ENDED, 1);
+		farm_stat_add(&tl->m->st.v[S_LOCK_WAITS_ENDED], 1);
 		tx_step(tx);
 	}
 }

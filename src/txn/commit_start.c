@@ -82,7 +82,7 @@ void txn_tx_reserve(farm_tx *tx)
 	}
 	if (!ok) {
 		if (!tx->space_tries++) {
-			stat_add(m, S_LOG_FULL, 1);
+			farm_stat_add(&m->st.v[S_LOG_FULL], 1);
 			tx->deadline = farm_now_ns() + SPACE_WAIT_NS;
 		}
 		tx->ph = PH_RESERVE;

@@ -239,7 +239,7 @@ void txn_dr_h_copy(farm_loop *loop, const farm_msg_in *in, void *arg)
 	struct copy_msg q;
 	int rc = 0;
 	if (in->len != sizeof(q) || !in->token.call_id) {
-		stat_add(m, S_BAD_RECORDS, 1);
+		farm_stat_add(&m->st.v[S_BAD_RECORDS], 1);
 		farm_warn("datarec: malformed COPY from machine %" PRIu32,
 		          in->src_machine);
 		if (in->token.call_id &&

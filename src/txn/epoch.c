@@ -148,7 +148,9 @@ static void *epoch_main(void *arg)
 			break;
 		D.current = D.pending;
 		D.pending = NULL;
-		/* New operations count in the other bucket from now on. */
+		/* New operations count in the other bucket from now on
+		 * (acq_rel: pairs with the acquire loads of the epoch in
+		 * farm_epoch_op_begin, register and the quiescence check). */
 		atomic_fetch_add_explicit(&farm_epoch_global, 1,
 		                          memory_order_acq_rel);
 		atomic_store_explicit(&D.gp_active, true, memory_order_seq_cst);
@@ -246,6 +248,7 @@ int farm_epoch_thread_enter(farm_loop *loop)
 	if (t->regs++ == 0) {
 		urcu_qsbr_register_thread();
 		t->offline = false;
+		/* Acquire: pairs with the bump in epoch_main. */
 		t->ep = atomic_load_explicit(&farm_epoch_global,
 		                             memory_order_acquire);
 	}
@@ -320,6 +323,7 @@ void farm_epoch_quiesce(void)
 		farm_epoch_online_slow();
 	if (!atomic_load_explicit(&D.gp_active, memory_order_relaxed))
 		return;
+	/* Acquire: pairs with the bump in epoch_main. */
 	uint64_t e =
 	        atomic_load_explicit(&farm_epoch_global, memory_order_acquire);
 	t->ep = e;

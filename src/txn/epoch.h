@@ -64,6 +64,8 @@ static inline unsigned farm_epoch_op_begin(void)
 	struct farm_epoch_tls *t = &farm_epoch_t;
 	if (__builtin_expect(t->offline, 0))
 		farm_epoch_online_slow();
+	/* Acquire: pairs with the acq_rel bump of the epoch in epoch_main
+	 * (epoch.c). */
 	uint64_t e = __atomic_load_n((const uint64_t *)&farm_epoch_global,
 	                             __ATOMIC_ACQUIRE);
 	t->ep = e;

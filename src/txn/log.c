@@ -130,6 +130,8 @@ static int post_write(struct txloop *tl, uint32_t mach, uint64_t off, void *buf,
 		 * (this very loop, later) never sees a record without its
 		 * trailer anyway, but the order keeps the rule uniform. */
 		memcpy(dst, buf, len - 8);
+		/* Pairs with the acquire load of the trailer in the log scan
+		 * (participant.c). */
 		atomic_thread_fence(memory_order_release);
 		memcpy(dst + len - 8, (uint8_t *)buf + len - 8, 8);
 		rc = farm_mem_persist(m->logmem, dst, len);
@@ -268,7 +270,7 @@ void txn_maybe_truncate(struct txloop *tl, uint32_t mach)
 	if ((w->tail - w->freed) + w->reserved + 64 > m->R || wq_reserve(w, 1))
 		return;
 	if (log_small(tl, mach, REC_TRUNC, 0, NULL, 0, NULL) == 0)
-		stat_add(m, S_TRUNCATES, 1);
+		farm_stat_add(&m->st.v[S_TRUNCATES], 1);
 }
 
 /* ---- the replica's freed word ---------------------------------------- */
@@ -282,6 +284,8 @@ void txn_refresh_freed(struct txloop *tl, uint32_t mach)
 	struct writer *w = &tl->w[mach];
 	uint64_t hoff = log_hdr_off(m, log_index(m, m->me, tl->t));
 	if (mach == m->me) {
+		/* Acquire: pairs with the release store of the freed word
+		 * by our own log's reader (participant.c, truncate_to). */
 		w->freed = atomic_load_explicit(
 		        (_Atomic uint64_t *)(void *)(m->logbase + hoff),
 		        memory_order_acquire);
@@ -539,6 +543,7 @@ int farm_txm_testing_truncate(farm_txm *m, farm_loop *loop)
 		return -EINVAL;
 	int sent = 0;
 	for (uint32_t mach = 0; mach < m->M; mach++) {
+		/* Acquire: pairs with the release of peer_ready in txm.c. */
 		if (mach != m->me &&
 		    !atomic_load_explicit(&m->peer_ready[mach],
 		                          memory_order_acquire))

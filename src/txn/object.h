@@ -160,12 +160,19 @@ static inline void obj_install_locked(uint8_t *obj, unsigned lines,
 		atomic_store_explicit(
 		        (_Atomic uint16_t *)(void *)(obj + 64u * l), lv,
 		        memory_order_relaxed);
+	/* Release fence: the locked header and old line versions before the
+	 * data. It pairs with the reader's copy, not with a fence: a one-sided
+	 * READ (or shm's copy, fabric/shm_data.c) copies the object, and
+	 * obj_check refuses a copy whose line versions disagree with its
+	 * header, so a copy that saw new data under old versions retries. */
 	atomic_thread_fence(memory_order_release);
 	memcpy(obj + FARM_OBJHDR_SIZE, img + FARM_OBJHDR_SIZE,
 	       64 - FARM_OBJHDR_SIZE);
 	for (unsigned l = 1; l < lines; l++)
 		memcpy(obj + 64u * l + 2, img + 64u * l + 2, 62);
 	farm_store_fence();
+	/* Release fence: the data before the new line versions (pairs, as
+	 * the one above, with the reader's copy checked by obj_check). */
 	atomic_thread_fence(memory_order_release);
 	for (unsigned l = 1; l < lines; l++)
 		atomic_store_explicit(
@@ -184,6 +191,8 @@ static inline void obj_install(uint8_t *obj, unsigned lines, const uint8_t *img,
                                uint64_t new_version)
 {
 	obj_install_locked(obj, lines, img, new_version);
+	/* The unlock (release): pairs with the acquire loads of the header
+	 * (farm_objhdr_load_version, txn_copy_apply). */
 	atomic_store_explicit((_Atomic uint64_t *)(void *)obj, new_version,
 	                      memory_order_release);
 }

@@ -106,7 +106,7 @@ static void on_lock(struct txloop *tl, const uint8_t *rec)
 	if (h.cfg < (uint32_t)farm_as_config_id(m->as)) {
 		/* Started in an older configuration: its coordinator may not
 		 * know where the regions are now (FaRM 5.2). Retryable. */
-		stat_add(m, S_STALE_REFUSED, 1);
+		farm_stat_add(&m->st.v[S_STALE_REFUSED], 1);
 		send_reply(tl, h.txid, FARM_ECONFLICT);
 		return;
 	}
@@ -136,7 +136,7 @@ static void on_lock(struct txloop *tl, const uint8_t *rec)
 	}
 	if (status) {
 		unlock_objs(m, rec, locked);
-		stat_add(m, S_LOCKS_REFUSED, 1);
+		farm_stat_add(&m->st.v[S_LOCKS_REFUSED], 1);
 	} else {
 		struct lock_ent *e = malloc(sizeof(*e));
 		if (!e) {
@@ -152,7 +152,7 @@ static void on_lock(struct txloop *tl, const uint8_t *rec)
 				status = -EEXIST;
 			} else {
 				*pp = e;
-				stat_add(m, S_LOCKS_OK, 1);
+				farm_stat_add(&m->st.v[S_LOCKS_OK], 1);
 			}
 		}
 	}
@@ -177,7 +177,7 @@ static void install_rec(struct txloop *tl, const uint8_t *rec)
 		if (p) {
 			uint64_t nv = o[i].version + OBJ_VSTEP;
 			obj_install_locked(p, o[i].lines, img, nv);
-			stat_add(m, S_INSTALLS, 1);
+			farm_stat_add(&m->st.v[S_INSTALLS], 1);
 			if (o[i].flags & (OBJF_ARRAY | OBJF_ELEM)) {
 				arrays = true; /* unlocked after the free */
 			} else {
@@ -206,7 +206,7 @@ static void install_rec(struct txloop *tl, const uint8_t *rec)
 			        m->ga, tl->loop, o[i].addr, 64ull * o[i].lines,
 			        o[i].flags >> OBJF_N_SHIFT);
 			if (rc) {
-				stat_add(m, S_FREE_FAILED, 1);
+				farm_stat_add(&m->st.v[S_FREE_FAILED], 1);
 				farm_warn("txn: array free at commit: %s",
 				          farm_strerror(rc));
 			}
@@ -349,7 +349,7 @@ static void backup_apply(struct txloop *tl, const uint8_t *rec)
 	struct rec_hdr h;
 	memcpy(&h, rec, sizeof(h));
 	if (txn_aborted(tl, h.txid)) {
-		stat_add(m, S_BACKUP_SKIPPED, 1);
+		farm_stat_add(&m->st.v[S_BACKUP_SKIPPED], 1);
 		return;
 	}
 	const struct rec_obj *o = rec_objs(rec);
@@ -378,13 +378,13 @@ static void backup_apply(struct txloop *tl, const uint8_t *rec)
 			                : txn_copy_apply(q, o[i].lines, img,
 			                                 false);
 			if (done)
-				stat_add(m, S_BACKUP_APPLIES, 1);
+				farm_stat_add(&m->st.v[S_BACKUP_APPLIES], 1);
 		} else if (r && role == FARM_AS_PRIMARY) {
 			/* Promoted by recovery, which applied or decided it. */
 		} else if (!r) {
-			stat_add(m, S_BACKUP_NOCOPY, 1);
+			farm_stat_add(&m->st.v[S_BACKUP_NOCOPY], 1);
 		} else {
-			stat_add(m, S_BAD_RECORDS, 1);
+			farm_stat_add(&m->st.v[S_BAD_RECORDS], 1);
 		}
 		img += 64ull * o[i].lines;
 	}
@@ -407,7 +407,7 @@ static void truncate_to(struct txloop *tl, struct reader *rd, uint8_t *ring,
 			         " (length %" PRIu32 ", head %" PRIu64
 			         "): log abandoned",
 			         rd->applied, h.len, rd->head);
-			stat_add(m, S_BAD_RECORDS, 1);
+			farm_stat_add(&m->st.v[S_BAD_RECORDS], 1);
 			rd->broken = true;
 			break;
 		}
@@ -415,7 +415,7 @@ static void truncate_to(struct txloop *tl, struct reader *rd, uint8_t *ring,
 			/* Must not happen (wq_truncatable): recovery would not
 			 * know the commit finished. Counted for the tests. */
 			if (h.cseq >= rd->lw)
-				stat_add(m, S_TRUNC_UNFINISHED, 1);
+				farm_stat_add(&m->st.v[S_TRUNC_UNFINISHED], 1);
 			backup_apply(tl, rec);
 			if (tl->pend) /* recovery waits for its decision */
 				txn_rec_truncated(tl, h.txid);
@@ -462,7 +462,7 @@ static int poll_log(struct txloop *tl, uint32_t coord)
 		memcpy(&h, rec, sizeof(h));
 		uint64_t tr;
 		if (len % 64 || len > m->R - off) {
-			stat_add(m, S_BAD_RECORDS, 1);
+			farm_stat_add(&m->st.v[S_BAD_RECORDS], 1);
 			farm_warn("txn: bad record in machine %" PRIu32
 			          "'s log "
 			          "(length %" PRIu32 "): log abandoned",
@@ -488,7 +488,7 @@ static int poll_log(struct txloop *tl, uint32_t coord)
 			if (rec_sane(rec, len))
 				on_lock(tl, rec);
 			else
-				stat_add(m, S_BAD_RECORDS, 1);
+				farm_stat_add(&m->st.v[S_BAD_RECORDS], 1);
 			break;
 		case REC_COMMIT_PRIMARY:
 			if (coord != m->me)
@@ -501,7 +501,7 @@ static int poll_log(struct txloop *tl, uint32_t coord)
 			break;
 		case REC_COMMIT_BACKUP:
 			if (!rec_sane(rec, len)) {
-				stat_add(m, S_BAD_RECORDS, 1);
+				farm_stat_add(&m->st.v[S_BAD_RECORDS], 1);
 				break;
 			}
 			/* Before it can be applied: allocrec.c. */
@@ -511,7 +511,7 @@ static int poll_log(struct txloop *tl, uint32_t coord)
 			break;
 		case REC_TRUNC:
 		case REC_PAD: break;
-		default: stat_add(m, S_BAD_RECORDS, 1); break;
+		default: farm_stat_add(&m->st.v[S_BAD_RECORDS], 1); break;
 		}
 		if (h.lw > rd->lw) /* a pad's too: it truncates too */
 			rd->lw = h.lw;
@@ -550,6 +550,8 @@ bool txn_pending(farm_loop *loop, void *ctx)
 		uint64_t li = log_index(m, c, tl->t);
 		const uint8_t *ring = m->logbase + log_ring_off(m, li);
 		uint64_t off = tl->r[c].head % m->R;
+		/* Acquire: pairs, as the record reads below, with the
+		 * coordinator's WRITE of the record (log.c). */
 		if (atomic_load_explicit(
 		            (_Atomic uint32_t *)(void *)(ring + off),
 		            memory_order_acquire))

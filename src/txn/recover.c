@@ -161,7 +161,7 @@ static uint8_t *promo_obj(farm_txm *m, const struct rec_obj *o)
 /* A stale, malformed or misdirected recovery message: counted and said. */
 void txn_rec_refuse(farm_txm *m, const farm_msg_in *in, const char *what)
 {
-	stat_add(m, S_REC_REFUSED, 1);
+	farm_stat_add(&m->st.v[S_REC_REFUSED], 1);
 	farm_warn("txn recovery: %s from machine %" PRIu32 " refused", what,
 	          in->src_machine);
 }
@@ -202,10 +202,12 @@ static int rlock_take(farm_txm *m, uint64_t addr, uint8_t *q)
 	m->rec.rl[m->rec.nrl++] =
 	        (struct rec_rlock){.addr = addr, .q = q, .n = 1};
 	_Atomic uint64_t *hv = (_Atomic uint64_t *)(void *)q;
+	/* Acquire: pairs with the release of the version word by the last
+	 * install or unlock (object.h's obj_install, rlock_put below). */
 	uint64_t v = atomic_load_explicit(hv, memory_order_acquire);
 	atomic_store_explicit(hv, (v & ~OBJ_LOCK_MASK) | OBJ_LOCK_EXCL,
 	                      memory_order_seq_cst);
-	stat_add(m, S_REC_LOCKS, 1);
+	farm_stat_add(&m->st.v[S_REC_LOCKS], 1);
 	return 0;
 }
 
@@ -269,6 +271,8 @@ static void rlock_put(farm_txm *m, uint64_t addr, uint8_t *q)
 	*l = m->rec.rl[--m->rec.nrl];
 	_Atomic uint64_t *hv = (_Atomic uint64_t *)(void *)q;
 	uint64_t v = atomic_load_explicit(hv, memory_order_relaxed);
+	/* The unlock (release): pairs with the acquire loads of the version
+	 * word (farm_objhdr_load_version, txn_copy_apply). */
 	atomic_store_explicit(hv, v & ~OBJ_LOCK_MASK, memory_order_release);
 	if (m->rec.nadopt)
 		adopt_ready(m);
@@ -312,6 +316,8 @@ bool txn_rec_taken(farm_txm *m, uint64_t cfg)
 
 bool txn_rec_promoting(farm_txm *m, uint32_t region)
 {
+	/* Acquire: pairs with the (seq_cst, hence release) stores of
+	 * npromo_live where the promotions are set and ended, below. */
 	if (!atomic_load_explicit(&m->rec.npromo_live, memory_order_acquire))
 		return false; /* no promotion under way: the fast path */
 	pthread_mutex_lock(&m->rec.lock);
@@ -341,13 +347,13 @@ static void pend_settle(struct txloop *tl, struct rec_pend *p, bool commit)
 		if (q && !rlock_find(m, o[i].addr, q))
 			q = NULL;
 		if (q && commit && txn_copy_apply(q, o[i].lines, img, true))
-			stat_add(m, S_INSTALLS, 1);
+			farm_stat_add(&m->st.v[S_INSTALLS], 1);
 		if (q)
 			rlock_put(m, o[i].addr, q);
 		img += 64ull * o[i].lines;
 	}
 	pthread_mutex_unlock(&m->rec.lock);
-	stat_add(m, commit ? S_REC_COMMITTED : S_REC_ABORTED, 1);
+	farm_stat_add(&m->st.v[commit ? S_REC_COMMITTED : S_REC_ABORTED], 1);
 }
 
 /* The decision for @txid: settle its pending entries (those the log's
@@ -665,7 +671,7 @@ static void rec_loop_run(struct txloop *tl)
 		if ((elig || primary ||
 		     FARM_FAULT_SWITCH(FARM_FP_REC_STALE_PROMO)) &&
 		    !farm_as_promote(m->as, id)) {
-			stat_add(m, S_REC_PROMOTED, 1);
+			farm_stat_add(&m->st.v[S_REC_PROMOTED], 1);
 			np++;
 			if (ex == 0 || ex == 1)
 				adopt_add(m, id);

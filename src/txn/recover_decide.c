@@ -330,7 +330,7 @@ static void h_decide(farm_loop *loop, const farm_msg_in *in, void *arg)
 		if (h.type != REC_COMMIT_BACKUP || h.txid != d.txid)
 			continue;
 		if (!commit) {
-			stat_add(m, S_BACKUP_SKIPPED, 1);
+			farm_stat_add(&m->st.v[S_BACKUP_SKIPPED], 1);
 			continue;
 		}
 		const struct rec_obj *o = robjs(rec);
@@ -343,7 +343,7 @@ static void h_decide(farm_loop *loop, const farm_msg_in *in, void *arg)
 			                     ? txn_rec_copy_obj(m, &o[i])
 			                     : NULL;
 			if (q && txn_copy_apply(q, o[i].lines, img, false))
-				stat_add(m, S_BACKUP_APPLIES, 1);
+				farm_stat_add(&m->st.v[S_BACKUP_APPLIES], 1);
 			img += 64ull * o[i].lines;
 		}
 	}

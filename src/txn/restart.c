@@ -363,6 +363,8 @@ static uint64_t apply(farm_txm *m, const struct rs_rec *r)
 		                                     : x.version) &
 		              ~OBJ_LOCK_MASK;
 		_Atomic uint64_t *hv = (_Atomic uint64_t *)(void *)p;
+		/* Acquire: pairs with the release of the version word by
+		 * the install before (obj_install, or the store below). */
 		uint64_t cur =
 		        p ? atomic_load_explicit(hv, memory_order_acquire) : 0;
 		if (p && !((cur & ~OBJ_LOCK_MASK) >= nv && cur)) {
@@ -373,6 +375,9 @@ static uint64_t apply(farm_txm *m, const struct rs_rec *r)
 			} else {
 				memcpy(p + 8, img + 8, 64ull * x.lines - 8);
 				farm_store_fence();
+				/* Release: pairs with the acquire loads of
+				 * the version word (farm_objhdr_load_version,
+				 * the load above). */
 				atomic_store_explicit(hv, nv,
 				                      memory_order_release);
 			}
@@ -390,6 +395,8 @@ static void unlock_one(void *ctx, struct farm_objhdr *obj, uint32_t lines)
 	_Atomic uint64_t *hv = (_Atomic uint64_t *)(void *)obj;
 	uint64_t v = atomic_load_explicit(hv, memory_order_relaxed);
 	if (v & OBJ_LOCK_MASK) {
+		/* Release: pairs with the acquire loads of the version word
+		 * (farm_objhdr_load_version, txn_copy_apply). */
 		atomic_store_explicit(hv, v & ~OBJ_LOCK_MASK,
 		                      memory_order_release);
 		(*cleared)++;

@@ -32,8 +32,8 @@ static void txm_epoch_done(farm_loop *loop, void *ctx, int status)
 {
 	struct txepoch *e = ctx;
 	farm_txm *m = e->m;
-	stat_add(m, status ? S_EPOCHS_FAILED : S_EPOCHS, 1);
-	stat_add(m, S_EPOCH_RECLAIMED, e->reclaimed);
+	farm_stat_add(&m->st.v[status ? S_EPOCHS_FAILED : S_EPOCHS], 1);
+	farm_stat_add(&m->st.v[S_EPOCH_RECLAIMED], e->reclaimed);
 	farm_op_fn cont = e->cont;
 	void *cctx = e->ctx;
 	free(e);
@@ -46,6 +46,7 @@ int farm_txm_epoch(farm_txm *m, farm_loop *loop, farm_op_fn cont, void *ctx)
 		return -EINVAL;
 	uint32_t peers[0x40];
 	unsigned np = 0;
+	/* Pairs with the release of nready below (ready_ids[] is seen). */
 	unsigned n = atomic_load_explicit(&m->nready, memory_order_acquire);
 	for (unsigned i = 0; i < n; i++)
 		if (m->ready_ids[i] != m->me)
@@ -412,9 +413,9 @@ void farm_txm_detach(farm_txm *m, farm_loop *loop)
 		}
 	}
 	txn_rec_detach(tl);
-	stat_add(m, S_LF_READS, atomic_load(&tl->c_lf_reads));
-	stat_add(m, S_LF_RETRIES, atomic_load(&tl->c_lf_retries));
-	stat_add(m, S_TX_READS, atomic_load(&tl->c_tx_reads));
+	farm_stat_add(&m->st.v[S_LF_READS], atomic_load(&tl->c_lf_reads));
+	farm_stat_add(&m->st.v[S_LF_RETRIES], atomic_load(&tl->c_lf_retries));
+	farm_stat_add(&m->st.v[S_TX_READS], atomic_load(&tl->c_tx_reads));
 	m->loops[tl->t] = NULL;
 	while (tl->rd_free_list) {
 		struct rd_op *op = tl->rd_free_list;

@@ -34,6 +34,7 @@
 
 #include "txn/txm.h"
 #include "util/common.h"
+#include "util/stat.h"
 
 #include "txn/txn_log.h"
 #include "txn/txn_rec.h"
@@ -105,7 +106,8 @@ struct farm_txm {
 	_Atomic uint64_t serve_until; /* farm_txm_serve_word */
 };
 
-/* May this machine serve a read now (its lease holds)? */
+/* May this machine serve a read now (its lease holds)? Acquire: pairs with
+ * the release stores of the serve word in recovery/lease.c. */
 static inline bool txn_serving(farm_txm *m)
 {
 	uint64_t u =
@@ -154,11 +156,6 @@ enum {
 	S_NSTATS
 };
 _Static_assert(S_NSTATS <= 48, "farm_txm st.v holds the counters");
-
-static inline void stat_add(farm_txm *m, int i, uint64_t n)
-{
-	atomic_fetch_add_explicit(&m->st.v[i], n, memory_order_relaxed);
-}
 
 /* ---- logs: where a log lives in the log memory ---------------------- */
 

@@ -263,6 +263,8 @@ static inline uint64_t rec_sum_off(uint16_t type, uint32_t len)
  * whole by its trailer with a checksum the zeroes broke. */
 static inline void rec_zero(uint8_t *rec, uint16_t type, uint32_t len)
 {
+	/* Release: pairs with the acquire load of the trailer in the log
+	 * scan (participant.c), which then never takes the record whole. */
 	atomic_store_explicit(
 	        (_Atomic uint64_t *)(void *)(rec +
 	                                     (type == REC_PAD ? 56 : len - 8)),

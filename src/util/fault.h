@@ -158,6 +158,9 @@ int farm_fault_set(enum farm_fault_point fp, farm_fault_fn fn, void *arg);
 int farm_fault_built(void);
 
 #ifdef FARM_FAULT_INJECTION
+/* The acquire loads of a slot's hook (here and in farm_fault_switch) pair
+ * with the release store of the hook in farm_fault_set (fault.c), which
+ * writes the argument first. */
 static inline void farm_fault_hit(enum farm_fault_point fp)
 {
 	farm_fault_fn fn = atomic_load_explicit(&farm_fault_slots[fp].fn,

@@ -1,69 +1,19 @@
-/*
- * Test fixture: a cluster of NP_NM machine processes, each a forked child
- * that runs a farm_node with static membership (tests/test_txn_multi.c,
- * tests/test_kv_multi.c). The parent drives the machines through a pipe
- * each way: one-byte commands down (np_send), one-byte answers and their
- * payloads up (np_expect, np_recv). What a machine does is the test's: its
- * child entry point gets a struct np_child, which the test's own child
- * state embeds (as a member np). Under scripts/netns-cluster (netns.h)
- * machine i runs in the i-th machine namespace, listens on its address and
- * joins through the cluster's ZooKeeper instead of static peers.
- * Header-only, static functions.
- */
-#ifndef FARM_TESTS_NODEPROC_H
-#define FARM_TESTS_NODEPROC_H
+#include "nodeproc.h"
 
-#include "netns.h"
-#include "testutil.h"
+unsigned np_nm = 3;
 
-#include <poll.h>
-#include <signal.h>
-#include <sys/prctl.h>
-#include <sys/stat.h>
-#include <time.h>
-
-#include "node/node.h"
-
-#ifndef NP_NM
-#define NP_NM 3 /* machines in a cluster (a test may set more) */
-#endif
-
-static inline uint64_t np_now_ns(void)
+uint64_t np_now_ns(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* ---- the cluster (parent side) ------------------------------------------- */
+struct np_cluster *np_other;
 
-struct np_cluster {
-	char root[256];       /* a temporary directory, removed at the end */
-	char dir[NP_NM][300]; /* machine i's data dir and address: root/mi */
-	pid_t pid[NP_NM];
-	int to[NP_NM], from[NP_NM]; /* pipes to and from each machine */
-};
-
-/* A machine process (child side); the test's child state embeds it. */
-struct np_child {
-	uint32_t me;
-	int in, out; /* commands from the parent, answers to it */
-	const struct np_cluster *cl;
-	farm_node *node;
-	farm_loop *loop;
-	uint64_t rng;
-};
-
-/* A machine's body: its exit status (0 when all went well). */
-typedef int (*np_entry_fn)(struct np_child *c, void *arg);
-
-/* Another cluster of this test whose pipes a machine must not hold (a
- * machine that joins later is forked as a cluster of its own). */
-static struct np_cluster *np_other;
-
-static inline void np_close_pipes(const struct np_cluster *cl)
+void np_close_pipes(const struct np_cluster *cl)
 {
-	for (uint32_t j = 0; cl && j < NP_NM; j++) {
+	for (uint32_t j = 0; cl && j < np_nm; j++) {
 		if (cl->to[j] > 0)
 			close(cl->to[j]);
 		if (cl->from[j] > 0)
@@ -71,10 +21,8 @@ static inline void np_close_pipes(const struct np_cluster *cl)
 	}
 }
 
-/* Fork machine @i on @cl's data directory (@cl->dir[i]); it runs
- * @entry(c, @arg) and exits. */
-static inline void np_spawn_one(struct np_cluster *cl, uint32_t i,
-                                np_entry_fn entry, void *arg)
+void np_spawn_one(struct np_cluster *cl, uint32_t i, np_entry_fn entry,
+                  void *arg)
 {
 	int down[2], up[2];
 	assert_int_equal(pipe(down), 0);
@@ -107,35 +55,29 @@ static inline void np_spawn_one(struct np_cluster *cl, uint32_t i,
 	cl->from[i] = up[0];
 }
 
-/* Fork NP_NM machines on @cl's data directories (made by np_start, or
- * left by an earlier incarnation: a restart); machine i runs
- * @entry(c, @arg) and exits. */
-static inline void np_spawn(struct np_cluster *cl, np_entry_fn entry, void *arg)
+void np_spawn(struct np_cluster *cl, np_entry_fn entry, void *arg)
 {
-	for (uint32_t i = 0; i < NP_NM; i++)
+	for (uint32_t i = 0; i < np_nm; i++)
 		cl->to[i] = cl->from[i] = -1;
-	for (uint32_t i = 0; i < NP_NM; i++)
+	for (uint32_t i = 0; i < np_nm; i++)
 		np_spawn_one(cl, i, entry, arg);
 }
 
-/* Fork NP_NM machines with data dirs under a new temporary directory
- * (@tag names it); machine i runs @entry(c, @arg) and exits. */
-static inline void np_start(struct np_cluster *cl, const char *tag,
-                            np_entry_fn entry, void *arg)
+void np_start(struct np_cluster *cl, const char *tag, np_entry_fn entry,
+              void *arg)
 {
 	memset(cl, 0, sizeof(*cl));
-	tn_require(NP_NM);
+	tn_require(np_nm);
 	tu_tmpdir(cl->root, sizeof(cl->root), tag);
-	for (uint32_t i = 0; i < NP_NM; i++) {
+	for (uint32_t i = 0; i < np_nm; i++) {
 		snprintf(cl->dir[i], sizeof(cl->dir[i]), "%s/m%u", cl->root, i);
 		assert_int_equal(mkdir(cl->dir[i], 0700), 0);
 		cl->to[i] = cl->from[i] = -1;
 	}
 	np_spawn(cl, entry, arg);
 }
-/* Read @len bytes from machine @i within @ms (fails the test otherwise). */
-static inline void np_recv(struct np_cluster *cl, unsigned i, void *buf,
-                           size_t len, int ms)
+
+void np_recv(struct np_cluster *cl, unsigned i, void *buf, size_t len, int ms)
 {
 	uint64_t dl = np_now_ns() + (uint64_t)ms * 1000000ull;
 	char *p = buf;
@@ -157,8 +99,7 @@ static inline void np_recv(struct np_cluster *cl, unsigned i, void *buf,
 	}
 }
 
-static inline void np_expect(struct np_cluster *cl, unsigned i, char want,
-                             int ms)
+void np_expect(struct np_cluster *cl, unsigned i, char want, int ms)
 {
 	char b = 0;
 	np_recv(cl, i, &b, 1, ms);
@@ -166,20 +107,19 @@ static inline void np_expect(struct np_cluster *cl, unsigned i, char want,
 		fail_msg("machine %u said '%c', expected '%c'", i, b, want);
 }
 
-static inline void np_send(struct np_cluster *cl, unsigned i, char cmd)
+void np_send(struct np_cluster *cl, unsigned i, char cmd)
 {
 	assert_int_equal(tu_send(cl->to[i], &cmd, 1), 0);
 }
 
-/* Let every machine finish (after 'Q') and reap it: exit statuses. */
-static inline void np_finish(struct np_cluster *cl, int *st)
+void np_finish(struct np_cluster *cl, int *st)
 {
-	for (unsigned i = 0; i < NP_NM; i++) {
+	for (unsigned i = 0; i < np_nm; i++) {
 		if (cl->to[i] >= 0)
 			close(cl->to[i]);
 		cl->to[i] = -1;
 	}
-	for (unsigned i = 0; i < NP_NM; i++) {
+	for (unsigned i = 0; i < np_nm; i++) {
 		st[i] = cl->pid[i] > 0 ? tu_reap(cl->pid[i]) : 0;
 		cl->pid[i] = 0;
 		if (cl->from[i] >= 0)
@@ -188,16 +128,15 @@ static inline void np_finish(struct np_cluster *cl, int *st)
 	}
 }
 
-/* For a teardown, also after a failed assertion: no process or file stays. */
-static inline void np_cleanup(struct np_cluster *cl)
+void np_cleanup(struct np_cluster *cl)
 {
-	for (unsigned i = 0; i < NP_NM; i++)
+	for (unsigned i = 0; i < np_nm; i++)
 		if (cl->pid[i] > 0) {
 			kill(cl->pid[i], SIGKILL);
 			tu_reap(cl->pid[i]);
 			cl->pid[i] = 0;
 		}
-	for (unsigned i = 0; i < NP_NM; i++) {
+	for (unsigned i = 0; i < np_nm; i++) {
 		if (cl->to[i] > 0)
 			close(cl->to[i]);
 		if (cl->from[i] > 0)
@@ -209,18 +148,7 @@ static inline void np_cleanup(struct np_cluster *cl)
 	cl->root[0] = 0;
 }
 
-/* ---- the machine (child side) -------------------------------------------- */
-
-/* Lease length across namespaces: generous, so that a loaded host's
- * scheduling does not look like a failure (recovery removes a machine
- * whose lease lapses). */
-#define NP_NETNS_LEASE_US 200000u
-
-/* Across namespaces (netns.h): listen and hold leases on the machine's
- * own address, join through the cluster's ZooKeeper under a root of this
- * cluster's own. 0, or 3 (the environment is incomplete). */
-static inline int np_config_netns(const struct np_child *c,
-                                  struct farm_config *cfg)
+int np_config_netns(const struct np_child *c, struct farm_config *cfg)
 {
 	char ip[64];
 	const char *zk = getenv("FARM_NETNS_ZK");
@@ -240,12 +168,8 @@ static inline int np_config_netns(const struct np_child *c,
 	return 0;
 }
 
-/* Machine @c's configuration: its data dir, regions of @rsize, 1 thread,
- * the other machines as static peers (across namespaces: np_config_netns).
- * 0, or the child's exit status: 2 (bad @rsize), 3 (an invalid
- * configuration). */
-static inline int np_config(const struct np_child *c, const char *rsize,
-                            struct farm_config *cfg)
+int np_config(const struct np_child *c, const char *rsize,
+              struct farm_config *cfg)
 {
 	farm_config_defaults(cfg);
 	cfg->machine_id = c->me;
@@ -254,7 +178,7 @@ static inline int np_config(const struct np_child *c, const char *rsize,
 	if (farm_parse_size(rsize, &cfg->region_size))
 		return 2;
 	cfg->threads = 1;
-	for (uint32_t i = 0; i < NP_NM; i++) {
+	for (uint32_t i = 0; i < np_nm; i++) {
 		if (i == c->me)
 			continue;
 		cfg->peers[cfg->npeers].id = i;
@@ -273,13 +197,9 @@ static inline int np_config(const struct np_child *c, const char *rsize,
 	return 0;
 }
 
-/* np_config for a cluster joined through ZooKeeper at @zk under @root
- * (no static peers), with sessions of @session_ms and leases of
- * @lease_us. */
-static inline int np_config_zk(const struct np_child *c, const char *rsize,
-                               const char *zk, const char *root,
-                               uint32_t session_ms, uint32_t lease_us,
-                               struct farm_config *cfg)
+int np_config_zk(const struct np_child *c, const char *rsize, const char *zk,
+                 const char *root, uint32_t session_ms, uint32_t lease_us,
+                 struct farm_config *cfg)
 {
 	int rc = np_config(c, rsize, cfg);
 	if (rc)
@@ -295,9 +215,7 @@ static inline int np_config_zk(const struct np_child *c, const char *rsize,
 	return 0;
 }
 
-/* Across namespaces: every member of @c's view publishes a fabric address
- * on its own namespace's network (machine 0 says them). 0, or -1. */
-static inline int np_check_netns(struct np_child *c)
+int np_check_netns(struct np_child *c)
 {
 	struct farm_view *v = malloc(sizeof(*v));
 	int rc = v && farm_node_view(c->node, v) == 0 ? 0 : -1;
@@ -324,8 +242,7 @@ static inline int np_check_netns(struct np_child *c)
 	return rc;
 }
 
-/* The machine is up: seed its random numbers and say 'R'. */
-static inline int np_ready(struct np_child *c)
+int np_ready(struct np_child *c)
 {
 	if (tn_active() && c->node && np_check_netns(c))
 		return -1;
@@ -334,8 +251,7 @@ static inline int np_ready(struct np_child *c)
 	return tu_send(c->out, &b, 1);
 }
 
-/* A command byte from the parent, if one is there: 0 none, -1 gone. */
-static inline int np_poll_cmd(struct np_child *c)
+int np_poll_cmd(struct np_child *c)
 {
 	struct pollfd pf = {.fd = c->in, .events = POLLIN};
 	if (poll(&pf, 1, 0) <= 0)
@@ -345,8 +261,7 @@ static inline int np_poll_cmd(struct np_child *c)
 	return n == 1 ? b : -1;
 }
 
-/* Serve the loop (peers' requests) until the parent says something. */
-static inline int np_wait_cmd(struct np_child *c)
+int np_wait_cmd(struct np_child *c)
 {
 	static const volatile int never = 0;
 	for (;;) {
@@ -357,11 +272,7 @@ static inline int np_wait_cmd(struct np_child *c)
 	}
 }
 
-/* Drive @loop until machine @id is in @node's view (0), the node says it
- * is not admitted (-EEXIST: farm_node_refused), or @ms pass (-ETIMEDOUT).
- * For a machine that joins a running cluster. */
-static inline int np_await_member(farm_node *node, farm_loop *loop, uint32_t id,
-                                  int ms)
+int np_await_member(farm_node *node, farm_loop *loop, uint32_t id, int ms)
 {
 	static const volatile int never = 0;
 	struct farm_view *v = malloc(sizeof(*v));
@@ -381,19 +292,14 @@ static inline int np_await_member(farm_node *node, farm_loop *loop, uint32_t id,
 	return rc;
 }
 
-/* Answer @b to the parent, then @len bytes of @data. */
-static inline int np_say(struct np_child *c, char b, const void *data,
-                         size_t len)
+int np_say(struct np_child *c, char b, const void *data, size_t len)
 {
 	if (tu_send(c->out, &b, 1))
 		return -1;
 	return len ? tu_send(c->out, data, len) : 0;
 }
 
-/* ---- files the machines and the parent share ----------------------------- */
-
-/* Write @path whole (through a temporary file and a rename). */
-static inline int np_write_file(const char *path, const void *buf, size_t len)
+int np_write_file(const char *path, const void *buf, size_t len)
 {
 	char tmp[600];
 	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
@@ -406,8 +312,7 @@ static inline int np_write_file(const char *path, const void *buf, size_t len)
 	return 0;
 }
 
-/* A whole file into malloc'ed memory (NULL, length 0: none). */
-static inline void *np_read_file(const char *path, size_t *len)
+void *np_read_file(const char *path, size_t *len)
 {
 	*len = 0;
 	FILE *f = fopen(path, "r");
@@ -425,5 +330,3 @@ static inline void *np_read_file(const char *path, size_t *len)
 	*len = n > 0 ? (size_t)n : 0;
 	return buf;
 }
-
-#endif

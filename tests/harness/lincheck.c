@@ -13,6 +13,7 @@
  *   4. on failure, describe that point and diagnose the blocked operation.
  */
 #include "lincheck.h"
+#include "histbuf.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -54,24 +55,7 @@ void lc_free(lc_history *h)
 
 static int fail(lc_history *h, int err)
 {
-	if (h && !h->err)
-		h->err = err;
-	return err;
-}
-
-static int grow(void **p, size_t *cap, size_t need, size_t elem)
-{
-	if (need <= *cap)
-		return 0;
-	size_t n = *cap ? *cap : 64;
-	while (n < need)
-		n *= 2;
-	void *q = realloc(*p, n * elem);
-	if (!q)
-		return -ENOMEM;
-	*p = q;
-	*cap = n;
-	return 0;
+	return h ? hb_fail(&h->err, err) : err;
 }
 
 static bool kind_ok(int kind)
@@ -87,7 +71,7 @@ int lc_begin(lc_history *h, uint32_t client, enum lc_kind kind, uint64_t key,
 	if (!kind_ok((int)kind) || t_inv == LC_NO_RESPONSE)
 		return fail(h, -EINVAL);
 	if (h->nops >= LC_MAX_OPS ||
-	    grow((void **)&h->ops, &h->cap, h->nops + 1, sizeof(*h->ops)))
+	    hb_grow((void **)&h->ops, &h->cap, h->nops + 1, sizeof(*h->ops)))
 		return fail(h, -ENOMEM);
 	h->ops[h->nops] = (struct lc_rec){
 	        .key = key,
@@ -171,8 +155,8 @@ int lc_merge(lc_history *dst, const lc_history *src)
 	if (src->err)
 		return fail(dst, src->err);
 	if (dst->nops + src->nops > LC_MAX_OPS ||
-	    grow((void **)&dst->ops, &dst->cap, dst->nops + src->nops,
-	         sizeof(*dst->ops)))
+	    hb_grow((void **)&dst->ops, &dst->cap, dst->nops + src->nops,
+	            sizeof(*dst->ops)))
 		return fail(dst, -ENOMEM);
 	if (src->nops)
 		memcpy(dst->ops + dst->nops, src->ops,
@@ -307,7 +291,7 @@ static int table_reset(struct ctx *c, size_t m)
 	size_t n = 64;
 	while (n < 4 * m)
 		n *= 2;
-	if (grow((void **)&c->table, &c->captable, n, sizeof(uint32_t)))
+	if (hb_grow((void **)&c->table, &c->captable, n, sizeof(uint32_t)))
 		return -ENOMEM;
 	c->tabsize = n;
 	memset(c->table, 0xff, n * sizeof(uint32_t));
@@ -319,7 +303,7 @@ static int table_reset(struct ctx *c, size_t m)
 static int table_grow(struct ctx *c)
 {
 	size_t n = c->tabsize * 2;
-	if (grow((void **)&c->table, &c->captable, n, sizeof(uint32_t)))
+	if (hb_grow((void **)&c->table, &c->captable, n, sizeof(uint32_t)))
 		return -ENOMEM;
 	c->tabsize = n;
 	memset(c->table, 0xff, n * sizeof(uint32_t));
@@ -347,10 +331,10 @@ static int memo_insert(struct ctx *c, uint32_t M, const uint32_t *u,
 	}
 	if (c->nmemo >= UINT32_MAX - 1 || c->nuarena + nu >= UINT32_MAX)
 		return -ENOMEM;
-	if (grow((void **)&c->memo, &c->capmemo, c->nmemo + 1,
-	         sizeof(*c->memo)) ||
-	    grow((void **)&c->uarena, &c->capuarena, c->nuarena + nu + 1,
-	         sizeof(uint32_t)))
+	if (hb_grow((void **)&c->memo, &c->capmemo, c->nmemo + 1,
+	            sizeof(*c->memo)) ||
+	    hb_grow((void **)&c->uarena, &c->capuarena, c->nuarena + nu + 1,
+	            sizeof(uint32_t)))
 		return -ENOMEM;
 	struct memo *e = &c->memo[c->nmemo];
 	*e = (struct memo){.hash = hv,
@@ -415,8 +399,8 @@ static int u64_cmp(const void *x, const void *y)
 static int mark_unread(struct ctx *c, uint32_t m)
 {
 	size_t nv = 0;
-	if (grow((void **)&c->vals, &c->capvals, (size_t)m + 1,
-	         sizeof(*c->vals)))
+	if (hb_grow((void **)&c->vals, &c->capvals, (size_t)m + 1,
+	            sizeof(*c->vals)))
 		return -ENOMEM;
 	for (uint32_t i = 0; i < m; i++)
 		if (c->ops[i].kind == LC_GET && c->ops[i].found)
@@ -483,14 +467,14 @@ static int search(struct ctx *c, uint32_t m)
 	/* entries */
 	size_t ne = 0;
 	uint32_t nresp = 0;
-	if (grow((void **)&c->ents, &c->capents, 2 * (size_t)m,
-	         sizeof(*c->ents)) ||
-	    grow((void **)&c->next, &c->capnext, 2 * (size_t)m + 1,
-	         sizeof(uint32_t)) ||
-	    grow((void **)&c->prev, &c->capprev, 2 * (size_t)m + 1,
-	         sizeof(uint32_t)) ||
-	    grow((void **)&c->maps, &c->capmaps, 2 * (size_t)m + 1,
-	         sizeof(uint32_t)))
+	if (hb_grow((void **)&c->ents, &c->capents, 2 * (size_t)m,
+	            sizeof(*c->ents)) ||
+	    hb_grow((void **)&c->next, &c->capnext, 2 * (size_t)m + 1,
+	            sizeof(uint32_t)) ||
+	    hb_grow((void **)&c->prev, &c->capprev, 2 * (size_t)m + 1,
+	            sizeof(uint32_t)) ||
+	    hb_grow((void **)&c->maps, &c->capmaps, 2 * (size_t)m + 1,
+	            sizeof(uint32_t)))
 		return -ENOMEM;
 	c->call_of = c->maps;
 	c->ret_of = c->maps + m;
@@ -515,8 +499,8 @@ static int search(struct ctx *c, uint32_t m)
 			c->call_of[c->ents[i].op] = i;
 	}
 	if (table_reset(c, m) || mark_unread(c, m) ||
-	    grow((void **)&c->frames, &c->capframes, (size_t)m + 1,
-	         sizeof(*c->frames)))
+	    hb_grow((void **)&c->frames, &c->capframes, (size_t)m + 1,
+	            sizeof(*c->frames)))
 		return -ENOMEM;
 	memset(&c->best, 0, sizeof(c->best));
 	c->best.depth = -1;
@@ -563,8 +547,9 @@ static int search(struct ctx *c, uint32_t m)
 				     x = c->next[x]) {
 					if (x == e)
 						continue;
-					if (grow((void **)&c->ubuf, &c->capubuf,
-					         nu + 1, sizeof(uint32_t))) {
+					if (hb_grow((void **)&c->ubuf,
+					            &c->capubuf, nu + 1,
+					            sizeof(uint32_t))) {
 						rc = -ENOMEM;
 						goto out;
 					}
@@ -940,7 +925,8 @@ int lc_check(const lc_history *h, lc_report *r, uint64_t timeout_ms)
 			r->nunchecked++;
 			continue;
 		}
-		if (grow((void **)&c.ops, &c.capops, z - a, sizeof(*c.ops))) {
+		if (hb_grow((void **)&c.ops, &c.capops, z - a,
+		            sizeof(*c.ops))) {
 			rc = -ENOMEM;
 			break;
 		}

@@ -20,6 +20,7 @@
  *      iterative DFS then a BFS for a short one, and classify it.
  */
 #include "sercheck.h"
+#include "histbuf.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -73,24 +74,7 @@ void sc_free(sc_history *h)
 
 static int fail(sc_history *h, int err)
 {
-	if (h && !h->err)
-		h->err = err;
-	return err;
-}
-
-static int grow(void **p, size_t *cap, size_t need, size_t elem)
-{
-	if (need <= *cap)
-		return 0;
-	size_t n = *cap ? *cap : 64;
-	while (n < need)
-		n *= 2;
-	void *q = realloc(*p, n * elem);
-	if (!q)
-		return -ENOMEM;
-	*p = q;
-	*cap = n;
-	return 0;
+	return h ? hb_fail(&h->err, err) : err;
 }
 
 int sc_txn_begin(sc_history *h, uint64_t t_inv)
@@ -99,8 +83,8 @@ int sc_txn_begin(sc_history *h, uint64_t t_inv)
 		return -EINVAL;
 	if (h->ntxns >= SC_MAX_TXNS)
 		return fail(h, -ENOMEM);
-	if (grow((void **)&h->txns, &h->captxns, h->ntxns + 1,
-	         sizeof(*h->txns)))
+	if (hb_grow((void **)&h->txns, &h->captxns, h->ntxns + 1,
+	            sizeof(*h->txns)))
 		return fail(h, -ENOMEM);
 	struct sc_txn *t = &h->txns[h->ntxns];
 	memset(t, 0, sizeof(*t));
@@ -133,7 +117,7 @@ static int add_op(sc_history *h, int txn, uint64_t key, uint64_t ver, int write)
 		return fail(h, -EINVAL); /* version 0 is the initial value */
 	if (h->nops >= SC_MAX_OPS)
 		return fail(h, -ENOMEM);
-	if (grow((void **)&h->ops, &h->capops, h->nops + 1, sizeof(*h->ops)))
+	if (hb_grow((void **)&h->ops, &h->capops, h->nops + 1, sizeof(*h->ops)))
 		return fail(h, -ENOMEM);
 	h->ops[h->nops++] = (struct sc_op){
 	        .key = key, .ver = ver, .txn = (uint32_t)txn, .write = !!write};
@@ -176,10 +160,10 @@ int sc_merge(sc_history *dst, const sc_history *src)
 	if (dst->ntxns + src->ntxns > SC_MAX_TXNS ||
 	    dst->nops + src->nops > SC_MAX_OPS)
 		return fail(dst, -ENOMEM);
-	if (grow((void **)&dst->txns, &dst->captxns, dst->ntxns + src->ntxns,
-	         sizeof(*dst->txns)) ||
-	    grow((void **)&dst->ops, &dst->capops, dst->nops + src->nops,
-	         sizeof(*dst->ops)))
+	if (hb_grow((void **)&dst->txns, &dst->captxns, dst->ntxns + src->ntxns,
+	            sizeof(*dst->txns)) ||
+	    hb_grow((void **)&dst->ops, &dst->capops, dst->nops + src->nops,
+	            sizeof(*dst->ops)))
 		return fail(dst, -ENOMEM);
 	uint32_t base = (uint32_t)dst->ntxns;
 	if (src->ntxns)
@@ -787,8 +771,8 @@ static int tarjan(struct ctx *c, struct graph_scratch *g)
 			ncomp++;
 			if (nmem - lo < 2)
 				continue;
-			if (grow((void **)&g->scc, &g->capscc, g->nscc + 1,
-			         sizeof(*g->scc)))
+			if (hb_grow((void **)&g->scc, &g->capscc, g->nscc + 1,
+			            sizeof(*g->scc)))
 				return -ENOMEM;
 			g->scc[g->nscc++] = (struct scc_range){lo, nmem};
 		}

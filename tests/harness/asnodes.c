@@ -1,39 +1,6 @@
-/*
- * Test fixture: N machines in one process, each with its own fabric,
- * messaging, address space and allocator, whose loops one test thread
- * drives in turn (asn_pump), so every step is deterministic. Header-only.
- */
-#ifndef FARM_TESTS_ASNODES_H
-#define FARM_TESTS_ASNODES_H
+#include "asnodes.h"
 
-#include "testutil.h"
-
-#include "addrspace/addrspace.h"
-#include "alloc/galloc.h"
-#include "txn/txm.h"
-
-#define ASN_MAX 4
-
-struct asn {
-	char dir[256];
-	farm_fabric *fab;
-	farm_msg *msg;
-	farm_loop *loop;
-	farm_as *as;
-	farm_galloc *ga;
-	farm_txm *txm;
-};
-
-struct asn_cluster {
-	unsigned n;
-	struct asn m[ASN_MAX];
-};
-
-/* Called on each machine's farm_msg before its loop opens. */
-typedef void (*asn_hook_fn)(struct asn *x, unsigned i);
-
-/* Every machine gets the view {1..n} with config id @cid. */
-static inline void asn_set_views(struct asn_cluster *c, uint64_t cid)
+void asn_set_views(struct asn_cluster *c, uint64_t cid)
 {
 	uint32_t ids[ASN_MAX];
 	for (unsigned i = 0; i < c->n; i++)
@@ -43,9 +10,8 @@ static inline void asn_set_views(struct asn_cluster *c, uint64_t cid)
 		                 0);
 }
 
-/* Machines 1..n, regions of @rsize, no view yet. */
-static inline void asn_open_noview(struct asn_cluster *c, unsigned n,
-                                   uint64_t rsize, asn_hook_fn hook)
+void asn_open_noview(struct asn_cluster *c, unsigned n, uint64_t rsize,
+                     asn_hook_fn hook)
 {
 	farm_msg_attr ma = {.max_machines = 8, .busy_poll = true};
 	struct farm_as_attr aa = {.region_size = rsize};
@@ -95,15 +61,14 @@ static inline void asn_open_noview(struct asn_cluster *c, unsigned n,
 		}
 }
 
-/* Machines 1..n, regions of @rsize; views set (config id 1). */
-static inline void asn_open(struct asn_cluster *c, unsigned n, uint64_t rsize,
-                            asn_hook_fn hook)
+void asn_open(struct asn_cluster *c, unsigned n, uint64_t rsize,
+              asn_hook_fn hook)
 {
 	asn_open_noview(c, n, rsize, hook);
 	asn_set_views(c, 1);
 }
 
-static inline void asn_close(struct asn_cluster *c)
+void asn_close(struct asn_cluster *c)
 {
 	for (unsigned i = 0; i < c->n; i++) {
 		struct asn *x = &c->m[i];
@@ -118,20 +83,16 @@ static inline void asn_close(struct asn_cluster *c)
 	}
 }
 
-static inline void asn_pump(struct asn_cluster *c)
+void asn_pump(struct asn_cluster *c)
 {
 	for (unsigned i = 0; i < c->n; i++)
 		(void)farm_loop_poll(c->m[i].loop);
 }
 
-/* Drive every loop until *@flag is set (bounded: fails the test after
- * 10 s). */
-static inline void asn_wait(struct asn_cluster *c, const volatile int *flag)
+void asn_wait(struct asn_cluster *c, const volatile int *flag)
 {
 	uint64_t t0 = farm_now_ns();
 	while (!*flag && farm_now_ns() - t0 < 10000000000ull)
 		asn_pump(c);
 	assert_true(*flag);
 }
-
-#endif

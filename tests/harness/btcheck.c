@@ -1,32 +1,6 @@
-/*
- * B-tree test helpers (test_btree, test_btree_multi): a sorted-map model
- * of u64 keys and values, and a check of a quiescent tree's invariants
- * read lock-free level by level. Header-only; uses src/btree internals.
- */
-#ifndef FARM_TESTS_BTCHECK_H
-#define FARM_TESTS_BTCHECK_H
+#include "btcheck.h"
 
-#include <errno.h>
-#include <stdbool.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
-#include "btree/bt_int.h"
-
-/* ---- the model: a sorted array -------------------------------------------
- */
-
-struct bm_pair {
-	uint64_t k, v;
-};
-struct bmodel {
-	struct bm_pair *p;
-	size_t n, cap;
-};
-
-static inline size_t bm_find(const struct bmodel *m, uint64_t k, bool *found)
+size_t bm_find(const struct bmodel *m, uint64_t k, bool *found)
 {
 	size_t lo = 0, hi = m->n;
 	while (lo < hi) {
@@ -39,7 +13,8 @@ static inline size_t bm_find(const struct bmodel *m, uint64_t k, bool *found)
 	*found = lo < m->n && m->p[lo].k == k;
 	return lo;
 }
-static inline void bm_put(struct bmodel *m, uint64_t k, uint64_t v)
+
+void bm_put(struct bmodel *m, uint64_t k, uint64_t v)
 {
 	bool f;
 	size_t i = bm_find(m, k, &f);
@@ -57,7 +32,8 @@ static inline void bm_put(struct bmodel *m, uint64_t k, uint64_t v)
 	m->p[i] = (struct bm_pair){k, v};
 	m->n++;
 }
-static inline bool bm_del(struct bmodel *m, uint64_t k)
+
+bool bm_del(struct bmodel *m, uint64_t k)
 {
 	bool f;
 	size_t i = bm_find(m, k, &f);
@@ -68,16 +44,8 @@ static inline bool bm_del(struct bmodel *m, uint64_t k)
 	return f;
 }
 
-/* ---- scans into arrays ---------------------------------------------------
- */
-
-struct bscan {
-	struct bm_pair *out;
-	size_t n, cap;
-	bool bad; /* an entry that is not an 8-byte key and value */
-};
-static inline bool bscan_cb(void *ctx, const void *key, uint32_t klen,
-                            const void *val, uint32_t vlen)
+bool bscan_cb(void *ctx, const void *key, uint32_t klen, const void *val,
+              uint32_t vlen)
 {
 	struct bscan *s = ctx;
 	if (klen != 8 || vlen != 8 || s->n == s->cap) {
@@ -92,33 +60,19 @@ static inline bool bscan_cb(void *ctx, const void *key, uint32_t klen,
 	return true;
 }
 
-/* ---- invariants ----------------------------------------------------------
- */
-
-static inline int bc_fail(const char *what, farm_gaddr a)
+int bc_fail(const char *what, farm_gaddr a)
 {
 	fprintf(stderr, "btree invariant: %s (node %#llx)\n", what,
 	        (unsigned long long)a);
 	return -1;
 }
 
-static inline bool bc_key_eq(const struct bt_key *a, const uint8_t *b,
-                             uint32_t blen)
+bool bc_key_eq(const struct bt_key *a, const uint8_t *b, uint32_t blen)
 {
 	return !a->inf && bt_cmp(a->b, a->len, b, blen) == 0;
 }
 
-/* One level: the chain from @first, checked against the children its
- * parents named (@kids, @nk; NULL at the root). The next level's
- * children go to @next (*@nn). Leaves: keys counted into *@keys and
- * ordered across the chain. */
-/* Addresses of the nodes a check reached (bc_verify_nodes). */
-struct bc_nodes {
-	farm_gaddr *a;
-	size_t n, cap;
-};
-
-static inline void bc_note(struct bc_nodes *s, farm_gaddr a)
+void bc_note(struct bc_nodes *s, farm_gaddr a)
 {
 	if (!s)
 		return;
@@ -129,9 +83,9 @@ static inline void bc_note(struct bc_nodes *s, farm_gaddr a)
 	s->a[s->n++] = a;
 }
 
-static inline int bc_level(farm_bt *bt, farm_loop *loop, farm_gaddr first,
-                           const farm_gaddr *kids, size_t nk, farm_gaddr **next,
-                           size_t *nn, uint64_t *keys, struct bc_nodes *seen)
+int bc_level(farm_bt *bt, farm_loop *loop, farm_gaddr first,
+             const farm_gaddr *kids, size_t nk, farm_gaddr **next, size_t *nn,
+             uint64_t *keys, struct bc_nodes *seen)
 {
 	const struct bt_layout *l = &bt->lay;
 	uint8_t *n = malloc(l->leaf_size);
@@ -191,12 +145,8 @@ static inline int bc_level(farm_bt *bt, farm_loop *loop, farm_gaddr first,
 	return rc;
 }
 
-/* The whole tree: every level a chain from -inf to +inf whose nodes are
- * exactly its parents' children in order, keys ordered and within fences
- * (bt_check_node), leaves all at level 0. *@keys: the leaves' keys;
- * @seen (or NULL): every node reached. */
-static inline int bc_verify_nodes(farm_bt *bt, farm_loop *loop, uint64_t *keys,
-                                  struct bc_nodes *seen)
+int bc_verify_nodes(farm_bt *bt, farm_loop *loop, uint64_t *keys,
+                    struct bc_nodes *seen)
 {
 	*keys = 0;
 	farm_gaddr *kids = NULL, *next = NULL;
@@ -216,9 +166,7 @@ static inline int bc_verify_nodes(farm_bt *bt, farm_loop *loop, uint64_t *keys,
 	return rc;
 }
 
-static inline int bc_verify(farm_bt *bt, farm_loop *loop, uint64_t *keys)
+int bc_verify(farm_bt *bt, farm_loop *loop, uint64_t *keys)
 {
 	return bc_verify_nodes(bt, loop, keys, NULL);
 }
-
-#endif

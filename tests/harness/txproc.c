@@ -1,53 +1,7 @@
-/*
- * Test fixture on top of nodeproc.h: transactions on machine processes
- * with a recorded history for the strict-serializability checker
- * (sercheck.h), and the bank workload (tests/test_txn_multi.c,
- * tests/test_rec_bank.c). Header-only, static functions.
- *
- * History: every transaction a machine runs is recorded as (tag, x, y)
- * triples: BEGIN (invocation time), READ and WRITE (key, version), END
- * (completion time, sc_outcome). A machine that streams its history
- * (tx_hist_stream) writes a transaction's records to <root>/hist-<me>
- * before it commits and again once it has ended, so the history of a
- * machine killed with SIGKILL holds every transaction it had begun to
- * commit; tx_check_history takes what it had not ended as unknown.
- */
-#ifndef FARM_TESTS_TXPROC_H
-#define FARM_TESTS_TXPROC_H
+#include "txproc.h"
 
-#include "nodeproc.h"
-
-#include <fcntl.h>
-#include <inttypes.h>
-
-#include "sercheck.h"
-#include "txn/txm.h"
-#include "txn/txn_testing.h"
-#include "util/fault.h"
-
-#define TX_VSTEP 4u /* object versions step by 4 (txn/object.h) */
-
-/* A machine process running transactions (child side). */
-struct tx_child {
-	struct np_child np; /* me, pipes, node, loop (nodeproc.h) */
-	farm_txm *txm;
-	/* History: (tag, x, y) triples, the first hout of them written to
-	 * hfd (> 0 when streaming). */
-	uint64_t *h;
-	size_t hn, hcap, hout;
-	int herr, hfd;
-	enum sc_outcome last; /* the outcome of the last transaction ended */
-};
-
-enum { H_BEGIN = 1, H_READ, H_WRITE, H_END };
-
-/* A machine's life with configuration @cfg: open it, run its loop on this
- * thread, wait (at most @join_ms) until the cluster has its NP_NM machines,
- * say 'R' and run @role; then close. Its exit status: @role's, or 4 (open
- * failed), 5 (start), 6 (join), 7 (the parent went away). */
-static inline int tx_child_run(struct tx_child *c,
-                               const struct farm_config *cfg, int join_ms,
-                               int (*role)(struct tx_child *c))
+int tx_child_run(struct tx_child *c, const struct farm_config *cfg, int join_ms,
+                 int (*role)(struct tx_child *c))
 {
 	if (farm_node_open(cfg, &c->np.node))
 		return 4;
@@ -57,7 +11,7 @@ static inline int tx_child_run(struct tx_child *c,
 	    farm_node_loop_open(c->np.node, 0, &c->np.loop))
 		goto out;
 	st = 6;
-	if (farm_node_wait_members(c->np.node, NP_NM, join_ms))
+	if (farm_node_wait_members(c->np.node, np_nm, join_ms))
 		goto out;
 	c->txm = farm_node_txm(c->np.node);
 	st = np_ready(&c->np) ? 7 : role(c);
@@ -71,13 +25,12 @@ out:
 	return st;
 }
 
-static inline uint64_t tx_rnd(struct tx_child *c)
+uint64_t tx_rnd(struct tx_child *c)
 {
 	return farm_rand64(&c->np.rng);
 }
 
-static inline void hput(struct tx_child *c, uint64_t tag, uint64_t x,
-                        uint64_t y)
+void hput(struct tx_child *c, uint64_t tag, uint64_t x, uint64_t y)
 {
 	if (c->hn + 3 > c->hcap) {
 		size_t nc = c->hcap ? c->hcap * 2 : 3u << 16;
@@ -96,22 +49,18 @@ static inline void hput(struct tx_child *c, uint64_t tag, uint64_t x,
 		c->last = (enum sc_outcome)y;
 }
 
-/* What a commit's outcome means to the checker: 0 committed, any error
- * not committed (FARM_EPEERDEAD and -ETIMEDOUT included: a commit reports
- * them only after its ABORT records landed; recovery keeps that). */
-static inline enum sc_outcome sc_of(int outcome)
+enum sc_outcome sc_of(int outcome)
 {
 	return outcome == 0 ? SC_COMMITTED : SC_ABORTED;
 }
 
-static inline void tx_hist_path(const struct np_cluster *cl, unsigned i,
-                                char *path, size_t len)
+void tx_hist_path(const struct np_cluster *cl, unsigned i, char *path,
+                  size_t len)
 {
 	snprintf(path, len, "%s/hist-%u", cl->root, i);
 }
 
-/* Write the records not yet written (streaming only). */
-static inline void tx_hist_flush(struct tx_child *c)
+void tx_hist_flush(struct tx_child *c)
 {
 	if (c->hfd <= 0 || c->hout == c->hn)
 		return;
@@ -120,8 +69,7 @@ static inline void tx_hist_flush(struct tx_child *c)
 	c->hout = c->hn;
 }
 
-/* From now on, stream the history to its file. */
-static inline int tx_hist_stream(struct tx_child *c)
+int tx_hist_stream(struct tx_child *c)
 {
 	char path[512];
 	tx_hist_path(c->np.cl, c->np.me, path, sizeof(path));
@@ -129,10 +77,7 @@ static inline int tx_hist_stream(struct tx_child *c)
 	return c->hfd > 0 ? 0 : -1;
 }
 
-/* From now on, stream the history to its file after what an earlier
- * incarnation of this machine left there (a machine restarted on its
- * data directory; the parent sealed the file first: tx_hist_seal). */
-static inline int tx_hist_resume(struct tx_child *c)
+int tx_hist_resume(struct tx_child *c)
 {
 	char path[512];
 	tx_hist_path(c->np.cl, c->np.me, path, sizeof(path));
@@ -140,14 +85,7 @@ static inline int tx_hist_resume(struct tx_child *c)
 	return c->hfd > 0 ? 0 : -1;
 }
 
-/*
- * Parent: the history of machine @i, killed with SIGKILL, made whole for
- * a new incarnation that appends to it (tx_hist_resume): a torn last
- * record dropped, and a transaction it had not ended ended as unknown, at
- * its invocation time, as tx_check_history takes a killed machine's.
- * Returns 1 when it ended one, 0 when none was open, -1 (I/O).
- */
-static inline int tx_hist_seal(const struct np_cluster *cl, unsigned i)
+int tx_hist_seal(const struct np_cluster *cl, unsigned i)
 {
 	char path[512];
 	size_t len;
@@ -179,8 +117,7 @@ static inline int tx_hist_seal(const struct np_cluster *cl, unsigned i)
 	return rc;
 }
 
-/* The whole history in its file (at the end of a machine's run). */
-static inline int tx_hist_save(struct tx_child *c)
+int tx_hist_save(struct tx_child *c)
 {
 	if (c->hfd > 0) {
 		tx_hist_flush(c);
@@ -196,13 +133,10 @@ static inline int tx_hist_save(struct tx_child *c)
 	               : 0;
 }
 
-/* Fat pointers of @n new objects of @size bytes on this machine, each
- * filled by @fill, in transactions of up to 16 (recorded); written to
- * <root>/<tag>-<me>. */
-static inline int
-create_objs(struct tx_child *c, const char *tag, unsigned n, uint32_t size,
-            void (*fill)(void *data, uint32_t size, farm_fatptr p, void *arg),
-            void *arg, farm_fatptr *out)
+int create_objs(struct tx_child *c, const char *tag, unsigned n, uint32_t size,
+                void (*fill)(void *data, uint32_t size, farm_fatptr p,
+                             void *arg),
+                void *arg, farm_fatptr *out)
 {
 	for (unsigned done = 0; done < n;) {
 		unsigned k = FARM_MIN(16u, n - done);
@@ -237,13 +171,11 @@ create_objs(struct tx_child *c, const char *tag, unsigned n, uint32_t size,
 	return np_write_file(path, out, n * sizeof(*out));
 }
 
-/* Every machine's objects of @tag (after the parent's 'G'). */
-static inline farm_fatptr *load_objs(struct tx_child *c, const char *tag,
-                                     unsigned *n)
+farm_fatptr *load_objs(struct tx_child *c, const char *tag, unsigned *n)
 {
 	farm_fatptr *all = NULL;
 	unsigned total = 0;
-	for (uint32_t i = 0; i < NP_NM; i++) {
+	for (uint32_t i = 0; i < np_nm; i++) {
 		char path[512];
 		size_t len;
 		snprintf(path, sizeof(path), "%s/%s-%u", c->np.cl->root, tag,
@@ -267,10 +199,7 @@ static inline farm_fatptr *load_objs(struct tx_child *c, const char *tag,
 	return all;
 }
 
-/* Every machine makes @n objects (create_objs, into @mine), says 'C' and
- * waits for the parent's 'G' (p_setup): every machine's objects, NP_NM * @n
- * of them (NULL when a step failed). */
-static inline farm_fatptr *
+farm_fatptr *
 share_objs(struct tx_child *c, const char *tag, unsigned n, uint32_t size,
            void (*fill)(void *data, uint32_t size, farm_fatptr p, void *arg),
            void *arg, farm_fatptr *mine)
@@ -280,43 +209,31 @@ share_objs(struct tx_child *c, const char *tag, unsigned n, uint32_t size,
 		return NULL;
 	unsigned all;
 	farm_fatptr *p = load_objs(c, tag, &all);
-	if (p && all != NP_NM * n) {
+	if (p && all != np_nm * n) {
 		free(p);
 		p = NULL;
 	}
 	return p;
 }
 
-/* The parent side of setup: every machine joined, created, then 'G'. */
-static inline void p_setup(struct np_cluster *cl)
+void p_setup(struct np_cluster *cl)
 {
-	for (unsigned i = 0; i < NP_NM; i++)
+	for (unsigned i = 0; i < np_nm; i++)
 		np_expect(cl, i, 'R', 60000);
-	for (unsigned i = 0; i < NP_NM; i++)
+	for (unsigned i = 0; i < np_nm; i++)
 		np_expect(cl, i, 'C', 60000);
-	for (unsigned i = 0; i < NP_NM; i++)
+	for (unsigned i = 0; i < np_nm; i++)
 		np_send(cl, i, 'G');
 }
 
-/* Called for every write of a committed transaction while replaying. */
-typedef void (*tx_write_fn)(void *ctx, uint64_t key, uint64_t version);
-
-/*
- * Replay the machines' recorded histories into one and check it. The
- * machines of @killed (bit i: machine i; 0: none) may stop anywhere: a
- * transaction one had not ended is unknown, and *@cut counts them. Every
- * write of a committed transaction goes to @on_write (may be NULL).
- * Returns sc_check's count.
- */
-static inline int tx_check_history(struct np_cluster *cl, uint64_t killed,
-                                   sc_report *rep, uint64_t *cut,
-                                   tx_write_fn on_write, void *ctx)
+int tx_check_history(struct np_cluster *cl, uint64_t killed, sc_report *rep,
+                     uint64_t *cut, tx_write_fn on_write, void *ctx)
 {
 	sc_history *h = sc_new();
 	assert_non_null(h);
 	if (cut)
 		*cut = 0;
-	for (unsigned i = 0; i < NP_NM; i++) {
+	for (unsigned i = 0; i < np_nm; i++) {
 		char path[512];
 		size_t len;
 		tx_hist_path(cl, i, path, sizeof(path));
@@ -377,21 +294,7 @@ static inline int tx_check_history(struct np_cluster *cl, uint64_t killed,
 	return rc;
 }
 
-/* ---- the bank -------------------------------------------------------- */
-
-#define INIT_BALANCE 100
-
-/* What a machine's bank workload did. */
-struct bank_counts {
-	uint64_t transfers, single, declined, attempts, aborts;
-	uint64_t timeouts, peerdead; /* commits that ended so (then retried) */
-	uint64_t failed; /* transfers given up: another error, or time */
-	uint64_t lf_reads, lf_bad, ro_txns, ro_aborts, ro_failed, negative;
-	struct tu_errs errs; /* the errors that were not retryable */
-};
-
-static inline void bank_counts_add(struct bank_counts *t,
-                                   const struct bank_counts *s)
+void bank_counts_add(struct bank_counts *t, const struct bank_counts *s)
 {
 	t->transfers += s->transfers;
 	t->single += s->single;
@@ -409,17 +312,15 @@ static inline void bank_counts_add(struct bank_counts *t,
 	t->negative += s->negative;
 }
 
-/* Count error @rc (and say the first 5 of a machine on stderr). */
-static inline void bank_error(struct tx_child *c, struct bank_counts *k,
-                              const char *what, int rc)
+void bank_error(struct tx_child *c, struct bank_counts *k, const char *what,
+                int rc)
 {
 	if (tu_errs_add(&k->errs, rc) <= 5)
 		fprintf(stderr, "m%u: %s: %s\n", c->np.me, what,
 		        farm_strerror(rc));
 }
 
-static inline void fill_account(void *d, uint32_t size, farm_fatptr p,
-                                void *arg)
+void fill_account(void *d, uint32_t size, farm_fatptr p, void *arg)
 {
 	(void)size;
 	(void)p;
@@ -428,15 +329,14 @@ static inline void fill_account(void *d, uint32_t size, farm_fatptr p,
 	memcpy(d, &b, 8);
 }
 
-static inline int64_t bal(const void *d)
+int64_t bal(const void *d)
 {
 	int64_t b;
 	memcpy(&b, d, 8);
 	return b;
 }
 
-/* Begin a recorded transaction. */
-static inline int tx_begin(struct tx_child *c, farm_tx **tx)
+int tx_begin(struct tx_child *c, farm_tx **tx)
 {
 	uint64_t t0 = np_now_ns();
 	int rc = farm_tx_begin(c->txm, c->np.loop, tx);
@@ -445,9 +345,7 @@ static inline int tx_begin(struct tx_child *c, farm_tx **tx)
 	return rc;
 }
 
-/* End a recorded transaction: @rc, and whether it came from the commit. */
-static inline int tx_end(struct tx_child *c, farm_tx *tx, int rc,
-                         bool committing)
+int tx_end(struct tx_child *c, farm_tx *tx, int rc, bool committing)
 {
 	hput(c, H_END, np_now_ns(), committing ? sc_of(rc) : SC_ABORTED);
 	tx_hist_flush(c);
@@ -455,11 +353,8 @@ static inline int tx_end(struct tx_child *c, farm_tx *tx, int rc,
 	return rc;
 }
 
-/* One attempt at a transfer of @amt from @a to @b (*@declined: @a has too
- * little). */
-static inline int transfer(struct tx_child *c, struct bank_counts *k,
-                           farm_gaddr a, farm_gaddr b, int64_t amt,
-                           bool *declined)
+int transfer(struct tx_child *c, struct bank_counts *k, farm_gaddr a,
+             farm_gaddr b, int64_t amt, bool *declined)
 {
 	farm_tx *tx;
 	int rc = tx_begin(c, &tx);
@@ -496,11 +391,8 @@ static inline int transfer(struct tx_child *c, struct bank_counts *k,
 	return tx_end(c, tx, farm_tx_commit_sync(tx), true);
 }
 
-/* A read-only transaction over @n accounts: the first @n of @acc when @n
- * is @nacc, else random ones. */
-static inline int ro_sum(struct tx_child *c, struct bank_counts *k,
-                         const farm_fatptr *acc, unsigned nacc, unsigned n,
-                         int64_t *sum, int64_t *minb)
+int ro_sum(struct tx_child *c, struct bank_counts *k, const farm_fatptr *acc,
+           unsigned nacc, unsigned n, int64_t *sum, int64_t *minb)
 {
 	farm_tx *tx;
 	int rc = tx_begin(c, &tx);
@@ -523,10 +415,7 @@ static inline int ro_sum(struct tx_child *c, struct bank_counts *k,
 	return tx_end(c, tx, farm_tx_commit_sync(tx), true);
 }
 
-/* A lock-free read of the account at @a, recorded when it succeeds (its
- * version in *@version). */
-static inline int lf_account(struct tx_child *c, farm_gaddr a, int64_t *b,
-                             uint64_t *version)
+int lf_account(struct tx_child *c, farm_gaddr a, int64_t *b, uint64_t *version)
 {
 	uint8_t buf[64];
 	uint64_t t1 = np_now_ns();
@@ -542,16 +431,9 @@ static inline int lf_account(struct tx_child *c, farm_gaddr a, int64_t *b,
 	return 0;
 }
 
-/*
- * One step of the bank workload on machine @c: a transfer (70%; a fifth of
- * them between two of its own @mine), retried while the outcome is
- * retryable (with a growing backoff) until @give_up_ns after its start; a
- * lock-free read (20%); or a read-only sum of 5 accounts (10%).
- */
-static inline void bank_step(struct tx_child *c, struct bank_counts *k,
-                             const farm_fatptr *mine, unsigned nmine,
-                             const farm_fatptr *acc, unsigned nacc,
-                             uint64_t give_up_ns)
+void bank_step(struct tx_child *c, struct bank_counts *k,
+               const farm_fatptr *mine, unsigned nmine, const farm_fatptr *acc,
+               unsigned nacc, uint64_t give_up_ns)
 {
 	unsigned dice = (unsigned)(tx_rnd(c) % 100);
 	if (dice < 70) {
@@ -620,5 +502,3 @@ static inline void bank_step(struct tx_child *c, struct bank_counts *k,
 		}
 	}
 }
-
-#endif

@@ -1,74 +1,17 @@
-/*
- * Helpers shared by the tests: temporary directories, forked machine
- * processes, synchronous fabric requests. Header-only, static functions.
- */
-#ifndef FARM_TESTS_TESTUTIL_H
-#define FARM_TESTS_TESTUTIL_H
+#include "testutil.h"
 
-#include <errno.h>
-#include <ftw.h>
-#include <setjmp.h>
-#include <signal.h>
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <cmocka.h>
-
-#include <farm/farm.h>
-
-#include "util/common.h"
-#include "util/fault.h"
-#include "zklocal.h"
-
-/* ctest treats this exit code as "skipped" (SKIP_RETURN_CODE). */
-#define FARM_TEST_SKIP 77
-
-static inline void tu_tmpdir(char *buf, size_t len, const char *tag)
-{
-	const char *base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
-	snprintf(buf, len, "%s/farm-test-%s-XXXXXX", base, tag);
-	if (!mkdtemp(buf)) {
-		fprintf(stderr, "mkdtemp %s: %s\n", buf, strerror(errno));
-		abort();
-	}
-}
-
-static int tu_rm_cb(const char *path, const struct stat *sb, int flag,
-                    struct FTW *ftw)
-{
-	(void)sb;
-	(void)flag;
-	(void)ftw;
-	remove(path);
-	return 0;
-}
-
-static inline void tu_rmtree(const char *dir)
-{
-	nftw(dir, tu_rm_cb, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-/* The provider the tests run on: $FARM_FABRIC (ctest sets it for the
- * "_ofi" variants), else shm. Forked machines inherit it. */
-static inline const char *tu_provider(void)
+const char *tu_provider(void)
 {
 	const char *p = getenv("FARM_FABRIC");
 	return p && *p ? p : "shm";
 }
 
-static inline bool tu_is_shm(void)
+bool tu_is_shm(void)
 {
 	return strcmp(tu_provider(), "shm") == 0;
 }
 
-/* Exit 77 (skipped) when the chosen provider is not built here. */
-static inline void tu_require_provider(void)
+void tu_require_provider(void)
 {
 	if (!farm_fabric_provider_available(tu_provider())) {
 		printf("SKIPPED: fabric provider '%s' was not built\n",
@@ -77,18 +20,9 @@ static inline void tu_require_provider(void)
 	}
 }
 
-/*
- * A run over the lossy udp network (FARM_UDP_HOOKS set) proves nothing if
- * no packet was lost. tu_lossy_begin(), in main before any machine starts:
- * false when not lossy; exits 77 (skipped) in a build without fault
- * injection (the hooks are not compiled there); else every udp fabric of
- * the test tallies its dropped packets into a file at close.
- * tu_lossy_dropped(), at the end: the packets the hooks dropped, all
- * machines that closed their fabric together.
- */
-static char tu_lossy_log[256];
+char tu_lossy_log[256];
 
-static inline bool tu_lossy_begin(void)
+bool tu_lossy_begin(void)
 {
 	const char *h = getenv("FARM_UDP_HOOKS");
 	int drop = 0;
@@ -109,7 +43,7 @@ static inline bool tu_lossy_begin(void)
 	return true;
 }
 
-static inline unsigned long long tu_lossy_dropped(void)
+unsigned long long tu_lossy_dropped(void)
 {
 	unsigned long long sum = 0, v;
 	FILE *fp = fopen(tu_lossy_log, "r");
@@ -122,8 +56,7 @@ static inline unsigned long long tu_lossy_dropped(void)
 	return sum;
 }
 
-/* A lossy run's verdict: @rc, or 1 when the hooks dropped nothing. */
-static inline int tu_lossy_end(bool lossy, int rc)
+int tu_lossy_end(bool lossy, int rc)
 {
 	if (!lossy || rc)
 		return rc;
@@ -137,9 +70,7 @@ static inline int tu_lossy_end(bool lossy, int rc)
 	return rc;
 }
 
-/* Open a fabric for machine @id in @dir (shm; network providers listen on
- * a free loopback port). */
-static inline farm_fabric *tu_open(uint32_t id, const char *dir)
+farm_fabric *tu_open(uint32_t id, const char *dir)
 {
 	farm_fabric_attr a = {.provider = tu_provider(),
 	                      .machine_id = id,
@@ -156,9 +87,7 @@ static inline farm_fabric *tu_open(uint32_t id, const char *dir)
 	return f;
 }
 
-/* Poll @cq until one completion arrives or @timeout_ms passes. Returns 1
- * with *wc set, or 0 on timeout. */
-static inline int tu_wait_wc(farm_cq *cq, farm_wc *wc, unsigned timeout_ms)
+int tu_wait_wc(farm_cq *cq, farm_wc *wc, unsigned timeout_ms)
 {
 	uint64_t deadline = farm_now_ns() + (uint64_t)timeout_ms * 1000000ull;
 	for (;;) {
@@ -171,9 +100,7 @@ static inline int tu_wait_wc(farm_cq *cq, farm_wc *wc, unsigned timeout_ms)
 	}
 }
 
-/* Post one request and wait for its completion; returns its status, or
- * -ETIMEDOUT. */
-static inline int tu_do(farm_ep *ep, farm_cq *cq, farm_wr wr)
+int tu_do(farm_ep *ep, farm_cq *cq, farm_wr wr)
 {
 	wr.flags |= FARM_WR_SIGNALED;
 	wr.next = NULL;
@@ -188,8 +115,7 @@ static inline int tu_do(farm_ep *ep, farm_cq *cq, farm_wr wr)
 	return wc.status;
 }
 
-/* Pipes for parent/child handshakes: write and read whole values. */
-static inline int tu_send(int fd, const void *buf, size_t len)
+int tu_send(int fd, const void *buf, size_t len)
 {
 	const char *p = buf;
 	while (len) {
@@ -204,7 +130,7 @@ static inline int tu_send(int fd, const void *buf, size_t len)
 	return 0;
 }
 
-static inline int tu_recv(int fd, void *buf, size_t len)
+int tu_recv(int fd, void *buf, size_t len)
 {
 	char *p = buf;
 	while (len) {
@@ -219,8 +145,7 @@ static inline int tu_recv(int fd, void *buf, size_t len)
 	return 0;
 }
 
-/* Reap a child and return its exit status (or 128+signal). */
-static inline int tu_reap(pid_t pid)
+int tu_reap(pid_t pid)
 {
 	int st;
 	while (waitpid(pid, &st, 0) < 0)
@@ -229,22 +154,14 @@ static inline int tu_reap(pid_t pid)
 	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
-/* Run scripts/zk-local @script with @verb on @dir (zklocal.h). */
-static inline int tu_zk_local(const char *script, const char *verb,
-                              const char *dir, char *line, size_t len)
+int tu_zk_local(const char *script, const char *verb, const char *dir,
+                char *line, size_t len)
 {
 	return zkl_run(NULL, script, verb, dir, line, len);
 }
 
-/* A test's private ZooKeeper server (scripts/zk-local @script), its state
- * in a new temporary directory (its path in @dir): started, its connect
- * string in @connect. @nservers 0: one standalone server; else an
- * ensemble of that many (members @dir/1 .. @dir/@nservers; @connect
- * names them all). Returns 0; FARM_TEST_SKIP when java or the jars are
- * missing (said on stdout); 1 when it failed (its logs on stderr). On
- * anything but 0 nothing is left running or on disk. */
-static inline int tu_zk_start_n(const char *script, char *dir, size_t dlen,
-                                unsigned nservers, char *connect, size_t clen)
+int tu_zk_start_n(const char *script, char *dir, size_t dlen, unsigned nservers,
+                  char *connect, size_t clen)
 {
 	tu_tmpdir(dir, dlen, nservers ? "zkens" : "zk");
 	char n[16];
@@ -273,16 +190,13 @@ static inline int tu_zk_start_n(const char *script, char *dir, size_t dlen,
 	return st == 3 ? FARM_TEST_SKIP : 1;
 }
 
-static inline int tu_zk_start(const char *script, char *dir, size_t dlen,
-                              char *connect, size_t clen)
+int tu_zk_start(const char *script, char *dir, size_t dlen, char *connect,
+                size_t clen)
 {
 	return tu_zk_start_n(script, dir, dlen, 0, connect, clen);
 }
 
-/* Stop what tu_zk_start_n started (@nservers as there) and remove its
- * directory. */
-static inline void tu_zk_stop_n(const char *script, const char *dir,
-                                unsigned nservers)
+void tu_zk_stop_n(const char *script, const char *dir, unsigned nservers)
 {
 	if (tu_zk_local(script, nservers ? "stop-ensemble" : "stop", dir, NULL,
 	                0) != 0)
@@ -290,29 +204,20 @@ static inline void tu_zk_stop_n(const char *script, const char *dir,
 	tu_rmtree(dir);
 }
 
-static inline void tu_zk_stop(const char *script, const char *dir)
+void tu_zk_stop(const char *script, const char *dir)
 {
 	tu_zk_stop_n(script, dir, 0);
 }
 
-/* Member @k of the ensemble in @dir: "kill" (SIGKILL, waits until it has
- * exited), "start" (on its ports and data; waits until it serves when a
- * quorum runs), "stop", or "mode" (its first line in @line). Returns
- * zk-local's exit status. */
-static inline int tu_zk_member(const char *script, const char *dir, unsigned k,
-                               const char *verb, char *line, size_t len)
+int tu_zk_member(const char *script, const char *dir, unsigned k,
+                 const char *verb, char *line, size_t len)
 {
 	return zkl_member(script, verb, dir, k, line, len);
 }
 
-/* A ZooKeeper test's main: @tests (@n of them, group @name; only those
- * matching $FARM_TEST_ONLY when set) with a private server or ensemble
- * (tu_zk_start_n; the ensemble's start time printed), or a skip (77)
- * without the client library, java or the jars. */
-static inline int tu_zk_run_n(const char *script, char *dir, size_t dlen,
-                              unsigned nservers, char *connect, size_t clen,
-                              const char *name, const struct CMUnitTest *tests,
-                              size_t n)
+int tu_zk_run_n(const char *script, char *dir, size_t dlen, unsigned nservers,
+                char *connect, size_t clen, const char *name,
+                const struct CMUnitTest *tests, size_t n)
 {
 #ifndef FARM_HAVE_ZK
 	(void)script, (void)dir, (void)dlen, (void)nservers, (void)connect;
@@ -339,26 +244,14 @@ static inline int tu_zk_run_n(const char *script, char *dir, size_t dlen,
 #endif
 }
 
-static inline int tu_zk_run(const char *script, char *dir, size_t dlen,
-                            char *connect, size_t clen, const char *name,
-                            const struct CMUnitTest *tests, size_t n)
+int tu_zk_run(const char *script, char *dir, size_t dlen, char *connect,
+              size_t clen, const char *name, const struct CMUnitTest *tests,
+              size_t n)
 {
 	return tu_zk_run_n(script, dir, dlen, 0, connect, clen, name, tests, n);
 }
 
-/* ---- error tallies ------------------------------------------------------ */
-
-#define TU_NERR 6
-
-/* The first TU_NERR distinct error codes counted, and how often each
- * came. */
-struct tu_errs {
-	int err[TU_NERR];
-	uint64_t n[TU_NERR];
-};
-
-/* Count error @rc; returns the errors counted in all. */
-static inline uint64_t tu_errs_add(struct tu_errs *e, int rc)
+uint64_t tu_errs_add(struct tu_errs *e, int rc)
 {
 	unsigned i = 0;
 	while (i < TU_NERR && e->n[i] && e->err[i] != rc)
@@ -373,9 +266,7 @@ static inline uint64_t tu_errs_add(struct tu_errs *e, int rc)
 	return all;
 }
 
-/* "code x N, ..." for a report ("none" when nothing was counted). */
-static inline const char *tu_errs_str(const struct tu_errs *e, char *buf,
-                                      size_t len)
+const char *tu_errs_str(const struct tu_errs *e, char *buf, size_t len)
 {
 	size_t o = 0;
 	buf[0] = 0;
@@ -386,15 +277,7 @@ static inline const char *tu_errs_str(const struct tu_errs *e, char *buf,
 	return buf[0] ? buf : "none";
 }
 
-/* The checks that failed, one line each (a test reports them all before
- * it fails: tests/recbank.h, tests/recproc.h). */
-struct fails {
-	char text[4096];
-	size_t len;
-	unsigned n;
-};
-
-static inline void failed(struct fails *f, const char *fmt, ...)
+void failed(struct fails *f, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
@@ -411,30 +294,8 @@ static inline void failed(struct fails *f, const char *fmt, ...)
 	f->n++;
 }
 
-/* ---- forked machine processes ------------------------------------------ */
-
-struct tu_machine {
-	uint32_t id;
-	pid_t pid;
-	int to, from; /* pipes: parent -> child, child -> parent */
-	char dir[256];
-	char addr[256];
-	farm_mr_desc desc; /* its region */
-};
-
-/* What a child machine runs once its region is published: @in and @out
- * talk to the parent. Returns the child's exit status. */
-typedef int (*tu_machine_fn)(farm_fabric *fab, farm_region *r, int in, int out,
-                             void *arg);
-
-/*
- * Fork machine @id with a region of @rsize bytes; the child opens its
- * fabric in a fresh directory, publishes (address, descriptor) to the
- * parent, then runs @fn (NULL: wait until the parent closes m->to), and
- * exits. Returns 0 once the machine is published.
- */
-static inline int tu_spawn(struct tu_machine *m, uint32_t id, uint64_t rsize,
-                           tu_machine_fn fn, void *arg)
+int tu_spawn(struct tu_machine *m, uint32_t id, uint64_t rsize,
+             tu_machine_fn fn, void *arg)
 {
 	int down[2], up[2];
 	memset(m, 0, sizeof(*m));
@@ -486,8 +347,7 @@ static inline int tu_spawn(struct tu_machine *m, uint32_t id, uint64_t rsize,
 	return 0;
 }
 
-/* Let the machine finish and reap it; returns its exit status. */
-static inline int tu_finish(struct tu_machine *m)
+int tu_finish(struct tu_machine *m)
 {
 	if (m->to >= 0)
 		close(m->to);
@@ -500,5 +360,3 @@ static inline int tu_finish(struct tu_machine *m)
 	tu_rmtree(m->dir);
 	return st;
 }
-
-#endif

@@ -3,7 +3,7 @@
  *, Porcupine-style (Wing & Gong / Lowe's search with
  * memoization), partitioned per key.
  *
- * Build: tests/CMakeLists.txt builds the static library `farm_lincheck`
+ * Build: tests/harness/CMakeLists.txt builds the static library `farm_lincheck`
  * (lincheck.c, libc only; its include directory is public). A test links it
  * with  target_link_libraries(test_x PRIVATE farm_lincheck)  and includes
  * "lincheck.h". Recording is not thread-safe: give each thread (or machine

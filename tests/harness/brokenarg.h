@@ -2,7 +2,7 @@
  * The --broken argument of a test whose broken run turns one switch point
  * on (util/fault.h, FARM_FAULT_SWITCH): the hook does nothing, it only
  * makes the switch true, in this process and the machines it forks.
- * Header-only.
+ * Defined in brokenarg.c.
  */
 #ifndef FARM_TESTS_BROKENARG_H
 #define FARM_TESTS_BROKENARG_H
@@ -14,31 +14,12 @@
 #include "testutil.h"
 #include "util/fault.h"
 
-static inline void tu_switch_on(enum farm_fault_point fp, void *arg)
-{
-	(void)fp;
-	(void)arg;
-}
+void tu_switch_on(enum farm_fault_point fp, void *arg);
 
 /* No argument: 0, *@broken false. "--broken": the switch @fp on, 0,
  * *@broken true. Otherwise an exit status for main: FARM_TEST_SKIP (a
  * build without fault injection) or 2 (usage, printed to stderr). */
-static inline int tu_broken_arg(int argc, char **argv, enum farm_fault_point fp,
-                                bool *broken)
-{
-	*broken = false;
-	if (argc < 2)
-		return 0;
-	if (argc > 2 || strcmp(argv[1], "--broken")) {
-		fprintf(stderr, "usage: %s [--broken]\n", argv[0]);
-		return 2;
-	}
-	if (farm_fault_set(fp, tu_switch_on, NULL)) {
-		printf("skipped: built without fault injection\n");
-		return FARM_TEST_SKIP;
-	}
-	*broken = true;
-	return 0;
-}
+int tu_broken_arg(int argc, char **argv, enum farm_fault_point fp,
+                  bool *broken);
 
 #endif

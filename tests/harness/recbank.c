@@ -1,89 +1,12 @@
-/*
- * Test fixture on top of txproc.h: the bank under failures, shared by
- * test_rec_bank.c (kill -9), test_rec_crash.c (a machine kills itself at one
- * step of a commit), test_rec_zombie.c (SIGSTOP past the lease, then SIGCONT)
- * and test_rec_seq.c (two kills in sequence). Header-only, static functions;
- * the including test defines NP_NM and FARM_SOURCE_DIR.
- *
- * NP_NM machine processes joined through a real ZooKeeper
- * (scripts/zk-local; sessions of 4 s, leases of 50 ms), 3 replicas,
- * RB_ACCOUNTS accounts made by each machine on itself, so every machine is
- * the primary of some. Every machine runs the bank workload of txproc.h
- * and streams its history to a file. Once every machine has committed
- * rb_p.pre_transfers transfers (each says 'P'), the test does its failure
- * and tells the machines of the configuration which machine left ('K').
- * Each of those goes on until its configuration no longer holds any
- * machine it was told of (at most RB_RECONF_MS after the last), then for
- * rb_p.post_ms more, and reports ('D'). Then (rb_check):
- *   - every survivor applied a configuration without the machines that
- *     left, and committed transfers after it;
- *   - no account is left locked: the lowest survivor reads every account
- *     lock-free (a locked one answers -EBUSY after the read's 1 s bound);
- *   - one read-only transaction of that survivor sums every account: the
- *     initial total, no balance negative;
- *   - every transaction reported committed is reflected: each account's
- *     final version is at least the highest one a committed transfer
- *     wrote into it;
- *   - the history of every machine is strictly serializable (sercheck):
- *     what a killed machine had begun to commit when it died is unknown.
- * Every failed check is reported (which one, machines, counts).
- *
- * Commands to a machine: 'K' (struct rb_kill), 'A' (struct rb_arm: kill
- * yourself at a fault-injection point; the machine says 'X' and the point
- * first), 'S' (scan), 'Q' (quit); a test adds its own (rb_hooks).
- */
-#ifndef FARM_TESTS_RECBANK_H
-#define FARM_TESTS_RECBANK_H
-
-#include "txproc.h"
-
-#include <stdarg.h>
-
-#include "node/node.h"
-#include "util/fault.h"
+#include "recbank.h"
 
 #ifndef FARM_SOURCE_DIR
 #error "FARM_SOURCE_DIR must name the source tree (for scripts/zk-local)"
 #endif
 
-#define RB_ACCOUNTS   50 /* per machine */
-#define RB_NACC       (NP_NM * RB_ACCOUNTS)
-#define RB_SESSION_MS 4000
-#define RB_LEASE_US   50000u
-#define RB_JOIN_MS    30000
-#define RB_RECONF_MS  10000
-#define RB_GIVE_UP_NS 2000000000ull /* a transfer's retries, at most */
-#define RB_MAX_LOCKED 8             /* the scan stops after so many */
-#define RB_SUM_TRIES  10
+struct rb_params rb_p = {.pre_transfers = 300, .post_ms = 3000};
 
-struct run_report;
-
-/* What a test sets before rb_start (the machines inherit it). */
-struct rb_params {
-	unsigned pre_transfers; /* per machine, before the failure */
-	unsigned post_ms;       /* survivors' run after the configuration */
-	/* When nonzero: the run after the configuration without the first
-	 * machine told of, if it is the only one so far (a test that acts
-	 * again during that run). */
-	unsigned first_post_ms;
-	/* Test-specific parts of a machine's run (each may be NULL):
-	 * cmd      a command run() does not know: 0, or -1 (fail);
-	 * step     before each bank step: nonzero ends the run;
-	 * end      after 'D', before waiting for 'S'/'Q': 0, or -1. */
-	int (*cmd)(struct tx_child *c, int cmd, const farm_fatptr *acc,
-	           unsigned nacc);
-	int (*step)(struct tx_child *c, struct run_report *r);
-	int (*end)(struct tx_child *c, const farm_fatptr *acc, unsigned nacc);
-	/* configure: machine @me's configuration, before it starts (after
-	 * recbank.h's own settings; test_rec_domains: domains, replicas). */
-	void (*configure)(uint32_t me, struct farm_config *cfg);
-};
-static struct rb_params rb_p = {.pre_transfers = 300, .post_ms = 3000};
-
-/* The fault campaign's seed (tests/fault_campaign.sh sets FARM_FAULT_SEED):
- * a draw in [lo, hi] from it, the same sequence for the same seed; @dflt
- * when no seed is set, so the suite's own runs stay as they were. */
-static inline unsigned rb_seeded(unsigned lo, unsigned hi, unsigned dflt)
+unsigned rb_seeded(unsigned lo, unsigned hi, unsigned dflt)
 {
 	static uint64_t x;
 	static int state = -1; /* -1 unread, 0 no seed, 1 seeded */
@@ -102,67 +25,18 @@ static inline unsigned rb_seeded(unsigned lo, unsigned hi, unsigned dflt)
 	return lo + (unsigned)(z % ((uint64_t)hi - lo + 1));
 }
 
-static char rb_zk_dir[256], rb_zk_connect[256], rb_zk_root[96];
-static const char *rb_zk_script = FARM_SOURCE_DIR "/scripts/zk-local";
+char rb_zk_dir[256], rb_zk_connect[256], rb_zk_root[96];
 
-/* ---- the machines ---------------------------------------------------- */
+const char *rb_zk_script = FARM_SOURCE_DIR "/scripts/zk-local";
 
-/* 'K': machine @victim left; @notify: say 'N' once a configuration
- * without it (and every one told before) is applied and its recovery has
- * made this machine's regions active. */
-struct rb_kill {
-	uint32_t victim, notify;
-	uint64_t t_kill_ns;
-};
-
-/* 'A': kill yourself (SIGKILL) the first time a fault point is reached,
- * after saying 'X' and the point (uint32_t). */
-struct rb_arm {
-	uint32_t point;
-};
-
-/* What a machine reports at the end of its run ('D'). */
-struct run_report {
-	struct bank_counts k;      /* the whole run */
-	struct bank_counts at_cfg; /* k when the last new configuration came */
-	bool told, new_config, removed;
-	uint64_t config_at_kill, config_new;
-	unsigned members_new;
-	uint64_t gone; /* the machines it was told of (bits) */
-	/* When the last kill was, when the configuration without the
-	 * machines was applied here, and when the workload saw it (counts
-	 * "after" start there). */
-	uint64_t t_kill_ns, t_cfg_ns, t_seen_ns;
-	farm_txm_stats st; /* at the end of the run */
-};
-
-/* The final scan and sum of one survivor ('s'). */
-struct scan_report {
-	unsigned n, read, locked, other;
-	int other_err;
-	/* By the machine that made the account (its first primary). */
-	unsigned locked_by[NP_NM], other_by[NP_NM];
-	bool stopped; /* RB_MAX_LOCKED locked accounts: the rest not read */
-	farm_gaddr locked_at[RB_MAX_LOCKED];
-	farm_gaddr addr[RB_NACC];
-	int64_t balance[RB_NACC];
-	uint64_t version[RB_NACC]; /* UINT64_MAX: not read */
-	int sum_status;
-	unsigned sum_tries;
-	int64_t total, min_balance;
-	uint64_t negative;
-};
-
-static struct tx_child *rb_self; /* this machine (child side) */
+struct tx_child *rb_self; /* this machine (child side) */
 
 /* When each configuration was applied here (by id % 16; 0: not seen). */
-static _Atomic uint64_t rb_cfg_t[16];
+_Atomic uint64_t rb_cfg_t[16];
 
-/* When this machine learned it is not a member any more (0: never). */
-static _Atomic uint64_t rb_left_ns;
+_Atomic uint64_t rb_left_ns;
 
-static inline void rb_on_config(void *ctx, uint64_t id, unsigned members,
-                                bool member)
+void rb_on_config(void *ctx, uint64_t id, unsigned members, bool member)
 {
 	(void)ctx;
 	(void)members;
@@ -172,10 +46,7 @@ static inline void rb_on_config(void *ctx, uint64_t id, unsigned members,
 		atomic_compare_exchange_strong(&rb_left_ns, &zero, now);
 }
 
-/* Does this machine's configuration leave out every machine of @gone?
- * Fills the configuration's id and size in @r when it does. */
-static inline bool rb_config_without(struct tx_child *c, uint64_t gone,
-                                     struct run_report *r)
+bool rb_config_without(struct tx_child *c, uint64_t gone, struct run_report *r)
 {
 	struct farm_view *v = malloc(sizeof(*v));
 	bool without = v && !farm_node_view(c->np.node, v);
@@ -190,8 +61,7 @@ static inline bool rb_config_without(struct tx_child *c, uint64_t gone,
 	return without;
 }
 
-/* The crash hook: tell the parent which point, then die. */
-static inline void rb_crash(enum farm_fault_point fp, void *arg)
+void rb_crash(enum farm_fault_point fp, void *arg)
 {
 	(void)arg;
 	uint32_t p = (uint32_t)fp;
@@ -199,12 +69,8 @@ static inline void rb_crash(enum farm_fault_point fp, void *arg)
 	raise(SIGKILL);
 }
 
-/* The run: the bank workload until rb_p.post_ms after the configuration
- * without the machines told of (or RB_RECONF_MS after the last kill
- * without it), or until rb_p.step ends it. */
-static inline int rb_run(struct tx_child *c, const farm_fatptr *mine,
-                         const farm_fatptr *acc, unsigned nacc,
-                         struct run_report *r)
+int rb_run(struct tx_child *c, const farm_fatptr *mine, const farm_fatptr *acc,
+           unsigned nacc, struct run_report *r)
 {
 	bool said = false, notify = false;
 	uint64_t t_end = UINT64_MAX, seen = 0;
@@ -297,10 +163,8 @@ static inline int rb_run(struct tx_child *c, const farm_fatptr *mine,
 	}
 }
 
-/* Every account read lock-free (recorded), then summed in one read-only
- * transaction. */
-static inline void rb_scan(struct tx_child *c, const farm_fatptr *acc,
-                           unsigned nacc, struct scan_report *s)
+void rb_scan(struct tx_child *c, const farm_fatptr *acc, unsigned nacc,
+             struct scan_report *s)
 {
 	s->n = nacc;
 	/* Retries while a region recovers; once one account ran out of
@@ -353,10 +217,7 @@ static inline void rb_scan(struct tx_child *c, const farm_fatptr *acc,
 	s->negative += k.negative;
 }
 
-/* After the run: 'S', 'Q' or a failure (-1); the test's own commands are
- * run meanwhile (rb_p.cmd). */
-static inline int rb_wait_cmd(struct tx_child *c, const farm_fatptr *acc,
-                              unsigned nacc)
+int rb_wait_cmd(struct tx_child *c, const farm_fatptr *acc, unsigned nacc)
 {
 	for (;;) {
 		int cmd = np_wait_cmd(&c->np);
@@ -367,7 +228,7 @@ static inline int rb_wait_cmd(struct tx_child *c, const farm_fatptr *acc,
 	}
 }
 
-static inline int rb_bank(struct tx_child *c)
+int rb_bank(struct tx_child *c)
 {
 	farm_fatptr mine[RB_ACCOUNTS];
 	farm_fatptr *acc = share_objs(c, "acct", RB_ACCOUNTS, 64, fill_account,
@@ -400,7 +261,7 @@ static inline int rb_bank(struct tx_child *c)
 	return cmd == 'Q' && !tx_hist_save(c) ? 0 : 27;
 }
 
-static inline int rb_machine(struct np_child *np, void *arg)
+int rb_machine(struct np_child *np, void *arg)
 {
 	(void)arg;
 	struct tx_child c = {.np = *np};
@@ -418,28 +279,9 @@ static inline int rb_machine(struct np_child *np, void *arg)
 	return tx_child_run(&c, &cfg, RB_JOIN_MS, rb_bank);
 }
 
-/* ---- the parent ------------------------------------------------------ */
+struct np_cluster rb_cl;
 
-static struct np_cluster rb_cl;
-
-/* One run of the parent: which machines left, and what came back. */
-struct rb_result {
-	const char *name;
-	uint64_t killed; /* SIGKILLed (their histories may end open) */
-	uint64_t out;    /* not in the final configuration (killed, zombie) */
-	uint64_t t_kill_ns;
-	struct run_report r[NP_NM]; /* of the survivors */
-	struct scan_report *s;
-	unsigned scanner;
-	sc_report rep;
-	uint64_t cut; /* transactions the killed machines left open */
-	double run_s;
-	bool collected;
-	struct fails f;
-};
-
-/* The cluster up, accounts shared, every machine past 'P'. */
-static inline void rb_start(struct rb_result *res, const char *name)
+void rb_start(struct rb_result *res, const char *name)
 {
 	memset(res, 0, sizeof(*res));
 	res->name = name;
@@ -456,24 +298,22 @@ static inline void rb_start(struct rb_result *res, const char *name)
 	         (int)getpid(), starts++);
 	np_start(&rb_cl, "recbank", rb_machine, NULL);
 	p_setup(&rb_cl);
-	for (unsigned i = 0; i < NP_NM; i++)
+	for (unsigned i = 0; i < np_nm; i++)
 		np_expect(&rb_cl, i, 'P', 60000);
 }
 
-static inline bool rb_member(const struct rb_result *res, unsigned i)
+bool rb_member(const struct rb_result *res, unsigned i)
 {
 	return !((res->out >> i) & 1);
 }
 
-/* Tell the machines of the configuration that @victim left (it is out of
- * it from now on). */
-static inline void rb_tell(struct rb_result *res, unsigned victim, bool notify)
+void rb_tell(struct rb_result *res, unsigned victim, bool notify)
 {
 	res->out |= 1ull << victim;
 	struct rb_kill km = {.victim = victim,
 	                     .notify = notify,
 	                     .t_kill_ns = res->t_kill_ns};
-	for (unsigned i = 0; i < NP_NM; i++)
+	for (unsigned i = 0; i < np_nm; i++)
 		if (rb_member(res, i)) {
 			np_send(&rb_cl, i, 'K');
 			assert_int_equal(tu_send(rb_cl.to[i], &km, sizeof(km)),
@@ -481,8 +321,7 @@ static inline void rb_tell(struct rb_result *res, unsigned victim, bool notify)
 		}
 }
 
-/* Machine @victim has died (or is being killed now): reap it. */
-static inline void rb_reap(struct rb_result *res, unsigned victim, bool kill_it)
+void rb_reap(struct rb_result *res, unsigned victim, bool kill_it)
 {
 	if (kill_it) {
 		res->t_kill_ns = np_now_ns();
@@ -495,17 +334,14 @@ static inline void rb_reap(struct rb_result *res, unsigned victim, bool kill_it)
 	res->killed |= 1ull << victim;
 }
 
-/* Every machine of the configuration said 'N' (rb_kill.notify). */
-static inline void rb_wait_recovered(struct rb_result *res)
+void rb_wait_recovered(struct rb_result *res)
 {
-	for (unsigned i = 0; i < NP_NM; i++)
+	for (unsigned i = 0; i < np_nm; i++)
 		if (rb_member(res, i))
 			np_expect(&rb_cl, i, 'N', RB_RECONF_MS + 30000);
 }
 
-/* The index of account @key in a scan (its maker: / RB_ACCOUNTS), or
- * RB_NACC. */
-static inline unsigned rb_account(const struct scan_report *s, uint64_t key)
+unsigned rb_account(const struct scan_report *s, uint64_t key)
 {
 	for (unsigned i = 0; i < s->n; i++)
 		if (s->addr[i] == key)
@@ -513,14 +349,7 @@ static inline unsigned rb_account(const struct scan_report *s, uint64_t key)
 	return RB_NACC;
 }
 
-/* The highest version a committed transaction wrote into each account. */
-struct committed {
-	const struct scan_report *s;
-	uint64_t maxv[RB_NACC];
-	uint64_t unknown_keys; /* writes to keys that are not accounts */
-};
-
-static inline void on_write(void *ctx, uint64_t key, uint64_t version)
+void on_write(void *ctx, uint64_t key, uint64_t version)
 {
 	struct committed *w = ctx;
 	for (unsigned i = 0; i < w->s->n; i++)
@@ -531,12 +360,7 @@ static inline void on_write(void *ctx, uint64_t key, uint64_t version)
 	w->unknown_keys++;
 }
 
-/* The accounts whose final version is older than a write a transaction
- * reported committed made (@w filled by tx_check_history's on_write),
- * plus committed writes of objects that are not accounts: 0 when every
- * acknowledged commit is present. Failures into @f (when given). */
-static inline unsigned rb_committed_lost(const struct committed *w,
-                                         struct fails *f)
+unsigned rb_committed_lost(const struct committed *w, struct fails *f)
 {
 	const struct scan_report *s = w->s;
 	unsigned lost = 0;
@@ -558,16 +382,12 @@ static inline unsigned rb_committed_lost(const struct committed *w,
 	return lost + (unsigned)FARM_MIN(w->unknown_keys, (uint64_t)UINT32_MAX);
 }
 
-/* Every write of a transaction reported committed is in the final
- * versions: failures into @f; returns whether it held. */
-static inline bool rb_committed_present(const struct committed *w,
-                                        struct fails *f)
+bool rb_committed_present(const struct committed *w, struct fails *f)
 {
 	return !rb_committed_lost(w, f);
 }
 
-static inline void report_run(unsigned i, const struct run_report *r,
-                              struct fails *f)
+void report_run(unsigned i, const struct run_report *r, struct fails *f)
 {
 	char errs[512];
 	uint64_t after = r->k.transfers - r->at_cfg.transfers;
@@ -626,19 +446,17 @@ static inline void report_run(unsigned i, const struct run_report *r,
 		       r->k.negative);
 }
 
-/* "made by machine 2: 50, ..." */
-static inline const char *by_maker(const unsigned *n, char *buf, size_t len)
+const char *by_maker(const unsigned *n, char *buf, size_t len)
 {
 	size_t o = (size_t)snprintf(buf, len, "made by machine");
-	for (unsigned i = 0, k = 0; i < NP_NM && o < len; i++)
+	for (unsigned i = 0, k = 0; i < np_nm && o < len; i++)
 		if (n[i])
 			o += (size_t)snprintf(buf + o, len - o, "%s %u: %u",
 			                      k++ ? "," : "", i, n[i]);
 	return buf;
 }
 
-static inline void report_scan(const struct scan_report *s, unsigned scanner,
-                               struct fails *f)
+void report_scan(const struct scan_report *s, unsigned scanner, struct fails *f)
 {
 	int64_t expect = (int64_t)s->n * INIT_BALANCE; /* every account */
 	printf("machine %u: lock-free scan of %u accounts: %u read, %u "
@@ -680,31 +498,24 @@ static inline void report_scan(const struct scan_report *s, unsigned scanner,
 		       s->negative);
 }
 
-/*
- * After the failures: every machine of the configuration reports (its 'D':
- * rb_collect, which a test may call first to ask the machines more), the
- * lowest scans, every machine left quits; then the checks (failures in
- * res->f). A test that keeps a machine outside the configuration alive
- * (a zombie) reads its 'D' itself before this.
- */
-static inline void rb_collect(struct rb_result *res)
+void rb_collect(struct rb_result *res)
 {
 	if (res->collected)
 		return;
 	res->collected = true;
-	res->scanner = NP_NM;
-	for (unsigned i = 0; i < NP_NM; i++)
+	res->scanner = np_nm;
+	for (unsigned i = 0; i < np_nm; i++)
 		if (rb_member(res, i)) {
 			np_expect(&rb_cl, i, 'D',
 			          RB_RECONF_MS + (int)rb_p.post_ms + 30000);
 			np_recv(&rb_cl, i, &res->r[i], sizeof(res->r[i]), 1000);
-			if (res->scanner == NP_NM)
+			if (res->scanner == np_nm)
 				res->scanner = i;
 		}
 	res->run_s = (double)(np_now_ns() - res->t_kill_ns) / 1e9;
 }
 
-static inline void rb_check(struct rb_result *res)
+void rb_check(struct rb_result *res)
 {
 	struct fails *f = &res->f;
 	rb_collect(res);
@@ -714,16 +525,16 @@ static inline void rb_check(struct rb_result *res)
 	np_expect(&rb_cl, res->scanner, 's',
 	          (RB_MAX_LOCKED + RB_SUM_TRIES) * 3000 + 60000);
 	np_recv(&rb_cl, res->scanner, s, sizeof(*s), 5000);
-	for (unsigned i = 0; i < NP_NM; i++)
+	for (unsigned i = 0; i < np_nm; i++)
 		if (rb_cl.pid[i] > 0)
 			np_send(&rb_cl, i, 'Q');
-	int st[NP_NM];
+	int st[NP_MAX];
 	np_finish(&rb_cl, st);
 
 	printf("%s: machines %#" PRIx64 " left the configuration; survivors "
 	       "ran %.1f s after the last kill\n",
 	       res->name, res->out, res->run_s);
-	for (unsigned i = 0; i < NP_NM; i++) {
+	for (unsigned i = 0; i < np_nm; i++) {
 		if ((res->killed >> i) & 1)
 			continue;
 		if (st[i])
@@ -751,10 +562,7 @@ static inline void rb_check(struct rb_result *res)
 	free(w);
 }
 
-/* The end of a run: files gone; fails the test when a check failed,
- * unless @broken (then it fails when none did). */
-static inline void rb_verdict(struct rb_result *res, bool broken,
-                              const char *why)
+void rb_verdict(struct rb_result *res, bool broken, const char *why)
 {
 	free(res->s);
 	res->s = NULL;
@@ -779,27 +587,22 @@ static inline void rb_verdict(struct rb_result *res, bool broken,
 		         f->text);
 }
 
-static inline int rb_teardown(void **state)
+int rb_teardown(void **state)
 {
 	(void)state;
 	np_cleanup(&rb_cl);
 	return 0;
 }
 
-/* A test's main: @tests with a private ZooKeeper server, or with an
- * ensemble of @nservers (rb_zk_dir/1 .. ; test_rec_zkens). */
-static inline int rb_main_n(const char *name, const struct CMUnitTest *tests,
-                            size_t n, unsigned nservers)
+int rb_main_n(const char *name, const struct CMUnitTest *tests, size_t n,
+              unsigned nservers)
 {
 	return tu_zk_run_n(rb_zk_script, rb_zk_dir, sizeof(rb_zk_dir), nservers,
 	                   rb_zk_connect, sizeof(rb_zk_connect), name, tests,
 	                   n);
 }
 
-static inline int rb_main(const char *name, const struct CMUnitTest *tests,
-                          size_t n)
+int rb_main(const char *name, const struct CMUnitTest *tests, size_t n)
 {
 	return rb_main_n(name, tests, n, 0);
 }
-
-#endif

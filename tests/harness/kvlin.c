@@ -1,58 +1,13 @@
-/*
- * The KV linearizability workload (tests/test_kv_multi.c,
- * tests/test_rec_kv.c). A machine keeps W operations in flight (async
- * farm_ht_get / put / del) on a hot set of NKEYS keys: gets (50%), puts
- * (35%: unique value ids, values of 16 to 300 bytes, so inline and
- * indirect) and deletes (15%). Every operation is recorded with
- * CLOCK_MONOTONIC invocation and response times; every value a get returns
- * is checked byte by byte against its id (garbage is counted, never
- * recorded). Header-only, static functions; needs nodeproc.h and links
- * farm_lincheck.
- *
- * History: each machine streams its records to <root>/lin-<me> as events
- * (a record's whole state, last one wins). A put or delete is on file
- * before it is issued, so the history of a machine killed with SIGKILL
- * holds every write it may have made (one it had no answer for has no
- * response: it may or may not have happened). kvl_load() folds a
- * machine's file; kvl_check() checks every machine's with lincheck.
- *
- * What an operation's failure means to the checker: a get that failed
- * constrains nothing (dropped); a put or delete that failed may or may not
- * have happened (no response; a delete's result is then unknown). With
- * retries on (lin.retry_ns), an operation that failed retryably
- * (farm_tx_retryable: -EAGAIN while a region is promoted, FARM_EPEERDEAD
- * before the configuration without a dead machine, ...) is issued again on
- * the same key (a put with a new value id) after a backoff that doubles
- * from 1 ms to 64 ms, until retry_ns after its first try. lin_quiet()
- * stops the puts and deletes of one shard for a while (its keys are still
- * read).
- */
-#ifndef FARM_TESTS_KVLIN_H
-#define FARM_TESTS_KVLIN_H
+#include "kvlin.h"
 
-#include "nodeproc.h"
-
-#include <fcntl.h>
-#include <inttypes.h>
-
-#include "hashtable/ht.h"
-#include "lincheck.h"
-
-#define NKEYS 20u /* the hot key set */
-#define KLEN  16u
-#define VMAX  512u
-#define MAXW  16u
-
-/* ---- values: a value names itself -------------------------------------- */
-
-static inline uint32_t vlen_of(uint64_t id)
+uint32_t vlen_of(uint64_t id)
 {
 	/* 16 and 32: inline; 96 and 300: indirect (val_inline 32) */
 	static const uint32_t lens[] = {16, 32, 32, 96, 300};
 	return lens[(id ^ (id >> 7)) % 5];
 }
 
-static inline void fill_val(uint8_t *v, uint64_t id)
+void fill_val(uint8_t *v, uint64_t id)
 {
 	uint32_t n = vlen_of(id);
 	memcpy(v, &id, 8);
@@ -60,8 +15,7 @@ static inline void fill_val(uint8_t *v, uint64_t id)
 		v[i] = (uint8_t)(id * 0x2545f491u + i * 7u);
 }
 
-/* The id a value carries, or 0 when it is not a whole value. */
-static inline uint64_t val_id(const uint8_t *v, uint32_t len)
+uint64_t val_id(const uint8_t *v, uint32_t len)
 {
 	uint64_t id;
 	if (len < 8)
@@ -75,96 +29,26 @@ static inline uint64_t val_id(const uint8_t *v, uint32_t len)
 	return id;
 }
 
-static inline void mkkey(uint8_t *k, const char *tag, unsigned i)
+void mkkey(uint8_t *k, const char *tag, unsigned i)
 {
 	memset(k, 0, KLEN);
 	snprintf((char *)k, KLEN, "%s-%03u", tag, i);
 }
 
-/* The shard (of @nshards, one per machine in id order) of key @i. */
-static inline unsigned kvl_shard(unsigned i, unsigned nshards)
+unsigned kvl_shard(unsigned i, unsigned nshards)
 {
 	uint8_t k[KLEN];
 	mkkey(k, "lin", i);
 	return farm_ht_shard_index(farm_ht_hash(k, KLEN), nshards);
 }
 
-/* ---- recording ---------------------------------------------------------- */
-
-/* One recorded operation (kind 0: not issued, or a get without an answer:
- * skipped by the checker). */
-struct rec {
-	uint32_t client, kind;
-	uint64_t key, value;
-	uint64_t found;
-	uint64_t t_inv, t_resp;
-	int32_t status; /* of the operation: 0, -ENOENT, or its error */
-	uint32_t idx;   /* its index in the machine's history */
-};
-
-struct lin_stats {
-	uint64_t gets, found, absent, puts, dels, del_found, del_absent;
-	uint64_t get_err, put_err, del_err, garbage, injected, eagain;
-	uint64_t undrained;
-	uint64_t retries, gave_up, hard; /* hard: errors not retryable */
-	uint64_t ns;
-	int first_err;
-	struct tu_errs errs; /* the first distinct errors, and how often */
-};
-
-struct lin;
-
-struct slot {
-	struct lin *L;
-	unsigned idx;
-	int busy;
-	size_t rec;
-	uint64_t key;
-	/* A retry pending (tries > 0): the same kind on the same key at
-	 * retry_at; the first try was at t_first. */
-	uint32_t kind;
-	unsigned tries;
-	uint64_t retry_at, t_first;
-};
-
-/* What a (broken) client cached of a key. */
-struct cache {
-	bool valid, overwritten;
-	uint64_t value, t;
-};
-
-struct lin {
-	struct np_child *np;
-	farm_ht *ht;
-	unsigned w;        /* operations in flight */
-	bool broken;       /* machine 0 answers some gets from a stale cache */
-	uint64_t retry_ns; /* retry retryable failures this long (0: never) */
-	int quiet;         /* no new puts or deletes of this shard (-1: none) */
-	unsigned nshards;  /* of the table (for quiet) */
-	struct rec *r;
-	size_t n, cap;
-	uint32_t base; /* records of earlier incarnations (lin_resume) */
-	int oom, ioerr;
-	int fd;         /* the history file */
-	struct rec *ev; /* events not yet written */
-	size_t nev, evcap;
-	volatile int wake; /* an operation completed */
-	uint64_t next_id;
-	struct slot s[MAXW];
-	struct cache cache[NKEYS];
-	struct lin_stats st;
-};
-
-static inline void kvl_path(const struct np_cluster *cl, unsigned i, char *path,
-                            size_t len)
+void kvl_path(const struct np_cluster *cl, unsigned i, char *path, size_t len)
 {
 	snprintf(path, len, "%s/lin-%u", cl->root, i);
 }
 
-/* A workload of @w operations in flight on machine @np (its table @ht),
- * streaming to its history file. 0, or -1 (the file). */
-static inline int lin_init(struct lin *L, struct np_child *np, farm_ht *ht,
-                           unsigned w, uint64_t retry_ns, bool broken)
+int lin_init(struct lin *L, struct np_child *np, farm_ht *ht, unsigned w,
+             uint64_t retry_ns, bool broken)
 {
 	memset(L, 0, sizeof(*L));
 	L->np = np;
@@ -182,12 +66,8 @@ static inline int lin_init(struct lin *L, struct np_child *np, farm_ht *ht,
 	return L->fd > 0 ? 0 : -1;
 }
 
-/* lin_init for a machine restarted on its data directory: its history
- * goes on after what its earlier incarnations wrote (their operations
- * without an answer stay unknown), with new record indexes and value
- * ids. */
-static inline int lin_resume(struct lin *L, struct np_child *np, farm_ht *ht,
-                             unsigned w, uint64_t retry_ns)
+int lin_resume(struct lin *L, struct np_child *np, farm_ht *ht, unsigned w,
+               uint64_t retry_ns)
 {
 	char path[512];
 	size_t len = 0;
@@ -220,8 +100,7 @@ static inline int lin_resume(struct lin *L, struct np_child *np, farm_ht *ht,
 	return L->fd > 0 ? 0 : -1;
 }
 
-/* Record @i's current state (written at the next flush). */
-static inline void kvl_note(struct lin *L, size_t i)
+void kvl_note(struct lin *L, size_t i)
 {
 	if (i == SIZE_MAX)
 		return;
@@ -238,15 +117,14 @@ static inline void kvl_note(struct lin *L, size_t i)
 	L->ev[L->nev++] = L->r[i];
 }
 
-static inline void kvl_flush(struct lin *L)
+void kvl_flush(struct lin *L)
 {
 	if (L->nev && tu_send(L->fd, L->ev, L->nev * sizeof(*L->ev)))
 		L->ioerr = 1;
 	L->nev = 0;
 }
 
-/* The end of the workload: the history written whole. 0, or -1. */
-static inline int lin_close(struct lin *L)
+int lin_close(struct lin *L)
 {
 	kvl_flush(L);
 	if (L->fd > 0 && close(L->fd))
@@ -258,7 +136,7 @@ static inline int lin_close(struct lin *L)
 	return L->ioerr || L->oom ? -1 : 0;
 }
 
-static inline size_t rec_add(struct lin *L, struct rec r)
+size_t rec_add(struct lin *L, struct rec r)
 {
 	if (L->n == L->cap) {
 		size_t nc = L->cap ? L->cap * 2 : 1u << 16;
@@ -275,9 +153,7 @@ static inline size_t rec_add(struct lin *L, struct rec r)
 	return L->n++;
 }
 
-/* Count error @rc; a retryable one of slot @s (NULL: none) is tried again
- * when retries are on. */
-static inline void lin_failed(struct lin *L, struct slot *s, int rc)
+void lin_failed(struct lin *L, struct slot *s, int rc)
 {
 	if (!L->st.first_err)
 		L->st.first_err = rc;
@@ -302,9 +178,7 @@ static inline void lin_failed(struct lin *L, struct slot *s, int rc)
 	L->st.retries++;
 }
 
-/* Slot @s's operation answered @status: its record (NULL: none), the time
- * in *@t. */
-static inline struct rec *lin_answered(struct slot *s, int status, uint64_t *t)
+struct rec *lin_answered(struct slot *s, int status, uint64_t *t)
 {
 	*t = np_now_ns();
 	s->busy = 0;
@@ -316,8 +190,8 @@ static inline struct rec *lin_answered(struct slot *s, int status, uint64_t *t)
 	return r;
 }
 
-static inline void lin_get_cb(farm_loop *loop, void *ctx, int status,
-                              const void *val, uint32_t len)
+void lin_get_cb(farm_loop *loop, void *ctx, int status, const void *val,
+                uint32_t len)
 {
 	(void)loop;
 	struct slot *s = ctx;
@@ -355,7 +229,7 @@ static inline void lin_get_cb(farm_loop *loop, void *ctx, int status,
 	kvl_note(L, s->rec);
 }
 
-static inline void lin_op_cb(farm_loop *loop, void *ctx, int status)
+void lin_op_cb(farm_loop *loop, void *ctx, int status)
 {
 	(void)loop;
 	struct slot *s = ctx;
@@ -389,10 +263,7 @@ static inline void lin_op_cb(farm_loop *loop, void *ctx, int status)
 	kvl_note(L, s->rec);
 }
 
-/* Issue operation @kind (LC_GET, LC_PUT, LC_DEL) on key @key from slot
- * @s. */
-static inline void lin_issue(struct lin *L, struct slot *s, uint32_t kind,
-                             uint64_t key)
+void lin_issue(struct lin *L, struct slot *s, uint32_t kind, uint64_t key)
 {
 	uint8_t k[KLEN];
 	mkkey(k, "lin", (unsigned)key);
@@ -449,16 +320,13 @@ static inline void lin_issue(struct lin *L, struct slot *s, uint32_t kind,
 	}
 }
 
-/* Would a put or delete of @key break the quiet? */
-static inline bool lin_hushed(const struct lin *L, uint64_t key)
+bool lin_hushed(const struct lin *L, uint64_t key)
 {
 	return L->quiet >= 0 &&
 	       kvl_shard((unsigned)key, L->nshards) == (unsigned)L->quiet;
 }
 
-/* A new random operation from slot @s, or its pending retry (dropped when
- * it would break the quiet). */
-static inline void lin_start(struct lin *L, struct slot *s)
+void lin_start(struct lin *L, struct slot *s)
 {
 	if (s->tries && (s->kind == LC_GET || !lin_hushed(L, s->key))) {
 		lin_issue(L, s, s->kind, s->key);
@@ -491,9 +359,7 @@ static inline void lin_start(struct lin *L, struct slot *s)
 	          key);
 }
 
-/* Serve the loop until an operation completes, at most @ns (0: one
- * pass). */
-static inline void lin_serve(struct lin *L, uint64_t ns)
+void lin_serve(struct lin *L, uint64_t ns)
 {
 	if (!ns) {
 		(void)farm_loop_poll(L->np->loop);
@@ -503,21 +369,14 @@ static inline void lin_serve(struct lin *L, uint64_t ns)
 	(void)farm_loop_wait(L->np->loop, &L->wake, ns);
 }
 
-/* How long until slot @s can start (0: now; UINT64_MAX: busy). */
-static inline uint64_t lin_due(const struct slot *s, uint64_t now)
+uint64_t lin_due(const struct slot *s, uint64_t now)
 {
 	if (s->busy)
 		return UINT64_MAX;
 	return s->tries && s->retry_at > now ? s->retry_at - now : 0;
 }
 
-/*
- * Run the workload until @go (called about every millisecond) returns
- * false, then drain: every operation in flight gets its answer (puts time
- * out in 10 s); pending retries are dropped. Returns 0, or -ENOMEM.
- */
-static inline int lin_run(struct lin *L, bool (*go)(struct lin *L, void *arg),
-                          void *arg)
+int lin_run(struct lin *L, bool (*go)(struct lin *L, void *arg), void *arg)
 {
 	uint64_t t0 = np_now_ns(), t_go = 0;
 	for (;;) {
@@ -557,13 +416,7 @@ static inline int lin_run(struct lin *L, bool (*go)(struct lin *L, void *arg),
 	return L->oom ? -ENOMEM : 0;
 }
 
-/*
- * One operation, waited for (retried as lin_run retries, from slot
- * MAXW - 1): @kind on key @key (any index: the hot set's or others named
- * the same way). Returns the last try's status; its record in *@r.
- */
-static inline int lin_op_sync(struct lin *L, uint32_t kind, uint64_t key,
-                              struct rec *r)
+int lin_op_sync(struct lin *L, uint32_t kind, uint64_t key, struct rec *r)
 {
 	struct slot *s = &L->s[MAXW - 1];
 	s->tries = 0;
@@ -583,9 +436,7 @@ static inline int lin_op_sync(struct lin *L, uint32_t kind, uint64_t key,
 	return s->rec != SIZE_MAX ? r->status : -ENOMEM;
 }
 
-/* From now on no new puts or deletes of shard @shard (of @nshards; -1:
- * writes everywhere again); returns once none is in flight. */
-static inline void lin_quiet(struct lin *L, int shard, unsigned nshards)
+void lin_quiet(struct lin *L, int shard, unsigned nshards)
 {
 	L->quiet = shard;
 	L->nshards = nshards;
@@ -600,12 +451,7 @@ static inline void lin_quiet(struct lin *L, int shard, unsigned nshards)
 	}
 }
 
-/* ---- the parent side ---------------------------------------------------- */
-
-/* Machine @i's history, folded (each record's last event); NULL and 0
- * when it has none. */
-static inline struct rec *kvl_load(const struct np_cluster *cl, unsigned i,
-                                   size_t *n)
+struct rec *kvl_load(const struct np_cluster *cl, unsigned i, size_t *n)
 {
 	char path[512];
 	size_t len = 0;
@@ -626,17 +472,13 @@ static inline struct rec *kvl_load(const struct np_cluster *cl, unsigned i,
 	return r;
 }
 
-/* Check the histories of the machines of @which (bit i: machine i; ids
- * below 64 and NP_NM) with lincheck (budget @budget_ms); *@nrec:
- * operations checked. Returns lc_check's result. */
-static inline int kvl_check_some(const struct np_cluster *cl, uint64_t which,
-                                 lc_report *rep, uint64_t *nrec,
-                                 unsigned budget_ms)
+int kvl_check_some(const struct np_cluster *cl, uint64_t which, lc_report *rep,
+                   uint64_t *nrec, unsigned budget_ms)
 {
 	lc_history *h = lc_new();
 	assert_non_null(h);
 	*nrec = 0;
-	for (unsigned i = 0; i < FARM_MIN(NP_NM, 64u); i++) {
+	for (unsigned i = 0; i < FARM_MIN(np_nm, 64u); i++) {
 		if (!((which >> i) & 1))
 			continue;
 		size_t n;
@@ -659,15 +501,13 @@ static inline int kvl_check_some(const struct np_cluster *cl, uint64_t which,
 	return rc;
 }
 
-/* Every machine's history (budget 60 s). */
-static inline int kvl_check(const struct np_cluster *cl, lc_report *rep,
-                            uint64_t *nrec)
+int kvl_check(const struct np_cluster *cl, lc_report *rep, uint64_t *nrec)
 {
-	uint64_t all = NP_NM >= 64 ? ~0ull : (1ull << NP_NM) - 1;
+	uint64_t all = np_nm >= 64 ? ~0ull : (1ull << np_nm) - 1;
 	return kvl_check_some(cl, all, rep, nrec, 60000);
 }
 
-static inline void print_lin(unsigned i, const struct lin_stats *s)
+void print_lin(unsigned i, const struct lin_stats *s)
 {
 	char errs[256];
 	printf("lin: machine %u: %" PRIu64 " gets (%" PRIu64 " found, %" PRIu64
@@ -683,5 +523,3 @@ static inline void print_lin(unsigned i, const struct lin_stats *s)
 	       s->retries, s->gave_up, s->hard,
 	       tu_errs_str(&s->errs, errs, sizeof(errs)));
 }
-
-#endif

@@ -1,46 +1,6 @@
-/*
- * The allocator's state, live and rebuilt by scan (SOSP'15 5.4; the
- * check "the allocator's state, rebuilt by scan, matches the live
- * state"), for tests/test_rec_kv.c and tests/test_campaign.c. Child side:
- * alloc_scan dumps the machine's block allocator, then rebuilds a fresh
- * one from a copy of every region it holds and dumps that
- * (farm_blockalloc_dump: the free lists agree with every header, so no
- * slot is both free and live), and counts the objects of those regions
- * left locked ("no object is left locked", for every object,
- * not only the bank's accounts). Parent side: alloc_check. Header-only,
- * static functions; needs testutil.h.
- */
-#ifndef FARM_TESTS_ALLOCSCAN_H
-#define FARM_TESTS_ALLOCSCAN_H
+#include "allocscan.h"
 
-#include "testutil.h"
-
-#include <inttypes.h>
-#include <stdio.h>
-
-#include "alloc/alloc_int.h"
-#include "alloc/galloc.h"
-#include "node/node.h"
-#include "txn/object.h"
-#include "txn/txm.h"
-
-/* A machine's allocator ('A' in the tests). */
-struct alloc_report {
-	farm_txm_stats st;
-	struct farm_galloc_stats gs;
-	int live_rc, rebuilt_rc; /* farm_blockalloc_dump's */
-	int equal;               /* the two dumps are the same text */
-	uint64_t dump_bytes, regions;
-	/* Objects of the allocator's regions (every object this machine is
-	 * primary of: bank accounts, KV objects, all) whose header holds a
-	 * lock bit with the cluster quiet ("no object is left
-	 * locked"); walk_rc: the first walk's error. */
-	uint64_t objects, locked;
-	int walk_rc;
-};
-
-static inline void alloc_locked_one(void *ctx, struct farm_objhdr *obj,
-                                    uint32_t lines)
+void alloc_locked_one(void *ctx, struct farm_objhdr *obj, uint32_t lines)
 {
 	(void)lines;
 	uint64_t *locked = ctx;
@@ -49,7 +9,7 @@ static inline void alloc_locked_one(void *ctx, struct farm_objhdr *obj,
 	*locked += (v & OBJ_LOCK_MASK) != 0;
 }
 
-static inline char *alloc_dump_of(farm_blockalloc *ba, int *rc)
+char *alloc_dump_of(farm_blockalloc *ba, int *rc)
 {
 	char *buf = NULL;
 	size_t len = 0;
@@ -63,10 +23,7 @@ static inline char *alloc_dump_of(farm_blockalloc *ba, int *rc)
 	return buf;
 }
 
-/* Child: machine @node's allocator, live and rebuilt by scan from a copy
- * of every region it holds. The machine must be quiet (no workload runs
- * anywhere in the cluster). */
-static inline void alloc_scan(farm_node *node, struct alloc_report *a)
+void alloc_scan(farm_node *node, struct alloc_report *a)
 {
 	*a = (struct alloc_report){.live_rc = -1, .rebuilt_rc = -1};
 	farm_txm_stats_get(farm_node_txm(node), &a->st);
@@ -120,10 +77,7 @@ static inline void alloc_scan(farm_node *node, struct alloc_report *a)
 	free(live);
 }
 
-/* Parent: machine @i's allocator report @a; a failed check in @f for each
- * leak, refusal, or a rebuilt state that differs from the live one. */
-static inline void alloc_check(unsigned i, const struct alloc_report *a,
-                               struct fails *f)
+void alloc_check(unsigned i, const struct alloc_report *a, struct fails *f)
 {
 	if (a->st.free_failed || a->st.deferred_lost)
 		failed(f,
@@ -150,5 +104,3 @@ static inline void alloc_check(unsigned i, const struct alloc_report *a,
 		       "rebuilt)",
 		       i, a->live_rc, a->rebuilt_rc);
 }
-
-#endif

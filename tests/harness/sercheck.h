@@ -2,7 +2,7 @@
  * sercheck: a strict-serializability checker over recorded histories of
  * read/write registers with a KNOWN version order.
  *
- * Build: tests/CMakeLists.txt builds the static library `farm_sercheck`
+ * Build: tests/harness/CMakeLists.txt builds the static library `farm_sercheck`
  * (sercheck.c, libc only; its include directory is public). A test links it
  * with  target_link_libraries(test_x PRIVATE farm_sercheck)  and includes
  * "sercheck.h". Recording is not thread-safe: give each thread its own

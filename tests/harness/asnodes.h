@@ -1,0 +1,55 @@
+/*
+ * Test fixture: N machines in one process, each with its own fabric,
+ * messaging, address space and allocator, whose loops one test thread
+ * drives in turn (asn_pump), so every step is deterministic. Defined in
+ * asnodes.c.
+ */
+#ifndef FARM_TESTS_ASNODES_H
+#define FARM_TESTS_ASNODES_H
+
+#include "testutil.h"
+
+#include "addrspace/addrspace.h"
+#include "alloc/galloc.h"
+#include "txn/txm.h"
+
+#define ASN_MAX 4
+
+struct asn {
+	char dir[256];
+	farm_fabric *fab;
+	farm_msg *msg;
+	farm_loop *loop;
+	farm_as *as;
+	farm_galloc *ga;
+	farm_txm *txm;
+};
+
+struct asn_cluster {
+	unsigned n;
+	struct asn m[ASN_MAX];
+};
+
+/* Called on each machine's farm_msg before its loop opens. */
+typedef void (*asn_hook_fn)(struct asn *x, unsigned i);
+
+/* Every machine gets the view {1..n} with config id @cid. */
+void asn_set_views(struct asn_cluster *c, uint64_t cid);
+
+/* Machines 1..n, regions of @rsize, no view yet. */
+void asn_open_noview(struct asn_cluster *c, unsigned n, uint64_t rsize,
+                     asn_hook_fn hook);
+
+/* Machines 1..n, regions of @rsize; views set (config id 1). */
+void asn_open(struct asn_cluster *c, unsigned n, uint64_t rsize,
+              asn_hook_fn hook);
+
+void asn_close(struct asn_cluster *c);
+
+void asn_pump(struct asn_cluster *c);
+
+/* Drive every loop until *@flag is set (bounded: fails the test after
+ * 10 s). */
+void asn_wait(struct asn_cluster *c, const volatile int *flag);
+
+#endif
