@@ -9,6 +9,7 @@
 #include <farm/region.h>
 #include <farm/txn.h>
 #include <farm/node.h>
+#include <farm/config.h>
 #include <farm/kv.h>
 #include <farm/btree.h>
 

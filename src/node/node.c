@@ -829,30 +829,6 @@ int farm_node_run(farm_node *n, unsigned i, farm_work_fn fn, void *ctx)
 	return rc;
 }
 
-/* ---- the public configuration entry points ------------------------------- */
-
-int farm_node_open_file(const char *path, farm_node **out)
-{
-	if (!path || !out)
-		return -EINVAL;
-	struct farm_config *cfg = malloc(sizeof(*cfg));
-	if (!cfg)
-		return -ENOMEM;
-	char err[512];
-	farm_config_defaults(cfg);
-	int rc = farm_config_load(cfg, path, err, sizeof(err));
-	if (!rc)
-		rc = farm_config_apply_env(cfg, err, sizeof(err));
-	if (!rc)
-		rc = farm_config_validate(cfg, err, sizeof(err));
-	if (rc)
-		farm_err("node: %s", err);
-	else
-		rc = farm_node_open(cfg, out);
-	free(cfg);
-	return rc;
-}
-
 unsigned farm_node_expected_machines(const farm_node *n)
 {
 	if (!n)
