@@ -12,6 +12,8 @@
  *               multi-get (present, absent, bad keys, a short buffer,
  *               more keys than a loop has lookups in flight);
  *               iteration over the shard; the directory; the counters
+ *               (the table's: lookups found and not, puts, and an older
+ *               caller's shorter snapshot)
  *   limits      keys of FARM_KV_MAX_KEY bytes and values of
  *               farm_kv_value_limit bytes round-trip; one byte more is
  *               -EMSGSIZE; empty keys and values are -EINVAL
@@ -194,6 +196,38 @@ static void test_store(void **state)
 	        farm_kv_get_sync(kv, loop, "pub-0001", 8, &one, 1, &len),
 	        -EMSGSIZE);
 	assert_int_equal(len, 8);
+
+	/* the table's counters: one lookup found, one not, one put */
+	farm_kv_table_stats t0 = {.size = sizeof(t0)}, t1 = {.size = sizeof(t1)};
+	assert_int_equal(farm_kv_table_stats_get(kv, &t0), 0);
+	assert_int_equal(t0.version, FARM_KV_TABLE_STATS_VERSION);
+	assert_int_equal(t0.size, sizeof(t0));
+	assert_int_equal(
+	        farm_kv_get_sync(kv, loop, "pub-0002", 8, &x, sizeof(x), &len),
+	        0);
+	assert_int_equal(
+	        farm_kv_get_sync(kv, loop, "pub-none", 8, &x, sizeof(x), &len),
+	        -ENOENT);
+	assert_int_equal(farm_kv_put_sync(kv, loop, "pub-tabl", 8, &x, 8), 0);
+	assert_int_equal(farm_kv_table_stats_get(kv, &t1), 0);
+	assert_int_equal(t1.lookups - t0.lookups, 2);
+	assert_true(t1.lookup_reads - t0.lookup_reads >= 2);
+	assert_int_equal(t1.found - t0.found, 1);
+	assert_int_equal(t1.not_found - t0.not_found, 1);
+	assert_int_equal(t1.puts - t0.puts, 1);
+	/* An older caller's shorter struct: only its prefix is written. */
+	farm_kv_table_stats t2;
+	memset(&t2, 0xa5, sizeof(t2));
+	t2.size = offsetof(farm_kv_table_stats, lookup_reads);
+	assert_int_equal(farm_kv_table_stats_get(kv, &t2), 0);
+	assert_int_equal(t2.size, offsetof(farm_kv_table_stats, lookup_reads));
+	assert_int_equal(t2.lookups, t1.lookups);
+	assert_int_equal(t2.lookup_reads, 0xa5a5a5a5a5a5a5a5ull);
+	t2.size = 4;
+	assert_int_equal(farm_kv_table_stats_get(kv, &t2), -EINVAL);
+	assert_int_equal(farm_kv_table_stats_get(NULL, &t1), -EINVAL);
+	assert_int_equal(farm_kv_table_stats_get(kv, NULL), -EINVAL);
+	assert_int_equal(farm_kv_del_sync(kv, loop, "pub-tabl", 8), 0);
 
 	/* with continuations */
 	struct w w = {0};

@@ -273,6 +273,36 @@ typedef struct farm_kv_stats {
 /* The counters (approximate while loops run). */
 FARM_API void farm_kv_stats_get(const farm_kv *kv, farm_kv_stats *out);
 
+/*
+ * The hashtable under the store, on this machine (its lookups, puts and
+ * their work), as a snapshot that can grow: the caller sets @out->size to
+ * sizeof(farm_kv_table_stats) as it was compiled; the library fills that
+ * many bytes at most (a later version only appends fields, so an older
+ * caller gets the fields it knows) and sets @out->version. Counters are
+ * since farm_kv_create, summed over loops, approximate while loops run.
+ */
+#define FARM_KV_TABLE_STATS_VERSION 1u
+typedef struct farm_kv_table_stats {
+	uint32_t size;    /* in: bytes of *out the caller has */
+	uint32_t version; /* out: FARM_KV_TABLE_STATS_VERSION */
+	/* Lookups (farm_kv_get, multi-get's first reads), the one-sided
+	 * READs they issued (bucket pairs and overflow blocks), the reads
+	 * retried (torn or locked), and of them the overflow chain reads. */
+	uint64_t lookups, lookup_reads, lookup_retries, lookup_chain_reads;
+	/* Puts and deletes this machine sent to their key's owner;
+	 * neighbourhood hops (a pair moved to make room) and overflow
+	 * blocks appended and freed by writes run here; transactions run
+	 * here that combined several puts shipped to this owner. */
+	uint64_t puts, dels, hops, chain_appends, chain_frees, combined_txns;
+	/* Lookups that found their key, and those that did not. */
+	uint64_t found, not_found;
+} farm_kv_table_stats;
+
+/* 0; -EINVAL (@kv or @out NULL, or @out->size smaller than the two
+ * header fields). */
+FARM_API FARM_MUST_CHECK int farm_kv_table_stats_get(const farm_kv *kv,
+                                                     farm_kv_table_stats *out);
+
 #ifdef __cplusplus
 }
 #endif

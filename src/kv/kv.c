@@ -5,6 +5,7 @@
  * mget_serve.c (owning), the named-object directory dir.c.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -144,4 +145,31 @@ void farm_kv_stats_get(const farm_kv *kv, farm_kv_stats *out)
 	                       .mget_served = v[S_SERVED],
 	                       .mget_served_keys = v[S_SERVED_KEYS],
 	                       .mget_bad = v[S_BAD]};
+}
+
+int farm_kv_table_stats_get(const farm_kv *kv, farm_kv_table_stats *out)
+{
+	if (!kv || !out || out->size < offsetof(farm_kv_table_stats, lookups))
+		return -EINVAL;
+	struct farm_ht_stats h;
+	farm_ht_stats_get(kv->ht, &h);
+	farm_kv_table_stats s = {.size = sizeof(s),
+	                         .version = FARM_KV_TABLE_STATS_VERSION,
+	                         .lookups = h.lookups,
+	                         .lookup_reads = h.lookup_reads,
+	                         .lookup_retries = h.lookup_retries,
+	                         .lookup_chain_reads = h.lookup_chain_reads,
+	                         .puts = h.puts,
+	                         .dels = h.dels,
+	                         .hops = h.hops,
+	                         .chain_appends = h.chain_appends,
+	                         .chain_frees = h.chain_frees,
+	                         .combined_txns = h.combined_txns,
+	                         .found = h.found,
+	                         .not_found = h.not_found};
+	/* An older caller's struct is a prefix of this one. */
+	size_t n = out->size < sizeof(s) ? out->size : sizeof(s);
+	s.size = (uint32_t)n;
+	memcpy(out, &s, n);
+	return 0;
 }
