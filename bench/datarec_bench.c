@@ -63,9 +63,7 @@
 #include <farm/farm.h>
 #include <farm/txn.h>
 
-#include "node/node.h"
 #include "txn/txm.h"
-#include "util/config.h"
 
 #ifndef FARM_SOURCE_DIR
 #error "FARM_SOURCE_DIR must name the source tree (scripts/zk-local)"
@@ -328,27 +326,33 @@ static int machine(uint32_t me, const char *root, const char *zk_root)
 {
 	struct mach c = {.me = me, .st = &g_sh->m[me]};
 	c.rng = now_ns() ^ ((uint64_t)me << 40) ^ 0x9e3779b97f4a7c15ull;
-	struct farm_config cfg;
-	farm_config_defaults(&cfg);
+	farm_conf *cfg;
+	if (bn_conf_new(PROG, &cfg)) {
+		fail(&c, "configuration", -ENOMEM);
+		return 3;
+	}
 	char v[32];
-	int rc = bc_node_config(PROG, &cfg, me, root, g_zk_connect, zk_root,
+	int rc = bc_node_config(PROG, cfg, me, root, g_zk_connect, zk_root,
 	                        SESSION_MS);
 	/* Long leases: five machines on a shared 2-core host lapsed 20 ms
 	 * ones and removed survivors, which is not what this measures (the
 	 * kill is seen through the fabric's death notice). */
-	rc |= bn_cfg_set(PROG, &cfg, "lease_us", "200000");
+	rc |= bn_set(PROG, cfg, "lease_us", "200000");
 	snprintf(v, sizeof(v), "%u", g_opt.pace_bytes);
-	rc |= bn_cfg_set(PROG, &cfg, "datarec_bytes", v);
+	rc |= bn_set(PROG, cfg, "datarec_bytes", v);
 	snprintf(v, sizeof(v), "%u", g_opt.pace_us);
-	rc |= bn_cfg_set(PROG, &cfg, "datarec_interval_us", v);
+	rc |= bn_set(PROG, cfg, "datarec_interval_us", v);
 	if (rc) {
+		farm_conf_free(cfg);
 		fail(&c, "configuration", -EINVAL);
 		return 3;
 	}
 	unsigned stage;
 	int st = 5;
-	if ((rc = bc_node_up(PROG, &cfg, me, g_opt.machines, JOIN_MS, &c.node,
-	                     &c.loop, &stage))) {
+	rc = bc_node_up(PROG, cfg, me, g_opt.machines, JOIN_MS, &c.node,
+	                &c.loop, &stage);
+	farm_conf_free(cfg);
+	if (rc) {
 		static const char *const what[] = {"open", "start", "join"};
 		fail(&c, what[stage], rc);
 		st = stage ? 5 : 4;

@@ -408,9 +408,9 @@ static int run_farm(uint64_t nkeys, bool full, const char *tmp)
 		}
 	}
 	if (!rc && full && !g_opt.demo) {
-		g_res.hst = (struct farm_ht_stats){0};
+		g_res.hst = (farm_kv_table_stats){0};
 		for (unsigned i = 0; i < c.n; i++) {
-			struct farm_ht_stats *s = &g_sh->hst[i];
+			const farm_kv_table_stats *s = &g_sh->hst[i];
 			g_res.hst.lookups += s->lookups;
 			g_res.hst.lookup_reads += s->lookup_reads;
 			g_res.hst.lookup_retries += s->lookup_retries;

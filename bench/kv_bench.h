@@ -43,7 +43,6 @@
 #include "kv/kv.h"
 #include "node/node.h"
 #include "txn/object.h"
-#include "util/config.h"
 #include "util/lines.h"
 
 #define PROG       "kv_bench"
@@ -165,7 +164,7 @@ struct shared {
 		_Atomic uint64_t loaded;
 	} m[MAXM];
 	struct farm_ht_shard sd[MAXM];
-	struct farm_ht_stats hst[MAXM];
+	farm_kv_table_stats hst[MAXM];
 	struct mres res[MAXM];
 };
 extern struct shared *g_sh;
@@ -248,7 +247,7 @@ struct results {
 	struct fig peer_lat1[NPEER]; /* one connection, one GET in flight */
 	bool peer_ok[NPEER];
 	double load_s, load_rate, peer_load_s[NPEER];
-	struct farm_ht_stats hst;
+	farm_kv_table_stats hst;
 	int ncpu, cores;
 	double total_s;
 };

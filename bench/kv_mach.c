@@ -28,41 +28,42 @@ static int mach_open(struct mach *m, uint32_t id, const char *base,
 		return -errno;
 	}
 	uint32_t nb = kb_buckets_for(nkeys);
-	struct farm_config c;
-	farm_config_defaults(&c);
+	farm_conf *c;
+	if (bn_conf_new(PROG, &c))
+		return -ENOMEM;
 	int rc = 0;
 	snprintf(v, sizeof(v), "%u", id);
-	rc |= bn_cfg_set(PROG, &c, "machine_id", v);
-	rc |= bn_cfg_set(PROG, &c, "data_dir", dir);
-	rc |= bn_cfg_set(PROG, &c, "fabric", g_opt.net.fabric);
+	rc |= bn_set(PROG, c, "machine_id", v);
+	rc |= bn_set(PROG, c, "data_dir", dir);
+	rc |= bn_set(PROG, c, "fabric", g_opt.net.fabric);
 	char lbuf[96], ip[64];
 	if (bnet_listen(&g_opt.net, id, lbuf, sizeof(lbuf)))
-		rc |= bn_cfg_set(PROG, &c, "listen", lbuf);
+		rc |= bn_set(PROG, c, "listen", lbuf);
 	if (g_opt.net.netns && tn_addr(id, ip, sizeof(ip)) == 0)
-		rc |= bn_cfg_set(PROG, &c, "lease_bind", ip);
+		rc |= bn_set(PROG, c, "lease_bind", ip);
 	snprintf(v, sizeof(v), "%" PRIu64, kb_region_for(nb, nkeys));
-	rc |= bn_cfg_set(PROG, &c, "region_size", v);
+	rc |= bn_set(PROG, c, "region_size", v);
 	snprintf(v, sizeof(v), "%u", BU_MIN(3u, g_opt.machines));
-	rc |= bn_cfg_set(PROG, &c, "replicas", v);
-	rc |= bn_cfg_set(PROG, &c, "threads", "1");
-	rc |= bn_cfg_set(PROG, &c, "busy_poll", "1");
+	rc |= bn_set(PROG, c, "replicas", v);
+	rc |= bn_set(PROG, c, "threads", "1");
+	rc |= bn_set(PROG, c, "busy_poll", "1");
 	if (g_opt.log_size) {
 		snprintf(v, sizeof(v), "%" PRIu64, g_opt.log_size);
-		rc |= bn_cfg_set(PROG, &c, "log_size", v);
+		rc |= bn_set(PROG, c, "log_size", v);
 	}
 	if (g_opt.zk[0]) {
 		/* Membership in ZooKeeper: no peer lines; the view fills as
 		 * the machines register under this cluster's own root. */
-		rc |= bn_cfg_set(PROG, &c, "zk", g_opt.zk);
-		rc |= bn_cfg_set(PROG, &c, "zk_root", g_opt.zk_root);
+		rc |= bn_set(PROG, c, "zk", g_opt.zk);
+		rc |= bn_set(PROG, c, "zk_root", g_opt.zk_root);
 		snprintf(v, sizeof(v), "%u", g_opt.machines);
-		rc |= bn_cfg_set(PROG, &c, "expect_machines", v);
+		rc |= bn_set(PROG, c, "expect_machines", v);
 	} else {
-		rc |= bn_static_peers(PROG, &c, id, g_opt.machines, base);
+		rc |= bn_peers(PROG, c, id, g_opt.machines, base);
 	}
+	rc = rc ? -EINVAL : bn_open(PROG, c, id, &m->node);
+	farm_conf_free(c);
 	if (rc)
-		return -EINVAL;
-	if ((rc = bn_node_open(PROG, &c, id, &m->node)))
 		return rc;
 	struct farm_kv_attr a = {.neighborhood = 8,
 	                         .key_inline = kb_key_inline(),
@@ -787,7 +788,10 @@ int kb_machine_main(uint32_t id, const char *base, uint64_t nkeys, int cpu)
 			break;
 		default: rc = -EINVAL;
 		}
-		farm_ht_stats_get(m.ht, &g_sh->hst[id]);
+		g_sh->hst[id] =
+		        (farm_kv_table_stats){.size = sizeof(g_sh->hst[id])};
+		if (farm_kv_table_stats_get(m.kv, &g_sh->hst[id]))
+			g_sh->hst[id] = (farm_kv_table_stats){0};
 		if (rc) {
 			g_sh->m[id].err = rc;
 			atomic_store(&g_sh->m[id].state, ST_FAILED);

@@ -24,7 +24,6 @@
 #include "node/node.h"
 #include "recovery/recovery.h"
 #include "benchutil.h"
-#include "util/config.h"
 
 #include "recovery_bench.h"
 #include "benchcluster.h"
@@ -396,24 +395,29 @@ int machine(uint32_t me, const char *root, const char *zk_root)
 	struct mach c = {.me = me, .st = &g_sh->m[me]};
 	c.rng = now_ns() ^ g_opt.seed ^ ((uint64_t)me << 40) ^
 	        0x9e3779b97f4a7c15ull;
-	struct farm_config cfg;
-	farm_config_defaults(&cfg);
+	farm_conf *cfg;
+	if (bn_conf_new(PROG, &cfg)) {
+		fail(&c, "configuration", -ENOMEM);
+		return 3;
+	}
 	char v[32];
-	int rc = bc_node_config(PROG, &cfg, me, root, g_zk_connect, zk_root,
+	int rc = bc_node_config(PROG, cfg, me, root, g_zk_connect, zk_root,
 	                        SESSION_MS);
-	rc |= bn_cfg_set(PROG, &cfg, "busy_poll", g_opt.busy_poll ? "1" : "0");
+	rc |= bn_set(PROG, cfg, "busy_poll", g_opt.busy_poll ? "1" : "0");
 	if (g_opt.lease_us) {
 		snprintf(v, sizeof(v), "%u", g_opt.lease_us);
-		rc |= bn_cfg_set(PROG, &cfg, "lease_us", v);
+		rc |= bn_set(PROG, cfg, "lease_us", v);
 	}
 	if (rc) {
+		farm_conf_free(cfg);
 		fail(&c, "configuration", -EINVAL);
 		return 3;
 	}
 	unsigned stage;
 	int st = 5;
-	if ((rc = bc_node_up(PROG, &cfg, me, NM, JOIN_MS, &c.node, &c.loop,
-	                     &stage))) {
+	rc = bc_node_up(PROG, cfg, me, NM, JOIN_MS, &c.node, &c.loop, &stage);
+	farm_conf_free(cfg);
+	if (rc) {
 		static const char *const what[] = {"open", "start", "join"};
 		fail(&c, what[stage], rc);
 		st = 4 + (int)stage;

@@ -38,10 +38,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "benchnode.h"
 #include "benchutil.h"
 #include "node/node.h"
 #include "node/restart.h"
-#include "util/config.h"
 #include "zklocal.h"
 
 #ifndef FARM_SOURCE_DIR
@@ -93,31 +93,43 @@ static void fill(void *d, uint64_t seed)
 		w[i] = seed * 0x9e3779b97f4a7c15ull + i;
 }
 
-static int make_config(unsigned me, struct farm_config *c)
+/* Machine @me's configuration, in *@out (errors said). */
+static int make_config(unsigned me, farm_conf **out)
 {
-	farm_config_defaults(c);
-	c->has_machine_id = true;
-	c->machine_id = me;
-	c->region_size = g_opt.region_mb << 20;
-	c->replicas = g_opt.replicas;
+	farm_conf *c;
+	if (bn_conf_new(PROG, &c))
+		return -ENOMEM;
+	char v[512];
+	int rc = 0;
+	snprintf(v, sizeof(v), "%u", me);
+	rc |= bn_set(PROG, c, "machine_id", v);
+	snprintf(v, sizeof(v), "%" PRIu64, (uint64_t)g_opt.region_mb << 20);
+	rc |= bn_set(PROG, c, "region_size", v);
+	snprintf(v, sizeof(v), "%u", g_opt.replicas);
+	rc |= bn_set(PROG, c, "replicas", v);
 	/* With backups every transaction's images go through the logs: room
 	 * for a transaction of PER_TX objects. */
 	if (g_opt.replicas > 1)
-		c->log_size = 4u << 20;
-	c->threads = 1;
-	snprintf(c->data_dir, sizeof(c->data_dir), "%s/m%u", g_root, me);
-	snprintf(c->fabric, sizeof(c->fabric), "shm");
-	snprintf(c->zk, sizeof(c->zk), "%s", g_zk_connect);
-	snprintf(c->zk_root, sizeof(c->zk_root), "%s", g_zk_root);
-	c->zk_session_ms = SESSION_MS;
-	c->lease_us = g_opt.lease_ms * 1000u;
-	c->zk_connect_timeout_ms = 30000;
-	c->expect_machines = g_opt.machines;
-	char err[256];
-	int rc = farm_config_validate(c, err, sizeof(err));
-	if (rc)
-		fprintf(stderr, PROG ": config: %s\n", err);
-	return rc;
+		rc |= bn_set(PROG, c, "log_size", "4M");
+	rc |= bn_set(PROG, c, "threads", "1");
+	snprintf(v, sizeof(v), "%s/m%u", g_root, me);
+	rc |= bn_set(PROG, c, "data_dir", v);
+	rc |= bn_set(PROG, c, "fabric", "shm");
+	rc |= bn_set(PROG, c, "zk", g_zk_connect);
+	rc |= bn_set(PROG, c, "zk_root", g_zk_root);
+	snprintf(v, sizeof(v), "%u", SESSION_MS);
+	rc |= bn_set(PROG, c, "zk_session_ms", v);
+	snprintf(v, sizeof(v), "%u", g_opt.lease_ms * 1000u);
+	rc |= bn_set(PROG, c, "lease_us", v);
+	rc |= bn_set(PROG, c, "zk_connect_timeout_ms", "30000");
+	snprintf(v, sizeof(v), "%u", g_opt.machines);
+	rc |= bn_set(PROG, c, "expect_machines", v);
+	if (rc) {
+		farm_conf_free(c);
+		return -EINVAL;
+	}
+	*out = c;
+	return 0;
 }
 
 static int say(int fd, const struct report *r)
@@ -129,11 +141,15 @@ static int say(int fd, const struct report *r)
 static int machine(unsigned me, bool restart, int out)
 {
 	struct report r = {0};
-	struct farm_config cfg;
+	farm_conf *cfg = NULL;
 	farm_node *n = NULL;
 	farm_loop *loop = NULL;
 	r.status = 1;
-	if (make_config(me, &cfg) || farm_node_open(&cfg, &n))
+	int orc = make_config(me, &cfg);
+	if (!orc)
+		orc = bn_open(PROG, cfg, me, &n);
+	farm_conf_free(cfg);
+	if (orc)
 		goto out;
 	farm_node_set_app_loops(n, true);
 	r.status = 2;

@@ -56,26 +56,27 @@ int mach_open(struct mach *m, uint32_t id, const char *base)
 		        strerror(errno));
 		return -errno;
 	}
-	struct farm_config c;
-	farm_config_defaults(&c);
+	farm_conf *c;
+	if (bn_conf_new(PROG, &c))
+		return -ENOMEM;
 	char v[512];
 	int rc = 0;
 	snprintf(v, sizeof(v), "%u", id);
-	rc |= bn_cfg_set(PROG, &c, "machine_id", v);
-	rc |= bn_cfg_set(PROG, &c, "data_dir", m->dir);
-	rc |= bn_cfg_set(PROG, &c, "fabric", "shm");
+	rc |= bn_set(PROG, c, "machine_id", v);
+	rc |= bn_set(PROG, c, "data_dir", m->dir);
+	rc |= bn_set(PROG, c, "fabric", "shm");
 	snprintf(v, sizeof(v), "%" PRIu64, g_opt.region_size);
-	rc |= bn_cfg_set(PROG, &c, "region_size", v);
+	rc |= bn_set(PROG, c, "region_size", v);
 	snprintf(v, sizeof(v), "%u", g_opt.replicas);
-	rc |= bn_cfg_set(PROG, &c, "replicas", v);
+	rc |= bn_set(PROG, c, "replicas", v);
 	snprintf(v, sizeof(v), "%" PRIu32, g_opt.log_size);
-	rc |= bn_cfg_set(PROG, &c, "log_size", v);
-	rc |= bn_cfg_set(PROG, &c, "threads", "1");
-	rc |= bn_cfg_set(PROG, &c, "busy_poll", "1");
-	rc |= bn_static_peers(PROG, &c, id, g_opt.machines, base);
+	rc |= bn_set(PROG, c, "log_size", v);
+	rc |= bn_set(PROG, c, "threads", "1");
+	rc |= bn_set(PROG, c, "busy_poll", "1");
+	rc |= bn_peers(PROG, c, id, g_opt.machines, base);
+	rc = rc ? -EINVAL : bn_open(PROG, c, id, &m->node);
+	farm_conf_free(c);
 	if (rc)
-		return -EINVAL;
-	if ((rc = bn_node_open(PROG, &c, id, &m->node)))
 		return rc;
 	farm_node_set_app_loops(m->node, true);
 	if ((rc = farm_node_start(m->node, JOIN_MS)) ||

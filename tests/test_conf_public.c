@@ -87,7 +87,7 @@ static void test_errors(void **state)
 	refused(c, "threads", "0", -ERANGE);
 	refused(c, "replicas", "9", -ERANGE);
 	refused(c, "zk", "a b", -EINVAL);
-	refused(c, "peer", "3", -EINVAL);       /* no address */
+	refused(c, "peer", "3", -EINVAL); /* no address */
 	refused(c, "peer", "x /dev/shm/x", -EINVAL);
 	for (unsigned i = 0; i < 64; i++) {
 		char v[320];

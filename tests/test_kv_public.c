@@ -198,7 +198,8 @@ static void test_store(void **state)
 	assert_int_equal(len, 8);
 
 	/* the table's counters: one lookup found, one not, one put */
-	farm_kv_table_stats t0 = {.size = sizeof(t0)}, t1 = {.size = sizeof(t1)};
+	farm_kv_table_stats t0 = {.size = sizeof(t0)},
+	                    t1 = {.size = sizeof(t1)};
 	assert_int_equal(farm_kv_table_stats_get(kv, &t0), 0);
 	assert_int_equal(t0.version, FARM_KV_TABLE_STATS_VERSION);
 	assert_int_equal(t0.size, sizeof(t0));

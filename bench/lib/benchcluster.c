@@ -16,7 +16,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "node/node.h"
 #include "zklocal.h"
 
 int bc_zk_start(const char *prog, const char *script, const char *env,
@@ -80,35 +79,35 @@ pid_t bc_spawn(unsigned i, const char *root, const char *zk_root, bool verbose,
 	_exit(machine(i, root, zk_root));
 }
 
-int bc_node_config(const char *prog, struct farm_config *cfg, uint32_t me,
+int bc_node_config(const char *prog, farm_conf *cfg, uint32_t me,
                    const char *root, const char *zk, const char *zk_root,
                    unsigned session_ms)
 {
 	char v[320];
 	int rc = 0;
 	snprintf(v, sizeof(v), "%u", me);
-	rc |= bn_cfg_set(prog, cfg, "machine_id", v);
+	rc |= bn_set(prog, cfg, "machine_id", v);
 	snprintf(v, sizeof(v), "%s/m%u", root, me);
 	if (mkdir(v, 0700) && errno != EEXIST)
 		rc = -errno;
-	rc |= bn_cfg_set(prog, cfg, "data_dir", v);
-	rc |= bn_cfg_set(prog, cfg, "region_size", "16M");
-	rc |= bn_cfg_set(prog, cfg, "threads", "1");
-	rc |= bn_cfg_set(prog, cfg, "replicas", "3");
-	rc |= bn_cfg_set(prog, cfg, "zk", zk);
-	rc |= bn_cfg_set(prog, cfg, "zk_root", zk_root);
+	rc |= bn_set(prog, cfg, "data_dir", v);
+	rc |= bn_set(prog, cfg, "region_size", "16M");
+	rc |= bn_set(prog, cfg, "threads", "1");
+	rc |= bn_set(prog, cfg, "replicas", "3");
+	rc |= bn_set(prog, cfg, "zk", zk);
+	rc |= bn_set(prog, cfg, "zk_root", zk_root);
 	snprintf(v, sizeof(v), "%u", session_ms);
-	rc |= bn_cfg_set(prog, cfg, "zk_session_ms", v);
+	rc |= bn_set(prog, cfg, "zk_session_ms", v);
 	return rc;
 }
 
-int bc_node_up(const char *prog, struct farm_config *cfg, uint32_t me,
-               unsigned members, unsigned join_ms, farm_node **node,
-               farm_loop **loop, unsigned *stage)
+int bc_node_up(const char *prog, farm_conf *cfg, uint32_t me, unsigned members,
+               unsigned join_ms, farm_node **node, farm_loop **loop,
+               unsigned *stage)
 {
 	int rc;
 	*stage = 0;
-	if ((rc = bn_node_open(prog, cfg, me, node)))
+	if ((rc = bn_open(prog, cfg, me, node)))
 		return rc;
 	farm_node_set_app_loops(*node, true);
 	*stage = 1;

@@ -14,8 +14,6 @@
 
 #include <farm/farm.h>
 
-#include "util/config.h"
-
 /* Starts a private ZooKeeper server (@script, with the environment
  * assignments @env in front, NULL: none) with its data in @dir, a
  * mkdtemp template made here; its address goes to @connect. 0 when it
@@ -42,15 +40,15 @@ pid_t bc_spawn(unsigned i, const char *root, const char *zk_root, bool verbose,
  * directory @root/m<me> (made here), 16 MiB regions, one thread, 3
  * replicas, ZooKeeper at @zk under @zk_root with @session_ms sessions.
  * Nonzero when one failed (said on stderr). */
-int bc_node_config(const char *prog, struct farm_config *cfg, uint32_t me,
+int bc_node_config(const char *prog, farm_conf *cfg, uint32_t me,
                    const char *root, const char *zk, const char *zk_root,
                    unsigned session_ms);
 
 /* Opens the node (application loops), starts it, opens loop 0 and waits
  * for @members machines. On failure *@stage says where (0 open: *@node
  * is NULL; 1 start or loop; 2 join) and the caller closes what opened. */
-int bc_node_up(const char *prog, struct farm_config *cfg, uint32_t me,
-               unsigned members, unsigned join_ms, farm_node **node,
-               farm_loop **loop, unsigned *stage);
+int bc_node_up(const char *prog, farm_conf *cfg, uint32_t me, unsigned members,
+               unsigned join_ms, farm_node **node, farm_loop **loop,
+               unsigned *stage);
 
 #endif

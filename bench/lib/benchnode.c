@@ -3,18 +3,28 @@
  */
 #include "benchnode.h"
 
-int bn_cfg_set(const char *prog, struct farm_config *c, const char *k,
-               const char *v)
+#include <errno.h>
+
+int bn_conf_new(const char *prog, farm_conf **out)
 {
-	char err[256];
-	int rc = farm_config_set(c, k, v, err, sizeof(err));
+	int rc = farm_conf_new(out);
 	if (rc)
-		fprintf(stderr, "%s: config %s: %s\n", prog, k, err);
+		fprintf(stderr, "%s: configuration: %s\n", prog,
+		        farm_strerror(rc));
 	return rc;
 }
 
-int bn_static_peers(const char *prog, struct farm_config *c, unsigned id,
-                    unsigned n, const char *base)
+int bn_set(const char *prog, farm_conf *c, const char *k, const char *v)
+{
+	int rc = farm_conf_set(c, k, v);
+	if (rc)
+		fprintf(stderr, "%s: config %s: %s\n", prog, k,
+		        farm_conf_error(c));
+	return rc;
+}
+
+int bn_peers(const char *prog, farm_conf *c, unsigned id, unsigned n,
+             const char *base)
 {
 	int rc = 0;
 	char v[512];
@@ -22,21 +32,19 @@ int bn_static_peers(const char *prog, struct farm_config *c, unsigned id,
 		if (j == id)
 			continue;
 		snprintf(v, sizeof(v), "%u %s/m%u", j, base, j);
-		rc |= bn_cfg_set(prog, c, "peer", v);
+		rc |= bn_set(prog, c, "peer", v);
 	}
 	return rc;
 }
 
-int bn_node_open(const char *prog, struct farm_config *c, unsigned id,
-                 farm_node **out)
+int bn_open(const char *prog, farm_conf *c, unsigned id, farm_node **out)
 {
-	char err[256];
-	int rc = farm_config_validate(c, err, sizeof(err));
+	int rc = farm_conf_check(c);
 	if (rc) {
-		fprintf(stderr, "%s: config: %s\n", prog, err);
+		fprintf(stderr, "%s: config: %s\n", prog, farm_conf_error(c));
 		return rc;
 	}
-	if ((rc = farm_node_open(c, out)))
+	if ((rc = farm_node_open_conf(c, out)))
 		fprintf(stderr, "%s: machine %u: farm_node_open: %s\n", prog,
 		        id, farm_strerror(rc));
 	return rc;

@@ -72,8 +72,7 @@ FARM_API void farm_conf_free(farm_conf *c);
  * farm_conf_error(@c) and logged); or the first failing layer's code
  * (logged).
  */
-FARM_API FARM_MUST_CHECK int farm_node_open_conf(farm_conf *c,
-                                                 farm_node **out);
+FARM_API FARM_MUST_CHECK int farm_node_open_conf(farm_conf *c, farm_node **out);
 
 #ifdef __cplusplus
 }
