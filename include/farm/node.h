@@ -5,7 +5,9 @@
  *   farm_node_open_file()  fabric, messaging (config `threads` event
  *                          loops), the address space, the allocator and
  *                          the transaction manager; publishes this
- *                          machine's card (how peers reach it)
+ *                          machine's card (how peers reach it); or
+ *                          farm_node_open_conf() from a configuration
+ *                          built in memory (include/farm/config.h)
  *   (register message handlers on farm_node_msg() here, and create the
  *    KV store, farm_kv_create(), whose handlers must exist before the
  *    loops run)
