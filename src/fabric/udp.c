@@ -531,6 +531,7 @@ static int udp_ep_connect(farm_fabric *fab, farm_cq *cq, uint32_t peer_id,
 	pe->alen = tlen;
 	__atomic_store_n(&pe->rx_ns, farm_now_ns(), __ATOMIC_RELAXED);
 	pe->neps++;
+	f->peers_hi = FARM_MAX(f->peers_hi, peer_id + 1);
 	f->eps[idx] = ep;
 	f->eps_hi = FARM_MAX(f->eps_hi, idx + 1);
 	pthread_mutex_unlock(&f->lock);
@@ -679,8 +680,12 @@ static int udp_ep_post(farm_ep *fep, farm_wr *list, farm_wr **bad)
 		}
 		ep->head++;
 	}
-	if (ep->snd_una == ep->snd_nxt)
+	if (ep->snd_una == ep->snd_nxt) {
 		ep->progress_ns = farm_now_ns(); /* the bound starts now */
+		/* Pairs with timers_if_due: its retransmission timer. */
+		if (!atomic_load_explicit(&ep->fab->kick, memory_order_relaxed))
+			atomic_store(&ep->fab->kick, true);
+	}
 	udp_ep_pump(ep);
 	pthread_mutex_unlock(&ep->lock);
 	if (rc && bad)

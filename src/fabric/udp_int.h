@@ -29,6 +29,8 @@
 #define UDP_RTO_NS     (5ull * 1000000ull) /* as eRPC: 5 ms */
 #define UDP_RTO_MAX_NS (160ull * 1000000ull)
 #define UDP_CONNECT_NS (2000ull * 1000000ull)
+#define UDP_TICK_NS    1000000ull   /* timers, with packets outstanding */
+#define UDP_IDLE_TICK_NS 200000000ull /* ... without: liveness probes */
 
 /* Test-only request flags (udp_testing.h knobs, set at the initiator as
  * the tests set them, obeyed by the target in FARM_FAULT_INJECTION builds
@@ -213,6 +215,10 @@ struct udp_fabric {
 	socklen_t held_tlen;
 	struct udp_rxbuf *rxb; /* under rx */
 	unsigned eps_hi;       /* eps[] used below this */
+	unsigned peers_hi;     /* peers[] with endpoints below this */
+	atomic_bool deaths;    /* some peer's report is pending */
+	atomic_bool kick;      /* an idle endpoint posted: timers now */
+	uint64_t timers_at;    /* dispatch thread only: next timers pass */
 	struct farm_udp_stats st;
 };
 

@@ -59,6 +59,8 @@ struct farm_udp_stats {
 	uint64_t conn_refused;    /* CONNECTs refused: sessions all in use */
 	uint64_t line_giveups;    /* READs answered -EAGAIN: a line kept
 	                           * changing under the copy */
+	uint64_t timer_passes;    /* the dispatch thread's timer passes */
+	uint64_t empty_drains;    /* recvmmsg calls that found nothing */
 };
 
 /* A snapshot of a udp fabric's counters; -EINVAL for another provider. */

@@ -589,8 +589,10 @@ static void rx_drain_locked(struct udp_fabric *f)
 			        .msg_iovlen = 1};
 		}
 		int r = recvmmsg(f->fd, m, UDP_BATCH, MSG_DONTWAIT, NULL);
-		if (r <= 0)
+		if (r <= 0) {
+			UST_ADD(f, empty_drains, 1);
 			return;
+		}
 		UST_ADD(f, rx_calls, 1);
 		UST_ADD(f, rx_pkts, (uint64_t)r);
 		unsigned nout = 0;
@@ -628,8 +630,10 @@ void udp_rx_drain(struct udp_fabric *f)
 static bool fail_peer_locked(struct udp_fabric *f, uint32_t peer)
 {
 	bool was = !atomic_exchange(&f->peers[peer].dead, 1);
-	if (was)
+	if (was) {
 		f->peers[peer].report = true; /* by the dispatch thread */
+		atomic_store(&f->deaths, true); /* pairs with report_deaths */
+	}
 	for (unsigned i = 0; i < f->eps_hi; i++) {
 		struct udp_ep *ep = f->eps[i];
 		if (!ep || ep->base.peer != peer)
@@ -669,6 +673,10 @@ static void report_death(struct udp_fabric *f, uint32_t peer)
  * drained the socket may hold locks of the layers above. */
 static void report_deaths(struct udp_fabric *f)
 {
+	/* Most passes have nothing to report: one flag, not a lock per
+	 * peer. Pairs with the store in fail_peer_locked. */
+	if (!atomic_exchange(&f->deaths, false))
+		return;
 	for (uint32_t m = 0; m < UDP_MAX_PEERS; m++) {
 		pthread_mutex_lock(&f->lock);
 		bool r = f->peers[m].report;
@@ -713,7 +721,7 @@ static bool ep_timers(struct udp_ep *ep, uint64_t now, bool *dead)
 static void peer_timers(struct udp_fabric *f, uint64_t now, uint32_t *dead,
                         unsigned *ndead)
 {
-	for (uint32_t m = 0; m < UDP_MAX_PEERS; m++) {
+	for (uint32_t m = 0; m < f->peers_hi; m++) {
 		struct udp_peer *pe = &f->peers[m];
 		if (!pe->neps || atomic_load(&pe->dead))
 			continue;
@@ -739,10 +747,9 @@ static void peer_timers(struct udp_fabric *f, uint64_t now, uint32_t *dead,
 	}
 }
 
-/* Returns how long the dispatch thread may sleep, in ms. */
-static int timers(struct udp_fabric *f)
+/* Returns how long until the next pass is due, in ns. */
+static uint64_t timers(struct udp_fabric *f, uint64_t now)
 {
-	uint64_t now = farm_now_ns();
 	uint32_t dead[16];
 	unsigned ndead = 0;
 	bool busy = false;
@@ -771,8 +778,26 @@ static int timers(struct udp_fabric *f)
 #ifdef FARM_FAULT_INJECTION
 	flush_held(f);
 #endif
-	return busy ? 1
-	            : (int)FARM_MAX(1u, FARM_MIN(200u, f->hb_ns / 1000000u));
+	UST_ADD(f, timer_passes, 1);
+	return busy ? UDP_TICK_NS : FARM_MIN(UDP_IDLE_TICK_NS, f->hb_ns);
+}
+
+/* The timers run when due, not on every wake-up: under load the dispatch
+ * thread wakes for every few datagrams, and a pass walks every endpoint
+ * and peer under f->lock. Their resolution is a tick (the RTO is 5 ms,
+ * the death bound seconds). Returns how long poll(2) may sleep, in ms. */
+static int timers_if_due(struct udp_fabric *f)
+{
+	uint64_t now = farm_now_ns();
+	/* Pairs with the store in udp_ep_post: an endpoint that had nothing
+	 * outstanding posted, so the timers go to the busy tick now. */
+	if (atomic_load_explicit(&f->kick, memory_order_relaxed) &&
+	    atomic_exchange(&f->kick, false))
+		f->timers_at = now;
+	if ((int64_t)(now - f->timers_at) >= 0)
+		f->timers_at = now + timers(f, now);
+	uint64_t left = f->timers_at - now;
+	return (int)FARM_MAX(1u, (left + 999999u) / 1000000u);
 }
 
 void *udp_dispatch_main(void *arg)
@@ -790,7 +815,7 @@ void *udp_dispatch_main(void *arg)
 			rx_drain_locked(f);
 			pthread_mutex_unlock(&f->rx);
 		}
-		int ms = timers(f);
+		int ms = timers_if_due(f);
 		UST_ADD(f, dispatch_sleeps, 1);
 		int n = poll(p, drained ? 2 : 1, drained ? ms : 1);
 		if (n > 0 && (p[0].revents & POLLIN))
