@@ -134,6 +134,10 @@ static int udp_open(const farm_fabric_attr *attr, farm_fabric **out)
 	pthread_rwlock_init(&f->tab_lock, NULL);
 	f->timeout_ns = env_ms("FARM_UDP_TIMEOUT_MS", 4000) * 1000000ull;
 	f->hb_ns = FARM_MAX(f->timeout_ns / 4, 20000000ull);
+	/* FARM_UDP_COALESCE=0: one record a datagram (to measure what
+	 * coalescing saves); every receiver takes both. */
+	const char *co = getenv("FARM_UDP_COALESCE");
+	f->coalesce = !(co && strcmp(co, "0") == 0);
 	if (getrandom(&f->inc, sizeof(f->inc), 0) != sizeof(f->inc))
 		f->inc = farm_now_ns() ^ ((uint64_t)getpid() << 32);
 	f->inc |= 1;

@@ -215,6 +215,48 @@ void udp_send(struct udp_fabric *f, const struct udp_out *out, unsigned n)
 	send_raw(f, out, n);
 }
 
+/* ---- coalescing --------------------------------------------------------- */
+
+void udp_packer_init(struct udp_packer *pk, uint8_t (*dg)[UDP_DGRAM_MAX],
+                     struct udp_out *out, unsigned cap, bool coalesce)
+{
+	*pk = (struct udp_packer){
+	        .dg = dg, .out = out, .cap = cap, .coalesce = coalesce};
+}
+
+void udp_packer_flush(struct udp_fabric *f, struct udp_packer *pk)
+{
+	if (pk->n)
+		udp_send(f, pk->out, pk->n);
+	pk->n = 0;
+}
+
+/* Room for a record of @len bytes to @to: after the last one when it fits
+ * in the same datagram (one system call, one wake-up of the receiver, for
+ * many records), else at the start of a new datagram. The caller writes
+ * the record there before the next call. */
+struct udp_pkt *udp_packer_add(struct udp_fabric *f, struct udp_packer *pk,
+                               size_t len, const struct sockaddr_storage *to,
+                               socklen_t tlen)
+{
+	struct udp_out *o = pk->n ? &pk->out[pk->n - 1] : NULL;
+	if (o && pk->coalesce && o->tlen == tlen &&
+	    (o->to == to || memcmp(o->to, to, tlen) == 0) &&
+	    UDP_ALIGN8(o->len) + len <= UDP_DGRAM_MAX) {
+		uint8_t *d = pk->dg[pk->n - 1];
+		((struct udp_pkt *)(d + pk->last))->h.type |= UDP_MORE;
+		pk->last = UDP_ALIGN8(o->len);
+		o->len = pk->last + len;
+		return (struct udp_pkt *)(d + pk->last);
+	}
+	if (pk->n == pk->cap)
+		udp_packer_flush(f, pk);
+	pk->out[pk->n] = (struct udp_out){(const struct udp_pkt *)pk->dg[pk->n],
+	                                  len, to, tlen};
+	pk->last = 0;
+	return (struct udp_pkt *)pk->dg[pk->n++];
+}
+
 /* ---- pieces ------------------------------------------------------------- */
 
 /* A request is split at line boundaries into pieces of at most UDP_PIECE
@@ -289,6 +331,17 @@ static size_t build_pkt(struct udp_ep *ep, const struct udp_slot *s, uint64_t q,
 	return UDP_HDR + p->h.len;
 }
 
+/* The length of packet @q's record (build_pkt's result). */
+static size_t rec_len(const struct udp_slot *s, uint64_t q)
+{
+	if (s->opcode != FARM_WR_WRITE)
+		return UDP_HDR;
+	uint64_t off;
+	uint32_t plen;
+	udp_piece(s->raddr, s->len, (uint32_t)(q - s->pkt_first), &off, &plen);
+	return UDP_HDR + plen;
+}
+
 static bool ep_paused(const struct udp_ep *ep)
 {
 	const struct udp_fabric *f = ep->fab;
@@ -303,9 +356,11 @@ static void ep_send(struct udp_ep *ep, uint64_t from)
 {
 	if (ep_paused(ep))
 		return;
-	static _Thread_local struct udp_pkt pk[UDP_BATCH];
+	static _Thread_local uint8_t dg[UDP_BATCH + 1][UDP_DGRAM_MAX]
+	        __attribute__((aligned(8)));
 	struct udp_out out[UDP_BATCH];
-	unsigned n = 0;
+	struct udp_packer pk;
+	udp_packer_init(&pk, dg, out, UDP_BATCH, ep->fab->coalesce);
 	/* The timer is armed by the first packet outstanding, re-armed by a
 	 * retransmission (and by progress, on_reply). */
 	bool arm = ep->snd_una == ep->snd_nxt || from < ep->snd_nxt;
@@ -314,13 +369,10 @@ static void ep_send(struct udp_ep *ep, uint64_t from)
 			continue;
 		const struct udp_slot *s =
 		        &ep->slots[ep->win_slot[q % UDP_WINDOW] & ep->mask];
-		out[n] = (struct udp_out){&pk[n], build_pkt(ep, s, q, &pk[n]),
-		                          &ep->dest, ep->dlen};
+		build_pkt(ep, s, q,
+		          udp_packer_add(ep->fab, &pk, rec_len(s, q), &ep->dest,
+		                         ep->dlen));
 		UST_ADD(ep->fab, retransmits, 1);
-		if (++n == UDP_BATCH) {
-			udp_send(ep->fab, out, n);
-			n = 0;
-		}
 	}
 	/* The cursor may lag behind the oldest request (retired since): its
 	 * slot may hold a newer request by now. */
@@ -336,15 +388,11 @@ static void ep_send(struct udp_ep *ep, uint64_t from)
 		}
 		uint64_t q = ep->snd_nxt++;
 		ep->win_slot[q % UDP_WINDOW] = ep->send_slot;
-		out[n] = (struct udp_out){&pk[n], build_pkt(ep, s, q, &pk[n]),
-		                          &ep->dest, ep->dlen};
-		if (++n == UDP_BATCH) {
-			udp_send(ep->fab, out, n);
-			n = 0;
-		}
+		build_pkt(ep, s, q,
+		          udp_packer_add(ep->fab, &pk, rec_len(s, q), &ep->dest,
+		                         ep->dlen));
 	}
-	if (n)
-		udp_send(ep->fab, out, n);
+	udp_packer_flush(ep->fab, &pk);
 	if (from < ep->snd_nxt) /* a retransmission: back off */
 		ep->rto_ns = FARM_MIN(ep->rto_ns * 2, UDP_RTO_MAX_NS);
 	if (arm)
@@ -413,7 +461,8 @@ struct udp_rxbuf {
 		uint8_t extra[64]; /* an oversized datagram shows as such */
 	} in[UDP_BATCH];
 	struct sockaddr_storage from[UDP_BATCH];
-	struct udp_pkt reply[UDP_BATCH];
+	struct udp_pkt reply; /* one record's, before it is packed */
+	uint8_t dg[UDP_BATCH + 1][UDP_DGRAM_MAX] __attribute__((aligned(8)));
 	struct udp_out out[UDP_BATCH];
 };
 
@@ -531,8 +580,8 @@ static size_t on_dgram(struct udp_fabric *f, const struct udp_pkt *p, size_t n,
                        socklen_t flen, struct udp_pkt *reply)
 {
 	const struct udp_hdr *h = &p->h;
-	if (n == UDP_HDR && h->magic == UDP_MAGIC && h->type == T_CONNECT &&
-	    !h->len && h->to != f->base.machine_id) {
+	if (n == UDP_HDR && h->type == T_CONNECT && !h->len &&
+	    h->to != f->base.machine_id) {
 		/* Someone else's address: say so, the caller's card is
 		 * wrong (farm_ep_connect: -EINVAL). */
 		UST_ADD(f, malformed, 1);
@@ -545,15 +594,13 @@ static size_t on_dgram(struct udp_fabric *f, const struct udp_pkt *p, size_t n,
 		reply->h.status = -EINVAL;
 		return UDP_HDR;
 	}
-	if (n < UDP_HDR || n > UDP_DGRAM_MAX || (mflags & MSG_TRUNC) ||
-	    h->magic != UDP_MAGIC || UDP_HDR + (size_t)h->len != n ||
-	    h->to != f->base.machine_id || h->from == f->base.machine_id ||
-	    flen > sizeof(struct sockaddr_storage)) {
+	(void)mflags; /* the datagram's: checked by split() */
+	if (h->to != f->base.machine_id || h->from == f->base.machine_id) {
 		UST_ADD(f, malformed, 1);
 		return 0;
 	}
 	size_t rlen = 0;
-	switch (h->type) {
+	switch (h->type & ~UDP_MORE) {
 	case T_REQ:
 		udp_serve_req(f, p, n, from, flen, reply, &rlen);
 		if (rlen)
@@ -569,6 +616,56 @@ static size_t on_dgram(struct udp_fabric *f, const struct udp_pkt *p, size_t n,
 		udp_serve_ctl(f, p, n, from, flen, reply, &rlen);
 		return rlen;
 	default: UST_ADD(f, malformed, 1); return 0;
+	}
+}
+
+/* The records of a datagram of @n bytes: their offsets and lengths, or 0
+ * when anything is wrong with it (nothing of it is then served, and it
+ * counts once as malformed). Each record is a header and its payload,
+ * at an 8-byte aligned offset; each but the last has UDP_MORE in its
+ * type, and the last ends the datagram exactly. */
+static unsigned split(const uint8_t *d, size_t n, int mflags, socklen_t flen,
+                      uint32_t *off, uint32_t *len)
+{
+	if (n > UDP_DGRAM_MAX || (mflags & MSG_TRUNC) ||
+	    flen > sizeof(struct sockaddr_storage))
+		return 0;
+	size_t at = 0;
+	for (unsigned k = 0; k < UDP_RECS_MAX; k++) {
+		const struct udp_hdr *h = (const struct udp_hdr *)(d + at);
+		if (n - at < UDP_HDR || h->magic != UDP_MAGIC ||
+		    UDP_HDR + (size_t)h->len > n - at)
+			return 0;
+		off[k] = (uint32_t)at;
+		len[k] = UDP_HDR + h->len;
+		if (!(h->type & UDP_MORE))
+			return at + len[k] == n ? k + 1 : 0;
+		at += UDP_ALIGN8(len[k]);
+		if (at > n)
+			return 0;
+	}
+	return 0;
+}
+
+/* Datagram @i of a batch: its records served or handed on in order, the
+ * replies packed for its sender. */
+static void on_datagram(struct udp_fabric *f, struct udp_rxbuf *b, unsigned i,
+                        const struct mmsghdr *m, struct udp_packer *pk)
+{
+	uint32_t off[UDP_RECS_MAX], len[UDP_RECS_MAX];
+	const uint8_t *d = (const uint8_t *)&b->in[i];
+	unsigned nr = split(d, m->msg_len, m->msg_hdr.msg_flags,
+	                    m->msg_hdr.msg_namelen, off, len);
+	if (!nr)
+		UST_ADD(f, malformed, 1);
+	for (unsigned k = 0; k < nr; k++) {
+		size_t rl = on_dgram(f, (const struct udp_pkt *)(d + off[k]),
+		                     len[k], 0, &b->from[i],
+		                     m->msg_hdr.msg_namelen, &b->reply);
+		if (rl)
+			memcpy(udp_packer_add(f, pk, rl, &b->from[i],
+			                      m->msg_hdr.msg_namelen),
+			       &b->reply, rl);
 	}
 }
 
@@ -595,21 +692,11 @@ static void rx_drain_locked(struct udp_fabric *f)
 		}
 		UST_ADD(f, rx_calls, 1);
 		UST_ADD(f, rx_pkts, (uint64_t)r);
-		unsigned nout = 0;
-		for (int i = 0; i < r; i++) {
-			size_t rl = on_dgram(
-			        f, &b->in[i].p, m[i].msg_len,
-			        m[i].msg_hdr.msg_flags, &b->from[i],
-			        m[i].msg_hdr.msg_namelen, &b->reply[nout]);
-			if (rl) {
-				b->out[nout] = (struct udp_out){
-				        &b->reply[nout], rl, &b->from[i],
-				        m[i].msg_hdr.msg_namelen};
-				nout++;
-			}
-		}
-		if (nout)
-			udp_send(f, b->out, nout);
+		struct udp_packer pk;
+		udp_packer_init(&pk, b->dg, b->out, UDP_BATCH, f->coalesce);
+		for (int i = 0; i < r; i++)
+			on_datagram(f, b, (unsigned)i, &m[i], &pk);
+		udp_packer_flush(f, &pk);
 		if (r < (int)UDP_BATCH)
 			return;
 	}
@@ -631,7 +718,7 @@ static bool fail_peer_locked(struct udp_fabric *f, uint32_t peer)
 {
 	bool was = !atomic_exchange(&f->peers[peer].dead, 1);
 	if (was) {
-		f->peers[peer].report = true; /* by the dispatch thread */
+		f->peers[peer].report = true;   /* by the dispatch thread */
 		atomic_store(&f->deaths, true); /* pairs with report_deaths */
 	}
 	for (unsigned i = 0; i < f->eps_hi; i++) {
