@@ -541,6 +541,26 @@ static void test_coalesced(void **state)
 	                    (a1.retransmits - a0.retransmits) <
 	            4);
 	assert_true(b1.tx_pkts - b0.tx_pkts < 8);
+	/* A ring frame and its doorbell (src/msg posts them as one list):
+	 * one datagram each way. */
+	a0 = stats(f->a);
+	memset(f->buf, 0x3c, 256);
+	farm_wr w2[2] = {farm_wr_write(1, f->buf, f->lmr, 256, &f->rd, 4096),
+	                 farm_wr_notify(2, &f->rd, 8192)};
+	w2[0].flags = 0;
+	w2[1].flags = FARM_WR_SIGNALED;
+	w2[0].next = &w2[1];
+	assert_int_equal(farm_ep_post(f->ep, w2, NULL), 0);
+	assert_int_equal(tu_wait_wc(f->cq, &wc, 10000), 1);
+	assert_int_equal(wc.status, 0);
+	assert_memory_equal(f->region + 4096, f->buf, 256);
+	a1 = stats(f->a);
+	if (a1.retransmits == a0.retransmits)
+		assert_int_equal(a1.tx_pkts - a0.tx_pkts, 1);
+	/* The pattern back (the NOTIFY clears a set park word too). */
+	for (size_t i = 0; i < 8192 + 4; i++)
+		f->region[i] = (uint8_t)(i * 31 + 7);
+	b1 = stats(f->b);
 	/* Two records from a stranger's address: both parsed and refused
 	 * (the session's address is not this one). */
 	static uint8_t d[2 * UDP_DGRAM_MAX];
