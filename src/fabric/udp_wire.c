@@ -1,7 +1,8 @@
 /*
  * The udp provider's wire: addresses, sending (sendmmsg, through the test
- * hooks), draining the socket (recvmmsg: requests to serve, replies to
- * hand to endpoints, session control), the initiator's go-back-N window
+ * hooks), coalescing (the records sent together to one address packed into
+ * shared datagrams), draining the socket (recvmmsg: requests to serve, replies
+ * to hand to endpoints, session control), the initiator's go-back-N window
  * (pump, retransmission after UDP_RTO_NS) and the dispatch thread, which
  * parks in poll(2) while nothing is outstanding and probes peers' liveness
  * every hb_ns.
@@ -866,7 +867,9 @@ static uint64_t timers(struct udp_fabric *f, uint64_t now)
 	flush_held(f);
 #endif
 	UST_ADD(f, timer_passes, 1);
-	return busy ? UDP_TICK_NS : FARM_MIN(UDP_IDLE_TICK_NS, f->hb_ns);
+	/* Idle, half the probe interval: a probe then goes out at most 1.5
+	 * intervals after the last, 2.5 or more of them within the bound. */
+	return busy ? UDP_TICK_NS : FARM_MIN(UDP_IDLE_TICK_NS, f->hb_ns / 2);
 }
 
 /* The timers run when due, not on every wake-up: under load the dispatch
