@@ -554,8 +554,9 @@ static void test_coalesced(void **state)
 	assert_int_equal(wc.status, 0);
 	assert_memory_equal(f->region + 4096, f->buf, 256);
 	a1 = stats(f->a);
-	if (a1.retransmits == a0.retransmits)
-		assert_int_equal(a1.tx_pkts - a0.tx_pkts, 1);
+	if (a1.retransmits == a0.retransmits) /* and a probe may go */
+		assert_int_equal(
+		        a1.tx_pkts - a0.tx_pkts - (a1.pings - a0.pings), 1);
 	/* The pattern back (the NOTIFY clears a set park word too). */
 	for (size_t i = 0; i < 8192 + 4; i++)
 		f->region[i] = (uint8_t)(i * 31 + 7);
