@@ -461,6 +461,8 @@ static void test_lossy(void **state)
 	assert_true(a.hook_drops > 0 && b.hook_drops > 0);
 	assert_true(a.hook_dups > 0 && a.hook_reorders > 0);
 	assert_true(a.retransmits > 0 && b.replayed > 0 && b.out_of_order > 0);
+	/* Gaps were told and resent before the RTO. */
+	assert_true(b.nacks > 0 && a.fast_resends > 0);
 	still_serving(f);
 }
 

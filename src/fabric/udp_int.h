@@ -52,7 +52,8 @@ enum {
 	T_PING,
 	T_PONG,
 	T_CLOSE,
-	T_BYE, /* the sender's fabric closes */
+	T_BYE,  /* the sender's fabric closes */
+	T_NACK, /* the target's session expects seq (a gap): resend from it */
 };
 
 /* Every datagram starts with this header (host byte order: the provider
@@ -114,6 +115,7 @@ struct udp_sess {
 	struct sockaddr_storage addr;
 	socklen_t alen;
 	uint64_t expect; /* the next sequence to execute */
+	uint64_t nacked; /* the expect a NACK was sent for (once each) */
 	uint64_t seen_ns;
 	struct udp_cached {
 		uint64_t seq;
@@ -157,6 +159,7 @@ struct udp_ep {
 	uint32_t win_slot[UDP_WINDOW]; /* the slot of packet q % W */
 	uint64_t rto_at, progress_ns;
 	uint64_t rto_ns; /* UDP_RTO_NS, doubled by each retransmission */
+	uint64_t nack_q; /* the sequence the last NACK resent from, + 1 */
 	bool closed, err_state, sw_failed;
 	struct udp_faults faults;
 	struct udp_ep *cq_next;

@@ -61,6 +61,8 @@ struct farm_udp_stats {
 	                           * changing under the copy */
 	uint64_t timer_passes;    /* the dispatch thread's timer passes */
 	uint64_t empty_drains;    /* recvmmsg calls that found nothing */
+	uint64_t nacks;           /* gaps told to the initiator (target) */
+	uint64_t fast_resends;    /* resends on a NACK, before the RTO */
 };
 
 /* A snapshot of a udp fabric's counters; -EINVAL for another provider. */

@@ -352,8 +352,10 @@ static bool ep_paused(const struct udp_ep *ep)
 }
 
 /* Send what the window allows: first the packets in [from, snd_nxt) not
- * answered yet (a retransmission), then new ones. Endpoint lock held. */
-static void ep_send(struct udp_ep *ep, uint64_t from)
+ * answered yet (a retransmission: the RTO backs off when @timeout), then
+ * new ones. Endpoint lock held. */
+static void ep_send(struct udp_ep *ep, uint64_t from, uint64_t end,
+                    bool timeout)
 {
 	if (ep_paused(ep))
 		return;
@@ -365,7 +367,7 @@ static void ep_send(struct udp_ep *ep, uint64_t from)
 	/* The timer is armed by the first packet outstanding, re-armed by a
 	 * retransmission (and by progress, on_reply). */
 	bool arm = ep->snd_una == ep->snd_nxt || from < ep->snd_nxt;
-	for (uint64_t q = from; q < ep->snd_nxt; q++) {
+	for (uint64_t q = from; q < FARM_MIN(end, ep->snd_nxt); q++) {
 		if (ep->acked >> (q - ep->snd_una) & 1)
 			continue;
 		const struct udp_slot *s =
@@ -394,7 +396,7 @@ static void ep_send(struct udp_ep *ep, uint64_t from)
 		                         ep->dlen));
 	}
 	udp_packer_flush(ep->fab, &pk);
-	if (from < ep->snd_nxt) /* a retransmission: back off */
+	if (timeout && from < ep->snd_nxt) /* a retransmission: back off */
 		ep->rto_ns = FARM_MIN(ep->rto_ns * 2, UDP_RTO_MAX_NS);
 	if (arm)
 		ep->rto_at = farm_now_ns() + ep->rto_ns;
@@ -402,7 +404,22 @@ static void ep_send(struct udp_ep *ep, uint64_t from)
 
 void udp_ep_pump(struct udp_ep *ep)
 {
-	ep_send(ep, ep->snd_nxt);
+	ep_send(ep, ep->snd_nxt, ep->snd_nxt, false);
+}
+
+/* Packet @q is missing at the target (its NACK: resend everything from
+ * it) or its reply is (a later one came: resend those before @end). Only
+ * when it is the oldest unanswered, once per such packet (a NACK
+ * duplicated or late resends nothing more; a resend lost again waits for
+ * the RTO). */
+static void on_nack(struct udp_ep *ep, uint64_t q, uint64_t end)
+{
+	if (q != ep->snd_una || q >= ep->snd_nxt || ep->nack_q == q + 1 ||
+	    ep_paused(ep))
+		return;
+	ep->nack_q = q + 1;
+	UST_ADD(ep->fab, fast_resends, 1);
+	ep_send(ep, q, end, false);
 }
 
 /* A reply for packet @q of @ep (endpoint lock held). */
@@ -451,6 +468,11 @@ static void on_reply(struct udp_ep *ep, const struct udp_pkt *p, uint64_t q)
 		ep->rto_ns = UDP_RTO_NS;
 		ep->rto_at = now + UDP_RTO_NS;
 	}
+	/* A reply past an unanswered packet: the target executes in order,
+	 * so that packet's reply was lost (or is late): resend it now, as on
+	 * a NACK (the target answers it from its reply cache). */
+	if (ep->snd_una < q)
+		on_nack(ep, ep->snd_una, q);
 	udp_ep_pump(ep);
 }
 
@@ -497,7 +519,10 @@ static void on_resp(struct udp_fabric *f, const struct udp_pkt *p)
 	}
 	heard(f, &p->h);
 	pthread_mutex_lock(&ep->lock);
-	on_reply(ep, p, p->h.seq);
+	if ((p->h.type & ~UDP_MORE) == T_NACK)
+		on_nack(ep, p->h.seq, UINT64_MAX);
+	else
+		on_reply(ep, p, p->h.seq);
 	pthread_mutex_unlock(&ep->lock);
 	pthread_mutex_unlock(&f->lock);
 }
@@ -607,7 +632,8 @@ static size_t on_dgram(struct udp_fabric *f, const struct udp_pkt *p, size_t n,
 		if (rlen)
 			heard(f, h);
 		return rlen;
-	case T_RESP: on_resp(f, p); return 0;
+	case T_RESP:
+	case T_NACK: on_resp(f, p); return 0;
 	case T_ACCEPT: on_accept(f, h); return 0;
 	case T_PONG: on_pong(f, h); return 0;
 	case T_BYE: on_bye(f, h); return 0;
@@ -798,7 +824,7 @@ static bool ep_timers(struct udp_ep *ep, uint64_t now, bool *dead)
 		return true;
 	}
 	if (ep->snd_una < ep->snd_nxt && now >= ep->rto_at)
-		ep_send(ep, ep->snd_una);
+		ep_send(ep, ep->snd_una, UINT64_MAX, true);
 	else if (ep->snd_nxt < ep->next_pkt)
 		udp_ep_pump(ep); /* unpaused, or the window opened */
 	return true;
