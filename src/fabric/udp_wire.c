@@ -422,6 +422,31 @@ static void on_nack(struct udp_ep *ep, uint64_t q, uint64_t end)
 	ep_send(ep, q, end, false);
 }
 
+/* Packet @q is answered: the window slides over what is answered from its
+ * oldest, the timer restarts on progress, a hole below @q is resent, and
+ * what the window now allows goes out. */
+static void acked(struct udp_ep *ep, uint64_t q)
+{
+	ep->acked |= 1ull << (q - ep->snd_una);
+	uint64_t before = ep->snd_una;
+	while (ep->acked & 1) {
+		ep->acked >>= 1;
+		ep->snd_una++;
+	}
+	uint64_t now = farm_now_ns();
+	ep->progress_ns = now;
+	if (ep->snd_una != before) {
+		ep->rto_ns = UDP_RTO_NS;
+		ep->rto_at = now + UDP_RTO_NS;
+	}
+	/* A reply past an unanswered packet: the target executes in order,
+	 * so that packet's reply was lost (or is late): resend it now, as on
+	 * a NACK (the target answers it from its reply cache). */
+	if (ep->snd_una < q)
+		on_nack(ep, ep->snd_una, q);
+	udp_ep_pump(ep);
+}
+
 /* A reply for packet @q of @ep (endpoint lock held). */
 static void on_reply(struct udp_ep *ep, const struct udp_pkt *p, uint64_t q)
 {
@@ -454,26 +479,9 @@ static void on_reply(struct udp_ep *ep, const struct udp_pkt *p, uint64_t q)
 		memcpy((uint8_t *)s->local + off, p->data, plen);
 	else if (!st && s->opcode == FARM_WR_CAS)
 		memcpy(s->local, &p->h.cmp, 8);
-	ep->acked |= 1ull << (q - ep->snd_una);
 	if (++s->ndone == s->npk) /* pairs with udp_cq_poll's hint */
 		__atomic_store_n(&s->state, S_DONE, __ATOMIC_RELEASE);
-	uint64_t before = ep->snd_una;
-	while (ep->acked & 1) {
-		ep->acked >>= 1;
-		ep->snd_una++;
-	}
-	uint64_t now = farm_now_ns();
-	ep->progress_ns = now;
-	if (ep->snd_una != before) {
-		ep->rto_ns = UDP_RTO_NS;
-		ep->rto_at = now + UDP_RTO_NS;
-	}
-	/* A reply past an unanswered packet: the target executes in order,
-	 * so that packet's reply was lost (or is late): resend it now, as on
-	 * a NACK (the target answers it from its reply cache). */
-	if (ep->snd_una < q)
-		on_nack(ep, ep->snd_una, q);
-	udp_ep_pump(ep);
+	acked(ep, q);
 }
 
 /* ---- receiving ---------------------------------------------------------- */
