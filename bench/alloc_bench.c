@@ -31,7 +31,7 @@
 #include <farm/farm.h>
 
 #include "alloc/alloc.h"
-#include "util/common.h"
+#include "benchutil.h"
 
 #define PROG        "alloc_bench"
 #define NSIZES      65536 /* pre-generated sizes and slots per thread */
@@ -116,7 +116,7 @@ static void *worker_main(void *arg)
 				rc = -ENOMEM;
 	}
 	pthread_barrier_wait(w->bar);
-	uint64_t t0 = farm_now_ns();
+	uint64_t t0 = bu_now_ns();
 	uint64_t limit = (uint64_t)(w->o->seconds * 1e9);
 	uint64_t now = t0;
 	if (w->which == W_FARM) {
@@ -131,7 +131,7 @@ static void *worker_main(void *arg)
 				char *p = farm_alloc_local(ba, w->gw[j], 24);
 				memcpy(p + 16, &v, 8);
 			}
-			now = farm_now_ns();
+			now = bu_now_ns();
 			if (now - t0 >= limit)
 				break;
 		}
@@ -150,7 +150,7 @@ static void *worker_main(void *arg)
 				memcpy(p + 16, &v, 8);
 				w->mw[j] = p;
 			}
-			now = farm_now_ns();
+			now = bu_now_ns();
 			if (now - t0 >= limit)
 				break;
 		}
@@ -209,7 +209,7 @@ static int measure(farm_blockalloc *ba, struct worker *ws, const struct opts *o,
 	for (int t = 0; t < nthreads; t++) {
 		uint64_t seed = 42 + (uint64_t)t;
 		for (int k = 0; k < NSIZES; k++) {
-			uint64_t r = farm_rand64(&seed);
+			uint64_t r = bu_rand64(&seed);
 			ws[t].sizes[k] = lo + (uint32_t)(r % (hi - lo + 1));
 			ws[t].slots[k] =
 			        (uint32_t)((r >> 32) % (uint64_t)o->window);
@@ -280,7 +280,7 @@ static int parse(int argc, char **argv, struct opts *o)
 	o->region_size = 256ull << 20;
 	o->no_rand = false;
 	o->only = -1;
-	o->nsweep = (int)FARM_ARRAY_SIZE(defsw);
+	o->nsweep = (int)BU_ARRAY_SIZE(defsw);
 	memcpy(o->sweep, defsw, sizeof(defsw));
 	int c;
 	char *end;
@@ -324,7 +324,7 @@ static int parse(int argc, char **argv, struct opts *o)
 		}
 		case 'g':
 			o->region_size = strtoull(optarg, &end, 10);
-			if (*end || !farm_is_pow2(o->region_size) ||
+			if (*end || !bu_is_pow2(o->region_size) ||
 			    o->region_size < (8u << 20) ||
 			    o->region_size > FARM_ALLOC_MAX_REGION)
 				goto bad;

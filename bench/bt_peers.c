@@ -72,33 +72,36 @@ static struct {
 	size_t rlen, rpos, rcap;
 	char w[1 << 16];
 	size_t wlen;
-} R = {.fd = -1};
+} g_redis = {.fd = -1};
 
 static int r_flush(void)
 {
-	for (size_t off = 0; off < R.wlen;) {
-		ssize_t n = write(R.fd, R.w + off, R.wlen - off);
+	for (size_t off = 0; off < g_redis.wlen;) {
+		ssize_t n =
+		        write(g_redis.fd, g_redis.w + off, g_redis.wlen - off);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0)
 			return -EIO;
 		off += (size_t)n;
 	}
-	R.wlen = 0;
+	g_redis.wlen = 0;
 	return 0;
 }
 
 /* Queue a command; @fmt's words are space-separated, none empty. */
 static int r_cmd(int argc, const char *const *argv)
 {
-	if (R.wlen + 64 + argc * 80 > sizeof(R.w) && r_flush())
+	if (g_redis.wlen + 64 + argc * 80 > sizeof(g_redis.w) && r_flush())
 		return -EIO;
-	R.wlen += (size_t)snprintf(R.w + R.wlen, sizeof(R.w) - R.wlen,
-	                           "*%d\r\n", argc);
+	g_redis.wlen += (size_t)snprintf(g_redis.w + g_redis.wlen,
+	                                 sizeof(g_redis.w) - g_redis.wlen,
+	                                 "*%d\r\n", argc);
 	for (int i = 0; i < argc; i++)
-		R.wlen += (size_t)snprintf(R.w + R.wlen, sizeof(R.w) - R.wlen,
-		                           "$%zu\r\n%s\r\n", strlen(argv[i]),
-		                           argv[i]);
+		g_redis.wlen += (size_t)snprintf(
+		        g_redis.w + g_redis.wlen,
+		        sizeof(g_redis.w) - g_redis.wlen, "$%zu\r\n%s\r\n",
+		        strlen(argv[i]), argv[i]);
 	return 0;
 }
 
@@ -132,29 +135,32 @@ static long r_reply(void)
 {
 	for (;;) {
 		long items = 0;
-		long k = R.rlen > R.rpos ? r_parse(R.r + R.rpos,
-		                                   R.rlen - R.rpos, &items)
-		                         : 0;
+		long k = g_redis.rlen > g_redis.rpos
+		                 ? r_parse(g_redis.r + g_redis.rpos,
+		                           g_redis.rlen - g_redis.rpos, &items)
+		                 : 0;
 		if (k > 0) {
-			R.rpos += (size_t)k;
+			g_redis.rpos += (size_t)k;
 			return items < 0 ? -EIO : items;
 		}
-		memmove(R.r, R.r + R.rpos, R.rlen - R.rpos);
-		R.rlen -= R.rpos;
-		R.rpos = 0;
-		if (R.rcap - R.rlen < 65536) {
-			char *nr = realloc(R.r, R.rcap * 2 + 65536);
+		memmove(g_redis.r, g_redis.r + g_redis.rpos,
+		        g_redis.rlen - g_redis.rpos);
+		g_redis.rlen -= g_redis.rpos;
+		g_redis.rpos = 0;
+		if (g_redis.rcap - g_redis.rlen < 65536) {
+			char *nr = realloc(g_redis.r, g_redis.rcap * 2 + 65536);
 			if (!nr)
 				return -ENOMEM;
-			R.r = nr;
-			R.rcap = R.rcap * 2 + 65536;
+			g_redis.r = nr;
+			g_redis.rcap = g_redis.rcap * 2 + 65536;
 		}
-		ssize_t n = read(R.fd, R.r + R.rlen, R.rcap - R.rlen);
+		ssize_t n = read(g_redis.fd, g_redis.r + g_redis.rlen,
+		                 g_redis.rcap - g_redis.rlen);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0)
 			return -EIO;
-		R.rlen += (size_t)n;
+		g_redis.rlen += (size_t)n;
 	}
 }
 
@@ -205,24 +211,24 @@ static int redis_run(void *ctx, struct bb_gen *g, double secs, struct bb_res *r)
 static uint64_t redis_cpu(void *ctx)
 {
 	(void)ctx;
-	return bu_proc_cpu_ns(0) + bu_proc_cpu_ns(R.pid);
+	return bu_proc_cpu_ns(0) + bu_proc_cpu_ns(g_redis.pid);
 }
 
 static int redis_connect(void)
 {
 	struct sockaddr_un a = {.sun_family = AF_UNIX};
-	if (strlen(R.sock) >= sizeof(a.sun_path))
+	if (strlen(g_redis.sock) >= sizeof(a.sun_path))
 		return -ENAMETOOLONG;
-	memcpy(a.sun_path, R.sock, strlen(R.sock) + 1);
+	memcpy(a.sun_path, g_redis.sock, strlen(g_redis.sock) + 1);
 	for (int i = 0; i < 1000; i++) {
-		R.fd = socket(AF_UNIX, SOCK_STREAM, 0);
-		if (R.fd >= 0 &&
-		    !connect(R.fd, (struct sockaddr *)&a, sizeof(a)))
+		g_redis.fd = socket(AF_UNIX, SOCK_STREAM, 0);
+		if (g_redis.fd >= 0 &&
+		    !connect(g_redis.fd, (struct sockaddr *)&a, sizeof(a)))
 			return 0;
-		close(R.fd);
-		R.fd = -1;
-		if (waitpid(R.pid, NULL, WNOHANG) == R.pid) {
-			R.pid = 0;
+		close(g_redis.fd);
+		g_redis.fd = -1;
+		if (waitpid(g_redis.pid, NULL, WNOHANG) == g_redis.pid) {
+			g_redis.pid = 0;
 			return -ECHILD;
 		}
 		poll(NULL, 0, 10); /* waiting for the server to listen */
@@ -232,18 +238,19 @@ static int redis_connect(void)
 
 int bb_redis_start(uint64_t n, struct bb_sys *s)
 {
-	snprintf(R.dir, sizeof(R.dir), "/dev/shm/bt_bench-redis-XXXXXX");
-	if (!mkdtemp(R.dir))
+	snprintf(g_redis.dir, sizeof(g_redis.dir),
+	         "/dev/shm/bt_bench-redis-XXXXXX");
+	if (!mkdtemp(g_redis.dir))
 		return -errno;
-	snprintf(R.sock, sizeof(R.sock), "%s/r.sock", R.dir);
+	snprintf(g_redis.sock, sizeof(g_redis.sock), "%s/r.sock", g_redis.dir);
 	char log[128];
-	snprintf(log, sizeof(log), "%s/log", R.dir);
-	char *argv[] = {"redis-server", "--port", "0",   "--unixsocket",
-	                R.sock,         "--save", "",    "--appendonly",
-	                "no",           "--dir",  R.dir, "--loglevel",
+	snprintf(log, sizeof(log), "%s/log", g_redis.dir);
+	char *argv[] = {"redis-server", "--port", "0",         "--unixsocket",
+	                g_redis.sock,   "--save", "",          "--appendonly",
+	                "no",           "--dir",  g_redis.dir, "--loglevel",
 	                "warning",      NULL};
-	R.pid = spawn(argv, log);
-	int rc = R.pid < 0 ? -errno : redis_connect();
+	g_redis.pid = spawn(argv, log);
+	int rc = g_redis.pid < 0 ? -errno : redis_connect();
 	for (uint64_t i = 0; !rc && i < n; i += 256) {
 		/* ZADD z 0 m 0 m ...: 256 members a command. */
 		static char buf[256][40];
@@ -270,16 +277,16 @@ static int rm_cb(const char *p, const struct stat *sb, int f, struct FTW *w)
 
 void bb_redis_stop(void)
 {
-	if (R.fd >= 0)
-		close(R.fd);
-	R.fd = -1;
-	stop(R.pid);
-	R.pid = 0;
-	free(R.r);
-	R.r = NULL;
-	if (R.dir[0])
-		nftw(R.dir, rm_cb, 4, FTW_DEPTH | FTW_PHYS);
-	R.dir[0] = 0;
+	if (g_redis.fd >= 0)
+		close(g_redis.fd);
+	g_redis.fd = -1;
+	stop(g_redis.pid);
+	g_redis.pid = 0;
+	free(g_redis.r);
+	g_redis.r = NULL;
+	if (g_redis.dir[0])
+		nftw(g_redis.dir, rm_cb, 4, FTW_DEPTH | FTW_PHYS);
+	g_redis.dir[0] = 0;
 }
 
 /* ---- MariaDB ----------------------------------------------------------- */
@@ -288,15 +295,16 @@ static struct {
 	pid_t pid;
 	char dir[64], sock[128];
 	MYSQL *c;
-} D;
+} g_maria;
 
 static int q(const char *sql)
 {
-	if (mysql_query(D.c, sql)) {
-		fprintf(stderr, "bt_bench: mariadb: %s\n", mysql_error(D.c));
+	if (mysql_query(g_maria.c, sql)) {
+		fprintf(stderr, "bt_bench: mariadb: %s\n",
+		        mysql_error(g_maria.c));
 		return -EIO;
 	}
-	MYSQL_RES *res = mysql_store_result(D.c);
+	MYSQL_RES *res = mysql_store_result(g_maria.c);
 	if (res)
 		mysql_free_result(res);
 	return 0;
@@ -305,9 +313,9 @@ static int q(const char *sql)
 /* A query's rows, or -EIO. */
 static long q_rows(const char *sql)
 {
-	if (mysql_query(D.c, sql))
+	if (mysql_query(g_maria.c, sql))
 		return -EIO;
-	MYSQL_RES *res = mysql_store_result(D.c);
+	MYSQL_RES *res = mysql_store_result(g_maria.c);
 	if (!res)
 		return -EIO;
 	long n = 0;
@@ -351,7 +359,7 @@ static long maria_scan(void *ctx, uint64_t k, uint32_t n)
 static uint64_t maria_cpu(void *ctx)
 {
 	(void)ctx;
-	return bu_proc_cpu_ns(0) + bu_proc_cpu_ns(D.pid);
+	return bu_proc_cpu_ns(0) + bu_proc_cpu_ns(g_maria.pid);
 }
 
 static int maria_load(uint64_t n)
@@ -378,8 +386,8 @@ static int maria_load(uint64_t n)
 static int maria_server(void)
 {
 	char data[96], log[96], a_data[128], a_sock[160];
-	snprintf(data, sizeof(data), "%s/data", D.dir);
-	snprintf(log, sizeof(log), "%s/install.log", D.dir);
+	snprintf(data, sizeof(data), "%s/data", g_maria.dir);
+	snprintf(log, sizeof(log), "%s/install.log", g_maria.dir);
 	snprintf(a_data, sizeof(a_data), "--datadir=%s", data);
 	char *inst[] = {"mariadb-install-db",
 	                "--no-defaults",
@@ -396,8 +404,8 @@ static int maria_server(void)
 		        log);
 		return -EIO;
 	}
-	snprintf(log, sizeof(log), "%s/server.log", D.dir);
-	snprintf(a_sock, sizeof(a_sock), "--socket=%s", D.sock);
+	snprintf(log, sizeof(log), "%s/server.log", g_maria.dir);
+	snprintf(a_sock, sizeof(a_sock), "--socket=%s", g_maria.sock);
 	char *srv[] = {"mariadbd",
 	               "--no-defaults",
 	               a_data,
@@ -409,18 +417,18 @@ static int maria_server(void)
 	               "--skip-log-bin",
 	               "--performance-schema=OFF",
 	               NULL};
-	D.pid = spawn(srv, log);
-	if (D.pid < 0)
+	g_maria.pid = spawn(srv, log);
+	if (g_maria.pid < 0)
 		return -errno;
 	for (int i = 0; i < 3000; i++) {
-		D.c = mysql_init(NULL);
-		if (mysql_real_connect(D.c, "localhost", "root", NULL, NULL, 0,
-		                       D.sock, 0))
+		g_maria.c = mysql_init(NULL);
+		if (mysql_real_connect(g_maria.c, "localhost", "root", NULL,
+		                       NULL, 0, g_maria.sock, 0))
 			return 0;
-		mysql_close(D.c);
-		D.c = NULL;
-		if (waitpid(D.pid, NULL, WNOHANG) == D.pid) {
-			D.pid = 0;
+		mysql_close(g_maria.c);
+		g_maria.c = NULL;
+		if (waitpid(g_maria.pid, NULL, WNOHANG) == g_maria.pid) {
+			g_maria.pid = 0;
 			fprintf(stderr, "bt_bench: mariadbd exited (%s)\n",
 			        log);
 			return -ECHILD;
@@ -432,10 +440,11 @@ static int maria_server(void)
 
 int bb_maria_start(uint64_t n, struct bb_sys *s)
 {
-	snprintf(D.dir, sizeof(D.dir), "/dev/shm/bt_bench-maria-XXXXXX");
-	if (!mkdtemp(D.dir))
+	snprintf(g_maria.dir, sizeof(g_maria.dir),
+	         "/dev/shm/bt_bench-maria-XXXXXX");
+	if (!mkdtemp(g_maria.dir))
 		return -errno;
-	snprintf(D.sock, sizeof(D.sock), "%s/m.sock", D.dir);
+	snprintf(g_maria.sock, sizeof(g_maria.sock), "%s/m.sock", g_maria.dir);
 	int rc = maria_server();
 	if (!rc)
 		rc = maria_load(n);
@@ -449,12 +458,12 @@ int bb_maria_start(uint64_t n, struct bb_sys *s)
 
 void bb_maria_stop(void)
 {
-	if (D.c)
-		mysql_close(D.c);
-	D.c = NULL;
-	stop(D.pid);
-	D.pid = 0;
-	if (D.dir[0])
-		nftw(D.dir, rm_cb, 8, FTW_DEPTH | FTW_PHYS);
-	D.dir[0] = 0;
+	if (g_maria.c)
+		mysql_close(g_maria.c);
+	g_maria.c = NULL;
+	stop(g_maria.pid);
+	g_maria.pid = 0;
+	if (g_maria.dir[0])
+		nftw(g_maria.dir, rm_cb, 8, FTW_DEPTH | FTW_PHYS);
+	g_maria.dir[0] = 0;
 }

@@ -65,7 +65,6 @@
 
 #include "node/node.h"
 #include "txn/txm.h"
-#include "util/common.h"
 #include "util/config.h"
 
 #ifndef FARM_SOURCE_DIR
@@ -106,7 +105,7 @@ struct shared {
 	struct mstat m[NMAX];
 };
 
-static struct shared *SH;
+static struct shared *g_sh;
 static uint32_t *g_ops; /* [NMAX][nb]: transfers committed per bucket */
 static int16_t *g_done; /* [NMAX][nb]: regions copied, -1 unknown */
 
@@ -115,7 +114,7 @@ static struct opts {
 	unsigned pace_bytes, pace_us, ab_ms;
 	bool verbose;
 	const char *out, *zk_script;
-} O = {
+} g_opt = {
         .machines = 5,
         .accounts = 256,
         .fill_mb = 6,
@@ -134,7 +133,7 @@ static pid_t g_pid[NMAX];
 
 static uint64_t now_ns(void)
 {
-	return farm_now_ns();
+	return bu_now_ns();
 }
 
 static void nap_ms(unsigned ms)
@@ -169,21 +168,21 @@ static void fail(struct mach *c, const char *what, int rc)
 /* Are copies held at @t ns after t0 (the odd --ab-ms windows)? */
 static bool held(uint64_t t)
 {
-	return O.ab_ms && (t / (O.ab_ms * 1000000ull)) % 2 == 1;
+	return g_opt.ab_ms && (t / (g_opt.ab_ms * 1000000ull)) % 2 == 1;
 }
 
 /* Bucket @b is wholly inside a window of one kind, not its first 20 ms
  * (READs posted before the switch may still land). */
 static bool steady(uint64_t b)
 {
-	uint64_t t = b * BUCKET_NS, w = O.ab_ms * 1000000ull;
-	return !O.ab_ms ||
+	uint64_t t = b * BUCKET_NS, w = g_opt.ab_ms * 1000000ull;
+	return !g_opt.ab_ms ||
 	       (t % w >= 20000000ull && (t + BUCKET_NS - 1) / w == t / w);
 }
 
 static bool running(struct mach *c)
 {
-	return atomic_load(&SH->cmd) == C_GO && !atomic_load(&c->st->removed);
+	return atomic_load(&g_sh->cmd) == C_GO && !atomic_load(&c->st->removed);
 }
 
 struct slot {
@@ -209,9 +208,9 @@ static void slot_end(struct slot *s, int rc)
 	s->h.busy = false;
 	c->busy--;
 	if (rc == 0) {
-		uint64_t b = (now_ns() - SH->t0) / BUCKET_NS;
-		if (b < SH->nb)
-			g_ops[(size_t)c->me * SH->nb + b]++;
+		uint64_t b = (now_ns() - g_sh->t0) / BUCKET_NS;
+		if (b < g_sh->nb)
+			g_ops[(size_t)c->me * g_sh->nb + b]++;
 		s->tries = 0;
 	} else if (farm_tx_retryable(rc)) {
 		s->h.retry_at = bx_backoff(&s->tries);
@@ -252,9 +251,9 @@ static void slot_start(struct slot *s)
 	s->h.retry_at = 0;
 	c->busy++;
 	if (!s->tries) {
-		s->ia = (unsigned)(farm_rand64(&c->rng) % c->nacc);
+		s->ia = (unsigned)(bu_rand64(&c->rng) % c->nacc);
 		do
-			s->ib = (unsigned)(farm_rand64(&c->rng) % c->nacc);
+			s->ib = (unsigned)(bu_rand64(&c->rng) % c->nacc);
 		while (s->ib == s->ia);
 	}
 	int rc = farm_tx_begin(c->txm, c->loop, &s->p.tx);
@@ -274,22 +273,22 @@ static void publish(struct mach *c, uint64_t b)
 	atomic_store(&c->st->removed, farm_node_removed(c->node));
 	atomic_store(&c->st->config_id, farm_node_config_id(c->node));
 	struct farm_datarec_region d[MAX_DR];
-	unsigned n = FARM_MIN(farm_txm_datarec_get(c->txm, d, MAX_DR), MAX_DR);
+	unsigned n = BU_MIN(farm_txm_datarec_get(c->txm, d, MAX_DR), MAX_DR);
 	unsigned done = 0;
 	for (unsigned i = 0; i < n; i++)
 		done += d[i].state == FARM_DATAREC_DONE;
 	atomic_store(&c->st->dr_n, n);
 	atomic_store(&c->st->dr_done, done);
-	if (b < SH->nb)
-		g_done[(size_t)c->me * SH->nb + b] = (int16_t)done;
+	if (b < g_sh->nb)
+		g_done[(size_t)c->me * g_sh->nb + b] = (int16_t)done;
 }
 
 static int workload(struct mach *c)
 {
-	struct slot *slots = calloc(O.depth, sizeof(*slots));
+	struct slot *slots = calloc(g_opt.depth, sizeof(*slots));
 	if (!slots)
 		return -ENOMEM;
-	for (unsigned i = 0; i < O.depth; i++) {
+	for (unsigned i = 0; i < g_opt.depth; i++) {
 		slots[i].c = c;
 		slots[i].p.done = reads_done;
 		slot_start(&slots[i]);
@@ -297,15 +296,15 @@ static int workload(struct mach *c)
 	uint64_t lastms = UINT64_MAX;
 	while (running(c)) {
 		uint64_t now = now_ns();
-		uint64_t ms = (now - SH->t0) / 1000000ull;
+		uint64_t ms = (now - g_sh->t0) / 1000000ull;
 		if (ms != lastms) {
 			lastms = ms;
-			uint64_t b = (now - SH->t0) / BUCKET_NS;
+			uint64_t b = (now - g_sh->t0) / BUCKET_NS;
 			publish(c, b);
 		}
-		if (O.ab_ms) /* copies held in odd windows (A/B) */
-			farm_txm_datarec_hold(c->txm, held(now - SH->t0));
-		bx_slots_pass(c->loop, slots, sizeof(*slots), O.depth, now,
+		if (g_opt.ab_ms) /* copies held in odd windows (A/B) */
+			farm_txm_datarec_hold(c->txm, held(now - g_sh->t0));
+		bx_slots_pass(c->loop, slots, sizeof(*slots), g_opt.depth, now,
 		              slot_start_any);
 	}
 	int rc = bx_slots_drain(c->loop, &c->busy);
@@ -318,7 +317,7 @@ static int wait_cmd(struct mach *c, int want)
 {
 	static const volatile int never = 0;
 	for (;;) {
-		int cmd = atomic_load(&SH->cmd);
+		int cmd = atomic_load(&g_sh->cmd);
 		if (cmd >= want)
 			return cmd;
 		(void)farm_loop_wait(c->loop, &never, 1000000ull);
@@ -327,7 +326,7 @@ static int wait_cmd(struct mach *c, int want)
 
 static int machine(uint32_t me, const char *root, const char *zk_root)
 {
-	struct mach c = {.me = me, .st = &SH->m[me]};
+	struct mach c = {.me = me, .st = &g_sh->m[me]};
 	c.rng = now_ns() ^ ((uint64_t)me << 40) ^ 0x9e3779b97f4a7c15ull;
 	struct farm_config cfg;
 	farm_config_defaults(&cfg);
@@ -338,9 +337,9 @@ static int machine(uint32_t me, const char *root, const char *zk_root)
 	 * ones and removed survivors, which is not what this measures (the
 	 * kill is seen through the fabric's death notice). */
 	rc |= bn_cfg_set(PROG, &cfg, "lease_us", "200000");
-	snprintf(v, sizeof(v), "%u", O.pace_bytes);
+	snprintf(v, sizeof(v), "%u", g_opt.pace_bytes);
 	rc |= bn_cfg_set(PROG, &cfg, "datarec_bytes", v);
-	snprintf(v, sizeof(v), "%u", O.pace_us);
+	snprintf(v, sizeof(v), "%u", g_opt.pace_us);
 	rc |= bn_cfg_set(PROG, &cfg, "datarec_interval_us", v);
 	if (rc) {
 		fail(&c, "configuration", -EINVAL);
@@ -348,7 +347,7 @@ static int machine(uint32_t me, const char *root, const char *zk_root)
 	}
 	unsigned stage;
 	int st = 5;
-	if ((rc = bc_node_up(PROG, &cfg, me, O.machines, JOIN_MS, &c.node,
+	if ((rc = bc_node_up(PROG, &cfg, me, g_opt.machines, JOIN_MS, &c.node,
 	                     &c.loop, &stage))) {
 		static const char *const what[] = {"open", "start", "join"};
 		fail(&c, what[stage], rc);
@@ -356,10 +355,10 @@ static int machine(uint32_t me, const char *root, const char *zk_root)
 		goto out;
 	}
 	c.txm = farm_node_txm(c.node);
-	if ((rc = bx_create(c.txm, c.loop, O.accounts, sizeof(struct bx_acct),
-	                    INIT_BAL, c.st->acct)) ||
-	    (rc = bx_create(c.txm, c.loop, O.fill_mb * 1024u, 1000, INIT_BAL,
-	                    NULL))) {
+	if ((rc = bx_create(c.txm, c.loop, g_opt.accounts,
+	                    sizeof(struct bx_acct), INIT_BAL, c.st->acct)) ||
+	    (rc = bx_create(c.txm, c.loop, g_opt.fill_mb * 1024u, 1000,
+	                    INIT_BAL, NULL))) {
 		fail(&c, "create", rc);
 		goto out;
 	}
@@ -367,19 +366,19 @@ static int machine(uint32_t me, const char *root, const char *zk_root)
 	st = 8;
 	if (wait_cmd(&c, C_GO) != C_GO)
 		goto out;
-	c.nacc = O.machines * O.accounts;
+	c.nacc = g_opt.machines * g_opt.accounts;
 	c.acc = calloc(c.nacc, sizeof(*c.acc));
 	if (!c.acc)
 		goto out;
-	for (unsigned i = 0; i < O.machines; i++)
-		memcpy(c.acc + i * O.accounts, SH->m[i].acct,
-		       O.accounts * sizeof(*c.acc));
+	for (unsigned i = 0; i < g_opt.machines; i++)
+		memcpy(c.acc + i * g_opt.accounts, g_sh->m[i].acct,
+		       g_opt.accounts * sizeof(*c.acc));
 	if ((rc = workload(&c))) {
 		fail(&c, "workload", rc);
 		goto out;
 	}
 	c.st->ndr =
-	        FARM_MIN(farm_txm_datarec_get(c.txm, c.st->dr, MAX_DR), MAX_DR);
+	        BU_MIN(farm_txm_datarec_get(c.txm, c.st->dr, MAX_DR), MAX_DR);
 	atomic_store(&c.st->state, ST_DONE);
 	st = wait_cmd(&c, C_QUIT) == C_QUIT ? 0 : 9;
 out:
@@ -435,11 +434,11 @@ static double mean_rate(const uint32_t *sum, uint64_t b0, uint64_t b1, int kind)
 /* Time copies ran in [t0, t1] (ns, CLOCK_MONOTONIC). */
 static double run_s(uint64_t t0, uint64_t t1)
 {
-	if (!O.ab_ms)
+	if (!g_opt.ab_ms)
 		return (t1 - t0) / 1e9;
 	uint64_t on = 0;
 	for (uint64_t t = t0; t < t1; t += 1000000ull)
-		on += !held(t - SH->t0);
+		on += !held(t - g_sh->t0);
 	return on / 1e3;
 }
 
@@ -452,37 +451,37 @@ int main(int argc, char **argv)
 			usage(stdout);
 			return 0;
 		} else if (!strcmp(a, "--quick")) {
-			O.pre_ms = 1500;
-			O.tail_ms = 1000;
-			O.fill_mb = 2;
+			g_opt.pre_ms = 1500;
+			g_opt.tail_ms = 1000;
+			g_opt.fill_mb = 2;
 			continue;
 		} else if (!strcmp(a, "--verbose")) {
-			O.verbose = true;
+			g_opt.verbose = true;
 			continue;
 		} else if (!strcmp(a, "--machines")) {
-			bad = bu_parse_u(v, 4, NMAX, &O.machines);
+			bad = bu_parse_u(v, 4, NMAX, &g_opt.machines);
 		} else if (!strcmp(a, "--accounts")) {
-			bad = bu_parse_u(v, 2, MAX_ACCT, &O.accounts);
+			bad = bu_parse_u(v, 2, MAX_ACCT, &g_opt.accounts);
 		} else if (!strcmp(a, "--fill-mb")) {
-			bad = bu_parse_u(v, 0, 12, &O.fill_mb);
+			bad = bu_parse_u(v, 0, 12, &g_opt.fill_mb);
 		} else if (!strcmp(a, "--depth")) {
-			bad = bu_parse_u(v, 1, 64, &O.depth);
+			bad = bu_parse_u(v, 1, 64, &g_opt.depth);
 		} else if (!strcmp(a, "--pre-ms")) {
-			bad = bu_parse_u(v, 500, 600000, &O.pre_ms);
+			bad = bu_parse_u(v, 500, 600000, &g_opt.pre_ms);
 		} else if (!strcmp(a, "--tail-ms")) {
-			bad = bu_parse_u(v, 500, 600000, &O.tail_ms);
+			bad = bu_parse_u(v, 500, 600000, &g_opt.tail_ms);
 		} else if (!strcmp(a, "--stall-ms")) {
-			bad = bu_parse_u(v, 0, 60000, &O.stall_ms);
+			bad = bu_parse_u(v, 0, 60000, &g_opt.stall_ms);
 		} else if (!strcmp(a, "--pace-bytes")) {
-			bad = bu_parse_u(v, 64, 1u << 30, &O.pace_bytes);
+			bad = bu_parse_u(v, 64, 1u << 30, &g_opt.pace_bytes);
 		} else if (!strcmp(a, "--ab-ms")) {
-			bad = bu_parse_u(v, 0, 60000, &O.ab_ms);
-			if (!bad && O.ab_ms % 10)
+			bad = bu_parse_u(v, 0, 60000, &g_opt.ab_ms);
+			if (!bad && g_opt.ab_ms % 10)
 				bad = -1; /* whole 10 ms buckets */
 		} else if (!strcmp(a, "--pace-us")) {
-			bad = bu_parse_u(v, 10, 10000000, &O.pace_us);
+			bad = bu_parse_u(v, 10, 10000000, &g_opt.pace_us);
 		} else if (!strcmp(a, "--out") && v) {
-			O.out = v;
+			g_opt.out = v;
 		} else {
 			fprintf(stderr, PROG ": unknown option %s\n", a);
 			usage(stderr);
@@ -494,10 +493,11 @@ int main(int argc, char **argv)
 		}
 		i++;
 	}
-	const char *out = O.out ? O.out : "/tmp";
+	const char *out = g_opt.out ? g_opt.out : "/tmp";
 	/* A run is at most pre + 2 min of copies + tail. */
-	uint32_t nb = (uint32_t)((O.pre_ms + 120000u + O.tail_ms + 10000u) /
-	                         (BUCKET_NS / 1000000ull));
+	uint32_t nb =
+	        (uint32_t)((g_opt.pre_ms + 120000u + g_opt.tail_ms + 10000u) /
+	                   (BUCKET_NS / 1000000ull));
 	size_t len = sizeof(struct shared) +
 	             (size_t)NMAX * nb * (sizeof(uint32_t) + sizeof(int16_t));
 	void *mem = mmap(NULL, len, PROT_READ | PROT_WRITE,
@@ -506,15 +506,15 @@ int main(int argc, char **argv)
 		perror(PROG ": mmap");
 		return 1;
 	}
-	SH = mem;
-	SH->nb = nb;
-	g_ops = (uint32_t *)(SH + 1);
+	g_sh = mem;
+	g_sh->nb = nb;
+	g_ops = (uint32_t *)(g_sh + 1);
 	g_done = (int16_t *)(g_ops + (size_t)NMAX * nb);
 	memset(g_done, 0xff, (size_t)NMAX * nb * sizeof(int16_t));
 
 	snprintf(g_zk_dir, sizeof(g_zk_dir), "/dev/shm/farm-drbench-zk-XXXXXX");
-	int zst = bc_zk_start(PROG, O.zk_script, NULL, g_zk_dir, g_zk_connect,
-	                      sizeof(g_zk_connect));
+	int zst = bc_zk_start(PROG, g_opt.zk_script, NULL, g_zk_dir,
+	                      g_zk_connect, sizeof(g_zk_connect));
 	if (zst)
 		return zst;
 	char root[] = "/dev/shm/farm-drbench-XXXXXX";
@@ -528,21 +528,22 @@ int main(int argc, char **argv)
 	printf(PROG
 	       ": %u machines, %u accounts and %u MiB of 1 KiB objects "
 	       "each, depth %u; pace %u bytes per %u us per loop (%.2f MB/s)\n",
-	       O.machines, O.accounts, O.fill_mb, O.depth, O.pace_bytes,
-	       O.pace_us, O.pace_bytes / (O.pace_us * 1e-6) / 1e6);
+	       g_opt.machines, g_opt.accounts, g_opt.fill_mb, g_opt.depth,
+	       g_opt.pace_bytes, g_opt.pace_us,
+	       g_opt.pace_bytes / (g_opt.pace_us * 1e-6) / 1e6);
 	fflush(stdout);
-	for (unsigned i = 0; i < O.machines; i++)
-		g_pid[i] = bc_spawn(i, root, zk_root, O.verbose, machine);
+	for (unsigned i = 0; i < g_opt.machines; i++)
+		g_pid[i] = bc_spawn(i, root, zk_root, g_opt.verbose, machine);
 	int rc = 0;
 	uint64_t dl = now_ns() + 300000000000ull;
 	for (bool all = false; !all;) {
 		all = true;
-		for (unsigned i = 0; i < O.machines; i++) {
-			int s = atomic_load(&SH->m[i].state);
+		for (unsigned i = 0; i < g_opt.machines; i++) {
+			int s = atomic_load(&g_sh->m[i].state);
 			if (s == ST_FAILED) {
 				fprintf(stderr,
 				        PROG ": machine %u failed: %s\n", i,
-				        SH->m[i].fail_what);
+				        g_sh->m[i].fail_what);
 				rc = 1;
 			}
 			all &= s == ST_CREATED;
@@ -559,11 +560,11 @@ int main(int argc, char **argv)
 	if (!rc) {
 		printf(PROG ": data made; load for %u ms, then machine %u is "
 		            "killed\n",
-		       O.pre_ms, VICTIM);
+		       g_opt.pre_ms, VICTIM);
 		fflush(stdout);
-		SH->t0 = now_ns();
-		atomic_store(&SH->cmd, C_GO);
-		nap_ms(O.pre_ms);
+		g_sh->t0 = now_ns();
+		atomic_store(&g_sh->cmd, C_GO);
+		nap_ms(g_opt.pre_ms);
 		t_kill = now_ns();
 		kill(g_pid[VICTIM], SIGKILL);
 		(void)waitpid(g_pid[VICTIM], NULL, 0);
@@ -574,12 +575,13 @@ int main(int argc, char **argv)
 		for (;;) {
 			bool rec = true;
 			unsigned n = 0, done = 0;
-			for (unsigned i = 0; i < O.machines; i++) {
+			for (unsigned i = 0; i < g_opt.machines; i++) {
 				if (i == VICTIM)
 					continue;
-				rec &= atomic_load(&SH->m[i].t_active) > t_kill;
-				n += atomic_load(&SH->m[i].dr_n);
-				done += atomic_load(&SH->m[i].dr_done);
+				rec &= atomic_load(&g_sh->m[i].t_active) >
+				       t_kill;
+				n += atomic_load(&g_sh->m[i].dr_n);
+				done += atomic_load(&g_sh->m[i].dr_done);
 			}
 			uint64_t now = now_ns();
 			if (rec && !t_rec)
@@ -604,22 +606,22 @@ int main(int argc, char **argv)
 			}
 			nap_ms(10);
 		}
-		nap_ms(O.tail_ms);
+		nap_ms(g_opt.tail_ms);
 	}
 	uint64_t t_stop = now_ns();
-	atomic_store(&SH->cmd, C_STOP);
-	for (unsigned i = 0; i < O.machines; i++) {
+	atomic_store(&g_sh->cmd, C_STOP);
+	for (unsigned i = 0; i < g_opt.machines; i++) {
 		if (!g_pid[i])
 			continue;
 		uint64_t d2 = now_ns() + 30000000000ull;
-		while (atomic_load(&SH->m[i].state) != ST_DONE &&
-		       atomic_load(&SH->m[i].state) != ST_FAILED &&
+		while (atomic_load(&g_sh->m[i].state) != ST_DONE &&
+		       atomic_load(&g_sh->m[i].state) != ST_FAILED &&
 		       now_ns() < d2)
 			nap_ms(10);
 	}
 	uint64_t t_end = now_ns();
-	atomic_store(&SH->cmd, C_QUIT);
-	for (unsigned i = 0; i < O.machines; i++)
+	atomic_store(&g_sh->cmd, C_QUIT);
+	for (unsigned i = 0; i < g_opt.machines; i++)
 		if (g_pid[i]) {
 			int st = 0;
 			(void)waitpid(g_pid[i], &st, 0);
@@ -631,18 +633,18 @@ int main(int argc, char **argv)
 				rc = 1;
 			}
 		}
-	bc_zk_stop(PROG, O.zk_script, NULL, g_zk_dir);
+	bc_zk_stop(PROG, g_opt.zk_script, NULL, g_zk_dir);
 	if (rc) {
 		fprintf(stderr, PROG ": failed; machines' logs in %s\n", root);
 		return 1;
 	}
 
 	/* Copies: each new backup's bytes over its copying time. */
-	double pace_cfg = O.pace_bytes / (O.pace_us * 1e-6);
+	double pace_cfg = g_opt.pace_bytes / (g_opt.pace_us * 1e-6);
 	double pace_sum = 0, tick_sum = 0;
 	unsigned npace = 0;
-	for (unsigned i = 0; i < O.machines; i++) {
-		const struct mstat *m = &SH->m[i];
+	for (unsigned i = 0; i < g_opt.machines; i++) {
+		const struct mstat *m = &g_sh->m[i];
 		if (i == VICTIM || !m->ndr)
 			continue;
 		uint64_t bytes = 0, reads = 0, t0 = UINT64_MAX, t1 = 0;
@@ -651,8 +653,8 @@ int main(int argc, char **argv)
 			ncopies++;
 			bytes += d->bytes;
 			reads += d->reads;
-			t0 = FARM_MIN(t0, d->t_start_ns);
-			t1 = FARM_MAX(t1, d->t_done_ns);
+			t0 = BU_MIN(t0, d->t_start_ns);
+			t1 = BU_MAX(t1, d->t_done_ns);
 			printf("machine %u: region %#" PRIx32 ": %" PRIu64
 			       " bytes in %" PRIu64 " READs, %.1f ms%s\n",
 			       i, d->region, d->bytes, d->reads,
@@ -662,8 +664,8 @@ int main(int argc, char **argv)
 			       d->state == FARM_DATAREC_DONE ? ""
 			                                     : " (not done)");
 		}
-		t_first = FARM_MIN(t_first, t0);
-		t_last = FARM_MAX(t_last, t1);
+		t_first = BU_MIN(t_first, t0);
+		t_last = BU_MAX(t_last, t1);
 		if (t1 > t0 && bytes) {
 			/* One loop per machine here: its copies share it. */
 			double s = run_s(t0, t1);
@@ -674,19 +676,19 @@ int main(int argc, char **argv)
 			       "(configured %.2f MB/s), %.0f READs/s (one "
 			       "per interval: %.0f)\n",
 			       i, m->ndr, bytes / s / 1e6, s * 1e3,
-			       pace_cfg / 1e6, reads / s, 1e6 / O.pace_us);
+			       pace_cfg / 1e6, reads / s, 1e6 / g_opt.pace_us);
 		}
 	}
 	double pace = npace ? pace_sum / npace : 0;
 	double ticks = npace ? tick_sum / npace : 0;
 
 	/* The timeline. */
-	uint64_t nbk = FARM_MIN((uint64_t)nb, (t_end - SH->t0) / BUCKET_NS);
+	uint64_t nbk = BU_MIN((uint64_t)nb, (t_end - g_sh->t0) / BUCKET_NS);
 	uint32_t *sum = calloc(nbk + 1, sizeof(*sum));
 	int *done = calloc(nbk + 1, sizeof(*done));
 	int last[NMAX] = {0};
 	for (uint64_t b = 0; b < nbk; b++) {
-		for (unsigned i = 0; i < O.machines; i++) {
+		for (unsigned i = 0; i < g_opt.machines; i++) {
 			if (i == VICTIM)
 				continue;
 			sum[b] += g_ops[(size_t)i * nb + b];
@@ -696,21 +698,21 @@ int main(int argc, char **argv)
 			done[b] += last[i];
 		}
 	}
-	uint64_t bk = (t_kill - SH->t0) / BUCKET_NS;
-	uint64_t bs =
-	        (FARM_MAX(t_first, t_kill + O.stall_ms * 1000000ull) - SH->t0) /
-	        BUCKET_NS;
-	uint64_t be = (t_last - SH->t0) / BUCKET_NS;
-	uint64_t ba = (t_last + 200000000ull - SH->t0) / BUCKET_NS;
+	uint64_t bk = (t_kill - g_sh->t0) / BUCKET_NS;
+	uint64_t bs = (BU_MAX(t_first, t_kill + g_opt.stall_ms * 1000000ull) -
+	               g_sh->t0) /
+	              BUCKET_NS;
+	uint64_t be = (t_last - g_sh->t0) / BUCKET_NS;
+	uint64_t ba = (t_last + 200000000ull - g_sh->t0) / BUCKET_NS;
 	double before = mean_rate(sum, bk > 100 ? bk - 100 : 0, bk, -1);
 	/* A/B: the windows with copies running against those held, over
 	 * the same stretch of time (the host's load drifts by more than the
 	 * copies cost). Without --ab-ms: the copy window against after. */
-	double during = mean_rate(sum, bs, be, O.ab_ms ? 0 : -1);
-	double held_rate = O.ab_ms ? mean_rate(sum, bs, be, 1) : 0;
-	uint64_t bz = FARM_MIN(nbk, (t_stop - SH->t0) / BUCKET_NS);
+	double during = mean_rate(sum, bs, be, g_opt.ab_ms ? 0 : -1);
+	double held_rate = g_opt.ab_ms ? mean_rate(sum, bs, be, 1) : 0;
+	uint64_t bz = BU_MIN(nbk, (t_stop - g_sh->t0) / BUCKET_NS);
 	double after = mean_rate(sum, ba, bz, -1);
-	double without = O.ab_ms ? held_rate : after;
+	double without = g_opt.ab_ms ? held_rate : after;
 	char path[512];
 	snprintf(path, sizeof(path), "%s/datarec_timeline.dat", out);
 	if (mkdir(out, 0755) && errno != EEXIST)
@@ -724,7 +726,7 @@ int main(int argc, char **argv)
 		for (uint64_t b = 0; b < nbk; b++)
 			fprintf(f, "%.0f %d %.0f\n",
 			        ((double)b * BUCKET_NS -
-			         (double)(t_kill - SH->t0)) /
+			         (double)(t_kill - g_sh->t0)) /
 			                1e6,
 			        done[b], sum[b] / (BUCKET_NS / 1e9));
 		fclose(f);
@@ -745,27 +747,28 @@ int main(int argc, char **argv)
 	}
 	printf(PROG ": kill at %.0f ms; recovered after %.0f ms; %u copies "
 	            "from %.0f to %.0f ms after the kill\n",
-	       (t_kill - SH->t0) / 1e6, t_rec ? (t_rec - t_kill) / 1e6 : -1.0,
+	       (t_kill - g_sh->t0) / 1e6, t_rec ? (t_rec - t_kill) / 1e6 : -1.0,
 	       ncopies, ((double)t_first - (double)t_kill) / 1e6,
 	       ((double)t_last - (double)t_kill) / 1e6);
 	printf(PROG ": transfers/s: %.0f before the kill (%u machines); "
 	            "from %.0f ms after the kill to the last copy: %.0f with "
 	            "copies running, %.0f %s: %.1f%%; %.0f after the copies\n",
-	       before, O.machines,
-	       ((double)bs * BUCKET_NS - (double)(t_kill - SH->t0)) / 1e6,
+	       before, g_opt.machines,
+	       ((double)bs * BUCKET_NS - (double)(t_kill - g_sh->t0)) / 1e6,
 	       during, without,
-	       O.ab_ms ? "with them held (alternate windows)" : "after them",
+	       g_opt.ab_ms ? "with them held (alternate windows)"
+	                   : "after them",
 	       without > 0 ? 100.0 * during / without : 0.0, after);
 	printf(PROG ": pace %.2f MB/s per new backup (configured %.2f), "
 	            "%.0f READs/s (configured %.0f); timeline %s\n",
-	       pace / 1e6, pace_cfg / 1e6, ticks, 1e6 / O.pace_us, path);
+	       pace / 1e6, pace_cfg / 1e6, ticks, 1e6 / g_opt.pace_us, path);
 	unsigned removed = 0;
 	uint64_t cmax = 0;
-	for (unsigned i = 0; i < O.machines; i++) {
+	for (unsigned i = 0; i < g_opt.machines; i++) {
 		if (i == VICTIM)
 			continue;
-		removed += atomic_load(&SH->m[i].removed);
-		cmax = FARM_MAX(cmax, atomic_load(&SH->m[i].config_id));
+		removed += atomic_load(&g_sh->m[i].removed);
+		cmax = BU_MAX(cmax, atomic_load(&g_sh->m[i].config_id));
 	}
 	if (removed)
 		fprintf(stderr,
@@ -787,9 +790,9 @@ int main(int argc, char **argv)
 	       "{\"value\": %.3f, \"target\": 0.9, \"met\": %s}, "
 	       "\"pace_vs_configured\": {\"value\": %.3f, \"target\": 0.9, "
 	       "\"met\": %s}}}\n",
-	       O.machines, O.fill_mb, O.pace_bytes, O.pace_us, ncopies, O.ab_ms,
-	       ((double)t_last - (double)t_first) / 1e6, before, during,
-	       without, after, pace / 1e6, ticks, ratio,
+	       g_opt.machines, g_opt.fill_mb, g_opt.pace_bytes, g_opt.pace_us,
+	       ncopies, g_opt.ab_ms, ((double)t_last - (double)t_first) / 1e6,
+	       before, during, without, after, pace / 1e6, ticks, ratio,
 	       ratio >= 0.9 ? "true" : "false", pratio,
 	       pratio >= 0.9 ? "true" : "false");
 	bu_rm_tree(AT_FDCWD, root, 4);

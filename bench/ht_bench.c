@@ -48,7 +48,7 @@
 #include "alloc/galloc.h"
 #include "hashtable/ht.h"
 #include "txn/txm.h"
-#include "util/common.h"
+#include "benchutil.h"
 
 #define PROG     "ht_bench"
 #define MAX_M    4
@@ -210,7 +210,7 @@ static void pump(struct cluster *c)
 static void mk_key(uint64_t seed, uint64_t i, uint8_t *k)
 {
 	uint64_t s = seed ^ (i * 0x9e3779b97f4a7c15ull);
-	uint64_t a = farm_rand64(&s);
+	uint64_t a = bu_rand64(&s);
 	memcpy(k, &a, 8);
 	memcpy(k + 8, &i, 8);
 }
@@ -219,8 +219,8 @@ static void mk_val(uint64_t i, uint32_t len, uint8_t *v)
 {
 	uint64_t s = i + 0x5bd1e995ull;
 	for (uint32_t j = 0; j < len; j += 8) {
-		uint64_t x = farm_rand64(&s);
-		memcpy(v + j, &x, FARM_MIN(8u, len - j));
+		uint64_t x = bu_rand64(&s);
+		memcpy(v + j, &x, BU_MIN(8u, len - j));
 	}
 }
 
@@ -297,7 +297,7 @@ static int drive(uint64_t from, uint64_t to, bool is_put)
 	uint8_t key[KLEN], val[1024];
 	uint64_t i = from;
 	RUN.done = 0;
-	RUN.last_progress = farm_now_ns();
+	RUN.last_progress = bu_now_ns();
 	uint64_t seen = 0;
 	while (i < to || RUN.inflight) {
 		while (i < to && RUN.inflight < o->window && !RUN.errors) {
@@ -328,7 +328,7 @@ static int drive(uint64_t from, uint64_t to, bool is_put)
 		if (RUN.errors && !RUN.inflight)
 			break;
 		pump(c);
-		uint64_t now = farm_now_ns();
+		uint64_t now = bu_now_ns();
 		if (RUN.done != seen) {
 			seen = RUN.done;
 			RUN.last_progress = now;
@@ -416,8 +416,8 @@ static int run_cfg(const struct opts *o, unsigned H, uint32_t vsize,
 			        farm_strerror(rc));
 			goto out;
 		}
-		uint64_t t0 = farm_now_ns();
-		while (!r.done && farm_now_ns() - t0 < STALL_NS)
+		uint64_t t0 = bu_now_ns();
+		while (!r.done && bu_now_ns() - t0 < STALL_NS)
 			pump(c);
 		rc = r.done ? r.status : -ETIMEDOUT;
 		if (rc) {
@@ -445,16 +445,16 @@ static int run_cfg(const struct opts *o, unsigned H, uint32_t vsize,
 		p->bucket_bytes = farm_ht_bucket_bytes(h0);
 		p->block_bytes = farm_ht_block_bytes(h0);
 		uint64_t want = (slots * o->occ[k] + 50) / 100;
-		uint64_t t0 = farm_now_ns();
+		uint64_t t0 = bu_now_ns();
 		if (want > have && (rc = drive(have, want, true)))
 			goto out;
-		uint64_t t1 = farm_now_ns();
-		have = FARM_MAX(have, want);
+		uint64_t t1 = bu_now_ns();
+		have = BU_MAX(have, want);
 		struct farm_ht_stats s0, s1;
 		stats_sum(c, &s0);
 		if ((rc = drive(0, have, false)))
 			goto out;
-		uint64_t t2 = farm_now_ns();
+		uint64_t t2 = bu_now_ns();
 		stats_sum(c, &s1);
 		p->pairs = have;
 		p->occupancy = (double)have / (double)slots;
@@ -488,8 +488,8 @@ static int run_cfg(const struct opts *o, unsigned H, uint32_t vsize,
 				goto out;
 			}
 			total += cnt;
-			p->shard_min = FARM_MIN(p->shard_min, cnt);
-			p->shard_max = FARM_MAX(p->shard_max, cnt);
+			p->shard_min = BU_MIN(p->shard_min, cnt);
+			p->shard_max = BU_MAX(p->shard_max, cnt);
 		}
 		if (total != have) {
 			snprintf(RUN.err, sizeof(RUN.err),
@@ -546,8 +546,8 @@ static void print_tables(const struct opts *o, const struct point *pts,
 					continue;
 				if (!p0)
 					p0 = p;
-				lo = FARM_MIN(lo, p->reads_per_lookup);
-				hi2 = FARM_MAX(hi2, p->reads_per_lookup);
+				lo = BU_MIN(lo, p->reads_per_lookup);
+				hi2 = BU_MAX(hi2, p->reads_per_lookup);
 			}
 			if (!p0)
 				continue;
@@ -880,7 +880,7 @@ static int parse(int argc, char **argv, struct opts *o)
 			break;
 		case 'g':
 			o->region_size = strtoull(optarg, &end, 10);
-			if (*end || !farm_is_pow2(o->region_size) ||
+			if (*end || !bu_is_pow2(o->region_size) ||
 			    o->region_size < (1u << 20))
 				goto bad;
 			break;
@@ -942,10 +942,10 @@ int main(int argc, char **argv)
 	fflush(stdout);
 	unsigned n = 0;
 	int failed = 0;
-	uint64_t t0 = farm_now_ns();
+	uint64_t t0 = bu_now_ns();
 	for (unsigned hi = 0; hi < o.nh; hi++)
 		for (unsigned v = 0; v < o.nv; v++) {
-			uint64_t t1 = farm_now_ns();
+			uint64_t t1 = bu_now_ns();
 			int rc = run_cfg(&o, o.hs[hi], o.vals[v], &pts[n]);
 			if (rc) {
 				fflush(stdout);
@@ -972,13 +972,12 @@ int main(int argc, char **argv)
 			printf("  H=%u value=%u: %.2f s (puts %.2f s, lookups "
 			       "%.2f s)\n",
 			       o.hs[hi], o.vals[v],
-			       (double)(farm_now_ns() - t1) / 1e9, put_s,
-			       get_s);
+			       (double)(bu_now_ns() - t1) / 1e9, put_s, get_s);
 			fflush(stdout);
 			n += o.nocc;
 		}
 	print_tables(&o, pts, n);
-	printf("total %.1f s\n", (double)(farm_now_ns() - t0) / 1e9);
+	printf("total %.1f s\n", (double)(bu_now_ns() - t0) / 1e9);
 	const struct point *g = find(pts, n, 8, 32, 90);
 	if (g)
 		printf("goal: reads per lookup at 90%% occupancy, H = 8, "

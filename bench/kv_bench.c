@@ -25,7 +25,7 @@
  *   farm_kv_mget of 24 uniform keys; C-local: read-only on keys of the
  *   machine's own shard only (the API path with no fabric).
  * Or, with --mix, YCSB's core workloads A to F instead (kv_work.c's table
- * W): A, B, C as zipf A, B, C; D 95/5 reads/inserts, the reads of the
+ * g_wdesc): A, B, C as zipf A, B, C; D 95/5 reads/inserts, the reads of the
  * latest inserted keys (a zipfian rank back from the last insert every
  * one below which is acknowledged, YCSB's AcknowledgedCounterGenerator);
  * E 95/5 scans/inserts, a scan visiting 1..100 pairs (uniform) of the
@@ -73,8 +73,8 @@
 #include "kv_bench.h"
 
 volatile sig_atomic_t interrupted;
-struct opts O;
-struct shared *SH;
+struct opts g_opt;
+struct shared *g_sh;
 static void on_signal(int sig)
 {
 	(void)sig;
@@ -109,10 +109,10 @@ static void cluster_kill(struct cluster *c)
 static int cluster_check(struct cluster *c)
 {
 	for (unsigned i = 0; i < c->n; i++) {
-		if (atomic_load(&SH->m[i].state) == ST_FAILED) {
+		if (atomic_load(&g_sh->m[i].state) == ST_FAILED) {
 			fprintf(stderr, PROG ": machine %u failed: %s\n", i,
-			        farm_strerror(SH->m[i].err));
-			return SH->m[i].err ? SH->m[i].err : -EIO;
+			        farm_strerror(g_sh->m[i].err));
+			return g_sh->m[i].err ? g_sh->m[i].err : -EIO;
 		}
 		int st;
 		pid_t p = waitpid(c->pid[i], &st, WNOHANG);
@@ -130,7 +130,7 @@ static int cluster_check(struct cluster *c)
 static int cluster_start(struct cluster *c, uint64_t nkeys, const char *tmp)
 {
 	memset(c, 0, sizeof(*c));
-	c->n = O.machines;
+	c->n = g_opt.machines;
 	c->nkeys = nkeys;
 	snprintf(c->base, sizeof(c->base), "%s/kv_bench.XXXXXX", tmp);
 	if (!mkdtemp(c->base)) {
@@ -139,18 +139,18 @@ static int cluster_start(struct cluster *c, uint64_t nkeys, const char *tmp)
 		c->base[0] = 0;
 		return -errno;
 	}
-	memset(SH, 0, sizeof(*SH));
-	SH->nkeys = nkeys;
+	memset(g_sh, 0, sizeof(*g_sh));
+	g_sh->nkeys = nkeys;
 	int first[MAXM] = {-1, -1, -1, -1, -1, -1, -1, -1};
 	int ncpu = kb_ncpus_allowed(first);
-	uint64_t t0 = farm_now_ns();
-	SH->zeta_n = kb_zeta(nkeys, O.theta);
-	if (O.zk[0]) {
+	uint64_t t0 = bu_now_ns();
+	g_sh->zeta_n = kb_zeta(nkeys, g_opt.theta);
+	if (g_opt.zk[0]) {
 		/* A fresh root per start: a retry must not see the ephemeral
 		 * znodes of the machines it killed. */
 		static unsigned starts;
-		snprintf(O.zk_root, sizeof(O.zk_root), "/libfarm/kvdemo-%ld-%u",
-		         (long)getpid(), starts++);
+		snprintf(g_opt.zk_root, sizeof(g_opt.zk_root),
+		         "/libfarm/kvdemo-%ld-%u", (long)getpid(), starts++);
 	}
 	fflush(NULL);
 	pid_t parent = getpid();
@@ -166,10 +166,10 @@ static int cluster_start(struct cluster *c, uint64_t nkeys, const char *tmp)
 			signal(SIGINT, SIG_IGN);
 			if (getppid() != parent)
 				_exit(1);
-			int cpu = O.pin ? first[i %
-			                        (unsigned)FARM_MIN(ncpu, MAXM)]
-			                : -1;
-			if (bnet_enter(&O.net, i))
+			int cpu = g_opt.pin ? first[i % (unsigned)BU_MIN(ncpu,
+			                                                 MAXM)]
+			                    : -1;
+			if (bnet_enter(&g_opt.net, i))
 				_exit(1);
 			int rc = kb_machine_main(i, c->base, nkeys, cpu);
 			fflush(NULL);
@@ -185,18 +185,18 @@ static int cluster_start(struct cluster *c, uint64_t nkeys, const char *tmp)
 		}
 		unsigned ready = 0;
 		for (unsigned i = 0; i < c->n; i++)
-			ready += atomic_load(&SH->m[i].state) == ST_READY;
+			ready += atomic_load(&g_sh->m[i].state) == ST_READY;
 		if (ready == c->n)
 			break;
 		kb_nap_ms(2);
 	}
 	printf("cluster of %u machines up in %.1f s (%" PRIu32
 	       " buckets of %u slots per machine, region %" PRIu64 " MiB)\n",
-	       c->n, (double)(farm_now_ns() - t0) / 1e9, kb_buckets_for(nkeys),
+	       c->n, (double)(bu_now_ns() - t0) / 1e9, kb_buckets_for(nkeys),
 	       4u, kb_region_for(kb_buckets_for(nkeys), nkeys) >> 20);
-	if (O.zk[0])
-		printf("  membership: ZooKeeper %s, root %s\n", O.zk,
-		       O.zk_root);
+	if (g_opt.zk[0])
+		printf("  membership: ZooKeeper %s, root %s\n", g_opt.zk,
+		       g_opt.zk_root);
 	fflush(stdout);
 	return 0;
 }
@@ -205,14 +205,14 @@ static int cluster_start(struct cluster *c, uint64_t nkeys, const char *tmp)
 static int cluster_cmd(struct cluster *c, int cmd, int wl, double secs,
                        bool progress)
 {
-	SH->cmd = cmd;
-	SH->wl = wl;
-	SH->dur_ns = (uint64_t)(secs * 1e9);
-	SH->warm_ns = SH->dur_ns / 10;
-	SH->go_ns = farm_now_ns() + 20000000ull + SH->warm_ns;
-	int seq = atomic_load(&SH->seq) + 1;
-	atomic_store(&SH->seq, seq);
-	uint64_t t0 = farm_now_ns();
+	g_sh->cmd = cmd;
+	g_sh->wl = wl;
+	g_sh->dur_ns = (uint64_t)(secs * 1e9);
+	g_sh->warm_ns = g_sh->dur_ns / 10;
+	g_sh->go_ns = bu_now_ns() + 20000000ull + g_sh->warm_ns;
+	int seq = atomic_load(&g_sh->seq) + 1;
+	atomic_store(&g_sh->seq, seq);
+	uint64_t t0 = bu_now_ns();
 	int next_pct = 10;
 	for (;;) {
 		int rc = cluster_check(c);
@@ -221,12 +221,12 @@ static int cluster_cmd(struct cluster *c, int cmd, int wl, double secs,
 		unsigned done = 0;
 		uint64_t loaded = 0;
 		for (unsigned i = 0; i < c->n; i++) {
-			done += atomic_load(&SH->m[i].done) == seq;
-			loaded += atomic_load(&SH->m[i].loaded);
+			done += atomic_load(&g_sh->m[i].done) == seq;
+			loaded += atomic_load(&g_sh->m[i].loaded);
 		}
 		if (progress && loaded * 100 >= (uint64_t)next_pct * c->nkeys &&
 		    next_pct <= 100) {
-			double s = (double)(farm_now_ns() - t0) / 1e9;
+			double s = (double)(bu_now_ns() - t0) / 1e9;
 			printf("  loaded %3d%% (%" PRIu64
 			       " keys, %.1f s, %.2f M "
 			       "puts/s)\n",
@@ -243,9 +243,9 @@ static int cluster_cmd(struct cluster *c, int cmd, int wl, double secs,
 
 static void cluster_stop(struct cluster *c)
 {
-	SH->cmd = CMD_QUIT;
-	atomic_store(&SH->seq, atomic_load(&SH->seq) + 1);
-	uint64_t t0 = farm_now_ns();
+	g_sh->cmd = CMD_QUIT;
+	atomic_store(&g_sh->seq, atomic_load(&g_sh->seq) + 1);
+	uint64_t t0 = bu_now_ns();
 	for (unsigned i = 0; i < c->n; i++) {
 		while (c->pid[i] > 0) {
 			int st;
@@ -254,9 +254,9 @@ static void cluster_stop(struct cluster *c)
 				c->pid[i] = 0;
 				break;
 			}
-			if (farm_now_ns() - t0 > 10 * NS) {
+			if (bu_now_ns() - t0 > 10 * NS) {
 				kill(c->pid[i], SIGKILL);
-				t0 = farm_now_ns();
+				t0 = bu_now_ns();
 			}
 			kb_nap_ms(1);
 		}
@@ -271,7 +271,7 @@ static void collect(unsigned n, struct fig *f)
 	memset(f, 0, sizeof(*f));
 	size_t ns = 0;
 	for (unsigned i = 0; i < n; i++) {
-		struct mres *r = &SH->res[i];
+		struct mres *r = &g_sh->res[i];
 		if (!r->ns)
 			continue;
 		double s = (double)r->ns / 1e9;
@@ -292,7 +292,7 @@ static void collect(unsigned n, struct fig *f)
 	f->have = true;
 }
 
-struct results R;
+struct results g_res;
 
 /* CPU time so far of the processes @pid[0..n-1], in ns. */
 static uint64_t cpu_of(const pid_t *pid, unsigned n)
@@ -324,21 +324,22 @@ static int run_farm(uint64_t nkeys, bool full, const char *tmp)
 		return rc;
 	printf("loading %" PRIu64 " keys (%u B keys, %u B values) from %u "
 	       "machines, %u puts in flight each\n",
-	       nkeys, O.ksize, O.vsize, O.machines, O.load_depth);
+	       nkeys, g_opt.ksize, g_opt.vsize, g_opt.machines,
+	       g_opt.load_depth);
 	fflush(stdout);
-	uint64_t t0 = farm_now_ns();
+	uint64_t t0 = bu_now_ns();
 	rc = cluster_cmd(&c, CMD_LOAD, 0, 0, true);
 	if (rc)
 		goto out;
-	double ls = (double)(farm_now_ns() - t0) / 1e9;
+	double ls = (double)(bu_now_ns() - t0) / 1e9;
 	printf("  loaded in %.1f s: %.2f M puts/s\n", ls,
 	       (double)nkeys / ls / 1e6);
 	if (full) {
-		R.load_s = ls;
-		R.load_rate = (double)nkeys / ls;
+		g_res.load_s = ls;
+		g_res.load_rate = (double)nkeys / ls;
 	}
 	int wls[NW], nwl = 0;
-	if (full && O.demo)
+	if (full && g_opt.demo)
 		wls[nwl++] = W_B;
 	else if (full) {
 		for (int w = 0; w < NW; w++)
@@ -350,21 +351,22 @@ static int run_farm(uint64_t nkeys, bool full, const char *tmp)
 	}
 	for (int i = 0; i < nwl && !rc; i++) {
 		int w = wls[i];
-		uint64_t c0 = cpu_of(c.pid, c.n), t0w = farm_now_ns();
-		rc = cluster_cmd(&c, CMD_RUN, w, O.seconds, false);
+		uint64_t c0 = cpu_of(c.pid, c.n), t0w = bu_now_ns();
+		rc = cluster_cmd(&c, CMD_RUN, w, g_opt.seconds, false);
 		if (rc)
 			break;
 		double cores = (double)(cpu_of(c.pid, c.n) - c0) /
-		               (double)(farm_now_ns() - t0w);
-		struct fig *f = full       ? &R.farm[w]
-		                : w == W_C ? &R.small_c
-		                           : &R.small_zc;
+		               (double)(bu_now_ns() - t0w);
+		struct fig *f = full       ? &g_res.farm[w]
+		                : w == W_C ? &g_res.small_c
+		                           : &g_res.small_zc;
 		collect(c.n, f);
 		f->cores = cores;
 		printf("  %-20s %8.3f M ops/s (%.3f M keys/s per core), p50 "
 		       "%.1f us, p99 %.1f us\n",
-		       W[w].name, f->ops / 1e6, f->keys / R.cores / 1e6,
-		       f->p50_ns / 1e3, f->p99_ns / 1e3);
+		       g_wdesc[w].name, f->ops / 1e6,
+		       f->keys / g_res.cores / 1e6, f->p50_ns / 1e3,
+		       f->p99_ns / 1e3);
 		if (w >= W_YA)
 			printf("  %-20s %.3f M inserts/s, %.3f M scans/s (%.1f "
 			       "pairs each), %.3f M read-modify-writes/s, "
@@ -374,384 +376,55 @@ static int run_farm(uint64_t nkeys, bool full, const char *tmp)
 			       f->rmws / 1e6, f->notfound);
 		fflush(stdout);
 	}
-	if (!rc && full && !O.demo && !O.any_mix) {
-		uint64_t c0 = cpu_of(c.pid, c.n), t0l = farm_now_ns();
-		rc = cluster_cmd(&c, CMD_LAT, 0, FARM_MIN(O.seconds, 1.0),
+	if (!rc && full && !g_opt.demo && !g_opt.any_mix) {
+		uint64_t c0 = cpu_of(c.pid, c.n), t0l = bu_now_ns();
+		rc = cluster_cmd(&c, CMD_LAT, 0, BU_MIN(g_opt.seconds, 1.0),
 		                 false);
 		if (!rc) {
-			collect(c.n, &R.lat1);
-			R.lat1.cores = (double)(cpu_of(c.pid, c.n) - c0) /
-			               (double)(farm_now_ns() - t0l);
+			collect(c.n, &g_res.lat1);
+			g_res.lat1.cores = (double)(cpu_of(c.pid, c.n) - c0) /
+			                   (double)(bu_now_ns() - t0l);
 			printf("  unloaded lookup (1 in flight, machine 0): "
 			       "%.3f M/s, "
 			       "p50 %.2f us, p99 %.2f us\n",
-			       R.lat1.ops / 1e6, R.lat1.p50_ns / 1e3,
-			       R.lat1.p99_ns / 1e3);
+			       g_res.lat1.ops / 1e6, g_res.lat1.p50_ns / 1e3,
+			       g_res.lat1.p99_ns / 1e3);
 		}
 	}
-	if (!rc && full && !O.demo && !O.any_mix) {
-		rc = cluster_cmd(&c, CMD_PLAIN, 0, O.seconds, false);
+	if (!rc && full && !g_opt.demo && !g_opt.any_mix) {
+		rc = cluster_cmd(&c, CMD_PLAIN, 0, g_opt.seconds, false);
 		if (!rc) {
-			struct mres *r = &SH->res[0];
-			R.plain_rate = (double)r->ops / ((double)r->ns / 1e9);
-			R.plain_fallback_frac =
+			struct mres *r = &g_sh->res[0];
+			g_res.plain_rate =
+			        (double)r->ops / ((double)r->ns / 1e9);
+			g_res.plain_fallback_frac =
 			        r->ops ? (double)r->chain_fallbacks /
 			                         (double)r->ops
 			               : 0;
 			printf("  plain local loop (machine 0, own shard): "
 			       "%.3f M "
 			       "lookups/s\n",
-			       R.plain_rate / 1e6);
+			       g_res.plain_rate / 1e6);
 		}
 	}
-	if (!rc && full && !O.demo) {
-		R.hst = (struct farm_ht_stats){0};
+	if (!rc && full && !g_opt.demo) {
+		g_res.hst = (struct farm_ht_stats){0};
 		for (unsigned i = 0; i < c.n; i++) {
-			struct farm_ht_stats *s = &SH->hst[i];
-			R.hst.lookups += s->lookups;
-			R.hst.lookup_reads += s->lookup_reads;
-			R.hst.lookup_retries += s->lookup_retries;
-			R.hst.lookup_chain_reads += s->lookup_chain_reads;
-			R.hst.puts += s->puts;
-			R.hst.combined_txns += s->combined_txns;
-			R.hst.hops += s->hops;
-			R.hst.chain_appends += s->chain_appends;
+			struct farm_ht_stats *s = &g_sh->hst[i];
+			g_res.hst.lookups += s->lookups;
+			g_res.hst.lookup_reads += s->lookup_reads;
+			g_res.hst.lookup_retries += s->lookup_retries;
+			g_res.hst.lookup_chain_reads += s->lookup_chain_reads;
+			g_res.hst.puts += s->puts;
+			g_res.hst.combined_txns += s->combined_txns;
+			g_res.hst.hops += s->hops;
+			g_res.hst.chain_appends += s->chain_appends;
 		}
 	}
 out:
 	fflush(stdout);
 	cluster_stop(&c);
 	return rc;
-}
-
-/* A workload's figures (@ycsb: with inserts, scans, read-modify-writes
- * and reads not found). */
-static void jfig(const char *name, const struct fig *f, bool ycsb, bool comma)
-{
-	if (!f->have) {
-		printf("\"%s\": null%s", name, comma ? ", " : "");
-		return;
-	}
-	printf("\"%s\": {\"ops\": %.0f, \"keys\": %.0f, \"gets\": %.0f, "
-	       "\"puts\": %.0f, \"keys_per_core\": %.0f, \"p50_ns\": %.0f, "
-	       "\"p99_ns\": %.0f",
-	       name, f->ops, f->keys, f->gets, f->puts, f->keys / R.cores,
-	       f->p50_ns, f->p99_ns);
-	if (ycsb)
-		printf(", \"inserts\": %.0f, \"scans\": %.0f, \"scan_pairs\": "
-		       "%.0f, \"rmws\": %.0f, \"notfound\": %" PRIu64,
-		       f->inserts, f->scans, f->scan_pairs, f->rmws,
-		       f->notfound);
-	printf("}%s", comma ? ", " : "");
-}
-
-static void jgoal(const char *name, double v, bool have, double target,
-                  bool met, const char *cmp, bool comma)
-{
-	if (have)
-		printf("\"%s\": {\"value\": %.4g, \"target\": %.4g, \"cmp\": "
-		       "\"%s\", \"met\": %s}%s",
-		       name, v, target, cmp, met ? "true" : "false",
-		       comma ? ", " : "");
-	else
-		printf("\"%s\": {\"value\": null, \"target\": %.4g, \"cmp\": "
-		       "\"%s\", \"met\": false}%s",
-		       name, target, cmp, comma ? ", " : "");
-}
-
-/* The comparison over ofi: lookups per measured CPU core against
- * memcached's best configuration per measured server core, unloaded
- * lookup p50 against memcached's unloaded GET p50. */
-struct net_goals {
-	double farm_pc, mc_pc, x, mc_cores, mc_client_cores;
-	double farm_p50, mc_p50; /* us */
-	const char *mc_mode;
-};
-
-static struct net_goals net_goals(void)
-{
-	struct net_goals g = {.mc_mode = "none"};
-	const struct fig *f = &R.farm[W_C];
-	if (f->have && f->cores > 0)
-		g.farm_pc = f->keys / f->cores;
-	for (int m = 0; m < NMODE && R.peer_ok[P_MC]; m++) {
-		const struct fig *p = &R.peer[P_MC][m][W_C];
-		/* At least a hundredth of a core: schedstat's resolution is
-		 * exact, but a run must have run. */
-		double pc = p->have && p->cores > 0.01 ? p->keys / p->cores : 0;
-		if (pc > g.mc_pc) {
-			g.mc_pc = pc;
-			g.mc_cores = p->cores;
-			g.mc_client_cores = p->client_cores;
-			g.mc_mode = mname[m];
-		}
-	}
-	g.x = g.mc_pc > 0 ? g.farm_pc / g.mc_pc : 0;
-	g.farm_p50 = R.lat1.p50_ns / 1e3;
-	g.mc_p50 = R.peer_lat1[P_MC].have ? R.peer_lat1[P_MC].p50_ns / 1e3 : 0;
-	return g;
-}
-
-static void print_net(const struct net_goals *g)
-{
-	printf("\n%s (%s): uniform C %.3f M lookups/s on %.2f measured "
-	       "cores (every machine process, progress threads included) = "
-	       "%.0f lookups/s per core\n",
-	       O.net.fabric, bnet_network(&O.net), R.farm[W_C].keys / 1e6,
-	       R.farm[W_C].cores, g->farm_pc);
-	printf("memcached best (%s): %.0f GETs/s per server core (%.2f "
-	       "server cores, %.2f client cores)\n",
-	       g->mc_mode, g->mc_pc, g->mc_cores, g->mc_client_cores);
-	printf("per core: farm/memcached %.3f (goal >= 2); unloaded p50: farm "
-	       "lookup %.1f us, memcached GET %.1f us (goal: farm's under)\n",
-	       g->x, g->farm_p50, g->mc_p50);
-}
-
-/* The JSON line's end over ofi: the measured cores, the peers' unloaded
- * GETs and the goals across hosts (across namespaces; on loopback they are
- * reported, never met). */
-static void print_net_json(const struct net_goals *ng)
-{
-	printf("}, \"measured_cores\": {\"farm_uniform_c\": %.3f, "
-	       "\"farm_unloaded_lookup\": %.3f, "
-	       "\"memcached_best_server\": %.3f, "
-	       "\"memcached_best_client\": %.3f}, "
-	       "\"per_core\": {\"farm_uniform_c\": %.0f, "
-	       "\"memcached_best\": %.0f, \"memcached_best_mode\": "
-	       "\"%s\"}, ",
-	       R.farm[W_C].cores, R.lat1.cores, ng->mc_cores,
-	       ng->mc_client_cores, ng->farm_pc, ng->mc_pc, ng->mc_mode);
-	jfig("memcached_unloaded_get", &R.peer_lat1[P_MC], false, true);
-	jfig("redis_unloaded_get", &R.peer_lat1[P_REDIS], false, false);
-	printf(", \"goals\": {");
-	jgoal("netns_lookups_per_core_vs_memcached_best", ng->x,
-	      ng->mc_pc > 0 && ng->farm_pc > 0, 2.0,
-	      O.net.netns && ng->x >= 2.0, ">=", true);
-	jgoal("netns_lookup_p50_us_vs_memcached_p50_us", ng->farm_p50,
-	      R.lat1.have && ng->mc_p50 > 0, ng->mc_p50 > 0 ? ng->mc_p50 : 0,
-	      O.net.netns && R.lat1.have && ng->mc_p50 > 0 &&
-	              ng->farm_p50 < ng->mc_p50,
-	      "<", false);
-	printf("}}\n");
-	fflush(stdout);
-}
-
-/* The default run's summary lines. */
-static void print_summary(double farm_c, double lat_us, double vs_plain,
-                          const char *best_name, double best_peer,
-                          double vs_peer)
-{
-	printf("\nfarm: %u machine threads on %d cores; lookups/s per core "
-	       "(uniform C) %.3f M\n",
-	       O.machines, R.cores, farm_c / 1e6);
-	printf("unloaded lookup latency p50 %.2f us, p99 %.2f us (1 in flight; "
-	       "under load, %u in flight: p50 %.1f us)\n",
-	       lat_us, R.lat1.p99_ns / 1e3, O.depth, R.farm[W_C].p50_ns / 1e3);
-	printf("plain local loop %.3f M lookups/s per core (%.4f%% via the "
-	       "chain fallback); farm/plain %.3f\n",
-	       R.plain_rate / 1e6, R.plain_fallback_frac * 100, vs_plain);
-	printf("best peer: %s, %.3f M GETs/s per server core; farm/peer "
-	       "%.2fx\n",
-	       best_name, best_peer / 1e6, vs_peer);
-}
-
-static void print_all(void)
-{
-	double cores = R.cores;
-	printf("\n%-20s | %12s %8s %8s | %26s | %26s\n", "workload",
-	       "farm keys/s", "p50 us", "p99 us", "memcached pipe / single",
-	       "redis pipe / single");
-	printf("%-20s | %12s %8s %8s | %26s | %26s\n", "", "per core", "", "",
-	       "keys/s (all threads)", "keys/s (all threads)");
-	for (int w = 0; w < NW; w++) {
-		const struct fig *f = &R.farm[w];
-		if (!kb_runs(w, false))
-			continue;
-		printf("%-20s | %10.3f M %8.1f %8.1f |", W[w].name,
-		       f->keys / cores / 1e6, f->p50_ns / 1e3, f->p99_ns / 1e3);
-		for (int p = 0; p < NPEER; p++) {
-			if (!kb_runs(w, true) || !R.peer_ok[p])
-				printf(" %26s |", "-");
-			else
-				printf("   %9.3f M / %9.3f M |",
-				       R.peer[p][M_PIPE][w].keys / 1e6,
-				       R.peer[p][M_SINGLE][w].keys / 1e6);
-		}
-		printf("\n");
-	}
-	double farm_c = R.farm[W_C].keys / cores;
-	double best_peer = 0;
-	const char *best_name = "none";
-	for (int p = 0; p < NPEER; p++)
-		for (int m = 0; m < NMODE; m++)
-			if (R.peer_ok[p] &&
-			    R.peer[p][m][W_C].gets > best_peer) {
-				best_peer = R.peer[p][m][W_C]
-				                    .gets; /* 1 server core */
-				best_name =
-				        p == P_MC ? (m ? "memcached single"
-				                       : "memcached pipelined")
-				                  : (m ? "redis single"
-				                       : "redis pipelined");
-			}
-	double vs_peer = best_peer > 0 ? farm_c / best_peer : 0;
-	double lat_us = R.lat1.p50_ns / 1e3;
-	double vs_plain = R.plain_rate > 0 ? farm_c / R.plain_rate : 0;
-	bool have_small = R.small_c.have;
-	double scale = have_small && R.small_c.keys > 0
-	                       ? R.farm[W_C].keys / R.small_c.keys
-	                       : 0;
-	if (O.any_mix)
-		printf("\n--mix: the default workloads, the unloaded latency "
-		       "and the plain loop were not run: their goals report "
-		       "null\n");
-	else
-		print_summary(farm_c, lat_us, vs_plain, best_name, best_peer,
-		              vs_peer);
-	if (have_small)
-		printf("at %" PRIu64 " keys: %.3f M keys/s per core; %" PRIu64
-		       " keys / %" PRIu64 " keys = %.3f\n",
-		       R.small_keys, R.small_c.keys / cores / 1e6, O.keys,
-		       R.small_keys, scale);
-	double rpl =
-	        R.hst.lookups ? (double)R.hst.lookup_reads / R.hst.lookups : 0;
-	printf("table: %.4f reads per lookup, %" PRIu64 " retries, %" PRIu64
-	       " hops, %" PRIu64 " chain appends, %" PRIu64
-	       " combined transactions for %" PRIu64 " puts\n",
-	       rpl, R.hst.lookup_retries, R.hst.hops, R.hst.chain_appends,
-	       R.hst.combined_txns, R.hst.puts);
-	printf("total %.1f s\n", R.total_s);
-	struct net_goals ng = net_goals();
-	if (!bnet_shm(&O.net))
-		print_net(&ng);
-
-	printf("{\"bench\": \"kv_bench\", \"provider\": \"%s\", "
-	       "\"network\": \"%s\", \"machines\": %u, "
-	       "\"threads_per_machine\": 1, \"cores\": %d, \"busy_poll\": "
-	       "true, "
-	       "\"pinned\": %s, \"keys\": %" PRIu64 ", \"key_bytes\": %u, "
-	       "\"value_bytes\": %u, \"key_inline\": %u, \"value_inline\": "
-	       "%u, \"zipf_theta\": %.3g, \"mix\": ",
-	       O.net.fabric, bnet_network(&O.net), O.machines, R.cores,
-	       O.pin ? "true" : "false", O.keys, O.ksize, O.vsize,
-	       kb_key_inline(), kb_val_inline(), O.theta);
-	if (O.any_mix) {
-		printf("\"");
-		for (int w = W_YA; w <= W_YF; w++)
-			if (O.mix[w])
-				printf("%c", 'A' + (w - W_YA));
-		printf("\"");
-	} else {
-		printf("null");
-	}
-	printf(", \"occupancy\": %.2f, \"depth\": %u, \"log_size\": %" PRIu64
-	       ", \"seconds\": %.3g, \"sample_every\": %u, \"load_s\": %.2f, "
-	       "\"load_puts_per_s\": %.0f, \"reads_per_lookup\": %.4f, "
-	       "\"farm\": {",
-	       O.occupancy, O.depth, O.log_size, O.seconds, O.sample_every,
-	       R.load_s, R.load_rate, rpl);
-	for (int w = 0; w < NW; w++)
-		if (kb_runs(w, false))
-			jfig(W[w].key, &R.farm[w], w >= W_YA, true);
-	jfig("unloaded_lookup", &R.lat1, false, false);
-	printf("}, \"plain_local_loop_per_s\": %.0f, \"small\": {\"keys\": "
-	       "%" PRIu64 ", ",
-	       R.plain_rate, R.small_keys);
-	jfig("uniform_c", &R.small_c, false, true);
-	jfig("zipf_c", &R.small_zc, false, false);
-	printf("}, \"peers\": {");
-	for (int p = 0; p < NPEER; p++) {
-		printf("\"%s\": {\"ok\": %s, \"server_cores\": 1, \"load_s\": "
-		       "%.2f",
-		       pname[p], R.peer_ok[p] ? "true" : "false",
-		       R.peer_load_s[p]);
-		for (int m = 0; m < NMODE; m++) {
-			printf(", \"%s\": {", mname[m]);
-			bool first = true;
-			for (int w = 0; w < NW; w++) {
-				if (!kb_runs(w, true))
-					continue;
-				printf("%s", first ? "" : ", ");
-				jfig(W[w].key, &R.peer[p][m][w], w >= W_YA,
-				     false);
-				first = false;
-			}
-			printf("}");
-		}
-		printf("}%s", p + 1 < NPEER ? ", " : "");
-	}
-	printf("}, \"ratios\": "
-	       "{\"farm_per_core_vs_best_peer_per_server_core\": "
-	       "%.3f, \"best_peer\": \"%s\", \"farm_vs_plain\": %.3f, "
-	       "\"n_vs_small\": %.3f",
-	       vs_peer, best_name, vs_plain, scale);
-	for (int w = 0; w < NW; w++) {
-		const struct fig *f = &R.farm[w];
-		if (!kb_runs(w, true))
-			continue;
-		double bp = 0;
-		for (int p = 0; p < NPEER; p++)
-			for (int m = 0; m < NMODE; m++)
-				if (R.peer_ok[p])
-					bp = FARM_MAX(bp, R.peer[p][m][w].keys);
-		printf(", \"%s_farm_per_core_vs_best_peer\": %.3f", W[w].key,
-		       bp > 0 ? f->keys / cores / bp : 0);
-	}
-	if (!bnet_shm(&O.net)) {
-		print_net_json(&ng);
-		return;
-	}
-	printf("}, \"goals\": {");
-	jgoal("lookups_per_s_per_core", farm_c, R.farm[W_C].have, GOAL_RATE,
-	      farm_c >= GOAL_RATE, ">=", true);
-	jgoal("vs_best_peer_per_server_core", vs_peer, best_peer > 0,
-	      GOAL_PEER_X, vs_peer >= GOAL_PEER_X, ">=", true);
-	jgoal("lookup_p50_us", lat_us, R.lat1.have, GOAL_P50_US,
-	      lat_us < GOAL_P50_US, "<", true);
-	jgoal("vs_plain_local_loop", vs_plain, R.plain_rate > 0, GOAL_LOCAL,
-	      vs_plain >= GOAL_LOCAL, ">=", true);
-	jgoal("n_keys_vs_1m_keys", scale, have_small, 1.0 - GOAL_SCALE,
-	      scale >= 1.0 - GOAL_SCALE, ">=", false);
-	printf("}}\n");
-	fflush(stdout);
-}
-
-/* The demo's summary: farm's YCSB-B next to memcached's (pipelined). */
-static void print_demo(bool mc_skipped)
-{
-	const struct fig *f = &R.farm[W_B];
-	const struct fig *m = &R.peer[P_MC][M_PIPE][W_B];
-	printf("\n== summary: YCSB-B (95%% lookups, 5%% updates, uniform "
-	       "keys), "
-	       "%" PRIu64 " keys, %.0f s each, %d CPU%s\n",
-	       O.keys, O.seconds, R.ncpu, R.ncpu == 1 ? "" : "s");
-	printf("  %-24s %12s %16s %10s %10s\n", "", "ops/s", "ops/s per core",
-	       "p50", "p99");
-	printf("  %-24s %10.2f M %14.2f M %7.1f us %7.1f us   (per lookup)\n",
-	       "libfarm (3 machines)", f->ops / 1e6, f->keys / R.cores / 1e6,
-	       f->p50_ns / 1e3, f->p99_ns / 1e3);
-	if (R.peer_ok[P_MC] && m->have) {
-		printf("  %-24s %10.2f M %14.2f M %7.1f us %7.1f us   (per "
-		       "batch of %u requests)\n",
-		       "memcached (pipelined)", m->ops / 1e6, m->ops / 1e6,
-		       m->p50_ns / 1e3, m->p99_ns / 1e3, O.depth);
-		printf("  (per core: libfarm over the %d cores its %u machines "
-		       "share; memcached over its one server thread, -t 1)\n",
-		       R.cores, O.machines);
-		printf("demo: done: libfarm %.2f M ops/s, %.1fx memcached's "
-		       "%.2f M (%.1fx per core); everything stopped\n",
-		       f->ops / 1e6, m->ops > 0 ? f->ops / m->ops : 0,
-		       m->ops / 1e6,
-		       m->ops > 0 ? (f->keys / R.cores) / m->ops : 0);
-	} else {
-		printf("  %-24s %s\n", "memcached (pipelined)",
-		       mc_skipped ? "skipped: memcached is not installed"
-		                  : "skipped: memcached could not be run");
-		printf("demo: done: libfarm %.2f M ops/s (memcached skipped); "
-		       "everything stopped\n",
-		       f->ops / 1e6);
-	}
-	fflush(stdout);
 }
 
 /* ---- main ---------------------------------------------------------------- */
@@ -854,147 +527,225 @@ static int parse_mix(const char *s)
 	for (const char *p = s; !all && *p; p++) {
 		int c = *p >= 'a' && *p <= 'z' ? *p - 'a' + 'A' : *p;
 		if (c >= 'A' && c <= 'F')
-			O.mix[W_YA + (c - 'A')] = true;
+			g_opt.mix[W_YA + (c - 'A')] = true;
 		else if (c != ',')
 			return -EINVAL;
 	}
 	for (int w = W_YA; all && w <= W_YF; w++)
-		O.mix[w] = true;
+		g_opt.mix[w] = true;
 	for (int w = W_YA; w <= W_YF; w++)
-		O.any_mix |= O.mix[w];
-	return O.any_mix ? 0 : -EINVAL;
+		g_opt.any_mix |= g_opt.mix[w];
+	return g_opt.any_mix ? 0 : -EINVAL;
+}
+
+/* Which defaults the options overrode (--quick's, --demo's and the
+ * network's apply only to the others). */
+struct explicit_opts {
+	bool keys, secs, mach, log;
+};
+
+/* After the options: --quick's, --demo's and the network's defaults, the
+ * log size the values need, and the checks across options. 0 or -EINVAL
+ * (said on stderr). */
+static int finish_opts(struct explicit_opts set)
+{
+	if (g_opt.quick) {
+		if (!set.keys)
+			g_opt.keys = 100000;
+		if (!set.secs)
+			g_opt.seconds = 0.5;
+		g_opt.small = false;
+		if (g_opt.peers &&
+		    (!kb_in_path("memcached") || !kb_in_path("redis-server"))) {
+			fprintf(stderr,
+			        PROG ": --quick: memcached or redis-server "
+			             "not installed: peers skipped\n");
+			g_opt.peers = false;
+		}
+	}
+	if (g_opt.demo) {
+		if (!set.mach)
+			g_opt.machines = 3;
+		if (!set.keys)
+			g_opt.keys = SMALL_KEYS;
+		if (!set.secs)
+			g_opt.seconds = 10.0;
+		g_opt.small = false;
+	}
+	if (bnet_check(&g_opt.net, PROG, g_opt.machines))
+		return -EINVAL;
+	if (!bnet_shm(&g_opt.net)) {
+		/* Software RMA over TCP loads thousands, not millions, of
+		 * keys a second. */
+		if (!set.keys)
+			g_opt.keys = 100000;
+		g_opt.small = false;
+	}
+	if (g_opt.net.netns) {
+		/* The machines join through the cluster's ZooKeeper; the
+		 * peers serve from machine 0's namespace. */
+		const char *zk = getenv("FARM_NETNS_ZK");
+		if (!g_opt.zk[0] && zk && *zk)
+			snprintf(g_opt.zk, sizeof(g_opt.zk), "%s", zk);
+		if (kb_peer_netns())
+			return -EINVAL;
+	}
+	if (g_opt.keys <= SMALL_KEYS || g_opt.any_mix)
+		g_opt.small = false;
+	if (!set.log) {
+		/* The owner combines up to 64 puts in one transaction, whose
+		 * records must fit half a log with room to spare: big values
+		 * need bigger logs (1 MiB for the default sizes). */
+		uint64_t need =
+		        64ull * 8 *
+		        (8 + g_opt.ksize + g_opt.vsize + 4 * kb_bucket_bytes());
+		while (g_opt.log_size < need && g_opt.log_size < (64u << 20))
+			g_opt.log_size <<= 1;
+	}
+	if (g_opt.demo && g_opt.any_mix) {
+		fprintf(stderr, PROG ": --demo runs YCSB-B; not with --mix\n");
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* The long options (parse_opts). */
+enum {
+	O_MACH = 256,
+	O_KEYS,
+	O_SECS,
+	O_DEPTH,
+	O_LDEPTH,
+	O_OCC,
+	O_SAMP,
+	O_NOPEERS,
+	O_NOSMALL,
+	O_NOPIN,
+	O_QUICK,
+	O_LOG,
+	O_DEMO,
+	O_ZK,
+	O_KSIZE,
+	O_VSIZE,
+	O_ZIPF,
+	O_MIX,
+	O_FABRIC,
+	O_NETNS
+};
+static const struct option lo[] = {
+        {"machines", required_argument, NULL, O_MACH},
+        {"keys", required_argument, NULL, O_KEYS},
+        {"seconds", required_argument, NULL, O_SECS},
+        {"depth", required_argument, NULL, O_DEPTH},
+        {"load-depth", required_argument, NULL, O_LDEPTH},
+        {"occupancy", required_argument, NULL, O_OCC},
+        {"sample-every", required_argument, NULL, O_SAMP},
+        {"no-peers", no_argument, NULL, O_NOPEERS},
+        {"no-small", no_argument, NULL, O_NOSMALL},
+        {"no-pin", no_argument, NULL, O_NOPIN},
+        {"quick", no_argument, NULL, O_QUICK},
+        {"log-size", required_argument, NULL, O_LOG},
+        {"demo", no_argument, NULL, O_DEMO},
+        {"zk", required_argument, NULL, O_ZK},
+        {"key-size", required_argument, NULL, O_KSIZE},
+        {"value-size", required_argument, NULL, O_VSIZE},
+        {"zipf", required_argument, NULL, O_ZIPF},
+        {"mix", required_argument, NULL, O_MIX},
+        {"fabric", required_argument, NULL, O_FABRIC},
+        {"netns", no_argument, NULL, O_NETNS},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0}};
+
+/* The options' defaults, into g_opt. */
+static void default_opts(void)
+{
+	g_opt = (struct opts){.machines = 2,
+	                      .depth = 32,
+	                      .load_depth = 64,
+	                      .log_size = 1u << 20,
+	                      .sample_every = 16,
+	                      .keys = 10000000ull,
+	                      .seconds = 2.0,
+	                      .occupancy = 0.85,
+	                      .peers = true,
+	                      .small = true,
+	                      .pin = true,
+	                      .ksize = 16,
+	                      .vsize = 32,
+	                      .theta = 0.99,
+	                      .net = BNET_DEFAULT};
 }
 
 static int parse_opts(int argc, char **argv)
 {
-	enum {
-		O_MACH = 256,
-		O_KEYS,
-		O_SECS,
-		O_DEPTH,
-		O_LDEPTH,
-		O_OCC,
-		O_SAMP,
-		O_NOPEERS,
-		O_NOSMALL,
-		O_NOPIN,
-		O_QUICK,
-		O_LOG,
-		O_DEMO,
-		O_ZK,
-		O_KSIZE,
-		O_VSIZE,
-		O_ZIPF,
-		O_MIX,
-		O_FABRIC,
-		O_NETNS
-	};
-	static const struct option lo[] = {
-	        {"machines", required_argument, NULL, O_MACH},
-	        {"keys", required_argument, NULL, O_KEYS},
-	        {"seconds", required_argument, NULL, O_SECS},
-	        {"depth", required_argument, NULL, O_DEPTH},
-	        {"load-depth", required_argument, NULL, O_LDEPTH},
-	        {"occupancy", required_argument, NULL, O_OCC},
-	        {"sample-every", required_argument, NULL, O_SAMP},
-	        {"no-peers", no_argument, NULL, O_NOPEERS},
-	        {"no-small", no_argument, NULL, O_NOSMALL},
-	        {"no-pin", no_argument, NULL, O_NOPIN},
-	        {"quick", no_argument, NULL, O_QUICK},
-	        {"log-size", required_argument, NULL, O_LOG},
-	        {"demo", no_argument, NULL, O_DEMO},
-	        {"zk", required_argument, NULL, O_ZK},
-	        {"key-size", required_argument, NULL, O_KSIZE},
-	        {"value-size", required_argument, NULL, O_VSIZE},
-	        {"zipf", required_argument, NULL, O_ZIPF},
-	        {"mix", required_argument, NULL, O_MIX},
-	        {"fabric", required_argument, NULL, O_FABRIC},
-	        {"netns", no_argument, NULL, O_NETNS},
-	        {"help", no_argument, NULL, 'h'},
-	        {NULL, 0, NULL, 0}};
-	O = (struct opts){.machines = 2,
-	                  .depth = 32,
-	                  .load_depth = 64,
-	                  .log_size = 1u << 20,
-	                  .sample_every = 16,
-	                  .keys = 10000000ull,
-	                  .seconds = 2.0,
-	                  .occupancy = 0.85,
-	                  .peers = true,
-	                  .small = true,
-	                  .pin = true,
-	                  .ksize = 16,
-	                  .vsize = 32,
-	                  .theta = 0.99,
-	                  .net = BNET_DEFAULT};
-	bool set_keys = false, set_secs = false, set_mach = false;
-	bool set_log = false;
+	default_opts();
+	struct explicit_opts set = {false, false, false, false};
 	uint64_t v;
 	char *end;
 	int c;
 	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
 		switch (c) {
 		case O_MACH:
-			if (farm_parse_size(optarg, &v) || v < 2 || v > MAXM)
+			if (bu_parse_size(optarg, &v) || v < 2 || v > MAXM)
 				goto bad;
-			O.machines = (unsigned)v;
-			set_mach = true;
+			g_opt.machines = (unsigned)v;
+			set.mach = true;
 			break;
 		case O_KEYS:
-			if (farm_parse_size(optarg, &v) || v < 1000 ||
+			if (bu_parse_size(optarg, &v) || v < 1000 ||
 			    v > KEY_LIMIT / 2) /* room for inserts */
 				goto bad;
-			O.keys = v;
-			set_keys = true;
+			g_opt.keys = v;
+			set.keys = true;
 			break;
 		case O_SECS:
-			O.seconds = strtod(optarg, &end);
-			if (*end || !(O.seconds >= 0.05 && O.seconds <= 600))
+			g_opt.seconds = strtod(optarg, &end);
+			if (*end ||
+			    !(g_opt.seconds >= 0.05 && g_opt.seconds <= 600))
 				goto bad;
-			set_secs = true;
+			set.secs = true;
 			break;
 		case O_DEPTH:
-			if (farm_parse_size(optarg, &v) || v < 1 || v > 200)
+			if (bu_parse_size(optarg, &v) || v < 1 || v > 200)
 				goto bad;
-			O.depth = (unsigned)v;
+			g_opt.depth = (unsigned)v;
 			break;
 		case O_LDEPTH:
-			if (farm_parse_size(optarg, &v) || v < 1 || v > 200)
+			if (bu_parse_size(optarg, &v) || v < 1 || v > 200)
 				goto bad;
-			O.load_depth = (unsigned)v;
+			g_opt.load_depth = (unsigned)v;
 			break;
 		case O_OCC:
-			O.occupancy = strtod(optarg, &end);
-			if (*end ||
-			    !(O.occupancy >= 0.3 && O.occupancy <= 0.95))
+			g_opt.occupancy = strtod(optarg, &end);
+			if (*end || !(g_opt.occupancy >= 0.3 &&
+			              g_opt.occupancy <= 0.95))
 				goto bad;
 			break;
 		case O_SAMP:
-			if (farm_parse_size(optarg, &v) || !farm_is_pow2(v) ||
+			if (bu_parse_size(optarg, &v) || !bu_is_pow2(v) ||
 			    v > 65536)
 				goto bad;
-			O.sample_every = (unsigned)v;
+			g_opt.sample_every = (unsigned)v;
 			break;
-		case O_NOPEERS: O.peers = false; break;
-		case O_NOSMALL: O.small = false; break;
-		case O_NOPIN: O.pin = false; break;
-		case O_QUICK: O.quick = true; break;
-		case O_DEMO: O.demo = true; break;
+		case O_NOPEERS: g_opt.peers = false; break;
+		case O_NOSMALL: g_opt.small = false; break;
+		case O_NOPIN: g_opt.pin = false; break;
+		case O_QUICK: g_opt.quick = true; break;
+		case O_DEMO: g_opt.demo = true; break;
 		case O_KSIZE:
-			if (farm_parse_size(optarg, &v) || v < 8 ||
-			    v > KLEN_MAX)
+			if (bu_parse_size(optarg, &v) || v < 8 || v > KLEN_MAX)
 				goto bad;
-			O.ksize = (unsigned)v;
+			g_opt.ksize = (unsigned)v;
 			break;
 		case O_VSIZE:
-			if (farm_parse_size(optarg, &v) || v < 8 ||
-			    v > VLEN_MAX)
+			if (bu_parse_size(optarg, &v) || v < 8 || v > VLEN_MAX)
 				goto bad;
-			O.vsize = (unsigned)v;
+			g_opt.vsize = (unsigned)v;
 			break;
 		case O_ZIPF:
-			O.theta = strtod(optarg, &end);
-			if (*end || !(O.theta >= 0.01 && O.theta <= 0.999))
+			g_opt.theta = strtod(optarg, &end);
+			if (*end ||
+			    !(g_opt.theta >= 0.01 && g_opt.theta <= 0.999))
 				goto bad;
 			break;
 		case O_MIX:
@@ -1002,21 +753,21 @@ static int parse_opts(int argc, char **argv)
 				goto bad;
 			break;
 		case O_FABRIC:
-			if (bnet_set_fabric(&O.net, optarg))
+			if (bnet_set_fabric(&g_opt.net, optarg))
 				goto bad;
 			break;
-		case O_NETNS: O.net.netns = true; break;
+		case O_NETNS: g_opt.net.netns = true; break;
 		case O_ZK:
-			if (!*optarg || strlen(optarg) >= sizeof(O.zk))
+			if (!*optarg || strlen(optarg) >= sizeof(g_opt.zk))
 				goto bad;
-			snprintf(O.zk, sizeof(O.zk), "%s", optarg);
+			snprintf(g_opt.zk, sizeof(g_opt.zk), "%s", optarg);
 			break;
 		case O_LOG:
-			if (farm_parse_size(optarg, &v) || !farm_is_pow2(v) ||
+			if (bu_parse_size(optarg, &v) || !bu_is_pow2(v) ||
 			    v < (64u << 10) || v > (64u << 20))
 				goto bad;
-			O.log_size = v;
-			set_log = true;
+			g_opt.log_size = v;
+			set.log = true;
 			break;
 		case 'h': usage(stdout); exit(0);
 		default: usage(stderr); return -EINVAL;
@@ -1027,64 +778,7 @@ static int parse_opts(int argc, char **argv)
 		        argv[optind]);
 		return -EINVAL;
 	}
-	if (O.quick) {
-		if (!set_keys)
-			O.keys = 100000;
-		if (!set_secs)
-			O.seconds = 0.5;
-		O.small = false;
-		if (O.peers &&
-		    (!kb_in_path("memcached") || !kb_in_path("redis-server"))) {
-			fprintf(stderr,
-			        PROG ": --quick: memcached or redis-server "
-			             "not installed: peers skipped\n");
-			O.peers = false;
-		}
-	}
-	if (O.demo) {
-		if (!set_mach)
-			O.machines = 3;
-		if (!set_keys)
-			O.keys = SMALL_KEYS;
-		if (!set_secs)
-			O.seconds = 10.0;
-		O.small = false;
-	}
-	if (bnet_check(&O.net, PROG, O.machines))
-		return -EINVAL;
-	if (!bnet_shm(&O.net)) {
-		/* Software RMA over TCP loads thousands, not millions, of
-		 * keys a second. */
-		if (!set_keys)
-			O.keys = 100000;
-		O.small = false;
-	}
-	if (O.net.netns) {
-		/* The machines join through the cluster's ZooKeeper; the
-		 * peers serve from machine 0's namespace. */
-		const char *zk = getenv("FARM_NETNS_ZK");
-		if (!O.zk[0] && zk && *zk)
-			snprintf(O.zk, sizeof(O.zk), "%s", zk);
-		if (kb_peer_netns())
-			return -EINVAL;
-	}
-	if (O.keys <= SMALL_KEYS || O.any_mix)
-		O.small = false;
-	if (!set_log) {
-		/* The owner combines up to 64 puts in one transaction, whose
-		 * records must fit half a log with room to spare: big values
-		 * need bigger logs (1 MiB for the default sizes). */
-		uint64_t need = 64ull * 8 *
-		                (8 + O.ksize + O.vsize + 4 * kb_bucket_bytes());
-		while (O.log_size < need && O.log_size < (64u << 20))
-			O.log_size <<= 1;
-	}
-	if (O.demo && O.any_mix) {
-		fprintf(stderr, PROG ": --demo runs YCSB-B; not with --mix\n");
-		return -EINVAL;
-	}
-
-	return 0;
+	return finish_opts(set);
 bad:
 	fprintf(stderr, PROG ": bad value '%s' for --%s (see --help)\n", optarg,
 	        lo[c - O_MACH].name);
@@ -1095,9 +789,9 @@ bad:
 static int demo_main(const char *tmp)
 {
 	printf("== libfarm: %u machines, %" PRIu64 " keys, YCSB-B for %.0f s\n",
-	       O.machines, O.keys, O.seconds);
+	       g_opt.machines, g_opt.keys, g_opt.seconds);
 	fflush(stdout);
-	int rc = run_farm(O.keys, true, tmp);
+	int rc = run_farm(g_opt.keys, true, tmp);
 	bool mc_skipped = !kb_in_path("memcached");
 	if (!rc && !interrupted) {
 		if (mc_skipped)
@@ -1105,7 +799,7 @@ static int demo_main(const char *tmp)
 		else {
 			printf("== memcached (one server thread, %u pipelined "
 			       "client connections)\n",
-			       O.machines);
+			       g_opt.machines);
 			fflush(stdout);
 			if (kb_run_peer(P_MC, tmp) && !interrupted)
 				printf("== memcached: failed (above): "
@@ -1123,7 +817,7 @@ static int demo_main(const char *tmp)
 	print_demo(mc_skipped);
 	/* The demo shows libfarm next to memcached: without memcached's
 	 * figures it failed, and says why. */
-	if (!R.peer_ok[P_MC] || !R.peer[P_MC][M_PIPE][W_B].have) {
+	if (!g_res.peer_ok[P_MC] || !g_res.peer[P_MC][M_PIPE][W_B].have) {
 		fprintf(stderr, PROG ": demo failed: memcached left out (%s)\n",
 		        mc_skipped ? "not installed: scripts/install-deps "
 		                     "installs it"
@@ -1139,7 +833,7 @@ int main(int argc, char **argv)
 		return 2;
 	/* The coordinator and the peers' client threads: in the clients'
 	 * namespace (the machines enter theirs when forked). */
-	if (O.net.netns && tn_enter_client())
+	if (g_opt.net.netns && tn_enter_client())
 		return 1;
 	struct sigaction sa;
 	memset(&sa, 0, sizeof(sa));
@@ -1157,52 +851,52 @@ int main(int argc, char **argv)
 		if (!tmp || !*tmp)
 			tmp = "/tmp";
 	}
-	SH = mmap(NULL, sizeof(*SH), PROT_READ | PROT_WRITE,
-	          MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	g_sh = mmap(NULL, sizeof(*g_sh), PROT_READ | PROT_WRITE,
+	            MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	g_samp = malloc((size_t)MAXM * SAMP_MAX * sizeof(uint64_t));
-	if (SH == MAP_FAILED || !g_samp) {
+	if (g_sh == MAP_FAILED || !g_samp) {
 		fprintf(stderr, PROG ": out of memory\n");
 		return 1;
 	}
 	int first[MAXM];
-	R.ncpu = kb_ncpus_allowed(first);
-	R.cores = (int)FARM_MIN((unsigned)R.ncpu, O.machines);
-	if (O.demo)
+	g_res.ncpu = kb_ncpus_allowed(first);
+	g_res.cores = (int)BU_MIN((unsigned)g_res.ncpu, g_opt.machines);
+	if (g_opt.demo)
 		printf("kv_bench --demo: the cluster key-value store (src/kv) "
 		       "on "
 		       "%u machine processes (shm fabric, %s membership), "
 		       "YCSB-B, then the same mix on memcached\n",
-		       O.machines, O.zk[0] ? "ZooKeeper" : "static");
+		       g_opt.machines, g_opt.zk[0] ? "ZooKeeper" : "static");
 	else
 		printf("kv_bench: %u machine processes (1 busy-polling loop "
 		       "each%s) on %d CPUs; %" PRIu64 " keys; %u ops in flight "
 		       "per thread; %.2g s per workload\n",
-		       O.machines, O.pin ? ", pinned" : "", R.ncpu, O.keys,
-		       O.depth, O.seconds);
+		       g_opt.machines, g_opt.pin ? ", pinned" : "", g_res.ncpu,
+		       g_opt.keys, g_opt.depth, g_opt.seconds);
 	fflush(stdout);
-	uint64_t t0 = farm_now_ns();
+	uint64_t t0 = bu_now_ns();
 	int rc = 0;
-	if (O.demo)
+	if (g_opt.demo)
 		return demo_main(tmp);
-	if (O.small) {
-		R.small_keys = SMALL_KEYS;
-		printf("== farm, %" PRIu64 " keys\n", R.small_keys);
+	if (g_opt.small) {
+		g_res.small_keys = SMALL_KEYS;
+		printf("== farm, %" PRIu64 " keys\n", g_res.small_keys);
 		rc = run_farm(SMALL_KEYS, false, tmp);
 	}
 	if (!rc) {
-		printf("== farm, %" PRIu64 " keys\n", O.keys);
-		rc = run_farm(O.keys, true, tmp);
+		printf("== farm, %" PRIu64 " keys\n", g_opt.keys);
+		rc = run_farm(g_opt.keys, true, tmp);
 	}
-	double zn = SH->zeta_n;
-	if (!rc && O.peers && !interrupted) {
+	double zn = g_sh->zeta_n;
+	if (!rc && g_opt.peers && !interrupted) {
 		/* The machines are gone: the peers have the cores. */
-		SH->zeta_n = zn;
+		g_sh->zeta_n = zn;
 		for (int p = 0; p < NPEER && !rc; p++) {
 			printf("== %s\n", pname[p]);
 			rc = kb_run_peer(p, tmp);
 		}
 	}
-	R.total_s = (double)(farm_now_ns() - t0) / 1e9;
+	g_res.total_s = (double)(bu_now_ns() - t0) / 1e9;
 	if (interrupted) {
 		fprintf(stderr, PROG ": interrupted\n");
 		return 130;

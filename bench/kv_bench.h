@@ -1,8 +1,9 @@
 /*
- * kv_bench's parts (kv_bench.c: options, the coordinator, results and
- * output; kv_mach.c: a machine process and its operations; kv_peer.c:
- * memcached and Redis, their clients; kv_work.c: keys, values, key
- * choice, small helpers). What kv_bench measures: kv_bench.c's head.
+ * kv_bench's parts (kv_bench.c: options, the coordinator and the runs;
+ * kv_report.c: results and output; kv_mach.c: a machine process and its
+ * operations; kv_peer.c: memcached and Redis, their clients; kv_work.c: keys,
+ * values, key choice, small helpers). What kv_bench measures: kv_bench.c's
+ * head.
  */
 #ifndef FARM_BENCH_KV_BENCH_H
 #define FARM_BENCH_KV_BENCH_H
@@ -42,7 +43,6 @@
 #include "kv/kv.h"
 #include "node/node.h"
 #include "txn/object.h"
-#include "util/common.h"
 #include "util/config.h"
 #include "util/lines.h"
 
@@ -109,7 +109,7 @@ struct wdesc {
 	int update, insert, scan, rmw;
 	int dist; /* of the keys read, updated or scanned from */
 };
-extern const struct wdesc W[NW];
+extern const struct wdesc g_wdesc[NW];
 
 enum { CMD_NONE, CMD_LOAD, CMD_RUN, CMD_LAT, CMD_PLAIN, CMD_QUIT };
 enum { ST_INIT, ST_READY, ST_FAILED };
@@ -128,7 +128,7 @@ struct opts {
 	bool any_mix;
 	struct bnet net; /* --fabric, --netns (benchnet.h) */
 };
-extern struct opts O;
+extern struct opts g_opt;
 
 /* Inserted keys (YCSB D and E), numbered from the loaded ones on: the
  * next number, and the acknowledged ones as YCSB's
@@ -157,7 +157,7 @@ struct shared {
 	int cmd, wl;
 	uint64_t nkeys;
 	uint64_t go_ns, dur_ns, warm_ns;
-	double zeta_n;      /* zipf: kb_zeta(nkeys, O.theta) */
+	double zeta_n;      /* zipf: kb_zeta(nkeys, g_opt.theta) */
 	struct inserts ins; /* YCSB D and E, over the cluster's life */
 	struct {
 		_Atomic int state, done;
@@ -168,7 +168,7 @@ struct shared {
 	struct farm_ht_stats hst[MAXM];
 	struct mres res[MAXM];
 };
-extern struct shared *SH;
+extern struct shared *g_sh;
 
 static inline uint64_t mix64(uint64_t x)
 {
@@ -179,7 +179,7 @@ static inline uint64_t mix64(uint64_t x)
 	return x ^ (x >> 33);
 }
 
-/* Key @i, O.ksize printable bytes, distinct for distinct @i: 16 hex
+/* Key @i, g_opt.ksize printable bytes, distinct for distinct @i: 16 hex
  * digits of a mix of @i (the default 16-byte key), longer keys padded
  * with more hex digits of further mixes; shorter ones (8..15) end with @i
  * in 5 base-64 digits (i < 2^30). */
@@ -189,7 +189,7 @@ static inline void make_key(uint64_t i, uint8_t *k)
 	static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 	                          "abcdefghijklmnopqrstuvwxyz0123456789-_";
 	uint64_t x = mix64(i * 2 + 1);
-	unsigned n = O.ksize, h = n >= 16 ? 16 : n - 5;
+	unsigned n = g_opt.ksize, h = n >= 16 ? 16 : n - 5;
 	for (unsigned j = 0; j < h; j++)
 		k[j] = (uint8_t)hx[(x >> (4 * j)) & 15];
 	for (unsigned j = 16; j < n; j++) {
@@ -201,18 +201,18 @@ static inline void make_key(uint64_t i, uint8_t *k)
 		k[h + j] = (uint8_t)b64[(i >> (6 * j)) & 63];
 }
 
-/* Value of key @i, O.vsize bytes: @i, then a pattern that moves with
+/* Value of key @i, g_opt.vsize bytes: @i, then a pattern that moves with
  * @gen. */
 static inline void make_val(uint64_t i, uint32_t gen, uint8_t *v)
 {
 	memcpy(v, &i, 8);
-	for (unsigned j = 8; j < O.vsize; j++)
+	for (unsigned j = 8; j < g_opt.vsize; j++)
 		v[j] = (uint8_t)('a' + (j + gen) % 26);
 }
 
 static inline bool val_ok(uint64_t i, const void *v, uint32_t len)
 {
-	return len == O.vsize && memcmp(v, &i, 8) == 0;
+	return len == g_opt.vsize && memcmp(v, &i, 8) == 0;
 }
 
 /* YCSB's zipfian generator (Gray et al.), theta --zipf (0.99), ranks
@@ -256,7 +256,12 @@ struct results {
 /* kv_bench.c */
 extern volatile sig_atomic_t interrupted;
 extern uint64_t *g_samp; /* latency samples of all threads, for pcts */
-extern struct results R;
+extern struct results g_res;
+
+/* kv_report.c: the summary and the JSON line of a run (print_all), or
+ * the demo's lines (print_demo). */
+void print_all(void);
+void print_demo(bool mc_skipped);
 
 /* kv_work.c */
 double kb_zeta(uint64_t n, double theta);
@@ -276,13 +281,13 @@ static inline uint64_t latest_key(uint64_t nkeys, uint64_t inserted,
 	uint64_t n = nkeys + inserted;
 	return rank < n ? n - 1 - rank : 0;
 }
-/* The inline sizes of the table's slots for O.ksize and O.vsize: keys up
- * to 64 bytes and values up to VAL_INLINE_MAX in the bucket, longer ones
- * in an object of their own. Not the table's 1 KiB limit: every put
- * rewrites the buckets around its key, the owner combines up to 64 puts
- * in one transaction, and with 4 KiB buckets such a transaction
- * outgrew the log (commits waited for room, retried, and puts timed out
- * at 10 s: docs/benchmarks.md, YCSB options). */
+/* The inline sizes of the table's slots for g_opt.ksize and g_opt.vsize: keys
+ * up to 64 bytes and values up to VAL_INLINE_MAX in the bucket, longer ones in
+ * an object of their own. Not the table's 1 KiB limit: every put rewrites the
+ * buckets around its key, the owner combines up to 64 puts in one transaction,
+ * and with 4 KiB buckets such a transaction outgrew the log (commits waited for
+ * room, retried, and puts timed out at 10 s: docs/benchmarks.md, YCSB options).
+ */
 #define VAL_INLINE_MAX 128u
 uint32_t kb_key_inline(void);
 uint32_t kb_val_inline(void);

@@ -34,31 +34,31 @@ static int mach_open(struct mach *m, uint32_t id, const char *base,
 	snprintf(v, sizeof(v), "%u", id);
 	rc |= bn_cfg_set(PROG, &c, "machine_id", v);
 	rc |= bn_cfg_set(PROG, &c, "data_dir", dir);
-	rc |= bn_cfg_set(PROG, &c, "fabric", O.net.fabric);
+	rc |= bn_cfg_set(PROG, &c, "fabric", g_opt.net.fabric);
 	char lbuf[96], ip[64];
-	if (bnet_listen(&O.net, id, lbuf, sizeof(lbuf)))
+	if (bnet_listen(&g_opt.net, id, lbuf, sizeof(lbuf)))
 		rc |= bn_cfg_set(PROG, &c, "listen", lbuf);
-	if (O.net.netns && tn_addr(id, ip, sizeof(ip)) == 0)
+	if (g_opt.net.netns && tn_addr(id, ip, sizeof(ip)) == 0)
 		rc |= bn_cfg_set(PROG, &c, "lease_bind", ip);
 	snprintf(v, sizeof(v), "%" PRIu64, kb_region_for(nb, nkeys));
 	rc |= bn_cfg_set(PROG, &c, "region_size", v);
-	snprintf(v, sizeof(v), "%u", FARM_MIN(3u, O.machines));
+	snprintf(v, sizeof(v), "%u", BU_MIN(3u, g_opt.machines));
 	rc |= bn_cfg_set(PROG, &c, "replicas", v);
 	rc |= bn_cfg_set(PROG, &c, "threads", "1");
 	rc |= bn_cfg_set(PROG, &c, "busy_poll", "1");
-	if (O.log_size) {
-		snprintf(v, sizeof(v), "%" PRIu64, O.log_size);
+	if (g_opt.log_size) {
+		snprintf(v, sizeof(v), "%" PRIu64, g_opt.log_size);
 		rc |= bn_cfg_set(PROG, &c, "log_size", v);
 	}
-	if (O.zk[0]) {
+	if (g_opt.zk[0]) {
 		/* Membership in ZooKeeper: no peer lines; the view fills as
 		 * the machines register under this cluster's own root. */
-		rc |= bn_cfg_set(PROG, &c, "zk", O.zk);
-		rc |= bn_cfg_set(PROG, &c, "zk_root", O.zk_root);
-		snprintf(v, sizeof(v), "%u", O.machines);
+		rc |= bn_cfg_set(PROG, &c, "zk", g_opt.zk);
+		rc |= bn_cfg_set(PROG, &c, "zk_root", g_opt.zk_root);
+		snprintf(v, sizeof(v), "%u", g_opt.machines);
 		rc |= bn_cfg_set(PROG, &c, "expect_machines", v);
 	} else {
-		rc |= bn_static_peers(PROG, &c, id, O.machines, base);
+		rc |= bn_static_peers(PROG, &c, id, g_opt.machines, base);
 	}
 	if (rc)
 		return -EINVAL;
@@ -73,14 +73,14 @@ static int mach_open(struct mach *m, uint32_t id, const char *base,
 		return rc;
 	}
 	m->ht = farm_kv_table(m->kv);
-	uint32_t lim = farm_kv_value_limit(m->kv, O.ksize);
-	if (O.vsize > lim) {
+	uint32_t lim = farm_kv_value_limit(m->kv, g_opt.ksize);
+	if (g_opt.vsize > lim) {
 		fprintf(stderr,
 		        PROG
 		        ": --value-size %u: the store takes at most %" PRIu32
 		        " bytes with %u-byte keys (one message: its "
 		        "rings' size)\n",
-		        O.vsize, lim, O.ksize);
+		        g_opt.vsize, lim, g_opt.ksize);
 		return -EMSGSIZE;
 	}
 	if (farm_ht_bucket_bytes(m->ht) != kb_bucket_bytes()) {
@@ -91,13 +91,13 @@ static int mach_open(struct mach *m, uint32_t id, const char *base,
 	farm_node_set_app_loops(m->node, true);
 	if ((rc = farm_node_start(m->node, JOIN_MS)) ||
 	    (rc = farm_node_loop_open(m->node, 0, &m->loop)) ||
-	    (rc = farm_node_wait_members(m->node, O.machines, JOIN_MS))) {
+	    (rc = farm_node_wait_members(m->node, g_opt.machines, JOIN_MS))) {
 		fprintf(stderr, PROG ": machine %u: cannot join: %s\n", id,
 		        farm_strerror(rc));
 		return rc;
 	}
 	if ((rc = farm_kv_attach(m->kv, m->loop)) ||
-	    (rc = farm_kv_join_sync(m->kv, m->loop, O.machines, JOIN_MS))) {
+	    (rc = farm_kv_join_sync(m->kv, m->loop, g_opt.machines, JOIN_MS))) {
 		fprintf(stderr, PROG ": machine %u: kv join: %s\n", id,
 		        farm_strerror(rc));
 		return rc;
@@ -143,7 +143,7 @@ static void sd_reply(farm_loop *loop, void *ctx, int status, const void *r,
 
 static int fetch_shards(struct mach *m)
 {
-	for (uint32_t j = 0; j < O.machines; j++) {
+	for (uint32_t j = 0; j < g_opt.machines; j++) {
 		if (j == m->id)
 			continue;
 		struct sdwait w = {0};
@@ -155,7 +155,7 @@ static int fetch_shards(struct mach *m)
 			rc = w.status;
 		if (rc)
 			return rc;
-		SH->sd[j] = w.sd;
+		g_sh->sd[j] = w.sd;
 	}
 	return 0;
 }
@@ -175,8 +175,8 @@ struct op {
 	const void *keys[MGET_N];
 	uint32_t klens[MGET_N], lens[MGET_N];
 	int st[MGET_N];
-	uint8_t *kb;   /* keys: MGET_N of O.ksize bytes (mget), else 1 */
-	uint8_t *vals; /* values: MGET_N of O.vsize bytes (mget), else 1 */
+	uint8_t *kb;   /* keys: MGET_N of g_opt.ksize bytes (mget), else 1 */
+	uint8_t *vals; /* values: MGET_N of g_opt.vsize bytes (mget), else 1 */
 };
 
 struct eng {
@@ -198,7 +198,7 @@ struct eng {
 static void eng_sample(struct eng *e, struct op *o)
 {
 	if (o->t0 && e->counting && e->r->nsamp < SAMP_MAX)
-		e->r->samp[e->r->nsamp++] = farm_now_ns() - o->t0;
+		e->r->samp[e->r->nsamp++] = bu_now_ns() - o->t0;
 }
 
 static void op_free(struct eng *e, struct op *o)
@@ -230,8 +230,8 @@ static void get_cb(farm_loop *loop, void *ctx, int status, const void *val,
 		/* YCSB F: read, then write the record back changed (the
 		 * client's read-modify-write; not one transaction). */
 		make_val(o->k, (uint32_t)e->seq++, o->vals);
-		int rc = farm_ht_put(e->m->ht, e->m->loop, o->kb, O.ksize,
-		                     o->vals, O.vsize, put_cb, o);
+		int rc = farm_ht_put(e->m->ht, e->m->loop, o->kb, g_opt.ksize,
+		                     o->vals, g_opt.vsize, put_cb, o);
 		if (!rc)
 			return;
 		fail(e, rc);
@@ -253,7 +253,7 @@ static void put_cb(farm_loop *loop, void *ctx, int status)
 	if (status)
 		fail(e, status);
 	else if (o->kind == OP_INSERT &&
-	         (status = kb_ins_ack(&SH->ins, o->k - e->m->nkeys)))
+	         (status = kb_ins_ack(&g_sh->ins, o->k - e->m->nkeys)))
 		fail(e, status);
 	if (e->counting) {
 		e->cnt_ops++;
@@ -265,7 +265,7 @@ static void put_cb(farm_loop *loop, void *ctx, int status)
 			e->cnt_rmws++;
 		}
 	}
-	if (!O.demo) /* the demo reports lookup latency only */
+	if (!g_opt.demo) /* the demo reports lookup latency only */
 		eng_sample(e, o);
 	op_free(e, o);
 }
@@ -279,7 +279,8 @@ static void mget_cb(farm_loop *loop, void *ctx)
 		if (o->st[i] == -ENOENT)
 			e->notfound++;
 		else if (o->st[i] ||
-		         !val_ok(o->mk[i], o->vals + i * O.vsize, o->lens[i]))
+		         !val_ok(o->mk[i], o->vals + i * g_opt.vsize,
+		                 o->lens[i]))
 			fail(e, o->st[i] ? o->st[i] : -EBADMSG);
 	}
 	if (e->counting) {
@@ -318,7 +319,8 @@ static bool scan_pair(void *ctx, const void *key, uint32_t klen,
 	if (vlen >= 8)
 		memcpy(&i, val, 8);
 	if (vlen < 8 || i >= KEY_LIMIT || !val_ok(i, val, vlen) ||
-	    klen != O.ksize || (make_key(i, s->key), memcmp(key, s->key, klen)))
+	    klen != g_opt.ksize ||
+	    (make_key(i, s->key), memcmp(key, s->key, klen)))
 		s->bad++;
 	s->seen++;
 	return --s->left > 0;
@@ -328,8 +330,8 @@ static int do_scan(struct eng *e, struct op *o)
 {
 	struct scan s = {.left = 1 + (unsigned)(mix64(e->seq) % SCAN_MAX)};
 	make_key(o->k, o->kb);
-	long n = farm_ht_iterate_local_from(e->m->ht, e->m->id, o->kb, O.ksize,
-	                                    scan_pair, &s);
+	long n = farm_ht_iterate_local_from(e->m->ht, e->m->id, o->kb,
+	                                    g_opt.ksize, scan_pair, &s);
 	if (n < 0)
 		return (int)n;
 	if (s.bad)
@@ -351,7 +353,7 @@ static int do_scan(struct eng *e, struct op *o)
 static int issue(struct eng *e, struct op *o, int wl, uint32_t s)
 {
 	struct mach *m = e->m;
-	o->t0 = (e->seq++ & e->sample_mask) == 0 ? farm_now_ns() : 0;
+	o->t0 = (e->seq++ & e->sample_mask) == 0 ? bu_now_ns() : 0;
 	o->kind = op_of(s);
 	o->k = key_of(s);
 	int rc;
@@ -359,40 +361,41 @@ static int issue(struct eng *e, struct op *o, int wl, uint32_t s)
 		for (unsigned i = 0; i < MGET_N; i++) {
 			uint32_t kk =
 			        key_of(e->m->stream[(e->gen + i) % STREAM_LEN]);
-			uint8_t *kb = o->kb + (size_t)i * O.ksize;
+			uint8_t *kb = o->kb + (size_t)i * g_opt.ksize;
 			o->mk[i] = kk;
 			make_key(kk, kb);
 			o->keys[i] = kb;
-			o->klens[i] = O.ksize;
+			o->klens[i] = g_opt.ksize;
 		}
 		e->gen += MGET_N;
 		rc = farm_kv_mget(m->kv, m->loop, MGET_N, o->keys, o->klens,
-		                  o->vals, O.vsize, o->lens, o->st, mget_cb, o);
+		                  o->vals, g_opt.vsize, o->lens, o->st, mget_cb,
+		                  o);
 		if (!rc)
 			o->busy = true;
 		return rc;
 	}
 	if (o->kind == OP_INSERT) {
-		uint64_t n = atomic_fetch_add(&SH->ins.next, 1);
+		uint64_t n = atomic_fetch_add(&g_sh->ins.next, 1);
 		if (m->nkeys + n >= KEY_LIMIT) /* no numbers left: read */
 			o->kind = OP_READ;
 		else
 			o->k = (uint32_t)(m->nkeys + n);
 	}
-	if (o->kind == OP_READ && W[wl].dist == D_LATEST)
-		o->k = (uint32_t)latest_key(m->nkeys,
-		                            atomic_load(&SH->ins.limit), o->k);
+	if (o->kind == OP_READ && g_wdesc[wl].dist == D_LATEST)
+		o->k = (uint32_t)latest_key(
+		        m->nkeys, atomic_load(&g_sh->ins.limit), o->k);
 	if (o->kind == OP_SCAN)
 		return do_scan(e, o);
 	make_key(o->k, o->kb);
 	if (o->kind == OP_UPDATE || o->kind == OP_INSERT ||
 	    o->kind == OP_LOAD) {
 		make_val(o->k, (uint32_t)e->seq, o->vals);
-		rc = farm_ht_put(m->ht, m->loop, o->kb, O.ksize, o->vals,
-		                 O.vsize, o->kind == OP_LOAD ? load_cb : put_cb,
-		                 o);
+		rc = farm_ht_put(m->ht, m->loop, o->kb, g_opt.ksize, o->vals,
+		                 g_opt.vsize,
+		                 o->kind == OP_LOAD ? load_cb : put_cb, o);
 	} else {
-		rc = farm_ht_get(m->ht, m->loop, o->kb, O.ksize, get_cb, o);
+		rc = farm_ht_get(m->ht, m->loop, o->kb, g_opt.ksize, get_cb, o);
 	}
 	if (!rc)
 		o->busy = true;
@@ -407,7 +410,7 @@ static int eng_init(struct eng *e, struct mach *m, struct mres *r, unsigned n,
 	e->m = m;
 	e->r = r;
 	e->nops = n;
-	size_t kb = (size_t)per * O.ksize, vb = (size_t)per * O.vsize;
+	size_t kb = (size_t)per * g_opt.ksize, vb = (size_t)per * g_opt.vsize;
 	e->ops = calloc(n, sizeof(*e->ops));
 	e->freel = calloc(n, sizeof(*e->freel));
 	e->bufs = malloc(n * (kb + vb));
@@ -423,7 +426,7 @@ static int eng_init(struct eng *e, struct mach *m, struct mres *r, unsigned n,
 		e->ops[i].vals = e->ops[i].kb + kb;
 		e->freel[e->nfree++] = n - 1 - i;
 	}
-	e->sample_mask = O.sample_every - 1;
+	e->sample_mask = g_opt.sample_every - 1;
 	return 0;
 }
 
@@ -443,7 +446,7 @@ static int eng_drain(struct eng *e, uint64_t deadline)
 {
 	while (e->nfree < e->nops) {
 		(void)farm_loop_poll(e->m->loop);
-		if (farm_now_ns() > deadline || interrupted) {
+		if (bu_now_ns() > deadline || interrupted) {
 			fprintf(stderr,
 			        PROG ": machine %u: %u operations never "
 			             "completed\n",
@@ -458,11 +461,11 @@ static int eng_drain(struct eng *e, uint64_t deadline)
 static int do_load(struct mach *m)
 {
 	struct eng e;
-	int rc = eng_init(&e, m, &SH->res[m->id], O.load_depth, 1);
+	int rc = eng_init(&e, m, &g_sh->res[m->id], g_opt.load_depth, 1);
 	if (rc)
 		return rc;
 	uint64_t next = m->id, done_reported = 0;
-	uint64_t last = farm_now_ns();
+	uint64_t last = bu_now_ns();
 	while (next < m->nkeys || e.nfree < e.nops) {
 		while (e.nfree && next < m->nkeys) {
 			struct op *o = &e.ops[e.freel[e.nfree - 1]];
@@ -475,14 +478,14 @@ static int do_load(struct mach *m)
 				rc = 0;
 				break;
 			}
-			next += O.machines;
+			next += g_opt.machines;
 		}
 		(void)farm_loop_poll(m->loop);
 		if (e.cnt_ops - done_reported >= 4096) {
-			atomic_store(&SH->m[m->id].loaded, e.cnt_ops);
+			atomic_store(&g_sh->m[m->id].loaded, e.cnt_ops);
 			done_reported = e.cnt_ops;
-			last = farm_now_ns();
-		} else if (farm_now_ns() - last > STALL_NS) {
+			last = bu_now_ns();
+		} else if (bu_now_ns() - last > STALL_NS) {
 			fprintf(stderr, PROG ": machine %u: loading stalled\n",
 			        m->id);
 			rc = -ETIMEDOUT;
@@ -501,10 +504,10 @@ static int do_load(struct mach *m)
 			goto out;
 		}
 	}
-	atomic_store(&SH->m[m->id].loaded, e.cnt_ops);
+	atomic_store(&g_sh->m[m->id].loaded, e.cnt_ops);
 out:
 	if (rc)
-		(void)eng_drain(&e, farm_now_ns() + 5 * NS);
+		(void)eng_drain(&e, bu_now_ns() + 5 * NS);
 	eng_fini(&e);
 	return rc;
 }
@@ -514,25 +517,25 @@ static int make_stream(struct mach *m, int wl)
 	if (!m->stream && !(m->stream = malloc(STREAM_LEN * sizeof(uint32_t))))
 		return -ENOMEM;
 	uint64_t seed = 0x1234567ull * (m->id + 1) + (uint64_t)wl * 7919;
-	if (W[wl].dist != D_OWN) {
-		kb_gen_stream(m->stream, STREAM_LEN, wl, m->nkeys, SH->zeta_n,
+	if (g_wdesc[wl].dist != D_OWN) {
+		kb_gen_stream(m->stream, STREAM_LEN, wl, m->nkeys, g_sh->zeta_n,
 		              seed, NULL, 0);
 		return 0;
 	}
 	if (!m->own) {
-		uint64_t cap = m->nkeys / O.machines * 2 + 1024;
+		uint64_t cap = m->nkeys / g_opt.machines * 2 + 1024;
 		m->own = malloc(cap * sizeof(uint32_t));
 		if (!m->own)
 			return -ENOMEM;
 		m->nown = 0;
 		for (uint64_t i = 0; i < m->nkeys && m->nown < cap; i++)
-			if (kb_shard_of_key(i, O.machines) == m->id)
+			if (kb_shard_of_key(i, g_opt.machines) == m->id)
 				m->own[m->nown++] = (uint32_t)i;
 		if (!m->nown)
 			return -ENOENT;
 	}
-	if (W[wl].scan && !m->zeta_own)
-		m->zeta_own = kb_zeta(m->nown, O.theta);
+	if (g_wdesc[wl].scan && !m->zeta_own)
+		m->zeta_own = kb_zeta(m->nown, g_opt.theta);
 	kb_gen_stream(m->stream, STREAM_LEN, wl, m->nkeys, m->zeta_own, seed,
 	              m->own, m->nown);
 	return 0;
@@ -542,7 +545,7 @@ static int make_stream(struct mach *m, int wl)
 static int do_run(struct mach *m, int wl, unsigned depth, uint64_t go,
                   uint64_t dur, uint64_t warm)
 {
-	struct mres *r = &SH->res[m->id];
+	struct mres *r = &g_sh->res[m->id];
 	int rc = make_stream(m, wl);
 	if (rc)
 		return rc;
@@ -556,10 +559,10 @@ static int do_run(struct mach *m, int wl, unsigned depth, uint64_t go,
 	r->nsamp = 0;
 	uint64_t start = go - warm, end = go + dur, t0 = 0, t1 = 0;
 	uint64_t now;
-	while ((now = farm_now_ns()) < start && !interrupted)
+	while ((now = bu_now_ns()) < start && !interrupted)
 		(void)farm_loop_poll(m->loop);
 	for (;;) {
-		now = farm_now_ns();
+		now = bu_now_ns();
 		if (!e.counting && !t0 && now >= go) {
 			e.counting = true;
 			t0 = now;
@@ -603,7 +606,7 @@ static int do_run(struct mach *m, int wl, unsigned depth, uint64_t go,
 	r->rmws = e.cnt_rmws;
 	r->ns = t1 - t0;
 out:;
-	int rc2 = eng_drain(&e, farm_now_ns() + 10 * NS);
+	int rc2 = eng_drain(&e, bu_now_ns() + 10 * NS);
 	r->errors = e.err;
 	r->notfound = e.notfound;
 	eng_fini(&e);
@@ -612,7 +615,8 @@ out:;
 		        PROG
 		        ": machine %u: %s: %" PRIu64
 		        " operations failed or read wrong values (first: %s)\n",
-		        m->id, W[wl].key, e.err, farm_strerror(e.first_err));
+		        m->id, g_wdesc[wl].key, e.err,
+		        farm_strerror(e.first_err));
 		rc = -EIO;
 	}
 	return rc ? rc : rc2;
@@ -621,11 +625,11 @@ out:;
 /* The plain loop: lookups of own-shard keys straight from local memory. */
 static int do_plain(struct mach *m, uint64_t dur)
 {
-	struct mres *r = &SH->res[m->id];
+	struct mres *r = &g_sh->res[m->id];
 	int rc = make_stream(m, W_LOCAL);
 	if (rc)
 		return rc;
-	const struct farm_ht_shard *sd = &SH->sd[m->id];
+	const struct farm_ht_shard *sd = &g_sh->sd[m->id];
 	uint32_t bb = farm_ht_bucket_bytes(m->ht);
 	unsigned spb = farm_ht_slots_per_bucket(m->ht);
 	unsigned L = bb / 64;
@@ -652,7 +656,7 @@ static int do_plain(struct mach *m, uint64_t dur)
 		return -ENOMEM;
 	}
 	uint64_t n = 0, fallback = 0, bad = 0, gen = 0, sum = 0;
-	uint64_t t0 = farm_now_ns(), now = t0;
+	uint64_t t0 = bu_now_ns(), now = t0;
 	r->nsamp = 0;
 	while (now - t0 < dur) {
 		const uint8_t *p[B];
@@ -661,7 +665,7 @@ static int do_plain(struct mach *m, uint64_t dur)
 		for (int j = 0; j < B; j++) {
 			kk[j] = key_of(m->stream[gen++ % STREAM_LEN]);
 			make_key(kk[j], key[j]);
-			uint64_t h = farm_ht_hash(key[j], O.ksize);
+			uint64_t h = farm_ht_hash(key[j], g_opt.ksize);
 			uint32_t b = (uint32_t)((h >> 11) % sd->nbuckets);
 			p[j] = arr + (uint64_t)b * bb;
 			for (unsigned l = 0; l < 2 * L; l++)
@@ -684,9 +688,9 @@ static int do_plain(struct mach *m, uint64_t dur)
 						        (s < spb ? 0 : bdata) +
 						        hdr + (s % spb) * slot;
 						if ((sl[0] & 3) == 1 &&
-						    sl[1] == O.ksize &&
+						    sl[1] == g_opt.ksize &&
 						    !memcmp(sl + 8, key[j],
-						            O.ksize)) {
+						            g_opt.ksize)) {
 							uint32_t vl;
 							memcpy(&vl, sl + 4, 4);
 							found = true;
@@ -712,7 +716,7 @@ static int do_plain(struct mach *m, uint64_t dur)
 				fo.e = &fe;
 				fo.k = kk[j];
 				rc = farm_ht_get(m->ht, m->loop, key[j],
-				                 O.ksize, get_cb, &fo);
+				                 g_opt.ksize, get_cb, &fo);
 				while (!rc && !fe.nfree)
 					(void)farm_loop_poll(m->loop);
 				if (rc || fe.err || fe.notfound)
@@ -721,7 +725,7 @@ static int do_plain(struct mach *m, uint64_t dur)
 			}
 		}
 		n += B;
-		now = farm_now_ns();
+		now = bu_now_ns();
 	}
 	free(img);
 	free(d);
@@ -747,49 +751,49 @@ int kb_machine_main(uint32_t id, const char *base, uint64_t nkeys, int cpu)
 	if (!rc)
 		rc = fetch_shards(&m);
 	if (rc) {
-		SH->m[id].err = rc;
-		atomic_store(&SH->m[id].state, ST_FAILED);
+		g_sh->m[id].err = rc;
+		atomic_store(&g_sh->m[id].state, ST_FAILED);
 		mach_close(&m);
 		return 1;
 	}
-	atomic_store(&SH->m[id].state, ST_READY);
+	atomic_store(&g_sh->m[id].state, ST_READY);
 	int seen = 0;
 	for (;;) {
 		int s;
-		while ((s = atomic_load(&SH->seq)) == seen && !interrupted)
+		while ((s = atomic_load(&g_sh->seq)) == seen && !interrupted)
 			(void)farm_loop_poll(m.loop);
 		if (interrupted) {
 			rc = -EINTR;
 			break;
 		}
 		seen = s;
-		int cmd = SH->cmd;
+		int cmd = g_sh->cmd;
 		if (cmd == CMD_QUIT)
 			break;
-		memset(&SH->res[id], 0, offsetof(struct mres, samp));
+		memset(&g_sh->res[id], 0, offsetof(struct mres, samp));
 		switch (cmd) {
 		case CMD_LOAD: rc = do_load(&m); break;
 		case CMD_RUN:
-			rc = do_run(&m, SH->wl, O.depth, SH->go_ns, SH->dur_ns,
-			            SH->warm_ns);
+			rc = do_run(&m, g_sh->wl, g_opt.depth, g_sh->go_ns,
+			            g_sh->dur_ns, g_sh->warm_ns);
 			break;
 		case CMD_LAT:
-			rc = id == 0 ? do_run(&m, W_C, 1, SH->go_ns, SH->dur_ns,
-			                      SH->warm_ns)
+			rc = id == 0 ? do_run(&m, W_C, 1, g_sh->go_ns,
+			                      g_sh->dur_ns, g_sh->warm_ns)
 			             : 0;
 			break;
 		case CMD_PLAIN:
-			rc = id == 0 ? do_plain(&m, SH->dur_ns) : 0;
+			rc = id == 0 ? do_plain(&m, g_sh->dur_ns) : 0;
 			break;
 		default: rc = -EINVAL;
 		}
-		farm_ht_stats_get(m.ht, &SH->hst[id]);
+		farm_ht_stats_get(m.ht, &g_sh->hst[id]);
 		if (rc) {
-			SH->m[id].err = rc;
-			atomic_store(&SH->m[id].state, ST_FAILED);
+			g_sh->m[id].err = rc;
+			atomic_store(&g_sh->m[id].state, ST_FAILED);
 			break;
 		}
-		atomic_store(&SH->m[id].done, seen);
+		atomic_store(&g_sh->m[id].done, seen);
 	}
 	/* Keep serving until everyone is told to go, then leave. */
 	mach_close(&m);

@@ -72,12 +72,12 @@ static void peer_stop(struct peer *p)
 {
 	if (p->pid > 0) {
 		kill(p->pid, SIGTERM);
-		uint64_t t0 = farm_now_ns();
+		uint64_t t0 = bu_now_ns();
 		for (;;) {
 			pid_t r = waitpid(p->pid, NULL, WNOHANG);
 			if (r == p->pid || (r < 0 && errno != EINTR))
 				break;
-			if (farm_now_ns() - t0 > 3 * NS) {
+			if (bu_now_ns() - t0 > 3 * NS) {
 				kill(p->pid, SIGKILL);
 				while (waitpid(p->pid, NULL, 0) < 0 &&
 				       errno == EINTR)
@@ -97,7 +97,8 @@ static int peer_start(struct peer *p, int which, const char *tmp)
 {
 	memset(p, 0, sizeof(*p));
 	/* A fresh namespace has every port free. */
-	int port = O.net.netns ? (which == P_MC ? 11211 : 6379) : free_port();
+	int port =
+	        g_opt.net.netns ? (which == P_MC ? 11211 : 6379) : free_port();
 	if (port < 0)
 		return port;
 	p->port = port;
@@ -108,8 +109,8 @@ static int peer_start(struct peer *p, int which, const char *tmp)
 	}
 	char ps[16], mem[32];
 	snprintf(ps, sizeof(ps), "%d", port);
-	uint64_t mb = (O.keys * 200) >> 20;
-	snprintf(mem, sizeof(mem), "%" PRIu64, FARM_MAX(mb, 256u));
+	uint64_t mb = (g_opt.keys * 200) >> 20;
+	snprintf(mem, sizeof(mem), "%" PRIu64, BU_MAX(mb, 256u));
 	fflush(NULL);
 	pid_t parent = getpid();
 	pid_t pid = fork();
@@ -124,7 +125,7 @@ static int peer_start(struct peer *p, int which, const char *tmp)
 			dup2(nul, 1);
 			close(nul);
 		}
-		if (bnet_enter(&O.net, 0))
+		if (bnet_enter(&g_opt.net, 0))
 			_exit(127);
 		const char *ip = peer_ip_s;
 		if (which == P_MC && geteuid() == 0)
@@ -144,7 +145,7 @@ static int peer_start(struct peer *p, int which, const char *tmp)
 		_exit(127);
 	}
 	p->pid = pid;
-	uint64_t t0 = farm_now_ns();
+	uint64_t t0 = bu_now_ns();
 	for (;;) {
 		int fd = tcp_connect(port);
 		if (fd >= 0) {
@@ -159,7 +160,7 @@ static int peer_start(struct peer *p, int which, const char *tmp)
 			        pname[which], (unsigned)st);
 			return -ECHILD;
 		}
-		if (farm_now_ns() - t0 > 10 * NS) {
+		if (bu_now_ns() - t0 > 10 * NS) {
 			fprintf(stderr,
 			        PROG ": %s does not accept connections\n",
 			        pname[which]);
@@ -184,7 +185,7 @@ static int out_room(struct conn *c, size_t n)
 {
 	if (c->olen + n <= c->ocap)
 		return 0;
-	size_t cap = FARM_MAX(c->ocap * 2, c->olen + n + 4096);
+	size_t cap = BU_MAX(c->ocap * 2, c->olen + n + 4096);
 	char *p = realloc(c->out, cap);
 	if (!p)
 		return -ENOMEM;
@@ -198,18 +199,18 @@ static int out_room(struct conn *c, size_t n)
 static size_t req_head(const struct conn *c, char *o, const char *mc,
                        const char *redis, unsigned nargs, uint64_t k)
 {
-	size_t n =
-	        c->which == P_MC
-	                ? (size_t)sprintf(o, "%s ", mc)
-	                : (size_t)sprintf(o, "*%u\r\n$%zu\r\n%s\r\n$%u\r\n",
-	                                  nargs, strlen(redis), redis, O.ksize);
+	size_t n = c->which == P_MC
+	                   ? (size_t)sprintf(o, "%s ", mc)
+	                   : (size_t)sprintf(o, "*%u\r\n$%zu\r\n%s\r\n$%u\r\n",
+	                                     nargs, strlen(redis), redis,
+	                                     g_opt.ksize);
 	make_key(k, (uint8_t *)o + n);
-	return n + O.ksize;
+	return n + g_opt.ksize;
 }
 
 static int req_get(struct conn *c, uint64_t k)
 {
-	if (out_room(c, 64 + O.ksize))
+	if (out_room(c, 64 + g_opt.ksize))
 		return -ENOMEM;
 	char *o = c->out + c->olen;
 	size_t n = req_head(c, o, "mg", "GET", 2, k);
@@ -220,20 +221,21 @@ static int req_get(struct conn *c, uint64_t k)
 
 static int req_set(struct conn *c, uint64_t k, uint32_t gen)
 {
-	if (out_room(c, 96 + O.ksize + O.vsize))
+	if (out_room(c, 96 + g_opt.ksize + g_opt.vsize))
 		return -ENOMEM;
 	char *o = c->out + c->olen;
 	size_t n = req_head(c, o, "ms", "SET", 3, k);
-	n += (size_t)sprintf(
-	        o + n, c->which == P_MC ? " %u\r\n" : "\r\n$%u\r\n", O.vsize);
+	n += (size_t)sprintf(o + n,
+	                     c->which == P_MC ? " %u\r\n" : "\r\n$%u\r\n",
+	                     g_opt.vsize);
 	/* Values go over the wire as text: the key number in hex, then
 	 * the value's pattern (8 + vsize - 8 bytes). */
 	make_val(k, gen, (uint8_t *)o + n);
 	char hex[9];
 	snprintf(hex, sizeof(hex), "%08" PRIx32, (uint32_t)k);
 	memcpy(o + n, hex, 8);
-	memcpy(o + n + O.vsize, "\r\n", 2);
-	c->olen += n + O.vsize + 2;
+	memcpy(o + n + g_opt.vsize, "\r\n", 2);
+	c->olen += n + g_opt.vsize + 2;
 	return 0;
 }
 
@@ -245,15 +247,15 @@ static int req_mget(struct conn *c, const uint32_t *ks)
 				return -ENOMEM;
 		return 0;
 	}
-	if (out_room(c, 32 + MGET_N * (16 + O.ksize)))
+	if (out_room(c, 32 + MGET_N * (16 + g_opt.ksize)))
 		return -ENOMEM;
 	char *o = c->out + c->olen;
 	size_t n = (size_t)sprintf(o, "*%u\r\n$4\r\nMGET\r\n", MGET_N + 1);
 	for (unsigned i = 0; i < MGET_N; i++) {
-		n += (size_t)sprintf(o + n, "$%u\r\n", O.ksize);
+		n += (size_t)sprintf(o + n, "$%u\r\n", g_opt.ksize);
 		make_key(ks[i], (uint8_t *)o + n);
-		memcpy(o + n + O.ksize, "\r\n", 2);
-		n += O.ksize + 2;
+		memcpy(o + n + g_opt.ksize, "\r\n", 2);
+		n += g_opt.ksize + 2;
 	}
 	c->olen += n;
 	return 0;
@@ -435,8 +437,8 @@ static void *peer_run_thread(void *arg)
 	struct pjob *j = arg;
 	struct conn c = {.which = j->which};
 	uint32_t *s = malloc(STREAM_LEN * sizeof(uint32_t));
-	uint64_t *rmw = malloc((O.depth + 1) * sizeof(uint64_t));
-	uint64_t *ins = malloc((O.depth + 1) * sizeof(uint64_t));
+	uint64_t *rmw = malloc((g_opt.depth + 1) * sizeof(uint64_t));
+	uint64_t *ins = malloc((g_opt.depth + 1) * sizeof(uint64_t));
 	c.fd = tcp_connect(j->port);
 	int rc = s && rmw && ins ? (c.fd < 0 ? c.fd : 0) : -ENOMEM;
 	if (rc)
@@ -445,16 +447,17 @@ static void *peer_run_thread(void *arg)
 	              0x9876543ull * (j->tid + 1) + (uint64_t)j->wl * 7919,
 	              NULL, 0);
 	/* ops per batch: depth ops pipelined, or 1 */
-	unsigned per = j->mode == M_PIPE ? O.depth : 1;
+	unsigned per = j->mode == M_PIPE ? g_opt.depth : 1;
 	if (j->wl == W_MGET)
-		per = j->mode == M_PIPE ? (O.depth + MGET_N - 1) / MGET_N : 1;
+		per = j->mode == M_PIPE ? (g_opt.depth + MGET_N - 1) / MGET_N
+		                        : 1;
 	uint64_t gen = 0, batches = 0, t0 = 0, now;
 	uint64_t start = j->go_ns - j->warm_ns, end = j->go_ns + j->dur_ns;
-	while ((now = farm_now_ns()) < start)
+	while ((now = bu_now_ns()) < start)
 		kb_nap_ms(1);
 	bool counting = false;
 	for (;;) {
-		now = farm_now_ns();
+		now = bu_now_ns();
 		if (!counting && now >= j->go_ns) {
 			counting = true;
 			t0 = now;
@@ -498,7 +501,7 @@ static void *peer_run_thread(void *arg)
 				nget++;
 				break;
 			default:
-				if (W[j->wl].dist == D_LATEST)
+				if (g_wdesc[j->wl].dist == D_LATEST)
 					k = latest_key(
 					        j->nkeys,
 					        atomic_load(&peer_ins.limit),
@@ -508,9 +511,9 @@ static void *peer_run_thread(void *arg)
 			}
 			resp++;
 		}
-		bool timed =
-		        (batches++ % O.sample_every) == 0 || j->mode == M_PIPE;
-		uint64_t tb = timed ? farm_now_ns() : 0;
+		bool timed = (batches++ % g_opt.sample_every) == 0 ||
+		             j->mode == M_PIPE;
+		uint64_t tb = timed ? bu_now_ns() : 0;
 		unsigned v = 0, m = 0;
 		if (!rc)
 			rc = conn_flush(&c);
@@ -535,7 +538,7 @@ static void *peer_run_thread(void *arg)
 			j->rmws += nrmw;
 			j->notfound += m;
 			if (timed && j->nsamp < SAMP_MAX)
-				j->samp[j->nsamp++] = farm_now_ns() - tb;
+				j->samp[j->nsamp++] = bu_now_ns() - tb;
 		}
 	}
 	j->ns = now - t0;
@@ -571,27 +574,27 @@ static int peer_threads(struct pjob *jobs, unsigned n, void *(*fn)(void *))
 }
 
 /* Unloaded: one connection, one GET at a time, every GET timed, into
- * R.peer_lat1[@which]. @j: a job whose sample buffer it uses. */
+ * g_res.peer_lat1[@which]. @j: a job whose sample buffer it uses. */
 static int peer_unloaded(int which, int port, struct pjob *j)
 {
-	uint64_t dur = (uint64_t)(FARM_MIN(O.seconds, 1.0) * 1e9);
+	uint64_t dur = (uint64_t)(BU_MIN(g_opt.seconds, 1.0) * 1e9);
 	uint64_t *smp = j->samp;
 	*j = (struct pjob){.which = which,
 	                   .mode = M_SINGLE,
 	                   .wl = W_C,
 	                   .nthreads = 1,
 	                   .port = port,
-	                   .nkeys = O.keys,
-	                   .zetan = SH->zeta_n,
-	                   .go_ns = farm_now_ns() + 20000000ull + dur / 10,
+	                   .nkeys = g_opt.keys,
+	                   .zetan = g_sh->zeta_n,
+	                   .go_ns = bu_now_ns() + 20000000ull + dur / 10,
 	                   .dur_ns = dur,
 	                   .warm_ns = dur / 10,
 	                   .samp = smp};
-	unsigned se = O.sample_every;
-	O.sample_every = 1;
+	unsigned se = g_opt.sample_every;
+	g_opt.sample_every = 1;
 	int rc = smp ? peer_threads(j, 1, peer_run_thread) : -ENOMEM;
-	O.sample_every = se;
-	struct fig *f = &R.peer_lat1[which];
+	g_opt.sample_every = se;
+	struct fig *f = &g_res.peer_lat1[which];
 	memset(f, 0, sizeof(*f));
 	if (rc) {
 		fprintf(stderr, PROG ": %s unloaded GET: %s\n", pname[which],
@@ -620,7 +623,7 @@ int kb_run_peer(int which, const char *tmp)
 		peer_stop(&p);
 		return rc;
 	}
-	unsigned nt = O.machines;
+	unsigned nt = g_opt.machines;
 	struct pjob jobs[MAXM];
 	memset(jobs, 0, sizeof(jobs));
 	for (unsigned i = 0; i < nt; i++)
@@ -628,21 +631,21 @@ int kb_run_peer(int which, const char *tmp)
 		                        .tid = i,
 		                        .nthreads = nt,
 		                        .port = p.port,
-		                        .nkeys = O.keys};
-	uint64_t t0 = farm_now_ns();
+		                        .nkeys = g_opt.keys};
+	uint64_t t0 = bu_now_ns();
 	rc = peer_threads(jobs, nt, peer_load_thread);
-	double ls = (double)(farm_now_ns() - t0) / 1e9;
-	R.peer_load_s[which] = ls;
+	double ls = (double)(bu_now_ns() - t0) / 1e9;
+	g_res.peer_load_s[which] = ls;
 	if (rc) {
 		fprintf(stderr, PROG ": loading %s: %s\n", pname[which],
 		        strerror(-rc));
 		goto out;
 	}
 	printf("%s (pid %d, port %d): loaded %" PRIu64 " keys in %.1f s\n",
-	       pname[which], (int)p.pid, p.port, O.keys, ls);
+	       pname[which], (int)p.pid, p.port, g_opt.keys, ls);
 	fflush(stdout);
 	memset(&peer_ins, 0, sizeof(peer_ins));
-	if (O.mix[W_YE])
+	if (g_opt.mix[W_YE])
 		printf("  YCSB E: not run on %s: %s\n", pname[which],
 		       which == P_MC
 		               ? "memcached has no scan"
@@ -654,11 +657,11 @@ int kb_run_peer(int which, const char *tmp)
 		for (int w = 0; w < NW && !rc; w++) {
 			if (!kb_runs(w, true))
 				continue;
-			if (O.demo && (mode != M_PIPE || w != W_B))
+			if (g_opt.demo && (mode != M_PIPE || w != W_B))
 				continue; /* the demo: the best configuration, B
 				           */
-			uint64_t dur = (uint64_t)(O.seconds * 1e9);
-			uint64_t go = farm_now_ns() + 20000000ull + dur / 10;
+			uint64_t dur = (uint64_t)(g_opt.seconds * 1e9);
+			uint64_t go = bu_now_ns() + 20000000ull + dur / 10;
 			for (unsigned i = 0; i < nt; i++) {
 				uint64_t *s = jobs[i].samp;
 				jobs[i] = (struct pjob){.which = which,
@@ -667,8 +670,8 @@ int kb_run_peer(int which, const char *tmp)
 				                        .tid = i,
 				                        .nthreads = nt,
 				                        .port = p.port,
-				                        .nkeys = O.keys,
-				                        .zetan = SH->zeta_n,
+				                        .nkeys = g_opt.keys,
+				                        .zetan = g_sh->zeta_n,
 				                        .go_ns = go,
 				                        .dur_ns = dur,
 				                        .warm_ns = dur / 10,
@@ -678,17 +681,17 @@ int kb_run_peer(int which, const char *tmp)
 					rc = -ENOMEM;
 			}
 			uint64_t s0 = bu_proc_cpu_ns(p.pid),
-			         k0 = bu_self_cpu_ns(), t0r = farm_now_ns();
+			         k0 = bu_self_cpu_ns(), t0r = bu_now_ns();
 			if (!rc)
 				rc = peer_threads(jobs, nt, peer_run_thread);
 			if (rc) {
 				fprintf(stderr, PROG ": %s %s %s: %s\n",
-				        pname[which], mname[mode], W[w].key,
-				        strerror(-rc));
+				        pname[which], mname[mode],
+				        g_wdesc[w].key, strerror(-rc));
 				break;
 			}
-			double wall = (double)(farm_now_ns() - t0r);
-			struct fig *f = &R.peer[which][mode][w];
+			double wall = (double)(bu_now_ns() - t0r);
+			struct fig *f = &g_res.peer[which][mode][w];
 			memset(f, 0, sizeof(*f));
 			f->cores = (double)(bu_proc_cpu_ns(p.pid) - s0) / wall;
 			f->client_cores =
@@ -714,15 +717,15 @@ int kb_run_peer(int which, const char *tmp)
 			printf("  %-9s %-20s %8.3f M ops/s, %.3f M keys/s, p50 "
 			       "%.1f "
 			       "us, p99 %.1f us%s\n",
-			       mname[mode], W[w].name, f->ops / 1e6,
+			       mname[mode], g_wdesc[w].name, f->ops / 1e6,
 			       f->keys / 1e6, f->p50_ns / 1e3, f->p99_ns / 1e3,
 			       mode == M_PIPE ? " (per batch)" : "");
 			fflush(stdout);
 		}
-	if (!rc && !O.demo && !O.any_mix)
+	if (!rc && !g_opt.demo && !g_opt.any_mix)
 		rc = peer_unloaded(which, p.port, &jobs[0]);
 	if (!rc)
-		R.peer_ok[which] = true;
+		g_res.peer_ok[which] = true;
 out:
 	for (unsigned i = 0; i < nt; i++)
 		free(jobs[i].samp);

@@ -4,7 +4,7 @@
  */
 #include "kv_bench.h"
 
-const struct wdesc W[NW] = {
+const struct wdesc g_wdesc[NW] = {
         [W_C] = {"uniform C (100/0)", "uniform_c", 0, 0, 0, 0, D_UNIFORM},
         [W_B] = {"uniform B (95/5)", "uniform_b", 5, 0, 0, 0, D_UNIFORM},
         [W_A] = {"uniform A (50/50)", "uniform_a", 50, 0, 0, 0, D_UNIFORM},
@@ -33,7 +33,7 @@ double kb_zeta(uint64_t n, double theta)
 void kb_zipf_init(struct zipf *z, uint64_t n, double zetan)
 {
 	z->n = n;
-	z->theta = O.theta;
+	z->theta = g_opt.theta;
 	z->alpha = 1.0 / (1.0 - z->theta);
 	z->zetan = zetan;
 	double zeta2 = 1.0 + pow(0.5, z->theta);
@@ -44,7 +44,7 @@ void kb_zipf_init(struct zipf *z, uint64_t n, double zetan)
 
 uint64_t kb_zipf_rank(const struct zipf *z, uint64_t *rng)
 {
-	double u = (double)(farm_rand64(rng) >> 11) / 9007199254740992.0;
+	double u = (double)(bu_rand64(rng) >> 11) / 9007199254740992.0;
 	double uz = u * z->zetan;
 	uint64_t r;
 	if (uz < 1.0)
@@ -66,7 +66,7 @@ void kb_gen_stream(uint32_t *s, unsigned len, int wl, uint64_t nkeys,
                    double zetan, uint64_t seed, const uint32_t *own,
                    uint64_t nown)
 {
-	const struct wdesc *d = &W[wl];
+	const struct wdesc *d = &g_wdesc[wl];
 	struct zipf z;
 	uint64_t n = d->dist == D_OWN ? nown : nkeys;
 	bool own_zipf = d->dist == D_OWN && d->scan; /* YCSB E's starts */
@@ -80,10 +80,10 @@ void kb_gen_stream(uint32_t *s, unsigned len, int wl, uint64_t nkeys,
 		else if (d->dist == D_LATEST)
 			k = kb_zipf_rank(&z, &rng); /* a rank from the latest */
 		else
-			k = farm_rand64(&rng) % n;
+			k = bu_rand64(&rng) % n;
 		if (d->dist == D_OWN)
 			k = own[k];
-		unsigned p = (unsigned)(farm_rand64(&rng) % 100);
+		unsigned p = (unsigned)(bu_rand64(&rng) % 100);
 		uint32_t op = OP_READ;
 		if (p < (unsigned)d->update)
 			op = OP_UPDATE;
@@ -101,7 +101,7 @@ unsigned kb_shard_of_key(uint64_t i, unsigned n)
 {
 	uint8_t k[KLEN_MAX];
 	make_key(i, k);
-	return farm_ht_shard_index(farm_ht_hash(k, O.ksize), n);
+	return farm_ht_shard_index(farm_ht_hash(k, g_opt.ksize), n);
 }
 
 int kb_ins_ack(struct inserts *in, uint64_t n)
@@ -129,20 +129,21 @@ int kb_ins_ack(struct inserts *in, uint64_t n)
 
 bool kb_runs(int w, bool peer)
 {
-	if (O.any_mix)
-		return O.mix[w] && !(peer && w == W_YE);
+	if (g_opt.any_mix)
+		return g_opt.mix[w] && !(peer && w == W_YE);
 	return peer ? w < W_LOCAL : w <= W_LOCAL;
 }
 
 uint32_t kb_key_inline(void)
 {
-	return O.ksize <= 64 ? FARM_MAX((O.ksize + 7) & ~7u, 8u) : 16u;
+	return g_opt.ksize <= 64 ? BU_MAX((g_opt.ksize + 7) & ~7u, 8u) : 16u;
 }
 
 uint32_t kb_val_inline(void)
 {
-	return O.vsize <= VAL_INLINE_MAX ? FARM_MAX((O.vsize + 7) & ~7u, 24u)
-	                                 : 32u;
+	return g_opt.vsize <= VAL_INLINE_MAX
+	               ? BU_MAX((g_opt.vsize + 7) & ~7u, 24u)
+	               : 32u;
 }
 
 static int cmp_u64(const void *a, const void *b)
@@ -158,7 +159,7 @@ void kb_pcts(uint64_t *v, size_t n, double *p50, double *p99)
 		return;
 	qsort(v, n, sizeof(*v), cmp_u64);
 	*p50 = (double)v[n / 2];
-	*p99 = (double)v[FARM_MIN(n - 1, n * 99 / 100)];
+	*p99 = (double)v[BU_MIN(n - 1, n * 99 / 100)];
 }
 
 int kb_ncpus_allowed(int *first)
@@ -199,7 +200,7 @@ bool kb_in_path(const char *prog)
 
 uint32_t kb_buckets_for(uint64_t nkeys)
 {
-	double per = (double)nkeys / O.machines / (4.0 * O.occupancy);
+	double per = (double)nkeys / g_opt.machines / (4.0 * g_opt.occupancy);
 	return (uint32_t)per + 64;
 }
 
@@ -219,9 +220,9 @@ uint64_t kb_region_for(uint32_t nb, uint64_t nkeys)
 	 * object each ([klen][vlen][key][value], whole lines, a size class
 	 * up to an eighth bigger). */
 	uint64_t need = ((uint64_t)nb + 1) * kb_bucket_bytes() * 17 / 16;
-	if (O.ksize > kb_key_inline() || O.vsize > kb_val_inline())
-		need += nkeys / O.machines * 64 *
-		        obj_lines(8 + O.ksize + O.vsize) * 9 / 8;
+	if (g_opt.ksize > kb_key_inline() || g_opt.vsize > kb_val_inline())
+		need += nkeys / g_opt.machines * 64 *
+		        obj_lines(8 + g_opt.ksize + g_opt.vsize) * 9 / 8;
 	uint64_t r = 64ull << 20;
 	while (r < need && r < (4ull << 30))
 		r <<= 1;

@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #include "recovery/lease.h"
-#include "util/common.h"
+#include "benchutil.h"
 
 #define NM 4
 

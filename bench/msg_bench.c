@@ -38,129 +38,28 @@
  * as many 64-byte slots as a message ring has bytes / 64.
  * Output: a table, then, last, one JSON line (bench/README.md).
  */
-#include "benchnet.h"
-#include "benchutil.h"
-#include <dirent.h>
+#include "msg_bench.h"
+
+#include "benchreport.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
-#include <poll.h>
-#include <sched.h>
-#include <signal.h>
-#include <stdbool.h>
-#include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
-#include <farm/farm.h>
-
-#include "baseline.h"
-#include "util/common.h"
-#include "util/config.h"
-
-#define PROG            "msg_bench"
-#define MAX_SIZES       16
-#define MAX_DEPTH       4096u
-#define MAX_SAMPLES     (1u << 20)
-#define CLIENT_ID       0u
-#define SERVER_ID       1u
-#define NS_PER_S        1000000000ull
-#define STALL_NS        (5 * NS_PER_S)
-#define CALL_TIMEOUT_NS (5 * NS_PER_S)
-#define GOAL_RR_VS_TCP  10.0
-#define GOAL_RTT_US     1.0
-#define GOAL_ONEWAY     0.2
-#define RUN_RR1         1u
-#define RUN_RRN         2u
-#define RUN_ONEWAY      4u
-
-/* Message types (both machines register the same handlers). */
-#define T_ECHO 1 /* request: the reply is the payload */
-#define T_SINK 2 /* one-way: counted */
-#define T_CTL  3 /* request: a struct ctl_req */
-
-enum ctl_cmd {
-	CTL_SYNC = 1,   /* reply: everything sent before has arrived */
-	CTL_IDLE = 2,   /* reply, then stop polling: back to the pipe */
-	CTL_ONEWAY = 3, /* reply, then count T_SINK messages in a window */
-};
-
-struct ctl_req {
-	uint32_t cmd, pad;
-	uint64_t warm_ns, dur_ns;
-};
-
-struct opts {
-	uint32_t sizes[MAX_SIZES];
-	unsigned nsizes;
-	double seconds;
-	unsigned depth;
-	uint32_t ring_size;
-	unsigned send_batch;
-	int flush_every; /* -1: depth / 4 */
-	bool baseline;
-	bool quick;
-	bool pin;
-	int cpu[2];    /* client, server (pin); -1: none */
-	unsigned runs; /* RUN_* */
-	struct bnet net;
-};
-
-/* A machine's introduction, and its status (one write, < PIPE_BUF). */
-struct hello {
-	int32_t status; /* 0, or the negative code it failed with */
-	uint32_t pad;
-	farm_mr_desc desc;
-	char addr[512];
-};
-
-/* What the server counted in a one-way window (one write). */
-struct oneway_res {
-	uint64_t count, ns;
-};
-
-struct sampler {
-	uint64_t *v;
-	size_t n;
-	uint64_t stride, skip;
-	uint64_t max; /* of all, kept or not */
-};
-
-struct rr_res {
-	double rate, p50_ns, p99_ns, max_ns, msgs_per_frame;
-};
-
-struct size_res {
-	uint32_t size;
-	struct rr_res rr1, rrn;
-	double oneway_rate, oneway_msgs_per_frame;
-	uint64_t oneway_queued, oneway_nobufs; /* sender's counters */
-};
-
-struct base_res {
-	int tcp_rc, stream_rc, rr_rc;
-	struct bl_result tcp, tcp1, stream, rr;
-	char tcp_which[64];
-	unsigned slots;
-};
-
-static volatile sig_atomic_t interrupted;
+volatile sig_atomic_t interrupted;
 
 static void on_signal(int sig)
 {
 	(void)sig;
 	interrupted = 1;
 }
-
-/* ---- small helpers ------------------------------------------------------- */
 
 static int parse_sizes(const char *s, struct opts *o)
 {
@@ -172,7 +71,7 @@ static int parse_sizes(const char *s, struct opts *o)
 	for (char *save = NULL, *t = strtok_r(tmp, ",", &save); t;
 	     t = strtok_r(NULL, ",", &save)) {
 		uint64_t v;
-		if (o->nsizes == MAX_SIZES || farm_parse_size(t, &v) ||
+		if (o->nsizes == MAX_SIZES || bu_parse_size(t, &v) ||
 		    v > (1u << 24))
 			return -EINVAL;
 		o->sizes[o->nsizes++] = (uint32_t)v;
@@ -201,643 +100,14 @@ static int parse_runs(const char *s, unsigned *runs)
 	return *runs ? 0 : -EINVAL;
 }
 
-static int read_full(int fd, void *p, size_t len)
-{
-	uint8_t *b = p;
-	while (len) {
-		ssize_t n = read(fd, b, len);
-		if (n < 0 && errno == EINTR && !interrupted)
-			continue;
-		if (n < 0)
-			return -errno;
-		if (n == 0)
-			return -EPIPE;
-		b += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
-static int write_full(int fd, const void *p, size_t len)
-{
-	const uint8_t *b = p;
-	while (len) {
-		ssize_t n = write(fd, b, len);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -errno;
-		b += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-	return x < y ? -1 : x > y;
-}
-
-/* Latencies: all of them up to MAX_SAMPLES, then every other one kept and
- * every stride'th taken (the stride doubling), so they span the run. */
-static void sampler_reset(struct sampler *s)
-{
-	s->n = 0;
-	s->stride = 1;
-	s->skip = 0;
-	s->max = 0;
-}
-
-/* Returns true when it took long (it compacted the samples). */
-static inline bool sampler_add(struct sampler *s, uint64_t x)
-{
-	bool slow = false;
-	if (x > s->max)
-		s->max = x;
-	if (s->skip) {
-		s->skip--;
-		return false;
-	}
-	if (s->n == MAX_SAMPLES) {
-		for (size_t i = 0; i < s->n / 2; i++)
-			s->v[i] = s->v[2 * i];
-		s->n /= 2;
-		s->stride *= 2;
-		slow = true;
-	}
-	s->v[s->n++] = x;
-	s->skip = s->stride - 1;
-	return slow;
-}
-
-static void sampler_pcts(struct sampler *s, double *p50, double *p99)
-{
-	*p50 = *p99 = 0;
-	if (!s->n)
-		return;
-	qsort(s->v, s->n, sizeof(*s->v), cmp_u64);
-	*p50 = (double)s->v[s->n / 2];
-	*p99 = (double)s->v[FARM_MIN(s->n - 1, s->n * 99 / 100)];
-}
-
-/* Pin the calling process to @cpu (-1: leave it). */
-static void pin_to(int cpu, const char *who)
-{
-	if (cpu < 0)
-		return;
-	cpu_set_t set;
-	CPU_ZERO(&set);
-	CPU_SET(cpu, &set);
-	if (sched_setaffinity(0, sizeof(set), &set) != 0)
-		fprintf(stderr, PROG ": cannot pin the %s to CPU %d: %s\n", who,
-		        cpu, strerror(errno));
-}
-
-/* ---- a machine ----------------------------------------------------------- */
-
-struct machine {
-	farm_fabric *fab;
-	farm_msg *msg;
-	farm_loop *loop;
-};
-
-/* Open the fabric and messaging of machine @id and say hello. */
-static int machine_open(const struct opts *o, uint32_t id, const char *dir,
-                        struct machine *m, struct hello *h)
-{
-	const char *who = id == SERVER_ID ? "server" : "client";
-	memset(h, 0, sizeof(*h));
-	char lbuf[96];
-	farm_fabric_attr fa = {
-	        .provider = o->net.fabric,
-	        .machine_id = id,
-	        .data_dir = dir,
-	        .listen_addr = bnet_listen(&o->net, id, lbuf, sizeof(lbuf))};
-	int rc = farm_fabric_open(&fa, &m->fab);
-	if (rc) {
-		fprintf(stderr, PROG ": %s: cannot open a fabric in %s: %s\n",
-		        who, dir, farm_strerror(rc));
-		return rc;
-	}
-	farm_msg_attr ma = {.nthreads = 1,
-	                    .max_machines = 2,
-	                    .ring_size = o->ring_size,
-	                    .busy_poll = true};
-	rc = farm_msg_create(m->fab, &ma, &m->msg);
-	if (rc) {
-		fprintf(stderr, PROG ": %s: farm_msg_create: %s\n", who,
-		        farm_strerror(rc));
-		return rc;
-	}
-	rc = farm_fabric_address(m->fab, h->addr, sizeof(h->addr));
-	if (rc < 0) {
-		fprintf(stderr, PROG ": %s: farm_fabric_address: %s\n", who,
-		        farm_strerror(rc));
-		return rc;
-	}
-	h->desc = farm_msg_desc(m->msg);
-	return 0;
-}
-
-/* Add the peer and open the loop (the handlers are registered by now). */
-static int machine_connect(struct machine *m, uint32_t peer, struct hello *ph)
-{
-	ph->addr[sizeof(ph->addr) - 1] = 0;
-	int rc = farm_msg_add_peer(m->msg, peer, ph->addr, &ph->desc);
-	if (rc) {
-		fprintf(stderr, PROG ": farm_msg_add_peer(%" PRIu32 "): %s\n",
-		        peer, farm_strerror(rc));
-		return rc;
-	}
-	rc = farm_loop_open(m->msg, 0, &m->loop);
-	if (rc)
-		fprintf(stderr, PROG ": farm_loop_open: %s\n",
-		        farm_strerror(rc));
-	return rc;
-}
-
-static void machine_close(struct machine *m)
-{
-	if (m->loop)
-		farm_loop_close(m->loop);
-	if (m->msg && farm_msg_destroy(m->msg))
-		fprintf(stderr, PROG ": farm_msg_destroy failed\n");
-	if (m->fab)
-		farm_fabric_close(m->fab);
-	memset(m, 0, sizeof(*m));
-}
-
-/* ---- the server ---------------------------------------------------------- */
-
-struct server {
-	int up;         /* to the client: one-way results */
-	int err;        /* first error of a handler */
-	bool idle;      /* stop polling */
-	uint64_t count; /* T_SINK messages */
-	/* the one-way window: 0 off, 1 warming up, 2 counting */
-	int ow_state;
-	uint64_t ow_warm_end, ow_dur, ow_t0, ow_c0;
-};
-
-static void s_echo(farm_loop *loop, const farm_msg_in *in, void *arg)
-{
-	struct server *s = arg;
-	int rc = farm_msg_reply(loop, &in->token, in->payload, in->len);
-	if (rc && !s->err)
-		s->err = rc;
-}
-
-static void s_sink(farm_loop *loop, const farm_msg_in *in, void *arg)
-{
-	(void)loop;
-	(void)in;
-	struct server *s = arg;
-	s->count++;
-}
-
-static void s_ctl(farm_loop *loop, const farm_msg_in *in, void *arg)
-{
-	struct server *s = arg;
-	struct ctl_req req;
-	if (in->len != sizeof(req)) {
-		if (farm_msg_reply_error(loop, &in->token, -EINVAL) && !s->err)
-			s->err = -EPROTO;
-		return;
-	}
-	memcpy(&req, in->payload, sizeof(req));
-	switch (req.cmd) {
-	case CTL_SYNC: break;
-	case CTL_IDLE: s->idle = true; break;
-	case CTL_ONEWAY:
-		s->count = 0;
-		s->ow_state = 1;
-		s->ow_warm_end = farm_now_ns() + req.warm_ns;
-		s->ow_dur = req.dur_ns;
-		break;
-	default:
-		if (farm_msg_reply_error(loop, &in->token, -EINVAL) && !s->err)
-			s->err = -EPROTO;
-		return;
-	}
-	int rc = farm_msg_reply(loop, &in->token, NULL, 0);
-	if (rc && !s->err)
-		s->err = rc;
-}
-
-/* Poll until told to idle: nothing but the loop, and a clock read every
- * 64 passes while a one-way window is open. The reply to CTL_IDLE leaves
- * at the end of the pass that handled it. */
-static int serve(struct server *s, farm_loop *loop)
-{
-	unsigned n = 0;
-	s->idle = false;
-	while (!s->idle && !interrupted && !s->err) {
-		(void)farm_loop_poll(loop);
-		if (!s->ow_state || (++n & 63))
-			continue;
-		uint64_t now = farm_now_ns();
-		if (s->ow_state == 1 && now >= s->ow_warm_end) {
-			s->ow_t0 = now;
-			s->ow_c0 = s->count;
-			s->ow_state = 2;
-		} else if (s->ow_state == 2 && now - s->ow_t0 >= s->ow_dur) {
-			struct oneway_res r = {s->count - s->ow_c0,
-			                       now - s->ow_t0};
-			s->ow_state = 0;
-			int rc = write_full(s->up, &r, sizeof(r));
-			if (rc)
-				return rc;
-		}
-	}
-	if (s->err)
-		fprintf(stderr, PROG ": server: reply failed: %s\n",
-		        farm_strerror(s->err));
-	return interrupted ? -EINTR : s->err;
-}
-
-/* The child: machine 1. Serves when the client writes 'r' down the pipe,
- * goes when it writes 'q'; on end of file or SIGTERM (the parent death
- * signal) the client is dying: then remove @base too, once it is gone. */
-static int server_main(const struct opts *o, const char *base, const char *dir,
-                       int down, int up, pid_t parent)
-{
-	struct machine m = {0};
-	struct server s = {.up = up};
-	struct hello h, ph;
-	pin_to(o->cpu[1], "server");
-	int rc = machine_open(o, SERVER_ID, dir, &m, &h);
-	if (rc == 0)
-		rc = farm_msg_handle(m.msg, T_ECHO, s_echo, &s);
-	if (rc == 0)
-		rc = farm_msg_handle(m.msg, T_SINK, s_sink, &s);
-	if (rc == 0)
-		rc = farm_msg_handle(m.msg, T_CTL, s_ctl, &s);
-	h.status = rc;
-	bool told = false;
-	if (write_full(up, &h, sizeof(h)) || rc)
-		goto out;
-	rc = read_full(down, &ph, sizeof(ph));
-	if (rc)
-		goto out;
-	rc = machine_connect(&m, CLIENT_ID, &ph);
-	int32_t st = rc;
-	if (write_full(up, &st, sizeof(st)) || rc)
-		goto out;
-	for (;;) {
-		char c = 0;
-		if (read_full(down, &c, 1))
-			break;
-		if (c == 'q') {
-			told = true;
-			break;
-		}
-		if (c != 'r')
-			break;
-		rc = serve(&s, m.loop);
-		if (rc)
-			break;
-	}
-out:
-	machine_close(&m);
-	close(up);
-	close(down);
-	if (told)
-		return rc ? 1 : 0;
-	/* The client went away: once it is gone, clean up after it. */
-	for (int i = 0; i < 1000 && getppid() == parent; i++)
-		nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
-	if (getppid() != parent)
-		bu_rm_tree(AT_FDCWD, base, 2);
-	return 1;
-}
-
-/* ---- the client's measurements ------------------------------------------ */
-
-struct bench;
-
-struct rr_slot {
-	struct bench *b;
-	uint64_t t0;
-};
-
-struct bench {
-	const struct opts *o;
-	struct machine m;
-	int up; /* from the server */
-	uint8_t *buf;
-	struct sampler lat;
-	struct rr_slot *slots;
-	/* the current request/response run */
-	uint32_t size;
-	unsigned outstanding;
-	uint64_t done, issued;
-	uint64_t sample_mask; /* time calls whose number & mask is 0 */
-	unsigned flush_every;
-	bool measuring, stop;
-	int err;
-};
-
-static void rr_cont(farm_loop *loop, void *ctx, int status, const void *reply,
-                    uint32_t len);
-
-/* Issue a call on slot @sl; @now: the time if the caller has it, or 0.
- * Only every (sample_mask + 1)'th call is timed (t0 0: not timed): a clock
- * read costs tens of ns, a good part of a pipelined call. */
-static inline void rr_issue(struct bench *b, struct rr_slot *sl, uint64_t now)
-{
-	sl->t0 = 0;
-	if ((b->issued & b->sample_mask) == 0)
-		sl->t0 = now ? now : farm_now_ns();
-	int rc = farm_msg_call(b->m.loop, SERVER_ID, 0, T_ECHO, b->buf, b->size,
-	                       CALL_TIMEOUT_NS, rr_cont, sl);
-	if (FARM_UNLIKELY(rc)) {
-		if (!b->err)
-			b->err = rc;
-		b->stop = true;
-		return;
-	}
-	b->outstanding++;
-	/* Let the server start on these while we reply-process the rest. */
-	b->issued++;
-	if (b->flush_every && b->issued % b->flush_every == 0)
-		farm_loop_flush(b->m.loop);
-}
-
-static void rr_cont(farm_loop *loop, void *ctx, int status, const void *reply,
-                    uint32_t len)
-{
-	(void)loop;
-	(void)reply;
-	struct rr_slot *sl = ctx;
-	struct bench *b = sl->b;
-	uint64_t now = sl->t0 ? farm_now_ns() : 0;
-	b->outstanding--;
-	if (FARM_UNLIKELY(status || len != b->size)) {
-		if (!b->err)
-			b->err = status ? status : -EPROTO;
-		b->stop = true;
-		return;
-	}
-	b->done++;
-	/* After a compaction (a millisecond or two), the next call's start
-	 * is read afresh. */
-	if (now && b->measuring && sampler_add(&b->lat, now - sl->t0))
-		now = 0;
-	if (!b->stop)
-		rr_issue(b, sl, now);
-}
-
-static double warm_ns(const struct opts *o)
-{
-	return o->seconds * 1e9 / 10;
-}
-
-/* Frames the client posted per message it sent, since @before. */
-static double msgs_per_frame(struct bench *b, const farm_msg_stats *before)
-{
-	farm_msg_stats now;
-	farm_msg_stats_get(NULL, b->m.loop, &now);
-	uint64_t f = now.frames_sent - before->frames_sent;
-	return f ? (double)(now.sent - before->sent) / (double)f : 0;
-}
-
-/* Request/response with @depth calls outstanding for --seconds after the
- * warm-up; every call completes before it returns. */
-static int run_rr(struct bench *b, uint32_t size, unsigned depth,
-                  struct rr_res *res)
-{
-	farm_loop *loop = b->m.loop;
-	farm_msg_stats st0;
-	farm_msg_stats_get(NULL, loop, &st0);
-	b->size = size;
-	b->outstanding = 0;
-	b->done = b->issued = 0;
-	b->sample_mask = depth > 1 ? 15 : 0;
-	/* 0: leave it to the end of the loop pass */
-	b->flush_every = depth > 1 ? (unsigned)b->o->flush_every : 0;
-	b->measuring = b->stop = false;
-	b->err = 0;
-	sampler_reset(&b->lat);
-	uint64_t start = farm_now_ns();
-	uint64_t warm_end = start + (uint64_t)warm_ns(b->o);
-	uint64_t dur = (uint64_t)(b->o->seconds * 1e9);
-	uint64_t t0 = 0, t1 = 0, d0 = 0, d1 = 0;
-	uint64_t last_done = 0, last_progress = start;
-	for (unsigned i = 0; i < depth && !b->stop; i++)
-		rr_issue(b, &b->slots[i], farm_now_ns());
-	unsigned n = 0;
-	while (b->outstanding) {
-		(void)farm_loop_poll(loop);
-		if (++n & 15)
-			continue;
-		uint64_t now = farm_now_ns();
-		if (!b->stop && !b->measuring && now >= warm_end) {
-			b->measuring = true;
-			t0 = now;
-			d0 = b->done;
-		} else if (b->measuring && now - t0 >= dur) {
-			b->measuring = false;
-			b->stop = true;
-			t1 = now;
-			d1 = b->done;
-		}
-		if (interrupted)
-			return -EINTR; /* closing the loop cancels the calls */
-		if (b->done != last_done) {
-			last_done = b->done;
-			last_progress = now;
-		} else if (now - last_progress > STALL_NS) {
-			fprintf(stderr, PROG ": no reply for %llu s\n",
-			        STALL_NS / NS_PER_S);
-			return -ETIMEDOUT;
-		}
-	}
-	if (b->err) {
-		fprintf(stderr, PROG ": call failed: %s\n",
-		        farm_strerror(b->err));
-		return b->err;
-	}
-	if (!t1)
-		return interrupted ? -EINTR : -EIO;
-	res->rate = (double)(d1 - d0) / ((double)(t1 - t0) / 1e9);
-	sampler_pcts(&b->lat, &res->p50_ns, &res->p99_ns);
-	res->max_ns = (double)b->lat.max;
-	res->msgs_per_frame = msgs_per_frame(b, &st0);
-	return 0;
-}
-
-struct ctl_done {
-	volatile int done;
-	int status;
-};
-
-static void ctl_cont(farm_loop *loop, void *ctx, int status, const void *reply,
-                     uint32_t len)
-{
-	(void)loop;
-	(void)reply;
-	(void)len;
-	struct ctl_done *d = ctx;
-	d->status = status;
-	d->done = 1;
-}
-
-/* A control call to the server, waited for. */
-static int ctl_call(struct bench *b, uint32_t cmd, uint64_t warm, uint64_t dur)
-{
-	struct ctl_req req = {.cmd = cmd, .warm_ns = warm, .dur_ns = dur};
-	struct ctl_done d = {0};
-	/* After a one-way run the queue to the server may still be full:
-	 * let it drain (the server keeps reading) before the call. */
-	uint64_t give_up = farm_now_ns() + CALL_TIMEOUT_NS;
-	int rc;
-	while ((rc = farm_msg_call(b->m.loop, SERVER_ID, 0, T_CTL, &req,
-	                           sizeof(req), CALL_TIMEOUT_NS, ctl_cont,
-	                           &d)) == -ENOBUFS &&
-	       farm_now_ns() < give_up)
-		(void)farm_loop_poll(b->m.loop);
-	if (rc == 0)
-		rc = farm_loop_wait(b->m.loop, &d.done, CALL_TIMEOUT_NS * 2);
-	if (rc == 0)
-		rc = d.status;
-	if (rc)
-		fprintf(stderr, PROG ": control call %" PRIu32 ": %s\n", cmd,
-		        farm_strerror(rc));
-	return rc;
-}
-
-/* One-way stream of @size-byte messages; the server counts. */
-static int run_oneway(struct bench *b, uint32_t size, struct size_res *res)
-{
-	farm_loop *loop = b->m.loop;
-	const struct opts *o = b->o;
-	uint64_t dur = (uint64_t)(o->seconds * 1e9);
-	uint64_t warm = (uint64_t)warm_ns(o);
-	int rc = ctl_call(b, CTL_ONEWAY, warm, dur);
-	if (rc)
-		return rc;
-	farm_msg_stats st0, st1;
-	farm_msg_stats_get(NULL, loop, &st0);
-	uint64_t deadline = farm_now_ns() + warm + dur + STALL_NS;
-	struct pollfd pfd = {.fd = b->up, .events = POLLIN};
-	struct oneway_res r;
-	unsigned batch = o->send_batch ? o->send_batch : UINT32_MAX;
-	for (unsigned n = 1;; n++) {
-		for (unsigned i = 0; i < batch; i++) {
-			rc = farm_msg_send(loop, SERVER_ID, 0, T_SINK, b->buf,
-			                   size);
-			if (FARM_UNLIKELY(rc)) {
-				if (rc == -ENOBUFS)
-					break;
-				fprintf(stderr, PROG ": send: %s\n",
-				        farm_strerror(rc));
-				return rc;
-			}
-		}
-		(void)farm_loop_poll(loop);
-		if (n & 63)
-			continue;
-		if (interrupted)
-			return -EINTR;
-		if (poll(&pfd, 1, 0) > 0)
-			break;
-		if (farm_now_ns() > deadline) {
-			fprintf(stderr, PROG ": the server reported no "
-			                     "one-way count\n");
-			return -ETIMEDOUT;
-		}
-	}
-	farm_msg_stats_get(NULL, loop, &st1);
-	rc = read_full(b->up, &r, sizeof(r));
-	if (rc) {
-		fprintf(stderr, PROG ": reading the server's count: %s\n",
-		        farm_strerror(rc));
-		return rc;
-	}
-	/* Everything queued has arrived once the sync call's reply has. */
-	rc = ctl_call(b, CTL_SYNC, 0, 0);
-	if (rc)
-		return rc;
-	res->oneway_rate = r.ns ? (double)r.count / ((double)r.ns / 1e9) : 0;
-	uint64_t f = st1.frames_sent - st0.frames_sent;
-	res->oneway_msgs_per_frame =
-	        f ? (double)(st1.sent - st0.sent) / (double)f : 0;
-	res->oneway_queued = st1.queued - st0.queued;
-	res->oneway_nobufs = st1.nobufs - st0.nobufs;
-	return 0;
-}
-
-static int measure(struct bench *b, struct size_res *res)
-{
-	const struct opts *o = b->o;
-	for (unsigned i = 0; i < o->nsizes; i++) {
-		struct size_res *r = &res[i];
-		r->size = o->sizes[i];
-		int rc = 0;
-		if (o->runs & RUN_RR1)
-			rc = run_rr(b, r->size, 1, &r->rr1);
-		if (rc == 0 && (o->runs & RUN_RRN))
-			rc = run_rr(b, r->size, o->depth, &r->rrn);
-		if (rc == 0 && (o->runs & RUN_ONEWAY))
-			rc = run_oneway(b, r->size, r);
-		if (rc)
-			return rc;
-		printf("%6" PRIu32 " B  rr1 %6.3f M/s p50 %6.2f us p99 %6.2f us"
-		       " max %8.1f us  rr%u %6.3f M/s  oneway %6.3f M/s\n",
-		       r->size, r->rr1.rate / 1e6, r->rr1.p50_ns / 1e3,
-		       r->rr1.p99_ns / 1e3, r->rr1.max_ns / 1e3, o->depth,
-		       r->rrn.rate / 1e6, r->oneway_rate / 1e6);
-		fflush(stdout);
-	}
-	return 0;
-}
-
-static void run_baselines(const struct opts *o, struct base_res *br)
-{
-	br->slots = o->ring_size / 64;
-	br->tcp_rc =
-	        bl_tcp_best(64, o->depth, o->seconds, &br->tcp, br->tcp_which,
-	                    sizeof(br->tcp_which), &br->tcp1);
-	if (br->tcp_rc == 0) {
-		printf("baseline tcp 64 B (best: %s): %.3f M/s p50 %.2f us "
-		       "p99 %.2f us\n",
-		       br->tcp_which, br->tcp.rate / 1e6, br->tcp.p50_ns / 1e3,
-		       br->tcp.p99_ns / 1e3);
-		printf("baseline tcp 64 B, 1 in flight (best of blocking and "
-		       "busy): %.3f M/s p50 %.2f us\n",
-		       br->tcp1.rate / 1e6, br->tcp1.p50_ns / 1e3);
-	}
-	fflush(stdout);
-	br->stream_rc = interrupted ? -EINTR
-	                            : bl_ring_stream(br->slots, o->seconds,
-	                                             &br->stream);
-	if (br->stream_rc == 0)
-		printf("baseline ring stream (%u slots of 64 B): %.3f M/s\n",
-		       br->slots, br->stream.rate / 1e6);
-	fflush(stdout);
-	br->rr_rc = interrupted ? -EINTR
-	                        : bl_ring_rr(br->slots, o->seconds, &br->rr);
-	if (br->rr_rc == 0)
-		printf("baseline ring request/response: %.3f M/s p50 %.2f us "
-		       "p99 %.2f us\n",
-		       br->rr.rate / 1e6, br->rr.p50_ns / 1e3,
-		       br->rr.p99_ns / 1e3);
-	fflush(stdout);
-}
-
 /* ---- output -------------------------------------------------------------- */
 
 static void print_goal(const char *name, double v, bool known, double target,
                        bool met, bool last)
 {
-	char s[32];
-	if (known && isfinite(v))
-		snprintf(s, sizeof(s), "%.3f", v);
-	else
-		snprintf(s, sizeof(s), "null");
-	printf("\"%s\": {\"value\": %s, \"target\": %.1f, \"met\": %s}%s", name,
-	       s, target, known && met ? "true" : "false", last ? "" : ", ");
+	static const struct br_style style = {{'f', 3}, {'f', 1}, false};
+	struct br_goal g = {name, known ? v : NAN, target, known && met, NULL};
+	br_goal(stdout, &style, &g, !last);
 }
 
 static void print_bl(const char *name, int rc, const struct bl_result *r,
@@ -854,8 +124,8 @@ static void print_bl(const char *name, int rc, const struct bl_result *r,
 	printf("}, ");
 }
 
-static void print_results(const struct opts *o, const struct size_res *res,
-                          const struct base_res *br)
+void print_results(const struct opts *o, const struct size_res *res,
+                   const struct base_res *br)
 {
 	const struct size_res *r64 = NULL;
 	printf("\nsize (B)  rr1: M/s   p50 us   p99 us | rr%-3u M/s   p50 us "
@@ -873,7 +143,7 @@ static void print_results(const struct opts *o, const struct size_res *res,
 		       r->rrn.msgs_per_frame, r->oneway_rate / 1e6,
 		       r->oneway_msgs_per_frame);
 	}
-	double best64 = r64 ? FARM_MAX(r64->rr1.rate, r64->rrn.rate) : 0;
+	double best64 = r64 ? BU_MAX(r64->rr1.rate, r64->rrn.rate) : 0;
 	bool tcp_ok = o->baseline && br->tcp_rc == 0 && br->tcp.rate > 0;
 	bool ring_ok = o->baseline && br->stream_rc == 0 && br->stream.rate > 0;
 	double g_rr = tcp_ok ? best64 / br->tcp.rate : 0;
@@ -950,139 +220,7 @@ static void print_results(const struct opts *o, const struct size_res *res,
 	fflush(stdout);
 }
 
-/* ---- the client ---------------------------------------------------------- */
-
-/* Everything but the server's side. *@serving: whether the server may
- * still be polling (it could not be told to stop). */
-static int client_main(const struct opts *o, const char *dir, int down, int up,
-                       bool *serving)
-{
-	struct bench b;
-	memset(&b, 0, sizeof(b));
-	b.o = o;
-	b.up = up;
-	struct base_res br;
-	memset(&br, 0, sizeof(br));
-	struct size_res *res = calloc(o->nsizes, sizeof(*res));
-	uint32_t maxsz = 0;
-	for (unsigned i = 0; i < o->nsizes; i++)
-		maxsz = FARM_MAX(maxsz, o->sizes[i]);
-	b.buf = calloc(1, maxsz + 1);
-	b.lat.v = malloc(MAX_SAMPLES * sizeof(*b.lat.v));
-	b.slots = calloc(o->depth, sizeof(*b.slots));
-	int rc = res && b.buf && b.lat.v && b.slots ? 0 : -ENOMEM;
-	struct hello h, sh;
-	*serving = false;
-	if (rc)
-		goto out;
-	for (uint32_t i = 0; i < maxsz; i++)
-		b.buf[i] = (uint8_t)(i * 7 + 1);
-	for (unsigned i = 0; i < o->depth; i++)
-		b.slots[i].b = &b;
-	rc = machine_open(o, CLIENT_ID, dir, &b.m, &h);
-	if (rc)
-		goto out;
-	if (maxsz > farm_msg_max_payload(b.m.msg)) {
-		fprintf(stderr,
-		        PROG ": sizes must be at most %" PRIu32
-		             " bytes with a %" PRIu32 "-byte ring\n",
-		        farm_msg_max_payload(b.m.msg), o->ring_size);
-		rc = -EMSGSIZE;
-		goto out;
-	}
-	rc = read_full(up, &sh, sizeof(sh));
-	if (rc == 0 && sh.status)
-		rc = sh.status; /* the server said why */
-	else if (rc)
-		fprintf(stderr, PROG ": no word from the server: %s\n",
-		        farm_strerror(rc));
-	if (rc)
-		goto out;
-	rc = write_full(down, &h, sizeof(h));
-	if (rc == 0)
-		rc = machine_connect(&b.m, SERVER_ID, &sh);
-	int32_t st;
-	if (rc == 0)
-		rc = read_full(up, &st, sizeof(st));
-	if (rc == 0)
-		rc = st;
-	if (rc)
-		goto out;
-
-	char flush[48], batch[48];
-	if (o->flush_every)
-		snprintf(flush, sizeof(flush), "flushed every %d calls",
-		         o->flush_every);
-	else
-		snprintf(flush, sizeof(flush), "flushed once a pass");
-	if (o->send_batch)
-		snprintf(batch, sizeof(batch), "every %u sends and",
-		         o->send_batch);
-	else
-		snprintf(batch, sizeof(batch), "only");
-	printf("msg_bench: %s fabric (%s), 2 machine processes, 1 loop "
-	       "each, busy polling; rings of %" PRIu32 " KiB\n"
-	       "  rr1: 1 call outstanding, each timed; rr%u: %u outstanding, "
-	       "%s, 1 in 16 timed\n"
-	       "  oneway: the sender polls %s on -ENOBUFS\n"
-	       "  each run %.2f s after a %.2f s warm-up\n",
-	       o->net.fabric, bnet_network(&o->net), o->ring_size >> 10,
-	       o->depth, o->depth, flush, batch, o->seconds, warm_ns(o) / 1e9);
-	if (o->cpu[0] >= 0)
-		printf("  client pinned to CPU %d, server to CPU %d (while "
-		       "messaging)\n",
-		       o->cpu[0], o->cpu[1]);
-	else
-		printf("  not pinned\n");
-	fflush(stdout);
-	cpu_set_t mask;
-	bool have_mask = sched_getaffinity(0, sizeof(mask), &mask) == 0;
-	pin_to(o->cpu[0], "client");
-	rc = write_full(down, "r", 1);
-	if (rc)
-		goto out;
-	*serving = true;
-	/* Connect both ways (lazily, on first use) before timing anything. */
-	for (int i = 0; i < 100 && rc == 0; i++)
-		rc = ctl_call(&b, CTL_SYNC, 0, 0);
-	uint64_t t0 = farm_now_ns();
-	if (rc == 0)
-		rc = measure(&b, res);
-	if (rc == 0)
-		printf("messaging measured in %.1f s\n",
-		       (double)(farm_now_ns() - t0) / 1e9);
-	/* The server goes back to its pipe: no CPU during the baselines. */
-	int rc2 = ctl_call(&b, CTL_IDLE, 0, 0);
-	*serving = rc2 != 0;
-	if (rc == 0)
-		rc = rc2;
-	if (rc)
-		goto out;
-	/* The baselines' processes go where the scheduler puts them. */
-	if (have_mask && o->cpu[0] >= 0 &&
-	    sched_setaffinity(0, sizeof(mask), &mask) != 0)
-		fprintf(stderr, PROG ": cannot unpin: %s\n", strerror(errno));
-	if (o->baseline)
-		run_baselines(o, &br);
-	if (interrupted) {
-		rc = -EINTR;
-		goto out;
-	}
-	print_results(o, res, &br);
-	if (br.tcp_rc || br.stream_rc || br.rr_rc)
-		rc = br.tcp_rc      ? br.tcp_rc
-		     : br.stream_rc ? br.stream_rc
-		                    : br.rr_rc;
-out:
-	machine_close(&b.m);
-	free(res);
-	free(b.buf);
-	free(b.lat.v);
-	free(b.slots);
-	return rc;
-}
-
-/* ---- main ---------------------------------------------------------------- */
+/* ---- options and main --------------------------------------------------- */
 
 static void usage(FILE *out)
 {
@@ -1190,24 +328,23 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 			set_seconds = true;
 			break;
 		case O_DEPTH:
-			if (farm_parse_size(optarg, &v) || v < 1 ||
-			    v > MAX_DEPTH)
+			if (bu_parse_size(optarg, &v) || v < 1 || v > MAX_DEPTH)
 				goto bad;
 			o->depth = (unsigned)v;
 			break;
 		case O_RING:
-			if (farm_parse_size(optarg, &v) || !farm_is_pow2(v) ||
+			if (bu_parse_size(optarg, &v) || !bu_is_pow2(v) ||
 			    v < (4u << 10) || v > (64u << 20))
 				goto bad;
 			o->ring_size = (uint32_t)v;
 			break;
 		case O_BATCH:
-			if (farm_parse_size(optarg, &v) || v > 1000000)
+			if (bu_parse_size(optarg, &v) || v > 1000000)
 				goto bad;
 			o->send_batch = (unsigned)v;
 			break;
 		case O_FLUSH:
-			if (farm_parse_size(optarg, &v) || v > MAX_DEPTH)
+			if (bu_parse_size(optarg, &v) || v > MAX_DEPTH)
 				goto bad;
 			o->flush_every = (int)v;
 			break;
@@ -1239,7 +376,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 	if (o->net.netns)
 		o->baseline = false; /* TCP and the ring run on one host */
 	if (o->flush_every < 0)
-		o->flush_every = (int)FARM_MAX(o->depth / 4, 1u);
+		o->flush_every = (int)BU_MAX(o->depth / 4, 1u);
 	/* The first two CPUs we may use: one machine on each. */
 	cpu_set_t set;
 	if (o->pin && sched_getaffinity(0, sizeof(set), &set) == 0 &&

@@ -56,7 +56,7 @@ static struct {
 	double seconds;
 	unsigned window;
 	bool quick;
-} O = {.seconds = 2.0, .window = 32};
+} g_opt = {.seconds = 2.0, .window = 32};
 
 static uint64_t now_ns(void)
 {
@@ -267,7 +267,7 @@ static int echo_run(unsigned w, struct echo_res *r, double *cpu_srv)
 	struct echo_res warm;
 	echo_client(sip, w, 0.1, &warm);
 	double s0 = proc_cpu_s(pid);
-	echo_client(sip, w, O.seconds, r);
+	echo_client(sip, w, g_opt.seconds, r);
 	*cpu_srv = proc_cpu_s(pid) - s0;
 	kill(pid, SIGKILL);
 	waitpid(pid, NULL, 0);
@@ -279,7 +279,7 @@ static int phase_echo(void)
 {
 	struct echo_res r1, rw;
 	double s1, sw;
-	if (echo_run(1, &r1, &s1) || echo_run(O.window, &rw, &sw))
+	if (echo_run(1, &r1, &s1) || echo_run(g_opt.window, &rw, &sw))
 		return 1;
 	double pc1 = r1.rps * r1.wall_s / (r1.cpu_client_s + s1);
 	double pcw = rw.rps * rw.wall_s / (rw.cpu_client_s + sw);
@@ -381,8 +381,9 @@ static int fabric_phase(const char *prov, int drop, const char *env,
 	         "--fabric %s --drop %d -- %s/fabric_bench --fabric %s "
 	         "--netns --sizes 64 --ops read --seconds %g --repeat 1 "
 	         "--region-size 64M --samples %d --outstanding %u 2>&1",
-	         env, FARM_SOURCE_DIR, prov, drop, self_dir, prov, O.seconds,
-	         O.quick ? 500 : 2000, O.window > 256 ? 256 : O.window);
+	         env, FARM_SOURCE_DIR, prov, drop, self_dir, prov,
+	         g_opt.seconds, g_opt.quick ? 500 : 2000,
+	         g_opt.window > 256 ? 256 : g_opt.window);
 	if (run_capture(cmd, "{\"bench\"", j, len))
 		return -1;
 	fab_parse(j, f);
@@ -396,7 +397,7 @@ static int echo_phase(int drop, char *j, size_t len)
 	         "%s/scripts/netns-cluster run --net-only --machines 2 "
 	         "--drop %d -- %s/net_bench --phase echo --seconds %g "
 	         "--window %u 2>&1",
-	         FARM_SOURCE_DIR, drop, self_dir, O.seconds, O.window);
+	         FARM_SOURCE_DIR, drop, self_dir, g_opt.seconds, g_opt.window);
 	return run_capture(cmd, "ECHO ", j, len);
 }
 
@@ -461,19 +462,20 @@ static int parse(int argc, char **argv, const char **phase)
 		char *end = NULL;
 		switch (c) {
 		case 's':
-			O.seconds = strtod(optarg, &end);
-			if (*end || !(O.seconds >= 0.1 && O.seconds <= 60))
+			g_opt.seconds = strtod(optarg, &end);
+			if (*end ||
+			    !(g_opt.seconds >= 0.1 && g_opt.seconds <= 60))
 				return -1;
 			break;
 		case 'w':
-			O.window = (unsigned)strtoul(optarg, &end, 10);
-			if (*end || O.window < 1 || O.window > MAXW)
+			g_opt.window = (unsigned)strtoul(optarg, &end, 10);
+			if (*end || g_opt.window < 1 || g_opt.window > MAXW)
 				return -1;
 			break;
 		case 'p': *phase = optarg; break;
 		case 'q':
-			O.quick = true;
-			O.seconds = 1.0;
+			g_opt.quick = true;
+			g_opt.seconds = 1.0;
 			break;
 		case 'h': usage(stdout); exit(0);
 		default: return -1;
@@ -496,11 +498,11 @@ static void print_summary(const struct all *a)
 	       "%.1f us p99 %.1f us, %.0f req/s per busy core; %u in flight "
 	       "%.0f req/s, %.0f per busy core\n",
 	       jnum(a->echo, "rps1"), jnum(a->echo, "p50_ns") / 1e3,
-	       jnum(a->echo, "p99_ns") / 1e3, e_pc1, O.window,
+	       jnum(a->echo, "p99_ns") / 1e3, e_pc1, g_opt.window,
 	       jnum(a->echo, "rpsw"), e_pcw);
 	printf("echo with 1%% loss: %u in flight %.0f req/s (%.2f of "
 	       "lossless)\n",
-	       O.window, jnum(a->echo_loss, "rpsw"),
+	       g_opt.window, jnum(a->echo_loss, "rpsw"),
 	       jnum(a->echo_loss, "rpsw") / jnum(a->echo, "rpsw"));
 	const struct fab *f[4] = {&a->u, &a->u1, &a->o, &a->l};
 	const char *nm[4] = {"udp", "udp, 1 a dgram", "ofi", "udp, 1% loss"};
@@ -535,7 +537,7 @@ static void print_json(const struct all *a, double load)
 	       "\"ofi_read\": {\"mops\": %.4f, \"p50_ns\": %.0f, \"p99_ns\": "
 	       "%.0f, \"cpu_ns_per_op\": %.0f}, "
 	       "\"udp_read_loss1\": {\"mops\": %.4f}, \"goals\": {",
-	       load, O.window, a->echo[0] ? strchr(a->echo, '{') : "{}",
+	       load, g_opt.window, a->echo[0] ? strchr(a->echo, '{') : "{}",
 	       a->echo_loss[0] ? strchr(a->echo_loss, '{') : "{}", a->u.mops,
 	       a->u.p50, a->u.p99, a->u.cpu_ns, a->u1.mops, a->u1.p50,
 	       a->u1.cpu_ns, a->o.mops, a->o.p50, a->o.p99, a->o.cpu_ns,

@@ -97,7 +97,6 @@
 #include "coord/membership.h"
 #include "recovery/lease.h"
 #include "recovery/recovery.h"
-#include "util/common.h"
 
 #include "recovery_bench.h"
 
@@ -109,9 +108,9 @@ const char *const t_name[NT] = {"suspect",      "probe",       "zk",
 /* Per-ms counts: ops[m][b] (transfers and lookups), xfers[m][b]. */
 uint32_t *g_ops, *g_xfers;
 struct clog *g_clog; /* [NM][CLOG_CAP] */
-struct shared *SH;
+struct shared *g_sh;
 
-struct opts O = {
+struct opts g_opt = {
         .runs = 20,
         .cm_runs = 5,
         .stop_runs = 5,
@@ -233,17 +232,17 @@ int main(int argc, char **argv)
 		}                                                      \
 		continue;                                              \
 	}
-		OPT_U("--runs", 0, MAX_RUNS, &O.runs)
-		OPT_U("--cm-runs", 0, MAX_RUNS, &O.cm_runs)
-		OPT_U("--stop-runs", 0, MAX_RUNS, &O.stop_runs)
-		OPT_U("--fs-secs", 0, 3600, &O.fs_secs)
-		OPT_U("--pre-ms", 200, 600000, &O.pre_ms)
-		OPT_U("--post-ms", 50, 60000, &O.post_ms)
-		OPT_U("--base-ms", 10, 10000, &O.base_ms)
-		OPT_U("--window-ms", 1, 1000, &O.window_ms)
-		OPT_U("--accounts", 2, MAX_ACCT, &O.accounts)
-		OPT_U("--depth", 1, 256, &O.depth)
-		OPT_U("--lease-us", 1000, 60000000, &O.lease_us)
+		OPT_U("--runs", 0, MAX_RUNS, &g_opt.runs)
+		OPT_U("--cm-runs", 0, MAX_RUNS, &g_opt.cm_runs)
+		OPT_U("--stop-runs", 0, MAX_RUNS, &g_opt.stop_runs)
+		OPT_U("--fs-secs", 0, 3600, &g_opt.fs_secs)
+		OPT_U("--pre-ms", 200, 600000, &g_opt.pre_ms)
+		OPT_U("--post-ms", 50, 60000, &g_opt.post_ms)
+		OPT_U("--base-ms", 10, 10000, &g_opt.base_ms)
+		OPT_U("--window-ms", 1, 1000, &g_opt.window_ms)
+		OPT_U("--accounts", 2, MAX_ACCT, &g_opt.accounts)
+		OPT_U("--depth", 1, 256, &g_opt.depth)
+		OPT_U("--lease-us", 1000, 60000000, &g_opt.lease_us)
 		OPT_U("--seed", 0, UINT32_MAX, &seed)
 #undef OPT_U
 		if (!strcmp(a, "--kill-cm")) {
@@ -253,19 +252,19 @@ int main(int argc, char **argv)
 		} else if (!strcmp(a, "--false-suspicion")) {
 			only_fs = true;
 		} else if (!strcmp(a, "--busy-poll")) {
-			O.busy_poll = true;
+			g_opt.busy_poll = true;
 		} else if (!strcmp(a, "--zk-disk")) {
-			O.zk_disk = true;
+			g_opt.zk_disk = true;
 		} else if (!strcmp(a, "--zk-dir") && v) {
-			O.zk_dir_base = argv[++i];
+			g_opt.zk_dir_base = argv[++i];
 		} else if (!strcmp(a, "--zk-script") && v) {
-			O.zk_script = argv[++i];
+			g_opt.zk_script = argv[++i];
 		} else if (!strcmp(a, "--out") && v) {
-			O.out = argv[++i];
+			g_opt.out = argv[++i];
 		} else if (!strcmp(a, "--verbose")) {
-			O.verbose = true;
+			g_opt.verbose = true;
 		} else if (!strcmp(a, "--quick")) {
-			O.quick = true;
+			g_opt.quick = true;
 		} else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
 			usage(stdout);
 			return 0;
@@ -275,50 +274,51 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	O.seed = seed;
+	g_opt.seed = seed;
 	if (only_cm + only_stop + only_fs > 1) {
 		fprintf(stderr, PROG ": --kill-cm, --sigstop and "
 		                     "--false-suspicion exclude each other\n");
 		return 2;
 	}
-	if (O.quick) {
-		O.runs = 1;
-		O.cm_runs = O.stop_runs = 0;
-		O.fs_secs = 0;
-		O.pre_ms = FARM_MIN(O.pre_ms, 1500u);
-		O.post_ms = FARM_MIN(O.post_ms, 300u);
+	if (g_opt.quick) {
+		g_opt.runs = 1;
+		g_opt.cm_runs = g_opt.stop_runs = 0;
+		g_opt.fs_secs = 0;
+		g_opt.pre_ms = BU_MIN(g_opt.pre_ms, 1500u);
+		g_opt.post_ms = BU_MIN(g_opt.post_ms, 300u);
 	}
-	unsigned n_sc[NSCEN] = {O.runs, O.cm_runs, O.stop_runs};
+	unsigned n_sc[NSCEN] = {g_opt.runs, g_opt.cm_runs, g_opt.stop_runs};
 	if (only_cm || only_stop) {
 		n_sc[SC_MEMBER] = n_sc[SC_CM] = n_sc[SC_STOP] = 0;
-		n_sc[only_cm ? SC_CM : SC_STOP] = O.runs;
-		O.fs_secs = 0;
+		n_sc[only_cm ? SC_CM : SC_STOP] = g_opt.runs;
+		g_opt.fs_secs = 0;
 	}
 	if (only_fs) {
 		n_sc[SC_MEMBER] = 1;
 		n_sc[SC_CM] = n_sc[SC_STOP] = 0;
-		if (!O.fs_secs)
-			O.fs_secs = 120;
+		if (!g_opt.fs_secs)
+			g_opt.fs_secs = 120;
 	}
 	unsigned total = n_sc[0] + n_sc[1] + n_sc[2];
 	if (!total || total > MAX_RUNS) {
 		fprintf(stderr, PROG ": between 1 and %u runs\n", MAX_RUNS);
 		return 2;
 	}
-	if (!O.out)
-		O.out = default_out(argv[0]);
-	unsigned lease_us = O.lease_us ? O.lease_us : FARM_LEASE_DEFAULT_US;
+	if (!g_opt.out)
+		g_opt.out = default_out(argv[0]);
+	unsigned lease_us =
+	        g_opt.lease_us ? g_opt.lease_us : FARM_LEASE_DEFAULT_US;
 
 	struct sigaction sa = {.sa_handler = on_signal};
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
-	unsigned max_pre = FARM_MAX(O.pre_ms, O.fs_secs * 1000u);
-	size_t nb = (size_t)NM * (max_pre + RECOV_MS + O.post_ms + 3000);
-	SH = mmap(NULL, sizeof(*SH), PROT_READ | PROT_WRITE,
-	          MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	unsigned max_pre = BU_MAX(g_opt.pre_ms, g_opt.fs_secs * 1000u);
+	size_t nb = (size_t)NM * (max_pre + RECOV_MS + g_opt.post_ms + 3000);
+	g_sh = mmap(NULL, sizeof(*g_sh), PROT_READ | PROT_WRITE,
+	            MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	g_ops = mmap(NULL, 2 * nb * sizeof(uint32_t), PROT_READ | PROT_WRITE,
 	             MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	if (SH == MAP_FAILED || g_ops == MAP_FAILED) {
+	if (g_sh == MAP_FAILED || g_ops == MAP_FAILED) {
 		fprintf(stderr, PROG ": mmap: %s\n", strerror(errno));
 		return 1;
 	}
@@ -343,8 +343,9 @@ int main(int argc, char **argv)
 	            "%s, %u accounts per machine, %u operations in flight per "
 	            "machine; load average %s\n",
 	       NM, sysconf(_SC_NPROCESSORS_ONLN),
-	       O.zk_disk ? "disk (fsync)" : "tmpfs", lease_us / 1e3,
-	       O.busy_poll ? "on" : "off", O.accounts, O.depth, load);
+	       g_opt.zk_disk ? "disk (fsync)" : "tmpfs", lease_us / 1e3,
+	       g_opt.busy_poll ? "on" : "off", g_opt.accounts, g_opt.depth,
+	       load);
 	int zs = zk_start();
 	if (zs)
 		return zs;
@@ -352,7 +353,7 @@ int main(int argc, char **argv)
 	printf("runs: %u member kills, %u CM kills, %u SIGSTOPs; the first "
 	       "member run after %u s of steady load\n",
 	       n_sc[0], n_sc[1], n_sc[2],
-	       O.fs_secs ? O.fs_secs : O.pre_ms / 1000);
+	       g_opt.fs_secs ? g_opt.fs_secs : g_opt.pre_ms / 1000);
 	printf("times in ms after the kill; 80pct: survivors back to 80%% of "
 	       "their pre-failure ops/ms over win ms (!: even 100 ms windows "
 	       "of the steady state fail it); s->80: from the suspicion; fs: "
@@ -373,9 +374,9 @@ int main(int argc, char **argv)
 	uint64_t t_start = now_ns();
 	for (unsigned sc = 0; sc < NSCEN && !interrupted; sc++)
 		for (unsigned k = 0; k < n_sc[sc] && !interrupted; k++) {
-			unsigned pre = O.pre_ms;
-			if (sc == SC_MEMBER && k == 0 && O.fs_secs)
-				pre = O.fs_secs * 1000u;
+			unsigned pre = g_opt.pre_ms;
+			if (sc == SC_MEMBER && k == 0 && g_opt.fs_secs)
+				pre = g_opt.fs_secs * 1000u;
 			if (pre > 10000)
 				fprintf(stderr,
 				        PROG ": run %u: %u s of steady load "
@@ -442,19 +443,18 @@ int main(int argc, char **argv)
 		zombie += r->zombie;
 		hung += r->zombie_hung;
 		win_ok += r->ok && r->win_ok;
-		win_max = FARM_MAX(win_max, r->ok ? r->win : 0);
+		win_max = BU_MAX(win_max, r->ok ? r->win : 0);
 		if (r->sc == SC_STOP) {
 			/* A run that failed or never suspected: infinite. */
 			double x = r->ok && !isnan(r->t[T_SUSPECT])
 			                   ? r->t[T_SUSPECT]
 			                   : INFINITY;
-			stop_susp_max =
-			        stop_n++ ? FARM_MAX(stop_susp_max, x) : x;
+			stop_susp_max = stop_n++ ? BU_MAX(stop_susp_max, x) : x;
 		}
 	}
 	double longest_pre = 0;
 	for (unsigned i = 0; i < nr; i++)
-		longest_pre = FARM_MAX(longest_pre, runs[i].pre_secs);
+		longest_pre = BU_MAX(longest_pre, runs[i].pre_secs);
 	printf("\nfalse suspicions: %" PRIu64 " in %.0f s of steady load "
 	       "(longest continuous: %.0f s) at a %.1f ms lease\n",
 	       fs, fs_secs, longest_pre, lease_us / 1e3);
@@ -538,9 +538,9 @@ int main(int argc, char **argv)
 	       "\"accounts_per_machine\": %u, \"depth\": %u, "
 	       "\"window_ms\": %u, \"load_avg\": \"%s\", \"seconds\": %.0f, "
 	       "\"runs\": {",
-	       NM, lease_us / 1e3, O.busy_poll ? "true" : "false",
-	       O.zk_disk ? "disk" : "tmpfs", O.accounts, O.depth, O.window_ms,
-	       load, secs);
+	       NM, lease_us / 1e3, g_opt.busy_poll ? "true" : "false",
+	       g_opt.zk_disk ? "disk" : "tmpfs", g_opt.accounts, g_opt.depth,
+	       g_opt.window_ms, load, secs);
 	for (unsigned sc = 0; sc < NSCEN; sc++)
 		printf("%s\"%s\": %u", sc ? ", " : "", scen_name[sc],
 		       d80[sc].n);
@@ -602,7 +602,7 @@ int main(int argc, char **argv)
 	free(runs);
 	/* --quick (the smoke test) says whether it ran; the checks' verdict
 	 * is in the output either way. */
-	if (O.quick)
+	if (g_opt.quick)
 		return failed || interrupted ? 1 : 0;
 	return failed || !commits_ok || interrupted ? 1 : 0;
 }

@@ -25,7 +25,7 @@
 
 #include "coord/membership.h"
 #include "recovery/recovery.h"
-#include "util/common.h"
+#include "benchutil.h"
 
 #ifndef FARM_SOURCE_DIR
 #error "FARM_SOURCE_DIR must name the source tree (scripts/zk-local)"
@@ -122,7 +122,7 @@ struct clog {
 };
 #define CLOG_CAP (1u << 19)
 extern struct clog *g_clog; /* [NM][CLOG_CAP] */
-extern struct shared *SH;
+extern struct shared *g_sh;
 
 struct opts {
 	unsigned runs, cm_runs, stop_runs;
@@ -133,7 +133,7 @@ struct opts {
 	const char *zk_dir_base, *zk_script, *out;
 	uint64_t seed;
 };
-extern struct opts O;
+extern struct opts g_opt;
 
 extern volatile sig_atomic_t interrupted;
 extern pid_t g_pid[NM];
@@ -141,7 +141,7 @@ extern char g_zk_dir[256], g_zk_connect[64];
 
 static inline uint64_t now_ns(void)
 {
-	return farm_now_ns();
+	return bu_now_ns();
 }
 
 static inline void nap_ms(unsigned ms)

@@ -23,7 +23,7 @@
 #include "coord/membership.h"
 #include "node/node.h"
 #include "recovery/recovery.h"
-#include "util/common.h"
+#include "benchutil.h"
 #include "util/config.h"
 
 #include "recovery_bench.h"
@@ -46,7 +46,7 @@ struct mach {
 
 static uint64_t rnd(struct mach *c)
 {
-	return farm_rand64(&c->rng);
+	return bu_rand64(&c->rng);
 }
 
 static void fail(struct mach *c, const char *what, int rc)
@@ -67,23 +67,23 @@ static void serve_ms(struct mach *c, unsigned ms)
 /* The machine's accounts. */
 static int create_accounts(struct mach *c)
 {
-	int rc = bx_create(c->txm, c->loop, O.accounts, sizeof(struct bx_acct),
-	                   INIT_BAL, c->st->acct);
+	int rc = bx_create(c->txm, c->loop, g_opt.accounts,
+	                   sizeof(struct bx_acct), INIT_BAL, c->st->acct);
 	if (!rc)
-		c->st->nacct = O.accounts;
+		c->st->nacct = g_opt.accounts;
 	return rc;
 }
 
 static void bump(struct mach *c, uint32_t *counts)
 {
-	uint64_t b = (now_ns() - SH->t0) / 1000000ull;
-	if (b < SH->nbuckets)
-		counts[(size_t)c->me * SH->nbuckets + b]++;
+	uint64_t b = (now_ns() - g_sh->t0) / 1000000ull;
+	if (b < g_sh->nbuckets)
+		counts[(size_t)c->me * g_sh->nbuckets + b]++;
 }
 
 static bool running(struct mach *c)
 {
-	return atomic_load(&SH->cmd) == C_GO && !atomic_load(&c->st->removed);
+	return atomic_load(&g_sh->cmd) == C_GO && !atomic_load(&c->st->removed);
 }
 
 static void note_error(struct mach *c, int rc, const char *what)
@@ -93,7 +93,7 @@ static void note_error(struct mach *c, int rc, const char *what)
 		c->st->first_err = rc;
 		snprintf(c->st->first_err_what, sizeof(c->st->first_err_what),
 		         "%s, %" PRId64 " ms after go", what,
-		         (int64_t)((now_ns() - SH->t0) / 1000000ull));
+		         (int64_t)((now_ns() - g_sh->t0) / 1000000ull));
 		fprintf(stderr, PROG ": machine %u: %s: %s\n", c->me,
 		        c->st->first_err_what, farm_strerror(rc));
 	}
@@ -127,7 +127,7 @@ static void slot_end(struct slot *s, int rc)
 	uint64_t now = now_ns();
 	if (now - s->t_start > 100000000ull) { /* the last 16 */
 		struct slow *w = &c->st->slow[c->st->nslow++ % 16];
-		w->start_ms = (int64_t)((s->t_start - SH->t0) / 1000000ull);
+		w->start_ms = (int64_t)((s->t_start - g_sh->t0) / 1000000ull);
 		w->ms = (uint32_t)((now - s->t_start) / 1000000ull);
 		w->rc = rc;
 		w->lookup = s->lookup;
@@ -157,7 +157,8 @@ static void slot_end(struct slot *s, int rc)
 				c->st->rphase[k] = s->phase;
 				c->st->rcount[k]++;
 				c->st->rlast_ms[k] =
-				        (int64_t)((now - SH->t0) / 1000000ull);
+				        (int64_t)((now - g_sh->t0) /
+				                  1000000ull);
 				break;
 			}
 		s->h.retry_at = bx_backoff(&s->tries);
@@ -180,9 +181,9 @@ static void commit_cb(farm_loop *loop, void *ctx, int outcome)
 	struct slot *s = ctx;
 	struct mach *c = s->c;
 	if (outcome == 0) {
-		uint64_t *mw = SH->maxw[c->me];
-		mw[s->ia] = FARM_MAX(mw[s->ia], s->p.a.ctr);
-		mw[s->ib] = FARM_MAX(mw[s->ib], s->p.b.ctr);
+		uint64_t *mw = g_sh->maxw[c->me];
+		mw[s->ia] = BU_MAX(mw[s->ia], s->p.a.ctr);
+		mw[s->ib] = BU_MAX(mw[s->ib], s->p.b.ctr);
 		uint32_t k = atomic_load(&c->st->nclog);
 		if (k < CLOG_CAP) {
 			g_clog[(size_t)c->me * CLOG_CAP + k] = (struct clog){
@@ -190,10 +191,10 @@ static void commit_cb(farm_loop *loop, void *ctx, int outcome)
 			        .ib = (uint16_t)s->ib,
 			        .ca = (uint32_t)s->p.a.ctr,
 			        .cb = (uint32_t)s->p.b.ctr,
-			        .t_begin = (uint32_t)((s->t_start - SH->t0) /
+			        .t_begin = (uint32_t)((s->t_start - g_sh->t0) /
 			                              1000),
-			        .t_end =
-			                (uint32_t)((now_ns() - SH->t0) / 1000)};
+			        .t_end = (uint32_t)((now_ns() - g_sh->t0) /
+			                            1000)};
 			atomic_store(&c->st->nclog, k + 1);
 		}
 		atomic_fetch_add(&c->st->transfers, 1);
@@ -285,10 +286,10 @@ static void publish(struct mach *c)
  * until every one has ended. */
 static int workload(struct mach *c)
 {
-	struct slot *slots = calloc(O.depth, sizeof(*slots));
+	struct slot *slots = calloc(g_opt.depth, sizeof(*slots));
 	if (!slots)
 		return -ENOMEM;
-	for (unsigned i = 0; i < O.depth; i++) {
+	for (unsigned i = 0; i < g_opt.depth; i++) {
 		slots[i].c = c;
 		slots[i].p.done = reads_done;
 		slot_start(&slots[i]);
@@ -296,12 +297,12 @@ static int workload(struct mach *c)
 	uint64_t last = UINT64_MAX;
 	while (running(c)) {
 		uint64_t now = now_ns();
-		uint64_t b = (now - SH->t0) / 1000000ull;
+		uint64_t b = (now - g_sh->t0) / 1000000ull;
 		if (b != last) {
 			last = b;
 			publish(c);
 		}
-		bx_slots_pass(c->loop, slots, sizeof(*slots), O.depth, now,
+		bx_slots_pass(c->loop, slots, sizeof(*slots), g_opt.depth, now,
 		              slot_start_any);
 	}
 	int rc = bx_slots_drain(c->loop, &c->busy);
@@ -331,57 +332,57 @@ static void scan(struct mach *c)
 			                       sizeof(a), UINT64_MAX, &a);
 		}
 		if (rc == 0) {
-			SH->lf_read++;
+			g_sh->lf_read++;
 		} else if (rc == -EBUSY) {
-			SH->locked_acct[SH->lf_locked] = i;
-			SH->lf_locked++;
-			if (SH->lf_locked == 4)
+			g_sh->locked_acct[g_sh->lf_locked] = i;
+			g_sh->lf_locked++;
+			if (g_sh->lf_locked == 4)
 				break; /* 1 s each: enough evidence */
 		} else {
-			if (!SH->lf_other++)
-				SH->lf_err = rc;
+			if (!g_sh->lf_other++)
+				g_sh->lf_err = rc;
 		}
 	}
 	int rc = 0;
 	for (unsigned t = 0; t < 20; t++) {
 		if (t)
 			serve_ms(c, 20);
-		SH->sum_tries++;
-		SH->total = 0;
+		g_sh->sum_tries++;
+		g_sh->total = 0;
 		farm_tx *tx;
 		rc = farm_tx_begin(c->txm, c->loop, &tx);
-		snprintf(SH->sum_where, sizeof(SH->sum_where), "begin");
+		snprintf(g_sh->sum_where, sizeof(g_sh->sum_where), "begin");
 		if (rc)
 			break;
 		for (unsigned i = 0; i < c->nacc && !rc; i++) {
 			const void *d;
 			rc = farm_tx_read_sync(tx, c->acc[i].addr,
 			                       sizeof(struct bx_acct), &d);
-			snprintf(SH->sum_where, sizeof(SH->sum_where),
+			snprintf(g_sh->sum_where, sizeof(g_sh->sum_where),
 			         "read of account %u", i);
 			if (!rc) {
 				struct bx_acct a;
 				memcpy(&a, d, sizeof(a));
-				SH->total += a.balance;
-				SH->ctr[i] = a.ctr;
+				g_sh->total += a.balance;
+				g_sh->ctr[i] = a.ctr;
 			}
 		}
 		if (!rc) {
 			rc = farm_tx_commit_sync(tx);
-			snprintf(SH->sum_where, sizeof(SH->sum_where),
+			snprintf(g_sh->sum_where, sizeof(g_sh->sum_where),
 			         "commit");
 		}
 		farm_tx_free(tx);
 		if (!rc || !farm_tx_retryable(rc))
 			break;
 	}
-	SH->sum_rc = rc;
+	g_sh->sum_rc = rc;
 }
 
 static int wait_cmd(struct mach *c, int want)
 {
 	for (;;) {
-		int cmd = atomic_load(&SH->cmd);
+		int cmd = atomic_load(&g_sh->cmd);
 		if (cmd >= want)
 			return cmd;
 		if (getppid() == 1)
@@ -392,17 +393,17 @@ static int wait_cmd(struct mach *c, int want)
 
 int machine(uint32_t me, const char *root, const char *zk_root)
 {
-	struct mach c = {.me = me, .st = &SH->m[me]};
-	c.rng = now_ns() ^ O.seed ^ ((uint64_t)me << 40) ^
+	struct mach c = {.me = me, .st = &g_sh->m[me]};
+	c.rng = now_ns() ^ g_opt.seed ^ ((uint64_t)me << 40) ^
 	        0x9e3779b97f4a7c15ull;
 	struct farm_config cfg;
 	farm_config_defaults(&cfg);
 	char v[32];
 	int rc = bc_node_config(PROG, &cfg, me, root, g_zk_connect, zk_root,
 	                        SESSION_MS);
-	rc |= bn_cfg_set(PROG, &cfg, "busy_poll", O.busy_poll ? "1" : "0");
-	if (O.lease_us) {
-		snprintf(v, sizeof(v), "%u", O.lease_us);
+	rc |= bn_cfg_set(PROG, &cfg, "busy_poll", g_opt.busy_poll ? "1" : "0");
+	if (g_opt.lease_us) {
+		snprintf(v, sizeof(v), "%u", g_opt.lease_us);
 		rc |= bn_cfg_set(PROG, &cfg, "lease_us", v);
 	}
 	if (rc) {
@@ -428,13 +429,13 @@ int machine(uint32_t me, const char *root, const char *zk_root)
 	st = 8;
 	if (wait_cmd(&c, C_GO) != C_GO)
 		goto out;
-	c.nacc = NM * O.accounts;
+	c.nacc = NM * g_opt.accounts;
 	c.acc = calloc(c.nacc, sizeof(*c.acc));
 	if (!c.acc)
 		goto out;
 	for (unsigned i = 0; i < NM; i++)
-		memcpy(c.acc + i * O.accounts, SH->m[i].acct,
-		       O.accounts * sizeof(*c.acc));
+		memcpy(c.acc + i * g_opt.accounts, g_sh->m[i].acct,
+		       g_opt.accounts * sizeof(*c.acc));
 	if ((rc = workload(&c))) {
 		fail(&c, "workload", rc);
 		goto out;
@@ -448,7 +449,7 @@ int machine(uint32_t me, const char *root, const char *zk_root)
 	free(view);
 	atomic_store(&c.st->state, ST_DONE);
 	int cmd = wait_cmd(&c, C_SCAN);
-	if (cmd == C_SCAN && SH->scanner == me) {
+	if (cmd == C_SCAN && g_sh->scanner == me) {
 		scan(&c);
 		atomic_store(&c.st->state, ST_SCANNED);
 	}

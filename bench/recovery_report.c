@@ -69,17 +69,17 @@ void print_run(unsigned i, const struct run *r)
 
 void write_plot(const struct run *r, unsigned idx)
 {
-	if (!O.out || !r || !r->plot_ops)
+	if (!g_opt.out || !r || !r->plot_ops)
 		return;
-	if (mkdir(O.out, 0755) && errno != EEXIST) {
-		fprintf(stderr, PROG ": mkdir %s: %s\n", O.out,
+	if (mkdir(g_opt.out, 0755) && errno != EEXIST) {
+		fprintf(stderr, PROG ": mkdir %s: %s\n", g_opt.out,
 		        strerror(errno));
 		return;
 	}
 	char dat[600], ev[600], png[600];
-	snprintf(dat, sizeof(dat), "%s/recovery_timeline.dat", O.out);
-	snprintf(ev, sizeof(ev), "%s/recovery_events.dat", O.out);
-	snprintf(png, sizeof(png), "%s/recovery_timeline.png", O.out);
+	snprintf(dat, sizeof(dat), "%s/recovery_timeline.dat", g_opt.out);
+	snprintf(ev, sizeof(ev), "%s/recovery_events.dat", g_opt.out);
+	snprintf(png, sizeof(png), "%s/recovery_timeline.png", g_opt.out);
 	FILE *f = fopen(dat, "w");
 	if (!f) {
 		fprintf(stderr, PROG ": %s: %s\n", dat, strerror(errno));
@@ -93,8 +93,8 @@ void write_plot(const struct run *r, unsigned idx)
 	        idx, scen_name[r->sc], r->victim, r->pre_rate);
 	for (unsigned k = 0; k < r->nplot; k++) {
 		/* The mean of the 10 buckets around this one. */
-		unsigned lo = k >= 5 ? k - 5 : 0,
-		         hi = FARM_MIN(k + 5, r->nplot), sum = 0;
+		unsigned lo = k >= 5 ? k - 5 : 0, hi = BU_MIN(k + 5, r->nplot),
+		         sum = 0;
 		for (unsigned j = lo; j < hi; j++)
 			sum += r->plot_ops[j];
 		fprintf(f, "%d %u %u %.2f\n", (int)k - 200, r->plot_ops[k],

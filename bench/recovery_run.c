@@ -25,7 +25,6 @@
 
 #include "coord/membership.h"
 #include "recovery/recovery.h"
-#include "util/common.h"
 
 #include "benchcluster.h"
 #include "recovery_bench.h"
@@ -35,23 +34,23 @@
 /* Data on tmpfs, or on disk with fsync (--zk-disk). */
 static const char *zk_env(void)
 {
-	return O.zk_disk ? "ZK_LOCAL_SYNC=yes" : NULL;
+	return g_opt.zk_disk ? "ZK_LOCAL_SYNC=yes" : NULL;
 }
 
 int zk_start(void)
 {
-	const char *base = O.zk_dir_base ? O.zk_dir_base
-	                   : O.zk_disk   ? "/var/tmp"
-	                                 : "/dev/shm";
+	const char *base = g_opt.zk_dir_base ? g_opt.zk_dir_base
+	                   : g_opt.zk_disk   ? "/var/tmp"
+	                                     : "/dev/shm";
 	snprintf(g_zk_dir, sizeof(g_zk_dir), "%s/farm-recbench-zk-XXXXXX",
 	         base);
-	return bc_zk_start(PROG, O.zk_script, zk_env(), g_zk_dir, g_zk_connect,
-	                   sizeof(g_zk_connect));
+	return bc_zk_start(PROG, g_opt.zk_script, zk_env(), g_zk_dir,
+	                   g_zk_connect, sizeof(g_zk_connect));
 }
 
 void zk_stop(void)
 {
-	bc_zk_stop(PROG, O.zk_script, zk_env(), g_zk_dir);
+	bc_zk_stop(PROG, g_opt.zk_script, zk_env(), g_zk_dir);
 }
 
 /* ---- one run (parent) ------------------------------------------------ */
@@ -78,11 +77,11 @@ static int wait_state(unsigned mask, int state, unsigned ms, char *why,
 		for (unsigned i = 0; i < NM; i++) {
 			if (!(mask & (1u << i)))
 				continue;
-			int s = atomic_load(&SH->m[i].state);
+			int s = atomic_load(&g_sh->m[i].state);
 			if (s == ST_FAILED) {
 				snprintf(why, len, "machine %u: %s: %s", i,
-				         SH->m[i].fail_what,
-				         farm_strerror(SH->m[i].fail_rc));
+				         g_sh->m[i].fail_what,
+				         farm_strerror(g_sh->m[i].fail_rc));
 				return -1;
 			}
 			all &= s >= state;
@@ -124,9 +123,9 @@ int one_run(unsigned idx, enum scen sc, unsigned pre_ms, struct run *r)
 	for (unsigned k = 0; k < NT; k++)
 		r->t[k] = NAN;
 	r->t80_from_suspect = NAN;
-	memset(SH, 0, sizeof(*SH));
-	SH->nbuckets = pre_ms + RECOV_MS + O.post_ms + 3000;
-	size_t nb = (size_t)NM * SH->nbuckets;
+	memset(g_sh, 0, sizeof(*g_sh));
+	g_sh->nbuckets = pre_ms + RECOV_MS + g_opt.post_ms + 3000;
+	size_t nb = (size_t)NM * g_sh->nbuckets;
 	memset(g_ops, 0, nb * sizeof(*g_ops));
 	memset(g_xfers, 0, nb * sizeof(*g_xfers));
 
@@ -140,7 +139,7 @@ int one_run(unsigned idx, enum scen sc, unsigned pre_ms, struct run *r)
 	snprintf(zk_root, sizeof(zk_root), "/libfarm/recbench-%d-%u",
 	         (int)getpid(), idx);
 	for (unsigned i = 0; i < NM; i++) {
-		g_pid[i] = bc_spawn(i, root, zk_root, O.verbose, machine);
+		g_pid[i] = bc_spawn(i, root, zk_root, g_opt.verbose, machine);
 		if (g_pid[i] < 0) {
 			g_pid[i] = 0;
 			snprintf(r->why, sizeof(r->why), "fork: %s",
@@ -157,16 +156,16 @@ int one_run(unsigned idx, enum scen sc, unsigned pre_ms, struct run *r)
 	if (rc)
 		goto out;
 	/* The victim: machine 2, or the CM (all agree on it by now). */
-	uint32_t cm = atomic_load(&SH->m[0].cm);
+	uint32_t cm = atomic_load(&g_sh->m[0].cm);
 	unsigned victim = sc == SC_CM ? cm : 2;
 	if (sc != SC_CM && victim == cm)
 		victim = 3;
 	r->victim = victim;
 	mask = ((1u << NM) - 1) & ~(1u << victim);
-	SH->scanner = victim == 0 ? 1 : 0;
-	SH->t0 = now_ns();
-	atomic_store(&SH->cmd, C_GO);
-	uint64_t t_go = SH->t0;
+	g_sh->scanner = victim == 0 ? 1 : 0;
+	g_sh->t0 = now_ns();
+	atomic_store(&g_sh->cmd, C_GO);
+	uint64_t t_go = g_sh->t0;
 	while (now_ns() < t_go + (uint64_t)pre_ms * 1000000ull) {
 		if (interrupted) {
 			snprintf(r->why, sizeof(r->why), "interrupted");
@@ -174,7 +173,7 @@ int one_run(unsigned idx, enum scen sc, unsigned pre_ms, struct run *r)
 			goto out;
 		}
 		for (unsigned i = 0; i < NM; i++)
-			if (atomic_load(&SH->m[i].state) == ST_FAILED) {
+			if (atomic_load(&g_sh->m[i].state) == ST_FAILED) {
 				snprintf(r->why, sizeof(r->why),
 				         "machine %u failed before the kill",
 				         i);
@@ -186,12 +185,13 @@ int one_run(unsigned idx, enum scen sc, unsigned pre_ms, struct run *r)
 	/* Suspicions so far (refreshed every ms) are false ones; those
 	 * after the kill are told apart by the survivors' steps. */
 	for (unsigned i = 0; i < NM; i++)
-		r->false_susp += atomic_load(&SH->m[i].suspicions);
-	uint64_t victim_xfers = atomic_load(&SH->m[victim].transfers);
+		r->false_susp += atomic_load(&g_sh->m[i].suspicions);
+	uint64_t victim_xfers = atomic_load(&g_sh->m[victim].transfers);
 	t_kill = now_ns();
 	r->pre_secs = (double)(t_kill - t_go) / 1e9;
 	kill(g_pid[victim], sc == SC_STOP ? SIGSTOP : SIGKILL);
-	uint64_t stop_inflight = (uint64_t)atomic_load(&SH->m[victim].inflight);
+	uint64_t stop_inflight =
+	        (uint64_t)atomic_load(&g_sh->m[victim].inflight);
 	if (sc != SC_STOP) {
 		waitpid(g_pid[victim], NULL, 0);
 		g_pid[victim] = 0;
@@ -202,14 +202,14 @@ int one_run(unsigned idx, enum scen sc, unsigned pre_ms, struct run *r)
 		bool all = true;
 		for (unsigned i = 0; i < NM; i++)
 			if ((mask & (1u << i)) &&
-			    atomic_load(&SH->m[i].t_active) < t_kill)
+			    atomic_load(&g_sh->m[i].t_active) < t_kill)
 				all = false;
 		if (all)
 			break;
 		int failed = -1;
 		for (unsigned i = 0; i < NM; i++)
 			if ((mask & (1u << i)) &&
-			    atomic_load(&SH->m[i].state) == ST_FAILED)
+			    atomic_load(&g_sh->m[i].state) == ST_FAILED)
 				failed = (int)i;
 		if (failed >= 0)
 			snprintf(r->why, sizeof(r->why),
@@ -226,19 +226,20 @@ int one_run(unsigned idx, enum scen sc, unsigned pre_ms, struct run *r)
 		}
 		nap_ms(1);
 	}
-	nap_ms(O.post_ms);
-	atomic_store(&SH->cmd, C_STOP);
+	nap_ms(g_opt.post_ms);
+	atomic_store(&g_sh->cmd, C_STOP);
 	if (sc == SC_STOP) {
 		/* The zombie: it must find itself removed, commit nothing. */
 		kill(g_pid[victim], SIGCONT);
 		char tmp[64];
 		int zr = wait_state(1u << victim, ST_DONE, 1000, tmp,
 		                    sizeof(tmp));
-		uint64_t after = atomic_load(&SH->m[victim].transfers);
-		uint64_t infl = (uint64_t)atomic_load(&SH->m[victim].inflight);
+		uint64_t after = atomic_load(&g_sh->m[victim].transfers);
+		uint64_t infl =
+		        (uint64_t)atomic_load(&g_sh->m[victim].inflight);
 		r->zombie = after - victim_xfers;
 		/* Its commits in flight at the stop may end either way. */
-		r->zombie -= FARM_MIN(r->zombie, stop_inflight);
+		r->zombie -= BU_MIN(r->zombie, stop_inflight);
 		r->zombie_hung = zr != 0;
 		if (zr)
 			fprintf(stderr,
@@ -252,15 +253,15 @@ int one_run(unsigned idx, enum scen sc, unsigned pre_ms, struct run *r)
 	}
 	if ((rc = wait_state(mask, ST_DONE, 30000, r->why, sizeof(r->why))))
 		goto out;
-	atomic_store(&SH->cmd, C_SCAN);
-	if ((rc = wait_state(1u << SH->scanner, ST_SCANNED, 120000, r->why,
+	atomic_store(&g_sh->cmd, C_SCAN);
+	if ((rc = wait_state(1u << g_sh->scanner, ST_SCANNED, 120000, r->why,
 	                     sizeof(r->why))))
 		goto out;
-	atomic_store(&SH->cmd, C_QUIT);
+	atomic_store(&g_sh->cmd, C_QUIT);
 	r->ok = true;
 out:
 	if (rc)
-		atomic_store(&SH->cmd, C_QUIT);
+		atomic_store(&g_sh->cmd, C_QUIT);
 	for (unsigned i = 0; i < NM; i++) {
 		if (g_pid[i] <= 0)
 			continue;
@@ -292,7 +293,7 @@ out:
 
 	if (getenv("RECOVERY_BENCH_DEBUG"))
 		for (unsigned i = 0; i < NM; i++) {
-			const struct mstat *m = &SH->m[i];
+			const struct mstat *m = &g_sh->m[i];
 			fprintf(stderr,
 			        "debug run %u machine %u: %" PRIu64
 			        " transfers, %" PRIu64 " lookups, %" PRIu64
@@ -313,7 +314,7 @@ out:
 			        m->ts.aborts_validation, m->ts.aborts_failure,
 			        m->ts.aborts_nospace, m->rs.lease.renewals,
 			        m->rs.lease.late, m->rs.lease.max_gap_us / 1e3);
-			for (unsigned k = 0; k < FARM_MIN(m->nslow, 16u); k++)
+			for (unsigned k = 0; k < BU_MIN(m->nslow, 16u); k++)
 				fprintf(stderr,
 				        "  slow %s: start %" PRId64
 				        " ms after go (kill at %" PRIu64
@@ -322,7 +323,7 @@ out:
 				        m->slow[k].lookup ? "lookup"
 				                          : "transfer",
 				        m->slow[k].start_ms,
-				        (uint64_t)((t_kill - SH->t0) /
+				        (uint64_t)((t_kill - g_sh->t0) /
 				                   1000000ull),
 				        m->slow[k].ms, m->slow[k].phase,
 				        farm_strerror(m->slow[k].rc),
@@ -361,14 +362,14 @@ out:
 	const char *dump = getenv("RECOVERY_BENCH_DUMP");
 	FILE *df = dump ? fopen(dump, "w") : NULL;
 	if (df) { /* every machine's ops per 10 ms, the whole run */
-		uint64_t kb10 = (t_kill - SH->t0) / 10000000ull;
-		for (uint64_t b = 0; b + 10 <= SH->nbuckets; b += 10) {
+		uint64_t kb10 = (t_kill - g_sh->t0) / 10000000ull;
+		for (uint64_t b = 0; b + 10 <= g_sh->nbuckets; b += 10) {
 			fprintf(df, "%" PRId64,
 			        (int64_t)(b / 10) - (int64_t)kb10);
 			for (unsigned i = 0; i < NM; i++) {
 				uint32_t n = 0;
 				for (unsigned k = 0; k < 10; k++)
-					n += g_ops[(size_t)i * SH->nbuckets +
+					n += g_ops[(size_t)i * g_sh->nbuckets +
 					           b + k];
 				fprintf(df, " %u", n);
 			}
@@ -382,7 +383,7 @@ out:
 	for (unsigned i = 0; i < NM; i++) {
 		if (i == victim_)
 			continue;
-		const struct mstat *m = &SH->m[i];
+		const struct mstat *m = &g_sh->m[i];
 		const struct farm_recovery_stats *rs = &m->rs;
 		bool saw_cfg = false;
 		for (unsigned k = 0; k < rs->nsteps; k++) {
@@ -430,14 +431,14 @@ out:
 		r->transfers += m->transfers;
 	}
 	for (unsigned i = 0; i < NM; i++) {
-		const struct farm_membership_status *ms = &SH->m[i].ms;
+		const struct farm_membership_status *ms = &g_sh->m[i].ms;
 		if (i != victim_ && new_cfg && ms->write_config_id == new_cfg)
 			r->t[T_ZK] = tmin(r->t[T_ZK],
 			                  ms_after(ms->t_write_ns, t_kill));
 	}
 	/* Throughput before the kill, and when it is back to 80%. */
-	uint64_t kb = (t_kill - SH->t0) / 1000000ull; /* the kill's bucket */
-	unsigned base = FARM_MIN(O.base_ms, (unsigned)kb);
+	uint64_t kb = (t_kill - g_sh->t0) / 1000000ull; /* the kill's bucket */
+	unsigned base = BU_MIN(g_opt.base_ms, (unsigned)kb);
 	uint64_t pre = 0;
 	for (uint64_t b = kb - base; b < kb; b++)
 		pre += surv_ops(victim_, b, g_ops);
@@ -445,16 +446,16 @@ out:
 	r->win = calibrate(victim_, kb - base, kb, r->pre_rate, &r->win_ok);
 	double target = 0.8 * r->pre_rate * r->win;
 	double from = isnan(r->t[T_SUSPECT]) ? 0 : r->t[T_SUSPECT];
-	uint64_t end = kb + (uint64_t)ceil(r->t[T_ACTIVE]) + O.post_ms;
+	uint64_t end = kb + (uint64_t)ceil(r->t[T_ACTIVE]) + g_opt.post_ms;
 	for (uint64_t b = kb + (uint64_t)ceil(from);
-	     b + r->win <= end && b + r->win <= SH->nbuckets; b++) {
+	     b + r->win <= end && b + r->win <= g_sh->nbuckets; b++) {
 		uint64_t s = 0;
 		for (unsigned w = 0; w < r->win; w++)
 			s += surv_ops(victim_, b + w, g_ops);
 		if ((double)s >= target) {
 			/* Bucket b counts what ended in [b, b + 1) ms after
 			 * t0; the kill fell inside bucket kb. */
-			uint64_t start = SH->t0 + b * 1000000ull;
+			uint64_t start = g_sh->t0 + b * 1000000ull;
 			r->t[T_80] = start > t_kill
 			                     ? (double)(start - t_kill) / 1e6
 			                     : 0.0;
@@ -462,11 +463,10 @@ out:
 		}
 	}
 	if (!isnan(r->t[T_80]) && !isnan(r->t[T_SUSPECT]))
-		r->t80_from_suspect =
-		        FARM_MAX(0.0, r->t[T_80] - r->t[T_SUSPECT]);
+		r->t80_from_suspect = BU_MAX(0.0, r->t[T_80] - r->t[T_SUSPECT]);
 	/* The plot: 200 ms before the kill to post_ms after active. */
 	uint64_t p0 = kb >= 200 ? kb - 200 : 0;
-	uint64_t p1 = FARM_MIN(end, (uint64_t)SH->nbuckets);
+	uint64_t p1 = BU_MIN(end, (uint64_t)g_sh->nbuckets);
 	r->nplot = (unsigned)(p1 - p0);
 	r->plot_ops = calloc(r->nplot + 1, sizeof(uint32_t) * 2);
 	if (r->plot_ops) {
@@ -477,15 +477,15 @@ out:
 		}
 	}
 	/* ---- lost commits ---- */
-	unsigned nacc = NM * O.accounts;
-	if (SH->sum_rc == 0) {
+	unsigned nacc = NM * g_opt.accounts;
+	if (g_sh->sum_rc == 0) {
 		uint64_t unrep = 0;
 		bool complete;
 		char det[1400] = "";
-		uint64_t l = check_clog(nacc, (t_kill - SH->t0) / 1000, &unrep,
-		                        det, sizeof(det), &complete);
+		uint64_t l = check_clog(nacc, (t_kill - g_sh->t0) / 1000,
+		                        &unrep, det, sizeof(det), &complete);
 		uint64_t allowed =
-		        2 * (uint64_t)atomic_load(&SH->m[victim_].inflight);
+		        2 * (uint64_t)atomic_load(&g_sh->m[victim_].inflight);
 		r->clog_lost = l;
 		r->clog_unreported = unrep;
 		if (l || unrep > allowed) {
@@ -508,36 +508,36 @@ out:
 	}
 	uint64_t reported = 0, ctr_sum = 0, below_max = 0;
 	for (unsigned i = 0; i < NM; i++)
-		reported += SH->m[i].transfers;
+		reported += g_sh->m[i].transfers;
 	for (unsigned j = 0; j < nacc; j++) {
-		ctr_sum += SH->ctr[j];
+		ctr_sum += g_sh->ctr[j];
 		uint64_t want = 0;
 		for (unsigned i = 0; i < NM; i++)
-			want = FARM_MAX(want, SH->maxw[i][j]);
-		below_max += SH->ctr[j] < want;
+			want = BU_MAX(want, g_sh->maxw[i][j]);
+		below_max += g_sh->ctr[j] < want;
 	}
 	int64_t expect = (int64_t)nacc * INIT_BAL;
 	char *w = r->why;
 	size_t wl = sizeof(r->why);
 	size_t o = 0;
-	if (SH->sum_rc) {
+	if (g_sh->sum_rc) {
 		o += (size_t)snprintf(
 		        w, wl, "the final sum failed: %s at its %s (%u tries)",
-		        farm_strerror(SH->sum_rc), SH->sum_where,
-		        SH->sum_tries);
+		        farm_strerror(g_sh->sum_rc), g_sh->sum_where,
+		        g_sh->sum_tries);
 		r->lost++; /* unknown: counted as a failure */
 	} else {
 		/* Three views of the same question; the largest counts. */
 		uint64_t slack =
-		        2 * (uint64_t)atomic_load(&SH->m[victim_].inflight);
+		        2 * (uint64_t)atomic_load(&g_sh->m[victim_].inflight);
 		uint64_t deficit = ctr_sum < 2 * reported
 		                           ? (2 * reported - ctr_sum + 1) / 2
 		                           : 0;
-		r->lost = FARM_MAX(deficit, FARM_MAX(below_max, r->clog_lost));
+		r->lost = BU_MAX(deficit, BU_MAX(below_max, r->clog_lost));
 		if (ctr_sum > 2 * reported + slack)
 			r->phantom =
-			        FARM_MAX(r->phantom,
-			                 (ctr_sum - 2 * reported - slack) / 2);
+			        BU_MAX(r->phantom,
+			               (ctr_sum - 2 * reported - slack) / 2);
 		if (r->lost || r->phantom)
 			o += (size_t)snprintf(
 			        w + o, wl - o,
@@ -550,29 +550,28 @@ out:
 			        "the final one (details on stderr)",
 			        r->lost, r->phantom, ctr_sum, reported,
 			        slack / 2, below_max, r->clog_lost);
-		if (SH->total != expect) {
+		if (g_sh->total != expect) {
 			r->lost++;
-			o += (size_t)snprintf(w + o, wl - FARM_MIN(o, wl),
-			                      "%stotal %" PRId64
-			                      ", expected %" PRId64,
-			                      o ? "; " : "", SH->total, expect);
+			o += (size_t)snprintf(
+			        w + o, wl - BU_MIN(o, wl),
+			        "%stotal %" PRId64 ", expected %" PRId64,
+			        o ? "; " : "", g_sh->total, expect);
 		}
 	}
-	if (SH->lf_locked || SH->lf_other) {
-		r->unlocked_checks = SH->lf_locked + SH->lf_other;
+	if (g_sh->lf_locked || g_sh->lf_other) {
+		r->unlocked_checks = g_sh->lf_locked + g_sh->lf_other;
 		o += (size_t)snprintf(
-		        w + FARM_MIN(o, wl - 1), wl - FARM_MIN(o, wl - 1),
+		        w + BU_MIN(o, wl - 1), wl - BU_MIN(o, wl - 1),
 		        "%s%s%u account(s) left locked, %u unreadable (%s); "
 		        "locked:",
-		        o ? "; " : "", SH->lf_locked >= 4 ? "at least " : "",
-		        SH->lf_locked, SH->lf_other,
-		        SH->lf_other ? farm_strerror(SH->lf_err) : "-");
-		for (unsigned k = 0; k < FARM_MIN(SH->lf_locked, 4u); k++)
-			o += (size_t)snprintf(w + FARM_MIN(o, wl - 1),
-			                      wl - FARM_MIN(o, wl - 1),
-			                      " %u (made on %u)",
-			                      SH->locked_acct[k],
-			                      SH->locked_acct[k] / O.accounts);
+		        o ? "; " : "", g_sh->lf_locked >= 4 ? "at least " : "",
+		        g_sh->lf_locked, g_sh->lf_other,
+		        g_sh->lf_other ? farm_strerror(g_sh->lf_err) : "-");
+		for (unsigned k = 0; k < BU_MIN(g_sh->lf_locked, 4u); k++)
+			o += (size_t)snprintf(
+			        w + BU_MIN(o, wl - 1), wl - BU_MIN(o, wl - 1),
+			        " %u (made on %u)", g_sh->locked_acct[k],
+			        g_sh->locked_acct[k] / g_opt.accounts);
 	}
 	return 0;
 }

@@ -43,7 +43,7 @@ uint32_t surv_ops(unsigned victim, uint64_t b, const uint32_t *arr)
 	uint32_t s = 0;
 	for (unsigned i = 0; i < NM; i++)
 		if (i != victim)
-			s += arr[(size_t)i * SH->nbuckets + b];
+			s += arr[(size_t)i * g_sh->nbuckets + b];
 	return s;
 }
 
@@ -55,8 +55,8 @@ uint32_t surv_ops(unsigned victim, uint64_t b, const uint32_t *arr)
 unsigned calibrate(unsigned victim, uint64_t b0, uint64_t b1, double rate,
                    bool *ok)
 {
-	unsigned w = O.window_ms;
-	for (; w <= 100; w += O.window_ms) {
+	unsigned w = g_opt.window_ms;
+	for (; w <= 100; w += g_opt.window_ms) {
 		unsigned n = 0, pass = 0;
 		for (uint64_t b = b0; b + w <= b1; b++, n++) {
 			uint64_t s = 0;
@@ -70,7 +70,7 @@ unsigned calibrate(unsigned victim, uint64_t b0, uint64_t b1, double rate,
 		}
 	}
 	*ok = false;
-	return w - O.window_ms;
+	return w - g_opt.window_ms;
 }
 
 /* One committed write: account, the counter value written, by whom. */
@@ -108,8 +108,8 @@ uint64_t check_clog(unsigned nacc, uint64_t t_kill_us, uint64_t *unreported,
 	size_t n = 0;
 	*complete = true;
 	for (unsigned i = 0; i < NM; i++) {
-		n += 2 * (size_t)SH->m[i].nclog;
-		*complete &= SH->m[i].nclog < CLOG_CAP;
+		n += 2 * (size_t)g_sh->m[i].nclog;
+		*complete &= g_sh->m[i].nclog < CLOG_CAP;
 	}
 	struct cw *w = malloc((n + 1) * sizeof(*w));
 	if (!w) {
@@ -118,7 +118,7 @@ uint64_t check_clog(unsigned nacc, uint64_t t_kill_us, uint64_t *unreported,
 	}
 	size_t k = 0;
 	for (unsigned i = 0; i < NM; i++)
-		for (uint32_t e = 0; e < SH->m[i].nclog; e++) {
+		for (uint32_t e = 0; e < g_sh->m[i].nclog; e++) {
 			const struct clog *c =
 			        &g_clog[(size_t)i * CLOG_CAP + e];
 			w[k++] = (struct cw){c->ia, c->ca,      i,
@@ -136,7 +136,7 @@ uint64_t check_clog(unsigned nacc, uint64_t t_kill_us, uint64_t *unreported,
 			const struct cw *c = &w[x];
 			bool dup = x > 0 && w[x - 1].acct == j &&
 			           w[x - 1].val == c->val;
-			bool above = c->val > SH->ctr[j];
+			bool above = c->val > g_sh->ctr[j];
 			if (c->val > expect && !dup)
 				unrep += c->val - expect;
 			if (!dup)
@@ -156,12 +156,12 @@ uint64_t check_clog(unsigned nacc, uint64_t t_kill_us, uint64_t *unreported,
 			        "written by machine "
 			        "%u's transfer #%u (begun %+.1f ms, committed "
 			        "%+.1f ms after the kill)",
-			        o ? "; " : "", j, j / O.accounts, c->val,
+			        o ? "; " : "", j, j / g_opt.accounts, c->val,
 			        c->mach, c->idx, b, e);
 			if (dup) {
 				const struct cw *p = &w[x - 1];
 				o += (size_t)snprintf(
-				        why + o, wl - FARM_MIN(o, wl),
+				        why + o, wl - BU_MIN(o, wl),
 				        " and by machine %u's transfer #%u "
 				        "(begun %+.1f, committed %+.1f ms)",
 				        p->mach, p->idx,
@@ -172,13 +172,13 @@ uint64_t check_clog(unsigned nacc, uint64_t t_kill_us, uint64_t *unreported,
 				                1e3);
 			} else {
 				o += (size_t)snprintf(
-				        why + o, wl - FARM_MIN(o, wl),
+				        why + o, wl - BU_MIN(o, wl),
 				        ", above the final %" PRIu64,
-				        SH->ctr[j]);
+				        g_sh->ctr[j]);
 			}
 		}
-		if (SH->ctr[j] >= expect)
-			unrep += SH->ctr[j] - expect + 1;
+		if (g_sh->ctr[j] >= expect)
+			unrep += g_sh->ctr[j] - expect + 1;
 	}
 	free(w);
 	*unreported = unrep;

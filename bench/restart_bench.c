@@ -41,7 +41,6 @@
 #include "benchutil.h"
 #include "node/node.h"
 #include "node/restart.h"
-#include "util/common.h"
 #include "util/config.h"
 #include "zklocal.h"
 
@@ -52,7 +51,7 @@
 #define PROG   "restart_bench"
 #define MAXM   8
 #define OBJ    (64u << 10)
-#define PER_TX (O.replicas > 1 ? 1u : 8u)
+#define PER_TX (g_opt.replicas > 1 ? 1u : 8u)
 #define SESSION_MS                                                \
 	3000 /* loaded hosts: a 1 s session expired while filling \
 	      */
@@ -63,7 +62,7 @@ static struct {
 	uint64_t mb, region_mb;
 	const char *dir;
 	unsigned lease_ms;
-} O = {3, 1, 1024, 256, "/dev/shm", 500};
+} g_opt = {3, 1, 1024, 256, "/dev/shm", 500};
 
 static char g_root[200], g_zk_dir[300], g_zk_connect[64], g_zk_root[96];
 
@@ -99,11 +98,11 @@ static int make_config(unsigned me, struct farm_config *c)
 	farm_config_defaults(c);
 	c->has_machine_id = true;
 	c->machine_id = me;
-	c->region_size = O.region_mb << 20;
-	c->replicas = O.replicas;
+	c->region_size = g_opt.region_mb << 20;
+	c->replicas = g_opt.replicas;
 	/* With backups every transaction's images go through the logs: room
 	 * for a transaction of PER_TX objects. */
-	if (O.replicas > 1)
+	if (g_opt.replicas > 1)
 		c->log_size = 4u << 20;
 	c->threads = 1;
 	snprintf(c->data_dir, sizeof(c->data_dir), "%s/m%u", g_root, me);
@@ -111,9 +110,9 @@ static int make_config(unsigned me, struct farm_config *c)
 	snprintf(c->zk, sizeof(c->zk), "%s", g_zk_connect);
 	snprintf(c->zk_root, sizeof(c->zk_root), "%s", g_zk_root);
 	c->zk_session_ms = SESSION_MS;
-	c->lease_us = O.lease_ms * 1000u;
+	c->lease_us = g_opt.lease_ms * 1000u;
 	c->zk_connect_timeout_ms = 30000;
-	c->expect_machines = O.machines;
+	c->expect_machines = g_opt.machines;
 	char err[256];
 	int rc = farm_config_validate(c, err, sizeof(err));
 	if (rc)
@@ -139,7 +138,7 @@ static int machine(unsigned me, bool restart, int out)
 	farm_node_set_app_loops(n, true);
 	r.status = 2;
 	if (farm_node_start(n, JOIN_MS) || farm_node_loop_open(n, 0, &loop) ||
-	    farm_node_wait_members(n, O.machines, JOIN_MS))
+	    farm_node_wait_members(n, g_opt.machines, JOIN_MS))
 		goto out;
 	r.t_ready_ns = now_ns();
 	farm_txm *txm = farm_node_txm(n);
@@ -148,7 +147,7 @@ static int machine(unsigned me, bool restart, int out)
 	r.status = 3;
 	if (!restart) {
 		struct remembered rm = {0};
-		uint64_t want = O.mb << 20, seed = (uint64_t)me << 40;
+		uint64_t want = g_opt.mb << 20, seed = (uint64_t)me << 40;
 		uint64_t t_report = now_ns();
 		while (r.bytes < want) {
 			farm_tx *tx;
@@ -190,7 +189,7 @@ static int machine(unsigned me, bool restart, int out)
 				fprintf(stderr,
 				        PROG ": filling: %" PRIu64
 				             " of %" PRIu64 " MiB\n",
-				        r.bytes >> 20, O.mb);
+				        r.bytes >> 20, g_opt.mb);
 			}
 		}
 		FILE *f = fopen(path, "we");
@@ -276,7 +275,7 @@ out:
 
 static void spawn(bool restart, pid_t *pid, int *from)
 {
-	for (unsigned i = 0; i < O.machines; i++) {
+	for (unsigned i = 0; i < g_opt.machines; i++) {
 		int p[2];
 		if (pipe(p))
 			exit(1);
@@ -327,31 +326,33 @@ int main(int argc, char **argv)
 			usage(stdout);
 			return 0;
 		} else if (!strcmp(a, "--quick")) {
-			O.mb = 64;
-			O.region_mb = 64;
+			g_opt.mb = 64;
+			g_opt.region_mb = 64;
 		} else if (v && !strcmp(a, "--machines")) {
-			O.machines = (unsigned)atoi(v), i++;
+			g_opt.machines = (unsigned)atoi(v), i++;
 		} else if (v && !strcmp(a, "--mb")) {
-			O.mb = strtoull(v, NULL, 10), i++;
+			g_opt.mb = strtoull(v, NULL, 10), i++;
 		} else if (v && !strcmp(a, "--replicas")) {
-			O.replicas = (unsigned)atoi(v), i++;
+			g_opt.replicas = (unsigned)atoi(v), i++;
 		} else if (v && !strcmp(a, "--region")) {
-			O.region_mb = strtoull(v, NULL, 10), i++;
+			g_opt.region_mb = strtoull(v, NULL, 10), i++;
 		} else if (v && !strcmp(a, "--dir")) {
-			O.dir = v, i++;
+			g_opt.dir = v, i++;
 		} else if (v && !strcmp(a, "--lease-ms")) {
-			O.lease_ms = (unsigned)atoi(v), i++;
+			g_opt.lease_ms = (unsigned)atoi(v), i++;
 		} else {
 			usage(stderr);
 			return 2;
 		}
 	}
-	if (!O.machines || O.machines > MAXM || !O.mb || !O.replicas ||
-	    O.replicas > O.machines || O.lease_ms < 1 || O.lease_ms > 60000) {
+	if (!g_opt.machines || g_opt.machines > MAXM || !g_opt.mb ||
+	    !g_opt.replicas || g_opt.replicas > g_opt.machines ||
+	    g_opt.lease_ms < 1 || g_opt.lease_ms > 60000) {
 		usage(stderr);
 		return 2;
 	}
-	snprintf(g_root, sizeof(g_root), "%s/farm-restart-bench-XXXXXX", O.dir);
+	snprintf(g_root, sizeof(g_root), "%s/farm-restart-bench-XXXXXX",
+	         g_opt.dir);
 	if (!mkdtemp(g_root)) {
 		fprintf(stderr, PROG ": mkdtemp %s: %s\n", g_root,
 		        strerror(errno));
@@ -379,18 +380,18 @@ int main(int argc, char **argv)
 	int bad = 0;
 	uint64_t t0 = now_ns();
 	spawn(false, pid, from);
-	for (unsigned i = 0; i < O.machines; i++)
+	for (unsigned i = 0; i < g_opt.machines; i++)
 		if (hear(from[i], &fr[i]) || fr[i].status)
 			bad = 1;
 	double fill_s = (now_ns() - t0) / 1e9;
 	/* All at once: stopped first, so none sees another die and
 	 * reconfigures in between (test_restart does the same). */
-	for (unsigned i = 0; i < O.machines; i++)
+	for (unsigned i = 0; i < g_opt.machines; i++)
 		kill(pid[i], SIGSTOP);
-	for (unsigned i = 0; i < O.machines; i++)
+	for (unsigned i = 0; i < g_opt.machines; i++)
 		kill(pid[i], SIGKILL);
 	uint64_t t_kill = now_ns();
-	for (unsigned i = 0; i < O.machines; i++) {
+	for (unsigned i = 0; i < g_opt.machines; i++) {
 		waitpid(pid[i], NULL, 0);
 		close(from[i]);
 	}
@@ -401,14 +402,14 @@ int main(int argc, char **argv)
 	uint64_t t_start = now_ns();
 	spawn(true, pid, from);
 	uint64_t t_last = 0;
-	for (unsigned i = 0; i < O.machines; i++) {
+	for (unsigned i = 0; i < g_opt.machines; i++) {
 		if (hear(from[i], &rr[i]) || rr[i].status || rr[i].check_bad ||
 		    !rr[i].st.restarted)
 			bad = 1;
 		else if (rr[i].t_first_ns > t_last)
 			t_last = rr[i].t_first_ns;
 	}
-	for (unsigned i = 0; i < O.machines; i++) {
+	for (unsigned i = 0; i < g_opt.machines; i++) {
 		kill(pid[i], SIGKILL);
 		waitpid(pid[i], NULL, 0);
 		close(from[i]);
@@ -420,12 +421,13 @@ int main(int argc, char **argv)
 	printf("restart_bench: %u machines, %" PRIu64
 	       " MiB committed each (64 KiB objects) in %.1f s, %u replica(s), "
 	       "regions of %" PRIu64 " MiB, data on %s\n",
-	       O.machines, O.mb, fill_s, O.replicas, O.region_mb, O.dir);
-	for (unsigned i = 0; i < O.machines && !bad; i++) {
+	       g_opt.machines, g_opt.mb, fill_s, g_opt.replicas,
+	       g_opt.region_mb, g_opt.dir);
+	for (unsigned i = 0; i < g_opt.machines && !bad; i++) {
 		const struct farm_restart_stats *s = &rr[i].st;
 		bytes += s->bytes;
-		adopt_max = FARM_MAX(adopt_max, s->adopt_ns / 1e6);
-		replay_max = FARM_MAX(replay_max, s->replay_ns / 1e6);
+		adopt_max = BU_MAX(adopt_max, s->adopt_ns / 1e6);
+		replay_max = BU_MAX(replay_max, s->replay_ns / 1e6);
 		printf("  machine %u: %" PRIu64 " region file(s), %" PRIu64
 		       " MiB mapped again in %.0f ms; %" PRIu64
 		       " records, %" PRIu64 " transactions decided, %" PRIu64
@@ -454,8 +456,8 @@ int main(int argc, char **argv)
 	       "%.1f, "
 	       "\"replay_ms_max\": %.1f, \"goals\": {\"restart_under_2s\": "
 	       "{\"value\": %.1f, \"target\": 2000, \"met\": %s}}}\n",
-	       O.machines, O.mb, O.replicas, O.region_mb, bytes, total_ms,
-	       kill_ms, adopt_max, replay_max, kill_ms,
+	       g_opt.machines, g_opt.mb, g_opt.replicas, g_opt.region_mb, bytes,
+	       total_ms, kill_ms, adopt_max, replay_max, kill_ms,
 	       !bad && kill_ms < 2000 ? "true" : "false");
 done:
 	zkl_run(NULL, script, "stop", g_zk_dir, NULL, 0);

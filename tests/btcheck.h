@@ -112,9 +112,26 @@ static inline bool bc_key_eq(const struct bt_key *a, const uint8_t *b,
  * parents named (@kids, @nk; NULL at the root). The next level's
  * children go to @next (*@nn). Leaves: keys counted into *@keys and
  * ordered across the chain. */
+/* Addresses of the nodes a check reached (bc_verify_nodes). */
+struct bc_nodes {
+	farm_gaddr *a;
+	size_t n, cap;
+};
+
+static inline void bc_note(struct bc_nodes *s, farm_gaddr a)
+{
+	if (!s)
+		return;
+	if (s->n == s->cap) {
+		s->cap = s->cap ? 2 * s->cap : 1024;
+		s->a = realloc(s->a, s->cap * sizeof(*s->a));
+	}
+	s->a[s->n++] = a;
+}
+
 static inline int bc_level(farm_bt *bt, farm_loop *loop, farm_gaddr first,
                            const farm_gaddr *kids, size_t nk, farm_gaddr **next,
-                           size_t *nn, uint64_t *keys)
+                           size_t *nn, uint64_t *keys, struct bc_nodes *seen)
 {
 	const struct bt_layout *l = &bt->lay;
 	uint8_t *n = malloc(l->leaf_size);
@@ -131,6 +148,7 @@ static inline int bc_level(farm_bt *bt, farm_loop *loop, farm_gaddr first,
 		                      UINT64_MAX, n) ||
 		    bt_check_node(l, n))
 			return bc_fail("unreadable or malformed", a);
+		bc_note(seen, a);
 		if (kids && (idx >= nk || kids[idx] != a))
 			return bc_fail(
 			        "chain differs from the parents' children", a);
@@ -175,8 +193,10 @@ static inline int bc_level(farm_bt *bt, farm_loop *loop, farm_gaddr first,
 
 /* The whole tree: every level a chain from -inf to +inf whose nodes are
  * exactly its parents' children in order, keys ordered and within fences
- * (bt_check_node), leaves all at level 0. *@keys: the leaves' keys. */
-static inline int bc_verify(farm_bt *bt, farm_loop *loop, uint64_t *keys)
+ * (bt_check_node), leaves all at level 0. *@keys: the leaves' keys;
+ * @seen (or NULL): every node reached. */
+static inline int bc_verify_nodes(farm_bt *bt, farm_loop *loop, uint64_t *keys,
+                                  struct bc_nodes *seen)
 {
 	*keys = 0;
 	farm_gaddr *kids = NULL, *next = NULL;
@@ -186,7 +206,7 @@ static inline int bc_verify(farm_bt *bt, farm_loop *loop, uint64_t *keys)
 	for (unsigned depth = 0; depth < BT_MAX_LEVELS && first && !rc;
 	     depth++) {
 		rc = bc_level(bt, loop, first, depth ? kids : NULL, nk, &next,
-		              &nn, keys);
+		              &nn, keys, seen);
 		free(kids);
 		kids = next;
 		nk = nn;
@@ -194,6 +214,11 @@ static inline int bc_verify(farm_bt *bt, farm_loop *loop, uint64_t *keys)
 	}
 	free(kids);
 	return rc;
+}
+
+static inline int bc_verify(farm_bt *bt, farm_loop *loop, uint64_t *keys)
+{
+	return bc_verify_nodes(bt, loop, keys, NULL);
 }
 
 #endif

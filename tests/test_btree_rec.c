@@ -16,7 +16,14 @@
  *     children, keys ordered and within fences, leaves at level 0);
  *   - every acknowledged key is in the tree (a full scan), and every key
  *     in the tree was acknowledged or was the victim's put in flight;
- *   - every survivor finds every acknowledged key with a lock-free get.
+ *   - every survivor finds every acknowledged key with a lock-free get;
+ *   - no orphan node: every allocated object that is a B-tree node, in
+ *     every survivor's primary regions, is one the invariant check
+ *     reached, and each reached node is allocated there once (so a split
+ *     that died with its coordinator left nothing behind).
+ *
+ * --broken-orphan (test builds): every split also commits a node it never
+ * links; the test then asserts that the orphan check finds some.
  *
  * Recovery needs nothing of the B-tree: a split is a transaction, so it
  * is all there or not at all. Exits 77 (skip) without the ZooKeeper
@@ -30,6 +37,9 @@
 
 #include <fcntl.h>
 
+#include "addrspace/addrspace.h"
+#include "alloc/alloc.h"
+#include "alloc/objhdr.h"
 #include "util/fault.h"
 
 #ifndef FARM_SOURCE_DIR
@@ -50,6 +60,7 @@
 static char zk_dir[256], zk_connect[64], zk_root[96];
 static const char *zk_script = FARM_SOURCE_DIR "/scripts/zk-local";
 static struct np_cluster cl;
+static bool opt_broken_orphan; /* --broken-orphan: splits leak a node */
 
 static const struct farm_bt_attr ATTR = {
         .key_max = 8, .val_max = 8, .leaf_cap = 4, .inner_cap = 4};
@@ -177,10 +188,17 @@ static int insert_run(struct ch *c)
 	return 0;
 }
 
-/* Machine 0, quiet cluster: the invariants, and every key into a file. */
+/* Machine 0, quiet cluster: the invariants, every key into a file, and
+ * every node reached into another. */
 static int verify(struct ch *c, uint64_t *nkeys)
 {
-	int rc = bc_verify(c->bt, c->np.loop, nkeys);
+	struct bc_nodes seen = {0};
+	int rc = bc_verify_nodes(c->bt, c->np.loop, nkeys, &seen);
+	char npath[400];
+	snprintf(npath, sizeof(npath), "%s/nodes", c->np.cl->root);
+	if (!rc && np_write_file(npath, seen.a, seen.n * sizeof(*seen.a)))
+		rc = -1;
+	free(seen.a);
 	if (rc)
 		return rc;
 	struct bscan s = {.cap = *nkeys + 1};
@@ -220,6 +238,67 @@ static uint64_t check_acked(struct ch *c)
 	return missing;
 }
 
+/* ---- no orphan node ---------------------------------------------------- */
+
+struct orphans {
+	const farm_gaddr *reached; /* sorted */
+	size_t nreached;
+	uint8_t *base;
+	uint32_t region;
+	uint64_t nodes, orphans;
+};
+
+static int cmp_gaddr(const void *a, const void *b)
+{
+	farm_gaddr x = *(const farm_gaddr *)a, y = *(const farm_gaddr *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* An allocated object: a B-tree node (its first application bytes are
+ * the node magic) must be one the check reached. */
+static void orphan_obj(void *ctx, struct farm_objhdr *obj, uint32_t lines)
+{
+	(void)lines;
+	struct orphans *o = ctx;
+	uint32_t magic;
+	memcpy(&magic, (uint8_t *)obj + FARM_OBJHDR_SIZE, 4);
+	if (magic != BT_MAGIC)
+		return;
+	farm_gaddr a = farm_gaddr_make(o->region,
+	                               (uint32_t)((uint8_t *)obj - o->base));
+	o->nodes++;
+	o->orphans +=
+	        !bsearch(&a, o->reached, o->nreached, sizeof(a), cmp_gaddr);
+}
+
+/* Every allocated node in the regions this survivor is primary of, against
+ * the nodes machine 0's check reached: orphans << 32 | nodes, or
+ * UINT64_MAX when a region's walk failed. */
+static uint64_t walk_nodes(struct ch *c)
+{
+	char path[400];
+	size_t len;
+	snprintf(path, sizeof(path), "%s/nodes", c->np.cl->root);
+	farm_gaddr *reached = np_read_file(path, &len);
+	struct orphans o = {.reached = reached, .nreached = len / 8};
+	qsort(reached, o.nreached, 8, cmp_gaddr);
+	farm_as *as = farm_node_as(c->np.node);
+	struct farm_as_held hl[64];
+	unsigned n = farm_as_held(as, hl, 64);
+	bool bad = n > 64;
+	for (unsigned i = 0; i < n && i < 64 && !bad; i++) {
+		farm_region *r = farm_as_local_region(as, hl[i].region, NULL);
+		if (!r || hl[i].role != FARM_AS_PRIMARY)
+			continue;
+		o.base = farm_region_base(r);
+		o.region = hl[i].region;
+		bad = farm_alloc_walk_region(o.base, farm_region_size(r),
+		                             o.region, orphan_obj, &o) < 0;
+	}
+	free(reached);
+	return bad ? UINT64_MAX : o.orphans << 32 | o.nodes;
+}
+
 static int serve(void *arg)
 {
 	struct ch *c = arg;
@@ -244,6 +323,7 @@ static int serve(void *arg)
 			break;
 		case 'V': rc = verify(c, &x); break;
 		case 'G': x = check_acked(c); break;
+		case 'W': x = walk_nodes(c); break;
 		default: farm_bt_close(c->bt); return 0;
 		}
 		if (np_say(&c->np, (char)(cmd | 0x20), &rc, sizeof(rc)) ||
@@ -362,6 +442,38 @@ static void check_keys(uint64_t puts, uint64_t nkeys)
 	free(tree);
 }
 
+/* Every node allocated in the survivors' primary regions is one machine
+ * 0's check reached, and each reached node is found there once: a split
+ * whose commit died with its coordinator left no node behind. */
+static void check_no_orphan(void)
+{
+	char path[400];
+	size_t len;
+	snprintf(path, sizeof(path), "%s/nodes", cl.root);
+	free(np_read_file(path, &len));
+	uint64_t nodes = 0, orphans = 0;
+	for (unsigned i = 0; i < NM; i++)
+		if (i != VICTIM)
+			ask(i, 'W');
+	for (unsigned i = 0; i < NM; i++) {
+		if (i == VICTIM)
+			continue;
+		uint64_t x = answer(i, 'W', 60000);
+		assert_true(x != UINT64_MAX);
+		nodes += x & 0xffffffffu;
+		orphans += x >> 32;
+	}
+	printf("btree_rec: %zu nodes reached, %" PRIu64
+	       " allocated in the primaries, %" PRIu64 " orphans\n",
+	       len / 8, nodes, orphans);
+	if (opt_broken_orphan) { /* the check must see what splits leaked */
+		assert_true(orphans > 0);
+		return;
+	}
+	assert_int_equal(orphans, 0);
+	assert_int_equal(nodes, len / 8);
+}
+
 static void test_kill_in_split(void **state)
 {
 	(void)state;
@@ -399,6 +511,7 @@ static void test_kill_in_split(void **state)
 	ask(0, 'V');
 	uint64_t nkeys = answer(0, 'V', 60000);
 	check_keys(puts, nkeys);
+	check_no_orphan();
 	for (unsigned i = 0; i < NM; i++)
 		if (i != VICTIM)
 			ask(i, 'G');
@@ -422,12 +535,24 @@ static int teardown(void **state)
 	return 0;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--broken-orphan")) {
+			fprintf(stderr, "usage: %s [--broken-orphan]\n",
+			        argv[0]);
+			return 2;
+		}
+		opt_broken_orphan = true;
+	}
 	if (!farm_fault_built()) {
 		printf("skipped: built without fault injection\n");
 		return FARM_TEST_SKIP;
 	}
+#ifdef FARM_FAULT_INJECTION
+	/* Before the machines fork: each inherits it. */
+	atomic_store(&farm_bt_fault_orphan, opt_broken_orphan);
+#endif
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test_teardown(test_kill_in_split, teardown),
 	};

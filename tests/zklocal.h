@@ -1,6 +1,6 @@
 /*
  * Running scripts/zk-local (a private ZooKeeper server) from C: shared by
- * the tests (testutil.h) and bench/benchcluster.c. Header-only, no test
+ * the tests (testutil.h) and bench/lib/benchcluster.c. Header-only, no test
  * framework.
  */
 #ifndef FARM_TESTS_ZKLOCAL_H

@@ -201,6 +201,14 @@ static inline unsigned fg_owner_loop(const fg_graph *g, uint64_t id)
 	return (unsigned)((fg_mix(id) / g->nmachines) % g->nthreads);
 }
 
+static inline bool fg_atype_ok(uint32_t atype)
+{
+	return atype >= 1 && atype <= FG_MAX_ATYPE;
+}
+
+/* graph.c: @g's client on @loop, NULL if @loop is not attached. */
+struct fg_client *fg_client_of(fg_graph *g, farm_loop *loop);
+
 /* graph_owner.c */
 int fg_owner_attach(fg_graph *g, farm_loop *loop);
 /* Refuse new requests on @loop; the operations still running. */

@@ -218,28 +218,22 @@ static bool holds(const farm_ring *g, uint32_t region, uint32_t me)
 	return false;
 }
 
-int farm_as_set_view_placed(farm_as *as, uint64_t config_id,
-                            const struct farm_ring_machine *ms, unsigned n)
+/* Whether @me is a member (not departed) of the view @ms. */
+static bool view_has(const struct farm_ring_machine *ms, unsigned n,
+                     uint32_t me)
 {
-	if (!as || !ms || !n)
-		return -EINVAL;
-	bool self = false;
 	for (unsigned i = 0; i < n; i++)
-		self |= ms[i].id == as->me && !ms[i].departed;
-	if (!self)
-		return -EINVAL;
-	farm_ring *g;
-	int rc = farm_ring_build_domains(ms, n, &as->ring_attr, &g);
-	if (rc)
-		return rc;
-	as_wrlock(as);
-	if (as->ring &&
-	    config_id <= atomic_load_explicit(&as->config_id,
-	                                      memory_order_relaxed)) {
-		pthread_rwlock_unlock(&as->lock);
-		farm_ring_free(g);
-		return -ESTALE;
-	}
+		if (ms[i].id == me && !ms[i].departed)
+			return true;
+	return false;
+}
+
+/* Install ring @g for @config_id under the write lock: the current ring
+ * becomes the previous one, the previous one goes into the history.
+ * Returns the ring that falls off the history's end (freed by the caller
+ * once the lock is dropped), or NULL. */
+static farm_ring *install_ring(farm_as *as, farm_ring *g, uint64_t config_id)
+{
 	farm_ring *old = NULL;
 	if (as->prev) { /* into the history; its oldest goes */
 		if (as->nhist == AS_RING_HISTORY) {
@@ -256,14 +250,42 @@ int farm_as_set_view_placed(farm_as *as, uint64_t config_id,
 	        atomic_load_explicit(&as->config_id, memory_order_relaxed);
 	as->ring = g;
 	atomic_store_explicit(&as->config_id, config_id, memory_order_release);
-	/* Primaries may have moved: forget every cached descriptor (a
-	 * removed machine's memory must not be read again; lookups ask the
-	 * new primaries). The lock bumped the generation, so resolve caches
-	 * drop theirs too. */
-	uint32_t *drop = as->prev ? malloc(sizeof(*drop) * as->cap) : NULL;
-	uint32_t ndrop = 0;
-	struct given_up *gave = NULL;
-	unsigned ngave = 0;
+	return old;
+}
+
+/* What a view change takes out of the table: the ids to delete, and the
+ * copies growth moved away (kept mapped in as->given). */
+struct view_sweep {
+	uint32_t *drop;
+	uint32_t ndrop;
+	struct given_up *gave;
+	unsigned ngave;
+};
+
+/* Entry @e is a copy growth moved away: note it given up and dropped.
+ * Without memory for the note the entry stays (as if kept). */
+static void sweep_give_up(farm_as *as, struct entry *e, struct view_sweep *w)
+{
+	if (!w->gave)
+		w->gave = malloc(sizeof(*w->gave) * as->cap);
+	if (!w->gave)
+		return;
+	bool prim = e->kind == E_PRIMARY;
+	w->gave[w->ngave++] = (struct given_up){
+	        .id = e->id,
+	        .primary = prim,
+	        .source = prim && holds(as->ring, e->id, as->me),
+	        .r = e->local};
+	w->drop[w->ndrop++] = e->id;
+}
+
+/* Primaries may have moved: forget every cached descriptor (a removed
+ * machine's memory must not be read again; lookups ask the new
+ * primaries). The lock bumped the generation, so resolve caches drop
+ * theirs too. Under the write lock, with the new ring in place. */
+static void sweep_entries(farm_as *as, struct view_sweep *w)
+{
+	w->drop = as->prev ? malloc(sizeof(*w->drop) * as->cap) : NULL;
 	/* A demoted copy is a source for data recovery only while this
 	 * machine stayed a replica since: one that was not missed commits. */
 	for (unsigned i = 0; i < as->ngiven; i++)
@@ -273,33 +295,26 @@ int farm_as_set_view_placed(farm_as *as, uint64_t config_id,
 	for (uint32_t i = 0; as->prev && i < as->cap; i++) {
 		struct entry *e = &as->tab[i];
 		if (e->id && (e->kind == E_PRIMARY || e->kind == E_BACKUP) &&
-		    drop && gives_up(as, e)) {
-			/* Growth moved the copy away (below): forgotten here,
-			 * kept mapped in as->given. */
-			if (!gave)
-				gave = malloc(sizeof(*gave) * as->cap);
-			if (gave) {
-				bool prim = e->kind == E_PRIMARY;
-				gave[ngave++] = (struct given_up){
-				        .id = e->id,
-				        .primary = prim,
-				        .source = prim && holds(as->ring, e->id,
-				                                as->me),
-				        .r = e->local};
-				drop[ndrop++] = e->id;
-			}
-		} else if (e->id && e->kind == E_BACKUP)
+		    w->drop && gives_up(as, e))
+			sweep_give_up(as, e, w);
+		else if (e->id && e->kind == E_BACKUP)
 			e->desc.len = 0;
-		else if (e->id && e->kind == E_REMOTE && drop)
-			drop[ndrop++] = e->id;
+		else if (e->id && e->kind == E_REMOTE && w->drop)
+			w->drop[w->ndrop++] = e->id;
 		else if (e->id && e->kind == E_REMOTE)
 			e->desc.len = 0; /* no memory: keep, but unusable */
 	}
-	for (uint32_t i = 0; i < ndrop; i++)
-		as_del(as, drop[i]);
-	if (ngave && as->ngiven + ngave > as->given_cap) {
+	for (uint32_t i = 0; i < w->ndrop; i++)
+		as_del(as, w->drop[i]);
+}
+
+/* Append the given-up copies of @w to as->given and count them. Under
+ * the write lock. */
+static void keep_given(farm_as *as, const struct view_sweep *w)
+{
+	if (w->ngave && as->ngiven + w->ngave > as->given_cap) {
 		unsigned nc = as->given_cap ? as->given_cap : 16;
-		while (nc < as->ngiven + ngave)
+		while (nc < as->ngiven + w->ngave)
 			nc *= 2;
 		struct given_up *nv = realloc(as->given, nc * sizeof(*nv));
 		if (nv) {
@@ -307,29 +322,63 @@ int farm_as_set_view_placed(farm_as *as, uint64_t config_id,
 			as->given_cap = nc;
 		}
 	}
-	for (unsigned i = 0; i < ngave; i++) {
+	for (unsigned i = 0; i < w->ngave; i++) {
 		if (as->ngiven < as->given_cap)
-			as->given[as->ngiven++] = gave[i];
+			as->given[as->ngiven++] = w->gave[i];
 		/* else: out of memory for the list; the region leaks mapped
 		 * (never destroyed under a reader). */
-		if (gave[i].primary)
+		if (w->gave[i].primary)
 			as->demoted++;
 		else
 			as->displaced++;
 	}
-	pthread_rwlock_unlock(&as->lock);
-	for (unsigned i = 0; i < ngave; i++) {
+}
+
+/* Say each given-up copy of @w and tell the local listener. Called
+ * after the write lock is dropped, as every call of the listener is. */
+static void announce_given(farm_as *as, const struct view_sweep *w,
+                           uint64_t config_id)
+{
+	for (unsigned i = 0; i < w->ngave; i++) {
+		const struct given_up *gu = &w->gave[i];
 		farm_info("addrspace: machine %" PRIu32 " gives up its %s copy "
 		          "of region %" PRIu32 " in configuration %" PRIu64
 		          " (growth: %s)",
-		          as->me, gave[i].primary ? "primary" : "backup",
-		          gave[i].id, config_id,
-		          gave[i].primary ? "the grower is its primary now"
-		                          : "no longer a replica");
-		tell_local(as, gave[i].id, gave[i].r, false);
+		          as->me, gu->primary ? "primary" : "backup", gu->id,
+		          config_id,
+		          gu->primary ? "the grower is its primary now"
+		                      : "no longer a replica");
+		tell_local(as, gu->id, gu->r, false);
 	}
-	free(gave);
-	free(drop);
+}
+
+int farm_as_set_view_placed(farm_as *as, uint64_t config_id,
+                            const struct farm_ring_machine *ms, unsigned n)
+{
+	if (!as || !ms || !n)
+		return -EINVAL;
+	if (!view_has(ms, n, as->me))
+		return -EINVAL;
+	farm_ring *g;
+	int rc = farm_ring_build_domains(ms, n, &as->ring_attr, &g);
+	if (rc)
+		return rc;
+	as_wrlock(as);
+	if (as->ring &&
+	    config_id <= atomic_load_explicit(&as->config_id,
+	                                      memory_order_relaxed)) {
+		pthread_rwlock_unlock(&as->lock);
+		farm_ring_free(g);
+		return -ESTALE;
+	}
+	farm_ring *old = install_ring(as, g, config_id);
+	struct view_sweep w = {0};
+	sweep_entries(as, &w);
+	keep_given(as, &w);
+	pthread_rwlock_unlock(&as->lock);
+	announce_given(as, &w, config_id);
+	free(w.gave);
+	free(w.drop);
 	farm_ring_free(old);
 	return 0;
 }

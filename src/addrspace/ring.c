@@ -139,16 +139,14 @@ static bool late_for(const farm_ring *g, uint32_t m, uint32_t ordinary)
 	return g->all[m].late && m != ordinary;
 }
 
-/* The replicas of the arc ending at point @i of ring @R into @chosen
- * (machine indices, g->nrep of them): ring.h's steps, with the late
- * machine @ordinary (UINT32_MAX: none) placed as any other member. */
-static unsigned place_arc_as(const farm_ring *g, const struct one_ring *R,
-                             unsigned i, uint32_t ordinary, uint32_t *chosen)
+/* Step 1 of ring.h's placement for the arc ending at point @i: into @L
+ * the first machine of each new domain, clockwise, then (fewer domains
+ * than replicas) the next machines. Late machines other than @ordinary
+ * are not walked: L never depends on them. Returns L's length. */
+static unsigned arc_leaders(const farm_ring *g, const struct one_ring *R,
+                            unsigned i, uint32_t ordinary, uint32_t *L)
 {
-	uint32_t L[FARM_RING_MAX_REPLICAS];
 	unsigned nl = 0, want = FARM_MIN(g->r, g->nall), ndom = 0;
-	/* 1. The first machine of each new domain, clockwise (late
-	 * machines are not walked: L never depends on them). */
 	for (unsigned s = 0; s < g->npts && nl < want && ndom < g->ndomains;
 	     s++) {
 		uint32_t m = R->pts[(i + s) % g->npts].idx;
@@ -158,24 +156,37 @@ static unsigned place_arc_as(const farm_ring *g, const struct one_ring *R,
 		L[nl++] = m;
 		ndom++;
 	}
-	/* Fewer domains than replicas: the next machines, clockwise. */
 	for (unsigned s = 0; s < g->npts && nl < want; s++) {
 		uint32_t m = R->pts[(i + s) % g->npts].idx;
 		if (!late_for(g, m, ordinary) && !in_set(L, nl, m))
 			L[nl++] = m;
 	}
-	/* 2. L's members, in L's order. */
-	unsigned got = 0;
-	for (unsigned q = 0; q < nl && got < g->nrep; q++)
-		if (!g->all[L[q]].departed)
-			chosen[got++] = L[q];
-	/* 3. Short of departed ones: members outside L's domains first,
-	 * then any, each pass clockwise; a fixed order given L, so a
-	 * later departure only appends. */
-	bool outside = false; /* a member outside L's domains exists */
-	for (unsigned m = 0; got < g->nrep && m < g->nall && !outside; m++)
-		outside = !g->all[m].departed && !late_for(g, m, ordinary) &&
-		          !domain_in(g, L, nl, g->all[m].domain);
+	return nl;
+}
+
+/* Is there a member, walkable for this placement, outside L's domains? */
+static bool member_outside(const farm_ring *g, const uint32_t *L, unsigned nl,
+                           uint32_t ordinary)
+{
+	for (unsigned m = 0; m < g->nall; m++)
+		if (!g->all[m].departed && !late_for(g, m, ordinary) &&
+		    !domain_in(g, L, nl, g->all[m].domain))
+			return true;
+	return false;
+}
+
+/* Step 3: @chosen (@got long) short of L's departed ones takes members
+ * outside L's domains first, then any, each pass clockwise; a fixed
+ * order given L, so a later departure only appends. Returns the new
+ * length. */
+static unsigned arc_fill_departed(const farm_ring *g, const struct one_ring *R,
+                                  unsigned i, uint32_t ordinary,
+                                  const uint32_t *L, unsigned nl,
+                                  uint32_t *chosen, unsigned got)
+{
+	if (got >= g->nrep)
+		return got;
+	bool outside = member_outside(g, L, nl, ordinary);
 	for (unsigned pass = outside ? 0 : 1; pass < 2 && got < g->nrep; pass++)
 		for (unsigned s = 0; s < g->npts && got < g->nrep; s++) {
 			uint32_t m = R->pts[(i + s) % g->npts].idx;
@@ -186,6 +197,23 @@ static unsigned place_arc_as(const farm_ring *g, const struct one_ring *R,
 				continue;
 			chosen[got++] = m;
 		}
+	return got;
+}
+
+/* The replicas of the arc ending at point @i of ring @R into @chosen
+ * (machine indices, g->nrep of them): ring.h's steps, with the late
+ * machine @ordinary (UINT32_MAX: none) placed as any other member. */
+static unsigned place_arc_as(const farm_ring *g, const struct one_ring *R,
+                             unsigned i, uint32_t ordinary, uint32_t *chosen)
+{
+	uint32_t L[FARM_RING_MAX_REPLICAS];
+	unsigned nl = arc_leaders(g, R, i, ordinary, L);
+	/* 2. L's members, in L's order. */
+	unsigned got = 0;
+	for (unsigned q = 0; q < nl && got < g->nrep; q++)
+		if (!g->all[L[q]].departed)
+			chosen[got++] = L[q];
+	got = arc_fill_departed(g, R, i, ordinary, L, nl, chosen, got);
 	/* 4. Still short: the late members, in the order they joined (the
 	 * same for every region, so a later joiner only appends). */
 	for (unsigned q = 0; q < g->nlate && got < g->nrep; q++)
@@ -216,37 +244,37 @@ static void place_arc(const farm_ring *g, const struct one_ring *R, unsigned i,
 		*extra = g->all[g->grower].id;
 }
 
-int farm_ring_build_domains(const struct farm_ring_machine *ms, unsigned n,
-                            const struct farm_ring_attr *attr, farm_ring **out)
+/* @attr with its zero fields set to the defaults, into *@a; -EINVAL for
+ * a count past what the fixed-size tables hold. */
+static int ring_attr_resolve(const struct farm_ring_attr *attr,
+                             struct farm_ring_attr *a)
 {
-	if (!ms || !out || n == 0 || n > 2 * FARM_RING_MAX_MACHINES)
+	*a = attr ? *attr : (struct farm_ring_attr){0};
+	if (!a->replicas)
+		a->replicas = FARM_RING_DEFAULT_REPLICAS;
+	if (!a->rings)
+		a->rings = FARM_RING_DEFAULT_RINGS;
+	if (!a->points)
+		a->points = FARM_RING_DEFAULT_POINTS;
+	if (a->replicas > FARM_RING_MAX_REPLICAS ||
+	    a->rings > FARM_RING_MAX_RINGS || a->points > FARM_RING_MAX_POINTS)
 		return -EINVAL;
-	struct farm_ring_attr a = attr ? *attr : (struct farm_ring_attr){0};
-	if (!a.replicas)
-		a.replicas = FARM_RING_DEFAULT_REPLICAS;
-	if (!a.rings)
-		a.rings = FARM_RING_DEFAULT_RINGS;
-	if (!a.points)
-		a.points = FARM_RING_DEFAULT_POINTS;
-	if (a.replicas > FARM_RING_MAX_REPLICAS ||
-	    a.rings > FARM_RING_MAX_RINGS || a.points > FARM_RING_MAX_POINTS)
-		return -EINVAL;
-	/* Departed machines matter only to the domain walk: without any
-	 * domain (or with the test-only switch that ignores them) the
-	 * placement is the plain one over the members. */
+	return 0;
+}
+
+/* Copy the machines @ms that take part into g->all. Departed machines
+ * matter only to the domain walk: without any domain (or with the
+ * test-only switch that ignores them) the placement is the plain one
+ * over the members. */
+static void ring_copy_machines(farm_ring *g, const struct farm_ring_machine *ms,
+                               unsigned n)
+{
 	bool domains = false;
 	for (unsigned m = 0; m < n; m++)
 		domains |= ms[m].domain != 0;
 	if (FARM_FAULT_SWITCH(FARM_FP_RING_NO_DOMAINS))
 		domains = false;
 	bool no_late = FARM_FAULT_SWITCH(FARM_FP_RING_NO_LATE);
-	farm_ring *g = calloc(1, sizeof(*g));
-	if (!g)
-		return -ENOMEM;
-	g->all = malloc(n * sizeof(*g->all));
-	g->ids = malloc(n * sizeof(*g->ids));
-	if (!g->all || !g->ids)
-		goto nomem;
 	for (unsigned m = 0; m < n; m++) {
 		if (!domains && ms[m].departed)
 			continue;
@@ -257,19 +285,31 @@ int farm_ring_build_domains(const struct farm_ring_machine *ms, unsigned n,
 			g->all[g->nall].late = 0;
 		g->nall++;
 	}
+}
+
+/* Sort g->all by id and list the members in g->ids; -EINVAL for a
+ * repeated id or a member count the ring cannot hold. */
+static int ring_sort_members(farm_ring *g)
+{
 	qsort(g->all, g->nall, sizeof(*g->all), cmp_machine);
 	for (unsigned m = 0; m < g->nall; m++) {
 		if (m && g->all[m].id == g->all[m - 1].id)
-			goto inval;
+			return -EINVAL;
 		if (!g->all[m].departed)
 			g->ids[g->n++] = g->all[m].id;
 	}
 	if (g->n == 0 || g->n > FARM_RING_MAX_MACHINES)
-		goto inval;
-	/* Late members by rank (ties, which a view never makes, by id). */
+		return -EINVAL;
+	return 0;
+}
+
+/* Late members by rank (ties, which a view never makes, by id) into
+ * g->late; the first of them is the grower. */
+static int ring_rank_late(farm_ring *g)
+{
 	g->late = malloc((g->nall ? g->nall : 1) * sizeof(*g->late));
 	if (!g->late)
-		goto nomem;
+		return -ENOMEM;
 	for (unsigned m = 0; m < g->nall; m++) {
 		if (!g->all[m].late || g->all[m].departed)
 			continue;
@@ -281,15 +321,20 @@ int farm_ring_build_domains(const struct farm_ring_machine *ms, unsigned n,
 		g->late[q] = m;
 	}
 	g->grower = g->nlate ? g->late[0] : UINT32_MAX;
-	/* A machine without a domain is one of its own: give it a value no
-	 * named domain has (above the largest), and count the domains. */
+	return 0;
+}
+
+/* A machine without a domain is one of its own: give it a value no
+ * named domain has (above the largest), and count the domains. */
+static int ring_number_domains(farm_ring *g)
+{
 	uint32_t top = 0;
 	for (unsigned m = 0; m < g->nall; m++)
 		top = FARM_MAX(top, g->all[m].domain);
 	for (unsigned m = 0; m < g->nall; m++) {
 		if (!g->all[m].domain) {
 			if (top == UINT32_MAX)
-				goto inval;
+				return -EINVAL;
 			g->all[m].domain = ++top;
 		}
 		bool seen = false;
@@ -297,38 +342,67 @@ int farm_ring_build_domains(const struct farm_ring_machine *ms, unsigned n,
 			seen = g->all[q].domain == g->all[m].domain;
 		g->ndomains += !seen;
 	}
+	return 0;
+}
+
+/* Ring @j: every machine's points in position order, then each arc's
+ * replicas and extra backup. */
+static int ring_place_one(farm_ring *g, unsigned j)
+{
+	struct one_ring *R = &g->rings[j];
+	R->pts = malloc(g->npts * sizeof(*R->pts));
+	R->reps = malloc((size_t)g->npts * g->nrep * sizeof(*R->reps));
+	R->extra = malloc((size_t)g->npts * sizeof(*R->extra));
+	if (!R->pts || !R->reps || !R->extra)
+		return -ENOMEM;
+	unsigned x = 0;
+	for (unsigned m = 0; m < g->nall; m++)
+		for (unsigned i = 0; i < g->p; i++)
+			R->pts[x++] = (struct point){
+			        .pos = point_pos(g->all[m].id, j, i),
+			        .machine = g->all[m].id,
+			        .idx = m};
+	qsort(R->pts, g->npts, sizeof(*R->pts), cmp_point);
+	for (unsigned i = 0; i < g->npts; i++)
+		place_arc(g, R, i, &R->reps[(size_t)i * g->nrep], &R->extra[i]);
+	return 0;
+}
+
+int farm_ring_build_domains(const struct farm_ring_machine *ms, unsigned n,
+                            const struct farm_ring_attr *attr, farm_ring **out)
+{
+	if (!ms || !out || n == 0 || n > 2 * FARM_RING_MAX_MACHINES)
+		return -EINVAL;
+	struct farm_ring_attr a;
+	int rc = ring_attr_resolve(attr, &a);
+	if (rc)
+		return rc;
+	farm_ring *g = calloc(1, sizeof(*g));
+	if (!g)
+		return -ENOMEM;
+	g->all = malloc(n * sizeof(*g->all));
+	g->ids = malloc(n * sizeof(*g->ids));
+	if (!g->all || !g->ids) {
+		rc = -ENOMEM;
+		goto fail;
+	}
+	ring_copy_machines(g, ms, n);
+	if ((rc = ring_sort_members(g)) || (rc = ring_rank_late(g)) ||
+	    (rc = ring_number_domains(g)))
+		goto fail;
 	g->k = a.rings;
 	g->p = a.points;
 	g->r = a.replicas;
 	g->nrep = FARM_MIN(a.replicas, g->n);
 	g->npts = g->nall * a.points;
-	for (unsigned j = 0; j < g->k; j++) {
-		struct one_ring *R = &g->rings[j];
-		R->pts = malloc(g->npts * sizeof(*R->pts));
-		R->reps = malloc((size_t)g->npts * g->nrep * sizeof(*R->reps));
-		R->extra = malloc((size_t)g->npts * sizeof(*R->extra));
-		if (!R->pts || !R->reps || !R->extra)
-			goto nomem;
-		unsigned x = 0;
-		for (unsigned m = 0; m < g->nall; m++)
-			for (unsigned i = 0; i < g->p; i++)
-				R->pts[x++] = (struct point){
-				        .pos = point_pos(g->all[m].id, j, i),
-				        .machine = g->all[m].id,
-				        .idx = m};
-		qsort(R->pts, g->npts, sizeof(*R->pts), cmp_point);
-		for (unsigned i = 0; i < g->npts; i++)
-			place_arc(g, R, i, &R->reps[(size_t)i * g->nrep],
-			          &R->extra[i]);
-	}
+	for (unsigned j = 0; j < g->k; j++)
+		if ((rc = ring_place_one(g, j)))
+			goto fail;
 	*out = g;
 	return 0;
-inval:
+fail:
 	farm_ring_free(g);
-	return -EINVAL;
-nomem:
-	farm_ring_free(g);
-	return -ENOMEM;
+	return rc;
 }
 
 int farm_ring_build(const uint32_t *ids, unsigned n,

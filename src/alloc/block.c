@@ -520,100 +520,119 @@ static bool block_zero(const struct ba_region *r, uint32_t bidx)
 	return true;
 }
 
-int farm_blockalloc_rebuild_region(farm_blockalloc *ba,
-                                   const struct farm_alloc_region *ar)
+/* Whether the header of @ar's memory describes @ar in this layout. */
+static bool rhdr_matches(const struct farm_alloc_region *ar)
 {
-	if (!ba)
-		return -EINVAL;
-	pthread_mutex_lock(&ba->lock);
-	int rc = check_region_arg(ba, ar);
-	struct ba_region *r = NULL;
-	if (rc)
-		goto out;
 	const struct farm_alloc_rhdr *h = ar->base;
-	if (h->magic != FARM_ALLOC_MAGIC || h->region_id != ar->id ||
-	    h->nblocks != ar->size / FARM_ALLOC_BLOCK ||
-	    h->table_off != RHDR_TABLE_OFF || h->layout != 1) {
-		rc = FARM_ECORRUPT;
-		goto out;
+	return h->magic == FARM_ALLOC_MAGIC && h->region_id == ar->id &&
+	       h->nblocks == ar->size / FARM_ALLOC_BLOCK &&
+	       h->table_off == RHDR_TABLE_OFF && h->layout == 1;
+}
+
+/* What a rebuild found, added to the allocator's counters once the
+ * region is valid. */
+struct rebuild_count {
+	uint64_t in_use, retired, allocs, unusable;
+	int64_t bytes;
+};
+
+/* The slab run whose head word @w is at block @i: its metadata, with the
+ * free slots found by scanning. */
+static int rebuild_slab(struct ba_region *r, uint32_t i, uint64_t w,
+                        struct rebuild_count *c)
+{
+	unsigned cls = bt_slab_cls(w);
+	uint32_t mb = bt_slab_mb(w);
+	if (mb != farm_alloc_class_block_mb((int)cls) || !conts_ok(r, i, mb))
+		return FARM_ECORRUPT;
+	struct farm_block *b = block_meta_new(r, i, cls);
+	if (!b)
+		return -ENOMEM;
+	meta_publish(b);
+	uint64_t n;
+	c->bytes += scan_block(b, &n);
+	c->allocs += n;
+	c->in_use += mb;
+	return 0;
+}
+
+/* The array run (live or retired) whose head word @w is at block @i. */
+static int rebuild_array(farm_blockalloc *ba, struct ba_region *r, uint32_t i,
+                         uint64_t w, struct rebuild_count *c)
+{
+	uint32_t mb = bt_array_mb(w);
+	if (!conts_ok(r, i, mb) ||
+	    (uint64_t)bt_array_elines(w) * FARM_ALLOC_LINE * bt_array_n(w) >
+	            (uint64_t)mb * FARM_ALLOC_BLOCK)
+		return FARM_ECORRUPT;
+	if (bt_type(w) == BT_ARRAY) {
+		c->in_use += mb;
+		c->bytes += (int64_t)mb * FARM_ALLOC_BLOCK;
+		c->allocs++;
+	} else {
+		c->retired += mb;
+		/* Freed before the rebuild: generation 0, so the next epoch
+		 * frees it. */
+		ba_retire_locked(ba, r, i, mb, 0);
 	}
-	rc = -ENOMEM;
-	r = region_new(ar);
-	if (!r)
-		goto out;
-	rc = FARM_ECORRUPT;
-	if (atomic_load(&r->table[0]) != bt_table(1))
-		goto fail;
-	uint64_t in_use = 1, retired = 0, allocs = 0, unusable = 0;
-	int64_t bytes = 0;
+	return 0;
+}
+
+/* Walk the block table of @r run by run, checking each run and rebuilding
+ * its metadata. */
+static int rebuild_table(farm_blockalloc *ba, struct ba_region *r,
+                         struct rebuild_count *c)
+{
 	for (uint32_t i = 1; i < r->nblocks;) {
 		uint64_t w = atomic_load_explicit(&r->table[i],
 		                                  memory_order_acquire);
-		uint32_t mb;
+		uint32_t mb = 1;
+		int rc = 0;
 		switch (bt_type(w)) {
-		case BT_FREE: i++; continue;
-		case BT_SLAB: {
-			unsigned cls = bt_slab_cls(w);
+		case BT_FREE: break;
+		case BT_SLAB:
+			rc = rebuild_slab(r, i, w, c);
 			mb = bt_slab_mb(w);
-			if (mb != farm_alloc_class_block_mb((int)cls) ||
-			    !conts_ok(r, i, mb))
-				goto fail;
-			struct farm_block *b = block_meta_new(r, i, cls);
-			if (!b) {
-				rc = -ENOMEM;
-				goto fail;
-			}
-			meta_publish(b);
-			uint64_t n;
-			bytes += scan_block(b, &n);
-			allocs += n;
-			in_use += mb;
 			break;
-		}
 		case BT_ARRAY:
 		case BT_RETIRED:
+			rc = rebuild_array(ba, r, i, w, c);
 			mb = bt_array_mb(w);
-			if (!conts_ok(r, i, mb) ||
-			    (uint64_t)bt_array_elines(w) * FARM_ALLOC_LINE *
-			                    bt_array_n(w) >
-			            (uint64_t)mb * FARM_ALLOC_BLOCK)
-				goto fail;
-			if (bt_type(w) == BT_ARRAY) {
-				in_use += mb;
-				bytes += (int64_t)mb * FARM_ALLOC_BLOCK;
-				allocs++;
-			} else {
-				retired += mb;
-				/* Freed before the rebuild: generation 0, so
-				 * the next epoch frees it. */
-				ba_retire_locked(ba, r, i, mb, 0);
-			}
 			break;
 		case BT_UNUSABLE:
-			mb = 1;
 			if (w != bt_unusable())
-				goto fail;
-			in_use++;
-			unusable++;
+				return FARM_ECORRUPT;
+			c->in_use++;
+			c->unusable++;
 			break;
-		default: goto fail;
+		default: return FARM_ECORRUPT;
 		}
+		if (rc)
+			return rc;
 		i += mb;
 	}
-	/* Valid. A FREE block must be zero: anything else is committed data
-	 * the table does not describe (a replica's copy of a large array,
-	 * whose table words are not carried), and handing it out would
-	 * allocate over it. */
+	return 0;
+}
+
+/* A FREE block must be zero: anything else is committed data the table
+ * does not describe (a replica's copy of a large array, whose table words
+ * are not carried), and handing it out would allocate over it. */
+static void fence_dirty_free(struct ba_region *r, struct rebuild_count *c)
+{
 	for (uint32_t i = 1; i < r->nblocks; i++)
 		if (atomic_load_explicit(&r->table[i], memory_order_relaxed) ==
 		            0 &&
 		    !block_zero(r, i)) {
 			atomic_store_explicit(&r->table[i], bt_unusable(),
 			                      memory_order_release);
-			in_use++;
-			unusable++;
+			c->in_use++;
+			c->unusable++;
 		}
-	/* The scanned slab blocks join the orphans of their class. */
+}
+
+/* The scanned slab blocks of @r join the orphans of their class. */
+static void adopt_orphans(farm_blockalloc *ba, struct ba_region *r)
+{
 	for (uint32_t i = 1; i < r->nblocks; i++) {
 		struct farm_block *b =
 		        atomic_load_explicit(&r->meta[i], memory_order_relaxed);
@@ -622,16 +641,11 @@ int farm_blockalloc_rebuild_region(farm_blockalloc *ba,
 			ba->orphans[b->cls] = b;
 		}
 	}
-	region_publish(ba, r);
-	ba->blocks_in_use += in_use;
-	ba->blocks_retired += retired;
-	ba->blocks_unusable += unusable;
-	ba->base_bytes += bytes;
-	ba->base_allocs += allocs;
-	rc = 0;
-	goto out;
-fail:
-	/* Forget the runs this scan retired before it failed. */
+}
+
+/* Forget the runs of @r a failed rebuild retired. */
+static void forget_retired(farm_blockalloc *ba, const struct ba_region *r)
+{
 	for (struct ba_retired **pp = &ba->retired; *pp;) {
 		struct ba_retired *x = *pp;
 		if (x->r == r) {
@@ -641,155 +655,45 @@ fail:
 			pp = &x->next;
 		}
 	}
-	free_metas(r);
+}
+
+int farm_blockalloc_rebuild_region(farm_blockalloc *ba,
+                                   const struct farm_alloc_region *ar)
+{
+	if (!ba)
+		return -EINVAL;
+	pthread_mutex_lock(&ba->lock);
+	struct rebuild_count c = {.in_use = 1}; /* block 0: the table */
+	struct ba_region *r = NULL;
+	int rc = check_region_arg(ba, ar);
+	if (rc)
+		goto out;
+	rc = FARM_ECORRUPT;
+	if (!rhdr_matches(ar))
+		goto out;
+	rc = -ENOMEM;
+	r = region_new(ar);
+	if (!r)
+		goto out;
+	rc = atomic_load(&r->table[0]) != bt_table(1)
+	             ? FARM_ECORRUPT
+	             : rebuild_table(ba, r, &c);
+	if (rc) {
+		forget_retired(ba, r);
+		free_metas(r);
+		goto out;
+	}
+	fence_dirty_free(r, &c);
+	adopt_orphans(ba, r);
+	region_publish(ba, r);
+	ba->blocks_in_use += c.in_use;
+	ba->blocks_retired += c.retired;
+	ba->blocks_unusable += c.unusable;
+	ba->base_bytes += c.bytes;
+	ba->base_allocs += c.allocs;
 out:
 	pthread_mutex_unlock(&ba->lock);
 	return rc;
-}
-
-/* ---- replicating the block table (alloc.h) ----------------------------- */
-
-#define BINFO_CLS(i) (((i) >> 1) & 0xffu)
-#define BINFO_MB(i)  (((i) >> 9) & 7u)
-#define BINFO_OFF(i) (((i) >> 12) & 7u)
-
-int farm_alloc_block_info(farm_blockalloc *ba, farm_gaddr a, uint32_t *info)
-{
-	if (!ba || !info)
-		return -EINVAL;
-	struct ba_region *r = ba_lookup(ba, farm_gaddr_region(a));
-	if (!r)
-		return -EREMOTE;
-	uint64_t off = farm_gaddr_offset(a);
-	if (off >= r->size)
-		return -EINVAL;
-	uint32_t mib = (uint32_t)(off / FARM_ALLOC_BLOCK);
-	/* Acquire: pairs with meta_publish's release; the caller holds an
-	 * object of the block, so it was published before it was handed out
-	 * and never changes. */
-	const struct farm_block *b =
-	        atomic_load_explicit(&r->meta[mib], memory_order_acquire);
-	if (!b)
-		return -ENOENT;
-	*info = 1u | (uint32_t)b->cls << 1 | b->len_mb << 9 |
-	        (mib - b->bidx) << 12;
-	return 0;
-}
-
-/* @copy as a raw region: the header's fields, for a check or a write. */
-static void copy_rhdr(const struct farm_alloc_region *copy,
-                      struct farm_alloc_rhdr *h)
-{
-	memset(h, 0, sizeof(*h));
-	h->magic = FARM_ALLOC_MAGIC;
-	h->region_id = copy->id;
-	h->nblocks = (uint32_t)(copy->size / FARM_ALLOC_BLOCK);
-	h->table_off = RHDR_TABLE_OFF;
-	h->layout = 1;
-}
-
-bool farm_alloc_copy_formatted(const struct farm_alloc_region *copy)
-{
-	return copy && copy->base &&
-	       atomic_load_explicit((_Atomic uint64_t *)copy->base,
-	                            memory_order_acquire) == FARM_ALLOC_MAGIC;
-}
-
-/* CAS *@w from 0 to @v: 1 written, 0 already @v (or @same accepts it),
- * FARM_ECORRUPT otherwise. */
-static int word_claim(_Atomic uint64_t *w, uint64_t v,
-                      bool (*same)(uint64_t have, uint64_t want))
-{
-	uint64_t have = 0;
-	if (atomic_compare_exchange_strong_explicit(
-	            w, &have, v, memory_order_acq_rel, memory_order_acquire))
-		return 1;
-	return have == v || (same && same(have, v)) ? 0 : FARM_ECORRUPT;
-}
-
-/* A slab head with any owner is the same run. */
-static bool same_slab(uint64_t have, uint64_t want)
-{
-	return bt_type(have) == BT_SLAB &&
-	       bt_slab_cls(have) == bt_slab_cls(want) &&
-	       bt_slab_mb(have) == bt_slab_mb(want);
-}
-
-int farm_alloc_copy_note(const struct farm_alloc_region *copy, farm_gaddr a,
-                         uint32_t info)
-{
-	if (!copy || !copy->base || farm_gaddr_region(a) != copy->id ||
-	    !farm_is_pow2(copy->size) || copy->size < FARM_ALLOC_MIN_REGION ||
-	    copy->size > FARM_ALLOC_MAX_REGION ||
-	    ((uintptr_t)copy->base & (FARM_ALLOC_LINE - 1)) || !(info & 1) ||
-	    info >> FARM_ALLOC_BINFO_BITS)
-		return -EINVAL;
-	uint32_t nblocks = (uint32_t)(copy->size / FARM_ALLOC_BLOCK);
-	uint32_t mib = (uint32_t)(farm_gaddr_offset(a) / FARM_ALLOC_BLOCK);
-	unsigned cls = BINFO_CLS(info), mb = BINFO_MB(info),
-	         roff = BINFO_OFF(info);
-	if (mb != farm_alloc_class_block_mb((int)cls) || roff >= mb ||
-	    farm_gaddr_offset(a) >= copy->size || mib < roff + 1 ||
-	    mib - roff + mb > nblocks)
-		return -EINVAL;
-	uint32_t head = mib - roff;
-	/* The header: written whole by whoever finds it missing (every
-	 * writer writes the same words), the magic last (release: pairs with
-	 * the acquire loads of farm_alloc_copy_formatted and the checks
-	 * below). */
-	struct farm_alloc_rhdr want;
-	copy_rhdr(copy, &want);
-	_Atomic uint64_t *hw = (_Atomic uint64_t *)copy->base;
-	_Atomic uint64_t *table =
-	        (_Atomic uint64_t *)((char *)copy->base + RHDR_TABLE_OFF);
-	uint64_t ww[sizeof(want) / 8];
-	memcpy(ww, &want, sizeof(want));
-	uint64_t magic = atomic_load_explicit(&hw[0], memory_order_acquire);
-	if (magic != 0 && magic != FARM_ALLOC_MAGIC)
-		return FARM_ECORRUPT;
-	for (unsigned k = 1; k < sizeof(want) / 8; k++) {
-		uint64_t have =
-		        atomic_load_explicit(&hw[k], memory_order_relaxed);
-		if (have != ww[k] && (magic || have))
-			return FARM_ECORRUPT;
-	}
-	/* Check the run before writing anything. */
-	uint64_t t0 = atomic_load_explicit(&table[0], memory_order_acquire);
-	if (t0 && t0 != bt_table(1))
-		return FARM_ECORRUPT;
-	uint64_t hv = bt_slab(cls, mb, 0);
-	bool all_there = magic != 0 && t0 != 0;
-	for (uint32_t i = 0; i < mb; i++) {
-		uint64_t have = atomic_load_explicit(&table[head + i],
-		                                     memory_order_acquire);
-		if (have && !(i ? have == bt_cont(head) : same_slab(have, hv)))
-			return FARM_ECORRUPT;
-		all_there &= have != 0;
-	}
-	if (all_there)
-		return 0; /* the common case: loads only, no line written */
-	int wrote = 0, rc;
-	if (!magic) {
-		for (unsigned k = 1; k < sizeof(want) / 8; k++)
-			atomic_store_explicit(&hw[k], ww[k],
-			                      memory_order_relaxed);
-		if ((rc = word_claim(&table[0], bt_table(1), NULL)) < 0)
-			return rc;
-		wrote |= rc;
-		if ((rc = word_claim(&hw[0], FARM_ALLOC_MAGIC, NULL)) < 0)
-			return rc;
-		wrote |= rc;
-	}
-	/* Continuations first, then the head, as ba_write_run. */
-	for (uint32_t i = 1; i < mb; i++) {
-		if ((rc = word_claim(&table[head + i], bt_cont(head), NULL)) <
-		    0)
-			return rc;
-		wrote |= rc;
-	}
-	if ((rc = word_claim(&table[head], hv, same_slab)) < 0)
-		return rc;
-	return wrote | rc;
 }
 
 /* ---- translation ----------------------------------------------------- */

@@ -879,6 +879,44 @@ static int large_array_free(farm_slab *s, struct ba_region *r, uint32_t off,
 	return 0;
 }
 
+/* Free an array of @n elements of @esz bytes (@total in all) that sits
+ * in one slab slot at @a: every element's header must carry the first
+ * one's allocated incarnation. */
+static int slot_array_free(farm_slab *s, farm_gaddr a, uint64_t esz,
+                           uint64_t total, uint64_t n)
+{
+	struct farm_block *b;
+	char *p;
+	int rc = find_slot(s, a, &b, &p);
+	if (rc && find_slot_stale(s, farm_gaddr_region(a)))
+		rc = find_slot(s, a, &b, &p);
+	if (rc)
+		return rc;
+	if (total > b->slot)
+		return -EINVAL;
+	uint64_t w0 = farm_objhdr_load_incarn((void *)p);
+	if (!farm_incarn_allocated(w0))
+		return -ENOENT;
+	for (uint64_t i = 1; i < n; i++)
+		if (farm_objhdr_load_incarn((void *)(p + i * esz)) != w0)
+			return -EINVAL;
+	/* Only from the word the elements were checked against: if the slot
+	 * was freed (and maybe reused) since, nothing changes. */
+	if (!atomic_compare_exchange_strong_explicit(
+	            &((struct farm_objhdr *)p)->incarn, &w0,
+	            farm_incarn_freed(w0), memory_order_acq_rel,
+	            memory_order_acquire))
+		return -ENOENT;
+	for (uint64_t i = 1; i < n; i++) {
+		struct farm_objhdr *h = (void *)(p + i * esz);
+		atomic_store_explicit(&h->incarn, farm_incarn_freed(w0),
+		                      memory_order_release);
+	}
+	slot_release(s, b, p);
+	cnt_add(&s->cls[b->cls].nfree, 1);
+	return 0;
+}
+
 int farm_alloc_array_free(farm_slab *s, farm_gaddr a, uint64_t elem_size,
                           uint64_t n)
 {
@@ -897,43 +935,8 @@ int farm_alloc_array_free(farm_slab *s, farm_gaddr a, uint64_t elem_size,
 		rc = large_array_free(s, r, farm_gaddr_offset(a), esz, n);
 		if (!rc)
 			cnt_add(&s->frees, 1);
-	} else {
-		struct farm_block *b;
-		char *p;
-		rc = find_slot(s, a, &b, &p);
-		if (rc && find_slot_stale(s, farm_gaddr_region(a)))
-			rc = find_slot(s, a, &b, &p);
-		if (!rc && total > b->slot)
-			rc = -EINVAL;
-		uint64_t w0 = 0;
-		if (!rc) {
-			w0 = farm_objhdr_load_incarn((void *)p);
-			if (!farm_incarn_allocated(w0))
-				rc = -ENOENT;
-		}
-		for (uint64_t i = 1; !rc && i < n; i++)
-			if (farm_objhdr_load_incarn((void *)(p + i * esz)) !=
-			    w0)
-				rc = -EINVAL;
-		/* Only from the word the elements were checked against: if
-		 * the slot was freed (and maybe reused) since, nothing changes.
-		 */
-		if (!rc && !atomic_compare_exchange_strong_explicit(
-		                   &((struct farm_objhdr *)p)->incarn, &w0,
-		                   farm_incarn_freed(w0), memory_order_acq_rel,
-		                   memory_order_acquire))
-			rc = -ENOENT;
-		if (!rc) {
-			for (uint64_t i = 1; i < n; i++) {
-				struct farm_objhdr *h = (void *)(p + i * esz);
-				atomic_store_explicit(&h->incarn,
-				                      farm_incarn_freed(w0),
-				                      memory_order_release);
-			}
-			slot_release(s, b, p);
-			cnt_add(&s->cls[b->cls].nfree, 1);
-		}
-	}
+	} else
+		rc = slot_array_free(s, a, esz, total, n);
 	if (rc) {
 		cnt_add(&s->free_errors, 1);
 		return rc;

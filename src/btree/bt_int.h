@@ -48,6 +48,11 @@
  * commit fails with -E2BIG. 64 KiB keeps the three far below that. */
 #define BT_NODE_MAX (64u * 1024u)
 
+/* Lock-free reads of nodes up to this size go to a buffer on the
+ * caller's stack (the default layout's nodes are about 1 KiB): a lookup
+ * then allocates nothing. */
+#define BT_STACK_NODE 2048u
+
 /* A key (or fence) by value: up to FARM_BT_MAX_KEY bytes. */
 struct bt_key {
 	uint32_t len;
@@ -161,7 +166,37 @@ static inline farm_gaddr bt_echild(const uint8_t *e)
 	return bt_u64(e + 8);
 }
 
-int bt_cmp(const void *a, uint32_t alen, const void *b, uint32_t blen);
+/* Keys compared as memcmp orders them, a prefix first. Inline, and the
+ * first 8 bytes compared as one big-endian word, because every descent
+ * and node check makes dozens of these on keys that are mostly short
+ * (8-byte integers): a call to memcmp each cost more than the READ's
+ * copy of the leaf. */
+static inline int bt_cmp(const void *a, uint32_t alen, const void *b,
+                         uint32_t blen)
+{
+	uint32_t m = alen < blen ? alen : blen;
+	int c = 0;
+	if (m >= 8) {
+		uint64_t x, y;
+		memcpy(&x, a, 8);
+		memcpy(&y, b, 8);
+		if (x != y) {
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+			x = __builtin_bswap64(x); /* memcmp order is big-endian */
+			y = __builtin_bswap64(y);
+#endif
+			return x < y ? -1 : 1;
+		}
+		if (m > 8)
+			c = memcmp((const uint8_t *)a + 8,
+			           (const uint8_t *)b + 8, m - 8);
+	} else if (m) {
+		c = memcmp(a, b, m);
+	}
+	if (c)
+		return c;
+	return alen < blen ? -1 : alen > blen ? 1 : 0;
+}
 
 /* What a descent looks for: the node holding @key (low <= key < high),
  * or with @before the node holding the keys just below it (low < key <=
@@ -235,6 +270,9 @@ extern _Atomic int farm_bt_fault_no_fence;
  * lock-free, out of its read set (phantoms: test_btree_multi
  * --broken-scan). */
 extern _Atomic int farm_bt_fault_scan_lf;
+/* Test builds: while set, every split also commits a node it never links
+ * (an orphan: test_btree_rec --broken-orphan). */
+extern _Atomic int farm_bt_fault_orphan;
 #endif
 
 /* A leaf located for a key: its address and bytes (a transaction's copy

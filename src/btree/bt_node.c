@@ -9,15 +9,6 @@
 
 #include <farm/txn.h>
 
-int bt_cmp(const void *a, uint32_t alen, const void *b, uint32_t blen)
-{
-	uint32_t m = alen < blen ? alen : blen;
-	int c = m ? memcmp(a, b, m) : 0;
-	if (c)
-		return c;
-	return alen < blen ? -1 : alen > blen ? 1 : 0;
-}
-
 static uint8_t *fence_bytes(const struct bt_layout *l, const uint8_t *n,
                             bool high)
 {
@@ -145,7 +136,9 @@ static bool fences_ok(const struct bt_layout *l, const uint8_t *n)
 }
 
 /* Keys strictly increasing, each within the node's fences; children not
- * null; entry 0 of an internal node carries the node's low fence. */
+ * null; entry 0 of an internal node carries the node's low fence. Every
+ * read runs this, so the fences are compared with the first and last
+ * keys only: with the keys strictly increasing, that bounds them all. */
 int bt_check_node(const struct bt_layout *l, const uint8_t *n)
 {
 	if (!header_ok(l, n) || !fences_ok(l, n))
@@ -164,13 +157,16 @@ int bt_check_node(const struct bt_layout *l, const uint8_t *n)
 			return FARM_ECORRUPT;
 		if (pk && bt_cmp(pk, plen, k, kl) >= 0)
 			return FARM_ECORRUPT;
-		bool first_inner = !leaf && i == 0;
-		if (!first_inner && !bt_in_fences(l, n, k, kl))
+		/* The first key of a leaf against the low fence (an
+		 * internal node's entry 0 is its low fence: fences_ok). */
+		if (!pk && leaf && !bt_in_fences(l, n, k, kl))
 			return FARM_ECORRUPT;
 		pk = k;
 		plen = kl;
 	}
-	return 0;
+	/* The last key against the high fence (and, for a leaf of one key
+	 * or an internal node, again against the low one: harmless). */
+	return !pk || bt_in_fences(l, n, pk, plen) ? 0 : FARM_ECORRUPT;
 }
 
 uint32_t bt_leaf_search(const struct bt_layout *l, const uint8_t *n,

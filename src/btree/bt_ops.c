@@ -18,7 +18,10 @@ int farm_bt_get(farm_bt *bt, farm_tx *tx, farm_loop *loop, const void *key,
 		return rc;
 	if (!loop || !vlen || (cap && !val))
 		return -EINVAL;
-	uint8_t *buf = malloc(bt->lay.leaf_size);
+	_Alignas(64) uint8_t sb[BT_STACK_NODE];
+	uint8_t *buf = bt->lay.leaf_size <= sizeof(sb)
+	                       ? sb
+	                       : malloc(bt->lay.leaf_size);
 	if (!buf)
 		return -ENOMEM;
 	struct bt_found f;
@@ -38,7 +41,8 @@ int farm_bt_get(farm_bt *bt, farm_tx *tx, farm_loop *loop, const void *key,
 				memcpy(val, bt_eval(&bt->lay, e), *vlen);
 		}
 	}
-	free(buf);
+	if (buf != sb)
+		free(buf);
 	return rc;
 }
 

@@ -203,10 +203,14 @@ long farm_bt_scan(farm_bt *bt, farm_tx *tx, farm_loop *loop,
 		rc = check_bound(bt, r->end, r->end_len);
 	if (rc)
 		return rc;
-	uint8_t *buf = malloc(bt->lay.leaf_size);
+	_Alignas(64) uint8_t sb[BT_STACK_NODE];
+	uint8_t *buf = bt->lay.leaf_size <= sizeof(sb)
+	                       ? sb
+	                       : malloc(bt->lay.leaf_size);
 	uint8_t *cur = tx ? malloc(bt->lay.leaf_size) : NULL;
 	if (!buf || (tx && !cur)) {
-		free(buf);
+		if (buf != sb)
+			free(buf);
 		free(cur);
 		return -ENOMEM;
 	}
@@ -222,7 +226,8 @@ long farm_bt_scan(farm_bt *bt, farm_tx *tx, farm_loop *loop,
 	                 .ctx = ctx,
 	                 .cur = cur};
 	long n = r->reverse ? run_scan_rev(&s, buf) : run_scan(&s, buf);
-	free(buf);
+	if (buf != sb)
+		free(buf);
 	free(cur);
 	return n;
 }

@@ -29,6 +29,28 @@ static int alloc_node(farm_bt *bt, farm_tx *tx, farm_gaddr *a, uint8_t **d)
 	return 0;
 }
 
+#ifdef FARM_FAULT_INJECTION
+_Atomic int farm_bt_fault_orphan;
+#endif
+
+/* Test builds: the broken split's extra node, a well-formed empty leaf
+ * that nothing points to. */
+static int leak_node(farm_bt *bt, farm_tx *tx)
+{
+#ifdef FARM_FAULT_INJECTION
+	if (atomic_load_explicit(&farm_bt_fault_orphan, memory_order_relaxed)) {
+		farm_gaddr a;
+		uint8_t *d;
+		int rc = alloc_node(bt, tx, &a, &d);
+		if (!rc)
+			bt_init_node(&bt->lay, d, true, 0);
+		return rc;
+	}
+#endif
+	(void)bt, (void)tx;
+	return 0;
+}
+
 /* Split @x (at @xa, writable) under its writable parent @p: the upper
  * half goes to a new right sibling, whose address and low fence (the
  * separator) the parent takes. */
@@ -44,6 +66,8 @@ static int split_node(farm_bt *bt, farm_tx *tx, farm_gaddr xa, uint8_t *x,
 	farm_gaddr ya;
 	uint8_t *y;
 	int rc = alloc_node(bt, tx, &ya, &y);
+	if (!rc)
+		rc = leak_node(bt, tx);
 	if (rc)
 		return rc;
 	bt_split_half(l, x, y, ya, &sep);

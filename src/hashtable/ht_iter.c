@@ -56,6 +56,70 @@ long farm_ht_iterate_local(farm_ht *h, unsigned shard, farm_ht_iter_fn fn,
 	return farm_ht_iterate_local_from(h, shard, NULL, 0, fn, ctx);
 }
 
+/* One local iteration: the callback, the buffers a bucket or chain block
+ * is copied (@img) and unpacked (@d) into, the pairs visited so far (or a
+ * negative error) and whether the callback wants more. */
+struct iter_walk {
+	farm_ht *h;
+	farm_ht_iter_fn fn;
+	void *ctx;
+	uint8_t *d, *img;
+	long n;
+	bool go;
+};
+
+static bool iter_going(const struct iter_walk *w)
+{
+	return w->go && w->n >= 0;
+}
+
+/* Visit slot @s if it holds a pair. */
+static void iter_visit(struct iter_walk *w, const uint8_t *s)
+{
+	if (!(s[0] & SLOT_USED))
+		return;
+	int r = iter_slot(w->h, s, w->fn, w->ctx, &w->go);
+	w->n = r < 0 ? r : w->n + r;
+}
+
+/* The pairs of the overflow chain starting at @ovf, block by block, until
+ * a block is not local. */
+static void iter_chain(struct iter_walk *w, farm_fatptr ovf)
+{
+	farm_ht *h = w->h;
+	uint64_t len = 64ull * h->block_lines;
+	while (ovf.addr && iter_going(w)) {
+		const uint8_t *bp = farm_as_local_ptr(h->as, ovf.addr, len);
+		if (!bp)
+			return;
+		farm_lines_copy(w->img, bp, len, LINE_TRIES);
+		obj_unpack(w->img, h->block_data, w->d);
+		for (unsigned i = 0; i < BLK_SLOTS && iter_going(w); i++)
+			iter_visit(w, blk_slot(h, w->d, i));
+		ovf = get_fat(w->d + 8);
+	}
+}
+
+/* The pairs of bucket @b of shard @sd, then of its chain. False when the
+ * bucket is not local (the walk ends). */
+static bool iter_bucket(struct iter_walk *w, const struct farm_ht_shard *sd,
+                        uint32_t b)
+{
+	farm_ht *h = w->h;
+	uint32_t bb = 64u * h->bucket_lines;
+	const uint8_t *p =
+	        farm_as_local_ptr(h->as, sd->base + (uint64_t)b * bb, bb);
+	if (!p)
+		return false;
+	farm_lines_copy(w->img, p, bb, LINE_TRIES);
+	obj_unpack(w->img, h->bucket_data, w->d);
+	farm_fatptr ovf = get_fat(B_OVF(w->d));
+	for (unsigned i = 0; i < h->spb && iter_going(w); i++)
+		iter_visit(w, slot_at(h, w->d, i));
+	iter_chain(w, ovf);
+	return true;
+}
+
 long farm_ht_iterate_local_from(farm_ht *h, unsigned shard, const void *key,
                                 uint32_t klen, farm_ht_iter_fn fn, void *ctx)
 {
@@ -67,54 +131,21 @@ long farm_ht_iterate_local_from(farm_ht *h, unsigned shard, const void *key,
 	uint32_t first =
 	        key ? home_of(farm_ht_hash(key, klen), sd->nbuckets) : 0;
 	uint32_t bb = 64u * h->bucket_lines;
-	uint8_t *d = malloc(h->bucket_data > h->block_data ? h->bucket_data
-	                                                   : h->block_data);
-	uint8_t *img =
-	        malloc(bb > 64u * h->block_lines ? bb : 64u * h->block_lines);
-	if (!d || !img) {
-		free(d);
-		free(img);
+	struct iter_walk w = {.h = h, .fn = fn, .ctx = ctx, .go = true};
+	w.d = malloc(h->bucket_data > h->block_data ? h->bucket_data
+	                                            : h->block_data);
+	w.img = malloc(bb > 64u * h->block_lines ? bb : 64u * h->block_lines);
+	if (!w.d || !w.img) {
+		free(w.d);
+		free(w.img);
 		return -ENOMEM;
 	}
-	long n = 0;
-	bool go = true;
-	for (uint32_t b = first; b <= sd->nbuckets && go && n >= 0; b++) {
-		const uint8_t *p = farm_as_local_ptr(
-		        h->as, sd->base + (uint64_t)b * bb, bb);
-		if (!p)
+	for (uint32_t b = first; b <= sd->nbuckets && iter_going(&w); b++)
+		if (!iter_bucket(&w, sd, b))
 			break;
-		farm_lines_copy(img, p, bb, LINE_TRIES);
-		obj_unpack(img, h->bucket_data, d);
-		farm_fatptr ovf = get_fat(B_OVF(d));
-		for (unsigned i = 0; i < h->spb && go && n >= 0; i++) {
-			const uint8_t *s = slot_at(h, d, i);
-			if (!(s[0] & SLOT_USED))
-				continue;
-			int r = iter_slot(h, s, fn, ctx, &go);
-			n = r < 0 ? r : n + r;
-		}
-		while (ovf.addr && go && n >= 0) {
-			const uint8_t *bp = farm_as_local_ptr(
-			        h->as, ovf.addr, 64ull * h->block_lines);
-			if (!bp)
-				break;
-			farm_lines_copy(img, bp, 64ull * h->block_lines,
-			                LINE_TRIES);
-			obj_unpack(img, h->block_data, d);
-			for (unsigned i = 0; i < BLK_SLOTS && go && n >= 0;
-			     i++) {
-				const uint8_t *s = blk_slot(h, d, i);
-				if (!(s[0] & SLOT_USED))
-					continue;
-				int r = iter_slot(h, s, fn, ctx, &go);
-				n = r < 0 ? r : n + r;
-			}
-			ovf = get_fat(d + 8);
-		}
-	}
-	free(d);
-	free(img);
-	return n;
+	free(w.d);
+	free(w.img);
+	return w.n;
 }
 
 int farm_ht_usage_local(farm_ht *h, unsigned shard, struct farm_ht_usage *u)

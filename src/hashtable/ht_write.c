@@ -315,6 +315,97 @@ static void place(struct wctx *w, uint8_t *s, const uint8_t *key, uint32_t klen,
 	q->ind_ready = false;
 }
 
+/* The best pair evict found so far: the shallowest chain depth, then the
+ * bucket @by and slot @bs it sits in, the bucket @bt its slot slides to,
+ * and the pair's home @bh. */
+struct evict_pick {
+	unsigned best, bs;
+	uint32_t by, bt, bh;
+};
+
+/* One side of evict's walk at distance @d: bucket *@y, whose slots would
+ * slide to *@t (home + 1 + d to home + 1 forward, home - d to home
+ * backward). Clears *@open once that side can go no further: past the
+ * table or HOP_REACH, or a step no pair can take. */
+static int evict_side(struct wctx *w, bool forward, uint32_t home, uint32_t d,
+                      bool *open, uint32_t *y, uint32_t *t)
+{
+	if (forward) {
+		*y = home + 1 + d;
+		*t = home + 1;
+		if (*y > w->sd->nbuckets || d >= HOP_REACH)
+			*open = false;
+	} else {
+		*y = home - d;
+		*t = home;
+		if (d > home)
+			*open = false;
+	}
+	if (!*open || d == 0)
+		return 0;
+	int s;
+	int rc = step_slot(w, *y, forward ? *y - 1 : *y + 1, &s);
+	if (!rc && s < 0)
+		*open = false;
+	return rc;
+}
+
+/* The pairs of bucket @y (sliding to @t) of homes other than @home whose
+ * chain has a free slot shallower than @p's best replace it. */
+static int evict_scan(struct wctx *w, uint32_t home, uint32_t y, uint32_t t,
+                      struct evict_pick *p)
+{
+	farm_ht *h = w->h;
+	const uint8_t *bd;
+	int rc = ht_rbucket(w, y, &bd);
+	if (rc)
+		return rc;
+	for (unsigned i = 0; i < h->spb; i++) {
+		const uint8_t *sl = slot_at(h, (uint8_t *)bd, i);
+		if (!(sl[0] & SLOT_USED))
+			continue;
+		uint32_t kh = home_of(slot_hash(h, sl), w->sd->nbuckets);
+		struct cfree cf;
+		if (kh == home)
+			continue;
+		if ((rc = ht_chain_free(w, kh, p->best, &cf)))
+			return rc;
+		if (cf.depth < p->best)
+			*p = (struct evict_pick){.best = cf.depth,
+			                         .bs = i,
+			                         .by = y,
+			                         .bt = t,
+			                         .bh = kh};
+	}
+	return 0;
+}
+
+/* Move @p's pair to the free slot of its home's chain and slide the slot
+ * it leaves to @p->bt: *@ob, *@os. */
+static int evict_move(struct wctx *w, const struct evict_pick *p, uint32_t *ob,
+                      unsigned *os)
+{
+	farm_ht *h = w->h;
+	struct cfree cf;
+	int rc;
+	if ((rc = ht_chain_free(w, p->bh, UINT_MAX, &cf)))
+		return rc;
+	if (!cf.blk.addr && !w->q->blk_ready)
+		return NEED_BLK;
+	uint8_t *bd, *blk, *cs;
+	if ((rc = ht_wbucket(w, p->by, &bd)) ||
+	    (rc = ht_chain_take(w, p->bh, &cf, &blk, &cs)))
+		return rc;
+	memcpy(cs, slot_at(h, bd, p->bs), h->slot_bytes);
+	memset(slot_at(h, bd, p->bs), 0, h->slot_bytes);
+	if ((rc = ht_stamp_block(w, blk, p->bh)) ||
+	    (rc = ht_bump_pairs(w, p->by)))
+		return rc;
+	*ob = p->bt;
+	*os = p->bs;
+	return slide(w, p->by, os, p->bt);
+}
+
 /* No free slot can be slid into reach of @home, and a pair added to its
  * chain would sit at depth @own. Rather, a pair of another home, in reach
  * as make_room's free slots are, whose chain has a shallower free slot
@@ -327,81 +418,24 @@ static void place(struct wctx *w, uint8_t *s, const uint8_t *key, uint32_t klen,
 static int evict(struct wctx *w, uint32_t home, unsigned own, uint32_t *ob,
                  unsigned *os)
 {
-	farm_ht *h = w->h;
-	uint32_t nb = w->sd->nbuckets;
-	unsigned best = own, bs = 0;
-	uint32_t by = 0, bt = 0, bh = 0;
-	bool fwd = true, bwd = true;
-	int rc, s = 0;
-	/* Bucket home + 1 + d slides to home + 1, bucket home - d to home. */
-	for (uint32_t d = 0; d <= HOP_REACH && (fwd || bwd) && best > 1; d++) {
+	struct evict_pick p = {.best = own};
+	bool open[2] = {true, true}; /* forward, backward */
+	int rc;
+	for (uint32_t d = 0;
+	     d <= HOP_REACH && (open[0] || open[1]) && p.best > 1; d++)
 		for (int side = 0; side < 2; side++) {
 			uint32_t y, t;
-			if (side == 0) {
-				y = home + 1 + d;
-				t = home + 1;
-				if (fwd && (y > nb || d >= HOP_REACH))
-					fwd = false;
-				if (!fwd)
-					continue;
-				if (d > 0 && (rc = step_slot(w, y, y - 1, &s)))
-					return rc;
-			} else {
-				y = home - d;
-				t = home;
-				if (bwd && d > home)
-					bwd = false;
-				if (!bwd)
-					continue;
-				if (d > 0 && (rc = step_slot(w, y, y + 1, &s)))
-					return rc;
-			}
-			if (d > 0 && s < 0) {
-				*(side == 0 ? &fwd : &bwd) = false;
+			if (!open[side])
 				continue;
-			}
-			const uint8_t *bd;
-			if ((rc = ht_rbucket(w, y, &bd)))
+			if ((rc = evict_side(w, side == 0, home, d, &open[side],
+			                     &y, &t)))
 				return rc;
-			for (unsigned i = 0; i < h->spb; i++) {
-				const uint8_t *sl =
-				        slot_at(h, (uint8_t *)bd, i);
-				if (!(sl[0] & SLOT_USED))
-					continue;
-				uint32_t kh = home_of(slot_hash(h, sl), nb);
-				struct cfree cf;
-				if (kh == home)
-					continue;
-				if ((rc = ht_chain_free(w, kh, best, &cf)))
-					return rc;
-				if (cf.depth < best) {
-					best = cf.depth;
-					by = y;
-					bs = i;
-					bt = t;
-					bh = kh;
-				}
-			}
+			if (open[side] && (rc = evict_scan(w, home, y, t, &p)))
+				return rc;
 		}
-	}
-	if (best == own)
+	if (p.best == own)
 		return -ENOSPC;
-	struct cfree cf;
-	if ((rc = ht_chain_free(w, bh, UINT_MAX, &cf)))
-		return rc;
-	if (!cf.blk.addr && !w->q->blk_ready)
-		return NEED_BLK;
-	uint8_t *bd, *blk, *cs;
-	if ((rc = ht_wbucket(w, by, &bd)) ||
-	    (rc = ht_chain_take(w, bh, &cf, &blk, &cs)))
-		return rc;
-	memcpy(cs, slot_at(h, bd, bs), h->slot_bytes);
-	memset(slot_at(h, bd, bs), 0, h->slot_bytes);
-	if ((rc = ht_stamp_block(w, blk, bh)) || (rc = ht_bump_pairs(w, by)))
-		return rc;
-	*ob = bt;
-	*os = bs;
-	return slide(w, by, os, bt);
+	return evict_move(w, &p, ob, os);
 }
 
 int ht_apply_put(struct wctx *w, const uint8_t *key, uint32_t klen,
@@ -467,6 +501,52 @@ int ht_apply_put(struct wctx *w, const uint8_t *key, uint32_t klen,
 	return ht_bump_pairs(w, b);
 }
 
+/* One side of pull_back's walk at distance @d from @x: bucket *@p (x + d
+ * up, x - d down), the free slot stepped there from its neighbour nearer
+ * @x. Clears *@open once that side can go no further: past the table, or
+ * a step no pair can take. */
+static int pull_side(struct wctx *w, bool up, uint32_t x, uint32_t d,
+                     bool *open, uint32_t *p)
+{
+	if (up) {
+		*p = x + d;
+		if (*p > w->sd->nbuckets)
+			*open = false;
+	} else {
+		if (d > x)
+			*open = false;
+		*p = x - d;
+	}
+	if (!*open || d == 0)
+		return 0;
+	int s;
+	int rc = step_slot(w, up ? *p - 1 : *p + 1, *p, &s);
+	if (!rc && s < 0)
+		*open = false;
+	return rc;
+}
+
+/* The chains of homes @p - 1 and @p, which reach bucket @p: a longer one
+ * than *@best replaces it (its length, bucket and home into *@best, *@bp,
+ * *@bc). */
+static int pull_scan(struct wctx *w, uint32_t p, unsigned *best, uint32_t *bp,
+                     uint32_t *bc)
+{
+	farm_fatptr last, prev;
+	unsigned n;
+	for (uint32_t c = p ? p - 1 : 0; c <= p && c < w->sd->nbuckets; c++) {
+		int rc = ht_chain_last(w, c, &last, &prev, &n);
+		if (rc)
+			return rc;
+		if (n > *best) {
+			*best = n;
+			*bp = p;
+			*bc = c;
+		}
+	}
+	return 0;
+}
+
 /* Slot @xs of bucket @x was freed: the last pair of the longest chain that
  * can reach it moves there (saving its depth in chain reads per lookup).
  * The chains of homes p - 1 and p reach bucket p, and the free slot slides
@@ -476,53 +556,26 @@ int ht_apply_put(struct wctx *w, const uint8_t *key, uint32_t klen,
 static int pull_back(struct wctx *w, uint32_t x, unsigned xs)
 {
 	farm_ht *h = w->h;
-	uint32_t nb = w->sd->nbuckets;
 	unsigned best = 0, n;
 	uint32_t bp = 0, bc = 0;
-	bool up = true, down = true;
-	farm_fatptr last, prev;
-	int rc, s = 0;
-	for (uint32_t d = 0; d <= HOP_REACH && (up || down); d++) {
+	bool open[2] = {true, true}; /* up, down */
+	int rc;
+	for (uint32_t d = 0; d <= HOP_REACH && (open[0] || open[1]); d++)
 		for (int side = 0; side < 2; side++) {
 			uint32_t p;
-			if (side == 0) {
-				p = x + d;
-				if (up && p > nb)
-					up = false;
-				if (!up)
-					continue;
-				if (d > 0 && (rc = step_slot(w, p - 1, p, &s)))
-					return rc;
-			} else {
-				if (d == 0)
-					continue; /* p = x: done above */
-				if (down && d > x)
-					down = false;
-				if (!down)
-					continue;
-				p = x - d;
-				if ((rc = step_slot(w, p + 1, p, &s)))
-					return rc;
-			}
-			if (d > 0 && s < 0) {
-				*(side == 0 ? &up : &down) = false;
+			/* Down at distance 0 is bucket x, done going up. */
+			if (!open[side] || (side == 1 && d == 0))
 				continue;
-			}
-			for (uint32_t c = p ? p - 1 : 0; c <= p && c < nb;
-			     c++) {
-				if ((rc = ht_chain_last(w, c, &last, &prev,
-				                        &n)))
-					return rc;
-				if (n > best) {
-					best = n;
-					bp = p;
-					bc = c;
-				}
-			}
+			if ((rc = pull_side(w, side == 0, x, d, &open[side],
+			                    &p)))
+				return rc;
+			if (open[side] &&
+			    (rc = pull_scan(w, p, &best, &bp, &bc)))
+				return rc;
 		}
-	}
 	if (!best)
 		return 0;
+	farm_fatptr last, prev;
 	uint8_t *bd;
 	if ((rc = slide(w, x, &xs, bp)) ||
 	    (rc = ht_chain_last(w, bc, &last, &prev, &n)) ||

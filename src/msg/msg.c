@@ -34,74 +34,101 @@ static void layout_init(struct layout *l, unsigned T, unsigned M, uint32_t R)
 
 /* ---- creation ------------------------------------------------------------ */
 
+/* @attr with its zero fields set to the defaults, into *@a; -EINVAL for
+ * values out of range, or a fabric machine id past max_machines. */
+static int msg_attr_resolve(farm_fabric *fab, const farm_msg_attr *attr,
+                            farm_msg_attr *a)
+{
+	*a = attr ? *attr : (farm_msg_attr){0};
+	if (!a->nthreads)
+		a->nthreads = 1;
+	if (!a->max_machines)
+		a->max_machines = 16;
+	if (!a->ring_size)
+		a->ring_size = DEFAULT_RING;
+	if (!a->sendq_max)
+		a->sendq_max = 4096;
+	if (!a->max_calls)
+		a->max_calls = 4096;
+	if (!a->park_after_ns)
+		a->park_after_ns = 200000;
+	if (a->nthreads > 64 || a->max_machines > 1024 ||
+	    !farm_is_pow2(a->ring_size) || a->ring_size < MIN_RING ||
+	    a->ring_size > MAX_RING || a->max_calls > (1u << 24))
+		return -EINVAL;
+	if (farm_fabric_machine_id(fab) >= a->max_machines)
+		return -EINVAL;
+	/* verbs has no doorbell (shm and ofi have FARM_WR_NOTIFY). */
+	bool verbs = strcmp(farm_fabric_provider(fab), "verbs") == 0;
+	if (verbs && !a->busy_poll) {
+		farm_info("msg: the %s provider has no doorbell for parked "
+		          "threads: loops poll continuously",
+		          farm_fabric_provider(fab));
+		a->busy_poll = true;
+	}
+	return 0;
+}
+
+/* The per-type, per-peer and per-thread tables of @msg. */
+static int msg_alloc_tables(farm_msg *msg)
+{
+	const farm_msg_attr *a = &msg->attr;
+	msg->handlers = calloc(FARM_MSG_TYPES, sizeof(*msg->handlers));
+	msg->peers = calloc(a->max_machines, sizeof(*msg->peers));
+	msg->inboxes = calloc(a->nthreads, sizeof(*msg->inboxes));
+	msg->loops = calloc(a->nthreads, sizeof(*msg->loops));
+	msg->min_cfg = calloc(a->max_machines, sizeof(*msg->min_cfg));
+	if (!msg->handlers || !msg->peers || !msg->inboxes || !msg->loops ||
+	    !msg->min_cfg)
+		return -ENOMEM;
+	for (unsigned i = 0; i < a->nthreads; i++)
+		cds_wfcq_init(&msg->inboxes[i].head, &msg->inboxes[i].tail);
+	return 0;
+}
+
+/* The message region: allocated, registered for remote WRITEs and READs,
+ * and its header written. */
+static int msg_map_region(farm_msg *msg)
+{
+	const farm_msg_attr *a = &msg->attr;
+	int rc = farm_mem_alloc(msg->fab, msg->lay.total, 0, &msg->mem);
+	if (rc)
+		return rc;
+	msg->base = farm_mem_addr(msg->mem);
+	rc = farm_mr_reg(msg->fab, msg->base, msg->lay.total,
+	                 FARM_ACCESS_LOCAL | FARM_ACCESS_REMOTE_WRITE |
+	                         FARM_ACCESS_REMOTE_READ,
+	                 &msg->mr);
+	if (rc)
+		return rc;
+	msg->desc = farm_mr_describe(msg->mr);
+	struct region_hdr h = {MSG_MAGIC, a->nthreads, a->max_machines,
+	                       a->ring_size, msg->me};
+	memcpy(msg->base, &h, sizeof(h));
+	return 0;
+}
+
 int farm_msg_create(farm_fabric *fab, const farm_msg_attr *attr, farm_msg **out)
 {
 	if (!fab || !out)
 		return -EINVAL;
-	farm_msg_attr a = attr ? *attr : (farm_msg_attr){0};
-	if (!a.nthreads)
-		a.nthreads = 1;
-	if (!a.max_machines)
-		a.max_machines = 16;
-	if (!a.ring_size)
-		a.ring_size = DEFAULT_RING;
-	if (!a.sendq_max)
-		a.sendq_max = 4096;
-	if (!a.max_calls)
-		a.max_calls = 4096;
-	if (!a.park_after_ns)
-		a.park_after_ns = 200000;
-	if (a.nthreads > 64 || a.max_machines > 1024 ||
-	    !farm_is_pow2(a.ring_size) || a.ring_size < MIN_RING ||
-	    a.ring_size > MAX_RING || a.max_calls > (1u << 24))
-		return -EINVAL;
-	uint32_t me = farm_fabric_machine_id(fab);
-	if (me >= a.max_machines)
-		return -EINVAL;
-	/* verbs has no doorbell (shm and ofi have FARM_WR_NOTIFY). */
-	bool verbs = strcmp(farm_fabric_provider(fab), "verbs") == 0;
-	if (verbs && !a.busy_poll) {
-		farm_info("msg: the %s provider has no doorbell for parked "
-		          "threads: loops poll continuously",
-		          farm_fabric_provider(fab));
-		a.busy_poll = true;
-	}
+	farm_msg_attr a;
+	int rc = msg_attr_resolve(fab, attr, &a);
+	if (rc)
+		return rc;
 	farm_msg *msg = calloc(1, sizeof(*msg));
 	if (!msg)
 		return -ENOMEM;
 	msg->fab = fab;
-	msg->me = me;
+	msg->me = farm_fabric_machine_id(fab);
 	msg->attr = a;
 	msg->notify = !a.busy_poll;
 	layout_init(&msg->lay, a.nthreads, a.max_machines, a.ring_size);
 	msg->max_frame = a.ring_size / 8;
 	pthread_mutex_init(&msg->lock, NULL);
 	pthread_mutex_init(&msg->probe_mu, NULL);
-	int rc = -ENOMEM;
-	msg->handlers = calloc(FARM_MSG_TYPES, sizeof(*msg->handlers));
-	msg->peers = calloc(a.max_machines, sizeof(*msg->peers));
-	msg->inboxes = calloc(a.nthreads, sizeof(*msg->inboxes));
-	msg->loops = calloc(a.nthreads, sizeof(*msg->loops));
-	msg->min_cfg = calloc(a.max_machines, sizeof(*msg->min_cfg));
-	if (!msg->handlers || !msg->peers || !msg->inboxes || !msg->loops ||
-	    !msg->min_cfg)
+	if ((rc = msg_alloc_tables(msg)) || (rc = msg_map_region(msg)))
 		goto fail;
-	for (unsigned i = 0; i < a.nthreads; i++)
-		cds_wfcq_init(&msg->inboxes[i].head, &msg->inboxes[i].tail);
-	rc = farm_mem_alloc(fab, msg->lay.total, 0, &msg->mem);
-	if (rc)
-		goto fail;
-	msg->base = farm_mem_addr(msg->mem);
-	rc = farm_mr_reg(fab, msg->base, msg->lay.total,
-	                 FARM_ACCESS_LOCAL | FARM_ACCESS_REMOTE_WRITE |
-	                         FARM_ACCESS_REMOTE_READ,
-	                 &msg->mr);
-	if (rc)
-		goto fail;
-	msg->desc = farm_mr_describe(msg->mr);
-	struct region_hdr h = {MSG_MAGIC, a.nthreads, a.max_machines,
-	                       a.ring_size, me};
-	memcpy(msg->base, &h, sizeof(h));
 	*out = msg;
 	return 0;
 fail:

@@ -125,6 +125,85 @@ static bool probe_header_ok(const farm_msg *msg, uint32_t id)
 	       h.ring_size == msg->attr.ring_size;
 }
 
+/* Post a READ of each machine of @ids but this one (which answers at
+ * once: ok[i] true) and mark it in msg->probe->posted. Returns how many are
+ * pending; *@got counts the answers so far. */
+static unsigned probe_post_all(farm_msg *msg, const uint32_t *ids, unsigned n,
+                               bool *ok, unsigned *got)
+{
+	unsigned pending = 0;
+	for (unsigned i = 0; i < n; i++) {
+		ok[i] = ids[i] == msg->me;
+		*got += ok[i];
+		if (ok[i])
+			continue;
+		int rc = probe_post(msg, ids[i], i);
+		if (rc) {
+			farm_info("msg: probe of machine %" PRIu32
+			          " not sent: %s",
+			          ids[i], farm_strerror(rc));
+			continue;
+		}
+		msg->probe->posted[i] = true;
+		pending++;
+	}
+	return pending;
+}
+
+/* The completions @wc[0..k) of this probe's READs: ok[i] when the READ
+ * succeeded and found machine i's message region. Returns how many
+ * answered; *@pending drops by how many completed. */
+static unsigned probe_reap(farm_msg *msg, const uint32_t *ids, unsigned n,
+                           bool *ok, const farm_wc *wc, int k,
+                           unsigned *pending)
+{
+	struct msg_probe *p = msg->probe;
+	unsigned got = 0;
+	for (int j = 0; j < k; j++) {
+		unsigned i = (unsigned)(wc[j].wr_id & 0xffffffffu);
+		if ((uint32_t)(wc[j].wr_id >> 32) != p->seq || i >= n ||
+		    !p->posted[i])
+			continue; /* an earlier probe's, or flushed */
+		p->posted[i] = false;
+		(*pending)--;
+		ok[i] = wc[j].status == 0 && probe_header_ok(msg, ids[i]);
+		got += ok[i];
+		if (!ok[i])
+			farm_info("msg: machine %" PRIu32
+			          " did not answer the probe: %s",
+			          ids[i],
+			          wc[j].status ? farm_strerror(wc[j].status)
+			                       : "not its message region");
+	}
+	return got;
+}
+
+/* Wait up to @timeout_ns for the @pending READs; returns how many
+ * answered. The ones still posted at the end stay marked. */
+static unsigned probe_wait(farm_msg *msg, const uint32_t *ids, unsigned n,
+                           bool *ok, uint64_t timeout_ns, unsigned *pending)
+{
+	uint64_t start = farm_now_ns();
+	long nap_ns = 10000;
+	unsigned got = 0;
+	while (*pending) {
+		farm_wc wc[16];
+		int k = farm_cq_poll(msg->probe->cq, 16, wc);
+		got += probe_reap(msg, ids, n, ok, wc, k, pending);
+		if (!*pending || k > 0)
+			continue;
+		if (farm_now_ns() - start >= timeout_ns)
+			break;
+		/* Park between polls: READs complete in microseconds, and a
+		 * probe that waits is waiting for a machine that is gone. */
+		struct timespec nap = {0, nap_ns};
+		nanosleep(&nap, NULL);
+		if (nap_ns < 1000000)
+			nap_ns *= 2;
+	}
+	return got;
+}
+
 int farm_msg_probe(farm_msg *msg, const uint32_t *ids, unsigned n,
                    uint64_t timeout_ns, bool *ok)
 {
@@ -141,60 +220,12 @@ int farm_msg_probe(farm_msg *msg, const uint32_t *ids, unsigned n,
 	}
 	struct msg_probe *p = msg->probe;
 	p->seq++;
-	bool *posted = p->posted;
-	memset(posted, 0, msg->attr.max_machines * sizeof(*posted));
-	unsigned pending = 0, got = 0;
-	for (unsigned i = 0; i < n; i++) {
-		ok[i] = ids[i] == msg->me;
-		got += ok[i];
-		if (ok[i])
-			continue;
-		rc = probe_post(msg, ids[i], i);
-		if (rc) {
-			farm_info("msg: probe of machine %" PRIu32
-			          " not sent: %s",
-			          ids[i], farm_strerror(rc));
-			continue;
-		}
-		posted[i] = true;
-		pending++;
-	}
-	uint64_t start = farm_now_ns();
-	long nap_ns = 10000;
-	while (pending) {
-		farm_wc wc[16];
-		int k = farm_cq_poll(p->cq, 16, wc);
-		for (int j = 0; j < k; j++) {
-			unsigned i = (unsigned)(wc[j].wr_id & 0xffffffffu);
-			if ((uint32_t)(wc[j].wr_id >> 32) != p->seq || i >= n ||
-			    !posted[i])
-				continue; /* an earlier probe's, or flushed */
-			posted[i] = false;
-			pending--;
-			ok[i] = wc[j].status == 0 &&
-			        probe_header_ok(msg, ids[i]);
-			got += ok[i];
-			if (!ok[i])
-				farm_info("msg: machine %" PRIu32
-				          " did not answer the probe: %s",
-				          ids[i],
-				          wc[j].status
-				                  ? farm_strerror(wc[j].status)
-				                  : "not its message region");
-		}
-		if (!pending || k > 0)
-			continue;
-		if (farm_now_ns() - start >= timeout_ns)
-			break;
-		/* Park between polls: READs complete in microseconds, and a
-		 * probe that waits is waiting for a machine that is gone. */
-		struct timespec nap = {0, nap_ns};
-		nanosleep(&nap, NULL);
-		if (nap_ns < 1000000)
-			nap_ns *= 2;
-	}
+	memset(p->posted, 0, msg->attr.max_machines * sizeof(*p->posted));
+	unsigned got = 0;
+	unsigned pending = probe_post_all(msg, ids, n, ok, &got);
+	got += probe_wait(msg, ids, n, ok, timeout_ns, &pending);
 	for (unsigned i = 0; i < n && pending; i++)
-		if (posted[i]) {
+		if (p->posted[i]) {
 			farm_info("msg: machine %" PRIu32 " did not answer the "
 			          "probe within %" PRIu64 " us",
 			          ids[i], timeout_ns / 1000);

@@ -794,6 +794,73 @@ static void set_timeout(int fd, int opt, uint64_t deadline)
 	(void)setsockopt(fd, SOL_SOCKET, opt, &tv, sizeof(tv));
 }
 
+/* Connect to the control socket of @data_dir (open as @dirfd) into
+ * *@fd, giving up at @deadline. On failure *@fd may still hold a socket
+ * for the caller to close. */
+static int ctl_connect(const char *data_dir, int dirfd, uint64_t deadline,
+                       int *fd)
+{
+	struct sockaddr_un a;
+	int rc = ctl_addr(data_dir, dirfd, &a);
+	*fd = rc ? -1 : socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (rc)
+		return rc;
+	if (*fd < 0)
+		return -errno;
+	set_timeout(*fd, SO_SNDTIMEO, deadline);
+	if (connect(*fd, (const struct sockaddr *)&a, sizeof(a)))
+		return errno == EAGAIN || errno == EINPROGRESS ? -ETIMEDOUT
+		                                               : -errno;
+	return 0;
+}
+
+/* Send @request as one line, then close our side: the server answers
+ * once it sees the end of the request. */
+static int ctl_send_line(int fd, const char *request)
+{
+	size_t rl = strlen(request);
+	char *line = malloc(rl + 2);
+	if (!line)
+		return -ENOMEM;
+	memcpy(line, request, rl);
+	line[rl] = '\n';
+	line[rl + 1] = 0;
+	int rc = 0;
+	ssize_t w = send(fd, line, rl + 1, MSG_NOSIGNAL);
+	if (w != (ssize_t)(rl + 1))
+		rc = w < 0 && errno != EAGAIN ? -errno : -ETIMEDOUT;
+	shutdown(fd, SHUT_WR);
+	free(line);
+	return rc;
+}
+
+/* Read the reply into @o until the server closes, at most REPLY_MAX
+ * bytes (one left for the terminating zero), giving up at @deadline. */
+static int ctl_recv_all(int fd, uint64_t deadline, struct farm_ctl_out *o)
+{
+	for (;;) {
+		if (o->cap - o->len < 4096) {
+			size_t cap = FARM_MAX(o->cap * 2, (size_t)16384);
+			if (cap > REPLY_MAX + 1)
+				return -EMSGSIZE;
+			char *b = realloc(o->buf, cap);
+			if (!b)
+				return -ENOMEM;
+			o->buf = b;
+			o->cap = cap;
+		}
+		set_timeout(fd, SO_RCVTIMEO, deadline);
+		ssize_t r = recv(fd, o->buf + o->len, o->cap - o->len - 1, 0);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return errno == EAGAIN ? -ETIMEDOUT : -errno;
+		if (r == 0)
+			return 0;
+		o->len += (size_t)r;
+	}
+}
+
 int farm_ctl_request(const char *data_dir, const char *request, char **reply,
                      size_t *len, int timeout_ms)
 {
@@ -806,56 +873,13 @@ int farm_ctl_request(const char *data_dir, const char *request, char **reply,
 	int dirfd = open(data_dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
 	if (dirfd < 0)
 		return -errno;
-	struct sockaddr_un a;
-	int rc = ctl_addr(data_dir, dirfd, &a);
-	int fd = rc ? -1 : socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (!rc && fd < 0)
-		rc = -errno;
-	if (!rc) {
-		set_timeout(fd, SO_SNDTIMEO, deadline);
-		if (connect(fd, (const struct sockaddr *)&a, sizeof(a)))
-			rc = errno == EAGAIN || errno == EINPROGRESS
-			             ? -ETIMEDOUT
-			             : -errno;
-	}
-	size_t rl = strlen(request);
-	char *line = rc ? NULL : malloc(rl + 2);
-	if (!rc && !line)
-		rc = -ENOMEM;
-	if (!rc) {
-		memcpy(line, request, rl);
-		line[rl] = '\n';
-		line[rl + 1] = 0;
-		ssize_t w = send(fd, line, rl + 1, MSG_NOSIGNAL);
-		if (w != (ssize_t)(rl + 1))
-			rc = w < 0 && errno != EAGAIN ? -errno : -ETIMEDOUT;
-		shutdown(fd, SHUT_WR);
-	}
-	free(line);
+	int fd;
 	struct farm_ctl_out o = {0};
-	while (!rc) {
-		if (o.cap - o.len < 4096) {
-			size_t cap = FARM_MAX(o.cap * 2, (size_t)16384);
-			char *b = cap > REPLY_MAX + 1 ? NULL
-			                              : realloc(o.buf, cap);
-			if (!b) {
-				rc = cap > REPLY_MAX + 1 ? -EMSGSIZE : -ENOMEM;
-				break;
-			}
-			o.buf = b;
-			o.cap = cap;
-		}
-		set_timeout(fd, SO_RCVTIMEO, deadline);
-		ssize_t r = recv(fd, o.buf + o.len, o.cap - o.len - 1, 0);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			rc = errno == EAGAIN ? -ETIMEDOUT : -errno;
-		else if (r == 0)
-			break;
-		else
-			o.len += (size_t)r;
-	}
+	int rc = ctl_connect(data_dir, dirfd, deadline, &fd);
+	if (!rc)
+		rc = ctl_send_line(fd, request);
+	if (!rc)
+		rc = ctl_recv_all(fd, deadline, &o);
 	if (fd >= 0)
 		close(fd);
 	close(dirfd);

@@ -163,42 +163,76 @@ static void ts_of(uint64_t realtime_ns, struct timespec *ts)
 	ts->tv_nsec = (long)(realtime_ns % 1000000000ull);
 }
 
+static uint64_t realtime_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Nothing more to wait for: enough members, or a restart that cannot
+ * finish. Under n->lock. */
+static bool members_settled(const farm_node *n, unsigned count)
+{
+	return members_enough(n, count) || n->restart_failed || n->refused;
+}
+
+/* Read the refusal notices (without our lock: the membership takes its
+ * own) and give up the machines that refused. Under n->lock, which is let
+ * go meanwhile. */
+static void members_read_refusals(farm_node *n)
+{
+	uint32_t ref[FARM_VIEW_MAX];
+	pthread_mutex_unlock(&n->lock);
+	unsigned nref = farm_membership_refused(n->mem, ref);
+	pthread_mutex_lock(&n->lock);
+	if (nref)
+		forsake_refused(n, ref, nref);
+}
+
+/* While a restart is pending, when to wake before the caller's deadline
+ * @dl (realtime ns; @timeout_ms < 0: none): the give-up time (@watch), and
+ * a refusal notice changes no view, so look for one again in a while.
+ * True with *@t set when that comes first. */
+static bool members_own_wake(const farm_node *n, bool watch, uint64_t wait_ns,
+                             uint64_t now, uint64_t dl, int timeout_ms,
+                             struct timespec *t)
+{
+	uint64_t after = NOTICE_POLL_NS;
+	if (watch && n->view_t_ns + wait_ns - now < after)
+		after = n->view_t_ns + wait_ns - now;
+	uint64_t g = realtime_ns() + after;
+	if (timeout_ms >= 0 && g >= dl)
+		return false;
+	ts_of(g, t);
+	return true;
+}
+
 int farm_node_wait_members(farm_node *n, unsigned count, int timeout_ms)
 {
 	if (!n)
 		return -EINVAL;
 	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	uint64_t dl = (uint64_t)ts.tv_sec * 1000000000ull +
-	              (uint64_t)ts.tv_nsec +
+	uint64_t dl = realtime_ns() +
 	              (uint64_t)(timeout_ms > 0 ? timeout_ms : 0) * 1000000ull;
 	ts_of(dl, &ts);
 	uint64_t wait_ns = (uint64_t)n->cfg.restart_wait_ms * 1000000ull;
 	int rc = 0;
 	pthread_mutex_lock(&n->lock);
-	for (;;) {
-		/* After a restart without machines given up, the view is
-		 * short of @count by them; a machine that joined the formed
-		 * cluster late waits only to be a member. */
-		if (members_enough(n, count) || rc != 0 || n->restart_failed ||
-		    n->refused)
-			break;
+	/* After a restart without machines given up, the view is short of
+	 * @count by them; a machine that joined the formed cluster late
+	 * waits only to be a member. */
+	while (!members_settled(n, count) && rc == 0) {
 		/* Whole-cluster restart: while this machine is in the view
 		 * and the view has not changed for restart_wait_ms, give up
 		 * the previous members still missing. */
 		bool pending = n->mem && farm_restart_pending(n->rs) &&
 		               farm_view_find(&n->view, n->cfg.machine_id);
 		bool watch = pending && wait_ns && !n->forsook;
-		if (pending) { /* refusal notices, read without our lock */
-			uint32_t ref[FARM_VIEW_MAX];
-			pthread_mutex_unlock(&n->lock);
-			unsigned nref = farm_membership_refused(n->mem, ref);
-			pthread_mutex_lock(&n->lock);
-			if (nref)
-				forsake_refused(n, ref, nref);
+		if (pending) {
+			members_read_refusals(n);
 			/* The lock was let go: what came meanwhile. */
-			if (members_enough(n, count) || n->restart_failed ||
-			    n->refused)
+			if (members_settled(n, count))
 				break;
 		}
 		uint64_t now = farm_now_ns();
@@ -207,22 +241,9 @@ int farm_node_wait_members(farm_node *n, unsigned count, int timeout_ms)
 			continue;
 		}
 		struct timespec t = ts;
-		bool mine = false; /* waiting for our own time */
-		if (pending) {
-			/* The give-up time; and a refusal notice changes no
-			 * view, so look for one again in a while. */
-			uint64_t after = NOTICE_POLL_NS;
-			if (watch && n->view_t_ns + wait_ns - now < after)
-				after = n->view_t_ns + wait_ns - now;
-			struct timespec rt;
-			clock_gettime(CLOCK_REALTIME, &rt);
-			uint64_t g = (uint64_t)rt.tv_sec * 1000000000ull +
-			             (uint64_t)rt.tv_nsec + after;
-			if (timeout_ms < 0 || g < dl) {
-				ts_of(g, &t);
-				mine = true;
-			}
-		}
+		bool mine = pending && /* waiting for our own time */
+		            members_own_wake(n, watch, wait_ns, now, dl,
+		                             timeout_ms, &t);
 		rc = timeout_ms < 0 && !mine
 		             ? pthread_cond_wait(&n->cond, &n->lock)
 		             : pthread_cond_timedwait(&n->cond, &n->lock, &t);

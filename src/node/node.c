@@ -297,6 +297,114 @@ static void on_state(void *ctx, enum farm_membership_state s)
 
 /* ---- lifetime ------------------------------------------------------------ */
 
+/* Before the fabric, which removes a previous incarnation's region
+ * files: an intact directory is restarted from, a damaged or foreign one
+ * refused (restart.c). Only shm keeps memory in files. */
+static int node_open_restart(farm_node *n, const struct farm_config *cfg)
+{
+	const char *prov = cfg->fabric[0] ? cfg->fabric : getenv("FARM_FABRIC");
+	if (prov && *prov && strcmp(prov, "shm") != 0)
+		return 0;
+	char err[768] = "";
+	int rc = farm_restart_open(cfg, &n->rs, err, sizeof(err));
+	if (rc) {
+		farm_err("node %" PRIu32 ": refusing to start: %s",
+		         cfg->machine_id, err[0] ? err : farm_strerror(rc));
+		node_note_refused(cfg, rc, err[0] ? err : farm_strerror(rc));
+		return rc;
+	}
+	if (farm_restart_pending(n->rs))
+		node_clear_notice(cfg); /* its directory passed */
+	return 0;
+}
+
+/* The fabric and the messaging over it. */
+static int node_open_transport(farm_node *n, const struct farm_config *cfg)
+{
+	farm_fabric_attr fa = {
+	        .provider = cfg->fabric[0] ? cfg->fabric : NULL,
+	        .machine_id = cfg->machine_id,
+	        .data_dir = cfg->data_dir,
+	        .listen_addr = cfg->listen[0] ? cfg->listen : NULL,
+	        .ofi_provider = cfg->ofi_provider[0] ? cfg->ofi_provider : NULL,
+	};
+	int rc = farm_fabric_open(&fa, &n->fab);
+	if (rc) {
+		farm_err("node %" PRIu32 ": cannot open the fabric: %s",
+		         cfg->machine_id, farm_strerror(rc));
+		return rc;
+	}
+	farm_msg_attr ma = {
+	        .nthreads = n->nthreads,
+	        .max_machines = FARM_NODE_MAX_MACHINES,
+	        .busy_poll = cfg->busy_poll,
+	        /* messaging's 0 is its default: 1 ns is "at once" */
+	        .park_after_ns =
+	                cfg->park_after_us ? cfg->park_after_us * 1000ull : 1};
+	if ((rc = farm_msg_create(n->fab, &ma, &n->msg)))
+		farm_err("node %" PRIu32 ": messaging: %s", cfg->machine_id,
+		         farm_strerror(rc));
+	return rc;
+}
+
+/* The address space, the allocator and the transaction manager. */
+static int node_open_store(farm_node *n, const struct farm_config *cfg)
+{
+	struct farm_as_attr aa = {
+	        .region_size = cfg->region_size,
+	        .seed = cfg->region_seed
+	                        ? cfg->region_seed * 0x9e3779b97f4a7c15ull +
+	                                  cfg->machine_id
+	                        : 0,
+	        .ring = {.replicas = cfg->replicas,
+	                 .rings = cfg->rings,
+	                 .points = cfg->ring_points},
+	};
+	struct farm_txm_attr ta = {.log_size = cfg->log_size,
+	                           .datarec_bytes = cfg->datarec_bytes,
+	                           .datarec_interval_us =
+	                                   cfg->datarec_interval_us};
+	int rc;
+	if ((rc = farm_as_create(n->fab, n->msg, &aa, &n->as)) ||
+	    (rc = farm_galloc_create(n->as, n->msg, &n->ga)) ||
+	    (rc = farm_txm_create(n->fab, n->msg, n->as, n->ga, &ta,
+	                          &n->txm))) {
+		farm_err("node %" PRIu32 ": address space: %s", cfg->machine_id,
+		         farm_strerror(rc));
+		return rc;
+	}
+	farm_txm_datarec_on_unserved(n->txm, ask_round, n);
+	return 0;
+}
+
+/* Leases and failure detection, with a coordination service only. */
+static int node_open_recovery(farm_node *n, const struct farm_config *cfg)
+{
+	if (!cfg->zk[0])
+		return 0;
+	struct farm_recovery_attr ra = {
+	        .self_id = cfg->machine_id,
+	        .lease_us = cfg->lease_us,
+	        .lease_bind = cfg->lease_bind[0] ? cfg->lease_bind : NULL,
+	        .on_event = on_recovery,
+	        .ctx = n,
+	        .serve_word = farm_txm_serve_word(n->txm),
+	        .msg = n->msg};
+	int rc = farm_recovery_open(&ra, &n->rec);
+	if (rc) {
+		farm_err("node %" PRIu32 ": leases: %s", cfg->machine_id,
+		         farm_strerror(rc));
+		return rc;
+	}
+	/* The fabric's death notice is a suspicion too (shm: at once, where
+	 * a lease takes its length). */
+	int drc = farm_fabric_on_peer_death(n->fab, on_peer_death, n->rec);
+	if (drc && drc != -ENOTSUP)
+		farm_warn("node %" PRIu32 ": no death notices: %s",
+		          cfg->machine_id, farm_strerror(drc));
+	return 0;
+}
+
 int farm_node_open(const struct farm_config *cfg, farm_node **out)
 {
 	if (!cfg || !out || !cfg->has_machine_id)
@@ -317,95 +425,10 @@ int farm_node_open(const struct farm_config *cfg, farm_node **out)
 	pthread_mutex_init(&n->grow_lock, NULL);
 	pthread_cond_init(&n->cond, NULL);
 	int rc;
-	/* Before the fabric, which removes a previous incarnation's region
-	 * files: an intact directory is restarted from, a damaged or foreign
-	 * one refused (restart.c). Only shm keeps memory in files. */
-	const char *prov = cfg->fabric[0] ? cfg->fabric : getenv("FARM_FABRIC");
-	if (!prov || !*prov || strcmp(prov, "shm") == 0) {
-		char err[768] = "";
-		rc = farm_restart_open(cfg, &n->rs, err, sizeof(err));
-		if (rc) {
-			farm_err("node %" PRIu32 ": refusing to start: %s",
-			         cfg->machine_id,
-			         err[0] ? err : farm_strerror(rc));
-			node_note_refused(cfg, rc,
-			                  err[0] ? err : farm_strerror(rc));
-			goto fail;
-		}
-		if (farm_restart_pending(n->rs))
-			node_clear_notice(cfg); /* its directory passed */
-	}
-	farm_fabric_attr fa = {
-	        .provider = cfg->fabric[0] ? cfg->fabric : NULL,
-	        .machine_id = cfg->machine_id,
-	        .data_dir = cfg->data_dir,
-	        .listen_addr = cfg->listen[0] ? cfg->listen : NULL,
-	        .ofi_provider = cfg->ofi_provider[0] ? cfg->ofi_provider : NULL,
-	};
-	rc = farm_fabric_open(&fa, &n->fab);
-	if (rc) {
-		farm_err("node %" PRIu32 ": cannot open the fabric: %s",
-		         cfg->machine_id, farm_strerror(rc));
+	if ((rc = node_open_restart(n, cfg)) ||
+	    (rc = node_open_transport(n, cfg)) ||
+	    (rc = node_open_store(n, cfg)) || (rc = node_open_recovery(n, cfg)))
 		goto fail;
-	}
-	farm_msg_attr ma = {
-	        .nthreads = n->nthreads,
-	        .max_machines = FARM_NODE_MAX_MACHINES,
-	        .busy_poll = cfg->busy_poll,
-	        /* messaging's 0 is its default: 1 ns is "at once" */
-	        .park_after_ns =
-	                cfg->park_after_us ? cfg->park_after_us * 1000ull : 1};
-	if ((rc = farm_msg_create(n->fab, &ma, &n->msg))) {
-		farm_err("node %" PRIu32 ": messaging: %s", cfg->machine_id,
-		         farm_strerror(rc));
-		goto fail;
-	}
-	struct farm_as_attr aa = {
-	        .region_size = cfg->region_size,
-	        .seed = cfg->region_seed
-	                        ? cfg->region_seed * 0x9e3779b97f4a7c15ull +
-	                                  cfg->machine_id
-	                        : 0,
-	        .ring = {.replicas = cfg->replicas,
-	                 .rings = cfg->rings,
-	                 .points = cfg->ring_points},
-	};
-	struct farm_txm_attr ta = {.log_size = cfg->log_size,
-	                           .datarec_bytes = cfg->datarec_bytes,
-	                           .datarec_interval_us =
-	                                   cfg->datarec_interval_us};
-	if ((rc = farm_as_create(n->fab, n->msg, &aa, &n->as)) ||
-	    (rc = farm_galloc_create(n->as, n->msg, &n->ga)) ||
-	    (rc = farm_txm_create(n->fab, n->msg, n->as, n->ga, &ta,
-	                          &n->txm))) {
-		farm_err("node %" PRIu32 ": address space: %s", cfg->machine_id,
-		         farm_strerror(rc));
-		goto fail;
-	}
-	farm_txm_datarec_on_unserved(n->txm, ask_round, n);
-	if (cfg->zk[0]) {
-		struct farm_recovery_attr ra = {
-		        .self_id = cfg->machine_id,
-		        .lease_us = cfg->lease_us,
-		        .lease_bind =
-		                cfg->lease_bind[0] ? cfg->lease_bind : NULL,
-		        .on_event = on_recovery,
-		        .ctx = n,
-		        .serve_word = farm_txm_serve_word(n->txm),
-		        .msg = n->msg};
-		if ((rc = farm_recovery_open(&ra, &n->rec))) {
-			farm_err("node %" PRIu32 ": leases: %s",
-			         cfg->machine_id, farm_strerror(rc));
-			goto fail;
-		}
-		/* The fabric's death notice is a suspicion too (shm: at
-		 * once, where a lease takes its length). */
-		int drc = farm_fabric_on_peer_death(n->fab, on_peer_death,
-		                                    n->rec);
-		if (drc && drc != -ENOTSUP)
-			farm_warn("node %" PRIu32 ": no death notices: %s",
-			          cfg->machine_id, farm_strerror(drc));
-	}
 	if ((rc = farm_restart_attach(n->rs, n->fab, n->as, n->txm, n->ga))) {
 		farm_err("node %" PRIu32 ": restart: %s", cfg->machine_id,
 		         farm_strerror(rc));

@@ -227,85 +227,102 @@ static void suspect_locked(farm_lease *l, struct peer *p,
 	}
 }
 
+/* A member's answer to our probe: that member's lease thread runs. */
+static void on_probe_ack(farm_lease *l, const struct lease_msg *m)
+{
+	for (unsigned i = 0; i < l->nprobe; i++)
+		if (l->probe_ids[i] == m->from && m->seq == l->probe_nonce) {
+			l->probe_ok[i] = true;
+			pthread_cond_broadcast(&l->probe_cv);
+		}
+}
+
+/* Each of the following takes a message of a member @p of the current
+ * configuration and returns false to refuse it. */
+
+/* REQUEST: we are the CM; grant, and request ours. */
+static bool on_request(farm_lease *l, struct peer *p, const struct lease_msg *m,
+                       uint64_t now)
+{
+	if (!is_cm(l))
+		return false;
+	note_renewal(l, &p->last_renew_ns, now);
+	p->last_req_ns = now;
+	/* Renewing, so alive: a suspicion the probe withdrew ends here, and
+	 * a later lapse is a suspicion again. */
+	if (p->why == FARM_LEASE_EXPIRED)
+		p->suspected = false;
+	send_msg(l, p, MSG_GRANT_REQUEST, m->seq, m->t_sent, ++l->seq, now);
+	return true;
+}
+
+/* GRANT+REQUEST from the CM: our lease, and its request. */
+static bool on_grant_request(farm_lease *l, struct peer *p,
+                             const struct lease_msg *m, uint64_t now)
+{
+	if (is_cm(l) || m->from != l->cm || m->t_sent > now)
+		return false;
+	/* The first grant ends the join grace; later ones extend. */
+	if (!l->own_granted || m->t_sent + l->lease_ns > l->own_until) {
+		l->own_until = m->t_sent + l->lease_ns;
+		l->own_granted = true;
+		note_renewal(l, &l->own_renew_ns, now);
+		atomic_store_explicit(l->serve, l->own_until,
+		                      memory_order_release);
+	}
+	l->cm_until = now + l->lease_ns;
+	if (p->why == FARM_LEASE_EXPIRED) /* alive: see on_request */
+		p->suspected = false;
+	send_msg(l, p, MSG_GRANT, m->seq, m->t_sent, m->cm_seq, m->cm_t_sent);
+	return true;
+}
+
+/* GRANT: a member granted the CM's lease. */
+static bool on_grant(farm_lease *l, struct peer *p, const struct lease_msg *m,
+                     uint64_t now)
+{
+	if (!is_cm(l) || m->cm_t_sent > now)
+		return false;
+	if (m->cm_t_sent + l->lease_ns > p->granted_until)
+		p->granted_until = m->cm_t_sent + l->lease_ns;
+	if (p->granted_until >
+	    atomic_load_explicit(l->serve, memory_order_relaxed))
+		atomic_store_explicit(l->serve, p->granted_until,
+		                      memory_order_release);
+	return true;
+}
+
+static bool (*const member_msg[])(farm_lease *, struct peer *,
+                                  const struct lease_msg *, uint64_t) = {
+        [MSG_REQUEST] = on_request,
+        [MSG_GRANT_REQUEST] = on_grant_request,
+        [MSG_GRANT] = on_grant,
+};
+
 static void handle_msg(farm_lease *l, const struct lease_msg *m,
                        const struct sockaddr_in *from, uint64_t now,
                        struct events *ev)
 {
 	if (l->muted)
 		return;
-	struct peer *p;
-	if (m->magic == LEASE_MAGIC && m->to == l->a.self_id &&
-	    m->type == MSG_PROBE) {
+	bool ours = m->magic == LEASE_MAGIC && m->to == l->a.self_id;
+	if (ours && m->type == MSG_PROBE) {
 		/* Answered by any member, in any configuration: a probe asks
 		 * only whether this machine's lease thread runs. */
 		struct peer tmp = {.id = m->from, .sa = *from};
 		send_msg(l, &tmp, MSG_PROBE_ACK, m->seq, 0, 0, 0);
 		return;
 	}
-	if (m->magic == LEASE_MAGIC && m->to == l->a.self_id &&
-	    m->type == MSG_PROBE_ACK) {
-		for (unsigned i = 0; i < l->nprobe; i++)
-			if (l->probe_ids[i] == m->from &&
-			    m->seq == l->probe_nonce) {
-				l->probe_ok[i] = true;
-				pthread_cond_broadcast(&l->probe_cv);
-			}
+	if (ours && m->type == MSG_PROBE_ACK) {
+		on_probe_ack(l, m);
 		return;
 	}
-	if (m->magic != LEASE_MAGIC || m->to != l->a.self_id ||
-	    !l->have_config || m->config_id < l->cm_since ||
-	    !(p = find_peer(l, m->from))) {
+	struct peer *p;
+	if (!ours || !l->have_config || m->config_id < l->cm_since ||
+	    !(p = find_peer(l, m->from)) ||
+	    m->type >= FARM_ARRAY_SIZE(member_msg) || !member_msg[m->type] ||
+	    !member_msg[m->type](l, p, m, now))
 		l->st.refused++;
-		return;
-	}
-	switch (m->type) {
-	case MSG_REQUEST: /* we are the CM: grant, and request ours */
-		if (!is_cm(l)) {
-			l->st.refused++;
-			return;
-		}
-		note_renewal(l, &p->last_renew_ns, now);
-		p->last_req_ns = now;
-		/* Renewing, so alive: a suspicion the probe withdrew ends
-		 * here, and a later lapse is a suspicion again. */
-		if (p->why == FARM_LEASE_EXPIRED)
-			p->suspected = false;
-		send_msg(l, p, MSG_GRANT_REQUEST, m->seq, m->t_sent, ++l->seq,
-		         now);
-		return;
-	case MSG_GRANT_REQUEST: /* from the CM: our lease, its request */
-		if (is_cm(l) || m->from != l->cm || m->t_sent > now) {
-			l->st.refused++;
-			return;
-		}
-		/* The first grant ends the join grace; later ones extend. */
-		if (!l->own_granted || m->t_sent + l->lease_ns > l->own_until) {
-			l->own_until = m->t_sent + l->lease_ns;
-			l->own_granted = true;
-			note_renewal(l, &l->own_renew_ns, now);
-			atomic_store_explicit(l->serve, l->own_until,
-			                      memory_order_release);
-		}
-		l->cm_until = now + l->lease_ns;
-		if (p->why == FARM_LEASE_EXPIRED) /* alive: see MSG_REQUEST */
-			p->suspected = false;
-		send_msg(l, p, MSG_GRANT, m->seq, m->t_sent, m->cm_seq,
-		         m->cm_t_sent);
-		return;
-	case MSG_GRANT: /* a member granted the CM's lease */
-		if (!is_cm(l) || m->cm_t_sent > now) {
-			l->st.refused++;
-			return;
-		}
-		if (m->cm_t_sent + l->lease_ns > p->granted_until)
-			p->granted_until = m->cm_t_sent + l->lease_ns;
-		if (p->granted_until >
-		    atomic_load_explicit(l->serve, memory_order_relaxed))
-			atomic_store_explicit(l->serve, p->granted_until,
-			                      memory_order_release);
-		return;
-	default: l->st.refused++; return;
-	}
 }
 
 /* Renewals due and leases lapsed; returns the next deadline. */

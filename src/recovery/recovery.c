@@ -99,86 +99,120 @@ static void on_lost(void *ctx, uint64_t config_id)
 		r->a.on_event(r->a.ctx, FARM_RECOVERY_LEASE_LOST, config_id);
 }
 
-/* Probe the configuration; with a majority, ask to remove the suspects
- * and whoever did not answer. */
-static void handle(farm_recovery *r, const uint32_t *sus, unsigned nsus)
-{
-	pthread_mutex_lock(&r->mu);
-	/* peers: the suspects, asked on the lease channel; others: the rest,
-	 * READ (without a messaging, on the lease channel too). */
+/* One probe of the configuration: whom to ask how, and what came back. */
+struct probe {
+	/* peers: the suspects, asked on the lease channel; others: the
+	 * rest, READ (without a messaging, on the lease channel too); gone:
+	 * those the fabric saw die. */
 	struct farm_lease_peer peers[FARM_VIEW_MAX];
 	uint32_t gone[FARM_VIEW_MAX], others[FARM_VIEW_MAX];
-	unsigned n = r->npeers, np = 0, ngone = 0, nothers = 0;
+	unsigned n, np, ngone, nothers; /* n: members probed */
+	uint64_t cfg;
+	struct farm_membership *mem;
+	/* got: members that answered (negative: the probe failed); rgot:
+	 * those of the READ probe; out: the machines to remove. */
+	int got, rgot;
+	uint32_t out[FARM_VIEW_MAX];
+	unsigned nout;
+};
+
+/* Sort the configuration's members into @p's lists for suspects @sus. */
+static void probe_plan(farm_recovery *r, const uint32_t *sus, unsigned nsus,
+                       struct probe *p)
+{
+	pthread_mutex_lock(&r->mu);
 	bool by_read = r->a.msg && !FARM_FAULT_SWITCH(FARM_FP_REC_LEASE_PROBE);
-	for (unsigned i = 0; i < n; i++) {
+	p->n = r->npeers;
+	for (unsigned i = 0; i < p->n; i++) {
 		uint32_t id = r->peers[i].id;
 		/* A machine the fabric saw die cannot answer: no need to
 		 * wait two lease lengths for it. */
 		if (in_list(r->dead, r->ndead, id))
-			gone[ngone++] = id;
+			p->gone[p->ngone++] = id;
 		else if (by_read && !in_list(sus, nsus, id))
-			others[nothers++] = id;
+			p->others[p->nothers++] = id;
 		else
-			peers[np++] = r->peers[i];
+			p->peers[p->np++] = r->peers[i];
 	}
-	uint64_t cfg = r->view.config_id;
-	struct farm_membership *mem = r->mem;
+	p->cfg = r->view.config_id;
+	p->mem = r->mem;
 	r->st.probes++;
 	pthread_mutex_unlock(&r->mu);
+}
 
-	/* The others first: FaRM's CM READs every member but the suspect
-	 * (SOSP'15 5.2), which proves its memory is reachable on the fabric
-	 * the transactions use, where a lease only proves its lease thread
-	 * runs. The suspects are asked on the lease channel: one that
-	 * answers is alive and its lease thread runs, so the lapse was ours
-	 * (we were paused, say) and the suspicion is withdrawn; a READ would
-	 * not tell, for a stopped machine's memory still answers. */
+/* The others first: FaRM's CM READs every member but the suspect
+ * (SOSP'15 5.2), which proves its memory is reachable on the fabric the
+ * transactions use, where a lease only proves its lease thread runs. The
+ * suspects are asked on the lease channel: one that answers is alive and
+ * its lease thread runs, so the lapse was ours (we were paused, say) and
+ * the suspicion is withdrawn; a READ would not tell, for a stopped
+ * machine's memory still answers. */
+static void probe_ask(farm_recovery *r, struct probe *p)
+{
 	bool ok[FARM_VIEW_MAX], rok[FARM_VIEW_MAX];
 	uint64_t lease_ns = (uint64_t)(r->a.lease_us ? r->a.lease_us
 	                                             : FARM_LEASE_DEFAULT_US) *
 	                    1000ull;
-	int rgot = nothers ? farm_msg_probe(r->a.msg, others, nothers,
-	                                    2 * lease_ns, rok)
-	                   : 0;
-	int got = rgot < 0 || !np ? 0
-	                          : farm_lease_probe(r->lease, peers, np,
-	                                             2 * lease_ns, ok);
-	if (rgot < 0)
-		got = rgot;
-	else if (got >= 0)
-		got += rgot;
-	uint32_t out[FARM_VIEW_MAX];
-	unsigned nout = 0;
-	for (unsigned i = 0; got >= 0 && i < ngone; i++)
-		out[nout++] = gone[i];
-	for (unsigned i = 0; got >= 0 && i < nothers; i++)
+	p->rgot = p->nothers ? farm_msg_probe(r->a.msg, p->others, p->nothers,
+	                                      2 * lease_ns, rok)
+	                     : 0;
+	p->got = p->rgot < 0 || !p->np
+	                 ? 0
+	                 : farm_lease_probe(r->lease, p->peers, p->np,
+	                                    2 * lease_ns, ok);
+	if (p->rgot < 0)
+		p->got = p->rgot;
+	else if (p->got >= 0)
+		p->got += p->rgot;
+	if (p->got < 0)
+		return;
+	for (unsigned i = 0; i < p->ngone; i++)
+		p->out[p->nout++] = p->gone[i];
+	for (unsigned i = 0; i < p->nothers; i++)
 		if (!rok[i])
-			out[nout++] = others[i];
-	for (unsigned i = 0; got >= 0 && i < np; i++)
+			p->out[p->nout++] = p->others[i];
+	for (unsigned i = 0; i < p->np; i++)
 		if (!ok[i])
-			out[nout++] = peers[i].id;
-	bool majority = got >= 0 && (unsigned)got * 2 > n;
+			p->out[p->nout++] = p->peers[i].id;
+}
+
+/* Count the probe's outcome and record its step. */
+static void probe_note(farm_recovery *r, const struct probe *p,
+                       const uint32_t *sus, unsigned nsus, bool majority)
+{
 	pthread_mutex_lock(&r->mu);
 	r->st.t_probed_ns = farm_now_ns();
-	if (rgot >= 0) {
-		r->st.read_probes += nothers;
-		r->st.read_silent += nothers - (unsigned)rgot;
+	if (p->rgot >= 0) {
+		r->st.read_probes += p->nothers;
+		r->st.read_silent += p->nothers - (unsigned)p->rgot;
 	}
 	if (!majority) {
 		r->st.no_majority++;
 		step(r, FARM_RSTEP_NO_MAJORITY, sus[0],
-		     got > 0 ? (uint32_t)got : 0, cfg, r->st.t_probed_ns);
-	} else if (!nout) {
+		     p->got > 0 ? (uint32_t)p->got : 0, p->cfg,
+		     r->st.t_probed_ns);
+	} else if (!p->nout) {
 		r->st.withdrawn += nsus;
-		step(r, FARM_RSTEP_WITHDRAWN, sus[0], nsus, cfg,
+		step(r, FARM_RSTEP_WITHDRAWN, sus[0], nsus, p->cfg,
 		     r->st.t_probed_ns);
 	} else {
 		r->st.requests++;
-		step(r, FARM_RSTEP_REQUEST, out[0], nout, cfg,
+		step(r, FARM_RSTEP_REQUEST, p->out[0], p->nout, p->cfg,
 		     r->st.t_probed_ns);
 	}
 	pthread_mutex_unlock(&r->mu);
-	if (majority && !nout) {
+}
+
+/* Probe the configuration; with a majority, ask to remove the suspects
+ * and whoever did not answer. */
+static void handle(farm_recovery *r, const uint32_t *sus, unsigned nsus)
+{
+	struct probe p = {0};
+	probe_plan(r, sus, nsus, &p);
+	probe_ask(r, &p);
+	bool majority = p.got >= 0 && (unsigned)p.got * 2 > p.n;
+	probe_note(r, &p, sus, nsus, majority);
+	if (majority && !p.nout) {
 		farm_info("recovery %" PRIu32 ": machine %" PRIu32 " answered "
 		          "the probe: suspicion withdrawn",
 		          r->a.self_id, sus[0]);
@@ -188,14 +222,15 @@ static void handle(farm_recovery *r, const uint32_t *sus, unsigned nsus)
 		farm_warn("recovery %" PRIu32 ": %d of %u machines of "
 		          "configuration %" PRIu64 " answered the probe: no "
 		          "majority, no reconfiguration from here",
-		          r->a.self_id, got, n, cfg);
+		          r->a.self_id, p.got, p.n, p.cfg);
 		return;
 	}
 	farm_warn("recovery %" PRIu32 ": configuration %" PRIu64
 	          ": %u machine(s) to remove (first %" PRIu32 "); %d of %u "
 	          "answered the probe",
-	          r->a.self_id, cfg, nout, out[0], got, n);
-	int rc = mem ? farm_membership_suspect(mem, out, nout) : -ENOTSUP;
+	          r->a.self_id, p.cfg, p.nout, p.out[0], p.got, p.n);
+	int rc = p.mem ? farm_membership_suspect(p.mem, p.out, p.nout)
+	               : -ENOTSUP;
 	if (rc)
 		farm_warn("recovery %" PRIu32 ": cannot ask for a new "
 		          "configuration: %s",
@@ -299,12 +334,12 @@ void farm_recovery_set_membership(farm_recovery *r, struct farm_membership *m)
 	pthread_mutex_unlock(&r->mu);
 }
 
-int farm_recovery_view(farm_recovery *r, const struct farm_view *v,
-                       const char (*lease_addrs)[FARM_LEASE_ADDR_MAX])
+/* The members of @v that have a lease address, into @peers; returns how
+ * many. */
+static unsigned lease_peers(const struct farm_view *v,
+                            const char (*lease_addrs)[FARM_LEASE_ADDR_MAX],
+                            struct farm_lease_peer *peers)
 {
-	if (!r || !v || (v->n && !lease_addrs))
-		return -EINVAL;
-	struct farm_lease_peer peers[FARM_VIEW_MAX];
 	unsigned k = 0;
 	for (unsigned i = 0; i < v->n; i++) {
 		if (!lease_addrs[i][0])
@@ -313,6 +348,49 @@ int farm_recovery_view(farm_recovery *r, const struct farm_view *v,
 		memcpy(peers[k].addr, lease_addrs[i], FARM_LEASE_ADDR_MAX);
 		k++;
 	}
+	return k;
+}
+
+/* A configuration without machines of the previous one: record its step.
+ * Death notices hold until a view leaves the machine out. Under r->mu,
+ * before r->view becomes @v. */
+static void view_note_departures(farm_recovery *r, const struct farm_view *v)
+{
+	uint32_t dropped = 0, first = 0;
+	for (unsigned i = 0; r->have_view && i < r->view.n; i++)
+		if (!farm_view_find(v, r->view.members[i].id) && !dropped++)
+			first = r->view.members[i].id;
+	if (dropped) {
+		r->st.t_config_ns = farm_now_ns();
+		step(r, FARM_RSTEP_CONFIG, first, dropped, v->config_id,
+		     r->st.t_config_ns);
+	}
+	unsigned kd = 0;
+	for (unsigned i = 0; i < r->ndead; i++)
+		if (farm_view_find(v, r->dead[i]))
+			r->dead[kd++] = r->dead[i];
+	r->ndead = kd;
+}
+
+/* This machine learns it was removed: say so and tell the node. */
+static void report_removed(farm_recovery *r, uint64_t config_id)
+{
+	farm_err("recovery %" PRIu32 ": this machine was removed from the "
+	         "cluster in configuration %" PRIu64
+	         " (its lease lapsed or it stopped answering); it stops "
+	         "serving",
+	         r->a.self_id, config_id);
+	if (r->a.on_event)
+		r->a.on_event(r->a.ctx, FARM_RECOVERY_REMOVED, config_id);
+}
+
+int farm_recovery_view(farm_recovery *r, const struct farm_view *v,
+                       const char (*lease_addrs)[FARM_LEASE_ADDR_MAX])
+{
+	if (!r || !v || (v->n && !lease_addrs))
+		return -EINVAL;
+	struct farm_lease_peer peers[FARM_VIEW_MAX];
+	unsigned k = lease_peers(v, lease_addrs, peers);
 	bool member = farm_view_find(v, r->a.self_id) != NULL;
 	bool listed_removed = farm_view_removed(v, r->a.self_id);
 	uint32_t cm = v->has_cm ? v->cm : (v->n ? v->members[0].id : 0);
@@ -323,22 +401,7 @@ int farm_recovery_view(farm_recovery *r, const struct farm_view *v,
 	}
 	bool was_member =
 	        r->have_view && farm_view_find(&r->view, r->a.self_id);
-	/* A configuration without machines of the previous one. */
-	uint32_t dropped = 0, first = 0;
-	for (unsigned i = 0; r->have_view && i < r->view.n; i++)
-		if (!farm_view_find(v, r->view.members[i].id) && !dropped++)
-			first = r->view.members[i].id;
-	if (dropped) {
-		r->st.t_config_ns = farm_now_ns();
-		step(r, FARM_RSTEP_CONFIG, first, dropped, v->config_id,
-		     r->st.t_config_ns);
-	}
-	/* Death notices hold until a view leaves the machine out. */
-	unsigned kd = 0;
-	for (unsigned i = 0; i < r->ndead; i++)
-		if (farm_view_find(v, r->dead[i]))
-			r->dead[kd++] = r->dead[i];
-	r->ndead = kd;
+	view_note_departures(r, v);
 	r->view = *v;
 	memcpy(r->peers, peers, k * sizeof(peers[0]));
 	r->npeers = k;
@@ -355,16 +418,8 @@ int farm_recovery_view(farm_recovery *r, const struct farm_view *v,
 	if (member)
 		r->removed_reported = false;
 	pthread_mutex_unlock(&r->mu);
-	if (report) {
-		farm_err("recovery %" PRIu32 ": this machine was removed from "
-		         "the cluster in configuration %" PRIu64
-		         " (its lease lapsed or it stopped answering); it "
-		         "stops serving",
-		         r->a.self_id, v->config_id);
-		if (r->a.on_event)
-			r->a.on_event(r->a.ctx, FARM_RECOVERY_REMOVED,
-			              v->config_id);
-	}
+	if (report)
+		report_removed(r, v->config_id);
 	if (!member || !farm_view_find(v, cm))
 		return 0; /* no leases for a machine outside it */
 	return farm_lease_set_config(r->lease, v->config_id, cm, peers, k);

@@ -412,34 +412,13 @@ static const char *name_of(farm_gaddr a, char *buf)
 	return buf;
 }
 
-int farm_demo_job(farm_node *node, unsigned nmachines, void *state)
+/* 1. A mailbox, and everyone's address. */
+static int demo_mailboxes(struct demo *d)
 {
-	struct demo *d = state;
-	d->node = node;
-	d->loop = farm_node_loop(node, 0);
-	d->as = farm_node_as(node);
-	d->ga = farm_node_galloc(node);
-	d->me = farm_node_id(node);
-	d->n = nmachines;
-	char g1[FARM_GADDR_STRLEN], g2[FARM_GADDR_STRLEN];
-	if (d->n < 2 || d->me >= d->n) {
-		fprintf(stderr, "demo: needs machines 0..N-1, N >= 2\n");
-		return -EINVAL;
-	}
-	size_t blen = 64 * (WINDOW + 1);
-	d->buf = aligned_alloc(64, blen);
-	int rc = d->buf ? farm_mr_reg(farm_node_fabric(node), d->buf, blen,
-	                              FARM_ACCESS_LOCAL, &d->lmr)
-	                : -ENOMEM;
+	char g1[FARM_GADDR_STRLEN];
+	int rc = step(d, s_alloc_mbox);
 	if (rc)
-		goto out;
-	struct farm_view v;
-	farm_node_view(node, &v);
-	SAY(d, "joined: view %" PRIu64 " with %u machines", v.config_id, v.n);
-
-	/* 1. a mailbox, and everyone's address */
-	if ((rc = step(d, s_alloc_mbox)))
-		goto out;
+		return rc;
 	__atomic_store_n(&d->mbox, d->a, __ATOMIC_RELEASE);
 	uint32_t rep[FARM_RING_MAX_REPLICAS];
 	unsigned nr = farm_as_replicas(d->as, farm_gaddr_region(d->a), rep);
@@ -460,52 +439,105 @@ int farm_demo_job(farm_node *node, unsigned nmachines, void *state)
 		       farm_now_ns() < until)
 			sched_yield(); /* m has not allocated yet: ask again */
 		if (rc)
-			goto out;
+			return rc;
 		d->mboxes[m] = d->a;
 	}
-	/* 2. a greeting into the next machine's mailbox */
+	return 0;
+}
+
+/* 2. A greeting into the next machine's mailbox; 3. after everyone
+ * wrote, our mailbox and a far one. */
+static int demo_greetings(struct demo *d)
+{
+	char g1[FARM_GADDR_STRLEN], g2[FARM_GADDR_STRLEN];
 	uint32_t next = (d->me + 1) % d->n, prev = (d->me + d->n - 1) % d->n,
 	         far = (d->me + 2) % d->n;
-	if ((rc = step(d, s_greet)))
-		goto out;
+	int rc = step(d, s_greet);
+	if (rc)
+		return rc;
 	SAY(d, "WROTE a greeting into m%u's mailbox %s (one one-sided WRITE)",
 	    next, name_of(d->mboxes[next] + 16, g1));
-	/* 3. after everyone wrote: our mailbox, and a far one */
 	if ((rc = barrier(d, 0)))
-		goto out;
+		return rc;
 	const char *mine = farm_as_local_ptr(d->as, d->mbox + 16, 64);
 	SAY(d,
 	    "its own mailbox holds \"%.*s\" (written by m%u; no CPU here "
 	    "took part)",
 	    63, mine ? mine : "?", prev);
 	if ((rc = step(d, s_read_far)))
-		goto out;
+		return rc;
 	SAY(d, "READ m%u's mailbox %s: \"%.*s\"", far,
 	    name_of(d->mboxes[far] + 16, g2), 63, (const char *)d->buf);
-	/* 4. one-sided READ rate */
-	if ((rc = step(d, s_reads)))
-		goto out;
+	return 0;
+}
+
+/* 4. One-sided READ rate; 5. an allocation placed next to another
+ * machine's object; 6. RPCs shipped to the machine storing an address. */
+static int demo_remote_work(struct demo *d)
+{
+	char g1[FARM_GADDR_STRLEN];
+	uint32_t next = (d->me + 1) % d->n;
+	int rc = step(d, s_reads);
+	if (rc)
+		return rc;
 	double s = (double)(d->t1 - d->t0) / 1e9;
 	SAY(d,
 	    "%u one-sided 64 B READs of m%u's mailbox: %.0f k/s (%u in flight)",
 	    NREADS, next, NREADS / s / 1e3, WINDOW);
-	/* 5. an allocation placed next to another machine's object */
 	if ((rc = step(d, s_alloc_near)))
-		goto out;
-	farm_as_replicas(d->as, farm_gaddr_region(d->a), rep);
-	SAY(d, "allocated next to m%u's mailbox: %s, on m%u (shipped there)",
-	    next, name_of(d->a, g1), rep[0]);
-	/* 6. RPCs shipped to the machine storing an address */
+		return rc;
+	uint32_t rep[FARM_RING_MAX_REPLICAS] = {0};
+	if (farm_as_replicas(d->as, farm_gaddr_region(d->a), rep) < 1)
+		SAY(d,
+		    "allocated next to m%u's mailbox: %s, its region not "
+		    "placed yet",
+		    next, name_of(d->a, g1));
+	else
+		SAY(d,
+		    "allocated next to m%u's mailbox: %s, on m%u "
+		    "(shipped there)",
+		    next, name_of(d->a, g1), rep[0]);
 	if ((rc = step(d, s_calls)))
-		goto out;
+		return rc;
 	s = (double)(d->t1 - d->t0) / 1e9;
 	SAY(d,
 	    "%u RPCs (a + b) shipped to the owner of %s: %.0f k/s, %" PRIu64
 	    " wrong sums",
 	    NCALLS, name_of(d->mboxes[next], g1), NCALLS / s / 1e3, d->bad);
+	return 0;
+}
+
+int farm_demo_job(farm_node *node, unsigned nmachines, void *state)
+{
+	struct demo *d = state;
+	d->node = node;
+	d->loop = farm_node_loop(node, 0);
+	d->as = farm_node_as(node);
+	d->ga = farm_node_galloc(node);
+	d->me = farm_node_id(node);
+	d->n = nmachines;
+	if (d->n < 2 || d->me >= d->n) {
+		fprintf(stderr, "demo: needs machines 0..N-1, N >= 2\n");
+		return -EINVAL;
+	}
+	size_t blen = 64 * (WINDOW + 1);
+	d->buf = aligned_alloc(64, blen);
+	int rc = d->buf ? farm_mr_reg(farm_node_fabric(node), d->buf, blen,
+	                              FARM_ACCESS_LOCAL, &d->lmr)
+	                : -ENOMEM;
+	if (rc)
+		goto out;
+	struct farm_view v;
+	farm_node_view(node, &v);
+	SAY(d, "joined: view %" PRIu64 " with %u machines", v.config_id, v.n);
+	if ((rc = demo_mailboxes(d)) || (rc = demo_greetings(d)))
+		goto out;
+	if ((rc = demo_remote_work(d)))
+		goto out;
 	if (d->bad)
 		rc = FARM_ECORRUPT;
-	/* 7. nobody leaves while others may still use it */
+	/* 7. nobody leaves while others may still use it, wrong sums or
+	 * not */
 	int brc = barrier(d, 1);
 	if (!rc)
 		rc = brc;

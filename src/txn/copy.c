@@ -351,6 +351,130 @@ static uint64_t apply_span(struct farm_datarec *dr, struct dr_reg *g,
 
 static void step_done(farm_loop *loop, void *ctx, int status);
 
+/* The layout of block @b into s->lay: from the block table read in this
+ * pass, else the run it lies in, else a probe's word. Returns true when
+ * @s must read something else first (the table again, or the block's
+ * first line for a probe), false with s->lay set. Under dr->lock. */
+static bool step_layout(struct farm_datarec *dr, struct dr_step *s,
+                        struct dr_reg *g, uint32_t b)
+{
+	int rc = farm_alloc_block_layout(g->meta, dr->meta_bytes,
+	                                 dr->region_size, b, &s->lay);
+	if (rc) {
+		farm_err("datarec: region %#" PRIx32 ": bad block table "
+		         "at block %" PRIu32 " (%s): read again",
+		         g->id, b, farm_strerror(rc));
+		g->have_meta = false;
+		g->last_err = rc;
+		s->meta = true;
+		return true;
+	}
+	if (s->lay.kind != FARM_LAYOUT_UNKNOWN)
+		return false;
+	if (g->run.kind == FARM_LAYOUT_SLOTS && g->next >= g->run.run_off &&
+	    g->next < g->run.run_off + g->run.run_len) {
+		s->lay = g->run;
+		return false;
+	}
+	if (!g->probe_ok || g->probe_block != b) {
+		s->probe = true;
+		s->off = (uint64_t)b * FARM_ALLOC_BLOCK;
+		s->len = 64;
+		return true;
+	}
+	g->probe_ok = false;
+	rc = farm_alloc_block_infer(dr->region_size, b, g->probe_w, &s->lay);
+	if (rc) {
+		farm_warn("datarec: region %#" PRIx32 ": no layout for block "
+		          "%" PRIu32 " (%s): skipped",
+		          g->id, b, farm_strerror(rc));
+		g->last_err = rc;
+		s->lay.kind = FARM_LAYOUT_SKIP;
+	}
+	g->run = s->lay;
+	g->inferred += s->lay.kind == FARM_LAYOUT_SLOTS;
+	return false;
+}
+
+/* The block table's own block: copied raw from the image just read. */
+static void step_copy_meta(struct farm_datarec *dr, const struct dr_reg *g)
+{
+	enum farm_as_role role;
+	farm_region *r = farm_as_local_region(dr->m->as, g->id, &role);
+	uint8_t *local = r ? farm_region_base(r) : NULL;
+	if (local)
+		memcpy(local, g->meta, dr->meta_bytes);
+}
+
+/* Plan the READ of run s->lay's slots from g->next, as many as the budget
+ * takes (one at least). False when no slot of the run is left from there
+ * (g->next moves past it). */
+static bool step_plan_slots(struct dr_step *s, struct dr_reg *g)
+{
+	const struct farm_alloc_layout *L = &s->lay;
+	uint64_t k = g->next <= L->run_off
+	                     ? 0
+	                     : (g->next - L->run_off + L->slot_bytes - 1) /
+	                               L->slot_bytes;
+	if (k >= L->nslots) {
+		g->next = L->run_off + L->run_len;
+		return false;
+	}
+	uint64_t per = (uint64_t)s->budget / L->slot_bytes;
+	if (per == 0)
+		per = 1;
+	if (per > L->nslots - k)
+		per = L->nslots - k;
+	s->off = L->run_off + k * L->slot_bytes;
+	s->len = (uint32_t)(per * L->slot_bytes);
+	g->next = s->off;
+	return true;
+}
+
+/* Plan @s's next READ of @g: the block table, a probe, or slots. Skip
+ * what holds no object, using the table read in this pass (blocks free
+ * then were free at the configuration change too, so whatever is
+ * allocated there later is committed with a COMMIT-BACKUP to us). False
+ * at the region's end: the pass is over. Under dr->lock. */
+static bool step_plan(struct farm_datarec *dr, struct dr_step *s,
+                      struct dr_reg *g)
+{
+	s->meta = !g->have_meta;
+	s->probe = false;
+	s->off = 0;
+	s->len = (uint32_t)dr->meta_bytes;
+	while (!s->meta) {
+		if (g->next >= dr->region_size)
+			return false;
+		uint32_t b = (uint32_t)(g->next / FARM_ALLOC_BLOCK);
+		if (step_layout(dr, s, g, b))
+			return true;
+		if (s->lay.kind == FARM_LAYOUT_SKIP ||
+		    s->lay.kind == FARM_LAYOUT_META) {
+			if (s->lay.kind == FARM_LAYOUT_META)
+				step_copy_meta(dr, g);
+			g->next = (uint64_t)(b + 1) * FARM_ALLOC_BLOCK;
+			continue;
+		}
+		if (step_plan_slots(s, g))
+			return true;
+	}
+	return true;
+}
+
+/* The READ of @s could not be posted: counted against its region. */
+static void step_post_failed(struct farm_datarec *dr, struct dr_step *s, int rc)
+{
+	pthread_mutex_lock(&dr->lock);
+	struct dr_reg *g = txn_dr_reg_find(dr, s->region);
+	if (g) {
+		g->retries++;
+		g->last_err = rc;
+	}
+	pthread_mutex_unlock(&dr->lock);
+	step_end(dr, s);
+}
+
 /* Plan and post the next READ of region @s->region, or finish the pass. */
 static void step_run(farm_loop *loop, void *ctx, int status)
 {
@@ -379,96 +503,11 @@ static void step_run(farm_loop *loop, void *ctx, int status)
 	}
 	if (s->src)
 		s->budget = (int64_t)dr->lp[s->loop].cap;
-	s->meta = !g->have_meta;
-	s->probe = false;
-	s->off = 0;
-	s->len = (uint32_t)dr->meta_bytes;
-	/* Skip what holds no object, using the table read in this pass
-	 * (blocks free then were free at the configuration change too, so
-	 * whatever is allocated there later is committed with a
-	 * COMMIT-BACKUP to us). */
-	while (!s->meta) {
-		if (g->next >= dr->region_size) {
-			pass_end(dr, g);
-			pthread_mutex_unlock(&dr->lock);
-			step_end(dr, s);
-			return;
-		}
-		uint32_t b = (uint32_t)(g->next / FARM_ALLOC_BLOCK);
-		int rc = farm_alloc_block_layout(g->meta, dr->meta_bytes,
-		                                 dr->region_size, b, &s->lay);
-		if (rc) {
-			farm_err("datarec: region %#" PRIx32
-			         ": bad block table "
-			         "at block %" PRIu32 " (%s): read again",
-			         g->id, b, farm_strerror(rc));
-			g->have_meta = false;
-			g->last_err = rc;
-			s->meta = true;
-			break;
-		}
-		if (s->lay.kind == FARM_LAYOUT_UNKNOWN) {
-			if (g->run.kind == FARM_LAYOUT_SLOTS &&
-			    g->next >= g->run.run_off &&
-			    g->next < g->run.run_off + g->run.run_len) {
-				s->lay = g->run;
-			} else if (g->probe_ok && g->probe_block == b) {
-				g->probe_ok = false;
-				rc = farm_alloc_block_infer(dr->region_size, b,
-				                            g->probe_w,
-				                            &s->lay);
-				if (rc) {
-					farm_warn("datarec: region %#" PRIx32
-					          ": no layout for block "
-					          "%" PRIu32 " (%s): skipped",
-					          g->id, b, farm_strerror(rc));
-					g->last_err = rc;
-					s->lay.kind = FARM_LAYOUT_SKIP;
-				}
-				g->run = s->lay;
-				g->inferred += s->lay.kind == FARM_LAYOUT_SLOTS;
-			} else {
-				s->probe = true;
-				s->off = (uint64_t)b * FARM_ALLOC_BLOCK;
-				s->len = 64;
-				break;
-			}
-		}
-		const struct farm_alloc_layout *L = &s->lay;
-		if (L->kind == FARM_LAYOUT_SKIP) {
-			g->next = (uint64_t)(b + 1) * FARM_ALLOC_BLOCK;
-			continue;
-		}
-		if (L->kind == FARM_LAYOUT_META) {
-			/* Copied raw from the image just read. */
-			uint8_t *local = NULL;
-			enum farm_as_role role;
-			farm_region *r =
-			        farm_as_local_region(m->as, g->id, &role);
-			if (r)
-				local = farm_region_base(r);
-			if (local)
-				memcpy(local, g->meta, dr->meta_bytes);
-			g->next = (uint64_t)(b + 1) * FARM_ALLOC_BLOCK;
-			continue;
-		}
-		uint64_t k = g->next <= L->run_off
-		                     ? 0
-		                     : (g->next - L->run_off + L->slot_bytes -
-		                        1) / L->slot_bytes;
-		if (k >= L->nslots) {
-			g->next = L->run_off + L->run_len;
-			continue;
-		}
-		uint64_t per = (uint64_t)s->budget / L->slot_bytes;
-		if (per == 0)
-			per = 1;
-		if (per > L->nslots - k)
-			per = L->nslots - k;
-		s->off = L->run_off + k * L->slot_bytes;
-		s->len = (uint32_t)(per * L->slot_bytes);
-		g->next = s->off;
-		break;
+	if (!step_plan(dr, s, g)) {
+		pass_end(dr, g);
+		pthread_mutex_unlock(&dr->lock);
+		step_end(dr, s);
+		return;
 	}
 	pthread_mutex_unlock(&dr->lock);
 	if (s->src) {
@@ -481,16 +520,8 @@ static void step_run(farm_loop *loop, void *ctx, int status)
 	farm_gaddr a = farm_gaddr_make(s->region, s->off);
 	int rc = farm_as_read(m->as, loop, a, dr->lp[s->loop].buf,
 	                      dr->lp[s->loop].mr, s->len, step_done, s);
-	if (rc) {
-		pthread_mutex_lock(&dr->lock);
-		g = txn_dr_reg_find(dr, s->region);
-		if (g) {
-			g->retries++;
-			g->last_err = rc;
-		}
-		pthread_mutex_unlock(&dr->lock);
-		step_end(dr, s);
-	}
+	if (rc)
+		step_post_failed(dr, s, rc);
 }
 
 /* A READ stopped at the object at @off, again: counted, and said once if

@@ -86,30 +86,32 @@ void txn_dr_notes_post(struct farm_datarec *dr, uint64_t now)
 	}
 }
 
-void farm_txm_datarec_view(farm_txm *m)
+/* The regions this machine holds, into a fresh array (*@n of them);
+ * NULL without memory. */
+static struct farm_as_held *held_regions(farm_as *as, unsigned *n)
 {
-	struct farm_datarec *dr = m ? m->dr : NULL;
-	if (!dr)
-		return;
-	uint64_t cfg = farm_as_config_id(m->as);
-	unsigned cap = 256, n;
+	unsigned cap = 256;
 	struct farm_as_held *h = NULL;
 	for (;;) {
 		free(h);
 		h = malloc(cap * sizeof(*h));
 		if (!h)
-			return;
-		n = farm_as_held(m->as, h, cap);
-		if (n <= cap)
-			break;
-		cap = n;
+			return NULL;
+		*n = farm_as_held(as, h, cap);
+		if (*n <= cap)
+			return h;
+		cap = *n;
 	}
-	/* Regions a view demoted here (growth) that this machine is still
-	 * a replica of: their new copy is opened and filled from the
-	 * demoted one now, without waiting for the primary's COPY, so that
-	 * it is complete within moments of the demotion (a read of local
-	 * memory, unpaced) rather than after a paced copy, and can be
-	 * finished even if that primary dies first. */
+}
+
+/* Regions a view demoted here (growth) that this machine is still a
+ * replica of: their new copy is opened and filled from the demoted one
+ * now, without waiting for the primary's COPY, so that it is complete
+ * within moments of the demotion (a read of local memory, unpaced) rather
+ * than after a paced copy, and can be finished even if that primary dies
+ * first. */
+static void dr_fill_demoted(farm_txm *m, struct farm_datarec *dr, uint64_t cfg)
+{
 	uint32_t dem[64];
 	unsigned nd = farm_as_demoted_sources(m->as, dem, 64);
 	for (unsigned i = 0; i < nd && i < 64; i++) {
@@ -129,77 +131,101 @@ void farm_txm_datarec_view(farm_txm *m)
 			farm_err("datarec: region %#" PRIx32 " not copied: %s",
 			         dem[i], farm_strerror(orc));
 	}
-	pthread_mutex_lock(&dr->lock);
-	/* Notes of older configurations: the new one decides again. */
+}
+
+/* Notes of older configurations go: the new one decides again. Under
+ * dr->lock. */
+static void dr_drop_old_notes(struct farm_datarec *dr, uint64_t cfg)
+{
 	for (unsigned i = 0; i < dr->nn;)
 		if (dr->nt[i].cfg < cfg && !dr->nt[i].inflight)
 			dr->nt[i] = dr->nt[--dr->nn];
 		else
 			i++;
+}
+
+/* Our copy of @region is still being filled and the view has replicas
+ * @now (@nn of them, the primary first): is it still worth filling?
+ * Under dr->lock. */
+static void dr_judge_filling(farm_txm *m, struct farm_datarec *dr,
+                             uint32_t region, const uint32_t *now, unsigned nn)
+{
+	struct dr_reg *g = txn_dr_reg_find(dr, region);
+	bool in = false;
+	for (unsigned k = 1; k < nn; k++)
+		in |= now[k] == m->me;
+	if (!g || g->state >= DR_DONE)
+		return;
+	bool src = farm_as_demoted_source(m->as, region);
+	if (src)
+		g->remote = false; /* the view may need it */
+	if (now[0] == m->me && src) {
+		/* The primary that took the region from us (growth) is gone
+		 * before our new copy was complete: it is finished from our
+		 * demoted copy (no primary needed), and the next
+		 * configuration's recovery promotes it. */
+		farm_warn("datarec: region %#" PRIx32 ": this machine is its "
+		          "primary again before its new copy is complete; "
+		          "the copy is finished from the demoted one",
+		          g->id);
+	} else if (now[0] == m->me) {
+		g->state = DR_LOST;
+		farm_err("datarec: region %#" PRIx32 " has no complete "
+		         "replica left: this machine's copy is incomplete "
+		         "and is not promoted",
+		         g->id);
+	} else if (!in) {
+		g->state = DR_LOST;
+	}
+}
+
+/* As @region's primary, note a COPY to each of its backups @now[1..nn).
+ * Every backup, not only those new since the last configuration: one
+ * told by a primary that died since may never have opened its copy (a
+ * complete one answers at once). With no previous view too: a machine
+ * holds regions at its first view only when it restarted on its
+ * directory (a whole-cluster restart), and a copy the restart cut off
+ * (never in the manifest) must start again. Under dr->lock. */
+static void dr_note_backups(struct farm_datarec *dr, uint32_t region,
+                            const uint32_t *now, unsigned nn, uint64_t cfg)
+{
+	for (unsigned k = 1; k < nn; k++) {
+		if (dr->nn == dr->capn) {
+			unsigned nc = dr->capn ? 2 * dr->capn : 16;
+			struct dr_note *x = realloc(dr->nt, nc * sizeof(*x));
+			if (!x)
+				return;
+			dr->nt = x;
+			dr->capn = nc;
+		}
+		dr->nt[dr->nn++] = (struct dr_note){
+		        .region = region, .to = now[k], .cfg = cfg};
+	}
+}
+
+void farm_txm_datarec_view(farm_txm *m)
+{
+	struct farm_datarec *dr = m ? m->dr : NULL;
+	if (!dr)
+		return;
+	uint64_t cfg = farm_as_config_id(m->as);
+	unsigned n;
+	struct farm_as_held *h = held_regions(m->as, &n);
+	if (!h)
+		return;
+	dr_fill_demoted(m, dr, cfg);
+	pthread_mutex_lock(&dr->lock);
+	dr_drop_old_notes(dr, cfg);
 	for (unsigned i = 0; i < n; i++) {
 		uint32_t now[16], prev[16];
 		unsigned nn = farm_as_replicas(m->as, h[i].region, now);
 		unsigned np = farm_as_prev_replicas(m->as, h[i].region, prev);
 		if (!nn || nn > 16 || np > 16)
 			continue;
-		bool filling = farm_as_backup_filling(m->as, h[i].region);
-		struct dr_reg *g = txn_dr_reg_find(dr, h[i].region);
-		if (filling) {
-			bool in = false;
-			for (unsigned k = 1; k < nn; k++)
-				in |= now[k] == m->me;
-			if (!g || g->state >= DR_DONE)
-				continue;
-			bool src = farm_as_demoted_source(m->as, h[i].region);
-			if (src)
-				g->remote = false; /* the view may need it */
-			if (now[0] == m->me && src) {
-				/* The primary that took the region from us
-				 * (growth) is gone before our new copy was
-				 * complete: it is finished from our demoted
-				 * copy (no primary needed), and the next
-				 * configuration's recovery promotes it. */
-				farm_warn("datarec: region %#" PRIx32 ": this "
-				          "machine is its primary again before "
-				          "its new copy is complete; the copy "
-				          "is finished from the demoted one",
-				          g->id);
-			} else if (now[0] == m->me) {
-				g->state = DR_LOST;
-				farm_err("datarec: region %#" PRIx32 " has no "
-				         "complete replica left: this "
-				         "machine's copy is incomplete and is "
-				         "not promoted",
-				         g->id);
-			} else if (!in) {
-				g->state = DR_LOST;
-			}
-			continue;
-		}
-		if (now[0] != m->me)
-			continue;
-		/* Every backup, not only those new since the last
-		 * configuration: one told by a primary that died since may
-		 * never have opened its copy (a complete one answers at
-		 * once). With no previous view too: a machine holds regions
-		 * at its first view only when it restarted on its directory
-		 * (a whole-cluster restart), and a copy the restart cut off
-		 * (never in the manifest) must start again. */
-		for (unsigned k = 1; k < nn; k++) {
-			if (dr->nn == dr->capn) {
-				unsigned nc = dr->capn ? 2 * dr->capn : 16;
-				struct dr_note *x =
-				        realloc(dr->nt, nc * sizeof(*x));
-				if (!x)
-					break;
-				dr->nt = x;
-				dr->capn = nc;
-			}
-			dr->nt[dr->nn++] =
-			        (struct dr_note){.region = h[i].region,
-			                         .to = now[k],
-			                         .cfg = cfg};
-		}
+		if (farm_as_backup_filling(m->as, h[i].region))
+			dr_judge_filling(m, dr, h[i].region, now, nn);
+		else if (now[0] == m->me)
+			dr_note_backups(dr, h[i].region, now, nn, cfg);
 	}
 	pthread_cond_signal(&dr->cond);
 	pthread_mutex_unlock(&dr->lock);

@@ -70,7 +70,7 @@
 #include "util/fault.h"
 #include "util/log.h"
 
-#define REC_RECOPY_MAX 64u  /* copies given up in one round, copied again */
+#define REC_RECOPY_MAX 64u /* copies given up in one round, copied again */
 
 #include "txn/recover_wire.h"
 #include "txn/recover_int.h"
@@ -483,6 +483,104 @@ static void promote_scan(struct txloop *tl, uint32_t coord)
 	}
 }
 
+/* The buffers of one log's votes: the message, and the regions a vote
+ * names (@regs: locked or written, @cbr: of its COMMIT-BACKUP's objects);
+ * @mreg: the most regions one message carries. */
+struct vote_bufs {
+	uint8_t *buf;
+	uint32_t *regs, *cbr;
+	uint32_t mreg;
+};
+
+/* A LOCK record at @pos of @coord's log: held, or refused; a granted
+ * LOCK settled by a later COMMIT-PRIMARY/ABORT says so itself. */
+static uint32_t lock_vote_flags(struct txloop *tl, uint32_t coord, uint64_t pos,
+                                uint64_t txid)
+{
+	bool held = false;
+	for (struct lock_ent *e =
+	             tl->locks[(txid ^ (txid >> 32)) % LOCK_BUCKETS];
+	     e; e = e->next)
+		held |= e->txid == txid;
+	bool settled = false;
+	struct rec_hdr h2;
+	FOR_EACH_REC(tl, coord, pos2, rec2, h2)
+	{
+		(void)rec2;
+		if (pos2 > pos && h2.txid == txid &&
+		    (h2.type == REC_COMMIT_PRIMARY || h2.type == REC_ABORT))
+			settled = true;
+	}
+	return held ? V_LOCK : settled ? 0 : V_REFUSED;
+}
+
+/* The distinct regions of a COMMIT-BACKUP record's objects into @cbr
+ * (at most REC_MAX_REGS); returns how many. */
+static unsigned cb_regions(const uint8_t *rec, const struct rec_hdr *h,
+                           uint32_t *cbr)
+{
+	const struct rec_obj *o = robjs(rec);
+	unsigned ncb = 0;
+	for (unsigned i = 0; i < h->nobj && ncb < REC_MAX_REGS; i++) {
+		uint32_t r = farm_gaddr_region(o[i].addr);
+		unsigned k = 0;
+		while (k < ncb && cbr[k] != r)
+			k++;
+		if (k == ncb)
+			cbr[ncb++] = r;
+	}
+	return ncb;
+}
+
+/* Vote for the record @rec (header @h) at @pos of @coord's log and send
+ * it to the decider. */
+static void vote_send(struct txloop *tl, uint32_t coord, uint64_t pos,
+                      const uint8_t *rec, const struct rec_hdr *h,
+                      const struct vote_bufs *b)
+{
+	farm_txm *m = tl->m;
+	struct rec_vote v = {.cfg = atomic_load(&m->rec.cfg),
+	                     .txid = h->txid,
+	                     .cseq = h->cseq,
+	                     .coord = coord};
+	unsigned nregs = 0, ncb = 0;
+	if (h->type == REC_LOCK) {
+		v.flags = lock_vote_flags(tl, coord, pos, h->txid);
+		rregs(rec, b->regs, REC_MAX_REGS, &nregs);
+	} else if (h->type == REC_COMMIT_BACKUP) {
+		v.flags = V_CB;
+		v.tcfg = h->cfg;
+		rregs(rec, b->regs, REC_MAX_REGS, &nregs);
+		ncb = cb_regions(rec, h, b->cbr);
+	} else {
+		v.flags = h->type == REC_ABORT ? V_ABORT : V_CP;
+	}
+	if (nregs + ncb > b->mreg) {
+		farm_err("txn recovery: transaction %#" PRIx64
+		         " writes too many regions to vote",
+		         h->txid);
+		nregs = ncb = 0;
+		v.flags = V_ABORT; /* cannot be judged: see REC_MAX */
+	}
+	v.nregs = (uint16_t)nregs;
+	v.ncb = (uint16_t)ncb;
+	memcpy(b->buf, &v, sizeof(v));
+	memcpy(b->buf + sizeof(v), b->regs, 4ull * nregs);
+	memcpy(b->buf + sizeof(v) + 4ull * nregs, b->cbr, 4ull * ncb);
+	int rc = farm_msg_send(tl->loop, m->rec.decider, 0, FARM_MSGT_REC_VOTE,
+	                       b->buf,
+	                       (uint32_t)(sizeof(v) + 4ull * (nregs + ncb)));
+	if (rc)
+		farm_warn("txn recovery: vote not sent: %s", farm_strerror(rc));
+}
+
+/* Records that take part in the vote. */
+static bool votes(uint16_t type)
+{
+	return type == REC_LOCK || type == REC_COMMIT_BACKUP ||
+	       type == REC_COMMIT_PRIMARY || type == REC_ABORT;
+}
+
 /* Step 4: what this loop's log of removed coordinator @coord holds. */
 static void vote_scan(struct txloop *tl, uint32_t coord)
 {
@@ -491,87 +589,24 @@ static void vote_scan(struct txloop *tl, uint32_t coord)
 	mreg = mreg > sizeof(struct rec_vote)
 	               ? (mreg - (uint32_t)sizeof(struct rec_vote)) / 4
 	               : 0;
-	mreg = FARM_MIN(mreg, 2 * REC_MAX_REGS);
-	uint8_t *buf = malloc(sizeof(struct rec_vote) + 4ull * mreg);
-	uint32_t *regs = malloc(4ull * REC_MAX_REGS);
-	uint32_t *cbr = malloc(4ull * REC_MAX_REGS);
+	struct vote_bufs b = {.mreg = FARM_MIN(mreg, 2 * REC_MAX_REGS)};
+	b.buf = malloc(sizeof(struct rec_vote) + 4ull * b.mreg);
+	b.regs = malloc(4ull * REC_MAX_REGS);
+	b.cbr = malloc(4ull * REC_MAX_REGS);
+	bool have = b.buf && b.regs && b.cbr;
 	struct rec_hdr h;
-	if (!buf || !regs || !cbr)
+	if (!have)
 		farm_err("txn recovery: out of memory: no votes from loop %u "
 		         "for machine %" PRIu32 " (its transactions abort)",
 		         tl->t, coord);
 	FOR_EACH_REC(tl, coord, pos, rec, h)
 	{
-		if (!buf || !regs || !cbr)
-			continue;
-		if (h.type != REC_LOCK && h.type != REC_COMMIT_BACKUP &&
-		    h.type != REC_COMMIT_PRIMARY && h.type != REC_ABORT)
-			continue;
-		struct rec_vote v = {.cfg = atomic_load(&m->rec.cfg),
-		                     .txid = h.txid,
-		                     .cseq = h.cseq,
-		                     .coord = coord};
-		unsigned nregs = 0, ncb = 0;
-		if (h.type == REC_LOCK) {
-			/* Held, or refused: a granted LOCK settled by a
-			 * later COMMIT-PRIMARY/ABORT says so itself. */
-			bool held = false;
-			for (struct lock_ent *e =
-			             tl->locks[(h.txid ^ (h.txid >> 32)) %
-			                       LOCK_BUCKETS];
-			     e; e = e->next)
-				held |= e->txid == h.txid;
-			bool settled = false;
-			struct rec_hdr h2;
-			FOR_EACH_REC(tl, coord, pos2, rec2, h2)
-			{
-				(void)rec2;
-				if (pos2 > pos && h2.txid == h.txid &&
-				    (h2.type == REC_COMMIT_PRIMARY ||
-				     h2.type == REC_ABORT))
-					settled = true;
-			}
-			v.flags = held ? V_LOCK : settled ? 0 : V_REFUSED;
-			rregs(rec, regs, REC_MAX_REGS, &nregs);
-		} else if (h.type == REC_COMMIT_BACKUP) {
-			v.flags = V_CB;
-			v.tcfg = h.cfg;
-			rregs(rec, regs, REC_MAX_REGS, &nregs);
-			const struct rec_obj *o = robjs(rec);
-			for (unsigned i = 0; i < h.nobj && ncb < REC_MAX_REGS;
-			     i++) {
-				uint32_t r = farm_gaddr_region(o[i].addr);
-				unsigned k = 0;
-				while (k < ncb && cbr[k] != r)
-					k++;
-				if (k == ncb)
-					cbr[ncb++] = r;
-			}
-		} else {
-			v.flags = h.type == REC_ABORT ? V_ABORT : V_CP;
-		}
-		if (nregs + ncb > mreg) {
-			farm_err("txn recovery: transaction %#" PRIx64
-			         " writes too many regions to vote",
-			         h.txid);
-			nregs = ncb = 0;
-			v.flags = V_ABORT; /* cannot be judged: see REC_MAX */
-		}
-		v.nregs = (uint16_t)nregs;
-		v.ncb = (uint16_t)ncb;
-		memcpy(buf, &v, sizeof(v));
-		memcpy(buf + sizeof(v), regs, 4ull * nregs);
-		memcpy(buf + sizeof(v) + 4ull * nregs, cbr, 4ull * ncb);
-		int rc = farm_msg_send(
-		        tl->loop, m->rec.decider, 0, FARM_MSGT_REC_VOTE, buf,
-		        (uint32_t)(sizeof(v) + 4ull * (nregs + ncb)));
-		if (rc)
-			farm_warn("txn recovery: vote not sent: %s",
-			          farm_strerror(rc));
+		if (have && votes(h.type))
+			vote_send(tl, coord, pos, rec, &h, &b);
 	}
-	free(buf);
-	free(regs);
-	free(cbr);
+	free(b.buf);
+	free(b.regs);
+	free(b.cbr);
 	struct rec_end e = {.cfg = atomic_load(&m->rec.cfg),
 	                    .lw = tl->r[coord].lw,
 	                    .coord = coord,
@@ -706,6 +741,67 @@ static void rec_loop_apply(farm_loop *loop, void *ctx, int status)
 		          m->rec.decider, farm_strerror(rc));
 }
 
+/* The survivors @members and the @removed machines of the new
+ * configuration into m->rec. Under rec.lock. */
+static void rec_set_members(farm_txm *m, const uint32_t *removed,
+                            unsigned nremoved, const uint32_t *members,
+                            unsigned nmembers)
+{
+	m->rec.nsurv = 0;
+	memset(m->rec.member, 0, sizeof(m->rec.member));
+	for (unsigned i = 0; i < nmembers; i++)
+		if (members[i] < 0x40 && !m->rec.member[members[i]]) {
+			m->rec.member[members[i]] = true;
+			m->rec.nsurv++;
+		}
+	for (unsigned i = 0; i < nremoved; i++)
+		if (removed[i] < 0x40 && removed[i] != m->me)
+			m->rec.removed[removed[i]] = true;
+}
+
+/* Regions still being promoted from an earlier configuration stay in the
+ * list (their pending transactions refer to them): append them to @promo
+ * (@np long, room for 4096). Returns the new length. Under rec.lock. */
+static unsigned rec_keep_promoting(const farm_txm *m, uint32_t *promo,
+                                   unsigned np)
+{
+	for (unsigned i = 0; i < m->rec.npromo && np < 4096; i++) {
+		unsigned k = 0;
+		while (k < np && promo[k] != m->rec.promo[i])
+			k++;
+		if (k == np)
+			promo[np++] = m->rec.promo[i];
+	}
+	return np;
+}
+
+/* The decider's state is for one configuration. Under rec.lock. */
+static void rec_reset_decider(farm_txm *m)
+{
+	for (unsigned i = 0; i < m->rec.nd; i++) {
+		free(m->rec.d[i].regs);
+		free(m->rec.d[i].cb);
+	}
+	m->rec.nd = 0;
+	memset(m->rec.ends, 0, sizeof(m->rec.ends));
+	memset(m->rec.maxlw, 0, sizeof(m->rec.maxlw));
+}
+
+/* Every loop applies the new configuration (rec_loop_apply); the first
+ * error of a post. */
+static int rec_post_loops(farm_txm *m)
+{
+	int rc = 0;
+	for (unsigned t = 0; t < m->T; t++) {
+		struct txloop *tl = m->loops[t];
+		int r = tl ? farm_loop_post(tl->loop, rec_loop_apply, tl)
+		           : -ENOENT;
+		if (r && !rc)
+			rc = r;
+	}
+	return rc;
+}
+
 int farm_txm_reconfigure(farm_txm *m, uint64_t cfg, const uint32_t *removed,
                          unsigned nremoved, const uint32_t *members,
                          unsigned nmembers, uint32_t decider)
@@ -729,25 +825,8 @@ int farm_txm_reconfigure(farm_txm *m, uint64_t cfg, const uint32_t *removed,
 		return -ESTALE;
 	}
 	m->rec.decider = decider;
-	m->rec.nsurv = 0;
-	memset(m->rec.member, 0, sizeof(m->rec.member));
-	for (unsigned i = 0; i < nmembers; i++)
-		if (members[i] < 0x40 && !m->rec.member[members[i]]) {
-			m->rec.member[members[i]] = true;
-			m->rec.nsurv++;
-		}
-	for (unsigned i = 0; i < nremoved; i++)
-		if (removed[i] < 0x40 && removed[i] != m->me)
-			m->rec.removed[removed[i]] = true;
-	/* Regions still being promoted from an earlier configuration stay
-	 * in the list (their pending transactions refer to them). */
-	for (unsigned i = 0; i < m->rec.npromo && np < 4096; i++) {
-		unsigned k = 0;
-		while (k < np && promo[k] != m->rec.promo[i])
-			k++;
-		if (k == np)
-			promo[np++] = m->rec.promo[i];
-	}
+	rec_set_members(m, removed, nremoved, members, nmembers);
+	np = rec_keep_promoting(m, promo, np);
 	free(m->rec.promo);
 	m->rec.promo = promo;
 	m->rec.npromo = np;
@@ -756,14 +835,7 @@ int farm_txm_reconfigure(farm_txm *m, uint64_t cfg, const uint32_t *removed,
 	atomic_store(&m->rec.scanned, 0);
 	atomic_store(&m->rec.applied, 0);
 	m->rec.go_sent = false;
-	/* The decider's state is for one configuration. */
-	for (unsigned i = 0; i < m->rec.nd; i++) {
-		free(m->rec.d[i].regs);
-		free(m->rec.d[i].cb);
-	}
-	m->rec.nd = 0;
-	memset(m->rec.ends, 0, sizeof(m->rec.ends));
-	memset(m->rec.maxlw, 0, sizeof(m->rec.maxlw));
+	rec_reset_decider(m);
 	atomic_store(&m->rec.t_config, farm_now_ns());
 	atomic_store(&m->rec.t_go, 0);
 	atomic_store(&m->rec.t_active, 0);
@@ -775,15 +847,7 @@ int farm_txm_reconfigure(farm_txm *m, uint64_t cfg, const uint32_t *removed,
 	farm_info("txn recovery: configuration %" PRIu64 ", %u removed, %u "
 	          "region(s) to promote, decider %" PRIu32,
 	          cfg, nremoved, np, decider);
-	int rc = 0;
-	for (unsigned t = 0; t < m->T; t++) {
-		struct txloop *tl = m->loops[t];
-		int r = tl ? farm_loop_post(tl->loop, rec_loop_apply, tl)
-		           : -ENOENT;
-		if (r && !rc)
-			rc = r;
-	}
-	return rc;
+	return rec_post_loops(m);
 }
 
 /* The decider: every member took the configuration? Then REC_GO. */

@@ -250,24 +250,74 @@ static bool given_up(const struct farm_txrestart_lost *lost, uint32_t id)
 	return false;
 }
 
-/* Decide the transaction of records @g[0..n) (one txid). */
-static bool decide(farm_txm *m, const struct rs_rec *g, size_t n,
-                   const uint64_t *mark, const struct farm_txrestart_lost *lost)
+/* Whether the records @g[0..n) of one transaction hold a
+ * COMMIT-BACKUP of region @reg written by machine @backup. */
+static bool has_cb_from(const struct rs_rec *g, size_t n, uint32_t backup,
+                        uint32_t reg)
+{
+	for (size_t i = 0; i < n; i++)
+		if (g[i].h.type == REC_COMMIT_BACKUP && g[i].owner == backup &&
+		    covers(&g[i], reg))
+			return true;
+	return false;
+}
+
+/* Whether region @reg's backups that came back all hold the
+ * transaction's COMMIT-BACKUP. A backup given up took its records with
+ * it: the others' decide. The coordinator reported the commit only once
+ * every backup's COMMIT-BACKUP was durable, so those of the backups that
+ * came back are there; committing one it did not report is allowed
+ * (every lock was held and validation passed before any COMMIT-BACKUP
+ * was sent). With no backup of a region back, nothing proves the
+ * commit. */
+static bool backups_agree(farm_txm *m, const struct rs_rec *g, size_t n,
+                          uint32_t reg, const struct farm_txrestart_lost *lost,
+                          bool strict)
+{
+	uint32_t reps[FARM_RING_MAX_REPLICAS];
+	unsigned nr = lost && lost->ring
+	                      ? farm_ring_holders(lost->ring, reg, reps)
+	                      : farm_as_replicas(m->as, reg, reps);
+	unsigned back = 0, skipped = 0;
+	for (unsigned b = 1; b < nr; b++) {
+		if (lost && !strict && given_up(lost, reps[b])) {
+			skipped++;
+			continue;
+		}
+		back++;
+		if (!has_cb_from(g, n, reps[b], reg))
+			return false;
+	}
+	return !(skipped && !back);
+}
+
+/* What the records alone say of the transaction @g[0..n): 0 abort, 1
+ * commit, -1 undecided (COMMIT-BACKUPs only: their backups decide). */
+static int decide_by_records(const struct rs_rec *g, size_t n,
+                             const uint64_t *mark)
 {
 	bool cb = false;
 	for (size_t i = 0; i < n; i++)
 		if (g[i].h.type == REC_ABORT)
-			return false;
+			return 0;
 	for (size_t i = 0; i < n; i++) {
 		if (g[i].h.type == REC_COMMIT_PRIMARY)
-			return true;
+			return 1;
 		if (g[i].h.cseq &&
 		    g[i].h.cseq < mark[g[i].coord * MAX_LOOPS + g[i].th])
-			return true;
+			return 1;
 		cb |= g[i].h.type == REC_COMMIT_BACKUP;
 	}
-	if (!cb)
-		return false;
+	return cb ? -1 : 0;
+}
+
+/* Decide the transaction of records @g[0..n) (one txid). */
+static bool decide(farm_txm *m, const struct rs_rec *g, size_t n,
+                   const uint64_t *mark, const struct farm_txrestart_lost *lost)
+{
+	int by_rec = decide_by_records(g, n, mark);
+	if (by_rec >= 0)
+		return by_rec;
 	uint32_t regs[512];
 	unsigned nreg = 0;
 	for (size_t i = 0; i < n && !nreg; i++)
@@ -276,37 +326,9 @@ static bool decide(farm_txm *m, const struct rs_rec *g, size_t n,
 	if (!nreg)
 		return false;
 	bool strict = FARM_FAULT_SWITCH(FARM_FP_RESTART_LOST_STRICT);
-	for (unsigned k = 0; k < nreg; k++) {
-		uint32_t reps[FARM_RING_MAX_REPLICAS];
-		unsigned nr =
-		        lost && lost->ring
-		                ? farm_ring_holders(lost->ring, regs[k], reps)
-		                : farm_as_replicas(m->as, regs[k], reps);
-		/* A backup given up took its records with it: the others'
-		 * decide. The coordinator reported the commit only once
-		 * every backup's COMMIT-BACKUP was durable, so those of the
-		 * backups that came back are there; committing one it did
-		 * not report is allowed (every lock was held and validation
-		 * passed before any COMMIT-BACKUP was sent). With no backup
-		 * of a region back, nothing proves the commit. */
-		unsigned back = 0, skipped = 0;
-		for (unsigned b = 1; b < nr; b++) {
-			if (lost && !strict && given_up(lost, reps[b])) {
-				skipped++;
-				continue;
-			}
-			back++;
-			bool found = false;
-			for (size_t i = 0; i < n && !found; i++)
-				found = g[i].h.type == REC_COMMIT_BACKUP &&
-				        g[i].owner == reps[b] &&
-				        covers(&g[i], regs[k]);
-			if (!found)
-				return false;
-		}
-		if (skipped && !back)
+	for (unsigned k = 0; k < nreg; k++)
+		if (!backups_agree(m, g, n, regs[k], lost, strict))
 			return false;
-	}
 	return true;
 }
 
@@ -374,6 +396,62 @@ static void unlock_one(void *ctx, struct farm_objhdr *obj, uint32_t lines)
 	}
 }
 
+/* Decide each transaction of the sorted records @v[0..n) and replay the
+ * committed ones' images (unless a test switch forbids it). */
+static void decide_all(farm_txm *m, const struct rs_rec *v, size_t n,
+                       const uint64_t *mark,
+                       const struct farm_txrestart_lost *lost,
+                       struct farm_txrestart_stats *st)
+{
+	bool replay = !FARM_FAULT_SWITCH(FARM_FP_RESTART_NO_REPLAY);
+	for (size_t i = 0; i < n;) {
+		size_t j = i;
+		while (j < n && v[j].h.txid == v[i].h.txid)
+			j++;
+		if (v[i].h.type == REC_TRUNC) { /* no transaction */
+			i = j;
+			continue;
+		}
+		st->txns++;
+		bool commit = decide(m, &v[i], j - i, mark, lost);
+		if (commit) {
+			st->committed++;
+			for (size_t k = i; k < j && replay; k++)
+				if (v[k].h.type == REC_LOCK ||
+				    v[k].h.type == REC_COMMIT_BACKUP)
+					st->images += apply(m, &v[k]);
+		} else {
+			st->aborted++;
+		}
+		i = j;
+	}
+}
+
+/* Every lock left is stale (no transaction survived the restart): clear
+ * them in the local @regions. */
+static int unlock_all(farm_txm *m, const uint32_t *regions, unsigned nregions,
+                      struct farm_txrestart_stats *st, char *err, size_t errlen)
+{
+	for (unsigned i = 0; i < nregions; i++) {
+		farm_region *r = farm_as_local_region(m->as, regions[i], NULL);
+		if (!r)
+			continue;
+		int w = farm_alloc_walk_region(farm_region_base(r),
+		                               farm_region_size(r), regions[i],
+		                               unlock_one, &st->unlocked);
+		if (w < 0) {
+			if (err && errlen)
+				snprintf(err, errlen,
+				         "region %" PRIu32
+				         ": damaged block table (%s)",
+				         regions[i], farm_strerror(w));
+			return w;
+		}
+		st->objects += (uint64_t)w;
+	}
+	return 0;
+}
+
 int farm_txm_restart_apply(farm_txm *m, const struct farm_txrestart_log *logs,
                            unsigned nlogs, const uint32_t *regions,
                            unsigned nregions,
@@ -397,53 +475,13 @@ int farm_txm_restart_apply(farm_txm *m, const struct farm_txrestart_log *logs,
 			rc = collect(logs[i].base, logs[i].coords, &v, &n, &cap,
 			             mark, logs[i].what, err, errlen);
 	}
-	if (rc)
-		goto out;
-	st->records = n;
-	if (n) /* v is NULL with no record */
-		qsort(v, n, sizeof(*v), cmp_txid);
-	bool replay = !FARM_FAULT_SWITCH(FARM_FP_RESTART_NO_REPLAY);
-	for (size_t i = 0; i < n;) {
-		size_t j = i;
-		while (j < n && v[j].h.txid == v[i].h.txid)
-			j++;
-		if (v[i].h.type == REC_TRUNC) { /* no transaction */
-			i = j;
-			continue;
-		}
-		st->txns++;
-		bool commit = decide(m, &v[i], j - i, mark, lost);
-		if (commit) {
-			st->committed++;
-			for (size_t k = i; k < j && replay; k++)
-				if (v[k].h.type == REC_LOCK ||
-				    v[k].h.type == REC_COMMIT_BACKUP)
-					st->images += apply(m, &v[k]);
-		} else {
-			st->aborted++;
-		}
-		i = j;
+	if (!rc) {
+		st->records = n;
+		if (n) /* v is NULL with no record */
+			qsort(v, n, sizeof(*v), cmp_txid);
+		decide_all(m, v, n, mark, lost, st);
+		rc = unlock_all(m, regions, nregions, st, err, errlen);
 	}
-	/* Every lock left is stale (no transaction survived the restart). */
-	for (unsigned i = 0; i < nregions; i++) {
-		farm_region *r = farm_as_local_region(m->as, regions[i], NULL);
-		if (!r)
-			continue;
-		int w = farm_alloc_walk_region(farm_region_base(r),
-		                               farm_region_size(r), regions[i],
-		                               unlock_one, &st->unlocked);
-		if (w < 0) {
-			if (err && errlen)
-				snprintf(err, errlen,
-				         "region %" PRIu32
-				         ": damaged block table (%s)",
-				         regions[i], farm_strerror(w));
-			rc = w;
-			break;
-		}
-		st->objects += (uint64_t)w;
-	}
-out:
 	free(v);
 	free(mark);
 	return rc;

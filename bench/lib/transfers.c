@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "util/common.h"
+#include "benchutil.h"
 
 int bx_create(farm_txm *txm, farm_loop *loop, unsigned n, uint32_t size,
               int64_t init, farm_fatptr *out)
@@ -17,7 +17,7 @@ int bx_create(farm_txm *txm, farm_loop *loop, unsigned n, uint32_t size,
 	struct bx_acct a = {.balance = init};
 	memcpy(buf, &a, sizeof(a));
 	for (unsigned done = 0; done < n;) {
-		unsigned k = FARM_MIN(16u, n - done);
+		unsigned k = BU_MIN(16u, n - done);
 		farm_tx *tx;
 		int rc = farm_tx_begin(txm, loop, &tx);
 		if (rc)
@@ -28,7 +28,7 @@ int bx_create(farm_txm *txm, farm_loop *loop, unsigned n, uint32_t size,
 			rc = farm_tx_alloc_sync(tx, size, FARM_GADDR_NULL,
 			                        out ? &out[done + j] : &p, &d);
 			if (!rc)
-				memcpy(d, buf, FARM_MIN(size, sizeof(buf)));
+				memcpy(d, buf, BU_MIN(size, sizeof(buf)));
 		}
 		if (!rc)
 			rc = farm_tx_commit_sync(tx);
@@ -103,7 +103,7 @@ int bx_pair_write(struct bx_pair *p, farm_gaddr a, farm_gaddr b, int64_t amt)
 
 uint64_t bx_backoff(unsigned *tries)
 {
-	uint64_t at = farm_now_ns() + (1000ull << FARM_MIN(*tries, 10u));
+	uint64_t at = bu_now_ns() + (1000ull << BU_MIN(*tries, 10u));
 	(*tries)++;
 	return at;
 }
@@ -121,7 +121,7 @@ void bx_slots_pass(farm_loop *loop, void *slots, size_t size, unsigned n,
 		if (s->retry_at <= now)
 			start(s);
 		else
-			next = FARM_MIN(next, s->retry_at);
+			next = BU_MIN(next, s->retry_at);
 	}
 	(void)farm_loop_wait(loop, &never, next > now ? next - now : 1000);
 }
@@ -129,8 +129,8 @@ void bx_slots_pass(farm_loop *loop, void *slots, size_t size, unsigned n,
 int bx_slots_drain(farm_loop *loop, const unsigned *busy)
 {
 	static const volatile int never = 0;
-	uint64_t dl = farm_now_ns() + 10000000000ull;
-	while (*busy && farm_now_ns() < dl)
+	uint64_t dl = bu_now_ns() + 10000000000ull;
+	while (*busy && bu_now_ns() < dl)
 		(void)farm_loop_wait(loop, &never, 1000000ull);
 	return *busy ? -ETIMEDOUT : 0;
 }

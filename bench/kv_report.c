@@ -1,0 +1,354 @@
+/*
+ * kv_bench: the results, the human summary and the JSON line (kv_bench.h;
+ * what is measured: kv_bench.c's head).
+ */
+#include "kv_bench.h"
+
+#include "benchreport.h"
+
+/* A workload's figures (@ycsb: with inserts, scans, read-modify-writes
+ * and reads not found). */
+static void jfig(const char *name, const struct fig *f, bool ycsb, bool comma)
+{
+	if (!f->have) {
+		printf("\"%s\": null%s", name, comma ? ", " : "");
+		return;
+	}
+	printf("\"%s\": {\"ops\": %.0f, \"keys\": %.0f, \"gets\": %.0f, "
+	       "\"puts\": %.0f, \"keys_per_core\": %.0f, \"p50_ns\": %.0f, "
+	       "\"p99_ns\": %.0f",
+	       name, f->ops, f->keys, f->gets, f->puts, f->keys / g_res.cores,
+	       f->p50_ns, f->p99_ns);
+	if (ycsb)
+		printf(", \"inserts\": %.0f, \"scans\": %.0f, \"scan_pairs\": "
+		       "%.0f, \"rmws\": %.0f, \"notfound\": %" PRIu64,
+		       f->inserts, f->scans, f->scan_pairs, f->rmws,
+		       f->notfound);
+	printf("}%s", comma ? ", " : "");
+}
+
+static void jgoal(const char *name, double v, bool have, double target,
+                  bool met, const char *cmp, bool comma)
+{
+	static const struct br_style style = {{'g', 4}, {'g', 4}, false};
+	struct br_goal g = {name, have ? v : NAN, target, have && met, cmp};
+	br_goal(stdout, &style, &g, comma);
+}
+
+/* The comparison over ofi: lookups per measured CPU core against
+ * memcached's best configuration per measured server core, unloaded
+ * lookup p50 against memcached's unloaded GET p50. */
+struct net_goals {
+	double farm_pc, mc_pc, x, mc_cores, mc_client_cores;
+	double farm_p50, mc_p50; /* us */
+	const char *mc_mode;
+};
+
+static struct net_goals net_goals(void)
+{
+	struct net_goals g = {.mc_mode = "none"};
+	const struct fig *f = &g_res.farm[W_C];
+	if (f->have && f->cores > 0)
+		g.farm_pc = f->keys / f->cores;
+	for (int m = 0; m < NMODE && g_res.peer_ok[P_MC]; m++) {
+		const struct fig *p = &g_res.peer[P_MC][m][W_C];
+		/* At least a hundredth of a core: schedstat's resolution is
+		 * exact, but a run must have run. */
+		double pc = p->have && p->cores > 0.01 ? p->keys / p->cores : 0;
+		if (pc > g.mc_pc) {
+			g.mc_pc = pc;
+			g.mc_cores = p->cores;
+			g.mc_client_cores = p->client_cores;
+			g.mc_mode = mname[m];
+		}
+	}
+	g.x = g.mc_pc > 0 ? g.farm_pc / g.mc_pc : 0;
+	g.farm_p50 = g_res.lat1.p50_ns / 1e3;
+	g.mc_p50 = g_res.peer_lat1[P_MC].have
+	                   ? g_res.peer_lat1[P_MC].p50_ns / 1e3
+	                   : 0;
+	return g;
+}
+
+static void print_net(const struct net_goals *g)
+{
+	printf("\n%s (%s): uniform C %.3f M lookups/s on %.2f measured "
+	       "cores (every machine process, progress threads included) = "
+	       "%.0f lookups/s per core\n",
+	       g_opt.net.fabric, bnet_network(&g_opt.net),
+	       g_res.farm[W_C].keys / 1e6, g_res.farm[W_C].cores, g->farm_pc);
+	printf("memcached best (%s): %.0f GETs/s per server core (%.2f "
+	       "server cores, %.2f client cores)\n",
+	       g->mc_mode, g->mc_pc, g->mc_cores, g->mc_client_cores);
+	printf("per core: farm/memcached %.3f (goal >= 2); unloaded p50: farm "
+	       "lookup %.1f us, memcached GET %.1f us (goal: farm's under)\n",
+	       g->x, g->farm_p50, g->mc_p50);
+}
+
+/* The JSON line's end over ofi: the measured cores, the peers' unloaded
+ * GETs and the goals across hosts (across namespaces; on loopback they are
+ * reported, never met). */
+static void print_net_json(const struct net_goals *ng)
+{
+	printf("}, \"measured_cores\": {\"farm_uniform_c\": %.3f, "
+	       "\"farm_unloaded_lookup\": %.3f, "
+	       "\"memcached_best_server\": %.3f, "
+	       "\"memcached_best_client\": %.3f}, "
+	       "\"per_core\": {\"farm_uniform_c\": %.0f, "
+	       "\"memcached_best\": %.0f, \"memcached_best_mode\": "
+	       "\"%s\"}, ",
+	       g_res.farm[W_C].cores, g_res.lat1.cores, ng->mc_cores,
+	       ng->mc_client_cores, ng->farm_pc, ng->mc_pc, ng->mc_mode);
+	jfig("memcached_unloaded_get", &g_res.peer_lat1[P_MC], false, true);
+	jfig("redis_unloaded_get", &g_res.peer_lat1[P_REDIS], false, false);
+	printf(", \"goals\": {");
+	jgoal("netns_lookups_per_core_vs_memcached_best", ng->x,
+	      ng->mc_pc > 0 && ng->farm_pc > 0, 2.0,
+	      g_opt.net.netns && ng->x >= 2.0, ">=", true);
+	jgoal("netns_lookup_p50_us_vs_memcached_p50_us", ng->farm_p50,
+	      g_res.lat1.have && ng->mc_p50 > 0,
+	      ng->mc_p50 > 0 ? ng->mc_p50 : 0,
+	      g_opt.net.netns && g_res.lat1.have && ng->mc_p50 > 0 &&
+	              ng->farm_p50 < ng->mc_p50,
+	      "<", false);
+	printf("}}\n");
+	fflush(stdout);
+}
+
+/* The default run's summary lines. */
+static void print_summary(double farm_c, double lat_us, double vs_plain,
+                          const char *best_name, double best_peer,
+                          double vs_peer)
+{
+	printf("\nfarm: %u machine threads on %d cores; lookups/s per core "
+	       "(uniform C) %.3f M\n",
+	       g_opt.machines, g_res.cores, farm_c / 1e6);
+	printf("unloaded lookup latency p50 %.2f us, p99 %.2f us (1 in flight; "
+	       "under load, %u in flight: p50 %.1f us)\n",
+	       lat_us, g_res.lat1.p99_ns / 1e3, g_opt.depth,
+	       g_res.farm[W_C].p50_ns / 1e3);
+	printf("plain local loop %.3f M lookups/s per core (%.4f%% via the "
+	       "chain fallback); farm/plain %.3f\n",
+	       g_res.plain_rate / 1e6, g_res.plain_fallback_frac * 100,
+	       vs_plain);
+	printf("best peer: %s, %.3f M GETs/s per server core; farm/peer "
+	       "%.2fx\n",
+	       best_name, best_peer / 1e6, vs_peer);
+}
+
+/* The table: each workload's rate per core and latency, and the peers'. */
+static void print_table(double cores)
+{
+	printf("\n%-20s | %12s %8s %8s | %26s | %26s\n", "workload",
+	       "farm keys/s", "p50 us", "p99 us", "memcached pipe / single",
+	       "redis pipe / single");
+	printf("%-20s | %12s %8s %8s | %26s | %26s\n", "", "per core", "", "",
+	       "keys/s (all threads)", "keys/s (all threads)");
+	for (int w = 0; w < NW; w++) {
+		const struct fig *f = &g_res.farm[w];
+		if (!kb_runs(w, false))
+			continue;
+		printf("%-20s | %10.3f M %8.1f %8.1f |", g_wdesc[w].name,
+		       f->keys / cores / 1e6, f->p50_ns / 1e3, f->p99_ns / 1e3);
+		for (int p = 0; p < NPEER; p++) {
+			if (!kb_runs(w, true) || !g_res.peer_ok[p])
+				printf(" %26s |", "-");
+			else
+				printf("   %9.3f M / %9.3f M |",
+				       g_res.peer[p][M_PIPE][w].keys / 1e6,
+				       g_res.peer[p][M_SINGLE][w].keys / 1e6);
+		}
+		printf("\n");
+	}
+}
+
+/* The best peer's rate of uniform C GETs (one server core) and its name. */
+static double best_peer_c(const char **name)
+{
+	double best_peer = 0;
+	*name = "none";
+	for (int p = 0; p < NPEER; p++)
+		for (int m = 0; m < NMODE; m++)
+			if (g_res.peer_ok[p] &&
+			    g_res.peer[p][m][W_C].gets > best_peer) {
+				best_peer = g_res.peer[p][m][W_C]
+				                    .gets; /* 1 server core */
+				*name = p == P_MC ? (m ? "memcached single"
+				                       : "memcached pipelined")
+				                  : (m ? "redis single"
+				                       : "redis pipelined");
+			}
+	return best_peer;
+}
+
+void print_all(void)
+{
+	double cores = g_res.cores;
+	print_table(cores);
+	double farm_c = g_res.farm[W_C].keys / cores;
+	const char *best_name;
+	double best_peer = best_peer_c(&best_name);
+	double vs_peer = best_peer > 0 ? farm_c / best_peer : 0;
+	double lat_us = g_res.lat1.p50_ns / 1e3;
+	double vs_plain = g_res.plain_rate > 0 ? farm_c / g_res.plain_rate : 0;
+	bool have_small = g_res.small_c.have;
+	double scale = have_small && g_res.small_c.keys > 0
+	                       ? g_res.farm[W_C].keys / g_res.small_c.keys
+	                       : 0;
+	if (g_opt.any_mix)
+		printf("\n--mix: the default workloads, the unloaded latency "
+		       "and the plain loop were not run: their goals report "
+		       "null\n");
+	else
+		print_summary(farm_c, lat_us, vs_plain, best_name, best_peer,
+		              vs_peer);
+	if (have_small)
+		printf("at %" PRIu64 " keys: %.3f M keys/s per core; %" PRIu64
+		       " keys / %" PRIu64 " keys = %.3f\n",
+		       g_res.small_keys, g_res.small_c.keys / cores / 1e6,
+		       g_opt.keys, g_res.small_keys, scale);
+	double rpl = g_res.hst.lookups ? (double)g_res.hst.lookup_reads /
+	                                         g_res.hst.lookups
+	                               : 0;
+	printf("table: %.4f reads per lookup, %" PRIu64 " retries, %" PRIu64
+	       " hops, %" PRIu64 " chain appends, %" PRIu64
+	       " combined transactions for %" PRIu64 " puts\n",
+	       rpl, g_res.hst.lookup_retries, g_res.hst.hops,
+	       g_res.hst.chain_appends, g_res.hst.combined_txns,
+	       g_res.hst.puts);
+	printf("total %.1f s\n", g_res.total_s);
+	struct net_goals ng = net_goals();
+	if (!bnet_shm(&g_opt.net))
+		print_net(&ng);
+
+	printf("{\"bench\": \"kv_bench\", \"provider\": \"%s\", "
+	       "\"network\": \"%s\", \"machines\": %u, "
+	       "\"threads_per_machine\": 1, \"cores\": %d, \"busy_poll\": "
+	       "true, "
+	       "\"pinned\": %s, \"keys\": %" PRIu64 ", \"key_bytes\": %u, "
+	       "\"value_bytes\": %u, \"key_inline\": %u, \"value_inline\": "
+	       "%u, \"zipf_theta\": %.3g, \"mix\": ",
+	       g_opt.net.fabric, bnet_network(&g_opt.net), g_opt.machines,
+	       g_res.cores, g_opt.pin ? "true" : "false", g_opt.keys,
+	       g_opt.ksize, g_opt.vsize, kb_key_inline(), kb_val_inline(),
+	       g_opt.theta);
+	if (g_opt.any_mix) {
+		printf("\"");
+		for (int w = W_YA; w <= W_YF; w++)
+			if (g_opt.mix[w])
+				printf("%c", 'A' + (w - W_YA));
+		printf("\"");
+	} else {
+		printf("null");
+	}
+	printf(", \"occupancy\": %.2f, \"depth\": %u, \"log_size\": %" PRIu64
+	       ", \"seconds\": %.3g, \"sample_every\": %u, \"load_s\": %.2f, "
+	       "\"load_puts_per_s\": %.0f, \"reads_per_lookup\": %.4f, "
+	       "\"farm\": {",
+	       g_opt.occupancy, g_opt.depth, g_opt.log_size, g_opt.seconds,
+	       g_opt.sample_every, g_res.load_s, g_res.load_rate, rpl);
+	for (int w = 0; w < NW; w++)
+		if (kb_runs(w, false))
+			jfig(g_wdesc[w].key, &g_res.farm[w], w >= W_YA, true);
+	jfig("unloaded_lookup", &g_res.lat1, false, false);
+	printf("}, \"plain_local_loop_per_s\": %.0f, \"small\": {\"keys\": "
+	       "%" PRIu64 ", ",
+	       g_res.plain_rate, g_res.small_keys);
+	jfig("uniform_c", &g_res.small_c, false, true);
+	jfig("zipf_c", &g_res.small_zc, false, false);
+	printf("}, \"peers\": {");
+	for (int p = 0; p < NPEER; p++) {
+		printf("\"%s\": {\"ok\": %s, \"server_cores\": 1, \"load_s\": "
+		       "%.2f",
+		       pname[p], g_res.peer_ok[p] ? "true" : "false",
+		       g_res.peer_load_s[p]);
+		for (int m = 0; m < NMODE; m++) {
+			printf(", \"%s\": {", mname[m]);
+			bool first = true;
+			for (int w = 0; w < NW; w++) {
+				if (!kb_runs(w, true))
+					continue;
+				printf("%s", first ? "" : ", ");
+				jfig(g_wdesc[w].key, &g_res.peer[p][m][w],
+				     w >= W_YA, false);
+				first = false;
+			}
+			printf("}");
+		}
+		printf("}%s", p + 1 < NPEER ? ", " : "");
+	}
+	printf("}, \"ratios\": "
+	       "{\"farm_per_core_vs_best_peer_per_server_core\": "
+	       "%.3f, \"best_peer\": \"%s\", \"farm_vs_plain\": %.3f, "
+	       "\"n_vs_small\": %.3f",
+	       vs_peer, best_name, vs_plain, scale);
+	for (int w = 0; w < NW; w++) {
+		const struct fig *f = &g_res.farm[w];
+		if (!kb_runs(w, true))
+			continue;
+		double bp = 0;
+		for (int p = 0; p < NPEER; p++)
+			for (int m = 0; m < NMODE; m++)
+				if (g_res.peer_ok[p])
+					bp = BU_MAX(bp,
+					            g_res.peer[p][m][w].keys);
+		printf(", \"%s_farm_per_core_vs_best_peer\": %.3f",
+		       g_wdesc[w].key, bp > 0 ? f->keys / cores / bp : 0);
+	}
+	if (!bnet_shm(&g_opt.net)) {
+		print_net_json(&ng);
+		return;
+	}
+	printf("}, \"goals\": {");
+	jgoal("lookups_per_s_per_core", farm_c, g_res.farm[W_C].have, GOAL_RATE,
+	      farm_c >= GOAL_RATE, ">=", true);
+	jgoal("vs_best_peer_per_server_core", vs_peer, best_peer > 0,
+	      GOAL_PEER_X, vs_peer >= GOAL_PEER_X, ">=", true);
+	jgoal("lookup_p50_us", lat_us, g_res.lat1.have, GOAL_P50_US,
+	      lat_us < GOAL_P50_US, "<", true);
+	jgoal("vs_plain_local_loop", vs_plain, g_res.plain_rate > 0, GOAL_LOCAL,
+	      vs_plain >= GOAL_LOCAL, ">=", true);
+	jgoal("n_keys_vs_1m_keys", scale, have_small, 1.0 - GOAL_SCALE,
+	      scale >= 1.0 - GOAL_SCALE, ">=", false);
+	printf("}}\n");
+	fflush(stdout);
+}
+
+/* The demo's summary: farm's YCSB-B next to memcached's (pipelined). */
+void print_demo(bool mc_skipped)
+{
+	const struct fig *f = &g_res.farm[W_B];
+	const struct fig *m = &g_res.peer[P_MC][M_PIPE][W_B];
+	printf("\n== summary: YCSB-B (95%% lookups, 5%% updates, uniform "
+	       "keys), "
+	       "%" PRIu64 " keys, %.0f s each, %d CPU%s\n",
+	       g_opt.keys, g_opt.seconds, g_res.ncpu,
+	       g_res.ncpu == 1 ? "" : "s");
+	printf("  %-24s %12s %16s %10s %10s\n", "", "ops/s", "ops/s per core",
+	       "p50", "p99");
+	printf("  %-24s %10.2f M %14.2f M %7.1f us %7.1f us   (per lookup)\n",
+	       "libfarm (3 machines)", f->ops / 1e6,
+	       f->keys / g_res.cores / 1e6, f->p50_ns / 1e3, f->p99_ns / 1e3);
+	if (g_res.peer_ok[P_MC] && m->have) {
+		printf("  %-24s %10.2f M %14.2f M %7.1f us %7.1f us   (per "
+		       "batch of %u requests)\n",
+		       "memcached (pipelined)", m->ops / 1e6, m->ops / 1e6,
+		       m->p50_ns / 1e3, m->p99_ns / 1e3, g_opt.depth);
+		printf("  (per core: libfarm over the %d cores its %u machines "
+		       "share; memcached over its one server thread, -t 1)\n",
+		       g_res.cores, g_opt.machines);
+		printf("demo: done: libfarm %.2f M ops/s, %.1fx memcached's "
+		       "%.2f M (%.1fx per core); everything stopped\n",
+		       f->ops / 1e6, m->ops > 0 ? f->ops / m->ops : 0,
+		       m->ops / 1e6,
+		       m->ops > 0 ? (f->keys / g_res.cores) / m->ops : 0);
+	} else {
+		printf("  %-24s %s\n", "memcached (pipelined)",
+		       mc_skipped ? "skipped: memcached is not installed"
+		                  : "skipped: memcached could not be run");
+		printf("demo: done: libfarm %.2f M ops/s (memcached skipped); "
+		       "everything stopped\n",
+		       f->ops / 1e6);
+	}
+	fflush(stdout);
+}

@@ -1,0 +1,115 @@
+/*
+ * bench/lib's own checks (ctest benchlib_test): the goal writer in each
+ * style the benchmarks use, byte for byte, since their JSON lines must
+ * not change; the option parsers' bounds and size suffixes.
+ */
+#include "benchreport.h"
+#include "benchutil.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int failures;
+
+static void expect_goal(const struct br_style *st, const struct br_goal *g,
+                        bool more, const char *want)
+{
+	char buf[512] = {0};
+	FILE *f = fmemopen(buf, sizeof(buf) - 1, "w");
+	if (!f) {
+		perror("fmemopen");
+		exit(1);
+	}
+	br_goal(f, st, g, more);
+	fclose(f);
+	if (strcmp(buf, want) != 0) {
+		fprintf(stderr, "goal %s:\n  got  %s\n  want %s\n", g->name,
+		        buf, want);
+		failures++;
+	}
+}
+
+static void goals(void)
+{
+	static const struct br_style spaced = {{'f', 3}, {'f', 1}, false};
+	static const struct br_style kv = {{'g', 4}, {'g', 4}, false};
+	static const struct br_style compact = {{'g', 4}, {'g', 6}, true};
+	struct br_goal g = {"rr_vs_tcp_64B", 1.2345, 10, false, NULL};
+	expect_goal(&spaced, &g, true,
+	            "\"rr_vs_tcp_64B\": {\"value\": 1.234, \"target\": 10.0, "
+	            "\"met\": false}, ");
+	g.value = NAN;
+	expect_goal(&spaced, &g, false,
+	            "\"rr_vs_tcp_64B\": {\"value\": null, \"target\": 10.0, "
+	            "\"met\": false}");
+	struct br_goal k = {"lookups", 2.5, 2, true, ">="};
+	expect_goal(&kv, &k, false,
+	            "\"lookups\": {\"value\": 2.5, \"target\": 2, \"cmp\": "
+	            "\">=\", \"met\": true}");
+	struct br_goal t = {"ops_per_commit", 0, 0, true, NULL};
+	expect_goal(
+	        &compact, &t, true,
+	        "\"ops_per_commit\":{\"value\":0,\"target\":0,\"met\":true},");
+	t.value = INFINITY;
+	expect_goal(&compact, &t, false,
+	            "\"ops_per_commit\":{\"value\":null,\"target\":0,\"met\":"
+	            "true}");
+}
+
+static void expect_size(const char *s, int rc_want, uint64_t want)
+{
+	uint64_t v = 12345;
+	int rc = bu_parse_size(s, &v);
+	if (rc != rc_want || (rc == 0 && v != want) ||
+	    (rc != 0 && v != 12345)) {
+		fprintf(stderr, "bu_parse_size(%s): rc %d value %llu\n",
+		        s ? s : "NULL", rc, (unsigned long long)v);
+		failures++;
+	}
+}
+
+static void sizes(void)
+{
+	expect_size("64", 0, 64);
+	expect_size("4k", 0, 4096);
+	expect_size("1M", 0, 1u << 20);
+	expect_size("2GB", 0, 2ull << 30);
+	expect_size("1t", 0, 1ull << 40);
+	expect_size("16777215T", 0, 16777215ull << 40);
+	expect_size("16777216T", -22, 0); /* 2^64: overflows */
+	expect_size("", -22, 0);
+	expect_size(NULL, -22, 0);
+	expect_size("-1", -22, 0);
+	expect_size("4x", -22, 0);
+	expect_size("4kk", -22, 0);
+	expect_size("k", -22, 0);
+}
+
+static void unsigned_opts(void)
+{
+	unsigned v = 7;
+	if (bu_parse_u("3", 1, 3, &v) || v != 3)
+		failures++;
+	v = 7;
+	if (!bu_parse_u("4", 1, 3, &v) || !bu_parse_u("0", 1, 3, &v) ||
+	    !bu_parse_u("", 0, 3, &v) || !bu_parse_u(NULL, 0, 3, &v) ||
+	    !bu_parse_u("2x", 0, 3, &v) || v != 7) {
+		fprintf(stderr, "bu_parse_u accepted a bad value\n");
+		failures++;
+	}
+}
+
+int main(void)
+{
+	goals();
+	sizes();
+	unsigned_opts();
+	if (failures) {
+		fprintf(stderr, "benchlib_test: %d failure(s)\n", failures);
+		return 1;
+	}
+	printf("benchlib_test: ok\n");
+	return 0;
+}
