@@ -12,7 +12,9 @@
  *            allows: no transport over it can do better per core.
  *   fabric   bench/fabric_bench --netns, 64 B READs (served as RPCs by the
  *            target on udp, by software RMA on ofi): rate, latency, and
- *            the CPU both sides spend per READ.
+ *            the CPU both sides spend per READ; udp twice: as it runs
+ *            (requests coalesced per datagram) and with one request a
+ *            datagram (FARM_UDP_COALESCE=0), the echo's batching.
  *   kv       bench/kv_bench --netns --quick: KV lookups per second and per
  *            busy core, p50/p99, against memcached (its best
  *            configuration) and Redis over the same link.
@@ -368,17 +370,19 @@ static void fab_parse(const char *j, struct fab *f)
 
 static char self_dir[512];
 
-static int fabric_phase(const char *prov, int drop, struct fab *f, char *j,
-                        size_t len)
+/* @env: variables for the run (FARM_UDP_COALESCE=0: one request a
+ * datagram), or "". */
+static int fabric_phase(const char *prov, int drop, const char *env,
+                        struct fab *f, char *j, size_t len)
 {
 	char cmd[1024];
 	snprintf(cmd, sizeof(cmd),
-	         "%s/scripts/netns-cluster run --net-only --machines 2 "
+	         "%s%s/scripts/netns-cluster run --net-only --machines 2 "
 	         "--fabric %s --drop %d -- %s/fabric_bench --fabric %s "
 	         "--netns --sizes 64 --ops read --seconds %g --repeat 1 "
 	         "--region-size 64M --samples %d --outstanding %u 2>&1",
-	         FARM_SOURCE_DIR, prov, drop, self_dir, prov, g_opt.seconds,
-	         g_opt.quick ? 500 : 2000,
+	         env, FARM_SOURCE_DIR, prov, drop, self_dir, prov,
+	         g_opt.seconds, g_opt.quick ? 500 : 2000,
 	         g_opt.window > 256 ? 256 : g_opt.window);
 	if (run_capture(cmd, "{\"bench\"", j, len))
 		return -1;
@@ -481,9 +485,9 @@ static int parse(int argc, char **argv, const char **phase)
 }
 
 struct all {
-	char echo[512], echo_loss[512], fu[4096], fo[4096], fl[4096];
+	char echo[512], echo_loss[512], fu[4096], f1[4096], fo[4096], fl[4096];
 	char ku[16384], ko[16384];
-	struct fab u, o, l;
+	struct fab u, u1, o, l; /* u1: one request a datagram */
 };
 
 static void print_summary(const struct all *a)
@@ -500,10 +504,10 @@ static void print_summary(const struct all *a)
 	       "lossless)\n",
 	       g_opt.window, jnum(a->echo_loss, "rpsw"),
 	       jnum(a->echo_loss, "rpsw") / jnum(a->echo, "rpsw"));
-	const struct fab *f[3] = {&a->u, &a->o, &a->l};
-	const char *nm[3] = {"udp", "ofi", "udp, 1% loss"};
-	for (int i = 0; i < 3; i++)
-		printf("READ 64 B over %-12s: %.4f M/s, p50 %.1f us p99 %.1f "
+	const struct fab *f[4] = {&a->u, &a->u1, &a->o, &a->l};
+	const char *nm[4] = {"udp", "udp, 1 a dgram", "ofi", "udp, 1% loss"};
+	for (int i = 0; i < 4; i++)
+		printf("READ 64 B over %-14s: %.4f M/s, p50 %.1f us p99 %.1f "
 		       "us (1 in flight), %.0f ns CPU per READ (both sides): "
 		       "%.0f per busy core\n",
 		       nm[i], f[i]->mops, f[i]->p50 / 1e3, f[i]->p99 / 1e3,
@@ -528,17 +532,21 @@ static void print_json(const struct all *a, double load)
 	       "\"echo\": %s, \"echo_loss1\": %s, "
 	       "\"udp_read\": {\"mops\": %.4f, \"p50_ns\": %.0f, \"p99_ns\": "
 	       "%.0f, \"cpu_ns_per_op\": %.0f}, "
+	       "\"udp_read_one_per_datagram\": {\"mops\": %.4f, \"p50_ns\": "
+	       "%.0f, \"cpu_ns_per_op\": %.0f}, "
 	       "\"ofi_read\": {\"mops\": %.4f, \"p50_ns\": %.0f, \"p99_ns\": "
 	       "%.0f, \"cpu_ns_per_op\": %.0f}, "
 	       "\"udp_read_loss1\": {\"mops\": %.4f}, \"goals\": {",
 	       load, g_opt.window, a->echo[0] ? strchr(a->echo, '{') : "{}",
 	       a->echo_loss[0] ? strchr(a->echo_loss, '{') : "{}", a->u.mops,
-	       a->u.p50, a->u.p99, a->u.cpu_ns, a->o.mops, a->o.p50, a->o.p99,
-	       a->o.cpu_ns, a->l.mops);
+	       a->u.p50, a->u.p99, a->u.cpu_ns, a->u1.mops, a->u1.p50,
+	       a->u1.cpu_ns, a->o.mops, a->o.p50, a->o.p99, a->o.cpu_ns,
+	       a->l.mops);
 	/* The same batching: both keep --window requests in flight, one
-	 * request per datagram. */
+	 * request per datagram (udp's coalescing off). */
 	goal("rpc64_one_per_datagram_per_core_vs_echo",
-	     e_pcw > 0 ? per_core(&a->u) / e_pcw : 0, 0.5, true);
+	     e_pcw > 0 ? per_core(&a->u1) / e_pcw : 0, 0.5, true);
+	/* Many in flight: udp as it runs, requests coalesced per datagram. */
 	goal("rpc64_many_in_flight_per_core_vs_ofi",
 	     per_core(&a->o) > 0 ? per_core(&a->u) / per_core(&a->o) : 0, 10,
 	     true);
@@ -585,9 +593,11 @@ int main(int argc, char **argv)
 	int bad = 0;
 	bad |= echo_phase(0, a.echo, sizeof(a.echo));
 	bad |= echo_phase(1, a.echo_loss, sizeof(a.echo_loss));
-	bad |= fabric_phase("udp", 0, &a.u, a.fu, sizeof(a.fu));
-	bad |= fabric_phase("ofi", 0, &a.o, a.fo, sizeof(a.fo));
-	bad |= fabric_phase("udp", 1, &a.l, a.fl, sizeof(a.fl));
+	bad |= fabric_phase("udp", 0, "", &a.u, a.fu, sizeof(a.fu));
+	bad |= fabric_phase("udp", 0, "FARM_UDP_COALESCE=0 ", &a.u1, a.f1,
+	                    sizeof(a.f1));
+	bad |= fabric_phase("ofi", 0, "", &a.o, a.fo, sizeof(a.fo));
+	bad |= fabric_phase("udp", 1, "", &a.l, a.fl, sizeof(a.fl));
 	bad |= kv_phase("udp", a.ku, sizeof(a.ku));
 	bad |= kv_phase("ofi", a.ko, sizeof(a.ko));
 	print_summary(&a);

@@ -361,20 +361,20 @@ static void test_bad_range(void **state)
 	assert_int_equal(one_shot(f, farm_wr_write(2, f->buf, f->lmr, 64, &big,
 	                                           RSIZE + 4096)),
 	                 FARM_EREMOTE_ACCESS);
-	assert_int_equal(one_shot(f, farm_wr_read(3, f->buf, f->lmr, 8192,
-	                                          &big, RSIZE - 4096)),
+	assert_int_equal(one_shot(f, farm_wr_read(3, f->buf, f->lmr, 8192, &big,
+	                                          RSIZE - 4096)),
 	                 FARM_EREMOTE_ACCESS);
 	uint64_t *res = (uint64_t *)(void *)(f->buf + 8192);
 	assert_int_equal(
 	        one_shot(f, farm_wr_cas(4, res, f->lmr, &big, RSIZE, 0, 1)),
 	        FARM_EREMOTE_ACCESS);
 	/* An unknown key, for a WRITE and a READ. */
-	assert_int_equal(one_shot(f, farm_wr_write(5, f->buf, f->lmr, 4096,
-	                                           &badkey, 0)),
-	                 FARM_EREMOTE_KEY);
-	assert_int_equal(one_shot(f, farm_wr_read(6, f->buf, f->lmr, 64,
-	                                          &badkey, 0)),
-	                 FARM_EREMOTE_KEY);
+	assert_int_equal(
+	        one_shot(f, farm_wr_write(5, f->buf, f->lmr, 4096, &badkey, 0)),
+	        FARM_EREMOTE_KEY);
+	assert_int_equal(
+	        one_shot(f, farm_wr_read(6, f->buf, f->lmr, 64, &badkey, 0)),
+	        FARM_EREMOTE_KEY);
 	assert_true(region_intact(f));
 	still_serving(f); /* the peer is not dead; the good endpoint works */
 }
@@ -398,9 +398,9 @@ static void test_sess_full(void **state)
 {
 	struct fx *f = *state;
 	struct timeval tv = {.tv_sec = 2};
-	assert_int_equal(setsockopt(f->raw, SOL_SOCKET, SO_RCVTIMEO, &tv,
-	                            sizeof(tv)),
-	                 0);
+	assert_int_equal(
+	        setsockopt(f->raw, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)),
+	        0);
 	struct udp_pkt p;
 	memset(&p, 0, sizeof(p));
 	p.h.magic = UDP_MAGIC;
@@ -461,6 +461,8 @@ static void test_lossy(void **state)
 	assert_true(a.hook_drops > 0 && b.hook_drops > 0);
 	assert_true(a.hook_dups > 0 && a.hook_reorders > 0);
 	assert_true(a.retransmits > 0 && b.replayed > 0 && b.out_of_order > 0);
+	/* Gaps were told and resent before the RTO. */
+	assert_true(b.nacks > 0 && a.fast_resends > 0);
 	still_serving(f);
 }
 
@@ -513,6 +515,93 @@ static void test_full_ring(void **state)
 	farm_ep_destroy(ep);
 }
 
+/* Requests posted together travel several to a datagram, replies too, and
+ * each is answered right; a datagram whose records do not chain exactly
+ * (a bad tail, a record past its end, more records than fit) is dropped
+ * whole, counted once, none of its records served. */
+static void test_coalesced(void **state)
+{
+	struct fx *f = *state;
+	struct farm_udp_stats a0 = stats(f->a), b0 = stats(f->b);
+	farm_wr l[16];
+	for (unsigned k = 0; k < 16; k++) {
+		l[k] = farm_wr_read(k, f->buf + 64 * k, f->lmr, 64, &f->rd,
+		                    64 * (k * 7 % 1024));
+		l[k].flags = k == 15 ? FARM_WR_SIGNALED : 0;
+		l[k].next = k < 15 ? &l[k + 1] : NULL;
+	}
+	assert_int_equal(farm_ep_post(f->ep, l, NULL), 0);
+	farm_wc wc;
+	assert_int_equal(tu_wait_wc(f->cq, &wc, 10000), 1);
+	assert_int_equal(wc.status, 0);
+	for (unsigned k = 0; k < 16; k++)
+		assert_memory_equal(f->buf + 64 * k,
+		                    f->region + 64 * (k * 7 % 1024), 64);
+	struct farm_udp_stats a1 = stats(f->a), b1 = stats(f->b);
+	assert_int_equal(b1.served - b0.served, 16);
+	if (a1.retransmits == a0.retransmits) /* none under load */
+		assert_true(a1.tx_pkts - a0.tx_pkts < 4);
+	assert_true(b1.tx_pkts - b0.tx_pkts < 8);
+	/* A ring frame and its doorbell (src/msg posts them as one list):
+	 * one datagram each way. */
+	a0 = stats(f->a);
+	memset(f->buf, 0x3c, 256);
+	farm_wr w2[2] = {farm_wr_write(1, f->buf, f->lmr, 256, &f->rd, 4096),
+	                 farm_wr_notify(2, &f->rd, 8192)};
+	w2[0].flags = 0;
+	w2[1].flags = FARM_WR_SIGNALED;
+	w2[0].next = &w2[1];
+	assert_int_equal(farm_ep_post(f->ep, w2, NULL), 0);
+	assert_int_equal(tu_wait_wc(f->cq, &wc, 10000), 1);
+	assert_int_equal(wc.status, 0);
+	assert_memory_equal(f->region + 4096, f->buf, 256);
+	a1 = stats(f->a);
+	if (a1.retransmits == a0.retransmits) /* and a probe may go */
+		assert_int_equal(
+		        a1.tx_pkts - a0.tx_pkts - (a1.pings - a0.pings), 1);
+	/* The pattern back (the NOTIFY clears a set park word too). */
+	for (size_t i = 0; i < 8192 + 4; i++)
+		f->region[i] = (uint8_t)(i * 31 + 7);
+	b1 = stats(f->b);
+	/* Two records from a stranger's address: both parsed and refused
+	 * (the session's address is not this one). */
+	static uint8_t d[2 * UDP_DGRAM_MAX];
+	struct udp_pkt p = req(f, FARM_WR_WRITE, 0);
+	p.h.type |= UDP_MORE;
+	memcpy(d, &p, UDP_HDR + 64);
+	p.h.type = T_REQ;
+	memcpy(d + UDP_HDR + 64, &p, UDP_HDR + 64);
+	raw_send(f, d, 2 * (UDP_HDR + 64));
+	WAIT_STAT(f, bad_session, b1.bad_session + 2);
+	/* Bad chains: a tail of garbage, a last record marked MORE, a next
+	 * record claiming more than came, more records than a datagram
+	 * holds. */
+	memset(d + UDP_HDR + 64, 0x5a, 40);
+	raw_send(f, d, UDP_HDR + 64 + 40);
+	p.h.type = T_REQ | UDP_MORE;
+	memcpy(d + UDP_HDR + 64, &p, UDP_HDR + 64);
+	raw_send(f, d, 2 * (UDP_HDR + 64));
+	p.h.type = T_REQ;
+	memcpy(d + UDP_HDR + 64, &p, UDP_HDR + 64);
+	raw_send(f, d, 2 * (UDP_HDR + 64) - 8);
+	p = req(f, FARM_WR_READ, 0);
+	size_t n = 0;
+	for (unsigned k = 0; k <= UDP_RECS_MAX && n + UDP_HDR <= sizeof(d);
+	     k++, n += UDP_HDR) {
+		p.h.type = T_REQ | UDP_MORE;
+		memcpy(d + n, &p, UDP_HDR);
+	}
+	((struct udp_hdr *)(d + n - UDP_HDR))->type = T_REQ;
+	assert_true(n > UDP_DGRAM_MAX);
+	raw_send(f, d, n);
+	WAIT_STAT(f, malformed, b1.malformed + 4);
+	struct farm_udp_stats b2 = stats(f->b);
+	assert_int_equal(b2.bad_session, b1.bad_session + 2);
+	assert_int_equal(b2.served, b1.served);
+	assert_true(region_intact(f));
+	still_serving(f);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -523,6 +612,8 @@ int main(void)
 	        cmocka_unit_test_setup_teardown(test_sess_full, setup,
 	                                        teardown),
 	        cmocka_unit_test_setup_teardown(test_full_ring, setup,
+	                                        teardown),
+	        cmocka_unit_test_setup_teardown(test_coalesced, setup,
 	                                        teardown),
 	        cmocka_unit_test_setup_teardown(test_lossy, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_broken_go_back_n, setup,

@@ -134,6 +134,10 @@ static int udp_open(const farm_fabric_attr *attr, farm_fabric **out)
 	pthread_rwlock_init(&f->tab_lock, NULL);
 	f->timeout_ns = env_ms("FARM_UDP_TIMEOUT_MS", 4000) * 1000000ull;
 	f->hb_ns = FARM_MAX(f->timeout_ns / 4, 20000000ull);
+	/* FARM_UDP_COALESCE=0: one record a datagram (to measure what
+	 * coalescing saves); every receiver takes both. */
+	const char *co = getenv("FARM_UDP_COALESCE");
+	f->coalesce = !(co && strcmp(co, "0") == 0);
 	if (getrandom(&f->inc, sizeof(f->inc), 0) != sizeof(f->inc))
 		f->inc = farm_now_ns() ^ ((uint64_t)getpid() << 32);
 	f->inc |= 1;
@@ -531,6 +535,7 @@ static int udp_ep_connect(farm_fabric *fab, farm_cq *cq, uint32_t peer_id,
 	pe->alen = tlen;
 	__atomic_store_n(&pe->rx_ns, farm_now_ns(), __ATOMIC_RELAXED);
 	pe->neps++;
+	f->peers_hi = FARM_MAX(f->peers_hi, peer_id + 1);
 	f->eps[idx] = ep;
 	f->eps_hi = FARM_MAX(f->eps_hi, idx + 1);
 	pthread_mutex_unlock(&f->lock);
@@ -680,8 +685,12 @@ static int udp_ep_post(farm_ep *fep, farm_wr *list, farm_wr **bad)
 		}
 		ep->head++;
 	}
-	if (ep->snd_una == ep->snd_nxt)
+	if (ep->snd_una == ep->snd_nxt) {
 		ep->progress_ns = farm_now_ns(); /* the bound starts now */
+		/* Pairs with timers_if_due: its retransmission timer. */
+		if (!atomic_load_explicit(&ep->fab->kick, memory_order_relaxed))
+			atomic_store(&ep->fab->kick, true);
+	}
 	udp_ep_pump(ep);
 	pthread_mutex_unlock(&ep->lock);
 	if (rc && bad)

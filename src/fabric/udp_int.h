@@ -16,25 +16,33 @@
 #include "fabric/udp_testing.h"
 #include "util/common.h"
 
-#define UDP_MAGIC      0x31505546u /* "FUP1" */
-#define UDP_HDR        88u
-#define UDP_PIECE      1344u /* data bytes per packet: 21 lines */
-#define UDP_DGRAM_MAX  (UDP_HDR + UDP_PIECE) /* fits a 1500-byte MTU */
-#define UDP_WINDOW     32u /* credits: unacknowledged packets a session */
-#define UDP_BATCH      32u /* datagrams per recvmmsg / sendmmsg */
-#define UDP_MAX_EPS    4096u
-#define UDP_MAX_PEERS  1024u
-#define UDP_MAX_SESS   1024u
-#define UDP_TABLE_N    4096u
-#define UDP_RTO_NS     (5ull * 1000000ull) /* as eRPC: 5 ms */
-#define UDP_RTO_MAX_NS (160ull * 1000000ull)
-#define UDP_CONNECT_NS (2000ull * 1000000ull)
+#define UDP_MAGIC        0x31505546u /* "FUP1" */
+#define UDP_HDR          88u
+#define UDP_PIECE        1344u /* data bytes per packet: 21 lines */
+#define UDP_DGRAM_MAX    (UDP_HDR + UDP_PIECE) /* fits a 1500-byte MTU */
+#define UDP_WINDOW       32u /* credits: unacknowledged packets a session */
+#define UDP_BATCH        32u /* datagrams per recvmmsg / sendmmsg */
+#define UDP_MAX_EPS      4096u
+#define UDP_MAX_PEERS    1024u
+#define UDP_MAX_SESS     1024u
+#define UDP_TABLE_N      4096u
+#define UDP_RTO_NS       (5ull * 1000000ull) /* as eRPC: 5 ms */
+#define UDP_RTO_MAX_NS   (160ull * 1000000ull)
+#define UDP_CONNECT_NS   (2000ull * 1000000ull)
+#define UDP_TICK_NS      1000000ull   /* timers, with packets outstanding */
+#define UDP_IDLE_TICK_NS 200000000ull /* ... without: liveness probes */
 
 /* Test-only request flags (udp_testing.h knobs, set at the initiator as
  * the tests set them, obeyed by the target in FARM_FAULT_INJECTION builds
  * only). */
 #define UDP_TF_UNORDERED 1u /* WRITE: the last word first */
 #define UDP_TF_TEARABLE  2u /* READ: word by word, highest first */
+
+/* Set in a record's type when another record follows it in the same
+ * datagram (README.md, "udp": coalescing). */
+#define UDP_MORE      0x80u
+#define UDP_RECS_MAX  (UDP_DGRAM_MAX / UDP_HDR) /* records a datagram */
+#define UDP_ALIGN8(n) (((n) + 7u) & ~(size_t)7u)
 
 enum {
 	T_REQ = 1,
@@ -44,7 +52,8 @@ enum {
 	T_PING,
 	T_PONG,
 	T_CLOSE,
-	T_BYE, /* the sender's fabric closes */
+	T_BYE,  /* the sender's fabric closes */
+	T_NACK, /* the target's session expects seq (a gap): resend from it */
 };
 
 /* Every datagram starts with this header (host byte order: the provider
@@ -106,6 +115,7 @@ struct udp_sess {
 	struct sockaddr_storage addr;
 	socklen_t alen;
 	uint64_t expect; /* the next sequence to execute */
+	uint64_t nacked; /* the expect a NACK was sent for (once each) */
 	uint64_t seen_ns;
 	struct udp_cached {
 		uint64_t seq;
@@ -149,6 +159,7 @@ struct udp_ep {
 	uint32_t win_slot[UDP_WINDOW]; /* the slot of packet q % W */
 	uint64_t rto_at, progress_ns;
 	uint64_t rto_ns; /* UDP_RTO_NS, doubled by each retransmission */
+	uint64_t nack_q; /* the sequence the last NACK resent from, + 1 */
 	bool closed, err_state, sw_failed;
 	struct udp_faults faults;
 	struct udp_ep *cq_next;
@@ -213,6 +224,11 @@ struct udp_fabric {
 	socklen_t held_tlen;
 	struct udp_rxbuf *rxb; /* under rx */
 	unsigned eps_hi;       /* eps[] used below this */
+	unsigned peers_hi;     /* peers[] with endpoints below this */
+	atomic_bool deaths;    /* some peer's report is pending */
+	atomic_bool kick;      /* an idle endpoint posted: timers now */
+	bool coalesce;         /* several records a datagram */
+	uint64_t timers_at;    /* dispatch thread only: next timers pass */
 	struct farm_udp_stats st;
 };
 
@@ -232,7 +248,25 @@ struct udp_out {
 	socklen_t tlen;
 };
 
+/* Datagrams being filled: consecutive records to the same address share
+ * one (when the fabric coalesces), each at an 8-byte aligned offset, every
+ * one but the last marked UDP_MORE. @dg holds cap + 1 datagrams (the last
+ * is slack: a record is written as a struct udp_pkt). */
+struct udp_packer {
+	uint8_t (*dg)[UDP_DGRAM_MAX];
+	struct udp_out *out;
+	unsigned cap, n;
+	size_t last; /* offset of the last record in dg[n - 1] */
+	bool coalesce;
+};
+
 /* udp_wire.c */
+void udp_packer_init(struct udp_packer *pk, uint8_t (*dg)[UDP_DGRAM_MAX],
+                     struct udp_out *out, unsigned cap, bool coalesce);
+struct udp_pkt *udp_packer_add(struct udp_fabric *f, struct udp_packer *pk,
+                               size_t len, const struct sockaddr_storage *to,
+                               socklen_t tlen);
+void udp_packer_flush(struct udp_fabric *f, struct udp_packer *pk);
 int udp_parse_addr(const char *s, struct sockaddr_storage *ss, socklen_t *sl);
 int udp_format_addr(const struct sockaddr_storage *ss, char *buf, size_t len);
 void udp_send(struct udp_fabric *f, const struct udp_out *out, unsigned n);

@@ -250,6 +250,15 @@ void udp_serve_req(struct udp_fabric *f, const struct udp_pkt *p, size_t n,
 		struct udp_cached *c = &s->cache[h->seq % UDP_WINDOW];
 		if (h->seq > s->expect) {
 			UST_ADD(f, out_of_order, 1);
+			/* A gap: say once which packet is missing, so the
+			 * initiator resends now, not after its RTO. */
+			if (s->nacked != s->expect + 1) {
+				s->nacked = s->expect + 1;
+				UST_ADD(f, nacks, 1);
+				reply_hdr(f, h, reply, T_NACK);
+				reply->h.seq = s->expect;
+				*rlen = UDP_HDR;
+			}
 		} else if (c->seq == h->seq && c->len) {
 			UST_ADD(f, replayed, 1);
 			memcpy(reply, &c->pkt, c->len);
@@ -345,6 +354,7 @@ static void accept_conn(struct udp_fabric *f, const struct udp_hdr *h,
 		s->peer_inc = h->inc;
 		s->cep = h->cep;
 		s->expect = 0;
+		s->nacked = 0;
 		memset(s->cache, 0, UDP_WINDOW * sizeof(*s->cache));
 	}
 	memcpy(&s->addr, from, flen);

@@ -59,6 +59,10 @@ struct farm_udp_stats {
 	uint64_t conn_refused;    /* CONNECTs refused: sessions all in use */
 	uint64_t line_giveups;    /* READs answered -EAGAIN: a line kept
 	                           * changing under the copy */
+	uint64_t timer_passes;    /* the dispatch thread's timer passes */
+	uint64_t empty_drains;    /* recvmmsg calls that found nothing */
+	uint64_t nacks;           /* gaps told to the initiator (target) */
+	uint64_t fast_resends;    /* resends on a NACK, before the RTO */
 };
 
 /* A snapshot of a udp fabric's counters; -EINVAL for another provider. */

@@ -1,7 +1,8 @@
 /*
  * The udp provider's wire: addresses, sending (sendmmsg, through the test
- * hooks), draining the socket (recvmmsg: requests to serve, replies to
- * hand to endpoints, session control), the initiator's go-back-N window
+ * hooks), coalescing (the records sent together to one address packed into
+ * shared datagrams), draining the socket (recvmmsg: requests to serve, replies
+ * to hand to endpoints, session control), the initiator's go-back-N window
  * (pump, retransmission after UDP_RTO_NS) and the dispatch thread, which
  * parks in poll(2) while nothing is outstanding and probes peers' liveness
  * every hb_ns.
@@ -215,6 +216,48 @@ void udp_send(struct udp_fabric *f, const struct udp_out *out, unsigned n)
 	send_raw(f, out, n);
 }
 
+/* ---- coalescing --------------------------------------------------------- */
+
+void udp_packer_init(struct udp_packer *pk, uint8_t (*dg)[UDP_DGRAM_MAX],
+                     struct udp_out *out, unsigned cap, bool coalesce)
+{
+	*pk = (struct udp_packer){
+	        .dg = dg, .out = out, .cap = cap, .coalesce = coalesce};
+}
+
+void udp_packer_flush(struct udp_fabric *f, struct udp_packer *pk)
+{
+	if (pk->n)
+		udp_send(f, pk->out, pk->n);
+	pk->n = 0;
+}
+
+/* Room for a record of @len bytes to @to: after the last one when it fits
+ * in the same datagram (one system call, one wake-up of the receiver, for
+ * many records), else at the start of a new datagram. The caller writes
+ * the record there before the next call. */
+struct udp_pkt *udp_packer_add(struct udp_fabric *f, struct udp_packer *pk,
+                               size_t len, const struct sockaddr_storage *to,
+                               socklen_t tlen)
+{
+	struct udp_out *o = pk->n ? &pk->out[pk->n - 1] : NULL;
+	if (o && pk->coalesce && o->tlen == tlen &&
+	    (o->to == to || memcmp(o->to, to, tlen) == 0) &&
+	    UDP_ALIGN8(o->len) + len <= UDP_DGRAM_MAX) {
+		uint8_t *d = pk->dg[pk->n - 1];
+		((struct udp_pkt *)(d + pk->last))->h.type |= UDP_MORE;
+		pk->last = UDP_ALIGN8(o->len);
+		o->len = pk->last + len;
+		return (struct udp_pkt *)(d + pk->last);
+	}
+	if (pk->n == pk->cap)
+		udp_packer_flush(f, pk);
+	pk->out[pk->n] = (struct udp_out){(const struct udp_pkt *)pk->dg[pk->n],
+	                                  len, to, tlen};
+	pk->last = 0;
+	return (struct udp_pkt *)pk->dg[pk->n++];
+}
+
 /* ---- pieces ------------------------------------------------------------- */
 
 /* A request is split at line boundaries into pieces of at most UDP_PIECE
@@ -289,6 +332,17 @@ static size_t build_pkt(struct udp_ep *ep, const struct udp_slot *s, uint64_t q,
 	return UDP_HDR + p->h.len;
 }
 
+/* The length of packet @q's record (build_pkt's result). */
+static size_t rec_len(const struct udp_slot *s, uint64_t q)
+{
+	if (s->opcode != FARM_WR_WRITE)
+		return UDP_HDR;
+	uint64_t off;
+	uint32_t plen;
+	udp_piece(s->raddr, s->len, (uint32_t)(q - s->pkt_first), &off, &plen);
+	return UDP_HDR + plen;
+}
+
 static bool ep_paused(const struct udp_ep *ep)
 {
 	const struct udp_fabric *f = ep->fab;
@@ -298,29 +352,30 @@ static bool ep_paused(const struct udp_ep *ep)
 }
 
 /* Send what the window allows: first the packets in [from, snd_nxt) not
- * answered yet (a retransmission), then new ones. Endpoint lock held. */
-static void ep_send(struct udp_ep *ep, uint64_t from)
+ * answered yet (a retransmission: the RTO backs off when @timeout), then
+ * new ones. Endpoint lock held. */
+static void ep_send(struct udp_ep *ep, uint64_t from, uint64_t end,
+                    bool timeout)
 {
 	if (ep_paused(ep))
 		return;
-	static _Thread_local struct udp_pkt pk[UDP_BATCH];
+	static _Thread_local uint8_t dg[UDP_BATCH + 1][UDP_DGRAM_MAX]
+	        __attribute__((aligned(8)));
 	struct udp_out out[UDP_BATCH];
-	unsigned n = 0;
+	struct udp_packer pk;
+	udp_packer_init(&pk, dg, out, UDP_BATCH, ep->fab->coalesce);
 	/* The timer is armed by the first packet outstanding, re-armed by a
 	 * retransmission (and by progress, on_reply). */
 	bool arm = ep->snd_una == ep->snd_nxt || from < ep->snd_nxt;
-	for (uint64_t q = from; q < ep->snd_nxt; q++) {
+	for (uint64_t q = from; q < FARM_MIN(end, ep->snd_nxt); q++) {
 		if (ep->acked >> (q - ep->snd_una) & 1)
 			continue;
 		const struct udp_slot *s =
 		        &ep->slots[ep->win_slot[q % UDP_WINDOW] & ep->mask];
-		out[n] = (struct udp_out){&pk[n], build_pkt(ep, s, q, &pk[n]),
-		                          &ep->dest, ep->dlen};
+		build_pkt(ep, s, q,
+		          udp_packer_add(ep->fab, &pk, rec_len(s, q), &ep->dest,
+		                         ep->dlen));
 		UST_ADD(ep->fab, retransmits, 1);
-		if (++n == UDP_BATCH) {
-			udp_send(ep->fab, out, n);
-			n = 0;
-		}
 	}
 	/* The cursor may lag behind the oldest request (retired since): its
 	 * slot may hold a newer request by now. */
@@ -336,16 +391,12 @@ static void ep_send(struct udp_ep *ep, uint64_t from)
 		}
 		uint64_t q = ep->snd_nxt++;
 		ep->win_slot[q % UDP_WINDOW] = ep->send_slot;
-		out[n] = (struct udp_out){&pk[n], build_pkt(ep, s, q, &pk[n]),
-		                          &ep->dest, ep->dlen};
-		if (++n == UDP_BATCH) {
-			udp_send(ep->fab, out, n);
-			n = 0;
-		}
+		build_pkt(ep, s, q,
+		          udp_packer_add(ep->fab, &pk, rec_len(s, q), &ep->dest,
+		                         ep->dlen));
 	}
-	if (n)
-		udp_send(ep->fab, out, n);
-	if (from < ep->snd_nxt) /* a retransmission: back off */
+	udp_packer_flush(ep->fab, &pk);
+	if (timeout && from < ep->snd_nxt) /* a retransmission: back off */
 		ep->rto_ns = FARM_MIN(ep->rto_ns * 2, UDP_RTO_MAX_NS);
 	if (arm)
 		ep->rto_at = farm_now_ns() + ep->rto_ns;
@@ -353,7 +404,47 @@ static void ep_send(struct udp_ep *ep, uint64_t from)
 
 void udp_ep_pump(struct udp_ep *ep)
 {
-	ep_send(ep, ep->snd_nxt);
+	ep_send(ep, ep->snd_nxt, ep->snd_nxt, false);
+}
+
+/* Packet @q is missing at the target (its NACK: resend everything from
+ * it) or its reply is (a later one came: resend those before @end). Only
+ * when it is the oldest unanswered, once per such packet (a NACK
+ * duplicated or late resends nothing more; a resend lost again waits for
+ * the RTO). */
+static void on_nack(struct udp_ep *ep, uint64_t q, uint64_t end)
+{
+	if (q != ep->snd_una || q >= ep->snd_nxt || ep->nack_q == q + 1 ||
+	    ep_paused(ep))
+		return;
+	ep->nack_q = q + 1;
+	UST_ADD(ep->fab, fast_resends, 1);
+	ep_send(ep, q, end, false);
+}
+
+/* Packet @q is answered: the window slides over what is answered from its
+ * oldest, the timer restarts on progress, a hole below @q is resent, and
+ * what the window now allows goes out. */
+static void acked(struct udp_ep *ep, uint64_t q)
+{
+	ep->acked |= 1ull << (q - ep->snd_una);
+	uint64_t before = ep->snd_una;
+	while (ep->acked & 1) {
+		ep->acked >>= 1;
+		ep->snd_una++;
+	}
+	uint64_t now = farm_now_ns();
+	ep->progress_ns = now;
+	if (ep->snd_una != before) {
+		ep->rto_ns = UDP_RTO_NS;
+		ep->rto_at = now + UDP_RTO_NS;
+	}
+	/* A reply past an unanswered packet: the target executes in order,
+	 * so that packet's reply was lost (or is late): resend it now, as on
+	 * a NACK (the target answers it from its reply cache). */
+	if (ep->snd_una < q)
+		on_nack(ep, ep->snd_una, q);
+	udp_ep_pump(ep);
 }
 
 /* A reply for packet @q of @ep (endpoint lock held). */
@@ -388,21 +479,9 @@ static void on_reply(struct udp_ep *ep, const struct udp_pkt *p, uint64_t q)
 		memcpy((uint8_t *)s->local + off, p->data, plen);
 	else if (!st && s->opcode == FARM_WR_CAS)
 		memcpy(s->local, &p->h.cmp, 8);
-	ep->acked |= 1ull << (q - ep->snd_una);
 	if (++s->ndone == s->npk) /* pairs with udp_cq_poll's hint */
 		__atomic_store_n(&s->state, S_DONE, __ATOMIC_RELEASE);
-	uint64_t before = ep->snd_una;
-	while (ep->acked & 1) {
-		ep->acked >>= 1;
-		ep->snd_una++;
-	}
-	uint64_t now = farm_now_ns();
-	ep->progress_ns = now;
-	if (ep->snd_una != before) {
-		ep->rto_ns = UDP_RTO_NS;
-		ep->rto_at = now + UDP_RTO_NS;
-	}
-	udp_ep_pump(ep);
+	acked(ep, q);
 }
 
 /* ---- receiving ---------------------------------------------------------- */
@@ -413,7 +492,8 @@ struct udp_rxbuf {
 		uint8_t extra[64]; /* an oversized datagram shows as such */
 	} in[UDP_BATCH];
 	struct sockaddr_storage from[UDP_BATCH];
-	struct udp_pkt reply[UDP_BATCH];
+	struct udp_pkt reply; /* one record's, before it is packed */
+	uint8_t dg[UDP_BATCH + 1][UDP_DGRAM_MAX] __attribute__((aligned(8)));
 	struct udp_out out[UDP_BATCH];
 };
 
@@ -447,7 +527,10 @@ static void on_resp(struct udp_fabric *f, const struct udp_pkt *p)
 	}
 	heard(f, &p->h);
 	pthread_mutex_lock(&ep->lock);
-	on_reply(ep, p, p->h.seq);
+	if ((p->h.type & ~UDP_MORE) == T_NACK)
+		on_nack(ep, p->h.seq, UINT64_MAX);
+	else
+		on_reply(ep, p, p->h.seq);
 	pthread_mutex_unlock(&ep->lock);
 	pthread_mutex_unlock(&f->lock);
 }
@@ -531,8 +614,8 @@ static size_t on_dgram(struct udp_fabric *f, const struct udp_pkt *p, size_t n,
                        socklen_t flen, struct udp_pkt *reply)
 {
 	const struct udp_hdr *h = &p->h;
-	if (n == UDP_HDR && h->magic == UDP_MAGIC && h->type == T_CONNECT &&
-	    !h->len && h->to != f->base.machine_id) {
+	if (n == UDP_HDR && h->type == T_CONNECT && !h->len &&
+	    h->to != f->base.machine_id) {
 		/* Someone else's address: say so, the caller's card is
 		 * wrong (farm_ep_connect: -EINVAL). */
 		UST_ADD(f, malformed, 1);
@@ -545,21 +628,20 @@ static size_t on_dgram(struct udp_fabric *f, const struct udp_pkt *p, size_t n,
 		reply->h.status = -EINVAL;
 		return UDP_HDR;
 	}
-	if (n < UDP_HDR || n > UDP_DGRAM_MAX || (mflags & MSG_TRUNC) ||
-	    h->magic != UDP_MAGIC || UDP_HDR + (size_t)h->len != n ||
-	    h->to != f->base.machine_id || h->from == f->base.machine_id ||
-	    flen > sizeof(struct sockaddr_storage)) {
+	(void)mflags; /* the datagram's: checked by split() */
+	if (h->to != f->base.machine_id || h->from == f->base.machine_id) {
 		UST_ADD(f, malformed, 1);
 		return 0;
 	}
 	size_t rlen = 0;
-	switch (h->type) {
+	switch (h->type & ~UDP_MORE) {
 	case T_REQ:
 		udp_serve_req(f, p, n, from, flen, reply, &rlen);
 		if (rlen)
 			heard(f, h);
 		return rlen;
-	case T_RESP: on_resp(f, p); return 0;
+	case T_RESP:
+	case T_NACK: on_resp(f, p); return 0;
 	case T_ACCEPT: on_accept(f, h); return 0;
 	case T_PONG: on_pong(f, h); return 0;
 	case T_BYE: on_bye(f, h); return 0;
@@ -569,6 +651,56 @@ static size_t on_dgram(struct udp_fabric *f, const struct udp_pkt *p, size_t n,
 		udp_serve_ctl(f, p, n, from, flen, reply, &rlen);
 		return rlen;
 	default: UST_ADD(f, malformed, 1); return 0;
+	}
+}
+
+/* The records of a datagram of @n bytes: their offsets and lengths, or 0
+ * when anything is wrong with it (nothing of it is then served, and it
+ * counts once as malformed). Each record is a header and its payload,
+ * at an 8-byte aligned offset; each but the last has UDP_MORE in its
+ * type, and the last ends the datagram exactly. */
+static unsigned split(const uint8_t *d, size_t n, int mflags, socklen_t flen,
+                      uint32_t *off, uint32_t *len)
+{
+	if (n > UDP_DGRAM_MAX || (mflags & MSG_TRUNC) ||
+	    flen > sizeof(struct sockaddr_storage))
+		return 0;
+	size_t at = 0;
+	for (unsigned k = 0; k < UDP_RECS_MAX; k++) {
+		const struct udp_hdr *h = (const struct udp_hdr *)(d + at);
+		if (n - at < UDP_HDR || h->magic != UDP_MAGIC ||
+		    UDP_HDR + (size_t)h->len > n - at)
+			return 0;
+		off[k] = (uint32_t)at;
+		len[k] = UDP_HDR + h->len;
+		if (!(h->type & UDP_MORE))
+			return at + len[k] == n ? k + 1 : 0;
+		at += UDP_ALIGN8(len[k]);
+		if (at > n)
+			return 0;
+	}
+	return 0;
+}
+
+/* Datagram @i of a batch: its records served or handed on in order, the
+ * replies packed for its sender. */
+static void on_datagram(struct udp_fabric *f, struct udp_rxbuf *b, unsigned i,
+                        const struct mmsghdr *m, struct udp_packer *pk)
+{
+	uint32_t off[UDP_RECS_MAX], len[UDP_RECS_MAX];
+	const uint8_t *d = (const uint8_t *)&b->in[i];
+	unsigned nr = split(d, m->msg_len, m->msg_hdr.msg_flags,
+	                    m->msg_hdr.msg_namelen, off, len);
+	if (!nr)
+		UST_ADD(f, malformed, 1);
+	for (unsigned k = 0; k < nr; k++) {
+		size_t rl = on_dgram(f, (const struct udp_pkt *)(d + off[k]),
+		                     len[k], 0, &b->from[i],
+		                     m->msg_hdr.msg_namelen, &b->reply);
+		if (rl)
+			memcpy(udp_packer_add(f, pk, rl, &b->from[i],
+			                      m->msg_hdr.msg_namelen),
+			       &b->reply, rl);
 	}
 }
 
@@ -589,25 +721,17 @@ static void rx_drain_locked(struct udp_fabric *f)
 			        .msg_iovlen = 1};
 		}
 		int r = recvmmsg(f->fd, m, UDP_BATCH, MSG_DONTWAIT, NULL);
-		if (r <= 0)
+		if (r <= 0) {
+			UST_ADD(f, empty_drains, 1);
 			return;
+		}
 		UST_ADD(f, rx_calls, 1);
 		UST_ADD(f, rx_pkts, (uint64_t)r);
-		unsigned nout = 0;
-		for (int i = 0; i < r; i++) {
-			size_t rl = on_dgram(
-			        f, &b->in[i].p, m[i].msg_len,
-			        m[i].msg_hdr.msg_flags, &b->from[i],
-			        m[i].msg_hdr.msg_namelen, &b->reply[nout]);
-			if (rl) {
-				b->out[nout] = (struct udp_out){
-				        &b->reply[nout], rl, &b->from[i],
-				        m[i].msg_hdr.msg_namelen};
-				nout++;
-			}
-		}
-		if (nout)
-			udp_send(f, b->out, nout);
+		struct udp_packer pk;
+		udp_packer_init(&pk, b->dg, b->out, UDP_BATCH, f->coalesce);
+		for (int i = 0; i < r; i++)
+			on_datagram(f, b, (unsigned)i, &m[i], &pk);
+		udp_packer_flush(f, &pk);
 		if (r < (int)UDP_BATCH)
 			return;
 	}
@@ -628,8 +752,10 @@ void udp_rx_drain(struct udp_fabric *f)
 static bool fail_peer_locked(struct udp_fabric *f, uint32_t peer)
 {
 	bool was = !atomic_exchange(&f->peers[peer].dead, 1);
-	if (was)
-		f->peers[peer].report = true; /* by the dispatch thread */
+	if (was) {
+		f->peers[peer].report = true;   /* by the dispatch thread */
+		atomic_store(&f->deaths, true); /* pairs with report_deaths */
+	}
 	for (unsigned i = 0; i < f->eps_hi; i++) {
 		struct udp_ep *ep = f->eps[i];
 		if (!ep || ep->base.peer != peer)
@@ -671,6 +797,10 @@ static void report_death(struct udp_fabric *f, uint32_t peer)
  * drained the socket may hold locks of the layers above. */
 static void report_deaths(struct udp_fabric *f)
 {
+	/* Most passes have nothing to report: one flag, not a lock per
+	 * peer. Pairs with the store in fail_peer_locked. */
+	if (!atomic_exchange(&f->deaths, false))
+		return;
 	for (uint32_t m = 0; m < UDP_MAX_PEERS; m++) {
 		pthread_mutex_lock(&f->lock);
 		bool r = f->peers[m].report;
@@ -704,7 +834,7 @@ static bool ep_timers(struct udp_ep *ep, uint64_t now, bool *dead)
 		return true;
 	}
 	if (ep->snd_una < ep->snd_nxt && now >= ep->rto_at)
-		ep_send(ep, ep->snd_una);
+		ep_send(ep, ep->snd_una, UINT64_MAX, true);
 	else if (ep->snd_nxt < ep->next_pkt)
 		udp_ep_pump(ep); /* unpaused, or the window opened */
 	return true;
@@ -715,7 +845,7 @@ static bool ep_timers(struct udp_ep *ep, uint64_t now, bool *dead)
 static void peer_timers(struct udp_fabric *f, uint64_t now, uint32_t *dead,
                         unsigned *ndead)
 {
-	for (uint32_t m = 0; m < UDP_MAX_PEERS; m++) {
+	for (uint32_t m = 0; m < f->peers_hi; m++) {
 		struct udp_peer *pe = &f->peers[m];
 		if (!pe->neps || atomic_load(&pe->dead))
 			continue;
@@ -741,10 +871,9 @@ static void peer_timers(struct udp_fabric *f, uint64_t now, uint32_t *dead,
 	}
 }
 
-/* Returns how long the dispatch thread may sleep, in ms. */
-static int timers(struct udp_fabric *f)
+/* Returns how long until the next pass is due, in ns. */
+static uint64_t timers(struct udp_fabric *f, uint64_t now)
 {
-	uint64_t now = farm_now_ns();
 	uint32_t dead[16];
 	unsigned ndead = 0;
 	bool busy = false;
@@ -773,8 +902,28 @@ static int timers(struct udp_fabric *f)
 #ifdef FARM_FAULT_INJECTION
 	flush_held(f);
 #endif
-	return busy ? 1
-	            : (int)FARM_MAX(1u, FARM_MIN(200u, f->hb_ns / 1000000u));
+	UST_ADD(f, timer_passes, 1);
+	/* Idle, half the probe interval: a probe then goes out at most 1.5
+	 * intervals after the last, 2.5 or more of them within the bound. */
+	return busy ? UDP_TICK_NS : FARM_MIN(UDP_IDLE_TICK_NS, f->hb_ns / 2);
+}
+
+/* The timers run when due, not on every wake-up: under load the dispatch
+ * thread wakes for every few datagrams, and a pass walks every endpoint
+ * and peer under f->lock. Their resolution is a tick (the RTO is 5 ms,
+ * the death bound seconds). Returns how long poll(2) may sleep, in ms. */
+static int timers_if_due(struct udp_fabric *f)
+{
+	uint64_t now = farm_now_ns();
+	/* Pairs with the store in udp_ep_post: an endpoint that had nothing
+	 * outstanding posted, so the timers go to the busy tick now. */
+	if (atomic_load_explicit(&f->kick, memory_order_relaxed) &&
+	    atomic_exchange(&f->kick, false))
+		f->timers_at = now;
+	if ((int64_t)(now - f->timers_at) >= 0)
+		f->timers_at = now + timers(f, now);
+	uint64_t left = f->timers_at - now;
+	return (int)FARM_MAX(1u, (left + 999999u) / 1000000u);
 }
 
 void *udp_dispatch_main(void *arg)
@@ -792,7 +941,7 @@ void *udp_dispatch_main(void *arg)
 			rx_drain_locked(f);
 			pthread_mutex_unlock(&f->rx);
 		}
-		int ms = timers(f);
+		int ms = timers_if_due(f);
 		UST_ADD(f, dispatch_sleeps, 1);
 		int n = poll(p, drained ? 2 : 1, drained ? ms : 1);
 		if (n > 0 && (p[0].revents & POLLIN))
