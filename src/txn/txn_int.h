@@ -108,9 +108,7 @@ struct farm_txm {
 /* May this machine serve a read now (its lease holds)? */
 static inline bool txn_serving(farm_txm *m)
 {
-	uint64_t u =
-	        atomic_load_explicit(&m->serve_until, memory_order_acquire);
-	return u == UINT64_MAX || farm_now_ns() < u;
+	return farm_txm_lease_held(&m->serve_until);
 }
 
 enum {
