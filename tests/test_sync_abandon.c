@@ -15,6 +15,11 @@
  * the sanitizers' build (FARM_SANITIZE=address) any write of a late
  * completion into a freed buffer is a use-after-free report, which fails
  * the test. Afterwards every key reads back whole.
+ *
+ * --broken (FARM_FP_KV_SYNC_LATE_COPY): an abandoned get still copies its
+ * late value into the caller's buffer; under FARM_SANITIZE=address the
+ * run must end in a use-after-free report (the proof that the test sees
+ * the bug it guards against; elsewhere the write lands unseen).
  */
 #include "kvproc.h"
 
@@ -23,6 +28,7 @@
 #include <farm/fabric.h>
 
 #include "kv/kv.h"
+#include "util/fault.h"
 
 #define NM       NP_NM
 #define ASKER    2u
@@ -37,6 +43,13 @@
 #define DRAIN_NS (300ull * 1000000ull) /* late completions land */
 
 static struct np_cluster G;
+static bool broken;
+
+static void hook(enum farm_fault_point fp, void *arg)
+{
+	(void)fp;
+	(void)arg;
+}
 
 struct ch {
 	struct np_child np;
@@ -148,6 +161,11 @@ static void run(struct ch *c, struct report *r)
 		r->step = 2;
 		return;
 	}
+	if (broken && farm_fault_set(FARM_FP_KV_SYNC_LATE_COPY, hook, NULL)) {
+		r->rc = -ENOTSUP;
+		r->step = 4;
+		return;
+	}
 	uint64_t h0 = first_hits(c);
 	abandon(c, r);
 	r->hits_paused = first_hits(c) - h0;
@@ -246,8 +264,9 @@ static void test_abandon(void **state)
 		assert_int_equal(st[i], 0);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+	broken = argc > 1 && !strcmp(argv[1], "--broken");
 	const struct CMUnitTest t[] = {
 	        cmocka_unit_test_teardown(test_abandon, cl_cleanup),
 	};
