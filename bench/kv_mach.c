@@ -439,10 +439,21 @@ static int eng_init(struct eng *e, struct mach *m, struct mres *r, unsigned n,
 
 static void eng_fini(struct eng *e)
 {
-	/* Operations still out (a drain that timed out) complete into their
-	 * op when the node closes: keep them (the process is ending). */
-	if (e->nfree < e->nops)
+	/* Operations still out (a drain that timed out, an interrupt)
+	 * complete into their op when the node closes, and their
+	 * continuations reach the engine through it: keep the ops and move
+	 * the engine, which lives on its caller's stack, to the heap (the
+	 * process is ending; both are left to its exit). */
+	if (e->nfree < e->nops) {
+		struct eng *kept = malloc(sizeof(*kept));
+		if (!kept) /* a late continuation would find a dead frame */
+			_exit(3);
+		*kept = *e;
+		kept->counting = false; /* no samples into the results */
+		for (unsigned i = 0; i < kept->nops; i++)
+			kept->ops[i].e = kept;
 		return;
+	}
 	free(e->ops);
 	free(e->freel);
 	free(e->bufs);
