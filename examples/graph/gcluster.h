@@ -52,8 +52,9 @@ struct gc_opts {
 	bool busy_poll;
 	const char *zk; /* ZooKeeper host:port: membership there, not peers */
 	int park_after_us; /* < 0: the configuration's default */
+	uint32_t lease_us; /* 0: the configuration's default */
 };
-static struct gc_opts gc_o = {"64M", 4096, 0, false, NULL, -1};
+static struct gc_opts gc_o = {"64M", 4096, 0, false, NULL, -1, 0};
 
 static inline uint64_t gc_now_ns(void)
 {
@@ -195,6 +196,8 @@ static inline int gc_machine_main(struct gc_machine *m,
 		fprintf(f, "replicas = %u\n", gc_o.replicas);
 	if (gc_o.park_after_us >= 0)
 		fprintf(f, "park_after_us = %d\n", gc_o.park_after_us);
+	if (gc_o.lease_us)
+		fprintf(f, "lease_us = %u\n", gc_o.lease_us);
 	if (gc_o.zk)
 		fprintf(f,
 		        "zk = %s\nzk_root = /libfarm/fgraph-%d\n"

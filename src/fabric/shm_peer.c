@@ -44,7 +44,7 @@ static void *watchdog_main(void *arg)
 	/* The death notice is a failure detector: it must not wait behind
 	 * busy threads for a time slice (at load 15 an ordinary thread saw
 	 * the first error 344 ms after kill -9, past the 100 ms bound). */
-	int prc = farm_thread_set_realtime();
+	int prc = farm_thread_set_detector_realtime();
 	if (prc)
 		farm_dbg("shm: death watchdog at normal priority: %s",
 		         strerror(prc));

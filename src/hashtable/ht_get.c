@@ -77,10 +77,8 @@ static int lease_checked(farm_ht *h, int status)
 {
 	if (status != 0 && status != -ENOENT)
 		return status;
-	_Atomic uint64_t *w = farm_txm_serve_word(h->txm);
-	uint64_t u = w ? atomic_load_explicit(w, memory_order_acquire)
-	               : UINT64_MAX; /* pairs with the lease thread's store */
-	return u == UINT64_MAX || farm_now_ns() < u ? status : FARM_ELEASE;
+	return farm_txm_lease_held(farm_txm_serve_word(h->txm)) ? status
+	                                                        : FARM_ELEASE;
 }
 
 static void get_end(struct get_op *g, int status, const void *val, uint32_t len)

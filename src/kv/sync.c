@@ -11,6 +11,7 @@
 
 #include "kv/kv_int.h"
 #include "util/common.h"
+#include "util/fault.h"
 
 void farm_kv_set_sync_timeout(farm_kv *kv, uint64_t timeout_ns)
 {
@@ -59,7 +60,8 @@ static void get_done(farm_loop *loop, void *ctx, int status, const void *val,
 {
 	(void)loop;
 	struct sync_op *w = ctx;
-	if (!status && !w->abandoned) {
+	if (!status &&
+	    (!w->abandoned || FARM_FAULT_SWITCH(FARM_FP_KV_SYNC_LATE_COPY))) {
 		w->len = len;
 		if (len > w->cap)
 			status = -EMSGSIZE;

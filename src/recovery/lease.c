@@ -403,7 +403,7 @@ static void set_realtime(farm_lease *l)
 {
 	if (l->a.no_realtime)
 		return;
-	int rc = farm_thread_set_realtime();
+	int rc = farm_thread_set_detector_realtime();
 	pthread_mutex_lock(&l->mu);
 	l->st.realtime = rc == 0;
 	pthread_mutex_unlock(&l->mu);

@@ -11,6 +11,10 @@
 #ifndef FARM_TXN_TXM_H
 #define FARM_TXN_TXM_H
 
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
 #include <farm/txn.h>
 
 #include "addrspace/addrspace.h"
@@ -30,6 +34,7 @@
 
 /* Their payloads: txn/recover_wire.h (tests forge them). */
 #include "txn/recover_wire.h"
+#include "util/common.h"
 
 struct farm_txm_attr {
 	uint32_t log_size;    /* bytes of each log ring, a power of two,
@@ -83,6 +88,24 @@ int farm_txm_add_peer(farm_txm *m, uint32_t id, const farm_mr_desc *logs);
  * module keeps it (farm_lease_attr.serve_word).
  */
 _Atomic uint64_t *farm_txm_serve_word(farm_txm *m);
+/*
+ * farm_txm_lease_held() - whether the lease behind serve word @w (NULL:
+ * none, always) held at the moment of the call, which the caller makes
+ * after its copy. The clock is read before the word: a thread that loses
+ * its core between the two then compares that moment with a newer word (a
+ * renewal since only proves the lease held longer), never a stale word
+ * with a later clock, which on a loaded host took a live lease for a
+ * lapsed one (FARM_ELEASE from a healthy machine, at the rate readers are
+ * descheduled between two instructions).
+ */
+static inline bool farm_txm_lease_held(_Atomic uint64_t *w)
+{
+	uint64_t now = farm_now_ns();
+	/* pairs with the lease thread's release store of the word */
+	uint64_t u =
+	        w ? atomic_load_explicit(w, memory_order_acquire) : UINT64_MAX;
+	return u == UINT64_MAX || now < u;
+}
 
 /*
  * Data recovery (copy.c). farm_txm_datarec_view(): after a configuration

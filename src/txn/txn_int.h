@@ -110,9 +110,7 @@ struct farm_txm {
  * the release stores of the serve word in recovery/lease.c. */
 static inline bool txn_serving(farm_txm *m)
 {
-	uint64_t u =
-	        atomic_load_explicit(&m->serve_until, memory_order_acquire);
-	return u == UINT64_MAX || farm_now_ns() < u;
+	return farm_txm_lease_held(&m->serve_until);
 }
 
 enum {

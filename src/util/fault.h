@@ -140,6 +140,11 @@ enum farm_fault_point {
 	 * --broken-grow-round: the old primary's complete copy is thrown
 	 * away and the region lost when the grower dies). */
 	FARM_FP_REC_STALE_PROMO,
+	/* kv/sync.c, a switch: while hooked, a get whose blocking wrapper gave
+	 * up still copies its late value into the caller's buffer, which the
+	 * caller may have freed (tests/test_sync_abandon.c --broken, under
+	 * FARM_SANITIZE=address: a use-after-free report). */
+	FARM_FP_KV_SYNC_LATE_COPY,
 	FARM_FP_COUNT
 };
 
