@@ -90,16 +90,21 @@ int farm_txm_add_peer(farm_txm *m, uint32_t id, const farm_mr_desc *logs);
 _Atomic uint64_t *farm_txm_serve_word(farm_txm *m);
 /*
  * farm_txm_lease_held() - whether the lease behind serve word @w (NULL:
- * none, always) held at the moment of the call, which the caller makes
- * after its copy. The clock is read before the word: a thread that loses
- * its core between the two then compares that moment with a newer word (a
- * renewal since only proves the lease held longer), never a stale word
- * with a later clock, which on a loaded host took a live lease for a
- * lapsed one (FARM_ELEASE from a healthy machine, at the rate readers are
- * descheduled between two instructions).
+ * none, always) held at a moment after the caller's copy. The clock is
+ * read before the word: a thread that loses its core between the two then
+ * compares that moment with a newer word, never a stale word with a later
+ * clock, which on a loaded host took a live lease for a lapsed one
+ * (FARM_ELEASE from a healthy machine). A word renewed after a lapse is
+ * accepted, which is safe because no value the lease thread ever stores
+ * outlasts the moment this machine's regions can move: the CM stops
+ * granting once it takes a view without this machine, and the decider
+ * waits out one lease before reconfiguring (node/view.c, lease_wait).
  */
 static inline bool farm_txm_lease_held(_Atomic uint64_t *w)
 {
+	/* Orders the caller's copy before the clock read (the vDSO's clock
+	 * is not formally ordered after earlier loads on every CPU). */
+	atomic_thread_fence(memory_order_acquire);
 	uint64_t now = farm_now_ns();
 	/* pairs with the lease thread's release store of the word */
 	uint64_t u =
