@@ -125,7 +125,7 @@ static int udp_open(const farm_fabric_attr *attr, farm_fabric **out)
 		return -ENOMEM;
 	f->base.ops = &farm_udp_ops;
 	f->base.machine_id = attr->machine_id;
-	f->fd = f->stop_fd = -1;
+	f->fd = f->stop_fd = f->kick_fd = -1;
 	pthread_mutex_init(&f->rx, NULL);
 	pthread_mutex_init(&f->lock, NULL);
 	pthread_mutex_init(&f->conn_mu, NULL);
@@ -153,8 +153,9 @@ static int udp_open(const farm_fabric_attr *attr, farm_fabric **out)
 	if ((rc = open_socket(f, listen)))
 		goto fail;
 	f->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	f->kick_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	rc = -ENOMEM;
-	if (f->stop_fd < 0 ||
+	if (f->stop_fd < 0 || f->kick_fd < 0 ||
 	    pthread_create(&f->thread, NULL, udp_dispatch_main, f))
 		goto fail;
 	f->started = true;
@@ -183,6 +184,8 @@ static void udp_close(farm_fabric *fab)
 			f->base.ops->ep_destroy(&f->eps[k]->base);
 	if (f->stop_fd >= 0)
 		close(f->stop_fd);
+	if (f->kick_fd >= 0)
+		close(f->kick_fd);
 	if (f->fd >= 0)
 		close(f->fd);
 	if (f->sess)
@@ -687,9 +690,14 @@ static int udp_ep_post(farm_ep *fep, farm_wr *list, farm_wr **bad)
 	}
 	if (ep->snd_una == ep->snd_nxt) {
 		ep->progress_ns = farm_now_ns(); /* the bound starts now */
-		/* Pairs with timers_if_due: its retransmission timer. */
-		if (!atomic_load_explicit(&ep->fab->kick, memory_order_relaxed))
-			atomic_store(&ep->fab->kick, true);
+		/* Pairs with timers_if_due: its retransmission timer. The
+		 * first poster after an idle spell also wakes the dispatch
+		 * thread, which may sleep an idle tick (up to 200 ms): a lost
+		 * first datagram is then resent after the RTO, not the tick. */
+		if (!atomic_load_explicit(&ep->fab->kick,
+		                          memory_order_relaxed) &&
+		    !atomic_exchange(&ep->fab->kick, true))
+			udp_kick(ep->fab);
 	}
 	udp_ep_pump(ep);
 	pthread_mutex_unlock(&ep->lock);

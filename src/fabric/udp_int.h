@@ -196,6 +196,7 @@ struct udp_conn {
 struct udp_fabric {
 	farm_fabric base;
 	int fd, stop_fd;
+	int kick_fd; /* eventfd: wakes the dispatch thread's idle sleep */
 	uint64_t inc;
 	uint64_t timeout_ns, hb_ns;
 	char addr[64];
@@ -273,6 +274,7 @@ void udp_send(struct udp_fabric *f, const struct udp_out *out, unsigned n);
 int udp_rx_alloc(struct udp_fabric *f);
 void udp_rx_drain(struct udp_fabric *f);
 void *udp_dispatch_main(void *arg);
+void udp_kick(struct udp_fabric *f);
 int udp_knob(int knob);
 void udp_ep_pump(struct udp_ep *ep);
 void udp_piece(uint64_t raddr, uint32_t len, uint32_t k, uint64_t *off,

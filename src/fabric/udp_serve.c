@@ -377,7 +377,8 @@ void udp_serve_ctl(struct udp_fabric *f, const struct udp_pkt *p, size_t n,
 		UST_ADD(f, malformed, 1);
 		return;
 	}
-	switch (h->type) {
+	/* A control record may sit in a chain (UDP_MORE): read its type. */
+	switch (h->type & ~UDP_MORE) {
 	case T_CONNECT:
 		/* Even from a revoked machine: its requests are refused one
 		 * by one (FARM_EFENCED), so it learns why. */

@@ -246,6 +246,9 @@ struct udp_pkt *udp_packer_add(struct udp_fabric *f, struct udp_packer *pk,
 	    UDP_ALIGN8(o->len) + len <= UDP_DGRAM_MAX) {
 		uint8_t *d = pk->dg[pk->n - 1];
 		((struct udp_pkt *)(d + pk->last))->h.type |= UDP_MORE;
+		/* The padding goes out zeroed: the buffers are reused across
+		 * peers, and no byte of one peer's reply may reach another. */
+		memset(d + o->len, 0, UDP_ALIGN8(o->len) - o->len);
 		pk->last = UDP_ALIGN8(o->len);
 		o->len = pk->last + len;
 		return (struct udp_pkt *)(d + pk->last);
@@ -926,10 +929,19 @@ static int timers_if_due(struct udp_fabric *f)
 	return (int)FARM_MAX(1u, (left + 999999u) / 1000000u);
 }
 
+void udp_kick(struct udp_fabric *f)
+{
+	uint64_t one = 1;
+	if (write(f->kick_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+		farm_warn("udp: waking the dispatch thread: %s",
+		          strerror(errno));
+}
+
 void *udp_dispatch_main(void *arg)
 {
 	struct udp_fabric *f = arg;
-	struct pollfd p[2] = {{.fd = f->stop_fd, .events = POLLIN},
+	struct pollfd p[3] = {{.fd = f->stop_fd, .events = POLLIN},
+	                      {.fd = f->kick_fd, .events = POLLIN},
 	                      {.fd = f->fd, .events = POLLIN}};
 	for (;;) {
 		/* A poller draining the socket holds rx: it serves what
@@ -943,9 +955,15 @@ void *udp_dispatch_main(void *arg)
 		}
 		int ms = timers_if_due(f);
 		UST_ADD(f, dispatch_sleeps, 1);
-		int n = poll(p, drained ? 2 : 1, drained ? ms : 1);
+		int n = poll(p, drained ? 3 : 2, drained ? ms : 1);
 		if (n > 0 && (p[0].revents & POLLIN))
 			break;
+		if (n > 0 && (p[1].revents & POLLIN)) {
+			uint64_t v;
+			if (read(f->kick_fd, &v, sizeof(v)) < 0 &&
+			    errno != EAGAIN)
+				farm_warn("udp: kick: %s", strerror(errno));
+		}
 	}
 	return NULL;
 }
