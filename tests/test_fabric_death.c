@@ -14,9 +14,11 @@
 #define DEPTH    16
 #define BOUND_NS (100ull * 1000000ull)
 /* ofi: libfabric's tcp provider reports nothing when the peer's process
- * dies; the provider's bound (FARM_OFI_TIMEOUT_MS) does, set short here. */
-#define OFI_TIMEOUT_MS "200"
-#define OFI_BOUND_NS   (500ull * 1000000ull)
+ * dies; the provider's bound (FARM_OFI_TIMEOUT_MS, FARM_UDP_TIMEOUT_MS)
+ * does, set short here, but not so short that a victim descheduled on a
+ * loaded 2-core host (300 ms was seen) is declared dead before its kill. */
+#define OFI_TIMEOUT_MS "400"
+#define OFI_BOUND_NS   (1000ull * 1000000ull)
 
 struct stream {
 	farm_ep *ep;
