@@ -46,23 +46,26 @@ static farm_bt_stats last;
 
 static int open_machine(unsigned id, const char *base, struct mach *m)
 {
-	struct farm_config c;
-	farm_config_defaults(&c);
+	farm_conf *c;
+	if (bn_conf_new(PROG, &c))
+		return -ENOMEM;
 	char dir[400];
 	snprintf(dir, sizeof(dir), "%s/m%u", base, id);
 	mkdir(dir, 0700);
 	char idv[16];
 	snprintf(idv, sizeof(idv), "%u", id);
-	int rc = bn_cfg_set(PROG, &c, "machine_id", idv) |
-	         bn_cfg_set(PROG, &c, "data_dir", dir) |
-	         bn_cfg_set(PROG, &c, "region_size", "256M") |
-	         bn_cfg_set(PROG, &c, "threads", "1") |
-	         bn_cfg_set(PROG, &c, "replicas", "2") |
-	         bn_cfg_set(PROG, &c, "park_after_us",
-	                    id == 1 ? SERVER_PARK_US : "200") |
-	         bn_static_peers(PROG, &c, id, 2, base);
-	if (rc || bn_node_open(PROG, &c, id, &m->node))
-		return -EINVAL;
+	int rc = bn_set(PROG, c, "machine_id", idv) |
+	         bn_set(PROG, c, "data_dir", dir) |
+	         bn_set(PROG, c, "region_size", "256M") |
+	         bn_set(PROG, c, "threads", "1") |
+	         bn_set(PROG, c, "replicas", "2") |
+	         bn_set(PROG, c, "park_after_us",
+	                id == 1 ? SERVER_PARK_US : "200") |
+	         bn_peers(PROG, c, id, 2, base);
+	rc = rc ? -EINVAL : bn_open(PROG, c, id, &m->node);
+	farm_conf_free(c);
+	if (rc)
+		return rc;
 	if ((rc = farm_kv_create(m->node, NULL, 1024, &m->kv)))
 		return rc;
 	farm_node_set_app_loops(m->node, true);

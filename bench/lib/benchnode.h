@@ -26,22 +26,4 @@ int bn_peers(const char *prog, farm_conf *c, unsigned id, unsigned n,
  * freed once it returns. */
 int bn_open(const char *prog, farm_conf *c, unsigned id, farm_node **out);
 
-#ifdef BENCHNODE_STRUCT_CONFIG
-/*
- * The same on the internal struct farm_config (node/node.h,
- * util/config.h), for bt_bench only, until its files move to farm_conf:
- * bench/CMakeLists.txt defines BENCHNODE_STRUCT_CONFIG for it alone
- * (benchnode_cfg.c).
- */
-#include "node/node.h"
-#include "util/config.h"
-
-int bn_cfg_set(const char *prog, struct farm_config *c, const char *k,
-               const char *v);
-int bn_static_peers(const char *prog, struct farm_config *c, unsigned id,
-                    unsigned n, const char *base);
-int bn_node_open(const char *prog, struct farm_config *c, unsigned id,
-                 farm_node **out);
-#endif
-
 #endif
