@@ -451,8 +451,9 @@ static void eng_fini(struct eng *e)
 	if (e->nfree < e->nops) {
 		struct eng *kept = malloc(sizeof(*kept));
 		if (!kept) { /* a late continuation would find a dead frame */
-			fprintf(stderr, PROG ": out of memory keeping %u "
-			                "operations in flight\n",
+			fprintf(stderr,
+			        PROG ": out of memory keeping %u "
+			             "operations in flight\n",
 			        e->nops - e->nfree);
 			_exit(3);
 		}

@@ -662,6 +662,6 @@ int main(int argc, char **argv)
 	        cmocka_unit_test_teardown(test_kv, cl_cleanup),
 	};
 	bool lossy = tu_lossy_begin();
-	return tu_lossy_end(lossy,
-	                    cmocka_run_group_tests_name("kv_multi", t, NULL, NULL));
+	return tu_lossy_end(
+	        lossy, cmocka_run_group_tests_name("kv_multi", t, NULL, NULL));
 }

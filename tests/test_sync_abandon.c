@@ -40,7 +40,7 @@
 #define NK       6u
 #define VLEN     24u
 #define CAP      64u
-#define GIVE_UP  (20ull * 1000000ull)  /* each wrapper's deadline */
+#define GIVE_UP  (20ull * 1000000ull)    /* each wrapper's deadline */
 #define DRAIN_NS (10000ull * 1000000ull) /* late completions land */
 #define SLICE_NS (10ull * 1000000ull)
 

@@ -182,7 +182,8 @@ static inline int bt_cmp(const void *a, uint32_t alen, const void *b,
 		memcpy(&y, b, 8);
 		if (x != y) {
 #if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-			x = __builtin_bswap64(x); /* memcmp order is big-endian */
+			x = __builtin_bswap64(
+			        x); /* memcmp order is big-endian */
 			y = __builtin_bswap64(y);
 #endif
 			return x < y ? -1 : 1;

@@ -115,7 +115,8 @@ static int build_rec(farm_tx *tx, int type, uint32_t p, uint32_t b,
 		        .addr = o->a,
 		        .version = type == REC_LOCK ? o->version
 		                                    : o->version + OBJ_VSTEP,
-		        .incarn = type == REC_LOCK ? o->incarn : txo_new_incarn(o),
+		        .incarn = type == REC_LOCK ? o->incarn
+		                                   : txo_new_incarn(o),
 		        .lines = o->lines,
 		        .flags = (o->flags & TXO_NEW ? OBJF_NEW : 0) |
 		                 (o->flags & TXO_FREE ? OBJF_FREE : 0) |
@@ -819,7 +820,8 @@ static void single_install(farm_tx *tx)
 	for (unsigned i = 0; i < tx->n; i++) {
 		struct txobj *o = &tx->o[i];
 		bool d;
-		_Atomic uint64_t *h = txo_is_write(o) ? own_hdr(tx, o, &d) : NULL;
+		_Atomic uint64_t *h =
+		        txo_is_write(o) ? own_hdr(tx, o, &d) : NULL;
 		if (h)
 			atomic_store_explicit(h, o->version | OBJ_LOCK_EXCL,
 			                      memory_order_seq_cst);

@@ -227,7 +227,8 @@ static void need_backups_of(farm_tx *tx, uint32_t p, unsigned from)
 				continue;
 			seenb[b] = true;
 			tx_need_add(tx, b,
-			            txn_rec_bytes(tx, REC_COMMIT_BACKUP, p, b, NULL));
+			            txn_rec_bytes(tx, REC_COMMIT_BACKUP, p, b,
+			                          NULL));
 			if (!tx->cb_room[b]) { /* a possible ABORT */
 				tx->cb_room[b] = true;
 				tx_need_add(tx, b, 64);
@@ -247,7 +248,8 @@ static void commit_count_room(farm_tx *tx)
 		uint32_t p = o->primary;
 		if (!tx->single && !tx->need[p])
 			tx_need_add(tx, p,
-			            txn_rec_bytes(tx, REC_LOCK, p, 0, NULL) + 64);
+			            txn_rec_bytes(tx, REC_LOCK, p, 0, NULL) +
+			                    64);
 	}
 	bool seenp[0x40] = {false};
 	for (unsigned i = 0; i < tx->n; i++) {

@@ -96,7 +96,8 @@ static void h_answer(farm_loop *loop, const farm_msg_in *in, void *arg)
 	for (struct rec_pend *p = tl->pend; p; p = p->next)
 		known |= p->txid == q.txid && p->coord == in->src_machine;
 	if (!known) {
-		txn_rec_refuse(m, in, "recovery answer for no pending transaction");
+		txn_rec_refuse(m, in,
+		               "recovery answer for no pending transaction");
 		return;
 	}
 	bool settled = false;

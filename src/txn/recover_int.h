@@ -37,8 +37,8 @@ static inline const uint8_t *rimgs(const uint8_t *rec)
 		for (const uint8_t *rec = rec_at(tl, coord, pos, &(h)); rec;   \
 		     rec = NULL)
 
-static inline const uint8_t *rec_at(struct txloop *tl, uint32_t coord, uint64_t pos,
-                             struct rec_hdr *h)
+static inline const uint8_t *rec_at(struct txloop *tl, uint32_t coord,
+                                    uint64_t pos, struct rec_hdr *h)
 {
 	farm_txm *m = tl->m;
 	const uint8_t *ring =

@@ -156,8 +156,7 @@ static uint64_t bound_cycles(uint64_t bound_ns)
 
 /* The log memory (@total bytes, registered for remote READ and WRITE),
  * the handlers and the parts of the layer set up with it. */
-static int txm_setup(farm_txm *m, const struct farm_txm_attr *a,
-                     uint64_t total)
+static int txm_setup(farm_txm *m, const struct farm_txm_attr *a, uint64_t total)
 {
 	m->peers = calloc(m->M, sizeof(*m->peers));
 	m->peer_ready = calloc(m->M, sizeof(*m->peer_ready));

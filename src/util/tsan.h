@@ -35,10 +35,10 @@ void AnnotateIgnoreReadsEnd(const char *file, int line);
 	AnnotateIgnoreReadsBegin(__FILE__, __LINE__)
 #define FARM_TSAN_IGNORE_READS_END() AnnotateIgnoreReadsEnd(__FILE__, __LINE__)
 #else
-#define FARM_TSAN_ACQUIRE(p) ((void)0)
-#define FARM_TSAN_RELEASE(p) ((void)0)
+#define FARM_TSAN_ACQUIRE(p)           ((void)0)
+#define FARM_TSAN_RELEASE(p)           ((void)0)
 #define FARM_TSAN_IGNORE_READS_BEGIN() ((void)0)
-#define FARM_TSAN_IGNORE_READS_END() ((void)0)
+#define FARM_TSAN_IGNORE_READS_END()   ((void)0)
 #endif
 
 #endif
