@@ -18,7 +18,6 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -647,71 +646,45 @@ out:
 
 /* ---- reports ----------------------------------------------------------- */
 
-struct sbuf {
-	char *p;
-	size_t len, cap;
-};
-
-#if defined(__GNUC__)
-__attribute__((format(printf, 2, 3)))
-#endif
-static void
-sb_add(struct sbuf *b, const char *fmt, ...)
-{
-	if (b->len + 1 >= b->cap)
-		return;
-	va_list ap;
-	va_start(ap, fmt);
-	int n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
-	va_end(ap);
-	if (n < 0)
-		return;
-	if ((size_t)n >= b->cap - b->len) {
-		b->len = b->cap - 1;
-		if (b->cap > 4)
-			memcpy(b->p + b->cap - 4, "...", 4);
-	} else {
-		b->len += (size_t)n;
-	}
-}
-
-static void sb_op(struct sbuf *b, const struct ctx *c, uint32_t o)
+static void sb_op(struct hb_sbuf *b, const struct ctx *c, uint32_t o)
 {
 	const struct kop *k = &c->ops[o];
 	const struct lc_rec *g = &c->h->ops[k->gidx];
-	sb_add(b, "op %" PRIu32 " ", k->gidx);
+	hb_sb_add(b, "op %" PRIu32 " ", k->gidx);
 	switch (k->kind) {
 	case LC_GET:
 		if (!responded(k))
-			sb_add(b, "get -> ?");
+			hb_sb_add(b, "get -> ?");
 		else if (k->found)
-			sb_add(b, "%s -> %" PRIu64, g->mget ? "mget" : "get",
-			       k->value);
+			hb_sb_add(b, "%s -> %" PRIu64, g->mget ? "mget" : "get",
+			          k->value);
 		else
-			sb_add(b, "%s -> absent", g->mget ? "mget" : "get");
+			hb_sb_add(b, "%s -> absent", g->mget ? "mget" : "get");
 		break;
-	case LC_PUT: sb_add(b, "put %" PRIu64, k->value); break;
+	case LC_PUT: hb_sb_add(b, "put %" PRIu64, k->value); break;
 	case LC_DEL:
 		if (responded(k))
-			sb_add(b, "del -> %s", k->found ? "found" : "absent");
+			hb_sb_add(b, "del -> %s",
+			          k->found ? "found" : "absent");
 		else
-			sb_add(b, "del -> ?");
+			hb_sb_add(b, "del -> ?");
 		break;
-	default: sb_add(b, "del"); break;
+	default: hb_sb_add(b, "del"); break;
 	}
-	sb_add(b, " (client %" PRIu32 ", %" PRIu64 "..", g->client, k->t_inv);
+	hb_sb_add(b, " (client %" PRIu32 ", %" PRIu64 "..", g->client,
+	          k->t_inv);
 	if (responded(k))
-		sb_add(b, "%" PRIu64 ")", k->t_resp);
+		hb_sb_add(b, "%" PRIu64 ")", k->t_resp);
 	else
-		sb_add(b, "no response)");
+		hb_sb_add(b, "no response)");
 }
 
-static void sb_state(struct sbuf *b, struct state st)
+static void sb_state(struct hb_sbuf *b, struct state st)
 {
 	if (st.present)
-		sb_add(b, "%" PRIu64, st.v);
+		hb_sb_add(b, "%" PRIu64, st.v);
 	else
-		sb_add(b, "absent");
+		hb_sb_add(b, "absent");
 }
 
 /* A delete that could fall between put @p and op @o in real time. */
@@ -731,7 +704,7 @@ static bool del_between(const struct ctx *c, uint32_t m, uint32_t p, uint32_t o)
 }
 
 /* Diagnose the blocked op @o when a simple pattern proves it wrong. */
-static void diagnose(struct sbuf *b, const struct ctx *c, uint32_t m,
+static void diagnose(struct hb_sbuf *b, const struct ctx *c, uint32_t m,
                      uint32_t o)
 {
 	const struct kop *k = &c->ops[o];
@@ -742,12 +715,12 @@ static void diagnose(struct sbuf *b, const struct ctx *c, uint32_t m,
 			    c->ops[i].value == k->value)
 				p = i;
 		if (p == NONE) {
-			sb_add(b, "value never written: ");
+			hb_sb_add(b, "value never written: ");
 			sb_op(b, c, o);
-			sb_add(b,
-			       " read %" PRIu64 ", which no put of this "
-			       "key wrote. ",
-			       k->value);
+			hb_sb_add(b,
+			          " read %" PRIu64 ", which no put of this "
+			          "key wrote. ",
+			          k->value);
 			return;
 		}
 		/* Every put of the value was overwritten before o began? */
@@ -776,14 +749,15 @@ static void diagnose(struct sbuf *b, const struct ctx *c, uint32_t m,
 				ww = w;
 			}
 		}
-		sb_add(b, "stale read: ");
+		hb_sb_add(b, "stale read: ");
 		sb_op(b, c, o);
-		sb_add(b, " began after the value written by ");
+		hb_sb_add(b, " began after the value written by ");
 		sb_op(b, c, wp);
-		sb_add(b, " was %s by ",
-		       c->ops[ww].kind == LC_PUT ? "overwritten" : "deleted");
+		hb_sb_add(b, " was %s by ",
+		          c->ops[ww].kind == LC_PUT ? "overwritten"
+		                                    : "deleted");
 		sb_op(b, c, ww);
-		sb_add(b, ". ");
+		hb_sb_add(b, ". ");
 		return;
 	}
 	if ((k->kind == LC_GET && !k->found) ||
@@ -793,14 +767,14 @@ static void diagnose(struct sbuf *b, const struct ctx *c, uint32_t m,
 			if (x->kind != LC_PUT || !responded(x) ||
 			    x->t_resp >= k->t_inv || del_between(c, m, p, o))
 				continue;
-			sb_add(b, "%s: ",
-			       k->kind == LC_GET ? "stale read"
-			                         : "lost update");
+			hb_sb_add(b, "%s: ",
+			          k->kind == LC_GET ? "stale read"
+			                            : "lost update");
 			sb_op(b, c, o);
-			sb_add(b, " found the key absent, but ");
+			hb_sb_add(b, " found the key absent, but ");
 			sb_op(b, c, p);
-			sb_add(b, " completed before it began and no delete "
-			          "could come in between. ");
+			hb_sb_add(b, " completed before it began and no delete "
+			             "could come in between. ");
 			return;
 		}
 	}
@@ -814,45 +788,45 @@ static void describe(struct ctx *c, uint32_t m, uint64_t key)
 	struct lc_example *ex = &r->examples[r->nexamples++];
 	ex->key = key;
 	ex->text[0] = 0;
-	struct sbuf b = {ex->text, 0, sizeof(ex->text)};
+	struct hb_sbuf b = {ex->text, 0, sizeof(ex->text)};
 	const struct best *bs = &c->best;
-	sb_add(&b, "key %" PRIu64 " (%" PRIu32 " ops): ", key, m);
+	hb_sb_add(&b, "key %" PRIu64 " (%" PRIu32 " ops): ", key, m);
 	if (bs->blocked != NONE)
 		diagnose(&b, c, m, bs->blocked);
-	sb_add(&b, "Longest linearizable prefix: %" PRId64 " op%s; then ",
-	       bs->depth, bs->depth == 1 ? "" : "s");
+	hb_sb_add(&b, "Longest linearizable prefix: %" PRId64 " op%s; then ",
+	          bs->depth, bs->depth == 1 ? "" : "s");
 	if (bs->blocked == NONE) {
-		sb_add(&b, "nothing can take effect");
+		hb_sb_add(&b, "nothing can take effect");
 	} else {
 		sb_op(&b, c, bs->blocked);
-		sb_add(&b, " cannot take effect before it returns");
+		hb_sb_add(&b, " cannot take effect before it returns");
 	}
-	sb_add(&b, "; the key holds ");
+	hb_sb_add(&b, "; the key holds ");
 	sb_state(&b, bs->st);
 	if (bs->writer == NONE) {
-		sb_add(&b, " (initial)");
+		hb_sb_add(&b, " (initial)");
 	} else {
-		sb_add(&b, " (set by ");
+		hb_sb_add(&b, " (set by ");
 		sb_op(&b, c, bs->writer);
-		sb_add(&b, ")");
+		hb_sb_add(&b, ")");
 	}
-	sb_add(&b, ". Last linearized:");
+	hb_sb_add(&b, ". Last linearized:");
 	if (!bs->ntail)
-		sb_add(&b, " none");
+		hb_sb_add(&b, " none");
 	for (uint32_t i = bs->ntail; i > 0; i--) {
-		sb_add(&b, " ");
+		hb_sb_add(&b, " ");
 		sb_op(&b, c, bs->tail[i - 1]);
-		sb_add(&b, i > 1 ? ";" : "");
+		hb_sb_add(&b, i > 1 ? ";" : "");
 	}
-	sb_add(&b, ". Pending ops tried (%" PRIu32 "):", bs->ntried_all);
+	hb_sb_add(&b, ". Pending ops tried (%" PRIu32 "):", bs->ntried_all);
 	if (!bs->ntried)
-		sb_add(&b, " none");
+		hb_sb_add(&b, " none");
 	for (uint32_t i = 0; i < bs->ntried; i++) {
-		sb_add(&b, " ");
+		hb_sb_add(&b, " ");
 		sb_op(&b, c, bs->tried[i]);
-		sb_add(&b, i + 1 < bs->ntried ? ";" : "");
+		hb_sb_add(&b, i + 1 < bs->ntried ? ";" : "");
 	}
-	sb_add(&b, ".");
+	hb_sb_add(&b, ".");
 }
 
 /* ---- lc_check ---------------------------------------------------------- */

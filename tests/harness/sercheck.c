@@ -25,7 +25,6 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -245,51 +244,22 @@ const char *sc_kind_name(enum sc_kind k)
 	return (unsigned)k < SC_NKINDS ? kind_names[k] : "?";
 }
 
-/* Append to a fixed buffer; truncation is marked by "...". */
-struct sbuf {
-	char *p;
-	size_t len, cap;
-};
-
-#if defined(__GNUC__)
-__attribute__((format(printf, 2, 3)))
-#endif
-static void
-sb_add(struct sbuf *b, const char *fmt, ...)
-{
-	if (b->len + 1 >= b->cap)
-		return;
-	va_list ap;
-	va_start(ap, fmt);
-	int n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
-	va_end(ap);
-	if (n < 0)
-		return;
-	if ((size_t)n >= b->cap - b->len) {
-		b->len = b->cap - 1;
-		if (b->cap > 4)
-			memcpy(b->p + b->cap - 4, "...", 4);
-	} else {
-		b->len += (size_t)n;
-	}
-}
-
-static void sb_txn(struct sbuf *b, const struct ctx *c, uint32_t t)
+static void sb_txn(struct hb_sbuf *b, const struct ctx *c, uint32_t t)
 {
 	const struct sc_txn *x = &c->h->txns[t];
-	sb_add(b, "T%" PRIu32, t);
+	hb_sb_add(b, "T%" PRIu32, t);
 	if (x->has_tag)
-		sb_add(b, "(tag %" PRIu64 ")", x->tag);
+		hb_sb_add(b, "(tag %" PRIu64 ")", x->tag);
 }
 
 /* Count one anomaly; returns a buffer for its description when it is one
  * of the first few of its kind, else NULL. */
-static struct sbuf note(struct ctx *c, enum sc_kind k, char **text)
+static struct hb_sbuf note(struct ctx *c, enum sc_kind k, char **text)
 {
 	sc_report *r = c->r;
 	r->count[k]++;
 	r->total++;
-	struct sbuf b = {0};
+	struct hb_sbuf b = {0};
 	*text = NULL;
 	if (c->nex[k] < SC_EXAMPLES_PER_KIND &&
 	    r->nexamples < SC_NKINDS * SC_EXAMPLES_PER_KIND) {
@@ -523,19 +493,20 @@ static void read_anomaly(struct ctx *c, uint32_t o)
 	                 : rank == R_INTER ? SC_INTERMEDIATE_READ
 	                                   : SC_ABORTED_READ;
 	char *text;
-	struct sbuf b = note(c, k, &text);
+	struct hb_sbuf b = note(c, k, &text);
 	if (!text)
 		return;
 	sb_txn(&b, c, op->txn);
-	sb_add(&b, " read key %" PRIu64 " version %" PRIu64, op->key, op->ver);
+	hb_sb_add(&b, " read key %" PRIu64 " version %" PRIu64, op->key,
+	          op->ver);
 	if (rank == R_NONE) {
-		sb_add(&b, ", which no transaction wrote");
+		hb_sb_add(&b, ", which no transaction wrote");
 	} else {
-		sb_add(&b, rank == R_INTER ? ", an intermediate version of "
-		                           : ", written only by aborted ");
+		hb_sb_add(&b, rank == R_INTER ? ", an intermediate version of "
+		                              : ", written only by aborted ");
 		sb_txn(&b, c, c->src[o]);
 		if (rank == R_INTER)
-			sb_add(&b, " (it wrote the key again later)");
+			hb_sb_add(&b, " (it wrote the key again later)");
 	}
 }
 
@@ -543,27 +514,27 @@ static void future_read(struct ctx *c, uint32_t o)
 {
 	const struct sc_op *op = &c->h->ops[o];
 	char *text;
-	struct sbuf b = note(c, SC_INTERNAL, &text);
+	struct hb_sbuf b = note(c, SC_INTERNAL, &text);
 	if (!text)
 		return;
 	sb_txn(&b, c, op->txn);
-	sb_add(&b,
-	       " read key %" PRIu64 " version %" PRIu64
-	       " before it wrote that version itself",
-	       op->key, op->ver);
+	hb_sb_add(&b,
+	          " read key %" PRIu64 " version %" PRIu64
+	          " before it wrote that version itself",
+	          op->key, op->ver);
 }
 
 static void duplicate(struct ctx *c, uint64_t key, uint64_t ver, uint32_t a,
                       uint32_t b2)
 {
 	char *text;
-	struct sbuf b = note(c, SC_DUPLICATE_VERSION, &text);
+	struct hb_sbuf b = note(c, SC_DUPLICATE_VERSION, &text);
 	if (!text)
 		return;
-	sb_add(&b, "key %" PRIu64 " version %" PRIu64 " installed by both ",
-	       key, ver);
+	hb_sb_add(&b, "key %" PRIu64 " version %" PRIu64 " installed by both ",
+	          key, ver);
 	sb_txn(&b, c, a);
-	sb_add(&b, " and ");
+	hb_sb_add(&b, " and ");
 	sb_txn(&b, c, b2);
 }
 
@@ -888,8 +859,8 @@ static size_t bfs_cycle(struct ctx *c, struct graph_scratch *g,
 }
 
 /* Which key an edge a -> b is about (for the description). */
-static void explain(struct sbuf *b, const struct ctx *c, uint32_t a, uint32_t t,
-                    uint8_t kind, uint64_t *key_out)
+static void explain(struct hb_sbuf *b, const struct ctx *c, uint32_t a,
+                    uint32_t t, uint8_t kind, uint64_t *key_out)
 {
 	const struct sc_op *ops = c->h->ops;
 	const struct sc_txn *tx = c->h->txns;
@@ -897,15 +868,15 @@ static void explain(struct sbuf *b, const struct ctx *c, uint32_t a, uint32_t t,
 	uint32_t b0 = c->toff[t], b1 = c->toff[t + 1];
 	*key_out = UINT64_MAX;
 	if (kind == E_RT) {
-		sb_add(b, "-rt(done %" PRIu64 " < inv %" PRIu64 ")->",
-		       tx[a].t_done, tx[t].t_inv);
+		hb_sb_add(b, "-rt(done %" PRIu64 " < inv %" PRIu64 ")->",
+		          tx[a].t_done, tx[t].t_inv);
 		return;
 	}
 	if ((uint64_t)(a1 - a0) * (b1 - b0) > (1u << 22)) {
-		sb_add(b, "-%s->",
-		       kind == E_WW   ? "ww"
-		       : kind == E_WR ? "wr"
-		                      : "rw");
+		hb_sb_add(b, "-%s->",
+		          kind == E_WW   ? "ww"
+		          : kind == E_WR ? "wr"
+		                         : "rw");
 		return;
 	}
 	for (uint32_t i = a0; i < a1; i++) {
@@ -921,20 +892,21 @@ static void explain(struct sbuf *b, const struct ctx *c, uint32_t a, uint32_t t,
 			bool xr = !x->write && !(fx & F_INTERNAL);
 			bool yr = !y->write && !(fy & F_INTERNAL);
 			if (kind == E_WW && xw && yw && x->ver < y->ver) {
-				sb_add(b,
-				       "-ww(key %" PRIu64 ": v%" PRIu64
-				       " then v%" PRIu64 ")->",
-				       x->key, x->ver, y->ver);
+				hb_sb_add(b,
+				          "-ww(key %" PRIu64 ": v%" PRIu64
+				          " then v%" PRIu64 ")->",
+				          x->key, x->ver, y->ver);
 			} else if (kind == E_WR && xw && yr &&
 			           x->ver == y->ver) {
-				sb_add(b, "-wr(key %" PRIu64 " v%" PRIu64 ")->",
-				       x->key, x->ver);
+				hb_sb_add(b,
+				          "-wr(key %" PRIu64 " v%" PRIu64 ")->",
+				          x->key, x->ver);
 			} else if (kind == E_RW && xr && yw &&
 			           x->ver < y->ver) {
-				sb_add(b,
-				       "-rw(key %" PRIu64 ": read v%" PRIu64
-				       ", overwritten by v%" PRIu64 ")->",
-				       x->key, x->ver, y->ver);
+				hb_sb_add(b,
+				          "-rw(key %" PRIu64 ": read v%" PRIu64
+				          ", overwritten by v%" PRIu64 ")->",
+				          x->key, x->ver, y->ver);
 			} else {
 				continue;
 			}
@@ -942,7 +914,7 @@ static void explain(struct sbuf *b, const struct ctx *c, uint32_t a, uint32_t t,
 			return;
 		}
 	}
-	sb_add(b, "-%s->", kind == E_WW ? "ww" : kind == E_WR ? "wr" : "rw");
+	hb_sb_add(b, "-%s->", kind == E_WW ? "ww" : kind == E_WR ? "wr" : "rw");
 }
 
 static int cycles(struct ctx *c)
@@ -1011,14 +983,14 @@ static int cycles(struct ctx *c)
 		                  : nwr     ? SC_G1C
 		                            : SC_G0;
 		char *text;
-		struct sbuf b = note(c, kd, &text);
+		struct hb_sbuf b = note(c, kd, &text);
 		if (!text)
 			continue;
-		sb_add(&b, "cycle of %zu txns (SCC of %zu nodes): ", tl, n);
+		hb_sb_add(&b, "cycle of %zu txns (SCC of %zu nodes): ", tl, n);
 		uint64_t keys[2] = {UINT64_MAX, UINT64_MAX};
 		for (size_t i = 0; i < tl; i++) {
 			if (i >= 12) {
-				sb_add(&b, " ... ");
+				hb_sb_add(&b, " ... ");
 				break;
 			}
 			sb_txn(&b, c, tpath[i]);
@@ -1031,13 +1003,14 @@ static int cycles(struct ctx *c)
 		sb_txn(&b, c, tpath[0]);
 		if (tl == 2 && nrw == 1 && !nrt && keys[0] == keys[1] &&
 		    keys[0] != UINT64_MAX)
-			sb_add(&b, " [lost update of key %" PRIu64 "]",
-			       keys[0]);
+			hb_sb_add(&b, " [lost update of key %" PRIu64 "]",
+			          keys[0]);
 		if (tl == 2 && nrw == 2 && keys[0] != keys[1])
-			sb_add(&b, " [write skew]");
+			hb_sb_add(&b, " [write skew]");
 		if (nrt)
-			sb_add(&b, " [a transaction saw state older than one "
-			           "that had already completed]");
+			hb_sb_add(&b,
+			          " [a transaction saw state older than one "
+			          "that had already completed]");
 	}
 	rc = 0;
 out:
@@ -1065,7 +1038,7 @@ static void internal_anomalies(struct ctx *c)
 		if (!(c->opf[o] & F_INTBAD) || !c->incl[ops[o].txn])
 			continue;
 		char *text;
-		struct sbuf b = note(c, SC_INTERNAL, &text);
+		struct hb_sbuf b = note(c, SC_INTERNAL, &text);
 		if (!text)
 			continue;
 		/* The own latest write before it, for the description. */
@@ -1079,10 +1052,10 @@ static void internal_anomalies(struct ctx *c)
 				want = ops[x].ver;
 		}
 		sb_txn(&b, c, t);
-		sb_add(&b,
-		       " read key %" PRIu64 " version %" PRIu64
-		       " after writing version %" PRIu64 " itself",
-		       ops[o].key, ops[o].ver, want);
+		hb_sb_add(&b,
+		          " read key %" PRIu64 " version %" PRIu64
+		          " after writing version %" PRIu64 " itself",
+		          ops[o].key, ops[o].ver, want);
 	}
 }
 
