@@ -247,7 +247,7 @@ void txn_tx_finish(farm_tx *tx)
 		                        ? tx->need[mach] - tx->used[mach]
 		                        : 0;
 		w->reserved -= FARM_MIN(w->reserved, left);
-		txn_maybe_truncate(tl, mach);
+		txn_maybe_truncate(tl, mach, false);
 	}
 	for (unsigned i = 0; i < tx->n; i++) {
 		struct txobj *o = &tx->o[i];

@@ -74,7 +74,7 @@ void txn_tx_reserve(farm_tx *tx)
 			wq_pop_done(w, tl->cs_low);
 			txn_refresh_freed(tl, mach);
 			if (!has_room(m, w, tx->need[mach])) {
-				txn_maybe_truncate(tl, mach);
+				txn_maybe_truncate(tl, mach, true);
 				ok = false;
 				reading |= w->reading;
 			}

@@ -254,17 +254,25 @@ static int log_small(struct txloop *tl, uint32_t mach, int type, uint64_t txid,
 }
 
 /* Lazily tell replicas how far records are done: when a log is half full
- * and its low-water mark has moved since we last said (log cleaning). */
-void txn_maybe_truncate(struct txloop *tl, uint32_t mach)
+ * (or @short_of_room: a commit waits for room in it) and its low-water
+ * mark has moved since we last said (log cleaning). */
+void txn_maybe_truncate(struct txloop *tl, uint32_t mach, bool short_of_room)
 {
 	farm_txm *m = tl->m;
 	struct writer *w = &tl->w[mach];
 	wq_pop_done(w, tl->cs_low);
 	/* Half full counts what the replica has not been told it may free
 	 * (our view of its freed mark is refreshed only when short of room,
-	 * so it would say "half full" long after the space came back). */
+	 * so it would say "half full" long after the space came back). A
+	 * commit short of room cannot wait for half full: the replica frees
+	 * only up to the mark the last record carried, which stops before
+	 * that record, and while the commit waits no record of this thread
+	 * goes to that log to carry a newer one. A commit needing more than
+	 * the log's free part after one record under half the log would
+	 * wait for good (test_txn's trunc_for_room). */
 	uint64_t lw = low_water(tl, w);
-	if (lw <= w->sent_trunc || (w->tail - w->sent_trunc) * 2 < m->R)
+	if (lw <= w->sent_trunc ||
+	    (!short_of_room && (w->tail - w->sent_trunc) * 2 < m->R))
 		return;
 	/* A 64-byte record never needs a pad (positions are 64-aligned). */
 	if ((w->tail - w->freed) + w->reserved + 64 > m->R || wq_reserve(w, 1))

@@ -318,7 +318,7 @@ void txn_cseq_done(struct txloop *tl, uint64_t cseq);
 /* log.c: the writer side. */
 int txn_log_append(struct txloop *tl, uint32_t mach, void *buf, size_t len,
                    farm_tx *tx, int kind, uint64_t *seq_out);
-void txn_maybe_truncate(struct txloop *tl, uint32_t mach);
+void txn_maybe_truncate(struct txloop *tl, uint32_t mach, bool short_of_room);
 void txn_refresh_freed(struct txloop *tl, uint32_t mach);
 
 int txn_log_record_at(const uint8_t *ring, uint64_t R, uint64_t off,
