@@ -727,10 +727,11 @@ static void rec_loop_run(struct txloop *tl)
  * decider (REC_APPLIED). */
 static void rec_loop_apply(farm_loop *loop, void *ctx, int status)
 {
-	struct txloop *tl = ctx;
-	farm_txm *m = tl->m;
+	/* Cancelled (the loop's close): @ctx was freed by the detach. */
 	if (status)
 		return;
+	struct txloop *tl = ctx;
+	farm_txm *m = tl->m;
 	bool removed[0x40];
 	pthread_mutex_lock(&m->rec.lock);
 	memcpy(removed, m->rec.removed, sizeof(removed));
@@ -798,6 +799,12 @@ static void rec_reset_decider(farm_txm *m)
 static int rec_post_loops(farm_txm *m)
 {
 	int rc = 0;
+	/* The loops' table under rec.lock: a loop attaching or detaching on
+	 * its own thread meanwhile (farm_txm_attach, txm_unpublish_loop)
+	 * would otherwise be read half made, or after its close freed it
+	 * (a post into a freed loop's inbox writes where its memory now
+	 * belongs to something else). */
+	pthread_mutex_lock(&m->rec.lock);
 	for (unsigned t = 0; t < m->T; t++) {
 		struct txloop *tl = m->loops[t];
 		int r = tl ? farm_loop_post(tl->loop, rec_loop_apply, tl)
@@ -805,6 +812,7 @@ static int rec_post_loops(farm_txm *m)
 		if (r && !rc)
 			rc = r;
 	}
+	pthread_mutex_unlock(&m->rec.lock);
 	return rc;
 }
 

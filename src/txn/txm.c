@@ -364,12 +364,27 @@ int farm_txm_attach(farm_txm *m, farm_loop *loop)
 		free(tl);
 		return rc;
 	}
+	/* Under rec.lock: the membership's thread posts a new
+	 * configuration to every attached loop (rec_post_loops). */
+	pthread_mutex_lock(&m->rec.lock);
 	m->loops[t] = tl;
+	pthread_mutex_unlock(&m->rec.lock);
 	rc = txn_datarec_attach(m, tl);
 	if (rc) /* the machine runs; this loop copies nothing */
 		farm_warn("txn: loop %u: no data recovery: %s", t,
 		          farm_strerror(rc));
 	return 0;
+}
+
+/* The loop leaves the table under rec.lock: once this returns the
+ * membership's thread posts it no configuration (rec_post_loops), so it
+ * never reads @tl, which the caller frees, nor the loop, which its close
+ * frees. A post that came before is run, cancelled, by that close. */
+static void txm_unpublish_loop(farm_txm *m, struct txloop *tl)
+{
+	pthread_mutex_lock(&m->rec.lock);
+	m->loops[tl->t] = NULL;
+	pthread_mutex_unlock(&m->rec.lock);
 }
 
 void farm_txm_detach(farm_txm *m, farm_loop *loop)
@@ -395,7 +410,7 @@ void farm_txm_detach(farm_txm *m, farm_loop *loop)
 		          "flight and %u transactions open: its state is "
 		          "leaked",
 		          tl->t, tl->inflight, open);
-		m->loops[tl->t] = NULL;
+		txm_unpublish_loop(m, tl);
 		farm_epoch_thread_leave(loop);
 		return;
 	}
@@ -415,7 +430,7 @@ void farm_txm_detach(farm_txm *m, farm_loop *loop)
 	farm_stat_add(&m->st.v[S_LF_READS], atomic_load(&tl->c_lf_reads));
 	farm_stat_add(&m->st.v[S_LF_RETRIES], atomic_load(&tl->c_lf_retries));
 	farm_stat_add(&m->st.v[S_TX_READS], atomic_load(&tl->c_tx_reads));
-	m->loops[tl->t] = NULL;
+	txm_unpublish_loop(m, tl);
 	while (tl->rd_free_list) {
 		struct rd_op *op = tl->rd_free_list;
 		tl->rd_free_list = op->next_free;
@@ -435,7 +450,6 @@ void farm_txm_detach(farm_txm *m, farm_loop *loop)
 	free(tl->r);
 	free(tl->cs_done);
 	free(tl->slots);
-	m->loops[tl->t] = NULL;
 	free(tl);
 	farm_epoch_thread_leave(loop);
 }
