@@ -61,9 +61,8 @@
 #include <unistd.h>
 
 #include <farm/farm.h>
+#include <farm/stats.h>
 #include <farm/txn.h>
-
-#include "txn/txm.h"
 
 #ifndef FARM_SOURCE_DIR
 #error "FARM_SOURCE_DIR must name the source tree (scripts/zk-local)"
@@ -93,7 +92,7 @@ struct mstat {
 	/* Its copies as a new backup, refreshed every ms. */
 	_Atomic uint32_t dr_n, dr_done;
 	unsigned ndr; /* at the end */
-	struct farm_datarec_region dr[MAX_DR];
+	struct farm_copy_stats dr[MAX_DR];
 };
 
 struct shared {
@@ -270,11 +269,11 @@ static void publish(struct mach *c, uint64_t b)
 	atomic_store(&c->st->t_active, ts.rec_t_active_ns);
 	atomic_store(&c->st->removed, farm_node_removed(c->node));
 	atomic_store(&c->st->config_id, farm_node_config_id(c->node));
-	struct farm_datarec_region d[MAX_DR];
-	unsigned n = BU_MIN(farm_txm_datarec_get(c->txm, d, MAX_DR), MAX_DR);
+	struct farm_copy_stats d[MAX_DR];
+	unsigned n = BU_MIN(farm_node_copies_get(c->node, d, MAX_DR), MAX_DR);
 	unsigned done = 0;
 	for (unsigned i = 0; i < n; i++)
-		done += d[i].state == FARM_DATAREC_DONE;
+		done += d[i].state == FARM_COPY_DONE;
 	atomic_store(&c->st->dr_n, n);
 	atomic_store(&c->st->dr_done, done);
 	if (b < g_sh->nb)
@@ -300,8 +299,6 @@ static int workload(struct mach *c)
 			uint64_t b = (now - g_sh->t0) / BUCKET_NS;
 			publish(c, b);
 		}
-		if (g_opt.ab_ms) /* copies held in odd windows (A/B) */
-			farm_txm_datarec_hold(c->txm, held(now - g_sh->t0));
 		bx_slots_pass(c->loop, slots, sizeof(*slots), g_opt.depth, now,
 		              slot_start_any);
 	}
@@ -342,6 +339,10 @@ static int machine(uint32_t me, const char *root, const char *zk_root)
 	rc |= bn_set(PROG, cfg, "datarec_bytes", v);
 	snprintf(v, sizeof(v), "%u", g_opt.pace_us);
 	rc |= bn_set(PROG, cfg, "datarec_interval_us", v);
+	/* --ab-ms: copies held in alternate windows (a measurement-only
+	 * key), to compare the foreground with and without them. */
+	snprintf(v, sizeof(v), "%u", g_opt.ab_ms);
+	rc |= bn_set(PROG, cfg, "datarec_hold_ms", v);
 	if (rc) {
 		farm_conf_free(cfg);
 		fail(&c, "configuration", -EINVAL);
@@ -382,7 +383,7 @@ static int machine(uint32_t me, const char *root, const char *zk_root)
 		goto out;
 	}
 	c.st->ndr =
-	        BU_MIN(farm_txm_datarec_get(c.txm, c.st->dr, MAX_DR), MAX_DR);
+	        BU_MIN(farm_node_copies_get(c.node, c.st->dr, MAX_DR), MAX_DR);
 	atomic_store(&c.st->state, ST_DONE);
 	st = wait_cmd(&c, C_QUIT) == C_QUIT ? 0 : 9;
 out:
@@ -603,6 +604,15 @@ static int run_kill(struct times *t)
 	       g_opt.pre_ms, VICTIM);
 	fflush(stdout);
 	g_sh->t0 = now_ns();
+	if (g_opt.ab_ms) {
+		/* The machines hold copies in the odd windows of ab_ms of the
+		 * monotonic clock (datarec_hold_ms): t0 on an even window's
+		 * start makes held() count the same windows from t0. */
+		uint64_t w2 = 2ull * g_opt.ab_ms * 1000000ull;
+		g_sh->t0 = (g_sh->t0 / w2 + 1) * w2;
+		while (now_ns() < g_sh->t0)
+			nap_ms(1);
+	}
 	atomic_store(&g_sh->cmd, C_GO);
 	nap_ms(g_opt.pre_ms);
 	t->t_kill = now_ns();
@@ -655,7 +665,7 @@ static void machine_copies(unsigned i, struct times *t, uint64_t *bytes,
 	*bytes = *reads = *t1 = 0;
 	*t0 = UINT64_MAX;
 	for (unsigned k = 0; k < m->ndr; k++) {
-		const struct farm_datarec_region *d = &m->dr[k];
+		const struct farm_copy_stats *d = &m->dr[k];
 		t->ncopies++;
 		*bytes += d->bytes;
 		*reads += d->reads;
@@ -666,7 +676,7 @@ static void machine_copies(unsigned i, struct times *t, uint64_t *bytes,
 		       i, d->region, d->bytes, d->reads,
 		       d->t_done_ns ? (d->t_done_ns - d->t_start_ns) / 1e6
 		                    : 0.0,
-		       d->state == FARM_DATAREC_DONE ? "" : " (not done)");
+		       d->state == FARM_COPY_DONE ? "" : " (not done)");
 	}
 }
 

@@ -94,10 +94,6 @@
 #include <farm/farm.h>
 #include <farm/txn.h>
 
-#include "coord/membership.h"
-#include "recovery/lease.h"
-#include "recovery/recovery.h"
-
 #include "recovery_bench.h"
 
 const char *const scen_name[NSCEN] = {"member", "cm", "sigstop"};
@@ -183,7 +179,7 @@ static void usage(FILE *f)
 	        "files, shown on failure)\n"
 	        "  --quick         1 member run, short windows (smoke "
 	        "test)\n",
-	        MAX_ACCT, FARM_LEASE_DEFAULT_US);
+	        MAX_ACCT, FARM_STATS_LEASE_DEFAULT_US);
 }
 
 /* The default --out: bench-results next to the program's directory. */
@@ -674,7 +670,7 @@ static bool print_json(const struct summary *s, const char *load,
 		       "stderr)\n",
 		       s->lost, s->phantom, s->locked, s->zombie, s->failed);
 	bool fs_met = s->fs == 0 && s->longest_pre >= 120 &&
-	              lease_us == FARM_LEASE_DEFAULT_US;
+	              lease_us == FARM_STATS_LEASE_DEFAULT_US;
 	printf("{\"bench\": \"recovery\", \"machines\": %u, \"lease_ms\": "
 	       "%.1f, \"busy_poll\": %s, \"zk_data\": \"%s\", "
 	       "\"accounts_per_machine\": %u, \"depth\": %u, "
@@ -710,7 +706,7 @@ int main(int argc, char **argv)
 	if (!g_opt.out)
 		g_opt.out = default_out(argv[0]);
 	unsigned lease_us =
-	        g_opt.lease_us ? g_opt.lease_us : FARM_LEASE_DEFAULT_US;
+	        g_opt.lease_us ? g_opt.lease_us : FARM_STATS_LEASE_DEFAULT_US;
 
 	struct sigaction sa = {.sa_handler = on_signal};
 	sigaction(SIGINT, &sa, NULL);

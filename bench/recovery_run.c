@@ -23,9 +23,6 @@
 
 #include <farm/farm.h>
 
-#include "coord/membership.h"
-#include "recovery/recovery.h"
-
 #include "benchcluster.h"
 #include "recovery_bench.h"
 
@@ -323,8 +320,8 @@ static void debug_machine(unsigned idx, unsigned i, uint64_t t_kill)
 	        m->first_err ? " at " : "", m->first_err_what, m->ts.commits,
 	        m->ts.aborts_conflict, m->ts.aborts_validation,
 	        m->ts.aborts_failure, m->ts.aborts_nospace,
-	        m->rs.lease.renewals, m->rs.lease.late,
-	        m->rs.lease.max_gap_us / 1e3);
+	        m->ns.lease.renewals, m->ns.lease.late,
+	        m->ns.lease.max_gap_us / 1e3);
 	for (unsigned k = 0; k < BU_MIN(m->nslow, 16u); k++)
 		fprintf(stderr,
 		        "  slow %s: start %" PRId64
@@ -339,8 +336,8 @@ static void debug_machine(unsigned idx, unsigned i, uint64_t t_kill)
 		        m->slow[k].acct_b);
 	static const char *const kn[] = {"?",         "suspect",     "request",
 	                                 "withdrawn", "no-majority", "config"};
-	for (unsigned k = 0; k < m->rs.nsteps; k++) {
-		const struct farm_recovery_step *st = &m->rs.steps[k];
+	for (unsigned k = 0; k < m->ns.recovery.nsteps; k++) {
+		const struct farm_stats_step *st = &m->ns.recovery.steps[k];
 		fprintf(stderr,
 		        "  step %+.1f ms after the kill: %s "
 		        "machine %u (n %u, configuration "
@@ -353,8 +350,8 @@ static void debug_machine(unsigned idx, unsigned i, uint64_t t_kill)
 	        "  lease: %" PRIu64 " expiries, %" PRIu64 " lost, %" PRIu64
 	        " refused; membership: %" PRIu64 " config writes, %" PRIu64
 	        " suspects\n",
-	        m->rs.lease.expiries, m->rs.lease.lost, m->rs.lease.refused,
-	        m->ms.config_writes, m->ms.suspects);
+	        m->ns.lease.expiries, m->ns.lease.lost, m->ns.lease.refused,
+	        m->ns.membership.config_writes, m->ns.membership.suspects);
 	for (unsigned k = 0; k < 8 && m->rcount[k]; k++)
 		fprintf(stderr,
 		        "  retried %s in phase %d x %" PRIu64
@@ -385,33 +382,33 @@ static void dump_ops(const char *path, uint64_t t_kill)
 
 /* One survivor's recovery steps after the kill into the timeline;
  * returns the configuration without the victim (0: none seen). */
-static uint64_t timeline_steps(const struct farm_recovery_stats *rs,
+static uint64_t timeline_steps(const struct farm_node_stats *ns,
                                uint64_t t_kill, struct run *r)
 {
 	unsigned victim = r->victim;
 	uint64_t new_cfg = 0;
 	bool saw_cfg = false;
-	for (unsigned k = 0; k < rs->nsteps; k++) {
-		const struct farm_recovery_step *st = &rs->steps[k];
+	for (unsigned k = 0; k < ns->recovery.nsteps; k++) {
+		const struct farm_stats_step *st = &ns->recovery.steps[k];
 		if (st->t_ns < t_kill)
 			continue;
 		double t = ms_after(st->t_ns, t_kill);
 		bool v = st->machine == victim;
 		switch (st->kind) {
-		case FARM_RSTEP_SUSPECT:
+		case FARM_STATS_STEP_SUSPECT:
 			if (v)
 				r->t[T_SUSPECT] = tmin(r->t[T_SUSPECT], t);
 			else
 				r->false_susp++; /* a survivor */
 			break;
-		case FARM_RSTEP_REQUEST:
+		case FARM_STATS_STEP_REQUEST:
 			if (v && st->n == 1)
 				r->t[T_PROBE] = tmin(r->t[T_PROBE], t);
 			else
 				r->false_susp++; /* a survivor too */
 			break;
-		case FARM_RSTEP_WITHDRAWN: r->false_susp++; break;
-		case FARM_RSTEP_CONFIG:
+		case FARM_STATS_STEP_WITHDRAWN: r->false_susp++; break;
+		case FARM_STATS_STEP_CONFIG:
 			if (!v || saw_cfg)
 				break;
 			saw_cfg = true;
@@ -437,7 +434,7 @@ static void run_timeline(uint64_t t_kill, struct run *r)
 		if (i == victim)
 			continue;
 		const struct mstat *m = &g_sh->m[i];
-		uint64_t cfg = timeline_steps(&m->rs, t_kill, r);
+		uint64_t cfg = timeline_steps(&m->ns, t_kill, r);
 		if (cfg)
 			new_cfg = cfg;
 		r->t[T_TXREC] = tmax(r->t[T_TXREC],
@@ -451,10 +448,12 @@ static void run_timeline(uint64_t t_kill, struct run *r)
 		r->transfers += m->transfers;
 	}
 	for (unsigned i = 0; i < NM; i++) {
-		const struct farm_membership_status *ms = &g_sh->m[i].ms;
-		if (i != victim && new_cfg && ms->write_config_id == new_cfg)
-			r->t[T_ZK] = tmin(r->t[T_ZK],
-			                  ms_after(ms->t_write_ns, t_kill));
+		const struct farm_node_stats *ns = &g_sh->m[i].ns;
+		if (i != victim && new_cfg &&
+		    ns->membership.write_config_id == new_cfg)
+			r->t[T_ZK] = tmin(
+			        r->t[T_ZK],
+			        ms_after(ns->membership.t_write_ns, t_kill));
 	}
 }
 

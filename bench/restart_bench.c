@@ -40,9 +40,7 @@
 
 #include "benchnode.h"
 #include "benchutil.h"
-#include "node/node.h"
-#include "node/restart.h"
-#include "zklocal.h"
+#include "benchcluster.h"
 
 #ifndef FARM_SOURCE_DIR
 #error "FARM_SOURCE_DIR must name the source tree (scripts/zk-local)"
@@ -78,7 +76,7 @@ struct report {
 	int status;
 	uint64_t bytes, objects, t_ready_ns, t_first_ns;
 	uint64_t check_bad; /* remembered objects whose contents differ */
-	struct farm_restart_stats st;
+	struct farm_node_stats st; /* its restart's phases: st.restart */
 };
 
 struct remembered {
@@ -247,7 +245,9 @@ static int machine(unsigned me, bool restart, int out)
 		}
 	}
 	r.t_first_ns = now_ns();
-	farm_node_restart_stats(n, &r.st);
+	r.st.size = sizeof(r.st);
+	if (farm_node_stats_get(n, &r.st))
+		memset(&r.st, 0, sizeof(r.st));
 	struct remembered rm;
 	FILE *f = fopen(path, "re");
 	if (!f || fread(&rm, sizeof(rm), 1, f) != 1) {
@@ -374,19 +374,13 @@ int main(int argc, char **argv)
 		        strerror(errno));
 		return 1;
 	}
-	snprintf(g_zk_dir, sizeof(g_zk_dir), "%s/zk", g_root);
-	mkdir(g_zk_dir, 0700);
+	snprintf(g_zk_dir, sizeof(g_zk_dir), "%s/zk-XXXXXX", g_root);
 	const char *script = FARM_SOURCE_DIR "/scripts/zk-local";
-	int zs = zkl_run(NULL, script, "start", g_zk_dir, g_zk_connect,
-	                 sizeof(g_zk_connect));
+	int zs = bc_zk_start(PROG, script, NULL, g_zk_dir, g_zk_connect,
+	                     sizeof(g_zk_connect));
 	if (zs) {
-		fprintf(stderr,
-		        PROG ": zk-local start: %d (3: no java or "
-		             "jars)\n",
-		        zs);
-		zkl_run(NULL, script, "stop", g_zk_dir, NULL, 0);
 		bu_rm_tree(AT_FDCWD, g_root, 4);
-		return zs == 3 ? 77 : 1;
+		return zs;
 	}
 	snprintf(g_zk_root, sizeof(g_zk_root), "/libfarm/restart-bench-%d",
 	         (int)getpid());
@@ -420,7 +414,7 @@ int main(int argc, char **argv)
 	uint64_t t_last = 0;
 	for (unsigned i = 0; i < g_opt.machines; i++) {
 		if (hear(from[i], &rr[i]) || rr[i].status || rr[i].check_bad ||
-		    !rr[i].st.restarted)
+		    !rr[i].st.restart.restarted)
 			bad = 1;
 		else if (rr[i].t_first_ns > t_last)
 			t_last = rr[i].t_first_ns;
@@ -440,7 +434,7 @@ int main(int argc, char **argv)
 	       g_opt.machines, g_opt.mb, fill_s, g_opt.replicas,
 	       g_opt.region_mb, g_opt.dir);
 	for (unsigned i = 0; i < g_opt.machines && !bad; i++) {
-		const struct farm_restart_stats *s = &rr[i].st;
+		const struct farm_stats_restart *s = &rr[i].st.restart;
 		bytes += s->bytes;
 		adopt_max = BU_MAX(adopt_max, s->adopt_ns / 1e6);
 		replay_max = BU_MAX(replay_max, s->replay_ns / 1e6);
@@ -476,7 +470,7 @@ int main(int argc, char **argv)
 	       total_ms, kill_ms, adopt_max, replay_max, kill_ms,
 	       !bad && kill_ms < 2000 ? "true" : "false");
 done:
-	zkl_run(NULL, script, "stop", g_zk_dir, NULL, 0);
+	bc_zk_stop(PROG, script, NULL, g_zk_dir);
 	bu_rm_tree(AT_FDCWD, g_root, 4);
 	return bad;
 }

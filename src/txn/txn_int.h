@@ -228,7 +228,8 @@ static inline uint8_t *txn_own_ptr(farm_txm *m, farm_gaddr a, uint64_t len,
  * returns whether a copy is held now.
  * skip_apply: the test-only switch (FARM_FAULT_INJECTION) that drops
  * COMMIT-BACKUPs to filling copies. */
-int txn_datarec_init(farm_txm *m, uint32_t bytes, uint32_t interval_us);
+int txn_datarec_init(farm_txm *m, uint32_t bytes, uint32_t interval_us,
+                     uint32_t hold_ms);
 int txn_datarec_attach(farm_txm *m, struct txloop *tl);
 void txn_datarec_detach(farm_txm *m, struct txloop *tl);
 void txn_datarec_fini(farm_txm *m);
