@@ -177,14 +177,6 @@ static inline bool has_room(const farm_txm *m, const struct writer *w,
 	return (w->tail - w->freed) + w->reserved + 2 * need + 128 <= m->R;
 }
 
-/* A counter only this loop writes: a plain load and store. */
-static inline void cnt_inc(_Atomic uint64_t *c)
-{
-	atomic_store_explicit(c,
-	                      atomic_load_explicit(c, memory_order_relaxed) + 1,
-	                      memory_order_relaxed);
-}
-
 static inline struct txloop *loop_state(farm_txm *m, farm_loop *loop)
 {
 	if (!m || !loop)
