@@ -61,9 +61,8 @@
 #include <unistd.h>
 
 #include <farm/farm.h>
+#include <farm/stats.h>
 #include <farm/txn.h>
-
-#include "txn/txm.h"
 
 #ifndef FARM_SOURCE_DIR
 #error "FARM_SOURCE_DIR must name the source tree (scripts/zk-local)"
@@ -93,7 +92,7 @@ struct mstat {
 	/* Its copies as a new backup, refreshed every ms. */
 	_Atomic uint32_t dr_n, dr_done;
 	unsigned ndr; /* at the end */
-	struct farm_datarec_region dr[MAX_DR];
+	struct farm_copy_stats dr[MAX_DR];
 };
 
 struct shared {
@@ -270,11 +269,11 @@ static void publish(struct mach *c, uint64_t b)
 	atomic_store(&c->st->t_active, ts.rec_t_active_ns);
 	atomic_store(&c->st->removed, farm_node_removed(c->node));
 	atomic_store(&c->st->config_id, farm_node_config_id(c->node));
-	struct farm_datarec_region d[MAX_DR];
-	unsigned n = BU_MIN(farm_txm_datarec_get(c->txm, d, MAX_DR), MAX_DR);
+	struct farm_copy_stats d[MAX_DR];
+	unsigned n = BU_MIN(farm_node_copies_get(c->node, d, MAX_DR), MAX_DR);
 	unsigned done = 0;
 	for (unsigned i = 0; i < n; i++)
-		done += d[i].state == FARM_DATAREC_DONE;
+		done += d[i].state == FARM_COPY_DONE;
 	atomic_store(&c->st->dr_n, n);
 	atomic_store(&c->st->dr_done, done);
 	if (b < g_sh->nb)
@@ -300,8 +299,6 @@ static int workload(struct mach *c)
 			uint64_t b = (now - g_sh->t0) / BUCKET_NS;
 			publish(c, b);
 		}
-		if (g_opt.ab_ms) /* copies held in odd windows (A/B) */
-			farm_txm_datarec_hold(c->txm, held(now - g_sh->t0));
 		bx_slots_pass(c->loop, slots, sizeof(*slots), g_opt.depth, now,
 		              slot_start_any);
 	}
@@ -342,6 +339,10 @@ static int machine(uint32_t me, const char *root, const char *zk_root)
 	rc |= bn_set(PROG, cfg, "datarec_bytes", v);
 	snprintf(v, sizeof(v), "%u", g_opt.pace_us);
 	rc |= bn_set(PROG, cfg, "datarec_interval_us", v);
+	/* --ab-ms: copies held in alternate windows (a measurement-only
+	 * key), to compare the foreground with and without them. */
+	snprintf(v, sizeof(v), "%u", g_opt.ab_ms);
+	rc |= bn_set(PROG, cfg, "datarec_hold_ms", v);
 	if (rc) {
 		farm_conf_free(cfg);
 		fail(&c, "configuration", -EINVAL);
@@ -382,7 +383,7 @@ static int machine(uint32_t me, const char *root, const char *zk_root)
 		goto out;
 	}
 	c.st->ndr =
-	        BU_MIN(farm_txm_datarec_get(c.txm, c.st->dr, MAX_DR), MAX_DR);
+	        BU_MIN(farm_node_copies_get(c.node, c.st->dr, MAX_DR), MAX_DR);
 	atomic_store(&c.st->state, ST_DONE);
 	st = wait_cmd(&c, C_QUIT) == C_QUIT ? 0 : 9;
 out:
@@ -446,62 +447,68 @@ static double run_s(uint64_t t0, uint64_t t1)
 	return on / 1e3;
 }
 
-int main(int argc, char **argv)
+/* One option: 0 when taken (*i past its value), 2 when unknown or bad
+ * (said on stderr), -1 after --help. */
+static int parse_opt(int argc, char **argv, int *i)
 {
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-		int bad = 0;
-		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-			usage(stdout);
-			return 0;
-		} else if (!strcmp(a, "--quick")) {
-			g_opt.pre_ms = 1500;
-			g_opt.tail_ms = 1000;
-			g_opt.fill_mb = 2;
-			continue;
-		} else if (!strcmp(a, "--verbose")) {
-			g_opt.verbose = true;
-			continue;
-		} else if (!strcmp(a, "--machines")) {
-			bad = bu_parse_u(v, 4, NMAX, &g_opt.machines);
-		} else if (!strcmp(a, "--accounts")) {
-			bad = bu_parse_u(v, 2, MAX_ACCT, &g_opt.accounts);
-		} else if (!strcmp(a, "--fill-mb")) {
-			bad = bu_parse_u(v, 0, 12, &g_opt.fill_mb);
-		} else if (!strcmp(a, "--depth")) {
-			bad = bu_parse_u(v, 1, 64, &g_opt.depth);
-		} else if (!strcmp(a, "--pre-ms")) {
-			bad = bu_parse_u(v, 500, 600000, &g_opt.pre_ms);
-		} else if (!strcmp(a, "--tail-ms")) {
-			bad = bu_parse_u(v, 500, 600000, &g_opt.tail_ms);
-		} else if (!strcmp(a, "--stall-ms")) {
-			bad = bu_parse_u(v, 0, 60000, &g_opt.stall_ms);
-		} else if (!strcmp(a, "--pace-bytes")) {
-			bad = bu_parse_u(v, 64, 1u << 30, &g_opt.pace_bytes);
-		} else if (!strcmp(a, "--ab-ms")) {
-			bad = bu_parse_u(v, 0, 60000, &g_opt.ab_ms);
-			if (!bad && g_opt.ab_ms % 10)
-				bad = -1; /* whole 10 ms buckets */
-		} else if (!strcmp(a, "--pace-us")) {
-			bad = bu_parse_u(v, 10, 10000000, &g_opt.pace_us);
-		} else if (!strcmp(a, "--out") && v) {
-			g_opt.out = v;
-		} else {
-			fprintf(stderr, PROG ": unknown option %s\n", a);
-			usage(stderr);
-			return 2;
-		}
-		if (bad) {
-			fprintf(stderr, PROG ": bad value for %s\n", a);
-			return 2;
-		}
-		i++;
+	static const struct {
+		const char *name;
+		unsigned lo, hi;
+		unsigned *dst;
+	} nums[] = {
+	        {"--machines", 4, NMAX, &g_opt.machines},
+	        {"--accounts", 2, MAX_ACCT, &g_opt.accounts},
+	        {"--fill-mb", 0, 12, &g_opt.fill_mb},
+	        {"--depth", 1, 64, &g_opt.depth},
+	        {"--pre-ms", 500, 600000, &g_opt.pre_ms},
+	        {"--tail-ms", 500, 600000, &g_opt.tail_ms},
+	        {"--stall-ms", 0, 60000, &g_opt.stall_ms},
+	        {"--pace-bytes", 64, 1u << 30, &g_opt.pace_bytes},
+	        {"--ab-ms", 0, 60000, &g_opt.ab_ms},
+	        {"--pace-us", 10, 10000000, &g_opt.pace_us},
+	};
+	const char *a = argv[*i], *v = *i + 1 < argc ? argv[*i + 1] : NULL;
+	if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+		usage(stdout);
+		return -1;
 	}
-	const char *out = g_opt.out ? g_opt.out : "/tmp";
-	/* A run is at most pre + 2 min of copies + tail. */
-	uint32_t nb =
-	        (uint32_t)((g_opt.pre_ms + 120000u + g_opt.tail_ms + 10000u) /
-	                   (BUCKET_NS / 1000000ull));
+	if (!strcmp(a, "--quick")) {
+		g_opt.pre_ms = 1500;
+		g_opt.tail_ms = 1000;
+		g_opt.fill_mb = 2;
+		return 0;
+	}
+	if (!strcmp(a, "--verbose")) {
+		g_opt.verbose = true;
+		return 0;
+	}
+	int bad = 0;
+	size_t k = 0;
+	while (k < sizeof(nums) / sizeof(nums[0]) && strcmp(a, nums[k].name))
+		k++;
+	if (k < sizeof(nums) / sizeof(nums[0])) {
+		bad = bu_parse_u(v, nums[k].lo, nums[k].hi, nums[k].dst);
+		if (!bad && nums[k].dst == &g_opt.ab_ms && g_opt.ab_ms % 10)
+			bad = -1; /* whole 10 ms buckets */
+	} else if (!strcmp(a, "--out") && v) {
+		g_opt.out = v;
+	} else {
+		fprintf(stderr, PROG ": unknown option %s\n", a);
+		usage(stderr);
+		return 2;
+	}
+	if (bad) {
+		fprintf(stderr, PROG ": bad value for %s\n", a);
+		return 2;
+	}
+	(*i)++;
+	return 0;
+}
+
+/* The memory shared with the machines (before the fork): the block and
+ * the per-bucket counts for @nb buckets. */
+static int map_shared(uint32_t nb)
+{
 	size_t len = sizeof(struct shared) +
 	             (size_t)NMAX * nb * (sizeof(uint32_t) + sizeof(int16_t));
 	void *mem = mmap(NULL, len, PROT_READ | PROT_WRITE,
@@ -515,6 +522,379 @@ int main(int argc, char **argv)
 	g_ops = (uint32_t *)(g_sh + 1);
 	g_done = (int16_t *)(g_ops + (size_t)NMAX * nb);
 	memset(g_done, 0xff, (size_t)NMAX * nb * sizeof(int16_t));
+	return 0;
+}
+
+/* Until every machine has made its data; 1 when one failed or five
+ * minutes went by. */
+static int wait_created(void)
+{
+	uint64_t dl = now_ns() + 300000000000ull;
+	for (bool all = false; !all;) {
+		int rc = 0;
+		all = true;
+		for (unsigned i = 0; i < g_opt.machines; i++) {
+			int s = atomic_load(&g_sh->m[i].state);
+			if (s == ST_FAILED) {
+				fprintf(stderr,
+				        PROG ": machine %u failed: %s\n", i,
+				        g_sh->m[i].fail_what);
+				rc = 1;
+			}
+			all &= s == ST_CREATED;
+		}
+		if (rc || now_ns() > dl)
+			return 1;
+		if (!all)
+			nap_ms(20);
+	}
+	return 0;
+}
+
+/* The run's moments (monotonic ns) and what the copies did. */
+struct times {
+	uint64_t t_kill, t_rec, t_first, t_last, t_stop, t_end;
+	unsigned ncopies;
+};
+
+/* After the kill: recovered, then every copy complete (progress each
+ * s); 1 when the copies took over 120 s. */
+static int wait_copies(struct times *t)
+{
+	uint64_t last_say = now_ns();
+	uint64_t dl = now_ns() + 120000000000ull;
+	for (;;) {
+		bool rec = true;
+		unsigned n = 0, done = 0;
+		for (unsigned i = 0; i < g_opt.machines; i++) {
+			if (i == VICTIM)
+				continue;
+			rec &= atomic_load(&g_sh->m[i].t_active) > t->t_kill;
+			n += atomic_load(&g_sh->m[i].dr_n);
+			done += atomic_load(&g_sh->m[i].dr_done);
+		}
+		uint64_t now = now_ns();
+		if (rec && !t->t_rec)
+			t->t_rec = now;
+		if (t->t_rec && now > t->t_rec + 500000000ull && n && done == n)
+			return 0;
+		if (now > dl) {
+			fprintf(stderr,
+			        PROG ": %u of %u copies done after "
+			             "120 s\n",
+			        done, n);
+			return 1;
+		}
+		if (now - last_say > 1000000000ull) {
+			printf(PROG ": %.1f s after the kill: %u of %u "
+			            "copies complete\n",
+			       (now - t->t_kill) / 1e9, done, n);
+			fflush(stdout);
+			last_say = now;
+		}
+		nap_ms(10);
+	}
+}
+
+/* Load, kill the victim, wait for its copies, then the tail. */
+static int run_kill(struct times *t)
+{
+	printf(PROG ": data made; load for %u ms, then machine %u is "
+	            "killed\n",
+	       g_opt.pre_ms, VICTIM);
+	fflush(stdout);
+	g_sh->t0 = now_ns();
+	if (g_opt.ab_ms) {
+		/* The machines hold copies in the odd windows of ab_ms of the
+		 * monotonic clock (datarec_hold_ms): t0 on an even window's
+		 * start makes held() count the same windows from t0. */
+		uint64_t w2 = 2ull * g_opt.ab_ms * 1000000ull;
+		g_sh->t0 = (g_sh->t0 / w2 + 1) * w2;
+		while (now_ns() < g_sh->t0)
+			nap_ms(1);
+	}
+	atomic_store(&g_sh->cmd, C_GO);
+	nap_ms(g_opt.pre_ms);
+	t->t_kill = now_ns();
+	kill(g_pid[VICTIM], SIGKILL);
+	(void)waitpid(g_pid[VICTIM], NULL, 0);
+	g_pid[VICTIM] = 0;
+	int rc = wait_copies(t);
+	nap_ms(g_opt.tail_ms);
+	return rc;
+}
+
+/* Stop the workload, wait for every machine (30 s each), reap them; 1
+ * when one exited badly. */
+static int stop_machines(const char *root, struct times *t)
+{
+	int rc = 0;
+	t->t_stop = now_ns();
+	atomic_store(&g_sh->cmd, C_STOP);
+	for (unsigned i = 0; i < g_opt.machines; i++) {
+		if (!g_pid[i])
+			continue;
+		uint64_t d2 = now_ns() + 30000000000ull;
+		while (atomic_load(&g_sh->m[i].state) != ST_DONE &&
+		       atomic_load(&g_sh->m[i].state) != ST_FAILED &&
+		       now_ns() < d2)
+			nap_ms(10);
+	}
+	t->t_end = now_ns();
+	atomic_store(&g_sh->cmd, C_QUIT);
+	for (unsigned i = 0; i < g_opt.machines; i++)
+		if (g_pid[i]) {
+			int st = 0;
+			(void)waitpid(g_pid[i], &st, 0);
+			if (!WIFEXITED(st) || WEXITSTATUS(st)) {
+				fprintf(stderr,
+				        PROG ": machine %u exited with %d (log "
+				             "%s/m%u.log)\n",
+				        i, st, root, i);
+				rc = 1;
+			}
+		}
+	return rc;
+}
+
+/* Machine @i's copies, each printed; its bytes, READs and span. */
+static void machine_copies(unsigned i, struct times *t, uint64_t *bytes,
+                           uint64_t *reads, uint64_t *t0, uint64_t *t1)
+{
+	const struct mstat *m = &g_sh->m[i];
+	*bytes = *reads = *t1 = 0;
+	*t0 = UINT64_MAX;
+	for (unsigned k = 0; k < m->ndr; k++) {
+		const struct farm_copy_stats *d = &m->dr[k];
+		t->ncopies++;
+		*bytes += d->bytes;
+		*reads += d->reads;
+		*t0 = BU_MIN(*t0, d->t_start_ns);
+		*t1 = BU_MAX(*t1, d->t_done_ns);
+		printf("machine %u: region %#" PRIx32 ": %" PRIu64
+		       " bytes in %" PRIu64 " READs, %.1f ms%s\n",
+		       i, d->region, d->bytes, d->reads,
+		       d->t_done_ns ? (d->t_done_ns - d->t_start_ns) / 1e6
+		                    : 0.0,
+		       d->state == FARM_COPY_DONE ? "" : " (not done)");
+	}
+}
+
+/* Copies: each new backup's bytes over its copying time; the mean pace
+ * (bytes/s) and READs per second. */
+static void copies(struct times *t, double *pace, double *ticks)
+{
+	double pace_cfg = g_opt.pace_bytes / (g_opt.pace_us * 1e-6);
+	double pace_sum = 0, tick_sum = 0;
+	unsigned npace = 0;
+	for (unsigned i = 0; i < g_opt.machines; i++) {
+		const struct mstat *m = &g_sh->m[i];
+		if (i == VICTIM || !m->ndr)
+			continue;
+		uint64_t bytes, reads, t0, t1;
+		machine_copies(i, t, &bytes, &reads, &t0, &t1);
+		t->t_first = BU_MIN(t->t_first, t0);
+		t->t_last = BU_MAX(t->t_last, t1);
+		if (t1 > t0 && bytes) {
+			/* One loop per machine here: its copies share it. */
+			double s = run_s(t0, t1);
+			pace_sum += bytes / s;
+			tick_sum += reads / s;
+			npace++;
+			printf("machine %u: %u copies, %.2f MB/s over %.1f ms "
+			       "(configured %.2f MB/s), %.0f READs/s (one "
+			       "per interval: %.0f)\n",
+			       i, m->ndr, bytes / s / 1e6, s * 1e3,
+			       pace_cfg / 1e6, reads / s, 1e6 / g_opt.pace_us);
+		}
+	}
+	*pace = npace ? pace_sum / npace : 0;
+	*ticks = npace ? tick_sum / npace : 0;
+}
+
+/* The survivors' transfers (sum) and regions copied (done) per bucket. */
+static void timeline(uint32_t nb, uint64_t nbk, uint32_t *sum, int *done)
+{
+	int last[NMAX] = {0};
+	for (uint64_t b = 0; b < nbk; b++) {
+		for (unsigned i = 0; i < g_opt.machines; i++) {
+			if (i == VICTIM)
+				continue;
+			sum[b] += g_ops[(size_t)i * nb + b];
+			int16_t d = g_done[(size_t)i * nb + b];
+			if (d >= 0)
+				last[i] = d;
+			done[b] += last[i];
+		}
+	}
+}
+
+/* The survivors' throughput before the kill, during the copies, without
+ * them (held windows or after) and after; bs: the copy window's first
+ * bucket. */
+struct rates {
+	double before, during, without, after;
+	uint64_t bs;
+};
+
+static void compute_rates(const struct times *t, const uint32_t *sum,
+                          uint64_t nbk, struct rates *r)
+{
+	uint64_t bk = (t->t_kill - g_sh->t0) / BUCKET_NS;
+	r->bs = (BU_MAX(t->t_first, t->t_kill + g_opt.stall_ms * 1000000ull) -
+	         g_sh->t0) /
+	        BUCKET_NS;
+	uint64_t be = (t->t_last - g_sh->t0) / BUCKET_NS;
+	uint64_t ba = (t->t_last + 200000000ull - g_sh->t0) / BUCKET_NS;
+	r->before = mean_rate(sum, bk > 100 ? bk - 100 : 0, bk, -1);
+	/* A/B: the windows with copies running against those held, over
+	 * the same stretch of time (the host's load drifts by more than the
+	 * copies cost). Without --ab-ms: the copy window against after. */
+	r->during = mean_rate(sum, r->bs, be, g_opt.ab_ms ? 0 : -1);
+	double held_rate = g_opt.ab_ms ? mean_rate(sum, r->bs, be, 1) : 0;
+	uint64_t bz = BU_MIN(nbk, (t->t_stop - g_sh->t0) / BUCKET_NS);
+	r->after = mean_rate(sum, ba, bz, -1);
+	r->without = g_opt.ab_ms ? held_rate : r->after;
+}
+
+/* The timeline as a gnuplot data file in @out (@path), and a PNG when
+ * gnuplot is there. */
+static void write_timeline(const char *out, char *path, size_t plen,
+                           const struct times *t, const uint32_t *sum,
+                           const int *done, uint64_t nbk)
+{
+	snprintf(path, plen, "%s/datarec_timeline.dat", out);
+	if (mkdir(out, 0755) && errno != EEXIST)
+		fprintf(stderr, PROG ": mkdir %s: %s\n", out, strerror(errno));
+	FILE *f = fopen(path, "w");
+	if (!f) {
+		fprintf(stderr, PROG ": %s: %s\n", path, strerror(errno));
+		return;
+	}
+	fprintf(f, "# ms_after_kill regions_replicated "
+	           "transfers_per_s (survivors, 10 ms buckets)\n");
+	for (uint64_t b = 0; b < nbk; b++)
+		fprintf(f, "%.0f %d %.0f\n",
+		        ((double)b * BUCKET_NS -
+		         (double)(t->t_kill - g_sh->t0)) /
+		                1e6,
+		        done[b], sum[b] / (BUCKET_NS / 1e9));
+	fclose(f);
+	char cmd[1400];
+	snprintf(cmd, sizeof(cmd),
+	         "command -v gnuplot >/dev/null && gnuplot -e \""
+	         "set terminal png size 900,500; set output "
+	         "'%s/datarec_timeline.png'; set xlabel 'ms after the "
+	         "kill'; set ylabel 'transfers/s'; set y2label "
+	         "'regions re-replicated'; set y2tics; set ytics "
+	         "nomirror; plot '%s' using 1:3 with lines title "
+	         "'survivors transfers/s', '' using 1:2 axes x1y2 "
+	         "with steps lw 2 title 'regions re-replicated'\" "
+	         "2>/dev/null",
+	         out, path);
+	if (system(cmd) == 0)
+		printf(PROG ": plot %s/datarec_timeline.png\n", out);
+}
+
+static void print_summary(const struct times *t, const struct rates *r,
+                          double pace, double ticks, const char *path)
+{
+	double pace_cfg = g_opt.pace_bytes / (g_opt.pace_us * 1e-6);
+	printf(PROG ": kill at %.0f ms; recovered after %.0f ms; %u copies "
+	            "from %.0f to %.0f ms after the kill\n",
+	       (t->t_kill - g_sh->t0) / 1e6,
+	       t->t_rec ? (t->t_rec - t->t_kill) / 1e6 : -1.0, t->ncopies,
+	       ((double)t->t_first - (double)t->t_kill) / 1e6,
+	       ((double)t->t_last - (double)t->t_kill) / 1e6);
+	printf(PROG ": transfers/s: %.0f before the kill (%u machines); "
+	            "from %.0f ms after the kill to the last copy: %.0f with "
+	            "copies running, %.0f %s: %.1f%%; %.0f after the copies\n",
+	       r->before, g_opt.machines,
+	       ((double)r->bs * BUCKET_NS - (double)(t->t_kill - g_sh->t0)) /
+	               1e6,
+	       r->during, r->without,
+	       g_opt.ab_ms ? "with them held (alternate windows)"
+	                   : "after them",
+	       r->without > 0 ? 100.0 * r->during / r->without : 0.0, r->after);
+	printf(PROG ": pace %.2f MB/s per new backup (configured %.2f), "
+	            "%.0f READs/s (configured %.0f); timeline %s\n",
+	       pace / 1e6, pace_cfg / 1e6, ticks, 1e6 / g_opt.pace_us, path);
+	unsigned removed = 0;
+	uint64_t cmax = 0;
+	for (unsigned i = 0; i < g_opt.machines; i++) {
+		if (i == VICTIM)
+			continue;
+		removed += atomic_load(&g_sh->m[i].removed);
+		cmax = BU_MAX(cmax, atomic_load(&g_sh->m[i].config_id));
+	}
+	if (removed)
+		fprintf(stderr,
+		        PROG
+		        ": %u survivor(s) were removed too (a false "
+		        "suspicion): the figures are not data recovery's\n",
+		        removed);
+	printf(PROG ": last configuration %" PRIu64 ", %u survivor(s) "
+	            "removed\n",
+	       cmax, removed);
+}
+
+static void print_json(const struct times *t, const struct rates *r,
+                       double pace, double ticks)
+{
+	double pace_cfg = g_opt.pace_bytes / (g_opt.pace_us * 1e-6);
+	double ratio = r->without > 0 ? r->during / r->without : 0;
+	double pratio = pace / pace_cfg;
+	printf("{\"bench\": \"datarec\", \"machines\": %u, \"fill_mb\": %u, "
+	       "\"pace_bytes\": %u, \"pace_us\": %u, \"copies\": %u, "
+	       "\"ab_ms\": %u, \"copy_ms\": %.0f, \"tput_before\": %.0f, "
+	       "\"tput_during\": %.0f, \"tput_without\": %.0f, "
+	       "\"tput_after\": %.0f, \"pace_mbps\": %.3f, "
+	       "\"reads_per_s\": %.0f, \"goals\": {\"tput_during_vs_without\": "
+	       "{\"value\": %.3f, \"target\": 0.9, \"met\": %s}, "
+	       "\"pace_vs_configured\": {\"value\": %.3f, \"target\": 0.9, "
+	       "\"met\": %s}}}\n",
+	       g_opt.machines, g_opt.fill_mb, g_opt.pace_bytes, g_opt.pace_us,
+	       t->ncopies, g_opt.ab_ms,
+	       ((double)t->t_last - (double)t->t_first) / 1e6, r->before,
+	       r->during, r->without, r->after, pace / 1e6, ticks, ratio,
+	       ratio >= 0.9 ? "true" : "false", pratio,
+	       pratio >= 0.9 ? "true" : "false");
+}
+
+/* The figures from what the machines left in the shared memory. */
+static void report(const char *out, uint32_t nb, const struct times *tc)
+{
+	struct times t = *tc;
+	double pace, ticks;
+	copies(&t, &pace, &ticks);
+	uint64_t nbk = BU_MIN((uint64_t)nb, (t.t_end - g_sh->t0) / BUCKET_NS);
+	uint32_t *sum = calloc(nbk + 1, sizeof(*sum));
+	int *done = calloc(nbk + 1, sizeof(*done));
+	timeline(nb, nbk, sum, done);
+	struct rates r;
+	compute_rates(&t, sum, nbk, &r);
+	char path[512];
+	write_timeline(out, path, sizeof(path), &t, sum, done, nbk);
+	print_summary(&t, &r, pace, ticks, path);
+	print_json(&t, &r, pace, ticks);
+	free(sum);
+	free(done);
+}
+
+int main(int argc, char **argv)
+{
+	for (int i = 1; i < argc; i++) {
+		int o = parse_opt(argc, argv, &i);
+		if (o)
+			return o < 0 ? 0 : o;
+	}
+	const char *out = g_opt.out ? g_opt.out : "/tmp";
+	/* A run is at most pre + 2 min of copies + tail. */
+	uint32_t nb =
+	        (uint32_t)((g_opt.pre_ms + 120000u + g_opt.tail_ms + 10000u) /
+	                   (BUCKET_NS / 1000000ull));
+	if (map_shared(nb))
+		return 1;
 
 	snprintf(g_zk_dir, sizeof(g_zk_dir), "/dev/shm/farm-drbench-zk-XXXXXX");
 	int zst = bc_zk_start(PROG, g_opt.zk_script, NULL, g_zk_dir,
@@ -538,269 +918,17 @@ int main(int argc, char **argv)
 	fflush(stdout);
 	for (unsigned i = 0; i < g_opt.machines; i++)
 		g_pid[i] = bc_spawn(i, root, zk_root, g_opt.verbose, machine);
-	int rc = 0;
-	uint64_t dl = now_ns() + 300000000000ull;
-	for (bool all = false; !all;) {
-		all = true;
-		for (unsigned i = 0; i < g_opt.machines; i++) {
-			int s = atomic_load(&g_sh->m[i].state);
-			if (s == ST_FAILED) {
-				fprintf(stderr,
-				        PROG ": machine %u failed: %s\n", i,
-				        g_sh->m[i].fail_what);
-				rc = 1;
-			}
-			all &= s == ST_CREATED;
-		}
-		if (rc || now_ns() > dl) {
-			rc = 1;
-			break;
-		}
-		if (!all)
-			nap_ms(20);
-	}
-	uint64_t t_kill = 0, t_rec = 0, t_first = UINT64_MAX, t_last = 0;
-	unsigned ncopies = 0;
-	if (!rc) {
-		printf(PROG ": data made; load for %u ms, then machine %u is "
-		            "killed\n",
-		       g_opt.pre_ms, VICTIM);
-		fflush(stdout);
-		g_sh->t0 = now_ns();
-		atomic_store(&g_sh->cmd, C_GO);
-		nap_ms(g_opt.pre_ms);
-		t_kill = now_ns();
-		kill(g_pid[VICTIM], SIGKILL);
-		(void)waitpid(g_pid[VICTIM], NULL, 0);
-		g_pid[VICTIM] = 0;
-		/* Recovered, then every copy complete (progress each s). */
-		uint64_t last_say = now_ns();
-		dl = now_ns() + 120000000000ull;
-		for (;;) {
-			bool rec = true;
-			unsigned n = 0, done = 0;
-			for (unsigned i = 0; i < g_opt.machines; i++) {
-				if (i == VICTIM)
-					continue;
-				rec &= atomic_load(&g_sh->m[i].t_active) >
-				       t_kill;
-				n += atomic_load(&g_sh->m[i].dr_n);
-				done += atomic_load(&g_sh->m[i].dr_done);
-			}
-			uint64_t now = now_ns();
-			if (rec && !t_rec)
-				t_rec = now;
-			if (t_rec && now > t_rec + 500000000ull && n &&
-			    done == n)
-				break;
-			if (now > dl) {
-				fprintf(stderr,
-				        PROG ": %u of %u copies done after "
-				             "120 s\n",
-				        done, n);
-				rc = 1;
-				break;
-			}
-			if (now - last_say > 1000000000ull) {
-				printf(PROG ": %.1f s after the kill: %u of %u "
-				            "copies complete\n",
-				       (now - t_kill) / 1e9, done, n);
-				fflush(stdout);
-				last_say = now;
-			}
-			nap_ms(10);
-		}
-		nap_ms(g_opt.tail_ms);
-	}
-	uint64_t t_stop = now_ns();
-	atomic_store(&g_sh->cmd, C_STOP);
-	for (unsigned i = 0; i < g_opt.machines; i++) {
-		if (!g_pid[i])
-			continue;
-		uint64_t d2 = now_ns() + 30000000000ull;
-		while (atomic_load(&g_sh->m[i].state) != ST_DONE &&
-		       atomic_load(&g_sh->m[i].state) != ST_FAILED &&
-		       now_ns() < d2)
-			nap_ms(10);
-	}
-	uint64_t t_end = now_ns();
-	atomic_store(&g_sh->cmd, C_QUIT);
-	for (unsigned i = 0; i < g_opt.machines; i++)
-		if (g_pid[i]) {
-			int st = 0;
-			(void)waitpid(g_pid[i], &st, 0);
-			if (!WIFEXITED(st) || WEXITSTATUS(st)) {
-				fprintf(stderr,
-				        PROG ": machine %u exited with %d (log "
-				             "%s/m%u.log)\n",
-				        i, st, root, i);
-				rc = 1;
-			}
-		}
+	struct times t = {.t_first = UINT64_MAX};
+	int rc = wait_created();
+	if (!rc)
+		rc = run_kill(&t);
+	rc |= stop_machines(root, &t);
 	bc_zk_stop(PROG, g_opt.zk_script, NULL, g_zk_dir);
 	if (rc) {
 		fprintf(stderr, PROG ": failed; machines' logs in %s\n", root);
 		return 1;
 	}
-
-	/* Copies: each new backup's bytes over its copying time. */
-	double pace_cfg = g_opt.pace_bytes / (g_opt.pace_us * 1e-6);
-	double pace_sum = 0, tick_sum = 0;
-	unsigned npace = 0;
-	for (unsigned i = 0; i < g_opt.machines; i++) {
-		const struct mstat *m = &g_sh->m[i];
-		if (i == VICTIM || !m->ndr)
-			continue;
-		uint64_t bytes = 0, reads = 0, t0 = UINT64_MAX, t1 = 0;
-		for (unsigned k = 0; k < m->ndr; k++) {
-			const struct farm_datarec_region *d = &m->dr[k];
-			ncopies++;
-			bytes += d->bytes;
-			reads += d->reads;
-			t0 = BU_MIN(t0, d->t_start_ns);
-			t1 = BU_MAX(t1, d->t_done_ns);
-			printf("machine %u: region %#" PRIx32 ": %" PRIu64
-			       " bytes in %" PRIu64 " READs, %.1f ms%s\n",
-			       i, d->region, d->bytes, d->reads,
-			       d->t_done_ns
-			               ? (d->t_done_ns - d->t_start_ns) / 1e6
-			               : 0.0,
-			       d->state == FARM_DATAREC_DONE ? ""
-			                                     : " (not done)");
-		}
-		t_first = BU_MIN(t_first, t0);
-		t_last = BU_MAX(t_last, t1);
-		if (t1 > t0 && bytes) {
-			/* One loop per machine here: its copies share it. */
-			double s = run_s(t0, t1);
-			pace_sum += bytes / s;
-			tick_sum += reads / s;
-			npace++;
-			printf("machine %u: %u copies, %.2f MB/s over %.1f ms "
-			       "(configured %.2f MB/s), %.0f READs/s (one "
-			       "per interval: %.0f)\n",
-			       i, m->ndr, bytes / s / 1e6, s * 1e3,
-			       pace_cfg / 1e6, reads / s, 1e6 / g_opt.pace_us);
-		}
-	}
-	double pace = npace ? pace_sum / npace : 0;
-	double ticks = npace ? tick_sum / npace : 0;
-
-	/* The timeline. */
-	uint64_t nbk = BU_MIN((uint64_t)nb, (t_end - g_sh->t0) / BUCKET_NS);
-	uint32_t *sum = calloc(nbk + 1, sizeof(*sum));
-	int *done = calloc(nbk + 1, sizeof(*done));
-	int last[NMAX] = {0};
-	for (uint64_t b = 0; b < nbk; b++) {
-		for (unsigned i = 0; i < g_opt.machines; i++) {
-			if (i == VICTIM)
-				continue;
-			sum[b] += g_ops[(size_t)i * nb + b];
-			int16_t d = g_done[(size_t)i * nb + b];
-			if (d >= 0)
-				last[i] = d;
-			done[b] += last[i];
-		}
-	}
-	uint64_t bk = (t_kill - g_sh->t0) / BUCKET_NS;
-	uint64_t bs = (BU_MAX(t_first, t_kill + g_opt.stall_ms * 1000000ull) -
-	               g_sh->t0) /
-	              BUCKET_NS;
-	uint64_t be = (t_last - g_sh->t0) / BUCKET_NS;
-	uint64_t ba = (t_last + 200000000ull - g_sh->t0) / BUCKET_NS;
-	double before = mean_rate(sum, bk > 100 ? bk - 100 : 0, bk, -1);
-	/* A/B: the windows with copies running against those held, over
-	 * the same stretch of time (the host's load drifts by more than the
-	 * copies cost). Without --ab-ms: the copy window against after. */
-	double during = mean_rate(sum, bs, be, g_opt.ab_ms ? 0 : -1);
-	double held_rate = g_opt.ab_ms ? mean_rate(sum, bs, be, 1) : 0;
-	uint64_t bz = BU_MIN(nbk, (t_stop - g_sh->t0) / BUCKET_NS);
-	double after = mean_rate(sum, ba, bz, -1);
-	double without = g_opt.ab_ms ? held_rate : after;
-	char path[512];
-	snprintf(path, sizeof(path), "%s/datarec_timeline.dat", out);
-	if (mkdir(out, 0755) && errno != EEXIST)
-		fprintf(stderr, PROG ": mkdir %s: %s\n", out, strerror(errno));
-	FILE *f = fopen(path, "w");
-	if (!f)
-		fprintf(stderr, PROG ": %s: %s\n", path, strerror(errno));
-	if (f) {
-		fprintf(f, "# ms_after_kill regions_replicated "
-		           "transfers_per_s (survivors, 10 ms buckets)\n");
-		for (uint64_t b = 0; b < nbk; b++)
-			fprintf(f, "%.0f %d %.0f\n",
-			        ((double)b * BUCKET_NS -
-			         (double)(t_kill - g_sh->t0)) /
-			                1e6,
-			        done[b], sum[b] / (BUCKET_NS / 1e9));
-		fclose(f);
-		char cmd[1400];
-		snprintf(cmd, sizeof(cmd),
-		         "command -v gnuplot >/dev/null && gnuplot -e \""
-		         "set terminal png size 900,500; set output "
-		         "'%s/datarec_timeline.png'; set xlabel 'ms after the "
-		         "kill'; set ylabel 'transfers/s'; set y2label "
-		         "'regions re-replicated'; set y2tics; set ytics "
-		         "nomirror; plot '%s' using 1:3 with lines title "
-		         "'survivors transfers/s', '' using 1:2 axes x1y2 "
-		         "with steps lw 2 title 'regions re-replicated'\" "
-		         "2>/dev/null",
-		         out, path);
-		if (system(cmd) == 0)
-			printf(PROG ": plot %s/datarec_timeline.png\n", out);
-	}
-	printf(PROG ": kill at %.0f ms; recovered after %.0f ms; %u copies "
-	            "from %.0f to %.0f ms after the kill\n",
-	       (t_kill - g_sh->t0) / 1e6, t_rec ? (t_rec - t_kill) / 1e6 : -1.0,
-	       ncopies, ((double)t_first - (double)t_kill) / 1e6,
-	       ((double)t_last - (double)t_kill) / 1e6);
-	printf(PROG ": transfers/s: %.0f before the kill (%u machines); "
-	            "from %.0f ms after the kill to the last copy: %.0f with "
-	            "copies running, %.0f %s: %.1f%%; %.0f after the copies\n",
-	       before, g_opt.machines,
-	       ((double)bs * BUCKET_NS - (double)(t_kill - g_sh->t0)) / 1e6,
-	       during, without,
-	       g_opt.ab_ms ? "with them held (alternate windows)"
-	                   : "after them",
-	       without > 0 ? 100.0 * during / without : 0.0, after);
-	printf(PROG ": pace %.2f MB/s per new backup (configured %.2f), "
-	            "%.0f READs/s (configured %.0f); timeline %s\n",
-	       pace / 1e6, pace_cfg / 1e6, ticks, 1e6 / g_opt.pace_us, path);
-	unsigned removed = 0;
-	uint64_t cmax = 0;
-	for (unsigned i = 0; i < g_opt.machines; i++) {
-		if (i == VICTIM)
-			continue;
-		removed += atomic_load(&g_sh->m[i].removed);
-		cmax = BU_MAX(cmax, atomic_load(&g_sh->m[i].config_id));
-	}
-	if (removed)
-		fprintf(stderr,
-		        PROG
-		        ": %u survivor(s) were removed too (a false "
-		        "suspicion): the figures are not data recovery's\n",
-		        removed);
-	printf(PROG ": last configuration %" PRIu64 ", %u survivor(s) "
-	            "removed\n",
-	       cmax, removed);
-	double ratio = without > 0 ? during / without : 0;
-	double pratio = pace / pace_cfg;
-	printf("{\"bench\": \"datarec\", \"machines\": %u, \"fill_mb\": %u, "
-	       "\"pace_bytes\": %u, \"pace_us\": %u, \"copies\": %u, "
-	       "\"ab_ms\": %u, \"copy_ms\": %.0f, \"tput_before\": %.0f, "
-	       "\"tput_during\": %.0f, \"tput_without\": %.0f, "
-	       "\"tput_after\": %.0f, \"pace_mbps\": %.3f, "
-	       "\"reads_per_s\": %.0f, \"goals\": {\"tput_during_vs_without\": "
-	       "{\"value\": %.3f, \"target\": 0.9, \"met\": %s}, "
-	       "\"pace_vs_configured\": {\"value\": %.3f, \"target\": 0.9, "
-	       "\"met\": %s}}}\n",
-	       g_opt.machines, g_opt.fill_mb, g_opt.pace_bytes, g_opt.pace_us,
-	       ncopies, g_opt.ab_ms, ((double)t_last - (double)t_first) / 1e6,
-	       before, during, without, after, pace / 1e6, ticks, ratio,
-	       ratio >= 0.9 ? "true" : "false", pratio,
-	       pratio >= 0.9 ? "true" : "false");
+	report(out, nb, &t);
 	bu_rm_tree(AT_FDCWD, root, 4);
-	free(sum);
-	free(done);
 	return 0;
 }

@@ -94,10 +94,6 @@
 #include <farm/farm.h>
 #include <farm/txn.h>
 
-#include "coord/membership.h"
-#include "recovery/lease.h"
-#include "recovery/recovery.h"
-
 #include "recovery_bench.h"
 
 const char *const scen_name[NSCEN] = {"member", "cm", "sigstop"};
@@ -183,7 +179,7 @@ static void usage(FILE *f)
 	        "files, shown on failure)\n"
 	        "  --quick         1 member run, short windows (smoke "
 	        "test)\n",
-	        MAX_ACCT, FARM_LEASE_DEFAULT_US);
+	        MAX_ACCT, FARM_STATS_LEASE_DEFAULT_US);
 }
 
 /* The default --out: bench-results next to the program's directory. */
@@ -211,71 +207,103 @@ static char *default_out(const char *argv0)
 	return o;
 }
 
-int main(int argc, char **argv)
+/* What the command line chose beyond g_opt. */
+struct choice {
+	bool only_cm, only_stop, only_fs;
+	unsigned n_sc[NSCEN], total;
+};
+
+/* One option with a number in lo..hi: 1 when @a is @name (consumed, and
+ * *bad set when its value is missing or out of range), else 0. */
+static int opt_u(const char *a, const char *v, const char *name, unsigned lo,
+                 unsigned hi, unsigned *dst, bool *bad)
 {
-	bool only_cm = false, only_stop = false, only_fs = false;
-	unsigned seed = 0;
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i];
-		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-		int bad = 0;
-#define OPT_U(name, lo, hi, dst)                                       \
-	if (!strcmp(a, name)) {                                        \
-		bad = !v || bu_parse_u(v, lo, hi, dst);                \
-		i++;                                                   \
-		if (bad) {                                             \
-			fprintf(stderr,                                \
-			        PROG ": %s needs a number in "         \
-			             "%u..%u\n",                       \
-			        name, (unsigned)(lo), (unsigned)(hi)); \
-			return 2;                                      \
-		}                                                      \
-		continue;                                              \
-	}
-		OPT_U("--runs", 0, MAX_RUNS, &g_opt.runs)
-		OPT_U("--cm-runs", 0, MAX_RUNS, &g_opt.cm_runs)
-		OPT_U("--stop-runs", 0, MAX_RUNS, &g_opt.stop_runs)
-		OPT_U("--fs-secs", 0, 3600, &g_opt.fs_secs)
-		OPT_U("--pre-ms", 200, 600000, &g_opt.pre_ms)
-		OPT_U("--post-ms", 50, 60000, &g_opt.post_ms)
-		OPT_U("--base-ms", 10, 10000, &g_opt.base_ms)
-		OPT_U("--window-ms", 1, 1000, &g_opt.window_ms)
-		OPT_U("--accounts", 2, MAX_ACCT, &g_opt.accounts)
-		OPT_U("--depth", 1, 256, &g_opt.depth)
-		OPT_U("--lease-us", 1000, 60000000, &g_opt.lease_us)
-		OPT_U("--seed", 0, UINT32_MAX, &seed)
-#undef OPT_U
-		if (!strcmp(a, "--kill-cm")) {
-			only_cm = true;
-		} else if (!strcmp(a, "--sigstop")) {
-			only_stop = true;
-		} else if (!strcmp(a, "--false-suspicion")) {
-			only_fs = true;
-		} else if (!strcmp(a, "--busy-poll")) {
-			g_opt.busy_poll = true;
-		} else if (!strcmp(a, "--zk-disk")) {
-			g_opt.zk_disk = true;
-		} else if (!strcmp(a, "--zk-dir") && v) {
-			g_opt.zk_dir_base = argv[++i];
-		} else if (!strcmp(a, "--zk-script") && v) {
-			g_opt.zk_script = argv[++i];
-		} else if (!strcmp(a, "--out") && v) {
-			g_opt.out = argv[++i];
-		} else if (!strcmp(a, "--verbose")) {
-			g_opt.verbose = true;
-		} else if (!strcmp(a, "--quick")) {
-			g_opt.quick = true;
-		} else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-			usage(stdout);
-			return 0;
-		} else {
-			fprintf(stderr, PROG ": unknown option %s\n", a);
-			usage(stderr);
-			return 2;
+	if (strcmp(a, name))
+		return 0;
+	*bad = !v || bu_parse_u(v, lo, hi, dst);
+	if (*bad)
+		fprintf(stderr, PROG ": %s needs a number in %u..%u\n", name,
+		        lo, hi);
+	return 1;
+}
+
+/* An option with a number; 1 when @a was one (and *i moved past its
+ * value), -1 when its value was bad, 0 when @a is something else. */
+static int parse_number(int argc, char **argv, int *i, unsigned *seed)
+{
+	static const struct {
+		const char *name;
+		unsigned lo, hi;
+		unsigned *dst;
+	} nums[] = {
+	        {"--runs", 0, MAX_RUNS, &g_opt.runs},
+	        {"--cm-runs", 0, MAX_RUNS, &g_opt.cm_runs},
+	        {"--stop-runs", 0, MAX_RUNS, &g_opt.stop_runs},
+	        {"--fs-secs", 0, 3600, &g_opt.fs_secs},
+	        {"--pre-ms", 200, 600000, &g_opt.pre_ms},
+	        {"--post-ms", 50, 60000, &g_opt.post_ms},
+	        {"--base-ms", 10, 10000, &g_opt.base_ms},
+	        {"--window-ms", 1, 1000, &g_opt.window_ms},
+	        {"--accounts", 2, MAX_ACCT, &g_opt.accounts},
+	        {"--depth", 1, 256, &g_opt.depth},
+	        {"--lease-us", 1000, 60000000, &g_opt.lease_us},
+	        {"--seed", 0, UINT32_MAX, NULL},
+	};
+	const char *a = argv[*i];
+	const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
+	for (size_t k = 0; k < sizeof(nums) / sizeof(nums[0]); k++) {
+		bool bad = false;
+		if (opt_u(a, v, nums[k].name, nums[k].lo, nums[k].hi,
+		          nums[k].dst ? nums[k].dst : seed, &bad)) {
+			(*i)++;
+			return bad ? -1 : 1;
 		}
 	}
-	g_opt.seed = seed;
-	if (only_cm + only_stop + only_fs > 1) {
+	return 0;
+}
+
+/* A flag or an option with a string; 0 when known, 2 when not (usage
+ * printed), -1 for --help (printed). */
+static int parse_other(int argc, char **argv, int *i, struct choice *c)
+{
+	const char *a = argv[*i];
+	bool v = *i + 1 < argc;
+	if (!strcmp(a, "--kill-cm"))
+		c->only_cm = true;
+	else if (!strcmp(a, "--sigstop"))
+		c->only_stop = true;
+	else if (!strcmp(a, "--false-suspicion"))
+		c->only_fs = true;
+	else if (!strcmp(a, "--busy-poll"))
+		g_opt.busy_poll = true;
+	else if (!strcmp(a, "--zk-disk"))
+		g_opt.zk_disk = true;
+	else if (!strcmp(a, "--zk-dir") && v)
+		g_opt.zk_dir_base = argv[++*i];
+	else if (!strcmp(a, "--zk-script") && v)
+		g_opt.zk_script = argv[++*i];
+	else if (!strcmp(a, "--out") && v)
+		g_opt.out = argv[++*i];
+	else if (!strcmp(a, "--verbose"))
+		g_opt.verbose = true;
+	else if (!strcmp(a, "--quick"))
+		g_opt.quick = true;
+	else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+		usage(stdout);
+		return -1;
+	} else {
+		fprintf(stderr, PROG ": unknown option %s\n", a);
+		usage(stderr);
+		return 2;
+	}
+	return 0;
+}
+
+/* The runs of each scenario the options ask for; 0, or main's exit
+ * status. */
+static int plan_runs(struct choice *c)
+{
+	if (c->only_cm + c->only_stop + c->only_fs > 1) {
 		fprintf(stderr, PROG ": --kill-cm, --sigstop and "
 		                     "--false-suspicion exclude each other\n");
 		return 2;
@@ -287,31 +315,51 @@ int main(int argc, char **argv)
 		g_opt.pre_ms = BU_MIN(g_opt.pre_ms, 1500u);
 		g_opt.post_ms = BU_MIN(g_opt.post_ms, 300u);
 	}
-	unsigned n_sc[NSCEN] = {g_opt.runs, g_opt.cm_runs, g_opt.stop_runs};
-	if (only_cm || only_stop) {
-		n_sc[SC_MEMBER] = n_sc[SC_CM] = n_sc[SC_STOP] = 0;
-		n_sc[only_cm ? SC_CM : SC_STOP] = g_opt.runs;
+	c->n_sc[SC_MEMBER] = g_opt.runs;
+	c->n_sc[SC_CM] = g_opt.cm_runs;
+	c->n_sc[SC_STOP] = g_opt.stop_runs;
+	if (c->only_cm || c->only_stop) {
+		c->n_sc[SC_MEMBER] = c->n_sc[SC_CM] = c->n_sc[SC_STOP] = 0;
+		c->n_sc[c->only_cm ? SC_CM : SC_STOP] = g_opt.runs;
 		g_opt.fs_secs = 0;
 	}
-	if (only_fs) {
-		n_sc[SC_MEMBER] = 1;
-		n_sc[SC_CM] = n_sc[SC_STOP] = 0;
+	if (c->only_fs) {
+		c->n_sc[SC_MEMBER] = 1;
+		c->n_sc[SC_CM] = c->n_sc[SC_STOP] = 0;
 		if (!g_opt.fs_secs)
 			g_opt.fs_secs = 120;
 	}
-	unsigned total = n_sc[0] + n_sc[1] + n_sc[2];
-	if (!total || total > MAX_RUNS) {
+	c->total = c->n_sc[0] + c->n_sc[1] + c->n_sc[2];
+	if (!c->total || c->total > MAX_RUNS) {
 		fprintf(stderr, PROG ": between 1 and %u runs\n", MAX_RUNS);
 		return 2;
 	}
-	if (!g_opt.out)
-		g_opt.out = default_out(argv[0]);
-	unsigned lease_us =
-	        g_opt.lease_us ? g_opt.lease_us : FARM_LEASE_DEFAULT_US;
+	return 0;
+}
 
-	struct sigaction sa = {.sa_handler = on_signal};
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
+/* The command line into g_opt and @c; 0 to go on, else main's exit
+ * status (0 after --help). */
+static int parse_args(int argc, char **argv, struct choice *c)
+{
+	unsigned seed = 0;
+	for (int i = 1; i < argc; i++) {
+		int n = parse_number(argc, argv, &i, &seed);
+		if (n < 0)
+			return 2;
+		if (n > 0)
+			continue;
+		int o = parse_other(argc, argv, &i, c);
+		if (o)
+			return o < 0 ? -1 : o;
+	}
+	g_opt.seed = seed;
+	return plan_runs(c);
+}
+
+/* The memory the machine processes share with this one (mapped before
+ * they fork): the shared block, per-ms counts, the commit logs. */
+static int map_shared(void)
+{
 	unsigned max_pre = BU_MAX(g_opt.pre_ms, g_opt.fs_secs * 1000u);
 	size_t nb = (size_t)NM * (max_pre + RECOV_MS + g_opt.post_ms + 3000);
 	g_sh = mmap(NULL, sizeof(*g_sh), PROT_READ | PROT_WRITE,
@@ -330,14 +378,21 @@ int main(int argc, char **argv)
 		fprintf(stderr, PROG ": mmap: %s\n", strerror(errno));
 		return 1;
 	}
+	return 0;
+}
 
-	char load[128] = "?";
+static void read_load(char *load, size_t len)
+{
 	FILE *lf = fopen("/proc/loadavg", "r");
 	if (lf) {
-		if (fgets(load, sizeof(load), lf))
+		if (fgets(load, (int)len, lf))
 			load[strcspn(load, "\n")] = 0;
 		fclose(lf);
 	}
+}
+
+static void print_setup(const char *load, unsigned lease_us)
+{
 	printf(PROG ": %u machines (processes) on %ld CPUs, shm fabric, "
 	            "3 replicas, ZooKeeper on %s, lease %.1f ms, busy polling "
 	            "%s, %u accounts per machine, %u operations in flight per "
@@ -346,13 +401,14 @@ int main(int argc, char **argv)
 	       g_opt.zk_disk ? "disk (fsync)" : "tmpfs", lease_us / 1e3,
 	       g_opt.busy_poll ? "on" : "off", g_opt.accounts, g_opt.depth,
 	       load);
-	int zs = zk_start();
-	if (zs)
-		return zs;
+}
+
+static void print_table_head(const struct choice *c)
+{
 	printf("ZooKeeper %s, data in %s\n", g_zk_connect, g_zk_dir);
 	printf("runs: %u member kills, %u CM kills, %u SIGSTOPs; the first "
 	       "member run after %u s of steady load\n",
-	       n_sc[0], n_sc[1], n_sc[2],
+	       c->n_sc[0], c->n_sc[1], c->n_sc[2],
 	       g_opt.fs_secs ? g_opt.fs_secs : g_opt.pre_ms / 1000);
 	printf("times in ms after the kill; 80pct: survivors back to 80%% of "
 	       "their pre-failure ops/ms over win ms (!: even 100 ms windows "
@@ -364,16 +420,16 @@ int main(int argc, char **argv)
 	printf(" %7s %7s %4s %3s %s\n", "s->80", "pre/ms", "win", "fs",
 	       "checks");
 	fflush(stdout);
+}
 
-	struct run *runs = calloc(total, sizeof(*runs));
-	if (!runs) {
-		zk_stop();
-		return 1;
-	}
-	unsigned nr = 0, failed = 0;
-	uint64_t t_start = now_ns();
+/* Every run of every scenario, each printed as it ends; the number run
+ * (*nr) and of those that failed. */
+static unsigned run_all(const struct choice *c, struct run *runs, unsigned *nr)
+{
+	unsigned failed = 0;
+	*nr = 0;
 	for (unsigned sc = 0; sc < NSCEN && !interrupted; sc++)
-		for (unsigned k = 0; k < n_sc[sc] && !interrupted; k++) {
+		for (unsigned k = 0; k < c->n_sc[sc] && !interrupted; k++) {
 			unsigned pre = g_opt.pre_ms;
 			if (sc == SC_MEMBER && k == 0 && g_opt.fs_secs)
 				pre = g_opt.fs_secs * 1000u;
@@ -382,133 +438,156 @@ int main(int argc, char **argv)
 				        PROG ": run %u: %u s of steady load "
 				             "before the kill (false "
 				             "suspicions)...\n",
-				        nr, pre / 1000);
-			if (one_run(nr, (enum scen)sc, pre, &runs[nr]))
+				        *nr, pre / 1000);
+			if (one_run(*nr, (enum scen)sc, pre, &runs[*nr]))
 				failed++;
-			print_run(nr, &runs[nr]);
+			print_run(*nr, &runs[*nr]);
 			fflush(stdout);
-			nr++;
+			(*nr)++;
 		}
-	kill_all();
-	zk_stop();
-	double secs = (double)(now_ns() - t_start) / 1e9;
+	return failed;
+}
 
-	/* Distributions per scenario. */
+/* The distributions over the runs and the totals of their checks. */
+struct summary {
+	struct dist d80[NSCEN], dsteps[NSCEN][NT];
+	uint64_t fs, lost, phantom, locked, zombie;
+	unsigned hung, win_ok, win_max, stop_n, failed, nr;
+	double fs_secs, stop_susp_max, longest_pre, secs;
+	bool judged[NSCEN];
+};
+
+/* Per scenario, each step's distribution and suspect->80%'s, printed;
+ * -1 when out of memory. */
+static int summarize_dists(const struct run *runs, unsigned total,
+                           struct summary *s)
+{
 	printf("\ndistribution over runs (nearest rank; '-' never seen "
 	       "counts as infinite), ms:\n");
 	printf("%-8s %-13s %4s %8s %8s %8s\n", "kill", "step", "runs", "median",
 	       "p90", "max");
-	struct dist d80[NSCEN], dsteps[NSCEN][NT];
-	uint64_t fs = 0, lost = 0, phantom = 0, locked = 0, zombie = 0;
-	unsigned hung = 0, win_ok = 0, win_max = 0;
-	double fs_secs = 0, stop_susp_max = NAN;
-	unsigned stop_n = 0;
 	for (unsigned sc = 0; sc < NSCEN; sc++) {
 		double *v = calloc(total + 1, sizeof(double));
 		if (!v)
-			return 1;
+			return -1;
 		unsigned n = 0;
 		for (unsigned k = 0; k < NT; k++) {
 			n = 0;
-			for (unsigned i = 0; i < nr; i++)
+			for (unsigned i = 0; i < s->nr; i++)
 				if (runs[i].sc == sc && runs[i].ok)
 					v[n++] = runs[i].t[k];
-			dsteps[sc][k] = distribution(v, n);
+			s->dsteps[sc][k] = distribution(v, n);
 		}
 		n = 0;
-		for (unsigned i = 0; i < nr; i++)
+		for (unsigned i = 0; i < s->nr; i++)
 			if (runs[i].sc == sc)
 				v[n++] = runs[i].ok ? runs[i].t80_from_suspect
 				                    : NAN;
-		d80[sc] = distribution(v, n);
+		s->d80[sc] = distribution(v, n);
 		free(v);
-		if (!d80[sc].n)
+		if (!s->d80[sc].n)
 			continue;
 		for (unsigned k = 0; k < NT; k++)
 			printf("%-8s %-13s %4u %8.1f %8.1f %8.1f\n",
-			       scen_name[sc], t_name[k], dsteps[sc][k].n,
-			       dsteps[sc][k].med, dsteps[sc][k].p90,
-			       dsteps[sc][k].max);
+			       scen_name[sc], t_name[k], s->dsteps[sc][k].n,
+			       s->dsteps[sc][k].med, s->dsteps[sc][k].p90,
+			       s->dsteps[sc][k].max);
 		printf("%-8s %-13s %4u %8.1f %8.1f %8.1f\n", scen_name[sc],
-		       "suspect->80%", d80[sc].n, d80[sc].med, d80[sc].p90,
-		       d80[sc].max);
+		       "suspect->80%", s->d80[sc].n, s->d80[sc].med,
+		       s->d80[sc].p90, s->d80[sc].max);
 	}
-	for (unsigned i = 0; i < nr; i++) {
+	return 0;
+}
+
+/* The checks' totals over the runs. */
+static void summarize_checks(const struct run *runs, struct summary *s)
+{
+	s->stop_susp_max = NAN;
+	for (unsigned i = 0; i < s->nr; i++) {
 		const struct run *r = &runs[i];
-		fs += r->false_susp;
-		fs_secs += r->pre_secs;
-		lost += r->lost;
-		phantom += r->phantom;
-		locked += r->unlocked_checks;
-		zombie += r->zombie;
-		hung += r->zombie_hung;
-		win_ok += r->ok && r->win_ok;
-		win_max = BU_MAX(win_max, r->ok ? r->win : 0);
+		s->fs += r->false_susp;
+		s->fs_secs += r->pre_secs;
+		s->lost += r->lost;
+		s->phantom += r->phantom;
+		s->locked += r->unlocked_checks;
+		s->zombie += r->zombie;
+		s->hung += r->zombie_hung;
+		s->win_ok += r->ok && r->win_ok;
+		s->win_max = BU_MAX(s->win_max, r->ok ? r->win : 0);
 		if (r->sc == SC_STOP) {
 			/* A run that failed or never suspected: infinite. */
 			double x = r->ok && !isnan(r->t[T_SUSPECT])
 			                   ? r->t[T_SUSPECT]
 			                   : INFINITY;
-			stop_susp_max = stop_n++ ? BU_MAX(stop_susp_max, x) : x;
+			s->stop_susp_max =
+			        s->stop_n++ ? BU_MAX(s->stop_susp_max, x) : x;
 		}
 	}
-	double longest_pre = 0;
-	for (unsigned i = 0; i < nr; i++)
-		longest_pre = BU_MAX(longest_pre, runs[i].pre_secs);
+	for (unsigned i = 0; i < s->nr; i++)
+		s->longest_pre = BU_MAX(s->longest_pre, runs[i].pre_secs);
+}
+
+static void print_checks(const struct summary *s, unsigned lease_us)
+{
 	printf("\nfalse suspicions: %" PRIu64 " in %.0f s of steady load "
 	       "(longest continuous: %.0f s) at a %.1f ms lease\n",
-	       fs, fs_secs, longest_pre, lease_us / 1e3);
+	       s->fs, s->fs_secs, s->longest_pre, lease_us / 1e3);
 	printf("lost commits: %" PRIu64 ", phantom commits: %" PRIu64
 	       ", locks or unreadable accounts left: %" PRIu64
 	       ", zombie commits: %" PRIu64 "; %u of %u runs failed\n",
-	       lost, phantom, locked, zombie, failed, nr);
-	if (stop_n)
+	       s->lost, s->phantom, s->locked, s->zombie, s->failed, s->nr);
+	if (s->stop_n)
 		printf("SIGSTOP: slowest suspicion %.1f ms after the stop = "
 		       "%.2f lease lengths; %u of %u stopped machines had not "
 		       "ended their operations 1 s after SIGCONT\n",
-		       stop_susp_max, stop_susp_max / (lease_us / 1e3), hung,
-		       stop_n);
+		       s->stop_susp_max, s->stop_susp_max / (lease_us / 1e3),
+		       s->hung, s->stop_n);
 	printf("80%% windows: %u of %u runs had a steady state in which 90%% "
 	       "of the windows pass (longest window used: %u ms)\n",
-	       win_ok, nr, win_max);
-	/* A throughput goal is judged only when at least half the runs of
-	 * its kind had a steady state that passes its own test: otherwise
-	 * "back to 80%" is noise (a burst long before any region is active
-	 * counts). */
-	bool judged[NSCEN];
+	       s->win_ok, s->nr, s->win_max);
+}
+
+/* A throughput goal is judged only when at least half the runs of its
+ * kind had a steady state that passes its own test: otherwise "back to
+ * 80%" is noise (a burst long before any region is active counts). */
+static void judge(const struct run *runs, struct summary *s)
+{
 	for (unsigned sc = 0; sc < NSCEN; sc++) {
 		unsigned n = 0, ok = 0;
-		for (unsigned i = 0; i < nr; i++)
+		for (unsigned i = 0; i < s->nr; i++)
 			if (runs[i].sc == sc) {
 				n++;
 				ok += runs[i].ok && runs[i].win_ok;
 			}
-		judged[sc] = n && 2 * ok >= n;
-		if (n && !judged[sc])
+		s->judged[sc] = n && 2 * ok >= n;
+		if (n && !s->judged[sc])
 			printf("%s: the time to 80%% is not judged: only %u of "
 			       "%u runs had a steady state steady enough to "
 			       "compare with (see suspect->active instead)\n",
 			       scen_name[sc], ok, n);
 	}
-	printf("%u runs in %.0f s\n", nr, secs);
+}
 
-	/* The plot: the first scenario's run with the median recovery (to
-	 * 80%, or to all-active when the median never got back to 80%),
-	 * among the runs whose steady state before the kill ran at least at
-	 * the median rate (a host stall there makes 80% meaningless). */
+/* The plot: the first scenario's run with the median recovery (to 80%,
+ * or to all-active when the median never got back to 80%), among the
+ * runs whose steady state before the kill ran at least at the median
+ * rate (a host stall there makes 80% meaningless). */
+static int pick_plot(const struct run *runs, const struct summary *s)
+{
 	int pick = -1;
 	for (unsigned sc = 0; sc < NSCEN && pick < 0; sc++) {
-		bool by80 = isfinite(d80[sc].med);
-		double med = by80 ? d80[sc].med : dsteps[sc][T_ACTIVE].med;
-		double *rates = calloc(nr + 1, sizeof(double));
+		bool by80 = isfinite(s->d80[sc].med);
+		double med =
+		        by80 ? s->d80[sc].med : s->dsteps[sc][T_ACTIVE].med;
+		double *rates = calloc(s->nr + 1, sizeof(double));
 		unsigned nrt = 0;
-		for (unsigned i = 0; rates && i < nr; i++)
+		for (unsigned i = 0; rates && i < s->nr; i++)
 			if (runs[i].sc == sc && runs[i].ok)
 				rates[nrt++] = runs[i].pre_rate;
 		double rmed = nrt ? distribution(rates, nrt).med : 0;
 		free(rates);
 		double best = INFINITY;
-		for (unsigned i = 0; i < nr; i++) {
+		for (unsigned i = 0; i < s->nr; i++) {
 			const struct run *r = &runs[i];
 			double v = by80 ? r->t80_from_suspect : r->t[T_ACTIVE];
 			if (r->sc == sc && r->ok && r->pre_rate >= rmed &&
@@ -518,42 +597,21 @@ int main(int argc, char **argv)
 			}
 		}
 	}
-	if (pick >= 0)
-		write_plot(&runs[pick], (unsigned)pick);
+	return pick;
+}
 
-	/* The JSON line. */
-	bool commits_ok = !lost && !phantom && !locked && !zombie && !failed;
-	if (!commits_ok)
-		printf("CHECKS FAILED: %" PRIu64 " lost and %" PRIu64
-		       " phantom commits, %" PRIu64
-		       " accounts left locked or unreadable, %" PRIu64
-		       " zombie commits, %u runs failed (details above and on "
-		       "stderr)\n",
-		       lost, phantom, locked, zombie, failed);
-	bool fs_met = fs == 0 && longest_pre >= 120 &&
-	              lease_us == FARM_LEASE_DEFAULT_US;
-	double stop_mult = stop_n ? stop_susp_max / (lease_us / 1e3) : NAN;
-	printf("{\"bench\": \"recovery\", \"machines\": %u, \"lease_ms\": "
-	       "%.1f, \"busy_poll\": %s, \"zk_data\": \"%s\", "
-	       "\"accounts_per_machine\": %u, \"depth\": %u, "
-	       "\"window_ms\": %u, \"load_avg\": \"%s\", \"seconds\": %.0f, "
-	       "\"runs\": {",
-	       NM, lease_us / 1e3, g_opt.busy_poll ? "true" : "false",
-	       g_opt.zk_disk ? "disk" : "tmpfs", g_opt.accounts, g_opt.depth,
-	       g_opt.window_ms, load, secs);
-	for (unsigned sc = 0; sc < NSCEN; sc++)
-		printf("%s\"%s\": %u", sc ? ", " : "", scen_name[sc],
-		       d80[sc].n);
-	printf("}, \"failed_runs\": %u, \"timeline_ms\": {", failed);
+/* The JSON line's timeline: each scenario's steps. */
+static void json_timeline(const struct summary *s)
+{
 	bool first = true;
 	for (unsigned sc = 0; sc < NSCEN; sc++) {
-		if (!d80[sc].n)
+		if (!s->d80[sc].n)
 			continue;
 		printf("%s\"%s\": {", first ? "" : ", ", scen_name[sc]);
 		first = false;
 		for (unsigned k = 0; k <= NT; k++) {
 			const struct dist *d =
-			        k < NT ? &dsteps[sc][k] : &d80[sc];
+			        k < NT ? &s->dsteps[sc][k] : &s->d80[sc];
 			printf("%s\"%s\": {\"median\": ", k ? ", " : "",
 			       k < NT ? t_name[k] : "suspect_to_80pct");
 			json_num(stdout, d->med);
@@ -565,6 +623,67 @@ int main(int argc, char **argv)
 		}
 		printf("}");
 	}
+}
+
+static void json_goals(const struct summary *s, bool fs_met, bool commits_ok,
+                       unsigned lease_us)
+{
+	double stop_mult =
+	        s->stop_n ? s->stop_susp_max / (lease_us / 1e3) : NAN;
+	const struct dist *m = &s->d80[SC_MEMBER], *cm = &s->d80[SC_CM];
+	printf("\"suspect_to_80pct_median_ms\": {\"value\": ");
+	json_num(stdout, m->med);
+	printf(", \"target\": 30, \"met\": %s}, ",
+	       s->judged[SC_MEMBER] && m->med < 30 ? "true" : "false");
+	printf("\"suspect_to_80pct_max_ms\": {\"value\": ");
+	json_num(stdout, m->max);
+	printf(", \"target\": 150, \"met\": %s}, ",
+	       s->judged[SC_MEMBER] && m->max < 150 ? "true" : "false");
+	printf("\"cm_suspect_to_80pct_median_ms\": {\"value\": ");
+	json_num(stdout, cm->med);
+	printf(", \"target\": 60, \"met\": %s}, ",
+	       s->judged[SC_CM] && cm->med < 60 ? "true" : "false");
+	printf("\"sigstop_suspicion_in_leases\": {\"value\": ");
+	json_num(stdout, stop_mult);
+	printf(", \"target\": 2, \"met\": %s}, ",
+	       s->stop_n && stop_mult <= 2 ? "true" : "false");
+	printf("\"false_suspicions_2min_default_lease\": {\"value\": %" PRIu64
+	       ", \"target\": 0, \"met\": %s}, ",
+	       s->fs, fs_met ? "true" : "false");
+	printf("\"lost_commits\": {\"value\": %" PRIu64
+	       ", \"target\": 0, \"met\": %s}}}\n",
+	       s->lost + s->phantom + s->locked + s->zombie,
+	       commits_ok ? "true" : "false");
+}
+
+/* The JSON line; whether the commit checks passed. */
+static bool print_json(const struct summary *s, const char *load,
+                       unsigned lease_us)
+{
+	bool commits_ok = !s->lost && !s->phantom && !s->locked && !s->zombie &&
+	                  !s->failed;
+	if (!commits_ok)
+		printf("CHECKS FAILED: %" PRIu64 " lost and %" PRIu64
+		       " phantom commits, %" PRIu64
+		       " accounts left locked or unreadable, %" PRIu64
+		       " zombie commits, %u runs failed (details above and on "
+		       "stderr)\n",
+		       s->lost, s->phantom, s->locked, s->zombie, s->failed);
+	bool fs_met = s->fs == 0 && s->longest_pre >= 120 &&
+	              lease_us == FARM_STATS_LEASE_DEFAULT_US;
+	printf("{\"bench\": \"recovery\", \"machines\": %u, \"lease_ms\": "
+	       "%.1f, \"busy_poll\": %s, \"zk_data\": \"%s\", "
+	       "\"accounts_per_machine\": %u, \"depth\": %u, "
+	       "\"window_ms\": %u, \"load_avg\": \"%s\", \"seconds\": %.0f, "
+	       "\"runs\": {",
+	       NM, lease_us / 1e3, g_opt.busy_poll ? "true" : "false",
+	       g_opt.zk_disk ? "disk" : "tmpfs", g_opt.accounts, g_opt.depth,
+	       g_opt.window_ms, load, s->secs);
+	for (unsigned sc = 0; sc < NSCEN; sc++)
+		printf("%s\"%s\": %u", sc ? ", " : "", scen_name[sc],
+		       s->d80[sc].n);
+	printf("}, \"failed_runs\": %u, \"timeline_ms\": {", s->failed);
+	json_timeline(s);
 	printf("}, \"false_suspicions\": %" PRIu64 ", \"steady_seconds\": "
 	       "%.0f, \"longest_steady_seconds\": %.0f, \"lost_commits\": "
 	       "%" PRIu64 ", \"phantom_commits\": %" PRIu64
@@ -572,37 +691,64 @@ int main(int argc, char **argv)
 	       ", \"zombie_commits\": %" PRIu64 ", \"zombies_not_ended\": %u, "
 	       "\"runs_with_calibrated_window\": %u, \"longest_window_ms\": "
 	       "%u, \"goals\": {",
-	       fs, fs_secs, longest_pre, lost, phantom, locked, zombie, hung,
-	       win_ok, win_max);
-	printf("\"suspect_to_80pct_median_ms\": {\"value\": ");
-	json_num(stdout, d80[SC_MEMBER].med);
-	printf(", \"target\": 30, \"met\": %s}, ",
-	       judged[SC_MEMBER] && d80[SC_MEMBER].med < 30 ? "true" : "false");
-	printf("\"suspect_to_80pct_max_ms\": {\"value\": ");
-	json_num(stdout, d80[SC_MEMBER].max);
-	printf(", \"target\": 150, \"met\": %s}, ",
-	       judged[SC_MEMBER] && d80[SC_MEMBER].max < 150 ? "true"
-	                                                     : "false");
-	printf("\"cm_suspect_to_80pct_median_ms\": {\"value\": ");
-	json_num(stdout, d80[SC_CM].med);
-	printf(", \"target\": 60, \"met\": %s}, ",
-	       judged[SC_CM] && d80[SC_CM].med < 60 ? "true" : "false");
-	printf("\"sigstop_suspicion_in_leases\": {\"value\": ");
-	json_num(stdout, stop_mult);
-	printf(", \"target\": 2, \"met\": %s}, ",
-	       stop_n && stop_mult <= 2 ? "true" : "false");
-	printf("\"false_suspicions_2min_default_lease\": {\"value\": %" PRIu64
-	       ", \"target\": 0, \"met\": %s}, ",
-	       fs, fs_met ? "true" : "false");
-	printf("\"lost_commits\": {\"value\": %" PRIu64
-	       ", \"target\": 0, \"met\": %s}}}\n",
-	       lost + phantom + locked + zombie, commits_ok ? "true" : "false");
-	for (unsigned i = 0; i < nr; i++)
+	       s->fs, s->fs_secs, s->longest_pre, s->lost, s->phantom,
+	       s->locked, s->zombie, s->hung, s->win_ok, s->win_max);
+	json_goals(s, fs_met, commits_ok, lease_us);
+	return commits_ok;
+}
+
+int main(int argc, char **argv)
+{
+	struct choice c = {0};
+	int pr = parse_args(argc, argv, &c);
+	if (pr)
+		return pr < 0 ? 0 : pr;
+	if (!g_opt.out)
+		g_opt.out = default_out(argv[0]);
+	unsigned lease_us =
+	        g_opt.lease_us ? g_opt.lease_us : FARM_STATS_LEASE_DEFAULT_US;
+
+	struct sigaction sa = {.sa_handler = on_signal};
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	if (map_shared())
+		return 1;
+	char load[128] = "?";
+	read_load(load, sizeof(load));
+	print_setup(load, lease_us);
+	int zs = zk_start();
+	if (zs)
+		return zs;
+	print_table_head(&c);
+
+	struct run *runs = calloc(c.total, sizeof(*runs));
+	if (!runs) {
+		zk_stop();
+		return 1;
+	}
+	static struct summary s;
+	uint64_t t_start = now_ns();
+	s.failed = run_all(&c, runs, &s.nr);
+	kill_all();
+	zk_stop();
+	s.secs = (double)(now_ns() - t_start) / 1e9;
+
+	if (summarize_dists(runs, c.total, &s))
+		return 1;
+	summarize_checks(runs, &s);
+	print_checks(&s, lease_us);
+	judge(runs, &s);
+	printf("%u runs in %.0f s\n", s.nr, s.secs);
+	int pick = pick_plot(runs, &s);
+	if (pick >= 0)
+		write_plot(&runs[pick], (unsigned)pick);
+	bool commits_ok = print_json(&s, load, lease_us);
+	for (unsigned i = 0; i < s.nr; i++)
 		free(runs[i].plot_ops);
 	free(runs);
 	/* --quick (the smoke test) says whether it ran; the checks' verdict
 	 * is in the output either way. */
 	if (g_opt.quick)
-		return failed || interrupted ? 1 : 0;
-	return failed || !commits_ok || interrupted ? 1 : 0;
+		return s.failed || interrupted ? 1 : 0;
+	return s.failed || !commits_ok || interrupted ? 1 : 0;
 }

@@ -21,10 +21,9 @@
 #include <time.h>
 
 #include <farm/farm.h>
+#include <farm/stats.h>
 #include <farm/txn.h>
 
-#include "coord/membership.h"
-#include "recovery/recovery.h"
 #include "benchutil.h"
 
 #ifndef FARM_SOURCE_DIR
@@ -84,10 +83,8 @@ struct mstat {
 	_Atomic uint32_t cm;
 	_Atomic bool removed;
 	/* At the end. */
-	struct farm_recovery_stats rs;
+	struct farm_node_stats ns; /* leases, recovery, membership */
 	struct farm_txm_stats ts;
-	struct farm_membership_status ms;
-	unsigned members; /* in its final configuration */
 };
 
 struct shared {

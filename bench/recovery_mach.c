@@ -20,9 +20,6 @@
 #include <farm/farm.h>
 #include <farm/txn.h>
 
-#include "coord/membership.h"
-#include "node/node.h"
-#include "recovery/recovery.h"
 #include "benchutil.h"
 
 #include "recovery_bench.h"
@@ -274,10 +271,12 @@ static void publish(struct mach *c)
 	farm_txm_stats_get(c->txm, &ts);
 	atomic_store(&c->st->t_active, ts.rec_t_active_ns);
 	atomic_store(&c->st->config_id, farm_node_config_id(c->node));
-	struct farm_recovery_stats rs;
-	farm_recovery_stats(farm_node_recovery(c->node), &rs);
-	atomic_store(&c->st->suspicions, rs.suspicions + rs.lease.lost);
-	atomic_store(&c->st->cm, rs.cm);
+	struct farm_node_stats ns = {.size = sizeof(ns)};
+	if (!farm_node_stats_get(c->node, &ns)) {
+		atomic_store(&c->st->suspicions,
+		             ns.recovery.suspicions + ns.lease.lost);
+		atomic_store(&c->st->cm, ns.cm);
+	}
 	atomic_store(&c->st->removed, farm_node_removed(c->node));
 }
 
@@ -444,13 +443,10 @@ int machine(uint32_t me, const char *root, const char *zk_root)
 		fail(&c, "workload", rc);
 		goto out;
 	}
-	farm_recovery_stats(farm_node_recovery(c.node), &c.st->rs);
+	c.st->ns.size = sizeof(c.st->ns);
+	if (farm_node_stats_get(c.node, &c.st->ns))
+		memset(&c.st->ns, 0, sizeof(c.st->ns));
 	farm_txm_stats_get(c.txm, &c.st->ts);
-	(void)farm_membership_status(farm_node_membership(c.node), &c.st->ms);
-	struct farm_view *view = malloc(sizeof(*view));
-	if (view && !farm_node_view(c.node, view))
-		c.st->members = view->n;
-	free(view);
 	atomic_store(&c.st->state, ST_DONE);
 	int cmd = wait_cmd(&c, C_SCAN);
 	if (cmd == C_SCAN && g_sh->scanner == me) {

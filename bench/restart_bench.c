@@ -40,9 +40,7 @@
 
 #include "benchnode.h"
 #include "benchutil.h"
-#include "node/node.h"
-#include "node/restart.h"
-#include "zklocal.h"
+#include "benchcluster.h"
 
 #ifndef FARM_SOURCE_DIR
 #error "FARM_SOURCE_DIR must name the source tree (scripts/zk-local)"
@@ -78,7 +76,7 @@ struct report {
 	int status;
 	uint64_t bytes, objects, t_ready_ns, t_first_ns;
 	uint64_t check_bad; /* remembered objects whose contents differ */
-	struct farm_restart_stats st;
+	struct farm_node_stats st; /* its restart's phases: st.restart */
 };
 
 struct remembered {
@@ -138,6 +136,142 @@ static int say(int fd, const struct report *r)
 }
 
 /* Fill (@restart false) or restart and check (true). */
+/* One transaction of up to PER_TX filler objects (@seed onwards) until
+ * @want bytes; the first and last object made go in @rm. 0; 1 to retry;
+ * -1 on failure. */
+static int fill_tx(farm_txm *txm, farm_loop *loop, unsigned me, uint64_t want,
+                   uint64_t *seed, struct report *r, struct remembered *rm)
+{
+	farm_tx *tx;
+	if (farm_tx_begin(txm, loop, &tx))
+		return -1;
+	farm_fatptr p[8];
+	unsigned k = 0;
+	for (; k < PER_TX && r->bytes + (uint64_t)k * OBJ < want; k++) {
+		void *d;
+		if (farm_tx_alloc_sync(tx, OBJ, FARM_GADDR_NULL, &p[k], &d))
+			break;
+		fill(d, *seed + k);
+	}
+	int rc = k ? farm_tx_commit_sync(tx) : -ENOSPC;
+	farm_tx_free(tx);
+	if (rc && !farm_tx_retryable(rc)) {
+		fprintf(stderr,
+		        PROG ": machine %u: commit after %" PRIu64 " MiB: %s\n",
+		        me, r->bytes >> 20, farm_strerror(rc));
+		return -1;
+	}
+	if (rc)
+		return 1;
+	if (!r->objects) {
+		rm->a[0] = p[0].addr;
+		rm->seed[0] = *seed;
+	}
+	rm->a[1] = p[k - 1].addr;
+	rm->seed[1] = *seed + k - 1;
+	r->objects += k;
+	r->bytes += (uint64_t)k * OBJ;
+	*seed += k;
+	return 0;
+}
+
+/* The first run: --mb MiB of objects, the first and last remembered in
+ * @path for the check after the restart. 0; -1 on failure. */
+static int fill_data(farm_txm *txm, farm_loop *loop, unsigned me,
+                     const char *path, struct report *r)
+{
+	struct remembered rm = {0};
+	uint64_t want = g_opt.mb << 20, seed = (uint64_t)me << 40;
+	uint64_t t_report = now_ns();
+	while (r->bytes < want) {
+		int rc = fill_tx(txm, loop, me, want, &seed, r, &rm);
+		if (rc < 0)
+			return -1;
+		if (rc)
+			continue;
+		if (me == 0 && now_ns() - t_report > 2000000000ull) {
+			t_report = now_ns();
+			fprintf(stderr,
+			        PROG ": filling: %" PRIu64 " of %" PRIu64
+			             " MiB\n",
+			        r->bytes >> 20, g_opt.mb);
+		}
+	}
+	FILE *f = fopen(path, "we");
+	if (!f || fwrite(&rm, sizeof(rm), 1, f) != 1) {
+		if (f)
+			fclose(f);
+		return -1;
+	}
+	fclose(f);
+	return 0;
+}
+
+/* After the restart: one commit (retried while retryable). 0; -1. */
+static int first_commit(farm_txm *txm, farm_loop *loop, unsigned me)
+{
+	for (unsigned tries = 0;; tries++) {
+		farm_tx *tx;
+		farm_fatptr p;
+		void *d;
+		if (farm_tx_begin(txm, loop, &tx))
+			return -1;
+		int rc = farm_tx_alloc_sync(tx, 64, FARM_GADDR_NULL, &p, &d);
+		if (!rc) {
+			memset(d, 0x5a, 64);
+			rc = farm_tx_commit_sync(tx);
+		}
+		farm_tx_free(tx);
+		if (!rc)
+			return 0;
+		if (!farm_tx_retryable(rc) || tries > 1000) {
+			fprintf(stderr, PROG ": machine %u: first commit: %s\n",
+			        me, farm_strerror(rc));
+			return -1;
+		}
+	}
+}
+
+/* The objects remembered before the kill, read back and compared
+ * (mismatches in r->check_bad). 0; -1 when they cannot be checked. */
+static int check_remembered(farm_txm *txm, farm_loop *loop, const char *path,
+                            struct report *r)
+{
+	struct remembered rm;
+	FILE *f = fopen(path, "re");
+	if (!f || fread(&rm, sizeof(rm), 1, f) != 1) {
+		if (f)
+			fclose(f);
+		return -1;
+	}
+	fclose(f);
+	uint8_t *want = malloc(OBJ);
+	for (unsigned i = 0; i < 2 && want; i++) {
+		farm_tx *tx;
+		const void *d;
+		fill(want, rm.seed[i]);
+		if (farm_tx_begin(txm, loop, &tx)) {
+			free(want);
+			return -1;
+		}
+		if (farm_tx_read_sync(tx, rm.a[i], OBJ, &d) ||
+		    memcmp(d, want, OBJ) != 0)
+			r->check_bad++;
+		farm_tx_free(tx);
+	}
+	free(want);
+	return 0;
+}
+
+/* Serve the loop until killed: with backups, the others' commits need
+ * this machine's logs truncated. */
+static void serve_forever(farm_loop *loop)
+{
+	static const volatile int never = 0;
+	for (;;)
+		(void)farm_loop_wait(loop, &never, 1000000000ull);
+}
+
 static int machine(unsigned me, bool restart, int out)
 {
 	struct report r = {0};
@@ -162,121 +296,27 @@ static int machine(unsigned me, bool restart, int out)
 	snprintf(path, sizeof(path), "%s/remember-%u", g_root, me);
 	r.status = 3;
 	if (!restart) {
-		struct remembered rm = {0};
-		uint64_t want = g_opt.mb << 20, seed = (uint64_t)me << 40;
-		uint64_t t_report = now_ns();
-		while (r.bytes < want) {
-			farm_tx *tx;
-			if (farm_tx_begin(txm, loop, &tx))
-				goto out;
-			farm_fatptr p[8];
-			unsigned k = 0;
-			for (; k < PER_TX && r.bytes + (uint64_t)k * OBJ < want;
-			     k++) {
-				void *d;
-				if (farm_tx_alloc_sync(tx, OBJ, FARM_GADDR_NULL,
-				                       &p[k], &d))
-					break;
-				fill(d, seed + k);
-			}
-			int rc = k ? farm_tx_commit_sync(tx) : -ENOSPC;
-			farm_tx_free(tx);
-			if (rc && !farm_tx_retryable(rc)) {
-				fprintf(stderr,
-				        PROG
-				        ": machine %u: commit after %" PRIu64
-				        " MiB: %s\n",
-				        me, r.bytes >> 20, farm_strerror(rc));
-				goto out;
-			}
-			if (rc)
-				continue;
-			if (!r.objects) {
-				rm.a[0] = p[0].addr;
-				rm.seed[0] = seed;
-			}
-			rm.a[1] = p[k - 1].addr;
-			rm.seed[1] = seed + k - 1;
-			r.objects += k;
-			r.bytes += (uint64_t)k * OBJ;
-			seed += k;
-			if (me == 0 && now_ns() - t_report > 2000000000ull) {
-				t_report = now_ns();
-				fprintf(stderr,
-				        PROG ": filling: %" PRIu64
-				             " of %" PRIu64 " MiB\n",
-				        r.bytes >> 20, g_opt.mb);
-			}
-		}
-		FILE *f = fopen(path, "we");
-		if (!f || fwrite(&rm, sizeof(rm), 1, f) != 1) {
-			if (f)
-				fclose(f);
+		if (fill_data(txm, loop, me, path, &r))
 			goto out;
-		}
-		fclose(f);
 		r.status = 0;
 		r.t_first_ns = now_ns();
 		if (say(out, &r))
 			goto out;
-		/* Killed here, serving its loop meanwhile: the others' commits
-		 * need this machine's logs truncated (with backups). */
-		static const volatile int never = 0;
-		for (;;)
-			(void)farm_loop_wait(loop, &never, 1000000000ull);
+		serve_forever(loop); /* killed here */
 	}
 	/* After the restart: one commit, then the remembered objects. */
-	for (unsigned tries = 0;; tries++) {
-		farm_tx *tx;
-		farm_fatptr p;
-		void *d;
-		if (farm_tx_begin(txm, loop, &tx))
-			goto out;
-		int rc = farm_tx_alloc_sync(tx, 64, FARM_GADDR_NULL, &p, &d);
-		if (!rc) {
-			memset(d, 0x5a, 64);
-			rc = farm_tx_commit_sync(tx);
-		}
-		farm_tx_free(tx);
-		if (!rc)
-			break;
-		if (!farm_tx_retryable(rc) || tries > 1000) {
-			fprintf(stderr, PROG ": machine %u: first commit: %s\n",
-			        me, farm_strerror(rc));
-			goto out;
-		}
-	}
-	r.t_first_ns = now_ns();
-	farm_node_restart_stats(n, &r.st);
-	struct remembered rm;
-	FILE *f = fopen(path, "re");
-	if (!f || fread(&rm, sizeof(rm), 1, f) != 1) {
-		if (f)
-			fclose(f);
+	if (first_commit(txm, loop, me))
 		goto out;
-	}
-	fclose(f);
-	uint8_t *want = malloc(OBJ);
-	for (unsigned i = 0; i < 2 && want; i++) {
-		farm_tx *tx;
-		const void *d;
-		fill(want, rm.seed[i]);
-		if (farm_tx_begin(txm, loop, &tx))
-			goto out;
-		if (farm_tx_read_sync(tx, rm.a[i], OBJ, &d) ||
-		    memcmp(d, want, OBJ) != 0)
-			r.check_bad++;
-		farm_tx_free(tx);
-	}
-	free(want);
+	r.t_first_ns = now_ns();
+	r.st.size = sizeof(r.st);
+	if (farm_node_stats_get(n, &r.st))
+		memset(&r.st, 0, sizeof(r.st));
+	if (check_remembered(txm, loop, path, &r))
+		goto out;
 	r.status = 0;
 	if (say(out, &r))
 		goto out;
-	/* Serve until the parent has every report and kills us: with
-	 * backups, the others' first commits need this machine's logs. */
-	static const volatile int never2 = 0;
-	for (;;)
-		(void)farm_loop_wait(loop, &never2, 1000000000ull);
+	serve_forever(loop); /* until the parent has every report */
 out:
 	if (r.status)
 		fprintf(stderr, PROG ": machine %u failed at step %d\n", me,
@@ -334,13 +374,15 @@ static void usage(FILE *f)
 	        "  --quick: 64 MiB per machine.\n");
 }
 
-int main(int argc, char **argv)
+/* The command line into g_opt; 0 to go on, else main's exit status
+ * (-1: --help, printed). */
+static int parse_args(int argc, char **argv)
 {
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		if (!strcmp(a, "--help")) {
 			usage(stdout);
-			return 0;
+			return -1;
 		} else if (!strcmp(a, "--quick")) {
 			g_opt.mb = 64;
 			g_opt.region_mb = 64;
@@ -367,83 +409,72 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
-	snprintf(g_root, sizeof(g_root), "%s/farm-restart-bench-XXXXXX",
-	         g_opt.dir);
-	if (!mkdtemp(g_root)) {
-		fprintf(stderr, PROG ": mkdtemp %s: %s\n", g_root,
-		        strerror(errno));
-		return 1;
-	}
-	snprintf(g_zk_dir, sizeof(g_zk_dir), "%s/zk", g_root);
-	mkdir(g_zk_dir, 0700);
-	const char *script = FARM_SOURCE_DIR "/scripts/zk-local";
-	int zs = zkl_run(NULL, script, "start", g_zk_dir, g_zk_connect,
-	                 sizeof(g_zk_connect));
-	if (zs) {
-		fprintf(stderr,
-		        PROG ": zk-local start: %d (3: no java or "
-		             "jars)\n",
-		        zs);
-		zkl_run(NULL, script, "stop", g_zk_dir, NULL, 0);
-		bu_rm_tree(AT_FDCWD, g_root, 4);
-		return zs == 3 ? 77 : 1;
-	}
-	snprintf(g_zk_root, sizeof(g_zk_root), "/libfarm/restart-bench-%d",
-	         (int)getpid());
+	return 0;
+}
+
+/* The machines fill their data, then are killed all at once; *fill_s,
+ * *t_kill. 0; 1 when a machine failed. */
+static int fill_and_kill(double *fill_s, uint64_t *t_kill)
+{
 	pid_t pid[MAXM];
 	int from[MAXM];
-	struct report fr[MAXM], rr[MAXM];
+	struct report fr[MAXM];
 	int bad = 0;
 	uint64_t t0 = now_ns();
 	spawn(false, pid, from);
 	for (unsigned i = 0; i < g_opt.machines; i++)
 		if (hear(from[i], &fr[i]) || fr[i].status)
 			bad = 1;
-	double fill_s = (now_ns() - t0) / 1e9;
+	*fill_s = (now_ns() - t0) / 1e9;
 	/* All at once: stopped first, so none sees another die and
 	 * reconfigures in between (test_restart does the same). */
 	for (unsigned i = 0; i < g_opt.machines; i++)
 		kill(pid[i], SIGSTOP);
 	for (unsigned i = 0; i < g_opt.machines; i++)
 		kill(pid[i], SIGKILL);
-	uint64_t t_kill = now_ns();
+	*t_kill = now_ns();
 	for (unsigned i = 0; i < g_opt.machines; i++) {
 		waitpid(pid[i], NULL, 0);
 		close(from[i]);
 	}
-	if (bad) {
-		fprintf(stderr, PROG ": filling failed\n");
-		goto done;
-	}
-	uint64_t t_start = now_ns();
+	return bad;
+}
+
+/* Every machine started again on its data directory; their reports in
+ * @rr, the last first commit in *t_last. 0; 1 when one failed. */
+static int restart_all(struct report *rr, uint64_t *t_last)
+{
+	pid_t pid[MAXM];
+	int from[MAXM];
+	int bad = 0;
+	*t_last = 0;
 	spawn(true, pid, from);
-	uint64_t t_last = 0;
 	for (unsigned i = 0; i < g_opt.machines; i++) {
 		if (hear(from[i], &rr[i]) || rr[i].status || rr[i].check_bad ||
-		    !rr[i].st.restarted)
+		    !rr[i].st.restart.restarted)
 			bad = 1;
-		else if (rr[i].t_first_ns > t_last)
-			t_last = rr[i].t_first_ns;
+		else if (rr[i].t_first_ns > *t_last)
+			*t_last = rr[i].t_first_ns;
 	}
 	for (unsigned i = 0; i < g_opt.machines; i++) {
 		kill(pid[i], SIGKILL);
 		waitpid(pid[i], NULL, 0);
 		close(from[i]);
 	}
-	double total_ms = bad ? -1 : (t_last - t_start) / 1e6;
-	double kill_ms = bad ? -1 : (t_last - t_kill) / 1e6;
-	uint64_t bytes = 0;
-	double adopt_max = 0, replay_max = 0;
-	printf("restart_bench: %u machines, %" PRIu64
-	       " MiB committed each (64 KiB objects) in %.1f s, %u replica(s), "
-	       "regions of %" PRIu64 " MiB, data on %s\n",
-	       g_opt.machines, g_opt.mb, fill_s, g_opt.replicas,
-	       g_opt.region_mb, g_opt.dir);
-	for (unsigned i = 0; i < g_opt.machines && !bad; i++) {
-		const struct farm_restart_stats *s = &rr[i].st;
-		bytes += s->bytes;
-		adopt_max = BU_MAX(adopt_max, s->adopt_ns / 1e6);
-		replay_max = BU_MAX(replay_max, s->replay_ns / 1e6);
+	return bad;
+}
+
+/* Each machine's restart phases; the bytes restored and the slowest
+ * adoption and replay. */
+static void print_machines(const struct report *rr, uint64_t t_start,
+                           uint64_t *bytes, double *adopt_max,
+                           double *replay_max)
+{
+	for (unsigned i = 0; i < g_opt.machines; i++) {
+		const struct farm_stats_restart *s = &rr[i].st.restart;
+		*bytes += s->bytes;
+		*adopt_max = BU_MAX(*adopt_max, s->adopt_ns / 1e6);
+		*replay_max = BU_MAX(*replay_max, s->replay_ns / 1e6);
 		printf("  machine %u: %" PRIu64 " region file(s), %" PRIu64
 		       " MiB mapped again in %.0f ms; %" PRIu64
 		       " records, %" PRIu64 " transactions decided, %" PRIu64
@@ -455,6 +486,23 @@ int main(int argc, char **argv)
 		       s->logs_ns / 1e6, s->apply_ns / 1e6, s->alloc_ns / 1e6,
 		       s->barrier_ns / 1e6, (rr[i].t_first_ns - t_start) / 1e6);
 	}
+}
+
+/* The summary and the JSON line. */
+static void report(const struct report *rr, int bad, double fill_s,
+                   uint64_t t_kill, uint64_t t_start, uint64_t t_last)
+{
+	double total_ms = bad ? -1 : (t_last - t_start) / 1e6;
+	double kill_ms = bad ? -1 : (t_last - t_kill) / 1e6;
+	uint64_t bytes = 0;
+	double adopt_max = 0, replay_max = 0;
+	printf("restart_bench: %u machines, %" PRIu64
+	       " MiB committed each (64 KiB objects) in %.1f s, %u replica(s), "
+	       "regions of %" PRIu64 " MiB, data on %s\n",
+	       g_opt.machines, g_opt.mb, fill_s, g_opt.replicas,
+	       g_opt.region_mb, g_opt.dir);
+	if (!bad)
+		print_machines(rr, t_start, &bytes, &adopt_max, &replay_max);
 	if (bad)
 		fprintf(stderr, PROG ": the restart failed (see above)\n");
 	else
@@ -475,8 +523,42 @@ int main(int argc, char **argv)
 	       g_opt.machines, g_opt.mb, g_opt.replicas, g_opt.region_mb, bytes,
 	       total_ms, kill_ms, adopt_max, replay_max, kill_ms,
 	       !bad && kill_ms < 2000 ? "true" : "false");
-done:
-	zkl_run(NULL, script, "stop", g_zk_dir, NULL, 0);
+}
+
+int main(int argc, char **argv)
+{
+	int pr = parse_args(argc, argv);
+	if (pr)
+		return pr < 0 ? 0 : pr;
+	snprintf(g_root, sizeof(g_root), "%s/farm-restart-bench-XXXXXX",
+	         g_opt.dir);
+	if (!mkdtemp(g_root)) {
+		fprintf(stderr, PROG ": mkdtemp %s: %s\n", g_root,
+		        strerror(errno));
+		return 1;
+	}
+	snprintf(g_zk_dir, sizeof(g_zk_dir), "%s/zk-XXXXXX", g_root);
+	const char *script = FARM_SOURCE_DIR "/scripts/zk-local";
+	int zs = bc_zk_start(PROG, script, NULL, g_zk_dir, g_zk_connect,
+	                     sizeof(g_zk_connect));
+	if (zs) {
+		bu_rm_tree(AT_FDCWD, g_root, 4);
+		return zs;
+	}
+	snprintf(g_zk_root, sizeof(g_zk_root), "/libfarm/restart-bench-%d",
+	         (int)getpid());
+	static struct report rr[MAXM];
+	double fill_s;
+	uint64_t t_kill, t_last = 0;
+	int bad = fill_and_kill(&fill_s, &t_kill);
+	if (bad) {
+		fprintf(stderr, PROG ": filling failed\n");
+	} else {
+		uint64_t t_start = now_ns();
+		bad = restart_all(rr, &t_last);
+		report(rr, bad, fill_s, t_kill, t_start, t_last);
+	}
+	bc_zk_stop(PROG, script, NULL, g_zk_dir);
 	bu_rm_tree(AT_FDCWD, g_root, 4);
 	return bad;
 }

@@ -405,19 +405,11 @@ static int coord_check(struct coord *c)
 			if (rc == -EBUSY) {
 				stuck++;
 				rc = 0;
-				uint64_t hdr = 0;
-				const uint64_t *lp =
-				        farm_as_local_ptr(m->as, a, 8);
-				if (lp)
-					hdr = __atomic_load_n(lp,
-					                      __ATOMIC_ACQUIRE);
 				fprintf(stderr,
 				        PROG ": object %" PRIx64
 				             " (machine %u, "
-				             "#%u) stays locked: version word "
-				             "%" PRIx64 "%s\n",
-				        a, mm, i, hdr,
-				        lp ? "" : " (remote: not read)");
+				             "#%u) stays locked\n",
+				        a, mm, i);
 				continue;
 			}
 			sum += v[0];
@@ -548,9 +540,9 @@ static int coordinator(struct mach *m, int cpu)
 	c->tr->clat.v = sv + MAX_SAMPLES;
 	c->lr->lat.v = sv + 2ull * MAX_SAMPLES;
 
-	uint32_t rep[FARM_RING_MAX_REPLICAS];
-	unsigned nrep = c->nrep =
-	        farm_as_replicas(m->as, farm_gaddr_region(g_sh->tx[0][0]), rep);
+	uint32_t rep[FARM_REPLICAS_MAX];
+	unsigned nrep = c->nrep = region_replicas(
+	        m->node, farm_gaddr_region(g_sh->tx[0][0]), rep);
 	printf("txn_bench: %u machine processes (1 loop each, busy polling%s), "
 	       "shm fabric, replicas %u (r in effect: %u), coordinator machine "
 	       "0%s\n",

@@ -18,9 +18,6 @@
 
 #include <farm/farm.h>
 
-#include "addrspace/addrspace.h"
-#include "node/node.h"
-
 #define PROG          "txn_bench"
 #define MAXM          3u
 #define MAX_TXOBJ     65536u
@@ -72,9 +69,19 @@ struct mach {
 	farm_node *node;
 	farm_loop *loop;
 	farm_txm *txm;
-	farm_as *as;
 	char dir[256];
+	/* On machine 1: the registered regions the raw READs read (one of
+	 * the region size per region holding lock-free-read objects). */
+	farm_region *raw[MAX_LFREG];
+	unsigned nraw;
 };
+
+/* Where region @region's copies are (farm_replicas, cached: the
+ * configuration does not change during a run, and farm_replicas takes
+ * the configuration's lock, which the commit path does not); the
+ * primary first. 0 when unknown. */
+unsigned region_replicas(farm_node *n, uint32_t region,
+                         uint32_t rep[FARM_REPLICAS_MAX]);
 
 struct shape {
 	char name[32];

@@ -87,7 +87,6 @@ int mach_open(struct mach *m, uint32_t id, const char *base)
 		return rc;
 	}
 	m->txm = farm_node_txm(m->node);
-	m->as = farm_node_as(m->node);
 	return 0;
 }
 
@@ -95,6 +94,10 @@ void mach_close(struct mach *m)
 {
 	if (m->loop)
 		farm_node_loop_close(m->node, m->loop);
+	/* Before the node, whose fabric they are registered with. */
+	for (unsigned i = 0; i < m->nraw; i++)
+		farm_region_destroy(m->raw[i]);
+	m->nraw = 0;
 	if (m->node)
 		farm_node_close(m->node);
 	m->loop = NULL;
@@ -194,10 +197,20 @@ int mach_alloc(struct mach *m)
 			continue;
 		if (nreg == MAX_LFREG)
 			return -E2BIG;
-		enum farm_as_role role;
-		farm_region *reg = farm_as_local_region(m->as, r, &role);
-		if (!reg || role != FARM_AS_PRIMARY)
+		/* The lock-free reads go to the primary, machine 1; the raw
+		 * READs to a region machine 1 registers as it registers its
+		 * own (farm_region_create, the region size), at the same
+		 * offsets, its pages touched as the objects' are. */
+		uint32_t rep[FARM_REPLICAS_MAX];
+		if (region_replicas(m->node, r, rep) == 0 || rep[0] != 1)
 			return -ENOENT;
+		farm_region *reg = NULL;
+		int rc2 = farm_region_create(farm_node_fabric(m->node),
+		                             g_opt.region_size, &reg);
+		if (rc2)
+			return rc2;
+		memset(farm_region_base(reg), 0, farm_region_size(reg));
+		m->raw[m->nraw++] = reg;
 		g_sh->m[1].reg_id[nreg] = r;
 		g_sh->m[1].reg_desc[nreg] = farm_region_desc(reg);
 		g_sh->m[1].reg_desc[nreg].machine = 1;

@@ -27,17 +27,17 @@ uint64_t g_increments; /* every committed increment, all runs */
  *   messages = 1 per remote primary of the write set (lock reply);
  *   READs = 1 per remote object only read (validation);
  * for a single-machine transaction only the COMMIT-BACKUPs. */
-static void expected_work(struct txslot *s, const struct shape *sh, farm_as *as,
-                          uint32_t me)
+static void expected_work(struct txslot *s, const struct shape *sh,
+                          farm_node *node, uint32_t me)
 {
 	bool prim[64] = {false};
 	bool pair[64][64];
 	memset(pair, 0, sizeof(pair));
 	s->ew = s->emsg = s->er = 0;
 	for (unsigned i = 0; i < sh->k + sh->ro; i++) {
-		uint32_t rep[FARM_RING_MAX_REPLICAS];
+		uint32_t rep[FARM_REPLICAS_MAX];
 		unsigned n =
-		        farm_as_replicas(as, farm_gaddr_region(s->a[i]), rep);
+		        region_replicas(node, farm_gaddr_region(s->a[i]), rep);
 		if (!n)
 			continue;
 		if (i >= sh->k) { /* read only */
@@ -147,7 +147,7 @@ static void slot_start(struct txslot *s)
 		} while (dup);
 		s->a[i] = a;
 	}
-	expected_work(s, sh, r->m->as, r->m->id);
+	expected_work(s, sh, r->m->node, r->m->id);
 	r->inflight++;
 	s->err = 0;
 	s->t0 = bu_now_ns();
@@ -337,4 +337,42 @@ double run_lf(struct lfrun *r, int kind, unsigned depth, double seconds,
 	if (r->inflight || r->fatal)
 		return 0;
 	return (double)r->ops / ((double)(t1 - t0) / 1e9);
+}
+
+/* region_replicas' cache: per process, filled on first use of a region
+ * (a small open-addressed table; regions beyond it are asked each
+ * time). */
+#define REPCACHE 256u
+static struct {
+	uint32_t region; /* 0: empty */
+	unsigned n;
+	uint32_t rep[FARM_REPLICAS_MAX];
+} g_repcache[REPCACHE];
+
+unsigned region_replicas(farm_node *n, uint32_t region,
+                         uint32_t rep[FARM_REPLICAS_MAX])
+{
+	unsigned h = (region * 2654435761u) % REPCACHE;
+	for (unsigned k = 0; k < REPCACHE; k++) {
+		unsigned i = (h + k) % REPCACHE;
+		if (g_repcache[i].region == region) {
+			memcpy(rep, g_repcache[i].rep,
+			       g_repcache[i].n * sizeof(*rep));
+			return g_repcache[i].n;
+		}
+		if (g_repcache[i].region)
+			continue;
+		struct farm_replicas r;
+		farm_gaddr a = farm_gaddr_make(region, 0);
+		if (farm_replicas(n, a, &r))
+			return 0;
+		g_repcache[i].rep[0] = r.primary;
+		for (unsigned j = 0; j < r.nbackups; j++)
+			g_repcache[i].rep[j + 1] = r.backups[j];
+		g_repcache[i].n = 1 + r.nbackups;
+		g_repcache[i].region = region;
+		memcpy(rep, g_repcache[i].rep, g_repcache[i].n * sizeof(*rep));
+		return g_repcache[i].n;
+	}
+	return 0;
 }

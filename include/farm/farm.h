@@ -12,5 +12,6 @@
 #include <farm/config.h>
 #include <farm/kv.h>
 #include <farm/btree.h>
+#include <farm/stats.h>
 
 #endif

@@ -684,7 +684,7 @@ static int udp_ep_post(farm_ep *fep, farm_wr *list, farm_wr **bad)
 			s->pkt_first = ep->next_pkt;
 			ep->next_pkt += s->npk;
 			s->state = S_QUEUED;
-			UST_ADD(ep->fab, ops, 1);
+			farm_stat_add(&(ep->fab)->st.ops, 1);
 		}
 		ep->head++;
 	}

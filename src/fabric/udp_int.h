@@ -15,6 +15,7 @@
 #include "fabric/provider.h"
 #include "fabric/udp_testing.h"
 #include "util/common.h"
+#include "util/stat.h"
 
 #define UDP_MAGIC        0x31505546u /* "FUP1" */
 #define UDP_HDR          88u
@@ -232,9 +233,6 @@ struct udp_fabric {
 	uint64_t timers_at;    /* dispatch thread only: next timers pass */
 	struct farm_udp_stats st;
 };
-
-#define UST_ADD(f, field, n) \
-	__atomic_fetch_add(&(f)->st.field, (n), __ATOMIC_RELAXED)
 
 static inline struct udp_fabric *UF(farm_fabric *fab)
 {

@@ -160,7 +160,7 @@ static int execute(struct udp_fabric *f, const struct udp_pkt *p, size_t n,
 			            reply->data, mem, len, UDP_LINE_RETRIES))) {
 				/* No consistent copy: never answer torn
 				 * data as a success. */
-				UST_ADD(f, line_giveups, 1);
+				farm_stat_add(&(f)->st.line_giveups, 1);
 				st = -EAGAIN;
 			}
 		} else
@@ -223,7 +223,7 @@ void udp_serve_req(struct udp_fabric *f, const struct udp_pkt *p, size_t n,
 	if (!s || !s->used || s->token != h->token || s->peer != h->from ||
 	    s->peer_inc != h->inc || s->cep != h->cep ||
 	    !same_addr(&s->addr, s->alen, from, flen)) {
-		UST_ADD(f, bad_session, 1);
+		farm_stat_add(&(f)->st.bad_session, 1);
 		if (!s || !s->used || s->token != h->token) {
 			/* Unknown or stale (closed, or given up when the
 			 * table was full): that endpoint fails with
@@ -239,7 +239,7 @@ void udp_serve_req(struct udp_fabric *f, const struct udp_pkt *p, size_t n,
 	s->seen_ns = farm_now_ns();
 	if (revoked(f, h->from)) {
 		/* A removed machine: nothing executes; it learns why. */
-		UST_ADD(f, fenced, 1);
+		farm_stat_add(&(f)->st.fenced, 1);
 		reply_hdr(f, h, reply, T_RESP);
 		reply->h.status = FARM_EFENCED;
 		*rlen = UDP_HDR;
@@ -249,22 +249,22 @@ void udp_serve_req(struct udp_fabric *f, const struct udp_pkt *p, size_t n,
 	if (gbn && h->seq != s->expect) {
 		struct udp_cached *c = &s->cache[h->seq % UDP_WINDOW];
 		if (h->seq > s->expect) {
-			UST_ADD(f, out_of_order, 1);
+			farm_stat_add(&(f)->st.out_of_order, 1);
 			/* A gap: say once which packet is missing, so the
 			 * initiator resends now, not after its RTO. */
 			if (s->nacked != s->expect + 1) {
 				s->nacked = s->expect + 1;
-				UST_ADD(f, nacks, 1);
+				farm_stat_add(&(f)->st.nacks, 1);
 				reply_hdr(f, h, reply, T_NACK);
 				reply->h.seq = s->expect;
 				*rlen = UDP_HDR;
 			}
 		} else if (c->seq == h->seq && c->len) {
-			UST_ADD(f, replayed, 1);
+			farm_stat_add(&(f)->st.replayed, 1);
 			memcpy(reply, &c->pkt, c->len);
 			*rlen = c->len;
 		} else {
-			UST_ADD(f, too_old, 1);
+			farm_stat_add(&(f)->st.too_old, 1);
 		}
 		return;
 	}
@@ -277,7 +277,7 @@ void udp_serve_req(struct udp_fabric *f, const struct udp_pkt *p, size_t n,
 		reply->h.len = 0;
 	}
 	reply->h.status = st;
-	UST_ADD(f, served, 1);
+	farm_stat_add(&(f)->st.served, 1);
 	*rlen = UDP_HDR + reply->h.len;
 	if (!gbn)
 		return;
@@ -330,7 +330,7 @@ static void accept_conn(struct udp_fabric *f, const struct udp_hdr *h,
 	if (pick < 0)
 		pick = evictable(f, now);
 	if (pick < 0) { /* full of live sessions: this connect fails */
-		UST_ADD(f, conn_refused, 1);
+		farm_stat_add(&(f)->st.conn_refused, 1);
 		reply_hdr(f, h, reply, T_ACCEPT);
 		reply->h.status = -ENOSPC;
 		*rlen = UDP_HDR;
@@ -374,7 +374,7 @@ void udp_serve_ctl(struct udp_fabric *f, const struct udp_pkt *p, size_t n,
 	*rlen = 0;
 	(void)n;
 	if (h->len) {
-		UST_ADD(f, malformed, 1);
+		farm_stat_add(&(f)->st.malformed, 1);
 		return;
 	}
 	/* A control record may sit in a chain (UDP_MORE): read its type. */
@@ -396,9 +396,9 @@ void udp_serve_ctl(struct udp_fabric *f, const struct udp_pkt *p, size_t n,
 		    same_addr(&s->addr, s->alen, from, flen))
 			s->used = false;
 		else
-			UST_ADD(f, bad_session, 1);
+			farm_stat_add(&(f)->st.bad_session, 1);
 		return;
 	}
-	default: UST_ADD(f, malformed, 1); return;
+	default: farm_stat_add(&(f)->st.malformed, 1); return;
 	}
 }

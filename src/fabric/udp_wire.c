@@ -129,13 +129,13 @@ static void send_raw(struct udp_fabric *f, const struct udp_out *out,
 			                        .msg_iovlen = 1};
 		}
 		int r = sendmmsg(f->fd, m, b, MSG_DONTWAIT);
-		UST_ADD(f, tx_calls, 1);
+		farm_stat_add(&(f)->st.tx_calls, 1);
 		if (r <= 0) {
 			/* A full socket buffer drops them, as a switch
 			 * would: retransmission recovers. */
 			r = 1;
 		} else {
-			UST_ADD(f, tx_pkts, (uint64_t)r);
+			farm_stat_add(&(f)->st.tx_pkts, (uint64_t)r);
 		}
 		k += (unsigned)r;
 	}
@@ -179,7 +179,7 @@ void udp_send(struct udp_fabric *f, const struct udp_out *out, unsigned n)
 		for (unsigned i = 0; i < n && m + 2 <= FARM_ARRAY_SIZE(v);
 		     i++) {
 			if (roll(FARM_UDP_KNOB_DROP)) {
-				UST_ADD(f, hook_drops, 1);
+				farm_stat_add(&(f)->st.hook_drops, 1);
 				continue;
 			}
 			if (roll(FARM_UDP_KNOB_REORDER)) {
@@ -195,14 +195,15 @@ void udp_send(struct udp_fabric *f, const struct udp_out *out, unsigned n)
 				}
 				pthread_mutex_unlock(&f->tx);
 				if (free_slot) {
-					UST_ADD(f, hook_reorders, 1);
+					farm_stat_add(&(f)->st.hook_reorders,
+					              1);
 					continue;
 				}
 			}
 			v[m++] = out[i];
 			flush = true;
 			if (roll(FARM_UDP_KNOB_DUP)) {
-				UST_ADD(f, hook_dups, 1);
+				farm_stat_add(&(f)->st.hook_dups, 1);
 				v[m++] = out[i];
 			}
 		}
@@ -378,7 +379,7 @@ static void ep_send(struct udp_ep *ep, uint64_t from, uint64_t end,
 		build_pkt(ep, s, q,
 		          udp_packer_add(ep->fab, &pk, rec_len(s, q), &ep->dest,
 		                         ep->dlen));
-		UST_ADD(ep->fab, retransmits, 1);
+		farm_stat_add(&(ep->fab)->st.retransmits, 1);
 	}
 	/* The cursor may lag behind the oldest request (retired since): its
 	 * slot may hold a newer request by now. */
@@ -421,7 +422,7 @@ static void on_nack(struct udp_ep *ep, uint64_t q, uint64_t end)
 	    ep_paused(ep))
 		return;
 	ep->nack_q = q + 1;
-	UST_ADD(ep->fab, fast_resends, 1);
+	farm_stat_add(&(ep->fab)->st.fast_resends, 1);
 	ep_send(ep, q, end, false);
 }
 
@@ -456,14 +457,14 @@ static void on_reply(struct udp_ep *ep, const struct udp_pkt *p, uint64_t q)
 	struct udp_fabric *f = ep->fab;
 	if (q < ep->snd_una || q >= ep->snd_nxt ||
 	    (ep->acked >> (q - ep->snd_una) & 1)) {
-		UST_ADD(f, stale_replies, 1);
+		farm_stat_add(&(f)->st.stale_replies, 1);
 		return;
 	}
 	struct udp_slot *s =
 	        &ep->slots[ep->win_slot[q % UDP_WINDOW] & ep->mask];
 	if (s->state != S_QUEUED || q < s->pkt_first ||
 	    q >= s->pkt_first + s->npk || p->h.op != s->opcode) {
-		UST_ADD(f, stale_replies, 1);
+		farm_stat_add(&(f)->st.stale_replies, 1);
 		return;
 	}
 	uint64_t off;
@@ -525,7 +526,7 @@ static void on_resp(struct udp_fabric *f, const struct udp_pkt *p)
 	    ep->sess != p->h.sess || ep->token != p->h.token ||
 	    f->peers[ep->base.peer].inc != p->h.inc) {
 		pthread_mutex_unlock(&f->lock);
-		UST_ADD(f, bad_session, 1);
+		farm_stat_add(&(f)->st.bad_session, 1);
 		return;
 	}
 	heard(f, &p->h);
@@ -621,7 +622,7 @@ static size_t on_dgram(struct udp_fabric *f, const struct udp_pkt *p, size_t n,
 	    h->to != f->base.machine_id) {
 		/* Someone else's address: say so, the caller's card is
 		 * wrong (farm_ep_connect: -EINVAL). */
-		UST_ADD(f, malformed, 1);
+		farm_stat_add(&(f)->st.malformed, 1);
 		memset(&reply->h, 0, sizeof(reply->h));
 		reply->h.magic = UDP_MAGIC;
 		reply->h.type = T_ACCEPT;
@@ -633,7 +634,7 @@ static size_t on_dgram(struct udp_fabric *f, const struct udp_pkt *p, size_t n,
 	}
 	(void)mflags; /* the datagram's: checked by split() */
 	if (h->to != f->base.machine_id || h->from == f->base.machine_id) {
-		UST_ADD(f, malformed, 1);
+		farm_stat_add(&(f)->st.malformed, 1);
 		return 0;
 	}
 	size_t rlen = 0;
@@ -653,7 +654,7 @@ static size_t on_dgram(struct udp_fabric *f, const struct udp_pkt *p, size_t n,
 	case T_CLOSE:
 		udp_serve_ctl(f, p, n, from, flen, reply, &rlen);
 		return rlen;
-	default: UST_ADD(f, malformed, 1); return 0;
+	default: farm_stat_add(&(f)->st.malformed, 1); return 0;
 	}
 }
 
@@ -695,7 +696,7 @@ static void on_datagram(struct udp_fabric *f, struct udp_rxbuf *b, unsigned i,
 	unsigned nr = split(d, m->msg_len, m->msg_hdr.msg_flags,
 	                    m->msg_hdr.msg_namelen, off, len);
 	if (!nr)
-		UST_ADD(f, malformed, 1);
+		farm_stat_add(&(f)->st.malformed, 1);
 	for (unsigned k = 0; k < nr; k++) {
 		size_t rl = on_dgram(f, (const struct udp_pkt *)(d + off[k]),
 		                     len[k], 0, &b->from[i],
@@ -725,11 +726,11 @@ static void rx_drain_locked(struct udp_fabric *f)
 		}
 		int r = recvmmsg(f->fd, m, UDP_BATCH, MSG_DONTWAIT, NULL);
 		if (r <= 0) {
-			UST_ADD(f, empty_drains, 1);
+			farm_stat_add(&(f)->st.empty_drains, 1);
 			return;
 		}
-		UST_ADD(f, rx_calls, 1);
-		UST_ADD(f, rx_pkts, (uint64_t)r);
+		farm_stat_add(&(f)->st.rx_calls, 1);
+		farm_stat_add(&(f)->st.rx_pkts, (uint64_t)r);
 		struct udp_packer pk;
 		udp_packer_init(&pk, b->dg, b->out, UDP_BATCH, f->coalesce);
 		for (int i = 0; i < r; i++)
@@ -870,7 +871,7 @@ static void peer_timers(struct udp_fabric *f, uint64_t now, uint32_t *dead,
 		p.h.inc = f->inc;
 		struct udp_out o = {&p, UDP_HDR, &pe->addr, pe->alen};
 		udp_send(f, &o, 1);
-		UST_ADD(f, pings, 1);
+		farm_stat_add(&(f)->st.pings, 1);
 	}
 }
 
@@ -899,13 +900,13 @@ static uint64_t timers(struct udp_fabric *f, uint64_t now)
 	peer_timers(f, now, dead, &ndead);
 	for (unsigned k = 0; k < ndead; k++)
 		if (fail_peer_locked(f, dead[k]))
-			UST_ADD(f, timeouts, 1);
+			farm_stat_add(&(f)->st.timeouts, 1);
 	pthread_mutex_unlock(&f->lock);
 	report_deaths(f);
 #ifdef FARM_FAULT_INJECTION
 	flush_held(f);
 #endif
-	UST_ADD(f, timer_passes, 1);
+	farm_stat_add(&(f)->st.timer_passes, 1);
 	/* Idle, half the probe interval: a probe then goes out at most 1.5
 	 * intervals after the last, 2.5 or more of them within the bound. */
 	return busy ? UDP_TICK_NS : FARM_MIN(UDP_IDLE_TICK_NS, f->hb_ns / 2);
@@ -954,7 +955,7 @@ void *udp_dispatch_main(void *arg)
 			pthread_mutex_unlock(&f->rx);
 		}
 		int ms = timers_if_due(f);
-		UST_ADD(f, dispatch_sleeps, 1);
+		farm_stat_add(&(f)->st.dispatch_sleeps, 1);
 		int n = poll(p, drained ? 3 : 2, drained ? ms : 1);
 		if (n > 0 && (p[0].revents & POLLIN))
 			break;

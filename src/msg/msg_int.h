@@ -25,6 +25,7 @@
 
 #include "msg/wire.h"
 #include "util/common.h"
+#include "util/stat.h"
 
 #define MSG_MAGIC          0x3167736d6d726166ull /* "farmmsg1" */
 #define MSG_HDR_BYTES      4096u
@@ -82,7 +83,8 @@ static inline uint64_t ring_at(const struct layout *l, unsigned r, uint32_t m,
 
 /* ---- counters ------------------------------------------------------------ */
 
-/* One writer (the loop); readers on other threads load relaxed. */
+/* One writer (the loop: farm_stat_add_owned); readers on other threads
+ * load relaxed. */
 struct stats {
 	_Atomic uint64_t v[13];
 };
@@ -102,14 +104,6 @@ enum {
 	S_REFUSED_CONFIG,
 };
 _Static_assert(sizeof(farm_msg_stats) == 13 * sizeof(uint64_t), "stats");
-
-static inline void stat_add(struct stats *s, int i, uint64_t n)
-{
-	atomic_store_explicit(
-	        &s->v[i],
-	        atomic_load_explicit(&s->v[i], memory_order_relaxed) + n,
-	        memory_order_relaxed);
-}
 
 /* ---- machine-wide state -------------------------------------------------- */
 

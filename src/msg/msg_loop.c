@@ -362,7 +362,7 @@ static void park(farm_loop *loop, uint64_t max_ns)
 	atomic_store_explicit(loop->park, 1, memory_order_seq_cst);
 	atomic_thread_fence(memory_order_seq_cst);
 	if (!work_pending(loop)) {
-		stat_add(&loop->stats, S_PARKS, 1);
+		farm_stat_add_owned(&loop->stats.v[S_PARKS], 1);
 		farm_wait_word((const uint32_t *)(const void *)loop->park, 1,
 		               max_ns);
 	}

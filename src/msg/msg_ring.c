@@ -286,10 +286,10 @@ static void chan_post(farm_loop *loop, struct out_chan *c)
 	/* Advance over the frames that were queued. */
 	for (unsigned i = 0; i < done && w[i].opcode == FARM_WR_WRITE; i++) {
 		c->posted += adv[i];
-		stat_add(&loop->stats, S_FRAMES_SENT, 1);
+		farm_stat_add_owned(&loop->stats.v[S_FRAMES_SENT], 1);
 	}
 	if (msg->notify && done == n)
-		stat_add(&loop->stats, S_WAKEUPS, 1);
+		farm_stat_add_owned(&loop->stats.v[S_WAKEUPS], 1);
 }
 
 void farm_loop_flush(farm_loop *loop)
@@ -357,7 +357,7 @@ int msg_send_wire(farm_loop *loop, uint32_t machine, unsigned thread,
 		if (m->len)
 			memcpy(it->payload, payload, m->len);
 		msg_inbox_push(msg, thread, it);
-		stat_add(&loop->stats, S_SENT, 1);
+		farm_stat_add_owned(&loop->stats.v[S_SENT], 1);
 		return 0;
 	}
 	if (machine < msg->attr.max_machines &&
@@ -370,11 +370,11 @@ int msg_send_wire(farm_loop *loop, uint32_t machine, unsigned thread,
 		return rc;
 	if (FARM_LIKELY(!c->qhead) && chan_append(msg, c, m, payload)) {
 		mark_dirty(loop, c);
-		stat_add(&loop->stats, S_SENT, 1);
+		farm_stat_add_owned(&loop->stats.v[S_SENT], 1);
 		return 0;
 	}
 	if (c->qlen >= msg->attr.sendq_max) {
-		stat_add(&loop->stats, S_NOBUFS, 1);
+		farm_stat_add_owned(&loop->stats.v[S_NOBUFS], 1);
 		return -ENOBUFS;
 	}
 	struct pend *p = malloc(sizeof(*p) + m->len);
@@ -391,8 +391,8 @@ int msg_send_wire(farm_loop *loop, uint32_t machine, unsigned thread,
 	c->qtail = p;
 	c->qlen++;
 	mark_dirty(loop, c);
-	stat_add(&loop->stats, S_QUEUED, 1);
-	stat_add(&loop->stats, S_SENT, 1);
+	farm_stat_add_owned(&loop->stats.v[S_QUEUED], 1);
+	farm_stat_add_owned(&loop->stats.v[S_SENT], 1);
 	return 0;
 }
 
@@ -430,7 +430,7 @@ static void deliver(farm_loop *loop, uint32_t src, const struct wire_msg *m,
                     const uint8_t *payload)
 {
 	farm_msg *msg = loop->msg;
-	stat_add(&loop->stats, S_RECEIVED, 1);
+	farm_stat_add_owned(&loop->stats.v[S_RECEIVED], 1);
 	if (m->kind == WIRE_ONEWAY || m->kind == WIRE_REQUEST) {
 		const struct handler *h = &msg->handlers[m->type];
 		farm_msg_in in = {.src_machine = src,
@@ -447,7 +447,7 @@ static void deliver(farm_loop *loop, uint32_t src, const struct wire_msg *m,
 	}
 	uint32_t i = (uint32_t)(m->call_id & 0xffffff);
 	if (i >= msg->attr.max_calls || loop->calls[i].id != m->call_id) {
-		stat_add(&loop->stats, S_STALE, 1);
+		farm_stat_add_owned(&loop->stats.v[S_STALE], 1);
 		return;
 	}
 	if (m->kind == WIRE_REPLY) {
@@ -498,7 +498,7 @@ static void break_chan(farm_loop *loop, uint32_t m, unsigned t,
                        struct in_chan *c, const char *why)
 {
 	c->broken = true;
-	stat_add(&loop->stats, S_MALFORMED, 1);
+	farm_stat_add_owned(&loop->stats.v[S_MALFORMED], 1);
 	farm_err("msg: loop %u: channel from machine %" PRIu32 " thread %u "
 	         "is broken (%s at ring offset %" PRIu64 "); it is no longer "
 	         "read",
@@ -511,7 +511,7 @@ static void break_chan(farm_loop *loop, uint32_t m, unsigned t,
 static void refuse_frame(farm_loop *loop, uint32_t m, uint32_t cfg,
                          uint32_t min)
 {
-	stat_add(&loop->stats, S_REFUSED_CONFIG, 1);
+	farm_stat_add_owned(&loop->stats.v[S_REFUSED_CONFIG], 1);
 	if (loop->refused_logged[m] == min)
 		return;
 	loop->refused_logged[m] = min;
@@ -558,7 +558,7 @@ static int poll_ring(farm_loop *loop, uint32_t m, unsigned t, struct in_chan *c)
 			break_chan(loop, m, t, c, "malformed message");
 			return got;
 		}
-		stat_add(&loop->stats, S_FRAMES_RECV, 1);
+		farm_stat_add_owned(&loop->stats.v[S_FRAMES_RECV], 1);
 		/* Pairs with the release in farm_msg_peer_min_config. */
 		uint32_t min = atomic_load_explicit(&msg->min_cfg[m],
 		                                    memory_order_acquire);

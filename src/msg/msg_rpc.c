@@ -129,9 +129,11 @@ int msg_scan_calls(farm_loop *loop, uint64_t now)
 		if (!st && now >= c->deadline)
 			st = -ETIMEDOUT;
 		if (st) {
-			stat_add(&loop->stats,
-			         st == -ETIMEDOUT ? S_TIMEOUTS : S_PEER_DEATHS,
-			         1);
+			farm_stat_add_owned(
+			        &loop->stats
+			                 .v[st == -ETIMEDOUT ? S_TIMEOUTS
+			                                     : S_PEER_DEATHS],
+			        1);
 			msg_call_done(loop, i, st, NULL, 0);
 			n++;
 		}

@@ -363,7 +363,8 @@ static int node_open_store(farm_node *n, const struct farm_config *cfg)
 	struct farm_txm_attr ta = {.log_size = cfg->log_size,
 	                           .datarec_bytes = cfg->datarec_bytes,
 	                           .datarec_interval_us =
-	                                   cfg->datarec_interval_us};
+	                                   cfg->datarec_interval_us,
+	                           .datarec_hold_ms = cfg->datarec_hold_ms};
 	int rc;
 	if ((rc = farm_as_create(n->fab, n->msg, &aa, &n->as)) ||
 	    (rc = farm_galloc_create(n->as, n->msg, &n->ga)) ||

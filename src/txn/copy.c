@@ -241,6 +241,17 @@ struct dr_step {
 	struct farm_alloc_layout lay;
 };
 
+/* Copies are held (no new READs, no credit) while farm_txm_datarec_hold
+ * says so, or in the odd windows of datarec_hold_ms: a measurement's A/B
+ * switch, read at each tick and step; relaxed, since a step taken just
+ * before a change is harmless either way. */
+static bool dr_held(struct farm_datarec *dr, uint64_t now)
+{
+	if (atomic_load_explicit(&dr->hold, memory_order_relaxed))
+		return true;
+	return dr->hold_ns && (now / dr->hold_ns) % 2 == 1;
+}
+
 static void step_end(struct farm_datarec *dr, struct dr_step *s)
 {
 	pthread_mutex_lock(&dr->lock);
@@ -614,8 +625,7 @@ static void step_done(farm_loop *loop, void *ctx, int status)
 		}
 	}
 	again = again && g && g->state < DR_DONE &&
-	        !atomic_load_explicit(&dr->hold, memory_order_relaxed) &&
-	        !dr->stop;
+	        !dr_held(dr, farm_now_ns()) && !dr->stop;
 	pthread_mutex_unlock(&dr->lock);
 	/* Posted, not called: the loop serves its other work in between. */
 	if (again && !farm_loop_post(loop, step_run, s))
@@ -671,8 +681,7 @@ static void *engine(void *arg)
 		        (int64_t)((double)dr->bytes * (double)(now_ns - last) /
 		                  ((double)dr->interval_us * 1000.0));
 		last = now_ns;
-		bool hold =
-		        atomic_load_explicit(&dr->hold, memory_order_relaxed);
+		bool hold = dr_held(dr, now_ns);
 		for (unsigned t = 0; t < m->T && t < MAX_LOOPS && !hold; t++) {
 			struct dr_loop *lp = &dr->lp[t];
 			lp->credit = FARM_MIN(lp->credit + add,
@@ -730,7 +739,8 @@ static void *engine(void *arg)
 
 /* ---- life cycle ------------------------------------------------------ */
 
-int txn_datarec_init(farm_txm *m, uint32_t bytes, uint32_t interval_us)
+int txn_datarec_init(farm_txm *m, uint32_t bytes, uint32_t interval_us,
+                     uint32_t hold_ms)
 {
 	struct farm_datarec *dr = calloc(1, sizeof(*dr));
 	if (!dr)
@@ -739,6 +749,7 @@ int txn_datarec_init(farm_txm *m, uint32_t bytes, uint32_t interval_us)
 	dr->bytes = bytes ? bytes : FARM_DATAREC_DEFAULT_BYTES;
 	dr->interval_us =
 	        interval_us ? interval_us : FARM_DATAREC_DEFAULT_INTERVAL_US;
+	dr->hold_ns = (uint64_t)hold_ms * 1000000ull;
 	dr->region_size = farm_as_region_size(m->as);
 	dr->meta_bytes = farm_alloc_meta_bytes(dr->region_size);
 	if (pthread_mutex_init(&dr->lock, NULL)) {

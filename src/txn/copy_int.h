@@ -85,6 +85,7 @@ struct farm_datarec {
 	pthread_t thr;
 	bool started, stop;
 	_Atomic bool hold; /* farm_txm_datarec_hold: no READs, no credit */
+	uint64_t hold_ns;  /* datarec_hold_ms: held in its odd windows */
 	struct dr_reg *r;
 	unsigned nr, capr;
 	struct dr_note *nt;

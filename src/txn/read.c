@@ -44,7 +44,7 @@ static void rd_again_post(farm_loop *loop, void *ctx, int status);
 
 static void rd_retry(struct rd_op *op)
 {
-	cnt_inc(&op->tl->c_lf_retries);
+	farm_stat_add_owned(&op->tl->c_lf_retries, 1);
 	uint64_t now = farm_now_ns();
 	if (!op->busy_t0)
 		op->busy_t0 = now;
@@ -278,7 +278,7 @@ static void lf_done(struct rd_op *op)
 		if (c->version_out)
 			*c->version_out = op->version;
 	}
-	cnt_inc(&op->tl->c_lf_reads);
+	farm_stat_add_owned(&op->tl->c_lf_reads, 1);
 	farm_op_fn cont = c->cont;
 	void *ctx = c->ctx;
 	int st = op->status;
@@ -406,7 +406,7 @@ static void txrd_done(struct rd_op *op)
 		(void)txn_tx_gone(tx);
 		return;
 	}
-	cnt_inc(&tx->tl->c_tx_reads);
+	farm_stat_add_owned(&tx->tl->c_tx_reads, 1);
 	if (!st) {
 		struct txobj *o = tx_find(tx, c->a); /* read twice meanwhile? */
 		if (!o) {
@@ -576,7 +576,7 @@ int farm_tx_read_local(farm_tx *tx, farm_gaddr a, uint32_t size,
 		                    .data = d};
 		*data = d;
 		d = NULL;
-		cnt_inc(&tx->tl->c_tx_reads);
+		farm_stat_add_owned(&tx->tl->c_tx_reads, 1);
 	}
 	if (img)
 		arena_put(&tx->tl->ar, img, 64ull * lines);

@@ -178,7 +178,8 @@ static int txm_setup(farm_txm *m, const struct farm_txm_attr *a, uint64_t total)
 		rc = txn_rec_init(m);
 	if (!rc)
 		rc = txn_datarec_init(m, a->datarec_bytes,
-		                      a->datarec_interval_us);
+		                      a->datarec_interval_us,
+		                      a->datarec_hold_ms);
 	if (!rc && !(rc = farm_epoch_domain_get()))
 		m->epoch_domain = true;
 	return rc;

@@ -49,6 +49,9 @@ struct farm_txm_attr {
 	/* Data recovery's pace (copy.c): at most datarec_bytes READ per
 	 * loop every datarec_interval_us (0: FaRM's 8 KiB per 2 ms). */
 	uint32_t datarec_bytes, datarec_interval_us;
+	/* Measurement only: copies held in the odd windows of this many ms
+	 * of CLOCK_MONOTONIC (0: never; config key datarec_hold_ms). */
+	uint32_t datarec_hold_ms;
 };
 #define FARM_DATAREC_DEFAULT_BYTES       8192u
 #define FARM_DATAREC_DEFAULT_INTERVAL_US 2000u

@@ -177,14 +177,6 @@ static inline bool has_room(const farm_txm *m, const struct writer *w,
 	return (w->tail - w->freed) + w->reserved + 2 * need + 128 <= m->R;
 }
 
-/* A counter only this loop writes: a plain load and store. */
-static inline void cnt_inc(_Atomic uint64_t *c)
-{
-	atomic_store_explicit(c,
-	                      atomic_load_explicit(c, memory_order_relaxed) + 1,
-	                      memory_order_relaxed);
-}
-
 static inline struct txloop *loop_state(farm_txm *m, farm_loop *loop)
 {
 	if (!m || !loop)
@@ -228,7 +220,8 @@ static inline uint8_t *txn_own_ptr(farm_txm *m, farm_gaddr a, uint64_t len,
  * returns whether a copy is held now.
  * skip_apply: the test-only switch (FARM_FAULT_INJECTION) that drops
  * COMMIT-BACKUPs to filling copies. */
-int txn_datarec_init(farm_txm *m, uint32_t bytes, uint32_t interval_us);
+int txn_datarec_init(farm_txm *m, uint32_t bytes, uint32_t interval_us,
+                     uint32_t hold_ms);
 int txn_datarec_attach(farm_txm *m, struct txloop *tl);
 void txn_datarec_detach(farm_txm *m, struct txloop *tl);
 void txn_datarec_fini(farm_txm *m);

@@ -295,6 +295,7 @@ static const struct cfg_key cfg_keys[] = {
         CFG_IN("lease_us", lease_us, 1000, 60000000),
         CFG_IN("datarec_bytes", datarec_bytes, 64, 1u << 30),
         CFG_IN("datarec_interval_us", datarec_interval_us, 10, 10000000),
+        CFG_IN("datarec_hold_ms", datarec_hold_ms, 0, 60000),
         CFG_IN("restart_wait_ms", restart_wait_ms, 0, 86400000),
         CFG_U32("region_seed", region_seed),
         CFG_BOOL("grow", grow),
@@ -424,6 +425,7 @@ int farm_config_apply_env(struct farm_config *c, char *err, size_t errlen)
 	                                   "domain",
 	                                   "datarec_bytes",
 	                                   "datarec_interval_us",
+	                                   "datarec_hold_ms",
 	                                   "restart_wait_ms",
 	                                   "region_seed",
 	                                   "grow"};

@@ -56,6 +56,11 @@ struct farm_config {
 	uint32_t datarec_bytes;       /* data recovery: bytes READ per loop
 	                                 per interval (0: 8192) */
 	uint32_t datarec_interval_us; /* ... every so often (0: 2000) */
+	/* For measurement only (bench/datarec_bench): copies held in the odd
+	 * windows of this many ms of CLOCK_MONOTONIC (0, the default:
+	 * never), so the foreground is compared with and without them
+	 * over the same stretch of time. */
+	uint32_t datarec_hold_ms;
 	/* Whole-cluster restart: after this long without every previous
 	 * member back, the others give up the missing ones and restart
 	 * without them (0, the default: wait for ever; experimental, see
