@@ -167,6 +167,35 @@ FARM_API FARM_MUST_CHECK long farm_bt_scan(farm_bt *bt, farm_tx *tx,
                                            const struct farm_bt_range *r,
                                            farm_bt_scan_fn fn, void *ctx);
 
+/* One entry of farm_bt_append(). */
+struct farm_bt_entry {
+	const void *key;
+	uint32_t klen;
+	const void *val;
+	uint32_t vlen;
+};
+/*
+ * farm_bt_append() - bulk load: add the @n entries of @e, whose keys must
+ * be strictly increasing and above every key in the tree, in @tx (the
+ * caller commits; a commit's records must fit half a log, 128 KiB by
+ * default: 2,048 entries of 8-byte keys and values write about 60 KiB
+ * of leaves, -E2BIG from the commit says to append fewer at once). The
+ * entries fill the tree's rightmost leaf and new leaves to begin with
+ * three quarters of their capacity (room for inserts before they split),
+ * and internal nodes likewise, bottom-up along the right edge: a few
+ * nodes written per 30-odd entries instead of a descent and a leaf write
+ * per entry. An ordinary transaction, so recovery needs nothing of its
+ * own and concurrent writers are serialized as with farm_bt_put().
+ * Returns 0; -EINVAL (NULL, an empty key, keys out of order or not above
+ * the tree's last key: nothing is written); -EMSGSIZE (a key or value
+ * over the layout's limits: nothing is written); -ENOSPC; the
+ * transaction layer's errors (abort @tx on any error).
+ */
+FARM_API FARM_MUST_CHECK int farm_bt_append(farm_bt *bt, farm_tx *tx,
+                                            farm_loop *loop,
+                                            const struct farm_bt_entry *e,
+                                            size_t n);
+
 /* ---- counters ------------------------------------------------------------
  */
 
