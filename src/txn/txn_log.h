@@ -112,6 +112,8 @@ struct wq_ent {
 	bool done;
 };
 
+#define WQ_CAP 1024u /* first record queue of a log writer; grows */
+
 /* This loop's side of its log on machine @m (coordinator role). */
 struct writer {
 	uint64_t tail;     /* next record position (abs) */
