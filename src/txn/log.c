@@ -64,7 +64,9 @@ static uint64_t low_water(const struct txloop *tl, const struct writer *w)
 
 /* Room for one more queue entry: the queue grows (entries keep their
  * sequence numbers) rather than ever overwriting a live one, whose loss
- * would let a low-water mark pass records still in use. */
+ * would let a low-water mark pass records still in use. It is made on
+ * the first record to its log: a loop holds queues only for the
+ * machines it writes to, not for every machine id. */
 static int wq_reserve(farm_txm *m, struct writer *w, unsigned n)
 {
 	if (w->wq_tail - w->wq_head + n <= w->wq_cap)

@@ -347,11 +347,6 @@ int farm_txm_attach(farm_txm *m, farm_loop *loop)
 	tl->cs_done = calloc(CS_RING, 1);
 	tl->cs_next = tl->cs_low = 1;
 	int rc = tl->slots && tl->w && tl->r && tl->cs_done ? 0 : -ENOMEM;
-	for (uint32_t i = 0; !rc && i < m->M; i++)
-		if (!(tl->w[i].wq = calloc(WQ_CAP, sizeof(struct wq_ent))))
-			rc = -ENOMEM;
-		else
-			tl->w[i].wq_cap = WQ_CAP;
 	if (!rc) {
 		tl->ar.size = m->arena_size;
 		tl->ar.base = aligned_alloc(4096, tl->ar.size);
@@ -381,10 +376,7 @@ int farm_txm_attach(farm_txm *m, farm_loop *loop)
 	}
 	m->loops[t] = tl;
 	/* Relaxed: a count farm_txm_memory reads. */
-	atomic_fetch_add_explicit(&m->loop_bytes,
-	                          loop_table_bytes(m) +
-	                                  (uint64_t)m->M * WQ_CAP *
-	                                          sizeof(struct wq_ent),
+	atomic_fetch_add_explicit(&m->loop_bytes, loop_table_bytes(m),
 	                          memory_order_relaxed);
 	rc = txn_datarec_attach(m, tl);
 	if (rc) /* the machine runs; this loop copies nothing */
