@@ -6,9 +6,11 @@
  * the tables sized by machine ids (messaging's peers and loop tables, the
  * logs' peers, writers, readers and record queues). The figure per
  * machine is the mean over the N machines, once they all see each other
- * and before any workload: what a machine pays for the ids and threads it
- * is sized for. Channels and record queues a workload makes come on top,
- * per peer talked to (said in the summary).
+ * and every loop has sent one message to every loop of every other
+ * machine (all-to-all, the pattern of transactions over data spread
+ * uniformly): what a machine pays for the ids and threads it is sized
+ * for, and for the channels to the peers it talks to. Log record queues
+ * (made by a coordinator's first record to a machine) are not exercised.
  *
  * Goal: memory per machine at 128 machines <= 2x that at 8. A size whose
  * machines cannot be opened (an id past the limit) is reported with its
@@ -17,6 +19,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,6 +68,46 @@ static int parse_sizes(const char *s, unsigned *sizes, unsigned *n)
 	return *n ? 0 : -EINVAL;
 }
 
+#define PING_TYPE 0x7100u
+
+static _Atomic unsigned long pings;
+
+static void on_ping(farm_loop *loop, const farm_msg_in *in, void *arg)
+{
+	(void)loop, (void)in, (void)arg;
+	atomic_fetch_add(&pings, 1);
+}
+
+struct ping_ctx {
+	farm_node *n;
+	unsigned machines;
+	int err;
+};
+
+/* On a loop: one message to every loop of every other machine. */
+static void ping_all(farm_loop *loop, void *arg, int status)
+{
+	struct ping_ctx *p = arg;
+	p->err = status;
+	uint32_t me = farm_node_id(p->n);
+	unsigned T = farm_node_nthreads(p->n);
+	for (uint32_t m = 0; !p->err && m < p->machines; m++)
+		for (unsigned t = 0; m != me && !p->err && t < T; t++)
+			p->err = farm_msg_send(loop, m, t, PING_TYPE, NULL, 0);
+	farm_loop_flush(loop);
+}
+
+static int ping_from(farm_node *n, unsigned machines)
+{
+	struct ping_ctx p = {n, machines, 0};
+	for (unsigned i = 0; i < farm_node_nthreads(n); i++) {
+		int rc = farm_node_run(n, i, ping_all, &p);
+		if (rc || p.err)
+			return rc ? rc : p.err;
+	}
+	return 0;
+}
+
 /* Machine @id of @n, with its directory under @root. */
 static int open_one(const char *root, unsigned id, unsigned n, unsigned T,
                     farm_node **out)
@@ -88,6 +131,10 @@ static int open_one(const char *root, unsigned id, unsigned n, unsigned T,
 	rc = rc ? rc : bn_peers(PROG, c, id, n, root);
 	rc = rc ? rc : bn_open(PROG, c, id, out);
 	farm_conf_free(c);
+	if (!rc && (rc = farm_msg_handle(farm_node_msg(*out), PING_TYPE,
+	                                 on_ping, NULL)))
+		fprintf(stderr, PROG ": machine %u: handler: %s\n", id,
+		        farm_strerror(rc));
 	return rc;
 }
 
@@ -126,8 +173,18 @@ static void run_size(struct size_result *r, unsigned T)
 		if ((r->err = farm_node_wait_members(nodes[i], r->n, JOIN_MS)))
 			r->failed = i;
 	r->join_s = (double)(bu_now_ns() - t0) / 1e9;
+	for (unsigned i = 0; !r->err && i < r->n; i++)
+		if ((r->err = ping_from(nodes[i], r->n)))
+			r->failed = i;
+	/* Every ping delivered: the channels exist at both ends. */
+	unsigned long want = (unsigned long)r->n * (r->n - 1) * T * T;
+	for (uint64_t t1 = bu_now_ns(); !r->err && atomic_load(&pings) < want;
+	     usleep(1000))
+		if (bu_now_ns() - t1 > JOIN_MS * 1000000ull)
+			r->err = -ETIMEDOUT;
 	if (!r->err)
 		measure(r, nodes);
+	atomic_store(&pings, 0);
 	for (unsigned i = 0; nodes && i < r->n; i++)
 		if (nodes[i])
 			farm_node_close(nodes[i]);
@@ -154,9 +211,9 @@ static void report(const struct size_result *res, unsigned ns, unsigned T)
 		at8 = r->n == 8 ? r : at8;
 		at128 = r->n == 128 ? r : at128;
 	}
-	printf("(per machine, mean over the machines, after forming and "
-	       "before any workload; a workload adds a ring_size mirror and "
-	       "a record queue per (loop, peer, thread) it sends to)\n");
+	printf("(per machine, mean over the machines, after forming and one "
+	       "message from every loop to every loop of every other "
+	       "machine)\n");
 	double v = at8 && at128 ? (at128->msg + at128->log + at128->meta) /
 	                                  (at8->msg + at8->log + at8->meta)
 	                        : NAN;
