@@ -90,6 +90,45 @@ static void test_single_machine(void **state)
 	assert_true(s1.backup_applies >= 1);
 }
 
+/*
+ * A loop's log record queue for a machine is made by its first record
+ * there, not for every machine id at attach: before any transaction
+ * machine 1 holds none; a commit adds one per machine it wrote records
+ * to, at most one per replica of what it wrote.
+ */
+static void test_log_queues_on_demand(void **state)
+{
+	(void)state;
+	const uint64_t q = WQ_CAP * sizeof(struct wq_ent);
+	uint64_t logs, t0, t1, t2;
+	farm_txm_memory(C.m[0].txm, &logs, &t0);
+	farm_txm *m = C.m[0].txm;
+	/* What attach sized: the peers and each loop's tables, no queue. */
+	uint64_t base =
+	        (uint64_t)m->M * (sizeof(*m->peers) + sizeof(*m->peer_ready)) +
+	        sizeof(struct txloop) +
+	        (uint64_t)m->M *
+	                (sizeof(struct writer) + sizeof(struct reader));
+	assert_int_equal(t0, base);
+	farm_fatptr a = make_obj(0, 64, 1);
+	farm_txm_memory(C.m[0].txm, &logs, &t1);
+	printf("record queues: %" PRIu64 " before, %" PRIu64
+	       " after a commit (of %u ids)\n",
+	       (t0 - base) / q, (t1 - base) / q, m->M);
+	assert_int_equal((t1 - t0) % q, 0);
+	assert_true(t1 - t0 >= q && t1 - t0 <= 3 * q);
+	/* A second commit to the same replicas makes none. */
+	farm_tx *tx = begin(0);
+	assert_int_equal(rd(tx, a.addr, 64, NULL), 0);
+	uint8_t *w;
+	assert_int_equal(farm_tx_write(tx, a.addr, (void **)&w), 0);
+	w[0] = 1; /* unchanged: test_distributed reads it */
+	assert_int_equal(commit(tx), 0);
+	farm_tx_free(tx);
+	farm_txm_memory(C.m[0].txm, &logs, &t2);
+	assert_int_equal(t2, t1);
+}
+
 static void test_distributed(void **state)
 {
 	(void)state;
@@ -866,6 +905,7 @@ static void test_recovery_bad_input(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+	        cmocka_unit_test(test_log_queues_on_demand),
 	        cmocka_unit_test(test_single_machine),
 	        cmocka_unit_test(test_distributed),
 	        cmocka_unit_test(test_three_primaries),

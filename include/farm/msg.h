@@ -90,6 +90,22 @@ FARM_API unsigned farm_msg_max_machines(const farm_msg *msg);
 /* Largest payload of one message. */
 FARM_API uint32_t farm_msg_max_payload(const farm_msg *msg);
 
+/* Memory messaging holds on this machine, in bytes. */
+typedef struct farm_msg_mem {
+	/* The message region (rings, head-back and park words): registered
+	 * for the peers' WRITEs and, on shm, allocated whole at creation. */
+	uint64_t region;
+	/* The send mirrors of the channels made so far (ring_size each,
+	 * one per (local loop, remote machine, remote thread) used). */
+	uint64_t mirrors;
+	/* Tables sized by machine ids and threads: the peers and their
+	 * thresholds, and each open loop's channel tables. */
+	uint64_t tables;
+} farm_msg_mem;
+
+/* Fill *@out for @msg (a snapshot: loops may be making channels). */
+FARM_API void farm_msg_memory(farm_msg *msg, farm_msg_mem *out);
+
 /*
  * farm_msg_add_peer() - make machine @id (at fabric address @addr, message
  * region @desc) reachable. Thread-safe; loops connect lazily on first use.

@@ -187,6 +187,27 @@ FARM_API farm_msg *farm_node_msg(const farm_node *n);
 FARM_API farm_fabric *farm_node_fabric(const farm_node *n);
 FARM_API farm_txm *farm_node_txm(const farm_node *n);
 
+/* Memory a machine holds for talking to and serving the others, in
+ * bytes: what grows with the number of machine ids and threads. */
+typedef struct farm_node_mem {
+	/* The message region and the send mirrors of the channels made
+	 * (farm_msg_memory). */
+	uint64_t msg;
+	/* The transaction log arena: a ring per (coordinator id, thread). */
+	uint64_t log;
+	/* Tables sized by machine ids or threads: messaging's peers and
+	 * loop tables, the logs' peers, writers, readers and record
+	 * queues, the node's own per-machine state. */
+	uint64_t meta;
+	/* The machine ids the layouts are sized for. */
+	unsigned max_machines;
+} farm_node_mem;
+
+/* Fill *@out for @n; any thread, once farm_node_open returned. -EINVAL
+ * for NULL arguments. */
+FARM_API FARM_MUST_CHECK int farm_node_memory(const farm_node *n,
+                                              farm_node_mem *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -207,6 +207,41 @@ uint32_t farm_msg_max_payload(const farm_msg *msg)
 	return msg->max_frame - WIRE_FRAME_OVERHEAD - WIRE_MSG_HDR;
 }
 
+/* The bytes of one loop's tables, as farm_loop_open sizes them. */
+static uint64_t loop_table_bytes(const farm_msg_attr *a)
+{
+	uint64_t M = a->max_machines, T = a->nthreads;
+	return sizeof(struct farm_loop) + M * sizeof(struct out_peer) +
+	       M * T * sizeof(struct in_chan) + M * 2 * sizeof(uint32_t) +
+	       M * T * sizeof(struct out_chan *) +
+	       (uint64_t)a->max_calls * sizeof(struct call);
+}
+
+void farm_msg_memory(farm_msg *msg, farm_msg_mem *out)
+{
+	if (!out)
+		return;
+	*out = (farm_msg_mem){0};
+	if (!msg)
+		return;
+	const farm_msg_attr *a = &msg->attr;
+	out->region = msg->lay.total;
+	out->tables = (uint64_t)a->max_machines *
+	              (sizeof(*msg->peers) + sizeof(*msg->min_cfg));
+	/* Under lock: loops open and close under it (farm_loop_open). */
+	pthread_mutex_lock(&msg->lock);
+	for (unsigned i = 0; i < a->nthreads; i++) {
+		farm_loop *l = msg->loops[i];
+		if (!l)
+			continue;
+		out->tables += loop_table_bytes(a);
+		/* Relaxed: a count, read while the loop may add a channel. */
+		out->mirrors += atomic_load_explicit(&l->mirror_bytes,
+		                                     memory_order_relaxed);
+	}
+	pthread_mutex_unlock(&msg->lock);
+}
+
 int farm_msg_set_config(farm_msg *msg, uint32_t cfg)
 {
 	if (!msg)

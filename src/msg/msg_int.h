@@ -262,6 +262,9 @@ struct farm_loop {
 	/* farm_loop_defer: owner-only FIFO and recycled items. */
 	struct defer_item *dq_head, **dq_tail, *dq_free;
 	struct stats stats;
+	/* Bytes of this loop's send mirrors; written by the loop only,
+	 * read relaxed by farm_msg_memory. */
+	_Atomic uint64_t mirror_bytes;
 };
 
 struct defer_item {

@@ -116,6 +116,8 @@ static int chan_get(farm_loop *loop, uint32_t m, unsigned r,
 	c->frame = UINT64_MAX;
 	c->seq = 1;
 	op->chans[r] = c;
+	atomic_fetch_add_explicit(&loop->mirror_bytes, l->R,
+	                          memory_order_relaxed);
 	*out = c;
 	return 0;
 }

@@ -764,6 +764,22 @@ farm_txm *farm_node_txm(const farm_node *n)
 {
 	return n ? n->txm : NULL;
 }
+
+int farm_node_memory(const farm_node *n, farm_node_mem *out)
+{
+	if (!n || !out)
+		return -EINVAL;
+	farm_msg_mem mm;
+	farm_msg_memory(n->msg, &mm);
+	uint64_t logs = 0, tables = 0;
+	farm_txm_memory(n->txm, &logs, &tables);
+	*out = (farm_node_mem){.msg = mm.region + mm.mirrors,
+	                       .log = logs,
+	                       .meta = mm.tables + tables +
+	                               sizeof(n->msg_removed),
+	                       .max_machines = farm_msg_max_machines(n->msg)};
+	return 0;
+}
 uint32_t farm_node_id(const farm_node *n)
 {
 	return n ? n->cfg.machine_id : 0;

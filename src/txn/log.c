@@ -64,12 +64,14 @@ static uint64_t low_water(const struct txloop *tl, const struct writer *w)
 
 /* Room for one more queue entry: the queue grows (entries keep their
  * sequence numbers) rather than ever overwriting a live one, whose loss
- * would let a low-water mark pass records still in use. */
-static int wq_reserve(struct writer *w, unsigned n)
+ * would let a low-water mark pass records still in use. It is made on
+ * the first record to its log: a loop holds queues only for the
+ * machines it writes to, not for every machine id. */
+static int wq_reserve(farm_txm *m, struct writer *w, unsigned n)
 {
 	if (w->wq_tail - w->wq_head + n <= w->wq_cap)
 		return 0;
-	uint64_t ncap = w->wq_cap * 2;
+	uint64_t ncap = w->wq_cap ? w->wq_cap * 2 : WQ_CAP;
 	while (w->wq_tail - w->wq_head + n > ncap)
 		ncap *= 2;
 	struct wq_ent *nq = malloc(ncap * sizeof(*nq));
@@ -79,6 +81,10 @@ static int wq_reserve(struct writer *w, unsigned n)
 		nq[s % ncap] = w->wq[s % w->wq_cap];
 	free(w->wq);
 	w->wq = nq;
+	/* Relaxed: a count farm_txm_memory reads. */
+	atomic_fetch_add_explicit(&m->loop_bytes,
+	                          (ncap - w->wq_cap) * sizeof(*nq),
+	                          memory_order_relaxed);
 	w->wq_cap = ncap;
 	return 0;
 }
@@ -181,7 +187,7 @@ int txn_log_append(struct txloop *tl, uint32_t mach, void *buf, size_t len,
 		}
 	}
 	/* Queue room for a pad and the record, before anything is sent. */
-	if (wq_reserve(w, 2)) {
+	if (wq_reserve(m, w, 2)) {
 		arena_put(&tl->ar, buf, len);
 		return -ENOMEM;
 	}
@@ -275,7 +281,8 @@ void txn_maybe_truncate(struct txloop *tl, uint32_t mach, bool short_of_room)
 	    (!short_of_room && (w->tail - w->sent_trunc) * 2 < m->R))
 		return;
 	/* A 64-byte record never needs a pad (positions are 64-aligned). */
-	if ((w->tail - w->freed) + w->reserved + 64 > m->R || wq_reserve(w, 1))
+	if ((w->tail - w->freed) + w->reserved + 64 > m->R ||
+	    wq_reserve(m, w, 1))
 		return;
 	if (log_small(tl, mach, REC_TRUNC, 0, NULL, 0, NULL) == 0)
 		farm_stat_add(&m->st.v[S_TRUNCATES], 1);
@@ -561,7 +568,7 @@ int farm_txm_testing_truncate(farm_txm *m, farm_loop *loop)
 		if (low_water(tl, w) <= w->sent_trunc)
 			continue;
 		if ((w->tail - w->freed) + w->reserved + 64 > m->R ||
-		    wq_reserve(w, 1))
+		    wq_reserve(m, w, 1))
 			continue;
 		if (log_small(tl, mach, REC_TRUNC, 0, NULL, 0, NULL) == 0)
 			sent++;

@@ -14,8 +14,6 @@
 #include "txn/txn_tx.h"
 #include "util/log.h"
 
-#define WQ_CAP 1024u /* initial record queue per log writer; grows */
-
 #define DEFAULT_LOG   (1u << 20)
 #define DEFAULT_ARENA (64u << 20)
 
@@ -278,6 +276,16 @@ void farm_txm_destroy(farm_txm *m)
 	free(m);
 }
 
+void farm_txm_memory(farm_txm *m, uint64_t *logs, uint64_t *tables)
+{
+	*logs = m ? m->hdr_area + (uint64_t)m->M * m->T * m->R : 0;
+	*tables = m ? (uint64_t)m->M * (sizeof(*m->peers) +
+	                                sizeof(*m->peer_ready)) +
+	                          atomic_load_explicit(&m->loop_bytes,
+	                                               memory_order_relaxed)
+	            : 0;
+}
+
 farm_mr_desc farm_txm_log_desc(const farm_txm *m)
 {
 	return m ? m->logdesc : (farm_mr_desc){0};
@@ -313,6 +321,13 @@ int farm_txm_add_peer(farm_txm *m, uint32_t id, const farm_mr_desc *logs)
 	return rc;
 }
 
+/* A loop's tables sized by machine ids (their record queues apart). */
+static uint64_t loop_table_bytes(const farm_txm *m)
+{
+	return sizeof(struct txloop) +
+	       (uint64_t)m->M * (sizeof(struct writer) + sizeof(struct reader));
+}
+
 int farm_txm_attach(farm_txm *m, farm_loop *loop)
 {
 	if (!m || !loop)
@@ -333,11 +348,6 @@ int farm_txm_attach(farm_txm *m, farm_loop *loop)
 	tl->cs_done = calloc(CS_RING, 1);
 	tl->cs_next = tl->cs_low = 1;
 	int rc = tl->slots && tl->w && tl->r && tl->cs_done ? 0 : -ENOMEM;
-	for (uint32_t i = 0; !rc && i < m->M; i++)
-		if (!(tl->w[i].wq = calloc(WQ_CAP, sizeof(struct wq_ent))))
-			rc = -ENOMEM;
-		else
-			tl->w[i].wq_cap = WQ_CAP;
 	if (!rc) {
 		tl->ar.size = m->arena_size;
 		tl->ar.base = aligned_alloc(4096, tl->ar.size);
@@ -370,6 +380,9 @@ int farm_txm_attach(farm_txm *m, farm_loop *loop)
 	pthread_mutex_lock(&m->rec.lock);
 	m->loops[t] = tl;
 	pthread_mutex_unlock(&m->rec.lock);
+	/* Relaxed: a count farm_txm_memory reads. */
+	atomic_fetch_add_explicit(&m->loop_bytes, loop_table_bytes(m),
+	                          memory_order_relaxed);
 	rc = txn_datarec_attach(m, tl);
 	if (rc) /* the machine runs; this loop copies nothing */
 		farm_warn("txn: loop %u: no data recovery: %s", t,
@@ -445,8 +458,13 @@ void farm_txm_detach(farm_txm *m, farm_loop *loop)
 	}
 	farm_mr_dereg(tl->ar.mr);
 	free(tl->ar.base);
-	for (uint32_t i = 0; i < m->M; i++)
+	uint64_t bytes = loop_table_bytes(m);
+	for (uint32_t i = 0; i < m->M; i++) {
+		bytes += tl->w[i].wq_cap * sizeof(struct wq_ent);
 		free(tl->w[i].wq);
+	}
+	/* Relaxed: a count farm_txm_memory reads. */
+	atomic_fetch_sub_explicit(&m->loop_bytes, bytes, memory_order_relaxed);
 	free(tl->w);
 	free(tl->r);
 	free(tl->cs_done);

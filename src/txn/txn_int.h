@@ -104,6 +104,9 @@ struct farm_txm {
 	void (*on_decided)(farm_tx *tx, bool commit);
 	struct farm_datarec *dr;      /* copy.c: data recovery */
 	_Atomic uint64_t serve_until; /* farm_txm_serve_word */
+	/* Bytes of the attached loops' per-machine tables and log record
+	 * queues (made on first use), for farm_txm_memory. */
+	_Atomic uint64_t loop_bytes;
 };
 
 /* May this machine serve a read now (its lease holds)? Acquire: pairs with

@@ -112,6 +112,8 @@ struct wq_ent {
 	bool done;
 };
 
+#define WQ_CAP 1024u /* first record queue of a log writer; grows */
+
 /* This loop's side of its log on machine @m (coordinator role). */
 struct writer {
 	uint64_t tail;     /* next record position (abs) */
@@ -119,7 +121,7 @@ struct writer {
 	uint64_t reserved; /* bytes promised to commits in progress */
 	uint64_t sent_trunc;
 	uint64_t wq_head, wq_tail; /* wq entries [head, tail) */
-	struct wq_ent *wq;         /* wq_cap, a power of two; grows */
+	struct wq_ent *wq; /* wq_cap, a power of two; grows; NULL until used */
 	uint64_t wq_cap;
 	bool reading;       /* a READ of the freed word is out */
 	uint64_t freed_buf; /* its destination (in the arena) */
