@@ -72,6 +72,7 @@ int farm_kv_open(const struct farm_kv_env *env, const struct farm_kv_attr *attr,
 	kv->as = env->as;
 	kv->me = env->me;
 	kv->nbuckets = buckets_per_machine;
+	kv->fabric = env->fabric;
 	struct farm_ht_attr ha = {0};
 	if (attr)
 		ha = (struct farm_ht_attr){.neighborhood = attr->neighborhood,
@@ -87,6 +88,11 @@ int farm_kv_open(const struct farm_kv_env *env, const struct farm_kv_attr *attr,
 	if (!rc)
 		rc = farm_msg_handle(kv->msg, FARM_MSGT_KV_SHARDS, h_shards,
 		                     kv);
+	if (!rc)
+		rc = farm_msg_handle(kv->msg, FARM_MSGT_KV_OGET, kv_owner_serve,
+		                     kv);
+	if (!rc)
+		rc = farm_kv_set_lookup(kv, FARM_KV_LOOKUP_AUTO);
 	if (rc) {
 		farm_ht_destroy(kv->ht);
 		free(kv);
