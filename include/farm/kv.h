@@ -253,7 +253,8 @@ FARM_API FARM_MUST_CHECK int farm_kv_unname_sync(farm_kv *kv, farm_loop *loop,
  * shard's buckets one-sided (READ: FaRM's way) or is sent as one RPC to
  * the shard's primary, which looks the key up in its own memory and
  * answers (OWNER: HERD's way). AUTO, the default, picks by fabric (the
- * faster on each, measured: src/kv/README.md, "Owner-served lookups");
+ * faster measured on each: READ on all so far; src/kv/README.md,
+ * "Owner-served lookups");
  * the machine's configuration key `kv_lookup` overrides it.
  */
 enum farm_kv_lookup {
