@@ -17,6 +17,7 @@ bool kvp_owner_unused(const struct np_child *np, farm_kv *kv)
 	printf("m%u: owner path: %" PRIu64 " gets sent, %" PRIu64
 	       " retried, %" PRIu64 " served, %" PRIu64 " refused\n",
 	       np->me, o.sent, o.retries, o.served, o.refused);
+	fflush(stdout);
 	if (farm_kv_lookup_mode(kv) == FARM_KV_LOOKUP_OWNER &&
 	    o.sent + o.served > 0)
 		return false;
