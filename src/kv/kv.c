@@ -2,7 +2,8 @@
  * The cluster's key-value store (include/farm/kv.h, kv.h): the handle, its
  * shard handlers and counters. Joining is join.c, single operations
  * ops.c, the blocking wrappers sync.c, multi-get mget.c (asking) and
- * mget_serve.c (owning), the named-object directory dir.c.
+ * mget_serve.c (owning), owner-served gets owner_lookup.c (asking) and
+ * owner_serve.c (owning), the named-object directory dir.c.
  */
 #include <errno.h>
 #include <stddef.h>

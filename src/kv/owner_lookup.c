@@ -206,9 +206,14 @@ void farm_kv_owner_stats_get(const farm_kv *kv, struct farm_kv_owner_stats *o)
 	if (!kv || !o)
 		return;
 	*o = (struct farm_kv_owner_stats){
-	        .sent = atomic_load(&kv->st[S_OWN_SENT]),
-	        .retries = atomic_load(&kv->st[S_OWN_RETRIES]),
-	        .served = atomic_load(&kv->st[S_OWN_SERVED]),
-	        .bad = atomic_load(&kv->st[S_OWN_BAD]),
-	        .refused = atomic_load(&kv->st[S_OWN_REFUSED])};
+	        .sent = atomic_load_explicit(&kv->st[S_OWN_SENT],
+	                                     memory_order_relaxed),
+	        .retries = atomic_load_explicit(&kv->st[S_OWN_RETRIES],
+	                                        memory_order_relaxed),
+	        .served = atomic_load_explicit(&kv->st[S_OWN_SERVED],
+	                                       memory_order_relaxed),
+	        .bad = atomic_load_explicit(&kv->st[S_OWN_BAD],
+	                                    memory_order_relaxed),
+	        .refused = atomic_load_explicit(&kv->st[S_OWN_REFUSED],
+	                                        memory_order_relaxed)};
 }
