@@ -509,6 +509,9 @@ static void usage(FILE *out)
 	        "                   100k); the server and client CPU each\n"
 	        "                   run uses is measured, and the goals are\n"
 	        "                   per core against memcached's\n"
+	        "  --lookup MODE    read, owner or auto (default): how a\n"
+	        "                   machine looks up another's keys\n"
+	        "                   (src/kv/README.md, Owner-served lookups)\n"
 	        "  --netns          ofi across network namespaces: machine i\n"
 	        "                   in the i-th machine namespace (ZooKeeper\n"
 	        "                   membership), memcached and Redis in\n"
@@ -630,6 +633,7 @@ enum {
 	O_ZIPF,
 	O_MIX,
 	O_FABRIC,
+	O_LOOKUP,
 	O_NETNS
 };
 static const struct option lo[] = {
@@ -652,6 +656,7 @@ static const struct option lo[] = {
         {"zipf", required_argument, NULL, O_ZIPF},
         {"mix", required_argument, NULL, O_MIX},
         {"fabric", required_argument, NULL, O_FABRIC},
+        {"lookup", required_argument, NULL, O_LOOKUP},
         {"netns", no_argument, NULL, O_NETNS},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
@@ -755,6 +760,13 @@ static int parse_opts(int argc, char **argv)
 		case O_FABRIC:
 			if (bnet_set_fabric(&g_opt.net, optarg))
 				goto bad;
+			break;
+		case O_LOOKUP:
+			if (strcmp(optarg, "read") && strcmp(optarg, "owner") &&
+			    strcmp(optarg, "auto"))
+				goto bad;
+			snprintf(g_opt.lookup, sizeof(g_opt.lookup), "%s",
+			         optarg);
 			break;
 		case O_NETNS: g_opt.net.netns = true; break;
 		case O_ZK:

@@ -126,6 +126,7 @@ struct opts {
 	bool mix[NW];                  /* --mix: the YCSB workloads to run */
 	bool any_mix;
 	struct bnet net; /* --fabric, --netns (benchnet.h) */
+	char lookup[8];  /* --lookup: the machines' kv_lookup ("": auto) */
 };
 extern struct opts g_opt;
 

@@ -39,6 +39,8 @@ static int mach_open(struct mach *m, uint32_t id, const char *base,
 	rc |= bn_set(PROG, c, "machine_id", v);
 	rc |= bn_set(PROG, c, "data_dir", dir);
 	rc |= bn_set(PROG, c, "fabric", g_opt.net.fabric);
+	if (g_opt.lookup[0])
+		rc |= bn_set(PROG, c, "kv_lookup", g_opt.lookup);
 	char lbuf[96], ip[64];
 	if (bnet_listen(&g_opt.net, id, lbuf, sizeof(lbuf)))
 		rc |= bn_set(PROG, c, "listen", lbuf);

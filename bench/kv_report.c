@@ -222,16 +222,17 @@ void print_all(void)
 		print_net(&ng);
 
 	printf("{\"bench\": \"kv_bench\", \"provider\": \"%s\", "
+	       "\"lookup\": \"%s\", "
 	       "\"network\": \"%s\", \"machines\": %u, "
 	       "\"threads_per_machine\": 1, \"cores\": %d, \"busy_poll\": "
 	       "true, "
 	       "\"pinned\": %s, \"keys\": %" PRIu64 ", \"key_bytes\": %u, "
 	       "\"value_bytes\": %u, \"key_inline\": %u, \"value_inline\": "
 	       "%u, \"zipf_theta\": %.3g, \"mix\": ",
-	       g_opt.net.fabric, bnet_network(&g_opt.net), g_opt.machines,
-	       g_res.cores, g_opt.pin ? "true" : "false", g_opt.keys,
-	       g_opt.ksize, g_opt.vsize, kb_key_inline(), kb_val_inline(),
-	       g_opt.theta);
+	       g_opt.net.fabric, g_opt.lookup[0] ? g_opt.lookup : "auto",
+	       bnet_network(&g_opt.net), g_opt.machines, g_res.cores,
+	       g_opt.pin ? "true" : "false", g_opt.keys, g_opt.ksize,
+	       g_opt.vsize, kb_key_inline(), kb_val_inline(), g_opt.theta);
 	if (g_opt.any_mix) {
 		printf("\"");
 		for (int w = W_YA; w <= W_YF; w++)

@@ -40,14 +40,19 @@
  *               Then the link comes back and machine 1 finds every pair
  *               of its shard intact in its own memory: nothing lost on
  *               either side.
+ * --broken-owner: gets go to the owners (FARM_KV_LOOKUP=owner's path),
+ *               which answer from values they answered before, never
+ *               revalidated (FARM_FP_KV_OWNER_STALE): the checker must
+ *               report violations.
  * Options: --seconds S (linearizability run), --inflight W, --broken,
- * --cut.
+ * --broken-owner, --cut.
  */
 #include "kvproc.h"
 #include "kvlin.h"
 
 #include <inttypes.h>
 #include "kv/kv.h"
+#include "util/fault.h"
 
 #define NM            NP_NM
 #define RSIZE         "32M"
@@ -59,7 +64,15 @@
 
 static double opt_secs = 3;
 static unsigned opt_w = 3;
-static bool opt_broken, opt_cut;
+static bool opt_broken, opt_cut, opt_broken_owner;
+
+/* --broken-owner: the owners answer gets from values they answered
+ * before (FARM_FP_KV_OWNER_STALE), never revalidated. */
+static void owner_stale_hook(enum farm_fault_point fp, void *arg)
+{
+	(void)fp;
+	(void)arg;
+}
 /* --cut: the first error may come the fabric's death bound
  * (FARM_OFI_TIMEOUT_MS, default 4000) after the cut, plus the heartbeat
  * period (a quarter of the bound) and 1 s of scheduling on a loaded host.
@@ -349,6 +362,11 @@ static int kv_role(struct ch *c)
 	struct lin L;
 	if (lin_init(&L, &c->np, c->ht, opt_w, 0, opt_broken))
 		return 21;
+	L.kv = c->kv;
+	if (opt_broken_owner &&
+	    (farm_fault_set(FARM_FP_KV_OWNER_STALE, owner_stale_hook, NULL) ||
+	     farm_kv_set_lookup(c->kv, FARM_KV_LOOKUP_OWNER)))
+		return 24;
 	uint64_t dl = np_now_ns() + (uint64_t)(opt_secs * 1e9);
 	int lrc = lin_run(&L, until, &dl);
 	if (lin_close(&L) || lrc)
@@ -456,6 +474,19 @@ static void test_kv(void **state)
 	       ops, gets, puts, dels, NKEYS, NM, opt_w, nrec, rc);
 	lc_report_print(stdout, &rep);
 	fflush(stdout);
+	if (opt_broken_owner) {
+		assert_true(rc > 0);
+		assert_true(rep.nviolations > 0);
+		printf("broken-owner: owners answered from stale values, the "
+		       "checker reports %" PRIu64 " keys without a "
+		       "linearization\n",
+		       rep.nviolations);
+		for (unsigned i = 0; i < NM; i++)
+			np_send(&G, i, 'Q');
+		int st[NM];
+		np_finish(&G, st);
+		return;
+	}
 	if (opt_broken) {
 		assert_true(s[0].injected > 0);
 		assert_true(rc > 0);
@@ -628,6 +659,10 @@ int main(int argc, char **argv)
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		if (!strcmp(a, "--broken")) {
 			opt_broken = true;
+			continue;
+		}
+		if (!strcmp(a, "--broken-owner")) {
+			opt_broken_owner = true;
 			continue;
 		}
 		if (!strcmp(a, "--cut")) {

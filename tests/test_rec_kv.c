@@ -192,6 +192,7 @@ static int body(void *arg)
 	farm_node_on_config(c->np.node, rec_on_config, NULL);
 	if (lin_init(&c->L, &c->np, ht, W, GIVE_UP_NS, false))
 		return 21;
+	c->L.kv = c->kv;
 	c->t_end = UINT64_MAX;
 	if (lin_run(&c->L, rec_go, c))
 		return 22;

@@ -246,6 +246,33 @@ FARM_API FARM_MUST_CHECK int farm_kv_lookup_sync(farm_kv *kv, farm_loop *loop,
 FARM_API FARM_MUST_CHECK int farm_kv_unname_sync(farm_kv *kv, farm_loop *loop,
                                                  const char *name);
 
+/* ---- how lookups travel -------------------------------------------------- */
+
+/*
+ * A get or multi-get of a key in another machine's shard either reads the
+ * shard's buckets one-sided (READ: FaRM's way) or is sent as one RPC to
+ * the shard's primary, which looks the key up in its own memory and
+ * answers (OWNER: HERD's way). AUTO, the default, picks by fabric (the
+ * faster measured on each: READ on all so far; src/kv/README.md,
+ * "Owner-served lookups");
+ * the machine's configuration key `kv_lookup` overrides it.
+ */
+enum farm_kv_lookup {
+	FARM_KV_LOOKUP_AUTO = 0,
+	FARM_KV_LOOKUP_READ = 1,
+	FARM_KV_LOOKUP_OWNER = 2,
+};
+
+/* Set how @kv's lookups travel (any time; lookups in flight finish as they
+ * started). 0; -EINVAL (NULL or an unknown mode). */
+FARM_API FARM_MUST_CHECK int farm_kv_set_lookup(farm_kv *kv,
+                                                enum farm_kv_lookup mode);
+/* The mode in force (AUTO resolved): READ or OWNER; READ for NULL. */
+FARM_API enum farm_kv_lookup farm_kv_lookup_mode(const farm_kv *kv);
+/* "read", "owner" or "auto" as a mode: 0; -EINVAL. */
+FARM_API FARM_MUST_CHECK int farm_kv_lookup_parse(const char *s,
+                                                  enum farm_kv_lookup *out);
+
 /* ---- counters ------------------------------------------------------------ */
 
 typedef struct farm_kv_stats {

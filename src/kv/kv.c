@@ -2,7 +2,8 @@
  * The cluster's key-value store (include/farm/kv.h, kv.h): the handle, its
  * shard handlers and counters. Joining is join.c, single operations
  * ops.c, the blocking wrappers sync.c, multi-get mget.c (asking) and
- * mget_serve.c (owning), the named-object directory dir.c.
+ * mget_serve.c (owning), owner-served gets owner_lookup.c (asking) and
+ * owner_serve.c (owning), the named-object directory dir.c.
  */
 #include <errno.h>
 #include <stddef.h>
@@ -72,6 +73,7 @@ int farm_kv_open(const struct farm_kv_env *env, const struct farm_kv_attr *attr,
 	kv->as = env->as;
 	kv->me = env->me;
 	kv->nbuckets = buckets_per_machine;
+	kv->fabric = env->fabric;
 	struct farm_ht_attr ha = {0};
 	if (attr)
 		ha = (struct farm_ht_attr){.neighborhood = attr->neighborhood,
@@ -87,6 +89,11 @@ int farm_kv_open(const struct farm_kv_env *env, const struct farm_kv_attr *attr,
 	if (!rc)
 		rc = farm_msg_handle(kv->msg, FARM_MSGT_KV_SHARDS, h_shards,
 		                     kv);
+	if (!rc)
+		rc = farm_msg_handle(kv->msg, FARM_MSGT_KV_OGET, kv_owner_serve,
+		                     kv);
+	if (!rc)
+		rc = farm_kv_set_lookup(kv, FARM_KV_LOOKUP_AUTO);
 	if (rc) {
 		farm_ht_destroy(kv->ht);
 		free(kv);

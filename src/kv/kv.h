@@ -34,6 +34,7 @@
 
 #define FARM_MSGT_KV_SHARD 0xf140u /* -> the machine's shard descriptor */
 #define FARM_MSGT_KV_MGET  0xf141u /* multi-get batch -> statuses, values */
+#define FARM_MSGT_KV_OGET  0xf143u /* owner-served get (owner_serve.c) */
 #define FARM_MSGT_KV_SHARDS                            \
 	0xf142u /* -> the installed shard list (u32 n, \
 	           then n struct farm_ht_shard) */
@@ -78,6 +79,9 @@ struct farm_kv_env {
 	/* Called once by farm_kv_destroy, before the store is freed (NULL:
 	 * nothing to do): the host lets go of the store. */
 	void (*release)(void *host);
+	/* The fabric's provider ("shm", "udp", ...; NULL: shm): picks how
+	 * lookups travel when the mode is FARM_KV_LOOKUP_AUTO. */
+	const char *fabric;
 };
 
 /* The store on the machine @env describes (farm_kv_create's work, for the
@@ -87,5 +91,38 @@ int farm_kv_open(const struct farm_kv_env *env, const struct farm_kv_attr *attr,
 
 /* The store's hashtable (the asynchronous farm_ht_* calls, its stats). */
 farm_ht *farm_kv_table(farm_kv *kv);
+
+/*
+ * Owner-served get (FARM_MSGT_KV_OGET, an RPC to the loop that serves the
+ * key's shard region; owner_lookup.c asks, owner_serve.c answers), host
+ * byte order:
+ *   request: struct farm_kv_oget_req, then klen bytes of key, nothing after
+ *   reply:   [i32 status][u32 vlen] and, for status 0, vlen value bytes.
+ *            status: 0, -ENOENT, FARM_KV_MGET_SPILL (found, the value does
+ *            not fit one reply: the asker reads it itself), or a lookup
+ *            error.
+ * Refused with an error reply: -EINVAL (truncated, trailing bytes, klen 0
+ * or above FARM_KV_MAX_KEY, flags or pad set), -ESTALE (config is not the
+ * owner's configuration id: the asker retries once views agree), -EAGAIN
+ * (not joined yet, or this machine does not serve the key's shard: not
+ * its primary, perhaps no longer). A one-way request is dropped.
+ */
+struct farm_kv_oget_req {
+	uint16_t klen;
+	uint16_t flags;  /* 0 */
+	uint32_t pad;    /* 0 */
+	uint64_t config; /* the asker's configuration id */
+};
+_Static_assert(sizeof(struct farm_kv_oget_req) == 16, "oget request layout");
+
+/* The owner path's counters (tests; not on the public stats). */
+struct farm_kv_owner_stats {
+	uint64_t sent;    /* gets sent to an owner */
+	uint64_t retries; /* resent after -ESTALE / -EAGAIN */
+	uint64_t served;  /* requests answered here */
+	uint64_t bad;     /* malformed requests refused here */
+	uint64_t refused; /* well-formed, refused (-ESTALE, -EAGAIN) */
+};
+void farm_kv_owner_stats_get(const farm_kv *kv, struct farm_kv_owner_stats *o);
 
 #endif

@@ -32,6 +32,11 @@ enum {
 	S_SERVED,
 	S_SERVED_KEYS,
 	S_BAD,
+	S_OWN_SENT,
+	S_OWN_RETRIES,
+	S_OWN_SERVED,
+	S_OWN_BAD,
+	S_OWN_REFUSED,
 	S_N
 };
 
@@ -50,7 +55,17 @@ struct farm_kv {
 	struct farm_ht_shard shards[MAX_MACHINES];
 	_Atomic uint64_t st[S_N];
 	_Atomic uint64_t sync_timeout_ns; /* the *_sync wrappers' default */
+	_Atomic int lookup; /* FARM_KV_LOOKUP_READ or _OWNER (resolved) */
+	const char *fabric; /* the provider's name, for AUTO */
 };
+
+/* Lookups of other machines' shards go to their owners (relaxed: a mode
+ * change needs no ordering with anything else). */
+static inline bool kv_owner_mode(const farm_kv *kv)
+{
+	return atomic_load_explicit(&kv->lookup, memory_order_relaxed) ==
+	       FARM_KV_LOOKUP_OWNER;
+}
 
 /* Acquire: pairs with the release stores of joined in join.c (the shard
  * list is seen once joined). */
@@ -107,6 +122,12 @@ bool kv_sop_end(struct sync_op *w, int status);
 /* Drive @loop until @w is done (0) or @timeout_ns passed (the error, @w
  * abandoned to its continuation). */
 int kv_sop_wait(farm_loop *loop, struct sync_op *w, uint64_t timeout_ns);
+
+/* owner_lookup.c: a get of another machine's key, sent to its owner. */
+int kv_owner_get(farm_kv *kv, farm_loop *loop, const void *key, uint32_t klen,
+                 farm_kv_get_fn cont, void *ctx);
+/* owner_serve.c: FARM_MSGT_KV_OGET's handler. */
+void kv_owner_serve(farm_loop *loop, const farm_msg_in *in, void *arg);
 
 /* FARM_MSGT_KV_MGET's handler (mget_serve.c). */
 void farm_kv_mget_serve(farm_loop *loop, const farm_msg_in *in, void *arg);

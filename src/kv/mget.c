@@ -441,6 +441,8 @@ int farm_kv_mget(farm_kv *kv, farm_loop *loop, unsigned n,
 		if (kv->shards[k->shard].machine == kv->me) {
 			mg_full(m, i); /* our shard: a local lookup */
 			local++;
+		} else if (kv_owner_mode(kv)) {
+			m->missq[m->nmiss++] = i; /* straight to its owner */
 		} else {
 			m->firstq[m->nfirst++] = i;
 		}

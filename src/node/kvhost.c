@@ -9,6 +9,7 @@
 #include "kv/kv.h"
 #include "node/ctl.h"
 #include "node/node.h"
+#include "node/node_int.h"
 
 /* What the machine keeps for its store: the callbacks' host. */
 struct kvhost {
@@ -90,16 +91,21 @@ int farm_kv_create(farm_node *node, const struct farm_kv_attr *attr,
 	if (!h)
 		return -ENOMEM;
 	h->node = node;
-	struct farm_kv_env env = {.txm = farm_node_txm(node),
-	                          .as = farm_node_as(node),
-	                          .galloc = farm_node_galloc(node),
-	                          .msg = farm_node_msg(node),
-	                          .me = farm_node_id(node),
-	                          .host = h,
-	                          .keep = host_keep,
-	                          .kept = host_kept,
-	                          .release = host_release};
+	struct farm_kv_env env = {
+	        .txm = farm_node_txm(node),
+	        .as = farm_node_as(node),
+	        .galloc = farm_node_galloc(node),
+	        .msg = farm_node_msg(node),
+	        .me = farm_node_id(node),
+	        .host = h,
+	        .keep = host_keep,
+	        .kept = host_kept,
+	        .release = host_release,
+	        .fabric = farm_fabric_provider(farm_node_fabric(node))};
 	int rc = farm_kv_open(&env, attr, buckets_per_machine, &h->kv);
+	enum farm_kv_lookup mode;
+	if (!rc && farm_kv_lookup_parse(node->cfg.kv_lookup, &mode) == 0)
+		rc = farm_kv_set_lookup(h->kv, mode);
 	if (rc) {
 		free(h);
 		return rc;

@@ -153,6 +153,15 @@ static int key_fabric(struct farm_config *c, const char *value)
 	return copy_str(c->fabric, sizeof(c->fabric), value);
 }
 
+static int key_kv_lookup(struct farm_config *c, const char *value)
+{
+	if (strcmp(value, "read") && strcmp(value, "owner") &&
+	    strcmp(value, "auto"))
+		return -EINVAL;
+	return copy_str(c->kv_lookup, sizeof(c->kv_lookup),
+	                strcmp(value, "auto") ? value : "");
+}
+
 static int key_log_size(struct farm_config *c, const char *value)
 {
 	uint64_t v;
@@ -274,6 +283,7 @@ static const struct cfg_key cfg_keys[] = {
         CFG_FN("machine_id", key_machine_id),
         CFG_STR("data_dir", data_dir),
         CFG_FN("fabric", key_fabric),
+        CFG_FN("kv_lookup", key_kv_lookup),
         CFG_STR("listen", listen),
         CFG_STR("ofi_provider", ofi_provider),
         CFG_SIZE("region_size", region_size),
@@ -428,7 +438,8 @@ int farm_config_apply_env(struct farm_config *c, char *err, size_t errlen)
 	                                   "datarec_hold_ms",
 	                                   "restart_wait_ms",
 	                                   "region_seed",
-	                                   "grow"};
+	                                   "grow",
+	                                   "kv_lookup"};
 	char env[64], msg[256];
 	for (size_t i = 0; i < FARM_ARRAY_SIZE(keys); i++) {
 		size_t n =

@@ -75,6 +75,9 @@ struct farm_config {
 	 * and holds its share, asks to become an ordinary member (primary of
 	 * part of its share). Off: it stays a late backup. */
 	bool grow;
+	/* How the KV store's lookups travel: "read", "owner" or "" (auto:
+	 * by fabric; src/kv/README.md). */
+	char kv_lookup[8];
 	unsigned npeers;
 	struct farm_config_peer peers[FARM_CONFIG_MAX_PEERS];
 	/* peer_domains[i]: peers[i]'s failure domain ("peer_domain"; "":

@@ -145,6 +145,11 @@ enum farm_fault_point {
 	 * caller may have freed (tests/test_sync_abandon.c --broken, under
 	 * FARM_SANITIZE=address: a use-after-free report). */
 	FARM_FP_KV_SYNC_LATE_COPY,
+	/* kv/owner_serve.c, a switch: while hooked, the owner answers a get
+	 * from the first value it answered for that key, never revalidated
+	 * (a stale answer after an acknowledged overwrite:
+	 * tests/test_kv_multi --broken-owner, the checker must see it). */
+	FARM_FP_KV_OWNER_STALE,
 	FARM_FP_COUNT
 };
 

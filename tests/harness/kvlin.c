@@ -280,7 +280,10 @@ void lin_issue(struct lin *L, struct slot *s, uint32_t kind, uint64_t key)
 	if (kind == LC_GET) {
 		r.t_inv = np_now_ns();
 		s->rec = rec_add(L, r);
-		rc = farm_ht_get(L->ht, L->np->loop, k, KLEN, lin_get_cb, s);
+		rc = L->kv ? farm_kv_get(L->kv, L->np->loop, k, KLEN,
+		                         lin_get_cb, s)
+		           : farm_ht_get(L->ht, L->np->loop, k, KLEN,
+		                         lin_get_cb, s);
 		if (!rc)
 			L->st.gets++;
 	} else if (kind == LC_PUT) {

@@ -35,6 +35,7 @@
 #include <inttypes.h>
 
 #include "hashtable/ht.h"
+#include "kv/kv.h"
 #include "lincheck.h"
 
 #define NKEYS 20u /* the hot key set */
@@ -103,6 +104,9 @@ struct cache {
 struct lin {
 	struct np_child *np;
 	farm_ht *ht;
+	/* Set after lin_init: gets go through farm_kv_get, so through the
+	 * store's lookup path (READ or owner-served); NULL: farm_ht_get. */
+	farm_kv *kv;
 	unsigned w;        /* operations in flight */
 	bool broken;       /* machine 0 answers some gets from a stale cache */
 	uint64_t retry_ns; /* retry retryable failures this long (0: never) */

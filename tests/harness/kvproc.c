@@ -1,5 +1,33 @@
 #include "kvproc.h"
 
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Run with FARM_KV_LOOKUP=owner, a machine that looked nothing up at an
+ * owner, and served nothing as one, did not test the owner path. */
+bool kvp_owner_unused(const struct np_child *np, farm_kv *kv)
+{
+	const char *lk = getenv("FARM_KV_LOOKUP");
+	if (!lk || strcmp(lk, "owner"))
+		return false;
+	struct farm_kv_owner_stats o;
+	farm_kv_owner_stats_get(kv, &o);
+	printf("m%u: owner path: %" PRIu64 " gets sent, %" PRIu64
+	       " retried, %" PRIu64 " served, %" PRIu64 " refused\n",
+	       np->me, o.sent, o.retries, o.served, o.refused);
+	fflush(stdout);
+	if (farm_kv_lookup_mode(kv) == FARM_KV_LOOKUP_OWNER &&
+	    o.sent + o.served > 0)
+		return false;
+	fprintf(stderr,
+	        "m%u: FARM_KV_LOOKUP=owner, but no get took the "
+	        "owner path\n",
+	        np->me);
+	return true;
+}
+
 int kvp_run_config(struct np_child *np, const struct farm_config *cfg,
                    const struct farm_kv_attr *a, uint32_t nbuckets, int join_ms,
                    farm_kv **kv, int (*body)(void *), void *arg)
@@ -26,6 +54,8 @@ int kvp_run_config(struct np_child *np, const struct farm_config *cfg,
 		goto out;
 	}
 	st = np_ready(np) ? 9 : body(arg);
+	if (!st && kvp_owner_unused(np, *kv))
+		st = 10;
 out:
 	if (np->loop) {
 		farm_kv_detach(*kv, np->loop);

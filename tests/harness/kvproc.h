@@ -17,6 +17,9 @@
  * run @body(@arg), close. Returns @body's status, or 4..9 for the step
  * that failed first.
  */
+/* FARM_KV_LOOKUP=owner in the environment, yet the owner path unused by
+ * this machine (said on stderr): true. */
+bool kvp_owner_unused(const struct np_child *np, farm_kv *kv);
 int kvp_run_config(struct np_child *np, const struct farm_config *cfg,
                    const struct farm_kv_attr *a, uint32_t nbuckets, int join_ms,
                    farm_kv **kv, int (*body)(void *), void *arg);

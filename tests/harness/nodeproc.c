@@ -1,5 +1,6 @@
 #include "nodeproc.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 unsigned np_nm = 3;
@@ -196,6 +197,14 @@ int np_config(const struct np_child *c, const char *rsize,
 	if (tn_active() && np_config_netns(c, cfg))
 		return 3;
 	char err[256];
+	/* The KV store's lookup path (read, owner, auto), as a machine's
+	 * FARM_KV_LOOKUP would set it: the KV tests run on either. */
+	const char *lk = getenv("FARM_KV_LOOKUP");
+	if (lk && *lk &&
+	    farm_config_set(cfg, "kv_lookup", lk, err, sizeof(err))) {
+		fprintf(stderr, "m%u: FARM_KV_LOOKUP: %s\n", c->me, err);
+		return 3;
+	}
 	if (farm_config_validate(cfg, err, sizeof(err))) {
 		fprintf(stderr, "m%u: config: %s\n", c->me, err);
 		return 3;

@@ -1,0 +1,409 @@
+/*
+ * The KV store's owner-served lookups (src/kv/README.md, "Owner-served
+ * lookups") across machine processes: three forked machines (nodeproc.h),
+ * machine 2 asks, machines 0 and 1 own the other shards and answer.
+ *
+ *   agree     machine 2 puts 120 keys (1 in 4 left absent; values of 8,
+ *             100 and 2000 bytes: inline and in objects of their own),
+ *             then gets every key on the owner path and on the READ path
+ *             and multi-gets them all on the owner path: each answer
+ *             equals what was put; the owner path sent one RPC per get of
+ *             another machine's key and the owners served them
+ *   malformed raw FARM_MSGT_KV_OGET requests to machine 0 (empty, short,
+ *             klen 0, klen above the limit, truncated key, trailing byte,
+ *             flags set, pad set): -EINVAL each, counted as bad; a key of
+ *             machine 1's shard: -EAGAIN (not its primary); a stale
+ *             configuration id: -ESTALE; both counted as refused; a
+ *             one-way request: dropped and counted. Machine 0 then answers
+ *             a good request byte for byte, and every key still reads
+ *             as it was put (nothing touched)
+ */
+#include "kvproc.h"
+
+#include <inttypes.h>
+
+#include "kv/kv.h"
+
+#define NM      NP_NM
+#define ASKER   2u
+#define RSIZE   "32M"
+#define JOIN_MS 30000
+#define NKEYS   120u
+#define CAP     4096u
+
+static struct np_cluster G;
+
+struct ch {
+	struct np_child np;
+	farm_kv *kv;
+};
+
+static uint32_t mkkey(unsigned i, uint8_t *k)
+{
+	memset(k, 0, 12);
+	snprintf((char *)k, 12, "o-%05u", i);
+	return 12;
+}
+
+static uint32_t vlen_of(unsigned i)
+{
+	static const uint32_t lens[] = {8, 100, 2000};
+	return lens[i % 3];
+}
+
+static void mkval(unsigned i, uint8_t *v)
+{
+	for (uint32_t j = 0; j < vlen_of(i); j++)
+		v[j] = (uint8_t)(i * 131u + j * 7u + 1u);
+}
+
+static bool present(unsigned i)
+{
+	return i % 4 != 3;
+}
+
+static unsigned machine_of(const void *key, uint32_t klen)
+{
+	return farm_ht_shard_index(farm_ht_hash(key, klen), NM);
+}
+
+/* Every key read with @mode equals what was put: the keys that do not. */
+static unsigned check_all(struct ch *c, enum farm_kv_lookup mode)
+{
+	if (farm_kv_set_lookup(c->kv, mode))
+		return NKEYS;
+	unsigned bad = 0;
+	for (unsigned i = 0; i < NKEYS; i++) {
+		uint8_t k[16], want[CAP], got[CAP];
+		uint32_t kl = mkkey(i, k), len = 0;
+		mkval(i, want);
+		int rc = farm_kv_get_sync(c->kv, c->np.loop, k, kl, got, CAP,
+		                          &len);
+		if (present(i) ? rc != 0 || len != vlen_of(i) ||
+		                         memcmp(got, want, len) != 0
+		               : rc != -ENOENT) {
+			fprintf(stderr, "key %u (%s): %d (%s), %u bytes\n", i,
+			        mode == FARM_KV_LOOKUP_OWNER ? "owner" : "read",
+			        rc, farm_strerror(rc), len);
+			bad++;
+		}
+	}
+	return bad;
+}
+
+static unsigned check_mget(struct ch *c)
+{
+	static uint8_t keys[NKEYS][16], vals[NKEYS * CAP];
+	const void *kp[NKEYS];
+	uint32_t kls[NKEYS], lens[NKEYS];
+	int st[NKEYS];
+	for (unsigned i = 0; i < NKEYS; i++) {
+		kls[i] = mkkey(i, keys[i]);
+		kp[i] = keys[i];
+	}
+	if (farm_kv_set_lookup(c->kv, FARM_KV_LOOKUP_OWNER) ||
+	    farm_kv_mget_sync(c->kv, c->np.loop, NKEYS, kp, kls, vals, CAP,
+	                      lens, st))
+		return NKEYS;
+	unsigned bad = 0;
+	for (unsigned i = 0; i < NKEYS; i++) {
+		uint8_t want[CAP];
+		mkval(i, want);
+		if (present(i) ? st[i] != 0 || lens[i] != vlen_of(i) ||
+		                         memcmp(vals + (size_t)i * CAP, want,
+		                                lens[i]) != 0
+		               : st[i] != -ENOENT)
+			bad++;
+	}
+	return bad;
+}
+
+/* What the agree phase reports: [0] put errors, [1] owner-path mismatches,
+ * [2] READ-path mismatches, [3] multi-get mismatches, [4] gets of other
+ * machines' keys, [5] owner gets sent for them. */
+static void do_agree(struct ch *c, int *r)
+{
+	for (unsigned i = 0; i < NKEYS; i++) {
+		uint8_t k[16], v[CAP];
+		uint32_t kl = mkkey(i, k);
+		mkval(i, v);
+		if (present(i) &&
+		    farm_kv_put_sync(c->kv, c->np.loop, k, kl, v, vlen_of(i)))
+			r[0]++;
+		if (machine_of(k, kl) != c->np.me)
+			r[4]++;
+	}
+	struct farm_kv_owner_stats a, b;
+	farm_kv_owner_stats_get(c->kv, &a);
+	r[1] = (int)check_all(c, FARM_KV_LOOKUP_OWNER);
+	farm_kv_owner_stats_get(c->kv, &b);
+	r[5] = (int)(b.sent - a.sent);
+	r[2] = (int)check_all(c, FARM_KV_LOOKUP_READ);
+	r[3] = (int)check_mget(c);
+}
+
+/* ---- malformed requests -------------------------------------------------- */
+
+enum {
+	M_EMPTY,
+	M_SHORT,
+	M_KLEN0,
+	M_KLEN_BIG,
+	M_TRUNC_KEY,
+	M_TRAILING,
+	M_FLAGS,
+	M_PAD,
+	M_NBAD, /* -EINVAL above */
+	M_FOREIGN = M_NBAD,
+	M_STALE,
+	M_GOOD,
+	M_AFTER, /* keys that no longer read as put */
+	M_N
+};
+
+struct call_w {
+	volatile int done;
+	int status;
+	uint8_t reply[64];
+	uint32_t len;
+};
+
+static void call_cb(farm_loop *loop, void *ctx, int status, const void *reply,
+                    uint32_t len)
+{
+	(void)loop;
+	struct call_w *w = ctx;
+	w->status = status;
+	w->len = len;
+	if (!status && len <= sizeof(w->reply))
+		memcpy(w->reply, reply, len);
+	w->done = 1;
+}
+
+static int call0(struct ch *c, const void *req, uint32_t len, struct call_w *w)
+{
+	memset(w, 0, sizeof(*w));
+	int rc = farm_msg_call(c->np.loop, 0, 0, FARM_MSGT_KV_OGET, req, len,
+	                       5000000000ull, call_cb, w);
+	if (!rc)
+		rc = farm_loop_wait(c->np.loop, &w->done, 10000000000ull);
+	return rc ? rc : w->status;
+}
+
+static uint32_t mkreq(uint8_t *b, const struct farm_kv_oget_req *q,
+                      const uint8_t *key, uint32_t klen)
+{
+	memcpy(b, q, sizeof(*q));
+	memcpy(b + sizeof(*q), key, klen);
+	return (uint32_t)sizeof(*q) + klen;
+}
+
+static void do_malformed(struct ch *c, int *r)
+{
+	static uint8_t b[1024];
+	uint8_t k0[16] = {0}, kf[16] = {0};
+	uint32_t l0 = 0, lf = 0;
+	int i0 = -1;
+	for (unsigned i = 0; i < NKEYS && (!l0 || !lf); i++) {
+		uint8_t k[16];
+		uint32_t kl = mkkey(i, k);
+		unsigned m = machine_of(k, kl);
+		if (m == 0 && !l0 && present(i) && vlen_of(i) == 8) {
+			memcpy(k0, k, kl);
+			l0 = kl;
+			i0 = (int)i;
+		} else if (m == 1 && !lf) {
+			memcpy(kf, k, kl);
+			lf = kl;
+		}
+	}
+	uint64_t cfg = farm_as_config_id(farm_node_as(c->np.node));
+	struct farm_kv_oget_req good = {.klen = (uint16_t)l0, .config = cfg};
+	struct farm_kv_oget_req q;
+	struct call_w w;
+	uint32_t n;
+	r[M_EMPTY] = call0(c, NULL, 0, &w);
+	n = mkreq(b, &good, k0, l0);
+	r[M_SHORT] = call0(c, b, 8, &w);
+	q = good;
+	q.klen = 0;
+	n = mkreq(b, &q, k0, 0);
+	r[M_KLEN0] = call0(c, b, n, &w);
+	q.klen = FARM_KV_MAX_KEY + 1;
+	memcpy(b, &q, sizeof(q));
+	memset(b + sizeof(q), 'q', q.klen);
+	r[M_KLEN_BIG] = call0(c, b, (uint32_t)sizeof(q) + q.klen, &w);
+	n = mkreq(b, &good, k0, l0);
+	r[M_TRUNC_KEY] = call0(c, b, n - 1, &w);
+	b[n] = 0;
+	r[M_TRAILING] = call0(c, b, n + 1, &w);
+	q = good;
+	q.flags = 1;
+	n = mkreq(b, &q, k0, l0);
+	r[M_FLAGS] = call0(c, b, n, &w);
+	q = good;
+	q.pad = 1;
+	n = mkreq(b, &q, k0, l0);
+	r[M_PAD] = call0(c, b, n, &w);
+	q = good;
+	q.klen = (uint16_t)lf;
+	n = mkreq(b, &q, kf, lf);
+	r[M_FOREIGN] = call0(c, b, n, &w);
+	q = good;
+	q.config = cfg + 1;
+	n = mkreq(b, &q, k0, l0);
+	r[M_STALE] = call0(c, b, n, &w);
+	n = mkreq(b, &good, k0, l0);
+	if (farm_msg_send(c->np.loop, 0, 0, FARM_MSGT_KV_OGET, b, n))
+		r[M_GOOD] = -100;
+	int rc = call0(c, b, n, &w);
+	r[M_GOOD] = rc;
+	if (!rc && i0 >= 0) {
+		int32_t st;
+		uint32_t vl;
+		uint8_t want[8];
+		mkval((unsigned)i0, want);
+		memcpy(&st, w.reply, 4);
+		memcpy(&vl, w.reply + 4, 4);
+		if (st != 0 || vl != 8 || w.len != 16 ||
+		    memcmp(w.reply + 8, want, 8) != 0)
+			r[M_GOOD] = 1;
+	}
+	if (i0 < 0 || !lf)
+		r[M_GOOD] = -101;
+	r[M_AFTER] = (int)(check_all(c, FARM_KV_LOOKUP_READ) +
+	                   check_all(c, FARM_KV_LOOKUP_OWNER));
+}
+
+/* ---- the machines -------------------------------------------------------- */
+
+static int role(void *arg)
+{
+	struct ch *c = arg;
+	for (;;) {
+		int cmd = np_wait_cmd(&c->np);
+		switch (cmd) {
+		case 'Q': return 0;
+		case 'S': {
+			struct farm_kv_owner_stats s;
+			farm_kv_owner_stats_get(c->kv, &s);
+			if (np_say(&c->np, 'S', &s, sizeof(s)))
+				return 20;
+			break;
+		}
+		case 'A': {
+			int r[6] = {0};
+			do_agree(c, r);
+			if (np_say(&c->np, 'A', r, sizeof(r)))
+				return 21;
+			break;
+		}
+		case 'M': {
+			int r[M_N] = {0};
+			do_malformed(c, r);
+			if (np_say(&c->np, 'M', r, sizeof(r)))
+				return 22;
+			break;
+		}
+		default: return 30;
+		}
+	}
+}
+
+static int child_entry(struct np_child *np, void *arg)
+{
+	(void)arg;
+	struct ch *c = calloc(1, sizeof(*c));
+	if (!c)
+		return 3;
+	c->np = *np;
+	struct farm_kv_attr a = {.val_inline = 32};
+	int st = kvp_run(&c->np, RSIZE, &a, 64, JOIN_MS, &c->kv, role, c);
+	free(c);
+	return st;
+}
+
+/* ---- the parent ---------------------------------------------------------- */
+
+static void stats_of(unsigned m, struct farm_kv_owner_stats *s)
+{
+	np_send(&G, m, 'S');
+	np_expect(&G, m, 'S', 10000);
+	np_recv(&G, m, s, sizeof(*s), 1000);
+}
+
+static void test_owner(void **state)
+{
+	(void)state;
+	uint64_t t0 = np_now_ns();
+	np_start(&G, "kvow", child_entry, NULL);
+	for (unsigned i = 0; i < NM; i++)
+		np_expect(&G, i, 'R', 60000);
+
+	struct farm_kv_owner_stats s0b, s0a, s1b, s1a;
+	stats_of(0, &s0b);
+	stats_of(1, &s1b);
+	int a[6];
+	np_send(&G, ASKER, 'A');
+	np_expect(&G, ASKER, 'A', 60000);
+	np_recv(&G, ASKER, a, sizeof(a), 1000);
+	stats_of(0, &s0a);
+	stats_of(1, &s1a);
+	printf("agree: %d put errors; mismatches: owner %d, read %d, "
+	       "mget %d; %d gets of other machines' keys, %d sent to an "
+	       "owner; owners served %" PRIu64 " + %" PRIu64 "\n",
+	       a[0], a[1], a[2], a[3], a[4], a[5], s0a.served - s0b.served,
+	       s1a.served - s1b.served);
+	assert_int_equal(a[0], 0);
+	assert_int_equal(a[1], 0);
+	assert_int_equal(a[2], 0);
+	assert_int_equal(a[3], 0);
+	assert_true(a[4] > 0);
+	assert_int_equal(a[5], a[4]);
+	assert_int_equal((s0a.served - s0b.served) + (s1a.served - s1b.served),
+	                 (uint64_t)a[4]);
+
+	int mr[M_N];
+	np_send(&G, ASKER, 'M');
+	np_expect(&G, ASKER, 'M', 60000);
+	np_recv(&G, ASKER, mr, sizeof(mr), 1000);
+	struct farm_kv_owner_stats s0c;
+	stats_of(0, &s0c);
+	for (int i = 0; i < M_N; i++)
+		printf("malformed request %d: %d (%s)\n", i, mr[i],
+		       mr[i] < 0 ? farm_strerror(mr[i]) : "-");
+	printf("machine 0 counted %" PRIu64 " bad, %" PRIu64 " refused\n",
+	       s0c.bad - s0a.bad, s0c.refused - s0a.refused);
+	for (int i = 0; i < M_NBAD; i++)
+		assert_int_equal(mr[i], -EINVAL);
+	assert_int_equal(mr[M_FOREIGN], -EAGAIN);
+	assert_int_equal(mr[M_STALE], -ESTALE);
+	assert_int_equal(mr[M_GOOD], 0);
+	assert_int_equal(mr[M_AFTER], 0);
+	assert_int_equal(s0c.bad - s0a.bad, M_NBAD + 1); /* + the one-way */
+	assert_int_equal(s0c.refused - s0a.refused, 2);
+
+	for (unsigned i = 0; i < NM; i++)
+		np_send(&G, i, 'Q');
+	int st[NM];
+	np_finish(&G, st);
+	printf("kv_owner: machines exit %d / %d / %d; %.1f s in all\n", st[0],
+	       st[1], st[2], (double)(np_now_ns() - t0) / 1e9);
+	for (unsigned i = 0; i < NM; i++)
+		assert_int_equal(st[i], 0);
+}
+
+static int cl_cleanup(void **state)
+{
+	(void)state;
+	np_cleanup(&G);
+	return 0;
+}
+
+int main(void)
+{
+	const struct CMUnitTest t[] = {
+	        cmocka_unit_test_teardown(test_owner, cl_cleanup),
+	};
+	return cmocka_run_group_tests_name("kv_owner", t, NULL, NULL);
+}
