@@ -141,19 +141,26 @@ static int open_one(const char *root, unsigned id, unsigned n, unsigned T,
 static void measure(struct size_result *r, farm_node **nodes)
 {
 	for (unsigned i = 0; i < r->n; i++) {
-		farm_node_mem m;
+		farm_node_mem m = {.size = sizeof(m)};
 		if (farm_node_memory(nodes[i], &m))
 			continue;
 		r->msg += (double)m.msg / r->n;
 		r->log += (double)m.log / r->n;
 		r->meta += (double)m.meta / r->n;
-		r->max_machines = m.max_machines;
+		r->max_machines = (unsigned)m.max_machines;
 	}
 }
 
 /* Form, measure and close an r->n-machine cluster. */
 static void run_size(struct size_result *r, unsigned T)
 {
+	/* Above the id space a cluster cannot form: say so before opening
+	 * machines (each holds its region files) only to be refused. */
+	if (r->n > FARM_NODE_MAX_MACHINES) {
+		r->err = -E2BIG;
+		r->failed = FARM_NODE_MAX_MACHINES;
+		return;
+	}
 	char root[] = "/tmp/scale_bench.XXXXXX";
 	if (!mkdtemp(root)) {
 		r->err = -errno;

@@ -683,6 +683,11 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
+	if (opt_broken_owner && !farm_fault_built()) {
+		printf("skipped: --broken-owner needs a build with fault "
+		       "injection\n");
+		return FARM_TEST_SKIP;
+	}
 	if (opt_cut && !tn_active()) {
 		printf("SKIPPED: --cut cuts a machine's link: it runs across "
 		       "network namespaces (scripts/netns-cluster run "

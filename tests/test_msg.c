@@ -256,25 +256,31 @@ static void test_memory(void **state)
 	struct node nd[3];
 	farm_msg_attr a = {.ring_size = 8192, .max_machines = 5};
 	nodes_open(nd, 3, &a);
-	farm_msg_mem m0, m1, m2;
-	farm_msg_memory(nd[0].msg, &m0);
+	farm_msg_mem m0 = {.size = sizeof(m0)}, m1 = {.size = sizeof(m1)},
+	             m2 = {.size = sizeof(m2)};
+	farm_msg_mem tiny = {.size = 4};
+	assert_int_equal(farm_msg_memory(nd[0].msg, &tiny), -EINVAL);
+	assert_int_equal(farm_msg_memory(NULL, &m0), -EINVAL);
+	assert_int_equal(farm_msg_memory(nd[0].msg, &m0), 0);
 	/* 5 rings (T = 1), the header page and a page of park and
 	 * head-back lines. */
 	assert_int_equal(m0.region, 5ull * 8192 + 2 * 4096);
+	assert_int_equal(m0.version, FARM_MSG_MEM_VERSION);
+	assert_int_equal(m0.size, sizeof(m0));
 	assert_int_equal(m0.mirrors, 0);
 	assert_true(m0.tables > 0);
 	uint8_t buf[8] = {0};
 	assert_int_equal(farm_msg_send(nd[0].loop, 1, 0, T_COUNT, buf, 8), 0);
 	assert_int_equal(farm_msg_send(nd[0].loop, 1, 0, T_COUNT, buf, 8), 0);
-	farm_msg_memory(nd[0].msg, &m1);
+	assert_int_equal(farm_msg_memory(nd[0].msg, &m1), 0);
 	assert_int_equal(m1.mirrors, 8192);
 	assert_int_equal(farm_msg_send(nd[0].loop, 2, 0, T_COUNT, buf, 8), 0);
-	farm_msg_memory(nd[0].msg, &m2);
+	assert_int_equal(farm_msg_memory(nd[0].msg, &m2), 0);
 	assert_int_equal(m2.mirrors, 2 * 8192);
 	assert_int_equal(m2.region, m0.region);
 	pump(nd, 3, 10);
 	farm_loop_close(nd[0].loop);
-	farm_msg_memory(nd[0].msg, &m2);
+	assert_int_equal(farm_msg_memory(nd[0].msg, &m2), 0);
 	assert_int_equal(m2.mirrors, 0);
 	assert_true(m2.tables < m0.tables);
 	assert_int_equal(farm_loop_open(nd[0].msg, 0, &nd[0].loop), 0);

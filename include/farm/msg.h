@@ -90,8 +90,12 @@ FARM_API unsigned farm_msg_max_machines(const farm_msg *msg);
 /* Largest payload of one message. */
 FARM_API uint32_t farm_msg_max_payload(const farm_msg *msg);
 
-/* Memory messaging holds on this machine, in bytes. */
+/* Memory messaging holds on this machine, in bytes. Sized and
+ * versioned as farm_node_mem (include/farm/node.h). */
+#define FARM_MSG_MEM_VERSION 1u
 typedef struct farm_msg_mem {
+	uint32_t size;    /* in: bytes of *out the caller has */
+	uint32_t version; /* out: FARM_MSG_MEM_VERSION */
 	/* The message region (rings, head-back and park words): registered
 	 * for the peers' WRITEs and, on shm, allocated whole at creation. */
 	uint64_t region;
@@ -103,8 +107,9 @@ typedef struct farm_msg_mem {
 	uint64_t tables;
 } farm_msg_mem;
 
-/* Fill *@out for @msg (a snapshot: loops may be making channels). */
-FARM_API void farm_msg_memory(farm_msg *msg, farm_msg_mem *out);
+/* Fill *@out for @msg (a snapshot: loops may be making channels). 0;
+ * -EINVAL for NULL arguments or a @size below the first counter's end. */
+FARM_API FARM_MUST_CHECK int farm_msg_memory(farm_msg *msg, farm_msg_mem *out);
 
 /*
  * farm_msg_add_peer() - make machine @id (at fabric address @addr, message

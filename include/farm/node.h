@@ -188,8 +188,15 @@ FARM_API farm_fabric *farm_node_fabric(const farm_node *n);
 FARM_API farm_txm *farm_node_txm(const farm_node *n);
 
 /* Memory a machine holds for talking to and serving the others, in
- * bytes: what grows with the number of machine ids and threads. */
+ * bytes: what grows with the number of machine ids and threads. Sized
+ * and versioned as farm_kv_table_stats: the caller sets @size to
+ * sizeof(farm_node_mem) as it was compiled; the library fills at most
+ * that many bytes and sets @size to what it filled and @version. Fields
+ * are only ever added at the end. */
+#define FARM_NODE_MEM_VERSION 1u
 typedef struct farm_node_mem {
+	uint32_t size;    /* in: bytes of *out the caller has */
+	uint32_t version; /* out: FARM_NODE_MEM_VERSION */
 	/* The message region and the send mirrors of the channels made
 	 * (farm_msg_memory). */
 	uint64_t msg;
@@ -200,11 +207,11 @@ typedef struct farm_node_mem {
 	 * queues, the node's own per-machine state. */
 	uint64_t meta;
 	/* The machine ids the layouts are sized for. */
-	unsigned max_machines;
+	uint64_t max_machines;
 } farm_node_mem;
 
 /* Fill *@out for @n; any thread, once farm_node_open returned. -EINVAL
- * for NULL arguments. */
+ * for NULL arguments or a @size below the first counter's end. */
 FARM_API FARM_MUST_CHECK int farm_node_memory(const farm_node *n,
                                               farm_node_mem *out);
 

@@ -385,6 +385,40 @@ static void mg_advance(struct mg *m)
 	}
 }
 
+/* Copy each key into the batch and queue it by where it is looked up:
+ * our shard (a local lookup now), the owner's (owner mode), or a first
+ * READ. A bad key fails alone. Returns how many were local. */
+static unsigned mg_classify(struct mg *m, const void *const *keys,
+                            const uint32_t *klens)
+{
+	farm_kv *kv = m->kv;
+	size_t off = 0;
+	unsigned local = 0;
+	for (uint32_t i = 0; i < m->n; i++) {
+		struct mg_key *k = &m->k[i];
+		k->m = m;
+		int rc = check_key(keys[i], klens[i]);
+		if (rc) { /* this key fails alone */
+			mg_finish_key(m, i, rc, NULL, 0);
+			continue;
+		}
+		memcpy(m->keybuf + off, keys[i], klens[i]);
+		k->key = m->keybuf + off;
+		k->klen = klens[i];
+		off += klens[i];
+		k->shard = shard_of_key(kv, k->key, k->klen);
+		if (kv->shards[k->shard].machine == kv->me) {
+			mg_full(m, i); /* our shard: a local lookup */
+			local++;
+		} else if (kv_owner_mode(kv)) {
+			m->missq[m->nmiss++] = i; /* straight to its owner */
+		} else {
+			m->firstq[m->nfirst++] = i;
+		}
+	}
+	return local;
+}
+
 int farm_kv_mget(farm_kv *kv, farm_loop *loop, unsigned n,
                  const void *const *keys, const uint32_t *klens, void *vals,
                  uint32_t cap, uint32_t *lens, int *status,
@@ -423,30 +457,7 @@ int farm_kv_mget(farm_kv *kv, farm_loop *loop, unsigned n,
 	m->ctx = ctx;
 	m->left = n;
 	m->in_call = true;
-	size_t off = 0;
-	unsigned local = 0;
-	for (uint32_t i = 0; i < n; i++) {
-		struct mg_key *k = &m->k[i];
-		k->m = m;
-		int rc = check_key(keys[i], klens[i]);
-		if (rc) { /* this key fails alone */
-			mg_finish_key(m, i, rc, NULL, 0);
-			continue;
-		}
-		memcpy(m->keybuf + off, keys[i], klens[i]);
-		k->key = m->keybuf + off;
-		k->klen = klens[i];
-		off += klens[i];
-		k->shard = shard_of_key(kv, k->key, k->klen);
-		if (kv->shards[k->shard].machine == kv->me) {
-			mg_full(m, i); /* our shard: a local lookup */
-			local++;
-		} else if (kv_owner_mode(kv)) {
-			m->missq[m->nmiss++] = i; /* straight to its owner */
-		} else {
-			m->firstq[m->nfirst++] = i;
-		}
-	}
+	unsigned local = mg_classify(m, keys, klens);
 	m->first_left = m->nfirst;
 	farm_stat_add(&kv->st[S_CALLS], 1);
 	farm_stat_add(&kv->st[S_KEYS], n);

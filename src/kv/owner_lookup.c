@@ -112,7 +112,9 @@ static int oget_send(struct oget *o)
 	        (uint32_t)sizeof(q) + o->klen, OGET_TIMEOUT_NS, oget_reply, o);
 	if (!rc)
 		farm_stat_add(&kv->st[S_OWN_SENT], 1);
-	return rc;
+	/* No view yet, or the primary not yet a peer: routing is in flux,
+	 * which must not read as "absent" (the READ path's rule too). */
+	return rc == -ENOENT ? -EAGAIN : rc;
 }
 
 int kv_owner_get(farm_kv *kv, farm_loop *loop, const void *key, uint32_t klen,

@@ -75,14 +75,16 @@ static void osrv_answer(farm_loop *loop, struct osrv *s, int32_t st,
 	free(s);
 }
 
-/* FARM_FP_KV_OWNER_STALE (test builds): values kept per serving thread
- * by key hash, answered again without a lookup while the switch is on. */
-#define STALE_SLOTS 64
+/* FARM_FP_KV_OWNER_STALE (test builds only): values kept per serving
+ * thread by key hash, answered again without a lookup while the switch
+ * is on. */
 struct stale {
 	uint64_t hash;
 	uint32_t len;
 	uint8_t val[64];
 };
+#ifdef FARM_FAULT_INJECTION
+#define STALE_SLOTS 64
 static _Thread_local struct stale stale_cache[STALE_SLOTS];
 
 static struct stale *stale_of(const struct osrv *s)
@@ -102,6 +104,18 @@ static void stale_keep(const struct osrv *s, const void *val, uint32_t len)
 		memcpy(e->val, val, len);
 	}
 }
+#else
+static struct stale *stale_of(const struct osrv *s)
+{
+	(void)s;
+	return NULL;
+}
+
+static void stale_keep(const struct osrv *s, const void *val, uint32_t len)
+{
+	(void)s, (void)val, (void)len;
+}
+#endif
 
 static void osrv_done(farm_loop *loop, void *ctx, int status, const void *val,
                       uint32_t len)
@@ -130,6 +144,8 @@ static void osrv_run(struct osrv *s)
 	}
 	if (rc == -EINVAL)
 		rc = FARM_KV_MGET_SPILL; /* not attached here: asker reads */
+	if (rc == -ENOENT)
+		rc = -EAGAIN; /* no shards yet: not an answer of "absent" */
 	if (rc)
 		osrv_answer(s->loop, s, rc, NULL, 0);
 }

@@ -217,13 +217,8 @@ static uint64_t loop_table_bytes(const farm_msg_attr *a)
 	       (uint64_t)a->max_calls * sizeof(struct call);
 }
 
-void farm_msg_memory(farm_msg *msg, farm_msg_mem *out)
+static void msg_memory_fill(farm_msg *msg, farm_msg_mem *out)
 {
-	if (!out)
-		return;
-	*out = (farm_msg_mem){0};
-	if (!msg)
-		return;
 	const farm_msg_attr *a = &msg->attr;
 	out->region = msg->lay.total;
 	out->tables = (uint64_t)a->max_machines *
@@ -240,6 +235,18 @@ void farm_msg_memory(farm_msg *msg, farm_msg_mem *out)
 		                                     memory_order_relaxed);
 	}
 	pthread_mutex_unlock(&msg->lock);
+}
+
+int farm_msg_memory(farm_msg *msg, farm_msg_mem *out)
+{
+	if (!msg || !out || out->size < offsetof(farm_msg_mem, mirrors))
+		return -EINVAL;
+	farm_msg_mem s = {.size = sizeof(s), .version = FARM_MSG_MEM_VERSION};
+	msg_memory_fill(msg, &s);
+	size_t n = out->size < sizeof(s) ? out->size : sizeof(s);
+	s.size = (uint32_t)n;
+	memcpy(out, &s, n);
+	return 0;
 }
 
 int farm_msg_set_config(farm_msg *msg, uint32_t cfg)

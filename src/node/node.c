@@ -767,17 +767,23 @@ farm_txm *farm_node_txm(const farm_node *n)
 
 int farm_node_memory(const farm_node *n, farm_node_mem *out)
 {
-	if (!n || !out)
+	if (!n || !out || out->size < offsetof(farm_node_mem, log))
 		return -EINVAL;
-	farm_msg_mem mm;
-	farm_msg_memory(n->msg, &mm);
+	farm_msg_mem mm = {.size = sizeof(mm)};
+	int rc = farm_msg_memory(n->msg, &mm);
+	if (rc)
+		return rc;
 	uint64_t logs = 0, tables = 0;
 	farm_txm_memory(n->txm, &logs, &tables);
-	*out = (farm_node_mem){.msg = mm.region + mm.mirrors,
-	                       .log = logs,
-	                       .meta = mm.tables + tables +
-	                               sizeof(n->msg_removed),
-	                       .max_machines = farm_msg_max_machines(n->msg)};
+	farm_node_mem s = {.size = sizeof(s),
+	                   .version = FARM_NODE_MEM_VERSION,
+	                   .msg = mm.region + mm.mirrors,
+	                   .log = logs,
+	                   .meta = mm.tables + tables + sizeof(n->msg_removed),
+	                   .max_machines = farm_msg_max_machines(n->msg)};
+	size_t len = out->size < sizeof(s) ? out->size : sizeof(s);
+	s.size = (uint32_t)len;
+	memcpy(out, &s, len);
 	return 0;
 }
 uint32_t farm_node_id(const farm_node *n)
