@@ -209,6 +209,7 @@ struct av {
 	farm_node *n;
 	const struct farm_view *v;
 	bool member;     /* this machine is in the view */
+	bool replaced;   /* the view names a later holder of this id */
 	bool restarting; /* a whole-cluster restart not run yet (this view
 	                    may run it) */
 	uint32_t ids[FARM_VIEW_MAX]; /* the members (ids in range) */
@@ -226,6 +227,28 @@ struct av {
 	unsigned rlost;
 };
 
+/* Whether @v names this machine: its id, and the incarnation it took from
+ * the first view that named it (farm_member.incarnation). A view that
+ * names the id with another incarnation names a later holder of it: this
+ * machine is that id's old holder, removed (*@replaced), whatever else it
+ * still believes; it must never act as the member the view names. */
+static bool self_member(farm_node *n, const struct farm_view *v,
+                        bool *replaced)
+{
+	const struct farm_member *me = farm_view_find(v, n->cfg.machine_id);
+	*replaced = false;
+	if (!me)
+		return false;
+	pthread_mutex_lock(&n->lock);
+	if (!n->have_inc) {
+		n->have_inc = true;
+		n->self_inc = me->incarnation;
+	}
+	*replaced = me->incarnation != n->self_inc;
+	pthread_mutex_unlock(&n->lock);
+	return !*replaced;
+}
+
 static enum av_state av_screen(struct av *a)
 {
 	farm_node *n = a->n;
@@ -234,7 +257,7 @@ static enum av_state av_screen(struct av *a)
 	if (n->restart_failed || farm_restart_view(n->rs, a->v))
 		return AV_DONE; /* the previous incarnation's view (restart.c)
 		                 */
-	a->member = farm_view_find(a->v, n->cfg.machine_id) != NULL;
+	a->member = self_member(n, a->v, &a->replaced);
 	a->restarting = farm_restart_pending(n->rs);
 	return AV_ADMIT;
 }
@@ -260,7 +283,10 @@ static enum av_state av_admit(struct av *a)
 	pthread_mutex_lock(&n->lock);
 	bool was = n->view.config_id != 0;
 	bool fresh = !was && !a->restarting;
-	left = (left && !a->restarting && (fresh || was)) || lost;
+	left = (left && !a->restarting && (fresh || was)) || lost ||
+	       a->replaced;
+	if (a->replaced)
+		n->replaced_seen++;
 	bool tell = left && !n->refused;
 	if (left) {
 		n->refused = true;
@@ -269,7 +295,15 @@ static enum av_state av_admit(struct av *a)
 		pthread_cond_broadcast(&n->cond);
 	}
 	pthread_mutex_unlock(&n->lock);
-	if (tell && lost)
+	if (tell && a->replaced)
+		farm_err("node %" PRIu32 ": configuration %" PRIu64 " names "
+		         "a later holder of this machine's id (incarnation "
+		         "%" PRIu32 ", this one %" PRIu32 "): this machine was "
+		         "removed and acts no more",
+		         n->cfg.machine_id, v->config_id,
+		         farm_view_find(v, n->cfg.machine_id)->incarnation,
+		         n->self_inc);
+	else if (tell && lost)
 		farm_err("node %" PRIu32 ": the cluster restarted "
 		         "without this machine (configuration %" PRIu64
 		         ": lost) and recovered its data from "
@@ -347,10 +381,16 @@ static enum av_state av_fence(struct av *a)
 static void add_peer(farm_node *n, const struct farm_view *v,
                      const struct farm_member *m)
 {
-	if (n->msg_removed[m->id] &&
-	    !farm_msg_peer_min_config(n->msg, m->id, (uint32_t)v->config_id))
-		n->msg_removed[m->id] = false; /* a new incarnation: from this
-		                                  id on */
+	/* A new holder of the id (farm_member.incarnation): frames stamped
+	 * with a configuration before the one that admitted it are its old
+	 * holder's, a zombie's, and are refused. A machine that came back
+	 * otherwise (a re-registration): from this view on. */
+	bool holder = m->incarnation != n->peer_inc[m->id];
+	uint32_t from = holder ? m->incarnation : (uint32_t)v->config_id;
+	if ((n->msg_removed[m->id] || holder) &&
+	    !farm_msg_peer_min_config(n->msg, m->id, from))
+		n->msg_removed[m->id] = false;
+	n->peer_inc[m->id] = m->incarnation;
 	char card[FARM_ENDPOINT_MAX], addr[FARM_ENDPOINT_MAX];
 	farm_mr_desc d, ld;
 	int rc = farm_node_card_parse(m->endpoint, addr, sizeof(addr), &d, &ld);
@@ -369,10 +409,11 @@ static void add_peer(farm_node *n, const struct farm_view *v,
 			rc = farm_txm_add_peer(n->txm, m->id, &ld);
 	}
 	if (rc == -EEXIST)
-		farm_warn("node: machine %" PRIu32 " came back with new "
-		          "message rings; messages to it fail until this "
-		          "machine restarts (not yet supported)",
-		          m->id);
+		farm_warn("node: machine %" PRIu32 " (incarnation %" PRIu32
+		          ") came back with new message rings; messages to "
+		          "it fail until this machine restarts (replacing a "
+		          "peer's rings is not yet supported)",
+		          m->id, m->incarnation);
 	else if (rc)
 		farm_warn("node: cannot reach machine %" PRIu32 ": %s", m->id,
 		          farm_strerror(rc));
