@@ -154,11 +154,13 @@ static int rdma_post(farm_loop *loop, uint32_t machine, int wake_thread,
 	int rc = msg_peer_ep(loop, machine, &op);
 	if (rc)
 		return rc;
-	if (op->rep && !farm_ep_usable(op->rep)) {
+	if (op->rep && (op->rep_old || !farm_ep_usable(op->rep))) {
 		if (op->rops)
-			return -EAGAIN; /* the failed one's followers drain */
+			return -EAGAIN; /* the failed one's (or the old
+			                   holder's) followers drain */
 		farm_ep_destroy(op->rep);
 		op->rep = NULL;
+		op->rep_old = false;
 	}
 	if (!op->rep) {
 		farm_ep_attr ea = {.sq_depth = EP_DEPTH};
@@ -208,6 +210,46 @@ static int rdma_post(farm_loop *loop, uint32_t machine, int wake_thread,
 	loop->ops = o;
 	loop->nops++;
 	op->rops++;
+	return 0;
+}
+
+/* The out_peer of machine @m starts afresh: its channels (and their
+ * places in the dirty list) freed, its endpoints closed; a one-sided
+ * endpoint with operations outstanding is closed once they complete
+ * (rdma_post, rep_old). */
+static void forget_out(farm_loop *loop, uint32_t m)
+{
+	farm_msg *msg = loop->msg;
+	struct out_peer *op = &loop->out[m];
+	unsigned keep = 0;
+	for (unsigned i = 0; i < loop->ndirty; i++)
+		if (loop->dirty[i]->m != m)
+			loop->dirty[keep++] = loop->dirty[i];
+	loop->ndirty = keep;
+	if (op->chans)
+		for (unsigned r = 0; r < msg->attr.nthreads; r++) {
+			if (op->chans[r])
+				msg_chan_free(op->chans[r]);
+			op->chans[r] = NULL;
+		}
+	if (op->ep)
+		farm_ep_destroy(op->ep);
+	op->ep = NULL;
+	op->err = 0;
+	if (op->rep && !op->rops) {
+		farm_ep_destroy(op->rep);
+		op->rep = NULL;
+	}
+	op->rep_old = op->rep != NULL;
+}
+
+int farm_loop_forget_peer(farm_loop *loop, uint32_t id)
+{
+	if (!loop || !on_owner(loop) || id >= loop->msg->attr.max_machines ||
+	    id == loop->msg->me)
+		return -EINVAL;
+	forget_out(loop, id);
+	msg_forget_in(loop, id);
 	return 0;
 }
 

@@ -283,7 +283,11 @@ static enum av_state av_admit(struct av *a)
 	pthread_mutex_lock(&n->lock);
 	bool was = n->view.config_id != 0;
 	bool fresh = !was && !a->restarting;
-	left = (left && !a->restarting && (fresh || was)) || lost ||
+	/* With reuse_ids a fresh machine under a gone id waits for the
+	 * manager to admit it as a new incarnation. */
+	bool wait = !n->have_inc && !a->restarting && n->cfg.reuse_ids &&
+	            !farm_restart_pending(n->rs);
+	left = (left && !a->restarting && !wait && (fresh || was)) || lost ||
 	       a->replaced;
 	if (a->replaced)
 		n->replaced_seen++;
@@ -377,6 +381,54 @@ static enum av_state av_fence(struct av *a)
 	return AV_PEERS;
 }
 
+struct forget {
+	farm_node *n;
+	uint32_t id;
+	int rc;
+};
+
+static void forget_on_loop(farm_loop *loop, void *ctx, int status)
+{
+	struct forget *f = ctx;
+	if (status)
+		return;
+	int rc = farm_loop_forget_peer(loop, f->id);
+	if (!rc)
+		rc = farm_txm_forget_peer(f->n->txm, loop, f->id);
+	if (rc && !f->rc)
+		f->rc = rc;
+}
+
+/* Machine @id, known here, has a new holder (a reused id; its card gave
+ * @addr, @d, @ld): its memory is let in at the fabric (its old holder
+ * stays fenced), messaging and the logs reach the new one, and every
+ * loop starts its channels and logs with @id afresh, on its own thread,
+ * before this returns. */
+static int replace_holder(farm_node *n, uint32_t id, const char *addr,
+                          const farm_mr_desc *d, const farm_mr_desc *ld)
+{
+	int rc = farm_fabric_admit(n->fab, id, addr);
+	if (rc && rc != -ENOTSUP)
+		return rc;
+	if (rc == -ENOTSUP)
+		farm_warn("node: the fabric cannot fence machine %" PRIu32
+		          "'s old holder off this machine's memory",
+		          id);
+	rc = farm_msg_replace_peer(n->msg, id, addr, d);
+	if (!rc)
+		rc = farm_txm_replace_peer(n->txm, id, ld);
+	struct forget f = {.n = n, .id = id};
+	for (unsigned i = 0; !rc && i < n->nthreads; i++)
+		rc = farm_node_run(n, i, forget_on_loop, &f);
+	if (!rc)
+		rc = f.rc;
+	if (!rc)
+		farm_info("node: machine %" PRIu32 " is a new holder of its "
+		          "id; its channels and logs start afresh",
+		          id);
+	return rc;
+}
+
 /* Member @m (not this machine) a messaging and log peer, from its card. */
 static void add_peer(farm_node *n, const struct farm_view *v,
                      const struct farm_member *m)
@@ -407,6 +459,8 @@ static void add_peer(farm_node *n, const struct farm_view *v,
 		rc = farm_msg_add_peer(n->msg, m->id, addr, &d);
 		if (!rc)
 			rc = farm_txm_add_peer(n->txm, m->id, &ld);
+		if (rc == -EEXIST && holder && m->incarnation)
+			rc = replace_holder(n, m->id, addr, &d, &ld);
 	}
 	if (rc == -EEXIST)
 		farm_warn("node: machine %" PRIu32 " (incarnation %" PRIu32
@@ -417,6 +471,40 @@ static void add_peer(farm_node *n, const struct farm_view *v,
 	else if (rc)
 		farm_warn("node: cannot reach machine %" PRIu32 ": %s", m->id,
 		          farm_strerror(rc));
+}
+
+/* A new holder of a reused id, at its first view as a member: the others
+ * let it in at their fabric only once they apply that view
+ * (farm_fabric_admit), and until then its one-sided requests fail as its
+ * old holder's do (FARM_EFENCED), which would fail the channels its
+ * layers are about to open. So it READs every member's message header
+ * until each answers (or @FENCE_WAIT_NS pass; logged), before anything of
+ * the view moves. */
+#define FENCE_WAIT_NS (10ull * 1000000000ull)
+static void await_admitted(farm_node *n, const struct av *a)
+{
+	uint32_t ids[FARM_VIEW_MAX];
+	bool ok[FARM_VIEW_MAX];
+	unsigned k = 0;
+	for (unsigned i = 0; i < a->k; i++)
+		if (a->ids[i] != n->cfg.machine_id)
+			ids[k++] = a->ids[i];
+	uint64_t t0 = farm_now_ns();
+	while (k) {
+		int got = farm_msg_probe(n->msg, ids, k, 200000000ull, ok);
+		if (got == (int)k)
+			return;
+		if (farm_now_ns() - t0 > FENCE_WAIT_NS) {
+			farm_warn("node %" PRIu32 ": %d of %u members let "
+			          "this machine (a new holder of its id) in "
+			          "within %llu s",
+			          n->cfg.machine_id, got < 0 ? 0 : got, k,
+			          FENCE_WAIT_NS / 1000000000ull);
+			return;
+		}
+		struct timespec ts = {.tv_nsec = 5000000};
+		nanosleep(&ts, NULL);
+	}
 }
 
 static enum av_state av_peers(struct av *a)
@@ -435,6 +523,12 @@ static enum av_state av_peers(struct av *a)
 		if (m->id != n->cfg.machine_id)
 			add_peer(n, v, m);
 	}
+	pthread_mutex_lock(&n->lock);
+	bool first = a->member && n->self_inc &&
+	             !farm_view_find(&n->view, n->cfg.machine_id);
+	pthread_mutex_unlock(&n->lock);
+	if (first)
+		await_admitted(n, a);
 	return AV_PLACE;
 }
 

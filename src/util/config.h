@@ -70,6 +70,9 @@ struct farm_config {
 	 * and holds its share, asks to become an ordinary member (primary of
 	 * part of its share). Off: it stays a late backup. */
 	bool grow;
+	/* A fresh machine under a gone id is admitted as a new incarnation
+	 * (farm_membership_attr.reuse_ids) instead of refused. */
+	bool reuse_ids;
 	unsigned npeers;
 	struct farm_config_peer peers[FARM_CONFIG_MAX_PEERS];
 	/* peer_domains[i]: peers[i]'s failure domain ("peer_domain"; "":
