@@ -152,9 +152,9 @@ static unsigned opt_nlist;
 enum { CP_FIRST, CP_LATE, CP_RESTART };
 
 struct cp_arg {
-	uint32_t mode; /* CP_FIRST, CP_LATE, CP_RESTART */
-	uint32_t from; /* a member that joined the KV store (CP_LATE) */
-	uint32_t n;    /* the members to wait for (CP_RESTART) */
+	uint32_t mode;   /* CP_FIRST, CP_LATE, CP_RESTART */
+	uint32_t from;   /* a member that joined the KV store (CP_LATE) */
+	uint32_t n;      /* the members to wait for (CP_RESTART) */
 	uint32_t reused; /* CP_LATE: a new holder of a killed machine's id:
 	                    its histories go on in the id's files */
 };
@@ -1223,8 +1223,9 @@ static void cp_cycle(unsigned c, enum cp_fault fl, struct cp_cycle *cy,
 	for (unsigned i = 0; !f->n && i < 64; i++)
 		if (cp_is(gone, i) && opt_reuse) {
 			if (!cp_add_reused(i))
-				failed(f, "a new holder of id %u was not "
-				          "admitted",
+				failed(f,
+				       "a new holder of id %u was not "
+				       "admitted",
 				       i);
 			o += (size_t)snprintf(added + o, sizeof(added) - o,
 			                      "%s%u'", o ? "," : "", i);
@@ -1419,6 +1420,18 @@ static void test_campaign(void **state)
 		cp_done = true; /* the teardown removes the cluster */
 		return;
 	}
+	if (opt_reuse && opt_old_ids) {
+		if (ok)
+			fail_msg(
+			        "campaign --reuse --old-ids: a machine under "
+			        "a lost machine's id was admitted with the old "
+			        "id rule");
+		printf("campaign --reuse --old-ids: cycle %u failed, as it "
+		       "must\n",
+		       done);
+		cp_done = true;
+		return;
+	}
 	if (!ok) {
 		rb_cl.root[0] = 0; /* kept */
 		fail_msg("campaign: cycle %u of %u failed", done, opt_cycles);
@@ -1467,11 +1480,11 @@ static void prev_ring(enum farm_fault_point fp, void *arg)
 int main(int argc, char **argv)
 {
 	static const struct option lo[] = {
-	        {"cycles", 1, NULL, 'c'}, {"seed", 1, NULL, 's'},
-	        {"faults", 1, NULL, 'f'}, {"broken", 0, NULL, 'b'},
-	        {"order", 0, NULL, 'o'},  {"list", 0, NULL, 'l'},
-	        {"help", 0, NULL, 'h'},   {"prev-ring", 0, NULL, 'p'},
-	        {"grow", 0, NULL, 'g'},   {"reuse", 0, NULL, 'r'},
+	        {"cycles", 1, NULL, 'c'},  {"seed", 1, NULL, 's'},
+	        {"faults", 1, NULL, 'f'},  {"broken", 0, NULL, 'b'},
+	        {"order", 0, NULL, 'o'},   {"list", 0, NULL, 'l'},
+	        {"help", 0, NULL, 'h'},    {"prev-ring", 0, NULL, 'p'},
+	        {"grow", 0, NULL, 'g'},    {"reuse", 0, NULL, 'r'},
 	        {"old-ids", 0, NULL, 'O'}, {0}};
 	opt_seed = (uint64_t)time(NULL) % 100000;
 	const char *faults = NULL;

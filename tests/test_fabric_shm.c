@@ -495,9 +495,10 @@ static void test_admit(void **state)
 	farm_ep *ep2;
 	assert_int_equal(farm_ep_connect(f->a, f->cq, 2, f->addr_b, NULL, &ep2),
 	                 0);
-	assert_int_equal(tu_do(ep2, f->cq,
-	                       farm_wr_write(6, f->buf, f->lmr, 64, &f->rd, 64)),
-	                 FARM_EFENCED);
+	assert_int_equal(
+	        tu_do(ep2, f->cq,
+	              farm_wr_write(6, f->buf, f->lmr, 64, &f->rd, 64)),
+	        FARM_EFENCED);
 	farm_ep_destroy(ep2);
 	assert_int_equal(farm_ep_connect(f->a, f->cq, 2, f->addr_b, NULL, &ep2),
 	                 0);
@@ -507,10 +508,11 @@ static void test_admit(void **state)
 	farm_ep_destroy(ep2);
 	assert_int_equal(farm_ep_connect(f->a, f->cq, 2, f->addr_b, NULL, &ep2),
 	                 0);
-	assert_int_equal(tu_do(ep2, f->cq,
-	                       farm_wr_cas(8, (uint64_t *)(void *)(f->buf + 1024),
-	                                   f->lmr, &f->rd, 0, 0x22, 0x99)),
-	                 FARM_EFENCED);
+	assert_int_equal(
+	        tu_do(ep2, f->cq,
+	              farm_wr_cas(8, (uint64_t *)(void *)(f->buf + 1024),
+	                          f->lmr, &f->rd, 0, 0x22, 0x99)),
+	        FARM_EFENCED);
 	farm_ep_destroy(ep2);
 	assert_int_equal(f->rbase[0], 0x22);
 	for (int i = 8; i < 128; i++) /* the CAS wrote bytes 0..7 */

@@ -424,8 +424,7 @@ static void zombie_lease(bool any_source)
 	struct sockaddr_in sa = {.sin_family = AF_INET};
 	unsigned port;
 	char host[32];
-	assert_int_equal(sscanf(t.peers[0].addr, "udp:%31[^:]:%u", host,
-	                        &port),
+	assert_int_equal(sscanf(t.peers[0].addr, "udp:%31[^:]:%u", host, &port),
 	                 2);
 	sa.sin_port = htons((uint16_t)port);
 	assert_int_equal(inet_pton(AF_INET, host, &sa.sin_addr), 1);

@@ -413,9 +413,8 @@ FARM_API FARM_MUST_CHECK int farm_fabric_revoke(farm_fabric *fab,
  * -ENOTSUP for providers without it (udp, verbs, ofi: a reused id is
  * then refused, or its old holder not fenced).
  */
-FARM_API FARM_MUST_CHECK int farm_fabric_admit(farm_fabric *fab,
-                                               uint32_t peer_id,
-                                               const char *addr);
+FARM_API FARM_MUST_CHECK int
+farm_fabric_admit(farm_fabric *fab, uint32_t peer_id, const char *addr);
 
 /* Inject a fault on one endpoint. -ENOTSUP where the provider has none. */
 FARM_API FARM_MUST_CHECK int farm_ep_fault(farm_ep *ep, enum farm_fault f,

@@ -440,8 +440,8 @@ static int vl_incarnation(struct view_parse *s, const char *p, const char *nl)
 	const char *e;
 	if (!s->v2 || v->nremoved || v->formed || v->nlate || v->ngone ||
 	    v->nlost || v->restart ||
-	    parse_dec(p + 12, nl, UINT32_MAX, &x, &e) || e == nl ||
-	    *e != ' ' || (s->have_inc && x <= s->last_inc) ||
+	    parse_dec(p + 12, nl, UINT32_MAX, &x, &e) || e == nl || *e != ' ' ||
+	    (s->have_inc && x <= s->last_inc) ||
 	    parse_dec(e + 1, nl, UINT32_MAX, &c, &e) || e != nl || c == 0)
 		return -1;
 	struct farm_member *mb =
@@ -498,8 +498,7 @@ static int vl_member(struct view_parse *s, const char *p, const char *nl)
 	uint64_t x;
 	const char *e;
 	if (v->nremoved || s->have_domain || s->have_inc || v->formed ||
-	    v->nlate ||
-	    v->ngone || v->nlost || v->restart || n < 7 ||
+	    v->nlate || v->ngone || v->nlost || v->restart || n < 7 ||
 	    memcmp(p, "member ", 7) ||
 	    parse_dec(p + 7, nl, UINT32_MAX, &x, &e) || e == nl || *e != ' ')
 		return -1;
@@ -528,10 +527,14 @@ static const struct {
 	bool whole;
 	view_line_fn fn;
 } view_lines[] = {
-        {"cm ", 3, false, vl_cm},         {"formed", 6, true, vl_formed},
-        {"late ", 5, false, vl_late},     {"gone ", 5, false, vl_gone},
-        {"lost ", 5, false, vl_lost},     {"restart ", 8, false, vl_restart},
-        {"bump ", 5, false, vl_bump},     {"removed ", 8, false, vl_removed},
+        {"cm ", 3, false, vl_cm},
+        {"formed", 6, true, vl_formed},
+        {"late ", 5, false, vl_late},
+        {"gone ", 5, false, vl_gone},
+        {"lost ", 5, false, vl_lost},
+        {"restart ", 8, false, vl_restart},
+        {"bump ", 5, false, vl_bump},
+        {"removed ", 8, false, vl_removed},
         {"domain ", 7, false, vl_domain},
         {"incarnation ", 12, false, vl_incarnation},
 };

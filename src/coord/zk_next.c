@@ -306,6 +306,25 @@ uint64_t zk_restart_mark(struct farm_membership *m)
 		return r;
 	return UINT64_MAX;
 }
+/* Member @mb (id @id, registered) gets its incarnation: the one it has
+ * in the configuration in force, else 0. true: it is a new holder of an
+ * id the formed cluster lost (gone), registered with empty memory while
+ * ids are reused (farm_membership_attr.reuse_ids): admitted as a new
+ * incarnation, the configuration that admits it (ZK_INC_NEW until
+ * zk_incarnations knows that configuration's id). */
+static bool zk_incarnation(struct farm_membership *m, uint32_t id,
+                           struct farm_member *mb)
+{
+	struct farm_zk *z = m->zk;
+	const struct farm_member *was = farm_view_find(&z->cur, id);
+	mb->incarnation = was ? was->incarnation : 0;
+	if (was || !mb->fresh || !m->reuse_ids ||
+	    !farm_ids_have(z->cur.gone, z->cur.ngone, id))
+		return false;
+	mb->incarnation = ZK_INC_NEW;
+	return true;
+}
+
 int zk_build_from(struct farm_membership *m, const uint32_t *ids, unsigned n,
                   const struct zk_read *rd)
 {
@@ -345,20 +364,14 @@ int zk_build_from(struct farm_membership *m, const uint32_t *ids, unsigned n,
 		 * its copies are out of date). Logged once per
 		 * registration. */
 		bool lost = is_lost(m, ids[i]);
-		bool alone = !mb->fresh && !mb->stale && !z->next.restart &&
-		             !FARM_FAULT_SWITCH(FARM_FP_ZK_ADMIT_ALONE);
-		bool gone = farm_ids_have(z->cur.gone, z->cur.ngone, ids[i]);
-		const struct farm_member *was = farm_view_find(&z->cur, ids[i]);
-		mb->incarnation = was ? was->incarnation : 0;
-		if (!was && gone && mb->fresh && m->reuse_ids && !lost) {
-			/* A new holder of an id the formed cluster lost:
-			 * a new incarnation, the configuration that admits
-			 * it (zk_incarnations, once its id is known). */
-			mb->incarnation = ZK_INC_NEW;
+		if (!lost && zk_incarnation(m, ids[i], mb)) {
 			mb->id = ids[i];
 			z->next.n++;
 			continue;
 		}
+		bool alone = !mb->fresh && !mb->stale && !z->next.restart &&
+		             !FARM_FAULT_SWITCH(FARM_FP_ZK_ADMIT_ALONE);
+		bool gone = farm_ids_have(z->cur.gone, z->cur.ngone, ids[i]);
 		if (lost || ((mb->fresh || mb->stale || alone) && gone)) {
 			if (z->refused_czxid != st.czxid)
 				farm_err("membership: machine %" PRIu32

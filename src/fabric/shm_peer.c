@@ -304,7 +304,7 @@ int shm_admit(farm_fabric *f, uint32_t peer_id, const char *addr)
 	 * initiators load the bit, then the incarnation, with acquire). */
 	atomic_store_explicit(&fab->table->admitted[peer_id], inc,
 	                      memory_order_seq_cst);
-	atomic_fetch_and_explicit(&fab->table->hdr.revoked,
-	                          ~(1ull << peer_id), memory_order_seq_cst);
+	atomic_fetch_and_explicit(&fab->table->hdr.revoked, ~(1ull << peer_id),
+	                          memory_order_seq_cst);
 	return 0;
 }

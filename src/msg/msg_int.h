@@ -200,9 +200,9 @@ struct out_peer {
 	 * the error state (as a verbs QP), which must not stop messaging.
 	 * It is replaced once its outstanding operations have completed. */
 	farm_ep *rep;
-	unsigned rops;           /* outstanding on rep */
-	bool rep_old; /* rep reaches an old holder of the id: replaced once
-	                 rops drain (farm_loop_forget_peer) */
+	unsigned rops; /* outstanding on rep */
+	bool rep_old;  /* rep reaches an old holder of the id: replaced once
+	                  rops drain (farm_loop_forget_peer) */
 	struct out_chan **chans; /* nthreads, lazily */
 };
 

@@ -139,6 +139,31 @@ static void rdma_done(farm_loop *loop, struct rdma_op *o, int status)
 	cont(loop, ctx, status);
 }
 
+/* @op's endpoint for one-sided operations, connected (again) when it has
+ * none, failed, or reaches an old holder of the id (rep_old), once the
+ * operations outstanding on it have drained (-EAGAIN until then). */
+static int rep_ready(farm_loop *loop, uint32_t machine, struct out_peer *op)
+{
+	if (op->rep && (op->rep_old || !farm_ep_usable(op->rep))) {
+		if (op->rops)
+			return -EAGAIN; /* the failed one's (or the old
+			                   holder's) followers drain */
+		farm_ep_destroy(op->rep);
+		op->rep = NULL;
+		op->rep_old = false;
+	}
+	if (op->rep)
+		return 0;
+	farm_ep_attr ea = {.sq_depth = EP_DEPTH};
+	int rc = farm_ep_connect(loop->msg->fab, loop->cq, machine,
+	                         loop->msg->peers[machine].addr, &ea, &op->rep);
+	if (rc) {
+		op->rep = NULL;
+		return rc == -ECONNREFUSED ? FARM_EPEERDEAD : rc;
+	}
+	return 0;
+}
+
 static int rdma_post(farm_loop *loop, uint32_t machine, int wake_thread,
                      farm_wr *wr, farm_op_fn cont, void *ctx)
 {
@@ -154,24 +179,8 @@ static int rdma_post(farm_loop *loop, uint32_t machine, int wake_thread,
 	int rc = msg_peer_ep(loop, machine, &op);
 	if (rc)
 		return rc;
-	if (op->rep && (op->rep_old || !farm_ep_usable(op->rep))) {
-		if (op->rops)
-			return -EAGAIN; /* the failed one's (or the old
-			                   holder's) followers drain */
-		farm_ep_destroy(op->rep);
-		op->rep = NULL;
-		op->rep_old = false;
-	}
-	if (!op->rep) {
-		farm_ep_attr ea = {.sq_depth = EP_DEPTH};
-		rc = farm_ep_connect(loop->msg->fab, loop->cq, machine,
-		                     loop->msg->peers[machine].addr, &ea,
-		                     &op->rep);
-		if (rc) {
-			op->rep = NULL;
-			return rc == -ECONNREFUSED ? FARM_EPEERDEAD : rc;
-		}
-	}
+	if ((rc = rep_ready(loop, machine, op)))
+		return rc;
 	struct rdma_op *o = loop->ops_free;
 	if (o)
 		loop->ops_free = o->next;

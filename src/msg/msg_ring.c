@@ -599,7 +599,8 @@ void msg_forget_in(farm_loop *loop, uint32_t m)
 		 * starts again: frames it wrote already stay. */
 		for (uint64_t from = c->returned; from != c->head;) {
 			uint32_t off = (uint32_t)(from & (R - 1));
-			uint64_t n = FARM_MIN(c->head - from, (uint64_t)(R - off));
+			uint64_t n =
+			        FARM_MIN(c->head - from, (uint64_t)(R - off));
 			memset(c->ring + off, 0, (size_t)n);
 			from += n;
 		}
@@ -609,10 +610,10 @@ void msg_forget_in(farm_loop *loop, uint32_t m)
 		/* The words where @m's threads say how far they consumed our
 		 * rings to them: the new holder consumed nothing yet. A new
 		 * channel reads its start there (chan_get). */
-		_Atomic uint64_t *w = (_Atomic uint64_t *)(void *)(msg->base +
-		                                                   head_at(&msg->lay,
-		                                                           loop->idx,
-		                                                           m, t));
+		_Atomic uint64_t *w =
+		        (_Atomic uint64_t *)(void *)(msg->base +
+		                                     head_at(&msg->lay,
+		                                             loop->idx, m, t));
 		atomic_store_explicit(w, 0, memory_order_relaxed);
 	}
 	loop->refused_logged[m] = 0;

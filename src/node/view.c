@@ -232,8 +232,7 @@ struct av {
  * names the id with another incarnation names a later holder of it: this
  * machine is that id's old holder, removed (*@replaced), whatever else it
  * still believes; it must never act as the member the view names. */
-static bool self_member(farm_node *n, const struct farm_view *v,
-                        bool *replaced)
+static bool self_member(farm_node *n, const struct farm_view *v, bool *replaced)
 {
 	const struct farm_member *me = farm_view_find(v, n->cfg.machine_id);
 	*replaced = false;

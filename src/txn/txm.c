@@ -352,9 +352,9 @@ int farm_txm_forget_peer(farm_txm *m, farm_loop *loop, uint32_t id)
 	 * (records of the old one were decided and zeroed by recovery). */
 	tl->r[id] = (struct reader){0};
 	uint64_t li = log_index(m, id, t);
-	atomic_store_explicit((_Atomic uint64_t *)(void *)(m->logbase +
-	                                                    log_hdr_off(m, li)),
-	                      0, memory_order_relaxed);
+	atomic_store_explicit(
+	        (_Atomic uint64_t *)(void *)(m->logbase + log_hdr_off(m, li)),
+	        0, memory_order_relaxed);
 	return 0;
 }
 
