@@ -477,8 +477,8 @@ static void add_peer(farm_node *n, const struct farm_view *v,
  * (farm_fabric_admit), and until then its one-sided requests fail as its
  * old holder's do (FARM_EFENCED), which would fail the channels its
  * layers are about to open. So it READs every member's message header
- * until each answers (or @FENCE_WAIT_NS pass; logged), before anything of
- * the view moves. */
+ * until each answers (or @FENCE_WAIT_NS pass; logged), once its leases
+ * took the view and before recovery or the application act on it. */
 #define FENCE_WAIT_NS (10ull * 1000000000ull)
 static void await_admitted(farm_node *n, const struct av *a)
 {
@@ -522,12 +522,6 @@ static enum av_state av_peers(struct av *a)
 		if (m->id != n->cfg.machine_id)
 			add_peer(n, v, m);
 	}
-	pthread_mutex_lock(&n->lock);
-	bool first = a->member && n->self_inc &&
-	             !farm_view_find(&n->view, n->cfg.machine_id);
-	pthread_mutex_unlock(&n->lock);
-	if (first)
-		await_admitted(n, a);
 	return AV_PLACE;
 }
 
@@ -572,6 +566,16 @@ static enum av_state av_leases(struct av *a)
 			farm_warn("node: leases of view %" PRIu64 ": %s",
 			          v->config_id, farm_strerror(lrc));
 	}
+	/* After the leases took the view, as a restart: the wait can
+	 * outlast the join grace (a new holder of id 0 is the CM, whose
+	 * members' leases lapsed while it waited before them), and before
+	 * recovery and the application open channels. */
+	pthread_mutex_lock(&n->lock);
+	bool first = a->member && n->self_inc &&
+	             !farm_view_find(&n->view, n->cfg.machine_id);
+	pthread_mutex_unlock(&n->lock);
+	if (first)
+		await_admitted(n, a);
 	return a->rc ? AV_RECORD : AV_RESTART;
 }
 
