@@ -380,8 +380,6 @@ static enum av_state av_fence(struct av *a)
 	return AV_PEERS;
 }
 
-#define FORGET_WAIT_NS (30ull * 1000000000ull)
-
 struct forget {
 	farm_node *n;
 	uint32_t id;
@@ -393,10 +391,9 @@ static void forget_on_loop(farm_loop *loop, void *ctx, int status)
 	struct forget *f = ctx;
 	if (status)
 		return;
-	/* The logs first: -EAGAIN leaves both untouched, to try again. */
-	int rc = farm_txm_forget_peer(f->n->txm, loop, f->id);
+	int rc = farm_loop_forget_peer(loop, f->id);
 	if (!rc)
-		rc = farm_loop_forget_peer(loop, f->id);
+		rc = farm_txm_forget_peer(f->n->txm, loop, f->id);
 	if (rc && !f->rc)
 		f->rc = rc;
 }
@@ -419,22 +416,11 @@ static int replace_holder(farm_node *n, uint32_t id, const char *addr,
 	rc = farm_msg_replace_peer(n->msg, id, addr, d);
 	if (!rc)
 		rc = farm_txm_replace_peer(n->txm, id, ld);
-	/* Each loop, once recovery has ended the old holder's transactions
-	 * in its log here (-EAGAIN until then; bounded). */
-	uint64_t t0 = farm_now_ns();
-	for (unsigned i = 0; !rc && i < n->nthreads;) {
-		struct forget f = {.n = n, .id = id};
+	struct forget f = {.n = n, .id = id};
+	for (unsigned i = 0; !rc && i < n->nthreads; i++)
 		rc = farm_node_run(n, i, forget_on_loop, &f);
-		if (!rc)
-			rc = f.rc;
-		if (rc == -EAGAIN && farm_now_ns() - t0 < FORGET_WAIT_NS) {
-			struct timespec ts = {.tv_nsec = 2000000};
-			nanosleep(&ts, NULL);
-			rc = 0;
-			continue;
-		}
-		i++;
-	}
+	if (!rc)
+		rc = f.rc;
 	if (!rc)
 		farm_info("node: machine %" PRIu32 " is a new holder of its "
 		          "id; its channels and logs start afresh",

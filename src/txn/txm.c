@@ -340,11 +340,6 @@ int farm_txm_forget_peer(farm_txm *m, farm_loop *loop, uint32_t id)
 	struct txloop *tl = t < m->T ? m->loops[t] : NULL;
 	if (!tl || tl->loop != loop)
 		return -EINVAL;
-	/* The old holder's log here is recovery's until it decided every
-	 * transaction in it and emptied it (its locks released): a reset
-	 * before would leave them locked for good. */
-	if (tl->r[id].fenced && !tl->r[id].rec_done)
-		return -EAGAIN;
 	/* Our log there: the new holder's is empty. Commits that reserved
 	 * room in the old one release it (reserved stays); a READ of the
 	 * old freed word that completes later is above the new tail and

@@ -74,9 +74,8 @@ int farm_txm_add_peer(farm_txm *m, uint32_t id, const farm_mr_desc *logs);
  * writes there again (any thread). */
 int farm_txm_replace_peer(farm_txm *m, uint32_t id, const farm_mr_desc *logs);
 /* On @loop's thread: its log on @id (a new holder) and its reading of
- * @id's log here start afresh, at position 0. -EAGAIN (nothing changed)
- * while recovery has not yet ended the old holder's transactions (its
- * log here fenced, not yet emptied): try again. */
+ * @id's log here start afresh, at position 0. Recovery must have ended
+ * the old holder's transactions (its log here emptied) before. */
 int farm_txm_forget_peer(farm_txm *m, farm_loop *loop, uint32_t id);
 
 /*
