@@ -7,7 +7,8 @@
 # multi-process tests under ThreadSanitizer), make fuzz (every fuzz target
 # for FUZZ_SECONDS, default 600, one after another), make netns (tests across
 # network namespaces; root, skipped otherwise), make faults (the 50-cycle
-# fault campaign), make lint (cppcheck, function sizes), make proofs (each
+# fault campaign), make reuse (500 kill-and-replace cycles, ids reused),
+# make lint (cppcheck, function sizes), make proofs (each
 # test-only switch that breaks the code, caught by its test), make clean.
 BUILD ?= build
 ASAN_BUILD ?= build-asan
@@ -16,7 +17,7 @@ JOBS ?= 2
 CMAKE_FLAGS ?=
 FARM ?= $(BUILD)/src/tools/farm
 
-.PHONY: all deps build demo check proofs bench stress faults asan tsan fuzz netns lint clean format
+.PHONY: all deps build demo check proofs bench stress faults reuse asan tsan fuzz netns lint clean format
 
 all: build
 
@@ -31,7 +32,7 @@ demo: build
 	@scripts/demo $(FARM)
 
 check: build
-	ctest --test-dir $(BUILD) --output-on-failure -j$(JOBS) -LE "stress|netns|faults|proof"
+	ctest --test-dir $(BUILD) --output-on-failure -j$(JOBS) -LE "stress|netns|faults|reuse|proof"
 
 # Each test-only switch that breaks the code, with the test that must then
 # fail its checks (label proof): the proof that the tests catch the bugs
@@ -60,12 +61,18 @@ faults: build
 	    $(if $(FAULT_SEED),--seed $(FAULT_SEED)) \
 	    $(if $(FAULT_GROW),--grow)
 
+# 500 kill-and-replace cycles of one cluster, each replacement a new
+# holder of the killed machine's id (config reuse_ids), every check after
+# each cycle (hours on 2 cores; test_campaign --reuse).
+reuse: build
+	ctest --test-dir $(BUILD) --output-on-failure -L reuse
+
 # Only the executables the tests run are built (target test_bins).
 asan: deps
 	@cmake -S . -B $(ASAN_BUILD) -DFARM_SANITIZE=address,undefined \
 	    -DFARM_BUILD_BENCH=OFF $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(ASAN_BUILD) -j$(JOBS) --target test_bins
-	ctest --test-dir $(ASAN_BUILD) --output-on-failure -j$(JOBS) -LE "stress|nosan|netns|faults|proof"
+	ctest --test-dir $(ASAN_BUILD) --output-on-failure -j$(JOBS) -LE "stress|nosan|netns|faults|reuse|proof"
 
 # Each decoder's fuzz target (tests/fuzz/README.md) for FUZZ_SECONDS,
 # one at a time; new inputs stay in $(BUILD)/tests/fuzz-corpus.

@@ -140,6 +140,10 @@ static bool opt_order;
 /* --grow: late machines grow into ordinary members (config grow): full
  * replication then also waits until none is late. */
 static bool opt_grow;
+/* --reuse: a replacement takes the id of the machine it replaces (config
+ * reuse_ids), as a new incarnation; --old-ids: the old id rule (reuse_ids
+ * off), under which such a replacement is refused. */
+static bool opt_reuse, opt_old_ids;
 static enum cp_fault opt_list[F_COUNT * 4];
 static unsigned opt_nlist;
 
@@ -148,9 +152,11 @@ static unsigned opt_nlist;
 enum { CP_FIRST, CP_LATE, CP_RESTART };
 
 struct cp_arg {
-	uint32_t mode; /* CP_FIRST, CP_LATE, CP_RESTART */
-	uint32_t from; /* a member that joined the KV store (CP_LATE) */
-	uint32_t n;    /* the members to wait for (CP_RESTART) */
+	uint32_t mode;   /* CP_FIRST, CP_LATE, CP_RESTART */
+	uint32_t from;   /* a member that joined the KV store (CP_LATE) */
+	uint32_t n;      /* the members to wait for (CP_RESTART) */
+	uint32_t reused; /* CP_LATE: a new holder of a killed machine's id:
+	                    its histories go on in the id's files */
 };
 
 /* What a machine says of itself ('v' -> 'V'). */
@@ -205,6 +211,7 @@ static int cp_config(struct np_child *np, struct farm_config *cfg)
 	cfg->datarec_bytes = CP_DR_BYTES;
 	cfg->datarec_interval_us = CP_DR_US;
 	cfg->grow = opt_grow;
+	cfg->reuse_ids = opt_reuse && !opt_old_ids;
 	char err[256];
 	if (farm_config_validate(cfg, err, sizeof(err))) {
 		fprintf(stderr, "m%u: config: %s\n", np->me, err);
@@ -423,8 +430,8 @@ static int cp_machine(struct np_child *np, void *arg)
 		}
 	}
 	st = 11;
-	if ((a->mode == CP_RESTART ? tx_hist_resume(&c->tx)
-	                           : tx_hist_stream(&c->tx)) ||
+	bool resume = a->mode == CP_RESTART || a->reused;
+	if ((resume ? tx_hist_resume(&c->tx) : tx_hist_stream(&c->tx)) ||
 	    np_ready(p))
 		goto out;
 	if (a->mode == CP_FIRST) {
@@ -447,10 +454,10 @@ static int cp_machine(struct np_child *np, void *arg)
 		c->nown = c->nacc;
 	}
 	st = 15;
-	if (a->mode == CP_RESTART ? lin_resume(&c->L, p, farm_kv_table(c->kv),
-	                                       CP_W, CP_KV_GIVE)
-	                          : lin_init(&c->L, p, farm_kv_table(c->kv),
-	                                     CP_W, CP_KV_GIVE, false))
+	if (resume ? lin_resume(&c->L, p, farm_kv_table(c->kv), CP_W,
+	                        CP_KV_GIVE)
+	           : lin_init(&c->L, p, farm_kv_table(c->kv), CP_W, CP_KV_GIVE,
+	                      false))
 		goto out;
 	st = cp_work(c);
 out:
@@ -510,10 +517,16 @@ static unsigned cp_nth(uint64_t mask, unsigned k)
 	return NP_NM;
 }
 
+static unsigned cp_gen[NP_NM]; /* holders of each id so far */
+
 static void cp_dir(unsigned id)
 {
 	char d[sizeof(rb_cl.dir[id])];
-	snprintf(d, sizeof(d), "%.250s/m%u", rb_cl.root, id);
+	if (cp_gen[id]++)
+		snprintf(d, sizeof(d), "%.240s/m%u.%u", rb_cl.root, id,
+		         cp_gen[id] - 1);
+	else
+		snprintf(d, sizeof(d), "%.250s/m%u", rb_cl.root, id);
 	memcpy(rb_cl.dir[id], d, sizeof(d));
 	assert_int_equal(mkdir(rb_cl.dir[id], 0700), 0);
 }
@@ -628,6 +641,36 @@ static unsigned cp_add(unsigned dom)
 	cp_live |= 1ull << id;
 	cp_used |= 1ull << id;
 	return id;
+}
+
+/* --reuse: a new holder of killed machine @id's id (an empty directory,
+ * the same domain) joins late and starts its workloads; its histories go
+ * on in the id's files, the killed holder's sealed first. false: it was
+ * not admitted (the old id rule). */
+static bool cp_add_reused(unsigned id)
+{
+	assert_true(tx_hist_seal(&rb_cl, id) >= 0);
+	cp_killed &= ~(1ull << id);
+	cp_dir(id);
+	cp_args[id] = (struct cp_arg){
+	        .mode = CP_LATE, .from = cp_lowest(cp_live), .reused = 1};
+	np_spawn_one(&rb_cl, id, cp_machine, &cp_args[id]);
+	char t = 0;
+	np_recv(&rb_cl, id, &t, 1, CP_JOIN_MS + 30000);
+	if (t == 'X') {
+		assert_int_equal(tu_reap(rb_cl.pid[id]), 0);
+		rb_cl.pid[id] = 0;
+		close(rb_cl.to[id]);
+		close(rb_cl.from[id]);
+		rb_cl.to[id] = rb_cl.from[id] = -1;
+		return false;
+	}
+	assert_int_equal(t, 'R');
+	np_expect(&rb_cl, id, 'C', 60000);
+	np_send(&rb_cl, id, 'G');
+	cp_live |= 1ull << id;
+	cp_used |= 1ull << id;
+	return true;
 }
 
 /* What every live machine holds, and its view (when replication did not
@@ -1178,7 +1221,15 @@ static void cp_cycle(unsigned c, enum cp_fault fl, struct cp_cycle *cy,
 	char added[64] = "";
 	size_t o = 0;
 	for (unsigned i = 0; !f->n && i < 64; i++)
-		if (cp_is(gone, i)) {
+		if (cp_is(gone, i) && opt_reuse) {
+			if (!cp_add_reused(i))
+				failed(f,
+				       "a new holder of id %u was not "
+				       "admitted",
+				       i);
+			o += (size_t)snprintf(added + o, sizeof(added) - o,
+			                      "%s%u'", o ? "," : "", i);
+		} else if (cp_is(gone, i)) {
 			unsigned id = cp_add(cp_dom[i]);
 			o += (size_t)snprintf(added + o, sizeof(added) - o,
 			                      "%s%u", o ? "," : "", id);
@@ -1369,6 +1420,18 @@ static void test_campaign(void **state)
 		cp_done = true; /* the teardown removes the cluster */
 		return;
 	}
+	if (opt_reuse && opt_old_ids) {
+		if (ok)
+			fail_msg(
+			        "campaign --reuse --old-ids: a machine under "
+			        "a lost machine's id was admitted with the old "
+			        "id rule");
+		printf("campaign --reuse --old-ids: cycle %u failed, as it "
+		       "must\n",
+		       done);
+		cp_done = true;
+		return;
+	}
 	if (!ok) {
 		rb_cl.root[0] = 0; /* kept */
 		fail_msg("campaign: cycle %u of %u failed", done, opt_cycles);
@@ -1402,7 +1465,10 @@ static void usage(FILE *out)
 	        "commit by the view\n  before the current one "
 	        "(FARM_FP_REC_PREV_RING; the bug seed 1128 found).\n"
 	        "  --grow: machines that join late grow into ordinary "
-	        "members (config grow).\n");
+	        "members (config grow).\n"
+	        "  --reuse: a killed machine is replaced under its own id "
+	        "(config reuse_ids),\n  a new incarnation; with --old-ids "
+	        "the old rule (reuse_ids off) must refuse it.\n");
 }
 
 static void prev_ring(enum farm_fault_point fp, void *arg)
@@ -1414,11 +1480,12 @@ static void prev_ring(enum farm_fault_point fp, void *arg)
 int main(int argc, char **argv)
 {
 	static const struct option lo[] = {
-	        {"cycles", 1, NULL, 'c'}, {"seed", 1, NULL, 's'},
-	        {"faults", 1, NULL, 'f'}, {"broken", 0, NULL, 'b'},
-	        {"order", 0, NULL, 'o'},  {"list", 0, NULL, 'l'},
-	        {"help", 0, NULL, 'h'},   {"prev-ring", 0, NULL, 'p'},
-	        {"grow", 0, NULL, 'g'},   {0}};
+	        {"cycles", 1, NULL, 'c'},  {"seed", 1, NULL, 's'},
+	        {"faults", 1, NULL, 'f'},  {"broken", 0, NULL, 'b'},
+	        {"order", 0, NULL, 'o'},   {"list", 0, NULL, 'l'},
+	        {"help", 0, NULL, 'h'},    {"prev-ring", 0, NULL, 'p'},
+	        {"grow", 0, NULL, 'g'},    {"reuse", 0, NULL, 'r'},
+	        {"old-ids", 0, NULL, 'O'}, {0}};
 	opt_seed = (uint64_t)time(NULL) % 100000;
 	const char *faults = NULL;
 	int o;
@@ -1454,6 +1521,8 @@ int main(int argc, char **argv)
 			break;
 		case 'o': opt_order = true; break;
 		case 'g': opt_grow = true; break;
+		case 'r': opt_reuse = true; break;
+		case 'O': opt_old_ids = true; break;
 		case 'l':
 			for (unsigned i = 0; i < F_COUNT; i++)
 				printf("%s\n", cp_fault_name[i]);

@@ -436,6 +436,95 @@ out:
 		skip();
 }
 
+/* A reused id (recovery, then a new holder): machine 2 revokes machine 1,
+ * then admits a new process under id 1 (farm_fabric_admit). The new
+ * holder's WRITE, READ and CAS execute; the old holder, still running (a
+ * zombie), stays fenced on every request, on old and new endpoints, and
+ * changes no byte. */
+static void test_admit(void **state)
+{
+	struct fx *f = *state;
+	assert_int_equal(farm_fabric_admit(f->b, 2, f->addr_b), -EINVAL);
+	assert_int_equal(farm_fabric_admit(NULL, 1, f->addr_b), -EINVAL);
+	int rc = farm_fabric_revoke(f->b, 1);
+	int arc = rc ? rc : farm_fabric_admit(f->b, 1, "/nonexistent/x");
+	if (rc == -ENOTSUP || arc == -ENOTSUP)
+		skip(); /* not on this provider yet */
+	assert_int_equal(rc, 0);
+	assert_true(arc < 0);
+	char dir_n[256];
+	tu_tmpdir(dir_n, sizeof(dir_n), "n");
+	farm_fabric *nf = tu_open(1, dir_n); /* the new holder of id 1 */
+	assert_non_null(nf);
+	char addr_n[256];
+	assert_true(farm_fabric_address(nf, addr_n, sizeof(addr_n)) > 0);
+	assert_int_equal(farm_fabric_admit(f->b, 64, addr_n), -ERANGE);
+	farm_cq *ncq;
+	farm_ep *nep;
+	assert_int_equal(farm_cq_create(nf, 16, 0, &ncq), 0);
+	assert_int_equal(farm_ep_connect(nf, ncq, 2, f->addr_b, NULL, &nep), 0);
+	uint8_t *nbuf = aligned_alloc(64, 4096);
+	farm_mr *nmr;
+	assert_int_equal(farm_mr_reg(nf, nbuf, 4096, FARM_ACCESS_LOCAL, &nmr),
+	                 0);
+	memset(nbuf, 0x11, 64);
+	/* Not admitted yet: fenced as its id is. */
+	assert_int_equal(
+	        tu_do(nep, ncq, farm_wr_write(1, nbuf, nmr, 64, &f->rd, 0)),
+	        FARM_EFENCED);
+	farm_ep_destroy(nep);
+	assert_int_equal(farm_fabric_admit(f->b, 1, addr_n), 0);
+	assert_int_equal(farm_ep_connect(nf, ncq, 2, f->addr_b, NULL, &nep), 0);
+	assert_int_equal(
+	        tu_do(nep, ncq, farm_wr_write(2, nbuf, nmr, 64, &f->rd, 0)), 0);
+	assert_int_equal(f->rbase[0], 0x11);
+	assert_int_equal(
+	        tu_do(nep, ncq, farm_wr_read(3, nbuf + 64, nmr, 64, &f->rd, 0)),
+	        0);
+	uint64_t *res = (uint64_t *)(void *)(nbuf + 1024);
+	assert_int_equal(tu_do(nep, ncq,
+	                       farm_wr_cas(4, res, nmr, &f->rd, 0,
+	                                   0x1111111111111111ull, 0x22)),
+	                 0);
+	assert_int_equal(f->rbase[0], 0x22);
+	/* The old holder: its endpoint and a new one, every kind. */
+	memset(f->buf, 0x77, 64);
+	assert_int_equal(tu_do(f->ep, f->cq,
+	                       farm_wr_write(5, f->buf, f->lmr, 64, &f->rd, 0)),
+	                 FARM_EFENCED);
+	farm_ep *ep2;
+	assert_int_equal(farm_ep_connect(f->a, f->cq, 2, f->addr_b, NULL, &ep2),
+	                 0);
+	assert_int_equal(
+	        tu_do(ep2, f->cq,
+	              farm_wr_write(6, f->buf, f->lmr, 64, &f->rd, 64)),
+	        FARM_EFENCED);
+	farm_ep_destroy(ep2);
+	assert_int_equal(farm_ep_connect(f->a, f->cq, 2, f->addr_b, NULL, &ep2),
+	                 0);
+	assert_int_equal(tu_do(ep2, f->cq,
+	                       farm_wr_read(7, f->buf, f->lmr, 64, &f->rd, 0)),
+	                 FARM_EFENCED);
+	farm_ep_destroy(ep2);
+	assert_int_equal(farm_ep_connect(f->a, f->cq, 2, f->addr_b, NULL, &ep2),
+	                 0);
+	assert_int_equal(
+	        tu_do(ep2, f->cq,
+	              farm_wr_cas(8, (uint64_t *)(void *)(f->buf + 1024),
+	                          f->lmr, &f->rd, 0, 0x22, 0x99)),
+	        FARM_EFENCED);
+	farm_ep_destroy(ep2);
+	assert_int_equal(f->rbase[0], 0x22);
+	for (int i = 8; i < 128; i++) /* the CAS wrote bytes 0..7 */
+		assert_int_equal(f->rbase[i], i < 64 ? 0x11 : 0);
+	farm_ep_destroy(nep);
+	farm_mr_dereg(nmr);
+	free(nbuf);
+	assert_int_equal(farm_cq_destroy(ncq), 0);
+	farm_fabric_close(nf);
+	tu_rmtree(dir_n);
+}
+
 static void test_error_state(void **state)
 {
 	struct fx *f = *state;
@@ -716,6 +805,7 @@ int main(void)
 	        cmocka_unit_test_setup_teardown(test_bad_input, setup,
 	                                        teardown),
 	        cmocka_unit_test_setup_teardown(test_revoke, setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_admit, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_error_state, setup,
 	                                        teardown),
 	        cmocka_unit_test_setup_teardown(test_queue_full, setup,

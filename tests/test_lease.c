@@ -15,6 +15,10 @@
  *   bad input   garbage, a foreign configuration id, an unknown sender,
  *               a forged grant: dropped and counted, no suspicion, no
  *               lease extended; bad arguments; a stale configuration;
+ *   zombie      REQUESTs in a member's name and configuration from
+ *               another socket (an old holder of a reused id): refused,
+ *               the member suspected as if silent; with the source check
+ *               off (a testing switch) they must keep its lease;
  *   sigstop     the member is another process, stopped with SIGSTOP past
  *               its lease: the CM suspects it, and after SIGCONT it finds
  *               its own lease lost (a zombie knows it is one).
@@ -402,6 +406,74 @@ static void test_bad_input(void **state)
 	trio_close(&t);
 }
 
+/* A zombie: an old holder of member 2's id sends REQUESTs in its name,
+ * in the configuration in force, from a socket of its own, while the
+ * member (the id's holder now) is wedged. The CM refuses each (counted)
+ * and suspects the member within its lease, as if the zombie were silent;
+ * @any_source (the check off) must let the zombie renew the lease. */
+static void zombie_lease(bool any_source)
+{
+	struct trio t;
+	trio_open(&t, 5);
+	wait_renewals(t.l[2], 3);
+	struct farm_lease_stats before;
+	farm_lease_stats(t.l[0], &before);
+	farm_lease_testing_mute(t.l[2], true);
+	int fd = socket(AF_INET, SOCK_DGRAM, 0);
+	assert_true(fd >= 0);
+	struct sockaddr_in sa = {.sin_family = AF_INET};
+	unsigned port;
+	char host[32];
+	assert_int_equal(sscanf(t.peers[0].addr, "udp:%31[^:]:%u", host, &port),
+	                 2);
+	sa.sin_port = htons((uint16_t)port);
+	assert_int_equal(inet_pton(AF_INET, host, &sa.sin_addr), 1);
+	uint64_t t0 = farm_now_ns();
+	unsigned sent = 0;
+	bool seen = false;
+	while (!seen && farm_now_ns() - t0 < 5ull * LEASE_US * 1000) {
+		uint64_t now = farm_now_ns();
+		struct wire w = {.magic = 0x4c454153u,
+		                 .type = 1, /* REQUEST */
+		                 .from = 2,
+		                 .to = 0,
+		                 .config_id = 5,
+		                 .seq = 1000 + sent,
+		                 .t_sent = now};
+		assert_int_equal(sendto(fd, &w, sizeof(w), 0,
+		                        (struct sockaddr *)&sa, sizeof(sa)),
+		                 (ssize_t)sizeof(w));
+		sent++;
+		seen = obs_wait(&t.o[0], 1, 0, LEASE_US / 5000);
+	}
+	close(fd);
+	farm_lease_testing_mute(t.l[2], false);
+	struct farm_lease_stats after;
+	farm_lease_stats(t.l[0], &after);
+	trio_close(&t);
+	if (any_source) {
+		assert_false(seen); /* the zombie kept the lease */
+		return;
+	}
+	assert_true(seen);
+	assert_int_equal(t.o[0].suspects[0], 2);
+	assert_true(after.refused >= before.refused + 1);
+	printf("zombie lease: %u REQUESTs from the old holder's socket, "
+	       "%" PRIu64 " refused; the holder suspected after %.1f ms\n",
+	       sent, after.refused - before.refused,
+	       (double)(t.o[0].first_suspect_ns - t0) / 1e6);
+}
+
+static void test_zombie(void **state)
+{
+	(void)state;
+	zombie_lease(false);
+	if (farm_lease_testing_any_source(true))
+		return; /* built without fault injection */
+	zombie_lease(true);
+	assert_int_equal(farm_lease_testing_any_source(false), 0);
+}
+
 /* The member in a process of its own, stopped past its lease. */
 static void test_sigstop(void **state)
 {
@@ -504,6 +576,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_reported),
 	        cmocka_unit_test(test_probe),
 	        cmocka_unit_test(test_bad_input),
+	        cmocka_unit_test(test_zombie),
 	        cmocka_unit_test(test_sigstop),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -402,6 +402,20 @@ farm_fabric_on_peer_death(farm_fabric *fab, farm_peer_death_fn fn, void *ctx);
 FARM_API FARM_MUST_CHECK int farm_fabric_revoke(farm_fabric *fab,
                                                 uint32_t peer_id);
 
+/*
+ * farm_fabric_admit() - machine @peer_id is a new holder of its id (a new
+ * process at fabric address @addr, which must answer): its one-sided
+ * requests to this machine's memory are let in again after a
+ * farm_fabric_revoke, and every other holder of the id stays fenced
+ * (FARM_EFENCED), an old one that still runs above all. shm: the
+ * incarnation of @addr's table, recorded in this machine's table, which
+ * initiators compare with their own before each doorbell; ids up to 63.
+ * -ENOTSUP for providers without it (udp, verbs, ofi: a reused id is
+ * then refused, or its old holder not fenced).
+ */
+FARM_API FARM_MUST_CHECK int
+farm_fabric_admit(farm_fabric *fab, uint32_t peer_id, const char *addr);
+
 /* Inject a fault on one endpoint. -ENOTSUP where the provider has none. */
 FARM_API FARM_MUST_CHECK int farm_ep_fault(farm_ep *ep, enum farm_fault f,
                                            uint64_t arg);

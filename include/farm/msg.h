@@ -123,6 +123,28 @@ FARM_API FARM_MUST_CHECK int farm_msg_add_peer(farm_msg *msg, uint32_t id,
                                                const farm_mr_desc *desc);
 
 /*
+ * farm_msg_replace_peer() - machine @id is a new holder of its id (a new
+ * incarnation: a new process, new message rings at @addr, @desc): the
+ * next messages and one-sided operations go there. Every loop must then
+ * run farm_loop_forget_peer(loop, @id) on its own thread (before it sends
+ * to @id again) to start its channels with @id afresh. Thread-safe.
+ * -EINVAL as farm_msg_add_peer; a machine not added yet is added.
+ */
+FARM_API FARM_MUST_CHECK int farm_msg_replace_peer(farm_msg *msg, uint32_t id,
+                                                   const char *addr,
+                                                   const farm_mr_desc *desc);
+/*
+ * farm_loop_forget_peer() - on @loop's thread: its channels with machine
+ * @id start afresh (a new incarnation, farm_msg_replace_peer): the rings
+ * it receives from @id are read from their start, the rings it sends to
+ * are made anew at the peer's new descriptor, its endpoints reconnect.
+ * Messages queued for @id and not yet written are dropped; calls waiting
+ * for @id's replies time out. -EINVAL: bad arguments or another thread.
+ */
+FARM_API FARM_MUST_CHECK int farm_loop_forget_peer(farm_loop *loop,
+                                                   uint32_t id);
+
+/*
  * Configurations. Every frame carries the id its sender last set with
  * farm_msg_set_config() (0 until then). farm_msg_peer_min_config() makes
  * this machine refuse frames from machine @id stamped with an older id

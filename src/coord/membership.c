@@ -134,6 +134,7 @@ int farm_membership_open(const struct farm_membership_attr *a,
 	m->expect = a->expect;
 	m->fresh = a->fresh;
 	m->realtime = a->realtime;
+	m->reuse_ids = a->reuse_ids;
 	m->restart = a->restart;
 	if (a->address && strlen(a->address) < sizeof(m->address))
 		strcpy(m->address, a->address);

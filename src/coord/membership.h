@@ -33,6 +33,10 @@
  *                        "domain <id> <name>\n"      failure domains, by id:
  *                                                     members' and departed
  *                                                     machines' (below)
+ *                        "incarnation <id> <cfg>\n"   a reused id's holder,
+ *                                                     admitted in cfg (only
+ *                                                     in "libfarm-config 2",
+ *                                                     written when any is)
  *                        "removed <id> <czxid>\n"     removed incarnations
  *                        "formed\n"                   had expect members
  *                        "late <id>\n"                joined late, in order
@@ -92,6 +96,13 @@ struct farm_member {
 	char domain[FARM_DOMAIN_MAX];     /* failure domain; "": none */
 	bool fresh; /* registered with empty memory (ZooKeeper card) */
 	bool stale; /* registered again after its session expired */
+	/* Which holder of the id this is: 0 for an id's first holder, the
+	 * id of the configuration that admitted it for a holder that took
+	 * the id of a machine the formed cluster had lost (a *reused* id).
+	 * It only grows per id, so a frame, record or mark stamped with
+	 * another incarnation's configuration is told from this one's
+	 * (docs/architecture.md, "Ids and incarnations"). */
+	uint32_t incarnation;
 };
 
 /* A machine that was a member with a failure domain and is not one now.
@@ -131,9 +142,10 @@ struct farm_view {
 	unsigned nlate;
 	uint32_t late[FARM_VIEW_MAX];
 	/* Ids that left the formed cluster and have not come back. A
-	 * machine registering under one with empty memory is not admitted:
-	 * messaging and the logs cannot replace a peer's rings under the
-	 * same id yet, so a failed machine rejoins under a new id. */
+	 * machine registering under one with empty memory is admitted as
+	 * a new incarnation of the id (farm_member.incarnation) when the
+	 * membership reuses ids (farm_membership_attr.reuse_ids), refused
+	 * otherwise; one with stale memory is refused. */
 	unsigned ngone;
 	uint32_t gone[FARM_VIEW_MAX];
 	/* Ids whose memory the cluster gave up at a whole-cluster restart
@@ -219,6 +231,13 @@ struct farm_membership_attr {
 	 * with empty memory (a new data directory). */
 	unsigned expect;
 	bool fresh;
+	/* ZooKeeper, as manager: admit a machine that registers with empty
+	 * memory under an id the formed cluster lost (gone) as a new
+	 * incarnation of that id (farm_member.incarnation), instead of
+	 * refusing it. Every layer that could still hear from the id's old
+	 * holder must check incarnations (src/node, view.c) before this is
+	 * set: the node sets it. */
+	bool reuse_ids;
 	/* A machine restarting on its directory: the configuration its
 	 * manifest names (farm_view.restart); 0: not restarting. */
 	uint64_t restart;

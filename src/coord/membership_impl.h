@@ -24,6 +24,7 @@ struct farm_membership {
 	bool fresh;      /* this machine started with empty memory */
 	bool stale;      /* a later session: its memory may be out of date */
 	bool realtime;   /* farm_membership_attr.realtime */
+	bool reuse_ids;  /* farm_membership_attr.reuse_ids */
 	/* farm_membership_attr.restart until farm_membership_restarted();
 	 * under lock. */
 	uint64_t restart;

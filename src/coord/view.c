@@ -16,7 +16,10 @@
 
 #include "util/log.h"
 
-#define FARM_CONFIG_MAGIC "libfarm-config 1"
+/* Version 2 adds "incarnation" lines (a reused id's holder); a view
+ * without one is written as version 1, which older parsers read. */
+#define FARM_CONFIG_MAGIC  "libfarm-config 1"
+#define FARM_CONFIG_MAGIC2 "libfarm-config 2"
 
 const struct farm_member *farm_view_find(const struct farm_view *v, uint32_t id)
 {
@@ -65,6 +68,7 @@ static bool same_machines(const struct farm_view *a, const struct farm_view *b)
 {
 	for (unsigned i = 0; i < a->n; i++)
 		if (a->members[i].id != b->members[i].id ||
+		    a->members[i].incarnation != b->members[i].incarnation ||
 		    strcmp(a->members[i].endpoint, b->members[i].endpoint) ||
 		    strcmp(a->members[i].domain, b->members[i].domain))
 			return false;
@@ -252,6 +256,11 @@ static int format_machines(const struct farm_view *v, char *buf, size_t len,
 			return -1;
 	if (format_domains(v, buf, len, off))
 		return -1;
+	for (unsigned i = 0; i < v->n; i++)
+		if (v->members[i].incarnation &&
+		    emit(buf, len, off, "incarnation %" PRIu32 " %" PRIu32 "\n",
+		         v->members[i].id, v->members[i].incarnation))
+			return -1;
 	for (unsigned i = 0; i < v->nremoved && i < FARM_VIEW_MAX; i++)
 		if (emit(buf, len, off, "removed %" PRIu32 " %" PRId64 "\n",
 		         v->removed[i].id, v->removed[i].incarnation))
@@ -285,8 +294,11 @@ int farm_view_format(const struct farm_view *v, char *buf, size_t len)
 	    v->ngone > FARM_VIEW_MAX || v->nlost > FARM_VIEW_MAX)
 		return -EINVAL;
 	size_t off = 0;
-	if (emit(buf, len, &off, FARM_CONFIG_MAGIC "\nconfig_id %" PRIu64 "\n",
-	         v->config_id))
+	bool v2 = false;
+	for (unsigned i = 0; i < v->n; i++)
+		v2 |= v->members[i].incarnation != 0;
+	if (emit(buf, len, &off, "%s\nconfig_id %" PRIu64 "\n",
+	         v2 ? FARM_CONFIG_MAGIC2 : FARM_CONFIG_MAGIC, v->config_id))
 		return -ENOBUFS;
 	if (v->has_cm && emit(buf, len, &off, "cm %" PRIu32 "\n", v->cm))
 		return -ENOBUFS;
@@ -334,8 +346,11 @@ static int parse_id_line(const char *p, const char *nl, uint32_t *ids,
  * need to remember. */
 struct view_parse {
 	struct farm_view *v;
+	bool v2; /* version 2: incarnation lines allowed */
 	bool have_domain;
 	uint64_t last_domain;
+	bool have_inc;
+	uint64_t last_inc;
 };
 
 /* One line kind after the first two: @p is the line, @nl its '\n'. 0, or
@@ -416,6 +431,29 @@ static int vl_removed(struct view_parse *s, const char *p, const char *nl)
 	return 0;
 }
 
+/* "incarnation <id> <config id>" (version 2): after the members and the
+ * domains, ids increasing, a member's, above 0. */
+static int vl_incarnation(struct view_parse *s, const char *p, const char *nl)
+{
+	struct farm_view *v = s->v;
+	uint64_t x, c;
+	const char *e;
+	if (!s->v2 || v->nremoved || v->formed || v->nlate || v->ngone ||
+	    v->nlost || v->restart ||
+	    parse_dec(p + 12, nl, UINT32_MAX, &x, &e) || e == nl || *e != ' ' ||
+	    (s->have_inc && x <= s->last_inc) ||
+	    parse_dec(e + 1, nl, UINT32_MAX, &c, &e) || e != nl || c == 0)
+		return -1;
+	struct farm_member *mb =
+	        (struct farm_member *)farm_view_find(v, (uint32_t)x);
+	if (!mb)
+		return -1;
+	s->have_inc = true;
+	s->last_inc = x;
+	mb->incarnation = (uint32_t)c;
+	return 0;
+}
+
 /* After the members, ids increasing: a member's domain, or a departed
  * machine's. */
 static int vl_domain(struct view_parse *s, const char *p, const char *nl)
@@ -423,8 +461,8 @@ static int vl_domain(struct view_parse *s, const char *p, const char *nl)
 	struct farm_view *v = s->v;
 	uint64_t x;
 	const char *e;
-	if (parse_dec(p + 7, nl, UINT32_MAX, &x, &e) || e == nl || *e != ' ' ||
-	    (s->have_domain && x <= s->last_domain))
+	if (s->have_inc || parse_dec(p + 7, nl, UINT32_MAX, &x, &e) ||
+	    e == nl || *e != ' ' || (s->have_domain && x <= s->last_domain))
 		return -1;
 	s->have_domain = true;
 	s->last_domain = x;
@@ -459,8 +497,8 @@ static int vl_member(struct view_parse *s, const char *p, const char *nl)
 	size_t n = (size_t)(nl - p);
 	uint64_t x;
 	const char *e;
-	if (v->nremoved || s->have_domain || v->formed || v->nlate ||
-	    v->ngone || v->nlost || v->restart || n < 7 ||
+	if (v->nremoved || s->have_domain || s->have_inc || v->formed ||
+	    v->nlate || v->ngone || v->nlost || v->restart || n < 7 ||
 	    memcmp(p, "member ", 7) ||
 	    parse_dec(p + 7, nl, UINT32_MAX, &x, &e) || e == nl || *e != ' ')
 		return -1;
@@ -489,11 +527,16 @@ static const struct {
 	bool whole;
 	view_line_fn fn;
 } view_lines[] = {
-        {"cm ", 3, false, vl_cm},         {"formed", 6, true, vl_formed},
-        {"late ", 5, false, vl_late},     {"gone ", 5, false, vl_gone},
-        {"lost ", 5, false, vl_lost},     {"restart ", 8, false, vl_restart},
-        {"bump ", 5, false, vl_bump},     {"removed ", 8, false, vl_removed},
+        {"cm ", 3, false, vl_cm},
+        {"formed", 6, true, vl_formed},
+        {"late ", 5, false, vl_late},
+        {"gone ", 5, false, vl_gone},
+        {"lost ", 5, false, vl_lost},
+        {"restart ", 8, false, vl_restart},
+        {"bump ", 5, false, vl_bump},
+        {"removed ", 8, false, vl_removed},
         {"domain ", 7, false, vl_domain},
+        {"incarnation ", 12, false, vl_incarnation},
 };
 
 static view_line_fn view_line(const char *p, size_t n)
@@ -523,8 +566,10 @@ int farm_view_parse(const char *buf, size_t len, struct farm_view *v)
 		const char *e;
 		uint64_t x;
 		if (line == 0) {
-			if (n != strlen(FARM_CONFIG_MAGIC) ||
-			    memcmp(p, FARM_CONFIG_MAGIC, n))
+			s.v2 = n == strlen(FARM_CONFIG_MAGIC2) &&
+			       !memcmp(p, FARM_CONFIG_MAGIC2, n);
+			if (!s.v2 && (n != strlen(FARM_CONFIG_MAGIC) ||
+			              memcmp(p, FARM_CONFIG_MAGIC, n)))
 				return FARM_ECORRUPT;
 		} else if (line == 1) {
 			if (n < 11 || memcmp(p, "config_id ", 10) ||

@@ -334,6 +334,7 @@ static int zk_write_next(struct farm_membership *m, int32_t version, bool force,
 	if (version > 0 && (uint64_t)version > id)
 		id = (uint64_t)version;
 	z->next.config_id = id + 1;
+	zk_incarnations(&z->next);
 	int len = farm_view_format(&z->next, z->buf, ZK_BUF);
 	if (len < 0)
 		return len;

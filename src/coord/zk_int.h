@@ -188,6 +188,11 @@ uint64_t zk_restart_mark(struct farm_membership *m);
  * the incarnations z->cur lists as removed (kept listed while their znodes
  * live) and the machines this one suspects (listed from now on, by the
  * znode's creation zxid). Worker thread only. */
+/* The placeholder zk_build_from gives a member admitted as a new
+ * incarnation of a reused id (farm_membership_attr.reuse_ids) until its
+ * configuration's id is known: zk_incarnations then sets it to that id. */
+#define ZK_INC_NEW UINT32_MAX
+void zk_incarnations(struct farm_view *x);
 int zk_build_from(struct farm_membership *m, const uint32_t *ids, unsigned n,
                   const struct zk_read *rd);
 

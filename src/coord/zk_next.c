@@ -229,12 +229,27 @@ static bool late_room(struct farm_view *x, uint32_t id)
 	return true;
 }
 
+/* @id out of the late list (a reused id's old holder's rank). */
+static void late_drop(struct farm_view *x, uint32_t id)
+{
+	for (unsigned q = 0; q < x->nlate; q++) {
+		if (x->late[q] != id)
+			continue;
+		memmove(&x->late[q], &x->late[q + 1],
+		        (x->nlate - q - 1) * sizeof(x->late[0]));
+		x->nlate--;
+		return;
+	}
+}
+
 /* Members new to a formed configuration that registered with empty memory
  * join the late list, after the earlier ones. */
 static void next_late_new(struct farm_view *x, const struct farm_view *c)
 {
 	for (unsigned i = 0; c->formed && i < x->n; i++) {
 		const struct farm_member *mb = &x->members[i];
+		if (mb->incarnation == ZK_INC_NEW)
+			late_drop(x, mb->id); /* a new holder: last */
 		if (!mb->fresh || farm_ids_have(x->late, x->nlate, mb->id) ||
 		    farm_view_find(c, mb->id))
 			continue;
@@ -291,6 +306,25 @@ uint64_t zk_restart_mark(struct farm_membership *m)
 		return r;
 	return UINT64_MAX;
 }
+/* Member @mb (id @id, registered) gets its incarnation: the one it has
+ * in the configuration in force, else 0. true: it is a new holder of an
+ * id the formed cluster lost (gone), registered with empty memory while
+ * ids are reused (farm_membership_attr.reuse_ids): admitted as a new
+ * incarnation, the configuration that admits it (ZK_INC_NEW until
+ * zk_incarnations knows that configuration's id). */
+static bool zk_incarnation(struct farm_membership *m, uint32_t id,
+                           struct farm_member *mb)
+{
+	struct farm_zk *z = m->zk;
+	const struct farm_member *was = farm_view_find(&z->cur, id);
+	mb->incarnation = was ? was->incarnation : 0;
+	if (was || !mb->fresh || !m->reuse_ids ||
+	    !farm_ids_have(z->cur.gone, z->cur.ngone, id))
+		return false;
+	mb->incarnation = ZK_INC_NEW;
+	return true;
+}
+
 int zk_build_from(struct farm_membership *m, const uint32_t *ids, unsigned n,
                   const struct zk_read *rd)
 {
@@ -330,11 +364,15 @@ int zk_build_from(struct farm_membership *m, const uint32_t *ids, unsigned n,
 		 * its copies are out of date). Logged once per
 		 * registration. */
 		bool lost = is_lost(m, ids[i]);
+		if (!lost && zk_incarnation(m, ids[i], mb)) {
+			mb->id = ids[i];
+			z->next.n++;
+			continue;
+		}
 		bool alone = !mb->fresh && !mb->stale && !z->next.restart &&
 		             !FARM_FAULT_SWITCH(FARM_FP_ZK_ADMIT_ALONE);
-		if (lost ||
-		    ((mb->fresh || mb->stale || alone) &&
-		     farm_ids_have(z->cur.gone, z->cur.ngone, ids[i]))) {
+		bool gone = farm_ids_have(z->cur.gone, z->cur.ngone, ids[i]);
+		if (lost || ((mb->fresh || mb->stale || alone) && gone)) {
 			if (z->refused_czxid != st.czxid)
 				farm_err("membership: machine %" PRIu32
 				         " registered%s under the id of a "
@@ -363,6 +401,13 @@ int zk_build_from(struct farm_membership *m, const uint32_t *ids, unsigned n,
 	zk_departed(z);
 	zk_late(m);
 	return 0;
+}
+
+void zk_incarnations(struct farm_view *x)
+{
+	for (unsigned i = 0; i < x->n; i++)
+		if (x->members[i].incarnation == ZK_INC_NEW)
+			x->members[i].incarnation = (uint32_t)x->config_id;
 }
 
 #endif /* FARM_HAVE_ZK */

@@ -279,6 +279,15 @@ int farm_fabric_revoke(farm_fabric *fab, uint32_t peer_id)
 	return fab->ops->revoke(fab, peer_id);
 }
 
+int farm_fabric_admit(farm_fabric *fab, uint32_t peer_id, const char *addr)
+{
+	if (!fab || !addr || peer_id == fab->machine_id)
+		return -EINVAL;
+	if (!fab->ops->admit)
+		return -ENOTSUP;
+	return fab->ops->admit(fab, peer_id, addr);
+}
+
 int farm_fabric_fault_peer(farm_fabric *fab, uint32_t peer_id,
                            enum farm_fault f, uint64_t arg)
 {

@@ -88,6 +88,8 @@ struct farm_fabric_ops {
 	/* Optional (NULL: -ENOTSUP): machine @peer_id's one-sided requests to
 	 * this machine's memory fail from now on (FARM_EFENCED). */
 	int (*revoke)(farm_fabric *fab, uint32_t peer_id);
+	/* Optional (NULL: -ENOTSUP): farm_fabric_admit. */
+	int (*admit)(farm_fabric *fab, uint32_t peer_id, const char *addr);
 	/* Optional (NULL: -ENOTSUP): farm_fabric_on_peer_death. */
 	int (*on_peer_death)(farm_fabric *fab, farm_peer_death_fn fn,
 	                     void *ctx);

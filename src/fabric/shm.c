@@ -925,6 +925,7 @@ const struct farm_fabric_ops farm_shm_ops = {
         .ep_post = shm_ep_post,
         .ep_fault = shm_ep_fault,
         .revoke = shm_revoke,
+        .admit = shm_admit,
         .on_peer_death = shm_on_peer_death,
         .fault_peer = shm_fault_peer,
 };

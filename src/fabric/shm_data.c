@@ -352,6 +352,14 @@ static inline int run_status(const struct shm_ep *ep)
 	                                     memory_order_acquire) >>
 	                me) & 1)
 		return FARM_EFENCED;
+	/* An old holder of a reused id: the target admitted another
+	 * incarnation under it (shm_admit; pairs with its seq_cst store). */
+	uint64_t adm =
+	        me < 64 ? atomic_load_explicit(&ep->peer->table->admitted[me],
+	                                       memory_order_acquire)
+	                : 0;
+	if (adm && adm != ep->peer->fab->table->hdr.incarnation)
+		return FARM_EFENCED;
 	return fault_status(ep);
 }
 

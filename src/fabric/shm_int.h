@@ -22,7 +22,7 @@
 #include "util/common.h"
 
 #define SHM_MAGIC        0x3142415446524146ull /* "FARFTAB1" */
-#define SHM_LAYOUT       1u
+#define SHM_LAYOUT       2u /* 2: the admitted incarnations */
 #define SHM_IDX_BITS     12
 #define SHM_MAX_MR       (1u << SHM_IDX_BITS)
 #define SHM_MAX_FILES    1024u
@@ -73,6 +73,12 @@ struct shm_table_mr {
 struct shm_table {
 	struct shm_table_hdr hdr;
 	struct shm_table_mr mr[SHM_MAX_MR];
+	/* Per machine id (< 64): the table incarnation of the process
+	 * admitted under it (farm_fabric_admit, a new holder of a reused
+	 * id); 0: any. An initiator of another incarnation is fenced like
+	 * a revoked one, so the id's old holder stays out while its new
+	 * holder is let in. */
+	_Atomic uint64_t admitted[64];
 };
 
 _Static_assert(sizeof(struct shm_table_hdr) == 64, "header is one line");
@@ -238,6 +244,7 @@ int shm_peer_get(struct shm_fabric *fab, uint32_t peer_id, const char *dir,
                  struct shm_peer **out);
 int shm_on_peer_death(farm_fabric *f, farm_peer_death_fn fn, void *ctx);
 int shm_revoke(farm_fabric *f, uint32_t peer_id);
+int shm_admit(farm_fabric *f, uint32_t peer_id, const char *addr);
 
 /* shm_data.c */
 int shm_ep_post(farm_ep *e, farm_wr *list, farm_wr **bad);

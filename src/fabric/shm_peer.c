@@ -282,3 +282,29 @@ int shm_revoke(farm_fabric *f, uint32_t peer_id)
 	                         memory_order_seq_cst);
 	return 0;
 }
+
+int shm_admit(farm_fabric *f, uint32_t peer_id, const char *addr)
+{
+	struct shm_fabric *fab = to_fab(f);
+	if (peer_id >= 64 || !addr)
+		return -ERANGE;
+	char *real = realpath(addr, NULL);
+	if (!real)
+		return -errno;
+	pthread_mutex_lock(&fab->lock);
+	struct shm_peer *p = NULL;
+	int rc = shm_peer_get(fab, peer_id, real, &p);
+	uint64_t inc = rc ? 0 : p->incarnation;
+	pthread_mutex_unlock(&fab->lock);
+	free(real);
+	if (rc)
+		return rc;
+	/* The incarnation first, then the revocation lifted: an initiator
+	 * that sees the bit clear sees the incarnation (both seq_cst;
+	 * initiators load the bit, then the incarnation, with acquire). */
+	atomic_store_explicit(&fab->table->admitted[peer_id], inc,
+	                      memory_order_seq_cst);
+	atomic_fetch_and_explicit(&fab->table->hdr.revoked, ~(1ull << peer_id),
+	                          memory_order_seq_cst);
+	return 0;
+}

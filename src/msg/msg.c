@@ -301,6 +301,29 @@ int farm_msg_add_peer(farm_msg *msg, uint32_t id, const char *addr,
 	return rc;
 }
 
+int farm_msg_replace_peer(farm_msg *msg, uint32_t id, const char *addr,
+                          const farm_mr_desc *desc)
+{
+	if (!msg || !addr || !desc || id == msg->me ||
+	    id >= msg->attr.max_machines || strlen(addr) >= 256 ||
+	    desc->len != msg->lay.total || desc->machine != id)
+		return -EINVAL;
+	struct peer_info *p = &msg->peers[id];
+	pthread_mutex_lock(&msg->lock);
+	/* Loops read addr and desc on their own threads (msg_peer_ep,
+	 * chan_get, chan_post); a loop that reads them while they change
+	 * here is one that has not forgotten the peer yet, whose writes
+	 * go to the old holder's endpoint, which fails them
+	 * (farm_loop_forget_peer makes it reconnect). */
+	snprintf(p->addr, sizeof(p->addr), "%s", addr);
+	p->desc = *desc;
+	/* Pairs as in farm_msg_add_peer. */
+	atomic_store_explicit(&p->ready, 1, memory_order_release);
+	atomic_fetch_add(&msg->peer_gen, 1);
+	pthread_mutex_unlock(&msg->lock);
+	return 0;
+}
+
 int farm_msg_handle(farm_msg *msg, uint16_t type, farm_msg_handler_fn fn,
                     void *arg)
 {

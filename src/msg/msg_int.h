@@ -194,7 +194,9 @@ struct out_peer {
 	 * the error state (as a verbs QP), which must not stop messaging.
 	 * It is replaced once its outstanding operations have completed. */
 	farm_ep *rep;
-	unsigned rops;           /* outstanding on rep */
+	unsigned rops; /* outstanding on rep */
+	bool rep_old;  /* rep reaches an old holder of the id: replaced once
+	                  rops drain (farm_loop_forget_peer) */
 	struct out_chan **chans; /* nthreads, lazily */
 };
 
@@ -293,6 +295,9 @@ int msg_send_wire(farm_loop *loop, uint32_t machine, unsigned thread,
 int msg_check_dest(farm_loop *loop, uint32_t machine, unsigned thread,
                    uint32_t len);
 int msg_poll_rings(farm_loop *loop);
+/* The rings this loop receives from machine @m start afresh (a new
+ * incarnation, farm_loop_forget_peer). */
+void msg_forget_in(farm_loop *loop, uint32_t m);
 void msg_hand_back_all(farm_loop *loop);
 int msg_poll_inbox(farm_loop *loop, int status);
 

@@ -139,6 +139,31 @@ static void rdma_done(farm_loop *loop, struct rdma_op *o, int status)
 	cont(loop, ctx, status);
 }
 
+/* @op's endpoint for one-sided operations, connected (again) when it has
+ * none, failed, or reaches an old holder of the id (rep_old), once the
+ * operations outstanding on it have drained (-EAGAIN until then). */
+static int rep_ready(farm_loop *loop, uint32_t machine, struct out_peer *op)
+{
+	if (op->rep && (op->rep_old || !farm_ep_usable(op->rep))) {
+		if (op->rops)
+			return -EAGAIN; /* the failed one's (or the old
+			                   holder's) followers drain */
+		farm_ep_destroy(op->rep);
+		op->rep = NULL;
+		op->rep_old = false;
+	}
+	if (op->rep)
+		return 0;
+	farm_ep_attr ea = {.sq_depth = EP_DEPTH};
+	int rc = farm_ep_connect(loop->msg->fab, loop->cq, machine,
+	                         loop->msg->peers[machine].addr, &ea, &op->rep);
+	if (rc) {
+		op->rep = NULL;
+		return rc == -ECONNREFUSED ? FARM_EPEERDEAD : rc;
+	}
+	return 0;
+}
+
 static int rdma_post(farm_loop *loop, uint32_t machine, int wake_thread,
                      farm_wr *wr, farm_op_fn cont, void *ctx)
 {
@@ -154,22 +179,8 @@ static int rdma_post(farm_loop *loop, uint32_t machine, int wake_thread,
 	int rc = msg_peer_ep(loop, machine, &op);
 	if (rc)
 		return rc;
-	if (op->rep && !farm_ep_usable(op->rep)) {
-		if (op->rops)
-			return -EAGAIN; /* the failed one's followers drain */
-		farm_ep_destroy(op->rep);
-		op->rep = NULL;
-	}
-	if (!op->rep) {
-		farm_ep_attr ea = {.sq_depth = EP_DEPTH};
-		rc = farm_ep_connect(loop->msg->fab, loop->cq, machine,
-		                     loop->msg->peers[machine].addr, &ea,
-		                     &op->rep);
-		if (rc) {
-			op->rep = NULL;
-			return rc == -ECONNREFUSED ? FARM_EPEERDEAD : rc;
-		}
-	}
+	if ((rc = rep_ready(loop, machine, op)))
+		return rc;
 	struct rdma_op *o = loop->ops_free;
 	if (o)
 		loop->ops_free = o->next;
@@ -208,6 +219,51 @@ static int rdma_post(farm_loop *loop, uint32_t machine, int wake_thread,
 	loop->ops = o;
 	loop->nops++;
 	op->rops++;
+	return 0;
+}
+
+/* The out_peer of machine @m starts afresh: its channels (and their
+ * places in the dirty list) freed, its endpoints closed; a one-sided
+ * endpoint with operations outstanding is closed once they complete
+ * (rdma_post, rep_old). */
+static void forget_out(farm_loop *loop, uint32_t m)
+{
+	farm_msg *msg = loop->msg;
+	struct out_peer *op = &loop->out[m];
+	unsigned keep = 0;
+	for (unsigned i = 0; i < loop->ndirty; i++)
+		if (loop->dirty[i]->m != m)
+			loop->dirty[keep++] = loop->dirty[i];
+	loop->ndirty = keep;
+	if (op->chans)
+		for (unsigned r = 0; r < msg->attr.nthreads; r++) {
+			if (op->chans[r]) {
+				msg_chan_free(op->chans[r]);
+				/* Relaxed: the count farm_msg_memory reads. */
+				atomic_fetch_sub_explicit(&loop->mirror_bytes,
+				                          msg->lay.R,
+				                          memory_order_relaxed);
+			}
+			op->chans[r] = NULL;
+		}
+	if (op->ep)
+		farm_ep_destroy(op->ep);
+	op->ep = NULL;
+	op->err = 0;
+	if (op->rep && !op->rops) {
+		farm_ep_destroy(op->rep);
+		op->rep = NULL;
+	}
+	op->rep_old = op->rep != NULL;
+}
+
+int farm_loop_forget_peer(farm_loop *loop, uint32_t id)
+{
+	if (!loop || !on_owner(loop) || id >= loop->msg->attr.max_machines ||
+	    id == loop->msg->me)
+		return -EINVAL;
+	forget_out(loop, id);
+	msg_forget_in(loop, id);
 	return 0;
 }
 

@@ -587,6 +587,40 @@ static int poll_ring(farm_loop *loop, uint32_t m, unsigned t, struct in_chan *c)
 	return got;
 }
 
+void msg_forget_in(farm_loop *loop, uint32_t m)
+{
+	farm_msg *msg = loop->msg;
+	uint32_t R = msg->lay.R;
+	unsigned T = msg->attr.nthreads;
+	for (unsigned t = 0; t < T; t++) {
+		struct in_chan *c = &loop->in[m * T + t];
+		/* What the old holder wrote was consumed (refused since it
+		 * was removed); what is consumed and not handed back yet is
+		 * zeroed now. The new holder writes from the ring's start
+		 * with its first sequence number, which is where reading
+		 * starts again: frames it wrote already stay. */
+		for (uint64_t from = c->returned; from != c->head;) {
+			uint32_t off = (uint32_t)(from & (R - 1));
+			uint64_t n =
+			        FARM_MIN(c->head - from, (uint64_t)(R - off));
+			memset(c->ring + off, 0, (size_t)n);
+			from += n;
+		}
+		c->head = c->returned = 0;
+		c->seq = 1;
+		c->broken = false;
+		/* The words where @m's threads say how far they consumed our
+		 * rings to them: the new holder consumed nothing yet. A new
+		 * channel reads its start there (chan_get). */
+		_Atomic uint64_t *w =
+		        (_Atomic uint64_t *)(void *)(msg->base +
+		                                     head_at(&msg->lay,
+		                                             loop->idx, m, t));
+		atomic_store_explicit(w, 0, memory_order_relaxed);
+	}
+	loop->refused_logged[m] = 0;
+}
+
 int msg_poll_rings(farm_loop *loop)
 {
 	farm_msg *msg = loop->msg;

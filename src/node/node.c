@@ -586,6 +586,7 @@ int farm_node_start(farm_node *n, int timeout_ms)
 	        .fresh = !farm_restart_pending(n->rs),
 	        .restart = farm_restart_config(n->rs),
 	        .realtime = true,
+	        .reuse_ids = n->cfg.reuse_ids,
 	        .on_view = node_apply_view,
 	        .on_state = on_state,
 	        .ctx = n,

@@ -63,6 +63,15 @@ struct farm_node {
 	 * while open writes it. */
 	struct farm_membership *marked_mem;
 	bool lease_lost; /* its lease at the CM lapsed */
+	/* Under lock: this machine's incarnation (farm_member.incarnation),
+	 * taken from the first view that named it; views naming its id
+	 * with another one name a later holder (view.c, self_member). */
+	bool have_inc;
+	uint32_t self_inc;
+	uint64_t replaced_seen; /* views that named a later holder */
+	/* apply_view's thread only: each peer's incarnation as last added
+	 * (add_peer): another one is a new holder of the id. */
+	uint32_t peer_inc[FARM_NODE_MAX_MACHINES];
 	/* Machines whose messages are refused (farm_msg_peer_min_config);
 	 * apply_view's thread only. */
 	bool msg_removed[FARM_NODE_MAX_MACHINES];

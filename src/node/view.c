@@ -209,6 +209,7 @@ struct av {
 	farm_node *n;
 	const struct farm_view *v;
 	bool member;     /* this machine is in the view */
+	bool replaced;   /* the view names a later holder of this id */
 	bool restarting; /* a whole-cluster restart not run yet (this view
 	                    may run it) */
 	uint32_t ids[FARM_VIEW_MAX]; /* the members (ids in range) */
@@ -226,6 +227,27 @@ struct av {
 	unsigned rlost;
 };
 
+/* Whether @v names this machine: its id, and the incarnation it took from
+ * the first view that named it (farm_member.incarnation). A view that
+ * names the id with another incarnation names a later holder of it: this
+ * machine is that id's old holder, removed (*@replaced), whatever else it
+ * still believes; it must never act as the member the view names. */
+static bool self_member(farm_node *n, const struct farm_view *v, bool *replaced)
+{
+	const struct farm_member *me = farm_view_find(v, n->cfg.machine_id);
+	*replaced = false;
+	if (!me)
+		return false;
+	pthread_mutex_lock(&n->lock);
+	if (!n->have_inc) {
+		n->have_inc = true;
+		n->self_inc = me->incarnation;
+	}
+	*replaced = me->incarnation != n->self_inc;
+	pthread_mutex_unlock(&n->lock);
+	return !*replaced;
+}
+
 static enum av_state av_screen(struct av *a)
 {
 	farm_node *n = a->n;
@@ -234,7 +256,7 @@ static enum av_state av_screen(struct av *a)
 	if (n->restart_failed || farm_restart_view(n->rs, a->v))
 		return AV_DONE; /* the previous incarnation's view (restart.c)
 		                 */
-	a->member = farm_view_find(a->v, n->cfg.machine_id) != NULL;
+	a->member = self_member(n, a->v, &a->replaced);
 	a->restarting = farm_restart_pending(n->rs);
 	return AV_ADMIT;
 }
@@ -260,7 +282,14 @@ static enum av_state av_admit(struct av *a)
 	pthread_mutex_lock(&n->lock);
 	bool was = n->view.config_id != 0;
 	bool fresh = !was && !a->restarting;
-	left = (left && !a->restarting && (fresh || was)) || lost;
+	/* With reuse_ids a fresh machine under a gone id waits for the
+	 * manager to admit it as a new incarnation. */
+	bool wait = !n->have_inc && !a->restarting && n->cfg.reuse_ids &&
+	            !farm_restart_pending(n->rs);
+	left = (left && !a->restarting && !wait && (fresh || was)) || lost ||
+	       a->replaced;
+	if (a->replaced)
+		n->replaced_seen++;
 	bool tell = left && !n->refused;
 	if (left) {
 		n->refused = true;
@@ -269,7 +298,15 @@ static enum av_state av_admit(struct av *a)
 		pthread_cond_broadcast(&n->cond);
 	}
 	pthread_mutex_unlock(&n->lock);
-	if (tell && lost)
+	if (tell && a->replaced)
+		farm_err("node %" PRIu32 ": configuration %" PRIu64 " names "
+		         "a later holder of this machine's id (incarnation "
+		         "%" PRIu32 ", this one %" PRIu32 "): this machine was "
+		         "removed and acts no more",
+		         n->cfg.machine_id, v->config_id,
+		         farm_view_find(v, n->cfg.machine_id)->incarnation,
+		         n->self_inc);
+	else if (tell && lost)
 		farm_err("node %" PRIu32 ": the cluster restarted "
 		         "without this machine (configuration %" PRIu64
 		         ": lost) and recovered its data from "
@@ -343,14 +380,68 @@ static enum av_state av_fence(struct av *a)
 	return AV_PEERS;
 }
 
+struct forget {
+	farm_node *n;
+	uint32_t id;
+	int rc;
+};
+
+static void forget_on_loop(farm_loop *loop, void *ctx, int status)
+{
+	struct forget *f = ctx;
+	if (status)
+		return;
+	int rc = farm_loop_forget_peer(loop, f->id);
+	if (!rc)
+		rc = farm_txm_forget_peer(f->n->txm, loop, f->id);
+	if (rc && !f->rc)
+		f->rc = rc;
+}
+
+/* Machine @id, known here, has a new holder (a reused id; its card gave
+ * @addr, @d, @ld): its memory is let in at the fabric (its old holder
+ * stays fenced), messaging and the logs reach the new one, and every
+ * loop starts its channels and logs with @id afresh, on its own thread,
+ * before this returns. */
+static int replace_holder(farm_node *n, uint32_t id, const char *addr,
+                          const farm_mr_desc *d, const farm_mr_desc *ld)
+{
+	int rc = farm_fabric_admit(n->fab, id, addr);
+	if (rc && rc != -ENOTSUP)
+		return rc;
+	if (rc == -ENOTSUP)
+		farm_warn("node: the fabric cannot fence machine %" PRIu32
+		          "'s old holder off this machine's memory",
+		          id);
+	rc = farm_msg_replace_peer(n->msg, id, addr, d);
+	if (!rc)
+		rc = farm_txm_replace_peer(n->txm, id, ld);
+	struct forget f = {.n = n, .id = id};
+	for (unsigned i = 0; !rc && i < n->nthreads; i++)
+		rc = farm_node_run(n, i, forget_on_loop, &f);
+	if (!rc)
+		rc = f.rc;
+	if (!rc)
+		farm_info("node: machine %" PRIu32 " is a new holder of its "
+		          "id; its channels and logs start afresh",
+		          id);
+	return rc;
+}
+
 /* Member @m (not this machine) a messaging and log peer, from its card. */
 static void add_peer(farm_node *n, const struct farm_view *v,
                      const struct farm_member *m)
 {
-	if (n->msg_removed[m->id] &&
-	    !farm_msg_peer_min_config(n->msg, m->id, (uint32_t)v->config_id))
-		n->msg_removed[m->id] = false; /* a new incarnation: from this
-		                                  id on */
+	/* A new holder of the id (farm_member.incarnation): frames stamped
+	 * with a configuration before the one that admitted it are its old
+	 * holder's, a zombie's, and are refused. A machine that came back
+	 * otherwise (a re-registration): from this view on. */
+	bool holder = m->incarnation != n->peer_inc[m->id];
+	uint32_t from = holder ? m->incarnation : (uint32_t)v->config_id;
+	if ((n->msg_removed[m->id] || holder) &&
+	    !farm_msg_peer_min_config(n->msg, m->id, from))
+		n->msg_removed[m->id] = false;
+	n->peer_inc[m->id] = m->incarnation;
 	char card[FARM_ENDPOINT_MAX], addr[FARM_ENDPOINT_MAX];
 	farm_mr_desc d, ld;
 	int rc = farm_node_card_parse(m->endpoint, addr, sizeof(addr), &d, &ld);
@@ -367,15 +458,52 @@ static void add_peer(farm_node *n, const struct farm_view *v,
 		rc = farm_msg_add_peer(n->msg, m->id, addr, &d);
 		if (!rc)
 			rc = farm_txm_add_peer(n->txm, m->id, &ld);
+		if (rc == -EEXIST && holder && m->incarnation)
+			rc = replace_holder(n, m->id, addr, &d, &ld);
 	}
 	if (rc == -EEXIST)
-		farm_warn("node: machine %" PRIu32 " came back with new "
-		          "message rings; messages to it fail until this "
-		          "machine restarts (not yet supported)",
-		          m->id);
+		farm_warn("node: machine %" PRIu32 " (incarnation %" PRIu32
+		          ") came back with new message rings; messages to "
+		          "it fail until this machine restarts (replacing a "
+		          "peer's rings is not yet supported)",
+		          m->id, m->incarnation);
 	else if (rc)
 		farm_warn("node: cannot reach machine %" PRIu32 ": %s", m->id,
 		          farm_strerror(rc));
+}
+
+/* A new holder of a reused id, at its first view as a member: the others
+ * let it in at their fabric only once they apply that view
+ * (farm_fabric_admit), and until then its one-sided requests fail as its
+ * old holder's do (FARM_EFENCED), which would fail the channels its
+ * layers are about to open. So it READs every member's message header
+ * until each answers (or @FENCE_WAIT_NS pass; logged), once its leases
+ * took the view and before recovery or the application act on it. */
+#define FENCE_WAIT_NS (10ull * 1000000000ull)
+static void await_admitted(farm_node *n, const struct av *a)
+{
+	uint32_t ids[FARM_VIEW_MAX];
+	bool ok[FARM_VIEW_MAX];
+	unsigned k = 0;
+	for (unsigned i = 0; i < a->k; i++)
+		if (a->ids[i] != n->cfg.machine_id)
+			ids[k++] = a->ids[i];
+	uint64_t t0 = farm_now_ns();
+	while (k) {
+		int got = farm_msg_probe(n->msg, ids, k, 200000000ull, ok);
+		if (got == (int)k)
+			return;
+		if (farm_now_ns() - t0 > FENCE_WAIT_NS) {
+			farm_warn("node %" PRIu32 ": %d of %u members let "
+			          "this machine (a new holder of its id) in "
+			          "within %llu s",
+			          n->cfg.machine_id, got < 0 ? 0 : got, k,
+			          FENCE_WAIT_NS / 1000000000ull);
+			return;
+		}
+		struct timespec ts = {.tv_nsec = 5000000};
+		nanosleep(&ts, NULL);
+	}
 }
 
 static enum av_state av_peers(struct av *a)
@@ -438,6 +566,16 @@ static enum av_state av_leases(struct av *a)
 			farm_warn("node: leases of view %" PRIu64 ": %s",
 			          v->config_id, farm_strerror(lrc));
 	}
+	/* After the leases took the view, as a restart: the wait can
+	 * outlast the join grace (a new holder of id 0 is the CM, whose
+	 * members' leases lapsed while it waited before them), and before
+	 * recovery and the application open channels. */
+	pthread_mutex_lock(&n->lock);
+	bool first = a->member && n->self_inc &&
+	             !farm_view_find(&n->view, n->cfg.machine_id);
+	pthread_mutex_unlock(&n->lock);
+	if (first)
+		await_admitted(n, a);
 	return a->rc ? AV_RECORD : AV_RESTART;
 }
 

@@ -125,6 +125,16 @@ int farm_lease_testing_no_expiry(bool on)
 	return 0;
 }
 
+static _Atomic bool any_source; /* testing */
+
+int farm_lease_testing_any_source(bool on)
+{
+	if (!farm_fault_built())
+		return -ENOTSUP;
+	atomic_store(&any_source, on);
+	return 0;
+}
+
 static uint64_t now_ns(void)
 {
 	return farm_now_ns();
@@ -302,6 +312,20 @@ static bool (*const member_msg[])(farm_lease *, struct peer *,
         [MSG_GRANT] = on_grant,
 };
 
+/* Whether a datagram from @from comes from member @p's lease socket (its
+ * card's address: a socket bound to one address sends from it). A new
+ * holder of a reused id has a socket of its own, so an old holder's
+ * datagrams, a zombie's, are refused even when they name the id and the
+ * configuration in force. */
+static bool from_peer(const struct peer *p, const struct sockaddr_in *from)
+{
+	if (atomic_load_explicit(&any_source, memory_order_relaxed))
+		return true;
+	return from->sin_port == p->sa.sin_port &&
+	       (p->sa.sin_addr.s_addr == htonl(INADDR_ANY) ||
+	        from->sin_addr.s_addr == p->sa.sin_addr.s_addr);
+}
+
 static void handle_msg(farm_lease *l, const struct lease_msg *m,
                        const struct sockaddr_in *from, uint64_t now,
                        struct events *ev)
@@ -322,7 +346,7 @@ static void handle_msg(farm_lease *l, const struct lease_msg *m,
 	}
 	struct peer *p;
 	if (!ours || !l->have_config || m->config_id < l->cm_since ||
-	    !(p = find_peer(l, m->from)) ||
+	    !(p = find_peer(l, m->from)) || !from_peer(p, from) ||
 	    m->type >= FARM_ARRAY_SIZE(member_msg) || !member_msg[m->type] ||
 	    !member_msg[m->type](l, p, m, now))
 		l->st.refused++;
@@ -592,8 +616,11 @@ int farm_lease_set_config(farm_lease *l, uint64_t config_id, uint32_t cm,
 	bool same_cm = l->have_config && l->cm == cm;
 	for (unsigned i = 0; i < k; i++) {
 		struct peer *old = find_peer(l, np[i].id);
-		/* A member keeps its running lease when the CM stays. */
-		if (same_cm && old && !old->suspected) {
+		/* A member keeps its running lease when the CM stays; a
+		 * new holder of its id (another lease address) starts a
+		 * new one. */
+		if (same_cm && old && !old->suspected &&
+		    !memcmp(&old->sa, &np[i].sa, sizeof(old->sa))) {
 			np[i].last_req_ns = old->last_req_ns;
 			np[i].granted_until = old->granted_until;
 			np[i].last_renew_ns = old->last_renew_ns;

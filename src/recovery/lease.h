@@ -149,5 +149,9 @@ void farm_lease_testing_mute(farm_lease *l, bool on);
 /* Testing, fault-injection builds only (else -ENOTSUP): no lease lapses
  * in this process while @on (the bug the lease tests must catch). */
 int farm_lease_testing_no_expiry(bool on);
+/* Testing, fault-injection builds only (else -ENOTSUP): a member's
+ * datagrams are taken from any source address while @on, as before
+ * leases checked it (a zombie of a reused id's old holder renews). */
+int farm_lease_testing_any_source(bool on);
 
 #endif

@@ -34,6 +34,7 @@ struct farm_recovery {
 	unsigned npeers;
 	bool have_view;
 	bool removed_reported;
+	bool ever_member; /* some view named this machine (under mu) */
 	/* Suspicions not yet probed. */
 	uint32_t pending[FARM_VIEW_MAX];
 	unsigned npending;
@@ -409,7 +410,13 @@ int farm_recovery_view(farm_recovery *r, const struct farm_view *v,
 	r->npending = 0; /* suspicions of the old configuration */
 	r->st.config_id = v->config_id;
 	r->st.cm = cm;
-	bool report = !member && (was_member || listed_removed) &&
+	/* Listed as removed counts only for a machine that was a member
+	 * once: a fresh machine under a reused id sees its old holder's
+	 * removal listed until it is admitted. */
+	if (member)
+		r->ever_member = true;
+	bool report = !member &&
+	              (was_member || (listed_removed && r->ever_member)) &&
 	              !r->removed_reported;
 	if (report) {
 		r->removed_reported = true;

@@ -328,6 +328,52 @@ static uint64_t loop_table_bytes(const farm_txm *m)
 	       (uint64_t)m->M * (sizeof(struct writer) + sizeof(struct reader));
 }
 
+int farm_txm_replace_peer(farm_txm *m, uint32_t id, const farm_mr_desc *logs)
+{
+	if (!m || !logs || id >= m->M || id == m->me)
+		return -EINVAL;
+	if (logs->len != m->hdr_area + (uint64_t)m->M * m->T * m->R)
+		return -EINVAL;
+	pthread_mutex_lock(&m->peer_lock);
+	bool ready = atomic_load(&m->peer_ready[id]);
+	if (ready) {
+		/* A loop that has not forgotten the peer yet may read the
+		 * descriptor meanwhile: its WRITEs then reach the new logs
+		 * at old positions, which the new holder's reader never
+		 * takes (a record's trailer holds its position). */
+		m->peers[id] = *logs;
+		m->peers[id].machine = id;
+	}
+	pthread_mutex_unlock(&m->peer_lock);
+	return ready ? 0 : farm_txm_add_peer(m, id, logs);
+}
+
+int farm_txm_forget_peer(farm_txm *m, farm_loop *loop, uint32_t id)
+{
+	if (!m || !loop || id >= m->M || id == m->me)
+		return -EINVAL;
+	unsigned t = farm_loop_index(loop);
+	struct txloop *tl = t < m->T ? m->loops[t] : NULL;
+	if (!tl || tl->loop != loop)
+		return -EINVAL;
+	/* Our log there: the new holder's is empty. Commits that reserved
+	 * room in the old one release it (reserved stays); a READ of the
+	 * old freed word that completes later is above the new tail and
+	 * ignored (freed_read_done). */
+	struct writer *w = &tl->w[id];
+	w->tail = w->freed = w->sent_trunc = 0;
+	w->wq_head = w->wq_tail = 0;
+	w->reading = false;
+	/* Its log here: read from the start, where the new holder writes
+	 * (records of the old one were decided and zeroed by recovery). */
+	tl->r[id] = (struct reader){0};
+	uint64_t li = log_index(m, id, t);
+	atomic_store_explicit(
+	        (_Atomic uint64_t *)(void *)(m->logbase + log_hdr_off(m, li)),
+	        0, memory_order_relaxed);
+	return 0;
+}
+
 int farm_txm_attach(farm_txm *m, farm_loop *loop)
 {
 	if (!m || !loop)

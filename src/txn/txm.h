@@ -77,6 +77,15 @@ farm_mr_desc farm_txm_log_desc(const farm_txm *m);
 void farm_txm_memory(farm_txm *m, uint64_t *logs, uint64_t *tables);
 /* Make machine @id's logs writable from here (any thread). */
 int farm_txm_add_peer(farm_txm *m, uint32_t id, const farm_mr_desc *logs);
+/* Machine @id is a new holder of its id (a new incarnation, new logs at
+ * @logs): this machine's records for it go there from now on. Every
+ * loop must then run farm_txm_forget_peer on its own thread before it
+ * writes there again (any thread). */
+int farm_txm_replace_peer(farm_txm *m, uint32_t id, const farm_mr_desc *logs);
+/* On @loop's thread: its log on @id (a new holder) and its reading of
+ * @id's log here start afresh, at position 0. Recovery must have ended
+ * the old holder's transactions (its log here emptied) before. */
+int farm_txm_forget_peer(farm_txm *m, farm_loop *loop, uint32_t id);
 
 /*
  * farm_txm_reconfigure() - the configuration became @cfg, with @members

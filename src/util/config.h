@@ -78,6 +78,9 @@ struct farm_config {
 	/* How the KV store's lookups travel: "read", "owner" or "" (auto:
 	 * by fabric; src/kv/README.md). */
 	char kv_lookup[8];
+	/* A fresh machine under a gone id is admitted as a new incarnation
+	 * (farm_membership_attr.reuse_ids) instead of refused. */
+	bool reuse_ids;
 	unsigned npeers;
 	struct farm_config_peer peers[FARM_CONFIG_MAX_PEERS];
 	/* peer_domains[i]: peers[i]'s failure domain ("peer_domain"; "":
