@@ -25,6 +25,13 @@
  * (chain_appends - chain_frees) x block bytes (all values are inline here,
  * so there are no indirect objects).
  *
+ * The limit in the same run (bench/lib/memlimit.h): after the runs, one
+ * thread copies the two-bucket span from random homes of a table of the
+ * reference point's size and bucket bytes (H = 8, 32-byte values, 90%;
+ * in /dev/shm as the shards are), --window lookups in flight with
+ * prefetch, and one at a time; that point's lookups per second (one
+ * thread drives every machine) are reported against it.
+ *
  * Output: a table per H, the data as gnuplot files (ht_bench.dat,
  * ht_bench_90.dat in --out, default <build>/bench-results; plots with
  * bench/ht_plot.gp), then, last, one JSON line (bench/README.md).
@@ -49,6 +56,7 @@
 #include "hashtable/ht.h"
 #include "txn/txm.h"
 #include "benchutil.h"
+#include "memlimit.h"
 
 #define PROG     "ht_bench"
 #define MAX_M    4
@@ -678,8 +686,44 @@ static int write_dat(const struct opts *o, const struct point *pts, unsigned n)
 	return 0;
 }
 
+/* The reference point's lookups per second against the limit loop. */
+struct limit {
+	double rate, limit, limit_one; /* lookups/s */
+	uint64_t bytes;
+	uint32_t span;
+};
+
+static int measure_limit(const struct opts *o, const struct point *g,
+                         struct limit *l)
+{
+	memset(l, 0, sizeof(*l));
+	if (!g || g->get_s <= 0)
+		return 0;
+	l->rate = (double)g->lookups / g->get_s;
+	struct ml_table t;
+	uint64_t nb = (uint64_t)o->shards * (o->buckets + 1ull);
+	const char *dir = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
+	int rc = ml_open(&t, nb - 1, g->bucket_bytes, dir);
+	if (rc)
+		return rc;
+	double secs = o->quick ? 0.1 : 1.0;
+	l->bytes = t.bytes;
+	l->span = 2 * t.bucket_bytes;
+	l->limit = ml_run(&t, o->window, secs);
+	l->limit_one = ml_run(&t, 1, secs);
+	ml_close(&t);
+	printf("lookups (H=8, 32 B, 90%%, %u in flight): %.3f M/s; limit loop "
+	       "(same %.1f MB table, %u B per lookup, one thread): %.3f M/s "
+	       "with %u in flight, %.3f M/s one at a time; lookups / limit "
+	       "%.3f (goal >= 0.3)\n",
+	       o->window, l->rate / 1e6, (double)l->bytes / 1e6, l->span,
+	       l->limit / 1e6, o->window, l->limit_one / 1e6,
+	       l->limit > 0 ? l->rate / l->limit : 0);
+	return 0;
+}
+
 static void print_json(const struct opts *o, const struct point *pts,
-                       unsigned n)
+                       unsigned n, const struct limit *l)
 {
 	printf("{\"bench\": \"ht_bench\", \"machines\": %u, \"shards\": %u, "
 	       "\"buckets_per_shard\": %u, \"key_bytes\": %u, \"window\": %u, "
@@ -706,14 +750,26 @@ static void print_json(const struct opts *o, const struct point *pts,
 		       p->shard_min, p->shard_max);
 	}
 	const struct point *g = find(pts, n, 8, 32, 90);
-	printf("], \"goals\": {\"reads_per_lookup_90pct_H8_32B\": ");
+	printf("], \"limit\": {\"table_bytes\": %" PRIu64
+	       ", \"span_bytes\": %u, \"lookups_per_s\": %.0f, "
+	       "\"limit_per_s\": %.0f, \"limit_one_per_s\": %.0f}",
+	       l->bytes, l->span, l->rate, l->limit, l->limit_one);
+	printf(", \"goals\": {\"reads_per_lookup_90pct_H8_32B\": ");
 	if (g)
-		printf("{\"value\": %.5f, \"target\": 1.04, \"met\": %s}}}\n",
+		printf("{\"value\": %.5f, \"target\": 1.04, \"met\": %s}",
 		       g->reads_per_lookup,
 		       g->reads_per_lookup <= 1.04 ? "true" : "false");
 	else
 		printf("{\"value\": null, \"target\": 1.04, \"met\": "
-		       "false}}}\n");
+		       "false}");
+	double v = l->limit > 0 ? l->rate / l->limit : 0;
+	if (l->limit > 0)
+		printf(", \"kv_lookups_vs_limit\": {\"value\": %.4f, "
+		       "\"target\": 0.3, \"met\": %s}}}\n",
+		       v, v >= 0.3 ? "true" : "false");
+	else
+		printf(", \"kv_lookups_vs_limit\": {\"value\": null, "
+		       "\"target\": 0.3, \"met\": false}}}\n");
 }
 
 /* ---- options ------------------------------------------------------------- */
@@ -985,9 +1041,12 @@ int main(int argc, char **argv)
 		       "values inline <= 1.04 (FaRM): %.4f -> %s\n",
 		       g->reads_per_lookup,
 		       g->reads_per_lookup <= 1.04 ? "met" : "NOT met");
+	struct limit lim;
+	if (measure_limit(&o, g, &lim))
+		failed = 1;
 	if (write_dat(&o, pts, n))
 		failed = 1;
-	print_json(&o, pts, n);
+	print_json(&o, pts, n, &lim);
 	free(pts);
 	return failed;
 }

@@ -674,7 +674,7 @@ static int do_plain(struct mach *m, uint64_t dur)
 		fprintf(stderr, PROG ": machine %u: shard not local\n", m->id);
 		return -EINVAL;
 	}
-	enum { B = 16 };
+	enum { B = PLAIN_BATCH };
 	uint8_t *img = aligned_alloc(64, (size_t)B * 2 * bb);
 	uint8_t *d = malloc(2 * (size_t)bdata);
 	if (!img || !d) {
