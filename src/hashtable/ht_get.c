@@ -422,7 +422,7 @@ struct first_op {
 	uint8_t *d;   /* both buckets' data */
 	uint8_t *obuf;
 	uint32_t olen;
-	bool torn; /* the local copy was not line-consistent */
+	const uint8_t *lp; /* local shard: the buckets, copied when due */
 	farm_ht_get_fn cont;
 	void *ctx;
 	farm_lf_op ep;
@@ -471,10 +471,6 @@ static void first_buckets(struct first_op *f)
 	farm_ht *h = f->h;
 	unsigned L = h->bucket_lines;
 	uint64_t v, w;
-	if (f->torn) {
-		first_end(f, FARM_HT_UNRESOLVED, NULL, 0);
-		return;
-	}
 	int rc0 = obj_check(f->img, L, UINT64_MAX, &v, &w);
 	int rc1 = obj_check(f->img + 64u * L, L, UINT64_MAX, &v, &w);
 	if (rc0 == -EAGAIN || rc1 == -EAGAIN) {
@@ -531,6 +527,14 @@ static void first_read_done(farm_loop *loop, void *ctx, int status)
 {
 	(void)loop;
 	struct first_op *f = ctx;
+	/* A local pair was prefetched when the lookup started and is copied
+	 * now, a pass later, with the other lookups of the batch in flight
+	 * (as farm_ht_get's get_local_done); a line that kept changing
+	 * leaves the key unresolved. */
+	if (!status && f->lp &&
+	    !farm_lines_copy(f->img, f->lp, 128ull * f->h->bucket_lines,
+	                     LINE_TRIES))
+		status = FARM_EFLUSHED;
 	if (status == FARM_EFLUSHED)
 		first_end(f, FARM_HT_UNRESOLVED, NULL, 0);
 	else if (status)
@@ -578,8 +582,11 @@ int farm_ht_get_first(farm_ht *h, farm_loop *loop, const void *key,
 	farm_stat_add(&h->st.v[T_READS], 1);
 	const uint8_t *p = farm_as_local_ptr(h->as, a, 2ull * bb);
 	if (p) {
-		f->torn = !farm_lines_copy(f->img, p, 2ull * bb, LINE_TRIES);
-		/* Complete on a later pass, as a remote read would. */
+		for (uint32_t o = 0; o < 2 * bb; o += 64)
+			__builtin_prefetch(p + o, 0, 3);
+		f->lp = p;
+		/* Copy and complete on a later pass, as a remote read
+		 * would. */
 		rc = farm_loop_defer(loop, first_read_done, f);
 	} else {
 		rc = farm_as_read(h->as, loop, a, f->img, l->mr, 2 * bb,
