@@ -423,6 +423,7 @@ struct first_op {
 	uint8_t *obuf;
 	uint32_t olen;
 	const uint8_t *lp; /* local shard: the buckets, copied when due */
+	uint64_t cfg;      /* the configuration the buckets were found in */
 	farm_ht_get_fn cont;
 	void *ctx;
 	farm_lf_op ep;
@@ -479,6 +480,15 @@ static void first_buckets(struct first_op *f)
 	}
 	if (rc0 || rc1) {
 		first_end(f, FARM_ECORRUPT, NULL, 0); /* not a bucket */
+		return;
+	}
+	/* As get_buckets: a configuration change since the buckets were
+	 * found may have moved the shard (the old copy may be stale). The
+	 * fence pairs with the release store of the id in
+	 * farm_as_set_view_placed (addrspace.c). */
+	atomic_thread_fence(memory_order_acquire);
+	if (farm_as_config_id(h->as) != f->cfg) {
+		first_end(f, FARM_HT_UNRESOLVED, NULL, 0);
 		return;
 	}
 	uint8_t *d0 = f->d, *d1 = f->d + h->bucket_data;
@@ -543,6 +553,25 @@ static void first_read_done(farm_loop *loop, void *ctx, int status)
 		first_buckets(f);
 }
 
+/* The remote bucket pair's READ: through the loop's descriptor cache
+ * when it knows the region (no lock, as get_start), else the address
+ * space's resolving read. */
+static int first_post(struct first_op *f, farm_gaddr a, uint32_t len)
+{
+	struct htloop *l = f->l;
+	uint8_t *lp;
+	farm_mr_desc d;
+	int rc = farm_as_resolve_cached(f->h->as, &l->rc, a, len, &lp, &d);
+	if (!rc && !lp) {
+		farm_wr wr = farm_wr_read(0, f->img, l->mr, len, &d,
+		                          farm_gaddr_offset(a));
+		return farm_loop_rdma(l->loop, d.machine, &wr, first_read_done,
+		                      f);
+	}
+	return farm_as_read(f->h->as, l->loop, a, f->img, l->mr, len,
+	                    first_read_done, f);
+}
+
 int farm_ht_get_first(farm_ht *h, farm_loop *loop, const void *key,
                       uint32_t klen, farm_ht_get_fn cont, void *ctx)
 {
@@ -580,6 +609,7 @@ int farm_ht_get_first(farm_ht *h, farm_loop *loop, const void *key,
 	}
 	farm_stat_add(&h->st.v[T_LOOKUPS], 1);
 	farm_stat_add(&h->st.v[T_READS], 1);
+	f->cfg = farm_as_config_id(h->as);
 	const uint8_t *p = farm_as_local_ptr(h->as, a, 2ull * bb);
 	if (p) {
 		for (uint32_t o = 0; o < 2 * bb; o += 64)
@@ -589,8 +619,7 @@ int farm_ht_get_first(farm_ht *h, farm_loop *loop, const void *key,
 		 * would. */
 		rc = farm_loop_defer(loop, first_read_done, f);
 	} else {
-		rc = farm_as_read(h->as, loop, a, f->img, l->mr, 2 * bb,
-		                  first_read_done, f);
+		rc = first_post(f, a, 2 * bb);
 	}
 	if (rc) {
 		farm_lf_end(&f->ep);
