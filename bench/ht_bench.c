@@ -709,8 +709,8 @@ static int measure_limit(const struct opts *o, const struct point *g,
 	double secs = o->quick ? 0.1 : 1.0;
 	l->bytes = t.bytes;
 	l->span = 2 * t.bucket_bytes;
-	l->limit = ml_run(&t, o->window, secs);
-	l->limit_one = ml_run(&t, 1, secs);
+	l->limit = ml_run(&t, o->window, secs, NULL);
+	l->limit_one = ml_run(&t, 1, secs, NULL);
 	ml_close(&t);
 	printf("lookups (H=8, 32 B, 90%%, %u in flight): %.3f M/s; limit loop "
 	       "(same %.1f MB table, %u B per lookup, one thread): %.3f M/s "

@@ -324,11 +324,14 @@ static int run_limit(const struct cluster *c)
 		return rc;
 	g_res.limit_bytes = t.bytes;
 	g_res.limit_span = 2 * t.bucket_bytes;
-	g_res.limit_plain = ml_run(&t, PLAIN_BATCH, g_opt.seconds);
+	double plain_cpu;
+	g_res.limit_plain = ml_run(&t, PLAIN_BATCH, g_opt.seconds, &plain_cpu);
+	g_res.limit_depth_cpu = plain_cpu;
 	g_res.limit_depth = g_opt.depth == PLAIN_BATCH
 	                            ? g_res.limit_plain
-	                            : ml_run(&t, g_opt.depth, g_opt.seconds);
-	g_res.limit_one = ml_run(&t, 1, g_opt.seconds);
+	                            : ml_run(&t, g_opt.depth, g_opt.seconds,
+	                                     &g_res.limit_depth_cpu);
+	g_res.limit_one = ml_run(&t, 1, g_opt.seconds, NULL);
 	ml_close(&t);
 	printf("  limit loop (one thread, %.0f MB table, %u B per lookup): "
 	       "%.3f M/s with %u in flight, %.3f M/s with %u, %.3f M/s one "

@@ -253,6 +253,7 @@ struct results {
 	 * PLAIN_BATCH in flight (the plain loop's), --depth in flight (farm's
 	 * engine's), one at a time; the table's bytes and its span. */
 	double limit_plain, limit_depth, limit_one;
+	double limit_depth_cpu; /* per second of the loop's CPU time */
 	uint64_t limit_bytes;
 	uint32_t limit_span;
 	uint64_t small_keys;

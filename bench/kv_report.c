@@ -141,6 +141,15 @@ static void print_summary(double farm_c, double lat_us, double vs_plain,
 	       GOAL_VS_LIMIT, PLAIN_BATCH,
 	       g_res.limit_plain > 0 ? g_res.plain_rate / g_res.limit_plain : 0,
 	       GOAL_LOCAL_VS_LIMIT);
+	/* Under other load the wall-clock figures measure time slices:
+	 * the same ratio per second of CPU the machines and the loop had. */
+	const struct fig *fc = &g_res.farm[W_C];
+	double farm_cpu = fc->cores > 0 ? fc->keys / fc->cores : 0;
+	printf("per CPU-second: farm %.3f M lookups (the machines' CPU time), "
+	       "limit(%u) %.3f M (the loop's); farm / limit %.3f\n",
+	       farm_cpu / 1e6, g_opt.depth, g_res.limit_depth_cpu / 1e6,
+	       g_res.limit_depth_cpu > 0 ? farm_cpu / g_res.limit_depth_cpu
+	                                 : 0);
 	printf("best peer: %s, %.3f M GETs/s per server core; farm/peer "
 	       "%.2fx\n",
 	       best_name, best_peer / 1e6, vs_peer);
@@ -268,9 +277,15 @@ void print_all(void)
 	jfig("zipf_c", &g_res.small_zc, false, false);
 	printf("}, \"limit\": {\"table_bytes\": %" PRIu64
 	       ", \"span_bytes\": %u, \"per_s_%u_in_flight\": %.0f, "
-	       "\"per_s_depth\": %.0f, \"per_s_one\": %.0f",
+	       "\"per_s_depth\": %.0f, \"per_s_one\": %.0f, "
+	       "\"per_cpu_s_depth\": %.0f, \"farm_uniform_c_per_cpu_s\": "
+	       "%.0f",
 	       g_res.limit_bytes, g_res.limit_span, PLAIN_BATCH,
-	       g_res.limit_plain, g_res.limit_depth, g_res.limit_one);
+	       g_res.limit_plain, g_res.limit_depth, g_res.limit_one,
+	       g_res.limit_depth_cpu,
+	       g_res.farm[W_C].cores > 0
+	               ? g_res.farm[W_C].keys / g_res.farm[W_C].cores
+	               : 0);
 	printf("}, \"peers\": {");
 	for (int p = 0; p < NPEER; p++) {
 		printf("\"%s\": {\"ok\": %s, \"server_cores\": 1, \"load_s\": "

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #define ML_MAX_DEPTH 64u
@@ -82,7 +83,16 @@ static inline uint64_t ml_mix(uint64_t x)
 	return x ^ (x >> 33);
 }
 
-double ml_run(const struct ml_table *t, unsigned depth, double seconds)
+static uint64_t thread_cpu_ns(void)
+{
+	struct timespec ts;
+	if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts))
+		return 0;
+	return (uint64_t)ts.tv_sec * BU_NS_PER_S + (uint64_t)ts.tv_nsec;
+}
+
+double ml_run(const struct ml_table *t, unsigned depth, double seconds,
+              double *per_cpu_s)
 {
 	if (depth < 1)
 		depth = 1;
@@ -94,6 +104,7 @@ double ml_run(const struct ml_table *t, unsigned depth, double seconds)
 		return 0;
 	const uint8_t *p[ML_MAX_DEPTH];
 	uint64_t n = 0, ctr = 0, sum = 0;
+	uint64_t c0 = thread_cpu_ns();
 	uint64_t t0 = bu_now_ns(), now = t0;
 	uint64_t dur = (uint64_t)(seconds * 1e9);
 	while (now - t0 < dur) {
@@ -116,6 +127,9 @@ double ml_run(const struct ml_table *t, unsigned depth, double seconds)
 		}
 		now = bu_now_ns();
 	}
+	uint64_t cpu = thread_cpu_ns() - c0;
+	if (per_cpu_s)
+		*per_cpu_s = cpu ? (double)n / ((double)cpu / 1e9) : 0;
 	ml_sink = sum;
 	free(buf);
 	return (double)n / ((double)(now - t0) / 1e9);

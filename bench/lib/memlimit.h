@@ -31,7 +31,10 @@ void ml_close(struct ml_table *t);
 /* Copy the two-bucket span of random homes for @seconds, @depth lookups
  * in flight (1..64: each group's spans prefetched, then copied, as
  * G-Opt's group prefetching does; 1: one at a time, no prefetch).
- * Lookups per second. */
-double ml_run(const struct ml_table *t, unsigned depth, double seconds);
+ * Lookups per second; in *@per_cpu_s (when not NULL) lookups per second
+ * of this thread's CPU time, the figure that still means something on a
+ * host whose other load takes the core away part of the time. */
+double ml_run(const struct ml_table *t, unsigned depth, double seconds,
+              double *per_cpu_s);
 
 #endif
