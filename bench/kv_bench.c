@@ -326,7 +326,7 @@ static int run_limit(const struct cluster *c)
 	g_res.limit_span = 2 * t.bucket_bytes;
 	double plain_cpu;
 	g_res.limit_plain = ml_run(&t, PLAIN_BATCH, g_opt.seconds, &plain_cpu);
-	g_res.limit_depth_cpu = plain_cpu;
+	g_res.limit_depth_cpu = g_res.limit_plain_cpu = plain_cpu;
 	g_res.limit_depth = g_opt.depth == PLAIN_BATCH
 	                            ? g_res.limit_plain
 	                            : ml_run(&t, g_opt.depth, g_opt.seconds,
@@ -435,6 +435,10 @@ static int run_farm(uint64_t nkeys, bool full, const char *tmp)
 			struct mres *r = &g_sh->res[0];
 			g_res.plain_rate =
 			        (double)r->ops / ((double)r->ns / 1e9);
+			g_res.plain_cpu_rate =
+			        r->cpu_ns ? (double)r->ops /
+			                            ((double)r->cpu_ns / 1e9)
+			                  : 0;
 			g_res.plain_fallback_frac =
 			        r->ops ? (double)r->chain_fallbacks /
 			                         (double)r->ops

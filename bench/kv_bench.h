@@ -154,6 +154,7 @@ struct mres {
 	uint64_t ops, gets, puts, keys, errors, notfound, ns;
 	uint64_t inserts, scans, scan_pairs, rmws;
 	uint64_t chain_fallbacks;
+	uint64_t cpu_ns; /* the plain loop: its thread's CPU time */
 	uint32_t nsamp;
 	uint64_t samp[SAMP_MAX];
 };
@@ -253,7 +254,8 @@ struct results {
 	 * PLAIN_BATCH in flight (the plain loop's), --depth in flight (farm's
 	 * engine's), one at a time; the table's bytes and its span. */
 	double limit_plain, limit_depth, limit_one;
-	double limit_depth_cpu; /* per second of the loop's CPU time */
+	/* per second of the loop's CPU time; the plain loop's likewise */
+	double limit_depth_cpu, limit_plain_cpu, plain_cpu_rate;
 	uint64_t limit_bytes;
 	uint32_t limit_span;
 	uint64_t small_keys;

@@ -689,6 +689,9 @@ static int do_plain(struct mach *m, uint64_t dur)
 		return -ENOMEM;
 	}
 	uint64_t n = 0, fallback = 0, bad = 0, gen = 0, sum = 0;
+	struct timespec cts;
+	(void)clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cts);
+	uint64_t c0 = (uint64_t)cts.tv_sec * NS + (uint64_t)cts.tv_nsec;
 	uint64_t t0 = bu_now_ns(), now = t0;
 	r->nsamp = 0;
 	while (now - t0 < dur) {
@@ -764,6 +767,8 @@ static int do_plain(struct mach *m, uint64_t dur)
 	free(d);
 	r->ops = r->gets = r->keys = n;
 	r->ns = now - t0;
+	(void)clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cts);
+	r->cpu_ns = (uint64_t)cts.tv_sec * NS + (uint64_t)cts.tv_nsec - c0;
 	r->errors = bad;
 	r->chain_fallbacks = fallback;
 	if (sum == 42)
