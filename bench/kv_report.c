@@ -207,6 +207,46 @@ static double best_peer_c(const char **name)
 	return best_peer;
 }
 
+/* The JSON line's `limit` object (after the plain loop's figure). */
+static void jlimit(void)
+{
+	printf("}, \"limit\": {\"table_bytes\": %" PRIu64
+	       ", \"span_bytes\": %u, \"per_s_%u_in_flight\": %.0f, "
+	       "\"per_s_depth\": %.0f, \"per_s_one\": %.0f, "
+	       "\"per_cpu_s_depth\": %.0f, \"farm_uniform_c_per_cpu_s\": "
+	       "%.0f, \"per_cpu_s_16_in_flight\": %.0f, "
+	       "\"plain_local_loop_per_cpu_s\": %.0f",
+	       g_res.limit_bytes, g_res.limit_span, PLAIN_BATCH,
+	       g_res.limit_plain, g_res.limit_depth, g_res.limit_one,
+	       g_res.limit_depth_cpu,
+	       g_res.farm[W_C].cores > 0
+	               ? g_res.farm[W_C].keys / g_res.farm[W_C].cores
+	               : 0,
+	       g_res.limit_plain_cpu, g_res.plain_cpu_rate);
+}
+
+/* The goals against the limit, last in `goals`. */
+static void jlimit_goals(void)
+{
+	/* Per second of CPU time on both sides: the limit loop shares the
+	 * cores with the idle machines' polling and the host's other load,
+	 * so its wall-clock rate is not one core's. */
+	const struct fig *fw = &g_res.farm[W_C];
+	double farm_cpu = fw->cores > 0 ? fw->keys / fw->cores : 0;
+	double vs_lim = g_res.limit_depth_cpu > 0
+	                        ? farm_cpu / g_res.limit_depth_cpu
+	                        : 0;
+	double pl_lim = g_res.limit_plain_cpu > 0
+	                        ? g_res.plain_cpu_rate / g_res.limit_plain_cpu
+	                        : 0;
+	jgoal("kv_lookups_vs_limit", vs_lim,
+	      g_res.limit_depth_cpu > 0 && farm_cpu > 0, GOAL_VS_LIMIT,
+	      vs_lim >= GOAL_VS_LIMIT, ">=", true);
+	jgoal("local_loop_vs_limit", pl_lim,
+	      g_res.limit_plain_cpu > 0 && g_res.plain_cpu_rate > 0,
+	      GOAL_LOCAL_VS_LIMIT, pl_lim >= GOAL_LOCAL_VS_LIMIT, ">=", false);
+}
+
 void print_all(void)
 {
 	double cores = g_res.cores;
@@ -282,19 +322,7 @@ void print_all(void)
 	       g_res.plain_rate, g_res.small_keys);
 	jfig("uniform_c", &g_res.small_c, false, true);
 	jfig("zipf_c", &g_res.small_zc, false, false);
-	printf("}, \"limit\": {\"table_bytes\": %" PRIu64
-	       ", \"span_bytes\": %u, \"per_s_%u_in_flight\": %.0f, "
-	       "\"per_s_depth\": %.0f, \"per_s_one\": %.0f, "
-	       "\"per_cpu_s_depth\": %.0f, \"farm_uniform_c_per_cpu_s\": "
-	       "%.0f, \"per_cpu_s_16_in_flight\": %.0f, "
-	       "\"plain_local_loop_per_cpu_s\": %.0f",
-	       g_res.limit_bytes, g_res.limit_span, PLAIN_BATCH,
-	       g_res.limit_plain, g_res.limit_depth, g_res.limit_one,
-	       g_res.limit_depth_cpu,
-	       g_res.farm[W_C].cores > 0
-	               ? g_res.farm[W_C].keys / g_res.farm[W_C].cores
-	               : 0,
-	       g_res.limit_plain_cpu, g_res.plain_cpu_rate);
+	jlimit();
 	printf("}, \"peers\": {");
 	for (int p = 0; p < NPEER; p++) {
 		printf("\"%s\": {\"ok\": %s, \"server_cores\": 1, \"load_s\": "
@@ -349,23 +377,7 @@ void print_all(void)
 	      vs_plain >= GOAL_LOCAL, ">=", true);
 	jgoal("n_keys_vs_1m_keys", scale, have_small, 1.0 - GOAL_SCALE,
 	      scale >= 1.0 - GOAL_SCALE, ">=", true);
-	/* Per second of CPU time on both sides: the limit loop shares the
-	 * cores with the idle machines' polling and the host's other load,
-	 * so its wall-clock rate is not one core's. */
-	const struct fig *fw = &g_res.farm[W_C];
-	double farm_cpu = fw->cores > 0 ? fw->keys / fw->cores : 0;
-	double vs_lim = g_res.limit_depth_cpu > 0
-	                        ? farm_cpu / g_res.limit_depth_cpu
-	                        : 0;
-	double pl_lim = g_res.limit_plain_cpu > 0
-	                        ? g_res.plain_cpu_rate / g_res.limit_plain_cpu
-	                        : 0;
-	jgoal("kv_lookups_vs_limit", vs_lim,
-	      g_res.limit_depth_cpu > 0 && farm_cpu > 0, GOAL_VS_LIMIT,
-	      vs_lim >= GOAL_VS_LIMIT, ">=", true);
-	jgoal("local_loop_vs_limit", pl_lim,
-	      g_res.limit_plain_cpu > 0 && g_res.plain_cpu_rate > 0,
-	      GOAL_LOCAL_VS_LIMIT, pl_lim >= GOAL_LOCAL_VS_LIMIT, ">=", false);
+	jlimit_goals();
 	printf("}}\n");
 	fflush(stdout);
 }
