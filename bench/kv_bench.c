@@ -39,7 +39,13 @@
  * unloaded latency (machine 0 alone, one lookup in flight), and the plain
  * local loop: machine 0 looks up keys of its own shard straight from its
  * memory (hash, home bucket, prefetch batch of 16, copy and validate the
- * two buckets, match the slot), no loop, no continuations.
+ * two buckets, match the slot), no loop, no continuations. Last, the
+ * limit in the same run (bench/lib/memlimit.h): this process, one thread,
+ * copies the two-bucket span from random homes of a table of the cluster's
+ * size (every shard's buckets, mapped in the machines' directory as the
+ * shards are), 16 in flight with prefetch (the plain loop's), --depth in
+ * flight (farm's), and one at a time; farm's lookups per core and the plain
+ * loop are reported against it.
  * With --keys above 1M the same cluster set-up is first run with 1M keys
  * (read-only uniform and Zipf) for the size-scaling goal.
  *
@@ -71,6 +77,7 @@
  */
 
 #include "kv_bench.h"
+#include "memlimit.h"
 
 volatile sig_atomic_t interrupted;
 struct opts g_opt;
@@ -304,6 +311,37 @@ static uint64_t cpu_of(const pid_t *pid, unsigned n)
 	return sum;
 }
 
+/* The limit loop over a table of the cluster's shards' size and layout,
+ * in the machines' directory (so on the pages the shards get). */
+static int run_limit(const struct cluster *c)
+{
+	uint64_t nb = 0;
+	for (unsigned i = 0; i < c->n; i++)
+		nb += g_sh->sd[i].nbuckets + 1ull;
+	struct ml_table t;
+	int rc = ml_open(&t, nb - 1, kb_bucket_bytes(), c->base);
+	if (rc)
+		return rc;
+	g_res.limit_bytes = t.bytes;
+	g_res.limit_span = 2 * t.bucket_bytes;
+	double plain_cpu;
+	g_res.limit_plain = ml_run(&t, PLAIN_BATCH, g_opt.seconds, &plain_cpu);
+	g_res.limit_depth_cpu = g_res.limit_plain_cpu = plain_cpu;
+	g_res.limit_depth = g_opt.depth == PLAIN_BATCH
+	                            ? g_res.limit_plain
+	                            : ml_run(&t, g_opt.depth, g_opt.seconds,
+	                                     &g_res.limit_depth_cpu);
+	g_res.limit_one = ml_run(&t, 1, g_opt.seconds, NULL);
+	ml_close(&t);
+	printf("  limit loop (one thread, %.0f MB table, %u B per lookup): "
+	       "%.3f M/s with %u in flight, %.3f M/s with %u, %.3f M/s one "
+	       "at a time\n",
+	       (double)g_res.limit_bytes / 1e6, g_res.limit_span,
+	       g_res.limit_plain / 1e6, PLAIN_BATCH, g_res.limit_depth / 1e6,
+	       g_opt.depth, g_res.limit_one / 1e6);
+	return 0;
+}
+
 static int run_farm(uint64_t nkeys, bool full, const char *tmp)
 {
 	struct cluster c;
@@ -397,6 +435,10 @@ static int run_farm(uint64_t nkeys, bool full, const char *tmp)
 			struct mres *r = &g_sh->res[0];
 			g_res.plain_rate =
 			        (double)r->ops / ((double)r->ns / 1e9);
+			g_res.plain_cpu_rate =
+			        r->cpu_ns ? (double)r->ops /
+			                            ((double)r->cpu_ns / 1e9)
+			                  : 0;
 			g_res.plain_fallback_frac =
 			        r->ops ? (double)r->chain_fallbacks /
 			                         (double)r->ops
@@ -407,6 +449,8 @@ static int run_farm(uint64_t nkeys, bool full, const char *tmp)
 			       g_res.plain_rate / 1e6);
 		}
 	}
+	if (!rc && full && !g_opt.demo && !g_opt.any_mix)
+		rc = run_limit(&c);
 	if (!rc && full && !g_opt.demo) {
 		g_res.hst = (farm_kv_table_stats){0};
 		for (unsigned i = 0; i < c.n; i++) {

@@ -81,6 +81,13 @@ static inline uint32_t entry(uint32_t op, uint64_t k)
 #define GOAL_P50_US 2.0
 #define GOAL_LOCAL  0.5
 #define GOAL_SCALE  0.2
+/* Against the memory system's limit measured in the same run
+ * (bench/lib/memlimit.h): farm's lookups per core, and the plain local
+ * loop. */
+#define GOAL_VS_LIMIT       0.3
+#define GOAL_LOCAL_VS_LIMIT 0.7
+/* Lookups the plain local loop prefetches and then completes together. */
+#define PLAIN_BATCH 16u
 
 /* Workloads: the default set (W_C .. W_LOCAL), then YCSB's core
  * workloads A to F (--mix). */
@@ -148,6 +155,7 @@ struct mres {
 	uint64_t ops, gets, puts, keys, errors, notfound, ns;
 	uint64_t inserts, scans, scan_pairs, rmws;
 	uint64_t chain_fallbacks;
+	uint64_t cpu_ns; /* the plain loop: its thread's CPU time */
 	uint32_t nsamp;
 	uint64_t samp[SAMP_MAX];
 };
@@ -243,6 +251,14 @@ extern const char *const mname[NMODE];
 struct results {
 	struct fig farm[NW], small_c, small_zc, lat1;
 	double plain_rate, plain_fallback_frac;
+	/* The limit loop (memlimit.h) over a table of the cluster's size:
+	 * PLAIN_BATCH in flight (the plain loop's), --depth in flight (farm's
+	 * engine's), one at a time; the table's bytes and its span. */
+	double limit_plain, limit_depth, limit_one;
+	/* per second of the loop's CPU time; the plain loop's likewise */
+	double limit_depth_cpu, limit_plain_cpu, plain_cpu_rate;
+	uint64_t limit_bytes;
+	uint32_t limit_span;
 	uint64_t small_keys;
 	struct fig peer[NPEER][NMODE][NW];
 	struct fig peer_lat1[NPEER]; /* one connection, one GET in flight */

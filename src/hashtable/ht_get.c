@@ -422,7 +422,8 @@ struct first_op {
 	uint8_t *d;   /* both buckets' data */
 	uint8_t *obuf;
 	uint32_t olen;
-	bool torn; /* the local copy was not line-consistent */
+	const uint8_t *lp; /* local shard: the buckets, copied when due */
+	uint64_t cfg;      /* the configuration the buckets were found in */
 	farm_ht_get_fn cont;
 	void *ctx;
 	farm_lf_op ep;
@@ -471,10 +472,6 @@ static void first_buckets(struct first_op *f)
 	farm_ht *h = f->h;
 	unsigned L = h->bucket_lines;
 	uint64_t v, w;
-	if (f->torn) {
-		first_end(f, FARM_HT_UNRESOLVED, NULL, 0);
-		return;
-	}
 	int rc0 = obj_check(f->img, L, UINT64_MAX, &v, &w);
 	int rc1 = obj_check(f->img + 64u * L, L, UINT64_MAX, &v, &w);
 	if (rc0 == -EAGAIN || rc1 == -EAGAIN) {
@@ -483,6 +480,15 @@ static void first_buckets(struct first_op *f)
 	}
 	if (rc0 || rc1) {
 		first_end(f, FARM_ECORRUPT, NULL, 0); /* not a bucket */
+		return;
+	}
+	/* As get_buckets: a configuration change since the buckets were
+	 * found may have moved the shard (the old copy may be stale). The
+	 * fence pairs with the release store of the id in
+	 * farm_as_set_view_placed (addrspace.c). */
+	atomic_thread_fence(memory_order_acquire);
+	if (farm_as_config_id(h->as) != f->cfg) {
+		first_end(f, FARM_HT_UNRESOLVED, NULL, 0);
 		return;
 	}
 	uint8_t *d0 = f->d, *d1 = f->d + h->bucket_data;
@@ -531,12 +537,39 @@ static void first_read_done(farm_loop *loop, void *ctx, int status)
 {
 	(void)loop;
 	struct first_op *f = ctx;
+	/* A local pair was prefetched when the lookup started and is copied
+	 * now, a pass later, with the other lookups of the batch in flight
+	 * (as farm_ht_get's get_local_done); a line that kept changing
+	 * leaves the key unresolved. */
+	if (!status && f->lp &&
+	    !farm_lines_copy(f->img, f->lp, 128ull * f->h->bucket_lines,
+	                     LINE_TRIES))
+		status = FARM_EFLUSHED;
 	if (status == FARM_EFLUSHED)
 		first_end(f, FARM_HT_UNRESOLVED, NULL, 0);
 	else if (status)
 		first_end(f, read_err(status), NULL, 0);
 	else
 		first_buckets(f);
+}
+
+/* The remote bucket pair's READ: through the loop's descriptor cache
+ * when it knows the region (no lock, as get_start), else the address
+ * space's resolving read. */
+static int first_post(struct first_op *f, farm_gaddr a, uint32_t len)
+{
+	struct htloop *l = f->l;
+	uint8_t *lp;
+	farm_mr_desc d;
+	int rc = farm_as_resolve_cached(f->h->as, &l->rc, a, len, &lp, &d);
+	if (!rc && !lp) {
+		farm_wr wr = farm_wr_read(0, f->img, l->mr, len, &d,
+		                          farm_gaddr_offset(a));
+		return farm_loop_rdma(l->loop, d.machine, &wr, first_read_done,
+		                      f);
+	}
+	return farm_as_read(f->h->as, l->loop, a, f->img, l->mr, len,
+	                    first_read_done, f);
 }
 
 int farm_ht_get_first(farm_ht *h, farm_loop *loop, const void *key,
@@ -576,14 +609,17 @@ int farm_ht_get_first(farm_ht *h, farm_loop *loop, const void *key,
 	}
 	farm_stat_add(&h->st.v[T_LOOKUPS], 1);
 	farm_stat_add(&h->st.v[T_READS], 1);
+	f->cfg = farm_as_config_id(h->as);
 	const uint8_t *p = farm_as_local_ptr(h->as, a, 2ull * bb);
 	if (p) {
-		f->torn = !farm_lines_copy(f->img, p, 2ull * bb, LINE_TRIES);
-		/* Complete on a later pass, as a remote read would. */
+		for (uint32_t o = 0; o < 2 * bb; o += 64)
+			__builtin_prefetch(p + o, 0, 3);
+		f->lp = p;
+		/* Copy and complete on a later pass, as a remote read
+		 * would. */
 		rc = farm_loop_defer(loop, first_read_done, f);
 	} else {
-		rc = farm_as_read(h->as, loop, a, f->img, l->mr, 2 * bb,
-		                  first_read_done, f);
+		rc = first_post(f, a, 2 * bb);
 	}
 	if (rc) {
 		farm_lf_end(&f->ep);
