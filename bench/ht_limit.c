@@ -54,11 +54,11 @@ void ht_limit_goal_json(const struct ht_limit *l)
 {
 	double v = l->limit > 0 ? l->rate / l->limit : 0;
 	if (l->limit > 0)
-		printf(", \"kv_lookups_vs_limit\": {\"value\": %.4f, "
+		printf(", \"ht_lookups_vs_limit\": {\"value\": %.4f, "
 		       "\"target\": %.1f, \"met\": %s}",
 		       v, GOAL_VS_LIMIT, v >= GOAL_VS_LIMIT ? "true" : "false");
 	else
-		printf(", \"kv_lookups_vs_limit\": {\"value\": null, "
+		printf(", \"ht_lookups_vs_limit\": {\"value\": null, "
 		       "\"target\": %.1f, \"met\": false}",
 		       GOAL_VS_LIMIT);
 }

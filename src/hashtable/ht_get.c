@@ -553,21 +553,30 @@ static void first_read_done(farm_loop *loop, void *ctx, int status)
 		first_buckets(f);
 }
 
-/* The remote bucket pair's READ: through the loop's descriptor cache
- * when it knows the region (no lock, as get_start), else the address
- * space's resolving read. */
-static int first_post(struct first_op *f, farm_gaddr a, uint32_t len)
+/* The bucket pair resolved once, through the loop's descriptor cache
+ * (no lock, as get_start): here, prefetched now and copied with its lines
+ * checked on a later pass, as a remote read would complete; elsewhere, one
+ * READ; unknown yet, the address space's resolving read. */
+static int first_issue(struct first_op *f, farm_gaddr a, uint32_t len)
 {
 	struct htloop *l = f->l;
 	uint8_t *lp;
 	farm_mr_desc d;
 	int rc = farm_as_resolve_cached(f->h->as, &l->rc, a, len, &lp, &d);
-	if (!rc && !lp) {
+	if (!rc && lp) {
+		for (uint32_t o = 0; o < len; o += 64)
+			__builtin_prefetch(lp + o, 0, 3);
+		f->lp = lp;
+		return farm_loop_defer(l->loop, first_read_done, f);
+	}
+	if (!rc) {
 		farm_wr wr = farm_wr_read(0, f->img, l->mr, len, &d,
 		                          farm_gaddr_offset(a));
 		return farm_loop_rdma(l->loop, d.machine, &wr, first_read_done,
 		                      f);
 	}
+	if (rc != -EAGAIN)
+		return rc;
 	return farm_as_read(f->h->as, l->loop, a, f->img, l->mr, len,
 	                    first_read_done, f);
 }
@@ -610,17 +619,7 @@ int farm_ht_get_first(farm_ht *h, farm_loop *loop, const void *key,
 	farm_stat_add(&h->st.v[T_LOOKUPS], 1);
 	farm_stat_add(&h->st.v[T_READS], 1);
 	f->cfg = farm_as_config_id(h->as);
-	const uint8_t *p = farm_as_local_ptr(h->as, a, 2ull * bb);
-	if (p) {
-		for (uint32_t o = 0; o < 2 * bb; o += 64)
-			__builtin_prefetch(p + o, 0, 3);
-		f->lp = p;
-		/* Copy and complete on a later pass, as a remote read
-		 * would. */
-		rc = farm_loop_defer(loop, first_read_done, f);
-	} else {
-		rc = first_post(f, a, 2 * bb);
-	}
+	rc = first_issue(f, a, 2 * bb);
 	if (rc) {
 		farm_lf_end(&f->ep);
 		buf_put(l, f->img);
