@@ -176,10 +176,16 @@ struct farm_bt_entry {
 };
 /*
  * farm_bt_append() - bulk load: add the @n entries of @e, whose keys must
- * be strictly increasing and above every key in the tree, in @tx (the
- * caller commits; a commit's records must fit half a log, 128 KiB by
- * default: 2,048 entries of 8-byte keys and values write about 60 KiB
- * of leaves, -E2BIG from the commit says to append fewer at once). The
+ * be strictly increasing, above the tree's last key and at or above its
+ * rightmost leaf's low fence (after deletes emptied that leaf, a key
+ * between the two is -EINVAL: insert it with farm_bt_put), in @tx (the
+ * caller commits). A commit's records must fit half a log, 128 KiB by
+ * default, and leaves have a fixed size whatever the entries' lengths: a
+ * batch costs about n / (3/4 of a leaf's capacity) leaves of the
+ * layout's leaf size (with 8-byte keys and values, 2,048 entries write
+ * about 60 KiB; with the default 16/32-byte layout about 150 KiB, too
+ * much). Every node is allocated before the commit refuses an oversized
+ * batch with -E2BIG: append fewer at once. The
  * entries fill the tree's rightmost leaf and new leaves to begin with
  * three quarters of their capacity (room for inserts before they split),
  * and internal nodes likewise, bottom-up along the right edge: a few
@@ -188,7 +194,8 @@ struct farm_bt_entry {
  * own and concurrent writers are serialized as with farm_bt_put().
  * Returns 0; -EINVAL (NULL, an empty key, keys out of order or not above
  * the tree's last key: nothing is written); -EMSGSIZE (a key or value
- * over the layout's limits: nothing is written); -ENOSPC; the
+ * over the layout's limits: nothing is written); -ENOSPC; FARM_ECORRUPT
+ * (a node on the right edge failed its checks); the
  * transaction layer's errors (abort @tx on any error).
  */
 FARM_API FARM_MUST_CHECK int farm_bt_append(farm_bt *bt, farm_tx *tx,
