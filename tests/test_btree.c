@@ -690,7 +690,7 @@ static void test_corrupt(void **state)
 	uint8_t kb[8], *buf = malloc(bt->lay.leaf_size);
 	farm_bt_key_u64(50, kb);
 	struct bt_found f;
-	assert_int_equal(bt_locate(bt, NULL, loop, kb, 8, buf, &f), 0);
+	assert_int_equal(farm_bt_locate(bt, NULL, loop, kb, 8, buf, &f), 0);
 	uint32_t n50 = bt_n(f.leaf);
 	assert_true(n50 >= 2);
 	farm_tx *tx = NULL;
@@ -719,7 +719,7 @@ static void test_corrupt(void **state)
 	for (uint64_t k = 0; k < 100; k++) {
 		farm_bt_key_u64(k, kb);
 		struct bt_found g;
-		if (bt_locate(bt, NULL, loop, kb, 8, buf, &g) == 0 &&
+		if (farm_bt_locate(bt, NULL, loop, kb, 8, buf, &g) == 0 &&
 		    g.a != f.a) {
 			assert_int_equal(get_u64(bt, NULL, k, &v), 0);
 			assert_int_equal(v, k);
@@ -763,7 +763,7 @@ static void test_corrupt_fences(void **state)
 	uint8_t kb[8], *buf = malloc(bt->lay.leaf_size);
 	farm_bt_key_u64(50, kb);
 	struct bt_found f;
-	assert_int_equal(bt_locate(bt, NULL, loop, kb, 8, buf, &f), 0);
+	assert_int_equal(farm_bt_locate(bt, NULL, loop, kb, 8, buf, &f), 0);
 	farm_tx *tx = NULL;
 	assert_int_equal(farm_tx_begin(txm, loop, &tx), 0);
 	const void *d;
@@ -771,13 +771,13 @@ static void test_corrupt_fences(void **state)
 	assert_int_equal(farm_tx_read_sync(tx, f.a, bt->lay.leaf_size, &d), 0);
 	assert_int_equal(farm_tx_write(tx, f.a, (void **)&w), 0);
 	while (bt_n(w))
-		bt_remove(&bt->lay, w, 0);
+		farm_bt_remove(&bt->lay, w, 0);
 	struct bt_key lo = {.len = 8}, hi = {.len = 8};
 	farm_bt_key_u64(900, lo.b);
 	farm_bt_key_u64(950, hi.b);
-	bt_set_fence(&bt->lay, w, false, &lo);
-	bt_set_fence(&bt->lay, w, true, &hi);
-	assert_int_equal(bt_check_node(&bt->lay, w), 0); /* well-formed */
+	farm_bt_set_fence(&bt->lay, w, false, &lo);
+	farm_bt_set_fence(&bt->lay, w, true, &hi);
+	assert_int_equal(farm_bt_check_node(&bt->lay, w), 0); /* well-formed */
 	uint8_t *copy = malloc(bt->lay.leaf_size);
 	memcpy(copy, w, bt->lay.leaf_size);
 	assert_int_equal(farm_tx_commit_sync(tx), 0);
@@ -797,20 +797,20 @@ static void test_corrupt_fences(void **state)
 	                 FARM_ECORRUPT);
 	/* Fences out of order, and an internal node whose entry 0 is not
 	 * its low fence, are malformed by themselves. */
-	bt_set_fence(&bt->lay, copy, false, &hi);
-	bt_set_fence(&bt->lay, copy, true, &lo);
-	assert_int_equal(bt_check_node(&bt->lay, copy), FARM_ECORRUPT);
-	bt_set_fence(&bt->lay, copy, true, &hi);
-	assert_int_equal(bt_check_node(&bt->lay, copy), FARM_ECORRUPT);
+	farm_bt_set_fence(&bt->lay, copy, false, &hi);
+	farm_bt_set_fence(&bt->lay, copy, true, &lo);
+	assert_int_equal(farm_bt_check_node(&bt->lay, copy), FARM_ECORRUPT);
+	farm_bt_set_fence(&bt->lay, copy, true, &hi);
+	assert_int_equal(farm_bt_check_node(&bt->lay, copy), FARM_ECORRUPT);
 	free(copy);
 	assert_int_equal(farm_lf_read_sync(txm, loop, bt->root,
 	                                   bt->lay.leaf_size, UINT64_MAX, buf),
 	                 0);
 	assert_false(bt_is_leaf(buf));
-	assert_int_equal(bt_check_node(&bt->lay, buf), 0);
+	assert_int_equal(farm_bt_check_node(&bt->lay, buf), 0);
 	uint8_t *e0 = bt_entry(&bt->lay, buf, 0);
 	e0[0] = 1; /* entry 0's key no longer the root's (empty) low fence */
-	assert_int_equal(bt_check_node(&bt->lay, buf), FARM_ECORRUPT);
+	assert_int_equal(farm_bt_check_node(&bt->lay, buf), FARM_ECORRUPT);
 	free(buf);
 	farm_bt_close(bt);
 }

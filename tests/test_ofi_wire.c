@@ -315,8 +315,8 @@ static int raw_open(struct raw *r, const char *target)
 	listen_of(T_BAD, listen, sizeof(listen));
 	struct sockaddr_storage ss, ts;
 	socklen_t sl, tl;
-	if (ofi_parse_addr(listen, &ss, &sl) ||
-	    ofi_parse_addr(target, &ts, &tl))
+	if (farm_ofi_parse_addr(listen, &ss, &sl) ||
+	    farm_ofi_parse_addr(target, &ts, &tl))
 		return -EINVAL;
 	struct fi_info *h = fi_allocinfo();
 	h->caps = FI_MSG | FI_RMA | FI_ATOMIC | FI_READ | FI_WRITE | FI_SEND |
@@ -579,7 +579,7 @@ static int tcp_connect_to(const char *addr)
 {
 	struct sockaddr_storage ss;
 	socklen_t sl;
-	if (ofi_parse_addr(addr, &ss, &sl))
+	if (farm_ofi_parse_addr(addr, &ss, &sl))
 		return -1;
 	int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)

@@ -85,7 +85,7 @@ static int setup(void **state)
 	        farm_mr_reg(f->a, f->buf, LBUF, FARM_ACCESS_LOCAL, &f->lmr), 0);
 	struct sockaddr_storage ss;
 	socklen_t sl;
-	assert_int_equal(udp_parse_addr(f->addr_b, &ss, &sl), 0);
+	assert_int_equal(farm_udp_parse_addr(f->addr_b, &ss, &sl), 0);
 	memcpy(&f->to, &ss, sizeof(f->to));
 	f->raw = socket(AF_INET, SOCK_DGRAM, 0);
 	assert_true(f->raw >= 0);
@@ -243,9 +243,9 @@ static void test_bad_input(void **state)
 	struct udp_fabric *fa = (struct udp_fabric *)f->a;
 	struct sockaddr_storage from_b;
 	socklen_t fl;
-	assert_int_equal(udp_parse_addr(f->addr_b, &from_b, &fl), 0);
+	assert_int_equal(farm_udp_parse_addr(f->addr_b, &from_b, &fl), 0);
 	struct udp_out o = {&p, UDP_HDR + 64, &from_b, fl};
-	udp_send(fa, &o, 1); /* from the initiator's own socket */
+	farm_udp_send(fa, &o, 1); /* from the initiator's own socket */
 	WAIT_STAT(f, bad_session, s0.bad_session + 5);
 	assert_true(region_intact(f));
 	still_serving(f);

@@ -34,7 +34,7 @@ int farm_as_resolve(farm_as *as, farm_gaddr a, uint64_t len, uint8_t **local,
 	*local = NULL;
 	int rc = -EAGAIN;
 	pthread_rwlock_rdlock(&as->lock);
-	struct entry *e = as_find(as, farm_gaddr_region(a));
+	struct entry *e = farm_as_find(as, farm_gaddr_region(a));
 	if (e && e->kind == E_PRIMARY) {
 		*local = (uint8_t *)farm_region_base(e->local) +
 		         farm_gaddr_offset(a);
@@ -138,11 +138,11 @@ static void lookup_done(farm_loop *loop, void *ctx, int status,
 		                  .access = r.access};
 		struct entry e = {.id = region, .kind = E_REMOTE, .desc = d};
 		as_wrlock(as);
-		struct entry *old = as_find(as, region);
+		struct entry *old = farm_as_find(as, region);
 		if (old && old->kind == E_BACKUP)
 			old->desc = d;
 		else if (!old || old->kind == E_REMOTE)
-			(void)as_put(
+			(void)farm_as_put(
 			        as, &e); /* a failed cache insert is harmless */
 		pthread_rwlock_unlock(&as->lock);
 		status = post_rdma(loop, &d, op->write, op->a, op->buf, op->lmr,
@@ -165,7 +165,7 @@ static int as_access(farm_as *as, farm_loop *loop, bool write, farm_gaddr a,
 		return -EINVAL;
 	uint32_t region = farm_gaddr_region(a);
 	pthread_rwlock_rdlock(&as->lock);
-	struct entry *e = as_find(as, region);
+	struct entry *e = farm_as_find(as, region);
 	int kind = e ? e->kind : E_FREE;
 	farm_mr_desc d = e ? e->desc : (farm_mr_desc){0};
 	uint8_t *base = kind == E_PRIMARY ? farm_region_base(e->local) : NULL;

@@ -26,7 +26,7 @@ static uint32_t hash32(uint32_t x)
 	return farm_ring_pos(x);
 }
 
-struct entry *as_find(const farm_as *as, uint32_t id)
+struct entry *farm_as_find(const farm_as *as, uint32_t id)
 {
 	for (uint32_t i = hash32(id) & (as->cap - 1);;
 	     i = (i + 1) & (as->cap - 1)) {
@@ -60,9 +60,9 @@ static int grow(farm_as *as)
 }
 
 /* Insert or overwrite; under the write lock. */
-int as_put(farm_as *as, const struct entry *in)
+int farm_as_put(farm_as *as, const struct entry *in)
 {
-	struct entry *e = as_find(as, in->id);
+	struct entry *e = farm_as_find(as, in->id);
 	if (e) {
 		*e = *in;
 		return 0;
@@ -81,9 +81,9 @@ int as_put(farm_as *as, const struct entry *in)
 }
 
 /* Remove (backward-shift deletion keeps probe chains intact). */
-void as_del(farm_as *as, uint32_t id)
+void farm_as_del(farm_as *as, uint32_t id)
 {
-	struct entry *e = as_find(as, id);
+	struct entry *e = farm_as_find(as, id);
 	if (!e)
 		return;
 	uint32_t i = (uint32_t)(e - as->tab), mask = as->cap - 1;
@@ -144,7 +144,8 @@ int farm_as_create(farm_fabric *fab, farm_msg *msg,
 	if ((rc = farm_msg_handle(msg, FARM_MSGT_AS_LOOKUP, h_lookup, as)) ||
 	    (rc = farm_msg_handle(msg, FARM_MSGT_AS_CREATE, h_create, as)) ||
 	    (rc = farm_msg_handle(msg, FARM_MSGT_AS_DROP, h_drop, as)) ||
-	    (rc = farm_msg_handle(msg, FARM_MSGT_AS_GROWQ, as_h_growq, as))) {
+	    (rc = farm_msg_handle(msg, FARM_MSGT_AS_GROWQ, farm_as_h_growq,
+	                          as))) {
 		/* Handlers cannot be unregistered: the farm_msg is unusable
 		 * for another address space now; say so. */
 		farm_err("addrspace: cannot register handlers: %s",
@@ -307,7 +308,7 @@ static void sweep_entries(farm_as *as, struct view_sweep *w)
 			e->desc.len = 0; /* no memory: keep, but unusable */
 	}
 	for (uint32_t i = 0; i < w->ndrop; i++)
-		as_del(as, w->drop[i]);
+		farm_as_del(as, w->drop[i]);
 }
 
 /* Append the given-up copies of @w to as->given and count them. Under
@@ -436,7 +437,7 @@ int farm_as_give_up(farm_as *as, uint32_t region)
 		return -EINVAL;
 	farm_region *r = NULL;
 	as_wrlock(as);
-	struct entry *e = as_find(as, region);
+	struct entry *e = farm_as_find(as, region);
 	/* Only a complete copy whose region another machine is primary of
 	 * now: a filling one has no recovered locks, and where the ring
 	 * still makes us primary the promotion is to come. */
@@ -456,7 +457,7 @@ int farm_as_give_up(farm_as *as, uint32_t region)
 		as->given[as->ngiven++] = (struct given_up){
 		        .id = region, .primary = false, .r = r};
 		as->displaced++;
-		as_del(as, region);
+		farm_as_del(as, region);
 	}
 	pthread_rwlock_unlock(&as->lock);
 	if (!r)
@@ -490,7 +491,7 @@ const void *farm_as_demoted_source(farm_as *as, uint32_t region)
 		return NULL;
 	const void *p = NULL;
 	pthread_rwlock_rdlock(&as->lock);
-	struct entry *e = as_find(as, region);
+	struct entry *e = farm_as_find(as, region);
 	if (e && e->kind == E_BACKUP && e->filling)
 		for (unsigned i = as->ngiven; i > 0; i--) {
 			const struct given_up *g = &as->given[i - 1];
@@ -537,7 +538,7 @@ int farm_as_adopt(farm_as *as, uint32_t region, farm_region *r)
 		return -EINVAL;
 	struct entry e = {.id = region, .kind = E_BACKUP, .local = r};
 	as_wrlock(as);
-	int rc = as_find(as, region) ? -EEXIST : as_put(as, &e);
+	int rc = farm_as_find(as, region) ? -EEXIST : farm_as_put(as, &e);
 	pthread_rwlock_unlock(&as->lock);
 	return rc;
 }
@@ -592,7 +593,7 @@ int farm_as_promote(farm_as *as, uint32_t region)
 		return -EINVAL;
 	int rc = -ENOENT;
 	as_wrlock(as);
-	struct entry *e = as_find(as, region);
+	struct entry *e = farm_as_find(as, region);
 	if (e && e->kind == E_BACKUP && !e->filling && as->ring &&
 	    farm_ring_primary(as->ring, region) == as->me) {
 		e->kind = E_PRIMARY;
@@ -648,7 +649,7 @@ farm_region *farm_as_local_region(farm_as *as, uint32_t region,
 	enum farm_as_role ro = FARM_AS_NONE;
 	if (as && region) {
 		pthread_rwlock_rdlock(&as->lock);
-		struct entry *e = as_find(as, region);
+		struct entry *e = farm_as_find(as, region);
 		if (e && (e->kind == E_PRIMARY || e->kind == E_BACKUP)) {
 			r = e->local;
 			ro = (enum farm_as_role)e->kind;
@@ -664,8 +665,8 @@ farm_region *farm_as_local_region(farm_as *as, uint32_t region,
 
 /* A reply that cannot be sent means the caller is gone or its channel is
  * broken; its RPC times out. Say so and carry on. */
-void as_reply(farm_loop *loop, const struct farm_msg_token *tok,
-              const void *data, uint32_t len)
+void farm_as_reply(farm_loop *loop, const struct farm_msg_token *tok,
+                   const void *data, uint32_t len)
 {
 	int rc = farm_msg_reply(loop, tok, data, len);
 	if (rc)
@@ -673,7 +674,8 @@ void as_reply(farm_loop *loop, const struct farm_msg_token *tok,
 		          tok->machine, farm_strerror(rc));
 }
 
-void as_reply_err(farm_loop *loop, const struct farm_msg_token *tok, int status)
+void farm_as_reply_err(farm_loop *loop, const struct farm_msg_token *tok,
+                       int status)
 {
 	int rc = farm_msg_reply_error(loop, tok, status);
 	if (rc)
@@ -681,14 +683,14 @@ void as_reply_err(farm_loop *loop, const struct farm_msg_token *tok, int status)
 		          tok->machine, farm_strerror(rc));
 }
 
-void as_bad_request(farm_as *as, farm_loop *loop, const farm_msg_in *in,
-                    const char *what)
+void farm_as_bad_request(farm_as *as, farm_loop *loop, const farm_msg_in *in,
+                         const char *what)
 {
 	atomic_fetch_add(&as->st.bad_requests, 1);
 	farm_warn("addrspace: bad %s from machine %" PRIu32 " (%u bytes)", what,
 	          in->src_machine, in->len);
 	if (in->token.call_id)
-		as_reply_err(loop, &in->token, -EINVAL);
+		farm_as_reply_err(loop, &in->token, -EINVAL);
 }
 
 static struct desc_reply desc_reply_of(uint32_t region, const farm_mr_desc *d)
@@ -706,12 +708,12 @@ static void h_lookup(farm_loop *loop, const farm_msg_in *in, void *arg)
 	farm_as *as = arg;
 	struct lookup_req q;
 	if (in->len != sizeof(q) || !in->token.call_id) {
-		as_bad_request(as, loop, in, "region lookup");
+		farm_as_bad_request(as, loop, in, "region lookup");
 		return;
 	}
 	memcpy(&q, in->payload, sizeof(q));
 	pthread_rwlock_rdlock(&as->lock);
-	struct entry *e = q.region ? as_find(as, q.region) : NULL;
+	struct entry *e = q.region ? farm_as_find(as, q.region) : NULL;
 	bool ok = e && e->kind == E_PRIMARY;
 	/* A backup copy: recovery is promoting it, or the asker applied a
 	 * configuration that makes us the region's primary and we have not
@@ -727,11 +729,12 @@ static void h_lookup(farm_loop *loop, const farm_msg_in *in, void *arg)
 	farm_mr_desc d = ok ? e->desc : (farm_mr_desc){0};
 	pthread_rwlock_unlock(&as->lock);
 	if (!ok) {
-		as_reply_err(loop, &in->token, recovering ? -EAGAIN : -ENOENT);
+		farm_as_reply_err(loop, &in->token,
+		                  recovering ? -EAGAIN : -ENOENT);
 		return;
 	}
 	struct desc_reply r = desc_reply_of(q.region, &d);
-	as_reply(loop, &in->token, &r, sizeof(r));
+	farm_as_reply(loop, &in->token, &r, sizeof(r));
 }
 
 static void h_create(farm_loop *loop, const farm_msg_in *in, void *arg)
@@ -739,35 +742,35 @@ static void h_create(farm_loop *loop, const farm_msg_in *in, void *arg)
 	farm_as *as = arg;
 	struct create_req q;
 	if (in->len != sizeof(q) || !in->token.call_id) {
-		as_bad_request(as, loop, in, "region create");
+		farm_as_bad_request(as, loop, in, "region create");
 		return;
 	}
 	memcpy(&q, in->payload, sizeof(q));
 	if (q.region == 0 || q.region > FARM_REGION_ID_MAX ||
 	    q.size != as->region_size || q.primary != in->src_machine) {
-		as_bad_request(as, loop, in, "region create");
+		farm_as_bad_request(as, loop, in, "region create");
 		return;
 	}
 	pthread_rwlock_rdlock(&as->lock);
-	bool exists = as_find(as, q.region) != NULL;
+	bool exists = farm_as_find(as, q.region) != NULL;
 	pthread_rwlock_unlock(&as->lock);
 	if (exists) {
-		as_reply_err(loop, &in->token, -EEXIST);
+		farm_as_reply_err(loop, &in->token, -EEXIST);
 		return;
 	}
 	farm_region *r;
 	int rc = farm_region_create(as->fab, as->region_size, &r);
 	if (rc) {
-		as_reply_err(loop, &in->token, rc);
+		farm_as_reply_err(loop, &in->token, rc);
 		return;
 	}
 	struct entry e = {.id = q.region, .kind = E_BACKUP, .local = r};
 	as_wrlock(as);
-	rc = as_find(as, q.region) ? -EEXIST : as_put(as, &e);
+	rc = farm_as_find(as, q.region) ? -EEXIST : farm_as_put(as, &e);
 	pthread_rwlock_unlock(&as->lock);
 	if (rc) {
 		farm_region_destroy(r);
-		as_reply_err(loop, &in->token, rc);
+		farm_as_reply_err(loop, &in->token, rc);
 		return;
 	}
 	/* Durable before the primary learns of the copy (and before any
@@ -775,7 +778,7 @@ static void h_create(farm_loop *loop, const farm_msg_in *in, void *arg)
 	tell_local(as, q.region, r, true);
 	farm_mr_desc bd = farm_region_desc(r);
 	struct desc_reply d = desc_reply_of(q.region, &bd);
-	as_reply(loop, &in->token, &d, sizeof(d));
+	farm_as_reply(loop, &in->token, &d, sizeof(d));
 }
 
 int farm_as_backup_open(farm_as *as, uint32_t region)
@@ -783,7 +786,7 @@ int farm_as_backup_open(farm_as *as, uint32_t region)
 	if (!as || region == 0 || region > FARM_REGION_ID_MAX)
 		return -EINVAL;
 	pthread_rwlock_rdlock(&as->lock);
-	struct entry *e = as_find(as, region);
+	struct entry *e = farm_as_find(as, region);
 	bool held = e && (e->kind == E_PRIMARY || e->kind == E_BACKUP);
 	pthread_rwlock_unlock(&as->lock);
 	if (held)
@@ -795,11 +798,11 @@ int farm_as_backup_open(farm_as *as, uint32_t region)
 	struct entry ne = {
 	        .id = region, .kind = E_BACKUP, .filling = true, .local = r};
 	as_wrlock(as);
-	e = as_find(as, region);
+	e = farm_as_find(as, region);
 	if (e && (e->kind == E_PRIMARY || e->kind == E_BACKUP))
 		rc = -EEXIST;
 	else
-		rc = as_put(as, &ne); /* replaces a cached remote entry */
+		rc = farm_as_put(as, &ne); /* replaces a cached remote entry */
 	pthread_rwlock_unlock(&as->lock);
 	if (rc)
 		farm_region_destroy(r);
@@ -811,7 +814,7 @@ int farm_as_backup_filled(farm_as *as, uint32_t region)
 	if (!as || !region)
 		return -EINVAL;
 	as_wrlock(as);
-	struct entry *e = as_find(as, region);
+	struct entry *e = farm_as_find(as, region);
 	int rc = e && e->kind == E_BACKUP && e->filling ? 0 : -ENOENT;
 	if (!rc) {
 		/* Recorded for a whole-cluster restart (the manifest) before
@@ -839,7 +842,7 @@ bool farm_as_backup_filling(farm_as *as, uint32_t region)
 	if (!as || !region)
 		return false;
 	pthread_rwlock_rdlock(&as->lock);
-	struct entry *e = as_find(as, region);
+	struct entry *e = farm_as_find(as, region);
 	f = e && e->kind == E_BACKUP && e->filling;
 	pthread_rwlock_unlock(&as->lock);
 	return f;
@@ -850,23 +853,23 @@ static void h_drop(farm_loop *loop, const farm_msg_in *in, void *arg)
 	farm_as *as = arg;
 	struct lookup_req q;
 	if (in->len != sizeof(q)) {
-		as_bad_request(as, loop, in, "region drop");
+		farm_as_bad_request(as, loop, in, "region drop");
 		return;
 	}
 	memcpy(&q, in->payload, sizeof(q));
 	farm_region *victim = NULL;
 	as_wrlock(as);
-	struct entry *e = q.region ? as_find(as, q.region) : NULL;
+	struct entry *e = q.region ? farm_as_find(as, q.region) : NULL;
 	if (e && e->kind == E_BACKUP) {
 		victim = e->local;
-		as_del(as, q.region);
+		farm_as_del(as, q.region);
 	}
 	pthread_rwlock_unlock(&as->lock);
 	if (victim)
 		tell_local(as, q.region, victim, false);
 	farm_region_destroy(victim);
 	if (in->token.call_id)
-		as_reply(loop, &in->token, NULL, 0);
+		farm_as_reply(loop, &in->token, NULL, 0);
 }
 
 void farm_as_stats_get(farm_as *as, struct farm_as_stats *out)

@@ -125,20 +125,21 @@ struct create_req {
 
 /* ---- shared by the files (addrspace.c) ----------------------------------- */
 
-/* The table (caller holds the lock; as_put and as_del exclusively). */
-struct entry *as_find(const farm_as *as, uint32_t id);
-int as_put(farm_as *as, const struct entry *in);
-void as_del(farm_as *as, uint32_t id);
+/* The table (caller holds the lock; farm_as_put and farm_as_del exclusively).
+ */
+struct entry *farm_as_find(const farm_as *as, uint32_t id);
+int farm_as_put(farm_as *as, const struct entry *in);
+void farm_as_del(farm_as *as, uint32_t id);
 
 /* Replies from the handlers; a reply that cannot be sent is logged. */
-void as_reply(farm_loop *loop, const struct farm_msg_token *tok,
-              const void *data, uint32_t len);
-void as_reply_err(farm_loop *loop, const struct farm_msg_token *tok,
-                  int status);
-void as_bad_request(farm_as *as, farm_loop *loop, const farm_msg_in *in,
-                    const char *what);
+void farm_as_reply(farm_loop *loop, const struct farm_msg_token *tok,
+                   const void *data, uint32_t len);
+void farm_as_reply_err(farm_loop *loop, const struct farm_msg_token *tok,
+                       int status);
+void farm_as_bad_request(farm_as *as, farm_loop *loop, const farm_msg_in *in,
+                         const char *what);
 
 /* growq.c: FARM_MSGT_AS_GROWQ (registered by farm_as_create). */
-void as_h_growq(farm_loop *loop, const farm_msg_in *in, void *arg);
+void farm_as_h_growq(farm_loop *loop, const farm_msg_in *in, void *arg);
 
 #endif

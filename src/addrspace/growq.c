@@ -27,23 +27,23 @@ struct growq_req {
 	uint32_t grower, pad;
 };
 
-void as_h_growq(farm_loop *loop, const farm_msg_in *in, void *arg)
+void farm_as_h_growq(farm_loop *loop, const farm_msg_in *in, void *arg)
 {
 	farm_as *as = arg;
 	struct growq_req q;
 	if (in->len != sizeof(q) || !in->token.call_id) {
-		as_bad_request(as, loop, in, "growth query");
+		farm_as_bad_request(as, loop, in, "growth query");
 		return;
 	}
 	memcpy(&q, in->payload, sizeof(q));
 	if (q.grower != in->src_machine || q.pad) {
-		as_bad_request(as, loop, in, "growth query");
+		farm_as_bad_request(as, loop, in, "growth query");
 		return;
 	}
 	uint32_t max = (farm_msg_max_payload(farm_loop_msg(loop)) - 4) / 4;
 	uint32_t *out = malloc(4ull * (max + 1));
 	if (!out) {
-		as_reply_err(loop, &in->token, -ENOMEM);
+		farm_as_reply_err(loop, &in->token, -ENOMEM);
 		return;
 	}
 	uint32_t n = 0;
@@ -76,9 +76,9 @@ void as_h_growq(farm_loop *loop, const farm_msg_in *in, void *arg)
 	pthread_rwlock_unlock(&as->lock);
 	out[0] = n;
 	if (rc)
-		as_reply_err(loop, &in->token, rc);
+		farm_as_reply_err(loop, &in->token, rc);
 	else
-		as_reply(loop, &in->token, out, 4 * (n + 1));
+		farm_as_reply(loop, &in->token, out, 4 * (n + 1));
 	free(out);
 }
 
@@ -120,7 +120,7 @@ static void grow_reply(farm_loop *loop, void *ctx, int status,
 		uint32_t id;
 		memcpy(&id, (const uint8_t *)reply_buf + 4 * (i + 1), 4);
 		pthread_rwlock_rdlock(&as->lock);
-		const struct entry *e = as_find(as, id);
+		const struct entry *e = farm_as_find(as, id);
 		bool ok = e && e->kind == E_BACKUP && !e->filling;
 		pthread_rwlock_unlock(&as->lock);
 		if (!ok)

@@ -32,7 +32,7 @@ struct alloc_op {
 
 static bool taken_cb(void *ctx, uint32_t id)
 {
-	return as_find(ctx, id) != NULL; /* caller holds the lock */
+	return farm_as_find(ctx, id) != NULL; /* caller holds the lock */
 }
 
 static void alloc_finish(farm_loop *loop, struct alloc_op *op)
@@ -54,7 +54,7 @@ static void alloc_finish(farm_loop *loop, struct alloc_op *op)
 		    farm_ring_primary(as->ring, op->region) != as->me)
 			rc = -EAGAIN;
 		else
-			rc = as_put(as, &e);
+			rc = farm_as_put(as, &e);
 		pthread_rwlock_unlock(&as->lock);
 		if (rc)
 			tell_local(as, op->region, op->local, false);
@@ -129,7 +129,7 @@ int farm_as_region_alloc(farm_as *as, farm_loop *loop, uint32_t near,
 		op->nrep = farm_ring_holders(as->ring, op->region, op->reps);
 	if (!rc) {
 		struct entry e = {.id = op->region, .kind = E_REMOTE};
-		rc = as_put(as, &e); /* a placeholder no lookup answers */
+		rc = farm_as_put(as, &e); /* a placeholder no lookup answers */
 	}
 	pthread_rwlock_unlock(&as->lock);
 	if (!rc)
@@ -137,7 +137,7 @@ int farm_as_region_alloc(farm_as *as, farm_loop *loop, uint32_t near,
 	if (rc) {
 		if (op->region) {
 			as_wrlock(as);
-			as_del(as, op->region);
+			farm_as_del(as, op->region);
 			pthread_rwlock_unlock(&as->lock);
 		}
 		free(op);

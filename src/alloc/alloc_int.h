@@ -306,17 +306,20 @@ static inline void slot_set_link(char *p, char *n)
 FARM_INTERNAL const uint8_t *farm_alloc_line_cls_table(void);
 
 /* block.c, called with ba->lock held. */
-FARM_INTERNAL int ba_new_slab_block_locked(farm_blockalloc *ba, farm_slab *s,
-                                           unsigned cls, struct ba_region *r,
-                                           struct farm_block **out);
-FARM_INTERNAL int ba_take_run_locked(farm_blockalloc *ba, struct ba_region *r,
-                                     uint32_t nmb, uint32_t *bidx);
-FARM_INTERNAL int ba_grow_locked(farm_blockalloc *ba, uint32_t near,
-                                 struct ba_region **out);
-FARM_INTERNAL void ba_set_owner_locked(struct farm_block *b, farm_slab *s);
-FARM_INTERNAL void ba_retire_locked(farm_blockalloc *ba, struct ba_region *r,
-                                    uint32_t bidx, uint32_t mb, uint64_t gen);
-FARM_INTERNAL void ba_write_run(struct ba_region *r, uint32_t bidx,
-                                uint32_t nmb, uint64_t head);
+FARM_INTERNAL int farm_ba_new_slab_block_locked(farm_blockalloc *ba,
+                                                farm_slab *s, unsigned cls,
+                                                struct ba_region *r,
+                                                struct farm_block **out);
+FARM_INTERNAL int farm_ba_take_run_locked(farm_blockalloc *ba,
+                                          struct ba_region *r, uint32_t nmb,
+                                          uint32_t *bidx);
+FARM_INTERNAL int farm_ba_grow_locked(farm_blockalloc *ba, uint32_t near,
+                                      struct ba_region **out);
+FARM_INTERNAL void farm_ba_set_owner_locked(struct farm_block *b, farm_slab *s);
+FARM_INTERNAL void farm_ba_retire_locked(farm_blockalloc *ba,
+                                         struct ba_region *r, uint32_t bidx,
+                                         uint32_t mb, uint64_t gen);
+FARM_INTERNAL void farm_ba_write_run(struct ba_region *r, uint32_t bidx,
+                                     uint32_t nmb, uint64_t head);
 
 #endif /* FARM_ALLOC_INT_H */

@@ -191,7 +191,8 @@ int farm_blockalloc_add_region(farm_blockalloc *ba,
 	return rc;
 }
 
-int ba_grow_locked(farm_blockalloc *ba, uint32_t near, struct ba_region **out)
+int farm_ba_grow_locked(farm_blockalloc *ba, uint32_t near,
+                        struct ba_region **out)
 {
 	if (!ba->new_region)
 		return -ENOMEM;
@@ -203,8 +204,8 @@ int ba_grow_locked(farm_blockalloc *ba, uint32_t near, struct ba_region **out)
 }
 
 /* First fit: @nmb free blocks in a row in @r. */
-int ba_take_run_locked(farm_blockalloc *ba, struct ba_region *r, uint32_t nmb,
-                       uint32_t *bidx)
+int farm_ba_take_run_locked(farm_blockalloc *ba, struct ba_region *r,
+                            uint32_t nmb, uint32_t *bidx)
 {
 	/* Nothing is carved in a retired region (checked under the lock, where
 	 * the flag is set). */
@@ -233,8 +234,8 @@ int ba_take_run_locked(farm_blockalloc *ba, struct ba_region *r, uint32_t nmb,
 	return -ENOSPC;
 }
 
-void ba_retire_locked(farm_blockalloc *ba, struct ba_region *r, uint32_t bidx,
-                      uint32_t mb, uint64_t gen)
+void farm_ba_retire_locked(farm_blockalloc *ba, struct ba_region *r,
+                           uint32_t bidx, uint32_t mb, uint64_t gen)
 {
 	struct ba_retired *x = malloc(sizeof(*x));
 	if (!x) {
@@ -333,8 +334,8 @@ uint64_t farm_blockalloc_reclaim(farm_blockalloc *ba, uint64_t mark)
  * with the acquire loads of the table in farm_alloc_walk, conts_ok and
  * the rebuild, which find the continuations written once they see the
  * head). */
-void ba_write_run(struct ba_region *r, uint32_t bidx, uint32_t nmb,
-                  uint64_t head)
+void farm_ba_write_run(struct ba_region *r, uint32_t bidx, uint32_t nmb,
+                       uint64_t head)
 {
 	for (uint32_t i = 1; i < nmb; i++)
 		atomic_store_explicit(&r->table[bidx + i], bt_cont(bidx),
@@ -373,11 +374,12 @@ static void meta_publish(struct farm_block *b)
 		                      memory_order_release);
 }
 
-int ba_new_slab_block_locked(farm_blockalloc *ba, farm_slab *s, unsigned cls,
-                             struct ba_region *r, struct farm_block **out)
+int farm_ba_new_slab_block_locked(farm_blockalloc *ba, farm_slab *s,
+                                  unsigned cls, struct ba_region *r,
+                                  struct farm_block **out)
 {
 	uint32_t mb = farm_alloc_class_block_mb((int)cls), bidx;
-	int rc = ba_take_run_locked(ba, r, mb, &bidx);
+	int rc = farm_ba_take_run_locked(ba, r, mb, &bidx);
 	if (rc)
 		return rc;
 	struct farm_block *b = block_meta_new(r, bidx, cls);
@@ -387,14 +389,14 @@ int ba_new_slab_block_locked(farm_blockalloc *ba, farm_slab *s, unsigned cls,
 	}
 	atomic_store_explicit(&b->owner, s, memory_order_relaxed);
 	meta_publish(b);
-	ba_write_run(r, bidx, mb, bt_slab(cls, mb, s ? s->id : 0));
+	farm_ba_write_run(r, bidx, mb, bt_slab(cls, mb, s ? s->id : 0));
 	*out = b;
 	return 0;
 }
 
 /* The head word names the owner (release: pairs with the acquire loads of
  * the table in farm_alloc_walk and the rebuild). */
-void ba_set_owner_locked(struct farm_block *b, farm_slab *s)
+void farm_ba_set_owner_locked(struct farm_block *b, farm_slab *s)
 {
 	atomic_store_explicit(&b->owner, s, memory_order_relaxed);
 	atomic_store_explicit(&b->r->table[b->bidx],
@@ -484,7 +486,8 @@ static bool conts_ok(struct ba_region *r, uint32_t bidx, uint32_t mb)
 	if (mb == 0 || bidx + mb > r->nblocks)
 		return false;
 	for (uint32_t i = 1; i < mb; i++) {
-		/* Acquire: pairs with the release stores of ba_write_run. */
+		/* Acquire: pairs with the release stores of farm_ba_write_run.
+		 */
 		uint64_t w = atomic_load_explicit(&r->table[bidx + i],
 		                                  memory_order_acquire);
 		if (bt_type(w) != BT_CONT || bt_cont_head(w) != bidx)
@@ -589,7 +592,7 @@ static int rebuild_array(farm_blockalloc *ba, struct ba_region *r, uint32_t i,
 		c->retired += mb;
 		/* Freed before the rebuild: generation 0, so the next epoch
 		 * frees it. */
-		ba_retire_locked(ba, r, i, mb, 0);
+		farm_ba_retire_locked(ba, r, i, mb, 0);
 	}
 	return 0;
 }
@@ -601,7 +604,7 @@ static int rebuild_table(farm_blockalloc *ba, struct ba_region *r,
 {
 	for (uint32_t i = 1; i < r->nblocks;) {
 		/* Acquire: pairs with the release stores of the table
-		 * (ba_write_run, farm_alloc_copy_note's word_claim). */
+		 * (farm_ba_write_run, farm_alloc_copy_note's word_claim). */
 		uint64_t w = atomic_load_explicit(&r->table[i],
 		                                  memory_order_acquire);
 		uint32_t mb = 1;

@@ -147,7 +147,7 @@ static int copy_header_write(_Atomic uint64_t *hw, _Atomic uint64_t *table,
 }
 
 /* Write the run's words: continuations first, then the head, as
- * ba_write_run. Returns 1 if a word was written. */
+ * farm_ba_write_run. Returns 1 if a word was written. */
 static int copy_run_write(_Atomic uint64_t *table, uint32_t head, unsigned mb,
                           uint64_t hv)
 {

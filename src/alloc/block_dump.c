@@ -131,7 +131,7 @@ int farm_blockalloc_dump(farm_blockalloc *ba, FILE *f)
 		fprintf(f, "region %u blocks %u\n", r->id, r->nblocks);
 		for (uint32_t i = 0; i < r->nblocks; i++) {
 			/* Acquire (table and meta): pairs with the release
-			 * stores of ba_write_run and meta_publish. */
+			 * stores of farm_ba_write_run and meta_publish. */
 			uint64_t w = atomic_load_explicit(&r->table[i],
 			                                  memory_order_acquire);
 			if (!w)

@@ -71,7 +71,7 @@ void farm_slab_destroy(farm_slab *s)
 			if (atomic_load_explicit(&b->retired,
 			                         memory_order_relaxed))
 				continue;
-			ba_set_owner_locked(b, NULL);
+			farm_ba_set_owner_locked(b, NULL);
 			b->orphan_next = ba->orphans[c];
 			ba->orphans[c] = b;
 		}
@@ -247,7 +247,7 @@ static struct farm_block *adopt_locked(farm_slab *s, unsigned c,
 			continue;
 		*pp = b->orphan_next;
 		b->orphan_next = NULL;
-		ba_set_owner_locked(b, s);
+		farm_ba_set_owner_locked(b, s);
 		struct farm_slab_cls *k = &s->cls[c];
 		k->blocks[k->nblocks++] = b;
 		return b;
@@ -259,7 +259,7 @@ static struct farm_block *adopt_locked(farm_slab *s, unsigned c,
 static int new_block_locked(farm_slab *s, unsigned c, struct ba_region *r,
                             struct farm_block **out)
 {
-	int rc = ba_new_slab_block_locked(s->ba, s, c, r, out);
+	int rc = farm_ba_new_slab_block_locked(s->ba, s, c, r, out);
 	if (!rc) {
 		struct farm_slab_cls *k = &s->cls[c];
 		k->blocks[k->nblocks++] = *out;
@@ -330,7 +330,7 @@ static int refill_any(farm_slab *s, unsigned c, struct farm_block **out)
 	}
 	if (rc == -ENOSPC) {
 		struct ba_region *r;
-		rc = ba_grow_locked(ba, FARM_REGION_ID_NONE, &r);
+		rc = farm_ba_grow_locked(ba, FARM_REGION_ID_NONE, &r);
 		if (!rc) {
 			ba->cur_region = r;
 			rc = new_block_locked(s, c, r, out);
@@ -361,7 +361,7 @@ static int near_regions(farm_slab *s, struct ba_region *r, try_region_fn fn,
 		if (!nq) {
 			if (grown == 2)
 				rc = -ENOSPC;
-			else if (!(rc = ba_grow_locked(ba, r->id, &nq)))
+			else if (!(rc = farm_ba_grow_locked(ba, r->id, &nq)))
 				q->spill = nq;
 			grown++;
 		}
@@ -722,9 +722,9 @@ static int try_array_region(farm_slab *s, void *ctx, struct ba_region *r)
 {
 	struct array_try *t = ctx;
 	pthread_mutex_lock(&s->ba->lock);
-	int rc = ba_take_run_locked(s->ba, r, t->nmb, &t->bidx);
+	int rc = farm_ba_take_run_locked(s->ba, r, t->nmb, &t->bidx);
 	if (!rc) {
-		ba_write_run(r, t->bidx, t->nmb, t->word);
+		farm_ba_write_run(r, t->bidx, t->nmb, t->word);
 		t->r = r;
 	}
 	pthread_mutex_unlock(&s->ba->lock);
@@ -765,21 +765,21 @@ static int large_array(farm_slab *s, uint64_t esz, uint64_t n, uint64_t total,
 		                                   memory_order_relaxed);
 		for (uint32_t i = 0; i < nr && rc == -ENOSPC; i++) {
 			struct ba_region *r = ba->regions[i];
-			rc = ba_take_run_locked(ba, r, t.nmb, &t.bidx);
+			rc = farm_ba_take_run_locked(ba, r, t.nmb, &t.bidx);
 			if (!rc)
 				t.r = r;
 		}
 		if (rc == -ENOSPC) {
-			rc = ba_grow_locked(ba, FARM_REGION_ID_NONE, &t.r);
+			rc = farm_ba_grow_locked(ba, FARM_REGION_ID_NONE, &t.r);
 			if (!rc) {
-				rc = ba_take_run_locked(ba, t.r, t.nmb,
-				                        &t.bidx);
+				rc = farm_ba_take_run_locked(ba, t.r, t.nmb,
+				                             &t.bidx);
 				if (rc == -ENOSPC)
 					rc = fits(t.r, t.nmb);
 			}
 		}
 		if (!rc)
-			ba_write_run(t.r, t.bidx, t.nmb, t.word);
+			farm_ba_write_run(t.r, t.bidx, t.nmb, t.word);
 		pthread_mutex_unlock(&ba->lock);
 	}
 	if (rc)
@@ -857,7 +857,7 @@ static int large_array_free(farm_slab *s, struct ba_region *r, uint32_t off,
 		return -EINVAL;
 	uint32_t bidx = off / FARM_ALLOC_BLOCK;
 	/* Acquire: pairs with the release store of the run's head word
-	 * (ba_write_run, or the RETIRED word below by an earlier free). */
+	 * (farm_ba_write_run, or the RETIRED word below by an earlier free). */
 	uint64_t w =
 	        atomic_load_explicit(&r->table[bidx], memory_order_acquire);
 	if (bt_type(w) == BT_RETIRED && bt_array_n(w) == n &&
@@ -891,7 +891,7 @@ static int large_array_free(farm_slab *s, struct ba_region *r, uint32_t off,
 	                      memory_order_release);
 	s->ba->blocks_in_use -= mb;
 	s->ba->blocks_retired += mb;
-	ba_retire_locked(s->ba, r, bidx, mb, s->ba->retire_gen);
+	farm_ba_retire_locked(s->ba, r, bidx, mb, s->ba->retire_gen);
 	pthread_mutex_unlock(&s->ba->lock);
 	farm_stat_add_owned(&s->bytes, -(int64_t)mb * FARM_ALLOC_BLOCK);
 	return 0;

@@ -30,7 +30,7 @@ int farm_alloc_walk_region(void *base, uint64_t size, uint32_t id,
 	int n = 0;
 	for (uint32_t i = 1; i < nblocks;) {
 		/* Acquire: pairs with the release stores of the table
-		 * (ba_write_run, word_claim, the reclaim's zeroing). */
+		 * (farm_ba_write_run, word_claim, the reclaim's zeroing). */
 		uint64_t w =
 		        atomic_load_explicit(&table[i], memory_order_acquire);
 		uint8_t *blk = b0 + (uint64_t)i * FARM_ALLOC_BLOCK;

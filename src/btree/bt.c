@@ -32,8 +32,8 @@ static int new_handle(farm_kv *kv, farm_txm *m, farm_gaddr root,
 	bt->kv = kv;
 	bt->txm = m;
 	bt->root = root;
-	bt_layout_make(&bt->lay, a);
-	int rc = bt_cache_init(bt);
+	farm_bt_layout_make(&bt->lay, a);
+	int rc = farm_bt_cache_init(bt);
 	if (rc) {
 		free(bt->slots);
 		free(bt);
@@ -54,7 +54,7 @@ static int make_root(farm_txm *m, farm_loop *loop, const struct bt_layout *l,
 	void *d = NULL;
 	rc = farm_tx_alloc_sync(tx, l->leaf_size, FARM_GADDR_NULL, fp, &d);
 	if (!rc) {
-		bt_init_node(l, d, true, 0);
+		farm_bt_init_node(l, d, true, 0);
 		rc = farm_tx_commit_sync(tx);
 	}
 	farm_tx_free(tx);
@@ -90,7 +90,7 @@ int farm_bt_create_sync(farm_kv *kv, farm_txm *m, farm_loop *loop,
 		return -EINVAL;
 	int rc = dir_name(name, dn, sizeof(dn));
 	if (!rc)
-		rc = bt_layout_check(attr);
+		rc = farm_bt_layout_check(attr);
 	if (rc)
 		return rc;
 	farm_fatptr fp;
@@ -98,7 +98,7 @@ int farm_bt_create_sync(farm_kv *kv, farm_txm *m, farm_loop *loop,
 	if (rc != -ENOENT)
 		return rc ? rc : -EEXIST;
 	struct bt_layout l;
-	bt_layout_make(&l, attr);
+	farm_bt_layout_make(&l, attr);
 	rc = make_root(m, loop, &l, &fp);
 	if (rc)
 		return rc;
@@ -143,10 +143,10 @@ int farm_bt_open_sync(farm_kv *kv, farm_txm *m, farm_loop *loop,
 		        .leaf_cap = bt_u16(root + 12),
 		        .inner_cap = bt_u16(root + 26),
 		};
-		bt_layout_make(&l, &a);
+		farm_bt_layout_make(&l, &a);
 		if (!a.key_max || !a.val_max || !a.leaf_cap || !a.inner_cap ||
-		    bt_layout_check(&a) || l.leaf_size != fp.size ||
-		    bt_check_node(&l, root))
+		    farm_bt_layout_check(&a) || l.leaf_size != fp.size ||
+		    farm_bt_check_node(&l, root))
 			rc = FARM_ECORRUPT;
 	} else if (rc == -EINVAL || rc == FARM_EFREED) {
 		rc = FARM_ECORRUPT;
@@ -159,7 +159,7 @@ void farm_bt_close(farm_bt *bt)
 {
 	if (!bt)
 		return;
-	bt_cache_free(bt);
+	farm_bt_cache_free(bt);
 	free(bt);
 }
 

@@ -22,7 +22,7 @@
 #define CACHE_SLOTS_MAX (1u << 17)
 #define CACHE_BYTES     (32u << 20)
 
-int bt_cache_init(farm_bt *bt)
+int farm_bt_cache_init(farm_bt *bt)
 {
 	bt->slots = calloc(CACHE_SLOTS0, sizeof(*bt->slots));
 	if (!bt->slots)
@@ -40,7 +40,7 @@ static void clear_slots(struct bt_cache_slot *s, uint32_t n)
 	}
 }
 
-void bt_cache_free(farm_bt *bt)
+void farm_bt_cache_free(farm_bt *bt)
 {
 	if (!bt->slots)
 		return;
@@ -59,15 +59,15 @@ static uint32_t slot_of(const farm_bt *bt, farm_gaddr a)
 	return i;
 }
 
-farm_gaddr bt_cache_child(farm_bt *bt, farm_gaddr a, const struct bt_probe *p,
-                          bool *leaf_next)
+farm_gaddr farm_bt_cache_child(farm_bt *bt, farm_gaddr a,
+                               const struct bt_probe *p, bool *leaf_next)
 {
 	farm_gaddr child = FARM_GADDR_NULL;
 	pthread_mutex_lock(&bt->cache_lock);
 	struct bt_cache_slot *s = &bt->slots[slot_of(bt, a)];
 	if (s->a == a && s->node) {
-		if (bt_probe_holds(&bt->lay, s->node, p)) {
-			uint32_t i = bt_probe_child(&bt->lay, s->node, p);
+		if (farm_bt_probe_holds(&bt->lay, s->node, p)) {
+			uint32_t i = farm_bt_probe_child(&bt->lay, s->node, p);
 			child = bt_echild(bt_entry(&bt->lay, s->node, i));
 			*leaf_next = bt_level(s->node) == 1;
 		} else {
@@ -109,7 +109,7 @@ static bool grow(farm_bt *bt)
 	return true;
 }
 
-void bt_cache_put(farm_bt *bt, farm_gaddr a, const uint8_t *node)
+void farm_bt_cache_put(farm_bt *bt, farm_gaddr a, const uint8_t *node)
 {
 	uint8_t *copy = malloc(bt->lay.inner_size);
 	if (!copy)
@@ -132,7 +132,7 @@ void bt_cache_put(farm_bt *bt, farm_gaddr a, const uint8_t *node)
 	pthread_mutex_unlock(&bt->cache_lock);
 }
 
-void bt_cache_drop(farm_bt *bt, farm_gaddr a)
+void farm_bt_cache_drop(farm_bt *bt, farm_gaddr a)
 {
 	pthread_mutex_lock(&bt->cache_lock);
 	struct bt_cache_slot *s = &bt->slots[slot_of(bt, a)];

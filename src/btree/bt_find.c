@@ -37,15 +37,15 @@ static bool no_fence_check(void)
 #endif
 }
 
-int bt_check_key(const farm_bt *bt, const void *key, uint32_t klen)
+int farm_bt_check_key(const farm_bt *bt, const void *key, uint32_t klen)
 {
 	if (!bt || !key || !klen)
 		return -EINVAL;
 	return klen > bt->lay.key_max ? -EMSGSIZE : 0;
 }
 
-int bt_read(farm_bt *bt, farm_tx *tx, farm_loop *loop, farm_gaddr a,
-            uint32_t size, uint8_t *buf, const uint8_t **out)
+int farm_bt_read(farm_bt *bt, farm_tx *tx, farm_loop *loop, farm_gaddr a,
+                 uint32_t size, uint8_t *buf, const uint8_t **out)
 {
 	int rc;
 	if (tx) {
@@ -58,7 +58,7 @@ int bt_read(farm_bt *bt, farm_tx *tx, farm_loop *loop, farm_gaddr a,
 	}
 	if (rc)
 		return rc == -EINVAL || rc == FARM_EFREED ? FARM_ECORRUPT : rc;
-	return bt_check_node(&bt->lay, *out);
+	return farm_bt_check_node(&bt->lay, *out);
 }
 
 struct path {
@@ -80,8 +80,8 @@ static void note_miss(const struct bt_layout *l, struct miss *m,
 	m->set = true;
 	m->parent = parent;
 	m->child = child;
-	bt_fence(l, n, false, &m->low);
-	bt_fence(l, n, true, &m->high);
+	farm_bt_fence(l, n, false, &m->low);
+	farm_bt_fence(l, n, true, &m->high);
 }
 
 static bool same_key(const struct bt_key *a, const struct bt_key *b)
@@ -106,7 +106,7 @@ static bool same_miss(const struct miss *a, const struct miss *b)
 static void drop_path(farm_bt *bt, const struct path *p)
 {
 	for (uint32_t i = 0; i < p->n; i++)
-		bt_cache_drop(bt, p->a[i]);
+		farm_bt_cache_drop(bt, p->a[i]);
 }
 
 /*
@@ -126,7 +126,7 @@ static int fast_descent(farm_bt *bt, farm_tx *tx, farm_loop *loop,
 	for (uint32_t depth = 0; depth <= BT_MAX_LEVELS; depth++) {
 		bool ln = false;
 		farm_gaddr c = leaf_next ? FARM_GADDR_NULL
-		                         : bt_cache_child(bt, a, pr, &ln);
+		                         : farm_bt_cache_child(bt, a, pr, &ln);
 		if (c) {
 			p.a[p.n++] = a;
 			a = c;
@@ -137,13 +137,13 @@ static int fast_descent(farm_bt *bt, farm_tx *tx, farm_loop *loop,
 		const uint8_t *n = NULL;
 		/* A node not known to be a leaf is read lock-free, so that
 		 * what is cached is committed state. */
-		int rc = bt_read(bt, leaf_next ? tx : NULL, loop, a, size, buf,
-		                 &n);
+		int rc = farm_bt_read(bt, leaf_next ? tx : NULL, loop, a, size,
+		                      buf, &n);
 		if (rc)
 			return rc;
 		if (bt_is_leaf(n) && tx && !leaf_next) {
 			BT_COUNT(bt, leaf_reads);
-			rc = bt_read(bt, tx, loop, a, size, buf, &n);
+			rc = farm_bt_read(bt, tx, loop, a, size, buf, &n);
 			if (rc)
 				return rc;
 			/* The transaction split the root itself: its nodes
@@ -155,7 +155,7 @@ static int fast_descent(farm_bt *bt, farm_tx *tx, farm_loop *loop,
 			return FARM_ECORRUPT; /* levels never change */
 		if (bt_is_leaf(n)) {
 			BT_COUNT(bt, leaf_reads);
-			if (!bt_probe_holds(&bt->lay, n, pr) &&
+			if (!farm_bt_probe_holds(&bt->lay, n, pr) &&
 			    (tx || !no_fence_check())) {
 				BT_COUNT(bt, fence_misses);
 				/* A transaction's leaf may be its older copy.
@@ -171,19 +171,19 @@ static int fast_descent(farm_bt *bt, farm_tx *tx, farm_loop *loop,
 			return 0;
 		}
 		BT_COUNT(bt, inner_reads);
-		if (!bt_probe_holds(&bt->lay, n, pr)) {
+		if (!farm_bt_probe_holds(&bt->lay, n, pr)) {
 			BT_COUNT(bt, fence_misses);
 			if (fresh_parent)
 				note_miss(&bt->lay, ms, fresh_parent, a, n);
 			drop_path(bt, &p);
 			return -EAGAIN;
 		}
-		bt_cache_put(bt, a, n);
+		farm_bt_cache_put(bt, a, n);
 		fresh_parent = a;
 		p.a[p.n++] = a;
 		leaf_next = bt_level(n) == 1;
-		a = bt_echild(
-		        bt_entry(&bt->lay, n, bt_probe_child(&bt->lay, n, pr)));
+		a = bt_echild(bt_entry(&bt->lay, n,
+		                       farm_bt_probe_child(&bt->lay, n, pr)));
 	}
 	return FARM_ECORRUPT; /* deeper than any tree */
 }
@@ -196,12 +196,13 @@ static int tx_descent(farm_bt *bt, farm_tx *tx, farm_loop *loop,
 	farm_gaddr a = bt->root;
 	for (uint32_t depth = 0; depth <= BT_MAX_LEVELS; depth++) {
 		const uint8_t *n = NULL;
-		int rc = bt_read(bt, tx, loop, a, bt->lay.leaf_size, NULL, &n);
+		int rc = farm_bt_read(bt, tx, loop, a, bt->lay.leaf_size, NULL,
+		                      &n);
 		if (rc)
 			return rc;
 		/* Reads of a transaction are not one snapshot until it
 		 * commits: nodes that disagree mean it must run again. */
-		if (!bt_probe_holds(&bt->lay, n, pr))
+		if (!farm_bt_probe_holds(&bt->lay, n, pr))
 			return FARM_EVALIDATION;
 		if (bt_is_leaf(n)) {
 			BT_COUNT(bt, leaf_reads);
@@ -210,8 +211,8 @@ static int tx_descent(farm_bt *bt, farm_tx *tx, farm_loop *loop,
 			return 0;
 		}
 		BT_COUNT(bt, inner_reads);
-		a = bt_echild(
-		        bt_entry(&bt->lay, n, bt_probe_child(&bt->lay, n, pr)));
+		a = bt_echild(bt_entry(&bt->lay, n,
+		                       farm_bt_probe_child(&bt->lay, n, pr)));
 	}
 	return FARM_ECORRUPT;
 }
@@ -247,8 +248,9 @@ static int lf_locate(farm_bt *bt, farm_loop *loop, const struct bt_probe *p,
 	return -EBUSY;
 }
 
-int bt_locate_probe(farm_bt *bt, farm_tx *tx, farm_loop *loop,
-                    const struct bt_probe *p, uint8_t *buf, struct bt_found *f)
+int farm_bt_locate_probe(farm_bt *bt, farm_tx *tx, farm_loop *loop,
+                         const struct bt_probe *p, uint8_t *buf,
+                         struct bt_found *f)
 {
 	BT_COUNT(bt, lookups);
 	if (!tx)
@@ -262,10 +264,11 @@ int bt_locate_probe(farm_bt *bt, farm_tx *tx, farm_loop *loop,
 			return rc;
 	}
 	int rc = tx_descent(bt, tx, loop, p, f);
-	return rc == FARM_EVALIDATION ? bt_confirm(bt, loop, p, rc) : rc;
+	return rc == FARM_EVALIDATION ? farm_bt_confirm(bt, loop, p, rc) : rc;
 }
 
-int bt_confirm(farm_bt *bt, farm_loop *loop, const struct bt_probe *p, int rc)
+int farm_bt_confirm(farm_bt *bt, farm_loop *loop, const struct bt_probe *p,
+                    int rc)
 {
 	uint8_t *buf = malloc(bt->lay.leaf_size);
 	if (!buf)
@@ -276,9 +279,9 @@ int bt_confirm(farm_bt *bt, farm_loop *loop, const struct bt_probe *p, int rc)
 	return lf == FARM_ECORRUPT ? FARM_ECORRUPT : rc;
 }
 
-int bt_locate(farm_bt *bt, farm_tx *tx, farm_loop *loop, const void *key,
-              uint32_t klen, uint8_t *buf, struct bt_found *f)
+int farm_bt_locate(farm_bt *bt, farm_tx *tx, farm_loop *loop, const void *key,
+                   uint32_t klen, uint8_t *buf, struct bt_found *f)
 {
 	struct bt_probe p = {.key = key, .klen = klen};
-	return bt_locate_probe(bt, tx, loop, &p, buf, f);
+	return farm_bt_locate_probe(bt, tx, loop, &p, buf, f);
 }

@@ -207,59 +207,59 @@ struct bt_probe {
 	uint32_t klen;
 	bool before;
 };
-bool bt_probe_holds(const struct bt_layout *l, const uint8_t *n,
-                    const struct bt_probe *p);
-uint32_t bt_probe_child(const struct bt_layout *l, const uint8_t *n,
-                        const struct bt_probe *p);
-void bt_fence(const struct bt_layout *l, const uint8_t *n, bool high,
-              struct bt_key *out);
-void bt_set_fence(const struct bt_layout *l, uint8_t *n, bool high,
-                  const struct bt_key *k);
-bool bt_in_fences(const struct bt_layout *l, const uint8_t *n, const void *key,
-                  uint32_t klen);
-void bt_init_node(const struct bt_layout *l, uint8_t *n, bool leaf,
-                  uint32_t level);
-int bt_check_node(const struct bt_layout *l, const uint8_t *n);
+bool farm_bt_probe_holds(const struct bt_layout *l, const uint8_t *n,
+                         const struct bt_probe *p);
+uint32_t farm_bt_probe_child(const struct bt_layout *l, const uint8_t *n,
+                             const struct bt_probe *p);
+void farm_bt_fence(const struct bt_layout *l, const uint8_t *n, bool high,
+                   struct bt_key *out);
+void farm_bt_set_fence(const struct bt_layout *l, uint8_t *n, bool high,
+                       const struct bt_key *k);
+bool farm_bt_in_fences(const struct bt_layout *l, const uint8_t *n,
+                       const void *key, uint32_t klen);
+void farm_bt_init_node(const struct bt_layout *l, uint8_t *n, bool leaf,
+                       uint32_t level);
+int farm_bt_check_node(const struct bt_layout *l, const uint8_t *n);
 /* Leaf: the first index whose key is >= @key, *found when equal. */
-uint32_t bt_leaf_search(const struct bt_layout *l, const uint8_t *n,
-                        const void *key, uint32_t klen, bool *found);
+uint32_t farm_bt_leaf_search(const struct bt_layout *l, const uint8_t *n,
+                             const void *key, uint32_t klen, bool *found);
 /* Internal: the entry whose range holds @key (the last key <= @key). */
-uint32_t bt_inner_search(const struct bt_layout *l, const uint8_t *n,
-                         const void *key, uint32_t klen);
-void bt_leaf_insert(const struct bt_layout *l, uint8_t *n, uint32_t i,
-                    const void *key, uint32_t klen, const void *val,
-                    uint32_t vlen);
-void bt_leaf_set_val(const struct bt_layout *l, uint8_t *e, const void *val,
-                     uint32_t vlen);
-void bt_remove(const struct bt_layout *l, uint8_t *n, uint32_t i);
-void bt_inner_insert(const struct bt_layout *l, uint8_t *n, uint32_t i,
-                     const struct bt_key *k, farm_gaddr child);
-void bt_entry_key(const struct bt_layout *l, const uint8_t *n, uint32_t i,
-                  struct bt_key *k);
+uint32_t farm_bt_inner_search(const struct bt_layout *l, const uint8_t *n,
+                              const void *key, uint32_t klen);
+void farm_bt_leaf_insert(const struct bt_layout *l, uint8_t *n, uint32_t i,
+                         const void *key, uint32_t klen, const void *val,
+                         uint32_t vlen);
+void farm_bt_leaf_set_val(const struct bt_layout *l, uint8_t *e,
+                          const void *val, uint32_t vlen);
+void farm_bt_remove(const struct bt_layout *l, uint8_t *n, uint32_t i);
+void farm_bt_inner_insert(const struct bt_layout *l, uint8_t *n, uint32_t i,
+                          const struct bt_key *k, farm_gaddr child);
+void farm_bt_entry_key(const struct bt_layout *l, const uint8_t *n, uint32_t i,
+                       struct bt_key *k);
 /* Split @x: its upper half moves to the empty node @y (at @ya), the
  * fences and sibling pointers set; *@sep is y's low fence, for the
  * parent. */
-void bt_split_half(const struct bt_layout *l, uint8_t *x, uint8_t *y,
-                   farm_gaddr ya, struct bt_key *sep);
+void farm_bt_split_half(const struct bt_layout *l, uint8_t *x, uint8_t *y,
+                        farm_gaddr ya, struct bt_key *sep);
 /* Split root @r in place: its entries to @a (at @aa) and @b (at @ba),
  * @r an internal node one level up over them. */
-void bt_split_root(const struct bt_layout *l, uint8_t *r, uint8_t *a,
-                   farm_gaddr aa, uint8_t *b, farm_gaddr ba);
-void bt_layout_make(struct bt_layout *l, const struct farm_bt_attr *a);
-int bt_layout_check(const struct farm_bt_attr *a);
-uint32_t bt_node_size(const struct bt_layout *l, bool leaf);
+void farm_bt_split_root(const struct bt_layout *l, uint8_t *r, uint8_t *a,
+                        farm_gaddr aa, uint8_t *b, farm_gaddr ba);
+void farm_bt_layout_make(struct bt_layout *l, const struct farm_bt_attr *a);
+int farm_bt_layout_check(const struct farm_bt_attr *a);
+uint32_t farm_bt_node_size(const struct bt_layout *l, bool leaf);
 
 /* ---- the internal-node cache (bt_cache.c) -------------------------------- */
 
-int bt_cache_init(farm_bt *bt);
-void bt_cache_free(farm_bt *bt);
+int farm_bt_cache_init(farm_bt *bt);
+void farm_bt_cache_free(farm_bt *bt);
 /* The child of cached node @a for @key, 0 when @a is not cached (or its
  * fences do not hold @key: the copy is dropped). *@leaf_next: whether the
  * child is a leaf. */
-farm_gaddr bt_cache_child(farm_bt *bt, farm_gaddr a, const struct bt_probe *p,
-                          bool *leaf_next);
-void bt_cache_put(farm_bt *bt, farm_gaddr a, const uint8_t *node);
-void bt_cache_drop(farm_bt *bt, farm_gaddr a);
+farm_gaddr farm_bt_cache_child(farm_bt *bt, farm_gaddr a,
+                               const struct bt_probe *p, bool *leaf_next);
+void farm_bt_cache_put(farm_bt *bt, farm_gaddr a, const uint8_t *node);
+void farm_bt_cache_drop(farm_bt *bt, farm_gaddr a);
 
 /* ---- descents (bt_find.c) ------------------------------------------------ */
 
@@ -283,26 +283,28 @@ struct bt_found {
 	const uint8_t *leaf;
 };
 
-int bt_read(farm_bt *bt, farm_tx *tx, farm_loop *loop, farm_gaddr a,
-            uint32_t size, uint8_t *buf, const uint8_t **out);
-int bt_locate(farm_bt *bt, farm_tx *tx, farm_loop *loop, const void *key,
-              uint32_t klen, uint8_t *buf, struct bt_found *f);
+int farm_bt_read(farm_bt *bt, farm_tx *tx, farm_loop *loop, farm_gaddr a,
+                 uint32_t size, uint8_t *buf, const uint8_t **out);
+int farm_bt_locate(farm_bt *bt, farm_tx *tx, farm_loop *loop, const void *key,
+                   uint32_t klen, uint8_t *buf, struct bt_found *f);
 /* @rc, a transaction's FARM_EVALIDATION for nodes that disagreed, or
  * FARM_ECORRUPT when the committed tree disagrees with itself for @p too
  * (lock-free descents: the same fresh parent and unchanged child twice),
  * so that no retry loop runs for ever on a corrupt tree. */
-int bt_confirm(farm_bt *bt, farm_loop *loop, const struct bt_probe *p, int rc);
+int farm_bt_confirm(farm_bt *bt, farm_loop *loop, const struct bt_probe *p,
+                    int rc);
 /* The leaf @p asks for (bt_probe). */
-int bt_locate_probe(farm_bt *bt, farm_tx *tx, farm_loop *loop,
-                    const struct bt_probe *p, uint8_t *buf, struct bt_found *f);
-int bt_check_key(const farm_bt *bt, const void *key, uint32_t klen);
+int farm_bt_locate_probe(farm_bt *bt, farm_tx *tx, farm_loop *loop,
+                         const struct bt_probe *p, uint8_t *buf,
+                         struct bt_found *f);
+int farm_bt_check_key(const farm_bt *bt, const void *key, uint32_t klen);
 
 /* ---- writes in a transaction (bt_split.c) -------------------------------- */
 
 /* The leaf for @key with room for one more entry, read and made writable
  * in @tx, descending from the root and splitting full nodes on the way. */
-int bt_writable_leaf(farm_bt *bt, farm_tx *tx, farm_loop *loop, const void *key,
-                     uint32_t klen, bool need_room, farm_gaddr *a,
-                     uint8_t **leaf);
+int farm_bt_writable_leaf(farm_bt *bt, farm_tx *tx, farm_loop *loop,
+                          const void *key, uint32_t klen, bool need_room,
+                          farm_gaddr *a, uint8_t **leaf);
 
 #endif

@@ -45,14 +45,14 @@ static int writable(farm_tx *tx, struct edge *p, uint32_t lv)
 
 /* Read the right edge in @tx. Nodes that disagree (a level out of step,
  * a high fence below +inf) are a transaction that must run again, or a
- * corrupt tree when lock-free descents say so (bt_confirm). */
+ * corrupt tree when lock-free descents say so (farm_bt_confirm). */
 static int read_edge(farm_bt *bt, farm_tx *tx, farm_loop *loop, struct edge *p)
 {
 	const struct bt_layout *l = &bt->lay;
 	struct bt_probe last = {.key = NULL, .before = true};
 	farm_gaddr a = bt->root;
 	const uint8_t *n = NULL;
-	int rc = bt_read(bt, tx, loop, a, l->leaf_size, NULL, &n);
+	int rc = farm_bt_read(bt, tx, loop, a, l->leaf_size, NULL, &n);
 	if (rc)
 		return rc;
 	p->h = bt_level(n);
@@ -60,16 +60,17 @@ static int read_edge(farm_bt *bt, farm_tx *tx, farm_loop *loop, struct edge *p)
 		return FARM_ECORRUPT;
 	for (uint32_t lv = p->h;; lv--) {
 		struct bt_key high;
-		bt_fence(l, n, true, &high);
+		farm_bt_fence(l, n, true, &high);
 		if (bt_level(n) != lv || !high.inf || (lv && !bt_n(n)))
-			return bt_confirm(bt, loop, &last, FARM_EVALIDATION);
+			return farm_bt_confirm(bt, loop, &last,
+			                       FARM_EVALIDATION);
 		p->a[lv] = a;
 		p->r[lv] = n;
 		p->w[lv] = NULL;
 		if (!lv)
 			return 0;
 		a = bt_echild(bt_entry(l, n, bt_n(n) - 1));
-		rc = bt_read(bt, tx, loop, a, l->leaf_size, NULL, &n);
+		rc = farm_bt_read(bt, tx, loop, a, l->leaf_size, NULL, &n);
 		if (rc)
 			return rc;
 	}
@@ -103,7 +104,7 @@ static int split_root(farm_bt *bt, farm_tx *tx, struct edge *p)
 		rc = alloc_node(tx, bt->lay.leaf_size, &ba, &b);
 	if (rc)
 		return rc;
-	bt_split_root(&bt->lay, p->w[lv], a, aa, b, ba);
+	farm_bt_split_root(&bt->lay, p->w[lv], a, aa, b, ba);
 	p->a[lv + 1] = p->a[lv];
 	p->w[lv + 1] = p->w[lv];
 	p->r[lv + 1] = p->w[lv];
@@ -143,11 +144,11 @@ static int make_room(farm_bt *bt, farm_tx *tx, struct edge *p, uint32_t lv,
 		rc = alloc_node(tx, l->leaf_size, &ya, &y);
 	if (rc)
 		return rc;
-	bt_init_node(l, y, lv == 0, lv);
-	bt_set_fence(l, y, false, sep);
-	bt_set_fence(l, p->w[lv], true, sep);
+	farm_bt_init_node(l, y, lv == 0, lv);
+	farm_bt_set_fence(l, y, false, sep);
+	farm_bt_set_fence(l, p->w[lv], true, sep);
 	bt_set_u64(p->w[lv] + 16, ya);
-	bt_inner_insert(l, p->w[lv + 1], bt_n(p->w[lv + 1]), sep, ya);
+	farm_bt_inner_insert(l, p->w[lv + 1], bt_n(p->w[lv + 1]), sep, ya);
 	p->a[lv] = ya;
 	p->w[lv] = y;
 	p->r[lv] = y;
@@ -160,7 +161,7 @@ static int check_entries(const farm_bt *bt, const struct farm_bt_entry *e,
                          size_t n)
 {
 	for (size_t i = 0; i < n; i++) {
-		int rc = bt_check_key(bt, e[i].key, e[i].klen);
+		int rc = farm_bt_check_key(bt, e[i].key, e[i].klen);
 		if (rc)
 			return rc;
 		if (e[i].vlen > bt->lay.val_max)
@@ -184,7 +185,7 @@ static bool above_all(const struct bt_layout *l, const uint8_t *leaf,
 		const uint8_t *e = bt_entry(l, leaf, n - 1);
 		return bt_cmp(bt_ekey(e, true), bt_eklen(e), key, klen) < 0;
 	}
-	return bt_in_fences(l, leaf, key, klen);
+	return farm_bt_in_fences(l, leaf, key, klen);
 }
 
 int farm_bt_append(farm_bt *bt, farm_tx *tx, farm_loop *loop,
@@ -211,8 +212,8 @@ int farm_bt_append(farm_bt *bt, farm_tx *tx, farm_loop *loop,
 		if (!rc)
 			rc = writable(tx, &p, 0);
 		if (!rc)
-			bt_leaf_insert(l, p.w[0], bt_n(p.w[0]), e[i].key,
-			               e[i].klen, e[i].val, e[i].vlen);
+			farm_bt_leaf_insert(l, p.w[0], bt_n(p.w[0]), e[i].key,
+			                    e[i].klen, e[i].val, e[i].vlen);
 	}
 	return rc;
 }

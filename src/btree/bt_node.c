@@ -15,8 +15,8 @@ static uint8_t *fence_bytes(const struct bt_layout *l, const uint8_t *n,
 	return (uint8_t *)n + BT_HDR + (high ? l->key_max : 0);
 }
 
-void bt_fence(const struct bt_layout *l, const uint8_t *n, bool high,
-              struct bt_key *out)
+void farm_bt_fence(const struct bt_layout *l, const uint8_t *n, bool high,
+                   struct bt_key *out)
 {
 	out->inf = (n[14] & (high ? BT_HIGH_INF : BT_LOW_INF)) != 0;
 	out->len = out->inf ? 0 : n[high ? 25 : 24];
@@ -24,8 +24,8 @@ void bt_fence(const struct bt_layout *l, const uint8_t *n, bool high,
 		memcpy(out->b, fence_bytes(l, n, high), out->len);
 }
 
-void bt_set_fence(const struct bt_layout *l, uint8_t *n, bool high,
-                  const struct bt_key *k)
+void farm_bt_set_fence(const struct bt_layout *l, uint8_t *n, bool high,
+                       const struct bt_key *k)
 {
 	uint8_t bit = high ? BT_HIGH_INF : BT_LOW_INF;
 	n[14] = (uint8_t)(k->inf ? n[14] | bit : n[14] & ~bit);
@@ -36,8 +36,8 @@ void bt_set_fence(const struct bt_layout *l, uint8_t *n, bool high,
 		memcpy(f, k->b, k->len);
 }
 
-bool bt_in_fences(const struct bt_layout *l, const uint8_t *n, const void *key,
-                  uint32_t klen)
+bool farm_bt_in_fences(const struct bt_layout *l, const uint8_t *n,
+                       const void *key, uint32_t klen)
 {
 	if (!(n[14] & BT_LOW_INF) &&
 	    bt_cmp(key, klen, fence_bytes(l, n, false), n[24]) < 0)
@@ -48,11 +48,11 @@ bool bt_in_fences(const struct bt_layout *l, const uint8_t *n, const void *key,
 	return true;
 }
 
-bool bt_probe_holds(const struct bt_layout *l, const uint8_t *n,
-                    const struct bt_probe *p)
+bool farm_bt_probe_holds(const struct bt_layout *l, const uint8_t *n,
+                         const struct bt_probe *p)
 {
 	if (!p->before)
-		return bt_in_fences(l, n, p->key, p->klen);
+		return farm_bt_in_fences(l, n, p->key, p->klen);
 	bool low_inf = n[14] & BT_LOW_INF, high_inf = n[14] & BT_HIGH_INF;
 	if (!p->key)
 		return high_inf;
@@ -63,11 +63,11 @@ bool bt_probe_holds(const struct bt_layout *l, const uint8_t *n,
 	       bt_cmp(p->key, p->klen, fence_bytes(l, n, true), n[25]) <= 0;
 }
 
-uint32_t bt_probe_child(const struct bt_layout *l, const uint8_t *n,
-                        const struct bt_probe *p)
+uint32_t farm_bt_probe_child(const struct bt_layout *l, const uint8_t *n,
+                             const struct bt_probe *p)
 {
 	if (!p->before)
-		return bt_inner_search(l, n, p->key, p->klen);
+		return farm_bt_inner_search(l, n, p->key, p->klen);
 	if (!p->key)
 		return bt_n(n) - 1;
 	/* The last entry whose key is below @key (entry 0 covers from the
@@ -84,10 +84,10 @@ uint32_t bt_probe_child(const struct bt_layout *l, const uint8_t *n,
 	return lo - 1;
 }
 
-void bt_init_node(const struct bt_layout *l, uint8_t *n, bool leaf,
-                  uint32_t level)
+void farm_bt_init_node(const struct bt_layout *l, uint8_t *n, bool leaf,
+                       uint32_t level)
 {
-	memset(n, 0, bt_node_size(l, leaf));
+	memset(n, 0, farm_bt_node_size(l, leaf));
 	uint32_t magic = BT_MAGIC;
 	memcpy(n, &magic, 4);
 	n[4] = leaf ? 1 : 0;
@@ -124,8 +124,8 @@ static bool header_ok(const struct bt_layout *l, const uint8_t *n)
 static bool fences_ok(const struct bt_layout *l, const uint8_t *n)
 {
 	struct bt_key low, high;
-	bt_fence(l, n, false, &low);
-	bt_fence(l, n, true, &high);
+	farm_bt_fence(l, n, false, &low);
+	farm_bt_fence(l, n, true, &high);
 	if (!low.inf && !high.inf &&
 	    bt_cmp(low.b, low.len, high.b, high.len) >= 0)
 		return false;
@@ -139,7 +139,7 @@ static bool fences_ok(const struct bt_layout *l, const uint8_t *n)
  * null; entry 0 of an internal node carries the node's low fence. Every
  * read runs this, so the fences are compared with the first and last
  * keys only: with the keys strictly increasing, that bounds them all. */
-int bt_check_node(const struct bt_layout *l, const uint8_t *n)
+int farm_bt_check_node(const struct bt_layout *l, const uint8_t *n)
 {
 	if (!header_ok(l, n) || !fences_ok(l, n))
 		return FARM_ECORRUPT;
@@ -159,18 +159,18 @@ int bt_check_node(const struct bt_layout *l, const uint8_t *n)
 			return FARM_ECORRUPT;
 		/* The first key of a leaf against the low fence (an
 		 * internal node's entry 0 is its low fence: fences_ok). */
-		if (!pk && leaf && !bt_in_fences(l, n, k, kl))
+		if (!pk && leaf && !farm_bt_in_fences(l, n, k, kl))
 			return FARM_ECORRUPT;
 		pk = k;
 		plen = kl;
 	}
 	/* The last key against the high fence (and, for a leaf of one key
 	 * or an internal node, again against the low one: harmless). */
-	return !pk || bt_in_fences(l, n, pk, plen) ? 0 : FARM_ECORRUPT;
+	return !pk || farm_bt_in_fences(l, n, pk, plen) ? 0 : FARM_ECORRUPT;
 }
 
-uint32_t bt_leaf_search(const struct bt_layout *l, const uint8_t *n,
-                        const void *key, uint32_t klen, bool *found)
+uint32_t farm_bt_leaf_search(const struct bt_layout *l, const uint8_t *n,
+                             const void *key, uint32_t klen, bool *found)
 {
 	uint32_t lo = 0, hi = bt_n(n);
 	*found = false;
@@ -190,8 +190,8 @@ uint32_t bt_leaf_search(const struct bt_layout *l, const uint8_t *n,
 	return lo;
 }
 
-uint32_t bt_inner_search(const struct bt_layout *l, const uint8_t *n,
-                         const void *key, uint32_t klen)
+uint32_t farm_bt_inner_search(const struct bt_layout *l, const uint8_t *n,
+                              const void *key, uint32_t klen)
 {
 	/* Entry 0 covers everything below entry 1; search entries 1..n-1 for
 	 * the last key <= @key. */
@@ -215,8 +215,8 @@ static void shift(const struct bt_layout *l, uint8_t *n, uint32_t i, int by)
 	        (size_t)(bt_n(n) - i - (by > 0 ? 0 : 1)) * es);
 }
 
-void bt_leaf_set_val(const struct bt_layout *l, uint8_t *e, const void *val,
-                     uint32_t vlen)
+void farm_bt_leaf_set_val(const struct bt_layout *l, uint8_t *e,
+                          const void *val, uint32_t vlen)
 {
 	bt_set_u16(e + 2, vlen);
 	memset(e + 4 + l->key_max, 0, l->val_max);
@@ -224,9 +224,9 @@ void bt_leaf_set_val(const struct bt_layout *l, uint8_t *e, const void *val,
 		memcpy(e + 4 + l->key_max, val, vlen);
 }
 
-void bt_leaf_insert(const struct bt_layout *l, uint8_t *n, uint32_t i,
-                    const void *key, uint32_t klen, const void *val,
-                    uint32_t vlen)
+void farm_bt_leaf_insert(const struct bt_layout *l, uint8_t *n, uint32_t i,
+                         const void *key, uint32_t klen, const void *val,
+                         uint32_t vlen)
 {
 	shift(l, n, i, 1);
 	bt_set_n(n, bt_n(n) + 1);
@@ -239,15 +239,15 @@ void bt_leaf_insert(const struct bt_layout *l, uint8_t *n, uint32_t i,
 		memcpy(e + 4 + l->key_max, val, vlen);
 }
 
-void bt_remove(const struct bt_layout *l, uint8_t *n, uint32_t i)
+void farm_bt_remove(const struct bt_layout *l, uint8_t *n, uint32_t i)
 {
 	shift(l, n, i, -1);
 	bt_set_n(n, bt_n(n) - 1);
 	memset(bt_entry(l, n, bt_n(n)), 0, bt_esize(l, bt_is_leaf(n)));
 }
 
-void bt_inner_insert(const struct bt_layout *l, uint8_t *n, uint32_t i,
-                     const struct bt_key *k, farm_gaddr child)
+void farm_bt_inner_insert(const struct bt_layout *l, uint8_t *n, uint32_t i,
+                          const struct bt_key *k, farm_gaddr child)
 {
 	shift(l, n, i, 1);
 	bt_set_n(n, bt_n(n) + 1);
@@ -264,7 +264,7 @@ static uint32_t line_bytes(uint32_t lines)
 	return 48u + 62u * (lines - 1);
 }
 
-uint32_t bt_node_size(const struct bt_layout *l, bool leaf)
+uint32_t farm_bt_node_size(const struct bt_layout *l, bool leaf)
 {
 	return leaf ? l->leaf_size : l->inner_size;
 }
@@ -275,7 +275,7 @@ static uint32_t whole_lines(uint32_t bytes)
 	return line_bytes(lines);
 }
 
-int bt_layout_check(const struct farm_bt_attr *a)
+int farm_bt_layout_check(const struct farm_bt_attr *a)
 {
 	if (!a)
 		return 0;
@@ -287,11 +287,11 @@ int bt_layout_check(const struct farm_bt_attr *a)
 	     (a->inner_cap < BT_MIN_CAP || a->inner_cap > BT_MAX_CAP)))
 		return -EINVAL;
 	struct bt_layout l;
-	bt_layout_make(&l, a);
+	farm_bt_layout_make(&l, a);
 	return l.leaf_size > BT_NODE_MAX ? -EINVAL : 0;
 }
 
-void bt_layout_make(struct bt_layout *l, const struct farm_bt_attr *a)
+void farm_bt_layout_make(struct bt_layout *l, const struct farm_bt_attr *a)
 {
 	struct farm_bt_attr d = a ? *a : (struct farm_bt_attr){0};
 	l->key_max = d.key_max ? d.key_max : 16;
@@ -331,8 +331,8 @@ static void move_tail(const struct bt_layout *l, uint8_t *x, uint8_t *y,
 	bt_set_n(x, from);
 }
 
-void bt_entry_key(const struct bt_layout *l, const uint8_t *n, uint32_t i,
-                  struct bt_key *k)
+void farm_bt_entry_key(const struct bt_layout *l, const uint8_t *n, uint32_t i,
+                       struct bt_key *k)
 {
 	const uint8_t *e = bt_entry(l, n, i);
 	k->inf = false;
@@ -340,39 +340,39 @@ void bt_entry_key(const struct bt_layout *l, const uint8_t *n, uint32_t i,
 	memcpy(k->b, bt_ekey(e, bt_is_leaf(n)), k->len);
 }
 
-void bt_split_half(const struct bt_layout *l, uint8_t *x, uint8_t *y,
-                   farm_gaddr ya, struct bt_key *sep)
+void farm_bt_split_half(const struct bt_layout *l, uint8_t *x, uint8_t *y,
+                        farm_gaddr ya, struct bt_key *sep)
 {
 	struct bt_key high;
-	bt_entry_key(l, x, bt_n(x) / 2, sep);
-	bt_init_node(l, y, bt_is_leaf(x), bt_level(x));
+	farm_bt_entry_key(l, x, bt_n(x) / 2, sep);
+	farm_bt_init_node(l, y, bt_is_leaf(x), bt_level(x));
 	move_tail(l, x, y, bt_n(x) / 2);
-	bt_fence(l, x, true, &high);
-	bt_set_fence(l, y, false, sep);
-	bt_set_fence(l, y, true, &high);
-	bt_set_fence(l, x, true, sep);
+	farm_bt_fence(l, x, true, &high);
+	farm_bt_set_fence(l, y, false, sep);
+	farm_bt_set_fence(l, y, true, &high);
+	farm_bt_set_fence(l, x, true, sep);
 	bt_set_u64(y + 16, bt_next(x));
 	bt_set_u64(x + 16, ya);
 }
 
-void bt_split_root(const struct bt_layout *l, uint8_t *r, uint8_t *a,
-                   farm_gaddr aa, uint8_t *b, farm_gaddr ba)
+void farm_bt_split_root(const struct bt_layout *l, uint8_t *r, uint8_t *a,
+                        farm_gaddr aa, uint8_t *b, farm_gaddr ba)
 {
 	bool leaf = bt_is_leaf(r);
 	uint32_t level = bt_level(r), n = bt_n(r);
 	struct bt_key sep;
-	bt_entry_key(l, r, n / 2, &sep);
-	bt_init_node(l, a, leaf, level);
-	bt_init_node(l, b, leaf, level);
+	farm_bt_entry_key(l, r, n / 2, &sep);
+	farm_bt_init_node(l, a, leaf, level);
+	farm_bt_init_node(l, b, leaf, level);
 	memcpy(bt_entry(l, a, 0), bt_entry(l, r, 0),
 	       (size_t)n * bt_esize(l, leaf));
 	bt_set_n(a, n);
 	move_tail(l, a, b, n / 2);
-	bt_set_fence(l, a, true, &sep);
-	bt_set_fence(l, b, false, &sep);
+	farm_bt_set_fence(l, a, true, &sep);
+	farm_bt_set_fence(l, b, false, &sep);
 	bt_set_u64(a + 16, ba);
-	bt_init_node(l, r, false, level + 1);
+	farm_bt_init_node(l, r, false, level + 1);
 	struct bt_key lowest = {.len = 0};
-	bt_inner_insert(l, r, 0, &lowest, aa);
-	bt_inner_insert(l, r, 1, &sep, ba);
+	farm_bt_inner_insert(l, r, 0, &lowest, aa);
+	farm_bt_inner_insert(l, r, 1, &sep, ba);
 }

@@ -13,7 +13,7 @@
 int farm_bt_get(farm_bt *bt, farm_tx *tx, farm_loop *loop, const void *key,
                 uint32_t klen, void *val, uint32_t cap, uint32_t *vlen)
 {
-	int rc = bt_check_key(bt, key, klen);
+	int rc = farm_bt_check_key(bt, key, klen);
 	if (rc)
 		return rc;
 	if (!loop || !vlen || (cap && !val))
@@ -25,11 +25,11 @@ int farm_bt_get(farm_bt *bt, farm_tx *tx, farm_loop *loop, const void *key,
 	if (!buf)
 		return -ENOMEM;
 	struct bt_found f;
-	rc = bt_locate(bt, tx, loop, key, klen, buf, &f);
+	rc = farm_bt_locate(bt, tx, loop, key, klen, buf, &f);
 	if (!rc) {
 		bool found;
-		uint32_t i =
-		        bt_leaf_search(&bt->lay, f.leaf, key, klen, &found);
+		uint32_t i = farm_bt_leaf_search(&bt->lay, f.leaf, key, klen,
+		                                 &found);
 		const uint8_t *e = bt_entry(&bt->lay, f.leaf, i);
 		if (!found) {
 			rc = -ENOENT;
@@ -56,20 +56,22 @@ static int writable_for(farm_bt *bt, farm_tx *tx, farm_loop *loop,
 	if (!buf)
 		return -ENOMEM;
 	struct bt_found f;
-	int rc = bt_locate(bt, tx, loop, key, klen, buf, &f);
+	int rc = farm_bt_locate(bt, tx, loop, key, klen, buf, &f);
 	free(buf);
 	if (rc)
 		return rc;
-	*i = bt_leaf_search(&bt->lay, f.leaf, key, klen, found);
+	*i = farm_bt_leaf_search(&bt->lay, f.leaf, key, klen, found);
 	if (!insert && !*found)
 		return -ENOENT; /* the leaf read stays in the read set */
 	if (!insert || *found || bt_n(f.leaf) < bt->lay.leaf_cap) {
 		rc = farm_tx_write(tx, f.a, (void **)w);
 	} else {
 		farm_gaddr a;
-		rc = bt_writable_leaf(bt, tx, loop, key, klen, true, &a, w);
+		rc = farm_bt_writable_leaf(bt, tx, loop, key, klen, true, &a,
+		                           w);
 		if (!rc)
-			*i = bt_leaf_search(&bt->lay, *w, key, klen, found);
+			*i = farm_bt_leaf_search(&bt->lay, *w, key, klen,
+			                         found);
 	}
 	return rc;
 }
@@ -91,13 +93,13 @@ static int do_op(farm_bt *bt, farm_tx *tx, farm_loop *loop,
 	if (rc)
 		return rc;
 	if (o->del)
-		bt_remove(&bt->lay, w, i);
+		farm_bt_remove(&bt->lay, w, i);
 	else if (found)
-		bt_leaf_set_val(&bt->lay, bt_entry(&bt->lay, w, i), o->val,
-		                o->vlen);
+		farm_bt_leaf_set_val(&bt->lay, bt_entry(&bt->lay, w, i), o->val,
+		                     o->vlen);
 	else
-		bt_leaf_insert(&bt->lay, w, i, o->key, o->klen, o->val,
-		               o->vlen);
+		farm_bt_leaf_insert(&bt->lay, w, i, o->key, o->klen, o->val,
+		                    o->vlen);
 	return 0;
 }
 
@@ -130,7 +132,7 @@ static int own_tx(farm_bt *bt, farm_loop *loop, const struct op_args *o)
 static int write_op(farm_bt *bt, farm_tx *tx, farm_loop *loop,
                     const struct op_args *o)
 {
-	int rc = bt_check_key(bt, o->key, o->klen);
+	int rc = farm_bt_check_key(bt, o->key, o->klen);
 	if (rc)
 		return rc;
 	if (!loop)

@@ -83,12 +83,12 @@ static int next_leaf(struct scan *s, farm_gaddr next, const struct bt_key *high,
 	if (next) {
 		BT_COUNT(bt, scan_leaves);
 		BT_COUNT(bt, leaf_reads);
-		rc = bt_read(bt, s->tx, s->loop, next, bt->lay.leaf_size, buf,
-		             leaf);
+		rc = farm_bt_read(bt, s->tx, s->loop, next, bt->lay.leaf_size,
+		                  buf, leaf);
 	}
 	if (!rc) {
 		struct bt_key low;
-		bt_fence(&bt->lay, *leaf, false, &low);
+		farm_bt_fence(&bt->lay, *leaf, false, &low);
 		if (bt_is_leaf(*leaf) && !low.inf &&
 		    bt_cmp(low.b, low.len, high->b, high->len) == 0)
 			return 0;
@@ -97,7 +97,7 @@ static int next_leaf(struct scan *s, farm_gaddr next, const struct bt_key *high,
 	}
 	/* Not the leaf that starts at @high: find that one by its key. */
 	struct bt_found f;
-	rc = bt_locate(bt, s->tx, s->loop, high->b, high->len, buf, &f);
+	rc = farm_bt_locate(bt, s->tx, s->loop, high->b, high->len, buf, &f);
 	*leaf = f.leaf;
 	return rc;
 }
@@ -108,16 +108,17 @@ static long run_scan(struct scan *s, uint8_t *buf)
 	const uint8_t *start = r->start ? r->start : (const uint8_t *)"";
 	uint32_t slen = r->start ? r->start_len : 0;
 	struct bt_found f;
-	int rc = bt_locate(s->bt, s->tx, s->loop, start, slen, buf, &f);
+	int rc = farm_bt_locate(s->bt, s->tx, s->loop, start, slen, buf, &f);
 	if (rc)
 		return rc;
 	bool found;
 	const uint8_t *leaf = own_copy(s, f.leaf);
-	uint32_t i = bt_leaf_search(&s->bt->lay, leaf, start, slen, &found);
+	uint32_t i =
+	        farm_bt_leaf_search(&s->bt->lay, leaf, start, slen, &found);
 	for (;;) {
 		visit(s, leaf, i);
 		struct bt_key high;
-		bt_fence(&s->bt->lay, leaf, true, &high);
+		farm_bt_fence(&s->bt->lay, leaf, true, &high);
 		if (s->stop || ends_here(s, &high))
 			return s->count;
 		rc = next_leaf(s, bt_next(leaf), &high, buf, &leaf);
@@ -160,17 +161,17 @@ static long run_scan_rev(struct scan *s, uint8_t *buf)
 	const struct bt_layout *l = &s->bt->lay;
 	struct bt_probe p = {.key = r->end, .klen = r->end_len, .before = true};
 	struct bt_found f;
-	int rc = bt_locate_probe(s->bt, s->tx, s->loop, &p, buf, &f);
+	int rc = farm_bt_locate_probe(s->bt, s->tx, s->loop, &p, buf, &f);
 	bool found;
-	uint32_t i =
-	        rc       ? 0
-	        : r->end ? bt_leaf_search(l, f.leaf, r->end, r->end_len, &found)
-	                 : bt_n(f.leaf);
+	uint32_t i = rc       ? 0
+	             : r->end ? farm_bt_leaf_search(l, f.leaf, r->end,
+	                                            r->end_len, &found)
+	                      : bt_n(f.leaf);
 	while (!rc) {
 		const uint8_t *leaf = own_copy(s, f.leaf);
 		visit_rev(s, leaf, i);
 		struct bt_key low, high;
-		bt_fence(l, leaf, false, &low);
+		farm_bt_fence(l, leaf, false, &low);
 		if (s->stop || low.inf ||
 		    (r->start &&
 		     bt_cmp(low.b, low.len, r->start, r->start_len) <= 0))
@@ -178,10 +179,10 @@ static long run_scan_rev(struct scan *s, uint8_t *buf)
 		p = (struct bt_probe){
 		        .key = low.b, .klen = low.len, .before = true};
 		BT_COUNT(s->bt, scan_leaves);
-		rc = bt_locate_probe(s->bt, s->tx, s->loop, &p, buf, &f);
+		rc = farm_bt_locate_probe(s->bt, s->tx, s->loop, &p, buf, &f);
 		if (rc)
 			break;
-		bt_fence(l, f.leaf, true, &high);
+		farm_bt_fence(l, f.leaf, true, &high);
 		/* In a transaction the leaf may be its older copy of a leaf
 		 * split since (the descent went through the newer cache):
 		 * its reads are not one snapshot, and it must run again.

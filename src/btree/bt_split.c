@@ -43,7 +43,7 @@ static int leak_node(farm_bt *bt, farm_tx *tx)
 		uint8_t *d;
 		int rc = alloc_node(bt, tx, &a, &d);
 		if (!rc)
-			bt_init_node(&bt->lay, d, true, 0);
+			farm_bt_init_node(&bt->lay, d, true, 0);
 		return rc;
 	}
 #endif
@@ -59,8 +59,8 @@ static int split_node(farm_bt *bt, farm_tx *tx, farm_gaddr xa, uint8_t *x,
 {
 	const struct bt_layout *l = &bt->lay;
 	struct bt_key sep;
-	bt_entry_key(l, x, bt_n(x) / 2, &sep);
-	uint32_t pi = bt_inner_search(l, p, sep.b, sep.len);
+	farm_bt_entry_key(l, x, bt_n(x) / 2, &sep);
+	uint32_t pi = farm_bt_inner_search(l, p, sep.b, sep.len);
 	if (bt_echild(bt_entry(l, p, pi)) != xa)
 		return FARM_EVALIDATION; /* reads that disagree: run again */
 	farm_gaddr ya;
@@ -70,8 +70,8 @@ static int split_node(farm_bt *bt, farm_tx *tx, farm_gaddr xa, uint8_t *x,
 		rc = leak_node(bt, tx);
 	if (rc)
 		return rc;
-	bt_split_half(l, x, y, ya, &sep);
-	bt_inner_insert(l, p, pi + 1, &sep, ya);
+	farm_bt_split_half(l, x, y, ya, &sep);
+	farm_bt_inner_insert(l, p, pi + 1, &sep, ya);
 	BT_COUNT(bt, splits);
 	return 0;
 }
@@ -89,7 +89,7 @@ static int split_root(farm_bt *bt, farm_tx *tx, uint8_t *r)
 		rc = alloc_node(bt, tx, &ba, &b);
 	if (rc)
 		return rc;
-	bt_split_root(&bt->lay, r, a, aa, b, ba);
+	farm_bt_split_root(&bt->lay, r, a, aa, b, ba);
 	BT_COUNT(bt, splits);
 	BT_COUNT(bt, root_splits);
 	return 0;
@@ -104,7 +104,7 @@ static int read_node(const farm_bt *bt, farm_tx *tx, farm_gaddr a,
 	if (rc)
 		return rc == -EINVAL || rc == FARM_EFREED ? FARM_ECORRUPT : rc;
 	*n = d;
-	return bt_check_node(&bt->lay, d);
+	return farm_bt_check_node(&bt->lay, d);
 }
 
 /* Split the full node @a (read by @tx) under @pa, or the root. Returns
@@ -121,14 +121,14 @@ static int split_on_path(farm_bt *bt, farm_tx *tx, farm_gaddr *a, farm_gaddr pa,
 	rc = farm_tx_write(tx, pa, (void **)&p);
 	if (!rc)
 		rc = split_node(bt, tx, *a, w, p);
-	if (!rc && !bt_in_fences(&bt->lay, w, key, klen))
+	if (!rc && !farm_bt_in_fences(&bt->lay, w, key, klen))
 		*a = bt_next(w); /* the new right half */
 	return rc;
 }
 
-int bt_writable_leaf(farm_bt *bt, farm_tx *tx, farm_loop *loop, const void *key,
-                     uint32_t klen, bool need_room, farm_gaddr *out_a,
-                     uint8_t **out)
+int farm_bt_writable_leaf(farm_bt *bt, farm_tx *tx, farm_loop *loop,
+                          const void *key, uint32_t klen, bool need_room,
+                          farm_gaddr *out_a, uint8_t **out)
 {
 	const struct bt_layout *l = &bt->lay;
 	BT_COUNT(bt, slow_paths);
@@ -140,9 +140,9 @@ int bt_writable_leaf(farm_bt *bt, farm_tx *tx, farm_loop *loop, const void *key,
 			return rc;
 		/* Reads of a transaction are one snapshot only once it
 		 * commits: nodes that disagree mean it must run again. */
-		if (!bt_in_fences(l, n, key, klen)) {
+		if (!farm_bt_in_fences(l, n, key, klen)) {
 			struct bt_probe pr = {.key = key, .klen = klen};
-			return bt_confirm(bt, loop, &pr, FARM_EVALIDATION);
+			return farm_bt_confirm(bt, loop, &pr, FARM_EVALIDATION);
 		}
 		uint32_t cap = bt_is_leaf(n) ? l->leaf_cap : l->inner_cap;
 		if (need_room && bt_n(n) == cap) {
@@ -156,7 +156,8 @@ int bt_writable_leaf(farm_bt *bt, farm_tx *tx, farm_loop *loop, const void *key,
 			return farm_tx_write(tx, a, (void **)out);
 		}
 		pa = a;
-		a = bt_echild(bt_entry(l, n, bt_inner_search(l, n, key, klen)));
+		a = bt_echild(
+		        bt_entry(l, n, farm_bt_inner_search(l, n, key, klen)));
 	}
 	return FARM_ECORRUPT;
 }

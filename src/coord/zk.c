@@ -120,8 +120,9 @@ static zhandle_t *zk_init(struct farm_membership *m)
 	              !pthread_getschedparam(pthread_self(), &policy, &sp) &&
 	              policy != SCHED_FIFO && !farm_thread_set_realtime();
 	errno = 0;
-	zhandle_t *zh = zookeeper_init2(z->connect, zk_watcher,
-	                                (int)z->session_ms, NULL, m, 0, zk_log);
+	zhandle_t *zh =
+	        zookeeper_init2(z->connect, zk_watcher, (int)z->session_ms,
+	                        NULL, m, 0, farm_zk_log);
 	int e = errno;
 	if (raised)
 		(void)pthread_setschedparam(pthread_self(), policy, &sp);
@@ -141,19 +142,19 @@ static int zk_layout(struct farm_membership *m)
 		size_t n = s ? (size_t)(s - z->root) : strlen(z->root);
 		memcpy(path, z->root, n);
 		path[n] = 0;
-		int rc = zk_ensure(z->zh, path, NULL, -1);
+		int rc = farm_zk_ensure(z->zh, path, NULL, -1);
 		if (rc)
 			return rc;
 		if (!s)
 			break;
 	}
-	int rc = zk_ensure(z->zh, z->members, NULL, -1);
+	int rc = farm_zk_ensure(z->zh, z->members, NULL, -1);
 	if (!rc)
-		rc = zk_ensure(z->zh, z->refused_dir, NULL, -1);
+		rc = farm_zk_ensure(z->zh, z->refused_dir, NULL, -1);
 	if (rc)
 		return rc;
 	for (unsigned k = 0; k < FARM_ZK_NMARKS; k++) {
-		rc = zk_ensure(z->zh, z->mark[k], NULL, -1);
+		rc = farm_zk_ensure(z->zh, z->mark[k], NULL, -1);
 		if (rc)
 			return rc;
 	}
@@ -161,7 +162,7 @@ static int zk_layout(struct farm_membership *m)
 	int len = farm_view_format(&z->cur, z->buf, ZK_BUF);
 	if (len < 0)
 		return len;
-	return zk_ensure(z->zh, z->config, z->buf, len);
+	return farm_zk_ensure(z->zh, z->config, z->buf, len);
 }
 
 static int zk_card(const struct farm_membership *m, char *out)
@@ -195,7 +196,7 @@ static int zk_reclaim(struct farm_membership *m, const struct Stat *st,
 	if (zrc == ZNONODE)
 		return -EAGAIN; /* gone meanwhile: look again */
 	if (zrc != ZOK)
-		return zk_err(zrc);
+		return farm_zk_err(zrc);
 	if (len < 0)
 		len = 0;
 	card[len] = 0;
@@ -214,7 +215,7 @@ static int zk_reclaim(struct farm_membership *m, const struct Stat *st,
 	if (zrc == ZNONODE || zrc == ZBADVERSION || zrc == ZNODEEXISTS)
 		return -EAGAIN;
 	if (zrc != ZOK)
-		return zk_err(zrc);
+		return farm_zk_err(zrc);
 	*created = true;
 	farm_warn("membership: machine %" PRIu32 ": the registration of "
 	          "session 0x%" PRIx64 " names this machine's own address, "
@@ -257,7 +258,7 @@ static int zk_register(struct farm_membership *m, int zrc,
 		return 1;
 	}
 	if (zrc != ZNONODE)
-		return zk_err(zrc);
+		return farm_zk_err(zrc);
 	char card[ZK_CARD_MAX];
 	int clen = zk_card(m, card);
 	zrc = zoo_create(z->zh, z->self_path, card, clen, &ZOO_OPEN_ACL_UNSAFE,
@@ -270,7 +271,7 @@ static int zk_register(struct farm_membership *m, int zrc,
 	}
 	if (zrc == ZNODEEXISTS)
 		return -EAGAIN; /* raced with another session: look again */
-	return zk_err(zrc);
+	return farm_zk_err(zrc);
 }
 
 static int zk_live(struct farm_zk *z, uint32_t *ids, unsigned *n)
@@ -278,13 +279,13 @@ static int zk_live(struct farm_zk *z, uint32_t *ids, unsigned *n)
 	struct String_vector sv = {0};
 	int zrc = zoo_get_children(z->zh, z->members, 1, &sv);
 	if (zrc != ZOK)
-		return zk_err(zrc);
-	zk_kids_parse(z->members, &sv, ids, n);
+		return farm_zk_err(zrc);
+	farm_zk_kids_parse(z->members, &sv, ids, n);
 	deallocate_String_vector(&sv);
 	return 0;
 }
 
-/* The next configuration from the live @ids; @mark: zk_restart_mark's. */
+/* The next configuration from the live @ids; @mark: farm_zk_restart_mark's. */
 static int zk_build(struct farm_membership *m, const uint32_t *ids, unsigned n,
                     uint64_t mark)
 {
@@ -295,25 +296,26 @@ static int zk_build(struct farm_membership *m, const uint32_t *ids, unsigned n,
 	/* Every member's registration, read together (above), into the
 	 * buffers a later suspicion may build from again (zk_fast_write). */
 	if (n > FARM_VIEW_MAX)
-		return -EINVAL; /* zk_kids_parse keeps at most this many */
+		return -EINVAL; /* farm_zk_kids_parse keeps at most this many */
 	struct zk_read *rd = z->rd;
 	char *cards = z->cards;
 	memcpy(z->rd_ids, ids, n * sizeof(ids[0]));
 	z->rd_n = n;
 	struct zk_batch b;
-	zk_batch_init(&b, n);
+	farm_zk_batch_init(&b, n);
 	for (unsigned i = 0; i < n; i++) {
 		char path[sizeof(z->members) + 16];
 		snprintf(path, sizeof(path), "%s/%" PRIu32, z->members, ids[i]);
 		rd[i] = (struct zk_read){.b = &b,
 		                         .buf = cards + (size_t)i * ZK_CARD_MAX,
 		                         .cap = (int)ZK_CARD_MAX - 1};
-		zk_batch_started(
-		        &b, zoo_aget(z->zh, path, 0, zk_read_data_done, &rd[i]),
-		        &rd[i].rc);
+		farm_zk_batch_started(&b,
+		                      zoo_aget(z->zh, path, 0,
+		                               farm_zk_read_data_done, &rd[i]),
+		                      &rd[i].rc);
 	}
-	zk_batch_wait(&b);
-	return zk_build_from(m, ids, n, rd);
+	farm_zk_batch_wait(&b);
+	return farm_zk_build_from(m, ids, n, rd);
 }
 
 /* Write z->next as the configuration after @version (the znode version
@@ -334,7 +336,7 @@ static int zk_write_next(struct farm_membership *m, int32_t version, bool force,
 	if (version > 0 && (uint64_t)version > id)
 		id = (uint64_t)version;
 	z->next.config_id = id + 1;
-	zk_incarnations(&z->next);
+	farm_zk_incarnations(&z->next);
 	int len = farm_view_format(&z->next, z->buf, ZK_BUF);
 	if (len < 0)
 		return len;
@@ -346,7 +348,7 @@ static int zk_write_next(struct farm_membership *m, int32_t version, bool force,
 		return -EAGAIN;
 	}
 	if (zrc != ZOK)
-		return zk_err(zrc);
+		return farm_zk_err(zrc);
 	pthread_mutex_lock(&m->lock);
 	m->st.config_writes++;
 	m->st.fast_writes += fast;
@@ -385,13 +387,13 @@ static int zk_fast_write(struct farm_membership *m, uint64_t t_begin)
 	bool current = z->events == z->rd_events;
 	m->st.fast_ready = false;
 	pthread_mutex_unlock(&m->lock);
-	uint64_t mark = zk_restart_mark(m);
+	uint64_t mark = farm_zk_restart_mark(m);
 	if (!current || mark == UINT64_MAX)
 		return 1;
 	z->next.n = 0;
 	z->next.nremoved = 0;
 	z->next.restart = mark;
-	if (zk_build_from(m, z->rd_ids, z->rd_n, z->rd))
+	if (farm_zk_build_from(m, z->rd_ids, z->rd_n, z->rd))
 		return 1;
 	return zk_write_next(m, z->rd_version, false, t_begin, true);
 }
@@ -422,7 +424,7 @@ static int zk_mark_write(struct farm_membership *m)
 				return -EAGAIN;
 		}
 		if (zrc != ZOK)
-			return zk_err(zrc);
+			return farm_zk_err(zrc);
 		pthread_mutex_lock(&m->lock);
 		if (z->mark_want[k] == cfg)
 			z->mark_want[k] = 0; /* written; a newer one waits */
@@ -492,7 +494,7 @@ static int sync_manage(struct farm_membership *m, const uint32_t *ids,
 	/* The manager is the lowest live id that is neither removed nor
 	 * suspected: the CM while it lives, then its successors in id
 	 * order. */
-	uint64_t mark = zk_restart_mark(m);
+	uint64_t mark = farm_zk_restart_mark(m);
 	if (mark == UINT64_MAX) {
 		/* Restarting alone into a cluster that lived on: not a
 		 * manager (node.c refuses this machine and closes, which
@@ -523,7 +525,7 @@ static int sync_manage(struct farm_membership *m, const uint32_t *ids,
 	return 1;
 }
 
-/* The rest of a sync, on what zk_sync_read read: registration, the live
+/* The rest of a sync, on what farm_zk_sync_read read: registration, the live
  * members, the configuration, the manager's write, our stale notice, the
  * view published. */
 static int sync_apply(struct farm_membership *m, struct sync_reads *r,
@@ -540,7 +542,7 @@ static int sync_apply(struct farm_membership *m, struct sync_reads *r,
 	if (created) { /* the members read above did not list us yet */
 		rc = zk_live(z, ids, &nids);
 	} else {
-		rc = zk_err(r->kids.rc);
+		rc = farm_zk_err(r->kids.rc);
 		nids = r->kids.n;
 	}
 	if (rc == -ENOENT)
@@ -555,7 +557,7 @@ static int sync_apply(struct farm_membership *m, struct sync_reads *r,
 		return -EAGAIN;
 	}
 	if (zrc != ZOK)
-		return zk_err(zrc);
+		return farm_zk_err(zrc);
 	bool parsed = farm_view_parse(z->buf, len > 0 ? (size_t)len : 0,
 	                              &z->cur) == 0;
 	if (!parsed) {
@@ -608,7 +610,7 @@ static int zk_sync(struct farm_membership *m)
 	/* Our registration, the live members and the configuration, each
 	 * with its watch, in one round trip (above). */
 	struct sync_reads r;
-	zk_sync_read(z, &r);
+	farm_zk_sync_read(z, &r);
 	return sync_apply(m, &r, t_begin, events);
 }
 
@@ -641,7 +643,7 @@ static int zk_rejoin(struct farm_membership *m)
 	z->zh = zh;
 	/* Registered again from here on with "stale": in a formed cluster
 	 * the machine's regions were recovered elsewhere when it left, so
-	 * its memory must not come back as a member's (zk_build_from). */
+	 * its memory must not come back as a member's (farm_zk_build_from). */
 	m->stale = true;
 	pthread_mutex_lock(&m->lock);
 	m->st.rejoins++;
@@ -678,7 +680,7 @@ static void *zk_worker(void *arg)
 				continue;
 			}
 			struct timespec dl;
-			zk_deadline_in(&dl, ZK_BACKOFF_MS);
+			farm_zk_deadline_in(&dl, ZK_BACKOFF_MS);
 			if (pthread_cond_timedwait(&z->wake, &m->lock, &dl) ==
 			    ETIMEDOUT) {
 				z->pending |= z->retry;
@@ -859,7 +861,7 @@ int farm_zk_open(struct farm_membership *m,
                  const struct farm_membership_attr *a)
 {
 	static pthread_once_t once = PTHREAD_ONCE_INIT;
-	pthread_once(&once, zk_global_init);
+	pthread_once(&once, farm_zk_global_init);
 
 	const char *root = a->zk_root ? a->zk_root : "/libfarm/default";
 	if (!farm_zk_connect_valid(a->zk) || !farm_zk_path_valid(root))
@@ -941,7 +943,7 @@ int farm_zk_open(struct farm_membership *m,
 		}
 		uint64_t until = z->connected_once ? dl_register : dl_connect;
 		struct timespec ts;
-		zk_deadline_in(&ts, (int)(until - now));
+		farm_zk_deadline_in(&ts, (int)(until - now));
 		pthread_cond_timedwait(&m->changed, &m->lock, &ts);
 	}
 	pthread_mutex_unlock(&m->lock);

@@ -1,6 +1,6 @@
 /*
  * Reads issued together, for zk.c: the members' list they parse, and
- * what one sync reads (zk_sync_read) with the marks parsed.
+ * what one sync reads (farm_zk_sync_read) with the marks parsed.
  *
  *
  * Each synchronous call is one round trip to the server; a sync used to
@@ -27,7 +27,7 @@
 #include "coord/zk_int.h"
 #include "util/log.h"
 
-void zk_batch_init(struct zk_batch *b, unsigned n)
+void farm_zk_batch_init(struct zk_batch *b, unsigned n)
 {
 	pthread_mutex_init(&b->mu, NULL);
 	pthread_cond_init(&b->cv, NULL);
@@ -35,7 +35,7 @@ void zk_batch_init(struct zk_batch *b, unsigned n)
 }
 
 /* One completion in (the waiter may return as soon as the lock drops). */
-void zk_batch_done(struct zk_batch *b)
+void farm_zk_batch_done(struct zk_batch *b)
 {
 	pthread_mutex_lock(&b->mu);
 	if (--b->pending == 0)
@@ -44,15 +44,15 @@ void zk_batch_done(struct zk_batch *b)
 }
 
 /* @zrc from an asynchronous call: one that did not start never completes. */
-void zk_batch_started(struct zk_batch *b, int zrc, int *rc)
+void farm_zk_batch_started(struct zk_batch *b, int zrc, int *rc)
 {
 	if (zrc != ZOK) {
 		*rc = zrc;
-		zk_batch_done(b);
+		farm_zk_batch_done(b);
 	}
 }
 
-void zk_batch_wait(struct zk_batch *b)
+void farm_zk_batch_wait(struct zk_batch *b)
 {
 	pthread_mutex_lock(&b->mu);
 	while (b->pending)
@@ -62,8 +62,8 @@ void zk_batch_wait(struct zk_batch *b)
 	pthread_mutex_destroy(&b->mu);
 }
 
-void zk_read_data_done(int rc, const char *value, int value_len,
-                       const struct Stat *stat, const void *data)
+void farm_zk_read_data_done(int rc, const char *value, int value_len,
+                            const struct Stat *stat, const void *data)
 {
 	struct zk_read *r = (struct zk_read *)(uintptr_t)data;
 	r->rc = rc;
@@ -76,22 +76,22 @@ void zk_read_data_done(int rc, const char *value, int value_len,
 		if (r->len)
 			memcpy(r->buf, value, (size_t)r->len);
 	}
-	zk_batch_done(r->b);
+	farm_zk_batch_done(r->b);
 }
 
-void zk_read_stat_done(int rc, const struct Stat *stat, const void *data)
+void farm_zk_read_stat_done(int rc, const struct Stat *stat, const void *data)
 {
 	struct zk_read *r = (struct zk_read *)(uintptr_t)data;
 	r->rc = rc;
 	if (rc == ZOK && stat)
 		r->st = *stat;
-	zk_batch_done(r->b);
+	farm_zk_batch_done(r->b);
 }
 
 /* The live members' ids, sorted, from the children of members/ (a watch is
  * set). Names that are not decimal ids are skipped. */
-void zk_kids_parse(const char *members, const struct String_vector *sv,
-                   uint32_t *ids, unsigned *n)
+void farm_zk_kids_parse(const char *members, const struct String_vector *sv,
+                        uint32_t *ids, unsigned *n)
 {
 	*n = 0;
 	for (int32_t i = 0; sv && i < sv->count; i++) {
@@ -106,25 +106,25 @@ void zk_kids_parse(const char *members, const struct String_vector *sv,
 		}
 		ids[(*n)++] = (uint32_t)v;
 	}
-	qsort(ids, *n, sizeof(ids[0]), zk_cmp_u32);
+	qsort(ids, *n, sizeof(ids[0]), farm_zk_cmp_u32);
 }
 
 /* zoo_aget_children's result, parsed as zk_live does. */
 
-void zk_kids_done(int rc, const struct String_vector *sv, const void *data)
+void farm_zk_kids_done(int rc, const struct String_vector *sv, const void *data)
 {
 	struct zk_kids *k = (struct zk_kids *)(uintptr_t)data;
 	k->rc = rc;
 	if (rc == ZOK)
-		zk_kids_parse(k->members, sv, k->ids, &k->n);
-	zk_batch_done(k->b);
+		farm_zk_kids_parse(k->members, sv, k->ids, &k->n);
+	farm_zk_batch_done(k->b);
 }
 
 /* A mark as read (R/grow, R/bump: "<id> <config id>"): kept for
  * zk_next.c. Absent, empty or malformed: none (a layout older than the
  * mark, or no machine has written it yet). */
-void zk_mark_parse(struct farm_zk *z, enum farm_zk_mark k,
-                   const struct zk_read *r)
+void farm_zk_mark_parse(struct farm_zk *z, enum farm_zk_mark k,
+                        const struct zk_read *r)
 {
 	z->mark_id[k] = 0;
 	z->mark_cfg[k] = 0;
@@ -143,10 +143,10 @@ void zk_mark_parse(struct farm_zk *z, enum farm_zk_mark k,
 	z->mark_cfg[k] = cfg;
 }
 
-void zk_sync_read(struct farm_zk *z, struct sync_reads *r)
+void farm_zk_sync_read(struct farm_zk *z, struct sync_reads *r)
 {
 	struct zk_batch *b = &r->b;
-	zk_batch_init(b, 4 + FARM_ZK_NMARKS);
+	farm_zk_batch_init(b, 4 + FARM_ZK_NMARKS);
 	r->self = (struct zk_read){.b = b};
 	r->cfg = (struct zk_read){.b = b, .buf = z->buf, .cap = (int)ZK_BUF};
 	for (unsigned k = 0; k < FARM_ZK_NMARKS; k++)
@@ -158,29 +158,31 @@ void zk_sync_read(struct farm_zk *z, struct sync_reads *r)
 	        (struct zk_kids){.b = b, .members = z->members, .ids = r->ids};
 	r->refused = (struct zk_kids){
 	        .b = b, .members = z->refused_dir, .ids = r->rids};
-	zk_batch_started(b,
-	                 zoo_aget_children(z->zh, z->refused_dir, 1,
-	                                   zk_kids_done, &r->refused),
-	                 &r->refused.rc);
-	zk_batch_started(b,
-	                 zoo_aexists(z->zh, z->self_path, 1, zk_read_stat_done,
-	                             &r->self),
-	                 &r->self.rc);
-	zk_batch_started(
+	farm_zk_batch_started(b,
+	                      zoo_aget_children(z->zh, z->refused_dir, 1,
+	                                        farm_zk_kids_done, &r->refused),
+	                      &r->refused.rc);
+	farm_zk_batch_started(b,
+	                      zoo_aexists(z->zh, z->self_path, 1,
+	                                  farm_zk_read_stat_done, &r->self),
+	                      &r->self.rc);
+	farm_zk_batch_started(b,
+	                      zoo_aget_children(z->zh, z->members, 1,
+	                                        farm_zk_kids_done, &r->kids),
+	                      &r->kids.rc);
+	farm_zk_batch_started(
 	        b,
-	        zoo_aget_children(z->zh, z->members, 1, zk_kids_done, &r->kids),
-	        &r->kids.rc);
-	zk_batch_started(
-	        b, zoo_aget(z->zh, z->config, 1, zk_read_data_done, &r->cfg),
+	        zoo_aget(z->zh, z->config, 1, farm_zk_read_data_done, &r->cfg),
 	        &r->cfg.rc);
 	for (unsigned k = 0; k < FARM_ZK_NMARKS; k++)
-		zk_batch_started(b,
-		                 zoo_aget(z->zh, z->mark[k], 1,
-		                          zk_read_data_done, &r->marks[k]),
-		                 &r->marks[k].rc);
-	zk_batch_wait(b);
+		farm_zk_batch_started(b,
+		                      zoo_aget(z->zh, z->mark[k], 1,
+		                               farm_zk_read_data_done,
+		                               &r->marks[k]),
+		                      &r->marks[k].rc);
+	farm_zk_batch_wait(b);
 	for (unsigned k = 0; k < FARM_ZK_NMARKS; k++)
-		zk_mark_parse(z, k, &r->marks[k]);
+		farm_zk_mark_parse(z, k, &r->marks[k]);
 }
 
 #endif /* FARM_HAVE_ZK */

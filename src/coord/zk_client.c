@@ -115,7 +115,7 @@ bool farm_zk_connect_valid(const char *s)
 
 #include "coord/zk_int.h"
 
-void zk_log(const char *msg)
+void farm_zk_log(const char *msg)
 {
 	size_t n = strlen(msg);
 	while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
@@ -126,7 +126,7 @@ void zk_log(const char *msg)
 	farm_info("zookeeper client: %.*s", (int)n, msg);
 }
 
-void zk_global_init(void)
+void farm_zk_global_init(void)
 {
 	ZooLogLevel l = ZOO_LOG_LEVEL_WARN;
 	if (farm_log_enabled(FARM_LOG_DEBUG))
@@ -134,7 +134,7 @@ void zk_global_init(void)
 	zoo_set_debug_level(l);
 }
 
-int zk_err(int zrc)
+int farm_zk_err(int zrc)
 {
 	if (zrc == ZOK)
 		return 0;
@@ -160,22 +160,22 @@ int zk_err(int zrc)
 }
 
 /* Create @path (persistent, empty or @data) unless it exists. */
-int zk_ensure(zhandle_t *zh, const char *path, const char *data, int len)
+int farm_zk_ensure(zhandle_t *zh, const char *path, const char *data, int len)
 {
 	int zrc = zoo_create(zh, path, data, len, &ZOO_OPEN_ACL_UNSAFE,
 	                     ZOO_PERSISTENT, NULL, 0);
 	if (zrc == ZOK || zrc == ZNODEEXISTS)
 		return 0;
-	return zk_err(zrc);
+	return farm_zk_err(zrc);
 }
 
-int zk_cmp_u32(const void *a, const void *b)
+int farm_zk_cmp_u32(const void *a, const void *b)
 {
 	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
 	return x < y ? -1 : x > y;
 }
 
-void zk_deadline_in(struct timespec *t, int ms)
+void farm_zk_deadline_in(struct timespec *t, int ms)
 {
 	clock_gettime(CLOCK_MONOTONIC, t);
 	t->tv_sec += ms / 1000;

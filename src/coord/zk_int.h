@@ -116,27 +116,27 @@ struct zk_read {
 /* zk_client.c */
 
 /* A ZooKeeper return code as a negative errno value. */
-int zk_err(int zrc);
+int farm_zk_err(int zrc);
 /* The client's log hook, its global set-up
  * (once), create @path unless it exists, order ids, a deadline @ms from
  * now on the monotonic clock. */
-void zk_log(const char *msg);
-void zk_global_init(void);
-int zk_ensure(zhandle_t *zh, const char *path, const char *data, int len);
-int zk_cmp_u32(const void *a, const void *b);
-void zk_deadline_in(struct timespec *t, int ms);
+void farm_zk_log(const char *msg);
+void farm_zk_global_init(void);
+int farm_zk_ensure(zhandle_t *zh, const char *path, const char *data, int len);
+int farm_zk_cmp_u32(const void *a, const void *b);
+void farm_zk_deadline_in(struct timespec *t, int ms);
 
-/* zk_batch.c: reads issued together (zk_batch_init for @n completions,
- * each calls zk_batch_done; zk_batch_started for a call that did not
- * start; zk_batch_wait until all are in), the completions of zoo_aget and
+/* zk_batch.c: reads issued together (farm_zk_batch_init for @n completions,
+ * each calls farm_zk_batch_done; farm_zk_batch_started for a call that did not
+ * start; farm_zk_batch_wait until all are in), the completions of zoo_aget and
  * zoo_aexists into a struct zk_read, and the members' list. */
-void zk_batch_init(struct zk_batch *b, unsigned n);
-void zk_batch_done(struct zk_batch *b);
-void zk_batch_started(struct zk_batch *b, int zrc, int *rc);
-void zk_batch_wait(struct zk_batch *b);
-void zk_read_data_done(int rc, const char *value, int value_len,
-                       const struct Stat *stat, const void *data);
-void zk_read_stat_done(int rc, const struct Stat *stat, const void *data);
+void farm_zk_batch_init(struct zk_batch *b, unsigned n);
+void farm_zk_batch_done(struct zk_batch *b);
+void farm_zk_batch_started(struct zk_batch *b, int zrc, int *rc);
+void farm_zk_batch_wait(struct zk_batch *b);
+void farm_zk_read_data_done(int rc, const char *value, int value_len,
+                            const struct Stat *stat, const void *data);
+void farm_zk_read_stat_done(int rc, const struct Stat *stat, const void *data);
 /* zoo_aget_children's result, parsed as zk_live does. */
 struct zk_kids {
 	struct zk_batch *b;
@@ -146,9 +146,10 @@ struct zk_kids {
 	unsigned n;
 };
 
-void zk_kids_parse(const char *members, const struct String_vector *sv,
-                   uint32_t *ids, unsigned *n);
-void zk_kids_done(int rc, const struct String_vector *sv, const void *data);
+void farm_zk_kids_parse(const char *members, const struct String_vector *sv,
+                        uint32_t *ids, unsigned *n);
+void farm_zk_kids_done(int rc, const struct String_vector *sv,
+                       const void *data);
 
 /* What one sync reads in one round trip (zk_sync): our registration, the
  * live members, the refusal notices, the configuration and the marks, each
@@ -162,10 +163,10 @@ struct sync_reads {
 };
 /* A mark's znode (R/grow, R/bump) as read: its id and configuration into
  * z->mark_id[k], z->mark_cfg[k] (0, 0 when absent or malformed). */
-void zk_mark_parse(struct farm_zk *z, enum farm_zk_mark k,
-                   const struct zk_read *r);
+void farm_zk_mark_parse(struct farm_zk *z, enum farm_zk_mark k,
+                        const struct zk_read *r);
 /* Issue every read of a sync together and wait for them (zk_sync). */
-void zk_sync_read(struct farm_zk *z, struct sync_reads *r);
+void farm_zk_sync_read(struct farm_zk *z, struct sync_reads *r);
 
 /* zk_next.c */
 
@@ -173,7 +174,7 @@ void zk_sync_read(struct farm_zk *z, struct sync_reads *r);
  * fresh mark: the endpoint, then optionally "domain <name>", then
  * optionally "fresh", one per line. 0, or -EINVAL: empty or control bytes
  * in the endpoint, a line that is neither of those, or out of order. */
-int zk_card_parse(const char *data, int len, struct farm_member *mb);
+int farm_zk_card_parse(const char *data, int len, struct farm_member *mb);
 
 /* The restart mark this machine writes as manager (farm_view.restart): its
  * manifest's configuration while it restarts on its directory, 0 once the
@@ -181,19 +182,19 @@ int zk_card_parse(const char *data, int len, struct farm_member *mb);
  * configuration in force neither names it nor is a restart's, so the
  * others lived on without it and its memory is stale: it must not manage
  * (it would admit itself); node.c refuses it. */
-uint64_t zk_restart_mark(struct farm_membership *m);
+uint64_t farm_zk_restart_mark(struct farm_membership *m);
 
 /* Build in z->next the configuration of the live members @ids (@n), given
  * their registrations read (@rd[i] for @ids[i]): every live machine but
  * the incarnations z->cur lists as removed (kept listed while their znodes
  * live) and the machines this one suspects (listed from now on, by the
  * znode's creation zxid). Worker thread only. */
-/* The placeholder zk_build_from gives a member admitted as a new
+/* The placeholder farm_zk_build_from gives a member admitted as a new
  * incarnation of a reused id (farm_membership_attr.reuse_ids) until its
- * configuration's id is known: zk_incarnations then sets it to that id. */
+ * configuration's id is known: farm_zk_incarnations then sets it to that id. */
 #define ZK_INC_NEW UINT32_MAX
-void zk_incarnations(struct farm_view *x);
-int zk_build_from(struct farm_membership *m, const uint32_t *ids, unsigned n,
-                  const struct zk_read *rd);
+void farm_zk_incarnations(struct farm_view *x);
+int farm_zk_build_from(struct farm_membership *m, const uint32_t *ids,
+                       unsigned n, const struct zk_read *rd);
 
 #endif

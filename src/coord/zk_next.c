@@ -22,7 +22,7 @@
  * fresh mark: the endpoint, then optionally "domain <name>", then
  * optionally "fresh", one per line. 0, or -EINVAL: empty or control bytes
  * in the endpoint, a line that is neither of those, or out of order. */
-int zk_card_parse(const char *data, int len, struct farm_member *mb)
+int farm_zk_card_parse(const char *data, int len, struct farm_member *mb)
 {
 	if (len <= 0 || memchr(data, 0, (size_t)len))
 		return -EINVAL;
@@ -295,7 +295,7 @@ static void zk_late(struct farm_membership *m)
  * configuration in force neither names it nor is a restart's, so the
  * others lived on without it and its memory is stale: it must not manage
  * (it would admit itself); node.c refuses it. */
-uint64_t zk_restart_mark(struct farm_membership *m)
+uint64_t farm_zk_restart_mark(struct farm_membership *m)
 {
 	struct farm_zk *z = m->zk;
 	pthread_mutex_lock(&m->lock);
@@ -311,7 +311,7 @@ uint64_t zk_restart_mark(struct farm_membership *m)
  * id the formed cluster lost (gone), registered with empty memory while
  * ids are reused (farm_membership_attr.reuse_ids): admitted as a new
  * incarnation, the configuration that admits it (ZK_INC_NEW until
- * zk_incarnations knows that configuration's id). */
+ * farm_zk_incarnations knows that configuration's id). */
 static bool zk_incarnation(struct farm_membership *m, uint32_t id,
                            struct farm_member *mb)
 {
@@ -325,8 +325,8 @@ static bool zk_incarnation(struct farm_membership *m, uint32_t id,
 	return true;
 }
 
-int zk_build_from(struct farm_membership *m, const uint32_t *ids, unsigned n,
-                  const struct zk_read *rd)
+int farm_zk_build_from(struct farm_membership *m, const uint32_t *ids,
+                       unsigned n, const struct zk_read *rd)
 {
 	struct farm_zk *z = m->zk;
 	for (unsigned i = 0; i < n; i++) {
@@ -340,7 +340,7 @@ int zk_build_from(struct farm_membership *m, const uint32_t *ids, unsigned n,
 		if (zrc == ZNONODE)
 			continue; /* left meanwhile; its watch event follows */
 		if (zrc != ZOK)
-			return zk_err(zrc);
+			return farm_zk_err(zrc);
 		bool out = is_suspect(m, ids[i]);
 		for (unsigned r = 0; r < z->cur.nremoved && !out; r++)
 			out = z->cur.removed[r].id == ids[i] &&
@@ -351,7 +351,7 @@ int zk_build_from(struct farm_membership *m, const uint32_t *ids, unsigned n,
 			                              .incarnation = st.czxid};
 			continue;
 		}
-		if (zk_card_parse(card, len, mb)) {
+		if (farm_zk_card_parse(card, len, mb)) {
 			farm_warn("membership: %s has no usable endpoint "
 			          "and domain",
 			          path);
@@ -403,7 +403,7 @@ int zk_build_from(struct farm_membership *m, const uint32_t *ids, unsigned n,
 	return 0;
 }
 
-void zk_incarnations(struct farm_view *x)
+void farm_zk_incarnations(struct farm_view *x)
 {
 	for (unsigned i = 0; i < x->n; i++)
 		if (x->members[i].incarnation == ZK_INC_NEW)

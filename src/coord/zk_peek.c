@@ -48,7 +48,7 @@ static zhandle_t *oneshot_open(const char *zk, const char **root,
                                int *rc)
 {
 	static pthread_once_t once = PTHREAD_ONCE_INIT;
-	pthread_once(&once, zk_global_init);
+	pthread_once(&once, farm_zk_global_init);
 	c->connected = false;
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_condattr_t ca;
@@ -66,11 +66,11 @@ static zhandle_t *oneshot_open(const char *zk, const char **root,
 	errno = 0;
 	zhandle_t *zh =
 	        zookeeper_init2(zk, peek_watcher, (int)ZK_DEFAULT_SESSION_MS,
-	                        NULL, c, 0, zk_log);
+	                        NULL, c, 0, farm_zk_log);
 	*rc = zh ? 0 : errno ? -errno : -EINVAL;
 	if (zh) {
 		struct timespec dl;
-		zk_deadline_in(&dl, (int)ms);
+		farm_zk_deadline_in(&dl, (int)ms);
 		pthread_mutex_lock(&c->lock);
 		while (!c->connected &&
 		       pthread_cond_timedwait(&c->cond, &c->lock, &dl) == 0)
@@ -98,7 +98,7 @@ static int peek_live(zhandle_t *zh, const char *members,
 	struct String_vector sv = {0};
 	int zrc = zoo_get_children(zh, members, 0, &sv);
 	if (zrc != ZOK)
-		return zk_err(zrc);
+		return farm_zk_err(zrc);
 	uint32_t ids[FARM_VIEW_MAX];
 	unsigned n = 0;
 	for (int32_t i = 0; i < sv.count && n < FARM_VIEW_MAX; i++) {
@@ -112,7 +112,7 @@ static int peek_live(zhandle_t *zh, const char *members,
 	}
 	deallocate_String_vector(&sv);
 	if (n > 1)
-		qsort(ids, n, sizeof(ids[0]), zk_cmp_u32);
+		qsort(ids, n, sizeof(ids[0]), farm_zk_cmp_u32);
 	out->nlive = 0;
 	for (unsigned i = 0; i < n; i++) {
 		char path[240];
@@ -129,8 +129,8 @@ static int peek_live(zhandle_t *zh, const char *members,
 		if (zrc == ZNONODE)
 			continue;
 		if (zrc != ZOK)
-			return zk_err(zrc);
-		if (zk_card_parse(card, len, mb)) /* shown as it is */
+			return farm_zk_err(zrc);
+		if (farm_zk_card_parse(card, len, mb)) /* shown as it is */
 			snprintf(mb->endpoint, sizeof(mb->endpoint), "%.*s",
 			         len > 0 ? len : 0, card);
 		mb->id = ids[i];
@@ -156,7 +156,7 @@ int farm_zk_peek(const char *zk, const char *root, unsigned connect_ms,
 		snprintf(path, sizeof(path), "%s/config", root);
 		int len = (int)ZK_BUF - 1;
 		int zrc = zoo_get(zh, path, 0, buf, &len, NULL);
-		rc = zk_err(zrc);
+		rc = farm_zk_err(zrc);
 		if (!rc && len > 0 &&
 		    farm_view_parse(buf, (size_t)len, &out->config))
 			rc = FARM_ECORRUPT;
@@ -183,7 +183,7 @@ int farm_zk_note_refused(const char *zk, const char *root, uint32_t id,
 	char path[240];
 	snprintf(path, sizeof(path), "%s/refused", root);
 	if (!rc) /* the cluster's layout is there: its configuration is */
-		rc = zk_ensure(zh, path, NULL, -1);
+		rc = farm_zk_ensure(zh, path, NULL, -1);
 	snprintf(path, sizeof(path), "%s/refused/%" PRIu32, root, id);
 	int len = (int)strnlen(why, 1024);
 	if (!rc) {
@@ -191,7 +191,7 @@ int farm_zk_note_refused(const char *zk, const char *root, uint32_t id,
 		                     ZOO_PERSISTENT, NULL, 0);
 		if (zrc == ZNODEEXISTS)
 			zrc = zoo_set(zh, path, why, len, -1);
-		rc = zk_err(zrc);
+		rc = farm_zk_err(zrc);
 	}
 	oneshot_close(zh, &c);
 	return rc;
@@ -206,7 +206,7 @@ int farm_zk_clear_refused(const char *zk, const char *root, uint32_t id)
 	snprintf(path, sizeof(path), "%s/refused/%" PRIu32, root, id);
 	if (!rc) {
 		int zrc = zoo_delete(zh, path, -1);
-		rc = zrc == ZNONODE ? 0 : zk_err(zrc);
+		rc = zrc == ZNONODE ? 0 : farm_zk_err(zrc);
 	}
 	oneshot_close(zh, &c);
 	return rc;

@@ -121,9 +121,9 @@ static void on_completion(struct ofi_fabric *f, void *ctx, uint64_t flags,
 	case K_RECV: {
 		struct ofi_rbuf *r = (struct ofi_rbuf *)o;
 		if (!err)
-			ofi_on_ctrl(f, &r->msg, len);
+			farm_ofi_on_ctrl(f, &r->msg, len);
 		if (err != FI_ECANCELED)
-			ofi_post_recv(f, r);
+			farm_ofi_post_recv(f, r);
 		break;
 	}
 	case K_SENDFREE: free(o); break;
@@ -162,7 +162,7 @@ static void kick_waiting(struct ofi_fabric *f)
 		ep->kick = false;
 		if (pthread_mutex_trylock(&ep->lock) == 0) {
 			if (ep->next_post != ep->head)
-				ofi_pump(ep);
+				farm_ofi_pump(ep);
 			pthread_mutex_unlock(&ep->lock);
 		}
 	}
@@ -171,7 +171,7 @@ static void kick_waiting(struct ofi_fabric *f)
 
 /* Read the libfabric CQ until empty; the caller holds f->drain. Returns
  * how many entries were handled. */
-int ofi_drain_locked(struct ofi_fabric *f)
+int farm_ofi_drain_locked(struct ofi_fabric *f)
 {
 	int total = 0;
 	for (;;) {
@@ -201,10 +201,10 @@ int ofi_drain_locked(struct ofi_fabric *f)
 	return total;
 }
 
-void ofi_drain_try(struct ofi_fabric *f)
+void farm_ofi_drain_try(struct ofi_fabric *f)
 {
 	if (pthread_mutex_trylock(&f->drain) == 0) {
-		ofi_drain_locked(f);
+		farm_ofi_drain_locked(f);
 		pthread_mutex_unlock(&f->drain);
 	}
 }
@@ -217,9 +217,9 @@ static void *progress_main(void *arg)
 	                      {.fd = f->cq_fd, .events = POLLIN}};
 	for (;;) {
 		pthread_mutex_lock(&f->drain);
-		ofi_drain_locked(f);
-		ofi_hb_tick(f);
-		bool acks = f->acks && ofi_acks_retry(f);
+		farm_ofi_drain_locked(f);
+		farm_ofi_hb_tick(f);
+		bool acks = f->acks && farm_ofi_acks_retry(f);
 		pthread_mutex_unlock(&f->drain);
 		int timeout = 50;
 		if (f->cq_wait) {
@@ -350,7 +350,7 @@ static int open_endpoint(struct ofi_fabric *f)
 	size_t nl = sizeof(name);
 	if ((rc = fi_getname(&f->ep->fid, name, &nl)))
 		return rc;
-	if (ofi_format_addr(name, f->addr, sizeof(f->addr)) < 0)
+	if (farm_ofi_format_addr(name, f->addr, sizeof(f->addr)) < 0)
 		return -FI_EINVAL;
 	return 0;
 }
@@ -404,7 +404,7 @@ static int open_resources(struct ofi_fabric *f, const char *prov)
 static int start_progress(struct ofi_fabric *f)
 {
 	for (int k = 0; k < OFI_RECVS; k++)
-		ofi_post_recv(f, &f->rbufs[k]);
+		farm_ofi_post_recv(f, &f->rbufs[k]);
 	f->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (f->stop_fd < 0 ||
 	    pthread_create(&f->progress, NULL, progress_main, f))
@@ -424,7 +424,7 @@ static int ofi_open(const farm_fabric_attr *attr, farm_fabric **out)
 	                             : "127.0.0.1:0";
 	struct sockaddr_storage ss;
 	socklen_t sl;
-	if (ofi_parse_addr(listen, &ss, &sl)) {
+	if (farm_ofi_parse_addr(listen, &ss, &sl)) {
 		farm_err("ofi: listen address '%s' is not ip:port", listen);
 		free(f);
 		return -EINVAL;
@@ -513,7 +513,7 @@ static void ofi_close(farm_fabric *fab)
 		f->conns = c->next;
 		free(c);
 	}
-	ofi_acks_free(f);
+	farm_ofi_acks_free(f);
 	pthread_mutex_destroy(&f->drain);
 	pthread_mutex_destroy(&f->lock);
 	free(f);
@@ -619,7 +619,7 @@ static int ofi_ep_connect(farm_fabric *fab, farm_cq *cq, uint32_t peer_id,
 {
 	struct ofi_fabric *f = F(fab);
 	fi_addr_t dest;
-	int rc = ofi_av_lookup(f, peer_addr, &dest);
+	int rc = farm_ofi_av_lookup(f, peer_addr, &dest);
 	if (rc)
 		return rc == -EINVAL ? -ECONNREFUSED : rc;
 	if (peer_id < OFI_MAX_PEERS && atomic_load(&f->peers[peer_id].dead)) {
@@ -627,7 +627,7 @@ static int ofi_ep_connect(farm_fabric *fab, farm_cq *cq, uint32_t peer_id,
 		atomic_store(&f->peers[peer_id].dead, 0);
 	}
 	uint64_t tab[3] = {0, 0, 0};
-	if ((rc = ofi_hello(f, peer_id, dest, tab))) {
+	if ((rc = farm_ofi_hello(f, peer_id, dest, tab))) {
 		if (rc == -ECONNREFUSED || rc == -ETIMEDOUT)
 			rc = -ECONNREFUSED;
 		return rc;
@@ -744,7 +744,7 @@ static void ofi_ep_destroy(farm_ep *fep)
 		}
 		if (!busy || farm_now_ns() > deadline)
 			break;
-		ofi_drain_try(f);
+		farm_ofi_drain_try(f);
 	}
 	pthread_mutex_lock(&f->drain);
 	f->eps[ep->idx] = NULL;
@@ -833,16 +833,16 @@ const struct farm_fabric_ops farm_ofi_ops = {
         .mem_alloc = ofi_mem_alloc,
         .mem_free = ofi_mem_free,
         .mem_persist = ofi_mem_persist,
-        .mr_reg = ofi_mr_reg,
-        .mr_dereg = ofi_mr_dereg,
+        .mr_reg = farm_ofi_mr_reg,
+        .mr_dereg = farm_ofi_mr_dereg,
         .cq_create = ofi_cq_create,
         .cq_destroy = ofi_cq_destroy,
-        .cq_poll = ofi_cq_poll,
+        .cq_poll = farm_ofi_cq_poll,
         .ep_connect = ofi_ep_connect,
         .ep_disconnect = ofi_ep_disconnect,
         .ep_destroy = ofi_ep_destroy,
         .ep_usable = ofi_ep_usable,
-        .ep_post = ofi_ep_post,
+        .ep_post = farm_ofi_ep_post,
         .ep_fault = ofi_ep_fault,
         .fault_peer = ofi_fault_peer,
 };

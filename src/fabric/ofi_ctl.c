@@ -20,7 +20,8 @@
 #include "util/log.h"
 
 /* "ip:port" or "[ip6]:port" -> sockaddr. */
-int ofi_parse_addr(const char *s, struct sockaddr_storage *ss, socklen_t *len)
+int farm_ofi_parse_addr(const char *s, struct sockaddr_storage *ss,
+                        socklen_t *len)
 {
 	char host[64];
 	const char *colon = strrchr(s, ':');
@@ -59,7 +60,7 @@ int ofi_parse_addr(const char *s, struct sockaddr_storage *ss, socklen_t *len)
 	return -EINVAL;
 }
 
-int ofi_format_addr(const void *sa, char *buf, size_t len)
+int farm_ofi_format_addr(const void *sa, char *buf, size_t len)
 {
 	const struct sockaddr *s = sa;
 	char host[INET6_ADDRSTRLEN];
@@ -78,12 +79,12 @@ int ofi_format_addr(const void *sa, char *buf, size_t len)
 }
 
 /* fi_addr of a peer's address string (cached; inserted once). */
-int ofi_av_lookup(struct ofi_fabric *f, const char *addr, fi_addr_t *out)
+int farm_ofi_av_lookup(struct ofi_fabric *f, const char *addr, fi_addr_t *out)
 {
 	struct sockaddr_storage ss;
 	socklen_t sl;
 	if (strlen(addr) >= sizeof(f->avc[0].addr) ||
-	    ofi_parse_addr(addr, &ss, &sl))
+	    farm_ofi_parse_addr(addr, &ss, &sl))
 		return -EINVAL;
 	pthread_mutex_lock(&f->lock);
 	for (unsigned i = 0; i < f->navc; i++)
@@ -107,7 +108,7 @@ int ofi_av_lookup(struct ofi_fabric *f, const char *addr, fi_addr_t *out)
 	return 0;
 }
 
-void ofi_post_recv(struct ofi_fabric *f, struct ofi_rbuf *r)
+void farm_ofi_post_recv(struct ofi_fabric *f, struct ofi_rbuf *r)
 {
 	r->c.kind = K_RECV;
 	void *desc = f->rbufs_mr ? fi_mr_desc(f->rbufs_mr) : NULL;
@@ -160,7 +161,7 @@ static void ack_defer(struct ofi_fabric *f, struct ofi_sendbuf *sb,
 	farm_stat_add(&f->st.acks_deferred, 1);
 }
 
-bool ofi_acks_retry(struct ofi_fabric *f)
+bool farm_ofi_acks_retry(struct ofi_fabric *f)
 {
 	uint64_t now = farm_now_ns();
 	for (struct ofi_sendbuf **pp = &f->acks; *pp;) {
@@ -185,7 +186,7 @@ bool ofi_acks_retry(struct ofi_fabric *f)
 	return f->acks != NULL;
 }
 
-void ofi_acks_free(struct ofi_fabric *f)
+void farm_ofi_acks_free(struct ofi_fabric *f)
 {
 	while (f->acks) {
 		struct ofi_sendbuf *sb = f->acks;
@@ -203,7 +204,7 @@ static struct ofi_mr *mr_find(struct ofi_fabric *f, uint64_t key)
 	return NULL;
 }
 
-void ofi_on_ctrl(struct ofi_fabric *f, struct ofi_ctrl *m, size_t len)
+void farm_ofi_on_ctrl(struct ofi_fabric *f, struct ofi_ctrl *m, size_t len)
 {
 	if (len != sizeof(*m) || m->magic != OFI_CTRL_MAGIC) {
 		farm_stat_add(&f->st.malformed, 1);
@@ -212,7 +213,7 @@ void ofi_on_ctrl(struct ofi_fabric *f, struct ofi_ctrl *m, size_t len)
 	if (m->type == CTRL_HELLO) {
 		m->reply_addr[sizeof(m->reply_addr) - 1] = 0;
 		fi_addr_t fa;
-		if (ofi_av_lookup(f, m->reply_addr, &fa)) {
+		if (farm_ofi_av_lookup(f, m->reply_addr, &fa)) {
 			farm_stat_add(&f->st.malformed, 1);
 			return;
 		}
@@ -266,7 +267,7 @@ void ofi_on_ctrl(struct ofi_fabric *f, struct ofi_ctrl *m, size_t len)
 }
 
 /* One heartbeat round (progress thread, drain lock held). */
-void ofi_hb_tick(struct ofi_fabric *f)
+void farm_ofi_hb_tick(struct ofi_fabric *f)
 {
 	uint64_t now = farm_now_ns();
 	if (now - f->hb_last < f->hb_ns || f->mr_local)
@@ -307,8 +308,8 @@ void ofi_hb_tick(struct ofi_fabric *f)
 	}
 }
 
-int ofi_mr_reg(farm_fabric *fab, void *addr, size_t len, unsigned access,
-               farm_mr **out)
+int farm_ofi_mr_reg(farm_fabric *fab, void *addr, size_t len, unsigned access,
+                    farm_mr **out)
 {
 	struct ofi_fabric *f = F(fab);
 	struct ofi_mr *m = calloc(1, sizeof(*m));
@@ -382,7 +383,7 @@ int ofi_mr_reg(farm_fabric *fab, void *addr, size_t len, unsigned access,
 	return 0;
 }
 
-void ofi_mr_dereg(farm_mr *mr)
+void farm_ofi_mr_dereg(farm_mr *mr)
 {
 	struct ofi_mr *m = (struct ofi_mr *)mr;
 	struct ofi_fabric *f = F(mr->fab);
@@ -392,7 +393,7 @@ void ofi_mr_dereg(farm_mr *mr)
 			*p = m->next;
 			break;
 		}
-	if (f->validate) /* release: as in ofi_mr_reg (fetch_table) */
+	if (f->validate) /* release: as in farm_ofi_mr_reg (fetch_table) */
 		__atomic_store_n(
 		        &f->table[mr->desc.key & (OFI_TABLE_N - 1)].key, 0,
 		        __ATOMIC_RELEASE);
@@ -430,13 +431,13 @@ static int fetch_table(struct ofi_ep *ep)
 	while ((rc = fi_read(f->ep, ep->cache, ep->tab_len, d, ep->dest, ra,
 	                     ep->tab_key, &ep->fetch.c)) == -FI_EAGAIN &&
 	       farm_now_ns() < deadline)
-		ofi_drain_try(f);
+		farm_ofi_drain_try(f);
 	if (rc)
 		return map_err((int)-rc);
 	int st;
 	while ((st = atomic_load(&ep->fetch.status)) == 0 &&
 	       farm_now_ns() < deadline)
-		ofi_drain_try(f);
+		farm_ofi_drain_try(f);
 	if (st == 0) {
 		ep->fetch_lost = true;
 		return FARM_EPEERDEAD;
@@ -446,7 +447,7 @@ static int fetch_table(struct ofi_ep *ep)
 }
 
 /* Check a request against the peer's table (see OFI_TABLE_N). */
-int ofi_check_remote(struct ofi_ep *ep, const farm_wr *wr)
+int farm_ofi_check_remote(struct ofi_ep *ep, const farm_wr *wr)
 {
 	if (!ep->fab->validate)
 		return 0;
@@ -473,8 +474,8 @@ int ofi_check_remote(struct ofi_ep *ep, const farm_wr *wr)
 	return FARM_EREMOTE_KEY;
 }
 
-int ofi_hello(struct ofi_fabric *f, uint32_t peer_id, fi_addr_t dest,
-              uint64_t tab[3])
+int farm_ofi_hello(struct ofi_fabric *f, uint32_t peer_id, fi_addr_t dest,
+                   uint64_t tab[3])
 {
 	struct ofi_conn *c = calloc(1, sizeof(*c));
 	if (!c)
@@ -513,7 +514,7 @@ int ofi_hello(struct ofi_fabric *f, uint32_t peer_id, fi_addr_t dest,
 	int st;
 	while ((st = atomic_load(&c->status)) == 0 &&
 	       farm_now_ns() < deadline) {
-		ofi_drain_try(f);
+		farm_ofi_drain_try(f);
 		usleep(100);
 	}
 	if (st == 1) {

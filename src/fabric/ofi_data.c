@@ -226,7 +226,8 @@ static bool ep_paused(const struct ofi_ep *ep)
 }
 
 /* (b): a line-atomic READ whose first copy is posted and whose second
- * waits for it (ofi_pump posts the second once the first has completed). */
+ * waits for it (farm_ofi_pump posts the second once the first has completed).
+ */
 static bool verify_waiting(const struct ofi_slot *s)
 {
 	return s->state == S_POSTED && s->opcode == FARM_WR_READ && !s->rev8 &&
@@ -235,7 +236,7 @@ static bool verify_waiting(const struct ofi_slot *s)
 
 /* Hand queued requests to libfabric, in order, as far as it takes them
  * and the order rules allow. */
-void ofi_pump(struct ofi_ep *ep)
+void farm_ofi_pump(struct ofi_ep *ep)
 {
 	if (ep_paused(ep))
 		return;
@@ -288,7 +289,7 @@ void ofi_pump(struct ofi_ep *ep)
 				s->state = S_QUEUED;
 			if (rc == -FI_EAGAIN && farm_now_ns() - s->posted_ns <
 			                                ep->fab->timeout_ns) {
-				ofi_drain_try(ep->fab);
+				farm_ofi_drain_try(ep->fab);
 				return;
 			}
 			if (rc == -FI_EAGAIN) {
@@ -377,7 +378,7 @@ static int known_failure(struct ofi_ep *ep, const farm_wr *wr)
 	if (wr->opcode == FARM_WR_CAS && (wr->raddr & 7))
 		return -EINVAL;
 	if (wr->len || wr->opcode == FARM_WR_NOTIFY)
-		return ofi_check_remote(ep, wr);
+		return farm_ofi_check_remote(ep, wr);
 	return 0;
 }
 
@@ -463,7 +464,7 @@ static int queue_request(struct ofi_ep *ep, const farm_wr *wr)
 	return 0;
 }
 
-int ofi_ep_post(farm_ep *fep, farm_wr *list, farm_wr **bad)
+int farm_ofi_ep_post(farm_ep *fep, farm_wr *list, farm_wr **bad)
 {
 	struct ofi_ep *ep = (struct ofi_ep *)fep;
 	ofi_ep_lock(ep);
@@ -479,7 +480,7 @@ int ofi_ep_post(farm_ep *fep, farm_wr *list, farm_wr **bad)
 		if ((rc = queue_request(ep, wr)))
 			break;
 	}
-	ofi_pump(ep);
+	farm_ofi_pump(ep);
 	ofi_ep_unlock(ep);
 	if (rc && bad)
 		*bad = wr;
@@ -512,7 +513,7 @@ static void time_out_slot(struct ofi_ep *ep, struct ofi_slot *s)
 {
 	struct ofi_fabric *f = ep->fab;
 	pthread_mutex_lock(&f->drain);
-	ofi_drain_locked(f);
+	farm_ofi_drain_locked(f);
 	if (atomic_load(&s->pending) > 0) {
 		s->seq ^= 0x80000000u; /* late ones: stale */
 		int zero = 0;
@@ -548,7 +549,7 @@ static void reissue_read(struct ofi_ep *ep, struct ofi_slot *s)
 	s->state = S_QUEUED;
 	ep->next_post = ep->tail;
 	farm_stat_add(&ep->fab->st.read_retries, 1);
-	ofi_pump(ep);
+	farm_ofi_pump(ep);
 }
 
 /* Injected delay: the slot is held back until it has aged @delay. */
@@ -631,17 +632,17 @@ static int retire(struct ofi_ep *ep, int n, farm_wc *wc)
 	return got;
 }
 
-int ofi_cq_poll(farm_cq *fcq, int n, farm_wc *wc)
+int farm_ofi_cq_poll(farm_cq *fcq, int n, farm_wc *wc)
 {
 	struct ofi_cq *c = (struct ofi_cq *)fcq;
 	struct ofi_fabric *f = F(fcq->fab);
 	if (c->shared)
 		pthread_mutex_lock(&c->lock);
-	ofi_drain_try(f);
+	farm_ofi_drain_try(f);
 	int got = 0;
 	for (struct ofi_ep *ep = c->eps; ep && got < n; ep = ep->cq_next) {
 		ofi_ep_lock(ep);
-		ofi_pump(ep);
+		farm_ofi_pump(ep);
 		got += retire(ep, n - got, wc + got);
 		ofi_ep_unlock(ep);
 	}

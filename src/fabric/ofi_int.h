@@ -238,7 +238,7 @@ struct ofi_fabric {
 	struct ofi_conn *conns;
 	struct ofi_ep *orphans; /* destroyed with operations outstanding */
 	/* ACKs waiting for libfabric (drain lock): retried by the progress
-	 * thread, never waited for in it (ofi_acks_retry) */
+	 * thread, never waited for in it (farm_ofi_acks_retry) */
 	struct ofi_sendbuf *acks;
 	unsigned nacks;
 	struct {
@@ -322,31 +322,32 @@ static inline void ofi_ep_unlock(struct ofi_ep *ep)
 	pthread_mutex_unlock(&ep->lock);
 }
 
-/* ofi.c; ofi_drain_locked: the caller holds f->drain. */
-int ofi_drain_locked(struct ofi_fabric *f);
-void ofi_drain_try(struct ofi_fabric *f);
+/* ofi.c; farm_ofi_drain_locked: the caller holds f->drain. */
+int farm_ofi_drain_locked(struct ofi_fabric *f);
+void farm_ofi_drain_try(struct ofi_fabric *f);
 
 /* ofi_data.c: the data path. */
-void ofi_pump(struct ofi_ep *ep);
-int ofi_ep_post(farm_ep *fep, farm_wr *list, farm_wr **bad);
-int ofi_cq_poll(farm_cq *fcq, int n, farm_wc *wc);
+void farm_ofi_pump(struct ofi_ep *ep);
+int farm_ofi_ep_post(farm_ep *fep, farm_wr *list, farm_wr **bad);
+int farm_ofi_cq_poll(farm_cq *fcq, int n, farm_wc *wc);
 
 /* ofi_ctl.c */
-int ofi_parse_addr(const char *s, struct sockaddr_storage *ss, socklen_t *len);
-int ofi_format_addr(const void *sa, char *buf, size_t len);
-int ofi_av_lookup(struct ofi_fabric *f, const char *addr, fi_addr_t *out);
-void ofi_post_recv(struct ofi_fabric *f, struct ofi_rbuf *r);
-void ofi_on_ctrl(struct ofi_fabric *f, struct ofi_ctrl *m, size_t len);
-void ofi_hb_tick(struct ofi_fabric *f);
+int farm_ofi_parse_addr(const char *s, struct sockaddr_storage *ss,
+                        socklen_t *len);
+int farm_ofi_format_addr(const void *sa, char *buf, size_t len);
+int farm_ofi_av_lookup(struct ofi_fabric *f, const char *addr, fi_addr_t *out);
+void farm_ofi_post_recv(struct ofi_fabric *f, struct ofi_rbuf *r);
+void farm_ofi_on_ctrl(struct ofi_fabric *f, struct ofi_ctrl *m, size_t len);
+void farm_ofi_hb_tick(struct ofi_fabric *f);
 /* Retry the deferred ACKs once each (drain lock held); true while some
  * are left (the progress thread then sleeps briefly). */
-bool ofi_acks_retry(struct ofi_fabric *f);
-void ofi_acks_free(struct ofi_fabric *f);
-int ofi_mr_reg(farm_fabric *fab, void *addr, size_t len, unsigned access,
-               farm_mr **out);
-void ofi_mr_dereg(farm_mr *mr);
-int ofi_check_remote(struct ofi_ep *ep, const farm_wr *wr);
-int ofi_hello(struct ofi_fabric *f, uint32_t peer_id, fi_addr_t dest,
-              uint64_t tab[3]);
+bool farm_ofi_acks_retry(struct ofi_fabric *f);
+void farm_ofi_acks_free(struct ofi_fabric *f);
+int farm_ofi_mr_reg(farm_fabric *fab, void *addr, size_t len, unsigned access,
+                    farm_mr **out);
+void farm_ofi_mr_dereg(farm_mr *mr);
+int farm_ofi_check_remote(struct ofi_ep *ep, const farm_wr *wr);
+int farm_ofi_hello(struct ofi_fabric *f, uint32_t peer_id, fi_addr_t dest,
+                   uint64_t tab[3]);
 
 #endif

@@ -359,7 +359,7 @@ static void shm_close_fabric(farm_fabric *f)
 	while (fab->peers) {
 		struct shm_peer *p = fab->peers;
 		fab->peers = p->next;
-		shm_peer_free(p);
+		farm_shm_peer_free(p);
 	}
 	char path[SHM_PATH_MAX];
 	snprintf(path, sizeof(path), "%s/fabric.table", fab->dir);
@@ -791,7 +791,7 @@ static int shm_ep_connect(farm_fabric *f, farm_cq *c, uint32_t peer_id,
 		return -ECONNREFUSED;
 	struct shm_peer *p = NULL;
 	pthread_mutex_lock(&fab->lock);
-	int rc = shm_peer_get(fab, peer_id, real, &p);
+	int rc = farm_shm_peer_get(fab, peer_id, real, &p);
 	pthread_mutex_unlock(&fab->lock);
 	free(real);
 	if (rc)
@@ -917,15 +917,15 @@ const struct farm_fabric_ops farm_shm_ops = {
         .mr_dereg = shm_mr_dereg,
         .cq_create = shm_cq_create,
         .cq_destroy = shm_cq_destroy,
-        .cq_poll = shm_cq_poll,
+        .cq_poll = farm_shm_cq_poll,
         .ep_connect = shm_ep_connect,
         .ep_disconnect = shm_ep_disconnect,
         .ep_destroy = shm_ep_destroy,
         .ep_usable = shm_ep_usable,
-        .ep_post = shm_ep_post,
+        .ep_post = farm_shm_ep_post,
         .ep_fault = shm_ep_fault,
-        .revoke = shm_revoke,
-        .admit = shm_admit,
-        .on_peer_death = shm_on_peer_death,
+        .revoke = farm_shm_revoke,
+        .admit = farm_shm_admit,
+        .on_peer_death = farm_shm_on_peer_death,
         .fault_peer = shm_fault_peer,
 };

@@ -353,7 +353,8 @@ static inline int run_status(const struct shm_ep *ep)
 	                me) & 1)
 		return FARM_EFENCED;
 	/* An old holder of a reused id: the target admitted another
-	 * incarnation under it (shm_admit; pairs with its seq_cst store). */
+	 * incarnation under it (farm_shm_admit; pairs with its seq_cst store).
+	 */
 	uint64_t adm =
 	        me < 64 ? atomic_load_explicit(&ep->peer->table->admitted[me],
 	                                       memory_order_acquire)
@@ -432,7 +433,7 @@ static void execute(struct shm_ep *ep, struct shm_op *op, int st)
 	}
 }
 
-int shm_ep_post(farm_ep *e, farm_wr *list, farm_wr **bad)
+int farm_shm_ep_post(farm_ep *e, farm_wr *list, farm_wr **bad)
 {
 	struct shm_ep *ep = (struct shm_ep *)e;
 	int rc = 0;
@@ -586,7 +587,7 @@ static int ep_harvest(struct shm_ep *ep, int n, farm_wc *wc, uint64_t *now)
 	return got;
 }
 
-int shm_cq_poll(farm_cq *c, int n, farm_wc *wc)
+int farm_shm_cq_poll(farm_cq *c, int n, farm_wc *wc)
 {
 	struct shm_cq *cq = (struct shm_cq *)c;
 	int got = 0;

@@ -239,15 +239,15 @@ static inline void ep_unlock(struct shm_ep *ep)
 /* ---- across files -------------------------------------------------------- */
 
 /* shm_peer.c */
-void shm_peer_free(struct shm_peer *p);
-int shm_peer_get(struct shm_fabric *fab, uint32_t peer_id, const char *dir,
-                 struct shm_peer **out);
-int shm_on_peer_death(farm_fabric *f, farm_peer_death_fn fn, void *ctx);
-int shm_revoke(farm_fabric *f, uint32_t peer_id);
-int shm_admit(farm_fabric *f, uint32_t peer_id, const char *addr);
+void farm_shm_peer_free(struct shm_peer *p);
+int farm_shm_peer_get(struct shm_fabric *fab, uint32_t peer_id, const char *dir,
+                      struct shm_peer **out);
+int farm_shm_on_peer_death(farm_fabric *f, farm_peer_death_fn fn, void *ctx);
+int farm_shm_revoke(farm_fabric *f, uint32_t peer_id);
+int farm_shm_admit(farm_fabric *f, uint32_t peer_id, const char *addr);
 
 /* shm_data.c */
-int shm_ep_post(farm_ep *e, farm_wr *list, farm_wr **bad);
-int shm_cq_poll(farm_cq *c, int n, farm_wc *wc);
+int farm_shm_ep_post(farm_ep *e, farm_wr *list, farm_wr **bad);
+int farm_shm_cq_poll(farm_cq *c, int n, farm_wc *wc);
 
 #endif

@@ -115,7 +115,7 @@ static int watchdog_kick(struct shm_fabric *fab)
 	return 0;
 }
 
-void shm_peer_free(struct shm_peer *p)
+void farm_shm_peer_free(struct shm_peer *p)
 {
 	for (unsigned i = 0; i < SHM_MAX_FILES; i++) {
 		struct shm_fmap *m = atomic_load(&p->fmap[i]);
@@ -204,7 +204,7 @@ static int peer_open(struct shm_fabric *fab, uint32_t peer_id, const char *dir,
 	p->pidfd = -1;
 	pthread_mutex_init(&p->map_lock, NULL);
 	if (!p->dir) {
-		shm_peer_free(p);
+		farm_shm_peer_free(p);
 		return -ENOMEM;
 	}
 	pid_t pid = t->hdr.pid;
@@ -212,7 +212,7 @@ static int peer_open(struct shm_fabric *fab, uint32_t peer_id, const char *dir,
 		p->pidfd = sys_pidfd_open(pid);
 		if (p->pidfd < 0) {
 			rc = errno == ESRCH ? -ECONNREFUSED : -errno;
-			shm_peer_free(p);
+			farm_shm_peer_free(p);
 			return rc;
 		}
 		/* The pid may have been reused between our reading it and
@@ -222,7 +222,7 @@ static int peer_open(struct shm_fabric *fab, uint32_t peer_id, const char *dir,
 		if (dir_lock_held(dir) != 1 || stat(path, &now) != 0 ||
 		    now.st_ino != st.st_ino ||
 		    atomic_load(&t->hdr.state) != SHM_STATE_OPEN) {
-			shm_peer_free(p);
+			farm_shm_peer_free(p);
 			return -ECONNREFUSED;
 		}
 	}
@@ -234,8 +234,8 @@ fail_map:
 }
 
 /* Find or open the peer; fab->lock held. */
-int shm_peer_get(struct shm_fabric *fab, uint32_t peer_id, const char *dir,
-                 struct shm_peer **out)
+int farm_shm_peer_get(struct shm_fabric *fab, uint32_t peer_id, const char *dir,
+                      struct shm_peer **out)
 {
 	for (struct shm_peer *p = fab->peers; p; p = p->next) {
 		if (p->id == peer_id && strcmp(p->dir, dir) == 0 &&
@@ -262,7 +262,7 @@ int shm_peer_get(struct shm_fabric *fab, uint32_t peer_id, const char *dir,
 	return 0;
 }
 
-int shm_on_peer_death(farm_fabric *f, farm_peer_death_fn fn, void *ctx)
+int farm_shm_on_peer_death(farm_fabric *f, farm_peer_death_fn fn, void *ctx)
 {
 	struct shm_fabric *fab = to_fab(f);
 	pthread_mutex_lock(&fab->death_mu);
@@ -272,7 +272,7 @@ int shm_on_peer_death(farm_fabric *f, farm_peer_death_fn fn, void *ctx)
 	return 0;
 }
 
-int shm_revoke(farm_fabric *f, uint32_t peer_id)
+int farm_shm_revoke(farm_fabric *f, uint32_t peer_id)
 {
 	struct shm_fabric *fab = to_fab(f);
 	if (peer_id >= 64)
@@ -283,7 +283,7 @@ int shm_revoke(farm_fabric *f, uint32_t peer_id)
 	return 0;
 }
 
-int shm_admit(farm_fabric *f, uint32_t peer_id, const char *addr)
+int farm_shm_admit(farm_fabric *f, uint32_t peer_id, const char *addr)
 {
 	struct shm_fabric *fab = to_fab(f);
 	if (peer_id >= 64 || !addr)
@@ -293,7 +293,7 @@ int shm_admit(farm_fabric *f, uint32_t peer_id, const char *addr)
 		return -errno;
 	pthread_mutex_lock(&fab->lock);
 	struct shm_peer *p = NULL;
-	int rc = shm_peer_get(fab, peer_id, real, &p);
+	int rc = farm_shm_peer_get(fab, peer_id, real, &p);
 	uint64_t inc = rc ? 0 : p->incarnation;
 	pthread_mutex_unlock(&fab->lock);
 	free(real);

@@ -17,7 +17,7 @@
  * UDP_RTO_NS is sent again with everything after it (go-back-N; the target
  * drops packets ahead of the one it expects and answers duplicates from
  * its cache, so each executes once and in order). Requests larger than one
- * packet are split at line boundaries (udp_wire.c, udp_npieces).
+ * packet are split at line boundaries (udp_wire.c, farm_udp_npieces).
  *
  * This file: open / close, memory, registrations, completion queues,
  * endpoints and posting, faults, revocation, the ops table.
@@ -52,7 +52,7 @@ static int open_socket(struct udp_fabric *f, const char *listen)
 {
 	struct sockaddr_storage ss;
 	socklen_t sl;
-	if (udp_parse_addr(listen, &ss, &sl)) {
+	if (farm_udp_parse_addr(listen, &ss, &sl)) {
 		farm_err("udp: listen address '%s' is not ip:port", listen);
 		return -EINVAL;
 	}
@@ -73,7 +73,7 @@ static int open_socket(struct udp_fabric *f, const char *listen)
 	sl = sizeof(ss);
 	if (getsockname(f->fd, (struct sockaddr *)&ss, &sl))
 		return -errno;
-	udp_format_addr(&ss, f->addr, sizeof(f->addr));
+	farm_udp_format_addr(&ss, f->addr, sizeof(f->addr));
 	return 0;
 }
 
@@ -145,7 +145,7 @@ static int udp_open(const farm_fabric_attr *attr, farm_fabric **out)
 	f->peers = calloc(UDP_MAX_PEERS, sizeof(*f->peers));
 	f->sess = calloc(UDP_MAX_SESS, sizeof(*f->sess));
 	int rc = -ENOMEM;
-	if (!f->table || !f->peers || !f->sess || udp_rx_alloc(f))
+	if (!f->table || !f->peers || !f->sess || farm_udp_rx_alloc(f))
 		goto fail;
 	const char *listen = attr->listen_addr && *attr->listen_addr
 	                             ? attr->listen_addr
@@ -156,7 +156,7 @@ static int udp_open(const farm_fabric_attr *attr, farm_fabric **out)
 	f->kick_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	rc = -ENOMEM;
 	if (f->stop_fd < 0 || f->kick_fd < 0 ||
-	    pthread_create(&f->thread, NULL, udp_dispatch_main, f))
+	    pthread_create(&f->thread, NULL, farm_udp_dispatch_main, f))
 		goto fail;
 	f->started = true;
 	farm_dbg("udp: machine %" PRIu32 " on %s", attr->machine_id, f->addr);
@@ -176,7 +176,7 @@ static void udp_close(farm_fabric *fab)
 			farm_warn("udp: waking the dispatch thread: %s",
 			          strerror(errno));
 		pthread_join(f->thread, NULL);
-		udp_bye(f);
+		farm_udp_bye(f);
 		hooks_tally(f);
 	}
 	for (unsigned k = 0; k < UDP_MAX_EPS; k++)
@@ -409,7 +409,7 @@ static int udp_cq_poll(farm_cq *fcq, int n, farm_wc *wc)
 	for (struct udp_ep *ep = c->eps; ep && !waiting; ep = ep->cq_next)
 		waiting = ep->tail != ep->head;
 	if (waiting)
-		udp_rx_drain(f);
+		farm_udp_rx_drain(f);
 	int got = 0;
 	for (struct udp_ep *ep = c->eps; ep && got < n; ep = ep->cq_next) {
 		/* Only an endpoint whose oldest request is done is locked:
@@ -457,7 +457,7 @@ static int handshake(struct udp_fabric *f, uint32_t peer, uint32_t cep,
 	uint64_t t0 = farm_now_ns(), gap = 2000000ull;
 	struct udp_out o = {&p, UDP_HDR, to, tlen};
 	while (!atomic_load(&c->done) && farm_now_ns() - t0 < bound) {
-		udp_send(f, &o, 1);
+		farm_udp_send(f, &o, 1);
 		uint64_t until = farm_now_ns() + gap;
 		while (!atomic_load(&c->done) && farm_now_ns() < until)
 			farm_wait_word((const uint32_t *)&c->done, 0,
@@ -480,7 +480,7 @@ static int udp_ep_connect(farm_fabric *fab, farm_cq *cq, uint32_t peer_id,
 	struct udp_fabric *f = UF(fab);
 	struct sockaddr_storage to;
 	socklen_t tlen;
-	if (!peer_addr || udp_parse_addr(peer_addr, &to, &tlen) ||
+	if (!peer_addr || farm_udp_parse_addr(peer_addr, &to, &tlen) ||
 	    peer_id >= UDP_MAX_PEERS || peer_id == fab->machine_id)
 		return -ECONNREFUSED;
 	struct udp_ep *ep = calloc(1, sizeof(*ep));
@@ -596,7 +596,7 @@ static void udp_ep_destroy(farm_ep *fep)
 	p.h.cep = ep->idx << 16 | ep->gen;
 	struct udp_out o = {&p, UDP_HDR, &ep->dest, ep->dlen};
 	if (f->started)
-		udp_send(f, &o, 1);
+		farm_udp_send(f, &o, 1);
 	pthread_mutex_destroy(&ep->lock);
 	free(ep->slots);
 	free(ep);
@@ -680,7 +680,7 @@ static int udp_ep_post(farm_ep *fep, farm_wr *list, farm_wr **bad)
 			/* Release: pairs with udp_cq_poll's acquire load. */
 			__atomic_store_n(&s->state, S_DONE, __ATOMIC_RELEASE);
 		} else {
-			s->npk = udp_npieces(wr->raddr, wr->len);
+			s->npk = farm_udp_npieces(wr->raddr, wr->len);
 			s->pkt_first = ep->next_pkt;
 			ep->next_pkt += s->npk;
 			s->state = S_QUEUED;
@@ -697,9 +697,9 @@ static int udp_ep_post(farm_ep *fep, farm_wr *list, farm_wr **bad)
 		if (!atomic_load_explicit(&ep->fab->kick,
 		                          memory_order_relaxed) &&
 		    !atomic_exchange(&ep->fab->kick, true))
-			udp_kick(ep->fab);
+			farm_udp_kick(ep->fab);
 	}
-	udp_ep_pump(ep);
+	farm_udp_ep_pump(ep);
 	pthread_mutex_unlock(&ep->lock);
 	if (rc && bad)
 		*bad = wr;

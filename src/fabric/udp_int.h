@@ -260,31 +260,34 @@ struct udp_packer {
 };
 
 /* udp_wire.c */
-void udp_packer_init(struct udp_packer *pk, uint8_t (*dg)[UDP_DGRAM_MAX],
-                     struct udp_out *out, unsigned cap, bool coalesce);
-struct udp_pkt *udp_packer_add(struct udp_fabric *f, struct udp_packer *pk,
-                               size_t len, const struct sockaddr_storage *to,
-                               socklen_t tlen);
-void udp_packer_flush(struct udp_fabric *f, struct udp_packer *pk);
-int udp_parse_addr(const char *s, struct sockaddr_storage *ss, socklen_t *sl);
-int udp_format_addr(const struct sockaddr_storage *ss, char *buf, size_t len);
-void udp_send(struct udp_fabric *f, const struct udp_out *out, unsigned n);
-int udp_rx_alloc(struct udp_fabric *f);
-void udp_rx_drain(struct udp_fabric *f);
-void *udp_dispatch_main(void *arg);
-void udp_kick(struct udp_fabric *f);
-int udp_knob(int knob);
-void udp_ep_pump(struct udp_ep *ep);
-void udp_piece(uint64_t raddr, uint32_t len, uint32_t k, uint64_t *off,
-               uint32_t *plen);
-uint32_t udp_npieces(uint64_t raddr, uint32_t len);
-void udp_bye(struct udp_fabric *f);
+void farm_udp_packer_init(struct udp_packer *pk, uint8_t (*dg)[UDP_DGRAM_MAX],
+                          struct udp_out *out, unsigned cap, bool coalesce);
+struct udp_pkt *farm_udp_packer_add(struct udp_fabric *f, struct udp_packer *pk,
+                                    size_t len,
+                                    const struct sockaddr_storage *to,
+                                    socklen_t tlen);
+void farm_udp_packer_flush(struct udp_fabric *f, struct udp_packer *pk);
+int farm_udp_parse_addr(const char *s, struct sockaddr_storage *ss,
+                        socklen_t *sl);
+int farm_udp_format_addr(const struct sockaddr_storage *ss, char *buf,
+                         size_t len);
+void farm_udp_send(struct udp_fabric *f, const struct udp_out *out, unsigned n);
+int farm_udp_rx_alloc(struct udp_fabric *f);
+void farm_udp_rx_drain(struct udp_fabric *f);
+void *farm_udp_dispatch_main(void *arg);
+void farm_udp_kick(struct udp_fabric *f);
+int farm_udp_knob_value(int knob);
+void farm_udp_ep_pump(struct udp_ep *ep);
+void farm_udp_piece(uint64_t raddr, uint32_t len, uint32_t k, uint64_t *off,
+                    uint32_t *plen);
+uint32_t farm_udp_npieces(uint64_t raddr, uint32_t len);
+void farm_udp_bye(struct udp_fabric *f);
 /* udp_serve.c */
-void udp_serve_req(struct udp_fabric *f, const struct udp_pkt *p, size_t n,
-                   const struct sockaddr_storage *from, socklen_t flen,
-                   struct udp_pkt *reply, size_t *rlen);
-void udp_serve_ctl(struct udp_fabric *f, const struct udp_pkt *p, size_t n,
-                   const struct sockaddr_storage *from, socklen_t flen,
-                   struct udp_pkt *reply, size_t *rlen);
+void farm_udp_serve_req(struct udp_fabric *f, const struct udp_pkt *p, size_t n,
+                        const struct sockaddr_storage *from, socklen_t flen,
+                        struct udp_pkt *reply, size_t *rlen);
+void farm_udp_serve_ctl(struct udp_fabric *f, const struct udp_pkt *p, size_t n,
+                        const struct sockaddr_storage *from, socklen_t flen,
+                        struct udp_pkt *reply, size_t *rlen);
 
 #endif

@@ -213,9 +213,9 @@ static bool revoked(struct udp_fabric *f, uint32_t m)
 	       (atomic_load(&f->revoked[m / 64]) >> (m % 64) & 1);
 }
 
-void udp_serve_req(struct udp_fabric *f, const struct udp_pkt *p, size_t n,
-                   const struct sockaddr_storage *from, socklen_t flen,
-                   struct udp_pkt *reply, size_t *rlen)
+void farm_udp_serve_req(struct udp_fabric *f, const struct udp_pkt *p, size_t n,
+                        const struct sockaddr_storage *from, socklen_t flen,
+                        struct udp_pkt *reply, size_t *rlen)
 {
 	const struct udp_hdr *h = &p->h;
 	*rlen = 0;
@@ -245,7 +245,7 @@ void udp_serve_req(struct udp_fabric *f, const struct udp_pkt *p, size_t n,
 		*rlen = UDP_HDR;
 		return;
 	}
-	bool gbn = udp_knob(FARM_UDP_KNOB_GO_BACK_N);
+	bool gbn = farm_udp_knob_value(FARM_UDP_KNOB_GO_BACK_N);
 	if (gbn && h->seq != s->expect) {
 		struct udp_cached *c = &s->cache[h->seq % UDP_WINDOW];
 		if (h->seq > s->expect) {
@@ -366,9 +366,9 @@ static void accept_conn(struct udp_fabric *f, const struct udp_hdr *h,
 	*rlen = UDP_HDR;
 }
 
-void udp_serve_ctl(struct udp_fabric *f, const struct udp_pkt *p, size_t n,
-                   const struct sockaddr_storage *from, socklen_t flen,
-                   struct udp_pkt *reply, size_t *rlen)
+void farm_udp_serve_ctl(struct udp_fabric *f, const struct udp_pkt *p, size_t n,
+                        const struct sockaddr_storage *from, socklen_t flen,
+                        struct udp_pkt *reply, size_t *rlen)
 {
 	const struct udp_hdr *h = &p->h;
 	*rlen = 0;

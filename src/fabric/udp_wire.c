@@ -27,7 +27,7 @@
 #ifdef FARM_FAULT_INJECTION
 static atomic_int knobs[7] = {0, 1, 1, 1, 0, 0, 0};
 
-int udp_knob(int knob)
+int farm_udp_knob_value(int knob)
 {
 	return atomic_load_explicit(&knobs[knob], memory_order_relaxed);
 }
@@ -44,7 +44,7 @@ int farm_udp_testing_set(enum farm_udp_knob knob, int value)
  * default and setting one is refused. */
 static const int knob_default[7] = {0, 1, 1, 1, 0, 0, 0};
 
-int udp_knob(int knob)
+int farm_udp_knob_value(int knob)
 {
 	return knob_default[knob];
 }
@@ -60,7 +60,8 @@ int farm_udp_testing_set(enum farm_udp_knob knob, int value)
 
 /* ---- addresses ---------------------------------------------------------- */
 
-int udp_parse_addr(const char *s, struct sockaddr_storage *ss, socklen_t *sl)
+int farm_udp_parse_addr(const char *s, struct sockaddr_storage *ss,
+                        socklen_t *sl)
 {
 	char host[64];
 	const char *colon = strrchr(s, ':');
@@ -96,7 +97,8 @@ int udp_parse_addr(const char *s, struct sockaddr_storage *ss, socklen_t *sl)
 	return -EINVAL;
 }
 
-int udp_format_addr(const struct sockaddr_storage *ss, char *buf, size_t len)
+int farm_udp_format_addr(const struct sockaddr_storage *ss, char *buf,
+                         size_t len)
 {
 	char host[INET6_ADDRSTRLEN];
 	if (ss->ss_family == AF_INET) {
@@ -146,7 +148,7 @@ static _Thread_local uint64_t hook_rng;
 
 static bool roll(int knob)
 {
-	int pm = udp_knob(knob);
+	int pm = farm_udp_knob_value(knob);
 	if (!pm)
 		return false;
 	if (!hook_rng)
@@ -168,11 +170,12 @@ static void flush_held(struct udp_fabric *f)
 }
 #endif
 
-void udp_send(struct udp_fabric *f, const struct udp_out *out, unsigned n)
+void farm_udp_send(struct udp_fabric *f, const struct udp_out *out, unsigned n)
 {
 #ifdef FARM_FAULT_INJECTION
-	if (udp_knob(FARM_UDP_KNOB_DROP) || udp_knob(FARM_UDP_KNOB_DUP) ||
-	    udp_knob(FARM_UDP_KNOB_REORDER)) {
+	if (farm_udp_knob_value(FARM_UDP_KNOB_DROP) ||
+	    farm_udp_knob_value(FARM_UDP_KNOB_DUP) ||
+	    farm_udp_knob_value(FARM_UDP_KNOB_REORDER)) {
 		struct udp_out v[UDP_BATCH * 2] = {{0}};
 		unsigned m = 0;
 		bool flush = false;
@@ -219,17 +222,17 @@ void udp_send(struct udp_fabric *f, const struct udp_out *out, unsigned n)
 
 /* ---- coalescing --------------------------------------------------------- */
 
-void udp_packer_init(struct udp_packer *pk, uint8_t (*dg)[UDP_DGRAM_MAX],
-                     struct udp_out *out, unsigned cap, bool coalesce)
+void farm_udp_packer_init(struct udp_packer *pk, uint8_t (*dg)[UDP_DGRAM_MAX],
+                          struct udp_out *out, unsigned cap, bool coalesce)
 {
 	*pk = (struct udp_packer){
 	        .dg = dg, .out = out, .cap = cap, .coalesce = coalesce};
 }
 
-void udp_packer_flush(struct udp_fabric *f, struct udp_packer *pk)
+void farm_udp_packer_flush(struct udp_fabric *f, struct udp_packer *pk)
 {
 	if (pk->n)
-		udp_send(f, pk->out, pk->n);
+		farm_udp_send(f, pk->out, pk->n);
 	pk->n = 0;
 }
 
@@ -237,9 +240,10 @@ void udp_packer_flush(struct udp_fabric *f, struct udp_packer *pk)
  * in the same datagram (one system call, one wake-up of the receiver, for
  * many records), else at the start of a new datagram. The caller writes
  * the record there before the next call. */
-struct udp_pkt *udp_packer_add(struct udp_fabric *f, struct udp_packer *pk,
-                               size_t len, const struct sockaddr_storage *to,
-                               socklen_t tlen)
+struct udp_pkt *farm_udp_packer_add(struct udp_fabric *f, struct udp_packer *pk,
+                                    size_t len,
+                                    const struct sockaddr_storage *to,
+                                    socklen_t tlen)
 {
 	struct udp_out *o = pk->n ? &pk->out[pk->n - 1] : NULL;
 	if (o && pk->coalesce && o->tlen == tlen &&
@@ -255,7 +259,7 @@ struct udp_pkt *udp_packer_add(struct udp_fabric *f, struct udp_packer *pk,
 		return (struct udp_pkt *)(d + pk->last);
 	}
 	if (pk->n == pk->cap)
-		udp_packer_flush(f, pk);
+		farm_udp_packer_flush(f, pk);
 	pk->out[pk->n] = (struct udp_out){(const struct udp_pkt *)pk->dg[pk->n],
 	                                  len, to, tlen};
 	pk->last = 0;
@@ -268,7 +272,7 @@ struct udp_pkt *udp_packer_add(struct udp_fabric *f, struct udp_packer *pk,
  * bytes, one per packet: a line never spans two packets (so a READ stays
  * line-atomic), and pieces execute in order (so a WRITE's last word lands
  * last). */
-uint32_t udp_npieces(uint64_t raddr, uint32_t len)
+uint32_t farm_udp_npieces(uint64_t raddr, uint32_t len)
 {
 	if (len == 0)
 		return 1;
@@ -276,8 +280,8 @@ uint32_t udp_npieces(uint64_t raddr, uint32_t len)
 	return (uint32_t)((raddr + len - a + UDP_PIECE - 1) / UDP_PIECE);
 }
 
-void udp_piece(uint64_t raddr, uint32_t len, uint32_t k, uint64_t *off,
-               uint32_t *plen)
+void farm_udp_piece(uint64_t raddr, uint32_t len, uint32_t k, uint64_t *off,
+                    uint32_t *plen)
 {
 	uint64_t a = raddr & ~(uint64_t)(FARM_CACHE_LINE - 1);
 	uint64_t b0 = FARM_MAX(raddr, a + (uint64_t)k * UDP_PIECE);
@@ -293,7 +297,8 @@ static size_t build_pkt(struct udp_ep *ep, const struct udp_slot *s, uint64_t q,
 {
 	uint64_t off;
 	uint32_t plen;
-	udp_piece(s->raddr, s->len, (uint32_t)(q - s->pkt_first), &off, &plen);
+	farm_udp_piece(s->raddr, s->len, (uint32_t)(q - s->pkt_first), &off,
+	               &plen);
 	memset(&p->h, 0, sizeof(p->h));
 	p->h.magic = UDP_MAGIC;
 	p->h.type = T_REQ;
@@ -308,9 +313,9 @@ static size_t build_pkt(struct udp_ep *ep, const struct udp_slot *s, uint64_t q,
 	p->h.raddr = s->raddr + off;
 	p->h.rkey = s->rkey;
 #ifdef FARM_FAULT_INJECTION
-	if (!udp_knob(FARM_UDP_KNOB_ORDERED_WRITES))
+	if (!farm_udp_knob_value(FARM_UDP_KNOB_ORDERED_WRITES))
 		p->h.tflags |= UDP_TF_UNORDERED;
-	if (!udp_knob(FARM_UDP_KNOB_LINE_ATOMIC))
+	if (!farm_udp_knob_value(FARM_UDP_KNOB_LINE_ATOMIC))
 		p->h.tflags |= UDP_TF_TEARABLE;
 #endif
 	switch (s->opcode) {
@@ -343,7 +348,8 @@ static size_t rec_len(const struct udp_slot *s, uint64_t q)
 		return UDP_HDR;
 	uint64_t off;
 	uint32_t plen;
-	udp_piece(s->raddr, s->len, (uint32_t)(q - s->pkt_first), &off, &plen);
+	farm_udp_piece(s->raddr, s->len, (uint32_t)(q - s->pkt_first), &off,
+	               &plen);
 	return UDP_HDR + plen;
 }
 
@@ -367,7 +373,7 @@ static void ep_send(struct udp_ep *ep, uint64_t from, uint64_t end,
 	        __attribute__((aligned(8)));
 	struct udp_out out[UDP_BATCH];
 	struct udp_packer pk;
-	udp_packer_init(&pk, dg, out, UDP_BATCH, ep->fab->coalesce);
+	farm_udp_packer_init(&pk, dg, out, UDP_BATCH, ep->fab->coalesce);
 	/* The timer is armed by the first packet outstanding, re-armed by a
 	 * retransmission (and by progress, on_reply). */
 	bool arm = ep->snd_una == ep->snd_nxt || from < ep->snd_nxt;
@@ -377,8 +383,8 @@ static void ep_send(struct udp_ep *ep, uint64_t from, uint64_t end,
 		const struct udp_slot *s =
 		        &ep->slots[ep->win_slot[q % UDP_WINDOW] & ep->mask];
 		build_pkt(ep, s, q,
-		          udp_packer_add(ep->fab, &pk, rec_len(s, q), &ep->dest,
-		                         ep->dlen));
+		          farm_udp_packer_add(ep->fab, &pk, rec_len(s, q),
+		                              &ep->dest, ep->dlen));
 		farm_stat_add(&(ep->fab)->st.retransmits, 1);
 	}
 	/* The cursor may lag behind the oldest request (retired since): its
@@ -396,17 +402,17 @@ static void ep_send(struct udp_ep *ep, uint64_t from, uint64_t end,
 		uint64_t q = ep->snd_nxt++;
 		ep->win_slot[q % UDP_WINDOW] = ep->send_slot;
 		build_pkt(ep, s, q,
-		          udp_packer_add(ep->fab, &pk, rec_len(s, q), &ep->dest,
-		                         ep->dlen));
+		          farm_udp_packer_add(ep->fab, &pk, rec_len(s, q),
+		                              &ep->dest, ep->dlen));
 	}
-	udp_packer_flush(ep->fab, &pk);
+	farm_udp_packer_flush(ep->fab, &pk);
 	if (timeout && from < ep->snd_nxt) /* a retransmission: back off */
 		ep->rto_ns = FARM_MIN(ep->rto_ns * 2, UDP_RTO_MAX_NS);
 	if (arm)
 		ep->rto_at = farm_now_ns() + ep->rto_ns;
 }
 
-void udp_ep_pump(struct udp_ep *ep)
+void farm_udp_ep_pump(struct udp_ep *ep)
 {
 	ep_send(ep, ep->snd_nxt, ep->snd_nxt, false);
 }
@@ -448,7 +454,7 @@ static void acked(struct udp_ep *ep, uint64_t q)
 	 * a NACK (the target answers it from its reply cache). */
 	if (ep->snd_una < q)
 		on_nack(ep, ep->snd_una, q);
-	udp_ep_pump(ep);
+	farm_udp_ep_pump(ep);
 }
 
 /* A reply for packet @q of @ep (endpoint lock held). */
@@ -469,7 +475,8 @@ static void on_reply(struct udp_ep *ep, const struct udp_pkt *p, uint64_t q)
 	}
 	uint64_t off;
 	uint32_t plen;
-	udp_piece(s->raddr, s->len, (uint32_t)(q - s->pkt_first), &off, &plen);
+	farm_udp_piece(s->raddr, s->len, (uint32_t)(q - s->pkt_first), &off,
+	               &plen);
 	int st = p->h.status;
 	if (!st && s->opcode == FARM_WR_READ && p->h.len != plen)
 		st = FARM_ECORRUPT;
@@ -501,7 +508,7 @@ struct udp_rxbuf {
 	struct udp_out out[UDP_BATCH];
 };
 
-int udp_rx_alloc(struct udp_fabric *f)
+int farm_udp_rx_alloc(struct udp_fabric *f)
 {
 	f->rxb = calloc(1, sizeof(*f->rxb));
 	return f->rxb ? 0 : -ENOMEM;
@@ -587,7 +594,7 @@ static void on_bye(struct udp_fabric *f, const struct udp_hdr *h)
 
 /* Say goodbye to every machine this one has sessions with (either side),
  * best effort; the dispatch thread has stopped. */
-void udp_bye(struct udp_fabric *f)
+void farm_udp_bye(struct udp_fabric *f)
 {
 	struct udp_pkt p;
 	memset(&p.h, 0, sizeof(p.h));
@@ -640,7 +647,7 @@ static size_t on_dgram(struct udp_fabric *f, const struct udp_pkt *p, size_t n,
 	size_t rlen = 0;
 	switch (h->type & ~UDP_MORE) {
 	case T_REQ:
-		udp_serve_req(f, p, n, from, flen, reply, &rlen);
+		farm_udp_serve_req(f, p, n, from, flen, reply, &rlen);
 		if (rlen)
 			heard(f, h);
 		return rlen;
@@ -652,7 +659,7 @@ static size_t on_dgram(struct udp_fabric *f, const struct udp_pkt *p, size_t n,
 	case T_CONNECT:
 	case T_PING:
 	case T_CLOSE:
-		udp_serve_ctl(f, p, n, from, flen, reply, &rlen);
+		farm_udp_serve_ctl(f, p, n, from, flen, reply, &rlen);
 		return rlen;
 	default: farm_stat_add(&(f)->st.malformed, 1); return 0;
 	}
@@ -702,8 +709,8 @@ static void on_datagram(struct udp_fabric *f, struct udp_rxbuf *b, unsigned i,
 		                     len[k], 0, &b->from[i],
 		                     m->msg_hdr.msg_namelen, &b->reply);
 		if (rl)
-			memcpy(udp_packer_add(f, pk, rl, &b->from[i],
-			                      m->msg_hdr.msg_namelen),
+			memcpy(farm_udp_packer_add(f, pk, rl, &b->from[i],
+			                           m->msg_hdr.msg_namelen),
 			       &b->reply, rl);
 	}
 }
@@ -732,16 +739,17 @@ static void rx_drain_locked(struct udp_fabric *f)
 		farm_stat_add(&(f)->st.rx_calls, 1);
 		farm_stat_add(&(f)->st.rx_pkts, (uint64_t)r);
 		struct udp_packer pk;
-		udp_packer_init(&pk, b->dg, b->out, UDP_BATCH, f->coalesce);
+		farm_udp_packer_init(&pk, b->dg, b->out, UDP_BATCH,
+		                     f->coalesce);
 		for (int i = 0; i < r; i++)
 			on_datagram(f, b, (unsigned)i, &m[i], &pk);
-		udp_packer_flush(f, &pk);
+		farm_udp_packer_flush(f, &pk);
 		if (r < (int)UDP_BATCH)
 			return;
 	}
 }
 
-void udp_rx_drain(struct udp_fabric *f)
+void farm_udp_rx_drain(struct udp_fabric *f)
 {
 	if (pthread_mutex_trylock(&f->rx) == 0) {
 		rx_drain_locked(f);
@@ -840,7 +848,7 @@ static bool ep_timers(struct udp_ep *ep, uint64_t now, bool *dead)
 	if (ep->snd_una < ep->snd_nxt && now >= ep->rto_at)
 		ep_send(ep, ep->snd_una, UINT64_MAX, true);
 	else if (ep->snd_nxt < ep->next_pkt)
-		udp_ep_pump(ep); /* unpaused, or the window opened */
+		farm_udp_ep_pump(ep); /* unpaused, or the window opened */
 	return true;
 }
 
@@ -870,7 +878,7 @@ static void peer_timers(struct udp_fabric *f, uint64_t now, uint32_t *dead,
 		p.h.to = m;
 		p.h.inc = f->inc;
 		struct udp_out o = {&p, UDP_HDR, &pe->addr, pe->alen};
-		udp_send(f, &o, 1);
+		farm_udp_send(f, &o, 1);
 		farm_stat_add(&(f)->st.pings, 1);
 	}
 }
@@ -930,7 +938,7 @@ static int timers_if_due(struct udp_fabric *f)
 	return (int)FARM_MAX(1u, (left + 999999u) / 1000000u);
 }
 
-void udp_kick(struct udp_fabric *f)
+void farm_udp_kick(struct udp_fabric *f)
 {
 	uint64_t one = 1;
 	if (write(f->kick_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
@@ -938,7 +946,7 @@ void udp_kick(struct udp_fabric *f)
 		          strerror(errno));
 }
 
-void *udp_dispatch_main(void *arg)
+void *farm_udp_dispatch_main(void *arg)
 {
 	struct udp_fabric *f = arg;
 	struct pollfd p[3] = {{.fd = f->stop_fd, .events = POLLIN},

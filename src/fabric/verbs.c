@@ -193,14 +193,14 @@ static void vb_close_fabric(farm_fabric *f)
 	while (fab->eps) {
 		struct vb_ep *ep = fab->eps;
 		fab->eps = ep->next;
-		vb_ep_destroy(&ep->base);
+		farm_vb_ep_destroy(&ep->base);
 	}
 	if (fab->cqs)
 		farm_warn("verbs: closing with completion queues left");
 	while (fab->cqs) {
 		struct vb_cq *cq = fab->cqs;
 		fab->cqs = cq->next;
-		if (vb_cq_destroy(&cq->base)) {
+		if (farm_vb_cq_destroy(&cq->base)) {
 			/* The device CQ is leaked (the kernel reclaims it
 			 * with the process); ours goes. */
 			pthread_mutex_destroy(&cq->lock);
@@ -224,7 +224,7 @@ static void vb_close_fabric(farm_fabric *f)
 		fab->mems = m->next;
 		vb_mem_free(&m->base);
 	}
-	vb_close_conns(fab);
+	farm_vb_close_conns(fab);
 	if (rdma_destroy_id(fab->listen_id))
 		farm_warn("verbs: rdma_destroy_id (listener): %s",
 		          strerror(errno));
@@ -286,7 +286,7 @@ static int bind_listener(struct vb_fabric *fab, const farm_fabric_attr *attr,
 		         strerror(-rc));
 		return rc;
 	}
-	fab->src_specific = !vb_addr_is_wildcard(la);
+	fab->src_specific = !farm_vb_addr_is_wildcard(la);
 	if (fab->src_specific) {
 		fab->src = *la;
 		if (la->ss_family == AF_INET)
@@ -362,9 +362,9 @@ static int start_listening(struct vb_fabric *fab, const farm_fabric_attr *attr)
 		         strerror(-rc));
 		return rc;
 	}
-	int rc = vb_format_addr(rdma_get_local_addr(fab->listen_id),
-	                        ntohs(rdma_get_src_port(fab->listen_id)),
-	                        fab->addr, sizeof(fab->addr));
+	int rc = farm_vb_format_addr(rdma_get_local_addr(fab->listen_id),
+	                             ntohs(rdma_get_src_port(fab->listen_id)),
+	                             fab->addr, sizeof(fab->addr));
 	if (rc)
 		return rc;
 	if (!fab->src_specific)
@@ -383,9 +383,10 @@ static int start_listener_thread(struct vb_fabric *fab)
 	fab->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (fab->stop_fd < 0)
 		return neg_errno(EMFILE);
-	int rc = vb_set_nonblock(fab->ch->fd);
+	int rc = farm_vb_set_nonblock(fab->ch->fd);
 	if (!rc) {
-		rc = -pthread_create(&fab->thread, NULL, vb_listener_main, fab);
+		rc = -pthread_create(&fab->thread, NULL, farm_vb_listener_main,
+		                     fab);
 	}
 	if (rc) {
 		close(fab->stop_fd);
@@ -410,7 +411,7 @@ static int vb_open_fabric(const farm_fabric_attr *attr, farm_fabric **out)
 		return -EINVAL;
 	}
 	struct sockaddr_storage la;
-	if (vb_parse_addr(attr->listen_addr, &la)) {
+	if (farm_vb_parse_addr(attr->listen_addr, &la)) {
 		farm_err("verbs: bad listen address '%s' (want ip:port or "
 		         "[ipv6]:port)",
 		         attr->listen_addr);
@@ -793,14 +794,14 @@ const struct farm_fabric_ops farm_verbs_ops = {
         .mem_persist = vb_mem_persist,
         .mr_reg = vb_mr_reg,
         .mr_dereg = vb_mr_dereg,
-        .cq_create = vb_cq_create,
-        .cq_destroy = vb_cq_destroy,
-        .cq_poll = vb_cq_poll,
-        .ep_connect = vb_ep_connect,
-        .ep_disconnect = vb_ep_disconnect,
-        .ep_destroy = vb_ep_destroy,
-        .ep_usable = vb_ep_usable,
-        .ep_post = vb_ep_post,
+        .cq_create = farm_vb_cq_create,
+        .cq_destroy = farm_vb_cq_destroy,
+        .cq_poll = farm_vb_cq_poll,
+        .ep_connect = farm_vb_ep_connect,
+        .ep_disconnect = farm_vb_ep_disconnect,
+        .ep_destroy = farm_vb_ep_destroy,
+        .ep_usable = farm_vb_ep_usable,
+        .ep_post = farm_vb_ep_post,
         /* Fault injection needs a NIC that can be told to fail or stall:
          * unsupported (the generic layer answers -ENOTSUP). */
         .ep_fault = NULL,

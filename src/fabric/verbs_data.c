@@ -29,7 +29,8 @@ static int wc_status(enum ibv_wc_status s)
 
 /* ---- completion queues --------------------------------------------------- */
 
-int vb_cq_create(farm_fabric *f, unsigned depth, unsigned flags, farm_cq **out)
+int farm_vb_cq_create(farm_fabric *f, unsigned depth, unsigned flags,
+                      farm_cq **out)
 {
 	struct vb_fabric *fab = to_fab(f);
 	int want = depth > (unsigned)fab->dattr.max_cqe ? fab->dattr.max_cqe
@@ -61,7 +62,7 @@ int vb_cq_create(farm_fabric *f, unsigned depth, unsigned flags, farm_cq **out)
 	return 0;
 }
 
-int vb_cq_destroy(farm_cq *c)
+int farm_vb_cq_destroy(farm_cq *c)
 {
 	struct vb_cq *cq = (struct vb_cq *)c;
 	struct vb_fabric *fab = cq->fab;
@@ -121,7 +122,7 @@ static void tab_fill(struct vb_cq *cq)
 }
 
 /* Attach @ep (cq->lock held). */
-int vb_cq_attach(struct vb_cq *cq, struct vb_ep *ep)
+int farm_vb_cq_attach(struct vb_cq *cq, struct vb_ep *ep)
 {
 	if (cq->neps == cq->cap) {
 		unsigned cap = cq->cap ? cq->cap * 2 : 8;
@@ -148,7 +149,7 @@ int vb_cq_attach(struct vb_cq *cq, struct vb_ep *ep)
 }
 
 /* Detach @ep (cq->lock held); never fails. */
-void vb_cq_detach(struct vb_cq *cq, struct vb_ep *ep)
+void farm_vb_cq_detach(struct vb_cq *cq, struct vb_ep *ep)
 {
 	for (unsigned i = 0; i < cq->neps; i++) {
 		if (cq->eps[i] == ep) {
@@ -165,7 +166,7 @@ void vb_cq_detach(struct vb_cq *cq, struct vb_ep *ep)
  * outstanding request yields at most one CQE, so the sum of the endpoints'
  * depths bounds what the CQ must hold.
  */
-int vb_cq_reserve(struct vb_cq *cq, unsigned depth)
+int farm_vb_cq_reserve(struct vb_cq *cq, unsigned depth)
 {
 	unsigned need = cq->committed + depth;
 	if (need < cq->committed)
@@ -243,7 +244,7 @@ static void push_local(struct vb_ep *ep, const farm_wr *wr, int status)
 	l->status = status;
 	l->opcode = wr->opcode;
 	ep->ltail++;
-	/* R1: publishes the entry; pairs with A1 in vb_cq_poll(). */
+	/* R1: publishes the entry; pairs with A1 in farm_vb_cq_poll(). */
 	atomic_fetch_add_explicit(&ep->cq->local_pending, 1,
 	                          memory_order_release);
 }
@@ -371,7 +372,7 @@ static int post_batch(struct vb_ep *ep, struct ibv_send_wr *hw, int nb,
 	return rc == ENOMEM ? -EAGAIN : -rc;
 }
 
-int vb_ep_post(farm_ep *e, farm_wr *list, farm_wr **bad)
+int farm_vb_ep_post(farm_ep *e, farm_wr *list, farm_wr **bad)
 {
 	struct vb_ep *ep = (struct vb_ep *)e;
 	struct ibv_send_wr hw[VB_BATCH];
@@ -547,7 +548,7 @@ static int drain_backlog(struct vb_cq *cq, int n, farm_wc *wc)
 	return got;
 }
 
-int vb_cq_poll(farm_cq *c, int n, farm_wc *wc)
+int farm_vb_cq_poll(farm_cq *c, int n, farm_wc *wc)
 {
 	struct vb_cq *cq = (struct vb_cq *)c;
 	int got = 0;

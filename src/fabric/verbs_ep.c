@@ -23,7 +23,7 @@
  * Parse "ip:port" or "[ipv6]:port" (numeric only: no name lookups that could
  * block). Returns 0 or -EINVAL.
  */
-int vb_parse_addr(const char *s, struct sockaddr_storage *ss)
+int farm_vb_parse_addr(const char *s, struct sockaddr_storage *ss)
 {
 	char host[VB_ADDR_MAX];
 	const char *port;
@@ -76,7 +76,7 @@ int vb_parse_addr(const char *s, struct sockaddr_storage *ss)
 	return rc;
 }
 
-bool vb_addr_is_wildcard(const struct sockaddr_storage *ss)
+bool farm_vb_addr_is_wildcard(const struct sockaddr_storage *ss)
 {
 	if (ss->ss_family == AF_INET) {
 		const struct sockaddr_in *in = (const struct sockaddr_in *)ss;
@@ -91,8 +91,8 @@ bool vb_addr_is_wildcard(const struct sockaddr_storage *ss)
 	return false;
 }
 
-int vb_format_addr(const struct sockaddr *sa, uint16_t port, char *buf,
-                   size_t len)
+int farm_vb_format_addr(const struct sockaddr *sa, uint16_t port, char *buf,
+                        size_t len)
 {
 	char ip[INET6_ADDRSTRLEN];
 	int n;
@@ -113,8 +113,8 @@ int vb_format_addr(const struct sockaddr *sa, uint16_t port, char *buf,
 	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
 }
 
-void vb_pdata_encode(struct vb_pdata *pd, uint32_t kind, uint32_t from,
-                     uint32_t to, uint32_t reason)
+void farm_vb_pdata_encode(struct vb_pdata *pd, uint32_t kind, uint32_t from,
+                          uint32_t to, uint32_t reason)
 {
 	pd->magic = htole64(VB_MAGIC);
 	pd->kind = htole32(kind);
@@ -124,8 +124,8 @@ void vb_pdata_encode(struct vb_pdata *pd, uint32_t kind, uint32_t from,
 }
 
 /* Decode private data of @kind; false when it is not ours. */
-bool vb_pdata_decode(const void *data, size_t len, uint32_t kind,
-                     struct vb_pdata *out)
+bool farm_vb_pdata_decode(const void *data, size_t len, uint32_t kind,
+                          struct vb_pdata *out)
 {
 	struct vb_pdata pd;
 	if (!data || len < sizeof(pd))
@@ -141,7 +141,7 @@ bool vb_pdata_decode(const void *data, size_t len, uint32_t kind,
 	return true;
 }
 
-int vb_set_nonblock(int fd)
+int farm_vb_set_nonblock(int fd)
 {
 	int fl = fcntl(fd, F_GETFL);
 	if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
@@ -309,7 +309,7 @@ static int open_private_channel(struct rdma_event_channel **out)
 	struct rdma_event_channel *ch = rdma_create_event_channel();
 	if (!ch)
 		return neg_errno(ENOMEM);
-	int rc = vb_set_nonblock(ch->fd);
+	int rc = farm_vb_set_nonblock(ch->fd);
 	if (rc) {
 		rdma_destroy_event_channel(ch);
 		return rc;
@@ -375,7 +375,7 @@ static void cq_unreserve(struct vb_cq *cq, uint32_t depth)
 static int attach_qp(struct vb_ep *ep, struct vb_cq *cq, uint32_t depth)
 {
 	pthread_mutex_lock(&cq->lock);
-	int rc = vb_cq_reserve(cq, depth);
+	int rc = farm_vb_cq_reserve(cq, depth);
 	pthread_mutex_unlock(&cq->lock);
 	if (rc)
 		return rc;
@@ -385,7 +385,7 @@ static int attach_qp(struct vb_ep *ep, struct vb_cq *cq, uint32_t depth)
 		return rc;
 	}
 	pthread_mutex_lock(&cq->lock);
-	rc = vb_cq_attach(cq, ep);
+	rc = farm_vb_cq_attach(cq, ep);
 	pthread_mutex_unlock(&cq->lock);
 	if (rc) {
 		rdma_destroy_qp(ep->id);
@@ -398,7 +398,7 @@ static int attach_qp(struct vb_ep *ep, struct vb_cq *cq, uint32_t depth)
 static void detach_qp(struct vb_ep *ep, struct vb_cq *cq, uint32_t depth)
 {
 	pthread_mutex_lock(&cq->lock);
-	vb_cq_detach(cq, ep);
+	farm_vb_cq_detach(cq, ep);
 	pthread_mutex_unlock(&cq->lock);
 	rdma_destroy_qp(ep->id);
 	cq_unreserve(cq, depth);
@@ -416,7 +416,8 @@ static int send_request(struct vb_ep *ep, uint32_t peer_id,
 {
 	struct vb_fabric *fab = ep->fab;
 	struct vb_pdata req;
-	vb_pdata_encode(&req, VB_PD_REQ, ep->base.fab->machine_id, peer_id, 0);
+	farm_vb_pdata_encode(&req, VB_PD_REQ, ep->base.fab->machine_id, peer_id,
+	                     0);
 	struct rdma_conn_param cp;
 	memset(&cp, 0, sizeof(cp));
 	cp.private_data = &req;
@@ -452,7 +453,7 @@ static int await_accept(struct vb_ep *ep, struct rdma_event_channel *ch,
 		return rc;
 	}
 	if (ev.type == RDMA_CM_EVENT_REJECTED &&
-	    vb_pdata_decode(ev.pdata, ev.pdata_len, VB_PD_REJ, &pd) &&
+	    farm_vb_pdata_decode(ev.pdata, ev.pdata_len, VB_PD_REJ, &pd) &&
 	    pd.reason == VB_REJ_WRONG_MACHINE) {
 		farm_err("verbs: the machine at %s is %u, not %u", peer_addr,
 		         pd.from, peer_id);
@@ -464,7 +465,7 @@ static int await_accept(struct vb_ep *ep, struct rdma_event_channel *ch,
 		        peer_id, peer_addr, rdma_event_str(ev.type), ev.status);
 		return -ECONNREFUSED;
 	}
-	if (!vb_pdata_decode(ev.pdata, ev.pdata_len, VB_PD_ACC, &pd) ||
+	if (!farm_vb_pdata_decode(ev.pdata, ev.pdata_len, VB_PD_ACC, &pd) ||
 	    pd.from != peer_id || pd.to != ep->base.fab->machine_id) {
 		farm_err(
 		        "verbs: the machine at %s did not answer as machine %u",
@@ -475,14 +476,14 @@ static int await_accept(struct vb_ep *ep, struct rdma_event_channel *ch,
 	return 0;
 }
 
-int vb_ep_connect(farm_fabric *f, farm_cq *c, uint32_t peer_id,
-                  const char *peer_addr, const farm_ep_attr *attr,
-                  farm_ep **out)
+int farm_vb_ep_connect(farm_fabric *f, farm_cq *c, uint32_t peer_id,
+                       const char *peer_addr, const farm_ep_attr *attr,
+                       farm_ep **out)
 {
 	struct vb_fabric *fab = to_fab(f);
 	struct vb_cq *cq = (struct vb_cq *)c;
 	struct sockaddr_storage dst;
-	if (vb_parse_addr(peer_addr, &dst)) {
+	if (farm_vb_parse_addr(peer_addr, &dst)) {
 		farm_err("verbs: bad peer address '%s' (want ip:port)",
 		         peer_addr);
 		return -EINVAL;
@@ -542,7 +543,7 @@ fail_ep:
 	return rc;
 }
 
-void vb_ep_disconnect(farm_ep *e)
+void farm_vb_ep_disconnect(farm_ep *e)
 {
 	struct vb_ep *ep = (struct vb_ep *)e;
 	ep_lock(ep);
@@ -555,13 +556,13 @@ void vb_ep_disconnect(farm_ep *e)
 	ep_unlock(ep);
 }
 
-void vb_ep_destroy(farm_ep *e)
+void farm_vb_ep_destroy(farm_ep *e)
 {
 	struct vb_ep *ep = (struct vb_ep *)e;
 	struct vb_cq *cq = ep->cq;
 	struct vb_fabric *fab = ep->fab;
 	pthread_mutex_lock(&cq->lock);
-	vb_cq_detach(cq, ep);
+	farm_vb_cq_detach(cq, ep);
 	cq->committed -= ep->depth;
 	if (ep->in_backlog)
 		cq->backlog--;
@@ -588,7 +589,7 @@ void vb_ep_destroy(farm_ep *e)
 	ep_free(ep);
 }
 
-bool vb_ep_usable(const farm_ep *e)
+bool farm_vb_ep_usable(const farm_ep *e)
 {
 	const struct vb_ep *ep = (const struct vb_ep *)e;
 	return atomic_load_explicit(&ep->state, memory_order_relaxed) ==

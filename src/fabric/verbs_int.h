@@ -248,35 +248,36 @@ static inline int neg_errno(int fallback)
 /* ---- across files -------------------------------------------------------- */
 
 /* verbs_ep.c: addresses and connection private data */
-int vb_parse_addr(const char *s, struct sockaddr_storage *ss);
-bool vb_addr_is_wildcard(const struct sockaddr_storage *ss);
-int vb_format_addr(const struct sockaddr *sa, uint16_t port, char *buf,
-                   size_t len);
-void vb_pdata_encode(struct vb_pdata *pd, uint32_t kind, uint32_t from,
-                     uint32_t to, uint32_t reason);
-bool vb_pdata_decode(const void *data, size_t len, uint32_t kind,
-                     struct vb_pdata *out);
-int vb_set_nonblock(int fd);
+int farm_vb_parse_addr(const char *s, struct sockaddr_storage *ss);
+bool farm_vb_addr_is_wildcard(const struct sockaddr_storage *ss);
+int farm_vb_format_addr(const struct sockaddr *sa, uint16_t port, char *buf,
+                        size_t len);
+void farm_vb_pdata_encode(struct vb_pdata *pd, uint32_t kind, uint32_t from,
+                          uint32_t to, uint32_t reason);
+bool farm_vb_pdata_decode(const void *data, size_t len, uint32_t kind,
+                          struct vb_pdata *out);
+int farm_vb_set_nonblock(int fd);
 
 /* verbs_ep.c: endpoints */
-int vb_ep_connect(farm_fabric *f, farm_cq *c, uint32_t peer_id,
-                  const char *peer_addr, const farm_ep_attr *attr,
-                  farm_ep **out);
-void vb_ep_disconnect(farm_ep *e);
-void vb_ep_destroy(farm_ep *e);
-bool vb_ep_usable(const farm_ep *e);
+int farm_vb_ep_connect(farm_fabric *f, farm_cq *c, uint32_t peer_id,
+                       const char *peer_addr, const farm_ep_attr *attr,
+                       farm_ep **out);
+void farm_vb_ep_disconnect(farm_ep *e);
+void farm_vb_ep_destroy(farm_ep *e);
+bool farm_vb_ep_usable(const farm_ep *e);
 
 /* verbs_listen.c: the listener thread */
-void *vb_listener_main(void *arg);
-void vb_close_conns(struct vb_fabric *fab);
+void *farm_vb_listener_main(void *arg);
+void farm_vb_close_conns(struct vb_fabric *fab);
 
 /* verbs_data.c: completion queues and the data path */
-int vb_cq_create(farm_fabric *f, unsigned depth, unsigned flags, farm_cq **out);
-int vb_cq_destroy(farm_cq *c);
-int vb_cq_reserve(struct vb_cq *cq, unsigned depth);
-int vb_cq_attach(struct vb_cq *cq, struct vb_ep *ep);
-void vb_cq_detach(struct vb_cq *cq, struct vb_ep *ep);
-int vb_cq_poll(farm_cq *c, int n, farm_wc *wc);
-int vb_ep_post(farm_ep *e, farm_wr *list, farm_wr **bad);
+int farm_vb_cq_create(farm_fabric *f, unsigned depth, unsigned flags,
+                      farm_cq **out);
+int farm_vb_cq_destroy(farm_cq *c);
+int farm_vb_cq_reserve(struct vb_cq *cq, unsigned depth);
+int farm_vb_cq_attach(struct vb_cq *cq, struct vb_ep *ep);
+void farm_vb_cq_detach(struct vb_cq *cq, struct vb_ep *ep);
+int farm_vb_cq_poll(farm_cq *c, int n, farm_wc *wc);
+int farm_vb_ep_post(farm_ep *e, farm_wr *list, farm_wr **bad);
 
 #endif

@@ -50,8 +50,8 @@ static int accept_request(struct vb_fabric *fab, struct rdma_cm_event *ev)
 	uint32_t me = fab->base.machine_id, reason;
 	struct vb_pdata req = {0};
 	struct vb_conn *conn = NULL;
-	if (!vb_pdata_decode(cp->private_data, cp->private_data_len, VB_PD_REQ,
-	                     &req)) {
+	if (!farm_vb_pdata_decode(cp->private_data, cp->private_data_len,
+	                          VB_PD_REQ, &req)) {
 		farm_warn("verbs: rejecting a connection that is not from a "
 		          "libfarm machine of this version");
 		reason = VB_REJ_PROTOCOL;
@@ -106,7 +106,7 @@ static int accept_request(struct vb_fabric *fab, struct rdma_cm_event *ev)
 		          "it will not be able to READ or CAS here",
 		          req.from);
 	struct vb_pdata acc;
-	vb_pdata_encode(&acc, VB_PD_ACC, me, req.from, 0);
+	farm_vb_pdata_encode(&acc, VB_PD_ACC, me, req.from, 0);
 	struct rdma_conn_param ap;
 	memset(&ap, 0, sizeof(ap));
 	ap.private_data = &acc;
@@ -133,7 +133,7 @@ static int accept_request(struct vb_fabric *fab, struct rdma_cm_event *ev)
 	return 0;
 reject:;
 	struct vb_pdata rej;
-	vb_pdata_encode(&rej, VB_PD_REJ, me, req.from, reason);
+	farm_vb_pdata_encode(&rej, VB_PD_REJ, me, req.from, reason);
 	if (rdma_reject(id, &rej, sizeof(rej)))
 		farm_dbg("verbs: rdma_reject: %s", strerror(errno));
 	free(conn);
@@ -198,7 +198,7 @@ static void handle_event(struct vb_fabric *fab, struct rdma_cm_event *ev)
 			drop_conn = true;
 		}
 		/* Release: pairs with the acquire loads of peer_gone in
-		 * verbs_data.c and vb_ep_usable. */
+		 * verbs_data.c and farm_vb_ep_usable. */
 		if (ep)
 			atomic_store_explicit(&ep->peer_gone, 1,
 			                      memory_order_release);
@@ -209,7 +209,7 @@ static void handle_event(struct vb_fabric *fab, struct rdma_cm_event *ev)
 		if (conn)
 			drop_conn = true;
 		/* Release: pairs with the acquire loads of peer_gone in
-		 * verbs_data.c and vb_ep_usable. */
+		 * verbs_data.c and farm_vb_ep_usable. */
 		if (ep)
 			atomic_store_explicit(&ep->peer_gone, 1,
 			                      memory_order_release);
@@ -226,7 +226,7 @@ static void handle_event(struct vb_fabric *fab, struct rdma_cm_event *ev)
 	}
 }
 
-void *vb_listener_main(void *arg)
+void *farm_vb_listener_main(void *arg)
 {
 	struct vb_fabric *fab = arg;
 	for (;;) {
@@ -267,7 +267,7 @@ void *vb_listener_main(void *arg)
 	}
 }
 
-void vb_close_conns(struct vb_fabric *fab)
+void farm_vb_close_conns(struct vb_fabric *fab)
 {
 	while (fab->conns) {
 		struct vb_conn *conn = fab->conns;

@@ -51,7 +51,7 @@ uint32_t farm_ht_block_bytes(const farm_ht *h)
 	return 64u * h->block_lines;
 }
 
-int ht_check_key(const void *key, uint32_t klen)
+int farm_ht_check_key(const void *key, uint32_t klen)
 {
 	if (!key || klen == 0)
 		return -EINVAL;
@@ -63,8 +63,8 @@ unsigned farm_ht_shard_index(uint64_t hash, unsigned nshards)
 	return nshards ? jump(hash, nshards) : 0;
 }
 
-const struct farm_ht_shard *ht_shard_of(farm_ht *h, uint64_t hash,
-                                        unsigned *idx)
+const struct farm_ht_shard *farm_ht_shard_of(farm_ht *h, uint64_t hash,
+                                             unsigned *idx)
 {
 	if (!h->nshards)
 		return NULL;
@@ -107,7 +107,7 @@ int farm_ht_create(farm_txm *txm, farm_as *as, farm_galloc *ga, farm_msg *msg,
 	h->bucket_lines = obj_lines(h->bucket_data);
 	h->block_data = BLK_HDR + BLK_SLOTS * h->slot_bytes;
 	h->block_lines = obj_lines(h->block_data);
-	int rc = farm_msg_handle(msg, FARM_MSGT_HT_OP, ht_h_op, h);
+	int rc = farm_msg_handle(msg, FARM_MSGT_HT_OP, farm_ht_h_op, h);
 	if (rc) {
 		free(h);
 		return rc;
@@ -176,7 +176,7 @@ void farm_ht_detach(farm_ht *h, farm_loop *loop)
 			p = n;
 		}
 	}
-	ht_gets_free(l);
+	farm_ht_gets_free(l);
 	farm_mr_dereg(l->mr);
 	free(l->pool);
 	free(l->q);

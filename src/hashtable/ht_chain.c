@@ -17,12 +17,12 @@ static void chain_block_init(const farm_ht *h, uint8_t *blk, uint64_t ver,
 }
 
 /* Stamp a chain block with its home's pair version after the change. */
-int ht_stamp_block(struct wctx *w, uint8_t *blk, uint32_t home)
+int farm_ht_stamp_block(struct wctx *w, uint8_t *blk, uint32_t home)
 {
-	int rc = ht_bump_pairs(w, home);
+	int rc = farm_ht_bump_pairs(w, home);
 	const uint8_t *hb;
 	if (!rc)
-		rc = ht_rbucket(w, home, &hb);
+		rc = farm_ht_rbucket(w, home, &hb);
 	if (!rc)
 		put64(blk, get64(B_FWD(hb)));
 	return rc;
@@ -30,12 +30,12 @@ int ht_stamp_block(struct wctx *w, uint8_t *blk, uint32_t home)
 
 /* Walks at most @limit - 1 blocks of @home's chain: a depth of @limit means
  * no free slot shallower than that (blk and last then mean nothing). */
-int ht_chain_free(struct wctx *w, uint32_t home, unsigned limit,
-                  struct cfree *cf)
+int farm_ht_chain_free(struct wctx *w, uint32_t home, unsigned limit,
+                       struct cfree *cf)
 {
 	farm_ht *h = w->h;
 	const uint8_t *hb;
-	int rc = ht_rbucket(w, home, &hb);
+	int rc = farm_ht_rbucket(w, home, &hb);
 	if (rc)
 		return rc;
 	memset(cf, 0, sizeof(*cf));
@@ -62,8 +62,8 @@ int ht_chain_free(struct wctx *w, uint32_t home, unsigned limit,
 /* The writable free slot @cf names in @home's chain: in its block, or in
  * the batch's new block (the caller made sure of it), linked after the
  * last one. The caller fills the slot, then stamps *@blk. */
-int ht_chain_take(struct wctx *w, uint32_t home, const struct cfree *cf,
-                  uint8_t **blk, uint8_t **slot)
+int farm_ht_chain_take(struct wctx *w, uint32_t home, const struct cfree *cf,
+                       uint8_t **blk, uint8_t **slot)
 {
 	farm_ht *h = w->h;
 	struct shardq *q = w->q;
@@ -81,11 +81,11 @@ int ht_chain_take(struct wctx *w, uint32_t home, const struct cfree *cf,
 		if ((rc = farm_tx_write(w->tx, cf->last.addr, (void **)&lb)))
 			return rc;
 		put_fat(lb + 8, q->blk_fp);
-		if ((rc = ht_stamp_block(w, lb, home)))
+		if ((rc = farm_ht_stamp_block(w, lb, home)))
 			return rc;
 	} else {
 		uint8_t *hb;
-		if ((rc = ht_wbucket(w, home, &hb)))
+		if ((rc = farm_ht_wbucket(w, home, &hb)))
 			return rc;
 		put_fat(B_OVF(hb), q->blk_fp);
 	}
@@ -96,8 +96,8 @@ int ht_chain_take(struct wctx *w, uint32_t home, const struct cfree *cf,
 }
 
 /* Unlink chain block @lc->blk (empty now) and free it. */
-int ht_unlink_block(struct wctx *w, uint32_t home, farm_fatptr blkp,
-                    farm_fatptr prev, farm_fatptr next)
+int farm_ht_unlink_block(struct wctx *w, uint32_t home, farm_fatptr blkp,
+                         farm_fatptr prev, farm_fatptr next)
 {
 	int rc;
 	if (prev.addr) {
@@ -105,21 +105,21 @@ int ht_unlink_block(struct wctx *w, uint32_t home, farm_fatptr blkp,
 		if ((rc = farm_tx_write(w->tx, prev.addr, (void **)&pb)))
 			return rc;
 		put_fat(pb + 8, next);
-		if ((rc = ht_stamp_block(w, pb, home)))
+		if ((rc = farm_ht_stamp_block(w, pb, home)))
 			return rc;
 	} else {
 		uint8_t *hb;
-		if ((rc = ht_wbucket(w, home, &hb)))
+		if ((rc = farm_ht_wbucket(w, home, &hb)))
 			return rc;
 		put_fat(B_OVF(hb), next);
-		if ((rc = ht_bump_pairs(w, home)))
+		if ((rc = farm_ht_bump_pairs(w, home)))
 			return rc;
 	}
 	farm_stat_add(&w->h->st.v[T_CHAIN_FREES], 1);
 	return farm_tx_free_obj(w->tx, blkp.addr);
 }
 
-bool ht_block_empty(const farm_ht *h, uint8_t *blk)
+bool farm_ht_block_empty(const farm_ht *h, uint8_t *blk)
 {
 	for (unsigned i = 0; i < BLK_SLOTS; i++)
 		if (blk_slot(h, blk, i)[0] & SLOT_USED)
@@ -129,11 +129,11 @@ bool ht_block_empty(const farm_ht *h, uint8_t *blk)
 
 /* @home's chain: its last block, the one before it (null when none) and
  * its length in blocks. */
-int ht_chain_last(struct wctx *w, uint32_t home, farm_fatptr *last,
-                  farm_fatptr *prev, unsigned *nblk)
+int farm_ht_chain_last(struct wctx *w, uint32_t home, farm_fatptr *last,
+                       farm_fatptr *prev, unsigned *nblk)
 {
 	const uint8_t *hb;
-	int rc = ht_rbucket(w, home, &hb);
+	int rc = farm_ht_rbucket(w, home, &hb);
 	if (rc)
 		return rc;
 	farm_fatptr p = {0}, l = {0}, cur = get_fat(B_OVF(hb));
@@ -156,8 +156,8 @@ int ht_chain_last(struct wctx *w, uint32_t home, farm_fatptr *last,
 /* Move a pair of the last block of @home's chain (@last, after @prev)
  * into the free slot @s (of a bucket or of a block of the same chain); the
  * block is freed when it empties, else restamped. */
-int ht_chain_pop(struct wctx *w, uint32_t home, farm_fatptr last,
-                 farm_fatptr prev, uint8_t *s)
+int farm_ht_chain_pop(struct wctx *w, uint32_t home, farm_fatptr last,
+                      farm_fatptr prev, uint8_t *s)
 {
 	farm_ht *h = w->h;
 	uint8_t *blk;
@@ -172,7 +172,8 @@ int ht_chain_pop(struct wctx *w, uint32_t home, farm_fatptr last,
 		memset(cs, 0, h->slot_bytes);
 		break;
 	}
-	if (ht_block_empty(h, blk))
-		return ht_unlink_block(w, home, last, prev, (farm_fatptr){0});
-	return ht_stamp_block(w, blk, home);
+	if (farm_ht_block_empty(h, blk))
+		return farm_ht_unlink_block(w, home, last, prev,
+		                            (farm_fatptr){0});
+	return farm_ht_stamp_block(w, blk, home);
 }

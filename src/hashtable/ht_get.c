@@ -43,7 +43,7 @@ struct get_op {
 	uint64_t cfg;      /* the configuration the buckets were found in */
 };
 
-void ht_gets_free(struct htloop *l)
+void farm_ht_gets_free(struct htloop *l)
 {
 	while (l->free_gets) {
 		struct get_op *g = l->free_gets;
@@ -341,13 +341,13 @@ static int lookup_prep(farm_ht *h, farm_loop *loop, const void *key,
 {
 	if (!h || !loop || !has_cont)
 		return -EINVAL;
-	int rc = ht_check_key(key, klen);
+	int rc = farm_ht_check_key(key, klen);
 	if (rc)
 		return rc;
 	if (!(*l = hl_of(h, loop)))
 		return -EINVAL;
 	*hash = farm_ht_hash(key, klen);
-	*sd = ht_shard_of(h, *hash, NULL);
+	*sd = farm_ht_shard_of(h, *hash, NULL);
 	return *sd ? 0 : -ENOENT;
 }
 

@@ -231,39 +231,39 @@ struct cfree {
 };
 
 /* ht.c */
-int ht_check_key(const void *key, uint32_t klen);
-const struct farm_ht_shard *ht_shard_of(farm_ht *h, uint64_t hash,
-                                        unsigned *idx);
+int farm_ht_check_key(const void *key, uint32_t klen);
+const struct farm_ht_shard *farm_ht_shard_of(farm_ht *h, uint64_t hash,
+                                             unsigned *idx);
 
 /* ht_get.c: free a loop's recycled lookups (at detach). */
-void ht_gets_free(struct htloop *l);
+void farm_ht_gets_free(struct htloop *l);
 
 /* ht_ship.c: the owner's handler of shipped writes (FARM_MSGT_HT_OP). */
-void ht_h_op(farm_loop *loop, const farm_msg_in *in, void *arg);
+void farm_ht_h_op(farm_loop *loop, const farm_msg_in *in, void *arg);
 
 /* ht_write.c: apply one operation in the batch's transaction; 0, an
  * error, or NEED_IND / NEED_BLK (nothing changed). */
-int ht_apply_put(struct wctx *w, const uint8_t *key, uint32_t klen,
-                 const uint8_t *val, uint32_t vlen);
-int ht_apply_del(struct wctx *w, const uint8_t *key, uint32_t klen);
+int farm_ht_apply_put(struct wctx *w, const uint8_t *key, uint32_t klen,
+                      const uint8_t *val, uint32_t vlen);
+int farm_ht_apply_del(struct wctx *w, const uint8_t *key, uint32_t klen);
 /* The transaction's writable copy / read-only view of bucket @b. */
-int ht_wbucket(struct wctx *w, uint32_t b, uint8_t **out);
-int ht_rbucket(struct wctx *w, uint32_t b, const uint8_t **out);
+int farm_ht_wbucket(struct wctx *w, uint32_t b, uint8_t **out);
+int farm_ht_rbucket(struct wctx *w, uint32_t b, const uint8_t **out);
 /* Bump the joint versions of the pairs around bucket @x. */
-int ht_bump_pairs(struct wctx *w, uint32_t x);
+int farm_ht_bump_pairs(struct wctx *w, uint32_t x);
 
 /* ht_chain.c */
-int ht_stamp_block(struct wctx *w, uint8_t *blk, uint32_t home);
-int ht_chain_free(struct wctx *w, uint32_t home, unsigned limit,
-                  struct cfree *cf);
-int ht_chain_take(struct wctx *w, uint32_t home, const struct cfree *cf,
-                  uint8_t **blk, uint8_t **slot);
-int ht_unlink_block(struct wctx *w, uint32_t home, farm_fatptr blkp,
-                    farm_fatptr prev, farm_fatptr next);
-bool ht_block_empty(const farm_ht *h, uint8_t *blk);
-int ht_chain_last(struct wctx *w, uint32_t home, farm_fatptr *last,
-                  farm_fatptr *prev, unsigned *nblk);
-int ht_chain_pop(struct wctx *w, uint32_t home, farm_fatptr last,
-                 farm_fatptr prev, uint8_t *s);
+int farm_ht_stamp_block(struct wctx *w, uint8_t *blk, uint32_t home);
+int farm_ht_chain_free(struct wctx *w, uint32_t home, unsigned limit,
+                       struct cfree *cf);
+int farm_ht_chain_take(struct wctx *w, uint32_t home, const struct cfree *cf,
+                       uint8_t **blk, uint8_t **slot);
+int farm_ht_unlink_block(struct wctx *w, uint32_t home, farm_fatptr blkp,
+                         farm_fatptr prev, farm_fatptr next);
+bool farm_ht_block_empty(const farm_ht *h, uint8_t *blk);
+int farm_ht_chain_last(struct wctx *w, uint32_t home, farm_fatptr *last,
+                       farm_fatptr *prev, unsigned *nblk);
+int farm_ht_chain_pop(struct wctx *w, uint32_t home, farm_fatptr last,
+                      farm_fatptr prev, uint8_t *s);
 
 #endif

@@ -125,7 +125,7 @@ long farm_ht_iterate_local_from(farm_ht *h, unsigned shard, const void *key,
 {
 	if (!h || !fn || shard >= h->nshards ||
 	    h->shards[shard].machine != h->me ||
-	    (key && ht_check_key(key, klen)))
+	    (key && farm_ht_check_key(key, klen)))
 		return -EINVAL;
 	const struct farm_ht_shard *sd = &h->shards[shard];
 	uint32_t first =

@@ -44,7 +44,7 @@ static int ship(farm_ht *h, farm_loop *loop, uint8_t op, const void *key,
 {
 	if (!h || !loop || !cont)
 		return -EINVAL;
-	int rc = ht_check_key(key, klen);
+	int rc = farm_ht_check_key(key, klen);
 	if (rc)
 		return rc;
 	if (op == 1 && (!val || vlen == 0))
@@ -54,7 +54,7 @@ static int ship(farm_ht *h, farm_loop *loop, uint8_t op, const void *key,
 		return -E2BIG;
 	unsigned si;
 	uint64_t hash = farm_ht_hash(key, klen);
-	const struct farm_ht_shard *sd = ht_shard_of(h, hash, &si);
+	const struct farm_ht_shard *sd = farm_ht_shard_of(h, hash, &si);
 	if (!sd)
 		return -ENOENT;
 	size_t len = sizeof(struct op_req) + klen + vlen;
@@ -196,9 +196,10 @@ static void batch_apply(struct htloop *l, unsigned shard)
 	for (struct pending *p = q->batch; p; p = p->next) {
 		if (p->status != -EINPROGRESS)
 			continue;
-		int rc = p->op == 1 ? ht_apply_put(&w, p->buf, p->klen,
-		                                   p->buf + p->klen, p->vlen)
-		                    : ht_apply_del(&w, p->buf, p->klen);
+		int rc = p->op == 1
+		                 ? farm_ht_apply_put(&w, p->buf, p->klen,
+		                                     p->buf + p->klen, p->vlen)
+		                 : farm_ht_apply_del(&w, p->buf, p->klen);
 		if (rc == NEED_IND || rc == NEED_BLK) {
 			struct bctx *c = malloc(sizeof(*c));
 			uint32_t size = rc == NEED_IND ? 8 + p->klen + p->vlen
@@ -287,7 +288,7 @@ static bool copy_here(farm_ht *h, unsigned shard)
 	return r && role == FARM_AS_BACKUP;
 }
 
-void ht_h_op(farm_loop *loop, const farm_msg_in *in, void *arg)
+void farm_ht_h_op(farm_loop *loop, const farm_msg_in *in, void *arg)
 {
 	farm_ht *h = arg;
 	struct htloop *l = hl_of(h, loop);

@@ -19,7 +19,7 @@ static farm_gaddr bucket_addr(const farm_ht *h, const struct farm_ht_shard *sd,
 }
 
 /* The transaction's writable copy of bucket @b. */
-int ht_wbucket(struct wctx *w, uint32_t b, uint8_t **out)
+int farm_ht_wbucket(struct wctx *w, uint32_t b, uint8_t **out)
 {
 	farm_gaddr a = bucket_addr(w->h, w->sd, b);
 	const void *d;
@@ -30,14 +30,14 @@ int ht_wbucket(struct wctx *w, uint32_t b, uint8_t **out)
 }
 
 /* A read-only view of bucket @b (the transaction's copy). */
-int ht_rbucket(struct wctx *w, uint32_t b, const uint8_t **out)
+int farm_ht_rbucket(struct wctx *w, uint32_t b, const uint8_t **out)
 {
 	return farm_tx_read_local(w->tx, bucket_addr(w->h, w->sd, b),
 	                          w->h->bucket_data, (const void **)out);
 }
 
 /* Bump the joint versions of the pairs around bucket @x. */
-int ht_bump_pairs(struct wctx *w, uint32_t x)
+int farm_ht_bump_pairs(struct wctx *w, uint32_t x)
 {
 	uint32_t nb = w->sd->nbuckets;
 	for (int side = 0; side < 2; side++) {
@@ -47,9 +47,9 @@ int ht_bump_pairs(struct wctx *w, uint32_t x)
 		if (y + 1 > nb)
 			continue;
 		uint8_t *by, *by1;
-		int rc = ht_wbucket(w, y, &by);
+		int rc = farm_ht_wbucket(w, y, &by);
 		if (!rc)
-			rc = ht_wbucket(w, y + 1, &by1);
+			rc = farm_ht_wbucket(w, y + 1, &by1);
 		if (rc)
 			return rc;
 		uint64_t v = get64(B_FWD(by)) + 1;
@@ -115,7 +115,7 @@ static int find_key(struct wctx *w, uint32_t home, const uint8_t *key,
 	memset(lc, 0, sizeof(*lc));
 	for (uint32_t b = home; b <= home + 1; b++) {
 		const uint8_t *bd;
-		int rc = ht_rbucket(w, b, &bd);
+		int rc = farm_ht_rbucket(w, b, &bd);
 		if (rc)
 			return rc;
 		for (unsigned i = 0; i < h->spb; i++)
@@ -127,7 +127,7 @@ static int find_key(struct wctx *w, uint32_t home, const uint8_t *key,
 			}
 	}
 	const uint8_t *hb;
-	int rc = ht_rbucket(w, home, &hb);
+	int rc = farm_ht_rbucket(w, home, &hb);
 	if (rc)
 		return rc;
 	farm_fatptr prev = {0}, cur = get_fat(B_OVF(hb));
@@ -170,7 +170,7 @@ static int step_slot(struct wctx *w, uint32_t y, uint32_t n, int *slot)
 	farm_ht *h = w->h;
 	uint32_t home = FARM_MIN(y, n);
 	const uint8_t *bd;
-	int rc = ht_rbucket(w, n, &bd);
+	int rc = farm_ht_rbucket(w, n, &bd);
 	if (rc)
 		return rc;
 	*slot = -1;
@@ -194,14 +194,15 @@ static int move_pair(struct wctx *w, uint32_t from, unsigned fs, uint32_t to,
 {
 	farm_ht *h = w->h;
 	uint8_t *pf, *pt;
-	int rc = ht_wbucket(w, from, &pf);
+	int rc = farm_ht_wbucket(w, from, &pf);
 	if (!rc)
-		rc = ht_wbucket(w, to, &pt);
+		rc = farm_ht_wbucket(w, to, &pt);
 	if (rc)
 		return rc;
 	memcpy(slot_at(h, pt, ts), slot_at(h, pf, fs), h->slot_bytes);
 	memset(slot_at(h, pf, fs), 0, h->slot_bytes);
-	if ((rc = ht_bump_pairs(w, to)) || (rc = ht_bump_pairs(w, from)))
+	if ((rc = farm_ht_bump_pairs(w, to)) ||
+	    (rc = farm_ht_bump_pairs(w, from)))
 		return rc;
 	farm_stat_add(&h->st.v[T_HOPS], 1);
 	return 0;
@@ -240,7 +241,7 @@ static int make_room(struct wctx *w, uint32_t home, uint32_t *ob, unsigned *os)
 	const uint8_t *bd;
 	int rc, s;
 	for (uint32_t b = home; b <= home + 1; b++) {
-		if ((rc = ht_rbucket(w, b, &bd)))
+		if ((rc = farm_ht_rbucket(w, b, &bd)))
 			return rc;
 		if ((s = free_slot(h, bd)) >= 0) {
 			*ob = b;
@@ -257,7 +258,7 @@ static int make_room(struct wctx *w, uint32_t home, uint32_t *ob, unsigned *os)
 			return rc;
 		if (s < 0)
 			break;
-		if ((rc = ht_rbucket(w, y, &bd)))
+		if ((rc = farm_ht_rbucket(w, y, &bd)))
 			return rc;
 		if ((s = free_slot(h, bd)) >= 0) {
 			fj = y;
@@ -274,7 +275,7 @@ static int make_room(struct wctx *w, uint32_t home, uint32_t *ob, unsigned *os)
 			return rc;
 		if (s < 0)
 			break;
-		if ((rc = ht_rbucket(w, y, &bd)))
+		if ((rc = farm_ht_rbucket(w, y, &bd)))
 			return rc;
 		if ((s = free_slot(h, bd)) >= 0) {
 			bj = y;
@@ -357,7 +358,7 @@ static int evict_scan(struct wctx *w, uint32_t home, uint32_t y, uint32_t t,
 {
 	farm_ht *h = w->h;
 	const uint8_t *bd;
-	int rc = ht_rbucket(w, y, &bd);
+	int rc = farm_ht_rbucket(w, y, &bd);
 	if (rc)
 		return rc;
 	for (unsigned i = 0; i < h->spb; i++) {
@@ -368,7 +369,7 @@ static int evict_scan(struct wctx *w, uint32_t home, uint32_t y, uint32_t t,
 		struct cfree cf;
 		if (kh == home)
 			continue;
-		if ((rc = ht_chain_free(w, kh, p->best, &cf)))
+		if ((rc = farm_ht_chain_free(w, kh, p->best, &cf)))
 			return rc;
 		if (cf.depth < p->best)
 			*p = (struct evict_pick){.best = cf.depth,
@@ -388,18 +389,18 @@ static int evict_move(struct wctx *w, const struct evict_pick *p, uint32_t *ob,
 	farm_ht *h = w->h;
 	struct cfree cf;
 	int rc;
-	if ((rc = ht_chain_free(w, p->bh, UINT_MAX, &cf)))
+	if ((rc = farm_ht_chain_free(w, p->bh, UINT_MAX, &cf)))
 		return rc;
 	if (!cf.blk.addr && !w->q->blk_ready)
 		return NEED_BLK;
 	uint8_t *bd, *blk, *cs;
-	if ((rc = ht_wbucket(w, p->by, &bd)) ||
-	    (rc = ht_chain_take(w, p->bh, &cf, &blk, &cs)))
+	if ((rc = farm_ht_wbucket(w, p->by, &bd)) ||
+	    (rc = farm_ht_chain_take(w, p->bh, &cf, &blk, &cs)))
 		return rc;
 	memcpy(cs, slot_at(h, bd, p->bs), h->slot_bytes);
 	memset(slot_at(h, bd, p->bs), 0, h->slot_bytes);
-	if ((rc = ht_stamp_block(w, blk, p->bh)) ||
-	    (rc = ht_bump_pairs(w, p->by)))
+	if ((rc = farm_ht_stamp_block(w, blk, p->bh)) ||
+	    (rc = farm_ht_bump_pairs(w, p->by)))
 		return rc;
 	*ob = p->bt;
 	*os = p->bs;
@@ -438,8 +439,8 @@ static int evict(struct wctx *w, uint32_t home, unsigned own, uint32_t *ob,
 	return evict_move(w, &p, ob, os);
 }
 
-int ht_apply_put(struct wctx *w, const uint8_t *key, uint32_t klen,
-                 const uint8_t *val, uint32_t vlen)
+int farm_ht_apply_put(struct wctx *w, const uint8_t *key, uint32_t klen,
+                      const uint8_t *val, uint32_t vlen)
 {
 	farm_ht *h = w->h;
 	struct shardq *q = w->q;
@@ -453,13 +454,13 @@ int ht_apply_put(struct wctx *w, const uint8_t *key, uint32_t klen,
 		return rc;
 	if (lc.where == 1) { /* update in its bucket */
 		uint8_t *bd;
-		if ((rc = ht_wbucket(w, lc.bucket, &bd)))
+		if ((rc = farm_ht_wbucket(w, lc.bucket, &bd)))
 			return rc;
 		uint8_t *s = slot_at(h, bd, lc.slot);
 		if ((rc = drop_indirect(w, s)))
 			return rc;
 		place(w, s, key, klen, hash, val, vlen);
-		return ht_bump_pairs(w, lc.bucket);
+		return farm_ht_bump_pairs(w, lc.bucket);
 	}
 	if (lc.where == 2) { /* update in its chain block */
 		uint8_t *blk;
@@ -469,7 +470,7 @@ int ht_apply_put(struct wctx *w, const uint8_t *key, uint32_t klen,
 		if ((rc = drop_indirect(w, s)))
 			return rc;
 		place(w, s, key, klen, hash, val, vlen);
-		return ht_stamp_block(w, blk, home);
+		return farm_ht_stamp_block(w, blk, home);
 	}
 	uint32_t b;
 	unsigned si;
@@ -479,26 +480,26 @@ int ht_apply_put(struct wctx *w, const uint8_t *key, uint32_t klen,
 		 * block at its end), unless a pair in reach can go to a
 		 * shallower slot in its own home's chain. */
 		struct cfree cf;
-		if ((rc = ht_chain_free(w, home, UINT_MAX, &cf)))
+		if ((rc = farm_ht_chain_free(w, home, UINT_MAX, &cf)))
 			return rc;
 		rc = cf.depth > 1 ? evict(w, home, cf.depth, &b, &si) : -ENOSPC;
 		if (rc == -ENOSPC) {
 			uint8_t *blk, *s;
 			if (!cf.blk.addr && !q->blk_ready)
 				return NEED_BLK;
-			if ((rc = ht_chain_take(w, home, &cf, &blk, &s)))
+			if ((rc = farm_ht_chain_take(w, home, &cf, &blk, &s)))
 				return rc;
 			place(w, s, key, klen, hash, val, vlen);
-			return ht_stamp_block(w, blk, home);
+			return farm_ht_stamp_block(w, blk, home);
 		}
 	}
 	if (rc)
 		return rc;
 	uint8_t *bd;
-	if ((rc = ht_wbucket(w, b, &bd)))
+	if ((rc = farm_ht_wbucket(w, b, &bd)))
 		return rc;
 	place(w, slot_at(h, bd, si), key, klen, hash, val, vlen);
-	return ht_bump_pairs(w, b);
+	return farm_ht_bump_pairs(w, b);
 }
 
 /* One side of pull_back's walk at distance @d from @x: bucket *@p (x + d
@@ -535,7 +536,7 @@ static int pull_scan(struct wctx *w, uint32_t p, unsigned *best, uint32_t *bp,
 	farm_fatptr last, prev;
 	unsigned n;
 	for (uint32_t c = p ? p - 1 : 0; c <= p && c < w->sd->nbuckets; c++) {
-		int rc = ht_chain_last(w, c, &last, &prev, &n);
+		int rc = farm_ht_chain_last(w, c, &last, &prev, &n);
 		if (rc)
 			return rc;
 		if (n > *best) {
@@ -578,14 +579,14 @@ static int pull_back(struct wctx *w, uint32_t x, unsigned xs)
 	farm_fatptr last, prev;
 	uint8_t *bd;
 	if ((rc = slide(w, x, &xs, bp)) ||
-	    (rc = ht_chain_last(w, bc, &last, &prev, &n)) ||
-	    (rc = ht_wbucket(w, bp, &bd)) ||
-	    (rc = ht_chain_pop(w, bc, last, prev, slot_at(h, bd, xs))))
+	    (rc = farm_ht_chain_last(w, bc, &last, &prev, &n)) ||
+	    (rc = farm_ht_wbucket(w, bp, &bd)) ||
+	    (rc = farm_ht_chain_pop(w, bc, last, prev, slot_at(h, bd, xs))))
 		return rc;
-	return ht_bump_pairs(w, bp);
+	return farm_ht_bump_pairs(w, bp);
 }
 
-int ht_apply_del(struct wctx *w, const uint8_t *key, uint32_t klen)
+int farm_ht_apply_del(struct wctx *w, const uint8_t *key, uint32_t klen)
 {
 	farm_ht *h = w->h;
 	uint64_t hash = farm_ht_hash(key, klen);
@@ -607,26 +608,26 @@ int ht_apply_del(struct wctx *w, const uint8_t *key, uint32_t klen)
 		/* Keep the chain dense: its last pair fills the hole. */
 		farm_fatptr last, prev;
 		unsigned n;
-		if ((rc = ht_chain_last(w, home, &last, &prev, &n)))
+		if ((rc = farm_ht_chain_last(w, home, &last, &prev, &n)))
 			return rc;
 		if (last.addr != lc.blk.addr) {
-			if ((rc = ht_chain_pop(w, home, last, prev, s)))
+			if ((rc = farm_ht_chain_pop(w, home, last, prev, s)))
 				return rc;
-			return ht_stamp_block(w, blk, home);
+			return farm_ht_stamp_block(w, blk, home);
 		}
-		if (ht_block_empty(h, blk))
-			return ht_unlink_block(w, home, lc.blk, lc.prev,
-			                       get_fat(blk + 8));
-		return ht_stamp_block(w, blk, home);
+		if (farm_ht_block_empty(h, blk))
+			return farm_ht_unlink_block(w, home, lc.blk, lc.prev,
+			                            get_fat(blk + 8));
+		return farm_ht_stamp_block(w, blk, home);
 	}
 	uint8_t *bd;
-	if ((rc = ht_wbucket(w, lc.bucket, &bd)))
+	if ((rc = farm_ht_wbucket(w, lc.bucket, &bd)))
 		return rc;
 	uint8_t *s = slot_at(h, bd, lc.slot);
 	if ((rc = drop_indirect(w, s)))
 		return rc;
 	memset(s, 0, h->slot_bytes);
-	if ((rc = ht_bump_pairs(w, lc.bucket)))
+	if ((rc = farm_ht_bump_pairs(w, lc.bucket)))
 		return rc;
 	/* The freed slot takes the last pair of a chain in reach. */
 	return pull_back(w, lc.bucket, lc.slot);

@@ -90,8 +90,8 @@ int farm_kv_open(const struct farm_kv_env *env, const struct farm_kv_attr *attr,
 		rc = farm_msg_handle(kv->msg, FARM_MSGT_KV_SHARDS, h_shards,
 		                     kv);
 	if (!rc)
-		rc = farm_msg_handle(kv->msg, FARM_MSGT_KV_OGET, kv_owner_serve,
-		                     kv);
+		rc = farm_msg_handle(kv->msg, FARM_MSGT_KV_OGET,
+		                     farm_kv_owner_serve, kv);
 	if (!rc)
 		rc = farm_kv_set_lookup(kv, FARM_KV_LOOKUP_AUTO);
 	if (rc) {

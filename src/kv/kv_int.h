@@ -115,19 +115,19 @@ struct sync_op {
 };
 
 /* sync.c, shared with mget.c's wrapper. */
-uint64_t kv_sync_timeout(const farm_kv *kv);
-void kv_sop_free(struct sync_op *w);
+uint64_t farm_kv_sync_timeout(const farm_kv *kv);
+void farm_kv_sop_free(struct sync_op *w);
 /* The operation ended: true when the record was abandoned (now freed). */
-bool kv_sop_end(struct sync_op *w, int status);
+bool farm_kv_sop_end(struct sync_op *w, int status);
 /* Drive @loop until @w is done (0) or @timeout_ns passed (the error, @w
  * abandoned to its continuation). */
-int kv_sop_wait(farm_loop *loop, struct sync_op *w, uint64_t timeout_ns);
+int farm_kv_sop_wait(farm_loop *loop, struct sync_op *w, uint64_t timeout_ns);
 
 /* owner_lookup.c: a get of another machine's key, sent to its owner. */
-int kv_owner_get(farm_kv *kv, farm_loop *loop, const void *key, uint32_t klen,
-                 farm_kv_get_fn cont, void *ctx);
+int farm_kv_owner_get(farm_kv *kv, farm_loop *loop, const void *key,
+                      uint32_t klen, farm_kv_get_fn cont, void *ctx);
 /* owner_serve.c: FARM_MSGT_KV_OGET's handler. */
-void kv_owner_serve(farm_loop *loop, const farm_msg_in *in, void *arg);
+void farm_kv_owner_serve(farm_loop *loop, const farm_msg_in *in, void *arg);
 
 /* FARM_MSGT_KV_MGET's handler (mget_serve.c). */
 void farm_kv_mget_serve(farm_loop *loop, const farm_msg_in *in, void *arg);

@@ -478,7 +478,7 @@ int farm_kv_mget(farm_kv *kv, farm_loop *loop, unsigned n,
 static void mg_sync_done(farm_loop *loop, void *ctx)
 {
 	(void)loop;
-	(void)kv_sop_end(ctx, 0);
+	(void)farm_kv_sop_end(ctx, 0);
 }
 
 /* With a deadline the lookup fills arrays of its own, copied out once it
@@ -500,9 +500,9 @@ int farm_kv_mget_sync_timed(farm_kv *kv, farm_loop *loop, unsigned n,
 	if (!timeout_ns) {
 		int rc = farm_kv_mget(kv, loop, n, keys, klens, vals, cap, lens,
 		                      status, mg_sync_done, w);
-		if (!rc && (rc = kv_sop_wait(loop, w, 0)))
+		if (!rc && (rc = farm_kv_sop_wait(loop, w, 0)))
 			return rc; /* -EDEADLK: not from a handler */
-		kv_sop_free(w);
+		farm_kv_sop_free(w);
 		return rc;
 	}
 	w->vals = malloc((size_t)n * cap + 1);
@@ -512,14 +512,14 @@ int farm_kv_mget_sync_timed(farm_kv *kv, farm_loop *loop, unsigned n,
 	if (!rc)
 		rc = farm_kv_mget(kv, loop, n, keys, klens, w->vals, cap,
 		                  w->lens, w->st, mg_sync_done, w);
-	if (!rc && (rc = kv_sop_wait(loop, w, timeout_ns)))
+	if (!rc && (rc = farm_kv_sop_wait(loop, w, timeout_ns)))
 		return rc;
 	if (!rc) {
 		memcpy(vals, w->vals, (size_t)n * cap);
 		memcpy(lens, w->lens, n * sizeof(*lens));
 		memcpy(status, w->st, n * sizeof(*status));
 	}
-	kv_sop_free(w);
+	farm_kv_sop_free(w);
 	return rc;
 }
 
@@ -528,5 +528,5 @@ int farm_kv_mget_sync(farm_kv *kv, farm_loop *loop, unsigned n,
                       void *vals, uint32_t cap, uint32_t *lens, int *status)
 {
 	return farm_kv_mget_sync_timed(kv, loop, n, keys, klens, vals, cap,
-	                               lens, status, kv_sync_timeout(kv));
+	                               lens, status, farm_kv_sync_timeout(kv));
 }

@@ -13,7 +13,7 @@ int farm_kv_get(farm_kv *kv, farm_loop *loop, const void *key, uint32_t klen,
 		return -EINVAL;
 	int rc = check_key(key, klen);
 	if (!rc && kv_owner_mode(kv))
-		return kv_owner_get(kv, loop, key, klen, cont, ctx);
+		return farm_kv_owner_get(kv, loop, key, klen, cont, ctx);
 	if (!rc)
 		rc = farm_ht_get(kv->ht, loop, key, klen, cont, ctx);
 	return rc == -E2BIG ? -EMSGSIZE : rc;

@@ -117,8 +117,8 @@ static int oget_send(struct oget *o)
 	return rc == -ENOENT ? -EAGAIN : rc;
 }
 
-int kv_owner_get(farm_kv *kv, farm_loop *loop, const void *key, uint32_t klen,
-                 farm_kv_get_fn cont, void *ctx)
+int farm_kv_owner_get(farm_kv *kv, farm_loop *loop, const void *key,
+                      uint32_t klen, farm_kv_get_fn cont, void *ctx)
 {
 	/* Our own shard, or not joined yet: the ordinary lookup (local, or
 	 * its -ENOENT for a store with no shards). */

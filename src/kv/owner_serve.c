@@ -159,7 +159,7 @@ static void osrv_start(farm_loop *loop, void *ctx, int status)
 		osrv_run(s);
 }
 
-void kv_owner_serve(farm_loop *loop, const farm_msg_in *in, void *arg)
+void farm_kv_owner_serve(farm_loop *loop, const farm_msg_in *in, void *arg)
 {
 	farm_kv *kv = arg;
 	if (!in->token.call_id) {

@@ -20,14 +20,14 @@ void farm_kv_set_sync_timeout(farm_kv *kv, uint64_t timeout_ns)
 		                      memory_order_relaxed);
 }
 
-uint64_t kv_sync_timeout(const farm_kv *kv)
+uint64_t farm_kv_sync_timeout(const farm_kv *kv)
 {
 	return kv ? atomic_load_explicit(&kv->sync_timeout_ns,
 	                                 memory_order_relaxed)
 	          : 0;
 }
 
-void kv_sop_free(struct sync_op *w)
+void farm_kv_sop_free(struct sync_op *w)
 {
 	free(w->vals);
 	free(w->lens);
@@ -35,10 +35,10 @@ void kv_sop_free(struct sync_op *w)
 	free(w);
 }
 
-bool kv_sop_end(struct sync_op *w, int status)
+bool farm_kv_sop_end(struct sync_op *w, int status)
 {
 	if (w->abandoned) {
-		kv_sop_free(w);
+		farm_kv_sop_free(w);
 		return true;
 	}
 	w->status = status;
@@ -46,7 +46,7 @@ bool kv_sop_end(struct sync_op *w, int status)
 	return false;
 }
 
-int kv_sop_wait(farm_loop *loop, struct sync_op *w, uint64_t timeout_ns)
+int farm_kv_sop_wait(farm_loop *loop, struct sync_op *w, uint64_t timeout_ns)
 {
 	int rc = farm_loop_wait(loop, &w->done, timeout_ns);
 	if (w->done)
@@ -68,13 +68,13 @@ static void get_done(farm_loop *loop, void *ctx, int status, const void *val,
 		else
 			memcpy(w->val, val, len);
 	}
-	(void)kv_sop_end(w, status);
+	(void)farm_kv_sop_end(w, status);
 }
 
 static void op_done(farm_loop *loop, void *ctx, int status)
 {
 	(void)loop;
-	(void)kv_sop_end(ctx, status);
+	(void)farm_kv_sop_end(ctx, status);
 }
 
 /* How long a get refused with -EAGAIN (this loop's lookups all in flight)
@@ -124,13 +124,13 @@ int farm_kv_get_sync_timed(farm_kv *kv, farm_loop *loop, const void *key,
 		uint64_t now = farm_now_ns();
 		/* Past it already: one look (1 ns), then it is abandoned. */
 		uint64_t left = !until ? 0 : now < until ? until - now : 1;
-		if ((rc = kv_sop_wait(loop, w, left)))
+		if ((rc = farm_kv_sop_wait(loop, w, left)))
 			return rc; /* abandoned: its continuation frees it */
 	}
 	if (len)
 		*len = w->len;
 	rc = rc ? rc : w->status;
-	kv_sop_free(w);
+	farm_kv_sop_free(w);
 	return rc;
 }
 
@@ -138,7 +138,7 @@ int farm_kv_get_sync(farm_kv *kv, farm_loop *loop, const void *key,
                      uint32_t klen, void *val, uint32_t cap, uint32_t *len)
 {
 	return farm_kv_get_sync_timed(kv, loop, key, klen, val, cap, len,
-	                              kv_sync_timeout(kv));
+	                              farm_kv_sync_timeout(kv));
 }
 
 /* put (@val) or delete (@val NULL) */
@@ -151,10 +151,10 @@ static int change_sync(farm_kv *kv, farm_loop *loop, const void *key,
 		return -ENOMEM;
 	int rc = val ? farm_kv_put(kv, loop, key, klen, val, vlen, op_done, w)
 	             : farm_kv_del(kv, loop, key, klen, op_done, w);
-	if (!rc && (rc = kv_sop_wait(loop, w, timeout_ns)))
+	if (!rc && (rc = farm_kv_sop_wait(loop, w, timeout_ns)))
 		return rc;
 	rc = rc ? rc : w->status;
-	kv_sop_free(w);
+	farm_kv_sop_free(w);
 	return rc;
 }
 
@@ -171,7 +171,7 @@ int farm_kv_put_sync(farm_kv *kv, farm_loop *loop, const void *key,
                      uint32_t klen, const void *val, uint32_t vlen)
 {
 	return farm_kv_put_sync_timed(kv, loop, key, klen, val, vlen,
-	                              kv_sync_timeout(kv));
+	                              farm_kv_sync_timeout(kv));
 }
 
 int farm_kv_del_sync_timed(farm_kv *kv, farm_loop *loop, const void *key,
@@ -183,5 +183,6 @@ int farm_kv_del_sync_timed(farm_kv *kv, farm_loop *loop, const void *key,
 int farm_kv_del_sync(farm_kv *kv, farm_loop *loop, const void *key,
                      uint32_t klen)
 {
-	return farm_kv_del_sync_timed(kv, loop, key, klen, kv_sync_timeout(kv));
+	return farm_kv_del_sync_timed(kv, loop, key, klen,
+	                              farm_kv_sync_timeout(kv));
 }

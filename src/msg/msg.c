@@ -166,11 +166,12 @@ int farm_msg_destroy(farm_msg *msg)
 		                &msg->inboxes[i].tail))) {
 			struct inbox_item *it =
 			        caa_container_of(n, struct inbox_item, node);
-			FARM_TSAN_ACQUIRE(it); /* pairs with msg_inbox_push's */
+			FARM_TSAN_ACQUIRE(
+			        it); /* pairs with farm_msg_inbox_push's */
 			free(it);
 		}
 	}
-	msg_probe_free(msg);
+	farm_msg_probe_free(msg);
 	farm_mr_dereg(msg->mr);
 	farm_mem_free(msg->mem);
 	free(msg->handlers);
@@ -291,9 +292,9 @@ int farm_msg_add_peer(farm_msg *msg, uint32_t id, const char *addr,
 	} else {
 		snprintf(p->addr, sizeof(p->addr), "%s", addr);
 		p->desc = *desc;
-		/* Pairs with the acquires of ready in msg_refresh_peers,
-		 * msg_peer_ep and the probe; the generation after it with
-		 * the acquire of peer_gen in msg_refresh_peers. */
+		/* Pairs with the acquires of ready in farm_msg_refresh_peers,
+		 * farm_msg_peer_ep and the probe; the generation after it with
+		 * the acquire of peer_gen in farm_msg_refresh_peers. */
 		atomic_store_explicit(&p->ready, 1, memory_order_release);
 		atomic_fetch_add(&msg->peer_gen, 1);
 	}
@@ -310,7 +311,7 @@ int farm_msg_replace_peer(farm_msg *msg, uint32_t id, const char *addr,
 		return -EINVAL;
 	struct peer_info *p = &msg->peers[id];
 	pthread_mutex_lock(&msg->lock);
-	/* Loops read addr and desc on their own threads (msg_peer_ep,
+	/* Loops read addr and desc on their own threads (farm_msg_peer_ep,
 	 * chan_get, chan_post); a loop that reads them while they change
 	 * here is one that has not forgotten the peer yet, whose writes
 	 * go to the old holder's endpoint, which fails them

@@ -283,27 +283,27 @@ static inline bool on_owner(const farm_loop *loop)
 /* ---- across files -------------------------------------------------------- */
 
 /* msg_ring.c: channels, sending, receiving, the inbox */
-void msg_refresh_peers(farm_loop *loop);
-int msg_peer_ep(farm_loop *loop, uint32_t m, struct out_peer **out);
-void msg_chan_free(struct out_chan *c);
+void farm_msg_refresh_peers(farm_loop *loop);
+int farm_msg_peer_ep(farm_loop *loop, uint32_t m, struct out_peer **out);
+void farm_msg_chan_free(struct out_chan *c);
 /* msg_probe.c: free the probe's endpoints and queue (at destroy). */
-void msg_probe_free(farm_msg *msg);
-struct inbox_item *msg_item_new(uint32_t len);
-void msg_inbox_push(farm_msg *msg, unsigned r, struct inbox_item *it);
-int msg_send_wire(farm_loop *loop, uint32_t machine, unsigned thread,
-                  const struct wire_msg *m, const void *payload);
-int msg_check_dest(farm_loop *loop, uint32_t machine, unsigned thread,
-                   uint32_t len);
-int msg_poll_rings(farm_loop *loop);
+void farm_msg_probe_free(farm_msg *msg);
+struct inbox_item *farm_msg_item_new(uint32_t len);
+void farm_msg_inbox_push(farm_msg *msg, unsigned r, struct inbox_item *it);
+int farm_msg_send_wire(farm_loop *loop, uint32_t machine, unsigned thread,
+                       const struct wire_msg *m, const void *payload);
+int farm_msg_check_dest(farm_loop *loop, uint32_t machine, unsigned thread,
+                        uint32_t len);
+int farm_msg_poll_rings(farm_loop *loop);
 /* The rings this loop receives from machine @m start afresh (a new
  * incarnation, farm_loop_forget_peer). */
-void msg_forget_in(farm_loop *loop, uint32_t m);
-void msg_hand_back_all(farm_loop *loop);
-int msg_poll_inbox(farm_loop *loop, int status);
+void farm_msg_forget_in(farm_loop *loop, uint32_t m);
+void farm_msg_hand_back_all(farm_loop *loop);
+int farm_msg_poll_inbox(farm_loop *loop, int status);
 
 /* msg_rpc.c: calls */
-void msg_call_done(farm_loop *loop, uint32_t i, int status, const void *reply,
-                   uint32_t len);
-int msg_scan_calls(farm_loop *loop, uint64_t now);
+void farm_msg_call_done(farm_loop *loop, uint32_t i, int status,
+                        const void *reply, uint32_t len);
+int farm_msg_scan_calls(farm_loop *loop, uint64_t now);
 
 #endif

@@ -176,7 +176,7 @@ static int rdma_post(farm_loop *loop, uint32_t machine, int wake_thread,
 	    wr->opcode != FARM_WR_CAS)
 		return -EINVAL;
 	struct out_peer *op;
-	int rc = msg_peer_ep(loop, machine, &op);
+	int rc = farm_msg_peer_ep(loop, machine, &op);
 	if (rc)
 		return rc;
 	if ((rc = rep_ready(loop, machine, op)))
@@ -238,7 +238,7 @@ static void forget_out(farm_loop *loop, uint32_t m)
 	if (op->chans)
 		for (unsigned r = 0; r < msg->attr.nthreads; r++) {
 			if (op->chans[r]) {
-				msg_chan_free(op->chans[r]);
+				farm_msg_chan_free(op->chans[r]);
 				/* Relaxed: the count farm_msg_memory reads. */
 				atomic_fetch_sub_explicit(&loop->mirror_bytes,
 				                          msg->lay.R,
@@ -263,7 +263,7 @@ int farm_loop_forget_peer(farm_loop *loop, uint32_t id)
 	    id == loop->msg->me)
 		return -EINVAL;
 	forget_out(loop, id);
-	msg_forget_in(loop, id);
+	farm_msg_forget_in(loop, id);
 	return 0;
 }
 
@@ -365,14 +365,14 @@ int farm_loop_poll(farm_loop *loop)
 		return 0;
 	loop->polling = true;
 	int got = loop->dq_head ? run_deferred(loop, 0) : 0;
-	msg_refresh_peers(loop);
+	farm_msg_refresh_peers(loop);
 	got += poll_cq(loop);
-	got += msg_poll_rings(loop);
+	got += farm_msg_poll_rings(loop);
 	for (unsigned i = 0; i < loop->npollers; i++)
 		got += loop->pollers[i].poll(loop, loop->pollers[i].ctx);
-	got += msg_poll_inbox(loop, 0);
+	got += farm_msg_poll_inbox(loop, 0);
 	if (loop->nactive && (++loop->ticks % SCAN_EVERY) == 0)
-		got += msg_scan_calls(loop, farm_now_ns());
+		got += farm_msg_scan_calls(loop, farm_now_ns());
 	if (loop->ndirty)
 		farm_loop_flush(loop);
 	loop->polling = false;
@@ -407,12 +407,12 @@ static bool work_pending(farm_loop *loop)
 /* Park until a doorbell, a posted item, or @max_ns. */
 static void park(farm_loop *loop, uint64_t max_ns)
 {
-	msg_hand_back_all(loop);
+	farm_msg_hand_back_all(loop);
 	if (loop->ndirty)
 		farm_loop_flush(loop);
 	if (loop->ndirty)
 		return; /* sends still wait for room: keep polling */
-	/* Dekker with msg_inbox_push and farm_loop_stop (pairs with their
+	/* Dekker with farm_msg_inbox_push and farm_loop_stop (pairs with their
 	 * full fences): store the park word, full fence, then look for work.
 	 * Either a producer sees the word and wakes us, or we see its item. */
 	atomic_store_explicit(loop->park, 1, memory_order_seq_cst);
@@ -431,7 +431,7 @@ static void idle(farm_loop *loop, uint64_t deadline)
 	farm_msg *msg = loop->msg;
 	uint64_t now = farm_now_ns();
 	if (loop->nactive)
-		msg_scan_calls(loop, now);
+		farm_msg_scan_calls(loop, now);
 	if (msg->attr.busy_poll || loop->nops) {
 		farm_cpu_relax();
 		return;
@@ -511,12 +511,12 @@ int farm_loop_post(farm_loop *loop, farm_work_fn fn, void *ctx)
 {
 	if (!loop || !fn)
 		return -EINVAL;
-	struct inbox_item *it = msg_item_new(0);
+	struct inbox_item *it = farm_msg_item_new(0);
 	if (!it)
 		return -ENOMEM;
 	it->fn = fn;
 	it->ctx = ctx;
-	msg_inbox_push(loop->msg, loop->idx, it);
+	farm_msg_inbox_push(loop->msg, loop->idx, it);
 	return 0;
 }
 
@@ -528,7 +528,7 @@ void farm_loop_close(farm_loop *loop)
 	if (!on_owner(loop))
 		farm_warn("msg: loop %u closed by another thread", loop->idx);
 	while (loop->active != NIL)
-		msg_call_done(loop, loop->active, -ECANCELED, NULL, 0);
+		farm_msg_call_done(loop, loop->active, -ECANCELED, NULL, 0);
 	while (loop->ops)
 		rdma_done(loop, loop->ops, -ECANCELED);
 	while (loop->dq_head)
@@ -546,13 +546,13 @@ void farm_loop_close(farm_loop *loop)
 	pthread_mutex_lock(&msg->lock);
 	msg->loops[loop->idx] = NULL;
 	pthread_mutex_unlock(&msg->lock);
-	msg_poll_inbox(loop, -ECANCELED);
+	farm_msg_poll_inbox(loop, -ECANCELED);
 	for (uint32_t m = 0; m < msg->attr.max_machines; m++) {
 		struct out_peer *op = &loop->out[m];
 		if (op->chans) {
 			for (unsigned r = 0; r < msg->attr.nthreads; r++)
 				if (op->chans[r])
-					msg_chan_free(op->chans[r]);
+					farm_msg_chan_free(op->chans[r]);
 			free(op->chans);
 		}
 		if (op->ep)

@@ -40,7 +40,7 @@ static void probe_ep_drop(struct msg_probe *p, uint32_t id)
 	}
 }
 
-void msg_probe_free(farm_msg *msg)
+void farm_msg_probe_free(farm_msg *msg)
 {
 	struct msg_probe *p = msg->probe;
 	if (!p)
@@ -80,7 +80,7 @@ static int probe_init(farm_msg *msg)
 		goto fail;
 	return 0;
 fail:
-	msg_probe_free(msg);
+	farm_msg_probe_free(msg);
 	return rc;
 }
 

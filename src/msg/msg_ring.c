@@ -16,7 +16,7 @@
 #include "util/tsan.h"
 
 /* Refresh the list of machines whose rings we poll. */
-void msg_refresh_peers(farm_loop *loop)
+void farm_msg_refresh_peers(farm_loop *loop)
 {
 	farm_msg *msg = loop->msg;
 	/* Pairs with the increment in farm_msg_add_peer, made after the
@@ -34,7 +34,7 @@ void msg_refresh_peers(farm_loop *loop)
 }
 
 /* The endpoint to machine @m, connected on first use. */
-int msg_peer_ep(farm_loop *loop, uint32_t m, struct out_peer **out)
+int farm_msg_peer_ep(farm_loop *loop, uint32_t m, struct out_peer **out)
 {
 	struct out_peer *op = &loop->out[m];
 	*out = op;
@@ -69,7 +69,7 @@ static int chan_get(farm_loop *loop, uint32_t m, unsigned r,
                     struct out_chan **out)
 {
 	struct out_peer *op;
-	int rc = msg_peer_ep(loop, m, &op);
+	int rc = farm_msg_peer_ep(loop, m, &op);
 	if (rc)
 		return rc;
 	if (!op->chans) {
@@ -122,7 +122,7 @@ static int chan_get(farm_loop *loop, uint32_t m, unsigned r,
 	return 0;
 }
 
-void msg_chan_free(struct out_chan *c)
+void farm_msg_chan_free(struct out_chan *c)
 {
 	while (c->qhead) {
 		struct pend *p = c->qhead;
@@ -316,7 +316,7 @@ unsigned farm_loop_unsent(const farm_loop *loop)
 	return loop ? loop->ndirty : 0;
 }
 
-struct inbox_item *msg_item_new(uint32_t len)
+struct inbox_item *farm_msg_item_new(uint32_t len)
 {
 	struct inbox_item *it = malloc(sizeof(*it) + len);
 	if (it)
@@ -325,10 +325,10 @@ struct inbox_item *msg_item_new(uint32_t len)
 }
 
 /* Queue on loop @r of this machine and wake it if parked. */
-void msg_inbox_push(farm_msg *msg, unsigned r, struct inbox_item *it)
+void farm_msg_inbox_push(farm_msg *msg, unsigned r, struct inbox_item *it)
 {
 	FARM_TSAN_RELEASE(it); /* pairs with FARM_TSAN_ACQUIRE in
-	                          msg_poll_inbox (and msg.c's drain) */
+	                          farm_msg_poll_inbox (and msg.c's drain) */
 	cds_wfcq_enqueue(&msg->inboxes[r].head, &msg->inboxes[r].tail,
 	                 &it->node);
 	/* Dekker with park() (msg_loop.c), pairs with its store of the park
@@ -342,15 +342,15 @@ void msg_inbox_push(farm_msg *msg, unsigned r, struct inbox_item *it)
 		farm_wake_word(w);
 }
 
-int msg_send_wire(farm_loop *loop, uint32_t machine, unsigned thread,
-                  const struct wire_msg *m, const void *payload)
+int farm_msg_send_wire(farm_loop *loop, uint32_t machine, unsigned thread,
+                       const struct wire_msg *m, const void *payload)
 {
 	farm_msg *msg = loop->msg;
 	if (machine == msg->me) {
 		if ((m->kind == WIRE_ONEWAY || m->kind == WIRE_REQUEST) &&
 		    !wire_type_known(msg->types, m->type))
 			return -EINVAL;
-		struct inbox_item *it = msg_item_new(m->len);
+		struct inbox_item *it = farm_msg_item_new(m->len);
 		if (!it)
 			return -ENOMEM;
 		it->fn = NULL;
@@ -358,7 +358,7 @@ int msg_send_wire(farm_loop *loop, uint32_t machine, unsigned thread,
 		it->m = *m;
 		if (m->len)
 			memcpy(it->payload, payload, m->len);
-		msg_inbox_push(msg, thread, it);
+		farm_msg_inbox_push(msg, thread, it);
 		farm_stat_add_owned(&loop->stats.v[S_SENT], 1);
 		return 0;
 	}
@@ -398,8 +398,8 @@ int msg_send_wire(farm_loop *loop, uint32_t machine, unsigned thread,
 	return 0;
 }
 
-int msg_check_dest(farm_loop *loop, uint32_t machine, unsigned thread,
-                   uint32_t len)
+int farm_msg_check_dest(farm_loop *loop, uint32_t machine, unsigned thread,
+                        uint32_t len)
 {
 	farm_msg *msg = loop->msg;
 	if (thread >= msg->attr.nthreads)
@@ -416,14 +416,14 @@ int farm_msg_send(farm_loop *loop, uint32_t machine, unsigned thread,
 {
 	if (!loop || (len && !payload))
 		return -EINVAL;
-	int rc = msg_check_dest(loop, machine, thread, len);
+	int rc = farm_msg_check_dest(loop, machine, thread, len);
 	if (rc)
 		return rc;
 	struct wire_msg m = {.len = len,
 	                     .type = type,
 	                     .kind = WIRE_ONEWAY,
 	                     .src_thread = (uint8_t)loop->idx};
-	return msg_send_wire(loop, machine, thread, &m, payload);
+	return farm_msg_send_wire(loop, machine, thread, &m, payload);
 }
 
 /* ---- receiving ----------------------------------------------------------- */
@@ -453,11 +453,11 @@ static void deliver(farm_loop *loop, uint32_t src, const struct wire_msg *m,
 		return;
 	}
 	if (m->kind == WIRE_REPLY) {
-		msg_call_done(loop, i, 0, payload, m->len);
+		farm_msg_call_done(loop, i, 0, payload, m->len);
 	} else {
 		int32_t st;
 		memcpy(&st, payload, 4);
-		msg_call_done(loop, i, st, NULL, 0);
+		farm_msg_call_done(loop, i, st, NULL, 0);
 	}
 }
 
@@ -482,7 +482,7 @@ static void hand_back(farm_loop *loop, uint32_t m, unsigned t,
 	farm_store_fence();
 	atomic_thread_fence(memory_order_release);
 	struct out_peer *op;
-	if (msg_peer_ep(loop, m, &op))
+	if (farm_msg_peer_ep(loop, m, &op))
 		return; /* dead or unknown: nobody to tell */
 	uint64_t v = c->head;
 	const farm_mr_desc *pd = &msg->peers[m].desc;
@@ -587,7 +587,7 @@ static int poll_ring(farm_loop *loop, uint32_t m, unsigned t, struct in_chan *c)
 	return got;
 }
 
-void msg_forget_in(farm_loop *loop, uint32_t m)
+void farm_msg_forget_in(farm_loop *loop, uint32_t m)
 {
 	farm_msg *msg = loop->msg;
 	uint32_t R = msg->lay.R;
@@ -621,7 +621,7 @@ void msg_forget_in(farm_loop *loop, uint32_t m)
 	loop->refused_logged[m] = 0;
 }
 
-int msg_poll_rings(farm_loop *loop)
+int farm_msg_poll_rings(farm_loop *loop)
 {
 	farm_msg *msg = loop->msg;
 	unsigned T = msg->attr.nthreads;
@@ -642,7 +642,7 @@ int msg_poll_rings(farm_loop *loop)
 	return got;
 }
 
-void msg_hand_back_all(farm_loop *loop)
+void farm_msg_hand_back_all(farm_loop *loop)
 {
 	unsigned T = loop->msg->attr.nthreads;
 	for (unsigned i = 0; i < loop->npeers; i++) {
@@ -655,7 +655,7 @@ void msg_hand_back_all(farm_loop *loop)
 	}
 }
 
-int msg_poll_inbox(farm_loop *loop, int status)
+int farm_msg_poll_inbox(farm_loop *loop, int status)
 {
 	farm_msg *msg = loop->msg;
 	struct inbox *ib = &msg->inboxes[loop->idx];
@@ -672,7 +672,7 @@ int msg_poll_inbox(farm_loop *loop, int status)
 	while ((n = __cds_wfcq_dequeue_blocking(&h, &t))) {
 		struct inbox_item *it =
 		        caa_container_of(n, struct inbox_item, node);
-		FARM_TSAN_ACQUIRE(it); /* pairs with msg_inbox_push's */
+		FARM_TSAN_ACQUIRE(it); /* pairs with farm_msg_inbox_push's */
 		if (it->fn)
 			it->fn(loop, it->ctx, status);
 		else if (status == 0)

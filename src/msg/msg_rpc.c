@@ -30,8 +30,8 @@ static void call_unlink(farm_loop *loop, uint32_t i)
 }
 
 /* Complete call @i with @status (and a reply when 0). */
-void msg_call_done(farm_loop *loop, uint32_t i, int status, const void *reply,
-                   uint32_t len)
+void farm_msg_call_done(farm_loop *loop, uint32_t i, int status,
+                        const void *reply, uint32_t len)
 {
 	struct call *c = &loop->calls[i];
 	farm_rpc_fn cont = c->cont;
@@ -46,7 +46,7 @@ int farm_msg_call(farm_loop *loop, uint32_t machine, unsigned thread,
 {
 	if (!loop || !cont || (len && !req))
 		return -EINVAL;
-	int rc = msg_check_dest(loop, machine, thread, len);
+	int rc = farm_msg_check_dest(loop, machine, thread, len);
 	if (rc)
 		return rc;
 	if (loop->free_call == NIL)
@@ -60,7 +60,7 @@ int farm_msg_call(farm_loop *loop, uint32_t machine, unsigned thread,
 	                     .kind = WIRE_REQUEST,
 	                     .src_thread = (uint8_t)loop->idx,
 	                     .call_id = id};
-	rc = msg_send_wire(loop, machine, thread, &m, req);
+	rc = farm_msg_send_wire(loop, machine, thread, &m, req);
 	if (rc)
 		return rc;
 	loop->free_call = c->next_free;
@@ -84,7 +84,7 @@ static int reply_wire(farm_loop *loop, const struct farm_msg_token *tok,
 {
 	if (!loop || !tok || !tok->call_id || (len && !p))
 		return -EINVAL;
-	int rc = msg_check_dest(loop, tok->machine, tok->thread, len);
+	int rc = farm_msg_check_dest(loop, tok->machine, tok->thread, len);
 	if (rc)
 		return rc;
 	struct wire_msg m = {.len = len,
@@ -92,7 +92,7 @@ static int reply_wire(farm_loop *loop, const struct farm_msg_token *tok,
 	                     .kind = kind,
 	                     .src_thread = (uint8_t)loop->idx,
 	                     .call_id = tok->call_id};
-	return msg_send_wire(loop, tok->machine, tok->thread, &m, p);
+	return farm_msg_send_wire(loop, tok->machine, tok->thread, &m, p);
 }
 
 int farm_msg_reply(farm_loop *loop, const struct farm_msg_token *tok,
@@ -111,7 +111,7 @@ int farm_msg_reply_error(farm_loop *loop, const struct farm_msg_token *tok,
 }
 
 /* Fail calls that timed out or whose peer died. */
-int msg_scan_calls(farm_loop *loop, uint64_t now)
+int farm_msg_scan_calls(farm_loop *loop, uint64_t now)
 {
 	int n = 0;
 	for (uint32_t i = loop->active; i != NIL;) {
@@ -134,7 +134,7 @@ int msg_scan_calls(farm_loop *loop, uint64_t now)
 			                 .v[st == -ETIMEDOUT ? S_TIMEOUTS
 			                                     : S_PEER_DEATHS],
 			        1);
-			msg_call_done(loop, i, st, NULL, 0);
+			farm_msg_call_done(loop, i, st, NULL, 0);
 			n++;
 		}
 		i = next;

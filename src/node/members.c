@@ -70,7 +70,8 @@ static void forsake_missing(farm_node *n)
  * whole-cluster restart gives this machine up at once rather than wait for
  * it. Only for damage (FARM_ECORRUPT): another machine's or cluster's
  * directory (-EXDEV) is a mistake to mend, not a loss. */
-void node_note_refused(const struct farm_config *cfg, int rc, const char *why)
+void farm_node_note_refused(const struct farm_config *cfg, int rc,
+                            const char *why)
 {
 	if (rc != FARM_ECORRUPT || !cfg->zk[0] ||
 	    FARM_FAULT_SWITCH(FARM_FP_RESTART_NO_NOTICE))
@@ -89,7 +90,7 @@ void node_note_refused(const struct farm_config *cfg, int rc, const char *why)
 		          cfg->machine_id);
 }
 
-void node_clear_notice(const struct farm_config *cfg)
+void farm_node_clear_notice(const struct farm_config *cfg)
 {
 	if (!cfg->zk[0])
 		return;
@@ -104,8 +105,8 @@ void node_clear_notice(const struct farm_config *cfg)
 
 /* Under n->lock, while a restart is pending: give up at once the previous
  * members still missing that left a refusal notice (@ref[0..nref): their
- * directories are damaged, node_note_refused), as if they had failed, rather
- * than wait restart_wait_ms (or for ever) for them. */
+ * directories are damaged, farm_node_note_refused), as if they had failed,
+ * rather than wait restart_wait_ms (or for ever) for them. */
 static void forsake_refused(farm_node *n, const uint32_t *ref, unsigned nref)
 {
 	uint32_t miss[FARM_VIEW_MAX], give[FARM_VIEW_MAX];

@@ -146,7 +146,7 @@ static int card_write(farm_node *n)
 }
 
 /* A static peer's card, from its data directory, waited for. */
-int node_card_read(const char *dir, int timeout_ms, char *out, size_t len)
+int farm_node_card_read(const char *dir, int timeout_ms, char *out, size_t len)
 {
 	char path[FARM_CONFIG_STR + 32];
 	snprintf(path, sizeof(path), "%s/" CARD_FILE, dir);
@@ -250,7 +250,7 @@ static void grow_stop(farm_node *n)
 	farm_grow_destroy(g);
 }
 
-void node_grow_view(farm_node *n, const struct farm_view *v)
+void farm_node_grow_view(farm_node *n, const struct farm_view *v)
 {
 	pthread_mutex_lock(&n->grow_lock);
 	grow_view_locked(n, v);
@@ -260,7 +260,7 @@ void node_grow_view(farm_node *n, const struct farm_view *v)
 /* Once the restart ran (or none was pending): as manager, this machine
  * writes no restart mark (zk.c). Any thread; farm_membership_restarted
  * does something only the first time. */
-void node_restart_unmark(farm_node *n)
+void farm_node_restart_unmark(farm_node *n)
 {
 	pthread_mutex_lock(&n->lock);
 	struct farm_membership *m =
@@ -310,11 +310,12 @@ static int node_open_restart(farm_node *n, const struct farm_config *cfg)
 	if (rc) {
 		farm_err("node %" PRIu32 ": refusing to start: %s",
 		         cfg->machine_id, err[0] ? err : farm_strerror(rc));
-		node_note_refused(cfg, rc, err[0] ? err : farm_strerror(rc));
+		farm_node_note_refused(cfg, rc,
+		                       err[0] ? err : farm_strerror(rc));
 		return rc;
 	}
 	if (farm_restart_pending(n->rs))
-		node_clear_notice(cfg); /* its directory passed */
+		farm_node_clear_notice(cfg); /* its directory passed */
 	return 0;
 }
 
@@ -587,7 +588,7 @@ int farm_node_start(farm_node *n, int timeout_ms)
 	        .restart = farm_restart_config(n->rs),
 	        .realtime = true,
 	        .reuse_ids = n->cfg.reuse_ids,
-	        .on_view = node_apply_view,
+	        .on_view = farm_node_apply_view,
 	        .on_state = on_state,
 	        .ctx = n,
 	};
@@ -597,7 +598,8 @@ int farm_node_start(farm_node *n, int timeout_ms)
 		pthread_mutex_lock(&n->lock);
 		n->marked_mem = n->mem;
 		pthread_mutex_unlock(&n->lock);
-		node_restart_unmark(n); /* it may have run during the open */
+		farm_node_restart_unmark(
+		        n); /* it may have run during the open */
 	}
 	if (rc)
 		farm_err("node %" PRIu32 ": cannot join: %s", n->cfg.machine_id,

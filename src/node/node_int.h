@@ -89,20 +89,21 @@ struct farm_node {
 /* members.c: farm_node_open refused this machine's directory (@rc, @why):
  * with ZooKeeper, leave a refusal notice (farm_zk_note_refused) when it is
  * damage. */
-void node_note_refused(const struct farm_config *cfg, int rc, const char *why);
+void farm_node_note_refused(const struct farm_config *cfg, int rc,
+                            const char *why);
 /* members.c: this machine's directory passed the restart check: with
  * ZooKeeper, delete a refusal notice an earlier attempt left. */
-void node_clear_notice(const struct farm_config *cfg);
+void farm_node_clear_notice(const struct farm_config *cfg);
 
 /* node.c: a static member's card, read from its data directory (waits
  * up to @timeout_ms for the file). */
-int node_card_read(const char *dir, int timeout_ms, char *out, size_t len);
+int farm_node_card_read(const char *dir, int timeout_ms, char *out, size_t len);
 /* node.c: growth learns a view (under grow_lock). */
-void node_grow_view(farm_node *n, const struct farm_view *v);
+void farm_node_grow_view(farm_node *n, const struct farm_view *v);
 /* node.c: once the restart ran (or none was pending), the manager's
  * restart mark goes. */
-void node_restart_unmark(farm_node *n);
+void farm_node_restart_unmark(farm_node *n);
 /* view.c: the membership's on_view callback. */
-void node_apply_view(void *ctx, const struct farm_view *v);
+void farm_node_apply_view(void *ctx, const struct farm_view *v);
 
 #endif

@@ -1,5 +1,5 @@
 /*
- * Applying a view the membership delivers (node_apply_view, the
+ * Applying a view the membership delivers (farm_node_apply_view, the
  * membership's on_view callback): one view at a time, in config-id order.
  *
  * A named state machine: each state does one step of the view and names
@@ -446,8 +446,8 @@ static void add_peer(farm_node *n, const struct farm_view *v,
 	farm_mr_desc d, ld;
 	int rc = farm_node_card_parse(m->endpoint, addr, sizeof(addr), &d, &ld);
 	if (rc == -ENOENT) { /* static: the card is in its directory */
-		rc = node_card_read(m->endpoint, n->start_timeout_ms, card,
-		                    sizeof(card));
+		rc = farm_node_card_read(m->endpoint, n->start_timeout_ms, card,
+		                         sizeof(card));
 		if (!rc)
 			rc = farm_node_card_parse(card, addr, sizeof(addr), &d,
 			                          &ld);
@@ -596,7 +596,7 @@ static enum av_state av_restart(struct av *a)
 		return AV_DONE;
 	}
 	farm_restart_applied(n->rs, a->v);
-	node_restart_unmark(n);
+	farm_node_restart_unmark(n);
 	/* After the leases took the configuration (no lease is granted
 	 * outside it any more). */
 	return a->ngone || a->nlate || a->ngrew || a->bumped ? AV_RECOVER
@@ -694,7 +694,7 @@ static enum av_state av_record(struct av *a)
 	if (fn && (!a->rc || !a->member))
 		fn(fn_ctx, v->config_id, v->n, a->member);
 	if (!a->rc && a->member)
-		node_grow_view(n, v);
+		farm_node_grow_view(n, v);
 	farm_info("node %" PRIu32 ": view %" PRIu64 " with %u machines",
 	          n->cfg.machine_id, v->config_id, v->n);
 	return AV_DONE;
@@ -709,7 +709,7 @@ static enum av_state (*const av_steps[AV_DONE])(struct av *) = {
         [AV_RECORD] = av_record,
 };
 
-void node_apply_view(void *ctx, const struct farm_view *v)
+void farm_node_apply_view(void *ctx, const struct farm_view *v)
 {
 	struct av a = {.n = ctx, .v = v};
 	for (enum av_state s = AV_SCREEN; s != AV_DONE;)

@@ -10,7 +10,7 @@
  * holds (new ones always: transactions allocate on the coordinator), a
  * 15-bit description of the object's slab block (farm_alloc_block_info) in
  * the spare flag bits, and a backup writes it into its copy's table when
- * the record lands (txn_alloc_note, from the poller, before the record can
+ * the record lands (farm_txn_alloc_note, from the poller, before the record can
  * be applied by truncation or recovery). Describing a block early is safe
  * even if the transaction aborts: a slab block never changes class and is
  * never freed, so the description holds for the block's lifetime.
@@ -38,7 +38,7 @@ void farm_txn_testing_no_block_info(bool on)
 }
 #endif
 
-uint32_t txn_alloc_flags(farm_txm *m, const struct txobj *o)
+uint32_t farm_txn_alloc_flags(farm_txm *m, const struct txobj *o)
 {
 	if (o->flags & TXO_FREE)
 		return 0; /* bits 31..8 may hold a freed array's count */
@@ -59,8 +59,8 @@ uint32_t txn_alloc_flags(farm_txm *m, const struct txobj *o)
  * returns true, and the caller must not unlock it. The object stays locked
  * until then, so no reader takes it for live after the free committed.
  */
-bool txn_free_at_commit(farm_txm *m, struct txloop *tl, farm_gaddr a,
-                        uint64_t nv)
+bool farm_txn_free_at_commit(farm_txm *m, struct txloop *tl, farm_gaddr a,
+                             uint64_t nv)
 {
 	int rc = farm_galloc_free_local_or_defer(m->ga, tl->loop, a, nv);
 	if (rc == 1) {
@@ -79,7 +79,7 @@ bool txn_free_at_commit(farm_txm *m, struct txloop *tl, farm_gaddr a,
 	return false;
 }
 
-void txn_alloc_note(struct txloop *tl, const uint8_t *rec)
+void farm_txn_alloc_note(struct txloop *tl, const uint8_t *rec)
 {
 	farm_txm *m = tl->m;
 	struct rec_hdr h;

@@ -73,8 +73,8 @@ static bool in_rec(const struct txobj *o, int type, uint32_t p, uint32_t b)
 
 /* The size of the record of @type from this commit to primary @p (LOCK)
  * or to backup @b of @p (COMMIT-BACKUP); its object count in *@nobj. */
-uint64_t txn_rec_bytes(farm_tx *tx, int type, uint32_t p, uint32_t b,
-                       unsigned *nobj)
+uint64_t farm_txn_rec_bytes(farm_tx *tx, int type, uint32_t p, uint32_t b,
+                            unsigned *nobj)
 {
 	unsigned n = 0;
 	uint64_t img = 0;
@@ -92,7 +92,7 @@ static int build_rec(farm_tx *tx, int type, uint32_t p, uint32_t b,
                      uint8_t **out, size_t *len)
 {
 	unsigned n;
-	uint64_t sz = txn_rec_bytes(tx, type, p, b, &n);
+	uint64_t sz = farm_txn_rec_bytes(tx, type, p, b, &n);
 	uint8_t *buf = arena_get(&tx->tl->ar, sz);
 	if (!buf)
 		return -ENOMEM;
@@ -130,7 +130,7 @@ static int build_rec(farm_tx *tx, int type, uint32_t p, uint32_t b,
 		                          ? OBJF_ELEM
 		                          : 0) |
 		                 (type == REC_COMMIT_BACKUP
-		                          ? txn_alloc_flags(tx->m, o)
+		                          ? farm_txn_alloc_flags(tx->m, o)
 		                          : 0)};
 		memcpy(img, o->img, 64ull * o->lines);
 		img += 64ull * o->lines;
@@ -145,7 +145,7 @@ static void tx_append(farm_tx *tx, uint32_t mach, uint8_t *buf, size_t len,
                       int kind)
 {
 	uint64_t seq;
-	int rc = txn_log_append(tx->tl, mach, buf, len, tx, kind, &seq);
+	int rc = farm_txn_log_append(tx->tl, mach, buf, len, tx, kind, &seq);
 	if (!rc)
 		tx->used[mach] += len;
 	if (rc && rc != -EAGAIN && (kind == K_PRIMARY || kind == K_ABORT))
@@ -193,7 +193,7 @@ static void count_outcome(farm_txm *m, int outcome)
 	}
 }
 
-void txn_tx_report(farm_tx *tx, int outcome)
+void farm_txn_tx_report(farm_tx *tx, int outcome)
 {
 	if (tx->reported)
 		return;
@@ -217,7 +217,7 @@ void txn_tx_report(farm_tx *tx, int outcome)
 }
 
 /* Everything the transaction wrote is done: its records may go. */
-void txn_tx_finish(farm_tx *tx)
+void farm_txn_tx_finish(farm_tx *tx)
 {
 	struct txloop *tl = tx->tl;
 	farm_txm *m = tx->m;
@@ -247,7 +247,7 @@ void txn_tx_finish(farm_tx *tx)
 		                        ? tx->need[mach] - tx->used[mach]
 		                        : 0;
 		w->reserved -= FARM_MIN(w->reserved, left);
-		txn_maybe_truncate(tl, mach, false);
+		farm_txn_maybe_truncate(tl, mach, false);
 	}
 	for (unsigned i = 0; i < tx->n; i++) {
 		struct txobj *o = &tx->o[i];
@@ -270,14 +270,14 @@ void txn_tx_finish(farm_tx *tx)
 		o->flags &= ~TXO_NEW;
 	}
 	if (tx->nwaiters) /* decided without passing the hooks */
-		txn_tell_decided(tx, tx->outcome == 0);
+		farm_txn_tell_decided(tx, tx->outcome == 0);
 	if (tx->cseq) {
-		txn_cseq_done(tl, tx->cseq);
+		farm_txn_cseq_done(tl, tx->cseq);
 		tx->cseq = 0;
 	}
 	tx->ph = PH_DONE;
 	if (tx->released)
-		txn_tx_free(tx);
+		farm_txn_tx_free(tx);
 }
 
 /* ---- the state machine ------------------------------------------------ */
@@ -299,8 +299,8 @@ static void tx_fail(farm_tx *tx, int fail)
 		for (uint32_t p = 0; p < 0x40; p++)
 			cb |= tx->cb_at[p];
 		if (!cb) {
-			txn_tx_report(tx, fail);
-			txn_tx_finish(tx);
+			farm_txn_tx_report(tx, fail);
+			farm_txn_tx_finish(tx);
 			return;
 		}
 	}
@@ -319,7 +319,7 @@ static void tx_step(farm_tx *tx)
 			phase_abort(tx,
 			            fail == -EINVAL ? FARM_ECONFLICT : fail);
 		else
-			txn_phase_validate(tx);
+			farm_txn_phase_validate(tx);
 		break;
 	case PH_VALIDATE:
 		if (fail) {
@@ -331,8 +331,8 @@ static void tx_step(farm_tx *tx)
 			for (unsigned i = 0; i < tx->n; i++)
 				any |= txo_is_write(&tx->o[i]);
 			if (!any) { /* read-only: validated */
-				txn_tx_report(tx, 0);
-				txn_tx_finish(tx);
+				farm_txn_tx_report(tx, 0);
+				farm_txn_tx_finish(tx);
 			} else {
 				phase_backup(tx);
 			}
@@ -378,12 +378,12 @@ static void tx_step(farm_tx *tx)
 		 * their COMMIT-BACKUP at every surviving backup (recover.c),
 		 * so it is committed. */
 		if (!tx->reported)
-			txn_tx_report(tx, 0);
-		txn_tx_finish(tx);
+			farm_txn_tx_report(tx, 0);
+		farm_txn_tx_finish(tx);
 		break;
 	case PH_ABORT:
-		txn_tx_report(tx, tx->abort_outcome);
-		txn_tx_finish(tx);
+		farm_txn_tx_report(tx, tx->abort_outcome);
+		farm_txn_tx_finish(tx);
 		break;
 	default: break;
 	}
@@ -392,8 +392,8 @@ static void tx_step(farm_tx *tx)
 static void send_decisive(farm_tx *tx, uint32_t mach, int type, int kind,
                           struct decisive *d);
 
-void txn_tx_record_done(farm_loop *loop, farm_tx *tx, int kind, uint32_t mach,
-                        int status)
+void farm_txn_tx_record_done(farm_loop *loop, farm_tx *tx, int kind,
+                             uint32_t mach, int status)
 {
 	(void)loop;
 	tx->wait_writes--;
@@ -418,14 +418,14 @@ void txn_tx_record_done(farm_loop *loop, farm_tx *tx, int kind, uint32_t mach,
 	if (kind == K_PRIMARY && !status) {
 		tx->committed_writes++;
 		if (!tx->reported)
-			txn_tx_report(tx, 0);
+			farm_txn_tx_report(tx, 0);
 	}
 	if (status && !tx->fail && kind != K_PRIMARY && kind != K_ABORT)
 		tx->fail = status == FARM_EFLUSHED ? FARM_EPEERDEAD : status;
 	tx_step(tx);
 }
 
-void txn_h_reply(farm_loop *loop, const farm_msg_in *in, void *arg)
+void farm_txn_h_reply(farm_loop *loop, const farm_msg_in *in, void *arg)
 {
 	farm_txm *m = arg;
 	struct txloop *tl = loop_state(m, loop);
@@ -571,7 +571,7 @@ static void validate_more(farm_tx *tx)
 	}
 }
 
-void txn_phase_validate(farm_tx *tx)
+void farm_txn_phase_validate(farm_tx *tx)
 {
 	tx->ph = PH_VALIDATE;
 	tx->vnext = 0;
@@ -702,7 +702,7 @@ static void decisive_retry(farm_loop *loop, void *ctx, int status)
 static void phase_primary(farm_tx *tx)
 {
 	tx->ph = PH_PRIMARY;
-	txn_tell_decided(tx, true);
+	farm_txn_tell_decided(tx, true);
 	bool remote = false;
 	for (uint32_t p = 0; p < tx->m->M && p < 0x40; p++) {
 		if (!tx->locked_at[p])
@@ -728,7 +728,7 @@ static void phase_abort(farm_tx *tx, int outcome)
 	tx->ph = PH_ABORT;
 	tx->fail = 0;
 	tx->abort_outcome = outcome;
-	txn_tell_decided(tx, false);
+	farm_txn_tell_decided(tx, false);
 	for (uint32_t p = 0; p < tx->m->M && p < 0x40; p++)
 		if (tx->locked_at[p] || tx->cb_at[p])
 			send_decisive(tx, p, REC_ABORT, K_ABORT, NULL);
@@ -840,7 +840,7 @@ static void single_install(farm_tx *tx)
 		    (o->flags & (TXO_ARRAY | TXO_ELEM)) && !demoted)
 			continue; /* freed whole below, then unlocked */
 		if ((o->flags & TXO_FREE) && !demoted &&
-		    txn_free_at_commit(m, tx->tl, o->a, nv)) {
+		    farm_txn_free_at_commit(m, tx->tl, o->a, nv)) {
 			o->locked = false; /* the allocator unlocks it */
 			continue;
 		}
@@ -879,13 +879,13 @@ static void single_install(farm_tx *tx)
 		                      memory_order_release);
 		o->locked = false;
 	}
-	txn_tx_report(tx, 0);
-	txn_tx_finish(tx);
+	farm_txn_tx_report(tx, 0);
+	farm_txn_tx_finish(tx);
 }
 
 /* ---- commit: entry, log space ----------------------------------------- */
 
-void txn_tx_start_phases(farm_tx *tx)
+void farm_txn_tx_start_phases(farm_tx *tx)
 {
 	if (tx->single)
 		single_lock(tx);
@@ -894,7 +894,7 @@ void txn_tx_start_phases(farm_tx *tx)
 }
 
 /* Transactions waiting for lock replies past their deadline give up. */
-void txn_scan_deadlines(struct txloop *tl)
+void farm_txn_scan_deadlines(struct txloop *tl)
 {
 	uint64_t now = farm_now_ns();
 	for (unsigned i = 0; i < TX_SLOTS; i++) {
@@ -918,10 +918,10 @@ void txn_scan_deadlines(struct txloop *tl)
  * second after every kill (recovery_bench). Nothing was written past
  * LOCK, so aborting is safe; the retry runs in the new configuration.
  */
-void txn_end_lock_waits(struct txloop *tl, const bool *removed)
+void farm_txn_end_lock_waits(struct txloop *tl, const bool *removed)
 {
 #ifdef FARM_FAULT_INJECTION
-	if (atomic_load(&txn_testing_keep_lock_waits))
+	if (atomic_load(&farm_txn_testing_keep_lock_waits_on))
 		return; /* testing: wait for the deadline, as before */
 #endif
 	for (unsigned i = 0; i < TX_SLOTS; i++) {
@@ -951,11 +951,11 @@ uint64_t farm_txm_testing_log_reserved(farm_txm *m, farm_loop *loop,
 }
 
 #ifdef FARM_FAULT_INJECTION
-_Atomic bool txn_testing_keep_lock_waits;
+_Atomic bool farm_txn_testing_keep_lock_waits_on;
 
 void farm_txn_testing_keep_lock_waits(bool on)
 {
-	atomic_store(&txn_testing_keep_lock_waits, on);
+	atomic_store(&farm_txn_testing_keep_lock_waits_on, on);
 }
 #endif
 
@@ -971,12 +971,12 @@ void farm_txn_testing_skip_validation(bool on)
 }
 #endif
 
-void txn_on_decided(farm_txm *m, txn_decided_fn fn)
+void farm_txn_on_decided(farm_txm *m, txn_decided_fn fn)
 {
 	m->on_decided = fn;
 }
 
-void txn_tell_decided(farm_tx *tx, bool commit)
+void farm_txn_tell_decided(farm_tx *tx, bool commit)
 {
 	if (tx->m->on_decided)
 		tx->m->on_decided(tx, commit);

@@ -26,7 +26,7 @@ static void tx_deferred(farm_loop *loop, void *ctx, int status)
 	}
 	if (fin) {
 		tx->deferred_finish = false;
-		txn_tx_finish(tx);
+		farm_txn_tx_finish(tx);
 	}
 }
 
@@ -53,14 +53,14 @@ static void reserve_again(farm_loop *loop, void *ctx, int status)
 		return;
 	if (status) { /* the loop is closing */
 		tx_need_clear(tx);
-		txn_tx_report(tx, status);
-		txn_tx_finish(tx);
+		farm_txn_tx_report(tx, status);
+		farm_txn_tx_finish(tx);
 		return;
 	}
-	txn_tx_reserve(tx);
+	farm_txn_tx_reserve(tx);
 }
 
-void txn_tx_reserve(farm_tx *tx)
+void farm_txn_tx_reserve(farm_tx *tx)
 {
 	farm_txm *m = tx->m;
 	struct txloop *tl = tx->tl;
@@ -72,9 +72,9 @@ void txn_tx_reserve(farm_tx *tx)
 		struct writer *w = &tl->w[mach];
 		if (!has_room(m, w, tx->need[mach])) {
 			wq_pop_done(w, tl->cs_low);
-			txn_refresh_freed(tl, mach);
+			farm_txn_refresh_freed(tl, mach);
 			if (!has_room(m, w, tx->need[mach])) {
-				txn_maybe_truncate(tl, mach, true);
+				farm_txn_maybe_truncate(tl, mach, true);
 				ok = false;
 				reading |= w->reading;
 			}
@@ -88,8 +88,8 @@ void txn_tx_reserve(farm_tx *tx)
 		tx->ph = PH_RESERVE;
 		if (farm_now_ns() > tx->deadline) {
 			tx_need_clear(tx);
-			txn_tx_report(tx, -ENOSPC);
-			txn_tx_finish(tx);
+			farm_txn_tx_report(tx, -ENOSPC);
+			farm_txn_tx_finish(tx);
 			return;
 		}
 		/* A freed-word READ's completion retries us; with none out
@@ -104,11 +104,11 @@ void txn_tx_reserve(farm_tx *tx)
 	 * commit waiting for room must not hold the low-water mark back, as
 	 * records below the mark are all that replicas may truncate
 	 * (wq_truncatable), and the room it waits for may be theirs. */
-	int crc = txn_cseq_take(tl, &tx->cseq);
+	int crc = farm_txn_cseq_take(tl, &tx->cseq);
 	if (crc) {
 		tx_need_clear(tx);
-		txn_tx_report(tx, crc);
-		txn_tx_finish(tx);
+		farm_txn_tx_report(tx, crc);
+		farm_txn_tx_finish(tx);
 		return;
 	}
 	for (uint64_t mk = tx->need_mask; mk; mk &= mk - 1) {
@@ -116,11 +116,11 @@ void txn_tx_reserve(farm_tx *tx)
 		if (mach < m->M)
 			tl->w[mach].reserved += tx->need[mach];
 	}
-	txn_tx_start_phases(tx);
+	farm_txn_tx_start_phases(tx);
 }
 
 /* farm_tx_commit refuses @tx with @rc before reserving any log room: the
- * room it counted is forgotten, as txn_tx_finish (at farm_tx_abort or
+ * room it counted is forgotten, as farm_txn_tx_finish (at farm_tx_abort or
  * farm_tx_free) releases need[] less used[] from the writers' reserved
  * bytes, which are other commits' then; a later farm_tx_commit counts
  * afresh. */
@@ -161,10 +161,10 @@ static int commit_read_only(farm_tx *tx)
 	tx->in_call = true;
 	if (tx->n <= 1) {
 		tx->ph = PH_VALIDATE;
-		txn_tx_report(tx, 0);
-		txn_tx_finish(tx);
+		farm_txn_tx_report(tx, 0);
+		farm_txn_tx_finish(tx);
 	} else {
-		txn_phase_validate(tx);
+		farm_txn_phase_validate(tx);
 	}
 	return tx_leave_call(tx);
 }
@@ -227,8 +227,8 @@ static void need_backups_of(farm_tx *tx, uint32_t p, unsigned from)
 				continue;
 			seenb[b] = true;
 			tx_need_add(tx, b,
-			            txn_rec_bytes(tx, REC_COMMIT_BACKUP, p, b,
-			                          NULL));
+			            farm_txn_rec_bytes(tx, REC_COMMIT_BACKUP, p,
+			                               b, NULL));
 			if (!tx->cb_room[b]) { /* a possible ABORT */
 				tx->cb_room[b] = true;
 				tx_need_add(tx, b, 64);
@@ -247,9 +247,10 @@ static void commit_count_room(farm_tx *tx)
 			continue;
 		uint32_t p = o->primary;
 		if (!tx->single && !tx->need[p])
-			tx_need_add(tx, p,
-			            txn_rec_bytes(tx, REC_LOCK, p, 0, NULL) +
-			                    64);
+			tx_need_add(
+			        tx, p,
+			        farm_txn_rec_bytes(tx, REC_LOCK, p, 0, NULL) +
+			                64);
 	}
 	bool seenp[0x40] = {false};
 	for (unsigned i = 0; i < tx->n; i++) {
@@ -312,6 +313,6 @@ int farm_tx_commit(farm_tx *tx, farm_tx_commit_fn cont, void *ctx)
 		return commit_refused(tx, rc);
 	tx->ph = PH_RESERVE;
 	tx->in_call = true;
-	txn_tx_reserve(tx);
+	farm_txn_tx_reserve(tx);
 	return tx_leave_call(tx);
 }

@@ -11,7 +11,7 @@
  * (farm_as_backup_open: a backup that is *filling*, never promotable) and
  * registers the region with this machine's copy engine. A COMMIT-BACKUP
  * that reaches the new backup first (a coordinator already lists it)
- * opens the copy there and then (txn_datarec_adopt), so no record is
+ * opens the copy there and then (farm_txn_datarec_adopt), so no record is
  * dropped for want of a copy; but the copying waits for COPY: the primary
  * may not have applied the configuration yet (it accepts LOCKs of newer
  * ones), and a READ must come after that (below).
@@ -30,7 +30,7 @@
  * object read is checked like a lock-free read (not locked exclusive,
  * every line's version equal to the header's); a torn or locked object
  * ends the step there and is read again at the next one. A whole object
- * is written into the copy with txn_copy_apply: only when it is newer than
+ * is written into the copy with farm_txn_copy_apply: only when it is newer than
  * what the copy holds, under the copy's header lock, exactly as
  * COMMIT-BACKUP images are applied at truncation. So whichever comes
  * first, the READ of an object or the image of a commit to it, the copy
@@ -84,7 +84,7 @@
  * for DR_LOCAL_STUCK steps is read from the primary instead (never while
  * this machine is the ring primary itself). A step does not start before
  * every loop here has taken the configuration that demoted the copy
- * (txn_rec_taken), and stops at any lock, a shared one included (an
+ * (farm_txn_rec_taken), and stops at any lock, a shared one included (an
  * older single-machine commit may still install there). So the new
  * copy is complete within moments of the handoff, not after a paced copy
  * (the growth gap, src/recovery/README.md), and if the grower dies first
@@ -126,7 +126,7 @@ void farm_txn_testing_datarec_skip_apply(bool on)
 
 /* ---- the table of regions being copied (under dr->lock) --------------- */
 
-struct dr_reg *txn_dr_reg_find(struct farm_datarec *dr, uint32_t id)
+struct dr_reg *farm_txn_dr_reg_find(struct farm_datarec *dr, uint32_t id)
 {
 	for (unsigned i = 0; i < dr->nr; i++)
 		if (dr->r[i].id == id)
@@ -134,9 +134,9 @@ struct dr_reg *txn_dr_reg_find(struct farm_datarec *dr, uint32_t id)
 	return NULL;
 }
 
-int txn_dr_reg_add(struct farm_datarec *dr, uint32_t id, uint64_t cfg)
+int farm_txn_dr_reg_add(struct farm_datarec *dr, uint32_t id, uint64_t cfg)
 {
-	struct dr_reg *g = txn_dr_reg_find(dr, id);
+	struct dr_reg *g = farm_txn_dr_reg_find(dr, id);
 	if (g && g->state < DR_DONE)
 		return 0; /* being copied */
 	uint8_t *meta;
@@ -170,7 +170,7 @@ int txn_dr_reg_add(struct farm_datarec *dr, uint32_t id, uint64_t cfg)
 }
 
 /* Is this machine a backup (not the primary) of @region now? */
-bool txn_dr_new_backup_here(farm_txm *m, uint32_t region)
+bool farm_txn_dr_new_backup_here(farm_txm *m, uint32_t region)
 {
 	uint32_t reps[16];
 	unsigned n = farm_as_replicas(m->as, region, reps);
@@ -180,10 +180,10 @@ bool txn_dr_new_backup_here(farm_txm *m, uint32_t region)
 	return false;
 }
 
-bool txn_datarec_adopt(farm_txm *m, uint32_t region, bool start)
+bool farm_txn_datarec_adopt(farm_txm *m, uint32_t region, bool start)
 {
 	struct farm_datarec *dr = m->dr;
-	if (!dr || !txn_dr_new_backup_here(m, region))
+	if (!dr || !farm_txn_dr_new_backup_here(m, region))
 		return false;
 	int rc = farm_as_backup_open(m->as, region);
 	if (rc && rc != -EEXIST) {
@@ -204,7 +204,7 @@ bool txn_datarec_adopt(farm_txm *m, uint32_t region, bool start)
 	if (!start)
 		return true; /* COPY starts it */
 	pthread_mutex_lock(&dr->lock);
-	rc = txn_dr_reg_add(dr, region, farm_as_config_id(m->as));
+	rc = farm_txn_dr_reg_add(dr, region, farm_as_config_id(m->as));
 	pthread_mutex_unlock(&dr->lock);
 	if (rc)
 		farm_err("datarec: region %#" PRIx32 " not copied: %s", region,
@@ -212,7 +212,7 @@ bool txn_datarec_adopt(farm_txm *m, uint32_t region, bool start)
 	return true;
 }
 
-bool txn_datarec_skip_apply(farm_txm *m, uint32_t region)
+bool farm_txn_datarec_skip_apply(farm_txm *m, uint32_t region)
 {
 #ifdef FARM_FAULT_INJECTION
 	return atomic_load(&testing_skip_apply) &&
@@ -351,7 +351,7 @@ static uint64_t apply_span(struct farm_datarec *dr, struct dr_reg *g,
 		 * installs reaches us as a COMMIT-BACKUP (or it aborts). */
 		v &= ~OBJ_LOCK_MASK;
 		memcpy(p, &v, 8);
-		if (txn_copy_apply(local + off, lines, p, false) &&
+		if (farm_txn_copy_apply(local + off, lines, p, false) &&
 		    g->state == DR_CHECK && v)
 			g->fixed++;
 		off += L->slot_bytes;
@@ -477,7 +477,7 @@ static bool step_plan(struct farm_datarec *dr, struct dr_step *s,
 static void step_post_failed(struct farm_datarec *dr, struct dr_step *s, int rc)
 {
 	pthread_mutex_lock(&dr->lock);
-	struct dr_reg *g = txn_dr_reg_find(dr, s->region);
+	struct dr_reg *g = farm_txn_dr_reg_find(dr, s->region);
 	if (g) {
 		g->retries++;
 		g->last_err = rc;
@@ -497,14 +497,14 @@ static void step_run(farm_loop *loop, void *ctx, int status)
 		return;
 	}
 	pthread_mutex_lock(&dr->lock);
-	struct dr_reg *g = txn_dr_reg_find(dr, s->region);
+	struct dr_reg *g = farm_txn_dr_reg_find(dr, s->region);
 	if (!g || g->state >= DR_DONE) {
 		pthread_mutex_unlock(&dr->lock);
 		step_end(dr, s);
 		return;
 	}
 	s->src = g->remote ? NULL : farm_as_demoted_source(m->as, g->id);
-	if (s->src && !txn_rec_taken(m, g->cfg)) {
+	if (s->src && !farm_txn_rec_taken(m, g->cfg)) {
 		/* Not before every loop here has taken the configuration
 		 * that demoted the copy: a LOCK handler or a commit that saw
 		 * the older one may still lock an object we would read. */
@@ -573,7 +573,7 @@ static void step_done(farm_loop *loop, void *ctx, int status)
 	uint8_t *buf = dr->lp[s->loop].buf;
 	bool again = false; /* a local step that got on: the next one now */
 	pthread_mutex_lock(&dr->lock);
-	struct dr_reg *g = txn_dr_reg_find(dr, s->region);
+	struct dr_reg *g = farm_txn_dr_reg_find(dr, s->region);
 	if (g && g->state < DR_DONE) {
 		if (status) {
 			g->retries++;
@@ -671,7 +671,7 @@ static void *engine(void *arg)
 			last = farm_now_ns();
 			continue;
 		}
-		txn_dr_notes_post(dr, farm_now_ns());
+		farm_txn_dr_notes_post(dr, farm_now_ns());
 		/* At most one step in flight per loop, each within the
 		 * loop's credit: the pace. */
 		/* Credit for the time that passed, not per wake-up: a
@@ -739,8 +739,8 @@ static void *engine(void *arg)
 
 /* ---- life cycle ------------------------------------------------------ */
 
-int txn_datarec_init(farm_txm *m, uint32_t bytes, uint32_t interval_us,
-                     uint32_t hold_ms)
+int farm_txn_datarec_init(farm_txm *m, uint32_t bytes, uint32_t interval_us,
+                          uint32_t hold_ms)
 {
 	struct farm_datarec *dr = calloc(1, sizeof(*dr));
 	if (!dr)
@@ -757,7 +757,8 @@ int txn_datarec_init(farm_txm *m, uint32_t bytes, uint32_t interval_us,
 		return -ENOMEM;
 	}
 	pthread_cond_init(&dr->cond, NULL);
-	int rc = farm_msg_handle(m->msg, FARM_MSGT_TX_COPY, txn_dr_h_copy, m);
+	int rc = farm_msg_handle(m->msg, FARM_MSGT_TX_COPY, farm_txn_dr_h_copy,
+	                         m);
 	if (rc) {
 		pthread_cond_destroy(&dr->cond);
 		pthread_mutex_destroy(&dr->lock);
@@ -768,7 +769,7 @@ int txn_datarec_init(farm_txm *m, uint32_t bytes, uint32_t interval_us,
 	return 0;
 }
 
-int txn_datarec_attach(farm_txm *m, struct txloop *tl)
+int farm_txn_datarec_attach(farm_txm *m, struct txloop *tl)
 {
 	struct farm_datarec *dr = m->dr;
 	if (!dr || tl->t >= MAX_LOOPS)
@@ -800,7 +801,7 @@ int txn_datarec_attach(farm_txm *m, struct txloop *tl)
 	return rc;
 }
 
-void txn_datarec_detach(farm_txm *m, struct txloop *tl)
+void farm_txn_datarec_detach(farm_txm *m, struct txloop *tl)
 {
 	struct farm_datarec *dr = m->dr;
 	if (!dr)
@@ -836,7 +837,7 @@ void txn_datarec_detach(farm_txm *m, struct txloop *tl)
 	lp->buf = NULL;
 }
 
-void txn_datarec_fini(farm_txm *m)
+void farm_txn_datarec_fini(farm_txm *m)
 {
 	struct farm_datarec *dr = m->dr;
 	if (!dr)
@@ -881,7 +882,7 @@ unsigned farm_txm_datarec_get(farm_txm *m, struct farm_datarec_region *out,
 	return n;
 }
 
-void txn_datarec_sums(farm_txm *m, farm_txm_stats *out)
+void farm_txn_datarec_sums(farm_txm *m, farm_txm_stats *out)
 {
 	struct farm_datarec *dr = m->dr;
 	if (!dr)

@@ -107,12 +107,12 @@ struct copy_msg {
 };
 
 /* copy.c */
-struct dr_reg *txn_dr_reg_find(struct farm_datarec *dr, uint32_t id);
-int txn_dr_reg_add(struct farm_datarec *dr, uint32_t id, uint64_t cfg);
-bool txn_dr_new_backup_here(farm_txm *m, uint32_t region);
+struct dr_reg *farm_txn_dr_reg_find(struct farm_datarec *dr, uint32_t id);
+int farm_txn_dr_reg_add(struct farm_datarec *dr, uint32_t id, uint64_t cfg);
+bool farm_txn_dr_new_backup_here(farm_txm *m, uint32_t region);
 
 /* copy_note.c */
-void txn_dr_notes_post(struct farm_datarec *dr, uint64_t now);
-void txn_dr_h_copy(farm_loop *loop, const farm_msg_in *in, void *arg);
+void farm_txn_dr_notes_post(struct farm_datarec *dr, uint64_t now);
+void farm_txn_dr_h_copy(farm_loop *loop, const farm_msg_in *in, void *arg);
 
 #endif

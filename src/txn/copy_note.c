@@ -2,7 +2,7 @@
  * Data recovery, the primary's side (copy.c describes the whole): after a
  * configuration change the primary of every region tells each of its
  * backups to hold a copy (COPY, repeated until answered), and a backup
- * answers it (txn_dr_h_copy), registering the region with its engine.
+ * answers it (farm_txn_dr_h_copy), registering the region with its engine.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -62,7 +62,7 @@ static void note_send(farm_loop *loop, void *ctx, int status)
 }
 
 /* Post the notes due (under dr->lock, from the engine thread). */
-void txn_dr_notes_post(struct farm_datarec *dr, uint64_t now)
+void farm_txn_dr_notes_post(struct farm_datarec *dr, uint64_t now)
 {
 	farm_txm *m = dr->m;
 	farm_loop *l0 = dr->lp[0].loop;
@@ -125,7 +125,7 @@ static void dr_fill_demoted(farm_txm *m, struct farm_datarec *dr, uint64_t cfg)
 		if (!farm_as_demoted_source(m->as, dem[i]))
 			continue; /* complete, or not ours to fill */
 		pthread_mutex_lock(&dr->lock);
-		orc = txn_dr_reg_add(dr, dem[i], cfg);
+		orc = farm_txn_dr_reg_add(dr, dem[i], cfg);
 		pthread_mutex_unlock(&dr->lock);
 		if (orc)
 			farm_err("datarec: region %#" PRIx32 " not copied: %s",
@@ -150,7 +150,7 @@ static void dr_drop_old_notes(struct farm_datarec *dr, uint64_t cfg)
 static void dr_judge_filling(farm_txm *m, struct farm_datarec *dr,
                              uint32_t region, const uint32_t *now, unsigned nn)
 {
-	struct dr_reg *g = txn_dr_reg_find(dr, region);
+	struct dr_reg *g = farm_txn_dr_reg_find(dr, region);
 	bool in = false;
 	for (unsigned k = 1; k < nn; k++)
 		in |= now[k] == m->me;
@@ -233,7 +233,7 @@ void farm_txm_datarec_view(farm_txm *m)
 }
 
 /* COPY at the new backup: open the copy and start copying. */
-void txn_dr_h_copy(farm_loop *loop, const farm_msg_in *in, void *arg)
+void farm_txn_dr_h_copy(farm_loop *loop, const farm_msg_in *in, void *arg)
 {
 	farm_txm *m = arg;
 	struct copy_msg q;
@@ -257,9 +257,9 @@ void txn_dr_h_copy(farm_loop *loop, const farm_msg_in *in, void *arg)
 	else if (q.cfg > cfg)
 		rc = -EAGAIN; /* we have not applied it yet */
 	else if (!n || reps[0] != in->src_machine ||
-	         !txn_dr_new_backup_here(m, q.region))
+	         !farm_txn_dr_new_backup_here(m, q.region))
 		rc = q.cfg < cfg ? -ESTALE : -EINVAL;
-	else if (!txn_datarec_adopt(m, q.region, true))
+	else if (!farm_txn_datarec_adopt(m, q.region, true))
 		rc = -ENOMEM;
 	rc = rc ? farm_msg_reply_error(loop, &in->token, rc)
 	        : farm_msg_reply(loop, &in->token, NULL, 0);

@@ -33,7 +33,7 @@
 
 /* A commit's sequence, in the order commits start: -EAGAIN when the
  * oldest unfinished commit is CS_RING behind (it waits on a dead peer). */
-int txn_cseq_take(struct txloop *tl, uint64_t *out)
+int farm_txn_cseq_take(struct txloop *tl, uint64_t *out)
 {
 	if (tl->cs_next - tl->cs_low >= CS_RING)
 		return -EAGAIN;
@@ -43,7 +43,7 @@ int txn_cseq_take(struct txloop *tl, uint64_t *out)
 }
 
 /* A commit finished: decided and every record written. */
-void txn_cseq_done(struct txloop *tl, uint64_t cseq)
+void farm_txn_cseq_done(struct txloop *tl, uint64_t cseq)
 {
 	if (cseq < tl->cs_low || cseq >= tl->cs_next)
 		return;
@@ -104,7 +104,7 @@ static void write_done(farm_loop *loop, void *ctx, int status)
 	c->tl->inflight--;
 	arena_put(&c->tl->ar, c->buf, c->len);
 	if (c->tx)
-		txn_tx_record_done(loop, c->tx, c->kind, c->mach, status);
+		farm_txn_tx_record_done(loop, c->tx, c->kind, c->mach, status);
 	else if (status)
 		farm_warn("txn: log write failed: %s", farm_strerror(status));
 	free(c);
@@ -164,14 +164,14 @@ static int post_write(struct txloop *tl, uint32_t mach, uint64_t off, void *buf,
  * txid and body filled) to this loop's log on @mach. The caller reserved
  * the room (released here). Fills in the low-water mark and the trailer,
  * pads to the ring's end first when the record does not fit before it.
- * Completion goes to txn_tx_record_done(tx, kind). *@seq_out: the record's
+ * Completion goes to farm_txn_tx_record_done(tx, kind). *@seq_out: the record's
  * queue entry, to mark done when the transaction is. Returns 0, or an
  * error with nothing sent for this record.
  */
-void txn_refresh_freed(struct txloop *tl, uint32_t mach);
+void farm_txn_refresh_freed(struct txloop *tl, uint32_t mach);
 
-int txn_log_append(struct txloop *tl, uint32_t mach, void *buf, size_t len,
-                   farm_tx *tx, int kind, uint64_t *seq_out)
+int farm_txn_log_append(struct txloop *tl, uint32_t mach, void *buf, size_t len,
+                        farm_tx *tx, int kind, uint64_t *seq_out)
 {
 	farm_txm *m = tl->m;
 	struct writer *w = &tl->w[mach];
@@ -180,7 +180,7 @@ int txn_log_append(struct txloop *tl, uint32_t mach, void *buf, size_t len,
 	 * reservations say: that would destroy records still in use. */
 	uint64_t total = len + (off + len > m->R ? m->R - off : 0);
 	if (w->tail + total - w->freed > m->R) {
-		txn_refresh_freed(tl, mach);
+		farm_txn_refresh_freed(tl, mach);
 		if (w->tail + total - w->freed > m->R) {
 			arena_put(&tl->ar, buf, len);
 			return -EAGAIN;
@@ -256,13 +256,14 @@ static int log_small(struct txloop *tl, uint32_t mach, int type, uint64_t txid,
 	memset(b, 0, 64);
 	struct rec_hdr h = {.type = (uint16_t)type, .txid = txid};
 	memcpy(b, &h, sizeof(h));
-	return txn_log_append(tl, mach, b, 64, tx, kind, seq_out);
+	return farm_txn_log_append(tl, mach, b, 64, tx, kind, seq_out);
 }
 
 /* Lazily tell replicas how far records are done: when a log is half full
  * (or @short_of_room: a commit waits for room in it) and its low-water
  * mark has moved since we last said (log cleaning). */
-void txn_maybe_truncate(struct txloop *tl, uint32_t mach, bool short_of_room)
+void farm_txn_maybe_truncate(struct txloop *tl, uint32_t mach,
+                             bool short_of_room)
 {
 	farm_txm *m = tl->m;
 	struct writer *w = &tl->w[mach];
@@ -293,7 +294,7 @@ void txn_maybe_truncate(struct txloop *tl, uint32_t mach, bool short_of_room)
 static void freed_read_done(farm_loop *loop, void *ctx, int status);
 
 /* Ask machine @mach how far our log there is free (a READ of its word). */
-void txn_refresh_freed(struct txloop *tl, uint32_t mach)
+void farm_txn_refresh_freed(struct txloop *tl, uint32_t mach)
 {
 	farm_txm *m = tl->m;
 	struct writer *w = &tl->w[mach];
@@ -348,7 +349,7 @@ static void freed_read_done(farm_loop *loop, void *ctx, int status)
 	for (unsigned i = 0; i < TX_SLOTS; i++) {
 		farm_tx *tx = tl->slots[i];
 		if (tx && tx->ph == PH_RESERVE)
-			txn_tx_reserve(tx);
+			farm_txn_tx_reserve(tx);
 	}
 }
 
@@ -365,8 +366,8 @@ static void freed_read_done(farm_loop *loop, void *ctx, int status)
  * position in the log (its trailer - 1). For scans of files at rest
  * (farm_txlog_scan_file, whole-cluster restart).
  */
-int txn_log_record_at(const uint8_t *ring, uint64_t R, uint64_t off,
-                      struct rec_hdr *h, uint64_t *pos)
+int farm_txn_log_record_at(const uint8_t *ring, uint64_t R, uint64_t off,
+                           struct rec_hdr *h, uint64_t *pos)
 {
 	memcpy(h, ring + off, sizeof(*h));
 	if (!h->len || h->len % 64 || h->len > R - off || h->type < REC_LOCK ||
@@ -389,7 +390,7 @@ int txn_log_record_at(const uint8_t *ring, uint64_t R, uint64_t off,
 
 /* ---- reading logs after a restart ------------------------------------- */
 
-bool txn_log_geometry_ok(const struct log_super *sb)
+bool farm_txn_log_geometry_ok(const struct log_super *sb)
 {
 	return sb->M && sb->M <= 0x40 && sb->T && sb->T <= MAX_LOOPS &&
 	       sb->machine < sb->M && farm_is_pow2(sb->R) &&
@@ -416,7 +417,7 @@ int farm_txlog_scan_file(const char *path, farm_txlog_fn fn, void *ctx,
 	         pread(fd, &sb, sizeof(sb), 0) != (ssize_t)sizeof(sb) ||
 	         sb.magic != LOG_SUPER_MAGIC)
 		rc = -ENOMSG; /* not a log file */
-	else if (sb.layout != LOG_LAYOUT || !txn_log_geometry_ok(&sb) ||
+	else if (sb.layout != LOG_LAYOUT || !farm_txn_log_geometry_ok(&sb) ||
 	         (uint64_t)st.st_size < sb.total)
 		rc = FARM_ECORRUPT;
 	if (rc) {
@@ -441,8 +442,8 @@ int farm_txlog_scan_file(const char *path, farm_txlog_fn fn, void *ctx,
 			for (uint64_t off = 0; off < sb.R; off += 64) {
 				struct rec_hdr h;
 				uint64_t pos;
-				int k = txn_log_record_at(ring, sb.R, off, &h,
-				                          &pos);
+				int k = farm_txn_log_record_at(ring, sb.R, off,
+				                               &h, &pos);
 				if (k < 0) {
 					munmap(base, sb.total);
 					return k; /* damaged */
@@ -496,11 +497,11 @@ int farm_txlog_scan_dir(const char *dir, farm_txlog_fn fn, void *ctx,
 /* ---- testing (txn_testing.h): for tests only --------------------------- */
 
 #ifdef FARM_FAULT_INJECTION
-_Atomic bool txn_testing_trunc_early;
+_Atomic bool farm_txn_testing_trunc_early_on;
 
 void farm_txn_testing_trunc_early(bool on)
 {
-	atomic_store(&txn_testing_trunc_early, on);
+	atomic_store(&farm_txn_testing_trunc_early_on, on);
 }
 #endif
 

@@ -179,7 +179,7 @@ static inline void obj_install_locked(uint8_t *obj, unsigned lines,
 		        (_Atomic uint16_t *)(void *)(obj + 64u * l), nv,
 		        memory_order_relaxed);
 	/* Release: pairs with the acquire loads of the header (lock-free
-	 * reads, txn_copy_apply), so whoever sees the new version sees the
+	 * reads, farm_txn_copy_apply), so whoever sees the new version sees the
 	 * new lines and data too; it still sees the object locked. */
 	if (!FARM_FAULT_SWITCH(FARM_FP_TX_INSTALL_OLD_HEADER))
 		atomic_store_explicit(
@@ -192,7 +192,7 @@ static inline void obj_install(uint8_t *obj, unsigned lines, const uint8_t *img,
 {
 	obj_install_locked(obj, lines, img, new_version);
 	/* The unlock (release): pairs with the acquire loads of the header
-	 * (farm_objhdr_load_version, txn_copy_apply). */
+	 * (farm_objhdr_load_version, farm_txn_copy_apply). */
 	atomic_store_explicit((_Atomic uint64_t *)(void *)obj, new_version,
 	                      memory_order_release);
 }

@@ -182,7 +182,8 @@ static void install_rec(struct txloop *tl, const uint8_t *rec)
 				arrays = true; /* unlocked after the free */
 			} else {
 				if ((o[i].flags & OBJF_FREE) && !demoted &&
-				    txn_free_at_commit(m, tl, o[i].addr, nv))
+				    farm_txn_free_at_commit(m, tl, o[i].addr,
+				                            nv))
 					goto next; /* the allocator unlocks */
 				/* Install: the body above, then the new
 				 * version, unlocked. Pairs with the acquire of
@@ -258,12 +259,12 @@ static struct abort_ent **abort_slot(struct txloop *tl, uint64_t txid)
 	return pp;
 }
 
-bool txn_aborted(struct txloop *tl, uint64_t txid)
+bool farm_txn_aborted(struct txloop *tl, uint64_t txid)
 {
 	return *abort_slot(tl, txid) != NULL;
 }
 
-void txn_note_abort(struct txloop *tl, uint64_t txid, uint64_t pos)
+void farm_txn_note_abort(struct txloop *tl, uint64_t txid, uint64_t pos)
 {
 	struct abort_ent **pp = abort_slot(tl, txid);
 	if (*pp)
@@ -299,7 +300,8 @@ static void forget_abort(struct txloop *tl, uint64_t txid, uint64_t pos)
  * taken by this machine's recovery, which applies under it: @held).
  * Returns whether it was applied.
  */
-bool txn_copy_apply(uint8_t *p, unsigned lines, const uint8_t *img, bool held)
+bool farm_txn_copy_apply(uint8_t *p, unsigned lines, const uint8_t *img,
+                         bool held)
 {
 	_Atomic uint64_t *hv = (_Atomic uint64_t *)(void *)p;
 	uint64_t nv;
@@ -337,7 +339,7 @@ bool txn_copy_apply(uint8_t *p, unsigned lines, const uint8_t *img, bool held)
 }
 
 /* recover.c: a decision for a transaction whose LOCK we hold. */
-void txn_decide_primary(struct txloop *tl, uint64_t txid, bool commit)
+void farm_txn_decide_primary(struct txloop *tl, uint64_t txid, bool commit)
 {
 	on_commit_primary(tl, txid, commit);
 }
@@ -348,7 +350,7 @@ static void backup_apply(struct txloop *tl, const uint8_t *rec)
 	farm_txm *m = tl->m;
 	struct rec_hdr h;
 	memcpy(&h, rec, sizeof(h));
-	if (txn_aborted(tl, h.txid)) {
+	if (farm_txn_aborted(tl, h.txid)) {
 		farm_stat_add(&m->st.v[S_BACKUP_SKIPPED], 1);
 		return;
 	}
@@ -361,22 +363,21 @@ static void backup_apply(struct txloop *tl, const uint8_t *rec)
 		uint64_t off = farm_gaddr_offset(o[i].addr);
 		/* A new backup's first record may come before the primary's
 		 * COPY: open the copy now (copy.c). */
-		if (!r && txn_datarec_adopt(m, rid, false))
+		if (!r && farm_txn_datarec_adopt(m, rid, false))
 			r = farm_as_local_region(m->as, rid, &role);
 		if (r && role == FARM_AS_BACKUP &&
-		    txn_datarec_skip_apply(m, rid)) {
+		    farm_txn_datarec_skip_apply(m, rid)) {
 			/* test-only: data recovery misses commits */
 		} else if (r && role == FARM_AS_BACKUP &&
 		           off + 64ull * o[i].lines <= farm_region_size(r)) {
 			uint8_t *q = (uint8_t *)farm_region_base(r) + off;
-			bool done =
-			        txn_rec_promoting(m,
-			                          farm_gaddr_region(o[i].addr))
-			                ? txn_rec_truncate_apply(m, o[i].addr,
-			                                         q, o[i].lines,
-			                                         img)
-			                : txn_copy_apply(q, o[i].lines, img,
-			                                 false);
+			bool done = farm_txn_rec_promoting(
+			                    m, farm_gaddr_region(o[i].addr))
+			                    ? farm_txn_rec_truncate_apply(
+			                              m, o[i].addr, q,
+			                              o[i].lines, img)
+			                    : farm_txn_copy_apply(q, o[i].lines,
+			                                          img, false);
 			if (done)
 				farm_stat_add(&m->st.v[S_BACKUP_APPLIES], 1);
 		} else if (r && role == FARM_AS_PRIMARY) {
@@ -418,7 +419,7 @@ static void truncate_to(struct txloop *tl, struct reader *rd, uint8_t *ring,
 				farm_stat_add(&m->st.v[S_TRUNC_UNFINISHED], 1);
 			backup_apply(tl, rec);
 			if (tl->pend) /* recovery waits for its decision */
-				txn_rec_truncated(tl, h.txid);
+				farm_txn_rec_truncated(tl, h.txid);
 		}
 		if (h.type == REC_ABORT)
 			forget_abort(tl, h.txid, rd->applied);
@@ -433,7 +434,7 @@ static void truncate_to(struct txloop *tl, struct reader *rd, uint8_t *ring,
 	}
 	/* The records are zeroed before the coordinator may reuse their
 	 * room: pairs with its acquire of this word (log.c,
-	 * txn_refresh_freed; a remote coordinator READs it). */
+	 * farm_txn_refresh_freed; a remote coordinator READs it). */
 	if (moved)
 		atomic_store_explicit(freed_word, rd->applied,
 		                      memory_order_release);
@@ -497,7 +498,7 @@ static int poll_log(struct txloop *tl, uint32_t coord)
 			break;
 		case REC_ABORT:
 			on_commit_primary(tl, h.txid, false);
-			txn_note_abort(tl, h.txid, rd->head);
+			farm_txn_note_abort(tl, h.txid, rd->head);
 			break;
 		case REC_COMMIT_BACKUP:
 			if (!rec_sane(rec, len)) {
@@ -505,7 +506,7 @@ static int poll_log(struct txloop *tl, uint32_t coord)
 				break;
 			}
 			/* Before it can be applied: allocrec.c. */
-			txn_alloc_note(tl, rec);
+			farm_txn_alloc_note(tl, rec);
 			if (coord != m->me)
 				FARM_FAULT_POINT(FARM_FP_TX_ON_BACKUP);
 			break;
@@ -522,7 +523,7 @@ static int poll_log(struct txloop *tl, uint32_t coord)
 	return got;
 }
 
-int txn_poll(farm_loop *loop, void *ctx)
+int farm_txn_poll(farm_loop *loop, void *ctx)
 {
 	(void)loop;
 	struct txloop *tl = ctx;
@@ -536,7 +537,7 @@ int txn_poll(farm_loop *loop, void *ctx)
 	return got;
 }
 
-bool txn_pending(farm_loop *loop, void *ctx)
+bool farm_txn_pending(farm_loop *loop, void *ctx)
 {
 	(void)loop;
 	struct txloop *tl = ctx;

@@ -403,7 +403,7 @@ static void txrd_done(struct rd_op *op)
 	if (tx->released) {
 		rd_free(op);
 		free(c);
-		(void)txn_tx_gone(tx);
+		(void)farm_txn_tx_gone(tx);
 		return;
 	}
 	farm_stat_add_owned(&tx->tl->c_tx_reads, 1);
@@ -457,7 +457,7 @@ static void txrd_cached(farm_loop *loop, void *ctx, int status)
 	struct again_ctx *c = ctx;
 	c->tx->reads_out--;
 	if (c->tx->released) {
-		(void)txn_tx_gone(c->tx);
+		(void)farm_txn_tx_gone(c->tx);
 		free(c);
 		return;
 	}

@@ -99,7 +99,7 @@ static bool in_promo(const farm_txm *m, uint32_t region)
 
 /* This machine's copy of object @o, whatever its role; NULL when it holds
  * none or the object does not fit the region. */
-uint8_t *txn_rec_copy_obj(farm_txm *m, const struct rec_obj *o)
+uint8_t *farm_txn_rec_copy_obj(farm_txm *m, const struct rec_obj *o)
 {
 	enum farm_as_role role;
 	farm_region *r =
@@ -155,11 +155,11 @@ static uint8_t *promo_obj(farm_txm *m, const struct rec_obj *o)
 	    !farm_as_local_region(m->as, r, &role) || role != FARM_AS_BACKUP ||
 	    farm_as_backup_filling(m->as, r))
 		return NULL;
-	return txn_rec_copy_obj(m, o);
+	return farm_txn_rec_copy_obj(m, o);
 }
 
 /* A stale, malformed or misdirected recovery message: counted and said. */
-void txn_rec_refuse(farm_txm *m, const farm_msg_in *in, const char *what)
+void farm_txn_rec_refuse(farm_txm *m, const farm_msg_in *in, const char *what)
 {
 	farm_stat_add(&m->st.v[S_REC_REFUSED], 1);
 	farm_warn("txn recovery: %s from machine %" PRIu32 " refused", what,
@@ -272,7 +272,7 @@ static void rlock_put(farm_txm *m, uint64_t addr, uint8_t *q)
 	_Atomic uint64_t *hv = (_Atomic uint64_t *)(void *)q;
 	uint64_t v = atomic_load_explicit(hv, memory_order_relaxed);
 	/* The unlock (release): pairs with the acquire loads of the version
-	 * word (farm_objhdr_load_version, txn_copy_apply). */
+	 * word (farm_objhdr_load_version, farm_txn_copy_apply). */
 	atomic_store_explicit(hv, v & ~OBJ_LOCK_MASK, memory_order_release);
 	if (m->rec.nadopt)
 		adopt_ready(m);
@@ -282,7 +282,8 @@ static void rlock_put(farm_txm *m, uint64_t addr, uint8_t *q)
 static bool promo_apply(farm_txm *m, uint64_t addr, uint8_t *q, unsigned lines,
                         const uint8_t *img)
 {
-	return txn_copy_apply(q, lines, img, rlock_find(m, addr, q) != NULL);
+	return farm_txn_copy_apply(q, lines, img,
+	                           rlock_find(m, addr, q) != NULL);
 }
 
 #ifdef FARM_FAULT_INJECTION
@@ -294,8 +295,8 @@ static _Atomic bool testing_no_drain; /* farm_txn_testing_recovery_no_drain */
 
 /* participant.c, at truncation: a COMMIT-BACKUP's object in a region
  * being promoted. Returns whether it applied. */
-bool txn_rec_truncate_apply(farm_txm *m, uint64_t addr, uint8_t *q,
-                            unsigned lines, const uint8_t *img)
+bool farm_txn_rec_truncate_apply(farm_txm *m, uint64_t addr, uint8_t *q,
+                                 unsigned lines, const uint8_t *img)
 {
 	if (NO_DRAIN())
 		return false; /* testing: the copy stays as it was */
@@ -305,7 +306,7 @@ bool txn_rec_truncate_apply(farm_txm *m, uint64_t addr, uint8_t *q,
 	return r;
 }
 
-bool txn_rec_taken(farm_txm *m, uint64_t cfg)
+bool farm_txn_rec_taken(farm_txm *m, uint64_t cfg)
 {
 	pthread_mutex_lock(&m->rec.lock);
 	bool r = atomic_load(&m->rec.cfg) >= cfg &&
@@ -314,7 +315,7 @@ bool txn_rec_taken(farm_txm *m, uint64_t cfg)
 	return r;
 }
 
-bool txn_rec_promoting(farm_txm *m, uint32_t region)
+bool farm_txn_rec_promoting(farm_txm *m, uint32_t region)
 {
 	/* Acquire: pairs with the (seq_cst, hence release) stores of
 	 * npromo_live where the promotions are set and ended, below. */
@@ -346,7 +347,8 @@ static void pend_settle(struct txloop *tl, struct rec_pend *p, bool commit)
 		p->q[i] = NULL;
 		if (q && !rlock_find(m, o[i].addr, q))
 			q = NULL;
-		if (q && commit && txn_copy_apply(q, o[i].lines, img, true))
+		if (q && commit &&
+		    farm_txn_copy_apply(q, o[i].lines, img, true))
 			farm_stat_add(&m->st.v[S_INSTALLS], 1);
 		if (q)
 			rlock_put(m, o[i].addr, q);
@@ -358,7 +360,7 @@ static void pend_settle(struct txloop *tl, struct rec_pend *p, bool commit)
 
 /* The decision for @txid: settle its pending entries (those the log's
  * truncation has not settled already) and drop them. */
-void txn_rec_pend_decide(struct txloop *tl, uint64_t txid, bool commit)
+void farm_txn_rec_pend_decide(struct txloop *tl, uint64_t txid, bool commit)
 {
 	for (struct rec_pend **pp = &tl->pend; *pp;) {
 		struct rec_pend *p = *pp;
@@ -385,9 +387,9 @@ void txn_rec_pend_decide(struct txloop *tl, uint64_t txid, bool commit)
  * as committed), or never. The entries stay until the answer or a
  * decision removes them.
  */
-void txn_rec_truncated(struct txloop *tl, uint64_t txid)
+void farm_txn_rec_truncated(struct txloop *tl, uint64_t txid)
 {
-	bool commit = !txn_aborted(tl, txid);
+	bool commit = !farm_txn_aborted(tl, txid);
 	for (struct rec_pend *p = tl->pend; p; p = p->next)
 		if (p->txid == txid && !p->settled) {
 			pend_settle(tl, p, commit);
@@ -435,7 +437,7 @@ static int pend_add(struct txloop *tl, uint32_t coord, const uint8_t *rec)
 
 /* ---- the loops' part --------------------------------------------------- */
 
-void txn_rec_send_query(struct txloop *tl, uint32_t coord, uint64_t txid)
+void farm_txn_rec_send_query(struct txloop *tl, uint32_t coord, uint64_t txid)
 {
 	struct rec_q q = {.cfg = atomic_load(&tl->m->rec.cfg), .txid = txid};
 	int rc = farm_msg_send(tl->loop, coord, tl->t, FARM_MSGT_REC_QUERY, &q,
@@ -457,7 +459,7 @@ static void promote_scan(struct txloop *tl, uint32_t coord)
 	struct rec_hdr h;
 	FOR_EACH_REC(tl, coord, pos, rec, h)
 	{
-		if (h.type != REC_COMMIT_BACKUP || txn_aborted(tl, h.txid))
+		if (h.type != REC_COMMIT_BACKUP || farm_txn_aborted(tl, h.txid))
 			continue;
 		const struct rec_obj *o = robjs(rec);
 		bool ours = false;
@@ -485,7 +487,7 @@ static void promote_scan(struct txloop *tl, uint32_t coord)
 			continue;
 		}
 		if (!is_removed(m, coord))
-			txn_rec_send_query(tl, coord, h.txid);
+			farm_txn_rec_send_query(tl, coord, h.txid);
 	}
 }
 
@@ -630,7 +632,7 @@ static void rec_loop_run(struct txloop *tl)
 {
 	farm_txm *m = tl->m;
 	/* 1. Drain. */
-	while (txn_poll(tl->loop, tl) > 0)
+	while (farm_txn_poll(tl->loop, tl) > 0)
 		;
 	for (uint32_t c = 0; c < m->M; c++)
 		if (is_removed(m, c))
@@ -716,7 +718,7 @@ static void rec_loop_run(struct txloop *tl)
 	pthread_mutex_unlock(&m->rec.lock);
 	/* Outside the lock: opening a copy makes and registers a region. */
 	for (unsigned i = 0; i < nrecopy; i++)
-		(void)txn_datarec_adopt(m, recopy[i], true);
+		(void)farm_txn_datarec_adopt(m, recopy[i], true);
 	atomic_store(&m->rec.t_active, farm_now_ns());
 	farm_info("txn recovery: configuration %" PRIu64
 	          ": %u region(s) promoted",
@@ -736,7 +738,7 @@ static void rec_loop_apply(farm_loop *loop, void *ctx, int status)
 	pthread_mutex_lock(&m->rec.lock);
 	memcpy(removed, m->rec.removed, sizeof(removed));
 	pthread_mutex_unlock(&m->rec.lock);
-	txn_end_lock_waits(tl, removed);
+	farm_txn_end_lock_waits(tl, removed);
 	if (atomic_fetch_add(&m->rec.applied, 1) + 1 != m->T)
 		return;
 	struct rec_end a = {.cfg = atomic_load(&m->rec.cfg)};
@@ -870,7 +872,7 @@ static void h_applied(farm_loop *loop, const farm_msg_in *in, void *arg)
 	farm_txm *m = arg;
 	struct rec_end a;
 	if (in->len != sizeof(a) || in->src_machine >= 0x40) {
-		txn_rec_refuse(m, in, "malformed recovery ack");
+		farm_txn_rec_refuse(m, in, "malformed recovery ack");
 		return;
 	}
 	memcpy(&a, in->payload, sizeof(a));
@@ -903,13 +905,13 @@ static void h_go(farm_loop *loop, const farm_msg_in *in, void *arg)
 	struct txloop *tl = loop_state(m, loop);
 	struct rec_end go;
 	if (!tl || in->len != sizeof(go)) {
-		txn_rec_refuse(m, in, "malformed recovery start");
+		farm_txn_rec_refuse(m, in, "malformed recovery start");
 		return;
 	}
 	memcpy(&go, in->payload, sizeof(go));
 	if (go.cfg != atomic_load(&m->rec.cfg) ||
 	    in->src_machine != m->rec.decider) {
-		txn_rec_refuse(m, in, "recovery start");
+		farm_txn_rec_refuse(m, in, "recovery start");
 		return;
 	}
 	uint64_t zero = 0;
@@ -917,11 +919,11 @@ static void h_go(farm_loop *loop, const farm_msg_in *in, void *arg)
 	rec_loop_run(tl);
 }
 
-int txn_rec_init(farm_txm *m)
+int farm_txn_rec_init(farm_txm *m)
 {
 	/* The decision's handlers first (recover_decide.c), then the
 	 * barrier's. */
-	int rc = txn_rec_decide_init(m);
+	int rc = farm_txn_rec_decide_init(m);
 	if (!rc)
 		rc = farm_msg_handle(m->msg, FARM_MSGT_REC_APPLIED, h_applied,
 		                     m);
@@ -930,7 +932,7 @@ int txn_rec_init(farm_txm *m)
 	return rc;
 }
 
-void txn_rec_fini(farm_txm *m)
+void farm_txn_rec_fini(farm_txm *m)
 {
 	for (unsigned i = 0; i < m->rec.nd; i++) {
 		free(m->rec.d[i].regs);
@@ -943,7 +945,7 @@ void txn_rec_fini(farm_txm *m)
 	pthread_mutex_destroy(&m->rec.lock);
 }
 
-void txn_rec_detach(struct txloop *tl)
+void farm_txn_rec_detach(struct txloop *tl)
 {
 	while (tl->pend) {
 		struct rec_pend *p = tl->pend;

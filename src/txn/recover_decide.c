@@ -32,7 +32,7 @@ static void answer(struct txloop *tl, uint32_t to, uint16_t thread,
 }
 
 /* @tx decided (commit at COMMIT-PRIMARY, abort at ABORT): its waiters
- * learn the outcome. Registered with the coordinator (txn_on_decided). */
+ * learn the outcome. Registered with the coordinator (farm_txn_on_decided). */
 static void rec_decided(farm_tx *tx, bool commit)
 {
 	for (unsigned i = 0; i < tx->nwaiters; i++)
@@ -47,13 +47,14 @@ static void h_query(farm_loop *loop, const farm_msg_in *in, void *arg)
 	struct txloop *tl = loop_state(m, loop);
 	struct rec_q q;
 	if (!tl || in->len != sizeof(q)) {
-		txn_rec_refuse(m, in, "malformed recovery query");
+		farm_txn_rec_refuse(m, in, "malformed recovery query");
 		return;
 	}
 	memcpy(&q, in->payload, sizeof(q));
 	if ((uint32_t)(q.txid >> 56) != m->me ||
 	    ((q.txid >> 48) & 0xff) != tl->t) {
-		txn_rec_refuse(m, in, "recovery query for another coordinator");
+		farm_txn_rec_refuse(m, in,
+		                    "recovery query for another coordinator");
 		return;
 	}
 	farm_tx *tx = tl->slots[(q.txid & ((1ull << 48) - 1)) % TX_SLOTS];
@@ -84,42 +85,43 @@ static void h_answer(farm_loop *loop, const farm_msg_in *in, void *arg)
 	struct txloop *tl = loop_state(m, loop);
 	struct rec_q q;
 	if (!tl || in->len != sizeof(q)) {
-		txn_rec_refuse(m, in, "malformed recovery answer");
+		farm_txn_rec_refuse(m, in, "malformed recovery answer");
 		return;
 	}
 	memcpy(&q, in->payload, sizeof(q));
 	if (q.answer > A_FINISHED) {
-		txn_rec_refuse(m, in, "malformed recovery answer");
+		farm_txn_rec_refuse(m, in, "malformed recovery answer");
 		return;
 	}
 	bool known = false;
 	for (struct rec_pend *p = tl->pend; p; p = p->next)
 		known |= p->txid == q.txid && p->coord == in->src_machine;
 	if (!known) {
-		txn_rec_refuse(m, in,
-		               "recovery answer for no pending transaction");
+		farm_txn_rec_refuse(
+		        m, in, "recovery answer for no pending transaction");
 		return;
 	}
 	bool settled = false;
 	for (struct rec_pend *p = tl->pend; p; p = p->next)
 		settled |= p->txid == q.txid && p->settled;
 	if (settled) { /* at the truncation of its log */
-		txn_rec_pend_decide(tl, q.txid, false);
+		farm_txn_rec_pend_decide(tl, q.txid, false);
 		return;
 	}
 	if (q.answer == 0) {
-		txn_rec_send_query(tl, in->src_machine, q.txid);
+		farm_txn_rec_send_query(tl, in->src_machine, q.txid);
 		return;
 	}
 	if (q.answer == A_FINISHED) {
 		/* Its ABORT, if any, landed before it finished: process it.
 		 * If that truncates its COMMIT-BACKUP, the truncation settles
-		 * it (txn_rec_truncated); else the ABORT is still known. */
-		while (txn_poll(loop, tl) > 0)
+		 * it (farm_txn_rec_truncated); else the ABORT is still known.
+		 */
+		while (farm_txn_poll(loop, tl) > 0)
 			;
-		q.answer = txn_aborted(tl, q.txid) ? A_ABORT : A_COMMIT;
+		q.answer = farm_txn_aborted(tl, q.txid) ? A_ABORT : A_COMMIT;
 	}
-	txn_rec_pend_decide(tl, q.txid, q.answer == A_COMMIT);
+	farm_txn_rec_pend_decide(tl, q.txid, q.answer == A_COMMIT);
 }
 
 /* ---- the decider --------------------------------------------------------- */
@@ -149,7 +151,7 @@ static void h_vote(farm_loop *loop, const farm_msg_in *in, void *arg)
 	farm_txm *m = arg;
 	struct rec_vote v;
 	if (in->len < sizeof(v)) {
-		txn_rec_refuse(m, in, "malformed recovery vote");
+		farm_txn_rec_refuse(m, in, "malformed recovery vote");
 		return;
 	}
 	memcpy(&v, in->payload, sizeof(v));
@@ -159,7 +161,7 @@ static void h_vote(farm_loop *loop, const farm_msg_in *in, void *arg)
 	    v.ncb > REC_MAX_REGS ||
 	    in->len != sizeof(v) + 4ull * (v.nregs + v.ncb) ||
 	    in->src_machine >= 0x40 || is_removed(m, in->src_machine)) {
-		txn_rec_refuse(m, in, "recovery vote");
+		farm_txn_rec_refuse(m, in, "recovery vote");
 		return;
 	}
 	pthread_mutex_lock(&m->rec.lock);
@@ -244,14 +246,14 @@ static void h_end(farm_loop *loop, const farm_msg_in *in, void *arg)
 	farm_txm *m = arg;
 	struct rec_end e;
 	if (in->len != sizeof(e)) {
-		txn_rec_refuse(m, in, "malformed end of votes");
+		farm_txn_rec_refuse(m, in, "malformed end of votes");
 		return;
 	}
 	memcpy(&e, in->payload, sizeof(e));
 	if (e.cfg != atomic_load(&m->rec.cfg) || m->rec.decider != m->me ||
 	    !is_removed(m, e.coord) || e.thread >= m->T ||
 	    in->src_machine >= 0x40 || is_removed(m, in->src_machine)) {
-		txn_rec_refuse(m, in, "end of votes");
+		farm_txn_rec_refuse(m, in, "end of votes");
 		return;
 	}
 	uint64_t key = (uint64_t)e.coord * m->T + e.thread;
@@ -307,7 +309,7 @@ static void h_decide(farm_loop *loop, const farm_msg_in *in, void *arg)
 	struct txloop *tl = loop_state(m, loop);
 	struct rec_dec d;
 	if (!tl || in->len != sizeof(d)) {
-		txn_rec_refuse(m, in, "malformed recovery decision");
+		farm_txn_rec_refuse(m, in, "malformed recovery decision");
 		return;
 	}
 	memcpy(&d, in->payload, sizeof(d));
@@ -315,15 +317,15 @@ static void h_decide(farm_loop *loop, const farm_msg_in *in, void *arg)
 	    in->src_machine != m->rec.decider || !is_removed(m, d.coord) ||
 	    (uint32_t)(d.txid >> 56) != d.coord ||
 	    ((d.txid >> 48) & 0xff) != tl->t || d.commit > 1) {
-		txn_rec_refuse(m, in, "recovery decision");
+		farm_txn_rec_refuse(m, in, "recovery decision");
 		return;
 	}
 	bool commit = d.commit != 0;
 	/* As an old primary: the LOCK record installs or unlocks. */
-	txn_decide_primary(tl, d.txid, commit);
+	farm_txn_decide_primary(tl, d.txid, commit);
 	/* As a promoted primary: the COMMIT-BACKUP's images, under the
 	 * recovered locks. */
-	txn_rec_pend_decide(tl, d.txid, commit);
+	farm_txn_rec_pend_decide(tl, d.txid, commit);
 	/* As a backup: its COMMIT-BACKUP applied now, or never. */
 	struct rec_hdr h;
 	FOR_EACH_REC(tl, d.coord, pos, rec, h)
@@ -341,9 +343,9 @@ static void h_decide(farm_loop *loop, const farm_msg_in *in, void *arg)
 			farm_region *r = farm_as_local_region(
 			        m->as, farm_gaddr_region(o[i].addr), &role);
 			uint8_t *q = r && role == FARM_AS_BACKUP
-			                     ? txn_rec_copy_obj(m, &o[i])
+			                     ? farm_txn_rec_copy_obj(m, &o[i])
 			                     : NULL;
-			if (q && txn_copy_apply(q, o[i].lines, img, false))
+			if (q && farm_txn_copy_apply(q, o[i].lines, img, false))
 				farm_stat_add(&m->st.v[S_BACKUP_APPLIES], 1);
 			img += 64ull * o[i].lines;
 		}
@@ -356,14 +358,14 @@ static void h_done(farm_loop *loop, const farm_msg_in *in, void *arg)
 	struct txloop *tl = loop_state(m, loop);
 	struct rec_end e;
 	if (!tl || in->len != sizeof(e)) {
-		txn_rec_refuse(m, in, "malformed end of recovery");
+		farm_txn_rec_refuse(m, in, "malformed end of recovery");
 		return;
 	}
 	memcpy(&e, in->payload, sizeof(e));
 	if (e.cfg != atomic_load(&m->rec.cfg) ||
 	    in->src_machine != m->rec.decider || !is_removed(m, e.coord) ||
 	    e.thread != tl->t) {
-		txn_rec_refuse(m, in, "end of recovery");
+		farm_txn_rec_refuse(m, in, "end of recovery");
 		return;
 	}
 	/* Every transaction of the log is decided: empty it. */
@@ -384,11 +386,11 @@ static void h_done(farm_loop *loop, const farm_msg_in *in, void *arg)
 	          e.coord, tl->t);
 }
 
-int txn_rec_decide_init(farm_txm *m)
+int farm_txn_rec_decide_init(farm_txm *m)
 {
 	/* A promoted primary that asked about a transaction still being
 	 * decided waits for its outcome (h_query): the coordinator tells. */
-	txn_on_decided(m, rec_decided);
+	farm_txn_on_decided(m, rec_decided);
 	int rc = farm_msg_handle(m->msg, FARM_MSGT_REC_QUERY, h_query, m);
 	if (!rc)
 		rc = farm_msg_handle(m->msg, FARM_MSGT_REC_ANSWER, h_answer, m);

@@ -58,14 +58,14 @@ static inline bool is_removed(const farm_txm *m, uint32_t id)
 }
 
 /* recover.c */
-void txn_rec_refuse(farm_txm *m, const farm_msg_in *in, const char *what);
-uint8_t *txn_rec_copy_obj(farm_txm *m, const struct rec_obj *o);
-void txn_rec_pend_decide(struct txloop *tl, uint64_t txid, bool commit);
-void txn_rec_send_query(struct txloop *tl, uint32_t coord, uint64_t txid);
+void farm_txn_rec_refuse(farm_txm *m, const farm_msg_in *in, const char *what);
+uint8_t *farm_txn_rec_copy_obj(farm_txm *m, const struct rec_obj *o);
+void farm_txn_rec_pend_decide(struct txloop *tl, uint64_t txid, bool commit);
+void farm_txn_rec_send_query(struct txloop *tl, uint32_t coord, uint64_t txid);
 
 /* recover_decide.c: registers the handlers of REC_QUERY, REC_ANSWER,
  * REC_VOTE, REC_END, REC_DECIDE and REC_DONE, and tells the coordinator
  * to report decisions to promoted primaries that asked. */
-int txn_rec_decide_init(farm_txm *m);
+int farm_txn_rec_decide_init(farm_txm *m);
 
 #endif

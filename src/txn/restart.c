@@ -112,7 +112,7 @@ static int super_check(const uint8_t *base, size_t len, const char *what,
 		     what, sb.layout, LOG_LAYOUT);
 		return FARM_ECORRUPT;
 	}
-	if (!txn_log_geometry_ok(&sb)) {
+	if (!farm_txn_log_geometry_ok(&sb)) {
 		FAIL("%s: bad log superblock at offset 8", what);
 		return FARM_ECORRUPT;
 	}
@@ -153,8 +153,8 @@ static int collect(const uint8_t *base, uint64_t coords, struct rs_rec **v,
 				/* One in flight at the kill never landed, so
 				 * was never acknowledged: not whole, skipped.
 				 */
-				int k = txn_log_record_at(ring, sb.R, off, &h,
-				                          NULL);
+				int k = farm_txn_log_record_at(ring, sb.R, off,
+				                               &h, NULL);
 				if (k < 0) {
 					FAIL("%s: damaged log record at offset "
 					     "%" PRIu64 " (machine %" PRIu32
@@ -396,7 +396,7 @@ static void unlock_one(void *ctx, struct farm_objhdr *obj, uint32_t lines)
 	uint64_t v = atomic_load_explicit(hv, memory_order_relaxed);
 	if (v & OBJ_LOCK_MASK) {
 		/* Release: pairs with the acquire loads of the version word
-		 * (farm_objhdr_load_version, txn_copy_apply). */
+		 * (farm_objhdr_load_version, farm_txn_copy_apply). */
 		atomic_store_explicit(hv, v & ~OBJ_LOCK_MASK,
 		                      memory_order_release);
 		(*cleared)++;

@@ -53,14 +53,14 @@ int farm_tx_begin(farm_txm *m, farm_loop *loop, farm_tx **out)
 	return 0;
 }
 
-void txn_tx_free(farm_tx *tx)
+void farm_txn_tx_free(farm_tx *tx)
 {
 	struct txloop *tl = tx->tl;
 	if (tl->slots[(tx->id & ((1ull << 48) - 1)) % TX_SLOTS] == tx)
 		tl->slots[(tx->id & ((1ull << 48) - 1)) % TX_SLOTS] = NULL;
 	for (unsigned i = 0; i < tx->n; i++)
 		free(tx->o[i].data);
-	txn_sync_orphans_free(tx);
+	farm_txn_sync_orphans_free(tx);
 	free(tx->recs);
 	free(tx->regs);
 	farm_epoch_op_end(tx->ep);
@@ -208,7 +208,7 @@ static void txal_done(farm_loop *loop, void *ctx, int status, farm_gaddr a)
 		if (!status)
 			(void)farm_galloc_free_local(m->ga, tx->tl->loop, a);
 		free(c);
-		(void)txn_tx_gone(tx);
+		(void)farm_txn_tx_gone(tx);
 		return;
 	}
 	farm_fatptr fp = {0};
@@ -340,7 +340,7 @@ int farm_tx_abort(farm_tx *tx)
 	if (tx->reads_out)
 		return -EBUSY;
 	tx->outcome = -ECANCELED;
-	txn_tx_finish(tx);
+	farm_txn_tx_finish(tx);
 	return 0;
 }
 
@@ -351,21 +351,21 @@ void farm_tx_free(farm_tx *tx)
 	tx->released = true;
 	if (tx->ph == PH_OPEN && !tx->reads_out) {
 		tx->outcome = -ECANCELED;
-		txn_tx_finish(tx); /* frees */
+		farm_txn_tx_finish(tx); /* frees */
 	} else if (tx->ph == PH_DONE) {
-		txn_tx_free(tx);
+		farm_txn_tx_free(tx);
 	}
 	/* else: a commit or reads are in flight; freed when they end. */
 }
 
 /* A read came back to a transaction the application already freed. */
-bool txn_tx_gone(farm_tx *tx)
+bool farm_txn_tx_gone(farm_tx *tx)
 {
 	if (!tx->released || tx->reads_out)
 		return false;
 	if (tx->ph == PH_OPEN) {
 		tx->outcome = -ECANCELED;
-		txn_tx_finish(tx);
+		farm_txn_tx_finish(tx);
 	}
 	return true;
 }

@@ -109,9 +109,9 @@ int farm_txm_epoch_sync(farm_txm *m, farm_loop *loop)
 static int txn_poll_all(farm_loop *loop, void *ctx)
 {
 	struct txloop *tl = ctx;
-	int got = txn_poll(loop, ctx);
+	int got = farm_txn_poll(loop, ctx);
 	if (tl->lock_waiters && (++tl->rand & 1023) == 0)
-		txn_scan_deadlines(tl);
+		farm_txn_scan_deadlines(tl);
 	farm_epoch_quiesce();
 	if (tl->t == 0 && (++tl->epoch_tick & 4095) == 0)
 		epoch_maybe_start(tl);
@@ -168,16 +168,16 @@ static int txm_setup(farm_txm *m, const struct farm_txm_attr *a, uint64_t total)
 		                         FARM_ACCESS_REMOTE_WRITE,
 		                 &m->logmr);
 	if (!rc)
-		rc = farm_msg_handle(m->msg, FARM_MSGT_TX_REPLY, txn_h_reply,
-		                     m);
+		rc = farm_msg_handle(m->msg, FARM_MSGT_TX_REPLY,
+		                     farm_txn_h_reply, m);
 	if (!rc)
 		rc = farm_epoch_handle(m->msg);
 	if (!rc)
-		rc = txn_rec_init(m);
+		rc = farm_txn_rec_init(m);
 	if (!rc)
-		rc = txn_datarec_init(m, a->datarec_bytes,
-		                      a->datarec_interval_us,
-		                      a->datarec_hold_ms);
+		rc = farm_txn_datarec_init(m, a->datarec_bytes,
+		                           a->datarec_interval_us,
+		                           a->datarec_hold_ms);
 	if (!rc && !(rc = farm_epoch_domain_get()))
 		m->epoch_domain = true;
 	return rc;
@@ -269,8 +269,8 @@ void farm_txm_destroy(farm_txm *m)
 		farm_mem_free(m->logmem);
 	if (m->epoch_domain)
 		farm_epoch_domain_put();
-	txn_rec_fini(m);
-	txn_datarec_fini(m);
+	farm_txn_rec_fini(m);
+	farm_txn_datarec_fini(m);
 	free(m->peers);
 	free(m->peer_ready);
 	free(m);
@@ -405,7 +405,8 @@ int farm_txm_attach(farm_txm *m, farm_loop *loop)
 	if (!rc && !(rc = farm_epoch_thread_enter(loop)))
 		entered = true;
 	if (!rc)
-		rc = farm_loop_add_poller(loop, txn_poll_all, txn_pending, tl);
+		rc = farm_loop_add_poller(loop, txn_poll_all, farm_txn_pending,
+		                          tl);
 	if (rc) {
 		if (entered)
 			farm_epoch_thread_leave(loop);
@@ -429,7 +430,7 @@ int farm_txm_attach(farm_txm *m, farm_loop *loop)
 	/* Relaxed: a count farm_txm_memory reads. */
 	atomic_fetch_add_explicit(&m->loop_bytes, loop_table_bytes(m),
 	                          memory_order_relaxed);
-	rc = txn_datarec_attach(m, tl);
+	rc = farm_txn_datarec_attach(m, tl);
 	if (rc) /* the machine runs; this loop copies nothing */
 		farm_warn("txn: loop %u: no data recovery: %s", t,
 		          farm_strerror(rc));
@@ -452,7 +453,7 @@ void farm_txm_detach(farm_txm *m, farm_loop *loop)
 	struct txloop *tl = loop_state(m, loop);
 	if (!tl)
 		return;
-	txn_datarec_detach(m, tl);
+	farm_txn_datarec_detach(m, tl);
 	/* Completions of log WRITEs (a commit is reported at its first
 	 * COMMIT-PRIMARY; TRUNC records) and freed-word READs still to come
 	 * use this state: let them land first. The loop's close would run
@@ -486,7 +487,7 @@ void farm_txm_detach(farm_txm *m, farm_loop *loop)
 			free(e);
 		}
 	}
-	txn_rec_detach(tl);
+	farm_txn_rec_detach(tl);
 	farm_stat_add(&m->st.v[S_LF_READS], atomic_load(&tl->c_lf_reads));
 	farm_stat_add(&m->st.v[S_LF_RETRIES], atomic_load(&tl->c_lf_retries));
 	farm_stat_add(&m->st.v[S_TX_READS], atomic_load(&tl->c_tx_reads));
@@ -586,7 +587,7 @@ void farm_txm_stats_get(farm_txm *m, farm_txm_stats *out)
 	out->rec_adopt_ns = gs.adopt_ns;
 	out->rec_adopt_max_ns = gs.adopt_max_ns;
 	out->deferred_lost = gs.deferred_lost;
-	txn_datarec_sums(m, out);
+	farm_txn_datarec_sums(m, out);
 }
 
 _Atomic uint64_t *farm_txm_serve_word(farm_txm *m)

@@ -100,7 +100,8 @@ struct farm_txm {
 		_Atomic uint64_t v[48]; /* S_NSTATS of them used */
 	} st;
 	struct txrec_state rec;
-	/* Told when a transaction is decided (txn_tx.h, txn_on_decided). */
+	/* Told when a transaction is decided (txn_tx.h, farm_txn_on_decided).
+	 */
 	void (*on_decided)(farm_tx *tx, bool commit);
 	struct farm_datarec *dr;      /* copy.c: data recovery */
 	_Atomic uint64_t serve_until; /* farm_txm_serve_word */
@@ -190,13 +191,14 @@ static inline struct txloop *loop_state(farm_txm *m, farm_loop *loop)
 }
 
 /* participant.c: the log poller (the loop's poller, with txm.c's). */
-int txn_poll(farm_loop *loop, void *ctx);
-bool txn_pending(farm_loop *loop, void *ctx);
+int farm_txn_poll(farm_loop *loop, void *ctx);
+bool farm_txn_pending(farm_loop *loop, void *ctx);
 
 /* participant.c: what recovery shares */
-bool txn_aborted(struct txloop *tl, uint64_t txid);
-void txn_note_abort(struct txloop *tl, uint64_t txid, uint64_t pos);
-bool txn_copy_apply(uint8_t *p, unsigned lines, const uint8_t *img, bool held);
+bool farm_txn_aborted(struct txloop *tl, uint64_t txid);
+void farm_txn_note_abort(struct txloop *tl, uint64_t txid, uint64_t pos);
+bool farm_txn_copy_apply(uint8_t *p, unsigned lines, const uint8_t *img,
+                         bool held);
 
 /* Where an older configuration's transaction installs or unlocks an
  * object it locked here: our primary copy, or, when a view since made
@@ -223,15 +225,15 @@ static inline uint8_t *txn_own_ptr(farm_txm *m, farm_gaddr a, uint64_t len,
  * returns whether a copy is held now.
  * skip_apply: the test-only switch (FARM_FAULT_INJECTION) that drops
  * COMMIT-BACKUPs to filling copies. */
-int txn_datarec_init(farm_txm *m, uint32_t bytes, uint32_t interval_us,
-                     uint32_t hold_ms);
-int txn_datarec_attach(farm_txm *m, struct txloop *tl);
-void txn_datarec_detach(farm_txm *m, struct txloop *tl);
-void txn_datarec_fini(farm_txm *m);
-bool txn_datarec_adopt(farm_txm *m, uint32_t region, bool start);
-bool txn_datarec_skip_apply(farm_txm *m, uint32_t region);
-void txn_datarec_sums(farm_txm *m, farm_txm_stats *out);
+int farm_txn_datarec_init(farm_txm *m, uint32_t bytes, uint32_t interval_us,
+                          uint32_t hold_ms);
+int farm_txn_datarec_attach(farm_txm *m, struct txloop *tl);
+void farm_txn_datarec_detach(farm_txm *m, struct txloop *tl);
+void farm_txn_datarec_fini(farm_txm *m);
+bool farm_txn_datarec_adopt(farm_txm *m, uint32_t region, bool start);
+bool farm_txn_datarec_skip_apply(farm_txm *m, uint32_t region);
+void farm_txn_datarec_sums(farm_txm *m, farm_txm_stats *out);
 
-void txn_decide_primary(struct txloop *tl, uint64_t txid, bool commit);
+void farm_txn_decide_primary(struct txloop *tl, uint64_t txid, bool commit);
 
 #endif

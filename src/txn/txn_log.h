@@ -284,14 +284,14 @@ static inline void rec_zero(uint8_t *rec, uint16_t type, uint32_t len)
  * missing COMMIT-BACKUP (it was, and a reported commit was lost).
  */
 #ifdef FARM_FAULT_INJECTION
-extern _Atomic bool txn_testing_trunc_early; /* farm_txn_testing_... */
-extern _Atomic bool txn_testing_keep_lock_waits;
+extern _Atomic bool farm_txn_testing_trunc_early_on; /* farm_txn_testing_... */
+extern _Atomic bool farm_txn_testing_keep_lock_waits_on;
 #endif
 
 static inline bool wq_truncatable(const struct wq_ent *e, uint64_t cs_low)
 {
 #ifdef FARM_FAULT_INJECTION
-	if (atomic_load_explicit(&txn_testing_trunc_early,
+	if (atomic_load_explicit(&farm_txn_testing_trunc_early_on,
 	                         memory_order_relaxed))
 		return e->done; /* testing: the old, broken rule */
 #endif
@@ -314,20 +314,21 @@ enum { K_LOCK = 1, K_BACKUP, K_PRIMARY, K_ABORT };
 struct txloop;
 
 /* log.c: commit sequences (struct rec_hdr). */
-int txn_cseq_take(struct txloop *tl, uint64_t *out);
-void txn_cseq_done(struct txloop *tl, uint64_t cseq);
+int farm_txn_cseq_take(struct txloop *tl, uint64_t *out);
+void farm_txn_cseq_done(struct txloop *tl, uint64_t cseq);
 
 /* log.c: the writer side. */
-int txn_log_append(struct txloop *tl, uint32_t mach, void *buf, size_t len,
-                   farm_tx *tx, int kind, uint64_t *seq_out);
-void txn_maybe_truncate(struct txloop *tl, uint32_t mach, bool short_of_room);
-void txn_refresh_freed(struct txloop *tl, uint32_t mach);
+int farm_txn_log_append(struct txloop *tl, uint32_t mach, void *buf, size_t len,
+                        farm_tx *tx, int kind, uint64_t *seq_out);
+void farm_txn_maybe_truncate(struct txloop *tl, uint32_t mach,
+                             bool short_of_room);
+void farm_txn_refresh_freed(struct txloop *tl, uint32_t mach);
 
-int txn_log_record_at(const uint8_t *ring, uint64_t R, uint64_t off,
-                      struct rec_hdr *h, uint64_t *pos);
+int farm_txn_log_record_at(const uint8_t *ring, uint64_t R, uint64_t off,
+                           struct rec_hdr *h, uint64_t *pos);
 /* Is a log file's superblock geometry (machines, threads, ring size, the
  * header area and the total they make) one this build writes? The magic
  * and layout are the caller's to check. */
-bool txn_log_geometry_ok(const struct log_super *sb);
+bool farm_txn_log_geometry_ok(const struct log_super *sb);
 
 #endif

@@ -92,16 +92,16 @@ struct txrec_state {
 struct txloop;
 
 /* recover.c */
-int txn_rec_init(farm_txm *m);
-void txn_rec_fini(farm_txm *m);
-void txn_rec_detach(struct txloop *tl);
-void txn_rec_truncated(struct txloop *tl, uint64_t txid);
+int farm_txn_rec_init(farm_txm *m);
+void farm_txn_rec_fini(farm_txm *m);
+void farm_txn_rec_detach(struct txloop *tl);
+void farm_txn_rec_truncated(struct txloop *tl, uint64_t txid);
 /* recover.c: whether every loop of this machine has taken configuration
  * @cfg or a later one (the round's barrier): no handler or commit that
  * saw an older one is still between its check and its lock. */
-bool txn_rec_taken(farm_txm *m, uint64_t cfg);
-bool txn_rec_promoting(farm_txm *m, uint32_t region);
-bool txn_rec_truncate_apply(farm_txm *m, uint64_t addr, uint8_t *q,
-                            unsigned lines, const uint8_t *img);
+bool farm_txn_rec_taken(farm_txm *m, uint64_t cfg);
+bool farm_txn_rec_promoting(farm_txm *m, uint32_t region);
+bool farm_txn_rec_truncate_apply(farm_txm *m, uint64_t addr, uint8_t *q,
+                                 unsigned lines, const uint8_t *img);
 
 #endif

@@ -67,7 +67,7 @@ void farm_txn_testing_recovery_no_drain(bool on);
  * commit one backup truncated. */
 void farm_txn_testing_trunc_early(bool on);
 /* Process-wide: when on, a new configuration does not end the waits of
- * commits for LOCK replies from removed machines (txn_end_lock_waits):
+ * commits for LOCK replies from removed machines (farm_txn_end_lock_waits):
  * they wait out the reply deadline, holding their locks, as before. */
 void farm_txn_testing_keep_lock_waits(bool on);
 /* Process-wide: when on, COMMIT-BACKUP records carry no block

@@ -218,42 +218,42 @@ static inline void sync_op_cb(farm_loop *loop, void *ctx, int status)
 }
 
 /* txsync.c: free the records of blocking wrappers that gave up. */
-void txn_sync_orphans_free(farm_tx *tx);
+void farm_txn_sync_orphans_free(farm_tx *tx);
 
 /* allocrec.c: block descriptions carried to backups */
-uint32_t txn_alloc_flags(farm_txm *m, const struct txobj *o);
-void txn_alloc_note(struct txloop *tl, const uint8_t *rec);
-bool txn_free_at_commit(farm_txm *m, struct txloop *tl, farm_gaddr a,
-                        uint64_t nv);
+uint32_t farm_txn_alloc_flags(farm_txm *m, const struct txobj *o);
+void farm_txn_alloc_note(struct txloop *tl, const uint8_t *rec);
+bool farm_txn_free_at_commit(farm_txm *m, struct txloop *tl, farm_gaddr a,
+                             uint64_t nv);
 
 /* tx.c */
-void txn_tx_free(farm_tx *tx);
-bool txn_tx_gone(farm_tx *tx);
+void farm_txn_tx_free(farm_tx *tx);
+bool farm_txn_tx_gone(farm_tx *tx);
 
 /* commit.c */
-void txn_tx_record_done(farm_loop *loop, farm_tx *tx, int kind, uint32_t mach,
-                        int status);
-void txn_tx_finish(farm_tx *tx);
-void txn_scan_deadlines(struct txloop *tl);
-void txn_end_lock_waits(struct txloop *tl, const bool *removed);
-void txn_h_reply(farm_loop *loop, const farm_msg_in *in, void *arg);
-uint64_t txn_rec_bytes(farm_tx *tx, int type, uint32_t p, uint32_t b,
-                       unsigned *nobj);
-void txn_tx_report(farm_tx *tx, int outcome);
-void txn_phase_validate(farm_tx *tx);
-void txn_tx_start_phases(farm_tx *tx);
+void farm_txn_tx_record_done(farm_loop *loop, farm_tx *tx, int kind,
+                             uint32_t mach, int status);
+void farm_txn_tx_finish(farm_tx *tx);
+void farm_txn_scan_deadlines(struct txloop *tl);
+void farm_txn_end_lock_waits(struct txloop *tl, const bool *removed);
+void farm_txn_h_reply(farm_loop *loop, const farm_msg_in *in, void *arg);
+uint64_t farm_txn_rec_bytes(farm_tx *tx, int type, uint32_t p, uint32_t b,
+                            unsigned *nobj);
+void farm_txn_tx_report(farm_tx *tx, int outcome);
+void farm_txn_phase_validate(farm_tx *tx);
+void farm_txn_tx_start_phases(farm_tx *tx);
 
 /* commit_start.c */
-void txn_tx_reserve(farm_tx *tx);
+void farm_txn_tx_reserve(farm_tx *tx);
 
 /*
  * What a transaction's decision must tell other parts of the layer: set
  * by them (recover.c registers the promoted primaries' waiters with
- * txn_on_decided), called by the coordinator (commit.c) when @tx is
+ * farm_txn_on_decided), called by the coordinator (commit.c) when @tx is
  * decided: commit at COMMIT-PRIMARY, abort at ABORT.
  */
 typedef void (*txn_decided_fn)(farm_tx *tx, bool commit);
-void txn_on_decided(farm_txm *m, txn_decided_fn fn);
-void txn_tell_decided(farm_tx *tx, bool commit);
+void farm_txn_on_decided(farm_txm *m, txn_decided_fn fn);
+void farm_txn_tell_decided(farm_tx *tx, bool commit);
 
 #endif

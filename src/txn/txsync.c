@@ -8,7 +8,7 @@
  * the heap, and one given up is handed to its transaction (tx->orphans):
  * the continuation of a read or allocation runs only while the
  * transaction is not freed, a commit's before the transaction is, and the
- * transaction frees its orphans when it is freed (txn_tx_free).
+ * transaction frees its orphans when it is freed (farm_txn_tx_free).
  */
 #include "txn/txn_int.h"
 #include "txn/txn_tx.h"
@@ -47,7 +47,7 @@ static int res_wait(farm_tx *tx, struct sync_res *r, uint64_t timeout_ns)
 	return r->status;
 }
 
-void txn_sync_orphans_free(farm_tx *tx)
+void farm_txn_sync_orphans_free(farm_tx *tx)
 {
 	while (tx->orphans) {
 		struct sync_res *r = tx->orphans;

@@ -2,7 +2,7 @@
  * libFuzzer target for log records at rest: the log file a whole-cluster
  * restart checks and replays (farm_txlog_check, and the record walk and
  * region lists of src/txn/restart.c) and `farm logs` scans
- * (txn_log_record_at, src/txn/log.c). The decoders must refuse damage
+ * (farm_txn_log_record_at, src/txn/log.c). The decoders must refuse damage
  * with FARM_ECORRUPT and never read outside the file.
  *
  * The first byte picks how the input becomes a file. Raw (bit 0 clear):

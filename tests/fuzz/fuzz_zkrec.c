@@ -1,7 +1,7 @@
 /*
  * libFuzzer target for what machines read from ZooKeeper: the
  * configuration znode's text (farm_view_parse, src/coord/
- * view.c) and a member's registration card (zk_card_parse,
+ * view.c) and a member's registration card (farm_zk_card_parse,
  * src/coord/zk_next.c). The first byte picks the decoder. Both must
  * refuse anything malformed with an error, never read outside the bytes,
  * and a view they accept must survive farm_view_format and a second
@@ -28,7 +28,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (mode & 1) {
 		struct farm_member mb;
 		memset(&mb, 0, sizeof(mb));
-		if (zk_card_parse(buf, (int)size, &mb) == 0 &&
+		if (farm_zk_card_parse(buf, (int)size, &mb) == 0 &&
 		    (!mb.endpoint[0] ||
 		     strlen(mb.endpoint) >= sizeof(mb.endpoint) ||
 		     (mb.domain[0] && !farm_domain_valid(mb.domain))))

@@ -100,7 +100,7 @@ int bc_level(farm_bt *bt, farm_loop *loop, farm_gaddr first,
 	for (farm_gaddr a = first; a && !rc; a = bt_next(n), idx++) {
 		if (farm_lf_read_sync(bt->txm, loop, a, l->leaf_size,
 		                      UINT64_MAX, n) ||
-		    bt_check_node(l, n))
+		    farm_bt_check_node(l, n))
 			return bc_fail("unreadable or malformed", a);
 		bc_note(seen, a);
 		if (kids && (idx >= nk || kids[idx] != a))
@@ -110,8 +110,8 @@ int bc_level(farm_bt *bt, farm_loop *loop, farm_gaddr first,
 			level = (int)bt_level(n);
 		if ((int)bt_level(n) != level)
 			return bc_fail("levels differ along a chain", a);
-		bt_fence(l, n, false, &lo);
-		bt_fence(l, n, true, &hi);
+		farm_bt_fence(l, n, false, &lo);
+		farm_bt_fence(l, n, true, &hi);
 		if (idx == 0 ? !lo.inf
 		             : (lo.inf || !bc_key_eq(&prev_high, lo.b, lo.len)))
 			return bc_fail("low fence is not the previous high", a);

@@ -67,7 +67,7 @@ int bc_level(farm_bt *bt, farm_loop *loop, farm_gaddr first,
 
 /* The whole tree: every level a chain from -inf to +inf whose nodes are
  * exactly its parents' children in order, keys ordered and within fences
- * (bt_check_node), leaves all at level 0. *@keys: the leaves' keys;
+ * (farm_bt_check_node), leaves all at level 0. *@keys: the leaves' keys;
  * @seen (or NULL): every node reached. */
 int bc_verify_nodes(farm_bt *bt, farm_loop *loop, uint64_t *keys,
                     struct bc_nodes *seen);

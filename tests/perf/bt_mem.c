@@ -22,7 +22,7 @@ static uint8_t *new_node(void)
 static uint8_t *child(const uint8_t *n, const void *key, uint32_t klen)
 {
 	return (uint8_t *)(uintptr_t)bt_echild(
-	        bt_entry(&lay, n, bt_inner_search(&lay, n, key, klen)));
+	        bt_entry(&lay, n, farm_bt_inner_search(&lay, n, key, klen)));
 }
 
 static const uint8_t *leaf_of(const uint8_t *k)
@@ -40,7 +40,7 @@ static int mem_get(void *ctx, uint64_t key, uint64_t *v)
 	farm_bt_key_u64(key, k);
 	const uint8_t *n = leaf_of(k);
 	bool found;
-	uint32_t i = bt_leaf_search(&lay, n, k, 8, &found);
+	uint32_t i = farm_bt_leaf_search(&lay, n, k, 8, &found);
 	if (!found)
 		return -ENOENT;
 	memcpy(v, bt_eval(&lay, bt_entry(&lay, n, i)), 8);
@@ -57,7 +57,8 @@ static int mem_put(void *ctx, uint64_t key, uint64_t v)
 		uint8_t *a = new_node(), *b = new_node();
 		if (!a || !b)
 			return -ENOMEM;
-		bt_split_root(&lay, root, a, (uintptr_t)a, b, (uintptr_t)b);
+		farm_bt_split_root(&lay, root, a, (uintptr_t)a, b,
+		                   (uintptr_t)b);
 	}
 	uint8_t *n = root;
 	while (!bt_is_leaf(n)) {
@@ -67,20 +68,22 @@ static int mem_put(void *ctx, uint64_t key, uint64_t v)
 			struct bt_key sep;
 			if (!y)
 				return -ENOMEM;
-			bt_split_half(&lay, c, y, (uintptr_t)y, &sep);
-			uint32_t pi = bt_inner_search(&lay, n, sep.b, sep.len);
-			bt_inner_insert(&lay, n, pi + 1, &sep, (uintptr_t)y);
-			if (!bt_in_fences(&lay, c, k, 8))
+			farm_bt_split_half(&lay, c, y, (uintptr_t)y, &sep);
+			uint32_t pi =
+			        farm_bt_inner_search(&lay, n, sep.b, sep.len);
+			farm_bt_inner_insert(&lay, n, pi + 1, &sep,
+			                     (uintptr_t)y);
+			if (!farm_bt_in_fences(&lay, c, k, 8))
 				c = y;
 		}
 		n = c;
 	}
 	bool found;
-	uint32_t i = bt_leaf_search(&lay, n, k, 8, &found);
+	uint32_t i = farm_bt_leaf_search(&lay, n, k, 8, &found);
 	if (found)
-		bt_leaf_set_val(&lay, bt_entry(&lay, n, i), &v, 8);
+		farm_bt_leaf_set_val(&lay, bt_entry(&lay, n, i), &v, 8);
 	else
-		bt_leaf_insert(&lay, n, i, k, 8, &v, 8);
+		farm_bt_leaf_insert(&lay, n, i, k, 8, &v, 8);
 	return 0;
 }
 
@@ -91,7 +94,7 @@ static long mem_scan(void *ctx, uint64_t key, uint32_t want)
 	farm_bt_key_u64(key, k);
 	const uint8_t *n = leaf_of(k);
 	bool found;
-	uint32_t i = bt_leaf_search(&lay, n, k, 8, &found);
+	uint32_t i = farm_bt_leaf_search(&lay, n, k, 8, &found);
 	long got = 0;
 	volatile uint64_t sink = 0;
 	while (n && got < want) {
@@ -137,11 +140,11 @@ static void free_all(void)
 int bb_mem_start(uint64_t n, struct bb_sys *s)
 {
 	struct farm_bt_attr a = {.key_max = 8, .val_max = 8};
-	bt_layout_make(&lay, &a);
+	farm_bt_layout_make(&lay, &a);
 	root = new_node();
 	if (!root)
 		return -ENOMEM;
-	bt_init_node(&lay, root, true, 0);
+	farm_bt_init_node(&lay, root, true, 0);
 	for (uint64_t i = 0; i < n; i++)
 		if (mem_put(NULL, 2 * i, BB_VAL(2 * i)))
 			return -ENOMEM;
