@@ -118,7 +118,9 @@ FARM_API uint32_t farm_kv_value_limit(const farm_kv *kv, uint32_t klen);
 
 /* get: @status 0 with the value (valid during the call only), -ENOENT, or
  * an error (FARM_EPEERDEAD: the shard's machine died; -EBUSY: the buckets
- * kept changing while being read). */
+ * kept changing while being read; on the owner path, kv_lookup = owner:
+ * -EAGAIN, the shard's machine refused for a second, a view change in
+ * progress: retry, and -ETIMEDOUT, it did not answer in 5 s). */
 typedef void (*farm_kv_get_fn)(farm_loop *loop, void *ctx, int status,
                                const void *val, uint32_t len);
 FARM_API FARM_MUST_CHECK int farm_kv_get(farm_kv *kv, farm_loop *loop,

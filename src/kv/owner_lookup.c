@@ -11,14 +11,19 @@
 #include <string.h>
 
 #include "kv/kv_int.h"
+#include "util/common.h"
 
 /* An owner that does not answer in this time fails the get (as a READ's
  * timeout would). */
 #define OGET_TIMEOUT_NS (5ull * 1000000000ull)
 /* Refusals (-ESTALE: views differ; -EAGAIN: not the primary, yet or any
- * more) retried on later passes before the caller gets -EAGAIN, which it
- * retries as it does a READ lookup's during recovery. */
-#define OGET_TRIES 8
+ * more) are retried for as long as a READ lookup retries a busy bucket
+ * (a view change takes milliseconds, a few passes would not outlast it),
+ * each resend later than the last (1 us doubling to 1 ms: the passes in
+ * between send nothing), before the caller gets -EAGAIN, which it retries
+ * as it does a READ lookup's during recovery. */
+#define OGET_REFUSED_NS    (1000ull * 1000000ull)
+#define OGET_GAP_MAX_SHIFT 10u
 
 struct oget {
 	farm_kv *kv;
@@ -26,6 +31,8 @@ struct oget {
 	farm_kv_get_fn cont;
 	void *ctx;
 	unsigned tries;
+	uint64_t refused_t0; /* the first refusal (0: none yet) */
+	uint64_t resend_at;  /* the next resend, not before */
 	uint32_t klen;
 	uint8_t req[]; /* struct farm_kv_oget_req, then the key */
 };
@@ -49,10 +56,30 @@ static int oget_parse(const uint8_t *p, uint32_t len, int32_t *st, uint32_t *vl)
 	return 0;
 }
 
+/* Whether a refused get is asked again, and when (o->resend_at). */
+static bool oget_may_retry(struct oget *o)
+{
+	uint64_t now = farm_now_ns();
+	if (!o->refused_t0)
+		o->refused_t0 = now;
+	if (now - o->refused_t0 >= OGET_REFUSED_NS)
+		return false;
+	unsigned k = FARM_MIN(o->tries, OGET_GAP_MAX_SHIFT);
+	o->tries++;
+	o->resend_at = now + (1000ull << k);
+	return true;
+}
+
 static void oget_retry(farm_loop *loop, void *ctx, int status)
 {
 	(void)loop;
 	struct oget *o = ctx;
+	if (!status && farm_now_ns() < o->resend_at) {
+		/* Not yet: look again on a later pass. */
+		if (farm_loop_post(o->loop, oget_retry, o) == 0)
+			return;
+		status = -EAGAIN;
+	}
 	if (!status)
 		status = oget_send(o);
 	if (status) {
@@ -72,11 +99,10 @@ static void oget_reply(farm_loop *loop, void *ctx, int status,
 		status = oget_parse(reply, len, &st, &vl);
 	if (status == 0)
 		status = st;
-	if ((status == -ESTALE || status == -EAGAIN) &&
-	    ++o->tries < OGET_TRIES) {
+	if ((status == -ESTALE || status == -EAGAIN) && oget_may_retry(o)) {
 		/* Views differ or the machine is not (or no longer) the
-		 * shard's primary: ask again on a later pass, routed by the
-		 * view then in force. */
+		 * shard's primary: ask again later, routed by the view then
+		 * in force. */
 		farm_stat_add(&kv->st[S_OWN_RETRIES], 1);
 		if (farm_loop_post(loop, oget_retry, o) == 0)
 			return;
