@@ -131,7 +131,7 @@ enum farm_copy_state {
 
 struct farm_copy_stats {
 	uint32_t region;
-	uint32_t state;  /* enum farm_copy_state */
+	uint32_t state;   /* enum farm_copy_state */
 	uint64_t bytes;   /* READ from the primary, both passes */
 	uint64_t local;   /* copied from this machine's own demoted copy */
 	uint64_t reads;   /* READs that completed */
@@ -144,9 +144,8 @@ struct farm_copy_stats {
  * copying as a new backup, up to @max in @out. Returns how many there
  * are (possibly more than @max), 0 for NULL arguments.
  */
-FARM_API unsigned farm_node_copies_get(farm_node *n,
-                                       struct farm_copy_stats *out,
-                                       unsigned max);
+FARM_API unsigned
+farm_node_copies_get(farm_node *n, struct farm_copy_stats *out, unsigned max);
 
 #ifdef __cplusplus
 }
