@@ -78,7 +78,8 @@ struct shardq {
 	bool ind_ready, blk_ready;
 	farm_fatptr ind_fp, blk_fp;
 	void *ind_data, *blk_data;
-	unsigned retries;
+	unsigned retries;     /* of the batch in the transaction */
+	uint64_t retry_until; /* ns: a retryable batch runs again until */
 };
 
 struct htloop {

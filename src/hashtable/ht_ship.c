@@ -95,6 +95,11 @@ int farm_ht_del(farm_ht *h, farm_loop *loop, const void *key, uint32_t klen,
 	return ship(h, loop, 2, key, klen, NULL, 0, cont, ctx);
 }
 
+/* A batch whose outcome is retryable runs again at most this often and
+ * this long before its writers get the outcome. */
+#define BATCH_TRIES    64u
+#define BATCH_RETRY_NS 200000000ull
+
 static void batch_start(struct htloop *l, unsigned shard);
 static void batch_apply(struct htloop *l, unsigned shard);
 
@@ -125,12 +130,21 @@ static void batch_done(farm_loop *loop, void *ctx, int outcome)
 	free(c);
 	farm_tx_free(q->tx);
 	q->tx = NULL;
-	if (outcome && farm_tx_retryable(outcome) && ++q->retries < 64) {
-		/* Run the same operations again in a new transaction. */
-		batch_start(l, shard);
-		return;
+	if (outcome && farm_tx_retryable(outcome)) {
+		/* Run the same operations again in a new transaction, a
+		 * bounded number of times and for a bounded time: a commit
+		 * can take a lock timeout, and the writers wait for their
+		 * answer (their own retries and deadlines take over). */
+		uint64_t now = farm_now_ns();
+		if (!q->retry_until)
+			q->retry_until = now + BATCH_RETRY_NS;
+		if (++q->retries < BATCH_TRIES && now < q->retry_until) {
+			batch_start(l, shard);
+			return;
+		}
 	}
 	q->retries = 0;
+	q->retry_until = 0;
 	struct pending *p = q->batch;
 	q->batch = NULL;
 	while (p) {
