@@ -5,9 +5,10 @@
  * plain hash tables), per core; and, when ZooKeeper is there
  * (scripts/zk-local), TATP's throughput per millisecond across a killed
  * machine (a gnuplot PNG). A human summary, then one JSON line with the
- * goals (null where nothing was measured). With no arguments it finishes
- * in about one to two minutes (58 s measured before PostgreSQL's client
- * count grew until its throughput drops).
+ * goals (null where nothing was measured). libfarm runs with 1 and 2
+ * client threads a machine and reports the better, as PostgreSQL is
+ * reported at its best client count. With no arguments it finishes in
+ * about two to three minutes (134 s measured on a loaded 2-core host).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -26,8 +27,8 @@ static struct {
 	uint64_t tatp_scale, bank_scale, tpcc_scale;
 	bool pg, timeline;
 	const char *out, *scripts;
-	unsigned machines;
-} a = {2.0, 2000, 5000, 3, true, true, ".", NULL, 3};
+	unsigned machines, max_threads;
+} a = {2.0, 2000, 5000, 3, true, true, ".", NULL, 3, 2};
 
 static uint64_t scale_of(enum wl_kind kind)
 {
@@ -60,14 +61,17 @@ static unsigned ncpu(void)
 	return n > 0 ? (unsigned)n : 1;
 }
 
-/* libfarm on a local cluster: the figures of one run. */
-static int farm_run(enum wl_kind kind, bool part, struct wl_bres *b)
+/* libfarm on a local cluster: the figures of one run with @threads
+ * clients a machine. */
+static int farm_run_one(enum wl_kind kind, bool part, unsigned threads,
+                        struct wl_bres *b)
 {
 	if (stop)
 		return -EINTR;
 	struct wl_opts o;
 	wl_opts_default(&o, kind);
 	o.machines = a.machines;
+	o.threads = threads;
 	o.scale = scale_of(kind);
 	o.duration_ms = (uint64_t)(a.seconds * 1000);
 	o.partitioned = part;
@@ -96,14 +100,33 @@ static int farm_run(enum wl_kind kind, bool part, struct wl_bres *b)
 	        .abort_pct = n ? 100.0 * r->retries / (n + r->retries) : 0,
 	        .cores = c < ncpu() ? c : ncpu(),
 	        .clients = c};
-	snprintf(b->note, sizeof(b->note), "%u machines, 3 replicas, %s",
-	         o.machines,
+	snprintf(b->note, sizeof(b->note),
+	         "%u machines x %u threads, 3 replicas, %s", o.machines,
+	         o.threads,
 	         kind == WL_TPCC ? "warehouses partitioned, conditions 1-5 held"
 	         : part          ? "partitioned"
 	                         : "unpartitioned");
 	wl_result_free(r);
 	free(r);
 	return 0;
+}
+
+/* libfarm at its better client count, as PostgreSQL is measured at its
+ * best: 1 and 2 client threads a machine (each client has one
+ * transaction in flight, so one a machine leaves the cluster waiting on
+ * its own round trips). */
+static int farm_run(enum wl_kind kind, bool part, struct wl_bres *b)
+{
+	int rc = farm_run_one(kind, part, 1, b);
+	struct wl_bres b2;
+	if (!rc && a.max_threads > 1) {
+		rc = farm_run_one(kind, part, a.max_threads, &b2);
+		bool better = kind == WL_TPCC ? b2.new_orders > b->new_orders
+		                              : b2.tput > b->tput;
+		if (!rc && better)
+			*b = b2;
+	}
+	return rc;
 }
 
 static int mem_run(enum wl_kind kind, struct wl_bres *b)
@@ -318,14 +341,26 @@ static void json(const struct figures *f)
 	printf("}}\n");
 }
 
+static bool bad_args(void)
+{
+	return !(a.seconds > 0) || a.tatp_scale < 10 || a.bank_scale < 10 ||
+	       a.tpcc_scale < a.machines || a.tpcc_scale > 64 ||
+	       a.max_threads < 1 || a.max_threads > 16;
+}
+
 int main(int argc, char **argv)
 {
-	static const struct option lo[] = {
-	        {"seconds", 1, 0, 's'},    {"tatp-scale", 1, 0, 't'},
-	        {"bank-scale", 1, 0, 'b'}, {"tpcc-scale", 1, 0, 'w'},
-	        {"no-pg", 0, 0, 'n'},      {"no-timeline", 0, 0, 'T'},
-	        {"out", 1, 0, 'o'},        {"scripts", 1, 0, 'S'},
-	        {"help", 0, 0, 'h'},       {0, 0, 0, 0}};
+	static const struct option lo[] = {{"seconds", 1, 0, 's'},
+	                                   {"tatp-scale", 1, 0, 't'},
+	                                   {"bank-scale", 1, 0, 'b'},
+	                                   {"tpcc-scale", 1, 0, 'w'},
+	                                   {"no-pg", 0, 0, 'n'},
+	                                   {"no-timeline", 0, 0, 'T'},
+	                                   {"out", 1, 0, 'o'},
+	                                   {"scripts", 1, 0, 'S'},
+	                                   {"threads", 1, 0, 'j'},
+	                                   {"help", 0, 0, 'h'},
+	                                   {0, 0, 0, 0}};
 	int c;
 	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
 		switch (c) {
@@ -337,19 +372,23 @@ int main(int argc, char **argv)
 		case 'T': a.timeline = false; break;
 		case 'o': a.out = optarg; break;
 		case 'S': a.scripts = optarg; break;
+		case 'j': a.max_threads = (unsigned)atoi(optarg); break;
 		case 'h':
 			printf("usage: workload_bench [--seconds S] "
 			       "[--tatp-scale N] "
 			       "[--bank-scale N] [--tpcc-scale WAREHOUSES] "
 			       "[--no-pg] [--no-timeline] "
-			       "[--out DIR] [--scripts DIR]\n");
+			       "[--out DIR] [--scripts DIR] [--threads N]\n"
+			       "  --threads N: libfarm with 1 and N client "
+			       "threads a machine, the better reported (2; 1: "
+			       "only 1)\n");
 			return 0;
 		default: return 2;
 		}
 	}
-	if (!(a.seconds > 0) || a.tatp_scale < 10 || a.bank_scale < 10 ||
-	    a.tpcc_scale < a.machines || a.tpcc_scale > 64) {
-		fprintf(stderr, "workload_bench: bad --seconds or scale\n");
+	if (bad_args()) {
+		fprintf(stderr, "workload_bench: bad --seconds, scale or "
+		                "--threads\n");
 		return 2;
 	}
 	struct sigaction sa = {.sa_handler = on_signal};
