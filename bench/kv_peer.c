@@ -645,14 +645,6 @@ int kb_run_peer(int which, const char *tmp)
 	       pname[which], (int)p.pid, p.port, g_opt.keys, ls);
 	fflush(stdout);
 	memset(&peer_ins, 0, sizeof(peer_ins));
-	if (g_opt.mix[W_YE])
-		printf("  YCSB E: not run on %s: %s\n", pname[which],
-		       which == P_MC
-		               ? "memcached has no scan"
-		               : "Redis has no scan in key order (SCAN "
-		                 "walks the whole keyspace by cursor; "
-		                 "YCSB's Redis binding keeps a sorted-set "
-		                 "index for it)");
 	for (int mode = 0; mode < NMODE && !rc; mode++)
 		for (int w = 0; w < NW && !rc; w++) {
 			if (!kb_runs(w, true))
