@@ -306,43 +306,105 @@ static int finish_opts(struct opts *o, struct explicit_opts set)
 	return 0;
 }
 
+enum {
+	O_SIZES = 256,
+	O_SECONDS,
+	O_REPEAT,
+	O_REGION,
+	O_OUTSTANDING,
+	O_SAMPLES,
+	O_OFFSETS,
+	O_SIGNAL,
+	O_OPS,
+	O_PIN,
+	O_QUICK,
+	O_FABRIC,
+	O_NETNS
+};
+static const struct option lopts[] = {
+        {"sizes", required_argument, NULL, O_SIZES},
+        {"seconds", required_argument, NULL, O_SECONDS},
+        {"repeat", required_argument, NULL, O_REPEAT},
+        {"region-size", required_argument, NULL, O_REGION},
+        {"outstanding", required_argument, NULL, O_OUTSTANDING},
+        {"samples", required_argument, NULL, O_SAMPLES},
+        {"offsets", required_argument, NULL, O_OFFSETS},
+        {"signal-every", required_argument, NULL, O_SIGNAL},
+        {"ops", required_argument, NULL, O_OPS},
+        {"pin", required_argument, NULL, O_PIN},
+        {"quick", no_argument, NULL, O_QUICK},
+        {"fabric", required_argument, NULL, O_FABRIC},
+        {"netns", no_argument, NULL, O_NETNS},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+};
+
+/* A number option @c's value @arg into @o (@set: which were given). 0,
+ * -EINVAL, or 1 (not a number option). */
+static int opt_number(int c, const char *arg, struct opts *o,
+                      struct explicit_opts *set)
+{
+	uint64_t v = 0;
+	bool bad = bu_parse_size(arg, &v) != 0;
+	switch (c) {
+	case O_REPEAT:
+		bad = bad || v < 1 || v > MAX_REPEAT;
+		o->repeat = (unsigned)v;
+		set->repeat = true;
+		break;
+	case O_REGION:
+		o->region_size = v;
+		set->region = true;
+		break;
+	case O_OUTSTANDING:
+		bad = bad || v < 1 || v > MAX_OUTSTANDING;
+		o->outstanding = (unsigned)v;
+		break;
+	case O_SAMPLES:
+		bad = bad || v < 1 || v > 100000000;
+		o->samples = (unsigned)v;
+		set->samples = true;
+		break;
+	case O_OFFSETS:
+		bad = bad || !bu_is_pow2(v) || v > (1u << 28);
+		o->noffsets = (size_t)v;
+		break;
+	case O_SIGNAL:
+		bad = bad || v < 1 || v > MAX_OUTSTANDING;
+		o->signal_every = (unsigned)v;
+		break;
+	case O_PIN:
+		bad = bad || v >= CPU_SETSIZE;
+		o->pin = (int)v;
+		break;
+	default: return 1;
+	}
+	return bad ? -EINVAL : 0;
+}
+
+/* Any other option. 0, -EINVAL, or 1 (not one). */
+static int opt_other(int c, const char *arg, struct opts *o,
+                     struct explicit_opts *set)
+{
+	char *end;
+	switch (c) {
+	case O_SIZES: return parse_sizes(arg, o) ? -EINVAL : 0;
+	case O_SECONDS:
+		o->seconds = strtod(arg, &end);
+		set->seconds = true;
+		return *end || !(o->seconds > 0 && o->seconds <= 3600) ? -EINVAL
+		                                                       : 0;
+	case O_OPS: return parse_ops(arg, &o->ops) ? -EINVAL : 0;
+	case O_QUICK: o->quick = true; return 0;
+	case O_FABRIC: return bnet_set_fabric(&o->net, arg) ? -EINVAL : 0;
+	case O_NETNS: o->net.netns = true; return 0;
+	default: return 1;
+	}
+}
+
 static int parse_opts(int argc, char **argv, struct opts *o)
 {
-	enum {
-		O_SIZES = 256,
-		O_SECONDS,
-		O_REPEAT,
-		O_REGION,
-		O_OUTSTANDING,
-		O_SAMPLES,
-		O_OFFSETS,
-		O_SIGNAL,
-		O_OPS,
-		O_PIN,
-		O_QUICK,
-		O_FABRIC,
-		O_NETNS
-	};
-	static const struct option lopts[] = {
-	        {"sizes", required_argument, NULL, O_SIZES},
-	        {"seconds", required_argument, NULL, O_SECONDS},
-	        {"repeat", required_argument, NULL, O_REPEAT},
-	        {"region-size", required_argument, NULL, O_REGION},
-	        {"outstanding", required_argument, NULL, O_OUTSTANDING},
-	        {"samples", required_argument, NULL, O_SAMPLES},
-	        {"offsets", required_argument, NULL, O_OFFSETS},
-	        {"signal-every", required_argument, NULL, O_SIGNAL},
-	        {"ops", required_argument, NULL, O_OPS},
-	        {"pin", required_argument, NULL, O_PIN},
-	        {"quick", no_argument, NULL, O_QUICK},
-	        {"fabric", required_argument, NULL, O_FABRIC},
-	        {"netns", no_argument, NULL, O_NETNS},
-	        {"help", no_argument, NULL, 'h'},
-	        {NULL, 0, NULL, 0},
-	};
 	struct explicit_opts set = {false, false, false, false};
-	uint64_t v;
-	char *end;
 	int c;
 	*o = (struct opts){.region_size = 1ull << 30,
 	                   .sizes = {64, 256, 1024, 4096, 8192},
@@ -355,70 +417,22 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 	                   .net = BNET_DEFAULT,
 	                   .pin = -1};
 	while ((c = getopt_long(argc, argv, "h", lopts, NULL)) != -1) {
-		switch (c) {
-		case O_SIZES:
-			if (parse_sizes(optarg, o))
-				goto bad;
-			break;
-		case O_SECONDS:
-			o->seconds = strtod(optarg, &end);
-			if (*end || !(o->seconds > 0 && o->seconds <= 3600))
-				goto bad;
-			set.seconds = true;
-			break;
-		case O_REPEAT:
-			if (bu_parse_size(optarg, &v) || v < 1 ||
-			    v > MAX_REPEAT)
-				goto bad;
-			o->repeat = (unsigned)v;
-			set.repeat = true;
-			break;
-		case O_REGION:
-			if (bu_parse_size(optarg, &o->region_size))
-				goto bad;
-			set.region = true;
-			break;
-		case O_OUTSTANDING:
-			if (bu_parse_size(optarg, &v) || v < 1 ||
-			    v > MAX_OUTSTANDING)
-				goto bad;
-			o->outstanding = (unsigned)v;
-			break;
-		case O_SAMPLES:
-			if (bu_parse_size(optarg, &v) || v < 1 || v > 100000000)
-				goto bad;
-			o->samples = (unsigned)v;
-			set.samples = true;
-			break;
-		case O_OFFSETS:
-			if (bu_parse_size(optarg, &v) || !bu_is_pow2(v) ||
-			    v > (1u << 28))
-				goto bad;
-			o->noffsets = (size_t)v;
-			break;
-		case O_SIGNAL:
-			if (bu_parse_size(optarg, &v) || v < 1 ||
-			    v > MAX_OUTSTANDING)
-				goto bad;
-			o->signal_every = (unsigned)v;
-			break;
-		case O_OPS:
-			if (parse_ops(optarg, &o->ops))
-				goto bad;
-			break;
-		case O_PIN:
-			if (bu_parse_size(optarg, &v) || v >= CPU_SETSIZE)
-				goto bad;
-			o->pin = (int)v;
-			break;
-		case O_QUICK: o->quick = true; break;
-		case O_FABRIC:
-			if (bnet_set_fabric(&o->net, optarg))
-				goto bad;
-			break;
-		case O_NETNS: o->net.netns = true; break;
-		case 'h': usage(stdout); exit(0);
-		default: usage(stderr); return -EINVAL;
+		if (c == 'h') {
+			usage(stdout);
+			exit(0);
+		}
+		int rc = opt_number(c, optarg, o, &set);
+		if (rc == 1)
+			rc = opt_other(c, optarg, o, &set);
+		if (rc == 1) {
+			usage(stderr);
+			return -EINVAL;
+		}
+		if (rc) {
+			fprintf(stderr,
+			        PROG ": bad value '%s' for --%s (see --help)\n",
+			        optarg, lopts[c - O_SIZES].name);
+			return -EINVAL;
 		}
 	}
 	if (optind != argc) {
@@ -427,10 +441,6 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		return -EINVAL;
 	}
 	return finish_opts(o, set);
-bad:
-	fprintf(stderr, PROG ": bad value '%s' for --%s (see --help)\n", optarg,
-	        lopts[c - O_SIZES].name);
-	return -EINVAL;
 }
 
 int main(int argc, char **argv)

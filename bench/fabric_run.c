@@ -479,6 +479,112 @@ static int measure(struct bench *b, struct result *res)
 	return 0;
 }
 
+/* Open the initiator's fabric, its buffers and endpoint, connect to the
+ * target at @msg's address and map its region (shm). 0 or an error
+ * (said). */
+static int init_open(struct bench *b, const struct opts *o, const char *dir,
+                     const char *target_dir, const struct target_msg *msg)
+{
+	char lbuf[96];
+	farm_fabric_attr attr = {
+	        .provider = o->net.fabric,
+	        .machine_id = INITIATOR_ID,
+	        .data_dir = dir,
+	        .listen_addr = bnet_listen(&o->net, 1, lbuf, sizeof(lbuf))};
+	int rc = farm_fabric_open(&attr, &b->fab);
+	if (rc) {
+		fprintf(stderr, PROG ": cannot open fabric in %s: %s\n", dir,
+		        farm_strerror(rc));
+		return rc;
+	}
+	b->slot = (max_size(o) + FARM_CACHE_LINE - 1) &
+	          ~(size_t)(FARM_CACHE_LINE - 1);
+	size_t buflen = b->slot * o->outstanding;
+	b->buf = aligned_alloc(4096, (buflen + 4095) & ~(size_t)4095);
+	b->lat = malloc(o->samples * sizeof(*b->lat));
+	b->noffs = o->noffsets;
+	b->offs = malloc(b->noffs * sizeof(*b->offs));
+	if (!b->buf || !b->lat || !b->offs)
+		return -ENOMEM;
+	memset(b->buf, 0, buflen);
+	memset(b->lat, 0, o->samples * sizeof(*b->lat));
+	rc = farm_mr_reg(b->fab, b->buf, buflen, FARM_ACCESS_LOCAL, &b->lmr);
+	if (rc == 0)
+		rc = farm_cq_create(b->fab, o->outstanding * 2, 0, &b->cq);
+	if (rc == 0) {
+		farm_ep_attr ea = {.sq_depth = o->outstanding};
+		rc = farm_ep_connect(b->fab, b->cq, TARGET_ID, msg->addr, &ea,
+		                     &b->ep);
+	}
+	if (rc) {
+		fprintf(stderr, PROG ": cannot reach the target at %s: %s\n",
+		        msg->addr, farm_strerror(rc));
+		return rc;
+	}
+	rc = is_shm(o) ? map_region_file(b, target_dir) : 0;
+	if (rc)
+		fprintf(stderr, PROG ": cannot map the target's region: %s\n",
+		        farm_strerror(rc));
+	return rc;
+}
+
+/* What the runs are: the header lines. */
+static void init_header(const struct bench *b, const struct opts *o,
+                        const struct target_msg *msg)
+{
+	char sigdesc[64];
+	snprintf(sigdesc, sizeof(sigdesc), "every %u%s request signaled",
+	         o->signal_every,
+	         o->signal_every == 1   ? "st"
+	         : o->signal_every == 2 ? "nd"
+	         : o->signal_every == 3 ? "rd"
+	                                : "th");
+	printf("fabric_bench: %s provider (%s), 2 machine processes (target "
+	       "pid blocked in read)\n"
+	       "  region %" PRIu64 " MiB (%s pages), %zu random line-aligned "
+	       "offsets, %u outstanding (%s)\n"
+	       "  rate: %u run(s) of %.2f s per variant and size, median "
+	       "reported; latency: %u samples, 1 outstanding\n",
+	       o->net.fabric, bnet_network(&o->net), b->rdesc.len >> 20,
+	       msg->huge ? "huge" : "4 KiB", b->noffs, o->outstanding, sigdesc,
+	       o->repeat, o->seconds, o->samples);
+	if (o->pin >= 0)
+		printf("  initiator pinned to CPU %d\n", o->pin);
+	fflush(stdout);
+}
+
+/* The warm-up, then the measurements into @res, printed. */
+static int init_measure(struct bench *b, const struct opts *o,
+                        struct result *res)
+{
+	uint64_t t0 = bu_now_ns();
+	int rc = warm_up(b);
+	if (rc) {
+		fprintf(stderr, PROG ": warm-up failed: %s\n",
+		        farm_strerror(rc));
+		return rc;
+	}
+	printf("  warm-up (every page through both mappings): %.2f s; "
+	       "clock read: %" PRIu64 " ns (not subtracted)\n",
+	       (double)(bu_now_ns() - t0) / 1e9, timer_overhead_ns());
+	fflush(stdout);
+
+	long faults = minor_faults();
+	t0 = bu_now_ns();
+	rc = measure(b, res);
+	if (rc) {
+		if (rc != -EINTR)
+			fprintf(stderr, PROG ": measurement failed: %s\n",
+			        farm_strerror(rc));
+		return rc;
+	}
+	faults = minor_faults() - faults;
+	printf("measured in %.1f s; page faults while measuring: %ld\n",
+	       (double)(bu_now_ns() - t0) / 1e9, faults);
+	print_results(o, res, b->rdesc.len);
+	return 0;
+}
+
 /* The parent: everything but the target's side. */
 int initiator_main(const struct opts *o, const char *dir,
                    const char *target_dir, int info_fd, pid_t target)
@@ -503,52 +609,9 @@ int initiator_main(const struct opts *o, const char *dir,
 	}
 	msg.addr[sizeof(msg.addr) - 1] = 0;
 	b.rdesc = msg.desc;
-
-	char lbuf[96];
-	farm_fabric_attr attr = {
-	        .provider = o->net.fabric,
-	        .machine_id = INITIATOR_ID,
-	        .data_dir = dir,
-	        .listen_addr = bnet_listen(&o->net, 1, lbuf, sizeof(lbuf))};
-	rc = farm_fabric_open(&attr, &b.fab);
-	if (rc) {
-		fprintf(stderr, PROG ": cannot open fabric in %s: %s\n", dir,
-		        farm_strerror(rc));
+	rc = init_open(&b, o, dir, target_dir, &msg);
+	if (rc)
 		goto out;
-	}
-	b.slot = (max_size(o) + FARM_CACHE_LINE - 1) &
-	         ~(size_t)(FARM_CACHE_LINE - 1);
-	size_t buflen = b.slot * o->outstanding;
-	b.buf = aligned_alloc(4096, (buflen + 4095) & ~(size_t)4095);
-	b.lat = malloc(o->samples * sizeof(*b.lat));
-	b.noffs = o->noffsets;
-	b.offs = malloc(b.noffs * sizeof(*b.offs));
-	if (!b.buf || !b.lat || !b.offs) {
-		rc = -ENOMEM;
-		goto out;
-	}
-	memset(b.buf, 0, buflen);
-	memset(b.lat, 0, o->samples * sizeof(*b.lat));
-	rc = farm_mr_reg(b.fab, b.buf, buflen, FARM_ACCESS_LOCAL, &b.lmr);
-	if (rc == 0)
-		rc = farm_cq_create(b.fab, o->outstanding * 2, 0, &b.cq);
-	if (rc == 0) {
-		farm_ep_attr ea = {.sq_depth = o->outstanding};
-		rc = farm_ep_connect(b.fab, b.cq, TARGET_ID, msg.addr, &ea,
-		                     &b.ep);
-	}
-	if (rc) {
-		fprintf(stderr, PROG ": cannot reach the target at %s: %s\n",
-		        msg.addr, farm_strerror(rc));
-		goto out;
-	}
-	rc = is_shm(o) ? map_region_file(&b, target_dir) : 0;
-	if (rc) {
-		fprintf(stderr, PROG ": cannot map the target's region: %s\n",
-		        farm_strerror(rc));
-		goto out;
-	}
-
 	/* Random cache-line-aligned offsets over the whole region, with room
 	 * for the largest size. */
 	uint64_t lines = (b.rdesc.len - b.slot) / FARM_CACHE_LINE + 1;
@@ -556,52 +619,8 @@ int initiator_main(const struct opts *o, const char *dir,
 	for (size_t i = 0; i < b.noffs; i++)
 		b.offs[i] =
 		        (uint32_t)((bu_rand64(&rng) % lines) * FARM_CACHE_LINE);
-
-	char sigdesc[64];
-	snprintf(sigdesc, sizeof(sigdesc), "every %u%s request signaled",
-	         o->signal_every,
-	         o->signal_every == 1   ? "st"
-	         : o->signal_every == 2 ? "nd"
-	         : o->signal_every == 3 ? "rd"
-	                                : "th");
-	printf("fabric_bench: %s provider (%s), 2 machine processes (target "
-	       "pid blocked in read)\n"
-	       "  region %" PRIu64 " MiB (%s pages), %zu random line-aligned "
-	       "offsets, %u outstanding (%s)\n"
-	       "  rate: %u run(s) of %.2f s per variant and size, median "
-	       "reported; latency: %u samples, 1 outstanding\n",
-	       o->net.fabric, bnet_network(&o->net), b.rdesc.len >> 20,
-	       msg.huge ? "huge" : "4 KiB", b.noffs, o->outstanding, sigdesc,
-	       o->repeat, o->seconds, o->samples);
-	if (o->pin >= 0)
-		printf("  initiator pinned to CPU %d\n", o->pin);
-	fflush(stdout);
-
-	uint64_t t0 = bu_now_ns();
-	rc = warm_up(&b);
-	if (rc) {
-		fprintf(stderr, PROG ": warm-up failed: %s\n",
-		        farm_strerror(rc));
-		goto out;
-	}
-	printf("  warm-up (every page through both mappings): %.2f s; "
-	       "clock read: %" PRIu64 " ns (not subtracted)\n",
-	       (double)(bu_now_ns() - t0) / 1e9, timer_overhead_ns());
-	fflush(stdout);
-
-	long faults = minor_faults();
-	t0 = bu_now_ns();
-	rc = measure(&b, res);
-	if (rc) {
-		if (rc != -EINTR)
-			fprintf(stderr, PROG ": measurement failed: %s\n",
-			        farm_strerror(rc));
-		goto out;
-	}
-	faults = minor_faults() - faults;
-	printf("measured in %.1f s; page faults while measuring: %ld\n",
-	       (double)(bu_now_ns() - t0) / 1e9, faults);
-	print_results(o, res, b.rdesc.len);
+	init_header(&b, o, &msg);
+	rc = init_measure(&b, o, res);
 out:
 	if (b.map)
 		munmap((void *)b.map, b.map_len);

@@ -1,9 +1,12 @@
 /*
- * kv_bench's parts (kv_bench.c: options, the coordinator and the runs;
- * kv_report.c: results and output; kv_mach.c: a machine process and its
- * operations; kv_peer.c: memcached and Redis, their clients; kv_work.c: keys,
- * values, key choice, small helpers). What kv_bench measures: kv_bench.c's
- * head.
+ * kv_bench's parts (kv_bench.c: the run and its steps, main; kv_opts.c: the
+ * options; kv_cluster.c: the coordinator's cluster of machine processes and
+ * the limit; kv_report.c: results and output; kv_mach.c: a machine process
+ * and its operations; kv_peer.c: memcached and Redis, their clients;
+ * kv_work.c: keys, values, key choice, small helpers). What kv_bench
+ * measures: kv_bench.c's head. The same parts, but kv_bench.c, make
+ * tests/perf's kv_local_bench, which adds the measurements of the store's
+ * internal layout through struct kb_inner.
  */
 #ifndef FARM_BENCH_KV_BENCH_H
 #define FARM_BENCH_KV_BENCH_H
@@ -39,13 +42,11 @@
 
 #include <farm/farm.h>
 
-#include "hashtable/ht.h"
-#include "kv/kv.h"
-#include "node/node.h"
-#include "txn/object.h"
-#include "util/lines.h"
-
-#define PROG       "kv_bench"
+/* The program's name in its messages (kv_local_bench builds these parts
+ * with its own). */
+#ifndef PROG
+#define PROG "kv_bench"
+#endif
 #define MAXM       8
 #define KLEN_MAX   250u /* memcached's limit (the store's is 256) */
 #define VLEN_MAX   FARM_KV_MAX_VALUE
@@ -79,14 +80,12 @@ static inline uint32_t entry(uint32_t op, uint64_t k)
 #define GOAL_RATE   5e6
 #define GOAL_PEER_X 10.0
 #define GOAL_P50_US 2.0
-#define GOAL_LOCAL  0.5
 #define GOAL_SCALE  0.2
 /* Against the memory system's limit measured in the same run
- * (bench/lib/memlimit.h): farm's lookups per core, and the plain local
- * loop. */
-#define GOAL_VS_LIMIT       0.3
-#define GOAL_LOCAL_VS_LIMIT 0.7
-/* Lookups the plain local loop prefetches and then completes together. */
+ * (bench/lib/memlimit.h): farm's lookups per core. */
+#define GOAL_VS_LIMIT 0.3
+/* The limit's batch: lookups prefetched and then completed together (also
+ * kv_local_bench's plain loop's). */
 #define PLAIN_BATCH 16u
 
 /* Workloads: the default set (W_C .. W_LOCAL), then YCSB's core
@@ -117,7 +116,10 @@ struct wdesc {
 };
 extern const struct wdesc g_wdesc[NW];
 
-enum { CMD_NONE, CMD_LOAD, CMD_RUN, CMD_LAT, CMD_PLAIN, CMD_QUIT };
+/* CMD_OWN: each machine lists the loaded keys of its shard (for the
+ * workloads on them), after the load; CMD_INNER: kv_local_bench's
+ * measurement (struct kb_inner). */
+enum { CMD_NONE, CMD_LOAD, CMD_OWN, CMD_RUN, CMD_LAT, CMD_INNER, CMD_QUIT };
 enum { ST_INIT, ST_READY, ST_FAILED };
 
 struct opts {
@@ -125,12 +127,12 @@ struct opts {
 	uint64_t keys, log_size;
 	double seconds, occupancy;
 	bool quick, peers, small, pin;
-	bool demo; /* --demo: make demo's short run (print_demo) */
-	char zk[FARM_CONFIG_STR];      /* --zk: ZooKeeper membership */
-	char zk_root[FARM_CONFIG_STR]; /* per cluster_start, under /libfarm */
-	unsigned ksize, vsize;         /* --key-size, --value-size */
-	double theta;                  /* --zipf */
-	bool mix[NW];                  /* --mix: the YCSB workloads to run */
+	bool demo;             /* --demo: make demo's short run (print_demo) */
+	char zk[256];          /* --zk: ZooKeeper membership */
+	char zk_root[256];     /* per cluster start, under /libfarm */
+	unsigned ksize, vsize; /* --key-size, --value-size */
+	double theta;          /* --zipf */
+	bool mix[NW];          /* --mix: the YCSB workloads to run */
 	bool any_mix;
 	struct bnet net; /* --fabric, --netns (benchnet.h) */
 	char lookup[8];  /* --lookup: the machines' kv_lookup ("": auto) */
@@ -155,7 +157,7 @@ struct mres {
 	uint64_t ops, gets, puts, keys, errors, notfound, ns;
 	uint64_t inserts, scans, scan_pairs, rmws;
 	uint64_t chain_fallbacks;
-	uint64_t cpu_ns; /* the plain loop: its thread's CPU time */
+	uint64_t cpu_ns; /* CMD_INNER: its thread's CPU time */
 	uint32_t nsamp;
 	uint64_t samp[SAMP_MAX];
 };
@@ -172,7 +174,6 @@ struct shared {
 		int err;
 		_Atomic uint64_t loaded;
 	} m[MAXM];
-	struct farm_ht_shard sd[MAXM];
 	farm_kv_table_stats hst[MAXM];
 	struct mres res[MAXM];
 };
@@ -250,13 +251,12 @@ extern const char *const mname[NMODE];
 
 struct results {
 	struct fig farm[NW], small_c, small_zc, lat1;
-	double plain_rate, plain_fallback_frac;
 	/* The limit loop (memlimit.h) over a table of the cluster's size:
-	 * PLAIN_BATCH in flight (the plain loop's), --depth in flight (farm's
-	 * engine's), one at a time; the table's bytes and its span. */
+	 * PLAIN_BATCH in flight, --depth in flight (farm's engine's), one at
+	 * a time; the table's bytes and its span. */
 	double limit_plain, limit_depth, limit_one;
-	/* per second of the loop's CPU time; the plain loop's likewise */
-	double limit_depth_cpu, limit_plain_cpu, plain_cpu_rate;
+	/* per second of the loop's CPU time */
+	double limit_depth_cpu, limit_plain_cpu;
 	uint64_t limit_bytes;
 	uint32_t limit_span;
 	uint64_t small_keys;
@@ -269,15 +269,54 @@ struct results {
 	double total_s;
 };
 
-/* kv_bench.c */
+/* kv_cluster.c */
 extern volatile sig_atomic_t interrupted;
 extern uint64_t *g_samp; /* latency samples of all threads, for pcts */
 extern struct results g_res;
+
+/* The signals, the shared page (g_sh), the samples; where the machines'
+ * directories go (*@tmp). 0, or 1 (said on stderr). */
+int kb_setup(const char **tmp);
+
+struct cluster {
+	char base[256];
+	pid_t pid[MAXM];
+	unsigned n;
+	uint64_t nkeys;
+};
+/* Start g_opt.machines machine processes with @nkeys keys' room under
+ * @tmp, again up to 3 times when joining timed out. 0 or an error (said). */
+int kb_cluster_start(struct cluster *c, uint64_t nkeys, const char *tmp);
+/* Post a command; wait until every machine has done it. */
+int kb_cluster_cmd(struct cluster *c, int cmd, int wl, double secs,
+                   bool progress);
+void kb_cluster_stop(struct cluster *c);
+/* Load the keys (g_res.load_s and load_rate when @full). */
+int kb_cluster_load(struct cluster *c, bool full);
+/* Run workload @w for --seconds into @f (its rate, the machines' cores)
+ * and say so. */
+int kb_cluster_run(struct cluster *c, int w, struct fig *f);
+/* The machines' results into @f (all of them). */
+void kb_collect(unsigned n, struct fig *f);
+/* CPU time so far of the processes @pid[0..n-1], in ns. */
+uint64_t kb_cpu_of(const pid_t *pid, unsigned n);
+/* The limit loop over a table of the cluster's shards' size and layout,
+ * into g_res. */
+int kb_run_limit(const struct cluster *c);
+
+/* kv_opts.c: the options into g_opt (@usage: --help's text); 0, or
+ * -EINVAL (said on stderr). */
+int kb_parse_opts(int argc, char **argv, void (*usage)(FILE *));
 
 /* kv_report.c: the summary and the JSON line of a run (print_all), or
  * the demo's lines (print_demo). */
 void print_all(void);
 void print_demo(bool mc_skipped);
+/* A workload's figures as a JSON member (@ycsb: with inserts, scans,
+ * read-modify-writes and reads not found), and a goal. */
+void kb_jfig(const char *name, const struct fig *f, bool ycsb, bool comma);
+void kb_jgoal(const char *name, double v, bool have, double target, bool met,
+              const char *cmp, bool comma);
 
 /* kv_work.c */
 double kb_zeta(uint64_t n, double theta);
@@ -307,7 +346,6 @@ static inline uint64_t latest_key(uint64_t nkeys, uint64_t inserted,
 #define VAL_INLINE_MAX 128u
 uint32_t kb_key_inline(void);
 uint32_t kb_val_inline(void);
-unsigned kb_shard_of_key(uint64_t i, unsigned n);
 void kb_pcts(uint64_t *v, size_t n, double *p50, double *p99);
 int kb_ncpus_allowed(int *first);
 void kb_nap_ms(long ms);
@@ -315,11 +353,41 @@ bool kb_in_path(const char *prog);
 /* Buckets per machine for @nkeys at --occupancy, and its region size. */
 uint32_t kb_buckets_for(uint64_t nkeys);
 uint64_t kb_region_for(uint32_t nb, uint64_t nkeys);
-/* What a bucket takes for those inline sizes (ht_int.h's layout). */
+/* What a bucket takes for those inline sizes (src/hashtable's layout). */
 uint32_t kb_bucket_bytes(void);
 
 /* kv_mach.c: machine @id's process (forked by the coordinator). */
 int kb_machine_main(uint32_t id, const char *base, uint64_t nkeys, int cpu);
+
+/* A machine process's node and store. */
+struct mach {
+	uint32_t id;
+	farm_node *node;
+	farm_loop *loop;
+	farm_kv *kv;
+	uint64_t nkeys;
+	uint32_t *stream;
+	uint32_t *own; /* key numbers of this machine's shard */
+	uint64_t nown;
+	double zeta_own; /* zipf over them (YCSB E's scan starts) */
+};
+/* m->stream for workload @wl. 0, -ENOMEM, -ENOENT (no key of its own). */
+int kb_make_stream(struct mach *m, int wl);
+
+/* What kv_local_bench (tests/perf) adds, on the store's internal layout
+ * (NULL in kv_bench, which has the public API alone): on each machine once
+ * the store joined (@ready), machine 0's CMD_INNER (@cmd, for @dur ns, its
+ * figures into g_sh->res[0]), and YCSB E's scan (@scan_from: the pairs of
+ * this machine's shard from the home bucket of @key on, in the table's
+ * order, as farm_kv_iterate_local visits them; the pairs visited or an
+ * error). */
+struct kb_inner {
+	int (*ready)(struct mach *m);
+	int (*cmd)(struct mach *m, uint64_t dur);
+	long (*scan_from)(struct mach *m, const void *key, uint32_t klen,
+	                  farm_kv_iter_fn fn, void *ctx);
+};
+extern const struct kb_inner *const kb_inner;
 
 /* Whether workload @w runs (on a peer: @peer): the default set, or the
  * --mix workloads (YCSB E not on the peers: they have no scan). */

@@ -1,25 +1,13 @@
 /*
  * kv_bench: a machine process (kv_bench.h): its node and KV store, the
  * operations it keeps in flight (loading, the workloads, the unloaded
- * latency run) and the plain local lookup loop.
+ * latency run), and kv_local_bench's measurements when it has them
+ * (kb_inner).
  */
 #include "kv_bench.h"
 
 /* --demo's lease (lease_us): 5 times the default; see mach_open. */
 #define DEMO_LEASE_US "100000"
-
-struct mach {
-	uint32_t id;
-	farm_node *node;
-	farm_loop *loop;
-	farm_kv *kv;
-	farm_ht *ht;
-	uint64_t nkeys;
-	uint32_t *stream;
-	uint32_t *own; /* key numbers of this machine's shard */
-	uint64_t nown;
-	double zeta_own; /* zipf over them (YCSB E's scan starts) */
-};
 
 static int mach_open(struct mach *m, uint32_t id, const char *base,
                      uint64_t nkeys)
@@ -85,7 +73,6 @@ static int mach_open(struct mach *m, uint32_t id, const char *base,
 		        farm_strerror(rc));
 		return rc;
 	}
-	m->ht = farm_kv_table(m->kv);
 	uint32_t lim = farm_kv_value_limit(m->kv, g_opt.ksize);
 	if (g_opt.vsize > lim) {
 		fprintf(stderr,
@@ -95,11 +82,6 @@ static int mach_open(struct mach *m, uint32_t id, const char *base,
 		        "rings' size)\n",
 		        g_opt.vsize, lim, g_opt.ksize);
 		return -EMSGSIZE;
-	}
-	if (farm_ht_bucket_bytes(m->ht) != kb_bucket_bytes()) {
-		fprintf(stderr, PROG ": the table's bucket layout is not the "
-		                     "one kv_bench sizes regions for\n");
-		return -EPROTO;
 	}
 	farm_node_set_app_loops(m->node, true);
 	if ((rc = farm_node_start(m->node, JOIN_MS)) ||
@@ -130,47 +112,6 @@ static void mach_close(struct mach *m)
 	free(m->stream);
 	free(m->own);
 	memset(m, 0, sizeof(*m));
-}
-
-/* The shard descriptors of the other machines (kv's own message type), so
- * the plain loop can find this machine's shard: each machine asks the
- * others and writes what it learns into the shared page. */
-struct sdwait {
-	volatile int done;
-	int status;
-	struct farm_ht_shard sd;
-};
-
-static void sd_reply(farm_loop *loop, void *ctx, int status, const void *r,
-                     uint32_t len)
-{
-	(void)loop;
-	struct sdwait *w = ctx;
-	if (!status && len == sizeof(w->sd))
-		memcpy(&w->sd, r, sizeof(w->sd));
-	else if (!status)
-		status = -EPROTO;
-	w->status = status;
-	w->done = 1;
-}
-
-static int fetch_shards(struct mach *m)
-{
-	for (uint32_t j = 0; j < g_opt.machines; j++) {
-		if (j == m->id)
-			continue;
-		struct sdwait w = {0};
-		int rc = farm_msg_call(m->loop, j, 0, FARM_MSGT_KV_SHARD, NULL,
-		                       0, 0, sd_reply, &w);
-		if (!rc)
-			rc = farm_loop_wait(m->loop, &w.done, 0);
-		if (!rc)
-			rc = w.status;
-		if (rc)
-			return rc;
-		g_sh->sd[j] = w.sd;
-	}
-	return 0;
 }
 
 /* ---- the machine's work: operations in flight ---------------------------- */
@@ -243,7 +184,7 @@ static void get_cb(farm_loop *loop, void *ctx, int status, const void *val,
 		/* YCSB F: read, then write the record back changed (the
 		 * client's read-modify-write; not one transaction). */
 		make_val(o->k, (uint32_t)e->seq++, o->vals);
-		int rc = farm_ht_put(e->m->ht, e->m->loop, o->kb, g_opt.ksize,
+		int rc = farm_kv_put(e->m->kv, e->m->loop, o->kb, g_opt.ksize,
 		                     o->vals, g_opt.vsize, put_cb, o);
 		if (!rc)
 			return;
@@ -343,8 +284,9 @@ static int do_scan(struct eng *e, struct op *o)
 {
 	struct scan s = {.left = 1 + (unsigned)(mix64(e->seq) % SCAN_MAX)};
 	make_key(o->k, o->kb);
-	long n = farm_ht_iterate_local_from(e->m->ht, e->m->id, o->kb,
-	                                    g_opt.ksize, scan_pair, &s);
+	if (!kb_inner || !kb_inner->scan_from)
+		return -EOPNOTSUPP; /* kv_bench refuses --mix E */
+	long n = kb_inner->scan_from(e->m, o->kb, g_opt.ksize, scan_pair, &s);
 	if (n < 0)
 		return (int)n;
 	if (s.bad)
@@ -404,11 +346,11 @@ static int issue(struct eng *e, struct op *o, int wl, uint32_t s)
 	if (o->kind == OP_UPDATE || o->kind == OP_INSERT ||
 	    o->kind == OP_LOAD) {
 		make_val(o->k, (uint32_t)e->seq, o->vals);
-		rc = farm_ht_put(m->ht, m->loop, o->kb, g_opt.ksize, o->vals,
+		rc = farm_kv_put(m->kv, m->loop, o->kb, g_opt.ksize, o->vals,
 		                 g_opt.vsize,
 		                 o->kind == OP_LOAD ? load_cb : put_cb, o);
 	} else {
-		rc = farm_ht_get(m->ht, m->loop, o->kb, g_opt.ksize, get_cb, o);
+		rc = farm_kv_get(m->kv, m->loop, o->kb, g_opt.ksize, get_cb, o);
 	}
 	if (!rc)
 		o->busy = true;
@@ -541,7 +483,57 @@ out:
 	return rc;
 }
 
-static int make_stream(struct mach *m, int wl)
+/* The loaded keys of this machine's shard, as the store has them: each
+ * pair's value starts with its key number (make_val). */
+struct own_keys {
+	uint32_t *v;
+	uint64_t n, cap, nkeys;
+};
+
+static bool own_pair(void *ctx, const void *key, uint32_t klen, const void *val,
+                     uint32_t vlen)
+{
+	(void)key;
+	struct own_keys *o = ctx;
+	uint64_t i;
+	if (vlen < 8 || klen != g_opt.ksize)
+		return true; /* not one of the benchmark's keys */
+	memcpy(&i, val, 8);
+	if (i < o->nkeys && o->n < o->cap)
+		o->v[o->n++] = (uint32_t)i;
+	return true;
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* m->own: the key numbers below m->nkeys of this machine's shard, in
+ * increasing order (the streams' draws are then the same whichever order
+ * the shard holds them in). While no machine writes (CMD_OWN, after the
+ * load): the shard is read in place. */
+static int learn_own(struct mach *m)
+{
+	uint64_t cap = m->nkeys / g_opt.machines * 2 + 1024;
+	struct own_keys o = {.v = malloc(cap * sizeof(uint32_t)),
+	                     .cap = cap,
+	                     .nkeys = m->nkeys};
+	if (!o.v)
+		return -ENOMEM;
+	long n = farm_kv_iterate_local(m->kv, own_pair, &o);
+	if (n < 0 || !o.n) {
+		free(o.v);
+		return n < 0 ? (int)n : -ENOENT;
+	}
+	qsort(o.v, o.n, sizeof(*o.v), cmp_u32);
+	m->own = o.v;
+	m->nown = o.n;
+	return 0;
+}
+
+int kb_make_stream(struct mach *m, int wl)
 {
 	if (!m->stream && !(m->stream = malloc(STREAM_LEN * sizeof(uint32_t))))
 		return -ENOMEM;
@@ -551,18 +543,8 @@ static int make_stream(struct mach *m, int wl)
 		              seed, NULL, 0);
 		return 0;
 	}
-	if (!m->own) {
-		uint64_t cap = m->nkeys / g_opt.machines * 2 + 1024;
-		m->own = malloc(cap * sizeof(uint32_t));
-		if (!m->own)
-			return -ENOMEM;
-		m->nown = 0;
-		for (uint64_t i = 0; i < m->nkeys && m->nown < cap; i++)
-			if (kb_shard_of_key(i, g_opt.machines) == m->id)
-				m->own[m->nown++] = (uint32_t)i;
-		if (!m->nown)
-			return -ENOENT;
-	}
+	if (!m->own)
+		return -ENOENT; /* CMD_OWN first */
 	if (g_wdesc[wl].scan && !m->zeta_own)
 		m->zeta_own = kb_zeta(m->nown, g_opt.theta);
 	kb_gen_stream(m->stream, STREAM_LEN, wl, m->nkeys, m->zeta_own, seed,
@@ -575,7 +557,7 @@ static int do_run(struct mach *m, int wl, unsigned depth, uint64_t go,
                   uint64_t dur, uint64_t warm)
 {
 	struct mres *r = &g_sh->res[m->id];
-	int rc = make_stream(m, wl);
+	int rc = kb_make_stream(m, wl);
 	if (rc)
 		return rc;
 	struct eng e;
@@ -657,130 +639,25 @@ out:;
 	return rc ? rc : rc2;
 }
 
-/* The plain loop: lookups of own-shard keys straight from local memory. */
-static int do_plain(struct mach *m, uint64_t dur)
+/* Command @cmd of the coordinator on machine @m. */
+static int mach_cmd(struct mach *m, int cmd)
 {
-	struct mres *r = &g_sh->res[m->id];
-	int rc = make_stream(m, W_LOCAL);
-	if (rc)
-		return rc;
-	const struct farm_ht_shard *sd = &g_sh->sd[m->id];
-	uint32_t bb = farm_ht_bucket_bytes(m->ht);
-	unsigned spb = farm_ht_slots_per_bucket(m->ht);
-	unsigned L = bb / 64;
-	/* Layout (src/hashtable/ht_int.h): bucket data = fwd u64, bwd u64,
-	 * overflow fat pointer (24 B), then slots of [flags u8][klen u8]
-	 * [pad u16][vlen u32][key K][value V] (K, V: the inline sizes; a
-	 * pair that does not fit is in an object: the API's lookup). */
-	const uint32_t K = kb_key_inline(), V = kb_val_inline();
-	const uint32_t hdr = 40, slot = 8 + K + V;
-	uint32_t bdata = hdr + spb * slot;
-	const uint8_t *arr =
-	        farm_as_local_ptr(farm_node_as(m->node), sd->base,
-	                          ((uint64_t)sd->nbuckets + 1) * bb);
-	if (!arr) {
-		fprintf(stderr, PROG ": machine %u: shard not local\n", m->id);
-		return -EINVAL;
+	switch (cmd) {
+	case CMD_LOAD: return do_load(m);
+	case CMD_RUN:
+		return do_run(m, g_sh->wl, g_opt.depth, g_sh->go_ns,
+		              g_sh->dur_ns, g_sh->warm_ns);
+	case CMD_LAT:
+		return m->id == 0 ? do_run(m, W_C, 1, g_sh->go_ns, g_sh->dur_ns,
+		                           g_sh->warm_ns)
+		                  : 0;
+	case CMD_OWN: return m->own ? 0 : learn_own(m);
+	case CMD_INNER:
+		if (!kb_inner || !kb_inner->cmd)
+			return -EINVAL;
+		return m->id == 0 ? kb_inner->cmd(m, g_sh->dur_ns) : 0;
+	default: return -EINVAL;
 	}
-	enum { B = PLAIN_BATCH };
-	uint8_t *img = aligned_alloc(64, (size_t)B * 2 * bb);
-	uint8_t *d = malloc(2 * (size_t)bdata);
-	if (!img || !d) {
-		free(img);
-		free(d);
-		return -ENOMEM;
-	}
-	uint64_t n = 0, fallback = 0, bad = 0, gen = 0, sum = 0;
-	struct timespec cts;
-	(void)clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cts);
-	uint64_t c0 = (uint64_t)cts.tv_sec * NS + (uint64_t)cts.tv_nsec;
-	uint64_t t0 = bu_now_ns(), now = t0;
-	r->nsamp = 0;
-	while (now - t0 < dur) {
-		const uint8_t *p[B];
-		uint32_t kk[B];
-		uint8_t key[B][KLEN_MAX];
-		for (int j = 0; j < B; j++) {
-			kk[j] = key_of(m->stream[gen++ % STREAM_LEN]);
-			make_key(kk[j], key[j]);
-			uint64_t h = farm_ht_hash(key[j], g_opt.ksize);
-			uint32_t b = (uint32_t)((h >> 11) % sd->nbuckets);
-			p[j] = arr + (uint64_t)b * bb;
-			for (unsigned l = 0; l < 2 * L; l++)
-				__builtin_prefetch(p[j] + 64u * l);
-		}
-		for (int j = 0; j < B; j++) {
-			uint8_t *im = img + (size_t)j * 2 * bb;
-			bool found = false;
-			uint64_t v, w;
-			if (farm_lines_copy(im, p[j], 2ull * bb, 1000) &&
-			    !obj_check(im, L, UINT64_MAX, &v, &w) &&
-			    !obj_check(im + bb, L, UINT64_MAX, &v, &w)) {
-				obj_unpack(im, bdata, d);
-				obj_unpack(im + bb, bdata, d + bdata);
-				if (!memcmp(d, d + bdata + 8, 8)) {
-					for (unsigned s = 0;
-					     s < 2 * spb && !found; s++) {
-						uint8_t *sl =
-						        d +
-						        (s < spb ? 0 : bdata) +
-						        hdr + (s % spb) * slot;
-						if ((sl[0] & 3) == 1 &&
-						    sl[1] == g_opt.ksize &&
-						    !memcmp(sl + 8, key[j],
-						            g_opt.ksize)) {
-							uint32_t vl;
-							memcpy(&vl, sl + 4, 4);
-							found = true;
-							if (!val_ok(kk[j],
-							            sl + 8 + K,
-							            vl))
-								bad++;
-							sum += sl[8 + K + 8];
-						}
-					}
-				}
-			}
-			if (!found) {
-				/* In the overflow chain (or being written): the
-				 * API's full lookup, polled here
-				 * (farm_loop_wait may park the thread). */
-				struct op fo = {0};
-				struct eng fe = {.m = m,
-				                 .r = r,
-				                 .ops = &fo,
-				                 .nops = 1,
-				                 .freel = (unsigned[1]){0}};
-				fo.e = &fe;
-				fo.k = kk[j];
-				rc = farm_ht_get(m->ht, m->loop, key[j],
-				                 g_opt.ksize, get_cb, &fo);
-				while (!rc && !fe.nfree)
-					(void)farm_loop_poll(m->loop);
-				if (rc || fe.err || fe.notfound)
-					bad++;
-				fallback++;
-			}
-		}
-		n += B;
-		now = bu_now_ns();
-	}
-	free(img);
-	free(d);
-	r->ops = r->gets = r->keys = n;
-	r->ns = now - t0;
-	(void)clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cts);
-	r->cpu_ns = (uint64_t)cts.tv_sec * NS + (uint64_t)cts.tv_nsec - c0;
-	r->errors = bad;
-	r->chain_fallbacks = fallback;
-	if (sum == 42)
-		r->puts = 0; /* keep the value reads */
-	if (bad) {
-		fprintf(stderr, PROG ": plain loop: %" PRIu64 " bad lookups\n",
-		        bad);
-		return -EIO;
-	}
-	return 0;
 }
 
 int kb_machine_main(uint32_t id, const char *base, uint64_t nkeys, int cpu)
@@ -788,8 +665,8 @@ int kb_machine_main(uint32_t id, const char *base, uint64_t nkeys, int cpu)
 	struct mach m = {.id = id, .nkeys = nkeys};
 	bu_pin_to(cpu, PROG);
 	int rc = mach_open(&m, id, base, nkeys);
-	if (!rc)
-		rc = fetch_shards(&m);
+	if (!rc && kb_inner && kb_inner->ready)
+		rc = kb_inner->ready(&m);
 	if (rc) {
 		g_sh->m[id].err = rc;
 		atomic_store(&g_sh->m[id].state, ST_FAILED);
@@ -811,22 +688,7 @@ int kb_machine_main(uint32_t id, const char *base, uint64_t nkeys, int cpu)
 		if (cmd == CMD_QUIT)
 			break;
 		memset(&g_sh->res[id], 0, offsetof(struct mres, samp));
-		switch (cmd) {
-		case CMD_LOAD: rc = do_load(&m); break;
-		case CMD_RUN:
-			rc = do_run(&m, g_sh->wl, g_opt.depth, g_sh->go_ns,
-			            g_sh->dur_ns, g_sh->warm_ns);
-			break;
-		case CMD_LAT:
-			rc = id == 0 ? do_run(&m, W_C, 1, g_sh->go_ns,
-			                      g_sh->dur_ns, g_sh->warm_ns)
-			             : 0;
-			break;
-		case CMD_PLAIN:
-			rc = id == 0 ? do_plain(&m, g_sh->dur_ns) : 0;
-			break;
-		default: rc = -EINVAL;
-		}
+		rc = mach_cmd(&m, cmd);
 		g_sh->hst[id] =
 		        (farm_kv_table_stats){.size = sizeof(g_sh->hst[id])};
 		if (farm_kv_table_stats_get(m.kv, &g_sh->hst[id]))

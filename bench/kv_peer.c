@@ -432,20 +432,111 @@ static void *peer_load_thread(void *arg)
  * by the client threads (kb_run_peer resets them). */
 static struct inserts peer_ins;
 
-static void *peer_run_thread(void *arg)
+/* One batch's requests and what they were: responses expected, gets,
+ * puts, inserts (their numbers in @ins), read-modify-writes (their keys
+ * in @rmw, written back in a second round). */
+struct pbatch {
+	unsigned resp, nget, nput, nins, nrmw;
+	uint64_t *ins, *rmw;
+};
+
+/* One stream entry @e as a request (not a multi-get). */
+static int peer_one(struct pjob *j, struct conn *c, struct pbatch *b,
+                    uint32_t e, uint64_t gen)
 {
-	struct pjob *j = arg;
-	struct conn c = {.which = j->which};
-	uint32_t *s = malloc(STREAM_LEN * sizeof(uint32_t));
-	uint64_t *rmw = malloc((g_opt.depth + 1) * sizeof(uint64_t));
-	uint64_t *ins = malloc((g_opt.depth + 1) * sizeof(uint64_t));
-	c.fd = tcp_connect(j->port);
-	int rc = s && rmw && ins ? (c.fd < 0 ? c.fd : 0) : -ENOMEM;
-	if (rc)
-		goto out;
-	kb_gen_stream(s, STREAM_LEN, j->wl, j->nkeys, j->zetan,
-	              0x9876543ull * (j->tid + 1) + (uint64_t)j->wl * 7919,
-	              NULL, 0);
+	uint64_t k = key_of(e), n;
+	int rc;
+	switch (op_of(e)) {
+	case OP_UPDATE:
+		rc = req_set(c, k, (uint32_t)gen);
+		b->nput++;
+		break;
+	case OP_INSERT:
+		n = atomic_fetch_add(&peer_ins.next, 1);
+		if (j->nkeys + n < KEY_LIMIT) {
+			rc = req_set(c, j->nkeys + n, (uint32_t)gen);
+			b->ins[b->nins++] = n;
+			b->nput++;
+			break;
+		}
+		rc = req_get(c, k); /* numbers used up */
+		b->nget++;
+		break;
+	case OP_RMW:
+		/* YCSB F: the write follows the reply. */
+		rc = req_get(c, k);
+		b->rmw[b->nrmw++] = k;
+		b->nget++;
+		break;
+	default:
+		if (g_wdesc[j->wl].dist == D_LATEST)
+			k = latest_key(j->nkeys, atomic_load(&peer_ins.limit),
+			               k);
+		rc = req_get(c, k);
+		b->nget++;
+	}
+	b->resp++;
+	return rc;
+}
+
+/* Queue @per operations of stream @s from *@gen on. */
+static int peer_queue(struct pjob *j, struct conn *c, struct pbatch *b,
+                      const uint32_t *s, uint64_t *gen, unsigned per)
+{
+	int rc = 0;
+	for (unsigned n = 0; n < per && !rc; n++) {
+		if (j->wl != W_MGET) {
+			uint32_t e = s[(*gen)++ % STREAM_LEN];
+			rc = peer_one(j, c, b, e, *gen);
+			continue;
+		}
+		uint32_t ks[MGET_N];
+		for (unsigned i = 0; i < MGET_N; i++)
+			ks[i] = key_of(s[(*gen)++ % STREAM_LEN]);
+		rc = req_mget(c, ks);
+		b->resp += j->which == P_MC ? MGET_N : 1;
+		b->nget += MGET_N;
+	}
+	return rc;
+}
+
+/* Send the batch, read its replies (*@m: not found), acknowledge its
+ * inserts, then the read-modify-writes' second round. */
+static int peer_finish(struct conn *c, struct pbatch *b, uint64_t gen,
+                       unsigned *m)
+{
+	unsigned v = 0;
+	int rc = conn_flush(c);
+	if (!rc)
+		rc = conn_recv(c, b->resp, &v, m);
+	for (unsigned i = 0; i < b->nins && !rc; i++)
+		rc = kb_ins_ack(&peer_ins, b->ins[i]);
+	for (unsigned i = 0; i < b->nrmw && !rc; i++)
+		rc = req_set(c, b->rmw[i], (uint32_t)gen + i);
+	if (!rc && b->nrmw)
+		rc = conn_flush(c);
+	if (!rc && b->nrmw)
+		rc = conn_recv(c, b->nrmw, &v, m);
+	return rc;
+}
+
+/* A counted batch into the job's results. */
+static void peer_count(struct pjob *j, const struct pbatch *b, unsigned per,
+                       unsigned m)
+{
+	j->ops += j->wl == W_MGET ? per : b->resp;
+	j->keys += j->wl == W_MGET ? b->nget : b->resp;
+	j->gets += b->nget;
+	j->puts += b->nput + b->nrmw;
+	j->inserts += b->nins;
+	j->rmws += b->nrmw;
+	j->notfound += m;
+}
+
+/* The batches of one run, from the job's start to its end. */
+static int peer_batches(struct pjob *j, struct conn *c, const uint32_t *s,
+                        struct pbatch *b)
+{
 	/* ops per batch: depth ops pipelined, or 1 */
 	unsigned per = j->mode == M_PIPE ? g_opt.depth : 1;
 	if (j->wl == W_MGET)
@@ -456,6 +547,7 @@ static void *peer_run_thread(void *arg)
 	while ((now = bu_now_ns()) < start)
 		kb_nap_ms(1);
 	bool counting = false;
+	int rc = 0;
 	for (;;) {
 		now = bu_now_ns();
 		if (!counting && now >= j->go_ns) {
@@ -464,93 +556,50 @@ static void *peer_run_thread(void *arg)
 		}
 		if (now >= end || interrupted)
 			break;
-		unsigned resp = 0, nget = 0, nput = 0, nins = 0, nrmw = 0;
-		for (unsigned b = 0; b < per && !rc; b++) {
-			if (j->wl == W_MGET) {
-				uint32_t ks[MGET_N];
-				for (unsigned i = 0; i < MGET_N; i++)
-					ks[i] = key_of(s[gen++ % STREAM_LEN]);
-				rc = req_mget(&c, ks);
-				resp += j->which == P_MC ? MGET_N : 1;
-				nget += MGET_N;
-				continue;
-			}
-			uint32_t e = s[gen++ % STREAM_LEN];
-			uint64_t k = key_of(e), n;
-			switch (op_of(e)) {
-			case OP_UPDATE:
-				rc = req_set(&c, k, (uint32_t)gen);
-				nput++;
-				break;
-			case OP_INSERT:
-				n = atomic_fetch_add(&peer_ins.next, 1);
-				if (j->nkeys + n < KEY_LIMIT) {
-					rc = req_set(&c, j->nkeys + n,
-					             (uint32_t)gen);
-					ins[nins++] = n;
-					nput++;
-					break;
-				}
-				rc = req_get(&c, k); /* numbers used up */
-				nget++;
-				break;
-			case OP_RMW:
-				/* YCSB F: the write follows the reply. */
-				rc = req_get(&c, k);
-				rmw[nrmw++] = k;
-				nget++;
-				break;
-			default:
-				if (g_wdesc[j->wl].dist == D_LATEST)
-					k = latest_key(
-					        j->nkeys,
-					        atomic_load(&peer_ins.limit),
-					        k);
-				rc = req_get(&c, k);
-				nget++;
-			}
-			resp++;
-		}
+		b->resp = b->nget = b->nput = b->nins = b->nrmw = 0;
+		rc = peer_queue(j, c, b, s, &gen, per);
 		bool timed = (batches++ % g_opt.sample_every) == 0 ||
 		             j->mode == M_PIPE;
 		uint64_t tb = timed ? bu_now_ns() : 0;
-		unsigned v = 0, m = 0;
+		unsigned m = 0;
 		if (!rc)
-			rc = conn_flush(&c);
-		if (!rc)
-			rc = conn_recv(&c, resp, &v, &m);
-		for (unsigned i = 0; i < nins && !rc; i++)
-			rc = kb_ins_ack(&peer_ins, ins[i]);
-		for (unsigned i = 0; i < nrmw && !rc; i++)
-			rc = req_set(&c, rmw[i], (uint32_t)gen + i);
-		if (!rc && nrmw)
-			rc = conn_flush(&c);
-		if (!rc && nrmw)
-			rc = conn_recv(&c, nrmw, &v, &m);
+			rc = peer_finish(c, b, gen, &m);
 		if (rc)
 			break;
 		if (counting) {
-			j->ops += j->wl == W_MGET ? per : resp;
-			j->keys += j->wl == W_MGET ? nget : resp;
-			j->gets += nget;
-			j->puts += nput + nrmw;
-			j->inserts += nins;
-			j->rmws += nrmw;
-			j->notfound += m;
+			peer_count(j, b, per, m);
 			if (timed && j->nsamp < SAMP_MAX)
 				j->samp[j->nsamp++] = bu_now_ns() - tb;
 		}
 	}
 	j->ns = now - t0;
-out:
+	return rc;
+}
+
+static void *peer_run_thread(void *arg)
+{
+	struct pjob *j = arg;
+	struct conn c = {.which = j->which};
+	uint32_t *s = malloc(STREAM_LEN * sizeof(uint32_t));
+	struct pbatch b = {.rmw = malloc((g_opt.depth + 1) * sizeof(uint64_t)),
+	                   .ins = malloc((g_opt.depth + 1) * sizeof(uint64_t))};
+	c.fd = tcp_connect(j->port);
+	int rc = s && b.rmw && b.ins ? (c.fd < 0 ? c.fd : 0) : -ENOMEM;
+	if (!rc) {
+		kb_gen_stream(s, STREAM_LEN, j->wl, j->nkeys, j->zetan,
+		              0x9876543ull * (j->tid + 1) +
+		                      (uint64_t)j->wl * 7919,
+		              NULL, 0);
+		rc = peer_batches(j, &c, s, &b);
+	}
 	j->rc = rc;
 	if (c.fd >= 0)
 		close(c.fd);
 	free(c.in);
 	free(c.out);
 	free(s);
-	free(rmw);
-	free(ins);
+	free(b.rmw);
+	free(b.ins);
 	return NULL;
 }
 
@@ -645,14 +694,6 @@ int kb_run_peer(int which, const char *tmp)
 	       pname[which], (int)p.pid, p.port, g_opt.keys, ls);
 	fflush(stdout);
 	memset(&peer_ins, 0, sizeof(peer_ins));
-	if (g_opt.mix[W_YE])
-		printf("  YCSB E: not run on %s: %s\n", pname[which],
-		       which == P_MC
-		               ? "memcached has no scan"
-		               : "Redis has no scan in key order (SCAN "
-		                 "walks the whole keyspace by cursor; "
-		                 "YCSB's Redis binding keeps a sorted-set "
-		                 "index for it)");
 	for (int mode = 0; mode < NMODE && !rc; mode++)
 		for (int w = 0; w < NW && !rc; w++) {
 			if (!kb_runs(w, true))

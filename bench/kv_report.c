@@ -6,9 +6,7 @@
 
 #include "benchreport.h"
 
-/* A workload's figures (@ycsb: with inserts, scans, read-modify-writes
- * and reads not found). */
-static void jfig(const char *name, const struct fig *f, bool ycsb, bool comma)
+void kb_jfig(const char *name, const struct fig *f, bool ycsb, bool comma)
 {
 	if (!f->have) {
 		printf("\"%s\": null%s", name, comma ? ", " : "");
@@ -27,8 +25,8 @@ static void jfig(const char *name, const struct fig *f, bool ycsb, bool comma)
 	printf("}%s", comma ? ", " : "");
 }
 
-static void jgoal(const char *name, double v, bool have, double target,
-                  bool met, const char *cmp, bool comma)
+void kb_jgoal(const char *name, double v, bool have, double target, bool met,
+              const char *cmp, bool comma)
 {
 	static const struct br_style style = {{'g', 4}, {'g', 4}, false};
 	struct br_goal g = {name, have ? v : NAN, target, have && met, cmp};
@@ -99,26 +97,25 @@ static void print_net_json(const struct net_goals *ng)
 	       "\"%s\"}, ",
 	       g_res.farm[W_C].cores, g_res.lat1.cores, ng->mc_cores,
 	       ng->mc_client_cores, ng->farm_pc, ng->mc_pc, ng->mc_mode);
-	jfig("memcached_unloaded_get", &g_res.peer_lat1[P_MC], false, true);
-	jfig("redis_unloaded_get", &g_res.peer_lat1[P_REDIS], false, false);
+	kb_jfig("memcached_unloaded_get", &g_res.peer_lat1[P_MC], false, true);
+	kb_jfig("redis_unloaded_get", &g_res.peer_lat1[P_REDIS], false, false);
 	printf(", \"goals\": {");
-	jgoal("netns_lookups_per_core_vs_memcached_best", ng->x,
-	      ng->mc_pc > 0 && ng->farm_pc > 0, 2.0,
-	      g_opt.net.netns && ng->x >= 2.0, ">=", true);
-	jgoal("netns_lookup_p50_us_vs_memcached_p50_us", ng->farm_p50,
-	      g_res.lat1.have && ng->mc_p50 > 0,
-	      ng->mc_p50 > 0 ? ng->mc_p50 : 0,
-	      g_opt.net.netns && g_res.lat1.have && ng->mc_p50 > 0 &&
-	              ng->farm_p50 < ng->mc_p50,
-	      "<", false);
+	kb_jgoal("netns_lookups_per_core_vs_memcached_best", ng->x,
+	         ng->mc_pc > 0 && ng->farm_pc > 0, 2.0,
+	         g_opt.net.netns && ng->x >= 2.0, ">=", true);
+	kb_jgoal("netns_lookup_p50_us_vs_memcached_p50_us", ng->farm_p50,
+	         g_res.lat1.have && ng->mc_p50 > 0,
+	         ng->mc_p50 > 0 ? ng->mc_p50 : 0,
+	         g_opt.net.netns && g_res.lat1.have && ng->mc_p50 > 0 &&
+	                 ng->farm_p50 < ng->mc_p50,
+	         "<", false);
 	printf("}}\n");
 	fflush(stdout);
 }
 
 /* The default run's summary lines. */
-static void print_summary(double farm_c, double lat_us, double vs_plain,
-                          const char *best_name, double best_peer,
-                          double vs_peer)
+static void print_summary(double farm_c, double lat_us, const char *best_name,
+                          double best_peer, double vs_peer)
 {
 	printf("\nfarm: %u machine threads on %d cores; lookups/s per core "
 	       "(uniform C) %.3f M\n",
@@ -127,36 +124,24 @@ static void print_summary(double farm_c, double lat_us, double vs_plain,
 	       "under load, %u in flight: p50 %.1f us)\n",
 	       lat_us, g_res.lat1.p99_ns / 1e3, g_opt.depth,
 	       g_res.farm[W_C].p50_ns / 1e3);
-	printf("plain local loop %.3f M lookups/s per core (%.4f%% via the "
-	       "chain fallback); farm/plain %.3f\n",
-	       g_res.plain_rate / 1e6, g_res.plain_fallback_frac * 100,
-	       vs_plain);
 	printf("limit loop (same table, one thread): %.3f M/s with %u in "
 	       "flight, %.3f M/s with %u, %.3f M/s one at a time (wall clock); "
-	       "farm per core / limit(%u) %.3f, plain / limit(%u) %.3f (the "
-	       "goals, %.1f and %.1f, are per CPU-second, below)\n",
+	       "farm per core / limit(%u) %.3f (the goal, %.1f, is per "
+	       "CPU-second, below)\n",
 	       g_res.limit_plain / 1e6, PLAIN_BATCH, g_res.limit_depth / 1e6,
 	       g_opt.depth, g_res.limit_one / 1e6, g_opt.depth,
 	       g_res.limit_depth > 0 ? farm_c / g_res.limit_depth : 0,
-	       PLAIN_BATCH,
-	       g_res.limit_plain > 0 ? g_res.plain_rate / g_res.limit_plain : 0,
-	       GOAL_VS_LIMIT, GOAL_LOCAL_VS_LIMIT);
+	       GOAL_VS_LIMIT);
 	/* Under other load the wall-clock figures measure time slices:
 	 * the same ratio per second of CPU the machines and the loop had. */
 	const struct fig *fc = &g_res.farm[W_C];
 	double farm_cpu = fc->cores > 0 ? fc->keys / fc->cores : 0;
 	printf("per CPU-second: farm %.3f M lookups (the machines' CPU time), "
 	       "limit(%u) %.3f M (the loop's); farm / limit %.3f (goal >= "
-	       "%.1f); plain loop %.3f M, / limit(%u) %.3f M: %.3f (goal >= "
 	       "%.1f)\n",
 	       farm_cpu / 1e6, g_opt.depth, g_res.limit_depth_cpu / 1e6,
 	       g_res.limit_depth_cpu > 0 ? farm_cpu / g_res.limit_depth_cpu : 0,
-	       GOAL_VS_LIMIT, g_res.plain_cpu_rate / 1e6, PLAIN_BATCH,
-	       g_res.limit_plain_cpu / 1e6,
-	       g_res.limit_plain_cpu > 0
-	               ? g_res.plain_cpu_rate / g_res.limit_plain_cpu
-	               : 0,
-	       GOAL_LOCAL_VS_LIMIT);
+	       GOAL_VS_LIMIT);
 	printf("best peer: %s, %.3f M GETs/s per server core; farm/peer "
 	       "%.2fx\n",
 	       best_name, best_peer / 1e6, vs_peer);
@@ -207,25 +192,24 @@ static double best_peer_c(const char **name)
 	return best_peer;
 }
 
-/* The JSON line's `limit` object (after the plain loop's figure). */
+/* The JSON line's `limit` object (after `small`). */
 static void jlimit(void)
 {
 	printf("}, \"limit\": {\"table_bytes\": %" PRIu64
 	       ", \"span_bytes\": %u, \"per_s_%u_in_flight\": %.0f, "
 	       "\"per_s_depth\": %.0f, \"per_s_one\": %.0f, "
 	       "\"per_cpu_s_depth\": %.0f, \"farm_uniform_c_per_cpu_s\": "
-	       "%.0f, \"per_cpu_s_16_in_flight\": %.0f, "
-	       "\"plain_local_loop_per_cpu_s\": %.0f",
+	       "%.0f, \"per_cpu_s_16_in_flight\": %.0f",
 	       g_res.limit_bytes, g_res.limit_span, PLAIN_BATCH,
 	       g_res.limit_plain, g_res.limit_depth, g_res.limit_one,
 	       g_res.limit_depth_cpu,
 	       g_res.farm[W_C].cores > 0
 	               ? g_res.farm[W_C].keys / g_res.farm[W_C].cores
 	               : 0,
-	       g_res.limit_plain_cpu, g_res.plain_cpu_rate);
+	       g_res.limit_plain_cpu);
 }
 
-/* The goals against the limit, last in `goals`. */
+/* The goal against the limit, last in `goals`. */
 static void jlimit_goals(void)
 {
 	/* Per second of CPU time on both sides: the limit loop shares the
@@ -236,57 +220,14 @@ static void jlimit_goals(void)
 	double vs_lim = g_res.limit_depth_cpu > 0
 	                        ? farm_cpu / g_res.limit_depth_cpu
 	                        : 0;
-	double pl_lim = g_res.limit_plain_cpu > 0
-	                        ? g_res.plain_cpu_rate / g_res.limit_plain_cpu
-	                        : 0;
-	jgoal("kv_lookups_vs_limit", vs_lim,
-	      g_res.limit_depth_cpu > 0 && farm_cpu > 0, GOAL_VS_LIMIT,
-	      vs_lim >= GOAL_VS_LIMIT, ">=", true);
-	jgoal("local_loop_vs_limit", pl_lim,
-	      g_res.limit_plain_cpu > 0 && g_res.plain_cpu_rate > 0,
-	      GOAL_LOCAL_VS_LIMIT, pl_lim >= GOAL_LOCAL_VS_LIMIT, ">=", false);
+	kb_jgoal("kv_lookups_vs_limit", vs_lim,
+	         g_res.limit_depth_cpu > 0 && farm_cpu > 0, GOAL_VS_LIMIT,
+	         vs_lim >= GOAL_VS_LIMIT, ">=", false);
 }
 
-void print_all(void)
+/* The JSON line's head: the run's parameters, up to "farm". */
+static void jhead(double rpl)
 {
-	double cores = g_res.cores;
-	print_table(cores);
-	double farm_c = g_res.farm[W_C].keys / cores;
-	const char *best_name;
-	double best_peer = best_peer_c(&best_name);
-	double vs_peer = best_peer > 0 ? farm_c / best_peer : 0;
-	double lat_us = g_res.lat1.p50_ns / 1e3;
-	double vs_plain = g_res.plain_rate > 0 ? farm_c / g_res.plain_rate : 0;
-	bool have_small = g_res.small_c.have;
-	double scale = have_small && g_res.small_c.keys > 0
-	                       ? g_res.farm[W_C].keys / g_res.small_c.keys
-	                       : 0;
-	if (g_opt.any_mix)
-		printf("\n--mix: the default workloads, the unloaded latency "
-		       "and the plain loop were not run: their goals report "
-		       "null\n");
-	else
-		print_summary(farm_c, lat_us, vs_plain, best_name, best_peer,
-		              vs_peer);
-	if (have_small)
-		printf("at %" PRIu64 " keys: %.3f M keys/s per core; %" PRIu64
-		       " keys / %" PRIu64 " keys = %.3f\n",
-		       g_res.small_keys, g_res.small_c.keys / cores / 1e6,
-		       g_opt.keys, g_res.small_keys, scale);
-	double rpl = g_res.hst.lookups ? (double)g_res.hst.lookup_reads /
-	                                         g_res.hst.lookups
-	                               : 0;
-	printf("table: %.4f reads per lookup, %" PRIu64 " retries, %" PRIu64
-	       " hops, %" PRIu64 " chain appends, %" PRIu64
-	       " combined transactions for %" PRIu64 " puts\n",
-	       rpl, g_res.hst.lookup_retries, g_res.hst.hops,
-	       g_res.hst.chain_appends, g_res.hst.combined_txns,
-	       g_res.hst.puts);
-	printf("total %.1f s\n", g_res.total_s);
-	struct net_goals ng = net_goals();
-	if (!bnet_shm(&g_opt.net))
-		print_net(&ng);
-
 	printf("{\"bench\": \"kv_bench\", \"provider\": \"%s\", "
 	       "\"lookup\": \"%s\", "
 	       "\"network\": \"%s\", \"machines\": %u, "
@@ -314,16 +255,11 @@ void print_all(void)
 	       "\"farm\": {",
 	       g_opt.occupancy, g_opt.depth, g_opt.log_size, g_opt.seconds,
 	       g_opt.sample_every, g_res.load_s, g_res.load_rate, rpl);
-	for (int w = 0; w < NW; w++)
-		if (kb_runs(w, false))
-			jfig(g_wdesc[w].key, &g_res.farm[w], w >= W_YA, true);
-	jfig("unloaded_lookup", &g_res.lat1, false, false);
-	printf("}, \"plain_local_loop_per_s\": %.0f, \"small\": {\"keys\": "
-	       "%" PRIu64 ", ",
-	       g_res.plain_rate, g_res.small_keys);
-	jfig("uniform_c", &g_res.small_c, false, true);
-	jfig("zipf_c", &g_res.small_zc, false, false);
-	jlimit();
+}
+
+/* The JSON line's "peers" object. */
+static void jpeers(void)
+{
 	printf("}, \"peers\": {");
 	for (int p = 0; p < NPEER; p++) {
 		printf("\"%s\": {\"ok\": %s, \"server_cores\": 1, \"load_s\": "
@@ -337,19 +273,19 @@ void print_all(void)
 				if (!kb_runs(w, true))
 					continue;
 				printf("%s", first ? "" : ", ");
-				jfig(g_wdesc[w].key, &g_res.peer[p][m][w],
-				     w >= W_YA, false);
+				kb_jfig(g_wdesc[w].key, &g_res.peer[p][m][w],
+				        w >= W_YA, false);
 				first = false;
 			}
 			printf("}");
 		}
 		printf("}%s", p + 1 < NPEER ? ", " : "");
 	}
-	printf("}, \"ratios\": "
-	       "{\"farm_per_core_vs_best_peer_per_server_core\": "
-	       "%.3f, \"best_peer\": \"%s\", \"farm_vs_plain\": %.3f, "
-	       "\"n_vs_small\": %.3f",
-	       vs_peer, best_name, vs_plain, scale);
+}
+
+/* Each workload's farm per core against the best peer's rate. */
+static void jratios_per_workload(double cores)
+{
 	for (int w = 0; w < NW; w++) {
 		const struct fig *f = &g_res.farm[w];
 		if (!kb_runs(w, true))
@@ -363,24 +299,95 @@ void print_all(void)
 		printf(", \"%s_farm_per_core_vs_best_peer\": %.3f",
 		       g_wdesc[w].key, bp > 0 ? f->keys / cores / bp : 0);
 	}
-	if (!bnet_shm(&g_opt.net)) {
-		print_net_json(&ng);
-		return;
-	}
+}
+
+/* The summary's figures the JSON line repeats. */
+struct summary {
+	double cores, farm_c, best_peer, vs_peer, lat_us, scale, rpl;
+	const char *best_name;
+	bool have_small;
+};
+
+/* The JSON line's "goals" (on shm). */
+static void jgoals(const struct summary *m)
+{
 	printf("}, \"goals\": {");
-	jgoal("lookups_per_s_per_core", farm_c, g_res.farm[W_C].have, GOAL_RATE,
-	      farm_c >= GOAL_RATE, ">=", true);
-	jgoal("vs_best_peer_per_server_core", vs_peer, best_peer > 0,
-	      GOAL_PEER_X, vs_peer >= GOAL_PEER_X, ">=", true);
-	jgoal("lookup_p50_us", lat_us, g_res.lat1.have, GOAL_P50_US,
-	      lat_us < GOAL_P50_US, "<", true);
-	jgoal("vs_plain_local_loop", vs_plain, g_res.plain_rate > 0, GOAL_LOCAL,
-	      vs_plain >= GOAL_LOCAL, ">=", true);
-	jgoal("n_keys_vs_1m_keys", scale, have_small, 1.0 - GOAL_SCALE,
-	      scale >= 1.0 - GOAL_SCALE, ">=", true);
+	kb_jgoal("lookups_per_s_per_core", m->farm_c, g_res.farm[W_C].have,
+	         GOAL_RATE, m->farm_c >= GOAL_RATE, ">=", true);
+	kb_jgoal("vs_best_peer_per_server_core", m->vs_peer, m->best_peer > 0,
+	         GOAL_PEER_X, m->vs_peer >= GOAL_PEER_X, ">=", true);
+	kb_jgoal("lookup_p50_us", m->lat_us, g_res.lat1.have, GOAL_P50_US,
+	         m->lat_us < GOAL_P50_US, "<", true);
+	kb_jgoal("n_keys_vs_1m_keys", m->scale, m->have_small, 1.0 - GOAL_SCALE,
+	         m->scale >= 1.0 - GOAL_SCALE, ">=", true);
 	jlimit_goals();
 	printf("}}\n");
 	fflush(stdout);
+}
+
+/* The JSON line, last. */
+static void print_json(const struct summary *m, const struct net_goals *ng)
+{
+	jhead(m->rpl);
+	for (int w = 0; w < NW; w++)
+		if (kb_runs(w, false))
+			kb_jfig(g_wdesc[w].key, &g_res.farm[w], w >= W_YA,
+			        true);
+	kb_jfig("unloaded_lookup", &g_res.lat1, false, false);
+	printf("}, \"small\": {\"keys\": %" PRIu64 ", ", g_res.small_keys);
+	kb_jfig("uniform_c", &g_res.small_c, false, true);
+	kb_jfig("zipf_c", &g_res.small_zc, false, false);
+	jlimit();
+	jpeers();
+	printf("}, \"ratios\": "
+	       "{\"farm_per_core_vs_best_peer_per_server_core\": "
+	       "%.3f, \"best_peer\": \"%s\", \"n_vs_small\": %.3f",
+	       m->vs_peer, m->best_name, m->scale);
+	jratios_per_workload(m->cores);
+	if (!bnet_shm(&g_opt.net))
+		print_net_json(ng);
+	else
+		jgoals(m);
+}
+
+void print_all(void)
+{
+	struct summary m = {.cores = g_res.cores};
+	print_table(m.cores);
+	m.farm_c = g_res.farm[W_C].keys / m.cores;
+	m.best_peer = best_peer_c(&m.best_name);
+	m.vs_peer = m.best_peer > 0 ? m.farm_c / m.best_peer : 0;
+	m.lat_us = g_res.lat1.p50_ns / 1e3;
+	m.have_small = g_res.small_c.have;
+	m.scale = m.have_small && g_res.small_c.keys > 0
+	                  ? g_res.farm[W_C].keys / g_res.small_c.keys
+	                  : 0;
+	if (g_opt.any_mix)
+		printf("\n--mix: the default workloads, the unloaded latency "
+		       "and the limit were not run: their goals report "
+		       "null\n");
+	else
+		print_summary(m.farm_c, m.lat_us, m.best_name, m.best_peer,
+		              m.vs_peer);
+	if (m.have_small)
+		printf("at %" PRIu64 " keys: %.3f M keys/s per core; %" PRIu64
+		       " keys / %" PRIu64 " keys = %.3f\n",
+		       g_res.small_keys, g_res.small_c.keys / m.cores / 1e6,
+		       g_opt.keys, g_res.small_keys, m.scale);
+	m.rpl = g_res.hst.lookups
+	                ? (double)g_res.hst.lookup_reads / g_res.hst.lookups
+	                : 0;
+	printf("table: %.4f reads per lookup, %" PRIu64 " retries, %" PRIu64
+	       " hops, %" PRIu64 " chain appends, %" PRIu64
+	       " combined transactions for %" PRIu64 " puts\n",
+	       m.rpl, g_res.hst.lookup_retries, g_res.hst.hops,
+	       g_res.hst.chain_appends, g_res.hst.combined_txns,
+	       g_res.hst.puts);
+	printf("total %.1f s\n", g_res.total_s);
+	struct net_goals ng = net_goals();
+	if (!bnet_shm(&g_opt.net))
+		print_net(&ng);
+	print_json(&m, &ng);
 }
 
 /* The demo's summary: farm's YCSB-B next to memcached's (pipelined). */

@@ -97,13 +97,6 @@ void kb_gen_stream(uint32_t *s, unsigned len, int wl, uint64_t nkeys,
 	}
 }
 
-unsigned kb_shard_of_key(uint64_t i, unsigned n)
-{
-	uint8_t k[KLEN_MAX];
-	make_key(i, k);
-	return farm_ht_shard_index(farm_ht_hash(k, g_opt.ksize), n);
-}
-
 int kb_ins_ack(struct inserts *in, uint64_t n)
 {
 	if (n - atomic_load(&in->limit) >= ACK_WINDOW)
@@ -206,10 +199,11 @@ uint32_t kb_buckets_for(uint64_t nkeys)
 
 uint32_t kb_bucket_bytes(void)
 {
-	/* src/hashtable/ht_int.h: a 40-byte header, then H/2 (4) slots of
-	 * 8 bytes and the inline key and value (each rounded up to 8). */
+	/* src/hashtable's layout: a 40-byte header, then H/2 (4) slots of
+	 * 8 bytes and the inline key and value (each rounded up to 8), in
+	 * whole lines with their versions as every object. */
 	uint32_t slot = 8 + kb_key_inline() + kb_val_inline();
-	return 64u * obj_lines(40 + 4 * slot);
+	return (uint32_t)farm_array_stride(40 + 4 * slot);
 }
 
 uint64_t kb_region_for(uint32_t nb, uint64_t nkeys)
@@ -221,8 +215,9 @@ uint64_t kb_region_for(uint32_t nb, uint64_t nkeys)
 	 * up to an eighth bigger). */
 	uint64_t need = ((uint64_t)nb + 1) * kb_bucket_bytes() * 17 / 16;
 	if (g_opt.ksize > kb_key_inline() || g_opt.vsize > kb_val_inline())
-		need += nkeys / g_opt.machines * 64 *
-		        obj_lines(8 + g_opt.ksize + g_opt.vsize) * 9 / 8;
+		need += nkeys / g_opt.machines *
+		        farm_array_stride(8 + g_opt.ksize + g_opt.vsize) * 9 /
+		        8;
 	uint64_t r = 64ull << 20;
 	while (r < need && r < (4ull << 30))
 		r <<= 1;

@@ -267,108 +267,92 @@ static void usage(FILE *out)
 	        MAX_DEPTH);
 }
 
-static int parse_opts(int argc, char **argv, struct opts *o)
+enum {
+	O_SIZES = 256,
+	O_SECONDS,
+	O_DEPTH,
+	O_RING,
+	O_BATCH,
+	O_FLUSH,
+	O_NOBASE,
+	O_NOPIN,
+	O_RUNS,
+	O_QUICK,
+	O_FABRIC,
+	O_NETNS
+};
+static const struct option lopts[] = {
+        {"sizes", required_argument, NULL, O_SIZES},
+        {"seconds", required_argument, NULL, O_SECONDS},
+        {"depth", required_argument, NULL, O_DEPTH},
+        {"ring-size", required_argument, NULL, O_RING},
+        {"send-batch", required_argument, NULL, O_BATCH},
+        {"flush-every", required_argument, NULL, O_FLUSH},
+        {"no-baseline", no_argument, NULL, O_NOBASE},
+        {"no-pin", no_argument, NULL, O_NOPIN},
+        {"runs", required_argument, NULL, O_RUNS},
+        {"quick", no_argument, NULL, O_QUICK},
+        {"fabric", required_argument, NULL, O_FABRIC},
+        {"netns", no_argument, NULL, O_NETNS},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+};
+
+/* A number option @c's value @arg into @o. 0, -EINVAL, or 1 (not a
+ * number option). */
+static int opt_number(int c, const char *arg, struct opts *o)
 {
-	enum {
-		O_SIZES = 256,
-		O_SECONDS,
-		O_DEPTH,
-		O_RING,
-		O_BATCH,
-		O_FLUSH,
-		O_NOBASE,
-		O_NOPIN,
-		O_RUNS,
-		O_QUICK,
-		O_FABRIC,
-		O_NETNS
-	};
-	static const struct option lopts[] = {
-	        {"sizes", required_argument, NULL, O_SIZES},
-	        {"seconds", required_argument, NULL, O_SECONDS},
-	        {"depth", required_argument, NULL, O_DEPTH},
-	        {"ring-size", required_argument, NULL, O_RING},
-	        {"send-batch", required_argument, NULL, O_BATCH},
-	        {"flush-every", required_argument, NULL, O_FLUSH},
-	        {"no-baseline", no_argument, NULL, O_NOBASE},
-	        {"no-pin", no_argument, NULL, O_NOPIN},
-	        {"runs", required_argument, NULL, O_RUNS},
-	        {"quick", no_argument, NULL, O_QUICK},
-	        {"fabric", required_argument, NULL, O_FABRIC},
-	        {"netns", no_argument, NULL, O_NETNS},
-	        {"help", no_argument, NULL, 'h'},
-	        {NULL, 0, NULL, 0},
-	};
-	bool set_seconds = false;
-	uint64_t v;
+	uint64_t v = 0;
+	bool bad = bu_parse_size(arg, &v) != 0;
+	switch (c) {
+	case O_DEPTH:
+		bad = bad || v < 1 || v > MAX_DEPTH;
+		o->depth = (unsigned)v;
+		break;
+	case O_RING:
+		bad = bad || !bu_is_pow2(v) || v < (4u << 10) ||
+		      v > (64u << 20);
+		o->ring_size = (uint32_t)v;
+		break;
+	case O_BATCH:
+		bad = bad || v > 1000000;
+		o->send_batch = (unsigned)v;
+		break;
+	case O_FLUSH:
+		bad = bad || v > MAX_DEPTH;
+		o->flush_every = (int)v;
+		break;
+	default: return 1;
+	}
+	return bad ? -EINVAL : 0;
+}
+
+/* Any other option. 0, -EINVAL, or 1 (not one). */
+static int opt_other(int c, const char *arg, struct opts *o, bool *secs)
+{
 	char *end;
-	int c;
-	*o = (struct opts){.sizes = {16, 64, 128, 256, 512},
-	                   .nsizes = 5,
-	                   .seconds = 2.0,
-	                   .depth = 64,
-	                   .ring_size = 256u << 10,
-	                   .send_batch = 128,
-	                   .flush_every = -1,
-	                   .baseline = true,
-	                   .pin = true,
-	                   .cpu = {-1, -1},
-	                   .runs = RUN_RR1 | RUN_RRN | RUN_ONEWAY,
-	                   .net = BNET_DEFAULT};
-	while ((c = getopt_long(argc, argv, "h", lopts, NULL)) != -1) {
-		switch (c) {
-		case O_SIZES:
-			if (parse_sizes(optarg, o))
-				goto bad;
-			break;
-		case O_SECONDS:
-			o->seconds = strtod(optarg, &end);
-			if (*end || !(o->seconds >= 0.01 && o->seconds <= 600))
-				goto bad;
-			set_seconds = true;
-			break;
-		case O_DEPTH:
-			if (bu_parse_size(optarg, &v) || v < 1 || v > MAX_DEPTH)
-				goto bad;
-			o->depth = (unsigned)v;
-			break;
-		case O_RING:
-			if (bu_parse_size(optarg, &v) || !bu_is_pow2(v) ||
-			    v < (4u << 10) || v > (64u << 20))
-				goto bad;
-			o->ring_size = (uint32_t)v;
-			break;
-		case O_BATCH:
-			if (bu_parse_size(optarg, &v) || v > 1000000)
-				goto bad;
-			o->send_batch = (unsigned)v;
-			break;
-		case O_FLUSH:
-			if (bu_parse_size(optarg, &v) || v > MAX_DEPTH)
-				goto bad;
-			o->flush_every = (int)v;
-			break;
-		case O_NOBASE: o->baseline = false; break;
-		case O_NOPIN: o->pin = false; break;
-		case O_RUNS:
-			if (parse_runs(optarg, &o->runs))
-				goto bad;
-			break;
-		case O_QUICK: o->quick = true; break;
-		case O_FABRIC:
-			if (bnet_set_fabric(&o->net, optarg))
-				goto bad;
-			break;
-		case O_NETNS: o->net.netns = true; break;
-		case 'h': usage(stdout); exit(0);
-		default: usage(stderr); return -EINVAL;
-		}
+	switch (c) {
+	case O_SIZES: return parse_sizes(arg, o) ? -EINVAL : 0;
+	case O_SECONDS:
+		o->seconds = strtod(arg, &end);
+		*secs = true;
+		return *end || !(o->seconds >= 0.01 && o->seconds <= 600)
+		               ? -EINVAL
+		               : 0;
+	case O_NOBASE: o->baseline = false; return 0;
+	case O_NOPIN: o->pin = false; return 0;
+	case O_RUNS: return parse_runs(arg, &o->runs) ? -EINVAL : 0;
+	case O_QUICK: o->quick = true; return 0;
+	case O_FABRIC: return bnet_set_fabric(&o->net, arg) ? -EINVAL : 0;
+	case O_NETNS: o->net.netns = true; return 0;
+	default: return 1;
 	}
-	if (optind != argc) {
-		fprintf(stderr, PROG ": unexpected argument '%s'\n",
-		        argv[optind]);
-		return -EINVAL;
-	}
+}
+
+/* After the options: --quick's seconds, the network, the flush interval
+ * and the CPUs. 0 or -EINVAL. */
+static int finish_opts(struct opts *o, bool set_seconds)
+{
 	if (o->quick && !set_seconds)
 		o->seconds = 0.2;
 	if (bnet_check(&o->net, PROG, 2))
@@ -386,10 +370,133 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 				o->cpu[k++] = i;
 	}
 	return 0;
-bad:
-	fprintf(stderr, PROG ": bad value '%s' for --%s (see --help)\n", optarg,
-	        lopts[c - O_SIZES].name);
-	return -EINVAL;
+}
+
+static int parse_opts(int argc, char **argv, struct opts *o)
+{
+	bool set_seconds = false;
+	int c;
+	*o = (struct opts){.sizes = {16, 64, 128, 256, 512},
+	                   .nsizes = 5,
+	                   .seconds = 2.0,
+	                   .depth = 64,
+	                   .ring_size = 256u << 10,
+	                   .send_batch = 128,
+	                   .flush_every = -1,
+	                   .baseline = true,
+	                   .pin = true,
+	                   .cpu = {-1, -1},
+	                   .runs = RUN_RR1 | RUN_RRN | RUN_ONEWAY,
+	                   .net = BNET_DEFAULT};
+	while ((c = getopt_long(argc, argv, "h", lopts, NULL)) != -1) {
+		if (c == 'h') {
+			usage(stdout);
+			exit(0);
+		}
+		int rc = opt_number(c, optarg, o);
+		if (rc == 1)
+			rc = opt_other(c, optarg, o, &set_seconds);
+		if (rc == 1) {
+			usage(stderr);
+			return -EINVAL;
+		}
+		if (rc) {
+			fprintf(stderr,
+			        PROG ": bad value '%s' for --%s (see --help)\n",
+			        optarg, lopts[c - O_SIZES].name);
+			return -EINVAL;
+		}
+	}
+	if (optind != argc) {
+		fprintf(stderr, PROG ": unexpected argument '%s'\n",
+		        argv[optind]);
+		return -EINVAL;
+	}
+	return finish_opts(o, set_seconds);
+}
+
+/* The machines' directories under a fresh one in /dev/shm (or $TMPDIR,
+ * /tmp). 0, or 1 (said). */
+static int make_dirs(char *base, size_t blen, char *sdir, char *cdir,
+                     size_t dlen)
+{
+	const char *tmp = "/dev/shm";
+	if (access(tmp, W_OK) != 0) {
+		tmp = getenv("TMPDIR");
+		if (!tmp || !*tmp)
+			tmp = "/tmp";
+	}
+	if (snprintf(base, blen, "%s/msg_bench.XXXXXX", tmp) >= (int)blen) {
+		fprintf(stderr, PROG ": temporary directory name too long\n");
+		return 1;
+	}
+	if (!mkdtemp(base)) {
+		fprintf(stderr, PROG ": cannot create a directory in %s: %s\n",
+		        tmp, strerror(errno));
+		return 1;
+	}
+	snprintf(sdir, dlen, "%s/m%u", base, SERVER_ID);
+	snprintf(cdir, dlen, "%s/m%u", base, CLIENT_ID);
+	return 0;
+}
+
+static void close_pipes(int *down, int *up)
+{
+	for (int i = 0; i < 2; i++) {
+		if (down[i] >= 0)
+			close(down[i]);
+		if (up[i] >= 0)
+			close(up[i]);
+	}
+}
+
+/* The server's process (forked): serve until told to go. */
+static void server_child(const struct opts *o, const char *base,
+                         const char *sdir, int *down, int *up, pid_t parent)
+{
+	close(down[1]);
+	close(up[0]);
+	/* Go when the client goes, however it goes. */
+	prctl(PR_SET_PDEATHSIG, SIGTERM);
+	signal(SIGINT, SIG_IGN);
+	signal(SIGHUP, SIG_IGN);
+	int rc = 1;
+	if (getppid() != parent)
+		bu_rm_tree(AT_FDCWD, base, 2);
+	else if (bnet_enter(&o->net, SERVER_ID))
+		rc = 1;
+	else if (!interrupted)
+		rc = server_main(o, base, sdir, down[0], up[1], parent);
+	fflush(NULL);
+	_exit(rc);
+}
+
+/* Tell the server @pid to go, and wait for it to have cleaned up; one
+ * that is still polling (@serving) does not read its pipe: kill it (its
+ * files go with the directory). Returns @rc, or -ECHILD when the server
+ * exited badly. */
+static int stop_server(pid_t pid, int down, int up, bool serving, int rc)
+{
+	if (serving)
+		kill(pid, SIGKILL);
+	else if (write(down, "q", 1) != 1 && errno != EPIPE)
+		fprintf(stderr, PROG ": cannot stop the server: %s\n",
+		        strerror(errno));
+	close(down);
+	close(up);
+	int status = 0;
+	while (waitpid(pid, &status, 0) < 0) {
+		if (errno != EINTR) {
+			status = -1;
+			break;
+		}
+	}
+	if (status != 0 && rc == 0 && !serving) {
+		fprintf(stderr, PROG ": the server exited badly (status %#x)\n",
+		        (unsigned)status);
+		rc = -ECHILD;
+	}
+	return rc;
 }
 
 int main(int argc, char **argv)
@@ -408,35 +515,13 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	signal(SIGCHLD, SIG_DFL); /* the baselines reap their helpers */
 
-	const char *tmp = "/dev/shm";
-	if (access(tmp, W_OK) != 0) {
-		tmp = getenv("TMPDIR");
-		if (!tmp || !*tmp)
-			tmp = "/tmp";
-	}
 	char base[512], sdir[600], cdir[600];
-	if (snprintf(base, sizeof(base), "%s/msg_bench.XXXXXX", tmp) >=
-	    (int)sizeof(base)) {
-		fprintf(stderr, PROG ": temporary directory name too long\n");
+	if (make_dirs(base, sizeof(base), sdir, cdir, sizeof(sdir)))
 		return 1;
-	}
-	if (!mkdtemp(base)) {
-		fprintf(stderr, PROG ": cannot create a directory in %s: %s\n",
-		        tmp, strerror(errno));
-		return 1;
-	}
-	snprintf(sdir, sizeof(sdir), "%s/m%u", base, SERVER_ID);
-	snprintf(cdir, sizeof(cdir), "%s/m%u", base, CLIENT_ID);
-
 	int down[2] = {-1, -1}, up[2] = {-1, -1};
 	if (pipe2(down, O_CLOEXEC) != 0 || pipe2(up, O_CLOEXEC) != 0) {
 		fprintf(stderr, PROG ": pipe: %s\n", strerror(errno));
-		for (int i = 0; i < 2; i++) {
-			if (down[i] >= 0)
-				close(down[i]);
-			if (up[i] >= 0)
-				close(up[i]);
-		}
+		close_pipes(down, up);
 		bu_rm_tree(AT_FDCWD, base, 2);
 		return 1;
 	}
@@ -445,31 +530,12 @@ int main(int argc, char **argv)
 	pid_t pid = fork();
 	if (pid < 0) {
 		fprintf(stderr, PROG ": fork: %s\n", strerror(errno));
-		close(down[0]);
-		close(down[1]);
-		close(up[0]);
-		close(up[1]);
+		close_pipes(down, up);
 		bu_rm_tree(AT_FDCWD, base, 2);
 		return 1;
 	}
-	if (pid == 0) {
-		close(down[1]);
-		close(up[0]);
-		/* Go when the client goes, however it goes. */
-		prctl(PR_SET_PDEATHSIG, SIGTERM);
-		signal(SIGINT, SIG_IGN);
-		signal(SIGHUP, SIG_IGN);
-		int rc = 1;
-		if (getppid() != parent)
-			bu_rm_tree(AT_FDCWD, base, 2);
-		else if (bnet_enter(&o.net, SERVER_ID))
-			rc = 1;
-		else if (!interrupted)
-			rc = server_main(&o, base, sdir, down[0], up[1],
-			                 parent);
-		fflush(NULL);
-		_exit(rc);
-	}
+	if (pid == 0)
+		server_child(&o, base, sdir, down, up, parent);
 	close(down[0]);
 	close(up[1]);
 
@@ -477,28 +543,7 @@ int main(int argc, char **argv)
 	int rc = bnet_enter(&o.net, CLIENT_ID)
 	                 ? -ENOENT
 	                 : client_main(&o, cdir, down[1], up[0], &serving);
-	/* Tell the server to go, and wait for it to have cleaned up; one
-	 * that is still polling does not read its pipe: kill it (its files
-	 * go with the directory below). */
-	if (serving)
-		kill(pid, SIGKILL);
-	else if (write(down[1], "q", 1) != 1 && errno != EPIPE)
-		fprintf(stderr, PROG ": cannot stop the server: %s\n",
-		        strerror(errno));
-	close(down[1]);
-	close(up[0]);
-	int status = 0;
-	while (waitpid(pid, &status, 0) < 0) {
-		if (errno != EINTR) {
-			status = -1;
-			break;
-		}
-	}
-	if (status != 0 && rc == 0 && !serving) {
-		fprintf(stderr, PROG ": the server exited badly (status %#x)\n",
-		        (unsigned)status);
-		rc = -ECHILD;
-	}
+	rc = stop_server(pid, down[1], up[0], serving, rc);
 	bu_rm_tree(AT_FDCWD, base, 2);
 	if (interrupted && rc) {
 		fprintf(stderr, PROG ": interrupted\n");

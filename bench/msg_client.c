@@ -324,43 +324,42 @@ static void run_baselines(const struct opts *o, struct base_res *br)
 	fflush(stdout);
 }
 
-/* Everything but the server's side. *@serving: whether the server may
- * still be polling (it could not be told to stop). */
-int client_main(const struct opts *o, const char *dir, int down, int up,
-                bool *serving)
+/* The client's buffers for @o's sizes (*@maxsz: the largest). 0 or
+ * -ENOMEM. */
+static int client_alloc(struct bench *b, const struct opts *o,
+                        struct size_res **res, uint32_t *maxsz)
 {
-	struct bench b;
-	memset(&b, 0, sizeof(b));
-	b.o = o;
-	b.up = up;
-	struct base_res br;
-	memset(&br, 0, sizeof(br));
-	struct size_res *res = calloc(o->nsizes, sizeof(*res));
-	uint32_t maxsz = 0;
+	*res = calloc(o->nsizes, sizeof(**res));
+	*maxsz = 0;
 	for (unsigned i = 0; i < o->nsizes; i++)
-		maxsz = BU_MAX(maxsz, o->sizes[i]);
-	b.buf = calloc(1, maxsz + 1);
-	b.lat.v = malloc(MAX_SAMPLES * sizeof(*b.lat.v));
-	b.slots = calloc(o->depth, sizeof(*b.slots));
-	int rc = res && b.buf && b.lat.v && b.slots ? 0 : -ENOMEM;
-	struct hello h, sh;
-	*serving = false;
-	if (rc)
-		goto out;
-	for (uint32_t i = 0; i < maxsz; i++)
-		b.buf[i] = (uint8_t)(i * 7 + 1);
+		*maxsz = BU_MAX(*maxsz, o->sizes[i]);
+	b->buf = calloc(1, *maxsz + 1);
+	b->lat.v = malloc(MAX_SAMPLES * sizeof(*b->lat.v));
+	b->slots = calloc(o->depth, sizeof(*b->slots));
+	if (!*res || !b->buf || !b->lat.v || !b->slots)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < *maxsz; i++)
+		b->buf[i] = (uint8_t)(i * 7 + 1);
 	for (unsigned i = 0; i < o->depth; i++)
-		b.slots[i].b = &b;
-	rc = machine_open(o, CLIENT_ID, dir, &b.m, &h);
+		b->slots[i].b = b;
+	return 0;
+}
+
+/* Open the client machine and connect it with the server's (through the
+ * pipes @down and @up). 0 or an error (said). */
+static int client_connect(struct bench *b, const struct opts *o,
+                          const char *dir, uint32_t maxsz, int down, int up)
+{
+	struct hello h, sh;
+	int rc = machine_open(o, CLIENT_ID, dir, &b->m, &h);
 	if (rc)
-		goto out;
-	if (maxsz > farm_msg_max_payload(b.m.msg)) {
+		return rc;
+	if (maxsz > farm_msg_max_payload(b->m.msg)) {
 		fprintf(stderr,
 		        PROG ": sizes must be at most %" PRIu32
 		             " bytes with a %" PRIu32 "-byte ring\n",
-		        farm_msg_max_payload(b.m.msg), o->ring_size);
-		rc = -EMSGSIZE;
-		goto out;
+		        farm_msg_max_payload(b->m.msg), o->ring_size);
+		return -EMSGSIZE;
 	}
 	rc = bu_read_full(up, &sh, sizeof(sh), &interrupted);
 	if (rc == 0 && sh.status)
@@ -369,18 +368,19 @@ int client_main(const struct opts *o, const char *dir, int down, int up,
 		fprintf(stderr, PROG ": no word from the server: %s\n",
 		        farm_strerror(rc));
 	if (rc)
-		goto out;
+		return rc;
 	rc = bu_write_full(down, &h, sizeof(h));
 	if (rc == 0)
-		rc = machine_connect(&b.m, SERVER_ID, &sh);
+		rc = machine_connect(&b->m, SERVER_ID, &sh);
 	int32_t st;
 	if (rc == 0)
 		rc = bu_read_full(up, &st, sizeof(st), &interrupted);
-	if (rc == 0)
-		rc = st;
-	if (rc)
-		goto out;
+	return rc == 0 ? st : rc;
+}
 
+/* What the runs are: the header lines. */
+static void client_header(const struct opts *o)
+{
 	char flush[48], batch[48];
 	if (o->flush_every)
 		snprintf(flush, sizeof(flush), "flushed every %d calls",
@@ -407,27 +407,56 @@ int client_main(const struct opts *o, const char *dir, int down, int up,
 	else
 		printf("  not pinned\n");
 	fflush(stdout);
-	cpu_set_t mask;
-	bool have_mask = sched_getaffinity(0, sizeof(mask), &mask) == 0;
+}
+
+/* The messaging runs, pinned, with the server told to serve and then to
+ * idle. *@serving as client_main's. */
+static int client_measure(struct bench *b, const struct opts *o, int down,
+                          struct size_res *res, bool *serving)
+{
 	pin_to(o->cpu[0], "client");
-	rc = bu_write_full(down, "r", 1);
+	int rc = bu_write_full(down, "r", 1);
 	if (rc)
-		goto out;
+		return rc;
 	*serving = true;
 	/* Connect both ways (lazily, on first use) before timing anything. */
 	for (int i = 0; i < 100 && rc == 0; i++)
-		rc = ctl_call(&b, CTL_SYNC, 0, 0);
+		rc = ctl_call(b, CTL_SYNC, 0, 0);
 	uint64_t t0 = bu_now_ns();
 	if (rc == 0)
-		rc = measure(&b, res);
+		rc = measure(b, res);
 	if (rc == 0)
 		printf("messaging measured in %.1f s\n",
 		       (double)(bu_now_ns() - t0) / 1e9);
 	/* The server goes back to its pipe: no CPU during the baselines. */
-	int rc2 = ctl_call(&b, CTL_IDLE, 0, 0);
+	int rc2 = ctl_call(b, CTL_IDLE, 0, 0);
 	*serving = rc2 != 0;
-	if (rc == 0)
-		rc = rc2;
+	return rc ? rc : rc2;
+}
+
+/* Everything but the server's side. *@serving: whether the server may
+ * still be polling (it could not be told to stop). */
+int client_main(const struct opts *o, const char *dir, int down, int up,
+                bool *serving)
+{
+	struct bench b;
+	memset(&b, 0, sizeof(b));
+	b.o = o;
+	b.up = up;
+	struct base_res br;
+	memset(&br, 0, sizeof(br));
+	struct size_res *res = NULL;
+	uint32_t maxsz;
+	*serving = false;
+	int rc = client_alloc(&b, o, &res, &maxsz);
+	if (!rc)
+		rc = client_connect(&b, o, dir, maxsz, down, up);
+	if (rc)
+		goto out;
+	client_header(o);
+	cpu_set_t mask;
+	bool have_mask = sched_getaffinity(0, sizeof(mask), &mask) == 0;
+	rc = client_measure(&b, o, down, res, serving);
 	if (rc)
 		goto out;
 	/* The baselines' processes go where the scheduler puts them. */

@@ -780,6 +780,145 @@ static int parse_opts(int argc, char **argv)
 	return -1;
 }
 
+/* Fork machines 1..N-1 into @kids; 0 or the fork's error. */
+static int fork_machines(const char *base, bool pin, unsigned *ncpu,
+                         pid_t *kids)
+{
+	fflush(stdout);
+	for (unsigned i = 1; i < g_opt.machines; i++) {
+		pid_t p = fork();
+		if (p < 0) {
+			fprintf(stderr, PROG ": fork: %s\n", strerror(errno));
+			return -errno;
+		}
+		if (p == 0)
+			_exit(child_main(i, base, pin ? nth_cpu(i, ncpu) : -1));
+		kids[i] = p;
+	}
+	return 0;
+}
+
+/* Machine 0 (this process): join, allocate, coordinate. */
+static int machine0(struct mach *m, const char *base, int cpu)
+{
+	bu_pin_to(cpu, PROG);
+	int rc = mach_open(m, 0, base);
+	if (!rc) {
+		atomic_store(&g_sh->m[0].state, ST_JOINED);
+		rc = wait_state(m, ST_JOINED);
+	}
+	if (!rc) {
+		atomic_store(&g_sh->go, GO_ALLOC);
+		rc = mach_alloc(m);
+		if (!rc) {
+			atomic_store(&g_sh->m[0].state, ST_ALLOCATED);
+			rc = wait_state(m, ST_ALLOCATED);
+		}
+	}
+	if (!rc)
+		rc = coordinator(m, cpu);
+	return rc;
+}
+
+/* Keep polling while the others leave; -EIO when one exited badly
+ * (@rc: the run's outcome so far). */
+static int reap_machines(struct mach *m, const pid_t *kids, int rc)
+{
+	for (unsigned i = 1; i < g_opt.machines; i++) {
+		if (!kids[i])
+			continue;
+		int st = 0;
+		uint64_t dl = bu_now_ns() + 20 * NS_PER_S;
+		pid_t w;
+		while ((w = waitpid(kids[i], &st, WNOHANG)) == 0 &&
+		       bu_now_ns() < dl) {
+			if (m->loop)
+				(void)farm_loop_poll(m->loop);
+			else
+				usleep(1000);
+		}
+		if (w == 0) {
+			kill(kids[i], SIGKILL);
+			waitpid(kids[i], &st, 0);
+		}
+		if (!rc && !(WIFEXITED(st) && WEXITSTATUS(st) == 0)) {
+			fprintf(stderr, PROG ": machine %u exited badly\n", i);
+			rc = -EIO;
+		}
+	}
+	return rc;
+}
+
+/* The benchmark, in the process the supervisor forked: the machines'
+ * files under @base. Exit status 0 or 1. */
+static int run_bench(const char *base)
+{
+	struct sigaction sa = {.sa_handler = on_signal};
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	unsigned ncpu = 0;
+	(void)nth_cpu(0, &ncpu);
+	bool pin = g_opt.pin && ncpu >= g_opt.machines;
+	pid_t kids[MAXM] = {0};
+	int rc = fork_machines(base, pin, &ncpu, kids);
+	int cpu = pin ? nth_cpu(0, &ncpu) : -1;
+	struct mach m = {0};
+	if (!rc)
+		rc = machine0(&m, base, cpu);
+	if (rc)
+		fprintf(stderr, PROG ": failed: %s\n", farm_strerror(rc));
+	atomic_store(&g_sh->go, GO_EXIT);
+	rc = reap_machines(&m, kids, rc);
+	mach_close(&m);
+	return rc ? 1 : 0;
+}
+
+/* The supervisor's: a signal only interrupts its wait (the run, in the
+ * same process group, gets it too and stops). */
+static void on_signal_supervisor(int sig)
+{
+	(void)sig;
+}
+
+/*
+ * Run the benchmark in a child and remove @base whatever becomes of it:
+ * a run that crashes (a signal) leaves its machines' files behind
+ * otherwise. This process is the machines' reaper too
+ * (PR_SET_CHILD_SUBREAPER), so it waits for them before removing their
+ * files (they stop when the run's process dies: PR_SET_PDEATHSIG).
+ */
+static int supervise(const char *base)
+{
+	(void)prctl(PR_SET_CHILD_SUBREAPER, 1);
+	fflush(NULL);
+	pid_t run = fork();
+	if (run < 0) {
+		fprintf(stderr, PROG ": fork: %s\n", strerror(errno));
+		bu_rm_tree(AT_FDCWD, base, 2);
+		return 1;
+	}
+	if (run == 0)
+		_exit(run_bench(base));
+	struct sigaction sa = {.sa_handler = on_signal_supervisor};
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	int rc = 1, st;
+	pid_t w;
+	while ((w = waitpid(-1, &st, 0)) > 0 || errno == EINTR) {
+		if (w != run)
+			continue;
+		if (WIFEXITED(st))
+			rc = WEXITSTATUS(st);
+		else
+			fprintf(stderr, PROG ": the run died of signal %d\n",
+			        WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+	}
+	bu_rm_tree(AT_FDCWD, base, 2);
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
 	int prc = parse_opts(argc, argv);
@@ -799,77 +938,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, PROG ": mkdir %s: %s\n", base, strerror(errno));
 		return 1;
 	}
-	struct sigaction sa = {.sa_handler = on_signal};
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
-	signal(SIGPIPE, SIG_IGN);
-
-	unsigned ncpu = 0;
-	(void)nth_cpu(0, &ncpu);
-	bool pin = g_opt.pin && ncpu >= g_opt.machines;
-	pid_t kids[MAXM] = {0};
-	int rc = 0;
-	fflush(stdout);
-	for (unsigned i = 1; i < g_opt.machines; i++) {
-		pid_t p = fork();
-		if (p < 0) {
-			fprintf(stderr, PROG ": fork: %s\n", strerror(errno));
-			rc = -errno;
-			break;
-		}
-		if (p == 0)
-			_exit(child_main(i, base,
-			                 pin ? nth_cpu(i, &ncpu) : -1));
-		kids[i] = p;
-	}
-	int cpu = pin ? nth_cpu(0, &ncpu) : -1;
-	struct mach m = {0};
-	if (!rc) {
-		bu_pin_to(cpu, PROG);
-		rc = mach_open(&m, 0, base);
-	}
-	if (!rc) {
-		atomic_store(&g_sh->m[0].state, ST_JOINED);
-		rc = wait_state(&m, ST_JOINED);
-	}
-	if (!rc) {
-		atomic_store(&g_sh->go, GO_ALLOC);
-		rc = mach_alloc(&m);
-		if (!rc) {
-			atomic_store(&g_sh->m[0].state, ST_ALLOCATED);
-			rc = wait_state(&m, ST_ALLOCATED);
-		}
-	}
-	if (!rc)
-		rc = coordinator(&m, cpu);
-	if (rc)
-		fprintf(stderr, PROG ": failed: %s\n", farm_strerror(rc));
-	atomic_store(&g_sh->go, GO_EXIT);
-	/* Keep polling while the others leave. */
-	for (unsigned i = 1; i < g_opt.machines; i++) {
-		if (!kids[i])
-			continue;
-		int st = 0;
-		uint64_t dl = bu_now_ns() + 20 * NS_PER_S;
-		pid_t w;
-		while ((w = waitpid(kids[i], &st, WNOHANG)) == 0 &&
-		       bu_now_ns() < dl) {
-			if (m.loop)
-				(void)farm_loop_poll(m.loop);
-			else
-				usleep(1000);
-		}
-		if (w == 0) {
-			kill(kids[i], SIGKILL);
-			waitpid(kids[i], &st, 0);
-		}
-		if (!rc && !(WIFEXITED(st) && WEXITSTATUS(st) == 0)) {
-			fprintf(stderr, PROG ": machine %u exited badly\n", i);
-			rc = -EIO;
-		}
-	}
-	mach_close(&m);
-	bu_rm_tree(AT_FDCWD, base, 2);
+	int rc = supervise(base);
 	munmap(g_sh, sizeof(*g_sh));
-	return rc ? 1 : 0;
+	return rc;
 }

@@ -110,6 +110,11 @@ struct txslot {
 	farm_gaddr a[MAX_K];
 	uint32_t am[MAX_K];
 	unsigned ew, emsg, er; /* expected work of this transaction */
+	/* In slot_start: a transaction that ended inside it (an error
+	 * returned at once) is started again from the run's loop, after a
+	 * poll, never from inside its own start (that recursed without
+	 * bound while the error lasted). */
+	bool starting, deferred;
 };
 
 struct txrun {
@@ -117,6 +122,7 @@ struct txrun {
 	const struct shape *sh;
 	bool active;
 	unsigned inflight, depth;
+	unsigned ndeferred; /* slots with deferred set */
 	uint64_t rnd;
 	uint64_t commits, aborts, errors, increments;
 	uint64_t ew, emsg, er;

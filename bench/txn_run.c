@@ -90,8 +90,12 @@ static void slot_end(struct txslot *s, int outcome)
 		}
 	}
 	r->inflight--;
-	if (r->active && !r->fatal)
+	if (r->active && !r->fatal && s->starting) {
+		s->deferred = true;
+		r->ndeferred++;
+	} else if (r->active && !r->fatal) {
 		slot_start(s);
+	}
 }
 
 static void commit_cb(farm_loop *loop, void *ctx, int outcome)
@@ -125,7 +129,30 @@ static void read_cb(farm_tx *tx, void *ctx, int status, const void *data,
 		slot_end(s, rc);
 }
 
+static void slot_start1(struct txslot *s);
+
 static void slot_start(struct txslot *s)
+{
+	s->starting = true;
+	slot_start1(s);
+	s->starting = false;
+}
+
+/* The slots whose transaction ended inside its start, started again. */
+static void restart_deferred(struct txrun *r)
+{
+	for (unsigned i = 0; r->ndeferred && i < r->depth; i++) {
+		struct txslot *s = &r->slots[i];
+		if (!s->deferred)
+			continue;
+		s->deferred = false;
+		r->ndeferred--;
+		if (r->active && !r->fatal)
+			slot_start(s);
+	}
+}
+
+static void slot_start1(struct txslot *s)
 {
 	struct txrun *r = s->run;
 	const struct shape *sh = r->sh;
@@ -193,8 +220,10 @@ int run_tx(struct mach *m, const struct shape *sh, unsigned depth,
 		r->slots[i].idx = i;
 		slot_start(&r->slots[i]);
 	}
-	while (bu_now_ns() < end && !interrupted && !r->fatal)
+	while (bu_now_ns() < end && !interrupted && !r->fatal) {
 		(void)farm_loop_poll(m->loop);
+		restart_deferred(r);
+	}
 	r->active = false;
 	uint64_t dl = bu_now_ns() + 10 * NS_PER_S;
 	while (r->inflight && bu_now_ns() < dl)

@@ -6,7 +6,6 @@
  * Concurrency (bank, torn reads, checker) is in the multi-process tests.
  */
 #include "asntx.h"
-#include "txn/txn_int.h"
 #include "txn/txn_testing.h"
 
 #include <inttypes.h>
@@ -99,22 +98,19 @@ static void test_single_machine(void **state)
 static void test_log_queues_on_demand(void **state)
 {
 	(void)state;
-	const uint64_t q = WQ_CAP * sizeof(struct wq_ent);
+	struct farm_txm_testing_sizes sz;
+	assert_int_equal(farm_txm_testing_sizes(C.m[0].txm, &sz), 0);
+	const uint64_t q = sz.queue;
 	uint64_t logs, t0, t1, t2;
 	farm_txm_memory(C.m[0].txm, &logs, &t0);
-	farm_txm *m = C.m[0].txm;
 	/* What attach sized: the peers and each loop's tables, no queue. */
-	uint64_t base =
-	        (uint64_t)m->M * (sizeof(*m->peers) + sizeof(*m->peer_ready)) +
-	        sizeof(struct txloop) +
-	        (uint64_t)m->M *
-	                (sizeof(struct writer) + sizeof(struct reader));
+	uint64_t base = sz.tables;
 	assert_int_equal(t0, base);
 	farm_fatptr a = make_obj(0, 64, 1);
 	farm_txm_memory(C.m[0].txm, &logs, &t1);
 	printf("record queues: %" PRIu64 " before, %" PRIu64
 	       " after a commit (of %u ids)\n",
-	       (t0 - base) / q, (t1 - base) / q, m->M);
+	       (t0 - base) / q, (t1 - base) / q, sz.ids);
 	assert_int_equal((t1 - t0) % q, 0);
 	assert_true(t1 - t0 >= q && t1 - t0 <= 3 * q);
 	/* A second commit to the same replicas makes none. */
@@ -753,32 +749,17 @@ static void test_restart_marks_pads(void **state)
 	size_t len = hdr + R;
 	uint8_t *log = calloc(1, len);
 	assert_non_null(log);
-	struct log_super sb = {.magic = LOG_SUPER_MAGIC,
-	                       .layout = LOG_LAYOUT,
-	                       .machine = 0,
-	                       .M = 1,
-	                       .T = 1,
-	                       .R = R,
-	                       .hdr_area = hdr,
-	                       .total = len};
-	memcpy(log, &sb, sizeof(sb));
-	uint8_t *ring = log + hdr;
+	assert_int_equal(farm_txlog_testing_format(log, len, 0, R, hdr), 0);
 	/* A TRUNCATE record at 0 (lap 1) with mark 5 ... */
-	struct rec_hdr h = {.len = 64, .type = REC_TRUNC, .lw = 5};
-	memcpy(ring, &h, sizeof(h));
-	uint64_t sum = rec_sum(ring, 48);
-	memcpy(ring + 64 - 16, &sum, 8);
-	uint64_t tr = 0 + 1;
-	memcpy(ring + 64 - 8, &tr, 8);
+	long rec = farm_txlog_testing_record(
+	        log, len, 0, FARM_TXN_TESTING_TRUNCATE, 64, 5, false);
+	assert_int_equal(rec, (long)hdr);
 	/* ... and a pad to the ring's end with mark 9, whose record (at 0 of
 	 * the next lap) never landed. */
-	uint64_t off = R - 128;
-	h = (struct rec_hdr){.len = 128, .type = REC_PAD, .lw = 9};
-	memcpy(ring + off, &h, sizeof(h));
-	sum = rec_sum(ring + off, 48);
-	memcpy(ring + off + 48, &sum, 8);
-	tr = off + 1;
-	memcpy(ring + off + 56, &tr, 8);
+	const uint64_t off = R - 128;
+	assert_true(farm_txlog_testing_record(log, len, off,
+	                                      FARM_TXN_TESTING_PAD, 128, 9,
+	                                      false) > 0);
 	uint64_t *mark = calloc(64 * 64, sizeof(*mark));
 	assert_non_null(mark);
 	assert_int_equal(farm_txlog_testing_marks(log, len, mark), 0);
@@ -787,14 +768,15 @@ static void test_restart_marks_pads(void **state)
 	       mark[0]);
 	assert_int_equal(mark[0], 9);
 	/* A torn pad (its trailer not its position) counts for nothing. */
-	tr = 7;
-	memcpy(ring + off + 56, &tr, 8);
+	assert_true(farm_txlog_testing_record(log, len, off,
+	                                      FARM_TXN_TESTING_PAD, 128, 9,
+	                                      true) > 0);
 	assert_int_equal(farm_txlog_testing_marks(log, len, mark), 0);
 	assert_int_equal(mark[0], 5);
 	/* A record whose trailer says it landed whole but whose bytes
 	 * changed since (its checksum no longer matches): damage, refused,
 	 * not skipped as one a kill cut short; the file check says where. */
-	ring[40] ^= 1; /* the TRUNCATE record's header (cfg) */
+	log[rec + 40] ^= 1; /* the TRUNCATE record's header (cfg) */
 	assert_int_equal(farm_txlog_testing_marks(log, len, mark),
 	                 FARM_ECORRUPT);
 	char err[256] = "";
@@ -804,19 +786,19 @@ static void test_restart_marks_pads(void **state)
 	printf("damaged record: %s\n", err);
 	assert_non_null(strstr(err, "test.log: damaged log record at offset "
 	                            "4096"));
-	ring[40] ^= 1;
+	log[rec + 40] ^= 1;
 	assert_int_equal(
 	        farm_txlog_check(log, len, "test.log", err, sizeof(err)), 0);
 	/* A log of the layout before checksums: refused by its layout. */
-	sb.layout = 2;
-	memcpy(log, &sb, sizeof(sb));
+	assert_int_equal(farm_txlog_testing_format(log, len, 2, R, hdr), 0);
 	assert_int_equal(
 	        farm_txlog_check(log, len, "test.log", err, sizeof(err)),
 	        FARM_ECORRUPT);
 	assert_non_null(strstr(err, "log layout 2 at offset 8"));
-	sb.layout = LOG_LAYOUT;
-	memcpy(log, &sb, sizeof(sb));
-	/* Not a log file. */
+	assert_int_equal(farm_txlog_testing_format(log, len, 0, R, hdr), 0);
+	assert_int_equal(
+	        farm_txlog_check(log, len, "test.log", err, sizeof(err)), 0);
+	/* Not a log file (its magic number changed). */
 	log[0] ^= 1;
 	assert_int_equal(farm_txlog_testing_marks(log, len, mark),
 	                 FARM_ECORRUPT);

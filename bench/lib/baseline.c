@@ -406,110 +406,117 @@ static bool again(void)
 	return errno == EAGAIN || errno == EINTR;
 }
 
-/* The client side: runs the window, then drains and closes cleanly. */
-static int tcp_client(int fd, const struct tcp_cfg *c, double seconds,
-                      uint64_t *ts, struct sampler *smp, struct tcp_run *run)
+/* The client's state through a run. */
+struct tcp_cl {
+	int fd;
+	const struct tcp_cfg *c;
+	uint64_t p, win, warm, dur;
+	uint64_t issued, sent, rcvd, first;
+	uint64_t t0, tstart, last;
+	unsigned spins;
+	enum phase ph;
+	uint64_t *ts;
+	struct sampler *smp;
+	struct tcp_run *run;
+};
+
+/* Send what is issued and not sent yet, as much as the socket takes. */
+static int cl_send(struct tcp_cl *st)
 {
-	const uint64_t p = c->payload, win = c->inflight;
-	uint64_t warm, dur;
-	durations(seconds, &warm, &dur);
-	uint64_t issued = 0, sent = 0, rcvd = 0, first = 0;
-	uint64_t t0 = now_ns(), tstart = 0, last = t0;
-	unsigned spins = 0;
-	enum phase ph = WARMUP;
-
-	for (;;) {
-		uint64_t done = rcvd / p;
-		if (ph != DRAIN && sent == issued * p && issued - done < win) {
-			uint64_t t = now_ns();
-			while (issued - done < win)
-				ts[issued++ % win] = t;
-		}
-		if (sent < issued * p) {
-			uint64_t left = issued * p - sent;
-			size_t n = left < c->tlen ? (size_t)left : c->tlen;
-			ssize_t k = send(fd, c->tbuf, n,
-			                 MSG_DONTWAIT | MSG_NOSIGNAL);
-			if (k > 0)
-				sent += (uint64_t)k;
-			else if (k < 0 && !again()) {
-				int err = -errno;
-				fprintf(stderr, PFX "send: %s\n",
-				        strerror(errno));
-				return err;
-			}
-		}
-		if (rcvd == issued * p) {
-			if (ph == DRAIN)
-				break;
-			continue;
-		}
-		int flags = 0;
-		if (c->busy) {
-			flags = MSG_DONTWAIT;
-		} else if (sent < issued * p) {
-			struct pollfd pfd = {.fd = fd,
-			                     .events = POLLIN | POLLOUT};
-			int r = poll(&pfd, 1, (int)(STALL_NS / 1000000));
-			if (r == 0) {
-				fprintf(stderr, PFX "no progress for 5 s\n");
-				return -ETIMEDOUT;
-			}
-			if (r < 0 && errno != EINTR) {
-				int err = -errno;
-				fprintf(stderr, PFX "poll: %s\n",
-				        strerror(errno));
-				return err;
-			}
-			flags = MSG_DONTWAIT;
-		}
-		uint64_t want = issued * p - rcvd;
-		ssize_t k =
-		        recv(fd, c->rbuf,
-		             want < c->rlen ? (size_t)want : c->rlen, flags);
-		if (k < 0) {
-			if (errno == EINTR)
-				continue;
-			if (errno != EAGAIN) {
-				int err = -errno;
-				fprintf(stderr, PFX "recv: %s\n",
-				        strerror(errno));
-				return err;
-			}
-			/* A blocking recv timed out (SO_RCVTIMEO). */
-			if (!flags || (++spins % 4096 == 0 &&
-			               now_ns() - last > STALL_NS)) {
-				fprintf(stderr, PFX "no progress for 5 s\n");
-				return -ETIMEDOUT;
-			}
-			continue;
-		}
-		if (k == 0) {
-			fprintf(stderr, PFX "server closed the connection\n");
-			return -ECONNRESET;
-		}
-		rcvd += (uint64_t)k;
-		uint64_t now_done = rcvd / p;
-		if (now_done == done)
-			continue;
-		uint64_t t = now_ns();
-		last = t;
-		if (ph == MEASURE) {
-			for (uint64_t j = done; j < now_done; j++)
-				sampler_add(smp, t - ts[j % win]);
-			if (t - tstart >= dur) {
-				run->count = now_done - first;
-				run->elapsed = t - tstart;
-				ph = DRAIN;
-			}
-		} else if (ph == WARMUP && t - t0 >= warm) {
-			first = now_done;
-			tstart = t;
-			ph = MEASURE;
-		}
+	const struct tcp_cfg *c = st->c;
+	if (st->sent >= st->issued * st->p)
+		return 0;
+	uint64_t left = st->issued * st->p - st->sent;
+	size_t n = left < c->tlen ? (size_t)left : c->tlen;
+	ssize_t k = send(st->fd, c->tbuf, n, MSG_DONTWAIT | MSG_NOSIGNAL);
+	if (k > 0)
+		st->sent += (uint64_t)k;
+	else if (k < 0 && !again()) {
+		int err = -errno;
+		fprintf(stderr, PFX "send: %s\n", strerror(errno));
+		return err;
 	}
+	return 0;
+}
 
-	/* Clean close: our end of stream, then the server's. */
+/* The recv's flags: busy polling never blocks; a blocking client with
+ * bytes still to send polls for both ways first. 0 or an error. */
+static int cl_wait(struct tcp_cl *st, int *flags)
+{
+	*flags = 0;
+	if (st->c->busy) {
+		*flags = MSG_DONTWAIT;
+		return 0;
+	}
+	if (st->sent >= st->issued * st->p)
+		return 0;
+	struct pollfd pfd = {.fd = st->fd, .events = POLLIN | POLLOUT};
+	int r = poll(&pfd, 1, (int)(STALL_NS / 1000000));
+	if (r == 0) {
+		fprintf(stderr, PFX "no progress for 5 s\n");
+		return -ETIMEDOUT;
+	}
+	if (r < 0 && errno != EINTR) {
+		int err = -errno;
+		fprintf(stderr, PFX "poll: %s\n", strerror(errno));
+		return err;
+	}
+	*flags = MSG_DONTWAIT;
+	return 0;
+}
+
+/* Receive replies: the bytes received (0: none yet), or an error. */
+static ssize_t cl_recv(struct tcp_cl *st, int flags)
+{
+	const struct tcp_cfg *c = st->c;
+	uint64_t want = st->issued * st->p - st->rcvd;
+	ssize_t k = recv(st->fd, c->rbuf,
+	                 want < c->rlen ? (size_t)want : c->rlen, flags);
+	if (k > 0)
+		return k;
+	if (k == 0) {
+		fprintf(stderr, PFX "server closed the connection\n");
+		return -ECONNRESET;
+	}
+	if (errno == EINTR)
+		return 0;
+	if (errno != EAGAIN) {
+		int err = -errno;
+		fprintf(stderr, PFX "recv: %s\n", strerror(errno));
+		return err;
+	}
+	/* A blocking recv timed out (SO_RCVTIMEO). */
+	if (!flags ||
+	    (++st->spins % 4096 == 0 && now_ns() - st->last > STALL_NS)) {
+		fprintf(stderr, PFX "no progress for 5 s\n");
+		return -ETIMEDOUT;
+	}
+	return 0;
+}
+
+/* Replies @done..@now_done completed: their latency, and the phases. */
+static void cl_done(struct tcp_cl *st, uint64_t done, uint64_t now_done)
+{
+	uint64_t t = now_ns();
+	st->last = t;
+	if (st->ph == MEASURE) {
+		for (uint64_t j = done; j < now_done; j++)
+			sampler_add(st->smp, t - st->ts[j % st->win]);
+		if (t - st->tstart >= st->dur) {
+			st->run->count = now_done - st->first;
+			st->run->elapsed = t - st->tstart;
+			st->ph = DRAIN;
+		}
+	} else if (st->ph == WARMUP && t - st->t0 >= st->warm) {
+		st->first = now_done;
+		st->tstart = t;
+		st->ph = MEASURE;
+	}
+}
+
+/* Clean close: our end of stream, then the server's. */
+static int cl_close(int fd, const struct tcp_cfg *c)
+{
 	if (shutdown(fd, SHUT_WR) < 0) {
 		int err = -errno;
 		fprintf(stderr, PFX "shutdown: %s\n", strerror(errno));
@@ -530,6 +537,50 @@ static int tcp_client(int fd, const struct tcp_cfg *c, double seconds,
 		        strerror(-err));
 		return err;
 	}
+}
+
+/* The client side: runs the window, then drains and closes cleanly. */
+static int tcp_client(int fd, const struct tcp_cfg *c, double seconds,
+                      uint64_t *ts, struct sampler *smp, struct tcp_run *run)
+{
+	struct tcp_cl st = {.fd = fd,
+	                    .c = c,
+	                    .p = c->payload,
+	                    .win = c->inflight,
+	                    .ph = WARMUP,
+	                    .ts = ts,
+	                    .smp = smp,
+	                    .run = run};
+	durations(seconds, &st.warm, &st.dur);
+	st.t0 = st.last = now_ns();
+	for (;;) {
+		uint64_t done = st.rcvd / st.p;
+		if (st.ph != DRAIN && st.sent == st.issued * st.p &&
+		    st.issued - done < st.win) {
+			uint64_t t = now_ns();
+			while (st.issued - done < st.win)
+				ts[st.issued++ % st.win] = t;
+		}
+		int err = cl_send(&st);
+		if (err)
+			return err;
+		if (st.rcvd == st.issued * st.p) {
+			if (st.ph == DRAIN)
+				break;
+			continue;
+		}
+		int flags;
+		if ((err = cl_wait(&st, &flags)))
+			return err;
+		ssize_t k = cl_recv(&st, flags);
+		if (k < 0)
+			return (int)k;
+		st.rcvd += (uint64_t)k;
+		uint64_t now_done = st.rcvd / st.p;
+		if (now_done != done)
+			cl_done(&st, done, now_done);
+	}
+	return cl_close(fd, c);
 }
 
 int bl_tcp_rr(size_t payload, unsigned inflight, bool busy, double seconds,

@@ -514,3 +514,48 @@ int farm_txlog_testing_marks(const uint8_t *base, size_t len, uint64_t *mark)
 	free(v);
 	return rc;
 }
+
+int farm_txlog_testing_format(uint8_t *base, size_t len, uint32_t layout,
+                              uint64_t ring, uint64_t hdr_area)
+{
+	if (!base || hdr_area < sizeof(struct log_super) || ring < 64 ||
+	    hdr_area + ring > len)
+		return -EINVAL;
+	struct log_super sb = {.magic = LOG_SUPER_MAGIC,
+	                       .layout = layout ? layout : LOG_LAYOUT,
+	                       .machine = 0,
+	                       .M = 1,
+	                       .T = 1,
+	                       .R = ring,
+	                       .hdr_area = hdr_area,
+	                       .total = len};
+	memcpy(base, &sb, sizeof(sb));
+	return 0;
+}
+
+long farm_txlog_testing_record(uint8_t *base, size_t len, uint64_t off,
+                               int type, uint32_t rlen, uint64_t lw, bool torn)
+{
+	struct log_super sb;
+	if (!base || len < sizeof(sb))
+		return -EINVAL;
+	memcpy(&sb, base, sizeof(sb));
+	bool pad = type == FARM_TXN_TESTING_PAD;
+	if ((!pad && type != FARM_TXN_TESTING_TRUNCATE) || rlen < 64 ||
+	    rlen % 64 || off % 64 || off + rlen > sb.R ||
+	    sb.hdr_area + sb.R > len)
+		return -EINVAL;
+	uint8_t *p = base + sb.hdr_area + off;
+	struct rec_hdr h = {
+	        .len = rlen, .type = pad ? REC_PAD : REC_TRUNC, .lw = lw};
+	memcpy(p, &h, sizeof(h));
+	/* A pad's checksum and trailer end its first line (log.c). */
+	uint64_t so = pad ? 48 : (uint64_t)rlen - 16;
+	uint64_t sum = rec_sum(p, so);
+	memcpy(p + so, &sum, 8);
+	uint64_t tr = off + 1; /* first lap: its position */
+	if (torn)
+		tr = ~tr;
+	memcpy(p + so + 8, &tr, 8);
+	return (long)(sb.hdr_area + off);
+}

@@ -11,6 +11,7 @@
 
 #include "txn/epoch.h"
 #include "txn/txn_int.h"
+#include "txn/txn_testing.h"
 #include "txn/txn_tx.h"
 #include "util/log.h"
 
@@ -593,4 +594,23 @@ void farm_txm_stats_get(farm_txm *m, farm_txm_stats *out)
 _Atomic uint64_t *farm_txm_serve_word(farm_txm *m)
 {
 	return m ? &m->serve_until : NULL;
+}
+
+/* ---- testing (txn_testing.h): for tests only --------------------------- */
+
+int farm_txm_testing_sizes(const farm_txm *m,
+                           struct farm_txm_testing_sizes *out)
+{
+	if (!m || !out)
+		return -EINVAL;
+	/* From the types, not from the counts farm_txm_memory adds: the
+	 * test compares the two. */
+	out->ids = m->M;
+	out->tables =
+	        (uint64_t)m->M * (sizeof(*m->peers) + sizeof(*m->peer_ready)) +
+	        sizeof(struct txloop) +
+	        (uint64_t)m->M *
+	                (sizeof(struct writer) + sizeof(struct reader));
+	out->queue = WQ_CAP * sizeof(struct wq_ent);
+	return 0;
 }

@@ -33,11 +33,38 @@ int farm_lf_testing_read_sync(farm_txm *m, farm_loop *loop, farm_gaddr a,
 uint64_t farm_txm_testing_log_reserved(farm_txm *m, farm_loop *loop,
                                        uint32_t mach);
 
+/* What farm_txm_memory's @tables should be for @m, computed from the
+ * types: with one loop attached and no log record queue yet (@tables), and
+ * what one record queue adds (@queue: a log writer's first); @ids machine
+ * ids. 0, -EINVAL. */
+struct farm_txm_testing_sizes {
+	uint64_t tables, queue;
+	uint32_t ids;
+};
+int farm_txm_testing_sizes(const farm_txm *m,
+                           struct farm_txm_testing_sizes *out);
+
 /* The low-water marks a whole-cluster restart takes from the previous log
  * file @base (@len bytes; restart.c): @mark[c * 64 + t] for coordinator
  * c's thread t (64 * 64 entries), from its whole records and pads. 0,
  * FARM_ECORRUPT (not a log file), -EINVAL. */
 int farm_txlog_testing_marks(const uint8_t *base, size_t len, uint64_t *mark);
+
+/* A log file image for farm_txlog_testing_marks and farm_txlog_check, in
+ * @base (@len bytes): the superblock of one coordinator with one thread,
+ * layout @layout (0: the current one), a ring of @ring bytes after a
+ * header area of @hdr_area bytes. Writes the superblock only (so a test
+ * can rewrite it with another layout over records it wrote). 0, -EINVAL. */
+int farm_txlog_testing_format(uint8_t *base, size_t len, uint32_t layout,
+                              uint64_t ring, uint64_t hdr_area);
+
+/* Into that image's ring at @off (the first lap), a whole record of @type
+ * (FARM_TXN_TESTING_TRUNCATE or FARM_TXN_TESTING_PAD) of @rlen bytes whose
+ * low-water mark is @lw, with its checksum, and its trailer its position
+ * (landed) or, @torn, not (a write a kill cut short). Returns the record's
+ * offset in @base (its 48-byte header is checksummed), or -EINVAL. */
+long farm_txlog_testing_record(uint8_t *base, size_t len, uint64_t off,
+                               int type, uint32_t rlen, uint64_t lw, bool torn);
 
 /*
  * Switches that break the protocol on purpose, to prove that tests notice.
@@ -117,6 +144,7 @@ enum {
 	FARM_TXN_TESTING_COMMIT_PRIMARY = 3,
 	FARM_TXN_TESTING_ABORT = 4,
 	FARM_TXN_TESTING_TRUNCATE = 5,
+	FARM_TXN_TESTING_PAD = 6, /* farm_txlog_testing_record only */
 };
 
 /*

@@ -257,6 +257,68 @@ static void usage(FILE *out)
 	        "  -h, --help         this text\n");
 }
 
+/* @arg as an int in [@min, @max] into *@out. 0 or -EINVAL. */
+static int parse_int(const char *arg, long min, long max, int *out)
+{
+	char *end;
+	long v = strtol(arg, &end, 10);
+	*out = (int)v;
+	return *end || v < min || v > max ? -EINVAL : 0;
+}
+
+/* --sizes: a comma list of object sizes. 0 or -EINVAL. */
+static int parse_sweep(const char *arg, struct opts *o)
+{
+	o->nsweep = 0;
+	const char *s = arg;
+	while (*s) {
+		char *end;
+		unsigned long v = strtoul(s, &end, 10);
+		if (end == s || v < 16 || v > FARM_ALLOC_MAX_OBJECT ||
+		    o->nsweep == MAX_SWEEP || (*end && *end != ','))
+			return -EINVAL;
+		o->sweep[o->nsweep++] = (uint32_t)v;
+		s = *end ? end + 1 : end;
+	}
+	return 0;
+}
+
+/* Option @c's value @arg into @o. 0, -EINVAL, or 1 (not an option). */
+static int parse_one(int c, const char *arg, struct opts *o)
+{
+	char *end;
+	switch (c) {
+	case 's':
+		o->seconds = strtod(arg, &end);
+		return *end || o->seconds <= 0 || o->seconds > 60 ? -EINVAL : 0;
+	case 'r': return parse_int(arg, 1, 15, &o->repeat);
+	case 'w': return parse_int(arg, 1, NSIZES, &o->window);
+	case 't': return parse_int(arg, 1, MAX_THREADS, &o->threads_max);
+	case 'z': return parse_sweep(arg, o);
+	case 'g':
+		o->region_size = strtoull(arg, &end, 10);
+		return *end || !bu_is_pow2(o->region_size) ||
+		                       o->region_size < (8u << 20) ||
+		                       o->region_size > FARM_ALLOC_MAX_REGION
+		               ? -EINVAL
+		               : 0;
+	case 'n': o->no_rand = true; return 0;
+	case 'o':
+		if (!strcmp(arg, "farm"))
+			o->only = W_FARM;
+		else if (!strcmp(arg, "malloc"))
+			o->only = W_MALLOC;
+		else
+			return -EINVAL;
+		return 0;
+	case 'q':
+		o->seconds = 0.05;
+		o->repeat = 1;
+		return 0;
+	default: return 1;
+	}
+}
+
 static int parse(int argc, char **argv, struct opts *o)
 {
 	static const struct option lo[] = {
@@ -283,67 +345,20 @@ static int parse(int argc, char **argv, struct opts *o)
 	o->nsweep = (int)BU_ARRAY_SIZE(defsw);
 	memcpy(o->sweep, defsw, sizeof(defsw));
 	int c;
-	char *end;
 	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
-		switch (c) {
-		case 's':
-			o->seconds = strtod(optarg, &end);
-			if (*end || o->seconds <= 0 || o->seconds > 60)
-				goto bad;
-			break;
-		case 'r':
-			o->repeat = (int)strtol(optarg, &end, 10);
-			if (*end || o->repeat < 1 || o->repeat > 15)
-				goto bad;
-			break;
-		case 'w':
-			o->window = (int)strtol(optarg, &end, 10);
-			if (*end || o->window < 1 || o->window > NSIZES)
-				goto bad;
-			break;
-		case 't':
-			o->threads_max = (int)strtol(optarg, &end, 10);
-			if (*end || o->threads_max < 1 ||
-			    o->threads_max > MAX_THREADS)
-				goto bad;
-			break;
-		case 'z': {
-			o->nsweep = 0;
-			char *s = optarg;
-			while (*s) {
-				unsigned long v = strtoul(s, &end, 10);
-				if (end == s || v < 16 ||
-				    v > FARM_ALLOC_MAX_OBJECT ||
-				    o->nsweep == MAX_SWEEP ||
-				    (*end && *end != ','))
-					goto bad;
-				o->sweep[o->nsweep++] = (uint32_t)v;
-				s = *end ? end + 1 : end;
-			}
-			break;
+		if (c == 'h') {
+			usage(stdout);
+			exit(0);
 		}
-		case 'g':
-			o->region_size = strtoull(optarg, &end, 10);
-			if (*end || !bu_is_pow2(o->region_size) ||
-			    o->region_size < (8u << 20) ||
-			    o->region_size > FARM_ALLOC_MAX_REGION)
-				goto bad;
-			break;
-		case 'n': o->no_rand = true; break;
-		case 'o':
-			if (!strcmp(optarg, "farm"))
-				o->only = W_FARM;
-			else if (!strcmp(optarg, "malloc"))
-				o->only = W_MALLOC;
-			else
-				goto bad;
-			break;
-		case 'q':
-			o->seconds = 0.05;
-			o->repeat = 1;
-			break;
-		case 'h': usage(stdout); exit(0);
-		default: usage(stderr); return -EINVAL;
+		int rc = parse_one(c, optarg, o);
+		if (rc == 1) {
+			usage(stderr);
+			return -EINVAL;
+		}
+		if (rc) {
+			fprintf(stderr, PROG ": bad value '%s' (see --help)\n",
+			        optarg);
+			return -EINVAL;
 		}
 	}
 	if (optind != argc) {
@@ -351,9 +366,81 @@ static int parse(int argc, char **argv, struct opts *o)
 		return -EINVAL;
 	}
 	return 0;
-bad:
-	fprintf(stderr, PROG ": bad value '%s' (see --help)\n", optarg);
-	return -EINVAL;
+}
+
+/* Each thread's buffers and slab. 0, or 1 (said). */
+static int workers_make(farm_blockalloc *ba, struct worker *ws,
+                        const struct opts *o)
+{
+	memset(ws, 0, MAX_THREADS * sizeof(*ws));
+	for (int t = 0; t < o->threads_max; t++) {
+		ws[t].sizes = malloc(NSIZES * sizeof(uint32_t));
+		ws[t].slots = malloc(NSIZES * sizeof(uint32_t));
+		ws[t].gw = calloc((size_t)o->window, sizeof(farm_gaddr));
+		ws[t].mw = calloc((size_t)o->window, sizeof(void *));
+		if (!ws[t].sizes || !ws[t].slots || !ws[t].gw || !ws[t].mw ||
+		    farm_slab_create(ba, &ws[t].slab)) {
+			fprintf(stderr, PROG ": out of memory\n");
+			return 1;
+		}
+	}
+	return 0;
+}
+
+/* The random-size runs (1 thread, then all), then the fixed sizes, into
+ * @res: how many, or -1 (said). */
+static int run_all(farm_blockalloc *ba, struct worker *ws, const struct opts *o,
+                   struct result *res)
+{
+	int nres = 0;
+	int tlist[2] = {1, o->threads_max};
+	int nt = o->no_rand ? 0 : o->threads_max > 1 ? 2 : 1;
+	for (int k = 0; k < nt; k++) {
+		res[nres].name = "rand64-4096";
+		res[nres].size = 0;
+		if (measure(ba, ws, o, tlist[k], 64, 4096, &res[nres]))
+			return -1;
+		nres++;
+	}
+	for (int k = 0; k < o->nsweep; k++) {
+		res[nres].name = "fixed";
+		res[nres].size = o->sweep[k];
+		if (measure(ba, ws, o, 1, o->sweep[k], o->sweep[k], &res[nres]))
+			return -1;
+		nres++;
+	}
+	return nres;
+}
+
+/* The JSON line. */
+static void print_json(const struct opts *po, const struct farm_alloc_frag *pfr,
+                       const struct result *res, int nres, double ratio)
+{
+	const struct opts o = *po;
+	const struct farm_alloc_frag fr = *pfr;
+	printf("{\"bench\": \"alloc_bench\", \"window\": %d, \"seconds\": "
+	       "%.3f, "
+	       "\"repeat\": %d, \"classes\": 256, \"exact_lines\": %u, "
+	       "\"frag_req_avg\": %.5f, \"frag_line_rounding_avg\": %.5f, "
+	       "\"frag_line_rounding_max\": %.4f, \"results\": [",
+	       o.window, o.seconds, o.repeat, fr.exact_lines, fr.req_avg,
+	       fr.line_avg, fr.line_max);
+	for (int i = 0; i < nres; i++)
+		printf("%s{\"workload\": \"%s\", \"size\": %u, \"threads\": "
+		       "%d, "
+		       "\"farm_rate\": %.0f, \"malloc_rate\": %.0f, "
+		       "\"ratio\": %.3f}",
+		       i ? ", " : "", res[i].name, res[i].size, res[i].threads,
+		       res[i].farm, res[i].mall, res[i].farm / res[i].mall);
+	printf("], \"goals\": {\"frag_avg\": {\"value\": %.5f, \"target\": "
+	       "0.018, "
+	       "\"met\": %s}, \"frag_max\": {\"value\": %.5f, \"target\": "
+	       "0.036, "
+	       "\"met\": %s}, \"rate_vs_malloc\": {\"value\": %.3f, "
+	       "\"target\": 1.0, \"met\": %s}}}\n",
+	       fr.avg, fr.avg <= 0.018 ? "true" : "false", fr.max,
+	       fr.max <= 0.036 ? "true" : "false", ratio,
+	       ratio >= 1.0 ? "true" : "false");
 }
 
 int main(int argc, char **argv)
@@ -374,18 +461,8 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	struct worker ws[MAX_THREADS];
-	memset(ws, 0, sizeof(ws));
-	for (int t = 0; t < o.threads_max; t++) {
-		ws[t].sizes = malloc(NSIZES * sizeof(uint32_t));
-		ws[t].slots = malloc(NSIZES * sizeof(uint32_t));
-		ws[t].gw = calloc((size_t)o.window, sizeof(farm_gaddr));
-		ws[t].mw = calloc((size_t)o.window, sizeof(void *));
-		if (!ws[t].sizes || !ws[t].slots || !ws[t].gw || !ws[t].mw ||
-		    farm_slab_create(ba, &ws[t].slab)) {
-			fprintf(stderr, PROG ": out of memory\n");
-			return 1;
-		}
-	}
+	if (workers_make(ba, ws, &o))
+		return 1;
 
 	printf("alloc_bench: slab allocator vs glibc malloc, window %d, "
 	       "%.2f s x %d runs (median), thread-local alloc+free\n",
@@ -397,23 +474,9 @@ int main(int argc, char **argv)
 	       fr.avg, fr.max, fr.exact_lines, fr.line_avg, fr.line_max);
 
 	struct result res[2 + MAX_SWEEP];
-	int nres = 0;
-	int tlist[2] = {1, o.threads_max};
-	int nt = o.no_rand ? 0 : o.threads_max > 1 ? 2 : 1;
-	for (int k = 0; k < nt; k++) {
-		res[nres].name = "rand64-4096";
-		res[nres].size = 0;
-		if (measure(ba, ws, &o, tlist[k], 64, 4096, &res[nres]))
-			return 1;
-		nres++;
-	}
-	for (int k = 0; k < o.nsweep; k++) {
-		res[nres].name = "fixed";
-		res[nres].size = o.sweep[k];
-		if (measure(ba, ws, &o, 1, o.sweep[k], o.sweep[k], &res[nres]))
-			return 1;
-		nres++;
-	}
+	int nres = run_all(ba, ws, &o, res);
+	if (nres < 0)
+		return 1;
 
 	printf("\n%-12s %8s %8s %14s %14s %8s\n", "workload", "size", "threads",
 	       "farm M/s/thr", "malloc M/s/thr", "ratio");
@@ -442,29 +505,7 @@ int main(int argc, char **argv)
 		       "(random 64 B-4 KiB, 1 thread): %.2f -> %s\n",
 		       ratio, ratio >= 1.0 ? "met" : "NOT met");
 
-	printf("{\"bench\": \"alloc_bench\", \"window\": %d, \"seconds\": "
-	       "%.3f, "
-	       "\"repeat\": %d, \"classes\": 256, \"exact_lines\": %u, "
-	       "\"frag_req_avg\": %.5f, \"frag_line_rounding_avg\": %.5f, "
-	       "\"frag_line_rounding_max\": %.4f, \"results\": [",
-	       o.window, o.seconds, o.repeat, fr.exact_lines, fr.req_avg,
-	       fr.line_avg, fr.line_max);
-	for (int i = 0; i < nres; i++)
-		printf("%s{\"workload\": \"%s\", \"size\": %u, \"threads\": "
-		       "%d, "
-		       "\"farm_rate\": %.0f, \"malloc_rate\": %.0f, "
-		       "\"ratio\": %.3f}",
-		       i ? ", " : "", res[i].name, res[i].size, res[i].threads,
-		       res[i].farm, res[i].mall, res[i].farm / res[i].mall);
-	printf("], \"goals\": {\"frag_avg\": {\"value\": %.5f, \"target\": "
-	       "0.018, "
-	       "\"met\": %s}, \"frag_max\": {\"value\": %.5f, \"target\": "
-	       "0.036, "
-	       "\"met\": %s}, \"rate_vs_malloc\": {\"value\": %.3f, "
-	       "\"target\": 1.0, \"met\": %s}}}\n",
-	       fr.avg, fr.avg <= 0.018 ? "true" : "false", fr.max,
-	       fr.max <= 0.036 ? "true" : "false", ratio,
-	       ratio >= 1.0 ? "true" : "false");
+	print_json(&o, &fr, res, nres, ratio);
 
 	for (int t = 0; t < o.threads_max; t++) {
 		farm_slab_destroy(ws[t].slab);

@@ -672,6 +672,122 @@ static void default_out(char *buf, size_t len)
 	snprintf(buf, len, "bench-results");
 }
 
+/* Which list defaults the options overrode (--quick's apply to the
+ * others). */
+struct set_opts {
+	bool h, v, b;
+};
+
+static void parse_defaults(struct opts *o)
+{
+	static const unsigned dh[] = {2, 4, 6, 8};
+	static const unsigned dv[] = {8, 16, 32, 64, 128, 256, 512};
+	static const unsigned docc[] = {50, 60, 70, 80, 90, 95};
+	memset(o, 0, sizeof(*o));
+	o->machines = 1;
+	o->shards = 3;
+	o->buckets = 4096;
+	o->window = 16;
+	o->seed = 1;
+	o->region_size = 128ull << 20;
+	o->nh = 4;
+	memcpy(o->hs, dh, sizeof(dh));
+	o->nv = 7;
+	memcpy(o->vals, dv, sizeof(dv));
+	o->nocc = 6;
+	memcpy(o->occ, docc, sizeof(docc));
+}
+
+/* @arg as an unsigned in [@min, @max] into *@out. 0 or -EINVAL. */
+static int parse_uint(const char *arg, unsigned long min, unsigned long max,
+                      unsigned *out)
+{
+	char *end;
+	unsigned long v = strtoul(arg, &end, 10);
+	if (*end || v < min || v > max)
+		return -EINVAL;
+	*out = (unsigned)v;
+	return 0;
+}
+
+/* The lists: -H (even), --values, --occ (increasing: keys are only
+ * added). 0, -EINVAL, or 1 (not a list option). */
+static int parse_lists(int c, const char *arg, struct opts *o,
+                       struct set_opts *set)
+{
+	switch (c) {
+	case 'H':
+		if (parse_list(arg, o->hs, &o->nh, 2, 16))
+			return -EINVAL;
+		for (unsigned i = 0; i < o->nh; i++)
+			if (o->hs[i] % 2)
+				return -EINVAL;
+		set->h = true;
+		return 0;
+	case 'v':
+		set->v = true;
+		return parse_list(arg, o->vals, &o->nv, 1, 1024) ? -EINVAL : 0;
+	case 'o':
+		if (parse_list(arg, o->occ, &o->nocc, 1, 100))
+			return -EINVAL;
+		for (unsigned i = 1; i < o->nocc; i++)
+			if (o->occ[i] <= o->occ[i - 1])
+				return -EINVAL;
+		return 0;
+	default: return 1;
+	}
+}
+
+/* One option @c other than the lists. 0, -EINVAL, or 1 (not one). */
+static int parse_one(int c, const char *arg, struct opts *o,
+                     struct set_opts *set)
+{
+	char *end;
+	unsigned b;
+	switch (c) {
+	case 's': return parse_uint(arg, 1, FARM_HT_MAX_SHARDS, &o->shards);
+	case 'b':
+		if (parse_uint(arg, 1, 1ul << 24, &b))
+			return -EINVAL;
+		o->buckets = b;
+		set->b = true;
+		return 0;
+	case 'm': return parse_uint(arg, 1, MAX_M, &o->machines);
+	case 'w': return parse_uint(arg, 1, 128, &o->window);
+	case 'S': o->seed = strtoull(arg, &end, 10); return *end ? -EINVAL : 0;
+	case 'g':
+		o->region_size = strtoull(arg, &end, 10);
+		return *end || !bu_is_pow2(o->region_size) ||
+		                       o->region_size < (1u << 20)
+		               ? -EINVAL
+		               : 0;
+	case 'O':
+		if (!*arg || strlen(arg) >= sizeof(o->out))
+			return -EINVAL;
+		snprintf(o->out, sizeof(o->out), "%s", arg);
+		return 0;
+	case 'q': o->quick = true; return 0;
+	default: return 1;
+	}
+}
+
+/* --quick's smaller lists and table, where not given. */
+static void quick_defaults(struct opts *o, struct set_opts set)
+{
+	static const unsigned qh[] = {2, 8};
+	static const unsigned qv[] = {8, 32, 512};
+	if (!set.h) {
+		o->nh = 2;
+		memcpy(o->hs, qh, sizeof(qh));
+	}
+	if (!set.v) {
+		o->nv = 3;
+		memcpy(o->vals, qv, sizeof(qv));
+	}
+	if (!set.b)
+		o->buckets = 128;
+}
+
 static int parse(int argc, char **argv, struct opts *o)
 {
 	static const struct option lo[] = {
@@ -689,119 +805,36 @@ static int parse(int argc, char **argv, struct opts *o)
 	        {"help", no_argument, NULL, 'h'},
 	        {0, 0, 0, 0},
 	};
-	static const unsigned dh[] = {2, 4, 6, 8};
-	static const unsigned dv[] = {8, 16, 32, 64, 128, 256, 512};
-	static const unsigned docc[] = {50, 60, 70, 80, 90, 95};
-	memset(o, 0, sizeof(*o));
-	o->machines = 1;
-	o->shards = 3;
-	o->buckets = 4096;
-	o->window = 16;
-	o->seed = 1;
-	o->region_size = 128ull << 20;
-	o->nh = 4;
-	memcpy(o->hs, dh, sizeof(dh));
-	o->nv = 7;
-	memcpy(o->vals, dv, sizeof(dv));
-	o->nocc = 6;
-	memcpy(o->occ, docc, sizeof(docc));
-	bool set_h = false, set_v = false, set_b = false;
+	parse_defaults(o);
+	struct set_opts set = {false, false, false};
 	int c;
-	char *end;
-	unsigned long v;
 	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
-		switch (c) {
-		case 'H':
-			if (parse_list(optarg, o->hs, &o->nh, 2, 16))
-				goto bad;
-			for (unsigned i = 0; i < o->nh; i++)
-				if (o->hs[i] % 2)
-					goto bad;
-			set_h = true;
-			break;
-		case 'v':
-			if (parse_list(optarg, o->vals, &o->nv, 1, 1024))
-				goto bad;
-			set_v = true;
-			break;
-		case 'o':
-			if (parse_list(optarg, o->occ, &o->nocc, 1, 100))
-				goto bad;
-			for (unsigned i = 1; i < o->nocc; i++)
-				if (o->occ[i] <= o->occ[i - 1])
-					goto bad; /* increasing: keys are only
-					             added */
-			break;
-		case 's':
-			v = strtoul(optarg, &end, 10);
-			if (*end || v < 1 || v > FARM_HT_MAX_SHARDS)
-				goto bad;
-			o->shards = (unsigned)v;
-			break;
-		case 'b':
-			v = strtoul(optarg, &end, 10);
-			if (*end || v < 1 || v > (1ul << 24))
-				goto bad;
-			o->buckets = (uint32_t)v;
-			set_b = true;
-			break;
-		case 'm':
-			v = strtoul(optarg, &end, 10);
-			if (*end || v < 1 || v > MAX_M)
-				goto bad;
-			o->machines = (unsigned)v;
-			break;
-		case 'w':
-			v = strtoul(optarg, &end, 10);
-			if (*end || v < 1 || v > 128)
-				goto bad;
-			o->window = (unsigned)v;
-			break;
-		case 'S':
-			o->seed = strtoull(optarg, &end, 10);
-			if (*end)
-				goto bad;
-			break;
-		case 'g':
-			o->region_size = strtoull(optarg, &end, 10);
-			if (*end || !bu_is_pow2(o->region_size) ||
-			    o->region_size < (1u << 20))
-				goto bad;
-			break;
-		case 'O':
-			if (!*optarg || strlen(optarg) >= sizeof(o->out))
-				goto bad;
-			snprintf(o->out, sizeof(o->out), "%s", optarg);
-			break;
-		case 'q': o->quick = true; break;
-		case 'h': usage(stdout); exit(0);
-		default: usage(stderr); return -EINVAL;
+		if (c == 'h') {
+			usage(stdout);
+			exit(0);
+		}
+		int rc = parse_lists(c, optarg, o, &set);
+		if (rc == 1)
+			rc = parse_one(c, optarg, o, &set);
+		if (rc == 1) {
+			usage(stderr);
+			return -EINVAL;
+		}
+		if (rc) {
+			fprintf(stderr, PROG ": bad value '%s' (see --help)\n",
+			        optarg);
+			return -EINVAL;
 		}
 	}
 	if (optind != argc) {
 		usage(stderr);
 		return -EINVAL;
 	}
-	if (o->quick) {
-		static const unsigned qh[] = {2, 8};
-		static const unsigned qv[] = {8, 32, 512};
-		if (!set_h) {
-			o->nh = 2;
-			memcpy(o->hs, qh, sizeof(qh));
-		}
-		if (!set_v) {
-			o->nv = 3;
-			memcpy(o->vals, qv, sizeof(qv));
-		}
-		if (!set_b)
-			o->buckets = 128;
-	}
+	if (o->quick)
+		quick_defaults(o, set);
 	if (!o->out[0])
 		default_out(o->out, sizeof(o->out));
 	return 0;
-bad:
-	fprintf(stderr, PROG ": bad value '%s' (see --help)\n", optarg);
-	return -EINVAL;
 }
 
 int main(int argc, char **argv)

@@ -175,19 +175,24 @@ static void usage(FILE *f)
 	        "judged)\n");
 }
 
-int main(int argc, char **argv)
+struct lb_opts {
+	unsigned hogs, secs, dsecs;
+	bool quick;
+};
+
+/* The options into @o: -1 to go on, else the exit status. */
+static int parse_opts(int argc, char **argv, struct lb_opts *o)
 {
-	unsigned hogs = 2, secs = 20, dsecs = 120;
-	bool quick = false;
+	*o = (struct lb_opts){.hogs = 2, .secs = 20, .dsecs = 120};
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--hogs") && i + 1 < argc)
-			hogs = (unsigned)atoi(argv[++i]);
+			o->hogs = (unsigned)atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--secs") && i + 1 < argc)
-			secs = (unsigned)atoi(argv[++i]);
+			o->secs = (unsigned)atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--default-secs") && i + 1 < argc)
-			dsecs = (unsigned)atoi(argv[++i]);
+			o->dsecs = (unsigned)atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--quick"))
-			quick = true;
+			o->quick = true;
 		else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
 			usage(stdout);
 			return 0;
@@ -196,13 +201,50 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (quick)
-		secs = dsecs = 2;
-	static const unsigned lens[] = {2000, 5000, 10000, 20000, 50000};
-	const unsigned nl = sizeof(lens) / sizeof(lens[0]);
+	if (o->quick)
+		o->secs = o->dsecs = 2;
+	return -1;
+}
+
+static const unsigned lens[] = {2000, 5000, 10000, 20000, 50000};
+#define NLENS (sizeof(lens) / sizeof(lens[0]))
+
+/* Each lease length in turn into @rows, its line printed; *@shortest:
+ * the shortest with no false suspicion at it or any longer one. */
+static int run_lengths(const struct lb_opts *o, struct row *rows,
+                       unsigned *shortest)
+{
+	*shortest = 0;
+	for (unsigned i = 0; i < NLENS; i++) {
+		unsigned s =
+		        lens[i] == FARM_LEASE_DEFAULT_US ? o->dsecs : o->secs;
+		fprintf(stderr, "lease %u us for %u s...\n", lens[i], s);
+		int rc = run(lens[i], s, &rows[i]);
+		if (rc)
+			return rc;
+		struct row *r = &rows[i];
+		printf("%6.1f ms %6u %10" PRIu64 " %6" PRIu64 " %12" PRIu64
+		       " %6" PRIu64 " %9.1f ms %4s\n",
+		       r->lease_us / 1e3, r->secs, r->renewals, r->late,
+		       r->suspicions, r->lost, r->max_gap_us / 1e3,
+		       r->realtime ? "yes" : "no");
+		if (!*shortest && !r->suspicions && !r->lost)
+			*shortest = r->lease_us;
+		if (r->suspicions || r->lost)
+			*shortest = 0; /* a longer one must hold too */
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct lb_opts o;
+	int prc = parse_opts(argc, argv, &o);
+	if (prc >= 0)
+		return prc;
 	pid_t hp[64];
 	unsigned nh = 0;
-	for (; nh < hogs && nh < 64; nh++)
+	for (; nh < o.hogs && nh < 64; nh++)
 		hp[nh] = hog();
 	printf("lease_bench: %d machines (a CM and %d members, a process "
 	       "each), %u spinning processes beside them, on %ld CPUs\n",
@@ -210,25 +252,8 @@ int main(int argc, char **argv)
 	printf("%9s %6s %10s %6s %12s %6s %12s %4s\n", "lease", "secs",
 	       "renewals", "late", "false susp.", "lost", "longest gap", "rt");
 	struct row rows[8];
-	int rc = 0;
-	unsigned shortest = 0;
-	for (unsigned i = 0; i < nl && !rc; i++) {
-		unsigned s = lens[i] == FARM_LEASE_DEFAULT_US ? dsecs : secs;
-		fprintf(stderr, "lease %u us for %u s...\n", lens[i], s);
-		rc = run(lens[i], s, &rows[i]);
-		if (rc)
-			break;
-		struct row *r = &rows[i];
-		printf("%6.1f ms %6u %10" PRIu64 " %6" PRIu64 " %12" PRIu64
-		       " %6" PRIu64 " %9.1f ms %4s\n",
-		       r->lease_us / 1e3, r->secs, r->renewals, r->late,
-		       r->suspicions, r->lost, r->max_gap_us / 1e3,
-		       r->realtime ? "yes" : "no");
-		if (!shortest && !r->suspicions && !r->lost)
-			shortest = r->lease_us;
-		if (r->suspicions || r->lost)
-			shortest = 0; /* a longer one must hold too */
-	}
+	unsigned shortest;
+	int rc = run_lengths(&o, rows, &shortest);
 	for (unsigned i = 0; i < nh; i++) {
 		kill(hp[i], SIGKILL);
 		waitpid(hp[i], NULL, 0);
@@ -238,15 +263,15 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	const struct row *d = NULL;
-	for (unsigned i = 0; i < nl; i++)
+	for (unsigned i = 0; i < NLENS; i++)
 		if (rows[i].lease_us == FARM_LEASE_DEFAULT_US)
 			d = &rows[i];
 	printf("shortest lease with no false suspicion here (and none at "
 	       "any longer one): %s%.1f ms\n",
 	       shortest ? "" : "none up to ",
 	       (shortest ? shortest : 50000) / 1e3);
-	bool met =
-	        !quick && d->suspicions == 0 && d->lost == 0 && d->secs >= 120;
+	bool met = !o.quick && d->suspicions == 0 && d->lost == 0 &&
+	           d->secs >= 120;
 	printf("{\"bench\": \"lease_bench\", \"hogs\": %u, "
 	       "\"default_lease_ms\": "
 	       "%.1f, \"shortest_clean_lease_ms\": %.1f, \"longest_gap_ms\": "
