@@ -348,11 +348,24 @@ static int death_gets(struct ch *c, uint32_t mask_dead, uint32_t mask_live,
 
 /* ---- the machines' script ------------------------------------------------ */
 
-/* The linearizability run goes on until this deadline. */
+/* The linearizability run goes on until its deadline, and past it (to a
+ * hard stop the parent's wait allows) until this machine has seen what
+ * the parent checks: gets that found and that missed, puts, deletes that
+ * found. On a slow host a few seconds can hold only a handful of
+ * operations. */
+struct lin_until {
+	uint64_t dl, hard;
+};
+
 static bool until(struct lin *L, void *arg)
 {
-	(void)L;
-	return np_now_ns() < *(const uint64_t *)arg;
+	const struct lin_until *u = arg;
+	uint64_t now = np_now_ns();
+	if (now < u->dl)
+		return true;
+	const struct lin_stats *st = &L->st;
+	bool seen = st->found && st->absent && st->puts && st->del_found;
+	return !seen && now < u->hard;
 }
 
 static int kv_role(struct ch *c)
@@ -367,8 +380,9 @@ static int kv_role(struct ch *c)
 	    (farm_fault_set(FARM_FP_KV_OWNER_STALE, owner_stale_hook, NULL) ||
 	     farm_kv_set_lookup(c->kv, FARM_KV_LOOKUP_OWNER)))
 		return 24;
-	uint64_t dl = np_now_ns() + (uint64_t)(opt_secs * 1e9);
-	int lrc = lin_run(&L, until, &dl);
+	struct lin_until u = {.dl = np_now_ns() + (uint64_t)(opt_secs * 1e9)};
+	u.hard = u.dl + 30000000000ull;
+	int lrc = lin_run(&L, until, &u);
 	if (lin_close(&L) || lrc)
 		return 22;
 	if (np_say(&c->np, 'D', &L.st, sizeof(L.st)))
