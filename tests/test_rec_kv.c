@@ -62,6 +62,14 @@
  *             descriptions (farm_txn_testing_no_block_info): backups keep
  *             no block table, so no promoted region can be adopted; the
  *             allocator checks must notice.
+ *   --broken_revoke  (FARM_FABRIC=udp) kill_quiet_shard with the udp
+ *             fabric's revocation fencing the removed machine without
+ *             failing the survivors' requests outstanding to it
+ *             (FARM_UDP_KNOB_REVOKE_FLUSH 0): the READs of its memory
+ *             posted before the new configuration hold every lookup
+ *             slot until the fabric's death bound (seconds), so the dead
+ *             shard takes no put in time; the dead-shard check must
+ *             notice.
  * Exits 77 (skip) without the ZooKeeper client or server.
  */
 #define NP_NM 4
@@ -70,6 +78,8 @@
 #include "kvproc.h"
 #include "recproc.h"
 #include "util/fault.h"
+
+#include "fabric/udp_testing.h"
 
 #include "kv/kv.h"
 #include "node/node.h"
@@ -98,7 +108,7 @@
 
 static char zk_dir[256], zk_connect[64], zk_root[96];
 static const char *zk_script = FARM_SOURCE_DIR "/scripts/zk-local";
-static bool opt_broken, opt_alloc_broken;
+static bool opt_broken, opt_alloc_broken, opt_broken_revoke;
 
 /* ---- the machines ---------------------------------------------------- */
 
@@ -531,7 +541,8 @@ static void check_puts(const struct fin_put *fp, const uint32_t *keys,
 static void kv_under_kill(bool quiet, const char *name)
 {
 	snprintf(zk_root, sizeof(zk_root), "/libfarm/test-rec-kv-%d-%s%s",
-	         (int)getpid(), name, opt_broken ? "-broken" : "");
+	         (int)getpid(), name,
+	         opt_broken || opt_broken_revoke ? "-broken" : "");
 	uint64_t t0 = np_now_ns();
 	np_start(&cl, "reckv", machine, NULL);
 	for (unsigned i = 0; i < NM; i++)
@@ -742,13 +753,17 @@ static void kv_under_kill(bool quiet, const char *name)
 	tu_rmtree(cl.root);
 	cl.root[0] = 0;
 	printf("%s%s: %.1f s in all\n", name,
-	       opt_broken         ? " --broken"
-	       : opt_alloc_broken ? " --alloc_broken"
-	                          : "",
+	       opt_broken          ? " --broken"
+	       : opt_alloc_broken  ? " --alloc_broken"
+	       : opt_broken_revoke ? " --broken_revoke"
+	                           : "",
 	       (double)(np_now_ns() - t0) / 1e9);
-	rec_verdict(&f, name, VICTIM, opt_broken || opt_alloc_broken,
-	            opt_alloc_broken
-	                    ? "backups kept no block table"
+	rec_verdict(&f, name, VICTIM,
+	            opt_broken || opt_alloc_broken || opt_broken_revoke,
+	            opt_alloc_broken ? "backups kept no block table"
+	            : opt_broken_revoke
+	                    ? "revocation left the survivors' requests to the "
+	                      "removed machine outstanding"
 	                    : "recovery promoted backups without draining "
 	                      "their logs");
 }
@@ -799,8 +814,22 @@ int main(int argc, char **argv)
 		       "(FARM_FAULT_INJECTION=OFF)\n");
 		return FARM_TEST_SKIP;
 #endif
+	} else if (argc > 1 && !strcmp(argv[1], "--broken_revoke")) {
+		/* A test-only switch of the udp fabric: revocation fences
+		 * the removed machine but leaves our requests to it
+		 * outstanding. The dead-shard check must notice. */
+		const char *fab = getenv("FARM_FABRIC");
+		if (!fab || strcmp(fab, "udp") != 0 ||
+		    farm_udp_testing_set(FARM_UDP_KNOB_REVOKE_FLUSH, 0) < 0) {
+			printf("skipped: --broken_revoke needs FARM_FABRIC=udp "
+			       "and fault injection\n");
+			return FARM_TEST_SKIP;
+		}
+		opt_broken_revoke = true;
 	} else if (argc > 1) {
-		fprintf(stderr, "usage: %s [--broken | --alloc_broken]\n",
+		fprintf(stderr,
+		        "usage: %s [--broken | --alloc_broken | "
+		        "--broken_revoke]\n",
 		        argv[0]);
 		return 2;
 	}
@@ -811,7 +840,7 @@ int main(int argc, char **argv)
 	/* --broken: the run whose witnesses must be drained;
 	 * --alloc_broken: the run with writes everywhere. */
 	const struct CMUnitTest *run = opt_alloc_broken ? tests + 1 : tests;
-	size_t n = opt_broken || opt_alloc_broken
+	size_t n = opt_broken || opt_alloc_broken || opt_broken_revoke
 	                   ? 1
 	                   : sizeof(tests) / sizeof(tests[0]);
 	return tu_zk_run(zk_script, zk_dir, sizeof(zk_dir), zk_connect,

@@ -29,6 +29,17 @@
  *   broken     the same with the target's go-back-N switched off (it
  *              executes packets as they arrive, duplicates again): the
  *              workload must find anomalies, proving it can fail.
+ *   revoke     the target goes silent as a SIGKILLed process does (no
+ *              goodbye: its datagrams go to a socket nobody reads) with a
+ *              READ outstanding; farm_fabric_revoke of it, as recovery
+ *              does to a removed machine, fails that READ at once with
+ *              FARM_EPEERDEAD (not after the death bound, seconds later),
+ *              and a later post on the endpoint; the death callback is
+ *              not told (the caller removed it); a new connection to a
+ *              live holder of the id works.
+ *   broken_revoke  the same with revoke's teardown switched off
+ *              (FARM_UDP_KNOB_REVOKE_FLUSH 0): the READ must still be
+ *              outstanding, proving the check can fail.
  */
 #include "testutil.h"
 
@@ -100,6 +111,7 @@ static int teardown(void **state)
 	farm_udp_testing_set(FARM_UDP_KNOB_DUP, 0);
 	farm_udp_testing_set(FARM_UDP_KNOB_REORDER, 0);
 	farm_udp_testing_set(FARM_UDP_KNOB_GO_BACK_N, 1);
+	farm_udp_testing_set(FARM_UDP_KNOB_REVOKE_FLUSH, 1);
 	close(f->raw);
 	farm_ep_destroy(f->ep);
 	assert_int_equal(farm_cq_destroy(f->cq), 0);
@@ -602,6 +614,111 @@ static void test_coalesced(void **state)
 	still_serving(f);
 }
 
+static atomic_int deaths;
+
+static void count_death(void *ctx, uint32_t peer)
+{
+	(void)ctx;
+	(void)peer;
+	atomic_fetch_add(&deaths, 1);
+}
+
+/* Machine 2 goes silent to machine 1 as a SIGKILLed process does: no
+ * goodbye, nothing answered. Its endpoint's and its probes' datagrams go
+ * to @hole, a bound socket nobody reads (under the fabric's locks, in
+ * their order: f->lock, then the endpoint's). */
+static void silence_target(struct fx *f, int hole)
+{
+	struct sockaddr_in h;
+	socklen_t hl = sizeof(h);
+	assert_int_equal(getsockname(hole, (struct sockaddr *)&h, &hl), 0);
+	struct udp_fabric *fa = (struct udp_fabric *)f->a;
+	struct udp_ep *ep = (struct udp_ep *)f->ep;
+	pthread_mutex_lock(&fa->lock);
+	pthread_mutex_lock(&ep->lock);
+	memcpy(&ep->dest, &h, hl);
+	ep->dlen = hl;
+	memcpy(&fa->peers[2].addr, &h, hl);
+	fa->peers[2].alen = hl;
+	pthread_mutex_unlock(&ep->lock);
+	pthread_mutex_unlock(&fa->lock);
+}
+
+/* A READ outstanding to a silent machine 2, then machine 1 revokes it.
+ * Returns whether the READ completed within 1 s of the revoke (its status
+ * in *@st); the death bound is 4 s from the post. */
+static bool read_then_revoke(struct fx *f, int *st)
+{
+	int hole = socket(AF_INET, SOCK_DGRAM, 0);
+	assert_true(hole >= 0);
+	struct sockaddr_in any = {.sin_family = AF_INET,
+	                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	assert_int_equal(bind(hole, (struct sockaddr *)&any, sizeof(any)), 0);
+	silence_target(f, hole);
+	atomic_store(&deaths, 0);
+	assert_int_equal(farm_fabric_on_peer_death(f->a, count_death, NULL), 0);
+	farm_wr wr = farm_wr_read(7, f->buf, f->lmr, 64, &f->rd, 0);
+	assert_int_equal(farm_ep_post(f->ep, &wr, NULL), 0);
+	farm_wc wc;
+	/* Nothing answers it (the death bound is seconds away). */
+	assert_int_equal(tu_wait_wc(f->cq, &wc, 100), 0);
+	assert_int_equal(farm_fabric_revoke(f->a, 2), 0);
+	bool done = tu_wait_wc(f->cq, &wc, 1000) == 1;
+	*st = done ? wc.status : 0;
+	if (done)
+		assert_int_equal(wc.wr_id, 7);
+	close(hole);
+	return done;
+}
+
+static void test_revoke(void **state)
+{
+	struct fx *f = *state;
+	struct farm_udp_stats a0 = stats(f->a);
+	int st;
+	assert_true(read_then_revoke(f, &st));
+	assert_int_equal(st, FARM_EPEERDEAD);
+	assert_false(farm_ep_usable(f->ep));
+	int rc = tu_do(f->ep, f->cq,
+	               farm_wr_read(8, f->buf, f->lmr, 64, &f->rd, 0));
+	assert_true(rc == FARM_EPEERDEAD || rc == FARM_EFLUSHED);
+	/* Not reported as a death: two timer passes (each reports what is
+	 * pending) go by without a call. */
+	uint64_t t0 = farm_now_ns();
+	while (stats(f->a).timer_passes < a0.timer_passes + 2) {
+		assert_true(farm_now_ns() - t0 < 5000000000ull);
+		farm_cpu_relax();
+	}
+	assert_int_equal(atomic_load(&deaths), 0);
+	assert_int_equal(stats(f->a).timeouts, a0.timeouts);
+	assert_int_equal(farm_fabric_on_peer_death(f->a, NULL, NULL), 0);
+	/* A new connection to the (live) target is a new chance. */
+	farm_ep *ep;
+	farm_ep_attr ea = {.sq_depth = 16};
+	assert_int_equal(farm_ep_connect(f->a, f->cq, 2, f->addr_b, &ea, &ep),
+	                 0);
+	assert_int_equal(tu_do(ep, f->cq,
+	                       farm_wr_read(9, f->buf, f->lmr, 64, &f->rd, 0)),
+	                 0);
+	assert_memory_equal(f->buf, f->region, 64);
+	farm_ep_destroy(ep);
+}
+
+static void test_broken_revoke(void **state)
+{
+	struct fx *f = *state;
+	if (farm_udp_testing_set(FARM_UDP_KNOB_REVOKE_FLUSH, 0) == -ENOTSUP)
+		skip(); /* built without fault injection */
+	int st;
+	bool done = read_then_revoke(f, &st);
+	farm_udp_testing_set(FARM_UDP_KNOB_REVOKE_FLUSH, 1);
+	assert_int_equal(farm_fabric_on_peer_death(f->a, NULL, NULL), 0);
+	printf("revoke without its teardown: the READ %s (must be "
+	       "outstanding)\n",
+	       done ? "completed" : "still outstanding 1 s later");
+	assert_false(done);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -617,6 +734,9 @@ int main(void)
 	                                        teardown),
 	        cmocka_unit_test_setup_teardown(test_lossy, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_broken_go_back_n, setup,
+	                                        teardown),
+	        cmocka_unit_test_setup_teardown(test_revoke, setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_broken_revoke, setup,
 	                                        teardown),
 	};
 	return cmocka_run_group_tests_name("udp_wire", tests, NULL, NULL);

@@ -396,8 +396,11 @@ farm_fabric_on_peer_death(farm_fabric *fab, farm_peer_death_fn fn, void *ctx);
  * target refuses each request of that machine before executing it, and
  * when this returns none of its requests is still executing (the bit set
  * here pairs with the target's load of it under its receive lock, which
- * revoke takes and drops); ids up to 63. Not to be called from a request
- * handler. -ENOTSUP for providers without it (verbs, ofi: not yet).
+ * revoke takes and drops); and, as a queue pair torn down, this
+ * machine's requests outstanding to it complete with FARM_EPEERDEAD, as
+ * do later ones until a new farm_ep_connect to it (no death callback);
+ * ids up to 63. Not to be called from a request handler. -ENOTSUP for
+ * providers without it (verbs, ofi: not yet).
  */
 FARM_API FARM_MUST_CHECK int farm_fabric_revoke(farm_fabric *fab,
                                                 uint32_t peer_id);

@@ -757,6 +757,20 @@ static int udp_revoke(farm_fabric *fab, uint32_t peer_id)
 	 * (death callbacks run from the timers, outside rx). */
 	pthread_mutex_lock(&f->rx);
 	pthread_mutex_unlock(&f->rx);
+	/* Our side of its sessions is torn down too, as FaRM tears down a
+	 * removed machine's queue pairs: what we have outstanding to it
+	 * fails now (FARM_EPEERDEAD; later posts too, until a new
+	 * connection). A SIGKILLed peer says no goodbye, so nothing else
+	 * would fail those requests before the death bound
+	 * (FARM_UDP_TIMEOUT_MS, seconds), long after the configuration
+	 * without it (a lease): a READ of its memory posted before the
+	 * removal held the caller, a KV lookup, that long. Not reported to
+	 * the death callback: the caller removed it. */
+	if (farm_udp_knob_value(FARM_UDP_KNOB_REVOKE_FLUSH)) {
+		pthread_mutex_lock(&f->lock);
+		(void)farm_udp_fail_peer_locked(f, peer_id, false);
+		pthread_mutex_unlock(&f->lock);
+	}
 	return 0;
 }
 

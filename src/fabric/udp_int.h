@@ -282,6 +282,8 @@ void farm_udp_piece(uint64_t raddr, uint32_t len, uint32_t k, uint64_t *off,
                     uint32_t *plen);
 uint32_t farm_udp_npieces(uint64_t raddr, uint32_t len);
 void farm_udp_bye(struct udp_fabric *f);
+bool farm_udp_fail_peer_locked(struct udp_fabric *f, uint32_t peer,
+                               bool report);
 /* udp_serve.c */
 void farm_udp_serve_req(struct udp_fabric *f, const struct udp_pkt *p, size_t n,
                         const struct sockaddr_storage *from, socklen_t flen,

@@ -29,6 +29,11 @@ enum farm_udp_knob {
 	FARM_UDP_KNOB_DROP = 4,
 	FARM_UDP_KNOB_DUP = 5,
 	FARM_UDP_KNOB_REORDER = 6,
+	/* 1 (default): farm_fabric_revoke(peer) also fails what this
+	 * machine has outstanding to that peer (FARM_EPEERDEAD), as tearing
+	 * down its queue pairs would; 0: it only fences the peer's requests,
+	 * and ours to it wait for the death bound (FARM_UDP_TIMEOUT_MS). */
+	FARM_UDP_KNOB_REVOKE_FLUSH = 7,
 };
 
 /* Set a knob for the whole process; returns its previous value (or

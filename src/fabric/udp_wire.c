@@ -25,7 +25,7 @@
 /* ---- knobs -------------------------------------------------------------- */
 
 #ifdef FARM_FAULT_INJECTION
-static atomic_int knobs[7] = {0, 1, 1, 1, 0, 0, 0};
+static atomic_int knobs[8] = {0, 1, 1, 1, 0, 0, 0, 1};
 
 int farm_udp_knob_value(int knob)
 {
@@ -34,15 +34,15 @@ int farm_udp_knob_value(int knob)
 
 int farm_udp_testing_set(enum farm_udp_knob knob, int value)
 {
-	if (knob < FARM_UDP_KNOB_GO_BACK_N || knob > FARM_UDP_KNOB_REORDER)
+	if (knob < FARM_UDP_KNOB_GO_BACK_N || knob > FARM_UDP_KNOB_REVOKE_FLUSH)
 		return -EINVAL;
 	return atomic_exchange(&knobs[knob], value);
 }
 #else
 /* A production build cannot switch a guarantee off (duplicate suppression,
- * line atomicity, write order) nor lose packets: every knob reads as its
- * default and setting one is refused. */
-static const int knob_default[7] = {0, 1, 1, 1, 0, 0, 0};
+ * line atomicity, write order, revocation's teardown) nor lose packets: every
+ * knob reads as its default and setting one is refused. */
+static const int knob_default[8] = {0, 1, 1, 1, 0, 0, 0, 1};
 
 int farm_udp_knob_value(int knob)
 {
@@ -52,7 +52,7 @@ int farm_udp_knob_value(int knob)
 int farm_udp_testing_set(enum farm_udp_knob knob, int value)
 {
 	(void)value;
-	if (knob < FARM_UDP_KNOB_GO_BACK_N || knob > FARM_UDP_KNOB_REORDER)
+	if (knob < FARM_UDP_KNOB_GO_BACK_N || knob > FARM_UDP_KNOB_REVOKE_FLUSH)
 		return -EINVAL;
 	return -ENOTSUP;
 }
@@ -574,8 +574,6 @@ static void on_pong(struct udp_fabric *f, const struct udp_hdr *h)
 	pthread_mutex_unlock(&f->lock);
 }
 
-static bool fail_peer_locked(struct udp_fabric *f, uint32_t peer);
-
 /* A peer's fabric closed (its farewell, as a TCP reset would be): its
  * requests outstanding fail now, not after the bound; its sessions go. */
 static void on_bye(struct udp_fabric *f, const struct udp_hdr *h)
@@ -588,7 +586,7 @@ static void on_bye(struct udp_fabric *f, const struct udp_hdr *h)
 			f->sess[i].used = false;
 	pthread_mutex_lock(&f->lock);
 	if (f->peers[h->from].inc == h->inc && f->peers[h->from].neps)
-		fail_peer_locked(f, h->from);
+		farm_udp_fail_peer_locked(f, h->from, true);
 	pthread_mutex_unlock(&f->lock);
 }
 
@@ -760,11 +758,12 @@ void farm_udp_rx_drain(struct udp_fabric *f)
 /* ---- timers: retransmission, liveness ------------------------------------ */
 
 /* Fail everything outstanding to @peer (f->lock held); true when it was
- * alive until now. */
-static bool fail_peer_locked(struct udp_fabric *f, uint32_t peer)
+ * alive until now. @report: its death goes to the death callback (not
+ * when the layers above removed it themselves: farm_fabric_revoke). */
+bool farm_udp_fail_peer_locked(struct udp_fabric *f, uint32_t peer, bool report)
 {
 	bool was = !atomic_exchange(&f->peers[peer].dead, 1);
-	if (was) {
+	if (was && report) {
 		f->peers[peer].report = true;   /* by the dispatch thread */
 		atomic_store(&f->deaths, true); /* pairs with report_deaths */
 	}
@@ -810,7 +809,7 @@ static void report_death(struct udp_fabric *f, uint32_t peer)
 static void report_deaths(struct udp_fabric *f)
 {
 	/* Most passes have nothing to report: one flag, not a lock per
-	 * peer. Pairs with the store in fail_peer_locked. */
+	 * peer. Pairs with the store in farm_udp_fail_peer_locked. */
 	if (!atomic_exchange(&f->deaths, false))
 		return;
 	for (uint32_t m = 0; m < UDP_MAX_PEERS; m++) {
@@ -907,7 +906,7 @@ static uint64_t timers(struct udp_fabric *f, uint64_t now)
 	}
 	peer_timers(f, now, dead, &ndead);
 	for (unsigned k = 0; k < ndead; k++)
-		if (fail_peer_locked(f, dead[k]))
+		if (farm_udp_fail_peer_locked(f, dead[k], true))
 			farm_stat_add(&(f)->st.timeouts, 1);
 	pthread_mutex_unlock(&f->lock);
 	report_deaths(f);
