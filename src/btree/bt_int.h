@@ -285,6 +285,21 @@ struct bt_found {
 
 int farm_bt_read(farm_bt *bt, farm_tx *tx, farm_loop *loop, farm_gaddr a,
                  uint32_t size, uint8_t *buf, const uint8_t **out);
+/* A lock-free read of the leaf-sized node at @a into @buf, started
+ * (farm_bt_lf_start) and, after other work, waited for and checked as
+ * farm_bt_read checks it (farm_bt_lf_finish, which pairs with the start).
+ * @p must stay in place until the finish returns anything but an error
+ * of farm_loop_wait. */
+struct bt_lf_pending {
+	volatile int done;
+	int status;
+	bool busy;
+	uint8_t *buf;
+};
+int farm_bt_lf_start(farm_bt *bt, farm_loop *loop, farm_gaddr a, uint8_t *buf,
+                     struct bt_lf_pending *p);
+int farm_bt_lf_finish(farm_bt *bt, farm_loop *loop, struct bt_lf_pending *p,
+                      const uint8_t **out);
 int farm_bt_locate(farm_bt *bt, farm_tx *tx, farm_loop *loop, const void *key,
                    uint32_t klen, uint8_t *buf, struct bt_found *f);
 /* @rc, a transaction's FARM_EVALIDATION for nodes that disagreed, or

@@ -31,7 +31,8 @@ struct scan {
 	void *ctx;
 	long count;
 	bool stop;
-	uint8_t *cur; /* the leaf being visited, copied (see own_copy) */
+	uint8_t *cur;   /* the leaf being visited, copied (see own_copy) */
+	uint8_t *spare; /* lock-free: the second leaf buffer (see run_scan) */
 };
 
 /* The leaf @leaf as the scan visits it: in a transaction, @leaf is the
@@ -46,15 +47,17 @@ static const uint8_t *own_copy(struct scan *s, const uint8_t *leaf)
 	return s->cur;
 }
 
-/* Visit @leaf's entries from @i; stop at the range's end or limit. */
-static void visit(struct scan *s, const uint8_t *leaf, uint32_t i)
+/* Visit @leaf's entries from @i; stop at the range's end or limit. The
+ * end is compared only in the leaf that holds it (@last): every key of
+ * an earlier leaf is below its high fence, itself below the end. */
+static void visit(struct scan *s, const uint8_t *leaf, uint32_t i, bool last)
 {
 	const struct bt_layout *l = &s->bt->lay;
+	const uint8_t *end = last ? s->r->end : NULL;
 	for (; i < bt_n(leaf) && !s->stop; i++) {
 		const uint8_t *e = bt_entry(l, leaf, i);
 		const uint8_t *k = bt_ekey(e, true);
-		if (s->r->end &&
-		    bt_cmp(k, bt_eklen(e), s->r->end, s->r->end_len) >= 0) {
+		if (end && bt_cmp(k, bt_eklen(e), end, s->r->end_len) >= 0) {
 			s->stop = true;
 			break;
 		}
@@ -73,14 +76,37 @@ static bool ends_here(const struct scan *s, const struct bt_key *high)
 	                                         s->r->end_len) >= 0);
 }
 
+/* Lock-free, start reading @leaf's right sibling into @into before
+ * @leaf's entries from @i are visited, when the scan will need it (the
+ * range goes on past @leaf and the limit is not reached inside it): the
+ * READ's cache misses then overlap the visit (the fabric prefetches at
+ * post, copies at poll). The sibling is still read after @leaf and
+ * checked as next_leaf checks it, so nothing changes but the timing. */
+static void prefetch(struct scan *s, const uint8_t *leaf, uint32_t i,
+                     uint8_t *into, struct bt_lf_pending *pf)
+{
+	uint32_t n = bt_n(leaf), left = i < n ? n - i : 0;
+	if (s->tx || !bt_next(leaf) ||
+	    (s->r->limit && s->count + left >= s->r->limit))
+		return;
+	(void)farm_bt_lf_start(s->bt, s->loop, bt_next(leaf), into, pf);
+	/* A start that failed leaves @pf idle: next_leaf reads it. */
+}
+
 /* The leaf after the one whose high fence is @high and next pointer
- * @next, read into @buf (lock-free) or @s->tx. */
+ * @next: the read @pf started, or one now, into @buf (lock-free) or
+ * @s->tx. */
 static int next_leaf(struct scan *s, farm_gaddr next, const struct bt_key *high,
-                     uint8_t *buf, const uint8_t **leaf)
+                     uint8_t *buf, struct bt_lf_pending *pf,
+                     const uint8_t **leaf)
 {
 	farm_bt *bt = s->bt;
 	int rc = FARM_ECORRUPT;
-	if (next) {
+	if (pf->busy) {
+		BT_COUNT(bt, scan_leaves);
+		BT_COUNT(bt, leaf_reads);
+		rc = farm_bt_lf_finish(bt, s->loop, pf, leaf);
+	} else if (next) {
 		BT_COUNT(bt, scan_leaves);
 		BT_COUNT(bt, leaf_reads);
 		rc = farm_bt_read(bt, s->tx, s->loop, next, bt->lay.leaf_size,
@@ -102,6 +128,20 @@ static int next_leaf(struct scan *s, farm_gaddr next, const struct bt_key *high,
 	return rc;
 }
 
+/* A read started for a leaf the scan did not visit after all (its
+ * callback stopped it): waited for, as its buffer is the scan's. */
+static long drain(struct scan *s, struct bt_lf_pending *pf)
+{
+	if (!pf->busy)
+		return s->count;
+	const uint8_t *unused;
+	int rc = farm_bt_lf_finish(s->bt, s->loop, pf, &unused);
+	/* What it read does not matter, only that it is over. */
+	return pf->busy ? rc : s->count;
+}
+
+/* Ascending. Lock-free, leaves alternate between @buf and s->spare: the
+ * next leaf is read into the buffer the current one is not in. */
 static long run_scan(struct scan *s, uint8_t *buf)
 {
 	const struct farm_bt_range *r = s->r;
@@ -116,12 +156,17 @@ static long run_scan(struct scan *s, uint8_t *buf)
 	uint32_t i =
 	        farm_bt_leaf_search(&s->bt->lay, leaf, start, slen, &found);
 	for (;;) {
-		visit(s, leaf, i);
 		struct bt_key high;
 		farm_bt_fence(&s->bt->lay, leaf, true, &high);
-		if (s->stop || ends_here(s, &high))
-			return s->count;
-		rc = next_leaf(s, bt_next(leaf), &high, buf, &leaf);
+		bool last = ends_here(s, &high);
+		uint8_t *into = !s->tx && leaf == buf ? s->spare : buf;
+		struct bt_lf_pending pf = {.busy = false};
+		if (!last)
+			prefetch(s, leaf, i, into, &pf);
+		visit(s, leaf, i, last);
+		if (s->stop || last)
+			return drain(s, &pf);
+		rc = next_leaf(s, bt_next(leaf), &high, into, &pf, &leaf);
 		if (rc)
 			return rc;
 		leaf = own_copy(s, leaf);
@@ -208,11 +253,18 @@ long farm_bt_scan(farm_bt *bt, farm_tx *tx, farm_loop *loop,
 	uint8_t *buf = bt->lay.leaf_size <= sizeof(sb)
 	                       ? sb
 	                       : malloc(bt->lay.leaf_size);
-	uint8_t *cur = tx ? malloc(bt->lay.leaf_size) : NULL;
-	if (!buf || (tx && !cur)) {
+	/* A transaction's scan copies the leaf it visits into @cur; a
+	 * lock-free one reads the next leaf into it while visiting the
+	 * current one in @buf (run_scan). */
+	_Alignas(64) uint8_t sc[BT_STACK_NODE];
+	uint8_t *cur = bt->lay.leaf_size <= sizeof(sc)
+	                       ? sc
+	                       : malloc(bt->lay.leaf_size);
+	if (!buf || !cur) {
 		if (buf != sb)
 			free(buf);
-		free(cur);
+		if (cur != sc)
+			free(cur);
 		return -ENOMEM;
 	}
 #ifdef FARM_FAULT_INJECTION
@@ -225,10 +277,12 @@ long farm_bt_scan(farm_bt *bt, farm_tx *tx, farm_loop *loop,
 	                 .r = r,
 	                 .fn = fn,
 	                 .ctx = ctx,
-	                 .cur = cur};
+	                 .cur = cur,
+	                 .spare = cur};
 	long n = r->reverse ? run_scan_rev(&s, buf) : run_scan(&s, buf);
 	if (buf != sb)
 		free(buf);
-	free(cur);
+	if (cur != sc)
+		free(cur);
 	return n;
 }
