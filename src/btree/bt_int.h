@@ -316,6 +316,15 @@ int farm_bt_check_key(const farm_bt *bt, const void *key, uint32_t klen);
 
 /* ---- writes in a transaction (bt_split.c) -------------------------------- */
 
+/* A new node (leaf-sized, as every node is) allocated in @tx on this
+ * machine: its address and the transaction's writable bytes. */
+int farm_bt_alloc_node(farm_bt *bt, farm_tx *tx, farm_gaddr *a, uint8_t **d);
+/* Split the writable root @r in place (farm_bt_split_root) into two new
+ * nodes; *@ba, *@b: the right one, which the bulk load's edge follows.
+ * -ENOSPC when the tree is as tall as it may be. */
+int farm_bt_root_split(farm_bt *bt, farm_tx *tx, uint8_t *r, farm_gaddr *ba,
+                       uint8_t **b);
+
 /* The leaf for @key with room for one more entry, read and made writable
  * in @tx, descending from the root and splitting full nodes on the way. */
 int farm_bt_writable_leaf(farm_bt *bt, farm_tx *tx, farm_loop *loop,
