@@ -33,6 +33,7 @@ struct scan {
 	bool stop;
 	uint8_t *cur;   /* the leaf being visited, copied (see own_copy) */
 	uint8_t *spare; /* lock-free: the second leaf buffer (see run_scan) */
+	uint32_t avail; /* entries of the current leaf read (see prefetch) */
 };
 
 /* The leaf @leaf as the scan visits it: in a transaction, @leaf is the
@@ -54,7 +55,8 @@ static void visit(struct scan *s, const uint8_t *leaf, uint32_t i, bool last)
 {
 	const struct bt_layout *l = &s->bt->lay;
 	const uint8_t *end = last ? s->r->end : NULL;
-	for (; i < bt_n(leaf) && !s->stop; i++) {
+	uint32_t n = bt_n(leaf) < s->avail ? bt_n(leaf) : s->avail;
+	for (; i < n && !s->stop; i++) {
 		const uint8_t *e = bt_entry(l, leaf, i);
 		const uint8_t *k = bt_ekey(e, true);
 		if (end && bt_cmp(k, bt_eklen(e), end, s->r->end_len) >= 0) {
@@ -80,8 +82,10 @@ static bool ends_here(const struct scan *s, const struct bt_key *high)
  * @leaf's entries from @i are visited, when the scan will need it (the
  * range goes on past @leaf and the limit is not reached inside it): the
  * READ's cache misses then overlap the visit (the fabric prefetches at
- * post, copies at poll). The sibling is still read after @leaf and
- * checked as next_leaf checks it, so nothing changes but the timing. */
+ * post, copies at poll). With a limit, only the sibling's header and the
+ * entries the limit leaves are read: a prefix of the object, validated
+ * as a whole read is, and the limit stops the scan inside it. The sibling
+ * is still read after @leaf and checked as next_leaf checks it. */
 static void prefetch(struct scan *s, const uint8_t *leaf, uint32_t i,
                      uint8_t *into, struct bt_lf_pending *pf)
 {
@@ -89,7 +93,9 @@ static void prefetch(struct scan *s, const uint8_t *leaf, uint32_t i,
 	if (s->tx || !bt_next(leaf) ||
 	    (s->r->limit && s->count + left >= s->r->limit))
 		return;
-	(void)farm_bt_lf_start(s->bt, s->loop, bt_next(leaf), into, pf);
+	uint32_t upto = s->r->limit ? s->r->limit - (uint32_t)s->count - left
+	                            : UINT32_MAX;
+	(void)farm_bt_lf_start(s->bt, s->loop, bt_next(leaf), upto, into, pf);
 	/* A start that failed leaves @pf idle: next_leaf reads it. */
 }
 
@@ -102,10 +108,14 @@ static int next_leaf(struct scan *s, farm_gaddr next, const struct bt_key *high,
 {
 	farm_bt *bt = s->bt;
 	int rc = FARM_ECORRUPT;
+	s->avail = UINT32_MAX;
 	if (pf->busy) {
 		BT_COUNT(bt, scan_leaves);
 		BT_COUNT(bt, leaf_reads);
 		rc = farm_bt_lf_finish(bt, s->loop, pf, leaf);
+		if (!rc)
+			s->avail = farm_bt_prefix_entries(&bt->lay, *leaf,
+			                                  pf->size);
 	} else if (next) {
 		BT_COUNT(bt, scan_leaves);
 		BT_COUNT(bt, leaf_reads);
@@ -122,6 +132,7 @@ static int next_leaf(struct scan *s, farm_gaddr next, const struct bt_key *high,
 		return rc;
 	}
 	/* Not the leaf that starts at @high: find that one by its key. */
+	s->avail = UINT32_MAX;
 	struct bt_found f;
 	rc = farm_bt_locate(bt, s->tx, s->loop, high->b, high->len, buf, &f);
 	*leaf = f.leaf;
@@ -166,6 +177,9 @@ static long run_scan(struct scan *s, uint8_t *buf)
 		visit(s, leaf, i, last);
 		if (s->stop || last)
 			return drain(s, &pf);
+		/* A prefix read holds every entry up to the limit. */
+		if (bt_n(leaf) > s->avail)
+			return -EIO;
 		rc = next_leaf(s, bt_next(leaf), &high, into, &pf, &leaf);
 		if (rc)
 			return rc;
@@ -278,7 +292,8 @@ long farm_bt_scan(farm_bt *bt, farm_tx *tx, farm_loop *loop,
 	                 .fn = fn,
 	                 .ctx = ctx,
 	                 .cur = cur,
-	                 .spare = cur};
+	                 .spare = cur,
+	                 .avail = UINT32_MAX};
 	long n = r->reverse ? run_scan_rev(&s, buf) : run_scan(&s, buf);
 	if (buf != sb)
 		free(buf);
