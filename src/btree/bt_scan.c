@@ -6,7 +6,8 @@
  * every leaf read is in its read set: a key inserted into the part of the
  * range scanned lands in one of them (their fences partition that part,
  * and a split rewrites the leaf it splits), so the commit fails
- * validation and no phantom is seen.
+ * validation and no phantom is seen. Lock-free, the next leaf's READ is
+ * started before the current leaf is visited (see prefetch).
  */
 #include "btree/bt_int.h"
 
