@@ -168,6 +168,10 @@ static void verify(farm_bt *bt, const struct bmodel *m)
 	assert_int_equal(bc_verify(bt, loop, &keys), 0);
 	assert_int_equal(keys, m->n);
 	check_scan(bt, NULL, m, 0, UINT64_MAX, 0);
+	/* Limits that end a lock-free scan leaves past its first: the
+	 * leaf it ends in is read only up to the limit. */
+	for (uint32_t limit = 1; limit < 64; limit += 1 + limit / 4)
+		check_scan(bt, NULL, m, rnd() % 800, UINT64_MAX, limit);
 }
 
 /* One random operation, in @tx (NULL: lock-free or its own). */

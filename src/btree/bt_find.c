@@ -44,6 +44,17 @@ int farm_bt_check_key(const farm_bt *bt, const void *key, uint32_t klen)
 	return klen > bt->lay.key_max ? -EMSGSIZE : 0;
 }
 
+/* A node read's outcome: an address that names no node is corruption
+ * (nodes are never freed while the tree exists), and every node read is
+ * checked before anything follows it. */
+static int read_outcome(const farm_bt *bt, int rc, const uint8_t *n,
+                        uint32_t size)
+{
+	if (rc)
+		return rc == -EINVAL || rc == FARM_EFREED ? FARM_ECORRUPT : rc;
+	return farm_bt_check_prefix(&bt->lay, n, size);
+}
+
 int farm_bt_read(farm_bt *bt, farm_tx *tx, farm_loop *loop, farm_gaddr a,
                  uint32_t size, uint8_t *buf, const uint8_t **out)
 {
@@ -56,9 +67,45 @@ int farm_bt_read(farm_bt *bt, farm_tx *tx, farm_loop *loop, farm_gaddr a,
 		rc = farm_lf_read_sync(bt->txm, loop, a, size, UINT64_MAX, buf);
 		*out = buf;
 	}
+	return read_outcome(bt, rc, *out, size);
+}
+
+static void lf_pending_done(farm_loop *loop, void *ctx, int status)
+{
+	(void)loop;
+	struct bt_lf_pending *p = ctx;
+	p->status = status;
+	p->done = 1; /* farm_loop_wait's flag, set on the loop's thread */
+}
+
+int farm_bt_lf_start(farm_bt *bt, farm_loop *loop, farm_gaddr a, uint32_t upto,
+                     uint8_t *buf, struct bt_lf_pending *p)
+{
+	const struct bt_layout *l = &bt->lay;
+	uint64_t size =
+	        BT_HDR + 2ull * l->key_max + (uint64_t)upto * bt_esize(l, true);
+	if (size > l->leaf_size)
+		size = l->leaf_size;
+	*p = (struct bt_lf_pending){
+	        .buf = buf, .busy = true, .size = (uint32_t)size};
+	int rc = farm_lf_read(bt->txm, loop, a, (uint32_t)size, UINT64_MAX, buf,
+	                      lf_pending_done, p);
 	if (rc)
-		return rc == -EINVAL || rc == FARM_EFREED ? FARM_ECORRUPT : rc;
-	return farm_bt_check_node(&bt->lay, *out);
+		p->busy = false;
+	return rc;
+}
+
+int farm_bt_lf_finish(farm_bt *bt, farm_loop *loop, struct bt_lf_pending *p,
+                      const uint8_t **out)
+{
+	if (!p->busy)
+		return -EINVAL;
+	int rc = farm_loop_wait(loop, &p->done, 0);
+	if (rc)
+		return rc; /* still in flight: the caller must not wait here */
+	p->busy = false;
+	*out = p->buf;
+	return read_outcome(bt, p->status, p->buf, p->size);
 }
 
 struct path {

@@ -220,6 +220,14 @@ bool farm_bt_in_fences(const struct bt_layout *l, const uint8_t *n,
 void farm_bt_init_node(const struct bt_layout *l, uint8_t *n, bool leaf,
                        uint32_t level);
 int farm_bt_check_node(const struct bt_layout *l, const uint8_t *n);
+/* The entries of @n whose bytes lie in its first @size bytes (a read of
+ * a prefix of the object, as consistent as a whole read). */
+uint32_t farm_bt_prefix_entries(const struct bt_layout *l, const uint8_t *n,
+                                uint32_t size);
+/* farm_bt_check_node for a node of which only the first @size bytes
+ * were read: the entries beyond are not looked at. */
+int farm_bt_check_prefix(const struct bt_layout *l, const uint8_t *n,
+                         uint32_t size);
 /* Leaf: the first index whose key is >= @key, *found when equal. */
 uint32_t farm_bt_leaf_search(const struct bt_layout *l, const uint8_t *n,
                              const void *key, uint32_t klen, bool *found);
@@ -285,6 +293,24 @@ struct bt_found {
 
 int farm_bt_read(farm_bt *bt, farm_tx *tx, farm_loop *loop, farm_gaddr a,
                  uint32_t size, uint8_t *buf, const uint8_t **out);
+/* A lock-free read of the node at @a into @buf, its header and at least
+ * its first @upto leaf entries (UINT32_MAX: all of it; *@size: the
+ * bytes read), started (farm_bt_lf_start) and, after other work, waited
+ * for and checked as farm_bt_read checks a node (farm_bt_lf_finish, which
+ * pairs with the start; only the entries read are checked). @p must stay
+ * in place until the finish returns anything but an error of
+ * farm_loop_wait. */
+struct bt_lf_pending {
+	volatile int done;
+	int status;
+	bool busy;
+	uint32_t size;
+	uint8_t *buf;
+};
+int farm_bt_lf_start(farm_bt *bt, farm_loop *loop, farm_gaddr a, uint32_t upto,
+                     uint8_t *buf, struct bt_lf_pending *p);
+int farm_bt_lf_finish(farm_bt *bt, farm_loop *loop, struct bt_lf_pending *p,
+                      const uint8_t **out);
 int farm_bt_locate(farm_bt *bt, farm_tx *tx, farm_loop *loop, const void *key,
                    uint32_t klen, uint8_t *buf, struct bt_found *f);
 /* @rc, a transaction's FARM_EVALIDATION for nodes that disagreed, or
@@ -300,6 +326,15 @@ int farm_bt_locate_probe(farm_bt *bt, farm_tx *tx, farm_loop *loop,
 int farm_bt_check_key(const farm_bt *bt, const void *key, uint32_t klen);
 
 /* ---- writes in a transaction (bt_split.c) -------------------------------- */
+
+/* A new node (leaf-sized, as every node is) allocated in @tx on this
+ * machine: its address and the transaction's writable bytes. */
+int farm_bt_alloc_node(farm_bt *bt, farm_tx *tx, farm_gaddr *a, uint8_t **d);
+/* Split the writable root @r in place (farm_bt_split_root) into two new
+ * nodes; *@ba, *@b: the right one, which the bulk load's edge follows.
+ * -ENOSPC when the tree is as tall as it may be. */
+int farm_bt_root_split(farm_bt *bt, farm_tx *tx, uint8_t *r, farm_gaddr *ba,
+                       uint8_t **b);
 
 /* The leaf for @key with room for one more entry, read and made writable
  * in @tx, descending from the root and splitting full nodes on the way. */

@@ -76,18 +76,6 @@ static int read_edge(farm_bt *bt, farm_tx *tx, farm_loop *loop, struct edge *p)
 	}
 }
 
-static int alloc_node(farm_tx *tx, uint32_t size, farm_gaddr *a, uint8_t **d)
-{
-	farm_fatptr fp;
-	void *data = NULL;
-	int rc = farm_tx_alloc_sync(tx, size, FARM_GADDR_NULL, &fp, &data);
-	if (!rc) {
-		*a = fp.addr;
-		*d = data;
-	}
-	return rc;
-}
-
 /* The root at its fill: split in place (its halves to two new nodes, it
  * one level up over them); the edge continues through the right half. */
 static int split_root(farm_bt *bt, farm_tx *tx, struct edge *p)
@@ -95,16 +83,13 @@ static int split_root(farm_bt *bt, farm_tx *tx, struct edge *p)
 	uint32_t lv = p->h;
 	if (lv + 1 >= BT_MAX_LEVELS)
 		return -ENOSPC;
-	farm_gaddr aa, ba;
-	uint8_t *a, *b;
+	farm_gaddr ba;
+	uint8_t *b;
 	int rc = writable(tx, p, lv);
 	if (!rc)
-		rc = alloc_node(tx, bt->lay.leaf_size, &aa, &a);
-	if (!rc)
-		rc = alloc_node(tx, bt->lay.leaf_size, &ba, &b);
+		rc = farm_bt_root_split(bt, tx, p->w[lv], &ba, &b);
 	if (rc)
 		return rc;
-	farm_bt_split_root(&bt->lay, p->w[lv], a, aa, b, ba);
 	p->a[lv + 1] = p->a[lv];
 	p->w[lv + 1] = p->w[lv];
 	p->r[lv + 1] = p->w[lv];
@@ -112,8 +97,6 @@ static int split_root(farm_bt *bt, farm_tx *tx, struct edge *p)
 	p->w[lv] = b;
 	p->r[lv] = b;
 	p->h = lv + 1;
-	BT_COUNT(bt, splits);
-	BT_COUNT(bt, root_splits);
 	return 0;
 }
 
@@ -141,7 +124,7 @@ static int make_room(farm_bt *bt, farm_tx *tx, struct edge *p, uint32_t lv,
 	if (!rc)
 		rc = writable(tx, p, lv + 1);
 	if (!rc)
-		rc = alloc_node(tx, l->leaf_size, &ya, &y);
+		rc = farm_bt_alloc_node(bt, tx, &ya, &y);
 	if (rc)
 		return rc;
 	farm_bt_init_node(l, y, lv == 0, lv);

@@ -141,12 +141,27 @@ static bool fences_ok(const struct bt_layout *l, const uint8_t *n)
  * keys only: with the keys strictly increasing, that bounds them all. */
 int farm_bt_check_node(const struct bt_layout *l, const uint8_t *n)
 {
+	return farm_bt_check_prefix(l, n, l->leaf_size);
+}
+
+uint32_t farm_bt_prefix_entries(const struct bt_layout *l, const uint8_t *n,
+                                uint32_t size)
+{
+	uint32_t fixed = BT_HDR + 2 * l->key_max;
+	uint32_t m =
+	        size > fixed ? (size - fixed) / bt_esize(l, bt_is_leaf(n)) : 0;
+	return bt_n(n) < m ? bt_n(n) : m;
+}
+
+int farm_bt_check_prefix(const struct bt_layout *l, const uint8_t *n,
+                         uint32_t size)
+{
 	if (!header_ok(l, n) || !fences_ok(l, n))
 		return FARM_ECORRUPT;
 	bool leaf = bt_is_leaf(n);
 	const uint8_t *pk = NULL;
-	uint32_t plen = 0;
-	for (uint32_t i = 0; i < bt_n(n); i++) {
+	uint32_t plen = 0, m = farm_bt_prefix_entries(l, n, size);
+	for (uint32_t i = 0; i < m; i++) {
 		const uint8_t *e = bt_entry(l, n, i);
 		uint32_t kl = bt_eklen(e);
 		const uint8_t *k = bt_ekey(e, leaf);

@@ -16,7 +16,7 @@
  * transaction cannot take an object it did not allocate locally
  * (-EREMOTE); a hint in a region recovery just promoted fails the same
  * way. */
-static int alloc_node(farm_bt *bt, farm_tx *tx, farm_gaddr *a, uint8_t **d)
+int farm_bt_alloc_node(farm_bt *bt, farm_tx *tx, farm_gaddr *a, uint8_t **d)
 {
 	farm_fatptr fp;
 	void *data = NULL;
@@ -41,7 +41,7 @@ static int leak_node(farm_bt *bt, farm_tx *tx)
 	if (atomic_load_explicit(&farm_bt_fault_orphan, memory_order_relaxed)) {
 		farm_gaddr a;
 		uint8_t *d;
-		int rc = alloc_node(bt, tx, &a, &d);
+		int rc = farm_bt_alloc_node(bt, tx, &a, &d);
 		if (!rc)
 			farm_bt_init_node(&bt->lay, d, true, 0);
 		return rc;
@@ -65,7 +65,7 @@ static int split_node(farm_bt *bt, farm_tx *tx, farm_gaddr xa, uint8_t *x,
 		return FARM_EVALIDATION; /* reads that disagree: run again */
 	farm_gaddr ya;
 	uint8_t *y;
-	int rc = alloc_node(bt, tx, &ya, &y);
+	int rc = farm_bt_alloc_node(bt, tx, &ya, &y);
 	if (!rc)
 		rc = leak_node(bt, tx);
 	if (rc)
@@ -76,22 +76,23 @@ static int split_node(farm_bt *bt, farm_tx *tx, farm_gaddr xa, uint8_t *x,
 	return 0;
 }
 
-/* Split the (writable, full) root in place: its entries move to two new
- * nodes and it becomes an internal node one level up over them. */
-static int split_root(farm_bt *bt, farm_tx *tx, uint8_t *r)
+int farm_bt_root_split(farm_bt *bt, farm_tx *tx, uint8_t *r, farm_gaddr *ba,
+                       uint8_t **b)
 {
 	if (bt_level(r) + 1 >= BT_MAX_LEVELS)
 		return -ENOSPC;
-	farm_gaddr aa, ba;
-	uint8_t *a, *b;
-	int rc = alloc_node(bt, tx, &aa, &a);
+	farm_gaddr la, ra;
+	uint8_t *ld, *rd;
+	int rc = farm_bt_alloc_node(bt, tx, &la, &ld);
 	if (!rc)
-		rc = alloc_node(bt, tx, &ba, &b);
+		rc = farm_bt_alloc_node(bt, tx, &ra, &rd);
 	if (rc)
 		return rc;
-	farm_bt_split_root(&bt->lay, r, a, aa, b, ba);
+	farm_bt_split_root(&bt->lay, r, ld, la, rd, ra);
 	BT_COUNT(bt, splits);
 	BT_COUNT(bt, root_splits);
+	*ba = ra;
+	*b = rd;
 	return 0;
 }
 
@@ -116,8 +117,12 @@ static int split_on_path(farm_bt *bt, farm_tx *tx, farm_gaddr *a, farm_gaddr pa,
 	int rc = farm_tx_write(tx, *a, (void **)&w);
 	if (rc)
 		return rc;
-	if (*a == bt->root)
-		return split_root(bt, tx, w); /* then read the root again */
+	if (*a == bt->root) {
+		farm_gaddr ra;
+		uint8_t *rd;
+		/* Then the root is read again. */
+		return farm_bt_root_split(bt, tx, w, &ra, &rd);
+	}
 	rc = farm_tx_write(tx, pa, (void **)&p);
 	if (!rc)
 		rc = split_node(bt, tx, *a, w, p);
