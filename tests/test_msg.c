@@ -636,6 +636,7 @@ struct defer_rec {
 	int order[8];
 	int n, status[8];
 	volatile int done;
+	bool could_wait; /* farm_loop_can_wait inside an item, ever */
 };
 
 static struct defer_rec *DR;
@@ -645,6 +646,7 @@ static void defer_fn(farm_loop *loop, void *ctx, int status)
 	int id = (int)(intptr_t)ctx;
 	DR->status[DR->n] = status;
 	DR->order[DR->n++] = id;
+	DR->could_wait |= farm_loop_can_wait(loop);
 	if (id == 2 && !status) /* defers another from inside a pass */
 		assert_int_equal(farm_loop_defer(loop, defer_fn, (void *)3), 0);
 	if (id == 3 || id == 5)
@@ -693,6 +695,10 @@ static void test_defer(void **state)
 	assert_int_equal(r.n, 3);
 	assert_int_equal(r.order[2], 3);
 	assert_int_equal(r.status[2], 0);
+	/* Inside an item the loop cannot be waited on; outside it can. */
+	assert_false(r.could_wait);
+	assert_true(farm_loop_can_wait(nd[0].loop));
+	assert_false(farm_loop_can_wait(NULL));
 	/* Deferred by a pass that found nothing else: no park before it
 	 * runs. */
 	int armed = 0;

@@ -230,6 +230,11 @@ FARM_API void farm_loop_stop(farm_loop *loop);
  * seen only when the loop next wakes (post a work item to wake it). */
 FARM_API int farm_loop_wait(farm_loop *loop, const volatile int *flag,
                             uint64_t timeout_ns);
+/* Whether farm_loop_wait may run now: false from inside a handler,
+ * continuation or work item of @loop (where it returns -EDEADLK). A
+ * blocking wrapper asks before it posts, so it never returns while an
+ * operation still writes into its caller's buffer. */
+FARM_API bool farm_loop_can_wait(const farm_loop *loop);
 
 /* Work items. @status is 0, or -ECANCELED when the loop closed first. */
 typedef void (*farm_work_fn)(farm_loop *loop, void *ctx, int status);

@@ -86,6 +86,10 @@ int farm_bt_lf_start(farm_bt *bt, farm_loop *loop, farm_gaddr a, uint32_t upto,
 	        BT_HDR + 2ull * l->key_max + (uint64_t)upto * bt_esize(l, true);
 	if (size > l->leaf_size)
 		size = l->leaf_size;
+	/* Its finish waits on the loop: refused where it could not, before
+	 * the READ into @buf is posted. */
+	if (!farm_loop_can_wait(loop))
+		return loop ? -EDEADLK : -EINVAL;
 	*p = (struct bt_lf_pending){
 	        .buf = buf, .busy = true, .size = (uint32_t)size};
 	int rc = farm_lf_read(bt->txm, loop, a, (uint32_t)size, UINT64_MAX, buf,

@@ -297,9 +297,9 @@ int farm_bt_read(farm_bt *bt, farm_tx *tx, farm_loop *loop, farm_gaddr a,
  * its first @upto leaf entries (UINT32_MAX: all of it; *@size: the
  * bytes read), started (farm_bt_lf_start) and, after other work, waited
  * for and checked as farm_bt_read checks a node (farm_bt_lf_finish, which
- * pairs with the start; only the entries read are checked). @p must stay
- * in place until the finish returns anything but an error of
- * farm_loop_wait. */
+ * pairs with the start; only the entries read are checked). @p and @buf
+ * stay in place until the finish returns: the start refuses (-EDEADLK)
+ * where the finish could not wait, so the finish always ends the READ. */
 struct bt_lf_pending {
 	volatile int done;
 	int status;

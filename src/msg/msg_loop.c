@@ -507,6 +507,11 @@ int farm_loop_wait(farm_loop *loop, const volatile int *flag,
 	}
 }
 
+bool farm_loop_can_wait(const farm_loop *loop)
+{
+	return loop && !loop->polling;
+}
+
 int farm_loop_post(farm_loop *loop, farm_work_fn fn, void *ctx)
 {
 	if (!loop || !fn)

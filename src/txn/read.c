@@ -378,6 +378,8 @@ void farm_lf_end(farm_lf_op *op)
 int farm_lf_read_sync(farm_txm *m, farm_loop *loop, farm_gaddr a, uint32_t size,
                       uint64_t want_incarnation, void *buf)
 {
+	if (!farm_loop_can_wait(loop))
+		return loop ? -EDEADLK : -EINVAL;
 	struct sync_res r = {0};
 	int rc = farm_lf_read(m, loop, a, size, want_incarnation, buf,
 	                      sync_op_cb, &r);
