@@ -144,6 +144,10 @@ static bool opt_grow;
  * reuse_ids), as a new incarnation; --old-ids: the old id rule (reuse_ids
  * off), under which such a replacement is refused. */
 static bool opt_reuse, opt_old_ids;
+/* --broken-removed (a test-only switch, with --reuse): recovery takes an
+ * id once removed for removed whatever holder has it now
+ * (FARM_FP_REC_REMOVED_STICKY); a cycle must fail. */
+static bool opt_broken_removed;
 static enum cp_fault opt_list[F_COUNT * 4];
 static unsigned opt_nlist;
 
@@ -1420,6 +1424,18 @@ static void test_campaign(void **state)
 		cp_done = true; /* the teardown removes the cluster */
 		return;
 	}
+	if (opt_broken_removed) {
+		if (ok)
+			fail_msg("campaign --broken-removed: recovery took "
+			         "reused ids for removed, and no check noticed "
+			         "in %u cycles",
+			         opt_cycles);
+		printf("campaign --broken-removed: cycle %u failed, as it "
+		       "must\n",
+		       done);
+		cp_done = true;
+		return;
+	}
 	if (opt_reuse && opt_old_ids) {
 		if (ok)
 			fail_msg(
@@ -1468,9 +1484,12 @@ static void usage(FILE *out)
 	        "members (config grow).\n"
 	        "  --reuse: a killed machine is replaced under its own id "
 	        "(config reuse_ids),\n  a new incarnation; with --old-ids "
-	        "the old rule (reuse_ids off) must refuse it.\n");
+	        "the old rule (reuse_ids off) must refuse it;\n  with "
+	        "--broken-removed recovery takes a reused id for removed\n"
+	        "  whichever holder has it (a cycle must fail).\n");
 }
 
+/* The hook of a switch point (FARM_FAULT_SWITCH): set is enough. */
 static void prev_ring(enum farm_fault_point fp, void *arg)
 {
 	(void)fp;
@@ -1479,13 +1498,19 @@ static void prev_ring(enum farm_fault_point fp, void *arg)
 
 int main(int argc, char **argv)
 {
-	static const struct option lo[] = {
-	        {"cycles", 1, NULL, 'c'},  {"seed", 1, NULL, 's'},
-	        {"faults", 1, NULL, 'f'},  {"broken", 0, NULL, 'b'},
-	        {"order", 0, NULL, 'o'},   {"list", 0, NULL, 'l'},
-	        {"help", 0, NULL, 'h'},    {"prev-ring", 0, NULL, 'p'},
-	        {"grow", 0, NULL, 'g'},    {"reuse", 0, NULL, 'r'},
-	        {"old-ids", 0, NULL, 'O'}, {0}};
+	static const struct option lo[] = {{"cycles", 1, NULL, 'c'},
+	                                   {"seed", 1, NULL, 's'},
+	                                   {"faults", 1, NULL, 'f'},
+	                                   {"broken", 0, NULL, 'b'},
+	                                   {"order", 0, NULL, 'o'},
+	                                   {"list", 0, NULL, 'l'},
+	                                   {"help", 0, NULL, 'h'},
+	                                   {"prev-ring", 0, NULL, 'p'},
+	                                   {"grow", 0, NULL, 'g'},
+	                                   {"reuse", 0, NULL, 'r'},
+	                                   {"old-ids", 0, NULL, 'O'},
+	                                   {"broken-removed", 0, NULL, 'D'},
+	                                   {0}};
 	opt_seed = (uint64_t)time(NULL) % 100000;
 	const char *faults = NULL;
 	int o;
@@ -1523,6 +1548,16 @@ int main(int argc, char **argv)
 		case 'g': opt_grow = true; break;
 		case 'r': opt_reuse = true; break;
 		case 'O': opt_old_ids = true; break;
+		case 'D':
+			if (!farm_fault_built() ||
+			    farm_fault_set(FARM_FP_REC_REMOVED_STICKY,
+			                   prev_ring, NULL)) {
+				printf("skipped: --broken-removed needs fault "
+				       "injection\n");
+				return FARM_TEST_SKIP;
+			}
+			opt_broken_removed = true;
+			break;
 		case 'l':
 			for (unsigned i = 0; i < F_COUNT; i++)
 				printf("%s\n", cp_fault_name[i]);

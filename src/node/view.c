@@ -51,13 +51,26 @@
 #include "util/log.h"
 
 /* The members of the view this machine applied last that @v drops. */
+/* Is @id named by both @old and @v, with another incarnation in @v? A new
+ * holder of it, and this machine missed the view that removed the old
+ * holder (views are read from ZooKeeper, whose watches can skip one):
+ * the old holder left as if dropped, the new one joined late. */
+static bool reheld(const struct farm_view *old, const struct farm_view *v,
+                   uint32_t id)
+{
+	const struct farm_member *a = farm_view_find(old, id);
+	const struct farm_member *b = farm_view_find(v, id);
+	return a && b && a->incarnation != b->incarnation;
+}
+
 static unsigned dropped(farm_node *n, const struct farm_view *v, uint32_t *out)
 {
 	unsigned k = 0;
 	pthread_mutex_lock(&n->lock);
 	if (n->view.config_id && n->view.config_id < v->config_id)
 		for (unsigned i = 0; i < n->view.n; i++)
-			if (!farm_view_find(v, n->view.members[i].id))
+			if (!farm_view_find(v, n->view.members[i].id) ||
+			    reheld(&n->view, v, n->view.members[i].id))
 				out[k++] = n->view.members[i].id;
 	pthread_mutex_unlock(&n->lock);
 	return k;
@@ -76,7 +89,8 @@ static unsigned joined_late(farm_node *n, const struct farm_view *v,
 	if (n->view.config_id && n->view.config_id < v->config_id)
 		for (unsigned q = 0; q < v->nlate && q < FARM_VIEW_MAX; q++)
 			if (farm_view_find(v, v->late[q]) &&
-			    !farm_view_find(&n->view, v->late[q]))
+			    (!farm_view_find(&n->view, v->late[q]) ||
+			     reheld(&n->view, v, v->late[q])))
 				out[k++] = v->late[q];
 	pthread_mutex_unlock(&n->lock);
 	return k;
@@ -242,6 +256,7 @@ static bool self_member(farm_node *n, const struct farm_view *v, bool *replaced)
 	if (!n->have_inc) {
 		n->have_inc = true;
 		n->self_inc = me->incarnation;
+		farm_txm_set_incarnation(n->txm, n->self_inc);
 	}
 	*replaced = me->incarnation != n->self_inc;
 	pthread_mutex_unlock(&n->lock);
@@ -403,8 +418,9 @@ static void forget_on_loop(farm_loop *loop, void *ctx, int status)
  * stays fenced), messaging and the logs reach the new one, and every
  * loop starts its channels and logs with @id afresh, on its own thread,
  * before this returns. */
-static int replace_holder(farm_node *n, uint32_t id, const char *addr,
-                          const farm_mr_desc *d, const farm_mr_desc *ld)
+static int replace_holder(farm_node *n, uint32_t id, uint32_t inc,
+                          const char *addr, const farm_mr_desc *d,
+                          const farm_mr_desc *ld)
 {
 	int rc = farm_fabric_admit(n->fab, id, addr);
 	if (rc && rc != -ENOTSUP)
@@ -415,7 +431,7 @@ static int replace_holder(farm_node *n, uint32_t id, const char *addr,
 		          id);
 	rc = farm_msg_replace_peer(n->msg, id, addr, d);
 	if (!rc)
-		rc = farm_txm_replace_peer(n->txm, id, ld);
+		rc = farm_txm_replace_peer(n->txm, id, inc, ld);
 	struct forget f = {.n = n, .id = id};
 	for (unsigned i = 0; !rc && i < n->nthreads; i++)
 		rc = farm_node_run(n, i, forget_on_loop, &f);
@@ -457,9 +473,11 @@ static void add_peer(farm_node *n, const struct farm_view *v,
 		ld.machine = m->id;
 		rc = farm_msg_add_peer(n->msg, m->id, addr, &d);
 		if (!rc)
-			rc = farm_txm_add_peer(n->txm, m->id, &ld);
+			rc = farm_txm_add_peer(n->txm, m->id, m->incarnation,
+			                       &ld);
 		if (rc == -EEXIST && holder && m->incarnation)
-			rc = replace_holder(n, m->id, addr, &d, &ld);
+			rc = replace_holder(n, m->id, m->incarnation, addr, &d,
+			                    &ld);
 	}
 	if (rc == -EEXIST)
 		farm_warn("node: machine %" PRIu32 " (incarnation %" PRIu32

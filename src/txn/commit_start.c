@@ -64,12 +64,22 @@ void farm_txn_tx_reserve(farm_tx *tx)
 {
 	farm_txm *m = tx->m;
 	struct txloop *tl = tx->tl;
-	bool ok = true, reading = false;
+	bool ok = true, reading = false, closed = false;
 	for (uint64_t mk = tx->need_mask; mk; mk &= mk - 1) {
 		uint32_t mach = (uint32_t)__builtin_ctzll(mk);
 		if (mach >= m->M || !tx->need[mach])
 			continue;
 		struct writer *w = &tl->w[mach];
+		if (!farm_txn_writer_open(m, w, mach)) {
+			/* A log that still holds an old holder's records of
+			 * this machine's id (farm_txm_forget_peer): wait, as
+			 * for room, reading its header until it opens. */
+			farm_txn_refresh_freed(tl, mach);
+			ok = false;
+			closed = true;
+			reading |= w->reading;
+			continue;
+		}
 		if (!has_room(m, w, tx->need[mach])) {
 			wq_pop_done(w, tl->cs_low);
 			farm_txn_refresh_freed(tl, mach);
@@ -88,7 +98,8 @@ void farm_txn_tx_reserve(farm_tx *tx)
 		tx->ph = PH_RESERVE;
 		if (farm_now_ns() > tx->deadline) {
 			tx_need_clear(tx);
-			farm_txn_tx_report(tx, -ENOSPC);
+			/* A closed log opens once recovery is done: retry. */
+			farm_txn_tx_report(tx, closed ? -EAGAIN : -ENOSPC);
 			farm_txn_tx_finish(tx);
 			return;
 		}

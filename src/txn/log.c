@@ -176,6 +176,11 @@ int farm_txn_log_append(struct txloop *tl, uint32_t mach, void *buf, size_t len,
 	farm_txm *m = tl->m;
 	struct writer *w = &tl->w[mach];
 	uint64_t off = w->tail % m->R;
+	if (!farm_txn_writer_open(m, w, mach)) {
+		farm_txn_refresh_freed(tl, mach);
+		arena_put(&tl->ar, buf, len);
+		return -EAGAIN;
+	}
 	/* Never write over space the replica has not freed, whatever the
 	 * reservations say: that would destroy records still in use. */
 	uint64_t total = len + (off + len > m->R ? m->R - off : 0);
@@ -312,7 +317,8 @@ void farm_txn_refresh_freed(struct txloop *tl, uint32_t mach)
 	uint64_t *buf = arena_get(&tl->ar, 64);
 	if (!buf)
 		return;
-	farm_wr wr = farm_wr_read(0, buf, tl->ar.mr, 8, &m->peers[mach], hoff);
+	/* The freed word and the open word after it (farm_txn_writer_open). */
+	farm_wr wr = farm_wr_read(0, buf, tl->ar.mr, 16, &m->peers[mach], hoff);
 	struct wr_ctx *c = malloc(sizeof(*c));
 	if (!c) {
 		arena_put(&tl->ar, buf, 64);
@@ -338,10 +344,23 @@ static void freed_read_done(farm_loop *loop, void *ctx, int status)
 	tl->inflight--;
 	w->reading = false;
 	if (!status) {
-		uint64_t f;
+		uint64_t f, inc;
 		memcpy(&f, c->buf, 8);
-		if (f > w->freed && f <= w->tail)
+		memcpy(&inc, (uint8_t *)c->buf + 8, 8);
+		farm_txm *m = tl->m;
+		if (!farm_txn_writer_open(m, w, (uint32_t)c->kind)) {
+			/* The replica opened its log to this incarnation only
+			 * after it zeroed it and its freed word (pairs with
+			 * the release in farm_txn_log_reopen and
+			 * farm_txm_add_peer): the log is empty. */
+			if (inc == atomic_load_explicit(&m->self_inc,
+			                                memory_order_relaxed)) {
+				atomic_thread_fence(memory_order_acquire);
+				w->open = true;
+			}
+		} else if (f > w->freed && f <= w->tail) {
 			w->freed = f;
+		}
 	}
 	arena_put(&tl->ar, c->buf, c->len);
 	free(c);

@@ -486,7 +486,7 @@ static void promote_scan(struct txloop *tl, uint32_t coord)
 			         h.txid);
 			continue;
 		}
-		if (!is_removed(m, coord))
+		if (!reader_dead(m, coord, rd))
 			farm_txn_rec_send_query(tl, coord, h.txid);
 	}
 }
@@ -635,7 +635,7 @@ static void rec_loop_run(struct txloop *tl)
 	while (farm_txn_poll(tl->loop, tl) > 0)
 		;
 	for (uint32_t c = 0; c < m->M; c++)
-		if (is_removed(m, c))
+		if (reader_dead(m, c, &tl->r[c]))
 			tl->r[c].fenced = true;
 	/* 2. Promote: every log may hold COMMIT-BACKUPs for our regions. */
 	unsigned n = atomic_load(&m->nready);
@@ -646,7 +646,7 @@ static void rec_loop_run(struct txloop *tl)
 	/* 4. Votes for the removed coordinators' transactions. */
 	for (unsigned i = 0; i < n; i++) {
 		uint32_t c = m->ready_ids[i];
-		if (is_removed(m, c) && !tl->r[c].rec_done)
+		if (reader_dead(m, c, &tl->r[c]) && !tl->r[c].rec_done)
 			vote_scan(tl, c);
 	}
 	if (atomic_fetch_add(&m->rec.scanned, 1) + 1 != m->T)
@@ -736,7 +736,8 @@ static void rec_loop_apply(farm_loop *loop, void *ctx, int status)
 	farm_txm *m = tl->m;
 	bool removed[0x40];
 	pthread_mutex_lock(&m->rec.lock);
-	memcpy(removed, m->rec.removed, sizeof(removed));
+	for (uint32_t i = 0; i < 0x40; i++)
+		removed[i] = is_removed(m, i);
 	pthread_mutex_unlock(&m->rec.lock);
 	farm_txn_end_lock_waits(tl, removed);
 	if (atomic_fetch_add(&m->rec.applied, 1) + 1 != m->T)
@@ -750,9 +751,9 @@ static void rec_loop_apply(farm_loop *loop, void *ctx, int status)
 		          m->rec.decider, farm_strerror(rc));
 }
 
-/* The survivors @members and the @removed machines of the new
- * configuration into m->rec. Under rec.lock. */
-static void rec_set_members(farm_txm *m, const uint32_t *removed,
+/* The survivors @members and the @removed machines of configuration
+ * @cfg into m->rec. Under rec.lock. */
+static void rec_set_members(farm_txm *m, uint64_t cfg, const uint32_t *removed,
                             unsigned nremoved, const uint32_t *members,
                             unsigned nmembers)
 {
@@ -765,7 +766,7 @@ static void rec_set_members(farm_txm *m, const uint32_t *removed,
 		}
 	for (unsigned i = 0; i < nremoved; i++)
 		if (removed[i] < 0x40 && removed[i] != m->me)
-			m->rec.removed[removed[i]] = true;
+			m->rec.gone[removed[i]] = cfg;
 }
 
 /* Regions still being promoted from an earlier configuration stay in the
@@ -841,7 +842,7 @@ int farm_txm_reconfigure(farm_txm *m, uint64_t cfg, const uint32_t *removed,
 		return -ESTALE;
 	}
 	m->rec.decider = decider;
-	rec_set_members(m, removed, nremoved, members, nmembers);
+	rec_set_members(m, cfg, removed, nremoved, members, nmembers);
 	np = rec_keep_promoting(m, promo, np);
 	free(m->rec.promo);
 	m->rec.promo = promo;

@@ -156,7 +156,7 @@ static void h_vote(farm_loop *loop, const farm_msg_in *in, void *arg)
 	}
 	memcpy(&v, in->payload, sizeof(v));
 	if (v.cfg != atomic_load(&m->rec.cfg) || m->rec.decider != m->me ||
-	    !is_removed(m, v.coord) || (uint32_t)(v.txid >> 56) != v.coord ||
+	    !ever_removed(m, v.coord) || (uint32_t)(v.txid >> 56) != v.coord ||
 	    ((v.txid >> 48) & 0xff) >= m->T || v.nregs > REC_MAX_REGS ||
 	    v.ncb > REC_MAX_REGS ||
 	    in->len != sizeof(v) + 4ull * (v.nregs + v.ncb) ||
@@ -234,7 +234,8 @@ static bool decide(farm_txm *m, const struct rec_txn *t, uint64_t maxlw)
 		if (!n)
 			return false;
 		for (unsigned k = 1; k < n; k++)
-			if (!is_removed(m, reps[k]) &&
+			if (!(t->tcfg ? removed_since(m, reps[k], t->tcfg)
+			              : is_removed(m, reps[k])) &&
 			    !has_cb(t, reps[k], t->regs[i]))
 				return false;
 	}
@@ -251,7 +252,7 @@ static void h_end(farm_loop *loop, const farm_msg_in *in, void *arg)
 	}
 	memcpy(&e, in->payload, sizeof(e));
 	if (e.cfg != atomic_load(&m->rec.cfg) || m->rec.decider != m->me ||
-	    !is_removed(m, e.coord) || e.thread >= m->T ||
+	    !ever_removed(m, e.coord) || e.thread >= m->T ||
 	    in->src_machine >= 0x40 || is_removed(m, in->src_machine)) {
 		farm_txn_rec_refuse(m, in, "end of votes");
 		return;
@@ -260,7 +261,10 @@ static void h_end(farm_loop *loop, const farm_msg_in *in, void *arg)
 	pthread_mutex_lock(&m->rec.lock);
 	if (e.lw > m->rec.maxlw[key])
 		m->rec.maxlw[key] = e.lw;
-	if (++m->rec.ends[key] != m->rec.nsurv) {
+	/* A new holder of the id among the survivors holds no log of its
+	 * removed holder (it began empty): it sends no end for it. */
+	if (++m->rec.ends[key] !=
+	    m->rec.nsurv - (e.coord < 0x40 && m->rec.member[e.coord])) {
 		pthread_mutex_unlock(&m->rec.lock);
 		return;
 	}
@@ -314,12 +318,17 @@ static void h_decide(farm_loop *loop, const farm_msg_in *in, void *arg)
 	}
 	memcpy(&d, in->payload, sizeof(d));
 	if (d.cfg != atomic_load(&m->rec.cfg) ||
-	    in->src_machine != m->rec.decider || !is_removed(m, d.coord) ||
+	    in->src_machine != m->rec.decider || !ever_removed(m, d.coord) ||
 	    (uint32_t)(d.txid >> 56) != d.coord ||
 	    ((d.txid >> 48) & 0xff) != tl->t || d.commit > 1) {
 		farm_txn_rec_refuse(m, in, "recovery decision");
 		return;
 	}
+	/* Our log of the id is open to a new holder already (its removed
+	 * holder's was decided and emptied): the txid may be the new
+	 * holder's, which this decision is not about. */
+	if (!reader_dead(m, d.coord, &tl->r[d.coord]))
+		return;
 	bool commit = d.commit != 0;
 	/* As an old primary: the LOCK record installs or unlocks. */
 	farm_txn_decide_primary(tl, d.txid, commit);
@@ -363,13 +372,16 @@ static void h_done(farm_loop *loop, const farm_msg_in *in, void *arg)
 	}
 	memcpy(&e, in->payload, sizeof(e));
 	if (e.cfg != atomic_load(&m->rec.cfg) ||
-	    in->src_machine != m->rec.decider || !is_removed(m, e.coord) ||
+	    in->src_machine != m->rec.decider || !ever_removed(m, e.coord) ||
 	    e.thread != tl->t) {
 		farm_txn_rec_refuse(m, in, "end of recovery");
 		return;
 	}
-	/* Every transaction of the log is decided: empty it. */
+	/* Every transaction of the log is decided: empty it (unless it is
+	 * open to a new holder of the id already: emptied then). */
 	struct reader *rd = &tl->r[e.coord];
+	if (!reader_dead(m, e.coord, rd))
+		return;
 	uint64_t li = log_index(m, e.coord, tl->t);
 	uint8_t *ring = m->logbase + log_ring_off(m, li);
 	while (rd->applied < rd->head) {
@@ -384,6 +396,9 @@ static void h_done(farm_loop *loop, const farm_msg_in *in, void *arg)
 	rd->rec_done = true;
 	farm_info("txn recovery: log of machine %" PRIu32 " thread %u done",
 	          e.coord, tl->t);
+	/* A new holder of the id waits for it (farm_txm_forget_peer). */
+	if (rd->reopen)
+		farm_txn_log_reopen(tl, e.coord);
 }
 
 int farm_txn_rec_decide_init(farm_txm *m)

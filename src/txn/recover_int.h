@@ -13,6 +13,7 @@
 
 #include "txn/txn_int.h"
 #include "txn/txn_tx.h"
+#include "util/fault.h"
 
 #define REC_MAX_REGS 512u /* regions one vote carries (farm_tx_commit) */
 
@@ -52,9 +53,36 @@ static inline const uint8_t *rec_at(struct txloop *tl, uint32_t coord,
 	return rec;
 }
 
+/* Is the current holder of machine id @id removed? */
 static inline bool is_removed(const farm_txm *m, uint32_t id)
 {
-	return id < 0x40 && m->rec.removed[id];
+	return id < 0x40 && m->rec.gone[id] &&
+	       (m->rec.gone[id] > m->rec.inc[id] ||
+	        FARM_FAULT_SWITCH(FARM_FP_REC_REMOVED_STICKY));
+}
+
+/* Was any holder of @id ever removed (transactions of a removed holder
+ * of it may still be being decided)? */
+static inline bool ever_removed(const farm_txm *m, uint32_t id)
+{
+	return id < 0x40 && m->rec.gone[id];
+}
+
+/* Is the holder of @id at configuration @cfg (the one a record carries)
+ * removed since? Another holder may have the id now. */
+static inline bool removed_since(const farm_txm *m, uint32_t id, uint64_t cfg)
+{
+	return id < 0x40 && m->rec.gone[id] > cfg;
+}
+
+/* Does @rd read records of a removed holder of @coord (recovery owns
+ * them), rather than of its live holder? */
+static inline bool reader_dead(const farm_txm *m, uint32_t coord,
+                               const struct reader *rd)
+{
+	return coord < 0x40 && m->rec.gone[coord] &&
+	       (m->rec.gone[coord] > rd->inc ||
+	        FARM_FAULT_SWITCH(FARM_FP_REC_REMOVED_STICKY));
 }
 
 /* recover.c */

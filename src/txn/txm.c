@@ -292,7 +292,18 @@ farm_mr_desc farm_txm_log_desc(const farm_txm *m)
 	return m ? m->logdesc : (farm_mr_desc){0};
 }
 
-int farm_txm_add_peer(farm_txm *m, uint32_t id, const farm_mr_desc *logs)
+/* The word of log (@id, @t)'s header that says which incarnation of @id
+ * the log is open to (farm_txn_writer_open). */
+static _Atomic uint64_t *open_word(farm_txm *m, uint32_t id, unsigned t)
+{
+	return (_Atomic uint64_t *)(void *)(m->logbase +
+	                                    log_hdr_off(m,
+	                                                log_index(m, id, t)) +
+	                                    8);
+}
+
+int farm_txm_add_peer(farm_txm *m, uint32_t id, uint32_t inc,
+                      const farm_mr_desc *logs)
 {
 	if (!m || !logs || id >= m->M || id == m->me)
 		return -EINVAL;
@@ -307,6 +318,15 @@ int farm_txm_add_peer(farm_txm *m, uint32_t id, const farm_mr_desc *logs)
 		rc = memcmp(&m->peers[id], &d, sizeof(d)) ? -EEXIST : 0;
 	} else {
 		m->peers[id] = d;
+		/* Its logs here are empty: open them to the holder now.
+		 * Release: pairs with the acquire in farm_txn_writer_open's
+		 * READ (the header word before any record). */
+		for (unsigned t = 0; t < m->T; t++)
+			atomic_store_explicit(open_word(m, id, t), inc,
+			                      memory_order_release);
+		pthread_mutex_lock(&m->rec.lock);
+		m->rec.inc[id] = inc;
+		pthread_mutex_unlock(&m->rec.lock);
 		/* Pairs with the acquire of peer_ready in commit.c: the
 		 * descriptor above is set before it. */
 		atomic_store_explicit(&m->peer_ready[id], 1,
@@ -329,7 +349,8 @@ static uint64_t loop_table_bytes(const farm_txm *m)
 	       (uint64_t)m->M * (sizeof(struct writer) + sizeof(struct reader));
 }
 
-int farm_txm_replace_peer(farm_txm *m, uint32_t id, const farm_mr_desc *logs)
+int farm_txm_replace_peer(farm_txm *m, uint32_t id, uint32_t inc,
+                          const farm_mr_desc *logs)
 {
 	if (!m || !logs || id >= m->M || id == m->me)
 		return -EINVAL;
@@ -338,6 +359,11 @@ int farm_txm_replace_peer(farm_txm *m, uint32_t id, const farm_mr_desc *logs)
 	pthread_mutex_lock(&m->peer_lock);
 	bool ready = atomic_load(&m->peer_ready[id]);
 	if (ready) {
+		/* The new holder is live; the old one's records (if any)
+		 * stay recovery's (reader_dead: their reader's incarnation). */
+		pthread_mutex_lock(&m->rec.lock);
+		m->rec.inc[id] = inc;
+		pthread_mutex_unlock(&m->rec.lock);
 		/* A loop that has not forgotten the peer yet may read the
 		 * descriptor meanwhile: its WRITEs then reach the new logs
 		 * at old positions, which the new holder's reader never
@@ -346,7 +372,65 @@ int farm_txm_replace_peer(farm_txm *m, uint32_t id, const farm_mr_desc *logs)
 		m->peers[id].machine = id;
 	}
 	pthread_mutex_unlock(&m->peer_lock);
-	return ready ? 0 : farm_txm_add_peer(m, id, logs);
+	return ready ? 0 : farm_txm_add_peer(m, id, inc, logs);
+}
+
+void farm_txm_set_incarnation(farm_txm *m, uint32_t inc)
+{
+	if (m)
+		atomic_store_explicit(&m->self_inc, inc, memory_order_relaxed);
+}
+
+/* Loop @tl's transaction state of @coord's transactions: their ids come
+ * again from a new holder (they are machine, thread and a sequence that
+ * starts afresh), so what is left of the old holder's goes. */
+static void forget_txids(struct txloop *tl, uint32_t coord)
+{
+	for (unsigned b = 0; b < LOCK_BUCKETS; b++) {
+		for (struct lock_ent **pp = &tl->locks[b]; *pp;) {
+			struct lock_ent *e = *pp;
+			if ((uint32_t)(e->txid >> 56) != coord) {
+				pp = &e->next;
+				continue;
+			}
+			*pp = e->next;
+			free(e);
+		}
+		for (struct abort_ent **pp = &tl->aborts[b]; *pp;) {
+			struct abort_ent *e = *pp;
+			if ((uint32_t)(e->txid >> 56) != coord) {
+				pp = &e->next;
+				continue;
+			}
+			*pp = e->next;
+			free(e);
+		}
+	}
+}
+
+void farm_txn_log_reopen(struct txloop *tl, uint32_t coord)
+{
+	farm_txm *m = tl->m;
+	struct reader *rd = &tl->r[coord];
+	uint64_t inc = rd->next_inc;
+	uint64_t li = log_index(m, coord, tl->t);
+	forget_txids(tl, coord);
+	/* Whatever the old holder left (records recovery zeroed, one cut
+	 * off in flight, which a new record at its position could complete
+	 * by its trailer) goes, before the new holder may write. */
+	memset(m->logbase + log_ring_off(m, li), 0, m->R);
+	*rd = (struct reader){.inc = inc};
+	atomic_store_explicit(
+	        (_Atomic uint64_t *)(void *)(m->logbase + log_hdr_off(m, li)),
+	        0, memory_order_relaxed);
+	/* Release: pairs with the acquire in the new holder's READ
+	 * (freed_read_done): the zeroed ring and freed word before it
+	 * writes. */
+	atomic_store_explicit(open_word(m, coord, tl->t), inc,
+	                      memory_order_release);
+	farm_info("txn: log of machine %" PRIu32 " thread %u opened to its "
+	          "holder of incarnation %" PRIu64,
+	          coord, tl->t, inc);
 }
 
 int farm_txm_forget_peer(farm_txm *m, farm_loop *loop, uint32_t id)
@@ -365,13 +449,31 @@ int farm_txm_forget_peer(farm_txm *m, farm_loop *loop, uint32_t id)
 	w->tail = w->freed = w->sent_trunc = 0;
 	w->wq_head = w->wq_tail = 0;
 	w->reading = false;
-	/* Its log here: read from the start, where the new holder writes
-	 * (records of the old one were decided and zeroed by recovery). */
-	tl->r[id] = (struct reader){0};
-	uint64_t li = log_index(m, id, t);
-	atomic_store_explicit(
-	        (_Atomic uint64_t *)(void *)(m->logbase + log_hdr_off(m, li)),
-	        0, memory_order_relaxed);
+	w->open = false;
+	/* Its log here: the new holder's records go where the old holder's
+	 * were, so the log opens to it (its header's open word) only once
+	 * recovery has decided the old holder's and zeroed them
+	 * (farm_txn_log_reopen, now or at recovery's REC_DONE). Until then
+	 * the new holder's commits wait for room (farm_txn_writer_open),
+	 * and the reader stays the old holder's: recovery reads it. */
+	struct reader *rd = &tl->r[id];
+	pthread_mutex_lock(&m->rec.lock);
+	rd->next_inc = m->rec.inc[id];
+	pthread_mutex_unlock(&m->rec.lock);
+	if (rd->next_inc <= rd->inc)
+		return 0; /* not a new holder: nothing to reopen */
+	bool empty =
+	        rd->head == 0 &&
+	        !atomic_load_explicit(
+	                (_Atomic uint32_t *)(void *)(m->logbase +
+	                                             log_ring_off(
+	                                                     m, log_index(m, id,
+	                                                                  t))),
+	                memory_order_acquire);
+	if (rd->rec_done || empty)
+		farm_txn_log_reopen(tl, id);
+	else
+		rd->reopen = true;
 	return 0;
 }
 

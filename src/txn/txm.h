@@ -75,17 +75,26 @@ farm_mr_desc farm_txm_log_desc(const farm_txm *m);
  * attached loop's writer and reader tables, and the record queues of the
  * logs it has written to. */
 void farm_txm_memory(farm_txm *m, uint64_t *logs, uint64_t *tables);
-/* Make machine @id's logs writable from here (any thread). */
-int farm_txm_add_peer(farm_txm *m, uint32_t id, const farm_mr_desc *logs);
-/* Machine @id is a new holder of its id (a new incarnation, new logs at
+/* Make machine @id's logs writable from here (any thread); its holder is
+ * of incarnation @inc (0: the id's first; its logs here open to it). */
+int farm_txm_add_peer(farm_txm *m, uint32_t id, uint32_t inc,
+                      const farm_mr_desc *logs);
+/* Machine @id is a new holder of its id (incarnation @inc, new logs at
  * @logs): this machine's records for it go there from now on. Every
  * loop must then run farm_txm_forget_peer on its own thread before it
  * writes there again (any thread). */
-int farm_txm_replace_peer(farm_txm *m, uint32_t id, const farm_mr_desc *logs);
-/* On @loop's thread: its log on @id (a new holder) and its reading of
- * @id's log here start afresh, at position 0. Recovery must have ended
- * the old holder's transactions (its log here emptied) before. */
+int farm_txm_replace_peer(farm_txm *m, uint32_t id, uint32_t inc,
+                          const farm_mr_desc *logs);
+/* On @loop's thread: its log on @id (a new holder) starts afresh, at
+ * position 0; its log of @id here opens to the new holder once recovery
+ * has decided and emptied the old holder's records there (at once when
+ * it has, or when the log holds none), and until then the new holder's
+ * commits that write here wait. */
 int farm_txm_forget_peer(farm_txm *m, farm_loop *loop, uint32_t id);
+/* This machine holds its id as incarnation @inc (0: the id's first
+ * holder). Before its first transaction; with @inc above 0 its loops
+ * write a log only once that log is open to @inc. */
+void farm_txm_set_incarnation(farm_txm *m, uint32_t inc);
 
 /*
  * farm_txm_reconfigure() - the configuration became @cfg, with @members

@@ -108,6 +108,8 @@ struct farm_txm {
 	/* Bytes of the attached loops' per-machine tables and log record
 	 * queues (made on first use), for farm_txm_memory. */
 	_Atomic uint64_t loop_bytes;
+	/* This machine's incarnation of its id (farm_txm_set_incarnation). */
+	_Atomic uint32_t self_inc;
 };
 
 /* May this machine serve a read now (its lease holds)? Acquire: pairs with
@@ -174,6 +176,21 @@ static inline uint64_t log_ring_off(const farm_txm *m, uint64_t i)
 {
 	return m->hdr_area + i * m->R;
 }
+
+/* May this loop write its log on @mach (writer @w)? A machine that holds
+ * a reused id (a new incarnation) writes only once the log there is open
+ * to it: emptied of the id's old holder's records (txm.c,
+ * farm_txn_log_reopen). An id's first holder, and our own log, always. */
+static inline bool farm_txn_writer_open(farm_txm *m, const struct writer *w,
+                                        uint32_t mach)
+{
+	return w->open || mach == m->me ||
+	       !atomic_load_explicit(&m->self_inc, memory_order_relaxed);
+}
+
+/* txm.c: log (@coord, @tl's thread) here opens to the new holder of
+ * @coord (tl->r[coord].next_inc): the old holder's state goes. */
+void farm_txn_log_reopen(struct txloop *tl, uint32_t coord);
 
 static inline bool has_room(const farm_txm *m, const struct writer *w,
                             uint64_t need)

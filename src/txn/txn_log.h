@@ -123,7 +123,10 @@ struct writer {
 	uint64_t wq_head, wq_tail; /* wq entries [head, tail) */
 	struct wq_ent *wq; /* wq_cap, a power of two; grows; NULL until used */
 	uint64_t wq_cap;
-	bool reading;       /* a READ of the freed word is out */
+	bool reading; /* a READ of the freed word is out */
+	/* The replica opened the log to this machine's incarnation (its
+	 * header says so: farm_txn_writer_open). */
+	bool open;
 	uint64_t freed_buf; /* its destination (in the arena) */
 };
 
@@ -135,6 +138,12 @@ struct reader {
 	bool broken;      /* a malformed record: no longer read */
 	bool fenced;      /* its coordinator was removed: recovery owns it */
 	bool rec_done;    /* ... and recovery decided and emptied it */
+	/* The incarnation of the coordinator whose records it reads, and
+	 * (when @reopen) the incarnation of a new holder of the id whose
+	 * records come once the old holder's are recovered and zeroed
+	 * (farm_txm_forget_peer, farm_txn_log_reopen). */
+	uint64_t inc, next_inc;
+	bool reopen;
 };
 
 /* A transaction whose ABORT record this loop processed: its

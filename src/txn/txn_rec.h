@@ -63,8 +63,14 @@ struct txrec_state {
 	pthread_mutex_t lock;
 	_Atomic uint64_t cfg; /* the configuration being recovered into */
 	uint32_t decider;
-	bool removed[0x40]; /* every machine ever removed */
-	bool member[0x40];  /* the survivors of cfg */
+	/* Per machine id: the configuration that last removed a holder of
+	 * it (0: none ever), and the incarnation of its current holder (the
+	 * configuration that admitted it, farm_txm_replace_peer; 0 for an
+	 * id's first holder). A holder admitted before the id's last
+	 * removal is removed; its records are recovery's. */
+	uint64_t gone[0x40];
+	uint64_t inc[0x40];
+	bool member[0x40]; /* the survivors of cfg */
 	unsigned nsurv;
 	uint32_t *promo; /* regions being promoted here */
 	unsigned npromo;

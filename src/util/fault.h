@@ -150,6 +150,11 @@ enum farm_fault_point {
 	 * (a stale answer after an acknowledged overwrite:
 	 * tests/test_kv_multi --broken-owner, the checker must see it). */
 	FARM_FP_KV_OWNER_STALE,
+	/* txn/recover_int.h, a switch: while hooked, a machine id once
+	 * removed stays removed to recovery, whichever holder has it now
+	 * (its log fenced and voted on, its votes refused: test_campaign
+	 * --reuse --broken-removed must report a failed cycle). */
+	FARM_FP_REC_REMOVED_STICKY,
 	FARM_FP_COUNT
 };
 

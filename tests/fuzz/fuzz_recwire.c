@@ -29,7 +29,7 @@ static void setup(farm_txm *m, uint8_t mode)
 	m->M = 0; /* no message is ever sent from here */
 	atomic_store(&m->rec.cfg, 7);
 	m->rec.decider = (mode & 1) ? 0 : 1; /* this machine, or not */
-	m->rec.removed[3] = m->rec.removed[5] = true;
+	m->rec.gone[3] = m->rec.gone[5] = 6; /* removed before cfg 7 */
 	m->rec.member[0] = m->rec.member[1] = m->rec.member[2] = true;
 	m->rec.nsurv = 1000; /* never all ends: see the opening comment */
 	m->rec.go_sent = (mode & 2) != 0;

@@ -57,7 +57,8 @@ void asn_open_noview(struct asn_cluster *c, unsigned n, uint64_t rsize,
 				continue;
 			farm_mr_desc d = farm_txm_log_desc(c->m[j].txm);
 			assert_int_equal(
-			        farm_txm_add_peer(c->m[i].txm, j + 1, &d), 0);
+			        farm_txm_add_peer(c->m[i].txm, j + 1, 0, &d),
+			        0);
 		}
 }
 

@@ -84,7 +84,7 @@ int cluster_open(struct cluster *c, unsigned n, uint64_t rsize,
 			if (i == j)
 				continue;
 			farm_mr_desc d = farm_txm_log_desc(c->m[j].txm);
-			CK(farm_txm_add_peer(c->m[i].txm, j + 1, &d));
+			CK(farm_txm_add_peer(c->m[i].txm, j + 1, 0, &d));
 		}
 	uint32_t ids[MAX_M];
 	for (unsigned i = 0; i < n; i++)
