@@ -146,8 +146,11 @@ static void tx_append(farm_tx *tx, uint32_t mach, uint8_t *buf, size_t len,
 {
 	uint64_t seq;
 	int rc = farm_txn_log_append(tx->tl, mach, buf, len, tx, kind, &seq);
-	if (!rc)
-		tx->used[mach] += len;
+	if (!rc) {
+		struct txpart *tp = tx_part(tx, mach);
+		if (tp)
+			tp->used += len;
+	}
 	if (rc && rc != -EAGAIN && (kind == K_PRIMARY || kind == K_ABORT))
 		farm_warn("txn: %s record of transaction %#" PRIx64
 		          " to machine "
@@ -225,27 +228,29 @@ void farm_txn_tx_finish(farm_tx *tx)
 		tx->deferred_finish = true;
 		return;
 	}
+	struct txpart *pt = tx_parts(tx);
 	if (tx->ph == PH_PRIMARY || tx->ph == PH_ABORT)
-		for (uint32_t p = 0; p < 0x40; p++)
-			if (tx->locked_at[p] && !tx->decided_at[p])
+		for (unsigned i = 0; i < tx->nparts; i++)
+			if ((pt[i].flags & (TXP_LOCKED | TXP_DECIDED)) ==
+			    TXP_LOCKED)
 				farm_warn(
 				        "txn: transaction %#" PRIx64
 				        " finished "
 				        "without a decision at machine %" PRIu32
 				        " (phase %d, fail %d)",
-				        tx->id, p, (int)tx->ph, tx->fail);
+				        tx->id, pt[i].mach, (int)tx->ph,
+				        tx->fail);
 	for (unsigned i = 0; i < tx->nrecs; i++) {
 		struct writer *w = &tl->w[tx->recs[i].machine];
 		w->wq[tx->recs[i].seq % w->wq_cap].done = true;
 	}
-	for (uint64_t mk = tx->need_mask; mk; mk &= mk - 1) {
-		uint32_t mach = (uint32_t)__builtin_ctzll(mk);
-		if (mach >= m->M || !tx->need[mach])
+	for (unsigned i = 0; i < tx->nparts; i++) {
+		uint32_t mach = pt[i].mach;
+		if (mach >= m->M || !pt[i].need)
 			continue;
 		struct writer *w = &tl->w[mach];
-		uint64_t left = tx->need[mach] > tx->used[mach]
-		                        ? tx->need[mach] - tx->used[mach]
-		                        : 0;
+		uint64_t left =
+		        pt[i].need > pt[i].used ? pt[i].need - pt[i].used : 0;
 		w->reserved -= FARM_MIN(w->reserved, left);
 		farm_txn_maybe_truncate(tl, mach, false);
 	}
@@ -296,8 +301,9 @@ static void tx_fail(farm_tx *tx, int fail)
 	if (tx->single) {
 		single_unlock(tx, tx->n);
 		bool cb = false;
-		for (uint32_t p = 0; p < 0x40; p++)
-			cb |= tx->cb_at[p];
+		const struct txpart *pt = tx_parts(tx);
+		for (unsigned i = 0; i < tx->nparts; i++)
+			cb |= (pt[i].flags & TXP_CB) != 0;
 		if (!cb) {
 			farm_txn_tx_report(tx, fail);
 			farm_txn_tx_finish(tx);
@@ -399,8 +405,8 @@ void farm_txn_tx_record_done(farm_loop *loop, farm_tx *tx, int kind,
 	tx->wait_writes--;
 	if (kind == K_LOCK && status)
 		tx->wait_replies--; /* no record, no answer */
-	if ((kind == K_PRIMARY || kind == K_ABORT) && !status && mach < 0x40)
-		tx->decided_at[mach] = true;
+	if ((kind == K_PRIMARY || kind == K_ABORT) && !status)
+		tx_part_mark(tx, mach, TXP_DECIDED);
 	if ((kind == K_PRIMARY || kind == K_ABORT) && status &&
 	    status != FARM_EPEERDEAD && status != FARM_EFENCED) {
 		/* It did not land (an earlier failure on the endpoint flushed
@@ -456,12 +462,20 @@ static void phase_lock(farm_tx *tx)
 	tx->ph = PH_LOCK;
 	tx->deadline = farm_now_ns() + REPLY_TIMEOUT_NS;
 	tx->tl->lock_waiters++;
-	bool seen[0x40] = {false};
+	tx_parts_unsee(tx, TXP_SEEN);
 	for (unsigned i = 0; i < tx->n; i++) {
 		struct txobj *o = &tx->o[i];
-		if (!txo_is_write(o) || seen[o->primary])
+		if (!txo_is_write(o))
 			continue;
-		seen[o->primary] = true;
+		/* A participant already (commit_count_room). */
+		struct txpart *tp = tx_part_get(tx, o->primary);
+		if (!tp) {
+			tx->fail = -ENOMEM;
+			continue;
+		}
+		if (tp->flags & TXP_SEEN)
+			continue;
+		tp->flags |= TXP_SEEN;
 		uint8_t *buf;
 		size_t len;
 		int rc = build_rec(tx, REC_LOCK, o->primary, 0, &buf, &len);
@@ -469,7 +483,7 @@ static void phase_lock(farm_tx *tx)
 			tx->fail = rc;
 			continue;
 		}
-		tx->locked_at[o->primary] = true;
+		tp->flags |= TXP_LOCKED;
 		unsigned before = tx->wait_writes;
 		tx_append(tx, o->primary, buf, len, K_LOCK);
 		if (tx->wait_writes != before)
@@ -584,22 +598,29 @@ static void phase_backup(farm_tx *tx)
 {
 	tx->ph = PH_BACKUP;
 	unsigned nsent = 0; /* records, for the crash point */
-	bool seenp[0x40] = {false};
+	tx_parts_unsee(tx, TXP_SEENP);
 	for (unsigned i = 0; i < tx->n && !tx->fail; i++) {
 		struct txobj *o = &tx->o[i];
-		if (!txo_is_write(o) || seenp[o->primary])
+		struct txpart *pp =
+		        txo_is_write(o) ? tx_part_get(tx, o->primary) : NULL;
+		if (!pp || (pp->flags & TXP_SEENP))
 			continue;
-		seenp[o->primary] = true;
-		bool seenb[0x40] = {false};
+		pp->flags |= TXP_SEENP;
+		tx_parts_unsee(tx, TXP_SEEN); /* backups of this primary */
 		for (unsigned j = i; j < tx->n; j++) {
 			struct txobj *q = &tx->o[j];
 			if (!txo_is_write(q) || q->primary != o->primary)
 				continue;
 			for (unsigned k = 1; k < q->nrep; k++) {
 				uint32_t b = q->reps[k];
-				if (seenb[b])
+				struct txpart *tp = tx_part_get(tx, b);
+				if (!tp) {
+					tx->fail = -ENOMEM;
+					break;
+				}
+				if (tp->flags & TXP_SEEN)
 					continue;
-				seenb[b] = true;
+				tp->flags |= TXP_SEEN;
 				uint8_t *buf;
 				size_t len;
 				int rc = build_rec(tx, REC_COMMIT_BACKUP,
@@ -611,9 +632,10 @@ static void phase_backup(farm_tx *tx)
 				if (nsent++)
 					FARM_FAULT_POINT(
 					        FARM_FP_TX_BACKUP_SOME);
+				/* Landed or not: unknown. Set first, as
+				 * tx_append may move the list. */
+				tp->flags |= TXP_CB;
 				tx_append(tx, b, buf, len, K_BACKUP);
-				tx->cb_at[b] =
-				        true; /* landed or not: unknown */
 			}
 		}
 	}
@@ -704,8 +726,11 @@ static void phase_primary(farm_tx *tx)
 	tx->ph = PH_PRIMARY;
 	farm_txn_tell_decided(tx, true);
 	bool remote = false;
-	for (uint32_t p = 0; p < tx->m->M && p < 0x40; p++) {
-		if (!tx->locked_at[p])
+	/* By index: send_decisive does not add participants (each one it
+	 * writes to is one already). */
+	for (unsigned i = 0; i < tx->nparts; i++) {
+		uint32_t p = tx_parts(tx)[i].mach;
+		if (p >= tx->m->M || !(tx_parts(tx)[i].flags & TXP_LOCKED))
 			continue;
 		send_decisive(tx, p, REC_COMMIT_PRIMARY, K_PRIMARY, NULL);
 		if (p != tx->m->me && !remote) {
@@ -729,9 +754,12 @@ static void phase_abort(farm_tx *tx, int outcome)
 	tx->fail = 0;
 	tx->abort_outcome = outcome;
 	farm_txn_tell_decided(tx, false);
-	for (uint32_t p = 0; p < tx->m->M && p < 0x40; p++)
-		if (tx->locked_at[p] || tx->cb_at[p])
+	for (unsigned i = 0; i < tx->nparts; i++) {
+		uint32_t p = tx_parts(tx)[i].mach;
+		if (p < tx->m->M &&
+		    (tx_parts(tx)[i].flags & (TXP_LOCKED | TXP_CB)))
 			send_decisive(tx, p, REC_ABORT, K_ABORT, NULL);
+	}
 	tx_step(tx);
 }
 
@@ -929,8 +957,10 @@ void farm_txn_end_lock_waits(struct txloop *tl, const bool *removed)
 		if (!tx || tx->ph != PH_LOCK || !tx->wait_replies)
 			continue;
 		bool gone = false;
-		for (uint32_t k = 0; k < tl->m->M && k < 0x40 && !gone; k++)
-			gone = removed[k] && tx->locked_at[k];
+		const struct txpart *pt = tx_parts(tx);
+		for (unsigned k = 0; k < tx->nparts && !gone; k++)
+			gone = pt[k].mach < tl->m->M && removed[pt[k].mach] &&
+			       (pt[k].flags & TXP_LOCKED);
 		if (!gone)
 			continue;
 		tx->wait_replies = 0;
@@ -947,7 +977,7 @@ uint64_t farm_txm_testing_log_reserved(farm_txm *m, farm_loop *loop,
                                        uint32_t mach)
 {
 	struct txloop *tl = loop_state(m, loop);
-	return tl && mach < m->M && mach < 0x40 ? tl->w[mach].reserved : 0;
+	return tl && mach < m->M ? tl->w[mach].reserved : 0;
 }
 
 #ifdef FARM_FAULT_INJECTION

@@ -65,9 +65,10 @@ void farm_txn_tx_reserve(farm_tx *tx)
 	farm_txm *m = tx->m;
 	struct txloop *tl = tx->tl;
 	bool ok = true, reading = false, closed = false;
-	for (uint64_t mk = tx->need_mask; mk; mk &= mk - 1) {
-		uint32_t mach = (uint32_t)__builtin_ctzll(mk);
-		if (mach >= m->M || !tx->need[mach])
+	const struct txpart *pt = tx_parts(tx);
+	for (unsigned i = 0; i < tx->nparts; i++) {
+		uint32_t mach = pt[i].mach;
+		if (mach >= m->M || !pt[i].need)
 			continue;
 		struct writer *w = &tl->w[mach];
 		if (!farm_txn_writer_open(m, w, mach)) {
@@ -80,10 +81,10 @@ void farm_txn_tx_reserve(farm_tx *tx)
 			reading |= w->reading;
 			continue;
 		}
-		if (!has_room(m, w, tx->need[mach])) {
+		if (!has_room(m, w, pt[i].need)) {
 			wq_pop_done(w, tl->cs_low);
 			farm_txn_refresh_freed(tl, mach);
-			if (!has_room(m, w, tx->need[mach])) {
+			if (!has_room(m, w, pt[i].need)) {
 				farm_txn_maybe_truncate(tl, mach, true);
 				ok = false;
 				reading |= w->reading;
@@ -122,23 +123,20 @@ void farm_txn_tx_reserve(farm_tx *tx)
 		farm_txn_tx_finish(tx);
 		return;
 	}
-	for (uint64_t mk = tx->need_mask; mk; mk &= mk - 1) {
-		uint32_t mach = (uint32_t)__builtin_ctzll(mk);
-		if (mach < m->M)
-			tl->w[mach].reserved += tx->need[mach];
-	}
+	for (unsigned i = 0; i < tx->nparts; i++)
+		if (pt[i].mach < m->M)
+			tl->w[pt[i].mach].reserved += pt[i].need;
 	farm_txn_tx_start_phases(tx);
 }
 
 /* farm_tx_commit refuses @tx with @rc before reserving any log room: the
  * room it counted is forgotten, as farm_txn_tx_finish (at farm_tx_abort or
- * farm_tx_free) releases need[] less used[] from the writers' reserved
+ * farm_tx_free) releases need less used from the writers' reserved
  * bytes, which are other commits' then; a later farm_tx_commit counts
  * afresh. */
 static int commit_refused(farm_tx *tx, int rc)
 {
-	tx_need_clear(tx);
-	memset(tx->cb_room, 0, sizeof(tx->cb_room));
+	tx_need_clear(tx); /* and each participant's flags */
 	return rc;
 }
 
@@ -154,7 +152,7 @@ static int commit_place(farm_tx *tx, unsigned *nw)
 		struct txobj *o = &tx->o[i];
 		o->nrep = farm_as_replicas(m->as, farm_gaddr_region(o->a),
 		                           o->reps);
-		if (!o->nrep || o->reps[0] >= 0x40 || o->reps[0] >= m->M)
+		if (!o->nrep || o->reps[0] >= m->M)
 			return -EINVAL;
 		o->primary = o->reps[0];
 		single &= o->primary == m->me;
@@ -225,52 +223,65 @@ static int commit_images(farm_tx *tx)
 /* Room at each backup of primary @p: one COMMIT-BACKUP record per backup
  * (objects from index @from on share no earlier primary), plus a possible
  * ABORT once per backup. */
-static void need_backups_of(farm_tx *tx, uint32_t p, unsigned from)
+static int need_backups_of(farm_tx *tx, uint32_t p, unsigned from)
 {
-	bool seenb[0x40] = {false};
+	tx_parts_unsee(tx, TXP_SEEN);
 	for (unsigned j = from; j < tx->n; j++) {
 		struct txobj *q = &tx->o[j];
 		if (!txo_is_write(q) || q->primary != p)
 			continue;
 		for (unsigned k = 1; k < q->nrep; k++) {
 			uint32_t b = q->reps[k];
-			if (b >= 0x40 || seenb[b])
+			struct txpart *tb = tx_part_get(tx, b);
+			if (!tb)
+				return -ENOMEM;
+			if (tb->flags & TXP_SEEN)
 				continue;
-			seenb[b] = true;
-			tx_need_add(tx, b,
-			            farm_txn_rec_bytes(tx, REC_COMMIT_BACKUP, p,
-			                               b, NULL));
-			if (!tx->cb_room[b]) { /* a possible ABORT */
-				tx->cb_room[b] = true;
-				tx_need_add(tx, b, 64);
-			}
+			/* One COMMIT-BACKUP, and once per backup room for a
+			 * possible ABORT. */
+			tb->need += farm_txn_rec_bytes(tx, REC_COMMIT_BACKUP, p,
+			                               b, NULL) +
+			            (tb->flags & TXP_CB_ROOM ? 0 : 64);
+			tb->flags |= TXP_SEEN | TXP_CB_ROOM;
 		}
 	}
+	return 0;
 }
 
 /* Log room: LOCK + COMMIT-PRIMARY/ABORT at each primary (not for a
  * single-machine commit), COMMIT-BACKUP at each backup. */
-static void commit_count_room(farm_tx *tx)
+static int commit_count_room(farm_tx *tx)
 {
-	for (unsigned i = 0; i < tx->n; i++) {
+	for (unsigned i = 0; i < tx->n && !tx->single; i++) {
 		struct txobj *o = &tx->o[i];
 		if (!txo_is_write(o))
 			continue;
 		uint32_t p = o->primary;
-		if (!tx->single && !tx->need[p])
-			tx_need_add(
-			        tx, p,
+		struct txpart *tp = tx_part_get(tx, p);
+		if (!tp)
+			return -ENOMEM;
+		if (!tp->need)
+			tp->need =
 			        farm_txn_rec_bytes(tx, REC_LOCK, p, 0, NULL) +
-			                64);
+			        64;
 	}
-	bool seenp[0x40] = {false};
+	/* A single-machine commit's primary (this one) joins the list here
+	 * as a placeholder, needing no room. */
+	tx_parts_unsee(tx, TXP_SEENP);
 	for (unsigned i = 0; i < tx->n; i++) {
 		struct txobj *o = &tx->o[i];
-		if (!txo_is_write(o) || seenp[o->primary])
+		struct txpart *tp =
+		        txo_is_write(o) ? tx_part_get(tx, o->primary) : NULL;
+		if (txo_is_write(o) && !tp)
+			return -ENOMEM;
+		if (!tp || (tp->flags & TXP_SEENP))
 			continue;
-		seenp[o->primary] = true;
-		need_backups_of(tx, o->primary, i);
+		tp->flags |= TXP_SEENP;
+		int rc = need_backups_of(tx, o->primary, i);
+		if (rc)
+			return rc;
 	}
+	return 0;
 }
 
 /* Every log the commit needs is at a peer ready to take it, and no one
@@ -279,19 +290,18 @@ static void commit_count_room(farm_tx *tx)
 static int commit_room_check(farm_tx *tx)
 {
 	farm_txm *m = tx->m;
-	for (uint64_t mk = tx->need_mask; mk; mk &= mk - 1) {
-		uint32_t mach = (uint32_t)__builtin_ctzll(mk);
-		if (mach < m->M && tx->need[mach] && mach != m->me &&
+	const struct txpart *pt = tx_parts(tx);
+	for (unsigned i = 0; i < tx->nparts; i++) {
+		uint32_t mach = pt[i].mach;
+		if (mach < m->M && pt[i].need && mach != m->me &&
 		    /* Pairs with the release of peer_ready in txm.c. */
 		    !atomic_load_explicit(&m->peer_ready[mach],
 		                          memory_order_acquire))
 			return FARM_EPEERDEAD;
 	}
-	for (uint64_t mk = tx->need_mask; mk; mk &= mk - 1) {
-		uint32_t mach = (uint32_t)__builtin_ctzll(mk);
-		if (mach < m->M && tx->need[mach] > m->R / 2)
+	for (unsigned i = 0; i < tx->nparts; i++)
+		if (pt[i].mach < m->M && pt[i].need > m->R / 2)
 			return -E2BIG;
-	}
 	return 0;
 }
 
@@ -318,8 +328,9 @@ int farm_tx_commit(farm_tx *tx, farm_tx_commit_fn cont, void *ctx)
 	rc = commit_images(tx);
 	if (rc)
 		return rc;
-	commit_count_room(tx);
-	rc = commit_room_check(tx);
+	rc = commit_count_room(tx);
+	if (!rc)
+		rc = commit_room_check(tx);
 	if (rc)
 		return commit_refused(tx, rc);
 	tx->ph = PH_RESERVE;

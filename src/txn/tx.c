@@ -38,9 +38,13 @@ int farm_tx_begin(farm_txm *m, farm_loop *loop, farm_tx **out)
 		tl->tx_nfree--;
 		struct txobj *o = tx->o;
 		unsigned cap = tx->cap;
+		struct txpart *ph = tx->pheap;
+		unsigned capheap = tx->capheap;
 		memset(tx, 0, sizeof(*tx));
 		tx->o = o;
 		tx->cap = cap;
+		tx->pheap = ph;
+		tx->capheap = capheap;
 	} else if (!(tx = calloc(1, sizeof(*tx)))) {
 		return -ENOMEM;
 	}
@@ -68,6 +72,11 @@ void farm_txn_tx_free(farm_tx *tx)
 	 * is 1.6 KB (past malloc's per-thread cache), and allocating and
 	 * freeing it, with its object array, was a visible part of a short
 	 * transaction's cost (fgraph's updates, perf). */
+	if (tx->capheap > TX_POOL_PARTS) {
+		free(tx->pheap);
+		tx->pheap = NULL;
+		tx->capheap = 0;
+	}
 	if (tl->tx_nfree < TX_POOL && tx->cap <= TX_POOL_OBJS) {
 		tx->next_free = tl->tx_free_list;
 		tl->tx_free_list = tx;
@@ -75,7 +84,23 @@ void farm_txn_tx_free(farm_tx *tx)
 		return;
 	}
 	free(tx->o);
+	free(tx->pheap);
 	free(tx);
+}
+
+int farm_txn_parts_grow(farm_tx *tx)
+{
+	unsigned cap = tx->pheap ? tx->capheap : TXP_INLINE;
+	unsigned nc = cap * 2;
+	struct txpart *np = tx->pheap ? realloc(tx->pheap, nc * sizeof(*np))
+	                              : malloc(nc * sizeof(*np));
+	if (!np)
+		return -ENOMEM;
+	if (!tx->pheap)
+		memcpy(np, tx->pinl, tx->nparts * sizeof(*np));
+	tx->pheap = np;
+	tx->capheap = nc;
+	return 0;
 }
 
 int farm_tx_write(farm_tx *tx, farm_gaddr a, void **data)

@@ -18,12 +18,13 @@
 #include "util/common.h"
 
 /* Limits every file of the layer shares. */
-#define MAX_LOOPS    64
-#define TX_SLOTS     4096u /* concurrent transactions per loop */
-#define TX_POOL      64u   /* finished transaction records kept per loop */
-#define TX_POOL_OBJS 64u   /* ... when their object array is this small */
-#define LOCK_BUCKETS 1024u
-#define CS_RING      (2 * TX_SLOTS) /* commits of a loop in flight, at most */
+#define MAX_LOOPS     64
+#define TX_SLOTS      4096u /* concurrent transactions per loop */
+#define TX_POOL       64u   /* finished transaction records kept per loop */
+#define TX_POOL_OBJS  64u   /* ... when their object array is this small */
+#define TX_POOL_PARTS 64u   /* ... keeping a participant list this small */
+#define LOCK_BUCKETS  1024u
+#define CS_RING       (2 * TX_SLOTS) /* commits of a loop in flight, at most */
 
 #define NCLS 17 /* arena classes: 64 B .. 4 MiB */
 

@@ -6,6 +6,8 @@
 #ifndef FARM_TXN_TXN_TX_H
 #define FARM_TXN_TXN_TX_H
 
+#include <errno.h>
+
 #include "alloc/objhdr.h"
 #include "txn/txn_int.h"
 
@@ -52,6 +54,28 @@ struct txrec {
 	uint64_t seq; /* its wq entry */
 };
 
+/*
+ * A machine a commit touches (a participant): the log room reserved there
+ * and what was sent. The list is sized by the machines one commit touches,
+ * not by the machine id space: a commit on 1-4 machines finds its entries
+ * in a few compares and allocates nothing.
+ */
+#define TXP_LOCKED  1u  /* a LOCK record was sent there */
+#define TXP_CB      2u  /* a COMMIT-BACKUP was sent there */
+#define TXP_CB_ROOM 4u  /* room for an ABORT there is reserved */
+#define TXP_DECIDED 8u  /* its COMMIT-PRIMARY or ABORT landed there */
+#define TXP_SEEN    16u /* scratch: visited by the current pass */
+#define TXP_SEENP   32u /* scratch: ... of the outer pass (primaries) */
+
+struct txpart {
+	uint32_t mach;
+	uint32_t flags; /* TXP_* */
+	uint64_t need;  /* log bytes reserved */
+	uint64_t used;  /* of which written */
+};
+
+#define TXP_INLINE 8u
+
 struct farm_tx {
 	farm_txm *m;
 	struct txloop *tl;
@@ -65,14 +89,12 @@ struct farm_tx {
 	bool reported, single;
 	farm_tx_commit_fn cont;
 	void *ctx;
-	uint64_t need[0x40]; /* log bytes reserved per machine (M <= 64) */
-	uint64_t need_mask;  /* bit m: need[m] != 0 (tx_need_add) */
-	uint64_t used[0x40];
-	bool locked_at[0x40];
-	bool cb_at[0x40];      /* a COMMIT-BACKUP was sent there */
-	bool cb_room[0x40];    /* room for an ABORT there is reserved */
-	int abort_outcome;     /* PH_ABORT: reported once ABORTs landed */
-	bool decided_at[0x40]; /* its COMMIT-PRIMARY or ABORT landed there */
+	/* The machines the commit touches, by ascending id: in pinl, or in
+	 * pheap once more than TXP_INLINE (tx_parts). */
+	struct txpart pinl[TXP_INLINE];
+	struct txpart *pheap;
+	unsigned nparts, capheap;
+	int abort_outcome; /* PH_ABORT: reported once ABORTs landed */
 	unsigned wait_writes, wait_replies, wait_reads;
 	/* PH_VALIDATE: the next object to validate; when the send queue
 	 * was full with none of ours in flight, since when (a deferred
@@ -149,20 +171,90 @@ static inline struct txobj *tx_find(farm_tx *tx, farm_gaddr a)
 	return NULL;
 }
 
-/* Log room for @bytes more in machine @mach's log (@mach < 0x40). The
- * mask lets the loops over a commit's logs visit only those it uses: M is
- * the message layer's machine limit (64), and a single-machine commit
- * without backups, the most common kind, uses none. */
-static inline void tx_need_add(farm_tx *tx, uint32_t mach, uint64_t bytes)
+/* ---- transactions: the participants --------------------------------- */
+
+static inline struct txpart *tx_parts(farm_tx *tx)
 {
-	tx->need[mach] += bytes;
-	tx->need_mask |= 1ull << mach;
+	return tx->pheap ? tx->pheap : tx->pinl;
 }
 
+/* Where machine @mach is, or would be inserted, in the sorted list. A
+ * short list (the common case) is searched linearly. */
+static inline unsigned tx_part_pos(farm_tx *tx, uint32_t mach)
+{
+	const struct txpart *p = tx_parts(tx);
+	unsigned lo = 0, hi = tx->nparts;
+	while (hi - lo > 8) {
+		unsigned mid = lo + (hi - lo) / 2;
+		if (p[mid].mach < mach)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	while (lo < hi && p[lo].mach < mach)
+		lo++;
+	return lo;
+}
+
+/* Machine @mach's entry, or NULL if the commit does not touch it. */
+static inline struct txpart *tx_part(farm_tx *tx, uint32_t mach)
+{
+	unsigned i = tx_part_pos(tx, mach);
+	struct txpart *p = tx_parts(tx);
+	return i < tx->nparts && p[i].mach == mach ? &p[i] : NULL;
+}
+
+/* tx.c: room for one more entry (-ENOMEM). */
+int farm_txn_parts_grow(farm_tx *tx);
+
+/* Machine @mach's entry, added if new; NULL only out of memory. */
+static inline struct txpart *tx_part_get(farm_tx *tx, uint32_t mach)
+{
+	unsigned i = tx_part_pos(tx, mach);
+	struct txpart *p = tx_parts(tx);
+	if (i < tx->nparts && p[i].mach == mach)
+		return &p[i];
+	unsigned cap = tx->pheap ? tx->capheap : TXP_INLINE;
+	if (tx->nparts == cap) {
+		if (farm_txn_parts_grow(tx))
+			return NULL;
+		p = tx_parts(tx);
+	}
+	memmove(&p[i + 1], &p[i], (tx->nparts - i) * sizeof(*p));
+	p[i] = (struct txpart){.mach = mach};
+	tx->nparts++;
+	return &p[i];
+}
+
+/* Sets @flag at machine @mach, a participant already (its log room was
+ * counted before anything was sent there); never adds one, so a caller
+ * may be iterating the list. */
+static inline void tx_part_mark(farm_tx *tx, uint32_t mach, uint32_t flag)
+{
+	struct txpart *p = tx_part(tx, mach);
+	if (p)
+		p->flags |= flag;
+}
+
+static inline bool tx_part_has(farm_tx *tx, uint32_t mach, uint32_t flag)
+{
+	const struct txpart *p = tx_part(tx, mach);
+	return p && (p->flags & flag);
+}
+
+/* Clears the scratch flag @seen (TXP_SEEN or TXP_SEENP) before a pass. */
+static inline void tx_parts_unsee(farm_tx *tx, uint32_t seen)
+{
+	struct txpart *p = tx_parts(tx);
+	for (unsigned i = 0; i < tx->nparts; i++)
+		p[i].flags &= ~seen;
+}
+
+/* Forget every participant (the room counted, the flags): the list's
+ * memory stays for the next commit of this record. */
 static inline void tx_need_clear(farm_tx *tx)
 {
-	memset(tx->need, 0, sizeof(tx->need));
-	tx->need_mask = 0;
+	tx->nparts = 0;
 }
 
 /* Whether the transaction writes @o. */
