@@ -334,6 +334,13 @@ uint64_t farm_txn_rec_bytes(farm_tx *tx, int type, uint32_t p, uint32_t b,
 void farm_txn_tx_report(farm_tx *tx, int outcome);
 void farm_txn_phase_validate(farm_tx *tx);
 void farm_txn_tx_start_phases(farm_tx *tx);
+void farm_txn_tx_step(farm_tx *tx);
+
+/* commit_single.c: the single-machine phases (lock shared, then install
+ * and unlock; unlock the first @upto objects on failure). */
+void farm_txn_single_lock(farm_tx *tx);
+void farm_txn_single_install(farm_tx *tx);
+void farm_txn_single_unlock(farm_tx *tx, unsigned upto);
 
 /* commit_start.c */
 void farm_txn_tx_reserve(farm_tx *tx);
