@@ -9,6 +9,7 @@
 #include "hashtable/ht_int.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,6 +56,7 @@ void farm_ht_gets_free(struct htloop *l)
 }
 
 static void get_start(struct get_op *g);
+static void get_again(farm_loop *loop, void *ctx, int status);
 
 /* A read's error as a lookup's: a read that finds no region where the
  * table says the shard's memory is (-ENOENT from the address space) must
@@ -112,12 +114,34 @@ static void get_retry(struct get_op *g)
 		get_end(g, -EBUSY, NULL, 0);
 		return;
 	}
-	unsigned k = FARM_MIN(g->tries, 10u);
-	uint64_t spins = farm_rand64(&g->l->rand) & ((1ull << k) - 1);
-	for (uint64_t i = 0; i < spins; i++)
-		farm_cpu_relax();
 	g->stage = 0;
+	/* As a transaction's read does (txn/read.c): a short randomized
+	 * spin for the first few tries, then retry from a later loop pass
+	 * and give the core away once per pass. The bucket pair stays locked
+	 * until its commit's primary applies COMMIT-PRIMARY, which may wait
+	 * in a log this loop serves, or on another machine's loop that, on a
+	 * host with more loops than cores, waits for this very core. */
+	if (g->tries <= 4) {
+		uint64_t spins =
+		        farm_rand64(&g->l->rand) & ((1ull << g->tries) - 1);
+		for (uint64_t i = 0; i < spins; i++)
+			farm_cpu_relax();
+	} else {
+		(void)sched_yield();
+		if (farm_loop_defer(g->l->loop, get_again, g) == 0)
+			return;
+	}
 	get_start(g);
+}
+
+static void get_again(farm_loop *loop, void *ctx, int status)
+{
+	(void)loop;
+	struct get_op *g = ctx;
+	if (status)
+		get_end(g, status, NULL, 0);
+	else
+		get_start(g);
 }
 
 /* An indirect pair's object, [klen][vlen][key][value]: whether it holds
