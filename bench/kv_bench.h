@@ -341,7 +341,7 @@ static inline uint64_t latest_key(uint64_t nkeys, uint64_t inserted,
  * an object of their own. Not the table's 1 KiB limit: every put rewrites the
  * buckets around its key, the owner combines up to 64 puts in one transaction,
  * and with 4 KiB buckets such a transaction outgrew the log (commits waited for
- * room, retried, and puts timed out at 10 s: docs/benchmarks.md, YCSB options).
+ * room, retried, and puts timed out at 10 s: bench/README.md, YCSB's knobs).
  */
 #define VAL_INLINE_MAX 128u
 uint32_t kb_key_inline(void);

@@ -20,7 +20,7 @@
 uint64_t g_increments; /* every committed increment, all runs */
 
 /* The protocol's work for committing @s's transaction, from the objects'
- * replica lists (docs/benchmarks.md, txn_bench):
+ * replica lists (bench/README.md, txn_bench):
  *   WRITEs = 2 per remote primary of the write set (LOCK, COMMIT-PRIMARY)
  *          + 1 per (primary, backup) pair of the write set whose backup is
  *            not the coordinator (COMMIT-BACKUP);
