@@ -4,6 +4,8 @@
  */
 #include "kv_bench.h"
 
+#include "benchopts.h"
+
 /* --mix: letters A to F (any case, commas allowed), or "all". YCSB E's
  * scan from a key's home bucket has no public form: kv_bench refuses E,
  * and "all" is A-D and F there (kv_local_bench runs E). */
@@ -279,34 +281,19 @@ static int opt_other(int c, const char *arg, struct explicit_opts *set)
 	}
 }
 
+/* bo_getopt's handler: the number options, then the others. */
+static int opt_one(int c, const char *arg, void *set)
+{
+	int rc = opt_number(c, arg, set);
+	return rc == 1 ? opt_other(c, arg, set) : rc;
+}
+
 int kb_parse_opts(int argc, char **argv, void (*usage)(FILE *))
 {
 	default_opts();
 	struct explicit_opts set = {false, false, false, false};
-	int c;
-	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
-		if (c == 'h') {
-			usage(stdout);
-			exit(0);
-		}
-		int rc = opt_number(c, optarg, &set);
-		if (rc == 1)
-			rc = opt_other(c, optarg, &set);
-		if (rc == 1) {
-			usage(stderr);
-			return -EINVAL;
-		}
-		if (rc) {
-			fprintf(stderr,
-			        PROG ": bad value '%s' for --%s (see --help)\n",
-			        optarg, lo[c - O_MACH].name);
-			return -EINVAL;
-		}
-	}
-	if (optind != argc) {
-		fprintf(stderr, PROG ": unexpected argument '%s'\n",
-		        argv[optind]);
+	const struct bo_parser parser = {PROG, lo, usage, opt_one};
+	if (bo_getopt(&parser, argc, argv, &set))
 		return -EINVAL;
-	}
 	return finish_opts(set);
 }

@@ -55,6 +55,7 @@
 #include "alloc/galloc.h"
 #include "hashtable/ht.h"
 #include "txn/txm.h"
+#include "benchopts.h"
 #include "benchutil.h"
 #include "ht_cluster.h"
 #include "ht_limit.h"
@@ -788,6 +789,19 @@ static void quick_defaults(struct opts *o, struct set_opts set)
 		o->buckets = 128;
 }
 
+struct opt_ctx {
+	struct opts *o;
+	struct set_opts *set;
+};
+
+/* bo_getopt's handler: the lists, then the other options. */
+static int parse_opt(int c, const char *arg, void *ctx)
+{
+	struct opt_ctx *x = ctx;
+	int rc = parse_lists(c, arg, x->o, x->set);
+	return rc == 1 ? parse_one(c, arg, x->o, x->set) : rc;
+}
+
 static int parse(int argc, char **argv, struct opts *o)
 {
 	static const struct option lo[] = {
@@ -807,29 +821,10 @@ static int parse(int argc, char **argv, struct opts *o)
 	};
 	parse_defaults(o);
 	struct set_opts set = {false, false, false};
-	int c;
-	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
-		if (c == 'h') {
-			usage(stdout);
-			exit(0);
-		}
-		int rc = parse_lists(c, optarg, o, &set);
-		if (rc == 1)
-			rc = parse_one(c, optarg, o, &set);
-		if (rc == 1) {
-			usage(stderr);
-			return -EINVAL;
-		}
-		if (rc) {
-			fprintf(stderr, PROG ": bad value '%s' (see --help)\n",
-			        optarg);
-			return -EINVAL;
-		}
-	}
-	if (optind != argc) {
-		usage(stderr);
+	static const struct bo_parser parser = {PROG, lo, usage, parse_opt};
+	struct opt_ctx ctx = {o, &set};
+	if (bo_getopt(&parser, argc, argv, &ctx))
 		return -EINVAL;
-	}
 	if (o->quick)
 		quick_defaults(o, set);
 	if (!o->out[0])
