@@ -33,7 +33,7 @@
  * --fabric ofi or udp: the region is anonymous memory, no file to map: no
  * memcpy baseline. --netns (under scripts/netns-cluster run --net-only): the
  * target runs in the first machine namespace, the initiator in the second,
- * over the veth links (tests/netns.h).
+ * over the veth links (bench/lib/benchnet.h).
  * Output: a table, then, last, one JSON line (bench/README.md).
  */
 #include "fabric_bench.h"

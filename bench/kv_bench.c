@@ -341,7 +341,7 @@ int main(int argc, char **argv)
 		return 2;
 	/* The coordinator and the peers' client threads: in the clients'
 	 * namespace (the machines enter theirs when forked). */
-	if (g_opt.net.netns && tn_enter_client())
+	if (bnet_enter_client(&g_opt.net))
 		return 1;
 	const char *tmp;
 	if (kb_setup(&tmp))
