@@ -304,11 +304,18 @@ static const struct option lopts[] = {
 /* --ops: bit i of OP_* is op_names[i]. */
 static const char *const op_names[] = {"read", "write", "memcpy"};
 
+/* What the option handlers fill in (bo_getopt's context). */
+struct opt_ctx {
+	struct opts *o;
+	struct explicit_opts *set;
+};
+
 /* A number option @c's value @arg into @o (@set: which were given). 0,
  * -EINVAL, or 1 (not a number option). */
-static int opt_number(int c, const char *arg, struct opts *o,
-                      struct explicit_opts *set)
+static int opt_number(int c, const char *arg, void *ctx)
 {
+	struct opts *o = ((struct opt_ctx *)ctx)->o;
+	struct explicit_opts *set = ((struct opt_ctx *)ctx)->set;
 	uint64_t v = 0;
 	bool bad = bu_parse_size(arg, &v) != 0;
 	switch (c) {
@@ -348,9 +355,10 @@ static int opt_number(int c, const char *arg, struct opts *o,
 }
 
 /* Any other option. 0, -EINVAL, or 1 (not one). */
-static int opt_other(int c, const char *arg, struct opts *o,
-                     struct explicit_opts *set)
+static int opt_other(int c, const char *arg, void *ctx)
 {
+	struct opts *o = ((struct opt_ctx *)ctx)->o;
+	struct explicit_opts *set = ((struct opt_ctx *)ctx)->set;
 	char *end;
 	switch (c) {
 	case O_SIZES:
@@ -371,19 +379,6 @@ static int opt_other(int c, const char *arg, struct opts *o,
 	}
 }
 
-struct opt_ctx {
-	struct opts *o;
-	struct explicit_opts *set;
-};
-
-/* bo_getopt's handler: the number options, then the others. */
-static int opt_one(int c, const char *arg, void *ctx)
-{
-	struct opt_ctx *x = ctx;
-	int rc = opt_number(c, arg, x->o, x->set);
-	return rc == 1 ? opt_other(c, arg, x->o, x->set) : rc;
-}
-
 static int parse_opts(int argc, char **argv, struct opts *o)
 {
 	struct explicit_opts set = {false, false, false, false};
@@ -397,7 +392,8 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 	                   .ops = OP_READ | OP_WRITE | OP_MEMCPY,
 	                   .net = BNET_DEFAULT,
 	                   .pin = -1};
-	static const struct bo_parser parser = {PROG, lopts, usage, opt_one};
+	static const struct bo_parser parser = {PROG, lopts, usage, opt_number,
+	                                        opt_other};
 	struct opt_ctx ctx = {o, &set};
 	if (bo_getopt(&parser, argc, argv, &ctx))
 		return -EINVAL;

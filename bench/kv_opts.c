@@ -190,8 +190,9 @@ static void default_opts(void)
 
 /* A number option @c's value @arg into g_opt (@set: which were given).
  * 0, -EINVAL (bad), or 1 (not a number option). */
-static int opt_number(int c, const char *arg, struct explicit_opts *set)
+static int opt_number(int c, const char *arg, void *ctx)
 {
+	struct explicit_opts *set = ctx;
 	uint64_t v = 0;
 	bool bad = bu_parse_size(arg, &v) != 0;
 	switch (c) {
@@ -250,8 +251,9 @@ static int opt_real(const char *arg, double min, double max, double *out)
 
 /* A string or switch option @c's value @arg into g_opt. 0, -EINVAL (bad),
  * or 1 (not one of them). */
-static int opt_other(int c, const char *arg, struct explicit_opts *set)
+static int opt_other(int c, const char *arg, void *ctx)
 {
+	struct explicit_opts *set = ctx;
 	switch (c) {
 	case O_SECS:
 		set->secs = true;
@@ -281,18 +283,12 @@ static int opt_other(int c, const char *arg, struct explicit_opts *set)
 	}
 }
 
-/* bo_getopt's handler: the number options, then the others. */
-static int opt_one(int c, const char *arg, void *set)
-{
-	int rc = opt_number(c, arg, set);
-	return rc == 1 ? opt_other(c, arg, set) : rc;
-}
-
 int kb_parse_opts(int argc, char **argv, void (*usage)(FILE *))
 {
 	default_opts();
 	struct explicit_opts set = {false, false, false, false};
-	const struct bo_parser parser = {PROG, lo, usage, opt_one};
+	const struct bo_parser parser = {PROG, lo, usage, opt_number,
+	                                 opt_other};
 	if (bo_getopt(&parser, argc, argv, &set))
 		return -EINVAL;
 	return finish_opts(set);

@@ -263,10 +263,17 @@ static const struct option lopts[] = {
 /* --runs: bit i of RUN_* is run_names[i]. */
 static const char *const run_names[] = {"rr1", "rrn", "oneway"};
 
+/* What the option handlers fill in (bo_getopt's context). */
+struct opt_ctx {
+	struct opts *o;
+	bool *set_seconds;
+};
+
 /* A number option @c's value @arg into @o. 0, -EINVAL, or 1 (not a
  * number option). */
-static int opt_number(int c, const char *arg, struct opts *o)
+static int opt_number(int c, const char *arg, void *ctx)
 {
+	struct opts *o = ((struct opt_ctx *)ctx)->o;
 	uint64_t v = 0;
 	bool bad = bu_parse_size(arg, &v) != 0;
 	switch (c) {
@@ -293,8 +300,10 @@ static int opt_number(int c, const char *arg, struct opts *o)
 }
 
 /* Any other option. 0, -EINVAL, or 1 (not one). */
-static int opt_other(int c, const char *arg, struct opts *o, bool *secs)
+static int opt_other(int c, const char *arg, void *ctx)
 {
+	struct opts *o = ((struct opt_ctx *)ctx)->o;
+	bool *secs = ((struct opt_ctx *)ctx)->set_seconds;
 	char *end;
 	switch (c) {
 	case O_SIZES:
@@ -341,19 +350,6 @@ static int finish_opts(struct opts *o, bool set_seconds)
 	return 0;
 }
 
-struct opt_ctx {
-	struct opts *o;
-	bool *set_seconds;
-};
-
-/* bo_getopt's handler: the number options, then the others. */
-static int opt_one(int c, const char *arg, void *ctx)
-{
-	struct opt_ctx *x = ctx;
-	int rc = opt_number(c, arg, x->o);
-	return rc == 1 ? opt_other(c, arg, x->o, x->set_seconds) : rc;
-}
-
 static int parse_opts(int argc, char **argv, struct opts *o)
 {
 	bool set_seconds = false;
@@ -369,7 +365,8 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 	                   .cpu = {-1, -1},
 	                   .runs = RUN_RR1 | RUN_RRN | RUN_ONEWAY,
 	                   .net = BNET_DEFAULT};
-	static const struct bo_parser parser = {PROG, lopts, usage, opt_one};
+	static const struct bo_parser parser = {PROG, lopts, usage, opt_number,
+	                                        opt_other};
 	struct opt_ctx ctx = {o, &set_seconds};
 	if (bo_getopt(&parser, argc, argv, &ctx))
 		return -EINVAL;

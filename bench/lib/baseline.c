@@ -148,3 +148,12 @@ int bl_await_child(pid_t pid, int rfd, void *msg, size_t len)
 	}
 	return err;
 }
+
+int bl_end(pid_t pid, int err)
+{
+	if (err) {
+		bl_reap(pid, true);
+		return err;
+	}
+	return bl_reap(pid, false);
+}

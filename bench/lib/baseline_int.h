@@ -92,4 +92,9 @@ int bl_reap(pid_t pid, bool kill_it);
  */
 int bl_await_child(pid_t pid, int rfd, void *msg, size_t len);
 
+/* After the measurement, which returned @err: on an error the child is
+ * killed and reaped and @err returned; else the child is reaped once it
+ * ends (bl_reap: 0, or its error). */
+int bl_end(pid_t pid, int err);
+
 #endif /* FARM_BENCH_BASELINE_INT_H */

@@ -371,11 +371,7 @@ static int ring_run(enum ring_kind kind, unsigned slots, double seconds,
 		err = ring_consume_stream(&c, pid, seconds, &r);
 	else
 		err = ring_client_rr(&c, pid, seconds, &smp, &r);
-	if (err) {
-		bl_reap(pid, true);
-		goto out_unmap;
-	}
-	err = bl_reap(pid, false);
+	err = bl_end(pid, err);
 	if (err)
 		goto out_unmap;
 	if (kind == RR)

@@ -385,11 +385,7 @@ int bl_tcp_rr(size_t payload, unsigned inflight, bool busy, double seconds,
 		err = tcp_client(fd, &c, seconds, ts, &smp, &run);
 		close(fd);
 	}
-	if (err) {
-		bl_reap(pid, true);
-		goto out_free;
-	}
-	err = bl_reap(pid, false);
+	err = bl_end(pid, err);
 	if (err)
 		goto out_free;
 	memset(out, 0, sizeof(*out));

@@ -20,15 +20,16 @@ struct bo_parser {
 	const struct option *lo; /* getopt_long's table; --help is 'h' */
 	void (*usage)(FILE *);   /* the --help text */
 	bo_handler handle;
+	bo_handler more; /* when @handle says 1 (NULL: none) */
 };
 
 /*
  * Runs getopt_long over @argc/@argv ("h" and @p->lo), giving each option
- * to @p->handle with @ctx. --help: the usage on stdout, then exit(0). An
- * option the table or the handler does not know: the usage on stderr. A
- * bad value ("PROG: bad value 'V' for --NAME (see --help)") or an
- * argument that is not an option ("PROG: unexpected argument 'A'"): said
- * on stderr. 0, or -EINVAL after any of those errors.
+ * to @p->handle with @ctx, then to @p->more if @p->handle does not know it.
+ * --help: the usage on stdout, then exit(0). An option the table or the handler
+ * does not know: the usage on stderr. A bad value ("PROG: bad value 'V' for
+ * --NAME (see --help)") or an argument that is not an option ("PROG: unexpected
+ * argument 'A'"): said on stderr. 0, or -EINVAL after any of those errors.
  */
 int bo_getopt(const struct bo_parser *p, int argc, char **argv, void *ctx);
 

@@ -346,7 +346,8 @@ static int parse(int argc, char **argv, struct opts *o)
 	o->only = -1;
 	o->nsweep = (int)BU_ARRAY_SIZE(defsw);
 	memcpy(o->sweep, defsw, sizeof(defsw));
-	static const struct bo_parser parser = {PROG, lo, usage, parse_one};
+	static const struct bo_parser parser = {PROG, lo, usage, parse_one,
+	                                        NULL};
 	return bo_getopt(&parser, argc, argv, o);
 }
 

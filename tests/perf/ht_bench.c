@@ -711,11 +711,18 @@ static int parse_uint(const char *arg, unsigned long min, unsigned long max,
 	return 0;
 }
 
+/* What the option handlers fill in (bo_getopt's context). */
+struct opt_ctx {
+	struct opts *o;
+	struct set_opts *set;
+};
+
 /* The lists: -H (even), --values, --occ (increasing: keys are only
  * added). 0, -EINVAL, or 1 (not a list option). */
-static int parse_lists(int c, const char *arg, struct opts *o,
-                       struct set_opts *set)
+static int parse_lists(int c, const char *arg, void *ctx)
 {
+	struct opts *o = ((struct opt_ctx *)ctx)->o;
+	struct set_opts *set = ((struct opt_ctx *)ctx)->set;
 	switch (c) {
 	case 'H':
 		if (parse_list(arg, o->hs, &o->nh, 2, 16))
@@ -740,9 +747,10 @@ static int parse_lists(int c, const char *arg, struct opts *o,
 }
 
 /* One option @c other than the lists. 0, -EINVAL, or 1 (not one). */
-static int parse_one(int c, const char *arg, struct opts *o,
-                     struct set_opts *set)
+static int parse_one(int c, const char *arg, void *ctx)
 {
+	struct opts *o = ((struct opt_ctx *)ctx)->o;
+	struct set_opts *set = ((struct opt_ctx *)ctx)->set;
 	char *end;
 	unsigned b;
 	switch (c) {
@@ -789,19 +797,6 @@ static void quick_defaults(struct opts *o, struct set_opts set)
 		o->buckets = 128;
 }
 
-struct opt_ctx {
-	struct opts *o;
-	struct set_opts *set;
-};
-
-/* bo_getopt's handler: the lists, then the other options. */
-static int parse_opt(int c, const char *arg, void *ctx)
-{
-	struct opt_ctx *x = ctx;
-	int rc = parse_lists(c, arg, x->o, x->set);
-	return rc == 1 ? parse_one(c, arg, x->o, x->set) : rc;
-}
-
 static int parse(int argc, char **argv, struct opts *o)
 {
 	static const struct option lo[] = {
@@ -821,7 +816,8 @@ static int parse(int argc, char **argv, struct opts *o)
 	};
 	parse_defaults(o);
 	struct set_opts set = {false, false, false};
-	static const struct bo_parser parser = {PROG, lo, usage, parse_opt};
+	static const struct bo_parser parser = {PROG, lo, usage, parse_lists,
+	                                        parse_one};
 	struct opt_ctx ctx = {o, &set};
 	if (bo_getopt(&parser, argc, argv, &ctx))
 		return -EINVAL;
