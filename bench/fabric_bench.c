@@ -33,11 +33,12 @@
  * --fabric ofi or udp: the region is anonymous memory, no file to map: no
  * memcpy baseline. --netns (under scripts/netns-cluster run --net-only): the
  * target runs in the first machine namespace, the initiator in the second,
- * over the veth links (tests/netns.h).
+ * over the veth links (bench/lib/benchnet.h).
  * Output: a table, then, last, one JSON line (bench/README.md).
  */
 #include "fabric_bench.h"
 
+#include "benchopts.h"
 #include "benchreport.h"
 #include <errno.h>
 #include <fcntl.h>
@@ -56,45 +57,6 @@ static void on_signal(int sig)
 {
 	(void)sig;
 	interrupted = 1;
-}
-
-static int parse_sizes(const char *s, struct opts *o)
-{
-	char tmp[256];
-	if (strlen(s) >= sizeof(tmp))
-		return -EINVAL;
-	strcpy(tmp, s);
-	o->nsizes = 0;
-	for (char *save = NULL, *t = strtok_r(tmp, ",", &save); t;
-	     t = strtok_r(NULL, ",", &save)) {
-		uint64_t v;
-		if (o->nsizes == MAX_SIZES || bu_parse_size(t, &v) || v == 0 ||
-		    v > FARM_FABRIC_MAX_OP)
-			return -EINVAL;
-		o->sizes[o->nsizes++] = (uint32_t)v;
-	}
-	return o->nsizes ? 0 : -EINVAL;
-}
-
-static int parse_ops(const char *s, unsigned *ops)
-{
-	char tmp[64];
-	if (strlen(s) >= sizeof(tmp))
-		return -EINVAL;
-	strcpy(tmp, s);
-	*ops = 0;
-	for (char *save = NULL, *t = strtok_r(tmp, ",", &save); t;
-	     t = strtok_r(NULL, ",", &save)) {
-		if (!strcmp(t, "read"))
-			*ops |= OP_READ;
-		else if (!strcmp(t, "write"))
-			*ops |= OP_WRITE;
-		else if (!strcmp(t, "memcpy"))
-			*ops |= OP_MEMCPY;
-		else
-			return -EINVAL;
-	}
-	return *ops ? 0 : -EINVAL;
 }
 
 /* ---- output ------------------------------------------------------------ */
@@ -339,11 +301,21 @@ static const struct option lopts[] = {
         {NULL, 0, NULL, 0},
 };
 
+/* --ops: bit i of OP_* is op_names[i]. */
+static const char *const op_names[] = {"read", "write", "memcpy"};
+
+/* What the option handlers fill in (bo_getopt's context). */
+struct opt_ctx {
+	struct opts *o;
+	struct explicit_opts *set;
+};
+
 /* A number option @c's value @arg into @o (@set: which were given). 0,
  * -EINVAL, or 1 (not a number option). */
-static int opt_number(int c, const char *arg, struct opts *o,
-                      struct explicit_opts *set)
+static int opt_number(int c, const char *arg, void *ctx)
 {
+	struct opts *o = ((struct opt_ctx *)ctx)->o;
+	struct explicit_opts *set = ((struct opt_ctx *)ctx)->set;
 	uint64_t v = 0;
 	bool bad = bu_parse_size(arg, &v) != 0;
 	switch (c) {
@@ -383,18 +355,23 @@ static int opt_number(int c, const char *arg, struct opts *o,
 }
 
 /* Any other option. 0, -EINVAL, or 1 (not one). */
-static int opt_other(int c, const char *arg, struct opts *o,
-                     struct explicit_opts *set)
+static int opt_other(int c, const char *arg, void *ctx)
 {
+	struct opts *o = ((struct opt_ctx *)ctx)->o;
+	struct explicit_opts *set = ((struct opt_ctx *)ctx)->set;
 	char *end;
 	switch (c) {
-	case O_SIZES: return parse_sizes(arg, o) ? -EINVAL : 0;
+	case O_SIZES:
+		return bo_parse_sizes(arg, 1, FARM_FABRIC_MAX_OP, o->sizes,
+		                      MAX_SIZES, &o->nsizes);
 	case O_SECONDS:
 		o->seconds = strtod(arg, &end);
 		set->seconds = true;
 		return *end || !(o->seconds > 0 && o->seconds <= 3600) ? -EINVAL
 		                                                       : 0;
-	case O_OPS: return parse_ops(arg, &o->ops) ? -EINVAL : 0;
+	case O_OPS:
+		return bo_parse_names(arg, op_names, BU_ARRAY_SIZE(op_names),
+		                      &o->ops);
 	case O_QUICK: o->quick = true; return 0;
 	case O_FABRIC: return bnet_set_fabric(&o->net, arg) ? -EINVAL : 0;
 	case O_NETNS: o->net.netns = true; return 0;
@@ -405,7 +382,6 @@ static int opt_other(int c, const char *arg, struct opts *o,
 static int parse_opts(int argc, char **argv, struct opts *o)
 {
 	struct explicit_opts set = {false, false, false, false};
-	int c;
 	*o = (struct opts){.region_size = 1ull << 30,
 	                   .sizes = {64, 256, 1024, 4096, 8192},
 	                   .nsizes = 5,
@@ -416,30 +392,11 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 	                   .ops = OP_READ | OP_WRITE | OP_MEMCPY,
 	                   .net = BNET_DEFAULT,
 	                   .pin = -1};
-	while ((c = getopt_long(argc, argv, "h", lopts, NULL)) != -1) {
-		if (c == 'h') {
-			usage(stdout);
-			exit(0);
-		}
-		int rc = opt_number(c, optarg, o, &set);
-		if (rc == 1)
-			rc = opt_other(c, optarg, o, &set);
-		if (rc == 1) {
-			usage(stderr);
-			return -EINVAL;
-		}
-		if (rc) {
-			fprintf(stderr,
-			        PROG ": bad value '%s' for --%s (see --help)\n",
-			        optarg, lopts[c - O_SIZES].name);
-			return -EINVAL;
-		}
-	}
-	if (optind != argc) {
-		fprintf(stderr, PROG ": unexpected argument '%s'\n",
-		        argv[optind]);
+	static const struct bo_parser parser = {PROG, lopts, usage, opt_number,
+	                                        opt_other};
+	struct opt_ctx ctx = {o, &set};
+	if (bo_getopt(&parser, argc, argv, &ctx))
 		return -EINVAL;
-	}
 	return finish_opts(o, set);
 }
 

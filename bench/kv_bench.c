@@ -287,14 +287,9 @@ static int demo_main(const char *tmp)
 				       "skipped\n");
 		}
 	}
-	if (interrupted) {
-		fprintf(stderr, PROG ": interrupted; everything stopped\n");
-		return 130;
-	}
-	if (rc) {
-		fprintf(stderr, PROG ": failed: %s\n", farm_strerror(rc));
-		return 1;
-	}
+	int st = kb_exit_status(rc, "; everything stopped");
+	if (st)
+		return st;
 	print_demo(mc_skipped);
 	/* The demo shows libfarm next to memcached: without memcached's
 	 * figures it failed, and says why. */
@@ -333,14 +328,9 @@ static int bench_main(const char *tmp)
 		}
 	}
 	g_res.total_s = (double)(bu_now_ns() - t0) / 1e9;
-	if (interrupted) {
-		fprintf(stderr, PROG ": interrupted\n");
-		return 130;
-	}
-	if (rc) {
-		fprintf(stderr, PROG ": failed: %s\n", farm_strerror(rc));
-		return 1;
-	}
+	int st = kb_exit_status(rc, "");
+	if (st)
+		return st;
 	print_all();
 	return 0;
 }
@@ -351,7 +341,7 @@ int main(int argc, char **argv)
 		return 2;
 	/* The coordinator and the peers' client threads: in the clients'
 	 * namespace (the machines enter theirs when forked). */
-	if (g_opt.net.netns && tn_enter_client())
+	if (bnet_enter_client(&g_opt.net))
 		return 1;
 	const char *tmp;
 	if (kb_setup(&tmp))
@@ -363,11 +353,7 @@ int main(int argc, char **argv)
 		       "YCSB-B, then the same mix on memcached\n",
 		       g_opt.machines, g_opt.zk[0] ? "ZooKeeper" : "static");
 	else
-		printf("kv_bench: %u machine processes (1 busy-polling loop "
-		       "each%s) on %d CPUs; %" PRIu64 " keys; %u ops in flight "
-		       "per thread; %.2g s per workload\n",
-		       g_opt.machines, g_opt.pin ? ", pinned" : "", g_res.ncpu,
-		       g_opt.keys, g_opt.depth, g_opt.seconds);
+		kb_say_start("workload");
 	fflush(stdout);
 	return g_opt.demo ? demo_main(tmp) : bench_main(tmp);
 }

@@ -278,6 +278,15 @@ extern struct results g_res;
  * directories go (*@tmp). 0, or 1 (said on stderr). */
 int kb_setup(const char **tmp);
 
+/* The line that opens a run's output: the machines, CPUs, keys, depth
+ * and "S s per @per" (workload or measurement). */
+void kb_say_start(const char *per);
+
+/* After a run that returned @rc: 0 to go on; else the exit status, said on
+ * stderr: 130 when interrupted ("PROG: interrupted@note"), 1 when @rc is
+ * an error. */
+int kb_exit_status(int rc, const char *note);
+
 struct cluster {
 	char base[256];
 	pid_t pid[MAXM];

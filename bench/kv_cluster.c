@@ -361,3 +361,25 @@ int kb_setup(const char **tmp)
 	g_res.cores = (int)BU_MIN((unsigned)g_res.ncpu, g_opt.machines);
 	return 0;
 }
+
+void kb_say_start(const char *per)
+{
+	printf(PROG ": %u machine processes (1 busy-polling loop each%s) on "
+	            "%d CPUs; %" PRIu64 " keys; %u ops in flight per thread; "
+	            "%.2g s per %s\n",
+	       g_opt.machines, g_opt.pin ? ", pinned" : "", g_res.ncpu,
+	       g_opt.keys, g_opt.depth, g_opt.seconds, per);
+}
+
+int kb_exit_status(int rc, const char *note)
+{
+	if (interrupted) {
+		fprintf(stderr, PROG ": interrupted%s\n", note);
+		return 130;
+	}
+	if (rc) {
+		fprintf(stderr, PROG ": failed: %s\n", farm_strerror(rc));
+		return 1;
+	}
+	return 0;
+}

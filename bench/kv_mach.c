@@ -32,7 +32,7 @@ static int mach_open(struct mach *m, uint32_t id, const char *base,
 	char lbuf[96], ip[64];
 	if (bnet_listen(&g_opt.net, id, lbuf, sizeof(lbuf)))
 		rc |= bn_set(PROG, c, "listen", lbuf);
-	if (g_opt.net.netns && tn_addr(id, ip, sizeof(ip)) == 0)
+	if (g_opt.net.netns && bnet_addr(id, ip, sizeof(ip)) == 0)
 		rc |= bn_set(PROG, c, "lease_bind", ip);
 	snprintf(v, sizeof(v), "%" PRIu64, kb_region_for(nb, nkeys));
 	rc |= bn_set(PROG, c, "region_size", v);

@@ -4,6 +4,8 @@
  */
 #include "kv_bench.h"
 
+#include "benchopts.h"
+
 /* --mix: letters A to F (any case, commas allowed), or "all". YCSB E's
  * scan from a key's home bucket has no public form: kv_bench refuses E,
  * and "all" is A-D and F there (kv_local_bench runs E). */
@@ -188,8 +190,9 @@ static void default_opts(void)
 
 /* A number option @c's value @arg into g_opt (@set: which were given).
  * 0, -EINVAL (bad), or 1 (not a number option). */
-static int opt_number(int c, const char *arg, struct explicit_opts *set)
+static int opt_number(int c, const char *arg, void *ctx)
 {
+	struct explicit_opts *set = ctx;
 	uint64_t v = 0;
 	bool bad = bu_parse_size(arg, &v) != 0;
 	switch (c) {
@@ -248,8 +251,9 @@ static int opt_real(const char *arg, double min, double max, double *out)
 
 /* A string or switch option @c's value @arg into g_opt. 0, -EINVAL (bad),
  * or 1 (not one of them). */
-static int opt_other(int c, const char *arg, struct explicit_opts *set)
+static int opt_other(int c, const char *arg, void *ctx)
 {
+	struct explicit_opts *set = ctx;
 	switch (c) {
 	case O_SECS:
 		set->secs = true;
@@ -283,30 +287,9 @@ int kb_parse_opts(int argc, char **argv, void (*usage)(FILE *))
 {
 	default_opts();
 	struct explicit_opts set = {false, false, false, false};
-	int c;
-	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
-		if (c == 'h') {
-			usage(stdout);
-			exit(0);
-		}
-		int rc = opt_number(c, optarg, &set);
-		if (rc == 1)
-			rc = opt_other(c, optarg, &set);
-		if (rc == 1) {
-			usage(stderr);
-			return -EINVAL;
-		}
-		if (rc) {
-			fprintf(stderr,
-			        PROG ": bad value '%s' for --%s (see --help)\n",
-			        optarg, lo[c - O_MACH].name);
-			return -EINVAL;
-		}
-	}
-	if (optind != argc) {
-		fprintf(stderr, PROG ": unexpected argument '%s'\n",
-		        argv[optind]);
+	const struct bo_parser parser = {PROG, lo, usage, opt_number,
+	                                 opt_other};
+	if (bo_getopt(&parser, argc, argv, &set))
 		return -EINVAL;
-	}
 	return finish_opts(set);
 }

@@ -24,7 +24,7 @@ static char peer_ip_s[64] = "127.0.0.1";
 
 int kb_peer_netns(void)
 {
-	if (tn_addr(0, peer_ip_s, sizeof(peer_ip_s)) ||
+	if (bnet_addr(0, peer_ip_s, sizeof(peer_ip_s)) ||
 	    inet_pton(AF_INET, peer_ip_s, &peer_ip) != 1) {
 		fprintf(stderr, PROG ": --netns: no address for machine 0\n");
 		return -EINVAL;

@@ -40,6 +40,7 @@
  */
 #include "msg_bench.h"
 
+#include "benchopts.h"
 #include "benchreport.h"
 #include <errno.h>
 #include <fcntl.h>
@@ -59,45 +60,6 @@ static void on_signal(int sig)
 {
 	(void)sig;
 	interrupted = 1;
-}
-
-static int parse_sizes(const char *s, struct opts *o)
-{
-	char tmp[256];
-	if (strlen(s) >= sizeof(tmp))
-		return -EINVAL;
-	strcpy(tmp, s);
-	o->nsizes = 0;
-	for (char *save = NULL, *t = strtok_r(tmp, ",", &save); t;
-	     t = strtok_r(NULL, ",", &save)) {
-		uint64_t v;
-		if (o->nsizes == MAX_SIZES || bu_parse_size(t, &v) ||
-		    v > (1u << 24))
-			return -EINVAL;
-		o->sizes[o->nsizes++] = (uint32_t)v;
-	}
-	return o->nsizes ? 0 : -EINVAL;
-}
-
-static int parse_runs(const char *s, unsigned *runs)
-{
-	char tmp[64];
-	if (strlen(s) >= sizeof(tmp))
-		return -EINVAL;
-	strcpy(tmp, s);
-	*runs = 0;
-	for (char *save = NULL, *t = strtok_r(tmp, ",", &save); t;
-	     t = strtok_r(NULL, ",", &save)) {
-		if (!strcmp(t, "rr1"))
-			*runs |= RUN_RR1;
-		else if (!strcmp(t, "rrn"))
-			*runs |= RUN_RRN;
-		else if (!strcmp(t, "oneway"))
-			*runs |= RUN_ONEWAY;
-		else
-			return -EINVAL;
-	}
-	return *runs ? 0 : -EINVAL;
 }
 
 /* ---- output -------------------------------------------------------------- */
@@ -298,10 +260,20 @@ static const struct option lopts[] = {
         {NULL, 0, NULL, 0},
 };
 
+/* --runs: bit i of RUN_* is run_names[i]. */
+static const char *const run_names[] = {"rr1", "rrn", "oneway"};
+
+/* What the option handlers fill in (bo_getopt's context). */
+struct opt_ctx {
+	struct opts *o;
+	bool *set_seconds;
+};
+
 /* A number option @c's value @arg into @o. 0, -EINVAL, or 1 (not a
  * number option). */
-static int opt_number(int c, const char *arg, struct opts *o)
+static int opt_number(int c, const char *arg, void *ctx)
 {
+	struct opts *o = ((struct opt_ctx *)ctx)->o;
 	uint64_t v = 0;
 	bool bad = bu_parse_size(arg, &v) != 0;
 	switch (c) {
@@ -328,11 +300,15 @@ static int opt_number(int c, const char *arg, struct opts *o)
 }
 
 /* Any other option. 0, -EINVAL, or 1 (not one). */
-static int opt_other(int c, const char *arg, struct opts *o, bool *secs)
+static int opt_other(int c, const char *arg, void *ctx)
 {
+	struct opts *o = ((struct opt_ctx *)ctx)->o;
+	bool *secs = ((struct opt_ctx *)ctx)->set_seconds;
 	char *end;
 	switch (c) {
-	case O_SIZES: return parse_sizes(arg, o) ? -EINVAL : 0;
+	case O_SIZES:
+		return bo_parse_sizes(arg, 0, 1u << 24, o->sizes, MAX_SIZES,
+		                      &o->nsizes);
 	case O_SECONDS:
 		o->seconds = strtod(arg, &end);
 		*secs = true;
@@ -341,7 +317,9 @@ static int opt_other(int c, const char *arg, struct opts *o, bool *secs)
 		               : 0;
 	case O_NOBASE: o->baseline = false; return 0;
 	case O_NOPIN: o->pin = false; return 0;
-	case O_RUNS: return parse_runs(arg, &o->runs) ? -EINVAL : 0;
+	case O_RUNS:
+		return bo_parse_names(arg, run_names, BU_ARRAY_SIZE(run_names),
+		                      &o->runs);
 	case O_QUICK: o->quick = true; return 0;
 	case O_FABRIC: return bnet_set_fabric(&o->net, arg) ? -EINVAL : 0;
 	case O_NETNS: o->net.netns = true; return 0;
@@ -375,7 +353,6 @@ static int finish_opts(struct opts *o, bool set_seconds)
 static int parse_opts(int argc, char **argv, struct opts *o)
 {
 	bool set_seconds = false;
-	int c;
 	*o = (struct opts){.sizes = {16, 64, 128, 256, 512},
 	                   .nsizes = 5,
 	                   .seconds = 2.0,
@@ -388,30 +365,11 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 	                   .cpu = {-1, -1},
 	                   .runs = RUN_RR1 | RUN_RRN | RUN_ONEWAY,
 	                   .net = BNET_DEFAULT};
-	while ((c = getopt_long(argc, argv, "h", lopts, NULL)) != -1) {
-		if (c == 'h') {
-			usage(stdout);
-			exit(0);
-		}
-		int rc = opt_number(c, optarg, o);
-		if (rc == 1)
-			rc = opt_other(c, optarg, o, &set_seconds);
-		if (rc == 1) {
-			usage(stderr);
-			return -EINVAL;
-		}
-		if (rc) {
-			fprintf(stderr,
-			        PROG ": bad value '%s' for --%s (see --help)\n",
-			        optarg, lopts[c - O_SIZES].name);
-			return -EINVAL;
-		}
-	}
-	if (optind != argc) {
-		fprintf(stderr, PROG ": unexpected argument '%s'\n",
-		        argv[optind]);
+	static const struct bo_parser parser = {PROG, lopts, usage, opt_number,
+	                                        opt_other};
+	struct opt_ctx ctx = {o, &set_seconds};
+	if (bo_getopt(&parser, argc, argv, &ctx))
 		return -EINVAL;
-	}
 	return finish_opts(o, set_seconds);
 }
 

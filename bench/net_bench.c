@@ -28,7 +28,7 @@
  * Output: a summary, then, last, one JSON line with the goals.
  */
 #include "benchutil.h"
-#include "netns.h"
+#include "benchnet.h"
 #include <arpa/inet.h>
 #include <errno.h>
 #include <getopt.h>
@@ -254,15 +254,15 @@ static double proc_cpu_s(pid_t pid)
 static int echo_run(unsigned w, struct echo_res *r, double *cpu_srv)
 {
 	char sip[64];
-	if (tn_addr(0, sip, sizeof(sip)))
+	if (bnet_addr(0, sip, sizeof(sip)))
 		return -1;
 	pid_t pid = fork();
 	if (pid == 0) {
-		if (tn_enter_machine(0))
+		if (bnet_enter_machine(0))
 			_exit(1);
 		echo_server(sip);
 	}
-	if (pid < 0 || tn_enter_machine(1))
+	if (pid < 0 || bnet_enter_machine(1))
 		return -1;
 	/* The server binds within a few ms; a request sent before is
 	 * taken as lost by the client, which only costs it 5 ms once. */
@@ -613,7 +613,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	if (phase) {
-		if (strcmp(phase, "echo") != 0 || tn_count() < 2) {
+		if (strcmp(phase, "echo") != 0 || bnet_machines() < 2) {
 			fprintf(stderr, "net_bench: --phase echo runs under "
 			                "netns-cluster run --machines 2\n");
 			return 2;

@@ -1,7 +1,7 @@
 /*
  * A local ZooKeeper cluster of forked machine processes, as recovery_bench
  * and datarec_bench run it: the private ZooKeeper server
- * (scripts/zk-local, tests/zklocal.h), forking a machine, and a machine's
+ * (scripts/zk-local, support/zklocal.h), forking a machine, and a machine's
  * common settings and start.
  */
 #ifndef FARM_BENCH_BENCHCLUSTER_H

@@ -3,6 +3,7 @@
  * style the benchmarks use, byte for byte, since their JSON lines must
  * not change; the option parsers' bounds and size suffixes.
  */
+#include "benchopts.h"
 #include "benchreport.h"
 #include "benchutil.h"
 
@@ -101,11 +102,36 @@ static void unsigned_opts(void)
 	}
 }
 
+static void lists(void)
+{
+	static const char *const names[] = {"read", "write", "memcpy"};
+	uint32_t v[2];
+	unsigned n = 9, bits = 9;
+	if (bo_parse_sizes("64,4k", 1, 4096, v, 2, &n) || n != 2 ||
+	    v[0] != 64 || v[1] != 4096 ||
+	    bo_parse_names("memcpy,read", names, 3, &bits) || bits != 5) {
+		fprintf(stderr, "bo_parse_sizes or bo_parse_names refused "
+		                "a good list\n");
+		failures++;
+	}
+	if (!bo_parse_sizes("64,4k,8", 1, 1 << 20, v, 2, &n) ||
+	    !bo_parse_sizes("0", 1, 64, v, 2, &n) ||
+	    !bo_parse_sizes("8k", 1, 4096, v, 2, &n) ||
+	    !bo_parse_sizes("", 1, 64, v, 2, &n) ||
+	    !bo_parse_names("read,copy", names, 3, &bits) ||
+	    !bo_parse_names(",", names, 3, &bits)) {
+		fprintf(stderr, "bo_parse_sizes or bo_parse_names accepted "
+		                "a bad list\n");
+		failures++;
+	}
+}
+
 int main(void)
 {
 	goals();
 	sizes();
 	unsigned_opts();
+	lists();
 	if (failures) {
 		fprintf(stderr, "benchlib_test: %d failure(s)\n", failures);
 		return 1;

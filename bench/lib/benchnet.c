@@ -3,6 +3,8 @@
  */
 #include "benchnet.h"
 
+#include "netns.h"
+
 int bnet_set_fabric(struct bnet *n, const char *v)
 {
 	if (strcmp(v, "shm") != 0 && strcmp(v, "ofi") != 0 &&
@@ -60,4 +62,24 @@ const char *bnet_listen(const struct bnet *n, unsigned i, char *buf, size_t len)
 int bnet_enter(const struct bnet *n, unsigned i)
 {
 	return n->netns ? tn_enter_machine(i) : 0;
+}
+
+int bnet_enter_client(const struct bnet *n)
+{
+	return n->netns ? tn_enter_client() : 0;
+}
+
+unsigned bnet_machines(void)
+{
+	return tn_count();
+}
+
+int bnet_addr(unsigned i, char *buf, size_t len)
+{
+	return tn_addr(i, buf, len);
+}
+
+int bnet_enter_machine(unsigned i)
+{
+	return tn_enter_machine(i);
 }

@@ -2,7 +2,8 @@
  * The network a benchmark's machines use (--fabric, --netns): shm (one
  * host, shared memory; the default), ofi over loopback, or ofi across
  * network namespaces, machine i in the i-th machine namespace of
- * scripts/netns-cluster (run --net-only; tests/netns.h). benchnet.c.
+ * scripts/netns-cluster (run --net-only; support/netns.h, which only
+ * benchnet.c includes). benchnet.c.
  */
 #ifndef FARM_BENCH_BENCHNET_H
 #define FARM_BENCH_BENCHNET_H
@@ -13,8 +14,6 @@
 #include <string.h>
 
 #include <farm/farm.h>
-
-#include "netns.h"
 
 struct bnet {
 	char fabric[8]; /* shm, ofi or udp */
@@ -46,5 +45,16 @@ const char *bnet_listen(const struct bnet *n, unsigned i, char *buf,
 /* The calling process (single-threaded) into machine @i's namespace; 0
  * without --netns. */
 int bnet_enter(const struct bnet *n, unsigned i);
+
+/* The calling process into the clients' namespace; 0 without --netns. */
+int bnet_enter_client(const struct bnet *n);
+
+/* Under scripts/netns-cluster, whatever the options: how many machine
+ * namespaces there are (0 outside it); machine @i's IPv4 address (0, or
+ * -ENOENT); the calling process into machine @i's namespace (0, or an
+ * error said on stderr). */
+unsigned bnet_machines(void);
+int bnet_addr(unsigned i, char *buf, size_t len);
+int bnet_enter_machine(unsigned i);
 
 #endif

@@ -31,6 +31,7 @@
 #include <farm/farm.h>
 
 #include "alloc/alloc.h"
+#include "benchopts.h"
 #include "benchutil.h"
 
 #define PROG        "alloc_bench"
@@ -284,8 +285,9 @@ static int parse_sweep(const char *arg, struct opts *o)
 }
 
 /* Option @c's value @arg into @o. 0, -EINVAL, or 1 (not an option). */
-static int parse_one(int c, const char *arg, struct opts *o)
+static int parse_one(int c, const char *arg, void *ctx)
 {
+	struct opts *o = ctx;
 	char *end;
 	switch (c) {
 	case 's':
@@ -344,28 +346,9 @@ static int parse(int argc, char **argv, struct opts *o)
 	o->only = -1;
 	o->nsweep = (int)BU_ARRAY_SIZE(defsw);
 	memcpy(o->sweep, defsw, sizeof(defsw));
-	int c;
-	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
-		if (c == 'h') {
-			usage(stdout);
-			exit(0);
-		}
-		int rc = parse_one(c, optarg, o);
-		if (rc == 1) {
-			usage(stderr);
-			return -EINVAL;
-		}
-		if (rc) {
-			fprintf(stderr, PROG ": bad value '%s' (see --help)\n",
-			        optarg);
-			return -EINVAL;
-		}
-	}
-	if (optind != argc) {
-		usage(stderr);
-		return -EINVAL;
-	}
-	return 0;
+	static const struct bo_parser parser = {PROG, lo, usage, parse_one,
+	                                        NULL};
+	return bo_getopt(&parser, argc, argv, o);
 }
 
 /* Each thread's buffers and slab. 0, or 1 (said). */

@@ -55,6 +55,7 @@
 #include "alloc/galloc.h"
 #include "hashtable/ht.h"
 #include "txn/txm.h"
+#include "benchopts.h"
 #include "benchutil.h"
 #include "ht_cluster.h"
 #include "ht_limit.h"
@@ -64,6 +65,12 @@
 #define MAX_LIST 16
 #define KLEN     16u
 #define STALL_NS 10000000000ull /* no progress for 10 s: give up */
+
+/* Which list defaults the options overrode (--quick's apply to the
+ * others). */
+struct set_opts {
+	bool h, v, b;
+};
 
 struct opts {
 	unsigned machines, shards;
@@ -76,6 +83,7 @@ struct opts {
 	uint64_t seed;
 	char out[PATH_MAX];
 	bool quick;
+	struct set_opts given;
 };
 
 /* ---- keys and values ----------------------------------------------------- */
@@ -672,12 +680,6 @@ static void default_out(char *buf, size_t len)
 	snprintf(buf, len, "bench-results");
 }
 
-/* Which list defaults the options overrode (--quick's apply to the
- * others). */
-struct set_opts {
-	bool h, v, b;
-};
-
 static void parse_defaults(struct opts *o)
 {
 	static const unsigned dh[] = {2, 4, 6, 8};
@@ -712,9 +714,9 @@ static int parse_uint(const char *arg, unsigned long min, unsigned long max,
 
 /* The lists: -H (even), --values, --occ (increasing: keys are only
  * added). 0, -EINVAL, or 1 (not a list option). */
-static int parse_lists(int c, const char *arg, struct opts *o,
-                       struct set_opts *set)
+static int parse_lists(int c, const char *arg, void *ctx)
 {
+	struct opts *o = ctx;
 	switch (c) {
 	case 'H':
 		if (parse_list(arg, o->hs, &o->nh, 2, 16))
@@ -722,10 +724,10 @@ static int parse_lists(int c, const char *arg, struct opts *o,
 		for (unsigned i = 0; i < o->nh; i++)
 			if (o->hs[i] % 2)
 				return -EINVAL;
-		set->h = true;
+		o->given.h = true;
 		return 0;
 	case 'v':
-		set->v = true;
+		o->given.v = true;
 		return parse_list(arg, o->vals, &o->nv, 1, 1024) ? -EINVAL : 0;
 	case 'o':
 		if (parse_list(arg, o->occ, &o->nocc, 1, 100))
@@ -739,9 +741,9 @@ static int parse_lists(int c, const char *arg, struct opts *o,
 }
 
 /* One option @c other than the lists. 0, -EINVAL, or 1 (not one). */
-static int parse_one(int c, const char *arg, struct opts *o,
-                     struct set_opts *set)
+static int parse_one(int c, const char *arg, void *ctx)
 {
+	struct opts *o = ctx;
 	char *end;
 	unsigned b;
 	switch (c) {
@@ -750,7 +752,7 @@ static int parse_one(int c, const char *arg, struct opts *o,
 		if (parse_uint(arg, 1, 1ul << 24, &b))
 			return -EINVAL;
 		o->buckets = b;
-		set->b = true;
+		o->given.b = true;
 		return 0;
 	case 'm': return parse_uint(arg, 1, MAX_M, &o->machines);
 	case 'w': return parse_uint(arg, 1, 128, &o->window);
@@ -806,32 +808,12 @@ static int parse(int argc, char **argv, struct opts *o)
 	        {0, 0, 0, 0},
 	};
 	parse_defaults(o);
-	struct set_opts set = {false, false, false};
-	int c;
-	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
-		if (c == 'h') {
-			usage(stdout);
-			exit(0);
-		}
-		int rc = parse_lists(c, optarg, o, &set);
-		if (rc == 1)
-			rc = parse_one(c, optarg, o, &set);
-		if (rc == 1) {
-			usage(stderr);
-			return -EINVAL;
-		}
-		if (rc) {
-			fprintf(stderr, PROG ": bad value '%s' (see --help)\n",
-			        optarg);
-			return -EINVAL;
-		}
-	}
-	if (optind != argc) {
-		usage(stderr);
+	static const struct bo_parser parser = {PROG, lo, usage, parse_lists,
+	                                        parse_one};
+	if (bo_getopt(&parser, argc, argv, o))
 		return -EINVAL;
-	}
 	if (o->quick)
-		quick_defaults(o, set);
+		quick_defaults(o, o->given);
 	if (!o->out[0])
 		default_out(o->out, sizeof(o->out));
 	return 0;

@@ -184,21 +184,12 @@ int main(int argc, char **argv)
 		fprintf(stderr, PROG ": out of memory\n");
 		return 1;
 	}
-	printf("kv_local_bench: %u machine processes (1 busy-polling loop "
-	       "each%s) on %d CPUs; %" PRIu64 " keys; %u ops in flight per "
-	       "thread; %.2g s per measurement\n",
-	       g_opt.machines, g_opt.pin ? ", pinned" : "", g_res.ncpu,
-	       g_opt.keys, g_opt.depth, g_opt.seconds);
+	kb_say_start("measurement");
 	fflush(stdout);
 	int rc = run(tmp);
-	if (interrupted) {
-		fprintf(stderr, PROG ": interrupted\n");
-		return 130;
-	}
-	if (rc) {
-		fprintf(stderr, PROG ": failed: %s\n", farm_strerror(rc));
-		return 1;
-	}
+	int st = kb_exit_status(rc, "");
+	if (st)
+		return st;
 	double farm_c = g_res.farm[W_C].keys / g_res.cores;
 	double vs_plain = plain.rate > 0 ? farm_c / plain.rate : 0;
 	double pl_lim = g_res.limit_plain_cpu > 0

@@ -13,11 +13,12 @@
  * does) before it opens anything, so its sockets live there and its fabric
  * traffic crosses the veth links; nothing but the test's own pipes and
  * history files joins it to the parent. Without FARM_NETNS_MACHINES the
- * tests run as before (one host, loopback or shm). Defined in netns.c
- * (farm_harness_env: libc only).
+ * tests run as before (one host, loopback or shm). The benchmarks' --netns
+ * (bench/lib/benchnet.h) runs on it too. Defined in netns.c (farm_support:
+ * libc only).
  */
-#ifndef FARM_TESTS_NETNS_H
-#define FARM_TESTS_NETNS_H
+#ifndef FARM_SUPPORT_NETNS_H
+#define FARM_SUPPORT_NETNS_H
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,10 +1,10 @@
 /*
  * Running scripts/zk-local (a private ZooKeeper server) from C: shared by
  * the tests (testutil.h) and bench/lib/benchcluster.c. Defined in zklocal.c
- * (farm_harness_env: no test framework).
+ * (farm_support: libc only, no test framework).
  */
-#ifndef FARM_TESTS_ZKLOCAL_H
-#define FARM_TESTS_ZKLOCAL_H
+#ifndef FARM_SUPPORT_ZKLOCAL_H
+#define FARM_SUPPORT_ZKLOCAL_H
 
 #include <stdio.h>
 #include <string.h>
