@@ -1165,6 +1165,39 @@ static void cp_zombie_reuse(struct cp_cycle *cy, struct fails *f)
 	       r1.stale - r0.stale, r1.rec - r0.rec);
 }
 
+/* sigstop (cp_fault): see the head of the file. */
+static void cp_sigstop(uint64_t others, struct cp_cycle *cy, uint64_t *gone,
+                       struct fails *f)
+{
+	char why[256] = "";
+	unsigned v = cp_nth(others, cp_draw(cp_count(others)));
+	uint64_t t = np_now_ns();
+	assert_int_equal(kill(rb_cl.pid[v], SIGSTOP), 0);
+	cp_live &= ~(1ull << v);
+	int rc = cp_await_config(CP_RECONF_MS, why, sizeof(why));
+	double stopped = (double)(np_now_ns() - t) / 1e6;
+	assert_int_equal(kill(rb_cl.pid[v], SIGCONT), 0);
+	if (rc)
+		failed(f,
+		       "machine %u stopped: no configuration "
+		       "without it within %d ms: %s",
+		       v, CP_RECONF_MS, why);
+	/* It must learn it was removed, and stop. */
+	struct cp_counts n;
+	np_expect(&rb_cl, v, 'Z', 60000);
+	np_recv(&rb_cl, v, &n, sizeof(n), 1000);
+	int st = tu_reap(rb_cl.pid[v]);
+	rb_cl.pid[v] = 0;
+	close(rb_cl.to[v]);
+	close(rb_cl.from[v]);
+	rb_cl.to[v] = rb_cl.from[v] = -1;
+	if (st)
+		failed(f, "machine %u (the zombie) exited with %d", v, st);
+	*gone = 1ull << v;
+	snprintf(cy->what, sizeof(cy->what),
+	         "SIGSTOP machine %u %.0f ms, SIGCONT", v, stopped);
+}
+
 /* Apply fault @fl; the machines that left in *@gone (to be replaced, in
  * their domains). Failures in @f. */
 static void cp_fault(enum cp_fault fl, struct cp_cycle *cy, uint64_t *gone,
@@ -1172,7 +1205,6 @@ static void cp_fault(enum cp_fault fl, struct cp_cycle *cy, uint64_t *gone,
 {
 	unsigned cm = cp_cm();
 	uint64_t others = cp_live & ~(1ull << cm);
-	char why[256] = "";
 	*gone = 0;
 	switch (fl) {
 	case F_KILL_MEMBER:
@@ -1187,36 +1219,7 @@ static void cp_fault(enum cp_fault fl, struct cp_cycle *cy, uint64_t *gone,
 		         v == cm ? " (CM)" : "");
 		break;
 	}
-	case F_SIGSTOP: {
-		unsigned v = cp_nth(others, cp_draw(cp_count(others)));
-		uint64_t t = np_now_ns();
-		assert_int_equal(kill(rb_cl.pid[v], SIGSTOP), 0);
-		cp_live &= ~(1ull << v);
-		int rc = cp_await_config(CP_RECONF_MS, why, sizeof(why));
-		double stopped = (double)(np_now_ns() - t) / 1e6;
-		assert_int_equal(kill(rb_cl.pid[v], SIGCONT), 0);
-		if (rc)
-			failed(f,
-			       "machine %u stopped: no configuration "
-			       "without it within %d ms: %s",
-			       v, CP_RECONF_MS, why);
-		/* It must learn it was removed, and stop. */
-		struct cp_counts n;
-		np_expect(&rb_cl, v, 'Z', 60000);
-		np_recv(&rb_cl, v, &n, sizeof(n), 1000);
-		int st = tu_reap(rb_cl.pid[v]);
-		rb_cl.pid[v] = 0;
-		close(rb_cl.to[v]);
-		close(rb_cl.from[v]);
-		rb_cl.to[v] = rb_cl.from[v] = -1;
-		if (st)
-			failed(f, "machine %u (the zombie) exited with %d", v,
-			       st);
-		*gone = 1ull << v;
-		snprintf(cy->what, sizeof(cy->what),
-		         "SIGSTOP machine %u %.0f ms, SIGCONT", v, stopped);
-		break;
-	}
+	case F_SIGSTOP: cp_sigstop(others, cy, gone, f); break;
 	case F_DOMAIN: {
 		/* A domain with two live machines (a and b, by the layout). */
 		unsigned pick[3], n = 0;
