@@ -1163,6 +1163,14 @@ static void cp_zombie_reuse(struct cp_cycle *cy, struct fails *f)
 	       " recovery messages meanwhile\n",
 	       v, r1.frames - r0.frames, r1.lease - r0.lease,
 	       r1.stale - r0.stale, r1.rec - r0.rec);
+	/* Its frames and log records are fenced at the fabric (shm): they
+	 * never reach the others' counters. Its lease REQUESTs do, and must
+	 * be counted refused at the CM. */
+	if (r1.lease == r0.lease)
+		failed(f,
+		       "zombie %u: no lease message was refused while it "
+		       "ran: its lease REQUESTs went unseen or were taken",
+		       v);
 }
 
 /* sigstop (cp_fault): see the head of the file. */
