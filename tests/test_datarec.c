@@ -161,6 +161,9 @@ static void dr_config(uint32_t me, struct farm_config *cfg)
 	cfg->lease_us = 200000;
 	/* A late machine grows into an ordinary member (rejoin, grow). */
 	cfg->grow = true;
+	/* rejoin checks the rule without reused ids: a fresh machine under
+	 * a gone id is refused (test_campaign --reuse checks reuse). */
+	cfg->reuse_ids = false;
 	/* grow: region ids from a fixed seed (FARM_DR_SEED overrides it),
 	 * so the layout, and with it the premise grow_victim looks for, is
 	 * the same every run. */
@@ -823,7 +826,7 @@ static void run_mode(unsigned first, int second, bool rejoin, bool grow,
 		rb_tell(&res, (unsigned)second, true);
 		rb_wait_recovered(&res);
 		/* The killed machine's id with an empty directory: not
-		 * admitted (same-id rejoin is not supported). */
+		 * admitted (reuse_ids = 0, dr_config). */
 		uint64_t t = np_now_ns();
 		late_start(first, 'X');
 		printf("%s: a machine with id %u (gone) and an empty "

@@ -353,8 +353,10 @@ static unsigned lease_peers(const struct farm_view *v,
 }
 
 /* A configuration without machines of the previous one: record its step.
- * Death notices hold until a view leaves the machine out. Under r->mu,
- * before r->view becomes @v. */
+ * Death notices hold until a view leaves the machine out or names a new
+ * holder of its id (another incarnation, or an id the previous view did
+ * not name): the notice was its old holder's. Under r->mu, before r->view
+ * becomes @v. */
 static void view_note_departures(farm_recovery *r, const struct farm_view *v)
 {
 	uint32_t dropped = 0, first = 0;
@@ -367,9 +369,15 @@ static void view_note_departures(farm_recovery *r, const struct farm_view *v)
 		     r->st.t_config_ns);
 	}
 	unsigned kd = 0;
-	for (unsigned i = 0; i < r->ndead; i++)
-		if (farm_view_find(v, r->dead[i]))
+	for (unsigned i = 0; i < r->ndead; i++) {
+		const struct farm_member *nm = farm_view_find(v, r->dead[i]);
+		const struct farm_member *om =
+		        r->have_view ? farm_view_find(&r->view, r->dead[i])
+		                     : NULL;
+		if (nm && (!r->have_view ||
+		           (om && om->incarnation == nm->incarnation)))
 			r->dead[kd++] = r->dead[i];
+	}
 	r->ndead = kd;
 }
 

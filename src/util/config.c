@@ -28,6 +28,10 @@ void farm_config_defaults(struct farm_config *c)
 	strcpy(c->zk_root, "/libfarm/default");
 	c->zk_session_ms = 4000;
 	c->zk_connect_timeout_ms = 5000;
+	/* A lost machine's id goes to its replacement: without it each
+	 * replacement takes a new id for good and the id space caps a
+	 * cluster's life. */
+	c->reuse_ids = true;
 }
 
 int farm_parse_size(const char *s, uint64_t *out)

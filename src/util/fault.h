@@ -155,6 +155,12 @@ enum farm_fault_point {
 	 * (its log fenced and voted on, its votes refused: test_campaign
 	 * --reuse --broken-removed must report a failed cycle). */
 	FARM_FP_REC_REMOVED_STICKY,
+	/* fabric/shm_peer.c, a switch: while hooked, admitting a new holder
+	 * of a reused id lifts its revocation without recording the
+	 * incarnation, so every holder of the id is let in, an old one that
+	 * still runs too (test_campaign --reuse --faults zombie_reuse
+	 * --broken-inc must report a failed cycle). */
+	FARM_FP_FABRIC_ADMIT_ANY,
 	FARM_FP_COUNT
 };
 
