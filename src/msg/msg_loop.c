@@ -209,16 +209,22 @@ static void owe_bell(farm_loop *loop, uint32_t machine, unsigned thread,
 	        (struct owed_bell){.machine = machine, .thread = thread};
 }
 
-static int rdma_post(farm_loop *loop, uint32_t machine, int wake_thread,
-                     bool lazy, farm_wr *wr, farm_op_fn cont, void *ctx)
+static bool rdma_args_ok(const farm_loop *loop, uint32_t machine,
+                         int wake_thread, const farm_wr *wr, farm_op_fn cont)
 {
 	if (!loop || !wr || !cont || machine >= loop->msg->attr.max_machines ||
 	    machine == loop->msg->me)
-		return -EINVAL;
+		return false;
 	if (wake_thread >= (int)loop->msg->attr.nthreads)
-		return -EINVAL;
-	if (wr->opcode != FARM_WR_READ && wr->opcode != FARM_WR_WRITE &&
-	    wr->opcode != FARM_WR_CAS)
+		return false;
+	return wr->opcode == FARM_WR_READ || wr->opcode == FARM_WR_WRITE ||
+	       wr->opcode == FARM_WR_CAS;
+}
+
+static int rdma_post(farm_loop *loop, uint32_t machine, int wake_thread,
+                     bool lazy, farm_wr *wr, farm_op_fn cont, void *ctx)
+{
+	if (!rdma_args_ok(loop, machine, wake_thread, wr, cont))
 		return -EINVAL;
 	struct out_peer *op;
 	int rc = farm_msg_peer_ep(loop, machine, &op);
@@ -604,6 +610,8 @@ void farm_loop_close(farm_loop *loop)
 	farm_msg *msg = loop->msg;
 	if (!on_owner(loop))
 		farm_warn("msg: loop %u closed by another thread", loop->idx);
+	if (loop->nowed)
+		ring_owed(loop); /* its receivers need not wait a timed check */
 	while (loop->active != NIL)
 		farm_msg_call_done(loop, loop->active, -ECANCELED, NULL, 0);
 	while (loop->ops)
