@@ -38,6 +38,7 @@ static bool ran[S_N];
 static uint64_t opt_keys = DEFAULT_KEYS;
 static double opt_secs = 2;
 static bool opt_peers = true;
+static int opt_wl = -1; /* --workload: that one only (profiling) */
 
 uint64_t bb_now_ns(void)
 {
@@ -172,7 +173,7 @@ static int warm_up(const struct bb_sys *s, struct bb_gen *g)
 static int run_all(int which, const struct bb_sys *s)
 {
 	for (int wl = 0; wl < BB_NWL; wl++)
-		for (int z = 0; z < 2; z++) {
+		for (int z = 0; z < 2 && (opt_wl < 0 || opt_wl == wl); z++) {
 			struct bb_gen g;
 			bb_gen_init(&g, opt_keys, z, (enum bb_wl)wl,
 			            0x1234567ull + (uint64_t)wl * 77 + z);
@@ -218,7 +219,8 @@ static void print_table(void)
 	       "ops/s", "ops/cpu-s", "reads/op");
 	for (int s = 0; s < S_N; s++)
 		for (int wl = 0; ran[s] && wl < BB_NWL; wl++)
-			for (int z = 0; z < 2; z++) {
+			for (int z = 0; z < 2 && (opt_wl < 0 || opt_wl == wl);
+			     z++) {
 				const struct bb_res *r = &res[s][wl][z];
 				printf("%-8s %-7s %-7s %12.0f %14.0f", sn[s],
 				       wl_name[wl], z ? "zipf" : "uniform",
@@ -264,6 +266,10 @@ static void print_json(void)
 				       per_core(&res[s][wl][z]));
 	printf(", \"goals\": {");
 	bool first = true;
+	if (opt_wl >= 0) { /* one workload: its figures, no goals */
+		printf("}}\n");
+		return;
+	}
 	goal(&first, "reads_per_lookup",
 	     res[S_FARM][BB_LOOKUP][0].reads_per_lookup, 1.05, false);
 	if (best_peer(BB_LOOKUP) > 0) {
@@ -282,13 +288,15 @@ static void print_json(void)
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: bt_bench [--keys N] [--seconds S] [--no-peers] "
-	           "[--quick]\n"
+	           "[--quick] [--workload W]\n"
 	           "  --keys N     keys loaded (k, m suffixes; default 10m:\n"
 	           "               about 2.5 min on a quiet host, several\n"
 	           "               times that on a loaded one: 3m then)\n"
 	           "  --seconds S  per workload and distribution (default 2)\n"
 	           "  --no-peers   no Redis, no MariaDB\n"
-	           "  --quick      20k keys, 0.3 s, no peers (a smoke run)\n");
+	           "  --quick      20k keys, 0.3 s, no peers (a smoke run)\n"
+	           "  --workload W lookup, insert or ycsb-e only (for\n"
+	           "               profiling; no goals then)\n");
 }
 
 static int parse(int argc, char **argv)
@@ -311,6 +319,13 @@ static int parse(int argc, char **argv)
 			if (v < 1000 || v > 1e9)
 				return -1;
 			opt_keys = (uint64_t)v;
+		} else if (!strcmp(a, "--workload") && i + 1 < argc) {
+			const char *w = argv[++i];
+			for (int k = 0; k < BB_NWL; k++)
+				if (!strcmp(w, wl_name[k]))
+					opt_wl = k;
+			if (opt_wl < 0)
+				return -1;
 		} else if (!strcmp(a, "--seconds") && i + 1 < argc) {
 			opt_secs = strtod(argv[++i], NULL);
 			if (!(opt_secs > 0 && opt_secs <= 600))

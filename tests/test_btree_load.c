@@ -16,6 +16,9 @@
  *              validation (retryable), and run again it holds both
  *   bad input  keys out of order, equal, not above the tree's last key,
  *              over the limits, NULLs: the error, and nothing written
+ *   oversized  a batch of big entries whose commit could pass half a log:
+ *              -E2BIG from the append itself, nothing written (the same
+ *              transaction then appends a batch that fits and commits)
  */
 #include "testutil.h"
 
@@ -334,6 +337,60 @@ static void test_bad_input(void **state)
 	free(m.p);
 }
 
+/* Append keys @k0, @k0 + 1, ... (@n of them) with 1 KiB values of byte
+ * @k0 in @tx. */
+static int append_big(farm_bt *bt, farm_tx *tx, uint64_t k0, size_t n)
+{
+	static uint8_t kb[256][8], val[1024];
+	static struct farm_bt_entry e[256];
+	assert_true(n <= 256);
+	memset(val, (int)(k0 & 0xff), sizeof(val));
+	for (size_t i = 0; i < n; i++) {
+		farm_bt_key_u64(k0 + i, kb[i]);
+		e[i] = (struct farm_bt_entry){
+		        .key = kb[i], .klen = 8, .val = val, .vlen = 1024};
+	}
+	return farm_bt_append(bt, tx, loop, e, n);
+}
+
+static void test_oversized(void **state)
+{
+	(void)state;
+	/* Leaves of about 16 KiB: 200 entries need ~17 of them, past half
+	 * of the default 256 KiB log; 24 entries need 2 or 3. */
+	const struct farm_bt_attr a = {
+	        .key_max = 8, .val_max = 1024, .leaf_cap = 16, .inner_cap = 16};
+	farm_bt *bt = NULL;
+	assert_int_equal(farm_bt_create_sync(kv, txm, loop, "big", &a, &bt), 0);
+	farm_tx *tx = NULL;
+	assert_int_equal(farm_tx_begin(txm, loop, &tx), 0);
+	assert_int_equal(append_big(bt, tx, 100, 24), 0);
+	assert_int_equal(farm_tx_commit_sync(tx), 0);
+	farm_tx_free(tx);
+	/* Refused by the append, not at commit; then, in the same
+	 * transaction, a batch that fits: only its keys are added. */
+	assert_int_equal(farm_tx_begin(txm, loop, &tx), 0);
+	assert_int_equal(append_big(bt, tx, 200, 200), -E2BIG);
+	assert_int_equal(farm_tx_write_fits(tx, 0, 0), 0);
+	assert_int_equal(append_big(bt, tx, 500, 24), 0);
+	assert_int_equal(farm_tx_commit_sync(tx), 0);
+	farm_tx_free(tx);
+	uint64_t keys = 0;
+	assert_int_equal(bc_verify(bt, loop, &keys), 0);
+	assert_int_equal(keys, 48);
+	uint8_t kb[8], v[1024];
+	uint32_t len = 0;
+	farm_bt_key_u64(200, kb);
+	assert_int_equal(farm_bt_get(bt, NULL, loop, kb, 8, v, sizeof(v), &len),
+	                 -ENOENT);
+	farm_bt_key_u64(523, kb);
+	assert_int_equal(farm_bt_get(bt, NULL, loop, kb, 8, v, sizeof(v), &len),
+	                 0);
+	assert_int_equal(len, 1024);
+	assert_int_equal(v[1023], 500 & 0xff);
+	farm_bt_close(bt);
+}
+
 int main(void)
 {
 	const struct CMUnitTest t[] = {
@@ -342,6 +399,7 @@ int main(void)
 	        cmocka_unit_test(test_aborted),
 	        cmocka_unit_test(test_conflict),
 	        cmocka_unit_test(test_bad_input),
+	        cmocka_unit_test(test_oversized),
 	};
 	return cmocka_run_group_tests_name("btree_load", t, setup, teardown);
 }

@@ -687,6 +687,52 @@ static void test_refused_commit_room(void **state)
 	assert_int_equal(buf[0], 2);
 }
 
+/* farm_tx_write_fits says ahead what commit_room_check refuses: a write
+ * set past half a log is -E2BIG before the commit, and what it says fits
+ * commits (the bound is never looser than the commit's). */
+static void test_write_fits(void **state)
+{
+	(void)state;
+	farm_fatptr p = make_obj(0, 64, 1);
+	farm_tx *tx = begin(0);
+	assert_int_equal(farm_tx_write_fits(tx, 0, 0), 0);
+	assert_int_equal(farm_tx_write_fits(tx, 1, 100u << 10), 0);
+	assert_int_equal(farm_tx_write_fits(tx, 2, 100u << 10), -E2BIG);
+	assert_int_equal(farm_tx_write_fits(tx, 1, 0), -EINVAL);
+	assert_int_equal(farm_tx_write_fits(tx, 1, FARM_TX_MAX_SIZE + 1),
+	                 -EINVAL);
+	assert_int_equal(farm_tx_write_fits(NULL, 1, 64), -EINVAL);
+	/* The write set counts: one 100 KiB object in it, another does not
+	 * fit; a small one does, and the commit takes them. */
+	struct res ra = {0};
+	assert_int_equal(farm_tx_alloc(tx, 100u << 10, p.addr, alloc_cb, &ra),
+	                 0);
+	asn_wait(&C, &ra.done);
+	assert_int_equal(ra.status, 0);
+	memset(ra.wdata, 3, 100u << 10);
+	assert_int_equal(farm_tx_write_fits(tx, 1, 100u << 10), -E2BIG);
+	assert_int_equal(rd(tx, p.addr, 64, NULL), 0);
+	assert_int_equal(farm_tx_write_fits(tx, 1, 64), 0);
+	void *w;
+	assert_int_equal(farm_tx_write(tx, p.addr, &w), 0);
+	memset(w, 4, 64);
+	assert_int_equal(farm_tx_write_fits(tx, 0, 0), 0);
+	assert_int_equal(commit(tx), 0);
+	assert_int_equal(farm_tx_write_fits(tx, 0, 0), FARM_ECLOSED);
+	farm_tx_free(tx);
+	/* Past the bound: refused ahead, and by the commit. */
+	farm_tx *big = begin(0);
+	struct res rb = {0};
+	assert_int_equal(farm_tx_alloc(big, 200u << 10, p.addr, alloc_cb, &rb),
+	                 0);
+	asn_wait(&C, &rb.done);
+	assert_int_equal(rb.status, 0);
+	assert_int_equal(farm_tx_write_fits(big, 0, 0), -E2BIG);
+	assert_int_equal(farm_tx_commit(big, op_cb, &rb), -E2BIG);
+	assert_int_equal(farm_tx_abort(big), 0);
+	farm_tx_free(big);
+}
+
 /* Commit a new object of @size bytes holding @fill, allocated next to
  * @near by machine @m; *@ns: how long the commit took. */
 static int commit_new(unsigned m, farm_gaddr near, uint32_t size, uint8_t fill,
@@ -947,6 +993,7 @@ int main(void)
 	        cmocka_unit_test(test_trunc_low_water),
 	        cmocka_unit_test(test_bad_input),
 	        cmocka_unit_test(test_refused_commit_room),
+	        cmocka_unit_test(test_write_fits),
 	        cmocka_unit_test(test_trunc_for_room),
 	        cmocka_unit_test(test_restart_marks_pads),
 	        cmocka_unit_test(test_recovery_bad_input),

@@ -184,8 +184,10 @@ struct farm_bt_entry {
  * batch costs about n / (3/4 of a leaf's capacity) leaves of the
  * layout's leaf size (with 8-byte keys and values, 2,048 entries write
  * about 60 KiB; with the default 16/32-byte layout about 150 KiB, too
- * much). Every node is allocated before the commit refuses an oversized
- * batch with -E2BIG: append fewer at once. The
+ * much). A batch that could need more is refused with -E2BIG before
+ * anything is allocated or written (farm_tx_write_fits, counting the
+ * transaction's other writes and, at worst, every node the batch may
+ * write): append fewer at once. The
  * entries fill the tree's rightmost leaf and new leaves to begin with
  * three quarters of their capacity (room for inserts before they split),
  * and internal nodes likewise, bottom-up along the right edge: a few
@@ -194,7 +196,8 @@ struct farm_bt_entry {
  * own and concurrent writers are serialized as with farm_bt_put().
  * Returns 0; -EINVAL (NULL, an empty key, keys out of order or not above
  * the tree's last key: nothing is written); -EMSGSIZE (a key or value
- * over the layout's limits: nothing is written); -ENOSPC; FARM_ECORRUPT
+ * over the layout's limits: nothing is written); -E2BIG (the batch may
+ * not fit a commit: nothing is written); -ENOSPC; FARM_ECORRUPT
  * (a node on the right edge failed its checks); the
  * transaction layer's errors (abort @tx on any error).
  */

@@ -65,6 +65,10 @@ typedef struct farm_msg_attr {
 	/* A loop that has found no work for this long parks until a message
 	 * or a posted work item arrives (0: 200 us). */
 	uint64_t park_after_ns;
+	/* How long a doorbell posted with farm_loop_rdma_lazy() may wait
+	 * for others to the same loop, so one wake-up serves them all
+	 * (0: none wait; farm_loop_rdma_lazy is farm_loop_rdma_wake). */
+	uint64_t lazy_bell_ns;
 	/* Never park: poll continuously (benchmarks, latency-sensitive runs;
 	 * the default on verbs, where the wake-up doorbell does not exist). */
 	bool busy_poll;
@@ -333,6 +337,22 @@ FARM_API FARM_MUST_CHECK int farm_loop_rdma(farm_loop *loop, uint32_t machine,
  * poller (farm_loop_add_poller), such as transaction logs.
  */
 FARM_API FARM_MUST_CHECK int farm_loop_rdma_wake(farm_loop *loop,
+                                                 uint32_t machine,
+                                                 unsigned thread, farm_wr *wr,
+                                                 farm_op_fn cont, void *ctx);
+
+/*
+ * farm_loop_rdma_lazy() - farm_loop_rdma_wake() whose doorbell may wait
+ * up to the messaging attribute lazy_bell_ns, so that the WRITEs of that
+ * time to loop @thread of @machine share one wake-up of a parked
+ * receiver. For WRITEs whose sender can afford the delay: nothing waits
+ * on the receiver meanwhile but the sender's own work. The owed
+ * doorbells are rung when the time is up (at a pass of this loop), when
+ * this loop runs out of work (an empty pass with no one-sided operation
+ * outstanding: its caller waits for an answer), and before it parks; a
+ * receiver that polls anyway finds the WRITE without one.
+ */
+FARM_API FARM_MUST_CHECK int farm_loop_rdma_lazy(farm_loop *loop,
                                                  uint32_t machine,
                                                  unsigned thread, farm_wr *wr,
                                                  farm_op_fn cont, void *ctx);

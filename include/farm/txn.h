@@ -91,6 +91,20 @@ FARM_API FARM_MUST_CHECK int farm_tx_read_fat(farm_tx *tx, farm_fatptr p,
 FARM_API FARM_MUST_CHECK int farm_tx_write(farm_tx *tx, farm_gaddr a,
                                            void **data);
 
+/*
+ * farm_tx_write_fits() - whether @nobj more written objects of @size
+ * bytes each (new ones this transaction allocates, or objects on machines
+ * it already writes) still fit a commit: every log record of a commit to
+ * one machine must fit half of that machine's log (log_size), and a
+ * commit over it fails with -E2BIG, after the work that built it. This
+ * counts the write set so far and assumes the worst spread (every object
+ * in one log), so 0 means the commit will not be refused for size; it
+ * changes nothing. Returns 0, -E2BIG, -EINVAL (NULL, or @size 0 or over
+ * FARM_TX_MAX_SIZE with @nobj), FARM_ECLOSED (commit already called).
+ */
+FARM_API FARM_MUST_CHECK int farm_tx_write_fits(const farm_tx *tx,
+                                                uint32_t nobj, uint32_t size);
+
 /* Allocation completion: the new object's fat pointer and writable bytes
  * (zeroed), or an error. */
 typedef void (*farm_tx_alloc_fn)(farm_tx *tx, void *ctx, int status,

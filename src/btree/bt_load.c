@@ -158,6 +158,25 @@ static int check_entries(const farm_bt *bt, const struct farm_bt_entry *e,
 	return 0;
 }
 
+/* At most the nodes a batch of @n entries writes along the edge @p: at
+ * each level from the leaf up, the edge's node, and a new node each
+ * time it reaches its fill (the edge's entries so far count), whose
+ * separators go one level up; a root at its fill splits into two new
+ * nodes instead. Levels above the last new node are not written. */
+static uint64_t batch_nodes(const struct bt_layout *l, const struct edge *p,
+                            size_t n)
+{
+	uint64_t k = n, total = 0;
+	for (uint32_t lv = 0; lv <= p->h && k; lv++) {
+		uint64_t f = fill(l, lv), e = bt_n(node(p, lv));
+		uint64_t room = e < f ? f - e : 0;
+		uint64_t add = k > room ? (k - room + f - 1) / f : 0;
+		total += 1 + add + (lv == p->h && add ? 2 : 0);
+		k = add;
+	}
+	return total;
+}
+
 /* @key is above every key of the rightmost leaf @leaf (and at or above
  * its low fence when it is empty). */
 static bool above_all(const struct bt_layout *l, const uint8_t *leaf,
@@ -186,6 +205,14 @@ int farm_bt_append(farm_bt *bt, farm_tx *tx, farm_loop *loop,
 		return rc;
 	if (!above_all(l, p.r[0], e[0].key, e[0].klen))
 		return -EINVAL; /* nothing written yet */
+	/* A batch whose commit would be refused for size is refused here,
+	 * before a node is allocated or written. */
+	uint64_t nodes = batch_nodes(l, &p, n);
+	rc = nodes > UINT32_MAX
+	             ? -E2BIG
+	             : farm_tx_write_fits(tx, (uint32_t)nodes, l->leaf_size);
+	if (rc)
+		return rc;
 	for (size_t i = 0; i < n && !rc; i++) {
 		if (bt_n(node(&p, 0)) >= fill(l, 0)) {
 			struct bt_key k = {.len = e[i].klen};

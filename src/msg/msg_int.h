@@ -35,6 +35,7 @@
 #define EP_DEPTH           1024u
 #define CQ_BATCH           32
 #define MAX_POLLERS        8
+#define MAX_OWED_BELLS     16 /* farm_loop_rdma_lazy's owed doorbells */
 #define FRAMES_PER_POLL    64u
 #define WR_BATCH           64u
 #define SCAN_EVERY         256u /* passes between timer scans when busy */
@@ -261,6 +262,14 @@ struct farm_loop {
 	struct rdma_op *ops;      /* outstanding one-sided operations */
 	struct rdma_op *ops_free; /* recycled records */
 	unsigned nops;
+	/* Doorbells farm_loop_rdma_lazy owes: (machine, thread) pairs, and
+	 * when the first was owed (0: none). */
+	struct owed_bell {
+		uint32_t machine, thread;
+	} owed[MAX_OWED_BELLS];
+	unsigned nowed;
+	bool owed_urgent; /* one is due at the end of this pass */
+	uint64_t owed_since;
 	/* farm_loop_defer: owner-only FIFO and recycled items. */
 	struct defer_item *dq_head, **dq_tail, *dq_free;
 	struct stats stats;

@@ -164,16 +164,67 @@ static int rep_ready(farm_loop *loop, uint32_t machine, struct out_peer *op)
 	return 0;
 }
 
-static int rdma_post(farm_loop *loop, uint32_t machine, int wake_thread,
-                     farm_wr *wr, farm_op_fn cont, void *ctx)
+/* Ring every doorbell this loop owes (farm_loop_rdma_lazy, and bells of
+ * WRITEs posted in a pass). Each goes through the endpoint its WRITEs
+ * went through, so it runs after them: FARM_WR_NOTIFY's Dekker with
+ * park() (pairs with its store of the park word and full fence) then
+ * holds as for a bell in the WRITE's own doorbell. A bell the endpoint
+ * refuses is dropped as rdma_post drops one: the receiver wakes at its
+ * next timed check. */
+static void ring_owed(farm_loop *loop)
+{
+	unsigned n = loop->nowed;
+	loop->nowed = 0;
+	loop->owed_since = 0;
+	loop->owed_urgent = false;
+	for (unsigned i = 0; i < n; i++) {
+		const struct owed_bell *b = &loop->owed[i];
+		struct out_peer *op = &loop->out[b->machine];
+		if (!op->rep)
+			continue; /* forgotten since: a new receiver */
+		const farm_mr_desc *pd = &loop->msg->peers[b->machine].desc;
+		farm_wr bell = farm_wr_notify(
+		        0, pd, park_at(&loop->msg->lay, b->thread));
+		farm_wr *bad = NULL;
+		if (farm_ep_post(op->rep, &bell, &bad))
+			continue; /* dropped, as the comment above says */
+	}
+}
+
+/* Owe loop @thread of @machine a doorbell (once however many WRITEs);
+ * @urgent: at the end of this pass. */
+static void owe_bell(farm_loop *loop, uint32_t machine, unsigned thread,
+                     bool urgent)
+{
+	loop->owed_urgent |= urgent;
+	for (unsigned i = 0; i < loop->nowed; i++)
+		if (loop->owed[i].machine == machine &&
+		    loop->owed[i].thread == thread)
+			return;
+	if (loop->nowed == MAX_OWED_BELLS)
+		ring_owed(loop);
+	if (!loop->nowed)
+		loop->owed_since = farm_now_ns();
+	loop->owed[loop->nowed++] =
+	        (struct owed_bell){.machine = machine, .thread = thread};
+}
+
+static bool rdma_args_ok(const farm_loop *loop, uint32_t machine,
+                         int wake_thread, const farm_wr *wr, farm_op_fn cont)
 {
 	if (!loop || !wr || !cont || machine >= loop->msg->attr.max_machines ||
 	    machine == loop->msg->me)
-		return -EINVAL;
+		return false;
 	if (wake_thread >= (int)loop->msg->attr.nthreads)
-		return -EINVAL;
-	if (wr->opcode != FARM_WR_READ && wr->opcode != FARM_WR_WRITE &&
-	    wr->opcode != FARM_WR_CAS)
+		return false;
+	return wr->opcode == FARM_WR_READ || wr->opcode == FARM_WR_WRITE ||
+	       wr->opcode == FARM_WR_CAS;
+}
+
+static int rdma_post(farm_loop *loop, uint32_t machine, int wake_thread,
+                     bool lazy, farm_wr *wr, farm_op_fn cont, void *ctx)
+{
+	if (!rdma_args_ok(loop, machine, wake_thread, wr, cont))
 		return -EINVAL;
 	struct out_peer *op;
 	int rc = farm_msg_peer_ep(loop, machine, &op);
@@ -193,7 +244,14 @@ static int rdma_post(farm_loop *loop, uint32_t machine, int wake_thread,
 	wr->wr_id = (uint64_t)(uintptr_t)o;
 	wr->flags |= FARM_WR_SIGNALED;
 	farm_wr bell;
-	if (wake_thread >= 0 && loop->msg->notify) {
+	/* Inside a pass, a doorbell waits for the pass's end, so the
+	 * WRITEs a pass posts to one loop wake it once: rung one by one,
+	 * each wake-up of a receiver sharing our core preempts us before
+	 * the next WRITE, and the receiver parks again in between. */
+	lazy = lazy && loop->msg->attr.lazy_bell_ns;
+	bool owe = wake_thread >= 0 && loop->msg->notify &&
+	           (lazy || loop->polling);
+	if (wake_thread >= 0 && loop->msg->notify && !owe) {
 		/* After the WRITE, in the same doorbell: a parked receiver
 		 * wakes and finds it. */
 		const farm_mr_desc *pd = &loop->msg->peers[machine].desc;
@@ -219,6 +277,8 @@ static int rdma_post(farm_loop *loop, uint32_t machine, int wake_thread,
 	loop->ops = o;
 	loop->nops++;
 	op->rops++;
+	if (owe)
+		owe_bell(loop, machine, (unsigned)wake_thread, !lazy);
 	return 0;
 }
 
@@ -270,7 +330,7 @@ int farm_loop_forget_peer(farm_loop *loop, uint32_t id)
 int farm_loop_rdma(farm_loop *loop, uint32_t machine, farm_wr *wr,
                    farm_op_fn cont, void *ctx)
 {
-	return rdma_post(loop, machine, -1, wr, cont, ctx);
+	return rdma_post(loop, machine, -1, false, wr, cont, ctx);
 }
 
 int farm_loop_rdma_wake(farm_loop *loop, uint32_t machine, unsigned thread,
@@ -278,7 +338,15 @@ int farm_loop_rdma_wake(farm_loop *loop, uint32_t machine, unsigned thread,
 {
 	if (thread > INT32_MAX)
 		return -EINVAL;
-	return rdma_post(loop, machine, (int)thread, wr, cont, ctx);
+	return rdma_post(loop, machine, (int)thread, false, wr, cont, ctx);
+}
+
+int farm_loop_rdma_lazy(farm_loop *loop, uint32_t machine, unsigned thread,
+                        farm_wr *wr, farm_op_fn cont, void *ctx)
+{
+	if (thread > INT32_MAX)
+		return -EINVAL;
+	return rdma_post(loop, machine, (int)thread, true, wr, cont, ctx);
 }
 
 int farm_loop_add_poller(farm_loop *loop, farm_poll_fn poll,
@@ -375,6 +443,10 @@ int farm_loop_poll(farm_loop *loop)
 		got += farm_msg_scan_calls(loop, farm_now_ns());
 	if (loop->ndirty)
 		farm_loop_flush(loop);
+	if (loop->nowed &&
+	    (loop->owed_urgent ||
+	     farm_now_ns() - loop->owed_since >= loop->msg->attr.lazy_bell_ns))
+		ring_owed(loop);
 	loop->polling = false;
 	return got;
 }
@@ -407,6 +479,8 @@ static bool work_pending(farm_loop *loop)
 /* Park until a doorbell, a posted item, or @max_ns. */
 static void park(farm_loop *loop, uint64_t max_ns)
 {
+	if (loop->nowed)
+		ring_owed(loop); /* never sleep on a bell owed */
 	farm_msg_hand_back_all(loop);
 	if (loop->ndirty)
 		farm_loop_flush(loop);
@@ -432,6 +506,10 @@ static void idle(farm_loop *loop, uint64_t deadline)
 	uint64_t now = farm_now_ns();
 	if (loop->nactive)
 		farm_msg_scan_calls(loop, now);
+	/* Out of work with bells owed: the caller waits for an answer that
+	 * may need the receiver awake (farm_loop_rdma_lazy). */
+	if (loop->nowed && !loop->nops)
+		ring_owed(loop);
 	if (msg->attr.busy_poll || loop->nops) {
 		farm_cpu_relax();
 		return;
@@ -532,6 +610,8 @@ void farm_loop_close(farm_loop *loop)
 	farm_msg *msg = loop->msg;
 	if (!on_owner(loop))
 		farm_warn("msg: loop %u closed by another thread", loop->idx);
+	if (loop->nowed)
+		ring_owed(loop); /* its receivers need not wait a timed check */
 	while (loop->active != NIL)
 		farm_msg_call_done(loop, loop->active, -ECANCELED, NULL, 0);
 	while (loop->ops)

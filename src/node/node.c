@@ -339,6 +339,7 @@ static int node_open_transport(farm_node *n, const struct farm_config *cfg)
 	        .nthreads = n->nthreads,
 	        .max_machines = FARM_NODE_MAX_MACHINES,
 	        .busy_poll = cfg->busy_poll,
+	        .lazy_bell_ns = cfg->lazy_bell_us * 1000ull,
 	        /* messaging's 0 is its default: 1 ns is "at once" */
 	        .park_after_ns =
 	                cfg->park_after_us ? cfg->park_after_us * 1000ull : 1};

@@ -147,8 +147,15 @@ static int post_write(struct txloop *tl, uint32_t mach, uint64_t off, void *buf,
 		farm_wr wr = farm_wr_write(0, buf, tl->ar.mr, (uint32_t)len,
 		                           &m->peers[mach], roff);
 		wr.flags |= FARM_WR_PERSIST;
-		rc = farm_loop_rdma_wake(tl->loop, mach, tl->t, &wr, write_done,
-		                         c);
+		/* A LOCK record's doorbell may wait for others to the same
+		 * replica (messaging's lazy_bell_ns): until the primary
+		 * takes it no lock is held, so the wait delays only this
+		 * commit, and one wake-up serves several. Records that
+		 * release locks (COMMIT-PRIMARY, ABORT) ring at once. */
+		rc = kind == K_LOCK ? farm_loop_rdma_lazy(tl->loop, mach, tl->t,
+		                                          &wr, write_done, c)
+		                    : farm_loop_rdma_wake(tl->loop, mach, tl->t,
+		                                          &wr, write_done, c);
 	}
 	if (rc) {
 		arena_put(&tl->ar, buf, len);

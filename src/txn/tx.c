@@ -119,6 +119,61 @@ int farm_tx_write(farm_tx *tx, farm_gaddr a, void **data)
 	return 0;
 }
 
+/* Distinct values in @v[0..n) (n small: a write set's regions or
+ * primaries). */
+static uint64_t distinct(const uint32_t *v, unsigned n)
+{
+	uint64_t d = 0;
+	for (unsigned i = 0; i < n; i++) {
+		unsigned j = 0;
+		while (j < i && v[j] != v[i])
+			j++;
+		d += j == i;
+	}
+	return d;
+}
+
+/*
+ * A commit's records in one log, at worst: every written object in it
+ * (one entry and its image each), in a LOCK and one COMMIT-BACKUP per
+ * primary (each record a header and every region id of the commit),
+ * plus a COMMIT-PRIMARY and an ABORT. commit_room_check refuses a commit
+ * needing more than half a log in any; this bounds what it counts.
+ */
+int farm_tx_write_fits(const farm_tx *tx, uint32_t nobj, uint32_t size)
+{
+	if (!tx || (nobj && (!size || size > FARM_TX_MAX_SIZE)))
+		return -EINVAL;
+	if (tx->ph != PH_OPEN)
+		return FARM_ECLOSED;
+	uint64_t n = nobj, img = (uint64_t)nobj * 64 * obj_lines(size);
+	uint32_t *reg = malloc(sizeof(*reg) * 2 * (tx->n + 1u));
+	if (!reg)
+		return -ENOMEM;
+	uint32_t *prim = reg + tx->n + 1;
+	unsigned w = 0;
+	for (unsigned i = 0; i < tx->n; i++) {
+		const struct txobj *o = &tx->o[i];
+		if (!txo_is_write(o))
+			continue;
+		img += 64ull * o->lines;
+		reg[w] = farm_gaddr_region(o->a);
+		prim[w++] = o->primary;
+	}
+	n += w;
+	uint64_t nreg = distinct(reg, w) + nobj; /* each new one: its own */
+	if (nobj) /* new objects are this machine's */
+		prim[w++] = tx->m->me;
+	uint64_t nprim = distinct(prim, w);
+	free(reg);
+	if (n > UINT16_MAX)
+		return -E2BIG;          /* a record's object count */
+	nreg = nreg < 512 ? nreg : 512; /* commit_start.c refuses more */
+	uint64_t worst = n * sizeof(struct rec_obj) + img +
+	                 (nprim + 1) * rec_size(0, 0, (unsigned)nreg) + 128;
+	return worst <= tx->m->R / 2 ? 0 : -E2BIG;
+}
+
 int farm_tx_free_array(farm_tx *tx, farm_fatptr first, uint32_t n)
 {
 	if (!tx || !n)

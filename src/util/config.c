@@ -301,6 +301,7 @@ static const struct cfg_key cfg_keys[] = {
         CFG_IN("threads", threads, 1, 64),
         CFG_BOOL("busy_poll", busy_poll),
         CFG_IN("park_after_us", park_after_us, 0, 1000000),
+        CFG_IN("lazy_bell_us", lazy_bell_us, 0, 100000),
         /* host:port[,host:port...][/chroot]; checked when used */
         CFG_WORD("zk", zk),
         CFG_FN("zk_root", key_zk_root),
@@ -437,6 +438,7 @@ int farm_config_apply_env(struct farm_config *c, char *err, size_t errlen)
 	                                   "lease_us",
 	                                   "lease_bind",
 	                                   "park_after_us",
+	                                   "lazy_bell_us",
 	                                   "domain",
 	                                   "datarec_bytes",
 	                                   "datarec_interval_us",

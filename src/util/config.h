@@ -37,6 +37,10 @@ struct farm_config {
 	                                   busy_poll); default off */
 	uint32_t park_after_us;         /* idle this long before a loop parks
 	                                   (0: at once); default 200 */
+	uint32_t lazy_bell_us;          /* a transaction's LOCK records wait
+	                                   this long for company before their
+	                                   doorbell (0: at once, the
+	                                   default) */
 	uint32_t log_size;              /* bytes of each transaction log ring
 	                                   (0: 256 KiB) */
 	uint32_t expect_machines;       /* the job waits for this many (0:
