@@ -143,7 +143,7 @@ static int udp_open(const farm_fabric_attr *attr, farm_fabric **out)
 	 * never (spin, as before). FARM_UDP_SLEEP_US bounds one sleep (a
 	 * loop sleeping here misses its other work that long at most). */
 	const char *sp = getenv("FARM_UDP_SPIN_US");
-	f->spin_ns = sp && *sp ? (int64_t)strtoll(sp, NULL, 10) * 1000 : 2000;
+	f->spin_ns = sp && *sp ? (int64_t)strtoll(sp, NULL, 10) * 1000 : 20000;
 	f->sleep_ns = env_ms("FARM_UDP_SLEEP_US", 1000) * 1000ull;
 	if (getrandom(&f->inc, sizeof(f->inc), 0) != sizeof(f->inc))
 		f->inc = farm_now_ns() ^ ((uint64_t)getpid() << 32);
