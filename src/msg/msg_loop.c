@@ -302,16 +302,22 @@ static void batch_read(farm_loop *loop, uint32_t m, struct out_peer *op,
 		(void)flush_peer(loop, m); /* a full window: no need to wait */
 }
 
-static int rdma_post(farm_loop *loop, uint32_t machine, int wake_thread,
-                     farm_wr *wr, farm_op_fn cont, void *ctx)
+static bool rdma_args_ok(const farm_loop *loop, uint32_t machine,
+                         int wake_thread, const farm_wr *wr, farm_op_fn cont)
 {
 	if (!loop || !wr || !cont || machine >= loop->msg->attr.max_machines ||
 	    machine == loop->msg->me)
-		return -EINVAL;
+		return false;
 	if (wake_thread >= (int)loop->msg->attr.nthreads)
-		return -EINVAL;
-	if (wr->opcode != FARM_WR_READ && wr->opcode != FARM_WR_WRITE &&
-	    wr->opcode != FARM_WR_CAS)
+		return false;
+	return wr->opcode == FARM_WR_READ || wr->opcode == FARM_WR_WRITE ||
+	       wr->opcode == FARM_WR_CAS;
+}
+
+static int rdma_post(farm_loop *loop, uint32_t machine, int wake_thread,
+                     farm_wr *wr, farm_op_fn cont, void *ctx)
+{
+	if (!rdma_args_ok(loop, machine, wake_thread, wr, cont))
 		return -EINVAL;
 	struct out_peer *op;
 	int rc = farm_msg_peer_ep(loop, machine, &op);
