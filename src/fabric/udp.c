@@ -138,6 +138,13 @@ static int udp_open(const farm_fabric_attr *attr, farm_fabric **out)
 	 * coalescing saves); every receiver takes both. */
 	const char *co = getenv("FARM_UDP_COALESCE");
 	f->coalesce = !(co && strcmp(co, "0") == 0);
+	/* FARM_UDP_SPIN_US: how long a poller with requests outstanding
+	 * finds nothing before it sleeps in the kernel for a datagram; -1:
+	 * never (spin, as before). FARM_UDP_SLEEP_US bounds one sleep (a
+	 * loop sleeping here misses its other work that long at most). */
+	const char *sp = getenv("FARM_UDP_SPIN_US");
+	f->spin_ns = sp && *sp ? (int64_t)strtoll(sp, NULL, 10) * 1000 : 20000;
+	f->sleep_ns = env_ms("FARM_UDP_SLEEP_US", 1000) * 1000ull;
 	if (getrandom(&f->inc, sizeof(f->inc), 0) != sizeof(f->inc))
 		f->inc = farm_now_ns() ^ ((uint64_t)getpid() << 32);
 	f->inc |= 1;
@@ -397,19 +404,9 @@ static int retire(struct udp_ep *ep, int n, farm_wc *wc)
 	return got;
 }
 
-static int udp_cq_poll(farm_cq *fcq, int n, farm_wc *wc)
+/* Retire up to @n finished requests of @c's endpoints into @wc. */
+static int retire_all(struct udp_cq *c, int n, farm_wc *wc)
 {
-	struct udp_cq *c = (struct udp_cq *)fcq;
-	struct udp_fabric *f = UF(fcq->fab);
-	if (c->shared)
-		pthread_mutex_lock(&c->lock);
-	/* A poller waiting for replies reads them itself when the dispatch
-	 * thread is not (one wake-up less per round trip). */
-	bool waiting = false;
-	for (struct udp_ep *ep = c->eps; ep && !waiting; ep = ep->cq_next)
-		waiting = ep->tail != ep->head;
-	if (waiting)
-		farm_udp_rx_drain(f);
 	int got = 0;
 	for (struct udp_ep *ep = c->eps; ep && got < n; ep = ep->cq_next) {
 		/* Only an endpoint whose oldest request is done is locked:
@@ -425,6 +422,46 @@ static int udp_cq_poll(farm_cq *fcq, int n, farm_wc *wc)
 		got += retire(ep, n - got, wc + got);
 		pthread_mutex_unlock(&ep->lock);
 	}
+	return got;
+}
+
+/* Whether a poller of @c that found nothing, again, has spun long enough
+ * to sleep for a datagram. Spinning costs a core the other side may need
+ * (both run on the same few cores here, and a target in a VM is
+ * descheduled for longer than a round trip), and a reply wakes the
+ * sleeper as it would a plain UDP client in recvmmsg. A shared queue's
+ * pollers do not sleep (its lock is held across the poll). */
+static bool should_sleep(struct udp_cq *c, const struct udp_fabric *f)
+{
+	if (f->spin_ns < 0)
+		return false;
+	uint64_t now = farm_now_ns();
+	if (!c->idle_since) {
+		c->idle_since = now;
+		return f->spin_ns == 0;
+	}
+	return now - c->idle_since >= (uint64_t)f->spin_ns;
+}
+
+static int udp_cq_poll(farm_cq *fcq, int n, farm_wc *wc)
+{
+	struct udp_cq *c = (struct udp_cq *)fcq;
+	struct udp_fabric *f = UF(fcq->fab);
+	if (c->shared)
+		pthread_mutex_lock(&c->lock);
+	/* A poller waiting for replies reads them itself when the dispatch
+	 * thread is not (one wake-up less per round trip). */
+	bool waiting = false;
+	for (struct udp_ep *ep = c->eps; ep && !waiting; ep = ep->cq_next)
+		waiting = ep->tail != ep->head;
+	unsigned rx = waiting ? farm_udp_rx_drain(f) : 0;
+	int got = retire_all(c, n, wc);
+	if (!got && !rx && waiting && !c->shared && should_sleep(c, f)) {
+		if (farm_udp_rx_sleep(f, f->sleep_ns))
+			got = retire_all(c, n, wc);
+	}
+	if (got || rx || !waiting)
+		c->idle_since = 0;
 	if (c->shared)
 		pthread_mutex_unlock(&c->lock);
 	return got;

@@ -171,6 +171,7 @@ struct udp_cq {
 	pthread_mutex_t lock;
 	bool shared;
 	struct udp_ep *eps;
+	uint64_t idle_since; /* first poll of this run finding nothing */
 };
 
 struct udp_peer {
@@ -230,6 +231,9 @@ struct udp_fabric {
 	atomic_bool deaths;    /* some peer's report is pending */
 	atomic_bool kick;      /* an idle endpoint posted: timers now */
 	bool coalesce;         /* several records a datagram */
+	int64_t spin_ns;       /* a poller finding nothing spins this long,
+	                        * then sleeps for a datagram; < 0: never */
+	uint64_t sleep_ns;     /* ... at most this long a sleep */
 	uint64_t timers_at;    /* dispatch thread only: next timers pass */
 	struct farm_udp_stats st;
 };
@@ -273,7 +277,8 @@ int farm_udp_format_addr(const struct sockaddr_storage *ss, char *buf,
                          size_t len);
 void farm_udp_send(struct udp_fabric *f, const struct udp_out *out, unsigned n);
 int farm_udp_rx_alloc(struct udp_fabric *f);
-void farm_udp_rx_drain(struct udp_fabric *f);
+unsigned farm_udp_rx_drain(struct udp_fabric *f);
+unsigned farm_udp_rx_sleep(struct udp_fabric *f, uint64_t max_ns);
 void *farm_udp_dispatch_main(void *arg);
 void farm_udp_kick(struct udp_fabric *f);
 int farm_udp_knob_value(int knob);

@@ -68,6 +68,8 @@ struct farm_udp_stats {
 	uint64_t empty_drains;    /* recvmmsg calls that found nothing */
 	uint64_t nacks;           /* gaps told to the initiator (target) */
 	uint64_t fast_resends;    /* resends on a NACK, before the RTO */
+	uint64_t poller_sleeps;   /* pollers that slept in the kernel for a
+	                           * datagram (nothing arriving) */
 };
 
 /* A snapshot of a udp fabric's counters; -EINVAL for another provider. */

@@ -714,10 +714,11 @@ static void on_datagram(struct udp_fabric *f, struct udp_rxbuf *b, unsigned i,
 }
 
 /* Read the socket until it is empty; replies go in one sendmmsg per
- * batch received. Caller holds f->rx. */
-static void rx_drain_locked(struct udp_fabric *f)
+ * batch received. Caller holds f->rx. Returns the datagrams read. */
+static unsigned rx_drain_locked(struct udp_fabric *f)
 {
 	struct udp_rxbuf *b = f->rxb;
+	unsigned got = 0;
 	for (;;) {
 		struct mmsghdr m[UDP_BATCH];
 		struct iovec iov[UDP_BATCH];
@@ -732,8 +733,9 @@ static void rx_drain_locked(struct udp_fabric *f)
 		int r = recvmmsg(f->fd, m, UDP_BATCH, MSG_DONTWAIT, NULL);
 		if (r <= 0) {
 			farm_stat_add(&(f)->st.empty_drains, 1);
-			return;
+			return got;
 		}
+		got += (unsigned)r;
 		farm_stat_add(&(f)->st.rx_calls, 1);
 		farm_stat_add(&(f)->st.rx_pkts, (uint64_t)r);
 		struct udp_packer pk;
@@ -743,16 +745,39 @@ static void rx_drain_locked(struct udp_fabric *f)
 			on_datagram(f, b, (unsigned)i, &m[i], &pk);
 		farm_udp_packer_flush(f, &pk);
 		if (r < (int)UDP_BATCH)
-			return;
+			return got;
 	}
 }
 
-void farm_udp_rx_drain(struct udp_fabric *f)
+unsigned farm_udp_rx_drain(struct udp_fabric *f)
 {
+	unsigned got = 0;
 	if (pthread_mutex_trylock(&f->rx) == 0) {
-		rx_drain_locked(f);
+		got = rx_drain_locked(f);
 		pthread_mutex_unlock(&f->rx);
 	}
+	return got;
+}
+
+/* A poller with requests outstanding and nothing arriving sleeps in the
+ * kernel until a datagram comes (as a plain UDP client sleeps in
+ * recvmmsg) or @max_ns passes, then drains. It holds f->rx meanwhile, so
+ * the dispatch thread is not woken for the same datagram (it keeps the
+ * timers on its tick). Returns the datagrams read; 0 at once when another
+ * thread holds the receive side. */
+unsigned farm_udp_rx_sleep(struct udp_fabric *f, uint64_t max_ns)
+{
+	if (pthread_mutex_trylock(&f->rx))
+		return 0;
+	struct pollfd p = {.fd = f->fd, .events = POLLIN};
+	struct timespec ts = {.tv_sec = (time_t)(max_ns / 1000000000ull),
+	                      .tv_nsec = (long)(max_ns % 1000000000ull)};
+	farm_stat_add(&(f)->st.poller_sleeps, 1);
+	unsigned got = 0;
+	if (ppoll(&p, 1, &ts, NULL) > 0)
+		got = rx_drain_locked(f);
+	pthread_mutex_unlock(&f->rx);
+	return got;
 }
 
 /* ---- timers: retransmission, liveness ------------------------------------ */

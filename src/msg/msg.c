@@ -123,6 +123,13 @@ int farm_msg_create(farm_fabric *fab, const farm_msg_attr *attr, farm_msg **out)
 	msg->me = farm_fabric_machine_id(fab);
 	msg->attr = a;
 	msg->notify = !a.busy_poll;
+	/* On udp the READs of one post travel as records of one datagram
+	 * (src/fabric/README.md, "udp": coalescing), so a pass's READs to a
+	 * machine are gathered into one post. FARM_MSG_BATCH_READS=0: one
+	 * post each (to measure what it saves). */
+	const char *br = getenv("FARM_MSG_BATCH_READS");
+	msg->batch_reads = strcmp(farm_fabric_provider(fab), "udp") == 0 &&
+	                   !(br && strcmp(br, "0") == 0);
 	layout_init(&msg->lay, a.nthreads, a.max_machines, a.ring_size);
 	msg->max_frame = a.ring_size / 8;
 	pthread_mutex_init(&msg->lock, NULL);

@@ -139,7 +139,8 @@ struct farm_msg {
 	farm_msg_attr attr;
 	struct layout lay;
 	uint32_t max_frame;
-	bool notify; /* ring doorbells for parked receivers */
+	bool notify;      /* ring doorbells for parked receivers */
+	bool batch_reads; /* a pass's READs to one machine: one post (udp) */
 	farm_mem *mem;
 	uint8_t *base;
 	farm_mr *mr;
@@ -198,6 +199,11 @@ struct out_peer {
 	unsigned rops; /* outstanding on rep */
 	bool rep_old;  /* rep reaches an old holder of the id: replaced once
 	                  rops drain (farm_loop_forget_peer) */
+	/* READs of this pass not yet posted on rep (batch_reads): one list,
+	 * one doorbell, at the end of the pass. Counted in rops. */
+	farm_wr *pend, **pend_tail;
+	unsigned npend;
+	bool pend_listed;        /* in the loop's pend_peers */
 	struct out_chan **chans; /* nthreads, lazily */
 };
 
@@ -228,7 +234,10 @@ struct rdma_op {
 	farm_op_fn cont;
 	void *ctx;
 	uint32_t machine;
+	int status;                  /* failed before it was posted */
 	struct rdma_op *prev, *next; /* outstanding list */
+	struct rdma_op *fnext;       /* failed list */
+	farm_wr wr;                  /* its request while batched */
 };
 
 struct farm_loop {
@@ -270,6 +279,10 @@ struct farm_loop {
 	unsigned nowed;
 	bool owed_urgent; /* one is due at the end of this pass */
 	uint64_t owed_since;
+	uint32_t *pend_peers; /* machines with batched READs (max_machines) */
+	unsigned npend_peers;
+	struct rdma_op *failed; /* batched, their post failed: completed at
+	                           the next pass */
 	/* farm_loop_defer: owner-only FIFO and recycled items. */
 	struct defer_item *dq_head, **dq_tail, *dq_free;
 	struct stats stats;

@@ -6,12 +6,14 @@
  */
 #define _LGPL_SOURCE 1 /* liburcu's wait-free queue, inlined */
 #include <errno.h>
+#include <stdatomic.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "msg/msg_int.h"
+#include "msg/msg_testing.h"
 #include "util/log.h"
 
 /* ---- loops --------------------------------------------------------------- */
@@ -50,6 +52,7 @@ static void loop_free(farm_loop *loop)
 	free(loop->dirty);
 	free(loop->calls);
 	free(loop->wrs);
+	free(loop->pend_peers);
 	free(loop);
 }
 
@@ -74,9 +77,11 @@ int farm_loop_open(farm_msg *msg, unsigned idx, farm_loop **out)
 	                     sizeof(*loop->dirty));
 	loop->calls = calloc(a->max_calls, sizeof(*loop->calls));
 	loop->wrs = calloc(WR_BATCH + 1, sizeof(*loop->wrs));
+	loop->pend_peers = calloc(a->max_machines, sizeof(*loop->pend_peers));
 	int rc = -ENOMEM;
 	if (!loop->out || !loop->in || !loop->peer_list ||
-	    !loop->refused_logged || !loop->dirty || !loop->calls || !loop->wrs)
+	    !loop->refused_logged || !loop->dirty || !loop->calls ||
+	    !loop->wrs || !loop->pend_peers)
 		goto fail;
 	for (uint32_t m = 0; m < a->max_machines; m++) {
 		for (unsigned t = 0; t < a->nthreads; t++) {
@@ -137,6 +142,18 @@ static void rdma_done(farm_loop *loop, struct rdma_op *o, int status)
 	o->next = loop->ops_free;
 	loop->ops_free = o;
 	cont(loop, ctx, status);
+}
+
+/* @o joins the loop's outstanding operations (to @op's machine). */
+static void ops_link(farm_loop *loop, struct out_peer *op, struct rdma_op *o)
+{
+	o->prev = NULL;
+	o->next = loop->ops;
+	if (loop->ops)
+		loop->ops->prev = o;
+	loop->ops = o;
+	loop->nops++;
+	op->rops++;
 }
 
 /* @op's endpoint for one-sided operations, connected (again) when it has
@@ -209,6 +226,127 @@ static void owe_bell(farm_loop *loop, uint32_t machine, unsigned thread,
 	        (struct owed_bell){.machine = machine, .thread = thread};
 }
 
+/* ---- batched READs ------------------------------------------------------
+ *
+ * On udp a list posted at once travels as records of one datagram, where
+ * READs posted one by one (a KV lookup posts one) take a datagram and a
+ * wake-up of the target each. So with batch_reads a READ is queued on its
+ * machine's list and the lists are posted at the end of the pass (and at
+ * the start of the next, for READs posted between passes): the READs a
+ * pass's handlers and continuations issue to one machine share datagrams.
+ * Only READs wait: they change nothing, and a request of another kind to
+ * that machine posts the list first, so the endpoint's order is the order
+ * of the calls. */
+
+#define PEND_MAX 32u /* a session's window of packets (udp) */
+
+#ifdef FARM_FAULT_INJECTION
+static atomic_int unordered_batch;
+
+int farm_msg_testing_unordered_batch(int on)
+{
+	return atomic_exchange(&unordered_batch, on);
+}
+
+static bool post_batch_first(void)
+{
+	return !atomic_load_explicit(&unordered_batch, memory_order_relaxed);
+}
+#else
+int farm_msg_testing_unordered_batch(int on)
+{
+	(void)on;
+	return -ENOTSUP;
+}
+
+static bool post_batch_first(void)
+{
+	return true;
+}
+#endif
+
+/* Post machine @m's batched READs as one list. Those the endpoint cannot
+ * take now (-EAGAIN: its queue is full) stay batched for the next pass;
+ * those it refuses otherwise fail at the next pass (loop->failed), so no
+ * continuation runs inside the farm_loop_rdma call that flushed. Returns
+ * whether READs are still batched. */
+static bool flush_peer(farm_loop *loop, uint32_t m)
+{
+	struct out_peer *op = &loop->out[m];
+	if (!op->pend)
+		return false;
+	farm_wr *bad = NULL;
+	int rc = farm_ep_post(op->rep, op->pend, &bad);
+	if (!rc)
+		bad = NULL;
+	else if (!bad)
+		bad = op->pend; /* none taken */
+	if (rc && rc != -EAGAIN) {
+		for (farm_wr *w = bad; w;) {
+			struct rdma_op *o =
+			        (struct rdma_op *)(uintptr_t)w->wr_id;
+			w = w->next;
+			o->status = rc;
+			o->fnext = loop->failed;
+			loop->failed = o;
+		}
+		bad = NULL;
+	}
+	unsigned left = 0;
+	for (farm_wr *w = bad; w; w = w->next)
+		left++;
+	op->pend = bad;
+	op->npend = left;
+	if (!bad)
+		op->pend_tail = &op->pend;
+	return bad != NULL;
+}
+
+/* Post every machine's batched READs. */
+static void flush_reads(farm_loop *loop)
+{
+	unsigned keep = 0;
+	for (unsigned i = 0; i < loop->npend_peers; i++) {
+		uint32_t m = loop->pend_peers[i];
+		if (flush_peer(loop, m))
+			loop->pend_peers[keep++] = m;
+		else
+			loop->out[m].pend_listed = false;
+	}
+	loop->npend_peers = keep;
+}
+
+/* Complete the batched READs whose post failed (inside a pass). */
+static int fail_batched(farm_loop *loop)
+{
+	int n = 0;
+	while (loop->failed) {
+		struct rdma_op *o = loop->failed;
+		loop->failed = o->fnext;
+		rdma_done(loop, o, o->status);
+		n++;
+	}
+	return n;
+}
+
+/* Queue READ @o on machine @m's list. */
+static void batch_read(farm_loop *loop, uint32_t m, struct out_peer *op,
+                       struct rdma_op *o)
+{
+	o->wr.next = NULL;
+	if (!op->pend)
+		op->pend_tail = &op->pend;
+	*op->pend_tail = &o->wr;
+	op->pend_tail = &o->wr.next;
+	op->npend++;
+	if (!op->pend_listed) {
+		op->pend_listed = true;
+		loop->pend_peers[loop->npend_peers++] = m;
+	}
+	if (op->npend >= PEND_MAX)
+		(void)flush_peer(loop, m); /* a full window: no need to wait */
+}
+
 static bool rdma_args_ok(const farm_loop *loop, uint32_t machine,
                          int wake_thread, const farm_wr *wr, farm_op_fn cont)
 {
@@ -240,9 +378,23 @@ static int rdma_post(farm_loop *loop, uint32_t machine, int wake_thread,
 	o->cont = cont;
 	o->ctx = ctx;
 	o->machine = machine;
+	o->status = 0;
 	wr->next = NULL;
 	wr->wr_id = (uint64_t)(uintptr_t)o;
 	wr->flags |= FARM_WR_SIGNALED;
+	if (loop->msg->batch_reads && wr->opcode == FARM_WR_READ &&
+	    wake_thread < 0 && !(wr->flags & FARM_WR_INLINE)) {
+		o->wr = *wr;
+		ops_link(loop, op, o);
+		batch_read(loop, machine, op, o);
+		return 0;
+	}
+	/* After this machine's batched READs, as the calls came. */
+	if (op->pend && post_batch_first() && flush_peer(loop, machine)) {
+		o->next = loop->ops_free;
+		loop->ops_free = o;
+		return -EAGAIN; /* its queue is full: as a full queue below */
+	}
 	farm_wr bell;
 	/* Inside a pass, a doorbell waits for the pass's end, so the
 	 * WRITEs a pass posts to one loop wake it once: rung one by one,
@@ -270,13 +422,7 @@ static int rdma_post(farm_loop *loop, uint32_t machine, int wake_thread,
 		loop->ops_free = o;
 		return rc;
 	}
-	o->prev = NULL;
-	o->next = loop->ops;
-	if (loop->ops)
-		loop->ops->prev = o;
-	loop->ops = o;
-	loop->nops++;
-	op->rops++;
+	ops_link(loop, op, o);
 	if (owe)
 		owe_bell(loop, machine, (unsigned)wake_thread, !lazy);
 	return 0;
@@ -290,6 +436,21 @@ static void forget_out(farm_loop *loop, uint32_t m)
 {
 	farm_msg *msg = loop->msg;
 	struct out_peer *op = &loop->out[m];
+	/* Batched READs go to the endpoint they were issued for (the old
+	 * holder's, outstanding there as if posted before): none is left
+	 * behind for a new one. What it cannot take fails. */
+	if (flush_peer(loop, m)) {
+		for (farm_wr *w = op->pend; w; w = w->next) {
+			struct rdma_op *o =
+			        (struct rdma_op *)(uintptr_t)w->wr_id;
+			o->status = FARM_EPEERDEAD;
+			o->fnext = loop->failed;
+			loop->failed = o;
+		}
+		op->pend = NULL;
+		op->pend_tail = &op->pend;
+		op->npend = 0;
+	}
 	unsigned keep = 0;
 	for (unsigned i = 0; i < loop->ndirty; i++)
 		if (loop->dirty[i]->m != m)
@@ -432,7 +593,10 @@ int farm_loop_poll(farm_loop *loop)
 	if (!loop || loop->polling)
 		return 0;
 	loop->polling = true;
-	int got = loop->dq_head ? run_deferred(loop, 0) : 0;
+	if (loop->npend_peers)
+		flush_reads(loop); /* posted between passes */
+	int got = loop->failed ? fail_batched(loop) : 0;
+	got += loop->dq_head ? run_deferred(loop, 0) : 0;
 	farm_msg_refresh_peers(loop);
 	got += poll_cq(loop);
 	got += farm_msg_poll_rings(loop);
@@ -443,6 +607,8 @@ int farm_loop_poll(farm_loop *loop)
 		got += farm_msg_scan_calls(loop, farm_now_ns());
 	if (loop->ndirty)
 		farm_loop_flush(loop);
+	if (loop->npend_peers)
+		flush_reads(loop);
 	if (loop->nowed &&
 	    (loop->owed_urgent ||
 	     farm_now_ns() - loop->owed_since >= loop->msg->attr.lazy_bell_ns))
@@ -614,6 +780,15 @@ void farm_loop_close(farm_loop *loop)
 		ring_owed(loop); /* its receivers need not wait a timed check */
 	while (loop->active != NIL)
 		farm_msg_call_done(loop, loop->active, -ECANCELED, NULL, 0);
+	/* Batched READs never posted are cancelled with the rest. */
+	for (unsigned i = 0; i < loop->npend_peers; i++) {
+		struct out_peer *op = &loop->out[loop->pend_peers[i]];
+		op->pend = NULL;
+		op->npend = 0;
+		op->pend_listed = false;
+	}
+	loop->npend_peers = 0;
+	loop->failed = NULL;
 	while (loop->ops)
 		rdma_done(loop, loop->ops, -ECANCELED);
 	while (loop->dq_head)

@@ -18,4 +18,10 @@ uint8_t *farm_msg_testing_ring(farm_msg *msg, unsigned r, uint32_t m,
  * the loop is parked). */
 uint64_t farm_msg_testing_park_offset(const farm_msg *msg, unsigned r);
 
+/* Test builds (FARM_FAULT_INJECTION): @on non-zero breaks the order of a
+ * loop's one-sided operations: a WRITE or CAS to a machine no longer posts
+ * that machine's batched READs first, so it overtakes them. Returns the
+ * previous setting; -ENOTSUP in a production build. */
+int farm_msg_testing_unordered_batch(int on);
+
 #endif
