@@ -32,26 +32,17 @@
  */
 #define NP_NM 4
 #include "recbank.h"
+#include "zprobe.h"
 
 #include <signal.h>
 
 #define ZOMBIE    3
 #define ZOMBIE_MS 5000 /* after SIGCONT it must have stopped within */
-#define NTARGETS  3    /* one account of each survivor */
 #define NLOCAL    5    /* lock-free reads of its own accounts */
-
-enum { OP_READ, OP_WRITE, OP_CAS, NOPS };
-static const char *const op_name[NOPS] = {"READ", "WRITE", "CAS"};
-
-/* Outcomes of the zombie's requests, per kind. */
-struct probe_counts {
-	unsigned executed[NOPS], fenced[NOPS], other[NOPS];
-	int other_err;
-};
 
 /* What the zombie reports after its 'D' ('Z'). */
 struct zombie_report {
-	struct probe_counts before, after;
+	struct zp_counts before, after;
 	uint64_t t_cont_ns, t_probed_ns, t_end_ns;
 	uint64_t t_removed_ns;   /* farm_node_on_config said: not a member */
 	unsigned local_served;   /* of NLOCAL lock-free reads of its own */
@@ -64,16 +55,7 @@ struct zombie_report {
 
 static struct {
 	bool prepared, probed;
-	farm_cq *cq;
-	farm_mr *lmr;
-	uint8_t *buf; /* 64 per target: line 0; then 8 per target: CAS */
-	struct target {
-		uint32_t machine;
-		char addr[FARM_ENDPOINT_MAX];
-		farm_gaddr a;
-		farm_mr_desc d;
-		uint64_t hdr; /* the header word read before the stop */
-	} t[NTARGETS];
+	struct zprobe zp;        /* its one-sided requests to other primaries */
 	const farm_fatptr *mine; /* its own accounts (RB_ACCOUNTS) */
 	struct zombie_report rep;
 } Z;
@@ -89,112 +71,13 @@ static void on_cont(int sig)
 	                                 (uint64_t)ts.tv_nsec);
 }
 
-/* One request to target @k on an endpoint of its own (the fabric's fence
- * itself, whatever messaging has concluded about the peer). */
-static int probe_one(struct tx_child *c, unsigned k, int op, bool noop)
-{
-	struct target *t = &Z.t[k];
-	uint64_t off = farm_gaddr_offset(t->a);
-	uint8_t *line = Z.buf + 64u * k;
-	uint64_t *cas = (uint64_t *)(void *)(Z.buf + 64u * NTARGETS + 8u * k);
-	farm_wr wr;
-	if (op == OP_READ) {
-		wr = farm_wr_read(1, line, Z.lmr, 64, &t->d, off);
-	} else if (op == OP_WRITE) {
-		int64_t poison = 1000000;
-		memcpy(line + 16, &poison, 8); /* the balance */
-		wr = farm_wr_write(1, line, Z.lmr, 64, &t->d, off);
-	} else {
-		wr = farm_wr_cas(1, cas, Z.lmr, &t->d, off, t->hdr,
-		                 noop ? t->hdr : t->hdr | 2 /* locked */);
-	}
-	farm_ep_attr ea = {.sq_depth = 4};
-	farm_ep *ep;
-	int st = farm_ep_connect(farm_node_fabric(c->np.node), Z.cq, t->machine,
-	                         t->addr, &ea, &ep);
-	if (st)
-		return st;
-	st = tu_do(ep, Z.cq, wr);
-	farm_ep_destroy(ep);
-	if (!st && op == OP_READ)
-		memcpy(&t->hdr, line, 8);
-	return st;
-}
-
-static void count(struct probe_counts *pc, int op, int st)
-{
-	if (st == 0)
-		pc->executed[op]++;
-	else if (st == FARM_EFENCED)
-		pc->fenced[op]++;
-	else if (!pc->other[op]++)
-		pc->other_err = st;
-}
-
-/* After SIGCONT: READ, WRITE (poison), CAS (lock) at each target. */
-static void probe_all(struct tx_child *c, struct probe_counts *pc)
-{
-	for (unsigned k = 0; k < NTARGETS; k++)
-		for (int op = 0; op < NOPS; op++)
-			count(pc, op, probe_one(c, k, op, false));
-}
-
 /* 'z': pick one account of each other machine but one, resolve it, and
  * run the requests once (the control): a READ, and a CAS of the header
  * to itself (no change); no WRITE. */
 static int z_prepare(struct tx_child *c, const farm_fatptr *acc, unsigned nacc)
 {
-	farm_as *as = farm_node_as(c->np.node);
-	struct farm_view *v = malloc(sizeof(*v));
-	if (!v || farm_node_view(c->np.node, v)) {
-		free(v);
+	if (zp_prepare(&Z.zp, c, acc, nacc, &Z.rep.before))
 		return -1;
-	}
-	unsigned n = 0;
-	for (unsigned i = 0; i < nacc && n < NTARGETS; i++) {
-		uint32_t rep[FARM_RING_MAX_REPLICAS];
-		if (!farm_as_replicas(as, farm_gaddr_region(acc[i].addr),
-		                      rep) ||
-		    rep[0] == c->np.me)
-			continue;
-		bool dup = false;
-		for (unsigned k = 0; k < n; k++)
-			dup |= Z.t[k].machine == rep[0];
-		const struct farm_member *m = farm_view_find(v, rep[0]);
-		farm_mr_desc d0, d1;
-		if (dup || !m ||
-		    farm_node_card_parse(m->endpoint, Z.t[n].addr,
-		                         sizeof(Z.t[n].addr), &d0, &d1))
-			continue;
-		struct target *t = &Z.t[n];
-		t->machine = rep[0];
-		t->a = acc[i].addr;
-		uint8_t *local = NULL;
-		int rc = farm_as_resolve(as, t->a, 64, &local, &t->d);
-		if (rc == -EAGAIN) { /* look it up with a read first */
-			int64_t b;
-			uint64_t ver;
-			(void)lf_account(c, t->a, &b, &ver);
-			rc = farm_as_resolve(as, t->a, 64, &local, &t->d);
-		}
-		if (rc || local)
-			continue;
-		n++;
-	}
-	free(v);
-	if (n != NTARGETS)
-		return -1;
-	size_t blen = 64u * NTARGETS + 8u * NTARGETS;
-	Z.buf = aligned_alloc(64, (blen + 63) & ~(size_t)63);
-	if (!Z.buf ||
-	    farm_mr_reg(farm_node_fabric(c->np.node), Z.buf, blen,
-	                FARM_ACCESS_LOCAL, &Z.lmr) ||
-	    farm_cq_create(farm_node_fabric(c->np.node), 16, 0, &Z.cq))
-		return -1;
-	for (unsigned k = 0; k < NTARGETS; k++) {
-		count(&Z.rep.before, OP_READ, probe_one(c, k, OP_READ, true));
-		count(&Z.rep.before, OP_CAS, probe_one(c, k, OP_CAS, true));
-	}
 	struct sigaction sa = {.sa_handler = on_cont};
 	sigemptyset(&sa.sa_mask);
 	if (sigaction(SIGCONT, &sa, NULL))
@@ -245,7 +128,7 @@ static int z_step(struct tx_child *c, struct run_report *r)
 		Z.probed = true;
 		Z.rep.resumed = true;
 		Z.rep.t_cont_ns = t;
-		probe_all(c, &Z.rep.after);
+		zp_run(&Z.zp, c, &Z.rep.after);
 		Z.rep.t_probed_ns = np_now_ns();
 		/* What its application would do next: read its own
 		 * accounts, lock-free (local copies it no longer owns). */
@@ -329,16 +212,6 @@ static void zombie_history(uint64_t t_stop, uint64_t t_cont, struct zhist *z)
 	free(v);
 }
 
-static void probes_print(const char *when, const struct probe_counts *p)
-{
-	printf("zombie's requests %s:", when);
-	for (int op = 0; op < NOPS; op++)
-		printf(" %s %u executed, %u fenced, %u other;", op_name[op],
-		       p->executed[op], p->fenced[op], p->other[op]);
-	printf(" first other error: %s\n",
-	       p->other_err ? farm_strerror(p->other_err) : "none");
-}
-
 static void test_zombie(void **state)
 {
 	(void)state;
@@ -367,8 +240,8 @@ static void test_zombie(void **state)
 	rb_check(&res);
 
 	struct fails *f = &res.f;
-	probes_print("before the stop (control)", &zr.before);
-	probes_print("after SIGCONT", &zr.after);
+	zp_print("before the stop (control)", &zr.before);
+	zp_print("after SIGCONT", &zr.after);
 	char errs[512];
 	printf("zombie: resumed %s, requests done %.1f ms after SIGCONT; "
 	       "%u of %u lock-free reads of its own accounts served after "
@@ -387,20 +260,20 @@ static void test_zombie(void **state)
 	       (double)(zr.t_end_ns - zr.t_cont_ns) / 1e6,
 	       zr.removed ? "removed (farm_node_removed)" : "NOT removed",
 	       tu_errs_str(&zrun.k.errs, errs, sizeof(errs)));
-	if (zr.before.executed[OP_READ] != NTARGETS ||
-	    zr.before.executed[OP_CAS] != NTARGETS)
+	if (zr.before.executed[ZP_READ] != ZP_TARGETS ||
+	    zr.before.executed[ZP_CAS] != ZP_TARGETS)
 		failed(f, "the control requests before the stop did not all "
 		          "execute: the probes prove nothing");
 	if (!zr.resumed)
 		failed(f, "the zombie never saw SIGCONT");
 	unsigned applied = 0;
-	for (int op = 0; op < NOPS; op++) {
+	for (int op = 0; op < ZP_NOPS; op++) {
 		applied += zr.after.executed[op];
-		if (zr.after.fenced[op] != NTARGETS)
+		if (zr.after.fenced[op] != ZP_TARGETS)
 			failed(f,
 			       "%u of %u %ss after SIGCONT failed with "
 			       "FARM_EFENCED (%u executed, %u other: %s)",
-			       zr.after.fenced[op], NTARGETS, op_name[op],
+			       zr.after.fenced[op], ZP_TARGETS, zp_op_name(op),
 			       zr.after.executed[op], zr.after.other[op],
 			       farm_strerror(zr.after.other_err));
 	}

@@ -13,7 +13,8 @@
 void tu_tmpdir(char *buf, size_t len, const char *tag);
 
 /* Remove @dir and everything under it, going on past what cannot be
- * removed; returns nftw's result (0 once the walk is done). */
+ * removed: 0 once the walk is done or @dir does not exist (its machine
+ * may have removed it), -1 when the walk failed. */
 int tu_rmtree(const char *dir);
 
 #endif

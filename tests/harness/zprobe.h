@@ -1,5 +1,6 @@
 /*
- * One-sided requests of a zombie (tests/test_campaign.c, zombie_reuse):
+ * One-sided requests of a zombie (test_rec_zombie; test_campaign.c,
+ * zombie_reuse):
  * while it is still a member, a machine resolves one account at each of
  * ZP_TARGETS other primaries and runs a READ and a CAS that changes
  * nothing there (the control: each must execute); once it was removed
