@@ -7,7 +7,6 @@
  */
 #include "asntx.h"
 #include "txn/txn_testing.h"
-#include "txn/txn_tx.h"
 
 #include <inttypes.h>
 
@@ -938,44 +937,11 @@ static void test_recovery_bad_input(void **state)
 static void test_participant_list(void **state)
 {
 	(void)state;
-	farm_tx *tx = calloc(1, sizeof(*tx));
-	assert_non_null(tx);
-	for (unsigned round = 0; round < 2; round++) {
-		/* 1024 ids in a scrambled order (509 is odd: a bijection). */
-		for (uint32_t i = 0; i < 1024; i++) {
-			uint32_t mach = (i * 509u + 7u) % 1024u;
-			struct txpart *p = tx_part_get(tx, mach);
-			assert_non_null(p);
-			if (!p)
-				break;
-			assert_int_equal(p->mach, mach);
-			p->need += mach + 1;
-			if (round == 0 && i < 8)
-				assert_null(tx->pheap); /* inline so far */
-		}
-		assert_int_equal(tx->nparts, 1024);
-		assert_non_null(tx->pheap);
-		assert_true(tx->capheap >= 1024);
-		const struct txpart *pt = tx_parts(tx);
-		for (unsigned i = 0; i < 1024; i++) {
-			assert_int_equal(pt[i].mach, i);
-			assert_int_equal(pt[i].need, i + 1);
-		}
-		/* Getting an entry again adds nothing. */
-		assert_ptr_equal(tx_part_get(tx, 1000), tx_part(tx, 1000));
-		assert_int_equal(tx->nparts, 1024);
-		tx_part_mark(tx, 1000, TXP_LOCKED);
-		assert_true(tx_part_has(tx, 1000, TXP_LOCKED));
-		assert_false(tx_part_has(tx, 999, TXP_LOCKED));
-		assert_null(tx_part(tx, 1024));
-		tx_part_mark(tx, 1024, TXP_LOCKED); /* not a participant */
-		assert_int_equal(tx->nparts, 1024);
-		tx_need_clear(tx);
-		assert_int_equal(tx->nparts, 0);
-		assert_null(tx_part(tx, 1000));
-	}
-	free(tx->pheap);
-	free(tx);
+	char why[128];
+	int rc = farm_txn_testing_participants(1024, why, sizeof(why));
+	if (rc)
+		fail_msg("participant list: %s", why);
+	assert_int_equal(farm_txn_testing_participants(3, why, sizeof(why)), 0);
 }
 
 int main(void)

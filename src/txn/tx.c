@@ -7,6 +7,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -474,4 +475,62 @@ uint64_t farm_tx_testing_version(farm_tx *tx, farm_gaddr a)
 uint64_t farm_tx_testing_id(farm_tx *tx)
 {
 	return tx ? tx->id : 0;
+}
+
+/* One round of farm_txn_testing_participants: NULL, or what went wrong. */
+static const char *parts_round(farm_tx *tx, unsigned nids, bool first)
+{
+	/* Ids in a scrambled order: 509 is prime, so a bijection unless
+	 * @nids is a multiple of it. */
+	for (uint32_t i = 0; i < nids; i++) {
+		uint32_t mach = (i * 509u + 7u) % nids;
+		struct txpart *p = tx_part_get(tx, mach);
+		if (!p)
+			return "tx_part_get: out of memory";
+		if (p->mach != mach)
+			return "tx_part_get returned another machine's entry";
+		p->need += mach + 1;
+		if (first && i < TXP_INLINE && tx->pheap)
+			return "the heap used before the inline entries ran "
+			       "out";
+	}
+	if (tx->nparts != nids || (nids > TXP_INLINE && !tx->pheap))
+		return "not every machine added, or no heap past the inline "
+		       "ones";
+	const struct txpart *pt = tx_parts(tx);
+	for (unsigned i = 0; i < nids; i++)
+		if (pt[i].mach != i || pt[i].need != i + 1)
+			return "the list is not sorted by machine, or lost a "
+			       "count";
+	uint32_t last = nids - 1;
+	if (tx_part_get(tx, last) != tx_part(tx, last) || tx->nparts != nids)
+		return "getting an entry again added one";
+	tx_part_mark(tx, last, TXP_LOCKED);
+	if (!tx_part_has(tx, last, TXP_LOCKED) ||
+	    (last && tx_part_has(tx, last - 1, TXP_LOCKED)))
+		return "a flag not set, or set on a neighbour";
+	tx_part_mark(tx, nids, TXP_LOCKED); /* not a participant */
+	if (tx_part(tx, nids) || tx->nparts != nids)
+		return "marking a machine that is not a participant added it";
+	tx_need_clear(tx);
+	if (tx->nparts || tx_part(tx, last))
+		return "tx_need_clear left participants";
+	return NULL;
+}
+
+int farm_txn_testing_participants(unsigned nids, char *why, size_t len)
+{
+	if (!nids || !why || !len)
+		return -1;
+	farm_tx *tx = calloc(1, sizeof(*tx));
+	const char *bad = tx ? NULL : "out of memory";
+	for (unsigned round = 0; !bad && round < 2; round++)
+		bad = parts_round(tx, nids, round == 0);
+	if (!bad && nids > TXP_INLINE && tx->capheap < nids)
+		bad = "the heap's memory was not kept";
+	if (tx)
+		free(tx->pheap);
+	free(tx);
+	snprintf(why, len, "%s", bad ? bad : "");
+	return bad ? -1 : 0;
 }

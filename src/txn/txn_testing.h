@@ -10,6 +10,7 @@
 #define FARM_TXN_TXN_TESTING_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include <farm/txn.h>
@@ -18,6 +19,13 @@
  * committed write of it installs this + 4), or UINT64_MAX when @a is not
  * in the transaction. Valid until farm_tx_free, also after commit. */
 uint64_t farm_tx_testing_version(farm_tx *tx, farm_gaddr a);
+
+/* Exercises a commit's participant list (txn_tx.h) on a transaction of
+ * its own: @nids machine ids added in a scrambled order, each found again,
+ * the list sorted and grown from its inline entries to the heap, flags
+ * set only on participants, then cleared; twice (the memory kept). 0, or
+ * -1 with what went wrong in @why. */
+int farm_txn_testing_participants(unsigned nids, char *why, size_t len);
 
 /* The transaction's id (what its log records carry). */
 uint64_t farm_tx_testing_id(farm_tx *tx);
