@@ -1104,6 +1104,19 @@ static void cp_zombie_judge(unsigned v, const struct cp_zombie *z,
 		failed(f, "zombie %u did not learn it was removed", v);
 }
 
+/* The zombie in slot @slot (machine @v) has said it stopped: reap it and
+ * close its pipes; it must have exited cleanly. */
+static void cp_reap_zombie(unsigned slot, unsigned v, struct fails *f)
+{
+	int st = tu_reap(rb_cl.pid[slot]);
+	rb_cl.pid[slot] = 0;
+	close(rb_cl.to[slot]);
+	close(rb_cl.from[slot]);
+	rb_cl.to[slot] = rb_cl.from[slot] = -1;
+	if (st)
+		failed(f, "machine %u (the zombie) exited with %d", v, st);
+}
+
 /* zombie_reuse (cp_fault): see the head of the file. */
 static void cp_zombie_reuse(struct cp_cycle *cy, struct fails *f)
 {
@@ -1142,13 +1155,7 @@ static void cp_zombie_reuse(struct cp_cycle *cy, struct fails *f)
 	struct zp_counts control = z.control;
 	np_recv(&rb_cl, CP_ZSLOT, &z, sizeof(z), 1000);
 	z.control = control;
-	int st = tu_reap(rb_cl.pid[CP_ZSLOT]);
-	rb_cl.pid[CP_ZSLOT] = 0;
-	close(rb_cl.to[CP_ZSLOT]);
-	close(rb_cl.from[CP_ZSLOT]);
-	rb_cl.to[CP_ZSLOT] = rb_cl.from[CP_ZSLOT] = -1;
-	if (st)
-		failed(f, "machine %u (the zombie) exited with %d", v, st);
+	cp_reap_zombie(CP_ZSLOT, v, f);
 	snprintf(cy->what, sizeof(cy->what),
 	         "SIGSTOP machine %u %.0f ms, id reused, SIGCONT", v, stopped);
 	/* A zombie let in may have broken the others (their channels, their
@@ -1194,13 +1201,7 @@ static void cp_sigstop(uint64_t others, struct cp_cycle *cy, uint64_t *gone,
 	struct cp_counts n;
 	np_expect(&rb_cl, v, 'Z', 60000);
 	np_recv(&rb_cl, v, &n, sizeof(n), 1000);
-	int st = tu_reap(rb_cl.pid[v]);
-	rb_cl.pid[v] = 0;
-	close(rb_cl.to[v]);
-	close(rb_cl.from[v]);
-	rb_cl.to[v] = rb_cl.from[v] = -1;
-	if (st)
-		failed(f, "machine %u (the zombie) exited with %d", v, st);
+	cp_reap_zombie(v, v, f);
 	*gone = 1ull << v;
 	snprintf(cy->what, sizeof(cy->what),
 	         "SIGSTOP machine %u %.0f ms, SIGCONT", v, stopped);
