@@ -982,7 +982,10 @@ static int parse(int argc, char **argv)
 			g_opt.rounds = (unsigned)strtoul(optarg, &end, 10);
 			break;
 		case 'm': g_opt.memcached = strtod(optarg, &end); break;
-		case 'o': g_opt.only = end = optarg + strlen(optarg); break;
+		case 'o':
+			g_opt.only = optarg;
+			end = optarg + strlen(optarg);
+			break;
 		case 'h': usage(stdout); exit(0);
 		default: return -1;
 		}
