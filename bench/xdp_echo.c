@@ -996,6 +996,11 @@ static int parse(int argc, char **argv)
 	    g_opt.window < 1 || g_opt.window > MAXW || g_opt.rounds < 1 ||
 	    g_opt.rounds > MAXR || !(g_opt.memcached > 0))
 		return -1;
+	bool any = !g_opt.only;
+	for (unsigned i = 0; i < NCFG && !any; i++)
+		any = strstr(g_cfgs[i].name, g_opt.only) != NULL;
+	if (!any)
+		return -1; /* --only names no row */
 	return optind == argc ? 0 : -1;
 }
 
