@@ -832,7 +832,7 @@ static void print_row(unsigned i, unsigned r)
 static double median(const struct fig (*f)[MAXR], unsigned i, size_t off,
                      unsigned n)
 {
-	double v[MAXR];
+	double v[MAXR] = {0};
 	for (unsigned r = 0; r < n; r++)
 		memcpy(&v[r], (const char *)&f[i][r] + off, sizeof(double));
 	for (unsigned a = 1; a < n; a++)
