@@ -175,6 +175,21 @@ static bool opt_broken_removed;
  * holder of an id lets every holder of it in at the fabric
  * (FARM_FP_FABRIC_ADMIT_ANY); a cycle must fail. */
 static bool opt_broken_inc;
+/* --hold-end (with --reuse, kill_member): machine CP_HOLD takes the
+ * decisions and the end of the first recovery round that removes a
+ * machine as arriving after the next configuration began, and refuses
+ * them (FARM_FP_REC_DECIDE_LATE, FARM_FP_REC_DONE_LATE): the round is
+ * superseded after every other survivor emptied the removed machine's
+ * log, and that machine's log is recovered only in the round its new
+ * holder's admission starts. --broken-kept (FARM_FP_REC_NO_KEPT): the
+ * survivors that emptied the log do not vote again, and that round
+ * stalls; --broken-handoff (FARM_FP_TXN_NO_HANDOFF): CP_HOLD's log opens
+ * to the new holder before the old one's records there are decided.
+ * Each should fail a cycle; --broken-handoff does not yet (the images its
+ * undecided COMMIT-BACKUPs miss at CP_HOLD's backup copies are written
+ * over by later transfers, and no check compares replicas' bytes). */
+#define CP_HOLD 1u
+static bool opt_hold_end, opt_broken_kept, opt_broken_handoff;
 static enum cp_fault opt_list[F_COUNT * 4];
 static unsigned opt_nlist;
 
@@ -470,9 +485,30 @@ static int cp_work(struct cp_child *c)
 	}
 }
 
+/* --hold-end: the hooks of CP_HOLD's two switch points; the first end
+ * of recovery it refuses unhooks both (one round held). */
+static void cp_hold_decide(enum farm_fault_point fp, void *arg)
+{
+	(void)fp;
+	(void)arg;
+}
+
+static void cp_hold_done(enum farm_fault_point fp, void *arg)
+{
+	(void)fp;
+	(void)arg;
+	(void)farm_fault_set(FARM_FP_REC_DECIDE_LATE, NULL, NULL);
+	(void)farm_fault_set(FARM_FP_REC_DONE_LATE, NULL, NULL);
+	fprintf(stderr, "m%u: a recovery round's end held past it\n", CP_HOLD);
+}
+
 static int cp_machine(struct np_child *np, void *arg)
 {
 	const struct cp_arg *a = arg;
+	if (opt_hold_end && a->mode == CP_FIRST && np->me == CP_HOLD &&
+	    (farm_fault_set(FARM_FP_REC_DECIDE_LATE, cp_hold_decide, NULL) ||
+	     farm_fault_set(FARM_FP_REC_DONE_LATE, cp_hold_done, NULL)))
+		return 9;
 	struct cp_child *c = calloc(1, sizeof(*c));
 	if (!c)
 		return 9;
@@ -1214,6 +1250,8 @@ static void cp_fault(enum cp_fault fl, struct cp_cycle *cy, uint64_t *gone,
 {
 	unsigned cm = cp_cm();
 	uint64_t others = cp_live & ~(1ull << cm);
+	if (opt_hold_end && others != 1ull << CP_HOLD)
+		others &= ~(1ull << CP_HOLD); /* it must see the round */
 	*gone = 0;
 	switch (fl) {
 	case F_KILL_MEMBER:
@@ -1737,6 +1775,20 @@ static void test_campaign(void **state)
 		cp_done = true;
 		return;
 	}
+	if (opt_broken_kept || opt_broken_handoff) {
+		if (ok)
+			fail_msg("campaign --hold-end %s: no check noticed in "
+			         "%u cycles",
+			         opt_broken_kept ? "--broken-kept"
+			                         : "--broken-handoff",
+			         opt_cycles);
+		printf("campaign --hold-end %s: cycle %u failed, as it "
+		       "must\n",
+		       opt_broken_kept ? "--broken-kept" : "--broken-handoff",
+		       done);
+		cp_done = true;
+		return;
+	}
 	if (opt_reuse && opt_old_ids) {
 		if (ok)
 			fail_msg(
@@ -1789,7 +1841,12 @@ static void usage(FILE *out)
 	        "--broken-removed recovery takes a reused id for removed\n"
 	        "  whichever holder has it (a cycle must fail).\n"
 	        "  --broken-inc (with zombie_reuse): every holder of a reused "
-	        "id is let in\n  at the fabric (a cycle must fail).\n");
+	        "id is let in\n  at the fabric (a cycle must fail).\n"
+	        "  --hold-end (with --reuse): machine 1 refuses the first "
+	        "round's decisions\n  and end as stale; --broken-kept: the "
+	        "others do not vote them again\n  (a cycle must fail); "
+	        "--broken-handoff: machine 1's log opens to the\n  new "
+	        "holder before its old records are decided.\n");
 }
 
 /* The hook of a switch point (FARM_FAULT_SWITCH): set is enough. */
@@ -1801,14 +1858,23 @@ static void prev_ring(enum farm_fault_point fp, void *arg)
 
 int main(int argc, char **argv)
 {
-	static const struct option lo[] = {
-	        {"cycles", 1, NULL, 'c'},     {"seed", 1, NULL, 's'},
-	        {"faults", 1, NULL, 'f'},     {"broken", 0, NULL, 'b'},
-	        {"order", 0, NULL, 'o'},      {"list", 0, NULL, 'l'},
-	        {"help", 0, NULL, 'h'},       {"prev-ring", 0, NULL, 'p'},
-	        {"grow", 0, NULL, 'g'},       {"reuse", 0, NULL, 'r'},
-	        {"old-ids", 0, NULL, 'O'},    {"broken-removed", 0, NULL, 'D'},
-	        {"broken-inc", 0, NULL, 'I'}, {0}};
+	static const struct option lo[] = {{"cycles", 1, NULL, 'c'},
+	                                   {"seed", 1, NULL, 's'},
+	                                   {"faults", 1, NULL, 'f'},
+	                                   {"broken", 0, NULL, 'b'},
+	                                   {"order", 0, NULL, 'o'},
+	                                   {"list", 0, NULL, 'l'},
+	                                   {"help", 0, NULL, 'h'},
+	                                   {"prev-ring", 0, NULL, 'p'},
+	                                   {"grow", 0, NULL, 'g'},
+	                                   {"reuse", 0, NULL, 'r'},
+	                                   {"old-ids", 0, NULL, 'O'},
+	                                   {"broken-removed", 0, NULL, 'D'},
+	                                   {"broken-inc", 0, NULL, 'I'},
+	                                   {"hold-end", 0, NULL, 'H'},
+	                                   {"broken-kept", 0, NULL, 'K'},
+	                                   {"broken-handoff", 0, NULL, 'N'},
+	                                   {0}};
 	opt_seed = (uint64_t)time(NULL) % 100000;
 	const char *faults = NULL;
 	int o;
@@ -1866,6 +1932,28 @@ int main(int argc, char **argv)
 			}
 			opt_broken_inc = true;
 			break;
+		case 'H':
+			if (!farm_fault_built()) {
+				printf("skipped: --hold-end needs fault "
+				       "injection\n");
+				return FARM_TEST_SKIP;
+			}
+			opt_hold_end = true;
+			break;
+		case 'K':
+		case 'N':
+			if (!farm_fault_built() ||
+			    farm_fault_set(o == 'K' ? FARM_FP_REC_NO_KEPT
+			                            : FARM_FP_TXN_NO_HANDOFF,
+			                   prev_ring, NULL)) {
+				printf("skipped: --broken-kept and "
+				       "--broken-handoff need fault "
+				       "injection\n");
+				return FARM_TEST_SKIP;
+			}
+			*(o == 'K' ? &opt_broken_kept : &opt_broken_handoff) =
+			        true;
+			break;
 		case 'l':
 			for (unsigned i = 0; i < F_COUNT; i++)
 				printf("%s\n", cp_fault_name[i]);
@@ -1904,6 +1992,15 @@ int main(int argc, char **argv)
 	if (opt_use[F_ZOMBIE_REUSE] && (!opt_reuse || opt_old_ids)) {
 		fprintf(stderr, "test_campaign: zombie_reuse needs --reuse "
 		                "(ids reused)\n");
+		return 2;
+	}
+	if ((opt_broken_kept || opt_broken_handoff) && !opt_hold_end) {
+		fprintf(stderr, "test_campaign: --broken-kept and "
+		                "--broken-handoff need --hold-end\n");
+		return 2;
+	}
+	if (opt_hold_end && (!opt_reuse || opt_old_ids)) {
+		fprintf(stderr, "test_campaign: --hold-end needs --reuse\n");
 		return 2;
 	}
 	if (opt_order && !opt_nlist) {

@@ -53,7 +53,11 @@
  *     It sends REC_DECIDE per transaction and REC_DONE per log; survivors
  *     install or unlock (old primaries from their LOCK records, promoted
  *     ones from the COMMIT-BACKUP), apply or skip their backup records,
- *     and then empty the removed coordinator's log.
+ *     and then empty the removed coordinator's log. A newer
+ *     configuration can supersede the round after some survivors did
+ *     this and before others did: each survivor keeps the decisions it
+ *     applied and votes them again in later rounds, the decider taking
+ *     them over any record (recover_kept.c).
  *
  * Every message carries the configuration id; stale, malformed or
  * misdirected ones are refused and counted (rec_refused).
@@ -615,6 +619,9 @@ static void vote_scan(struct txloop *tl, uint32_t coord)
 	free(b.buf);
 	free(b.regs);
 	free(b.cbr);
+	/* Decisions this loop applied in a round superseded before it
+	 * emptied the log (its LOCK records may read as refused now). */
+	(void)farm_txn_rec_kept_vote(tl, coord, false);
 	struct rec_end e = {.cfg = atomic_load(&m->rec.cfg),
 	                    .lw = tl->r[coord].lw,
 	                    .coord = coord,
@@ -643,11 +650,15 @@ static void rec_loop_run(struct txloop *tl)
 	for (unsigned i = 0; i < n; i++)
 		promote_scan(tl, m->ready_ids[i]);
 	pthread_mutex_unlock(&m->rec.lock);
-	/* 4. Votes for the removed coordinators' transactions. */
+	/* 4. Votes for the removed coordinators' transactions; for a log
+	 * emptied in an earlier round, the decisions applied then (another
+	 * survivor may not have taken them before that round ended). */
 	for (unsigned i = 0; i < n; i++) {
 		uint32_t c = m->ready_ids[i];
 		if (reader_dead(m, c, &tl->r[c]) && !tl->r[c].rec_done)
 			vote_scan(tl, c);
+		else
+			(void)farm_txn_rec_kept_vote(tl, c, true);
 	}
 	if (atomic_fetch_add(&m->rec.scanned, 1) + 1 != m->T)
 		return;
@@ -794,6 +805,7 @@ static void rec_reset_decider(farm_txm *m)
 	}
 	m->rec.nd = 0;
 	memset(m->rec.ends, 0, sizeof(m->rec.ends));
+	memset(m->rec.dends, 0, sizeof(m->rec.dends));
 	memset(m->rec.maxlw, 0, sizeof(m->rec.maxlw));
 }
 
@@ -948,6 +960,7 @@ void farm_txn_rec_fini(farm_txm *m)
 
 void farm_txn_rec_detach(struct txloop *tl)
 {
+	farm_txn_rec_kept_free(tl);
 	while (tl->pend) {
 		struct rec_pend *p = tl->pend;
 		tl->pend = p->next;

@@ -209,6 +209,14 @@ static bool has_cb(const struct rec_txn *t, uint32_t machine, uint32_t region)
 
 static bool decide(farm_txm *m, const struct rec_txn *t, uint64_t maxlw)
 {
+	/* A survivor applied an earlier round's decision (recover_kept.c):
+	 * that round's decider saw every record and decided; its records
+	 * may be gone or read otherwise now (a LOCK installed reads as
+	 * refused). Deciders agree, so never both. */
+	if (t->flags & V_DEC_COMMIT)
+		return true;
+	if (t->flags & V_DEC_ABORT)
+		return false;
 	if (t->flags & (V_ABORT | V_REFUSED))
 		return false;
 	if (t->flags & V_CP)
@@ -261,10 +269,13 @@ static void h_end(farm_loop *loop, const farm_msg_in *in, void *arg)
 	pthread_mutex_lock(&m->rec.lock);
 	if (e.lw > m->rec.maxlw[key])
 		m->rec.maxlw[key] = e.lw;
+	if (e.flags & END_DONE)
+		m->rec.dends[key]++;
 	/* A new holder of the id among the survivors holds no log of its
 	 * removed holder (it began empty): it sends no end for it. */
-	if (++m->rec.ends[key] !=
-	    m->rec.nsurv - (e.coord < 0x40 && m->rec.member[e.coord])) {
+	unsigned need =
+	        m->rec.nsurv - (e.coord < 0x40 && m->rec.member[e.coord]);
+	if (++m->rec.ends[key] != need) {
 		pthread_mutex_unlock(&m->rec.lock);
 		return;
 	}
@@ -292,6 +303,9 @@ static void h_end(farm_loop *loop, const farm_msg_in *in, void *arg)
 	}
 	struct rec_end done = e;
 	done.lw = m->rec.maxlw[key];
+	/* Every survivor had emptied the log already: their kept decisions
+	 * of it are needed no more. */
+	done.flags = m->rec.dends[key] == need ? DONE_ALL : 0;
 	for (uint32_t s = 0; s < m->M; s++)
 		if (m->rec.member[s] &&
 		    farm_msg_send(loop, s, (uint16_t)e.thread,
@@ -324,12 +338,19 @@ static void h_decide(farm_loop *loop, const farm_msg_in *in, void *arg)
 		farm_txn_rec_refuse(m, in, "recovery decision");
 		return;
 	}
+	if (FARM_FAULT_SWITCH(FARM_FP_REC_DECIDE_LATE)) {
+		farm_txn_rec_refuse(m, in, "recovery decision (testing: late)");
+		return;
+	}
 	/* Our log of the id is open to a new holder already (its removed
 	 * holder's was decided and emptied): the txid may be the new
-	 * holder's, which this decision is not about. */
-	if (!reader_dead(m, d.coord, &tl->r[d.coord]))
+	 * holder's, which this decision is not about. Or emptied, after
+	 * this decision was applied (a later round's, voted again). */
+	if (!reader_dead(m, d.coord, &tl->r[d.coord]) ||
+	    tl->r[d.coord].rec_done)
 		return;
 	bool commit = d.commit != 0;
+	farm_txn_rec_kept_decision(tl, d.coord, d.txid, commit);
 	/* As an old primary: the LOCK record installs or unlocks. */
 	farm_txn_decide_primary(tl, d.txid, commit);
 	/* As a promoted primary: the COMMIT-BACKUP's images, under the
@@ -377,10 +398,17 @@ static void h_done(farm_loop *loop, const farm_msg_in *in, void *arg)
 		farm_txn_rec_refuse(m, in, "end of recovery");
 		return;
 	}
+	if (FARM_FAULT_SWITCH(FARM_FP_REC_DONE_LATE)) {
+		farm_txn_rec_refuse(m, in, "end of recovery (testing: late)");
+		return;
+	}
+	if (e.flags & DONE_ALL)
+		farm_txn_rec_kept_forget(tl, e.coord);
 	/* Every transaction of the log is decided: empty it (unless it is
-	 * open to a new holder of the id already: emptied then). */
+	 * open to a new holder of the id already, or was emptied in an
+	 * earlier round). */
 	struct reader *rd = &tl->r[e.coord];
-	if (!reader_dead(m, e.coord, rd))
+	if (!reader_dead(m, e.coord, rd) || rd->rec_done)
 		return;
 	uint64_t li = log_index(m, e.coord, tl->t);
 	uint8_t *ring = m->logbase + log_ring_off(m, li);
@@ -394,6 +422,7 @@ static void h_done(farm_loop *loop, const farm_msg_in *in, void *arg)
 		rd->applied += h.len;
 	}
 	rd->rec_done = true;
+	farm_txn_rec_kept_done(tl, e.coord, e.lw);
 	farm_info("txn recovery: log of machine %" PRIu32 " thread %u done",
 	          e.coord, tl->t);
 	/* A new holder of the id waits for it (farm_txm_forget_peer). */

@@ -91,6 +91,16 @@ uint8_t *farm_txn_rec_copy_obj(farm_txm *m, const struct rec_obj *o);
 void farm_txn_rec_pend_decide(struct txloop *tl, uint64_t txid, bool commit);
 void farm_txn_rec_send_query(struct txloop *tl, uint32_t coord, uint64_t txid);
 
+/* recover_kept.c: keep the decision @commit for @txid of the removed
+ * holder of @coord, applied by loop @tl; vote this loop's kept decisions
+ * for @coord to the decider, and with @end, when the log was emptied
+ * here, the end of votes (END_DONE) too (whether there were any to
+ * vote); forget them (DONE_ALL). */
+void farm_txn_rec_kept_decision(struct txloop *tl, uint32_t coord,
+                                uint64_t txid, bool commit);
+bool farm_txn_rec_kept_vote(struct txloop *tl, uint32_t coord, bool end);
+void farm_txn_rec_kept_forget(struct txloop *tl, uint32_t coord);
+
 /* recover_decide.c: registers the handlers of REC_QUERY, REC_ANSWER,
  * REC_VOTE, REC_END, REC_DECIDE and REC_DONE, and tells the coordinator
  * to report decisions to promoted primaries that asked. */

@@ -9,7 +9,17 @@
 
 #include <stdint.h>
 
-enum { V_LOCK = 1, V_REFUSED = 2, V_CP = 4, V_ABORT = 8, V_CB = 16 };
+/* V_DEC_*: not a record but a decision this survivor applied in an
+ * earlier round that did not end everywhere (recover_kept.c). */
+enum {
+	V_LOCK = 1,
+	V_REFUSED = 2,
+	V_CP = 4,
+	V_ABORT = 8,
+	V_CB = 16,
+	V_DEC_COMMIT = 32,
+	V_DEC_ABORT = 64
+};
 enum { A_COMMIT = 1, A_ABORT = 2, A_FINISHED = 3 };
 
 struct rec_q { /* REC_QUERY and REC_ANSWER */
@@ -30,10 +40,21 @@ struct rec_vote { /* REC_VOTE, then nregs + ncb region ids */
 	                  one the coordinator sent the COMMIT-BACKUPs in) */
 };
 
-struct rec_end { /* REC_END and REC_DONE */
+/* REC_END (flags: END_DONE) and REC_DONE (DONE_ALL); REC_APPLIED and
+ * REC_GO use cfg alone. */
+enum {
+	/* An end from a survivor that emptied this log in an earlier round:
+	 * its votes are the decisions it applied (recover_kept.c). */
+	END_DONE = 1,
+	/* Every survivor's end was END_DONE: no one needs the kept
+	 * decisions of this log any more. */
+	DONE_ALL = 1
+};
+struct rec_end {
 	uint64_t cfg;
 	uint64_t lw;
 	uint32_t coord, thread;
+	uint32_t flags, pad;
 };
 
 struct rec_dec { /* REC_DECIDE */

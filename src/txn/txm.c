@@ -13,6 +13,7 @@
 #include "txn/txn_int.h"
 #include "txn/txn_testing.h"
 #include "txn/txn_tx.h"
+#include "util/fault.h"
 #include "util/log.h"
 
 #define DEFAULT_LOG   (1u << 20)
@@ -459,6 +460,7 @@ int farm_txm_forget_peer(farm_txm *m, farm_loop *loop, uint32_t id)
 	struct reader *rd = &tl->r[id];
 	pthread_mutex_lock(&m->rec.lock);
 	rd->next_inc = m->rec.inc[id];
+	bool removed = id < 0x40 && m->rec.gone[id] > rd->inc;
 	pthread_mutex_unlock(&m->rec.lock);
 	if (rd->next_inc <= rd->inc)
 		return 0; /* not a new holder: nothing to reopen */
@@ -470,7 +472,11 @@ int farm_txm_forget_peer(farm_txm *m, farm_loop *loop, uint32_t id)
 	                                                     m, log_index(m, id,
 	                                                                  t))),
 	                memory_order_acquire);
-	if (rd->rec_done || empty)
+	/* An empty log of a removed holder that no round emptied: voted
+	 * as emptied in later rounds, for the survivors still at it. */
+	if (empty && !rd->rec_done && removed)
+		farm_txn_rec_kept_done(tl, id, rd->lw);
+	if (rd->rec_done || empty || FARM_FAULT_SWITCH(FARM_FP_TXN_NO_HANDOFF))
 		farm_txn_log_reopen(tl, id);
 	else
 		rd->reopen = true;

@@ -64,6 +64,7 @@ struct txloop {
 	uint64_t cs_next, cs_low;
 	uint8_t *cs_done;         /* CS_RING */
 	struct rec_pend *pend;    /* recover.c */
+	struct rec_kept *kept;    /* recover_kept.c */
 	struct farm_as_rcache rc; /* where regions are, for reads */
 };
 

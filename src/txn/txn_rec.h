@@ -34,6 +34,25 @@ struct rec_pend {
 	bool settled; /* at the log's truncation; awaits the answer */
 };
 
+/* recover_kept.c: the decisions this loop applied for the log of a
+ * removed holder of machine id @coord, kept for later rounds: a round
+ * that ends here may be superseded before every survivor took its
+ * decisions, and a survivor that emptied the log votes them again in
+ * the next one (V_DEC_*), so that the decider decides the same. */
+struct rec_kept_dec {
+	uint64_t txid;
+	bool commit;
+};
+struct rec_kept {
+	struct rec_kept *next;
+	uint32_t coord;
+	uint64_t gone; /* the configuration that removed that holder */
+	uint64_t lw;   /* the low-water mark of the log's REC_DONE */
+	bool done;     /* the log decided and emptied here */
+	struct rec_kept_dec *d;
+	unsigned n, cap;
+};
+
 /* recover.c: the decider's view of one transaction of a removed
  * coordinator, and the recovered locks of promoted regions. */
 struct rec_cb {
@@ -92,6 +111,7 @@ struct txrec_state {
 	struct rec_txn *d;
 	unsigned nd, capd;
 	unsigned ends[0x40 * MAX_LOOPS];
+	unsigned dends[0x40 * MAX_LOOPS]; /* ends with END_DONE */
 	uint64_t maxlw[0x40 * MAX_LOOPS];
 };
 
@@ -107,6 +127,12 @@ void farm_txn_rec_truncated(struct txloop *tl, uint64_t txid);
  * saw an older one is still between its check and its lock. */
 bool farm_txn_rec_taken(farm_txm *m, uint64_t cfg);
 bool farm_txn_rec_promoting(farm_txm *m, uint32_t region);
+/* recover_kept.c: loop @tl emptied the log of the removed holder of
+ * @coord (@lw: the log's low-water mark), at REC_DONE or, empty, at its
+ * reopening to a new holder; its decisions are voted in later rounds.
+ * And the loop's kept decisions freed (its close). */
+void farm_txn_rec_kept_done(struct txloop *tl, uint32_t coord, uint64_t lw);
+void farm_txn_rec_kept_free(struct txloop *tl);
 bool farm_txn_rec_truncate_apply(farm_txm *m, uint64_t addr, uint8_t *q,
                                  unsigned lines, const uint8_t *img);
 

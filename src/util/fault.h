@@ -161,6 +161,26 @@ enum farm_fault_point {
 	 * still runs too (test_campaign --reuse --faults zombie_reuse
 	 * --broken-inc must report a failed cycle). */
 	FARM_FP_FABRIC_ADMIT_ANY,
+	/* txn/recover_decide.c, two switches: while hooked, this machine
+	 * takes the REC_DECIDE (resp. REC_DONE) messages it gets as ones
+	 * that arrived after a newer configuration began, and refuses them
+	 * as stale: a round superseded after the other survivors ended it
+	 * (test_campaign --hold-end; its hook unhooks both at the first
+	 * REC_DONE). */
+	FARM_FP_REC_DECIDE_LATE,
+	FARM_FP_REC_DONE_LATE,
+	/* txn/recover_kept.c, a switch: while hooked, a survivor keeps no
+	 * decision it applied, so one that emptied a removed holder's log
+	 * sends nothing for it in a later round, as before the fix
+	 * (test_campaign --hold-end --broken-kept: the round stalls and a
+	 * cycle must fail). */
+	FARM_FP_REC_NO_KEPT,
+	/* txn/txm.c, a switch: while hooked, a survivor's log of a reused
+	 * id opens to the new holder as soon as it is admitted, whether or
+	 * not the old holder's records there were decided (test_campaign
+	 * --hold-end --broken-handoff; no check of the campaign catches it
+	 * yet). */
+	FARM_FP_TXN_NO_HANDOFF,
 	FARM_FP_COUNT
 };
 
