@@ -172,7 +172,9 @@ int farm_kv_join_sync(farm_kv *kv, farm_loop *loop, unsigned nmachines,
 	return 0;
 }
 
-/* The shard list from machine @from (FARM_MSGT_KV_SHARDS). */
+/* The shard list from machine @from (FARM_MSGT_KV_SHARDS), asked again
+ * after this long without an answer. */
+#define JOIN_ASK_NS (500ull * 1000000ull)
 struct shards_wait {
 	volatile int done;
 	int status;
@@ -213,15 +215,18 @@ int farm_kv_join_existing_sync(farm_kv *kv, farm_loop *loop, uint32_t from,
 		return -ENOMEM;
 	int rc;
 	for (;;) {
+		/* Each ask gets part of the budget: an answer can be lost
+		 * (sent on the channel of the id's old holder, while @from
+		 * still starts its channels with this new holder afresh), and
+		 * only a later ask gets one. */
 		uint64_t now = farm_now_ns();
+		uint64_t left = deadline > now ? deadline - now : 1;
+		uint64_t one = FARM_MIN(left, JOIN_ASK_NS);
 		memset(w, 0, sizeof(*w));
 		rc = farm_msg_call(loop, from, 0, FARM_MSGT_KV_SHARDS, NULL, 0,
-		                   deadline > now ? deadline - now : 1,
-		                   shards_reply, w);
+		                   one, shards_reply, w);
 		if (!rc) {
-			rc = farm_loop_wait(loop, &w->done,
-			                    deadline > now ? deadline - now
-			                                   : 1);
+			rc = farm_loop_wait(loop, &w->done, one);
 			if (!rc)
 				rc = w->status;
 		}
