@@ -416,6 +416,21 @@ static bool bad_args(void)
 	       a.lease_ms > 60000;
 }
 
+static void usage(void)
+{
+	printf("usage: workload_bench [--seconds S] "
+	       "[--tatp-scale N] "
+	       "[--bank-scale N] [--tpcc-scale WAREHOUSES] "
+	       "[--no-pg] [--no-timeline | --timeline-only] "
+	       "[--lease-ms MS] "
+	       "[--out DIR] [--scripts DIR] [--threads N]\n"
+	       "  --lease-ms MS: the failure timeline's lease "
+	       "(200)\n"
+	       "  --threads N: libfarm with 1 and N client "
+	       "threads a machine, the better reported (2; 1: "
+	       "only 1)\n");
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option lo[] = {{"seconds", 1, 0, 's'},
@@ -445,19 +460,7 @@ int main(int argc, char **argv)
 		case 'o': a.out = optarg; break;
 		case 'S': a.scripts = optarg; break;
 		case 'j': a.max_threads = (unsigned)atoi(optarg); break;
-		case 'h':
-			printf("usage: workload_bench [--seconds S] "
-			       "[--tatp-scale N] "
-			       "[--bank-scale N] [--tpcc-scale WAREHOUSES] "
-			       "[--no-pg] [--no-timeline | --timeline-only] "
-			       "[--lease-ms MS] "
-			       "[--out DIR] [--scripts DIR] [--threads N]\n"
-			       "  --lease-ms MS: the failure timeline's lease "
-			       "(200)\n"
-			       "  --threads N: libfarm with 1 and N client "
-			       "threads a machine, the better reported (2; 1: "
-			       "only 1)\n");
-			return 0;
+		case 'h': usage(); return 0;
 		default: return 2;
 		}
 	}

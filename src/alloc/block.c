@@ -657,6 +657,8 @@ static void fence_dirty_free(const struct farm_alloc_region *ar)
 	        .nblocks = (uint32_t)(ar->size / FARM_ALLOC_BLOCK),
 	        .table = (_Atomic uint64_t *)(void *)((char *)ar->base +
 	                                              RHDR_TABLE_OFF)};
+	if (atomic_load(&r.table[0]) != bt_table(1))
+		return; /* refused under the lock (FARM_ECORRUPT) */
 	for (uint32_t i = 1; i < r.nblocks; i++)
 		if (atomic_load_explicit(&r.table[i], memory_order_relaxed) ==
 		            0 &&
