@@ -70,6 +70,19 @@ struct wl_opts {
 	bool quiet;
 };
 
+/* Recovery after a kill as one machine saw it (CLOCK_MONOTONIC ns, one
+ * clock on one host; 0: not seen there): the timeline's phases. */
+struct wl_rec_times {
+	uint64_t run_start;            /* its clients started */
+	uint64_t suspect;              /* its first suspicion of the victim */
+	uint64_t zk_begin, zk_written; /* the configuration it wrote */
+	uint64_t view;                 /* its recovery took the configuration */
+	uint64_t config; /* its transaction layer took the configuration */
+	uint64_t go;     /* REC_GO: every survivor had taken it */
+	uint64_t active; /* its promoted regions became active */
+	uint64_t promoted, locks; /* regions promoted, locks recovered */
+};
+
 struct wl_result {
 	uint64_t commits[WT_NTYPES]; /* acknowledged, including user aborts */
 	uint64_t fails[WT_NTYPES];   /* ended by the logic (TATP misses,
@@ -104,6 +117,10 @@ struct wl_result {
 	unsigned nticks;
 	unsigned kill_tick;
 	uint64_t tick_us;
+	/* A kill: when it was sent, and each machine's view of what
+	 * followed (the survivors'). */
+	uint64_t kill_ns;
+	struct wl_rec_times rec[WL_MAX_MACHINES];
 };
 
 /* Defaults (the standard mix of @kind, 3 machines, 3 replicas, ...). */

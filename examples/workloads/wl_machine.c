@@ -466,6 +466,42 @@ static int wait_cmd(struct wl_machine *m, int in)
 	}
 }
 
+/* What this machine saw of recovery after a kill (the timeline's
+ * phases): the library's counters, read after the run. */
+static void rec_times(struct wl_machine *m, struct wl_rec_times *t)
+{
+	struct farm_node_stats ns = {.size = sizeof(ns)};
+	farm_txm_stats ts;
+	t->run_start = m->run_start_ns;
+	if (m->o->kill_machine < 0 || farm_node_stats_get(m->node, &ns))
+		return;
+	uint64_t taken = 0; /* the first configuration without the victim */
+	for (uint32_t i = 0; i < ns.recovery.nsteps; i++) {
+		const struct farm_stats_step *s = &ns.recovery.steps[i];
+		if (s->machine != (uint32_t)m->o->kill_machine ||
+		    s->t_ns < m->run_start_ns)
+			continue;
+		if (s->kind == FARM_STATS_STEP_SUSPECT && !t->suspect)
+			t->suspect = s->t_ns;
+		if (s->kind == FARM_STATS_STEP_CONFIG && !taken)
+			taken = s->t_ns;
+	}
+	/* The membership keeps its last write only: the one that removed
+	 * the victim if nothing was written between it and the report. */
+	t->view = taken;
+	if (ns.membership.t_write_ns >= m->run_start_ns &&
+	    ns.membership.t_write_ns <= taken) {
+		t->zk_begin = ns.membership.t_write_begin_ns;
+		t->zk_written = ns.membership.t_write_ns;
+	}
+	farm_txm_stats_get(m->txm, &ts);
+	t->config = ts.rec_t_config_ns;
+	t->go = ts.rec_t_go_ns;
+	t->active = ts.rec_t_active_ns;
+	t->promoted = ts.rec_promoted;
+	t->locks = ts.rec_locks;
+}
+
 static int answer_run(struct wl_machine *m, int out)
 {
 	struct wl_result *sum = calloc(1, sizeof(*sum));
@@ -489,6 +525,7 @@ static int answer_run(struct wl_machine *m, int out)
 		sum->acked_delta += r->acked_delta;
 	}
 	sum->cores = m->o->threads;
+	rec_times(m, &sum->rec[m->me]);
 	int rc = wl_write_all(out, sum, sizeof(*sum));
 	free(sum);
 	for (unsigned k = 0; !rc && k < m->nticks; k++) {

@@ -36,12 +36,28 @@ int wl_pg_run(struct wl_pg *pg, const struct wl_opts *o, unsigned clients,
               bool sync_commit, struct wl_bres *out);
 void wl_pg_stop(struct wl_pg *pg);
 
-/* The failure timeline (wl_timeline.c): ZooKeeper from @scripts/zk-local,
- * TATP on 4 machines, one killed; the PNG and its data into @out. 0 and
- * the milliseconds from the kill to 80% of *@before (per ms) again: NAN
- * when no dip was seen or the throughput never came back (nothing
- * measured). */
-int wl_timeline(const char *scripts, const char *out, double *kill_to_80,
-                double *before);
+/* The failure timeline (wl_timeline.c): what it measured. Times are ms
+ * after the kill (NAN: not seen). */
+struct wl_tl {
+	unsigned lease_ms;  /* the run's lease */
+	unsigned window_ms; /* the window 80% is judged on */
+	double before;      /* committed txn/ms in the 500 ms before */
+	double suspect;     /* the first survivor suspected the victim */
+	double zk_written;  /* the CM's configuration write returned */
+	double view_first;  /* the first survivor's recovery took it */
+	double config_last; /* the last survivor's transactions took it */
+	double go;          /* REC_GO (the last survivor to get it) */
+	double active;      /* the last promoted region became active */
+	double dip;         /* throughput first below 80% */
+	double back80;      /* the first window back at 80% that stays */
+	double suspect_to_80, kill_to_80;
+	uint64_t promoted, locks; /* regions promoted, locks recovered */
+};
+
+/* ZooKeeper from @scripts/zk-local, TATP on 4 machines with leases of
+ * @lease_ms, one killed; the PNG and its data into @out; what it measured
+ * into @tl. 0, or an error (nothing measured). */
+int wl_timeline(const char *scripts, const char *out, unsigned lease_ms,
+                struct wl_tl *tl);
 
 #endif

@@ -210,6 +210,7 @@ static void add_run(struct wl_result *r, const struct wl_result *m, unsigned i)
 	r->cores += m->cores;
 	r->acked_delta += m->acked_delta;
 	memcpy(r->acked[i], m->acked[i], sizeof(r->acked[i]));
+	r->rec[i] = m->rec[i];
 }
 
 static void sleep_ms(uint64_t ms)
@@ -234,6 +235,7 @@ static int run(struct wl_cluster *cl, const struct wl_opts *o,
 	if (o->kill_machine >= 0) {
 		sleep_ms(o->kill_at_ms);
 		unsigned v = (unsigned)o->kill_machine;
+		r->kill_ns = wl_now_ns();
 		kill(cl->pid[v], SIGKILL);
 		waitpid(cl->pid[v], NULL, 0);
 		cl->pid[v] = 0;

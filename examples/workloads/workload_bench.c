@@ -25,10 +25,10 @@
 static struct {
 	double seconds;
 	uint64_t tatp_scale, bank_scale, tpcc_scale;
-	bool pg, timeline;
+	bool pg, timeline, timeline_only;
 	const char *out, *scripts;
-	unsigned machines, max_threads;
-} a = {2.0, 2000, 5000, 3, true, true, ".", NULL, 3, 2};
+	unsigned machines, max_threads, lease_ms;
+} a = {2.0, 2000, 5000, 3, true, true, false, ".", NULL, 3, 2, 200};
 
 static uint64_t scale_of(enum wl_kind kind)
 {
@@ -221,8 +221,68 @@ struct figures {
 	struct wl_bres ft, ftp, fb, mt, mb, pt[2], pb[2], fc, mc, pc[2];
 	bool have_pgc;
 	bool have_pg;
-	double k80, before;
+	struct wl_tl tl;
+	bool have_tl;
 };
+
+static void show_ms(const char *what, double v)
+{
+	if (isnan(v))
+		printf("  %-44s -\n", what);
+	else
+		printf("  %-44s %8.1f ms\n", what, v);
+}
+
+static void show_timeline(const struct figures *f)
+{
+	const struct wl_tl *t = &f->tl;
+	if (!f->have_tl) {
+		if (a.timeline)
+			printf("failure timeline: not measured\n");
+		return;
+	}
+	printf("failure timeline (TATP, 4 machines, lease %u ms, %.1f txn/ms "
+	       "before, 80%% judged on %u ms windows; %s/"
+	       "workload_timeline.png), ms after the kill:\n",
+	       t->lease_ms, t->before, t->window_ms, a.out);
+	show_ms("first suspicion", t->suspect);
+	show_ms("configuration written to ZooKeeper", t->zk_written);
+	show_ms("taken by the first survivor's recovery", t->view_first);
+	show_ms("taken by the last survivor's transactions", t->config_last);
+	show_ms("REC_GO", t->go);
+	show_ms("last promoted region active", t->active);
+	show_ms("throughput below 80%", t->dip);
+	show_ms("back at 80%", t->back80);
+	printf("  suspicion to 80%%: %.1f ms; kill to 80%%: %.1f ms (%llu "
+	       "regions promoted, %llu locks recovered)\n",
+	       t->suspect_to_80, t->kill_to_80, (unsigned long long)t->promoted,
+	       (unsigned long long)t->locks);
+}
+
+static void json_num(const char *name, double v, bool comma)
+{
+	if (isnan(v))
+		printf("\"%s\": null%s", name, comma ? ", " : "");
+	else
+		printf("\"%s\": %.2f%s", name, v, comma ? ", " : "");
+}
+
+static void json_timeline(const struct figures *f)
+{
+	const struct wl_tl *t = &f->tl;
+	printf("\"timeline\": {\"lease_ms\": %u, \"window_ms\": %u, ",
+	       t->lease_ms, t->window_ms);
+	json_num("before_per_ms", f->have_tl ? t->before : NAN, true);
+	json_num("suspect_ms", t->suspect, true);
+	json_num("zk_written_ms", t->zk_written, true);
+	json_num("view_first_ms", t->view_first, true);
+	json_num("config_last_ms", t->config_last, true);
+	json_num("rec_go_ms", t->go, true);
+	json_num("active_ms", t->active, true);
+	json_num("back80_ms", t->back80, true);
+	json_num("kill_to_80_ms", t->kill_to_80, false);
+	printf("}");
+}
 
 static void human(const struct figures *f)
 {
@@ -257,14 +317,7 @@ static void human(const struct figures *f)
 	       "97 k per core (RDMA, 2x 8-core Xeon; here: shm on %u shared "
 	       "cores)\n",
 	       ncpu());
-	if (!isnan(f->k80))
-		printf("failure timeline: kill to 80%% of %.1f txn/ms in %.0f "
-		       "ms "
-		       "(%s/workload_timeline.png)\n",
-		       f->before, f->k80, a.out);
-	else if (a.timeline)
-		printf("failure timeline: not measured (no run, no dip after "
-		       "the kill, or never back at 80%%)\n");
+	show_timeline(f);
 }
 
 /* One goal: its value, or null (and not met) when nothing measured it. */
@@ -314,12 +367,8 @@ static void json(const struct figures *f)
 		json_tpcc("pg_sync_on", &f->pc[0], true);
 		json_tpcc("pg_sync_off", &f->pc[1], false);
 	}
-	printf("}, \"pg_isolation\": \"read committed\", "
-	       "\"timeline_before_per_ms\": ");
-	if (isnan(f->k80))
-		printf("null");
-	else
-		printf("%.1f", f->before);
+	printf("}, \"pg_isolation\": \"read committed\", ");
+	json_timeline(f);
 	printf(", \"goals\": {");
 	goal("tatp_unpartitioned_vs_pg_per_core", per_core(&f->ft) / pgt_c, 10,
 	     true, true);
@@ -337,15 +386,49 @@ static void json(const struct figures *f)
 	goal("tpcc_vs_pg_per_core",
 	     f->have_pgc ? no_per_core(&f->fc) / no_per_core(pgc) : NAN, 5,
 	     true, true);
-	goal("kill_to_80pct_ms", f->k80, 50, false, false);
+	goal("suspect_to_80pct_ms", f->have_tl ? f->tl.suspect_to_80 : NAN, 50,
+	     false, false);
 	printf("}}\n");
+}
+
+/* The failure timeline alone: its lines, and a JSON line with its goal
+ * only. */
+static int timeline_only(struct figures *f)
+{
+	f->have_tl = !wl_timeline(a.scripts, a.out, a.lease_ms, &f->tl);
+	if (stop)
+		return 128 + stop;
+	show_timeline(f);
+	printf("{\"bench\": \"workload_bench\", \"cpus\": %u, ", ncpu());
+	json_timeline(f);
+	printf(", \"goals\": {");
+	goal("suspect_to_80pct_ms", f->have_tl ? f->tl.suspect_to_80 : NAN, 50,
+	     false, false);
+	printf("}}\n");
+	return f->have_tl ? 0 : 1;
 }
 
 static bool bad_args(void)
 {
 	return !(a.seconds > 0) || a.tatp_scale < 10 || a.bank_scale < 10 ||
 	       a.tpcc_scale < a.machines || a.tpcc_scale > 64 ||
-	       a.max_threads < 1 || a.max_threads > 16;
+	       a.max_threads < 1 || a.max_threads > 16 || a.lease_ms < 1 ||
+	       a.lease_ms > 60000;
+}
+
+static void usage(void)
+{
+	printf("usage: workload_bench [--seconds S] "
+	       "[--tatp-scale N] "
+	       "[--bank-scale N] [--tpcc-scale WAREHOUSES] "
+	       "[--no-pg] [--no-timeline | --timeline-only] "
+	       "[--lease-ms MS] "
+	       "[--out DIR] [--scripts DIR] [--threads N]\n"
+	       "  --lease-ms MS: the failure timeline's lease "
+	       "(200)\n"
+	       "  --threads N: libfarm with 1 and N client "
+	       "threads a machine, the better reported (2; 1: "
+	       "only 1)\n");
 }
 
 int main(int argc, char **argv)
@@ -356,6 +439,8 @@ int main(int argc, char **argv)
 	                                   {"tpcc-scale", 1, 0, 'w'},
 	                                   {"no-pg", 0, 0, 'n'},
 	                                   {"no-timeline", 0, 0, 'T'},
+	                                   {"timeline-only", 0, 0, 'O'},
+	                                   {"lease-ms", 1, 0, 'l'},
 	                                   {"out", 1, 0, 'o'},
 	                                   {"scripts", 1, 0, 'S'},
 	                                   {"threads", 1, 0, 'j'},
@@ -370,19 +455,12 @@ int main(int argc, char **argv)
 		case 'w': a.tpcc_scale = strtoull(optarg, NULL, 10); break;
 		case 'n': a.pg = false; break;
 		case 'T': a.timeline = false; break;
+		case 'O': a.timeline_only = true; break;
+		case 'l': a.lease_ms = (unsigned)atoi(optarg); break;
 		case 'o': a.out = optarg; break;
 		case 'S': a.scripts = optarg; break;
 		case 'j': a.max_threads = (unsigned)atoi(optarg); break;
-		case 'h':
-			printf("usage: workload_bench [--seconds S] "
-			       "[--tatp-scale N] "
-			       "[--bank-scale N] [--tpcc-scale WAREHOUSES] "
-			       "[--no-pg] [--no-timeline] "
-			       "[--out DIR] [--scripts DIR] [--threads N]\n"
-			       "  --threads N: libfarm with 1 and N client "
-			       "threads a machine, the better reported (2; 1: "
-			       "only 1)\n");
-			return 0;
+		case 'h': usage(); return 0;
 		default: return 2;
 		}
 	}
@@ -396,7 +474,9 @@ int main(int argc, char **argv)
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
-	static struct figures f = {.k80 = NAN};
+	static struct figures f;
+	if (a.timeline_only)
+		return timeline_only(&f);
 	int rc = farm_run(WL_TATP, false, &f.ft) ||
 	         farm_run(WL_TATP, true, &f.ftp) ||
 	         farm_run(WL_BANK, false, &f.fb) ||
@@ -418,8 +498,8 @@ int main(int argc, char **argv)
 	}
 	if (stop)
 		return 128 + stop;
-	if (a.timeline && wl_timeline(a.scripts, a.out, &f.k80, &f.before))
-		f.k80 = NAN;
+	f.have_tl =
+	        a.timeline && !wl_timeline(a.scripts, a.out, a.lease_ms, &f.tl);
 	if (stop)
 		return 128 + stop;
 	human(&f);

@@ -20,6 +20,7 @@
 #include "util/common.h"
 #include "util/fault.h"
 #include "util/log.h"
+#include "util/rt.h"
 
 #define POOL_MAX    8
 #define MAX_LOOPS   64
@@ -572,6 +573,10 @@ static void *adopter_main(void *arg)
 {
 	farm_galloc *g = arg;
 	farm_slab *slab = NULL; /* for deferred frees, made when needed */
+	/* Created on the membership's real-time worker (a view's recovery):
+	 * a scan of a whole region at that priority held both cores of a
+	 * 2-core host for hundreds of ms, and no transaction committed. */
+	(void)farm_thread_set_normal();
 	pthread_mutex_lock(&g->adopt_lock);
 	for (;;) {
 		struct adopt_region *a = g->adopting;

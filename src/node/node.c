@@ -392,7 +392,9 @@ static int node_open_recovery(farm_node *n, const struct farm_config *cfg)
 	        .on_event = on_recovery,
 	        .ctx = n,
 	        .serve_word = farm_txm_serve_word(n->txm),
-	        .msg = n->msg};
+	        .msg = n->msg,
+	        /* shm reports a death from the process's pidfd: exact. */
+	        .exact_deaths = !strcmp(farm_fabric_provider(n->fab), "shm")};
 	int rc = farm_recovery_open(&ra, &n->rec);
 	if (rc) {
 		farm_err("node %" PRIu32 ": leases: %s", cfg->machine_id,

@@ -42,6 +42,10 @@ struct farm_recovery {
 	 * not probed, counted as not answering. */
 	uint32_t dead[FARM_VIEW_MAX];
 	unsigned ndead;
+	/* Of the machines the last view left out, those the fabric had seen
+	 * die (exact_deaths only): farm_recovery_all_dead. */
+	uint32_t gone_dead[FARM_VIEW_MAX];
+	unsigned ngone_dead;
 	struct farm_recovery_stats st;
 };
 
@@ -360,9 +364,18 @@ static unsigned lease_peers(const struct farm_view *v,
 static void view_note_departures(farm_recovery *r, const struct farm_view *v)
 {
 	uint32_t dropped = 0, first = 0;
-	for (unsigned i = 0; r->have_view && i < r->view.n; i++)
-		if (!farm_view_find(v, r->view.members[i].id) && !dropped++)
-			first = r->view.members[i].id;
+	unsigned ngd = 0;
+	for (unsigned i = 0; r->have_view && i < r->view.n; i++) {
+		uint32_t id = r->view.members[i].id;
+		if (farm_view_find(v, id))
+			continue;
+		if (!dropped++)
+			first = id;
+		if (r->a.exact_deaths && in_list(r->dead, r->ndead, id))
+			r->gone_dead[ngd++] = id;
+	}
+	if (dropped)
+		r->ngone_dead = ngd;
 	if (dropped) {
 		r->st.t_config_ns = farm_now_ns();
 		step(r, FARM_RSTEP_CONFIG, first, dropped, v->config_id,
@@ -449,6 +462,18 @@ void farm_recovery_peer_dead(farm_recovery *r, uint32_t machine)
 		r->dead[r->ndead++] = machine;
 	pthread_mutex_unlock(&r->mu);
 	queue_suspect(r, machine);
+}
+
+bool farm_recovery_all_dead(farm_recovery *r, const uint32_t *ids, unsigned n)
+{
+	if (!r || !r->a.exact_deaths || (n && !ids))
+		return false;
+	pthread_mutex_lock(&r->mu);
+	bool all = true;
+	for (unsigned i = 0; all && i < n; i++)
+		all = in_list(r->gone_dead, r->ngone_dead, ids[i]);
+	pthread_mutex_unlock(&r->mu);
+	return all;
 }
 
 void farm_recovery_stats(farm_recovery *r, struct farm_recovery_stats *out)

@@ -57,6 +57,10 @@ struct farm_recovery_attr {
 	/* The messaging whose farm_msg_probe READs the members that are not
 	 * suspected. NULL: they are probed on the lease channel too. */
 	farm_msg *msg;
+	/* The fabric's death notices (farm_recovery_peer_dead) are exact:
+	 * sent only once the machine's process is gone (shm's pidfd), never
+	 * for one merely unreachable or paused. */
+	bool exact_deaths;
 };
 
 /* What recovery did, in order (the timeline of FaRM's Figure 9 for a
@@ -125,6 +129,14 @@ int farm_recovery_view(farm_recovery *r, const struct farm_view *v,
 /* The fabric saw @machine die: a suspicion, as a lapsed lease. */
 void farm_recovery_peer_dead(farm_recovery *r, uint32_t machine);
 void farm_recovery_stats(farm_recovery *r, struct farm_recovery_stats *out);
+/*
+ * farm_recovery_all_dead() - whether every machine of @ids (those the
+ * view just taken left out) is known dead: its process was gone (an
+ * exact death notice) before that view was taken here, so it can no
+ * longer act under a lease it may still hold. False without exact_deaths
+ * or when any of them was only suspected (a lapse, a probe unanswered).
+ */
+bool farm_recovery_all_dead(farm_recovery *r, const uint32_t *ids, unsigned n);
 /* The lease module (tests mute it to wedge this machine). */
 farm_lease *farm_recovery_lease(farm_recovery *r);
 

@@ -115,6 +115,7 @@
 #include "txn/copy_int.h"
 #include "util/fault.h"
 #include "util/log.h"
+#include "util/rt.h"
 
 #ifdef FARM_FAULT_INJECTION
 static _Atomic bool testing_skip_apply;
@@ -650,6 +651,8 @@ static void *engine(void *arg)
 	struct farm_datarec *dr = arg;
 	farm_txm *m = dr->m;
 	struct timespec next;
+	/* Copies are paced background work: never ahead of the loops. */
+	(void)farm_thread_set_normal();
 	clock_gettime(CLOCK_MONOTONIC, &next);
 	uint64_t last = farm_now_ns(); /* credit given up to here */
 	pthread_mutex_lock(&dr->lock);

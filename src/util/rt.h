@@ -46,4 +46,15 @@ static inline int farm_thread_set_detector_realtime(void)
 	return farm_thread_set_realtime_at(FARM_RT_PRIORITY_DETECTOR);
 }
 
+/* Back to SCHED_OTHER: for a thread that does bulk work (a region's scan,
+ * a copy) and may have been created by a real-time one (threads inherit
+ * their creator's policy: the membership's worker applies views and
+ * starts recovery's helpers), so that it never holds a core away from
+ * the loops that serve transactions. 0 or the positive error. */
+static inline int farm_thread_set_normal(void)
+{
+	struct sched_param sp = {.sched_priority = 0};
+	return pthread_setschedparam(pthread_self(), SCHED_OTHER, &sp);
+}
+
 #endif
