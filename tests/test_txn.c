@@ -6,6 +6,7 @@
  * Concurrency (bank, torn reads, checker) is in the multi-process tests.
  */
 #include "asntx.h"
+#include "txn/txid.h"
 #include "txn/txn_testing.h"
 
 #include <inttypes.h>
@@ -806,7 +807,7 @@ static void test_restart_marks_pads(void **state)
 	assert_true(farm_txlog_testing_record(log, len, off,
 	                                      FARM_TXN_TESTING_PAD, 128, 9,
 	                                      false) > 0);
-	uint64_t *mark = calloc(64 * 64, sizeof(*mark));
+	uint64_t *mark = calloc((size_t)TXN_MAX_MACHINES * 64, sizeof(*mark));
 	assert_non_null(mark);
 	assert_int_equal(farm_txlog_testing_marks(log, len, mark), 0);
 	printf("coordinator 0 thread 0: low-water mark %" PRIu64
@@ -875,8 +876,8 @@ static void test_recovery_bad_input(void **state)
 	uint64_t r0 = refused(0), r1 = refused(1);
 	uint8_t junk[64];
 	memset(junk, 0xa5, sizeof(junk));
-	uint64_t mine = (1ull << 56) | 12345; /* coordinator 1, thread 0 */
-	uint64_t other = (3ull << 56) | 777;  /* coordinator 3 */
+	uint64_t mine = txid_make(1, 0, 12345);
+	uint64_t other = txid_make(3, 0, 777);
 	struct rec_q q = {.cfg = 1, .txid = other};
 	struct rec_vote v = {
 	        .cfg = 9, .txid = other, .coord = 3, .flags = V_CB};

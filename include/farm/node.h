@@ -18,7 +18,8 @@
  *   farm_node_wait_members()  until the cluster has the machines expected
  *   farm_node_close()      leaves, stops the loops, frees everything
  *
- * Machine ids run from 0 to FARM_NODE_MAX_MACHINES - 1. Errors are negative
+ * Machine ids run from 0 to the configuration's max_machines - 1 (at most
+ * FARM_NODE_MAX_MACHINES - 1). Errors are negative
  * codes (farm_strerror()).
  */
 #ifndef FARM_NODE_H
@@ -36,8 +37,11 @@
 extern "C" {
 #endif
 
-/* Machine ids are below this. */
-#define FARM_NODE_MAX_MACHINES 64u
+/* Machine ids are below this, the most a configuration's `max_machines`
+ * allows; a machine's own ids are below its `max_machines` (default
+ * FARM_NODE_DEFAULT_MACHINES), which every machine of a cluster shares. */
+#define FARM_NODE_MAX_MACHINES     1024u
+#define FARM_NODE_DEFAULT_MACHINES 64u
 
 typedef struct farm_node farm_node;
 

@@ -782,7 +782,7 @@ static int udp_fault_peer(farm_fabric *fab, uint32_t peer_id,
 static int udp_revoke(farm_fabric *fab, uint32_t peer_id)
 {
 	struct udp_fabric *f = UF(fab);
-	if (peer_id >= 64) /* as shm: machine ids below 64 */
+	if (peer_id >= UDP_MAX_PEERS)
 		return -ERANGE;
 	/* Pairs with the load in udp_serve.c revoked(), made under f->rx
 	 * before each request executes. */

@@ -43,20 +43,26 @@ int farm_txm_epoch(farm_txm *m, farm_loop *loop, farm_op_fn cont, void *ctx)
 {
 	if (!loop_state(m, loop) || !cont)
 		return -EINVAL;
-	uint32_t peers[0x40];
+	uint32_t *peers = malloc(m->M * sizeof(*peers));
 	unsigned np = 0;
+	if (!peers)
+		return -ENOMEM;
 	/* Pairs with the release of nready below (ready_ids[] is seen). */
 	unsigned n = atomic_load_explicit(&m->nready, memory_order_acquire);
 	for (unsigned i = 0; i < n; i++)
 		if (m->ready_ids[i] != m->me)
 			peers[np++] = m->ready_ids[i];
 	struct txepoch *e = calloc(1, sizeof(*e));
-	if (!e)
+	if (!e) {
+		free(peers);
 		return -ENOMEM;
+	}
 	*e = (struct txepoch){.m = m, .cont = cont, .ctx = ctx};
+	/* The run sends its requests before it returns: @peers is ours. */
 	int rc = farm_epoch_run(loop, peers, np, 5000000000ull,
 	                        farm_galloc_blockalloc(m->ga), &e->reclaimed,
 	                        txm_epoch_done, e);
+	free(peers);
 	if (rc)
 		free(e);
 	return rc;
@@ -159,7 +165,8 @@ static int txm_setup(farm_txm *m, const struct farm_txm_attr *a, uint64_t total)
 {
 	m->peers = calloc(m->M, sizeof(*m->peers));
 	m->peer_ready = calloc(m->M, sizeof(*m->peer_ready));
-	int rc = m->peers && m->peer_ready ? 0 : -ENOMEM;
+	m->ready_ids = calloc(m->M, sizeof(*m->ready_ids));
+	int rc = m->peers && m->peer_ready && m->ready_ids ? 0 : -ENOMEM;
 	if (!rc)
 		rc = farm_mem_alloc(m->fab, (size_t)total, 0, &m->logmem);
 	if (!rc)
@@ -227,7 +234,7 @@ int farm_txm_create(farm_fabric *fab, farm_msg *msg, farm_as *as,
 	m->ga = ga;
 	m->me = farm_msg_machine_id(msg);
 	m->T = farm_msg_nthreads(msg);
-	m->M = FARM_MIN(farm_msg_max_machines(msg), 0x40u);
+	m->M = FARM_MIN(farm_msg_max_machines(msg), TXN_MAX_MACHINES);
 	m->R = a.log_size;
 	m->lf_bound = a.lf_bound_ns;
 	m->arena_size = a.arena_size;
@@ -274,6 +281,7 @@ void farm_txm_destroy(farm_txm *m)
 	farm_txn_datarec_fini(m);
 	free(m->peers);
 	free(m->peer_ready);
+	free(m->ready_ids);
 	free(m);
 }
 
@@ -389,7 +397,7 @@ static void forget_txids(struct txloop *tl, uint32_t coord)
 	for (unsigned b = 0; b < LOCK_BUCKETS; b++) {
 		for (struct lock_ent **pp = &tl->locks[b]; *pp;) {
 			struct lock_ent *e = *pp;
-			if ((uint32_t)(e->txid >> 56) != coord) {
+			if (txid_machine(e->txid) != coord) {
 				pp = &e->next;
 				continue;
 			}
@@ -398,7 +406,7 @@ static void forget_txids(struct txloop *tl, uint32_t coord)
 		}
 		for (struct abort_ent **pp = &tl->aborts[b]; *pp;) {
 			struct abort_ent *e = *pp;
-			if ((uint32_t)(e->txid >> 56) != coord) {
+			if (txid_machine(e->txid) != coord) {
 				pp = &e->next;
 				continue;
 			}

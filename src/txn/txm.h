@@ -34,6 +34,7 @@
 
 /* Their payloads: txn/recover_wire.h (tests forge them). */
 #include "txn/recover_wire.h"
+#include "txn/txid.h"
 #include "util/common.h"
 
 struct farm_txm_attr {
@@ -236,9 +237,9 @@ struct farm_txrestart_log {
 	const uint8_t *base;
 	size_t len;
 	const char *what; /* for messages: machine and file */
-	/* The coordinators whose rings to read (bit c: machine c; 0: all):
+	/* The coordinators whose rings to read (txn_coord_in; NULL: all):
 	 * the members, the other rings are empty and were not copied. */
-	uint64_t coords;
+	const uint64_t *coords;
 };
 /* A restart without some previous members (farm_membership_forsake):
  * their logs are gone. @ring: the previous configuration's placement
