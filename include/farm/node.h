@@ -197,7 +197,7 @@ FARM_API farm_txm *farm_node_txm(const farm_node *n);
  * sizeof(farm_node_mem) as it was compiled; the library fills at most
  * that many bytes and sets @size to what it filled and @version. Fields
  * are only ever added at the end. */
-#define FARM_NODE_MEM_VERSION 1u
+#define FARM_NODE_MEM_VERSION 2u
 typedef struct farm_node_mem {
 	uint32_t size;    /* in: bytes of *out the caller has */
 	uint32_t version; /* out: FARM_NODE_MEM_VERSION */
@@ -212,6 +212,12 @@ typedef struct farm_node_mem {
 	uint64_t meta;
 	/* The machine ids the layouts are sized for. */
 	uint64_t max_machines;
+	/* Version 2: of msg and log, the bytes in memory. The message region
+	 * and the log arena are laid out for every id but backed only where
+	 * written (FARM_MEM_SPARSE): rings of peers that never wrote here,
+	 * and logs of coordinators that never wrote here, cost nothing. */
+	uint64_t msg_resident;
+	uint64_t log_resident;
 } farm_node_mem;
 
 /* Fill *@out for @n; any thread, once farm_node_open returned. -EINVAL

@@ -791,8 +791,8 @@ int farm_node_memory(const farm_node *n, farm_node_mem *out)
 	int rc = farm_msg_memory(n->msg, &mm);
 	if (rc)
 		return rc;
-	uint64_t logs = 0, tables = 0;
-	farm_txm_memory(n->txm, &logs, &tables);
+	uint64_t logs = 0, logs_res = 0, tables = 0;
+	farm_txm_memory(n->txm, &logs, &logs_res, &tables);
 	farm_node_mem s = {.size = sizeof(s),
 	                   .version = FARM_NODE_MEM_VERSION,
 	                   .msg = mm.region + mm.mirrors,
@@ -800,7 +800,9 @@ int farm_node_memory(const farm_node *n, farm_node_mem *out)
 	                   .meta = mm.tables + tables +
 	                           n->max_machines * (sizeof(*n->msg_removed) +
 	                                              sizeof(*n->peer_inc)),
-	                   .max_machines = farm_msg_max_machines(n->msg)};
+	                   .max_machines = farm_msg_max_machines(n->msg),
+	                   .msg_resident = mm.region_resident + mm.mirrors,
+	                   .log_resident = logs_res};
 	size_t len = out->size < sizeof(s) ? out->size : sizeof(s);
 	s.size = (uint32_t)len;
 	memcpy(out, &s, len);

@@ -168,7 +168,10 @@ static int txm_setup(farm_txm *m, const struct farm_txm_attr *a, uint64_t total)
 	m->ready_ids = calloc(m->M, sizeof(*m->ready_ids));
 	int rc = m->peers && m->peer_ready && m->ready_ids ? 0 : -ENOMEM;
 	if (!rc)
-		rc = farm_mem_alloc(m->fab, (size_t)total, 0, &m->logmem);
+		/* Sparse: a ring per (id, thread), backed only once a
+		 * coordinator writes into it. */
+		rc = farm_mem_alloc(m->fab, (size_t)total, FARM_MEM_SPARSE,
+		                    &m->logmem);
 	if (!rc)
 		rc = farm_mr_reg(m->fab, farm_mem_addr(m->logmem),
 		                 (size_t)total,
@@ -285,9 +288,11 @@ void farm_txm_destroy(farm_txm *m)
 	free(m);
 }
 
-void farm_txm_memory(farm_txm *m, uint64_t *logs, uint64_t *tables)
+void farm_txm_memory(farm_txm *m, uint64_t *logs, uint64_t *resident,
+                     uint64_t *tables)
 {
 	*logs = m ? m->hdr_area + (uint64_t)m->M * m->T * m->R : 0;
+	*resident = m ? farm_mem_resident(m->logmem) : 0;
 	*tables = m ? (uint64_t)m->M * (sizeof(*m->peers) +
 	                                sizeof(*m->peer_ready)) +
 	                          atomic_load_explicit(&m->loop_bytes,

@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define FARM_CONFIG_MAX_PEERS 64
+#define FARM_CONFIG_MAX_PEERS 255 /* a view holds up to 256 machines */
 #define FARM_CONFIG_STR       256
 #define FARM_CONFIG_DOMAIN    64 /* a failure domain's name, with NUL */
 
