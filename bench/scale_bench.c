@@ -12,6 +12,13 @@
  * for, and for the channels to the peers it talks to. Log record queues
  * (made by a coordinator's first record to a machine) are not exercised.
  *
+ * Every size runs with the same id space (--ids, the configuration's
+ * max_machines; default 1,024), so the layouts sized by ids are the same
+ * and what changes is the cluster. The message region and the log arena
+ * are laid out for every id but backed only where written
+ * (FARM_MEM_SPARSE): the figures are what is in memory (resident pages,
+ * mincore), with the laid-out sizes beside them.
+ *
  * Goal: memory per machine at 128 machines <= 2x that at 8. A size whose
  * machines cannot be opened (an id past the limit) is reported with its
  * error, and a goal that needs it is not met.
@@ -38,20 +45,23 @@
 
 struct size_result {
 	unsigned n;
-	int err;               /* 0: measured */
-	unsigned failed;       /* the machine that failed, when err */
-	double msg, log, meta; /* bytes per machine, mean */
+	int err;                   /* 0: measured */
+	unsigned failed;           /* the machine that failed, when err */
+	double msg, log, meta;     /* bytes per machine in memory, mean */
+	double msg_laid, log_laid; /* ... laid out (address space) */
 	unsigned max_machines;
 	double join_s;
 };
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: " PROG " [--sizes N,N,...] [--threads T]\n"
+	fprintf(f, "usage: " PROG " [--sizes N,N,...] [--threads T] [--ids M]\n"
 	           "  Memory per machine (message + log + metadata) of an\n"
 	           "  N-machine cluster formed in this process, for each N\n"
 	           "  (default 8,128; 1..1024), T threads a machine (default\n"
-	           "  1). Prints a summary, then one JSON line.\n");
+	           "  1), machine ids below M (max_machines, default 1024,\n"
+	           "  at least the largest size). Prints a summary, then one\n"
+	           "  JSON line.\n");
 }
 
 static int parse_sizes(const char *s, unsigned *sizes, unsigned *n)
@@ -109,6 +119,8 @@ static int ping_from(farm_node *n, unsigned machines)
 }
 
 /* Machine @id of @n, with its directory under @root. */
+static unsigned ids = 1024; /* max_machines of every machine */
+
 static int open_one(const char *root, unsigned id, unsigned n, unsigned T,
                     farm_node **out)
 {
@@ -125,6 +137,8 @@ static int open_one(const char *root, unsigned id, unsigned n, unsigned T,
 	rc = rc ? rc : bn_set(PROG, c, "machine_id", v);
 	snprintf(v, sizeof(v), "%u", T);
 	rc = rc ? rc : bn_set(PROG, c, "threads", v);
+	snprintf(v, sizeof(v), "%u", ids);
+	rc = rc ? rc : bn_set(PROG, c, "max_machines", v);
 	rc = rc ? rc : bn_set(PROG, c, "fabric", "shm");
 	rc = rc ? rc : bn_set(PROG, c, "region_size", "1M");
 	rc = rc ? rc : bn_set(PROG, c, "replicas", n >= 3 ? "3" : "1");
@@ -144,8 +158,10 @@ static void measure(struct size_result *r, farm_node **nodes)
 		farm_node_mem m = {.size = sizeof(m)};
 		if (farm_node_memory(nodes[i], &m))
 			continue;
-		r->msg += (double)m.msg / r->n;
-		r->log += (double)m.log / r->n;
+		r->msg += (double)m.msg_resident / r->n;
+		r->log += (double)m.log_resident / r->n;
+		r->msg_laid += (double)m.msg / r->n;
+		r->log_laid += (double)m.log / r->n;
 		r->meta += (double)m.meta / r->n;
 		r->max_machines = (unsigned)m.max_machines;
 	}
@@ -156,9 +172,9 @@ static void run_size(struct size_result *r, unsigned T)
 {
 	/* Above the id space a cluster cannot form: say so before opening
 	 * machines (each holds its region files) only to be refused. */
-	if (r->n > FARM_NODE_MAX_MACHINES) {
+	if (r->n > ids) {
 		r->err = -E2BIG;
-		r->failed = FARM_NODE_MAX_MACHINES;
+		r->failed = ids;
 		return;
 	}
 	char root[] = "/tmp/scale_bench.XXXXXX";
@@ -202,8 +218,9 @@ static void run_size(struct size_result *r, unsigned T)
 static void report(const struct size_result *res, unsigned ns, unsigned T)
 {
 	const double MiB = 1024.0 * 1024.0;
-	printf("%-9s %-6s %12s %12s %12s %12s\n", "machines", "ids", "msg MiB",
-	       "log MiB", "meta MiB", "total MiB");
+	printf("%-9s %-6s %12s %12s %12s %12s %14s %14s\n", "machines", "ids",
+	       "msg MiB", "log MiB", "meta MiB", "total MiB", "msg laid MiB",
+	       "log laid MiB");
 	const struct size_result *at8 = NULL, *at128 = NULL;
 	for (unsigned i = 0; i < ns; i++) {
 		const struct size_result *r = &res[i];
@@ -212,15 +229,17 @@ static void report(const struct size_result *res, unsigned ns, unsigned T)
 			       r->failed, farm_strerror(r->err));
 			continue;
 		}
-		printf("%-9u %-6u %12.2f %12.2f %12.2f %12.2f\n", r->n,
-		       r->max_machines, r->msg / MiB, r->log / MiB,
-		       r->meta / MiB, (r->msg + r->log + r->meta) / MiB);
+		printf("%-9u %-6u %12.2f %12.2f %12.2f %12.2f %14.1f %14.1f\n",
+		       r->n, r->max_machines, r->msg / MiB, r->log / MiB,
+		       r->meta / MiB, (r->msg + r->log + r->meta) / MiB,
+		       r->msg_laid / MiB, r->log_laid / MiB);
 		at8 = r->n == 8 ? r : at8;
 		at128 = r->n == 128 ? r : at128;
 	}
-	printf("(per machine, mean over the machines, after forming and one "
-	       "message from every loop to every loop of every other "
-	       "machine)\n");
+	printf("(per machine in memory, mean over the machines, after forming "
+	       "and one message from every loop to every loop of every other "
+	       "machine; laid out: the sparse region and arena's address "
+	       "space)\n");
 	double v = at8 && at128 ? (at128->msg + at128->log + at128->meta) /
 	                                  (at8->msg + at8->log + at8->meta)
 	                        : NAN;
@@ -233,10 +252,11 @@ static void report(const struct size_result *res, unsigned ns, unsigned T)
 		else
 			printf("%s{\"machines\": %u, \"ids\": %u, \"msg\": "
 			       "%.0f, "
-			       "\"log\": %.0f, \"meta\": %.0f, \"join_s\": "
-			       "%.2f}",
+			       "\"log\": %.0f, \"meta\": %.0f, \"msg_laid\": "
+			       "%.0f, \"log_laid\": %.0f, \"join_s\": %.2f}",
 			       i ? ", " : "", r->n, r->max_machines, r->msg,
-			       r->log, r->meta, r->join_s);
+			       r->log, r->meta, r->msg_laid, r->log_laid,
+			       r->join_s);
 	}
 	printf("], \"goals\": {");
 	struct br_style st = {{'f', 3}, {'f', 1}, false};
@@ -256,6 +276,10 @@ int main(int argc, char **argv)
 		} else if (!strcmp(argv[i], "--sizes") && i + 1 < argc) {
 			if (parse_sizes(argv[++i], sizes, &ns))
 				goto bad;
+		} else if (!strcmp(argv[i], "--ids") && i + 1 < argc) {
+			if (bu_parse_u(argv[++i], 1, FARM_NODE_MAX_MACHINES,
+			               &ids))
+				goto bad;
 		} else if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
 			if (bu_parse_u(argv[++i], 1, 64, &T))
 				goto bad;
@@ -270,7 +294,7 @@ int main(int argc, char **argv)
 	}
 	report(res, ns, T);
 	for (unsigned i = 0; i < ns; i++)
-		if (res[i].err && res[i].n <= 64)
+		if (res[i].err && res[i].n <= ids)
 			return 1; /* a size within the limit must form */
 	return 0;
 bad:

@@ -91,6 +91,47 @@ static void test_static_view(void **state)
 	farm_membership_close(m);
 }
 
+/* Ids up to 1,023 (a configuration's max_machines of 1,024): a static
+ * cluster of ids 0, 700 and 1023 forms one view, sorted, each found by
+ * id; max_machines takes 1..1024 and nothing else. */
+static void test_thousand_ids(void **state)
+{
+	(void)state;
+	struct farm_config c;
+	char err[256];
+	farm_config_defaults(&c);
+	assert_int_equal(c.max_machines, 0); /* the node's default: 64 */
+	assert_true(farm_config_set(&c, "max_machines", "1025", err,
+	                            sizeof(err)) < 0);
+	assert_true(farm_config_set(&c, "max_machines", "0", err, sizeof(err)) <
+	            0);
+	assert_int_equal(
+	        farm_config_set(&c, "max_machines", "1024", err, sizeof(err)),
+	        0);
+	assert_int_equal(c.max_machines, 1024);
+	assert_int_equal(
+	        farm_config_set(&c, "machine_id", "700", err, sizeof(err)), 0);
+	assert_int_equal(
+	        farm_config_set(&c, "data_dir", "/tmp/m700", err, sizeof(err)),
+	        0);
+	assert_int_equal(farm_config_set(&c, "peer", "1023 /tmp/m1023", err,
+	                                 sizeof(err)),
+	                 0);
+	assert_int_equal(
+	        farm_config_set(&c, "peer", "0 /tmp/m0", err, sizeof(err)), 0);
+	struct farm_membership *m = NULL;
+	assert_int_equal(farm_membership_open_config(&c, NULL, NULL, NULL, &m),
+	                 0);
+	struct farm_view v;
+	assert_int_equal(farm_membership_wait_members(m, 3, 0, &v), 0);
+	const uint32_t want[] = {0, 700, 1023};
+	for (unsigned i = 0; i < 3; i++)
+		assert_int_equal(v.members[i].id, want[i]);
+	assert_string_equal(farm_view_find(&v, 1023)->endpoint, "/tmp/m1023");
+	assert_null(farm_view_find(&v, 699));
+	farm_membership_close(m);
+}
+
 static void test_bad_input(void **state)
 {
 	(void)state;
@@ -395,6 +436,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test(test_static_view),
 	        cmocka_unit_test(test_bad_input),
+	        cmocka_unit_test(test_thousand_ids),
 	        cmocka_unit_test(test_view_text),
 	        cmocka_unit_test(test_view_incarnation),
 	        cmocka_unit_test(test_unreachable),

@@ -170,7 +170,7 @@ static void test_stale_messages(void **state)
 	printf("stale_messages: recovery without machine 4 done; refused "
 	       "so far: %" PRIu64 " at the decider, %" PRIu64 " at machine 2\n",
 	       s1.rec_refused, s2.rec_refused);
-	const uint64_t txid = (4ull << 56) | 77; /* machine 4, thread 0 */
+	const uint64_t txid = txid_make(4, 0, 77);
 
 	/* To the decider (machine 1) from machine 2: a vote and an end of
 	 * votes, of configurations 1 and 9; then the same vote of 2. */
@@ -231,7 +231,7 @@ static void test_stale_messages(void **state)
 	uint64_t qbase = stats(1).rec_refused;
 	struct rec_end ap = {.cfg = 1};
 	send_from(1, 1, FARM_MSGT_REC_APPLIED, &ap, sizeof(ap));
-	struct rec_q q = {.cfg = 1, .txid = (2ull << 56) | 5};
+	struct rec_q q = {.cfg = 1, .txid = txid_make(2, 0, 5)};
 	send_from(2, 2, FARM_MSGT_REC_QUERY, &q, sizeof(q));
 	v.cfg = 1;
 	send_from(1, 1, FARM_MSGT_REC_VOTE, &v, sizeof(v)); /* barrier */

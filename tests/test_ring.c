@@ -297,6 +297,63 @@ static void check_move(unsigned n, bool join)
 	farm_ring_free(big);
 }
 
+/* Placement over a thousand machine ids: every id up to 1,023 (the most
+ * a configuration has) placed, each region's replicas distinct members,
+ * shares summing to one; and a cluster whose ids are far apart (0, 700,
+ * 1023) places like any other. Prints the build time and the worst
+ * share (a placement's spread at 1,024 machines). */
+static void check_ids(const uint32_t *ids, unsigned n)
+{
+	uint64_t t0 = farm_now_ns();
+	farm_ring *g = build(ids, n, 3);
+	uint64_t t1 = farm_now_ns();
+	uint64_t seed = 7;
+	for (unsigned t = 0; t < 100000; t++) {
+		uint32_t region = (uint32_t)farm_rand64(&seed) | 1;
+		uint32_t a[FARM_RING_MAX_REPLICAS];
+		unsigned na = farm_ring_replicas(g, region, a);
+		assert_int_equal(na, FARM_MIN(3u, n));
+		for (unsigned q = 0; q < na; q++) {
+			bool member = false;
+			for (unsigned i = 0; i < n && !member; i++)
+				member = ids[i] == a[q];
+			assert_true(member);
+			for (unsigned s = 0; s < q; s++)
+				assert_true(a[s] != a[q]);
+		}
+	}
+	uint32_t *got = calloc(n, sizeof(*got));
+	double *pri = calloc(n, sizeof(*pri)), *bak = calloc(n, sizeof(*bak));
+	assert_true(got && pri && bak);
+	farm_ring_shares(g, got, pri, bak);
+	double psum = 0, pworst = 0;
+	for (unsigned m = 0; m < n; m++) {
+		psum += pri[m];
+		pworst = FARM_MAX(pworst, fabs(pri[m] * n - 1));
+	}
+	printf("%4u machines (ids %" PRIu32 "..%" PRIu32 "): ring built in "
+	       "%.2f ms, primary share worst %.1f%% off even\n",
+	       n, ids[0], ids[n - 1], (double)(t1 - t0) / 1e6, 100 * pworst);
+	assert_true(fabs(psum - 1) < 1e-9);
+	free(got);
+	free(pri);
+	free(bak);
+	farm_ring_free(g);
+}
+
+static void test_ring_thousand_ids(void **state)
+{
+	(void)state;
+	uint32_t *ids = calloc(1024, sizeof(*ids));
+	assert_non_null(ids);
+	for (unsigned i = 0; i < 1024; i++)
+		ids[i] = i;
+	check_ids(ids, 1024);
+	const uint32_t far[] = {0, 700, 1023};
+	check_ids(far, 3);
+	free(ids);
+}
+
 static void test_ring_movement(void **state)
 {
 	(void)state;
@@ -361,6 +418,7 @@ int main(void)
 	        cmocka_unit_test(test_ring_balance),
 	        cmocka_unit_test(test_ring_movement),
 	        cmocka_unit_test(test_ring_pick),
+	        cmocka_unit_test(test_ring_thousand_ids),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

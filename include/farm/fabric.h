@@ -120,6 +120,13 @@ enum farm_mem_flags {
 	FARM_MEM_ALIGN_SIZE = 1u << 0,
 	/* Fail rather than fall back to small pages. */
 	FARM_MEM_REQUIRE_HUGE = 1u << 1,
+	/* Sized, not backed: a page takes memory when it is first written
+	 * (by this process or by a peer's WRITE), so a large layout of
+	 * which a few parts are used costs those parts (small pages). A
+	 * full file system then shows as SIGBUS at that write rather than
+	 * here. shm, udp and ofi; verbs backs it whole (registration pins
+	 * the pages). Not with FARM_MEM_REQUIRE_HUGE. */
+	FARM_MEM_SPARSE = 1u << 2,
 };
 
 /*
@@ -142,6 +149,9 @@ FARM_API FARM_MUST_CHECK int farm_mem_adopt(farm_fabric *fab, const char *path,
 FARM_API void farm_mem_free(farm_mem *mem);
 FARM_API void *farm_mem_addr(const farm_mem *mem);
 FARM_API size_t farm_mem_size(const farm_mem *mem);
+/* Bytes of @mem in memory now (pages written by anyone, mincore), for
+ * measurement: FARM_MEM_SPARSE memory costs only these. 0 on error. */
+FARM_API uint64_t farm_mem_resident(const farm_mem *mem);
 FARM_API bool farm_mem_is_huge(const farm_mem *mem);
 /* Whether the memory is persistent memory (pmem_is_pmem). */
 FARM_API bool farm_mem_is_pmem(const farm_mem *mem);

@@ -96,7 +96,7 @@ FARM_API uint32_t farm_msg_max_payload(const farm_msg *msg);
 
 /* Memory messaging holds on this machine, in bytes. Sized and
  * versioned as farm_node_mem (include/farm/node.h). */
-#define FARM_MSG_MEM_VERSION 1u
+#define FARM_MSG_MEM_VERSION 2u
 typedef struct farm_msg_mem {
 	uint32_t size;    /* in: bytes of *out the caller has */
 	uint32_t version; /* out: FARM_MSG_MEM_VERSION */
@@ -109,6 +109,9 @@ typedef struct farm_msg_mem {
 	/* Tables sized by machine ids and threads: the peers and their
 	 * thresholds, and each open loop's channel tables. */
 	uint64_t tables;
+	/* Of region, the bytes in memory (version 2): the region is sparse
+	 * (FARM_MEM_SPARSE), so rings no peer wrote cost nothing. */
+	uint64_t region_resident;
 } farm_msg_mem;
 
 /* Fill *@out for @msg (a snapshot: loops may be making channels). 0;

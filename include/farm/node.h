@@ -18,7 +18,8 @@
  *   farm_node_wait_members()  until the cluster has the machines expected
  *   farm_node_close()      leaves, stops the loops, frees everything
  *
- * Machine ids run from 0 to FARM_NODE_MAX_MACHINES - 1. Errors are negative
+ * Machine ids run from 0 to the configuration's max_machines - 1 (at most
+ * FARM_NODE_MAX_MACHINES - 1). Errors are negative
  * codes (farm_strerror()).
  */
 #ifndef FARM_NODE_H
@@ -36,8 +37,11 @@
 extern "C" {
 #endif
 
-/* Machine ids are below this. */
-#define FARM_NODE_MAX_MACHINES 64u
+/* Machine ids are below this, the most a configuration's `max_machines`
+ * allows; a machine's own ids are below its `max_machines` (default
+ * FARM_NODE_DEFAULT_MACHINES), which every machine of a cluster shares. */
+#define FARM_NODE_MAX_MACHINES     1024u
+#define FARM_NODE_DEFAULT_MACHINES 64u
 
 typedef struct farm_node farm_node;
 
@@ -193,7 +197,7 @@ FARM_API farm_txm *farm_node_txm(const farm_node *n);
  * sizeof(farm_node_mem) as it was compiled; the library fills at most
  * that many bytes and sets @size to what it filled and @version. Fields
  * are only ever added at the end. */
-#define FARM_NODE_MEM_VERSION 1u
+#define FARM_NODE_MEM_VERSION 2u
 typedef struct farm_node_mem {
 	uint32_t size;    /* in: bytes of *out the caller has */
 	uint32_t version; /* out: FARM_NODE_MEM_VERSION */
@@ -208,6 +212,12 @@ typedef struct farm_node_mem {
 	uint64_t meta;
 	/* The machine ids the layouts are sized for. */
 	uint64_t max_machines;
+	/* Version 2: of msg and log, the bytes in memory. The message region
+	 * and the log arena are laid out for every id but backed only where
+	 * written (FARM_MEM_SPARSE): rings of peers that never wrote here,
+	 * and logs of coordinators that never wrote here, cost nothing. */
+	uint64_t msg_resident;
+	uint64_t log_resident;
 } farm_node_mem;
 
 /* Fill *@out for @n; any thread, once farm_node_open returned. -EINVAL

@@ -13,7 +13,9 @@
 #define THREADED 1 /* the client's synchronous calls (zookeeper_mt) */
 #include <zookeeper/zookeeper.h>
 
-#define ZK_BUF                (64u << 10) /* the configuration: 65 members fit in 18 KiB */
+#define ZK_BUF                                                              \
+	(256u << 10) /* the configuration: 65 members fit in 18 KiB, 256 in \
+	                about 72 */
 #define ZK_DEFAULT_SESSION_MS 4000u
 #define ZK_DEFAULT_CONNECT_MS 5000u
 /* A registration's data: the endpoint, then "\ndomain <name>" when the

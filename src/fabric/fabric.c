@@ -6,6 +6,8 @@
 #include "util/futex.h"
 
 #include <errno.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -95,7 +97,9 @@ int farm_mem_alloc(farm_fabric *fab, size_t size, unsigned flags,
                    farm_mem **out)
 {
 	if (!fab || !out || size == 0 ||
-	    (flags & ~(unsigned)(FARM_MEM_ALIGN_SIZE | FARM_MEM_REQUIRE_HUGE)))
+	    (flags & ~(unsigned)(FARM_MEM_ALIGN_SIZE | FARM_MEM_REQUIRE_HUGE |
+	                         FARM_MEM_SPARSE)) ||
+	    ((flags & FARM_MEM_SPARSE) && (flags & FARM_MEM_REQUIRE_HUGE)))
 		return -EINVAL;
 	if ((flags & FARM_MEM_ALIGN_SIZE) && (size & (size - 1)))
 		return -EINVAL;
@@ -106,7 +110,9 @@ int farm_mem_adopt(farm_fabric *fab, const char *path, size_t size,
                    unsigned flags, farm_mem **out)
 {
 	if (!fab || !path || !out || size == 0 ||
-	    (flags & ~(unsigned)(FARM_MEM_ALIGN_SIZE | FARM_MEM_REQUIRE_HUGE)))
+	    (flags & ~(unsigned)(FARM_MEM_ALIGN_SIZE | FARM_MEM_REQUIRE_HUGE |
+	                         FARM_MEM_SPARSE)) ||
+	    ((flags & FARM_MEM_SPARSE) && (flags & FARM_MEM_REQUIRE_HUGE)))
 		return -EINVAL;
 	if ((flags & FARM_MEM_ALIGN_SIZE) && (size & (size - 1)))
 		return -EINVAL;
@@ -133,6 +139,27 @@ void *farm_mem_addr(const farm_mem *mem)
 size_t farm_mem_size(const farm_mem *mem)
 {
 	return mem ? mem->size : 0;
+}
+
+uint64_t farm_mem_resident(const farm_mem *mem)
+{
+	if (!mem || !mem->addr || !mem->size)
+		return 0;
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	uintptr_t a = (uintptr_t)mem->addr & ~(uintptr_t)(page - 1);
+	size_t len = (uintptr_t)mem->addr + mem->size - a;
+	size_t np = (len + page - 1) / page;
+	/* In slices, so a large sparse region needs no large vector. */
+	unsigned char vec[4096];
+	uint64_t n = 0;
+	for (size_t i = 0; i < np; i += sizeof(vec)) {
+		size_t k = FARM_MIN(np - i, sizeof(vec));
+		if (mincore((void *)(a + i * page), k * page, vec))
+			return 0;
+		for (size_t j = 0; j < k; j++)
+			n += vec[j] & 1;
+	}
+	return n * page;
 }
 bool farm_mem_is_huge(const farm_mem *mem)
 {

@@ -549,13 +549,15 @@ static int ofi_mem_alloc(farm_fabric *fab, size_t size, unsigned flags,
 		return -errno;
 	uintptr_t a = ((uintptr_t)map + align - 1) & ~(uintptr_t)(align - 1);
 	uint8_t *p = (uint8_t *)a;
-	if (len >= OFI_HUGE)
+	if (len >= OFI_HUGE && !(flags & FARM_MEM_SPARSE))
 		madvise(p, len, MADV_HUGEPAGE);
+	/* Backed now unless sparse (FARM_MEM_SPARSE: on first write). */
+	if (!(flags & FARM_MEM_SPARSE))
 #ifdef MADV_POPULATE_WRITE
-	if (madvise(p, len, MADV_POPULATE_WRITE))
+		if (madvise(p, len, MADV_POPULATE_WRITE))
 #endif
-		for (size_t k = 0; k < len; k += 4096)
-			((volatile uint8_t *)p)[k] = 0;
+			for (size_t k = 0; k < len; k += 4096)
+				((volatile uint8_t *)p)[k] = 0;
 	struct ofi_mem *m = calloc(1, sizeof(*m));
 	if (!m) {
 		munmap(map, maplen);

@@ -446,11 +446,12 @@ static int map_adopted(struct shm_mem *m, const char *adopt, size_t size,
 	return 0;
 }
 
-/* tmpfs with shmem huge pages: sized but not allocated yet, so the pages
+/* Sized but not allocated yet. tmpfs with shmem huge pages: the pages
  * come through the mapping once it is advised (advise_pages): libpmem's
  * posix_fallocate would allocate them first, as 4 KiB pages under
- * "advise" and "within_size". Same return convention as map_adopted. */
-static int map_thp_tmpfs(struct shm_mem *m, size_t size, struct region_map *rm)
+ * "advise" and "within_size". FARM_MEM_SPARSE: each page when first
+ * written. Same return convention as map_adopted. */
+static int map_sized(struct shm_mem *m, size_t size, struct region_map *rm)
 {
 	int fd = open(m->path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 	if (fd < 0 || ftruncate(fd, (off_t)size) != 0) {
@@ -473,14 +474,14 @@ static int map_thp_tmpfs(struct shm_mem *m, size_t size, struct region_map *rm)
 
 /* Create (or adopt) the region file and map it. */
 static int map_region_file(struct shm_fabric *fab, struct shm_mem *m,
-                           size_t size, const char *adopt,
+                           size_t size, unsigned flags, const char *adopt,
                            struct region_map *rm)
 {
 	int rc = 0;
 	if (adopt) {
 		rc = map_adopted(m, adopt, size, rm);
-	} else if (fab->thp_tmpfs) {
-		rc = map_thp_tmpfs(m, size, rm);
+	} else if (fab->thp_tmpfs || (flags & FARM_MEM_SPARSE)) {
+		rc = map_sized(m, size, rm);
 	} else {
 		/* Created and fully allocated (posix_fallocate) by libpmem,
 		 * so a full file system is an error here, never a SIGBUS
@@ -539,9 +540,17 @@ static int align_mapping(struct shm_mem *m, size_t size, struct region_map *rm)
  * tmpfs allocate every page now. On failure the mapping and the file are
  * gone. */
 static int advise_pages(struct shm_fabric *fab, struct shm_mem *m, size_t size,
-                        const struct region_map *rm)
+                        unsigned flags, const struct region_map *rm)
 {
 	m->base.huge = false;
+	/* Small pages, each when first touched: a huge page would back
+	 * 2 MiB around every ring a peer writes, and readahead would fill
+	 * the page cache around every page read (best effort both). */
+	if (flags & FARM_MEM_SPARSE) {
+		(void)madvise(rm->addr, rm->mapped, MADV_NOHUGEPAGE);
+		(void)madvise(rm->addr, rm->mapped, MADV_RANDOM);
+		return 0;
+	}
 	if (fab->huge_ok && madvise(rm->addr, rm->mapped, MADV_HUGEPAGE) == 0)
 		m->base.huge = true;
 	if (fab->thp_tmpfs &&
@@ -589,7 +598,7 @@ static int shm_mem_map(farm_fabric *f, size_t size, unsigned flags,
 		return rc;
 	}
 	struct region_map rm = {NULL, 0, 0};
-	rc = map_region_file(fab, m, size, adopt, &rm);
+	rc = map_region_file(fab, m, size, flags, adopt, &rm);
 	if (rc)
 		goto fail;
 	m->map_len = rm.mapped;
@@ -598,7 +607,7 @@ static int shm_mem_map(farm_fabric *f, size_t size, unsigned flags,
 		if (rc)
 			goto fail;
 	}
-	rc = advise_pages(fab, m, size, &rm);
+	rc = advise_pages(fab, m, size, flags, &rm);
 	if (rc)
 		goto fail;
 	m->base.fab = f;

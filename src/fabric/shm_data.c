@@ -348,15 +348,18 @@ static inline int run_status(const struct shm_ep *ep)
 	uint32_t me = ep->peer->fab->base.machine_id;
 	/* Acquire: pairs with the peer's fetch_or of its revoked mask
 	 * (shm_peer.c, seq_cst, hence a release). */
-	if (me < 64 && (atomic_load_explicit(&ep->peer->table->hdr.revoked,
-	                                     memory_order_acquire) >>
-	                me) & 1)
+	if (me < SHM_MAX_IDS &&
+	    (atomic_load_explicit(&ep->peer->table->revoked[me / 64],
+	                          memory_order_acquire) >>
+	     (me % 64)) &
+	            1)
 		return FARM_EFENCED;
 	/* An old holder of a reused id: the target admitted another
 	 * incarnation under it (farm_shm_admit; pairs with its seq_cst store).
 	 */
 	uint64_t adm =
-	        me < 64 ? atomic_load_explicit(&ep->peer->table->admitted[me],
+	        me < SHM_MAX_IDS
+	                ? atomic_load_explicit(&ep->peer->table->admitted[me],
 	                                       memory_order_acquire)
 	                : 0;
 	if (adm && adm != ep->peer->fab->table->hdr.incarnation)

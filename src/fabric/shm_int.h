@@ -22,7 +22,8 @@
 #include "util/common.h"
 
 #define SHM_MAGIC        0x3142415446524146ull /* "FARFTAB1" */
-#define SHM_LAYOUT       2u /* 2: the admitted incarnations */
+#define SHM_LAYOUT       3u    /* 3: revoked and admitted for 1,024 ids */
+#define SHM_MAX_IDS      1024u /* machine ids revoked and admitted */
 #define SHM_IDX_BITS     12
 #define SHM_MAX_MR       (1u << SHM_IDX_BITS)
 #define SHM_MAX_FILES    1024u
@@ -53,10 +54,7 @@ struct shm_table_hdr {
 	uint32_t max_mr;
 	uint32_t max_files;
 	uint32_t pad0;
-	/* Machines whose access the owner revoked (bit = machine id, < 64):
-	 * initiators check it before every doorbell (farm_fabric_revoke). */
-	_Atomic uint64_t revoked;
-	uint8_t pad[64 - 56];
+	uint8_t pad[64 - 48];
 };
 
 struct shm_table_mr {
@@ -73,12 +71,16 @@ struct shm_table_mr {
 struct shm_table {
 	struct shm_table_hdr hdr;
 	struct shm_table_mr mr[SHM_MAX_MR];
-	/* Per machine id (< 64): the table incarnation of the process
+	/* Machines whose access the owner revoked (bit id % 64 of word
+	 * id / 64): initiators check it before every doorbell
+	 * (farm_fabric_revoke). */
+	_Atomic uint64_t revoked[SHM_MAX_IDS / 64];
+	/* Per machine id: the table incarnation of the process
 	 * admitted under it (farm_fabric_admit, a new holder of a reused
 	 * id); 0: any. An initiator of another incarnation is fenced like
 	 * a revoked one, so the id's old holder stays out while its new
 	 * holder is let in. */
-	_Atomic uint64_t admitted[64];
+	_Atomic uint64_t admitted[SHM_MAX_IDS];
 };
 
 _Static_assert(sizeof(struct shm_table_hdr) == 64, "header is one line");

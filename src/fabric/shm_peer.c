@@ -44,9 +44,10 @@ static int sys_pidfd_open(pid_t pid)
 static bool old_holder(struct shm_fabric *fab, const struct shm_peer *p)
 {
 	uint64_t adm =
-	        p->id < 64 ? atomic_load_explicit(&fab->table->admitted[p->id],
-	                                          memory_order_acquire)
-	                   : 0;
+	        p->id < SHM_MAX_IDS
+	                ? atomic_load_explicit(&fab->table->admitted[p->id],
+	                                       memory_order_acquire)
+	                : 0;
 	if (!adm || adm == p->incarnation)
 		return false;
 	farm_info("shm: machine %u's old holder died: no death notice (a "
@@ -296,18 +297,18 @@ int farm_shm_on_peer_death(farm_fabric *f, farm_peer_death_fn fn, void *ctx)
 int farm_shm_revoke(farm_fabric *f, uint32_t peer_id)
 {
 	struct shm_fabric *fab = to_fab(f);
-	if (peer_id >= 64)
+	if (peer_id >= SHM_MAX_IDS)
 		return -ERANGE;
 	/* Initiators load it (acquire) before each doorbell. */
-	atomic_fetch_or_explicit(&fab->table->hdr.revoked, 1ull << peer_id,
-	                         memory_order_seq_cst);
+	atomic_fetch_or_explicit(&fab->table->revoked[peer_id / 64],
+	                         1ull << (peer_id % 64), memory_order_seq_cst);
 	return 0;
 }
 
 int farm_shm_admit(farm_fabric *f, uint32_t peer_id, const char *addr)
 {
 	struct shm_fabric *fab = to_fab(f);
-	if (peer_id >= 64 || !addr)
+	if (peer_id >= SHM_MAX_IDS || !addr)
 		return -ERANGE;
 	char *real = realpath(addr, NULL);
 	if (!real)
@@ -327,7 +328,8 @@ int farm_shm_admit(farm_fabric *f, uint32_t peer_id, const char *addr)
 	 * initiators load the bit, then the incarnation, with acquire). */
 	atomic_store_explicit(&fab->table->admitted[peer_id], inc,
 	                      memory_order_seq_cst);
-	atomic_fetch_and_explicit(&fab->table->hdr.revoked, ~(1ull << peer_id),
+	atomic_fetch_and_explicit(&fab->table->revoked[peer_id / 64],
+	                          ~(1ull << (peer_id % 64)),
 	                          memory_order_seq_cst);
 	return 0;
 }

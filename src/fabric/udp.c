@@ -241,13 +241,15 @@ static int udp_mem_alloc(farm_fabric *fab, size_t size, unsigned flags,
 		return -errno;
 	uint8_t *p = (uint8_t *)(((uintptr_t)map + align - 1) &
 	                         ~(uintptr_t)(align - 1));
-	if (len >= UDP_HUGE)
+	if (len >= UDP_HUGE && !(flags & FARM_MEM_SPARSE))
 		(void)madvise(p, len, MADV_HUGEPAGE);
+	/* Backed now unless sparse (FARM_MEM_SPARSE: on first write). */
+	if (!(flags & FARM_MEM_SPARSE))
 #ifdef MADV_POPULATE_WRITE
-	if (madvise(p, len, MADV_POPULATE_WRITE))
+		if (madvise(p, len, MADV_POPULATE_WRITE))
 #endif
-		for (size_t k = 0; k < len; k += 4096)
-			((volatile uint8_t *)p)[k] = 0;
+			for (size_t k = 0; k < len; k += 4096)
+				((volatile uint8_t *)p)[k] = 0;
 	struct udp_mem *m = calloc(1, sizeof(*m));
 	if (!m) {
 		munmap(map, maplen);
@@ -782,7 +784,7 @@ static int udp_fault_peer(farm_fabric *fab, uint32_t peer_id,
 static int udp_revoke(farm_fabric *fab, uint32_t peer_id)
 {
 	struct udp_fabric *f = UF(fab);
-	if (peer_id >= 64) /* as shm: machine ids below 64 */
+	if (peer_id >= UDP_MAX_PEERS)
 		return -ERANGE;
 	/* Pairs with the load in udp_serve.c revoked(), made under f->rx
 	 * before each request executes. */

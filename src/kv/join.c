@@ -73,7 +73,7 @@ static int install(farm_kv *kv, const struct farm_ht_shard *sd, unsigned n)
  * list, or one of another size than @nmachines when nonzero). */
 static int install_kept(farm_kv *kv, unsigned nmachines)
 {
-	struct farm_ht_shard sd[MAX_MACHINES];
+	struct farm_ht_shard sd[MAX_SHARDS];
 	long n = kv->env.kept(kv->env.host, KV_KEPT, sd, sizeof(sd));
 	if (n == -ENOENT || FARM_FAULT_SWITCH(FARM_FP_KV_NO_KEPT))
 		return 0;
@@ -114,7 +114,7 @@ static void keep_list(farm_kv *kv)
 int farm_kv_join_sync(farm_kv *kv, farm_loop *loop, unsigned nmachines,
                       int timeout_ms)
 {
-	if (!kv || !loop || nmachines == 0 || nmachines > MAX_MACHINES ||
+	if (!kv || !loop || nmachines == 0 || nmachines > MAX_SHARDS ||
 	    kv->me >= nmachines || joined(kv))
 		return -EINVAL;
 	int kept = install_kept(kv, nmachines);
@@ -130,7 +130,7 @@ int farm_kv_join_sync(farm_kv *kv, farm_loop *loop, unsigned nmachines,
 	kv->mine = w.sd;
 	/* Release: pairs with the acquire load in h_shard (kv.c). */
 	atomic_store_explicit(&kv->shard_ready, 1, memory_order_release);
-	struct farm_ht_shard sd[MAX_MACHINES];
+	struct farm_ht_shard sd[MAX_SHARDS];
 	for (uint32_t m = 0; m < nmachines; m++) {
 		if (m == kv->me) {
 			sd[m] = kv->mine;
@@ -179,7 +179,7 @@ struct shards_wait {
 	volatile int done;
 	int status;
 	uint32_t n;
-	struct farm_ht_shard sd[MAX_MACHINES];
+	struct farm_ht_shard sd[MAX_SHARDS];
 };
 
 static void shards_reply(farm_loop *loop, void *ctx, int status,
@@ -190,7 +190,7 @@ static void shards_reply(farm_loop *loop, void *ctx, int status,
 	uint32_t n = 0;
 	if (!status && len >= 4)
 		memcpy(&n, reply, 4);
-	if (!status && (len < 4 || n == 0 || n > MAX_MACHINES ||
+	if (!status && (len < 4 || n == 0 || n > MAX_SHARDS ||
 	                len != 4 + n * (uint32_t)sizeof(w->sd[0])))
 		status = FARM_ECORRUPT; /* a malformed answer */
 	if (!status) {

@@ -17,7 +17,7 @@
 _Static_assert(FARM_KV_MAX_KEY == FARM_HT_MAX_KEY, "key limit");
 _Static_assert(FARM_KV_MAX_VALUE == FARM_HT_MAX_VALUE, "value limit");
 _Static_assert(FARM_KV_MAX_KEY <= UINT16_MAX, "klen fits the batch's u16");
-_Static_assert(MAX_MACHINES <= FARM_HT_MAX_SHARDS, "a shard per machine");
+_Static_assert(MAX_SHARDS <= FARM_HT_MAX_SHARDS, "a shard per machine");
 
 static void h_shard(farm_loop *loop, const farm_msg_in *in, void *arg)
 {

@@ -18,7 +18,9 @@
  * buckets are where they were, and this is the only way back to them. */
 #define KV_KEPT "kv.shards"
 
-#define MAX_MACHINES FARM_NODE_MAX_MACHINES
+/* Shards, one per machine of the store (ids 0..n-1): the hashtable's
+ * limit, below the machine ids' (FARM_NODE_MAX_MACHINES). */
+#define MAX_SHARDS FARM_HT_MAX_SHARDS
 
 enum {
 	S_CALLS,
@@ -52,7 +54,7 @@ struct farm_kv {
 	/* The installed shard list (set once, before joined is raised). */
 	_Atomic int joined;
 	unsigned nshards, my_shard;
-	struct farm_ht_shard shards[MAX_MACHINES];
+	struct farm_ht_shard shards[MAX_SHARDS];
 	_Atomic uint64_t st[S_N];
 	_Atomic uint64_t sync_timeout_ns; /* the *_sync wrappers' default */
 	_Atomic int lookup; /* FARM_KV_LOOKUP_READ or _OWNER (resolved) */

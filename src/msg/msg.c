@@ -91,7 +91,9 @@ static int msg_alloc_tables(farm_msg *msg)
 static int msg_map_region(farm_msg *msg)
 {
 	const farm_msg_attr *a = &msg->attr;
-	int rc = farm_mem_alloc(msg->fab, msg->lay.total, 0, &msg->mem);
+	/* Sparse: laid out for every id, backed only where peers write. */
+	int rc = farm_mem_alloc(msg->fab, msg->lay.total, FARM_MEM_SPARSE,
+	                        &msg->mem);
 	if (rc)
 		return rc;
 	msg->base = farm_mem_addr(msg->mem);
@@ -229,6 +231,7 @@ static void msg_memory_fill(farm_msg *msg, farm_msg_mem *out)
 {
 	const farm_msg_attr *a = &msg->attr;
 	out->region = msg->lay.total;
+	out->region_resident = farm_mem_resident(msg->mem);
 	out->tables = (uint64_t)a->max_machines *
 	              (sizeof(*msg->peers) + sizeof(*msg->min_cfg));
 	/* Under lock: loops open and close under it (farm_loop_open). */

@@ -337,7 +337,7 @@ static int node_open_transport(farm_node *n, const struct farm_config *cfg)
 	}
 	farm_msg_attr ma = {
 	        .nthreads = n->nthreads,
-	        .max_machines = FARM_NODE_MAX_MACHINES,
+	        .max_machines = n->max_machines,
 	        .busy_poll = cfg->busy_poll,
 	        .lazy_bell_ns = cfg->lazy_bell_us * 1000ull,
 	        /* messaging's 0 is its default: 1 ns is "at once" */
@@ -414,14 +414,26 @@ int farm_node_open(const struct farm_config *cfg, farm_node **out)
 {
 	if (!cfg || !out || !cfg->has_machine_id)
 		return -EINVAL;
-	if (cfg->machine_id >= FARM_NODE_MAX_MACHINES) {
-		farm_err("node: machine_id %" PRIu32 " out of range (0..%u)",
-		         cfg->machine_id, FARM_NODE_MAX_MACHINES - 1);
+	uint32_t M = cfg->max_machines ? cfg->max_machines
+	                               : FARM_NODE_DEFAULT_MACHINES;
+	if (M > FARM_NODE_MAX_MACHINES || cfg->machine_id >= M) {
+		farm_err("node: machine_id %" PRIu32 " out of range (0..%u: "
+		         "max_machines %" PRIu32 ")",
+		         cfg->machine_id, M - 1, M);
 		return -EINVAL;
 	}
 	farm_node *n = calloc(1, sizeof(*n));
 	if (!n)
 		return -ENOMEM;
+	n->max_machines = M;
+	n->peer_inc = calloc(M, sizeof(*n->peer_inc));
+	n->msg_removed = calloc(M, sizeof(*n->msg_removed));
+	if (!n->peer_inc || !n->msg_removed) {
+		free(n->peer_inc);
+		free(n->msg_removed);
+		free(n);
+		return -ENOMEM;
+	}
 	n->cfg = *cfg;
 	n->nthreads = cfg->threads ? cfg->threads : 1;
 	n->start_timeout_ms = 30000;
@@ -656,6 +668,8 @@ void farm_node_close(farm_node *n)
 	pthread_cond_destroy(&n->cond);
 	pthread_mutex_destroy(&n->lock);
 	pthread_mutex_destroy(&n->grow_lock);
+	free(n->peer_inc);
+	free(n->msg_removed);
 	free(n);
 }
 
@@ -779,14 +793,18 @@ int farm_node_memory(const farm_node *n, farm_node_mem *out)
 	int rc = farm_msg_memory(n->msg, &mm);
 	if (rc)
 		return rc;
-	uint64_t logs = 0, tables = 0;
-	farm_txm_memory(n->txm, &logs, &tables);
+	uint64_t logs = 0, logs_res = 0, tables = 0;
+	farm_txm_memory(n->txm, &logs, &logs_res, &tables);
 	farm_node_mem s = {.size = sizeof(s),
 	                   .version = FARM_NODE_MEM_VERSION,
 	                   .msg = mm.region + mm.mirrors,
 	                   .log = logs,
-	                   .meta = mm.tables + tables + sizeof(n->msg_removed),
-	                   .max_machines = farm_msg_max_machines(n->msg)};
+	                   .meta = mm.tables + tables +
+	                           n->max_machines * (sizeof(*n->msg_removed) +
+	                                              sizeof(*n->peer_inc)),
+	                   .max_machines = farm_msg_max_machines(n->msg),
+	                   .msg_resident = mm.region_resident + mm.mirrors,
+	                   .log_resident = logs_res};
 	size_t len = out->size < sizeof(s) ? out->size : sizeof(s);
 	s.size = (uint32_t)len;
 	memcpy(out, &s, len);

@@ -71,10 +71,11 @@ struct farm_node {
 	uint64_t replaced_seen; /* views that named a later holder */
 	/* apply_view's thread only: each peer's incarnation as last added
 	 * (add_peer): another one is a new holder of the id. */
-	uint32_t peer_inc[FARM_NODE_MAX_MACHINES];
+	uint32_t *peer_inc; /* max_machines */
 	/* Machines whose messages are refused (farm_msg_peer_min_config);
 	 * apply_view's thread only. */
-	bool msg_removed[FARM_NODE_MAX_MACHINES];
+	bool *msg_removed;     /* max_machines */
+	uint32_t max_machines; /* ids are below this (config) */
 	farm_node_config_fn on_config;
 	void *on_config_ctx;
 	/* Growth, the grower's side (grow.c): made on the first view that

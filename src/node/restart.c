@@ -149,7 +149,7 @@ int farm_restart_attach(struct farm_restart *rs, farm_fabric *fab, farm_as *as,
 		return -errno;
 	/* The superblock and headers, then only the rings of the previous
 	 * members' coordinators: a log file has rings for every possible
-	 * machine id (64 x threads x ring bytes), nearly all empty, and the
+	 * machine id (ids x threads x ring bytes), nearly all empty, and the
 	 * memory is zero already. Unreadable superblock: all of it. */
 	struct {
 		uint64_t magic;
@@ -157,8 +157,8 @@ int farm_restart_attach(struct farm_restart *rs, farm_fabric *fab, farm_as *as,
 		uint64_t R, hdr_area, total;
 	} sb = {0};
 	bool whole = pread(fd, &sb, sizeof(sb), 0) != (ssize_t)sizeof(sb) ||
-	             !sb.M || sb.M > 0x40 || !sb.T || sb.T > 64 || !sb.R ||
-	             sb.total != ll || sb.hdr_area > ll ||
+	             !sb.M || sb.M > TXN_MAX_MACHINES || !sb.T || sb.T > 64 ||
+	             !sb.R || sb.total != ll || sb.hdr_area > ll ||
 	             sb.hdr_area + (uint64_t)sb.M * sb.T * sb.R != ll;
 	int rc2 = whole ? read_at(fd, base + RLOG_HDR, 0, ll)
 	                : read_at(fd, base + RLOG_HDR, 0, sb.hdr_area);

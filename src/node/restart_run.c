@@ -86,7 +86,7 @@ static int read_range(farm_cq *cq, struct peer_log *p, uint64_t off,
  * possible machine id, nearly all of them empty; the buffer is zeroed, and
  * a zero ring holds no record). A superblock that does not add up is read
  * whole, for farm_txlog_check to name. */
-static int read_log(farm_cq *cq, struct peer_log *p, uint64_t coords)
+static int read_log(farm_cq *cq, struct peer_log *p, const uint64_t *coords)
 {
 	uint64_t head = FARM_MIN(p->d.len, (uint64_t)RLOG_HDR + 4096);
 	int rc = read_range(cq, p, 0, head);
@@ -100,13 +100,13 @@ static int read_log(farm_cq *cq, struct peer_log *p, uint64_t coords)
 	if (p->d.len < RLOG_HDR + sizeof(sb))
 		return read_range(cq, p, 0, p->d.len);
 	memcpy(&sb, p->buf + RLOG_HDR, sizeof(sb));
-	if (!sb.M || sb.M > 0x40 || !sb.T || sb.T > 64 || !sb.R ||
+	if (!sb.M || sb.M > TXN_MAX_MACHINES || !sb.T || sb.T > 64 || !sb.R ||
 	    sb.total != p->d.len - RLOG_HDR ||
 	    sb.hdr_area + (uint64_t)sb.M * sb.T * sb.R != sb.total)
 		return read_range(cq, p, 0, p->d.len);
 	rc = read_range(cq, p, RLOG_HDR, sb.hdr_area);
-	for (uint32_t c = 0; !rc && c < sb.M && c < 64; c++) {
-		if (!((coords >> c) & 1))
+	for (uint32_t c = 0; !rc && c < sb.M; c++) {
+		if (!txn_coord_in(coords, c))
 			continue;
 		rc = read_range(cq, p,
 		                RLOG_HDR + sb.hdr_area +
@@ -202,9 +202,10 @@ struct run {
 	struct farm_txrestart_log *logs;
 	unsigned nl;
 	farm_cq *cq;
-	uint64_t coords;             /* coordinators whose records count */
-	uint64_t rcoords;            /* ... whose rings are read */
-	uint64_t t0, t1, tl, ta, t2; /* phase boundaries (stats) */
+	uint64_t coords[TXN_COORD_WORDS]; /* coordinators whose records count */
+	uint64_t rcoords[TXN_COORD_WORDS]; /* ... whose rings are read */
+	bool any_coords;                   /* coords not empty (empty: all) */
+	uint64_t t0, t1, tl, ta, t2;       /* phase boundaries (stats) */
 };
 
 /* Machines given up: their logs are gone, and recovery's rule for a
@@ -289,23 +290,22 @@ static int run_adopt(struct run *r)
 static void run_coords(struct run *r)
 {
 	const struct farm_restart *rs = r->rs;
-	uint64_t coords = 0;
+	memset(r->coords, 0, sizeof(r->coords));
 	for (unsigned k = 0; k < rs->old.nmembers; k++)
-		if (rs->old.members[k] < 64)
-			coords |= 1ull << rs->old.members[k];
-	uint64_t rcoords = coords;
+		txn_coord_put(r->coords, rs->old.members[k], true);
+	memcpy(r->rcoords, r->coords, sizeof(r->rcoords));
 	if (FARM_FAULT_SWITCH(FARM_FP_RESTART_VIEW_RINGS)) { /* testing */
-		rcoords = 0;
+		memset(r->rcoords, 0, sizeof(r->rcoords));
 		for (unsigned k = 0; k < r->v->n; k++)
-			if (r->v->members[k].id < 64)
-				rcoords |= 1ull << r->v->members[k].id;
+			txn_coord_put(r->rcoords, r->v->members[k].id, true);
 	}
 	for (unsigned k = 0; k < r->nlost; k++)
-		if (r->lost[k] < 64 &&
-		    FARM_FAULT_SWITCH(FARM_FP_RESTART_LOST_STRICT))
-			coords &= ~(1ull << r->lost[k]); /* testing */
-	r->coords = coords;
-	r->rcoords = rcoords;
+		if (FARM_FAULT_SWITCH(FARM_FP_RESTART_LOST_STRICT))
+			txn_coord_put(r->coords, r->lost[k],
+			              false); /* testing */
+	r->any_coords = false;
+	for (unsigned w = 0; w < TXN_COORD_WORDS; w++)
+		r->any_coords |= r->coords[w] != 0;
 }
 
 /* Member @m's previous log into @p, READ from it whole. */
@@ -377,11 +377,11 @@ static int run_read_logs(struct run *r)
 		} else if ((rc = read_peer_log(r, m, p))) {
 			break;
 		}
-		r->logs[r->nl] =
-		        (struct farm_txrestart_log){.base = p->buf,
-		                                    .len = p->len,
-		                                    .what = p->what,
-		                                    .coords = r->coords};
+		r->logs[r->nl] = (struct farm_txrestart_log){
+		        .base = p->buf,
+		        .len = p->len,
+		        .what = p->what,
+		        .coords = r->any_coords ? r->coords : NULL};
 		r->nl++;
 	}
 	if (!rc)

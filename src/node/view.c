@@ -385,7 +385,7 @@ static enum av_state av_fence(struct av *a)
 	for (unsigned i = 0; i < a->ngone; i++) {
 		if (FARM_FAULT_SWITCH(FARM_FP_NODE_NO_FENCE))
 			break;
-		if (a->gone[i] < FARM_NODE_MAX_MACHINES &&
+		if (a->gone[i] < n->max_machines &&
 		    !farm_msg_peer_min_config(n->msg, a->gone[i], UINT32_MAX))
 			n->msg_removed[a->gone[i]] = true;
 	}
@@ -530,10 +530,11 @@ static enum av_state av_peers(struct av *a)
 	const struct farm_view *v = a->v;
 	for (unsigned i = 0; i < v->n; i++) {
 		const struct farm_member *m = &v->members[i];
-		if (m->id >= FARM_NODE_MAX_MACHINES) {
+		if (m->id >= n->max_machines) {
 			farm_warn("node: member %" PRIu32
-			          " ignored: ids are below %u",
-			          m->id, FARM_NODE_MAX_MACHINES);
+			          " ignored: ids are below %" PRIu32
+			          " (max_machines)",
+			          m->id, n->max_machines);
 			continue;
 		}
 		a->ids[a->k++] = m->id;

@@ -34,7 +34,7 @@
 #include "util/common.h"
 #include "util/config.h"
 
-#define MAX_MACHINES     64
+#define MAX_MACHINES     (FARM_CONFIG_MAX_PEERS + 1) /* a view's most */
 #define STOP_GRACE_MS    5000
 #define READY_TIMEOUT_MS 30000
 
@@ -94,6 +94,8 @@ static int write_conf(const struct opts *o, unsigned i, char *path, size_t len)
 	if (o->fabric)
 		fprintf(f, "fabric = %s\n", o->fabric);
 	fprintf(f, "expect_machines = %u\n", o->machines);
+	if (o->machines > 64) /* ids 0..n-1 past the default id space */
+		fprintf(f, "max_machines = %u\n", o->machines);
 	if (o->zk) {
 		/* One znode tree per cluster directory. */
 		fprintf(f, "zk = %s\nzk_root = /libfarm/cluster-%ld\n", o->zk,

@@ -439,7 +439,7 @@ void farm_txn_h_reply(farm_loop *loop, const farm_msg_in *in, void *arg)
 		return;
 	}
 	memcpy(&r, in->payload, sizeof(r));
-	farm_tx *tx = tl->slots[(r.txid & ((1ull << 48) - 1)) % TX_SLOTS];
+	farm_tx *tx = tl->slots[txid_seq(r.txid) % TX_SLOTS];
 	if (!tx || tx->id != r.txid || tx->ph != PH_LOCK || !tx->wait_replies)
 		return; /* late (the transaction gave up) */
 	tx->wait_replies--;

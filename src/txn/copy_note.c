@@ -112,9 +112,21 @@ static struct farm_as_held *held_regions(farm_as *as, unsigned *n)
  * first. */
 static void dr_fill_demoted(farm_txm *m, struct farm_datarec *dr, uint64_t cfg)
 {
-	uint32_t dem[64];
-	unsigned nd = farm_as_demoted_sources(m->as, dem, 64);
-	for (unsigned i = 0; i < nd && i < 64; i++) {
+	/* As many as there are: a large cluster demotes more than a fixed
+	 * table would hold, and one left out would wait for a paced copy. */
+	unsigned cap = 64, nd;
+	uint32_t *dem = NULL;
+	for (;;) {
+		free(dem);
+		if (!(dem = malloc(cap * sizeof(*dem)))) {
+			farm_err("datarec: no memory to list demoted regions");
+			return;
+		}
+		if ((nd = farm_as_demoted_sources(m->as, dem, cap)) <= cap)
+			break;
+		cap = nd;
+	}
+	for (unsigned i = 0; i < nd; i++) {
 		int orc = farm_as_backup_open(m->as, dem[i]);
 		if (orc && orc != -EEXIST) {
 			farm_err("datarec: cannot open a copy of region "
@@ -131,6 +143,7 @@ static void dr_fill_demoted(farm_txm *m, struct farm_datarec *dr, uint64_t cfg)
 			farm_err("datarec: region %#" PRIx32 " not copied: %s",
 			         dem[i], farm_strerror(orc));
 	}
+	free(dem);
 }
 
 /* Notes of older configurations go: the new one decides again. Under

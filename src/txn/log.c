@@ -418,9 +418,10 @@ int farm_txn_log_record_at(const uint8_t *ring, uint64_t R, uint64_t off,
 
 bool farm_txn_log_geometry_ok(const struct log_super *sb)
 {
-	return sb->M && sb->M <= 0x40 && sb->T && sb->T <= MAX_LOOPS &&
-	       sb->machine < sb->M && farm_is_pow2(sb->R) &&
-	       sb->R >= (64u << 10) && sb->R <= (64u << 20) &&
+	return sb->M && sb->M <= TXN_MAX_MACHINES && sb->T &&
+	       sb->T <= MAX_LOOPS && sb->machine < sb->M &&
+	       farm_is_pow2(sb->R) && sb->R >= (64u << 10) &&
+	       sb->R <= (64u << 20) &&
 	       sb->hdr_area == ((64 + (uint64_t)sb->M * sb->T * 64 + 4095) &
 	                        ~4095ull) &&
 	       sb->total == sb->hdr_area + (uint64_t)sb->M * sb->T * sb->R;

@@ -36,8 +36,8 @@ static struct lock_ent **lock_slot(struct txloop *tl, uint64_t txid)
 
 static void send_reply(struct txloop *tl, uint64_t txid, int status)
 {
-	uint32_t coord = (uint32_t)(txid >> 56);
-	unsigned t = (unsigned)((txid >> 48) & 0xff);
+	uint32_t coord = txid_machine(txid);
+	unsigned t = txid_thread(txid);
 	struct reply r = {.txid = txid, .status = status};
 	int rc = farm_msg_send(tl->loop, coord, t, FARM_MSGT_TX_REPLY, &r,
 	                       sizeof(r));
@@ -156,7 +156,7 @@ static void on_lock(struct txloop *tl, const uint8_t *rec)
 			}
 		}
 	}
-	if (!status && (uint32_t)(h.txid >> 56) != m->me)
+	if (!status && txid_machine(h.txid) != m->me)
 		FARM_FAULT_POINT(FARM_FP_TX_ON_LOCK);
 	send_reply(tl, h.txid, status);
 }

@@ -745,12 +745,15 @@ static void rec_loop_apply(farm_loop *loop, void *ctx, int status)
 		return;
 	struct txloop *tl = ctx;
 	farm_txm *m = tl->m;
-	bool removed[0x40];
+	/* Without memory for it, lock waits end at their deadline. */
+	bool *removed = calloc(m->M, sizeof(*removed));
 	pthread_mutex_lock(&m->rec.lock);
-	for (uint32_t i = 0; i < 0x40; i++)
+	for (uint32_t i = 0; removed && i < m->M; i++)
 		removed[i] = is_removed(m, i);
 	pthread_mutex_unlock(&m->rec.lock);
-	farm_txn_end_lock_waits(tl, removed);
+	if (removed)
+		farm_txn_end_lock_waits(tl, removed);
+	free(removed);
 	if (atomic_fetch_add(&m->rec.applied, 1) + 1 != m->T)
 		return;
 	struct rec_end a = {.cfg = atomic_load(&m->rec.cfg)};
@@ -769,14 +772,14 @@ static void rec_set_members(farm_txm *m, uint64_t cfg, const uint32_t *removed,
                             unsigned nmembers)
 {
 	m->rec.nsurv = 0;
-	memset(m->rec.member, 0, sizeof(m->rec.member));
+	memset(m->rec.member, 0, m->M * sizeof(*m->rec.member));
 	for (unsigned i = 0; i < nmembers; i++)
-		if (members[i] < 0x40 && !m->rec.member[members[i]]) {
+		if (members[i] < m->M && !m->rec.member[members[i]]) {
 			m->rec.member[members[i]] = true;
 			m->rec.nsurv++;
 		}
 	for (unsigned i = 0; i < nremoved; i++)
-		if (removed[i] < 0x40 && removed[i] != m->me)
+		if (removed[i] < m->M && removed[i] != m->me)
 			m->rec.gone[removed[i]] = cfg;
 }
 
@@ -804,9 +807,9 @@ static void rec_reset_decider(farm_txm *m)
 		free(m->rec.d[i].cb);
 	}
 	m->rec.nd = 0;
-	memset(m->rec.ends, 0, sizeof(m->rec.ends));
-	memset(m->rec.dends, 0, sizeof(m->rec.dends));
-	memset(m->rec.maxlw, 0, sizeof(m->rec.maxlw));
+	memset(m->rec.ends, 0, (size_t)m->M * m->T * sizeof(*m->rec.ends));
+	memset(m->rec.dends, 0, (size_t)m->M * m->T * sizeof(*m->rec.dends));
+	memset(m->rec.maxlw, 0, (size_t)m->M * m->T * sizeof(*m->rec.maxlw));
 }
 
 /* Every loop applies the new configuration (rec_loop_apply); the first
@@ -884,7 +887,7 @@ static void h_applied(farm_loop *loop, const farm_msg_in *in, void *arg)
 {
 	farm_txm *m = arg;
 	struct rec_end a;
-	if (in->len != sizeof(a) || in->src_machine >= 0x40) {
+	if (in->len != sizeof(a) || in->src_machine >= m->M) {
 		farm_txn_rec_refuse(m, in, "malformed recovery ack");
 		return;
 	}
@@ -894,7 +897,7 @@ static void h_applied(farm_loop *loop, const farm_msg_in *in, void *arg)
 	if (a.cfg > m->rec.applied_from[in->src_machine])
 		m->rec.applied_from[in->src_machine] = a.cfg;
 	bool all = m->rec.decider == m->me && !m->rec.go_sent;
-	for (uint32_t s = 0; all && s < 0x40; s++)
+	for (uint32_t s = 0; all && s < m->M; s++)
 		if (m->rec.member[s] && m->rec.applied_from[s] < cfg)
 			all = false;
 	if (all)
@@ -903,7 +906,7 @@ static void h_applied(farm_loop *loop, const farm_msg_in *in, void *arg)
 	if (!all)
 		return;
 	struct rec_end go = {.cfg = cfg};
-	for (uint32_t s = 0; s < 0x40; s++)
+	for (uint32_t s = 0; s < m->M; s++)
 		for (unsigned t = 0; m->rec.member[s] && t < m->T; t++)
 			if (farm_msg_send(loop, s, (uint16_t)t,
 			                  FARM_MSGT_REC_GO, &go, sizeof(go)))
@@ -934,6 +937,18 @@ static void h_go(farm_loop *loop, const farm_msg_in *in, void *arg)
 
 int farm_txn_rec_init(farm_txm *m)
 {
+	/* Per machine id, sized by the ids this machine serves. */
+	m->rec.gone = calloc(m->M, sizeof(*m->rec.gone));
+	m->rec.inc = calloc(m->M, sizeof(*m->rec.inc));
+	m->rec.member = calloc(m->M, sizeof(*m->rec.member));
+	m->rec.applied_from = calloc(m->M, sizeof(*m->rec.applied_from));
+	m->rec.ends = calloc((size_t)m->M * m->T, sizeof(*m->rec.ends));
+	m->rec.dends = calloc((size_t)m->M * m->T, sizeof(*m->rec.dends));
+	m->rec.maxlw = calloc((size_t)m->M * m->T, sizeof(*m->rec.maxlw));
+	if (!m->rec.gone || !m->rec.inc || !m->rec.member ||
+	    !m->rec.applied_from || !m->rec.ends || !m->rec.dends ||
+	    !m->rec.maxlw)
+		return -ENOMEM;
 	/* The decision's handlers first (recover_decide.c), then the
 	 * barrier's. */
 	int rc = farm_txn_rec_decide_init(m);
@@ -955,6 +970,13 @@ void farm_txn_rec_fini(farm_txm *m)
 	free(m->rec.promo);
 	free(m->rec.rl);
 	free(m->rec.adopt);
+	free(m->rec.gone);
+	free(m->rec.inc);
+	free(m->rec.member);
+	free(m->rec.applied_from);
+	free(m->rec.ends);
+	free(m->rec.dends);
+	free(m->rec.maxlw);
 	pthread_mutex_destroy(&m->rec.lock);
 }
 

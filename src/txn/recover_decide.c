@@ -51,13 +51,12 @@ static void h_query(farm_loop *loop, const farm_msg_in *in, void *arg)
 		return;
 	}
 	memcpy(&q, in->payload, sizeof(q));
-	if ((uint32_t)(q.txid >> 56) != m->me ||
-	    ((q.txid >> 48) & 0xff) != tl->t) {
+	if (txid_machine(q.txid) != m->me || txid_thread(q.txid) != tl->t) {
 		farm_txn_rec_refuse(m, in,
 		                    "recovery query for another coordinator");
 		return;
 	}
-	farm_tx *tx = tl->slots[(q.txid & ((1ull << 48) - 1)) % TX_SLOTS];
+	farm_tx *tx = tl->slots[txid_seq(q.txid) % TX_SLOTS];
 	uint32_t a = A_FINISHED;
 	if (tx && tx->id == q.txid) {
 		switch (tx->ph) {
@@ -156,11 +155,11 @@ static void h_vote(farm_loop *loop, const farm_msg_in *in, void *arg)
 	}
 	memcpy(&v, in->payload, sizeof(v));
 	if (v.cfg != atomic_load(&m->rec.cfg) || m->rec.decider != m->me ||
-	    !ever_removed(m, v.coord) || (uint32_t)(v.txid >> 56) != v.coord ||
-	    ((v.txid >> 48) & 0xff) >= m->T || v.nregs > REC_MAX_REGS ||
+	    !ever_removed(m, v.coord) || txid_machine(v.txid) != v.coord ||
+	    txid_thread(v.txid) >= m->T || v.nregs > REC_MAX_REGS ||
 	    v.ncb > REC_MAX_REGS ||
 	    in->len != sizeof(v) + 4ull * (v.nregs + v.ncb) ||
-	    in->src_machine >= 0x40 || is_removed(m, in->src_machine)) {
+	    in->src_machine >= m->M || is_removed(m, in->src_machine)) {
 		farm_txn_rec_refuse(m, in, "recovery vote");
 		return;
 	}
@@ -261,7 +260,7 @@ static void h_end(farm_loop *loop, const farm_msg_in *in, void *arg)
 	memcpy(&e, in->payload, sizeof(e));
 	if (e.cfg != atomic_load(&m->rec.cfg) || m->rec.decider != m->me ||
 	    !ever_removed(m, e.coord) || e.thread >= m->T ||
-	    in->src_machine >= 0x40 || is_removed(m, in->src_machine)) {
+	    in->src_machine >= m->M || is_removed(m, in->src_machine)) {
 		farm_txn_rec_refuse(m, in, "end of votes");
 		return;
 	}
@@ -274,7 +273,7 @@ static void h_end(farm_loop *loop, const farm_msg_in *in, void *arg)
 	/* A new holder of the id among the survivors holds no log of its
 	 * removed holder (it began empty): it sends no end for it. */
 	unsigned need =
-	        m->rec.nsurv - (e.coord < 0x40 && m->rec.member[e.coord]);
+	        m->rec.nsurv - (e.coord < m->M && m->rec.member[e.coord]);
 	if (++m->rec.ends[key] != need) {
 		pthread_mutex_unlock(&m->rec.lock);
 		return;
@@ -283,8 +282,8 @@ static void h_end(farm_loop *loop, const farm_msg_in *in, void *arg)
 	unsigned nc = 0, na = 0;
 	for (unsigned i = 0; i < m->rec.nd; i++) {
 		struct rec_txn *t = &m->rec.d[i];
-		if ((uint32_t)(t->txid >> 56) != e.coord ||
-		    ((t->txid >> 48) & 0xff) != e.thread || t->sent)
+		if (txid_machine(t->txid) != e.coord ||
+		    txid_thread(t->txid) != e.thread || t->sent)
 			continue;
 		bool commit = decide(m, t, m->rec.maxlw[key]);
 		t->sent = true;
@@ -333,8 +332,8 @@ static void h_decide(farm_loop *loop, const farm_msg_in *in, void *arg)
 	memcpy(&d, in->payload, sizeof(d));
 	if (d.cfg != atomic_load(&m->rec.cfg) ||
 	    in->src_machine != m->rec.decider || !ever_removed(m, d.coord) ||
-	    (uint32_t)(d.txid >> 56) != d.coord ||
-	    ((d.txid >> 48) & 0xff) != tl->t || d.commit > 1) {
+	    txid_machine(d.txid) != d.coord || txid_thread(d.txid) != tl->t ||
+	    d.commit > 1) {
 		farm_txn_rec_refuse(m, in, "recovery decision");
 		return;
 	}

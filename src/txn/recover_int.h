@@ -56,7 +56,7 @@ static inline const uint8_t *rec_at(struct txloop *tl, uint32_t coord,
 /* Is the current holder of machine id @id removed? */
 static inline bool is_removed(const farm_txm *m, uint32_t id)
 {
-	return id < 0x40 && m->rec.gone[id] &&
+	return id < m->M && m->rec.gone[id] &&
 	       (m->rec.gone[id] > m->rec.inc[id] ||
 	        FARM_FAULT_SWITCH(FARM_FP_REC_REMOVED_STICKY));
 }
@@ -65,14 +65,14 @@ static inline bool is_removed(const farm_txm *m, uint32_t id)
  * of it may still be being decided)? */
 static inline bool ever_removed(const farm_txm *m, uint32_t id)
 {
-	return id < 0x40 && m->rec.gone[id];
+	return id < m->M && m->rec.gone[id];
 }
 
 /* Is the holder of @id at configuration @cfg (the one a record carries)
  * removed since? Another holder may have the id now. */
 static inline bool removed_since(const farm_txm *m, uint32_t id, uint64_t cfg)
 {
-	return id < 0x40 && m->rec.gone[id] > cfg;
+	return id < m->M && m->rec.gone[id] > cfg;
 }
 
 /* Does @rd read records of a removed holder of @coord (recovery owns
@@ -80,7 +80,7 @@ static inline bool removed_since(const farm_txm *m, uint32_t id, uint64_t cfg)
 static inline bool reader_dead(const farm_txm *m, uint32_t coord,
                                const struct reader *rd)
 {
-	return coord < 0x40 && m->rec.gone[coord] &&
+	return coord < m->M && m->rec.gone[coord] &&
 	       (m->rec.gone[coord] > rd->inc ||
 	        FARM_FAULT_SWITCH(FARM_FP_REC_REMOVED_STICKY));
 }

@@ -33,7 +33,7 @@
 static uint64_t gone_of(farm_txm *m, uint32_t coord)
 {
 	pthread_mutex_lock(&m->rec.lock);
-	uint64_t g = coord < 0x40 ? m->rec.gone[coord] : 0;
+	uint64_t g = coord < m->M ? m->rec.gone[coord] : 0;
 	pthread_mutex_unlock(&m->rec.lock);
 	return g;
 }

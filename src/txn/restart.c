@@ -136,15 +136,15 @@ static int super_check(const uint8_t *base, size_t len, const char *what,
  * trailer says it landed whole but whose checksum does not match is
  * damage: FARM_ECORRUPT, with the file (@what) and offset in @err; the
  * superblock was checked. */
-static int collect(const uint8_t *base, uint64_t coords, struct rs_rec **v,
-                   size_t *n, size_t *cap, uint64_t *mark, const char *what,
-                   char *err, size_t errlen)
+static int collect(const uint8_t *base, const uint64_t *coords,
+                   struct rs_rec **v, size_t *n, size_t *cap, uint64_t *mark,
+                   const char *what, char *err, size_t errlen)
 {
 	struct log_super sb;
 	memcpy(&sb, base, sizeof(sb));
 	for (uint32_t c = 0; c < sb.M; c++)
-		for (uint32_t t = 0; t < sb.T && (!coords || (coords >> c) & 1);
-		     t++) {
+		for (uint32_t t = 0;
+		     t < sb.T && (!coords || txn_coord_in(coords, c)); t++) {
 			uint64_t roff =
 			        sb.hdr_area + ((uint64_t)c * sb.T + t) * sb.R;
 			const uint8_t *ring = base + roff;
@@ -472,7 +472,8 @@ int farm_txm_restart_apply(farm_txm *m, const struct farm_txrestart_log *logs,
 	struct rs_rec *v = NULL;
 	size_t n = 0, cap = 0;
 	int rc = 0;
-	uint64_t *mark = calloc(0x40ull * MAX_LOOPS, sizeof(*mark));
+	uint64_t *mark =
+	        calloc((size_t)TXN_MAX_MACHINES * MAX_LOOPS, sizeof(*mark));
 	if (!mark)
 		return -ENOMEM;
 	for (unsigned i = 0; i < nlogs && !rc; i++) {
@@ -505,12 +506,13 @@ int farm_txlog_testing_marks(const uint8_t *base, size_t len, uint64_t *mark)
 {
 	if (!base || !mark)
 		return -EINVAL;
-	memset(mark, 0, 0x40ull * MAX_LOOPS * sizeof(*mark));
+	memset(mark, 0, (size_t)TXN_MAX_MACHINES * MAX_LOOPS * sizeof(*mark));
 	int rc = super_check(base, len, "test log", NULL, 0);
 	struct rs_rec *v = NULL;
 	size_t n = 0, cap = 0;
 	if (!rc)
-		rc = collect(base, 0, &v, &n, &cap, mark, "test log", NULL, 0);
+		rc = collect(base, NULL, &v, &n, &cap, mark, "test log", NULL,
+		             0);
 	free(v);
 	return rc;
 }

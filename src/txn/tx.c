@@ -25,7 +25,7 @@ int farm_tx_begin(farm_txm *m, farm_loop *loop, farm_tx **out)
 	uint64_t seq = 0;
 	unsigned i;
 	for (i = 0; i < TX_SLOTS; i++) {
-		seq = ++tl->seq & ((1ull << 48) - 1);
+		seq = txid_seq(++tl->seq);
 		if (!tl->slots[seq % TX_SLOTS])
 			break;
 	}
@@ -51,7 +51,7 @@ int farm_tx_begin(farm_txm *m, farm_loop *loop, farm_tx **out)
 	}
 	tx->m = m;
 	tx->tl = tl;
-	tx->id = ((uint64_t)m->me << 56) | ((uint64_t)tl->t << 48) | seq;
+	tx->id = txid_make(m->me, tl->t, seq);
 	tx->ep = farm_epoch_op_begin();
 	tl->slots[seq % TX_SLOTS] = tx;
 	*out = tx;
@@ -61,8 +61,8 @@ int farm_tx_begin(farm_txm *m, farm_loop *loop, farm_tx **out)
 void farm_txn_tx_free(farm_tx *tx)
 {
 	struct txloop *tl = tx->tl;
-	if (tl->slots[(tx->id & ((1ull << 48) - 1)) % TX_SLOTS] == tx)
-		tl->slots[(tx->id & ((1ull << 48) - 1)) % TX_SLOTS] = NULL;
+	if (tl->slots[txid_seq(tx->id) % TX_SLOTS] == tx)
+		tl->slots[txid_seq(tx->id) % TX_SLOTS] = NULL;
 	for (unsigned i = 0; i < tx->n; i++)
 		free(tx->o[i].data);
 	farm_txn_sync_orphans_free(tx);

@@ -44,20 +44,26 @@ int farm_txm_epoch(farm_txm *m, farm_loop *loop, farm_op_fn cont, void *ctx)
 {
 	if (!loop_state(m, loop) || !cont)
 		return -EINVAL;
-	uint32_t peers[0x40];
+	uint32_t *peers = malloc(m->M * sizeof(*peers));
 	unsigned np = 0;
+	if (!peers)
+		return -ENOMEM;
 	/* Pairs with the release of nready below (ready_ids[] is seen). */
 	unsigned n = atomic_load_explicit(&m->nready, memory_order_acquire);
 	for (unsigned i = 0; i < n; i++)
 		if (m->ready_ids[i] != m->me)
 			peers[np++] = m->ready_ids[i];
 	struct txepoch *e = calloc(1, sizeof(*e));
-	if (!e)
+	if (!e) {
+		free(peers);
 		return -ENOMEM;
+	}
 	*e = (struct txepoch){.m = m, .cont = cont, .ctx = ctx};
+	/* The run sends its requests before it returns: @peers is ours. */
 	int rc = farm_epoch_run(loop, peers, np, 5000000000ull,
 	                        farm_galloc_blockalloc(m->ga), &e->reclaimed,
 	                        txm_epoch_done, e);
+	free(peers);
 	if (rc)
 		free(e);
 	return rc;
@@ -160,9 +166,13 @@ static int txm_setup(farm_txm *m, const struct farm_txm_attr *a, uint64_t total)
 {
 	m->peers = calloc(m->M, sizeof(*m->peers));
 	m->peer_ready = calloc(m->M, sizeof(*m->peer_ready));
-	int rc = m->peers && m->peer_ready ? 0 : -ENOMEM;
+	m->ready_ids = calloc(m->M, sizeof(*m->ready_ids));
+	int rc = m->peers && m->peer_ready && m->ready_ids ? 0 : -ENOMEM;
 	if (!rc)
-		rc = farm_mem_alloc(m->fab, (size_t)total, 0, &m->logmem);
+		/* Sparse: a ring per (id, thread), backed only once a
+		 * coordinator writes into it. */
+		rc = farm_mem_alloc(m->fab, (size_t)total, FARM_MEM_SPARSE,
+		                    &m->logmem);
 	if (!rc)
 		rc = farm_mr_reg(m->fab, farm_mem_addr(m->logmem),
 		                 (size_t)total,
@@ -228,7 +238,7 @@ int farm_txm_create(farm_fabric *fab, farm_msg *msg, farm_as *as,
 	m->ga = ga;
 	m->me = farm_msg_machine_id(msg);
 	m->T = farm_msg_nthreads(msg);
-	m->M = FARM_MIN(farm_msg_max_machines(msg), 0x40u);
+	m->M = FARM_MIN(farm_msg_max_machines(msg), TXN_MAX_MACHINES);
 	m->R = a.log_size;
 	m->lf_bound = a.lf_bound_ns;
 	m->arena_size = a.arena_size;
@@ -275,12 +285,15 @@ void farm_txm_destroy(farm_txm *m)
 	farm_txn_datarec_fini(m);
 	free(m->peers);
 	free(m->peer_ready);
+	free(m->ready_ids);
 	free(m);
 }
 
-void farm_txm_memory(farm_txm *m, uint64_t *logs, uint64_t *tables)
+void farm_txm_memory(farm_txm *m, uint64_t *logs, uint64_t *resident,
+                     uint64_t *tables)
 {
 	*logs = m ? m->hdr_area + (uint64_t)m->M * m->T * m->R : 0;
+	*resident = m ? farm_mem_resident(m->logmem) : 0;
 	*tables = m ? (uint64_t)m->M * (sizeof(*m->peers) +
 	                                sizeof(*m->peer_ready)) +
 	                          atomic_load_explicit(&m->loop_bytes,
@@ -390,7 +403,7 @@ static void forget_txids(struct txloop *tl, uint32_t coord)
 	for (unsigned b = 0; b < LOCK_BUCKETS; b++) {
 		for (struct lock_ent **pp = &tl->locks[b]; *pp;) {
 			struct lock_ent *e = *pp;
-			if ((uint32_t)(e->txid >> 56) != coord) {
+			if (txid_machine(e->txid) != coord) {
 				pp = &e->next;
 				continue;
 			}
@@ -399,7 +412,7 @@ static void forget_txids(struct txloop *tl, uint32_t coord)
 		}
 		for (struct abort_ent **pp = &tl->aborts[b]; *pp;) {
 			struct abort_ent *e = *pp;
-			if ((uint32_t)(e->txid >> 56) != coord) {
+			if (txid_machine(e->txid) != coord) {
 				pp = &e->next;
 				continue;
 			}
@@ -460,7 +473,7 @@ int farm_txm_forget_peer(farm_txm *m, farm_loop *loop, uint32_t id)
 	struct reader *rd = &tl->r[id];
 	pthread_mutex_lock(&m->rec.lock);
 	rd->next_inc = m->rec.inc[id];
-	bool removed = id < 0x40 && m->rec.gone[id] > rd->inc;
+	bool removed = id < m->M && m->rec.gone[id] > rd->inc;
 	pthread_mutex_unlock(&m->rec.lock);
 	if (rd->next_inc <= rd->inc)
 		return 0; /* not a new holder: nothing to reopen */

@@ -34,6 +34,7 @@
 
 /* Their payloads: txn/recover_wire.h (tests forge them). */
 #include "txn/recover_wire.h"
+#include "txn/txid.h"
 #include "util/common.h"
 
 struct farm_txm_attr {
@@ -69,12 +70,14 @@ void farm_txm_detach(farm_txm *m, farm_loop *loop);
 
 /* The descriptor peers write this machine's logs with. */
 farm_mr_desc farm_txm_log_desc(const farm_txm *m);
-/* Memory in bytes (a snapshot, any thread): @logs, the log arena (every
- * coordinator's rings here; registered and, on shm, allocated whole);
- * @tables, what is sized by machine ids: the peers' descriptors, each
- * attached loop's writer and reader tables, and the record queues of the
- * logs it has written to. */
-void farm_txm_memory(farm_txm *m, uint64_t *logs, uint64_t *tables);
+/* Memory in bytes (a snapshot, any thread): @logs, the log arena (a ring
+ * per (coordinator id, thread) here, registered); @resident, what of it
+ * is in memory: the arena is sparse (FARM_MEM_SPARSE), so only rings a
+ * coordinator wrote to cost memory; @tables, what is sized by machine
+ * ids: the peers' descriptors, each attached loop's writer and reader
+ * tables, and the record queues of the logs it has written to. */
+void farm_txm_memory(farm_txm *m, uint64_t *logs, uint64_t *resident,
+                     uint64_t *tables);
 /* Make machine @id's logs writable from here (any thread); its holder is
  * of incarnation @inc (0: the id's first; its logs here open to it). */
 int farm_txm_add_peer(farm_txm *m, uint32_t id, uint32_t inc,
@@ -236,9 +239,9 @@ struct farm_txrestart_log {
 	const uint8_t *base;
 	size_t len;
 	const char *what; /* for messages: machine and file */
-	/* The coordinators whose rings to read (bit c: machine c; 0: all):
+	/* The coordinators whose rings to read (txn_coord_in; NULL: all):
 	 * the members, the other rings are empty and were not copied. */
-	uint64_t coords;
+	const uint64_t *coords;
 };
 /* A restart without some previous members (farm_membership_forsake):
  * their logs are gone. @ring: the previous configuration's placement

@@ -87,7 +87,7 @@ struct farm_txm {
 	farm_mr_desc *peers;     /* M */
 	_Atomic int *peer_ready; /* M */
 	/* The machines whose logs we serve, compact, for the pollers. */
-	uint32_t ready_ids[0x40];
+	uint32_t *ready_ids; /* M */
 	_Atomic unsigned nready;
 	pthread_mutex_t peer_lock;
 	struct txloop *loops[MAX_LOOPS];

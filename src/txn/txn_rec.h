@@ -87,9 +87,9 @@ struct txrec_state {
 	 * configuration that admitted it, farm_txm_replace_peer; 0 for an
 	 * id's first holder). A holder admitted before the id's last
 	 * removal is removed; its records are recovery's. */
-	uint64_t gone[0x40];
-	uint64_t inc[0x40];
-	bool member[0x40]; /* the survivors of cfg */
+	uint64_t *gone; /* M */
+	uint64_t *inc;  /* M */
+	bool *member;   /* M: the survivors of cfg */
 	unsigned nsurv;
 	uint32_t *promo; /* regions being promoted here */
 	unsigned npromo;
@@ -107,12 +107,12 @@ struct txrec_state {
 	unsigned nadopt, capadopt;
 	/* The decider. */
 	bool go_sent;
-	uint64_t applied_from[0x40];
+	uint64_t *applied_from; /* M */
 	struct rec_txn *d;
 	unsigned nd, capd;
-	unsigned ends[0x40 * MAX_LOOPS];
-	unsigned dends[0x40 * MAX_LOOPS]; /* ends with END_DONE */
-	uint64_t maxlw[0x40 * MAX_LOOPS];
+	unsigned *ends;  /* M * T, by coordinator * T + thread */
+	unsigned *dends; /* M * T: the ends with END_DONE */
+	uint64_t *maxlw; /* M * T */
 };
 
 struct txloop;

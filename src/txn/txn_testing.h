@@ -54,8 +54,8 @@ int farm_txm_testing_sizes(const farm_txm *m,
 
 /* The low-water marks a whole-cluster restart takes from the previous log
  * file @base (@len bytes; restart.c): @mark[c * 64 + t] for coordinator
- * c's thread t (64 * 64 entries), from its whole records and pads. 0,
- * FARM_ECORRUPT (not a log file), -EINVAL. */
+ * c's thread t (TXN_MAX_MACHINES * 64 entries), from its whole records and
+ * pads. 0, FARM_ECORRUPT (not a log file), -EINVAL. */
 int farm_txlog_testing_marks(const uint8_t *base, size_t len, uint64_t *mark);
 
 /* A log file image for farm_txlog_testing_marks and farm_txlog_check, in

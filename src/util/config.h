@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define FARM_CONFIG_MAX_PEERS 64
+#define FARM_CONFIG_MAX_PEERS 255 /* a view holds up to 256 machines */
 #define FARM_CONFIG_STR       256
 #define FARM_CONFIG_DOMAIN    64 /* a failure domain's name, with NUL */
 
@@ -33,6 +33,9 @@ struct farm_config {
 	uint32_t rings;                 /* k: consistent-hashing rings, 1..16 */
 	uint32_t ring_points;           /* points per machine per ring */
 	uint32_t threads;               /* event loops per machine, 1..64 */
+	uint32_t max_machines;          /* machine ids are below this,
+	                                   1..1024 (0: 64); the same on every
+	                                   machine of a cluster */
 	bool busy_poll;                 /* loops never park (messaging's
 	                                   busy_poll); default off */
 	uint32_t park_after_us;         /* idle this long before a loop parks

@@ -26,7 +26,20 @@ static void setup(farm_txm *m, uint8_t mode)
 	pthread_mutex_init(&m->rec.lock, NULL);
 	m->me = 0;
 	m->T = 2;
-	m->M = 0; /* no message is ever sent from here */
+	/* Ids past any source an input names (one byte): survivor 299
+	 * never applies, so REC_GO is never sent and no message is ever
+	 * sent from here. */
+	m->M = 300;
+	m->rec.gone = calloc(m->M, sizeof(*m->rec.gone));
+	m->rec.inc = calloc(m->M, sizeof(*m->rec.inc));
+	m->rec.member = calloc(m->M, sizeof(*m->rec.member));
+	m->rec.applied_from = calloc(m->M, sizeof(*m->rec.applied_from));
+	m->rec.ends = calloc((size_t)m->M * m->T, sizeof(*m->rec.ends));
+	m->rec.maxlw = calloc((size_t)m->M * m->T, sizeof(*m->rec.maxlw));
+	if (!m->rec.gone || !m->rec.inc || !m->rec.member ||
+	    !m->rec.applied_from || !m->rec.ends || !m->rec.maxlw)
+		abort();
+	m->rec.member[299] = true;
 	atomic_store(&m->rec.cfg, 7);
 	m->rec.decider = (mode & 1) ? 0 : 1; /* this machine, or not */
 	m->rec.gone[3] = m->rec.gone[5] = 6; /* removed before cfg 7 */
@@ -44,6 +57,12 @@ static void teardown(farm_txm *m)
 		free(m->rec.d[i].cb);
 	}
 	free(m->rec.d);
+	free(m->rec.gone);
+	free(m->rec.inc);
+	free(m->rec.member);
+	free(m->rec.applied_from);
+	free(m->rec.ends);
+	free(m->rec.maxlw);
 	pthread_mutex_destroy(&m->rec.lock);
 }
 

@@ -2,25 +2,33 @@
 
 void asn_set_views(struct asn_cluster *c, uint64_t cid)
 {
-	uint32_t ids[ASN_MAX];
 	for (unsigned i = 0; i < c->n; i++)
-		ids[i] = i + 1;
-	for (unsigned i = 0; i < c->n; i++)
-		assert_int_equal(farm_as_set_view(c->m[i].as, cid, ids, c->n),
+		assert_int_equal(farm_as_set_view(c->m[i].as, cid, c->id, c->n),
 		                 0);
 }
 
 void asn_open_noview(struct asn_cluster *c, unsigned n, uint64_t rsize,
                      asn_hook_fn hook)
 {
-	farm_msg_attr ma = {.max_machines = 8, .busy_poll = true};
+	uint32_t ids[ASN_MAX];
+	for (unsigned i = 0; i < n && i < ASN_MAX; i++)
+		ids[i] = i + 1;
+	asn_open_ids(c, n, ids, 8, rsize, hook);
+}
+
+void asn_open_ids(struct asn_cluster *c, unsigned n, const uint32_t *ids,
+                  uint32_t max_machines, uint64_t rsize, asn_hook_fn hook)
+{
+	farm_msg_attr ma = {.max_machines = max_machines, .busy_poll = true};
 	struct farm_as_attr aa = {.region_size = rsize};
 	memset(c, 0, sizeof(*c));
+	assert_true(n <= ASN_MAX);
 	c->n = n;
+	memcpy(c->id, ids, n * sizeof(*ids));
 	for (unsigned i = 0; i < n; i++) {
 		struct asn *x = &c->m[i];
 		tu_tmpdir(x->dir, sizeof(x->dir), "asn");
-		x->fab = tu_open(i + 1, x->dir);
+		x->fab = tu_open(c->id[i], x->dir);
 		assert_non_null(x->fab);
 		assert_int_equal(farm_msg_create(x->fab, &ma, &x->msg), 0);
 		aa.seed = i + 1;
@@ -43,9 +51,9 @@ void asn_open_noview(struct asn_cluster *c, unsigned n, uint64_t rsize,
 			assert_true(farm_fabric_address(c->m[j].fab, addr,
 			                                sizeof(addr)) > 0);
 			farm_mr_desc d = farm_msg_desc(c->m[j].msg);
-			assert_int_equal(
-			        farm_msg_add_peer(c->m[i].msg, j + 1, addr, &d),
-			        0);
+			assert_int_equal(farm_msg_add_peer(c->m[i].msg,
+			                                   c->id[j], addr, &d),
+			                 0);
 		}
 		assert_int_equal(farm_loop_open(c->m[i].msg, 0, &c->m[i].loop),
 		                 0);
@@ -57,7 +65,7 @@ void asn_open_noview(struct asn_cluster *c, unsigned n, uint64_t rsize,
 				continue;
 			farm_mr_desc d = farm_txm_log_desc(c->m[j].txm);
 			assert_int_equal(
-			        farm_txm_add_peer(c->m[i].txm, j + 1, 0, &d),
+			        farm_txm_add_peer(c->m[i].txm, c->id[j], 0, &d),
 			        0);
 		}
 }

@@ -28,17 +28,23 @@ struct asn {
 struct asn_cluster {
 	unsigned n;
 	struct asn m[ASN_MAX];
+	uint32_t id[ASN_MAX]; /* machine ids (asn_open: 1..n) */
 };
 
 /* Called on each machine's farm_msg before its loop opens. */
 typedef void (*asn_hook_fn)(struct asn *x, unsigned i);
 
-/* Every machine gets the view {1..n} with config id @cid. */
+/* Every machine gets the view of every id with config id @cid. */
 void asn_set_views(struct asn_cluster *c, uint64_t cid);
 
 /* Machines 1..n, regions of @rsize, no view yet. */
 void asn_open_noview(struct asn_cluster *c, unsigned n, uint64_t rsize,
                      asn_hook_fn hook);
+
+/* Machines with ids @ids[0..n) (ascending), below @max_machines, regions
+ * of @rsize, no view yet. */
+void asn_open_ids(struct asn_cluster *c, unsigned n, const uint32_t *ids,
+                  uint32_t max_machines, uint64_t rsize, asn_hook_fn hook);
 
 /* Machines 1..n, regions of @rsize; views set (config id 1). */
 void asn_open(struct asn_cluster *c, unsigned n, uint64_t rsize,
