@@ -214,8 +214,8 @@ typedef struct farm_node_mem {
 	uint64_t max_machines;
 	/* Version 2: of msg and log, the bytes in memory. The message region
 	 * and the log arena are laid out for every id but backed only where
-	 * written (FARM_MEM_SPARSE): rings of peers that never wrote here,
-	 * and logs of coordinators that never wrote here, cost nothing. */
+	 * backed (FARM_MEM_SPARSE): rings and logs of ids that are not
+	 * peers of this machine cost nothing. */
 	uint64_t msg_resident;
 	uint64_t log_resident;
 } farm_node_mem;

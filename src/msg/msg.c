@@ -18,6 +18,7 @@
 #include "msg/msg_int.h"
 #include "msg/msg_testing.h"
 #include "util/log.h"
+#include "util/mem.h"
 #include "util/tsan.h"
 
 static void layout_init(struct layout *l, unsigned T, unsigned M, uint32_t R)
@@ -86,8 +87,27 @@ static int msg_alloc_tables(farm_msg *msg)
 	return 0;
 }
 
+/* Back the rings machine @id's threads write into here (one per sender
+ * thread, at each of our threads), so that a full file system is an
+ * error now rather than a SIGBUS at its first frame. */
+static int back_in_rings(farm_msg *msg, uint32_t id)
+{
+	const struct layout *l = &msg->lay;
+	for (unsigned r = 0; r < l->T; r++) {
+		int rc = farm_mem_back(msg->base + ring_at(l, r, id, 0),
+		                       (size_t)l->T * l->R);
+		if (rc) {
+			farm_err("msg: cannot back machine %" PRIu32
+			         "'s rings: %s",
+			         id, farm_strerror(rc));
+			return rc;
+		}
+	}
+	return 0;
+}
+
 /* The message region: allocated, registered for remote WRITEs and READs,
- * and its header written. */
+ * its headers and our own rings backed, and its header written. */
 static int msg_map_region(farm_msg *msg)
 {
 	const farm_msg_attr *a = &msg->attr;
@@ -104,6 +124,9 @@ static int msg_map_region(farm_msg *msg)
 	if (rc)
 		return rc;
 	msg->desc = farm_mr_describe(msg->mr);
+	if ((rc = farm_mem_back(msg->base, msg->lay.ring_off)) ||
+	    (rc = back_in_rings(msg, msg->me)))
+		return rc;
 	struct region_hdr h = {MSG_MAGIC, a->nthreads, a->max_machines,
 	                       a->ring_size, msg->me};
 	memcpy(msg->base, &h, sizeof(h));
@@ -299,7 +322,7 @@ int farm_msg_add_peer(farm_msg *msg, uint32_t id, const char *addr,
 	int rc = 0;
 	if (atomic_load(&p->ready)) {
 		rc = memcmp(&p->desc, desc, sizeof(*desc)) ? -EEXIST : 0;
-	} else {
+	} else if (!(rc = back_in_rings(msg, id))) {
 		snprintf(p->addr, sizeof(p->addr), "%s", addr);
 		p->desc = *desc;
 		/* Pairs with the acquires of ready in farm_msg_refresh_peers,

@@ -15,6 +15,7 @@
 #include "txn/txn_tx.h"
 #include "util/fault.h"
 #include "util/log.h"
+#include "util/mem.h"
 
 #define DEFAULT_LOG   (1u << 20)
 #define DEFAULT_ARENA (64u << 20)
@@ -160,8 +161,22 @@ static uint64_t bound_cycles(uint64_t bound_ns)
 	return (uint64_t)((double)bound_ns * (per_ns > 0 ? per_ns : 1));
 }
 
-/* The log memory (@total bytes, registered for remote READ and WRITE),
- * the handlers and the parts of the layer set up with it. */
+/* Back the logs machine @id's coordinators write here (one a thread), so
+ * that a full file system is an error now, not a SIGBUS at a record. */
+static int back_logs(farm_txm *m, uint32_t id)
+{
+	uint8_t *base = farm_mem_addr(m->logmem);
+	int rc = farm_mem_back(base + log_ring_off(m, log_index(m, id, 0)),
+	                       (size_t)m->T * m->R);
+	if (rc)
+		farm_err("txn: cannot back machine %" PRIu32 "'s logs: %s", id,
+		         farm_strerror(rc));
+	return rc;
+}
+
+/* The log memory (@total bytes, registered for remote READ and WRITE;
+ * its headers and our own logs backed), the handlers and the parts of
+ * the layer set up with it. */
 static int txm_setup(farm_txm *m, const struct farm_txm_attr *a, uint64_t total)
 {
 	m->peers = calloc(m->M, sizeof(*m->peers));
@@ -173,6 +188,10 @@ static int txm_setup(farm_txm *m, const struct farm_txm_attr *a, uint64_t total)
 		 * coordinator writes into it. */
 		rc = farm_mem_alloc(m->fab, (size_t)total, FARM_MEM_SPARSE,
 		                    &m->logmem);
+	if (!rc)
+		rc = farm_mem_back(farm_mem_addr(m->logmem), m->hdr_area);
+	if (!rc)
+		rc = back_logs(m, m->me);
 	if (!rc)
 		rc = farm_mr_reg(m->fab, farm_mem_addr(m->logmem),
 		                 (size_t)total,
@@ -330,7 +349,7 @@ int farm_txm_add_peer(farm_txm *m, uint32_t id, uint32_t inc,
 	int rc = 0;
 	if (atomic_load(&m->peer_ready[id])) {
 		rc = memcmp(&m->peers[id], &d, sizeof(d)) ? -EEXIST : 0;
-	} else {
+	} else if (!(rc = back_logs(m, id))) {
 		m->peers[id] = d;
 		/* Its logs here are empty: open them to the holder now.
 		 * Release: pairs with the acquire in farm_txn_writer_open's
