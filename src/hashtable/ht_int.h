@@ -96,6 +96,17 @@ struct htloop {
 	struct farm_as_rcache rc; /* where shards are */
 };
 
+/* Where slot i of a bucket pair's image is (ht_pair.c): its header's
+ * offset in the pair's image (contiguous or not), and its key area in at
+ * most 3 pieces split by line versions. */
+struct ht_smap {
+	uint16_t hdr;
+	bool hdr_whole;
+	uint8_t npieces;
+	uint16_t key_at[3];
+	uint8_t key_n[3];
+};
+
 struct farm_ht {
 	farm_txm *txm;
 	farm_as *as;
@@ -106,6 +117,7 @@ struct farm_ht {
 	uint32_t K, V, slot_bytes;
 	uint32_t bucket_data, bucket_lines;
 	uint32_t block_data, block_lines;
+	struct ht_smap smap[16]; /* per slot of a pair: H of them */
 	struct farm_ht_shard shards[FARM_HT_MAX_SHARDS];
 	unsigned nshards;
 	struct htloop *loops[MAX_LOOPS];
@@ -244,6 +256,7 @@ const struct farm_ht_shard *farm_ht_shard_of(farm_ht *h, uint64_t hash,
  * FARM_ECORRUPT (not buckets). farm_ht_pair_find: the slot (0..H-1, b's
  * first) holding @key, its 8-byte header ([flags][klen][pad][vlen]) in
  * @hdr; -1 when neither bucket has it. */
+void farm_ht_pair_map(farm_ht *h); /* fills h->smap, at creation */
 int farm_ht_pair_check(const farm_ht *h, const uint8_t *img, uint64_t *fwd);
 int farm_ht_pair_find(const farm_ht *h, const uint8_t *img, const void *key,
                       uint32_t klen, uint64_t hash, uint8_t hdr[8]);

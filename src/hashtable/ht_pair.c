@@ -40,18 +40,6 @@ void farm_ht_img_read(const uint8_t *obj, uint32_t off, uint32_t n, void *out)
 	}
 }
 
-/* The @n bytes at data offset @off of @obj: in place when no line's
- * version splits them, else gathered into @tmp. */
-static inline const uint8_t *img_span(const uint8_t *obj, uint32_t off,
-                                      uint32_t n, uint8_t *tmp)
-{
-	uint32_t at = img_off(off);
-	if (img_off(off + n - 1) - at == n - 1)
-		return obj + at;
-	farm_ht_img_read(obj, off, n, tmp);
-	return tmp;
-}
-
 int farm_ht_pair_check(const farm_ht *h, const uint8_t *img, uint64_t *fwd)
 {
 	unsigned L = h->bucket_lines;
@@ -71,27 +59,72 @@ int farm_ht_pair_check(const farm_ht *h, const uint8_t *img, uint64_t *fwd)
 	return 0;
 }
 
+void farm_ht_pair_map(farm_ht *h)
+{
+	for (unsigned i = 0; i < 2 * h->spb && i < 16; i++) {
+		struct ht_smap *m = &h->smap[i];
+		uint32_t base = i < h->spb ? 0 : 64u * h->bucket_lines;
+		uint32_t off = BKT_HDR + (i % h->spb) * h->slot_bytes;
+		m->hdr = (uint16_t)(base + img_off(off));
+		m->hdr_whole = img_off(off + 7) - img_off(off) == 7;
+		m->npieces = 0;
+		for (uint32_t o = off + 8, n = h->K; n && m->npieces < 3;) {
+			uint32_t at = img_off(o), room = 64u - at % 64u;
+			uint32_t k = n < room ? n : room;
+			m->key_at[m->npieces] = (uint16_t)(base + at);
+			m->key_n[m->npieces++] = (uint8_t)k;
+			o += k;
+			n -= k;
+		}
+	}
+}
+
+static inline bool eq_bytes(const uint8_t *a, const uint8_t *b, uint32_t n)
+{
+	for (; n >= 8; a += 8, b += 8, n -= 8)
+		if (get64(a) != get64(b))
+			return false;
+	for (; n; a++, b++, n--)
+		if (*a != *b)
+			return false;
+	return true;
+}
+
+/* Whether slot @m's key area starts with the @n bytes of @key. */
+static inline bool key_eq(const uint8_t *img, const struct ht_smap *m,
+                          const uint8_t *key, uint32_t n)
+{
+	for (unsigned p = 0; p < m->npieces && n; p++) {
+		uint32_t k = n < m->key_n[p] ? n : m->key_n[p];
+		if (!eq_bytes(img + m->key_at[p], key, k))
+			return false;
+		key += k;
+		n -= k;
+	}
+	return true;
+}
+
 int farm_ht_pair_find(const farm_ht *h, const uint8_t *img, const void *key,
                       uint32_t klen, uint64_t hash, uint8_t hdr[8])
 {
-	uint8_t tmp[FARM_HT_MAX_KEY];
 	const uint8_t want_kl = (uint8_t)(klen > h->K ? 0 : klen);
 	for (unsigned i = 0; i < 2 * h->spb; i++) {
-		const uint8_t *obj =
-		        img + (i < h->spb ? 0 : 64u * h->bucket_lines);
-		uint32_t off = BKT_HDR + (i % h->spb) * h->slot_bytes;
-		const uint8_t *s = img_span(obj, off, 8, tmp);
-		if (!(s[0] & SLOT_USED) || s[1] != want_kl)
+		const struct ht_smap *m = &h->smap[i];
+		if (m->hdr_whole)
+			memcpy(hdr, img + m->hdr, 8);
+		else
+			farm_ht_pair_slot_read(h, img, i, 0, 8, hdr);
+		if (!(hdr[0] & SLOT_USED) || hdr[1] != want_kl)
 			continue;
-		memcpy(hdr, s, 8);
-		if (klen > h->K) {
-			if ((hdr[0] & SLOT_LONGKEY) &&
-			    get64(img_span(obj, off + 8, 8, tmp)) == hash)
+		if (klen <= h->K) {
+			if (key_eq(img, m, key, klen))
 				return (int)i;
-		} else if (!memcmp(img_span(obj, off + 8, klen, tmp), key,
-		                   klen)) {
-			return (int)i;
+			continue;
 		}
+		uint8_t hb[8];
+		put64(hb, hash);
+		if ((hdr[0] & SLOT_LONGKEY) && key_eq(img, m, hb, 8))
+			return (int)i;
 	}
 	return -1;
 }
