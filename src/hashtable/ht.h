@@ -168,15 +168,17 @@ int farm_ht_get_first(farm_ht *h, farm_loop *loop, const void *key,
  * (Kalia et al., NSDI'15) over the lock-free read farm_ht_get does: every
  * key hashed and its bucket pair prefetched first, then each pair copied
  * line-atomically, validated (per-line versions, joint version) and
- * searched, then the answers checked against the configuration and the
+ * searched (and the home's chain walked, block by block, while its blocks
+ * are here), then the answers checked against the configuration and the
  * lease once for the group. No continuation, no loop pass: the misses of
  * the group overlap instead of one lookup's each.
  *
  * Each @keys[i] gets its status: 0 (found: @val, @vlen name the value, in
- * @scratch, valid until @scratch is reused), -ENOENT (in neither bucket and
- * the home has no chain), FARM_HT_UNRESOLVED (a positive status: not a
- * local shard, in the chain or in an object of its own, being written,
- * or the configuration changed: farm_ht_get decides), FARM_ELEASE, or
+ * @scratch, valid until @scratch is reused), -ENOENT (in neither bucket nor
+ * the home's chain), FARM_HT_UNRESOLVED (a positive status: not a local
+ * shard, a chain block elsewhere or newer than the pair, a pair in an
+ * object of its own, being written, or the configuration changed:
+ * farm_ht_get decides), FARM_ELEASE, or
  * -EINVAL / -E2BIG for a bad key, FARM_ECORRUPT. @scratch: @n times
  * farm_ht_batch_bytes(), 64-byte aligned. Returns 0, or -EINVAL (bad
  * arguments, or the loop is not attached), -E2BIG (@n too large).

@@ -4,10 +4,11 @@
  * that walks to its bucket pair alone waits for one miss per line group;
  * a group hashes every key and prefetches every pair first, so the misses
  * of the whole group are in flight at once, then copies and searches each
- * pair (ht_pair.c) as farm_ht_get does, and checks the configuration and
- * the lease once for the group. What it cannot answer from the pair alone
- * (chains, pairs in objects of their own, pairs being written, shards
- * elsewhere) it leaves to farm_ht_get.
+ * pair (ht_pair.c) as farm_ht_get does, walks a home's chain while its
+ * blocks are here, and checks the configuration and the lease once for
+ * the group. What it cannot answer so (pairs in objects of their own,
+ * pairs being written, shards and chain blocks elsewhere) it leaves to
+ * farm_ht_get.
  */
 #include "hashtable/ht_int.h"
 
@@ -49,12 +50,57 @@ static void batch_prep(farm_ht *h, struct htloop *l, struct farm_ht_lkey *k)
 	k->lp = lp;
 }
 
+/* Key @k not in its pair, whose joint version is @fwd: its home's chain
+ * from block @p on, when every block is here, each copied into @img (the
+ * pair is no longer needed) and checked as farm_ht_get's chain walk
+ * checks it (its incarnation, not newer than the pair). Anything else
+ * leaves the key unresolved. */
+static void batch_chain(farm_ht *h, struct htloop *l, struct farm_ht_lkey *k,
+                        uint8_t *img, uint64_t fwd, farm_fatptr p)
+{
+	uint8_t blk[BLK_HDR + BLK_SLOTS * (8 + 64 + 1024)];
+	unsigned lines = h->block_lines;
+	for (unsigned depth = 0; depth < 8 && p.addr; depth++) {
+		uint8_t *lp;
+		farm_mr_desc d;
+		uint64_t v, w;
+		if (p.size < h->block_data || obj_lines(p.size) != lines ||
+		    farm_as_resolve_cached(h->as, &l->rc, p.addr, 64ull * lines,
+		                           &lp, &d) ||
+		    !lp ||
+		    !farm_lines_copy(img, lp, 64ull * lines, LINE_TRIES) ||
+		    obj_check(img, lines, p.incarnation, &v, &w))
+			return;
+		farm_stat_add(&h->st.v[T_CHAIN], 1);
+		obj_unpack(img, h->block_data, blk);
+		if (get64(blk) > fwd)
+			return; /* written after the pair we read: mixed */
+		for (unsigned i = 0; i < BLK_SLOTS; i++) {
+			const uint8_t *s = blk_slot(h, blk, i);
+			if (!slot_match(h, s, k->key, k->klen, k->hash))
+				continue;
+			if (s[0] & SLOT_INDIRECT)
+				return;
+			k->vlen = slot_vlen(s);
+			memcpy(img, s + 8 + h->K, k->vlen);
+			k->val = img;
+			k->status = 0;
+			return;
+		}
+		p = get_fat(blk + 8);
+	}
+	if (!p.addr)
+		k->status = -ENOENT;
+}
+
 /* Stage 2 for key @k: its pair copied into @img, checked and searched. */
-static void batch_probe(farm_ht *h, struct farm_ht_lkey *k, uint8_t *img)
+static void batch_probe(farm_ht *h, struct htloop *l, struct farm_ht_lkey *k,
+                        uint8_t *img)
 {
 	if (!farm_lines_copy(img, k->lp, 128ull * h->bucket_lines, LINE_TRIES))
 		return; /* a line kept changing: unresolved */
-	int rc = farm_ht_pair_check(h, img, NULL);
+	uint64_t fwd;
+	int rc = farm_ht_pair_check(h, img, &fwd);
 	if (rc) { /* -EAGAIN: being installed, or mixed commits */
 		if (rc != -EAGAIN)
 			k->status = rc;
@@ -63,7 +109,10 @@ static void batch_probe(farm_ht *h, struct farm_ht_lkey *k, uint8_t *img)
 	uint8_t hdr[8];
 	int slot = farm_ht_pair_find(h, img, k->key, k->klen, k->hash, hdr);
 	if (slot < 0) {
-		if (!farm_ht_pair_overflow(img).addr)
+		farm_fatptr ovf = farm_ht_pair_overflow(img);
+		if (ovf.addr)
+			batch_chain(h, l, k, img, fwd, ovf);
+		else
 			k->status = -ENOENT;
 		return;
 	}
@@ -97,7 +146,7 @@ int farm_ht_get_local_batch(farm_ht *h, farm_loop *loop,
 	uint32_t span = farm_ht_batch_bytes(h);
 	for (unsigned i = 0; i < n; i++)
 		if (keys[i].lp)
-			batch_probe(h, &keys[i], scratch + (size_t)i * span);
+			batch_probe(h, l, &keys[i], scratch + (size_t)i * span);
 	/* As get_buckets: a configuration change since the pairs were found
 	 * may have moved a shard (the old copy may be stale). The fence
 	 * orders the copies' loads before the id's; it pairs with the
