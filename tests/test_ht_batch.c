@@ -334,22 +334,25 @@ static void test_torn(void **state)
 	atomic_store(&Stop, 0);
 	assert_int_equal(pthread_create(&th, NULL, writer, NULL), 0);
 	static uint8_t img[4 * 4096];
-	uint64_t found = 0, unresolved = 0, torn = 0;
+	/* Nothing asserted until the writer stopped: a failed assertion
+	 * would tear the machines down under it. */
+	uint64_t found = 0, unresolved = 0, torn = 0, bad = 0;
 	uint64_t t0 = farm_now_ns();
 	while (found < 200000 && farm_now_ns() - t0 < 20000000000ull) {
 		struct farm_ht_lkey lk[4];
 		for (unsigned j = 0; j < 4; j++)
 			lk[j] = (struct farm_ht_lkey){.key = keys[j],
 			                              .klen = 16};
-		assert_int_equal(
-		        farm_ht_get_local_batch(h, C.m[0].loop, lk, 4, img), 0);
+		bad += farm_ht_get_local_batch(h, C.m[0].loop, lk, 4, img) != 0;
 		for (unsigned j = 0; j < 4; j++) {
 			if (lk[j].status == FARM_HT_UNRESOLVED) {
 				unresolved++;
 				continue;
 			}
-			assert_int_equal(lk[j].status, 0);
-			assert_int_equal(lk[j].vlen, 32);
+			if (lk[j].status != 0 || lk[j].vlen != 32) {
+				bad++;
+				continue;
+			}
 			const uint8_t *v = lk[j].val;
 			for (unsigned b = 1; b < 32; b++)
 				torn += v[b] != v[0];
@@ -359,8 +362,9 @@ static void test_torn(void **state)
 	atomic_store(&Stop, 1);
 	pthread_join(th, NULL);
 	printf("torn: %" PRIu64 " found, %" PRIu64 " unresolved, %" PRIu64
-	       " torn bytes\n",
-	       found, unresolved, torn);
+	       " torn bytes, %" PRIu64 " other failures\n",
+	       found, unresolved, torn, bad);
+	assert_int_equal(bad, 0);
 	assert_int_equal(torn, 0);
 	assert_true(found > 0);
 }
