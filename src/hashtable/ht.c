@@ -107,6 +107,7 @@ int farm_ht_create(farm_txm *txm, farm_as *as, farm_galloc *ga, farm_msg *msg,
 	h->bucket_lines = obj_lines(h->bucket_data);
 	h->block_data = BLK_HDR + BLK_SLOTS * h->slot_bytes;
 	h->block_lines = obj_lines(h->block_data);
+	farm_ht_pair_map(h);
 	int rc = farm_msg_handle(msg, FARM_MSGT_HT_OP, farm_ht_h_op, h);
 	if (rc) {
 		free(h);

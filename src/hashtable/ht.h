@@ -162,6 +162,42 @@ unsigned farm_ht_shard_index(uint64_t hash, unsigned nshards);
 int farm_ht_get_first(farm_ht *h, farm_loop *loop, const void *key,
                       uint32_t klen, farm_ht_get_fn cont, void *ctx);
 
+/*
+ * farm_ht_get_local_batch() - up to FARM_HT_BATCH_MAX lookups of keys in
+ * this machine's shards, done now, in the group-prefetch shape of G-Opt
+ * (Kalia et al., NSDI'15) over the lock-free read farm_ht_get does: every
+ * key hashed and its bucket pair prefetched first, then each pair copied
+ * line-atomically, validated (per-line versions, joint version) and
+ * searched (and the home's chain walked, block by block, while its blocks
+ * are here), then the answers checked against the configuration and the
+ * lease once for the group. No continuation, no loop pass: the misses of
+ * the group overlap instead of one lookup's each.
+ *
+ * Each @keys[i] gets its status: 0 (found: @val, @vlen name the value, in
+ * @scratch, valid until @scratch is reused), -ENOENT (in neither bucket nor
+ * the home's chain), FARM_HT_UNRESOLVED (a positive status: not a local
+ * shard, a chain block elsewhere or newer than the pair, a pair in an
+ * object of its own, being written, or the configuration changed:
+ * farm_ht_get decides), FARM_ELEASE, or
+ * -EINVAL / -E2BIG for a bad key, FARM_ECORRUPT. @scratch: @n times
+ * farm_ht_batch_bytes(), 64-byte aligned. Returns 0, or -EINVAL (bad
+ * arguments, or the loop is not attached), -E2BIG (@n too large).
+ */
+#define FARM_HT_BATCH_MAX 64u
+struct farm_ht_lkey {
+	const void *key;   /* in */
+	uint32_t klen;     /* in */
+	uint32_t vlen;     /* out */
+	int status;        /* out */
+	const void *val;   /* out */
+	const uint8_t *lp; /* private: the pair here */
+	uint64_t hash;     /* private */
+};
+uint32_t farm_ht_batch_bytes(const farm_ht *h);
+int farm_ht_get_local_batch(farm_ht *h, farm_loop *loop,
+                            struct farm_ht_lkey *keys, unsigned n,
+                            uint8_t *scratch);
+
 /* The longest value farm_ht_put takes with a @klen-byte key: the table's
  * limit, or less when key and value would not fit one shipped message
  * (longer ones fail with -E2BIG). 0 for a bad @klen. */

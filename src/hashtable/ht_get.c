@@ -27,7 +27,6 @@ struct get_op {
 	const struct farm_ht_shard *sd;
 	uint32_t b;
 	uint8_t *img; /* 2 buckets, from the pool */
-	uint8_t *d0, *d1;
 	unsigned tries;
 	uint64_t busy_t0; /* ns of the first retry (0: none yet) */
 	uint64_t fwd;     /* the pair version seen */
@@ -49,8 +48,6 @@ void farm_ht_gets_free(struct htloop *l)
 	while (l->free_gets) {
 		struct get_op *g = l->free_gets;
 		l->free_gets = g->next_free;
-		free(g->d0);
-		free(g->d1);
 		free(g);
 	}
 }
@@ -66,27 +63,10 @@ static int read_err(int status)
 	return status == -ENOENT ? FARM_ECORRUPT : status;
 }
 
-/*
- * A lookup's answer from what this machine read, found or absent, only
- * while its lease holds, as for the transaction layer's reads (read.c,
- * rd_check; farm_txm_serve_word): a machine paused past its lease, perhaps
- * removed and its shards served elsewhere by now, must not answer from
- * what its copy or an old READ says (a zombie's get right after SIGCONT
- * would return a value the new configuration has overwritten). Checked
- * after the copy.
- */
-static int lease_checked(farm_ht *h, int status)
-{
-	if (status != 0 && status != -ENOENT)
-		return status;
-	return farm_txm_lease_held(farm_txm_serve_word(h->txm)) ? status
-	                                                        : FARM_ELEASE;
-}
-
 static void get_end(struct get_op *g, int status, const void *val, uint32_t len)
 {
 	farm_ht *h = g->h;
-	status = lease_checked(h, status);
+	status = farm_ht_lease_checked(h, status);
 	farm_stat_add(&h->st.v[status == 0 ? T_FOUND : T_NOTFOUND], 1);
 	farm_loop *loop = g->l->loop;
 	farm_ht_get_fn cont = g->cont;
@@ -162,7 +142,8 @@ static bool indirect_match(const uint8_t *obj, uint32_t olen,
 
 static void get_read_obj(struct get_op *g, farm_fatptr p, int stage);
 
-/* Found in slot @s: inline value, or the object it names. */
+/* Found in a chain block's slot @s: inline value, or the object it
+ * names. */
 static void get_found(struct get_op *g, const uint8_t *s)
 {
 	if (!(s[0] & SLOT_INDIRECT)) {
@@ -170,6 +151,23 @@ static void get_found(struct get_op *g, const uint8_t *s)
 		return;
 	}
 	get_read_obj(g, get_fat(s + 8 + g->h->K), 2);
+}
+
+/* Found in slot @slot of the pair in g->img (header @hdr): the inline
+ * value, gathered to the image's start (the image is ours until
+ * get_end), or the object it names. */
+static void get_found_pair(struct get_op *g, unsigned slot, const uint8_t *hdr)
+{
+	uint32_t off = 8 + g->h->K;
+	if (!(hdr[0] & SLOT_INDIRECT)) {
+		uint32_t vl = slot_vlen(hdr);
+		farm_ht_pair_slot_read(g->h, g->img, slot, off, vl, g->img);
+		get_end(g, 0, g->img, vl);
+		return;
+	}
+	farm_fatptr p;
+	farm_ht_pair_slot_read(g->h, g->img, slot, off, sizeof(p), &p);
+	get_read_obj(g, p, 2);
 }
 
 /* Look for the key in a chain block's data (@blk); follow its chain. */
@@ -247,16 +245,13 @@ static void get_read_obj(struct get_op *g, farm_fatptr p, int stage)
 static void get_buckets(struct get_op *g)
 {
 	farm_ht *h = g->h;
-	unsigned L = h->bucket_lines;
-	uint64_t v, w;
-	int rc0 = obj_check(g->img, L, UINT64_MAX, &v, &w);
-	int rc1 = obj_check(g->img + 64u * L, L, UINT64_MAX, &v, &w);
-	if (rc0 == -EAGAIN || rc1 == -EAGAIN) {
+	int rc = farm_ht_pair_check(h, g->img, &g->fwd);
+	if (rc == -EAGAIN) {
 		get_retry(g);
 		return;
 	}
-	if (rc0 || rc1) {
-		get_end(g, FARM_ECORRUPT, NULL, 0); /* not a bucket */
+	if (rc) {
+		get_end(g, rc, NULL, 0);
 		return;
 	}
 	/* Read again when the configuration changed since the buckets
@@ -269,21 +264,13 @@ static void get_buckets(struct get_op *g)
 		get_retry(g);
 		return;
 	}
-	obj_unpack(g->img, h->bucket_data, g->d0);
-	obj_unpack(g->img + 64u * L, h->bucket_data, g->d1);
-	if (get64(B_FWD(g->d0)) != get64(B_BWD(g->d1))) {
-		get_retry(g); /* the two come from different commits */
+	uint8_t hdr[8];
+	int slot = farm_ht_pair_find(h, g->img, g->key, g->klen, g->hash, hdr);
+	if (slot >= 0) {
+		get_found_pair(g, (unsigned)slot, hdr);
 		return;
 	}
-	g->fwd = get64(B_FWD(g->d0));
-	for (unsigned i = 0; i < 2 * h->spb; i++) {
-		uint8_t *s = slot_at(h, i < h->spb ? g->d0 : g->d1, i % h->spb);
-		if (slot_match(h, s, g->key, g->klen, g->hash)) {
-			get_found(g, s);
-			return;
-		}
-	}
-	farm_fatptr ovf = get_fat(B_OVF(g->d0));
+	farm_fatptr ovf = farm_ht_pair_overflow(g->img);
 	if (ovf.addr)
 		get_read_obj(g, ovf, 1);
 	else
@@ -387,21 +374,14 @@ int farm_ht_get(farm_ht *h, farm_loop *loop, const void *key, uint32_t klen,
 	struct get_op *g = l->free_gets;
 	if (g) {
 		l->free_gets = g->next_free;
-	} else {
-		if (!(g = calloc(1, sizeof(*g))))
-			return -ENOMEM;
-		g->d0 = malloc(h->bucket_data);
-		g->d1 = malloc(h->bucket_data);
+	} else if (!(g = calloc(1, sizeof(*g)))) {
+		return -ENOMEM;
 	}
 	g->img = buf_get(l);
-	if (!g->img || !g->d0 || !g->d1) {
-		int rc2 = g->img ? -ENOMEM : -EAGAIN; /* too many in flight */
-		if (g->img)
-			buf_put(l, g->img);
-		g->img = NULL;
+	if (!g->img) { /* too many in flight */
 		g->next_free = l->free_gets;
 		l->free_gets = g;
-		return rc2;
+		return -EAGAIN;
 	}
 	g->tries = 0;
 	g->busy_t0 = 0;
@@ -443,7 +423,6 @@ struct first_op {
 	uint32_t klen;
 	uint64_t hash;
 	uint8_t *img; /* 2 buckets, from the pool */
-	uint8_t *d;   /* both buckets' data */
 	uint8_t *obuf;
 	uint32_t olen;
 	const uint8_t *lp; /* local shard: the buckets, copied when due */
@@ -456,14 +435,13 @@ struct first_op {
 static void first_end(struct first_op *f, int status, const void *val,
                       uint32_t len)
 {
-	status = lease_checked(f->h, status);
+	status = farm_ht_lease_checked(f->h, status);
 	if (status == 0 || status == -ENOENT)
 		farm_stat_add(&f->h->st.v[status == 0 ? T_FOUND : T_NOTFOUND],
 		              1);
 	f->cont(f->l->loop, f->ctx, status, val, len);
 	farm_lf_end(&f->ep);
 	buf_put(f->l, f->img);
-	free(f->d);
 	free(f->obuf);
 	free(f);
 }
@@ -490,20 +468,45 @@ static void first_obj_done(farm_loop *loop, void *ctx, int status)
 	first_end(f, 0, f->obuf + 8 + kl, vl);
 }
 
+/* Found in slot @slot of the pair (header @hdr): the inline value,
+ * gathered to the image's start, or the read of the object it names. */
+static void first_found(struct first_op *f, unsigned slot, const uint8_t *hdr)
+{
+	farm_ht *h = f->h;
+	uint32_t off = 8 + h->K;
+	if (!(hdr[0] & SLOT_INDIRECT)) {
+		uint32_t vl = slot_vlen(hdr);
+		farm_ht_pair_slot_read(h, f->img, slot, off, vl, f->img);
+		first_end(f, 0, f->img, vl);
+		return;
+	}
+	farm_fatptr p;
+	farm_ht_pair_slot_read(h, f->img, slot, off, sizeof(p), &p);
+	if (!p.addr || p.size < 8 || p.size > FARM_TX_MAX_SIZE) {
+		first_end(f, FARM_ECORRUPT, NULL, 0);
+		return;
+	}
+	f->obuf = malloc(p.size);
+	f->olen = p.size;
+	if (!f->obuf) {
+		first_end(f, -ENOMEM, NULL, 0);
+		return;
+	}
+	farm_stat_add(&h->st.v[T_READS], 1);
+	int rc = farm_lf_read(h->txm, f->l->loop, p.addr, p.size, p.incarnation,
+	                      f->obuf, first_obj_done, f);
+	if (rc)
+		first_end(f, rc == -EAGAIN ? FARM_HT_UNRESOLVED : read_err(rc),
+		          NULL, 0);
+}
+
 /* The bucket pair is in f->img (on a later pass than the call). */
 static void first_buckets(struct first_op *f)
 {
 	farm_ht *h = f->h;
-	unsigned L = h->bucket_lines;
-	uint64_t v, w;
-	int rc0 = obj_check(f->img, L, UINT64_MAX, &v, &w);
-	int rc1 = obj_check(f->img + 64u * L, L, UINT64_MAX, &v, &w);
-	if (rc0 == -EAGAIN || rc1 == -EAGAIN) {
-		first_end(f, FARM_HT_UNRESOLVED, NULL, 0);
-		return;
-	}
-	if (rc0 || rc1) {
-		first_end(f, FARM_ECORRUPT, NULL, 0); /* not a bucket */
+	int rc = farm_ht_pair_check(h, f->img, NULL);
+	if (rc) { /* -EAGAIN: being installed, or mixed commits */
+		first_end(f, rc == -EAGAIN ? FARM_HT_UNRESOLVED : rc, NULL, 0);
 		return;
 	}
 	/* As get_buckets: a configuration change since the buckets were
@@ -515,45 +518,16 @@ static void first_buckets(struct first_op *f)
 		first_end(f, FARM_HT_UNRESOLVED, NULL, 0);
 		return;
 	}
-	uint8_t *d0 = f->d, *d1 = f->d + h->bucket_data;
-	obj_unpack(f->img, h->bucket_data, d0);
-	obj_unpack(f->img + 64u * L, h->bucket_data, d1);
-	if (get64(B_FWD(d0)) != get64(B_BWD(d1))) {
-		first_end(f, FARM_HT_UNRESOLVED, NULL, 0); /* mixed commits */
-		return;
-	}
-	for (unsigned i = 0; i < 2 * h->spb; i++) {
-		uint8_t *s = slot_at(h, i < h->spb ? d0 : d1, i % h->spb);
-		if (!slot_match(h, s, f->key, f->klen, f->hash))
-			continue;
-		if (!(s[0] & SLOT_INDIRECT)) {
-			first_end(f, 0, s + 8 + h->K, slot_vlen(s));
-			return;
-		}
-		farm_fatptr p = get_fat(s + 8 + h->K);
-		if (!p.addr || p.size < 8 || p.size > FARM_TX_MAX_SIZE) {
-			first_end(f, FARM_ECORRUPT, NULL, 0);
-			return;
-		}
-		f->obuf = malloc(p.size);
-		f->olen = p.size;
-		if (!f->obuf) {
-			first_end(f, -ENOMEM, NULL, 0);
-			return;
-		}
-		farm_stat_add(&h->st.v[T_READS], 1);
-		int rc =
-		        farm_lf_read(h->txm, f->l->loop, p.addr, p.size,
-		                     p.incarnation, f->obuf, first_obj_done, f);
-		if (rc)
-			first_end(f,
-			          rc == -EAGAIN ? FARM_HT_UNRESOLVED
-			                        : read_err(rc),
-			          NULL, 0);
+	uint8_t hdr[8];
+	int slot = farm_ht_pair_find(h, f->img, f->key, f->klen, f->hash, hdr);
+	if (slot >= 0) {
+		first_found(f, (unsigned)slot, hdr);
 		return;
 	}
 	/* Not in b or b + 1: absent, unless the home has a chain. */
-	first_end(f, get_fat(B_OVF(d0)).addr ? FARM_HT_UNRESOLVED : -ENOENT,
+	first_end(f,
+	          farm_ht_pair_overflow(f->img).addr ? FARM_HT_UNRESOLVED
+	                                             : -ENOENT,
 	          NULL, 0);
 }
 
@@ -617,13 +591,10 @@ int farm_ht_get_first(farm_ht *h, farm_loop *loop, const void *key,
 	struct first_op *f = calloc(1, sizeof(*f));
 	if (!f)
 		return -ENOMEM;
-	f->d = malloc(2ull * h->bucket_data);
-	f->img = f->d ? buf_get(l) : NULL;
-	if (!f->img) {
-		rc = f->d ? -EAGAIN : -ENOMEM; /* too many in flight */
-		free(f->d);
+	f->img = buf_get(l);
+	if (!f->img) { /* too many in flight */
 		free(f);
-		return rc;
+		return -EAGAIN;
 	}
 	f->h = h;
 	f->l = l;
@@ -636,7 +607,6 @@ int farm_ht_get_first(farm_ht *h, farm_loop *loop, const void *key,
 	farm_gaddr a = sd->base + (uint64_t)home_of(hash, sd->nbuckets) * bb;
 	if ((rc = farm_lf_begin(h->txm, loop, &f->ep))) {
 		buf_put(l, f->img);
-		free(f->d);
 		free(f);
 		return rc;
 	}
@@ -647,7 +617,6 @@ int farm_ht_get_first(farm_ht *h, farm_loop *loop, const void *key,
 	if (rc) {
 		farm_lf_end(&f->ep);
 		buf_put(l, f->img);
-		free(f->d);
 		free(f);
 	}
 	return read_err(rc); /* -ENOENT from here would say: no shards */

@@ -4,6 +4,8 @@
  *
  *   ht.c        the table: creation, loops, shards, hashing, counters
  *   ht_get.c    lookups (farm_ht_get, farm_ht_get_first): lock-free reads
+ *   ht_pair.c   a bucket pair's image checked and searched in place
+ *   ht_batch.c  batched local lookups (farm_ht_get_local_batch)
  *   ht_ship.c   writes shipped to a shard's owner, its handler and its
  *               flat-combining batches
  *   ht_write.c  the owner's put and delete in a transaction: buckets,
@@ -94,6 +96,17 @@ struct htloop {
 	struct farm_as_rcache rc; /* where shards are */
 };
 
+/* Where slot i of a bucket pair's image is (ht_pair.c): its header's
+ * offset in the pair's image (contiguous or not), and its key area in at
+ * most 3 pieces split by line versions. */
+struct ht_smap {
+	uint16_t hdr;
+	bool hdr_whole;
+	uint8_t npieces;
+	uint16_t key_at[3];
+	uint8_t key_n[3];
+};
+
 struct farm_ht {
 	farm_txm *txm;
 	farm_as *as;
@@ -104,6 +117,7 @@ struct farm_ht {
 	uint32_t K, V, slot_bytes;
 	uint32_t bucket_data, bucket_lines;
 	uint32_t block_data, block_lines;
+	struct ht_smap smap[16]; /* per slot of a pair: H of them */
 	struct farm_ht_shard shards[FARM_HT_MAX_SHARDS];
 	unsigned nshards;
 	struct htloop *loops[MAX_LOOPS];
@@ -235,6 +249,28 @@ struct cfree {
 int farm_ht_check_key(const void *key, uint32_t klen);
 const struct farm_ht_shard *farm_ht_shard_of(farm_ht *h, uint64_t hash,
                                              unsigned *idx);
+
+/* ht_pair.c. @img: buckets b and b + 1 as one read copied them.
+ * farm_ht_pair_check: 0 (and the pair's joint version in *@fwd), -EAGAIN
+ * (being installed, or the buckets are of different commits: read again),
+ * FARM_ECORRUPT (not buckets). farm_ht_pair_find: the slot (0..H-1, b's
+ * first) holding @key, its 8-byte header ([flags][klen][pad][vlen]) in
+ * @hdr; -1 when neither bucket has it. */
+void farm_ht_pair_map(farm_ht *h); /* fills h->smap, at creation */
+int farm_ht_pair_check(const farm_ht *h, const uint8_t *img, uint64_t *fwd);
+int farm_ht_pair_find(const farm_ht *h, const uint8_t *img, const void *key,
+                      uint32_t klen, uint64_t hash, uint8_t hdr[8]);
+/* @n bytes at @off in slot @slot of the pair (its value: off 8 + K), or of
+ * one object's data at @off (the image may be @out's own buffer: bytes move
+ * only toward its start). */
+void farm_ht_pair_slot_read(const farm_ht *h, const uint8_t *img, unsigned slot,
+                            uint32_t off, uint32_t n, void *out);
+void farm_ht_img_read(const uint8_t *obj, uint32_t off, uint32_t n, void *out);
+/* The home bucket's overflow chain pointer. */
+farm_fatptr farm_ht_pair_overflow(const uint8_t *img);
+/* A lookup's answer from what this machine read, found or absent, only
+ * while its lease holds (ht_get.c says why); other statuses pass. */
+int farm_ht_lease_checked(farm_ht *h, int status);
 
 /* ht_get.c: free a loop's recycled lookups (at detach). */
 void farm_ht_gets_free(struct htloop *l);

@@ -2,9 +2,10 @@
  * Multi-get, the asking side (README.md, "Multi-get"; wire format: kv.h).
  *
  * Every key of another machine's shard first gets farm_ht_get_first (one
- * READ of its bucket pair); keys of our own shard get a whole local
- * lookup. Once every first read is back, the unresolved keys go to their
- * owners, one batch message per machine (more only when one would not
+ * READ of its bucket pair); keys of our own shard are looked up at once
+ * in groups (farm_ht_get_local_batch), and those it leaves unresolved get
+ * a whole local lookup. Once every first read is back, the unresolved keys go
+ * to their owners, one batch message per machine (more only when one would not
  * fit). Keys whose values did not fit their batch's reply, and keys of a
  * batch that could not be sent, get a whole lookup of their own. A loop
  * has a bounded number of lookups in flight (-EAGAIN): the rest wait in
@@ -385,6 +386,46 @@ static void mg_advance(struct mg *m)
 	}
 }
 
+/* Our shard's keys (all of fullq so far), looked up now in groups (the
+ * hashtable's batched local lookup: every pair of a group prefetched
+ * before any is searched); those it leaves unresolved stay queued for a
+ * whole lookup. Without memory for the groups' images every key stays
+ * queued. */
+static void mg_local(struct mg *m)
+{
+	enum { G = 16 };
+	farm_ht *ht = m->kv->ht;
+	uint8_t *img =
+	        m->nfull
+	                ? aligned_alloc(64, G * (size_t)farm_ht_batch_bytes(ht))
+	                : NULL;
+	if (!img)
+		return;
+	struct farm_ht_lkey lk[G];
+	uint32_t keep = 0;
+	for (uint32_t at = 0; at < m->nfull; at += G) {
+		unsigned n = m->nfull - at < G ? m->nfull - at : G;
+		for (unsigned j = 0; j < n; j++) {
+			const struct mg_key *k = &m->k[m->fullq[at + j]];
+			lk[j].key = k->key;
+			lk[j].klen = k->klen;
+		}
+		if (farm_ht_get_local_batch(ht, m->loop, lk, n, img))
+			for (unsigned j = 0; j < n; j++)
+				lk[j].status = FARM_HT_UNRESOLVED;
+		for (unsigned j = 0; j < n; j++) {
+			uint32_t i = m->fullq[at + j];
+			if (lk[j].status == FARM_HT_UNRESOLVED)
+				m->fullq[keep++] = i;
+			else
+				mg_finish_key(m, i, lk[j].status, lk[j].val,
+				              lk[j].vlen);
+		}
+	}
+	m->nfull = keep;
+	free(img);
+}
+
 /* Copy each key into the batch and queue it by where it is looked up:
  * our shard (a local lookup now), the owner's (owner mode), or a first
  * READ. A bad key fails alone. Returns how many were local. */
@@ -458,6 +499,7 @@ int farm_kv_mget(farm_kv *kv, farm_loop *loop, unsigned n,
 	m->left = n;
 	m->in_call = true;
 	unsigned local = mg_classify(m, keys, klens);
+	mg_local(m);
 	m->first_left = m->nfirst;
 	farm_stat_add(&kv->st[S_CALLS], 1);
 	farm_stat_add(&kv->st[S_KEYS], n);

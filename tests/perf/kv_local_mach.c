@@ -9,8 +9,6 @@
 #include "hashtable/ht.h"
 #include "kv/kv.h"
 #include "node/node.h"
-#include "txn/object.h"
-#include "util/lines.h"
 
 struct farm_ht_shard *kl_sd;
 
@@ -76,22 +74,21 @@ static long kl_scan_from(struct mach *m, const void *key, uint32_t klen,
 
 /* ---- the plain loop ------------------------------------------------------ */
 
-/* The shard's layout for the plain loop. */
+/* The plain loop's state: the store's batched local lookup
+ * (farm_ht_get_local_batch: hash, prefetch every pair, copy, validate,
+ * match) on groups of PLAIN_BATCH keys. */
 struct plain {
 	struct mach *m;
 	farm_ht *ht;
-	const uint8_t *arr; /* the shard's buckets, in local memory */
-	uint32_t nbuckets, bb, bdata, hdr, slot, K;
-	unsigned spb, L;
-	uint8_t *img, *d;
+	uint8_t *scratch; /* the batch's pair images */
 	uint64_t bad, fallback, sum;
+	unsigned fb_left;
 };
 
-/* A lookup the plain loop could not finish: the store's full one. */
+/* A lookup the batch could not finish: the store's full one. */
 struct fb {
-	volatile int done;
+	struct plain *p;
 	uint32_t k;
-	bool ok;
 };
 
 static void fb_cb(farm_loop *loop, void *ctx, int status, const void *val,
@@ -99,111 +96,84 @@ static void fb_cb(farm_loop *loop, void *ctx, int status, const void *val,
 {
 	(void)loop;
 	struct fb *f = ctx;
-	f->ok = !status && val_ok(f->k, val, len);
-	f->done = 1;
+	if (status || !val_ok(f->k, val, len))
+		f->p->bad++;
+	f->p->fb_left--;
 }
 
-/* In the overflow chain (or being written): the API's full lookup, polled
- * here (farm_loop_wait may park the thread). */
-static void plain_fallback(struct plain *p, uint32_t k, const uint8_t *key)
+/* In the overflow chain (or being written): the API's full lookups of a
+ * group's unresolved keys, all issued, then polled together (farm_loop_poll
+ * runs the rest of the machine too). */
+static void plain_fallback(struct plain *p, struct fb *f, unsigned n,
+                           uint8_t (*key)[KLEN_MAX])
 {
-	struct fb f = {.k = k};
-	int rc = farm_ht_get(p->ht, p->m->loop, key, g_opt.ksize, fb_cb, &f);
-	while (!rc && !f.done)
-		(void)farm_loop_poll(p->m->loop);
-	if (rc || !f.ok)
-		p->bad++;
-	p->fallback++;
-}
-
-/* Key @k (@key) in the two buckets copied into @im, checked and unpacked
- * as the store does: whether it was found there. */
-static bool plain_match(struct plain *p, uint8_t *im, uint32_t k,
-                        const uint8_t *key)
-{
-	uint64_t v, w;
-	uint8_t *d = p->d;
-	if (obj_check(im, p->L, UINT64_MAX, &v, &w) ||
-	    obj_check(im + p->bb, p->L, UINT64_MAX, &v, &w))
-		return false;
-	obj_unpack(im, p->bdata, d);
-	obj_unpack(im + p->bb, p->bdata, d + p->bdata);
-	if (memcmp(d, d + p->bdata + 8, 8))
-		return false;
-	for (unsigned s = 0; s < 2 * p->spb; s++) {
-		uint8_t *sl = d + (s < p->spb ? 0 : p->bdata) + p->hdr +
-		              (s % p->spb) * p->slot;
-		if ((sl[0] & 3) != 1 || sl[1] != g_opt.ksize ||
-		    memcmp(sl + 8, key, g_opt.ksize))
-			continue;
-		uint32_t vl;
-		memcpy(&vl, sl + 4, 4);
-		if (!val_ok(k, sl + 8 + p->K, vl))
+	for (unsigned j = 0; j < n; j++) {
+		p->fb_left++;
+		if (farm_ht_get(p->ht, p->m->loop, key[j], g_opt.ksize, fb_cb,
+		                &f[j])) {
+			p->fb_left--;
 			p->bad++;
-		p->sum += sl[8 + p->K + 8];
-		return true;
+		}
 	}
-	return false;
+	p->fallback += n;
+	while (p->fb_left)
+		(void)farm_loop_poll(p->m->loop);
 }
 
-/* One batch: PLAIN_BATCH keys of the stream hashed and their home buckets
- * prefetched, then each looked up. */
+/* One group: PLAIN_BATCH keys of the stream, looked up together. */
 static void plain_batch(struct plain *p, uint64_t *gen)
 {
 	enum { B = PLAIN_BATCH };
-	const uint8_t *a[B];
+	struct farm_ht_lkey lk[B];
 	uint32_t kk[B];
 	uint8_t key[B][KLEN_MAX];
 	for (int j = 0; j < B; j++) {
 		kk[j] = key_of(p->m->stream[(*gen)++ % STREAM_LEN]);
 		make_key(kk[j], key[j]);
-		uint64_t h = farm_ht_hash(key[j], g_opt.ksize);
-		uint32_t b = (uint32_t)((h >> 11) % p->nbuckets);
-		a[j] = p->arr + (uint64_t)b * p->bb;
-		for (unsigned l = 0; l < 2 * p->L; l++)
-			__builtin_prefetch(a[j] + 64u * l);
+		lk[j].key = key[j];
+		lk[j].klen = g_opt.ksize;
 	}
+	if (farm_ht_get_local_batch(p->ht, p->m->loop, lk, B, p->scratch)) {
+		p->bad += B;
+		return;
+	}
+	struct fb f[B];
+	uint8_t fkey[B][KLEN_MAX];
+	unsigned nf = 0;
 	for (int j = 0; j < B; j++) {
-		uint8_t *im = p->img + (size_t)j * 2 * p->bb;
-		if (!farm_lines_copy(im, a[j], 2ull * p->bb, 1000) ||
-		    !plain_match(p, im, kk[j], key[j]))
-			plain_fallback(p, kk[j], key[j]);
+		if (lk[j].status == 0) {
+			if (!val_ok(kk[j], lk[j].val, lk[j].vlen))
+				p->bad++;
+			if (lk[j].vlen)
+				p->sum += ((const uint8_t *)lk[j].val)[0];
+		} else if (lk[j].status == FARM_HT_UNRESOLVED) {
+			f[nf] = (struct fb){.p = p, .k = kk[j]};
+			memcpy(fkey[nf++], key[j], g_opt.ksize);
+		} else {
+			p->bad++;
+		}
 	}
+	if (nf)
+		plain_fallback(p, f, nf, fkey);
 }
 
-/* The layout of machine @m's shard; 0, -EINVAL (not local), -ENOMEM. */
+/* Machine @m's shard and the batch's images; 0, -EINVAL (not local),
+ * -ENOMEM. */
 static int plain_open(struct plain *p, struct mach *m)
 {
 	const struct farm_ht_shard *sd = &kl_sd[m->id];
 	memset(p, 0, sizeof(*p));
 	p->m = m;
 	p->ht = farm_kv_table(m->kv);
-	p->nbuckets = sd->nbuckets;
-	p->bb = farm_ht_bucket_bytes(p->ht);
-	p->spb = farm_ht_slots_per_bucket(p->ht);
-	p->L = p->bb / 64;
-	/* Layout (src/hashtable/ht_int.h): bucket data = fwd u64, bwd u64,
-	 * overflow fat pointer (24 B), then slots of [flags u8][klen u8]
-	 * [pad u16][vlen u32][key K][value V] (K, V: the inline sizes; a
-	 * pair that does not fit is in an object: the API's lookup). */
-	p->K = kb_key_inline();
-	p->hdr = 40;
-	p->slot = 8 + p->K + kb_val_inline();
-	p->bdata = p->hdr + p->spb * p->slot;
-	p->arr = farm_as_local_ptr(farm_node_as(m->node), sd->base,
-	                           ((uint64_t)sd->nbuckets + 1) * p->bb);
-	if (!p->arr) {
+	uint32_t bb = farm_ht_bucket_bytes(p->ht);
+	if (!farm_as_local_ptr(farm_node_as(m->node), sd->base,
+	                       ((uint64_t)sd->nbuckets + 1) * bb)) {
 		fprintf(stderr, PROG ": machine %u: shard not local\n", m->id);
 		return -EINVAL;
 	}
-	p->img = aligned_alloc(64, (size_t)PLAIN_BATCH * 2 * p->bb);
-	p->d = malloc(2 * (size_t)p->bdata);
-	if (!p->img || !p->d) {
-		free(p->img);
-		free(p->d);
-		return -ENOMEM;
-	}
-	return 0;
+	p->scratch = aligned_alloc(64, (size_t)PLAIN_BATCH *
+	                                       farm_ht_batch_bytes(p->ht));
+	return p->scratch ? 0 : -ENOMEM;
 }
 
 static uint64_t thread_cpu_ns(void)
@@ -232,8 +202,7 @@ static int kl_plain(struct mach *m, uint64_t dur)
 		n += PLAIN_BATCH;
 		now = bu_now_ns();
 	}
-	free(p.img);
-	free(p.d);
+	free(p.scratch);
 	r->ops = r->gets = r->keys = n;
 	r->ns = now - t0;
 	r->cpu_ns = thread_cpu_ns() - c0;

@@ -1,0 +1,179 @@
+/*
+ * Batched local lookups (ht.h, farm_ht_get_local_batch): G-Opt's group
+ * prefetching (Kalia et al., NSDI'15) on this machine's shards. A lookup
+ * that walks to its bucket pair alone waits for one miss per line group;
+ * a group hashes every key and prefetches every pair first, so the misses
+ * of the whole group are in flight at once, then copies and searches each
+ * pair (ht_pair.c) as farm_ht_get does, walks a home's chain while its
+ * blocks are here, and checks the configuration and the lease once for
+ * the group. What it cannot answer so (pairs in objects of their own,
+ * pairs being written, shards and chain blocks elsewhere) it leaves to
+ * farm_ht_get.
+ */
+#include "hashtable/ht_int.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+
+#include "txn/object.h"
+#include "txn/txm.h"
+#include "util/lines.h"
+
+uint32_t farm_ht_batch_bytes(const farm_ht *h)
+{
+	return h ? 128u * h->bucket_lines : 0;
+}
+
+/* Stage 1 for key @k: hash, home, its pair here (prefetched), or a status
+ * that ends it now. */
+static void batch_prep(farm_ht *h, struct htloop *l, struct farm_ht_lkey *k)
+{
+	k->lp = NULL;
+	k->val = NULL;
+	k->vlen = 0;
+	k->status = farm_ht_check_key(k->key, k->klen);
+	if (k->status)
+		return;
+	k->status = FARM_HT_UNRESOLVED;
+	k->hash = farm_ht_hash(k->key, k->klen);
+	const struct farm_ht_shard *sd = farm_ht_shard_of(h, k->hash, NULL);
+	if (!sd)
+		return;
+	uint32_t bb = 64u * h->bucket_lines;
+	farm_gaddr a = sd->base + (uint64_t)home_of(k->hash, sd->nbuckets) * bb;
+	uint8_t *lp;
+	farm_mr_desc d;
+	if (farm_as_resolve_cached(h->as, &l->rc, a, 2ull * bb, &lp, &d) || !lp)
+		return; /* another machine's: the full lookup reads it */
+	for (uint32_t o = 0; o < 2 * bb; o += 64)
+		__builtin_prefetch(lp + o, 0, 3);
+	k->lp = lp;
+}
+
+/* Key @k not in its pair, whose joint version is @fwd: its home's chain
+ * from block @p on, when every block is here, each copied into @img (the
+ * pair is no longer needed) and checked as farm_ht_get's chain walk
+ * checks it (its incarnation, not newer than the pair). Anything else
+ * leaves the key unresolved. */
+static void batch_chain(farm_ht *h, struct htloop *l, struct farm_ht_lkey *k,
+                        uint8_t *img, uint64_t fwd, farm_fatptr p)
+{
+	uint8_t blk[BLK_HDR + BLK_SLOTS * (8 + 64 + 1024)];
+	unsigned lines = h->block_lines;
+	for (unsigned depth = 0; depth < 8 && p.addr; depth++) {
+		uint8_t *lp;
+		farm_mr_desc d;
+		uint64_t v, w;
+		if (p.size < h->block_data || obj_lines(p.size) != lines ||
+		    farm_as_resolve_cached(h->as, &l->rc, p.addr, 64ull * lines,
+		                           &lp, &d) ||
+		    !lp ||
+		    !farm_lines_copy(img, lp, 64ull * lines, LINE_TRIES) ||
+		    obj_check(img, lines, p.incarnation, &v, &w))
+			return;
+		farm_stat_add(&h->st.v[T_CHAIN], 1);
+		obj_unpack(img, h->block_data, blk);
+		if (get64(blk) > fwd)
+			return; /* written after the pair we read: mixed */
+		for (unsigned i = 0; i < BLK_SLOTS; i++) {
+			const uint8_t *s = blk_slot(h, blk, i);
+			if (!slot_match(h, s, k->key, k->klen, k->hash))
+				continue;
+			if (s[0] & SLOT_INDIRECT)
+				return;
+			k->vlen = slot_vlen(s);
+			memcpy(img, s + 8 + h->K, k->vlen);
+			k->val = img;
+			k->status = 0;
+			return;
+		}
+		p = get_fat(blk + 8);
+	}
+	if (!p.addr)
+		k->status = -ENOENT;
+}
+
+/* Stage 2 for key @k: its pair copied into @img, checked and searched. */
+static void batch_probe(farm_ht *h, struct htloop *l, struct farm_ht_lkey *k,
+                        uint8_t *img)
+{
+	if (!farm_lines_copy(img, k->lp, 128ull * h->bucket_lines, LINE_TRIES))
+		return; /* a line kept changing: unresolved */
+	uint64_t fwd;
+	int rc = farm_ht_pair_check(h, img, &fwd);
+	if (rc) { /* -EAGAIN: being installed, or mixed commits */
+		if (rc != -EAGAIN)
+			k->status = rc;
+		return;
+	}
+	uint8_t hdr[8];
+	int slot = farm_ht_pair_find(h, img, k->key, k->klen, k->hash, hdr);
+	if (slot < 0) {
+		farm_fatptr ovf = farm_ht_pair_overflow(img);
+		if (ovf.addr)
+			batch_chain(h, l, k, img, fwd, ovf);
+		else
+			k->status = -ENOENT;
+		return;
+	}
+	if (hdr[0] & SLOT_INDIRECT)
+		return; /* its object: the full lookup reads it */
+	k->vlen = slot_vlen(hdr);
+	/* The value to the image's start: the image is the key's own. */
+	farm_ht_pair_slot_read(h, img, (unsigned)slot, 8 + h->K, k->vlen, img);
+	k->val = img;
+	k->status = 0;
+}
+
+int farm_ht_get_local_batch(farm_ht *h, farm_loop *loop,
+                            struct farm_ht_lkey *keys, unsigned n,
+                            uint8_t *scratch)
+{
+	struct htloop *l = h && loop ? hl_of(h, loop) : NULL;
+	if (!l || (n && (!keys || !scratch)))
+		return -EINVAL;
+	if (n > FARM_HT_BATCH_MAX)
+		return -E2BIG;
+	/* The shard's buckets must not change size class while they are
+	 * read (epochs, as farm_ht_get). */
+	farm_lf_op ep = {0};
+	int rc = farm_lf_begin(h->txm, loop, &ep);
+	if (rc)
+		return rc;
+	uint64_t cfg = farm_as_config_id(h->as);
+	for (unsigned i = 0; i < n; i++)
+		batch_prep(h, l, &keys[i]);
+	uint32_t span = farm_ht_batch_bytes(h);
+	for (unsigned i = 0; i < n; i++)
+		if (keys[i].lp)
+			batch_probe(h, l, &keys[i], scratch + (size_t)i * span);
+	/* As get_buckets: a configuration change since the pairs were found
+	 * may have moved a shard (the old copy may be stale). The fence
+	 * orders the copies' loads before the id's; it pairs with the
+	 * release store of the id in farm_as_set_view_placed (addrspace.c). */
+	atomic_thread_fence(memory_order_acquire);
+	bool moved = farm_as_config_id(h->as) != cfg;
+	int lease = farm_ht_lease_checked(h, 0);
+	uint64_t found = 0, absent = 0;
+	for (unsigned i = 0; i < n; i++) {
+		struct farm_ht_lkey *k = &keys[i];
+		if (!k->lp || (k->status != 0 && k->status != -ENOENT))
+			continue;
+		if (moved || lease) {
+			k->status = moved ? FARM_HT_UNRESOLVED : lease;
+			k->val = NULL;
+			k->vlen = 0;
+		} else if (k->status == 0)
+			found++;
+		else
+			absent++;
+	}
+	farm_lf_end(&ep);
+	/* Counted as lookups of one read each; the unresolved ones count in
+	 * the full lookup that answers them. */
+	farm_stat_add(&h->st.v[T_LOOKUPS], found + absent);
+	farm_stat_add(&h->st.v[T_READS], found + absent);
+	farm_stat_add(&h->st.v[T_FOUND], found);
+	farm_stat_add(&h->st.v[T_NOTFOUND], absent);
+	return 0;
+}

@@ -1,0 +1,162 @@
+/*
+ * A bucket pair's image as one read copied it (buckets b and b + 1, each
+ * an object of whole lines with its per-line versions), checked and
+ * searched in place: every lookup path (farm_ht_get, farm_ht_get_first,
+ * farm_ht_get_local_batch) validates and matches here. Searching the image
+ * itself instead of first unpacking both buckets' data (obj_unpack) saves
+ * copying the pair once more per lookup; only the bytes a match needs are
+ * gathered, and only when they straddle a line's version.
+ */
+#include "hashtable/ht_int.h"
+
+#include <errno.h>
+#include <string.h>
+
+#include "txn/object.h"
+#include "txn/txm.h"
+
+/* Where the object's data byte @i is in its image: line 0 holds
+ * OBJ_LINE0_DATA bytes after the header, every later line OBJ_LINE_DATA
+ * after its 2-byte version (txn/object.h). */
+static inline uint32_t img_off(uint32_t i)
+{
+	if (i < OBJ_LINE0_DATA)
+		return FARM_OBJHDR_SIZE + i;
+	i -= OBJ_LINE0_DATA;
+	return 64u * (1u + i / OBJ_LINE_DATA) + 2u + i % OBJ_LINE_DATA;
+}
+
+void farm_ht_img_read(const uint8_t *obj, uint32_t off, uint32_t n, void *out)
+{
+	uint8_t *o = out;
+	while (n) {
+		uint32_t at = img_off(off);
+		uint32_t room = 64u - at % 64u; /* to the line's end */
+		uint32_t k = n < room ? n : room;
+		memmove(o, obj + at, k); /* may gather within one image */
+		o += k;
+		off += k;
+		n -= k;
+	}
+}
+
+int farm_ht_pair_check(const farm_ht *h, const uint8_t *img, uint64_t *fwd)
+{
+	unsigned L = h->bucket_lines;
+	uint64_t v, w;
+	int rc0 = obj_check(img, L, UINT64_MAX, &v, &w);
+	int rc1 = obj_check(img + 64u * L, L, UINT64_MAX, &v, &w);
+	if (rc0 == -EAGAIN || rc1 == -EAGAIN)
+		return -EAGAIN;
+	if (rc0 || rc1)
+		return FARM_ECORRUPT; /* not a bucket */
+	/* fwd and bwd are in line 0 of each bucket (BKT_HDR < 48 bytes). */
+	uint64_t f = get64(img + img_off(0));
+	if (f != get64(img + 64u * L + img_off(8)))
+		return -EAGAIN; /* the two come from different commits */
+	if (fwd)
+		*fwd = f;
+	return 0;
+}
+
+void farm_ht_pair_map(farm_ht *h)
+{
+	for (unsigned i = 0; i < 2 * h->spb && i < 16; i++) {
+		struct ht_smap *m = &h->smap[i];
+		uint32_t base = i < h->spb ? 0 : 64u * h->bucket_lines;
+		uint32_t off = BKT_HDR + (i % h->spb) * h->slot_bytes;
+		m->hdr = (uint16_t)(base + img_off(off));
+		m->hdr_whole = img_off(off + 7) - img_off(off) == 7;
+		m->npieces = 0;
+		for (uint32_t o = off + 8, n = h->K; n && m->npieces < 3;) {
+			uint32_t at = img_off(o), room = 64u - at % 64u;
+			uint32_t k = n < room ? n : room;
+			m->key_at[m->npieces] = (uint16_t)(base + at);
+			m->key_n[m->npieces++] = (uint8_t)k;
+			o += k;
+			n -= k;
+		}
+	}
+}
+
+static inline bool eq_bytes(const uint8_t *a, const uint8_t *b, uint32_t n)
+{
+	for (; n >= 8; a += 8, b += 8, n -= 8)
+		if (get64(a) != get64(b))
+			return false;
+	for (; n; a++, b++, n--)
+		if (*a != *b)
+			return false;
+	return true;
+}
+
+/* Whether slot @m's key area starts with the @n bytes of @key. */
+static inline bool key_eq(const uint8_t *img, const struct ht_smap *m,
+                          const uint8_t *key, uint32_t n)
+{
+	for (unsigned p = 0; p < m->npieces && n; p++) {
+		uint32_t k = n < m->key_n[p] ? n : m->key_n[p];
+		if (!eq_bytes(img + m->key_at[p], key, k))
+			return false;
+		key += k;
+		n -= k;
+	}
+	return true;
+}
+
+int farm_ht_pair_find(const farm_ht *h, const uint8_t *img, const void *key,
+                      uint32_t klen, uint64_t hash, uint8_t hdr[8])
+{
+	const uint8_t want_kl = (uint8_t)(klen > h->K ? 0 : klen);
+	for (unsigned i = 0; i < 2 * h->spb; i++) {
+		const struct ht_smap *m = &h->smap[i];
+		if (m->hdr_whole)
+			memcpy(hdr, img + m->hdr, 8);
+		else
+			farm_ht_pair_slot_read(h, img, i, 0, 8, hdr);
+		if (!(hdr[0] & SLOT_USED) || hdr[1] != want_kl)
+			continue;
+		if (klen <= h->K) {
+			if (key_eq(img, m, key, klen))
+				return (int)i;
+			continue;
+		}
+		uint8_t hb[8];
+		put64(hb, hash);
+		if ((hdr[0] & SLOT_LONGKEY) && key_eq(img, m, hb, 8))
+			return (int)i;
+	}
+	return -1;
+}
+
+void farm_ht_pair_slot_read(const farm_ht *h, const uint8_t *img, unsigned slot,
+                            uint32_t off, uint32_t n, void *out)
+{
+	const uint8_t *obj = img + (slot < h->spb ? 0 : 64u * h->bucket_lines);
+	farm_ht_img_read(obj, BKT_HDR + (slot % h->spb) * h->slot_bytes + off,
+	                 n, out);
+}
+
+farm_fatptr farm_ht_pair_overflow(const uint8_t *img)
+{
+	farm_fatptr f;
+	farm_ht_img_read(img, 16, sizeof(f), &f);
+	return f;
+}
+
+/*
+ * A lookup's answer from what this machine read, found or absent, only
+ * while its lease holds, as for the transaction layer's reads (read.c,
+ * rd_check; farm_txm_serve_word): a machine paused past its lease, perhaps
+ * removed and its shards served elsewhere by now, must not answer from
+ * what its copy or an old READ says (a zombie's get right after SIGCONT
+ * would return a value the new configuration has overwritten). Checked
+ * after the copy.
+ */
+int farm_ht_lease_checked(farm_ht *h, int status)
+{
+	if (status != 0 && status != -ENOENT)
+		return status;
+	return farm_txm_lease_held(farm_txm_serve_word(h->txm)) ? status
+	                                                        : FARM_ELEASE;
+}

@@ -1,0 +1,381 @@
+/*
+ * The hashtable's batched local lookup (farm_ht_get_local_batch, ht.h) on
+ * three in-process machines: against a model of keys of three lengths
+ * (short, inline, long: hash in the slot) and values inline and in
+ * objects of their own, with deletes and a table full enough for chains
+ * (which it walks when their blocks are local), every answer it gives is
+ * the model's (unresolved only where the full lookup must decide:
+ * another machine's shard, an object), and farm_ht_get agrees; bad arguments;
+ * and a writer thread installing bucket images over a pair (the install
+ * protocol of txn/object.h) while batches read it: a value is never torn.
+ */
+#include "asnodes.h"
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "hashtable/ht.h"
+#include "hashtable/ht_int.h"
+#include "txn/object.h"
+
+#define RSIZE (32ull << 20)
+#define NK    300u
+
+static struct asn_cluster C;
+static farm_ht *H[3];
+static struct farm_ht_shard SD[3];
+
+static void hook(struct asn *x, unsigned i)
+{
+	assert_int_equal(
+	        farm_ht_create(x->txm, x->as, x->ga, x->msg, NULL, &H[i]), 0);
+}
+
+struct res {
+	int done, status;
+	uint8_t val[512];
+	uint32_t len;
+	struct farm_ht_shard sd;
+};
+static struct res R;
+
+static void op_cb(farm_loop *loop, void *ctx, int status)
+{
+	(void)loop;
+	((struct res *)ctx)->status = status;
+	((struct res *)ctx)->done = 1;
+}
+
+static void get_cb(farm_loop *loop, void *ctx, int status, const void *val,
+                   uint32_t len)
+{
+	(void)loop;
+	struct res *r = ctx;
+	r->status = status;
+	r->len = len;
+	if (!status && len <= sizeof(r->val))
+		memcpy(r->val, val, len);
+	r->done = 1;
+}
+
+static void shard_cb(farm_loop *loop, void *ctx, int status,
+                     struct farm_ht_shard sd)
+{
+	(void)loop;
+	((struct res *)ctx)->status = status;
+	((struct res *)ctx)->sd = sd;
+	((struct res *)ctx)->done = 1;
+}
+
+static int put(unsigned m, const void *k, uint32_t kl, const void *v,
+               uint32_t vl)
+{
+	R.done = 0;
+	int rc = farm_ht_put(H[m], C.m[m].loop, k, kl, v, vl, op_cb, &R);
+	if (!rc)
+		asn_wait(&C, &R.done);
+	return rc ? rc : R.status;
+}
+
+static int get(unsigned m, const void *k, uint32_t kl)
+{
+	R.done = 0;
+	int rc = farm_ht_get(H[m], C.m[m].loop, k, kl, get_cb, &R);
+	if (!rc)
+		asn_wait(&C, &R.done);
+	return rc ? rc : R.status;
+}
+
+static void make_shards(uint32_t nb)
+{
+	for (unsigned i = 0; i < 3; i++) {
+		R.done = 0;
+		assert_int_equal(
+		        farm_ht_make_shard(H[i], C.m[i].loop, nb, shard_cb, &R),
+		        0);
+		asn_wait(&C, &R.done);
+		assert_int_equal(R.status, 0);
+		SD[i] = R.sd;
+	}
+	for (unsigned i = 0; i < 3; i++)
+		assert_int_equal(farm_ht_set_shards(H[i], SD, 3), 0);
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	asn_open(&C, 3, RSIZE, hook);
+	for (unsigned i = 0; i < 3; i++)
+		assert_int_equal(farm_ht_attach(H[i], C.m[i].loop), 0);
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	for (unsigned i = 0; i < 3; i++) {
+		farm_ht_detach(H[i], C.m[i].loop);
+		farm_ht_destroy(H[i]);
+	}
+	asn_close(&C);
+	return 0;
+}
+
+struct mkey {
+	uint8_t key[40], val[300];
+	uint32_t klen, vlen;
+	bool present;
+};
+static struct mkey M[NK];
+static uint64_t Chain_reads; /* chain blocks the batches read */
+
+/* Key @i: 5, 16 or 40 bytes; value 8, 32 (inline) or 300 bytes (an
+ * object), each byte from the key's number. */
+static void mk(unsigned i)
+{
+	struct mkey *k = &M[i];
+	k->klen = i % 7 == 0 ? 40 : i % 5 == 0 ? 5 : 16;
+	memset(k->key, 'a' + (int)(i % 26), sizeof(k->key));
+	snprintf((char *)k->key, 6, "%05u", i);
+	k->vlen = i % 11 == 0 ? 300 : i % 3 == 0 ? 8 : 32;
+	for (uint32_t j = 0; j < k->vlen; j++)
+		k->val[j] = (uint8_t)(i * 7 + j);
+}
+
+/* Every key, in batches of up to 64 on machine @m, against the model
+ * and farm_ht_get; returns how many the batches answered. */
+static unsigned check_batches(unsigned m)
+{
+	static uint8_t img[FARM_HT_BATCH_MAX * 4096];
+	assert_true(farm_ht_batch_bytes(H[m]) * FARM_HT_BATCH_MAX <=
+	            sizeof(img));
+	struct farm_ht_lkey lk[FARM_HT_BATCH_MAX];
+	unsigned answered = 0;
+	for (unsigned at = 0; at < NK; at += 37) {
+		unsigned n = NK - at < 37 ? NK - at : 37;
+		for (unsigned j = 0; j < n; j++) {
+			lk[j].key = M[at + j].key;
+			lk[j].klen = M[at + j].klen;
+		}
+		struct farm_ht_stats s0, s1;
+		farm_ht_stats_get(H[m], &s0);
+		assert_int_equal(
+		        farm_ht_get_local_batch(H[m], C.m[m].loop, lk, n, img),
+		        0);
+		farm_ht_stats_get(H[m], &s1);
+		Chain_reads += s1.lookup_chain_reads - s0.lookup_chain_reads;
+		for (unsigned j = 0; j < n; j++) {
+			const struct mkey *k = &M[at + j];
+			uint64_t hash = farm_ht_hash(k->key, k->klen);
+			bool here = farm_ht_shard_index(hash, 3) == m;
+			int st = lk[j].status;
+			if (!here || (k->present && k->vlen == 300))
+				assert_int_equal(st, FARM_HT_UNRESOLVED);
+			if (st == 0) {
+				assert_true(k->present);
+				assert_int_equal(lk[j].vlen, k->vlen);
+				assert_memory_equal(lk[j].val, k->val, k->vlen);
+			} else if (st == -ENOENT) {
+				assert_false(k->present);
+			} else {
+				assert_int_equal(st, FARM_HT_UNRESOLVED);
+			}
+			answered += st != FARM_HT_UNRESOLVED;
+			int g = get(m, k->key, k->klen);
+			assert_int_equal(g, k->present ? 0 : -ENOENT);
+			if (!g)
+				assert_memory_equal(R.val, k->val, k->vlen);
+		}
+	}
+	return answered;
+}
+
+static void test_model(void **state)
+{
+	(void)state;
+	/* 3 x 24 buckets x 4 slots = 288 slots for 276 keys: hops and
+	 * chains that the batches walk. */
+	make_shards(24);
+	for (unsigned i = 0; i < NK; i++) {
+		mk(i);
+		M[i].present = i % 13 != 0;
+		if (M[i].present)
+			assert_int_equal(put(i % 3, M[i].key, M[i].klen,
+			                     M[i].val, M[i].vlen),
+			                 0);
+	}
+	unsigned answered = 0;
+	for (unsigned m = 0; m < 3; m++)
+		answered += check_batches(m);
+	/* Most local inline keys, present and absent, answered at once. */
+	printf("batches answered %u of %u keys, %" PRIu64
+	       " chain blocks read\n",
+	       answered, NK, Chain_reads);
+	assert_true(answered > NK / 2);
+	assert_true(Chain_reads > 0);
+}
+
+static void test_bad_input(void **state)
+{
+	(void)state;
+	make_shards(8);
+	uint8_t img[4096 * 2];
+	struct farm_ht_lkey lk[2] = {{.key = NULL, .klen = 4},
+	                             {.key = "k", .klen = FARM_HT_MAX_KEY + 1}};
+	assert_int_equal(farm_ht_get_local_batch(NULL, C.m[0].loop, lk, 2, img),
+	                 -EINVAL);
+	assert_int_equal(farm_ht_get_local_batch(H[0], NULL, lk, 2, img),
+	                 -EINVAL);
+	assert_int_equal(farm_ht_get_local_batch(H[0], C.m[1].loop, lk, 2, img),
+	                 -EINVAL); /* another machine's loop */
+	assert_int_equal(farm_ht_get_local_batch(H[0], C.m[0].loop, lk,
+	                                         FARM_HT_BATCH_MAX + 1, img),
+	                 -E2BIG);
+	assert_int_equal(farm_ht_get_local_batch(H[0], C.m[0].loop, lk, 2, img),
+	                 0);
+	assert_int_equal(lk[0].status, -EINVAL);
+	assert_int_equal(lk[1].status, -E2BIG);
+	assert_int_equal(farm_ht_get_local_batch(H[0], C.m[0].loop, lk, 0, img),
+	                 0);
+}
+
+/* ---- a writer racing the batches ----------------------------------------- */
+
+static _Atomic int Stop;
+static uint8_t *Pair; /* the bucket pair in machine 0's memory */
+
+/* obj_install's protocol (txn/object.h) with the data lines written last
+ * to first, a pause between them: a reader that copied the lines without
+ * checking their versions would see values of two writes across a line. */
+static void install_backwards(uint8_t *obj, unsigned L, const uint8_t *img,
+                              uint64_t nv)
+{
+	_Atomic uint64_t *hv = (_Atomic uint64_t *)(void *)obj;
+	uint64_t locked = (atomic_load(hv) & ~OBJ_LOCK_MASK) | OBJ_LOCK_EXCL;
+	atomic_store(hv, locked);
+	for (unsigned l = 1; l < L; l++)
+		atomic_store((_Atomic uint16_t *)(void *)(obj + 64u * l),
+		             obj_v16(locked));
+	atomic_thread_fence(memory_order_seq_cst);
+	for (unsigned l = L; l-- > 1;) {
+		memcpy(obj + 64u * l + 2, img + 64u * l + 2, 62);
+		for (int i = 0; i < 50; i++)
+			farm_cpu_relax();
+	}
+	memcpy(obj + FARM_OBJHDR_SIZE, img + FARM_OBJHDR_SIZE,
+	       64 - FARM_OBJHDR_SIZE);
+	atomic_thread_fence(memory_order_seq_cst);
+	for (unsigned l = 1; l < L; l++)
+		atomic_store((_Atomic uint16_t *)(void *)(obj + 64u * l),
+		             obj_v16(nv));
+	atomic_store(hv, nv); /* pairs with the reader's acquire of line 0 */
+}
+
+/* Rewrite every used slot of bucket b (the pair's first) with a value of
+ * one repeated byte, a new one each time, by the install protocol, until
+ * told to stop. */
+static void *writer(void *arg)
+{
+	(void)arg;
+	farm_ht *h = H[0];
+	unsigned L = h->bucket_lines;
+	uint8_t img[64 * 16], data[64 * 16];
+	for (unsigned x = 1; !atomic_load(&Stop); x++) {
+		uint64_t v = atomic_load((_Atomic uint64_t *)(void *)Pair);
+		memcpy(img, Pair, 64u * L);
+		obj_unpack(img, h->bucket_data, data);
+		for (unsigned s = 0; s < h->spb; s++) {
+			uint8_t *sl = slot_at(h, data, s);
+			if (sl[0] & SLOT_USED)
+				memset(sl + 8 + h->K, (int)(x & 0xff),
+				       slot_vlen(sl));
+		}
+		uint64_t nv = (v & ~OBJ_LOCK_MASK) + OBJ_VSTEP;
+		obj_pack(img, L, data, h->bucket_data, nv, get64(Pair + 8));
+		install_backwards(Pair, L, img, nv);
+	}
+	return NULL;
+}
+
+/*
+ * Keys whose home is bucket b of machine 0's shard and that sit in b:
+ * while the writer rewrites b, every value a batch returns is of one
+ * write (one repeated byte, in every slot of the pair, a value crossing a
+ * line's version too), never a mix.
+ */
+static void test_torn(void **state)
+{
+	(void)state;
+	make_shards(4);
+	farm_ht *h = H[0];
+	uint32_t bb = 64u * h->bucket_lines;
+	/* Fill shard 0's bucket 1 (all four slots: one value crosses a line
+	 * with 16-byte keys and 32-byte values). */
+	char keys[64][16];
+	unsigned nk = 0;
+	for (unsigned i = 0; nk < 4 && i < 100000; i++) {
+		char k[16];
+		memset(k, 0, sizeof(k));
+		snprintf(k, sizeof(k), "torn%u", i);
+		uint64_t hash = farm_ht_hash(k, 16);
+		if (farm_ht_shard_index(hash, 3) != 0 || home_of(hash, 4) != 1)
+			continue;
+		uint8_t v[32];
+		memset(v, 0, sizeof(v));
+		assert_int_equal(put(0, k, 16, v, 32), 0);
+		memcpy(keys[nk++], k, 16);
+	}
+	assert_int_equal(nk, 4);
+	Pair = (uint8_t *)(uintptr_t)farm_as_local_ptr(
+	        C.m[0].as, SD[0].base + bb, 2ull * bb);
+	assert_non_null(Pair);
+	pthread_t th;
+	atomic_store(&Stop, 0);
+	assert_int_equal(pthread_create(&th, NULL, writer, NULL), 0);
+	static uint8_t img[4 * 4096];
+	/* Nothing asserted until the writer stopped: a failed assertion
+	 * would tear the machines down under it. */
+	uint64_t found = 0, unresolved = 0, torn = 0, bad = 0;
+	uint64_t t0 = farm_now_ns();
+	while (found < 200000 && farm_now_ns() - t0 < 20000000000ull) {
+		struct farm_ht_lkey lk[4];
+		for (unsigned j = 0; j < 4; j++)
+			lk[j] = (struct farm_ht_lkey){.key = keys[j],
+			                              .klen = 16};
+		bad += farm_ht_get_local_batch(h, C.m[0].loop, lk, 4, img) != 0;
+		for (unsigned j = 0; j < 4; j++) {
+			if (lk[j].status == FARM_HT_UNRESOLVED) {
+				unresolved++;
+				continue;
+			}
+			if (lk[j].status != 0 || lk[j].vlen != 32) {
+				bad++;
+				continue;
+			}
+			const uint8_t *v = lk[j].val;
+			for (unsigned b = 1; b < 32; b++)
+				torn += v[b] != v[0];
+			found++;
+		}
+	}
+	atomic_store(&Stop, 1);
+	pthread_join(th, NULL);
+	printf("torn: %" PRIu64 " found, %" PRIu64 " unresolved, %" PRIu64
+	       " torn bytes, %" PRIu64 " other failures\n",
+	       found, unresolved, torn, bad);
+	assert_int_equal(bad, 0);
+	assert_int_equal(torn, 0);
+	assert_true(found > 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	        cmocka_unit_test_setup_teardown(test_model, setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_bad_input, setup,
+	                                        teardown),
+	        cmocka_unit_test_setup_teardown(test_torn, setup, teardown),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
