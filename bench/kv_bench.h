@@ -105,9 +105,12 @@ enum {
 	W_YD,
 	W_YE,
 	W_YF,
+	/* Uniform over the keys of the other machines' shards: the unloaded
+	 * latency of lookups that cross the fabric (never in a set). */
+	W_RC,
 	NW
 };
-enum { D_UNIFORM, D_ZIPF, D_LATEST, D_OWN };
+enum { D_UNIFORM, D_ZIPF, D_LATEST, D_OWN, D_OTHERS };
 struct wdesc {
 	const char *name, *key;
 	/* percentages of the operations that are not reads */
@@ -119,7 +122,16 @@ extern const struct wdesc g_wdesc[NW];
 /* CMD_OWN: each machine lists the loaded keys of its shard (for the
  * workloads on them), after the load; CMD_INNER: kv_local_bench's
  * measurement (struct kb_inner). */
-enum { CMD_NONE, CMD_LOAD, CMD_OWN, CMD_RUN, CMD_LAT, CMD_INNER, CMD_QUIT };
+enum {
+	CMD_NONE,
+	CMD_LOAD,
+	CMD_OWN,
+	CMD_RUN,
+	CMD_LAT,
+	CMD_LAT_OTHERS,
+	CMD_INNER,
+	CMD_QUIT
+};
 enum { ST_INIT, ST_READY, ST_FAILED };
 
 struct opts {
@@ -250,7 +262,8 @@ extern const char *const pname[NPEER];
 extern const char *const mname[NMODE];
 
 struct results {
-	struct fig farm[NW], small_c, small_zc, lat1;
+	/* lat1: unloaded, every key; lat1o: keys of other machines only */
+	struct fig farm[NW], small_c, small_zc, lat1, lat1o;
 	/* The limit loop (memlimit.h) over a table of the cluster's size:
 	 * PLAIN_BATCH in flight, --depth in flight (farm's engine's), one at
 	 * a time; the table's bytes and its span. */

@@ -538,7 +538,7 @@ int kb_make_stream(struct mach *m, int wl)
 	if (!m->stream && !(m->stream = malloc(STREAM_LEN * sizeof(uint32_t))))
 		return -ENOMEM;
 	uint64_t seed = 0x1234567ull * (m->id + 1) + (uint64_t)wl * 7919;
-	if (g_wdesc[wl].dist != D_OWN) {
+	if (g_wdesc[wl].dist != D_OWN && g_wdesc[wl].dist != D_OTHERS) {
 		kb_gen_stream(m->stream, STREAM_LEN, wl, m->nkeys, g_sh->zeta_n,
 		              seed, NULL, 0);
 		return 0;
@@ -650,6 +650,10 @@ static int mach_cmd(struct mach *m, int cmd)
 	case CMD_LAT:
 		return m->id == 0 ? do_run(m, W_C, 1, g_sh->go_ns, g_sh->dur_ns,
 		                           g_sh->warm_ns)
+		                  : 0;
+	case CMD_LAT_OTHERS:
+		return m->id == 0 ? do_run(m, W_RC, 1, g_sh->go_ns,
+		                           g_sh->dur_ns, g_sh->warm_ns)
 		                  : 0;
 	case CMD_OWN: return m->own ? 0 : learn_own(m);
 	case CMD_INNER:

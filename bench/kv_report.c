@@ -61,7 +61,11 @@ static struct net_goals net_goals(void)
 		}
 	}
 	g.x = g.mc_pc > 0 ? g.farm_pc / g.mc_pc : 0;
-	g.farm_p50 = g_res.lat1.p50_ns / 1e3;
+	/* Against memcached, whose every GET crosses the link: the lookups
+	 * that cross it too. */
+	g.farm_p50 =
+	        (g_res.lat1o.have ? g_res.lat1o.p50_ns : g_res.lat1.p50_ns) /
+	        1e3;
 	g.mc_p50 = g_res.peer_lat1[P_MC].have
 	                   ? g_res.peer_lat1[P_MC].p50_ns / 1e3
 	                   : 0;
@@ -79,8 +83,9 @@ static void print_net(const struct net_goals *g)
 	       "server cores, %.2f client cores)\n",
 	       g->mc_mode, g->mc_pc, g->mc_cores, g->mc_client_cores);
 	printf("per core: farm/memcached %.3f (goal >= 2); unloaded p50: farm "
-	       "lookup %.1f us, memcached GET %.1f us (goal: farm's under)\n",
-	       g->x, g->farm_p50, g->mc_p50);
+	       "lookup of another machine's key %.1f us (every key %.1f us), "
+	       "memcached GET %.1f us (goal: farm's under)\n",
+	       g->x, g->farm_p50, g_res.lat1.p50_ns / 1e3, g->mc_p50);
 }
 
 /* The JSON line's end over ofi: the measured cores, the peers' unloaded
@@ -333,7 +338,8 @@ static void print_json(const struct summary *m, const struct net_goals *ng)
 		if (kb_runs(w, false))
 			kb_jfig(g_wdesc[w].key, &g_res.farm[w], w >= W_YA,
 			        true);
-	kb_jfig("unloaded_lookup", &g_res.lat1, false, false);
+	kb_jfig("unloaded_lookup", &g_res.lat1, false, true);
+	kb_jfig("unloaded_lookup_other_shards", &g_res.lat1o, false, false);
 	printf("}, \"small\": {\"keys\": %" PRIu64 ", ", g_res.small_keys);
 	kb_jfig("uniform_c", &g_res.small_c, false, true);
 	kb_jfig("zipf_c", &g_res.small_zc, false, false);

@@ -20,7 +20,29 @@ const struct wdesc g_wdesc[NW] = {
         [W_YD] = {"YCSB D (latest)", "ycsb_d", 0, 5, 0, 0, D_LATEST},
         [W_YE] = {"YCSB E (scan)", "ycsb_e", 0, 5, 95, 0, D_OWN},
         [W_YF] = {"YCSB F (rmw)", "ycsb_f", 0, 0, 0, 50, D_ZIPF},
+        [W_RC] = {"C other shards", "uniform_c_other_shards", 0, 0, 0, 0,
+                  D_OTHERS},
 };
+
+static int cmp_key(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+	return (x > y) - (x < y);
+}
+
+/* A uniform key number below @nkeys that is not in the sorted @own (all
+ * keys when @own holds every one: a machine alone). */
+static uint64_t other_key(uint64_t *rng, uint64_t nkeys, const uint32_t *own,
+                          uint64_t nown)
+{
+	for (;;) {
+		uint64_t k = bu_rand64(rng) % nkeys;
+		uint32_t k32 = (uint32_t)k;
+		if (nown >= nkeys ||
+		    !bsearch(&k32, own, nown, sizeof(*own), cmp_key))
+			return k;
+	}
+}
 
 double kb_zeta(uint64_t n, double theta)
 {
@@ -79,6 +101,8 @@ void kb_gen_stream(uint32_t *s, unsigned len, int wl, uint64_t nkeys,
 			k = kb_zipf_next(&z, &rng);
 		else if (d->dist == D_LATEST)
 			k = kb_zipf_rank(&z, &rng); /* a rank from the latest */
+		else if (d->dist == D_OTHERS)
+			k = other_key(&rng, nkeys, own, nown);
 		else
 			k = bu_rand64(&rng) % n;
 		if (d->dist == D_OWN)
