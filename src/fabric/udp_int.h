@@ -233,6 +233,8 @@ struct udp_fabric {
 	bool coalesce;         /* several records a datagram */
 	int64_t spin_ns;       /* a poller finding nothing spins this long,
 	                        * then sleeps for a datagram; < 0: never */
+	int64_t spin1_ns;      /* ... this long with one request
+	                        * outstanding (latency, not CPU, bound) */
 	uint64_t sleep_ns;     /* ... at most this long a sleep */
 	uint64_t timers_at;    /* dispatch thread only: next timers pass */
 	struct farm_udp_stats st;
