@@ -144,14 +144,6 @@ static int udp_open(const farm_fabric_attr *attr, farm_fabric **out)
 	 * loop sleeping here misses its other work that long at most). */
 	const char *sp = getenv("FARM_UDP_SPIN_US");
 	f->spin_ns = sp && *sp ? (int64_t)strtoll(sp, NULL, 10) * 1000 : 20000;
-	/* FARM_UDP_SPIN1_US: the same with one request outstanding. Such a
-	 * poller waits on a round trip alone (nothing else of its can
-	 * complete), so a wake-up from ppoll is added to its latency; it
-	 * spins a round trip and more (about 30 us across namespaces
-	 * here) before it sleeps. */
-	const char *s1 = getenv("FARM_UDP_SPIN1_US");
-	f->spin1_ns = s1 && *s1 ? (int64_t)strtoll(s1, NULL, 10) * 1000
-	                        : 200000;
 	f->sleep_ns = env_ms("FARM_UDP_SLEEP_US", 1000) * 1000ull;
 	if (getrandom(&f->inc, sizeof(f->inc), 0) != sizeof(f->inc))
 		f->inc = farm_now_ns() ^ ((uint64_t)getpid() << 32);
@@ -435,16 +427,29 @@ static int retire_all(struct udp_cq *c, int n, farm_wc *wc)
 	return got;
 }
 
+/* Whether an endpoint of @arg (a udp_cq) has its oldest request done
+ * (farm_udp_rx_sleep's check; the acquire pairs with the release in
+ * on_reply and udp_ep_post). */
+static bool cq_done(void *arg)
+{
+	const struct udp_cq *c = arg;
+	for (const struct udp_ep *ep = c->eps; ep; ep = ep->cq_next)
+		if (ep->tail != ep->head &&
+		    __atomic_load_n(&ep->slots[ep->tail & ep->mask].state,
+		                    __ATOMIC_ACQUIRE) == S_DONE)
+			return true;
+	return false;
+}
+
 /* Whether a poller of @c that found nothing, again, has spun long enough
  * to sleep for a datagram. Spinning costs a core the other side may need
  * (both run on the same few cores here, and a target in a VM is
  * descheduled for longer than a round trip), and a reply wakes the
  * sleeper as it would a plain UDP client in recvmmsg. A shared queue's
  * pollers do not sleep (its lock is held across the poll). */
-static bool should_sleep(struct udp_cq *c, const struct udp_fabric *f,
-                         unsigned outstanding)
+static bool should_sleep(struct udp_cq *c, const struct udp_fabric *f)
 {
-	int64_t spin = outstanding == 1 ? f->spin1_ns : f->spin_ns;
+	int64_t spin = f->spin_ns;
 	if (spin < 0)
 		return false;
 	uint64_t now = farm_now_ns();
@@ -463,15 +468,13 @@ static int udp_cq_poll(farm_cq *fcq, int n, farm_wc *wc)
 		pthread_mutex_lock(&c->lock);
 	/* A poller waiting for replies reads them itself when the dispatch
 	 * thread is not (one wake-up less per round trip). */
-	unsigned outstanding = 0;
-	for (struct udp_ep *ep = c->eps; ep; ep = ep->cq_next)
-		outstanding += ep->head - ep->tail;
-	bool waiting = outstanding != 0;
+	bool waiting = false;
+	for (struct udp_ep *ep = c->eps; ep && !waiting; ep = ep->cq_next)
+		waiting = ep->tail != ep->head;
 	unsigned rx = waiting ? farm_udp_rx_drain(f) : 0;
 	int got = retire_all(c, n, wc);
-	if (!got && !rx && waiting && !c->shared &&
-	    should_sleep(c, f, outstanding)) {
-		if (farm_udp_rx_sleep(f, f->sleep_ns))
+	if (!got && !rx && waiting && !c->shared && should_sleep(c, f)) {
+		if (farm_udp_rx_sleep(f, f->sleep_ns, cq_done, c))
 			got = retire_all(c, n, wc);
 	}
 	if (got || rx || !waiting)

@@ -233,8 +233,6 @@ struct udp_fabric {
 	bool coalesce;         /* several records a datagram */
 	int64_t spin_ns;       /* a poller finding nothing spins this long,
 	                        * then sleeps for a datagram; < 0: never */
-	int64_t spin1_ns;      /* ... this long with one request
-	                        * outstanding (latency, not CPU, bound) */
 	uint64_t sleep_ns;     /* ... at most this long a sleep */
 	uint64_t timers_at;    /* dispatch thread only: next timers pass */
 	struct farm_udp_stats st;
@@ -280,7 +278,8 @@ int farm_udp_format_addr(const struct sockaddr_storage *ss, char *buf,
 void farm_udp_send(struct udp_fabric *f, const struct udp_out *out, unsigned n);
 int farm_udp_rx_alloc(struct udp_fabric *f);
 unsigned farm_udp_rx_drain(struct udp_fabric *f);
-unsigned farm_udp_rx_sleep(struct udp_fabric *f, uint64_t max_ns);
+unsigned farm_udp_rx_sleep(struct udp_fabric *f, uint64_t max_ns,
+                           bool (*done)(void *), void *arg);
 void *farm_udp_dispatch_main(void *arg);
 void farm_udp_kick(struct udp_fabric *f);
 int farm_udp_knob_value(int knob);

@@ -711,11 +711,20 @@ unsigned farm_udp_rx_drain(struct udp_fabric *f)
  * recvmmsg) or @max_ns passes, then drains. It holds f->rx meanwhile, so
  * the dispatch thread is not woken for the same datagram (it keeps the
  * timers on its tick). Returns the datagrams read; 0 at once when another
- * thread holds the receive side. */
-unsigned farm_udp_rx_sleep(struct udp_fabric *f, uint64_t max_ns)
+ * thread holds the receive side; 1 without sleeping when @done(@arg)
+ * says a request of the poller's finished: another thread drained its
+ * reply after the poller last looked and before it took f->rx (replies
+ * complete only under f->rx, so none can finish unseen once it holds
+ * it), and the socket would keep it asleep for @max_ns. */
+unsigned farm_udp_rx_sleep(struct udp_fabric *f, uint64_t max_ns,
+                           bool (*done)(void *), void *arg)
 {
 	if (pthread_mutex_trylock(&f->rx))
 		return 0;
+	if (done && done(arg)) {
+		pthread_mutex_unlock(&f->rx);
+		return 1;
+	}
 	struct pollfd p = {.fd = f->fd, .events = POLLIN};
 	struct timespec ts = {.tv_sec = (time_t)(max_ns / 1000000000ull),
 	                      .tv_nsec = (long)(max_ns % 1000000000ull)};
