@@ -637,36 +637,20 @@ static int rebuild_table(farm_blockalloc *ba, struct ba_region *r,
 
 /* A FREE block must be zero: anything else is committed data the table
  * does not describe (a replica's copy of a large array, whose table words
- * are not carried), and handing it out would allocate over it. Such a
- * block is marked UNUSABLE, which rebuild_table then counts. Reads every
- * free byte of the region (hundreds of ms for 64 MiB on a loaded host),
- * so it runs before ba->lock is taken: the region is not published yet,
- * so no allocation reaches its table. Under the lock it stopped loop 0
- * of the machine (its epoch check, farm_blockalloc_blocks, every 10 ms)
- * for the whole scan, and with it every commit that needed that loop. */
-static void fence_dirty_free(const struct farm_alloc_region *ar)
+ * are not carried), and handing it out would allocate over it. */
+static void fence_dirty_free(struct ba_region *r, struct rebuild_count *c)
 {
-	if (!ar || !ar->base || !farm_is_pow2(ar->size) ||
-	    ar->size < FARM_ALLOC_MIN_REGION ||
-	    ar->size > FARM_ALLOC_MAX_REGION ||
-	    ((uintptr_t)ar->base & (FARM_ALLOC_LINE - 1)) || !rhdr_matches(ar))
-		return; /* refused under the lock */
-	struct ba_region r = {
-	        .base = ar->base,
-	        .size = ar->size,
-	        .nblocks = (uint32_t)(ar->size / FARM_ALLOC_BLOCK),
-	        .table = (_Atomic uint64_t *)(void *)((char *)ar->base +
-	                                              RHDR_TABLE_OFF)};
-	if (atomic_load(&r.table[0]) != bt_table(1))
-		return; /* refused under the lock (FARM_ECORRUPT) */
-	for (uint32_t i = 1; i < r.nblocks; i++)
-		if (atomic_load_explicit(&r.table[i], memory_order_relaxed) ==
+	for (uint32_t i = 1; i < r->nblocks; i++)
+		if (atomic_load_explicit(&r->table[i], memory_order_relaxed) ==
 		            0 &&
-		    !block_zero(&r, i))
+		    !block_zero(r, i)) {
 			/* Release: pairs with the acquire loads of the
 			 * table in farm_alloc_walk. */
-			atomic_store_explicit(&r.table[i], bt_unusable(),
+			atomic_store_explicit(&r->table[i], bt_unusable(),
 			                      memory_order_release);
+			c->in_use++;
+			c->unusable++;
+		}
 }
 
 /* The scanned slab blocks of @r join the orphans of their class. */
@@ -701,7 +685,6 @@ int farm_blockalloc_rebuild_region(farm_blockalloc *ba,
 {
 	if (!ba)
 		return -EINVAL;
-	fence_dirty_free(ar);
 	pthread_mutex_lock(&ba->lock);
 	struct rebuild_count c = {.in_use = 1}; /* block 0: the table */
 	struct ba_region *r = NULL;
@@ -723,6 +706,7 @@ int farm_blockalloc_rebuild_region(farm_blockalloc *ba,
 		free_metas(r);
 		goto out;
 	}
+	fence_dirty_free(r, &c);
 	adopt_orphans(ba, r);
 	region_publish(ba, r);
 	ba->blocks_in_use += c.in_use;
