@@ -389,6 +389,7 @@ struct mach {
 	farm_kv *kv;
 	uint64_t nkeys;
 	uint32_t *stream;
+	int stream_wl; /* the workload m->stream was made for, + 1 */
 	uint32_t *own; /* key numbers of this machine's shard */
 	uint64_t nown;
 	double zeta_own; /* zipf over them (YCSB E's scan starts) */
