@@ -329,6 +329,7 @@ int farm_wait_word(const uint32_t *addr, uint32_t expected, uint64_t timeout_ns)
 {
 	if (!addr)
 		return -EINVAL;
+	farm_udp_before_wait();
 	return farm_futex_wait(addr, expected, timeout_ns);
 }
 

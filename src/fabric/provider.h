@@ -106,6 +106,11 @@ extern const struct farm_fabric_ops farm_verbs_ops;
 extern const struct farm_fabric_ops farm_ofi_ops;
 #endif
 
+/* A thread of this process is about to sleep in farm_wait_word (a loop
+ * parks): udp fabrics whose pollers received for the dispatch thread hand
+ * the socket back to it now (udp.c). */
+void farm_udp_before_wait(void);
+
 /* Checks shared by providers: is a request well formed (post-time errors
  * only)? Returns 0 or -EINVAL. */
 static inline int farm_wr_check(const farm_wr *wr)

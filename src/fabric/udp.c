@@ -42,6 +42,48 @@
 
 static void udp_close(farm_fabric *fab);
 
+/* The process's open udp fabrics (farm_udp_before_wait). */
+static pthread_mutex_t open_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct udp_fabric *open_list;
+static atomic_int open_n;
+
+static void open_add(struct udp_fabric *f)
+{
+	pthread_mutex_lock(&open_mu);
+	f->next_open = open_list;
+	open_list = f;
+	atomic_fetch_add(&open_n, 1);
+	pthread_mutex_unlock(&open_mu);
+}
+
+static void open_remove(struct udp_fabric *f)
+{
+	pthread_mutex_lock(&open_mu);
+	for (struct udp_fabric **p = &open_list; *p; p = &(*p)->next_open)
+		if (*p == f) {
+			*p = f->next_open;
+			atomic_fetch_sub(&open_n, 1);
+			break;
+		}
+	pthread_mutex_unlock(&open_mu);
+}
+
+/* A thread about to sleep (a loop parking) may have been the poller that
+ * received for the dispatch thread: the lease ends now and the dispatch
+ * thread waits for datagrams again, so a request to a parked loop (its
+ * doorbell) is not left in the socket for the rest of the lease. */
+void farm_udp_before_wait(void)
+{
+	if (!atomic_load_explicit(&open_n, memory_order_relaxed))
+		return;
+	pthread_mutex_lock(&open_mu);
+	for (struct udp_fabric *f = open_list; f; f = f->next_open)
+		if (atomic_exchange_explicit(&f->lease_ns, 0,
+		                             memory_order_relaxed))
+			farm_udp_kick(f);
+	pthread_mutex_unlock(&open_mu);
+}
+
 static uint64_t env_ms(const char *name, uint64_t dflt)
 {
 	const char *v = getenv(name);
@@ -120,6 +162,9 @@ static void hooks_tally(const struct udp_fabric *f)
 static int udp_open(const farm_fabric_attr *attr, farm_fabric **out)
 {
 	hooks_from_env();
+#ifdef FARM_FAULT_INJECTION
+	farm_udp_trace_open();
+#endif
 	struct udp_fabric *f = calloc(1, sizeof(*f));
 	if (!f)
 		return -ENOMEM;
@@ -166,6 +211,7 @@ static int udp_open(const farm_fabric_attr *attr, farm_fabric **out)
 	    pthread_create(&f->thread, NULL, farm_udp_dispatch_main, f))
 		goto fail;
 	f->started = true;
+	open_add(f);
 	farm_dbg("udp: machine %" PRIu32 " on %s", attr->machine_id, f->addr);
 	*out = &f->base;
 	return 0;
@@ -178,6 +224,7 @@ static void udp_close(farm_fabric *fab)
 {
 	struct udp_fabric *f = UF(fab);
 	if (f->started) {
+		open_remove(f);
 		uint64_t one = 1;
 		if (write(f->stop_fd, &one, sizeof(one)) < 0)
 			farm_warn("udp: waking the dispatch thread: %s",
@@ -185,6 +232,9 @@ static void udp_close(farm_fabric *fab)
 		pthread_join(f->thread, NULL);
 		farm_udp_bye(f);
 		hooks_tally(f);
+#ifdef FARM_FAULT_INJECTION
+		farm_udp_trace_dump();
+#endif
 	}
 	for (unsigned k = 0; k < UDP_MAX_EPS; k++)
 		if (f->eps[k])
@@ -441,23 +491,30 @@ static bool cq_done(void *arg)
 	return false;
 }
 
-/* Whether a poller of @c that found nothing, again, has spun long enough
- * to sleep for a datagram. Spinning costs a core the other side may need
- * (both run on the same few cores here, and a target in a VM is
- * descheduled for longer than a round trip), and a reply wakes the
- * sleeper as it would a plain UDP client in recvmmsg. A shared queue's
- * pollers do not sleep (its lock is held across the poll). */
-static bool should_sleep(struct udp_cq *c, const struct udp_fabric *f)
+/* A poller of @c waiting for replies found nothing, again: after a timer
+ * tick of that it wakes the dispatch thread, once, so the timers run on
+ * the busy tick (retransmission after the RTO; the idle tick is up to 200
+ * ms). Posts do not wake it: a wake-up of another thread per request cost
+ * more than a round trip on this host (docs/benchmarks.md). Returns
+ * whether it has spun long enough to sleep for a datagram: spinning costs
+ * a core the other side may need (both run on the same few cores here, and
+ * a target in a VM is descheduled for longer than a round trip), and a
+ * reply wakes the sleeper as it would a plain UDP client in recvmmsg. A
+ * shared queue's pollers do not sleep (its lock is held across the
+ * poll). */
+static bool idle_poll(struct udp_cq *c, struct udp_fabric *f)
 {
-	int64_t spin = f->spin_ns;
-	if (spin < 0)
-		return false;
 	uint64_t now = farm_now_ns();
-	if (!c->idle_since) {
+	if (!c->idle_since)
 		c->idle_since = now;
-		return spin == 0;
+	uint64_t idle = now - c->idle_since;
+	if (idle >= UDP_TICK_NS && !c->kicked) {
+		c->kicked = true;
+		/* Pairs with timers_if_due's exchange. */
+		if (!atomic_exchange(&f->kick, true))
+			farm_udp_kick(f);
 	}
-	return now - c->idle_since >= (uint64_t)spin;
+	return f->spin_ns >= 0 && !c->shared && idle >= (uint64_t)f->spin_ns;
 }
 
 static int udp_cq_poll(farm_cq *fcq, int n, farm_wc *wc)
@@ -471,14 +528,21 @@ static int udp_cq_poll(farm_cq *fcq, int n, farm_wc *wc)
 	bool waiting = false;
 	for (struct udp_ep *ep = c->eps; ep && !waiting; ep = ep->cq_next)
 		waiting = ep->tail != ep->head;
-	unsigned rx = waiting ? farm_udp_rx_drain(f) : 0;
+	/* One that is not serves peers' requests instead of the dispatch
+	 * thread (README.md, "udp": who receives). */
+	unsigned rx =
+	        waiting ? farm_udp_rx_drain(f) : farm_udp_rx_drain_idle(f);
 	int got = retire_all(c, n, wc);
-	if (!got && !rx && waiting && !c->shared && should_sleep(c, f)) {
+	if (!got && !rx && waiting && idle_poll(c, f)) {
 		if (farm_udp_rx_sleep(f, f->sleep_ns, cq_done, c))
 			got = retire_all(c, n, wc);
 	}
-	if (got || rx || !waiting)
+	if (got)
+		UDP_TRACE(UDP_EV_RETIRE, got);
+	if (got || rx || !waiting) {
 		c->idle_since = 0;
+		c->kicked = false;
+	}
 	if (c->shared)
 		pthread_mutex_unlock(&c->lock);
 	return got;
@@ -700,6 +764,7 @@ static int udp_ep_post(farm_ep *fep, farm_wr *list, farm_wr **bad)
 {
 	struct udp_ep *ep = (struct udp_ep *)fep;
 	pthread_mutex_lock(&ep->lock);
+	UDP_TRACE(UDP_EV_POST, ep->next_pkt);
 	int rc = 0;
 	farm_wr *wr;
 	for (wr = list; wr; wr = wr->next) {
@@ -742,17 +807,10 @@ static int udp_ep_post(farm_ep *fep, farm_wr *list, farm_wr **bad)
 		}
 		ep->head++;
 	}
-	if (ep->snd_una == ep->snd_nxt) {
-		ep->progress_ns = farm_now_ns(); /* the bound starts now */
-		/* Pairs with timers_if_due: its retransmission timer. The
-		 * first poster after an idle spell also wakes the dispatch
-		 * thread, which may sleep an idle tick (up to 200 ms): a lost
-		 * first datagram is then resent after the RTO, not the tick. */
-		if (!atomic_load_explicit(&ep->fab->kick,
-		                          memory_order_relaxed) &&
-		    !atomic_exchange(&ep->fab->kick, true))
-			farm_udp_kick(ep->fab);
-	}
+	/* The bound starts now. The dispatch thread is not woken: its
+	 * poller does that after a tick without replies (idle_poll). */
+	if (ep->snd_una == ep->snd_nxt)
+		ep->progress_ns = farm_now_ns();
 	farm_udp_ep_pump(ep);
 	pthread_mutex_unlock(&ep->lock);
 	if (rc && bad)

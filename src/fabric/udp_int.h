@@ -32,6 +32,12 @@
 #define UDP_CONNECT_NS   (2000ull * 1000000ull)
 #define UDP_TICK_NS      1000000ull   /* timers, with packets outstanding */
 #define UDP_IDLE_TICK_NS 200000000ull /* ... without: liveness probes */
+/* A poller that drained the socket holds it this long: the dispatch thread
+ * does not wait for datagrams meanwhile (README.md, "udp": who receives). */
+#define UDP_LEASE_NS 1000000ull
+/* A poller with nothing outstanding drains at most this often (a
+ * recvmmsg that finds nothing costs about a microsecond). */
+#define UDP_IDLE_DRAIN_NS 4000ull
 
 /* Test-only request flags (udp_testing.h knobs, set at the initiator as
  * the tests set them, obeyed by the target in FARM_FAULT_INJECTION builds
@@ -172,6 +178,7 @@ struct udp_cq {
 	bool shared;
 	struct udp_ep *eps;
 	uint64_t idle_since; /* first poll of this run finding nothing */
+	bool kicked;         /* ... and it woke the dispatch thread */
 };
 
 struct udp_peer {
@@ -229,12 +236,18 @@ struct udp_fabric {
 	unsigned eps_hi;       /* eps[] used below this */
 	unsigned peers_hi;     /* peers[] with endpoints below this */
 	atomic_bool deaths;    /* some peer's report is pending */
-	atomic_bool kick;      /* an idle endpoint posted: timers now */
-	bool coalesce;         /* several records a datagram */
-	int64_t spin_ns;       /* a poller finding nothing spins this long,
-	                        * then sleeps for a datagram; < 0: never */
-	uint64_t sleep_ns;     /* ... at most this long a sleep */
-	uint64_t timers_at;    /* dispatch thread only: next timers pass */
+	atomic_bool kick;      /* a poller waited a tick: timers now */
+	/* Until when pollers receive (they drained the socket last then,
+	 * less UDP_LEASE_NS); 0: the dispatch thread waits for datagrams.
+	 * Relaxed: a stale value delays the hand-back by one wake-up. */
+	_Atomic uint64_t lease_ns;
+	_Atomic uint64_t idle_drain_ns; /* an idle poller's last drain */
+	struct udp_fabric *next_open;   /* the process's open fabrics */
+	bool coalesce;                  /* several records a datagram */
+	int64_t spin_ns;    /* a poller finding nothing spins this long,
+	                     * then sleeps for a datagram; < 0: never */
+	uint64_t sleep_ns;  /* ... at most this long a sleep */
+	uint64_t timers_at; /* dispatch thread only: next timers pass */
 	struct farm_udp_stats st;
 };
 
@@ -278,6 +291,7 @@ int farm_udp_format_addr(const struct sockaddr_storage *ss, char *buf,
 void farm_udp_send(struct udp_fabric *f, const struct udp_out *out, unsigned n);
 int farm_udp_rx_alloc(struct udp_fabric *f);
 unsigned farm_udp_rx_drain(struct udp_fabric *f);
+unsigned farm_udp_rx_drain_idle(struct udp_fabric *f);
 unsigned farm_udp_rx_sleep(struct udp_fabric *f, uint64_t max_ns,
                            bool (*done)(void *), void *arg);
 void *farm_udp_dispatch_main(void *arg);

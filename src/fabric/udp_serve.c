@@ -278,6 +278,7 @@ void farm_udp_serve_req(struct udp_fabric *f, const struct udp_pkt *p, size_t n,
 	}
 	reply->h.status = st;
 	farm_stat_add(&(f)->st.served, 1);
+	UDP_TRACE(UDP_EV_SERVED, h->seq);
 	*rlen = UDP_HDR + reply->h.len;
 	if (!gbn)
 		return;

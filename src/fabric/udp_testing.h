@@ -7,6 +7,7 @@
 #ifndef FARM_FABRIC_UDP_TESTING_H
 #define FARM_FABRIC_UDP_TESTING_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include <farm/fabric.h>
@@ -71,6 +72,35 @@ struct farm_udp_stats {
 	uint64_t poller_sleeps;   /* pollers that slept in the kernel for a
 	                           * datagram (nothing arriving) */
 };
+
+/* The event trace (udp_trace.c, test builds only, FARM_UDP_TRACE=DIR):
+ * the hops of a round trip, time-stamped. */
+enum {
+	UDP_EV_POST = 1, /* requests posted on an endpoint (arg: first seq) */
+	UDP_EV_KICK,     /* the dispatch thread's eventfd written */
+	UDP_EV_SEND,     /* sendmmsg returned (arg: first record's type) */
+	UDP_EV_RECV,     /* recvmmsg returned datagrams (arg: 1 dispatch
+	                  * thread, 0 a poller) */
+	UDP_EV_SLEEP,    /* a poller goes to sleep in ppoll */
+	UDP_EV_WOKE,     /* ... and is back */
+	UDP_EV_DWAKE,    /* the dispatch thread is back from poll(2) */
+	UDP_EV_DONE,     /* a request's last reply arrived (arg: seq) */
+	UDP_EV_RETIRE,   /* a poller retired completions (arg: how many) */
+	UDP_EV_SERVED,   /* a request record executed (arg: seq) */
+};
+#ifdef FARM_FAULT_INJECTION
+extern bool farm_udp_tracing;
+void farm_udp_trace_open(void);
+void farm_udp_trace(unsigned ev, uint64_t arg);
+void farm_udp_trace_dump(void);
+#define UDP_TRACE(ev, arg)                                     \
+	do {                                                   \
+		if (farm_udp_tracing)                          \
+			farm_udp_trace((ev), (uint64_t)(arg)); \
+	} while (0)
+#else
+#define UDP_TRACE(ev, arg) ((void)0)
+#endif
 
 /* A snapshot of a udp fabric's counters; -EINVAL for another provider. */
 int farm_udp_stats(const farm_fabric *fab, struct farm_udp_stats *out);

@@ -78,6 +78,7 @@ static void send_raw(struct udp_fabric *f, const struct udp_out *out,
 			                        .msg_iovlen = 1};
 		}
 		int r = sendmmsg(f->fd, m, b, MSG_DONTWAIT);
+		UDP_TRACE(UDP_EV_SEND, out[k].pkt->h.type);
 		farm_stat_add(&(f)->st.tx_calls, 1);
 		if (r <= 0) {
 			/* A full socket buffer drops them, as a switch
@@ -437,8 +438,10 @@ static void on_reply(struct udp_ep *ep, const struct udp_pkt *p, uint64_t q)
 		memcpy((uint8_t *)s->local + off, p->data, plen);
 	else if (!st && s->opcode == FARM_WR_CAS)
 		memcpy(s->local, &p->h.cmp, 8);
-	if (++s->ndone == s->npk) /* pairs with udp_cq_poll's hint */
+	if (++s->ndone == s->npk) { /* pairs with udp_cq_poll's hint */
 		__atomic_store_n(&s->state, S_DONE, __ATOMIC_RELEASE);
+		UDP_TRACE(UDP_EV_DONE, q);
+	}
 	acked(ep, q);
 }
 
@@ -660,6 +663,10 @@ static void on_datagram(struct udp_fabric *f, struct udp_rxbuf *b, unsigned i,
 	}
 }
 
+/* Whether this thread is a fabric's dispatch thread (the trace says who
+ * received a datagram). */
+static _Thread_local bool in_dispatch;
+
 /* Read the socket until it is empty; replies go in one sendmmsg per
  * batch received. Caller holds f->rx. Returns the datagrams read. */
 static unsigned rx_drain_locked(struct udp_fabric *f)
@@ -683,6 +690,7 @@ static unsigned rx_drain_locked(struct udp_fabric *f)
 			return got;
 		}
 		got += (unsigned)r;
+		UDP_TRACE(UDP_EV_RECV, in_dispatch);
 		farm_stat_add(&(f)->st.rx_calls, 1);
 		farm_stat_add(&(f)->st.rx_pkts, (uint64_t)r);
 		struct udp_packer pk;
@@ -696,14 +704,36 @@ static unsigned rx_drain_locked(struct udp_fabric *f)
 	}
 }
 
+/* A poller drains: the lease (UDP_LEASE_NS) starts again, so the
+ * dispatch thread is not woken for the datagrams it receives. */
 unsigned farm_udp_rx_drain(struct udp_fabric *f)
 {
 	unsigned got = 0;
 	if (pthread_mutex_trylock(&f->rx) == 0) {
+		atomic_store_explicit(&f->lease_ns,
+		                      farm_now_ns() + UDP_LEASE_NS,
+		                      memory_order_relaxed);
 		got = rx_drain_locked(f);
 		pthread_mutex_unlock(&f->rx);
 	}
 	return got;
+}
+
+/* A poller with nothing outstanding serves what arrives, as the thread
+ * that owns the sessions does in eRPC: a request is then answered by the
+ * loop that polls anyway, not by a dispatch thread woken for it (which
+ * shares the loop's core: a wake-up and a preemption, tens of
+ * microseconds here). At most every UDP_IDLE_DRAIN_NS a fabric, so a
+ * loop busy with local work pays a system call a few microseconds. */
+unsigned farm_udp_rx_drain_idle(struct udp_fabric *f)
+{
+	uint64_t now = farm_now_ns();
+	if (now - atomic_load_explicit(&f->idle_drain_ns,
+	                               memory_order_relaxed) <
+	    UDP_IDLE_DRAIN_NS)
+		return 0;
+	atomic_store_explicit(&f->idle_drain_ns, now, memory_order_relaxed);
+	return farm_udp_rx_drain(f);
 }
 
 /* A poller with requests outstanding and nothing arriving sleeps in the
@@ -730,7 +760,10 @@ unsigned farm_udp_rx_sleep(struct udp_fabric *f, uint64_t max_ns,
 	                      .tv_nsec = (long)(max_ns % 1000000000ull)};
 	farm_stat_add(&(f)->st.poller_sleeps, 1);
 	unsigned got = 0;
-	if (ppoll(&p, 1, &ts, NULL) > 0)
+	UDP_TRACE(UDP_EV_SLEEP, 0);
+	int pr = ppoll(&p, 1, &ts, NULL);
+	UDP_TRACE(UDP_EV_WOKE, pr);
+	if (pr > 0)
 		got = rx_drain_locked(f);
 	pthread_mutex_unlock(&f->rx);
 	return got;
@@ -921,6 +954,7 @@ static int timers_if_due(struct udp_fabric *f)
 void farm_udp_kick(struct udp_fabric *f)
 {
 	uint64_t one = 1;
+	UDP_TRACE(UDP_EV_KICK, 0);
 	if (write(f->kick_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
 		farm_warn("udp: waking the dispatch thread: %s",
 		          strerror(errno));
@@ -929,6 +963,7 @@ void farm_udp_kick(struct udp_fabric *f)
 void *farm_udp_dispatch_main(void *arg)
 {
 	struct udp_fabric *f = arg;
+	in_dispatch = true;
 	struct pollfd p[3] = {{.fd = f->stop_fd, .events = POLLIN},
 	                      {.fd = f->kick_fd, .events = POLLIN},
 	                      {.fd = f->fd, .events = POLLIN}};
@@ -936,15 +971,26 @@ void *farm_udp_dispatch_main(void *arg)
 		/* A poller draining the socket holds rx: it serves what
 		 * arrives, and this thread keeps the timers, not waiting
 		 * behind a lock a spinning poller takes again and again (a
-		 * mutex is not fair). */
+		 * mutex is not fair). A poller that drained within the lease
+		 * receives too: this thread does not wait for datagrams then,
+		 * so it is not woken for theirs (it shares their core), and
+		 * takes the socket back when the lease runs out or a thread
+		 * parks (farm_udp_before_wait). */
 		bool drained = pthread_mutex_trylock(&f->rx) == 0;
 		if (drained) {
 			rx_drain_locked(f);
 			pthread_mutex_unlock(&f->rx);
 		}
 		int ms = timers_if_due(f);
+		uint64_t lease = atomic_load_explicit(&f->lease_ns,
+		                                      memory_order_relaxed);
+		int64_t left = (int64_t)(lease - farm_now_ns());
+		bool watch = drained && (!lease || left <= 0);
+		if (drained && !watch)
+			ms = FARM_MIN(ms, (int)((left + 999999) / 1000000));
 		farm_stat_add(&(f)->st.dispatch_sleeps, 1);
-		int n = poll(p, drained ? 3 : 2, drained ? ms : 1);
+		int n = poll(p, watch ? 3 : 2, drained ? ms : 1);
+		UDP_TRACE(UDP_EV_DWAKE, n);
 		if (n > 0 && (p[0].revents & POLLIN))
 			break;
 		if (n > 0 && (p[1].revents & POLLIN)) {
