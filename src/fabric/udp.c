@@ -530,8 +530,8 @@ static int udp_cq_poll(farm_cq *fcq, int n, farm_wc *wc)
 		waiting = ep->tail != ep->head;
 	/* One that is not serves peers' requests instead of the dispatch
 	 * thread (README.md, "udp": who receives). */
-	unsigned rx =
-	        waiting ? farm_udp_rx_drain(f) : farm_udp_rx_drain_idle(f);
+	unsigned rx = waiting ? farm_udp_rx_drain(f)
+	                      : farm_udp_rx_drain_idle(f, &c->polled_ns);
 	int got = retire_all(c, n, wc);
 	if (!got && !rx && waiting && idle_poll(c, f)) {
 		if (farm_udp_rx_sleep(f, f->sleep_ns, cq_done, c))

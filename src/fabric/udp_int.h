@@ -35,9 +35,14 @@
 /* A poller that drained the socket holds it this long: the dispatch thread
  * does not wait for datagrams meanwhile (README.md, "udp": who receives). */
 #define UDP_LEASE_NS 1000000ull
-/* A poller with nothing outstanding drains at most this often (a
- * recvmmsg that finds nothing costs about a microsecond). */
+/* A poller with nothing outstanding drains at most this often when it
+ * comes back at once (it has nothing else to do), at most the second when
+ * it was busy between two polls: a recvmmsg that finds nothing costs one
+ * to two microseconds here, a quarter of a loop's local KV lookups when
+ * paid every few microseconds. */
 #define UDP_IDLE_DRAIN_NS 4000ull
+#define UDP_BUSY_DRAIN_NS 20000ull
+#define UDP_SPIN_GAP_NS   1000ull /* polls this close: spinning */
 
 /* Test-only request flags (udp_testing.h knobs, set at the initiator as
  * the tests set them, obeyed by the target in FARM_FAULT_INJECTION builds
@@ -179,6 +184,8 @@ struct udp_cq {
 	struct udp_ep *eps;
 	uint64_t idle_since; /* first poll of this run finding nothing */
 	bool kicked;         /* ... and it woke the dispatch thread */
+	uint64_t polled_ns;  /* when its last poll with nothing outstanding
+	                      * returned */
 };
 
 struct udp_peer {
@@ -291,7 +298,7 @@ int farm_udp_format_addr(const struct sockaddr_storage *ss, char *buf,
 void farm_udp_send(struct udp_fabric *f, const struct udp_out *out, unsigned n);
 int farm_udp_rx_alloc(struct udp_fabric *f);
 unsigned farm_udp_rx_drain(struct udp_fabric *f);
-unsigned farm_udp_rx_drain_idle(struct udp_fabric *f);
+unsigned farm_udp_rx_drain_idle(struct udp_fabric *f, uint64_t *polled_ns);
 unsigned farm_udp_rx_sleep(struct udp_fabric *f, uint64_t max_ns,
                            bool (*done)(void *), void *arg);
 void *farm_udp_dispatch_main(void *arg);

@@ -723,17 +723,24 @@ unsigned farm_udp_rx_drain(struct udp_fabric *f)
  * that owns the sessions does in eRPC: a request is then answered by the
  * loop that polls anyway, not by a dispatch thread woken for it (which
  * shares the loop's core: a wake-up and a preemption, tens of
- * microseconds here). At most every UDP_IDLE_DRAIN_NS a fabric, so a
- * loop busy with local work pays a system call a few microseconds. */
-unsigned farm_udp_rx_drain_idle(struct udp_fabric *f)
+ * microseconds here). At most every UDP_IDLE_DRAIN_NS a fabric while the
+ * poller spins (back within UDP_SPIN_GAP_NS of its last poll, *@polled_ns,
+ * its queue's), every UDP_BUSY_DRAIN_NS while it has other work between
+ * polls, which the system calls would slow. */
+unsigned farm_udp_rx_drain_idle(struct udp_fabric *f, uint64_t *polled_ns)
 {
 	uint64_t now = farm_now_ns();
+	uint64_t every = now - *polled_ns < UDP_SPIN_GAP_NS ? UDP_IDLE_DRAIN_NS
+	                                                    : UDP_BUSY_DRAIN_NS;
+	*polled_ns = now;
 	if (now - atomic_load_explicit(&f->idle_drain_ns,
 	                               memory_order_relaxed) <
-	    UDP_IDLE_DRAIN_NS)
+	    every)
 		return 0;
 	atomic_store_explicit(&f->idle_drain_ns, now, memory_order_relaxed);
-	return farm_udp_rx_drain(f);
+	unsigned got = farm_udp_rx_drain(f);
+	*polled_ns = farm_now_ns();
+	return got;
 }
 
 /* A poller with requests outstanding and nothing arriving sleeps in the
