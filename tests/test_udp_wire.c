@@ -40,12 +40,22 @@
  *   broken_revoke  the same with revoke's teardown switched off
  *              (FARM_UDP_KNOB_REVOKE_FLUSH 0): the READ must still be
  *              outstanding, proving the check can fail.
+ *   park_handback  a thread that received for the dispatch thread (a
+ *              poller with nothing outstanding, its lease made 10 s
+ *              long) parks in farm_wait_word: a NOTIFY on its word is
+ *              served and wakes it within 50 ms, 5 rounds.
+ *   broken_park_handback  the same with the hand-back switched off
+ *              (FARM_UDP_KNOB_PARK_HANDBACK 0): some round waits for the
+ *              dispatch thread's timer pass (up to 200 ms).
  */
 #include "testutil.h"
 
 #include <arpa/inet.h>
 #include <inttypes.h>
 #include <netinet/in.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <sys/socket.h>
 
 #include "fabric/udp_int.h"
@@ -719,6 +729,100 @@ static void test_broken_revoke(void **state)
 	assert_false(done);
 }
 
+/* A loop's thread on the target: it polls a queue of its own with nothing
+ * outstanding (it receives for the dispatch thread, for a lease), says it
+ * parks, and parks in farm_wait_word on a word of the region. */
+struct parker {
+	farm_fabric *fab;
+	uint32_t *word;
+	atomic_int parking;
+	int rc;
+};
+
+static void *parker_main(void *arg)
+{
+	struct parker *p = arg;
+	farm_cq *cq;
+	p->rc = farm_cq_create(p->fab, 16, 0, &cq);
+	if (p->rc) {
+		atomic_store(&p->parking, 1);
+		return NULL;
+	}
+	farm_wc wc[4];
+	p->rc = farm_cq_poll(cq, 4, wc); /* 0: nothing, the socket drained */
+	atomic_store(&p->parking, 1);
+	if (!p->rc)
+		p->rc = farm_wait_word(p->word, 1, 5000000000ull);
+	int rc = farm_cq_destroy(cq);
+	if (!p->rc)
+		p->rc = rc;
+	return NULL;
+}
+
+/* Rounds of: the target's thread receives, then parks; a NOTIFY on its
+ * word must be served (and wake it) within 50 ms, although the receive
+ * lease is made 10 s long: the park hands the socket back to the dispatch
+ * thread. Without the hand-back the NOTIFY waits in the socket for the
+ * dispatch thread's next timer pass, up to 200 ms later. Returns the
+ * slowest round's ns; *rcs: any error of a round. */
+static uint64_t park_rounds(struct fx *f, unsigned rounds, int *rcs)
+{
+	int old = farm_udp_testing_set(FARM_UDP_KNOB_LEASE_MS, 10000);
+	uint64_t worst = 0;
+	*rcs = old < 0 ? old : 0;
+	for (unsigned r = 0; r < rounds && !*rcs; r++) {
+		struct parker p = {.fab = f->b,
+		                   .word = (uint32_t *)(f->region + 4096)};
+		atomic_store(p.word, 1);
+		pthread_t t;
+		assert_int_equal(pthread_create(&t, NULL, parker_main, &p), 0);
+		while (!atomic_load(&p.parking))
+			sched_yield();
+		uint64_t t0 = farm_now_ns();
+		int st = tu_do(f->ep, f->cq,
+		               farm_wr_notify(50 + r, &f->rd, 4096));
+		uint64_t dt = farm_now_ns() - t0;
+		pthread_join(t, NULL);
+		worst = FARM_MAX(worst, dt);
+		if (st || p.rc)
+			*rcs = st ? st : p.rc;
+	}
+	farm_udp_testing_set(FARM_UDP_KNOB_LEASE_MS, 1);
+	return worst;
+}
+
+static void test_park_handback(void **state)
+{
+	struct fx *f = *state;
+	int rc;
+	uint64_t worst = park_rounds(f, 5, &rc);
+	if (rc == -ENOTSUP)
+		skip(); /* built without fault injection: no lease knob */
+	assert_int_equal(rc, 0);
+	printf("NOTIFY to a parked thread that had been receiving: slowest "
+	       "of 5 served in %.3f ms (bound 50)\n",
+	       (double)worst / 1e6);
+	assert_true(worst < 50000000ull);
+}
+
+/* The same with the hand-back switched off: some round must wait for the
+ * dispatch thread's timer pass, proving the check can fail (each round
+ * under 50 ms by chance: 1 in 4, all five about 1 in 1000). */
+static void test_broken_park_handback(void **state)
+{
+	struct fx *f = *state;
+	if (farm_udp_testing_set(FARM_UDP_KNOB_PARK_HANDBACK, 0) == -ENOTSUP)
+		skip();
+	int rc;
+	uint64_t worst = park_rounds(f, 5, &rc);
+	farm_udp_testing_set(FARM_UDP_KNOB_PARK_HANDBACK, 1);
+	assert_int_equal(rc, 0);
+	printf("without the hand-back: slowest of 5 served in %.3f ms (must "
+	       "be over 50)\n",
+	       (double)worst / 1e6);
+	assert_true(worst >= 50000000ull);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -738,6 +842,10 @@ int main(void)
 	        cmocka_unit_test_setup_teardown(test_revoke, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_broken_revoke, setup,
 	                                        teardown),
+	        cmocka_unit_test_setup_teardown(test_park_handback, setup,
+	                                        teardown),
+	        cmocka_unit_test_setup_teardown(test_broken_park_handback,
+	                                        setup, teardown),
 	};
 	return cmocka_run_group_tests_name("udp_wire", tests, NULL, NULL);
 }

@@ -74,7 +74,8 @@ static void open_remove(struct udp_fabric *f)
  * doorbell) is not left in the socket for the rest of the lease. */
 void farm_udp_before_wait(void)
 {
-	if (!atomic_load_explicit(&open_n, memory_order_relaxed))
+	if (!atomic_load_explicit(&open_n, memory_order_relaxed) ||
+	    !farm_udp_knob_value(FARM_UDP_KNOB_PARK_HANDBACK))
 		return;
 	pthread_mutex_lock(&open_mu);
 	for (struct udp_fabric *f = open_list; f; f = f->next_open)

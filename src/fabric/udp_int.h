@@ -32,8 +32,9 @@
 #define UDP_CONNECT_NS   (2000ull * 1000000ull)
 #define UDP_TICK_NS      1000000ull   /* timers, with packets outstanding */
 #define UDP_IDLE_TICK_NS 200000000ull /* ... without: liveness probes */
-/* A poller that drained the socket holds it this long: the dispatch thread
- * does not wait for datagrams meanwhile (README.md, "udp": who receives). */
+/* A poller that drained the socket holds it this long (times the test knob
+ * FARM_UDP_KNOB_LEASE_MS, 1): the dispatch thread does not wait for
+ * datagrams meanwhile (README.md, "udp": who receives). */
 #define UDP_LEASE_NS 1000000ull
 /* A poller with nothing outstanding drains at most this often when it
  * comes back at once (it has nothing else to do), at most the second when

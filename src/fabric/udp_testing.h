@@ -35,6 +35,13 @@ enum farm_udp_knob {
 	 * down its queue pairs would; 0: it only fences the peer's requests,
 	 * and ours to it wait for the death bound (FARM_UDP_TIMEOUT_MS). */
 	FARM_UDP_KNOB_REVOKE_FLUSH = 7,
+	/* 1 (default): a thread that parks in farm_wait_word ends the
+	 * receive lease of the pollers of its process's fabrics, so the
+	 * dispatch thread serves what arrives next (a doorbell for it);
+	 * 0: the lease runs out by itself. */
+	FARM_UDP_KNOB_PARK_HANDBACK = 8,
+	/* The receive lease of a poller that drained, in ms (default 1). */
+	FARM_UDP_KNOB_LEASE_MS = 9,
 };
 
 /* Set a knob for the whole process; returns its previous value (or

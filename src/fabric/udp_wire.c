@@ -25,7 +25,7 @@
 /* ---- knobs -------------------------------------------------------------- */
 
 #ifdef FARM_FAULT_INJECTION
-static atomic_int knobs[8] = {0, 1, 1, 1, 0, 0, 0, 1};
+static atomic_int knobs[10] = {0, 1, 1, 1, 0, 0, 0, 1, 1, 1};
 
 int farm_udp_knob_value(int knob)
 {
@@ -34,7 +34,7 @@ int farm_udp_knob_value(int knob)
 
 int farm_udp_testing_set(enum farm_udp_knob knob, int value)
 {
-	if (knob < FARM_UDP_KNOB_GO_BACK_N || knob > FARM_UDP_KNOB_REVOKE_FLUSH)
+	if (knob < FARM_UDP_KNOB_GO_BACK_N || knob > FARM_UDP_KNOB_LEASE_MS)
 		return -EINVAL;
 	return atomic_exchange(&knobs[knob], value);
 }
@@ -42,7 +42,7 @@ int farm_udp_testing_set(enum farm_udp_knob knob, int value)
 /* A production build cannot switch a guarantee off (duplicate suppression,
  * line atomicity, write order, revocation's teardown) nor lose packets: every
  * knob reads as its default and setting one is refused. */
-static const int knob_default[8] = {0, 1, 1, 1, 0, 0, 0, 1};
+static const int knob_default[10] = {0, 1, 1, 1, 0, 0, 0, 1, 1, 1};
 
 int farm_udp_knob_value(int knob)
 {
@@ -52,7 +52,7 @@ int farm_udp_knob_value(int knob)
 int farm_udp_testing_set(enum farm_udp_knob knob, int value)
 {
 	(void)value;
-	if (knob < FARM_UDP_KNOB_GO_BACK_N || knob > FARM_UDP_KNOB_REVOKE_FLUSH)
+	if (knob < FARM_UDP_KNOB_GO_BACK_N || knob > FARM_UDP_KNOB_LEASE_MS)
 		return -EINVAL;
 	return -ENOTSUP;
 }
@@ -710,8 +710,10 @@ unsigned farm_udp_rx_drain(struct udp_fabric *f)
 {
 	unsigned got = 0;
 	if (pthread_mutex_trylock(&f->rx) == 0) {
-		atomic_store_explicit(&f->lease_ns,
-		                      farm_now_ns() + UDP_LEASE_NS,
+		uint64_t lease =
+		        (uint64_t)farm_udp_knob_value(FARM_UDP_KNOB_LEASE_MS) *
+		        UDP_LEASE_NS;
+		atomic_store_explicit(&f->lease_ns, farm_now_ns() + lease,
 		                      memory_order_relaxed);
 		got = rx_drain_locked(f);
 		pthread_mutex_unlock(&f->rx);
