@@ -130,6 +130,7 @@ enum {
 	CMD_LAT,
 	CMD_LAT_OTHERS,
 	CMD_INNER,
+	CMD_STREAM, /* draw workload wl's key stream (before a timed run) */
 	CMD_QUIT
 };
 enum { ST_INIT, ST_READY, ST_FAILED };
