@@ -590,11 +590,16 @@ static struct held_report *round_after(unsigned i, uint64_t t, uint64_t dl)
  * they all do; *@t: when it was killed. */
 static bool grower_killed(struct rb_result *res, uint64_t *t)
 {
+	/* Before the kill: the survivors learn of the death from its pidfd
+	 * and may begin their round before this process, descheduled on a
+	 * loaded host, is back from reaping it; a time taken after the reap
+	 * then came after the round's own, and round_after waited for a
+	 * later round that never came. */
+	*t = np_now_ns();
 	assert_int_equal(kill(late_cl.pid[0], SIGKILL), 0);
 	assert_int_equal(tu_reap(late_cl.pid[0]), 128 + SIGKILL);
 	late_cl.pid[0] = 0;
 	late_in = false;
-	*t = np_now_ns();
 	bool moved = false;
 	while (!moved && np_now_ns() < *t + 30000000000ull) {
 		moved = true;
