@@ -2,9 +2,14 @@
  * The address space in one process: three machines (each its own fabric,
  * messaging and farm_as) whose loops one test thread drives in turn.
  * Region allocation with backups, access by global address (local loads,
- * remote one-sided operations with a cached descriptor), and bad input.
+ * remote one-sided operations with a cached descriptor), bad input, and
+ * data recovery's filling copies across views.
+ *
+ * --broken: a view keeps a filling copy of a region it no longer places
+ * here (FARM_FP_AS_KEEP_FILLING); the displaced copy must be seen held.
  */
 #include "asnodes.h"
+#include "brokenarg.h"
 
 #define N     3
 #define RSIZE (4ull << 20)
@@ -359,14 +364,80 @@ static void test_filling_never_promoted(void **state)
 	assert_int_equal(farm_as_backup_filled(as, backup_of), 0);
 }
 
-int main(void)
+static bool opt_broken;
+
+/* A view that no longer places this machine as a replica of a region
+ * whose copy it is still filling (growth displaced it before data
+ * recovery completed it) gives that copy up, as it does a complete one:
+ * kept, it stayed held with stale bytes, and a later copy would have
+ * been filled over them. Copies of regions still placed here stay
+ * filling. Machine 1 alone takes a view with a fourth machine (it need
+ * not exist: only the placement matters); runs last. */
+static void test_displaced_filling(void **state)
 {
+	(void)state;
+	farm_as *as = nodes[0].as;
+	uint32_t me = farm_as_machine_id(as);
+	enum { NCAND = 64 };
+	uint32_t cand[NCAND];
+	unsigned nc = 0;
+	for (uint32_t r = 0x71000000u; r < 0x71010000u && nc < NCAND; r++)
+		if (!farm_as_local_region(as, r, NULL)) {
+			assert_int_equal(farm_as_backup_open(as, r), 0);
+			cand[nc++] = r;
+		}
+	assert_int_equal(nc, NCAND);
+	struct farm_as_stats before, after;
+	farm_as_stats_get(as, &before);
+	uint32_t ids[N + 1] = {1, 2, 3, 4};
+	uint64_t cfg = farm_as_config_id(as) + 1;
+	assert_int_equal(farm_as_set_view(as, cfg, ids, N + 1), 0);
+	unsigned gone = 0, kept = 0;
+	for (unsigned i = 0; i < nc; i++) {
+		uint32_t rep[FARM_RING_MAX_REPLICAS];
+		unsigned n = farm_as_replicas(as, cand[i], rep);
+		bool placed = false;
+		for (unsigned k = 0; k < n; k++)
+			placed |= rep[k] == me;
+		bool held = farm_as_local_region(as, cand[i], NULL) != NULL;
+		if (placed) {
+			kept++;
+			assert_true(held);
+			assert_true(farm_as_backup_filling(as, cand[i]));
+			continue;
+		}
+		gone++;
+		assert_true(held == opt_broken);
+		assert_true(farm_as_backup_filling(as, cand[i]) == opt_broken);
+		/* Placed here again later: a fresh copy can be opened. */
+		if (!opt_broken)
+			assert_int_equal(farm_as_backup_filled(as, cand[i]),
+			                 -ENOENT);
+	}
+	farm_as_stats_get(as, &after);
+	assert_true(gone > 0 && kept > 0);
+	/* Earlier tests' complete copies may be displaced too. */
+	if (!opt_broken)
+		assert_true(after.displaced >= before.displaced + gone);
+	printf("displaced filling copies: %u of %u given up, %u kept "
+	       "(placed here)%s\n",
+	       opt_broken ? 0 : gone, gone, kept,
+	       opt_broken ? " [broken: the displaced ones stayed held]" : "");
+}
+
+int main(int argc, char **argv)
+{
+	int rc =
+	        tu_broken_arg(argc, argv, FARM_FP_AS_KEEP_FILLING, &opt_broken);
+	if (rc)
+		return rc;
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test(test_no_view),
 	        cmocka_unit_test(test_alloc_and_access),
 	        cmocka_unit_test(test_bad_requests),
 	        cmocka_unit_test(test_ship_by_address),
 	        cmocka_unit_test(test_filling_never_promoted),
+	        cmocka_unit_test(test_displaced_filling),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

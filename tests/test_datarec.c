@@ -65,6 +65,17 @@
  *              complete copy away as one holding recovered locks, and
  *              the held refill left R with no complete first replica:
  *              the growth campaign's seed 505, cycle 14.)
+ *   grow_displace
+ *              grow's run with the survivors' copies held from the
+ *              configuration without the victim until the grower has
+ *              grown: a survivor whose new backup copy the grower
+ *              displaces is still filling it at the handoff (the
+ *              premise: such a copy seen stopped). It must give that
+ *              copy up: every copy any machine holds is at one of its
+ *              region's replicas, and every pair of copies equal. (Kept,
+ *              it was held for good with the bytes copied until then:
+ *              grow failed so whenever the handoff came before that
+ *              copy was complete.)
  *
  * --broken: new backups drop the COMMIT-BACKUPs that arrive during the
  * copy (and skip the check pass that would repair it); the replicas'
@@ -80,8 +91,11 @@
  * a source (FARM_FP_AS_NO_DEMOTED_SOURCE): grow_kill's region must stay
  * short (the growth gap this closes). --broken-grow-round: a region left
  * on the promotion list is handled as before the fix
- * (FARM_FP_REC_STALE_PROMO): grow_round's region must be lost. --grow,
- * --grow-kill, --grow-round: that run alone.
+ * (FARM_FP_REC_STALE_PROMO): grow_round's region must be lost.
+ * --broken-displaced: a view keeps a filling copy it no longer places
+ * here (FARM_FP_AS_KEEP_FILLING): grow_displace must find a copy held
+ * off its replicas. --grow, --grow-kill, --grow-round, --grow-displace:
+ * that run alone.
  *
  * Exits 77 (skip) without the ZooKeeper client or server.
  */
@@ -110,6 +124,9 @@ static bool dr_grow_kill;
  * region a survivor was promoted in, then the grower killed; the region
  * and that survivor (grow_victim). */
 static bool dr_grow_round;
+/* grow_displace: the survivors' copies held until the grower has grown
+ * (a displaced copy still filling at the handoff). */
+static bool dr_grow_displace;
 static uint32_t dr_round_region;
 static int dr_round_x = -1;
 /* What grow's broken run switched off (rb_verdict's words). */
@@ -573,11 +590,16 @@ static struct held_report *round_after(unsigned i, uint64_t t, uint64_t dl)
  * they all do; *@t: when it was killed. */
 static bool grower_killed(struct rb_result *res, uint64_t *t)
 {
+	/* Before the kill: the survivors learn of the death from its pidfd
+	 * and may begin their round before this process, descheduled on a
+	 * loaded host, is back from reaping it; a time taken after the reap
+	 * then came after the round's own, and round_after waited for a
+	 * later round that never came. */
+	*t = np_now_ns();
 	assert_int_equal(kill(late_cl.pid[0], SIGKILL), 0);
 	assert_int_equal(tu_reap(late_cl.pid[0]), 128 + SIGKILL);
 	late_cl.pid[0] = 0;
 	late_in = false;
-	*t = np_now_ns();
 	bool moved = false;
 	while (!moved && np_now_ns() < *t + 30000000000ull) {
 		moved = true;
@@ -594,6 +616,69 @@ static bool grower_killed(struct rb_result *res, uint64_t *t)
 			poll_pause(20);
 	}
 	return moved;
+}
+
+/*
+ * grow_displace, after the survivors' run: once machine NP_NM has grown,
+ * the survivors' copies go on (held since the victim's configuration, so
+ * a copy the handoff displaced was still filling then).
+ */
+static void grow_displace(struct rb_result *res)
+{
+	uint64_t t = np_now_ns(), dl = t + 30000000000ull;
+	bool ok = false;
+	while (!ok && np_now_ns() < dl) {
+		struct held_report *g = ask(NP_NM);
+		ok = grown(g, true);
+		free(g);
+		if (!ok)
+			poll_pause(20);
+	}
+	if (!ok)
+		failed(&res->f,
+		       "grow_displace: machine %u did not grow "
+		       "within 30 s with the survivors' copies held",
+		       DR_LATE_ID);
+	for (unsigned i = 0; i < NP_NM; i++)
+		if (rb_member(res, i)) {
+			dr_send(i, 'o');
+			dr_expect(i, 'k', 30000);
+		}
+	printf("grow_displace: machine %u grown %.0f ms after the "
+	       "survivors' run; their copies go on\n",
+	       DR_LATE_ID, (double)(np_now_ns() - t) / 1e6);
+}
+
+/* Every copy a machine holds is at one of its region's replicas (@r[i]:
+ * machine i's report); a copy held elsewhere is one a view no longer
+ * placing it there failed to give up. With @displace, the premise too:
+ * some survivor's copy was stopped so (a displaced filling copy). */
+static void held_at_replicas(struct held_report **r, bool displace,
+                             struct fails *f)
+{
+	unsigned off = 0, stopped = 0;
+	for (unsigned i = 0; i <= NP_NM; i++) {
+		for (unsigned k = 0; r[i] && k < r[i]->n; k++) {
+			const struct rp_held *h = &r[i]->h[k];
+			bool at = false;
+			for (unsigned x = 0; x < h->nreps; x++)
+				at |= h->reps[x] == i;
+			if (!at && off++ < 4)
+				failed(f,
+				       "machine %u holds a %s copy of region "
+				       "%#" PRIx32 ", not one of its replicas",
+				       i, h->filling ? "filling" : "complete",
+				       h->region);
+		}
+		for (unsigned k = 0; i < NP_NM && r[i] && k < r[i]->ndr; k++)
+			stopped += r[i]->dr[k].state == FARM_DATAREC_LOST;
+	}
+	printf("copies held off their region's replicas: %u; survivors' "
+	       "copies stopped: %u\n",
+	       off, stopped);
+	if (displace && !stopped)
+		failed(f, "grow_displace: no survivor's copy was stopped by "
+		          "the handoff: the premise did not hold");
 }
 
 /*
@@ -802,6 +887,11 @@ static void run_mode(unsigned first, int second, bool rejoin, bool grow,
 	rb_tell(&res, first, true);
 	rb_wait_recovered(&res);
 	bool killed_during = false;
+	for (unsigned i = 0; dr_grow_displace && i < NP_NM; i++)
+		if (rb_member(&res, i)) {
+			dr_send(i, 'O');
+			dr_expect(i, 'K', 30000);
+		}
 	if (grow) {
 		for (unsigned i = 0; i < NP_NM; i++)
 			if (rb_member(&res, i))
@@ -858,6 +948,8 @@ static void run_mode(unsigned first, int second, bool rejoin, bool grow,
 		grow_kill(&res);
 	if (dr_grow_round)
 		grow_round(&res);
+	if (dr_grow_displace)
+		grow_displace(&res);
 
 	/* Full replication, the workload paused. */
 	struct held_report *r[NP_NM + 1] = {0};
@@ -912,6 +1004,9 @@ static void run_mode(unsigned first, int second, bool rejoin, bool grow,
 			failed(f, "replicated again without a round asked for "
 			          "(farm_view.bump): the premise did not hold");
 	}
+
+	if (grow)
+		held_at_replicas(r, dr_grow_displace, f);
 
 	/* Pacing, and what each new backup did. */
 	unsigned copies = 0, late = 0, at_late = 0;
@@ -1126,8 +1221,10 @@ static void test_grow(void **state)
 	                 ? (opt_broken ? "grow_kill (broken)" : "grow_kill")
 	         : dr_grow_round
 	                 ? (opt_broken ? "grow_round (broken)" : "grow_round")
-	         : opt_broken ? "grow (broken)"
-	                      : "grow");
+	         : dr_grow_displace ? (opt_broken ? "grow_displace (broken)"
+	                                          : "grow_displace")
+	         : opt_broken       ? "grow (broken)"
+	                            : "grow");
 	rb_p.first_post_ms = 0;
 	dr_seed = 0;
 }
@@ -1158,6 +1255,18 @@ static void test_grow_round(void **state)
 	dr_round_region = 0;
 }
 
+/*
+ * A survivor's new backup copy that the handoff displaces while it is
+ * still filling is given up (grow failed whenever the handoff came
+ * before that copy was complete).
+ */
+static void test_grow_displace(void **state)
+{
+	dr_grow_displace = true;
+	test_grow(state);
+	dr_grow_displace = false;
+}
+
 int main(int argc, char **argv)
 {
 	struct CMUnitTest tests[] = {
@@ -1167,6 +1276,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test_teardown(test_grow, dr_teardown),
 	        cmocka_unit_test_teardown(test_grow_kill, dr_teardown),
 	        cmocka_unit_test_teardown(test_grow_round, dr_teardown),
+	        cmocka_unit_test_teardown(test_grow_displace, dr_teardown),
 	};
 	size_t n = sizeof(tests) / sizeof(tests[0]);
 	if (argc > 1 && !strcmp(argv[1], "--broken-late")) {
@@ -1236,6 +1346,22 @@ int main(int argc, char **argv)
 		                 "complete copy was thrown away";
 		tests[0] = tests[5];
 		n = 1;
+	} else if (argc > 1 && !strcmp(argv[1], "--broken-displaced")) {
+		/* A test-only switch: a view keeps a filling copy it no
+		 * longer places here; grow_displace must notice. */
+		if (farm_fault_set(FARM_FP_AS_KEEP_FILLING, no_late, NULL)) {
+			printf("skipped: --broken-displaced needs fault "
+			       "injection (FARM_FAULT_INJECTION=OFF)\n");
+			return FARM_TEST_SKIP;
+		}
+		opt_broken = true;
+		dr_grow_broken = "a view kept a filling copy it no longer "
+		                 "placed here";
+		tests[0] = tests[6];
+		n = 1;
+	} else if (argc > 1 && !strcmp(argv[1], "--grow-displace")) {
+		tests[0] = tests[6]; /* grow_displace alone */
+		n = 1;
 	} else if (argc > 1 && !strcmp(argv[1], "--grow-round")) {
 		tests[0] = tests[5]; /* grow_round alone */
 		n = 1;
@@ -1261,8 +1387,9 @@ int main(int argc, char **argv)
 		fprintf(stderr,
 		        "usage: %s [--broken | --broken-late | "
 		        "--broken-grow | --broken-handoff | "
-		        "--broken-grow-kill | --broken-grow-round | --grow | "
-		        "--grow-kill | --grow-round | --rejoin]\n",
+		        "--broken-grow-kill | --broken-grow-round | "
+		        "--broken-displaced | --grow | --grow-kill | "
+		        "--grow-round | --grow-displace | --rejoin]\n",
 		        argv[0]);
 		return 2;
 	}

@@ -406,12 +406,17 @@ int farm_as_set_view_placed(farm_as *as, uint64_t config_id,
  *    primary), as for any new backup: the demoted copy holds locks of the
  *    old configuration's transactions and can lag the new primary, so it
  *    is never taken for a replica;
- *  - a complete backup copy of a region this machine is no longer a
- *    replica of: displaced, forgotten. (Filling copies keep their rule:
- *    a copy that is no longer a replica stops, copy.c.)
+ *  - a backup copy, complete or still filling, of a region this machine
+ *    is no longer a replica of: displaced, forgotten. A filling one is
+ *    displaced when the handoff comes before data recovery completed it
+ *    (its copy stops, copy.c); kept, it would be held with stale bytes
+ *    for good, and a later view that made this machine a backup again
+ *    would fill it over them: objects in blocks freed since, which a copy
+ *    skips, would stay there. Forgotten, a later copy starts from fresh,
+ *    zeroed memory.
  * Not for the first view, nor while the test-only switch
  * FARM_FP_AS_NO_DEMOTE is hooked (two primaries: test_datarec
- * --broken-handoff).
+ * --broken-handoff); FARM_FP_AS_KEEP_FILLING keeps filling copies.
  */
 static bool gives_up(const farm_as *as, const struct entry *e)
 {
@@ -423,7 +428,7 @@ static bool gives_up(const farm_as *as, const struct entry *e)
 		return false;
 	if (e->kind == E_PRIMARY)
 		return h[0] != as->me;
-	if (e->filling)
+	if (e->filling && FARM_FAULT_SWITCH(FARM_FP_AS_KEEP_FILLING))
 		return false;
 	for (unsigned i = 0; i < n; i++)
 		if (h[i] == as->me)

@@ -67,7 +67,9 @@
  * configuration list this machine. A filling copy whose machine the ring
  * makes primary is never promoted (the region had no complete replica
  * left: it is reported lost), unless it can be finished from a demoted
- * copy (below); one that is no longer a replica stops.
+ * copy (below); one that is no longer a replica stops, its copy given up
+ * by the view that displaced it (addrspace.c), so a later copy starts
+ * from fresh memory.
  *
  * A copy growth demoted here (addrspace.h, farm_as_demoted_source). The
  * view that makes the grower primary of a region this machine was primary
@@ -620,6 +622,9 @@ static void step_done(farm_loop *loop, void *ctx, int status)
 					                  ? nx
 					                  : s->off + s->len;
 				} else {
+					/* Given up (a view that displaced
+					 * it): the copy stops. */
+					g->state = r ? g->state : DR_LOST;
 					again = false;
 				}
 			}

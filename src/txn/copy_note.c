@@ -192,6 +192,26 @@ static void dr_judge_filling(farm_txm *m, struct farm_datarec *dr,
 	}
 }
 
+/* Copies whose filling copy this machine no longer holds stop: a view
+ * that no longer places it as a replica gave the copy up (growth
+ * displaced it before it was complete: farm_as_set_view_placed), so
+ * dr_judge_filling, which sees held copies only, never meets it. Under
+ * dr->lock. */
+static void dr_stop_forgotten(farm_txm *m, struct farm_datarec *dr)
+{
+	for (unsigned i = 0; i < dr->nr; i++) {
+		struct dr_reg *g = &dr->r[i];
+		if (g->state < DR_DONE &&
+		    !farm_as_backup_filling(m->as, g->id)) {
+			g->state = DR_LOST;
+			farm_info("datarec: region %#" PRIx32 ": this machine "
+			          "is no longer its replica; its copy stops "
+			          "and is given up",
+			          g->id);
+		}
+	}
+}
+
 /* As @region's primary, note a COPY to each of its backups @now[1..nn).
  * Every backup, not only those new since the last configuration: one
  * told by a primary that died since may never have opened its copy (a
@@ -229,6 +249,7 @@ void farm_txm_datarec_view(farm_txm *m)
 	dr_fill_demoted(m, dr, cfg);
 	pthread_mutex_lock(&dr->lock);
 	dr_drop_old_notes(dr, cfg);
+	dr_stop_forgotten(m, dr);
 	for (unsigned i = 0; i < n; i++) {
 		uint32_t now[16], prev[16];
 		unsigned nn = farm_as_replicas(m->as, h[i].region, now);

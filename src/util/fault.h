@@ -65,6 +65,13 @@ enum farm_fault_point {
 	 * copy when the grower dies first (tests/test_datarec.c
 	 * --broken-grow-kill must find a region not replicated again). */
 	FARM_FP_AS_NO_DEMOTED_SOURCE,
+	/* addrspace.c, a switch: while hooked, a view that no longer places
+	 * this machine as a replica of a region keeps its filling copy there
+	 * (held, never filled again, its bytes stale), as before the fix:
+	 * a later view that makes it a backup again restarts the copy over
+	 * those bytes (tests/test_addrspace.c's displaced filling copy, and
+	 * test_datarec --broken-displaced, must see it still held). */
+	FARM_FP_AS_KEEP_FILLING,
 	/* txn/restart.c, a switch: while hooked, a whole-cluster restart
 	 * decides the logs' transactions but applies none of their images
 	 * (tests/test_restart.c --broken: acknowledged transfers must be
