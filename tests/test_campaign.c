@@ -190,6 +190,18 @@ static bool opt_broken_inc;
  * over by later transfers, and no check compares replicas' bytes). */
 #define CP_HOLD 1u
 static bool opt_hold_end, opt_broken_kept, opt_broken_handoff;
+/* --slow-replace (with --reuse): every machine applying the view that
+ * admits a new holder of a reused id waits CP_SLOW_MS before its loops
+ * start their channels with the id afresh (FARM_FP_NODE_REPLACE), which
+ * holds open whatever window that step leaves; each new holder's first
+ * request to every member must still be answered (cp_first_asks). */
+#define CP_SLOW_MS 1500u
+static bool opt_slow_replace;
+/* In a machine's process (CLOCK_MONOTONIC, which the host's processes
+ * share): when it last ended such a hold, and when it, a new holder,
+ * sent its first requests (cp_first_asks); 0: never. */
+static _Atomic uint64_t cp_held_until;
+static uint64_t cp_asked_at;
 static enum cp_fault opt_list[F_COUNT * 4];
 static unsigned opt_nlist;
 
@@ -227,6 +239,13 @@ struct cp_counts {
  * configuration. */
 struct cp_refusals {
 	uint64_t frames, lease, stale, rec;
+};
+
+/* --slow-replace ('t' -> 'T'): when this machine last ended a hold
+ * before starting a new holder's channels afresh, and when it (a new
+ * holder) sent its first requests; 0: never. */
+struct cp_times {
+	uint64_t held_until, asked_at;
 };
 
 /* What the zombie did after SIGCONT ('Y' -> 'Z'). */
@@ -329,6 +348,15 @@ static int cp_query(struct cp_child *c, int cmd)
 		r.stale = ts.stale_refused;
 		r.rec = ts.rec_refused;
 		return np_say(&c->tx.np, 'U', &r, sizeof(r)) ? -1 : 0;
+	}
+	if (cmd == 't') {
+		/* Relaxed: the hook stored it on another thread, before the
+		 * view that let this query's cycle go on. */
+		struct cp_times t = {
+		        .held_until = atomic_load_explicit(
+		                &cp_held_until, memory_order_relaxed),
+		        .asked_at = cp_asked_at};
+		return np_say(&c->tx.np, 'T', &t, sizeof(t)) ? -1 : 0;
 	}
 	if (cmd == 'g') {
 		struct held_report *r = malloc(sizeof(*r));
@@ -485,6 +513,75 @@ static int cp_work(struct cp_child *c)
 	}
 }
 
+/* A new holder of a reused id, just admitted: one request to every other
+ * member at once (FARM_MSGT_KV_SHARDS; not joined yet is an answer too),
+ * each asked once, never again: a member that let this machine's frames
+ * in before it started its channels with the id afresh answers on the old
+ * holder's channel, and that answer never comes. 0, or -1 (said why). */
+#define CP_ASK_NS (10ull * 1000000000ull)
+struct cp_ask {
+	volatile int done;
+	int status;
+};
+
+static void cp_ask_reply(farm_loop *loop, void *ctx, int status,
+                         const void *reply, uint32_t len)
+{
+	(void)loop;
+	(void)reply;
+	(void)len;
+	struct cp_ask *a = ctx;
+	a->status = status;
+	a->done = 1;
+}
+
+static int cp_first_asks(struct np_child *p)
+{
+	struct farm_view *v = malloc(sizeof(*v));
+	struct cp_ask *ask = calloc(FARM_VIEW_MAX, sizeof(*ask));
+	int bad = !v || !ask || farm_node_view(p->node, v);
+	cp_asked_at = np_now_ns();
+	for (unsigned i = 0; !bad && i < v->n; i++) {
+		if (v->members[i].id == p->me) {
+			ask[i].done = 1;
+			continue;
+		}
+		ask[i].status = farm_msg_call(p->loop, v->members[i].id, 0,
+		                              FARM_MSGT_KV_SHARDS, NULL, 0,
+		                              CP_ASK_NS, cp_ask_reply, &ask[i]);
+		ask[i].done = ask[i].status != 0;
+	}
+	for (unsigned i = 0; !bad && i < v->n; i++) {
+		if (!ask[i].done)
+			(void)farm_loop_wait(p->loop, &ask[i].done,
+			                     CP_ASK_NS + 1000000000ull);
+		int st = ask[i].done ? ask[i].status : -ETIMEDOUT;
+		if (st && st != -EAGAIN) {
+			fprintf(stderr,
+			        "m%u: a new holder of its id: machine %u did "
+			        "not answer its first request: %s\n",
+			        p->me, v->members[i].id, farm_strerror(st));
+			bad = 1;
+		}
+	}
+	free(ask);
+	free(v);
+	return bad ? -1 : 0;
+}
+
+static void pause_ms(unsigned ms);
+
+/* --slow-replace: FARM_FP_NODE_REPLACE's hook. */
+static void cp_slow_replace(enum farm_fault_point fp, void *arg)
+{
+	(void)fp;
+	(void)arg;
+	pause_ms(CP_SLOW_MS);
+	/* Relaxed: read on the loop's thread ('t'), long after. */
+	atomic_store_explicit(&cp_held_until, np_now_ns(),
+	                      memory_order_relaxed);
+}
+
 /* --hold-end: the hooks of CP_HOLD's two switch points; the first end
  * of recovery it refuses unhooks both (one round held). */
 static void cp_hold_decide(enum farm_fault_point fp, void *arg)
@@ -577,6 +674,9 @@ static int cp_machine(struct np_child *np, void *arg)
 			goto out;
 		}
 		if (rc || farm_kv_attach(c->kv, p->loop))
+			goto out;
+		st = 17;
+		if (a->reused && cp_first_asks(p))
 			goto out;
 		rc = farm_kv_join_existing_sync(c->kv, p->loop, a->from,
 		                                CP_JOIN_MS);
@@ -1524,6 +1624,44 @@ static void cp_remove_dirs(uint64_t gone)
 	}
 }
 
+static struct cp_times cp_ask_times(unsigned i)
+{
+	struct cp_times t;
+	np_send(&rb_cl, i, 't');
+	np_expect(&rb_cl, i, 'T', 30000);
+	np_recv(&rb_cl, i, &t, sizeof(t), 1000);
+	return t;
+}
+
+/* --slow-replace: each new holder of an id in @gone sent its first
+ * requests only after every other member had ended its hold, that is
+ * once that member's loops could start their channels with it afresh:
+ * a request let in before would be answered on the old holder's channel
+ * wherever the old holder had sent nothing (the answer is lost). */
+static void cp_check_holds(uint64_t gone, struct fails *f)
+{
+	for (unsigned r = 0; r < 64; r++) {
+		if (!cp_is(gone, r) || !cp_is(cp_live, r))
+			continue;
+		uint64_t asked = cp_ask_times(r).asked_at;
+		for (unsigned i = 0; i < 64; i++) {
+			if (i == r || !cp_is(cp_live, i))
+				continue;
+			uint64_t held = cp_ask_times(i).held_until;
+			if (!asked || held > asked)
+				failed(f,
+				       "machine %u (a new holder of its id) "
+				       "sent its first requests %.0f ms "
+				       "before machine %u started its "
+				       "channels with it afresh",
+				       r,
+				       asked ? (double)(held - asked) / 1e6
+				             : 0.0,
+				       i);
+		}
+	}
+}
+
 /* One cycle: the fault, the cluster made whole again, the checks. */
 static void cp_cycle(unsigned c, enum cp_fault fl, struct cp_cycle *cy,
                      struct fails *f)
@@ -1563,6 +1701,8 @@ static void cp_cycle(unsigned c, enum cp_fault fl, struct cp_cycle *cy,
 		}
 	if (!f->n && cp_await_config(CP_RECONF_MS, why, sizeof(why)))
 		failed(f, "after the replacements joined: %s", why);
+	if (!f->n && opt_slow_replace)
+		cp_check_holds(gone, f);
 	unsigned nreg = 0;
 	uint64_t t_rep = np_now_ns();
 	if (!f->n && cp_await_replicated(CP_REPL_MS, why, sizeof(why), &nreg)) {
@@ -1846,7 +1986,10 @@ static void usage(FILE *out)
 	        "round's decisions\n  and end as stale; --broken-kept: the "
 	        "others do not vote them again\n  (a cycle must fail); "
 	        "--broken-handoff: machine 1's log opens to the\n  new "
-	        "holder before its old records are decided.\n");
+	        "holder before its old records are decided.\n"
+	        "  --slow-replace (with --reuse): machines wait 1.5 s before "
+	        "their loops\n  start a new holder's channels afresh; its "
+	        "first requests must be answered.\n");
 }
 
 /* The hook of a switch point (FARM_FAULT_SWITCH): set is enough. */
@@ -1874,6 +2017,7 @@ int main(int argc, char **argv)
 	                                   {"hold-end", 0, NULL, 'H'},
 	                                   {"broken-kept", 0, NULL, 'K'},
 	                                   {"broken-handoff", 0, NULL, 'N'},
+	                                   {"slow-replace", 0, NULL, 'W'},
 	                                   {0}};
 	opt_seed = (uint64_t)time(NULL) % 100000;
 	const char *faults = NULL;
@@ -1954,6 +2098,16 @@ int main(int argc, char **argv)
 			*(o == 'K' ? &opt_broken_kept : &opt_broken_handoff) =
 			        true;
 			break;
+		case 'W':
+			/* Inherited by every machine process. */
+			if (farm_fault_set(FARM_FP_NODE_REPLACE,
+			                   cp_slow_replace, NULL)) {
+				printf("skipped: --slow-replace needs fault "
+				       "injection\n");
+				return FARM_TEST_SKIP;
+			}
+			opt_slow_replace = true;
+			break;
 		case 'l':
 			for (unsigned i = 0; i < F_COUNT; i++)
 				printf("%s\n", cp_fault_name[i]);
@@ -1997,6 +2151,11 @@ int main(int argc, char **argv)
 	if ((opt_broken_kept || opt_broken_handoff) && !opt_hold_end) {
 		fprintf(stderr, "test_campaign: --broken-kept and "
 		                "--broken-handoff need --hold-end\n");
+		return 2;
+	}
+	if (opt_slow_replace && (!opt_reuse || opt_old_ids)) {
+		fprintf(stderr, "test_campaign: --slow-replace needs "
+		                "--reuse\n");
 		return 2;
 	}
 	if (opt_hold_end && (!opt_reuse || opt_old_ids)) {

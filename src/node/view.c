@@ -429,6 +429,7 @@ static int replace_holder(farm_node *n, uint32_t id, uint32_t inc,
 		farm_warn("node: the fabric cannot fence machine %" PRIu32
 		          "'s old holder off this machine's memory",
 		          id);
+	FARM_FAULT_POINT(FARM_FP_NODE_REPLACE);
 	rc = farm_msg_replace_peer(n->msg, id, addr, d);
 	if (!rc)
 		rc = farm_txm_replace_peer(n->txm, id, inc, ld);

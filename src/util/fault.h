@@ -181,6 +181,11 @@ enum farm_fault_point {
 	 * --hold-end --broken-handoff; no check of the campaign catches it
 	 * yet). */
 	FARM_FP_TXN_NO_HANDOFF,
+	/* node/view.c, a delay point: a survivor applying the view that
+	 * admits a new holder of a reused id, before its loops start their
+	 * channels with the id afresh (test_campaign --slow-replace: the new
+	 * holder's first request to each member must still be answered). */
+	FARM_FP_NODE_REPLACE,
 	FARM_FP_COUNT
 };
 
