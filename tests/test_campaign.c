@@ -67,7 +67,11 @@
  *     write);
  *   - every machine's allocator state, rebuilt by scan from its regions,
  *     equals its live state, with no free refused or lost, and no object
- *     of those regions (KV objects too) holds a lock bit (allocscan.h).
+ *     of those regions (KV objects too) holds a lock bit (allocscan.h);
+ *   - every region's copies, once every log is truncated: each object
+ *     (an array's element) allocated at two copies holds the same bytes
+ *     at both (cp_check_copies; objects allocated at one copy only, such
+ *     as array elements never written, are counted, not failed).
  * Then the workloads resume and the next fault comes.
  *
  * A restarted machine's histories go on in the same files (tx_hist_seal,
@@ -102,6 +106,7 @@
 #include <getopt.h>
 #include <time.h>
 
+#include "alloc/alloc.h"
 #include "kv/kv.h"
 #include "node/restart.h"
 #include "txn/txn_testing.h"
@@ -185,11 +190,25 @@ static bool opt_broken_inc;
  * survivors that emptied the log do not vote again, and that round
  * stalls; --broken-handoff (FARM_FP_TXN_NO_HANDOFF): CP_HOLD's log opens
  * to the new holder before the old one's records there are decided.
- * Each should fail a cycle; --broken-handoff does not yet (the images its
- * undecided COMMIT-BACKUPs miss at CP_HOLD's backup copies are written
- * over by later transfers, and no check compares replicas' bytes). */
-#define CP_HOLD 1u
+ * Each must fail a cycle: --broken-handoff through cold objects (the
+ * killed machine writes, just before its kill, objects CP_HOLD backs up
+ * and nothing writes again: cp_cold_before_kill) and the comparison of
+ * every region's copies (cp_check_copies), which finds them differ. */
+#define CP_HOLD      1u
+#define CP_HOLD_SEED 1u
 static bool opt_hold_end, opt_broken_kept, opt_broken_handoff;
+/* --slow-replace (with --reuse): every machine applying the view that
+ * admits a new holder of a reused id waits CP_SLOW_MS before its loops
+ * start their channels with the id afresh (FARM_FP_NODE_REPLACE), which
+ * holds open whatever window that step leaves; each new holder's first
+ * request to every member must still be answered (cp_first_asks). */
+#define CP_SLOW_MS 1500u
+static bool opt_slow_replace;
+/* In a machine's process (CLOCK_MONOTONIC, which the host's processes
+ * share): when it last ended such a hold, and when it, a new holder,
+ * sent its first requests (cp_first_asks); 0: never. */
+static _Atomic uint64_t cp_held_until;
+static uint64_t cp_asked_at;
 static enum cp_fault opt_list[F_COUNT * 4];
 static unsigned opt_nlist;
 
@@ -227,6 +246,13 @@ struct cp_counts {
  * configuration. */
 struct cp_refusals {
 	uint64_t frames, lease, stale, rec;
+};
+
+/* --slow-replace ('t' -> 'T'): when this machine last ended a hold
+ * before starting a new holder's channels afresh, and when it (a new
+ * holder) sent its first requests; 0: never. */
+struct cp_times {
+	uint64_t held_until, asked_at;
 };
 
 /* What the zombie did after SIGCONT ('Y' -> 'Z'). */
@@ -277,6 +303,11 @@ static int cp_config(struct np_child *np, struct farm_config *cfg)
 	cfg->datarec_interval_us = CP_DR_US;
 	cfg->grow = opt_grow;
 	cfg->reuse_ids = opt_reuse && !opt_old_ids;
+	/* --hold-end: region ids from a fixed seed, so that the layout, and
+	 * with it a region machine CP_HOLD backs up (cp_cold_victims), is
+	 * the same every run. */
+	if (opt_hold_end)
+		cfg->region_seed = CP_HOLD_SEED;
 	char err[256];
 	if (farm_config_validate(cfg, err, sizeof(err))) {
 		fprintf(stderr, "m%u: config: %s\n", np->me, err);
@@ -329,6 +360,15 @@ static int cp_query(struct cp_child *c, int cmd)
 		r.stale = ts.stale_refused;
 		r.rec = ts.rec_refused;
 		return np_say(&c->tx.np, 'U', &r, sizeof(r)) ? -1 : 0;
+	}
+	if (cmd == 't') {
+		/* Relaxed: the hook stored it on another thread, before the
+		 * view that let this query's cycle go on. */
+		struct cp_times t = {
+		        .held_until = atomic_load_explicit(
+		                &cp_held_until, memory_order_relaxed),
+		        .asked_at = cp_asked_at};
+		return np_say(&c->tx.np, 'T', &t, sizeof(t)) ? -1 : 0;
 	}
 	if (cmd == 'g') {
 		struct held_report *r = malloc(sizeof(*r));
@@ -427,6 +467,238 @@ static int cp_zombie_act(struct cp_child *c)
 	return np_say(&c->tx.np, 'Z', &r, sizeof(r)) ? 40 : 0;
 }
 
+/* 'H' -> 'h' (paused, after 'F' everywhere): every region this machine
+ * holds and its role; its allocated objects (as its copy's block table and
+ * headers say: farm_alloc_walk_region), each an offset and a hash of its
+ * slot's bytes, sorted by offset, in the cluster's file
+ * copy-<region>-m<machine>; once its logs hold no COMMIT-BACKUP (backups
+ * apply them at truncation). Free slots are left out: a primary's hold
+ * its slab's free-list links, which no backup has. */
+struct cp_hashes {
+	unsigned n, pending;
+	uint32_t region[RP_MAXREG];
+	int role[RP_MAXREG];
+	int64_t objects[RP_MAXREG];
+};
+
+struct cp_obj {
+	uint64_t off, hash;
+};
+
+struct cp_walk {
+	const uint8_t *base;
+	struct cp_obj *o;
+	size_t n, cap;
+};
+
+static void cp_count_backups(void *ctx, uint32_t coord, int type, uint64_t txid)
+{
+	(void)coord;
+	(void)txid;
+	if (type == FARM_TXN_TESTING_COMMIT_BACKUP)
+		(*(unsigned *)ctx)++;
+}
+
+/* One object: its offset and a hash of its slot, a word at a time. */
+static void cp_hash_one(struct cp_walk *w, const uint8_t *p, uint32_t lines);
+
+static void cp_hash_object(void *ctx, struct farm_objhdr *obj, uint32_t lines)
+{
+	const uint8_t *p = (const uint8_t *)obj;
+	uint64_t inc;
+	memcpy(&inc, p + 8, 8);
+	uint32_t el = (uint32_t)((inc >> 1) & 0x3fff) + 1;
+	if (el >= lines) {
+		cp_hash_one(ctx, p, lines);
+		return;
+	}
+	for (uint32_t l = 0; l + el <= lines; l += el) {
+		memcpy(&inc, p + (uint64_t)l * 64 + 8, 8);
+		if (inc & 1)
+			cp_hash_one(ctx, p + (uint64_t)l * 64, el);
+	}
+}
+
+static void cp_hash_one(struct cp_walk *w, const uint8_t *p, uint32_t lines)
+{
+	uint64_t h = 1469598103934665603ull;
+	for (uint64_t o = 0; o + 8 <= (uint64_t)lines * 64; o += 8) {
+		uint64_t x;
+		memcpy(&x, p + o, 8);
+		h = (h ^ x) * 1099511628211ull;
+		h ^= h >> 29;
+	}
+	if (w->n == w->cap) {
+		size_t cap = w->cap ? 2 * w->cap : 256;
+		struct cp_obj *o = realloc(w->o, cap * sizeof(*o));
+		if (!o)
+			return;
+		w->o = o;
+		w->cap = cap;
+	}
+	w->o[w->n++] = (struct cp_obj){(uint64_t)(p - w->base), h};
+}
+
+static int cp_obj_cmp(const void *a, const void *b)
+{
+	const struct cp_obj *x = a, *y = b;
+	return x->off < y->off ? -1 : x->off > y->off;
+}
+
+static void cp_copy_path(char *path, size_t len, const char *root,
+                         uint32_t region, unsigned m)
+{
+	snprintf(path, len, "%.256s/copy-%08" PRIx32 "-m%u", root, region, m);
+}
+
+static int cp_hash_regions(struct cp_child *c)
+{
+	static const volatile int never = 0;
+	farm_as *as = farm_node_as(c->tx.np.node);
+	struct cp_hashes *r = calloc(1, sizeof(*r));
+	if (!r)
+		return -1;
+	uint64_t dl = np_now_ns() + 10000000000ull;
+	for (;;) {
+		r->pending = 0;
+		(void)farm_txm_testing_records(c->tx.txm, cp_count_backups,
+		                               &r->pending);
+		if (!r->pending || np_now_ns() > dl)
+			break;
+		(void)farm_loop_wait(c->tx.np.loop, &never, 1000000ull);
+	}
+	struct farm_as_held hl[RP_MAXREG];
+	r->n = FARM_MIN(farm_as_held(as, hl, RP_MAXREG), RP_MAXREG);
+	for (unsigned i = 0; i < r->n; i++) {
+		enum farm_as_role role;
+		farm_region *g = farm_as_local_region(as, hl[i].region, &role);
+		r->region[i] = hl[i].region;
+		r->role[i] = (int)hl[i].role;
+		struct cp_walk w = {.base = g ? farm_region_base(g) : NULL};
+		r->objects[i] = g ? farm_alloc_walk_region(farm_region_base(g),
+		                                           farm_region_size(g),
+		                                           hl[i].region,
+		                                           cp_hash_object, &w)
+		                  : -ENOENT;
+		if (w.n)
+			qsort(w.o, w.n, sizeof(*w.o), cp_obj_cmp);
+		char path[320];
+		cp_copy_path(path, sizeof(path), c->tx.np.cl->root,
+		             hl[i].region, c->tx.np.me);
+		if (np_write_file(path, w.o, w.n * sizeof(*w.o)))
+			r->objects[i] = -EIO;
+		free(w.o);
+	}
+	int rc = np_say(&c->tx.np, 'h', r, sizeof(*r));
+	free(r);
+	return rc;
+}
+
+/* A cold object's bytes: a pattern of its address. */
+static void cp_fill_cold(void *d, uint32_t size, farm_gaddr a)
+{
+	uint64_t x = a ^ 0x9e3779b97f4a7c15ull;
+	for (uint32_t o = 0; o + 8 <= size; o += 8) {
+		x = x * 6364136223846793005ull + 1442695040888963407ull;
+		memcpy((uint8_t *)d + o, &x, 8);
+	}
+}
+
+/* A region machine CP_HOLD backs up (a backup, not its primary) and
+ * machine @me holds no copy of. */
+static bool cp_cold_region(farm_as *as, uint32_t region, uint32_t me)
+{
+	uint32_t reps[FARM_RING_MAX_REPLICAS];
+	unsigned n = farm_as_replicas(as, region, reps);
+	bool backup = false;
+	for (unsigned k = 0; k < n; k++) {
+		if (reps[k] == me)
+			return false;
+		backup |= k > 0 && reps[k] == CP_HOLD;
+	}
+	return backup;
+}
+
+/* --hold-end, 'W' (paused; the primary of a region machine CP_HOLD backs
+ * up): CP_COLD objects allocated here, their fat pointers in the
+ * cluster's file "cold" for the machine about to be killed ('K'). 'w'. */
+#define CP_COLD 16u
+static int cp_make_cold(struct cp_child *c)
+{
+	farm_fatptr p[CP_COLD];
+	unsigned n = 0;
+	farm_tx *tx;
+	if (farm_tx_begin(c->tx.txm, c->tx.np.loop, &tx))
+		return -1;
+	for (; n < CP_COLD; n++) {
+		void *d;
+		if (farm_tx_alloc_sync(tx, 256, FARM_GADDR_NULL, &p[n], &d))
+			break;
+		memset(d, 0x5a, 256);
+	}
+	int rc = n ? farm_tx_commit_sync(tx) : -ENOMEM;
+	farm_tx_free(tx);
+	char path[320];
+	snprintf(path, sizeof(path), "%.300s/cold", c->tx.np.cl->root);
+	if (rc || np_write_file(path, p, n * sizeof(p[0])))
+		n = 0;
+	return np_say(&c->tx.np, 'w', &n, sizeof(n));
+}
+
+/* --hold-end, 'K' (paused, about to be killed): every object of "cold" in
+ * a region CP_HOLD backs up and this machine holds no copy of, written
+ * here in a transaction of its own and never again. Their COMMIT-BACKUPs
+ * wait at CP_HOLD for truncation when the kill comes, so CP_HOLD's copies
+ * get these images only from recovery; later transfers write nothing
+ * over them. 'k' and how many. */
+static int cp_write_cold(struct cp_child *c)
+{
+	farm_as *as = farm_node_as(c->tx.np.node);
+	char path[320];
+	snprintf(path, sizeof(path), "%.300s/cold", c->tx.np.cl->root);
+	size_t len = 0;
+	farm_fatptr *p = np_read_file(path, &len);
+	unsigned made = 0;
+	for (size_t i = 0; p && i < len / sizeof(*p); i++) {
+		if (!cp_cold_region(as, farm_gaddr_region(p[i].addr),
+		                    c->tx.np.me))
+			continue;
+		farm_tx *tx;
+		const void *old;
+		void *d;
+		if (farm_tx_begin(c->tx.txm, c->tx.np.loop, &tx))
+			break;
+		int rc = farm_tx_read_sync(tx, p[i].addr, 256, &old);
+		if (!rc)
+			rc = farm_tx_write(tx, p[i].addr, &d);
+		if (!rc) {
+			cp_fill_cold(d, 256, p[i].addr);
+			rc = farm_tx_commit_sync(tx);
+		}
+		farm_tx_free(tx);
+		made += !rc;
+	}
+	free(p);
+	return np_say(&c->tx.np, 'k', &made, sizeof(made));
+}
+
+/* The replica commands a paused machine answers: 'F' (TRUNCATE records
+ * now), 'H', 'W', 'K'. 1: not one of them. */
+static int cp_replica_cmd(struct cp_child *c, int cmd)
+{
+	if (cmd == 'F') {
+		(void)farm_txm_testing_truncate(c->tx.txm, c->tx.np.loop);
+		return np_say(&c->tx.np, 'f', NULL, 0) ? -1 : 0;
+	}
+	if (cmd == 'H')
+		return cp_hash_regions(c) ? -1 : 0;
+	if (cmd == 'W')
+		return cp_make_cold(c) ? -1 : 0;
+	if (cmd == 'K')
+		return cp_write_cold(c) ? -1 : 0;
+	return 1;
+}
+
 /* Both workloads, paused and resumed at the parent's word, until 'Q'. */
 static int cp_work(struct cp_child *c)
 {
@@ -449,6 +721,8 @@ static int cp_work(struct cp_child *c)
 		for (;;) { /* paused */
 			int cmd = np_wait_cmd(&c->tx.np);
 			int rc = cp_query(c, cmd);
+			if (rc > 0)
+				rc = cp_replica_cmd(c, cmd);
 			if (rc < 0)
 				return 34;
 			if (rc == 0)
@@ -483,6 +757,75 @@ static int cp_work(struct cp_child *c)
 			}
 		}
 	}
+}
+
+/* A new holder of a reused id, just admitted: one request to every other
+ * member at once (FARM_MSGT_KV_SHARDS; not joined yet is an answer too),
+ * each asked once, never again: a member that let this machine's frames
+ * in before it started its channels with the id afresh answers on the old
+ * holder's channel, and that answer never comes. 0, or -1 (said why). */
+#define CP_ASK_NS (10ull * 1000000000ull)
+struct cp_ask {
+	volatile int done;
+	int status;
+};
+
+static void cp_ask_reply(farm_loop *loop, void *ctx, int status,
+                         const void *reply, uint32_t len)
+{
+	(void)loop;
+	(void)reply;
+	(void)len;
+	struct cp_ask *a = ctx;
+	a->status = status;
+	a->done = 1;
+}
+
+static int cp_first_asks(struct np_child *p)
+{
+	struct farm_view *v = malloc(sizeof(*v));
+	struct cp_ask *ask = calloc(FARM_VIEW_MAX, sizeof(*ask));
+	int bad = !v || !ask || farm_node_view(p->node, v);
+	cp_asked_at = np_now_ns();
+	for (unsigned i = 0; !bad && i < v->n; i++) {
+		if (v->members[i].id == p->me) {
+			ask[i].done = 1;
+			continue;
+		}
+		ask[i].status = farm_msg_call(p->loop, v->members[i].id, 0,
+		                              FARM_MSGT_KV_SHARDS, NULL, 0,
+		                              CP_ASK_NS, cp_ask_reply, &ask[i]);
+		ask[i].done = ask[i].status != 0;
+	}
+	for (unsigned i = 0; !bad && i < v->n; i++) {
+		if (!ask[i].done)
+			(void)farm_loop_wait(p->loop, &ask[i].done,
+			                     CP_ASK_NS + 1000000000ull);
+		int st = ask[i].done ? ask[i].status : -ETIMEDOUT;
+		if (st && st != -EAGAIN) {
+			fprintf(stderr,
+			        "m%u: a new holder of its id: machine %u did "
+			        "not answer its first request: %s\n",
+			        p->me, v->members[i].id, farm_strerror(st));
+			bad = 1;
+		}
+	}
+	free(ask);
+	free(v);
+	return bad ? -1 : 0;
+}
+
+static void pause_ms(unsigned ms);
+
+/* --slow-replace: FARM_FP_NODE_REPLACE's hook. */
+static void cp_slow_replace(enum farm_fault_point fp, void *arg)
+{
+	(void)fp;
+	(void)arg;
+	pause_ms(CP_SLOW_MS);
+	/* Relaxed: read on the loop's thread ('t'), long after. */
+	atomic_store_explicit(&cp_held_until, np_now_ns(),
+	                      memory_order_relaxed);
 }
 
 /* --hold-end: the hooks of CP_HOLD's two switch points; the first end
@@ -577,6 +920,9 @@ static int cp_machine(struct np_child *np, void *arg)
 			goto out;
 		}
 		if (rc || farm_kv_attach(c->kv, p->loop))
+			goto out;
+		st = 17;
+		if (a->reused && cp_first_asks(p))
 			goto out;
 		rc = farm_kv_join_existing_sync(c->kv, p->loop, a->from,
 		                                CP_JOIN_MS);
@@ -1243,6 +1589,59 @@ static void cp_sigstop(uint64_t others, struct cp_cycle *cy, uint64_t *gone,
 	         "SIGSTOP machine %u %.0f ms, SIGCONT", v, stopped);
 }
 
+/* --hold-end: those of @others that hold no copy of some region machine
+ * CP_HOLD backs up (cold objects can go there), and in *@prim for each
+ * such machine the primary of one such region; @others when none does. */
+static uint64_t cp_cold_victims(uint64_t others, unsigned *prim)
+{
+	struct held_report *r = cp_ask_held(CP_HOLD);
+	uint64_t can = 0;
+	for (unsigned k = 0; k < r->n; k++) {
+		const struct rp_held *h = &r->h[k];
+		if (h->nreps < 2 || h->reps[0] == CP_HOLD || h->reps[0] >= 64 ||
+		    !cp_is(cp_live, h->reps[0]))
+			continue;
+		uint64_t in = 0;
+		for (unsigned x = 0; x < h->nreps; x++)
+			in |= h->reps[x] < 64 ? 1ull << h->reps[x] : 0;
+		for (unsigned v = 0; v < 64; v++)
+			if (cp_is(others & ~in & ~can, v))
+				prim[v] = h->reps[0];
+		can |= others & ~in;
+	}
+	free(r);
+	return can ? can : others;
+}
+
+/* --hold-end: machine @v, about to be killed, writes the cold objects
+ * machine @p (the primary of a region CP_HOLD backs up and @v holds no
+ * copy of) made (cp_make_cold, cp_write_cold), both paused meanwhile:
+ * the images CP_HOLD gets only if recovery applies the COMMIT-BACKUPs its
+ * log of @v holds, which the comparison of copies then checks. */
+static void cp_cold_before_kill(unsigned v, unsigned p)
+{
+	struct cp_counts n;
+	unsigned made = 0, wrote = 0;
+	if (p < 64 && p != v) {
+		np_send(&rb_cl, p, 'P');
+		np_expect(&rb_cl, p, 'p', 60000);
+		np_recv(&rb_cl, p, &n, sizeof(n), 1000);
+		np_send(&rb_cl, p, 'W');
+		np_expect(&rb_cl, p, 'w', 60000);
+		np_recv(&rb_cl, p, &made, sizeof(made), 1000);
+		np_send(&rb_cl, p, 'r');
+	}
+	np_send(&rb_cl, v, 'P');
+	np_expect(&rb_cl, v, 'p', 60000);
+	np_recv(&rb_cl, v, &n, sizeof(n), 1000);
+	np_send(&rb_cl, v, 'K');
+	np_expect(&rb_cl, v, 'k', 60000);
+	np_recv(&rb_cl, v, &wrote, sizeof(wrote), 1000);
+	printf("campaign: machine %u made %u cold objects, machine %u wrote "
+	       "%u of them (backed up at machine %u), then is killed\n",
+	       p, made, v, wrote, CP_HOLD);
+}
+
 /* Apply fault @fl; the machines that left in *@gone (to be replaced, in
  * their domains). Failures in @f. */
 static void cp_fault(enum cp_fault fl, struct cp_cycle *cy, uint64_t *gone,
@@ -1252,6 +1651,11 @@ static void cp_fault(enum cp_fault fl, struct cp_cycle *cy, uint64_t *gone,
 	uint64_t others = cp_live & ~(1ull << cm);
 	if (opt_hold_end && others != 1ull << CP_HOLD)
 		others &= ~(1ull << CP_HOLD); /* it must see the round */
+	unsigned prim[64];
+	for (unsigned i = 0; i < 64; i++)
+		prim[i] = NP_NM;
+	if (opt_hold_end)
+		others = cp_cold_victims(others, prim);
 	*gone = 0;
 	switch (fl) {
 	case F_KILL_MEMBER:
@@ -1260,6 +1664,8 @@ static void cp_fault(enum cp_fault fl, struct cp_cycle *cy, uint64_t *gone,
 		        fl == F_KILL_CM
 		                ? cm
 		                : cp_nth(others, cp_draw(cp_count(others)));
+		if (opt_hold_end)
+			cp_cold_before_kill(v, prim[v]);
 		cp_kill(v);
 		*gone = 1ull << v;
 		snprintf(cy->what, sizeof(cy->what), "kill -9 machine %u%s", v,
@@ -1403,6 +1809,98 @@ static void cp_resume(void)
 			np_send(&rb_cl, i, 'r');
 }
 
+static const char *cp_role(int role)
+{
+	return role == FARM_AS_PRIMARY ? "primary" : "backup";
+}
+
+/* Two copies of region @g, at machines @i and @j: the objects allocated
+ * at both whose bytes differ (returned), and in *@one those allocated at
+ * one of them only. -1: a list missing. */
+static long cp_diff_copies(uint32_t g, unsigned i, unsigned j, long *one)
+{
+	char pi[320], pj[320];
+	cp_copy_path(pi, sizeof(pi), rb_cl.root, g, i);
+	cp_copy_path(pj, sizeof(pj), rb_cl.root, g, j);
+	size_t li = 0, lj = 0;
+	struct cp_obj *a = np_read_file(pi, &li), *b = np_read_file(pj, &lj);
+	size_t na = li / sizeof(*a), nb = lj / sizeof(*b), x = 0, y = 0;
+	long differ = (!a && li) || (!b && lj) ? -1 : 0;
+	*one = 0;
+	while (differ >= 0 && (x < na || y < nb)) {
+		if (y == nb || (x < na && a[x].off < b[y].off)) {
+			(*one)++;
+			x++;
+		} else if (x == na || b[y].off < a[x].off) {
+			(*one)++;
+			y++;
+		} else {
+			differ += a[x++].hash != b[y++].hash;
+		}
+	}
+	free(a);
+	free(b);
+	return differ;
+}
+
+/* Every region's copies (primary and backups): the objects allocated at
+ * both hold the same bytes, once every log is truncated. An object
+ * allocated at one copy only is counted, not failed. Failures in @f. */
+static void cp_check_copies(struct fails *f)
+{
+	struct cp_hashes *h = calloc(NP_NM, sizeof(*h));
+	assert_non_null(h);
+	uint64_t t0 = np_now_ns();
+	for (int step = 0; step < 2; step++) {
+		for (unsigned i = 0; i < 64; i++)
+			if (cp_is(cp_live, i))
+				np_send(&rb_cl, i, step ? 'H' : 'F');
+		for (unsigned i = 0; i < 64; i++)
+			if (cp_is(cp_live, i))
+				np_expect(&rb_cl, i, step ? 'h' : 'f', 60000);
+	}
+	for (unsigned i = 0; i < 64; i++)
+		if (cp_is(cp_live, i)) {
+			np_recv(&rb_cl, i, &h[i], sizeof(h[i]), 5000);
+			if (h[i].pending)
+				failed(f,
+				       "machine %u: %u COMMIT-BACKUPs not "
+				       "truncated after 10 s",
+				       i, h[i].pending);
+		}
+	unsigned pairs = 0, bad = 0;
+	long differ = 0, only = 0;
+	for (unsigned i = 0; i < 64; i++)
+		for (unsigned k = 0; cp_is(cp_live, i) && k < h[i].n; k++)
+			for (unsigned j = i + 1; j < 64; j++)
+				for (unsigned q = 0;
+				     cp_is(cp_live, j) && q < h[j].n; q++) {
+					uint32_t g = h[i].region[k];
+					if (h[j].region[q] != g)
+						continue;
+					long one = 0;
+					long d = cp_diff_copies(g, i, j, &one);
+					pairs++;
+					only += one;
+					if (d == 0)
+						continue;
+					differ += d > 0 ? d : 0;
+					if (bad++ >= 4)
+						continue;
+					failed(f,
+					       "region %#" PRIx32
+					       ": %ld objects "
+					       "differ between machine %u (%s) "
+					       "and machine %u (%s)",
+					       g, d, i, cp_role(h[i].role[k]),
+					       j, cp_role(h[j].role[q]));
+				}
+	printf("copies: %u pairs of copies compared, %ld objects differ, "
+	       "%ld allocated at one copy only, in %.0f ms\n",
+	       pairs, differ, only, (double)(np_now_ns() - t0) / 1e6);
+	free(h);
+}
+
 /* Every check, the workloads paused; a failed one in @f. */
 static void cp_check(struct cp_cycle *cy, struct fails *f)
 {
@@ -1501,6 +1999,11 @@ static void cp_check(struct cp_cycle *cy, struct fails *f)
 	       " objects walked, %" PRIu64 " locked\n",
 	       cp_count(cp_live), objects, locked);
 	cy->checks += f->n == n0;
+
+	/* 7. every region's copies equal, byte for byte */
+	n0 = f->n;
+	cp_check_copies(f);
+	cy->checks += f->n == n0;
 }
 
 /* Remove the directories of the machines in @gone, and those whose
@@ -1521,6 +2024,44 @@ static void cp_remove_dirs(uint64_t gone)
 		       "(still running?): again next cycle\n",
 		       i, rb_cl.dir[i]);
 		memcpy(left[i], rb_cl.dir[i], sizeof(left[i]));
+	}
+}
+
+static struct cp_times cp_ask_times(unsigned i)
+{
+	struct cp_times t;
+	np_send(&rb_cl, i, 't');
+	np_expect(&rb_cl, i, 'T', 30000);
+	np_recv(&rb_cl, i, &t, sizeof(t), 1000);
+	return t;
+}
+
+/* --slow-replace: each new holder of an id in @gone sent its first
+ * requests only after every other member had ended its hold, that is
+ * once that member's loops could start their channels with it afresh:
+ * a request let in before would be answered on the old holder's channel
+ * wherever the old holder had sent nothing (the answer is lost). */
+static void cp_check_holds(uint64_t gone, struct fails *f)
+{
+	for (unsigned r = 0; r < 64; r++) {
+		if (!cp_is(gone, r) || !cp_is(cp_live, r))
+			continue;
+		uint64_t asked = cp_ask_times(r).asked_at;
+		for (unsigned i = 0; i < 64; i++) {
+			if (i == r || !cp_is(cp_live, i))
+				continue;
+			uint64_t held = cp_ask_times(i).held_until;
+			if (!asked || held > asked)
+				failed(f,
+				       "machine %u (a new holder of its id) "
+				       "sent its first requests %.0f ms "
+				       "before machine %u started its "
+				       "channels with it afresh",
+				       r,
+				       asked ? (double)(held - asked) / 1e6
+				             : 0.0,
+				       i);
+		}
 	}
 }
 
@@ -1563,6 +2104,8 @@ static void cp_cycle(unsigned c, enum cp_fault fl, struct cp_cycle *cy,
 		}
 	if (!f->n && cp_await_config(CP_RECONF_MS, why, sizeof(why)))
 		failed(f, "after the replacements joined: %s", why);
+	if (!f->n && opt_slow_replace)
+		cp_check_holds(gone, f);
 	unsigned nreg = 0;
 	uint64_t t_rep = np_now_ns();
 	if (!f->n && cp_await_replicated(CP_REPL_MS, why, sizeof(why), &nreg)) {
@@ -1669,7 +2212,7 @@ static void test_campaign(void **state)
 		cp_cycle(c + 1, order[c], &cy[c], &f);
 		done++;
 		passed += cy[c].ok;
-		printf("[%u/%u] %-12s %-52s %6.1fs  %s (%u of 6 checks)\n",
+		printf("[%u/%u] %-12s %-52s %6.1fs  %s (%u of 7 checks)\n",
 		       c + 1, opt_cycles, cp_fault_name[cy[c].fault],
 		       cy[c].what, cy[c].secs, cy[c].ok ? "passed" : "FAILED",
 		       cy[c].checks);
@@ -1681,7 +2224,7 @@ static void test_campaign(void **state)
 	printf("\ncycle  fault        what                                    "
 	       "              seconds  checks  result\n");
 	for (unsigned c = 0; c < done; c++)
-		printf("%5u  %-12s %-54s %7.1f  %4u/6  %s\n", c + 1,
+		printf("%5u  %-12s %-54s %7.1f  %4u/7  %s\n", c + 1,
 		       cp_fault_name[cy[c].fault], cy[c].what, cy[c].secs,
 		       cy[c].checks, cy[c].ok ? "passed" : "FAILED");
 	printf("\nfault          cycles  passed\n");
@@ -1846,7 +2389,10 @@ static void usage(FILE *out)
 	        "round's decisions\n  and end as stale; --broken-kept: the "
 	        "others do not vote them again\n  (a cycle must fail); "
 	        "--broken-handoff: machine 1's log opens to the\n  new "
-	        "holder before its old records are decided.\n");
+	        "holder before its old records are decided.\n"
+	        "  --slow-replace (with --reuse): machines wait 1.5 s before "
+	        "their loops\n  start a new holder's channels afresh; its "
+	        "first requests must be answered.\n");
 }
 
 /* The hook of a switch point (FARM_FAULT_SWITCH): set is enough. */
@@ -1874,6 +2420,7 @@ int main(int argc, char **argv)
 	                                   {"hold-end", 0, NULL, 'H'},
 	                                   {"broken-kept", 0, NULL, 'K'},
 	                                   {"broken-handoff", 0, NULL, 'N'},
+	                                   {"slow-replace", 0, NULL, 'W'},
 	                                   {0}};
 	opt_seed = (uint64_t)time(NULL) % 100000;
 	const char *faults = NULL;
@@ -1954,6 +2501,16 @@ int main(int argc, char **argv)
 			*(o == 'K' ? &opt_broken_kept : &opt_broken_handoff) =
 			        true;
 			break;
+		case 'W':
+			/* Inherited by every machine process. */
+			if (farm_fault_set(FARM_FP_NODE_REPLACE,
+			                   cp_slow_replace, NULL)) {
+				printf("skipped: --slow-replace needs fault "
+				       "injection\n");
+				return FARM_TEST_SKIP;
+			}
+			opt_slow_replace = true;
+			break;
 		case 'l':
 			for (unsigned i = 0; i < F_COUNT; i++)
 				printf("%s\n", cp_fault_name[i]);
@@ -1997,6 +2554,11 @@ int main(int argc, char **argv)
 	if ((opt_broken_kept || opt_broken_handoff) && !opt_hold_end) {
 		fprintf(stderr, "test_campaign: --broken-kept and "
 		                "--broken-handoff need --hold-end\n");
+		return 2;
+	}
+	if (opt_slow_replace && (!opt_reuse || opt_old_ids)) {
+		fprintf(stderr, "test_campaign: --slow-replace needs "
+		                "--reuse\n");
 		return 2;
 	}
 	if (opt_hold_end && (!opt_reuse || opt_old_ids)) {

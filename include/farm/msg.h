@@ -134,7 +134,9 @@ FARM_API FARM_MUST_CHECK int farm_msg_add_peer(farm_msg *msg, uint32_t id,
  * incarnation: a new process, new message rings at @addr, @desc): the
  * next messages and one-sided operations go there. Every loop must then
  * run farm_loop_forget_peer(loop, @id) on its own thread (before it sends
- * to @id again) to start its channels with @id afresh. Thread-safe.
+ * to @id again) to start its channels with @id afresh; @id's frames should
+ * be refused (farm_msg_peer_min_config) until every loop has, or one read
+ * early is answered on the old holder's channel. Thread-safe.
  * -EINVAL as farm_msg_add_peer; a machine not added yet is added.
  */
 FARM_API FARM_MUST_CHECK int farm_msg_replace_peer(farm_msg *msg, uint32_t id,

@@ -413,23 +413,24 @@ static void forget_on_loop(farm_loop *loop, void *ctx, int status)
 		f->rc = rc;
 }
 
-/* Machine @id, known here, has a new holder (a reused id; its card gave
- * @addr, @d, @ld): its memory is let in at the fabric (its old holder
- * stays fenced), messaging and the logs reach the new one, and every
- * loop starts its channels and logs with @id afresh, on its own thread,
- * before this returns. */
+/* Machine @id, known here, has a new holder (a reused id, admitted by the
+ * configuration @from; its card gave @addr, @d, @ld). Messaging and the
+ * logs reach the new holder and every loop starts its channels and logs
+ * with @id afresh, on its own thread; only then are its frames let in
+ * (the fence at @from) and its memory at the fabric (its old holder stays
+ * fenced). The other order let a first request of the new holder in
+ * before a loop forgot the old holder: where the old holder had sent
+ * nothing (the ring read from its start) the request was delivered and
+ * answered on the old holder's channel, and the answer was lost. On
+ * shm the new holder writes nothing here before the admission
+ * (await_admitted); elsewhere (no admission) a frame it wrote before is
+ * refused (the fence) and zeroed with the ring. */
 static int replace_holder(farm_node *n, uint32_t id, uint32_t inc,
-                          const char *addr, const farm_mr_desc *d,
-                          const farm_mr_desc *ld)
+                          uint32_t from, const char *addr,
+                          const farm_mr_desc *d, const farm_mr_desc *ld)
 {
-	int rc = farm_fabric_admit(n->fab, id, addr);
-	if (rc && rc != -ENOTSUP)
-		return rc;
-	if (rc == -ENOTSUP)
-		farm_warn("node: the fabric cannot fence machine %" PRIu32
-		          "'s old holder off this machine's memory",
-		          id);
-	rc = farm_msg_replace_peer(n->msg, id, addr, d);
+	FARM_FAULT_POINT(FARM_FP_NODE_REPLACE);
+	int rc = farm_msg_replace_peer(n->msg, id, addr, d);
 	if (!rc)
 		rc = farm_txm_replace_peer(n->txm, id, inc, ld);
 	struct forget f = {.n = n, .id = id};
@@ -437,11 +438,21 @@ static int replace_holder(farm_node *n, uint32_t id, uint32_t inc,
 		rc = farm_node_run(n, i, forget_on_loop, &f);
 	if (!rc)
 		rc = f.rc;
-	if (!rc)
-		farm_info("node: machine %" PRIu32 " is a new holder of its "
-		          "id; its channels and logs start afresh",
+	if (rc)
+		return rc; /* its frames stay refused */
+	if (!farm_msg_peer_min_config(n->msg, id, from))
+		n->msg_removed[id] = false;
+	rc = farm_fabric_admit(n->fab, id, addr);
+	if (rc && rc != -ENOTSUP)
+		return rc;
+	if (rc == -ENOTSUP)
+		farm_warn("node: the fabric cannot fence machine %" PRIu32
+		          "'s old holder off this machine's memory",
 		          id);
-	return rc;
+	farm_info("node: machine %" PRIu32 " is a new holder of its id; its "
+	          "channels and logs start afresh",
+	          id);
+	return 0;
 }
 
 /* Member @m (not this machine) a messaging and log peer, from its card. */
@@ -451,13 +462,16 @@ static void add_peer(farm_node *n, const struct farm_view *v,
 	/* A new holder of the id (farm_member.incarnation): frames stamped
 	 * with a configuration before the one that admitted it are its old
 	 * holder's, a zombie's, and are refused. A machine that came back
-	 * otherwise (a re-registration): from this view on. */
+	 * otherwise (a re-registration): from this view on. A new holder's
+	 * frames are refused altogether until every loop has forgotten the
+	 * old holder (replace_holder lowers the fence); one not reached is
+	 * taken for new again at the next view. */
 	bool holder = m->incarnation != n->peer_inc[m->id];
 	uint32_t from = holder ? m->incarnation : (uint32_t)v->config_id;
+	uint32_t now = holder ? UINT32_MAX : from;
 	if ((n->msg_removed[m->id] || holder) &&
-	    !farm_msg_peer_min_config(n->msg, m->id, from))
-		n->msg_removed[m->id] = false;
-	n->peer_inc[m->id] = m->incarnation;
+	    !farm_msg_peer_min_config(n->msg, m->id, now))
+		n->msg_removed[m->id] = holder;
 	char card[FARM_ENDPOINT_MAX], addr[FARM_ENDPOINT_MAX];
 	farm_mr_desc d, ld;
 	int rc = farm_node_card_parse(m->endpoint, addr, sizeof(addr), &d, &ld);
@@ -476,9 +490,14 @@ static void add_peer(farm_node *n, const struct farm_view *v,
 			rc = farm_txm_add_peer(n->txm, m->id, m->incarnation,
 			                       &ld);
 		if (rc == -EEXIST && holder && m->incarnation)
-			rc = replace_holder(n, m->id, m->incarnation, addr, &d,
-			                    &ld);
+			rc = replace_holder(n, m->id, m->incarnation, from,
+			                    addr, &d, &ld);
+		else if (!rc && holder &&
+		         !farm_msg_peer_min_config(n->msg, m->id, from))
+			n->msg_removed[m->id] = false; /* nothing to forget */
 	}
+	if (!rc || !holder)
+		n->peer_inc[m->id] = m->incarnation;
 	if (rc == -EEXIST)
 		farm_warn("node: machine %" PRIu32 " (incarnation %" PRIu32
 		          ") came back with new message rings; messages to "

@@ -185,9 +185,14 @@ enum farm_fault_point {
 	/* txn/txm.c, a switch: while hooked, a survivor's log of a reused
 	 * id opens to the new holder as soon as it is admitted, whether or
 	 * not the old holder's records there were decided (test_campaign
-	 * --hold-end --broken-handoff; no check of the campaign catches it
-	 * yet). */
+	 * --hold-end --broken-handoff: the comparison of copies must find
+	 * cold objects differ). */
 	FARM_FP_TXN_NO_HANDOFF,
+	/* node/view.c, a delay point: a survivor applying the view that
+	 * admits a new holder of a reused id, before its loops start their
+	 * channels with the id afresh (test_campaign --slow-replace: the new
+	 * holder's first request to each member must still be answered). */
+	FARM_FP_NODE_REPLACE,
 	FARM_FP_COUNT
 };
 
