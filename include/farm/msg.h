@@ -334,6 +334,19 @@ FARM_API FARM_MUST_CHECK int farm_loop_rdma(farm_loop *loop, uint32_t machine,
                                             void *ctx);
 
 /*
+ * farm_loop_back() - farm_ep_back() through this loop's endpoint to
+ * @machine: [@offset, @offset + @len) of its registration @desc takes
+ * memory now, so the WRITEs this loop makes there later cannot fail for
+ * want of it (a sparse area a peer backs only where someone writes, as
+ * the transaction logs: the coordinator backs its log at a participant
+ * before its first record). 0, or -ENOSPC (the peer's memory is full),
+ * -EINVAL, -ENOENT (unknown machine), FARM_EPEERDEAD. Owner thread only.
+ */
+FARM_API FARM_MUST_CHECK int farm_loop_back(farm_loop *loop, uint32_t machine,
+                                            const farm_mr_desc *desc,
+                                            uint64_t offset, uint64_t len);
+
+/*
  * farm_loop_rdma_wake() - farm_loop_rdma(), then, in the same doorbell,
  * wake loop @thread of @machine if it is parked (shm; nothing on verbs,
  * whose loops poll). For WRITEs into memory that loop polls through a

@@ -510,6 +510,19 @@ int farm_loop_rdma_lazy(farm_loop *loop, uint32_t machine, unsigned thread,
 	return rdma_post(loop, machine, (int)thread, true, wr, cont, ctx);
 }
 
+int farm_loop_back(farm_loop *loop, uint32_t machine, const farm_mr_desc *desc,
+                   uint64_t offset, uint64_t len)
+{
+	if (!loop || !desc || machine >= loop->msg->attr.max_machines ||
+	    machine == loop->msg->me)
+		return -EINVAL;
+	struct out_peer *op;
+	int rc = farm_msg_peer_ep(loop, machine, &op);
+	/* Messaging's endpoint: backing posts nothing, so a failed
+	 * one-sided endpoint (rep) need not drain first. */
+	return rc ? rc : farm_ep_back(op->ep, desc, offset, len);
+}
+
 int farm_loop_add_poller(farm_loop *loop, farm_poll_fn poll,
                          farm_pending_fn pending, void *ctx)
 {

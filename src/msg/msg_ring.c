@@ -85,6 +85,19 @@ static int chan_get(farm_loop *loop, uint32_t m, unsigned r,
 	}
 	farm_msg *msg = loop->msg;
 	const struct layout *l = &msg->lay;
+	/* The receiver backed only the ring's first page (msg.c,
+	 * back_in_doors): the rest takes memory now, where a full file
+	 * system is an error for this send, not a SIGBUS at a frame. */
+	const farm_mr_desc *pd = &msg->peers[m].desc;
+	rc = farm_ep_back(op->ep, pd, ring_at(l, r, msg->me, loop->idx), l->R);
+	if (rc) {
+		static atomic_int warned;
+		if (!atomic_exchange_explicit(&warned, 1, memory_order_relaxed))
+			farm_err("msg: cannot back our ring at machine %" PRIu32
+			         ": %s (logged once)",
+			         m, farm_strerror(rc));
+		return rc;
+	}
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		return -ENOMEM;
@@ -100,7 +113,6 @@ static int chan_get(farm_loop *loop, uint32_t m, unsigned r,
 		free(c);
 		return rc;
 	}
-	const farm_mr_desc *pd = &msg->peers[m].desc;
 	c->m = m;
 	c->r = r;
 	c->ring_raddr = pd->addr + ring_at(l, r, msg->me, loop->idx);

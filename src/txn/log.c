@@ -28,6 +28,7 @@
 #include "txn/txn_tx.h"
 #include "txn/txn_testing.h"
 #include "util/log.h"
+#include "util/mem.h"
 
 /* ---- commit sequences ------------------------------------------------ */
 
@@ -197,6 +198,21 @@ int farm_txn_log_append(struct txloop *tl, uint32_t mach, void *buf, size_t len,
 			arena_put(&tl->ar, buf, len);
 			return -EAGAIN;
 		}
+	}
+	/* The first record to this log: the participant backed only its
+	 * first page (txm.c, back_log_doors), the rest takes memory now, so
+	 * a full file system there fails this record, never as a SIGBUS. */
+	if (FARM_UNLIKELY(!w->backed)) {
+		uint64_t ro = log_ring_off(m, log_index(m, m->me, tl->t));
+		int rc = mach == m->me
+		                 ? farm_mem_back(m->logbase + ro, m->R)
+		                 : farm_loop_back(tl->loop, mach,
+		                                  &m->peers[mach], ro, m->R);
+		if (rc) {
+			arena_put(&tl->ar, buf, len);
+			return rc;
+		}
+		w->backed = true;
 	}
 	/* Queue room for a pad and the record, before anything is sent. */
 	if (wq_reserve(m, w, 2)) {
