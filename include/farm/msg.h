@@ -96,7 +96,7 @@ FARM_API uint32_t farm_msg_max_payload(const farm_msg *msg);
 
 /* Memory messaging holds on this machine, in bytes. Sized and
  * versioned as farm_node_mem (include/farm/node.h). */
-#define FARM_MSG_MEM_VERSION 2u
+#define FARM_MSG_MEM_VERSION 3u
 typedef struct farm_msg_mem {
 	uint32_t size;    /* in: bytes of *out the caller has */
 	uint32_t version; /* out: FARM_MSG_MEM_VERSION */
@@ -104,7 +104,8 @@ typedef struct farm_msg_mem {
 	 * for the peers' WRITEs and, on shm, allocated whole at creation. */
 	uint64_t region;
 	/* The send mirrors of the channels made so far (ring_size each,
-	 * one per (local loop, remote machine, remote thread) used). */
+	 * one per (local loop, remote machine, remote thread) used), as
+	 * address space: see mirrors_resident. */
 	uint64_t mirrors;
 	/* Tables sized by machine ids and threads: the peers and their
 	 * thresholds, and each open loop's channel tables. */
@@ -112,6 +113,11 @@ typedef struct farm_msg_mem {
 	/* Of region, the bytes in memory (version 2): the region is sparse
 	 * (FARM_MEM_SPARSE), so rings no peer wrote cost nothing. */
 	uint64_t region_resident;
+	/* Of mirrors, the bytes in memory (version 3): a mirror takes a
+	 * page when a frame is first staged in it, so a channel that
+	 * carried little costs little (verbs: registration pins it
+	 * whole). */
+	uint64_t mirrors_resident;
 } farm_msg_mem;
 
 /* Fill *@out for @msg (a snapshot: loops may be making channels). 0;

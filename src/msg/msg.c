@@ -275,6 +275,10 @@ static void msg_memory_fill(farm_msg *msg, farm_msg_mem *out)
 		/* Relaxed: a count, read while the loop may add a channel. */
 		out->mirrors += atomic_load_explicit(&l->mirror_bytes,
 		                                     memory_order_relaxed);
+		/* The area stays mapped while the loop is listed (under
+		 * lock); its pages come and go with the loop's channels. */
+		out->mirrors_resident += farm_mem_resident_range(
+		        l->mirror_area, l->mirror_area_len);
 	}
 	pthread_mutex_unlock(&msg->lock);
 }

@@ -6,6 +6,7 @@
  */
 #define _LGPL_SOURCE 1 /* liburcu's wait-free queue, inlined */
 #include <errno.h>
+#include <sys/mman.h>
 #include <stdatomic.h>
 #include <pthread.h>
 #include <sched.h>
@@ -53,6 +54,8 @@ static void loop_free(farm_loop *loop)
 	free(loop->calls);
 	free(loop->wrs);
 	free(loop->pend_peers);
+	if (loop->mirror_area)
+		munmap(loop->mirror_area, loop->mirror_area_len);
 	free(loop);
 }
 
@@ -90,6 +93,19 @@ int farm_loop_open(farm_msg *msg, unsigned idx, farm_loop **out)
 			c->seq = 1;
 		}
 	}
+	/* Reserved, not backed (MAP_NORESERVE): a mirror's pages come as
+	 * frames are staged in them. */
+	loop->mirror_area_len =
+	        (size_t)a->max_machines * a->nthreads * a->ring_size;
+	loop->mirror_area =
+	        mmap(NULL, loop->mirror_area_len, PROT_READ | PROT_WRITE,
+	             MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (loop->mirror_area == MAP_FAILED) {
+		loop->mirror_area = NULL;
+		goto fail;
+	}
+	(void)madvise(loop->mirror_area, loop->mirror_area_len,
+	              MADV_NOHUGEPAGE); /* a huge page per touched mirror */
 	for (uint32_t i = 0; i < a->max_calls; i++)
 		loop->calls[i].next_free = i + 1 < a->max_calls ? i + 1 : NIL;
 	loop->free_call = 0;
@@ -459,7 +475,7 @@ static void forget_out(farm_loop *loop, uint32_t m)
 	if (op->chans)
 		for (unsigned r = 0; r < msg->attr.nthreads; r++) {
 			if (op->chans[r]) {
-				farm_msg_chan_free(op->chans[r]);
+				farm_msg_chan_free(loop, op->chans[r]);
 				/* Relaxed: the count farm_msg_memory reads. */
 				atomic_fetch_sub_explicit(&loop->mirror_bytes,
 				                          msg->lay.R,
@@ -825,7 +841,7 @@ void farm_loop_close(farm_loop *loop)
 		if (op->chans) {
 			for (unsigned r = 0; r < msg->attr.nthreads; r++)
 				if (op->chans[r])
-					farm_msg_chan_free(op->chans[r]);
+					farm_msg_chan_free(loop, op->chans[r]);
 			free(op->chans);
 		}
 		if (op->ep)
