@@ -122,10 +122,11 @@ enum farm_mem_flags {
 	FARM_MEM_REQUIRE_HUGE = 1u << 1,
 	/* Sized, not backed: a page takes memory when it is first written
 	 * (by this process or by a peer's WRITE), so a large layout of
-	 * which a few parts are used costs those parts (small pages). A
-	 * full file system then shows as SIGBUS at that write rather than
-	 * here. shm, udp and ofi; verbs backs it whole (registration pins
-	 * the pages). Not with FARM_MEM_REQUIRE_HUGE. */
+	 * which a few parts are used costs those parts (small pages). On
+	 * shm a full file system then shows as SIGBUS at that write rather
+	 * than here, unless the range was backed first (util/mem.h here,
+	 * farm_ep_back from a peer). shm, udp and ofi; verbs backs it whole
+	 * (registration pins the pages). Not with FARM_MEM_REQUIRE_HUGE. */
 	FARM_MEM_SPARSE = 1u << 2,
 };
 

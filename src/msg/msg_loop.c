@@ -59,6 +59,23 @@ static void loop_free(farm_loop *loop)
 	free(loop);
 }
 
+/* Address space for every channel's send mirror, reserved, not backed
+ * (MAP_NORESERVE): a mirror's pages come as frames are staged in it. */
+static int mirror_area_map(farm_loop *loop)
+{
+	const farm_msg_attr *a = &loop->msg->attr;
+	loop->mirror_area_len =
+	        (size_t)a->max_machines * a->nthreads * a->ring_size;
+	void *p = mmap(NULL, loop->mirror_area_len, PROT_READ | PROT_WRITE,
+	               MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (p == MAP_FAILED)
+		return -ENOMEM;
+	loop->mirror_area = p;
+	/* Small pages: a huge page would back 2 MiB around each mirror. */
+	(void)madvise(p, loop->mirror_area_len, MADV_NOHUGEPAGE);
+	return 0;
+}
+
 int farm_loop_open(farm_msg *msg, unsigned idx, farm_loop **out)
 {
 	if (!msg || !out || idx >= msg->attr.nthreads)
@@ -93,19 +110,8 @@ int farm_loop_open(farm_msg *msg, unsigned idx, farm_loop **out)
 			c->seq = 1;
 		}
 	}
-	/* Reserved, not backed (MAP_NORESERVE): a mirror's pages come as
-	 * frames are staged in them. */
-	loop->mirror_area_len =
-	        (size_t)a->max_machines * a->nthreads * a->ring_size;
-	loop->mirror_area =
-	        mmap(NULL, loop->mirror_area_len, PROT_READ | PROT_WRITE,
-	             MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-	if (loop->mirror_area == MAP_FAILED) {
-		loop->mirror_area = NULL;
+	if ((rc = mirror_area_map(loop)))
 		goto fail;
-	}
-	(void)madvise(loop->mirror_area, loop->mirror_area_len,
-	              MADV_NOHUGEPAGE); /* a huge page per touched mirror */
 	for (uint32_t i = 0; i < a->max_calls; i++)
 		loop->calls[i].next_free = i + 1 < a->max_calls ? i + 1 : NIL;
 	loop->free_call = 0;
