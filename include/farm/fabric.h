@@ -122,10 +122,11 @@ enum farm_mem_flags {
 	FARM_MEM_REQUIRE_HUGE = 1u << 1,
 	/* Sized, not backed: a page takes memory when it is first written
 	 * (by this process or by a peer's WRITE), so a large layout of
-	 * which a few parts are used costs those parts (small pages). A
-	 * full file system then shows as SIGBUS at that write rather than
-	 * here. shm, udp and ofi; verbs backs it whole (registration pins
-	 * the pages). Not with FARM_MEM_REQUIRE_HUGE. */
+	 * which a few parts are used costs those parts (small pages). On
+	 * shm a full file system then shows as SIGBUS at that write rather
+	 * than here, unless the range was backed first (util/mem.h here,
+	 * farm_ep_back from a peer). shm, udp and ofi; verbs backs it whole
+	 * (registration pins the pages). Not with FARM_MEM_REQUIRE_HUGE. */
 	FARM_MEM_SPARSE = 1u << 2,
 };
 
@@ -428,6 +429,23 @@ FARM_API FARM_MUST_CHECK int farm_fabric_revoke(farm_fabric *fab,
  */
 FARM_API FARM_MUST_CHECK int
 farm_fabric_admit(farm_fabric *fab, uint32_t peer_id, const char *addr);
+
+/*
+ * farm_ep_back() - make [@offset, @offset + @len) of the peer's
+ * registration @desc (REMOTE_WRITE) take memory now, so that the WRITEs
+ * this endpoint posts there later cannot fail for want of it: 0, or
+ * -ENOSPC when the memory behind it is full (-EINVAL out of range,
+ * FARM_EREMOTE_KEY / FARM_EREMOTE_ACCESS as a WRITE there would fail,
+ * FARM_EPEERDEAD). For FARM_MEM_SPARSE memory that a peer writes into:
+ * on shm it is a file, and a page first written on a full file system is
+ * a SIGBUS in the writer, so the writer backs the range it is about to
+ * use through its own mapping of the file (MADV_POPULATE_WRITE). udp and
+ * ofi: 0 (anonymous memory: the page comes at the target's first write,
+ * as any heap page; no SIGBUS). verbs: 0 (registration pinned it whole).
+ * Synchronous; not a request on the queue (no completion).
+ */
+FARM_API FARM_MUST_CHECK int farm_ep_back(farm_ep *ep, const farm_mr_desc *desc,
+                                          uint64_t offset, uint64_t len);
 
 /* Inject a fault on one endpoint. -ENOTSUP where the provider has none. */
 FARM_API FARM_MUST_CHECK int farm_ep_fault(farm_ep *ep, enum farm_fault f,

@@ -96,7 +96,7 @@ FARM_API uint32_t farm_msg_max_payload(const farm_msg *msg);
 
 /* Memory messaging holds on this machine, in bytes. Sized and
  * versioned as farm_node_mem (include/farm/node.h). */
-#define FARM_MSG_MEM_VERSION 2u
+#define FARM_MSG_MEM_VERSION 3u
 typedef struct farm_msg_mem {
 	uint32_t size;    /* in: bytes of *out the caller has */
 	uint32_t version; /* out: FARM_MSG_MEM_VERSION */
@@ -104,7 +104,8 @@ typedef struct farm_msg_mem {
 	 * for the peers' WRITEs and, on shm, allocated whole at creation. */
 	uint64_t region;
 	/* The send mirrors of the channels made so far (ring_size each,
-	 * one per (local loop, remote machine, remote thread) used). */
+	 * one per (local loop, remote machine, remote thread) used), as
+	 * address space: see mirrors_resident. */
 	uint64_t mirrors;
 	/* Tables sized by machine ids and threads: the peers and their
 	 * thresholds, and each open loop's channel tables. */
@@ -112,6 +113,11 @@ typedef struct farm_msg_mem {
 	/* Of region, the bytes in memory (version 2): the region is sparse
 	 * (FARM_MEM_SPARSE), so rings no peer wrote cost nothing. */
 	uint64_t region_resident;
+	/* Of mirrors, the bytes in memory (version 3): a mirror takes a
+	 * page when a frame is first staged in it, so a channel that
+	 * carried little costs little (verbs: registration pins it
+	 * whole). */
+	uint64_t mirrors_resident;
 } farm_msg_mem;
 
 /* Fill *@out for @msg (a snapshot: loops may be making channels). 0;
@@ -334,6 +340,19 @@ typedef void (*farm_op_fn)(farm_loop *loop, void *ctx, int status);
 FARM_API FARM_MUST_CHECK int farm_loop_rdma(farm_loop *loop, uint32_t machine,
                                             farm_wr *wr, farm_op_fn cont,
                                             void *ctx);
+
+/*
+ * farm_loop_back() - farm_ep_back() through this loop's endpoint to
+ * @machine: [@offset, @offset + @len) of its registration @desc takes
+ * memory now, so the WRITEs this loop makes there later cannot fail for
+ * want of it (a sparse area a peer backs only where someone writes, as
+ * the transaction logs: the coordinator backs its log at a participant
+ * before its first record). 0, or -ENOSPC (the peer's memory is full),
+ * -EINVAL, -ENOENT (unknown machine), FARM_EPEERDEAD. Owner thread only.
+ */
+FARM_API FARM_MUST_CHECK int farm_loop_back(farm_loop *loop, uint32_t machine,
+                                            const farm_mr_desc *desc,
+                                            uint64_t offset, uint64_t len);
 
 /*
  * farm_loop_rdma_wake() - farm_loop_rdma(), then, in the same doorbell,

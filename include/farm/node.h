@@ -213,9 +213,11 @@ typedef struct farm_node_mem {
 	/* The machine ids the layouts are sized for. */
 	uint64_t max_machines;
 	/* Version 2: of msg and log, the bytes in memory. The message region
-	 * and the log arena are laid out for every id but backed only for
-	 * this machine and its peers (FARM_MEM_SPARSE): rings and logs of
-	 * other ids cost nothing. */
+	 * and the log arena are laid out for every id but backed only where
+	 * written (FARM_MEM_SPARSE): a page per ring and log of each peer,
+	 * and whole rings and logs of the peers that message or commit
+	 * here; send mirrors as frames are staged. Ids that are not peers
+	 * cost nothing. */
 	uint64_t msg_resident;
 	uint64_t log_resident;
 } farm_node_mem;

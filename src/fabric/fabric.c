@@ -278,6 +278,16 @@ int farm_ep_post(farm_ep *ep, farm_wr *list, farm_wr **bad)
 	return ep->fab->ops->ep_post(ep, list, bad);
 }
 
+int farm_ep_back(farm_ep *ep, const farm_mr_desc *desc, uint64_t offset,
+                 uint64_t len)
+{
+	if (!ep || !desc || offset > desc->len || len > desc->len - offset)
+		return -EINVAL;
+	if (!len || !ep->fab->ops->ep_back)
+		return 0;
+	return ep->fab->ops->ep_back(ep, desc->addr + offset, len, desc->key);
+}
+
 int farm_ep_fault(farm_ep *ep, enum farm_fault f, uint64_t arg)
 {
 	if (!ep || (unsigned)f > FARM_FAULT_PAUSE)

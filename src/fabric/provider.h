@@ -83,6 +83,10 @@ struct farm_fabric_ops {
 	bool (*ep_usable)(const farm_ep *ep);
 	int (*ep_post)(farm_ep *ep, farm_wr *list, farm_wr **bad);
 
+	/* Optional (NULL: 0, nothing to back: the target's memory is
+	 * anonymous, or pinned whole): farm_ep_back. */
+	int (*ep_back)(farm_ep *ep, uint64_t raddr, uint64_t len,
+	               uint64_t rkey);
 	/* Optional: NULL means -ENOTSUP. */
 	int (*ep_fault)(farm_ep *ep, enum farm_fault f, uint64_t arg);
 	/* Optional (NULL: -ENOTSUP): machine @peer_id's one-sided requests to

@@ -932,6 +932,7 @@ const struct farm_fabric_ops farm_shm_ops = {
         .ep_destroy = shm_ep_destroy,
         .ep_usable = shm_ep_usable,
         .ep_post = farm_shm_ep_post,
+        .ep_back = farm_shm_ep_back,
         .ep_fault = shm_ep_fault,
         .revoke = farm_shm_revoke,
         .admit = farm_shm_admit,

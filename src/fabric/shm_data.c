@@ -22,6 +22,7 @@
 #include "util/futex.h"
 #include "util/lines.h"
 #include "util/log.h"
+#include "util/mem.h"
 #include "util/tsan.h"
 
 /* ---- test knobs ---------------------------------------------------------- */
@@ -81,6 +82,10 @@ static const struct shm_fmap *peer_file(struct shm_peer *p, uint32_t file,
 	close(fd);
 	if (addr == MAP_FAILED)
 		goto out;
+	/* No readahead: a fault here (farm_ep_back's, a READ's) would read
+	 * the neighbouring pages of a sparse region into memory with it,
+	 * and those are rings and logs of other machines (best effort). */
+	(void)madvise(addr, (size_t)st.st_size, MADV_RANDOM);
 	m = calloc(1, sizeof(*m));
 	if (!m) {
 		munmap(addr, (size_t)st.st_size);
@@ -322,6 +327,28 @@ static int resolve(struct shm_ep *ep, struct shm_op *op, const farm_wr *wr)
 	                                     memory_order_acquire) == gen))
 		return resolve_cached(ep, op, wr, need);
 	return resolve_table(ep, op, wr, need, idx, gen);
+}
+
+/* farm_ep_back: the peer's registration resolved as a WRITE there
+ * would be, and its pages allocated through our mapping of its file
+ * (MAP_SHARED: they are the file's, so they are the peer's memory). */
+int farm_shm_ep_back(farm_ep *e, uint64_t raddr, uint64_t len, uint64_t rkey)
+{
+	struct shm_ep *ep = (struct shm_ep *)e;
+	if (len > UINT32_MAX)
+		return -EINVAL;
+	farm_wr wr = {.opcode = FARM_WR_WRITE,
+	              .flags = FARM_WR_INLINE, /* no local buffer */
+	              .len = (uint32_t)len,
+	              .raddr = raddr,
+	              .rkey = rkey};
+	struct shm_op op = {0};
+	ep_lock(ep); /* the resolve cache is the endpoint's */
+	int rc = ep->state == EP_OK ? resolve(ep, &op, &wr) : -ENOTCONN;
+	ep_unlock(ep);
+	if (!rc && !peer_alive(ep->peer))
+		rc = FARM_EPEERDEAD;
+	return rc ? rc : farm_mem_back(op.rptr, (size_t)len);
 }
 
 static inline int fault_status(const struct shm_ep *ep)

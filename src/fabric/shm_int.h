@@ -250,6 +250,7 @@ int farm_shm_admit(farm_fabric *f, uint32_t peer_id, const char *addr);
 
 /* shm_data.c */
 int farm_shm_ep_post(farm_ep *e, farm_wr *list, farm_wr **bad);
+int farm_shm_ep_back(farm_ep *e, uint64_t raddr, uint64_t len, uint64_t rkey);
 int farm_shm_cq_poll(farm_cq *c, int n, farm_wc *wc);
 
 #endif

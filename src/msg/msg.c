@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "msg/msg_int.h"
 #include "msg/msg_testing.h"
@@ -87,20 +88,26 @@ static int msg_alloc_tables(farm_msg *msg)
 	return 0;
 }
 
-/* Back the rings machine @id's threads write into here (one per sender
- * thread, at each of our threads), so that a full file system is an
- * error now rather than a SIGBUS at its first frame. */
-static int back_in_rings(farm_msg *msg, uint32_t id)
+/* Back the first page of each ring machine @id's threads write into here
+ * (one per sender thread, at each of our threads): the page our loops
+ * poll for a frame before any arrives (a read of a hole in a file takes
+ * a page too, and a SIGBUS when the file system is full). The rest of a
+ * ring is backed by its sender when it makes the channel (chan_get,
+ * farm_ep_back), so a peer costs a page per ring until it talks to us. */
+static int back_in_doors(farm_msg *msg, uint32_t id)
 {
 	const struct layout *l = &msg->lay;
+	size_t door = FARM_MIN((size_t)l->R, (size_t)sysconf(_SC_PAGESIZE));
 	for (unsigned r = 0; r < l->T; r++) {
-		int rc = farm_mem_back(msg->base + ring_at(l, r, id, 0),
-		                       (size_t)l->T * l->R);
-		if (rc) {
-			farm_err("msg: cannot back machine %" PRIu32
-			         "'s rings: %s",
-			         id, farm_strerror(rc));
-			return rc;
+		for (unsigned t = 0; t < l->T; t++) {
+			int rc = farm_mem_back(msg->base + ring_at(l, r, id, t),
+			                       door);
+			if (rc) {
+				farm_err("msg: cannot back machine %" PRIu32
+				         "'s rings: %s",
+				         id, farm_strerror(rc));
+				return rc;
+			}
 		}
 	}
 	return 0;
@@ -111,7 +118,8 @@ static int back_in_rings(farm_msg *msg, uint32_t id)
 static int msg_map_region(farm_msg *msg)
 {
 	const farm_msg_attr *a = &msg->attr;
-	/* Sparse: laid out for every id, backed only where peers write. */
+	/* Sparse: laid out for every id, backed only where peers write
+	 * (README.md, "Memory"). */
 	int rc = farm_mem_alloc(msg->fab, msg->lay.total, FARM_MEM_SPARSE,
 	                        &msg->mem);
 	if (rc)
@@ -125,7 +133,7 @@ static int msg_map_region(farm_msg *msg)
 		return rc;
 	msg->desc = farm_mr_describe(msg->mr);
 	if ((rc = farm_mem_back(msg->base, msg->lay.ring_off)) ||
-	    (rc = back_in_rings(msg, msg->me)))
+	    (rc = back_in_doors(msg, msg->me)))
 		return rc;
 	struct region_hdr h = {MSG_MAGIC, a->nthreads, a->max_machines,
 	                       a->ring_size, msg->me};
@@ -267,6 +275,10 @@ static void msg_memory_fill(farm_msg *msg, farm_msg_mem *out)
 		/* Relaxed: a count, read while the loop may add a channel. */
 		out->mirrors += atomic_load_explicit(&l->mirror_bytes,
 		                                     memory_order_relaxed);
+		/* The area stays mapped while the loop is listed (under
+		 * lock); its pages come and go with the loop's channels. */
+		out->mirrors_resident += farm_mem_resident_range(
+		        l->mirror_area, l->mirror_area_len);
 	}
 	pthread_mutex_unlock(&msg->lock);
 }
@@ -322,7 +334,7 @@ int farm_msg_add_peer(farm_msg *msg, uint32_t id, const char *addr,
 	int rc = 0;
 	if (atomic_load(&p->ready)) {
 		rc = memcmp(&p->desc, desc, sizeof(*desc)) ? -EEXIST : 0;
-	} else if (!(rc = back_in_rings(msg, id))) {
+	} else if (!(rc = back_in_doors(msg, id))) {
 		snprintf(p->addr, sizeof(p->addr), "%s", addr);
 		p->desc = *desc;
 		/* Pairs with the acquires of ready in farm_msg_refresh_peers,

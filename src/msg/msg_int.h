@@ -286,9 +286,15 @@ struct farm_loop {
 	/* farm_loop_defer: owner-only FIFO and recycled items. */
 	struct defer_item *dq_head, **dq_tail, *dq_free;
 	struct stats stats;
-	/* Bytes of this loop's send mirrors; written by the loop only,
-	 * read relaxed by farm_msg_memory. */
+	/* Bytes of this loop's send mirrors made (ring_size each); written
+	 * by the loop only, read relaxed by farm_msg_memory. */
 	_Atomic uint64_t mirror_bytes;
+	/* Address space for a send mirror per (machine, thread), anonymous
+	 * and sparse: channel (m, r)'s mirror is the slice at
+	 * (m * nthreads + r) * ring_size, which takes memory as frames are
+	 * staged in it (README.md, "Memory"). */
+	uint8_t *mirror_area;
+	size_t mirror_area_len;
 };
 
 struct defer_item {
@@ -307,7 +313,7 @@ static inline bool on_owner(const farm_loop *loop)
 /* msg_ring.c: channels, sending, receiving, the inbox */
 void farm_msg_refresh_peers(farm_loop *loop);
 int farm_msg_peer_ep(farm_loop *loop, uint32_t m, struct out_peer **out);
-void farm_msg_chan_free(struct out_chan *c);
+void farm_msg_chan_free(farm_loop *loop, struct out_chan *c);
 /* msg_probe.c: free the probe's endpoints and queue (at destroy). */
 void farm_msg_probe_free(farm_msg *msg);
 struct inbox_item *farm_msg_item_new(uint32_t len);

@@ -6,6 +6,7 @@
  */
 #define _LGPL_SOURCE 1 /* liburcu's wait-free queue, inlined */
 #include <errno.h>
+#include <sys/mman.h>
 #include <stdatomic.h>
 #include <pthread.h>
 #include <sched.h>
@@ -53,7 +54,26 @@ static void loop_free(farm_loop *loop)
 	free(loop->calls);
 	free(loop->wrs);
 	free(loop->pend_peers);
+	if (loop->mirror_area)
+		munmap(loop->mirror_area, loop->mirror_area_len);
 	free(loop);
+}
+
+/* Address space for every channel's send mirror, reserved, not backed
+ * (MAP_NORESERVE): a mirror's pages come as frames are staged in it. */
+static int mirror_area_map(farm_loop *loop)
+{
+	const farm_msg_attr *a = &loop->msg->attr;
+	loop->mirror_area_len =
+	        (size_t)a->max_machines * a->nthreads * a->ring_size;
+	void *p = mmap(NULL, loop->mirror_area_len, PROT_READ | PROT_WRITE,
+	               MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (p == MAP_FAILED)
+		return -ENOMEM;
+	loop->mirror_area = p;
+	/* Small pages: a huge page would back 2 MiB around each mirror. */
+	(void)madvise(p, loop->mirror_area_len, MADV_NOHUGEPAGE);
+	return 0;
 }
 
 int farm_loop_open(farm_msg *msg, unsigned idx, farm_loop **out)
@@ -90,6 +110,8 @@ int farm_loop_open(farm_msg *msg, unsigned idx, farm_loop **out)
 			c->seq = 1;
 		}
 	}
+	if ((rc = mirror_area_map(loop)))
+		goto fail;
 	for (uint32_t i = 0; i < a->max_calls; i++)
 		loop->calls[i].next_free = i + 1 < a->max_calls ? i + 1 : NIL;
 	loop->free_call = 0;
@@ -459,7 +481,7 @@ static void forget_out(farm_loop *loop, uint32_t m)
 	if (op->chans)
 		for (unsigned r = 0; r < msg->attr.nthreads; r++) {
 			if (op->chans[r]) {
-				farm_msg_chan_free(op->chans[r]);
+				farm_msg_chan_free(loop, op->chans[r]);
 				/* Relaxed: the count farm_msg_memory reads. */
 				atomic_fetch_sub_explicit(&loop->mirror_bytes,
 				                          msg->lay.R,
@@ -508,6 +530,19 @@ int farm_loop_rdma_lazy(farm_loop *loop, uint32_t machine, unsigned thread,
 	if (thread > INT32_MAX)
 		return -EINVAL;
 	return rdma_post(loop, machine, (int)thread, true, wr, cont, ctx);
+}
+
+int farm_loop_back(farm_loop *loop, uint32_t machine, const farm_mr_desc *desc,
+                   uint64_t offset, uint64_t len)
+{
+	if (!loop || !desc || machine >= loop->msg->attr.max_machines ||
+	    machine == loop->msg->me)
+		return -EINVAL;
+	struct out_peer *op;
+	int rc = farm_msg_peer_ep(loop, machine, &op);
+	/* Messaging's endpoint: backing posts nothing, so a failed
+	 * one-sided endpoint (rep) need not drain first. */
+	return rc ? rc : farm_ep_back(op->ep, desc, offset, len);
 }
 
 int farm_loop_add_poller(farm_loop *loop, farm_poll_fn poll,
@@ -812,7 +847,7 @@ void farm_loop_close(farm_loop *loop)
 		if (op->chans) {
 			for (unsigned r = 0; r < msg->attr.nthreads; r++)
 				if (op->chans[r])
-					farm_msg_chan_free(op->chans[r]);
+					farm_msg_chan_free(loop, op->chans[r]);
 			free(op->chans);
 		}
 		if (op->ep)

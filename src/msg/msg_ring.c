@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "msg/msg_int.h"
 #include "util/log.h"
@@ -85,22 +86,32 @@ static int chan_get(farm_loop *loop, uint32_t m, unsigned r,
 	}
 	farm_msg *msg = loop->msg;
 	const struct layout *l = &msg->lay;
+	/* The receiver backed only the ring's first page (msg.c,
+	 * back_in_doors): the rest takes memory now, where a full file
+	 * system is an error for this send, not a SIGBUS at a frame. */
+	const farm_mr_desc *pd = &msg->peers[m].desc;
+	rc = farm_ep_back(op->ep, pd, ring_at(l, r, msg->me, loop->idx), l->R);
+	if (rc) {
+		static atomic_int warned;
+		if (!atomic_exchange_explicit(&warned, 1, memory_order_relaxed))
+			farm_err("msg: cannot back our ring at machine %" PRIu32
+			         ": %s (logged once)",
+			         m, farm_strerror(rc));
+		return rc;
+	}
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		return -ENOMEM;
-	if (posix_memalign((void **)&c->mirror, 4096, l->R)) {
-		free(c);
-		return -ENOMEM;
-	}
-	memset(c->mirror, 0, l->R);
+	/* Zero and unbacked (farm_msg_chan_free drops its pages): it takes
+	 * memory as frames are staged, up to R; on verbs registration pins
+	 * it whole. */
+	c->mirror = loop->mirror_area + ((size_t)m * l->T + r) * l->R;
 	rc = farm_mr_reg(msg->fab, c->mirror, l->R, FARM_ACCESS_LOCAL,
 	                 &c->mirror_mr);
 	if (rc) {
-		free(c->mirror);
 		free(c);
 		return rc;
 	}
-	const farm_mr_desc *pd = &msg->peers[m].desc;
 	c->m = m;
 	c->r = r;
 	c->ring_raddr = pd->addr + ring_at(l, r, msg->me, loop->idx);
@@ -122,7 +133,7 @@ static int chan_get(farm_loop *loop, uint32_t m, unsigned r,
 	return 0;
 }
 
-void farm_msg_chan_free(struct out_chan *c)
+void farm_msg_chan_free(farm_loop *loop, struct out_chan *c)
 {
 	while (c->qhead) {
 		struct pend *p = c->qhead;
@@ -130,7 +141,8 @@ void farm_msg_chan_free(struct out_chan *c)
 		free(p);
 	}
 	farm_mr_dereg(c->mirror_mr);
-	free(c->mirror);
+	/* Its pages go: a channel made again here starts from zeroes. */
+	(void)madvise(c->mirror, loop->msg->lay.R, MADV_DONTNEED);
 	free(c);
 }
 

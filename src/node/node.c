@@ -803,7 +803,8 @@ int farm_node_memory(const farm_node *n, farm_node_mem *out)
 	                           n->max_machines * (sizeof(*n->msg_removed) +
 	                                              sizeof(*n->peer_inc)),
 	                   .max_machines = farm_msg_max_machines(n->msg),
-	                   .msg_resident = mm.region_resident + mm.mirrors,
+	                   .msg_resident =
+	                           mm.region_resident + mm.mirrors_resident,
 	                   .log_resident = logs_res};
 	size_t len = out->size < sizeof(s) ? out->size : sizeof(s);
 	s.size = (uint32_t)len;

@@ -28,6 +28,7 @@
 #include "txn/txn_tx.h"
 #include "txn/txn_testing.h"
 #include "util/log.h"
+#include "util/mem.h"
 
 /* ---- commit sequences ------------------------------------------------ */
 
@@ -166,6 +167,23 @@ static int post_write(struct txloop *tl, uint32_t mach, uint64_t off, void *buf,
 	return rc;
 }
 
+/* Before the first record to our log on @mach: the participant backed
+ * only its first page (txm.c, back_log_doors), the rest takes memory
+ * now, so a full file system there fails this record, never as a
+ * SIGBUS. */
+static int writer_back(struct txloop *tl, struct writer *w, uint32_t mach)
+{
+	if (FARM_LIKELY(w->backed))
+		return 0;
+	farm_txm *m = tl->m;
+	uint64_t ro = log_ring_off(m, log_index(m, m->me, tl->t));
+	int rc = mach == m->me ? farm_mem_back(m->logbase + ro, m->R)
+	                       : farm_loop_back(tl->loop, mach, &m->peers[mach],
+	                                        ro, m->R);
+	w->backed = rc == 0;
+	return rc;
+}
+
 /*
  * Append the record in @buf (@len bytes, a multiple of 64; type, nobj,
  * txid and body filled) to this loop's log on @mach. The caller reserved
@@ -197,6 +215,11 @@ int farm_txn_log_append(struct txloop *tl, uint32_t mach, void *buf, size_t len,
 			arena_put(&tl->ar, buf, len);
 			return -EAGAIN;
 		}
+	}
+	int brc = writer_back(tl, w, mach);
+	if (brc) {
+		arena_put(&tl->ar, buf, len);
+		return brc;
 	}
 	/* Queue room for a pad and the record, before anything is sent. */
 	if (wq_reserve(m, w, 2)) {

@@ -161,13 +161,20 @@ static uint64_t bound_cycles(uint64_t bound_ns)
 	return (uint64_t)((double)bound_ns * (per_ns > 0 ? per_ns : 1));
 }
 
-/* Back the logs machine @id's coordinators write here (one a thread), so
- * that a full file system is an error now, not a SIGBUS at a record. */
-static int back_logs(farm_txm *m, uint32_t id)
+/* Back the first page of each log machine @id's coordinators write here
+ * (one a thread): the page our readers poll before any record (a read of
+ * a hole in a file takes a page too, and a SIGBUS when the file system
+ * is full). The rest of a log is backed by its coordinator before its
+ * first record (log.c, farm_loop_back), so a peer costs a page per log
+ * until it commits here. */
+static int back_log_doors(farm_txm *m, uint32_t id)
 {
 	uint8_t *base = farm_mem_addr(m->logmem);
-	int rc = farm_mem_back(base + log_ring_off(m, log_index(m, id, 0)),
-	                       (size_t)m->T * m->R);
+	size_t door = FARM_MIN((size_t)m->R, (size_t)sysconf(_SC_PAGESIZE));
+	int rc = 0;
+	for (unsigned t = 0; !rc && t < m->T; t++)
+		rc = farm_mem_back(base + log_ring_off(m, log_index(m, id, t)),
+		                   door);
 	if (rc)
 		farm_err("txn: cannot back machine %" PRIu32 "'s logs: %s", id,
 		         farm_strerror(rc));
@@ -191,7 +198,7 @@ static int txm_setup(farm_txm *m, const struct farm_txm_attr *a, uint64_t total)
 	if (!rc)
 		rc = farm_mem_back(farm_mem_addr(m->logmem), m->hdr_area);
 	if (!rc)
-		rc = back_logs(m, m->me);
+		rc = back_log_doors(m, m->me);
 	if (!rc)
 		rc = farm_mr_reg(m->fab, farm_mem_addr(m->logmem),
 		                 (size_t)total,
@@ -349,7 +356,7 @@ int farm_txm_add_peer(farm_txm *m, uint32_t id, uint32_t inc,
 	int rc = 0;
 	if (atomic_load(&m->peer_ready[id])) {
 		rc = memcmp(&m->peers[id], &d, sizeof(d)) ? -EEXIST : 0;
-	} else if (!(rc = back_logs(m, id))) {
+	} else if (!(rc = back_log_doors(m, id))) {
 		m->peers[id] = d;
 		/* Its logs here are empty: open them to the holder now.
 		 * Release: pairs with the acquire in farm_txn_writer_open's
@@ -483,6 +490,7 @@ int farm_txm_forget_peer(farm_txm *m, farm_loop *loop, uint32_t id)
 	w->wq_head = w->wq_tail = 0;
 	w->reading = false;
 	w->open = false;
+	w->backed = false; /* the new holder's logs are new memory */
 	/* Its log here: the new holder's records go where the old holder's
 	 * were, so the log opens to it (its header's open word) only once
 	 * recovery has decided the old holder's and zeroed them

@@ -128,6 +128,9 @@ struct writer {
 	/* The replica opened the log to this machine's incarnation (its
 	 * header says so: farm_txn_writer_open). */
 	bool open;
+	/* The log there takes memory: backed by this loop before its first
+	 * record (the participant backs only its first page). */
+	bool backed;
 	uint64_t freed_buf; /* its destination (in the arena) */
 };
 

@@ -32,4 +32,25 @@ static inline int farm_mem_back(void *addr, size_t len)
 	                                                          : -errno;
 }
 
+/* Bytes of [@addr, @addr + @len) in memory now (mincore; widened to
+ * whole pages), for measurement. 0 on error. */
+static inline uint64_t farm_mem_resident_range(const void *addr, size_t len)
+{
+	if (!addr || !len)
+		return 0;
+	uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+	uintptr_t a = (uintptr_t)addr & ~(pg - 1);
+	size_t np = ((uintptr_t)addr + len - a + pg - 1) / pg;
+	unsigned char vec[4096]; /* in slices: no large vector */
+	uint64_t n = 0;
+	for (size_t i = 0; i < np; i += sizeof(vec)) {
+		size_t k = np - i < sizeof(vec) ? np - i : sizeof(vec);
+		if (mincore((void *)(a + i * pg), k * pg, vec))
+			return 0;
+		for (size_t j = 0; j < k; j++)
+			n += vec[j] & 1;
+	}
+	return n * pg;
+}
+
 #endif
