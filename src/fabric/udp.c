@@ -511,7 +511,7 @@ static bool idle_poll(struct udp_cq *c, struct udp_fabric *f)
 	uint64_t idle = now - c->idle_since;
 	if (idle >= UDP_TICK_NS && !c->kicked) {
 		c->kicked = true;
-		/* Pairs with timers_if_due's exchange. */
+		/* Pairs with farm_udp_timers_if_due's exchange. */
 		if (!atomic_exchange(&f->kick, true))
 			farm_udp_kick(f);
 	}

@@ -304,6 +304,13 @@ unsigned farm_udp_rx_sleep(struct udp_fabric *f, uint64_t max_ns,
                            bool (*done)(void *), void *arg);
 void *farm_udp_dispatch_main(void *arg);
 void farm_udp_kick(struct udp_fabric *f);
+int farm_udp_timers_if_due(struct udp_fabric *f);
+bool farm_udp_ep_paused(const struct udp_ep *ep);
+void farm_udp_ep_send(struct udp_ep *ep, uint64_t from, uint64_t end,
+                      bool timeout);
+#ifdef FARM_FAULT_INJECTION
+void farm_udp_flush_held(struct udp_fabric *f);
+#endif
 int farm_udp_knob_value(int knob);
 void farm_udp_ep_pump(struct udp_ep *ep);
 void farm_udp_piece(uint64_t raddr, uint32_t len, uint32_t k, uint64_t *off,
