@@ -84,8 +84,19 @@ void np_start(struct np_cluster *cl, const char *tag, np_entry_fn entry,
 	np_spawn(cl, entry, arg);
 }
 
+/*
+ * A bound here detects a machine that hung or died, never how fast it
+ * answers: a loaded host (two cores shared with sanitizer builds and
+ * other spinning tests) can hold a child off the CPU for over a second
+ * between its tag byte and the payload it writes right after. So no
+ * wait is shorter than NP_MIN_WAIT_MS, whatever the caller asked.
+ */
+#define NP_MIN_WAIT_MS 20000
+
 void np_recv(struct np_cluster *cl, unsigned i, void *buf, size_t len, int ms)
 {
+	if (ms < NP_MIN_WAIT_MS)
+		ms = NP_MIN_WAIT_MS;
 	uint64_t dl = np_now_ns() + (uint64_t)ms * 1000000ull;
 	char *p = buf;
 	while (len) {

@@ -88,7 +88,8 @@ void np_spawn(struct np_cluster *cl, np_entry_fn entry, void *arg);
  * (@tag names it); machine i runs @entry(c, @arg) and exits. */
 void np_start(struct np_cluster *cl, const char *tag, np_entry_fn entry,
               void *arg);
-/* Read @len bytes from machine @i within @ms (fails the test otherwise). */
+/* Read @len bytes from machine @i within @ms, or 20 s if @ms is less (fails
+ * the test otherwise): a hang detector, not a speed check. */
 void np_recv(struct np_cluster *cl, unsigned i, void *buf, size_t len, int ms);
 
 void np_expect(struct np_cluster *cl, unsigned i, char want, int ms);
