@@ -193,6 +193,19 @@ static inline void read_whole_lines(uint8_t *dst, const uint8_t *src,
  * first (its first 8 bytes as one store when aligned), a store fence
  * (non-temporal stores of a large memcpy are not ordered by TSO), then the
  * last 8 bytes, as one store when aligned.
+ *
+ * What readers rely on (README.md, "Guarantees"): the first and last
+ * words are never seen half written, and a reader whose acquire load sees
+ * the last word sees every byte before it. Where the first word lands
+ * among the others is not promised (ofi lands it after the body too):
+ * ring and log readers poll it only to learn where the last word is, and
+ * trust nothing of the frame or record before that word is there. So the
+ * first word's relaxed store below may become visible before or after
+ * the bytes around it (C11 orders it only before the release store);
+ * on x86 it follows them, which is the point (speed, not correctness).
+ * No layer WRITEs lines that lock-free READs validate by version: those
+ * are changed by their owner's own stores (txn install), and a single
+ * WRITE could not change a version before and after the line anyway.
  */
 static void write_ordered(uint8_t *dst, const uint8_t *src, size_t len)
 {
