@@ -133,14 +133,16 @@ void print_results(const struct opts *o, const struct result *res,
 		       ", \"write_target_cpu_ns_per_op\": %.0f"
 		       ", \"read_target_cpu_ns_one_in_flight\": %.0f"
 		       ", \"write_target_cpu_ns_one_in_flight\": %.0f"
-		       ", \"read_initiator_cpu_ns_per_op\": %.0f"
-		       ", \"write_initiator_cpu_ns_per_op\": %.0f}",
+		       ", \"read_initiator_cpu_ns_per_op\": %.1f"
+		       ", \"write_initiator_cpu_ns_per_op\": %.0f"
+		       ", \"memcpy_cpu_ns_per_op\": %.1f}",
 		       i ? ", " : "", o->sizes[i], rd, wr, mc, ratio,
 		       r->read_p50, r->read_p99, r->write_p50, r->write_p99,
 		       median(r->read_tcpu, o->repeat),
 		       median(r->write_tcpu, o->repeat), r->read_lat_tcpu,
 		       r->write_lat_tcpu, median(r->read_icpu, o->repeat),
-		       median(r->write_icpu, o->repeat));
+		       median(r->write_icpu, o->repeat),
+		       median(r->memcpy_icpu, o->repeat));
 	}
 	printf("], \"goals\": {");
 	if (!is_shm(o)) {

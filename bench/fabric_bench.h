@@ -65,6 +65,7 @@ struct result {
 	 * and in the latency run (one in flight) */
 	double read_tcpu[MAX_REPEAT], write_tcpu[MAX_REPEAT];
 	double read_icpu[MAX_REPEAT], write_icpu[MAX_REPEAT];
+	double memcpy_icpu[MAX_REPEAT]; /* initiator CPU ns per copy */
 	double read_lat_tcpu, write_lat_tcpu;
 };
 

@@ -86,6 +86,17 @@ static const struct shm_fmap *peer_file(struct shm_peer *p, uint32_t file,
 	 * the neighbouring pages of a sparse region into memory with it,
 	 * and those are rings and logs of other machines (best effort). */
 	(void)madvise(addr, (size_t)st.st_size, MADV_RANDOM);
+	/* A region its owner allocated whole (shm.c, advise_pages; made of
+	 * 2 MiB pages where the mount allows) is mapped by 2 MiB entries
+	 * here too only when this mapping asks for them; without, every
+	 * READ of a large region misses the TLB as if the pages were small.
+	 * A sparse one (rings, logs: FARM_MEM_SPARSE) is not: our faults in
+	 * it (farm_ep_back, WRITEs) would allocate a 2 MiB page around each
+	 * ring under a huge=advise or always mount, as the owner's
+	 * MADV_NOHUGEPAGE avoids for its own. Advice only. */
+	bool whole = (uint64_t)st.st_blocks * 512 >= (uint64_t)st.st_size;
+	(void)madvise(addr, (size_t)st.st_size,
+	              whole ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
 	m = calloc(1, sizeof(*m));
 	if (!m) {
 		munmap(addr, (size_t)st.st_size);
@@ -182,6 +193,19 @@ static inline void read_whole_lines(uint8_t *dst, const uint8_t *src,
  * first (its first 8 bytes as one store when aligned), a store fence
  * (non-temporal stores of a large memcpy are not ordered by TSO), then the
  * last 8 bytes, as one store when aligned.
+ *
+ * What readers rely on (README.md, "Guarantees"): the first and last
+ * words are never seen half written, and a reader whose acquire load sees
+ * the last word sees every byte before it. Where the first word lands
+ * among the others is not promised (ofi lands it after the body too):
+ * ring and log readers poll it only to learn where the last word is, and
+ * trust nothing of the frame or record before that word is there. So the
+ * first word's relaxed store below may become visible before or after
+ * the bytes around it (C11 orders it only before the release store);
+ * on x86 it follows them, which is the point (speed, not correctness).
+ * No layer WRITEs lines that lock-free READs validate by version: those
+ * are changed by their owner's own stores (txn install), and a single
+ * WRITE could not change a version before and after the line anyway.
  */
 static void write_ordered(uint8_t *dst, const uint8_t *src, size_t len)
 {
@@ -203,12 +227,17 @@ static void write_ordered(uint8_t *dst, const uint8_t *src, size_t len)
 	if (((uintptr_t)dst & 7) == 0 && body >= 8) {
 		/* The first word lands whole (one store), as it does from a
 		 * NIC, so a reader that polls it (a ring's frame header) never
-		 * sees it half written. */
+		 * sees it half written. It is stored after the bytes between
+		 * it and the last word (only the last word's place is
+		 * promised): a ring receiver that sees the header then finds
+		 * the rest of the frame there, instead of pulling lines the
+		 * writer has yet to store into (they would move between the
+		 * two cores twice). */
 		uint64_t first;
 		memcpy(&first, src, 8);
+		memcpy(dst + 8, src + 8, body - 8);
 		atomic_store_explicit((_Atomic uint64_t *)dst, first,
 		                      memory_order_relaxed);
-		memcpy(dst + 8, src + 8, body - 8);
 	} else {
 		memcpy(dst, src, body);
 	}
@@ -594,8 +623,9 @@ static int ep_harvest(struct shm_ep *ep, int n, farm_wc *wc, uint64_t *now)
 		ep_unlock(ep);
 		return 0;
 	}
-	bool alive = peer_alive(ep->peer);
-	int st = alive ? run_status(ep) : FARM_EPEERDEAD;
+	/* run_status() says FARM_EPEERDEAD exactly when the peer is gone. */
+	int st = run_status(ep);
+	bool alive = st != FARM_EPEERDEAD;
 	bool fast = st == 0 && atomic_load_explicit(&knob_line_atomic,
 	                                            memory_order_relaxed);
 	while (ep->head != ep->tail && got < n) {
@@ -625,13 +655,18 @@ int farm_shm_cq_poll(farm_cq *c, int n, farm_wc *wc)
 	if (cq->shared)
 		pthread_mutex_lock(&cq->lock);
 	unsigned neps = cq->neps;
+	/* Round robin from cq->rr without a division per endpoint (polled
+	 * in every loop pass). */
+	unsigned j = cq->rr < neps ? cq->rr : 0;
 	for (unsigned i = 0; i < neps && got < n; i++) {
-		struct shm_ep *ep = cq->eps[(cq->rr + i) % neps];
+		struct shm_ep *ep = cq->eps[j];
+		if (++j == neps)
+			j = 0;
 		if (ep->head != ep->tail)
 			got += ep_harvest(ep, n - got, wc + got, &now);
 	}
 	if (neps)
-		cq->rr = (cq->rr + 1) % neps;
+		cq->rr = cq->rr + 1 < neps ? cq->rr + 1 : 0;
 	if (cq->shared)
 		pthread_mutex_unlock(&cq->lock);
 	return got;

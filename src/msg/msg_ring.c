@@ -552,7 +552,18 @@ static int poll_ring(farm_loop *loop, uint32_t m, unsigned t, struct in_chan *c)
 		uint32_t off = (uint32_t)(c->head & (R - 1)), len = 0;
 		enum wire_peek k = wire_peek(c->ring, R, off, c->seq,
 		                             msg->max_frame, &len);
-		if (k == WIRE_EMPTY || k == WIRE_PARTIAL)
+		if (k == WIRE_EMPTY) {
+			/* The next frame's second line too, while we wait:
+			 * when it lands, its header and the rest arrive
+			 * together (a frame of a small message spans two
+			 * lines; read one after the other, the second costs
+			 * another transfer between the cores). */
+			__builtin_prefetch(
+			        c->ring + (((off & ~63u) + 64) & (R - 1)), 0,
+			        3);
+			break;
+		}
+		if (k == WIRE_PARTIAL)
 			break;
 		if (k == WIRE_CORRUPT) {
 			break_chan(loop, m, t, c,

@@ -67,6 +67,10 @@ static inline uint64_t wire_header(uint32_t seq, uint32_t len)
 	return (uint64_t)seq << 32 | len;
 }
 
+/* Lines of a frame wire_peek fetches ahead, and their size. */
+#define WIRE_PREFETCH_LINE 64u
+#define WIRE_PREFETCH_MAX  8u
+
 enum wire_peek {
 	WIRE_EMPTY = 0,   /* nothing at this offset yet */
 	WIRE_PARTIAL = 1, /* a frame is arriving: its trailer is not here */
@@ -103,6 +107,12 @@ static inline enum wire_peek wire_peek(const uint8_t *ring, uint32_t ring_size,
 	if ((n & 7u) || n < WIRE_FRAME_OVERHEAD + WIRE_MSG_HDR ||
 	    n > max_frame || n > ring_size - off)
 		return WIRE_CORRUPT;
+	/* The frame's next lines (the trailer's, the body's) are fetched
+	 * together, not one miss after the other as the trailer check and
+	 * the body's checks reach them. */
+	for (uint32_t l = (off | (WIRE_PREFETCH_LINE - 1)) + 1, k = 0;
+	     l < off + n && k < WIRE_PREFETCH_MAX; l += WIRE_PREFETCH_LINE, k++)
+		__builtin_prefetch(ring + l, 0, 3);
 	uint64_t t = wire_load(ring + off + n - 8);
 	if (t == 0)
 		return WIRE_PARTIAL;

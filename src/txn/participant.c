@@ -453,8 +453,14 @@ static int poll_log(struct txloop *tl, uint32_t coord)
 	while (!rd->broken && !rd->fenced) {
 		uint64_t off = rd->head % m->R;
 		uint8_t *rec = ring + off;
-		/* Pairs with the coordinator's WRITE of the record (log.c),
-		 * whose first word lands whole and first and trailer last. */
+		/* The coordinator's WRITE of the record (log.c) lands its
+		 * first word whole and its trailer after every other byte;
+		 * the first word may land after the bytes between them (the
+		 * fabric promises only the last word's place), so it says
+		 * where the trailer is and nothing more. Acquire keeps the
+		 * reads below after this one; what publishes the record is
+		 * the trailer's release, whose partner is the acquire below.
+		 */
 		uint32_t len = atomic_load_explicit(
 		        (_Atomic uint32_t *)(void *)rec, memory_order_acquire);
 		if (len == 0)
@@ -471,10 +477,11 @@ static int poll_log(struct txloop *tl, uint32_t coord)
 			rd->broken = true;
 			break;
 		}
-		/* The first word (length, type) lands whole and first, the
-		 * trailer last: only once the trailer is there is the rest of
-		 * the header (txid, low-water mark) there too. Read it again.
-		 * Pairs, as the length above, with the coordinator's WRITE.
+		/* The first word (length, type) lands whole, the trailer
+		 * last: only once the trailer is there is the rest of the
+		 * header (txid, low-water mark) there too. Read it again.
+		 * Pairs with the release store of the WRITE's last word
+		 * (fabric/shm_data.c write_ordered, udp_serve.c write_piece).
 		 */
 		tr = atomic_load_explicit(
 		        (_Atomic uint64_t *)(void *)(rec + (h.type == REC_PAD
