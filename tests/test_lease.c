@@ -188,9 +188,17 @@ static void test_steady(void **state)
 		assert_true(wait_valid(t.l[i]));
 		assert_int_equal(t.o[i].nsuspect, 0);
 	}
-	/* Renewed every lease/5: 1 s is 50 renewals per member; allow a
-	 * loaded machine to lose most of them. */
-	assert_true(s[1].renewals > 10 && s[2].renewals > 10);
+	/* Renewed every lease/5: 1 s is 50 renewals per member, but a
+	 * loaded host may start a member's lease thread late (9 in the
+	 * window at load 24): the leases go on being renewed, and none
+	 * lapses meanwhile. The rate is lease_bench's to measure. */
+	for (unsigned i = 1; i < 3; i++)
+		wait_renewals(t.l[i], 11);
+	for (unsigned i = 0; i < 3; i++) {
+		farm_lease_stats(t.l[i], &s[i]);
+		assert_int_equal(s[i].expiries, 0);
+		assert_int_equal(s[i].lost, 0);
+	}
 	assert_true(s[0].renewals >= s[1].renewals / 2);
 	trio_close(&t);
 }
@@ -411,7 +419,7 @@ static void test_bad_input(void **state)
  * member (the id's holder now) is wedged. The CM refuses each (counted)
  * and suspects the member within its lease, as if the zombie were silent;
  * @any_source (the check off) must let the zombie renew the lease. */
-static void zombie_lease(bool any_source)
+static bool zombie_lease(bool any_source)
 {
 	struct trio t;
 	trio_open(&t, 5);
@@ -427,11 +435,14 @@ static void zombie_lease(bool any_source)
 	                 2);
 	sa.sin_port = htons((uint16_t)port);
 	assert_int_equal(inet_pton(AF_INET, host, &sa.sin_addr), 1);
-	uint64_t t0 = farm_now_ns();
+	uint64_t t0 = farm_now_ns(), last = t0, gap = 0;
 	unsigned sent = 0;
 	bool seen = false;
 	while (!seen && farm_now_ns() - t0 < 5ull * LEASE_US * 1000) {
 		uint64_t now = farm_now_ns();
+		if (sent && now - last > gap)
+			gap = now - last;
+		last = now;
 		struct wire w = {.magic = 0x4c454153u,
 		                 .type = 1, /* REQUEST */
 		                 .from = 2,
@@ -449,14 +460,30 @@ static void zombie_lease(bool any_source)
 			farm_lease_testing_mute(t.l[2], true);
 		seen = obs_wait(&t.o[0], 1, 0, LEASE_US / 10000);
 	}
+	/* The wait after the last REQUEST counts too: a stall there is
+	 * when the lease lapses. */
+	if (farm_now_ns() - last > gap)
+		gap = farm_now_ns() - last;
 	close(fd);
 	farm_lease_testing_mute(t.l[2], false);
 	struct farm_lease_stats after;
 	farm_lease_stats(t.l[0], &after);
 	trio_close(&t);
 	if (any_source) {
+		/* The zombie keeps the lease only if it asks often enough:
+		 * this thread, not a realtime one, sat out more than half a
+		 * lease between two REQUESTs on a loaded host (load 24), and
+		 * the lease lapsed for that. Such a round proves nothing
+		 * either way: the caller runs another. */
+		if (seen && gap > LEASE_US * 1000ull / 2) {
+			printf("zombie lease (source check off): the old "
+			       "holder's REQUESTs %.1f ms apart, the lease "
+			       "lapsed: inconclusive\n",
+			       (double)gap / 1e6);
+			return false;
+		}
 		assert_false(seen); /* the zombie kept the lease */
-		return;
+		return true;
 	}
 	assert_true(seen);
 	assert_int_equal(t.o[0].suspects[0], 2);
@@ -465,15 +492,18 @@ static void zombie_lease(bool any_source)
 	       "%" PRIu64 " refused; the holder suspected after %.1f ms\n",
 	       sent, after.refused - before.refused,
 	       (double)(t.o[0].first_suspect_ns - t0) / 1e6);
+	return true;
 }
 
 static void test_zombie(void **state)
 {
 	(void)state;
-	zombie_lease(false);
+	(void)zombie_lease(false);
 	if (farm_lease_testing_any_source(true))
 		return; /* built without fault injection */
-	zombie_lease(true);
+	unsigned tries = 1;
+	while (!zombie_lease(true))
+		assert_true(++tries <= 5);
 	assert_int_equal(farm_lease_testing_any_source(false), 0);
 }
 

@@ -18,12 +18,27 @@
  *                   A message from the removed machine is not taken
  *                   either. Messages the receivers do not judge by
  *                   configuration (REC_APPLIED, REC_QUERY) are reported.
+ *   decided_after_primary
+ *                   machine 4 commits a transfer (its COMMIT-PRIMARYs
+ *                   processed, its records still in the logs), machine 3
+ *                   commits a newer one of the same objects, then machine
+ *                   4 is removed. Recovery decides machine 4's transfer
+ *                   committed (a COMMIT-PRIMARY) and every survivor gets
+ *                   the decision, holding no lock of it: each counts it
+ *                   (rec_decided_unlocked), none installs anything, and
+ *                   the objects keep the newer commit's values and
+ *                   versions. With FARM_FP_REC_DECIDE_REINSTALL (a test
+ *                   switch: the decision installs the LOCK record anyway)
+ *                   the older images must be seen back.
  */
 #include "asntx.h"
 
 #include <inttypes.h>
 
+#include "txn/txid.h"
 #include "txn/txm.h"
+#include "txn/txn_testing.h"
+#include "util/fault.h"
 
 #define RSIZE (16ull << 20)
 
@@ -57,10 +72,12 @@ static void views(unsigned from, unsigned to, uint64_t cid, const uint32_t *ids,
 		assert_int_equal(farm_as_set_view(C.m[m].as, cid, ids, n), 0);
 }
 
-/* Machine 3 moves @amt from a's first byte to b's. */
-static int transfer(farm_gaddr a, farm_gaddr b, uint8_t amt)
+/* Machine index @m moves @amt from a's first byte to b's; its id in
+ * *@txid when not NULL. */
+static int transfer_by(unsigned m, farm_gaddr a, farm_gaddr b, uint8_t amt,
+                       uint64_t *txid)
 {
-	farm_tx *tx = begin(2);
+	farm_tx *tx = begin(m);
 	const uint8_t *da, *db;
 	assert_int_equal(rd(tx, a, 64, (const void **)&da), 0);
 	assert_int_equal(rd(tx, b, 64, (const void **)&db), 0);
@@ -69,9 +86,17 @@ static int transfer(farm_gaddr a, farm_gaddr b, uint8_t amt)
 	assert_int_equal(farm_tx_write(tx, b, (void **)&wb), 0);
 	wa[0] = (uint8_t)(wa[0] - amt);
 	wb[0] = (uint8_t)(wb[0] + amt);
+	if (txid)
+		*txid = farm_tx_testing_id(tx);
 	int rc = commit(tx);
 	farm_tx_free(tx);
 	return rc;
+}
+
+/* Machine 3 moves @amt from a's first byte to b's. */
+static int transfer(farm_gaddr a, farm_gaddr b, uint8_t amt)
+{
+	return transfer_by(2, a, b, amt, NULL);
 }
 
 static void test_stale_lock(void **state)
@@ -244,6 +269,142 @@ static void test_stale_messages(void **state)
 	       na ? "refused" : "not refused", nq ? "refused" : "not refused");
 }
 
+/* Machines 1-3 remove machine 4 (node.c's apply_view, by hand) and pump
+ * until each has taken recovery's decisions of it (bounded). */
+static void remove_machine4(uint64_t base[3])
+{
+	const uint32_t ids[3] = {1, 2, 3}, gone[1] = {4};
+	for (unsigned m = 0; m < 3; m++) {
+		assert_int_equal(farm_fabric_revoke(C.m[m].fab, 4), 0);
+		assert_int_equal(farm_as_set_view(C.m[m].as, 2, ids, 3), 0);
+		assert_int_equal(
+		        farm_txm_reconfigure(C.m[m].txm, 2, gone, 1, ids, 3, 1),
+		        0);
+	}
+	uint64_t t0 = farm_now_ns();
+	for (bool all = false; !all && farm_now_ns() - t0 < 10000000000ull;) {
+		asn_pump(&C);
+		all = true;
+		for (unsigned m = 0; m < 3; m++)
+			all &= stats(m).rec_t_active_ns != 0 &&
+			       stats(m).rec_decided_unlocked > base[m];
+	}
+	for (unsigned i = 0; i < 1000; i++) /* anything more would show */
+		asn_pump(&C);
+}
+
+struct rec_count {
+	uint64_t txid;
+	unsigned lock, primary;
+};
+
+static void count_recs(void *ctx, uint32_t coord, int type, uint64_t txid)
+{
+	struct rec_count *c = ctx;
+	if (coord != 4 || txid != c->txid)
+		return;
+	c->lock += type == FARM_TXN_TESTING_LOCK;
+	c->primary += type == FARM_TXN_TESTING_COMMIT_PRIMARY;
+}
+
+/* The first byte of @a and its version, read in a transaction of
+ * machine index @m. */
+static uint8_t read_ver(unsigned m, farm_gaddr a, uint64_t *version)
+{
+	farm_tx *tx = begin(m);
+	const uint8_t *d;
+	assert_int_equal(rd(tx, a, 64, (const void **)&d), 0);
+	uint8_t v = d[0];
+	*version = farm_tx_testing_version(tx, a);
+	farm_tx_free(tx);
+	return v;
+}
+
+/* FARM_FP_REC_DECIDE_REINSTALL's hook: a switch, nothing to do. */
+static void reinstall_on(enum farm_fault_point fp, void *arg)
+{
+	(void)fp;
+	(void)arg;
+}
+
+/* The scenario of decided_after_primary; returns how many of the
+ * survivors' reads of the two objects found anything but the newer
+ * commit's value and version. */
+static unsigned decided_after_primary(bool broken)
+{
+	farm_fatptr a = make_obj(0, 64, 50), b = make_obj(1, 64, 50);
+	assert_int_equal(primary_of(a.addr), 1);
+	assert_int_equal(primary_of(b.addr), 2);
+	/* T: machine 4's transfer, committed; its LOCK and COMMIT-PRIMARY
+	 * records stay in the primaries' logs (nothing truncates them). */
+	uint64_t t;
+	assert_int_equal(transfer_by(3, a.addr, b.addr, 5, &t), 0);
+	for (unsigned m = 0; m < 2; m++) {
+		struct rec_count c = {.txid = t};
+		(void)farm_txm_testing_records(C.m[m].txm, count_recs, &c);
+		assert_int_equal(c.lock, 1);
+		assert_int_equal(c.primary, 1);
+	}
+	/* T2: machine 3's, newer, of the same objects. */
+	assert_int_equal(transfer_by(2, a.addr, b.addr, 3, NULL), 0);
+	uint64_t va, vb;
+	assert_int_equal(read_ver(0, a.addr, &va), 42);
+	assert_int_equal(read_ver(0, b.addr, &vb), 58);
+	farm_txm_stats s0[3] = {stats(0), stats(1), stats(2)};
+	uint64_t base[3];
+	for (unsigned m = 0; m < 3; m++)
+		base[m] = s0[m].rec_decided_unlocked;
+	if (broken)
+		assert_int_equal(farm_fault_set(FARM_FP_REC_DECIDE_REINSTALL,
+		                                reinstall_on, NULL),
+		                 0);
+	remove_machine4(base);
+	(void)farm_fault_set(FARM_FP_REC_DECIDE_REINSTALL, NULL, NULL);
+	unsigned bad = 0;
+	for (unsigned m = 0; m < 3; m++) {
+		farm_txm_stats s = stats(m);
+		uint64_t v1, v2;
+		uint8_t x = read_ver(m, a.addr, &v1),
+		        y = read_ver(m, b.addr, &v2);
+		printf("decided_after_primary%s: machine %u: %" PRIu64
+		       " decision(s) without a lock, %" PRIu64
+		       " install(s), %" PRIu64 " recovered commit(s); a = %u "
+		       "(version %" PRIu64 "), b = %u (version %" PRIu64
+		       "); the newer commit wrote 42 (%" PRIu64
+		       "), 58 (%" PRIu64 ")\n",
+		       broken ? " (reinstall switch)" : "", m + 1,
+		       s.rec_decided_unlocked - s0[m].rec_decided_unlocked,
+		       s.installs - s0[m].installs,
+		       s.rec_committed - s0[m].rec_committed, x, v1, y, v2, va,
+		       vb);
+		assert_true(s.rec_decided_unlocked >
+		            s0[m].rec_decided_unlocked);
+		bad += (x != 42 || v1 != va) + (y != 58 || v2 != vb);
+		if (!broken)
+			assert_int_equal(s.installs, s0[m].installs);
+	}
+	return bad;
+}
+
+static void test_decided_after_primary(void **state)
+{
+	(void)state;
+	assert_int_equal(decided_after_primary(false), 0);
+}
+
+/* The same with the decision installing anyway: the test must notice. */
+static void test_decided_after_primary_broken(void **state)
+{
+	(void)state;
+	if (!farm_fault_built())
+		skip();
+	unsigned bad = decided_after_primary(true);
+	printf("decided_after_primary (reinstall switch): %u read(s) lost "
+	       "the newer commit (must be > 0)\n",
+	       bad);
+	assert_true(bad > 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -251,6 +412,10 @@ int main(void)
 	                                        teardown),
 	        cmocka_unit_test_setup_teardown(test_stale_messages, setup,
 	                                        teardown),
+	        cmocka_unit_test_setup_teardown(test_decided_after_primary,
+	                                        setup, teardown),
+	        cmocka_unit_test_setup_teardown(
+	                test_decided_after_primary_broken, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

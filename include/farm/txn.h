@@ -366,6 +366,12 @@ typedef struct farm_txm_stats {
 	 * replica here any more, or no complete replica left); bytes READ
 	 * for them. */
 	uint64_t datarec_copying, datarec_done, datarec_lost, datarec_bytes;
+	/* Recovery's decisions for a removed coordinator's transactions that
+	 * found no LOCK of it held here (every survivor gets each decision):
+	 * this machine was no primary of it, or its COMMIT-PRIMARY or ABORT
+	 * was processed before. Nothing is installed again (the objects may
+	 * hold newer commits since); the common case, not an error. */
+	uint64_t rec_decided_unlocked;
 } farm_txm_stats;
 
 FARM_API void farm_txm_stats_get(farm_txm *m, farm_txm_stats *out);

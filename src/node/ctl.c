@@ -272,6 +272,9 @@ static const struct farm_ctl_field txn_fields[] = {
         FARM_CTL_COUNTER(farm_txm_stats, lock_waits_ended,
                          "commits whose LOCK wait on a removed machine "
                          "a new configuration ended"),
+        FARM_CTL_COUNTER(farm_txm_stats, rec_decided_unlocked,
+                         "recovery decisions that found their LOCK no longer "
+                         "held here (settled before: nothing installed)"),
 };
 
 #define REC(field, name, help)                                                 \

@@ -224,19 +224,14 @@ static void install_rec(struct txloop *tl, const uint8_t *rec)
 	}
 }
 
-static void on_commit_primary(struct txloop *tl, uint64_t txid, bool commit)
+/* Install (@commit) or unlock what this loop holds of @txid's LOCK, and
+ * forget it. Returns whether it held any. */
+static bool settle_lock(struct txloop *tl, uint64_t txid, bool commit)
 {
 	struct lock_ent **pp = lock_slot(tl, txid);
 	struct lock_ent *e = *pp;
-	if (!e) {
-		/* Every COMMIT-PRIMARY follows a granted LOCK: none here is a
-		 * bug worth hearing about. */
-		if (commit)
-			farm_warn("txn: COMMIT-PRIMARY of %#" PRIx64
-			          " with no lock",
-			          txid);
-		return; /* ABORT of a refused LOCK, or a duplicate */
-	}
+	if (!e)
+		return false;
 	if (commit) {
 		install_rec(tl, e->rec);
 	} else {
@@ -246,6 +241,17 @@ static void on_commit_primary(struct txloop *tl, uint64_t txid, bool commit)
 	}
 	*pp = e->next;
 	free(e);
+	return true;
+}
+
+/* A COMMIT-PRIMARY or ABORT record. An ABORT finds no lock when its LOCK
+ * was refused; a COMMIT-PRIMARY always follows a granted LOCK, so one
+ * with none here is a protocol bug worth hearing about. */
+static void on_commit_primary(struct txloop *tl, uint64_t txid, bool commit)
+{
+	if (!settle_lock(tl, txid, commit) && commit)
+		farm_warn("txn: COMMIT-PRIMARY of %#" PRIx64 " with no lock",
+		          txid);
 }
 
 /* ---- aborted transactions (their COMMIT-BACKUPs are never applied) -- */
@@ -338,10 +344,21 @@ bool farm_txn_copy_apply(uint8_t *p, unsigned lines, const uint8_t *img,
 	return true;
 }
 
-/* recover.c: a decision for a transaction whose LOCK we hold. */
-void farm_txn_decide_primary(struct txloop *tl, uint64_t txid, bool commit)
+/*
+ * recover_decide.c: recovery's decision for a removed coordinator's
+ * transaction, which every survivor gets. Returns whether this loop still
+ * held its LOCK (then installed or unlocked now). Holding none is the
+ * common case, not an error: this machine was no primary of it, its LOCK
+ * was refused, or its COMMIT-PRIMARY or ABORT landed before the
+ * coordinator was removed and was processed then (the drain at the latest,
+ * recover.c), which installed or unlocked and dropped the lock. The
+ * objects may have been written since by newer commits, so nothing is
+ * installed again: the decision agrees with the record (a COMMIT-PRIMARY
+ * anywhere decides commit, an ABORT abort).
+ */
+bool farm_txn_decide_primary(struct txloop *tl, uint64_t txid, bool commit)
 {
-	on_commit_primary(tl, txid, commit);
+	return settle_lock(tl, txid, commit);
 }
 
 /* Apply a COMMIT-BACKUP record to our backup copies (at truncation). */
@@ -570,3 +587,14 @@ bool farm_txn_pending(farm_loop *loop, void *ctx)
 	farm_epoch_park();
 	return false;
 }
+
+/* ---- testing (txn_testing.h): for tests only --------------------------- */
+
+#ifdef FARM_FAULT_INJECTION
+/* recover_decide.c's FARM_FP_REC_DECIDE_REINSTALL: install LOCK record
+ * @rec's after-images whether or not its objects are still locked. */
+void farm_txn_testing_install_rec(struct txloop *tl, const uint8_t *rec)
+{
+	install_rec(tl, rec);
+}
+#endif

@@ -53,7 +53,10 @@
  *     It sends REC_DECIDE per transaction and REC_DONE per log; survivors
  *     install or unlock (old primaries from their LOCK records, promoted
  *     ones from the COMMIT-BACKUP), apply or skip their backup records,
- *     and then empty the removed coordinator's log. A newer
+ *     and then empty the removed coordinator's log. A survivor that no
+ *     longer holds the LOCK (no primary of it, or its COMMIT-PRIMARY or
+ *     ABORT processed before) installs nothing: newer commits may have
+ *     written the objects since (counted, rec_decided_unlocked). A newer
  *     configuration can supersede the round after some survivors did
  *     this and before others did: each survivor keeps the decisions it
  *     applied and votes them again in later rounds, the decider taking

@@ -320,6 +320,22 @@ static void h_end(farm_loop *loop, const farm_msg_in *in, void *arg)
 
 /* ---- survivors apply the decisions --------------------------------------- */
 
+#ifdef FARM_FAULT_INJECTION
+/* FARM_FP_REC_DECIDE_REINSTALL: the LOCK records of @txid in @coord's log
+ * installed again, as a broken recovery would. */
+static void testing_reinstall(struct txloop *tl, uint32_t coord, uint64_t txid)
+{
+	struct rec_hdr h;
+	FOR_EACH_REC(tl, coord, pos, rec, h)
+	{
+		if (h.type == REC_LOCK && h.txid == txid)
+			farm_txn_testing_install_rec(tl, rec);
+	}
+}
+#else
+#define testing_reinstall(tl, coord, txid) ((void)0)
+#endif
+
 static void h_decide(farm_loop *loop, const farm_msg_in *in, void *arg)
 {
 	farm_txm *m = arg;
@@ -350,8 +366,13 @@ static void h_decide(farm_loop *loop, const farm_msg_in *in, void *arg)
 		return;
 	bool commit = d.commit != 0;
 	farm_txn_rec_kept_decision(tl, d.coord, d.txid, commit);
-	/* As an old primary: the LOCK record installs or unlocks. */
-	farm_txn_decide_primary(tl, d.txid, commit);
+	/* As an old primary: the LOCK record installs or unlocks, if still
+	 * held (participant.c says why it often is not). */
+	if (!farm_txn_decide_primary(tl, d.txid, commit)) {
+		farm_stat_add(&m->st.v[S_REC_DEC_UNLOCKED], 1);
+		if (commit && FARM_FAULT_SWITCH(FARM_FP_REC_DECIDE_REINSTALL))
+			testing_reinstall(tl, d.coord, d.txid);
+	}
 	/* As a promoted primary: the COMMIT-BACKUP's images, under the
 	 * recovered locks. */
 	farm_txn_rec_pend_decide(tl, d.txid, commit);

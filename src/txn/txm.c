@@ -728,7 +728,8 @@ void farm_txm_stats_get(farm_txm *m, farm_txm_stats *out)
 	        .free_failed = v[S_FREE_FAILED],
 	        .free_deferred = v[S_FREE_DEFERRED],
 	        .block_notes = v[S_BLOCK_NOTES],
-	        .block_note_errors = v[S_BLOCK_NOTE_ERRORS]};
+	        .block_note_errors = v[S_BLOCK_NOTE_ERRORS],
+	        .rec_decided_unlocked = v[S_REC_DEC_UNLOCKED]};
 	struct farm_galloc_stats gs;
 	farm_galloc_stats(m->ga, &gs);
 	out->rec_adopted = gs.adopted;

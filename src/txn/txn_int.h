@@ -158,6 +158,7 @@ enum {
 	S_FREE_DEFERRED,     /* frees at commit waiting for their region */
 	S_BLOCK_NOTES,       /* block descriptions written into backup copies */
 	S_BLOCK_NOTE_ERRORS, /* ... refused (the copy's table disagrees) */
+	S_REC_DEC_UNLOCKED,  /* decisions that found no LOCK held here */
 	S_NSTATS
 };
 _Static_assert(S_NSTATS <= 48, "farm_txm st.v holds the counters");
@@ -252,6 +253,9 @@ bool farm_txn_datarec_adopt(farm_txm *m, uint32_t region, bool start);
 bool farm_txn_datarec_skip_apply(farm_txm *m, uint32_t region);
 void farm_txn_datarec_sums(farm_txm *m, farm_txm_stats *out);
 
-void farm_txn_decide_primary(struct txloop *tl, uint64_t txid, bool commit);
+bool farm_txn_decide_primary(struct txloop *tl, uint64_t txid, bool commit);
+#ifdef FARM_FAULT_INJECTION
+void farm_txn_testing_install_rec(struct txloop *tl, const uint8_t *rec);
+#endif
 
 #endif

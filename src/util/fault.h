@@ -193,6 +193,12 @@ enum farm_fault_point {
 	 * channels with the id afresh (test_campaign --slow-replace: the new
 	 * holder's first request to each member must still be answered). */
 	FARM_FP_NODE_REPLACE,
+	/* txn/recover_decide.c, a switch: while hooked, a decision to commit
+	 * that finds the transaction's LOCK no longer held here installs the
+	 * LOCK record's after-images all the same (its COMMIT-PRIMARY did
+	 * already): a newer commit of those objects since is overwritten
+	 * (tests/test_rec_stale.c's decided_after_primary must see it). */
+	FARM_FP_REC_DECIDE_REINSTALL,
 	FARM_FP_COUNT
 };
 
