@@ -331,6 +331,8 @@ static void accept_conn(struct udp_fabric *f, const struct udp_hdr *h,
 	uint64_t now = farm_now_ns();
 	bool fenced =
 	        revoked(f, h->from) || !admitted_at(f, h->from, from, flen);
+	bool admitted = f->admitted && h->from < UDP_MAX_PEERS &&
+	                f->admitted[h->from].alen;
 	int pick = -1;
 	for (unsigned i = 0; i < UDP_MAX_SESS; i++) {
 		struct udp_sess *s = &f->sess[i];
@@ -339,11 +341,14 @@ static void accept_conn(struct udp_fabric *f, const struct udp_hdr *h,
 			pick = (int)i; /* a retried CONNECT: same answer */
 			break;
 		}
-		/* Its previous incarnation's, unless the connecting one is
-		 * fenced (an old holder of a reused id, a zombie, must not
-		 * close the new holder's sessions). */
+		/* Its previous incarnation's go (a restart), but neither
+		 * for a fenced CONNECT (an old holder of a reused id, a
+		 * zombie, must not close the new holder's sessions) nor,
+		 * for an admitted new holder, where they are elsewhere (the
+		 * zombie's: its requests there learn FARM_EFENCED). */
 		if (s->used && s->peer == h->from && s->peer_inc != h->inc &&
-		    !fenced)
+		    !fenced &&
+		    (!admitted || same_addr(&s->addr, s->alen, from, flen)))
 			s->used = false;
 		if (!s->used && pick < 0)
 			pick = (int)i;
