@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include "fabric/udp_int.h"
+#include "util/fault.h"
 #include "util/log.h"
 
 /* ---- fabric ------------------------------------------------------------ */
@@ -252,6 +253,7 @@ static void udp_close(farm_fabric *fab)
 	free(f->sess);
 	free(f->peers);
 	free(f->table);
+	free(f->admitted);
 	free(f->rxb);
 	pthread_rwlock_destroy(&f->tab_lock);
 	pthread_mutex_destroy(&f->rx);
@@ -409,10 +411,16 @@ static int udp_cq_destroy(farm_cq *cq)
 	return 0;
 }
 
+/* Its peer is dead, or the peer's id has a later holder than the one the
+ * endpoint connected to (a reused id: the old holder's endpoints never
+ * serve again, and their deaths are not the id's). */
 static bool peer_dead(const struct udp_ep *ep)
 {
-	return ep->base.peer < UDP_MAX_PEERS &&
-	       atomic_load(&ep->fab->peers[ep->base.peer].dead);
+	if (ep->base.peer >= UDP_MAX_PEERS)
+		return false;
+	const struct udp_peer *pe = &ep->fab->peers[ep->base.peer];
+	return atomic_load(&pe->dead) ||
+	       __atomic_load_n(&pe->inc, __ATOMIC_RELAXED) != ep->inc;
 }
 
 static uint64_t ep_delay(const struct udp_ep *ep)
@@ -644,6 +652,7 @@ static int udp_ep_connect(farm_fabric *fab, farm_cq *cq, uint32_t peer_id,
 	}
 	ep->sess = c.sess;
 	ep->token = c.token;
+	ep->inc = c.inc;
 	ep->progress_ns = farm_now_ns();
 	ep->rto_ns = UDP_RTO_NS;
 	pthread_mutex_lock(&f->lock);
@@ -887,6 +896,36 @@ static int udp_revoke(farm_fabric *fab, uint32_t peer_id)
 	return 0;
 }
 
+/* A new holder of @peer_id (a reused id) at @addr: its requests run
+ * again, those from anywhere else stay fenced (the old holder may still
+ * run, a zombie; a new holder's socket is a new address while it does).
+ * Under rx, which every request executes under: none runs half judged. */
+static int udp_admit(farm_fabric *fab, uint32_t peer_id, const char *addr)
+{
+	struct udp_fabric *f = UF(fab);
+	struct sockaddr_storage ss;
+	socklen_t sl;
+	if (peer_id >= UDP_MAX_PEERS)
+		return -ERANGE;
+	if (farm_udp_parse_addr(addr, &ss, &sl))
+		return -EINVAL;
+	if (FARM_FAULT_SWITCH(FARM_FP_FABRIC_ADMIT_ANY))
+		sl = 0; /* testing: no address, every holder let in */
+	pthread_mutex_lock(&f->rx);
+	if (!f->admitted)
+		f->admitted = calloc(UDP_MAX_PEERS, sizeof(*f->admitted));
+	if (!f->admitted) {
+		pthread_mutex_unlock(&f->rx);
+		return -ENOMEM;
+	}
+	f->admitted[peer_id].addr = ss;
+	f->admitted[peer_id].alen = sl;
+	/* Pairs with the load in udp_serve.c revoked(), under rx too. */
+	atomic_fetch_and(&f->revoked[peer_id / 64], ~(1ull << (peer_id % 64)));
+	pthread_mutex_unlock(&f->rx);
+	return 0;
+}
+
 static int udp_on_peer_death(farm_fabric *fab, farm_peer_death_fn fn, void *ctx)
 {
 	struct udp_fabric *f = UF(fab);
@@ -929,6 +968,7 @@ const struct farm_fabric_ops farm_udp_ops = {
         .ep_post = udp_ep_post,
         .ep_fault = udp_ep_fault,
         .revoke = udp_revoke,
+        .admit = udp_admit,
         .on_peer_death = udp_on_peer_death,
         .fault_peer = udp_fault_peer,
 };

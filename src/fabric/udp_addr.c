@@ -63,3 +63,26 @@ int farm_udp_format_addr(const struct sockaddr_storage *ss, char *buf,
 	inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
 	return snprintf(buf, len, "[%s]:%u", host, ntohs(a->sin6_port));
 }
+
+/* Whether a datagram from @from comes from the admitted address @adm: the
+ * same family and port, and the same host unless @adm names none (a
+ * wildcard bind, whose datagrams leave from whichever address routes). */
+bool farm_udp_addr_admits(const struct sockaddr_storage *adm, socklen_t al,
+                          const struct sockaddr_storage *from, socklen_t fl)
+{
+	if (adm->ss_family != from->ss_family || al != fl)
+		return false;
+	if (adm->ss_family == AF_INET) {
+		const struct sockaddr_in *a = (const struct sockaddr_in *)adm;
+		const struct sockaddr_in *b = (const struct sockaddr_in *)from;
+		return a->sin_port == b->sin_port &&
+		       (a->sin_addr.s_addr == htonl(INADDR_ANY) ||
+		        a->sin_addr.s_addr == b->sin_addr.s_addr);
+	}
+	const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)adm;
+	const struct sockaddr_in6 *b = (const struct sockaddr_in6 *)from;
+	return a->sin6_port == b->sin6_port &&
+	       (IN6_IS_ADDR_UNSPECIFIED(&a->sin6_addr) ||
+	        memcmp(&a->sin6_addr, &b->sin6_addr, sizeof(a->sin6_addr)) ==
+	                0);
+}

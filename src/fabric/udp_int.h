@@ -161,6 +161,7 @@ struct udp_ep {
 	pthread_mutex_t lock;
 	uint32_t idx, gen;
 	uint32_t sess, token; /* the target's */
+	uint64_t inc;         /* the target's incarnation, at connect */
 	struct sockaddr_storage dest;
 	socklen_t dlen;
 	struct udp_slot *slots;
@@ -187,6 +188,13 @@ struct udp_cq {
 	bool kicked;         /* ... and it woke the dispatch thread */
 	uint64_t polled_ns;  /* when its last poll with nothing outstanding
 	                      * returned */
+};
+
+/* The one socket address a new holder of a reused id was admitted at
+ * (farm_fabric_admit); alen 0: none (any address, as before a reuse). */
+struct udp_admitted {
+	struct sockaddr_storage addr;
+	socklen_t alen;
 };
 
 struct udp_peer {
@@ -232,6 +240,9 @@ struct udp_fabric {
 	struct udp_conn *conn;  /* at most one connect at a time */
 	pthread_mutex_t conn_mu;
 	_Atomic uint64_t revoked[UDP_MAX_PEERS / 64];
+	/* Under rx, made at the first admission: by machine id, where that
+	 * id's requests may come from (its old holder elsewhere is fenced). */
+	struct udp_admitted *admitted; /* UDP_MAX_PEERS */
 	pthread_mutex_t death_mu;
 	farm_peer_death_fn death_fn;
 	void *death_ctx;
@@ -296,6 +307,8 @@ int farm_udp_parse_addr(const char *s, struct sockaddr_storage *ss,
                         socklen_t *sl);
 int farm_udp_format_addr(const struct sockaddr_storage *ss, char *buf,
                          size_t len);
+bool farm_udp_addr_admits(const struct sockaddr_storage *adm, socklen_t al,
+                          const struct sockaddr_storage *from, socklen_t fl);
 void farm_udp_send(struct udp_fabric *f, const struct udp_out *out, unsigned n);
 int farm_udp_rx_alloc(struct udp_fabric *f);
 unsigned farm_udp_rx_drain(struct udp_fabric *f);

@@ -213,6 +213,19 @@ static bool revoked(struct udp_fabric *f, uint32_t m)
 	       (atomic_load(&f->revoked[m / 64]) >> (m % 64) & 1);
 }
 
+/* Whether machine @m's request from @from may run: an id admitted as a
+ * new holder's (udp_admit) only from the address it was admitted at; its
+ * old holder, a zombie still running elsewhere, is fenced. f->rx held
+ * (pairs with udp_admit, which writes the table under it). */
+static bool admitted_at(const struct udp_fabric *f, uint32_t m,
+                        const struct sockaddr_storage *from, socklen_t flen)
+{
+	if (!f->admitted || m >= UDP_MAX_PEERS || !f->admitted[m].alen)
+		return true;
+	return farm_udp_addr_admits(&f->admitted[m].addr, f->admitted[m].alen,
+	                            from, flen);
+}
+
 void farm_udp_serve_req(struct udp_fabric *f, const struct udp_pkt *p, size_t n,
                         const struct sockaddr_storage *from, socklen_t flen,
                         struct udp_pkt *reply, size_t *rlen)
@@ -237,8 +250,9 @@ void farm_udp_serve_req(struct udp_fabric *f, const struct udp_pkt *p, size_t n,
 		return;
 	}
 	s->seen_ns = farm_now_ns();
-	if (revoked(f, h->from)) {
-		/* A removed machine: nothing executes; it learns why. */
+	if (revoked(f, h->from) || !admitted_at(f, h->from, from, flen)) {
+		/* A removed machine, or the old holder of a reused id:
+		 * nothing executes; it learns why. */
 		farm_stat_add(&(f)->st.fenced, 1);
 		reply_hdr(f, h, reply, T_RESP);
 		reply->h.status = FARM_EFENCED;
@@ -315,6 +329,10 @@ static void accept_conn(struct udp_fabric *f, const struct udp_hdr *h,
                         struct udp_pkt *reply, size_t *rlen)
 {
 	uint64_t now = farm_now_ns();
+	bool fenced =
+	        revoked(f, h->from) || !admitted_at(f, h->from, from, flen);
+	bool admitted = f->admitted && h->from < UDP_MAX_PEERS &&
+	                f->admitted[h->from].alen;
 	int pick = -1;
 	for (unsigned i = 0; i < UDP_MAX_SESS; i++) {
 		struct udp_sess *s = &f->sess[i];
@@ -323,8 +341,15 @@ static void accept_conn(struct udp_fabric *f, const struct udp_hdr *h,
 			pick = (int)i; /* a retried CONNECT: same answer */
 			break;
 		}
-		if (s->used && s->peer == h->from && s->peer_inc != h->inc)
-			s->used = false; /* its previous incarnation's */
+		/* Its previous incarnation's go (a restart), but neither
+		 * for a fenced CONNECT (an old holder of a reused id, a
+		 * zombie, must not close the new holder's sessions) nor,
+		 * for an admitted new holder, where they are elsewhere (the
+		 * zombie's: its requests there learn FARM_EFENCED). */
+		if (s->used && s->peer == h->from && s->peer_inc != h->inc &&
+		    !fenced &&
+		    (!admitted || same_addr(&s->addr, s->alen, from, flen)))
+			s->used = false;
 		if (!s->used && pick < 0)
 			pick = (int)i;
 	}

@@ -14,6 +14,28 @@
 #include "fabric/udp_int.h"
 #include "util/log.h"
 
+/* Endpoint @ep's requests outstanding fail (f->lock and ep->lock held). */
+static void fail_ep_locked(struct udp_ep *ep)
+{
+	for (uint32_t k = ep->tail; k != ep->head; k++) {
+		struct udp_slot *s = &ep->slots[k & ep->mask];
+		if (s->state == S_QUEUED) {
+			if (!s->err)
+				s->err = FARM_EPEERDEAD;
+			/* Release: pairs with udp_cq_poll's acquire load
+			 * (the error is seen with the state). */
+			__atomic_store_n(&s->state, S_DONE, __ATOMIC_RELEASE);
+			/* Sequence numbers the target never saw are
+			 * skipped now: a later post would sit ahead of its
+			 * order for ever. */
+			ep->sw_failed = true;
+		}
+	}
+	ep->snd_una = ep->snd_nxt = ep->next_pkt;
+	ep->acked = 0;
+	ep->send_slot = ep->head;
+}
+
 bool farm_udp_fail_peer_locked(struct udp_fabric *f, uint32_t peer, bool report)
 {
 	bool was = !atomic_exchange(&f->peers[peer].dead, 1);
@@ -26,24 +48,7 @@ bool farm_udp_fail_peer_locked(struct udp_fabric *f, uint32_t peer, bool report)
 		if (!ep || ep->base.peer != peer)
 			continue;
 		pthread_mutex_lock(&ep->lock);
-		for (uint32_t k = ep->tail; k != ep->head; k++) {
-			struct udp_slot *s = &ep->slots[k & ep->mask];
-			if (s->state == S_QUEUED) {
-				if (!s->err)
-					s->err = FARM_EPEERDEAD;
-				/* Release: pairs with udp_cq_poll's acquire
-				 * load (the error is seen with the state). */
-				__atomic_store_n(&s->state, S_DONE,
-				                 __ATOMIC_RELEASE);
-				/* Sequence numbers the target never saw
-				 * are skipped now: a later post would sit
-				 * ahead of its order for ever. */
-				ep->sw_failed = true;
-			}
-		}
-		ep->snd_una = ep->snd_nxt = ep->next_pkt;
-		ep->acked = 0;
-		ep->send_slot = ep->head;
+		fail_ep_locked(ep);
 		pthread_mutex_unlock(&ep->lock);
 	}
 	return was;
@@ -153,8 +158,15 @@ static uint64_t timers(struct udp_fabric *f, uint64_t now)
 			continue;
 		}
 		busy |= ep_timers(ep, now, &d);
-		pthread_mutex_unlock(&ep->lock);
 		uint32_t pr = ep->base.peer;
+		/* An endpoint to an earlier holder of a reused id (one
+		 * stopped, a zombie): it fails alone; the id's holder is
+		 * another machine, alive. */
+		if (d && pr < UDP_MAX_PEERS && f->peers[pr].inc != ep->inc) {
+			fail_ep_locked(ep);
+			d = false;
+		}
+		pthread_mutex_unlock(&ep->lock);
 		if (d && pr < UDP_MAX_PEERS && ndead < 16)
 			dead[ndead++] = pr;
 	}

@@ -509,15 +509,20 @@ static void on_accept(struct udp_fabric *f, const struct udp_hdr *h)
 	pthread_mutex_unlock(&f->lock);
 }
 
-static void on_pong(struct udp_fabric *f, const struct udp_hdr *h)
+static void on_pong(struct udp_fabric *f, const struct udp_hdr *h,
+                    const struct sockaddr_storage *from, socklen_t flen)
 {
 	if (h->from >= UDP_MAX_PEERS)
 		return;
 	pthread_mutex_lock(&f->lock);
 	struct udp_peer *pe = &f->peers[h->from];
+	/* Another incarnation at the peer's address restarted it; one
+	 * elsewhere is an earlier holder of a reused id (a zombie answering
+	 * probes it got while stopped), no news of the holder. */
 	if (pe->inc == h->inc)
 		__atomic_store_n(&pe->rx_ns, farm_now_ns(), __ATOMIC_RELAXED);
-	else if (pe->neps && !atomic_load(&pe->dead))
+	else if (pe->neps && !atomic_load(&pe->dead) &&
+	         farm_udp_addr_admits(&pe->addr, pe->alen, from, flen))
 		__atomic_store_n(&pe->rx_ns, 0,
 		                 __ATOMIC_RELAXED); /* restarted */
 	pthread_mutex_unlock(&f->lock);
@@ -601,7 +606,7 @@ static size_t on_dgram(struct udp_fabric *f, const struct udp_pkt *p, size_t n,
 	case T_RESP:
 	case T_NACK: on_resp(f, p); return 0;
 	case T_ACCEPT: on_accept(f, h); return 0;
-	case T_PONG: on_pong(f, h); return 0;
+	case T_PONG: on_pong(f, h, from, flen); return 0;
 	case T_BYE: on_bye(f, h); return 0;
 	case T_CONNECT:
 	case T_PING:

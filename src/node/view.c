@@ -422,9 +422,10 @@ static void forget_on_loop(farm_loop *loop, void *ctx, int status)
  * before a loop forgot the old holder: where the old holder had sent
  * nothing (the ring read from its start) the request was delivered and
  * answered on the old holder's channel, and the answer was lost. On
- * shm the new holder writes nothing here before the admission
- * (await_admitted); elsewhere (no admission) a frame it wrote before is
- * refused (the fence) and zeroed with the ring. */
+ * shm and udp the new holder writes nothing here before the admission
+ * (await_admitted: its requests fail FARM_EFENCED until then); elsewhere
+ * (no admission) a frame it wrote before is refused (the fence) and
+ * zeroed with the ring. */
 static int replace_holder(farm_node *n, uint32_t id, uint32_t inc,
                           uint32_t from, const char *addr,
                           const farm_mr_desc *d, const farm_mr_desc *ld)

@@ -355,7 +355,15 @@ int farm_txm_add_peer(farm_txm *m, uint32_t id, uint32_t inc,
 	pthread_mutex_lock(&m->peer_lock);
 	int rc = 0;
 	if (atomic_load(&m->peer_ready[id])) {
-		rc = memcmp(&m->peers[id], &d, sizeof(d)) ? -EEXIST : 0;
+		/* Another incarnation is another holder even where its
+		 * descriptor is the same (a provider whose keys and
+		 * addresses repeat from process to process, as udp's do
+		 * for processes forked alike). */
+		pthread_mutex_lock(&m->rec.lock);
+		bool other = m->rec.inc[id] != inc;
+		pthread_mutex_unlock(&m->rec.lock);
+		rc = other || memcmp(&m->peers[id], &d, sizeof(d)) ? -EEXIST
+		                                                   : 0;
 	} else if (!(rc = back_log_doors(m, id))) {
 		m->peers[id] = d;
 		/* Its logs here are empty: open them to the holder now.

@@ -79,7 +79,9 @@ farm_mr_desc farm_txm_log_desc(const farm_txm *m);
 void farm_txm_memory(farm_txm *m, uint64_t *logs, uint64_t *resident,
                      uint64_t *tables);
 /* Make machine @id's logs writable from here (any thread); its holder is
- * of incarnation @inc (0: the id's first; its logs here open to it). */
+ * of incarnation @inc (0: the id's first; its logs here open to it).
+ * -EEXIST: added already, with other logs or another incarnation (a new
+ * holder: farm_txm_replace_peer). */
 int farm_txm_add_peer(farm_txm *m, uint32_t id, uint32_t inc,
                       const farm_mr_desc *logs);
 /* Machine @id is a new holder of its id (incarnation @inc, new logs at
