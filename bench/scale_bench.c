@@ -26,9 +26,21 @@
  * (FARM_MEM_SPARSE): the figures are what is in memory (resident pages,
  * mincore), with the laid-out sizes beside them.
  *
- * Goal: memory per machine at 128 machines <= 2x that at 8, fixed
- * fan-out. A size whose machines cannot be opened (an id past the limit)
- * is reported with its error, and a goal that needs it is not met.
+ * Joining (--zk ADDR: ZooKeeper membership; else static peers): the
+ * machines start one after the other, each waiting until it is a member
+ * of a view with every machine started so far, and the time of each
+ * start and wait is its join (mean and slowest reported); formation is
+ * from the first open to the last join. With --zk, a cluster is formed
+ * at its size (expect_machines), then one machine more joins it late: its
+ * join (join_ms, its start until it is a member) and until every machine
+ * applied that configuration (settle_ms) are the figures of a machine
+ * joining an N-machine cluster; join_ms_128 is judged on it (static
+ * peers: on the last machine's start, the only join they have).
+ *
+ * Goals: memory per machine at 128 machines <= 2x that at 8, fixed
+ * fan-out; a machine joins a 128-machine cluster in under 1 s. A size whose
+ * machines cannot be opened (an id past the limit) is reported with its error,
+ * and a goal that needs it is not met.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -63,13 +75,17 @@ struct size_result {
 	struct mem_fig fan, all; /* fixed fan-out, then all-to-all */
 	unsigned fanout;         /* peers each machine talked to in fan */
 	unsigned max_machines;
-	double join_s;
+	double join_s; /* formation: first open to last join */
+	double join_mean_ms, join_max_ms; /* one machine's start and wait */
+	double join_last_ms;              /* the last machine's */
+	double late_ms, settle_ms; /* --zk: machine N joining N; -1: none */
+	int late_err;
 };
 
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: " PROG " [--sizes N,N,...] [--threads T] [--ids M]\n"
-	           "       [--fanout K]\n"
+	           "       [--fanout K] [--zk HOST:PORT]\n"
 	           "  Memory per machine (message + log + metadata) of an\n"
 	           "  N-machine cluster formed in this process, for each N\n"
 	           "  (default 8,128; 1..1024), T threads a machine (default\n"
@@ -77,8 +93,11 @@ static void usage(FILE *f)
 	           "  at least the largest size). Two workloads on each\n"
 	           "  cluster: every machine messages its K next machines\n"
 	           "  (default 7: the same work at every size, what the goal\n"
-	           "  judges), then every machine. Prints a summary, then\n"
-	           "  one JSON line.\n");
+	           "  judges), then every machine. Joins: each machine's\n"
+	           "  start until it is a member, and with --zk (ZooKeeper\n"
+	           "  membership at HOST:PORT, e.g. from scripts/zk-local)\n"
+	           "  one machine more joining the formed cluster. Prints\n"
+	           "  a summary, then one JSON line.\n");
 }
 
 static int parse_sizes(const char *s, unsigned *sizes, unsigned *n)
@@ -141,6 +160,27 @@ static int ping_from(farm_node *n, unsigned machines, unsigned fanout)
 
 /* Machine @id of @n, with its directory under @root. */
 static unsigned ids = 1024; /* max_machines of every machine */
+static const char *zk;      /* --zk: ZooKeeper membership; NULL: static */
+static char zk_root[64];    /* this size's cluster root, with --zk */
+
+/* Membership: static peers 0..@n-1, or ZooKeeper at --zk, the cluster
+ * formed at @n machines. Long sessions and leases: the machines share
+ * this process's cores with each other, and a join is measured, not a
+ * failure. */
+static int set_membership(farm_conf *c, const char *root, unsigned id,
+                          unsigned n)
+{
+	if (!zk)
+		return bn_peers(PROG, c, id, n, root);
+	char v[32];
+	snprintf(v, sizeof(v), "%u", n);
+	int rc = bn_set(PROG, c, "zk", zk);
+	rc = rc ? rc : bn_set(PROG, c, "zk_root", zk_root);
+	rc = rc ? rc : bn_set(PROG, c, "expect_machines", v);
+	rc = rc ? rc : bn_set(PROG, c, "zk_session_ms", "20000");
+	rc = rc ? rc : bn_set(PROG, c, "lease_us", "1000000");
+	return rc;
+}
 
 static int open_one(const char *root, unsigned id, unsigned n, unsigned T,
                     farm_node **out)
@@ -163,7 +203,7 @@ static int open_one(const char *root, unsigned id, unsigned n, unsigned T,
 	rc = rc ? rc : bn_set(PROG, c, "fabric", "shm");
 	rc = rc ? rc : bn_set(PROG, c, "region_size", "1M");
 	rc = rc ? rc : bn_set(PROG, c, "replicas", n >= 3 ? "3" : "1");
-	rc = rc ? rc : bn_peers(PROG, c, id, n, root);
+	rc = rc ? rc : set_membership(c, root, id, n);
 	rc = rc ? rc : bn_open(PROG, c, id, out);
 	farm_conf_free(c);
 	if (!rc && (rc = farm_msg_handle(farm_node_msg(*out), PING_TYPE,
@@ -212,6 +252,69 @@ static void workload(struct size_result *r, farm_node **nodes, unsigned k,
 		measure(r, f, nodes);
 }
 
+/* Start machine @i of @nodes and wait until it is a member of a view of
+ * @want machines (or, late, of the formed cluster); its join time in ms
+ * into *@ms. */
+static int join_one(farm_node **nodes, unsigned i, unsigned want, double *ms)
+{
+	uint64_t t = bu_now_ns();
+	int rc = farm_node_start(nodes[i], JOIN_MS);
+	rc = rc ? rc : farm_node_wait_members(nodes[i], want, JOIN_MS);
+	*ms = (double)(bu_now_ns() - t) / 1e6;
+	return rc;
+}
+
+/* Start the machines of r->n one after the other, each a member before
+ * the next starts (static peers: all are from the first view). */
+static void join_all(struct size_result *r, farm_node **nodes)
+{
+	double sum = 0;
+	for (unsigned i = 0; !r->err && i < r->n; i++) {
+		double ms;
+		if ((r->err = join_one(nodes, i, zk ? i + 1 : r->n, &ms)))
+			r->failed = i;
+		sum += ms;
+		r->join_last_ms = ms;
+		r->join_max_ms = ms > r->join_max_ms ? ms : r->join_max_ms;
+	}
+	r->join_mean_ms = sum / r->n;
+}
+
+/* --zk: machine r->n joins the formed cluster late: until it is a
+ * member (late_ms), then until every machine applied the configuration
+ * that admitted it (settle_ms). *@extra: the machine, closed by the
+ * caller. */
+static void join_late(struct size_result *r, const char *root, unsigned T,
+                      farm_node **nodes, farm_node **extra)
+{
+	r->late_ms = r->settle_ms = -1;
+	if (!zk || r->err || r->n >= ids)
+		return;
+	nodes[r->n] = NULL;
+	int rc = open_one(root, r->n, r->n, T, extra);
+	if (rc) {
+		r->late_err = rc;
+		return;
+	}
+	nodes[r->n] = *extra;
+	uint64_t t = bu_now_ns();
+	if ((rc = join_one(nodes, r->n, r->n + 1, &r->late_ms))) {
+		r->late_err = rc;
+		r->late_ms = -1;
+		return;
+	}
+	uint64_t cfg = farm_node_config_id(*extra);
+	for (unsigned i = 0; i < r->n; i++)
+		while (farm_node_config_id(nodes[i]) < cfg) {
+			if (bu_now_ns() - t > JOIN_MS * 1000000ull) {
+				r->late_err = -ETIMEDOUT;
+				return;
+			}
+			usleep(1000);
+		}
+	r->settle_ms = (double)(bu_now_ns() - t) / 1e6;
+}
+
 /* Form, measure and close an r->n-machine cluster. */
 static void run_size(struct size_result *r, unsigned T)
 {
@@ -227,16 +330,16 @@ static void run_size(struct size_result *r, unsigned T)
 		r->err = -errno;
 		return;
 	}
-	farm_node **nodes = calloc(r->n, sizeof(*nodes));
-	unsigned opened = 0, started = 0;
+	farm_node **nodes = calloc(r->n + 1, sizeof(*nodes)), *extra = NULL;
+	unsigned opened = 0;
+	snprintf(zk_root, sizeof(zk_root), "/" PROG "/%ld-%u", (long)getpid(),
+	         r->n);
 	r->err = nodes ? 0 : -ENOMEM;
 	uint64_t t0 = bu_now_ns();
 	for (; !r->err && opened < r->n; opened++)
 		if ((r->err = open_one(root, opened, r->n, T, &nodes[opened])))
 			r->failed = opened;
-	for (; !r->err && started < r->n; started++)
-		if ((r->err = farm_node_start(nodes[started], JOIN_MS)))
-			r->failed = started;
+	join_all(r, nodes);
 	for (unsigned i = 0; !r->err && i < r->n; i++)
 		if ((r->err = farm_node_wait_members(nodes[i], r->n, JOIN_MS)))
 			r->failed = i;
@@ -248,6 +351,9 @@ static void run_size(struct size_result *r, unsigned T)
 	workload(r, nodes, r->fanout, per * r->fanout, &r->fan);
 	workload(r, nodes, r->n - 1, per * (r->fanout + r->n - 1), &r->all);
 	atomic_store(&pings, 0);
+	join_late(r, root, T, nodes, &extra);
+	if (extra)
+		farm_node_close(extra);
 	for (unsigned i = 0; nodes && i < r->n; i++)
 		if (nodes[i])
 			farm_node_close(nodes[i]);
@@ -281,6 +387,48 @@ static double ratio(const struct size_result *at8,
 	           : fig_total(&at128->all) / fig_total(&at8->all);
 }
 
+/* A machine joining the @r->n-machine cluster: with --zk the late join,
+ * else the last machine's start; NAN without one. */
+static double join_ms(const struct size_result *r)
+{
+	if (!r || r->err)
+		return NAN;
+	if (!zk)
+		return r->join_last_ms;
+	return r->late_err || r->late_ms < 0 ? NAN : r->late_ms;
+}
+
+static void report_joins(const struct size_result *res, unsigned ns)
+{
+	printf("%-9s %14s %14s %14s %14s %14s\n", "machines", "formed s",
+	       "join mean ms", "join max ms", "late join ms", "settled ms");
+	for (unsigned i = 0; i < ns; i++) {
+		const struct size_result *r = &res[i];
+		if (r->err)
+			continue;
+		printf("%-9u %14.2f %14.1f %14.1f %14.1f %14.1f", r->n,
+		       r->join_s, r->join_mean_ms, r->join_max_ms, r->late_ms,
+		       r->settle_ms);
+		if (r->late_err)
+			printf("  (late join: %s)", farm_strerror(r->late_err));
+		printf("\n");
+	}
+	printf("(%s; join: a machine's start until it is a member of a view "
+	       "with every machine started so far; late: one machine more "
+	       "joining the formed cluster, until it is a member, and until "
+	       "every machine applied that configuration; -1: not run)\n",
+	       zk ? "ZooKeeper membership" : "static peers");
+}
+
+static void json_joins(const struct size_result *r)
+{
+	printf(", \"join_s\": %.2f, \"join_mean_ms\": %.1f, "
+	       "\"join_max_ms\": %.1f, \"late_join_ms\": %.1f, "
+	       "\"settle_ms\": %.1f",
+	       r->join_s, r->join_mean_ms, r->join_max_ms, r->late_ms,
+	       r->settle_ms);
+}
+
 static void report(const struct size_result *res, unsigned ns, unsigned T)
 {
 	printf("%-9s %-11s %12s %12s %12s %12s %14s %14s\n", "machines",
@@ -308,6 +456,7 @@ static void report(const struct size_result *res, unsigned ns, unsigned T)
 	       "space)\n",
 	       ids);
 	double v = ratio(at8, at128, true), va = ratio(at8, at128, false);
+	report_joins(res, ns);
 	printf("mem_128_vs_8 is judged on the fixed fan-out (the same "
 	       "workload at both sizes); all-to-all, whose work grows with "
 	       "the cluster, %.2fx\n",
@@ -327,20 +476,26 @@ static void report(const struct size_result *res, unsigned ns, unsigned T)
 		json_fig("fan", &r->fan);
 		printf(", ");
 		json_fig("all", &r->all);
-		printf(", \"msg_laid\": %.0f, \"log_laid\": %.0f, "
-		       "\"join_s\": %.2f}",
-		       r->all.msg_laid, r->all.log_laid, r->join_s);
+		printf(", \"msg_laid\": %.0f, \"log_laid\": %.0f",
+		       r->all.msg_laid, r->all.log_laid);
+		json_joins(r);
+		printf("}");
 	}
 	printf("], \"all_to_all_128_vs_8\": ");
 	if (isnan(va))
 		printf("null");
 	else
 		printf("%.3f", va);
-	printf(", \"goals\": {");
+	printf(", \"membership\": \"%s\", \"goals\": {", zk ? "zk" : "static");
 	struct br_style st = {{'f', 3}, {'f', 1}, false};
 	struct br_goal g = {"mem_128_vs_8", v, 2.0, !isnan(v) && v <= 2.0,
 	                    "<="};
-	br_goal(stdout, &st, &g, false);
+	br_goal(stdout, &st, &g, true);
+	double j = join_ms(at128);
+	struct br_style sj = {{'f', 1}, {'f', 0}, false};
+	struct br_goal gj = {"join_ms_128", j, 1000.0, !isnan(j) && j < 1000.0,
+	                     "<"};
+	br_goal(stdout, &sj, &gj, false);
 	printf("}}\n");
 }
 
@@ -361,6 +516,8 @@ int main(int argc, char **argv)
 		} else if (!strcmp(argv[i], "--fanout") && i + 1 < argc) {
 			if (bu_parse_u(argv[++i], 1, 1023, &fanout))
 				goto bad;
+		} else if (!strcmp(argv[i], "--zk") && i + 1 < argc) {
+			zk = argv[++i];
 		} else if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
 			if (bu_parse_u(argv[++i], 1, 64, &T))
 				goto bad;

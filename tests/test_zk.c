@@ -268,6 +268,7 @@ static void test_zk_cluster(void **state)
 	for (int i = 1; i < NM; i++)
 		assert_int_equal(r[i].config_id, r[0].config_id);
 	uint64_t c1 = r[0].config_id;
+	uint64_t reg3 = r[2].st.reg_reads;
 	printf("join: 3 machines see config %" PRIu64 " with 3 members after "
 	       "%.0f ms (%" PRIu64 " configuration writes, %" PRIu64
 	       " lost compare-and-sets)\n",
@@ -315,6 +316,11 @@ static void test_zk_cluster(void **state)
 	}
 	assert_true(r[2].self_removed);
 	assert_false(r[0].self_removed);
+	/* Only the manager and its successor read every registration at a
+	 * configuration change: machine 3, with both live below it, read
+	 * none for the suspicion's (by all, M reads at each of M machines). */
+	assert_int_equal(r[2].st.reg_reads, reg3);
+	assert_true(r[1].st.reg_reads > 0);
 	assert_true(r[0].st.suspects == 1);
 	assert_int_equal(r[0].st.fast_writes, 1);
 	assert_int_equal(r[0].st.config_writes, writes0 + 1);

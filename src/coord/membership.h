@@ -194,7 +194,9 @@ struct farm_membership_status {
 	uint64_t cas_conflicts; /* its writes that lost the compare-and-set */
 	uint64_t fast_writes;   /* of config_writes, those built from the
 	                           last sync's reads (one round trip) */
-	bool fast_ready; /* manager: a suspicion now takes one round trip */
+	bool fast_ready;    /* manager: a suspicion now takes one round trip */
+	uint64_t reg_reads; /* syncs that read every member's registration
+	                       (the manager and its successor only) */
 	/* The last configuration this machine wrote (CLOCK_MONOTONIC ns, 0:
 	 * none): when the sync that wrote it began (the worker took the
 	 * change) and when the compare-and-set returned; its id. */

@@ -301,6 +301,9 @@ static int zk_build(struct farm_membership *m, const uint32_t *ids, unsigned n,
 	char *cards = z->cards;
 	memcpy(z->rd_ids, ids, n * sizeof(ids[0]));
 	z->rd_n = n;
+	pthread_mutex_lock(&m->lock);
+	m->st.reg_reads++;
+	pthread_mutex_unlock(&m->lock);
 	struct zk_batch b;
 	farm_zk_batch_init(&b, n);
 	for (unsigned i = 0; i < n; i++) {
@@ -568,11 +571,17 @@ static int sync_apply(struct farm_membership *m, struct sync_reads *r,
 	}
 	bool mine = sync_note(m, r, ids, nids, parsed, reg);
 
-	if (reg == 0 && nids && ids[0] <= m->self) {
+	/* Only the machines that could manage read every registration: by
+	 * all, each configuration change cost M reads at each of M machines
+	 * (M squared at 128 machines). */
+	bool may = parsed ? farm_zk_may_manage(m, ids, nids) : true;
+	if (reg == 0 && nids && ids[0] <= m->self && may) {
 		rc = sync_manage(m, ids, nids, cst.version, parsed, t_begin,
 		                 events);
 		if (rc <= 0)
 			return rc;
+	} else {
+		z->rd_ok = false; /* no reads for a suspicion to build from */
 	}
 	if (mine && reg == 0) { /* we came back: the notice is stale */
 		char p[sizeof(z->refused_dir) + 16];

@@ -199,4 +199,13 @@ void farm_zk_incarnations(struct farm_view *x);
 int farm_zk_build_from(struct farm_membership *m, const uint32_t *ids,
                        unsigned n, const struct zk_read *rd);
 
+/* Whether this machine could be the manager or its successor given the
+ * live members @ids (@n, sorted): false when two live ids below it are
+ * members of z->cur that the next configuration keeps whatever their
+ * registrations say (not suspected here, not listed removed, gone or
+ * lost). Only then does a sync read every registration (zk_build): the
+ * others' builds could never name them first. Worker thread only. */
+bool farm_zk_may_manage(struct farm_membership *m, const uint32_t *ids,
+                        unsigned n);
+
 #endif

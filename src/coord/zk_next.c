@@ -403,6 +403,35 @@ int farm_zk_build_from(struct farm_membership *m, const uint32_t *ids,
 	return 0;
 }
 
+/* Is member @id of z->cur kept by the next configuration whatever its
+ * registration says? Excluded are only the machines this one suspects,
+ * the ones listed removed (any incarnation: the registration's decides),
+ * gone or lost (farm_zk_build_from); a member's card parsed when it was
+ * admitted. */
+static bool surely_kept(struct farm_membership *m, uint32_t id)
+{
+	const struct farm_view *c = &m->zk->cur;
+	if (!farm_view_find(c, id) || is_suspect(m, id) || is_lost(m, id) ||
+	    farm_ids_have(c->gone, c->ngone, id))
+		return false;
+	for (unsigned r = 0; r < c->nremoved; r++)
+		if (c->removed[r].id == id)
+			return false;
+	return true;
+}
+
+bool farm_zk_may_manage(struct farm_membership *m, const uint32_t *ids,
+                        unsigned n)
+{
+	/* The manager's successor keeps building too: its reads make its
+	 * first suspicion of the manager one round trip (zk_fast_write). */
+	unsigned kept = 0;
+	for (unsigned i = 0; i < n && ids[i] < m->self; i++)
+		if (surely_kept(m, ids[i]) && ++kept == 2)
+			return false;
+	return true;
+}
+
 void farm_zk_incarnations(struct farm_view *x)
 {
 	for (unsigned i = 0; i < x->n; i++)
