@@ -237,6 +237,11 @@ static int run(struct wl_cluster *cl, const struct wl_opts *o,
 		unsigned v = (unsigned)o->kill_machine;
 		r->kill_ns = wl_now_ns();
 		kill(cl->pid[v], SIGKILL);
+		/* On the clock of the machines' log lines (FARM_LOG_TIME),
+		 * so a recovery's steps read as ms after the kill. */
+		if (getenv("FARM_LOG_TIME"))
+			fprintf(stderr, "%.3f kill machine %u\n",
+			        (double)r->kill_ns / 1e6, v);
 		waitpid(cl->pid[v], NULL, 0);
 		cl->pid[v] = 0;
 		cl->alive[v] = false;

@@ -5,9 +5,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static atomic_int log_level = -1;
+static atomic_int log_time = -1; /* $FARM_LOG_TIME set: 1 */
 
 static int parse_level(const char *s)
 {
@@ -34,11 +36,25 @@ void farm_log_write(enum farm_log_level level, const char *file, int line,
                     const char *fmt, ...)
 {
 	static const char *const tags[] = {"error", "warn", "info", "debug"};
-	char buf[1024];
+	char buf[1024], when[32] = "";
 	const char *base = strrchr(file, '/');
-	int n = snprintf(buf, sizeof(buf),
-	                 "farm[%d] %s: %s:%d: ", (int)getpid(), tags[level],
-	                 base ? base + 1 : file, line);
+	int t = atomic_load_explicit(&log_time, memory_order_relaxed);
+	if (t < 0) {
+		const char *e = getenv("FARM_LOG_TIME");
+		t = e && *e && strcmp(e, "0") != 0;
+		atomic_store_explicit(&log_time, t, memory_order_relaxed);
+	}
+	/* CLOCK_MONOTONIC in ms: one clock for every process of a host, so
+	 * the lines of several machines order into one timeline. */
+	if (t) {
+		struct timespec ts;
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		snprintf(when, sizeof(when), "%.3f ",
+		         (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6);
+	}
+	int n = snprintf(buf, sizeof(buf), "%sfarm[%d] %s: %s:%d: ", when,
+	                 (int)getpid(), tags[level], base ? base + 1 : file,
+	                 line);
 	va_list ap;
 	va_start(ap, fmt);
 	if (n >= 0 && (size_t)n < sizeof(buf))

@@ -1,6 +1,8 @@
 /*
  * Logging to stderr, one line per call, levels chosen by $FARM_LOG
- * (error, warn, info, debug; default warn). Internal; not installed.
+ * (error, warn, info, debug; default warn); with $FARM_LOG_TIME set (not
+ * "0") each line starts with CLOCK_MONOTONIC in ms, one clock for every
+ * process of a host. Internal; not installed.
  */
 #ifndef FARM_UTIL_LOG_H
 #define FARM_UTIL_LOG_H
