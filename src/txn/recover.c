@@ -1,9 +1,8 @@
 /*
- * Transaction-state recovery (SOSP'15 section 5.3, Figure 6): what the
- * transaction layer does when the configuration loses machines. The node
- * calls farm_txm_reconfigure() after it applied the new view (the address
- * space has the new mapping and keeps the previous one; the fabric has
- * fenced the removed machines); every loop then runs rec_loop_run().
+ * Transaction-state recovery (SOSP'15 section 5.3, Figure 6), run when the
+ * configuration loses machines: the node calls farm_txm_reconfigure() once
+ * the new view is applied (the address space maps it and the previous one;
+ * the fabric fenced the removed machines); every loop runs rec_loop_run().
  *
  * First a barrier (FaRM's NEW-CONFIG-ACK / NEW-CONFIG-COMMIT): every
  * loop of every survivor takes the new configuration id, after which its
@@ -14,8 +13,7 @@
  * can still commit has therefore landed before REC_GO, and one that lands
  * later belongs to a commit that will abort.
  *
- * Then, on each surviving machine, per loop t (which owns the logs of
- * thread t):
+ * Then, on each surviving machine, per loop t (owner of thread t's logs):
  *  1. Drain: process every record that has landed. The removed machines
  *     can write no more (fenced), so their logs are now final.
  *  2. Promote: the regions this machine held a backup copy of and is now
@@ -40,30 +38,28 @@
  *     once every survivor's every loop has ended:
  *       abort    an ABORT, or a LOCK its primary refused;
  *       commit   a COMMIT-PRIMARY; or finished (sequence below the mark);
- *                or a COMMIT-BACKUP for every region the transaction
- *                writes at every surviving backup of it in the
- *                configuration the COMMIT-BACKUPs were sent in (their
- *                records carry it; farm_as_replicas_at; the view before
- *                the current one when forgotten);
+ *                or a COMMIT-BACKUP for every region it writes at every
+ *                surviving backup of it in the configuration they were
+ *                sent in (in their records; farm_as_replicas_at; the
+ *                previous view when forgotten);
  *       abort    otherwise.
  *     A coordinator reports commit only once every COMMIT-BACKUP is
- *     durable, and abort only once its ABORT records landed, so no
- *     reported outcome is ever reversed; committing needs every surviving
- *     backup to hold the images, so no replica is left without them.
+ *     durable, abort once its ABORTs landed: no reported outcome is ever
+ *     reversed; committing needs every surviving backup to hold the
+ *     images, so no replica is left without them.
  *     It sends REC_DECIDE per transaction and REC_DONE per log; survivors
  *     install or unlock (old primaries from their LOCK records, promoted
  *     ones from the COMMIT-BACKUP), apply or skip their backup records,
- *     and then empty the removed coordinator's log. A survivor that no
- *     longer holds the LOCK (no primary of it, or its COMMIT-PRIMARY or
- *     ABORT processed before) installs nothing: newer commits may have
- *     written the objects since (counted, rec_decided_unlocked). A newer
+ *     and then empty the removed coordinator's log; one that holds no
+ *     LOCK of it (no primary, or its COMMIT-PRIMARY or ABORT processed
+ *     before) installs nothing (rec_decided_unlocked). A newer
  *     configuration can supersede the round after some survivors did
  *     this and before others did: each survivor keeps the decisions it
  *     applied and votes them again in later rounds, the decider taking
  *     them over any record (recover_kept.c).
  *
  * Every message carries the configuration id; stale, malformed or
- * misdirected ones are refused and counted (rec_refused).
+ * misdirected ones are refused, counted (rec_refused).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -74,13 +70,12 @@
 #include "txn/txn_int.h"
 #include "txn/txn_tx.h"
 #include "txn/txn_testing.h"
+#include "txn/recover_int.h"
+#include "txn/recover_wire.h"
 #include "util/fault.h"
 #include "util/log.h"
 
 #define REC_RECOPY_MAX 64u /* copies given up in one round, copied again */
-
-#include "txn/recover_wire.h"
-#include "txn/recover_int.h"
 
 /* ---- helpers ----------------------------------------------------------- */
 
