@@ -573,12 +573,7 @@ static int handshake(struct udp_fabric *f, uint32_t peer, uint32_t cep,
 	f->conn = c;
 	pthread_mutex_unlock(&f->lock);
 	struct udp_pkt p;
-	memset(&p.h, 0, sizeof(p.h));
-	p.h.magic = UDP_MAGIC;
-	p.h.type = T_CONNECT;
-	p.h.from = f->base.machine_id;
-	p.h.to = peer;
-	p.h.inc = f->inc;
+	farm_udp_hdr(f, &p.h, T_CONNECT, peer);
 	p.h.cep = cep;
 	uint64_t bound = FARM_MIN(UDP_CONNECT_NS, f->timeout_ns);
 	uint64_t t0 = farm_now_ns(), gap = 2000000ull;
@@ -713,12 +708,7 @@ static void udp_ep_destroy(farm_ep *fep)
 	/* The target's half goes too (best effort: an unanswered session is
 	 * also reused when its table fills). */
 	struct udp_pkt p;
-	memset(&p.h, 0, sizeof(p.h));
-	p.h.magic = UDP_MAGIC;
-	p.h.type = T_CLOSE;
-	p.h.from = f->base.machine_id;
-	p.h.to = ep->base.peer;
-	p.h.inc = f->inc;
+	farm_udp_hdr(f, &p.h, T_CLOSE, ep->base.peer);
 	p.h.sess = ep->sess;
 	p.h.token = ep->token;
 	p.h.cep = ep->idx << 16 | ep->gen;

@@ -10,6 +10,7 @@
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <string.h>
 #include <sys/socket.h>
 
 #include "fabric/provider.h"
@@ -273,6 +274,19 @@ struct udp_fabric {
 static inline struct udp_fabric *UF(farm_fabric *fab)
 {
 	return (struct udp_fabric *)fab;
+}
+
+/* A header from this fabric's machine and incarnation to machine @to,
+ * every other field zero (the caller sets the session's). */
+static inline void farm_udp_hdr(const struct udp_fabric *f, struct udp_hdr *h,
+                                uint8_t type, uint32_t to)
+{
+	memset(h, 0, sizeof(*h));
+	h->magic = UDP_MAGIC;
+	h->type = type;
+	h->from = f->base.machine_id;
+	h->to = to;
+	h->inc = f->inc;
 }
 
 /* A datagram to send. */

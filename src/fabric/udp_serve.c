@@ -192,13 +192,8 @@ static bool same_addr(const struct sockaddr_storage *a, socklen_t al,
 static void reply_hdr(struct udp_fabric *f, const struct udp_hdr *h,
                       struct udp_pkt *reply, uint8_t type)
 {
-	memset(&reply->h, 0, sizeof(reply->h));
-	reply->h.magic = UDP_MAGIC;
-	reply->h.type = type;
+	farm_udp_hdr(f, &reply->h, type, h->from);
 	reply->h.op = h->op;
-	reply->h.from = f->base.machine_id;
-	reply->h.to = h->from;
-	reply->h.inc = f->inc;
 	reply->h.sess = h->sess;
 	reply->h.token = h->token;
 	reply->h.cep = h->cep;

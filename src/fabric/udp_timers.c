@@ -129,12 +129,7 @@ static void peer_timers(struct udp_fabric *f, uint64_t now, uint32_t *dead,
 			continue;
 		pe->ping_ns = now;
 		struct udp_pkt p;
-		memset(&p.h, 0, sizeof(p.h));
-		p.h.magic = UDP_MAGIC;
-		p.h.type = T_PING;
-		p.h.from = f->base.machine_id;
-		p.h.to = m;
-		p.h.inc = f->inc;
+		farm_udp_hdr(f, &p.h, T_PING, m);
 		struct udp_out o = {&p, UDP_HDR, &pe->addr, pe->alen};
 		farm_udp_send(f, &o, 1);
 		farm_stat_add(&(f)->st.pings, 1);

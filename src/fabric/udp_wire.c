@@ -246,13 +246,8 @@ static size_t build_pkt(struct udp_ep *ep, const struct udp_slot *s, uint64_t q,
 	uint32_t plen;
 	farm_udp_piece(s->raddr, s->len, (uint32_t)(q - s->pkt_first), &off,
 	               &plen);
-	memset(&p->h, 0, sizeof(p->h));
-	p->h.magic = UDP_MAGIC;
-	p->h.type = T_REQ;
+	farm_udp_hdr(ep->fab, &p->h, T_REQ, ep->base.peer);
 	p->h.op = (uint8_t)s->opcode;
-	p->h.from = ep->fab->base.machine_id;
-	p->h.to = ep->base.peer;
-	p->h.inc = ep->fab->inc;
 	p->h.sess = ep->sess;
 	p->h.token = ep->token;
 	p->h.cep = ep->idx << 16 | ep->gen;
@@ -549,11 +544,7 @@ static void on_bye(struct udp_fabric *f, const struct udp_hdr *h)
 void farm_udp_bye(struct udp_fabric *f)
 {
 	struct udp_pkt p;
-	memset(&p.h, 0, sizeof(p.h));
-	p.h.magic = UDP_MAGIC;
-	p.h.type = T_BYE;
-	p.h.from = f->base.machine_id;
-	p.h.inc = f->inc;
+	farm_udp_hdr(f, &p.h, T_BYE, 0);
 	for (uint32_t m = 0; m < UDP_MAX_PEERS; m++)
 		if (f->peers[m].neps) {
 			p.h.to = m;
