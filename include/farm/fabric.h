@@ -260,7 +260,9 @@ typedef struct farm_ep_attr {
  * farm_ep_connect() - connect to machine @peer_id reachable at @peer_addr
  * (its farm_fabric_address()). Completions go to @cq. @attr may be NULL.
  * Returns -ECONNREFUSED when no live machine is there, -EINVAL when the
- * machine there is not @peer_id.
+ * machine there is not @peer_id, -ETIMEDOUT when nothing answered in time
+ * (a fabric that cannot tell a slow peer from a dead one, such as udp: a
+ * later connect may succeed).
  */
 FARM_API FARM_MUST_CHECK int
 farm_ep_connect(farm_fabric *fab, farm_cq *cq, uint32_t peer_id,

@@ -590,8 +590,11 @@ static int handshake(struct udp_fabric *f, uint32_t peer, uint32_t cep,
 	f->conn = NULL;
 	pthread_mutex_unlock(&f->lock);
 	pthread_mutex_unlock(&f->conn_mu);
+	/* No answer is not a refusal: on a lossy network or a starved host
+	 * the peer may well be alive. Whether it is dead is for its lease to
+	 * say; the caller may connect again later. */
 	if (!atomic_load(&c->done))
-		return -ECONNREFUSED;
+		return -ETIMEDOUT;
 	return c->status;
 }
 

@@ -193,13 +193,17 @@ static int rep_ready(farm_loop *loop, uint32_t machine, struct out_peer *op)
 	}
 	if (op->rep)
 		return 0;
+	int rc = farm_msg_connect_gate(op);
+	if (rc)
+		return rc;
 	farm_ep_attr ea = {.sq_depth = EP_DEPTH};
-	int rc = farm_ep_connect(loop->msg->fab, loop->cq, machine,
-	                         loop->msg->peers[machine].addr, &ea, &op->rep);
+	rc = farm_ep_connect(loop->msg->fab, loop->cq, machine,
+	                     loop->msg->peers[machine].addr, &ea, &op->rep);
 	if (rc) {
 		op->rep = NULL;
-		return rc == -ECONNREFUSED ? FARM_EPEERDEAD : rc;
+		return farm_msg_connect_failed(op, rc);
 	}
+	op->retry_ns = 0;
 	return 0;
 }
 
@@ -493,6 +497,7 @@ static void forget_out(farm_loop *loop, uint32_t m)
 		farm_ep_destroy(op->ep);
 	op->ep = NULL;
 	op->err = 0;
+	op->retry_ns = 0;
 	if (op->rep && !op->rops) {
 		farm_ep_destroy(op->rep);
 		op->rep = NULL;
