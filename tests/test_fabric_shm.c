@@ -661,7 +661,7 @@ static void test_connect_errors(void **state)
 		farm_fabric_close(x);
 		assert_int_equal(
 		        farm_ep_connect(f->a, f->cq, 7, gone, NULL, &ep),
-		        -ECONNREFUSED);
+		        tu_unreachable());
 	}
 	assert_int_equal(
 	        farm_ep_connect(f->a, f->cq, 3, "/nonexistent/x", NULL, &ep),
@@ -712,7 +712,7 @@ static void test_peer_closed_in_process(void **state)
 	/* Reconnecting fails: nobody is there. */
 	farm_ep *ep;
 	assert_int_equal(farm_ep_connect(f->a, f->cq, 2, f->addr_b, NULL, &ep),
-	                 -ECONNREFUSED);
+	                 tu_unreachable());
 }
 
 static void test_mem_persist(void **state)

@@ -11,6 +11,11 @@ bool tu_is_shm(void)
 	return strcmp(tu_provider(), "shm") == 0;
 }
 
+int tu_unreachable(void)
+{
+	return strcmp(tu_provider(), "udp") ? -ECONNREFUSED : -ETIMEDOUT;
+}
+
 void tu_require_provider(void)
 {
 	if (!farm_fabric_provider_available(tu_provider())) {

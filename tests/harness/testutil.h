@@ -36,6 +36,11 @@ const char *tu_provider(void);
 
 bool tu_is_shm(void);
 
+/* What farm_ep_connect returns for an address where no machine answers:
+ * -ETIMEDOUT on udp, which cannot tell silence from death, else
+ * -ECONNREFUSED. */
+int tu_unreachable(void);
+
 /* Exit 77 (skipped) when the chosen provider is not built here. */
 void tu_require_provider(void);
 
