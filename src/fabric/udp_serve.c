@@ -208,17 +208,25 @@ static bool revoked(struct udp_fabric *f, uint32_t m)
 	       (atomic_load(&f->revoked[m / 64]) >> (m % 64) & 1);
 }
 
+/* Machine @m's admission as a new holder of a reused id (udp_admit), or
+ * NULL when it has none. f->rx held (pairs with udp_admit, which writes
+ * the table under it). */
+static const struct udp_admitted *admission(const struct udp_fabric *f,
+                                            uint32_t m)
+{
+	if (!f->admitted || m >= UDP_MAX_PEERS || !f->admitted[m].alen)
+		return NULL;
+	return &f->admitted[m];
+}
+
 /* Whether machine @m's request from @from may run: an id admitted as a
- * new holder's (udp_admit) only from the address it was admitted at; its
- * old holder, a zombie still running elsewhere, is fenced. f->rx held
- * (pairs with udp_admit, which writes the table under it). */
+ * new holder's only from the address it was admitted at; its old holder,
+ * a zombie still running elsewhere, is fenced. f->rx held. */
 static bool admitted_at(const struct udp_fabric *f, uint32_t m,
                         const struct sockaddr_storage *from, socklen_t flen)
 {
-	if (!f->admitted || m >= UDP_MAX_PEERS || !f->admitted[m].alen)
-		return true;
-	return farm_udp_addr_admits(&f->admitted[m].addr, f->admitted[m].alen,
-	                            from, flen);
+	const struct udp_admitted *a = admission(f, m);
+	return !a || farm_udp_addr_admits(&a->addr, a->alen, from, flen);
 }
 
 void farm_udp_serve_req(struct udp_fabric *f, const struct udp_pkt *p, size_t n,
@@ -326,8 +334,7 @@ static void accept_conn(struct udp_fabric *f, const struct udp_hdr *h,
 	uint64_t now = farm_now_ns();
 	bool fenced =
 	        revoked(f, h->from) || !admitted_at(f, h->from, from, flen);
-	bool admitted = f->admitted && h->from < UDP_MAX_PEERS &&
-	                f->admitted[h->from].alen;
+	bool admitted = admission(f, h->from) != NULL;
 	int pick = -1;
 	for (unsigned i = 0; i < UDP_MAX_SESS; i++) {
 		struct udp_sess *s = &f->sess[i];
