@@ -37,14 +37,24 @@
  * joining an N-machine cluster; join_ms_128 is judged on it (static
  * peers: on the last machine's start, the only join they have).
  *
+ * Losing two machines (--zk, after the late join): machines n/3 and
+ * 2n/3 (never the CM) are closed at once; loss_ms is until every
+ * survivor is a member of a configuration without them, recovered_ms
+ * until, besides, none copies a region as a new backup (no data is
+ * written here, so the two are nearly one: what is measured is the
+ * configuration change, whose floor is a lease, --lease-ms). A closed
+ * machine's session ends at once; a crash would add its detection.
+ *
  * Goals: memory per machine at 128 machines <= 2x that at 8, fixed
- * fan-out; a machine joins a 128-machine cluster in under 1 s. A size whose
+ * fan-out; a machine joins a 128-machine cluster in under 1 s; recovery
+ * (recovered_ms) at 64 machines <= 2x that at 4. A size whose
  * machines cannot be opened (an id past the limit) is reported with its error,
  * and a goal that needs it is not met.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,12 +90,17 @@ struct size_result {
 	double join_last_ms;              /* the last machine's */
 	double late_ms, settle_ms; /* --zk: machine N joining N; -1: none */
 	int late_err;
+	/* --zk: two machines lost at once: until every survivor applied a
+	 * configuration without them (loss_ms), and until none of them
+	 * still copied a region (recovered_ms); -1: not run. */
+	double loss_ms, recovered_ms;
+	int loss_err;
 };
 
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: " PROG " [--sizes N,N,...] [--threads T] [--ids M]\n"
-	           "       [--fanout K] [--zk HOST:PORT]\n"
+	           "       [--fanout K] [--zk HOST:PORT] [--lease-ms MS]\n"
 	           "  Memory per machine (message + log + metadata) of an\n"
 	           "  N-machine cluster formed in this process, for each N\n"
 	           "  (default 8,128; 1..1024), T threads a machine (default\n"
@@ -96,8 +111,12 @@ static void usage(FILE *f)
 	           "  judges), then every machine. Joins: each machine's\n"
 	           "  start until it is a member, and with --zk (ZooKeeper\n"
 	           "  membership at HOST:PORT, e.g. from scripts/zk-local)\n"
-	           "  one machine more joining the formed cluster. Prints\n"
-	           "  a summary, then one JSON line.\n");
+	           "  one machine more joining the formed cluster, then two\n"
+	           "  machines lost at once and the survivors' recovery.\n"
+	           "  --lease-ms: leases and a third of the ZooKeeper\n"
+	           "  sessions (default 1000; every machine shares this\n"
+	           "  process's cores). Prints a summary, then one JSON\n"
+	           "  line.\n");
 }
 
 static int parse_sizes(const char *s, unsigned *sizes, unsigned *n)
@@ -159,9 +178,10 @@ static int ping_from(farm_node *n, unsigned machines, unsigned fanout)
 }
 
 /* Machine @id of @n, with its directory under @root. */
-static unsigned ids = 1024; /* max_machines of every machine */
-static const char *zk;      /* --zk: ZooKeeper membership; NULL: static */
-static char zk_root[64];    /* this size's cluster root, with --zk */
+static unsigned ids = 1024;      /* max_machines of every machine */
+static const char *zk;           /* --zk: ZooKeeper membership; NULL: static */
+static unsigned lease_ms = 1000; /* --lease-ms */
+static char zk_root[64];         /* this size's cluster root, with --zk */
 
 /* Membership: static peers 0..@n-1, or ZooKeeper at --zk, the cluster
  * formed at @n machines. Long sessions and leases: the machines share
@@ -172,13 +192,19 @@ static int set_membership(farm_conf *c, const char *root, unsigned id,
 {
 	if (!zk)
 		return bn_peers(PROG, c, id, n, root);
-	char v[32];
+	char v[32], sess[32], lease[32];
 	snprintf(v, sizeof(v), "%u", n);
+	/* Sessions outlast leases: a lease lapse is the failure detector,
+	 * a session expiry the last resort (ZooKeeper's limit: 20 s with
+	 * scripts/zk-local's ticks). */
+	snprintf(sess, sizeof(sess), "%u",
+	         3 * lease_ms > 20000 ? 3 * lease_ms : 20000);
+	snprintf(lease, sizeof(lease), "%u", lease_ms * 1000);
 	int rc = bn_set(PROG, c, "zk", zk);
 	rc = rc ? rc : bn_set(PROG, c, "zk_root", zk_root);
 	rc = rc ? rc : bn_set(PROG, c, "expect_machines", v);
-	rc = rc ? rc : bn_set(PROG, c, "zk_session_ms", "20000");
-	rc = rc ? rc : bn_set(PROG, c, "lease_us", "1000000");
+	rc = rc ? rc : bn_set(PROG, c, "zk_session_ms", sess);
+	rc = rc ? rc : bn_set(PROG, c, "lease_us", lease);
 	return rc;
 }
 
@@ -315,6 +341,96 @@ static void join_late(struct size_result *r, const char *root, unsigned T,
 	r->settle_ms = (double)(bu_now_ns() - t) / 1e6;
 }
 
+static void *close_one(void *arg)
+{
+	farm_node_close(arg);
+	return NULL;
+}
+
+#define CLOSE_BATCH 32
+
+/* Close the machines @which (@k of them) of @nodes at once, their slots
+ * emptied: a close waits for its own leave, so closing one after the
+ * other adds those waits up (minutes at 128 machines). */
+static void close_many(farm_node **nodes, const unsigned *which, unsigned k)
+{
+	for (unsigned b = 0; b < k; b += CLOSE_BATCH) {
+		pthread_t th[CLOSE_BATCH];
+		bool ok[CLOSE_BATCH] = {false};
+		for (unsigned i = b; i < k && i < b + CLOSE_BATCH; i++) {
+			farm_node *n = nodes[which[i]];
+			nodes[which[i]] = NULL;
+			if (n && !(ok[i - b] = !pthread_create(&th[i - b], NULL,
+			                                       close_one, n)))
+				farm_node_close(n);
+		}
+		for (unsigned i = b; i < k && i < b + CLOSE_BATCH; i++)
+			if (ok[i - b])
+				pthread_join(th[i - b], NULL);
+	}
+}
+
+/* Whether @n is a member of a configuration of @want machines and
+ * copies no region as a new backup (of the first 64 it lists). */
+static bool has_members(farm_node *n, unsigned want)
+{
+	struct farm_node_stats st = {.size = sizeof(st)};
+	return !farm_node_stats_get(n, &st) && !st.removed &&
+	       st.members == want;
+}
+
+static bool copying(farm_node *n)
+{
+	struct farm_copy_stats cs[64];
+	unsigned k = farm_node_copies_get(n, cs, 64);
+	for (unsigned i = 0; i < k && i < 64; i++)
+		if (cs[i].state == FARM_COPY_COPYING ||
+		    cs[i].state == FARM_COPY_CHECKING)
+			return true;
+	return false;
+}
+
+/* Wait until @done(node, @want) for every machine of @nodes[0..@m) left
+ * (the same @done for each); 0 or -ETIMEDOUT, JOIN_MS after @t. */
+static int wait_all(farm_node **nodes, unsigned m, unsigned want,
+                    bool (*done)(farm_node *, unsigned), uint64_t t)
+{
+	for (unsigned i = 0; i < m; i++)
+		while (nodes[i] && !done(nodes[i], want)) {
+			if (bu_now_ns() - t > JOIN_MS * 1000000ull)
+				return -ETIMEDOUT;
+			usleep(1000);
+		}
+	return 0;
+}
+
+static bool not_copying(farm_node *n, unsigned want)
+{
+	(void)want;
+	return !copying(n);
+}
+
+/* --zk, after the late join: machines n/3 and 2n/3 (never the CM, 0)
+ * leave at once; until every survivor is a member of a configuration
+ * without them (loss_ms) and copies no region (recovered_ms). Their
+ * sessions end with their close, so this is a departure that ZooKeeper
+ * reports at once, not a crash found by a lapsed lease. */
+static void lose_two(struct size_result *r, farm_node **nodes)
+{
+	r->loss_ms = r->recovered_ms = -1;
+	if (!zk || r->err || r->late_err || r->late_ms < 0 || r->n < 4)
+		return;
+	unsigned m = r->n + 1, v[2] = {r->n / 3, 2 * r->n / 3};
+	uint64_t t = bu_now_ns();
+	close_many(nodes, v, 2);
+	if ((r->loss_err = wait_all(nodes, m, m - 2, has_members, t)))
+		return;
+	r->loss_ms = (double)(bu_now_ns() - t) / 1e6;
+	if ((r->loss_err = wait_all(nodes, m, 0, not_copying, t)))
+		return;
+	r->recovered_ms = (double)(bu_now_ns() - t) / 1e6;
+}
+
 /* Form, measure and close an r->n-machine cluster. */
 static void run_size(struct size_result *r, unsigned T)
 {
@@ -352,11 +468,18 @@ static void run_size(struct size_result *r, unsigned T)
 	workload(r, nodes, r->n - 1, per * (r->fanout + r->n - 1), &r->all);
 	atomic_store(&pings, 0);
 	join_late(r, root, T, nodes, &extra);
-	if (extra)
+	lose_two(r, nodes);
+	unsigned *all = nodes ? malloc((r->n + 1) * sizeof(*all)) : NULL;
+	for (unsigned i = 0; all && i <= r->n; i++)
+		all[i] = i;
+	if (all)
+		close_many(nodes, all, r->n + 1);
+	else if (extra)
 		farm_node_close(extra);
-	for (unsigned i = 0; nodes && i < r->n; i++)
+	for (unsigned i = 0; !all && nodes && i < r->n; i++)
 		if (nodes[i])
 			farm_node_close(nodes[i]);
+	free(all);
 	free(nodes);
 	bu_rm_tree(AT_FDCWD, root, 8);
 }
@@ -400,23 +523,29 @@ static double join_ms(const struct size_result *r)
 
 static void report_joins(const struct size_result *res, unsigned ns)
 {
-	printf("%-9s %14s %14s %14s %14s %14s\n", "machines", "formed s",
-	       "join mean ms", "join max ms", "late join ms", "settled ms");
+	printf("%-9s %10s %13s %12s %13s %11s %9s %13s\n", "machines",
+	       "formed s", "join mean ms", "join max ms", "late join ms",
+	       "settled ms", "loss ms", "recovered ms");
 	for (unsigned i = 0; i < ns; i++) {
 		const struct size_result *r = &res[i];
 		if (r->err)
 			continue;
-		printf("%-9u %14.2f %14.1f %14.1f %14.1f %14.1f", r->n,
-		       r->join_s, r->join_mean_ms, r->join_max_ms, r->late_ms,
-		       r->settle_ms);
+		printf("%-9u %10.2f %13.1f %12.1f %13.1f %11.1f %9.1f %13.1f",
+		       r->n, r->join_s, r->join_mean_ms, r->join_max_ms,
+		       r->late_ms, r->settle_ms, r->loss_ms, r->recovered_ms);
 		if (r->late_err)
 			printf("  (late join: %s)", farm_strerror(r->late_err));
+		if (r->loss_err)
+			printf("  (loss: %s)", farm_strerror(r->loss_err));
 		printf("\n");
 	}
 	printf("(%s; join: a machine's start until it is a member of a view "
 	       "with every machine started so far; late: one machine more "
 	       "joining the formed cluster, until it is a member, and until "
-	       "every machine applied that configuration; -1: not run)\n",
+	       "every machine applied that configuration; loss: two "
+	       "machines closed at once, until every survivor is a member "
+	       "of a configuration without them, recovered: and copies no "
+	       "region; -1: not run)\n",
 	       zk ? "ZooKeeper membership" : "static peers");
 }
 
@@ -424,9 +553,10 @@ static void json_joins(const struct size_result *r)
 {
 	printf(", \"join_s\": %.2f, \"join_mean_ms\": %.1f, "
 	       "\"join_max_ms\": %.1f, \"late_join_ms\": %.1f, "
-	       "\"settle_ms\": %.1f",
+	       "\"settle_ms\": %.1f, \"loss_ms\": %.1f, "
+	       "\"recovered_ms\": %.1f",
 	       r->join_s, r->join_mean_ms, r->join_max_ms, r->late_ms,
-	       r->settle_ms);
+	       r->settle_ms, r->loss_ms, r->recovered_ms);
 }
 
 static void report(const struct size_result *res, unsigned ns, unsigned T)
@@ -434,7 +564,8 @@ static void report(const struct size_result *res, unsigned ns, unsigned T)
 	printf("%-9s %-11s %12s %12s %12s %12s %14s %14s\n", "machines",
 	       "workload", "msg MiB", "log MiB", "meta MiB", "total MiB",
 	       "msg laid MiB", "log laid MiB");
-	const struct size_result *at8 = NULL, *at128 = NULL;
+	const struct size_result *at8 = NULL, *at128 = NULL, *at4 = NULL,
+	                         *at64 = NULL;
 	for (unsigned i = 0; i < ns; i++) {
 		const struct size_result *r = &res[i];
 		if (r->err) {
@@ -448,6 +579,8 @@ static void report(const struct size_result *res, unsigned ns, unsigned T)
 		print_fig("all-to-all", r, &r->all);
 		at8 = r->n == 8 ? r : at8;
 		at128 = r->n == 128 ? r : at128;
+		at4 = r->n == 4 ? r : at4;
+		at64 = r->n == 64 ? r : at64;
 	}
 	printf("(per machine in memory, mean over the machines, ids %u; "
 	       "fan-out k: every loop messaged every loop of the k machines "
@@ -495,7 +628,14 @@ static void report(const struct size_result *res, unsigned ns, unsigned T)
 	struct br_style sj = {{'f', 1}, {'f', 0}, false};
 	struct br_goal gj = {"join_ms_128", j, 1000.0, !isnan(j) && j < 1000.0,
 	                     "<"};
-	br_goal(stdout, &sj, &gj, false);
+	br_goal(stdout, &sj, &gj, true);
+	double rv =
+	        at4 && at64 && at4->recovered_ms > 0 && at64->recovered_ms > 0
+	                ? at64->recovered_ms / at4->recovered_ms
+	                : NAN;
+	struct br_goal gr = {"recovery_64_vs_4", rv, 2.0,
+	                     !isnan(rv) && rv <= 2.0, "<="};
+	br_goal(stdout, &st, &gr, false);
 	printf("}}\n");
 }
 
@@ -515,6 +655,9 @@ int main(int argc, char **argv)
 				goto bad;
 		} else if (!strcmp(argv[i], "--fanout") && i + 1 < argc) {
 			if (bu_parse_u(argv[++i], 1, 1023, &fanout))
+				goto bad;
+		} else if (!strcmp(argv[i], "--lease-ms") && i + 1 < argc) {
+			if (bu_parse_u(argv[++i], 10, 60000, &lease_ms))
 				goto bad;
 		} else if (!strcmp(argv[i], "--zk") && i + 1 < argc) {
 			zk = argv[++i];
