@@ -350,8 +350,8 @@ static void *close_one(void *arg)
 #define CLOSE_BATCH 32
 
 /* Close the machines @which (@k of them) of @nodes at once, their slots
- * emptied: a close waits for its own leave, so closing one after the
- * other adds those waits up (minutes at 128 machines). */
+ * emptied: one after the other, every close is a configuration change
+ * that the rest apply, and 128 machines took minutes to close. */
 static void close_many(farm_node **nodes, const unsigned *which, unsigned k)
 {
 	for (unsigned b = 0; b < k; b += CLOSE_BATCH) {
