@@ -95,6 +95,10 @@ struct size_result {
 	 * still copied a region (recovered_ms); -1: not run. */
 	double loss_ms, recovered_ms;
 	int loss_err;
+	/* Objects committed before the loss, and read back with their
+	 * values after the recovery; the first error. */
+	unsigned committed, read_back;
+	int commit_err;
 };
 
 static void usage(FILE *f)
@@ -227,7 +231,7 @@ static int open_one(const char *root, unsigned id, unsigned n, unsigned T,
 	snprintf(v, sizeof(v), "%u", ids);
 	rc = rc ? rc : bn_set(PROG, c, "max_machines", v);
 	rc = rc ? rc : bn_set(PROG, c, "fabric", "shm");
-	rc = rc ? rc : bn_set(PROG, c, "region_size", "1M");
+	rc = rc ? rc : bn_set(PROG, c, "region_size", "16M");
 	rc = rc ? rc : bn_set(PROG, c, "replicas", n >= 3 ? "3" : "1");
 	rc = rc ? rc : set_membership(c, root, id, n);
 	rc = rc ? rc : bn_open(PROG, c, id, out);
@@ -410,6 +414,92 @@ static bool not_copying(farm_node *n, unsigned want)
 	return !copying(n);
 }
 
+/* One object committed by one machine, read back by another. */
+struct obj {
+	farm_txm *m;
+	farm_tx *tx;
+	farm_fatptr p; /* p.addr 0 until committed */
+	uint64_t val;
+	int rc;
+	_Atomic bool done;
+};
+
+static void obj_end(struct obj *o, int rc)
+{
+	if (o->tx) { /* a failure, or a read: nothing to commit */
+		(void)farm_tx_abort(o->tx);
+		farm_tx_free(o->tx);
+		o->tx = NULL;
+	}
+	o->rc = rc;
+	atomic_store(&o->done, true);
+}
+
+static void on_commit(farm_loop *loop, void *ctx, int outcome)
+{
+	(void)loop;
+	struct obj *o = ctx;
+	farm_tx_free(o->tx);
+	o->tx = NULL;
+	obj_end(o, outcome);
+}
+
+static void on_alloc(farm_tx *tx, void *ctx, int status, farm_fatptr p,
+                     void *data)
+{
+	(void)tx;
+	struct obj *o = ctx;
+	if (status) {
+		obj_end(o, status);
+		return;
+	}
+	memcpy(data, &o->val, sizeof(o->val));
+	o->p = p;
+	int rc = farm_tx_commit(o->tx, on_commit, o);
+	if (rc)
+		obj_end(o, rc);
+}
+
+static void on_read(farm_tx *tx, void *ctx, int status, const void *data,
+                    uint32_t size)
+{
+	(void)tx;
+	struct obj *o = ctx;
+	uint64_t v = 0;
+	if (!status && size >= sizeof(v))
+		memcpy(&v, data, sizeof(v));
+	obj_end(o, status ? status : v == o->val ? 0 : FARM_ECORRUPT);
+}
+
+/* On a loop: allocate and commit o->val (o->p.addr 0), or read it back. */
+static void obj_run(farm_loop *loop, void *ctx, int status)
+{
+	struct obj *o = ctx;
+	int rc = status ? status : farm_tx_begin(o->m, loop, &o->tx);
+	if (!rc)
+		rc = o->p.addr ? farm_tx_read_fat(o->tx, o->p, on_read, o)
+		               : farm_tx_alloc(o->tx, sizeof(o->val),
+		                               FARM_GADDR_NULL, on_alloc, o);
+	if (rc)
+		obj_end(o, rc);
+}
+
+/* Run @o on machine @n's loop 0 and wait for its end: 0 or its error. */
+static int obj_on(farm_node *n, struct obj *o)
+{
+	o->m = farm_node_txm(n);
+	o->tx = NULL;
+	atomic_store(&o->done, false);
+	int rc = farm_node_run(n, 0, obj_run, o);
+	for (uint64_t t = bu_now_ns(); !rc && !atomic_load(&o->done);
+	     usleep(1000))
+		if (bu_now_ns() - t > JOIN_MS * 1000000ull)
+			return -ETIMEDOUT; /* o stays in use: leaked */
+	return rc ? rc : o->rc;
+}
+
+#define NOBJ 4
+
 /* --zk, after the late join: machines n/3 and 2n/3 (never the CM, 0)
  * leave at once; until every survivor is a member of a configuration
  * without them (loss_ms) and copies no region (recovered_ms). Their
@@ -421,6 +511,17 @@ static void lose_two(struct size_result *r, farm_node **nodes)
 	if (!zk || r->err || r->late_err || r->late_ms < 0 || r->n < 4)
 		return;
 	unsigned m = r->n + 1, v[2] = {r->n / 3, 2 * r->n / 3};
+	/* Committed before: by the CM, both machines lost (their objects'
+	 * primaries are their own regions) and the last; read back after
+	 * by the machine that joined late. */
+	static struct obj objs[NOBJ];
+	unsigned by[NOBJ] = {0, v[0], v[1], r->n - 1};
+	for (unsigned i = 0; i < NOBJ; i++) {
+		objs[i] = (struct obj){.val = 0x5ca1e000u + r->n * 16 + i};
+		int rc = obj_on(nodes[by[i]], &objs[i]);
+		r->commit_err = r->commit_err ? r->commit_err : rc;
+		r->committed += !rc;
+	}
 	uint64_t t = bu_now_ns();
 	close_many(nodes, v, 2);
 	if ((r->loss_err = wait_all(nodes, m, m - 2, has_members, t)))
@@ -429,6 +530,13 @@ static void lose_two(struct size_result *r, farm_node **nodes)
 	if ((r->loss_err = wait_all(nodes, m, 0, not_copying, t)))
 		return;
 	r->recovered_ms = (double)(bu_now_ns() - t) / 1e6;
+	for (unsigned i = 0; i < NOBJ; i++) {
+		if (objs[i].rc || !objs[i].p.addr)
+			continue;
+		int rc = obj_on(nodes[r->n], &objs[i]);
+		r->commit_err = r->commit_err ? r->commit_err : rc;
+		r->read_back += !rc;
+	}
 }
 
 /* Form, measure and close an r->n-machine cluster. */
@@ -537,6 +645,11 @@ static void report_joins(const struct size_result *res, unsigned ns)
 			printf("  (late join: %s)", farm_strerror(r->late_err));
 		if (r->loss_err)
 			printf("  (loss: %s)", farm_strerror(r->loss_err));
+		if (r->loss_ms >= 0)
+			printf("  commits %u of %u, read back after %u",
+			       r->committed, NOBJ, r->read_back);
+		if (r->commit_err)
+			printf(" (%s)", farm_strerror(r->commit_err));
 		printf("\n");
 	}
 	printf("(%s; join: a machine's start until it is a member of a view "
@@ -554,9 +667,11 @@ static void json_joins(const struct size_result *r)
 	printf(", \"join_s\": %.2f, \"join_mean_ms\": %.1f, "
 	       "\"join_max_ms\": %.1f, \"late_join_ms\": %.1f, "
 	       "\"settle_ms\": %.1f, \"loss_ms\": %.1f, "
-	       "\"recovered_ms\": %.1f",
+	       "\"recovered_ms\": %.1f, \"committed\": %u, "
+	       "\"read_back\": %u",
 	       r->join_s, r->join_mean_ms, r->join_max_ms, r->late_ms,
-	       r->settle_ms, r->loss_ms, r->recovered_ms);
+	       r->settle_ms, r->loss_ms, r->recovered_ms, r->committed,
+	       r->read_back);
 }
 
 static void report(const struct size_result *res, unsigned ns, unsigned T)
