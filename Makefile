@@ -71,8 +71,8 @@ reuse: build
 
 # A 128-machine cluster on this host through a private ZooKeeper server
 # (tests/scale_cluster.sh, scale_bench --sizes 128 --zk): forms, commits,
-# loses two machines at once, recovers, every commit read back. 6-8
-# minutes of both cores and about 10 GiB on the 2-core host.
+# loses two machines at once, recovers, every commit read back. About 4
+# minutes of both cores (233 s at load 14-32) and 10 GiB on 2 cores.
 scale: build
 	ctest --test-dir $(BUILD) --output-on-failure -L scale
 

@@ -6,7 +6,8 @@
 # machines are lost at once, the survivors recover, and every committed
 # object is read back with its value (scale_bench's exit status says
 # all of it held; bench/README.md, scale_bench). The figures are printed,
-# never judged here. About 6-8 minutes and 10 GiB on the 2-core host.
+# never judged here. About 4 minutes (233 s at load 14-32) and 10 GiB on
+# the 2-core host.
 # Usage: scale_cluster.sh path/to/scale_bench path/to/scripts [SIZES]
 set -u
 BENCH=$1
