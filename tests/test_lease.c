@@ -34,6 +34,7 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 
+#include "coord/membership.h"
 #include "recovery/lease.h"
 #include "testutil.h"
 
@@ -349,6 +350,36 @@ struct wire {
 	uint64_t config_id, seq, t_sent, cm_seq, cm_t_sent;
 };
 
+/* A view's every member (FARM_VIEW_MAX, 256) is a lease peer: a member
+ * takes a configuration of that many (the limit was 64, and clusters
+ * above 64 machines ran without leases), one more is refused. */
+static void test_many_peers(void **state)
+{
+	(void)state;
+	struct obs o;
+	obs_init(&o);
+	struct farm_lease_attr a = {.self_id = 1,
+	                            .lease_us = LEASE_US,
+	                            .on_suspect = on_suspect,
+	                            .on_lost = on_lost,
+	                            .ctx = &o};
+	farm_lease *l = NULL;
+	assert_int_equal(farm_lease_open(&a, &l), 0);
+	unsigned n = FARM_VIEW_MAX + 1;
+	struct farm_lease_peer *p = calloc(n, sizeof(*p));
+	assert_non_null(p);
+	for (unsigned i = 0; i < n; i++) {
+		p[i].id = i < 2 ? i : 4 * i + 1; /* the CM 0, this 1 */
+		snprintf(p[i].addr, sizeof(p[i].addr), "udp:127.0.0.1:%u",
+		         40000 + i);
+	}
+	snprintf(p[1].addr, sizeof(p[1].addr), "%s", farm_lease_addr(l));
+	assert_int_equal(farm_lease_set_config(l, 1, 0, p, n), -EINVAL);
+	assert_int_equal(farm_lease_set_config(l, 2, 0, p, FARM_VIEW_MAX), 0);
+	farm_lease_close(l);
+	free(p);
+}
+
 static void test_bad_input(void **state)
 {
 	(void)state;
@@ -609,6 +640,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_reported),
 	        cmocka_unit_test(test_probe),
 	        cmocka_unit_test(test_bad_input),
+	        cmocka_unit_test(test_many_peers),
 	        cmocka_unit_test(test_zombie),
 	        cmocka_unit_test(test_sigstop),
 	};

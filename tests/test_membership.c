@@ -91,6 +91,77 @@ static void test_static_view(void **state)
 	farm_membership_close(m);
 }
 
+/* The largest view (FARM_VIEW_MAX members, 256) over ids spread up to
+ * 1,023: a static cluster of that many forms one view, every member
+ * found by id and none between; its text form parses back equal (the
+ * configuration znode's size at that many members); placement takes
+ * every member. A view of all 1,024 ids is refused (parse, config). */
+static void test_full_view(void **state)
+{
+	(void)state;
+	struct farm_config c;
+	char err[256], v1[32], v2[64];
+	farm_config_defaults(&c);
+	assert_int_equal(
+	        farm_config_set(&c, "max_machines", "1024", err, sizeof(err)),
+	        0);
+	assert_int_equal(
+	        farm_config_set(&c, "machine_id", "1023", err, sizeof(err)), 0);
+	assert_int_equal(
+	        farm_config_set(&c, "data_dir", "/tmp/m1023", err, sizeof(err)),
+	        0);
+	for (unsigned i = 0; i + 1 < FARM_VIEW_MAX; i++) {
+		snprintf(v1, sizeof(v1), "%u /tmp/m%u", 4 * i + 3, 4 * i + 3);
+		assert_int_equal(
+		        farm_config_set(&c, "peer", v1, err, sizeof(err)), 0);
+	}
+	assert_true(farm_config_set(&c, "peer", "1 /tmp/m1", err, sizeof(err)) <
+	            0);
+	struct farm_membership *m = NULL;
+	assert_int_equal(farm_membership_open_config(&c, NULL, NULL, NULL, &m),
+	                 0);
+	struct farm_view *v = calloc(2, sizeof(*v));
+	assert_non_null(v);
+	assert_int_equal(farm_membership_wait_members(m, FARM_VIEW_MAX, 0, v),
+	                 0);
+	assert_int_equal(v->n, FARM_VIEW_MAX);
+	for (unsigned id = 0; id < 1024; id++) {
+		const struct farm_member *mb = farm_view_find(v, id);
+		assert_int_equal(mb != NULL, id % 4 == 3);
+		snprintf(v2, sizeof(v2), "/tmp/m%u", id);
+		if (mb)
+			assert_string_equal(mb->endpoint, v2);
+	}
+	size_t cap = 64 << 10;
+	char *buf = malloc(cap);
+	assert_non_null(buf);
+	int len = farm_view_format(v, buf, cap);
+	assert_true(len > 0);
+	printf("a view of %u members over ids up to 1,023: %d bytes of "
+	       "text\n",
+	       v->n, len);
+	assert_int_equal(farm_view_parse(buf, (size_t)len, &v[1]), 0);
+	assert_true(farm_view_equal(&v[0], &v[1]));
+	uint32_t ids[FARM_VIEW_MAX];
+	for (unsigned i = 0; i < v->n; i++)
+		ids[i] = v->members[i].id;
+	struct farm_ring_machine *pl = calloc(2 * FARM_VIEW_MAX, sizeof(*pl));
+	assert_non_null(pl);
+	assert_int_equal(farm_view_placement(v, ids, v->n, pl), FARM_VIEW_MAX);
+	/* One member more than a view holds. */
+	size_t off = (size_t)snprintf(buf, cap,
+	                              "libfarm-config 1\n"
+	                              "config_id 1\n");
+	for (unsigned id = 0; id < 1024; id++)
+		off += (size_t)snprintf(buf + off, cap - off,
+		                        "member %u /tmp/m%u\n", id, id);
+	assert_int_equal(farm_view_parse(buf, off, &v[1]), FARM_ECORRUPT);
+	free(pl);
+	free(buf);
+	free(v);
+	farm_membership_close(m);
+}
+
 /* Ids up to 1,023 (a configuration's max_machines of 1,024): a static
  * cluster of ids 0, 700 and 1023 forms one view, sorted, each found by
  * id; max_machines takes 1..1024 and nothing else. */
@@ -437,6 +508,7 @@ int main(void)
 	        cmocka_unit_test(test_static_view),
 	        cmocka_unit_test(test_bad_input),
 	        cmocka_unit_test(test_thousand_ids),
+	        cmocka_unit_test(test_full_view),
 	        cmocka_unit_test(test_view_text),
 	        cmocka_unit_test(test_view_incarnation),
 	        cmocka_unit_test(test_unreachable),

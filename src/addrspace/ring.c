@@ -78,12 +78,43 @@ static uint32_t ring_unpos(uint32_t x)
 	return x;
 }
 
-static int cmp_point(const void *a, const void *b)
+/* Byte @b of a point's sort key, (position, machine), from the least
+ * significant: the machine's first @mbytes bytes, then the position's. */
+static unsigned key_byte(const struct point *x, unsigned b, unsigned mbytes)
 {
-	const struct point *x = a, *y = b;
-	if (x->pos != y->pos)
-		return x->pos < y->pos ? -1 : 1;
-	return x->machine < y->machine ? -1 : x->machine > y->machine;
+	uint32_t v = b < mbytes ? x->machine : x->pos;
+	return (v >> (8 * (b < mbytes ? b : b - mbytes))) & 0xffu;
+}
+
+/* Sort @n points by (position, machine), stably (points of one machine at
+ * one position keep their order): a least-significant-byte radix sort
+ * through @tmp, over the machine's bytes only up to the largest id's.
+ * Every machine sorts every ring at every configuration change, and at
+ * 64 machines qsort's comparisons and copies were a third of the CPU a
+ * cluster spent forming (scale_bench, docs/benchmarks.md). */
+static void sort_points(struct point *pts, struct point *tmp, unsigned n)
+{
+	uint32_t top = 0;
+	for (unsigned i = 0; i < n; i++)
+		top |= pts[i].machine;
+	unsigned mbytes = 0;
+	while (mbytes < 4 && (top >> (8 * mbytes)))
+		mbytes++;
+	struct point *src = pts, *dst = tmp;
+	for (unsigned b = 0; b < mbytes + 4; b++) {
+		unsigned at[257] = {0};
+		for (unsigned i = 0; i < n; i++)
+			at[key_byte(&src[i], b, mbytes) + 1]++;
+		for (unsigned d = 0; d < 256; d++)
+			at[d + 1] += at[d];
+		for (unsigned i = 0; i < n; i++)
+			dst[at[key_byte(&src[i], b, mbytes)]++] = src[i];
+		struct point *t = src;
+		src = dst;
+		dst = t;
+	}
+	if (src != pts)
+		memcpy(pts, src, (size_t)n * sizeof(*pts));
 }
 
 static int cmp_u32(const void *a, const void *b)
@@ -353,8 +384,11 @@ static int ring_place_one(farm_ring *g, unsigned j)
 	R->pts = malloc(g->npts * sizeof(*R->pts));
 	R->reps = malloc((size_t)g->npts * g->nrep * sizeof(*R->reps));
 	R->extra = malloc((size_t)g->npts * sizeof(*R->extra));
-	if (!R->pts || !R->reps || !R->extra)
+	struct point *tmp = malloc((size_t)g->npts * sizeof(*tmp));
+	if (!R->pts || !R->reps || !R->extra || !tmp) {
+		free(tmp);
 		return -ENOMEM;
+	}
 	unsigned x = 0;
 	for (unsigned m = 0; m < g->nall; m++)
 		for (unsigned i = 0; i < g->p; i++)
@@ -362,7 +396,8 @@ static int ring_place_one(farm_ring *g, unsigned j)
 			        .pos = point_pos(g->all[m].id, j, i),
 			        .machine = g->all[m].id,
 			        .idx = m};
-	qsort(R->pts, g->npts, sizeof(*R->pts), cmp_point);
+	sort_points(R->pts, tmp, g->npts);
+	free(tmp);
 	for (unsigned i = 0; i < g->npts; i++)
 		place_arc(g, R, i, &R->reps[(size_t)i * g->nrep], &R->extra[i]);
 	return 0;

@@ -595,12 +595,17 @@ static enum av_state av_leases(struct av *a)
 	farm_node *n = a->n;
 	const struct farm_view *v = a->v;
 	if (n->rec) {
-		static char leases[FARM_VIEW_MAX][FARM_LEASE_ADDR_MAX];
-		for (unsigned i = 0; i < v->n; i++)
+		/* The caller's own: machines in one process apply views on
+		 * threads of their own, at once. */
+		char(*leases)[FARM_LEASE_ADDR_MAX] =
+		        calloc(v->n ? v->n : 1, sizeof(*leases));
+		for (unsigned i = 0; leases && i < v->n; i++)
 			if (farm_node_card_lease(v->members[i].endpoint,
 			                         leases[i], sizeof(leases[i])))
 				leases[i][0] = 0;
-		int lrc = farm_recovery_view(n->rec, v, leases);
+		int lrc = leases ? farm_recovery_view(n->rec, v, leases)
+		                 : -ENOMEM;
+		free(leases);
 		if (lrc && lrc != -ESTALE)
 			farm_warn("node: leases of view %" PRIu64 ": %s",
 			          v->config_id, farm_strerror(lrc));

@@ -45,7 +45,9 @@
  * under heavy load saw gaps of up to 16 ms in which no lease thread ran,
  * and 10 ms leases lapsed falsely (docs/benchmarks.md). */
 #define FARM_LEASE_DEFAULT_US 20000u
-#define FARM_LEASE_MAX_PEERS  64u
+/* Every member of a view (FARM_VIEW_MAX, checked in recovery.c): the CM
+ * holds a lease with each. */
+#define FARM_LEASE_MAX_PEERS 256u
 /* A new lease (a machine joins, or a new CM takes over) starts with this
  * grace, or one lease length if longer: machines learn a configuration
  * from ZooKeeper at different moments, tens of milliseconds apart under

@@ -20,6 +20,9 @@
 #include "util/log.h"
 #include "util/rt.h"
 
+_Static_assert(FARM_LEASE_MAX_PEERS >= FARM_VIEW_MAX,
+               "the CM leases every member of a view");
+
 struct farm_recovery {
 	struct farm_recovery_attr a;
 	farm_lease *lease;
