@@ -643,7 +643,7 @@ static void step_done(farm_loop *loop, void *ctx, int status)
 
 static bool has_work(struct farm_datarec *dr)
 {
-	if (dr->nn)
+	if (dr->nn || dr->opens)
 		return true;
 	for (unsigned i = 0; i < dr->nr; i++)
 		if (dr->r[i].state < DR_DONE)
@@ -662,6 +662,14 @@ static void *engine(void *arg)
 	uint64_t last = farm_now_ns(); /* credit given up to here */
 	pthread_mutex_lock(&dr->lock);
 	while (!dr->stop) {
+		if (dr->opens) { /* before the pace: a COPY waits for it */
+			struct dr_open *o = dr->opens;
+			dr->opens = o->next;
+			pthread_mutex_unlock(&dr->lock);
+			farm_txn_dr_open_run(o);
+			pthread_mutex_lock(&dr->lock);
+			continue;
+		}
 		if (dr->unserved) {
 			uint64_t cfg = dr->unserved;
 			dr->unserved = 0;
@@ -740,6 +748,12 @@ static void *engine(void *arg)
 		                       NULL) == EINTR)
 			;
 		pthread_mutex_lock(&dr->lock);
+	}
+	/* Stopped: COPYs not answered are asked again (by the primary). */
+	while (dr->opens) {
+		struct dr_open *o = dr->opens;
+		dr->opens = o->next;
+		free(o);
 	}
 	pthread_mutex_unlock(&dr->lock);
 	return NULL;
