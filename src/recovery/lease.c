@@ -588,6 +588,22 @@ const char *farm_lease_addr(const farm_lease *l)
 	return l ? l->addr : "";
 }
 
+/* Under l->mu, before the peers become @np: a death notice stands while
+ * the machine is listed under the same lease address (the same holder);
+ * one the view leaves out, or a new holder of its id, no longer. */
+static void keep_dead(farm_lease *l, const struct peer *np, unsigned k)
+{
+	unsigned kd = 0;
+	for (unsigned i = 0; i < l->ndead; i++) {
+		const struct peer *old = find_peer(l, l->dead[i]);
+		for (unsigned j = 0; old && j < k; j++)
+			if (np[j].id == l->dead[i] &&
+			    !memcmp(&old->sa, &np[j].sa, sizeof(old->sa)))
+				l->dead[kd++] = l->dead[i];
+	}
+	l->ndead = kd;
+}
+
 int farm_lease_set_config(farm_lease *l, uint64_t config_id, uint32_t cm,
                           const struct farm_lease_peer *peers, unsigned n)
 {
@@ -633,18 +649,7 @@ int farm_lease_set_config(farm_lease *l, uint64_t config_id, uint32_t cm,
 			np[i].last_req_ns = now + grace - l->lease_ns;
 		}
 	}
-	/* A death notice stands while the machine is listed under the same
-	 * lease address (the same holder): one the view leaves out, or a
-	 * new holder of its id, no longer. Before the peers change. */
-	unsigned kd = 0;
-	for (unsigned i = 0; i < l->ndead; i++) {
-		const struct peer *old = find_peer(l, l->dead[i]);
-		for (unsigned j = 0; old && j < k; j++)
-			if (np[j].id == l->dead[i] &&
-			    !memcmp(&old->sa, &np[j].sa, sizeof(old->sa)))
-				l->dead[kd++] = l->dead[i];
-	}
-	l->ndead = kd;
+	keep_dead(l, np, k);
 	memcpy(l->peers, np, k * sizeof(np[0]));
 	l->npeers = k;
 	if (!same_cm || !l->have_config) {
