@@ -12,6 +12,12 @@
  *               at once, once;
  *   probe       every running machine answers a probe, a wedged one
  *               does not;
+ *   probe_dead  a wedged machine the fabric reports dead during a probe
+ *               with a 20 s bound (and one reported before the next
+ *               probe) ends the wait at once, counted as silent;
+ *               with --broken-dead (FARM_FP_LEASE_PROBE_WAIT_DEAD: the
+ *               wait ignores the notice) it must wait its whole bound
+ *               (1 s then);
  *   bad input   garbage, a foreign configuration id, an unknown sender,
  *               a forged grant: dropped and counted, no suspicion, no
  *               lease extended; bad arguments; a stale configuration;
@@ -30,7 +36,9 @@
 #include <inttypes.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 
@@ -326,6 +334,66 @@ static void test_probe(void **state)
 	trio_close(&t);
 }
 
+static bool broken_dead;
+/* 20 s: never reached; with --broken-dead 1 s, which it must reach. */
+#define PROBE_DEAD_BOUND_NS (broken_dead ? 1000000000ull : 20000000000ull)
+
+struct prober {
+	farm_lease *l;
+	const struct farm_lease_peer *peers;
+	bool ok[3];
+	int got;
+	_Atomic bool started;
+};
+
+static void *prober_main(void *arg)
+{
+	struct prober *p = arg;
+	atomic_store(&p->started, true);
+	p->got =
+	        farm_lease_probe(p->l, p->peers, 3, PROBE_DEAD_BOUND_NS, p->ok);
+	return NULL;
+}
+
+static void test_probe_dead(void **state)
+{
+	(void)state;
+	struct trio t;
+	trio_open(&t, 1);
+	farm_lease_testing_mute(t.l[2], true);
+	struct prober p = {.l = t.l[1], .peers = t.peers};
+	pthread_t th;
+	uint64_t t0 = farm_now_ns();
+	assert_int_equal(pthread_create(&th, NULL, prober_main, &p), 0);
+	while (!atomic_load(&p.started))
+		sched_yield();
+	/* Whether the probe waits already or not yet, the notice must end
+	 * it: a dead machine is never waited for. */
+	farm_lease_probe_dead(t.l[1], 2);
+	pthread_join(th, NULL);
+	uint64_t took = farm_now_ns() - t0;
+	printf("probe_dead: a probe with a %.0f s bound returned %.1f ms "
+	       "after the notice\n",
+	       (double)PROBE_DEAD_BOUND_NS / 1e9, (double)took / 1e6);
+	assert_int_equal(p.got, 2);
+	assert_true(p.ok[0] && p.ok[1] && !p.ok[2]);
+	if (broken_dead) { /* the notice ignored: the whole bound */
+		assert_true(took >= PROBE_DEAD_BOUND_NS);
+		farm_lease_testing_mute(t.l[2], false);
+		trio_close(&t);
+		return;
+	}
+	assert_true(took < PROBE_DEAD_BOUND_NS / 4);
+	/* Noticed before: the next probe does not wait either. */
+	t0 = farm_now_ns();
+	assert_int_equal(
+	        farm_lease_probe(t.l[1], t.peers, 3, PROBE_DEAD_BOUND_NS, p.ok),
+	        2);
+	assert_true(farm_now_ns() - t0 < PROBE_DEAD_BOUND_NS / 4);
+	farm_lease_testing_mute(t.l[2], false);
+	trio_close(&t);
+}
+
 static void send_raw(const char *addr, const void *buf, size_t len)
 {
 	struct sockaddr_in sa = {.sin_family = AF_INET};
@@ -616,8 +684,26 @@ static void test_sigstop(void **state)
 	close(down[1]);
 }
 
+static void noop_hook(enum farm_fault_point fp, void *arg)
+{
+	(void)fp;
+	(void)arg;
+}
+
 int main(int argc, char **argv)
 {
+	if (argc == 2 && !strcmp(argv[1], "--broken-dead")) {
+		if (farm_fault_set(FARM_FP_LEASE_PROBE_WAIT_DEAD, noop_hook,
+		                   NULL)) {
+			printf("skip: built without fault injection\n");
+			return FARM_TEST_SKIP;
+		}
+		broken_dead = true;
+		const struct CMUnitTest t[] = {
+		        cmocka_unit_test(test_probe_dead),
+		};
+		return cmocka_run_group_tests(t, NULL, NULL);
+	}
 	if (argc == 2 && !strcmp(argv[1], "--broken")) {
 		broken = true;
 		if (farm_lease_testing_no_expiry(true)) {
@@ -630,7 +716,8 @@ int main(int argc, char **argv)
 		};
 		return cmocka_run_group_tests(t, NULL, NULL);
 	} else if (argc != 1) {
-		fprintf(stderr, "usage: %s [--broken]\n", argv[0]);
+		fprintf(stderr, "usage: %s [--broken | --broken-dead]\n",
+		        argv[0]);
 		return 2;
 	}
 	const struct CMUnitTest tests[] = {
@@ -639,6 +726,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_cm_wedged),
 	        cmocka_unit_test(test_reported),
 	        cmocka_unit_test(test_probe),
+	        cmocka_unit_test(test_probe_dead),
 	        cmocka_unit_test(test_bad_input),
 	        cmocka_unit_test(test_many_peers),
 	        cmocka_unit_test(test_zombie),

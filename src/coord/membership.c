@@ -47,6 +47,13 @@ static struct farm_membership *handle_new(uint32_t self, const char *endpoint)
 		free(m);
 		return NULL;
 	}
+	if (pthread_mutex_init(&m->publish_lock, NULL)) {
+		pthread_condattr_destroy(&ca);
+		pthread_cond_destroy(&m->changed);
+		pthread_mutex_destroy(&m->lock);
+		free(m);
+		return NULL;
+	}
 	pthread_condattr_destroy(&ca);
 	m->self = self;
 	strcpy(m->endpoint, endpoint); /* checked by the caller */
@@ -56,6 +63,7 @@ static struct farm_membership *handle_new(uint32_t self, const char *endpoint)
 
 static void handle_free(struct farm_membership *m)
 {
+	pthread_mutex_destroy(&m->publish_lock);
 	pthread_cond_destroy(&m->changed);
 	pthread_mutex_destroy(&m->lock);
 	free(m);
@@ -140,9 +148,17 @@ int farm_membership_open(const struct farm_membership_attr *a,
 		strcpy(m->address, a->address);
 	m->on_view = a->on_view;
 	m->on_state = a->on_state;
+	m->on_written = a->on_written;
 	m->ctx = a->ctx;
 	int rc = zk ? farm_zk_open(m, a) : static_open(m, a);
 	if (rc) {
+		handle_free(m);
+		return rc;
+	}
+	/* Views a manager sends come in only with ZooKeeper: a static view
+	 * never changes. */
+	if (zk && (rc = farm_offer_start(m))) {
+		farm_zk_close(m);
 		handle_free(m);
 		return rc;
 	}
@@ -181,6 +197,7 @@ void farm_membership_close(struct farm_membership *m)
 {
 	if (!m)
 		return;
+	farm_offer_stop(m); /* it may publish: before the worker goes */
 	if (m->zk)
 		farm_zk_close(m);
 	pthread_mutex_lock(&m->lock);

@@ -201,16 +201,30 @@ struct farm_membership_status {
 	 * none): when the sync that wrote it began (the worker took the
 	 * change) and when the compare-and-set returned; its id. */
 	uint64_t t_write_begin_ns, t_write_ns, write_config_id;
+	/* Configurations taken from the manager's NEW-CONFIG
+	 * (farm_membership_offer) before ZooKeeper delivered them here, and
+	 * offers refused (malformed, not from the configuration's manager,
+	 * not naming this machine). */
+	uint64_t offered, offers_refused;
 };
 
 struct farm_membership;
 
-/* Runs on the membership worker thread (static: once, on the thread that
- * calls farm_membership_open, before it returns) with each new view, in
- * config-id order. It must return quickly (it delays the next view) and
- * must not call farm_membership_close or farm_membership_wait;
- * farm_membership_view and farm_membership_status are allowed. */
+/* Runs on the membership worker thread, or its offer thread for a view
+ * the manager sent (farm_membership_offer), never on both at once (static:
+ * once, on the thread that calls farm_membership_open, before it returns)
+ * with each new view, in config-id order. It must return quickly (it
+ * delays the next view) and must not call farm_membership_close or
+ * farm_membership_wait; farm_membership_view and farm_membership_status
+ * are allowed. */
 typedef void (*farm_view_fn)(void *ctx, const struct farm_view *v);
+/* Runs on the worker thread of the manager right after its
+ * compare-and-set wrote @v (@text, @len: the znode's bytes), before @v is
+ * published here: the caller sends @text to the other members
+ * (NEW-CONFIG, FaRM SOSP'15 5.2), who give it to farm_membership_offer.
+ * It must return at once (hand the sends to another thread). */
+typedef void (*farm_written_fn)(void *ctx, const struct farm_view *v,
+                                const char *text, size_t len);
 /* Runs on the worker thread when the state changes. Transitions that are
  * quicker than the worker may be coalesced (the counters are exact). */
 typedef void (*farm_state_fn)(void *ctx, enum farm_membership_state s);
@@ -255,8 +269,9 @@ struct farm_membership_attr {
 	 * privilege), as the lease thread does: a suspicion's configuration
 	 * must not wait behind busy loops for a core (recovery_bench). */
 	bool realtime;
-	farm_view_fn on_view;   /* may be NULL */
-	farm_state_fn on_state; /* may be NULL */
+	farm_view_fn on_view;       /* may be NULL */
+	farm_state_fn on_state;     /* may be NULL */
+	farm_written_fn on_written; /* may be NULL */
 	void *ctx;
 };
 
@@ -344,6 +359,23 @@ int farm_membership_forsake(struct farm_membership *m, const uint32_t *ids,
 bool farm_ids_have(const uint32_t *ids, unsigned n, uint32_t id);
 /* Whether @v lists machine @id's incarnation @inc as removed. */
 bool farm_view_removed(const struct farm_view *v, uint32_t id);
+
+/*
+ * farm_membership_offer() - the configuration @text (the znode's bytes,
+ * @len) that machine @from sent as NEW-CONFIG right after its
+ * compare-and-set wrote it (farm_written_fn). The compare-and-set on the
+ * version read makes a configuration id name one configuration for good,
+ * so a survivor may take it from the manager before its own ZooKeeper
+ * read brings it: it is published (on_view, on the offer thread) when it
+ * parses, names @from as its manager and this machine as a member, and is
+ * newer than the current view; else it is dropped (a stale or repeated
+ * one silently, the others counted as offers_refused). Copies @text and
+ * returns at once, from any thread (a message handler): 0; -EINVAL;
+ * -EMSGSIZE (longer than a configuration can be); -ENOTSUP (static
+ * backend); FARM_ECLOSED; -ENOMEM.
+ */
+int farm_membership_offer(struct farm_membership *m, uint32_t from,
+                          const char *text, size_t len) FARM_MUST_CHECK;
 
 /* Copy the current view (config id 0 and no members before the first). */
 int farm_membership_view(struct farm_membership *m, struct farm_view *out);

@@ -31,9 +31,21 @@ struct farm_membership {
 	char address[FARM_ENDPOINT_MAX]; /* farm_membership_attr.address */
 	farm_view_fn on_view;
 	farm_state_fn on_state;
+	farm_written_fn on_written;
 	void *ctx;
 	struct farm_zk *zk; /* NULL: static backend */
+	/* Held from a view's install through its on_view: the worker and
+	 * the offer thread both publish, one view at a time, in config-id
+	 * order. Never taken under lock. */
+	pthread_mutex_t publish_lock;
+	struct farm_offer *offer; /* NULL: none (static backend) */
 };
+
+/* offer.c: the thread that takes configurations the manager sent
+ * directly (farm_membership_offer). Started after the backend opened,
+ * stopped before it closes. 0; -ENOMEM; -EAGAIN. */
+int farm_offer_start(struct farm_membership *m);
+void farm_offer_stop(struct farm_membership *m);
 
 /* ZooKeeper backend (zk.c). open fills m->zk and starts the worker; close
  * stops it and frees m->zk. Without the client library open is -ENOTSUP. */
@@ -60,9 +72,10 @@ bool farm_zk_connect_valid(const char *s);
  * component, printable ASCII, shorter than 200 bytes? */
 bool farm_zk_path_valid(const char *s);
 
-/* For the backends: install @v as the current view if its config id is
- * newer, then run on_view outside the lock. Call without the lock. */
-void farm_membership_publish(struct farm_membership *m,
+/* For the backends and offer.c: install @v as the current view if its
+ * config id is newer, then run on_view outside the lock (under
+ * publish_lock). Call without either lock. Whether @v was newer. */
+bool farm_membership_publish(struct farm_membership *m,
                              const struct farm_view *v);
 
 /* view.c: an endpoint's text is one line of printable bytes (static

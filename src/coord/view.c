@@ -592,9 +592,12 @@ int farm_view_parse(const char *buf, size_t len, struct farm_view *v)
 	return 0;
 }
 
-void farm_membership_publish(struct farm_membership *m,
+bool farm_membership_publish(struct farm_membership *m,
                              const struct farm_view *v)
 {
+	/* The check and on_view under one lock: a view the offer thread
+	 * takes and one the worker reads never run on_view out of order. */
+	pthread_mutex_lock(&m->publish_lock);
 	pthread_mutex_lock(&m->lock);
 	bool newer = v->config_id > m->view.config_id;
 	if (newer) {
@@ -605,4 +608,6 @@ void farm_membership_publish(struct farm_membership *m,
 	pthread_mutex_unlock(&m->lock);
 	if (newer && m->on_view)
 		m->on_view(m->ctx, v);
+	pthread_mutex_unlock(&m->publish_lock);
+	return newer;
 }

@@ -364,6 +364,11 @@ static int zk_write_next(struct farm_membership *m, int32_t version, bool force,
 	          " with %u members%s",
 	          m->self, z->next.config_id, z->next.n,
 	          fast ? " (from its last read)" : "");
+	/* The compare-and-set made it the configuration: the others may
+	 * take it from us now (NEW-CONFIG, offer.c), before their watches
+	 * and reads bring it. */
+	if (m->on_written)
+		m->on_written(m->ctx, &z->next, z->buf, (size_t)len);
 	farm_membership_publish(m, &z->next);
 	return 0;
 }
@@ -591,8 +596,11 @@ static int sync_apply(struct farm_membership *m, struct sync_reads *r,
 			farm_warn("membership: cannot delete %s: %s", p,
 			          zerror(drc));
 	}
-	if (parsed && z->cur.config_id)
+	if (parsed && z->cur.config_id) {
+		/* Testing: a slow read (a ZooKeeper short of CPU). */
+		FARM_FAULT_POINT(FARM_FP_ZK_SLOW_PUBLISH);
 		farm_membership_publish(m, &z->cur);
+	}
 	return 0;
 }
 

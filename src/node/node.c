@@ -343,7 +343,8 @@ static int node_open_transport(farm_node *n, const struct farm_config *cfg)
 	        /* messaging's 0 is its default: 1 ns is "at once" */
 	        .park_after_ns =
 	                cfg->park_after_us ? cfg->park_after_us * 1000ull : 1};
-	if ((rc = farm_msg_create(n->fab, &ma, &n->msg)))
+	if ((rc = farm_msg_create(n->fab, &ma, &n->msg)) ||
+	    (rc = farm_node_newconfig_init(n)))
 		farm_err("node %" PRIu32 ": messaging: %s", cfg->machine_id,
 		         farm_strerror(rc));
 	return rc;
@@ -605,6 +606,7 @@ int farm_node_start(farm_node *n, int timeout_ms)
 	        .reuse_ids = n->cfg.reuse_ids,
 	        .on_view = farm_node_apply_view,
 	        .on_state = on_state,
+	        .on_written = farm_node_config_written,
 	        .ctx = n,
 	};
 	rc = farm_membership_open(&ma, &n->mem);

@@ -104,6 +104,14 @@ void farm_node_grow_view(farm_node *n, const struct farm_view *v);
 /* node.c: once the restart ran (or none was pending), the manager's
  * restart mark goes. */
 void farm_node_restart_unmark(farm_node *n);
+/* The CM -> survivors: the configuration its compare-and-set wrote
+ * (newconfig.c). */
+#define FARM_MSGT_NEW_CONFIG 0xf150u
+/* newconfig.c: the membership's on_written callback (the CM sends
+ * NEW-CONFIG), and its handler's registration (before the loops run). */
+void farm_node_config_written(void *ctx, const struct farm_view *v,
+                              const char *text, size_t len);
+int farm_node_newconfig_init(farm_node *n);
 /* view.c: the membership's on_view callback. */
 void farm_node_apply_view(void *ctx, const struct farm_view *v);
 

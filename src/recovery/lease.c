@@ -111,6 +111,11 @@ struct farm_lease {
 	uint32_t probe_ids[FARM_LEASE_MAX_PEERS];
 	bool probe_ok[FARM_LEASE_MAX_PEERS];
 	unsigned nprobe;
+	/* Machines the fabric saw die (farm_lease_probe_dead; dropped by
+	 * farm_lease_set_config when a view leaves them out or names a new
+	 * holder): a probe does not wait for their answer. */
+	uint32_t dead[FARM_LEASE_MAX_PEERS];
+	unsigned ndead;
 
 	struct farm_lease_stats st;
 };
@@ -583,6 +588,22 @@ const char *farm_lease_addr(const farm_lease *l)
 	return l ? l->addr : "";
 }
 
+/* Under l->mu, before the peers become @np: a death notice stands while
+ * the machine is listed under the same lease address (the same holder);
+ * one the view leaves out, or a new holder of its id, no longer. */
+static void keep_dead(farm_lease *l, const struct peer *np, unsigned k)
+{
+	unsigned kd = 0;
+	for (unsigned i = 0; i < l->ndead; i++) {
+		const struct peer *old = find_peer(l, l->dead[i]);
+		for (unsigned j = 0; old && j < k; j++)
+			if (np[j].id == l->dead[i] &&
+			    !memcmp(&old->sa, &np[j].sa, sizeof(old->sa)))
+				l->dead[kd++] = l->dead[i];
+	}
+	l->ndead = kd;
+}
+
 int farm_lease_set_config(farm_lease *l, uint64_t config_id, uint32_t cm,
                           const struct farm_lease_peer *peers, unsigned n)
 {
@@ -628,6 +649,7 @@ int farm_lease_set_config(farm_lease *l, uint64_t config_id, uint32_t cm,
 			np[i].last_req_ns = now + grace - l->lease_ns;
 		}
 	}
+	keep_dead(l, np, k);
 	memcpy(l->peers, np, k * sizeof(np[0]));
 	l->npeers = k;
 	if (!same_cm || !l->have_config) {
@@ -654,6 +676,29 @@ int farm_lease_set_config(farm_lease *l, uint64_t config_id, uint32_t cm,
 	pthread_mutex_unlock(&l->mu);
 	wake(l);
 	return 0;
+}
+
+static bool probe_is_dead(const farm_lease *l, uint32_t id)
+{
+	for (unsigned i = 0; i < l->ndead; i++)
+		if (l->dead[i] == id)
+			return true;
+	return false;
+}
+
+/* Under l->mu: the probed machines that answered (@got) and those whose
+ * answer no longer counts (the fabric saw them die). */
+static unsigned probe_settled(const farm_lease *l, unsigned *got)
+{
+	unsigned settled = 0;
+	*got = 0;
+	for (unsigned i = 0; i < l->nprobe; i++) {
+		*got += l->probe_ok[i];
+		settled += l->probe_ok[i] ||
+		           (probe_is_dead(l, l->probe_ids[i]) &&
+		            !FARM_FAULT_SWITCH(FARM_FP_LEASE_PROBE_WAIT_DEAD));
+	}
+	return settled;
 }
 
 int farm_lease_probe(farm_lease *l, const struct farm_lease_peer *peers,
@@ -684,14 +729,13 @@ int farm_lease_probe(farm_lease *l, const struct farm_lease_peer *peers,
 	dl.tv_sec += (time_t)(t / 1000000000ull);
 	dl.tv_nsec = (long)(t % 1000000000ull);
 	unsigned got = 0;
-	for (;;) {
-		got = 0;
-		for (unsigned i = 0; i < n; i++)
-			got += l->probe_ok[i];
-		if (got == n || pthread_cond_timedwait(&l->probe_cv, &l->mu,
-		                                       &dl) == ETIMEDOUT)
-			break;
-	}
+	/* Until every machine answered or is known dead (a death notice
+	 * during the probe ends its wait: a dead process never answers,
+	 * and waiting out the bound, two lease lengths, only delays the
+	 * new configuration). */
+	while (probe_settled(l, &got) < n &&
+	       pthread_cond_timedwait(&l->probe_cv, &l->mu, &dl) != ETIMEDOUT)
+		;
 	got = 0;
 	for (unsigned i = 0; i < n; i++) {
 		answered[i] = l->probe_ok[i];
@@ -702,6 +746,18 @@ int farm_lease_probe(farm_lease *l, const struct farm_lease_peer *peers,
 	pthread_mutex_unlock(&l->mu);
 	pthread_mutex_unlock(&l->probe_mu);
 	return (int)got;
+}
+
+void farm_lease_probe_dead(farm_lease *l, uint32_t machine)
+{
+	if (!l)
+		return;
+	pthread_mutex_lock(&l->mu);
+	if (!probe_is_dead(l, machine) && l->ndead < FARM_LEASE_MAX_PEERS)
+		l->dead[l->ndead++] = machine;
+	/* Pairs with the wait in farm_lease_probe. */
+	pthread_cond_broadcast(&l->probe_cv);
+	pthread_mutex_unlock(&l->mu);
 }
 
 int farm_lease_suspect(farm_lease *l, uint32_t machine)

@@ -136,6 +136,13 @@ int farm_lease_set_config(farm_lease *l, uint64_t config_id, uint32_t cm,
  */
 int farm_lease_probe(farm_lease *l, const struct farm_lease_peer *peers,
                      unsigned n, uint64_t timeout_ns, bool *answered);
+/*
+ * farm_lease_probe_dead() - the fabric saw @machine die: a probe does not
+ * wait for its answer (it counts as not answering), one in progress
+ * included, until a configuration leaves it out or names another
+ * holder of its id (another lease address). NULL @l: a no-op.
+ */
+void farm_lease_probe_dead(farm_lease *l, uint32_t machine);
 /* Report a suspicion from elsewhere (the fabric saw the peer die): it
  * goes through on_suspect as a lapse would. -ENOENT for a machine this
  * machine holds no lease with. */

@@ -464,6 +464,9 @@ void farm_recovery_peer_dead(farm_recovery *r, uint32_t machine)
 	if (!in_list(r->dead, r->ndead, machine) && r->ndead < FARM_VIEW_MAX)
 		r->dead[r->ndead++] = machine;
 	pthread_mutex_unlock(&r->mu);
+	/* A probe that waits for its answer (a suspicion of a lapsed lease
+	 * came first) ends now. */
+	farm_lease_probe_dead(r->lease, machine);
 	queue_suspect(r, machine);
 }
 

@@ -643,12 +643,26 @@ static void step_done(farm_loop *loop, void *ctx, int status)
 
 static bool has_work(struct farm_datarec *dr)
 {
-	if (dr->nn)
+	if (dr->nn || dr->opens)
 		return true;
 	for (unsigned i = 0; i < dr->nr; i++)
 		if (dr->r[i].state < DR_DONE)
 			return true;
 	return false;
+}
+
+/* Under dr->lock: open one copy a COPY waits for, before the pace.
+ * Whether there was one. */
+static bool open_one(struct farm_datarec *dr)
+{
+	struct dr_open *o = dr->opens;
+	if (!o)
+		return false;
+	dr->opens = o->next;
+	pthread_mutex_unlock(&dr->lock);
+	farm_txn_dr_open_run(o);
+	pthread_mutex_lock(&dr->lock);
+	return true;
 }
 
 static void *engine(void *arg)
@@ -662,6 +676,8 @@ static void *engine(void *arg)
 	uint64_t last = farm_now_ns(); /* credit given up to here */
 	pthread_mutex_lock(&dr->lock);
 	while (!dr->stop) {
+		if (open_one(dr))
+			continue;
 		if (dr->unserved) {
 			uint64_t cfg = dr->unserved;
 			dr->unserved = 0;
@@ -852,6 +868,12 @@ void farm_txn_datarec_fini(farm_txm *m)
 		return;
 	for (unsigned i = 0; i < dr->nr; i++)
 		free(dr->r[i].meta);
+	/* COPYs the stopped engine did not open: the primary asks again. */
+	while (dr->opens) {
+		struct dr_open *o = dr->opens;
+		dr->opens = o->next;
+		free(o);
+	}
 	free(dr->r);
 	free(dr->nt);
 	pthread_cond_destroy(&dr->cond);

@@ -78,6 +78,18 @@ struct dr_loop {
 	unsigned rr;
 };
 
+/* A COPY whose copy is not open yet: the engine opens it (making and
+ * registering a region takes milliseconds, too long for a loop) and the
+ * receiving loop answers (dr_open_done). */
+struct dr_open {
+	struct dr_open *next;
+	farm_txm *m;
+	farm_loop *loop;
+	struct farm_msg_token token;
+	uint32_t region;
+	int rc;
+};
+
 struct farm_datarec {
 	farm_txm *m;
 	pthread_mutex_t lock;
@@ -99,6 +111,7 @@ struct farm_datarec {
 	void *unserved_ctx;
 	uint64_t unserved;
 	struct dr_loop lp[MAX_LOOPS];
+	struct dr_open *opens; /* under lock: copies the engine opens */
 };
 
 struct copy_msg {
@@ -112,6 +125,8 @@ int farm_txn_dr_reg_add(struct farm_datarec *dr, uint32_t id, uint64_t cfg);
 bool farm_txn_dr_new_backup_here(farm_txm *m, uint32_t region);
 
 /* copy_note.c */
+/* On the engine thread: open @o's copy, then let its loop answer. */
+void farm_txn_dr_open_run(struct dr_open *o);
 void farm_txn_dr_notes_post(struct farm_datarec *dr, uint64_t now);
 void farm_txn_dr_h_copy(farm_loop *loop, const farm_msg_in *in, void *arg);
 

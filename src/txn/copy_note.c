@@ -266,6 +266,64 @@ void farm_txm_datarec_view(farm_txm *m)
 	free(h);
 }
 
+/* On the loop that took the COPY: answer it. */
+static void dr_open_done(farm_loop *loop, void *ctx, int status)
+{
+	struct dr_open *o = ctx;
+	if (!status) { /* else the loop closes: the primary asks again */
+		int rc = o->rc ? farm_msg_reply_error(loop, &o->token, o->rc)
+		               : farm_msg_reply(loop, &o->token, NULL, 0);
+		if (rc)
+			farm_warn("datarec: cannot answer machine %" PRIu32
+			          ": %s",
+			          o->token.machine, farm_strerror(rc));
+	}
+	free(o);
+}
+
+void farm_txn_dr_open_run(struct dr_open *o)
+{
+	o->rc = farm_txn_datarec_adopt(o->m, o->region, true) ? 0 : -ENOMEM;
+	if (farm_loop_post(o->loop, dr_open_done, o)) {
+		farm_warn("datarec: COPY of region %#" PRIx32 " not answered "
+		          "(the primary asks again)",
+		          o->region);
+		free(o);
+	}
+}
+
+/* A copy not held here yet is opened by the engine: making and
+ * registering a region (farm_as_backup_open) took 7-17 ms a region on
+ * the loop, and at the CM that loop also gathers the survivors' acks
+ * before REC_GO, while every client of the loop waits. True when
+ * handed over (answered later); false: open it here (held already, so
+ * it is quick; no engine; no memory). */
+static bool open_later(farm_txm *m, farm_loop *loop, const farm_msg_in *in,
+                       uint32_t region)
+{
+	struct farm_datarec *dr = m->dr;
+	enum farm_as_role role;
+	if (!dr || farm_as_local_region(m->as, region, &role))
+		return false;
+	struct dr_open *o = calloc(1, sizeof(*o));
+	if (!o)
+		return false;
+	*o = (struct dr_open){
+	        .m = m, .loop = loop, .token = in->token, .region = region};
+	pthread_mutex_lock(&dr->lock);
+	bool run = dr->started && !dr->stop;
+	if (run) {
+		o->next = dr->opens;
+		dr->opens = o;
+		/* Pairs with the engine's wait on dr->cond. */
+		pthread_cond_signal(&dr->cond);
+	}
+	pthread_mutex_unlock(&dr->lock);
+	if (!run)
+		free(o);
+	return run;
+}
+
 /* COPY at the new backup: open the copy and start copying. */
 void farm_txn_dr_h_copy(farm_loop *loop, const farm_msg_in *in, void *arg)
 {
@@ -293,6 +351,8 @@ void farm_txn_dr_h_copy(farm_loop *loop, const farm_msg_in *in, void *arg)
 	else if (!n || reps[0] != in->src_machine ||
 	         !farm_txn_dr_new_backup_here(m, q.region))
 		rc = q.cfg < cfg ? -ESTALE : -EINVAL;
+	else if (open_later(m, loop, in, q.region))
+		return; /* the engine opens it; this loop answers then */
 	else if (!farm_txn_datarec_adopt(m, q.region, true))
 		rc = -ENOMEM;
 	rc = rc ? farm_msg_reply_error(loop, &in->token, rc)

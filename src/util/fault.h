@@ -199,6 +199,19 @@ enum farm_fault_point {
 	 * already): a newer commit of those objects since is overwritten
 	 * (tests/test_rec_stale.c's decided_after_primary must see it). */
 	FARM_FP_REC_DECIDE_REINSTALL,
+	/* coord/zk.c, a delay point: a view read from ZooKeeper is
+	 * published only when the hook returns (tests/test_rec_newconfig.c:
+	 * survivors must take the configuration from the CM's NEW-CONFIG
+	 * long before). */
+	FARM_FP_ZK_SLOW_PUBLISH,
+	/* node/view.c, a switch: while hooked, the CM sends no NEW-CONFIG
+	 * after its compare-and-set (test_rec_newconfig --broken must then
+	 * fail). */
+	FARM_FP_NODE_NO_NEW_CONFIG,
+	/* recovery/lease.c, a switch: while hooked, a probe waits for a
+	 * machine the fabric saw die as for any other (test_lease
+	 * --broken-dead must then fail). */
+	FARM_FP_LEASE_PROBE_WAIT_DEAD,
 	FARM_FP_COUNT
 };
 
