@@ -165,9 +165,10 @@ int farm_ht_get_first(farm_ht *h, farm_loop *loop, const void *key,
 /*
  * farm_ht_get_local_batch() - up to FARM_HT_BATCH_MAX lookups of keys in
  * this machine's shards, done now, in the group-prefetch shape of G-Opt
- * (Kalia et al., NSDI'15) over the lock-free read farm_ht_get does: every
- * key hashed and its bucket pair prefetched first, then each pair copied
- * line-atomically, validated (per-line versions, joint version) and
+ * (Kalia et al., NSDI'15) over the lock-free read farm_ht_get does: each
+ * key hashed and its bucket pair prefetched FARM_HT_BATCH_AHEAD keys
+ * before its turn (a rolling window over the call's keys), then each pair
+ * copied line-atomically, validated (per-line versions, joint version) and
  * searched (and the home's chain walked, block by block, while its blocks
  * are here), then the answers checked against the configuration and the
  * lease once for the group. No continuation, no loop pass: the misses of
@@ -184,6 +185,9 @@ int farm_ht_get_first(farm_ht *h, farm_loop *loop, const void *key,
  * arguments, or the loop is not attached), -E2BIG (@n too large).
  */
 #define FARM_HT_BATCH_MAX 64u
+/* Pairs prefetched ahead of the one being searched (the group of G-Opt):
+ * a call of more keys keeps this many misses on their way throughout. */
+#define FARM_HT_BATCH_AHEAD 16u
 struct farm_ht_lkey {
 	const void *key;   /* in */
 	uint32_t klen;     /* in */

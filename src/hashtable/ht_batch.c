@@ -141,12 +141,21 @@ int farm_ht_get_local_batch(farm_ht *h, farm_loop *loop,
 	if (rc)
 		return rc;
 	uint64_t cfg = farm_as_config_id(h->as);
-	for (unsigned i = 0; i < n; i++)
+	/* A rolling window: key i + AHEAD is hashed and its pair prefetched
+	 * right after key i is answered, so AHEAD pairs are always on their
+	 * way and one key's hashing and search overlap the others' misses,
+	 * where a group prefetched whole and then drained leaves the memory
+	 * system idle while the last pairs are searched. */
+	unsigned ahead = n < FARM_HT_BATCH_AHEAD ? n : FARM_HT_BATCH_AHEAD;
+	for (unsigned i = 0; i < ahead; i++)
 		batch_prep(h, l, &keys[i]);
 	uint32_t span = farm_ht_batch_bytes(h);
-	for (unsigned i = 0; i < n; i++)
+	for (unsigned i = 0; i < n; i++) {
 		if (keys[i].lp)
 			batch_probe(h, l, &keys[i], scratch + (size_t)i * span);
+		if (i + ahead < n)
+			batch_prep(h, l, &keys[i + ahead]);
+	}
 	/* As get_buckets: a configuration change since the pairs were found
 	 * may have moved a shard (the old copy may be stale). The fence
 	 * orders the copies' loads before the id's; it pairs with the
