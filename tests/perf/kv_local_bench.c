@@ -7,9 +7,10 @@
  *     machine's own shard (the API path with no fabric);
  *   - the plain local loop: machine 0 looks up keys of its own shard
  *     straight from its memory in calls of 64 keys, the store's batched
- *     local lookup (farm_ht_get_local_batch: each key hashed and its
- *     bucket pair prefetched 16 keys ahead, the limit's number in flight,
- *     then the pair copied, validated and matched as farm_ht_get does; a
+ *     local lookup (farm_ht_get_local_batch: in groups of 16 keys, the
+ *     limit's number in flight, each key hashed and its bucket pair
+ *     prefetched, then each pair copied, validated and matched as
+ *     farm_ht_get does; a
  *     key it does not resolve there takes the store's full
  *     lookup), no loop, no continuations;
  *   - the limit in the same run (bench/lib/memlimit.h) that the plain loop

@@ -76,10 +76,10 @@ static long kl_scan_from(struct mach *m, const void *key, uint32_t klen,
 
 /* The plain loop's state: the store's batched local lookup
  * (farm_ht_get_local_batch: hash, prefetch, copy, validate, match) on
- * calls of PLAIN_CALL keys, with PLAIN_BATCH pairs prefetched ahead, the
+ * calls of PLAIN_CALL keys, in groups of PLAIN_BATCH prefetched together, the
  * limit's number in flight. */
 #define PLAIN_CALL FARM_HT_BATCH_MAX
-_Static_assert(FARM_HT_BATCH_AHEAD == PLAIN_BATCH,
+_Static_assert(FARM_HT_BATCH_GROUP == PLAIN_BATCH,
                "the plain loop has the limit's number in flight");
 struct plain {
 	struct mach *m;
