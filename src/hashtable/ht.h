@@ -165,13 +165,14 @@ int farm_ht_get_first(farm_ht *h, farm_loop *loop, const void *key,
 /*
  * farm_ht_get_local_batch() - up to FARM_HT_BATCH_MAX lookups of keys in
  * this machine's shards, done now, in the group-prefetch shape of G-Opt
- * (Kalia et al., NSDI'15) over the lock-free read farm_ht_get does: every
- * key hashed and its bucket pair prefetched first, then each pair copied
- * line-atomically, validated (per-line versions, joint version) and
- * searched (and the home's chain walked, block by block, while its blocks
- * are here), then the answers checked against the configuration and the
- * lease once for the group. No continuation, no loop pass: the misses of
- * the group overlap instead of one lookup's each.
+ * (Kalia et al., NSDI'15) over the lock-free read farm_ht_get does, in
+ * groups of FARM_HT_BATCH_GROUP keys: every key of a group hashed and its
+ * bucket pair prefetched first, then each pair copied line-atomically,
+ * validated (per-line versions, joint version) and searched (and the home's
+ * chain walked, block by block, while its blocks are here), then the answers
+ * checked against the configuration and the lease once for the group. No
+ * continuation, no loop pass: the misses of the group overlap instead of one
+ * lookup's each.
  *
  * Each @keys[i] gets its status: 0 (found: @val, @vlen name the value, in
  * @scratch, valid until @scratch is reused), -ENOENT (in neither bucket nor
@@ -184,6 +185,9 @@ int farm_ht_get_first(farm_ht *h, farm_loop *loop, const void *key,
  * arguments, or the loop is not attached), -E2BIG (@n too large).
  */
 #define FARM_HT_BATCH_MAX 64u
+/* Keys whose pairs are prefetched together (G-Opt's group): a call of more
+ * keys takes them a group at a time, never more pairs on their way. */
+#define FARM_HT_BATCH_GROUP 16u
 struct farm_ht_lkey {
 	const void *key;   /* in */
 	uint32_t klen;     /* in */

@@ -161,7 +161,7 @@ static void get_found_pair(struct get_op *g, unsigned slot, const uint8_t *hdr)
 	uint32_t off = 8 + g->h->K;
 	if (!(hdr[0] & SLOT_INDIRECT)) {
 		uint32_t vl = slot_vlen(hdr);
-		farm_ht_pair_slot_read(g->h, g->img, slot, off, vl, g->img);
+		farm_ht_pair_val_read(g->h, g->img, slot, vl, g->img);
 		get_end(g, 0, g->img, vl);
 		return;
 	}
@@ -476,7 +476,7 @@ static void first_found(struct first_op *f, unsigned slot, const uint8_t *hdr)
 	uint32_t off = 8 + h->K;
 	if (!(hdr[0] & SLOT_INDIRECT)) {
 		uint32_t vl = slot_vlen(hdr);
-		farm_ht_pair_slot_read(h, f->img, slot, off, vl, f->img);
+		farm_ht_pair_val_read(h, f->img, slot, vl, f->img);
 		first_end(f, 0, f->img, vl);
 		return;
 	}

@@ -105,6 +105,9 @@ struct ht_smap {
 	uint8_t npieces;
 	uint16_t key_at[3];
 	uint8_t key_n[3];
+	uint8_t nvpieces; /* 0: the value area is in more than 3 pieces */
+	uint16_t val_at[3];
+	uint8_t val_n[3];
 };
 
 struct farm_ht {
@@ -265,6 +268,11 @@ int farm_ht_pair_find(const farm_ht *h, const uint8_t *img, const void *key,
  * only toward its start). */
 void farm_ht_pair_slot_read(const farm_ht *h, const uint8_t *img, unsigned slot,
                             uint32_t off, uint32_t n, void *out);
+/* The first @n bytes of slot @slot's inline value, as
+ * farm_ht_pair_slot_read(h, img, slot, 8 + K, n, out) but by the map
+ * farm_ht_pair_map made (no line arithmetic per lookup). */
+void farm_ht_pair_val_read(const farm_ht *h, const uint8_t *img, unsigned slot,
+                           uint32_t n, void *out);
 void farm_ht_img_read(const uint8_t *obj, uint32_t off, uint32_t n, void *out);
 /* The home bucket's overflow chain pointer. */
 farm_fatptr farm_ht_pair_overflow(const uint8_t *img);

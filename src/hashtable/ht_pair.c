@@ -76,6 +76,18 @@ void farm_ht_pair_map(farm_ht *h)
 			o += k;
 			n -= k;
 		}
+		m->nvpieces = 0;
+		uint32_t o = off + 8 + h->K, n = h->V;
+		for (; n && m->nvpieces < 3;) {
+			uint32_t at = img_off(o), room = 64u - at % 64u;
+			uint32_t k = n < room ? n : room;
+			m->val_at[m->nvpieces] = (uint16_t)(base + at);
+			m->val_n[m->nvpieces++] = (uint8_t)k;
+			o += k;
+			n -= k;
+		}
+		if (n)
+			m->nvpieces = 0; /* longer: farm_ht_pair_slot_read */
 	}
 }
 
@@ -135,6 +147,23 @@ void farm_ht_pair_slot_read(const farm_ht *h, const uint8_t *img, unsigned slot,
 	const uint8_t *obj = img + (slot < h->spb ? 0 : 64u * h->bucket_lines);
 	farm_ht_img_read(obj, BKT_HDR + (slot % h->spb) * h->slot_bytes + off,
 	                 n, out);
+}
+
+void farm_ht_pair_val_read(const farm_ht *h, const uint8_t *img, unsigned slot,
+                           uint32_t n, void *out)
+{
+	const struct ht_smap *m = &h->smap[slot];
+	if (!m->nvpieces || n > h->V) {
+		farm_ht_pair_slot_read(h, img, slot, 8 + h->K, n, out);
+		return;
+	}
+	uint8_t *o = out;
+	for (unsigned p = 0; p < m->nvpieces && n; p++) {
+		uint32_t k = n < m->val_n[p] ? n : m->val_n[p];
+		memmove(o, img + m->val_at[p], k); /* may be the image's own */
+		o += k;
+		n -= k;
+	}
 }
 
 farm_fatptr farm_ht_pair_overflow(const uint8_t *img)

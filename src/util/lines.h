@@ -52,6 +52,15 @@ static inline bool farm_lines_copy(uint8_t *dst, const uint8_t *src, size_t len,
                                    unsigned max_tries)
 {
 	bool ok = true;
+	if (((uintptr_t)src | len) % FARM_CL == 0) {
+		/* Whole lines (objects, bucket pairs): each copy of a
+		 * constant size, no bounds to work out. */
+		for (size_t o = 0; o < len; o += FARM_CL)
+			ok &= farm_line_copy(
+			        dst + o, src + o, FARM_CL,
+			        (const _Atomic uint64_t *)(src + o), max_tries);
+		return ok;
+	}
 	const uint8_t *p = src, *end = src + len;
 	while (p < end) {
 		const uint8_t *line =

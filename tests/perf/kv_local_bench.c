@@ -6,10 +6,12 @@
  *   - uniform C through the API (farm_kv_get), and C on the keys of the
  *     machine's own shard (the API path with no fabric);
  *   - the plain local loop: machine 0 looks up keys of its own shard
- *     straight from its memory in groups of 16, the store's batched local
- *     lookup (farm_ht_get_local_batch: hash every key, prefetch every
- *     bucket pair, then copy, validate and match each pair as farm_ht_get
- *     does; a key it does not resolve there takes the store's full
+ *     straight from its memory in calls of 64 keys, the store's batched
+ *     local lookup (farm_ht_get_local_batch: in groups of 16 keys, the
+ *     limit's number in flight, each key hashed and its bucket pair
+ *     prefetched, then each pair copied, validated and matched as
+ *     farm_ht_get does; a
+ *     key it does not resolve there takes the store's full
  *     lookup), no loop, no continuations;
  *   - the limit in the same run (bench/lib/memlimit.h) that the plain loop
  *     is compared with, per second of CPU time on both sides;

@@ -75,8 +75,12 @@ static long kl_scan_from(struct mach *m, const void *key, uint32_t klen,
 /* ---- the plain loop ------------------------------------------------------ */
 
 /* The plain loop's state: the store's batched local lookup
- * (farm_ht_get_local_batch: hash, prefetch every pair, copy, validate,
- * match) on groups of PLAIN_BATCH keys. */
+ * (farm_ht_get_local_batch: hash, prefetch, copy, validate, match) on
+ * calls of PLAIN_CALL keys, in groups of PLAIN_BATCH prefetched together, the
+ * limit's number in flight. */
+#define PLAIN_CALL FARM_HT_BATCH_MAX
+_Static_assert(FARM_HT_BATCH_GROUP == PLAIN_BATCH,
+               "the plain loop has the limit's number in flight");
 struct plain {
 	struct mach *m;
 	farm_ht *ht;
@@ -120,10 +124,10 @@ static void plain_fallback(struct plain *p, struct fb *f, unsigned n,
 		(void)farm_loop_poll(p->m->loop);
 }
 
-/* One group: PLAIN_BATCH keys of the stream, looked up together. */
+/* One call: PLAIN_CALL keys of the stream, looked up together. */
 static void plain_batch(struct plain *p, uint64_t *gen)
 {
-	enum { B = PLAIN_BATCH };
+	enum { B = PLAIN_CALL };
 	struct farm_ht_lkey lk[B];
 	uint32_t kk[B];
 	uint8_t key[B][KLEN_MAX];
@@ -171,7 +175,7 @@ static int plain_open(struct plain *p, struct mach *m)
 		fprintf(stderr, PROG ": machine %u: shard not local\n", m->id);
 		return -EINVAL;
 	}
-	p->scratch = aligned_alloc(64, (size_t)PLAIN_BATCH *
+	p->scratch = aligned_alloc(64, (size_t)PLAIN_CALL *
 	                                       farm_ht_batch_bytes(p->ht));
 	return p->scratch ? 0 : -ENOMEM;
 }
@@ -199,7 +203,7 @@ static int kl_plain(struct mach *m, uint64_t dur)
 	r->nsamp = 0;
 	while (now - t0 < dur) {
 		plain_batch(&p, &gen);
-		n += PLAIN_BATCH;
+		n += PLAIN_CALL;
 		now = bu_now_ns();
 	}
 	free(p.scratch);
