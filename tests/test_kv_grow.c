@@ -40,16 +40,17 @@
 #error "FARM_SOURCE_DIR must name the source tree (for scripts/zk-local)"
 #endif
 
-#define NM         NP_NM
-#define NGROW      3u /* machines that join late and grow: 3 -> 6 */
-#define NALLM      (NM + NGROW)
-#define KV_SHARDS  8u /* per original machine: 24 shards, 4 per machine at 6 */
+#define NM        NP_NM
+#define NGROW     3u /* machines that join late and grow: 3 -> 6 */
+#define NALLM     (NM + NGROW)
+#define KV_SHARDS 16u /* per original machine: 48 shards, 8 per machine at 6 \
+	               */
 #define NSHARDS    (NM * KV_SHARDS)
 #define SPREAD_MIN 1u
 #define SPREAD_MAX (3u * NSHARDS / NALLM)
 #define RSIZE      "8M"
-#define NBUCKETS   512u /* per machine, shared among its shards */
-#define NKEYS      64u  /* per writing machine */
+#define NBUCKETS   1024u /* per machine, shared among its shards */
+#define NKEYS      64u   /* per writing machine */
 #define SESSION_MS 4000
 #define LEASE_US   200000u
 #define JOIN_MS    60000
@@ -76,6 +77,7 @@ struct state_report {
 struct run_report {
 	uint64_t gets, gets_ok, puts, puts_ok, retryable, fatal;
 	int first_fatal;
+	char first_fatal_op; /* 'p' put, 'g' get */
 	uint64_t gap_max_ns;
 	uint64_t acked[NKEYS], tried[NKEYS];
 };
@@ -134,7 +136,7 @@ static void report_state(struct ch *c, struct state_report *s)
 		s->primaries += hl[i].role == FARM_AS_PRIMARY;
 }
 
-static void tally(struct ch *c, int rc)
+static void tally(struct ch *c, int rc, char op)
 {
 	if (!rc || rc == -ENOENT)
 		return;
@@ -142,8 +144,12 @@ static void tally(struct ch *c, int rc)
 		c->r.retryable++;
 		return;
 	}
-	if (!c->r.fatal++)
+	if (!c->r.fatal++) {
 		c->r.first_fatal = rc;
+		c->r.first_fatal_op = op;
+		fprintf(stderr, "m%u: %s: %s\n", c->id,
+		        op == 'p' ? "put" : "get", farm_strerror(rc));
+	}
 }
 
 /* One put of this machine's key @j (writers), one get of any key. */
@@ -164,7 +170,7 @@ static void step(struct ch *c, uint64_t *last_ok)
 			c->r.puts_ok++;
 			c->r.acked[j] = seq;
 		}
-		tally(c, rc);
+		tally(c, rc, 'p');
 	}
 	uint32_t m = (uint32_t)(rnd(&c->np.rng) % NM);
 	uint32_t j = (uint32_t)(rnd(&c->np.rng) % NKEYS);
@@ -178,7 +184,7 @@ static void step(struct ch *c, uint64_t *last_ok)
 			c->r.gap_max_ns = now - *last_ok;
 		*last_ok = now;
 	}
-	tally(c, rc);
+	tally(c, rc, 'g');
 }
 
 static int fin_read(struct ch *c)
@@ -479,8 +485,9 @@ static void test_grow_3_to_6(void **state)
 		       rr[m].retryable, (double)rr[m].gap_max_ns / 1e6);
 		if (rr[m].fatal) {
 			printf("machine %u: %" PRIu64 " errors not retryable, "
-			       "the first %s\n",
+			       "the first a %s's %s\n",
 			       m, rr[m].fatal,
+			       rr[m].first_fatal_op == 'p' ? "put" : "get",
 			       farm_strerror(rr[m].first_fatal));
 			fatal++;
 		}
