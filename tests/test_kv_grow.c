@@ -40,11 +40,11 @@
 #error "FARM_SOURCE_DIR must name the source tree (for scripts/zk-local)"
 #endif
 
-#define NM        NP_NM
-#define NGROW     3u /* machines that join late and grow: 3 -> 6 */
-#define NALLM     (NM + NGROW)
-#define KV_SHARDS 16u /* per original machine: 48 shards, 8 per machine at 6 \
-	               */
+#define NM    NP_NM
+#define NGROW 3u /* machines that join late and grow: 3 -> 6 */
+#define NALLM (NM + NGROW)
+/* Shards per original machine: 48 in all, 8 per machine once grown. */
+#define KV_SHARDS  16u
 #define NSHARDS    (NM * KV_SHARDS)
 #define SPREAD_MIN 1u
 #define SPREAD_MAX (3u * NSHARDS / NALLM)
@@ -430,6 +430,69 @@ static void check_final(const struct run_report *rr, const struct fin_report *f,
 		}
 }
 
+/* The figures of every machine, and its checks; the failed checks'
+ * counts in @out: bad reads, machines with a fatal error, machines off
+ * the spread. */
+struct verdict {
+	unsigned bad, fatal, spread_bad;
+	uint64_t gap_max;
+	unsigned smin, smax, pmin, pmax;
+};
+
+static void report_machine(unsigned m, const struct state_report *s,
+                           const struct run_report *rr, struct verdict *v)
+{
+	printf("machine %u: %u shards, primary of %u of %u regions held; "
+	       "gets %" PRIu64 " (%" PRIu64 " answered), puts %" PRIu64
+	       " (%" PRIu64 " acknowledged), retryable errors %" PRIu64
+	       ", longest gap between answered gets %.1f ms\n",
+	       m, s->shards, s->primaries, s->regions, rr->gets, rr->gets_ok,
+	       rr->puts, rr->puts_ok, rr->retryable,
+	       (double)rr->gap_max_ns / 1e6);
+	if (rr->fatal) {
+		printf("machine %u: %" PRIu64 " errors not retryable, the "
+		       "first a %s's %s\n",
+		       m, rr->fatal, rr->first_fatal_op == 'p' ? "put" : "get",
+		       farm_strerror(rr->first_fatal));
+		v->fatal++;
+	}
+	v->gap_max = FARM_MAX(v->gap_max, rr->gap_max_ns);
+	v->smin = FARM_MIN(v->smin, s->shards);
+	v->smax = FARM_MAX(v->smax, s->shards);
+	v->pmin = FARM_MIN(v->pmin, s->primaries);
+	v->pmax = FARM_MAX(v->pmax, s->primaries);
+	v->spread_bad += s->shards < SPREAD_MIN || s->shards > SPREAD_MAX ||
+	                 !s->primaries || !rr->gets_ok;
+}
+
+/* Stop the workload everywhere, then read every key on every machine. */
+static void stop_and_check(const struct state_report *s, struct verdict *v)
+{
+	struct run_report *rr = calloc(NALLM, sizeof(*rr));
+	struct fin_report *f = calloc(1, sizeof(*f));
+	assert_non_null(rr);
+	assert_non_null(f);
+	for (unsigned m = 0; m < NALLM; m++) {
+		unsigned i;
+		struct np_cluster *c = cl_of(m, &i);
+		np_send(c, i, 'S');
+		np_expect(c, i, 'S', 30000);
+		np_recv(c, i, &rr[m], sizeof(rr[m]), 1000);
+	}
+	*v = (struct verdict){.smin = UINT32_MAX, .pmin = UINT32_MAX};
+	for (unsigned m = 0; m < NALLM; m++) {
+		unsigned i;
+		struct np_cluster *c = cl_of(m, &i);
+		np_send(c, i, 'F');
+		np_expect(c, i, 'F', 120000);
+		np_recv(c, i, f, sizeof(*f), 1000);
+		check_final(rr, f, m, &v->bad);
+		report_machine(m, &s[m], &rr[m], v);
+	}
+	free(rr);
+	free(f);
+}
+
 static void test_grow_3_to_6(void **state)
 {
 	(void)state;
@@ -453,58 +516,13 @@ static void test_grow_3_to_6(void **state)
 	for (unsigned g = 0; g < NGROW; g++)
 		(void)join_and_grow(g);
 	settle(s);
-	/* Stop the workload everywhere, then read every key everywhere. */
-	struct run_report *rr = calloc(NALLM, sizeof(*rr));
-	struct fin_report *f = calloc(1, sizeof(*f));
-	assert_non_null(rr);
-	assert_non_null(f);
-	for (unsigned m = 0; m < NALLM; m++) {
-		unsigned i;
-		struct np_cluster *c = cl_of(m, &i);
-		np_send(c, i, 'S');
-		np_expect(c, i, 'S', 30000);
-		np_recv(c, i, &rr[m], sizeof(rr[m]), 1000);
-	}
-	unsigned bad = 0, fatal = 0, spread_bad = 0;
-	uint64_t gap_max = 0;
-	unsigned smin = UINT32_MAX, smax = 0, pmin = UINT32_MAX, pmax = 0;
-	for (unsigned m = 0; m < NALLM; m++) {
-		unsigned i;
-		struct np_cluster *c = cl_of(m, &i);
-		np_send(c, i, 'F');
-		np_expect(c, i, 'F', 120000);
-		np_recv(c, i, f, sizeof(*f), 1000);
-		check_final(rr, f, m, &bad);
-		printf("machine %u: %u shards, primary of %u of %u regions "
-		       "held; gets %" PRIu64 " (%" PRIu64 " answered), puts "
-		       "%" PRIu64 " (%" PRIu64 " acknowledged), retryable "
-		       "errors %" PRIu64 ", longest gap between answered gets "
-		       "%.1f ms\n",
-		       m, s[m].shards, s[m].primaries, s[m].regions, rr[m].gets,
-		       rr[m].gets_ok, rr[m].puts, rr[m].puts_ok,
-		       rr[m].retryable, (double)rr[m].gap_max_ns / 1e6);
-		if (rr[m].fatal) {
-			printf("machine %u: %" PRIu64 " errors not retryable, "
-			       "the first a %s's %s\n",
-			       m, rr[m].fatal,
-			       rr[m].first_fatal_op == 'p' ? "put" : "get",
-			       farm_strerror(rr[m].first_fatal));
-			fatal++;
-		}
-		gap_max = FARM_MAX(gap_max, rr[m].gap_max_ns);
-		smin = FARM_MIN(smin, s[m].shards);
-		smax = FARM_MAX(smax, s[m].shards);
-		pmin = FARM_MIN(pmin, s[m].primaries);
-		pmax = FARM_MAX(pmax, s[m].primaries);
-		spread_bad += s[m].shards < SPREAD_MIN ||
-		              s[m].shards > SPREAD_MAX || !s[m].primaries ||
-		              !rr[m].gets_ok;
-	}
+	struct verdict v;
+	stop_and_check(s, &v);
 	printf("kv_grow: %u shards over %u machines: %u to %u each (even: "
 	       "%u; bound %u..%u); region primaries %u to %u each; longest "
 	       "lookup gap %.1f ms; %u bad reads; %.1f s\n",
-	       NSHARDS, NALLM, smin, smax, NSHARDS / NALLM, SPREAD_MIN,
-	       SPREAD_MAX, pmin, pmax, (double)gap_max / 1e6, bad,
+	       NSHARDS, NALLM, v.smin, v.smax, NSHARDS / NALLM, SPREAD_MIN,
+	       SPREAD_MAX, v.pmin, v.pmax, (double)v.gap_max / 1e6, v.bad,
 	       (double)(np_now_ns() - t0) / 1e9);
 	for (unsigned m = 0; m < NALLM; m++) {
 		unsigned i;
@@ -520,14 +538,12 @@ static void test_grow_3_to_6(void **state)
 	for (unsigned m = 0; m < NALLM; m++)
 		if (st[m])
 			printf("machine %u exited %d\n", m, st[m]);
-	free(rr);
-	free(f);
 	for (unsigned m = 0; m < NALLM; m++)
 		assert_int_equal(st[m], 0);
-	assert_int_equal(fatal, 0);
-	assert_int_equal(bad, 0);
-	assert_int_equal(spread_bad, 0);
-	assert_true(gap_max < GAP_MAX_MS * 1000000ull);
+	assert_int_equal(v.fatal, 0);
+	assert_int_equal(v.bad, 0);
+	assert_int_equal(v.spread_bad, 0);
+	assert_true(v.gap_max < GAP_MAX_MS * 1000000ull);
 }
 
 static int teardown(void **state)
