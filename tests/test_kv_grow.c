@@ -1,7 +1,7 @@
 /*
  * The KV store grows with the cluster: 3 machine processes joined through
- * a real ZooKeeper (scripts/zk-local), 3 replicas, growth on (the
- * default), a store of KV_SHARDS shards per machine, each in a region of
+ * a real ZooKeeper (scripts/zk-local), 3 replicas, growth on (config
+ * grow = 1), a store of KV_SHARDS shards per machine, each in a region of
  * its own. Every machine runs a workload from the start: the first three
  * put their own keys (values that only grow: a put's sequence number) and
  * every machine gets keys of every shard, each operation blocking, in a

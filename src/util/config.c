@@ -33,9 +33,6 @@ void farm_config_defaults(struct farm_config *c)
 	 * cluster's life. */
 	c->reuse_ids = true;
 	c->kv_shards = 1;
-	/* A machine that joins a formed cluster takes over part of the
-	 * work: without it a late machine only ever backs up. */
-	c->grow = true;
 }
 
 int farm_parse_size(const char *s, uint64_t *out)
