@@ -3,7 +3,7 @@
 #
 #   fault_campaign.sh [--continuous | --per-scenario] [--build DIR]
 #                     [--cycles N] [--seed S] [--faults F,F,...] [--out DIR]
-#                     [--grow] [--timeout SEC] [--list] [--help]
+#                     [--grow | --no-grow] [--timeout SEC] [--list] [--help]
 #
 # --timeout: the whole run's limit (--continuous; default 300 s + 60 s a
 # cycle), or each cycle's (--per-scenario; default 300 s).
@@ -113,6 +113,7 @@ while [ $# -gt 0 ]; do
 	--per-scenario) mode=per-scenario; shift ;;
 	--faults) faults_opt=${2:?}; shift 2 ;;
 	--grow) grow=1; shift ;;
+	--no-grow) grow=no; shift ;;
 	--help | -h) usage; exit 0 ;;
 	*) echo "$prog: unknown argument '$1' (see --help)" >&2; exit 2 ;;
 	esac
@@ -147,6 +148,7 @@ if [ $mode = continuous ]; then
 	args=(--cycles "$cycles" --seed "$seed")
 	[ -n "$faults_opt" ] && args+=(--faults "$faults_opt")
 	[ "$grow" = 1 ] && args+=(--grow)
+	[ "$grow" = no ] && args+=(--no-grow)
 	# The cycle lines as they come; the whole output in the log.
 	timeout -k 10 "$timeout_s" "$bin" "${args[@]}" 2>&1 | tee "$log" |
 		grep --line-buffered -E '^\[[0-9]+/[0-9]+\] '

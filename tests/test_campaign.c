@@ -166,7 +166,8 @@ static bool opt_use[F_COUNT];
  * (a reproducer), instead of shuffled rounds. */
 static bool opt_order;
 /* --grow: late machines grow into ordinary members (config grow): full
- * replication then also waits until none is late. */
+ * replication then also waits until none is late. --no-grow (the
+ * default): they stay late backups. */
 static bool opt_grow;
 /* --reuse: a replacement takes the id of the machine it replaces (config
  * reuse_ids), as a new incarnation; --old-ids: the old id rule (reuse_ids
@@ -2377,7 +2378,8 @@ static void usage(FILE *out)
 	        "commit by the view\n  before the current one "
 	        "(FARM_FP_REC_PREV_RING; the bug seed 1128 found).\n"
 	        "  --grow: machines that join late grow into ordinary "
-	        "members (config grow).\n"
+	        "members (config grow;\n  --no-grow, the default: they "
+	        "stay late backups).\n"
 	        "  --reuse: a killed machine is replaced under its own id "
 	        "(config reuse_ids),\n  a new incarnation; with --old-ids "
 	        "the old rule (reuse_ids off) must refuse it;\n  with "
@@ -2413,6 +2415,7 @@ int main(int argc, char **argv)
 	                                   {"help", 0, NULL, 'h'},
 	                                   {"prev-ring", 0, NULL, 'p'},
 	                                   {"grow", 0, NULL, 'g'},
+	                                   {"no-grow", 0, NULL, 'G'},
 	                                   {"reuse", 0, NULL, 'r'},
 	                                   {"old-ids", 0, NULL, 'O'},
 	                                   {"broken-removed", 0, NULL, 'D'},
@@ -2457,6 +2460,7 @@ int main(int argc, char **argv)
 			break;
 		case 'o': opt_order = true; break;
 		case 'g': opt_grow = true; break;
+		case 'G': opt_grow = false; break;
 		case 'r': opt_reuse = true; break;
 		case 'O': opt_old_ids = true; break;
 		case 'D':

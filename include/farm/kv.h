@@ -53,6 +53,12 @@ struct farm_kv_attr {
 	uint32_t key_inline;   /* key bytes kept in a slot, 8..64 (0: 16) */
 	uint32_t val_inline;   /* value bytes kept in a slot, 24..1024 (0: 32);
 	                          larger values live in an object of their own */
+	/* Shards each machine makes when the store is made, each in a region
+	 * of its own (0: the machine's kv_shards setting, default 1). Every
+	 * machine must give the same; machines x shards at most 256. More
+	 * shards than machines let the store's serving spread over machines
+	 * that join later (growth moves a shard with its region). */
+	unsigned shards_per_machine;
 };
 
 /*
@@ -76,10 +82,11 @@ FARM_API FARM_MUST_CHECK int farm_kv_attach(farm_kv *kv, farm_loop *loop);
 FARM_API void farm_kv_detach(farm_kv *kv, farm_loop *loop);
 
 /*
- * farm_kv_join_sync() - make this machine's shard, learn the other
+ * farm_kv_join_sync() - make this machine's shards, learn the other
  * @nmachines - 1 machines' (machine ids 0..@nmachines - 1, all in the
  * view), install the list. Drives @loop, at most @timeout_ms. Returns 0;
- * -EINVAL (bad arguments, @nmachines 0 or above FARM_NODE_MAX_MACHINES);
+ * -EINVAL (bad arguments, @nmachines 0, or @nmachines times the shards
+ * per machine above 256; a peer that makes another number of shards);
  * -ETIMEDOUT; the allocator's or a peer's error.
  */
 FARM_API FARM_MUST_CHECK int farm_kv_join_sync(farm_kv *kv, farm_loop *loop,
@@ -219,9 +226,10 @@ farm_kv_mget_sync_timed(farm_kv *kv, farm_loop *loop, unsigned n,
 /* ---- iteration ----------------------------------------------------------- */
 
 /*
- * farm_kv_iterate_local() - the pairs of this machine's shard, read in
- * place: @fn gets each key and value (valid during the call) and returns
- * false to stop. A consistent view only while no write runs on the shard.
+ * farm_kv_iterate_local() - the pairs of the shards this machine serves
+ * (the primary of their bucket regions), read in place: @fn gets each key
+ * and value (valid during the call) and returns false to stop. A
+ * consistent view only while no write runs on the shards.
  * Pairs kept in an object of their own (values longer than val_inline,
  * keys longer than key_inline) are visited too (their object read in
  * place); directory entries are visited as pairs whose key starts with

@@ -306,6 +306,57 @@ int farm_galloc_alloc_array(farm_galloc *g, farm_loop *loop, uint64_t elem_size,
 	return galloc_start(g, loop, elem_size, n, hint, cont, ctx);
 }
 
+/* A region made for one array (farm_galloc_alloc_array_alone): handed to
+ * the block allocator at once, then the array allocated with a hint in it,
+ * so the array is the region's first run whatever else is pooled. */
+static void alone_made(farm_loop *loop, void *ctx, int status, uint32_t id)
+{
+	struct galloc_op *op = ctx;
+	farm_galloc *g = op->g;
+	if (status) {
+		op_post(loop, op, status, FARM_GADDR_NULL);
+		return;
+	}
+	enum farm_as_role role;
+	farm_region *r = farm_as_local_region(g->as, id, &role);
+	if (!r || role != FARM_AS_PRIMARY) {
+		op_post(loop, op, FARM_ECORRUPT, FARM_GADDR_NULL);
+		return;
+	}
+	struct farm_alloc_region ar = {.id = id,
+	                               .base = farm_region_base(r),
+	                               .size = farm_region_size(r)};
+	int rc = farm_blockalloc_add_region(g->ba, &ar);
+	if (rc) {
+		op_post(loop, op, rc, FARM_GADDR_NULL);
+		return;
+	}
+	atomic_fetch_add(&g->regions_added, 1);
+	op->hint = farm_gaddr_make(id, 0);
+	op->retries = MAX_RETRY; /* never another region: this one or fail */
+	op_try(loop, op);
+}
+
+int farm_galloc_alloc_array_alone(farm_galloc *g, farm_loop *loop,
+                                  uint64_t elem_size, uint64_t n,
+                                  farm_galloc_fn cont, void *ctx)
+{
+	if (!g || !loop || !cont || elem_size == 0 || n == 0)
+		return -EINVAL;
+	struct galloc_op *op = calloc(1, sizeof(*op));
+	if (!op)
+		return -ENOMEM;
+	*op = (struct galloc_op){
+	        .g = g, .size = elem_size, .n = n, .cont = cont, .ctx = ctx};
+	atomic_fetch_add(&g->region_waits, 1);
+	/* Near nothing: a random ring, so arrays made this way are placed
+	 * independently of each other. */
+	int rc = farm_as_region_alloc(g->as, loop, 0, alone_made, op);
+	if (rc)
+		free(op);
+	return rc;
+}
+
 /* ---- frees --------------------------------------------------------------- */
 
 struct free_op {

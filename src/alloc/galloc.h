@@ -69,6 +69,18 @@ int farm_galloc_alloc(farm_galloc *g, farm_loop *loop, uint64_t size,
 int farm_galloc_alloc_array(farm_galloc *g, farm_loop *loop, uint64_t elem_size,
                             uint64_t n, farm_gaddr hint, farm_galloc_fn cont,
                             void *ctx);
+/*
+ * farm_galloc_alloc_array_alone() - an array as farm_galloc_alloc_array
+ * makes, in a region made for it (this machine its primary), so that who
+ * serves the array follows that region's placement alone: a KV shard's
+ * buckets move to a machine that grows into the region's primary without
+ * taking other shards with them. Other allocations may later use the
+ * region's free space. Errors: as farm_galloc_alloc and
+ * farm_as_region_alloc's.
+ */
+int farm_galloc_alloc_array_alone(farm_galloc *g, farm_loop *loop,
+                                  uint64_t elem_size, uint64_t n,
+                                  farm_galloc_fn cont, void *ctx);
 /* Free the object at @a, here or on its owner. */
 int farm_galloc_free(farm_galloc *g, farm_loop *loop, farm_gaddr a,
                      farm_op_fn cont, void *ctx);

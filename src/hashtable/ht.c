@@ -284,8 +284,8 @@ static void shard_made(farm_loop *loop, void *ctx, int status, farm_gaddr a)
 	mk_chunk(c);
 }
 
-int farm_ht_make_shard(farm_ht *h, farm_loop *loop, uint32_t nbuckets,
-                       farm_ht_shard_fn cont, void *ctx)
+static int make_shard(farm_ht *h, farm_loop *loop, uint32_t nbuckets,
+                      bool alone, farm_ht_shard_fn cont, void *ctx)
 {
 	if (!h || !loop || !cont || nbuckets == 0)
 		return -EINVAL;
@@ -296,12 +296,27 @@ int farm_ht_make_shard(farm_ht *h, farm_loop *loop, uint32_t nbuckets,
 	        .h = h, .loop = loop, .nb = nbuckets, .cont = cont, .ctx = ctx};
 	/* nbuckets + 1: the last home's neighbour. Fresh array elements are
 	 * allocated objects of version 0 with zero data: empty buckets. */
-	int rc = farm_galloc_alloc_array(h->ga, loop, 64ull * h->bucket_lines,
-	                                 (uint64_t)nbuckets + 1,
-	                                 FARM_GADDR_NULL, shard_made, c);
+	uint64_t esz = 64ull * h->bucket_lines, n = (uint64_t)nbuckets + 1;
+	int rc =
+	        alone ? farm_galloc_alloc_array_alone(h->ga, loop, esz, n,
+	                                              shard_made, c)
+	              : farm_galloc_alloc_array(h->ga, loop, esz, n,
+	                                        FARM_GADDR_NULL, shard_made, c);
 	if (rc)
 		free(c);
 	return rc;
+}
+
+int farm_ht_make_shard(farm_ht *h, farm_loop *loop, uint32_t nbuckets,
+                       farm_ht_shard_fn cont, void *ctx)
+{
+	return make_shard(h, loop, nbuckets, false, cont, ctx);
+}
+
+int farm_ht_make_shard_alone(farm_ht *h, farm_loop *loop, uint32_t nbuckets,
+                             farm_ht_shard_fn cont, void *ctx)
+{
+	return make_shard(h, loop, nbuckets, true, cont, ctx);
 }
 
 int farm_ht_set_shards(farm_ht *h, const struct farm_ht_shard *sd, unsigned n)

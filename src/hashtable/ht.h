@@ -81,6 +81,12 @@ typedef void (*farm_ht_shard_fn)(farm_loop *loop, void *ctx, int status,
                                  struct farm_ht_shard sd);
 int farm_ht_make_shard(farm_ht *h, farm_loop *loop, uint32_t nbuckets,
                        farm_ht_shard_fn cont, void *ctx);
+/* The same in a region of its own (farm_galloc_alloc_array_alone): the
+ * shard's serving then moves with that region's primary alone, so shards
+ * spread over machines as regions do (growth moves some to a new
+ * machine). */
+int farm_ht_make_shard_alone(farm_ht *h, farm_loop *loop, uint32_t nbuckets,
+                             farm_ht_shard_fn cont, void *ctx);
 /* The table's shards, in the same order on every machine. */
 int farm_ht_set_shards(farm_ht *h, const struct farm_ht_shard *sd, unsigned n);
 

@@ -123,8 +123,7 @@ static bool iter_bucket(struct iter_walk *w, const struct farm_ht_shard *sd,
 long farm_ht_iterate_local_from(farm_ht *h, unsigned shard, const void *key,
                                 uint32_t klen, farm_ht_iter_fn fn, void *ctx)
 {
-	if (!h || !fn || shard >= h->nshards ||
-	    h->shards[shard].machine != h->me ||
+	if (!h || !fn || shard >= h->nshards || !farm_ht_serves(h, shard) ||
 	    (key && farm_ht_check_key(key, klen)))
 		return -EINVAL;
 	const struct farm_ht_shard *sd = &h->shards[shard];
@@ -150,8 +149,7 @@ long farm_ht_iterate_local_from(farm_ht *h, unsigned shard, const void *key,
 
 int farm_ht_usage_local(farm_ht *h, unsigned shard, struct farm_ht_usage *u)
 {
-	if (!h || !u || shard >= h->nshards ||
-	    h->shards[shard].machine != h->me)
+	if (!h || !u || shard >= h->nshards || !farm_ht_serves(h, shard))
 		return -EINVAL;
 	const struct farm_ht_shard *sd = &h->shards[shard];
 	uint32_t bb = 64u * h->bucket_lines;

@@ -292,16 +292,6 @@ static void batch_start(struct htloop *l, unsigned shard)
 	batch_apply(l, shard);
 }
 
-/* Does this machine hold a backup copy of the region of shard @shard's
- * buckets? */
-static bool copy_here(farm_ht *h, unsigned shard)
-{
-	enum farm_as_role role;
-	farm_region *r = farm_as_local_region(
-	        h->as, farm_gaddr_region(h->shards[shard].base), &role);
-	return r && role == FARM_AS_BACKUP;
-}
-
 void farm_ht_h_op(farm_loop *loop, const farm_msg_in *in, void *arg)
 {
 	farm_ht *h = arg;
@@ -324,7 +314,11 @@ void farm_ht_h_op(farm_loop *loop, const farm_msg_in *in, void *arg)
 		else if (q.shard >= h->nshards)
 			status = -EINVAL;
 		else if (!farm_ht_serves(h, q.shard))
-			status = copy_here(h, q.shard) ? -EAGAIN : -EINVAL;
+			/* The sender's view and ours differ: the shard's
+			 * region is moving here (a backup copy), or moved
+			 * away (growth made another machine its primary and
+			 * may have dropped our copy). Retryable either way. */
+			status = -EAGAIN;
 	}
 	if (status == -EAGAIN) {
 		/* Not ours yet: the sender applied a configuration that

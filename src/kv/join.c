@@ -22,29 +22,44 @@ static void shard_made(farm_loop *loop, void *ctx, int status,
 	w->done = 1;
 }
 
+/* A peer's shards (FARM_MSGT_KV_SHARD): @per descriptors. */
+struct peer_wait {
+	volatile int done;
+	int status;
+	unsigned per;
+	struct farm_ht_shard *sd; /* per of them */
+};
+
 static void shard_reply(farm_loop *loop, void *ctx, int status,
                         const void *reply, uint32_t len)
 {
 	(void)loop;
-	struct wait *w = ctx;
-	if (!status && len != sizeof(w->sd))
+	struct peer_wait *w = ctx;
+	size_t want = w->per * sizeof(w->sd[0]);
+	if (!status && len != want && len % sizeof(w->sd[0]) == 0 && len) {
+		farm_err("kv: a peer made %zu shards, this machine %u: every "
+		         "machine must give the same shards per machine",
+		         len / sizeof(w->sd[0]), w->per);
+		status = -EINVAL;
+	} else if (!status && len != want) {
 		status = FARM_ECORRUPT;
+	}
 	if (!status)
-		memcpy(&w->sd, reply, sizeof(w->sd));
+		memcpy(w->sd, reply, want);
 	w->status = status;
 	w->done = 1;
 }
 
-static int drive(farm_loop *loop, struct wait *w, uint64_t deadline)
+static int drive(farm_loop *loop, volatile int *done, int *status,
+                 uint64_t deadline)
 {
 	uint64_t now = farm_now_ns();
-	int rc = farm_loop_wait(loop, &w->done,
-	                        deadline > now ? deadline - now : 1);
-	return rc ? rc : w->status;
+	int rc =
+	        farm_loop_wait(loop, done, deadline > now ? deadline - now : 1);
+	return rc ? rc : *status;
 }
 
-/* Install @n shards @sd: this machine's is @sd[i] with machine == me (if
- * any). */
+/* Install @n shards @sd. */
 static int install(farm_kv *kv, const struct farm_ht_shard *sd, unsigned n)
 {
 	int rc = farm_ht_set_shards(kv->ht, sd, n);
@@ -52,16 +67,15 @@ static int install(farm_kv *kv, const struct farm_ht_shard *sd, unsigned n)
 		return rc;
 	memcpy(kv->shards, sd, n * sizeof(*sd));
 	kv->nshards = n;
-	kv->my_shard = UINT32_MAX; /* none: a late machine */
-	for (unsigned i = 0; i < n; i++)
-		if (sd[i].machine == kv->me) {
-			kv->my_shard = i;
-			kv->mine = sd[i];
-			/* Release: pairs with the acquire load in h_shard
-			 * (kv.c), which then replies kv->mine. */
-			atomic_store_explicit(&kv->shard_ready, 1,
-			                      memory_order_release);
-		}
+	unsigned mine = 0;
+	for (unsigned i = 0; i < n && mine < kv->per; i++)
+		if (sd[i].machine == kv->me)
+			kv->mine[mine++] = sd[i];
+	if (mine == kv->per)
+		/* Release: pairs with the acquire load in h_shard (kv.c),
+		 * which then replies kv->mine. */
+		atomic_store_explicit(&kv->shard_ready, 1,
+		                      memory_order_release);
 	/* Release: pairs with the acquire load in joined() (kv_int.h): the
 	 * shard list above is seen. */
 	atomic_store_explicit(&kv->joined, 1, memory_order_release);
@@ -70,7 +84,8 @@ static int install(farm_kv *kv, const struct farm_ht_shard *sd, unsigned n)
 
 /* After a whole-cluster restart: the shard list this machine kept. 1:
  * installed; 0: none kept (a fresh machine); <0: an error (a damaged
- * list, or one of another size than @nmachines when nonzero). */
+ * list, or one of another size than @nmachines x shards per machine when
+ * @nmachines is nonzero). */
 static int install_kept(farm_kv *kv, unsigned nmachines)
 {
 	struct farm_ht_shard sd[MAX_SHARDS];
@@ -86,10 +101,10 @@ static int install_kept(farm_kv *kv, unsigned nmachines)
 		         kv->me, n);
 		return FARM_ECORRUPT;
 	}
-	if (nmachines && k != nmachines) {
+	if (nmachines && k != nmachines * kv->per) {
 		farm_err("kv: machine %" PRIu32 ": the store had %u shards "
-		         "before the restart, not %u",
-		         kv->me, k, nmachines);
+		         "before the restart, not %u (%u machines x %u)",
+		         kv->me, k, nmachines * kv->per, nmachines, kv->per);
 		return -EINVAL;
 	}
 	int rc = install(kv, sd, k);
@@ -111,65 +126,79 @@ static void keep_list(farm_kv *kv)
 		          kv->me, farm_strerror(rc));
 }
 
+/* This machine's shards, each in a region of its own (so each moves with
+ * its region's primary alone), one after another. */
+static int make_mine(farm_kv *kv, farm_loop *loop, uint64_t deadline)
+{
+	for (unsigned j = 0; j < kv->per; j++) {
+		struct wait w = {0};
+		int rc = farm_ht_make_shard_alone(kv->ht, loop, kv->nbuckets,
+		                                  shard_made, &w);
+		if (!rc)
+			rc = drive(loop, &w.done, &w.status, deadline);
+		if (rc)
+			return rc;
+		kv->mine[j] = w.sd;
+	}
+	/* Release: pairs with the acquire load in h_shard (kv.c). */
+	atomic_store_explicit(&kv->shard_ready, 1, memory_order_release);
+	return 0;
+}
+
+/* Machine @m's shards into @sd (kv->per of them), asked until it has made
+ * them or @deadline passed. */
+static int ask_peer(farm_kv *kv, farm_loop *loop, uint32_t m,
+                    struct farm_ht_shard *sd, uint64_t deadline)
+{
+	for (;;) {
+		/* A peer making a large shard does not answer until it is
+		 * done (seconds for millions of buckets): wait for the reply
+		 * as long as the caller allows, and ask again after a
+		 * timeout. */
+		uint64_t now = farm_now_ns();
+		uint64_t left = deadline > now ? deadline - now : 1;
+		struct peer_wait w = {.per = kv->per, .sd = sd};
+		int rc = farm_msg_call(loop, m, 0, FARM_MSGT_KV_SHARD, NULL, 0,
+		                       left, shard_reply, &w);
+		if (!rc)
+			rc = drive(loop, &w.done, &w.status, deadline);
+		if ((rc != -EAGAIN && rc != -ETIMEDOUT) ||
+		    farm_now_ns() >= deadline)
+			return rc;
+		/* m has not made its shards yet: serve, then ask again. */
+		for (int i = 0; i < 64; i++)
+			(void)farm_loop_poll(loop);
+	}
+}
+
 int farm_kv_join_sync(farm_kv *kv, farm_loop *loop, unsigned nmachines,
                       int timeout_ms)
 {
 	if (!kv || !loop || nmachines == 0 || nmachines > MAX_SHARDS ||
-	    kv->me >= nmachines || joined(kv))
+	    nmachines * kv->per > MAX_SHARDS || kv->me >= nmachines ||
+	    joined(kv))
 		return -EINVAL;
 	int kept = install_kept(kv, nmachines);
 	if (kept)
 		return kept < 0 ? kept : 0;
 	uint64_t deadline = farm_now_ns() + (uint64_t)timeout_ms * 1000000ull;
-	struct wait w = {0};
-	int rc = farm_ht_make_shard(kv->ht, loop, kv->nbuckets, shard_made, &w);
-	if (!rc)
-		rc = drive(loop, &w, deadline);
+	int rc = make_mine(kv, loop, deadline);
 	if (rc)
 		return rc;
-	kv->mine = w.sd;
-	/* Release: pairs with the acquire load in h_shard (kv.c). */
-	atomic_store_explicit(&kv->shard_ready, 1, memory_order_release);
+	/* Machine m's j-th shard is m x per + j: the same list everywhere. */
 	struct farm_ht_shard sd[MAX_SHARDS];
-	for (uint32_t m = 0; m < nmachines; m++) {
-		if (m == kv->me) {
-			sd[m] = kv->mine;
-			continue;
-		}
-		for (;;) {
-			/* A peer making a large shard does not answer until it
-			 * is done (seconds for millions of buckets): wait for
-			 * the reply as long as the caller allows, and ask
-			 * again after a timeout. */
-			uint64_t now = farm_now_ns();
-			uint64_t left = deadline > now ? deadline - now : 1;
-			w = (struct wait){0};
-			rc = farm_msg_call(loop, m, 0, FARM_MSGT_KV_SHARD, NULL,
-			                   0, left, shard_reply, &w);
-			if (!rc)
-				rc = drive(loop, &w, deadline);
-			if ((rc != -EAGAIN && rc != -ETIMEDOUT) ||
-			    farm_now_ns() >= deadline)
-				break;
-			/* m has not made its shard yet: serve, then ask again.
-			 */
-			for (int i = 0; i < 64; i++)
-				(void)farm_loop_poll(loop);
-		}
-		if (rc)
-			return rc;
-		sd[m] = w.sd;
+	for (uint32_t m = 0; m < nmachines && !rc; m++) {
+		if (m == kv->me)
+			memcpy(sd + m * kv->per, kv->mine,
+			       kv->per * sizeof(sd[0]));
+		else
+			rc = ask_peer(kv, loop, m, sd + m * kv->per, deadline);
 	}
-	rc = farm_ht_set_shards(kv->ht, sd, nmachines);
-	if (rc)
-		return rc;
-	memcpy(kv->shards, sd, nmachines * sizeof(*sd));
-	kv->nshards = nmachines;
-	kv->my_shard = kv->me;
-	/* Release: pairs with the acquire load in joined() (kv_int.h). */
-	atomic_store_explicit(&kv->joined, 1, memory_order_release);
-	keep_list(kv);
-	return 0;
+	if (!rc)
+		rc = install(kv, sd, nmachines * kv->per);
+	if (!rc)
+		keep_list(kv);
+	return rc;
 }
 
 /* The shard list from machine @from (FARM_MSGT_KV_SHARDS), asked again

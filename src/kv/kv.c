@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "kv/kv_int.h"
+#include "util/common.h"
 #include "util/log.h"
 
 _Static_assert(FARM_KV_MAX_KEY == FARM_HT_MAX_KEY, "key limit");
@@ -30,8 +31,8 @@ static void h_shard(farm_loop *loop, const farm_msg_in *in, void *arg)
 	if (!atomic_load_explicit(&kv->shard_ready, memory_order_acquire))
 		rc = farm_msg_reply_error(loop, &in->token, -EAGAIN);
 	else
-		rc = farm_msg_reply(loop, &in->token, &kv->mine,
-		                    sizeof(kv->mine));
+		rc = farm_msg_reply(loop, &in->token, kv->mine,
+		                    kv->per * (uint32_t)sizeof(kv->mine[0]));
 	if (rc)
 		farm_warn("kv: cannot answer machine %" PRIu32,
 		          in->src_machine);
@@ -63,7 +64,9 @@ static void h_shards(farm_loop *loop, const farm_msg_in *in, void *arg)
 int farm_kv_open(const struct farm_kv_env *env, const struct farm_kv_attr *attr,
                  uint32_t buckets_per_machine, farm_kv **out)
 {
-	if (!env || !out || !buckets_per_machine)
+	unsigned per =
+	        attr && attr->shards_per_machine ? attr->shards_per_machine : 1;
+	if (!env || !out || !buckets_per_machine || per > MAX_SHARDS)
 		return -EINVAL;
 	farm_kv *kv = calloc(1, sizeof(*kv));
 	if (!kv)
@@ -72,7 +75,9 @@ int farm_kv_open(const struct farm_kv_env *env, const struct farm_kv_attr *attr,
 	kv->msg = env->msg;
 	kv->as = env->as;
 	kv->me = env->me;
-	kv->nbuckets = buckets_per_machine;
+	kv->per = per;
+	/* The machine's buckets shared among its shards. */
+	kv->nbuckets = FARM_MAX(1u, buckets_per_machine / per);
 	kv->fabric = env->fabric;
 	struct farm_ht_attr ha = {0};
 	if (attr)

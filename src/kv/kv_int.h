@@ -18,8 +18,8 @@
  * buckets are where they were, and this is the only way back to them. */
 #define KV_KEPT "kv.shards"
 
-/* Shards, one per machine of the store (ids 0..n-1): the hashtable's
- * limit, below the machine ids' (FARM_NODE_MAX_MACHINES). */
+/* Shards in all (machines of the store x shards per machine): the
+ * hashtable's limit. */
 #define MAX_SHARDS FARM_HT_MAX_SHARDS
 
 enum {
@@ -48,12 +48,13 @@ struct farm_kv {
 	farm_msg *msg;
 	farm_as *as;
 	uint32_t me;
-	uint32_t nbuckets;
+	uint32_t nbuckets; /* per shard */
+	unsigned per;      /* shards each machine makes (attr) */
 	_Atomic int shard_ready;
-	struct farm_ht_shard mine;
+	struct farm_ht_shard mine[MAX_SHARDS]; /* the per this machine made */
 	/* The installed shard list (set once, before joined is raised). */
 	_Atomic int joined;
-	unsigned nshards, my_shard;
+	unsigned nshards;
 	struct farm_ht_shard shards[MAX_SHARDS];
 	_Atomic uint64_t st[S_N];
 	_Atomic uint64_t sync_timeout_ns; /* the *_sync wrappers' default */
@@ -81,6 +82,13 @@ static inline unsigned shard_of_key(const farm_kv *kv, const void *key,
                                     uint32_t klen)
 {
 	return farm_ht_shard_index(farm_ht_hash(key, klen), kv->nshards);
+}
+
+/* Whether this machine serves shard @s (the primary of its bucket
+ * region): its keys are looked up here, not sent anywhere. */
+static inline bool serves_shard(farm_kv *kv, unsigned s)
+{
+	return farm_ht_serves(kv->ht, s);
 }
 
 /* Keys: 0, -EINVAL (NULL, empty), -EMSGSIZE (too long). */

@@ -448,7 +448,7 @@ static unsigned mg_classify(struct mg *m, const void *const *keys,
 		k->klen = klens[i];
 		off += klens[i];
 		k->shard = shard_of_key(kv, k->key, k->klen);
-		if (kv->shards[k->shard].machine == kv->me) {
+		if (serves_shard(kv, k->shard)) {
 			mg_full(m, i); /* our shard: a local lookup */
 			local++;
 		} else if (kv_owner_mode(kv)) {

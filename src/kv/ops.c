@@ -43,11 +43,37 @@ int farm_kv_del(farm_kv *kv, farm_loop *loop, const void *key, uint32_t klen,
 	return rc == -E2BIG ? -EMSGSIZE : rc;
 }
 
+/* The caller's iteration across shards: a false from it ends them all. */
+struct iter_all {
+	farm_kv_iter_fn fn;
+	void *ctx;
+	bool stopped;
+};
+
+static bool iter_one(void *ctx, const void *key, uint32_t klen, const void *val,
+                     uint32_t vlen)
+{
+	struct iter_all *a = ctx;
+	if (!a->fn(a->ctx, key, klen, val, vlen))
+		a->stopped = true;
+	return !a->stopped;
+}
+
 long farm_kv_iterate_local(farm_kv *kv, farm_kv_iter_fn fn, void *ctx)
 {
 	if (!kv || !fn || !joined(kv))
 		return -EINVAL;
-	if (kv->my_shard == UINT32_MAX)
-		return 0; /* joined late: no shard of its own */
-	return farm_ht_iterate_local(kv->ht, kv->my_shard, fn, ctx);
+	/* Every shard this machine serves: those it made, less those growth
+	 * moved away, plus those it took over. */
+	struct iter_all a = {.fn = fn, .ctx = ctx};
+	long n = 0;
+	for (unsigned s = 0; s < kv->nshards && !a.stopped; s++) {
+		if (!serves_shard(kv, s))
+			continue;
+		long r = farm_ht_iterate_local(kv->ht, s, iter_one, &a);
+		if (r < 0)
+			return r;
+		n += r;
+	}
+	return n;
 }

@@ -149,7 +149,7 @@ int farm_kv_owner_get(farm_kv *kv, farm_loop *loop, const void *key,
 	/* Our own shard, or not joined yet: the ordinary lookup (local, or
 	 * its -ENOENT for a store with no shards). */
 	if (!joined(kv) || !loop || !cont ||
-	    kv->shards[shard_of_key(kv, key, klen)].machine == kv->me)
+	    serves_shard(kv, shard_of_key(kv, key, klen)))
 		return farm_ht_get(kv->ht, loop, key, klen, cont, ctx);
 	struct oget *o =
 	        malloc(sizeof(*o) + sizeof(struct farm_kv_oget_req) + klen);

@@ -102,7 +102,10 @@ int farm_kv_create(farm_node *node, const struct farm_kv_attr *attr,
 	        .kept = host_kept,
 	        .release = host_release,
 	        .fabric = farm_fabric_provider(farm_node_fabric(node))};
-	int rc = farm_kv_open(&env, attr, buckets_per_machine, &h->kv);
+	struct farm_kv_attr a = attr ? *attr : (struct farm_kv_attr){0};
+	if (!a.shards_per_machine)
+		a.shards_per_machine = node->cfg.kv_shards;
+	int rc = farm_kv_open(&env, &a, buckets_per_machine, &h->kv);
 	enum farm_kv_lookup mode;
 	if (!rc && farm_kv_lookup_parse(node->cfg.kv_lookup, &mode) == 0)
 		rc = farm_kv_set_lookup(h->kv, mode);

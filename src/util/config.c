@@ -32,6 +32,7 @@ void farm_config_defaults(struct farm_config *c)
 	 * replacement takes a new id for good and the id space caps a
 	 * cluster's life. */
 	c->reuse_ids = true;
+	c->kv_shards = 1;
 }
 
 int farm_parse_size(const char *s, uint64_t *out)
@@ -288,6 +289,7 @@ static const struct cfg_key cfg_keys[] = {
         CFG_STR("data_dir", data_dir),
         CFG_FN("fabric", key_fabric),
         CFG_FN("kv_lookup", key_kv_lookup),
+        CFG_IN("kv_shards", kv_shards, 1, 256),
         CFG_STR("listen", listen),
         CFG_STR("ofi_provider", ofi_provider),
         CFG_SIZE("region_size", region_size),
@@ -449,6 +451,7 @@ int farm_config_apply_env(struct farm_config *c, char *err, size_t errlen)
 	                                   "region_seed",
 	                                   "grow",
 	                                   "kv_lookup",
+	                                   "kv_shards",
 	                                   "reuse_ids"};
 	char env[64], msg[256];
 	for (size_t i = 0; i < FARM_ARRAY_SIZE(keys); i++) {

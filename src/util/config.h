@@ -85,6 +85,8 @@ struct farm_config {
 	/* How the KV store's lookups travel: "read", "owner" or "" (auto:
 	 * by fabric; src/kv/README.md). */
 	char kv_lookup[8];
+	/* KV shards each machine makes when the store is made. */
+	uint32_t kv_shards;
 	/* A fresh machine under a gone id is admitted as a new incarnation
 	 * (farm_membership_attr.reuse_ids) instead of refused. */
 	bool reuse_ids;
