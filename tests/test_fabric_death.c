@@ -10,6 +10,15 @@
 #include <inttypes.h>
 #include <signal.h>
 
+#ifdef FARM_HAVE_OFI
+#include "fabric/ofi_testing.h"
+#endif
+
+/* --broken-holder (ofi): the provider keeps one liveness for every
+ * address of an id (FARM_OFI_KNOB_HOLDER 0): the test must see the new
+ * holder of a reused id declared dead for its old holder's failure. */
+static bool broken_holder;
+
 #define RSIZE    (4u << 20)
 #define DEPTH    16
 #define BOUND_NS (100ull * 1000000ull)
@@ -144,13 +153,137 @@ static void test_kill_peer(void **state)
 	assert_int_equal(tu_finish(&survivor), 0);
 }
 
-int main(void)
+/*
+ * A reused id (ofi): machine 1 is killed and a new process takes its id
+ * at another address (a new holder, src/coord/README.md). A request on
+ * this machine's endpoint to the old holder, posted after the new holder
+ * was connected, fails without a wait, and its failure is the old
+ * holder's alone: the new holder is served throughout, for three times
+ * the death bound. Before, the id's liveness was one for every address:
+ * the new connect revived the old holder's endpoint, its request timed
+ * out at the dead address and declared the id, the new holder with it,
+ * dead (what --broken-holder shows).
+ */
+static void test_reused_id(void **state)
+{
+	(void)state;
+	if (strcmp(tu_provider(), "ofi") != 0)
+		skip();
+	struct tu_machine old, heir;
+	assert_int_equal(tu_spawn(&old, 1, RSIZE, NULL, NULL), 0);
+	char dir[256];
+	tu_tmpdir(dir, sizeof(dir), "reuse");
+	farm_fabric *fab = tu_open(0, dir);
+	assert_non_null(fab);
+	farm_cq *cq;
+	assert_int_equal(farm_cq_create(fab, 64, 0, &cq), 0);
+	uint8_t *buf = aligned_alloc(64, 4096);
+	farm_mr *lmr;
+	assert_int_equal(farm_mr_reg(fab, buf, 4096, FARM_ACCESS_LOCAL, &lmr),
+	                 0);
+	farm_ep *ep_old, *ep_new;
+	assert_int_equal(farm_ep_connect(fab, cq, 1, old.addr, NULL, &ep_old),
+	                 0);
+	farm_wr wr = farm_wr_read(0, buf, lmr, 64, &old.desc, 0);
+	assert_int_equal(farm_ep_post(ep_old, &wr, NULL), 0);
+	farm_wc wc[DEPTH];
+	int n;
+	while ((n = farm_cq_poll(cq, DEPTH, wc)) == 0)
+		;
+	assert_int_equal(n, 1);
+	assert_int_equal(wc[0].status, 0);
+	assert_int_equal(kill(old.pid, SIGKILL), 0);
+	assert_int_equal(tu_finish(&old), 128 + SIGKILL);
+
+	assert_int_equal(tu_spawn(&heir, 1, RSIZE, NULL, NULL), 0);
+	assert_string_not_equal(heir.addr, old.addr);
+	assert_int_equal(farm_ep_connect(fab, cq, 1, heir.addr, NULL, &ep_new),
+	                 0);
+	/* The old holder's endpoint: its request fails (at post or at
+	 * completion), and only it. */
+	bool old_done = farm_ep_post(ep_old, &wr, NULL) != 0;
+	uint64_t old_failed_ns = old_done ? farm_now_ns() : 0;
+	struct stream s = {.ep = ep_new, .rd = heir.desc, .rng = 3};
+	uint64_t new_failed = 0;
+	uint64_t t0 = farm_now_ns();
+	uint64_t span = 3ull * (uint64_t)atoi(OFI_TIMEOUT_MS) * 1000000ull;
+	while (!old_done || farm_now_ns() - t0 < span) {
+		assert_true(farm_now_ns() - t0 < 20ull * 1000000000ull);
+		if (farm_ep_usable(ep_new))
+			refill(&s, buf, lmr, 1);
+		n = farm_cq_poll(cq, DEPTH, wc);
+		assert_true(n >= 0);
+		for (int i = 0; i < n; i++) {
+			if (wc[i].wr_id == 0) {
+				assert_int_not_equal(wc[i].status, 0);
+				old_done = true;
+				old_failed_ns = farm_now_ns();
+				continue;
+			}
+			s.outstanding--;
+			if (wc[i].status == 0)
+				s.ok++;
+			else
+				new_failed++;
+		}
+		if (!farm_ep_usable(ep_new) && !s.outstanding)
+			break;
+	}
+	printf("reused id: old holder's request failed %.1f ms after the "
+	       "new connect; new holder: %" PRIu64 " ok, %" PRIu64
+	       " failed, usable %d\n",
+	       (double)(old_failed_ns - t0) / 1e6, s.ok, new_failed,
+	       farm_ep_usable(ep_new));
+	if (broken_holder) {
+		assert_true(new_failed > 0 || !farm_ep_usable(ep_new));
+	} else {
+		assert_false(farm_ep_usable(ep_old));
+		assert_int_equal(new_failed, 0);
+		assert_true(farm_ep_usable(ep_new));
+		assert_true(s.ok > 0);
+	}
+	while (s.outstanding) {
+		n = farm_cq_poll(cq, DEPTH, wc);
+		assert_true(n >= 0);
+		s.outstanding -= (uint64_t)n;
+	}
+	farm_ep_destroy(ep_old);
+	farm_ep_destroy(ep_new);
+	assert_int_equal(farm_cq_destroy(cq), 0);
+	farm_mr_dereg(lmr);
+	free(buf);
+	farm_fabric_close(fab);
+	tu_rmtree(dir);
+	assert_int_equal(tu_finish(&heir), 0);
+}
+
+int main(int argc, char **argv)
 {
 	tu_require_provider();
+	if (argc == 2 && strcmp(argv[1], "--broken-holder") == 0) {
+#ifdef FARM_HAVE_OFI
+		if (strcmp(tu_provider(), "ofi") != 0)
+			return FARM_TEST_SKIP;
+		broken_holder = true;
+		farm_ofi_testing_set(FARM_OFI_KNOB_HOLDER, 0);
+#else
+		return FARM_TEST_SKIP;
+#endif
+	} else if (argc != 1) {
+		fprintf(stderr, "usage: test_fabric_death [--broken-holder]\n");
+		return 2;
+	}
 	setenv("FARM_OFI_TIMEOUT_MS", OFI_TIMEOUT_MS, 0);
 	setenv("FARM_UDP_TIMEOUT_MS", OFI_TIMEOUT_MS, 0);
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test(test_kill_peer),
+	        cmocka_unit_test(test_reused_id),
 	};
+	const struct CMUnitTest broken[] = {
+	        cmocka_unit_test(test_reused_id),
+	};
+	if (broken_holder)
+		return cmocka_run_group_tests_name("fabric_death", broken, NULL,
+		                                   NULL);
 	return cmocka_run_group_tests_name("fabric_death", tests, NULL, NULL);
 }

@@ -97,8 +97,8 @@ static void on_completion(struct ofi_fabric *f, void *ctx, uint64_t flags,
 			int st = map_err(err);
 			int zero = 0;
 			atomic_compare_exchange_strong(&s->err, &zero, st);
-			if (is_death(st) && ep->base.peer < OFI_MAX_PEERS)
-				atomic_store(&f->peers[ep->base.peer].dead, 1);
+			if (is_death(st))
+				ofi_peer_kill(f, ep->base.peer, ep->dest);
 		}
 		if (kind < P_KINDS) {
 			atomic_fetch_sub(&s->pend[kind], 1);
@@ -128,9 +128,12 @@ static void on_completion(struct ofi_fabric *f, void *ctx, uint64_t flags,
 	}
 	case K_SENDFREE: free(o); break;
 	case K_HB: {
-		struct ofi_hb *hb = (struct ofi_hb *)o;
+		struct ofi_hbop *op = (struct ofi_hbop *)o;
+		struct ofi_hb *hb = &f->peers[op->peer].hb;
+		if (hb->op != op)
+			break; /* abandoned: an earlier holder's beat */
 		if (err && is_death(map_err(err)))
-			atomic_store(&f->peers[hb->peer].dead, 1);
+			ofi_peer_kill(f, op->peer, op->dest);
 		atomic_store(&hb->busy, 0);
 		break;
 	}
@@ -508,6 +511,13 @@ static void ofi_close(farm_fabric *fab)
 		f->orphans = ep->cq_next;
 		ep_free(ep);
 	}
+	for (unsigned p = 0; p < OFI_MAX_PEERS; p++)
+		free(f->peers[p].hb.op);
+	while (f->hb_old) {
+		struct ofi_hbop *op = f->hb_old;
+		f->hb_old = op->next;
+		free(op);
+	}
 	while (f->conns) {
 		struct ofi_conn *c = f->conns;
 		f->conns = c->next;
@@ -615,6 +625,42 @@ static int ofi_cq_destroy(farm_cq *cq)
 
 /* ---- endpoints --------------------------------------------------------- */
 
+/* The id of @pe has a new holder (another address): its beats so far
+ * went to the earlier one, which may never answer (a killed process's
+ * connection is not reported), and counted against the new one they
+ * would mark it dead at the next round. The outstanding beat's operation
+ * is kept, unused, until the fabric closes (libfabric may still complete
+ * it). Drain lock held. */
+static void hb_abandon(struct ofi_fabric *f, struct ofi_peer *pe)
+{
+	if (atomic_load(&pe->hb.busy) && pe->hb.op) {
+		pe->hb.op->next = f->hb_old;
+		f->hb_old = pe->hb.op;
+		pe->hb.op = NULL;
+	}
+	atomic_store(&pe->hb.busy, 0);
+	pe->hb.trying = false;
+}
+
+/* @ep, just connected, counts for its peer @pe; the heartbeat goes where
+ * it goes (the id's current holder). Drain lock held. */
+static void peer_add_ep(struct ofi_fabric *f, struct ofi_peer *pe,
+                        const struct ofi_ep *ep)
+{
+	pe->neps++;
+	if (!ep->tab_len)
+		return;
+	if (pe->hb.known && pe->hb.dest != ep->dest &&
+	    atomic_load(&farm_ofi_knob_holder))
+		hb_abandon(f, pe);
+	if (!atomic_load(&pe->hb.busy)) {
+		pe->hb.dest = ep->dest;
+		pe->hb.key = ep->tab_key;
+		pe->hb.addr = ep->tab_addr;
+		pe->hb.known = true;
+	}
+}
+
 static int ofi_ep_connect(farm_fabric *fab, farm_cq *cq, uint32_t peer_id,
                           const char *peer_addr, const farm_ep_attr *attr,
                           farm_ep **out)
@@ -624,15 +670,20 @@ static int ofi_ep_connect(farm_fabric *fab, farm_cq *cq, uint32_t peer_id,
 	int rc = farm_ofi_av_lookup(f, peer_addr, &dest);
 	if (rc)
 		return rc == -EINVAL ? -ECONNREFUSED : rc;
-	if (peer_id < OFI_MAX_PEERS && atomic_load(&f->peers[peer_id].dead)) {
-		/* A new connection is a new chance (a restarted machine). */
-		atomic_store(&f->peers[peer_id].dead, 0);
-	}
 	uint64_t tab[3] = {0, 0, 0};
 	if ((rc = farm_ofi_hello(f, peer_id, dest, tab))) {
 		if (rc == -ECONNREFUSED || rc == -ETIMEDOUT)
 			rc = -ECONNREFUSED;
 		return rc;
+	}
+	if (peer_id < OFI_MAX_PEERS) {
+		/* The id's holder, which answered, is at @dest from now on
+		 * (the address first, so that an earlier holder's endpoint
+		 * timing out meanwhile does not kill it; a failed connect to
+		 * an earlier holder's address changes nothing), and a new
+		 * connection is a new chance (a restarted machine). */
+		atomic_store(&f->peers[peer_id].dest, dest);
+		atomic_store(&f->peers[peer_id].dead, 0);
 	}
 	struct ofi_ep *ep = calloc(1, sizeof(*ep));
 	if (!ep)
@@ -686,16 +737,8 @@ static int ofi_ep_connect(farm_fabric *fab, farm_cq *cq, uint32_t peer_id,
 	ep->idx = idx;
 	ep->gen = ++f->ep_gen[idx];
 	f->eps[idx] = ep;
-	if (peer_id < OFI_MAX_PEERS) {
-		struct ofi_peer *pe = &f->peers[peer_id];
-		pe->neps++;
-		if (ep->tab_len && !atomic_load(&pe->hb.busy)) {
-			pe->hb.dest = dest;
-			pe->hb.key = ep->tab_key;
-			pe->hb.addr = ep->tab_addr;
-			pe->hb.known = true;
-		}
-	}
+	if (peer_id < OFI_MAX_PEERS)
+		peer_add_ep(f, &f->peers[peer_id], ep);
 	pthread_mutex_unlock(&f->drain);
 	if (c->shared)
 		pthread_mutex_lock(&c->lock);

@@ -281,16 +281,19 @@ void farm_ofi_hb_tick(struct ofi_fabric *f)
 			continue;
 		if (atomic_load(&hb->busy)) {
 			if (now - hb->since > f->timeout_ns) {
-				atomic_store(&pe->dead, 1);
+				ofi_peer_kill(f, p, hb->dest);
 				farm_stat_add(&f->st.timeouts, 1);
 			}
 			continue;
 		}
-		hb->c.kind = K_HB;
-		hb->peer = p;
-		ssize_t rc =
-		        fi_read(f->ep, &hb->buf, 8, NULL, hb->dest,
-		                f->virt_addr ? hb->addr : 0, hb->key, &hb->c);
+		if (!hb->op && !(hb->op = calloc(1, sizeof(*hb->op))))
+			continue;
+		hb->op->c.kind = K_HB;
+		hb->op->peer = p;
+		hb->op->dest = hb->dest;
+		ssize_t rc = fi_read(f->ep, &hb->op->buf, 8, NULL, hb->dest,
+		                     f->virt_addr ? hb->addr : 0, hb->key,
+		                     &hb->op->c);
 		if (!hb->trying) {
 			hb->trying = true;
 			hb->since = now;
@@ -302,7 +305,7 @@ void farm_ofi_hb_tick(struct ofi_fabric *f)
 		} else if (now - hb->since > f->timeout_ns) {
 			/* ofi_rxm refuses with EAGAIN while it cannot
 			 * reconnect to a peer that is gone. */
-			atomic_store(&pe->dead, 1);
+			ofi_peer_kill(f, p, hb->dest);
 			farm_stat_add(&f->st.timeouts, 1);
 		}
 	}

@@ -22,12 +22,14 @@
 #include "util/log.h"
 
 static _Atomic int knob_ordered_writes = 1, knob_line_atomic = 1;
+_Atomic int farm_ofi_knob_holder = 1;
 
 int farm_ofi_testing_set(enum farm_ofi_knob knob, int value)
 {
 	_Atomic int *k = knob == FARM_OFI_KNOB_ORDERED_WRITES
 	                         ? &knob_ordered_writes
-	                         : &knob_line_atomic;
+	                 : knob == FARM_OFI_KNOB_HOLDER ? &farm_ofi_knob_holder
+	                                                : &knob_line_atomic;
 	return atomic_exchange(k, value);
 }
 
@@ -298,10 +300,8 @@ void farm_ofi_pump(struct ofi_ep *ep)
 				rc = -FI_ETIMEDOUT;
 				farm_stat_add(&ep->fab->st.timeouts, 1);
 			}
-			if (map_err((int)-rc) == FARM_EPEERDEAD &&
-			    ep->base.peer < OFI_MAX_PEERS)
-				atomic_store(
-				        &ep->fab->peers[ep->base.peer].dead, 1);
+			if (map_err((int)-rc) == FARM_EPEERDEAD)
+				ofi_peer_kill(ep->fab, ep->base.peer, ep->dest);
 			int zero = 0;
 			atomic_compare_exchange_strong(&s->err, &zero,
 			                               map_err((int)-rc));
@@ -518,8 +518,7 @@ static void time_out_slot(struct ofi_ep *ep, struct ofi_slot *s)
 		s->seq ^= 0x80000000u; /* late ones: stale */
 		int zero = 0;
 		atomic_compare_exchange_strong(&s->err, &zero, FARM_EPEERDEAD);
-		if (ep->base.peer < OFI_MAX_PEERS)
-			atomic_store(&f->peers[ep->base.peer].dead, 1);
+		ofi_peer_kill(f, ep->base.peer, ep->dest);
 		for (unsigned k = 0; k < P_KINDS; k++)
 			atomic_fetch_sub(&ep->inflight[k],
 			                 atomic_load(&s->pend[k]));

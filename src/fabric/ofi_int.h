@@ -187,19 +187,33 @@ struct ofi_cq {
  * endpoints to it exist; one unanswered past the bound marks it dead. A
  * killed peer's TCP connection is never reported by tcp;ofi_rxm, and a
  * peer we have nothing in flight to would otherwise never be noticed. */
-struct ofi_hb {
+struct ofi_hbop {
 	struct ofi_octx c; /* K_HB */
 	uint32_t peer;
+	fi_addr_t dest;
+	uint64_t buf;
+	struct ofi_hbop *next; /* abandoned (f->hb_old) */
+};
+struct ofi_hb {
+	/* The beat's operation, its own object: a beat to an id's earlier
+	 * holder may stay outstanding for ever (a killed peer's connection
+	 * is not reported), and its late completion must not count for
+	 * the new holder. Abandoned ones wait on f->hb_old until close. */
+	struct ofi_hbop *op;
 	bool known, trying;
 	_Atomic int busy;
 	uint64_t since; /* first attempt of the outstanding beat */
 	fi_addr_t dest;
 	uint64_t key, addr;
-	uint64_t buf;
 };
 
 struct ofi_peer {
 	_Atomic int dead;
+	/* The address of the id's current holder (the last connect's): an
+	 * id reused by a new process (a new holder, src/coord/README.md)
+	 * has a new address. Endpoints to another address are an earlier
+	 * holder's: unusable, and their failures are not the id's death. */
+	_Atomic fi_addr_t dest;
 	struct ofi_faults faults; /* on every endpoint to it */
 	unsigned neps;            /* endpoints to it (drain lock) */
 	struct ofi_hb hb;
@@ -249,6 +263,7 @@ struct ofi_fabric {
 	struct ofi_rbuf rbufs[OFI_RECVS];
 	struct fid_mr *rbufs_mr;
 	struct ofi_peer peers[OFI_MAX_PEERS];
+	struct ofi_hbop *hb_old; /* beats abandoned (drain lock) */
 	struct farm_ofi_stats st;
 };
 
@@ -303,10 +318,33 @@ static inline uint64_t ofi_slot_ctx(const struct ofi_ep *ep, uint32_t seq,
 	       (uint64_t)ep->gen << 32 | seq;
 }
 
+/* Test-only (FARM_OFI_KNOB_HOLDER): 0 treats every address of an id as
+ * one peer, as before a reused id was told apart. */
+extern _Atomic int farm_ofi_knob_holder;
+
+/* Whether @dest is the address of @peer's current holder. */
+static inline bool ofi_peer_current(struct ofi_fabric *f, uint32_t peer,
+                                    fi_addr_t dest)
+{
+	return peer >= OFI_MAX_PEERS || !atomic_load(&farm_ofi_knob_holder) ||
+	       atomic_load(&f->peers[peer].dest) == dest;
+}
+
+/* A failure that means the peer at @dest is gone: the id is dead only if
+ * @dest is its current holder's address (an earlier holder's endpoint
+ * fails alone). */
+static inline void ofi_peer_kill(struct ofi_fabric *f, uint32_t peer,
+                                 fi_addr_t dest)
+{
+	if (peer < OFI_MAX_PEERS && ofi_peer_current(f, peer, dest))
+		atomic_store(&f->peers[peer].dead, 1);
+}
+
 static inline bool ofi_peer_dead(const struct ofi_ep *ep)
 {
 	return ep->base.peer < OFI_MAX_PEERS &&
-	       atomic_load(&ep->fab->peers[ep->base.peer].dead);
+	       (atomic_load(&ep->fab->peers[ep->base.peer].dead) ||
+	        !ofi_peer_current(ep->fab, ep->base.peer, ep->dest));
 }
 
 /* Every endpoint has a lock, shared or not: besides its owner, a drainer

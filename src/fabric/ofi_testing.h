@@ -17,6 +17,11 @@ enum farm_ofi_knob {
 	/* 1 (default): READs up to 4 KiB are read twice and delivered when
 	 * both copies agree; 0: one plain RMA read. */
 	FARM_OFI_KNOB_LINE_ATOMIC = 2,
+	/* 1 (default): an id's liveness (death, heartbeat) is its current
+	 * holder's, the address of its last connect; 0: every address of
+	 * the id shares it (an earlier holder's stuck heartbeat or timed
+	 * out request then kills a new holder of the id). */
+	FARM_OFI_KNOB_HOLDER = 3,
 };
 
 /* Set a knob for the whole process; returns its previous value. */
