@@ -173,20 +173,31 @@ static void op_post(farm_loop *loop, struct galloc_op *op, int status,
 
 static void op_try(farm_loop *loop, struct galloc_op *op);
 
+/* The region @id that farm_as made for @op (@status), this machine its
+ * primary; or NULL, with @op failed. */
+static farm_region *op_region(farm_loop *loop, struct galloc_op *op, int status,
+                              uint32_t id)
+{
+	if (status) {
+		op_post(loop, op, status, FARM_GADDR_NULL);
+		return NULL;
+	}
+	enum farm_as_role role;
+	farm_region *r = farm_as_local_region(op->g->as, id, &role);
+	if (!r || role != FARM_AS_PRIMARY) {
+		op_post(loop, op, FARM_ECORRUPT, FARM_GADDR_NULL);
+		return NULL;
+	}
+	return r;
+}
+
 static void region_made(farm_loop *loop, void *ctx, int status, uint32_t id)
 {
 	struct galloc_op *op = ctx;
 	farm_galloc *g = op->g;
-	if (status) {
-		op_post(loop, op, status, FARM_GADDR_NULL);
+	farm_region *r = op_region(loop, op, status, id);
+	if (!r)
 		return;
-	}
-	enum farm_as_role role;
-	farm_region *r = farm_as_local_region(g->as, id, &role);
-	if (!r || role != FARM_AS_PRIMARY) {
-		op_post(loop, op, FARM_ECORRUPT, FARM_GADDR_NULL);
-		return;
-	}
 	uint32_t near =
 	        op->hint ? farm_gaddr_region(op->hint) : FARM_REGION_ID_NONE;
 	pthread_mutex_lock(&g->lock);
@@ -313,16 +324,9 @@ static void alone_made(farm_loop *loop, void *ctx, int status, uint32_t id)
 {
 	struct galloc_op *op = ctx;
 	farm_galloc *g = op->g;
-	if (status) {
-		op_post(loop, op, status, FARM_GADDR_NULL);
+	farm_region *r = op_region(loop, op, status, id);
+	if (!r)
 		return;
-	}
-	enum farm_as_role role;
-	farm_region *r = farm_as_local_region(g->as, id, &role);
-	if (!r || role != FARM_AS_PRIMARY) {
-		op_post(loop, op, FARM_ECORRUPT, FARM_GADDR_NULL);
-		return;
-	}
 	struct farm_alloc_region ar = {.id = id,
 	                               .base = farm_region_base(r),
 	                               .size = farm_region_size(r)};

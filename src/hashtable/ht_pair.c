@@ -59,6 +59,25 @@ int farm_ht_pair_check(const farm_ht *h, const uint8_t *img, uint64_t *fwd)
 	return 0;
 }
 
+/* The image pieces (at most 3, each within one line) that @n bytes at
+ * bucket offset @o occupy, in a pair image whose bucket starts at @base:
+ * how many, and in *@left the bytes they did not cover. */
+static uint8_t map_pieces(uint32_t base, uint32_t o, uint32_t n, uint16_t at[3],
+                          uint8_t len[3], uint32_t *left)
+{
+	uint8_t p = 0;
+	for (; n && p < 3; p++) {
+		uint32_t a = img_off(o), room = 64u - a % 64u;
+		uint32_t k = n < room ? n : room;
+		at[p] = (uint16_t)(base + a);
+		len[p] = (uint8_t)k;
+		o += k;
+		n -= k;
+	}
+	*left = n;
+	return p;
+}
+
 void farm_ht_pair_map(farm_ht *h)
 {
 	for (unsigned i = 0; i < 2 * h->spb && i < 16; i++) {
@@ -67,26 +86,12 @@ void farm_ht_pair_map(farm_ht *h)
 		uint32_t off = BKT_HDR + (i % h->spb) * h->slot_bytes;
 		m->hdr = (uint16_t)(base + img_off(off));
 		m->hdr_whole = img_off(off + 7) - img_off(off) == 7;
-		m->npieces = 0;
-		for (uint32_t o = off + 8, n = h->K; n && m->npieces < 3;) {
-			uint32_t at = img_off(o), room = 64u - at % 64u;
-			uint32_t k = n < room ? n : room;
-			m->key_at[m->npieces] = (uint16_t)(base + at);
-			m->key_n[m->npieces++] = (uint8_t)k;
-			o += k;
-			n -= k;
-		}
-		m->nvpieces = 0;
-		uint32_t o = off + 8 + h->K, n = h->V;
-		for (; n && m->nvpieces < 3;) {
-			uint32_t at = img_off(o), room = 64u - at % 64u;
-			uint32_t k = n < room ? n : room;
-			m->val_at[m->nvpieces] = (uint16_t)(base + at);
-			m->val_n[m->nvpieces++] = (uint8_t)k;
-			o += k;
-			n -= k;
-		}
-		if (n)
+		uint32_t left;
+		m->npieces = map_pieces(base, off + 8, h->K, m->key_at,
+		                        m->key_n, &left);
+		m->nvpieces = map_pieces(base, off + 8 + h->K, h->V, m->val_at,
+		                         m->val_n, &left);
+		if (left)
 			m->nvpieces = 0; /* longer: farm_ht_pair_slot_read */
 	}
 }
