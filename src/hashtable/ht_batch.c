@@ -153,6 +153,7 @@ int farm_ht_get_local_batch(farm_ht *h, farm_loop *loop,
 	 * key's part. */
 	uint8_t work[4096] __attribute__((aligned(64)));
 	uint32_t span = farm_ht_batch_bytes(h);
+	uint8_t *one = span <= sizeof(work) ? &work[0] : NULL;
 	for (unsigned g = 0; g < n; g += FARM_HT_BATCH_GROUP) {
 		unsigned e = n - g < FARM_HT_BATCH_GROUP
 		                     ? n
@@ -162,8 +163,7 @@ int farm_ht_get_local_batch(farm_ht *h, farm_loop *loop,
 		for (unsigned i = g; i < e; i++) {
 			uint8_t *out = scratch + (size_t)i * span;
 			if (keys[i].lp)
-				batch_probe(h, l, &keys[i],
-				            span <= sizeof(work) ? work : out,
+				batch_probe(h, l, &keys[i], one ? one : out,
 				            out);
 		}
 	}
