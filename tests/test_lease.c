@@ -94,6 +94,20 @@ static void obs_init(struct obs *o)
 	pthread_cond_init(&o->cv, NULL);
 }
 
+/* A lease module for machine @self whose suspicions and losses @o
+ * counts (NULL when it cannot open). */
+static farm_lease *obs_open(struct obs *o, uint32_t self)
+{
+	obs_init(o);
+	struct farm_lease_attr a = {.self_id = self,
+	                            .lease_us = LEASE_US,
+	                            .on_suspect = on_suspect,
+	                            .on_lost = on_lost,
+	                            .ctx = o};
+	farm_lease *l;
+	return farm_lease_open(&a, &l) ? NULL : l;
+}
+
 /* Wait until @o saw @n suspicions and @lost losses; false on timeout. */
 static bool obs_wait(struct obs *o, unsigned n, unsigned lost, int ms)
 {
@@ -123,13 +137,7 @@ struct trio {
 static void trio_open(struct trio *t, uint64_t cfg)
 {
 	for (unsigned i = 0; i < 3; i++) {
-		obs_init(&t->o[i]);
-		struct farm_lease_attr a = {.self_id = i,
-		                            .lease_us = LEASE_US,
-		                            .on_suspect = on_suspect,
-		                            .on_lost = on_lost,
-		                            .ctx = &t->o[i]};
-		assert_int_equal(farm_lease_open(&a, &t->l[i]), 0);
+		assert_non_null(t->l[i] = obs_open(&t->o[i], i));
 		t->peers[i].id = i;
 		snprintf(t->peers[i].addr, sizeof(t->peers[i].addr), "%s",
 		         farm_lease_addr(t->l[i]));
@@ -425,14 +433,8 @@ static void test_many_peers(void **state)
 {
 	(void)state;
 	struct obs o;
-	obs_init(&o);
-	struct farm_lease_attr a = {.self_id = 1,
-	                            .lease_us = LEASE_US,
-	                            .on_suspect = on_suspect,
-	                            .on_lost = on_lost,
-	                            .ctx = &o};
-	farm_lease *l = NULL;
-	assert_int_equal(farm_lease_open(&a, &l), 0);
+	farm_lease *l = obs_open(&o, 1);
+	assert_non_null(l);
 	unsigned n = FARM_VIEW_MAX + 1;
 	struct farm_lease_peer *p = calloc(n, sizeof(*p));
 	assert_non_null(p);
@@ -617,14 +619,8 @@ static void test_sigstop(void **state)
 	assert_true(pid >= 0);
 	if (pid == 0) {
 		struct obs o;
-		obs_init(&o);
-		struct farm_lease_attr a = {.self_id = 1,
-		                            .lease_us = LEASE_US,
-		                            .on_suspect = on_suspect,
-		                            .on_lost = on_lost,
-		                            .ctx = &o};
-		farm_lease *l;
-		if (farm_lease_open(&a, &l))
+		farm_lease *l = obs_open(&o, 1);
+		if (!l)
 			_exit(10);
 		struct farm_lease_peer p[2] = {{.id = 0}, {.id = 1}};
 		snprintf(p[1].addr, sizeof(p[1].addr), "%s",
