@@ -193,7 +193,7 @@ struct out_peer {
 	farm_ep *ep;
 	int err; /* sticky: the endpoint failed (peer dead or closed) */
 	uint64_t retry_ns; /* a connect that timed out is not tried again
-	                      before this (farm_msg_connect_failed) */
+	                      before this (farm_msg_connect) */
 	/* One-sided operations of the layers above (farm_loop_rdma) use an
 	 * endpoint of their own: a bad address there puts that endpoint in
 	 * the error state (as a verbs QP), which must not stop messaging.
@@ -316,8 +316,8 @@ static inline bool on_owner(const farm_loop *loop)
 /* msg_ring.c: channels, sending, receiving, the inbox */
 void farm_msg_refresh_peers(farm_loop *loop);
 int farm_msg_peer_ep(farm_loop *loop, uint32_t m, struct out_peer **out);
-int farm_msg_connect_gate(const struct out_peer *op);
-int farm_msg_connect_failed(struct out_peer *op, int rc);
+int farm_msg_connect(farm_loop *loop, uint32_t m, struct out_peer *op,
+                     farm_ep **ep);
 void farm_msg_chan_free(farm_loop *loop, struct out_chan *c);
 /* msg_probe.c: free the probe's endpoints and queue (at destroy). */
 void farm_msg_probe_free(farm_msg *msg);

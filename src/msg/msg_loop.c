@@ -193,18 +193,7 @@ static int rep_ready(farm_loop *loop, uint32_t machine, struct out_peer *op)
 	}
 	if (op->rep)
 		return 0;
-	int rc = farm_msg_connect_gate(op);
-	if (rc)
-		return rc;
-	farm_ep_attr ea = {.sq_depth = EP_DEPTH};
-	rc = farm_ep_connect(loop->msg->fab, loop->cq, machine,
-	                     loop->msg->peers[machine].addr, &ea, &op->rep);
-	if (rc) {
-		op->rep = NULL;
-		return farm_msg_connect_failed(op, rc);
-	}
-	op->retry_ns = 0;
-	return 0;
+	return farm_msg_connect(loop, machine, op, &op->rep);
 }
 
 /* Ring every doorbell this loop owes (farm_loop_rdma_lazy, and bells of

@@ -34,26 +34,29 @@ void farm_msg_refresh_peers(farm_loop *loop)
 			loop->peer_list[loop->npeers++] = m;
 }
 
-/* -ETIMEDOUT while a connect to @op's machine that timed out is not to be
- * tried again yet, else 0. */
-int farm_msg_connect_gate(const struct out_peer *op)
+/* Connect *@ep to machine @m for @op. A refusal says no live machine is
+ * there: FARM_EPEERDEAD. No answer in time (udp on a lossy network or a
+ * starved host) is not death, which is for the peer's lease to decide:
+ * -ETIMEDOUT, and no new try for CONNECT_RETRY_NS, since each try holds
+ * this loop for up to the fabric's connect bound. */
+int farm_msg_connect(farm_loop *loop, uint32_t m, struct out_peer *op,
+                     farm_ep **ep)
 {
-	return op->retry_ns && farm_now_ns() < op->retry_ns ? -ETIMEDOUT : 0;
-}
-
-/* What a failed connect to @op's machine means to its callers. A refusal
- * says no live machine is there: the peer is dead to this loop until it
- * is forgotten. No answer in time (udp on a lossy network or a starved
- * host) is not death, which is for the peer's lease to decide: the
- * connect is tried again, but not for CONNECT_RETRY_NS, since each try
- * holds this loop for up to the fabric's connect bound. */
-int farm_msg_connect_failed(struct out_peer *op, int rc)
-{
-	if (rc == -ECONNREFUSED)
-		return FARM_EPEERDEAD;
+	if (op->retry_ns && farm_now_ns() < op->retry_ns)
+		return -ETIMEDOUT;
+	farm_ep_attr ea = {.sq_depth = EP_DEPTH};
+	int rc = farm_ep_connect(loop->msg->fab, loop->cq, m,
+	                         loop->msg->peers[m].addr, &ea, ep);
+	if (!rc) {
+		op->retry_ns = 0;
+		return 0;
+	}
+	*ep = NULL;
+	farm_warn("msg: loop %u cannot connect to machine %" PRIu32 ": %s",
+	          loop->idx, m, farm_strerror(rc));
 	if (rc == -ETIMEDOUT)
 		op->retry_ns = farm_now_ns() + CONNECT_RETRY_NS;
-	return rc;
+	return rc == -ECONNREFUSED ? FARM_EPEERDEAD : rc;
 }
 
 /* The endpoint to machine @m, connected on first use. */
@@ -74,23 +77,10 @@ int farm_msg_peer_ep(farm_loop *loop, uint32_t m, struct out_peer **out)
 	 * address and descriptor, written before it, are read below. */
 	if (!atomic_load_explicit(&p->ready, memory_order_acquire))
 		return -ENOENT;
-	int rc = farm_msg_connect_gate(op);
-	if (rc)
-		return rc;
-	farm_ep_attr ea = {.sq_depth = EP_DEPTH};
-	rc = farm_ep_connect(msg->fab, loop->cq, m, p->addr, &ea, &op->ep);
-	if (rc) {
-		farm_warn("msg: loop %u cannot connect to machine %" PRIu32
-		          ": %s",
-		          loop->idx, m, farm_strerror(rc));
-		op->ep = NULL;
-		rc = farm_msg_connect_failed(op, rc);
-		if (rc == FARM_EPEERDEAD)
-			op->err = rc;
-		return rc;
-	}
-	op->retry_ns = 0;
-	return 0;
+	int rc = farm_msg_connect(loop, m, op, &op->ep);
+	if (rc == FARM_EPEERDEAD)
+		op->err = rc;
+	return rc;
 }
 
 static int chan_get(farm_loop *loop, uint32_t m, unsigned r,
