@@ -59,6 +59,12 @@ static void test_file_and_env(void **state)
 	setenv("FARM_FABRIC", "verbs", 1);
 	assert_int_equal(farm_config_apply_env(&c, err, sizeof(err)), 0);
 	assert_int_equal(c.region_size, 1u << 20);
+	/* Too small for the allocator (header and block table, no block):
+	 * refused with the bounds named. */
+	assert_int_equal(farm_config_validate(&c, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "from 2M to 4G"));
+	c.region_size = 2u << 20;
+	assert_int_equal(farm_config_validate(&c, err, sizeof(err)), 0);
 	assert_string_equal(c.fabric, "verbs");
 	setenv("FARM_FABRIC", "carrier-pigeon", 1);
 	assert_int_equal(farm_config_apply_env(&c, err, sizeof(err)), -EINVAL);

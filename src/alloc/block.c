@@ -16,7 +16,12 @@
 #include <stdlib.h>
 
 #include "alloc/alloc_int.h"
+#include "util/config.h"
 #include "util/log.h"
+
+_Static_assert(FARM_CONFIG_MIN_REGION_SIZE == FARM_ALLOC_MIN_REGION,
+               "a configured region_size the allocator refuses would fail "
+               "every allocation instead of the configuration");
 
 /* A region's slab-block metadata (one per run, covering len_mb entries). */
 static void free_metas(struct ba_region *r)

@@ -11,8 +11,11 @@
 #include "util/common.h"
 
 #define FARM_DEFAULT_REGION_SIZE (2ull << 30)
-#define FARM_MIN_REGION_SIZE     (1ull << 20)
-#define FARM_MAX_REGION_SIZE     (1ull << 32) /* offsets are 32 bits */
+/* The allocator's smallest region (FARM_ALLOC_MIN_REGION, checked there):
+ * a 1 MiB region holds its header and block table and no block, so every
+ * allocation in it would fail. */
+#define FARM_MIN_REGION_SIZE FARM_CONFIG_MIN_REGION_SIZE
+#define FARM_MAX_REGION_SIZE (1ull << 32) /* offsets are 32 bits */
 
 void farm_config_defaults(struct farm_config *c)
 {
@@ -482,7 +485,7 @@ int farm_config_validate(const struct farm_config *c, char *err, size_t errlen)
 	    c->region_size > FARM_MAX_REGION_SIZE) {
 		snprintf(err, errlen,
 		         "region_size %" PRIu64
-		         " must be a power of two from 1M to 4G",
+		         " must be a power of two from 2M to 4G",
 		         c->region_size);
 		return -EINVAL;
 	}

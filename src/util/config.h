@@ -10,9 +10,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define FARM_CONFIG_MAX_PEERS 255 /* a view holds up to 256 machines */
-#define FARM_CONFIG_STR       256
-#define FARM_CONFIG_DOMAIN    64 /* a failure domain's name, with NUL */
+#define FARM_CONFIG_MAX_PEERS       255 /* a view holds up to 256 machines */
+#define FARM_CONFIG_STR             256
+#define FARM_CONFIG_DOMAIN          64 /* a failure domain's name, with NUL */
+#define FARM_CONFIG_MIN_REGION_SIZE (2ull << 20) /* region_size's least */
 
 struct farm_config_peer {
 	uint32_t id;
