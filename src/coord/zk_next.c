@@ -426,6 +426,8 @@ bool farm_zk_may_manage(struct farm_membership *m, const uint32_t *ids,
 	/* The manager's successor keeps building too: its reads make its
 	 * first suspicion of the manager one round trip (zk_fast_write). */
 	unsigned kept = 0;
+	if (FARM_FAULT_SWITCH(FARM_FP_ZK_ALL_MANAGE))
+		return true;
 	for (unsigned i = 0; i < n && ids[i] < m->self; i++)
 		if (surely_kept(m, ids[i]) && ++kept == 2)
 			return false;

@@ -212,6 +212,12 @@ enum farm_fault_point {
 	 * machine the fabric saw die as for any other (test_lease
 	 * --broken-dead must then fail). */
 	FARM_FP_LEASE_PROBE_WAIT_DEAD,
+	/* coord/zk_next.c, a switch: while hooked, every machine with a
+	 * lower id than itself registered builds the next configuration and
+	 * so reads every member's registration, as before the rule that
+	 * leaves it to the manager and its successor (test_zk --broken: a
+	 * third machine's reads must be seen). */
+	FARM_FP_ZK_ALL_MANAGE,
 	FARM_FP_COUNT
 };
 
