@@ -647,22 +647,6 @@ static enum av_state av_restart(struct av *a)
 	                                                     : AV_RESTARTED;
 }
 
-/* FaRM's lease wait before NEW-CONFIG-COMMIT: the CM grants no lease
- * outside the configuration it has taken, so one lease length from here
- * every lease a removed machine held has expired (by the holder's clock
- * first), and it stops acting as a member before recovery moves its
- * regions. Not needed when every removed machine's process is known
- * gone (an exact death notice, farm_recovery_all_dead): a dead process
- * acts under no lease. */
-static void lease_wait(const farm_node *n)
-{
-	uint32_t us = n->cfg.lease_us ? n->cfg.lease_us : FARM_LEASE_DEFAULT_US;
-	struct timespec ts = {.tv_sec = us / 1000000,
-	                      .tv_nsec = (long)(us % 1000000) * 1000};
-	while (nanosleep(&ts, &ts) && errno == EINTR)
-		;
-}
-
 static enum av_state av_recover(struct av *a)
 {
 	farm_node *n = a->n;
@@ -680,9 +664,9 @@ static enum av_state av_recover(struct av *a)
 			olds[nolds++] = a->ids[i];
 	if (nolds && in_ids(a->late, a->nlate, decider))
 		decider = olds[0]; /* a late CM takes no part */
-	if (a->ngone && decider == n->cfg.machine_id && n->rec &&
-	    !farm_recovery_all_dead(n->rec, a->gone, a->ngone))
-		lease_wait(n);
+	/* FaRM's lease wait before NEW-CONFIG-COMMIT, by the CM. */
+	if (a->ngone && decider == n->cfg.machine_id)
+		farm_recovery_lease_wait(n->rec, a->gone, a->ngone);
 	int trc = farm_txm_reconfigure(n->txm, v->config_id, a->gone, a->ngone,
 	                               olds, nolds, decider);
 	if (trc == -ENOENT) /* loops closed: this machine stops */

@@ -14,6 +14,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "util/common.h"
 #include "util/fault.h"
@@ -480,6 +481,28 @@ bool farm_recovery_all_dead(farm_recovery *r, const uint32_t *ids, unsigned n)
 		all = in_list(r->gone_dead, r->ngone_dead, ids[i]);
 	pthread_mutex_unlock(&r->mu);
 	return all;
+}
+
+void farm_recovery_lease_wait(farm_recovery *r, const uint32_t *ids, unsigned n)
+{
+	if (!r)
+		return;
+	bool skip = farm_recovery_all_dead(r, ids, n) ||
+	            (r->a.exact_deaths &&
+	             FARM_FAULT_SWITCH(FARM_FP_REC_SUSPECT_AS_DEAD));
+	pthread_mutex_lock(&r->mu);
+	if (skip)
+		r->st.lease_waits_skipped++;
+	else
+		r->st.lease_waits++;
+	pthread_mutex_unlock(&r->mu);
+	if (skip)
+		return;
+	uint32_t us = r->a.lease_us ? r->a.lease_us : FARM_LEASE_DEFAULT_US;
+	struct timespec ts = {.tv_sec = us / 1000000,
+	                      .tv_nsec = (long)(us % 1000000) * 1000};
+	while (nanosleep(&ts, &ts) && errno == EINTR)
+		;
 }
 
 void farm_recovery_stats(farm_recovery *r, struct farm_recovery_stats *out)

@@ -85,15 +85,19 @@ struct farm_recovery_step {
 /* Counters and the last reconfiguration's timeline (monotonic ns). */
 struct farm_recovery_stats {
 	struct farm_lease_stats lease;
-	uint64_t suspicions;   /* machines suspected (lapse or report) */
-	uint64_t probes;       /* probe rounds */
-	uint64_t requests;     /* farm_membership_suspect calls */
-	uint64_t no_majority;  /* probes that found no majority */
-	uint64_t withdrawn;    /* suspects that answered the probe */
-	uint64_t read_probes;  /* members probed by a one-sided READ (itself
-	                          included, answered at once) */
-	uint64_t read_silent;  /* ... of which did not answer */
-	uint64_t removed;      /* times this machine found itself removed */
+	uint64_t suspicions;  /* machines suspected (lapse or report) */
+	uint64_t probes;      /* probe rounds */
+	uint64_t requests;    /* farm_membership_suspect calls */
+	uint64_t no_majority; /* probes that found no majority */
+	uint64_t withdrawn;   /* suspects that answered the probe */
+	uint64_t read_probes; /* members probed by a one-sided READ (itself
+	                         included, answered at once) */
+	uint64_t read_silent; /* ... of which did not answer */
+	uint64_t removed;     /* times this machine found itself removed */
+	/* farm_recovery_lease_wait: lease lengths waited as the CM, and waits
+	 * skipped because every removed machine was known dead. */
+	uint64_t lease_waits;
+	uint64_t lease_waits_skipped;
 	uint64_t t_suspect_ns; /* last suspicion */
 	uint64_t t_probed_ns;  /* its probe's end */
 	uint64_t t_config_ns;  /* the first configuration without it */
@@ -137,6 +141,16 @@ void farm_recovery_stats(farm_recovery *r, struct farm_recovery_stats *out);
  * or when any of them was only suspected (a lapse, a probe unanswered).
  */
 bool farm_recovery_all_dead(farm_recovery *r, const uint32_t *ids, unsigned n);
+/*
+ * farm_recovery_lease_wait() - FaRM's lease wait before a configuration
+ * that removed @ids is acted on, by its CM: the CM grants no lease outside
+ * the configuration it has taken, so one lease length from here every
+ * lease a removed machine held has expired (by the holder's clock first)
+ * and it no longer acts as a member. Skipped when farm_recovery_all_dead
+ * says a dead process could act under none. Counted in the stats.
+ */
+void farm_recovery_lease_wait(farm_recovery *r, const uint32_t *ids,
+                              unsigned n);
 /* The lease module (tests mute it to wedge this machine). */
 farm_lease *farm_recovery_lease(farm_recovery *r);
 

@@ -218,6 +218,12 @@ enum farm_fault_point {
 	 * leaves it to the manager and its successor (test_zk --broken: a
 	 * third machine's reads must be seen). */
 	FARM_FP_ZK_ALL_MANAGE,
+	/* recovery/recovery.c, a switch: while hooked, the CM skips the lease
+	 * wait whenever death notices are exact, even for a machine only
+	 * suspected (a lapsed lease: paused, not dead) (test_recovery
+	 * --broken: the stopped machine's removal must be seen waited
+	 * for). */
+	FARM_FP_REC_SUSPECT_AS_DEAD,
 	FARM_FP_COUNT
 };
 
