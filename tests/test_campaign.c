@@ -482,8 +482,11 @@ struct cp_hashes {
 	int64_t objects[RP_MAXREG];
 };
 
+/* v: the header word (version and lock bits), w: the incarnation word,
+ * lines: what was hashed. */
 struct cp_obj {
-	uint64_t off, hash;
+	uint64_t off, hash, v, w;
+	uint32_t lines, pad;
 };
 
 struct cp_walk {
@@ -537,7 +540,14 @@ static void cp_hash_one(struct cp_walk *w, const uint8_t *p, uint32_t lines)
 		w->o = o;
 		w->cap = cap;
 	}
-	w->o[w->n++] = (struct cp_obj){(uint64_t)(p - w->base), h};
+	uint64_t v, inc;
+	memcpy(&v, p, 8);
+	memcpy(&inc, p + 8, 8);
+	w->o[w->n++] = (struct cp_obj){.off = (uint64_t)(p - w->base),
+	                               .hash = h,
+	                               .v = v,
+	                               .w = inc,
+	                               .lines = lines};
 }
 
 static int cp_obj_cmp(const void *a, const void *b)
@@ -593,6 +603,95 @@ static int cp_hash_regions(struct cp_child *c)
 	int rc = np_say(&c->tx.np, 'h', r, sizeof(*r));
 	free(r);
 	return rc;
+}
+
+/* 'O' -> 'o' (paused, after 'H'): the objects the parent found to differ
+ * between two copies of a region, as this machine holds them, for the
+ * report. The parent writes the cluster's file "probe" (a cp_probe); the
+ * answer is the file probe-m<machine> (a cp_probe_ans). */
+#define CP_PROBE_OBJS  4u
+#define CP_PROBE_BYTES 512u
+struct cp_probe {
+	uint32_t region, n;
+	uint64_t off[CP_PROBE_OBJS];
+};
+
+struct cp_probe_ans {
+	int role; /* -1: no copy held */
+	bool filling;
+	bool demoted; /* a demoted copy (growth) is mapped here */
+	bool have_dr; /* a copy of data recovery's record, below */
+	struct farm_datarec_region dr;
+	uint64_t config;
+	uint32_t reps[FARM_RING_MAX_REPLICAS];
+	unsigned nreps;
+	uint32_t extra;
+	uint8_t obj[CP_PROBE_OBJS][CP_PROBE_BYTES];
+	uint8_t dem[CP_PROBE_OBJS][CP_PROBE_BYTES]; /* the demoted copy's */
+};
+
+static void cp_probe_path(char *path, size_t len, const char *root, unsigned m)
+{
+	if (m == ~0u)
+		snprintf(path, len, "%.256s/probe", root);
+	else
+		snprintf(path, len, "%.256s/probe-m%u", root, m);
+}
+
+/* The bytes of the probe's objects, at this machine's copy and at its
+ * demoted copy if it holds one. */
+static void cp_probe_objects(farm_as *as, const struct cp_probe *q,
+                             const uint8_t *base, struct cp_probe_ans *a)
+{
+	uint64_t rs = farm_as_region_size(as);
+	for (unsigned k = 0; k < q->n && k < CP_PROBE_OBJS; k++) {
+		uint64_t off = q->off[k];
+		if (off + CP_PROBE_BYTES > rs)
+			continue;
+		if (base)
+			memcpy(a->obj[k], base + off, CP_PROBE_BYTES);
+		const void *d = farm_as_demoted_ptr(
+		        as, farm_gaddr_make(q->region, off), CP_PROBE_BYTES);
+		a->demoted |= d != NULL;
+		if (d)
+			memcpy(a->dem[k], d, CP_PROBE_BYTES);
+	}
+}
+
+static int cp_probe_answer(struct cp_child *c)
+{
+	farm_as *as = farm_node_as(c->tx.np.node);
+	char path[320];
+	cp_probe_path(path, sizeof(path), c->tx.np.cl->root, ~0u);
+	size_t len = 0;
+	struct cp_probe *q = np_read_file(path, &len);
+	struct cp_probe_ans *a = calloc(1, sizeof(*a));
+	if (!q || len != sizeof(*q) || !a) {
+		free(q);
+		free(a);
+		return np_say(&c->tx.np, 'o', NULL, 0);
+	}
+	enum farm_as_role role;
+	farm_region *g = farm_as_local_region(as, q->region, &role);
+	a->role = g ? (int)role : -1;
+	a->filling = farm_as_backup_filling(as, q->region);
+	a->config = farm_node_config_id(c->tx.np.node);
+	a->nreps = farm_as_replicas(as, q->region, a->reps);
+	a->extra = farm_as_extra(as, q->region);
+	struct farm_datarec_region dr[RP_MAXREG];
+	unsigned ndr = FARM_MIN(farm_txm_datarec_get(c->tx.txm, dr, RP_MAXREG),
+	                        RP_MAXREG);
+	for (unsigned k = 0; k < ndr; k++)
+		if (dr[k].region == q->region) {
+			a->dr = dr[k];
+			a->have_dr = true;
+		}
+	cp_probe_objects(as, q, g ? farm_region_base(g) : NULL, a);
+	cp_probe_path(path, sizeof(path), c->tx.np.cl->root, c->tx.np.me);
+	int rc = np_write_file(path, a, sizeof(*a));
+	free(q);
+	free(a);
+	return np_say(&c->tx.np, 'o', NULL, 0) || rc ? -1 : 0;
 }
 
 /* A cold object's bytes: a pattern of its address. */
@@ -684,7 +783,7 @@ static int cp_write_cold(struct cp_child *c)
 }
 
 /* The replica commands a paused machine answers: 'F' (TRUNCATE records
- * now), 'H', 'W', 'K'. 1: not one of them. */
+ * now), 'H', 'W', 'K', 'O'. 1: not one of them. */
 static int cp_replica_cmd(struct cp_child *c, int cmd)
 {
 	if (cmd == 'F') {
@@ -697,6 +796,8 @@ static int cp_replica_cmd(struct cp_child *c, int cmd)
 		return cp_make_cold(c) ? -1 : 0;
 	if (cmd == 'K')
 		return cp_write_cold(c) ? -1 : 0;
+	if (cmd == 'O')
+		return cp_probe_answer(c) ? -1 : 0;
 	return 1;
 }
 
@@ -1815,10 +1916,18 @@ static const char *cp_role(int role)
 	return role == FARM_AS_PRIMARY ? "primary" : "backup";
 }
 
+/* Objects that differ between two copies, for the report: the first
+ * CP_PROBE_OBJS of them, each as both copies' lists have it. */
+struct cp_differ {
+	unsigned n;
+	struct cp_obj a[CP_PROBE_OBJS], b[CP_PROBE_OBJS];
+};
+
 /* Two copies of region @g, at machines @i and @j: the objects allocated
- * at both whose bytes differ (returned), and in *@one those allocated at
- * one of them only. -1: a list missing. */
-static long cp_diff_copies(uint32_t g, unsigned i, unsigned j, long *one)
+ * at both whose bytes differ (returned; the first ones in @dd), and in
+ * *@one those allocated at one of them only. -1: a list missing. */
+static long cp_diff_copies(uint32_t g, unsigned i, unsigned j, long *one,
+                           struct cp_differ *dd)
 {
 	char pi[320], pj[320];
 	cp_copy_path(pi, sizeof(pi), rb_cl.root, g, i);
@@ -1828,6 +1937,7 @@ static long cp_diff_copies(uint32_t g, unsigned i, unsigned j, long *one)
 	size_t na = li / sizeof(*a), nb = lj / sizeof(*b), x = 0, y = 0;
 	long differ = (!a && li) || (!b && lj) ? -1 : 0;
 	*one = 0;
+	dd->n = 0;
 	while (differ >= 0 && (x < na || y < nb)) {
 		if (y == nb || (x < na && a[x].off < b[y].off)) {
 			(*one)++;
@@ -1836,12 +1946,148 @@ static long cp_diff_copies(uint32_t g, unsigned i, unsigned j, long *one)
 			(*one)++;
 			y++;
 		} else {
+			if (a[x].hash != b[y].hash && dd->n < CP_PROBE_OBJS) {
+				dd->a[dd->n] = a[x];
+				dd->b[dd->n++] = b[y];
+			}
 			differ += a[x++].hash != b[y++].hash;
 		}
 	}
 	free(a);
 	free(b);
 	return differ;
+}
+
+/* Machine @m's probe answer (its file), or NULL. */
+static struct cp_probe_ans *cp_probe_ask(unsigned m)
+{
+	char path[320];
+	cp_probe_path(path, sizeof(path), rb_cl.root, m);
+	(void)unlink(path);
+	np_send(&rb_cl, m, 'O');
+	np_expect(&rb_cl, m, 'o', 30000);
+	size_t len = 0;
+	struct cp_probe_ans *a = np_read_file(path, &len);
+	if (a && len != sizeof(*a)) {
+		free(a);
+		a = NULL;
+	}
+	return a;
+}
+
+/* How machine @m holds the region: role, filling or complete, its
+ * replicas as it sees them, a demoted copy, data recovery's record. */
+static void cp_probe_say_copy(unsigned m, const struct cp_probe_ans *a)
+{
+	printf("    machine %u (configuration %" PRIu64 "): %s%s%s; replicas",
+	       m, a->config,
+	       a->role < 0                  ? "no copy"
+	       : a->role == FARM_AS_PRIMARY ? "primary"
+	                                    : "backup",
+	       a->role == FARM_AS_BACKUP
+	               ? (a->filling ? " (filling)" : " (complete)")
+	               : "",
+	       a->demoted ? ", a demoted copy mapped" : "");
+	for (unsigned x = 0; x < a->nreps && x < FARM_RING_MAX_REPLICAS; x++)
+		printf("%s%" PRIu32, x ? "," : " ", a->reps[x]);
+	if (a->extra != FARM_RING_NO_EXTRA)
+		printf(" (extra %" PRIu32 ")", a->extra);
+	if (a->have_dr)
+		printf("; its copy: state %d, %" PRIu64 " bytes read, %" PRIu64
+		       " from the demoted copy, %" PRIu64 " fixed at the "
+		       "check, %" PRIu64 " again, last error %d",
+		       (int)a->dr.state, a->dr.bytes, a->dr.local, a->dr.fixed,
+		       a->dr.retries, a->dr.last_err);
+	else
+		printf("; never copied here");
+	printf("\n");
+}
+
+/* 16 bytes of @p from @at, in hex. */
+static void cp_hex16(const char *who, const uint8_t *p, unsigned at)
+{
+	printf("      %-12s +%-4u", who, at);
+	for (unsigned k = 0; k < 16; k++)
+		printf(" %02x", p[at + k]);
+	printf("\n");
+}
+
+/* 16 bytes of object @k from @at at both copies, and at a demoted copy
+ * where one is mapped. */
+static void cp_probe_rows(const struct cp_probe_ans *ai,
+                          const struct cp_probe_ans *aj, unsigned k, unsigned i,
+                          unsigned j, unsigned at)
+{
+	char w[4][32];
+	snprintf(w[0], sizeof(w[0]), "m%u", i);
+	snprintf(w[1], sizeof(w[1]), "m%u", j);
+	snprintf(w[2], sizeof(w[2]), "m%u demoted", i);
+	snprintf(w[3], sizeof(w[3]), "m%u demoted", j);
+	cp_hex16(w[0], ai->obj[k], at);
+	cp_hex16(w[1], aj->obj[k], at);
+	if (ai->demoted)
+		cp_hex16(w[2], ai->dem[k], at);
+	if (aj->demoted)
+		cp_hex16(w[3], aj->dem[k], at);
+}
+
+/* One object that differs: both header words, the first differing byte,
+ * 16 bytes from there at each copy (and at a demoted copy), and so for
+ * the body. */
+static void cp_probe_say_obj(const struct cp_differ *dd, unsigned k, unsigned i,
+                             unsigned j, const struct cp_probe_ans *ai,
+                             const struct cp_probe_ans *aj)
+{
+	const struct cp_obj *x = &dd->a[k], *y = &dd->b[k];
+	printf("    object +%#" PRIx64 ": machine %u header %#" PRIx64
+	       " (version %#" PRIx64 ", lock %u) incarnation %#" PRIx64
+	       ", %u lines; machine %u header %#" PRIx64 " (version %#" PRIx64
+	       ", lock %u) incarnation %#" PRIx64 ", %u lines\n",
+	       x->off, i, x->v, x->v >> 2, (unsigned)(x->v & 3), x->w, x->lines,
+	       j, y->v, y->v >> 2, (unsigned)(y->v & 3), y->w, y->lines);
+	if (!ai || !aj)
+		return;
+	unsigned len =
+	        FARM_MIN(FARM_MIN(x->lines, y->lines) * 64u, CP_PROBE_BYTES);
+	/* The first difference in the header (version, incarnation), then
+	 * the first in the body. */
+	for (unsigned from = 0, at; from < len; from = 16) {
+		at = from;
+		while (at < len && ai->obj[k][at] == aj->obj[k][at])
+			at++;
+		if (at == len) {
+			printf("      bytes %u..%u equal now\n", from, len);
+			break;
+		}
+		cp_probe_rows(ai, aj, k, i, j,
+		              FARM_MIN(at & ~7u, CP_PROBE_BYTES - 16));
+		if (at >= 16)
+			break;
+	}
+}
+
+/* Say what differs between the copies of region @g at machines @i and
+ * @j, and how each holds the region (paused machines). */
+static void cp_explain(uint32_t g, unsigned i, unsigned j,
+                       const struct cp_differ *dd)
+{
+	struct cp_probe q = {.region = g, .n = dd->n};
+	for (unsigned k = 0; k < dd->n; k++)
+		q.off[k] = dd->a[k].off;
+	char path[320];
+	cp_probe_path(path, sizeof(path), rb_cl.root, ~0u);
+	if (np_write_file(path, &q, sizeof(q)))
+		return;
+	struct cp_probe_ans *ai = cp_probe_ask(i), *aj = cp_probe_ask(j);
+	printf("  region %#" PRIx32 ", machines %u and %u:\n", g, i, j);
+	if (ai)
+		cp_probe_say_copy(i, ai);
+	if (aj)
+		cp_probe_say_copy(j, aj);
+	for (unsigned k = 0; k < dd->n; k++)
+		cp_probe_say_obj(dd, k, i, j, ai, aj);
+	free(ai);
+	free(aj);
 }
 
 /* Every region's copies (primary and backups): the objects allocated at
@@ -1880,7 +2126,9 @@ static void cp_check_copies(struct fails *f)
 					if (h[j].region[q] != g)
 						continue;
 					long one = 0;
-					long d = cp_diff_copies(g, i, j, &one);
+					struct cp_differ dd;
+					long d = cp_diff_copies(g, i, j, &one,
+					                        &dd);
 					pairs++;
 					only += one;
 					if (d == 0)
@@ -1895,6 +2143,7 @@ static void cp_check_copies(struct fails *f)
 					       "and machine %u (%s)",
 					       g, d, i, cp_role(h[i].role[k]),
 					       j, cp_role(h[j].role[q]));
+					cp_explain(g, i, j, &dd);
 				}
 	printf("copies: %u pairs of copies compared, %ld objects differ, "
 	       "%ld allocated at one copy only, in %.0f ms\n",

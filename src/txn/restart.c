@@ -403,6 +403,65 @@ static void unlock_one(void *ctx, struct farm_objhdr *obj, uint32_t lines)
 	}
 }
 
+/* How many objects of the record @r this machine's copies hold at the
+ * version the record's transaction writes (a LOCK's install, a
+ * COMMIT-BACKUP's image): already applied here. */
+static unsigned held_here(farm_txm *m, const struct rs_rec *r)
+{
+	const struct rec_obj *o = objs_of(r->rec);
+	unsigned n = 0;
+	for (unsigned i = 0; i < r->h.nobj; i++) {
+		struct rec_obj x;
+		memcpy(&x, &o[i], sizeof(x));
+		uint8_t *p = local_obj(m, &x);
+		uint64_t nv = (r->h.type == REC_LOCK ? x.version + OBJ_VSTEP
+		                                     : x.version) &
+		              ~OBJ_LOCK_MASK;
+		/* Acquire: pairs with the release of the version word by
+		 * the install that wrote it (obj_install, apply). */
+		n += p && nv &&
+		     (atomic_load_explicit((_Atomic uint64_t *)(void *)p,
+		                           memory_order_acquire) &
+		      ~OBJ_LOCK_MASK) == nv;
+	}
+	return n;
+}
+
+/*
+ * An aborted transaction @g[0..n) whose images some copy here already
+ * holds: a decision made before the kill (a recovery round's, which no
+ * record keeps) that this one contradicts, so that copy keeps images the
+ * others never get. Said with what the decision went by: the records'
+ * configuration, which machines' logs hold which records, the ring's
+ * configuration (src/recovery/README.md, "Limits"). A later transaction
+ * may have written the same version after a real abort, so this is a
+ * lead, not proof.
+ */
+static void say_contradicted(farm_txm *m, const struct rs_rec *g, size_t n)
+{
+	unsigned held = 0;
+	for (size_t i = 0; i < n; i++)
+		if (g[i].h.type == REC_LOCK || g[i].h.type == REC_COMMIT_BACKUP)
+			held += held_here(m, &g[i]);
+	if (!held)
+		return;
+	char who[160];
+	size_t len = 0;
+	who[0] = 0;
+	for (size_t i = 0; i < n && len + 24 < sizeof(who); i++)
+		len += (size_t)snprintf(who + len, sizeof(who) - len,
+		                        " %s@%" PRIu32 "(cfg %" PRIu32 ")",
+		                        g[i].h.type == REC_LOCK ? "LOCK"
+		                        : g[i].h.type == REC_COMMIT_BACKUP
+		                                ? "CB"
+		                                : "other",
+		                        g[i].owner, g[i].h.cfg);
+	farm_warn("restart: transaction %#" PRIx64 " decided abort, but %u "
+	          "of its objects here already hold the version it writes "
+	          "(records:%s; ring of configuration %" PRIu64 ")",
+	          g[0].h.txid, held, who, farm_as_config_id(m->as));
+}
+
 /* Decide each transaction of the sorted records @v[0..n) and replay the
  * committed ones' images (unless a test switch forbids it). */
 static void decide_all(farm_txm *m, const struct rs_rec *v, size_t n,
@@ -429,6 +488,7 @@ static void decide_all(farm_txm *m, const struct rs_rec *v, size_t n,
 					st->images += apply(m, &v[k]);
 		} else {
 			st->aborted++;
+			say_contradicted(m, &v[i], j - i);
 		}
 		i = j;
 	}
