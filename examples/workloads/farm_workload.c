@@ -118,7 +118,7 @@ static uint64_t print_result(const struct wl_opts *o, const struct wl_result *r)
 	       "committed, %.0f txn/s "
 	       "(%.0f per client thread), p50 %.1f us, p99 %.1f us, "
 	       "retries %.2f%%, errors %llu, shipped %llu (fallbacks %llu), "
-	       "load %llu ms\n",
+	       "load %llu ms, run CPU %.2f s (%.0f txn per CPU-second)\n",
 	       o->kind == WL_TATP   ? "TATP"
 	       : o->kind == WL_BANK ? "SmallBank"
 	                            : "TPC-C",
@@ -132,7 +132,8 @@ static uint64_t print_result(const struct wl_opts *o, const struct wl_result *r)
 	       all ? 100.0 * r->retries / (all + r->retries) : 0,
 	       (unsigned long long)r->errors, (unsigned long long)r->shipped,
 	       (unsigned long long)r->ship_fallbacks,
-	       (unsigned long long)r->load_ms);
+	       (unsigned long long)r->load_ms, r->cpu_s,
+	       r->cpu_s > 0 ? all / r->cpu_s : 0);
 	uint64_t acked = 0, ledger = 0;
 	for (unsigned i = 0; i < WL_MAX_MACHINES; i++)
 		for (unsigned t = 0; t < WL_MAX_THREADS; t++) {

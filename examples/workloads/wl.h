@@ -92,6 +92,8 @@ struct wl_result {
 	uint64_t shipped, ship_fallbacks;
 	uint64_t hist[WL_HIST_BUCKETS];
 	double seconds; /* measured run time */
+	double cpu_s;   /* CPU time the machine processes spent in the run
+	                   (every thread; load and check not counted) */
 	unsigned cores; /* client threads in all */
 	/* Invariants (after the run): 0 all held, else what failed in msg. */
 	int check;

@@ -111,6 +111,7 @@ struct wl_machine {
 	const char *root;
 	struct wl_client cl[WL_MAX_THREADS];
 	uint64_t run_start_ns;
+	uint64_t run_cpu_ns;     /* the process's CPU time during the run */
 	_Atomic uint64_t *ticks; /* per tick commits, this machine */
 	unsigned nticks;
 	uint64_t loaded[4];      /* rows this machine loaded */
@@ -123,6 +124,13 @@ struct wl_machine {
 static inline unsigned wl_owner(const struct wl_opts *o, uint64_t id)
 {
 	return (unsigned)(id % o->machines);
+}
+
+static inline uint64_t wl_cpu_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 static inline uint64_t wl_now_ns(void)

@@ -331,6 +331,7 @@ static int wait_workers(struct wl_machine *m)
 
 static void run_all(struct wl_machine *m)
 {
+	uint64_t cpu0 = wl_cpu_ns();
 	m->run_start_ns = wl_now_ns();
 	for (unsigned i = 1; i < m->o->threads; i++) {
 		atomic_store(&m->cl[i].done, 0);
@@ -339,6 +340,7 @@ static void run_all(struct wl_machine *m)
 	}
 	client_run(&m->cl[0]);
 	(void)wait_workers(m);
+	m->run_cpu_ns = wl_cpu_ns() - cpu0;
 }
 
 /* ---- setup ----------------------------------------------------------------
@@ -525,6 +527,7 @@ static int answer_run(struct wl_machine *m, int out)
 		sum->acked_delta += r->acked_delta;
 	}
 	sum->cores = m->o->threads;
+	sum->cpu_s = (double)m->run_cpu_ns / 1e9;
 	rec_times(m, &sum->rec[m->me]);
 	int rc = wl_write_all(out, sum, sizeof(*sum));
 	free(sum);

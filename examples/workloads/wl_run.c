@@ -208,6 +208,7 @@ static void add_run(struct wl_result *r, const struct wl_result *m, unsigned i)
 		r->hist[b] += m->hist[b];
 	r->seconds = m->seconds > r->seconds ? m->seconds : r->seconds;
 	r->cores += m->cores;
+	r->cpu_s += m->cpu_s;
 	r->acked_delta += m->acked_delta;
 	memcpy(r->acked[i], m->acked[i], sizeof(r->acked[i]));
 	r->rec[i] = m->rec[i];

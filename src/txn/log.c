@@ -394,7 +394,12 @@ static void freed_read_done(farm_loop *loop, void *ctx, int status)
 	}
 	arena_put(&tl->ar, c->buf, c->len);
 	free(c);
-	/* Transactions waiting for room try again. */
+	/* Transactions waiting for room try again; each that still finds
+	 * none says so again (farm_txn_tx_reserve). A scan per completion
+	 * with none waiting cost a fifth of a loaded run's CPU. */
+	if (!tl->room_waiters)
+		return;
+	tl->room_waiters = false;
 	for (unsigned i = 0; i < TX_SLOTS; i++) {
 		farm_tx *tx = tl->slots[i];
 		if (tx && tx->ph == PH_RESERVE)

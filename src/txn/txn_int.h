@@ -57,7 +57,11 @@ struct txloop {
 	unsigned tx_nfree;
 	/* Hot counters, written by this loop only (plain load + store). */
 	_Atomic uint64_t c_lf_reads, c_lf_retries, c_tx_reads;
-	unsigned inflight;   /* log WRITEs and freed-word READs not completed */
+	unsigned inflight; /* log WRITEs and freed-word READs not completed */
+	/* A commit found a log short of room since the last freed-word
+	 * READ's completion retried the waiting ones: only then is the
+	 * slot table (TX_SLOTS) worth a scan. */
+	bool room_waiters;
 	uint64_t epoch_tick; /* loop 0: passes, for the epoch trigger */
 	/* Commit sequences (struct rec_hdr): the next one, the lowest not
 	 * finished, and which of [cs_low, cs_next) have finished. */
