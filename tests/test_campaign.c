@@ -2,7 +2,7 @@
  * The fault campaign on one continuous cluster:
  *
  *   test_campaign [--cycles N] [--seed S] [--faults F,F,...] [--broken]
- *                 [--list] [--help]
+ *                 [--full-every N] [--list] [--help]
  *
  * One cluster of CP_NM0 machine processes (3 replicas, 3 failure domains:
  * two of two machines and one of one) joined through a 3-server ZooKeeper
@@ -210,6 +210,15 @@ static bool opt_slow_replace;
  * sent its first requests (cp_first_asks); 0: never. */
 static _Atomic uint64_t cp_held_until;
 static uint64_t cp_asked_at;
+/* --full-every N: sercheck and lincheck over the whole history after
+ * every Nth cycle's checks and after the last cycle's (0: the last only;
+ * default 1: every cycle). Their cost grows with the history; the checks
+ * every cycle keeps (replication, locks, the bank total, every
+ * acknowledged commit present from what the cycle added, allocators,
+ * copies) cost what a cycle adds, so that a long run's cycles stay as
+ * short as its first and a broken invariant still stops the cycle it
+ * happens in. */
+static unsigned opt_full_every = 1;
 static enum cp_fault opt_list[F_COUNT * 4];
 static unsigned opt_nlist;
 
@@ -1266,8 +1275,28 @@ struct cp_cycle {
 	 * acknowledged commit is missing; sercheck anomalies and lincheck
 	 * keys without a linearization (a checker's error counts 1). */
 	uint64_t lost, anomalies;
-	bool ran; /* the checks ran */
+	bool ran;  /* the checks over the whole history ran */
+	bool full; /* they were due (--full-every) */
 	bool ok;
+	unsigned due; /* checks due */
+	/* Where the cycle's time went (ms), CP_PH_* */
+	double ph[8];
+};
+
+/* A cycle's phases: the workloads run, the fault (kill and reap),
+ * every live machine in a configuration without the ones gone
+ * (suspicion and recovery), the replacements up, every machine in a
+ * configuration with them, every region at full replication (copies
+ * filled), the pause, the checks. */
+enum {
+	CP_PH_RUN,
+	CP_PH_FAULT,
+	CP_PH_REMOVED,
+	CP_PH_JOIN,
+	CP_PH_WHOLE,
+	CP_PH_COPIES,
+	CP_PH_PAUSE,
+	CP_PH_CHECKS
 };
 
 static void zk_do(struct fails *f, const char *verb, unsigned k)
@@ -1902,30 +1931,81 @@ static void cp_check_copies(struct fails *f)
 	free(h);
 }
 
-/* Every check, the workloads paused; a failed one in @f. */
-static void cp_check(struct cp_cycle *cy, struct fails *f)
+/* Every committed write so far: the highest version per object, from
+ * each machine's history records read once (tx_hist_committed_since). A
+ * bounded summary: the objects transfers write are the accounts. */
+#define CP_WKEYS 1024
+static struct {
+	uint64_t key[CP_WKEYS], maxv[CP_WKEYS], writes[CP_WKEYS];
+	unsigned n;
+	uint64_t overflow; /* writes of objects past CP_WKEYS */
+	uint64_t off[NP_NM];
+	uint64_t txns;
+} cp_w;
+
+static void cp_w_write(void *ctx, uint64_t key, uint64_t version)
 {
-	unsigned nreg = 0;
-	char why[256];
-	/* 1. full replication, paused */
-	if (cp_await_replicated(10000, why, sizeof(why), &nreg))
-		failed(f, "paused: not fully replicated: %s", why);
-	else
-		cy->checks++;
+	(void)ctx;
+	unsigned i = 0;
+	while (i < cp_w.n && cp_w.key[i] != key)
+		i++;
+	if (i == CP_WKEYS) {
+		cp_w.overflow++;
+		return;
+	}
+	if (i == cp_w.n)
+		cp_w.key[cp_w.n++] = key;
+	cp_w.maxv[i] = FARM_MAX(cp_w.maxv[i], version);
+	cp_w.writes[i]++;
+}
 
-	/* 2. locks, total, no negative balance */
-	unsigned scanner = cp_lowest(cp_live);
-	struct scan_report *s = calloc(1, sizeof(*s));
-	assert_non_null(s);
-	np_send(&rb_cl, scanner, 'S');
-	np_expect(&rb_cl, scanner, 's',
-	          (RB_MAX_LOCKED + RB_SUM_TRIES) * 3000 + 60000);
-	np_recv(&rb_cl, scanner, s, sizeof(*s), 5000);
-	unsigned n0 = f->n;
-	report_scan(s, scanner, f);
-	cy->checks += f->n == n0;
+/* 3. Every write of a transaction reported committed, in any machine's
+ * history so far, is present in scan @s (each account's version at least
+ * the highest one written): lost accounts, plus committed writes of
+ * objects that are not accounts. Reads only what the histories added
+ * since the last pause. */
+static unsigned cp_check_committed(const struct scan_report *s, struct fails *f)
+{
+	uint64_t t0 = np_now_ns(), before = cp_w.txns;
+	for (unsigned i = 0; i < 64; i++) {
+		if (!cp_is(cp_used, i))
+			continue;
+		long k = tx_hist_committed_since(&rb_cl, i, &cp_w.off[i],
+		                                 cp_w_write, NULL);
+		if (k < 0)
+			failed(f,
+			       "machine %u: history unreadable after byte "
+			       "%" PRIu64,
+			       i, cp_w.off[i]);
+		else
+			cp_w.txns += (uint64_t)k;
+	}
+	struct committed *w = calloc(1, sizeof(*w));
+	assert_non_null(w);
+	w->s = s;
+	for (unsigned k = 0; k < cp_w.n; k++) {
+		unsigned a = rb_account(s, cp_w.key[k]);
+		if (a < s->n)
+			w->maxv[a] = cp_w.maxv[k];
+		else
+			w->unknown_keys += cp_w.writes[k];
+	}
+	w->unknown_keys += cp_w.overflow;
+	unsigned lost = rb_committed_lost(w, f);
+	free(w);
+	printf("committed: %" PRIu64 " new transactions read (%" PRIu64
+	       " so far), %u objects written; %u accounts lost a committed "
+	       "write, in %.0f ms\n",
+	       cp_w.txns - before, cp_w.txns, cp_w.n, lost,
+	       (double)(np_now_ns() - t0) / 1e6);
+	return lost;
+}
 
-	/* 3, 4. every committed write present; sercheck over everything */
+/* 4. sercheck over every machine's whole history; the committed writes it
+ * replays must be present too (step 3's, read again). */
+static void cp_check_ser(struct cp_cycle *cy, const struct scan_report *s,
+                         struct fails *f)
+{
 	struct committed *w = calloc(1, sizeof(*w));
 	assert_non_null(w);
 	w->s = s;
@@ -1936,8 +2016,7 @@ static void cp_check(struct cp_cycle *cy, struct fails *f)
 	                                 &cut, on_write, w);
 	double sc_ms = (double)(np_now_ns() - t0) / 1e6;
 	unsigned lost = rb_committed_lost(w, f);
-	cy->checks += !lost;
-	cy->lost = lost;
+	cy->lost = FARM_MAX(cy->lost, (uint64_t)lost);
 	cy->anomalies = anomalies > 0 ? (uint64_t)anomalies : anomalies < 0;
 	cy->ran = true;
 	if (anomalies) {
@@ -1946,7 +2025,7 @@ static void cp_check(struct cp_cycle *cy, struct fails *f)
 		       "sercheck: %d anomalies in the history (%" PRIu64
 		       " transactions, %" PRIu64 " committed)",
 		       anomalies, rep.ntxns, rep.ncommitted);
-	} else {
+	} else if (!lost) {
 		cy->checks++;
 	}
 	cy->txns = rep.ntxns;
@@ -1956,13 +2035,16 @@ static void cp_check(struct cp_cycle *cy, struct fails *f)
 	       rep.ntxns, rep.ncommitted, cut, cp_count(cp_used),
 	       anomalies ? "ANOMALIES" : "strictly serializable", sc_ms);
 	free(w);
-	free(s);
+}
 
-	/* 5. lincheck over every KV history */
+/* 5. lincheck over every KV history (this is how every acknowledged put
+ * is checked present). */
+static void cp_check_lin(struct cp_cycle *cy, struct fails *f)
+{
 	lc_report lr;
 	uint64_t nrec = 0;
-	t0 = np_now_ns();
-	int rc = kvl_check_some(&rb_cl, cp_used, &lr, &nrec, 120000);
+	uint64_t t0 = np_now_ns();
+	int rc = kvl_check_some(&rb_cl, cp_used, &lr, &nrec, 600000);
 	printf("lincheck: %" PRIu64 " ops of %u machines: %s in %.0f ms\n",
 	       nrec, cp_count(cp_used),
 	       rc == 0  ? "linearizable"
@@ -1981,9 +2063,12 @@ static void cp_check(struct cp_cycle *cy, struct fails *f)
 		cy->checks++;
 	}
 	cy->kv_ops = nrec;
+}
 
-	/* 6. the allocators, rebuilt by scan; no object left locked */
-	n0 = f->n;
+/* 6. the allocators, rebuilt by scan; no object left locked */
+static void cp_check_allocs(struct cp_cycle *cy, struct fails *f)
+{
+	unsigned n0 = f->n;
 	uint64_t objects = 0, locked = 0;
 	for (unsigned i = 0; i < 64; i++) {
 		if (!cp_is(cp_live, i))
@@ -2000,6 +2085,46 @@ static void cp_check(struct cp_cycle *cy, struct fails *f)
 	       " objects walked, %" PRIu64 " locked\n",
 	       cp_count(cp_live), objects, locked);
 	cy->checks += f->n == n0;
+}
+
+/* Every check, the workloads paused; a failed one in @f. sercheck and
+ * lincheck only where cy->full. */
+static void cp_check(struct cp_cycle *cy, struct fails *f)
+{
+	unsigned nreg = 0;
+	char why[256];
+	cy->due = cy->full ? 7 : 5;
+	/* 1. full replication, paused */
+	if (cp_await_replicated(10000, why, sizeof(why), &nreg))
+		failed(f, "paused: not fully replicated: %s", why);
+	else
+		cy->checks++;
+
+	/* 2. locks, total, no negative balance */
+	unsigned scanner = cp_lowest(cp_live);
+	struct scan_report *s = calloc(1, sizeof(*s));
+	assert_non_null(s);
+	np_send(&rb_cl, scanner, 'S');
+	np_expect(&rb_cl, scanner, 's',
+	          (RB_MAX_LOCKED + RB_SUM_TRIES) * 3000 + 60000);
+	np_recv(&rb_cl, scanner, s, sizeof(*s), 5000);
+	unsigned n0 = f->n;
+	report_scan(s, scanner, f);
+	cy->checks += f->n == n0;
+
+	/* 3. every acknowledged commit present, from what is new */
+	unsigned lost = cp_check_committed(s, f);
+	cy->checks += !lost;
+	cy->lost = lost;
+
+	/* 4, 5. over the whole histories, where due */
+	if (cy->full) {
+		cp_check_ser(cy, s, f);
+		cp_check_lin(cy, f);
+	}
+	free(s);
+
+	cp_check_allocs(cy, f);
 
 	/* 7. every region's copies equal, byte for byte */
 	n0 = f->n;
@@ -2066,22 +2191,34 @@ static void cp_check_holds(uint64_t gone, struct fails *f)
 	}
 }
 
+/* The phase that ends now (CP_PH_*) took from *@tp; *@tp moves on. */
+static double cp_phase(struct cp_cycle *cy, unsigned ph, uint64_t *tp)
+{
+	uint64_t now = np_now_ns();
+	cy->ph[ph] = (double)(now - *tp) / 1e6;
+	*tp = now;
+	return cy->ph[ph];
+}
+
 /* One cycle: the fault, the cluster made whole again, the checks. */
 static void cp_cycle(unsigned c, enum cp_fault fl, struct cp_cycle *cy,
                      struct fails *f)
 {
-	uint64_t t0 = np_now_ns();
+	uint64_t t0 = np_now_ns(), tp = t0;
 	cy->fault = fl;
 	/* The workloads run a while first: 0.3 to 1.5 s. */
 	pause_ms(300 + cp_draw(1200));
+	cp_phase(cy, CP_PH_RUN, &tp);
 	uint64_t gone;
 	if (getenv("FARM_CAMPAIGN_VERBOSE"))
 		cp_dump_held(); /* where every copy is, before the fault */
 	cp_fault(fl, cy, &gone, f);
+	cp_phase(cy, CP_PH_FAULT, &tp);
 	bool fault_failed = f->n > 0;
 	char why[256] = "";
 	if (!f->n && cp_await_config(CP_RECONF_MS, why, sizeof(why)))
 		failed(f, "after the fault: %s", why);
+	cp_phase(cy, CP_PH_REMOVED, &tp);
 	/* Replacements: new ids, empty directories, the same domains. The
 	 * gone machines' directories go first: none of them runs again, and
 	 * 500 cycles of 16 MB regions would fill /dev/shm (about 70 MB a
@@ -2103,18 +2240,19 @@ static void cp_cycle(unsigned c, enum cp_fault fl, struct cp_cycle *cy,
 			o += (size_t)snprintf(added + o, sizeof(added) - o,
 			                      "%s%u", o ? "," : "", id);
 		}
+	cp_phase(cy, CP_PH_JOIN, &tp);
 	if (!f->n && cp_await_config(CP_RECONF_MS, why, sizeof(why)))
 		failed(f, "after the replacements joined: %s", why);
 	if (!f->n && opt_slow_replace)
 		cp_check_holds(gone, f);
+	cp_phase(cy, CP_PH_WHOLE, &tp);
 	unsigned nreg = 0;
-	uint64_t t_rep = np_now_ns();
 	if (!f->n && cp_await_replicated(CP_REPL_MS, why, sizeof(why), &nreg)) {
 		failed(f, "not fully replicated within %d ms: %s", CP_REPL_MS,
 		       why);
 		cp_dump_held();
 	}
-	double rep_ms = (double)(np_now_ns() - t_rep) / 1e6;
+	double rep_ms = cp_phase(cy, CP_PH_COPIES, &tp);
 	if (getenv("FARM_CAMPAIGN_VERBOSE"))
 		cp_dump_held(); /* and after the cluster is whole again */
 	struct cp_counts *n = calloc(NP_NM, sizeof(*n));
@@ -2124,11 +2262,13 @@ static void cp_cycle(unsigned c, enum cp_fault fl, struct cp_cycle *cy,
 	bool paused = !fault_failed;
 	if (paused)
 		cp_pause(n);
+	cp_phase(cy, CP_PH_PAUSE, &tp);
 	printf("cycle %u: %s; replaced by %s; %u regions fully replicated "
 	       "%.0f ms after the cluster was whole again\n",
 	       c, cy->what, added[0] ? added : "none", nreg, rep_ms);
 	if (!f->n)
 		cp_check(cy, f);
+	cp_phase(cy, CP_PH_CHECKS, &tp);
 	uint64_t tr = 0, kv = 0, failedtx = 0;
 	for (unsigned i = 0; i < 64; i++)
 		if (cp_is(cp_live, i)) {
@@ -2146,6 +2286,12 @@ static void cp_cycle(unsigned c, enum cp_fault fl, struct cp_cycle *cy,
 		cp_resume();
 	cy->secs = (double)(np_now_ns() - t0) / 1e9;
 	cy->ok = f->n == 0;
+	printf("cycle %u: ms: run %.0f, fault %.0f, removed %.0f, joined "
+	       "%.0f, whole %.0f, copies %.0f, pause %.0f, checks %.0f%s\n",
+	       c, cy->ph[CP_PH_RUN], cy->ph[CP_PH_FAULT], cy->ph[CP_PH_REMOVED],
+	       cy->ph[CP_PH_JOIN], cy->ph[CP_PH_WHOLE], cy->ph[CP_PH_COPIES],
+	       cy->ph[CP_PH_PAUSE], cy->ph[CP_PH_CHECKS],
+	       cy->full ? " (whole histories)" : "");
 }
 
 static void cp_stop(void)
@@ -2210,13 +2356,15 @@ static void test_campaign(void **state)
 	struct fails f = {0};
 	unsigned done = 0, passed = 0;
 	for (unsigned c = 0; c < opt_cycles; c++) {
+		cy[c].full = c + 1 == opt_cycles ||
+		             (opt_full_every && (c + 1) % opt_full_every == 0);
 		cp_cycle(c + 1, order[c], &cy[c], &f);
 		done++;
 		passed += cy[c].ok;
-		printf("[%u/%u] %-12s %-52s %6.1fs  %s (%u of 7 checks)\n",
+		printf("[%u/%u] %-12s %-52s %6.1fs  %s (%u of %u checks)\n",
 		       c + 1, opt_cycles, cp_fault_name[cy[c].fault],
 		       cy[c].what, cy[c].secs, cy[c].ok ? "passed" : "FAILED",
-		       cy[c].checks);
+		       cy[c].checks, cy[c].due ? cy[c].due : 7);
 		fflush(stdout);
 		if (!cy[c].ok)
 			break;
@@ -2225,9 +2373,10 @@ static void test_campaign(void **state)
 	printf("\ncycle  fault        what                                    "
 	       "              seconds  checks  result\n");
 	for (unsigned c = 0; c < done; c++)
-		printf("%5u  %-12s %-54s %7.1f  %4u/7  %s\n", c + 1,
+		printf("%5u  %-12s %-54s %7.1f  %4u/%u  %s\n", c + 1,
 		       cp_fault_name[cy[c].fault], cy[c].what, cy[c].secs,
-		       cy[c].checks, cy[c].ok ? "passed" : "FAILED");
+		       cy[c].checks, cy[c].due ? cy[c].due : 7,
+		       cy[c].ok ? "passed" : "FAILED");
 	printf("\nfault          cycles  passed\n");
 	for (unsigned k = 0; k < F_COUNT; k++) {
 		unsigned n = 0, p = 0;
@@ -2249,10 +2398,11 @@ static void test_campaign(void **state)
 	 * over the whole history since the start). */
 	uint64_t lost = 0, anomalies = 0;
 	for (unsigned c = 0; c < done; c++)
-		if (cy[c].ran) {
-			lost = cy[c].lost;
+		if (cy[c].ran)
 			anomalies = cy[c].anomalies;
-		}
+	for (unsigned c = 0; c < done; c++)
+		if (cy[c].due) /* step 3 ran: over everything so far */
+			lost = cy[c].lost;
 	/* Met only when the last cycle's checks ran: a cycle that failed
 	 * before them proves nothing either way. */
 	bool checked = done && cy[done - 1].ran;
@@ -2394,7 +2544,11 @@ static void usage(FILE *out)
 	        "holder before its old records are decided.\n"
 	        "  --slow-replace (with --reuse): machines wait 1.5 s before "
 	        "their loops\n  start a new holder's channels afresh; its "
-	        "first requests must be answered.\n");
+	        "first requests must be answered.\n"
+	        "  --full-every N: sercheck and lincheck over the whole "
+	        "history after every\n  Nth cycle and the last (0: the last "
+	        "only; default 1); the other checks,\n  every acknowledged "
+	        "commit present among them, run every cycle.\n");
 }
 
 /* The hook of a switch point (FARM_FAULT_SWITCH): set is enough. */
@@ -2424,6 +2578,7 @@ int main(int argc, char **argv)
 	                                   {"broken-kept", 0, NULL, 'K'},
 	                                   {"broken-handoff", 0, NULL, 'N'},
 	                                   {"slow-replace", 0, NULL, 'W'},
+	                                   {"full-every", 1, NULL, 'F'},
 	                                   {0}};
 	opt_seed = (uint64_t)time(NULL) % 100000;
 	const char *faults = NULL;
@@ -2448,6 +2603,14 @@ int main(int argc, char **argv)
 			}
 			break;
 		case 'f': faults = optarg; break;
+		case 'F':
+			opt_full_every = (unsigned)strtoul(optarg, &end, 10);
+			if (*end || !*optarg) {
+				fprintf(stderr, "test_campaign: --full-every "
+				                "needs a number\n");
+				return 2;
+			}
+			break;
 		case 'b': opt_broken = true; break;
 		case 'p':
 			if (!farm_fault_built() ||
