@@ -1964,7 +1964,8 @@ static void cp_w_write(void *ctx, uint64_t key, uint64_t version)
  * the highest one written): lost accounts, plus committed writes of
  * objects that are not accounts. Reads only what the histories added
  * since the last pause. */
-static unsigned cp_check_committed(const struct scan_report *s, struct fails *f)
+static unsigned cp_check_committed(const struct scan_report *s,
+                                   struct committed *w, struct fails *f)
 {
 	uint64_t t0 = np_now_ns(), before = cp_w.txns;
 	for (unsigned i = 0; i < 64; i++) {
@@ -1980,8 +1981,6 @@ static unsigned cp_check_committed(const struct scan_report *s, struct fails *f)
 		else
 			cp_w.txns += (uint64_t)k;
 	}
-	struct committed *w = calloc(1, sizeof(*w));
-	assert_non_null(w);
 	w->s = s;
 	for (unsigned k = 0; k < cp_w.n; k++) {
 		unsigned a = rb_account(s, cp_w.key[k]);
@@ -1992,7 +1991,6 @@ static unsigned cp_check_committed(const struct scan_report *s, struct fails *f)
 	}
 	w->unknown_keys += cp_w.overflow;
 	unsigned lost = rb_committed_lost(w, f);
-	free(w);
 	printf("committed: %" PRIu64 " new transactions read (%" PRIu64
 	       " so far), %u objects written; %u accounts lost a committed "
 	       "write, in %.0f ms\n",
@@ -2001,10 +1999,31 @@ static unsigned cp_check_committed(const struct scan_report *s, struct fails *f)
 	return lost;
 }
 
+/* The highest committed versions the whole histories' replay found (@w)
+ * equal those step 3 gathered from each cycle's new records (@wi): the
+ * summary misses no record and counts none twice. */
+static void cp_check_summary(const struct committed *w,
+                             const struct committed *wi, struct fails *f)
+{
+	unsigned differ = 0;
+	for (unsigned a = 0; a < w->s->n; a++)
+		if (w->maxv[a] != wi->maxv[a] && differ++ < 4)
+			failed(f,
+			       "account %#" PRIx64 ": the whole history's "
+			       "highest committed version %" PRIu64
+			       ", the cycles' summary's %" PRIu64,
+			       w->s->addr[a], w->maxv[a], wi->maxv[a]);
+	if (w->unknown_keys != wi->unknown_keys)
+		failed(f,
+		       "committed writes of unknown objects: %" PRIu64
+		       " in the whole history, %" PRIu64 " in the summary",
+		       w->unknown_keys, wi->unknown_keys);
+}
+
 /* 4. sercheck over every machine's whole history; the committed writes it
- * replays must be present too (step 3's, read again). */
+ * replays must be present too, and equal step 3's summary (@wi). */
 static void cp_check_ser(struct cp_cycle *cy, const struct scan_report *s,
-                         struct fails *f)
+                         const struct committed *wi, struct fails *f)
 {
 	struct committed *w = calloc(1, sizeof(*w));
 	assert_non_null(w);
@@ -2015,7 +2034,9 @@ static void cp_check_ser(struct cp_cycle *cy, const struct scan_report *s,
 	int anomalies = tx_check_history(&rb_cl, cp_killed | ~cp_used, &rep,
 	                                 &cut, on_write, w);
 	double sc_ms = (double)(np_now_ns() - t0) / 1e6;
+	unsigned n0 = f->n;
 	unsigned lost = rb_committed_lost(w, f);
+	cp_check_summary(w, wi, f);
 	cy->lost = FARM_MAX(cy->lost, (uint64_t)lost);
 	cy->anomalies = anomalies > 0 ? (uint64_t)anomalies : anomalies < 0;
 	cy->ran = true;
@@ -2025,7 +2046,7 @@ static void cp_check_ser(struct cp_cycle *cy, const struct scan_report *s,
 		       "sercheck: %d anomalies in the history (%" PRIu64
 		       " transactions, %" PRIu64 " committed)",
 		       anomalies, rep.ntxns, rep.ncommitted);
-	} else if (!lost) {
+	} else if (f->n == n0) {
 		cy->checks++;
 	}
 	cy->txns = rep.ntxns;
@@ -2070,11 +2091,14 @@ static void cp_check_allocs(struct cp_cycle *cy, struct fails *f)
 {
 	unsigned n0 = f->n;
 	uint64_t objects = 0, locked = 0;
+	/* Every machine scans at once: each answers on its own pipe. */
+	for (unsigned i = 0; i < 64; i++)
+		if (cp_is(cp_live, i))
+			np_send(&rb_cl, i, 'A');
 	for (unsigned i = 0; i < 64; i++) {
 		if (!cp_is(cp_live, i))
 			continue;
 		struct alloc_report a;
-		np_send(&rb_cl, i, 'A');
 		np_expect(&rb_cl, i, 'A', 120000);
 		np_recv(&rb_cl, i, &a, sizeof(a), 1000);
 		alloc_check(i, &a, f);
@@ -2087,18 +2111,30 @@ static void cp_check_allocs(struct cp_cycle *cy, struct fails *f)
 	cy->checks += f->n == n0;
 }
 
+/* Milliseconds since *@tp; *@tp moves on. */
+static double cp_ms_since(uint64_t *tp)
+{
+	uint64_t now = np_now_ns();
+	double ms = (double)(now - *tp) / 1e6;
+	*tp = now;
+	return ms;
+}
+
 /* Every check, the workloads paused; a failed one in @f. sercheck and
  * lincheck only where cy->full. */
 static void cp_check(struct cp_cycle *cy, struct fails *f)
 {
 	unsigned nreg = 0;
 	char why[256];
+	double ms[7] = {0};
+	uint64_t tp = np_now_ns();
 	cy->due = cy->full ? 7 : 5;
 	/* 1. full replication, paused */
 	if (cp_await_replicated(10000, why, sizeof(why), &nreg))
 		failed(f, "paused: not fully replicated: %s", why);
 	else
 		cy->checks++;
+	ms[0] = cp_ms_since(&tp);
 
 	/* 2. locks, total, no negative balance */
 	unsigned scanner = cp_lowest(cp_live);
@@ -2111,25 +2147,37 @@ static void cp_check(struct cp_cycle *cy, struct fails *f)
 	unsigned n0 = f->n;
 	report_scan(s, scanner, f);
 	cy->checks += f->n == n0;
+	ms[1] = cp_ms_since(&tp);
 
 	/* 3. every acknowledged commit present, from what is new */
-	unsigned lost = cp_check_committed(s, f);
+	struct committed *wi = calloc(1, sizeof(*wi));
+	assert_non_null(wi);
+	unsigned lost = cp_check_committed(s, wi, f);
 	cy->checks += !lost;
 	cy->lost = lost;
+	ms[2] = cp_ms_since(&tp);
 
 	/* 4, 5. over the whole histories, where due */
 	if (cy->full) {
-		cp_check_ser(cy, s, f);
+		cp_check_ser(cy, s, wi, f);
+		ms[3] = cp_ms_since(&tp);
 		cp_check_lin(cy, f);
+		ms[4] = cp_ms_since(&tp);
 	}
+	free(wi);
 	free(s);
 
 	cp_check_allocs(cy, f);
+	ms[5] = cp_ms_since(&tp);
 
 	/* 7. every region's copies equal, byte for byte */
 	n0 = f->n;
 	cp_check_copies(f);
 	cy->checks += f->n == n0;
+	ms[6] = cp_ms_since(&tp);
+	printf("checks: ms: replicated %.0f, scan %.0f, committed %.0f, "
+	       "sercheck %.0f, lincheck %.0f, allocators %.0f, copies %.0f\n",
+	       ms[0], ms[1], ms[2], ms[3], ms[4], ms[5], ms[6]);
 }
 
 /* Remove the directories of the machines in @gone, and those whose
@@ -2194,10 +2242,7 @@ static void cp_check_holds(uint64_t gone, struct fails *f)
 /* The phase that ends now (CP_PH_*) took from *@tp; *@tp moves on. */
 static double cp_phase(struct cp_cycle *cy, unsigned ph, uint64_t *tp)
 {
-	uint64_t now = np_now_ns();
-	cy->ph[ph] = (double)(now - *tp) / 1e6;
-	*tp = now;
-	return cy->ph[ph];
+	return cy->ph[ph] = cp_ms_since(tp);
 }
 
 /* One cycle: the fault, the cluster made whole again, the checks. */
