@@ -58,13 +58,20 @@
  *   - no account is left locked, the bank total is conserved, no balance
  *     negative (recbank.h's scan and sum by the lowest machine);
  *   - every transaction reported committed is present (each account's
- *     version is at least the highest one a committed transfer wrote);
+ *     version is at least the highest one a committed transfer wrote:
+ *     a summary of every committed write so far, the highest version
+ *     per account, to which each cycle adds only the history records
+ *     written since the last pause);
  *   - sercheck: the histories of every machine that ever ran, from the
- *     start of the campaign, are strictly serializable;
+ *     start of the campaign, are strictly serializable (and the committed
+ *     writes its replay finds equal the summary's);
  *   - lincheck: the KV histories of every machine that ever ran, from the
  *     start, are linearizable (this is how every acknowledged put is
  *     checked to be present: reads after it must see it or a later
  *     write);
+ *     these two go over the whole history, so their cost grows with the
+ *     run: --full-every N runs them after every Nth cycle and after the
+ *     last only (0: the last only), the others every cycle;
  *   - every machine's allocator state, rebuilt by scan from its regions,
  *     equals its live state, with no free refused or lost, and no object
  *     of those regions (KV objects too) holds a lock bit (allocscan.h);
@@ -81,9 +88,11 @@
  * copy is before
  * each fault. --order applies the faults of --faults in the order given.
  *
- * Prints a line per cycle, then a table of the faults applied and the
- * checks passed, the transactions and KV operations checked, and last one
- * JSON line (goals campaign_cycles_pass, lost_commits and
+ * Prints a line per cycle (and where its time went: the workloads' run,
+ * the fault, the removal, the replacements' join, the whole cluster's
+ * configuration, the copies, the pause, each check), then a table of the faults
+ * applied and the checks passed, the transactions and KV operations checked,
+ * and last one JSON line (goals campaign_cycles_pass, lost_commits and
  * checker_anomalies: the last checks over the whole history). Stops at the
  * first cycle whose checks fail: the failures are listed, the cluster's
  * directory (the histories hist-<machine> and lin-<machine>) is kept and its
@@ -2245,6 +2254,17 @@ static double cp_phase(struct cp_cycle *cy, unsigned ph, uint64_t *tp)
 	return cy->ph[ph] = cp_ms_since(tp);
 }
 
+/* Where cycle @c's time went. */
+static void cp_print_phases(unsigned c, const struct cp_cycle *cy)
+{
+	printf("cycle %u: ms: run %.0f, fault %.0f, removed %.0f, joined "
+	       "%.0f, whole %.0f, copies %.0f, pause %.0f, checks %.0f%s\n",
+	       c, cy->ph[CP_PH_RUN], cy->ph[CP_PH_FAULT], cy->ph[CP_PH_REMOVED],
+	       cy->ph[CP_PH_JOIN], cy->ph[CP_PH_WHOLE], cy->ph[CP_PH_COPIES],
+	       cy->ph[CP_PH_PAUSE], cy->ph[CP_PH_CHECKS],
+	       cy->full ? " (whole histories)" : "");
+}
+
 /* One cycle: the fault, the cluster made whole again, the checks. */
 static void cp_cycle(unsigned c, enum cp_fault fl, struct cp_cycle *cy,
                      struct fails *f)
@@ -2331,12 +2351,7 @@ static void cp_cycle(unsigned c, enum cp_fault fl, struct cp_cycle *cy,
 		cp_resume();
 	cy->secs = (double)(np_now_ns() - t0) / 1e9;
 	cy->ok = f->n == 0;
-	printf("cycle %u: ms: run %.0f, fault %.0f, removed %.0f, joined "
-	       "%.0f, whole %.0f, copies %.0f, pause %.0f, checks %.0f%s\n",
-	       c, cy->ph[CP_PH_RUN], cy->ph[CP_PH_FAULT], cy->ph[CP_PH_REMOVED],
-	       cy->ph[CP_PH_JOIN], cy->ph[CP_PH_WHOLE], cy->ph[CP_PH_COPIES],
-	       cy->ph[CP_PH_PAUSE], cy->ph[CP_PH_CHECKS],
-	       cy->full ? " (whole histories)" : "");
+	cp_print_phases(c, cy);
 }
 
 static void cp_stop(void)
