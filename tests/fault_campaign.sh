@@ -7,8 +7,9 @@
 #                     [--list] [--help]
 #
 # --full-every N (--continuous): sercheck and lincheck over the whole
-# history after every Nth cycle and the last only (0: the last only;
-# default 1: every cycle); the other checks run every cycle.
+# history, and the allocators rebuilt by a walk of every region, after
+# every Nth cycle and the last only (0: the last only; default 1: every
+# cycle); the other checks run every cycle.
 #
 # --timeout: the whole run's limit (--continuous; default 300 s + 60 s a
 # cycle), or each cycle's (--per-scenario; default 300 s).
