@@ -3,7 +3,13 @@
 #
 #   fault_campaign.sh [--continuous | --per-scenario] [--build DIR]
 #                     [--cycles N] [--seed S] [--faults F,F,...] [--out DIR]
-#                     [--grow | --no-grow] [--timeout SEC] [--list] [--help]
+#                     [--grow | --no-grow] [--full-every N] [--timeout SEC]
+#                     [--list] [--help]
+#
+# --full-every N (--continuous): sercheck and lincheck over the whole
+# history, and the allocators rebuilt by a walk of every region, after
+# every Nth cycle and the last only (0: the last only; default 1: every
+# cycle); the other checks run every cycle.
 #
 # --timeout: the whole run's limit (--continuous; default 300 s + 60 s a
 # cycle), or each cycle's (--per-scenario; default 300 s).
@@ -90,6 +96,7 @@ prog=fault_campaign.sh
 mode=continuous
 faults_opt=
 grow=0
+full_every=
 build=
 cycles=50
 seed=
@@ -113,6 +120,7 @@ while [ $# -gt 0 ]; do
 	--per-scenario) mode=per-scenario; shift ;;
 	--faults) faults_opt=${2:?}; shift 2 ;;
 	--grow) grow=1; shift ;;
+	--full-every) full_every=${2:?}; shift 2 ;;
 	--no-grow) grow=no; shift ;;
 	--help | -h) usage; exit 0 ;;
 	*) echo "$prog: unknown argument '$1' (see --help)" >&2; exit 2 ;;
@@ -124,6 +132,7 @@ case $cycles in '' | *[!0-9]*) echo "$prog: --cycles needs a number" >&2; exit 2
 case $timeout_s in '' | *[!0-9]*) echo "$prog: --timeout needs seconds" >&2; exit 2 ;; esac
 [ $mode = per-scenario ] && [ -n "$faults_opt" ] && { echo "$prog: --faults is for --continuous" >&2; exit 2; }
 [ $mode = per-scenario ] && [ "$grow" = 1 ] && { echo "$prog: --grow is for --continuous" >&2; exit 2; }
+[ $mode = per-scenario ] && [ -n "$full_every" ] && { echo "$prog: --full-every is for --continuous" >&2; exit 2; }
 [ -n "$seed" ] || seed=$(( $(date +%s) % 100000 ))
 case $seed in *[!0-9]*) echo "$prog: --seed needs a number" >&2; exit 2 ;; esac
 if [ -z "$build" ]; then
@@ -149,6 +158,7 @@ if [ $mode = continuous ]; then
 	[ -n "$faults_opt" ] && args+=(--faults "$faults_opt")
 	[ "$grow" = 1 ] && args+=(--grow)
 	[ "$grow" = no ] && args+=(--no-grow)
+	[ -n "$full_every" ] && args+=(--full-every "$full_every")
 	# The cycle lines as they come; the whole output in the log.
 	timeout -k 10 "$timeout_s" "$bin" "${args[@]}" 2>&1 | tee "$log" |
 		grep --line-buffered -E '^\[[0-9]+/[0-9]+\] '

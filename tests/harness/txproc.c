@@ -1,5 +1,8 @@
 #include "txproc.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 int tx_child_run(struct tx_child *c, const struct farm_config *cfg, int join_ms,
                  int (*role)(struct tx_child *c))
 {
@@ -292,6 +295,72 @@ int tx_check_history(struct np_cluster *cl, uint64_t killed, sc_report *rep,
 	sc_free(h);
 	assert_true(rc >= 0);
 	return rc;
+}
+
+/* The records of machine @i's history from byte @off on, in *@n records
+ * (NULL with *@n 0 when none; -1 in *@n on error). */
+static uint64_t *hist_tail(const struct np_cluster *cl, unsigned i,
+                           uint64_t off, size_t *n)
+{
+	char path[512];
+	tx_hist_path(cl, i, path, sizeof(path));
+	*n = 0;
+	int fd = open(path, O_RDONLY);
+	if (fd < 0)
+		return NULL;
+	struct stat st;
+	uint64_t *v = NULL;
+	if (fstat(fd, &st) || (uint64_t)st.st_size < off) {
+		*n = (size_t)-1;
+	} else if ((uint64_t)st.st_size > off) {
+		size_t len = (size_t)((uint64_t)st.st_size - off);
+		v = malloc(len);
+		if (!v || pread(fd, v, len, (off_t)off) != (ssize_t)len) {
+			free(v);
+			v = NULL;
+			*n = (size_t)-1;
+		} else {
+			*n = len / sizeof(*v);
+		}
+	}
+	close(fd);
+	return v;
+}
+
+long tx_hist_committed_since(const struct np_cluster *cl, unsigned i,
+                             uint64_t *off, tx_write_fn on_write, void *ctx)
+{
+	size_t n;
+	uint64_t *v = hist_tail(cl, i, *off, &n);
+	if (n == (size_t)-1)
+		return -1;
+	n -= n % 3; /* a record being written: next time */
+	long ended = 0;
+	size_t first = 0, done = 0;
+	bool open_txn = false;
+	for (size_t k = 0; k < n; k += 3) {
+		if (v[k] == H_BEGIN) {
+			if (open_txn) { /* a killed machine's, not sealed */
+				free(v);
+				return -1;
+			}
+			open_txn = true;
+			first = k;
+		} else if (v[k] == H_END && open_txn) {
+			for (size_t j = first; j < k; j += 3)
+				if (v[j] == H_WRITE && v[k + 2] == SC_COMMITTED)
+					on_write(ctx, v[j + 1], v[j + 2]);
+			open_txn = false;
+			done = k + 3;
+			ended++;
+		} else if (v[k] < H_BEGIN || v[k] > H_END || !open_txn) {
+			free(v);
+			return -1;
+		}
+	}
+	free(v);
+	*off += done * sizeof(uint64_t);
+	return ended;
 }
 
 void bank_counts_add(struct bank_counts *t, const struct bank_counts *s)

@@ -118,6 +118,20 @@ typedef void (*tx_write_fn)(void *ctx, uint64_t key, uint64_t version);
 int tx_check_history(struct np_cluster *cl, uint64_t killed, sc_report *rep,
                      uint64_t *cut, tx_write_fn on_write, void *ctx);
 
+/*
+ * Machine @i's history from byte *@off on (a transaction's first record,
+ * 0 at first): every write of each transaction that ended committed goes
+ * to @on_write, and *@off moves past the last transaction that ended; one
+ * still open (a machine killed in it, its file not sealed yet) waits for
+ * the next call. A history only grows (streamed, resumed, sealed: appends
+ * and a torn record's cut, never before an END), so calls over successive
+ * pauses see each committed write once, at a cost of what is new. Returns
+ * the transactions read, 0 when the file does not exist yet, or -1 (I/O,
+ * a file shorter than *@off, a bad record).
+ */
+long tx_hist_committed_since(const struct np_cluster *cl, unsigned i,
+                             uint64_t *off, tx_write_fn on_write, void *ctx);
+
 /* ---- the bank -------------------------------------------------------- */
 
 #define INIT_BALANCE 100
