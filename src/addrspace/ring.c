@@ -663,15 +663,26 @@ static int ring_update_one(const farm_ring *prev, farm_ring *g, unsigned j,
 	for (unsigned x = 0; x < g->npts; x++)
 		if (d->cnew[R->pts[x].idx])
 			mark_back(g, R, x, dirty);
-	for (unsigned x = 0; x < g->npts; x++) {
-		size_t at = (size_t)x * g->nrep,
-		       was = (size_t)oldat[x] * g->nrep;
-		if (dirty[x] || oldat[x] == RING_NONE || odirty[oldat[x]]) {
-			place_arc(g, R, x, &R->reps[at], &R->extra[x]);
+	for (unsigned x = 0; x < g->npts; x++)
+		dirty[x] =
+		        dirty[x] || oldat[x] == RING_NONE || odirty[oldat[x]];
+	for (unsigned x = 0, run; x < g->npts; x += run) {
+		if (dirty[x]) {
+			place_arc(g, R, x, &R->reps[(size_t)x * g->nrep],
+			          &R->extra[x]);
+			run = 1;
 			continue;
 		}
-		memcpy(&R->reps[at], &P->reps[was], g->nrep * sizeof(*R->reps));
-		R->extra[x] = P->extra[oldat[x]];
+		/* Clean arcs that follow each other in both rings: one copy. */
+		for (run = 1; x + run < g->npts && !dirty[x + run] &&
+		              oldat[x + run] == oldat[x] + run;
+		     run++)
+			;
+		memcpy(&R->reps[(size_t)x * g->nrep],
+		       &P->reps[(size_t)oldat[x] * g->nrep],
+		       (size_t)run * g->nrep * sizeof(*R->reps));
+		memcpy(&R->extra[x], &P->extra[oldat[x]],
+		       run * sizeof(*R->extra));
 	}
 out:
 	free(add);
