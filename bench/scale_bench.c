@@ -89,6 +89,9 @@ struct size_result {
 	double join_mean_ms, join_max_ms; /* one machine's start and wait */
 	double join_last_ms;              /* the last machine's */
 	double late_ms, settle_ms; /* --zk: machine N joining N; -1: none */
+	/* Of late_ms: its farm_node_start (registration included); the
+	 * rest is the wait for the configuration that takes it. */
+	double late_start_ms;
 	int late_err;
 	/* --zk: two machines lost at once: until every survivor applied a
 	 * configuration without them (loss_ms), and until none of them
@@ -285,10 +288,13 @@ static void workload(struct size_result *r, farm_node **nodes, unsigned k,
 /* Start machine @i of @nodes and wait until it is a member of a view of
  * @want machines (or, late, of the formed cluster); its join time in ms
  * into *@ms. */
-static int join_one(farm_node **nodes, unsigned i, unsigned want, double *ms)
+static int join_one(farm_node **nodes, unsigned i, unsigned want, double *ms,
+                    double *start_ms)
 {
 	uint64_t t = bu_now_ns();
 	int rc = farm_node_start(nodes[i], JOIN_MS);
+	if (start_ms)
+		*start_ms = (double)(bu_now_ns() - t) / 1e6;
 	rc = rc ? rc : farm_node_wait_members(nodes[i], want, JOIN_MS);
 	*ms = (double)(bu_now_ns() - t) / 1e6;
 	return rc;
@@ -301,7 +307,7 @@ static void join_all(struct size_result *r, farm_node **nodes)
 	double sum = 0;
 	for (unsigned i = 0; !r->err && i < r->n; i++) {
 		double ms;
-		if ((r->err = join_one(nodes, i, zk ? i + 1 : r->n, &ms)))
+		if ((r->err = join_one(nodes, i, zk ? i + 1 : r->n, &ms, NULL)))
 			r->failed = i;
 		sum += ms;
 		r->join_last_ms = ms;
@@ -314,10 +320,24 @@ static void join_all(struct size_result *r, farm_node **nodes)
  * member (late_ms), then until every machine applied the configuration
  * that admitted it (settle_ms). *@extra: the machine, closed by the
  * caller. */
+/* Profiling the late join alone: with SCALE_BENCH_PERF_CTL naming the
+ * control fifo of `perf record -D -1 --control fifo:PATH`, events are
+ * enabled for the late join and its settling only. */
+static void perf_ctl(const char *cmd)
+{
+	const char *path = getenv("SCALE_BENCH_PERF_CTL");
+	int fd = path ? open(path, O_WRONLY) : -1;
+	if (fd < 0)
+		return;
+	if (write(fd, cmd, strlen(cmd)) < 0)
+		fprintf(stderr, PROG ": perf control: %s\n", strerror(errno));
+	close(fd);
+}
+
 static void join_late(struct size_result *r, const char *root, unsigned T,
                       farm_node **nodes, farm_node **extra)
 {
-	r->late_ms = r->settle_ms = -1;
+	r->late_ms = r->settle_ms = r->late_start_ms = -1;
 	if (!zk || r->err || r->n >= ids)
 		return;
 	nodes[r->n] = NULL;
@@ -327,8 +347,10 @@ static void join_late(struct size_result *r, const char *root, unsigned T,
 		return;
 	}
 	nodes[r->n] = *extra;
+	perf_ctl("enable\n");
 	uint64_t t = bu_now_ns();
-	if ((rc = join_one(nodes, r->n, r->n + 1, &r->late_ms))) {
+	if ((rc = join_one(nodes, r->n, r->n + 1, &r->late_ms,
+	                   &r->late_start_ms))) {
 		r->late_err = rc;
 		r->late_ms = -1;
 		return;
@@ -343,6 +365,7 @@ static void join_late(struct size_result *r, const char *root, unsigned T,
 			usleep(1000);
 		}
 	r->settle_ms = (double)(bu_now_ns() - t) / 1e6;
+	perf_ctl("disable\n");
 }
 
 static void *close_one(void *arg)
@@ -666,12 +689,13 @@ static void json_joins(const struct size_result *r)
 {
 	printf(", \"join_s\": %.2f, \"join_mean_ms\": %.1f, "
 	       "\"join_max_ms\": %.1f, \"late_join_ms\": %.1f, "
+	       "\"late_start_ms\": %.1f, "
 	       "\"settle_ms\": %.1f, \"loss_ms\": %.1f, "
 	       "\"recovered_ms\": %.1f, \"committed\": %u, "
 	       "\"read_back\": %u",
 	       r->join_s, r->join_mean_ms, r->join_max_ms, r->late_ms,
-	       r->settle_ms, r->loss_ms, r->recovered_ms, r->committed,
-	       r->read_back);
+	       r->late_start_ms, r->settle_ms, r->loss_ms, r->recovered_ms,
+	       r->committed, r->read_back);
 }
 
 static void report(const struct size_result *res, unsigned ns, unsigned T)

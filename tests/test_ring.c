@@ -408,6 +408,103 @@ static void test_ring_pick(void **state)
 	farm_ring_free(g);
 }
 
+/* ---- incremental update ------------------------------------------------ */
+
+/* A view's machines for the update tests: members, with late ranks. */
+struct uview {
+	struct farm_ring_machine ms[FARM_RING_MAX_MACHINES];
+	unsigned n;
+	uint32_t rank; /* the last late rank given */
+};
+
+static bool uview_has(const struct uview *v, uint32_t id)
+{
+	for (unsigned i = 0; i < v->n; i++)
+		if (v->ms[i].id == id)
+			return true;
+	return false;
+}
+
+/* A machine id not in @v (ids up to 4,095, beyond the members' count). */
+static uint32_t uview_new_id(const struct uview *v, uint64_t *seed)
+{
+	uint32_t id;
+	do
+		id = (uint32_t)(farm_rand64(seed) % 4096);
+	while (uview_has(v, id));
+	return id;
+}
+
+/* One random change: a join (late or not), a leave, two leaves at once,
+ * a join and a leave at once, or the grower leaving the late list. */
+static void uview_step(struct uview *v, uint64_t *seed)
+{
+	unsigned op = (unsigned)(farm_rand64(seed) % 6);
+	if ((op == 2 || op == 3 || op == 4) && v->n < 4)
+		op = 0;
+	if (v->n >= FARM_RING_MAX_MACHINES - 1 && op < 2)
+		op = 2;
+	if (op == 0 || op == 1 || op == 4) {
+		uint32_t id = uview_new_id(v, seed);
+		v->ms[v->n++] = (struct farm_ring_machine){
+		        .id = id, .late = op == 1 ? ++v->rank : 0};
+	}
+	for (unsigned k = 0; k < (op == 3 ? 2u : op >= 2 && op < 5); k++) {
+		unsigned gone = (unsigned)(farm_rand64(seed) % v->n);
+		v->ms[gone] = v->ms[v->n - 1];
+		v->n--;
+	}
+	if (op == 5) { /* the grower: the least rank */
+		unsigned g = v->n;
+		for (unsigned i = 0; i < v->n; i++)
+			if (v->ms[i].late &&
+			    (g == v->n || v->ms[i].late < v->ms[g].late))
+				g = i;
+		if (g < v->n)
+			v->ms[g].late = 0;
+	}
+}
+
+/* @steps random changes from @n0 machines: each view's rings updated from
+ * the previous view's updated rings are a build's, arc for arc. */
+static void check_updates(unsigned n0, unsigned steps, uint64_t seed)
+{
+	struct uview *v = calloc(1, sizeof(*v));
+	assert_non_null(v);
+	for (unsigned i = 0; i < n0; i++) {
+		uint32_t id = uview_new_id(v, &seed);
+		v->ms[v->n++] = (struct farm_ring_machine){.id = id};
+	}
+	farm_ring *prev = NULL;
+	assert_int_equal(farm_ring_build_domains(v->ms, v->n, NULL, &prev), 0);
+	for (unsigned s = 0; s < steps; s++) {
+		uview_step(v, &seed);
+		farm_ring *up = NULL, *full = NULL;
+		assert_int_equal(farm_ring_update(prev, v->ms, v->n, NULL, &up),
+		                 0);
+		assert_int_equal(
+		        farm_ring_build_domains(v->ms, v->n, NULL, &full), 0);
+		if (!farm_ring_same(up, full))
+			fail_msg("update from %u machines, step %u (%u "
+			         "machines) differs from a build",
+			         n0, s, v->n);
+		farm_ring_free(full);
+		farm_ring_free(prev);
+		prev = up;
+	}
+	farm_ring_free(prev);
+	free(v);
+}
+
+static void test_ring_update(void **state)
+{
+	(void)state;
+	check_updates(4, 60, 11);
+	check_updates(64, 40, 12);
+	check_updates(128, 30, 13);
+	check_updates(1024, 6, 14);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -418,6 +515,7 @@ int main(void)
 	        cmocka_unit_test(test_ring_balance),
 	        cmocka_unit_test(test_ring_movement),
 	        cmocka_unit_test(test_ring_pick),
+	        cmocka_unit_test(test_ring_update),
 	        cmocka_unit_test(test_ring_thousand_ids),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -355,17 +355,29 @@ static void announce_given(farm_as *as, const struct view_sweep *w,
 	}
 }
 
-int farm_as_set_view_placed(farm_as *as, uint64_t config_id,
-                            const struct farm_ring_machine *ms, unsigned n)
+int farm_as_place(farm_as *as, const struct farm_ring_machine *ms, unsigned n,
+                  farm_ring **out)
 {
-	if (!as || !ms || !n)
+	if (!as || !ms || !n || !out)
 		return -EINVAL;
-	if (!view_has(ms, n, as->me))
+	/* From the rings in force: views are applied one at a time, so
+	 * the next one differs from them by a join or a leave, most often,
+	 * which an update places in a fraction of a build's time. Read
+	 * lock: pairs with install_ring's write lock (the rings stay). */
+	pthread_rwlock_rdlock(&as->lock);
+	int rc = farm_ring_update(as->ring, ms, n, &as->ring_attr, out);
+	pthread_rwlock_unlock(&as->lock);
+	return rc;
+}
+
+int farm_as_set_view_ring(farm_as *as, uint64_t config_id,
+                          const struct farm_ring_machine *ms, unsigned n,
+                          farm_ring *g)
+{
+	if (!as || !ms || !n || !g || !view_has(ms, n, as->me)) {
+		farm_ring_free(g);
 		return -EINVAL;
-	farm_ring *g;
-	int rc = farm_ring_build_domains(ms, n, &as->ring_attr, &g);
-	if (rc)
-		return rc;
+	}
 	as_wrlock(as);
 	if (as->ring &&
 	    config_id <= atomic_load_explicit(&as->config_id,
@@ -384,6 +396,18 @@ int farm_as_set_view_placed(farm_as *as, uint64_t config_id,
 	free(w.drop);
 	farm_ring_free(old);
 	return 0;
+}
+
+int farm_as_set_view_placed(farm_as *as, uint64_t config_id,
+                            const struct farm_ring_machine *ms, unsigned n)
+{
+	if (!as || !ms || !n)
+		return -EINVAL;
+	if (!view_has(ms, n, as->me))
+		return -EINVAL;
+	farm_ring *g;
+	int rc = farm_as_place(as, ms, n, &g);
+	return rc ? rc : farm_as_set_view_ring(as, config_id, ms, n, g);
 }
 
 /*

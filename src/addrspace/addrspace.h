@@ -69,6 +69,20 @@ int farm_as_set_view(farm_as *as, uint64_t config_id, const uint32_t *ids,
  * this machine must be among @ms and not departed. */
 int farm_as_set_view_placed(farm_as *as, uint64_t config_id,
                             const struct farm_ring_machine *ms, unsigned n);
+/*
+ * The same in two steps, for a caller that needs the new placement before
+ * the view is installed (node: growth's retired regions):
+ * farm_as_place() makes the rings of @ms into *@out (farm_ring_update from
+ * the rings in force: same placement as a build); the caller owns them
+ * until farm_as_set_view_ring() installs them for @config_id. The latter
+ * takes @g whatever it returns (freed unless installed); same returns as
+ * farm_as_set_view_placed.
+ */
+int farm_as_place(farm_as *as, const struct farm_ring_machine *ms, unsigned n,
+                  farm_ring **out);
+int farm_as_set_view_ring(farm_as *as, uint64_t config_id,
+                          const struct farm_ring_machine *ms, unsigned n,
+                          farm_ring *g);
 uint64_t farm_as_config_id(const farm_as *as);
 uint64_t farm_as_region_size(const farm_as *as);
 uint32_t farm_as_machine_id(const farm_as *as);

@@ -141,21 +141,12 @@ static unsigned primaries(farm_node *n, struct farm_as_held **out)
 }
 
 /* The regions of @held (this machine's primaries) whose primary the
- * placement @ms makes another machine: given up by the allocator
+ * new rings @g make another machine: given up by the allocator
  * (farm_galloc_retire). Only growth does that to a machine that lives. */
-static void retire_moved(farm_node *n, const struct farm_ring_machine *ms,
-                         unsigned nms, const struct farm_as_held *held,
-                         unsigned nheld)
+static void retire_moved(farm_node *n, const farm_ring *g,
+                         const struct farm_as_held *held, unsigned nheld)
 {
-	if (!nheld)
-		return;
-	struct farm_ring_attr a = {.replicas = n->cfg.replicas,
-	                           .rings = n->cfg.rings,
-	                           .points = n->cfg.ring_points};
-	farm_ring *g = NULL;
-	if (farm_ring_build_domains(ms, nms, &a, &g))
-		return; /* the address space refuses the view too */
-	for (unsigned i = 0; i < nheld; i++) {
+	for (unsigned i = 0; g && i < nheld; i++) {
 		if (farm_ring_primary(g, held[i].region) == n->cfg.machine_id)
 			continue;
 		int rc = farm_galloc_retire(n->ga, held[i].region);
@@ -164,7 +155,6 @@ static void retire_moved(farm_node *n, const struct farm_ring_machine *ms,
 			          ": %s",
 			          held[i].region, farm_strerror(rc));
 	}
-	farm_ring_free(g);
 }
 
 static bool in_ids(const uint32_t *ids, unsigned n, uint32_t id)
@@ -572,18 +562,26 @@ static enum av_state av_place(struct av *a)
 	 * configuration lists (addrspace/ring.h). */
 	struct farm_ring_machine placed[2 * FARM_VIEW_MAX];
 	unsigned np = farm_view_placement(v, a->ids, a->k, placed);
+	/* The view's rings, made once for the allocator and the address
+	 * space (an error: the address space refuses the view). */
+	farm_ring *g = NULL;
+	int prc =
+	        a->member || a->nwas ? farm_as_place(n->as, placed, np, &g) : 0;
 	/* Growth moves some of our primaries to the grower: the allocator
 	 * gives them up before the address space takes the view (the
 	 * grower's allocator takes them over by scan, recover.c), so no
 	 * allocation made here in the view can take a slot of one. */
-	retire_moved(n, placed, np, a->was_primary, a->nwas);
+	retire_moved(n, g, a->was_primary, a->nwas);
 	free(a->was_primary);
 	a->was_primary = NULL;
 	/* A view without this machine (one formed before it joined) has no
 	 * ring for it to take: its peers are known, nothing else moves. */
-	a->rc = a->member ? farm_as_set_view_placed(n->as, v->config_id, placed,
-	                                            np)
-	                  : 0;
+	a->rc = a->member ? prc : 0;
+	if (!a->member)
+		farm_ring_free(g);
+	else if (!prc)
+		a->rc = farm_as_set_view_ring(n->as, v->config_id, placed, np,
+		                              g);
 	if (a->rc && a->rc != -ESTALE)
 		farm_warn("node: view %" PRIu64 " not applied: %s",
 		          v->config_id, farm_strerror(a->rc));
