@@ -263,6 +263,46 @@ static void test_reused_id(void **state)
 }
 
 /*
+ * A connect that gets no answer (ofi): the peer's process is stopped
+ * (SIGSTOP) after a first connect, so libfabric takes the connection
+ * check, which nobody answers. farm_ep_connect returns -ETIMEDOUT (a
+ * slow peer looks so; a later connect may succeed, as on udp), not
+ * -ECONNREFUSED, which msg takes for the peer's death; once the peer
+ * runs again a connect succeeds.
+ */
+static void test_connect_unanswered(void **state)
+{
+	(void)state;
+	if (strcmp(tu_provider(), "ofi") != 0)
+		skip();
+	struct tu_machine peer;
+	assert_int_equal(tu_spawn(&peer, 1, RSIZE, NULL, NULL), 0);
+	char dir[256];
+	tu_tmpdir(dir, sizeof(dir), "unanswered");
+	farm_fabric *fab = tu_open(0, dir);
+	assert_non_null(fab);
+	farm_cq *cq;
+	assert_int_equal(farm_cq_create(fab, 16, 0, &cq), 0);
+	farm_ep *ep;
+	assert_int_equal(farm_ep_connect(fab, cq, 1, peer.addr, NULL, &ep), 0);
+	farm_ep_destroy(ep);
+	assert_int_equal(kill(peer.pid, SIGSTOP), 0);
+	uint64_t t0 = farm_now_ns();
+	int rc = farm_ep_connect(fab, cq, 1, peer.addr, NULL, &ep);
+	uint64_t took = farm_now_ns() - t0;
+	assert_int_equal(kill(peer.pid, SIGCONT), 0);
+	printf("connect to a stopped peer: %s after %.0f ms\n",
+	       farm_strerror(rc), (double)took / 1e6);
+	assert_int_equal(rc, -ETIMEDOUT);
+	assert_int_equal(farm_ep_connect(fab, cq, 1, peer.addr, NULL, &ep), 0);
+	farm_ep_destroy(ep);
+	assert_int_equal(farm_cq_destroy(cq), 0);
+	farm_fabric_close(fab);
+	tu_rmtree(dir);
+	assert_int_equal(tu_finish(&peer), 0);
+}
+
+/*
  * A zombie of a reused id (ofi): machine 1's old holder (a) still runs
  * when the target (b, machine 2) revokes id 1 and admits a new holder (n)
  * at its own address. The zombie ignores the target's FENCED notice
@@ -424,6 +464,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_kill_peer),
 	        cmocka_unit_test(test_reused_id),
 	        cmocka_unit_test(test_zombie_fenced),
+	        cmocka_unit_test(test_connect_unanswered),
 	};
 	const struct CMUnitTest broken[] = {
 	        cmocka_unit_test(test_reused_id),
