@@ -204,80 +204,95 @@ static struct ofi_mr *mr_find(struct ofi_fabric *f, uint64_t key)
 	return NULL;
 }
 
+/* A HELLO: answered with an ACK (the registration table and our keys
+ * for its sender, or a refusal). */
+static void on_hello(struct ofi_fabric *f, struct ofi_ctrl *m)
+{
+	m->reply_addr[sizeof(m->reply_addr) - 1] = 0;
+	fi_addr_t fa;
+	if (farm_ofi_av_lookup(f, m->reply_addr, &fa)) {
+		farm_stat_add(&f->st.malformed, 1);
+		return;
+	}
+	struct ofi_sendbuf *sb = calloc(1, sizeof(*sb));
+	if (!sb)
+		return;
+	sb->c.kind = K_SENDFREE;
+	sb->msg.magic = OFI_CTRL_MAGIC;
+	sb->msg.type = CTRL_ACK;
+	sb->msg.from = f->base.machine_id;
+	sb->msg.to = m->from;
+	sb->msg.cookie = m->cookie;
+	sb->msg.status = m->to == f->base.machine_id ? 0 : -EINVAL;
+	/* Its own keys (ofi_fence.c), or FARM_EFENCED. */
+	if (!sb->msg.status)
+		sb->msg.status = farm_ofi_admission(f, m->from, m->reply_addr,
+		                                    &sb->msg.key);
+	if (f->table && !sb->msg.status) {
+		sb->msg.addr = (uintptr_t)f->table;
+		sb->msg.len = sizeof(struct ofi_tent) * OFI_TABLE_N;
+	}
+	int rc = send_ctrl_once(f, fa, &sb->c, &sb->msg, NULL);
+	if (rc == -EAGAIN)
+		ack_defer(f, sb, fa);
+	else if (rc)
+		free(sb);
+}
+
+static void on_ack(struct ofi_fabric *f, const struct ofi_ctrl *m)
+{
+	pthread_mutex_lock(&f->lock);
+	for (struct ofi_conn *c = f->conns; c; c = c->next)
+		if (c->cookie == m->cookie) {
+			c->tab_key = m->key;
+			c->tab_addr = m->addr;
+			c->tab_len = m->len;
+			atomic_store(&c->status, m->status == FARM_EFENCED
+			                                 ? FARM_EFENCED
+			                         : m->status ? -EINVAL
+			                                     : 1);
+			break;
+		}
+	pthread_mutex_unlock(&f->lock);
+}
+
+/* A doorbell: the word checked against our registrations. */
+static void on_notify(struct ofi_fabric *f, const struct ofi_ctrl *m)
+{
+	/* A fenced holder's doorbell (its tag's keys are gone), or no
+	 * holder's: refused. */
+	if (!farm_ofi_holder_live(f, m->from, (uint32_t)m->cookie)) {
+		farm_stat_add(&f->st.fenced, 1);
+		farm_stat_add(&f->st.malformed, 1);
+		return;
+	}
+	pthread_mutex_lock(&f->lock);
+	struct ofi_mr *mr = mr_find(f, m->key);
+	bool ok = mr && (mr->base.access & FARM_ACCESS_REMOTE_WRITE) &&
+	          !(m->addr & 3) && m->addr >= mr->base.desc.addr &&
+	          m->addr - mr->base.desc.addr + 4 <= mr->base.desc.len;
+	if (ok)
+		farm_wake_word((const uint32_t *)(uintptr_t)m->addr);
+	pthread_mutex_unlock(&f->lock);
+	farm_stat_add(&f->st.notifies_in, 1);
+	if (!ok)
+		farm_stat_add(&f->st.malformed, 1);
+}
+
 void farm_ofi_on_ctrl(struct ofi_fabric *f, struct ofi_ctrl *m, size_t len)
 {
 	if (len != sizeof(*m) || m->magic != OFI_CTRL_MAGIC) {
 		farm_stat_add(&f->st.malformed, 1);
 		return;
 	}
-	if (m->type == CTRL_HELLO) {
-		m->reply_addr[sizeof(m->reply_addr) - 1] = 0;
-		fi_addr_t fa;
-		if (farm_ofi_av_lookup(f, m->reply_addr, &fa)) {
-			farm_stat_add(&f->st.malformed, 1);
-			return;
-		}
-		struct ofi_sendbuf *sb = calloc(1, sizeof(*sb));
-		if (!sb)
-			return;
-		sb->c.kind = K_SENDFREE;
-		sb->msg.magic = OFI_CTRL_MAGIC;
-		sb->msg.type = CTRL_ACK;
-		sb->msg.from = f->base.machine_id;
-		sb->msg.to = m->from;
-		sb->msg.cookie = m->cookie;
-		sb->msg.status = m->to == f->base.machine_id ? 0 : -EINVAL;
-		/* Its own keys (ofi_fence.c), or FARM_EFENCED. */
-		if (!sb->msg.status)
-			sb->msg.status = farm_ofi_admission(
-			        f, m->from, m->reply_addr, &sb->msg.key);
-		if (f->table && !sb->msg.status) {
-			sb->msg.addr = (uintptr_t)f->table;
-			sb->msg.len = sizeof(struct ofi_tent) * OFI_TABLE_N;
-		}
-		int rc = send_ctrl_once(f, fa, &sb->c, &sb->msg, NULL);
-		if (rc == -EAGAIN)
-			ack_defer(f, sb, fa);
-		else if (rc)
-			free(sb);
-	} else if (m->type == CTRL_ACK) {
-		pthread_mutex_lock(&f->lock);
-		for (struct ofi_conn *c = f->conns; c; c = c->next)
-			if (c->cookie == m->cookie) {
-				c->tab_key = m->key;
-				c->tab_addr = m->addr;
-				c->tab_len = m->len;
-				atomic_store(&c->status,
-				             m->status == FARM_EFENCED
-				                     ? FARM_EFENCED
-				             : m->status ? -EINVAL
-				                         : 1);
-				break;
-			}
-		pthread_mutex_unlock(&f->lock);
-	} else if (m->type == CTRL_NOTIFY) {
-		/* A fenced holder's doorbell (its tag's keys are gone), or
-		 * no holder's: refused. */
-		if (!farm_ofi_holder_live(f, m->from, (uint32_t)m->cookie)) {
-			farm_stat_add(&f->st.fenced, 1);
-			farm_stat_add(&f->st.malformed, 1);
-			return;
-		}
-		pthread_mutex_lock(&f->lock);
-		struct ofi_mr *mr = mr_find(f, m->key);
-		bool ok = mr && (mr->base.access & FARM_ACCESS_REMOTE_WRITE) &&
-		          !(m->addr & 3) && m->addr >= mr->base.desc.addr &&
-		          m->addr - mr->base.desc.addr + 4 <= mr->base.desc.len;
-		if (ok)
-			farm_wake_word((const uint32_t *)(uintptr_t)m->addr);
-		pthread_mutex_unlock(&f->lock);
-		farm_stat_add(&f->st.notifies_in, 1);
-		if (!ok)
-			farm_stat_add(&f->st.malformed, 1);
-	} else if (m->type == CTRL_FENCED) {
+	switch (m->type) {
+	case CTRL_HELLO: on_hello(f, m); break;
+	case CTRL_ACK: on_ack(f, m); break;
+	case CTRL_NOTIFY: on_notify(f, m); break;
+	case CTRL_FENCED:
 		farm_ofi_on_fenced(f, m->from, (uint32_t)m->cookie);
-	} else {
-		farm_stat_add(&f->st.malformed, 1);
+		break;
+	default: farm_stat_add(&f->st.malformed, 1); break;
 	}
 }
 
