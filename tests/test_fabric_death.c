@@ -9,6 +9,7 @@
 
 #include <inttypes.h>
 #include <signal.h>
+#include <sys/wait.h>
 
 #include <farm/region.h>
 
@@ -301,6 +302,9 @@ static void test_connect_unanswered(void **state)
 	assert_int_equal(connect_patient(fab, cq, 1, peer.addr, &ep), 0);
 	farm_ep_destroy(ep);
 	assert_int_equal(kill(peer.pid, SIGSTOP), 0);
+	int ws; /* stopped once this returns (the signal is asynchronous) */
+	assert_int_equal(waitpid(peer.pid, &ws, WUNTRACED), peer.pid);
+	assert_true(WIFSTOPPED(ws));
 	uint64_t t0 = farm_now_ns();
 	int rc = farm_ep_connect(fab, cq, 1, peer.addr, NULL, &ep);
 	uint64_t took = farm_now_ns() - t0;
