@@ -412,8 +412,12 @@ farm_fabric_on_peer_death(farm_fabric *fab, farm_peer_death_fn fn, void *ctx);
  * revoke takes and drops); and, as a queue pair torn down, this
  * machine's requests outstanding to it complete with FARM_EPEERDEAD, as
  * do later ones until a new farm_ep_connect to it (no death callback);
- * ids up to 63. Not to be called from a request handler. -ENOTSUP for
- * providers without it (verbs, ofi: not yet).
+ * ids up to 63. ofi: the keys each process of that id holds here (its
+ * own) are closed, so the target's libfabric refuses its requests, and
+ * its connection checks are refused (FARM_EFENCED); a request whose key
+ * was checked before still lands; ids up to 1,023. Not to be called from
+ * a request handler. -ENOTSUP for providers without it (verbs; ofi where
+ * the provider chooses the keys).
  */
 FARM_API FARM_MUST_CHECK int farm_fabric_revoke(farm_fabric *fab,
                                                 uint32_t peer_id);
@@ -426,8 +430,10 @@ FARM_API FARM_MUST_CHECK int farm_fabric_revoke(farm_fabric *fab,
  * (FARM_EFENCED), an old one that still runs above all. shm: the
  * incarnation of @addr's table, recorded in this machine's table, which
  * initiators compare with their own before each doorbell; ids up to 63.
- * -ENOTSUP for providers without it (udp, verbs, ofi: a reused id is
- * then refused, or its old holder not fenced).
+ * udp: @addr, the only socket address its requests are let in from. ofi:
+ * @addr, the only reply address its connection checks are let in from;
+ * every other holder's keys are closed. -ENOTSUP for providers without
+ * it (verbs: its old holder not fenced).
  */
 FARM_API FARM_MUST_CHECK int
 farm_fabric_admit(farm_fabric *fab, uint32_t peer_id, const char *addr);

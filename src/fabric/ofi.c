@@ -94,7 +94,11 @@ static void on_completion(struct ofi_fabric *f, void *ctx, uint64_t flags,
 			return;
 		}
 		if (err) {
-			int st = map_err(err);
+			/* A fenced endpoint's failures (the target closed its
+			 * connection at a key it closed) are its fence, not
+			 * the peer's death. */
+			int st = atomic_load(&ep->fenced) ? FARM_EFENCED
+			                                  : map_err(err);
 			int zero = 0;
 			atomic_compare_exchange_strong(&s->err, &zero, st);
 			if (is_death(st))
@@ -262,6 +266,10 @@ static struct ofi_fabric *fabric_new(const farm_fabric_attr *attr,
 	f->cq_fd = f->stop_fd = -1;
 	pthread_mutex_init(&f->drain, NULL);
 	pthread_mutex_init(&f->lock, NULL);
+	/* Holder tags start anywhere: a tag is never given twice by one
+	 * fabric (ofi_fence.c). */
+	uint64_t seed = farm_now_ns() ^ (uint64_t)(uintptr_t)f;
+	f->tag_next = (uint32_t)farm_rand64(&seed);
 	const char *to = getenv("FARM_OFI_TIMEOUT_MS");
 	f->timeout_ns =
 	        (to && atoi(to) > 0 ? (uint64_t)atoi(to) : 4000) * 1000000ull;
@@ -370,10 +378,8 @@ static int open_key_table(struct ofi_fabric *f)
 	memset(f->table, 0, tl);
 	f->slot_gen[0] = 1;
 	uint64_t tkey = 1ull << 12;
-	int rc = fi_mr_reg(f->domain, f->table, tl, FI_REMOTE_READ, 0, tkey, 0,
-	                   &f->table_mr, NULL);
-	if (rc)
-		return rc;
+	/* No registration under the plain key: peers READ it with their
+	 * own (ofi_fence.c), as every registration. */
 	f->table[0] = (struct ofi_tent){.key = tkey,
 	                                .addr = (uintptr_t)f->table,
 	                                .len = tl,
@@ -493,6 +499,7 @@ static void ofi_close(farm_fabric *fab)
 			fi_close(&m->mr->fid);
 		free(m);
 	}
+	farm_ofi_holders_free(f);
 	if (f->table_mr)
 		fi_close(&f->table_mr->fid);
 	free(f->table);
@@ -671,11 +678,12 @@ static int ofi_ep_connect(farm_fabric *fab, farm_cq *cq, uint32_t peer_id,
 	if (rc)
 		return rc == -EINVAL ? -ECONNREFUSED : rc;
 	uint64_t tab[3] = {0, 0, 0};
-	if ((rc = farm_ofi_hello(f, peer_id, dest, tab))) {
-		if (rc == -ECONNREFUSED || rc == -ETIMEDOUT)
-			rc = -ECONNREFUSED;
+	/* Fenced (a revoked id, or not its admitted holder): the endpoint
+	 * is made and its requests fail FARM_EFENCED, as on shm and udp. */
+	rc = farm_ofi_hello(f, peer_id, dest, tab);
+	bool fenced = rc == FARM_EFENCED;
+	if (rc && !fenced)
 		return rc;
-	}
 	if (peer_id < OFI_MAX_PEERS) {
 		/* The id's holder, which answered, is at @dest from now on
 		 * (the address first, so that an earlier holder's endpoint
@@ -697,6 +705,8 @@ static int ofi_ep_connect(farm_fabric *fab, farm_cq *cq, uint32_t peer_id,
 	ep->tab_addr = tab[1];
 	ep->tab_len =
 	        tab[2] <= sizeof(struct ofi_tent) * OFI_TABLE_N ? tab[2] : 0;
+	ep->tag = (uint32_t)(tab[0] >> 32);
+	atomic_store(&ep->fenced, fenced);
 	ep->shared = attr->flags & FARM_EP_SHARED;
 	pthread_mutex_init(&ep->lock, NULL);
 	unsigned d = 1;
@@ -890,4 +900,6 @@ const struct farm_fabric_ops farm_ofi_ops = {
         .ep_post = farm_ofi_ep_post,
         .ep_fault = ofi_ep_fault,
         .fault_peer = ofi_fault_peer,
+        .revoke = farm_ofi_revoke,
+        .admit = farm_ofi_admit,
 };

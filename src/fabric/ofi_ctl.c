@@ -204,65 +204,95 @@ static struct ofi_mr *mr_find(struct ofi_fabric *f, uint64_t key)
 	return NULL;
 }
 
+/* A HELLO: answered with an ACK (the registration table and our keys
+ * for its sender, or a refusal). */
+static void on_hello(struct ofi_fabric *f, struct ofi_ctrl *m)
+{
+	m->reply_addr[sizeof(m->reply_addr) - 1] = 0;
+	fi_addr_t fa;
+	if (farm_ofi_av_lookup(f, m->reply_addr, &fa)) {
+		farm_stat_add(&f->st.malformed, 1);
+		return;
+	}
+	struct ofi_sendbuf *sb = calloc(1, sizeof(*sb));
+	if (!sb)
+		return;
+	sb->c.kind = K_SENDFREE;
+	sb->msg.magic = OFI_CTRL_MAGIC;
+	sb->msg.type = CTRL_ACK;
+	sb->msg.from = f->base.machine_id;
+	sb->msg.to = m->from;
+	sb->msg.cookie = m->cookie;
+	sb->msg.status = m->to == f->base.machine_id ? 0 : -EINVAL;
+	/* Its own keys (ofi_fence.c), or FARM_EFENCED. */
+	if (!sb->msg.status)
+		sb->msg.status = farm_ofi_admission(f, m->from, m->reply_addr,
+		                                    &sb->msg.key);
+	if (f->table && !sb->msg.status) {
+		sb->msg.addr = (uintptr_t)f->table;
+		sb->msg.len = sizeof(struct ofi_tent) * OFI_TABLE_N;
+	}
+	int rc = send_ctrl_once(f, fa, &sb->c, &sb->msg, NULL);
+	if (rc == -EAGAIN)
+		ack_defer(f, sb, fa);
+	else if (rc)
+		free(sb);
+}
+
+static void on_ack(struct ofi_fabric *f, const struct ofi_ctrl *m)
+{
+	pthread_mutex_lock(&f->lock);
+	for (struct ofi_conn *c = f->conns; c; c = c->next)
+		if (c->cookie == m->cookie) {
+			c->tab_key = m->key;
+			c->tab_addr = m->addr;
+			c->tab_len = m->len;
+			atomic_store(&c->status, m->status == FARM_EFENCED
+			                                 ? FARM_EFENCED
+			                         : m->status ? -EINVAL
+			                                     : 1);
+			break;
+		}
+	pthread_mutex_unlock(&f->lock);
+}
+
+/* A doorbell: the word checked against our registrations. */
+static void on_notify(struct ofi_fabric *f, const struct ofi_ctrl *m)
+{
+	/* A fenced holder's doorbell (its tag's keys are gone), or no
+	 * holder's: refused. */
+	if (!farm_ofi_holder_live(f, m->from, (uint32_t)m->cookie)) {
+		farm_stat_add(&f->st.fenced, 1);
+		farm_stat_add(&f->st.malformed, 1);
+		return;
+	}
+	pthread_mutex_lock(&f->lock);
+	struct ofi_mr *mr = mr_find(f, m->key);
+	bool ok = mr && (mr->base.access & FARM_ACCESS_REMOTE_WRITE) &&
+	          !(m->addr & 3) && m->addr >= mr->base.desc.addr &&
+	          m->addr - mr->base.desc.addr + 4 <= mr->base.desc.len;
+	if (ok)
+		farm_wake_word((const uint32_t *)(uintptr_t)m->addr);
+	pthread_mutex_unlock(&f->lock);
+	farm_stat_add(&f->st.notifies_in, 1);
+	if (!ok)
+		farm_stat_add(&f->st.malformed, 1);
+}
+
 void farm_ofi_on_ctrl(struct ofi_fabric *f, struct ofi_ctrl *m, size_t len)
 {
 	if (len != sizeof(*m) || m->magic != OFI_CTRL_MAGIC) {
 		farm_stat_add(&f->st.malformed, 1);
 		return;
 	}
-	if (m->type == CTRL_HELLO) {
-		m->reply_addr[sizeof(m->reply_addr) - 1] = 0;
-		fi_addr_t fa;
-		if (farm_ofi_av_lookup(f, m->reply_addr, &fa)) {
-			farm_stat_add(&f->st.malformed, 1);
-			return;
-		}
-		struct ofi_sendbuf *sb = calloc(1, sizeof(*sb));
-		if (!sb)
-			return;
-		sb->c.kind = K_SENDFREE;
-		sb->msg.magic = OFI_CTRL_MAGIC;
-		sb->msg.type = CTRL_ACK;
-		sb->msg.from = f->base.machine_id;
-		sb->msg.to = m->from;
-		sb->msg.cookie = m->cookie;
-		sb->msg.status = m->to == f->base.machine_id ? 0 : -EINVAL;
-		if (f->table) {
-			sb->msg.key = f->table[0].key;
-			sb->msg.addr = (uintptr_t)f->table;
-			sb->msg.len = sizeof(struct ofi_tent) * OFI_TABLE_N;
-		}
-		int rc = send_ctrl_once(f, fa, &sb->c, &sb->msg, NULL);
-		if (rc == -EAGAIN)
-			ack_defer(f, sb, fa);
-		else if (rc)
-			free(sb);
-	} else if (m->type == CTRL_ACK) {
-		pthread_mutex_lock(&f->lock);
-		for (struct ofi_conn *c = f->conns; c; c = c->next)
-			if (c->cookie == m->cookie) {
-				c->tab_key = m->key;
-				c->tab_addr = m->addr;
-				c->tab_len = m->len;
-				atomic_store(&c->status,
-				             m->status ? -EINVAL : 1);
-				break;
-			}
-		pthread_mutex_unlock(&f->lock);
-	} else if (m->type == CTRL_NOTIFY) {
-		pthread_mutex_lock(&f->lock);
-		struct ofi_mr *mr = mr_find(f, m->key);
-		bool ok = mr && (mr->base.access & FARM_ACCESS_REMOTE_WRITE) &&
-		          !(m->addr & 3) && m->addr >= mr->base.desc.addr &&
-		          m->addr - mr->base.desc.addr + 4 <= mr->base.desc.len;
-		if (ok)
-			farm_wake_word((const uint32_t *)(uintptr_t)m->addr);
-		pthread_mutex_unlock(&f->lock);
-		farm_stat_add(&f->st.notifies_in, 1);
-		if (!ok)
-			farm_stat_add(&f->st.malformed, 1);
-	} else {
-		farm_stat_add(&f->st.malformed, 1);
+	switch (m->type) {
+	case CTRL_HELLO: on_hello(f, m); break;
+	case CTRL_ACK: on_ack(f, m); break;
+	case CTRL_NOTIFY: on_notify(f, m); break;
+	case CTRL_FENCED:
+		farm_ofi_on_fenced(f, m->from, (uint32_t)m->cookie);
+		break;
+	default: farm_stat_add(&f->st.malformed, 1); break;
 	}
 }
 
@@ -318,15 +348,10 @@ int farm_ofi_mr_reg(farm_fabric *fab, void *addr, size_t len, unsigned access,
 	struct ofi_mr *m = calloc(1, sizeof(*m));
 	if (!m)
 		return -ENOMEM;
-	uint64_t fa = 0;
-	if (access & FARM_ACCESS_LOCAL)
-		fa |= FI_READ | FI_WRITE | FI_SEND | FI_RECV;
-	if (access & FARM_ACCESS_REMOTE_READ)
-		fa |= FI_REMOTE_READ;
-	if (access & FARM_ACCESS_REMOTE_WRITE)
-		fa |= FI_REMOTE_WRITE;
-	if (access & FARM_ACCESS_REMOTE_ATOMIC)
-		fa |= FI_REMOTE_READ | FI_REMOTE_WRITE;
+	/* With keys we choose, remote access is by each holder's own keys
+	 * (ofi_fence.c): the plain key is for local use only. */
+	uint64_t fa = f->validate ? FI_READ | FI_WRITE | FI_SEND | FI_RECV
+	                          : farm_ofi_access(access);
 	uint64_t key = 0;
 	unsigned slot = 0;
 	if (f->validate) {
@@ -369,18 +394,25 @@ int farm_ofi_mr_reg(farm_fabric *fab, void *addr, size_t len, unsigned access,
 	                              .machine = fab->machine_id,
 	                              .access = access};
 	pthread_mutex_lock(&f->lock);
-	m->next = f->mrs;
-	f->mrs = m;
 	if (f->validate) {
 		struct ofi_tent *e = &f->table[slot];
 		e->addr = (uintptr_t)addr;
 		e->len = len;
 		e->access = access;
+		rc = farm_ofi_holders_reg(f, slot, key);
 		/* The key last (release): pairs with the peers' READ of the
 		 * table (fetch_table), ordered by the provider after our
 		 * stores; an entry with its key is whole. */
-		__atomic_store_n(&e->key, key, __ATOMIC_RELEASE);
+		__atomic_store_n(&e->key, rc ? 0 : key, __ATOMIC_RELEASE);
 	}
+	if (rc) {
+		pthread_mutex_unlock(&f->lock);
+		fi_close(&m->mr->fid);
+		free(m);
+		return rc;
+	}
+	m->next = f->mrs;
+	f->mrs = m;
 	pthread_mutex_unlock(&f->lock);
 	*out = &m->base;
 	return 0;
@@ -396,10 +428,11 @@ void farm_ofi_mr_dereg(farm_mr *mr)
 			*p = m->next;
 			break;
 		}
-	if (f->validate) /* release: as in farm_ofi_mr_reg (fetch_table) */
-		__atomic_store_n(
-		        &f->table[mr->desc.key & (OFI_TABLE_N - 1)].key, 0,
-		        __ATOMIC_RELEASE);
+	if (f->validate) { /* release: as in farm_ofi_mr_reg (fetch_table) */
+		unsigned slot = mr->desc.key & (OFI_TABLE_N - 1);
+		__atomic_store_n(&f->table[slot].key, 0, __ATOMIC_RELEASE);
+		farm_ofi_holders_dereg(f, slot);
+	}
 	pthread_mutex_unlock(&f->lock);
 	int rc = fi_close(&m->mr->fid);
 	if (rc)
@@ -513,7 +546,8 @@ int farm_ofi_hello(struct ofi_fabric *f, uint32_t peer_id, fi_addr_t dest,
 		usleep(100);
 	}
 	if (rc)
-		return -ECONNREFUSED;
+		return -ECONNREFUSED; /* libfabric never took it: nobody there
+		                       */
 	int st;
 	while ((st = atomic_load(&c->status)) == 0 &&
 	       farm_now_ns() < deadline) {
@@ -527,5 +561,8 @@ int farm_ofi_hello(struct ofi_fabric *f, uint32_t peer_id, fi_addr_t dest,
 		return 0;
 	}
 	atomic_store(&c->status, -ETIMEDOUT);
-	return st ? st : -ECONNREFUSED;
+	/* Sent, and no answer within the bound: a peer too slow to answer
+	 * (a loaded host) looks as a dead one does; a later connect may
+	 * succeed (-ETIMEDOUT, as udp's). A refused send is -ECONNREFUSED. */
+	return st ? st : -ETIMEDOUT;
 }

@@ -26,10 +26,12 @@ _Atomic int farm_ofi_knob_holder = 1;
 
 int farm_ofi_testing_set(enum farm_ofi_knob knob, int value)
 {
-	_Atomic int *k = knob == FARM_OFI_KNOB_ORDERED_WRITES
-	                         ? &knob_ordered_writes
-	                 : knob == FARM_OFI_KNOB_HOLDER ? &farm_ofi_knob_holder
-	                                                : &knob_line_atomic;
+	_Atomic int *k =
+	        knob == FARM_OFI_KNOB_ORDERED_WRITES ? &knob_ordered_writes
+	        : knob == FARM_OFI_KNOB_HOLDER       ? &farm_ofi_knob_holder
+	        : knob == FARM_OFI_KNOB_FENCE        ? &farm_ofi_knob_fence
+	        : knob == FARM_OFI_KNOB_HEED_FENCE   ? &farm_ofi_knob_heed_fence
+	                                             : &knob_line_atomic;
 	return atomic_exchange(k, value);
 }
 
@@ -77,32 +79,31 @@ static ssize_t post_piece(struct ofi_ep *ep, struct ofi_slot *s, unsigned k)
 	void *ctx = (void *)(uintptr_t)ofi_slot_ctx(ep, s->seq, kind);
 	uint32_t off = s->pc[pk].off, len = s->pc[pk].len;
 	uint64_t ra = remote_addr(ep, s->raddr, s->rkey) + off;
+	uint64_t rk = ofi_rkey(ep, s->rkey);
 	uint8_t *lp = (uint8_t *)s->local + off;
 	switch (kind) {
 	case P_READ:
 		if (s->rev8) { /* test-only: word by word, highest first */
 			uint32_t o = s->len - 8 * (k + 1);
 			return fi_read(f->ep, (uint8_t *)s->local + o, 8,
-			               s->ldesc, ep->dest, ra + o, s->rkey,
-			               ctx);
+			               s->ldesc, ep->dest, ra + o, rk, ctx);
 		}
 		if (k == 1) /* (b): the verification copy */
 			return fi_read(f->ep, s->scratch, len,
 			               s->scr_mr ? fi_mr_desc(s->scr_mr) : NULL,
-			               ep->dest, ra, s->rkey, ctx);
-		return fi_read(f->ep, lp, len, s->ldesc, ep->dest, ra, s->rkey,
-		               ctx);
+			               ep->dest, ra, rk, ctx);
+		return fi_read(f->ep, lp, len, s->ldesc, ep->dest, ra, rk, ctx);
 	case P_WRITE:
-		return fi_write(f->ep, lp, len, s->ldesc, ep->dest, ra, s->rkey,
+		return fi_write(f->ep, lp, len, s->ldesc, ep->dest, ra, rk,
 		                ctx);
 	case P_AWRITE:
-		return fi_atomic(f->ep, lp, 1, s->ldesc, ep->dest, ra, s->rkey,
+		return fi_atomic(f->ep, lp, 1, s->ldesc, ep->dest, ra, rk,
 		                 FI_UINT64, FI_ATOMIC_WRITE, ctx);
 	case P_CAS:
 		return fi_compare_atomic(f->ep, &s->swp, 1, ep->slots_desc,
 		                         &s->cmp, ep->slots_desc, lp, s->ldesc,
-		                         ep->dest, ra, s->rkey, FI_UINT64,
-		                         FI_CSWAP, ctx);
+		                         ep->dest, ra, rk, FI_UINT64, FI_CSWAP,
+		                         ctx);
 	default:
 		return fi_send(f->ep, &s->ctl, sizeof(s->ctl), ep->slots_desc,
 		               ep->dest, ctx);
@@ -367,6 +368,8 @@ static int known_failure(struct ofi_ep *ep, const farm_wr *wr)
 		return -ENOTCONN;
 	if (ep->err_state || ep->sw_failed)
 		return FARM_EFLUSHED;
+	if (atomic_load(&ep->fenced))
+		return FARM_EFENCED;
 	if (ofi_peer_dead(ep))
 		return FARM_EPEERDEAD;
 	if (atomic_load(&ep->faults.fail) ||
@@ -410,6 +413,7 @@ static void notify_piece(struct ofi_ep *ep, struct ofi_slot *s,
 	s->ctl.to = ep->base.peer;
 	s->ctl.key = wr->rkey;
 	s->ctl.addr = wr->raddr;
+	s->ctl.cookie = ep->tag; /* the target drops a fenced holder's */
 }
 
 /* Split the request into the libfabric operations that carry it. */

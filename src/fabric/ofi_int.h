@@ -32,18 +32,21 @@
 #define OFI_ACK_RETRY_NS     (1000000ull) /* first retry; then doubling */
 #define OFI_ACK_RETRY_MAX_NS (100000000ull)
 #define OFI_CTX_SLOT         (1ull << 63)
+#define OFI_HOLDERS          256 /* peer processes holding keys here */
 
 /* What a libfabric operation is, for the order rules (see order_ok). */
 enum { P_READ = 0, P_WRITE, P_AWRITE, P_CAS, P_SEND, P_KINDS };
 
-enum { CTRL_HELLO = 1, CTRL_ACK = 2, CTRL_NOTIFY = 3 };
+/* CTRL_FENCED: the target fenced the holder it is sent to (its keys are
+ * gone); best effort, so that holder's requests say FARM_EFENCED. */
+enum { CTRL_HELLO = 1, CTRL_ACK = 2, CTRL_NOTIFY = 3, CTRL_FENCED = 4 };
 
 /* Control messages (fi_send): connection check and doorbells. */
 struct ofi_ctrl {
 	uint64_t magic;
 	uint32_t type, from, to;
 	int32_t status;
-	uint64_t cookie;
+	uint64_t cookie;     /* HELLO, ACK; NOTIFY, FENCED: the holder's tag */
 	uint64_t key, addr;  /* NOTIFY; ACK: the registration table */
 	uint64_t len;        /* ACK: the table's bytes */
 	char reply_addr[64]; /* HELLO: where to send the ACK */
@@ -173,6 +176,12 @@ struct ofi_ep {
 	struct fid_mr *cache_mr;
 	struct ofi_fetch fetch;
 	bool fetch_lost; /* a fetch that never completed: keep the memory */
+	/* Our holder tag at the peer (its keys for us are tag << 32 | key;
+	 * 0: the peer has one key per registration). */
+	uint32_t tag;
+	/* The peer fenced us (a HELLO refused, or its FENCED notice): every
+	 * request asks again (a HELLO) and fails FARM_EFENCED until let in. */
+	_Atomic bool fenced;
 };
 
 struct ofi_cq {
@@ -207,8 +216,28 @@ struct ofi_hb {
 	uint64_t key, addr;
 };
 
+/*
+ * A peer process that holds keys to this fabric's memory (the fence,
+ * ofi_fence.c): machine @id at reply address @addr. Each of our
+ * registrations is registered for it again under tag << 32 | key, with
+ * the registration's remote access (the shared one under the plain key
+ * has local access only), so that closing a holder's registrations
+ * takes every key it knows: libfabric's provider executes RMA and
+ * atomics without asking this code, and refuses only a key it does not
+ * know. Drain lock and f->lock held to change.
+ */
+struct ofi_holder {
+	uint32_t id, tag;
+	char addr[64];
+	struct fid_mr *mr[OFI_TABLE_N]; /* by slot; [0]: the table */
+};
+
 struct ofi_peer {
 	_Atomic int dead;
+	/* Target side, under f->lock: the id is revoked (fenced from any
+	 * address), or admitted as a new holder only from @admitted. */
+	bool revoked;
+	char admitted[64];
 	/* The address of the id's current holder (the last connect's): an
 	 * id reused by a new process (a new holder, src/coord/README.md)
 	 * has a new address. Endpoints to another address are an earlier
@@ -264,6 +293,8 @@ struct ofi_fabric {
 	struct fid_mr *rbufs_mr;
 	struct ofi_peer peers[OFI_MAX_PEERS];
 	struct ofi_hbop *hb_old; /* beats abandoned (drain lock) */
+	struct ofi_holder *holders[OFI_HOLDERS]; /* f->lock */
+	uint32_t tag_next;                       /* f->lock */
 	struct farm_ofi_stats st;
 };
 
@@ -321,6 +352,12 @@ static inline uint64_t ofi_slot_ctx(const struct ofi_ep *ep, uint32_t seq,
 /* Test-only (FARM_OFI_KNOB_HOLDER): 0 treats every address of an id as
  * one peer, as before a reused id was told apart. */
 extern _Atomic int farm_ofi_knob_holder;
+
+/* Test-only (FARM_OFI_KNOB_FENCE): 0 lets every holder in and closes no
+ * holder's keys, as before the fence. */
+extern _Atomic int farm_ofi_knob_fence;
+/* Test-only (FARM_OFI_KNOB_HEED_FENCE): 0 ignores FENCED notices. */
+extern _Atomic int farm_ofi_knob_heed_fence;
 
 /* Whether @dest is the address of @peer's current holder. */
 static inline bool ofi_peer_current(struct ofi_fabric *f, uint32_t peer,
@@ -387,5 +424,38 @@ void farm_ofi_mr_dereg(farm_mr *mr);
 int farm_ofi_check_remote(struct ofi_ep *ep, const farm_wr *wr);
 int farm_ofi_hello(struct ofi_fabric *f, uint32_t peer_id, fi_addr_t dest,
                    uint64_t tab[3]);
+
+/* ofi_fence.c: holders (see struct ofi_holder), admission, revocation. */
+int farm_ofi_admission(struct ofi_fabric *f, uint32_t id, const char *addr,
+                       uint64_t *tab_key);
+int farm_ofi_holders_reg(struct ofi_fabric *f, unsigned slot, uint64_t key);
+void farm_ofi_holders_dereg(struct ofi_fabric *f, unsigned slot);
+bool farm_ofi_holder_live(struct ofi_fabric *f, uint32_t id, uint32_t tag);
+void farm_ofi_on_fenced(struct ofi_fabric *f, uint32_t from, uint32_t tag);
+void farm_ofi_holders_free(struct ofi_fabric *f);
+int farm_ofi_revoke(farm_fabric *fab, uint32_t peer_id);
+int farm_ofi_admit(farm_fabric *fab, uint32_t peer_id, const char *addr);
+
+/* libfabric's access flags for a farm access (LOCAL: every local use). */
+static inline uint64_t farm_ofi_access(unsigned access)
+{
+	uint64_t fa = 0;
+	if (access & FARM_ACCESS_LOCAL)
+		fa |= FI_READ | FI_WRITE | FI_SEND | FI_RECV;
+	if (access & FARM_ACCESS_REMOTE_READ)
+		fa |= FI_REMOTE_READ;
+	if (access & FARM_ACCESS_REMOTE_WRITE)
+		fa |= FI_REMOTE_WRITE;
+	if (access & FARM_ACCESS_REMOTE_ATOMIC)
+		fa |= FI_REMOTE_READ | FI_REMOTE_WRITE;
+	return fa;
+}
+
+/* The key @rkey of @ep's peer, as that peer gave it to us (our holder
+ * tag there in the high half; ofi_fence.c). */
+static inline uint64_t ofi_rkey(const struct ofi_ep *ep, uint64_t rkey)
+{
+	return (uint64_t)ep->tag << 32 | rkey;
+}
 
 #endif

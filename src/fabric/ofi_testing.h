@@ -22,6 +22,17 @@ enum farm_ofi_knob {
 	 * the id shares it (an earlier holder's stuck heartbeat or timed
 	 * out request then kills a new holder of the id). */
 	FARM_OFI_KNOB_HOLDER = 3,
+	/* 1 (default): a HELLO from a revoked id, or from an address other
+	 * than the one its new holder was admitted at, is refused, and
+	 * farm_fabric_revoke / farm_fabric_admit close the keys every other
+	 * holder of the id knows; 0: every holder let in, no key closed
+	 * (a zombie of a reused id READs, WRITEs and CASes as before). */
+	FARM_OFI_KNOB_FENCE = 4,
+	/* 1 (default): a FENCED notice from a target makes our endpoints to
+	 * it fail FARM_EFENCED at once; 0: ignored, as by a zombie stopped
+	 * while it came, whose requests then go out with the keys it holds
+	 * and only the target can refuse them (tests of the fence). */
+	FARM_OFI_KNOB_HEED_FENCE = 5,
 };
 
 /* Set a knob for the whole process; returns its previous value. */
@@ -41,6 +52,9 @@ struct farm_ofi_stats {
 	uint64_t acks_deferred;   /* connection ACKs libfabric did not take
 	                             at once (their sender unreachable yet) */
 	uint64_t acks_dropped;    /* ... given up after the connect bound */
+	uint64_t fenced;          /* HELLOs refused, NOTIFYs dropped: a
+	                             revoked or not admitted holder's */
+	uint64_t fences_in;       /* FENCED notices received */
 };
 
 /* A snapshot of an ofi fabric's counters; -EINVAL for another provider. */
