@@ -165,32 +165,20 @@ static void batch_probe(farm_ht *h, struct htloop *l, struct farm_ht_lkey *k,
 	k->status = 0;
 }
 
-int farm_ht_get_local_batch(farm_ht *h, farm_loop *loop,
-                            struct farm_ht_lkey *keys, unsigned n,
-                            uint8_t *scratch)
+/* The keys of a call in G-Opt's groups: FARM_HT_BATCH_GROUP keys' pairs
+ * prefetched, the next group's keys hashed while those misses are in
+ * flight, then each pair searched. (A rolling window, each key prefetched
+ * that many keys ahead of its search, measured slower on one core: one
+ * key's hashing then waits behind the prefetches instead of the group's
+ * hashes running side by side.) Slots and pairs are copied into one image
+ * that stays in the L1 cache; only a found value goes to the key's part of
+ * @scratch (a call's pair images would fill the cache and evict the pairs
+ * prefetched). Pairs larger than it (values of hundreds of bytes inline)
+ * are copied into the key's part. */
+static void batch_groups(farm_ht *h, struct htloop *l,
+                         struct farm_ht_lkey *keys, unsigned n,
+                         uint8_t *scratch)
 {
-	struct htloop *l = h && loop ? hl_of(h, loop) : NULL;
-	if (!l || (n && (!keys || !scratch)))
-		return -EINVAL;
-	if (n > FARM_HT_BATCH_MAX)
-		return -E2BIG;
-	/* The shard's buckets must not change size class while they are
-	 * read (epochs, as farm_ht_get). */
-	farm_lf_op ep = {0};
-	int rc = farm_lf_begin(h->txm, loop, &ep);
-	if (rc)
-		return rc;
-	uint64_t cfg = farm_as_config_id(h->as);
-	/* G-Opt's groups: FARM_HT_BATCH_GROUP keys' pairs prefetched, the
-	 * next group's keys hashed while those misses are in flight, then
-	 * each pair searched. (A rolling window, each key prefetched that
-	 * many keys ahead of its search, measured slower on one core: one
-	 * key's hashing then waits behind the prefetches instead of the
-	 * group's hashes running side by side.) Slots and pairs are copied
-	 * into one image that stays in the L1 cache; only a found value goes
-	 * to the key's part of @scratch (a call's pair images would fill the
-	 * cache and evict the pairs prefetched). Pairs larger than it (values
-	 * of hundreds of bytes inline) are copied into the key's part. */
 	uint8_t work[4096] __attribute__((aligned(64)));
 	uint32_t span = farm_ht_batch_bytes(h);
 	uint8_t *one = span <= sizeof(work) ? &work[0] : NULL;
@@ -213,6 +201,25 @@ int farm_ht_get_local_batch(farm_ht *h, farm_loop *loop,
 				            out);
 		}
 	}
+}
+
+int farm_ht_get_local_batch(farm_ht *h, farm_loop *loop,
+                            struct farm_ht_lkey *keys, unsigned n,
+                            uint8_t *scratch)
+{
+	struct htloop *l = h && loop ? hl_of(h, loop) : NULL;
+	if (!l || (n && (!keys || !scratch)))
+		return -EINVAL;
+	if (n > FARM_HT_BATCH_MAX)
+		return -E2BIG;
+	/* The shard's buckets must not change size class while they are
+	 * read (epochs, as farm_ht_get). */
+	farm_lf_op ep = {0};
+	int rc = farm_lf_begin(h->txm, loop, &ep);
+	if (rc)
+		return rc;
+	uint64_t cfg = farm_as_config_id(h->as);
+	batch_groups(h, l, keys, n, scratch);
 	/* As get_buckets: a configuration change since the pairs were found
 	 * may have moved a shard (the old copy may be stale). The fence
 	 * orders the copies' loads before the id's; it pairs with the
