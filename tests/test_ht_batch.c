@@ -7,9 +7,18 @@
  * the model's (unresolved only where the full lookup must decide:
  * another machine's shard, an object), and farm_ht_get agrees; bad arguments;
  * and a writer thread installing bucket images over a pair (the install
- * protocol of txn/object.h) while batches read it: a value is never torn.
+ * protocol of txn/object.h) while batches read it: a value is never torn;
+ * and a new version of a bucket installed inside the window of a found
+ * slot's copy (after line 0, before the slot's lines), every time: the
+ * answer is one version's value, never the header of one and the value
+ * of the other.
+ *
+ * --broken: only that last case, with the slot's line versions not
+ * compared with line 0's (FARM_FP_HT_SLOT_NO_CHECK): a torn value must be
+ * seen.
  */
 #include "asnodes.h"
+#include "brokenarg.h"
 
 #include <inttypes.h>
 #include <pthread.h>
@@ -369,13 +378,170 @@ static void test_torn(void **state)
 	assert_true(found > 0);
 }
 
-int main(void)
+/* ---- a commit inside the slot copy's window ------------------------------ */
+
+static bool Broken;
+
+/* The window key's value at version @x: @x bytes @x long, 32 bytes when
+ * @x is odd, 20 when even. A value of one version is all one byte, and
+ * its length that byte's; a slot header of one version over the value
+ * lines of the next is not. */
+static uint32_t win_len(uint8_t x)
 {
+	return x & 1 ? 32 : 20;
+}
+
+struct window {
+	uint8_t *bucket; /* in machine 0's memory */
+	int armed;       /* install at the next hit, once */
+	uint8_t x;       /* the version of the value installed last */
+	unsigned installs;
+};
+
+/* The delay hook, on the batch's thread between the copy of the slot's
+ * line 0 and of its other lines: a new version of the bucket installed
+ * by the install protocol a commit uses (obj_install), the key in slot 0
+ * given the next version's value (another length, another byte; the rest
+ * of the value area keeps the old bytes). */
+static void window_hook(enum farm_fault_point fp, void *arg)
+{
+	(void)fp;
+	struct window *w = arg;
+	if (!w->armed)
+		return;
+	w->armed = 0;
+	farm_ht *h = H[0];
+	unsigned L = h->bucket_lines;
+	uint8_t img[64 * 16], data[64 * 16];
+	uint64_t v = atomic_load((_Atomic uint64_t *)(void *)w->bucket);
+	memcpy(img, w->bucket, 64u * L);
+	obj_unpack(img, h->bucket_data, data);
+	uint8_t *sl = slot_at(h, data, 0);
+	uint32_t n = win_len(++w->x);
+	memcpy(sl + 4, &n, 4);
+	memset(sl + 8 + h->K, w->x, n);
+	uint64_t nv = (v & ~OBJ_LOCK_MASK) + OBJ_VSTEP;
+	obj_pack(img, L, data, h->bucket_data, nv, get64(w->bucket + 8));
+	obj_install(w->bucket, L, img, nv);
+	w->installs++;
+}
+
+/* The one key of shard 0's bucket 1 (so in its slot 0, whose header is
+ * in line 0 and value in the lines after it). */
+static uint8_t *window_key(char k[16])
+{
+	farm_ht *h = H[0];
+	const struct ht_smap *m = &h->smap[0];
+	assert_int_equal(m->line_lo, 0);
+	assert_true(m->line_hi >= 1 && m->nvpieces >= 1 && m->val_at[0] >= 64);
+	for (unsigned i = 0; i < 100000; i++) {
+		memset(k, 0, 16);
+		snprintf(k, 16, "win%u", i);
+		uint64_t hash = farm_ht_hash(k, 16);
+		if (farm_ht_shard_index(hash, 3) == 0 && home_of(hash, 4) == 1)
+			break;
+	}
+	uint8_t v[32];
+	memset(v, 1, sizeof(v));
+	assert_int_equal(put(0, k, 16, v, win_len(1)), 0);
+	uint32_t bb = 64u * h->bucket_lines;
+	uint8_t *b = (uint8_t *)(uintptr_t)farm_as_local_ptr(
+	        C.m[0].as, SD[0].base + bb, 2ull * bb);
+	assert_non_null(b);
+	uint8_t data[64 * 16];
+	obj_unpack(b, h->bucket_data, data);
+	assert_memory_equal(slot_at(h, data, 0) + 8, k, 16);
+	return b;
+}
+
+/* Whether @lk's answer is a whole value of version @x or @x - 1. */
+static bool window_whole(const struct farm_ht_lkey *lk, uint8_t x)
+{
+	const uint8_t *v = lk->val;
+	if (lk->vlen != win_len(v[0]) ||
+	    (v[0] != x && v[0] != (uint8_t)(x - 1)))
+		return false;
+	for (uint32_t i = 1; i < lk->vlen; i++)
+		if (v[i] != v[0])
+			return false;
+	return true;
+}
+
+/*
+ * The key found in place, its slot copied alone; inside the window every
+ * lookup has a new version of the bucket installed (by the delay hook,
+ * synchronously). Line 0 then is of the old version, the slot's other
+ * lines of the new: the copy must be refused (and the whole pair decide)
+ * or the answer be unresolved, never the old header's length over the
+ * new value's bytes.
+ */
+static void test_window(void **state)
+{
+	(void)state;
+	make_shards(4);
+	char k[16];
+	struct window w = {.bucket = window_key(k), .x = 1};
+	if (farm_fault_set(FARM_FP_HT_SLOT_WINDOW, window_hook, &w)) {
+		printf("skipped: built without fault injection\n");
+		skip();
+	}
+	static uint8_t img[4096];
+	unsigned rounds = 64, found = 0, unresolved = 0, torn = 0, bad = 0;
+	for (unsigned r = 0; r < rounds; r++) {
+		struct farm_ht_lkey lk = {.key = k, .klen = 16};
+		w.armed = 1;
+		bad += farm_ht_get_local_batch(H[0], C.m[0].loop, &lk, 1,
+		                               img) != 0;
+		if (lk.status == FARM_HT_UNRESOLVED)
+			unresolved++;
+		else if (lk.status != 0)
+			bad++;
+		else if (window_whole(&lk, w.x))
+			found++;
+		else
+			torn++;
+	}
+	assert_int_equal(farm_fault_set(FARM_FP_HT_SLOT_WINDOW, NULL, NULL), 0);
+	printf("window: %u installs in %u lookups; %u whole, %u unresolved, "
+	       "%u torn, %u other failures\n",
+	       w.installs, rounds, found, unresolved, torn, bad);
+	assert_int_equal(w.installs, rounds); /* every lookup in the window */
+	assert_int_equal(bad, 0);
+	if (Broken) {
+		if (!torn)
+			fail_msg("--broken: no torn value seen: the test "
+			         "cannot see the version check's absence");
+		printf("--broken: torn values taken, as they must be without "
+		       "the check\n");
+		return;
+	}
+	assert_int_equal(torn, 0);
+	assert_true(found > 0);
+	/* The last version installed is whole for the full lookup too. */
+	assert_int_equal(get(0, k, 16), 0);
+	assert_int_equal(R.len, win_len(w.x));
+	for (uint32_t i = 0; i < R.len; i++)
+		assert_int_equal(R.val[i], w.x);
+}
+
+int main(int argc, char **argv)
+{
+	int st = tu_broken_arg(argc, argv, FARM_FP_HT_SLOT_NO_CHECK, &Broken);
+	if (st)
+		return st;
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test_setup_teardown(test_model, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_bad_input, setup,
 	                                        teardown),
 	        cmocka_unit_test_setup_teardown(test_torn, setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_window, setup, teardown),
 	};
+	/* --broken: the window's case alone (the others are not made to
+	 * expect the check off). */
+	const struct CMUnitTest broken_tests[] = {
+	        cmocka_unit_test_setup_teardown(test_window, setup, teardown),
+	};
+	if (Broken)
+		return cmocka_run_group_tests(broken_tests, NULL, NULL);
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

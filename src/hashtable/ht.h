@@ -173,10 +173,13 @@ int farm_ht_get_first(farm_ht *h, farm_loop *loop, const void *key,
  * this machine's shards, done now, in the group-prefetch shape of G-Opt
  * (Kalia et al., NSDI'15) over the lock-free read farm_ht_get does, in
  * groups of FARM_HT_BATCH_GROUP keys: every key of a group hashed and its
- * bucket pair prefetched first, then each pair copied line-atomically,
- * validated (per-line versions, joint version) and searched (and the home's
- * chain walked, block by block, while its blocks are here), then the answers
- * checked against the configuration and the lease once for the group. No
+ * bucket pair prefetched first, then each pair searched in place and the
+ * slot found copied line-atomically and validated alone (its bucket's
+ * header and per-line versions); a key not found so has its pair copied
+ * line-atomically, validated (per-line versions, joint version) and
+ * searched (and the home's chain walked, block by block, while its blocks
+ * are here), then the answers checked against the configuration and the
+ * lease once for the call. No
  * continuation, no loop pass: the misses of the group overlap instead of one
  * lookup's each.
  *

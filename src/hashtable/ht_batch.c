@@ -3,10 +3,12 @@
  * prefetching (Kalia et al., NSDI'15) on this machine's shards. A lookup
  * that walks to its bucket pair alone waits for one miss per line group;
  * a group hashes every key and prefetches every pair first, so the misses
- * of the whole group are in flight at once, then copies and searches each
- * pair (ht_pair.c) as farm_ht_get does, walks a home's chain while its
- * blocks are here, and checks the configuration and the lease once for
- * the group. What it cannot answer so (pairs in objects of their own,
+ * of the whole group are in flight at once (and the next group is hashed
+ * meanwhile), then searches each pair where it lies and copies and checks
+ * only the slot found (ht_pair.c); a key not found so has its whole pair
+ * copied and searched as farm_ht_get does, its home's chain walked while
+ * its blocks are here. The configuration and the lease are checked once
+ * for the call. What it cannot answer so (pairs in objects of their own,
  * pairs being written, shards and chain blocks elsewhere) it leaves to
  * farm_ht_get.
  */
@@ -24,9 +26,9 @@ uint32_t farm_ht_batch_bytes(const farm_ht *h)
 	return h ? 128u * h->bucket_lines : 0;
 }
 
-/* Stage 1 for key @k: hash, home, its pair here (prefetched), or a status
+/* Stage 1 for key @k: hash, home, where its pair is here, or a status
  * that ends it now. */
-static void batch_prep(farm_ht *h, struct htloop *l, struct farm_ht_lkey *k)
+static void batch_addr(farm_ht *h, struct htloop *l, struct farm_ht_lkey *k)
 {
 	k->lp = NULL;
 	k->val = NULL;
@@ -45,9 +47,17 @@ static void batch_prep(farm_ht *h, struct htloop *l, struct farm_ht_lkey *k)
 	farm_mr_desc d;
 	if (farm_as_resolve_cached(h->as, &l->rc, a, 2ull * bb, &lp, &d) || !lp)
 		return; /* another machine's: the full lookup reads it */
-	for (uint32_t o = 0; o < 2 * bb; o += 64)
-		__builtin_prefetch(lp + o, 0, 3);
 	k->lp = lp;
+}
+
+/* Stage 2: key @k's pair on its way to the cache. */
+static inline void batch_prefetch(const farm_ht *h,
+                                  const struct farm_ht_lkey *k)
+{
+	if (!k->lp)
+		return;
+	for (uint32_t o = 0; o < 128u * h->bucket_lines; o += 64)
+		__builtin_prefetch(k->lp + o, 0, 3);
 }
 
 /* Key @k not in its pair, whose joint version is @fwd: its home's chain
@@ -93,11 +103,42 @@ static void batch_chain(farm_ht *h, struct htloop *l, struct farm_ht_lkey *k,
 		k->status = -ENOENT;
 }
 
-/* Stage 2 for key @k: its pair copied into @img, checked and searched, a
- * value found copied to @out. */
+/* Key @k's answer from its slot @slot alone, found by a search of the
+ * pair in place: that slot's lines copied into @img and checked
+ * (farm_ht_pair_slot_copy), the key matched again in the copy, its value
+ * copied to @out. A found key needs no more than that: its slot as of
+ * one instant of its bucket is a committed state of the key, whatever
+ * the rest of the pair held then. False: the whole pair's copy decides. */
+static bool batch_slot(farm_ht *h, struct farm_ht_lkey *k, unsigned slot,
+                       uint8_t *img, uint8_t *out)
+{
+	uint8_t hdr[8];
+	if (farm_ht_pair_slot_copy(h, k->lp, slot, img) ||
+	    !farm_ht_pair_slot_is(h, img, slot, k->key, k->klen, k->hash,
+	                          hdr) ||
+	    (hdr[0] & SLOT_INDIRECT) || slot_vlen(hdr) > h->V)
+		return false;
+	k->vlen = slot_vlen(hdr);
+	farm_ht_pair_val_read(h, img, slot, k->vlen, out);
+	k->val = out;
+	k->status = 0;
+	return true;
+}
+
+/* Stage 3 for key @k: its pair searched where it lies (the lines the
+ * prefetch brought), the slot found copied and checked alone; a key not
+ * found so, or whose slot changed meanwhile, has its whole pair copied
+ * into @img, checked and searched again, its chain walked, as
+ * farm_ht_get does. A value found is copied to @out. */
 static void batch_probe(farm_ht *h, struct htloop *l, struct farm_ht_lkey *k,
                         uint8_t *img, uint8_t *out)
 {
+	uint8_t hdr[8];
+	int slot = farm_ht_pair_find(h, k->lp, k->key, k->klen, k->hash, hdr);
+	if (slot >= 0 && batch_slot(h, k, (unsigned)slot, img, out))
+		return;
+	/* Absent from the pair, or torn: only a whole, consistent pair
+	 * says a key is not there (a hop moves it between the buckets). */
 	if (!farm_lines_copy(img, k->lp, 128ull * h->bucket_lines, LINE_TRIES))
 		return; /* a line kept changing: unresolved */
 	uint64_t fwd;
@@ -107,8 +148,7 @@ static void batch_probe(farm_ht *h, struct htloop *l, struct farm_ht_lkey *k,
 			k->status = rc;
 		return;
 	}
-	uint8_t hdr[8];
-	int slot = farm_ht_pair_find(h, img, k->key, k->klen, k->hash, hdr);
+	slot = farm_ht_pair_find(h, img, k->key, k->klen, k->hash, hdr);
 	if (slot < 0) {
 		farm_fatptr ovf = farm_ht_pair_overflow(img);
 		if (ovf.addr)
@@ -123,6 +163,44 @@ static void batch_probe(farm_ht *h, struct htloop *l, struct farm_ht_lkey *k,
 	farm_ht_pair_val_read(h, img, (unsigned)slot, k->vlen, out);
 	k->val = out;
 	k->status = 0;
+}
+
+/* The keys of a call in G-Opt's groups: FARM_HT_BATCH_GROUP keys' pairs
+ * prefetched, the next group's keys hashed while those misses are in
+ * flight, then each pair searched. (A rolling window, each key prefetched
+ * that many keys ahead of its search, measured slower on one core: one
+ * key's hashing then waits behind the prefetches instead of the group's
+ * hashes running side by side.) Slots and pairs are copied into one image
+ * that stays in the L1 cache; only a found value goes to the key's part of
+ * @scratch (a call's pair images would fill the cache and evict the pairs
+ * prefetched). Pairs larger than it (values of hundreds of bytes inline)
+ * are copied into the key's part. */
+static void batch_groups(farm_ht *h, struct htloop *l,
+                         struct farm_ht_lkey *keys, unsigned n,
+                         uint8_t *scratch)
+{
+	uint8_t work[4096] __attribute__((aligned(64)));
+	uint32_t span = farm_ht_batch_bytes(h);
+	uint8_t *one = span <= sizeof(work) ? &work[0] : NULL;
+	const unsigned G = FARM_HT_BATCH_GROUP;
+	for (unsigned i = 0; i < n && i < G; i++)
+		batch_addr(h, l, &keys[i]);
+	for (unsigned g = 0; g < n; g += G) {
+		unsigned e = n - g < G ? n : g + G;
+		unsigned ne = n - e < G ? n : e + G;
+		for (unsigned i = g; i < e; i++)
+			batch_prefetch(h, &keys[i]);
+		/* The next group's hashing while this group's misses are
+		 * in flight. */
+		for (unsigned i = e; i < ne; i++)
+			batch_addr(h, l, &keys[i]);
+		for (unsigned i = g; i < e; i++) {
+			uint8_t *out = scratch + (size_t)i * span;
+			if (keys[i].lp)
+				batch_probe(h, l, &keys[i], one ? one : out,
+				            out);
+		}
+	}
 }
 
 int farm_ht_get_local_batch(farm_ht *h, farm_loop *loop,
@@ -141,32 +219,7 @@ int farm_ht_get_local_batch(farm_ht *h, farm_loop *loop,
 	if (rc)
 		return rc;
 	uint64_t cfg = farm_as_config_id(h->as);
-	/* G-Opt's groups: FARM_HT_BATCH_GROUP keys hashed and their pairs
-	 * prefetched, then each searched. (A rolling window, each key
-	 * prefetched that many keys ahead of its search, measured slower on
-	 * one core: one key's hashing then waits behind the prefetches
-	 * instead of the group's hashes running side by side.) Every pair is
-	 * copied into one image that stays in the L1 cache; only a found
-	 * value goes to the key's part of @scratch (a call's pair images
-	 * would fill the cache and evict the pairs prefetched). Pairs larger
-	 * than it (values of hundreds of bytes inline) are copied into the
-	 * key's part. */
-	uint8_t work[4096] __attribute__((aligned(64)));
-	uint32_t span = farm_ht_batch_bytes(h);
-	uint8_t *one = span <= sizeof(work) ? &work[0] : NULL;
-	for (unsigned g = 0; g < n; g += FARM_HT_BATCH_GROUP) {
-		unsigned e = n - g < FARM_HT_BATCH_GROUP
-		                     ? n
-		                     : g + FARM_HT_BATCH_GROUP;
-		for (unsigned i = g; i < e; i++)
-			batch_prep(h, l, &keys[i]);
-		for (unsigned i = g; i < e; i++) {
-			uint8_t *out = scratch + (size_t)i * span;
-			if (keys[i].lp)
-				batch_probe(h, l, &keys[i], one ? one : out,
-				            out);
-		}
-	}
+	batch_groups(h, l, keys, n, scratch);
 	/* As get_buckets: a configuration change since the pairs were found
 	 * may have moved a shard (the old copy may be stale). The fence
 	 * orders the copies' loads before the id's; it pairs with the

@@ -108,6 +108,8 @@ struct ht_smap {
 	uint8_t nvpieces; /* 0: the value area is in more than 3 pieces */
 	uint16_t val_at[3];
 	uint8_t val_n[3];
+	/* the lines of the pair image that hold the whole slot */
+	uint16_t line_lo, line_hi;
 };
 
 struct farm_ht {
@@ -263,6 +265,19 @@ void farm_ht_pair_map(farm_ht *h); /* fills h->smap, at creation */
 int farm_ht_pair_check(const farm_ht *h, const uint8_t *img, uint64_t *fwd);
 int farm_ht_pair_find(const farm_ht *h, const uint8_t *img, const void *key,
                       uint32_t klen, uint64_t hash, uint8_t hdr[8]);
+/* Does slot @slot of @img hold @key? Its header in @hdr, as
+ * farm_ht_pair_find. */
+bool farm_ht_pair_slot_is(const farm_ht *h, const uint8_t *img, unsigned slot,
+                          const void *key, uint32_t klen, uint64_t hash,
+                          uint8_t hdr[8]);
+/* One slot of the bucket pair at @pair (the table's memory) copied
+ * consistently into the pair image @img, at its place there: line 0 of its
+ * bucket and the lines that hold the slot, each line as one instant
+ * (farm_line_copy), their versions checked against the bucket's header as
+ * obj_check does. Only those lines of @img are written. 0; -EAGAIN (being
+ * installed, or a line kept changing); FARM_ECORRUPT (not a bucket). */
+int farm_ht_pair_slot_copy(const farm_ht *h, const uint8_t *pair, unsigned slot,
+                           uint8_t *img);
 /* @n bytes at @off in slot @slot of the pair (its value: off 8 + K), or of
  * one object's data at @off (the image may be @out's own buffer: bytes move
  * only toward its start). */

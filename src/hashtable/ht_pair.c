@@ -14,6 +14,8 @@
 
 #include "txn/object.h"
 #include "txn/txm.h"
+#include "util/fault.h"
+#include "util/lines.h"
 
 /* Where the object's data byte @i is in its image: line 0 holds
  * OBJ_LINE0_DATA bytes after the header, every later line OBJ_LINE_DATA
@@ -93,6 +95,10 @@ void farm_ht_pair_map(farm_ht *h)
 		                         m->val_n, &left);
 		if (left)
 			m->nvpieces = 0; /* longer: farm_ht_pair_slot_read */
+		m->line_lo = (uint16_t)((base + img_off(off)) / 64u);
+		m->line_hi =
+		        (uint16_t)((base + img_off(off + h->slot_bytes - 1)) /
+		                   64u);
 	}
 }
 
@@ -121,29 +127,66 @@ static inline bool key_eq(const uint8_t *img, const struct ht_smap *m,
 	return true;
 }
 
+bool farm_ht_pair_slot_is(const farm_ht *h, const uint8_t *img, unsigned slot,
+                          const void *key, uint32_t klen, uint64_t hash,
+                          uint8_t hdr[8])
+{
+	const struct ht_smap *m = &h->smap[slot];
+	if (m->hdr_whole)
+		memcpy(hdr, img + m->hdr, 8);
+	else
+		farm_ht_pair_slot_read(h, img, slot, 0, 8, hdr);
+	if (!(hdr[0] & SLOT_USED) || hdr[1] != (klen > h->K ? 0 : klen))
+		return false;
+	if (klen <= h->K)
+		return key_eq(img, m, key, klen);
+	uint8_t hb[8];
+	put64(hb, hash);
+	return (hdr[0] & SLOT_LONGKEY) && key_eq(img, m, hb, 8);
+}
+
 int farm_ht_pair_find(const farm_ht *h, const uint8_t *img, const void *key,
                       uint32_t klen, uint64_t hash, uint8_t hdr[8])
 {
-	const uint8_t want_kl = (uint8_t)(klen > h->K ? 0 : klen);
-	for (unsigned i = 0; i < 2 * h->spb; i++) {
-		const struct ht_smap *m = &h->smap[i];
-		if (m->hdr_whole)
-			memcpy(hdr, img + m->hdr, 8);
-		else
-			farm_ht_pair_slot_read(h, img, i, 0, 8, hdr);
-		if (!(hdr[0] & SLOT_USED) || hdr[1] != want_kl)
-			continue;
-		if (klen <= h->K) {
-			if (key_eq(img, m, key, klen))
-				return (int)i;
-			continue;
-		}
-		uint8_t hb[8];
-		put64(hb, hash);
-		if ((hdr[0] & SLOT_LONGKEY) && key_eq(img, m, hb, 8))
+	for (unsigned i = 0; i < 2 * h->spb; i++)
+		if (farm_ht_pair_slot_is(h, img, i, key, klen, hash, hdr))
 			return (int)i;
-	}
 	return -1;
+}
+
+int farm_ht_pair_slot_copy(const farm_ht *h, const uint8_t *pair, unsigned slot,
+                           uint8_t *img)
+{
+	const struct ht_smap *m = &h->smap[slot];
+	unsigned L = h->bucket_lines, b0 = slot < h->spb ? 0 : L;
+	const uint8_t *src = pair + 64u * b0;
+	if (!farm_line_copy(img + 64u * b0, src, 64,
+	                    (const _Atomic uint64_t *)(const void *)src,
+	                    LINE_TRIES))
+		return -EAGAIN;
+	/* Line 0 alone checked, then each later line's version against it:
+	 * obj_check over the lines copied, as it checks a whole copy. */
+	uint64_t v, w;
+	int rc = obj_check(img + 64u * b0, 1, UINT64_MAX, &v, &w);
+	if (rc == -EAGAIN)
+		return -EAGAIN;
+	if (rc || farm_incarn_lines(w) < L)
+		return FARM_ECORRUPT; /* not a bucket */
+	uint16_t v16 = obj_v16(v);
+	FARM_FAULT_POINT(FARM_FP_HT_SLOT_WINDOW);
+	for (unsigned l = m->line_lo > b0 ? m->line_lo : b0 + 1;
+	     l <= m->line_hi; l++) {
+		const uint8_t *p = pair + 64u * l;
+		uint16_t x;
+		if (!farm_line_copy(img + 64u * l, p, 64,
+		                    (const _Atomic uint64_t *)(const void *)p,
+		                    LINE_TRIES))
+			return -EAGAIN;
+		memcpy(&x, img + 64u * l, 2);
+		if (x != v16 && !FARM_FAULT_SWITCH(FARM_FP_HT_SLOT_NO_CHECK))
+			return -EAGAIN;
+	}
+	return 0;
 }
 
 void farm_ht_pair_slot_read(const farm_ht *h, const uint8_t *img, unsigned slot,

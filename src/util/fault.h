@@ -224,6 +224,15 @@ enum farm_fault_point {
 	 * --broken: the stopped machine's removal must be seen waited
 	 * for). */
 	FARM_FP_REC_SUSPECT_AS_DEAD,
+	/* hashtable/ht_pair.c (farm_ht_pair_slot_copy), a delay point: a
+	 * found key's slot being copied alone, its bucket's line 0 copied and
+	 * the lines holding the slot not yet (tests/test_ht_batch.c installs
+	 * a new version of the bucket there). */
+	FARM_FP_HT_SLOT_WINDOW,
+	/* ht_pair.c, a switch: while hooked, those later lines' versions are
+	 * not compared with line 0's, so a slot of two versions of its bucket
+	 * is taken (test_ht_batch --broken must see a torn value). */
+	FARM_FP_HT_SLOT_NO_CHECK,
 	FARM_FP_COUNT
 };
 
