@@ -204,6 +204,22 @@ static struct ofi_mr *mr_find(struct ofi_fabric *f, uint64_t key)
 	return NULL;
 }
 
+struct ofi_sendbuf *farm_ofi_sendbuf_new(const struct ofi_fabric *f,
+                                         uint32_t type, uint32_t to,
+                                         uint64_t cookie)
+{
+	struct ofi_sendbuf *sb = calloc(1, sizeof(*sb));
+	if (!sb)
+		return NULL;
+	sb->c.kind = K_SENDFREE;
+	sb->msg.magic = OFI_CTRL_MAGIC;
+	sb->msg.type = type;
+	sb->msg.from = f->base.machine_id;
+	sb->msg.to = to;
+	sb->msg.cookie = cookie;
+	return sb;
+}
+
 /* A HELLO: answered with an ACK (the registration table and our keys
  * for its sender, or a refusal). */
 static void on_hello(struct ofi_fabric *f, struct ofi_ctrl *m)
@@ -214,15 +230,10 @@ static void on_hello(struct ofi_fabric *f, struct ofi_ctrl *m)
 		farm_stat_add(&f->st.malformed, 1);
 		return;
 	}
-	struct ofi_sendbuf *sb = calloc(1, sizeof(*sb));
+	struct ofi_sendbuf *sb =
+	        farm_ofi_sendbuf_new(f, CTRL_ACK, m->from, m->cookie);
 	if (!sb)
 		return;
-	sb->c.kind = K_SENDFREE;
-	sb->msg.magic = OFI_CTRL_MAGIC;
-	sb->msg.type = CTRL_ACK;
-	sb->msg.from = f->base.machine_id;
-	sb->msg.to = m->from;
-	sb->msg.cookie = m->cookie;
 	sb->msg.status = m->to == f->base.machine_id ? 0 : -EINVAL;
 	/* Its own keys (ofi_fence.c), or FARM_EFENCED. */
 	if (!sb->msg.status)

@@ -195,15 +195,9 @@ static void tell_fenced(struct ofi_fabric *f, const char *addr, uint32_t id,
 	fi_addr_t fa;
 	if (farm_ofi_av_lookup(f, addr, &fa))
 		return;
-	struct ofi_sendbuf *sb = calloc(1, sizeof(*sb));
+	struct ofi_sendbuf *sb = farm_ofi_sendbuf_new(f, CTRL_FENCED, id, tag);
 	if (!sb)
 		return;
-	sb->c.kind = K_SENDFREE;
-	sb->msg.magic = OFI_CTRL_MAGIC;
-	sb->msg.type = CTRL_FENCED;
-	sb->msg.from = f->base.machine_id;
-	sb->msg.to = id;
-	sb->msg.cookie = tag;
 	ssize_t rc = fi_send(f->ep, &sb->msg, sizeof(sb->msg), NULL, fa, sb);
 	if (rc)
 		free(sb); /* freed at its completion otherwise */

@@ -411,6 +411,11 @@ int farm_ofi_parse_addr(const char *s, struct sockaddr_storage *ss,
                         socklen_t *len);
 int farm_ofi_format_addr(const void *sa, char *buf, size_t len);
 int farm_ofi_av_lookup(struct ofi_fabric *f, const char *addr, fi_addr_t *out);
+/* A control message of @type from this fabric to machine @to, freed at its
+ * send's completion (K_SENDFREE); NULL without memory. */
+struct ofi_sendbuf *farm_ofi_sendbuf_new(const struct ofi_fabric *f,
+                                         uint32_t type, uint32_t to,
+                                         uint64_t cookie);
 void farm_ofi_post_recv(struct ofi_fabric *f, struct ofi_rbuf *r);
 void farm_ofi_on_ctrl(struct ofi_fabric *f, struct ofi_ctrl *m, size_t len);
 void farm_ofi_hb_tick(struct ofi_fabric *f);
