@@ -17,6 +17,8 @@
 	(256u << 10) /* the configuration: 65 members fit in 18 KiB, 256 in \
 	                about 72 */
 #define ZK_DEFAULT_SESSION_MS 4000u
+/* Least time between two routine resolutions of the server names (zk.c). */
+#define ZK_RESOLVE_MS 10000
 #define ZK_DEFAULT_CONNECT_MS 5000u
 /* A registration's data: the endpoint, then "\ndomain <name>" when the
  * machine has a failure domain. */
