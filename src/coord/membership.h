@@ -458,6 +458,13 @@ unsigned farm_membership_refused(struct farm_membership *m, uint32_t *ids);
  */
 unsigned farm_view_placement(const struct farm_view *v, const uint32_t *ids,
                              unsigned n, struct farm_ring_machine *out);
+/*
+ * farm_view_next_departed() - the departed machines of @next, the
+ * configuration the manager writes after @cur, from @cur's departed
+ * machines and members and @next's members (the manager's step, pure).
+ */
+void farm_view_next_departed(const struct farm_view *cur,
+                             struct farm_view *next);
 /* Is @s a usable failure-domain name: 1 to FARM_DOMAIN_MAX - 1 bytes of
  * letters, digits and ._:- ? */
 bool farm_domain_valid(const char *s);

@@ -197,6 +197,40 @@ unsigned farm_view_placement(const struct farm_view *v, const uint32_t *ids,
 	return k;
 }
 
+/* The departed machines of @x, the configuration after @c: @c's departed
+ * ones and its members with a domain, when not members of @x (a member's
+ * own domain is its registration's). Kept for good (placement must not
+ * reorder the survivors, ring.h); when more than fit, the lowest ids go
+ * (logged), which may move replicas as a join does. */
+void farm_view_next_departed(const struct farm_view *c, struct farm_view *x)
+{
+	x->ndeparted = 0;
+	unsigned over = 0;
+	for (unsigned i = 0, j = 0; i < c->n || j < c->ndeparted;) {
+		bool mem = j == c->ndeparted ||
+		           (i < c->n && c->members[i].id < c->departed[j].id);
+		uint32_t id = mem ? c->members[i].id : c->departed[j].id;
+		const char *d =
+		        mem ? c->members[i++].domain : c->departed[j++].domain;
+		if (!d[0] || farm_view_find(x, id))
+			continue;
+		if (x->ndeparted == FARM_VIEW_MAX) {
+			/* Keep the highest ids: drop the lowest. */
+			memmove(&x->departed[0], &x->departed[1],
+			        (FARM_VIEW_MAX - 1) * sizeof(x->departed[0]));
+			x->ndeparted--;
+			over++;
+		}
+		struct farm_departed *dp = &x->departed[x->ndeparted++];
+		dp->id = id;
+		snprintf(dp->domain, sizeof(dp->domain), "%s", d);
+	}
+	if (over)
+		farm_warn("membership: %u departed machine(s) forgotten: more "
+		          "than %u; placement may move replicas",
+		          over, FARM_VIEW_MAX);
+}
+
 /* One "<tag> <id>" line per id of @ids[0..n) at @buf + *@off. 0, or -1
  * when @len is too small. */
 static int format_ids(char *buf, size_t len, size_t *off, const char *tag,
