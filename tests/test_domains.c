@@ -697,20 +697,20 @@ static bool extra_kept(const farm_ring *before, const farm_ring *after,
 	return ok;
 }
 
-/* Region by region, the replicas of @after begin with those of @before
- * less the machines in @left, in order (a configuration change that is
- * not growth only drops entries and appends), and @before's extra backup
- * still holds it (it comes after any replica appended). Fails naming the
- * first region whose primary moved (else the first that changed) and how
- * many did. Returns how many lost a replica. */
+/* Region by region (ids 1 to @nreg), the replicas of @after begin with
+ * those of @before less the machines in @left, in order (a configuration
+ * change that is not growth only drops entries and appends), and
+ * @before's extra backup still holds it (it comes after any replica
+ * appended). Fails naming the first region whose primary moved (else the
+ * first that changed) and how many did. Returns how many lost a replica. */
 static unsigned check_prefix(const farm_ring *before, const farm_ring *after,
                              const uint32_t *left, unsigned nleft,
-                             const char *what)
+                             uint32_t nreg, const char *what)
 {
 	uint32_t x[FARM_RING_MAX_REPLICAS], y[FARM_RING_MAX_REPLICAS];
 	unsigned lost = 0, moved = 0, primary = 0;
 	char first[160] = "";
-	for (uint32_t id = 1; id <= NIDS / 8; id++) {
+	for (uint32_t id = 1; id <= nreg; id++) {
 		unsigned nx = farm_ring_replicas(before, id, x);
 		unsigned ny = farm_ring_replicas(after, id, y);
 		unsigned q = 0;
@@ -744,7 +744,7 @@ static unsigned check_prefix(const farm_ring *before, const farm_ring *after,
 	if (moved)
 		fail_msg("%s: %u of %u regions' replicas reordered or dropped, "
 		         "%u primaries moved; %s",
-		         what, moved, NIDS / 8, primary, first);
+		         what, moved, nreg, primary, first);
 	return lost;
 }
 
@@ -815,8 +815,10 @@ static struct farm_view *leave_id(const struct farm_view *v, uint32_t id,
  */
 /* @v with its grower (the first late member) placed as an ordinary
  * member from the next configuration on; checks that it becomes a
- * replica only of regions it held (a replica or their extra backup). */
-static struct farm_view *grow(const struct farm_view *v, uint64_t cfg)
+ * replica only of regions (of ids 1 to @nreg) it held (a replica or
+ * their extra backup). */
+static struct farm_view *grow(const struct farm_view *v, uint64_t cfg,
+                              uint32_t nreg)
 {
 	struct farm_view *x = calloc(1, sizeof(*x));
 	assert_non_null(x);
@@ -836,7 +838,7 @@ static struct farm_view *grow(const struct farm_view *v, uint64_t cfg)
 	unsigned k;
 	farm_ring *g0 = view_ring(v, ms, &k), *g1 = view_ring(x, ms, &k);
 	uint32_t a[FARM_RING_MAX_REPLICAS], b[FARM_RING_MAX_REPLICAS];
-	for (uint32_t r = 1; r <= NIDS / 8; r++) {
+	for (uint32_t r = 1; r <= nreg; r++) {
 		unsigned na = farm_ring_holders(g0, r, a);
 		unsigned nb = farm_ring_replicas(g1, r, b);
 		bool had = false, has = false;
@@ -882,9 +884,10 @@ static void test_view_reused_id(void **state)
 	unsigned k;
 	farm_ring *ga = view_ring(a, ms, &k), *gb = view_ring(b, ms, &k),
 	          *gc = view_ring(c, ms, &k);
-	check_prefix(ga, gb, NULL, 0, "a new holder of id 2 joined late");
+	check_prefix(ga, gb, NULL, 0, NIDS / 8,
+	             "a new holder of id 2 joined late");
 	const uint32_t two[] = {2};
-	unsigned lost = check_prefix(gb, gc, two, 1,
+	unsigned lost = check_prefix(gb, gc, two, 1, NIDS / 8,
 	                             "the late new holder of id 2 left");
 	printf("id 2 reused, its new holder late: every replica list kept; "
 	       "the new holder left: %u of %u regions lost it\n",
@@ -926,7 +929,7 @@ static void test_view_reused_id(void **state)
 	free(w);
 	/* Growth: 1, then 2, whose shadow then goes (it is walked as
 	 * itself), each a replica only where it held a copy. */
-	struct farm_view *d = grow(b, 13), *e = grow(d, 14);
+	struct farm_view *d = grow(b, 13, NIDS / 8), *e = grow(d, 14, NIDS / 8);
 	assert_true(d->ndeparted == 1 && d->departed[0].shadow);
 	assert_int_equal(e->ndeparted, 0);
 	len = farm_view_format(e, buf, sizeof(buf));
@@ -963,8 +966,9 @@ static void test_view_reuse_cycles(void **state)
 		farm_ring *g0 = view_ring(v, ms, &k),
 		          *g1 = view_ring(l, ms, &k),
 		          *g2 = view_ring(j, ms, &k);
-		check_prefix(g0, g1, &id, 1, "a machine left");
-		check_prefix(g1, g2, NULL, 0, "a reused id's holder joined");
+		check_prefix(g0, g1, &id, 1, NIDS / 40, "a machine left");
+		check_prefix(g1, g2, NULL, 0, NIDS / 40,
+		             "a reused id's holder joined");
 		farm_ring_free(g0);
 		farm_ring_free(g1);
 		farm_ring_free(g2);
@@ -972,7 +976,7 @@ static void test_view_reuse_cycles(void **state)
 		free(l);
 		v = j;
 		if (farm_rand64(&seed) % 2) {
-			struct farm_view *x = grow(v, ++cfg);
+			struct farm_view *x = grow(v, ++cfg, NIDS / 40);
 			grown += x->nlate < v->nlate;
 			free(v);
 			v = x;
