@@ -277,6 +277,10 @@ int farm_rst_old_ring(const struct farm_restart *rs, const struct farm_view *v,
 		if (k == np)
 			placed[np++] =
 			        (struct farm_ring_machine){.id = lost[i]};
+		/* Walked though its id is late: a shadow (membership.h,
+		 * farm_departed), which its late member stood for. */
+		if (placed[k].departed && !placed[k].late && late)
+			placed[k].shadow = placed[k].domain;
 		placed[k].departed = false;
 		placed[k].late = late;
 	}
