@@ -182,6 +182,12 @@ enum farm_fault_point {
 	 * (test_campaign --hold-end --broken-kept: the round stalls and a
 	 * cycle must fail). */
 	FARM_FP_REC_NO_KEPT,
+	/* txn/recover_decide.c, a switch: while hooked, a survivor applies
+	 * a recovery round's decision without logging it first, and empties
+	 * the removed coordinator's log as soon as it has applied them, as
+	 * before the fix (tests/test_restart_round.c --broken: a restart
+	 * during the round must leave O's copies different). */
+	FARM_FP_REC_DECIDE_UNLOGGED,
 	/* txn/txm.c, a switch: while hooked, a survivor's log of a reused
 	 * id opens to the new holder as soon as it is admitted, whether or
 	 * not the old holder's records there were decided (test_campaign
