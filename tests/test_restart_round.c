@@ -25,10 +25,22 @@
  * Before the fix the restart decided with its own configuration's ring
  * (B and X): X lacks the COMMIT-BACKUP, so it aborted what the round had
  * committed and P had installed; B never applied it and its copy stayed
- * old. --broken turns the fix off (FARM_FP_REC_DECIDE_UNLOGGED: the
- * round's decisions are not logged, and survivors empty the removed
- * coordinator's log as soon as they applied them); the copies must then
- * differ.
+ * old. The fix has two halves, each with its switch, and with either
+ * off the copies must differ:
+ * --broken-unread: the restart reads only the previous members' rings
+ * (FARM_FP_RESTART_NO_PENDING), as before the fix: C, removed, is not
+ * one, so its records are read nowhere and B's COMMIT-BACKUP is dropped;
+ * --broken-unlogged: the round's decisions are not logged, and survivors
+ * empty the removed coordinator's log as soon as they applied them
+ * (FARM_FP_REC_DECIDE_UNLOGGED): the restart reads C's records but
+ * decides by its own configuration's backups (B and X), and X never had
+ * the COMMIT-BACKUP, so it aborts what P installed;
+ * --broken: both.
+ * --keep-records (not a proof; not in ctest): the setup's commits are not
+ * truncated first. Their records stay in the logs of idle coordinators,
+ * and the restart decides them by its own configuration's backups too
+ * (src/recovery/README.md, "Limits"): a commit of a region whose backups
+ * changed since is aborted while its primary installed it.
  *
  * Exits 77 (skip) without the ZooKeeper client or server.
  */
@@ -57,7 +69,7 @@
 
 static char zk_dir[256], zk_connect[64], zk_root[96];
 static const char *zk_script = FARM_SOURCE_DIR "/scripts/zk-local";
-static bool broken, keep_records;
+static bool broken_unlogged, broken_unread, keep_records;
 static struct np_cluster cl;
 
 /* 'V' answers: this machine's copy of an object. */
@@ -88,8 +100,8 @@ static void read_copy(struct tx_child *c, farm_fatptr p, struct rr_copy *out)
 {
 	enum farm_as_role role;
 	memset(out, 0, sizeof(*out));
-	farm_region *r = farm_as_local_region(
-	        farm_node_as(c->np.node), farm_gaddr_region(p.addr), &role);
+	farm_region *r = farm_as_local_region(farm_node_as(c->np.node),
+	                                      farm_gaddr_region(p.addr), &role);
 	uint64_t off = farm_gaddr_offset(p.addr);
 	if (!r || off + sizeof(out->bytes) > farm_region_size(r))
 		return;
@@ -211,8 +223,10 @@ static int first_role(struct tx_child *c)
 
 static int set_broken(void)
 {
-	return broken && farm_fault_set(FARM_FP_REC_DECIDE_UNLOGGED,
-	                                tu_switch_on, NULL);
+	return (broken_unlogged && farm_fault_set(FARM_FP_REC_DECIDE_UNLOGGED,
+	                                          tu_switch_on, NULL)) ||
+	       (broken_unread &&
+	        farm_fault_set(FARM_FP_RESTART_NO_PENDING, tu_switch_on, NULL));
 }
 
 static int first_machine(struct np_child *np, void *arg)
@@ -504,7 +518,8 @@ static void test_restart_round(void **state)
 			       holds_new(&y) ? "the committed" : "an older",
 			       v_new);
 		else if (!same_copy(&p, &y))
-			failed(&f, "machine %u's copy of O differs from the "
+			failed(&f,
+			       "machine %u's copy of O differs from the "
 			       "primary's",
 			       surv[i]);
 	}
@@ -518,12 +533,12 @@ static void test_restart_round(void **state)
 			       st);
 	}
 	np_cleanup(&cl);
-	if (broken) {
+	if (broken_unlogged || broken_unread) {
 		if (!f.n)
-			fail_msg("--broken: the restart decided O as the round "
-			         "did although its decisions were not logged");
-		printf("--broken: %u check(s) failed, as they must:\n%s", f.n,
-		       f.text);
+			fail_msg("--broken...: the restart decided O as the "
+			         "round did with the fix off");
+		printf("--broken...: %u check(s) failed, as they must:\n%s",
+		       f.n, f.text);
 		return;
 	}
 	if (f.n)
@@ -541,11 +556,16 @@ int main(int argc, char **argv)
 {
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--broken")) {
-			broken = true;
+			broken_unlogged = broken_unread = true;
+		} else if (!strcmp(argv[i], "--broken-unlogged")) {
+			broken_unlogged = true;
+		} else if (!strcmp(argv[i], "--broken-unread")) {
+			broken_unread = true;
 		} else if (!strcmp(argv[i], "--keep-records")) {
 			keep_records = true;
 		} else {
-			printf("usage: %s [--broken] [--keep-records]\n",
+			printf("usage: %s [--broken | --broken-unlogged | "
+			       "--broken-unread] [--keep-records]\n",
 			       argv[0]);
 			return strcmp(argv[i], "--help") ? 2 : 0;
 		}

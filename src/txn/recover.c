@@ -807,6 +807,7 @@ static void rec_reset_decider(farm_txm *m)
 	m->rec.nd = 0;
 	memset(m->rec.ends, 0, (size_t)m->M * m->T * sizeof(*m->rec.ends));
 	memset(m->rec.dends, 0, (size_t)m->M * m->T * sizeof(*m->rec.dends));
+	memset(m->rec.acks, 0, (size_t)m->M * m->T * sizeof(*m->rec.acks));
 	memset(m->rec.maxlw, 0, (size_t)m->M * m->T * sizeof(*m->rec.maxlw));
 }
 
@@ -942,10 +943,11 @@ int farm_txn_rec_init(farm_txm *m)
 	m->rec.applied_from = calloc(m->M, sizeof(*m->rec.applied_from));
 	m->rec.ends = calloc((size_t)m->M * m->T, sizeof(*m->rec.ends));
 	m->rec.dends = calloc((size_t)m->M * m->T, sizeof(*m->rec.dends));
+	m->rec.acks = calloc((size_t)m->M * m->T, sizeof(*m->rec.acks));
 	m->rec.maxlw = calloc((size_t)m->M * m->T, sizeof(*m->rec.maxlw));
 	if (!m->rec.gone || !m->rec.inc || !m->rec.member ||
 	    !m->rec.applied_from || !m->rec.ends || !m->rec.dends ||
-	    !m->rec.maxlw)
+	    !m->rec.acks || !m->rec.maxlw)
 		return -ENOMEM;
 	/* The decision's handlers first (recover_decide.c), then the
 	 * barrier's. */
@@ -974,6 +976,7 @@ void farm_txn_rec_fini(farm_txm *m)
 	free(m->rec.applied_from);
 	free(m->rec.ends);
 	free(m->rec.dends);
+	free(m->rec.acks);
 	free(m->rec.maxlw);
 	pthread_mutex_destroy(&m->rec.lock);
 }

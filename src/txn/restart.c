@@ -203,6 +203,28 @@ int farm_txlog_check(const uint8_t *base, size_t len, const char *what,
 	          : collect(base, 0, NULL, NULL, NULL, NULL, what, err, errlen);
 }
 
+int farm_txlog_pending(const uint8_t *base, size_t len, uint64_t *coords)
+{
+	struct log_super sb;
+	if (!base || !coords || len < sizeof(sb))
+		return FARM_ECORRUPT;
+	memcpy(&sb, base, sizeof(sb));
+	if (sb.magic != LOG_SUPER_MAGIC || !farm_txn_log_geometry_ok(&sb) ||
+	    sb.hdr_area > len)
+		return FARM_ECORRUPT;
+	for (uint32_t c = 0; c < sb.M; c++)
+		for (uint32_t t = 0; t < sb.T; t++) {
+			uint64_t w;
+			memcpy(&w,
+			       base + 64 + ((uint64_t)c * sb.T + t) * 64 +
+			               LOG_HDR_PENDING,
+			       8);
+			if (w)
+				txn_coord_put(coords, c, true);
+		}
+	return 0;
+}
+
 static const struct rec_obj *objs_of(const uint8_t *rec)
 {
 	return (const struct rec_obj *)(const void *)(rec +

@@ -185,9 +185,17 @@ enum farm_fault_point {
 	/* txn/recover_decide.c, a switch: while hooked, a survivor applies
 	 * a recovery round's decision without logging it first, and empties
 	 * the removed coordinator's log as soon as it has applied them, as
-	 * before the fix (tests/test_restart_round.c --broken: a restart
-	 * during the round must leave O's copies different). */
+	 * before the fix (tests/test_restart_round.c --broken-unlogged: a
+	 * restart during the round decides with its own configuration's
+	 * backups, and O's copies must differ). */
 	FARM_FP_REC_DECIDE_UNLOGGED,
+	/* node/restart.c, restart_run.c, a switch: while hooked, a
+	 * whole-cluster restart reads only the previous members' rings, not
+	 * those of removed coordinators whose records a log still holds, as
+	 * before the fix (tests/test_restart_round.c --broken-unread: a
+	 * backup's COMMIT-BACKUP of the round's commit is dropped, and O's
+	 * copies must differ). */
+	FARM_FP_RESTART_NO_PENDING,
 	/* txn/txm.c, a switch: while hooked, a survivor's log of a reused
 	 * id opens to the new holder as soon as it is admitted, whether or
 	 * not the old holder's records there were decided (test_campaign
