@@ -52,7 +52,10 @@
  *      others' logs, and the decision counts the backups that came back
  *      in the previous placement (farm_rst_old_ring). Data recovery then makes
  *      the missing copies where machines are left to hold them.
- *   3. Every member's previous log is READ (one-sided) and the
+ *   3. Every member's previous log is READ (one-sided): its headers
+ *      first, then the rings of the previous members and of every
+ *      removed coordinator some header marks pending (a recovery round
+ *      had not emptied its log everywhere), and the
  *      transaction layer decides and applies them (src/txn/restart.c:
  *      the same logs on every machine give the same decisions; committed
  *      images are applied, every stale lock cleared).

@@ -48,11 +48,14 @@
  *     reversed; committing needs every surviving backup to hold the
  *     images, so no replica is left without them.
  *     It sends REC_DECIDE per transaction and REC_DONE per log; survivors
+ *     log each decision in their copy of the log (recover_decide.c), then
  *     install or unlock (old primaries from their LOCK records, promoted
  *     ones from the COMMIT-BACKUP), apply or skip their backup records,
- *     and then empty the removed coordinator's log; one that holds no
- *     LOCK of it (no primary, or its COMMIT-PRIMARY or ABORT processed
- *     before) installs nothing (rec_decided_unlocked). A newer
+ *     and answer the REC_DONE (DONE_ASK); once all have, a second REC_DONE
+ *     has them empty the removed coordinator's log (a whole-cluster
+ *     restart in between finds every decision a copy may hold); one that
+ *     holds no LOCK of it (no primary, or its COMMIT-PRIMARY or ABORT
+ *     processed before) installs nothing (rec_decided_unlocked). A newer
  *     configuration can supersede the round after some survivors did
  *     this and before others did: each survivor keeps the decisions it
  *     applied and votes them again in later rounds, the decider taking
