@@ -467,10 +467,10 @@ static unsigned held_here(farm_txm *m, const struct rs_rec *r)
  * holds: a decision made before the kill that this one contradicts (a
  * recovery round's decision that was not logged, for want of room, or a
  * single-machine commit of an idle coordinator whose region's backups
- * changed since: src/recovery/README.md, "Limits"), so that copy keeps
- * images the others never get. Said with what the decision went by: the records'
- * configuration, which machines' logs hold which records, the ring's
- * configuration (src/recovery/README.md, "Limits"). A later transaction
+ * changed since), so that copy keeps images the others never get. Said
+ * with what the decision went by: the records' configuration, which
+ * machines' logs hold which records, the ring's configuration
+ * (src/recovery/README.md, "Limits"). A later transaction
  * may have written the same version after a real abort, so this is a
  * lead, not proof.
  */
