@@ -513,6 +513,11 @@ static void h_done(farm_loop *loop, const farm_msg_in *in, void *arg)
 		farm_txn_rec_refuse(m, in, "end of recovery (testing: late)");
 		return;
 	}
+	if (!(e.flags & DONE_ASK) &&
+	    FARM_FAULT_SWITCH(FARM_FP_REC_EMPTY_LATE)) {
+		farm_txn_rec_refuse(m, in, "end of recovery (testing: late)");
+		return;
+	}
 	if (e.flags & DONE_ASK) {
 		/* Every decision before it was logged and applied here (they
 		 * come in order, on this loop). A new holder of the id sent
