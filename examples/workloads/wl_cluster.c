@@ -100,6 +100,7 @@ void wl_opts_default(struct wl_opts *o, enum wl_kind kind)
 	 * 3 machines, 2 cores: 48k txn/s parking at once, 10k after 50 us
 	 * of spinning). */
 	o->park_after_us = 0;
+	o->ship_window = 1;
 	/* TPC-C: one warehouse a machine, and a population scaled down so
 	 * that the load takes seconds on a small host (README.md); the
 	 * specification's is --items 100000 --customers 3000. */
@@ -263,6 +264,11 @@ static int validate_shape(const struct wl_opts *o, char *err, size_t len)
 	    o->threads < 1 || o->threads > WL_MAX_THREADS) {
 		snprintf(err, len, "machines must be 1..%u, threads 1..%u",
 		         WL_MAX_MACHINES, WL_MAX_THREADS);
+		return -EINVAL;
+	}
+	if (o->ship_window < 1 || o->ship_window > WL_MAX_MACHINES) {
+		snprintf(err, len, "ship window must be 1..%u",
+		         WL_MAX_MACHINES);
 		return -EINVAL;
 	}
 	if (o->replicas < 1 || o->replicas > 8 || !o->duration_ms ||
