@@ -434,16 +434,33 @@ static void freed_read_done(farm_loop *loop, void *ctx, int status)
 	arena_put(&tl->ar, c->buf, c->len);
 	free(c);
 	/* Transactions waiting for room try again; each that still finds
-	 * none says so again (farm_txn_tx_reserve). A scan per completion
-	 * with none waiting cost a fifth of a loaded run's CPU. */
-	if (!tl->room_waiters)
-		return;
-	tl->room_waiters = false;
-	for (unsigned i = 0; i < TX_SLOTS; i++) {
-		farm_tx *tx = tl->slots[i];
+	 * none says so again (farm_txn_tx_reserve). A scan of the slot
+	 * table per completion cost a fifth of a loaded run's CPU with none
+	 * waiting, and 13% of a partitioned TATP run's with some: only the
+	 * waiting ones' slots are looked at. */
+	unsigned n = tl->nroom;
+	bool all = tl->room_all;
+	uint32_t slot[ROOM_WAITS];
+	memcpy(slot, tl->room_slot, n * sizeof(slot[0]));
+	tl->nroom = 0;
+	tl->room_all = false;
+	for (unsigned i = 0; i < (all ? TX_SLOTS : n); i++) {
+		farm_tx *tx = tl->slots[all ? i : slot[i]];
 		if (tx && tx->ph == PH_RESERVE)
 			farm_txn_tx_reserve(tx);
 	}
+}
+
+void farm_txn_room_wait(struct txloop *tl, farm_tx *tx)
+{
+	uint32_t s = (uint32_t)(txid_seq(tx->id) % TX_SLOTS);
+	for (unsigned i = 0; i < tl->nroom; i++)
+		if (tl->room_slot[i] == s)
+			return;
+	if (tl->nroom < ROOM_WAITS)
+		tl->room_slot[tl->nroom++] = s;
+	else
+		tl->room_all = true;
 }
 
 /*
