@@ -227,6 +227,11 @@ static int validate_use(const struct wl_opts *o, char *err, size_t len)
 		         "keeps its ledgers and writes no history)");
 		return -EINVAL;
 	}
+	if (o->ship_window < 1 || o->ship_window > WL_MAX_MACHINES) {
+		snprintf(err, len, "ship window must be 1..%u",
+		         WL_MAX_MACHINES);
+		return -EINVAL;
+	}
 	return 0;
 }
 
@@ -264,11 +269,6 @@ static int validate_shape(const struct wl_opts *o, char *err, size_t len)
 	    o->threads < 1 || o->threads > WL_MAX_THREADS) {
 		snprintf(err, len, "machines must be 1..%u, threads 1..%u",
 		         WL_MAX_MACHINES, WL_MAX_THREADS);
-		return -EINVAL;
-	}
-	if (o->ship_window < 1 || o->ship_window > WL_MAX_MACHINES) {
-		snprintf(err, len, "ship window must be 1..%u",
-		         WL_MAX_MACHINES);
 		return -EINVAL;
 	}
 	if (o->replicas < 1 || o->replicas > 8 || !o->duration_ms ||
