@@ -31,6 +31,10 @@
  */
 #include "txproc.h"
 
+#include <errno.h>
+
+#include "msg/msg_testing.h"
+
 #define NM      NP_NM
 #define RSIZE   "16M"
 #define JOIN_MS 30000
@@ -873,6 +877,108 @@ static void test_durability(void **state)
 	}
 }
 
+/* ---- room: a parked replica frees log room when asked ------------------- */
+
+/* Records a replica need not answer (COMMIT-BACKUP, TRUNCATE) ring no
+ * doorbell, so a coordinator that fills its log on parked replicas must
+ * wake them when it runs short of room (log.c, farm_txn_refresh_freed).
+ * Machine 0 rewrites one object of its own (backups 1 and 2) until its
+ * records have wrapped its logs there several times, while 1 and 2 sit
+ * parked with their timed check raised to 20 s: every commit must commit.
+ * --broken_room drops that doorbell: a commit short of room then waits
+ * for the replicas' timed check, and gives up (-ENOSPC) after 1 s. */
+#define ROOM_SIZE    2048u
+#define ROOM_COMMITS 800u /* about 1.7 MiB of records: 6 laps of 256 KiB */
+
+static bool opt_broken_room;
+
+struct room_result {
+	uint32_t commits;
+	int rc; /* the first failed commit's, 0 if none */
+	uint64_t ns;
+};
+
+static int room_commits(struct tx_child *c, farm_fatptr o,
+                        struct room_result *r)
+{
+	uint64_t t0 = np_now_ns();
+	for (uint32_t i = 0; i < ROOM_COMMITS && !r->rc; i++) {
+		farm_tx *tx;
+		void *w;
+		if (farm_tx_begin(c->txm, c->np.loop, &tx))
+			return 70;
+		int rc = farm_tx_read_sync(tx, o.addr, ROOM_SIZE, NULL);
+		if (!rc)
+			rc = farm_tx_write(tx, o.addr, &w);
+		if (!rc) {
+			memset(w, (int)(i & 0xff), ROOM_SIZE);
+			rc = farm_tx_commit_sync(tx);
+		}
+		farm_tx_free(tx);
+		if (rc)
+			r->rc = rc;
+		else
+			r->commits++;
+	}
+	r->ns = np_now_ns() - t0;
+	return 0;
+}
+
+static int room_role(struct tx_child *c)
+{
+	static const volatile int never = 0;
+	farm_fatptr mine;
+	if (c->np.me == 0 &&
+	    create_objs(c, "room", 1, ROOM_SIZE, fill_one, NULL, &mine))
+		return 71;
+	if (np_say(&c->np, 'C', NULL, 0) || np_wait_cmd(&c->np) != 'G')
+		return 72;
+	if (c->np.me != 0) {
+		/* Parked but for doorbells until machine 0 is done (or
+		 * 5 s, which its commits never need with the doorbell). */
+		if (farm_msg_testing_park_max(20000000000ull) < 0)
+			return 73;
+		(void)farm_loop_wait(c->np.loop, &never, 5000000000ull);
+		return np_wait_cmd(&c->np) == 'Q' ? 0 : 74;
+	}
+	farm_txn_testing_no_room_bell(opt_broken_room);
+	struct room_result r = {0};
+	int st = room_commits(c, mine, &r);
+	if (st)
+		return st;
+	if (np_say(&c->np, 'D', &r, sizeof(r)))
+		return 75;
+	return np_wait_cmd(&c->np) == 'Q' ? 0 : 76;
+}
+
+static void test_room(void **state)
+{
+	(void)state;
+	cl_start(&G, room_role);
+	p_setup(&G);
+	struct room_result r;
+	np_expect(&G, 0, 'D', 60000);
+	np_recv(&G, 0, &r, sizeof(r), 1000);
+	printf("room: %u of %u commits of %u bytes on parked replicas in "
+	       "%.1f ms%s%s\n",
+	       r.commits, ROOM_COMMITS, ROOM_SIZE, (double)r.ns / 1e6,
+	       r.rc ? ", then " : "", r.rc ? farm_strerror(r.rc) : "");
+	for (unsigned i = 0; i < NM; i++)
+		np_send(&G, i, 'Q');
+	int st[NM];
+	np_finish(&G, st);
+	for (unsigned i = 0; i < NM; i++)
+		assert_int_equal(st[i], 0);
+	if (opt_broken_room) {
+		/* Without the doorbell the commit short of room waits out
+		 * SPACE_WAIT_NS on replicas that sleep for seconds. */
+		assert_int_equal(r.rc, -ENOSPC);
+		return;
+	}
+	assert_int_equal(r.rc, 0);
+	assert_int_equal(r.commits, ROOM_COMMITS);
+}
+
 /* ---- main ---------------------------------------------------------------- */
 
 int main(int argc, char **argv)
@@ -881,6 +987,10 @@ int main(int argc, char **argv)
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		if (!strcmp(a, "--broken")) {
 			opt_broken = true;
+			continue;
+		}
+		if (!strcmp(a, "--broken_room")) {
+			opt_broken_room = true;
 			continue;
 		}
 		if (!v) {
@@ -910,19 +1020,21 @@ int main(int argc, char **argv)
 	/* --broken and the durability test need the testing switches of
 	 * txn_testing.h, compiled only with fault injection. */
 	if (!farm_fault_built()) {
-		if (opt_broken) {
+		if (opt_broken || opt_broken_room) {
 			printf("skipped: --broken needs fault injection "
 			       "(FARM_FAULT_INJECTION=OFF)\n");
 			return FARM_TEST_SKIP;
 		}
-		printf("durability test skipped: needs fault injection "
-		       "(FARM_FAULT_INJECTION=OFF)\n");
+		printf("durability and room tests skipped: need fault "
+		       "injection (FARM_FAULT_INJECTION=OFF)\n");
 	}
 	if (opt_broken) { /* few hot accounts, a short run */
 		opt_only = "bank";
 		opt_accounts = 4;
 		opt_transfers = 2000;
 	}
+	if (opt_broken_room)
+		opt_only = "room";
 	if (opt_accounts < 2)
 		opt_accounts = 2;
 	const struct CMUnitTest all[] = {
@@ -930,13 +1042,14 @@ int main(int argc, char **argv)
 	        cmocka_unit_test_teardown(test_torn, cl_cleanup),
 	        cmocka_unit_test_teardown(test_zombie, cl_cleanup),
 	        cmocka_unit_test_teardown(test_durability, cl_cleanup),
+	        cmocka_unit_test_teardown(test_room, cl_cleanup),
 	};
-	const char *names[] = {"bank", "torn", "zombie", "durability"};
-	struct CMUnitTest sel[4];
+	const char *names[] = {"bank", "torn", "zombie", "durability", "room"};
+	struct CMUnitTest sel[5];
 	size_t n = 0;
-	for (size_t i = 0; i < 4; i++)
+	for (size_t i = 0; i < 5; i++)
 		if ((!opt_only || strstr(opt_only, names[i])) &&
-		    (i != 3 || farm_fault_built()))
+		    (i < 3 || farm_fault_built()))
 			sel[n++] = all[i];
 	bool lossy = tu_lossy_begin();
 	return tu_lossy_end(lossy, _cmocka_run_group_tests("txn_multi", sel, n,

@@ -48,6 +48,9 @@ static void usage(FILE *f)
 	        "  --region-size SZ  region size (64M)\n"
 	        "  --busy-poll       loops never park\n"
 	        "  --park-after-us N idle loops spin N us before parking (0)\n"
+	        "  --ship-window N   TATP: shipped updates a client keeps in flight\n"
+	        "                    while it runs the next transactions, at most\n"
+	        "                    one per owner (1: it waits for each)\n"
 	        "  --quiet           only the summary line\n");
 }
 
@@ -220,6 +223,10 @@ static int parse_opt(struct wl_opts *o, int c, const char **mix)
 		bad |= parse_u64(optarg, &v) || v > 1000000;
 		o->park_after_us = (int)v;
 		break;
+	case 'W':
+		bad |= parse_u64(optarg, &v) || v > WL_MAX_MACHINES;
+		o->ship_window = (unsigned)v;
+		break;
 	case 'q': o->quiet = true; break;
 	case 'I':
 		bad |= parse_u64(optarg, &v) || v > 0xffffffffu;
@@ -291,6 +298,7 @@ int main(int argc, char **argv)
 	                                   {"quiet", 0, 0, 'q'},
 	                                   {"lease", 1, 0, 'l'},
 	                                   {"park-after-us", 1, 0, 'P'},
+	                                   {"ship-window", 1, 0, 'W'},
 	                                   {"items", 1, 0, 'I'},
 	                                   {"customers", 1, 0, 'C'},
 	                                   {"full-scale", 0, 0, 'F'},

@@ -1,6 +1,6 @@
 #!/bin/sh
 # test_workload: farm-workload on 3 machines: TATP's row counts (both
-# modes), SmallBank's total and per-client ledgers, the serializability
+# modes, and with shipped updates in flight), SmallBank's total and per-client ledgers, the serializability
 # checker over a SmallBank history, bad input refused before anything
 # starts, and a broken build the checks must catch.
 # usage: test_workload.sh FARM_WORKLOAD WL_HISTCHECK FARM_WORKLOAD_BROKEN
@@ -33,6 +33,7 @@ expect_bad "before the end" tatp --zk 127.0.0.1:1 --duration 2 --kill 1@1.5
 expect_bad "at least 2 per machine" smallbank --scale 5 --partitioned
 expect_bad "are SmallBank's" tatp --audit
 expect_bad "are SmallBank's" tatp --history "$dir/th"
+expect_bad "ship window must be" tatp --ship-window 0
 
 run() { # NAME ARGS...
 	name=$1; shift
@@ -47,6 +48,10 @@ run() { # NAME ARGS...
 run tatp tatp --scale 400 --duration 1 --quiet
 run tatp_part tatp --scale 400 --duration 1 --partitioned --mix write-heavy \
 	--threads 2 --quiet
+# Updates queued and in flight while the client goes on: every one a
+# client was told changed a row is in its ledger at the owner, once.
+run tatp_window tatp --scale 400 --duration 1 --mix write-heavy \
+	--ship-window 4 --quiet
 # The test build also ships malformed TATP updates, which the owners must
 # refuse (-EINVAL) with the rows intact.
 t=$tool; tool=$broken

@@ -39,4 +39,13 @@ rc=$?
 cat "$dir/tatp.out"
 [ $rc -eq 0 ] || { tail -20 "$dir/tatp.err"; fail "TATP exited $rc"; }
 min_commits TATP "$dir/tatp.out"
+# Shipped updates queued or in flight to the victim when it dies
+# (--ship-window): answered with an error or not at all, then run by
+# their client; the same checks hold.
+"$tool" tatp --scale 400 --duration 3 --zk "$zk" --kill 2@0.8 \
+	--ship-window 4 --quiet >"$dir/tatpw.out" 2>"$dir/tatpw.err"
+rc=$?
+cat "$dir/tatpw.out"
+[ $rc -eq 0 ] || { tail -20 "$dir/tatpw.err"; fail "TATP (window) exited $rc"; }
+min_commits "TATP (window)" "$dir/tatpw.out"
 echo "test_workload_kill: passed"

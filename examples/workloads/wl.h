@@ -66,6 +66,10 @@ struct wl_opts {
 	const char *region_size;
 	bool busy_poll;
 	int park_after_us; /* < 0: the configuration's default */
+	/* TATP: shipped updates a client thread keeps in flight while it
+	 * runs the next transactions (1: it waits for each answer), at most
+	 * one per owner. */
+	unsigned ship_window;
 	uint64_t tick_us;  /* > 0: per-tick commit counts (the timeline) */
 	bool quiet;
 };

@@ -406,4 +406,4 @@ static void bank_ship(struct wl_machine *m, farm_loop *loop,
 }
 
 const struct wl_ops wl_bank_ops = {bank_load, bank_txn, bank_ship, bank_check,
-                                   NULL};
+                                   NULL, NULL};

@@ -100,6 +100,7 @@ void wl_opts_default(struct wl_opts *o, enum wl_kind kind)
 	 * 3 machines, 2 cores: 48k txn/s parking at once, 10k after 50 us
 	 * of spinning). */
 	o->park_after_us = 0;
+	o->ship_window = 1;
 	/* TPC-C: one warehouse a machine, and a population scaled down so
 	 * that the load takes seconds on a small host (README.md); the
 	 * specification's is --items 100000 --customers 3000. */
@@ -224,6 +225,11 @@ static int validate_use(const struct wl_opts *o, char *err, size_t len)
 		snprintf(err, len,
 		         "--audit and --history are SmallBank's (TATP always "
 		         "keeps its ledgers and writes no history)");
+		return -EINVAL;
+	}
+	if (o->ship_window < 1 || o->ship_window > WL_MAX_MACHINES) {
+		snprintf(err, len, "ship window must be 1..%u",
+		         WL_MAX_MACHINES);
 		return -EINVAL;
 	}
 	return 0;

@@ -94,6 +94,7 @@ struct wl_client {
 	 * the id of its last shipped update. */
 	farm_fatptr tledger[WL_MAX_MACHINES];
 	uint64_t ship_seq;
+	void *ships; /* TATP: shipped updates in flight (--ship-window) */
 	void *app; /* the workload's per-client state (TPC-C) */
 	int hist_fd;
 	uint64_t hist_seq;
@@ -183,6 +184,9 @@ int wl_ship(struct wl_client *c, unsigned to, const void *req, uint32_t len,
             int *answer);
 /* Record one transaction's outcome and latency. */
 void wl_count(struct wl_client *c, enum wl_txn t, int outcome, uint64_t t0_ns);
+/* The same for a transaction that ended at @end_ns. */
+void wl_count_at(struct wl_client *c, enum wl_txn t, int outcome,
+                 uint64_t t0_ns, uint64_t end_ns);
 bool wl_retryable(int rc);
 
 /* ---- workloads ---------------------------------------------------------- */
@@ -202,7 +206,13 @@ struct wl_ops {
 	/* Free the workload's state (m->app, each client's app) before the
 	 * node closes; NULL: none. */
 	void (*fini)(struct wl_machine *m);
+	/* Count the transactions txn() left in flight (WL_INFLIGHT) that
+	 * have ended; @all: wait for every one. NULL: txn() never does. */
+	void (*reap)(struct wl_client *c, bool all);
 };
+
+/* txn()'s outcome for a transaction still in flight: reap() counts it. */
+#define WL_INFLIGHT 2
 
 extern const struct wl_ops wl_tatp_ops, wl_bank_ops, wl_tpcc_ops;
 

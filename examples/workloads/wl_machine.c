@@ -184,7 +184,12 @@ int wl_ship(struct wl_client *c, unsigned to, const void *req, uint32_t len,
 
 void wl_count(struct wl_client *c, enum wl_txn t, int outcome, uint64_t t0_ns)
 {
-	uint64_t now = wl_now_ns();
+	wl_count_at(c, t, outcome, t0_ns, wl_now_ns());
+}
+
+void wl_count_at(struct wl_client *c, enum wl_txn t, int outcome,
+                 uint64_t t0_ns, uint64_t now)
+{
 	if (outcome < 0) {
 		c->res.errors++;
 		return;
@@ -255,9 +260,13 @@ static void client_run(struct wl_client *c)
 	}
 	uint64_t t0 = wl_now_ns();
 	while (wl_now_ns() < end) {
+		if (w->reap)
+			w->reap(c, false);
 		enum wl_txn t = pick_type(c);
 		uint64_t s = wl_now_ns();
 		int rc = w->txn(c, t);
+		if (rc == WL_INFLIGHT)
+			continue;
 		wl_count(c, t, rc, s);
 		if (rc < 0)
 			fprintf(stderr,
@@ -268,6 +277,8 @@ static void client_run(struct wl_client *c)
 		if (rc < 0 && !wl_retryable(rc))
 			break;
 	}
+	if (w->reap)
+		w->reap(c, true);
 	c->res.seconds = (double)(wl_now_ns() - t0) / 1e9;
 	if (c->hist_fd >= 0)
 		close(c->hist_fd);

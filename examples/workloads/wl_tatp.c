@@ -302,6 +302,8 @@ static void tatp_fini(struct wl_machine *m)
 	for (unsigned i = 0; i < WL_MAX_THREADS; i++) {
 		free(m->cl[i].app);
 		m->cl[i].app = NULL;
+		free(m->cl[i].ships);
+		m->cl[i].ships = NULL;
 	}
 }
 
@@ -603,18 +605,13 @@ static void ship_bad(struct wl_client *c, unsigned to, const struct ship_req *q)
 }
 #endif
 
-/* Ship @q to @s's owner; run it here when the owner cannot. */
-static int update(struct wl_client *c, uint64_t s, struct ship_req *q)
+/* Ship @q (its id given) to @to from try @tries on; run it here when
+ * the owner cannot. */
+static int ship_until(struct wl_client *c, unsigned to, struct ship_req *q,
+                      int tries)
 {
-	unsigned to = wl_owner(c->m->o, s);
-	int rc = ledger_of(c, to, &q->l);
-	if (rc)
-		return rc;
-	q->seq = ++c->ship_seq;
-#ifdef FWL_TEST_BREAK_READ
-	ship_bad(c, to, q);
-#endif
-	for (int tries = 0; tries < 100; tries++) {
+	int rc = 0;
+	for (; tries < 100; tries++) {
 		int answer = 0;
 		rc = wl_ship(c, to, q, sizeof(*q), &answer);
 		if (rc == 0) {
@@ -635,6 +632,207 @@ static int update(struct wl_client *c, uint64_t s, struct ship_req *q)
 	return rc ? rc : u.answer;
 }
 
+/* Ship @q to owner @to; run it here when the owner cannot. */
+static int update_to(struct wl_client *c, unsigned to, struct ship_req *q)
+{
+	int rc = ledger_of(c, to, &q->l);
+	if (rc)
+		return rc;
+	q->seq = ++c->ship_seq;
+#ifdef FWL_TEST_BREAK_READ
+	ship_bad(c, to, q);
+#endif
+	return ship_until(c, to, q, 0);
+}
+
+/* Ship @q to @s's owner; run it here when the owner cannot. */
+static int update(struct wl_client *c, uint64_t s, struct ship_req *q)
+{
+	return update_to(c, wl_owner(c->m->o, s), q);
+}
+
+/* ---- shipped updates in flight (--ship-window) ----------------------------
+ * A client that waits for each answer leaves its loop idle for the round
+ * trip: it parks, and the owner, itself a client waiting for its own
+ * answer, is woken to serve it and parks again, a futex sleep and wake on
+ * each side per update. With updates in flight the client runs the next
+ * transactions meanwhile and its loop keeps polling, so answers and
+ * requests are found without a wake-up. One update per owner is shipped
+ * at a time (the next wait here, in order): the owner's ledger keeps only
+ * a client's last id, which tells a repeat of an update (its answer lost)
+ * from a new one, and two of a client's updates would conflict on that
+ * ledger row anyway. */
+
+enum { SLOT_FREE, SLOT_QUEUED, SLOT_SHIPPED };
+
+struct ship_slot {
+	struct ship_req q;
+	enum wl_txn t;
+	unsigned to, state;
+	uint64_t order; /* issue order: an owner's queue is shipped in it */
+	uint64_t t0, t_end;
+	volatile int done; /* set by ship_answered on this loop */
+	int status, answer;
+};
+
+struct ship_slots {
+	struct ship_slot s[WL_MAX_MACHINES];
+	bool shipping[WL_MAX_MACHINES]; /* an update to this owner is out */
+	unsigned nused;
+	uint64_t next_order;
+};
+
+static void ship_answered(farm_loop *loop, void *ctx, int status,
+                          const void *reply, uint32_t len)
+{
+	(void)loop;
+	struct ship_slot *s = ctx;
+	s->status = status;
+	if (status == 0 && len == sizeof(int))
+		memcpy(&s->answer, reply, sizeof(int));
+	else if (status == 0)
+		s->status = FARM_ECORRUPT;
+	s->t_end = wl_now_ns();
+	s->done = 1;
+}
+
+static void slot_free(struct ship_slots *ss, struct ship_slot *s)
+{
+	s->state = SLOT_FREE;
+	ss->nused--;
+}
+
+/* Ship queued slot @s (its owner has none out); on a failed send, go on
+ * as update() would (tried again, or run here) and count it. */
+static void ship_out(struct wl_client *c, struct ship_slots *ss,
+                     struct ship_slot *s)
+{
+	unsigned to = s->to;
+	int rc = c->dead[to] ? FARM_EPEERDEAD : ledger_of(c, to, &s->q.l);
+	if (!rc) {
+		s->q.seq = ++c->ship_seq;
+		s->done = 0;
+		rc = farm_msg_call(c->loop, to, c->idx % c->m->o->threads,
+		                   WL_MSG_SHIP, &s->q, sizeof(s->q),
+		                   500000000ull, ship_answered, s);
+		if (!rc) {
+			s->state = SLOT_SHIPPED;
+			ss->shipping[to] = true;
+			return;
+		}
+		rc = ship_until(c, to, &s->q, 0);
+	} else if (rc == FARM_EPEERDEAD) {
+		rc = update_to(c, to, &s->q);
+	}
+	wl_count(c, s->t, rc, s->t0);
+	slot_free(ss, s);
+}
+
+/* Count answered slot @s as update() would have; one that failed goes on
+ * as there (tried again, or run here). */
+static void ship_reap_one(struct wl_client *c, struct ship_slots *ss,
+                          struct ship_slot *s)
+{
+	unsigned to = s->to;
+	int rc = s->status;
+	ss->shipping[to] = false;
+	if (rc == FARM_EPEERDEAD)
+		c->dead[to] = true; /* run its updates here from now on */
+	if (rc == 0) {
+		c->res.shipped++;
+		if (s->answer == 0)
+			c->res.acked[c->m->me][c->idx]++;
+		wl_count_at(c, s->t, s->answer, s->t0, s->t_end);
+	} else {
+		int tries = !farm_tx_retryable(rc) || c->dead[to] ? 100 : 1;
+		c->res.retries += tries == 1;
+		rc = ship_until(c, to, &s->q, tries);
+		wl_count(c, s->t, rc, s->t0);
+		if (rc < 0)
+			fprintf(stderr, "m%u.%u: %s given up: %s\n", c->m->me,
+			        c->idx, wl_txn_name(s->t), farm_strerror(rc));
+	}
+	slot_free(ss, s);
+}
+
+/* Ship the oldest queued update of each owner with none out. */
+static void ship_queued(struct wl_client *c, struct ship_slots *ss)
+{
+	for (unsigned to = 0; to < c->m->o->machines; to++) {
+		struct ship_slot *first = NULL;
+		for (unsigned i = 0; !ss->shipping[to] && i < WL_MAX_MACHINES;
+		     i++) {
+			struct ship_slot *s = &ss->s[i];
+			if (s->state == SLOT_QUEUED && s->to == to &&
+			    (!first || s->order < first->order))
+				first = s;
+		}
+		if (first)
+			ship_out(c, ss, first);
+	}
+}
+
+/* Count what has been answered and ship what may go; @all: wait for
+ * every update queued or in flight. */
+static void tatp_reap(struct wl_client *c, bool all)
+{
+	struct ship_slots *ss = c->ships;
+	while (ss && ss->nused) {
+		for (unsigned i = 0; i < WL_MAX_MACHINES; i++)
+			if (ss->s[i].state == SLOT_SHIPPED && ss->s[i].done)
+				ship_reap_one(c, ss, &ss->s[i]);
+		ship_queued(c, ss);
+		if (!all || !ss->nused)
+			return;
+		/* Pass the loop until one answers. */
+		for (unsigned i = 0; i < WL_MAX_MACHINES; i++)
+			if (ss->s[i].state == SLOT_SHIPPED) {
+				(void)farm_loop_wait(c->loop, &ss->s[i].done,
+				                     0);
+				break;
+			}
+	}
+}
+
+/* The oldest update shipped, answered and counted: room in the window. */
+static void ship_wait_oldest(struct wl_client *c, struct ship_slots *ss)
+{
+	struct ship_slot *old = NULL;
+	for (unsigned i = 0; i < WL_MAX_MACHINES; i++) {
+		struct ship_slot *s = &ss->s[i];
+		if (s->state == SLOT_SHIPPED && (!old || s->order < old->order))
+			old = s;
+	}
+	if (!old)
+		return;
+	(void)farm_loop_wait(c->loop, &old->done, 0);
+	tatp_reap(c, false);
+}
+
+/* update(), leaving the update queued or in flight: WL_INFLIGHT, or its
+ * outcome when it could not be. */
+static int update_async(struct wl_client *c, uint64_t s, struct ship_req *q,
+                        enum wl_txn t, uint64_t t0)
+{
+	struct ship_slots *ss = c->ships;
+	if (!ss && !(ss = c->ships = calloc(1, sizeof(*ss))))
+		return update(c, s, q);
+	while (ss->nused >= c->m->o->ship_window)
+		ship_wait_oldest(c, ss);
+	struct ship_slot *sl = ss->s;
+	while (sl->state != SLOT_FREE)
+		sl++;
+	*sl = (struct ship_slot){.q = *q,
+	                         .t = t,
+	                         .to = wl_owner(c->m->o, s),
+	                         .state = SLOT_QUEUED,
+	                         .order = ss->next_order++,
+	                         .t0 = t0};
+	ss->nused++;
+	ship_queued(c, ss);
+	return WL_INFLIGHT;
+}
+
 /* The subscriber of a random sub_nbr, through the secondary index. */
 static int by_nbr(struct wl_client *c, uint64_t *s)
 {
@@ -645,7 +843,7 @@ static int by_nbr(struct wl_client *c, uint64_t *s)
 
 static int shipped_txn(struct wl_client *c, enum wl_txn t)
 {
-	uint64_t s;
+	uint64_t s, t0 = wl_now_ns();
 	struct ship_req q = {0};
 	farm_fatptr p, sf;
 	int rc = by_nbr(c, &s);
@@ -671,6 +869,8 @@ static int shipped_txn(struct wl_client *c, enum wl_txn t)
 	if (rc)
 		return rc;
 	q.a = p.addr;
+	if (c->m->o->ship_window > 1)
+		return update_async(c, s, &q, t, t0);
 	return update(c, s, &q);
 }
 
@@ -838,5 +1038,5 @@ static int tatp_check(struct wl_machine *m, farm_loop *loop,
 	return check_ledgers(m, r);
 }
 
-const struct wl_ops wl_tatp_ops = {tatp_load, tatp_txn, tatp_ship, tatp_check,
-                                   tatp_fini};
+const struct wl_ops wl_tatp_ops = {tatp_load,  tatp_txn,  tatp_ship,
+                                   tatp_check, tatp_fini, tatp_reap};

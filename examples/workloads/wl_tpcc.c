@@ -708,4 +708,4 @@ static void tpcc_fini(struct wl_machine *m)
 }
 
 const struct wl_ops wl_tpcc_ops = {tpcc_load, tpcc_txn, tpcc_ship, tpcc_check,
-                                   tpcc_fini};
+                                   tpcc_fini, NULL};

@@ -267,11 +267,36 @@ static bool post_batch_first(void)
 {
 	return !atomic_load_explicit(&unordered_batch, memory_order_relaxed);
 }
+
+static _Atomic uint64_t testing_park_max;
+
+int64_t farm_msg_testing_park_max(uint64_t ns)
+{
+	return (int64_t)atomic_exchange(&testing_park_max, ns);
+}
+
+static uint64_t park_max_ns(void)
+{
+	uint64_t t = atomic_load_explicit(&testing_park_max,
+	                                  memory_order_relaxed);
+	return t ? t : PARK_MAX_NS;
+}
 #else
 int farm_msg_testing_unordered_batch(int on)
 {
 	(void)on;
 	return -ENOTSUP;
+}
+
+int64_t farm_msg_testing_park_max(uint64_t ns)
+{
+	(void)ns;
+	return -ENOTSUP;
+}
+
+static uint64_t park_max_ns(void)
+{
+	return PARK_MAX_NS;
 }
 
 static bool post_batch_first(void)
@@ -717,7 +742,7 @@ static void idle(farm_loop *loop, uint64_t deadline)
 		farm_cpu_relax();
 		return;
 	}
-	uint64_t max = loop->nactive ? PARK_CALLS_NS : PARK_MAX_NS;
+	uint64_t max = loop->nactive ? PARK_CALLS_NS : park_max_ns();
 	if (deadline) {
 		if (now >= deadline)
 			return;

@@ -24,4 +24,10 @@ uint64_t farm_msg_testing_park_offset(const farm_msg *msg, unsigned r);
  * previous setting; -ENOTSUP in a production build. */
 int farm_msg_testing_unordered_batch(int on);
 
+/* Test builds: the longest a loop of this process parks with nothing
+ * pending (0: the default, 200 ms), so a test can tell a doorbell from
+ * the timed check; returns the previous setting, -ENOTSUP in a production
+ * build. */
+int64_t farm_msg_testing_park_max(uint64_t ns);
+
 #endif

@@ -92,7 +92,7 @@ void farm_txn_tx_reserve(farm_tx *tx)
 		}
 	}
 	if (!ok) {
-		tl->room_waiters = true; /* freed_read_done retries us */
+		farm_txn_room_wait(tl, tx); /* freed_read_done retries us */
 		if (!tx->space_tries++) {
 			farm_stat_add(&m->st.v[S_LOG_FULL], 1);
 			tx->deadline = farm_now_ns() + SPACE_WAIT_NS;

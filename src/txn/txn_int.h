@@ -39,6 +39,8 @@
 #include "txn/txn_log.h"
 #include "txn/txn_rec.h"
 
+#define ROOM_WAITS 16u
+
 struct txloop {
 	farm_txm *m;
 	farm_loop *loop;
@@ -58,10 +60,13 @@ struct txloop {
 	/* Hot counters, written by this loop only (plain load + store). */
 	_Atomic uint64_t c_lf_reads, c_lf_retries, c_tx_reads;
 	unsigned inflight; /* log WRITEs and freed-word READs not completed */
-	/* A commit found a log short of room since the last freed-word
-	 * READ's completion retried the waiting ones: only then is the
-	 * slot table (TX_SLOTS) worth a scan. */
-	bool room_waiters;
+	/* The slots (TX_SLOTS) of commits that found a log short of room
+	 * since the last freed-word READ's completion retried the waiting
+	 * ones (farm_txn_room_wait); room_all: more than ROOM_WAITS of them,
+	 * the whole slot table is scanned. */
+	uint32_t room_slot[ROOM_WAITS];
+	unsigned nroom;
+	bool room_all;
 	uint64_t epoch_tick; /* loop 0: passes, for the epoch trigger */
 	/* Commit sequences (struct rec_hdr): the next one, the lowest not
 	 * finished, and which of [cs_low, cs_next) have finished. */

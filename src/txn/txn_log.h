@@ -336,6 +336,9 @@ int farm_txn_log_append(struct txloop *tl, uint32_t mach, void *buf, size_t len,
 void farm_txn_maybe_truncate(struct txloop *tl, uint32_t mach,
                              bool short_of_room);
 void farm_txn_refresh_freed(struct txloop *tl, uint32_t mach);
+/* Commit @tx waits for room: the next freed-word READ's completion
+ * retries it (farm_txn_tx_reserve). */
+void farm_txn_room_wait(struct txloop *tl, farm_tx *tx);
 
 int farm_txn_log_record_at(const uint8_t *ring, uint64_t R, uint64_t off,
                            struct rec_hdr *h, uint64_t *pos);

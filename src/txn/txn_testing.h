@@ -114,6 +114,12 @@ void farm_txn_testing_no_block_info(bool on);
  * still filling are dropped (copy.c), and the copy skips its check pass,
  * so the copy misses commits; test_datarec --broken must notice. */
 void farm_txn_testing_datarec_skip_apply(bool on);
+
+/* Process-wide: when on, a coordinator short of log room READs the
+ * replica's freed word without a doorbell (as before records that need no
+ * answer stopped ringing one): a parked replica then frees no room until
+ * its timed check, and the commit waits (test_txn_multi --broken_room). */
+void farm_txn_testing_no_room_bell(bool on);
 #else
 static inline void farm_txn_testing_crash_after_backup(bool on)
 {
@@ -140,6 +146,10 @@ static inline void farm_txn_testing_no_block_info(bool on)
 	(void)on;
 }
 static inline void farm_txn_testing_datarec_skip_apply(bool on)
+{
+	(void)on;
+}
+static inline void farm_txn_testing_no_room_bell(bool on)
 {
 	(void)on;
 }
