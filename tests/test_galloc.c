@@ -11,6 +11,10 @@
 #include "alloc/alloc.h"
 #include "alloc/galloc.h"
 #include "alloc/objhdr.h"
+#include "brokenarg.h"
+
+#include <sched.h>
+#include <stdatomic.h>
 
 #define RSIZE (16ull << 20)
 
@@ -238,6 +242,124 @@ static void adopt_wait(unsigned m, uint64_t want, struct farm_galloc_stats *s)
 	         farm_now_ns() - t0 < 10000000000ull);
 }
 
+/* The adopter held at FARM_FP_ALLOC_ADOPT_SLOW until the test lets it go. */
+static atomic_int adopt_held, adopt_go;
+
+static void hold_adopter(enum farm_fault_point fp, void *arg)
+{
+	(void)fp;
+	(void)arg;
+	atomic_store(&adopt_held, 1);
+	uint64_t t0 = farm_now_ns();
+	while (!atomic_load(&adopt_go) && farm_now_ns() - t0 < 20000000000ull)
+		sched_yield();
+}
+
+static bool broken_park; /* --broken-park: FARM_FP_ALLOC_NO_PARK */
+
+/* A promoted region, as test_adopt makes it: primary on machine @m, its
+ * block table written from descriptions only, @n objects of 200 bytes in
+ * it. Its id. */
+static uint32_t promoted_region(unsigned m, unsigned n)
+{
+	struct res r = {0};
+	assert_int_equal(farm_as_region_alloc(C.m[m].as, C.m[m].loop, 0,
+	                                      region_made, &r),
+	                 0);
+	asn_wait(&C, &r.done);
+	assert_int_equal(r.status, 0);
+	uint32_t id = farm_gaddr_region(r.a);
+	enum farm_as_role role;
+	farm_region *fr = farm_as_local_region(C.m[m].as, id, &role);
+	assert_non_null(fr);
+	struct farm_alloc_region ar = {.id = id,
+	                               .base = farm_region_base(fr),
+	                               .size = farm_region_size(fr)};
+	farm_blockalloc *old;
+	struct farm_blockalloc_attr at = {0};
+	assert_int_equal(farm_blockalloc_create(&at, &old), 0);
+	assert_int_equal(farm_blockalloc_add_region(old, &ar), 0);
+	farm_slab *s;
+	assert_int_equal(farm_slab_create(old, &s), 0);
+	farm_gaddr obj[16];
+	uint32_t info[16];
+	for (unsigned i = 0; i < n && i < 16; i++) {
+		assert_int_equal(farm_slab_alloc(s, 200, 0, &obj[i]), 0);
+		assert_int_equal(farm_alloc_block_info(old, obj[i], &info[i]),
+		                 0);
+	}
+	farm_slab_destroy(s);
+	farm_blockalloc_destroy(old);
+	memset(ar.base, 0, 1u << 20);
+	for (unsigned i = 0; i < n && i < 16; i++)
+		assert_true(farm_alloc_copy_note(&ar, obj[i], info[i]) >= 0);
+	return id;
+}
+
+/*
+ * A machine with no region of its own (a late machine promoted to primary
+ * by recovery) allocates while the region promoted to it is being
+ * adopted: the allocation waits for the adoption (allocs_parked) and is
+ * served from the adopted region; no region is made. Allocating a region
+ * then (FARM_FP_ALLOC_NO_PARK, --broken-park) was how the reuse campaign's
+ * regions accumulated, one or more at every such recovery, none ever
+ * freed. Runs first: machine 0's allocator has no region yet.
+ */
+static void test_park(void **state)
+{
+	(void)state;
+	farm_galloc *g = C.m[0].ga;
+	uint32_t id = promoted_region(0, 3);
+	struct farm_galloc_stats gs;
+	farm_galloc_stats(g, &gs);
+	assert_int_equal(gs.local.regions, 0);
+	uint64_t made = gs.regions_added;
+	assert_int_equal(
+	        farm_fault_set(FARM_FP_ALLOC_ADOPT_SLOW, hold_adopter, NULL),
+	        0);
+	assert_int_equal(farm_galloc_adopt_expect(g, id), 1);
+	assert_int_equal(farm_galloc_adopt(g, id), 0);
+	uint64_t t0 = farm_now_ns();
+	while (!atomic_load(&adopt_held) && farm_now_ns() - t0 < 10000000000ull)
+		sched_yield();
+	assert_true(atomic_load(&adopt_held));
+	/* The adopter is on the region: an allocation wants a region. */
+	struct res r = {0};
+	assert_int_equal(farm_galloc_alloc(g, C.m[0].loop, 200, FARM_GADDR_NULL,
+	                                   alloc_done, &r),
+	                 0);
+	/* Until its first answer, or its park: the loops run meanwhile. */
+	t0 = farm_now_ns();
+	do {
+		asn_pump(&C);
+		farm_galloc_stats(g, &gs);
+	} while (!r.done && !gs.allocs_parked &&
+	         farm_now_ns() - t0 < 10000000000ull);
+	printf("park: while the promoted region was being adopted the "
+	       "allocation %s (parked %" PRIu64 ", regions made %" PRIu64 ")\n",
+	       r.done ? "was answered" : "waited", gs.allocs_parked,
+	       gs.regions_added - made);
+	atomic_store(&adopt_go, 1);
+	asn_wait(&C, &r.done);
+	farm_fault_set(FARM_FP_ALLOC_ADOPT_SLOW, NULL, NULL);
+	assert_int_equal(r.status, 0);
+	farm_galloc_stats(g, &gs);
+	printf("park: answered in region %" PRIu32
+	       " (the promoted one: %" PRIu32 "); regions made %" PRIu64 "\n",
+	       farm_gaddr_region(r.a), id, gs.regions_added - made);
+	if (broken_park) {
+		if (gs.regions_added == made)
+			fail_msg("--broken-park: no region was made, and no "
+			         "check noticed");
+		printf("--broken-park: a region was made for it; the check "
+		       "fails, as it must\n");
+		return;
+	}
+	assert_int_equal(gs.allocs_parked, 1);
+	assert_int_equal(gs.regions_added, made);
+	assert_int_equal(farm_gaddr_region(r.a), id);
+}
+
 /*
  * A region this machine is primary of but its allocator does not know
  * (a promoted backup copy): its block table written from block
@@ -323,7 +445,9 @@ static void test_adopt(void **state)
 	assert_int_equal(farm_objhdr_load_incarn(hdr(0, obj[1])),
 	                 farm_incarn_freed(incarn));
 	assert_int_equal(atomic_load(ver), 12);
-	/* Adopted: allocations go there, frees are done at once. */
+	/* Adopted: allocations go there, frees are done at once (test_park
+	 * counted its own already). */
+	uint64_t aa0 = gs.adopted_allocs, af0 = gs.adopted_frees;
 	farm_gaddr a = alloc_on(0, 200, obj[3], &st);
 	assert_int_equal(st, 0);
 	assert_int_equal(farm_gaddr_region(a), id);
@@ -332,8 +456,8 @@ static void test_adopt(void **state)
 	assert_int_equal(
 	        farm_galloc_free_local_or_defer(g, C.m[0].loop, obj[2], 0), 0);
 	farm_galloc_stats(g, &gs);
-	assert_int_equal(gs.adopted_allocs, 1);
-	assert_int_equal(gs.adopted_frees, 1);
+	assert_int_equal(gs.adopted_allocs, aa0 + 1);
+	assert_int_equal(gs.adopted_frees, af0 + 1);
 	printf("adopt: region %" PRIu32 " rebuilt in %.2f ms, 1 free "
 	       "deferred and done, then allocation and free there\n",
 	       id, (double)gs.adopt_max_ns / 1e6);
@@ -633,14 +757,28 @@ static void test_retire(void **state)
 	tl_close();
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+	if (argc == 2 && !strcmp(argv[1], "--broken-park")) {
+		if (farm_fault_set(FARM_FP_ALLOC_NO_PARK, tu_switch_on, NULL)) {
+			printf("skipped: built without fault injection\n");
+			return FARM_TEST_SKIP;
+		}
+		broken_park = true;
+	} else if (argc > 1) {
+		fprintf(stderr, "usage: %s [--broken-park]\n", argv[0]);
+		return 2;
+	}
 	const struct CMUnitTest tests[] = {
+	        cmocka_unit_test(test_park),
 	        cmocka_unit_test(test_local_and_hinted),
 	        cmocka_unit_test(test_many_regions_near),
 	        cmocka_unit_test(test_arrays_and_errors),
 	        cmocka_unit_test(test_adopt),
 	        cmocka_unit_test(test_retire),
 	};
+	if (broken_park)
+		return _cmocka_run_group_tests("galloc", tests, 1, setup,
+		                               teardown);
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -25,6 +25,7 @@
 #define POOL_MAX    8
 #define MAX_LOOPS   64
 #define MAX_RETRY   4 /* region requests per allocation */
+#define MAX_PARKS   8 /* waits for an adoption per allocation (op_park) */
 #define ADOPTED_MAX 64
 
 struct pooled {
@@ -60,6 +61,11 @@ struct farm_galloc {
 	pthread_cond_t adopt_done_cv;
 	struct adopt_region *adopting; /* expected or queued, under the lock */
 	struct deferred *deferred;     /* frees waiting for their region */
+	/* Allocations that wanted a region while regions promoted here
+	 * were still to be adopted (op_park): posted back to their loops
+	 * when one leaves `adopting` (adopt_take_locked). */
+	struct galloc_op *parked;
+	_Atomic uint64_t allocs_parked;
 	_Atomic uint64_t adopted, adopt_failed, adopt_skipped, adopt_ns,
 	        adopt_max_ns, frees_deferred, deferred_freed, deferred_lost;
 	/* The regions adopted (the first ADOPTED_MAX), for the counters of
@@ -128,9 +134,11 @@ struct galloc_op {
 	farm_gaddr hint;
 	farm_galloc_fn cont;
 	void *ctx;
-	unsigned retries;
+	unsigned retries, parks;
 	int status;
 	farm_gaddr result;
+	farm_loop *loop;        /* parked: its loop */
+	struct galloc_op *next; /* parked: the next one */
 };
 
 static farm_slab *slab_of(farm_galloc *g, farm_loop *loop, int *rc)
@@ -223,6 +231,72 @@ static void region_made(farm_loop *loop, void *ctx, int status, uint32_t id)
 	op_try(loop, op);
 }
 
+/* Is the adopter on a region, or has it one to take? Its work always
+ * ends (a scan), so a wait for it is bounded; an expected region that
+ * recovery has not handed over yet (its locks still being decided) is no
+ * reason to wait. Under adopt_lock. */
+static bool adopt_under_way(const farm_galloc *g)
+{
+	if (g->adopt_busy)
+		return true;
+	for (const struct adopt_region *a = g->adopting; a; a = a->next)
+		if (a->queued)
+			return true;
+	return false;
+}
+
+/* The block allocator wants a region for @op while regions promoted here
+ * are being adopted (adopt_under_way): @op waits for them instead of
+ * making a region, which it would most likely not need once they are in
+ * the block allocator with their free blocks. A
+ * machine that becomes primary of regions it did not make (promotion; a
+ * late machine has no region of its own) used to make a region for the
+ * first allocations after every such recovery, and regions are never
+ * freed: the reuse campaign's grew by one or more at every kill of the
+ * machine primary of all of them. true: parked (op_again retries it on
+ * its loop once an adoption ends); false: make a region. */
+static bool op_park(farm_galloc *g, farm_loop *loop, struct galloc_op *op)
+{
+	if (op->parks >= MAX_PARKS || FARM_FAULT_SWITCH(FARM_FP_ALLOC_NO_PARK))
+		return false;
+	pthread_mutex_lock(&g->adopt_lock);
+	bool park = !g->adopt_stop && adopt_under_way(g);
+	if (park) {
+		op->parks++;
+		op->loop = loop;
+		op->next = g->parked;
+		g->parked = op;
+		atomic_fetch_add(&g->allocs_parked, 1);
+	}
+	pthread_mutex_unlock(&g->adopt_lock);
+	return park;
+}
+
+static void op_again(farm_loop *loop, void *ctx, int status)
+{
+	(void)status;
+	op_try(loop, ctx);
+}
+
+/* Every parked allocation back to its loop: a region left the adoption
+ * list (adopted, skipped, cancelled or retired). Under adopt_lock; the
+ * loops take them later, never inline. One whose work item cannot be
+ * made (out of memory) stays parked for the next. */
+static void parked_release_locked(farm_galloc *g)
+{
+	struct galloc_op *op = g->parked, *keep = NULL;
+	g->parked = NULL;
+	while (op) {
+		struct galloc_op *n = op->next;
+		if (farm_loop_post(op->loop, op_again, op)) {
+			op->next = keep;
+			keep = op;
+		}
+		op = n;
+	}
+	g->parked = keep;
+}
+
 static void op_try(farm_loop *loop, struct galloc_op *op)
 {
 	farm_galloc *g = op->g;
@@ -232,6 +306,8 @@ static void op_try(farm_loop *loop, struct galloc_op *op)
 	if (s)
 		rc = op->n ? farm_alloc_array(s, op->size, op->n, op->hint, &a)
 		           : farm_slab_alloc(s, op->size, op->hint, &a);
+	if (rc == -EAGAIN && op_park(g, loop, op))
+		return;
 	if (rc == -EAGAIN && op->retries++ < MAX_RETRY) {
 		/* The block allocator wants a region: make one, then retry. */
 		atomic_fetch_add(&g->region_waits, 1);
@@ -507,6 +583,9 @@ static struct deferred *adopt_take_locked(farm_galloc *g, uint32_t id)
 		*pp = a->next;
 		free(a);
 	}
+	/* Adopted (published in the block allocator before this), or never
+	 * to be: the allocations waiting for it try again. */
+	parked_release_locked(g);
 	for (struct deferred **dp = &g->deferred; *dp;) {
 		struct deferred *d = *dp;
 		if (farm_gaddr_region(d->a) == id) {
@@ -558,6 +637,7 @@ static void adopt_one(farm_galloc *g, farm_slab **slab, uint32_t id)
 			atomic_fetch_add(&g->adopt_skipped, 1);
 			rc = 1;
 		} else {
+			FARM_FAULT_POINT(FARM_FP_ALLOC_ADOPT_SLOW);
 			uint64_t t0 = farm_now_ns();
 			rc = farm_blockalloc_rebuild_region(g->ba, &r);
 			uint64_t dt = farm_now_ns() - t0;
@@ -651,6 +731,9 @@ static void *adopter_main(void *arg)
 		adopt_one(g, &slab, id);
 		pthread_mutex_lock(&g->adopt_lock);
 		g->adopt_busy = 0; /* farm_galloc_retire may wait for it */
+		/* Allocations parked since adopt_take released them saw it
+		 * busy: they try again now (op_park). */
+		parked_release_locked(g);
 		pthread_cond_broadcast(&g->adopt_done_cv);
 	}
 	pthread_mutex_unlock(&g->adopt_lock);
@@ -922,6 +1005,11 @@ void farm_galloc_destroy(farm_galloc *g)
 		g->deferred = d->next;
 		free(d);
 	}
+	while (g->parked) { /* the loops are closed: nobody to answer */
+		struct galloc_op *op = g->parked;
+		g->parked = op->next;
+		free(op);
+	}
 	pthread_mutex_destroy(&g->adopt_lock);
 	pthread_cond_destroy(&g->adopt_cv);
 	pthread_cond_destroy(&g->adopt_done_cv);
@@ -950,6 +1038,7 @@ void farm_galloc_stats(farm_galloc *g, struct farm_galloc_stats *out)
 	out->served_frees = atomic_load(&g->served_frees);
 	out->regions_added = atomic_load(&g->regions_added);
 	out->region_waits = atomic_load(&g->region_waits);
+	out->allocs_parked = atomic_load(&g->allocs_parked);
 	out->adopted = atomic_load(&g->adopted);
 	out->adopt_failed = atomic_load(&g->adopt_failed);
 	out->adopt_skipped = atomic_load(&g->adopt_skipped);

@@ -30,6 +30,9 @@ struct farm_galloc_stats {
 	uint64_t shipped_frees, served_frees;
 	uint64_t regions_added; /* regions taken from the address space */
 	uint64_t region_waits;  /* allocations that waited for a region */
+	/* Allocations that wanted a region while promoted regions were still
+	 * to be adopted, and waited for an adoption instead (each wait). */
+	uint64_t allocs_parked;
 	/* Recovery: promoted regions adopted (rebuilt by scan), refused
 	 * (corrupt copy), skipped (no object was ever carried into them);
 	 * rebuild time in all and the longest; frees deferred until their

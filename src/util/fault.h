@@ -263,6 +263,15 @@ enum farm_fault_point {
 	 * not list as removed (test_zk --broken-early must find a paused,
 	 * live member displaced). */
 	FARM_FP_ZK_DISPLACE_EARLY,
+	/* alloc/galloc.c, a switch: while hooked, an allocation that wants
+	 * a region while promoted regions are still to be adopted makes one
+	 * at once instead of waiting for them (test_galloc --broken-park
+	 * must see a region made). */
+	FARM_FP_ALLOC_NO_PARK,
+	/* alloc/galloc.c, a delay point: the adopter thread is about to
+	 * rebuild a promoted region (tests/test_galloc.c holds it there
+	 * while an allocation wants a region). */
+	FARM_FP_ALLOC_ADOPT_SLOW,
 	FARM_FP_COUNT
 };
 
