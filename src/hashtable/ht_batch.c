@@ -237,9 +237,8 @@ static void batch_groups(farm_ht *h, struct htloop *l,
 		batch_pend_run(h, l, keys, &pend, one, scratch, span);
 		for (unsigned i = g; i < e; i++) {
 			struct farm_ht_lkey *k = &keys[i];
-			if (!k->lp ||
-			    batch_home(h, k, one ? one : scratch + (size_t)i * span,
-			               scratch + (size_t)i * span))
+			uint8_t *out = scratch + (size_t)i * span;
+			if (!k->lp || batch_home(h, k, one ? one : out, out))
 				continue;
 			batch_prefetch(h, k, 1);
 			pend.idx[pend.n++] = (uint8_t)i;
