@@ -173,9 +173,11 @@ int farm_ht_get_first(farm_ht *h, farm_loop *loop, const void *key,
  * this machine's shards, done now, in the group-prefetch shape of G-Opt
  * (Kalia et al., NSDI'15) over the lock-free read farm_ht_get does, in
  * groups of FARM_HT_BATCH_GROUP keys: every key of a group hashed and its
- * bucket pair prefetched first, then each pair searched in place and the
- * slot found copied line-atomically and validated alone (its bucket's
- * header and per-line versions); a key not found so has its pair copied
+ * home bucket prefetched first, then each home bucket searched in place
+ * (a key not found there: its other bucket prefetched and searched a group
+ * later) and the slot found copied line-atomically and validated alone
+ * (its bucket's header and per-line versions); a key in neither bucket so
+ * has its pair copied
  * line-atomically, validated (per-line versions, joint version) and
  * searched (and the home's chain walked, block by block, while its blocks
  * are here), then the answers checked against the configuration and the
@@ -194,8 +196,8 @@ int farm_ht_get_first(farm_ht *h, farm_loop *loop, const void *key,
  * arguments, or the loop is not attached), -E2BIG (@n too large).
  */
 #define FARM_HT_BATCH_MAX 64u
-/* Keys whose pairs are prefetched together (G-Opt's group): a call of more
- * keys takes them a group at a time, never more pairs on their way. */
+/* Keys whose home buckets are prefetched together (G-Opt's group): a call
+ * of more keys takes them a group at a time. */
 #define FARM_HT_BATCH_GROUP 16u
 struct farm_ht_lkey {
 	const void *key;   /* in */

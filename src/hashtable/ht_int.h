@@ -265,6 +265,11 @@ void farm_ht_pair_map(farm_ht *h); /* fills h->smap, at creation */
 int farm_ht_pair_check(const farm_ht *h, const uint8_t *img, uint64_t *fwd);
 int farm_ht_pair_find(const farm_ht *h, const uint8_t *img, const void *key,
                       uint32_t klen, uint64_t hash, uint8_t hdr[8]);
+/* farm_ht_pair_find over slots [@lo, @hi) only (a bucket of the pair:
+ * 0..spb, or spb..H), whose lines alone need to be here. */
+int farm_ht_pair_find_in(const farm_ht *h, const uint8_t *img, unsigned lo,
+                         unsigned hi, const void *key, uint32_t klen,
+                         uint64_t hash, uint8_t hdr[8]);
 /* Does slot @slot of @img hold @key? Its header in @hdr, as
  * farm_ht_pair_find. */
 bool farm_ht_pair_slot_is(const farm_ht *h, const uint8_t *img, unsigned slot,

@@ -145,13 +145,21 @@ bool farm_ht_pair_slot_is(const farm_ht *h, const uint8_t *img, unsigned slot,
 	return (hdr[0] & SLOT_LONGKEY) && key_eq(img, m, hb, 8);
 }
 
-int farm_ht_pair_find(const farm_ht *h, const uint8_t *img, const void *key,
-                      uint32_t klen, uint64_t hash, uint8_t hdr[8])
+int farm_ht_pair_find_in(const farm_ht *h, const uint8_t *img, unsigned lo,
+                         unsigned hi, const void *key, uint32_t klen,
+                         uint64_t hash, uint8_t hdr[8])
 {
-	for (unsigned i = 0; i < 2 * h->spb; i++)
+	for (unsigned i = lo; i < hi; i++)
 		if (farm_ht_pair_slot_is(h, img, i, key, klen, hash, hdr))
 			return (int)i;
 	return -1;
+}
+
+int farm_ht_pair_find(const farm_ht *h, const uint8_t *img, const void *key,
+                      uint32_t klen, uint64_t hash, uint8_t hdr[8])
+{
+	return farm_ht_pair_find_in(h, img, 0, 2 * h->spb, key, klen, hash,
+	                            hdr);
 }
 
 int farm_ht_pair_slot_copy(const farm_ht *h, const uint8_t *pair, unsigned slot,

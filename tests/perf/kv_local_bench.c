@@ -8,11 +8,11 @@
  *   - the plain local loop: machine 0 looks up keys of its own shard
  *     straight from its memory in calls of 64 keys, the store's batched
  *     local lookup (farm_ht_get_local_batch: in groups of 16 keys, the
- *     limit's number in flight, each key hashed and its bucket pair
- *     prefetched, then each pair copied, validated and matched as
- *     farm_ht_get does; a
- *     key it does not resolve there takes the store's full
- *     lookup), no loop, no continuations;
+ *     limit's number in flight, each key hashed and its home bucket
+ *     prefetched, then searched in place and the slot found copied and
+ *     validated, the other bucket fetched for a key not found there; a
+ *     key it does not resolve there takes the store's full lookup), no
+ *     loop, no continuations;
  *   - the limit in the same run (bench/lib/memlimit.h) that the plain loop
  *     is compared with, per second of CPU time on both sides;
  *   - YCSB E (95/5 scans/inserts): a scan visits 1..100 pairs (uniform) of
