@@ -42,6 +42,9 @@
  *                        "late <id>\n"                joined late, in order
  *                        "gone <id>\n"                left the formed cluster
  *                        "lost <id>\n"                given up at a restart
+ *                        "leaving <id>\n"             a member leaving
+ *                                                     gracefully, in the
+ *                                                     order asked
  *                      (config_id 0 with no members until the first write)
  *     R/grow           persistent; "<id> <config id>": the grower that
  *                      said its share is complete in that configuration
@@ -167,6 +170,13 @@ struct farm_view {
 	 * manager wrote this configuration for it; 0: none. Every machine
 	 * runs a round for a view with it set. */
 	uint64_t bump;
+	/* Members leaving gracefully (src/recovery/README.md, "Graceful
+	 * leave"), in the order they asked: each is placed as before, and
+	 * the regions it holds list their successors (ring.h), whose copies
+	 * fill before it departs. Every listed id is a member; one that
+	 * departs leaves the list. */
+	unsigned nleaving;
+	uint32_t leaving[FARM_VIEW_MAX];
 };
 
 enum farm_membership_state {

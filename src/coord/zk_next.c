@@ -208,6 +208,17 @@ static void next_bump(const struct farm_zk *z, struct farm_view *x,
 	}
 }
 
+/* Graceful leave: the leaving machines still members stay listed, in
+ * their order; one that departed (its handoff done, or failed) leaves
+ * the list. */
+static void next_leaving(struct farm_view *x, const struct farm_view *c)
+{
+	x->nleaving = 0;
+	for (unsigned i = 0; i < c->nleaving && i < FARM_VIEW_MAX; i++)
+		if (farm_view_find(x, c->leaving[i]))
+			x->leaving[x->nleaving++] = c->leaving[i];
+}
+
 /* Room for one more late id: a full list drops its oldest id that is no
  * longer a member. false (after saying so) when every listed one is. */
 static bool late_room(struct farm_view *x, uint32_t id)
@@ -287,6 +298,7 @@ static void zk_late(struct farm_membership *m)
 	next_grown(z, x, c);
 	next_bump(z, x, c);
 	next_late_new(x, c);
+	next_leaving(x, c);
 }
 
 /* The restart mark this machine writes as manager (farm_view.restart): its
