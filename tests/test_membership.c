@@ -57,6 +57,9 @@ static void test_static_view(void **state)
 	assert_int_equal(farm_membership_view(m, &v), 0);
 	assert_int_equal(v.config_id, 1);
 	assert_int_equal(v.n, 4);
+	/* Static members never change: no graceful leave. */
+	assert_int_equal(farm_membership_leave(m, 1), -ENOTSUP);
+	assert_int_equal(farm_membership_leave(m, 0), -EINVAL);
 	const uint32_t want[] = {0, 1, 2, 5};
 	for (unsigned i = 0; i < 4; i++)
 		assert_int_equal(v.members[i].id, want[i]);
@@ -507,6 +510,15 @@ static void test_view_leaving(void **state)
 	/* An older configuration parses, with nobody leaving. */
 	assert_int_equal(farm_view_parse(old, strlen(old), &v[1]), 0);
 	assert_int_equal(v[1].nleaving, 0);
+	/* Who may leave: 3 members, 1 and 5 leaving already. */
+	assert_int_equal(farm_view_may_leave(&v[0], 5, 1), 0); /* again */
+	assert_int_equal(farm_view_may_leave(&v[0], 2, 1), -EBUSY);
+	assert_int_equal(farm_view_may_leave(&v[0], 3, 1), -ENOENT);
+	assert_int_equal(farm_view_may_leave(NULL, 3, 1), -EINVAL);
+	v[1] = v[0];
+	v[1].nleaving = 0;
+	assert_int_equal(farm_view_may_leave(&v[1], 2, 2), 0);
+	assert_int_equal(farm_view_may_leave(&v[1], 2, 3), -EBUSY);
 	/* Placement marks the leavers, and only them. */
 	uint32_t ids[] = {1, 2, 5};
 	struct farm_ring_machine ms[2 * FARM_VIEW_MAX];

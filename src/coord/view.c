@@ -106,6 +106,19 @@ bool farm_ids_have(const uint32_t *ids, unsigned n, uint32_t id)
 	return false;
 }
 
+int farm_view_may_leave(const struct farm_view *v, uint32_t id,
+                        unsigned replicas)
+{
+	if (!v)
+		return -EINVAL;
+	if (!farm_view_find(v, id))
+		return -ENOENT;
+	if (farm_ids_have(v->leaving, v->nleaving, id))
+		return 0;
+	unsigned stay = v->n > v->nleaving ? v->n - v->nleaving : 0;
+	return stay >= 1u + replicas ? 0 : -EBUSY;
+}
+
 bool farm_view_removed(const struct farm_view *v, uint32_t id)
 {
 	for (unsigned i = 0; v && i < v->nremoved; i++)
