@@ -5,7 +5,10 @@
  * SIGKILL and the survivors see a new view without it once its session
  * expires; the server is stopped (connection loss reported, no hang) and
  * restarted on the same data, and the survivors reconnect to a
- * configuration that was not lost (same or newer config id).
+ * configuration that was not lost (same or newer config id). Then a
+ * formed cluster keeps out a machine whose session expired, a dead
+ * incarnation's registration is reclaimed, and a graceful leave's request
+ * (R/leave) lists its machine leaving (test_zk_leave).
  *
  * Exits 77 (skip) when libfarm lacks the ZooKeeper client or java/the
  * ZooKeeper jars are missing. Parent and children talk over pipes; every
