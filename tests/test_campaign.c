@@ -193,16 +193,19 @@ static bool opt_broken_removed;
  * holder of an id lets every holder of it in at the fabric
  * (FARM_FP_FABRIC_ADMIT_ANY); a cycle must fail. */
 static bool opt_broken_inc;
-/* --hold-end (with --reuse, kill_member): machine CP_HOLD takes the
- * decisions and the end of the first recovery round that removes a
- * machine as arriving after the next configuration began, and refuses
- * them (FARM_FP_REC_DECIDE_LATE, FARM_FP_REC_DONE_LATE): the round is
- * superseded after every other survivor emptied the removed machine's
- * log, and that machine's log is recovered only in the round its new
- * holder's admission starts. --broken-kept (FARM_FP_REC_NO_KEPT): the
- * survivors that emptied the log do not vote again, and that round
- * stalls; --broken-handoff (FARM_FP_TXN_NO_HANDOFF): CP_HOLD's log opens
- * to the new holder before the old one's records there are decided.
+/* --hold-end (with --reuse, kill_member): machine CP_HOLD logs and
+ * applies the decisions of the first recovery round that removes a
+ * machine, then takes the end that would have it empty the removed
+ * machine's log as arriving after the next configuration began, and
+ * refuses it (FARM_FP_REC_EMPTY_LATE): the round is superseded after
+ * every other survivor emptied that log, and CP_HOLD's is recovered only
+ * in the round its new holder's admission starts. --broken-kept
+ * (FARM_FP_REC_NO_KEPT): the survivors that emptied the log do not vote
+ * again, and that round stalls; --broken-handoff
+ * (FARM_FP_TXN_NO_HANDOFF): CP_HOLD refuses the round's decisions too
+ * (FARM_FP_REC_DECIDE_LATE, FARM_FP_REC_DONE_LATE: no survivor empties
+ * the log then), and its log opens to the new holder before the old
+ * one's records there are decided.
  * Each must fail a cycle: --broken-handoff through cold objects (the
  * killed machine writes, just before its kill, objects CP_HOLD backs up
  * and nothing writes again: cp_cold_before_kill) and the comparison of
@@ -969,12 +972,29 @@ static void cp_hold_done(enum farm_fault_point fp, void *arg)
 	fprintf(stderr, "m%u: a recovery round's end held past it\n", CP_HOLD);
 }
 
+static void cp_hold_empty(enum farm_fault_point fp, void *arg)
+{
+	(void)fp;
+	(void)arg;
+	(void)farm_fault_set(FARM_FP_REC_EMPTY_LATE, NULL, NULL);
+	fprintf(stderr, "m%u: a recovery round's end held past it\n", CP_HOLD);
+}
+
+/* --hold-end: CP_HOLD's hooks (above). */
+static int cp_hold_set(void)
+{
+	if (!opt_broken_handoff)
+		return farm_fault_set(FARM_FP_REC_EMPTY_LATE, cp_hold_empty,
+		                      NULL);
+	return farm_fault_set(FARM_FP_REC_DECIDE_LATE, cp_hold_decide, NULL) ||
+	       farm_fault_set(FARM_FP_REC_DONE_LATE, cp_hold_done, NULL);
+}
+
 static int cp_machine(struct np_child *np, void *arg)
 {
 	const struct cp_arg *a = arg;
 	if (opt_hold_end && a->mode == CP_FIRST && np->me == CP_HOLD &&
-	    (farm_fault_set(FARM_FP_REC_DECIDE_LATE, cp_hold_decide, NULL) ||
-	     farm_fault_set(FARM_FP_REC_DONE_LATE, cp_hold_done, NULL)))
+	    cp_hold_set())
 		return 9;
 	struct cp_child *c = calloc(1, sizeof(*c));
 	if (!c)

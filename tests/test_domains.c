@@ -30,6 +30,15 @@
  *                  exactly the old ones less it, then the successors;
  *                  with domains, without, with a member naming none,
  *                  with a grower, with two leavers at once;
+ *   view_reused_id a reused id's new holder joining late (the reuse
+ *                  campaign's domains) reorders no replica list: the
+ *                  departed old holder stays a shadow, walked in its
+ *                  place; its leaving again keeps the order too, its
+ *                  growth gives it only regions it held, and the text
+ *                  form carries the shadow (libfarm-config 3);
+ *   view_reuse_cycles  500 cycles of a machine leaving and a new holder
+ *                  of its id joining (and sometimes growing): the same
+ *                  checks, and one departed entry per id at most;
  *   order          the input order of the machines does not matter;
  *   balance        primary shares are the plain ones; with equal domains
  *                  every machine's replica share is within 20% of even;
@@ -845,6 +854,340 @@ static void test_view_late_leaves(void **state)
 	free(b);
 }
 
+/* "(a,b,c)" for @n machine ids into @buf. */
+static const char *ids_text(const uint32_t *ids, unsigned n, char *buf,
+                            size_t len)
+{
+	size_t off = 0;
+	buf[0] = 0;
+	for (unsigned i = 0; i < n && off < len; i++) {
+		int k = snprintf(buf + off, len - off, "%s%" PRIu32,
+		                 i ? "," : "", ids[i]);
+		off += k > 0 ? (size_t)k : 0;
+	}
+	return buf;
+}
+
+/* @region's extra backup, -1 for none. */
+static int64_t extra_id(const farm_ring *g, uint32_t region)
+{
+	uint32_t x = farm_ring_extra(g, region);
+	return x == FARM_RING_NO_EXTRA ? -1 : (int64_t)x;
+}
+
+/* Is @before's extra backup of @region, unless in @left, a holder of it
+ * in @after (a replica or the extra)? */
+static bool extra_kept(const farm_ring *before, const farm_ring *after,
+                       uint32_t region, const uint32_t *left, unsigned nleft)
+{
+	uint32_t x = farm_ring_extra(before, region);
+	uint32_t y[FARM_RING_MAX_REPLICAS];
+	bool ok = x == FARM_RING_NO_EXTRA;
+	for (unsigned k = 0; k < nleft; k++)
+		ok |= x == left[k];
+	unsigned ny = farm_ring_holders(after, region, y);
+	for (unsigned i = 0; i < ny; i++)
+		ok |= y[i] == x;
+	return ok;
+}
+
+/* Region by region (ids 1 to @nreg), the replicas of @after begin with
+ * those of @before less the machines in @left, in order (a configuration
+ * change that is not growth only drops entries and appends), and
+ * @before's extra backup still holds it (it comes after any replica
+ * appended). Fails naming the first region whose primary moved (else the
+ * first that changed) and how many did. Returns how many lost a replica. */
+static unsigned check_prefix(const farm_ring *before, const farm_ring *after,
+                             const uint32_t *left, unsigned nleft,
+                             uint32_t nreg, const char *what)
+{
+	uint32_t x[FARM_RING_MAX_REPLICAS], y[FARM_RING_MAX_REPLICAS];
+	unsigned lost = 0, moved = 0, primary = 0;
+	char first[160] = "";
+	for (uint32_t id = 1; id <= nreg; id++) {
+		unsigned nx = farm_ring_replicas(before, id, x);
+		unsigned ny = farm_ring_replicas(after, id, y);
+		unsigned q = 0;
+		bool bad = !extra_kept(before, after, id, left, nleft);
+		for (unsigned i = 0; i < nx; i++) {
+			bool gone = false;
+			for (unsigned k = 0; k < nleft; k++)
+				gone |= x[i] == left[k];
+			if (gone)
+				continue;
+			bad |= q >= ny || y[q] != x[i];
+			q++;
+		}
+		lost += q < nx;
+		moved += bad;
+		bool lead = bad && q > 0 && ny > 0 && y[0] != x[0];
+		for (unsigned k = 0; lead && k < nleft; k++)
+			lead = x[0] != left[k];
+		primary += lead;
+		if (bad && (!first[0] || (lead && primary == 1))) {
+			char a[64], b[64];
+			snprintf(first, sizeof(first),
+			         "region %" PRIu32 ": replicas (%s), extra "
+			         "%" PRId64 ", became (%s), extra %" PRId64,
+			         id, ids_text(x, nx, a, sizeof(a)),
+			         extra_id(before, id),
+			         ids_text(y, ny, b, sizeof(b)),
+			         extra_id(after, id));
+		}
+	}
+	if (moved)
+		fail_msg("%s: %u of %u regions' replicas reordered or dropped, "
+		         "%u primaries moved; %s",
+		         what, moved, nreg, primary, first);
+	return lost;
+}
+
+/* @v with member @id's holder replaced by a new one (empty memory,
+ * incarnation @cfg), joining late after the others, the configuration
+ * manager's departed machines carried from @v. */
+static struct farm_view *reuse_id(const struct farm_view *v, uint32_t id,
+                                  const char *dom, uint64_t cfg)
+{
+	struct farm_view *x = calloc(1, sizeof(*x));
+	assert_non_null(x);
+	*x = *v;
+	x->config_id = cfg;
+	unsigned k = 0;
+	while (k < x->n && x->members[k].id < id)
+		k++;
+	assert_true(k == x->n || x->members[k].id != id);
+	memmove(&x->members[k + 1], &x->members[k],
+	        (x->n - k) * sizeof(x->members[0]));
+	x->n++;
+	x->members[k] =
+	        (struct farm_member){.id = id, .incarnation = (uint32_t)cfg};
+	snprintf(x->members[k].endpoint, sizeof(x->members[k].endpoint),
+	         "/m%u.%u", (unsigned)id, (unsigned)cfg);
+	snprintf(x->members[k].domain, sizeof(x->members[k].domain), "%s", dom);
+	unsigned q = 0;
+	while (q < x->nlate && x->late[q] != id)
+		q++;
+	if (q < x->nlate) /* a new holder: last */
+		memmove(&x->late[q], &x->late[q + 1],
+		        (--x->nlate - q) * sizeof(x->late[0]));
+	x->late[x->nlate++] = id;
+	farm_view_next_departed(v, x);
+	return x;
+}
+
+/* @v less member @id, the departed machines carried. */
+static struct farm_view *leave_id(const struct farm_view *v, uint32_t id,
+                                  uint64_t cfg)
+{
+	struct farm_view *x = calloc(1, sizeof(*x));
+	assert_non_null(x);
+	*x = *v;
+	x->config_id = cfg;
+	unsigned k = 0;
+	while (k < x->n && x->members[k].id != id)
+		k++;
+	assert_true(k < x->n);
+	memmove(&x->members[k], &x->members[k + 1],
+	        (x->n - k - 1) * sizeof(x->members[0]));
+	x->n--;
+	farm_view_next_departed(v, x);
+	return x;
+}
+
+/*
+ * A reused id's new holder joins late while failure domains are
+ * configured: the reuse fault campaign (seed 3, cycle 2). Domains a =
+ * {0, 1}, b = {2, 3}, c = {4}; 1 is late (a new holder from cycle 1),
+ * 2 left and stays on the rings as a departed machine of domain b. A
+ * new holder of id 2 is admitted late: no region's replica list may
+ * change (it is only appended where short). Before the fix the manager
+ * dropped the departed 2 once the id was a member again and the late
+ * new holder is not walked, so domain b's place in the walk fell to 3:
+ * "holders (0,4,3,1) became (3,0,4,1)", 3 holding only a filling copy.
+ * Then the new holder leaves while still late: the others keep their
+ * order too.
+ */
+/* @v with its grower (the first late member) placed as an ordinary
+ * member from the next configuration on; checks that it becomes a
+ * replica only of regions (of ids 1 to @nreg) it held (a replica or
+ * their extra backup). */
+static struct farm_view *grow(const struct farm_view *v, uint64_t cfg,
+                              uint32_t nreg)
+{
+	struct farm_view *x = calloc(1, sizeof(*x));
+	assert_non_null(x);
+	*x = *v;
+	x->config_id = cfg;
+	unsigned g = 0;
+	while (g < x->nlate && !farm_view_find(x, x->late[g]))
+		g++;
+	if (g == x->nlate)
+		return x;
+	uint32_t id = x->late[g];
+	memmove(&x->late[g], &x->late[g + 1],
+	        (x->nlate - g - 1) * sizeof(x->late[0]));
+	x->nlate--;
+	farm_view_next_departed(v, x);
+	struct farm_ring_machine ms[2 * FARM_VIEW_MAX];
+	unsigned k;
+	farm_ring *g0 = view_ring(v, ms, &k), *g1 = view_ring(x, ms, &k);
+	uint32_t a[FARM_RING_MAX_REPLICAS], b[FARM_RING_MAX_REPLICAS];
+	for (uint32_t r = 1; r <= nreg; r++) {
+		unsigned na = farm_ring_holders(g0, r, a);
+		unsigned nb = farm_ring_replicas(g1, r, b);
+		bool had = false, has = false;
+		for (unsigned i = 0; i < na; i++)
+			had |= a[i] == id;
+		for (unsigned i = 0; i < nb; i++)
+			has |= b[i] == id;
+		if (has && !had)
+			fail_msg("region %" PRIu32 ": machine %" PRIu32
+			         " grew into it without a copy",
+			         r, id);
+	}
+	farm_ring_free(g0);
+	farm_ring_free(g1);
+	return x;
+}
+
+/* @v's text parses back to @v, whose placement it gives. */
+static void check_text(const struct farm_view *v)
+{
+	char buf[8192];
+	struct farm_view *w = calloc(1, sizeof(*w));
+	assert_non_null(w);
+	int len = farm_view_format(v, buf, sizeof(buf));
+	assert_true(len > 0);
+	assert_int_equal(farm_view_parse(buf, (size_t)len, w), 0);
+	assert_true(farm_view_equal(v, w));
+	free(w);
+}
+
+static void test_view_reused_id(void **state)
+{
+	(void)state;
+	const uint32_t m0[] = {0, 1, 3, 4}, d0[] = {2};
+	const char *const md0[] = {"a", "a", "b", "c"};
+	const char *const dd0[] = {"b"};
+	const uint32_t l0[] = {1};
+	struct farm_view *a = late_view(m0, md0, 4, d0, dd0, 1, l0, 1);
+	a->config_id = 10;
+	struct farm_view *b = reuse_id(a, 2, "b", 11);
+	struct farm_view *c = leave_id(b, 2, 12);
+	struct farm_ring_machine ms[2 * FARM_VIEW_MAX];
+	unsigned k;
+	farm_ring *ga = view_ring(a, ms, &k), *gb = view_ring(b, ms, &k),
+	          *gc = view_ring(c, ms, &k);
+	check_prefix(ga, gb, NULL, 0, NIDS / 8,
+	             "a new holder of id 2 joined late");
+	const uint32_t two[] = {2};
+	unsigned lost = check_prefix(gb, gc, two, 1, NIDS / 8,
+	                             "the late new holder of id 2 left");
+	printf("id 2 reused, its new holder late: every replica list kept; "
+	       "the new holder left: %u of %u regions lost it\n",
+	       lost, NIDS / 8);
+	/* The departed 2 is a shadow while its id is late (a member or
+	 * not), written as such. */
+	assert_int_equal(b->ndeparted, 1);
+	assert_true(b->departed[0].id == 2 && b->departed[0].shadow);
+	assert_true(c->ndeparted == 1 && c->departed[0].shadow);
+	char buf[4096];
+	int len = farm_view_format(b, buf, sizeof(buf));
+	assert_true(len > 0);
+	assert_non_null(strstr(buf, "libfarm-config 3\n"));
+	assert_non_null(strstr(buf, "domain 4 c\nshadow 2 b\nincarnation"));
+	check_text(b);
+	check_text(c);
+	const char *bad[] = {
+	        /* a shadow before version 3 */
+	        "libfarm-config 2\nconfig_id 1\nmember 1 /a\nshadow 1 x\n",
+	        "libfarm-config 1\nconfig_id 1\nmember 1 /a\nshadow 2 x\n",
+	        /* a domain after a shadow, ids not increasing, an id a
+	         * domain line made departed, a bad name */
+	        "libfarm-config 3\nconfig_id 1\nmember 1 /a\nshadow 1 x\n"
+	        "domain 2 y\n",
+	        "libfarm-config 3\nconfig_id 1\nmember 1 /a\nshadow 3 x\n"
+	        "shadow 2 x\n",
+	        "libfarm-config 3\nconfig_id 1\nmember 1 /a\ndomain 2 x\n"
+	        "shadow 2 x\n",
+	        "libfarm-config 3\nconfig_id 1\nmember 1 /a\nshadow 2 x/y\n",
+	        /* after the incarnations */
+	        "libfarm-config 3\nconfig_id 2\nmember 1 /a\n"
+	        "incarnation 1 2\nshadow 1 x\n",
+	};
+	struct farm_view *w = calloc(1, sizeof(*w));
+	assert_non_null(w);
+	for (size_t i = 0; i < FARM_ARRAY_SIZE(bad); i++)
+		assert_int_equal(farm_view_parse(bad[i], strlen(bad[i]), w),
+		                 FARM_ECORRUPT);
+	free(w);
+	/* Growth: 1, then 2, whose shadow then goes (it is walked as
+	 * itself), each a replica only where it held a copy. */
+	struct farm_view *d = grow(b, 13, NIDS / 8), *e = grow(d, 14, NIDS / 8);
+	assert_true(d->ndeparted == 1 && d->departed[0].shadow);
+	assert_int_equal(e->ndeparted, 0);
+	len = farm_view_format(e, buf, sizeof(buf));
+	assert_true(len > 0);
+	assert_non_null(strstr(buf, "libfarm-config 2\n"));
+	farm_ring_free(ga);
+	farm_ring_free(gb);
+	farm_ring_free(gc);
+	free(a);
+	free(b);
+	free(c);
+	free(d);
+	free(e);
+}
+
+/* The reuse campaign's life of ids, 500 cycles: a machine leaves, a new
+ * holder of its id joins late; sometimes the grower grows. No change but
+ * growth reorders a list, growth gives a machine only regions it holds,
+ * and the departed list never holds more than one entry per id. */
+static void test_view_reuse_cycles(void **state)
+{
+	(void)state;
+	const uint32_t m0[] = {0, 1, 2, 3, 4};
+	const char *const md0[] = {"a", "a", "b", "b", "c"};
+	struct farm_view *v = late_view(m0, md0, 5, NULL, NULL, 0, NULL, 0);
+	uint64_t seed = 3, cfg = 1;
+	unsigned shadows = 0, grown = 0;
+	for (unsigned cy = 0; cy < 500; cy++) {
+		uint32_t id = (uint32_t)(farm_rand64(&seed) % 5);
+		struct farm_view *l = leave_id(v, id, ++cfg);
+		struct farm_view *j = reuse_id(l, id, md0[id], ++cfg);
+		struct farm_ring_machine ms[2 * FARM_VIEW_MAX];
+		unsigned k;
+		farm_ring *g0 = view_ring(v, ms, &k),
+		          *g1 = view_ring(l, ms, &k),
+		          *g2 = view_ring(j, ms, &k);
+		check_prefix(g0, g1, &id, 1, NIDS / 40, "a machine left");
+		check_prefix(g1, g2, NULL, 0, NIDS / 40,
+		             "a reused id's holder joined");
+		farm_ring_free(g0);
+		farm_ring_free(g1);
+		farm_ring_free(g2);
+		free(v);
+		free(l);
+		v = j;
+		if (farm_rand64(&seed) % 2) {
+			struct farm_view *x = grow(v, ++cfg, NIDS / 40);
+			grown += x->nlate < v->nlate;
+			free(v);
+			v = x;
+		}
+		assert_true(v->ndeparted <= 5);
+		for (unsigned i = 1; i < v->ndeparted; i++)
+			assert_true(v->departed[i - 1].id < v->departed[i].id);
+		for (unsigned i = 0; i < v->ndeparted; i++)
+			shadows += v->departed[i].shadow;
+		check_text(v);
+	}
+	printf("500 reuse cycles: %u growths, %u shadows seen, %u departed "
+	       "and %u late at the end\n",
+	       grown, shadows, v->ndeparted, v->nlate);
+	free(v);
+}
+
 static void test_order(void **state)
 {
 	(void)state;
@@ -1078,6 +1421,8 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_leave),
 	        cmocka_unit_test(test_order),
 	        cmocka_unit_test(test_view_late_leaves),
+	        cmocka_unit_test(test_view_reused_id),
+	        cmocka_unit_test(test_view_reuse_cycles),
 	        cmocka_unit_test(test_balance),
 	        cmocka_unit_test(test_text),
 	        cmocka_unit_test(test_config),

@@ -350,7 +350,7 @@ static void test_view_text(void **state)
 
 	const char *bad[] = {
 	        "",
-	        "libfarm-config 3\nconfig_id 1\n",
+	        "libfarm-config 4\nconfig_id 1\n",
 	        "libfarm-config 1\n",
 	        "libfarm-config 1\nconfig_id 1", /* no newline */
 	        "libfarm-config 1\nconfig_id -1\n",

@@ -2,7 +2,9 @@
  * Global addresses and the consistent-hashing ring (src/addrspace/ring.h):
  * processes agree on the mapping, shares stay within 20% of even for 3, 5
  * and 10 machines, and a join or leave moves only the regions whose
- * replica sets include the machine.
+ * replica sets include the machine. An incremental update
+ * (farm_ring_update) gives a build's rings, with and without failure
+ * domains and shadows.
  */
 #include "testutil.h"
 
@@ -496,6 +498,103 @@ static void check_updates(unsigned n0, unsigned steps, uint64_t seed)
 	free(v);
 }
 
+/* One random change with failure domains (1 to 3), as a configuration
+ * makes them: a join (late or not), a member leaving (it stays, departed,
+ * with its domain), a departed id reused by a late new holder (a shadow
+ * of the departed one where that one was walked, membership.h), or the
+ * grower growing (its shadow dropped). */
+static void uview_step_domains(struct uview *v, uint64_t *seed)
+{
+	unsigned op = (unsigned)(farm_rand64(seed) % 4), members = 0;
+	for (unsigned i = 0; i < v->n; i++)
+		members += !v->ms[i].departed;
+	if (op == 1 && members < 3)
+		op = 0;
+	if (op == 0 || v->n == FARM_RING_MAX_MACHINES) {
+		uint32_t id = uview_new_id(v, seed);
+		v->ms[v->n++] = (struct farm_ring_machine){
+		        .id = id,
+		        .domain = 1 + (uint32_t)(farm_rand64(seed) % 3),
+		        .late = farm_rand64(seed) % 2 ? ++v->rank : 0};
+		return;
+	}
+	unsigned i = (unsigned)(farm_rand64(seed) % v->n), g = v->n;
+	struct farm_ring_machine *m = &v->ms[i];
+	if (op == 1 && !m->departed) {
+		m->departed = true;
+		m->shadow = 0;
+	} else if (op == 2 && m->departed) {
+		m->shadow = m->late ? 0 : m->domain;
+		m->domain = 1 + (uint32_t)(farm_rand64(seed) % 3);
+		m->departed = false;
+		m->late = ++v->rank;
+	} else if (op == 3) {
+		for (unsigned q = 0; q < v->n; q++)
+			if (v->ms[q].late && !v->ms[q].departed &&
+			    (g == v->n || v->ms[q].late < v->ms[g].late))
+				g = q;
+		if (g < v->n)
+			v->ms[g].late = v->ms[g].shadow = 0;
+	}
+}
+
+/* The same with failure domains and shadows: an update builds, and
+ * gives a build's rings. A shadow changes the placement (in some of the
+ * views that have one). */
+static void check_updates_domains(unsigned n0, unsigned steps, uint64_t seed)
+{
+	struct uview *v = calloc(1, sizeof(*v));
+	assert_non_null(v);
+	for (unsigned i = 0; i < n0; i++)
+		v->ms[v->n++] = (struct farm_ring_machine){
+		        .id = uview_new_id(v, &seed), .domain = 1 + i % 3};
+	farm_ring *prev = NULL;
+	assert_int_equal(farm_ring_build_domains(v->ms, v->n, NULL, &prev), 0);
+	unsigned shadows = 0, moved = 0;
+	for (unsigned s = 0; s < steps; s++) {
+		uview_step_domains(v, &seed);
+		farm_ring *up = NULL, *full = NULL;
+		assert_int_equal(farm_ring_update(prev, v->ms, v->n, NULL, &up),
+		                 0);
+		assert_int_equal(
+		        farm_ring_build_domains(v->ms, v->n, NULL, &full), 0);
+		if (!farm_ring_same(up, full))
+			fail_msg("update with domains, step %u (%u machines) "
+			         "differs from a build",
+			         s, v->n);
+		for (unsigned i = 0; i < v->n; i++) {
+			if (!v->ms[i].shadow)
+				continue;
+			shadows++;
+			struct farm_ring_machine keep = v->ms[i];
+			farm_ring *bare = NULL;
+			v->ms[i].shadow = 0;
+			assert_int_equal(farm_ring_build_domains(v->ms, v->n,
+			                                         NULL, &bare),
+			                 0);
+			v->ms[i] = keep;
+			unsigned differ = 0; /* none where its domain has no
+			                        walked member left */
+			uint32_t x[FARM_RING_MAX_REPLICAS];
+			uint32_t y[FARM_RING_MAX_REPLICAS];
+			for (uint32_t id = 1; id <= 4000; id++) {
+				unsigned nx = farm_ring_replicas(bare, id, x);
+				farm_ring_replicas(full, id, y);
+				differ += memcmp(x, y, nx * sizeof(x[0])) != 0;
+			}
+			moved += differ > 0;
+			farm_ring_free(bare);
+			break;
+		}
+		farm_ring_free(full);
+		farm_ring_free(prev);
+		prev = up;
+	}
+	assert_true(shadows > 0 && moved > 0);
+	farm_ring_free(prev);
+	free(v);
+}
+
 static void test_ring_update(void **state)
 {
 	(void)state;
@@ -503,6 +602,8 @@ static void test_ring_update(void **state)
 	check_updates(64, 40, 12);
 	check_updates(128, 30, 13);
 	check_updates(1024, 6, 14);
+	check_updates_domains(6, 60, 15);
+	check_updates_domains(24, 30, 16);
 }
 
 int main(void)

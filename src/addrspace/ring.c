@@ -168,21 +168,49 @@ static bool in_set(const uint32_t *set, unsigned n, uint32_t m)
 	return false;
 }
 
-/* Has domain @d been taken by one of the machines in @set[0..n)? */
-static bool domain_in(const farm_ring *g, const uint32_t *set, unsigned n,
-                      uint32_t d)
-{
-	for (unsigned q = 0; q < n; q++)
-		if (g->all[set[q]].domain == d)
-			return true;
-	return false;
-}
-
 /* Is machine index @m late for this placement? @ordinary (an index, or
  * UINT32_MAX) is placed as if it were not: the grower's target. */
 static bool late_for(const farm_ring *g, uint32_t m, uint32_t ordinary)
 {
 	return g->all[m].late && m != ordinary;
+}
+
+/* Does @m stand for its id's departed earlier holder in this placement
+ * (ring.h, farm_ring_machine.shadow)? Not where it is @ordinary: its
+ * target is the placement after its growth, which drops the shadow. */
+static bool shadow_for(const farm_ring *g, uint32_t m, uint32_t ordinary)
+{
+	return g->all[m].shadow && m != ordinary;
+}
+
+/* Is @m met by the domain walk (L)? Members that are not late, and
+ * departed machines, and late members standing for a departed holder. */
+static bool walked_for(const farm_ring *g, uint32_t m, uint32_t ordinary)
+{
+	return !late_for(g, m, ordinary) || shadow_for(g, m, ordinary);
+}
+
+/* Is @m, met in L, no replica through it: departed, or standing for a
+ * departed holder? */
+static bool away_for(const farm_ring *g, uint32_t m, uint32_t ordinary)
+{
+	return g->all[m].departed || shadow_for(g, m, ordinary);
+}
+
+/* The domain the walk meets @m in: its shadow's while it stands for one. */
+static uint32_t walk_domain(const farm_ring *g, uint32_t m, uint32_t ordinary)
+{
+	return shadow_for(g, m, ordinary) ? g->all[m].shadow : g->all[m].domain;
+}
+
+/* Has domain @d been taken by one of the machines in @set[0..n)? */
+static bool domain_in(const farm_ring *g, const uint32_t *set, unsigned n,
+                      uint32_t d, uint32_t ordinary)
+{
+	for (unsigned q = 0; q < n; q++)
+		if (walk_domain(g, set[q], ordinary) == d)
+			return true;
+	return false;
 }
 
 /* Is machine index @m out of this placement: departed, or leaving when
@@ -192,19 +220,26 @@ static bool gone_for(const farm_ring *g, uint32_t m, bool drop_leaving)
 	return g->all[m].departed || (drop_leaving && g->all[m].leaving);
 }
 
-/* Is machine index @m passed over by this placement's walks: late (but
- * for @ordinary), or off the rings once it left (@drop_leaving)? */
+/* Is @m off the rings in this placement: a leaving member naming no
+ * domain, once it left (@drop_leaving)? */
+static bool vanished(const farm_ring *g, uint32_t m, bool drop_leaving)
+{
+	return drop_leaving && g->vanish && g->vanish[m];
+}
+
+/* Is @m passed over by the domain walk (L) of this placement? */
 static bool unwalked(const farm_ring *g, uint32_t m, uint32_t ordinary,
                      bool drop_leaving)
 {
-	return late_for(g, m, ordinary) ||
-	       (drop_leaving && g->vanish && g->vanish[m]);
+	return !walked_for(g, m, ordinary) || vanished(g, m, drop_leaving);
 }
 
 /* Step 1 of ring.h's placement for the arc ending at point @i: into @L
  * the first machine of each new domain, clockwise, then (fewer domains
  * than replicas) the next machines. Late machines other than @ordinary
- * are not walked: L never depends on them. Returns L's length. */
+ * are not walked (L never depends on them), unless they stand for a
+ * departed holder (shadow_for): met as it, in its domain. Returns L's
+ * length. */
 static unsigned arc_leaders(const farm_ring *g, const struct one_ring *R,
                             unsigned i, uint32_t ordinary, bool drop_leaving,
                             uint32_t *L)
@@ -214,7 +249,8 @@ static unsigned arc_leaders(const farm_ring *g, const struct one_ring *R,
 	     s++) {
 		uint32_t m = R->pts[(i + s) % g->npts].idx;
 		if (unwalked(g, m, ordinary, drop_leaving) ||
-		    in_set(L, nl, m) || domain_in(g, L, nl, g->all[m].domain))
+		    in_set(L, nl, m) ||
+		    domain_in(g, L, nl, walk_domain(g, m, ordinary), ordinary))
 			continue;
 		L[nl++] = m;
 		ndom++;
@@ -234,8 +270,9 @@ static bool member_outside(const farm_ring *g, const uint32_t *L, unsigned nl,
 {
 	for (unsigned m = 0; m < g->nall; m++)
 		if (!gone_for(g, m, drop_leaving) &&
-		    !unwalked(g, m, ordinary, drop_leaving) &&
-		    !domain_in(g, L, nl, g->all[m].domain))
+		    !late_for(g, m, ordinary) &&
+		    !vanished(g, m, drop_leaving) &&
+		    !domain_in(g, L, nl, g->all[m].domain, ordinary))
 			return true;
 	return false;
 }
@@ -256,10 +293,11 @@ static unsigned arc_fill_departed(const farm_ring *g, const struct one_ring *R,
 		for (unsigned s = 0; s < g->npts && got < g->nrep; s++) {
 			uint32_t m = R->pts[(i + s) % g->npts].idx;
 			if (gone_for(g, m, drop_leaving) ||
-			    unwalked(g, m, ordinary, drop_leaving) ||
-			    in_set(L, nl, m) || in_set(chosen, got, m) ||
+			    late_for(g, m, ordinary) ||
+			    vanished(g, m, drop_leaving) || in_set(L, nl, m) ||
+			    in_set(chosen, got, m) ||
 			    (pass == 0 &&
-			     domain_in(g, L, nl, g->all[m].domain)))
+			     domain_in(g, L, nl, g->all[m].domain, ordinary)))
 				continue;
 			chosen[got++] = m;
 		}
@@ -279,7 +317,8 @@ static unsigned place_arc_as(const farm_ring *g, const struct one_ring *R,
 	/* 2. L's members, in L's order. */
 	unsigned got = 0;
 	for (unsigned q = 0; q < nl && got < g->nrep; q++)
-		if (!gone_for(g, L[q], drop_leaving))
+		if (!away_for(g, L[q], ordinary) &&
+		    !gone_for(g, L[q], drop_leaving))
 			chosen[got++] = L[q];
 	got = arc_fill_departed(g, R, i, ordinary, drop_leaving, L, nl, chosen,
 	                        got);
@@ -384,6 +423,10 @@ static void ring_copy_machines(farm_ring *g, const struct farm_ring_machine *ms,
 			g->all[g->nall].late = 0;
 		if (ms[m].departed)
 			g->all[g->nall].leaving = false;
+		/* A shadow means something only for a late member. */
+		if (!domains || !g->all[g->nall].late ||
+		    g->all[g->nall].departed)
+			g->all[g->nall].shadow = 0;
 		g->nall++;
 	}
 }
@@ -445,22 +488,33 @@ static int ring_mark_leaving(farm_ring *g)
 	return 0;
 }
 
+/* Domain number @s of g's machines: their domains, then their shadows'
+ * (0 where none). */
+static uint32_t nth_domain(const farm_ring *g, unsigned s)
+{
+	return s < g->nall ? g->all[s].domain : g->all[s - g->nall].shadow;
+}
+
 /* A machine without a domain is one of its own: give it a value no
- * named domain has (above the largest), and count the domains. */
+ * named domain has (above the largest, shadows' included), and count the
+ * domains the walk may meet. */
 static int ring_number_domains(farm_ring *g)
 {
 	uint32_t top = 0;
 	for (unsigned m = 0; m < g->nall; m++)
-		top = FARM_MAX(top, g->all[m].domain);
-	for (unsigned m = 0; m < g->nall; m++) {
+		top = FARM_MAX(top,
+		               FARM_MAX(g->all[m].domain, g->all[m].shadow));
+	for (unsigned m = 0; m < g->nall; m++)
 		if (!g->all[m].domain) {
 			if (top == UINT32_MAX)
 				return -EINVAL;
 			g->all[m].domain = ++top;
 		}
-		bool seen = false;
-		for (unsigned q = 0; q < m && !seen; q++)
-			seen = g->all[q].domain == g->all[m].domain;
+	for (unsigned s = 0; s < 2 * g->nall; s++) {
+		uint32_t d = nth_domain(g, s);
+		bool seen = d == 0;
+		for (unsigned q = 0; q < s && !seen; q++)
+			seen = nth_domain(g, q) == d;
 		g->ndomains += !seen;
 	}
 	return 0;
@@ -852,7 +906,8 @@ bool farm_ring_same(const farm_ring *a, const farm_ring *b)
 		    a->all[m].domain != b->all[m].domain ||
 		    a->all[m].departed != b->all[m].departed ||
 		    a->all[m].late != b->all[m].late ||
-		    a->all[m].leaving != b->all[m].leaving)
+		    a->all[m].leaving != b->all[m].leaving ||
+		    a->all[m].shadow != b->all[m].shadow)
 			return false;
 	for (unsigned j = 0; j < a->k; j++)
 		if (!rings_same(a, b, j))

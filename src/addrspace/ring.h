@@ -20,9 +20,11 @@
  *      whose domain is not one of L's, then the next other members
  *      clockwise.
  * L depends only on the machines ever placed and their domains, never on
- * which of them are still members, and step 3 takes a prefix of one fixed
- * order; so a machine's departure removes it from every replica list and
- * appends at the end: the survivors keep their order, and a region whose
+ * which of them are still members (a late member that took a departed
+ * machine's id is walked as that machine: farm_ring_machine.shadow), and
+ * step 3 takes a prefix of one fixed order; so a machine's departure
+ * removes it from every replica list and appends at the end, and a join
+ * only appends: the survivors keep their order, and a region whose
  * primary left gets its first surviving backup as primary. (Picking, among
  * members only, the first machine of each unused domain would not: a
  * machine skipped because its domain was taken by the primary would move
@@ -80,6 +82,18 @@ struct farm_ring_machine {
 	 * or a backup before a copy that exists, and a later joiner never
 	 * comes before an earlier one. */
 	uint32_t late;
+	/* A late member whose id an earlier holder left while it was
+	 * walked (a reused id; the configuration's "shadow" line): 0 if
+	 * not; else that holder's domain. The walk (L) meets this machine's
+	 * points, which are its id's, as it met the departed holder's: in
+	 * that domain, never a replica through L. So the join of a reused
+	 * id's new holder changes no list: it is only appended where a
+	 * list is short, as any late machine. The shadow goes with growth:
+	 * in its own target (placed as an ordinary member) it is walked as
+	 * itself, in its own domain, which is how the configuration that
+	 * takes it out of the late list (and drops the shadow) places it.
+	 * Ignored on a departed or not late machine. */
+	uint32_t shadow;
 	/* A member on its way out (a graceful leave, src/recovery/README.md
 	 * "Graceful leave"): placed as any member, so its lists do not
 	 * change, and its successors (farm_ring_successors) fill copies

@@ -33,10 +33,16 @@
  *                        "domain <id> <name>\n"      failure domains, by id:
  *                                                     members' and departed
  *                                                     machines' (below)
+ *                        "shadow <id> <name>\n"      departed machines whose
+ *                                                     id is late now (a
+ *                                                     reused id), by id (only
+ *                                                     in "libfarm-config 3",
+ *                                                     written when any is)
  *                        "incarnation <id> <cfg>\n"   a reused id's holder,
  *                                                     admitted in cfg (only
- *                                                     in "libfarm-config 2",
- *                                                     written when any is)
+ *                                                     in "libfarm-config 2"
+ *                                                     or 3, written when
+ *                                                     any is)
  *                        "removed <id> <czxid>\n"     removed incarnations
  *                        "formed\n"                   had expect members
  *                        "late <id>\n"                joined late, in order
@@ -115,6 +121,16 @@ struct farm_member {
 struct farm_departed {
 	uint32_t id;
 	char domain[FARM_DOMAIN_MAX];
+	/* A *shadow*: the machine left while it was walked (not late), and
+	 * its id is late now: a reused id's new holder joined late (it may
+	 * be a member, with a domain of its own) or has left again. The
+	 * entry keeps the departed holder in the domain walk in its place
+	 * and domain (farm_ring_machine.shadow), so the join of a new
+	 * holder only appends. It goes when the id is no longer late: the
+	 * holder grew (it then stands in the walk as itself), or the id left
+	 * the late list (a plain departed machine is walked anyway). One
+	 * entry per id: a shadow never adds to the list. */
+	bool shadow;
 };
 
 /* A machine incarnation removed from the configuration (ZooKeeper: its
@@ -486,10 +502,21 @@ unsigned farm_membership_refused(struct farm_membership *m, uint32_t *ids);
  * its members) and @v's departed machines: each with its domain as a
  * number (1 + the rank of its name among the names @v uses; 0: none) and
  * its rank among @v's late machines, departed ones included (0: not
- * late). @out has room for n + FARM_VIEW_MAX; returns how many it holds.
+ * late). A shadow (farm_departed.shadow) is its id's late member's
+ * farm_ring_machine.shadow when that member is among @ids, else a
+ * departed machine that is not late. @out has room for n +
+ * FARM_VIEW_MAX; returns how many it holds.
  */
 unsigned farm_view_placement(const struct farm_view *v, const uint32_t *ids,
                              unsigned n, struct farm_ring_machine *out);
+/*
+ * farm_view_next_departed() - the departed machines of @next, the
+ * configuration the manager writes after @cur, from @cur's departed
+ * machines and members and @next's members and late list (the manager's
+ * step, pure; struct farm_departed says which are shadows).
+ */
+void farm_view_next_departed(const struct farm_view *cur,
+                             struct farm_view *next);
 /* Is @s a usable failure-domain name: 1 to FARM_DOMAIN_MAX - 1 bytes of
  * letters, digits and ._:- ? */
 bool farm_domain_valid(const char *s);

@@ -16,10 +16,12 @@
 
 #include "util/log.h"
 
-/* Version 2 adds "incarnation" lines (a reused id's holder); a view
- * without one is written as version 1, which older parsers read. */
+/* Version 2 adds "incarnation" lines (a reused id's holder), version 3
+ * "shadow" lines (a reused id's departed earlier holder); a view is
+ * written in the lowest version that holds it, which older parsers read. */
 #define FARM_CONFIG_MAGIC  "libfarm-config 1"
 #define FARM_CONFIG_MAGIC2 "libfarm-config 2"
+#define FARM_CONFIG_MAGIC3 "libfarm-config 3"
 
 const struct farm_member *farm_view_find(const struct farm_view *v, uint32_t id)
 {
@@ -78,6 +80,7 @@ static bool same_machines(const struct farm_view *a, const struct farm_view *b)
 			return false;
 	for (unsigned i = 0; i < a->ndeparted; i++)
 		if (a->departed[i].id != b->departed[i].id ||
+		    a->departed[i].shadow != b->departed[i].shadow ||
 		    strcmp(a->departed[i].domain, b->departed[i].domain))
 			return false;
 	for (unsigned i = 0; i < a->nremoved; i++)
@@ -177,6 +180,24 @@ static uint32_t late_rank(const struct farm_view *v, uint32_t id)
 	return 0;
 }
 
+/* @v's shadow of id @id (farm_departed.shadow), or NULL. */
+static const struct farm_departed *shadow_of(const struct farm_view *v,
+                                             uint32_t id)
+{
+	for (unsigned i = 0; i < v->ndeparted && i < FARM_VIEW_MAX; i++)
+		if (v->departed[i].id == id && v->departed[i].shadow)
+			return &v->departed[i];
+	return NULL;
+}
+
+static bool ids_in(const uint32_t *ids, unsigned n, uint32_t id)
+{
+	for (unsigned i = 0; i < n; i++)
+		if (ids[i] == id)
+			return true;
+	return false;
+}
+
 unsigned farm_view_placement(const struct farm_view *v, const uint32_t *ids,
                              unsigned n, struct farm_ring_machine *out)
 {
@@ -192,10 +213,15 @@ unsigned farm_view_placement(const struct farm_view *v, const uint32_t *ids,
 	unsigned k = 0;
 	for (unsigned i = 0; i < n; i++) {
 		const struct farm_member *m = farm_view_find(v, ids[i]);
+		const struct farm_departed *sh = shadow_of(v, ids[i]);
+		uint32_t late = late_rank(v, ids[i]);
 		out[k++] = (struct farm_ring_machine){
 		        .id = ids[i],
 		        .domain = m ? domain_number(names, nn, m->domain) : 0,
-		        .late = late_rank(v, ids[i]),
+		        .late = late,
+		        .shadow = sh && late
+		                          ? domain_number(names, nn, sh->domain)
+		                          : 0,
 		        .leaving =
 		                farm_ids_have(v->leaving, v->nleaving, ids[i])};
 	}
@@ -204,16 +230,88 @@ unsigned farm_view_placement(const struct farm_view *v, const uint32_t *ids,
 	 * survivors keep their order. Placed as an ordinary departed
 	 * machine, it took the place of a member of its domain in the walk
 	 * and moved primaries between live machines (the fault
-	 * campaign: two primaries of one region). */
-	for (unsigned i = 0; i < v->ndeparted && i < FARM_VIEW_MAX; i++)
-		if (!farm_view_find(v, v->departed[i].id))
-			out[k++] = (struct farm_ring_machine){
-			        .id = v->departed[i].id,
-			        .domain = domain_number(names, nn,
-			                                v->departed[i].domain),
-			        .departed = true,
-			        .late = late_rank(v, v->departed[i].id)};
+	 * campaign: two primaries of one region). A shadow is walked
+	 * whatever its id's rank: its holder left while walked. */
+	for (unsigned i = 0; i < v->ndeparted && i < FARM_VIEW_MAX; i++) {
+		const struct farm_departed *d = &v->departed[i];
+		if (ids_in(ids, n, d->id) ||
+		    (!d->shadow && farm_view_find(v, d->id)))
+			continue;
+		out[k++] = (struct farm_ring_machine){
+		        .id = d->id,
+		        .domain = domain_number(names, nn, d->domain),
+		        .departed = true,
+		        .late = d->shadow ? 0 : late_rank(v, d->id)};
+	}
 	return k;
+}
+
+/* Whether @c's departed entry @e stays in @x, the configuration after
+ * @c, and as a shadow (e->shadow set on return). A departed machine that
+ * was walked in @c (a shadow, or not late) and whose id is late in @x
+ * is a shadow: a reused id's new holder joined late (or has left again),
+ * and the walk must meet the same points in the same domain as before.
+ * Once its id is a member that is not late (grown, or back with its
+ * memory), that member takes its place: the entry goes; so does one
+ * that was not walked (its holder left while late) when its id is a
+ * member again. */
+static bool carry_departed(const struct farm_view *c, const struct farm_view *x,
+                           struct farm_departed *e)
+{
+	bool walked = e->shadow || !late_rank(c, e->id);
+	bool late = late_rank(x, e->id) != 0;
+	e->shadow = walked && late;
+	return !farm_view_find(x, e->id) || e->shadow;
+}
+
+/* Append @e to @x's departed machines; when they are full, the lowest
+ * id goes (counted in *@over). */
+static void departed_add(struct farm_view *x, const struct farm_departed *e,
+                         unsigned *over)
+{
+	if (x->ndeparted == FARM_VIEW_MAX) {
+		memmove(&x->departed[0], &x->departed[1],
+		        (FARM_VIEW_MAX - 1) * sizeof(x->departed[0]));
+		x->ndeparted--;
+		(*over)++;
+	}
+	x->departed[x->ndeparted++] = *e;
+}
+
+/* The departed machines of @x, the configuration after @c: @c's departed
+ * ones (carry_departed) and its members with a domain that are not
+ * members of @x (a member's own domain is its registration's; one whose
+ * id has a shadow adds nothing: the shadow stands for the id). Kept for
+ * good, one per id (placement must not reorder the survivors, ring.h);
+ * when more than fit, the lowest ids go (logged), which may move
+ * replicas as a join does. */
+void farm_view_next_departed(const struct farm_view *c, struct farm_view *x)
+{
+	x->ndeparted = 0;
+	unsigned over = 0;
+	for (unsigned i = 0, j = 0; i < c->n || j < c->ndeparted;) {
+		/* A departed entry before the member of its id, if any. */
+		bool mem = j == c->ndeparted ||
+		           (i < c->n && c->members[i].id < c->departed[j].id);
+		struct farm_departed e = {0};
+		if (!mem) {
+			e = c->departed[j++];
+			if (carry_departed(c, x, &e))
+				departed_add(x, &e, &over);
+			continue;
+		}
+		const struct farm_member *mb = &c->members[i++];
+		if (!mb->domain[0] || farm_view_find(x, mb->id) ||
+		    (j && c->departed[j - 1].id == mb->id))
+			continue;
+		e.id = mb->id;
+		snprintf(e.domain, sizeof(e.domain), "%s", mb->domain);
+		departed_add(x, &e, &over);
+	}
+	if (over)
+		farm_warn("membership: %u departed machine(s) forgotten: more "
+		          "than %u; placement may move replicas",
+		          over, FARM_VIEW_MAX);
 }
 
 /* One "<tag> <id>" line per id of @ids[0..n) at @buf + *@off. 0, or -1
@@ -248,11 +346,16 @@ static int emit(char *buf, size_t len, size_t *off, const char *fmt, ...)
 }
 
 /* Domains by id: the members' and the departed machines' merged, so that
- * the text lists them in one order whoever wrote it. */
+ * the text lists them in one order whoever wrote it; then the shadows
+ * (their ids may be members'), by id. */
 static int format_domains(const struct farm_view *v, char *buf, size_t len,
                           size_t *off)
 {
 	for (unsigned i = 0, j = 0; i < v->n || j < v->ndeparted;) {
+		if (j < v->ndeparted && v->departed[j].shadow) {
+			j++;
+			continue;
+		}
 		bool mem = j == v->ndeparted ||
 		           (i < v->n && v->members[i].id < v->departed[j].id);
 		uint32_t id = mem ? v->members[i].id : v->departed[j].id;
@@ -262,6 +365,11 @@ static int format_domains(const struct farm_view *v, char *buf, size_t len,
 		    emit(buf, len, off, "domain %" PRIu32 " %s\n", id, d))
 			return -1;
 	}
+	for (unsigned j = 0; j < v->ndeparted; j++)
+		if (v->departed[j].shadow &&
+		    emit(buf, len, off, "shadow %" PRIu32 " %s\n",
+		         v->departed[j].id, v->departed[j].domain))
+			return -1;
 	return 0;
 }
 
@@ -315,11 +423,16 @@ int farm_view_format(const struct farm_view *v, char *buf, size_t len)
 	    v->nleaving > FARM_VIEW_MAX)
 		return -EINVAL;
 	size_t off = 0;
-	bool v2 = false;
+	bool v2 = false, v3 = false;
 	for (unsigned i = 0; i < v->n; i++)
 		v2 |= v->members[i].incarnation != 0;
+	for (unsigned i = 0; i < v->ndeparted; i++)
+		v3 |= v->departed[i].shadow;
 	if (emit(buf, len, &off, "%s\nconfig_id %" PRIu64 "\n",
-	         v2 ? FARM_CONFIG_MAGIC2 : FARM_CONFIG_MAGIC, v->config_id))
+	         v3   ? FARM_CONFIG_MAGIC3
+	         : v2 ? FARM_CONFIG_MAGIC2
+	              : FARM_CONFIG_MAGIC,
+	         v->config_id))
 		return -ENOBUFS;
 	if (v->has_cm && emit(buf, len, &off, "cm %" PRIu32 "\n", v->cm))
 		return -ENOBUFS;
@@ -367,9 +480,12 @@ static int parse_id_line(const char *p, size_t tag, const char *nl,
  * need to remember. */
 struct view_parse {
 	struct farm_view *v;
-	bool v2; /* version 2: incarnation lines allowed */
+	bool v2; /* version 2 or 3: incarnation lines allowed */
+	bool v3; /* version 3: shadow lines allowed */
 	bool have_domain;
 	uint64_t last_domain;
+	bool have_shadow;
+	uint64_t last_shadow;
 	bool have_inc;
 	uint64_t last_inc;
 };
@@ -484,38 +600,76 @@ static int vl_incarnation(struct view_parse *s, const char *p, const char *nl)
 	return 0;
 }
 
+/* "<id> <name>" at @p (line end @nl) into *@id and @d (FARM_DOMAIN_MAX
+ * bytes): a usable domain name. 0, or -1. */
+static int parse_id_domain(const char *p, const char *nl, uint64_t *id, char *d)
+{
+	const char *e;
+	if (parse_dec(p, nl, UINT32_MAX, id, &e) || e == nl || *e != ' ')
+		return -1;
+	e++;
+	size_t dlen = (size_t)(nl - e);
+	if (dlen == 0 || dlen >= FARM_DOMAIN_MAX)
+		return -1;
+	memcpy(d, e, dlen);
+	d[dlen] = 0;
+	return farm_domain_valid(d) ? 0 : -1;
+}
+
 /* After the members, ids increasing: a member's domain, or a departed
  * machine's. */
 static int vl_domain(struct view_parse *s, const char *p, const char *nl)
 {
 	struct farm_view *v = s->v;
 	uint64_t x;
-	const char *e;
-	if (s->have_inc || parse_dec(p + 7, nl, UINT32_MAX, &x, &e) ||
-	    e == nl || *e != ' ' || (s->have_domain && x <= s->last_domain))
+	char d[FARM_DOMAIN_MAX];
+	if (s->have_inc || s->have_shadow ||
+	    parse_id_domain(p + 7, nl, &x, d) ||
+	    (s->have_domain && x <= s->last_domain))
 		return -1;
 	s->have_domain = true;
 	s->last_domain = x;
-	e++;
-	char d[FARM_DOMAIN_MAX];
-	size_t dlen = (size_t)(nl - e);
-	if (dlen == 0 || dlen >= sizeof(d))
-		return -1;
-	memcpy(d, e, dlen);
-	d[dlen] = 0;
-	if (!farm_domain_valid(d))
-		return -1;
 	struct farm_member *mb =
 	        (struct farm_member *)farm_view_find(v, (uint32_t)x);
 	if (mb) {
-		memcpy(mb->domain, d, dlen + 1);
+		memcpy(mb->domain, d, sizeof(d));
 	} else {
 		if (v->ndeparted == FARM_VIEW_MAX)
 			return -1;
 		struct farm_departed *dp = &v->departed[v->ndeparted++];
 		dp->id = (uint32_t)x;
-		memcpy(dp->domain, d, dlen + 1);
+		memcpy(dp->domain, d, sizeof(d));
 	}
+	return 0;
+}
+
+/* "shadow <id> <name>" (version 3): after the domains, before the
+ * incarnations, ids increasing; a departed machine of its own (not one a
+ * domain line listed), kept in the departed list's id order. */
+static int vl_shadow(struct view_parse *s, const char *p, const char *nl)
+{
+	struct farm_view *v = s->v;
+	uint64_t x;
+	char d[FARM_DOMAIN_MAX];
+	if (!s->v3 || s->have_inc || v->nremoved || v->formed || v->nlate ||
+	    v->ngone || v->nlost || v->restart || v->nleaving ||
+	    parse_id_domain(p + 7, nl, &x, d) ||
+	    (s->have_shadow && x <= s->last_shadow) ||
+	    v->ndeparted == FARM_VIEW_MAX)
+		return -1;
+	s->have_shadow = true;
+	s->last_shadow = x;
+	unsigned k = 0;
+	while (k < v->ndeparted && v->departed[k].id < x)
+		k++;
+	if (k < v->ndeparted && v->departed[k].id == x)
+		return -1;
+	memmove(&v->departed[k + 1], &v->departed[k],
+	        (v->ndeparted - k) * sizeof(v->departed[0]));
+	v->ndeparted++;
+	v->departed[k] =
+	        (struct farm_departed){.id = (uint32_t)x, .shadow = true};
+	memcpy(v->departed[k].domain, d, sizeof(d));
 	return 0;
 }
 
@@ -527,9 +681,9 @@ static int vl_member(struct view_parse *s, const char *p, const char *nl)
 	size_t n = (size_t)(nl - p);
 	uint64_t x;
 	const char *e;
-	if (v->nremoved || s->have_domain || s->have_inc || v->formed ||
-	    v->nlate || v->ngone || v->nlost || v->restart || v->nleaving ||
-	    n < 7 || memcmp(p, "member ", 7) ||
+	if (v->nremoved || s->have_domain || s->have_shadow || s->have_inc ||
+	    v->formed || v->nlate || v->ngone || v->nlost || v->restart ||
+	    v->nleaving || n < 7 || memcmp(p, "member ", 7) ||
 	    parse_dec(p + 7, nl, UINT32_MAX, &x, &e) || e == nl || *e != ' ')
 		return -1;
 	if (v->n == FARM_VIEW_MAX || (v->n && v->members[v->n - 1].id >= x))
@@ -567,6 +721,7 @@ static const struct {
         {"bump ", 5, false, vl_bump},
         {"removed ", 8, false, vl_removed},
         {"domain ", 7, false, vl_domain},
+        {"shadow ", 7, false, vl_shadow},
         {"incarnation ", 12, false, vl_incarnation},
 };
 
@@ -578,6 +733,21 @@ static view_line_fn view_line(const char *p, size_t n)
 		    !memcmp(p, view_lines[i].tag, view_lines[i].len))
 			return view_lines[i].fn;
 	return vl_member;
+}
+
+/* The first line, @n bytes at @p: which version (view_parse's flags).
+ * 0, or -1 for none. */
+static int view_magic(struct view_parse *s, const char *p, size_t n)
+{
+	const char *magic[] = {FARM_CONFIG_MAGIC, FARM_CONFIG_MAGIC2,
+	                       FARM_CONFIG_MAGIC3};
+	for (unsigned k = 0; k < 3; k++)
+		if (n == strlen(magic[k]) && !memcmp(p, magic[k], n)) {
+			s->v2 = k >= 1;
+			s->v3 = k >= 2;
+			return 0;
+		}
+	return -1;
 }
 
 int farm_view_parse(const char *buf, size_t len, struct farm_view *v)
@@ -597,10 +767,7 @@ int farm_view_parse(const char *buf, size_t len, struct farm_view *v)
 		const char *e;
 		uint64_t x;
 		if (line == 0) {
-			s.v2 = n == strlen(FARM_CONFIG_MAGIC2) &&
-			       !memcmp(p, FARM_CONFIG_MAGIC2, n);
-			if (!s.v2 && (n != strlen(FARM_CONFIG_MAGIC) ||
-			              memcmp(p, FARM_CONFIG_MAGIC, n)))
+			if (view_magic(&s, p, n))
 				return FARM_ECORRUPT;
 		} else if (line == 1) {
 			if (n < 11 || memcmp(p, "config_id ", 10) ||

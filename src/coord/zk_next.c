@@ -82,41 +82,6 @@ static bool is_lost(struct farm_membership *m, uint32_t id)
 	return yes;
 }
 
-/* The departed machines of z->next: z->cur's departed ones and its
- * members with a domain, when not members of z->next (a member's own
- * domain is its registration's). Kept for good (placement must not
- * reorder the survivors, ring.h); when more than fit, the lowest ids go
- * (logged), which may move replicas as a join does. */
-static void zk_departed(struct farm_zk *z)
-{
-	struct farm_view *c = &z->cur, *x = &z->next;
-	x->ndeparted = 0;
-	unsigned over = 0;
-	for (unsigned i = 0, j = 0; i < c->n || j < c->ndeparted;) {
-		bool mem = j == c->ndeparted ||
-		           (i < c->n && c->members[i].id < c->departed[j].id);
-		uint32_t id = mem ? c->members[i].id : c->departed[j].id;
-		const char *d =
-		        mem ? c->members[i++].domain : c->departed[j++].domain;
-		if (!d[0] || farm_view_find(x, id))
-			continue;
-		if (x->ndeparted == FARM_VIEW_MAX) {
-			/* Keep the highest ids: drop the lowest. */
-			memmove(&x->departed[0], &x->departed[1],
-			        (FARM_VIEW_MAX - 1) * sizeof(x->departed[0]));
-			x->ndeparted--;
-			over++;
-		}
-		struct farm_departed *dp = &x->departed[x->ndeparted++];
-		dp->id = id;
-		snprintf(dp->domain, sizeof(dp->domain), "%s", d);
-	}
-	if (over)
-		farm_warn("membership: %u departed machine(s) forgotten: more "
-		          "than %u; placement may move replicas",
-		          over, FARM_VIEW_MAX);
-}
-
 /* Append @id to a view's id list @ids (*@n of FARM_VIEW_MAX) unless it is
  * there; when full, the oldest is forgotten. */
 static void ids_add(uint32_t *ids, unsigned *n, uint32_t id)
@@ -427,8 +392,8 @@ int farm_zk_build_from(struct farm_membership *m, const uint32_t *ids,
 		mb->id = ids[i];
 		z->next.n++;
 	}
-	zk_departed(z);
 	zk_late(m);
+	farm_view_next_departed(&z->cur, &z->next);
 	return 0;
 }
 

@@ -52,7 +52,10 @@
  *      others' logs, and the decision counts the backups that came back
  *      in the previous placement (farm_rst_old_ring). Data recovery then makes
  *      the missing copies where machines are left to hold them.
- *   3. Every member's previous log is READ (one-sided) and the
+ *   3. Every member's previous log is READ (one-sided): its headers
+ *      first, then the rings of the previous members and of every
+ *      removed coordinator some header marks pending (a recovery round
+ *      had not emptied its log everywhere), and the
  *      transaction layer decides and applies them (src/txn/restart.c:
  *      the same logs on every machine give the same decisions; committed
  *      images are applied, every stale lock cleared).
@@ -148,9 +151,11 @@ int farm_restart_attach(struct farm_restart *rs, farm_fabric *fab, farm_as *as,
 	if (fd < 0)
 		return -errno;
 	/* The superblock and headers, then only the rings of the previous
-	 * members' coordinators: a log file has rings for every possible
-	 * machine id (ids x threads x ring bytes), nearly all empty, and the
-	 * memory is zero already. Unreadable superblock: all of it. */
+	 * members' coordinators, and of removed ones whose records the
+	 * headers say may be left (farm_txlog_pending): a log file has rings
+	 * for every possible machine id (ids x threads x ring bytes), nearly
+	 * all empty, and the memory is zero already. Unreadable superblock:
+	 * all of it. */
 	struct {
 		uint64_t magic;
 		uint32_t layout, machine, M, T;
@@ -162,11 +167,15 @@ int farm_restart_attach(struct farm_restart *rs, farm_fabric *fab, farm_as *as,
 	             sb.hdr_area + (uint64_t)sb.M * sb.T * sb.R != ll;
 	int rc2 = whole ? read_at(fd, base + RLOG_HDR, 0, ll)
 	                : read_at(fd, base + RLOG_HDR, 0, sb.hdr_area);
-	for (uint32_t i = 0; !whole && !rc2 && i < rs->old.nmembers; i++) {
-		uint64_t c = rs->old.members[i];
-		if (c >= sb.M)
+	uint64_t coords[TXN_COORD_WORDS] = {0};
+	for (uint32_t i = 0; i < rs->old.nmembers; i++)
+		txn_coord_put(coords, rs->old.members[i], true);
+	if (!whole && !rc2 && !FARM_FAULT_SWITCH(FARM_FP_RESTART_NO_PENDING))
+		(void)farm_txlog_pending(base + RLOG_HDR, ll, coords);
+	for (uint32_t c = 0; !whole && !rc2 && c < sb.M; c++) {
+		if (!txn_coord_in(coords, c))
 			continue;
-		uint64_t off = sb.hdr_area + c * sb.T * sb.R;
+		uint64_t off = sb.hdr_area + (uint64_t)c * sb.T * sb.R;
 		rc2 = read_at(fd, base + RLOG_HDR + off, off,
 		              (uint64_t)sb.T * sb.R);
 	}
@@ -277,6 +286,10 @@ int farm_rst_old_ring(const struct farm_restart *rs, const struct farm_view *v,
 		if (k == np)
 			placed[np++] =
 			        (struct farm_ring_machine){.id = lost[i]};
+		/* Walked though its id is late: a shadow (membership.h,
+		 * farm_departed), which its late member stood for. */
+		if (placed[k].departed && !placed[k].late && late)
+			placed[k].shadow = placed[k].domain;
 		placed[k].departed = false;
 		placed[k].late = late;
 	}

@@ -81,30 +81,50 @@ static int read_range(farm_cq *cq, struct peer_log *p, uint64_t off,
 	return rc;
 }
 
-/* A peer's previous log: the header and superblock first, then only the
- * rings of the coordinators @coords (a log file has rings for every
- * possible machine id, nearly all of them empty; the buffer is zeroed, and
- * a zero ring holds no record). A superblock that does not add up is read
- * whole, for farm_txlog_check to name. */
-static int read_log(farm_cq *cq, struct peer_log *p, const uint64_t *coords)
+/* The superblock fields of a published log at @buf (after its header). */
+struct rlog_sb {
+	uint64_t magic;
+	uint32_t layout, machine, M, T;
+	uint64_t R, hdr_area, total;
+};
+
+/* Does @p's superblock add up (its rings where it says)? */
+static bool rlog_sb_ok(const struct peer_log *p, struct rlog_sb *sb)
+{
+	if (p->d.len < RLOG_HDR + sizeof(*sb))
+		return false;
+	memcpy(sb, p->buf + RLOG_HDR, sizeof(*sb));
+	return sb->M && sb->M <= TXN_MAX_MACHINES && sb->T && sb->T <= 64 &&
+	       sb->R && sb->total == p->d.len - RLOG_HDR &&
+	       sb->hdr_area + (uint64_t)sb->M * sb->T * sb->R == sb->total;
+}
+
+/* A peer's previous log, first part: the header, the superblock and the
+ * logs' headers (which say whose rings to read: farm_txlog_pending). A
+ * superblock that does not add up is read whole, for farm_txlog_check
+ * to name. */
+static int read_log_head(farm_cq *cq, struct peer_log *p)
 {
 	uint64_t head = FARM_MIN(p->d.len, (uint64_t)RLOG_HDR + 4096);
 	int rc = read_range(cq, p, 0, head);
 	if (rc)
 		return rc;
-	struct {
-		uint64_t magic;
-		uint32_t layout, machine, M, T;
-		uint64_t R, hdr_area, total;
-	} sb;
-	if (p->d.len < RLOG_HDR + sizeof(sb))
+	struct rlog_sb sb;
+	if (!rlog_sb_ok(p, &sb))
 		return read_range(cq, p, 0, p->d.len);
-	memcpy(&sb, p->buf + RLOG_HDR, sizeof(sb));
-	if (!sb.M || sb.M > TXN_MAX_MACHINES || !sb.T || sb.T > 64 || !sb.R ||
-	    sb.total != p->d.len - RLOG_HDR ||
-	    sb.hdr_area + (uint64_t)sb.M * sb.T * sb.R != sb.total)
-		return read_range(cq, p, 0, p->d.len);
-	rc = read_range(cq, p, RLOG_HDR, sb.hdr_area);
+	return read_range(cq, p, RLOG_HDR, sb.hdr_area);
+}
+
+/* Then only the rings of the coordinators @coords (a log file has rings
+ * for every possible machine id, nearly all of them empty; the buffer is
+ * zeroed, and a zero ring holds no record). */
+static int read_log_rings(farm_cq *cq, struct peer_log *p,
+                          const uint64_t *coords)
+{
+	struct rlog_sb sb;
+	if (!rlog_sb_ok(p, &sb))
+		return 0; /* read whole */
+	int rc = 0;
 	for (uint32_t c = 0; !rc && c < sb.M; c++) {
 		if (!txn_coord_in(coords, c))
 			continue;
@@ -337,7 +357,7 @@ static int read_peer_log(struct run *r, const struct farm_member *m,
 	if (!rc)
 		rc = farm_ep_connect(rs->fab, r->cq, m->id, addr, NULL, &p->ep);
 	if (!rc)
-		rc = read_log(r->cq, p, r->rcoords);
+		rc = read_log_head(r->cq, p);
 	if (rc) {
 		snprintf(r->err, sizeof(r->err),
 		         "cannot read the previous log of machine %" PRIu32
@@ -353,8 +373,35 @@ static int read_peer_log(struct run *r, const struct farm_member *m,
 		         "machine %" PRIu32 ": bad previous-log header", m->id);
 		return FARM_ECORRUPT;
 	}
-	p->buf += RLOG_HDR;
 	return 0;
+}
+
+/* The removed coordinators whose records some member's log may still
+ * hold (a recovery round under way at the kill had not emptied them
+ * everywhere: farm_txlog_pending) join the coordinators whose records
+ * count and whose rings are read. Unread, a backup that had not applied
+ * a commit the round decided, and its primary installed, never would;
+ * the round's decisions are logged there (recover_decide.c). Every
+ * machine reads the same headers, so adds the same. */
+static void run_pending(struct run *r)
+{
+	uint64_t pend[TXN_COORD_WORDS] = {0};
+	for (unsigned i = 0; i < r->nl; i++) {
+		const struct peer_log *p = &r->pl[i];
+		const uint8_t *base =
+		        p->id == r->rs->me ? p->buf : p->buf + RLOG_HDR;
+		(void)farm_txlog_pending(base, p->len, pend);
+	}
+	const struct farm_restart *rs = r->rs;
+	for (unsigned k = 0; k < rs->old.nmembers; k++)
+		txn_coord_put(pend, rs->old.members[k], false);
+	for (unsigned w = 0; w < TXN_COORD_WORDS; w++) {
+		if (FARM_FAULT_SWITCH(FARM_FP_RESTART_NO_PENDING))
+			break; /* testing: as before */
+		r->coords[w] |= pend[w];
+		r->rcoords[w] |= pend[w];
+		r->any_coords |= pend[w] != 0;
+	}
 }
 
 /* 3. Read every member's previous log (ours is in memory already). */
@@ -377,12 +424,29 @@ static int run_read_logs(struct run *r)
 		} else if ((rc = read_peer_log(r, m, p))) {
 			break;
 		}
-		r->logs[r->nl] = (struct farm_txrestart_log){
+		r->nl++;
+	}
+	if (rc)
+		return rc;
+	run_pending(r);
+	for (unsigned i = 0; i < r->nl && !rc; i++) {
+		struct peer_log *p = &r->pl[i];
+		if (p->id != rs->me) {
+			rc = read_log_rings(r->cq, p, r->rcoords);
+			if (rc) {
+				snprintf(r->err, sizeof(r->err),
+				         "cannot read the previous log of "
+				         "machine %" PRIu32 ": %s",
+				         p->id, farm_strerror(rc));
+				break;
+			}
+			p->buf += RLOG_HDR;
+		}
+		r->logs[i] = (struct farm_txrestart_log){
 		        .base = p->buf,
 		        .len = p->len,
 		        .what = p->what,
 		        .coords = r->any_coords ? r->coords : NULL};
-		r->nl++;
 	}
 	if (!rc)
 		rs->st.logs = r->nl;

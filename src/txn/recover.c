@@ -48,11 +48,14 @@
  *     reversed; committing needs every surviving backup to hold the
  *     images, so no replica is left without them.
  *     It sends REC_DECIDE per transaction and REC_DONE per log; survivors
+ *     log each decision in their copy of the log (recover_decide.c), then
  *     install or unlock (old primaries from their LOCK records, promoted
  *     ones from the COMMIT-BACKUP), apply or skip their backup records,
- *     and then empty the removed coordinator's log; one that holds no
- *     LOCK of it (no primary, or its COMMIT-PRIMARY or ABORT processed
- *     before) installs nothing (rec_decided_unlocked). A newer
+ *     and answer the REC_DONE (DONE_ASK); once all have, a second REC_DONE
+ *     has them empty the removed coordinator's log (a whole-cluster
+ *     restart in between finds every decision a copy may hold); one that
+ *     holds no LOCK of it (no primary, or its COMMIT-PRIMARY or ABORT
+ *     processed before) installs nothing (rec_decided_unlocked). A newer
  *     configuration can supersede the round after some survivors did
  *     this and before others did: each survivor keeps the decisions it
  *     applied and votes them again in later rounds, the decider taking
@@ -807,6 +810,7 @@ static void rec_reset_decider(farm_txm *m)
 	m->rec.nd = 0;
 	memset(m->rec.ends, 0, (size_t)m->M * m->T * sizeof(*m->rec.ends));
 	memset(m->rec.dends, 0, (size_t)m->M * m->T * sizeof(*m->rec.dends));
+	memset(m->rec.acks, 0, (size_t)m->M * m->T * sizeof(*m->rec.acks));
 	memset(m->rec.maxlw, 0, (size_t)m->M * m->T * sizeof(*m->rec.maxlw));
 }
 
@@ -942,10 +946,11 @@ int farm_txn_rec_init(farm_txm *m)
 	m->rec.applied_from = calloc(m->M, sizeof(*m->rec.applied_from));
 	m->rec.ends = calloc((size_t)m->M * m->T, sizeof(*m->rec.ends));
 	m->rec.dends = calloc((size_t)m->M * m->T, sizeof(*m->rec.dends));
+	m->rec.acks = calloc((size_t)m->M * m->T, sizeof(*m->rec.acks));
 	m->rec.maxlw = calloc((size_t)m->M * m->T, sizeof(*m->rec.maxlw));
 	if (!m->rec.gone || !m->rec.inc || !m->rec.member ||
 	    !m->rec.applied_from || !m->rec.ends || !m->rec.dends ||
-	    !m->rec.maxlw)
+	    !m->rec.acks || !m->rec.maxlw)
 		return -ENOMEM;
 	/* The decision's handlers first (recover_decide.c), then the
 	 * barrier's. */
@@ -974,6 +979,7 @@ void farm_txn_rec_fini(farm_txm *m)
 	free(m->rec.applied_from);
 	free(m->rec.ends);
 	free(m->rec.dends);
+	free(m->rec.acks);
 	free(m->rec.maxlw);
 	pthread_mutex_destroy(&m->rec.lock);
 }

@@ -249,6 +249,63 @@ static bool decide(farm_txm *m, const struct rec_txn *t, uint64_t maxlw)
 	return true;
 }
 
+/* To every survivor, REC_DONE for log (@e's coord, thread), with @flags
+ * (rec.lock held). */
+static void send_done(farm_txm *m, farm_loop *loop, const struct rec_end *e,
+                      uint64_t key, uint32_t flags)
+{
+	struct rec_end done = *e;
+	done.lw = m->rec.maxlw[key];
+	done.flags = flags;
+	for (uint32_t s = 0; s < m->M; s++)
+		if (m->rec.member[s] &&
+		    farm_msg_send(loop, s, (uint16_t)e->thread,
+		                  FARM_MSGT_REC_DONE, &done, sizeof(done)))
+			farm_warn("txn recovery: done not sent to machine "
+			          "%" PRIu32,
+			          s);
+}
+
+/* Every survivor has voted for log (@e's coord, thread): decide each of
+ * its transactions and send the decisions, then ask every survivor to
+ * say when it has logged and applied them (rec.lock held). */
+static void decide_log(farm_txm *m, farm_loop *loop, const struct rec_end *e,
+                       uint64_t key, unsigned need)
+{
+	unsigned nc = 0, na = 0;
+	for (unsigned i = 0; i < m->rec.nd; i++) {
+		struct rec_txn *t = &m->rec.d[i];
+		if (txid_machine(t->txid) != e->coord ||
+		    txid_thread(t->txid) != e->thread || t->sent)
+			continue;
+		bool commit = decide(m, t, m->rec.maxlw[key]);
+		t->sent = true;
+		commit ? nc++ : na++;
+		struct rec_dec d = {.cfg = e->cfg,
+		                    .txid = t->txid,
+		                    .coord = e->coord,
+		                    .commit = commit};
+		for (uint32_t s = 0; s < m->M; s++)
+			if (m->rec.member[s] &&
+			    farm_msg_send(loop, s, (uint16_t)e->thread,
+			                  FARM_MSGT_REC_DECIDE, &d, sizeof(d)))
+				farm_warn("txn recovery: decision not sent to "
+				          "machine %" PRIu32,
+				          s);
+	}
+	/* No survivor empties the log before every survivor has logged its
+	 * decisions in it (h_decide): until then a whole-cluster restart
+	 * finds each decision that any copy may already hold. */
+	if (FARM_FAULT_SWITCH(FARM_FP_REC_DECIDE_UNLOGGED))
+		send_done(m, loop, e, key,
+		          m->rec.dends[key] == need ? DONE_ALL : 0);
+	else
+		send_done(m, loop, e, key, DONE_ASK);
+	farm_info("txn recovery: coordinator %" PRIu32 " thread %" PRIu32
+	          ": %u committed, %u aborted",
+	          e->coord, e->thread, nc, na);
+}
+
 static void h_end(farm_loop *loop, const farm_msg_in *in, void *arg)
 {
 	farm_txm *m = arg;
@@ -265,57 +322,30 @@ static void h_end(farm_loop *loop, const farm_msg_in *in, void *arg)
 		return;
 	}
 	uint64_t key = (uint64_t)e.coord * m->T + e.thread;
+	/* A new holder of the id among the survivors holds no log of its
+	 * removed holder (it began empty): it sends no end for it, nor an
+	 * END_APPLIED. */
+	unsigned need =
+	        m->rec.nsurv - (e.coord < m->M && m->rec.member[e.coord]);
 	pthread_mutex_lock(&m->rec.lock);
+	if (e.flags & END_APPLIED) {
+		/* Every survivor logged and applied the decisions: the log
+		 * can go. Every survivor had emptied it already: their kept
+		 * decisions of it are needed no more. */
+		if (++m->rec.acks[key] == need)
+			send_done(m, loop, &e, key,
+			          m->rec.dends[key] == need ? DONE_ALL : 0);
+		pthread_mutex_unlock(&m->rec.lock);
+		return;
+	}
 	if (e.lw > m->rec.maxlw[key])
 		m->rec.maxlw[key] = e.lw;
 	if (e.flags & END_DONE)
 		m->rec.dends[key]++;
-	/* A new holder of the id among the survivors holds no log of its
-	 * removed holder (it began empty): it sends no end for it. */
-	unsigned need =
-	        m->rec.nsurv - (e.coord < m->M && m->rec.member[e.coord]);
-	if (++m->rec.ends[key] != need) {
-		pthread_mutex_unlock(&m->rec.lock);
-		return;
-	}
 	/* Every survivor's loop e.thread has voted for log (coord, thread). */
-	unsigned nc = 0, na = 0;
-	for (unsigned i = 0; i < m->rec.nd; i++) {
-		struct rec_txn *t = &m->rec.d[i];
-		if (txid_machine(t->txid) != e.coord ||
-		    txid_thread(t->txid) != e.thread || t->sent)
-			continue;
-		bool commit = decide(m, t, m->rec.maxlw[key]);
-		t->sent = true;
-		commit ? nc++ : na++;
-		struct rec_dec d = {.cfg = e.cfg,
-		                    .txid = t->txid,
-		                    .coord = e.coord,
-		                    .commit = commit};
-		for (uint32_t s = 0; s < m->M; s++)
-			if (m->rec.member[s] &&
-			    farm_msg_send(loop, s, (uint16_t)e.thread,
-			                  FARM_MSGT_REC_DECIDE, &d, sizeof(d)))
-				farm_warn("txn recovery: decision not sent to "
-				          "machine %" PRIu32,
-				          s);
-	}
-	struct rec_end done = e;
-	done.lw = m->rec.maxlw[key];
-	/* Every survivor had emptied the log already: their kept decisions
-	 * of it are needed no more. */
-	done.flags = m->rec.dends[key] == need ? DONE_ALL : 0;
-	for (uint32_t s = 0; s < m->M; s++)
-		if (m->rec.member[s] &&
-		    farm_msg_send(loop, s, (uint16_t)e.thread,
-		                  FARM_MSGT_REC_DONE, &done, sizeof(done)))
-			farm_warn("txn recovery: done not sent to machine "
-			          "%" PRIu32,
-			          s);
+	if (++m->rec.ends[key] == need)
+		decide_log(m, loop, &e, key, need);
 	pthread_mutex_unlock(&m->rec.lock);
-	farm_info("txn recovery: coordinator %" PRIu32 " thread %" PRIu32
-	          ": %u committed, %u aborted",
-	          e.coord, e.thread, nc, na);
 }
 
 /* ---- survivors apply the decisions --------------------------------------- */
@@ -335,6 +365,61 @@ static void testing_reinstall(struct txloop *tl, uint32_t coord, uint64_t txid)
 #else
 #define testing_reinstall(tl, coord, txid) ((void)0)
 #endif
+
+/*
+ * The decision @commit of transaction @txid, logged in this loop's log of
+ * removed coordinator @coord before anything of it is applied here: a
+ * 64-byte COMMIT-PRIMARY or ABORT record after the last record there, as
+ * durable as the coordinator's own (its trailer last, then persisted). A
+ * whole-cluster restart before the round ended everywhere then decides as
+ * the round did (restart.c: a COMMIT-PRIMARY or ABORT anywhere decides),
+ * although it reads the backups of another configuration than the one the
+ * round judged by, or a survivor's records are gone. Only where a record
+ * of @txid is here (nothing is applied elsewhere), and once. False when
+ * the log has no room for it (then applied unlogged, as before).
+ */
+static bool log_decision(struct txloop *tl, uint32_t coord, uint64_t txid,
+                         bool commit, uint64_t cfg)
+{
+	farm_txm *m = tl->m;
+	struct reader *rd = &tl->r[coord];
+	bool mine = false;
+	struct rec_hdr h;
+	FOR_EACH_REC(tl, coord, pos, rec, h)
+	{
+		if (h.txid != txid)
+			continue;
+		if (h.type == REC_COMMIT_PRIMARY || h.type == REC_ABORT)
+			return true; /* logged, or the coordinator's own */
+		mine = true;
+	}
+	if (!mine || FARM_FAULT_SWITCH(FARM_FP_REC_DECIDE_UNLOGGED))
+		return true;
+	if (rd->head - rd->applied + 64 > m->R)
+		return false;
+	uint8_t *ring =
+	        m->logbase + log_ring_off(m, log_index(m, coord, tl->t));
+	uint8_t *dst = ring + rd->head % m->R;
+	uint8_t buf[64] = {0};
+	struct rec_hdr d = {.len = 64,
+	                    .type = commit ? REC_COMMIT_PRIMARY : REC_ABORT,
+	                    .txid = txid,
+	                    .cfg = (uint32_t)cfg};
+	memcpy(buf, &d, sizeof(d));
+	uint64_t so = rec_sum_off(d.type, d.len), sum = rec_sum(buf, so);
+	uint64_t tr = rd->head + 1; /* its position, as the scans check */
+	memcpy(buf + so, &sum, 8);
+	memcpy(buf + 56, &tr, 8);
+	memcpy(dst, buf, 56);
+	/* The trailer last: pairs with the acquire load of the trailer in
+	 * the log scans (participant.c; restart.c reads it at rest). */
+	atomic_store_explicit((_Atomic uint64_t *)(void *)(dst + 56), tr,
+	                      memory_order_release);
+	if (farm_mem_persist(m->logmem, dst, 64))
+		return false;
+	rd->head += 64; /* the poller reads past it */
+	return true;
+}
 
 static void h_decide(farm_loop *loop, const farm_msg_in *in, void *arg)
 {
@@ -365,6 +450,12 @@ static void h_decide(farm_loop *loop, const farm_msg_in *in, void *arg)
 	    tl->r[d.coord].rec_done)
 		return;
 	bool commit = d.commit != 0;
+	if (!log_decision(tl, d.coord, d.txid, commit, d.cfg))
+		farm_warn("txn recovery: decision on transaction %#" PRIx64
+		          " not logged (machine %" PRIu32 "'s log is full): "
+		          "a whole-cluster restart before the round ends may "
+		          "decide it otherwise",
+		          d.txid, d.coord);
 	farm_txn_rec_kept_decision(tl, d.coord, d.txid, commit);
 	/* As an old primary: the LOCK record installs or unlocks, if still
 	 * held (participant.c says why it often is not). */
@@ -422,6 +513,23 @@ static void h_done(farm_loop *loop, const farm_msg_in *in, void *arg)
 		farm_txn_rec_refuse(m, in, "end of recovery (testing: late)");
 		return;
 	}
+	if (!(e.flags & DONE_ASK) &&
+	    FARM_FAULT_SWITCH(FARM_FP_REC_EMPTY_LATE)) {
+		farm_txn_rec_refuse(m, in, "end of recovery (testing: late)");
+		return;
+	}
+	if (e.flags & DONE_ASK) {
+		/* Every decision before it was logged and applied here (they
+		 * come in order, on this loop). A new holder of the id sent
+		 * no end, so says nothing. */
+		struct rec_end a = e;
+		a.flags = END_APPLIED;
+		if (m->me != e.coord &&
+		    farm_msg_send(loop, m->rec.decider, 0, FARM_MSGT_REC_END,
+		                  &a, sizeof(a)))
+			farm_warn("txn recovery: applied decisions not said");
+		return;
+	}
 	if (e.flags & DONE_ALL)
 		farm_txn_rec_kept_forget(tl, e.coord);
 	/* Every transaction of the log is decided: empty it (unless it is
@@ -442,6 +550,8 @@ static void h_done(farm_loop *loop, const farm_msg_in *in, void *arg)
 		rd->applied += h.len;
 	}
 	rd->rec_done = true;
+	/* Nothing of the removed holder here for a restart to read. */
+	farm_txn_log_mark_pending(m, e.coord, tl->t, false);
 	farm_txn_rec_kept_done(tl, e.coord, e.lw);
 	farm_info("txn recovery: log of machine %" PRIu32 " thread %u done",
 	          e.coord, tl->t);

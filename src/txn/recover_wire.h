@@ -40,15 +40,22 @@ struct rec_vote { /* REC_VOTE, then nregs + ncb region ids */
 	                  one the coordinator sent the COMMIT-BACKUPs in) */
 };
 
-/* REC_END (flags: END_DONE) and REC_DONE (DONE_ALL); REC_APPLIED and
- * REC_GO use cfg alone. */
+/* REC_END (flags: END_DONE, END_APPLIED) and REC_DONE (DONE_ALL,
+ * DONE_ASK); REC_APPLIED and REC_GO use cfg alone. */
 enum {
 	/* An end from a survivor that emptied this log in an earlier round:
 	 * its votes are the decisions it applied (recover_kept.c). */
 	END_DONE = 1,
+	/* Not an end of votes: the answer to a DONE_ASK, every decision of
+	 * the log logged and applied here. */
+	END_APPLIED = 2,
 	/* Every survivor's end was END_DONE: no one needs the kept
 	 * decisions of this log any more. */
-	DONE_ALL = 1
+	DONE_ALL = 1,
+	/* Every decision of the log was sent: answer END_APPLIED, and keep
+	 * the log (its records and the decisions logged in it) until the
+	 * REC_DONE without this flag. */
+	DONE_ASK = 2
 };
 struct rec_end {
 	uint64_t cfg;

@@ -8,8 +8,21 @@
  * log; from them every machine takes the same decisions, with no decider
  * and no message:
  *
+ *  - The logs read: every member's, and in them the rings of the
+ *    previous members and of every coordinator a log's header marks
+ *    pending (farm_txlog_pending: a removed one whose recovery round had
+ *    not emptied its log everywhere at the kill).
  *  - A transaction's facts are the records of it in any log: ABORT,
  *    COMMIT-PRIMARY, and which regions each backup's COMMIT-BACKUP covers.
+ *    A recovery round's decision is one of the first two: each survivor
+ *    logs it in its copy of the removed coordinator's log before applying
+ *    it, and none empties that log before every survivor did
+ *    (recover_decide.c), so where any copy holds a decision of the round
+ *    some log still says it, and the restart takes it over the rule
+ *    below, which it would otherwise judge with the ring it restarts in
+ *    (a new backup that never had the COMMIT-BACKUP among the backups).
+ *    A commit can have no decision logged only where nothing of it was
+ *    applied by a round.
  *    A coordinator thread's low-water mark is the highest any whole
  *    record or pad of its log carries (on any machine): a pad carries
  *    the marks of the record written with it, which a kill may have
@@ -201,6 +214,28 @@ int farm_txlog_check(const uint8_t *base, size_t len, const char *what,
 	int rc = super_check(base, len, what, err, errlen);
 	return rc ? rc
 	          : collect(base, 0, NULL, NULL, NULL, NULL, what, err, errlen);
+}
+
+int farm_txlog_pending(const uint8_t *base, size_t len, uint64_t *coords)
+{
+	struct log_super sb;
+	if (!base || !coords || len < sizeof(sb))
+		return FARM_ECORRUPT;
+	memcpy(&sb, base, sizeof(sb));
+	if (sb.magic != LOG_SUPER_MAGIC || !farm_txn_log_geometry_ok(&sb) ||
+	    sb.hdr_area > len)
+		return FARM_ECORRUPT;
+	for (uint32_t c = 0; c < sb.M; c++)
+		for (uint32_t t = 0; t < sb.T; t++) {
+			uint64_t w;
+			memcpy(&w,
+			       base + 64 + ((uint64_t)c * sb.T + t) * 64 +
+			               LOG_HDR_PENDING,
+			       8);
+			if (w)
+				txn_coord_put(coords, c, true);
+		}
+	return 0;
 }
 
 static const struct rec_obj *objs_of(const uint8_t *rec)
@@ -429,11 +464,13 @@ static unsigned held_here(farm_txm *m, const struct rs_rec *r)
 
 /*
  * An aborted transaction @g[0..n) whose images some copy here already
- * holds: a decision made before the kill (a recovery round's, which no
- * record keeps) that this one contradicts, so that copy keeps images the
- * others never get. Said with what the decision went by: the records'
- * configuration, which machines' logs hold which records, the ring's
- * configuration (src/recovery/README.md, "Limits"). A later transaction
+ * holds: a decision made before the kill that this one contradicts (a
+ * recovery round's decision that was not logged, for want of room, or a
+ * single-machine commit of an idle coordinator whose region's backups
+ * changed since), so that copy keeps images the others never get. Said
+ * with what the decision went by: the records' configuration, which
+ * machines' logs hold which records, the ring's configuration
+ * (src/recovery/README.md, "Limits"). A later transaction
  * may have written the same version after a real abort, so this is a
  * lead, not proof.
  */

@@ -342,6 +342,19 @@ static _Atomic uint64_t *open_word(farm_txm *m, uint32_t id, unsigned t)
 	                                    8);
 }
 
+void farm_txn_log_mark_pending(farm_txm *m, uint32_t id, unsigned t, bool on)
+{
+	uint8_t *w = m->logbase + log_hdr_off(m, log_index(m, id, t)) +
+	             LOG_HDR_PENDING;
+	/* Read only at rest (a restart reads the file): relaxed. */
+	atomic_store_explicit((_Atomic uint64_t *)(void *)w, on ? 1 : 0,
+	                      memory_order_relaxed);
+	if (farm_mem_persist(m->logmem, w, 8))
+		farm_warn("txn: log header of machine %" PRIu32
+		          " not persisted",
+		          id);
+}
+
 int farm_txm_add_peer(farm_txm *m, uint32_t id, uint32_t inc,
                       const farm_mr_desc *logs)
 {
@@ -369,9 +382,11 @@ int farm_txm_add_peer(farm_txm *m, uint32_t id, uint32_t inc,
 		/* Its logs here are empty: open them to the holder now.
 		 * Release: pairs with the acquire in farm_txn_writer_open's
 		 * READ (the header word before any record). */
-		for (unsigned t = 0; t < m->T; t++)
+		for (unsigned t = 0; t < m->T; t++) {
 			atomic_store_explicit(open_word(m, id, t), inc,
 			                      memory_order_release);
+			farm_txn_log_mark_pending(m, id, t, true);
+		}
 		pthread_mutex_lock(&m->rec.lock);
 		m->rec.inc[id] = inc;
 		pthread_mutex_unlock(&m->rec.lock);
@@ -476,6 +491,7 @@ void farm_txn_log_reopen(struct txloop *tl, uint32_t coord)
 	 * writes. */
 	atomic_store_explicit(open_word(m, coord, tl->t), inc,
 	                      memory_order_release);
+	farm_txn_log_mark_pending(m, coord, tl->t, true);
 	farm_info("txn: log of machine %" PRIu32 " thread %u opened to its "
 	          "holder of incarnation %" PRIu64,
 	          coord, tl->t, inc);

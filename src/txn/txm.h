@@ -262,6 +262,13 @@ struct farm_txrestart_stats {
 const char *farm_txm_log_file(const farm_txm *m);
 int farm_txlog_check(const uint8_t *base, size_t len, const char *what,
                      char *err, size_t errlen);
+/* farm_txlog_pending(): add to @coords (txn_coord_put) every coordinator
+ * whose records the log file @base (@len bytes; its superblock and log
+ * headers are enough) may still hold: the previous members, and removed
+ * coordinators whose recovery round had not emptied their logs here. 0,
+ * or FARM_ECORRUPT (a superblock that does not add up: farm_txlog_check
+ * names it). */
+int farm_txlog_pending(const uint8_t *base, size_t len, uint64_t *coords);
 int farm_txm_restart_apply(farm_txm *m, const struct farm_txrestart_log *logs,
                            unsigned nlogs, const uint32_t *regions,
                            unsigned nregions,

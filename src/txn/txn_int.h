@@ -178,6 +178,12 @@ static inline uint64_t log_hdr_off(const farm_txm *m, uint64_t i)
 	(void)m;
 	return 64 + i * 64;
 }
+/* Word 2 of a log's header: nonzero while records of its coordinator may
+ * be in it (set when the coordinator becomes a peer, cleared when
+ * recovery empties a removed holder's log). A whole-cluster restart reads
+ * the rings of every coordinator any member's log marks so, removed ones
+ * too (restart.c, farm_txlog_pending). */
+#define LOG_HDR_PENDING 16u
 static inline uint64_t log_ring_off(const farm_txm *m, uint64_t i)
 {
 	return m->hdr_area + i * m->R;
@@ -197,6 +203,9 @@ static inline bool farm_txn_writer_open(farm_txm *m, const struct writer *w,
 /* txm.c: log (@coord, @tl's thread) here opens to the new holder of
  * @coord (tl->r[coord].next_inc): the old holder's state goes. */
 void farm_txn_log_reopen(struct txloop *tl, uint32_t coord);
+/* txm.c: log (@id, @t)'s header word LOG_HDR_PENDING set or cleared,
+ * persisted. */
+void farm_txn_log_mark_pending(farm_txm *m, uint32_t id, unsigned t, bool on);
 
 static inline bool has_room(const farm_txm *m, const struct writer *w,
                             uint64_t need)

@@ -112,6 +112,7 @@ struct txrec_state {
 	unsigned nd, capd;
 	unsigned *ends;  /* M * T, by coordinator * T + thread */
 	unsigned *dends; /* M * T: the ends with END_DONE */
+	unsigned *acks;  /* M * T: the END_APPLIED answers to DONE_ASK */
 	uint64_t *maxlw; /* M * T */
 };
 

@@ -171,17 +171,37 @@ enum farm_fault_point {
 	/* txn/recover_decide.c, two switches: while hooked, this machine
 	 * takes the REC_DECIDE (resp. REC_DONE) messages it gets as ones
 	 * that arrived after a newer configuration began, and refuses them
-	 * as stale: a round superseded after the other survivors ended it
-	 * (test_campaign --hold-end; its hook unhooks both at the first
-	 * REC_DONE). */
+	 * as stale: a round superseded with its decisions taken nowhere
+	 * (test_campaign --hold-end --broken-handoff; its hook unhooks both
+	 * at the first REC_DONE; tests/test_restart_round.c). */
 	FARM_FP_REC_DECIDE_LATE,
 	FARM_FP_REC_DONE_LATE,
+	/* recover_decide.c, a switch: while hooked, this machine refuses as
+	 * stale the REC_DONE that has it empty a removed holder's log (the
+	 * one after every survivor logged and applied the decisions): a
+	 * round superseded after the other survivors ended it (test_campaign
+	 * --hold-end; its hook unhooks itself at the first). */
+	FARM_FP_REC_EMPTY_LATE,
 	/* txn/recover_kept.c, a switch: while hooked, a survivor keeps no
 	 * decision it applied, so one that emptied a removed holder's log
 	 * sends nothing for it in a later round, as before the fix
 	 * (test_campaign --hold-end --broken-kept: the round stalls and a
 	 * cycle must fail). */
 	FARM_FP_REC_NO_KEPT,
+	/* txn/recover_decide.c, a switch: while hooked, a survivor applies
+	 * a recovery round's decision without logging it first, and empties
+	 * the removed coordinator's log as soon as it has applied them, as
+	 * before the fix (tests/test_restart_round.c --broken-unlogged: a
+	 * restart during the round decides with its own configuration's
+	 * backups, and O's copies must differ). */
+	FARM_FP_REC_DECIDE_UNLOGGED,
+	/* node/restart.c, restart_run.c, a switch: while hooked, a
+	 * whole-cluster restart reads only the previous members' rings, not
+	 * those of removed coordinators whose records a log still holds, as
+	 * before the fix (tests/test_restart_round.c --broken-unread: a
+	 * backup's COMMIT-BACKUP of the round's commit is dropped, and O's
+	 * copies must differ). */
+	FARM_FP_RESTART_NO_PENDING,
 	/* txn/txm.c, a switch: while hooked, a survivor's log of a reused
 	 * id opens to the new holder as soon as it is admitted, whether or
 	 * not the old holder's records there were decided (test_campaign

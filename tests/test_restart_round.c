@@ -1,0 +1,581 @@
+/*
+ * A whole-cluster restart during a transaction-recovery round must decide
+ * a removed coordinator's transaction as the round did (src/txn/restart.c,
+ * src/txn/recover_decide.c).
+ *
+ * 4 machines through a private ZooKeeper, 3 replicas, one object per
+ * machine:
+ *   1. machine 0's object O lies in a region whose replicas are 0 (the
+ *      primary P), B and C; the fourth machine is X;
+ *   2. B refuses every recovery decision and end of recovery
+ *      (FARM_FP_REC_DECIDE_LATE, FARM_FP_REC_DONE_LATE): the round is
+ *      under way there for as long as the test needs;
+ *   3. C writes O and kills itself once every COMMIT-BACKUP is durable,
+ *      before any COMMIT-PRIMARY (farm_txn_testing_crash_after_backup):
+ *      P holds the LOCK, B and C the COMMIT-BACKUP;
+ *   4. the round decides commit (the records' configuration's backups,
+ *      less C removed since, all hold it) and P installs O's new value;
+ *      B, holding, has not applied it. In the new configuration X is O's
+ *      region's new backup, which never had the COMMIT-BACKUP;
+ *   5. P, B and X are stopped, killed, and restarted on their
+ *      directories.
+ * Checks after the restart: every region at 3 complete replicas, and
+ * every copy of O holds the committed value, byte for byte.
+ *
+ * Before the fix the restart decided with its own configuration's ring
+ * (B and X): X lacks the COMMIT-BACKUP, so it aborted what the round had
+ * committed and P had installed; B never applied it and its copy stayed
+ * old. The fix has two halves, each with its switch, and with either
+ * off the copies must differ:
+ * --broken-unread: the restart reads only the previous members' rings
+ * (FARM_FP_RESTART_NO_PENDING), as before the fix: C, removed, is not
+ * one, so its records are read nowhere and B's COMMIT-BACKUP is dropped;
+ * --broken-unlogged: the round's decisions are not logged, and survivors
+ * empty the removed coordinator's log as soon as they applied them
+ * (FARM_FP_REC_DECIDE_UNLOGGED): the restart reads C's records but
+ * decides by its own configuration's backups (B and X), and X never had
+ * the COMMIT-BACKUP, so it aborts what P installed;
+ * --broken: both.
+ * --keep-records (not a proof; not in ctest): the setup's commits are not
+ * truncated first. Their records stay in the logs of idle coordinators,
+ * and the restart decides them by its own configuration's backups too
+ * (src/recovery/README.md, "Limits"): a commit of a region whose backups
+ * changed since is aborted while its primary installed it.
+ *
+ * Exits 77 (skip) without the ZooKeeper client or server.
+ */
+#define NP_NM 4
+#include "txproc.h"
+
+#include "alloc/objhdr.h"
+#include "replicas.h"
+#include "txn/object.h"
+#include "brokenarg.h"
+
+#ifndef FARM_SOURCE_DIR
+#error "FARM_SOURCE_DIR must name the source tree (for scripts/zk-local)"
+#endif
+
+#define RR_SIZE       100u /* 2 lines */
+#define RR_LINES      2u
+#define RR_P          0u /* the primary of O, and the CM */
+#define RR_SURVIVORS  (NP_NM - 1)
+#define RR_SESSION_MS 1500
+#define RR_LEASE_US   100000u
+#define RR_JOIN_MS    60000
+#define RR_REPL_MS    20000
+#define RR_STEP_MS    30000 /* a step's deadline (a failure, not a wait) */
+#define RR_NEW        0xee  /* the committed value's bytes */
+
+static char zk_dir[256], zk_connect[64], zk_root[96];
+static const char *zk_script = FARM_SOURCE_DIR "/scripts/zk-local";
+static bool broken_unlogged, broken_unread, keep_records;
+static struct np_cluster cl;
+
+/* 'V' answers: this machine's copy of an object. */
+struct rr_copy {
+	int held, role, err;
+	uint64_t version;
+	uint8_t bytes[RR_LINES * 64];
+};
+
+static int rr_config(struct np_child *np, struct farm_config *cfg)
+{
+	int st = np_config_zk(np, "16M", zk_connect, zk_root, RR_SESSION_MS,
+	                      RR_LEASE_US, cfg);
+	cfg->replicas = 3;
+	return st;
+}
+
+/* ---- children -------------------------------------------------------- */
+
+static void fill_obj(void *d, uint32_t size, farm_fatptr p, void *arg)
+{
+	(void)arg;
+	memset(d, (int)(p.addr & 0x7f) | 1, size);
+}
+
+/* This machine's copy of @p, whatever its role. */
+static void read_copy(struct tx_child *c, farm_fatptr p, struct rr_copy *out)
+{
+	enum farm_as_role role;
+	memset(out, 0, sizeof(*out));
+	farm_region *r = farm_as_local_region(farm_node_as(c->np.node),
+	                                      farm_gaddr_region(p.addr), &role);
+	uint64_t off = farm_gaddr_offset(p.addr);
+	if (!r || off + sizeof(out->bytes) > farm_region_size(r))
+		return;
+	const uint8_t *q = (const uint8_t *)farm_region_base(r) + off;
+	out->held = 1;
+	out->role = (int)role;
+	out->version = farm_objhdr_load_version(
+	        (const struct farm_objhdr *)(const void *)q);
+	memcpy(out->bytes, q, sizeof(out->bytes));
+}
+
+/* Write RR_NEW over @p; the commit kills this machine once every
+ * COMMIT-BACKUP is durable. Returns only if it did not. */
+static int write_and_die(struct tx_child *c, farm_fatptr p)
+{
+	farm_tx *tx;
+	int rc = farm_tx_begin(c->txm, c->np.loop, &tx);
+	if (rc)
+		return rc;
+	const void *d;
+	rc = farm_tx_read_sync(tx, p.addr, p.size, &d);
+	void *w = NULL;
+	if (!rc)
+		rc = farm_tx_write(tx, p.addr, &w);
+	if (!rc) {
+		memset(w, RR_NEW, RR_SIZE);
+		farm_txn_testing_crash_after_backup(true);
+		rc = farm_tx_commit_sync(tx);
+	}
+	farm_tx_free(tx);
+	return rc ? rc : -EALREADY;
+}
+
+static void count_rec(void *ctx, uint32_t coord, int type, uint64_t txid)
+{
+	(void)coord;
+	(void)txid;
+	if (type != FARM_TXN_TESTING_TRUNCATE)
+		(*(uint64_t *)ctx)++;
+}
+
+/* Once every machine sent its TRUNCATE records ('F'): the records of
+ * transactions left in this machine's logs, once none is or after
+ * RR_STEP_MS. */
+static uint64_t records_left(struct tx_child *c)
+{
+	static const volatile int never = 0;
+	uint64_t dl = np_now_ns() + RR_STEP_MS * 1000000ull, n;
+	for (;;) {
+		n = 0;
+		(void)farm_txm_testing_records(c->txm, count_rec, &n);
+		if (!n || np_now_ns() > dl)
+			return n;
+		(void)farm_loop_wait(c->np.loop, &never, 1000000ull);
+	}
+}
+
+/* Commands with an object's index as a second byte ('0' + index): 'W'
+ * (write it and die), 'v' (this machine's copy). */
+static int serve(struct tx_child *c, const farm_fatptr *all, unsigned n)
+{
+	for (;;) {
+		int cmd = np_wait_cmd(&c->np);
+		if (cmd == 'g') {
+			struct held_report *h = calloc(1, sizeof(*h));
+			if (!h)
+				return 30;
+			rp_held(c, h);
+			int rc = np_say(&c->np, 'G', h, sizeof(*h));
+			free(h);
+			if (rc)
+				return 31;
+		} else if (cmd == 'L') {
+			if (farm_fault_set(FARM_FP_REC_DECIDE_LATE,
+			                   tu_switch_on, NULL) ||
+			    farm_fault_set(FARM_FP_REC_DONE_LATE, tu_switch_on,
+			                   NULL) ||
+			    np_say(&c->np, 'l', NULL, 0))
+				return 32;
+		} else if (cmd == 'F') {
+			(void)farm_txm_testing_truncate(c->txm, c->np.loop);
+			if (np_say(&c->np, 'f', NULL, 0))
+				return 37;
+		} else if (cmd == 'h') {
+			uint64_t left = records_left(c);
+			if (np_say(&c->np, 'H', &left, sizeof(left)))
+				return 38;
+		} else if (cmd == 'W' || cmd == 'v') {
+			int k = np_wait_cmd(&c->np) - '0';
+			if (k < 0 || (unsigned)k >= n)
+				return 33;
+			if (cmd == 'W') {
+				int rc = write_and_die(c, all[k]);
+				if (np_say(&c->np, 'w', &rc, sizeof(rc)))
+					return 34;
+				continue;
+			}
+			struct rr_copy x;
+			read_copy(c, all[k], &x);
+			if (np_say(&c->np, 'V', &x, sizeof(x)))
+				return 35;
+		} else {
+			return cmd == 'Q' ? 0 : 36;
+		}
+	}
+}
+
+static int first_role(struct tx_child *c)
+{
+	farm_fatptr mine[1];
+	farm_fatptr *all =
+	        share_objs(c, "obj", 1, RR_SIZE, fill_obj, NULL, mine);
+	if (!all)
+		return 20;
+	int st = serve(c, all, NP_NM);
+	free(all);
+	return st;
+}
+
+static int set_broken(void)
+{
+	return (broken_unlogged && farm_fault_set(FARM_FP_REC_DECIDE_UNLOGGED,
+	                                          tu_switch_on, NULL)) ||
+	       (broken_unread &&
+	        farm_fault_set(FARM_FP_RESTART_NO_PENDING, tu_switch_on, NULL));
+}
+
+static int first_machine(struct np_child *np, void *arg)
+{
+	(void)arg;
+	struct tx_child c = {.np = *np};
+	struct farm_config cfg;
+	int st = rr_config(np, &cfg);
+	if (st)
+		return st;
+	if (set_broken())
+		return 9;
+	return tx_child_run(&c, &cfg, RR_JOIN_MS, first_role);
+}
+
+static int restart_machine(struct np_child *np, void *arg)
+{
+	(void)arg;
+	struct tx_child c = {.np = *np};
+	struct farm_config cfg;
+	int st = rr_config(np, &cfg);
+	if (st)
+		return st;
+	if (set_broken())
+		return 9;
+	if (farm_node_open(&cfg, &c.np.node))
+		return 4;
+	farm_node_set_app_loops(c.np.node, true);
+	st = 5;
+	if (farm_node_start(c.np.node, RR_JOIN_MS) ||
+	    farm_node_loop_open(c.np.node, 0, &c.np.loop))
+		goto out;
+	st = 6;
+	if (farm_node_wait_members(c.np.node, RR_SURVIVORS, RR_JOIN_MS))
+		goto out;
+	c.txm = farm_node_txm(c.np.node);
+	unsigned n = 0;
+	farm_fatptr *all = load_objs(&c, "obj", &n);
+	st = 8;
+	if (!all || n != NP_NM)
+		goto out;
+	st = np_ready(&c.np) ? 7 : serve(&c, all, n);
+	free(all);
+out:
+	if (c.np.loop)
+		farm_node_loop_close(c.np.node, c.np.loop);
+	farm_node_close(c.np.node);
+	return st;
+}
+
+/* ---- the parent ------------------------------------------------------- */
+
+static void reap(unsigned i)
+{
+	int st = tu_reap(cl.pid[i]);
+	assert_int_equal(st, 128 + SIGKILL);
+	cl.pid[i] = 0;
+	close(cl.to[i]);
+	close(cl.from[i]);
+	cl.to[i] = cl.from[i] = -1;
+}
+
+static void poll_pause(unsigned ms);
+
+/* Machine @i kills itself within RR_STEP_MS (else the test fails, with
+ * what its commit returned when it said). */
+static void await_death(unsigned i)
+{
+	uint64_t dl = np_now_ns() + RR_STEP_MS * 1000000ull;
+	int st;
+	pid_t got;
+	while ((got = waitpid(cl.pid[i], &st, WNOHANG)) == 0 &&
+	       np_now_ns() < dl)
+		poll_pause(10);
+	if (got != cl.pid[i])
+		fail_msg("machine %u did not die at its commit's "
+		         "COMMIT-BACKUPs: the test did not set its case up",
+		         i);
+	assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+	cl.pid[i] = 0;
+	close(cl.to[i]);
+	close(cl.from[i]);
+	cl.to[i] = cl.from[i] = -1;
+}
+
+static void poll_pause(unsigned ms)
+{
+	struct timespec ts = {.tv_sec = ms / 1000,
+	                      .tv_nsec = (long)(ms % 1000) * 1000000L};
+	while (nanosleep(&ts, &ts) && errno == EINTR)
+		;
+}
+
+static struct held_report *ask_held(unsigned i)
+{
+	struct held_report *h = malloc(sizeof(*h));
+	assert_non_null(h);
+	np_send(&cl, i, 'g');
+	np_expect(&cl, i, 'G', 10000);
+	np_recv(&cl, i, h, sizeof(*h), 1000);
+	return h;
+}
+
+static struct rr_copy ask_copy(unsigned i, unsigned k)
+{
+	struct rr_copy x;
+	np_send(&cl, i, 'v');
+	np_send(&cl, i, (char)('0' + k));
+	np_expect(&cl, i, 'V', 10000);
+	np_recv(&cl, i, &x, sizeof(x), 1000);
+	return x;
+}
+
+/* Every region at 3 complete replicas (the machines of @in) within
+ * RR_REPL_MS: 0, or -1 (why in @why). */
+static int await_replicated(uint64_t in, char *why, size_t len)
+{
+	uint64_t dl = np_now_ns() + (uint64_t)RR_REPL_MS * 1000000ull;
+	for (;;) {
+		struct held_report *r[NP_NM] = {0};
+		for (unsigned i = 0; i < NP_NM; i++)
+			if ((in >> i) & 1)
+				r[i] = ask_held(i);
+		unsigned nreg = 0;
+		bool ok = rp_replicated(r, in, 3, 0, why, len, &nreg);
+		for (unsigned i = 0; i < NP_NM; i++)
+			free(r[i]);
+		if (ok)
+			return 0;
+		if (np_now_ns() > dl)
+			return -1;
+		poll_pause(20);
+	}
+}
+
+/* O's replicas (from its primary's report): the backups into @b. */
+static bool o_backups(uint32_t region, uint32_t b[2])
+{
+	struct held_report *h = ask_held(RR_P);
+	bool ok = false;
+	for (unsigned i = 0; i < h->n && !ok; i++)
+		if (h->h[i].region == region && h->h[i].nreps >= 3 &&
+		    h->h[i].reps[0] == RR_P) {
+			b[0] = h->h[i].reps[1];
+			b[1] = h->h[i].reps[2];
+			ok = true;
+		}
+	free(h);
+	return ok;
+}
+
+static bool same_copy(const struct rr_copy *a, const struct rr_copy *b)
+{
+	return (a->version & ~(uint64_t)OBJ_LOCK_MASK) ==
+	               (b->version & ~(uint64_t)OBJ_LOCK_MASK) &&
+	       !memcmp(a->bytes + 8, b->bytes + 8, sizeof(a->bytes) - 8);
+}
+
+/* Every application byte of O (48 in line 0, the rest after line 1's
+ * version) is the committed value's. */
+static bool holds_new(const struct rr_copy *x)
+{
+	for (unsigned i = 16; i < 64; i++)
+		if (x->bytes[i] != RR_NEW)
+			return false;
+	for (unsigned i = 64 + 2; i < 64 + 2 + (RR_SIZE - 48); i++)
+		if (x->bytes[i] != RR_NEW)
+			return false;
+	return true;
+}
+
+/* Steps 1 to 4: O's backups into *@b and *@c (the one that writes and
+ * dies). Fails the test when the case cannot be set up. */
+static void set_up(unsigned *b, unsigned *c, unsigned *x, uint64_t *v_new)
+{
+	char path[512];
+	size_t len = 0;
+	snprintf(path, sizeof(path), "%s/obj-%u", cl.root, RR_P);
+	farm_fatptr *o = np_read_file(path, &len);
+	assert_non_null(o);
+	assert_int_equal(len, sizeof(*o));
+	uint32_t reg = farm_gaddr_region(o->addr);
+	free(o);
+	uint32_t bk[2] = {0, 0};
+	assert_true(o_backups(reg, bk));
+	*b = bk[0];
+	*c = bk[1];
+	*x = 6 - RR_P - *b - *c; /* the fourth of 0..3 */
+	printf("restart-round: O in region %#" PRIx32 ": primary %u, backups "
+	       "%u (holds decisions) and %u (writes, dies); %u the new "
+	       "backup\n",
+	       reg, RR_P, *b, *c, *x);
+	/* No record of the setup's commits left: only C's is decided at
+	 * the restart. (Left, a commit of an idle coordinator whose
+	 * region's backups changed since would be too: --keep-records.) */
+	uint64_t left = 0;
+	for (unsigned i = 0; i < NP_NM && !keep_records; i++) {
+		np_send(&cl, i, 'F');
+		np_expect(&cl, i, 'f', 10000);
+	}
+	for (unsigned i = 0; i < NP_NM && !keep_records; i++) {
+		uint64_t n;
+		np_send(&cl, i, 'h');
+		np_expect(&cl, i, 'H', RR_STEP_MS + 10000);
+		np_recv(&cl, i, &n, sizeof(n), 1000);
+		left += n;
+	}
+	if (left)
+		fail_msg("%" PRIu64 " transaction records left in the logs "
+		         "after truncation: the test did not set its case up",
+		         left);
+	struct rr_copy before = ask_copy(RR_P, RR_P);
+	assert_true(before.held);
+	np_send(&cl, *b, 'L');
+	np_expect(&cl, *b, 'l', 10000);
+	np_send(&cl, *c, 'W');
+	np_send(&cl, *c, (char)('0' + RR_P));
+	await_death(*c);
+	*v_new = (before.version & ~(uint64_t)OBJ_LOCK_MASK) + TX_VSTEP;
+	/* The round commits O at P (its LOCK installed). */
+	uint64_t dl = np_now_ns() + RR_STEP_MS * 1000000ull;
+	struct rr_copy at_p;
+	for (;;) {
+		at_p = ask_copy(RR_P, RR_P);
+		if (at_p.version == *v_new || np_now_ns() > dl)
+			break;
+		poll_pause(20);
+	}
+	if (at_p.version != *v_new || !holds_new(&at_p))
+		fail_msg("the round did not install O at its primary within "
+		         "%d ms (version %#" PRIx64 ", want %#" PRIx64
+		         "): the test did not set its case up",
+		         RR_STEP_MS, at_p.version, *v_new);
+	struct rr_copy at_b = ask_copy(*b, RR_P);
+	if (!at_b.held || at_b.version == *v_new)
+		fail_msg("machine %u's copy of O (held %d, version %#" PRIx64
+		         ") is not the backup holding the round's decision: "
+		         "the test did not set its case up",
+		         *b, at_b.held, at_b.version);
+}
+
+static void test_restart_round(void **state)
+{
+	(void)state;
+	snprintf(zk_root, sizeof(zk_root), "/libfarm/restart-round-%d",
+	         (int)getpid());
+	np_start(&cl, "restart-round", first_machine, NULL);
+	p_setup(&cl);
+	unsigned b, c, x;
+	uint64_t v_new;
+	set_up(&b, &c, &x, &v_new);
+
+	/* 5. A power loss while B still holds the round's decisions. */
+	unsigned surv[RR_SURVIVORS] = {RR_P, b, x};
+	uint64_t in = 0;
+	for (unsigned i = 0; i < RR_SURVIVORS; i++) {
+		in |= 1ull << surv[i];
+		assert_int_equal(kill(cl.pid[surv[i]], SIGSTOP), 0);
+	}
+	for (unsigned i = 0; i < RR_SURVIVORS; i++)
+		assert_int_equal(kill(cl.pid[surv[i]], SIGKILL), 0);
+	for (unsigned i = 0; i < RR_SURVIVORS; i++)
+		reap(surv[i]);
+	for (unsigned i = 0; i < RR_SURVIVORS; i++)
+		np_spawn_one(&cl, surv[i], restart_machine, NULL);
+	for (unsigned i = 0; i < RR_SURVIVORS; i++)
+		np_expect(&cl, surv[i], 'R', RR_JOIN_MS + 30000);
+
+	struct fails f = {0};
+	char why[512];
+	if (await_replicated(in, why, sizeof(why)))
+		failed(&f, "not fully replicated %d ms after the restart: %s",
+		       RR_REPL_MS, why);
+	struct rr_copy p = ask_copy(RR_P, RR_P);
+	for (unsigned i = 0; i < RR_SURVIVORS; i++) {
+		struct rr_copy y = ask_copy(surv[i], RR_P);
+		printf("restart-round: machine %u: %s copy of O, version "
+		       "%#" PRIx64 ", %s value\n",
+		       surv[i], y.held ? "a" : "no", y.version,
+		       holds_new(&y) ? "the committed" : "an older");
+		if (!y.held)
+			failed(&f, "machine %u holds no copy of O", surv[i]);
+		else if (y.version != v_new || !holds_new(&y))
+			failed(&f,
+			       "machine %u's copy of O: version %#" PRIx64
+			       ", %s value; the round committed version "
+			       "%#" PRIx64,
+			       surv[i], y.version,
+			       holds_new(&y) ? "the committed" : "an older",
+			       v_new);
+		else if (!same_copy(&p, &y))
+			failed(&f,
+			       "machine %u's copy of O differs from the "
+			       "primary's",
+			       surv[i]);
+	}
+	for (unsigned i = 0; i < RR_SURVIVORS; i++)
+		np_send(&cl, surv[i], 'Q');
+	for (unsigned i = 0; i < RR_SURVIVORS; i++) {
+		int st = tu_reap(cl.pid[surv[i]]);
+		cl.pid[surv[i]] = 0;
+		if (st)
+			failed(&f, "machine %u exited with status %d", surv[i],
+			       st);
+	}
+	np_cleanup(&cl);
+	if (broken_unlogged || broken_unread) {
+		if (!f.n)
+			fail_msg("--broken...: the restart decided O as the "
+			         "round did with the fix off");
+		printf("--broken...: %u check(s) failed, as they must:\n%s",
+		       f.n, f.text);
+		return;
+	}
+	if (f.n)
+		fail_msg("%u check(s) failed:\n%s", f.n, f.text);
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	np_cleanup(&cl);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--broken")) {
+			broken_unlogged = broken_unread = true;
+		} else if (!strcmp(argv[i], "--broken-unlogged")) {
+			broken_unlogged = true;
+		} else if (!strcmp(argv[i], "--broken-unread")) {
+			broken_unread = true;
+		} else if (!strcmp(argv[i], "--keep-records")) {
+			keep_records = true;
+		} else {
+			printf("usage: %s [--broken | --broken-unlogged | "
+			       "--broken-unread] [--keep-records]\n",
+			       argv[0]);
+			return strcmp(argv[i], "--help") ? 2 : 0;
+		}
+	}
+	if (!farm_fault_built()) {
+		printf("skipped: built without fault injection\n");
+		return FARM_TEST_SKIP;
+	}
+	const struct CMUnitTest tests[] = {
+	        cmocka_unit_test_teardown(test_restart_round, teardown)};
+	return tu_zk_run(zk_script, zk_dir, sizeof(zk_dir), zk_connect,
+	                 sizeof(zk_connect), "restart_round", tests, 1);
+}
