@@ -23,6 +23,13 @@
  *                  joiner is no one's until it leaves; departures of
  *                  others never take it out of a region it holds
  *                  (growth's first step);
+ *   leave          a leaving member (graceful leave) keeps every replica
+ *                  list as it was, and each region it is a replica of
+ *                  lists its successors after the replicas (and the
+ *                  grower's extra): once it departs, the replicas are
+ *                  exactly the old ones less it, then the successors;
+ *                  with domains, without, with a member naming none,
+ *                  with a grower, with two leavers at once;
  *   view_reused_id a reused id's new holder joining late (the reuse
  *                  campaign's domains) reorders no replica list: the
  *                  departed old holder stays a shadow, walked in its
@@ -73,6 +80,7 @@ struct cl {
 	uint32_t dom[16];
 	bool departed[16];
 	uint32_t late[16]; /* rank among late machines; 0: not late */
+	bool leaving[16];
 };
 
 static farm_ring *build(const struct cl *c, unsigned r)
@@ -82,7 +90,8 @@ static farm_ring *build(const struct cl *c, unsigned r)
 		ms[i] = (struct farm_ring_machine){.id = c->ids[i],
 		                                   .domain = c->dom[i],
 		                                   .departed = c->departed[i],
-		                                   .late = c->late[i]};
+		                                   .late = c->late[i],
+		                                   .leaving = c->leaving[i]};
 	farm_ring *g = NULL;
 	struct farm_ring_attr a = {.replicas = r};
 	assert_int_equal(farm_ring_build_domains(ms, c->n, &a, &g), 0);
@@ -131,11 +140,13 @@ static unsigned same_domain(const struct cl *c, unsigned r)
 	return bad;
 }
 
-static const struct cl five3 = {5, {0, 1, 2, 3, 4}, {1, 1, 2, 2, 3}, {0}, {0}};
+static const struct cl five3 = {5,  {0, 1, 2, 3, 4}, {1, 1, 2, 2, 3}, {0}, {0},
+                                {0}};
 static const struct cl six3 = {
-        6, {10, 11, 12, 13, 14, 15}, {7, 8, 9, 7, 8, 9}, {0}, {0}};
+        6, {10, 11, 12, 13, 14, 15}, {7, 8, 9, 7, 8, 9}, {0}, {0}, {0}};
 static const struct cl nine4 = {
-        9, {1, 2, 3, 4, 5, 6, 7, 8, 9}, {1, 1, 2, 2, 3, 3, 4, 4, 4}, {0}, {0}};
+        9,  {1, 2, 3, 4, 5, 6, 7, 8, 9}, {1, 1, 2, 2, 3, 3, 4, 4, 4}, {0}, {0},
+        {0}};
 
 static void test_distinct(void **state)
 {
@@ -171,8 +182,8 @@ static void test_fewer(void **state)
 {
 	(void)state;
 	/* 4 machines in 2 domains, r = 3; 3 machines in one domain. */
-	const struct cl two = {4, {1, 2, 3, 4}, {5, 5, 6, 6}, {0}, {0}};
-	const struct cl one = {3, {1, 2, 3}, {5, 5, 5}, {0}, {0}};
+	const struct cl two = {4, {1, 2, 3, 4}, {5, 5, 6, 6}, {0}, {0}, {0}};
+	const struct cl one = {3, {1, 2, 3}, {5, 5, 5}, {0}, {0}, {0}};
 	const struct cl *cs[] = {&two, &one};
 	for (size_t k = 0; k < FARM_ARRAY_SIZE(cs); k++) {
 		farm_ring *g = build(cs[k], 3);
@@ -190,7 +201,7 @@ static void test_fewer(void **state)
 		farm_ring_free(g);
 	}
 	/* More replicas than machines: all of them. */
-	const struct cl small = {2, {1, 2}, {5, 6}, {0}, {0}};
+	const struct cl small = {2, {1, 2}, {5, 6}, {0}, {0}, {0}};
 	farm_ring *g = build(&small, 3);
 	assert_int_equal(farm_ring_nreplicas(g), 2);
 	farm_ring_free(g);
@@ -439,7 +450,7 @@ static void check_keeps(const struct cl *before, const struct cl *after,
 static void test_grow(void **state)
 {
 	(void)state;
-	const struct cl five = {5, {0, 1, 2, 3, 4}, {0}, {0}, {0}};
+	const struct cl five = {5, {0, 1, 2, 3, 4}, {0}, {0}, {0}, {0}};
 	const struct cl *bases[] = {&five, &five3};
 	for (size_t k = 0; k < FARM_ARRAY_SIZE(bases); k++) {
 		const struct cl *c = bases[k];
@@ -479,11 +490,11 @@ static void test_grow(void **state)
 	}
 	/* Where replicas are short the late machine is a replica (test_late)
 	 * and an extra nowhere: 3 machines, one gone, r = 3. */
-	const struct cl three = {3, {0, 1, 2}, {0}, {0}, {0}};
+	const struct cl three = {3, {0, 1, 2}, {0}, {0}, {0}, {0}};
 	struct cl back = join_late(depart(three, 2), 5, 1);
 	assert_int_equal(check_grow(&back, 5, 3), 0);
 	/* No room past FARM_RING_MAX_REPLICAS: no extra. */
-	struct cl nine = {9, {0, 1, 2, 3, 4, 5, 6, 7, 8}, {0}, {0}, {0}};
+	struct cl nine = {9, {0, 1, 2, 3, 4, 5, 6, 7, 8}, {0}, {0}, {0}, {0}};
 	struct cl n9 = join_late(nine, 20, 1);
 	farm_ring *g = build(&n9, FARM_RING_MAX_REPLICAS);
 	for (uint32_t id = 1; id <= 1000; id++)
@@ -502,7 +513,7 @@ static void test_grow(void **state)
 static void test_late(void **state)
 {
 	(void)state;
-	const struct cl three = {3, {0, 1, 2}, {0}, {0}, {0}};
+	const struct cl three = {3, {0, 1, 2}, {0}, {0}, {0}, {0}};
 	struct cl gone = depart(three, 2);
 	struct cl back = join_late(gone, 2, 1);
 	unsigned gained = check_join(&gone, &back, 3);
@@ -547,6 +558,189 @@ static void test_late(void **state)
 		assert_int_equal(rep[2], 4);
 	}
 	farm_ring_free(g);
+}
+
+/* @c with machine @id leaving (graceful leave). */
+static struct cl leaving(struct cl c, uint32_t id)
+{
+	for (unsigned i = 0; i < c.n; i++)
+		if (c.ids[i] == id)
+			c.leaving[i] = true;
+	return c;
+}
+
+/* @c once machine @id has left: departed, and off the list when it names
+ * no domain (a view keeps only departed machines with a domain,
+ * farm_view_placement). */
+static struct cl left(struct cl c, uint32_t id)
+{
+	for (unsigned i = 0; i < c.n; i++) {
+		if (c.ids[i] != id)
+			continue;
+		c.leaving[i] = false;
+		c.departed[i] = true;
+		if (!c.dom[i]) {
+			c.n--;
+			c.ids[i] = c.ids[c.n];
+			c.dom[i] = c.dom[c.n];
+			c.departed[i] = c.departed[c.n];
+			c.late[i] = c.late[c.n];
+			c.leaving[i] = c.leaving[c.n];
+		}
+		break;
+	}
+	return c;
+}
+
+/* Whether @m is among @ids[0..n). */
+static bool has_id(const uint32_t *ids, unsigned n, uint32_t m)
+{
+	for (unsigned i = 0; i < n; i++)
+		if (ids[i] == m)
+			return true;
+	return false;
+}
+
+/* Graceful leave: in @lv (members leaving) the replicas are @c's, the
+ * holders are the replicas, the extra, then the successors, and in @done
+ * (the leavers departed) the replicas are @lv's less the leavers, then
+ * the successors, in order. Returns how many regions have successors. */
+static unsigned check_leave(const struct cl *c, const struct cl *lv,
+                            const struct cl *done, unsigned r)
+{
+	farm_ring *g0 = build(c, r), *g = build(lv, r), *g1 = build(done, r);
+	uint32_t a[FARM_RING_MAX_REPLICAS], b[FARM_RING_MAX_REPLICAS];
+	uint32_t h[FARM_RING_MAX_REPLICAS], sc[FARM_RING_MAX_REPLICAS];
+	uint32_t want[2 * FARM_RING_MAX_REPLICAS];
+	unsigned with = 0;
+	for (uint32_t id = 1; id <= NIDS / 8; id++) {
+		unsigned n0 = farm_ring_replicas(g0, id, a);
+		unsigned n = farm_ring_replicas(g, id, b);
+		assert_int_equal(n, n0);
+		assert_memory_equal(a, b, n * sizeof(*a));
+		assert_int_equal(farm_ring_extra(g, id),
+		                 farm_ring_extra(g0, id));
+		unsigned ns = farm_ring_successors(g, id, sc);
+		uint32_t x = farm_ring_extra(g, id);
+		unsigned nh = farm_ring_holders(g, id, h);
+		unsigned nx = x != FARM_RING_NO_EXTRA;
+		assert_int_equal(nh, n + nx + ns);
+		assert_memory_equal(h, b, n * sizeof(*b));
+		if (ns)
+			assert_memory_equal(&h[n + nx], sc, ns * sizeof(*sc));
+		bool leaver = false;
+		unsigned nw = 0;
+		for (unsigned i = 0; i < n; i++) {
+			bool l = false;
+			for (unsigned q = 0; q < lv->n; q++)
+				l |= lv->ids[q] == b[i] && lv->leaving[q];
+			leaver |= l;
+			if (!l)
+				want[nw++] = b[i];
+		}
+		if (!leaver)
+			assert_int_equal(ns, 0);
+		for (unsigned i = 0; i < ns; i++) {
+			assert_false(has_id(want, nw, sc[i]));
+			assert_true(sc[i] != x);
+			want[nw++] = sc[i];
+		}
+		unsigned n1 = farm_ring_replicas(g1, id, a);
+		/* The grower can be a replica where the departure left the
+		 * list short: the one copy not made ahead, as when it fails. */
+		unsigned cmp = n1 < nw ? n1 : nw;
+		if (n1 != nw && !(n1 == nw + 1 && a[nw] == x))
+			fail_msg("region %" PRIu32 ": %u replicas once the "
+			         "leavers left, %u expected",
+			         id, n1, nw);
+		for (unsigned i = 0; i < cmp; i++)
+			if (a[i] != want[i])
+				fail_msg("region %" PRIu32
+				         ": replica %u is %" PRIu32
+				         " once the leavers left, %" PRIu32
+				         " was filled for it",
+				         id, i, a[i], want[i]);
+		with += ns > 0;
+	}
+	farm_ring_free(g0);
+	farm_ring_free(g);
+	farm_ring_free(g1);
+	return with;
+}
+
+static void test_leave(void **state)
+{
+	(void)state;
+	const struct cl five = {5, {0, 1, 2, 3, 4}, {0}, {0}, {0}, {0}};
+	/* Domains, machine 5 naming none. */
+	const struct cl mixed = {
+	        6, {0, 1, 2, 3, 4, 5}, {1, 1, 2, 2, 3, 0}, {0}, {0}, {0}};
+	const struct cl *cs[] = {&five, &five3, &six3, &nine4, &mixed};
+	for (size_t k = 0; k < FARM_ARRAY_SIZE(cs); k++) {
+		const struct cl *c = cs[k];
+		for (unsigned r = 2; r <= 3; r++) {
+			for (unsigned i = 0; i < c->n; i++) {
+				uint32_t x = c->ids[i];
+				struct cl lv = leaving(*c, x);
+				struct cl done = left(lv, x);
+				unsigned w = check_leave(c, &lv, &done, r);
+				assert_true(w > 0);
+				if (r == 3 && i == 0)
+					printf("%u machines, r = 3, machine "
+					       "%" PRIu32 " leaving: %u of %u "
+					       "regions fill a successor\n",
+					       c->n, x, w, NIDS / 8);
+				/* Two at once, and one after the other. */
+				uint32_t y = c->ids[(i + 1) % c->n];
+				if (c->n - 2 < r)
+					continue;
+				struct cl l2 = leaving(lv, y);
+				check_leave(c, &l2,
+				            (struct cl[]){left(done, y)}, r);
+				struct cl l2b = leaving(done, y);
+				check_leave(&done, &l2b,
+				            (struct cl[]){left(l2b, y)}, r);
+			}
+		}
+	}
+	/* With a grower (late 9, then 10): it keeps its extras; a member
+	 * leaving changes none of them. The grower leaving: 10 grows. */
+	for (unsigned k = 0; k < 2; k++) {
+		const struct cl *c = k ? &five3 : &five;
+		struct cl g10 = join_late(join_late(*c, 9, 1), 10, 2);
+		for (unsigned i = 0; i < c->n; i++) {
+			struct cl lv = leaving(g10, c->ids[i]);
+			struct cl done = left(lv, c->ids[i]);
+			assert_true(check_leave(&g10, &lv, &done, 3) > 0);
+			check_keeps(&lv, &done, 9, 3);
+		}
+		struct cl l9 = leaving(g10, 9);
+		assert_true(check_grow(&l9, 10, 3) > 0);
+	}
+	/* The update gives what a build gives, into and out of a leave. */
+	struct cl lv = leaving(five, 2);
+	farm_ring *g0 = build(&five, 3), *g1 = build(&lv, 3);
+	struct cl gone = left(lv, 2);
+	farm_ring *g2 = build(&gone, 3);
+	struct farm_ring_machine ms[16];
+	for (unsigned i = 0; i < lv.n; i++)
+		ms[i] = (struct farm_ring_machine){.id = lv.ids[i],
+		                                   .leaving = lv.leaving[i]};
+	farm_ring *u1 = NULL, *u2 = NULL;
+	struct farm_ring_attr a = {.replicas = 3};
+	assert_int_equal(farm_ring_update(g0, ms, lv.n, &a, &u1), 0);
+	assert_true(farm_ring_same(u1, g1));
+	assert_int_equal(farm_ring_nleaving(u1), 1);
+	for (unsigned i = 0; i < gone.n; i++)
+		ms[i] = (struct farm_ring_machine){.id = gone.ids[i]};
+	assert_int_equal(farm_ring_update(u1, ms, gone.n, &a, &u2), 0);
+	assert_true(farm_ring_same(u2, g2));
+	assert_false(farm_ring_same(u1, g0));
+	farm_ring_free(g0);
+	farm_ring_free(g1);
+	farm_ring_free(g2);
+	farm_ring_free(u1);
+	farm_ring_free(u2);
 }
 
 /* A view of members @m (with domains @md) and departed machines @d (with
@@ -1224,6 +1418,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_stable),
 	        cmocka_unit_test(test_late),
 	        cmocka_unit_test(test_grow),
+	        cmocka_unit_test(test_leave),
 	        cmocka_unit_test(test_order),
 	        cmocka_unit_test(test_view_late_leaves),
 	        cmocka_unit_test(test_view_reused_id),

@@ -57,6 +57,9 @@ static void test_static_view(void **state)
 	assert_int_equal(farm_membership_view(m, &v), 0);
 	assert_int_equal(v.config_id, 1);
 	assert_int_equal(v.n, 4);
+	/* Static members never change: no graceful leave. */
+	assert_int_equal(farm_membership_leave(m, 1), -ENOTSUP);
+	assert_int_equal(farm_membership_leave(m, 0), -EINVAL);
 	const uint32_t want[] = {0, 1, 2, 5};
 	for (unsigned i = 0; i < 4; i++)
 		assert_int_equal(v.members[i].id, want[i]);
@@ -462,6 +465,85 @@ static void test_view_incarnation(void **state)
 	free(v);
 }
 
+/* Graceful leave: "leaving" lines after the other lists, in the order
+ * asked, parsed back equal and part of equality; a configuration without
+ * one is byte for byte what it was (older ones still parse); a leaving
+ * machine that is not a member, listed twice, or a leaving line before a
+ * member or an incarnation line is refused; placement marks the leavers. */
+static void test_view_leaving(void **state)
+{
+	(void)state;
+	struct farm_view *v = calloc(2, sizeof(*v));
+	assert_non_null(v);
+	v[0].config_id = 12;
+	v[0].n = 3;
+	v[0].members[0] = (struct farm_member){.id = 1, .endpoint = "a"};
+	v[0].members[1] = (struct farm_member){.id = 2, .endpoint = "b"};
+	v[0].members[2] = (struct farm_member){.id = 5, .endpoint = "c"};
+	v[0].formed = true;
+	v[0].ngone = 1;
+	v[0].gone[0] = 3;
+	char buf[4096];
+	int n = farm_view_format(&v[0], buf, sizeof(buf));
+	const char *old = "libfarm-config 1\nconfig_id 12\nmember 1 a\n"
+	                  "member 2 b\nmember 5 c\nformed\ngone 3\n";
+	assert_string_equal(buf, old);
+	v[0].nleaving = 2;
+	v[0].leaving[0] = 5;
+	v[0].leaving[1] = 1;
+	v[0].bump = 11;
+	n = farm_view_format(&v[0], buf, sizeof(buf));
+	assert_true(n > 0);
+	assert_string_equal(buf, "libfarm-config 1\nconfig_id 12\nmember 1 a\n"
+	                         "member 2 b\nmember 5 c\nformed\ngone 3\n"
+	                         "leaving 5\nleaving 1\nbump 11\n");
+	assert_int_equal(farm_view_parse(buf, (size_t)n, &v[1]), 0);
+	assert_true(farm_view_equal(&v[0], &v[1]));
+	assert_int_equal(v[1].nleaving, 2);
+	assert_int_equal(v[1].leaving[0], 5);
+	/* The order is part of equality, and the list. */
+	v[1].leaving[0] = 1;
+	v[1].leaving[1] = 5;
+	assert_false(farm_view_equal(&v[0], &v[1]));
+	v[1].nleaving = 1;
+	assert_false(farm_view_equal(&v[0], &v[1]));
+	/* An older configuration parses, with nobody leaving. */
+	assert_int_equal(farm_view_parse(old, strlen(old), &v[1]), 0);
+	assert_int_equal(v[1].nleaving, 0);
+	/* Who may leave: 3 members, 1 and 5 leaving already. */
+	assert_int_equal(farm_view_may_leave(&v[0], 5, 1), 0); /* again */
+	assert_int_equal(farm_view_may_leave(&v[0], 2, 1), -EBUSY);
+	assert_int_equal(farm_view_may_leave(&v[0], 3, 1), -ENOENT);
+	assert_int_equal(farm_view_may_leave(NULL, 3, 1), -EINVAL);
+	v[1] = v[0];
+	v[1].nleaving = 0;
+	assert_int_equal(farm_view_may_leave(&v[1], 2, 2), 0);
+	assert_int_equal(farm_view_may_leave(&v[1], 2, 3), -EBUSY);
+	/* Placement marks the leavers, and only them. */
+	uint32_t ids[] = {1, 2, 5};
+	struct farm_ring_machine ms[2 * FARM_VIEW_MAX];
+	unsigned k = farm_view_placement(&v[0], ids, 3, ms);
+	assert_int_equal(k, 3);
+	assert_true(ms[0].leaving && !ms[1].leaving && ms[2].leaving);
+	const char *bad[] = {
+	        /* not a member, twice, junk, empty */
+	        "libfarm-config 1\nconfig_id 1\nmember 1 x\nleaving 2\n",
+	        "libfarm-config 1\nconfig_id 1\nmember 1 x\nleaving 1\n"
+	        "leaving 1\n",
+	        "libfarm-config 1\nconfig_id 1\nmember 1 x\nleaving 1x\n",
+	        "libfarm-config 1\nconfig_id 1\nmember 1 x\nleaving \n",
+	        "libfarm-config 1\nconfig_id 1\nmember 1 x\nleaving\n",
+	        /* before a member, before an incarnation */
+	        "libfarm-config 1\nconfig_id 1\nleaving 1\nmember 1 x\n",
+	        "libfarm-config 2\nconfig_id 1\nmember 1 x\nleaving 1\n"
+	        "incarnation 1 2\n",
+	};
+	for (size_t i = 0; i < FARM_ARRAY_SIZE(bad); i++)
+		assert_int_equal(farm_view_parse(bad[i], strlen(bad[i]), &v[1]),
+		                 FARM_ECORRUPT);
+	free(v);
+}
+
 /* A loopback port with nothing listening: bind an ephemeral one, close it. */
 static int dead_port(void)
 {
@@ -511,6 +593,7 @@ int main(void)
 	        cmocka_unit_test(test_full_view),
 	        cmocka_unit_test(test_view_text),
 	        cmocka_unit_test(test_view_incarnation),
+	        cmocka_unit_test(test_view_leaving),
 	        cmocka_unit_test(test_unreachable),
 	};
 	return cmocka_run_group_tests_name("membership", tests, NULL, NULL);

@@ -5,7 +5,10 @@
  * SIGKILL and the survivors see a new view without it once its session
  * expires; the server is stopped (connection loss reported, no hang) and
  * restarted on the same data, and the survivors reconnect to a
- * configuration that was not lost (same or newer config id).
+ * configuration that was not lost (same or newer config id). Then a
+ * formed cluster keeps out a machine whose session expired, a dead
+ * incarnation's registration is reclaimed, and a graceful leave's request
+ * (R/leave) lists its machine leaving (test_zk_leave).
  *
  * Exits 77 (skip) when libfarm lacks the ZooKeeper client or java/the
  * ZooKeeper jars are missing. Parent and children talk over pipes; every
@@ -848,6 +851,100 @@ static int reuse_broken_arg(int argc, char **argv)
 	return 0;
 }
 
+/* One registration of @id in this process (a session of its own). */
+static struct farm_membership *reg_in(uint32_t id, unsigned expect)
+{
+	char ep[64];
+	snprintf(ep, sizeof(ep), "/dev/shm/test-zk-leave-m%u", (unsigned)id);
+	struct farm_membership_attr a = {.self_id = id,
+	                                 .endpoint = ep,
+	                                 .zk = zk_connect,
+	                                 .zk_root = zk_root,
+	                                 .session_ms = 4000,
+	                                 .connect_ms = 10000,
+	                                 .expect = expect};
+	struct farm_membership *m = NULL;
+	assert_int_equal(farm_membership_open(&a, &m), 0);
+	return m;
+}
+
+/* The view lists exactly the leaving ids of @arg (a struct farm_view's
+ * leaving list and member count; n 0: any). */
+static bool leaving_is(const struct farm_view *v,
+                       const struct farm_membership_status *s, void *arg)
+{
+	const struct farm_view *want = arg;
+	(void)s;
+	return (!want->n || v->n == want->n) && v->nleaving == want->nleaving &&
+	       !memcmp(v->leaving, want->leaving,
+	               want->nleaving * sizeof(want->leaving[0]));
+}
+
+/*
+ * Graceful leave, the membership's part (src/recovery/README.md): 4
+ * machines (one process, a session each) form; machine 4 asks to leave
+ * naming an older configuration: ignored (its check was against other
+ * members); naming the one in force: the next configuration lists it
+ * leaving, and a second request changes nothing. Once it closes (the
+ * departure), the configuration without it lists nobody leaving.
+ */
+static void test_zk_leave(void **state)
+{
+	(void)state;
+	char root[sizeof(zk_root)];
+	snprintf(root, sizeof(root), "%s", zk_root);
+	snprintf(zk_root, sizeof(zk_root), "%.80s-leave", root);
+	struct farm_membership *m[4];
+	for (uint32_t i = 0; i < 4; i++)
+		m[i] = reg_in(i + 1, 4);
+	struct farm_view *v = calloc(2, sizeof(*v));
+	assert_non_null(v);
+	for (unsigned i = 0; i < 4; i++)
+		assert_int_equal(
+		        farm_membership_wait_members(m[i], 4, WAIT_MS, &v[0]),
+		        0);
+	assert_int_equal(farm_view_may_leave(&v[0], 4, 3), 0);
+	uint64_t cfg = v[0].config_id;
+	assert_true(cfg > 1);
+	/* An older configuration's request: nothing within 1 s. */
+	assert_int_equal(farm_membership_leave(m[3], cfg - 1), 0);
+	v[1] = (struct farm_view){.n = 4, .nleaving = 1, .leaving = {4}};
+	assert_int_equal(
+	        farm_membership_wait(m[0], leaving_is, &v[1], 1000, NULL),
+	        -ETIMEDOUT);
+	uint64_t t0 = farm_now_ns();
+	assert_int_equal(farm_membership_leave(m[3], cfg), 0);
+	for (unsigned i = 0; i < 4; i++)
+		assert_int_equal(farm_membership_wait(m[i], leaving_is, &v[1],
+		                                      WAIT_MS, &v[0]),
+		                 0);
+	printf("leave: machine 4 listed leaving in configuration %" PRIu64
+	       " (asked in %" PRIu64 ") %.0f ms after it asked\n",
+	       v[0].config_id, cfg, since_ms(t0));
+	assert_true(v[0].config_id > cfg);
+	/* Asked again: leaving already, may leave (idempotent), and no new
+	 * configuration comes of it. */
+	uint64_t lcfg = v[0].config_id;
+	assert_int_equal(farm_view_may_leave(&v[0], 4, 3), 0);
+	/* Another would leave fewer than 3: refused before asking. */
+	assert_int_equal(farm_view_may_leave(&v[0], 3, 3), -EBUSY);
+	assert_int_equal(farm_membership_leave(m[3], lcfg), 0);
+	assert_int_equal(farm_membership_wait_newer(m[0], lcfg, 1000, NULL),
+	                 -ETIMEDOUT);
+	/* It departs: nobody is leaving in the configuration without it. */
+	farm_membership_close(m[3]);
+	v[1] = (struct farm_view){.n = 3};
+	for (unsigned i = 0; i < 3; i++)
+		assert_int_equal(farm_membership_wait(m[i], leaving_is, &v[1],
+		                                      WAIT_MS, &v[0]),
+		                 0);
+	assert_null(farm_view_find(&v[0], 4));
+	for (unsigned i = 0; i < 3; i++)
+		farm_membership_close(m[i]);
+	free(v);
+	snprintf(zk_root, sizeof(zk_root), "%s", root);
+}
+
 int main(int argc, char **argv)
 {
 	int bst = reuse_broken_arg(argc, argv);
@@ -872,6 +969,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test_teardown(test_zk_formed, teardown),
 	        cmocka_unit_test_teardown(test_zk_reclaim, teardown),
 	        cmocka_unit_test_teardown(test_zk_reuse, teardown),
+	        cmocka_unit_test_teardown(test_zk_leave, teardown),
 	};
 	int rc;
 	if (broken)

@@ -26,6 +26,9 @@ struct one_ring {
 	uint32_t *reps;    /* npts * nrep: replicas of the arc ending at pt i */
 	uint32_t *extra;   /* npts: the grower as an extra backup of the arc,
 	                      or FARM_RING_NO_EXTRA */
+	uint32_t *succ;    /* npts * nrep while a member leaves (else NULL):
+	                      the arc's successors, FARM_RING_NO_EXTRA after
+	                      the last (ring.h, graceful leave) */
 };
 
 struct farm_ring {
@@ -44,6 +47,12 @@ struct farm_ring {
 	/* The grower: the first late member in rank order (its index in
 	 * all), or UINT32_MAX when there is none (ring.h, growth). */
 	uint32_t grower;
+	unsigned nleaving; /* members leaving (ring.h, graceful leave) */
+	/* nall, while a member leaves (else NULL): a leaving member that
+	 * names no domain, which its departure takes off the rings (a view
+	 * keeps only departed machines with a domain): the target walks
+	 * past it. One that names a domain stays, departed, as there. */
+	bool *vanish;
 	struct one_ring rings[FARM_RING_MAX_RINGS];
 };
 
@@ -135,10 +144,12 @@ void farm_ring_free(farm_ring *ring)
 		free(ring->rings[j].pts);
 		free(ring->rings[j].reps);
 		free(ring->rings[j].extra);
+		free(ring->rings[j].succ);
 	}
 	free(ring->ids);
 	free(ring->all);
 	free(ring->late);
+	free(ring->vanish);
 	free(ring);
 }
 
@@ -202,6 +213,27 @@ static bool domain_in(const farm_ring *g, const uint32_t *set, unsigned n,
 	return false;
 }
 
+/* Is machine index @m out of this placement: departed, or leaving when
+ * @drop_leaving (the target a graceful leave fills)? */
+static bool gone_for(const farm_ring *g, uint32_t m, bool drop_leaving)
+{
+	return g->all[m].departed || (drop_leaving && g->all[m].leaving);
+}
+
+/* Is @m off the rings in this placement: a leaving member naming no
+ * domain, once it left (@drop_leaving)? */
+static bool vanished(const farm_ring *g, uint32_t m, bool drop_leaving)
+{
+	return drop_leaving && g->vanish && g->vanish[m];
+}
+
+/* Is @m passed over by the domain walk (L) of this placement? */
+static bool unwalked(const farm_ring *g, uint32_t m, uint32_t ordinary,
+                     bool drop_leaving)
+{
+	return !walked_for(g, m, ordinary) || vanished(g, m, drop_leaving);
+}
+
 /* Step 1 of ring.h's placement for the arc ending at point @i: into @L
  * the first machine of each new domain, clockwise, then (fewer domains
  * than replicas) the next machines. Late machines other than @ordinary
@@ -209,13 +241,15 @@ static bool domain_in(const farm_ring *g, const uint32_t *set, unsigned n,
  * departed holder (shadow_for): met as it, in its domain. Returns L's
  * length. */
 static unsigned arc_leaders(const farm_ring *g, const struct one_ring *R,
-                            unsigned i, uint32_t ordinary, uint32_t *L)
+                            unsigned i, uint32_t ordinary, bool drop_leaving,
+                            uint32_t *L)
 {
 	unsigned nl = 0, want = FARM_MIN(g->r, g->nall), ndom = 0;
 	for (unsigned s = 0; s < g->npts && nl < want && ndom < g->ndomains;
 	     s++) {
 		uint32_t m = R->pts[(i + s) % g->npts].idx;
-		if (!walked_for(g, m, ordinary) || in_set(L, nl, m) ||
+		if (unwalked(g, m, ordinary, drop_leaving) ||
+		    in_set(L, nl, m) ||
 		    domain_in(g, L, nl, walk_domain(g, m, ordinary), ordinary))
 			continue;
 		L[nl++] = m;
@@ -223,7 +257,8 @@ static unsigned arc_leaders(const farm_ring *g, const struct one_ring *R,
 	}
 	for (unsigned s = 0; s < g->npts && nl < want; s++) {
 		uint32_t m = R->pts[(i + s) % g->npts].idx;
-		if (walked_for(g, m, ordinary) && !in_set(L, nl, m))
+		if (!unwalked(g, m, ordinary, drop_leaving) &&
+		    !in_set(L, nl, m))
 			L[nl++] = m;
 	}
 	return nl;
@@ -231,10 +266,12 @@ static unsigned arc_leaders(const farm_ring *g, const struct one_ring *R,
 
 /* Is there a member, walkable for this placement, outside L's domains? */
 static bool member_outside(const farm_ring *g, const uint32_t *L, unsigned nl,
-                           uint32_t ordinary)
+                           uint32_t ordinary, bool drop_leaving)
 {
 	for (unsigned m = 0; m < g->nall; m++)
-		if (!g->all[m].departed && !late_for(g, m, ordinary) &&
+		if (!gone_for(g, m, drop_leaving) &&
+		    !late_for(g, m, ordinary) &&
+		    !vanished(g, m, drop_leaving) &&
 		    !domain_in(g, L, nl, g->all[m].domain, ordinary))
 			return true;
 	return false;
@@ -246,17 +283,19 @@ static bool member_outside(const farm_ring *g, const uint32_t *L, unsigned nl,
  * length. */
 static unsigned arc_fill_departed(const farm_ring *g, const struct one_ring *R,
                                   unsigned i, uint32_t ordinary,
-                                  const uint32_t *L, unsigned nl,
-                                  uint32_t *chosen, unsigned got)
+                                  bool drop_leaving, const uint32_t *L,
+                                  unsigned nl, uint32_t *chosen, unsigned got)
 {
 	if (got >= g->nrep)
 		return got;
-	bool outside = member_outside(g, L, nl, ordinary);
+	bool outside = member_outside(g, L, nl, ordinary, drop_leaving);
 	for (unsigned pass = outside ? 0 : 1; pass < 2 && got < g->nrep; pass++)
 		for (unsigned s = 0; s < g->npts && got < g->nrep; s++) {
 			uint32_t m = R->pts[(i + s) % g->npts].idx;
-			if (g->all[m].departed || late_for(g, m, ordinary) ||
-			    in_set(L, nl, m) || in_set(chosen, got, m) ||
+			if (gone_for(g, m, drop_leaving) ||
+			    late_for(g, m, ordinary) ||
+			    vanished(g, m, drop_leaving) || in_set(L, nl, m) ||
+			    in_set(chosen, got, m) ||
 			    (pass == 0 &&
 			     domain_in(g, L, nl, g->all[m].domain, ordinary)))
 				continue;
@@ -267,24 +306,53 @@ static unsigned arc_fill_departed(const farm_ring *g, const struct one_ring *R,
 
 /* The replicas of the arc ending at point @i of ring @R into @chosen
  * (machine indices, g->nrep of them): ring.h's steps, with the late
- * machine @ordinary (UINT32_MAX: none) placed as any other member. */
+ * machine @ordinary (UINT32_MAX: none) placed as any other member, and
+ * with @drop_leaving the leaving members placed as departed ones. */
 static unsigned place_arc_as(const farm_ring *g, const struct one_ring *R,
-                             unsigned i, uint32_t ordinary, uint32_t *chosen)
+                             unsigned i, uint32_t ordinary, bool drop_leaving,
+                             uint32_t *chosen)
 {
 	uint32_t L[FARM_RING_MAX_REPLICAS];
-	unsigned nl = arc_leaders(g, R, i, ordinary, L);
+	unsigned nl = arc_leaders(g, R, i, ordinary, drop_leaving, L);
 	/* 2. L's members, in L's order. */
 	unsigned got = 0;
 	for (unsigned q = 0; q < nl && got < g->nrep; q++)
-		if (!away_for(g, L[q], ordinary))
+		if (!away_for(g, L[q], ordinary) &&
+		    !gone_for(g, L[q], drop_leaving))
 			chosen[got++] = L[q];
-	got = arc_fill_departed(g, R, i, ordinary, L, nl, chosen, got);
+	got = arc_fill_departed(g, R, i, ordinary, drop_leaving, L, nl, chosen,
+	                        got);
 	/* 4. Still short: the late members, in the order they joined (the
 	 * same for every region, so a later joiner only appends). */
 	for (unsigned q = 0; q < g->nlate && got < g->nrep; q++)
-		if (!in_set(chosen, got, g->late[q]))
+		if (!in_set(chosen, got, g->late[q]) &&
+		    !gone_for(g, g->late[q], drop_leaving))
 			chosen[got++] = g->late[q];
 	return got;
+}
+
+/* Graceful leave: the arc's successors (ring.h) into @succ (g->nrep
+ * slots, FARM_RING_NO_EXTRA after the last): the target's machines that
+ * @chosen (@got replicas) lacks, in its order, while the holders have
+ * room (@used of them so far). */
+static void place_successors(const farm_ring *g, const struct one_ring *R,
+                             unsigned i, const uint32_t *chosen, unsigned got,
+                             unsigned used, uint32_t extra, uint32_t *succ)
+{
+	unsigned k = 0;
+	for (unsigned q = 0; q < g->nrep; q++)
+		succ[q] = FARM_RING_NO_EXTRA;
+	bool leaves = false;
+	for (unsigned q = 0; q < got; q++)
+		leaves |= g->all[chosen[q]].leaving;
+	if (!leaves)
+		return;
+	uint32_t target[FARM_RING_MAX_REPLICAS];
+	unsigned nt = place_arc_as(g, R, i, UINT32_MAX, true, target);
+	for (unsigned q = 0; q < nt && used + k < FARM_RING_MAX_REPLICAS; q++)
+		if (!in_set(chosen, got, target[q]) &&
+		    g->all[target[q]].id != extra)
+			succ[k++] = g->all[target[q]].id;
 }
 
 /* The arc ending at point @i of ring @R: its replicas into @rep (ids,
@@ -293,20 +361,24 @@ static void place_arc(const farm_ring *g, const struct one_ring *R, unsigned i,
                       uint32_t *rep, uint32_t *extra)
 {
 	uint32_t chosen[FARM_RING_MAX_REPLICAS];
-	unsigned got = place_arc_as(g, R, i, UINT32_MAX, chosen);
+	unsigned got = place_arc_as(g, R, i, UINT32_MAX, false, chosen);
 	for (unsigned q = 0; q < got; q++)
 		rep[q] = g->all[chosen[q]].id;
 	*extra = FARM_RING_NO_EXTRA;
 	/* Growth: where the grower placed as an ordinary member would be a
 	 * replica and is not one, it is an extra backup, after the others
 	 * (so never promoted ahead of them). With room for it only. */
-	if (g->grower == UINT32_MAX || got >= FARM_RING_MAX_REPLICAS ||
-	    in_set(chosen, got, g->grower))
-		return;
-	uint32_t target[FARM_RING_MAX_REPLICAS];
-	unsigned nt = place_arc_as(g, R, i, g->grower, target);
-	if (in_set(target, nt, g->grower))
-		*extra = g->all[g->grower].id;
+	if (g->grower != UINT32_MAX && got < FARM_RING_MAX_REPLICAS &&
+	    !in_set(chosen, got, g->grower)) {
+		uint32_t target[FARM_RING_MAX_REPLICAS];
+		unsigned nt = place_arc_as(g, R, i, g->grower, false, target);
+		if (in_set(target, nt, g->grower))
+			*extra = g->all[g->grower].id;
+	}
+	if (R->succ)
+		place_successors(g, R, i, chosen, got,
+		                 got + (*extra != FARM_RING_NO_EXTRA), *extra,
+		                 &R->succ[(size_t)i * g->nrep]);
 }
 
 /* @attr with its zero fields set to the defaults, into *@a; -EINVAL for
@@ -349,6 +421,8 @@ static void ring_copy_machines(farm_ring *g, const struct farm_ring_machine *ms,
 			g->all[g->nall].domain = 0;
 		if (no_late)
 			g->all[g->nall].late = 0;
+		if (ms[m].departed)
+			g->all[g->nall].leaving = false;
 		/* A shadow means something only for a late member. */
 		if (!domains || !g->all[g->nall].late ||
 		    g->all[g->nall].departed)
@@ -374,7 +448,7 @@ static int ring_sort_members(farm_ring *g)
 }
 
 /* Late members by rank (ties, which a view never makes, by id) into
- * g->late; the first of them is the grower. */
+ * g->late; the first of them not leaving is the grower. */
 static int ring_rank_late(farm_ring *g)
 {
 	g->late = malloc((g->nall ? g->nall : 1) * sizeof(*g->late));
@@ -390,7 +464,27 @@ static int ring_rank_late(farm_ring *g)
 		}
 		g->late[q] = m;
 	}
-	g->grower = g->nlate ? g->late[0] : UINT32_MAX;
+	g->grower = UINT32_MAX;
+	for (unsigned q = 0; q < g->nlate && g->grower == UINT32_MAX; q++)
+		if (!g->all[g->late[q]].leaving)
+			g->grower = g->late[q];
+	return 0;
+}
+
+/* Count the leaving members and mark those that name no domain (before
+ * ring_number_domains gives them one of their own; without domains,
+ * every one). -ENOMEM. */
+static int ring_mark_leaving(farm_ring *g)
+{
+	for (unsigned m = 0; m < g->nall; m++)
+		g->nleaving += g->all[m].leaving;
+	if (!g->nleaving)
+		return 0;
+	g->vanish = calloc(g->nall, sizeof(*g->vanish));
+	if (!g->vanish)
+		return -ENOMEM;
+	for (unsigned m = 0; m < g->nall; m++)
+		g->vanish[m] = g->all[m].leaving && !g->all[m].domain;
 	return 0;
 }
 
@@ -431,7 +525,11 @@ static int ring_alloc_one(const farm_ring *g, struct one_ring *R)
 	R->pts = malloc(g->npts * sizeof(*R->pts));
 	R->reps = malloc((size_t)g->npts * g->nrep * sizeof(*R->reps));
 	R->extra = malloc((size_t)g->npts * sizeof(*R->extra));
-	return R->pts && R->reps && R->extra ? 0 : -ENOMEM;
+	if (g->nleaving)
+		R->succ = malloc((size_t)g->npts * g->nrep * sizeof(*R->succ));
+	return R->pts && R->reps && R->extra && (R->succ || !g->nleaving)
+	               ? 0
+	               : -ENOMEM;
 }
 
 /* Ring @j: every machine's points in position order, then each arc's
@@ -481,7 +579,7 @@ static int ring_prepare(const struct farm_ring_machine *ms, unsigned n,
 	}
 	ring_copy_machines(g, ms, n);
 	if ((rc = ring_sort_members(g)) || (rc = ring_rank_late(g)) ||
-	    (rc = ring_number_domains(g)))
+	    (rc = ring_mark_leaving(g)) || (rc = ring_number_domains(g)))
 		goto fail;
 	g->k = a.rings;
 	g->p = a.points;
@@ -594,7 +692,8 @@ static int ring_diff(const farm_ring *prev, const farm_ring *g,
 static bool ring_updatable(const farm_ring *prev, const farm_ring *g)
 {
 	if (!prev->plain || !g->plain || prev->k != g->k || prev->p != g->p ||
-	    prev->r != g->r || prev->nrep != g->nrep)
+	    prev->r != g->r || prev->nrep != g->nrep || prev->nleaving ||
+	    g->nleaving)
 		return false;
 	unsigned early[2] = {0, 0};
 	for (unsigned m = 0; m < prev->nall; m++)
@@ -784,6 +883,10 @@ static bool rings_same(const farm_ring *a, const farm_ring *b, unsigned j)
 		    x->pts[i].idx != y->pts[i].idx ||
 		    x->extra[i] != y->extra[i])
 			return false;
+	if (!x->succ != !y->succ ||
+	    (x->succ && memcmp(x->succ, y->succ,
+	                       (size_t)a->npts * a->nrep * sizeof(*x->succ))))
+		return false;
 	return !memcmp(x->reps, y->reps,
 	               (size_t)a->npts * a->nrep * sizeof(*x->reps));
 }
@@ -794,6 +897,7 @@ bool farm_ring_same(const farm_ring *a, const farm_ring *b)
 	    a->nrep != b->nrep || a->n != b->n || a->nall != b->nall ||
 	    a->npts != b->npts || a->grower != b->grower ||
 	    a->nlate != b->nlate || a->ndomains != b->ndomains ||
+	    a->nleaving != b->nleaving ||
 	    memcmp(a->ids, b->ids, a->n * sizeof(*a->ids)) ||
 	    memcmp(a->late, b->late, a->nlate * sizeof(*a->late)))
 		return false;
@@ -802,6 +906,7 @@ bool farm_ring_same(const farm_ring *a, const farm_ring *b)
 		    a->all[m].domain != b->all[m].domain ||
 		    a->all[m].departed != b->all[m].departed ||
 		    a->all[m].late != b->all[m].late ||
+		    a->all[m].leaving != b->all[m].leaving ||
 		    a->all[m].shadow != b->all[m].shadow)
 			return false;
 	for (unsigned j = 0; j < a->k; j++)
@@ -897,7 +1002,29 @@ unsigned farm_ring_holders(const farm_ring *ring, uint32_t region,
 	unsigned n = ring->nrep;
 	if (R->extra[i] != FARM_RING_NO_EXTRA)
 		out[n++] = R->extra[i];
+	const uint32_t *sc = R->succ ? &R->succ[(size_t)i * ring->nrep] : NULL;
+	for (unsigned q = 0;
+	     sc && q < ring->nrep && sc[q] != FARM_RING_NO_EXTRA; q++)
+		out[n++] = sc[q];
 	return n;
+}
+
+unsigned farm_ring_successors(const farm_ring *ring, uint32_t region,
+                              uint32_t *out)
+{
+	unsigned i, n = 0;
+	const struct one_ring *R = arc_of(ring, region, &i);
+	const uint32_t *sc = R->succ ? &R->succ[(size_t)i * ring->nrep] : NULL;
+	while (sc && n < ring->nrep && sc[n] != FARM_RING_NO_EXTRA) {
+		out[n] = sc[n];
+		n++;
+	}
+	return n;
+}
+
+unsigned farm_ring_nleaving(const farm_ring *ring)
+{
+	return ring ? ring->nleaving : 0;
 }
 
 uint32_t farm_ring_primary(const farm_ring *ring, uint32_t region)

@@ -94,6 +94,11 @@ struct farm_ring_machine {
 	 * takes it out of the late list (and drops the shadow) places it.
 	 * Ignored on a departed or not late machine. */
 	uint32_t shadow;
+	/* A member on its way out (a graceful leave, src/recovery/README.md
+	 * "Graceful leave"): placed as any member, so its lists do not
+	 * change, and its successors (farm_ring_successors) fill copies
+	 * after them. Never the grower. */
+	bool leaving;
 };
 /*
  * farm_ring_build_domains() - rings for the @n machines in @ms (any order,
@@ -174,13 +179,35 @@ uint32_t farm_ring_primary(const farm_ring *ring, uint32_t region);
  *
  * farm_ring_extra() - @region's extra backup, or FARM_RING_NO_EXTRA.
  * farm_ring_holders() - @region's replicas, primary first, then its
- * extra backup if any, into @out (room for FARM_RING_MAX_REPLICAS; an
- * extra is given only where the replicas leave room). Returns how many.
+ * extra backup if any, then its successors if any (below), into @out
+ * (room for FARM_RING_MAX_REPLICAS; an extra is given only where the
+ * replicas leave room). Returns how many.
  */
 #define FARM_RING_NO_EXTRA UINT32_MAX
 uint32_t farm_ring_extra(const farm_ring *ring, uint32_t region);
 unsigned farm_ring_holders(const farm_ring *ring, uint32_t region,
                            uint32_t *out);
+
+/*
+ * Graceful leave: where a region's replicas include a leaving member, its
+ * *successors* are the machines that the placement with every leaving
+ * member departed lists and the real one does not: the ones that
+ * departure appends (the target is the replicas less the leavers, then
+ * them, in that order). Listed by farm_ring_holders after the replicas
+ * and the extra backup, given only where room is left (with r = 3 and
+ * one leaver, always). Like an extra, a successor gets every
+ * COMMIT-BACKUP and data recovery fills its copy, and it is never
+ * promoted while a replica lives; once the leaver departs the replicas
+ * are the old ones less it, then the successors, so no copy moves.
+ *
+ * farm_ring_successors() - @region's successors into @out (room for
+ * FARM_RING_MAX_REPLICAS), in the target's order. Returns how many (0
+ * when no replica of it is leaving).
+ * farm_ring_nleaving() - how many members are leaving.
+ */
+unsigned farm_ring_successors(const farm_ring *ring, uint32_t region,
+                              uint32_t *out);
+unsigned farm_ring_nleaving(const farm_ring *ring);
 
 /*
  * farm_ring_pick_region() - a region id whose primary is @machine, on a

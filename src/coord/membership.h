@@ -48,6 +48,9 @@
  *                        "late <id>\n"                joined late, in order
  *                        "gone <id>\n"                left the formed cluster
  *                        "lost <id>\n"                given up at a restart
+ *                        "leaving <id>\n"             a member leaving
+ *                                                     gracefully, in the
+ *                                                     order asked
  *                      (config_id 0 with no members until the first write)
  *     R/grow           persistent; "<id> <config id>": the grower that
  *                      said its share is complete in that configuration
@@ -183,6 +186,13 @@ struct farm_view {
 	 * manager wrote this configuration for it; 0: none. Every machine
 	 * runs a round for a view with it set. */
 	uint64_t bump;
+	/* Members leaving gracefully (src/recovery/README.md, "Graceful
+	 * leave"), in the order they asked: each is placed as before, and
+	 * the regions it holds list their successors (ring.h), whose copies
+	 * fill before it departs. Every listed id is a member; one that
+	 * departs leaves the list. */
+	unsigned nleaving;
+	uint32_t leaving[FARM_VIEW_MAX];
 };
 
 enum farm_membership_state {
@@ -356,6 +366,28 @@ int farm_membership_grown(struct farm_membership *m, uint64_t config_id);
  * at once: 0; -EINVAL; -ENOTSUP (static backend); FARM_ECLOSED.
  */
 int farm_membership_bump(struct farm_membership *m, uint64_t config_id);
+/*
+ * farm_membership_leave() - ask to leave the cluster gracefully
+ * (src/recovery/README.md, "Graceful leave"), having checked in
+ * configuration @config_id that enough machines stay
+ * (farm_view_may_leave). The mark goes to ZooKeeper (R/leave); the
+ * manager lists this machine leaving in the next configuration if
+ * @config_id is still the one in force and it is still a member (a
+ * request of an older configuration was checked against other members:
+ * ignored, the caller asks again). Returns at once: 0; -EINVAL;
+ * -ENOTSUP (static backend: its members never change); FARM_ECLOSED.
+ */
+int farm_membership_leave(struct farm_membership *m, uint64_t config_id);
+/*
+ * farm_view_may_leave() - may member @id of @v leave gracefully, with
+ * @replicas copies of every region? 0: yes, or it is leaving already
+ * (asking again changes nothing); -ENOENT: not a member; -EBUSY: fewer
+ * than @replicas members would be left once it and the machines leaving
+ * already have gone (nothing changes; a region would have no room for
+ * its copies). -EINVAL for NULL.
+ */
+int farm_view_may_leave(const struct farm_view *v, uint32_t id,
+                        unsigned replicas);
 /*
  * farm_membership_restarted() - this machine's whole-cluster restart ran
  * (or it gave it up): from now on, as manager, it writes configurations

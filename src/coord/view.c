@@ -48,10 +48,11 @@ static bool same_shape(const struct farm_view *a, const struct farm_view *b)
 	       a->ndeparted == b->ndeparted && a->formed == b->formed &&
 	       a->nlate == b->nlate && a->ngone == b->ngone &&
 	       a->nlost == b->nlost && a->restart == b->restart &&
-	       a->bump == b->bump;
+	       a->bump == b->bump && a->nleaving == b->nleaving;
 }
 
-/* The lost, late and gone lists of two views of the same shape agree (a
+/* The lost, late, gone and leaving lists of two views of the same shape
+ * agree (a
  * count past FARM_VIEW_MAX is not compared: the lists are not read past
  * their arrays). */
 static bool same_id_lists(const struct farm_view *a, const struct farm_view *b)
@@ -61,7 +62,10 @@ static bool same_id_lists(const struct farm_view *a, const struct farm_view *b)
 	       !(a->nlate <= FARM_VIEW_MAX &&
 	         memcmp(a->late, b->late, a->nlate * sizeof(a->late[0]))) &&
 	       !(a->ngone <= FARM_VIEW_MAX &&
-	         memcmp(a->gone, b->gone, a->ngone * sizeof(a->gone[0])));
+	         memcmp(a->gone, b->gone, a->ngone * sizeof(a->gone[0]))) &&
+	       !(a->nleaving <= FARM_VIEW_MAX &&
+	         memcmp(a->leaving, b->leaving,
+	                a->nleaving * sizeof(a->leaving[0])));
 }
 
 /* The members, departed and removed machines of two views of the same
@@ -103,6 +107,19 @@ bool farm_ids_have(const uint32_t *ids, unsigned n, uint32_t id)
 		if (ids[i] == id)
 			return true;
 	return false;
+}
+
+int farm_view_may_leave(const struct farm_view *v, uint32_t id,
+                        unsigned replicas)
+{
+	if (!v)
+		return -EINVAL;
+	if (!farm_view_find(v, id))
+		return -ENOENT;
+	if (farm_ids_have(v->leaving, v->nleaving, id))
+		return 0;
+	unsigned stay = v->n > v->nleaving ? v->n - v->nleaving : 0;
+	return stay >= 1u + replicas ? 0 : -EBUSY;
 }
 
 bool farm_view_removed(const struct farm_view *v, uint32_t id)
@@ -204,7 +221,9 @@ unsigned farm_view_placement(const struct farm_view *v, const uint32_t *ids,
 		        .late = late,
 		        .shadow = sh && late
 		                          ? domain_number(names, nn, sh->domain)
-		                          : 0};
+		                          : 0,
+		        .leaving =
+		                farm_ids_have(v->leaving, v->nleaving, ids[i])};
 	}
 	/* A late machine that left keeps its rank (the late list keeps
 	 * ids that left): it stays out of the domain walk, so the
@@ -376,8 +395,8 @@ static int format_machines(const struct farm_view *v, char *buf, size_t len,
 	return 0;
 }
 
-/* The view's state: formed, the late, gone and lost machines, and the
- * restart and bump counters (each line only when set). */
+/* The view's state: formed, the late, gone, lost and leaving machines,
+ * and the restart and bump counters (each line only when set). */
 static int format_state(const struct farm_view *v, char *buf, size_t len,
                         size_t *off)
 {
@@ -385,7 +404,8 @@ static int format_state(const struct farm_view *v, char *buf, size_t len,
 		return -1;
 	if (format_ids(buf, len, off, "late", v->late, v->nlate) ||
 	    format_ids(buf, len, off, "gone", v->gone, v->ngone) ||
-	    format_ids(buf, len, off, "lost", v->lost, v->nlost))
+	    format_ids(buf, len, off, "lost", v->lost, v->nlost) ||
+	    format_ids(buf, len, off, "leaving", v->leaving, v->nleaving))
 		return -1;
 	if (v->restart &&
 	    emit(buf, len, off, "restart %" PRIu64 "\n", v->restart))
@@ -399,7 +419,8 @@ int farm_view_format(const struct farm_view *v, char *buf, size_t len)
 {
 	if (!v || !buf || v->n > FARM_VIEW_MAX ||
 	    v->ndeparted > FARM_VIEW_MAX || v->nlate > FARM_VIEW_MAX ||
-	    v->ngone > FARM_VIEW_MAX || v->nlost > FARM_VIEW_MAX)
+	    v->ngone > FARM_VIEW_MAX || v->nlost > FARM_VIEW_MAX ||
+	    v->nleaving > FARM_VIEW_MAX)
 		return -EINVAL;
 	size_t off = 0;
 	bool v2 = false, v3 = false;
@@ -441,14 +462,14 @@ static int parse_dec(const char *s, const char *lim, uint64_t max,
 	return 0;
 }
 
-/* The id after a "<tag> " of 5 bytes at @p (line end @nl) appended to
+/* The id after a "<tag> " of @tag bytes at @p (line end @nl) appended to
  * @ids (*@n of them, distinct, at most FARM_VIEW_MAX). 0, or -1. */
-static int parse_id_line(const char *p, const char *nl, uint32_t *ids,
-                         unsigned *n)
+static int parse_id_line(const char *p, size_t tag, const char *nl,
+                         uint32_t *ids, unsigned *n)
 {
 	uint64_t x;
 	const char *e;
-	if (*n == FARM_VIEW_MAX || parse_dec(p + 5, nl, UINT32_MAX, &x, &e) ||
+	if (*n == FARM_VIEW_MAX || parse_dec(p + tag, nl, UINT32_MAX, &x, &e) ||
 	    e != nl || farm_ids_have(ids, *n, (uint32_t)x))
 		return -1;
 	ids[(*n)++] = (uint32_t)x;
@@ -499,17 +520,26 @@ static int vl_formed(struct view_parse *s, const char *p, const char *nl)
 
 static int vl_late(struct view_parse *s, const char *p, const char *nl)
 {
-	return parse_id_line(p, nl, s->v->late, &s->v->nlate);
+	return parse_id_line(p, 5, nl, s->v->late, &s->v->nlate);
 }
 
 static int vl_gone(struct view_parse *s, const char *p, const char *nl)
 {
-	return parse_id_line(p, nl, s->v->gone, &s->v->ngone);
+	return parse_id_line(p, 5, nl, s->v->gone, &s->v->ngone);
 }
 
 static int vl_lost(struct view_parse *s, const char *p, const char *nl)
 {
-	return parse_id_line(p, nl, s->v->lost, &s->v->nlost);
+	return parse_id_line(p, 5, nl, s->v->lost, &s->v->nlost);
+}
+
+/* "leaving <id>": a member's (checked once every line is read: the
+ * members come first). An older parser takes it for a malformed member
+ * line and refuses the configuration, as it must: it would place the
+ * leaver's successors nowhere. */
+static int vl_leaving(struct view_parse *s, const char *p, const char *nl)
+{
+	return parse_id_line(p, 8, nl, s->v->leaving, &s->v->nleaving);
 }
 
 /* "<tag> <u64 above 0>" once: "restart " (8 bytes) and "bump " (5). */
@@ -555,7 +585,7 @@ static int vl_incarnation(struct view_parse *s, const char *p, const char *nl)
 	uint64_t x, c;
 	const char *e;
 	if (!s->v2 || v->nremoved || v->formed || v->nlate || v->ngone ||
-	    v->nlost || v->restart ||
+	    v->nlost || v->restart || v->nleaving ||
 	    parse_dec(p + 12, nl, UINT32_MAX, &x, &e) || e == nl || *e != ' ' ||
 	    (s->have_inc && x <= s->last_inc) ||
 	    parse_dec(e + 1, nl, UINT32_MAX, &c, &e) || e != nl || c == 0)
@@ -622,7 +652,7 @@ static int vl_shadow(struct view_parse *s, const char *p, const char *nl)
 	uint64_t x;
 	char d[FARM_DOMAIN_MAX];
 	if (!s->v3 || s->have_inc || v->nremoved || v->formed || v->nlate ||
-	    v->ngone || v->nlost || v->restart ||
+	    v->ngone || v->nlost || v->restart || v->nleaving ||
 	    parse_id_domain(p + 7, nl, &x, d) ||
 	    (s->have_shadow && x <= s->last_shadow) ||
 	    v->ndeparted == FARM_VIEW_MAX)
@@ -653,7 +683,7 @@ static int vl_member(struct view_parse *s, const char *p, const char *nl)
 	const char *e;
 	if (v->nremoved || s->have_domain || s->have_shadow || s->have_inc ||
 	    v->formed || v->nlate || v->ngone || v->nlost || v->restart ||
-	    n < 7 || memcmp(p, "member ", 7) ||
+	    v->nleaving || n < 7 || memcmp(p, "member ", 7) ||
 	    parse_dec(p + 7, nl, UINT32_MAX, &x, &e) || e == nl || *e != ' ')
 		return -1;
 	if (v->n == FARM_VIEW_MAX || (v->n && v->members[v->n - 1].id >= x))
@@ -686,6 +716,7 @@ static const struct {
         {"late ", 5, false, vl_late},
         {"gone ", 5, false, vl_gone},
         {"lost ", 5, false, vl_lost},
+        {"leaving ", 8, false, vl_leaving},
         {"restart ", 8, false, vl_restart},
         {"bump ", 5, false, vl_bump},
         {"removed ", 8, false, vl_removed},
@@ -751,8 +782,11 @@ int farm_view_parse(const char *buf, size_t len, struct farm_view *v)
 		line++;
 		p = nl + 1;
 	}
-	/* A named CM must be a member. */
-	if (!have_id || (v->has_cm && !farm_view_find(v, v->cm))) {
+	/* A named CM and every leaving machine must be members. */
+	bool strangers = false;
+	for (unsigned i = 0; i < v->nleaving; i++)
+		strangers |= !farm_view_find(v, v->leaving[i]);
+	if (!have_id || (v->has_cm && !farm_view_find(v, v->cm)) || strangers) {
 		memset(v, 0, sizeof(*v));
 		return FARM_ECORRUPT;
 	}

@@ -490,6 +490,16 @@ static int zk_fast_write(struct farm_membership *m, uint64_t t_begin)
 /* Write our marks (farm_zk_mark): the manager's watch on each brings it a
  * sync, which acts on a mark that names the configuration in force
  * (zk_next.c: the grower leaves the late list; a bump is written). */
+/* What each mark says, for the log. */
+static const char *const mark_says[FARM_ZK_NMARKS] = {
+        [FARM_ZK_MARK_GROW] = "holds every copy of its share: asks to "
+                              "become an ordinary member",
+        [FARM_ZK_MARK_BUMP] = "holds a complete copy of a region it is "
+                              "primary of that no round promoted: asks for "
+                              "a round",
+        [FARM_ZK_MARK_LEAVE] = "asks to leave the cluster gracefully",
+};
+
 static int zk_mark_write(struct farm_membership *m)
 {
 	struct farm_zk *z = m->zk;
@@ -520,14 +530,7 @@ static int zk_mark_write(struct farm_membership *m)
 		pthread_mutex_unlock(&m->lock);
 		farm_info("membership: machine %" PRIu32 " %s in configuration "
 		          "%" PRIu64,
-		          m->self,
-		          k == FARM_ZK_MARK_GROW
-		                  ? "holds every copy of its share: asks to "
-		                    "become an ordinary member"
-		                  : "holds a complete copy of a region it is "
-		                    "primary of that no round promoted: asks "
-		                    "for a round",
-		          cfg);
+		          m->self, mark_says[k], cfg);
 	}
 	return 0;
 }
@@ -997,6 +1000,8 @@ int farm_zk_open(struct farm_membership *m,
 	snprintf(z->mark[FARM_ZK_MARK_GROW], sizeof(z->mark[0]), "%s/grow",
 	         root);
 	snprintf(z->mark[FARM_ZK_MARK_BUMP], sizeof(z->mark[0]), "%s/bump",
+	         root);
+	snprintf(z->mark[FARM_ZK_MARK_LEAVE], sizeof(z->mark[0]), "%s/leave",
 	         root);
 	snprintf(z->self_path, sizeof(z->self_path), "%s/%" PRIu32, z->members,
 	         m->self);

@@ -18,7 +18,7 @@
 	                about 72 */
 #define ZK_DEFAULT_SESSION_MS 4000u
 /* Least time between two routine resolutions of the server names (zk.c). */
-#define ZK_RESOLVE_MS 10000
+#define ZK_RESOLVE_MS         10000
 #define ZK_DEFAULT_CONNECT_MS 5000u
 /* A registration's data: the endpoint, then "\ndomain <name>" when the
  * machine has a failure domain. */
@@ -67,8 +67,10 @@ struct farm_zk {
 	/* Marks, "<id> <config id>" (enum farm_zk_mark): R/grow, the last
 	 * machine that said its extra copies were complete in that
 	 * configuration (farm_membership_grown); R/bump, the last member
-	 * that asked for a recovery round in it (farm_membership_bump). The
-	 * manager reads them with its watch in every sync. */
+	 * that asked for a recovery round in it (farm_membership_bump);
+	 * R/leave, the last member that asked to leave gracefully
+	 * (farm_membership_leave). The manager reads them with its watch in
+	 * every sync. */
 	char mark[FARM_ZK_NMARKS][216];
 	/* Under m->lock: the configuration our mark names (0: none). */
 	uint64_t mark_want[FARM_ZK_NMARKS];

@@ -173,6 +173,34 @@ static void next_bump(const struct farm_zk *z, struct farm_view *x,
 	}
 }
 
+/* Graceful leave: the leaving machines still members stay listed, in
+ * their order; one that departed (its handoff done, or failed) leaves
+ * the list. A request (farm_membership_leave, R/leave) made in the
+ * configuration in force by a member that stays one adds it last: the
+ * asker checked in that configuration that enough machines stay
+ * (farm_view_may_leave), and one request a configuration keeps that
+ * check true when two machines ask at once. */
+static void next_leaving(const struct farm_zk *z, struct farm_view *x,
+                         const struct farm_view *c)
+{
+	x->nleaving = 0;
+	for (unsigned i = 0; i < c->nleaving && i < FARM_VIEW_MAX; i++)
+		if (farm_view_find(x, c->leaving[i]))
+			x->leaving[x->nleaving++] = c->leaving[i];
+	uint64_t lcfg = z->mark_cfg[FARM_ZK_MARK_LEAVE];
+	uint32_t lid = z->mark_id[FARM_ZK_MARK_LEAVE];
+	if (!lcfg || lcfg != c->config_id || !farm_view_find(c, lid) ||
+	    !farm_view_find(x, lid) ||
+	    farm_ids_have(x->leaving, x->nleaving, lid) ||
+	    x->nleaving == FARM_VIEW_MAX)
+		return;
+	farm_info("membership: machine %" PRIu32 " leaves gracefully: its "
+	          "regions' successors fill their copies from the next "
+	          "configuration",
+	          lid);
+	x->leaving[x->nleaving++] = lid;
+}
+
 /* Room for one more late id: a full list drops its oldest id that is no
  * longer a member. false (after saying so) when every listed one is. */
 static bool late_room(struct farm_view *x, uint32_t id)
@@ -252,6 +280,7 @@ static void zk_late(struct farm_membership *m)
 	next_grown(z, x, c);
 	next_bump(z, x, c);
 	next_late_new(x, c);
+	next_leaving(z, x, c);
 }
 
 /* The restart mark this machine writes as manager (farm_view.restart): its
