@@ -134,15 +134,6 @@ static const char *dr_grow_broken =
         "a growing machine's copies counted complete before they were "
         "copied";
 
-/* The parent's pause between two polls of the machines' state. */
-static void poll_pause(unsigned ms)
-{
-	struct timespec ts = {.tv_sec = ms / 1000,
-	                      .tv_nsec = (long)(ms % 1000) * 1000000L};
-	while (nanosleep(&ts, &ts) && errno == EINTR)
-		;
-}
-
 /* 'g' -> 'G': what a machine holds, and its copies (replicas.h). */
 
 /* 'H' -> 'h': region hashes once the logs are truncated. */
@@ -581,7 +572,7 @@ static struct held_report *round_after(unsigned i, uint64_t t, uint64_t dl)
 		free(r);
 		if (np_now_ns() > dl)
 			return NULL;
-		poll_pause(20);
+		np_pause_ms(20);
 	}
 }
 
@@ -613,7 +604,7 @@ static bool grower_killed(struct rb_result *res, uint64_t *t)
 			free(r);
 		}
 		if (!moved)
-			poll_pause(20);
+			np_pause_ms(20);
 	}
 	return moved;
 }
@@ -632,7 +623,7 @@ static void grow_displace(struct rb_result *res)
 		ok = grown(g, true);
 		free(g);
 		if (!ok)
-			poll_pause(20);
+			np_pause_ms(20);
 	}
 	if (!ok)
 		failed(&res->f,
@@ -713,7 +704,7 @@ static void grow_kill(struct rb_result *res)
 		}
 		free(g);
 		if (!region)
-			poll_pause(20);
+			np_pause_ms(20);
 	}
 	if (!region) {
 		failed(f,
@@ -800,7 +791,7 @@ static void grow_round(struct rb_result *res)
 		free(g);
 		free(r);
 		if (!ready)
-			poll_pause(20);
+			np_pause_ms(20);
 	}
 	if (!ready) {
 		failed(f,
@@ -934,7 +925,7 @@ static void run_mode(unsigned first, int second, bool rejoin, bool grow,
 		/* Kill once some new backup has read part of a region. */
 		uint64_t dl = np_now_ns() + 20000000000ull;
 		while (!(killed_during = copying(&res)) && np_now_ns() < dl)
-			poll_pause(5);
+			np_pause_ms(5);
 		rb_reap(&res, (unsigned)second, true);
 		rb_tell(&res, (unsigned)second, false);
 	}
@@ -981,7 +972,7 @@ static void run_mode(unsigned first, int second, bool rejoin, bool grow,
 		}
 		if (ok || np_now_ns() > dl)
 			break;
-		poll_pause(20);
+		np_pause_ms(20);
 	}
 	printf("%s: %u regions; fully replicated: %s (%.0f ms after the "
 	       "survivors' run)%s%s\n",

@@ -333,25 +333,6 @@ static struct rc_count ask_count(unsigned i, char cmd, char want)
 	return r;
 }
 
-static void reap(unsigned i)
-{
-	int st = tu_reap(cl.pid[i]);
-	assert_int_equal(st, 128 + SIGKILL);
-	cl.pid[i] = 0;
-	close(cl.to[i]);
-	close(cl.from[i]);
-	cl.to[i] = cl.from[i] = -1;
-}
-
-/* The parent's pause between two polls of the machines' state. */
-static void poll_pause(unsigned ms)
-{
-	struct timespec ts = {.tv_sec = ms / 1000,
-	                      .tv_nsec = (long)(ms % 1000) * 1000000L};
-	while (nanosleep(&ts, &ts) && errno == EINTR)
-		;
-}
-
 /* Every region at 3 complete replicas within @ms: 0, or -1 (why in @why). */
 static int await_replicated(unsigned ms, char *why, size_t len, unsigned *nreg,
                             struct held_report **last)
@@ -374,7 +355,7 @@ static int await_replicated(unsigned ms, char *why, size_t len, unsigned *nreg,
 				last[i] = r[i];
 			return ok ? 0 : -1;
 		}
-		poll_pause(20);
+		np_pause_ms(20);
 	}
 }
 
@@ -391,7 +372,7 @@ static void test_restart_copy(void **state)
 
 	/* 2. The victim killed; 3. its objects freed by machine 0. */
 	assert_int_equal(kill(cl.pid[RC_VICTIM], SIGKILL), 0);
-	reap(RC_VICTIM);
+	np_reap_killed(&cl, RC_VICTIM);
 	struct rc_count k = ask_count(RC_FREER, 'K', 'k');
 	if (k.err || k.n != RC_OBJS)
 		failed(&setup, "%" PRIu64 " of %d frees committed (last: %s)",
@@ -406,7 +387,7 @@ static void test_restart_copy(void **state)
 			deferred += ask_count(i, 'd', 'D').n;
 		if (deferred >= RC_OBJS || np_now_ns() > dl)
 			break;
-		poll_pause(20);
+		np_pause_ms(20);
 	}
 	if (deferred != RC_OBJS)
 		failed(&setup,
@@ -433,7 +414,7 @@ static void test_restart_copy(void **state)
 	for (unsigned i = 0; i < RC_SURVIVORS; i++)
 		assert_int_equal(kill(cl.pid[i], SIGKILL), 0);
 	for (unsigned i = 0; i < RC_SURVIVORS; i++)
-		reap(i);
+		np_reap_killed(&cl, i);
 	uint64_t t_kill = np_now_ns();
 	for (unsigned i = 0; i < RC_SURVIVORS; i++)
 		np_spawn_one(&cl, i, restart_machine, NULL);

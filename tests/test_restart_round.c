@@ -279,18 +279,6 @@ out:
 
 /* ---- the parent ------------------------------------------------------- */
 
-static void reap(unsigned i)
-{
-	int st = tu_reap(cl.pid[i]);
-	assert_int_equal(st, 128 + SIGKILL);
-	cl.pid[i] = 0;
-	close(cl.to[i]);
-	close(cl.from[i]);
-	cl.to[i] = cl.from[i] = -1;
-}
-
-static void poll_pause(unsigned ms);
-
 /* Machine @i kills itself within RR_STEP_MS (else the test fails, with
  * what its commit returned when it said). */
 static void await_death(unsigned i)
@@ -300,7 +288,7 @@ static void await_death(unsigned i)
 	pid_t got;
 	while ((got = waitpid(cl.pid[i], &st, WNOHANG)) == 0 &&
 	       np_now_ns() < dl)
-		poll_pause(10);
+		np_pause_ms(10);
 	if (got != cl.pid[i])
 		fail_msg("machine %u did not die at its commit's "
 		         "COMMIT-BACKUPs: the test did not set its case up",
@@ -310,14 +298,6 @@ static void await_death(unsigned i)
 	close(cl.to[i]);
 	close(cl.from[i]);
 	cl.to[i] = cl.from[i] = -1;
-}
-
-static void poll_pause(unsigned ms)
-{
-	struct timespec ts = {.tv_sec = ms / 1000,
-	                      .tv_nsec = (long)(ms % 1000) * 1000000L};
-	while (nanosleep(&ts, &ts) && errno == EINTR)
-		;
 }
 
 static struct held_report *ask_held(unsigned i)
@@ -358,7 +338,7 @@ static int await_replicated(uint64_t in, char *why, size_t len)
 			return 0;
 		if (np_now_ns() > dl)
 			return -1;
-		poll_pause(20);
+		np_pause_ms(20);
 	}
 }
 
@@ -453,7 +433,7 @@ static void set_up(unsigned *b, unsigned *c, unsigned *x, uint64_t *v_new)
 		at_p = ask_copy(RR_P, RR_P);
 		if (at_p.version == *v_new || np_now_ns() > dl)
 			break;
-		poll_pause(20);
+		np_pause_ms(20);
 	}
 	if (at_p.version != *v_new || !holds_new(&at_p))
 		fail_msg("the round did not install O at its primary within "
@@ -489,7 +469,7 @@ static void test_restart_round(void **state)
 	for (unsigned i = 0; i < RR_SURVIVORS; i++)
 		assert_int_equal(kill(cl.pid[surv[i]], SIGKILL), 0);
 	for (unsigned i = 0; i < RR_SURVIVORS; i++)
-		reap(surv[i]);
+		np_reap_killed(&cl, surv[i]);
 	for (unsigned i = 0; i < RR_SURVIVORS; i++)
 		np_spawn_one(&cl, surv[i], restart_machine, NULL);
 	for (unsigned i = 0; i < RR_SURVIVORS; i++)

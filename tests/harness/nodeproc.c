@@ -146,6 +146,24 @@ void np_finish(struct np_cluster *cl, int *st)
 	}
 }
 
+void np_reap_killed(struct np_cluster *cl, unsigned i)
+{
+	int st = tu_reap(cl->pid[i]);
+	assert_int_equal(st, 128 + SIGKILL);
+	cl->pid[i] = 0;
+	close(cl->to[i]);
+	close(cl->from[i]);
+	cl->to[i] = cl->from[i] = -1;
+}
+
+void np_pause_ms(unsigned ms)
+{
+	struct timespec ts = {.tv_sec = ms / 1000,
+	                      .tv_nsec = (long)(ms % 1000) * 1000000L};
+	while (nanosleep(&ts, &ts) && errno == EINTR)
+		;
+}
+
 void np_cleanup(struct np_cluster *cl)
 {
 	for (unsigned i = 0; i < np_nm; i++)

@@ -102,6 +102,14 @@ void np_finish(struct np_cluster *cl, int *st);
 /* For a teardown, also after a failed assertion: no process or file stays. */
 void np_cleanup(struct np_cluster *cl);
 
+/* Reap machine @i, which a SIGKILL must have ended (fails the test
+ * otherwise), and close its pipes. */
+void np_reap_killed(struct np_cluster *cl, unsigned i);
+
+/* The parent's pause between two polls of the machines' state (@ms,
+ * resumed after a signal). */
+void np_pause_ms(unsigned ms);
+
 /* ---- the machine (child side) -------------------------------------------- */
 
 /* Lease length across namespaces: generous, so that a loaded host's
