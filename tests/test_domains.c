@@ -769,7 +769,8 @@ static struct farm_view *late_view(const uint32_t *m, const char *const *md,
 	}
 	v->formed = true;
 	v->nlate = nl;
-	memcpy(v->late, late, nl * sizeof(*late));
+	if (nl) /* @late may be NULL then */
+		memcpy(v->late, late, nl * sizeof(*late));
 	return v;
 }
 
