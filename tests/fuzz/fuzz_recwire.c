@@ -36,10 +36,11 @@ static void setup(farm_txm *m, uint8_t mode)
 	m->rec.applied_from = calloc(m->M, sizeof(*m->rec.applied_from));
 	m->rec.ends = calloc((size_t)m->M * m->T, sizeof(*m->rec.ends));
 	m->rec.dends = calloc((size_t)m->M * m->T, sizeof(*m->rec.dends));
+	m->rec.acks = calloc((size_t)m->M * m->T, sizeof(*m->rec.acks));
 	m->rec.maxlw = calloc((size_t)m->M * m->T, sizeof(*m->rec.maxlw));
 	if (!m->rec.gone || !m->rec.inc || !m->rec.member ||
 	    !m->rec.applied_from || !m->rec.ends || !m->rec.dends ||
-	    !m->rec.maxlw)
+	    !m->rec.acks || !m->rec.maxlw)
 		abort();
 	m->rec.member[299] = true;
 	atomic_store(&m->rec.cfg, 7);
@@ -65,6 +66,7 @@ static void teardown(farm_txm *m)
 	free(m->rec.applied_from);
 	free(m->rec.ends);
 	free(m->rec.dends);
+	free(m->rec.acks);
 	free(m->rec.maxlw);
 	pthread_mutex_destroy(&m->rec.lock);
 }
