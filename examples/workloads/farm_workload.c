@@ -48,9 +48,10 @@ static void usage(FILE *f)
 	        "  --region-size SZ  region size (64M)\n"
 	        "  --busy-poll       loops never park\n"
 	        "  --park-after-us N idle loops spin N us before parking (0)\n"
-	        "  --ship-window N   TATP: shipped updates a client keeps in flight\n"
-	        "                    while it runs the next transactions, at most\n"
-	        "                    one per owner (1: it waits for each)\n"
+	        "  --ship-window N   TATP: shipped updates a client keeps\n"
+	        "                    in flight while it runs the next\n"
+	        "                    transactions, at most one per owner\n"
+	        "                    (1: it waits for each)\n"
 	        "  --quiet           only the summary line\n");
 }
 

@@ -70,7 +70,7 @@ struct wl_opts {
 	 * runs the next transactions (1: it waits for each answer), at most
 	 * one per owner. */
 	unsigned ship_window;
-	uint64_t tick_us;  /* > 0: per-tick commit counts (the timeline) */
+	uint64_t tick_us; /* > 0: per-tick commit counts (the timeline) */
 	bool quiet;
 };
 

@@ -405,5 +405,5 @@ static void bank_ship(struct wl_machine *m, farm_loop *loop,
 	wl_unanswered(farm_msg_reply_error(loop, &in->token, -EOPNOTSUPP));
 }
 
-const struct wl_ops wl_bank_ops = {bank_load, bank_txn, bank_ship, bank_check,
-                                   NULL, NULL};
+const struct wl_ops wl_bank_ops = {bank_load,  bank_txn, bank_ship,
+                                   bank_check, NULL,     NULL};

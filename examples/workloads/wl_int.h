@@ -95,7 +95,7 @@ struct wl_client {
 	farm_fatptr tledger[WL_MAX_MACHINES];
 	uint64_t ship_seq;
 	void *ships; /* TATP: shipped updates in flight (--ship-window) */
-	void *app; /* the workload's per-client state (TPC-C) */
+	void *app;   /* the workload's per-client state (TPC-C) */
 	int hist_fd;
 	uint64_t hist_seq;
 	pthread_t th;

@@ -707,5 +707,5 @@ static void tpcc_fini(struct wl_machine *m)
 		tpcc_client_free(&m->cl[i]);
 }
 
-const struct wl_ops wl_tpcc_ops = {tpcc_load, tpcc_txn, tpcc_ship, tpcc_check,
-                                   tpcc_fini, NULL};
+const struct wl_ops wl_tpcc_ops = {tpcc_load,  tpcc_txn,  tpcc_ship,
+                                   tpcc_check, tpcc_fini, NULL};

@@ -277,8 +277,8 @@ int64_t farm_msg_testing_park_max(uint64_t ns)
 
 static uint64_t park_max_ns(void)
 {
-	uint64_t t = atomic_load_explicit(&testing_park_max,
-	                                  memory_order_relaxed);
+	uint64_t t =
+	        atomic_load_explicit(&testing_park_max, memory_order_relaxed);
 	return t ? t : PARK_MAX_NS;
 }
 #else
