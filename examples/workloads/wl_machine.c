@@ -187,9 +187,27 @@ void wl_count(struct wl_client *c, enum wl_txn t, int outcome, uint64_t t0_ns)
 	wl_count_at(c, t, outcome, t0_ns, wl_now_ns());
 }
 
+/* FWL_SLOW_MS=N: every transaction that took N ms or more, on stderr
+ * (CLOCK_MONOTONIC ms, as FARM_LOG_TIME's lines), to read a recovery's
+ * stalls client by client. */
+static void trace_slow(const struct wl_client *c, enum wl_txn t, int outcome,
+                       uint64_t t0_ns, uint64_t now)
+{
+	static int slow_ms = -1;
+	if (slow_ms < 0) {
+		const char *e = getenv("FWL_SLOW_MS");
+		slow_ms = e && *e ? atoi(e) : 0;
+	}
+	if (slow_ms > 0 && now - t0_ns >= (uint64_t)slow_ms * 1000000ull)
+		fprintf(stderr, "%.3f slow m%u.%u %s %.3f ms: %d\n",
+		        (double)now / 1e6, c->m->me, c->idx, wl_txn_name(t),
+		        (double)(now - t0_ns) / 1e6, outcome);
+}
+
 void wl_count_at(struct wl_client *c, enum wl_txn t, int outcome,
                  uint64_t t0_ns, uint64_t now)
 {
+	trace_slow(c, t, outcome, t0_ns, now);
 	if (outcome < 0) {
 		c->res.errors++;
 		return;

@@ -221,6 +221,27 @@ static void sleep_ms(uint64_t ms)
 		;
 }
 
+static void dump_ticks(const char *path, const uint64_t *per, unsigned nt,
+                       unsigned n, const struct wl_result *r)
+{
+	FILE *f = fopen(path, "w");
+	if (!f)
+		return;
+	fprintf(f, "# kill_ns %llu tick_us %llu; run_start_ns per machine:",
+	        (unsigned long long)r->kill_ns, (unsigned long long)r->tick_us);
+	for (unsigned i = 0; i < n; i++)
+		fprintf(f, " %llu", (unsigned long long)r->rec[i].run_start);
+	fprintf(f, "\n");
+	for (unsigned k = 0; k < nt; k++) {
+		fprintf(f, "%u", k);
+		for (unsigned i = 0; i < n; i++)
+			fprintf(f, " %llu",
+			        (unsigned long long)per[(size_t)k * n + i]);
+		fprintf(f, "\n");
+	}
+	fclose(f);
+}
+
 static int run(struct wl_cluster *cl, const struct wl_opts *o,
                struct wl_result *r)
 {
@@ -253,6 +274,11 @@ static int run(struct wl_cluster *cl, const struct wl_opts *o,
 	struct wl_result *m = malloc(sizeof(*m));
 	if (!m)
 		return -ENOMEM;
+	/* Each machine's commits per tick, one column a machine, for
+	 * reading a recovery machine by machine (FWL_TICKS=file). */
+	uint64_t *per = getenv("FWL_TICKS") && nt
+	                        ? calloc((size_t)nt * cl->n, sizeof(uint64_t))
+	                        : NULL;
 	int ms = (int)o->duration_ms + 120000;
 	char d = 0;
 	for (unsigned i = 0; i < cl->n; i++)
@@ -284,9 +310,14 @@ static int run(struct wl_cluster *cl, const struct wl_opts *o,
 				return -EIO;
 			}
 			r->ticks[k] += v;
+			if (per)
+				per[(size_t)k * cl->n + i] = v;
 		}
 	}
 	free(m);
+	if (per)
+		dump_ticks(getenv("FWL_TICKS"), per, nt, cl->n, r);
+	free(per);
 	return 0;
 }
 

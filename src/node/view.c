@@ -690,8 +690,8 @@ static enum av_state av_restarted(struct av *a)
 	 * given up, their regions' replicas are short and new ones are
 	 * made; without, a copy the restart cut off (a filling copy is not
 	 * in the manifest, so the backup came back without it) must start
-	 * again: nothing else would tell that backup, and a commit opens
-	 * its copy only to wait for COPY. */
+	 * again: nothing else would tell that backup (a commit's records
+	 * are not applied where the copy is not held, and open none). */
 	struct farm_restart_stats rst;
 	farm_restart_stats(n->rs, &rst);
 	a->rlost = (unsigned)rst.lost;

@@ -256,10 +256,11 @@ static inline uint8_t *txn_own_ptr(farm_txm *m, farm_gaddr a, uint64_t len,
 	return p;
 }
 
-/* copy.c: data recovery. adopt: a COMMIT-BACKUP for @region, of which we
- * hold no copy: when this machine is a new backup of it, open the copy
- * (filling), and with @start (the primary said COPY) start copying;
- * returns whether a copy is held now.
+/* copy.c: data recovery. adopt: @region, of which we hold no copy (the
+ * primary said COPY, or recovery gave our copy up): when this machine is
+ * a new backup of it, open the copy (filling; on the copy engine's
+ * thread or off the clients' path, never for a COMMIT-BACKUP on a loop),
+ * and with @start start copying; returns whether a copy is held now.
  * skip_apply: the test-only switch (FARM_FAULT_INJECTION) that drops
  * COMMIT-BACKUPs to filling copies. */
 int farm_txn_datarec_init(farm_txm *m, uint32_t bytes, uint32_t interval_us,
