@@ -193,12 +193,16 @@ void wl_count(struct wl_client *c, enum wl_txn t, int outcome, uint64_t t0_ns)
 static void trace_slow(const struct wl_client *c, enum wl_txn t, int outcome,
                        uint64_t t0_ns, uint64_t now)
 {
-	static int slow_ms = -1;
-	if (slow_ms < 0) {
+	/* Read once by whichever client gets here first; every client
+	 * thread reads it after (relaxed: the value is the same for all). */
+	static _Atomic int slow_ms = -1;
+	if (atomic_load_explicit(&slow_ms, memory_order_relaxed) < 0) {
 		const char *e = getenv("FWL_SLOW_MS");
-		slow_ms = e && *e ? atoi(e) : 0;
+		atomic_store_explicit(&slow_ms, e && *e ? atoi(e) : 0,
+		                      memory_order_relaxed);
 	}
-	if (slow_ms > 0 && now - t0_ns >= (uint64_t)slow_ms * 1000000ull)
+	int limit = atomic_load_explicit(&slow_ms, memory_order_relaxed);
+	if (limit > 0 && now - t0_ns >= (uint64_t)limit * 1000000ull)
 		fprintf(stderr, "%.3f slow m%u.%u %s %.3f ms: %d\n",
 		        (double)now / 1e6, c->m->me, c->idx, wl_txn_name(t),
 		        (double)(now - t0_ns) / 1e6, outcome);

@@ -225,8 +225,11 @@ static void dump_ticks(const char *path, const uint64_t *per, unsigned nt,
                        unsigned n, const struct wl_result *r)
 {
 	FILE *f = fopen(path, "w");
-	if (!f)
+	if (!f) {
+		fprintf(stderr, "FWL_TICKS: cannot write %s: %s\n", path,
+		        strerror(errno));
 		return;
+	}
 	fprintf(f, "# kill_ns %llu tick_us %llu; run_start_ns per machine:",
 	        (unsigned long long)r->kill_ns, (unsigned long long)r->tick_us);
 	for (unsigned i = 0; i < n; i++)
