@@ -235,14 +235,12 @@ static int first_role(struct tx_child *c)
 
 static int set_broken(void)
 {
-	return (broken_unlogged &&
-	        (farm_fault_set(FARM_FP_REC_DECIDE_UNLOGGED, tu_switch_on,
-	                        NULL) ||
-	         farm_fault_set(FARM_FP_RESTART_OWN_RING, tu_switch_on,
-	                        NULL))) ||
-	       (broken_unread &&
-	        farm_fault_set(FARM_FP_RESTART_NO_PENDING, tu_switch_on,
-	                       NULL)) ||
+	return (broken_unlogged && (farm_fault_set(FARM_FP_REC_DECIDE_UNLOGGED,
+	                                           tu_switch_on, NULL) ||
+	                            farm_fault_set(FARM_FP_RESTART_OWN_RING,
+	                                           tu_switch_on, NULL))) ||
+	       (broken_unread && farm_fault_set(FARM_FP_RESTART_NO_PENDING,
+	                                        tu_switch_on, NULL)) ||
 	       (broken_own &&
 	        farm_fault_set(FARM_FP_RESTART_OWN_RING, tu_switch_on, NULL));
 }

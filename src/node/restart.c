@@ -121,6 +121,24 @@ static int read_at(int fd, uint8_t *dst, uint64_t off, uint64_t len)
 	return 0;
 }
 
+/* The memory published to peers: the header, the previous log (@ll
+ * bytes) and the configuration history loaded at open (*@hl bytes, copied
+ * in after the log). */
+static int alloc_published(struct farm_restart *rs, farm_fabric *fab, size_t ll,
+                           size_t *hl)
+{
+	pthread_mutex_lock(&rs->lock);
+	*hl = rs->hist_len;
+	int rc = farm_mem_alloc(fab, RLOG_HDR + ll + *hl, 0, &rs->rmem);
+	if (!rc && *hl) {
+		memcpy((uint8_t *)farm_mem_addr(rs->rmem) + RLOG_HDR + ll,
+		       rs->hist, *hl);
+		rs->hist_pub = *hl;
+	}
+	pthread_mutex_unlock(&rs->lock);
+	return rc;
+}
+
 int farm_restart_attach(struct farm_restart *rs, farm_fabric *fab, farm_as *as,
                         farm_txm *txm, struct farm_galloc *ga)
 {
@@ -142,17 +160,8 @@ int farm_restart_attach(struct farm_restart *rs, farm_fabric *fab, farm_as *as,
 	}
 	char path[FARM_CONFIG_STR + 80];
 	farm_rst_path(rs, rs->old.log_file, ".old", path, sizeof(path));
-	size_t ll = (size_t)rs->old.log_bytes;
-	/* The configuration history after the log (loaded at open). */
-	pthread_mutex_lock(&rs->lock);
-	size_t hl = rs->hist_len;
-	int rc = farm_mem_alloc(fab, RLOG_HDR + ll + hl, 0, &rs->rmem);
-	if (!rc && hl) {
-		memcpy((uint8_t *)farm_mem_addr(rs->rmem) + RLOG_HDR + ll,
-		       rs->hist, hl);
-		rs->hist_pub = hl;
-	}
-	pthread_mutex_unlock(&rs->lock);
+	size_t ll = (size_t)rs->old.log_bytes, hl = 0;
+	int rc = alloc_published(rs, fab, ll, &hl);
 	if (rc)
 		return rc;
 	uint8_t *base = farm_mem_addr(rs->rmem);

@@ -73,9 +73,11 @@ int farm_rst_hist_each(const uint8_t *b, size_t len, farm_rst_hist_fn fn,
 		 * blob (24-byte header, 16-byte configurations, 24-byte
 		 * machines). */
 		if (fn)
-			fn(ctx, (const struct hist_conf *)(const void *)(b + off),
-			   (const struct hist_machine *)(const void *)(b + off +
-			                                               sizeof(struct hist_conf)));
+			fn(ctx,
+			   (const struct hist_conf *)(const void *)(b + off),
+			   (const struct hist_machine
+			            *)(const void *)(b + off +
+			                             sizeof(struct hist_conf)));
 		off += sz;
 	}
 	return off + 8 == len ? 0 : FARM_ECORRUPT;
@@ -102,15 +104,14 @@ static uint8_t *conf_of(const struct farm_view *v, size_t *len)
 		const struct farm_member *mb =
 		        placed[i].departed ? NULL
 		                           : farm_view_find(v, placed[i].id);
-		m[i] = (struct hist_machine){
-		        .id = placed[i].id,
-		        .domain = placed[i].domain,
-		        .late = placed[i].late,
-		        .shadow = placed[i].shadow,
-		        .inc = mb ? mb->incarnation : 0,
-		        .departed = placed[i].departed,
-		        .leaving = placed[i].leaving,
-		        .member = mb != NULL};
+		m[i] = (struct hist_machine){.id = placed[i].id,
+		                             .domain = placed[i].domain,
+		                             .late = placed[i].late,
+		                             .shadow = placed[i].shadow,
+		                             .inc = mb ? mb->incarnation : 0,
+		                             .departed = placed[i].departed,
+		                             .leaving = placed[i].leaving,
+		                             .member = mb != NULL};
 	}
 	return b;
 }
@@ -171,8 +172,8 @@ static int hist_write(const struct farm_restart *rs)
 	farm_rst_path(rs, FARM_HISTORY_FILE, ".tmp", tmp, sizeof(tmp));
 	int rc = 0;
 	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	if (fd < 0 || write(fd, rs->hist, rs->hist_len) !=
-	                      (ssize_t)rs->hist_len ||
+	if (fd < 0 ||
+	    write(fd, rs->hist, rs->hist_len) != (ssize_t)rs->hist_len ||
 	    fsync(fd) != 0)
 		rc = errno ? -errno : -EIO;
 	if (fd >= 0 && close(fd) != 0 && !rc)

@@ -384,12 +384,13 @@ static void add_conf(void *ctx, const struct hist_conf *c,
 	}
 	unsigned k = 0;
 	for (unsigned i = 0; i < c->n; i++) {
-		placed[i] = (struct farm_ring_machine){.id = m[i].id,
-		                                       .domain = m[i].domain,
-		                                       .departed = m[i].departed,
-		                                       .late = m[i].late,
-		                                       .shadow = m[i].shadow,
-		                                       .leaving = m[i].leaving};
+		placed[i] =
+		        (struct farm_ring_machine){.id = m[i].id,
+		                                   .domain = m[i].domain,
+		                                   .departed = m[i].departed,
+		                                   .late = m[i].late,
+		                                   .shadow = m[i].shadow,
+		                                   .leaving = m[i].leaving};
 		if (m[i].member) {
 			ids[k] = m[i].id;
 			ids[c->n + k++] = m[i].inc;
@@ -404,12 +405,12 @@ static void add_conf(void *ctx, const struct hist_conf *c,
 		free(ids);
 		return;
 	}
-	r->confs[r->nconfs++] = (struct farm_txrestart_conf){
-	        .cfg = c->config_id,
-	        .ring = g,
-	        .ids = ids,
-	        .inc = ids + c->n,
-	        .n = k};
+	r->confs[r->nconfs++] =
+	        (struct farm_txrestart_conf){.cfg = c->config_id,
+	                                     .ring = g,
+	                                     .ids = ids,
+	                                     .inc = ids + c->n,
+	                                     .n = k};
 }
 
 /* Every member's history, in the view's order (the same on every
@@ -422,14 +423,15 @@ static void run_confs(struct run *r)
 		const uint8_t *b = p->hist;
 		size_t len = p->hist_len;
 		if (p->id == rs->me) {
-			b = (const uint8_t *)farm_mem_addr(rs->rmem) + RLOG_HDR +
-			    rs->old.log_bytes;
+			b = (const uint8_t *)farm_mem_addr(rs->rmem) +
+			    RLOG_HDR + rs->old.log_bytes;
 			len = rs->hist_pub;
 		}
 		if (len && farm_rst_hist_each(b, len, NULL, NULL) == 0)
 			(void)farm_rst_hist_each(b, len, add_conf, r);
 		else if (len)
-			farm_warn("restart: machine %" PRIu32 "'s configuration "
+			farm_warn("restart: machine %" PRIu32
+			          "'s configuration "
 			          "history does not add up: ignored",
 			          p->id);
 	}
