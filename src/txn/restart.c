@@ -34,6 +34,15 @@
  *              below its thread's mark); or a COMMIT-BACKUP for every
  *              region it writes at every backup of that region;
  *      abort   otherwise.
+ *    "Every backup" is of the configuration the records carry (the
+ *    placement the members' configuration histories give for it,
+ *    src/node/restart_hist.c), less the machines whose holder then is not
+ *    a member now (removed since: their logs are not read), as a recovery
+ *    round judges (recover_decide.c). The ring the restart runs in may
+ *    list a backup added since (a removal's replacement, a join, growth)
+ *    that never had the COMMIT-BACKUP of an idle coordinator's last
+ *    commit, and would abort what its primary installed. A configuration
+ *    no history has is judged by that ring, as before the histories.
  *    When some members did not come back (their directories refused;
  *    node/restart.c gives them up, @lost), their logs are gone: "every
  *    backup" means every backup that came back, in the previous
