@@ -70,6 +70,14 @@
  * machine says why and can be started again (the replay is idempotent:
  * images go only where they are newer, and every lock is cleared).
  *
+ * History (restart_hist.c): farm.history keeps the placements of the last
+ * HIST_DEPTH configurations this machine applied, written after each view
+ * is applied (a kill between a view and its write leaves that one out;
+ * another member's history may have it). A restarting machine loads it at
+ * open and publishes it after its previous log; step 3 takes every
+ * member's, and the decision judges a transaction known only by its
+ * COMMIT-BACKUPs by the backups of the configuration its records carry.
+ *
  * Clean shutdown (farm_node_shutdown, farm_restart_keep): after the loops
  * stopped, every listed file gets a second name <f>.old (a hard link) and
  * the manifest is marked clean, so closing (which unlinks <f>) keeps the
