@@ -32,15 +32,27 @@
  * one, so its records are read nowhere and B's COMMIT-BACKUP is dropped;
  * --broken-unlogged: the round's decisions are not logged, and survivors
  * empty the removed coordinator's log as soon as they applied them
- * (FARM_FP_REC_DECIDE_UNLOGGED): the restart reads C's records but
- * decides by its own configuration's backups (B and X), and X never had
- * the COMMIT-BACKUP, so it aborts what P installed;
+ * (FARM_FP_REC_DECIDE_UNLOGGED), and the restart decides by its own
+ * configuration's backups (FARM_FP_RESTART_OWN_RING, as where no member's
+ * history has the records' configuration: src/node/restart_hist.c keeps
+ * the last HIST_DEPTH): the restart reads C's records but judges them by
+ * B and X, and X never had the COMMIT-BACKUP, so it aborts what P
+ * installed (with the history, the records' configuration's backups less
+ * C decide commit even unlogged);
  * --broken: both.
- * --keep-records (not a proof; not in ctest): the setup's commits are not
- * truncated first. Their records stay in the logs of idle coordinators,
- * and the restart decides them by its own configuration's backups too
- * (src/recovery/README.md, "Limits"): a commit of a region whose backups
- * changed since is aborted while its primary installed it.
+ * --keep-records: the setup's commits are not truncated first. Their
+ * records (each machine's creation of its object, a single-machine commit:
+ * COMMIT-BACKUPs only) stay in the logs of idle coordinators, and the
+ * restart must decide them by the backups of the configuration they carry
+ * (the members' configuration histories, src/node/restart_hist.c), less C
+ * removed since: the surviving old backup holds the COMMIT-BACKUP, so
+ * commit. Then every object's copies must be equal too.
+ * --broken-own-ring (with --keep-records): the restart decides them by
+ * its own configuration's backups (FARM_FP_RESTART_OWN_RING), as before
+ * the fix: where C was a backup, its replacement never had the
+ * COMMIT-BACKUP, so the creation is aborted while its primary installed
+ * it, and the old backup's copy never gets the object's header (O's
+ * copies, or another object's, must differ).
  *
  * Exits 77 (skip) without the ZooKeeper client or server.
  */
@@ -69,7 +81,7 @@
 
 static char zk_dir[256], zk_connect[64], zk_root[96];
 static const char *zk_script = FARM_SOURCE_DIR "/scripts/zk-local";
-static bool broken_unlogged, broken_unread, keep_records;
+static bool broken_unlogged, broken_unread, broken_own, keep_records;
 static struct np_cluster cl;
 
 /* 'V' answers: this machine's copy of an object. */
@@ -223,10 +235,14 @@ static int first_role(struct tx_child *c)
 
 static int set_broken(void)
 {
-	return (broken_unlogged && farm_fault_set(FARM_FP_REC_DECIDE_UNLOGGED,
-	                                          tu_switch_on, NULL)) ||
-	       (broken_unread &&
-	        farm_fault_set(FARM_FP_RESTART_NO_PENDING, tu_switch_on, NULL));
+	return (broken_unlogged && (farm_fault_set(FARM_FP_REC_DECIDE_UNLOGGED,
+	                                           tu_switch_on, NULL) ||
+	                            farm_fault_set(FARM_FP_RESTART_OWN_RING,
+	                                           tu_switch_on, NULL))) ||
+	       (broken_unread && farm_fault_set(FARM_FP_RESTART_NO_PENDING,
+	                                        tu_switch_on, NULL)) ||
+	       (broken_own &&
+	        farm_fault_set(FARM_FP_RESTART_OWN_RING, tu_switch_on, NULL));
 }
 
 static int first_machine(struct np_child *np, void *arg)
@@ -448,6 +464,32 @@ static void set_up(unsigned *b, unsigned *c, unsigned *x, uint64_t *v_new)
 		         *b, at_b.held, at_b.version);
 }
 
+/* --keep-records: every object's copies at the survivors are equal (the
+ * idle coordinators' creations decided alike everywhere). */
+static void check_all_objects(const unsigned *surv, struct fails *f)
+{
+	for (unsigned k = 0; k < NP_NM; k++) {
+		struct rr_copy first = {0};
+		unsigned from = NP_NM;
+		for (unsigned i = 0; i < RR_SURVIVORS; i++) {
+			struct rr_copy y = ask_copy(surv[i], k);
+			if (!y.held)
+				continue;
+			if (from == NP_NM) {
+				first = y;
+				from = surv[i];
+			} else if (!same_copy(&first, &y)) {
+				failed(f,
+				       "object %u: machine %u's copy differs "
+				       "from machine %u's (versions %#" PRIx64
+				       ", %#" PRIx64 ")",
+				       k, surv[i], from, first.version,
+				       y.version);
+			}
+		}
+	}
+}
+
 static void test_restart_round(void **state)
 {
 	(void)state;
@@ -503,6 +545,8 @@ static void test_restart_round(void **state)
 			       "primary's",
 			       surv[i]);
 	}
+	if (keep_records)
+		check_all_objects(surv, &f);
 	for (unsigned i = 0; i < RR_SURVIVORS; i++)
 		np_send(&cl, surv[i], 'Q');
 	for (unsigned i = 0; i < RR_SURVIVORS; i++) {
@@ -513,7 +557,7 @@ static void test_restart_round(void **state)
 			       st);
 	}
 	np_cleanup(&cl);
-	if (broken_unlogged || broken_unread) {
+	if (broken_unlogged || broken_unread || broken_own) {
 		if (!f.n)
 			fail_msg("--broken...: the restart decided O as the "
 			         "round did with the fix off");
@@ -543,9 +587,12 @@ int main(int argc, char **argv)
 			broken_unread = true;
 		} else if (!strcmp(argv[i], "--keep-records")) {
 			keep_records = true;
+		} else if (!strcmp(argv[i], "--broken-own-ring")) {
+			broken_own = keep_records = true;
 		} else {
 			printf("usage: %s [--broken | --broken-unlogged | "
-			       "--broken-unread] [--keep-records]\n",
+			       "--broken-unread] [--keep-records | "
+			       "--broken-own-ring]\n",
 			       argv[0]);
 			return strcmp(argv[i], "--help") ? 2 : 0;
 		}

@@ -70,6 +70,14 @@
  * machine says why and can be started again (the replay is idempotent:
  * images go only where they are newer, and every lock is cleared).
  *
+ * History (restart_hist.c): farm.history keeps the placements of the last
+ * HIST_DEPTH configurations this machine applied, written after each view
+ * is applied (a kill between a view and its write leaves that one out;
+ * another member's history may have it). A restarting machine loads it at
+ * open and publishes it after its previous log; step 3 takes every
+ * member's, and the decision judges a transaction known only by its
+ * COMMIT-BACKUPs by the backups of the configuration its records carry.
+ *
  * Clean shutdown (farm_node_shutdown, farm_restart_keep): after the loops
  * stopped, every listed file gets a second name <f>.old (a hard link) and
  * the manifest is marked clean, so closing (which unlinks <f>) keeps the
@@ -121,6 +129,24 @@ static int read_at(int fd, uint8_t *dst, uint64_t off, uint64_t len)
 	return 0;
 }
 
+/* The memory published to peers: the header, the previous log (@ll
+ * bytes) and the configuration history loaded at open (*@hl bytes, copied
+ * in after the log). */
+static int alloc_published(struct farm_restart *rs, farm_fabric *fab, size_t ll,
+                           size_t *hl)
+{
+	pthread_mutex_lock(&rs->lock);
+	*hl = rs->hist_len;
+	int rc = farm_mem_alloc(fab, RLOG_HDR + ll + *hl, 0, &rs->rmem);
+	if (!rc && *hl) {
+		memcpy((uint8_t *)farm_mem_addr(rs->rmem) + RLOG_HDR + ll,
+		       rs->hist, *hl);
+		rs->hist_pub = *hl;
+	}
+	pthread_mutex_unlock(&rs->lock);
+	return rc;
+}
+
 int farm_restart_attach(struct farm_restart *rs, farm_fabric *fab, farm_as *as,
                         farm_txm *txm, struct farm_galloc *ga)
 {
@@ -142,8 +168,8 @@ int farm_restart_attach(struct farm_restart *rs, farm_fabric *fab, farm_as *as,
 	}
 	char path[FARM_CONFIG_STR + 80];
 	farm_rst_path(rs, rs->old.log_file, ".old", path, sizeof(path));
-	size_t ll = (size_t)rs->old.log_bytes;
-	int rc = farm_mem_alloc(fab, RLOG_HDR + ll, 0, &rs->rmem);
+	size_t ll = (size_t)rs->old.log_bytes, hl = 0;
+	int rc = alloc_published(rs, fab, ll, &hl);
 	if (rc)
 		return rc;
 	uint8_t *base = farm_mem_addr(rs->rmem);
@@ -186,8 +212,9 @@ int farm_restart_attach(struct farm_restart *rs, farm_fabric *fab, farm_as *as,
 	h->magic = RLOG_MAGIC;
 	h->machine = rs->me;
 	h->log_bytes = ll;
+	h->hist_bytes = hl;
 	atomic_store_explicit(&h->done, 0, memory_order_relaxed);
-	return farm_mr_reg(fab, base, RLOG_HDR + ll,
+	return farm_mr_reg(fab, base, RLOG_HDR + ll + hl,
 	                   FARM_ACCESS_LOCAL | FARM_ACCESS_REMOTE_READ,
 	                   &rs->rmr);
 }
@@ -197,6 +224,9 @@ void farm_restart_card(const struct farm_restart *rs, char *buf, size_t len)
 	if (!rs || !rs->pending || !rs->rmr)
 		return;
 	farm_mr_desc d = farm_mr_describe(rs->rmr);
+	/* The header and the log: the history beyond them is found through
+	 * the header (struct rlog_hdr). */
+	d.len = RLOG_HDR + rs->old.log_bytes;
 	size_t n = strlen(buf);
 	snprintf(buf + n, len - n, " rlog=%" PRIx64 ":%" PRIx64 ":%" PRIx64,
 	         d.key, d.addr, d.len);
@@ -348,6 +378,7 @@ void farm_restart_applied(struct farm_restart *rs, const struct farm_view *v)
 			rs->members[i] = v->members[i].id;
 		if (rs->writable)
 			farm_rst_man_write(rs, false);
+		farm_rst_hist_add(rs, v);
 	}
 	pthread_mutex_unlock(&rs->lock);
 }
@@ -475,6 +506,7 @@ void farm_restart_close(struct farm_restart *rs)
 		farm_mem_free(rs->rmem);
 	free(rs->old_regs);
 	free(rs->regs);
+	free(rs->hist);
 	pthread_mutex_destroy(&rs->lock);
 	free(rs);
 }

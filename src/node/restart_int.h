@@ -62,15 +62,47 @@ struct man_tail {
 	uint64_t sum; /* FNV-1a of everything before the tail */
 };
 
-/* The head of the published previous log; the log file follows. */
+/* The head of the published previous log; the log file follows, then
+ * the configuration history (hist_bytes of it, restart_hist.c), beyond the
+ * length the card gives (a peer built before the history reads the log
+ * alone, and one that publishes none leaves hist_bytes 0). */
 struct rlog_hdr {
 	uint64_t magic;
 	uint32_t machine;
 	_Atomic uint32_t done; /* 1: this machine's restart applied (step 5) */
 	uint64_t log_bytes;
-	uint8_t pad[RLOG_HDR - 24];
+	uint64_t hist_bytes;
+	uint8_t pad[RLOG_HDR - 32];
 };
 _Static_assert(sizeof(struct rlog_hdr) == RLOG_HDR, "rlog header");
+
+/* The configuration history (restart_hist.c): a header, configurations
+ * oldest first, a checksum. */
+#define FARM_HISTORY_FILE "farm.history"
+#define HIST_MAGIC        0x31545349484d5246ull /* "FRMHIST1" */
+#define HIST_LAYOUT       1u
+#define HIST_DEPTH        16u
+#define HIST_MAX_BYTES    (1u << 22)
+
+struct hist_hdr {
+	uint64_t magic;
+	uint32_t layout;
+	uint32_t count; /* configurations */
+	uint64_t bytes; /* the whole blob, checksum included */
+};
+
+struct hist_conf {
+	uint64_t config_id;
+	uint32_t n; /* struct hist_machine entries after it */
+	uint32_t pad;
+};
+
+/* A machine of a configuration's placement (farm_ring_machine), with the
+ * incarnation of the member that held the id then. */
+struct hist_machine {
+	uint32_t id, domain, late, shadow, inc;
+	uint8_t departed, leaving, member, pad;
+};
 
 struct farm_restart {
 	char dir[FARM_CONFIG_STR];
@@ -104,6 +136,11 @@ struct farm_restart {
 	 * replaced (written with every manifest). */
 	struct man_kept kept[FARM_RESTART_KEPT_N];
 	unsigned nkept;
+	/* Under lock: the configuration history's blob (restart_hist.c);
+	 * the previous incarnation's until a view is added. */
+	uint8_t *hist;
+	size_t hist_len;
+	size_t hist_pub; /* bytes of it published after the previous log */
 };
 
 /* <dir>/<name><suffix> into @out. */
@@ -121,6 +158,17 @@ unsigned farm_rst_most_lost(const struct farm_restart *rs);
 /* The previous placement (with the lost members), for the decision. */
 int farm_rst_old_ring(const struct farm_restart *rs, const struct farm_view *v,
                       const uint32_t *lost, unsigned nlost, farm_ring **out);
+/* restart_hist.c: visit each configuration of the history blob @b (@len
+ * bytes; 0, FARM_ECORRUPT when it does not add up); add @v's placement to
+ * rs->hist (under rs->lock; written to the directory when writable);
+ * load the directory's history (a pending restart's). */
+typedef void (*farm_rst_hist_fn)(void *ctx, const struct hist_conf *c,
+                                 const struct hist_machine *m);
+int farm_rst_hist_each(const uint8_t *b, size_t len, farm_rst_hist_fn fn,
+                       void *ctx);
+void farm_rst_hist_add(struct farm_restart *rs, const struct farm_view *v);
+void farm_rst_hist_load(struct farm_restart *rs);
+
 /* Does @m publish its previous log (restart_run.c)? */
 bool farm_rst_peer_live(struct farm_restart *rs, const struct farm_member *m);
 

@@ -480,6 +480,7 @@ int farm_restart_open(const struct farm_config *cfg, struct farm_restart **out,
 		}
 	}
 	rs->pending = true;
+	farm_rst_hist_load(rs);
 	farm_info("restart: machine %" PRIu32 " restarts from %s (%" PRIu32
 	          " regions, configuration %" PRIu64 " of %" PRIu32
 	          " members%s)",

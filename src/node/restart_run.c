@@ -37,6 +37,8 @@ struct peer_log {
 	farm_mr *mr;
 	size_t len;
 	char what[96];
+	uint8_t *hist; /* its configuration history (peers': READ) */
+	size_t hist_len;
 };
 
 static int read_sync(farm_cq *cq, farm_ep *ep, farm_mr *lmr, void *dst,
@@ -226,6 +228,11 @@ struct run {
 	uint64_t rcoords[TXN_COORD_WORDS]; /* ... whose rings are read */
 	bool any_coords;                   /* coords not empty (empty: all) */
 	uint64_t t0, t1, tl, ta, t2;       /* phase boundaries (stats) */
+	/* The configurations the members' histories place (restart_hist.c):
+	 * each one's ring, members and incarnations. */
+	struct farm_txrestart_conf *confs;
+	unsigned nconfs;
+	uint32_t now_ids[FARM_VIEW_MAX], now_inc[FARM_VIEW_MAX];
 };
 
 /* Machines given up: their logs are gone, and recovery's rule for a
@@ -328,6 +335,112 @@ static void run_coords(struct run *r)
 		r->any_coords |= r->coords[w] != 0;
 }
 
+/* A peer's configuration history, published after its log (@hist_bytes
+ * of it, struct rlog_hdr), into @p->hist. None from a peer that published
+ * none, or too much to be one (then its configurations are judged as if
+ * unknown). */
+static int read_peer_hist(struct run *r, struct peer_log *p,
+                          uint64_t hist_bytes)
+{
+	if (!hist_bytes || hist_bytes > HIST_MAX_BYTES)
+		return 0;
+	p->hist = malloc(hist_bytes);
+	farm_mr *mr = NULL;
+	int rc = p->hist ? farm_mr_reg(r->rs->fab, p->hist, hist_bytes,
+	                               FARM_ACCESS_LOCAL, &mr)
+	                 : -ENOMEM;
+	uint64_t base = p->d.addr + RLOG_HDR + p->len;
+	for (uint64_t o = 0; !rc && o < hist_bytes; o += READ_CHUNK)
+		rc = read_sync(r->cq, p->ep, mr, p->hist + o, base + o,
+		               p->d.key,
+		               (uint32_t)FARM_MIN((uint64_t)READ_CHUNK,
+		                                  hist_bytes - o));
+	if (mr)
+		farm_mr_dereg(mr);
+	if (!rc)
+		p->hist_len = (size_t)hist_bytes;
+	return rc;
+}
+
+/* restart_hist.c's visitor: configuration @c (its machines @m) joins
+ * r->confs unless one of its id is there (the first history that has it
+ * gives it: one configuration id names one configuration for good). */
+static void add_conf(void *ctx, const struct hist_conf *c,
+                     const struct hist_machine *m)
+{
+	struct run *r = ctx;
+	for (unsigned i = 0; i < r->nconfs; i++)
+		if (r->confs[i].cfg == c->config_id)
+			return;
+	struct farm_ring_machine placed[2 * FARM_VIEW_MAX];
+	uint32_t *ids = calloc(2ull * c->n, sizeof(*ids));
+	struct farm_txrestart_conf *nc =
+	        realloc(r->confs, (r->nconfs + 1) * sizeof(*nc));
+	if (nc)
+		r->confs = nc;
+	if (!ids || !nc) {
+		free(ids);
+		return;
+	}
+	unsigned k = 0;
+	for (unsigned i = 0; i < c->n; i++) {
+		placed[i] =
+		        (struct farm_ring_machine){.id = m[i].id,
+		                                   .domain = m[i].domain,
+		                                   .departed = m[i].departed,
+		                                   .late = m[i].late,
+		                                   .shadow = m[i].shadow,
+		                                   .leaving = m[i].leaving};
+		if (m[i].member) {
+			ids[k] = m[i].id;
+			ids[c->n + k++] = m[i].inc;
+		}
+	}
+	farm_ring *g = NULL;
+	if (farm_ring_build_domains(placed, c->n, &r->rs->ring, &g)) {
+		farm_warn("restart: configuration %" PRIu64
+		          " of a history cannot be placed: its transactions "
+		          "are judged by this restart's placement",
+		          c->config_id);
+		free(ids);
+		return;
+	}
+	r->confs[r->nconfs++] =
+	        (struct farm_txrestart_conf){.cfg = c->config_id,
+	                                     .ring = g,
+	                                     .ids = ids,
+	                                     .inc = ids + c->n,
+	                                     .n = k};
+}
+
+/* Every member's history, in the view's order (the same on every
+ * machine), into r->confs; the members now and their incarnations. */
+static void run_confs(struct run *r)
+{
+	const struct farm_restart *rs = r->rs;
+	for (unsigned i = 0; i < r->nl; i++) {
+		const struct peer_log *p = &r->pl[i];
+		const uint8_t *b = p->hist;
+		size_t len = p->hist_len;
+		if (p->id == rs->me) {
+			b = (const uint8_t *)farm_mem_addr(rs->rmem) +
+			    RLOG_HDR + rs->old.log_bytes;
+			len = rs->hist_pub;
+		}
+		if (len && farm_rst_hist_each(b, len, NULL, NULL) == 0)
+			(void)farm_rst_hist_each(b, len, add_conf, r);
+		else if (len)
+			farm_warn("restart: machine %" PRIu32
+			          "'s configuration "
+			          "history does not add up: ignored",
+			          p->id);
+	}
+	for (unsigned i = 0; i < r->v->n; i++) {
+		r->now_ids[i] = r->v->members[i].id;
+		r->now_inc[i] = r->v->members[i].incarnation;
+	}
+}
+
 /* Member @m's previous log into @p, READ from it whole. */
 static int read_peer_log(struct run *r, const struct farm_member *m,
                          struct peer_log *p)
@@ -373,7 +486,13 @@ static int read_peer_log(struct run *r, const struct farm_member *m,
 		         "machine %" PRIu32 ": bad previous-log header", m->id);
 		return FARM_ECORRUPT;
 	}
-	return 0;
+	rc = read_peer_hist(r, p, h.hist_bytes);
+	if (rc)
+		snprintf(r->err, sizeof(r->err),
+		         "cannot read the configuration history of machine "
+		         "%" PRIu32 ": %s",
+		         m->id, farm_strerror(rc));
+	return rc;
 }
 
 /* The removed coordinators whose records some member's log may still
@@ -428,6 +547,7 @@ static int run_read_logs(struct run *r)
 	}
 	if (rc)
 		return rc;
+	run_confs(r);
 	run_pending(r);
 	for (unsigned i = 0; i < r->nl && !rc; i++) {
 		struct peer_log *p = &r->pl[i];
@@ -460,11 +580,17 @@ static int run_decide(struct run *r)
 	r->tl = farm_now_ns();
 	rs->st.logs_ns = r->tl - r->t1;
 	struct farm_txrestart_stats ts;
-	struct farm_txrestart_lost tl_lost = {
-	        .ring = r->oring, .ids = r->lost, .n = r->nlost};
+	struct farm_txrestart_lost tl_lost = {.ring = r->oring,
+	                                      .ids = r->lost,
+	                                      .n = r->nlost,
+	                                      .confs = r->confs,
+	                                      .nconfs = r->nconfs,
+	                                      .now_ids = r->now_ids,
+	                                      .now_inc = r->now_inc,
+	                                      .now_n = r->v->n};
 	int rc = farm_txm_restart_apply(rs->txm, r->logs, r->nl, r->ids,
-	                                r->nadopt, r->nlost ? &tl_lost : NULL,
-	                                &ts, r->err, sizeof(r->err));
+	                                r->nadopt, &tl_lost, &ts, r->err,
+	                                sizeof(r->err));
 	if (rc)
 		return rc;
 	rs->st.records = ts.records;
@@ -609,7 +735,13 @@ static void run_free(struct run *r)
 			farm_mr_dereg(r->pl[i].mr);
 		if (r->pl[i].id != r->rs->me)
 			free(r->pl[i].alloc);
+		free(r->pl[i].hist);
 	}
+	for (unsigned i = 0; i < r->nconfs; i++) {
+		farm_ring_free((farm_ring *)r->confs[i].ring);
+		free((uint32_t *)r->confs[i].ids);
+	}
+	free(r->confs);
 	if (r->cq && farm_cq_destroy(r->cq))
 		farm_warn("restart: completion queue not destroyed");
 	farm_ring_free(r->oring);

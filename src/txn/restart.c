@@ -34,6 +34,15 @@
  *              below its thread's mark); or a COMMIT-BACKUP for every
  *              region it writes at every backup of that region;
  *      abort   otherwise.
+ *    "Every backup" is of the configuration the records carry (the
+ *    placement the members' configuration histories give for it,
+ *    src/node/restart_hist.c), less the machines whose holder then is not
+ *    a member now (removed since: their logs are not read), as a recovery
+ *    round judges (recover_decide.c). The ring the restart runs in may
+ *    list a backup added since (a removal's replacement, a join, growth)
+ *    that never had the COMMIT-BACKUP of an idle coordinator's last
+ *    commit, and would abort what its primary installed. A configuration
+ *    no history has is judged by that ring, as before the histories.
  *    When some members did not come back (their directories refused;
  *    node/restart.c gives them up, @lost), their logs are gone: "every
  *    backup" means every backup that came back, in the previous
@@ -285,6 +294,36 @@ static bool given_up(const struct farm_txrestart_lost *lost, uint32_t id)
 	return false;
 }
 
+/* The configuration @cfg (low 32 bits, as records carry it) among those
+ * the restart knows, or NULL. */
+static const struct farm_txrestart_conf *
+conf_of(const struct farm_txrestart_lost *lost, uint32_t cfg)
+{
+	for (unsigned i = 0; lost && cfg && i < lost->nconfs; i++)
+		if ((uint32_t)lost->confs[i].cfg == cfg)
+			return &lost->confs[i];
+	return NULL;
+}
+
+/* Is the holder of @id in configuration @c removed since: not a member
+ * now, or the id held by another incarnation now? Its log is not read
+ * (a removed machine's log went with it). */
+static bool removed_since(const struct farm_txrestart_lost *lost,
+                          const struct farm_txrestart_conf *c, uint32_t id)
+{
+	uint32_t then = 0;
+	bool was = false;
+	for (unsigned i = 0; i < c->n && !was; i++)
+		if (c->ids[i] == id) {
+			was = true;
+			then = c->inc[i];
+		}
+	for (unsigned i = 0; was && i < lost->now_n; i++)
+		if (lost->now_ids[i] == id)
+			return lost->now_inc[i] != then;
+	return true;
+}
+
 /* Whether the records @g[0..n) of one transaction hold a
  * COMMIT-BACKUP of region @reg written by machine @backup. */
 static bool has_cb_from(const struct rs_rec *g, size_t n, uint32_t backup,
@@ -307,10 +346,11 @@ static bool has_cb_from(const struct rs_rec *g, size_t n, uint32_t backup,
  * commit. */
 static bool backups_agree(farm_txm *m, const struct rs_rec *g, size_t n,
                           uint32_t reg, const struct farm_txrestart_lost *lost,
-                          bool strict)
+                          const struct farm_txrestart_conf *c, bool strict)
 {
 	uint32_t reps[FARM_RING_MAX_REPLICAS];
-	unsigned nr = lost && lost->ring
+	unsigned nr = c ? farm_ring_holders(c->ring, reg, reps)
+	              : lost && lost->ring
 	                      ? farm_ring_holders(lost->ring, reg, reps)
 	                      : farm_as_replicas(m->as, reg, reps);
 	unsigned back = 0, skipped = 0;
@@ -319,6 +359,8 @@ static bool backups_agree(farm_txm *m, const struct rs_rec *g, size_t n,
 			skipped++;
 			continue;
 		}
+		if (c && removed_since(lost, c, reps[b]))
+			continue;
 		back++;
 		if (!has_cb_from(g, n, reps[b], reg))
 			return false;
@@ -361,8 +403,19 @@ static bool decide(farm_txm *m, const struct rs_rec *g, size_t n,
 	if (!nreg)
 		return false;
 	bool strict = FARM_FAULT_SWITCH(FARM_FP_RESTART_LOST_STRICT);
+	/* The backups the coordinator sent its COMMIT-BACKUPs to: those of
+	 * the configuration they carry, when a previous member's history
+	 * has it. The ring this machine restarts in may list a backup that
+	 * never had them (one added by a removal, a join or growth since),
+	 * and would abort a commit its primary installed. */
+	const struct farm_txrestart_conf *c = NULL;
+	for (size_t i = 0; i < n && !c; i++)
+		if (g[i].h.type == REC_COMMIT_BACKUP)
+			c = conf_of(lost, g[i].h.cfg);
+	if (FARM_FAULT_SWITCH(FARM_FP_RESTART_OWN_RING))
+		c = NULL; /* testing: as before */
 	for (unsigned k = 0; k < nreg; k++)
-		if (!backups_agree(m, g, n, regs[k], lost, strict))
+		if (!backups_agree(m, g, n, regs[k], lost, c, strict))
 			return false;
 	return true;
 }

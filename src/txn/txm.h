@@ -245,15 +245,36 @@ struct farm_txrestart_log {
 	 * the members, the other rings are empty and were not copied. */
 	const uint64_t *coords;
 };
-/* A restart without some previous members (farm_membership_forsake):
+/* A configuration that records may carry (the previous members'
+ * histories, src/node/restart_hist.c): @cfg its id, @ring its placement,
+ * @ids[0..n) its members and @inc[0..n) which holder of each id was the
+ * member then (farm_member.incarnation). */
+struct farm_txrestart_conf {
+	uint64_t cfg;
+	const farm_ring *ring;
+	const uint32_t *ids, *inc;
+	unsigned n;
+};
+/* What the decision knows of placements besides this machine's ring.
+ * A restart without some previous members (farm_membership_forsake):
  * their logs are gone. @ring: the previous configuration's placement
  * (with them); @ids[0..n): the members given up. A transaction is then
  * committed on the COMMIT-BACKUP records of every backup that came back,
- * as long as each region it writes has one. */
+ * as long as each region it writes has one.
+ * @confs[0..nconfs): configurations records may carry; @now_ids and
+ * @now_inc[0..now_n): the members the restart runs with and their
+ * incarnations. A transaction known only by COMMIT-BACKUPs of a listed
+ * configuration is judged by that configuration's backups, less those
+ * whose holder is not a member now (removed since: its log is not read),
+ * as a recovery round judges it. */
 struct farm_txrestart_lost {
 	const farm_ring *ring;
 	const uint32_t *ids;
 	unsigned n;
+	const struct farm_txrestart_conf *confs;
+	unsigned nconfs;
+	const uint32_t *now_ids, *now_inc;
+	unsigned now_n;
 };
 struct farm_txrestart_stats {
 	uint64_t records, txns, committed, aborted, images, objects, unlocked;

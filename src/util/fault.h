@@ -262,6 +262,14 @@ enum farm_fault_point {
 	 * rebuild a promoted region (tests/test_galloc.c holds it there
 	 * while an allocation wants a region). */
 	FARM_FP_ALLOC_ADOPT_SLOW,
+	/* node/restart_run.c, a switch: while hooked, a whole-cluster
+	 * restart decides a transaction known only by its COMMIT-BACKUPs by
+	 * the backups of the configuration it restarts in, not those of the
+	 * configuration its records carry, as before the fix
+	 * (tests/test_restart_round.c --keep-records --broken-own-ring: an
+	 * idle coordinator's last commit is aborted at the restart while
+	 * its primary installed it, and O's copies must differ). */
+	FARM_FP_RESTART_OWN_RING,
 	FARM_FP_COUNT
 };
 
