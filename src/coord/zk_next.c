@@ -201,6 +201,35 @@ static void next_leaving(const struct farm_zk *z, struct farm_view *x,
 	x->leaving[x->nleaving++] = lid;
 }
 
+/* Graceful leave, the last step: a leaving member said, in the
+ * configuration in force, that its handoff is done and it quiesced
+ * (farm_membership_left, R/left). A mark of an older configuration proves
+ * nothing (the copies were checked against other lists): ignored. */
+static bool left_now(const struct farm_zk *z, uint32_t id)
+{
+	const struct farm_view *c = &z->cur;
+	return z->mark_cfg[FARM_ZK_MARK_LEFT] &&
+	       z->mark_cfg[FARM_ZK_MARK_LEFT] == c->config_id &&
+	       z->mark_id[FARM_ZK_MARK_LEFT] == id &&
+	       farm_ids_have(c->leaving, c->nleaving, id) &&
+	       farm_view_find(c, id);
+}
+
+/* The leaver that left_now lets go is listed left by the configuration
+ * that removes it (only that one), so that its CM skips the lease wait:
+ * the machine is not a failure. */
+static void next_left(const struct farm_zk *z, struct farm_view *x)
+{
+	x->nleft = 0;
+	uint32_t id = z->mark_id[FARM_ZK_MARK_LEFT];
+	if (!left_now(z, id) || farm_view_find(x, id))
+		return;
+	farm_info("membership: machine %" PRIu32 " handed its data off: the "
+	          "next configuration goes on without it (not a failure)",
+	          id);
+	x->left[x->nleft++] = id;
+}
+
 /* Room for one more late id: a full list drops its oldest id that is no
  * longer a member. false (after saying so) when every listed one is. */
 static bool late_room(struct farm_view *x, uint32_t id)
@@ -281,6 +310,7 @@ static void zk_late(struct farm_membership *m)
 	next_bump(z, x, c);
 	next_late_new(x, c);
 	next_leaving(z, x, c);
+	next_left(z, x);
 }
 
 /* The restart mark this machine writes as manager (farm_view.restart): its
@@ -335,7 +365,7 @@ int farm_zk_build_from(struct farm_membership *m, const uint32_t *ids,
 			continue; /* left meanwhile; its watch event follows */
 		if (zrc != ZOK)
 			return farm_zk_err(zrc);
-		bool out = is_suspect(m, ids[i]);
+		bool out = is_suspect(m, ids[i]) || left_now(z, ids[i]);
 		for (unsigned r = 0; r < z->cur.nremoved && !out; r++)
 			out = z->cur.removed[r].id == ids[i] &&
 			      z->cur.removed[r].incarnation == st.czxid;

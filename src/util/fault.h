@@ -262,6 +262,11 @@ enum farm_fault_point {
 	 * rebuild a promoted region (tests/test_galloc.c holds it there
 	 * while an allocation wants a region). */
 	FARM_FP_ALLOC_ADOPT_SLOW,
+	/* node/leave.c, a switch: while hooked, a leaving machine skips the
+	 * completion check and asks to go as soon as it is listed leaving,
+	 * before its successors' copies are complete (tests/test_leave_node.c
+	 * --broken must lose copies). */
+	FARM_FP_LEAVE_EARLY,
 	FARM_FP_COUNT
 };
 
