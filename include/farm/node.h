@@ -184,6 +184,9 @@ FARM_API uint64_t farm_node_config_id(farm_node *n);
 FARM_API void farm_node_on_config(farm_node *n, farm_node_config_fn fn,
                                   void *ctx);
 FARM_API bool farm_node_removed(farm_node *n);
+/* Whether this machine left the cluster gracefully (farm_node_leave):
+ * a configuration without it listed it left, as no failure. */
+FARM_API bool farm_node_left(farm_node *n);
 
 /*
  * farm_replicas() - where the object at @a lives: the region @a names, its

@@ -255,3 +255,13 @@ int farm_node_leave(farm_node *n, int timeout_ms)
 	farm_txm_quiesce(n->txm, false);
 	return -ETIMEDOUT;
 }
+
+bool farm_node_left(farm_node *n)
+{
+	if (!n)
+		return false;
+	pthread_mutex_lock(&n->lock);
+	bool left = n->left_cfg != 0;
+	pthread_mutex_unlock(&n->lock);
+	return left;
+}

@@ -324,7 +324,7 @@ static enum av_state av_admit(struct av *a)
 	}
 	if (left || graceful) {
 		n->refused = true;
-		if (was)
+		if (was && !graceful)
 			n->removed = true;
 		pthread_cond_broadcast(&n->cond);
 	}
