@@ -193,11 +193,12 @@ struct farm_view {
 	 * departs leaves the list. */
 	unsigned nleaving;
 	uint32_t leaving[FARM_VIEW_MAX];
-	/* Members this configuration removes because they left gracefully
-	 * (farm_membership_left: their successors' copies were complete and
-	 * they had quiesced): carried by this configuration only, like
-	 * bump. Every listed id is gone, not a member; the CM skips the
-	 * lease wait for them (no transaction of theirs is in flight). */
+	/* Machines that left gracefully (farm_membership_left: their
+	 * successors' copies were complete and they had quiesced), in that
+	 * order; carried on, like bump, while they stay out. No listed id
+	 * is a member; the CM skips the lease wait for them (no transaction
+	 * of theirs is in flight), and a leaver that reads its id here
+	 * knows it was let go, not removed. */
 	unsigned nleft;
 	uint32_t left[FARM_VIEW_MAX];
 };

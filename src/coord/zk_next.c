@@ -216,14 +216,28 @@ static bool left_now(const struct farm_zk *z, uint32_t id)
 }
 
 /* The leaver that left_now lets go is listed left by the configuration
- * that removes it (only that one), so that its CM skips the lease wait:
- * the machine is not a failure. */
-static void next_left(const struct farm_zk *z, struct farm_view *x)
+ * that removes it, so that its CM skips the lease wait: the machine is
+ * not a failure. The list is carried on (as bump is) while its ids stay
+ * out, so that no configuration is written only to clear it, and so that
+ * a machine that skips the view that removed it (a watch can coalesce
+ * two) still reads it: the leaver learns it left, not that it was
+ * removed. */
+static void next_left(const struct farm_zk *z, struct farm_view *x,
+                      const struct farm_view *c)
 {
 	x->nleft = 0;
+	for (unsigned i = 0; i < c->nleft && i < FARM_VIEW_MAX; i++)
+		if (!farm_view_find(x, c->left[i]))
+			x->left[x->nleft++] = c->left[i];
 	uint32_t id = z->mark_id[FARM_ZK_MARK_LEFT];
-	if (!left_now(z, id) || farm_view_find(x, id))
+	if (!left_now(z, id) || farm_view_find(x, id) ||
+	    farm_ids_have(x->left, x->nleft, id))
 		return;
+	if (x->nleft == FARM_VIEW_MAX) {
+		memmove(&x->left[0], &x->left[1],
+		        (FARM_VIEW_MAX - 1) * sizeof(x->left[0]));
+		x->nleft--;
+	}
 	farm_info("membership: machine %" PRIu32 " handed its data off: the "
 	          "next configuration goes on without it (not a failure)",
 	          id);
@@ -310,7 +324,7 @@ static void zk_late(struct farm_membership *m)
 	next_bump(z, x, c);
 	next_late_new(x, c);
 	next_leaving(z, x, c);
-	next_left(z, x);
+	next_left(z, x, c);
 }
 
 /* The restart mark this machine writes as manager (farm_view.restart): its
