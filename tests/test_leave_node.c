@@ -9,9 +9,10 @@
  *          serves until it is let go). farm_node_leave must return 0.
  *
  * Afterwards:
- *   - when each survivor applied the configuration without the leaver,
- *     it held no copy still filling (a successor's copy not complete at
- *     the leaver's departure is a region below 2 complete copies);
+ *   - every region's final 2 replicas each held a complete copy when
+ *     they first saw the configuration without the leaver (a successor's
+ *     copy missing or still filling at the departure is a region below
+ *     2 complete copies);
  *   - every region any survivor holds is complete at exactly its ring's
  *     2 replicas, all survivors, none filling (replicas.h);
  *   - no survivor suspected anyone, and the CM waited no lease (the
@@ -21,8 +22,8 @@
  *     machine, the leaver included, exits 0.
  *
  * --broken: the leaver skips the completion check (FARM_FP_LEAVE_EARLY)
- * and asks to go as soon as it is listed leaving: the survivors must be
- * found holding filling copies at its departure.
+ * and asks to go as soon as it is listed leaving: some region must be
+ * found short at its departure.
  *
  * Exits 77 (skip) without the ZooKeeper client or server.
  */
@@ -68,13 +69,13 @@ struct lv_said {
 	uint64_t ms;
 };
 
-/* Child: filling copies held when the configuration without the leaver
- * was first seen here, and the recovery counters ('g' -> 'G'). */
-static int lv_filling_at_cfg = -1;
+/* Child: what this machine held when it first saw the configuration
+ * without the leaver (first.config 0: not yet), now, and the recovery
+ * counters ('g' -> 'G'). */
+static struct held_report lv_first;
 
 struct lv_report {
-	struct held_report h;
-	int filling_at_cfg;
+	struct held_report h, first;
 	uint64_t suspicions, lease_waits, lease_waits_skipped;
 };
 
@@ -98,7 +99,7 @@ static int lv_cmd(struct tx_child *c, int cmd, const farm_fatptr *acc,
 		if (!r)
 			return -1;
 		rp_held(c, &r->h);
-		r->filling_at_cfg = lv_filling_at_cfg;
+		r->first = lv_first;
 		struct farm_recovery_stats rs;
 		farm_recovery_stats(farm_node_recovery(c->np.node), &rs);
 		r->suspicions = rs.suspicions;
@@ -129,23 +130,53 @@ static int lv_leave_step(struct tx_child *c)
 	return s.rc == 0;
 }
 
-/* Survivors: count the filling copies at the first sight of the
- * configuration without the leaver. */
+/* Survivors: what they hold at the first sight of the configuration
+ * without the leaver. */
 static int lv_step(struct tx_child *c, struct run_report *r)
 {
 	if (lv_started && !lv_reported)
 		return lv_leave_step(c);
-	if (r->new_config && lv_filling_at_cfg < 0) {
-		struct held_report *h = malloc(sizeof(*h));
-		if (!h)
-			return 1;
-		rp_held(c, h);
-		lv_filling_at_cfg = 0;
-		for (unsigned i = 0; i < h->n; i++)
-			lv_filling_at_cfg += h->h[i].filling;
-		free(h);
+	if (r->new_config && !lv_first.config) {
+		rp_held(c, &lv_first);
+		lv_first.config |= !lv_first.config; /* taken */
 	}
 	return 0;
+}
+
+/* Parent: did machine @m hold a complete copy of @region in @first? */
+static bool held_complete(const struct held_report *first, uint32_t region)
+{
+	for (unsigned i = 0; i < first->n; i++)
+		if (first->h[i].region == region)
+			return !first->h[i].filling;
+	return false;
+}
+
+/* Parent: every region's replicas in the end (its primary's list) each
+ * held a complete copy when they first saw the configuration without
+ * the leaver: none ran short at its departure. */
+static void check_departure(struct rb_result *res, struct lv_report **r)
+{
+	unsigned checked = 0;
+	for (unsigned i = 0; i < NP_NM; i++)
+		for (unsigned k = 0; r[i] && k < r[i]->h.n; k++) {
+			const struct rp_held *e = &r[i]->h.h[k];
+			if (e->role != FARM_AS_PRIMARY)
+				continue;
+			for (unsigned q = 0; q < e->nreps; q++) {
+				uint32_t m = e->reps[q];
+				checked++;
+				if (m < NP_NM && r[m] &&
+				    held_complete(&r[m]->first, e->region))
+					continue;
+				failed(&res->f,
+				       "region %#" PRIx32 ": machine %" PRIu32
+				       " had no complete copy when the leaver "
+				       "departed",
+				       e->region, m);
+			}
+		}
+	printf("leave: %u copies checked at the departure\n", checked);
 }
 
 static void lv_configure(uint32_t me, struct farm_config *cfg)
@@ -207,20 +238,14 @@ static void check_replicas(struct rb_result *res)
 	       ok ? "every one at its 2 replicas" : why);
 	if (!ok)
 		failed(&res->f, "regions not at 2 complete replicas: %s", why);
+	check_departure(res, r);
 	for (unsigned i = 0; i < NP_NM; i++) {
 		if (!r[i])
 			continue;
-		printf("leave: machine %u: %d filling copies at the "
-		       "configuration without the leaver, %" PRIu64
-		       " suspicions, %" PRIu64 " lease waits (%" PRIu64
-		       " skipped)\n",
-		       i, r[i]->filling_at_cfg, r[i]->suspicions,
-		       r[i]->lease_waits, r[i]->lease_waits_skipped);
-		if (r[i]->filling_at_cfg != 0)
-			failed(&res->f,
-			       "machine %u held %d filling copies when the "
-			       "leaver departed (a region below 2 copies)",
-			       i, r[i]->filling_at_cfg);
+		printf("leave: machine %u: %" PRIu64 " suspicions, %" PRIu64
+		       " lease waits (%" PRIu64 " skipped)\n",
+		       i, r[i]->suspicions, r[i]->lease_waits,
+		       r[i]->lease_waits_skipped);
 		if (r[i]->suspicions)
 			failed(&res->f, "machine %u suspected a machine", i);
 		if (r[i]->lease_waits)
