@@ -197,8 +197,7 @@ static struct lv_said ask_leave(unsigned i)
 	np_send(&rb_cl, i, 'L');
 	np_expect(&rb_cl, i, 'l', LV_LEAVE_MS + 30000);
 	np_recv(&rb_cl, i, &s, sizeof(s), 1000);
-	printf("leave: machine %u asked to leave: %s after %" PRIu64
-	       " ms%s\n",
+	printf("leave: machine %u asked to leave: %s after %" PRIu64 " ms%s\n",
 	       i, s.rc ? farm_strerror(s.rc) : "left", s.ms,
 	       s.left ? " (farm_node_left)" : "");
 	return s;
@@ -265,8 +264,7 @@ static void test_leave(void **state)
 		failed(&res.f, "the CM's leave answered %d, not -EPERM", s.rc);
 	s = ask_leave(LV_LEAVER);
 	if (s.rc || !s.left)
-		failed(&res.f, "the leave answered %s",
-		       farm_strerror(s.rc));
+		failed(&res.f, "the leave answered %s", farm_strerror(s.rc));
 	res.t_kill_ns = np_now_ns();
 	rb_tell(&res, LV_LEAVER, false);
 	struct run_report lr;

@@ -31,8 +31,7 @@ struct leaveq_req {
 };
 
 /* Does the ring list @me among @region's successors? */
-static bool successor_here(const farm_ring *ring, uint32_t region,
-                           uint32_t me)
+static bool successor_here(const farm_ring *ring, uint32_t region, uint32_t me)
 {
 	uint32_t s[FARM_RING_MAX_REPLICAS];
 	unsigned ns = farm_ring_successors(ring, region, s);

@@ -608,7 +608,7 @@ static void answer_leave(struct farm_ctl *c, const char *req,
 static void serve(struct farm_ctl *c, int fd)
 {
 	struct farm_ctl_out o = {.machine = farm_node_id(c->node)};
-	char req[REQ_MAX + 2];
+	char req[REQ_MAX + 2] = "";
 	const char *bad = NULL;
 	struct ucred cr;
 	socklen_t cl = sizeof(cr);

@@ -64,10 +64,10 @@ static void lw_answered(farm_loop *loop, void *ctx, int status)
 static void lw_ask(farm_loop *loop, void *ctx, int status)
 {
 	struct leave_wait *w = ctx;
-	int rc = status ? status
-	                : farm_as_leave_check(w->n->as, loop, w->cfg,
-	                                      w->members, w->nm, lw_answered,
-	                                      w);
+	int rc =
+	        status ? status
+	               : farm_as_leave_check(w->n->as, loop, w->cfg, w->members,
+	                                     w->nm, lw_answered, w);
 	if (rc)
 		lw_answered(loop, w, rc);
 }
@@ -205,7 +205,8 @@ static int leave_step(farm_node *n, const struct farm_view *v,
 		return rc;
 	}
 	if (*said == v->config_id)
-		return 0; /* told in this configuration: its successor ends it */
+		return 0; /* told in this configuration: its successor ends it
+		           */
 	int rc = leave_check(n, v, deadline);
 	if (rc)
 		return rc == -ESTALE ? -EAGAIN : rc;
@@ -235,7 +236,8 @@ int farm_node_leave(farm_node *n, int timeout_ms)
 		if (left)
 			return 0;
 		if (removed)
-			return FARM_ECLOSED; /* removed as a failure meanwhile */
+			return FARM_ECLOSED; /* removed as a failure meanwhile
+			                      */
 		if (past(deadline))
 			break;
 		int rc = leave_step(n, &v, deadline, &said);

@@ -283,6 +283,23 @@ static enum av_state av_screen(struct av *a)
 	return AV_ADMIT;
 }
 
+/* A graceful leave's end (farm_node_leave): @v lists this machine left,
+ * so it was let go, neither refused nor removed. Under n->lock; wakes
+ * farm_node_leave's wait. */
+static bool let_go(farm_node *n, const struct farm_view *v)
+{
+	if (!farm_ids_have(v->left, v->nleft, n->cfg.machine_id))
+		return false;
+	if (!n->left_cfg)
+		farm_info("node %" PRIu32 ": left the cluster gracefully "
+		          "(configuration %" PRIu64 " goes on without it)",
+		          n->cfg.machine_id, v->config_id);
+	n->left_cfg = v->config_id;
+	n->refused = true; /* no view takes it back */
+	pthread_cond_broadcast(&n->cond);
+	return true;
+}
+
 static enum av_state av_admit(struct av *a)
 {
 	farm_node *n = a->n;
@@ -312,19 +329,12 @@ static enum av_state av_admit(struct av *a)
 	       a->replaced;
 	if (a->replaced)
 		n->replaced_seen++;
+	bool graceful = let_go(n, v);
+	left = left && !graceful;
 	bool tell = left && !n->refused;
-	/* A graceful leave's end (farm_node_leave): no refusal. */
-	bool graceful = farm_ids_have(v->left, v->nleft, n->cfg.machine_id);
-	if (graceful) {
-		n->left_cfg = v->config_id;
-		tell = false;
-		farm_info("node %" PRIu32 ": left the cluster gracefully "
-		          "(configuration %" PRIu64 " goes on without it)",
-		          n->cfg.machine_id, v->config_id);
-	}
-	if (left || graceful) {
+	if (left) {
 		n->refused = true;
-		if (was && !graceful)
+		if (was)
 			n->removed = true;
 		pthread_cond_broadcast(&n->cond);
 	}
