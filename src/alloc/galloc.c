@@ -9,7 +9,7 @@
  * the allocation then asks the address space for such a region, adds it
  * to the pool when it comes, and tries again.
  */
-#include "alloc/galloc.h"
+#include "alloc/galloc_int.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -22,74 +22,8 @@
 #include "util/log.h"
 #include "util/rt.h"
 
-#define POOL_MAX    8
-#define MAX_LOOPS   64
-#define MAX_RETRY   4 /* region requests per allocation */
-#define MAX_PARKS   8 /* waits for an adoption per allocation (op_park) */
-#define ADOPTED_MAX 64
-
-struct pooled {
-	uint32_t near;
-	struct farm_alloc_region r;
-};
-
-struct farm_galloc {
-	farm_as *as;
-	farm_msg *msg;
-	farm_blockalloc *ba;
-	farm_slab *slabs[MAX_LOOPS]; /* one per loop, made on first use */
-	pthread_mutex_t lock;        /* pool */
-	struct pooled pool[POOL_MAX];
-	unsigned npool;
-	/* Regions taken out of a full pool and being added to the block
-	 * allocator outside `lock` (region_made); a retire waits on `pool_cv`
-	 * until none is, so it cannot miss one. Under `lock`. */
-	unsigned adding;
-	pthread_cond_t pool_cv;
-	_Atomic uint64_t retired;
-	_Atomic uint64_t shipped_allocs, served_allocs, shipped_frees,
-	        served_frees, regions_added, region_waits;
-	/* Adopting promoted regions (farm_galloc_adopt): one thread, made on
-	 * first use, parked on `adopt_cv` while there is nothing to do. */
-	pthread_mutex_t adopt_lock;
-	pthread_cond_t adopt_cv;
-	pthread_t adopter;
-	bool adopter_up, adopt_stop;
-	/* The region the adopter is on (0: none); cleared, with a broadcast
-	 * on `adopt_done_cv`, once its deferred frees are done too. */
-	uint32_t adopt_busy;
-	pthread_cond_t adopt_done_cv;
-	struct adopt_region *adopting; /* expected or queued, under the lock */
-	struct deferred *deferred;     /* frees waiting for their region */
-	/* Allocations that wanted a region while regions promoted here
-	 * were still to be adopted (op_park): posted back to their loops
-	 * when one leaves `adopting` (adopt_take_locked). */
-	struct galloc_op *parked;
-	_Atomic uint64_t allocs_parked;
-	_Atomic uint64_t adopted, adopt_failed, adopt_skipped, adopt_ns,
-	        adopt_max_ns, frees_deferred, deferred_freed, deferred_lost;
-	/* The regions adopted (the first ADOPTED_MAX), for the counters of
-	 * allocations and frees in them: ids written before the count
-	 * (release; pairs with the acquire in in_adopted). */
-	uint32_t adopted_ids[ADOPTED_MAX];
-	_Atomic unsigned nadopted_ids;
-	_Atomic uint64_t adopted_allocs, adopted_frees;
-};
-
-/* A region promoted here, not yet in the block allocator. */
-struct adopt_region {
-	uint32_t id;
-	bool queued; /* farm_galloc_adopt called: the adopter may take it */
-	bool taken;  /* the adopter is on it */
-	struct adopt_region *next;
-};
-/* A free of an object in such a region, done once it is adopted; then
- * @then is stored (release) in the object's first word. */
-struct deferred {
-	farm_gaddr a;
-	uint64_t then;
-	struct deferred *next;
-};
+#define MAX_RETRY 4 /* region requests per allocation */
+#define MAX_PARKS 8 /* waits for an adoption per allocation (op_park) */
 
 /* Wire formats. */
 struct alloc_req {
@@ -103,8 +37,6 @@ struct alloc_rep {
 struct free_req {
 	uint64_t addr;
 };
-
-static bool in_adopted(farm_galloc *g, uint32_t id);
 
 /* ---- regions ----------------------------------------------------------- */
 
@@ -282,7 +214,7 @@ static void op_again(farm_loop *loop, void *ctx, int status)
  * list (adopted, skipped, cancelled or retired). Under adopt_lock; the
  * loops take them later, never inline. One whose work item cannot be
  * made (out of memory) stays parked for the next. */
-static void parked_release_locked(farm_galloc *g)
+void farm_galloc_parked_release_locked(farm_galloc *g)
 {
 	struct galloc_op *op = g->parked, *keep = NULL;
 	g->parked = NULL;
@@ -318,7 +250,7 @@ static void op_try(farm_loop *loop, struct galloc_op *op)
 	}
 	if (rc == -EAGAIN)
 		rc = -ENOSPC;
-	if (!rc && in_adopted(g, farm_gaddr_region(a)))
+	if (!rc && farm_galloc_in_adopted(g, farm_gaddr_region(a)))
 		atomic_fetch_add_explicit(&g->adopted_allocs, 1,
 		                          memory_order_relaxed);
 	op_post(loop, op, rc, a);
@@ -512,348 +444,6 @@ int farm_galloc_free(farm_galloc *g, farm_loop *loop, farm_gaddr a,
 	else
 		atomic_fetch_add(&g->shipped_frees, 1);
 	return rc;
-}
-
-/* ---- recovery: adopting promoted regions ------------------------------------
- *
- * A region promoted here (its primary failed; src/txn/recover.c) serves
- * reads and commits at once, but the block allocator does not know it. Its
- * copy's block table was kept by the replica (farm_alloc_copy_note, from
- * each new object's block description carried in COMMIT-BACKUP), so once
- * recovery has settled every transaction that could still write it, the
- * adopter thread rebuilds it by scan (farm_blockalloc_rebuild_region) off
- * the event loops. Frees of its objects meanwhile are deferred, the object
- * left locked by the caller, and done (then unlocked) right after the
- * rebuild, so none leaks and none is seen freed-but-allocated.
- */
-
-/* Was region @id adopted here? (Counters only; the adopter is the only
- * writer of the list.) */
-static bool in_adopted(farm_galloc *g, uint32_t id)
-{
-	/* Acquire: pairs with the release store of nadopted_ids in
-	 * adopt_one (the ids below it are written). */
-	unsigned n =
-	        atomic_load_explicit(&g->nadopted_ids, memory_order_acquire);
-	for (unsigned i = 0; i < n; i++)
-		if (g->adopted_ids[i] == id)
-			return true;
-	return false;
-}
-
-static struct adopt_region **adopt_find(farm_galloc *g, uint32_t id)
-{
-	struct adopt_region **pp = &g->adopting;
-	while (*pp && (*pp)->id != id)
-		pp = &(*pp)->next;
-	return pp;
-}
-
-int farm_galloc_adopt_expect(farm_galloc *g, uint32_t region)
-{
-	if (!g)
-		return -EINVAL;
-	pthread_mutex_lock(&g->adopt_lock);
-	int rc = 0;
-	if (farm_alloc_region_is_local(g->ba, region)) {
-		rc = 2; /* adopted already (an earlier recovery) */
-	} else if (!*adopt_find(g, region)) {
-		struct adopt_region *a = calloc(1, sizeof(*a));
-		if (a) {
-			*a = (struct adopt_region){.id = region,
-			                           .next = g->adopting};
-			g->adopting = a;
-			rc = 1;
-		} else {
-			rc = -ENOMEM;
-		}
-	}
-	pthread_mutex_unlock(&g->adopt_lock);
-	return rc;
-}
-
-/* Take region @id out of the adoption list with its deferred frees; under
- * adopt_lock. */
-static struct deferred *adopt_take_locked(farm_galloc *g, uint32_t id)
-{
-	struct deferred *mine = NULL;
-	struct adopt_region **pp = adopt_find(g, id);
-	if (*pp) {
-		struct adopt_region *a = *pp;
-		*pp = a->next;
-		free(a);
-	}
-	/* Adopted (published in the block allocator before this), or never
-	 * to be: the allocations waiting for it try again. */
-	parked_release_locked(g);
-	for (struct deferred **dp = &g->deferred; *dp;) {
-		struct deferred *d = *dp;
-		if (farm_gaddr_region(d->a) == id) {
-			*dp = d->next;
-			d->next = mine;
-			mine = d;
-		} else {
-			dp = &d->next;
-		}
-	}
-	return mine;
-}
-
-static struct deferred *adopt_take(farm_galloc *g, uint32_t id)
-{
-	pthread_mutex_lock(&g->adopt_lock);
-	struct deferred *mine = adopt_take_locked(g, id);
-	pthread_mutex_unlock(&g->adopt_lock);
-	return mine;
-}
-
-void farm_galloc_adopt_cancel(farm_galloc *g, uint32_t region)
-{
-	if (!g)
-		return;
-	struct deferred *d = adopt_take(g, region);
-	while (d) { /* none: the region never served here */
-		struct deferred *n = d->next;
-		free(d);
-		d = n;
-	}
-}
-
-/* Adopt one region; then its deferred frees, and unlock their objects. */
-static void adopt_one(farm_galloc *g, farm_slab **slab, uint32_t id)
-{
-	enum farm_as_role role;
-	farm_region *fr = farm_as_local_region(g->as, id, &role);
-	struct farm_alloc_region r = {.id = id};
-	int rc = -ENOENT;
-	if (fr) { /* for the deferred frees' unlocks in any case */
-		r.base = farm_region_base(fr);
-		r.size = farm_region_size(fr);
-	}
-	if (fr && role == FARM_AS_PRIMARY) {
-		if (!farm_alloc_copy_formatted(&r)) {
-			/* No object was ever carried into it: not an
-			 * allocator region (or an unused one). */
-			atomic_fetch_add(&g->adopt_skipped, 1);
-			rc = 1;
-		} else {
-			FARM_FAULT_POINT(FARM_FP_ALLOC_ADOPT_SLOW);
-			uint64_t t0 = farm_now_ns();
-			rc = farm_blockalloc_rebuild_region(g->ba, &r);
-			uint64_t dt = farm_now_ns() - t0;
-			if (!rc) {
-				atomic_fetch_add(&g->adopted, 1);
-				unsigned k = atomic_load_explicit(
-				        &g->nadopted_ids, memory_order_relaxed);
-				if (k < ADOPTED_MAX) {
-					g->adopted_ids[k] = id;
-					/* Release: pairs with the acquire
-					 * load in in_adopted. */
-					atomic_store_explicit(
-					        &g->nadopted_ids, k + 1,
-					        memory_order_release);
-				}
-				atomic_fetch_add(&g->adopt_ns, dt);
-				uint64_t mx = atomic_load(&g->adopt_max_ns);
-				while (dt > mx &&
-				       !atomic_compare_exchange_weak(
-				               &g->adopt_max_ns, &mx, dt))
-					;
-				farm_info("alloc: region %" PRIu32
-				          " adopted (rebuilt by scan in "
-				          "%.2f ms)",
-				          id, dt / 1e6);
-			}
-		}
-	}
-	if (rc < 0) {
-		atomic_fetch_add(&g->adopt_failed, 1);
-		farm_warn("alloc: promoted region %" PRIu32
-		          " not adopted: %s; its free space is not used",
-		          id, farm_strerror(rc));
-	}
-	/* Published (if adopted) before adopt_take takes the lock, so a free
-	 * that finds the region still unknown under the lock is ours. */
-	struct deferred *d = adopt_take(g, id);
-	if (d && !*slab && rc == 0 && farm_slab_create(g->ba, slab))
-		*slab = NULL;
-	while (d) {
-		struct deferred *n = d->next;
-		int f = rc == 0 && *slab ? farm_slab_free(*slab, d->a) : rc;
-		/* Unlock it either way: the caller left that to us (release:
-		 * pairs with the acquire loads of the version word,
-		 * farm_objhdr_load_version, which then see the free). */
-		if (r.base)
-			atomic_store_explicit(
-			        (_Atomic uint64_t *)(void *)((char *)r.base +
-			                                     farm_gaddr_offset(
-			                                             d->a)),
-			        d->then, memory_order_release);
-		/* Counted after (seq_cst, so a release): whoever reads the
-		 * count sees the free and the unlock. */
-		if (f) {
-			atomic_fetch_add(&g->deferred_lost, 1);
-			farm_warn("alloc: deferred free of %#" PRIx64
-			          " in region %" PRIu32 ": %s (leaked)",
-			          d->a, id, farm_strerror(f < 0 ? f : -ENOENT));
-		} else {
-			atomic_fetch_add(&g->deferred_freed, 1);
-		}
-		free(d);
-		d = n;
-	}
-}
-
-static void *adopter_main(void *arg)
-{
-	farm_galloc *g = arg;
-	farm_slab *slab = NULL; /* for deferred frees, made when needed */
-	/* Created on the membership's real-time worker (a view's recovery):
-	 * a scan of a whole region at that priority held both cores of a
-	 * 2-core host for hundreds of ms, and no transaction committed. */
-	(void)farm_thread_set_normal();
-	pthread_mutex_lock(&g->adopt_lock);
-	for (;;) {
-		struct adopt_region *a = g->adopting;
-		while (a && !a->queued)
-			a = a->next;
-		if (!a) {
-			if (g->adopt_stop)
-				break;
-			pthread_cond_wait(&g->adopt_cv, &g->adopt_lock);
-			continue;
-		}
-		uint32_t id = a->id;
-		a->queued = false; /* ours now: adopt_take removes it */
-		a->taken = true;
-		g->adopt_busy = id;
-		pthread_mutex_unlock(&g->adopt_lock);
-		adopt_one(g, &slab, id);
-		pthread_mutex_lock(&g->adopt_lock);
-		g->adopt_busy = 0; /* farm_galloc_retire may wait for it */
-		/* Allocations parked since adopt_take released them saw it
-		 * busy: they try again now (op_park). */
-		parked_release_locked(g);
-		pthread_cond_broadcast(&g->adopt_done_cv);
-	}
-	pthread_mutex_unlock(&g->adopt_lock);
-	farm_slab_destroy(slab);
-	return NULL;
-}
-
-int farm_galloc_adopt(farm_galloc *g, uint32_t region)
-{
-	if (!g)
-		return -EINVAL;
-	int rc = farm_galloc_adopt_expect(g, region);
-	if (rc < 0 || rc == 2)
-		return rc < 0 ? rc : 0;
-	if (FARM_FAULT_SWITCH(FARM_FP_ALLOC_ADOPT_HOLD))
-		return 0; /* test-only: its frees stay deferred */
-	pthread_mutex_lock(&g->adopt_lock);
-	if (!g->adopter_up) {
-		rc = pthread_create(&g->adopter, NULL, adopter_main, g);
-		if (rc) {
-			pthread_mutex_unlock(&g->adopt_lock);
-			return -rc;
-		}
-		g->adopter_up = true;
-	}
-	struct adopt_region *a = *adopt_find(g, region);
-	if (a && !a->taken) /* (gone: adopted since, by a racing call) */
-		a->queued = true;
-	pthread_cond_signal(&g->adopt_cv);
-	pthread_mutex_unlock(&g->adopt_lock);
-	return 0;
-}
-
-int farm_galloc_free_local_or_defer(farm_galloc *g, farm_loop *loop,
-                                    farm_gaddr a, uint64_t then)
-{
-	if (!g || !loop)
-		return -EINVAL;
-	uint32_t id = farm_gaddr_region(a);
-	if (!farm_alloc_region_is_local(g->ba, id)) {
-		pthread_mutex_lock(&g->adopt_lock);
-		if (!farm_alloc_region_is_local(g->ba, id)) {
-			struct deferred *d = NULL;
-			if (*adopt_find(g, id) && (d = malloc(sizeof(*d)))) {
-				*d = (struct deferred){.a = a,
-				                       .then = then,
-				                       .next = g->deferred};
-				g->deferred = d;
-				atomic_fetch_add(&g->frees_deferred, 1);
-			}
-			pthread_mutex_unlock(&g->adopt_lock);
-			return d ? 1 : -EREMOTE;
-		}
-		pthread_mutex_unlock(&g->adopt_lock);
-	}
-	int rc = farm_galloc_free_local(g, loop, a);
-	if (!rc && in_adopted(g, id))
-		atomic_fetch_add_explicit(&g->adopted_frees, 1,
-		                          memory_order_relaxed);
-	return rc;
-}
-
-/* ---- retiring a region ------------------------------------------------
- *
- * This machine stops being primary of a region (a new configuration moved
- * it): the new primary's allocator rebuilds it by scan and owns its free
- * slots, so ours must never hand one out again, nor write the memory, which
- * the caller is about to discard. The block allocator keeps the region as a
- * tombstone (farm_blockalloc_retire_region); here, the region is also taken
- * out of the pool and out of adoption.
- */
-int farm_galloc_retire(farm_galloc *g, uint32_t region)
-{
-	if (!g || region == FARM_REGION_ID_NONE || region > FARM_REGION_ID_MAX)
-		return -EINVAL;
-	bool known = false;
-	/* Adoption: wait for the adopter if it is on this region (its rebuild
-	 * and deferred frees write the memory), else cancel an expectation. */
-	struct deferred *d = NULL;
-	pthread_mutex_lock(&g->adopt_lock);
-	while (g->adopt_busy == region)
-		pthread_cond_wait(&g->adopt_done_cv, &g->adopt_lock);
-	if (*adopt_find(g, region)) { /* not taken: the adopter skips it */
-		d = adopt_take_locked(g, region);
-		known = true;
-	}
-	pthread_mutex_unlock(&g->adopt_lock);
-	/* Its deferred frees are not done: the copy they would free in is
-	 * discarded, and the new primary frees them in its own. */
-	while (d) {
-		struct deferred *n = d->next;
-		atomic_fetch_add(&g->deferred_lost, 1);
-		free(d);
-		d = n;
-	}
-	/* The pool: a made but unused region is dropped. Wait for regions
-	 * moving from the pool to the block allocator first. */
-	pthread_mutex_lock(&g->lock);
-	while (g->adding)
-		pthread_cond_wait(&g->pool_cv, &g->lock);
-	for (unsigned i = 0; i < g->npool;) {
-		if (g->pool[i].r.id == region) {
-			g->pool[i] = g->pool[--g->npool];
-			known = true;
-		} else {
-			i++;
-		}
-	}
-	pthread_mutex_unlock(&g->lock);
-	int rc = farm_blockalloc_retire_region(g->ba, region);
-	if (rc && rc != -ENOENT)
-		return rc;
-	if (rc == 0)
-		known = true;
-	if (!known)
-		return -ENOENT;
-	atomic_fetch_add(&g->retired, 1);
-	farm_info("alloc: region %" PRIu32 " retired (no longer primary here)",
-	          region);
-	return 0;
 }
 
 int farm_galloc_block_info(farm_galloc *g, farm_gaddr a, uint32_t *info)

@@ -87,9 +87,18 @@ static inline bool reader_dead(const farm_txm *m, uint32_t coord,
 
 /* recover.c */
 void farm_txn_rec_refuse(farm_txm *m, const farm_msg_in *in, const char *what);
+void farm_txn_rec_send_query(struct txloop *tl, uint32_t coord, uint64_t txid);
+
+/* recover_promo.c: a promoted primary's part. Step 2 for @coord's log
+ * (rec.lock held); is a promoted region still locked by a pending
+ * transaction; a region to hand to the allocator for adoption once its
+ * locks are settled, and the hand-over of those that are. */
 uint8_t *farm_txn_rec_copy_obj(farm_txm *m, const struct rec_obj *o);
 void farm_txn_rec_pend_decide(struct txloop *tl, uint64_t txid, bool commit);
-void farm_txn_rec_send_query(struct txloop *tl, uint32_t coord, uint64_t txid);
+void farm_txn_rec_promote_scan(struct txloop *tl, uint32_t coord);
+bool farm_txn_rec_region_locked(const farm_txm *m, uint32_t region);
+void farm_txn_rec_adopt_add(farm_txm *m, uint32_t region);
+void farm_txn_rec_adopt_ready(farm_txm *m);
 
 /* recover_kept.c: keep the decision @commit for @txid of the removed
  * holder of @coord, applied by loop @tl; vote this loop's kept decisions
