@@ -13,7 +13,7 @@ SCRIPTS=${2:-}
 fail() {
     echo "FAIL: $*" >&2
     if [ -n "${dir:-}" ]; then
-        for c in c r; do "$FARM" cluster stop --dir "$dir/$c" >/dev/null 2>&1; done
+        for c in c r l; do "$FARM" cluster stop --dir "$dir/$c" >/dev/null 2>&1; done
         [ -n "$SCRIPTS" ] && "$SCRIPTS/zk-local" stop "$dir/zk" >/dev/null 2>&1
         rm -rf "$dir"
     fi
@@ -86,6 +86,24 @@ if [ -n "$SCRIPTS" ] && zk=$("$SCRIPTS/zk-local" start "$dir/zk" 2>/dev/null); t
     done
     grep -q "removed from the cluster" "$dir/r/m2.log" || fail "no removal message: $(cat "$dir/r/m2.log")"
     "$FARM" cluster stop --dir "$dir/r" >/dev/null 2>&1
+    # farm leave: the CM is refused; another machine hands its data off,
+    # the tool says "left" and the machine process exits 0 on its own.
+    "$FARM" cluster start --dir "$dir/l" --machines 4 --region-size 4M \
+        --zk "$zk" --keep-logs >/dev/null || fail "start 4 with zk"
+    "$FARM" leave --dir "$dir/l/m0" --timeout 20000 >/dev/null 2>"$dir/leave0.err" &&
+        fail "the CM's leave accepted"
+    grep -q "configuration manager" "$dir/leave0.err" || fail "the CM's refusal: $(cat "$dir/leave0.err")"
+    leaver=$(awk '$1 == 3 {print $2}' "$dir/l/cluster.pids")
+    out=$("$FARM" leave --dir "$dir/l/m3" --timeout 60000) || fail "farm leave: $out $(cat "$dir/l/m3.log")"
+    [ "$out" = "left" ] || fail "farm leave said: $out"
+    i=0
+    while [ -d /proc/$leaver ] && ! grep -q '^State:.*Z' /proc/$leaver/status 2>/dev/null; do
+        i=$((i + 1)); [ $i -gt 300 ] && fail "the machine that left did not stop"
+        sleep 0.05
+    done
+    grep -q "left the cluster gracefully" "$dir/l/m3.log" || fail "no leave message: $(cat "$dir/l/m3.log")"
+    grep -q "removed from the cluster" "$dir/l/m3.log" && fail "the leaver was removed: $(cat "$dir/l/m3.log")"
+    "$FARM" cluster stop --dir "$dir/l" >/dev/null 2>&1
     "$SCRIPTS/zk-local" stop "$dir/zk" >/dev/null 2>&1
 else
     echo "test_cluster: ZooKeeper part skipped (no java or no zk-local)"

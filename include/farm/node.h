@@ -124,6 +124,29 @@ FARM_API void farm_node_shutdown(farm_node *n);
  * restart waits for the members it recorded). */
 FARM_API void farm_node_quiesce(farm_node *n);
 
+/*
+ * farm_node_leave() - leave the cluster gracefully, handing this
+ * machine's data off first (ZooKeeper membership only;
+ * src/recovery/README.md, "Graceful leave"). The machine asks to be
+ * listed leaving (checked first: at least `replicas` machines must stay
+ * once it and the machines leaving already have gone); the regions it
+ * holds gain successors, whose copies data recovery fills while this
+ * machine still serves; once every one is complete it stops starting
+ * commits (farm_tx_commit then fails -ESHUTDOWN), waits for its own in
+ * flight to end, and the next configuration goes on without it. That is
+ * not a failure: no lease wait, no suspicion. Loop 0 must be served
+ * meanwhile by another thread (the library's loops are; with
+ * application-run loops, call this from another thread). Returns 0 (the
+ * configuration without this machine is applied: farm_node_close it),
+ * -EBUSY (too few machines would stay: nothing changed), -EPERM (this
+ * machine is the configuration manager, whose role is not handed off:
+ * nothing changed), -ENOTSUP (static membership), -ETIMEDOUT (not let go
+ * within @timeout_ms: commits are let in again, and the machine stays
+ * listed leaving until a later call or its departure), FARM_ECLOSED
+ * (removed as a failure meanwhile), -EINVAL.
+ */
+FARM_API FARM_MUST_CHECK int farm_node_leave(farm_node *n, int timeout_ms);
+
 /* This machine's id (0 for NULL). */
 FARM_API uint32_t farm_node_id(const farm_node *n);
 /* Event loops (threads) per machine (config `threads`). */
@@ -161,6 +184,9 @@ FARM_API uint64_t farm_node_config_id(farm_node *n);
 FARM_API void farm_node_on_config(farm_node *n, farm_node_config_fn fn,
                                   void *ctx);
 FARM_API bool farm_node_removed(farm_node *n);
+/* Whether this machine left the cluster gracefully (farm_node_leave):
+ * a configuration without it listed it left, as no failure. */
+FARM_API bool farm_node_left(farm_node *n);
 
 /*
  * farm_replicas() - where the object at @a lives: the region @a names, its

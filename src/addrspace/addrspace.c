@@ -145,6 +145,8 @@ int farm_as_create(farm_fabric *fab, farm_msg *msg,
 	    (rc = farm_msg_handle(msg, FARM_MSGT_AS_CREATE, h_create, as)) ||
 	    (rc = farm_msg_handle(msg, FARM_MSGT_AS_DROP, h_drop, as)) ||
 	    (rc = farm_msg_handle(msg, FARM_MSGT_AS_GROWQ, farm_as_h_growq,
+	                          as)) ||
+	    (rc = farm_msg_handle(msg, FARM_MSGT_AS_LEAVEQ, farm_as_h_leaveq,
 	                          as))) {
 		/* Handlers cannot be unregistered: the farm_msg is unusable
 		 * for another address space now; say so. */

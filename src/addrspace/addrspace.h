@@ -27,6 +27,7 @@
 #define FARM_MSGT_AS_CREATE 0xf101u /* make a backup copy of a region */
 #define FARM_MSGT_AS_DROP   0xf102u /* forget a backup copy (rollback) */
 /* FARM_MSGT_AS_GROWQ 0xf103u: the regions of a grower's share (below) */
+/* FARM_MSGT_AS_LEAVEQ 0xf104u: a leaver's handoff (below) */
 
 typedef struct farm_as farm_as;
 
@@ -176,6 +177,25 @@ int farm_as_give_up(farm_as *as, uint32_t region);
 int farm_as_grow_check(farm_as *as, farm_loop *loop, uint64_t cfg,
                        const uint32_t *members, unsigned n, farm_op_fn cont,
                        void *ctx);
+
+/*
+ * farm_as_leave_check() - graceful leave, asked by a leaving member (@me
+ * here) in configuration @cfg (src/recovery/README.md, "Graceful
+ * leave"): is every successor's copy complete? Each of the @n machines
+ * in @members is asked (FARM_MSGT_AS_LEAVEQ) for the regions it is
+ * primary of that have successors (ring.h, farm_ring_successors) and
+ * for the successors' copies it holds complete; this machine answers
+ * for itself. Complete: every listed region's successors each hold a
+ * complete copy, so once the leaver departs every region it held has
+ * its replica count of complete copies without it. @cont runs once on
+ * @loop: 0 (complete, and @cfg still in force here), -EAGAIN (not yet:
+ * ask again later), -ESTALE (another configuration is in force), or a
+ * messaging error. Returns 0 or an error (then @cont does not run).
+ */
+#define FARM_MSGT_AS_LEAVEQ 0xf104u
+int farm_as_leave_check(farm_as *as, farm_loop *loop, uint64_t cfg,
+                        const uint32_t *members, unsigned n, farm_op_fn cont,
+                        void *ctx);
 
 /*
  * Data recovery (src/txn/copy.c): a new backup's copy of @region, zeroed,

@@ -141,5 +141,7 @@ void farm_as_bad_request(farm_as *as, farm_loop *loop, const farm_msg_in *in,
 
 /* growq.c: FARM_MSGT_AS_GROWQ (registered by farm_as_create). */
 void farm_as_h_growq(farm_loop *loop, const farm_msg_in *in, void *arg);
+/* leaveq.c: FARM_MSGT_AS_LEAVEQ (registered by farm_as_create). */
+void farm_as_h_leaveq(farm_loop *loop, const farm_msg_in *in, void *arg);
 
 #endif

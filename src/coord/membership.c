@@ -275,6 +275,14 @@ int farm_membership_leave(struct farm_membership *m, uint64_t config_id)
 	return rc ? rc : farm_zk_mark(m, FARM_ZK_MARK_LEAVE, config_id);
 }
 
+int farm_membership_left(struct farm_membership *m, uint64_t config_id)
+{
+	if (!m || !config_id)
+		return -EINVAL;
+	int rc = zk_open_for(m);
+	return rc ? rc : farm_zk_mark(m, FARM_ZK_MARK_LEFT, config_id);
+}
+
 void farm_membership_restarted(struct farm_membership *m)
 {
 	if (!m)

@@ -193,6 +193,14 @@ struct farm_view {
 	 * departs leaves the list. */
 	unsigned nleaving;
 	uint32_t leaving[FARM_VIEW_MAX];
+	/* Machines that left gracefully (farm_membership_left: their
+	 * successors' copies were complete and they had quiesced), in that
+	 * order; carried on, like bump, while they stay out. No listed id
+	 * is a member; the CM skips the lease wait for them (no transaction
+	 * of theirs is in flight), and a leaver that reads its id here
+	 * knows it was let go, not removed. */
+	unsigned nleft;
+	uint32_t left[FARM_VIEW_MAX];
 };
 
 enum farm_membership_state {
@@ -376,6 +384,19 @@ int farm_membership_bump(struct farm_membership *m, uint64_t config_id);
  * -ENOTSUP (static backend: its members never change); FARM_ECLOSED.
  */
 int farm_membership_leave(struct farm_membership *m, uint64_t config_id);
+/*
+ * farm_membership_left() - this machine, listed leaving in configuration
+ * @config_id, has its handoff done: every region it held has its
+ * replica count of complete copies without it, and it has quiesced (no
+ * transaction of its own in flight or to come). The mark goes to
+ * ZooKeeper (R/left); the manager writes the next configuration without
+ * this machine, listing it left (farm_view.left), if @config_id is still
+ * the one in force and this machine still leaving (a mark of an older
+ * configuration is ignored: the copies were checked against other
+ * lists; the caller checks again and asks again). Returns at once: 0;
+ * -EINVAL; -ENOTSUP (static backend); FARM_ECLOSED.
+ */
+int farm_membership_left(struct farm_membership *m, uint64_t config_id);
 /*
  * farm_view_may_leave() - may member @id of @v leave gracefully, with
  * @replicas copies of every region? 0: yes, or it is leaving already

@@ -59,11 +59,13 @@ int farm_zk_forsake(struct farm_membership *m, const uint32_t *ids, unsigned n);
 /* Sync again (farm_membership_restarted: the restart mark changed). */
 /* A member's mark naming configuration @config_id: the grower's
  * (farm_membership_grown), a request for a round (farm_membership_bump)
- * or to leave (farm_membership_leave). */
+ * or to leave (farm_membership_leave), and a leaver's handoff done
+ * (farm_membership_left). */
 enum farm_zk_mark {
 	FARM_ZK_MARK_GROW = 0,
 	FARM_ZK_MARK_BUMP,
 	FARM_ZK_MARK_LEAVE,
+	FARM_ZK_MARK_LEFT,
 	FARM_ZK_NMARKS
 };
 int farm_zk_mark(struct farm_membership *m, enum farm_zk_mark k,

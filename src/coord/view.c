@@ -48,7 +48,8 @@ static bool same_shape(const struct farm_view *a, const struct farm_view *b)
 	       a->ndeparted == b->ndeparted && a->formed == b->formed &&
 	       a->nlate == b->nlate && a->ngone == b->ngone &&
 	       a->nlost == b->nlost && a->restart == b->restart &&
-	       a->bump == b->bump && a->nleaving == b->nleaving;
+	       a->bump == b->bump && a->nleaving == b->nleaving &&
+	       a->nleft == b->nleft;
 }
 
 /* The lost, late, gone and leaving lists of two views of the same shape
@@ -65,7 +66,9 @@ static bool same_id_lists(const struct farm_view *a, const struct farm_view *b)
 	         memcmp(a->gone, b->gone, a->ngone * sizeof(a->gone[0]))) &&
 	       !(a->nleaving <= FARM_VIEW_MAX &&
 	         memcmp(a->leaving, b->leaving,
-	                a->nleaving * sizeof(a->leaving[0])));
+	                a->nleaving * sizeof(a->leaving[0]))) &&
+	       !(a->nleft <= FARM_VIEW_MAX &&
+	         memcmp(a->left, b->left, a->nleft * sizeof(a->left[0])));
 }
 
 /* The members, departed and removed machines of two views of the same
@@ -405,7 +408,8 @@ static int format_state(const struct farm_view *v, char *buf, size_t len,
 	if (format_ids(buf, len, off, "late", v->late, v->nlate) ||
 	    format_ids(buf, len, off, "gone", v->gone, v->ngone) ||
 	    format_ids(buf, len, off, "lost", v->lost, v->nlost) ||
-	    format_ids(buf, len, off, "leaving", v->leaving, v->nleaving))
+	    format_ids(buf, len, off, "leaving", v->leaving, v->nleaving) ||
+	    format_ids(buf, len, off, "left", v->left, v->nleft))
 		return -1;
 	if (v->restart &&
 	    emit(buf, len, off, "restart %" PRIu64 "\n", v->restart))
@@ -420,7 +424,7 @@ int farm_view_format(const struct farm_view *v, char *buf, size_t len)
 	if (!v || !buf || v->n > FARM_VIEW_MAX ||
 	    v->ndeparted > FARM_VIEW_MAX || v->nlate > FARM_VIEW_MAX ||
 	    v->ngone > FARM_VIEW_MAX || v->nlost > FARM_VIEW_MAX ||
-	    v->nleaving > FARM_VIEW_MAX)
+	    v->nleaving > FARM_VIEW_MAX || v->nleft > FARM_VIEW_MAX)
 		return -EINVAL;
 	size_t off = 0;
 	bool v2 = false, v3 = false;
@@ -542,6 +546,13 @@ static int vl_leaving(struct view_parse *s, const char *p, const char *nl)
 	return parse_id_line(p, 8, nl, s->v->leaving, &s->v->nleaving);
 }
 
+/* "left <id>": a machine this configuration removes (checked once every
+ * line is read: it is no member). */
+static int vl_left(struct view_parse *s, const char *p, const char *nl)
+{
+	return parse_id_line(p, 5, nl, s->v->left, &s->v->nleft);
+}
+
 /* "<tag> <u64 above 0>" once: "restart " (8 bytes) and "bump " (5). */
 static int parse_once(const char *arg, const char *nl, uint64_t *out)
 {
@@ -585,7 +596,7 @@ static int vl_incarnation(struct view_parse *s, const char *p, const char *nl)
 	uint64_t x, c;
 	const char *e;
 	if (!s->v2 || v->nremoved || v->formed || v->nlate || v->ngone ||
-	    v->nlost || v->restart || v->nleaving ||
+	    v->nlost || v->restart || v->nleaving || v->nleft ||
 	    parse_dec(p + 12, nl, UINT32_MAX, &x, &e) || e == nl || *e != ' ' ||
 	    (s->have_inc && x <= s->last_inc) ||
 	    parse_dec(e + 1, nl, UINT32_MAX, &c, &e) || e != nl || c == 0)
@@ -652,7 +663,7 @@ static int vl_shadow(struct view_parse *s, const char *p, const char *nl)
 	uint64_t x;
 	char d[FARM_DOMAIN_MAX];
 	if (!s->v3 || s->have_inc || v->nremoved || v->formed || v->nlate ||
-	    v->ngone || v->nlost || v->restart || v->nleaving ||
+	    v->ngone || v->nlost || v->restart || v->nleaving || v->nleft ||
 	    parse_id_domain(p + 7, nl, &x, d) ||
 	    (s->have_shadow && x <= s->last_shadow) ||
 	    v->ndeparted == FARM_VIEW_MAX)
@@ -683,7 +694,7 @@ static int vl_member(struct view_parse *s, const char *p, const char *nl)
 	const char *e;
 	if (v->nremoved || s->have_domain || s->have_shadow || s->have_inc ||
 	    v->formed || v->nlate || v->ngone || v->nlost || v->restart ||
-	    v->nleaving || n < 7 || memcmp(p, "member ", 7) ||
+	    v->nleaving || v->nleft || n < 7 || memcmp(p, "member ", 7) ||
 	    parse_dec(p + 7, nl, UINT32_MAX, &x, &e) || e == nl || *e != ' ')
 		return -1;
 	if (v->n == FARM_VIEW_MAX || (v->n && v->members[v->n - 1].id >= x))
@@ -717,6 +728,7 @@ static const struct {
         {"gone ", 5, false, vl_gone},
         {"lost ", 5, false, vl_lost},
         {"leaving ", 8, false, vl_leaving},
+        {"left ", 5, false, vl_left},
         {"restart ", 8, false, vl_restart},
         {"bump ", 5, false, vl_bump},
         {"removed ", 8, false, vl_removed},
@@ -782,10 +794,13 @@ int farm_view_parse(const char *buf, size_t len, struct farm_view *v)
 		line++;
 		p = nl + 1;
 	}
-	/* A named CM and every leaving machine must be members. */
+	/* A named CM and every leaving machine must be members; a machine
+	 * that left must not be. */
 	bool strangers = false;
 	for (unsigned i = 0; i < v->nleaving; i++)
 		strangers |= !farm_view_find(v, v->leaving[i]);
+	for (unsigned i = 0; i < v->nleft; i++)
+		strangers |= farm_view_find(v, v->left[i]) != NULL;
 	if (!have_id || (v->has_cm && !farm_view_find(v, v->cm)) || strangers) {
 		memset(v, 0, sizeof(*v));
 		return FARM_ECORRUPT;

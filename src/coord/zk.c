@@ -425,6 +425,8 @@ static const char *const mark_says[FARM_ZK_NMARKS] = {
                               "primary of that no round promoted: asks for "
                               "a round",
         [FARM_ZK_MARK_LEAVE] = "asks to leave the cluster gracefully",
+        [FARM_ZK_MARK_LEFT] = "handed its data off and quiesced: asks to "
+                              "be removed",
 };
 
 static int zk_mark_write(struct farm_membership *m)
@@ -924,6 +926,8 @@ int farm_zk_open(struct farm_membership *m,
 	snprintf(z->mark[FARM_ZK_MARK_GROW], sizeof(z->mark[0]), "%s/grow",
 	         root);
 	snprintf(z->mark[FARM_ZK_MARK_BUMP], sizeof(z->mark[0]), "%s/bump",
+	         root);
+	snprintf(z->mark[FARM_ZK_MARK_LEFT], sizeof(z->mark[0]), "%s/left",
 	         root);
 	snprintf(z->mark[FARM_ZK_MARK_LEAVE], sizeof(z->mark[0]), "%s/leave",
 	         root);

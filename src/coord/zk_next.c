@@ -201,6 +201,49 @@ static void next_leaving(const struct farm_zk *z, struct farm_view *x,
 	x->leaving[x->nleaving++] = lid;
 }
 
+/* Graceful leave, the last step: a leaving member said, in the
+ * configuration in force, that its handoff is done and it quiesced
+ * (farm_membership_left, R/left). A mark of an older configuration proves
+ * nothing (the copies were checked against other lists): ignored. */
+static bool left_now(const struct farm_zk *z, uint32_t id)
+{
+	const struct farm_view *c = &z->cur;
+	return z->mark_cfg[FARM_ZK_MARK_LEFT] &&
+	       z->mark_cfg[FARM_ZK_MARK_LEFT] == c->config_id &&
+	       z->mark_id[FARM_ZK_MARK_LEFT] == id &&
+	       farm_ids_have(c->leaving, c->nleaving, id) &&
+	       farm_view_find(c, id);
+}
+
+/* The leaver that left_now lets go is listed left by the configuration
+ * that removes it, so that its CM skips the lease wait: the machine is
+ * not a failure. The list is carried on (as bump is) while its ids stay
+ * out, so that no configuration is written only to clear it, and so that
+ * a machine that skips the view that removed it (a watch can coalesce
+ * two) still reads it: the leaver learns it left, not that it was
+ * removed. */
+static void next_left(const struct farm_zk *z, struct farm_view *x,
+                      const struct farm_view *c)
+{
+	x->nleft = 0;
+	for (unsigned i = 0; i < c->nleft && i < FARM_VIEW_MAX; i++)
+		if (!farm_view_find(x, c->left[i]))
+			x->left[x->nleft++] = c->left[i];
+	uint32_t id = z->mark_id[FARM_ZK_MARK_LEFT];
+	if (!left_now(z, id) || farm_view_find(x, id) ||
+	    farm_ids_have(x->left, x->nleft, id))
+		return;
+	if (x->nleft == FARM_VIEW_MAX) {
+		memmove(&x->left[0], &x->left[1],
+		        (FARM_VIEW_MAX - 1) * sizeof(x->left[0]));
+		x->nleft--;
+	}
+	farm_info("membership: machine %" PRIu32 " handed its data off: the "
+	          "next configuration goes on without it (not a failure)",
+	          id);
+	x->left[x->nleft++] = id;
+}
+
 /* Room for one more late id: a full list drops its oldest id that is no
  * longer a member. false (after saying so) when every listed one is. */
 static bool late_room(struct farm_view *x, uint32_t id)
@@ -281,6 +324,7 @@ static void zk_late(struct farm_membership *m)
 	next_bump(z, x, c);
 	next_late_new(x, c);
 	next_leaving(z, x, c);
+	next_left(z, x, c);
 }
 
 /* The restart mark this machine writes as manager (farm_view.restart): its
@@ -335,7 +379,7 @@ int farm_zk_build_from(struct farm_membership *m, const uint32_t *ids,
 			continue; /* left meanwhile; its watch event follows */
 		if (zrc != ZOK)
 			return farm_zk_err(zrc);
-		bool out = is_suspect(m, ids[i]);
+		bool out = is_suspect(m, ids[i]) || left_now(z, ids[i]);
 		for (unsigned r = 0; r < z->cur.nremoved && !out; r++)
 			out = z->cur.removed[r].id == ids[i] &&
 			      z->cur.removed[r].incarnation == st.czxid;

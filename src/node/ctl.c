@@ -447,6 +447,9 @@ static const char help_text[] =
         "stats prometheus  counters in Prometheus' text format\n"
         "regions           the regions this machine holds and their "
         "replicas\n"
+        "leave [MS]        leave the cluster gracefully (farm_node_leave;\n"
+        "                  default 300000 ms): answers \"left\" once the\n"
+        "                  configuration without this machine is applied\n"
         "help              this text\n";
 
 /* ---- the thread ---------------------------------------------------------- */
@@ -508,7 +511,14 @@ static const char *read_request(struct farm_ctl *c, int fd, char *req)
 	return n ? NULL : "empty request";
 }
 
-enum ctl_req { CTL_UNKNOWN, CTL_STATS, CTL_PROM, CTL_REGIONS, CTL_HELP };
+enum ctl_req {
+	CTL_UNKNOWN,
+	CTL_STATS,
+	CTL_PROM,
+	CTL_REGIONS,
+	CTL_HELP,
+	CTL_LEAVE
+};
 
 /* What a request line (read_request's, checked) asks for. */
 static enum ctl_req request_kind(const char *req)
@@ -521,6 +531,8 @@ static enum ctl_req request_kind(const char *req)
 		return CTL_REGIONS;
 	if (!strcmp(req, "help"))
 		return CTL_HELP;
+	if (!strcmp(req, "leave") || !strncmp(req, "leave ", 6))
+		return CTL_LEAVE;
 	return CTL_UNKNOWN;
 }
 
@@ -563,10 +575,40 @@ static void drain(struct farm_ctl *c, int fd)
 	}
 }
 
+#define LEAVE_DEFAULT_MS 300000
+
+/* "leave [MS]": the graceful leave, on this thread and outside c->lock
+ * (it takes as long as the handoff; other requests wait meanwhile). The
+ * answer: "left", or NULL with *@why set. */
+static void answer_leave(struct farm_ctl *c, const char *req,
+                         struct farm_ctl_out *o, const char **why)
+{
+	long ms = LEAVE_DEFAULT_MS;
+	if (req[5]) {
+		char *end;
+		ms = strtol(req + 6, &end, 10);
+		if (*end || ms <= 0 || ms > INT32_MAX) {
+			*why = "leave: the timeout is not a number of ms";
+			return;
+		}
+	}
+	int rc = farm_node_leave(c->node, (int)ms);
+	if (rc == -EBUSY)
+		*why = "leave: too few machines would stay for the replicas";
+	else if (rc == -EPERM)
+		*why = "leave: this machine is the configuration manager";
+	else if (rc == -ENOTSUP)
+		*why = "leave: static membership (no ZooKeeper)";
+	else if (rc)
+		*why = farm_strerror(rc);
+	else
+		out_printf(o, "left\n");
+}
+
 static void serve(struct farm_ctl *c, int fd)
 {
 	struct farm_ctl_out o = {.machine = farm_node_id(c->node)};
-	char req[REQ_MAX + 2];
+	char req[REQ_MAX + 2] = "";
 	const char *bad = NULL;
 	struct ucred cr;
 	socklen_t cl = sizeof(cr);
@@ -575,9 +617,12 @@ static void serve(struct farm_ctl *c, int fd)
 		bad = "permission denied";
 	else
 		bad = read_request(c, fd, req);
+	bool leave = !bad && request_kind(req) == CTL_LEAVE;
+	if (leave)
+		answer_leave(c, req, &o, &bad);
 	pthread_mutex_lock(&c->lock);
 	c->st.requests++;
-	if (!bad) {
+	if (!bad && !leave) {
 		switch (request_kind(req)) {
 		case CTL_STATS: answer_stats(c, &o); break;
 		case CTL_PROM:

@@ -58,6 +58,9 @@ struct farm_node {
 	/* Under lock: */
 	bool removed; /* this machine was removed from the cluster */
 	bool refused; /* fresh under the id of a machine that left */
+	/* The configuration that let this machine go after a graceful
+	 * leave (farm_view.left; leave.c); 0: none. */
+	uint64_t left_cfg;
 	/* The membership once farm_membership_open returned (under lock):
 	 * views may come before, on its worker, which must not read n->mem
 	 * while open writes it. */

@@ -118,6 +118,20 @@ static unsigned grown(farm_node *n, const struct farm_view *v, uint32_t *out)
 	return k;
 }
 
+/* Graceful leave: does @v list a machine leaving that this machine's last
+ * view did not? Its regions gained successors (ring.h), whose copies data
+ * recovery makes, as after a join. */
+static bool leaving_new(farm_node *n, const struct farm_view *v)
+{
+	bool yes = false;
+	pthread_mutex_lock(&n->lock);
+	for (unsigned q = 0; q < v->nleaving && q < FARM_VIEW_MAX; q++)
+		yes |= !farm_ids_have(n->view.leaving, n->view.nleaving,
+		                      v->leaving[q]);
+	pthread_mutex_unlock(&n->lock);
+	return yes;
+}
+
 /* Growth: the regions of which this machine holds the primary copy (for
  * farm_galloc_retire once a view moved them). */
 static unsigned primaries(farm_node *n, struct farm_as_held **out)
@@ -225,6 +239,9 @@ struct av {
 	uint32_t grew[FARM_VIEW_MAX];
 	unsigned ngrew;
 	bool bumped;
+	/* Graceful leave: the view lists a machine leaving that this
+	 * machine's last view did not (its successors' copies are made). */
+	bool leaving_new;
 	struct farm_as_held *was_primary;
 	unsigned nwas;
 	int rc; /* the address space's answer to the view */
@@ -266,6 +283,23 @@ static enum av_state av_screen(struct av *a)
 	return AV_ADMIT;
 }
 
+/* A graceful leave's end (farm_node_leave): @v lists this machine left,
+ * so it was let go, neither refused nor removed. Under n->lock; wakes
+ * farm_node_leave's wait. */
+static bool let_go(farm_node *n, const struct farm_view *v)
+{
+	if (!farm_ids_have(v->left, v->nleft, n->cfg.machine_id))
+		return false;
+	if (!n->left_cfg)
+		farm_info("node %" PRIu32 ": left the cluster gracefully "
+		          "(configuration %" PRIu64 " goes on without it)",
+		          n->cfg.machine_id, v->config_id);
+	n->left_cfg = v->config_id;
+	n->refused = true; /* no view takes it back */
+	pthread_cond_broadcast(&n->cond);
+	return true;
+}
+
 static enum av_state av_admit(struct av *a)
 {
 	farm_node *n = a->n;
@@ -295,6 +329,8 @@ static enum av_state av_admit(struct av *a)
 	       a->replaced;
 	if (a->replaced)
 		n->replaced_seen++;
+	bool graceful = let_go(n, v);
+	left = left && !graceful;
 	bool tell = left && !n->refused;
 	if (left) {
 		n->refused = true;
@@ -349,6 +385,7 @@ static enum av_state av_classify(struct av *a)
 	 * mark is carried on from configuration to configuration, and the
 	 * others ran that round long ago). */
 	a->bumped = n->view.config_id && v->bump && v->bump != n->view.bump;
+	a->leaving_new = leaving_new(n, v);
 	/* Views other than growth's never take a primary copy from a
 	 * machine that lives (addrspace.h), but the allocator is told of
 	 * whatever the address space gave up, whichever view did it. */
@@ -641,8 +678,9 @@ static enum av_state av_restart(struct av *a)
 	farm_node_restart_unmark(n);
 	/* After the leases took the configuration (no lease is granted
 	 * outside it any more). */
-	return a->ngone || a->nlate || a->ngrew || a->bumped ? AV_RECOVER
-	                                                     : AV_RESTARTED;
+	return a->ngone || a->nlate || a->ngrew || a->bumped || a->leaving_new
+	               ? AV_RECOVER
+	               : AV_RESTARTED;
 }
 
 static enum av_state av_recover(struct av *a)
@@ -662,9 +700,17 @@ static enum av_state av_recover(struct av *a)
 			olds[nolds++] = a->ids[i];
 	if (nolds && in_ids(a->late, a->nlate, decider))
 		decider = olds[0]; /* a late CM takes no part */
-	/* FaRM's lease wait before NEW-CONFIG-COMMIT, by the CM. */
-	if (a->ngone && decider == n->cfg.machine_id)
-		farm_recovery_lease_wait(n->rec, a->gone, a->ngone);
+	/* FaRM's lease wait before NEW-CONFIG-COMMIT, by the CM; not for
+	 * a machine that left gracefully (farm_view.left): it quiesced
+	 * before it asked to go, so nothing of its own is in flight or
+	 * starts, and it is no failure. */
+	uint32_t failed[FARM_VIEW_MAX];
+	unsigned nfailed = 0;
+	for (unsigned i = 0; i < a->ngone; i++)
+		if (!farm_ids_have(v->left, v->nleft, a->gone[i]))
+			failed[nfailed++] = a->gone[i];
+	if (nfailed && decider == n->cfg.machine_id)
+		farm_recovery_lease_wait(n->rec, failed, nfailed);
 	int trc = farm_txm_reconfigure(n->txm, v->config_id, a->gone, a->ngone,
 	                               olds, nolds, decider);
 	if (trc == -ENOENT) /* loops closed: this machine stops */

@@ -450,7 +450,9 @@ int farm_recovery_view(farm_recovery *r, const struct farm_view *v,
 	if (member)
 		r->removed_reported = false;
 	pthread_mutex_unlock(&r->mu);
-	if (report)
+	/* A machine that left gracefully (farm_view.left) was let go, not
+	 * removed: the node says so (farm_node_leave). */
+	if (report && !farm_ids_have(v->left, v->nleft, r->a.self_id))
 		report_removed(r, v->config_id);
 	if (!member || !farm_view_find(v, cm))
 		return 0; /* no leases for a machine outside it */

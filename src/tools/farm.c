@@ -20,7 +20,9 @@ static void usage(FILE *out)
 	        "  status    a cluster's configuration, members, regions and "
 	        "replication\n"
 	        "  stats     a running machine's counters (text or "
-	        "Prometheus)\n");
+	        "Prometheus)\n"
+	        "  leave     make a running machine leave its cluster "
+	        "gracefully\n");
 }
 
 int main(int argc, char **argv)
@@ -49,6 +51,8 @@ int main(int argc, char **argv)
 		return farm_cmd_status(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "stats"))
 		return farm_cmd_stats(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "leave"))
+		return farm_cmd_leave(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "cluster"))
 		return farm_cmd_cluster(argc - 1, argv + 1, self);
 	fprintf(stderr, "farm: unknown command '%s'\n", argv[1]);

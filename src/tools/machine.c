@@ -45,7 +45,7 @@ static void on_config(void *ctx, uint64_t config_id, unsigned members,
                       bool member)
 {
 	(void)members;
-	if (member || !farm_node_removed(ctx))
+	if (member || !(farm_node_removed(ctx) || farm_node_left(ctx)))
 		return;
 	uint64_t zero = 0;
 	if (atomic_compare_exchange_strong(&removed_in, &zero, config_id))
@@ -178,6 +178,13 @@ static bool serve(farm_node *node, const struct farm_config *cfg,
 	do
 		sig = sigwaitinfo(stop, NULL);
 	while (sig < 0 && errno == EINTR);
+	if (sig == SIGUSR1 && farm_node_left(node)) {
+		fprintf(stderr,
+		        "farm machine %u: left the cluster gracefully "
+		        "(configuration %" PRIu64 " goes on without it)\n",
+		        cfg->machine_id, atomic_load(&removed_in));
+		return false;
+	}
 	if (sig != SIGUSR1 || !farm_node_removed(node))
 		return false;
 	fprintf(stderr,

@@ -13,6 +13,7 @@ int farm_cmd_machine(int argc, char **argv);
 int farm_cmd_cluster(int argc, char **argv, const char *self);
 int farm_cmd_logs(int argc, char **argv);
 int farm_cmd_stats(int argc, char **argv);
+int farm_cmd_leave(int argc, char **argv);
 int farm_cmd_status(int argc, char **argv);
 /* For stats and status (stats.c): load a machine's configuration file and
  * the environment (messages to stderr, as "farm @cmd: ..."), and ask the

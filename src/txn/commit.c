@@ -203,6 +203,10 @@ void farm_txn_tx_report(farm_tx *tx, int outcome)
 	tx->reported = true;
 	tx->outcome = outcome;
 	farm_txm *m = tx->m;
+	if (tx->counted) { /* pairs with the increment in farm_tx_commit */
+		tx->counted = false;
+		atomic_fetch_sub(&m->commits_out, 1);
+	}
 	if (!outcome) {
 		farm_stat_add(&m->st.v[S_COMMITS], 1);
 		if (tx->single)

@@ -306,14 +306,8 @@ static int commit_room_check(farm_tx *tx)
 	return 0;
 }
 
-int farm_tx_commit(farm_tx *tx, farm_tx_commit_fn cont, void *ctx)
+static int commit_begin(farm_tx *tx, farm_tx_commit_fn cont, void *ctx)
 {
-	if (!tx || !cont)
-		return -EINVAL;
-	if (tx->ph != PH_OPEN)
-		return FARM_ECLOSED;
-	if (tx->reads_out)
-		return -EBUSY;
 	tx->cont = cont;
 	tx->ctx = ctx;
 	unsigned nw;
@@ -338,4 +332,39 @@ int farm_tx_commit(farm_tx *tx, farm_tx_commit_fn cont, void *ctx)
 	tx->in_call = true;
 	farm_txn_tx_reserve(tx);
 	return tx_leave_call(tx);
+}
+
+void farm_txm_quiesce(farm_txm *m, bool on)
+{
+	if (m)
+		atomic_store(&m->quiescing, on);
+}
+
+unsigned long farm_txm_commits_out(farm_txm *m)
+{
+	return m ? atomic_load(&m->commits_out) : 0;
+}
+
+int farm_tx_commit(farm_tx *tx, farm_tx_commit_fn cont, void *ctx)
+{
+	if (!tx || !cont)
+		return -EINVAL;
+	if (tx->ph != PH_OPEN)
+		return FARM_ECLOSED;
+	if (tx->reads_out)
+		return -EBUSY;
+	/* Counted before the flag is read (txn_int.h, quiescing): a
+	 * leaver that saw no commit out sees none start. The count drops
+	 * when the outcome is reported (farm_txn_tx_report) or here, for a
+	 * commit refused before it began. */
+	farm_txm *m = tx->m;
+	atomic_fetch_add(&m->commits_out, 1);
+	tx->counted = true;
+	int rc = atomic_load(&m->quiescing) ? -ESHUTDOWN
+	                                    : commit_begin(tx, cont, ctx);
+	if (rc && tx->counted) {
+		tx->counted = false;
+		atomic_fetch_sub(&m->commits_out, 1);
+	}
+	return rc;
 }

@@ -188,6 +188,16 @@ typedef void (*farm_txm_unserved_fn)(void *ctx, uint64_t cfg);
 void farm_txm_datarec_on_unserved(farm_txm *m, farm_txm_unserved_fn fn,
                                   void *ctx);
 
+/*
+ * farm_txm_quiesce() - graceful leave (src/recovery/README.md): from now
+ * on (@on) farm_tx_commit refuses -ESHUTDOWN; with !@on commits are let in
+ * again (a leave that gave up). farm_txm_commits_out() - commits begun
+ * and not yet reported: once it is 0 after the quiesce, none of this
+ * machine's is in flight or starts.
+ */
+void farm_txm_quiesce(farm_txm *m, bool on);
+unsigned long farm_txm_commits_out(farm_txm *m);
+
 int farm_txm_reconfigure(farm_txm *m, uint64_t cfg, const uint32_t *removed,
                          unsigned nremoved, const uint32_t *members,
                          unsigned nmembers, uint32_t decider);

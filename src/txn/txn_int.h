@@ -115,6 +115,13 @@ struct farm_txm {
 	void (*on_decided)(farm_tx *tx, bool commit);
 	struct farm_datarec *dr;      /* copy.c: data recovery */
 	_Atomic uint64_t serve_until; /* farm_txm_serve_word */
+	/* Graceful leave (farm_txm_quiesce): set, new commits are refused
+	 * -ESHUTDOWN; commits_out counts those between farm_tx_commit and
+	 * their outcome. Sequentially consistent, both: a commit counts
+	 * itself before it reads the flag, the quiescer sets the flag
+	 * before it reads the count, so one of them sees the other. */
+	atomic_bool quiescing;
+	atomic_ulong commits_out;
 	/* Bytes of the attached loops' per-machine tables and log record
 	 * queues (made on first use), for farm_txm_memory. */
 	_Atomic uint64_t loop_bytes;

@@ -87,6 +87,7 @@ struct farm_tx {
 	unsigned pending;
 	int outcome;
 	bool reported, single;
+	bool counted; /* in farm_txm.commits_out until reported */
 	farm_tx_commit_fn cont;
 	void *ctx;
 	/* The machines the commit touches, by ascending id: in pinl, or in

@@ -270,6 +270,11 @@ enum farm_fault_point {
 	 * idle coordinator's last commit is aborted at the restart while
 	 * its primary installed it, and O's copies must differ). */
 	FARM_FP_RESTART_OWN_RING,
+	/* node/leave.c, a switch: while hooked, a leaving machine skips the
+	 * completion check and asks to go as soon as it is listed leaving,
+	 * before its successors' copies are complete (tests/test_leave_node.c
+	 * --broken must lose copies). */
+	FARM_FP_LEAVE_EARLY,
 	FARM_FP_COUNT
 };
 

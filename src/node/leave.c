@@ -1,0 +1,269 @@
+/*
+ * Graceful leave, the leaver's side (farm_node_leave; src/recovery/
+ * README.md, "Graceful leave"): ask to be listed leaving, wait until the
+ * successors' copies are complete, quiesce, say so, and wait for the
+ * configuration without this machine.
+ *
+ * Runs on the caller's thread; the completion check runs on loop 0 (its
+ * messages are the address space's), so loop 0 must be served meanwhile
+ * by its own thread (the library's, or the application's other thread).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "node/node.h"
+#include "node/node_int.h"
+#include "txn/txm.h"
+#include "util/common.h"
+#include "util/fault.h"
+#include "util/log.h"
+
+#define LEAVE_CHECK_MS 50u /* between two completion checks */
+
+/* A completion check on loop 0, waited for by the leaver's thread. */
+struct leave_wait {
+	farm_node *n;
+	uint64_t cfg;
+	uint32_t members[FARM_VIEW_MAX];
+	unsigned nm;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	int refs; /* the waiter's and, while one is out, the check's */
+	bool done;
+	int status;
+};
+
+static void lw_unref(struct leave_wait *w)
+{
+	pthread_mutex_lock(&w->lock);
+	bool last = --w->refs == 0;
+	pthread_mutex_unlock(&w->lock);
+	if (!last)
+		return;
+	pthread_cond_destroy(&w->cond);
+	pthread_mutex_destroy(&w->lock);
+	free(w);
+}
+
+static void lw_answered(farm_loop *loop, void *ctx, int status)
+{
+	(void)loop;
+	struct leave_wait *w = ctx;
+	pthread_mutex_lock(&w->lock);
+	w->done = true;
+	w->status = status;
+	pthread_cond_broadcast(&w->cond); /* pairs with the wait in check */
+	pthread_mutex_unlock(&w->lock);
+	lw_unref(w);
+}
+
+static void lw_ask(farm_loop *loop, void *ctx, int status)
+{
+	struct leave_wait *w = ctx;
+	int rc =
+	        status ? status
+	               : farm_as_leave_check(w->n->as, loop, w->cfg, w->members,
+	                                     w->nm, lw_answered, w);
+	if (rc)
+		lw_answered(loop, w, rc);
+}
+
+/* Deadline arithmetic on CLOCK_MONOTONIC ns. */
+static bool past(uint64_t deadline)
+{
+	return farm_now_ns() >= deadline;
+}
+
+/* One completion check in view @v: 0 complete, -EAGAIN/-ESTALE not yet,
+ * -ETIMEDOUT past @deadline, or an error. */
+static int leave_check(farm_node *n, const struct farm_view *v,
+                       uint64_t deadline)
+{
+	if (FARM_FAULT_SWITCH(FARM_FP_LEAVE_EARLY))
+		return 0; /* testing: the handoff skipped */
+	farm_loop *loop = farm_node_loop(n, 0);
+	if (!loop)
+		return -ENOTCONN;
+	struct leave_wait *w = calloc(1, sizeof(*w));
+	if (!w)
+		return -ENOMEM;
+	w->n = n;
+	w->cfg = v->config_id;
+	for (unsigned i = 0; i < v->n && i < FARM_VIEW_MAX; i++)
+		w->members[w->nm++] = v->members[i].id;
+	w->refs = 2;
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_mutex_init(&w->lock, NULL);
+	pthread_cond_init(&w->cond, &ca);
+	pthread_condattr_destroy(&ca);
+	int rc = farm_loop_post(loop, lw_ask, w);
+	if (rc) {
+		w->refs = 1;
+		lw_unref(w);
+		return rc;
+	}
+	struct timespec ts = {.tv_sec = (time_t)(deadline / 1000000000ull),
+	                      .tv_nsec = (long)(deadline % 1000000000ull)};
+	pthread_mutex_lock(&w->lock);
+	while (!w->done &&
+	       pthread_cond_timedwait(&w->cond, &w->lock, &ts) != ETIMEDOUT)
+		;
+	rc = w->done ? w->status : -ETIMEDOUT;
+	pthread_mutex_unlock(&w->lock);
+	lw_unref(w);
+	return rc;
+}
+
+/* Wait under n->lock until n->view is past @cfg, this machine left, or
+ * @wait_ns pass (or @deadline). */
+static void wait_view(farm_node *n, uint64_t cfg, uint64_t wait_ns,
+                      uint64_t deadline)
+{
+	uint64_t until = farm_now_ns() + wait_ns;
+	if (until > deadline)
+		until = deadline;
+	struct timespec ts = {.tv_sec = (time_t)(until / 1000000000ull),
+	                      .tv_nsec = (long)(until % 1000000000ull)};
+	pthread_mutex_lock(&n->lock);
+	while (n->view.config_id <= cfg && !n->left_cfg && !n->removed &&
+	       pthread_cond_timedwait(&n->cond, &n->lock, &ts) != ETIMEDOUT)
+		;
+	pthread_mutex_unlock(&n->lock);
+}
+
+/* This machine's view (a copy), and whether it left or was removed. */
+static void view_now(farm_node *n, struct farm_view *v, bool *left,
+                     bool *removed)
+{
+	pthread_mutex_lock(&n->lock);
+	*v = n->view;
+	*left = n->left_cfg != 0;
+	*removed = n->removed;
+	pthread_mutex_unlock(&n->lock);
+}
+
+/* May this machine ask to leave in @v? 0, or why not (said once). */
+static int leave_allowed(farm_node *n, const struct farm_view *v)
+{
+	uint32_t me = n->cfg.machine_id;
+	if (!v->config_id)
+		return -ENOENT;
+	if (v->has_cm && v->cm == me) {
+		farm_err("node %" PRIu32 ": the configuration manager cannot "
+		         "leave gracefully (its role is not handed off): stop "
+		         "it instead, or let another machine leave",
+		         me);
+		return -EPERM;
+	}
+	int rc = farm_view_may_leave(v, me, n->cfg.replicas);
+	if (rc == -EBUSY)
+		farm_err("node %" PRIu32 ": cannot leave gracefully: fewer "
+		         "than %u machines would stay (configuration %" PRIu64
+		         " has %u, %u leaving)",
+		         me, n->cfg.replicas + 1, v->config_id, v->n,
+		         v->nleaving);
+	return rc;
+}
+
+/* Quiesce (no commit of ours in flight or to come), then say the handoff
+ * is done in @v. 0, -ETIMEDOUT (commits still out at @deadline: let in
+ * again), or the membership's error. */
+static int leave_quiesced(farm_node *n, const struct farm_view *v,
+                          uint64_t deadline)
+{
+	farm_txm_quiesce(n->txm, true);
+	/* Commits end on the loops, which report no event this thread
+	 * could wait on: the count is polled, briefly. */
+	while (farm_txm_commits_out(n->txm) && !past(deadline)) {
+		struct timespec ts = {.tv_nsec = 1000000};
+		nanosleep(&ts, NULL);
+	}
+	if (farm_txm_commits_out(n->txm)) {
+		farm_txm_quiesce(n->txm, false);
+		return -ETIMEDOUT;
+	}
+	return farm_membership_left(n->mem, v->config_id);
+}
+
+/* One step of the leave in view @v: ask, check, or say it is done. 0 when
+ * something was done that a new view answers; -EAGAIN to check again;
+ * else an error that ends the leave. */
+static int leave_step(farm_node *n, const struct farm_view *v,
+                      uint64_t deadline, uint64_t *said)
+{
+	uint32_t me = n->cfg.machine_id;
+	if (!farm_ids_have(v->leaving, v->nleaving, me)) {
+		int rc = leave_allowed(n, v);
+		if (!rc)
+			rc = farm_membership_leave(n->mem, v->config_id);
+		return rc;
+	}
+	if (*said == v->config_id)
+		return 0; /* told in this configuration: its successor ends it
+		           */
+	int rc = leave_check(n, v, deadline);
+	if (rc)
+		return rc == -ESTALE ? -EAGAIN : rc;
+	rc = leave_quiesced(n, v, deadline);
+	if (!rc) {
+		*said = v->config_id;
+		farm_info("node %" PRIu32 ": every successor's copy is "
+		          "complete and no commit of ours is in flight "
+		          "(configuration %" PRIu64 "): asking to go",
+		          me, v->config_id);
+	}
+	return rc;
+}
+
+int farm_node_leave(farm_node *n, int timeout_ms)
+{
+	if (!n || timeout_ms < 0)
+		return -EINVAL;
+	if (!n->mem || !n->cfg.zk[0])
+		return -ENOTSUP; /* static members never change */
+	uint64_t deadline = farm_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+	uint64_t said = 0;
+	for (;;) {
+		struct farm_view v;
+		bool left, removed;
+		view_now(n, &v, &left, &removed);
+		if (left)
+			return 0;
+		if (removed)
+			return FARM_ECLOSED; /* removed as a failure meanwhile
+			                      */
+		if (past(deadline))
+			break;
+		int rc = leave_step(n, &v, deadline, &said);
+		if (rc && rc != -EAGAIN) {
+			if (said != v.config_id)
+				farm_txm_quiesce(n->txm, false);
+			return rc;
+		}
+		/* A new view (listed leaving, or the one without us), or
+		 * the next check. */
+		wait_view(n, v.config_id,
+		          rc ? LEAVE_CHECK_MS * 1000000ull : 1000000000ull,
+		          deadline);
+	}
+	/* Not let go in time: commits are let in again (a later call asks
+	 * anew); the machine stays listed leaving. */
+	farm_txm_quiesce(n->txm, false);
+	return -ETIMEDOUT;
+}
+
+bool farm_node_left(farm_node *n)
+{
+	if (!n)
+		return false;
+	pthread_mutex_lock(&n->lock);
+	bool left = n->left_cfg != 0;
+	pthread_mutex_unlock(&n->lock);
+	return left;
+}
