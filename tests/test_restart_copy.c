@@ -230,6 +230,41 @@ static struct rc_count ask_count(unsigned i, char cmd, char want)
 	return r;
 }
 
+/* Every survivor's scan of its copies ('t'): failures into @f; returns
+ * the torn objects found. */
+static uint64_t scan_survivors(struct fails *f)
+{
+	uint64_t torn = 0, locked = 0, objects = 0;
+	for (unsigned i = 0; i < RC_SURVIVORS; i++) {
+		struct rc_scan s;
+		np_send(&cl, i, 't');
+		np_expect(&cl, i, 'T', 30000);
+		np_recv(&cl, i, &s, sizeof(s), 1000);
+		objects += s.objects;
+		torn += s.torn;
+		locked += s.locked;
+		if (s.walk_err)
+			failed(f, "machine %u: a copy's block table: %s", i,
+			       farm_strerror(s.walk_err));
+		if (s.torn)
+			failed(f,
+			       "machine %u: %" PRIu64 " torn objects (first: "
+			       "region %#" PRIx32 " offset %#" PRIx64
+			       ", header version %#" PRIx64 ", a line's %#x)",
+			       i, s.torn, s.first_region, s.first_off,
+			       s.first_version, (unsigned)s.first_line);
+		if (s.locked)
+			failed(f,
+			       "machine %u: %" PRIu64 " objects left locked "
+			       "after the restart",
+			       i, s.locked);
+	}
+	printf("restart-copy: %" PRIu64 " objects scanned on %d machines: "
+	       "%" PRIu64 " torn, %" PRIu64 " locked\n",
+	       objects, RC_SURVIVORS, torn, locked);
+	return torn;
+}
+
 static void test_restart_copy(void **state)
 {
 	(void)state;
@@ -303,34 +338,7 @@ static void test_restart_copy(void **state)
 		failed(&f, "not fully replicated %d ms after the restart: %s",
 		       RC_REPL_MS, why);
 
-	uint64_t torn = 0, locked = 0, objects = 0;
-	for (unsigned i = 0; i < RC_SURVIVORS; i++) {
-		struct rc_scan s;
-		np_send(&cl, i, 't');
-		np_expect(&cl, i, 'T', 30000);
-		np_recv(&cl, i, &s, sizeof(s), 1000);
-		objects += s.objects;
-		torn += s.torn;
-		locked += s.locked;
-		if (s.walk_err)
-			failed(&f, "machine %u: a copy's block table: %s", i,
-			       farm_strerror(s.walk_err));
-		if (s.torn)
-			failed(&f,
-			       "machine %u: %" PRIu64 " torn objects (first: "
-			       "region %#" PRIx32 " offset %#" PRIx64
-			       ", header version %#" PRIx64 ", a line's %#x)",
-			       i, s.torn, s.first_region, s.first_off,
-			       s.first_version, (unsigned)s.first_line);
-		if (s.locked)
-			failed(&f,
-			       "machine %u: %" PRIu64 " objects left locked "
-			       "after the restart",
-			       i, s.locked);
-	}
-	printf("restart-copy: %" PRIu64 " objects scanned on %d machines: "
-	       "%" PRIu64 " torn, %" PRIu64 " locked\n",
-	       objects, RC_SURVIVORS, torn, locked);
+	uint64_t torn = scan_survivors(&f);
 	for (unsigned i = 0; i < RC_SURVIVORS; i++)
 		np_send(&cl, i, 'Q');
 	for (unsigned i = 0; i < RC_SURVIVORS; i++) {
