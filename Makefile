@@ -90,7 +90,7 @@ asan: deps
 	@cmake -S . -B $(ASAN_BUILD) -DFARM_SANITIZE=address,undefined \
 	    -DFARM_BUILD_BENCH=OFF $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(ASAN_BUILD) -j$(JOBS) --target test_bins
-	ctest --test-dir $(ASAN_BUILD) --output-on-failure -j$(JOBS) -LE "stress|nosan|netns|faults|reuse|proof|scale|long"
+	ctest --test-dir $(ASAN_BUILD) --output-on-failure -j$(JOBS) -LE "stress|nosan|netns|faults|reuse|proof|scale"
 
 # Each decoder's fuzz target (tests/fuzz/README.md) for FUZZ_SECONDS,
 # one at a time; new inputs stay in $(BUILD)/tests/fuzz-corpus.
