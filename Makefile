@@ -40,8 +40,8 @@ check: build
 
 # Variants of make check's cases whose paths make check already runs in
 # another (the same case on another fabric, a scenario another case
-# contains; label long): out of make check, which is to stay under about 10 minutes,
-# run by CI after it.
+# contains; label long): out of make check, which is to stay under about
+# 10 minutes; CI runs them after it.
 check-long: build
 	ctest --test-dir $(BUILD) --output-on-failure -j$(JOBS) -L long -LE "stress|netns|faults|reuse|proof|scale"
 
