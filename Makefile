@@ -2,7 +2,9 @@
 #   make demo    build, then run the demo on a 3-machine local cluster
 #   make check   build, then run the whole test suite (ctest)
 # Both install missing Debian packages first (scripts/install-deps).
-# Others: make bench (every benchmark), make stress (long stress tests),
+# Others: make check-long (variants of make check's cases that another
+# case already covers: other fabrics, contained scenarios; label long),
+# make bench (every benchmark), make stress (long stress tests),
 # make asan (tests under AddressSanitizer+UBSan), make tsan (unit and
 # multi-process tests under ThreadSanitizer), make fuzz (every fuzz target
 # for FUZZ_SECONDS, default 600, one after another), make netns (tests across
@@ -19,7 +21,7 @@ JOBS ?= 2
 CMAKE_FLAGS ?=
 FARM ?= $(BUILD)/src/tools/farm
 
-.PHONY: all deps build demo check proofs bench stress faults reuse scale asan tsan fuzz netns lint clean format
+.PHONY: all deps build demo check check-long proofs bench stress faults reuse scale asan tsan fuzz netns lint clean format
 
 all: build
 
@@ -34,7 +36,14 @@ demo: build
 	@scripts/demo $(FARM)
 
 check: build
-	ctest --test-dir $(BUILD) --output-on-failure -j$(JOBS) -LE "stress|netns|faults|reuse|proof|scale"
+	ctest --test-dir $(BUILD) --output-on-failure -j$(JOBS) -LE "stress|netns|faults|reuse|proof|scale|long"
+
+# Variants of make check's cases whose paths make check already runs in
+# another (the same case on another fabric, a scenario another case
+# contains; label long): out of make check, which is to stay under about
+# 10 minutes; CI runs them after it.
+check-long: build
+	ctest --test-dir $(BUILD) --output-on-failure -j$(JOBS) -L long -LE "stress|netns|faults|reuse|proof|scale"
 
 # Each test-only switch that breaks the code, with the test that must then
 # fail its checks (label proof): the proof that the tests catch the bugs

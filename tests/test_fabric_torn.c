@@ -103,10 +103,13 @@ static int writer(farm_fabric *fab, farm_region *r, int in, int out, void *arg)
 	return 0;
 }
 
+/* The writer, killed by the teardown when an assertion failed: left
+ * running, it would hold ctest's output pipe until the test's timeout. */
+static struct tu_machine w = {.to = -1, .from = -1};
+
 static void test_torn(void **state)
 {
 	(void)state;
-	struct tu_machine w;
 	/* Objects start at version 0 in zeroed memory; the check below
 	 * skips version 0, whose data words are 0. */
 	assert_int_equal(tu_spawn(&w, 1, RSIZE, writer, NULL), 0);
@@ -226,6 +229,16 @@ static void test_torn(void **state)
 		assert_int_equal(torn, 0);
 }
 
+static int kill_writer(void **state)
+{
+	(void)state;
+	if (w.pid > 0) {
+		(void)kill(w.pid, SIGKILL);
+		(void)tu_finish(&w);
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	tu_require_provider();
@@ -241,7 +254,7 @@ int main(int argc, char **argv)
 		}
 	}
 	const struct CMUnitTest tests[] = {
-	        cmocka_unit_test(test_torn),
+	        cmocka_unit_test_teardown(test_torn, kill_writer),
 	};
 	return cmocka_run_group_tests_name(broken ? "fabric_torn_broken"
 	                                          : "fabric_torn",

@@ -41,11 +41,10 @@
  * Exits 77 (skip) without the ZooKeeper client or server.
  */
 #define NP_NM 4
-#include "txproc.h"
+#include "rsproc.h"
 
 #include "alloc/alloc.h"
 #include "alloc/objhdr.h"
-#include "replicas.h"
 #include "txn/object.h"
 #include "brokenarg.h"
 
@@ -53,24 +52,21 @@
 #error "FARM_SOURCE_DIR must name the source tree (for scripts/zk-local)"
 #endif
 
-#define RC_OBJS       6
-#define RC_SIZE       300u /* 6 lines: a torn one shows in its lines */
-#define RC_VICTIM     3
-#define RC_FREER      0
-#define RC_SURVIVORS  (NP_NM - 1)
-#define RC_SESSION_MS 1500
-#define RC_LEASE_US   100000u
-#define RC_JOIN_MS    60000
-#define RC_REPL_MS    20000
-#define RC_STEP_MS    60000 /* a step's deadline (a failure, not a wait) */
+#define RC_OBJS      6
+#define RC_SIZE      300u /* 6 lines: a torn one shows in its lines */
+#define RC_VICTIM    3
+#define RC_FREER     0
+#define RC_SURVIVORS (NP_NM - 1)
+#define RC_REPL_MS   20000
+#define RC_STEP_MS   60000 /* a step's deadline (a failure, not a wait) */
 
 static char zk_dir[256], zk_connect[64], zk_root[96];
 static const char *zk_script = FARM_SOURCE_DIR "/scripts/zk-local";
 static bool broken, broken_resume;
 static struct np_cluster cl;
+static farm_fatptr *objs; /* every machine's objects (first incarnation) */
 
-/* 'f' answers: frees committed; 'd': frees deferred here; 'h': records
- * left in this machine's logs (after 'F'). */
+/* 'K' and 'd' answers: frees committed; frees deferred here. */
 struct rc_count {
 	uint64_t n;
 	int err;
@@ -85,24 +81,14 @@ struct rc_scan {
 	uint16_t first_line;
 };
 
-static int rc_config(struct np_child *np, struct farm_config *cfg)
+static void rc_configure(struct farm_config *cfg)
 {
-	int st = np_config_zk(np, "16M", zk_connect, zk_root, RC_SESSION_MS,
-	                      RC_LEASE_US, cfg);
-	cfg->replicas = 3;
 	/* 32 MB/s a loop: copies take well under a second each. */
 	cfg->datarec_bytes = 64u << 10;
 	cfg->datarec_interval_us = 2000;
-	return st;
 }
 
 /* ---- children -------------------------------------------------------- */
-
-static void fill_obj(void *d, uint32_t size, farm_fatptr p, void *arg)
-{
-	(void)arg;
-	memset(d, (int)(p.addr & 0x7f) | 1, size);
-}
 
 /* Free @p in one transaction, retried while retryable. */
 static int free_one(struct tx_child *c, farm_fatptr p)
@@ -125,91 +111,57 @@ static int free_one(struct tx_child *c, farm_fatptr p)
 	return rc;
 }
 
-static void count_rec(void *ctx, uint32_t coord, int type, uint64_t txid)
+static void scan_copies(struct tx_child *c, struct rc_scan *s);
+
+/* The test's commands: 'K' (free the victim's objects), 'd' (frees
+ * deferred here), 't' (after the restart: scan every local copy). */
+static int rc_cmd(struct tx_child *c, int cmd)
 {
-	(void)coord;
-	(void)txid;
-	if (type != FARM_TXN_TESTING_TRUNCATE)
-		(*(uint64_t *)ctx)++;
+	struct rc_count r = {0};
+	if (cmd == 'K' && objs) {
+		for (unsigned i = 0; i < RC_OBJS && !r.err; i++) {
+			r.err = free_one(c, objs[RC_VICTIM * RC_OBJS + i]);
+			r.n += !r.err;
+		}
+		return np_say(&c->np, 'k', &r, sizeof(r)) ? 21 : 0;
+	}
+	if (cmd == 'd') {
+		farm_txm_stats st;
+		farm_txm_stats_get(c->txm, &st);
+		r.n = st.free_deferred;
+		return np_say(&c->np, 'D', &r, sizeof(r)) ? 22 : 0;
+	}
+	if (cmd == 't') {
+		struct rc_scan s;
+		scan_copies(c, &s);
+		return np_say(&c->np, 'T', &s, sizeof(s)) ? 23 : 0;
+	}
+	return RS_UNKNOWN;
 }
 
 /* Before the restart: make the objects, then serve the parent. */
 static int first_role(struct tx_child *c)
 {
 	farm_fatptr mine[RC_OBJS];
-	farm_fatptr *all =
-	        share_objs(c, "obj", RC_OBJS, RC_SIZE, fill_obj, NULL, mine);
-	if (!all)
+	objs = share_objs(c, "obj", RC_OBJS, RC_SIZE, rs_fill, NULL, mine);
+	if (!objs)
 		return 20;
-	static const volatile int never = 0;
-	for (;;) {
-		int cmd = np_wait_cmd(&c->np);
-		struct rc_count r = {0};
-		if (cmd == 'K') { /* free the victim's objects */
-			for (unsigned i = 0; i < RC_OBJS && !r.err; i++) {
-				r.err = free_one(c,
-				                 all[RC_VICTIM * RC_OBJS + i]);
-				r.n += !r.err;
-			}
-			if (np_say(&c->np, 'k', &r, sizeof(r)))
-				return 21;
-		} else if (cmd == 'd') {
-			farm_txm_stats st;
-			farm_txm_stats_get(c->txm, &st);
-			r.n = st.free_deferred;
-			if (np_say(&c->np, 'D', &r, sizeof(r)))
-				return 22;
-		} else if (cmd == 'F') {
-			(void)farm_txm_testing_truncate(c->txm, c->np.loop);
-			if (np_say(&c->np, 'f', NULL, 0))
-				return 23;
-		} else if (cmd == 'h') {
-			/* Every survivor sent its TRUNCATE records ('F'):
-			 * until this machine's logs hold no record of a
-			 * transaction (or RC_STEP_MS: then reported). */
-			uint64_t dl = np_now_ns() + RC_STEP_MS * 1000000ull;
-			for (;;) {
-				r.n = 0;
-				(void)farm_txm_testing_records(c->txm,
-				                               count_rec, &r.n);
-				if (!r.n || np_now_ns() > dl)
-					break;
-				(void)farm_loop_wait(c->np.loop, &never,
-				                     1000000ull);
-			}
-			if (np_say(&c->np, 'H', &r, sizeof(r)))
-				return 24;
-		} else if (cmd == 'g') {
-			struct held_report *h = calloc(1, sizeof(*h));
-			if (!h)
-				return 25;
-			rp_held(c, h);
-			int rc = np_say(&c->np, 'G', h, sizeof(*h));
-			free(h);
-			if (rc)
-				return 26;
-		} else {
-			free(all);
-			return cmd == 'Q' ? 0 : 27;
-		}
-	}
+	int st = rs_serve(c);
+	free(objs);
+	objs = NULL;
+	return st;
 }
 
-static int first_machine(struct np_child *np, void *arg)
+static int rc_arm(bool restarted)
 {
-	(void)arg;
-	struct tx_child c = {.np = *np};
-	struct farm_config cfg;
-	int st = rc_config(np, &cfg);
-	if (st)
-		return st;
+	if (restarted)
+		return broken_resume &&
+		       farm_fault_set(FARM_FP_NODE_RESTART_NO_COPY,
+		                      tu_switch_on, NULL);
 	/* Promoted regions stay unadopted: their frees stay deferred. */
-	if (farm_fault_set(FARM_FP_ALLOC_ADOPT_HOLD, tu_switch_on, NULL))
-		return 9;
-	if (broken &&
-	    farm_fault_set(FARM_FP_TX_INSTALL_OLD_HEADER, tu_switch_on, NULL))
-		return 9;
-	return tx_child_run(&c, &cfg, RC_JOIN_MS, first_role);
+	return farm_fault_set(FARM_FP_ALLOC_ADOPT_HOLD, tu_switch_on, NULL) ||
+	       (broken && farm_fault_set(FARM_FP_TX_INSTALL_OLD_HEADER,
+	                                 tu_switch_on, NULL));
 }
 
 struct walk_ctx {
@@ -267,61 +219,6 @@ static void scan_copies(struct tx_child *c, struct rc_scan *s)
 	}
 }
 
-/* After the restart: serve the parent's questions. */
-static int restart_machine(struct np_child *np, void *arg)
-{
-	(void)arg;
-	struct tx_child c = {.np = *np};
-	struct farm_config cfg;
-	int st = rc_config(np, &cfg);
-	if (st)
-		return st;
-	if (farm_node_open(&cfg, &c.np.node))
-		return 4;
-	farm_node_set_app_loops(c.np.node, true);
-	st = 9;
-	if (broken_resume &&
-	    farm_fault_set(FARM_FP_NODE_RESTART_NO_COPY, tu_switch_on, NULL))
-		goto out;
-	st = 5;
-	if (farm_node_start(c.np.node, RC_JOIN_MS) ||
-	    farm_node_loop_open(c.np.node, 0, &c.np.loop))
-		goto out;
-	st = 6;
-	if (farm_node_wait_members(c.np.node, RC_SURVIVORS, RC_JOIN_MS))
-		goto out;
-	c.txm = farm_node_txm(c.np.node);
-	st = np_ready(&c.np) ? 7 : 0;
-	while (!st) {
-		int cmd = np_wait_cmd(&c.np);
-		if (cmd == 'g') {
-			struct held_report *h = calloc(1, sizeof(*h));
-			if (!h) {
-				st = 30;
-				break;
-			}
-			rp_held(&c, h);
-			if (np_say(&c.np, 'G', h, sizeof(*h)))
-				st = 31;
-			free(h);
-		} else if (cmd == 't') {
-			struct rc_scan s;
-			scan_copies(&c, &s);
-			if (np_say(&c.np, 'T', &s, sizeof(s)))
-				st = 32;
-		} else {
-			if (cmd != 'Q')
-				st = 33;
-			break;
-		}
-	}
-out:
-	if (c.np.loop)
-		farm_node_loop_close(c.np.node, c.np.loop);
-	farm_node_close(c.np.node);
-	return st;
-}
-
 /* ---- the parent ------------------------------------------------------- */
 
 static struct rc_count ask_count(unsigned i, char cmd, char want)
@@ -333,30 +230,39 @@ static struct rc_count ask_count(unsigned i, char cmd, char want)
 	return r;
 }
 
-/* Every region at 3 complete replicas within @ms: 0, or -1 (why in @why). */
-static int await_replicated(unsigned ms, char *why, size_t len, unsigned *nreg,
-                            struct held_report **last)
+/* Every survivor's scan of its copies ('t'): failures into @f; returns
+ * the torn objects found. */
+static uint64_t scan_survivors(struct fails *f)
 {
-	uint64_t dl = np_now_ns() + (uint64_t)ms * 1000000ull;
-	struct held_report *r[64] = {0};
-	uint64_t in = (1ull << RC_SURVIVORS) - 1;
-	for (;;) {
-		for (unsigned i = 0; i < RC_SURVIVORS; i++) {
-			free(r[i]);
-			r[i] = malloc(sizeof(*r[i]));
-			assert_non_null(r[i]);
-			np_send(&cl, i, 'g');
-			np_expect(&cl, i, 'G', 10000);
-			np_recv(&cl, i, r[i], sizeof(*r[i]), 1000);
-		}
-		bool ok = rp_replicated(r, in, 3, 0, why, len, nreg);
-		if (ok || np_now_ns() > dl) {
-			for (unsigned i = 0; i < RC_SURVIVORS; i++)
-				last[i] = r[i];
-			return ok ? 0 : -1;
-		}
-		np_pause_ms(20);
+	uint64_t torn = 0, locked = 0, objects = 0;
+	for (unsigned i = 0; i < RC_SURVIVORS; i++) {
+		struct rc_scan s;
+		np_send(&cl, i, 't');
+		np_expect(&cl, i, 'T', 30000);
+		np_recv(&cl, i, &s, sizeof(s), 1000);
+		objects += s.objects;
+		torn += s.torn;
+		locked += s.locked;
+		if (s.walk_err)
+			failed(f, "machine %u: a copy's block table: %s", i,
+			       farm_strerror(s.walk_err));
+		if (s.torn)
+			failed(f,
+			       "machine %u: %" PRIu64 " torn objects (first: "
+			       "region %#" PRIx32 " offset %#" PRIx64
+			       ", header version %#" PRIx64 ", a line's %#x)",
+			       i, s.torn, s.first_region, s.first_off,
+			       s.first_version, (unsigned)s.first_line);
+		if (s.locked)
+			failed(f,
+			       "machine %u: %" PRIu64 " objects left locked "
+			       "after the restart",
+			       i, s.locked);
 	}
+	printf("restart-copy: %" PRIu64 " objects scanned on %d machines: "
+	       "%" PRIu64 " torn, %" PRIu64 " locked\n",
+	       objects, RC_SURVIVORS, torn, locked);
+	return torn;
 }
 
 static void test_restart_copy(void **state)
@@ -367,7 +273,7 @@ static void test_restart_copy(void **state)
 	struct fails setup = {0}, f = {0};
 	snprintf(zk_root, sizeof(zk_root), "/libfarm/restart-copy-%d",
 	         (int)getpid());
-	np_start(&cl, "restart-copy", first_machine, NULL);
+	np_start(&cl, "restart-copy", rs_first_machine, NULL);
 	p_setup(&cl);
 
 	/* 2. The victim killed; 3. its objects freed by machine 0. */
@@ -395,13 +301,8 @@ static void test_restart_copy(void **state)
 		       "primaries: the test did not set its case up",
 		       deferred, RC_OBJS);
 	/* 4. No record of the frees left to replay at the restart. */
-	for (unsigned i = 0; i < RC_SURVIVORS; i++) {
-		np_send(&cl, i, 'F');
-		np_expect(&cl, i, 'f', 10000);
-	}
-	uint64_t left = 0;
-	for (unsigned i = 0; i < RC_SURVIVORS; i++)
-		left += ask_count(i, 'h', 'H').n;
+	uint64_t survivors = (1ull << RC_SURVIVORS) - 1;
+	uint64_t left = rs_truncate(&cl, survivors);
 	if (left)
 		failed(&setup,
 		       "%" PRIu64 " transaction records left in the logs "
@@ -409,27 +310,18 @@ static void test_restart_copy(void **state)
 		       left);
 	/* 5. A power loss: every survivor stopped first, killed, then all
 	 * restarted on their directories. */
-	for (unsigned i = 0; i < RC_SURVIVORS; i++)
-		assert_int_equal(kill(cl.pid[i], SIGSTOP), 0);
-	for (unsigned i = 0; i < RC_SURVIVORS; i++)
-		assert_int_equal(kill(cl.pid[i], SIGKILL), 0);
-	for (unsigned i = 0; i < RC_SURVIVORS; i++)
-		np_reap_killed(&cl, i);
-	uint64_t t_kill = np_now_ns();
-	for (unsigned i = 0; i < RC_SURVIVORS; i++)
-		np_spawn_one(&cl, i, restart_machine, NULL);
-	for (unsigned i = 0; i < RC_SURVIVORS; i++)
-		np_expect(&cl, i, 'R', RC_JOIN_MS + 30000);
+	uint64_t t_restart = rs_power_loss(&cl, survivors);
 	uint64_t t_up = np_now_ns();
 
 	char why[512];
 	unsigned nreg = 0;
-	struct held_report *last[RC_SURVIVORS];
-	int repl = await_replicated(RC_REPL_MS, why, sizeof(why), &nreg, last);
+	struct held_report *last[NP_NM] = {0};
+	int repl = rs_await_replicated(&cl, survivors, RC_REPL_MS, why,
+	                               sizeof(why), &nreg, last);
 	double repl_ms = (double)(np_now_ns() - t_up) / 1e6;
 	printf("restart-copy: %d frees deferred; restarted %.0f ms after the "
 	       "kill; %u regions %s %.0f ms after\n",
-	       (int)deferred, (double)(t_up - t_kill) / 1e6, nreg,
+	       (int)deferred, (double)t_restart / 1e6, nreg,
 	       repl ? "NOT fully replicated" : "fully replicated", repl_ms);
 	for (unsigned i = 0; i < RC_SURVIVORS; i++) {
 		for (unsigned j = 0; j < last[i]->ndr; j++) {
@@ -446,34 +338,7 @@ static void test_restart_copy(void **state)
 		failed(&f, "not fully replicated %d ms after the restart: %s",
 		       RC_REPL_MS, why);
 
-	uint64_t torn = 0, locked = 0, objects = 0;
-	for (unsigned i = 0; i < RC_SURVIVORS; i++) {
-		struct rc_scan s;
-		np_send(&cl, i, 't');
-		np_expect(&cl, i, 'T', 30000);
-		np_recv(&cl, i, &s, sizeof(s), 1000);
-		objects += s.objects;
-		torn += s.torn;
-		locked += s.locked;
-		if (s.walk_err)
-			failed(&f, "machine %u: a copy's block table: %s", i,
-			       farm_strerror(s.walk_err));
-		if (s.torn)
-			failed(&f,
-			       "machine %u: %" PRIu64 " torn objects (first: "
-			       "region %#" PRIx32 " offset %#" PRIx64
-			       ", header version %#" PRIx64 ", a line's %#x)",
-			       i, s.torn, s.first_region, s.first_off,
-			       s.first_version, (unsigned)s.first_line);
-		if (s.locked)
-			failed(&f,
-			       "machine %u: %" PRIu64 " objects left locked "
-			       "after the restart",
-			       i, s.locked);
-	}
-	printf("restart-copy: %" PRIu64 " objects scanned on %d machines: "
-	       "%" PRIu64 " torn, %" PRIu64 " locked\n",
-	       objects, RC_SURVIVORS, torn, locked);
+	uint64_t torn = scan_survivors(&f);
 	for (unsigned i = 0; i < RC_SURVIVORS; i++)
 		np_send(&cl, i, 'Q');
 	for (unsigned i = 0; i < RC_SURVIVORS; i++) {
@@ -535,6 +400,17 @@ int main(int argc, char **argv)
 		printf("skipped: built without fault injection\n");
 		return FARM_TEST_SKIP;
 	}
+	rs_p = (struct rs_params){.zk_connect = zk_connect,
+	                          .zk_root = zk_root,
+	                          .session_ms = 1500,
+	                          .lease_us = 100000u,
+	                          .join_ms = 60000,
+	                          .step_ms = RC_STEP_MS,
+	                          .configure = rc_configure,
+	                          .arm = rc_arm,
+	                          .cmd = rc_cmd,
+	                          .first_role = first_role,
+	                          .restart_role = rs_serve};
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test_teardown(test_restart_copy, teardown)};
 	return tu_zk_run(zk_script, zk_dir, sizeof(zk_dir), zk_connect,

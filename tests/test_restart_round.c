@@ -57,10 +57,9 @@
  * Exits 77 (skip) without the ZooKeeper client or server.
  */
 #define NP_NM 4
-#include "txproc.h"
+#include "rsproc.h"
 
 #include "alloc/objhdr.h"
-#include "replicas.h"
 #include "txn/object.h"
 #include "brokenarg.h"
 
@@ -68,21 +67,19 @@
 #error "FARM_SOURCE_DIR must name the source tree (for scripts/zk-local)"
 #endif
 
-#define RR_SIZE       100u /* 2 lines */
-#define RR_LINES      2u
-#define RR_P          0u /* the primary of O, and the CM */
-#define RR_SURVIVORS  (NP_NM - 1)
-#define RR_SESSION_MS 1500
-#define RR_LEASE_US   100000u
-#define RR_JOIN_MS    60000
-#define RR_REPL_MS    20000
-#define RR_STEP_MS    30000 /* a step's deadline (a failure, not a wait) */
-#define RR_NEW        0xee  /* the committed value's bytes */
+#define RR_SIZE      100u /* 2 lines */
+#define RR_LINES     2u
+#define RR_P         0u /* the primary of O, and the CM */
+#define RR_SURVIVORS (NP_NM - 1)
+#define RR_REPL_MS   20000
+#define RR_STEP_MS   30000 /* a step's deadline (a failure, not a wait) */
+#define RR_NEW       0xee  /* the committed value's bytes */
 
 static char zk_dir[256], zk_connect[64], zk_root[96];
 static const char *zk_script = FARM_SOURCE_DIR "/scripts/zk-local";
 static bool broken_unlogged, broken_unread, broken_own, keep_records;
 static struct np_cluster cl;
+static farm_fatptr *objs; /* every machine's object */
 
 /* 'V' answers: this machine's copy of an object. */
 struct rr_copy {
@@ -91,21 +88,7 @@ struct rr_copy {
 	uint8_t bytes[RR_LINES * 64];
 };
 
-static int rr_config(struct np_child *np, struct farm_config *cfg)
-{
-	int st = np_config_zk(np, "16M", zk_connect, zk_root, RR_SESSION_MS,
-	                      RR_LEASE_US, cfg);
-	cfg->replicas = 3;
-	return st;
-}
-
 /* ---- children -------------------------------------------------------- */
-
-static void fill_obj(void *d, uint32_t size, farm_fatptr p, void *arg)
-{
-	(void)arg;
-	memset(d, (int)(p.addr & 0x7f) | 1, size);
-}
 
 /* This machine's copy of @p, whatever its role. */
 static void read_copy(struct tx_child *c, farm_fatptr p, struct rr_copy *out)
@@ -147,94 +130,58 @@ static int write_and_die(struct tx_child *c, farm_fatptr p)
 	return rc ? rc : -EALREADY;
 }
 
-static void count_rec(void *ctx, uint32_t coord, int type, uint64_t txid)
+/* The test's commands: 'L' (hold every recovery decision and end),
+ * and, with an object's index as a second byte ('0' + index), 'W'
+ * (write it and die) and 'v' (this machine's copy). */
+static int rr_cmd(struct tx_child *c, int cmd)
 {
-	(void)coord;
-	(void)txid;
-	if (type != FARM_TXN_TESTING_TRUNCATE)
-		(*(uint64_t *)ctx)++;
-}
-
-/* Once every machine sent its TRUNCATE records ('F'): the records of
- * transactions left in this machine's logs, once none is or after
- * RR_STEP_MS. */
-static uint64_t records_left(struct tx_child *c)
-{
-	static const volatile int never = 0;
-	uint64_t dl = np_now_ns() + RR_STEP_MS * 1000000ull, n;
-	for (;;) {
-		n = 0;
-		(void)farm_txm_testing_records(c->txm, count_rec, &n);
-		if (!n || np_now_ns() > dl)
-			return n;
-		(void)farm_loop_wait(c->np.loop, &never, 1000000ull);
+	if (cmd == 'L') {
+		bool bad = farm_fault_set(FARM_FP_REC_DECIDE_LATE, tu_switch_on,
+		                          NULL) ||
+		           farm_fault_set(FARM_FP_REC_DONE_LATE, tu_switch_on,
+		                          NULL) ||
+		           np_say(&c->np, 'l', NULL, 0);
+		return bad ? 24 : 0;
 	}
-}
-
-/* Commands with an object's index as a second byte ('0' + index): 'W'
- * (write it and die), 'v' (this machine's copy). */
-static int serve(struct tx_child *c, const farm_fatptr *all, unsigned n)
-{
-	for (;;) {
-		int cmd = np_wait_cmd(&c->np);
-		if (cmd == 'g') {
-			struct held_report *h = calloc(1, sizeof(*h));
-			if (!h)
-				return 30;
-			rp_held(c, h);
-			int rc = np_say(&c->np, 'G', h, sizeof(*h));
-			free(h);
-			if (rc)
-				return 31;
-		} else if (cmd == 'L') {
-			if (farm_fault_set(FARM_FP_REC_DECIDE_LATE,
-			                   tu_switch_on, NULL) ||
-			    farm_fault_set(FARM_FP_REC_DONE_LATE, tu_switch_on,
-			                   NULL) ||
-			    np_say(&c->np, 'l', NULL, 0))
-				return 32;
-		} else if (cmd == 'F') {
-			(void)farm_txm_testing_truncate(c->txm, c->np.loop);
-			if (np_say(&c->np, 'f', NULL, 0))
-				return 37;
-		} else if (cmd == 'h') {
-			uint64_t left = records_left(c);
-			if (np_say(&c->np, 'H', &left, sizeof(left)))
-				return 38;
-		} else if (cmd == 'W' || cmd == 'v') {
-			int k = np_wait_cmd(&c->np) - '0';
-			if (k < 0 || (unsigned)k >= n)
-				return 33;
-			if (cmd == 'W') {
-				int rc = write_and_die(c, all[k]);
-				if (np_say(&c->np, 'w', &rc, sizeof(rc)))
-					return 34;
-				continue;
-			}
-			struct rr_copy x;
-			read_copy(c, all[k], &x);
-			if (np_say(&c->np, 'V', &x, sizeof(x)))
-				return 35;
-		} else {
-			return cmd == 'Q' ? 0 : 36;
-		}
+	if (cmd != 'W' && cmd != 'v')
+		return RS_UNKNOWN;
+	int k = np_wait_cmd(&c->np) - '0';
+	if (!objs || k < 0 || (unsigned)k >= NP_NM)
+		return 25;
+	if (cmd == 'W') {
+		int rc = write_and_die(c, objs[k]);
+		return np_say(&c->np, 'w', &rc, sizeof(rc)) ? 26 : 0;
 	}
+	struct rr_copy x;
+	read_copy(c, objs[k], &x);
+	return np_say(&c->np, 'V', &x, sizeof(x)) ? 27 : 0;
 }
 
 static int first_role(struct tx_child *c)
 {
 	farm_fatptr mine[1];
-	farm_fatptr *all =
-	        share_objs(c, "obj", 1, RR_SIZE, fill_obj, NULL, mine);
-	if (!all)
+	objs = share_objs(c, "obj", 1, RR_SIZE, rs_fill, NULL, mine);
+	if (!objs)
 		return 20;
-	int st = serve(c, all, NP_NM);
-	free(all);
+	int st = rs_serve(c);
+	free(objs);
+	objs = NULL;
 	return st;
 }
 
-static int set_broken(void)
+static int restart_role(struct tx_child *c)
 {
+	unsigned n = 0;
+	objs = load_objs(c, "obj", &n);
+	int st = !objs || n != NP_NM ? 8 : rs_serve(c);
+	free(objs);
+	objs = NULL;
+	return st;
+}
+
+static int rr_arm(bool restarted)
+{
+	(void)restarted; /* both halves of the fix, in both incarnations */
 	return (broken_unlogged && (farm_fault_set(FARM_FP_REC_DECIDE_UNLOGGED,
 	                                           tu_switch_on, NULL) ||
 	                            farm_fault_set(FARM_FP_RESTART_OWN_RING,
@@ -243,54 +190,6 @@ static int set_broken(void)
 	                                        tu_switch_on, NULL)) ||
 	       (broken_own &&
 	        farm_fault_set(FARM_FP_RESTART_OWN_RING, tu_switch_on, NULL));
-}
-
-static int first_machine(struct np_child *np, void *arg)
-{
-	(void)arg;
-	struct tx_child c = {.np = *np};
-	struct farm_config cfg;
-	int st = rr_config(np, &cfg);
-	if (st)
-		return st;
-	if (set_broken())
-		return 9;
-	return tx_child_run(&c, &cfg, RR_JOIN_MS, first_role);
-}
-
-static int restart_machine(struct np_child *np, void *arg)
-{
-	(void)arg;
-	struct tx_child c = {.np = *np};
-	struct farm_config cfg;
-	int st = rr_config(np, &cfg);
-	if (st)
-		return st;
-	if (set_broken())
-		return 9;
-	if (farm_node_open(&cfg, &c.np.node))
-		return 4;
-	farm_node_set_app_loops(c.np.node, true);
-	st = 5;
-	if (farm_node_start(c.np.node, RR_JOIN_MS) ||
-	    farm_node_loop_open(c.np.node, 0, &c.np.loop))
-		goto out;
-	st = 6;
-	if (farm_node_wait_members(c.np.node, RR_SURVIVORS, RR_JOIN_MS))
-		goto out;
-	c.txm = farm_node_txm(c.np.node);
-	unsigned n = 0;
-	farm_fatptr *all = load_objs(&c, "obj", &n);
-	st = 8;
-	if (!all || n != NP_NM)
-		goto out;
-	st = np_ready(&c.np) ? 7 : serve(&c, all, n);
-	free(all);
-out:
-	if (c.np.loop)
-		farm_node_loop_close(c.np.node, c.np.loop);
-	farm_node_close(c.np.node);
-	return st;
 }
 
 /* ---- the parent ------------------------------------------------------- */
@@ -316,16 +215,6 @@ static void await_death(unsigned i)
 	cl.to[i] = cl.from[i] = -1;
 }
 
-static struct held_report *ask_held(unsigned i)
-{
-	struct held_report *h = malloc(sizeof(*h));
-	assert_non_null(h);
-	np_send(&cl, i, 'g');
-	np_expect(&cl, i, 'G', 10000);
-	np_recv(&cl, i, h, sizeof(*h), 1000);
-	return h;
-}
-
 static struct rr_copy ask_copy(unsigned i, unsigned k)
 {
 	struct rr_copy x;
@@ -336,32 +225,10 @@ static struct rr_copy ask_copy(unsigned i, unsigned k)
 	return x;
 }
 
-/* Every region at 3 complete replicas (the machines of @in) within
- * RR_REPL_MS: 0, or -1 (why in @why). */
-static int await_replicated(uint64_t in, char *why, size_t len)
-{
-	uint64_t dl = np_now_ns() + (uint64_t)RR_REPL_MS * 1000000ull;
-	for (;;) {
-		struct held_report *r[NP_NM] = {0};
-		for (unsigned i = 0; i < NP_NM; i++)
-			if ((in >> i) & 1)
-				r[i] = ask_held(i);
-		unsigned nreg = 0;
-		bool ok = rp_replicated(r, in, 3, 0, why, len, &nreg);
-		for (unsigned i = 0; i < NP_NM; i++)
-			free(r[i]);
-		if (ok)
-			return 0;
-		if (np_now_ns() > dl)
-			return -1;
-		np_pause_ms(20);
-	}
-}
-
 /* O's replicas (from its primary's report): the backups into @b. */
 static bool o_backups(uint32_t region, uint32_t b[2])
 {
-	struct held_report *h = ask_held(RR_P);
+	struct held_report *h = rs_ask_held(&cl, RR_P);
 	bool ok = false;
 	for (unsigned i = 0; i < h->n && !ok; i++)
 		if (h->h[i].region == region && h->h[i].nreps >= 3 &&
@@ -418,18 +285,8 @@ static void set_up(unsigned *b, unsigned *c, unsigned *x, uint64_t *v_new)
 	/* No record of the setup's commits left: only C's is decided at
 	 * the restart. (Left, a commit of an idle coordinator whose
 	 * region's backups changed since would be too: --keep-records.) */
-	uint64_t left = 0;
-	for (unsigned i = 0; i < NP_NM && !keep_records; i++) {
-		np_send(&cl, i, 'F');
-		np_expect(&cl, i, 'f', 10000);
-	}
-	for (unsigned i = 0; i < NP_NM && !keep_records; i++) {
-		uint64_t n;
-		np_send(&cl, i, 'h');
-		np_expect(&cl, i, 'H', RR_STEP_MS + 10000);
-		np_recv(&cl, i, &n, sizeof(n), 1000);
-		left += n;
-	}
+	uint64_t left =
+	        keep_records ? 0 : rs_truncate(&cl, (1ull << NP_NM) - 1);
 	if (left)
 		fail_msg("%" PRIu64 " transaction records left in the logs "
 		         "after truncation: the test did not set its case up",
@@ -495,7 +352,7 @@ static void test_restart_round(void **state)
 	(void)state;
 	snprintf(zk_root, sizeof(zk_root), "/libfarm/restart-round-%d",
 	         (int)getpid());
-	np_start(&cl, "restart-round", first_machine, NULL);
+	np_start(&cl, "restart-round", rs_first_machine, NULL);
 	p_setup(&cl);
 	unsigned b, c, x;
 	uint64_t v_new;
@@ -504,22 +361,15 @@ static void test_restart_round(void **state)
 	/* 5. A power loss while B still holds the round's decisions. */
 	unsigned surv[RR_SURVIVORS] = {RR_P, b, x};
 	uint64_t in = 0;
-	for (unsigned i = 0; i < RR_SURVIVORS; i++) {
+	for (unsigned i = 0; i < RR_SURVIVORS; i++)
 		in |= 1ull << surv[i];
-		assert_int_equal(kill(cl.pid[surv[i]], SIGSTOP), 0);
-	}
-	for (unsigned i = 0; i < RR_SURVIVORS; i++)
-		assert_int_equal(kill(cl.pid[surv[i]], SIGKILL), 0);
-	for (unsigned i = 0; i < RR_SURVIVORS; i++)
-		np_reap_killed(&cl, surv[i]);
-	for (unsigned i = 0; i < RR_SURVIVORS; i++)
-		np_spawn_one(&cl, surv[i], restart_machine, NULL);
-	for (unsigned i = 0; i < RR_SURVIVORS; i++)
-		np_expect(&cl, surv[i], 'R', RR_JOIN_MS + 30000);
+	(void)rs_power_loss(&cl, in);
 
 	struct fails f = {0};
 	char why[512];
-	if (await_replicated(in, why, sizeof(why)))
+	unsigned nreg = 0;
+	if (rs_await_replicated(&cl, in, RR_REPL_MS, why, sizeof(why), &nreg,
+	                        NULL))
 		failed(&f, "not fully replicated %d ms after the restart: %s",
 		       RR_REPL_MS, why);
 	struct rr_copy p = ask_copy(RR_P, RR_P);
@@ -601,6 +451,16 @@ int main(int argc, char **argv)
 		printf("skipped: built without fault injection\n");
 		return FARM_TEST_SKIP;
 	}
+	rs_p = (struct rs_params){.zk_connect = zk_connect,
+	                          .zk_root = zk_root,
+	                          .session_ms = 1500,
+	                          .lease_us = 100000u,
+	                          .join_ms = 60000,
+	                          .step_ms = RR_STEP_MS,
+	                          .arm = rr_arm,
+	                          .cmd = rr_cmd,
+	                          .first_role = first_role,
+	                          .restart_role = restart_role};
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test_teardown(test_restart_round, teardown)};
 	return tu_zk_run(zk_script, zk_dir, sizeof(zk_dir), zk_connect,

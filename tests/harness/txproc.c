@@ -6,6 +6,13 @@
 int tx_child_run(struct tx_child *c, const struct farm_config *cfg, int join_ms,
                  int (*role)(struct tx_child *c))
 {
+	return tx_child_run_n(c, cfg, join_ms, np_nm, role);
+}
+
+int tx_child_run_n(struct tx_child *c, const struct farm_config *cfg,
+                   int join_ms, unsigned members,
+                   int (*role)(struct tx_child *c))
+{
 	if (farm_node_open(cfg, &c->np.node))
 		return 4;
 	farm_node_set_app_loops(c->np.node, true);
@@ -14,7 +21,7 @@ int tx_child_run(struct tx_child *c, const struct farm_config *cfg, int join_ms,
 	    farm_node_loop_open(c->np.node, 0, &c->np.loop))
 		goto out;
 	st = 6;
-	if (farm_node_wait_members(c->np.node, np_nm, join_ms))
+	if (farm_node_wait_members(c->np.node, members, join_ms))
 		goto out;
 	c->txm = farm_node_txm(c->np.node);
 	st = np_ready(&c->np) ? 7 : role(c);

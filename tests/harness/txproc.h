@@ -48,6 +48,12 @@ enum { H_BEGIN = 1, H_READ, H_WRITE, H_END };
 int tx_child_run(struct tx_child *c, const struct farm_config *cfg, int join_ms,
                  int (*role)(struct tx_child *c));
 
+/* tx_child_run, waiting for @members machines instead of NP_NM (a
+ * cluster restarted without the machines it lost). */
+int tx_child_run_n(struct tx_child *c, const struct farm_config *cfg,
+                   int join_ms, unsigned members,
+                   int (*role)(struct tx_child *c));
+
 uint64_t tx_rnd(struct tx_child *c);
 
 void hput(struct tx_child *c, uint64_t tag, uint64_t x, uint64_t y);
