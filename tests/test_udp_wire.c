@@ -47,6 +47,16 @@
  *   broken_park_handback  the same with the hand-back switched off
  *              (FARM_UDP_KNOB_PARK_HANDBACK 0): some round waits for the
  *              dispatch thread's timer pass (up to 200 ms).
+ *   connect_race  four threads of one fabric connect 16 endpoints each
+ *              to the target at once, then READ through each: every READ
+ *              completes within 2 s (a connect took its
+ *              slot of the endpoint table only after its handshake, so two
+ *              at once could share one and one endpoint was left out of
+ *              the table: its reply dropped, its timers never run, its
+ *              READ outstanding for ever).
+ *   broken_connect_race  the same with the slot taken after the handshake
+ *              (FARM_UDP_KNOB_SLOT_FIRST 0): some READ must stay
+ *              outstanding, proving the check can fail.
  */
 #include "testutil.h"
 
@@ -122,6 +132,7 @@ static int teardown(void **state)
 	farm_udp_testing_set(FARM_UDP_KNOB_REORDER, 0);
 	farm_udp_testing_set(FARM_UDP_KNOB_GO_BACK_N, 1);
 	farm_udp_testing_set(FARM_UDP_KNOB_REVOKE_FLUSH, 1);
+	farm_udp_testing_set(FARM_UDP_KNOB_SLOT_FIRST, 1);
 	close(f->raw);
 	farm_ep_destroy(f->ep);
 	assert_int_equal(farm_cq_destroy(f->cq), 0);
@@ -823,6 +834,104 @@ static void test_broken_park_handback(void **state)
 	assert_true(worst >= 50000000ull);
 }
 
+/* connect_race: one of CR_THREADS threads connecting CR_EPS endpoints to
+ * the target, then reading through each; counts the READs that did not
+ * complete within CR_WAIT_MS. */
+#define CR_THREADS        4
+#define CR_EPS            16
+#define CR_WAIT_MS        2000
+#define CR_BROKEN_WAIT_MS 200
+struct racer {
+	struct fx *f;
+	unsigned k, wait_ms;
+	atomic_int *go;
+	unsigned stuck, failed;
+};
+
+static void *racer_main(void *arg)
+{
+	struct racer *r = arg;
+	struct fx *f = r->f;
+	farm_cq *cq;
+	farm_ep *ep[CR_EPS] = {0};
+	if (farm_cq_create(f->a, 64, 0, &cq)) {
+		r->failed = CR_EPS;
+		return NULL;
+	}
+	while (!atomic_load(r->go))
+		farm_cpu_relax();
+	farm_ep_attr ea = {.sq_depth = 16};
+	for (unsigned i = 0; i < CR_EPS; i++)
+		if (farm_ep_connect(f->a, cq, 2, f->addr_b, &ea, &ep[i]))
+			r->failed++;
+	uint8_t *buf = f->buf + 4096ull * r->k;
+	for (unsigned i = 0; i < CR_EPS; i++) {
+		uint64_t off = 64ull * (r->k * CR_EPS + i);
+		farm_wr wr = farm_wr_read(i + 1, buf, f->lmr, 64, &f->rd, off);
+		farm_wc wc;
+		if (!ep[i] || farm_ep_post(ep[i], &wr, NULL))
+			r->failed += ep[i] != NULL;
+		else if (tu_wait_wc(cq, &wc, r->wait_ms) != 1)
+			r->stuck++;
+		else if (wc.status || memcmp(buf, f->region + off, 64))
+			r->failed++;
+	}
+	for (unsigned i = 0; i < CR_EPS; i++)
+		if (ep[i])
+			farm_ep_destroy(ep[i]);
+	if (farm_cq_destroy(cq))
+		r->failed++;
+	return NULL;
+}
+
+/* The READs left outstanding; the other errors in *@failed. */
+static unsigned connect_race(struct fx *f, unsigned wait_ms, unsigned *failed)
+{
+	pthread_t th[CR_THREADS];
+	struct racer r[CR_THREADS];
+	atomic_int go = 0;
+	for (unsigned k = 0; k < CR_THREADS; k++) {
+		r[k] = (struct racer){
+		        .f = f, .k = k, .wait_ms = wait_ms, .go = &go};
+		assert_int_equal(
+		        pthread_create(&th[k], NULL, racer_main, &r[k]), 0);
+	}
+	atomic_store(&go, 1);
+	unsigned stuck = 0;
+	*failed = 0;
+	for (unsigned k = 0; k < CR_THREADS; k++) {
+		assert_int_equal(pthread_join(th[k], NULL), 0);
+		*failed += r[k].failed;
+		stuck += r[k].stuck;
+	}
+	return stuck;
+}
+
+static void test_connect_race(void **state)
+{
+	unsigned failed;
+	unsigned stuck = connect_race(*state, CR_WAIT_MS, &failed);
+	printf("connect_race: %u of %u READs outstanding after %d ms\n", stuck,
+	       CR_THREADS * CR_EPS, CR_WAIT_MS);
+	assert_int_equal(failed, 0);
+	assert_int_equal(stuck, 0);
+}
+
+static void test_broken_connect_race(void **state)
+{
+	if (farm_udp_testing_set(FARM_UDP_KNOB_SLOT_FIRST, 0) == -ENOTSUP)
+		skip(); /* built without fault injection */
+	/* A READ of an endpoint left out of the table never completes:
+	 * a short wait counts it. */
+	unsigned failed; /* a lost endpoint's late answers may land too */
+	unsigned stuck = connect_race(*state, CR_BROKEN_WAIT_MS, &failed);
+	farm_udp_testing_set(FARM_UDP_KNOB_SLOT_FIRST, 1);
+	printf("connect_race, slot taken after the handshake: %u of %u READs "
+	       "outstanding after %d ms (must be some)\n",
+	       stuck, CR_THREADS * CR_EPS, CR_BROKEN_WAIT_MS);
+	assert_true(stuck > 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -846,6 +955,10 @@ int main(void)
 	                                        teardown),
 	        cmocka_unit_test_setup_teardown(test_broken_park_handback,
 	                                        setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_connect_race, setup,
+	                                        teardown),
+	        cmocka_unit_test_setup_teardown(test_broken_connect_race, setup,
+	                                        teardown),
 	};
 	return cmocka_run_group_tests_name("udp_wire", tests, NULL, NULL);
 }

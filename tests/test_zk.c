@@ -18,7 +18,12 @@
  * --broken: every machine with a lower id registered builds the next
  * configuration (FARM_FP_ZK_ALL_MANAGE, the rule before), so the third
  * machine reads every registration at a suspicion; the cluster test must
- * see those reads (and runs alone).
+ * see those reads (and runs alone). --broken-wait and --broken-early run
+ * the reuse test alone: a new holder of a reused id waits out the removed
+ * incarnation's session (FARM_FP_ZK_DISPLACE_WAIT: its join must be found
+ * slow), or replaces any other session's registration of its id
+ * (FARM_FP_ZK_DISPLACE_EARLY: a paused member that was never removed must
+ * be found displaced).
  */
 #include "testutil.h"
 
@@ -42,6 +47,8 @@ static char zk_connect[64];
 static char zk_root[96];
 static const char *zk_script = FARM_SOURCE_DIR "/scripts/zk-local";
 static bool broken; /* --broken: FARM_FP_ZK_ALL_MANAGE */
+/* --broken-wait, --broken-early: FARM_FP_ZK_DISPLACE_WAIT, _EARLY */
+static bool broken_wait, broken_early;
 
 /* ---- parent <-> child protocol ---------------------------------------- */
 
@@ -57,6 +64,7 @@ struct cmd {
 	int wait_ms;          /* W: bound on the wait (0: WAIT_MS) */
 	bool lost;       /* W: instead of the above: state is not CONNECTED */
 	bool fast_ready; /* W: also membership status fast_ready */
+	bool unreg;      /* W: instead: connected, not registered, min_syncs */
 };
 
 struct reply {
@@ -69,6 +77,7 @@ struct reply {
 	bool self_removed; /* the view lists this machine as removed */
 	bool has_cm;
 	uint32_t cm;
+	uint64_t inc3; /* member 3's incarnation (UINT64_MAX: not a member) */
 };
 
 static bool pred(const struct farm_view *v,
@@ -77,6 +86,9 @@ static bool pred(const struct farm_view *v,
 	const struct cmd *c = arg;
 	if (c->lost)
 		return s->state != FARM_MEMBERSHIP_CONNECTED;
+	if (c->unreg)
+		return s->state == FARM_MEMBERSHIP_CONNECTED &&
+		       !s->registered && s->syncs >= c->min_syncs;
 	return s->state == FARM_MEMBERSHIP_CONNECTED && s->registered &&
 	       (v->n == c->n || c->n == 0) && v->config_id >= c->min_id &&
 	       s->syncs >= c->min_syncs && s->rejoins >= c->min_rejoins &&
@@ -86,18 +98,27 @@ static bool pred(const struct farm_view *v,
 
 /* The machines' expect_machines (0: the cluster is never formed). */
 static unsigned child_expect;
+/* The next machines spawned: reuse_ids, started with empty memory, their
+ * session and connect bounds (0: SESSION_MS, 10 s), an endpoint suffix
+ * (a replacement's address differs from its id's old holder's). */
+static bool child_reuse, child_fresh;
+static unsigned child_session_ms, child_connect_ms;
+static const char *child_tag = "";
 
 static int child_main(uint32_t id, int in, int out)
 {
 	char ep[64];
-	snprintf(ep, sizeof(ep), "/dev/shm/test-zk-m%u", id);
-	struct farm_membership_attr a = {.self_id = id,
-	                                 .endpoint = ep,
-	                                 .zk = zk_connect,
-	                                 .zk_root = zk_root,
-	                                 .session_ms = SESSION_MS,
-	                                 .connect_ms = 10000,
-	                                 .expect = child_expect};
+	snprintf(ep, sizeof(ep), "/dev/shm/test-zk-m%u%s", id, child_tag);
+	struct farm_membership_attr a = {
+	        .self_id = id,
+	        .endpoint = ep,
+	        .zk = zk_connect,
+	        .zk_root = zk_root,
+	        .session_ms = child_session_ms ? child_session_ms : SESSION_MS,
+	        .connect_ms = child_connect_ms ? child_connect_ms : 10000,
+	        .expect = child_expect,
+	        .fresh = child_fresh,
+	        .reuse_ids = child_reuse};
 	struct farm_membership *m = NULL;
 	int rc = farm_membership_open(&a, &m);
 	if (tu_send(out, &rc, sizeof(rc)) || rc)
@@ -132,6 +153,8 @@ static int child_main(uint32_t id, int in, int out)
 		r.cm = v->cm;
 		for (unsigned i = 0; i < v->n && i < NM; i++)
 			r.ids[i] = v->members[i].id;
+		const struct farm_member *m3 = farm_view_find(v, 3);
+		r.inc3 = m3 ? m3->incarnation : UINT64_MAX;
 		farm_membership_status(m, &r.st);
 		if (tu_send(out, &r, sizeof(r)))
 			break;
@@ -148,6 +171,7 @@ struct child {
 };
 
 static struct child kids[NM];
+static struct child repl = {.to = -1, .from = -1}; /* test_zk_reuse's */
 
 static int spawn(struct child *k, uint32_t id)
 {
@@ -225,20 +249,25 @@ static void answer(struct child *k, struct reply *r)
 	assert_int_equal(r->rc, 0);
 }
 
+static void kill_child(struct child *k)
+{
+	if (k->pid > 0) {
+		kill(k->pid, SIGKILL);
+		tu_reap(k->pid);
+		k->pid = 0;
+	}
+	if (k->to > 0)
+		close(k->to);
+	if (k->from > 0)
+		close(k->from);
+	k->to = k->from = -1;
+}
+
 static void kill_kids(void)
 {
-	for (int i = 0; i < NM; i++) {
-		if (kids[i].pid > 0) {
-			kill(kids[i].pid, SIGKILL);
-			tu_reap(kids[i].pid);
-			kids[i].pid = 0;
-		}
-		if (kids[i].to > 0)
-			close(kids[i].to);
-		if (kids[i].from > 0)
-			close(kids[i].from);
-		kids[i].to = kids[i].from = -1;
-	}
+	kill_child(&repl);
+	for (int i = 0; i < NM; i++)
+		kill_child(&kids[i]);
 }
 
 /* Run zk-local; returns its exit status, the first stdout line in @line. */
@@ -558,6 +587,173 @@ static void test_zk_formed(void **state)
 	kill_kids();
 }
 
+/* The replacement under id 3 (repl): spawned with empty memory and
+ * reuse_ids, its session @session_ms and connect bound @connect_ms; its
+ * farm_membership_open's result. */
+static int spawn_repl(unsigned session_ms, unsigned connect_ms)
+{
+	child_session_ms = session_ms;
+	child_connect_ms = connect_ms;
+	child_tag = "-new";
+	int rc = spawn(&repl, 3);
+	child_tag = "";
+	assert_int_equal(rc, 0);
+	int orc = -1;
+	assert_int_equal(recv_bounded(repl.from, &orc, sizeof(orc)), 0);
+	return orc;
+}
+
+/* test_zk_reuse's end: the machines killed, the spawn settings and the
+ * root (@root) as they were. */
+static void reuse_end(const char *root)
+{
+	kill_kids();
+	child_expect = 0;
+	child_reuse = child_fresh = false;
+	child_session_ms = child_connect_ms = 0;
+	snprintf(zk_root, sizeof(zk_root), "%s", root);
+}
+
+/*
+ * A reused id's new holder (reuse_ids, a formed cluster, 10 s sessions).
+ * 1. Machine 3 paused (SIGSTOP), never suspected: a fresh machine under id
+ *    3 must not displace its registration; its open ends -EADDRINUSE and
+ *    the configuration stays as it was.
+ * 2. Machine 3 paused again and suspected: the configuration removes its
+ *    incarnation, whose registration lives on with its session (10 s).
+ *    A fresh machine under id 3 replaces that registration at once
+ *    (displaced 1) and is admitted as a new incarnation well within the
+ *    session: measured from the removal's configuration to the first view
+ *    naming the new holder.
+ * 3. The old holder let run again (a zombie of the removed incarnation):
+ *    it must not register again while the new holder lives, and nothing
+ *    changes the configuration.
+ */
+static void test_zk_reuse(void **state)
+{
+	(void)state;
+	const unsigned session = 10000;
+	char root[sizeof(zk_root)];
+	snprintf(root, sizeof(root), "%s", zk_root);
+	snprintf(zk_root, sizeof(zk_root), "%.80s-reuse", root);
+	child_expect = NM;
+	child_reuse = child_fresh = true;
+	child_session_ms = session;
+	for (int i = 0; i < NM; i++)
+		kids[i].to = kids[i].from = -1;
+	spawn_all();
+	struct cmd c = {.op = 'W', .n = NM, .absent = UINT32_MAX};
+	struct reply r[NM], rr;
+	for (int i = 0; i < NM; i++)
+		ask(&kids[i], &c);
+	for (int i = 0; i < NM; i++)
+		answer(&kids[i], &r[i]);
+	uint64_t c1 = r[0].config_id;
+	assert_int_equal(r[0].inc3, 0);
+
+	/* 1. Paused, not removed: never displaced. */
+	assert_int_equal(kill(kids[2].pid, SIGSTOP), 0);
+	uint64_t t0 = farm_now_ns();
+	int orc = spawn_repl(1000, 1000);
+	double held_ms = since_ms(t0);
+	assert_int_equal(kill(kids[2].pid, SIGCONT), 0);
+	c = (struct cmd){.op = 'W', .n = NM, .absent = UINT32_MAX};
+	ask(&kids[0], &c);
+	answer(&kids[0], &r[0]);
+	printf("reuse: a fresh machine under id 3 while its member was paused "
+	       "(not removed): open %s after %.0f ms; the manager's view: "
+	       "config %" PRIu64 " (was %" PRIu64 "), member 3's incarnation "
+	       "%" PRIu64 "\n",
+	       farm_strerror(orc), held_ms, r[0].config_id, c1, r[0].inc3);
+	if (broken_early) {
+		if (orc == -EADDRINUSE && r[0].inc3 == 0)
+			fail_msg("--broken-early: the paused member was not "
+			         "displaced, and no check noticed");
+		printf("--broken-early: the paused member's registration was "
+		       "displaced; the check fails, as it must\n");
+		reuse_end(root);
+		return;
+	}
+	assert_int_equal(orc, -EADDRINUSE);
+	assert_int_equal(r[0].config_id, c1);
+	assert_int_equal(r[0].inc3, 0);
+	tu_reap(repl.pid);
+	repl.pid = 0;
+	close(repl.to);
+	close(repl.from);
+	repl.to = repl.from = -1;
+
+	/* 2. Paused and removed: its registration replaced at once. */
+	c = (struct cmd){.op = 'W', .n = NM, .absent = UINT32_MAX};
+	ask(&kids[2], &c);
+	answer(&kids[2], &r[2]);
+	uint64_t syncs3 = r[2].st.syncs; /* its last before the pause */
+	assert_int_equal(kill(kids[2].pid, SIGSTOP), 0);
+	c = (struct cmd){.op = 'S',
+	                 .suspect = 3,
+	                 .n = NM - 1,
+	                 .min_id = c1 + 1,
+	                 .absent = 3};
+	ask(&kids[0], &c);
+	answer(&kids[0], &r[0]);
+	uint64_t t_removed = farm_now_ns();
+	uint64_t c2 = r[0].config_id;
+	orc = spawn_repl(session, 10000);
+	assert_int_equal(orc, 0);
+	c = (struct cmd){
+	        .op = 'W', .n = NM, .min_id = c2 + 1, .absent = UINT32_MAX};
+	ask(&repl, &c);
+	answer(&repl, &rr);
+	double join_ms = since_ms(t_removed);
+	printf("reuse: machine 3 paused and removed in config %" PRIu64
+	       "; a fresh machine under id 3 replaced its registration "
+	       "(displaced %" PRIu64 ") and saw itself a member, incarnation "
+	       "%" PRIu64 " in config %" PRIu64 ", %.0f ms after the removal "
+	       "(session %u ms)\n",
+	       c2, rr.st.displaced, rr.inc3, rr.config_id, join_ms, session);
+	if (broken_wait) {
+		if (join_ms < session / 2)
+			fail_msg("--broken-wait: the join took %.0f ms, and no "
+			         "check noticed",
+			         join_ms);
+		printf("--broken-wait: the new holder waited for the removed "
+		       "incarnation's session; the check fails, as it must\n");
+		reuse_end(root);
+		return;
+	}
+	assert_true(join_ms < session / 2);
+	assert_int_equal(rr.st.displaced, 1);
+	assert_true(rr.inc3 > c2 && rr.inc3 != UINT64_MAX);
+
+	/* 3. The removed incarnation runs again: once a sync of its own has
+	 * found its registration gone (the one before the pause said it
+	 * was registered), it stays unregistered. */
+	assert_int_equal(kill(kids[2].pid, SIGCONT), 0);
+	c = (struct cmd){.op = 'W', .unreg = true, .min_syncs = syncs3 + 1};
+	ask(&kids[2], &c);
+	answer(&kids[2], &r[2]);
+	c = (struct cmd){
+	        .op = 'W', .n = 0, .absent = UINT32_MAX, .wait_ms = 1000};
+	ask(&kids[2], &c);
+	assert_int_equal(recv_bounded(kids[2].from, &r[2], sizeof(r[2])), 0);
+	c = (struct cmd){.op = 'W',
+	                 .n = NM,
+	                 .min_id = rr.config_id,
+	                 .absent = UINT32_MAX};
+	ask(&kids[0], &c);
+	answer(&kids[0], &r[0]);
+	printf("reuse: the old holder let run: %s registered (%s); the "
+	       "manager's view: config %" PRIu64 ", member 3's incarnation "
+	       "%" PRIu64 "\n",
+	       r[2].st.registered ? "still" : "not", farm_strerror(r[2].rc),
+	       r[0].config_id, r[0].inc3);
+	assert_int_equal(r[2].rc, -ETIMEDOUT);
+	assert_false(r[2].st.registered);
+	assert_int_equal(r[0].config_id, rr.config_id);
+	assert_int_equal(r[0].inc3, rr.inc3);
+	reuse_end(root);
+}
+
 /* One registration of id 9 (@address, session @session_ms) in this
  * process; how farm_membership_open ended and the handle. */
 static int reg9(const char *address, const char *endpoint, unsigned session_ms,
@@ -629,6 +825,30 @@ static void test_zk_reclaim(void **state)
 	assert_true(st.registered);
 	farm_membership_close(m);
 	snprintf(zk_root, sizeof(zk_root), "%s", root);
+}
+
+/* --broken-wait, --broken-early: that switch on, *@which true; 0, or an
+ * exit status for main (no such argument: 2 after usage; no fault
+ * injection: skip). 1: not one of them. */
+static int reuse_broken_arg(int argc, char **argv)
+{
+	if (argc != 2)
+		return 1;
+	enum farm_fault_point fp;
+	if (!strcmp(argv[1], "--broken-wait")) {
+		fp = FARM_FP_ZK_DISPLACE_WAIT;
+		broken_wait = true;
+	} else if (!strcmp(argv[1], "--broken-early")) {
+		fp = FARM_FP_ZK_DISPLACE_EARLY;
+		broken_early = true;
+	} else {
+		return 1;
+	}
+	if (farm_fault_set(fp, tu_switch_on, NULL)) {
+		printf("skipped: built without fault injection\n");
+		return FARM_TEST_SKIP;
+	}
+	return 0;
 }
 
 /* One registration of @id in this process (a session of its own). */
@@ -727,7 +947,9 @@ static void test_zk_leave(void **state)
 
 int main(int argc, char **argv)
 {
-	int bst = tu_broken_arg(argc, argv, FARM_FP_ZK_ALL_MANAGE, &broken);
+	int bst = reuse_broken_arg(argc, argv);
+	if (bst == 1)
+		bst = tu_broken_arg(argc, argv, FARM_FP_ZK_ALL_MANAGE, &broken);
 	if (bst)
 		return bst;
 #ifndef FARM_HAVE_ZK
@@ -746,10 +968,16 @@ int main(int argc, char **argv)
 	        cmocka_unit_test_teardown(test_zk_cluster, teardown),
 	        cmocka_unit_test_teardown(test_zk_formed, teardown),
 	        cmocka_unit_test_teardown(test_zk_reclaim, teardown),
+	        cmocka_unit_test_teardown(test_zk_reuse, teardown),
 	        cmocka_unit_test_teardown(test_zk_leave, teardown),
 	};
-	int rc = broken ? _cmocka_run_group_tests("zk", tests, 1, NULL, NULL)
-	                : cmocka_run_group_tests_name("zk", tests, NULL, NULL);
+	int rc;
+	if (broken)
+		rc = _cmocka_run_group_tests("zk", tests, 1, NULL, NULL);
+	else if (broken_wait || broken_early)
+		rc = _cmocka_run_group_tests("zk", &tests[3], 1, NULL, NULL);
+	else
+		rc = cmocka_run_group_tests_name("zk", tests, NULL, NULL);
 	kill_kids();
 	tu_zk_stop(zk_script, zk_dir);
 	return rc;

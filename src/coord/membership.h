@@ -223,6 +223,8 @@ struct farm_membership_status {
 	uint64_t rejoins;       /* new sessions after an expiry */
 	uint64_t reclaimed;     /* dead incarnations' registrations replaced
 	                           (farm_membership_attr.address) */
+	uint64_t displaced;     /* removed incarnations' registrations of
+	                           this id replaced by this machine's */
 	uint64_t config_writes; /* configurations this machine wrote */
 	uint64_t suspects;      /* machines farm_membership_suspect named */
 	uint64_t cas_conflicts; /* its writes that lost the compare-and-set */

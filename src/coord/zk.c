@@ -180,6 +180,71 @@ static int zk_card(const struct farm_membership *m, char *out)
 	                m->fresh ? "\nfresh" : "", m->stale ? "\nstale" : "");
 }
 
+/* Our id's registration by another session, at data version @version,
+ * replaced by ours in one atomic multi-operation (delete, create): the
+ * manager never sees the id absent in between, which it would take for a
+ * departure. 0 (*@created); -EAGAIN: it changed meanwhile (look again); a
+ * negative code. */
+static int zk_replace(struct farm_membership *m, int32_t version, bool *created)
+{
+	struct farm_zk *z = m->zk;
+	char mine[ZK_CARD_MAX];
+	int mlen = zk_card(m, mine);
+	zoo_op_t ops[2];
+	zoo_op_result_t res[2];
+	zoo_delete_op_init(&ops[0], z->self_path, version);
+	zoo_create_op_init(&ops[1], z->self_path, mine, mlen,
+	                   &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL, NULL, 0);
+	int zrc = zoo_multi(z->zh, 2, ops, res);
+	if (zrc == ZNONODE || zrc == ZBADVERSION || zrc == ZNODEEXISTS)
+		return -EAGAIN;
+	if (zrc != ZOK)
+		return farm_zk_err(zrc);
+	*created = true;
+	return 0;
+}
+
+/* Our id's registration by another session (@st) that the configuration
+ * in force (z->cur, read with it) lists as a removed incarnation (its
+ * creation zxid is the incarnation listed): that holder is out of the
+ * configuration and fenced everywhere, and its registration outlives it
+ * only until its session ends (the session timeout after a kill -9). Ours
+ * replaces it at once (0, *@created) instead of waiting. A registration
+ * the configuration does not list as removed (a live member, paused or
+ * not, or a fresh holder not yet admitted) is never touched: 1 (wait). A
+ * removed holder that is still alive (paused) finds its registration
+ * gone and registers again only as stale (zk_register), which a formed
+ * cluster refuses under a gone id. -EAGAIN: it changed meanwhile; a
+ * negative code. The delete checks the data version read, which an
+ * ephemeral registration never changes: one deleted and made again
+ * between the read and the multi-operation would be taken too, which
+ * takes two new holders of one id started at once. */
+static int zk_displace(struct farm_membership *m, const struct Stat *st,
+                       bool *created)
+{
+	struct farm_zk *z = m->zk;
+	if (FARM_FAULT_SWITCH(FARM_FP_ZK_DISPLACE_WAIT))
+		return 1;
+	bool removed = FARM_FAULT_SWITCH(FARM_FP_ZK_DISPLACE_EARLY);
+	for (unsigned r = 0; r < z->cur.nremoved && !removed; r++)
+		removed = z->cur.removed[r].id == m->self &&
+		          z->cur.removed[r].incarnation == st->czxid;
+	if (!removed)
+		return 1;
+	int rc = zk_replace(m, st->version, created);
+	if (rc)
+		return rc;
+	farm_warn("membership: machine %" PRIu32 ": the registration of "
+	          "session 0x%" PRIx64 " is the incarnation configuration "
+	          "%" PRIu64 " removed: replaced by this one's instead of "
+	          "waited out",
+	          m->self, (uint64_t)st->ephemeralOwner, z->cur.config_id);
+	pthread_mutex_lock(&m->lock);
+	m->st.displaced++;
+	pthread_mutex_unlock(&m->lock);
+	return 0;
+}
+
 /* Our id's registration by another session (@st): when its endpoint
  * starts with our own address, which this process holds alone while it
  * lives, that session's process is a dead previous incarnation of this
@@ -212,19 +277,9 @@ static int zk_reclaim(struct farm_membership *m, const struct Stat *st,
 	    strncmp(card, m->address, alen) ||
 	    (card[alen] != ' ' && card[alen] != '\n' && card[alen] != 0))
 		return 1;
-	char mine[ZK_CARD_MAX];
-	int mlen = zk_card(m, mine);
-	zoo_op_t ops[2];
-	zoo_op_result_t res[2];
-	zoo_delete_op_init(&ops[0], z->self_path, cur.version);
-	zoo_create_op_init(&ops[1], z->self_path, mine, mlen,
-	                   &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL, NULL, 0);
-	zrc = zoo_multi(z->zh, 2, ops, res);
-	if (zrc == ZNONODE || zrc == ZBADVERSION || zrc == ZNODEEXISTS)
-		return -EAGAIN;
-	if (zrc != ZOK)
-		return farm_zk_err(zrc);
-	*created = true;
+	int rc = zk_replace(m, cur.version, created);
+	if (rc)
+		return rc;
 	farm_warn("membership: machine %" PRIu32 ": the registration of "
 	          "session 0x%" PRIx64 " names this machine's own address, "
 	          "which this process holds: a dead previous incarnation's, "
@@ -254,6 +309,8 @@ static int zk_register(struct farm_membership *m, int zrc,
 			return 0;
 		}
 		int rrc = zk_reclaim(m, &st, created);
+		if (rrc == 1)
+			rrc = zk_displace(m, &st, created);
 		if (rrc <= 0)
 			return rrc; /* replaced by ours (0), or look again */
 		if (!z->held_logged)
@@ -267,6 +324,22 @@ static int zk_register(struct farm_membership *m, int zrc,
 	}
 	if (zrc != ZNONODE)
 		return farm_zk_err(zrc);
+	pthread_mutex_lock(&m->lock);
+	bool was = m->st.registered; /* by this session (expiry clears it) */
+	pthread_mutex_unlock(&m->lock);
+	if (was && !m->stale) {
+		/* Our registration went while our session lives: another
+		 * session deleted it, a new holder of this id replacing a
+		 * removed incarnation (zk_displace), which this machine is.
+		 * Its memory is the removed incarnation's: registered again
+		 * only as stale, never fresh, so it is not admitted as a new
+		 * holder of the id (farm_zk_build_from). */
+		farm_warn("membership: machine %" PRIu32 ": its registration "
+		          "was deleted while its session lives (a removed "
+		          "incarnation, replaced); registering again as stale",
+		          m->self);
+		m->stale = true;
+	}
 	char card[ZK_CARD_MAX];
 	int clen = zk_card(m, card);
 	zrc = zoo_create(z->zh, z->self_path, card, clen, &ZOO_OPEN_ACL_UNSAFE,
@@ -557,6 +630,26 @@ static int sync_apply(struct farm_membership *m, struct sync_reads *r,
 	unsigned nids = 0;
 	int rc;
 	bool created;
+	struct Stat cst = r->cfg.st;
+	int len = r->cfg.len;
+	int zrc = r->cfg.rc;
+	if (zrc == ZNONODE) {
+		z->layout_done = false;
+		return -EAGAIN;
+	}
+	if (zrc != ZOK)
+		return farm_zk_err(zrc);
+	/* Parsed before registering: the configuration read with our
+	 * registration says whether another session's is a removed
+	 * incarnation (zk_displace). */
+	bool parsed = farm_view_parse(z->buf, len > 0 ? (size_t)len : 0,
+	                              &z->cur) == 0;
+	if (!parsed) {
+		farm_err("membership: %s is malformed; the manager will "
+		         "rewrite it",
+		         z->config);
+		memset(&z->cur, 0, sizeof(z->cur));
+	}
 	int reg = zk_register(m, r->self.rc, &r->self.st, &created);
 	if (reg < 0)
 		return reg;
@@ -570,23 +663,6 @@ static int sync_apply(struct farm_membership *m, struct sync_reads *r,
 		z->layout_done = false; /* someone removed the layout */
 	if (rc)
 		return rc == -ENOENT ? -EAGAIN : rc;
-	struct Stat cst = r->cfg.st;
-	int len = r->cfg.len;
-	int zrc = r->cfg.rc;
-	if (zrc == ZNONODE) {
-		z->layout_done = false;
-		return -EAGAIN;
-	}
-	if (zrc != ZOK)
-		return farm_zk_err(zrc);
-	bool parsed = farm_view_parse(z->buf, len > 0 ? (size_t)len : 0,
-	                              &z->cur) == 0;
-	if (!parsed) {
-		farm_err("membership: %s is malformed; the manager will "
-		         "rewrite it",
-		         z->config);
-		memset(&z->cur, 0, sizeof(z->cur));
-	}
 	bool mine = sync_note(m, r, ids, nids, parsed, reg);
 
 	/* Only the machines that could manage read every registration: by

@@ -356,7 +356,10 @@ static bool zk_incarnation(struct farm_membership *m, uint32_t id,
 	struct farm_zk *z = m->zk;
 	const struct farm_member *was = farm_view_find(&z->cur, id);
 	mb->incarnation = was ? was->incarnation : 0;
-	if (was || !mb->fresh || !m->reuse_ids ||
+	/* Stale: a later session of a machine that held the id (its
+	 * session expired, or its registration was replaced as a removed
+	 * incarnation's): its memory is that holder's, never empty. */
+	if (was || !mb->fresh || mb->stale || !m->reuse_ids ||
 	    !farm_ids_have(z->cur.gone, z->cur.ngone, id))
 		return false;
 	mb->incarnation = ZK_INC_NEW;

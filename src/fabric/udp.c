@@ -598,6 +598,44 @@ static int handshake(struct udp_fabric *f, uint32_t peer, uint32_t cep,
 	return c->status;
 }
 
+/* A free slot of the endpoint table for @ep (its idx and gen), taken
+ * under f->lock before the handshake: a connect by another thread
+ * meanwhile must not pick the same one. Two endpoints of one slot left
+ * one of them out of the table, the later connect's overwriting it or
+ * the other's destroy clearing it: its replies were dropped as another's
+ * (bad_session) and its timers never ran, so its requests waited for
+ * ever (a new holder's READs, while the probes that wait for its
+ * admission connected and closed endpoints). In the table before its
+ * session is set up, it has nothing outstanding, so the timers pass it
+ * by, and no reply matches its token (0) yet. -ENOSPC: the table is
+ * full. */
+static int ep_slot_take(struct udp_fabric *f, struct udp_ep *ep)
+{
+	pthread_mutex_lock(&f->lock);
+	unsigned idx = 0;
+	while (idx < UDP_MAX_EPS && f->eps[idx])
+		idx++;
+	if (idx < UDP_MAX_EPS) {
+		ep->idx = idx;
+		ep->gen = ++f->ep_gen[idx];
+		if (farm_udp_knob_value(FARM_UDP_KNOB_SLOT_FIRST)) {
+			f->eps[idx] = ep;
+			f->eps_hi = FARM_MAX(f->eps_hi, idx + 1);
+		}
+	}
+	pthread_mutex_unlock(&f->lock);
+	return idx < UDP_MAX_EPS ? 0 : -ENOSPC;
+}
+
+/* @ep's slot given back (its connect failed). */
+static void ep_slot_drop(struct udp_fabric *f, struct udp_ep *ep)
+{
+	pthread_mutex_lock(&f->lock);
+	if (ep->idx < UDP_MAX_EPS && f->eps[ep->idx] == ep)
+		f->eps[ep->idx] = NULL;
+	pthread_mutex_unlock(&f->lock);
+}
+
 static int udp_ep_connect(farm_fabric *fab, farm_cq *cq, uint32_t peer_id,
                           const char *peer_addr, const farm_ep_attr *attr,
                           farm_ep **out)
@@ -628,22 +666,13 @@ static int udp_ep_connect(farm_fabric *fab, farm_cq *cq, uint32_t peer_id,
 	ep->dest = to;
 	ep->dlen = tlen;
 	pthread_mutex_init(&ep->lock, NULL);
-	pthread_mutex_lock(&f->lock);
-	unsigned idx = 0;
-	while (idx < UDP_MAX_EPS && f->eps[idx])
-		idx++;
-	if (idx == UDP_MAX_EPS) {
-		pthread_mutex_unlock(&f->lock);
-		free(ep->slots);
-		free(ep);
-		return -ENOSPC;
-	}
-	ep->idx = idx;
-	ep->gen = ++f->ep_gen[idx];
-	pthread_mutex_unlock(&f->lock);
+	int rc = ep_slot_take(f, ep);
+	unsigned idx = ep->idx;
 	struct udp_conn c;
-	int rc = handshake(f, peer_id, idx << 16 | ep->gen, &to, tlen, &c);
+	if (!rc)
+		rc = handshake(f, peer_id, idx << 16 | ep->gen, &to, tlen, &c);
 	if (rc) {
+		ep_slot_drop(f, ep);
 		free(ep->slots);
 		free(ep);
 		return rc;
@@ -704,7 +733,8 @@ static void udp_ep_destroy(farm_ep *fep)
 	/* Under f->lock, which every reply's handler holds while it uses
 	 * the endpoint: none does once it is out of the table. */
 	pthread_mutex_lock(&f->lock);
-	f->eps[ep->idx] = NULL;
+	if (f->eps[ep->idx] == ep)
+		f->eps[ep->idx] = NULL;
 	if (ep->base.peer < UDP_MAX_PEERS && f->peers[ep->base.peer].neps)
 		f->peers[ep->base.peer].neps--;
 	pthread_mutex_unlock(&f->lock);

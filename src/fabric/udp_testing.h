@@ -42,6 +42,11 @@ enum farm_udp_knob {
 	FARM_UDP_KNOB_PARK_HANDBACK = 8,
 	/* The receive lease of a poller that drained, in ms (default 1). */
 	FARM_UDP_KNOB_LEASE_MS = 9,
+	/* 1 (default): a connecting endpoint takes its slot of the endpoint
+	 * table before the handshake; 0: only after it, so that two connects
+	 * at once (two threads) may pick one slot and one endpoint is left
+	 * out of the table: its replies dropped, its timers never run. */
+	FARM_UDP_KNOB_SLOT_FIRST = 10,
 };
 
 /* Set a knob for the whole process; returns its previous value (or

@@ -24,7 +24,7 @@
 /* ---- knobs -------------------------------------------------------------- */
 
 #ifdef FARM_FAULT_INJECTION
-static atomic_int knobs[10] = {0, 1, 1, 1, 0, 0, 0, 1, 1, 1};
+static atomic_int knobs[11] = {0, 1, 1, 1, 0, 0, 0, 1, 1, 1, 1};
 
 int farm_udp_knob_value(int knob)
 {
@@ -33,7 +33,7 @@ int farm_udp_knob_value(int knob)
 
 int farm_udp_testing_set(enum farm_udp_knob knob, int value)
 {
-	if (knob < FARM_UDP_KNOB_GO_BACK_N || knob > FARM_UDP_KNOB_LEASE_MS)
+	if (knob < FARM_UDP_KNOB_GO_BACK_N || knob > FARM_UDP_KNOB_SLOT_FIRST)
 		return -EINVAL;
 	return atomic_exchange(&knobs[knob], value);
 }
@@ -41,7 +41,7 @@ int farm_udp_testing_set(enum farm_udp_knob knob, int value)
 /* A production build cannot switch a guarantee off (duplicate suppression,
  * line atomicity, write order, revocation's teardown) nor lose packets: every
  * knob reads as its default and setting one is refused. */
-static const int knob_default[10] = {0, 1, 1, 1, 0, 0, 0, 1, 1, 1};
+static const int knob_default[11] = {0, 1, 1, 1, 0, 0, 0, 1, 1, 1, 1};
 
 int farm_udp_knob_value(int knob)
 {
@@ -51,7 +51,7 @@ int farm_udp_knob_value(int knob)
 int farm_udp_testing_set(enum farm_udp_knob knob, int value)
 {
 	(void)value;
-	if (knob < FARM_UDP_KNOB_GO_BACK_N || knob > FARM_UDP_KNOB_LEASE_MS)
+	if (knob < FARM_UDP_KNOB_GO_BACK_N || knob > FARM_UDP_KNOB_SLOT_FIRST)
 		return -EINVAL;
 	return -ENOTSUP;
 }

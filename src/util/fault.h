@@ -253,6 +253,16 @@ enum farm_fault_point {
 	 * not compared with line 0's, so a slot of two versions of its bucket
 	 * is taken (test_ht_batch --broken must see a torn value). */
 	FARM_FP_HT_SLOT_NO_CHECK,
+	/* coord/zk.c, a switch: while hooked, a new holder of a reused id
+	 * waits for a removed incarnation's registration to end with its
+	 * session instead of replacing it (test_zk --broken-wait must find
+	 * the join slow). */
+	FARM_FP_ZK_DISPLACE_WAIT,
+	/* coord/zk.c, a switch: while hooked, a machine replaces any other
+	 * session's registration of its id, also one the configuration does
+	 * not list as removed (test_zk --broken-early must find a paused,
+	 * live member displaced). */
+	FARM_FP_ZK_DISPLACE_EARLY,
 	/* alloc/galloc.c, a switch: while hooked, an allocation that wants
 	 * a region while promoted regions are still to be adopted makes one
 	 * at once instead of waiting for them (test_galloc --broken-park
