@@ -677,12 +677,15 @@ static int udp_ep_connect(farm_fabric *fab, farm_cq *cq, uint32_t peer_id,
 		free(ep);
 		return rc;
 	}
+	/* Under f->lock: the endpoint is in the table already (its slot
+	 * taken before the handshake), and the timers and reply handlers
+	 * read its session under that lock. */
+	pthread_mutex_lock(&f->lock);
 	ep->sess = c.sess;
 	ep->token = c.token;
 	ep->inc = c.inc;
 	ep->progress_ns = farm_now_ns();
 	ep->rto_ns = UDP_RTO_NS;
-	pthread_mutex_lock(&f->lock);
 	struct udp_peer *pe = &f->peers[peer_id];
 	if (pe->inc != c.inc || atomic_load(&pe->dead)) {
 		/* A new connection is a new chance (a restarted machine). */
