@@ -73,23 +73,13 @@ int farm_cmd_leave(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
-	struct farm_config *cfg = NULL;
-	if (config) {
-		cfg = malloc(sizeof(*cfg));
-		if (!cfg || farm_tool_config("leave", config, cfg)) {
-			free(cfg);
-			return 1;
-		}
-		dir = cfg->data_dir;
-	}
 	char req[32];
 	snprintf(req, sizeof(req), "leave %ld", timeout_ms);
 	char *reply;
 	/* The machine answers once the handoff is done: wait that long,
 	 * and a little for the answer. */
-	int rc = farm_tool_ctl("leave", dir, req, (int)timeout_ms + 5000,
-	                       &reply);
-	free(cfg);
+	int rc = farm_tool_ctl_at("leave", dir, config, req,
+	                          (int)timeout_ms + 5000, &reply);
 	if (rc)
 		return 1;
 	fputs(reply, stdout);

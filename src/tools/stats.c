@@ -52,6 +52,23 @@ int farm_tool_ctl(const char *cmd, const char *dir, const char *req,
 	return rc;
 }
 
+int farm_tool_ctl_at(const char *cmd, const char *dir, const char *config,
+                     const char *req, int timeout_ms, char **reply)
+{
+	if (!config)
+		return farm_tool_ctl(cmd, dir, req, timeout_ms, reply);
+	struct farm_config *cfg = malloc(sizeof(*cfg));
+	int rc = cfg ? farm_tool_config(cmd, config, cfg) : -ENOMEM;
+	if (!rc && !cfg->data_dir[0]) {
+		fprintf(stderr, "farm %s: %s sets no data_dir\n", cmd, config);
+		rc = -EINVAL;
+	}
+	if (!rc)
+		rc = farm_tool_ctl(cmd, cfg->data_dir, req, timeout_ms, reply);
+	free(cfg);
+	return rc;
+}
+
 static void usage(FILE *out)
 {
 	fprintf(out,
@@ -114,26 +131,10 @@ int farm_cmd_stats(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
-	struct farm_config *cfg = NULL;
-	if (config) {
-		cfg = malloc(sizeof(*cfg));
-		if (!cfg || farm_tool_config("stats", config, cfg)) {
-			free(cfg);
-			return 1;
-		}
-		if (!cfg->data_dir[0]) {
-			fprintf(stderr, "farm stats: %s sets no data_dir\n",
-			        config);
-			free(cfg);
-			return 1;
-		}
-		dir = cfg->data_dir;
-	}
 	char *reply;
-	int rc =
-	        farm_tool_ctl("stats", dir, prom ? "stats prometheus" : "stats",
-	                      timeout_ms, &reply);
-	free(cfg);
+	int rc = farm_tool_ctl_at("stats", dir, config,
+	                          prom ? "stats prometheus" : "stats",
+	                          timeout_ms, &reply);
 	if (rc)
 		return 1;
 	fputs(reply, stdout);

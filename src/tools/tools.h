@@ -22,6 +22,11 @@ int farm_cmd_status(int argc, char **argv);
 int farm_tool_config(const char *cmd, const char *path, struct farm_config *c);
 int farm_tool_ctl(const char *cmd, const char *dir, const char *req,
                   int timeout_ms, char **reply);
+/* For the tools that take --dir or --config (stats.c): ask the control
+ * socket of the machine in @dir, or of the one @config describes (its
+ * data_dir), as farm_tool_ctl. */
+int farm_tool_ctl_at(const char *cmd, const char *dir, const char *config,
+                     const char *req, int timeout_ms, char **reply);
 struct farm_node;
 /* The demo job (demo.c): register its handlers before the node starts,
  * run it once all @nmachines machines are in the view, free its state. */
