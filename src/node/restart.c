@@ -430,6 +430,13 @@ void farm_restart_discard(struct farm_restart *rs)
 	if (unlink(path) != 0 && errno != ENOENT)
 		farm_warn("restart: cannot remove %s: %s", path,
 		          farm_strerror(-errno));
+	/* The configuration history is the manifest's companion: without
+	 * it the data directory holds nothing of ours, and the fabric can
+	 * remove it. */
+	farm_rst_path(rs, FARM_HISTORY_FILE, "", path, sizeof(path));
+	if (unlink(path) != 0 && errno != ENOENT)
+		farm_warn("restart: cannot remove %s: %s", path,
+		          farm_strerror(-errno));
 	pthread_mutex_unlock(&rs->lock);
 }
 

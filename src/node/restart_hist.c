@@ -180,6 +180,8 @@ static int hist_write(const struct farm_restart *rs)
 		rc = -errno;
 	if (!rc && rename(tmp, path) != 0)
 		rc = -errno;
+	if (rc)
+		unlink(tmp); /* no half-written file left behind */
 	return rc;
 }
 
