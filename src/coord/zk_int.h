@@ -212,4 +212,12 @@ int farm_zk_build_from(struct farm_membership *m, const uint32_t *ids,
 bool farm_zk_may_manage(struct farm_membership *m, const uint32_t *ids,
                         unsigned n);
 
+/* zk_register.c: register this machine, given what zoo_exists on our
+ * znode answered (@zrc, @stp; the watch was set by that call): 0 when our
+ * ephemeral znode exists (*@created: this call made it), 1 when another
+ * session holds our id and must be waited out, or a negative code. Worker
+ * thread only. */
+int farm_zk_register(struct farm_membership *m, int zrc, const struct Stat *stp,
+                     bool *created);
+
 #endif
