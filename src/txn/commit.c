@@ -205,7 +205,7 @@ void farm_txn_tx_report(farm_tx *tx, int outcome)
 	farm_txm *m = tx->m;
 	if (tx->counted) { /* pairs with the increment in farm_tx_commit */
 		tx->counted = false;
-		atomic_fetch_sub(&m->commits_out, 1);
+		atomic_fetch_sub(&tx->tl->commits_out, 1);
 	}
 	if (!outcome) {
 		farm_stat_add(&m->st.v[S_COMMITS], 1);

@@ -342,7 +342,17 @@ void farm_txm_quiesce(farm_txm *m, bool on)
 
 unsigned long farm_txm_commits_out(farm_txm *m)
 {
-	return m ? atomic_load(&m->commits_out) : 0;
+	if (!m)
+		return 0;
+	unsigned long n = 0;
+	/* Under rec.lock, which a loop's attach and detach take to enter
+	 * and leave the table (txm.c). */
+	pthread_mutex_lock(&m->rec.lock);
+	for (unsigned i = 0; i < MAX_LOOPS; i++)
+		if (m->loops[i])
+			n += atomic_load(&m->loops[i]->commits_out);
+	pthread_mutex_unlock(&m->rec.lock);
+	return n;
 }
 
 int farm_tx_commit(farm_tx *tx, farm_tx_commit_fn cont, void *ctx)
@@ -357,14 +367,13 @@ int farm_tx_commit(farm_tx *tx, farm_tx_commit_fn cont, void *ctx)
 	 * leaver that saw no commit out sees none start. The count drops
 	 * when the outcome is reported (farm_txn_tx_report) or here, for a
 	 * commit refused before it began. */
-	farm_txm *m = tx->m;
-	atomic_fetch_add(&m->commits_out, 1);
+	atomic_fetch_add(&tx->tl->commits_out, 1);
 	tx->counted = true;
-	int rc = atomic_load(&m->quiescing) ? -ESHUTDOWN
-	                                    : commit_begin(tx, cont, ctx);
+	int rc = atomic_load(&tx->m->quiescing) ? -ESHUTDOWN
+	                                        : commit_begin(tx, cont, ctx);
 	if (rc && tx->counted) {
 		tx->counted = false;
-		atomic_fetch_sub(&m->commits_out, 1);
+		atomic_fetch_sub(&tx->tl->commits_out, 1);
 	}
 	return rc;
 }

@@ -59,6 +59,10 @@ struct txloop {
 	unsigned tx_nfree;
 	/* Hot counters, written by this loop only (plain load + store). */
 	_Atomic uint64_t c_lf_reads, c_lf_retries, c_tx_reads;
+	/* Commits of this loop's transactions between farm_tx_commit and
+	 * their outcome (farm_txm.quiescing): its own line, so counting
+	 * costs no cache line shared by every loop. */
+	atomic_ulong commits_out;
 	unsigned inflight; /* log WRITEs and freed-word READs not completed */
 	/* The slots (TX_SLOTS) of commits that found a log short of room
 	 * since the last freed-word READ's completion retried the waiting
@@ -116,12 +120,12 @@ struct farm_txm {
 	struct farm_datarec *dr;      /* copy.c: data recovery */
 	_Atomic uint64_t serve_until; /* farm_txm_serve_word */
 	/* Graceful leave (farm_txm_quiesce): set, new commits are refused
-	 * -ESHUTDOWN; commits_out counts those between farm_tx_commit and
-	 * their outcome. Sequentially consistent, both: a commit counts
-	 * itself before it reads the flag, the quiescer sets the flag
-	 * before it reads the count, so one of them sees the other. */
+	 * -ESHUTDOWN. Each loop counts its commits between farm_tx_commit and
+	 * their outcome (txloop.commits_out). Sequentially consistent, both:
+	 * a commit counts itself before it reads the flag, the quiescer sets
+	 * the flag before it reads the counts, so one of them sees the
+	 * other. */
 	atomic_bool quiescing;
-	atomic_ulong commits_out;
 	/* Bytes of the attached loops' per-machine tables and log record
 	 * queues (made on first use), for farm_txm_memory. */
 	_Atomic uint64_t loop_bytes;
