@@ -129,6 +129,10 @@ static bool dr_grow_round;
 /* grow_displace: the survivors' copies held until the grower has grown
  * (a displaced copy still filling at the handoff). */
 static bool dr_grow_displace;
+/* grow_crash: the grower kills itself at this crash point of the handoff
+ * (FARM_FP_COUNT: none). */
+static enum farm_fault_point dr_grow_crash = FARM_FP_COUNT;
+static const char *dr_grow_crash_step;
 static uint32_t dr_round_region;
 static int dr_round_x = -1;
 /* What grow's broken run switched off (rb_verdict's words). */
@@ -340,6 +344,16 @@ static struct held_report *ask(unsigned i)
 	return r;
 }
 
+/* grow_crash's hook in the grower: say 'X' and the point, then die (no
+ * other thread of it writes to the test then: it is asked nothing until
+ * the test has read this). */
+static void late_crash(enum farm_fault_point fp, void *arg)
+{
+	uint32_t p = (uint32_t)fp;
+	(void)np_say(arg, 'X', &p, sizeof(p));
+	raise(SIGKILL);
+}
+
 /* The late machine: joins the running cluster with an empty directory,
  * says 'P' once it is a member, then answers dr_cmd's commands until 'Q'.
  * It runs no workload (it can be no primary). */
@@ -374,6 +388,11 @@ static int late_machine(struct np_child *np, void *arg)
 	st = rc ? 6 : 0;
 	if (st || np_say(&c.np, 'P', NULL, 0))
 		goto out;
+	if (dr_grow_crash != FARM_FP_COUNT &&
+	    farm_fault_set(dr_grow_crash, late_crash, &c.np)) {
+		st = 9;
+		goto out;
+	}
 	for (;;) {
 		int cmd = np_wait_cmd(&c.np);
 		if (cmd == 'Q' || cmd < 0)
@@ -578,6 +597,8 @@ static struct held_report *round_after(unsigned i, uint64_t t, uint64_t dl)
 	}
 }
 
+static bool grower_gone(struct rb_result *res, uint64_t t);
+
 /* Kill the late machine (grown); wait up to 30 s for every survivor to
  * run a configuration whose ring no longer names it. Returns whether
  * they all do; *@t: when it was killed. */
@@ -590,19 +611,29 @@ static bool grower_killed(struct rb_result *res, uint64_t *t)
 	 * later round that never came. */
 	*t = np_now_ns();
 	assert_int_equal(kill(late_cl.pid[0], SIGKILL), 0);
+	return grower_gone(res, *t);
+}
+
+/* The late machine, killed at @t: reap it; wait up to 30 s for every
+ * survivor to run a configuration whose ring no longer names it, as a
+ * replica or an extra backup. */
+static bool grower_gone(struct rb_result *res, uint64_t t)
+{
 	assert_int_equal(tu_reap(late_cl.pid[0]), 128 + SIGKILL);
 	late_cl.pid[0] = 0;
 	late_in = false;
 	bool moved = false;
-	while (!moved && np_now_ns() < *t + 30000000000ull) {
+	while (!moved && np_now_ns() < t + 30000000000ull) {
 		moved = true;
 		for (unsigned i = 0; i < NP_NM && moved; i++) {
 			if (!rb_member(res, i))
 				continue;
 			struct held_report *r = ask(i);
-			for (unsigned k = 0; k < r->n; k++)
+			for (unsigned k = 0; k < r->n; k++) {
+				moved &= r->h[k].extra != DR_LATE_ID;
 				for (unsigned q = 0; q < r->h[k].nreps; q++)
 					moved &= r->h[k].reps[q] != DR_LATE_ID;
+			}
 			free(r);
 		}
 		if (!moved)
@@ -853,6 +884,37 @@ static void grow_round(struct rb_result *res)
 		}
 }
 
+/*
+ * grow_crash: the grower killed itself at its crash point (dr_grow_crash:
+ * while its extra copies fill, once its R/grow mark is written, or once
+ * its first round as a member promoted its share). Once every survivor
+ * runs a configuration without it, the checks that follow (run_mode)
+ * must find every region at its ring's complete replicas again, every
+ * pair of copies equal and the bank intact: no step of the handoff may
+ * lose a region or a commit.
+ */
+static void grow_crash(struct rb_result *res)
+{
+	uint32_t p = UINT32_MAX;
+	np_expect(&late_cl, 0, 'X', 60000);
+	np_recv(&late_cl, 0, &p, sizeof(p), 1000);
+	uint64_t t = np_now_ns();
+	bool moved = grower_gone(res, t);
+	printf("grow_crash: machine %u killed itself %s (point %" PRIu32
+	       "); %.0f ms later every survivor runs a configuration "
+	       "without it: %s\n",
+	       DR_LATE_ID, dr_grow_crash_step, p,
+	       (double)(np_now_ns() - t) / 1e6, moved ? "yes" : "NO");
+	if (p != (uint32_t)dr_grow_crash)
+		failed(&res->f,
+		       "the grower died at point %" PRIu32
+		       ", not at its crash point",
+		       p);
+	if (!moved)
+		failed(&res->f, "the survivors did not all run a "
+		                "configuration without the grower within 30 s");
+}
+
 /* @first killed; then @second (-1: none) while a copy is under way, or,
  * with @rejoin, right after the first's recovery, and then a machine
  * joins late (a new id, empty memory) while the workload goes on. With
@@ -943,13 +1005,16 @@ static void run_mode(unsigned first, int second, bool rejoin, bool grow,
 		grow_round(&res);
 	if (dr_grow_displace)
 		grow_displace(&res);
+	if (dr_grow_crash != FARM_FP_COUNT)
+		grow_crash(&res);
 
 	/* Full replication, the workload paused. */
 	struct held_report *r[NP_NM + 1] = {0};
 	char why[256] = "";
 	unsigned nreg = 0;
 	unsigned wait_ms =
-	        opt_broken && (rejoin || dr_grow_kill || dr_grow_round)
+	        opt_broken && (rejoin || dr_grow_kill || dr_grow_round ||
+	                       dr_grow_crash != FARM_FP_COUNT)
 	                ? 10000
 	                : DR_WAIT_MS;
 	uint64_t t0 = np_now_ns(), dl = t0 + wait_ms * 1000000ull;
@@ -964,7 +1029,7 @@ static void run_mode(unsigned first, int second, bool rejoin, bool grow,
 		/* A late machine grows into an ordinary member once its
 		 * copies are complete: wait for that configuration too. */
 		if (ok && (grow || rejoin) && !dr_grow_kill && !dr_grow_round &&
-		    !grown(r[NP_NM], grow)) {
+		    dr_grow_crash == FARM_FP_COUNT && !grown(r[NP_NM], grow)) {
 			ok = false;
 			snprintf(why, sizeof(why),
 			         "machine %u has not grown into an ordinary "
@@ -1216,8 +1281,9 @@ static void test_grow(void **state)
 	                 ? (opt_broken ? "grow_round (broken)" : "grow_round")
 	         : dr_grow_displace ? (opt_broken ? "grow_displace (broken)"
 	                                          : "grow_displace")
-	         : opt_broken       ? "grow (broken)"
-	                            : "grow");
+	         : dr_grow_crash != FARM_FP_COUNT ? "grow_crash"
+	         : opt_broken                     ? "grow (broken)"
+	                                          : "grow");
 	rb_p.first_post_ms = 0;
 	dr_seed = 0;
 }
@@ -1260,6 +1326,38 @@ static void test_grow_displace(void **state)
 	dr_grow_displace = false;
 }
 
+/*
+ * The grower dies at a step of the handoff by its own crash point
+ * (--grow-crash STEP): no region lost, every commit present.
+ */
+static void test_grow_crash(void **state)
+{
+	test_grow(state);
+}
+
+/* --grow-crash's steps. */
+static const struct {
+	const char *name, *says;
+	enum farm_fault_point fp;
+} dr_steps[] = {
+        {"filling", "while its extra copies filled", FARM_FP_DATAREC_STEP},
+        {"marked", "once its R/grow mark was written", FARM_FP_ZK_MARK_WRITTEN},
+        {"promoted", "in its first round as a member, its share promoted",
+         FARM_FP_REC_PROMOTED},
+};
+
+/* @step's crash point into dr_grow_crash: 0, or -1 (no such step). */
+static int grow_crash_step(const char *step)
+{
+	for (unsigned k = 0; step && k < FARM_ARRAY_SIZE(dr_steps); k++)
+		if (!strcmp(step, dr_steps[k].name)) {
+			dr_grow_crash = dr_steps[k].fp;
+			dr_grow_crash_step = dr_steps[k].says;
+			return 0;
+		}
+	return -1;
+}
+
 int main(int argc, char **argv)
 {
 	struct CMUnitTest tests[] = {
@@ -1270,6 +1368,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test_teardown(test_grow_kill, dr_teardown),
 	        cmocka_unit_test_teardown(test_grow_round, dr_teardown),
 	        cmocka_unit_test_teardown(test_grow_displace, dr_teardown),
+	        cmocka_unit_test_teardown(test_grow_crash, dr_teardown),
 	};
 	size_t n = sizeof(tests) / sizeof(tests[0]);
 	if (argc > 1 && !strcmp(argv[1], "--broken-late")) {
@@ -1352,6 +1451,31 @@ int main(int argc, char **argv)
 		                 "placed here";
 		tests[0] = tests[6];
 		n = 1;
+	} else if (argc > 1 && !strcmp(argv[1], "--grow-crash")) {
+		if (!farm_fault_built()) {
+			printf("skipped: --grow-crash needs fault injection "
+			       "(FARM_FAULT_INJECTION=OFF)\n");
+			return FARM_TEST_SKIP;
+		}
+		if (grow_crash_step(argc > 2 ? argv[2] : NULL)) {
+			fprintf(stderr,
+			        "%s: --grow-crash takes filling, "
+			        "marked or promoted\n",
+			        argv[0]);
+			return 2;
+		}
+		if (argc > 3 && !strcmp(argv[3], "--broken")) {
+			/* A test-only switch: no demoted copy is a source
+			 * (grow_kill's proof); a grower that dies once the
+			 * handoff began must leave a region short. */
+			(void)farm_fault_set(FARM_FP_AS_NO_DEMOTED_SOURCE,
+			                     no_late, NULL);
+			opt_broken = true;
+			dr_grow_broken = "no demoted copy was a source for "
+			                 "data recovery";
+		}
+		tests[0] = tests[7]; /* grow_crash alone */
+		n = 1;
 	} else if (argc > 1 && !strcmp(argv[1], "--grow-displace")) {
 		tests[0] = tests[6]; /* grow_displace alone */
 		n = 1;
@@ -1386,14 +1510,16 @@ int main(int argc, char **argv)
 		        "--broken-grow-kill | --broken-grow-round | "
 		        "--broken-displaced | --grow | --grow-kill | "
 		        "--grow-round | --grow-displace | --rejoin | "
-		        "--one-kill]\n",
+		        "--one-kill | --grow-crash filling|marked|promoted "
+		        "[--broken]]\n",
 		        argv[0]);
 		return 2;
 	} else {
 		/* Every case but one_kill, which copy_kill's first kill and
-		 * grow's run contain (make check-long runs it). */
-		memmove(&tests[1], &tests[2], (n - 2) * sizeof(tests[0]));
-		n--;
+		 * grow's run contain (make check-long runs it), and
+		 * grow_crash, which takes its step. */
+		memmove(&tests[1], &tests[2], (n - 3) * sizeof(tests[0]));
+		n -= 2;
 	}
 	/* A machine removed by mistake closes its pipe: fail on the
 	 * write's error, not on the signal. */

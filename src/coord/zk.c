@@ -351,6 +351,7 @@ static int zk_mark_write(struct farm_membership *m)
 		farm_info("membership: machine %" PRIu32 " %s in configuration "
 		          "%" PRIu64,
 		          m->self, mark_says[k], cfg);
+		FARM_FAULT_POINT(FARM_FP_ZK_MARK_WRITTEN);
 	}
 	return 0;
 }

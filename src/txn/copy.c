@@ -634,9 +634,11 @@ static void step_done(farm_loop *loop, void *ctx, int status)
 			}
 		}
 	}
-	again = again && g && g->state < DR_DONE &&
-	        !dr_held(dr, farm_now_ns()) && !dr->stop;
+	bool more = g && g->state < DR_DONE;
+	again = again && more && !dr_held(dr, farm_now_ns()) && !dr->stop;
 	pthread_mutex_unlock(&dr->lock);
+	if (more && !status)
+		FARM_FAULT_POINT(FARM_FP_DATAREC_STEP);
 	/* Posted, not called: the loop serves its other work in between. */
 	if (again && !farm_loop_post(loop, step_run, s))
 		return;

@@ -343,6 +343,8 @@ static void rec_loop_run(struct txloop *tl)
 	}
 	m->rec.npromo = kept;
 	m->rec.nelig = 0;
+	if (np)
+		FARM_FAULT_POINT(FARM_FP_REC_PROMOTED);
 	farm_txn_rec_adopt_ready(m);
 	/* Promoted: backups' truncation no longer touches them (role). */
 	atomic_store(&m->rec.npromo_live, 0);

@@ -285,6 +285,18 @@ enum farm_fault_point {
 	 * before its successors' copies are complete (tests/test_leave_node.c
 	 * --broken must lose copies). */
 	FARM_FP_LEAVE_EARLY,
+	/* Crash points of growth's handoff (tests/test_datarec.c
+	 * --grow-crash): the grower kills itself at one step of it.
+	 * txn/copy.c: a step of a copy into this machine applied, more to
+	 * come (the grower's extra copies still filling). */
+	FARM_FP_DATAREC_STEP,
+	/* coord/zk.c: a mark (R/grow: every copy of the share complete)
+	 * written to ZooKeeper, before the configuration it asks for. */
+	FARM_FP_ZK_MARK_WRITTEN,
+	/* txn/recover.c: this machine's round promoted its copies of some
+	 * regions, their allocators not yet adopted and the round not over
+	 * (the grower's first round as a member). */
+	FARM_FP_REC_PROMOTED,
 	FARM_FP_COUNT
 };
 
