@@ -40,13 +40,22 @@
  * installed (with the history, the records' configuration's backups less
  * C decide commit even unlogged);
  * --broken: both.
- * --keep-records: the setup's commits are not truncated first. Their
- * records (each machine's creation of its object, a single-machine commit:
- * COMMIT-BACKUPs only) stay in the logs of idle coordinators, and the
+ * --keep-records: the setup's commits are not truncated first, and the
+ * recovery round sends no TRUNCATE (FARM_FP_TXN_KEEP_RECORDS: it would
+ * truncate them; the history is for records a round could not truncate,
+ * or older than it). Their records (each machine's creation of its
+ * object, a single-machine commit: COMMIT-BACKUPs only) stay in the logs
+ * of idle coordinators, and the
  * restart must decide them by the backups of the configuration they carry
  * (the members' configuration histories, src/node/restart_hist.c), less C
  * removed since: the surviving old backup holds the COMMIT-BACKUP, so
  * commit. Then every object's copies must be equal too.
+ * --round-truncates: the setup's commits are not truncated first either,
+ * but the round may: once it is over, none of their records may be left
+ * in the survivors' logs (an idle coordinator's finished commits are
+ * truncated at every configuration: none is kept for a restart to judge
+ * by an old configuration). --broken-round-truncates: the round's
+ * truncation off (FARM_FP_TXN_KEEP_RECORDS): some must be left.
  * --broken-own-ring (with --keep-records): the restart decides them by
  * its own configuration's backups (FARM_FP_RESTART_OWN_RING), as before
  * the fix: where C was a backup, its replacement never had the
@@ -78,6 +87,10 @@
 static char zk_dir[256], zk_connect[64], zk_root[96];
 static const char *zk_script = FARM_SOURCE_DIR "/scripts/zk-local";
 static bool broken_unlogged, broken_unread, broken_own, keep_records;
+/* --round-truncates (and its proof): the setup's records are left to the
+ * round to truncate. */
+static bool round_trunc, broken_round_trunc;
+#define RR_TRUNC_MS 5000 /* a bound on the round's truncation (a failure) */
 static struct np_cluster cl;
 static farm_fatptr *objs; /* every machine's object */
 
@@ -130,9 +143,37 @@ static int write_and_die(struct tx_child *c, farm_fatptr p)
 	return rc ? rc : -EALREADY;
 }
 
+static void count_not_of(void *ctx, uint32_t coord, int type, uint64_t txid)
+{
+	(void)txid;
+	uint32_t *a = ctx; /* {coordinator left out, count} */
+	if (type != FARM_TXN_TESTING_TRUNCATE && type != FARM_TXN_TESTING_PAD &&
+	    coord != a[0])
+		a[1]++;
+}
+
+/* 'j' and a coordinator's id: the transaction records of the other
+ * coordinators left in the logs this machine holds, once none is left or
+ * RR_TRUNC_MS passed (the loop serves the peers meanwhile: their TRUNCATE
+ * records empty these logs). */
+static int records_not_of(struct tx_child *c)
+{
+	static const volatile int never = 0;
+	uint32_t a[2] = {(uint32_t)np_wait_cmd(&c->np), 0};
+	uint64_t dl = np_now_ns() + RR_TRUNC_MS * 1000000ull;
+	for (;;) {
+		a[1] = 0;
+		(void)farm_txm_testing_records(c->txm, count_not_of, a);
+		if (!a[1] || np_now_ns() > dl)
+			break;
+		(void)farm_loop_wait(c->np.loop, &never, 1000000ull);
+	}
+	return np_say(&c->np, 'J', &a[1], sizeof(a[1])) ? 28 : 0;
+}
+
 /* The test's commands: 'L' (hold every recovery decision and end),
  * and, with an object's index as a second byte ('0' + index), 'W'
- * (write it and die) and 'v' (this machine's copy). */
+ * (write it and die) and 'v' (this machine's copy); 'j' (records_not_of). */
 static int rr_cmd(struct tx_child *c, int cmd)
 {
 	if (cmd == 'L') {
@@ -143,6 +184,8 @@ static int rr_cmd(struct tx_child *c, int cmd)
 		           np_say(&c->np, 'l', NULL, 0);
 		return bad ? 24 : 0;
 	}
+	if (cmd == 'j')
+		return records_not_of(c);
 	if (cmd != 'W' && cmd != 'v')
 		return RS_UNKNOWN;
 	int k = np_wait_cmd(&c->np) - '0';
@@ -189,7 +232,9 @@ static int rr_arm(bool restarted)
 	       (broken_unread && farm_fault_set(FARM_FP_RESTART_NO_PENDING,
 	                                        tu_switch_on, NULL)) ||
 	       (broken_own &&
-	        farm_fault_set(FARM_FP_RESTART_OWN_RING, tu_switch_on, NULL));
+	        farm_fault_set(FARM_FP_RESTART_OWN_RING, tu_switch_on, NULL)) ||
+	       ((keep_records || broken_round_trunc) &&
+	        farm_fault_set(FARM_FP_TXN_KEEP_RECORDS, tu_switch_on, NULL));
 }
 
 /* ---- the parent ------------------------------------------------------- */
@@ -285,8 +330,9 @@ static void set_up(unsigned *b, unsigned *c, unsigned *x, uint64_t *v_new)
 	/* No record of the setup's commits left: only C's is decided at
 	 * the restart. (Left, a commit of an idle coordinator whose
 	 * region's backups changed since would be too: --keep-records.) */
-	uint64_t left =
-	        keep_records ? 0 : rs_truncate(&cl, (1ull << NP_NM) - 1);
+	uint64_t left = keep_records || round_trunc
+	                        ? 0
+	                        : rs_truncate(&cl, (1ull << NP_NM) - 1);
 	if (left)
 		fail_msg("%" PRIu64 " transaction records left in the logs "
 		         "after truncation: the test did not set its case up",
@@ -347,6 +393,36 @@ static void check_all_objects(const unsigned *surv, struct fails *f)
 	}
 }
 
+/* --round-truncates: once the round is over, no record of the setup's
+ * commits (each machine's creation, by P, B and X; C is dead) is left
+ * in the survivors' logs: the round's TRUNCATE records emptied them.
+ * With the round's truncation off (--broken-round-truncates) some must
+ * be left. */
+static void check_round_truncated(unsigned b, unsigned c, unsigned x)
+{
+	const unsigned surv[RR_SURVIVORS] = {RR_P, b, x};
+	uint32_t left = 0;
+	for (unsigned i = 0; i < RR_SURVIVORS; i++) {
+		uint32_t n = 0;
+		np_send(&cl, surv[i], 'j');
+		np_send(&cl, surv[i], (char)c);
+		np_expect(&cl, surv[i], 'J', RR_TRUNC_MS + 10000);
+		np_recv(&cl, surv[i], &n, sizeof(n), 1000);
+		left += n;
+	}
+	printf("restart-round: %" PRIu32 " record(s) of the setup's commits "
+	       "left in the survivors' logs after the round%s\n",
+	       left, broken_round_trunc ? " (its truncation off)" : "");
+	if (broken_round_trunc && !left)
+		fail_msg("--broken-round-truncates: no record left with the "
+		         "round's truncation off: the test did not set its "
+		         "case up");
+	if (!broken_round_trunc && left)
+		fail_msg("%" PRIu32 " record(s) of idle coordinators' finished "
+		         "commits left in the logs %d ms after the round",
+		         left, RR_TRUNC_MS);
+}
+
 static void test_restart_round(void **state)
 {
 	(void)state;
@@ -357,6 +433,8 @@ static void test_restart_round(void **state)
 	unsigned b, c, x;
 	uint64_t v_new;
 	set_up(&b, &c, &x, &v_new);
+	if (round_trunc)
+		check_round_truncated(b, c, x);
 
 	/* 5. A power loss while B still holds the round's decisions. */
 	unsigned surv[RR_SURVIVORS] = {RR_P, b, x};
@@ -439,10 +517,15 @@ int main(int argc, char **argv)
 			keep_records = true;
 		} else if (!strcmp(argv[i], "--broken-own-ring")) {
 			broken_own = keep_records = true;
+		} else if (!strcmp(argv[i], "--round-truncates")) {
+			round_trunc = true;
+		} else if (!strcmp(argv[i], "--broken-round-truncates")) {
+			round_trunc = broken_round_trunc = true;
 		} else {
 			printf("usage: %s [--broken | --broken-unlogged | "
 			       "--broken-unread] [--keep-records | "
-			       "--broken-own-ring]\n",
+			       "--broken-own-ring | --round-truncates | "
+			       "--broken-round-truncates]\n",
 			       argv[0]);
 			return strcmp(argv[i], "--help") ? 2 : 0;
 		}

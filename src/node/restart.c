@@ -77,6 +77,9 @@
  * open and publishes it after its previous log; step 3 takes every
  * member's, and the decision judges a transaction known only by its
  * COMMIT-BACKUPs by the backups of the configuration its records carry.
+ * Every recovery round truncates what the coordinators finished
+ * (src/txn/log.c, farm_txn_truncate_all), so records older than the
+ * history reach back are those of commits in flight that long.
  *
  * Clean shutdown (farm_node_shutdown, farm_restart_keep): after the loops
  * stopped, every listed file gets a second name <f>.old (a hard link) and

@@ -661,19 +661,17 @@ int farm_txm_testing_records(farm_txm *m,
 	return n;
 }
 
-/* txn_testing.h: TRUNCATE records now, to every log whose low-water mark
- * moved, so replicas apply what finished (tests compare replicas). */
-int farm_txm_testing_truncate(farm_txm *m, farm_loop *loop)
+int farm_txn_truncate_all(struct txloop *tl, const bool *member)
 {
-	struct txloop *tl = m ? loop_state(m, loop) : NULL;
-	if (!tl)
-		return -EINVAL;
+	farm_txm *m = tl->m;
 	int sent = 0;
 	for (uint32_t mach = 0; mach < m->M; mach++) {
 		/* Acquire: pairs with the release of peer_ready in txm.c. */
 		if (mach != m->me &&
 		    !atomic_load_explicit(&m->peer_ready[mach],
 		                          memory_order_acquire))
+			continue;
+		if (member && !member[mach])
 			continue;
 		struct writer *w = &tl->w[mach];
 		wq_pop_done(w, tl->cs_low);
@@ -685,5 +683,14 @@ int farm_txm_testing_truncate(farm_txm *m, farm_loop *loop)
 		if (log_small(tl, mach, REC_TRUNC, 0, NULL, 0, NULL) == 0)
 			sent++;
 	}
+	farm_stat_add(&m->st.v[S_TRUNCATES], (uint64_t)sent);
 	return sent;
+}
+
+/* txn_testing.h: TRUNCATE records now, to every log whose low-water mark
+ * moved, so replicas apply what finished (tests compare replicas). */
+int farm_txm_testing_truncate(farm_txm *m, farm_loop *loop)
+{
+	struct txloop *tl = m ? loop_state(m, loop) : NULL;
+	return tl ? farm_txn_truncate_all(tl, NULL) : -EINVAL;
 }

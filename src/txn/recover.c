@@ -255,6 +255,25 @@ static void vote_scan(struct txloop *tl, uint32_t coord)
 
 /* Steps 1, 2 and 4 on loop @tl, once every survivor took the
  * configuration (REC_GO). */
+/* Every member's log told how far this loop's records are done (as the
+ * lazy truncation would, half a log later): an idle coordinator's
+ * finished commit is not kept into later configurations (txn_log.h,
+ * farm_txn_truncate_all). */
+static void rec_loop_truncate(struct txloop *tl)
+{
+	farm_txm *m = tl->m;
+	if (FARM_FAULT_SWITCH(FARM_FP_TXN_KEEP_RECORDS))
+		return;
+	bool *live = malloc(m->M * sizeof(*live));
+	if (!live)
+		return; /* the lazy truncation still comes */
+	pthread_mutex_lock(&m->rec.lock);
+	memcpy(live, m->rec.member, m->M * sizeof(*live));
+	pthread_mutex_unlock(&m->rec.lock);
+	(void)farm_txn_truncate_all(tl, live);
+	free(live);
+}
+
 static void rec_loop_run(struct txloop *tl)
 {
 	farm_txm *m = tl->m;
@@ -280,6 +299,8 @@ static void rec_loop_run(struct txloop *tl)
 		else
 			(void)farm_txn_rec_kept_vote(tl, c, true);
 	}
+	/* 5. Truncation. */
+	rec_loop_truncate(tl);
 	if (atomic_fetch_add(&m->rec.scanned, 1) + 1 != m->T)
 		return;
 	unsigned np = 0, kept = 0, nrecopy = 0;

@@ -335,6 +335,14 @@ int farm_txn_log_append(struct txloop *tl, uint32_t mach, void *buf, size_t len,
                         farm_tx *tx, int kind, uint64_t *seq_out);
 void farm_txn_maybe_truncate(struct txloop *tl, uint32_t mach,
                              bool short_of_room);
+/* A TRUNCATE record to every log this loop writes (of the machines
+ * @member flags, M of them; NULL: every ready one) whose low-water mark
+ * moved since it last said: a recovery round's, so that no log keeps an
+ * idle coordinator's finished records into later configurations (a
+ * whole-cluster restart judges those by the configuration history, which
+ * reaches back HIST_DEPTH configurations only: src/node/restart_hist.c).
+ * Returns how many were sent. On the loop's thread. */
+int farm_txn_truncate_all(struct txloop *tl, const bool *member);
 void farm_txn_refresh_freed(struct txloop *tl, uint32_t mach);
 /* Commit @tx waits for room: the next freed-word READ's completion
  * retries it (farm_txn_tx_reserve). */

@@ -297,6 +297,12 @@ enum farm_fault_point {
 	 * regions, their allocators not yet adopted and the round not over
 	 * (the grower's first round as a member). */
 	FARM_FP_REC_PROMOTED,
+	/* txn/recover.c, a switch: while hooked, a recovery round sends no
+	 * TRUNCATE records, so an idle coordinator's finished commits stay
+	 * in the logs through later configurations, as before
+	 * (tests/test_restart_round.c --keep-records: the restart must
+	 * judge them by the configuration history). */
+	FARM_FP_TXN_KEEP_RECORDS,
 	FARM_FP_COUNT
 };
 
