@@ -95,7 +95,7 @@ if [ -n "$SCRIPTS" ] && zk=$("$SCRIPTS/zk-local" start "$dir/zk" 2>/dev/null); t
     grep -q "configuration manager" "$dir/leave0.err" || fail "the CM's refusal: $(cat "$dir/leave0.err")"
     leaver=$(awk '$1 == 3 {print $2}' "$dir/l/cluster.pids")
     out=$("$FARM" leave --dir "$dir/l/m3" --timeout 60000) || fail "farm leave: $out $(cat "$dir/l/m3.log")"
-    [ "$out" = "left" ] || fail "farm leave said: $out"
+    [ "$out" = "left" ] || fail "farm leave said: $out $(cat "$dir/l/m3.log")"
     i=0
     while [ -d /proc/$leaver ] && ! grep -q '^State:.*Z' /proc/$leaver/status 2>/dev/null; do
         i=$((i + 1)); [ $i -gt 300 ] && fail "the machine that left did not stop"
