@@ -2,8 +2,9 @@
  * The address space in one process: three machines (each its own fabric,
  * messaging and farm_as) whose loops one test thread drives in turn.
  * Region allocation with backups, access by global address (local loads,
- * remote one-sided operations with a cached descriptor), bad input, and
- * data recovery's filling copies across views.
+ * remote one-sided operations with a cached descriptor), bad input, a
+ * graceful leave's completion check with nothing held, and data
+ * recovery's filling copies across views.
  *
  * --broken: a view keeps a filling copy of a region it no longer places
  * here (FARM_FP_AS_KEEP_FILLING); the displaced copy must be seen held.
@@ -99,6 +100,32 @@ static void test_no_view(void **state)
 	uint32_t ids[N] = {1, 2, 3};
 	assert_int_equal(farm_as_set_view(nodes[0].as, 5, ids, N), -ESTALE);
 	assert_int_equal(farm_as_config_id(nodes[0].as), 5);
+}
+
+/* A graceful leave's completion check (farm_as_leave_check) where no
+ * machine holds a region: nothing to hand off, complete at once. Every
+ * list is empty, the leaver's own first: under UBSan this is the check
+ * that adds an empty list to no list yet (memcpy to NULL). */
+static void test_leave_check_nothing_held(void **state)
+{
+	(void)state;
+	uint32_t ids[N];
+	for (unsigned i = 0; i < N; i++)
+		ids[i] = farm_as_machine_id(nodes[i].as);
+	uint64_t cfg = farm_as_config_id(nodes[0].as);
+	struct farm_as_stats st;
+	farm_as_stats_get(nodes[0].as, &st);
+	assert_int_equal(st.regions_primary + st.regions_backup, 0);
+	struct res r = {0};
+	assert_int_equal(farm_as_leave_check(nodes[N - 1].as, nodes[N - 1].loop,
+	                                     cfg, ids, N, op_done, &r),
+	                 0);
+	wait_res(&r);
+	assert_int_equal(r.status, 0);
+	/* Another configuration than the one in force: refused at once. */
+	assert_int_equal(farm_as_leave_check(nodes[N - 1].as, nodes[N - 1].loop,
+	                                     cfg + 1, ids, N, op_done, &r),
+	                 -ESTALE);
 }
 
 static void test_alloc_and_access(void **state)
@@ -433,6 +460,7 @@ int main(int argc, char **argv)
 		return rc;
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test(test_no_view),
+	        cmocka_unit_test(test_leave_check_nothing_held),
 	        cmocka_unit_test(test_alloc_and_access),
 	        cmocka_unit_test(test_bad_requests),
 	        cmocka_unit_test(test_ship_by_address),

@@ -21,6 +21,10 @@
  *               the test must then see the source called after removal.
  *   lifetime    the socket is gone when the node closes; a stale socket
  *               file (a killed machine's) is replaced at the next open.
+ *   cut off     a machine that closes the connection with no answer, or
+ *               with its last line unfinished (it exited or crashed
+ *               mid-answer), is an error to the client (-ECONNRESET, no
+ *               answer), not an empty answer.
  */
 #include "testutil.h"
 
@@ -553,6 +557,82 @@ static void test_remove_during_answer(void **state)
 	assert_int_equal(race.calls, calls);
 }
 
+/* ---- a machine that goes away mid-answer ------------------------------ */
+
+/* A stand-in for a machine on a control socket: takes one request line,
+ * writes @answer (maybe nothing, maybe no whole line) and closes, as a
+ * machine that exits or crashes before it has answered does. */
+struct fake {
+	int lfd;
+	const char *answer;
+	char req[64];
+};
+
+static void *fake_main(void *arg)
+{
+	struct fake *f = arg;
+	int fd = accept(f->lfd, NULL, NULL);
+	if (fd < 0)
+		return NULL;
+	size_t n = 0;
+	while (n < sizeof(f->req) - 1) {
+		ssize_t r = recv(fd, f->req + n, sizeof(f->req) - 1 - n, 0);
+		if (r <= 0)
+			break;
+		n += (size_t)r;
+		if (memchr(f->req, '\n', n))
+			break;
+	}
+	f->req[n] = 0;
+	size_t len = strlen(f->answer);
+	if (len && send(fd, f->answer, len, MSG_NOSIGNAL) != (ssize_t)len)
+		f->req[0] = 0; /* the test sees the request lost */
+	close(fd);
+	return NULL;
+}
+
+/* farm_ctl_request against a fake answering @answer: its result, with
+ * the request the fake saw checked. */
+static int ask_fake(const char *dir, const char *answer, char **reply)
+{
+	struct fake f = {.answer = answer};
+	struct sockaddr_un a = {.sun_family = AF_UNIX};
+	assert_true(snprintf(a.sun_path, sizeof(a.sun_path), "%s/%s", dir,
+	                     FARM_CTL_SOCKET) < (int)sizeof(a.sun_path));
+	f.lfd = socket(AF_UNIX, SOCK_STREAM, 0);
+	assert_true(f.lfd >= 0);
+	if (bind(f.lfd, (struct sockaddr *)&a, sizeof(a)) || listen(f.lfd, 1))
+		fail_msg("bind %s: %s", a.sun_path, strerror(errno));
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, fake_main, &f), 0);
+	*reply = NULL;
+	int rc = farm_ctl_request(dir, "leave 1000", reply, NULL, 5000);
+	pthread_join(th, NULL);
+	close(f.lfd);
+	unlink(a.sun_path);
+	assert_string_equal(f.req, "leave 1000\n");
+	return rc;
+}
+
+/* The connection closed before a whole answer is an error, never an
+ * empty (or cut) answer taken for one: a tool would report success. */
+static void test_closed_without_answer(void **state)
+{
+	(void)state;
+	char dir[256];
+	tu_tmpdir(dir, sizeof(dir), "ctlfake");
+	char *reply;
+	assert_int_equal(ask_fake(dir, "left\n", &reply), 0);
+	assert_string_equal(reply, "left\n");
+	free(reply);
+	assert_int_equal(ask_fake(dir, "", &reply), -ECONNRESET);
+	assert_null(reply);
+	assert_int_equal(ask_fake(dir, "machine 0\nconfigura", &reply),
+	                 -ECONNRESET);
+	assert_null(reply);
+	tu_rmtree(dir);
+}
+
 /* ---- the socket's lifetime --------------------------------------------- */
 
 /* A machine without a KV store on @dir: open it, ask it for help, close
@@ -650,6 +730,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test_setup_teardown(test_remove_during_answer,
 	                                        setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_lifetime, setup, teardown),
+	        cmocka_unit_test(test_closed_without_answer),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

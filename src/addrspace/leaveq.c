@@ -153,7 +153,10 @@ static int leave_add(struct leave_op *op, uint32_t machine, const uint32_t *p,
 	    grow_array((void **)&op->held, &op->caph, op->nheld + nc,
 	               sizeof(op->held[0])))
 		return -ENOMEM;
-	memcpy(&op->regions[op->nregions], p, 4ull * np);
+	/* No P and none before: op->regions is still NULL, and memcpy
+	 * takes no NULL even for 0 bytes. */
+	if (np)
+		memcpy(&op->regions[op->nregions], p, 4ull * np);
 	op->nregions += np;
 	for (uint32_t i = 0; i < nc; i++)
 		op->held[op->nheld++] =

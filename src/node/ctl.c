@@ -935,8 +935,13 @@ int farm_ctl_request(const char *data_dir, const char *request, char **reply,
 		free(o.buf);
 		return rc;
 	}
-	if (!o.buf && !(o.buf = malloc(1)))
-		return -ENOMEM;
+	/* Every answer is whole lines: nothing, or an unfinished last line,
+	 * means the machine closed the connection before it had answered
+	 * (it exited or crashed meanwhile, or gave up sending). */
+	if (!o.len || o.buf[o.len - 1] != '\n') {
+		free(o.buf);
+		return -ECONNRESET;
+	}
 	o.buf[o.len] = 0;
 	*reply = o.buf;
 	if (len)

@@ -3,7 +3,9 @@
  * the machine's data directory (mode 0600; only its user and root are
  * answered), served by one thread of its own that sleeps in poll. A
  * client sends one request line and reads the answer until the machine
- * closes the connection:
+ * closes the connection; every answer is whole lines (the last one ends
+ * with its newline too), so that a client tells a machine that went away
+ * mid-answer from one that answered:
  *
  *   stats             the counters as text: "# machine ..." then
  *                     "<section>.<name> <value>" lines
@@ -13,13 +15,16 @@
  *                     <replica>..." per region this machine holds, by id
  *                     (filling: a backup data recovery is still copying;
  *                     its replicas in the machine's view, primary first)
+ *   leave [MS]        the graceful leave (farm_node_leave, MS default
+ *                     300000): "left" once the configuration without
+ *                     this machine is applied, after the handoff
  *   help              the requests
  *
  * Anything else (unknown, longer than 128 bytes, not one printable line,
  * not sent within 1 s) gets one "error <reason>" line and is counted
  * (ctl.bad_requests). One connection is served at a time; each has 1 s to
- * send its request and 1 s to take the answer. `farm stats` and `farm
- * status` are the clients (src/tools). Internal; not installed.
+ * send its request and 1 s to take the answer. `farm stats`, `farm status`
+ * and `farm leave` are the clients (src/tools). Internal; not installed.
  */
 #ifndef FARM_NODE_CTL_H
 #define FARM_NODE_CTL_H
@@ -93,8 +98,12 @@ void farm_ctl_unlock(struct farm_ctl *c);
  * (malloc'ed; its length without the NUL in *@len when non-NULL), within
  * @timeout_ms. Returns 0; -ENOENT (no socket there: no machine runs in
  * that directory); -ECONNREFUSED (a socket nobody serves: the machine
- * died); -ETIMEDOUT; -EPROTO (the machine answered "error ..."; the answer
- * is still returned); -EMSGSIZE (an answer over 16 MiB); -errno.
+ * died); -ECONNRESET (the connection ended before a whole answer: nothing,
+ * or a last line without its newline; the machine exited, crashed or gave
+ * up sending); -ETIMEDOUT; -EPROTO (the machine answered "error ..."; the
+ * answer is still returned); -EMSGSIZE (an answer over 16 MiB); -errno.
+ * *@reply is set (never empty, ending with a newline) on 0 and -EPROTO
+ * only.
  */
 int farm_ctl_request(const char *data_dir, const char *request, char **reply,
                      size_t *len, int timeout_ms);

@@ -82,6 +82,15 @@ int farm_cmd_leave(int argc, char **argv)
 	                          (int)timeout_ms + 5000, &reply);
 	if (rc)
 		return 1;
+	/* Anything but "left" is not a leave this tool may report done. */
+	if (strcmp(reply, "left\n")) {
+		fprintf(stderr,
+		        "farm leave: %s: unexpected answer from the machine: "
+		        "%s",
+		        dir ? dir : config, reply);
+		free(reply);
+		return 1;
+	}
 	fputs(reply, stdout);
 	free(reply);
 	return fflush(stdout) ? 1 : 0;

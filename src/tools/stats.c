@@ -41,6 +41,12 @@ int farm_tool_ctl(const char *cmd, const char *dir, const char *req,
 		        "farm %s: %s: nobody answers on the control socket "
 		        "(the machine died)\n",
 		        cmd, dir);
+	else if (rc == -ECONNRESET)
+		fprintf(stderr,
+		        "farm %s: %s: the machine closed the control "
+		        "connection without a whole answer (it exited or "
+		        "crashed meanwhile: see its log)\n",
+		        cmd, dir);
 	else if (rc == -EPROTO)
 		fprintf(stderr, "farm %s: %s: the machine refused: %s", cmd,
 		        dir, *reply + 6);
