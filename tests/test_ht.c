@@ -1067,8 +1067,8 @@ static void test_moved_away(void **state)
 	assert_int_equal(put(1, k, 16, "before", 6), 0);
 	assert_true(farm_ht_serves(H[0], 0));
 	uint64_t bb = 64ull * H[0]->bucket_lines, v[2];
-	farm_gaddr pair = sd[0].base +
-	                  home_of(farm_ht_hash(k, 16), sd[0].nbuckets) * bb;
+	farm_gaddr pair =
+	        sd[0].base + home_of(farm_ht_hash(k, 16), sd[0].nbuckets) * bb;
 	for (unsigned b = 0; b < 2; b++) {
 		const _Atomic uint64_t *h =
 		        farm_as_local_ptr(C.m[0].as, pair + b * bb, 64);
@@ -1082,8 +1082,7 @@ static void test_moved_away(void **state)
 	}
 	mv.armed = 1;
 	int rc = put(1, k, 16, "after", 5);
-	assert_int_equal(farm_fault_set(FARM_FP_HT_BATCH_START, NULL, NULL),
-	                 0);
+	assert_int_equal(farm_fault_set(FARM_FP_HT_BATCH_START, NULL, NULL), 0);
 	assert_int_equal(mv.fired, 1);
 	assert_int_equal(mv.rc, 0);
 	assert_false(farm_ht_serves(H[0], 0));
@@ -1092,9 +1091,10 @@ static void test_moved_away(void **state)
 	       Broken ? " [broken: the batch ran on the demoted copy]" : "");
 	if (Broken) {
 		if (rc != -EREMOTE)
-			fail_msg("--broken: the put did not fail with -EREMOTE "
-			         "(%d): the test cannot see the check's absence",
-			         rc);
+			fail_msg(
+			        "--broken: the put did not fail with -EREMOTE "
+			        "(%d): the test cannot see the check's absence",
+			        rc);
 		return;
 	}
 	assert_int_equal(rc, -EAGAIN);
