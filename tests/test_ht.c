@@ -8,9 +8,16 @@
  * pulled back into buckets), lookups that never miss a key while others
  * move it (one thread, then a thread per machine), lookups of a machine
  * whose lease lapsed (FARM_ELEASE), bad input, and multi-get's first read
- * of a local shard checked when it is copied, a pass after its issue.
+ * of a local shard checked when it is copied, a pass after its issue,
+ * and a write accepted by its shard's owner just before growth moves the
+ * shard's region away (retryable, never -EREMOTE).
+ *
+ * --broken: only that last case, with the owner's check that it still
+ * serves the shard off (FARM_FP_HT_APPLY_MOVED): the write must be seen
+ * failing with -EREMOTE.
  */
 #include "asnodes.h"
+#include "brokenarg.h"
 
 #include <inttypes.h>
 #include <pthread.h>
@@ -18,6 +25,7 @@
 
 #include "hashtable/ht.h"
 #include "hashtable/ht_int.h"
+#include "addrspace/ring.h"
 #include "txn/object.h"
 
 #define RSIZE (32ull << 20)
@@ -974,8 +982,145 @@ static void test_not_joined(void **state)
 	assert_int_equal(get(2, k, (uint32_t)strlen(k)), 0);
 }
 
-int main(void)
+/* The view the hook installs on machine 0: a fourth machine (it need not
+ * exist: only the placement matters), whose placement @g was made before
+ * the shard, so the shard's region could be picked among those it
+ * moves. */
+struct move {
+	int armed, fired, rc;
+	uint64_t cfg;
+	struct farm_ring_machine ms[4];
+	farm_ring *g;
+};
+
+/* FARM_FP_HT_BATCH_START: the owner accepted the write (it served the
+ * shard on arrival) and is about to start its batch; growth makes the
+ * fourth machine the primary of the shard's region now. */
+static void move_hook(enum farm_fault_point fp, void *arg)
 {
+	(void)fp;
+	struct move *mv = arg;
+	if (!mv->armed)
+		return;
+	mv->armed = 0;
+	mv->fired++;
+	mv->rc = farm_as_set_view_ring(C.m[0].as, mv->cfg, mv->ms, 4, mv->g);
+	mv->g = NULL; /* taken whatever it returned */
+}
+
+static bool Broken;
+
+/* A shard of machine 0 in a region of its own that @g makes the fourth
+ * machine's: made until one is (each region placed at random). */
+static struct farm_ht_shard moving_shard(const farm_ring *g)
+{
+	for (unsigned tries = 0; tries < 64; tries++) {
+		R.done = 0;
+		assert_int_equal(farm_ht_make_shard_alone(H[0], C.m[0].loop, 8,
+		                                          shard_cb, &R),
+		                 0);
+		asn_wait(&C, &R.done);
+		assert_int_equal(R.status, 0);
+		if (farm_ring_primary(g, farm_gaddr_region(R.sd.base)) == 4)
+			return R.sd;
+	}
+	fail_msg("no shard region of machine 0 moves to machine 4");
+	return R.sd;
+}
+
+/*
+ * Growth moves a shard's region to another machine while a write to it
+ * is on its owner: accepted (farm_ht_h_op found the shard served here),
+ * its batch not started. The batch must not run on the demoted copy: the
+ * write is refused with -EAGAIN, retryable, as one sent after the move
+ * is on arrival, and nothing of it is applied. Run without the check
+ * (--broken) the buckets' local reads fail and the writer gets -EREMOTE,
+ * which no caller retries (the put test_kv_grow saw fail). Changes
+ * machine 0's view alone: runs last.
+ */
+static void test_moved_away(void **state)
+{
+	(void)state;
+	struct move mv = {.cfg = farm_as_config_id(C.m[0].as) + 1};
+	for (unsigned i = 0; i < 4; i++)
+		mv.ms[i] = (struct farm_ring_machine){.id = i + 1};
+	assert_int_equal(farm_as_place(C.m[0].as, mv.ms, 4, &mv.g), 0);
+	struct farm_ht_shard sd[3] = {moving_shard(mv.g)};
+	for (unsigned i = 1; i < 3; i++) {
+		R.done = 0;
+		assert_int_equal(
+		        farm_ht_make_shard(H[i], C.m[i].loop, 8, shard_cb, &R),
+		        0);
+		asn_wait(&C, &R.done);
+		assert_int_equal(R.status, 0);
+		sd[i] = R.sd;
+	}
+	for (unsigned i = 0; i < 3; i++)
+		assert_int_equal(farm_ht_set_shards(H[i], sd, 3), 0);
+	char k[16] = {0};
+	for (unsigned i = 0;; i++) {
+		snprintf(k, sizeof(k), "moved-%u", i);
+		if (farm_ht_shard_index(farm_ht_hash(k, 16), 3) == 0)
+			break;
+	}
+	/* Served by machine 0 before the move: machine 1's put lands. */
+	assert_int_equal(put(1, k, 16, "before", 6), 0);
+	assert_true(farm_ht_serves(H[0], 0));
+	uint64_t bb = 64ull * H[0]->bucket_lines, v[2];
+	farm_gaddr pair =
+	        sd[0].base + home_of(farm_ht_hash(k, 16), sd[0].nbuckets) * bb;
+	for (unsigned b = 0; b < 2; b++) {
+		const _Atomic uint64_t *h =
+		        farm_as_local_ptr(C.m[0].as, pair + b * bb, 64);
+		assert_non_null(h);
+		v[b] = atomic_load(h);
+	}
+	if (farm_fault_set(FARM_FP_HT_BATCH_START, move_hook, &mv)) {
+		farm_ring_free(mv.g);
+		printf("skipped: built without fault injection\n");
+		skip();
+	}
+	mv.armed = 1;
+	int rc = put(1, k, 16, "after", 5);
+	assert_int_equal(farm_fault_set(FARM_FP_HT_BATCH_START, NULL, NULL), 0);
+	assert_int_equal(mv.fired, 1);
+	assert_int_equal(mv.rc, 0);
+	assert_false(farm_ht_serves(H[0], 0));
+	printf("a put accepted as its shard moved away: %s%s\n",
+	       farm_strerror(rc),
+	       Broken ? " [broken: the batch ran on the demoted copy]" : "");
+	if (Broken) {
+		if (rc != -EREMOTE)
+			fail_msg(
+			        "--broken: the put did not fail with -EREMOTE "
+			        "(%d): the test cannot see the check's absence",
+			        rc);
+		return;
+	}
+	assert_int_equal(rc, -EAGAIN);
+	assert_true(farm_tx_retryable(rc));
+	/* Nothing of it was applied: the key's two buckets, in the copy
+	 * the move demoted, are at the versions the put before it left. */
+	for (unsigned b = 0; b < 2; b++) {
+		const _Atomic uint64_t *h =
+		        farm_as_demoted_ptr(C.m[0].as, pair + b * bb, 64);
+		assert_non_null(h);
+		assert_int_equal(atomic_load(h), v[b]);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	int st = tu_broken_arg(argc, argv, FARM_FP_HT_APPLY_MOVED, &Broken);
+	if (st)
+		return st;
+	/* --broken: the moved shard's case alone (the others do not move
+	 * shards, so the switch changes nothing for them). */
+	const struct CMUnitTest broken[] = {
+	        cmocka_unit_test(test_moved_away),
+	};
+	if (Broken)
+		return cmocka_run_group_tests(broken, setup, teardown);
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test(test_not_joined),
 	        cmocka_unit_test(test_model),
@@ -986,6 +1131,7 @@ int main(void)
 	        cmocka_unit_test(test_bad_input),
 	        cmocka_unit_test(test_first_deferred),
 	        cmocka_unit_test_teardown(test_lease, lease_teardown),
+	        cmocka_unit_test(test_moved_away),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

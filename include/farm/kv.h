@@ -134,7 +134,10 @@ FARM_API FARM_MUST_CHECK int farm_kv_get(farm_kv *kv, farm_loop *loop,
                                          const void *key, uint32_t klen,
                                          farm_kv_get_fn cont, void *ctx);
 /* put (insert or replace): @status 0 or an error (-ETIMEDOUT,
- * FARM_EPEERDEAD, -ENOSPC when the shard's memory is full). */
+ * FARM_EPEERDEAD, -ENOSPC when the shard's memory is full; -EAGAIN, the
+ * shard is moving between machines, recovery or growth, and the machine
+ * this one's view names does not serve it yet or any more: nothing was
+ * written, retry). farm_tx_retryable() is true for -EAGAIN. */
 FARM_API FARM_MUST_CHECK int farm_kv_put(farm_kv *kv, farm_loop *loop,
                                          const void *key, uint32_t klen,
                                          const void *val, uint32_t vlen,

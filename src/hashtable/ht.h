@@ -96,7 +96,10 @@ typedef void (*farm_ht_get_fn)(farm_loop *loop, void *ctx, int status,
                                const void *val, uint32_t len);
 int farm_ht_get(farm_ht *h, farm_loop *loop, const void *key, uint32_t klen,
                 farm_ht_get_fn cont, void *ctx);
-/* put (insert or update) and delete (-ENOENT when absent). */
+/* put (insert or update) and delete (-ENOENT when absent). -EAGAIN
+ * (retryable, nothing written) when the machine the shard was shipped to
+ * does not serve it: not yet, or no longer (recovery or growth moved it,
+ * also after the write was accepted there, before it was applied). */
 int farm_ht_put(farm_ht *h, farm_loop *loop, const void *key, uint32_t klen,
                 const void *val, uint32_t vlen, farm_op_fn cont, void *ctx);
 int farm_ht_del(farm_ht *h, farm_loop *loop, const void *key, uint32_t klen,

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/fault.h"
 #include "util/log.h"
 
 struct op_req {
@@ -120,6 +121,51 @@ static void reply_op(struct htloop *l, struct pending *p, int status)
 		          p->tok.machine, farm_strerror(rc));
 }
 
+/* Answer every write of list @p with @status, freeing them. */
+static void reply_all(struct htloop *l, struct pending *p, int status)
+{
+	while (p) {
+		struct pending *n = p->next;
+		reply_op(l, p, status);
+		free(p);
+		p = n;
+	}
+}
+
+/*
+ * Whether @rc, a write's failure in the batch being applied, means this
+ * machine stopped serving @shard since the write was accepted: growth
+ * made another machine the primary of the shard's bucket region (our
+ * copy demoted; views are installed by another thread, at any time),
+ * and the buckets' local reads fail with -EREMOTE. farm_ht_h_op checks
+ * the shard on arrival, but a batch runs later: queued behind the one
+ * committing, run again after a retryable outcome (the commit that
+ * found the region gone says -EAGAIN), or caught as it applies. Then
+ * no write waiting for the shard can be applied here, and -EREMOTE
+ * would reach the writer as a hard error: the batch's transaction is
+ * dropped (nothing of it committed) and every write waiting for the
+ * shard, batched or queued, is refused with -EAGAIN, as one sent here
+ * after the move is on arrival; the writer's retry goes to the owner
+ * its next view names. True when so.
+ */
+static bool moved_away(struct htloop *l, unsigned shard, int rc)
+{
+	if (rc != -EREMOTE || farm_ht_serves(l->h, shard) ||
+	    FARM_FAULT_SWITCH(FARM_FP_HT_APPLY_MOVED))
+		return false;
+	struct shardq *q = &l->q[shard];
+	farm_tx_free(q->tx);
+	q->tx = NULL;
+	struct pending *batch = q->batch, *queued = q->head;
+	q->batch = q->head = q->tail = NULL;
+	q->retries = 0;
+	q->retry_until = 0;
+	q->busy = false;
+	reply_all(l, batch, -EAGAIN);
+	reply_all(l, queued, -EAGAIN);
+	return true;
+}
+
 static void batch_done(farm_loop *loop, void *ctx, int outcome)
 {
 	(void)loop;
@@ -181,6 +227,8 @@ static void batch_alloc_done(farm_tx *tx, void *ctx, int status, farm_fatptr p,
 			return;
 	}
 	free(c);
+	if (moved_away(l, shard, status))
+		return;
 	if (status) {
 		/* No memory: the operation being applied fails alone. */
 		for (struct pending *o = q->batch; o; o = o->next)
@@ -234,6 +282,8 @@ static void batch_apply(struct htloop *l, unsigned shard)
 				return; /* continued in batch_alloc_done */
 			rc = arc;
 		}
+		if (moved_away(l, shard, rc))
+			return;
 		p->status = rc;
 	}
 	struct bctx *c = malloc(sizeof(*c));
@@ -257,6 +307,7 @@ static void batch_start(struct htloop *l, unsigned shard)
 {
 	farm_ht *h = l->h;
 	struct shardq *q = &l->q[shard];
+	FARM_FAULT_POINT(FARM_FP_HT_BATCH_START);
 	q->busy = true;
 	if (!q->batch) {
 		/* Take everything waiting (up to MAX_BATCH): one transaction.

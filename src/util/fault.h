@@ -253,6 +253,16 @@ enum farm_fault_point {
 	 * not compared with line 0's, so a slot of two versions of its bucket
 	 * is taken (test_ht_batch --broken must see a torn value). */
 	FARM_FP_HT_SLOT_NO_CHECK,
+	/* hashtable/ht_ship.c, a delay point: a batch of shipped writes
+	 * about to start on the shard's owner, after they were accepted
+	 * (tests/test_ht.c moves the shard's region away there). */
+	FARM_FP_HT_BATCH_START,
+	/* ht_ship.c, a switch: while hooked, a batched write whose shard
+	 * this machine stopped serving since it was accepted is answered
+	 * with its buckets' local reads' -EREMOTE, a hard error, as before
+	 * the fix, not refused with -EAGAIN (test_ht --broken must see
+	 * -EREMOTE). */
+	FARM_FP_HT_APPLY_MOVED,
 	/* coord/zk.c, a switch: while hooked, a new holder of a reused id
 	 * waits for a removed incarnation's registration to end with its
 	 * session instead of replacing it (test_zk --broken-wait must find
