@@ -112,7 +112,10 @@ typedef void (*farm_tx_alloc_fn)(farm_tx *tx, void *ctx, int status,
 /*
  * farm_tx_alloc() - a new object of @size bytes, near @hint
  * (FARM_GADDR_NULL: anywhere), part of the write set: it exists for others
- * once the transaction commits and is freed if it aborts.
+ * once the transaction commits and is freed if it aborts. @cont's status
+ * is -EAGAIN (retryable: farm_tx_retryable) when the region it was made
+ * in left this machine meanwhile (growth made another machine its
+ * primary); the same for arrays.
  */
 FARM_API FARM_MUST_CHECK int farm_tx_alloc(farm_tx *tx, uint32_t size,
                                            farm_gaddr hint,

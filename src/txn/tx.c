@@ -296,12 +296,12 @@ static void txal_done(farm_loop *loop, void *ctx, int status, farm_gaddr a)
 	void *data = NULL;
 	int st = status;
 	if (!st) {
-		/* Ours alone until commit: read its header directly when local,
-		 * else it is still only ours to know about. */
+		/* Ours alone until commit: its header read directly (not
+		 * local: the region moved away meanwhile, -EAGAIN below). */
 		const struct farm_objhdr *h = farm_as_local_ptr(m->as, a, 16);
 		if (c->n) {
 			st = h ? tx_add_array(tx, a, c->size, c->n, &fp, &data)
-			       : -EREMOTE;
+			       : -EAGAIN;
 			if (st)
 				(void)farm_galloc_free_array_local(
 				        m->ga, tx->tl->loop, a,
@@ -319,11 +319,15 @@ static void txal_done(farm_loop *loop, void *ctx, int status, farm_gaddr a)
 				tx->n--;
 			st = -ENOMEM;
 		} else if (!h) {
-			/* Allocated on another machine (a remote hint): its
-			 * header is learnt by reading it. */
+			/* Allocated here (a remote hint is not followed), but
+			 * its region left this machine since: growth made
+			 * another machine its primary. Nothing is lost by
+			 * trying again (the allocator picks a region still
+			 * here); a hard error would fail a put during growth
+			 * that a retry completes. */
 			tx->n--;
 			free(d);
-			st = -EREMOTE;
+			st = -EAGAIN;
 		} else {
 			uint64_t v =
 			        farm_objhdr_load_version(h) & ~OBJ_LOCK_MASK;
