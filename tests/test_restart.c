@@ -32,6 +32,17 @@
  *             restarts, with the object's value. --broken-check: the
  *             check is off (FARM_FP_RESTART_NO_CHECK); the damaged region
  *             file must then be accepted, which the test notices.
+ *   stale     one machine with static membership commits an array small
+ *             enough for one slab slot (the KV store's bucket arrays are
+ *             such), then locks four of its elements, the first among
+ *             them, as a commit killed between its lock and its install
+ *             leaves them (shared: a single-machine commit; exclusive:
+ *             a LOCK record), and is killed. After its restart no element
+ *             may be locked, and a transaction writing every element
+ *             must commit. --broken-stale: the region walk the restart
+ *             clears locks with sees a slot's first header only
+ *             (FARM_FP_ALLOC_WALK_SLOTS, the walk before the fix); the
+ *             elements after the first must be found locked.
  */
 #ifndef NP_NM
 #define NP_NM                                                       \
@@ -46,6 +57,7 @@
 
 #include "coord/membership.h"
 #include "node/restart.h"
+#include "txn/object.h"
 #include "replicas.h"
 #include "util/fault.h"
 
@@ -67,7 +79,7 @@
 static char zk_dir[256], zk_connect[64], zk_root[96];
 static const char *zk_script = FARM_SOURCE_DIR "/scripts/zk-local";
 static bool broken, broken_check, broken_lost, broken_kv, broken_rings,
-        broken_notice;
+        broken_notice, broken_stale;
 static struct np_cluster cl;
 
 /* ---- the bank run (child side) ----------------------------------------- */
@@ -985,6 +997,186 @@ static void test_damaged(void **state)
 		fail_msg("%u check(s) failed:\n%s", fl.n, fl.text);
 }
 
+/* ---- stale locks in array elements (one machine, static membership) ---- */
+
+#define SL_N  8  /* elements: 512 bytes, one slab slot */
+#define SL_ES 48 /* bytes each: one line */
+
+/* The elements locked before the kill, and how. */
+static const struct {
+	unsigned elem;
+	uint64_t bit;
+} sl_lock[] = {{0, OBJ_LOCK_EXCL},
+               {1, OBJ_LOCK_SHARED},
+               {4, OBJ_LOCK_SHARED},
+               {6, OBJ_LOCK_EXCL}};
+
+struct sl_alloc {
+	volatile int done;
+	int status;
+	farm_fatptr fp;
+};
+
+static void sl_alloc_cb(farm_tx *tx, void *ctx, int status, farm_fatptr p,
+                        void *data)
+{
+	(void)tx;
+	(void)data;
+	struct sl_alloc *r = ctx;
+	r->status = status;
+	r->fp = p;
+	r->done = 1;
+}
+
+/* The child: the array committed at @dir, its elements locked, its first
+ * element's fat pointer written to @fd, then killed. An exit status: why
+ * it got no further. */
+static int sl_make(const char *dir, int fd)
+{
+	struct farm_config cfg;
+	dd_config(dir, 0, &cfg);
+	farm_node *n;
+	farm_loop *loop;
+	if (farm_node_open(&cfg, &n))
+		return 2;
+	farm_node_set_app_loops(n, true);
+	if (farm_node_start(n, 10000) || farm_node_loop_open(n, 0, &loop) ||
+	    farm_node_wait_members(n, 1, 10000))
+		return 3;
+	farm_tx *tx;
+	struct sl_alloc r = {0};
+	if (farm_tx_begin(farm_node_txm(n), loop, &tx) ||
+	    farm_tx_alloc_array(tx, SL_ES, SL_N, FARM_GADDR_NULL, sl_alloc_cb,
+	                        &r))
+		return 4;
+	static const volatile int never = 0;
+	while (!r.done)
+		(void)farm_loop_wait(loop, &never, 1000000ull);
+	if (r.status || farm_tx_commit_sync(tx))
+		return 5;
+	farm_tx_free(tx);
+	/* What a commit killed between its lock and its install leaves: a
+	 * CAS of each header from its version, as the participant's LOCK
+	 * and a single-machine commit take them. */
+	for (unsigned k = 0; k < sizeof(sl_lock) / sizeof(sl_lock[0]); k++) {
+		_Atomic uint64_t *h = farm_as_local_ptr(
+		        farm_node_as(n),
+		        r.fp.addr + sl_lock[k].elem * farm_array_stride(SL_ES),
+		        64);
+		uint64_t v = h ? atomic_load(h) : OBJ_LOCK_MASK;
+		if ((v & OBJ_LOCK_MASK) ||
+		    !atomic_compare_exchange_strong(h, &v, v | sl_lock[k].bit))
+			return 6;
+	}
+	if (tu_send(fd, &r.fp, sizeof(r.fp)))
+		return 7;
+	kill(getpid(), SIGKILL);
+	return 8;
+}
+
+/* After the restart at @dir: the elements of the array at @a still
+ * locked, and a transaction writing every element (failures into @f). */
+static void sl_check(const char *dir, farm_fatptr a, struct fails *f)
+{
+	struct farm_config cfg;
+	dd_config(dir, 0, &cfg);
+	farm_node *n;
+	assert_int_equal(farm_node_open(&cfg, &n), 0);
+	farm_node_set_app_loops(n, true);
+	farm_loop *loop;
+	assert_int_equal(farm_node_start(n, 10000), 0);
+	assert_int_equal(farm_node_loop_open(n, 0, &loop), 0);
+	assert_int_equal(farm_node_wait_members(n, 1, 10000), 0);
+	struct farm_restart_stats rst;
+	farm_node_restart_stats(n, &rst);
+	uint64_t stride = farm_array_stride(SL_ES);
+	char which[64] = "";
+	unsigned locked = 0;
+	for (unsigned i = 0; i < SL_N; i++) {
+		_Atomic uint64_t *h =
+		        farm_as_local_ptr(farm_node_as(n), a.addr + i * stride, 64);
+		assert_non_null(h);
+		if (atomic_load(h) & OBJ_LOCK_MASK)
+			snprintf(which + strlen(which),
+			         sizeof(which) - strlen(which), " %u", i);
+		locked += (atomic_load(h) & OBJ_LOCK_MASK) != 0;
+	}
+	/* A stale lock refuses every writer (a shared one too: lock-free
+	 * reads pass it). */
+	farm_tx *tx;
+	assert_int_equal(farm_tx_begin(farm_node_txm(n), loop, &tx), 0);
+	int rc = 0;
+	for (unsigned i = 0; i < SL_N && !rc; i++) {
+		const void *v;
+		void *w;
+		rc = farm_tx_read_sync(tx, a.addr + i * stride, SL_ES, &v);
+		if (!rc)
+			rc = farm_tx_write(tx, a.addr + i * stride, &w);
+		if (!rc)
+			memset(w, (int)i + 1, SL_ES);
+	}
+	if (!rc)
+		rc = farm_tx_commit_sync(tx);
+	farm_tx_free(tx);
+	printf("stale: restarted %d, %" PRIu64 " objects walked, %" PRIu64
+	       " locks cleared; %u of %u elements locked after it%s%s; "
+	       "writing every element: %s\n",
+	       rst.restarted, rst.objects, rst.unlocked, locked, SL_N,
+	       locked ? ":" : "", which, farm_strerror(rc));
+	if (!rst.restarted)
+		failed(f, "the machine did not restart from its directory");
+	if (locked)
+		failed(f, "%u array elements still locked after the restart "
+		       "(elements%s)",
+		       locked, which);
+	if (rc)
+		failed(f, "a transaction writing every element: %s",
+		       farm_strerror(rc));
+	farm_node_loop_close(n, loop);
+	farm_node_close(n);
+}
+
+static void test_stale(void **state)
+{
+	(void)state;
+	tu_tmpdir(dd_root, sizeof(dd_root), "restart-sl");
+	char dir[200];
+	snprintf(dir, sizeof(dir), "%s/m0", dd_root);
+	int fds[2];
+	assert_int_equal(pipe(fds), 0);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		close(fds[0]);
+		_exit(sl_make(dir, fds[1]));
+	}
+	close(fds[1]);
+	farm_fatptr a;
+	int got = tu_recv(fds[0], &a, sizeof(a));
+	close(fds[0]);
+	int st = 0;
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	if (got || !WIFSIGNALED(st) || WTERMSIG(st) != SIGKILL)
+		fail_msg("the machine that locks the elements: exit %d, "
+		         "signal %d",
+		         WIFEXITED(st) ? WEXITSTATUS(st) : -1,
+		         WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+	struct fails fl = {0};
+	sl_check(dir, a, &fl);
+	tu_rmtree(dd_root);
+	dd_root[0] = 0;
+	if (broken_stale) {
+		if (!fl.n)
+			fail_msg("--broken-stale: the walk saw slots only and "
+			         "nothing noticed");
+		printf("--broken-stale: %u check(s) failed, as they must:\n%s",
+		       fl.n, fl.text);
+		return;
+	}
+	if (fl.n)
+		fail_msg("%u check(s) failed:\n%s", fl.n, fl.text);
+}
+
 /* ---- a machine lost at the restart (its directory damaged) ------------- */
 
 /*
@@ -1231,7 +1423,7 @@ static int teardown(void **state)
 
 int main(int argc, char **argv)
 {
-	bool only_damaged = false, only_lost = false;
+	bool only_damaged = false, only_lost = false, only_stale = false;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--broken")) {
 			broken = true;
@@ -1249,17 +1441,21 @@ int main(int argc, char **argv)
 			broken_kv = only_damaged = true;
 		} else if (!strcmp(argv[i], "--damaged")) {
 			only_damaged = true;
+		} else if (!strcmp(argv[i], "--stale")) {
+			only_stale = true;
+		} else if (!strcmp(argv[i], "--broken-stale")) {
+			broken_stale = only_stale = true;
 		} else {
 			printf("usage: %s [--broken | --broken-lost | "
 			       "--broken-rings | --broken-notice | "
 			       "--broken-check | --broken-kv | --damaged | "
-			       "--lost]\n",
+			       "--lost | --stale | --broken-stale]\n",
 			       argv[0]);
 			return strcmp(argv[i], "--help") ? 2 : 0;
 		}
 	}
 	if ((broken || broken_check || broken_lost || broken_kv ||
-	     broken_rings || broken_notice) &&
+	     broken_rings || broken_notice || broken_stale) &&
 	    !farm_fault_built()) {
 		printf("skipped: built without fault injection\n");
 		return FARM_TEST_SKIP;
@@ -1269,6 +1465,14 @@ int main(int argc, char **argv)
 		return 1;
 	if (broken_kv && farm_fault_set(FARM_FP_KV_NO_KEPT, no_check, NULL))
 		return 1;
+	if (broken_stale &&
+	    farm_fault_set(FARM_FP_ALLOC_WALK_SLOTS, no_check, NULL))
+		return 1;
+	const struct CMUnitTest stale[] = {
+	        cmocka_unit_test_teardown(test_stale, teardown)};
+	if (only_stale)
+		return cmocka_run_group_tests_name("restart", stale, NULL,
+		                                   NULL);
 	const struct CMUnitTest damaged[] = {
 	        cmocka_unit_test_teardown(test_damaged, teardown)};
 	if (only_damaged)

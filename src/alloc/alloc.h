@@ -185,7 +185,9 @@ bool farm_alloc_copy_formatted(const struct farm_alloc_region *copy);
  * region at @base (@size bytes, id @id) as its block table and object
  * headers describe it, with no allocator state (walk.c: a restart finds the
  * objects a previous incarnation left). @fn gets the object's header and
- * its slot's lines. Returns the objects seen, 0 for a region never
+ * its slot's lines; every element of an array is an object of its own
+ * (one that fits a slab slot too: @fn gets each element's header and the
+ * element's lines). Returns the objects seen, 0 for a region never
  * formatted (all zero header), FARM_ECORRUPT for a bad header or table,
  * -EINVAL.
  */

@@ -9,6 +9,42 @@
 
 #include "alloc/alloc_int.h"
 #include "alloc/objhdr.h"
+#include "util/fault.h"
+
+/*
+ * One slab slot of @lines lines at @p: nothing when it is free, else its
+ * object, or every element of the array it holds. A small array
+ * (farm_alloc_array) lives in one slot: element 0's header records the
+ * element's lines, fewer than the slot's, and every element's header
+ * carries element 0's incarnation word (an element header after the
+ * array's end, or left by an earlier incarnation of the slot, does not).
+ * Each element is an object of its own, locked and installed alone, so a
+ * walker that clears stale locks (src/txn/restart.c) or counts locked
+ * objects must see every element's header, not only the slot's first.
+ * Returns the objects seen.
+ */
+static int walk_slot(uint8_t *p, uint32_t lines, farm_alloc_walk_fn fn,
+                     void *ctx)
+{
+	struct farm_objhdr *o0 = (void *)p;
+	uint64_t w0 = farm_objhdr_load_incarn(o0);
+	if (!farm_incarn_allocated(w0))
+		return 0;
+	uint32_t el = farm_incarn_lines(w0);
+	if (el >= lines || FARM_FAULT_SWITCH(FARM_FP_ALLOC_WALK_SLOTS)) {
+		fn(ctx, o0, lines);
+		return 1;
+	}
+	int n = 0;
+	for (uint32_t l = 0; l + el <= lines; l += el) {
+		struct farm_objhdr *o = (void *)(p + (uint64_t)l * 64);
+		if (l && farm_objhdr_load_incarn(o) != w0)
+			continue;
+		fn(ctx, o, el);
+		n++;
+	}
+	return n;
+}
 
 int farm_alloc_walk_region(void *base, uint64_t size, uint32_t id,
                            farm_alloc_walk_fn fn, void *ctx)
@@ -43,14 +79,9 @@ int farm_alloc_walk_region(void *base, uint64_t size, uint32_t id,
 			if (!mb || !slot || i + mb > nblocks)
 				return FARM_ECORRUPT;
 			uint64_t ns = (uint64_t)mb * FARM_ALLOC_BLOCK / slot;
-			for (uint64_t k = 0; k < ns; k++) {
-				struct farm_objhdr *o =
-				        (void *)(blk + k * slot);
-				if (farm_objhdr_allocated(o)) {
-					fn(ctx, o, slot / FARM_ALLOC_LINE);
-					n++;
-				}
-			}
+			for (uint64_t k = 0; k < ns; k++)
+				n += walk_slot(blk + k * slot,
+				               slot / FARM_ALLOC_LINE, fn, ctx);
 			break;
 		}
 		case BT_ARRAY: {

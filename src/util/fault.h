@@ -313,6 +313,12 @@ enum farm_fault_point {
 	 * (tests/test_restart_round.c --keep-records: the restart must
 	 * judge them by the configuration history). */
 	FARM_FP_TXN_KEEP_RECORDS,
+	/* alloc/walk.c, a switch: while hooked, the walk of a region calls
+	 * back once per slab slot, so the elements of an array in one slot
+	 * after the first are never seen, as before the fix (tests/
+	 * test_restart.c --broken-stale: a whole-cluster restart leaves
+	 * their stale locks). */
+	FARM_FP_ALLOC_WALK_SLOTS,
 	FARM_FP_COUNT
 };
 
