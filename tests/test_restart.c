@@ -1093,8 +1093,8 @@ static void sl_check(const char *dir, farm_fatptr a, struct fails *f)
 	char which[64] = "";
 	unsigned locked = 0;
 	for (unsigned i = 0; i < SL_N; i++) {
-		_Atomic uint64_t *h =
-		        farm_as_local_ptr(farm_node_as(n), a.addr + i * stride, 64);
+		_Atomic uint64_t *h = farm_as_local_ptr(
+		        farm_node_as(n), a.addr + i * stride, 64);
 		assert_non_null(h);
 		if (atomic_load(h) & OBJ_LOCK_MASK)
 			snprintf(which + strlen(which),
@@ -1126,7 +1126,8 @@ static void sl_check(const char *dir, farm_fatptr a, struct fails *f)
 	if (!rst.restarted)
 		failed(f, "the machine did not restart from its directory");
 	if (locked)
-		failed(f, "%u array elements still locked after the restart "
+		failed(f,
+		       "%u array elements still locked after the restart "
 		       "(elements%s)",
 		       locked, which);
 	if (rc)
