@@ -80,8 +80,10 @@
  *     lincheck under --full-every;
  *   - every region's copies, once every log is truncated: each object
  *     (an array's element) allocated at two copies holds the same bytes
- *     at both (cp_check_copies; objects allocated at one copy only, such
- *     as array elements never written, are counted, not failed).
+ *     at both (cp_check_copies), and no backup lacks an object its
+ *     primary holds (cp_missing: data recovery copies each element of
+ *     an array in one slab slot); objects allocated at a backup only are
+ *     counted, not failed.
  * Then the workloads resume and the next fault comes.
  *
  * A restarted machine's histories go on in the same files (tx_hist_seal,
@@ -193,6 +195,11 @@ static bool opt_broken_removed;
  * holder of an id lets every holder of it in at the fabric
  * (FARM_FP_FABRIC_ADMIT_ANY); a cycle must fail. */
 static bool opt_broken_inc;
+/* --broken-slot (a test-only switch): data recovery copies a slab slot's
+ * first object only (FARM_FP_DATAREC_SLOT_FIRST), so a new backup lacks
+ * the other elements of the KV store's bucket arrays; a cycle that copies
+ * a region must fail (cp_missing). */
+static bool opt_broken_slot;
 /* --hold-end (with --reuse, kill_member): machine CP_HOLD logs and
  * applies the decisions of the first recovery round that removes a
  * machine, then takes the end that would have it empty the removed
@@ -1987,8 +1994,9 @@ struct cp_differ {
 
 /* Two copies of region @g, at machines @i and @j: the objects allocated
  * at both whose bytes differ (returned; the first ones in @dd), and in
- * *@one those allocated at one of them only. -1: a list missing. */
-static long cp_diff_copies(uint32_t g, unsigned i, unsigned j, long *one,
+ * one[0] those allocated at @i only, in one[1] at @j only. -1: a list
+ * missing. */
+static long cp_diff_copies(uint32_t g, unsigned i, unsigned j, long one[2],
                            struct cp_differ *dd)
 {
 	char pi[320], pj[320];
@@ -1998,14 +2006,14 @@ static long cp_diff_copies(uint32_t g, unsigned i, unsigned j, long *one,
 	struct cp_obj *a = np_read_file(pi, &li), *b = np_read_file(pj, &lj);
 	size_t na = li / sizeof(*a), nb = lj / sizeof(*b), x = 0, y = 0;
 	long differ = (!a && li) || (!b && lj) ? -1 : 0;
-	*one = 0;
+	one[0] = one[1] = 0;
 	dd->n = 0;
 	while (differ >= 0 && (x < na || y < nb)) {
 		if (y == nb || (x < na && a[x].off < b[y].off)) {
-			(*one)++;
+			one[0]++;
 			x++;
 		} else if (x == na || b[y].off < a[x].off) {
-			(*one)++;
+			one[1]++;
 			y++;
 		} else {
 			if (a[x].hash != b[y].hash && dd->n < CP_PROBE_OBJS) {
@@ -2152,9 +2160,33 @@ static void cp_explain(uint32_t g, unsigned i, unsigned j,
 	free(aj);
 }
 
+/* Of the objects allocated at one of machines @i and @j only (@one, as
+ * cp_diff_copies counts them), those the primary of region @g holds and
+ * its backup lacks, each pair's first told in @f. Once every log is
+ * truncated a complete backup holds every object its primary does: a
+ * commit's allocations reach it as COMMIT-BACKUP images, the rest through
+ * data recovery's copy (an array's elements in one slab slot each: never
+ * written again, a copy of the slot's first object alone left them out). */
+static long cp_missing(uint32_t g, unsigned i, int ri, unsigned j, int rj,
+                       const long one[2], struct fails *f)
+{
+	long n = ri == FARM_AS_PRIMARY && rj == FARM_AS_BACKUP   ? one[0]
+	         : rj == FARM_AS_PRIMARY && ri == FARM_AS_BACKUP ? one[1]
+	                                                         : 0;
+	if (n)
+		failed(f,
+		       "region %#" PRIx32 ": %ld objects allocated at the "
+		       "primary (machine %u) missing at its backup (machine "
+		       "%u)",
+		       g, n, ri == FARM_AS_PRIMARY ? i : j,
+		       ri == FARM_AS_PRIMARY ? j : i);
+	return n;
+}
+
 /* Every region's copies (primary and backups): the objects allocated at
- * both hold the same bytes, once every log is truncated. An object
- * allocated at one copy only is counted, not failed. Failures in @f. */
+ * both hold the same bytes, once every log is truncated, and a backup
+ * lacks none its primary holds (cp_missing). An object allocated at a
+ * backup only is counted, not failed. Failures in @f. */
 static void cp_check_copies(struct fails *f)
 {
 	struct cp_hashes *h = calloc(NP_NM, sizeof(*h));
@@ -2178,7 +2210,7 @@ static void cp_check_copies(struct fails *f)
 				       i, h[i].pending);
 		}
 	unsigned pairs = 0, bad = 0;
-	long differ = 0, only = 0;
+	long differ = 0, only = 0, missing = 0;
 	for (unsigned i = 0; i < 64; i++)
 		for (unsigned k = 0; cp_is(cp_live, i) && k < h[i].n; k++)
 			for (unsigned j = i + 1; j < 64; j++)
@@ -2187,12 +2219,15 @@ static void cp_check_copies(struct fails *f)
 					uint32_t g = h[i].region[k];
 					if (h[j].region[q] != g)
 						continue;
-					long one = 0;
+					long one[2] = {0, 0};
 					struct cp_differ dd;
-					long d = cp_diff_copies(g, i, j, &one,
+					long d = cp_diff_copies(g, i, j, one,
 					                        &dd);
 					pairs++;
-					only += one;
+					only += one[0] + one[1];
+					missing += cp_missing(
+					        g, i, h[i].role[k], j,
+					        h[j].role[q], one, f);
 					if (d == 0)
 						continue;
 					differ += d > 0 ? d : 0;
@@ -2208,8 +2243,9 @@ static void cp_check_copies(struct fails *f)
 					cp_explain(g, i, j, &dd);
 				}
 	printf("copies: %u pairs of copies compared, %ld objects differ, "
-	       "%ld allocated at one copy only, in %.0f ms\n",
-	       pairs, differ, only, (double)(np_now_ns() - t0) / 1e6);
+	       "%ld allocated at one copy only (%ld of them missing at a "
+	       "backup), in %.0f ms\n",
+	       pairs, differ, only, missing, (double)(np_now_ns() - t0) / 1e6);
 	free(h);
 }
 
@@ -2794,6 +2830,17 @@ static void test_campaign(void **state)
 		cp_done = true;
 		return;
 	}
+	if (opt_broken_slot) {
+		if (ok)
+			fail_msg("campaign --broken-slot: data recovery copied "
+			         "each slab slot's first object only, and no "
+			         "check noticed in %u cycles",
+			         opt_cycles);
+		printf("campaign --broken-slot: cycle %u failed, as it must\n",
+		       done);
+		cp_done = true;
+		return;
+	}
 	if (opt_broken_inc) {
 		if (ok)
 			fail_msg("campaign --broken-inc: every holder of a "
@@ -2873,6 +2920,8 @@ static void usage(FILE *out)
 	        "  whichever holder has it (a cycle must fail).\n"
 	        "  --broken-inc (with zombie_reuse): every holder of a reused "
 	        "id is let in\n  at the fabric (a cycle must fail).\n"
+	        "  --broken-slot: data recovery copies a slab slot's first "
+	        "object only\n  (a cycle that copies a region must fail).\n"
 	        "  --hold-end (with --reuse): machine 1 refuses the first "
 	        "round's decisions\n  and end as stale; --broken-kept: the "
 	        "others do not vote them again\n  (a cycle must fail); "
@@ -2910,6 +2959,7 @@ int main(int argc, char **argv)
 	                                   {"old-ids", 0, NULL, 'O'},
 	                                   {"broken-removed", 0, NULL, 'D'},
 	                                   {"broken-inc", 0, NULL, 'I'},
+	                                   {"broken-slot", 0, NULL, 'B'},
 	                                   {"hold-end", 0, NULL, 'H'},
 	                                   {"broken-kept", 0, NULL, 'K'},
 	                                   {"broken-handoff", 0, NULL, 'N'},
@@ -2971,6 +3021,16 @@ int main(int argc, char **argv)
 				return FARM_TEST_SKIP;
 			}
 			opt_broken_removed = true;
+			break;
+		case 'B':
+			if (!farm_fault_built() ||
+			    farm_fault_set(FARM_FP_DATAREC_SLOT_FIRST,
+			                   prev_ring, NULL)) {
+				printf("skipped: --broken-slot needs fault "
+				       "injection\n");
+				return FARM_TEST_SKIP;
+			}
+			opt_broken_slot = true;
 			break;
 		case 'I':
 			if (!farm_fault_built() ||

@@ -33,7 +33,10 @@
  * where objects are; free blocks are skipped), then runs of objects. Each
  * object read is checked like a lock-free read (not locked exclusive,
  * every line's version equal to the header's); a torn or locked object
- * ends the step there and is read again at the next one. A whole object
+ * ends the step there and is read again at the next one. A slab slot
+ * that holds a small array holds several objects, each element with a
+ * header of its own: each is checked and applied alone (apply_slot). A
+ * whole object
  * is written into the copy with farm_txn_copy_apply: only when it is newer than
  * what the copy holds, under the copy's header lock, exactly as
  * COMMIT-BACKUP images are applied at truncation. So whichever comes
@@ -318,9 +321,73 @@ static void pass_end(struct farm_datarec *dr, struct dr_reg *g)
 }
 
 /*
+ * One object of @lines lines read into @p, for the copy's @local: -1 when
+ * the step must stop at it (locked or torn: read again later), else 0
+ * (applied, or the copy's is as new).
+ */
+static int apply_obj(struct dr_reg *g, const struct dr_step *s, uint8_t *p,
+                     uint8_t *local, unsigned lines)
+{
+	uint64_t v;
+	memcpy(&v, p, 8);
+	if ((v & OBJ_LOCK_MASK) == OBJ_LOCK_EXCL)
+		return -1; /* being installed or recovered: later */
+	/* In our demoted copy a shared lock is a single-machine commit of
+	 * the older configuration that may still install there, and nothing
+	 * sends us its images: later too. */
+	if (s->src && (v & OBJ_LOCK_MASK))
+		return -1;
+	uint16_t v16 = obj_v16(v & ~OBJ_LOCK_MASK);
+	for (unsigned l = 1; l < lines; l++) {
+		uint16_t x;
+		memcpy(&x, p + 64u * l, 2);
+		if (x != v16)
+			return -1;
+	}
+	/* A shared lock (a single-machine commit validating) is not copied:
+	 * the image is consistent, and what that commit installs reaches us
+	 * as a COMMIT-BACKUP (or it aborts). */
+	v &= ~OBJ_LOCK_MASK;
+	memcpy(p, &v, 8);
+	if (farm_txn_copy_apply(local, lines, p, false) &&
+	    g->state == DR_CHECK && v)
+		g->fixed++;
+	return 0;
+}
+
+/*
+ * One slot of @slot_lines lines read into @p: its object, or each element
+ * of the array it holds. A small array (farm_alloc_array) fills part of
+ * one slab slot: element 0's header records the element's lines, fewer
+ * than the slot's, and every element's header carries element 0's
+ * incarnation word (alloc/walk.c reads slots the same way). Each element
+ * is an object of its own, with its own version, and one never written
+ * since the copy began reaches us from this READ only. -1: stop here.
+ */
+static int apply_slot(struct dr_reg *g, const struct dr_step *s, uint8_t *p,
+                      uint8_t *local, unsigned slot_lines)
+{
+	uint64_t w;
+	memcpy(&w, p + 8, 8);
+	unsigned lines = w ? farm_incarn_lines(w) : 1;
+	if (lines >= slot_lines || !farm_incarn_allocated(w) ||
+	    FARM_FAULT_SWITCH(FARM_FP_DATAREC_SLOT_FIRST))
+		return apply_obj(g, s, p, local, FARM_MIN(lines, slot_lines));
+	for (unsigned l = 0; l + lines <= slot_lines; l += lines) {
+		uint64_t we;
+		memcpy(&we, p + 64ull * l + 8, 8);
+		if (l && we != w)
+			continue; /* past the array's end */
+		if (apply_obj(g, s, p + 64ull * l, local + 64ull * l, lines))
+			return -1;
+	}
+	return 0;
+}
+
+/*
  * Apply the objects of a span read into @img (the run's slots from
- * s->off), in order, up to the first torn or locked one. Returns where the
- * copy goes on.
+ * s->off), in order, up to the first slot holding a torn or locked
+ * object. Returns where the copy goes on.
  */
 static uint64_t apply_span(struct farm_datarec *dr, struct dr_reg *g,
                            const struct dr_step *s, uint8_t *img,
@@ -328,41 +395,10 @@ static uint64_t apply_span(struct farm_datarec *dr, struct dr_reg *g,
 {
 	const struct farm_alloc_layout *L = &s->lay;
 	uint64_t off = s->off;
-	while (off + L->slot_bytes <= s->off + s->len) {
-		uint8_t *p = img + (off - s->off);
-		uint64_t v, w;
-		memcpy(&v, p, 8);
-		memcpy(&w, p + 8, 8);
-		if ((v & OBJ_LOCK_MASK) == OBJ_LOCK_EXCL)
-			break; /* being installed or recovered: later */
-		/* In our demoted copy a shared lock is a single-machine
-		 * commit of the older configuration that may still install
-		 * there, and nothing sends us its images: later too. */
-		if (s->src && (v & OBJ_LOCK_MASK))
-			break;
-		unsigned lines = w ? farm_incarn_lines(w) : 1;
-		unsigned slot_lines = L->slot_bytes / 64;
-		if (lines > slot_lines)
-			lines = slot_lines;
-		uint16_t v16 = obj_v16(v & ~OBJ_LOCK_MASK);
-		bool torn = false;
-		for (unsigned l = 1; l < lines && !torn; l++) {
-			uint16_t x;
-			memcpy(&x, p + 64u * l, 2);
-			torn = x != v16;
-		}
-		if (torn)
-			break;
-		/* A shared lock (a single-machine commit validating) is not
-		 * copied: the image is consistent, and what that commit
-		 * installs reaches us as a COMMIT-BACKUP (or it aborts). */
-		v &= ~OBJ_LOCK_MASK;
-		memcpy(p, &v, 8);
-		if (farm_txn_copy_apply(local + off, lines, p, false) &&
-		    g->state == DR_CHECK && v)
-			g->fixed++;
+	while (off + L->slot_bytes <= s->off + s->len &&
+	       !apply_slot(g, s, img + (off - s->off), local + off,
+	                   (unsigned)(L->slot_bytes / 64)))
 		off += L->slot_bytes;
-	}
 	(void)dr;
 	return off;
 }

@@ -319,6 +319,11 @@ enum farm_fault_point {
 	 * test_restart.c --broken-stale: a whole-cluster restart leaves
 	 * their stale locks). */
 	FARM_FP_ALLOC_WALK_SLOTS,
+	/* txn/copy.c, a switch: while hooked, data recovery copies a slab
+	 * slot's first object only, so the elements of an array in one slot
+	 * after the first never reach a new backup unless written again, as
+	 * before the fix. */
+	FARM_FP_DATAREC_SLOT_FIRST,
 	FARM_FP_COUNT
 };
 
