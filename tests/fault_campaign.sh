@@ -38,9 +38,10 @@
 #
 # A machine that left is replaced by a NEW machine (a new id, an empty
 # data directory, the same failure domain) that joins the running cluster
-# late. With --grow, the first late machine grows into an ordinary member
-# once its copies are complete (config grow = 1: primary of part of its
-# share, the old primaries demoted), and each cycle also waits for that. After each fault the cluster is whole again and fully replicated
+# late. With growth (config grow = 1, the default; --no-grow turns it
+# off), the first late machine grows into an ordinary member once its
+# copies are complete (primary of part of its share, the old primaries
+# demoted), and each cycle also waits for that. After each fault the cluster is whole again and fully replicated
 # (every region at 3 complete replicas); then, with the workloads paused:
 # full replication; no account locked, the bank total conserved; every
 # transaction reported committed present; sercheck clean over the whole

@@ -180,10 +180,10 @@ static bool opt_use[F_COUNT];
 /* --order: the faults of --faults in the order given, again and again
  * (a reproducer), instead of shuffled rounds. */
 static bool opt_order;
-/* --grow: late machines grow into ordinary members (config grow): full
- * replication then also waits until none is late. --no-grow (the
- * default): they stay late backups. */
-static bool opt_grow;
+/* Growth (config grow, the library's default): late machines grow into
+ * ordinary members, and full replication also waits until none is late.
+ * --no-grow: they stay late backups. */
+static bool opt_grow = true;
 /* --reuse: a replacement takes the id of the machine it replaces (config
  * reuse_ids), as a new incarnation; --old-ids: the old id rule (reuse_ids
  * off), under which such a replacement is refused. */
@@ -2941,7 +2941,8 @@ static void usage(FILE *out)
 {
 	fprintf(out,
 	        "usage: test_campaign [--cycles N] [--seed S] [--faults "
-	        "F,F,...] [--order] [--broken] [--prev-ring] [--grow] "
+	        "F,F,...] [--order] [--broken] [--prev-ring] [--grow | "
+	        "--no-grow] "
 	        "[--list] [--help]\n"
 	        "  One cluster under the bank and KV workloads takes N faults "
 	        "(default 50)\n  in a row, each followed by full replication "
@@ -2949,9 +2950,9 @@ static void usage(FILE *out)
 	        "  --prev-ring: recovery judges a removed coordinator's "
 	        "commit by the view\n  before the current one "
 	        "(FARM_FP_REC_PREV_RING; the bug seed 1128 found).\n"
-	        "  --grow: machines that join late grow into ordinary "
-	        "members (config grow;\n  --no-grow, the default: they "
-	        "stay late backups).\n"
+	        "  --grow (the default): machines that join late grow into "
+	        "ordinary members\n  (config grow); --no-grow: they stay "
+	        "late backups.\n"
 	        "  --reuse: a killed machine is replaced under its own id "
 	        "(config reuse_ids),\n  a new incarnation; with --old-ids "
 	        "the old rule (reuse_ids off) must refuse it;\n  with "

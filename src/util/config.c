@@ -35,6 +35,9 @@ void farm_config_defaults(struct farm_config *c)
 	 * replacement takes a new id for good and the id space caps a
 	 * cluster's life. */
 	c->reuse_ids = true;
+	/* A machine that joins a formed cluster takes over its share: the
+	 * cluster's capacity grows with it (src/recovery/README.md). */
+	c->grow = true;
 	c->kv_shards = 1;
 }
 
