@@ -253,11 +253,12 @@ uint64_t farm_alloc_meta_bytes(uint64_t region_size);
  * allocated): a slab run of that object's size class, as long as the
  * class's slab blocks, or nothing. Arrays are not told apart from slabs:
  * a large array of elements over 38 lines (its stride is the element, not
- * the class), and a small array in the block's first slot (the word is
- * its element's, so the slot's class is taken for the element's and
- * later slots are misread). A copy given any slab block's description
- * has a header (farm_alloc_copy_note), so only a region whose copies
- * never were (large arrays only) is inferred; FARM_ECORRUPT for an
+ * the class); a block of a large array's run that starts inside an
+ * element (it reads as nothing); a small array in the block's first slot
+ * (the word is its element's, so the element's class is taken for the
+ * slot's and later slots are misread). A copy given any slab block's
+ * description has a header (farm_alloc_copy_note), so only a region whose
+ * copies never were (large arrays only) is inferred; FARM_ECORRUPT for an
  * impossible size.
  */
 FARM_MUST_CHECK int farm_alloc_block_infer(uint64_t region_size, uint32_t b,
