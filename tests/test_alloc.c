@@ -1118,6 +1118,92 @@ static bool gaddr_in(farm_gaddr a, const farm_gaddr *set, int n)
  * that named the tombstone frees into the copy, and hinted allocations land
  * there, never on a live object.
  */
+/* ---- layouts for data recovery (layout.c) ------------------------------ */
+
+/*
+ * What a new backup's copy (src/txn/copy.c) learns of a block, and when it
+ * has to guess. A block allocated after the copy read the table reads
+ * FREE (skipped: its objects reach the new backup as COMMIT-BACKUPs), not
+ * UNKNOWN; only an image without a header is UNKNOWN, and a copy given the
+ * description of a slab block holding a small array has a header whose
+ * table gives the slot's class, not the element's. So the probe
+ * (farm_alloc_block_infer), which takes a small array's element for a
+ * whole slot, only serves primaries whose copy was never given a slab
+ * block's description.
+ */
+static void test_layout(void **state)
+{
+	(void)state;
+	struct prov p;
+	prov_init(&p, 16u << 20, 90);
+	farm_blockalloc *ba = mk_ba(&p);
+	farm_slab *s1, *s2;
+	assert_int_equal(farm_slab_create(ba, &s1), 0);
+	assert_int_equal(farm_slab_create(ba, &s2), 0);
+	farm_gaddr first;
+	assert_int_equal(farm_slab_alloc(s1, 100, 0, &first), 0);
+	uint64_t size = p.r[0].size, mlen = farm_alloc_meta_bytes(size);
+	uint8_t *before = malloc(mlen), *after = malloc(mlen);
+	uint8_t *none = calloc(1, mlen);
+	assert_true(before && after && none);
+	memcpy(before, p.r[0].base, mlen);
+
+	/* In its own slab, so its class's block is new: 5 elements of 3
+	 * lines in the first slot of a block allocated after `before`. */
+	farm_gaddr arr, next;
+	assert_int_equal(farm_alloc_array(s2, 3 * 64 - 16, 5, first, &arr), 0);
+	assert_int_equal(farm_gaddr_region(arr), farm_gaddr_region(first));
+	assert_int_equal(farm_gaddr_offset(arr) % FARM_ALLOC_BLOCK, 0);
+	assert_int_equal(farm_alloc_array(s2, 3 * 64 - 16, 5, arr, &next), 0);
+	memcpy(after, p.r[0].base, mlen);
+	uint32_t b = (uint32_t)(farm_gaddr_offset(arr) / FARM_ALLOC_BLOCK);
+	uint32_t slot = farm_alloc_class_size(farm_alloc_class_of(5 * 3 * 64));
+	assert_true(slot > 3 * 64);
+	assert_int_equal(farm_gaddr_offset(next) - farm_gaddr_offset(arr),
+	                 slot);
+
+	struct farm_alloc_layout L;
+	assert_int_equal(farm_alloc_block_layout(before, mlen, size, b, &L), 0);
+	assert_int_equal(L.kind, FARM_LAYOUT_SKIP);
+	assert_int_equal(farm_alloc_block_layout(after, mlen, size, b, &L), 0);
+	assert_int_equal(L.kind, FARM_LAYOUT_SLOTS);
+	assert_int_equal(L.slot_bytes, slot);
+	assert_int_equal(farm_alloc_block_layout(none, mlen, size, b, &L), 0);
+	assert_int_equal(L.kind, FARM_LAYOUT_UNKNOWN);
+
+	/* A zeroed copy given the array's description, as a backup is by
+	 * the COMMIT-BACKUP that allocates it (txn/allocrec.c): a header,
+	 * and the slot's class. */
+	uint32_t info;
+	assert_int_equal(farm_alloc_block_info(ba, arr, &info), 0);
+	struct farm_alloc_region c = p.r[0];
+	c.base = aligned_alloc(4096, size);
+	assert_non_null(c.base);
+	memset(c.base, 0, size);
+	assert_int_equal(farm_alloc_copy_note(&c, arr, info), 1);
+	assert_int_equal(farm_alloc_block_layout(c.base, mlen, size, b, &L), 0);
+	assert_int_equal(L.kind, FARM_LAYOUT_SLOTS);
+	assert_int_equal(L.slot_bytes, slot);
+
+	/* The probe's word is the element's: it cannot tell the slot
+	 * (alloc.h, farm_alloc_block_infer). */
+	const struct farm_objhdr *h = hdr(ba, arr);
+	assert_int_equal(
+	        farm_alloc_block_infer(size, b, farm_objhdr_load_incarn(h), &L),
+	        0);
+	assert_int_equal(L.kind, FARM_LAYOUT_SLOTS);
+	assert_int_equal(L.slot_bytes, 3 * 64);
+
+	free(c.base);
+	free(before);
+	free(after);
+	free(none);
+	farm_slab_destroy(s1);
+	farm_slab_destroy(s2);
+	farm_blockalloc_destroy(ba);
+	prov_fini(&p);
+}
+
 static void test_retire(void **state)
 {
 	(void)state;
@@ -1385,6 +1471,7 @@ int main(void)
 	        cmocka_unit_test(test_double_free_race),
 	        cmocka_unit_test(test_rebuild),
 	        cmocka_unit_test(test_copy_note),
+	        cmocka_unit_test(test_layout),
 	        cmocka_unit_test(test_threads),
 	        cmocka_unit_test(test_retire),
 	        cmocka_unit_test(test_retire_threads),

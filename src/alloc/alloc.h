@@ -251,9 +251,15 @@ uint64_t farm_alloc_meta_bytes(uint64_t region_size);
  * header and table are not there (FARM_LAYOUT_UNKNOWN), from @incarn, the
  * incarnation word of the object at the block's first byte (0: never
  * allocated): a slab run of that object's size class, as long as the
- * class's slab blocks, or nothing. Arrays of elements over 38 lines are
- * not told apart from slabs of their class (their stride is the element,
- * not the class); FARM_ECORRUPT for an impossible size.
+ * class's slab blocks, or nothing. Arrays are not told apart from slabs:
+ * a large array of elements over 38 lines (its stride is the element, not
+ * the class); a block of a large array's run that starts inside an
+ * element (it reads as nothing); a small array in the block's first slot
+ * (the word is its element's, so the element's class is taken for the
+ * slot's and later slots are misread). A copy given any slab block's
+ * description has a header (farm_alloc_copy_note), so only a region whose
+ * copies never were (large arrays only) is inferred; FARM_ECORRUPT for an
+ * impossible size.
  */
 FARM_MUST_CHECK int farm_alloc_block_infer(uint64_t region_size, uint32_t b,
                                            uint64_t incarn,

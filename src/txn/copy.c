@@ -406,7 +406,12 @@ static uint64_t apply_span(struct farm_datarec *dr, struct dr_reg *g,
 static void step_done(farm_loop *loop, void *ctx, int status);
 
 /* The layout of block @b into s->lay: from the block table read in this
- * pass, else the run it lies in, else a probe's word. Returns true when
+ * pass, else the run it lies in, else a probe's word. The probe serves a
+ * primary without a header only, whose copies were never given a slab
+ * block's description (every commit that allocates gives one; a block
+ * allocated after the table was read reads free there, not unknown); its
+ * word cannot tell a small array's element from a slot (alloc.h,
+ * farm_alloc_block_infer). Returns true when
  * @s must read something else first (the table again, or the block's
  * first line for a probe), false with s->lay set. Under dr->lock. */
 static bool step_layout(struct farm_datarec *dr, struct dr_step *s,
