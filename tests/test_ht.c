@@ -111,19 +111,29 @@ static int get(unsigned m, const void *k, uint32_t kl)
 	return R.status;
 }
 
+/* A shard of @nb buckets made by machine @i. */
+static struct farm_ht_shard make_shard_nb(unsigned i, uint32_t nb)
+{
+	R.done = 0;
+	assert_int_equal(
+	        farm_ht_make_shard(H[i], C.m[i].loop, nb, shard_cb, &R), 0);
+	asn_wait(&C, &R.done);
+	assert_int_equal(R.status, 0);
+	return R.sd;
+}
+
+/* A shard of 8 buckets made by machine @i. */
+static struct farm_ht_shard make_shard(unsigned i)
+{
+	return make_shard_nb(i, 8);
+}
+
 /* Shards: one per machine of @nb buckets, set on every machine. */
 static void make_shards(uint32_t nb)
 {
 	struct farm_ht_shard sd[3];
-	for (unsigned i = 0; i < 3; i++) {
-		R.done = 0;
-		assert_int_equal(
-		        farm_ht_make_shard(H[i], C.m[i].loop, nb, shard_cb, &R),
-		        0);
-		asn_wait(&C, &R.done);
-		assert_int_equal(R.status, 0);
-		sd[i] = R.sd;
-	}
+	for (unsigned i = 0; i < 3; i++)
+		sd[i] = make_shard_nb(i, nb);
 	for (unsigned i = 0; i < 3; i++)
 		assert_int_equal(farm_ht_set_shards(H[i], sd, 3), 0);
 	memcpy(SD, sd, sizeof(SD));
@@ -959,15 +969,8 @@ static void test_not_joined(void **state)
 {
 	(void)state;
 	struct farm_ht_shard sd[3];
-	for (unsigned i = 0; i < 3; i++) {
-		R.done = 0;
-		assert_int_equal(
-		        farm_ht_make_shard(H[i], C.m[i].loop, 8, shard_cb, &R),
-		        0);
-		asn_wait(&C, &R.done);
-		assert_int_equal(R.status, 0);
-		sd[i] = R.sd;
-	}
+	for (unsigned i = 0; i < 3; i++)
+		sd[i] = make_shard(i);
 	assert_int_equal(farm_ht_set_shards(H[0], sd, 3), 0);
 	char k[16];
 	unsigned i = 0;
@@ -1046,15 +1049,8 @@ static void test_moved_away(void **state)
 		mv.ms[i] = (struct farm_ring_machine){.id = i + 1};
 	assert_int_equal(farm_as_place(C.m[0].as, mv.ms, 4, &mv.g), 0);
 	struct farm_ht_shard sd[3] = {moving_shard(mv.g)};
-	for (unsigned i = 1; i < 3; i++) {
-		R.done = 0;
-		assert_int_equal(
-		        farm_ht_make_shard(H[i], C.m[i].loop, 8, shard_cb, &R),
-		        0);
-		asn_wait(&C, &R.done);
-		assert_int_equal(R.status, 0);
-		sd[i] = R.sd;
-	}
+	for (unsigned i = 1; i < 3; i++)
+		sd[i] = make_shard(i);
 	for (unsigned i = 0; i < 3; i++)
 		assert_int_equal(farm_ht_set_shards(H[i], sd, 3), 0);
 	char k[16] = {0};

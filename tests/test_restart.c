@@ -642,6 +642,20 @@ static void test_bank(void **state)
 		fail_msg("%u check(s) failed:\n%s", f.n, f.text);
 }
 
+/* A case's end: with a fix switched off (@opt, its option; NULL: none)
+ * some check must have failed (@off says what was off), else none may. */
+static void verdict(const char *opt, const char *off, const struct fails *f)
+{
+	if (!opt) {
+		if (f->n)
+			fail_msg("%u check(s) failed:\n%s", f->n, f->text);
+		return;
+	}
+	if (!f->n)
+		fail_msg("%s: %s and nothing noticed", opt, off);
+	printf("%s: %u check(s) failed, as they must:\n%s", opt, f->n, f->text);
+}
+
 /* ---- the damaged directory (one machine, static membership) -------------- */
 
 static char dd_root[160];
@@ -977,24 +991,12 @@ static void test_damaged(void **state)
 	}
 	tu_rmtree(dd_root);
 	dd_root[0] = 0;
-	if (broken_kv) {
-		if (!fl.n)
-			fail_msg("--broken-kv: the KV store ignored its kept "
-			         "shard list and nothing noticed");
-		printf("--broken-kv: %u check(s) failed, as they must:\n%s",
-		       fl.n, fl.text);
-		return;
-	}
-	if (broken_check) {
-		if (!fl.n)
-			fail_msg("--broken-check: the check was off and "
-			         "nothing noticed");
-		printf("--broken-check: %u check(s) failed, as they must:\n%s",
-		       fl.n, fl.text);
-		return;
-	}
-	if (fl.n)
-		fail_msg("%u check(s) failed:\n%s", fl.n, fl.text);
+	if (broken_kv)
+		verdict("--broken-kv",
+		        "the KV store ignored its kept shard list", &fl);
+	else
+		verdict(broken_check ? "--broken-check" : NULL,
+		        "the check was off", &fl);
 }
 
 /* ---- stale locks in array elements (one machine, static membership) ---- */
@@ -1166,16 +1168,8 @@ static void test_stale(void **state)
 	sl_check(dir, a, &fl);
 	tu_rmtree(dd_root);
 	dd_root[0] = 0;
-	if (broken_stale) {
-		if (!fl.n)
-			fail_msg("--broken-stale: the walk saw slots only and "
-			         "nothing noticed");
-		printf("--broken-stale: %u check(s) failed, as they must:\n%s",
-		       fl.n, fl.text);
-		return;
-	}
-	if (fl.n)
-		fail_msg("%u check(s) failed:\n%s", fl.n, fl.text);
+	verdict(broken_stale ? "--broken-stale" : NULL,
+	        "the walk saw slots only", &fl);
 }
 
 /* ---- a machine lost at the restart (its directory damaged) ------------- */
