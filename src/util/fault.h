@@ -324,6 +324,14 @@ enum farm_fault_point {
 	 * after the first never reach a new backup unless written again, as
 	 * before the fix. */
 	FARM_FP_DATAREC_SLOT_FIRST,
+	/* hashtable/ht_ship.c, a switch: while hooked, the owner refuses a
+	 * shipped put or delete with -EAGAIN, as it does one for a shard it
+	 * does not serve (a shard moving: tests/test_sync_retry.c). */
+	FARM_FP_HT_REFUSE_OP,
+	/* kv/sync.c, a switch: while hooked, a blocking put or delete
+	 * returns a refusal (-EAGAIN) instead of retrying it, as before the
+	 * wrappers retried (test_sync_retry --broken). */
+	FARM_FP_KV_SYNC_NO_RETRY,
 	FARM_FP_COUNT
 };
 
