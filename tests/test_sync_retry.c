@@ -236,16 +236,6 @@ static int owner_refused(void)
 	return n;
 }
 
-static void end_cluster(void)
-{
-	for (unsigned i = 0; i < NM; i++)
-		np_send(&G, i, 'Q');
-	int st[NM];
-	np_finish(&G, st);
-	for (unsigned i = 0; i < NM; i++)
-		assert_int_equal(st[i], 0);
-}
-
 static void test_retry(void **state)
 {
 	(void)state;
@@ -268,7 +258,7 @@ static void test_retry(void **state)
 			        "refusal (%d): the test cannot see the retry's "
 			        "absence",
 			        r.put_rc);
-		end_cluster();
+		np_quit_all(&G);
 		return;
 	}
 	assert_int_equal(r.put_rc, 0);
@@ -296,7 +286,7 @@ static void test_retry(void **state)
 	assert_true(r.timed_ms >= DEADLINE / 1000000ull);
 	assert_true(r.timed_ms < NO_DEADLINE_MS);
 	assert_int_equal(r.absent_rc, -ENOENT);
-	end_cluster();
+	np_quit_all(&G);
 }
 
 int main(int argc, char **argv)

@@ -186,9 +186,9 @@ farm_kv_mget(farm_kv *kv, farm_loop *loop, unsigned n, const void *const *keys,
  * with -EAGAIN (a shard moving between machines: nothing written) is sent
  * again, the loop parked in between, until the deadline, or for 10 s
  * with none: then -EAGAIN (nothing written), or -ETIMEDOUT when the
- * deadline cut the wait for the last try's answer. The
- * directory's wrappers (farm_kv_name_sync ...) use the default; the join
- * wrappers take their own timeout.
+ * deadline cut the wait for the last try's answer. The directory's
+ * wrappers (farm_kv_name_sync ...) use the default; the join wrappers take
+ * their own timeout.
  */
 
 /* Set @kv's blocking wrappers' deadline (ns, 0: none); any thread, for

@@ -88,13 +88,12 @@ static void op_done(farm_loop *loop, void *ctx, int status)
  * this are a machine that will not serve it, which the caller must see. */
 #define RETRY_FOR_NS (10ull * 1000000000ull)
 
-/* Park @loop before asking again: the slice, cut at @until (0: none),
- * then the next slice doubled. 0 to ask again; -ETIMEDOUT once @until
- * passed (before or after the slice); the loop's error. */
-static int retry_park(farm_loop *loop, uint64_t until, uint64_t *slice)
+/* Park @loop for @ns before asking again, cut at @until (0: none). 0 to
+ * ask again; -ETIMEDOUT once @until passed (before or after the park);
+ * the loop's error. */
+static int retry_park(farm_loop *loop, uint64_t until, uint64_t ns)
 {
-	static const volatile int never; /* the slice's end is the wake-up */
-	uint64_t ns = *slice;
+	static const volatile int never; /* the park's end is the wake-up */
 	if (until) {
 		uint64_t now = farm_now_ns();
 		if (now >= until)
@@ -105,11 +104,10 @@ static int retry_park(farm_loop *loop, uint64_t until, uint64_t *slice)
 	int wr = farm_loop_wait(loop, &never, ns);
 	if (wr && wr != -ETIMEDOUT)
 		return wr;
-	/* A slice cut at the deadline ends at it: asking then would start
+	/* A park cut at the deadline ends at it: asking then would start
 	 * an operation with no time left to learn its outcome. */
 	if (until && farm_now_ns() >= until)
 		return -ETIMEDOUT;
-	*slice = *slice * 2 > RETRY_MAX_NS ? RETRY_MAX_NS : *slice * 2;
 	return 0;
 }
 
@@ -128,14 +126,13 @@ static uint64_t wait_left(uint64_t until)
 static int get_start(farm_kv *kv, farm_loop *loop, const void *key,
                      uint32_t klen, struct sync_op *w, uint64_t until)
 {
-	uint64_t slice = RETRY_MIN_NS;
 	int rc;
+	/* A slot frees within a lookup: the shortest park each time. */
 	while ((rc = farm_kv_get(kv, loop, key, klen, get_done, w)) ==
 	       -EAGAIN) {
-		int pr = retry_park(loop, until, &slice);
+		int pr = retry_park(loop, until, RETRY_MIN_NS);
 		if (pr)
 			return pr;
-		slice = RETRY_MIN_NS; /* a slot frees within a lookup */
 	}
 	return rc;
 }
@@ -200,13 +197,13 @@ static int change_sync(farm_kv *kv, farm_loop *loop, const void *key,
 	uint64_t start = farm_now_ns();
 	uint64_t until = timeout_ns ? start + timeout_ns : 0;
 	uint64_t stop = until ? until : start + RETRY_FOR_NS;
-	uint64_t slice = RETRY_MIN_NS;
-	for (;;) {
+	for (uint64_t park = RETRY_MIN_NS;;
+	     park = park * 2 > RETRY_MAX_NS ? RETRY_MAX_NS : park * 2) {
 		int rc = change_once(kv, loop, key, klen, val, vlen, until);
 		if (rc != -EAGAIN ||
 		    FARM_FAULT_SWITCH(FARM_FP_KV_SYNC_NO_RETRY))
 			return rc;
-		int pr = retry_park(loop, stop, &slice);
+		int pr = retry_park(loop, stop, park);
 		if (pr)
 			return pr == -ETIMEDOUT ? -EAGAIN : pr;
 	}
