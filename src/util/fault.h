@@ -324,6 +324,16 @@ enum farm_fault_point {
 	 * after the first never reach a new backup unless written again, as
 	 * before the fix. */
 	FARM_FP_DATAREC_SLOT_FIRST,
+	/* node/restart_run.c, a delay point: a whole-cluster restart's
+	 * copies adopted and its logs applied, the allocator about to
+	 * rebuild (tests/test_restart.c --slow keeps the CPU busy there, as
+	 * the walks of gigabytes do). */
+	FARM_FP_RESTART_SLOW,
+	/* node/view.c, a switch: while hooked, the restart runs at the
+	 * real-time priority of the thread that applies views, as before
+	 * the fix (tests/test_restart.c --broken-slow: a member's lease
+	 * must lapse). */
+	FARM_FP_RESTART_REALTIME,
 	FARM_FP_COUNT
 };
 
