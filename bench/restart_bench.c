@@ -456,8 +456,15 @@ static int restart_all(struct report *rr, uint64_t *t_last)
 		else if (rr[i].t_first_ns > *t_last)
 			*t_last = rr[i].t_first_ns;
 	}
-	for (unsigned i = 0; i < g_opt.machines; i++) {
+	/* Stopped first, then killed, then reaped: killed and reaped one
+	 * by one, the survivors of the first saw its lease lapse while its
+	 * gigabytes were unmapped, and warned about a failure that was the
+	 * bench's own. */
+	for (unsigned i = 0; i < g_opt.machines; i++)
+		kill(pid[i], SIGSTOP);
+	for (unsigned i = 0; i < g_opt.machines; i++)
 		kill(pid[i], SIGKILL);
+	for (unsigned i = 0; i < g_opt.machines; i++) {
 		waitpid(pid[i], NULL, 0);
 		close(from[i]);
 	}
@@ -485,6 +492,13 @@ static void print_machines(const struct report *rr, uint64_t t_start,
 		       s->records, s->txns, s->objects, s->replay_ns / 1e6,
 		       s->logs_ns / 1e6, s->apply_ns / 1e6, s->alloc_ns / 1e6,
 		       s->barrier_ns / 1e6, (rr[i].t_first_ns - t_start) / 1e6);
+		const struct farm_stats_lease *l = &rr[i].st.lease;
+		printf("    its leases: %" PRIu64 " renewals, %" PRIu64
+		       " late, %" PRIu64 " lapsed, %" PRIu64
+		       " lost, %" PRIu64 " refused, longest gap %.0f ms; "
+		       "configuration %" PRIu64 "\n",
+		       l->renewals, l->late, l->expiries, l->lost, l->refused,
+		       l->max_gap_us / 1e3, rr[i].st.config_id);
 	}
 }
 
