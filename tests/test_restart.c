@@ -85,7 +85,7 @@
 #define RS_SESSION_MS 1500
 #define RS_LEASE_US   50000u
 #define RS_JOIN_MS    60000
-#define RS_PRE        200 /* transfers per machine before the catch */
+#define RS_PRE        200  /* transfers per machine before the catch */
 #define RS_SLOW_MS    1500 /* the slow case's busy restart, per machine */
 
 /* restart_wait_ms of the lost case: long, for the refused machine's
@@ -622,8 +622,10 @@ static bool slow_reports(struct scan *s, struct fails *f)
 		if (!slow_read(i, &b[0], 1, dl) || b[0] != 'R' ||
 		    !slow_read(i, &b[1], 1, dl) || b[1] != 's' ||
 		    !slow_read(i, &s[i], sizeof(s[i]), dl)) {
-			failed(f, "machine %u did not restart with its "
-			          "restart slowed", i);
+			failed(f,
+			       "machine %u did not restart with its "
+			       "restart slowed",
+			       i);
 			all = false;
 		}
 	}
@@ -646,14 +648,20 @@ static bool check_slow(struct fails *f, const struct scan *s)
 			return true;
 		}
 		if (s[i].slow_policy < 0)
-			failed(f, "machine %u: its restart never reached the "
-			          "allocator's rebuild", i);
+			failed(f,
+			       "machine %u: its restart never reached the "
+			       "allocator's rebuild",
+			       i);
 		else if (s[i].slow_policy != SCHED_OTHER)
-			failed(f, "machine %u: its restart ran at policy %d, "
-			          "not at normal priority", i, s[i].slow_policy);
+			failed(f,
+			       "machine %u: its restart ran at policy %d, "
+			       "not at normal priority",
+			       i, s[i].slow_policy);
 		if (s[i].lapsed)
-			failed(f, "machine %u: %" PRIu64 " lease(s) lapsed "
-			          "while the restarts were slow", i, s[i].lapsed);
+			failed(f,
+			       "machine %u: %" PRIu64 " lease(s) lapsed "
+			       "while the restarts were slow",
+			       i, s[i].lapsed);
 	}
 	return false;
 }
