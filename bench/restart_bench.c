@@ -19,7 +19,10 @@
  * read back and compared.
  *
  * Usage: restart_bench [--machines N] [--mb MiB] [--replicas R]
- *                      [--region MiB] [--dir D] [--quick]
+ *                      [--region MiB] [--dir D] [--lease-ms L] [--quick]
+ *                      [--keep S | --again S]
+ * --keep/--again: one filling kept in S for many restarts
+ * (bench/README.md).
  * Default: 3 machines, 1024 MiB each, 1 replica (3 would need 3 GiB of
  * copies per machine, twice over while restarting: more tmpfs than the
  * development host has to spare). Prints a summary and, last, one JSON
