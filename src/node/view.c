@@ -678,7 +678,17 @@ static int run_restart(farm_node *n, const struct farm_view *v)
 	               !FARM_FAULT_SWITCH(FARM_FP_RESTART_REALTIME) &&
 	               !pthread_getschedparam(pthread_self(), &policy, &sp) &&
 	               policy != SCHED_OTHER && !farm_thread_set_normal();
+	/* Leases are not judged while the restart runs: nothing commits
+	 * before its barrier, and the members may each run it in another
+	 * configuration (their first with every member restarted, judged
+	 * at different times), each frozen there until it is done. */
+	bool hold = farm_restart_pending(n->rs) &&
+	            !FARM_FAULT_SWITCH(FARM_FP_RESTART_LEASES_JUDGED);
+	if (hold)
+		farm_recovery_hold_leases(n->rec, true);
 	int rc = farm_restart_run(n->rs, v);
+	if (hold)
+		farm_recovery_hold_leases(n->rec, false);
 	if (lowered)
 		(void)pthread_setschedparam(pthread_self(), policy, &sp);
 	return rc;

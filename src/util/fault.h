@@ -334,6 +334,9 @@ enum farm_fault_point {
 	 * the fix (tests/test_restart.c --broken-slow: a member's lease
 	 * must lapse). */
 	FARM_FP_RESTART_REALTIME,
+	/* node/view.c, a switch: while hooked, leases are judged while a
+	 * whole-cluster restart runs, as before the fix. */
+	FARM_FP_RESTART_LEASES_JUDGED,
 	FARM_FP_COUNT
 };
 
