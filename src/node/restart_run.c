@@ -611,6 +611,7 @@ static int run_apply(struct run *r)
 {
 	struct farm_restart *rs = r->rs;
 	int rc = 0;
+	FARM_FAULT_POINT(FARM_FP_RESTART_SLOW); /* testing */
 	for (unsigned i = 0; i < r->nadopt && !rc; i++) {
 		uint32_t reps[FARM_RING_MAX_REPLICAS];
 		uint32_t id = r->ids[i];

@@ -332,6 +332,19 @@ enum farm_fault_point {
 	 * returns a refusal (-EAGAIN) instead of retrying it, as before the
 	 * wrappers retried (test_sync_retry --broken). */
 	FARM_FP_KV_SYNC_NO_RETRY,
+	/* node/restart_run.c, a delay point: a whole-cluster restart's
+	 * copies adopted and its logs applied, the allocator about to
+	 * rebuild (tests/test_restart.c --slow keeps the CPU busy there, as
+	 * the walks of gigabytes do). */
+	FARM_FP_RESTART_SLOW,
+	/* node/view.c, a switch: while hooked, the restart runs at the
+	 * real-time priority of the thread that applies views, as before
+	 * the fix (tests/test_restart.c --broken-slow: a member's lease
+	 * must lapse). */
+	FARM_FP_RESTART_REALTIME,
+	/* node/view.c, a switch: while hooked, leases are judged while a
+	 * whole-cluster restart runs, as before the fix. */
+	FARM_FP_RESTART_LEASES_JUDGED,
 	FARM_FP_COUNT
 };
 
