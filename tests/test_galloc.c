@@ -426,13 +426,13 @@ static void test_adopt(void **state)
 	assert_true(farm_incarn_allocated(incarn));
 	/* Kept whole for the adoption (as while the adopter scans the
 	 * region; the switch forces it): header and lock untouched. */
-	assert_int_equal(farm_fault_set(FARM_FP_ALLOC_DEFER_WHOLE,
-	                                 tu_switch_on, NULL),
-	                 0);
+	assert_int_equal(
+	        farm_fault_set(FARM_FP_ALLOC_DEFER_WHOLE, tu_switch_on, NULL),
+	        0);
 	assert_int_equal(
 	        farm_galloc_free_local_or_defer(g, C.m[0].loop, obj[1], 12), 1);
-	assert_int_equal(
-	        farm_fault_set(FARM_FP_ALLOC_DEFER_WHOLE, NULL, NULL), 0);
+	assert_int_equal(farm_fault_set(FARM_FP_ALLOC_DEFER_WHOLE, NULL, NULL),
+	                 0);
 	assert_int_equal(farm_galloc_free_local(g, C.m[0].loop, obj[1]),
 	                 -EREMOTE);
 	assert_int_equal(atomic_load(ver), 8 | 2);
@@ -700,14 +700,14 @@ static void test_retire(void **state)
 	 * scans; the switch forces it: one before the scan is done in its
 	 * header at once, test_adopt). */
 	assert_int_equal(farm_galloc_adopt_expect(g, R), 1);
-	assert_int_equal(farm_fault_set(FARM_FP_ALLOC_DEFER_WHOLE,
-	                                 tu_switch_on, NULL),
-	                 0);
+	assert_int_equal(
+	        farm_fault_set(FARM_FP_ALLOC_DEFER_WHOLE, tu_switch_on, NULL),
+	        0);
 	assert_int_equal(
 	        farm_galloc_free_local_or_defer(g, L.m[0].loop[0], live[4], 0),
 	        1);
-	assert_int_equal(
-	        farm_fault_set(FARM_FP_ALLOC_DEFER_WHOLE, NULL, NULL), 0);
+	assert_int_equal(farm_fault_set(FARM_FP_ALLOC_DEFER_WHOLE, NULL, NULL),
+	                 0);
 	uint64_t lost = gs.deferred_lost;
 	assert_int_equal(farm_galloc_retire(g, R), 0);
 	farm_galloc_stats(g, &gs);

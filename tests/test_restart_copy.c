@@ -123,11 +123,10 @@ static void read_slots(struct tx_child *c, struct rc_slots *out)
 		out->held[i] = 1;
 		out->role[i] = (int)role;
 		out->incarn[i] = farm_objhdr_load_incarn(
-		        (const struct farm_objhdr *)(const void *)((const uint8_t
-		                                                            *)
-		                                                   farm_region_base(
-		                                                           r) +
-		                                                   off));
+		        (const struct farm_objhdr
+		                 *)(const void *)((const uint8_t *)
+		                                          farm_region_base(r) +
+		                                  off));
 	}
 }
 

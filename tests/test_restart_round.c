@@ -135,8 +135,8 @@ static void read_copy(struct tx_child *c, farm_fatptr p, struct rr_copy *out)
 	memcpy(out->bytes, q, sizeof(out->bytes));
 }
 
-/* Write RR_NEW over @p (--free: free it); the commit kills this machine once every
- * COMMIT-BACKUP is durable. Returns only if it did not. */
+/* Write RR_NEW over @p (--free: free it); the commit kills this machine once
+ * every COMMIT-BACKUP is durable. Returns only if it did not. */
 static int write_and_die(struct tx_child *c, farm_fatptr p)
 {
 	farm_tx *tx;

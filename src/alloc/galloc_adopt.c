@@ -294,8 +294,7 @@ static int free_header_early(farm_galloc *g, uint32_t id, farm_gaddr a)
 	if (!fr || role != FARM_AS_PRIMARY || off % FARM_ALLOC_LINE ||
 	    off + FARM_OBJHDR_SIZE > farm_region_size(fr))
 		return 1;
-	struct farm_objhdr *h =
-	        (void *)((char *)farm_region_base(fr) + off);
+	struct farm_objhdr *h = (void *)((char *)farm_region_base(fr) + off);
 	uint64_t w = farm_objhdr_load_incarn(h);
 	do {
 		if (!farm_incarn_allocated(w))
@@ -321,7 +320,7 @@ static int defer_locked(farm_galloc *g, uint32_t id, farm_gaddr a,
 		int rc = free_header_early(g, id, a);
 		if (rc < 0)
 			return rc; /* the caller counts a free refused */
-		if (rc == 0) { /* counted deferred and done at once */
+		if (rc == 0) {     /* counted deferred and done at once */
 			atomic_fetch_add(&g->frees_deferred, 1);
 			atomic_fetch_add(&g->deferred_freed, 1);
 			return 2;

@@ -67,14 +67,37 @@
  *    through its block table: farm_alloc_walk_region). Nothing an aborted
  *    transaction wrote is visible: primaries install only at commit. An
  *    object whose install finished but whose unlock never came (a free
- *    deferred until the allocator adopts its promoted region, whose
- *    records may all be truncated by then) already holds its new version
- *    under the lock (obj_install_locked), so unlocking it leaves it whole.
+ *    deferred until the allocator adopts its promoted region, while the
+ *    adopter scanned it, whose records may all be truncated by then)
+ *    already holds its new version under the lock (obj_install_locked),
+ *    so unlocking it leaves it whole.
+ *  - A committed free's slot is free again at every copy. The allocator
+ *    keeps nothing of a free across a kill but the object's header (the
+ *    rebuild by scan, src/node/restart_run.c step 4, lists a slot whose
+ *    header says freed and keeps one that says allocated), and a
+ *    COMMIT-BACKUP's image carries the freed header, a LOCK's image
+ *    (applied with obj_install) leaves it as it was. So once the images
+ *    are in, every copy whose header still holds the freed object
+ *    allocated in the incarnation the free ended gets the freed header
+ *    (free_committed): a primary's install the kill cut short, before or
+ *    after its image, and a copy the LOCK's image reached first. Its
+ *    records are still in the logs: the coordinator finishes (and so
+ *    truncates) a commit only after the COMMIT-PRIMARY lands, and the
+ *    primary processes its log in order, the LOCK's truncation after the
+ *    COMMIT-PRIMARY the kill cut short; a single-machine commit's
+ *    COMMIT-BACKUPs stay until it finishes, after its install. A free
+ *    deferred to its region's adoption is done in its header at once
+ *    unless the adopter was scanning the region
+ *    (src/alloc/galloc_adopt.c), so no record is needed for it.
  *
- * Not handled (src/recovery/README.md, "Not yet"): a committed free whose
- * install the kill cut short, or that was deferred to its region's
- * adoption, is installed but its slot is not freed (a leak, never a wrong
- * value).
+ * Not handled (src/recovery/README.md, "Not yet"): an array's free whose
+ * install the kill cut short (its run or slot is freed whole by the
+ * allocator, and a large array's run is retired in the block table); a
+ * free deferred while the adopter scanned its region, killed before the
+ * scan ended, its records truncated; a single-machine commit's free with
+ * no backup (no record) killed between its install and the allocator's
+ * free. Each is installed but its slot is not freed (a leak, never a
+ * wrong value).
  */
 #include <errno.h>
 #include <inttypes.h>
