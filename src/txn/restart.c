@@ -543,6 +543,16 @@ static uint64_t free_committed(farm_txm *m, const struct rs_rec *r)
 		 * Nothing else runs on the copies during the restart. */
 		atomic_store_explicit(&p->incarn, farm_incarn_freed(w),
 		                      memory_order_release);
+		/* Its lock too: a free kept whole for the adoption left it
+		 * locked, and unlock_all passes free slots by (a slot
+		 * allocated again with the lock bit would refuse every
+		 * writer, and data recovery's copy would read it again
+		 * forever). Release: pairs with the acquire loads of the
+		 * version word (farm_objhdr_load_version). */
+		uint64_t v = farm_objhdr_load_version(p);
+		if (v & OBJ_LOCK_MASK)
+			atomic_store_explicit(&p->version, v & ~OBJ_LOCK_MASK,
+			                      memory_order_release);
 		n++;
 	}
 	return n;
