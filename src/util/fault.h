@@ -345,6 +345,17 @@ enum farm_fault_point {
 	/* node/view.c, a switch: while hooked, leases are judged while a
 	 * whole-cluster restart runs, as before the fix. */
 	FARM_FP_RESTART_LEASES_JUDGED,
+	/* alloc/galloc_adopt.c, a switch: while hooked, a committed free in
+	 * a promoted region not yet adopted is kept whole until the
+	 * adoption (its header left allocated), as before the fix: a kill
+	 * before the adoption leaks its slot (test_restart_copy
+	 * --broken-leak). */
+	FARM_FP_ALLOC_DEFER_WHOLE,
+	/* txn/restart.c, a switch: while hooked, a whole-cluster restart
+	 * replays a committed free's images but leaves its slot allocated
+	 * where the install was cut short, as before the fix
+	 * (test_restart_round --broken-free). */
+	FARM_FP_RESTART_KEEP_FREED,
 	FARM_FP_COUNT
 };
 
