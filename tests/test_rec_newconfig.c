@@ -80,8 +80,8 @@ static farm_node *slow_node;
 static void slow_member(enum farm_fault_point fp, void *arg)
 {
 	struct farm_view *v = malloc(sizeof(*v));
-	bool slow = v && slow_node && !farm_node_view(slow_node, v) &&
-	            v->config_id;
+	bool slow =
+	        v && slow_node && !farm_node_view(slow_node, v) && v->config_id;
 	free(v);
 	if (slow)
 		slow_publish(fp, arg);
@@ -307,8 +307,8 @@ static void test_join(void **state)
 	printf("%sthe joiner was a member of configuration %" PRIu64
 	       " (%u machines) %.1f ms after its open (ZooKeeper's views %u "
 	       "ms late there), %" PRIu64 " offered\n",
-	       opt_broken ? "broken rule: " : "", r.config_id, r.n, ms,
-	       SLOW_MS, r.offered);
+	       opt_broken ? "broken rule: " : "", r.config_id, r.n, ms, SLOW_MS,
+	       r.offered);
 	assert_int_equal(r.n, NP_NM);
 	assert_true(r.t_view_ns > 0);
 	assert_int_equal(r.offers_refused, 0);
