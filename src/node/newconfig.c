@@ -47,7 +47,8 @@ static struct nc_send *nc_make(const struct farm_view *v, const char *text,
 	return s;
 }
 
-/* On loop 0: one message to each survivor's loop 0. */
+/* On loop 0: one message to loop 0 of each machine @ctx names (survivors,
+ * or the machines a configuration adds). */
 static void nc_send_all(farm_loop *loop, void *ctx, int status)
 {
 	struct nc_send *s = ctx;
