@@ -589,6 +589,8 @@ static enum av_state av_peers(struct av *a)
 		if (m->id != n->cfg.machine_id)
 			add_peer(n, v, m);
 	}
+	/* The CM: the machines this view adds are peers now. */
+	farm_node_newconfig_joiners(n, v->config_id);
 	return AV_PLACE;
 }
 
