@@ -328,9 +328,9 @@ enum farm_fault_point {
 	 * shipped put or delete with -EAGAIN, as it does one for a shard it
 	 * does not serve (a shard moving: tests/test_sync_retry.c). */
 	FARM_FP_HT_REFUSE_OP,
-	/* kv/sync.c, a switch: while hooked, a blocking put or delete
+	/* kv/sync.c, a switch: while hooked, a blocking get, put or delete
 	 * returns a refusal (-EAGAIN) instead of retrying it, as before the
-	 * wrappers retried (test_sync_retry --broken). */
+	 * wrappers retried (test_sync_retry --broken, --broken-get). */
 	FARM_FP_KV_SYNC_NO_RETRY,
 	/* node/restart_run.c, a delay point: a whole-cluster restart's
 	 * copies adopted and its logs applied, the allocator about to
@@ -356,6 +356,10 @@ enum farm_fault_point {
 	 * where the install was cut short, as before the fix
 	 * (test_restart_round --broken-free). */
 	FARM_FP_RESTART_KEEP_FREED,
+	/* kv/owner_serve.c, a switch: while hooked, the owner refuses an
+	 * owner-served get with -EAGAIN, as it does one for a shard it is not
+	 * (yet, or any more) the primary of (tests/test_sync_retry.c). */
+	FARM_FP_KV_OWNER_REFUSE_GET,
 	FARM_FP_COUNT
 };
 
