@@ -360,6 +360,15 @@ enum farm_fault_point {
 	 * owner-served get with -EAGAIN, as it does one for a shard it is not
 	 * (yet, or any more) the primary of (tests/test_sync_retry.c). */
 	FARM_FP_KV_OWNER_REFUSE_GET,
+	/* txn/tx.c, a switch: while hooked, a transaction's allocation finds
+	 * its object's region gone from this machine (growth made another
+	 * machine its primary between the allocator's answer and the
+	 * transaction taking it): -EAGAIN (tests/test_txn.c alloc_moved). */
+	FARM_FP_TX_ALLOC_MOVED,
+	/* txn/tx.c, a switch: while hooked, that -EAGAIN leaves the object's
+	 * entry in the transaction, a bug (test_txn --broken-moved: the
+	 * commit must fail). */
+	FARM_FP_TX_ALLOC_MOVED_KEPT,
 	FARM_FP_COUNT
 };
 
