@@ -23,6 +23,7 @@
 #include "alloc/objhdr.h"
 #include "txn/object.h"
 #include "util/common.h"
+#include "util/fault.h"
 
 #define DG_SEED 0x6a09e667f3bcc909ull
 
@@ -73,7 +74,8 @@ static int dg_slot(const uint8_t *p, unsigned slot_lines, uint64_t off,
 {
 	uint64_t w = farm_objhdr_load_incarn((const struct farm_objhdr *)p);
 	unsigned lines = w ? farm_incarn_lines(w) : 1;
-	if (lines >= slot_lines || !farm_incarn_allocated(w))
+	if (lines >= slot_lines || !farm_incarn_allocated(w) ||
+	    FARM_FAULT_SWITCH(FARM_FP_DIGEST_SLOT_FIRST))
 		return dg_obj(p, FARM_MIN(lines, slot_lines), off, h);
 	for (unsigned l = 0; l + lines <= slot_lines; l += lines) {
 		const uint8_t *e = p + 64ull * l;

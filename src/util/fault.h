@@ -324,6 +324,11 @@ enum farm_fault_point {
 	 * after the first never reach a new backup unless written again, as
 	 * before the fix. */
 	FARM_FP_DATAREC_SLOT_FIRST,
+	/* txn/copy_digest.c, a switch: while hooked, a chunk's summary takes
+	 * a slab slot's first object only, so a write to a later element of
+	 * a small array changes no summary (tests/test_copy_digest.c
+	 * --broken). */
+	FARM_FP_DIGEST_SLOT_FIRST,
 	FARM_FP_COUNT
 };
 
