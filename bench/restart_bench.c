@@ -19,7 +19,10 @@
  * read back and compared.
  *
  * Usage: restart_bench [--machines N] [--mb MiB] [--replicas R]
- *                      [--region MiB] [--dir D] [--quick]
+ *                      [--region MiB] [--dir D] [--lease-ms L] [--quick]
+ *                      [--keep S | --again S]
+ * --keep/--again: one filling kept in S for many restarts
+ * (bench/README.md).
  * Default: 3 machines, 1024 MiB each, 1 replica (3 would need 3 GiB of
  * copies per machine, twice over while restarting: more tmpfs than the
  * development host has to spare). Prints a summary and, last, one JSON
@@ -41,6 +44,7 @@
 #include "benchnode.h"
 #include "benchutil.h"
 #include "benchcluster.h"
+#include "zklocal.h"
 
 #ifndef FARM_SOURCE_DIR
 #error "FARM_SOURCE_DIR must name the source tree (scripts/zk-local)"
@@ -60,7 +64,8 @@ static struct {
 	uint64_t mb, region_mb;
 	const char *dir;
 	unsigned lease_ms;
-} g_opt = {3, 1, 1024, 256, "/dev/shm", 500};
+	const char *keep, *again; /* --keep, --again: the state directory */
+} g_opt = {3, 1, 1024, 256, "/dev/shm", 500, NULL, NULL};
 
 static char g_root[200], g_zk_dir[300], g_zk_connect[64], g_zk_root[96];
 
@@ -364,6 +369,7 @@ static void usage(FILE *f)
 	fprintf(f,
 	        "usage: " PROG " [--machines N] [--mb MiB] [--replicas R] "
 	        "[--region MiB] [--dir D] [--lease-ms L] [--quick]\n"
+	        "       [--keep S | --again S]\n"
 	        "  Whole-cluster restart: N machines (default 3) each commit "
 	        "MiB (default 1024)\n"
 	        "  of objects, all are killed with SIGKILL and started again "
@@ -371,6 +377,12 @@ static void usage(FILE *f)
 	        "  directories (under D, default /dev/shm); time to the first "
 	        "commit.\n"
 	        "  --lease-ms: recovery's lease (default 500).\n"
+	        "  --keep S: fill into the new directory S, kill, and keep "
+	        "it (ZooKeeper's too);\n"
+	        "  --again S: restart from S (kept or restarted before), "
+	        "kill, keep it: restarts\n"
+	        "  of one filling, by one build or another (same "
+	        "--machines/--replicas/--mb).\n"
 	        "  --quick: 64 MiB per machine.\n");
 }
 
@@ -398,6 +410,10 @@ static int parse_args(int argc, char **argv)
 			g_opt.dir = v, i++;
 		} else if (v && !strcmp(a, "--lease-ms")) {
 			g_opt.lease_ms = (unsigned)atoi(v), i++;
+		} else if (v && !strcmp(a, "--keep")) {
+			g_opt.keep = v, i++;
+		} else if (v && !strcmp(a, "--again")) {
+			g_opt.again = v, i++;
 		} else {
 			usage(stderr);
 			return 2;
@@ -456,8 +472,15 @@ static int restart_all(struct report *rr, uint64_t *t_last)
 		else if (rr[i].t_first_ns > *t_last)
 			*t_last = rr[i].t_first_ns;
 	}
-	for (unsigned i = 0; i < g_opt.machines; i++) {
+	/* Stopped first, then killed, then reaped: killed and reaped one
+	 * by one, the survivors of the first saw its lease lapse while its
+	 * gigabytes were unmapped, and warned about a failure that was the
+	 * bench's own. */
+	for (unsigned i = 0; i < g_opt.machines; i++)
+		kill(pid[i], SIGSTOP);
+	for (unsigned i = 0; i < g_opt.machines; i++)
 		kill(pid[i], SIGKILL);
+	for (unsigned i = 0; i < g_opt.machines; i++) {
 		waitpid(pid[i], NULL, 0);
 		close(from[i]);
 	}
@@ -485,6 +508,13 @@ static void print_machines(const struct report *rr, uint64_t t_start,
 		       s->records, s->txns, s->objects, s->replay_ns / 1e6,
 		       s->logs_ns / 1e6, s->apply_ns / 1e6, s->alloc_ns / 1e6,
 		       s->barrier_ns / 1e6, (rr[i].t_first_ns - t_start) / 1e6);
+		const struct farm_stats_lease *l = &rr[i].st.lease;
+		printf("    its leases: %" PRIu64 " renewals, %" PRIu64
+		       " late, %" PRIu64 " lapsed, %" PRIu64 " lost, %" PRIu64
+		       " refused, longest gap %.0f ms; "
+		       "configuration %" PRIu64 "\n",
+		       l->renewals, l->late, l->expiries, l->lost, l->refused,
+		       l->max_gap_us / 1e3, rr[i].st.config_id);
 	}
 }
 
@@ -525,38 +555,74 @@ static void report(const struct report *rr, int bad, double fill_s,
 	       !bad && kill_ms < 2000 ? "true" : "false");
 }
 
+/* The state directory of --keep (made: 0) or --again (there: 0), its
+ * ZooKeeper server started on DIR/zk (kept across runs: same port and
+ * data). Else main's exit status. */
+static int state_open(const char *script)
+{
+	const char *d = g_opt.keep ? g_opt.keep : g_opt.again;
+	snprintf(g_root, sizeof(g_root), "%s", d);
+	if (g_opt.keep && mkdir(g_root, 0700)) {
+		fprintf(stderr, PROG ": mkdir %s: %s\n", g_root,
+		        strerror(errno));
+		return 1;
+	}
+	snprintf(g_zk_dir, sizeof(g_zk_dir), "%s/zk", g_root);
+	if (g_opt.keep && mkdir(g_zk_dir, 0700))
+		return 1;
+	if (zkl_run(NULL, script, "start", g_zk_dir, g_zk_connect,
+	            sizeof(g_zk_connect))) {
+		fprintf(stderr, PROG ": zk-local start %s failed\n", g_zk_dir);
+		return 1;
+	}
+	snprintf(g_zk_root, sizeof(g_zk_root), "/libfarm/restart-bench-kept");
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	int pr = parse_args(argc, argv);
 	if (pr)
 		return pr < 0 ? 0 : pr;
-	snprintf(g_root, sizeof(g_root), "%s/farm-restart-bench-XXXXXX",
-	         g_opt.dir);
-	if (!mkdtemp(g_root)) {
-		fprintf(stderr, PROG ": mkdtemp %s: %s\n", g_root,
-		        strerror(errno));
-		return 1;
-	}
-	snprintf(g_zk_dir, sizeof(g_zk_dir), "%s/zk-XXXXXX", g_root);
 	const char *script = FARM_SOURCE_DIR "/scripts/zk-local";
-	int zs = bc_zk_start(PROG, script, NULL, g_zk_dir, g_zk_connect,
-	                     sizeof(g_zk_connect));
-	if (zs) {
-		bu_rm_tree(AT_FDCWD, g_root, 4);
-		return zs;
+	bool kept = g_opt.keep || g_opt.again;
+	if (kept) {
+		if ((pr = state_open(script)))
+			return pr;
+	} else {
+		snprintf(g_root, sizeof(g_root), "%s/farm-restart-bench-XXXXXX",
+		         g_opt.dir);
+		if (!mkdtemp(g_root)) {
+			fprintf(stderr, PROG ": mkdtemp %s: %s\n", g_root,
+			        strerror(errno));
+			return 1;
+		}
+		snprintf(g_zk_dir, sizeof(g_zk_dir), "%s/zk-XXXXXX", g_root);
+		int zs = bc_zk_start(PROG, script, NULL, g_zk_dir, g_zk_connect,
+		                     sizeof(g_zk_connect));
+		if (zs) {
+			bu_rm_tree(AT_FDCWD, g_root, 4);
+			return zs;
+		}
+		snprintf(g_zk_root, sizeof(g_zk_root),
+		         "/libfarm/restart-bench-%d", (int)getpid());
 	}
-	snprintf(g_zk_root, sizeof(g_zk_root), "/libfarm/restart-bench-%d",
-	         (int)getpid());
 	static struct report rr[MAXM];
-	double fill_s;
-	uint64_t t_kill, t_last = 0;
-	int bad = fill_and_kill(&fill_s, &t_kill);
+	double fill_s = 0;
+	uint64_t t_kill = now_ns(), t_last = 0;
+	int bad = g_opt.again ? 0 : fill_and_kill(&fill_s, &t_kill);
 	if (bad) {
 		fprintf(stderr, PROG ": filling failed\n");
-	} else {
+	} else if (!g_opt.keep) {
 		uint64_t t_start = now_ns();
 		bad = restart_all(rr, &t_last);
-		report(rr, bad, fill_s, t_kill, t_start, t_last);
+		report(rr, bad, fill_s, g_opt.again ? t_start : t_kill, t_start,
+		       t_last);
+	}
+	if (kept) {
+		if (zkl_run(NULL, script, "stop", g_zk_dir, NULL, 0))
+			fprintf(stderr, PROG ": zk-local stop failed\n");
+		return bad;
 	}
 	bc_zk_stop(PROG, script, NULL, g_zk_dir);
 	bu_rm_tree(AT_FDCWD, g_root, 4);

@@ -83,7 +83,8 @@
  *     at both (cp_check_copies), and no backup lacks an object its
  *     primary holds (cp_missing: data recovery copies each element of
  *     an array in one slab slot), unless the backup holds it freed (a
- *     committed free whose slot the primary kept: a known leak);
+ *     committed free whose slot the primary kept: a known leak, a free
+ *     deferred while the adopter scanned its promoted region);
  *     objects allocated at a backup only are counted, not failed.
  * Then the workloads resume and the next fault comes.
  *
@@ -2426,8 +2427,10 @@ static void cp_explain(uint32_t g, unsigned i, unsigned j,
  * @g holds and its backup lacks: the first few are looked up at the
  * backup ('O'), and unless each is a slot the backup holds freed with a
  * later incarnation (a committed free the primary installed but whose
- * slot it did not free: a known leak, src/txn/restart.c, "Not handled"),
- * the pair fails in @f. Once every log is truncated a complete backup
+ * slot it did not free: a known leak, src/txn/restart.c, "Not handled":
+ * a free deferred while the adopter scanned its promoted region, whose
+ * records were truncated before a restart_copy's power loss), the pair
+ * fails in @f. Once every log is truncated a complete backup
  * holds every object its primary does: a commit's allocations reach it
  * as COMMIT-BACKUP images, the rest through data recovery's copy (an
  * array's elements in one slab slot each: never written again, a copy of

@@ -28,6 +28,15 @@
  *   sigstop     the member is another process, stopped with SIGSTOP past
  *               its lease: the CM suspects it, and after SIGCONT it finds
  *               its own lease lost (a zombie knows it is one).
+ *   held        a whole-cluster restart's leases (farm_lease_hold): the
+ *               CM takes configuration 2 as its first, a member stays in
+ *               1 (it restarts there) and its renewals are refused (older
+ *               than the CM's first), every machine holding its leases:
+ *               nobody is suspected for longer than the join grace; once
+ *               the member takes 2 and the holds end, it renews and
+ *               nobody is suspected. --broken-held: no hold, the member
+ *               must be suspected (the restart's second cause of lapses,
+ *               src/node/README.md).
  *   --broken    expiry checks off (a testing switch of fault-injection
  *               builds): the member and sigstop parts must then see no
  *               suspicion, proving they catch a detector that is off.
@@ -680,6 +689,60 @@ static void test_sigstop(void **state)
 	close(down[1]);
 }
 
+static bool broken_held;
+
+static void test_held(void **state)
+{
+	(void)state;
+	struct trio t;
+	for (unsigned i = 0; i < 3; i++) {
+		assert_non_null(t.l[i] = obs_open(&t.o[i], i));
+		t.peers[i].id = i;
+		snprintf(t.peers[i].addr, sizeof(t.peers[i].addr), "%s",
+		         farm_lease_addr(t.l[i]));
+		if (!broken_held)
+			farm_lease_hold(t.l[i], true);
+	}
+	/* The member 2 restarts in configuration 1; the CM and member 1 in
+	 * 2, the CM's first. */
+	assert_int_equal(farm_lease_set_config(t.l[2], 1, 0, t.peers, 3), 0);
+	for (unsigned i = 0; i < 2; i++)
+		assert_int_equal(
+		        farm_lease_set_config(t.l[i], 2, 0, t.peers, 3), 0);
+	/* Past the join grace (1 s) and a lease: the CM refuses member
+	 * 2's renewals all along. */
+	bool seen = obs_wait(&t.o[0], 1, 0, 1500);
+	struct farm_lease_stats s;
+	farm_lease_stats(t.l[0], &s);
+	printf("held: %" PRIu64 " renewals of configuration 1 refused, member "
+	       "2 %s\n",
+	       s.refused, seen ? "suspected" : "not suspected");
+	assert_true(s.refused > 0);
+	if (broken_held) {
+		trio_close(&t);
+		/* Judged during the restart: what the hold prevents. */
+		assert_true(seen);
+		return;
+	}
+	assert_false(seen);
+	assert_int_equal(t.o[2].lost, 0);
+	/* Its restart done, the member takes 2; the holds end. */
+	assert_int_equal(farm_lease_set_config(t.l[2], 2, 0, t.peers, 3), 0);
+	for (unsigned i = 0; i < 3; i++)
+		farm_lease_hold(t.l[i], false);
+	struct farm_lease_stats s2;
+	farm_lease_stats(t.l[2], &s2);
+	wait_renewals(t.l[2], s2.renewals + 5);
+	assert_true(wait_valid(t.l[2]));
+	for (unsigned i = 0; i < 3; i++) {
+		farm_lease_stats(t.l[i], &s2);
+		assert_int_equal(s2.expiries, 0);
+		assert_int_equal(s2.lost, 0);
+		assert_int_equal(t.o[i].nsuspect, 0);
+	}
+	trio_close(&t);
+}
+
 static void noop_hook(enum farm_fault_point fp, void *arg)
 {
 	(void)fp;
@@ -700,6 +763,13 @@ int main(int argc, char **argv)
 		};
 		return cmocka_run_group_tests(t, NULL, NULL);
 	}
+	if (argc == 2 && !strcmp(argv[1], "--broken-held")) {
+		broken_held = true;
+		const struct CMUnitTest t[] = {
+		        cmocka_unit_test(test_held),
+		};
+		return cmocka_run_group_tests(t, NULL, NULL);
+	}
 	if (argc == 2 && !strcmp(argv[1], "--broken")) {
 		broken = true;
 		if (farm_lease_testing_no_expiry(true)) {
@@ -712,7 +782,9 @@ int main(int argc, char **argv)
 		};
 		return cmocka_run_group_tests(t, NULL, NULL);
 	} else if (argc != 1) {
-		fprintf(stderr, "usage: %s [--broken | --broken-dead]\n",
+		fprintf(stderr,
+		        "usage: %s [--broken | --broken-dead | "
+		        "--broken-held]\n",
 		        argv[0]);
 		return 2;
 	}
@@ -727,6 +799,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_many_peers),
 	        cmocka_unit_test(test_zombie),
 	        cmocka_unit_test(test_sigstop),
+	        cmocka_unit_test(test_held),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

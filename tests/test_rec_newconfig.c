@@ -10,6 +10,11 @@
  * --broken (FARM_FP_NODE_NO_NEW_CONFIG: the CM sends nothing) must see
  * them wait for ZooKeeper, SLOW_MS or more, nothing offered.
  *
+ * A join: machines 0 to 2 form, then machine 3 starts; once it applied a
+ * view (one without it), ZooKeeper's views come SLOW_MS late there. It
+ * must be a member well before SLOW_MS, the configuration that takes it
+ * offered by the CM as the CM makes it a peer; --broken: SLOW_MS or more.
+ *
  * Exits 77 (skip) without the ZooKeeper client or server, or (--broken)
  * without fault injection.
  */
@@ -67,6 +72,19 @@ static void slow_publish(enum farm_fault_point fp, void *arg)
 	                      .tv_nsec = (long)(SLOW_MS % 1000) * 1000000};
 	while (nanosleep(&ts, &ts))
 		;
+}
+
+/* The joiner's: ZooKeeper's views late only once it applied one (its
+ * first, without it, makes the CM one of its messaging peers). */
+static farm_node *slow_node;
+static void slow_member(enum farm_fault_point fp, void *arg)
+{
+	struct farm_view *v = malloc(sizeof(*v));
+	bool slow =
+	        v && slow_node && !farm_node_view(slow_node, v) && v->config_id;
+	free(v);
+	if (slow)
+		slow_publish(fp, arg);
 }
 
 static void fill(struct np_child *c, struct child *ch, struct report *r)
@@ -147,6 +165,70 @@ static int machine(struct np_child *c, void *arg)
 	return 0;
 }
 
+/* The join test's machines: 0 to 2 form first; 3 starts on 'J', reports
+ * when it is a member ('V': t_view_ns is from its open until it saw
+ * itself a member). */
+static int joiner(struct np_child *c, struct farm_config *cfg)
+{
+	struct child ch = {0}; /* fill's; the time is taken here */
+	if (np_ready(c))
+		return 7;
+	char b = 0;
+	if (read(c->in, &b, 1) != 1 || b != 'J')
+		return 8;
+	uint64_t t0 = np_now_ns();
+	if (farm_node_open(cfg, &c->node))
+		return 4;
+	farm_node_on_config(c->node, on_config, &ch);
+	farm_node_set_app_loops(c->node, true);
+	slow_node = c->node;
+	if (farm_fault_set(FARM_FP_ZK_SLOW_PUBLISH, slow_member, NULL))
+		return 6;
+	if (farm_node_start(c->node, 10000) ||
+	    farm_node_loop_open(c->node, 0, &c->loop))
+		return 5;
+	int rc = np_await_member(c->node, c->loop, c->me, WAIT_MS);
+	uint64_t t1 = np_now_ns();
+	struct report r;
+	fill(c, &ch, &r);
+	r.t_view_ns = rc ? 0 : t1 - t0;
+	if (np_say(c, 'V', &r, sizeof(r)))
+		return 9;
+	(void)np_wait_cmd(c);
+	(void)farm_fault_set(FARM_FP_ZK_SLOW_PUBLISH, NULL, NULL);
+	farm_node_loop_close(c->node, c->loop);
+	farm_node_close(c->node);
+	return 0;
+}
+
+static int machine_join(struct np_child *c, void *arg)
+{
+	(void)arg;
+	struct farm_config cfg;
+	int rc = np_config_zk(c, "16M", zk_connect, zk_root, SESSION_MS,
+	                      LEASE_US, &cfg);
+	if (rc)
+		return rc;
+	if (c->me == NP_NM - 1)
+		return joiner(c, &cfg);
+	if ((rc = farm_node_open(&cfg, &c->node))) {
+		fprintf(stderr, "m%u: open: %s\n", c->me, farm_strerror(rc));
+		return 4;
+	}
+	farm_node_set_app_loops(c->node, true);
+	if (farm_node_start(c->node, 10000) ||
+	    farm_node_loop_open(c->node, 0, &c->loop))
+		return 5;
+	wait_view(c, NP_NM - 1);
+	if (np_ready(c))
+		return 7;
+	while (np_wait_cmd(c) != 'Q')
+		;
+	farm_node_loop_close(c->node, c->loop);
+	farm_node_close(c->node);
+	return 0;
+}
+
 static struct report ask(struct np_cluster *cl, unsigned i, char cmd)
 {
 	struct report r;
@@ -208,6 +290,44 @@ static void test_new_config(void **state)
 	np_cleanup(&cl);
 }
 
+static void test_join(void **state)
+{
+	(void)state;
+	snprintf(zk_root, sizeof(zk_root), "/libfarm/test-newconfig-j%d",
+	         (int)getpid());
+	np_start(&cl, opt_broken ? "rec_newconfig_jbroken" : "rec_newconfig_j",
+	         machine_join, NULL);
+	for (unsigned i = 0; i < NP_NM; i++)
+		np_expect(&cl, i, 'R', 60000);
+	np_send(&cl, NP_NM - 1, 'J');
+	np_expect(&cl, NP_NM - 1, 'V', WAIT_MS + 5000);
+	struct report r;
+	np_recv(&cl, NP_NM - 1, &r, sizeof(r), 1000);
+	double ms = (double)r.t_view_ns / 1e6;
+	printf("%sthe joiner was a member of configuration %" PRIu64
+	       " (%u machines) %.1f ms after its open (ZooKeeper's views %u "
+	       "ms late there), %" PRIu64 " offered\n",
+	       opt_broken ? "broken rule: " : "", r.config_id, r.n, ms, SLOW_MS,
+	       r.offered);
+	assert_int_equal(r.n, NP_NM);
+	assert_true(r.t_view_ns > 0);
+	assert_int_equal(r.offers_refused, 0);
+	if (opt_broken) {
+		assert_int_equal(r.offered, 0);
+		assert_true(ms >= SLOW_MS);
+	} else {
+		assert_true(r.offered >= 1);
+		assert_true(ms < SLOW_MS / 2);
+	}
+	for (unsigned i = 0; i < NP_NM; i++)
+		np_send(&cl, i, 'Q');
+	int st[NP_NM];
+	np_finish(&cl, st);
+	for (unsigned i = 0; i < NP_NM; i++)
+		assert_int_equal(st[i], 0);
+	np_cleanup(&cl);
+}
+
 static int teardown(void **state)
 {
 	(void)state;
@@ -225,6 +345,7 @@ int main(int argc, char **argv)
 	         (int)getpid());
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test_teardown(test_new_config, teardown),
+	        cmocka_unit_test_teardown(test_join, teardown),
 	};
 	return tu_zk_run(zk_script, zk_dir, sizeof(zk_dir), zk_connect,
 	                 sizeof(zk_connect), "rec_newconfig", tests,

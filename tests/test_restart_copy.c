@@ -27,13 +27,24 @@
  *     whole: not locked, every line's version equal to the header's
  *     (before the fix, a deferred free kept the object's OLD version in
  *     its header while its lines had the new one; the restart cleared the
- *     lock and left it torn for good).
+ *     lock and left it torn for good);
+ *   - no copy (primary or backup) holds a freed object allocated: each
+ *     free's slot is free again at its primary, whose allocator rebuilt
+ *     the region by scan at the restart, as at its backups, which applied
+ *     the COMMIT-BACKUP's freed header (before the fix the primary kept
+ *     the whole free for the adoption, which never came, and its slot
+ *     stayed allocated there: a leak, and copies that disagree).
  *
- * The bug had two halves, each with its switch:
+ * The bugs, each with its switch:
  * --broken: installs left locked keep the old header version
- * (FARM_FP_TX_INSTALL_OLD_HEADER, the code before the fix); both checks
+ * (FARM_FP_TX_INSTALL_OLD_HEADER, the code before the fix) and a free
+ * is kept whole for the adoption (FARM_FP_ALLOC_DEFER_WHOLE: the object
+ * left locked until then, which the torn header needs); both checks
  * must fail (torn objects, and a copy that cannot pass them), and the
  * test passes only when they do.
+ * --broken-leak: a free is kept whole for the adoption
+ * (FARM_FP_ALLOC_DEFER_WHOLE, the code before the fix): the freed
+ * objects must be found allocated at their primaries.
  * --broken-resume: a restart that gave no machine up starts no data
  * recovery (FARM_FP_NODE_RESTART_NO_COPY, the code before the fix): the
  * copy the restart cut off never starts again, and replication must fail.
@@ -62,7 +73,7 @@
 
 static char zk_dir[256], zk_connect[64], zk_root[96];
 static const char *zk_script = FARM_SOURCE_DIR "/scripts/zk-local";
-static bool broken, broken_resume;
+static bool broken, broken_resume, broken_leak;
 static struct np_cluster cl;
 static farm_fatptr *objs; /* every machine's objects (first incarnation) */
 
@@ -88,7 +99,36 @@ static void rc_configure(struct farm_config *cfg)
 	cfg->datarec_interval_us = 2000;
 }
 
+/* 'o' answers: this machine's copies of the victim's objects. */
+struct rc_slots {
+	int held[RC_OBJS], role[RC_OBJS];
+	uint64_t incarn[RC_OBJS];
+};
+
 /* ---- children -------------------------------------------------------- */
+
+/* This machine's copy of each of the victim's objects, whatever its
+ * role: its incarnation word. */
+static void read_slots(struct tx_child *c, struct rc_slots *out)
+{
+	memset(out, 0, sizeof(*out));
+	for (unsigned i = 0; objs && i < RC_OBJS; i++) {
+		farm_gaddr a = objs[RC_VICTIM * RC_OBJS + i].addr;
+		enum farm_as_role role;
+		farm_region *r = farm_as_local_region(
+		        farm_node_as(c->np.node), farm_gaddr_region(a), &role);
+		uint64_t off = farm_gaddr_offset(a);
+		if (!r || off + FARM_OBJHDR_SIZE > farm_region_size(r))
+			continue;
+		out->held[i] = 1;
+		out->role[i] = (int)role;
+		out->incarn[i] = farm_objhdr_load_incarn(
+		        (const struct farm_objhdr
+		                 *)(const void *)((const uint8_t *)
+		                                          farm_region_base(r) +
+		                                  off));
+	}
+}
 
 /* Free @p in one transaction, retried while retryable. */
 static int free_one(struct tx_child *c, farm_fatptr p)
@@ -114,7 +154,8 @@ static int free_one(struct tx_child *c, farm_fatptr p)
 static void scan_copies(struct tx_child *c, struct rc_scan *s);
 
 /* The test's commands: 'K' (free the victim's objects), 'd' (frees
- * deferred here), 't' (after the restart: scan every local copy). */
+ * deferred here), 't' (after the restart: scan every local copy), 'o'
+ * (after the restart: the copies of the victim's objects here). */
 static int rc_cmd(struct tx_child *c, int cmd)
 {
 	struct rc_count r = {0};
@@ -136,6 +177,11 @@ static int rc_cmd(struct tx_child *c, int cmd)
 		scan_copies(c, &s);
 		return np_say(&c->np, 'T', &s, sizeof(s)) ? 23 : 0;
 	}
+	if (cmd == 'o') {
+		struct rc_slots o;
+		read_slots(c, &o);
+		return np_say(&c->np, 'O', &o, sizeof(o)) ? 24 : 0;
+	}
 	return RS_UNKNOWN;
 }
 
@@ -152,6 +198,17 @@ static int first_role(struct tx_child *c)
 	return st;
 }
 
+/* After the restart: the objects again (the victim's among them). */
+static int restart_role(struct tx_child *c)
+{
+	unsigned n = 0;
+	objs = load_objs(c, "obj", &n);
+	int st = !objs || n != NP_NM * RC_OBJS ? 8 : rs_serve(c);
+	free(objs);
+	objs = NULL;
+	return st;
+}
+
 static int rc_arm(bool restarted)
 {
 	if (restarted)
@@ -161,7 +218,9 @@ static int rc_arm(bool restarted)
 	/* Promoted regions stay unadopted: their frees stay deferred. */
 	return farm_fault_set(FARM_FP_ALLOC_ADOPT_HOLD, tu_switch_on, NULL) ||
 	       (broken && farm_fault_set(FARM_FP_TX_INSTALL_OLD_HEADER,
-	                                 tu_switch_on, NULL));
+	                                 tu_switch_on, NULL)) ||
+	       ((broken || broken_leak) &&
+	        farm_fault_set(FARM_FP_ALLOC_DEFER_WHOLE, tu_switch_on, NULL));
 }
 
 struct walk_ctx {
@@ -265,6 +324,40 @@ static uint64_t scan_survivors(struct fails *f)
 	return torn;
 }
 
+/* Every survivor's copies of the victim's objects ('o'), each freed
+ * before the restart: none may hold one allocated (failures into @f).
+ * Returns the copies that do. */
+static unsigned check_freed(struct fails *f)
+{
+	unsigned leaked = 0, copies = 0, at_primary = 0;
+	for (unsigned i = 0; i < RC_SURVIVORS; i++) {
+		struct rc_slots o;
+		np_send(&cl, i, 'o');
+		np_expect(&cl, i, 'O', 30000);
+		np_recv(&cl, i, &o, sizeof(o), 1000);
+		for (unsigned k = 0; k < RC_OBJS; k++) {
+			if (!o.held[k])
+				continue;
+			copies++;
+			if (!farm_incarn_allocated(o.incarn[k]))
+				continue;
+			leaked++;
+			at_primary += o.role[k] == FARM_AS_PRIMARY;
+			failed(f,
+			       "machine %u (%s): freed object %u still "
+			       "allocated (incarnation %" PRIu64 ")",
+			       i,
+			       o.role[k] == FARM_AS_PRIMARY ? "primary"
+			                                    : "backup",
+			       k, farm_incarn_count(o.incarn[k]));
+		}
+	}
+	printf("restart-copy: %u copies of the %d freed objects, %u "
+	       "allocated (%u at a primary)\n",
+	       copies, RC_OBJS, leaked, at_primary);
+	return leaked;
+}
+
 static void test_restart_copy(void **state)
 {
 	(void)state;
@@ -339,6 +432,7 @@ static void test_restart_copy(void **state)
 		       RC_REPL_MS, why);
 
 	uint64_t torn = scan_survivors(&f);
+	unsigned leaked = check_freed(&f);
 	for (unsigned i = 0; i < RC_SURVIVORS; i++)
 		np_send(&cl, i, 'Q');
 	for (unsigned i = 0; i < RC_SURVIVORS; i++) {
@@ -359,6 +453,15 @@ static void test_restart_copy(void **state)
 			         "anyway\n%s",
 			         f.text);
 		printf("--broken-resume: %u check(s) failed, as they must:\n%s",
+		       f.n, f.text);
+		return;
+	}
+	if (broken_leak) {
+		if (!leaked)
+			fail_msg("--broken-leak: no freed object found "
+			         "allocated with the frees kept whole\n%s",
+			         f.text);
+		printf("--broken-leak: %u check(s) failed, as they must:\n%s",
 		       f.n, f.text);
 		return;
 	}
@@ -390,8 +493,11 @@ int main(int argc, char **argv)
 			broken = true;
 		} else if (!strcmp(argv[i], "--broken-resume")) {
 			broken_resume = true;
+		} else if (!strcmp(argv[i], "--broken-leak")) {
+			broken_leak = true;
 		} else {
-			printf("usage: %s [--broken | --broken-resume]\n",
+			printf("usage: %s [--broken | --broken-resume | "
+			       "--broken-leak]\n",
 			       argv[0]);
 			return strcmp(argv[i], "--help") ? 2 : 0;
 		}
@@ -410,7 +516,7 @@ int main(int argc, char **argv)
 	                          .arm = rc_arm,
 	                          .cmd = rc_cmd,
 	                          .first_role = first_role,
-	                          .restart_role = rs_serve};
+	                          .restart_role = restart_role};
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test_teardown(test_restart_copy, teardown)};
 	return tu_zk_run(zk_script, zk_dir, sizeof(zk_dir), zk_connect,

@@ -63,6 +63,18 @@
  * it, and the old backup's copy never gets the object's header (O's
  * copies, or another object's, must differ).
  *
+ * --free: C frees O instead of writing it (the commit killed at the same
+ * point), and P holds the round's decisions too, so P never installs the
+ * free: P holds the LOCK, B the COMMIT-BACKUP, at the power loss. The
+ * restart commits it and replays its images (P's LOCK first: its image
+ * leaves the incarnation word as it was, src/txn/restart.c); after it
+ * no copy of O may hold it allocated, and P's and B's must hold it freed
+ * in the incarnation after O's, at the committed version: the slot is
+ * free again at the primary (its allocator rebuilt by scan from the
+ * headers) and its copies agree. --broken-free: the restart leaves a
+ * committed free's slot allocated (FARM_FP_RESTART_KEEP_FREED, the code
+ * before the fix): O must be found allocated (a leak).
+ *
  * Exits 77 (skip) without the ZooKeeper client or server.
  */
 #define NP_NM 4
@@ -87,6 +99,8 @@
 static char zk_dir[256], zk_connect[64], zk_root[96];
 static const char *zk_script = FARM_SOURCE_DIR "/scripts/zk-local";
 static bool broken_unlogged, broken_unread, broken_own, keep_records;
+/* --free (and its proof): C's commit frees O. */
+static bool free_mode, broken_free;
 /* --round-truncates (and its proof): the setup's records are left to the
  * round to truncate. */
 static bool round_trunc, broken_round_trunc;
@@ -121,8 +135,8 @@ static void read_copy(struct tx_child *c, farm_fatptr p, struct rr_copy *out)
 	memcpy(out->bytes, q, sizeof(out->bytes));
 }
 
-/* Write RR_NEW over @p; the commit kills this machine once every
- * COMMIT-BACKUP is durable. Returns only if it did not. */
+/* Write RR_NEW over @p (--free: free it); the commit kills this machine once
+ * every COMMIT-BACKUP is durable. Returns only if it did not. */
 static int write_and_die(struct tx_child *c, farm_fatptr p)
 {
 	farm_tx *tx;
@@ -132,10 +146,13 @@ static int write_and_die(struct tx_child *c, farm_fatptr p)
 	const void *d;
 	rc = farm_tx_read_sync(tx, p.addr, p.size, &d);
 	void *w = NULL;
-	if (!rc)
+	if (!rc && free_mode)
+		rc = farm_tx_free_obj(tx, p.addr);
+	else if (!rc)
 		rc = farm_tx_write(tx, p.addr, &w);
 	if (!rc) {
-		memset(w, RR_NEW, RR_SIZE);
+		if (w)
+			memset(w, RR_NEW, RR_SIZE);
 		farm_txn_testing_crash_after_backup(true);
 		rc = farm_tx_commit_sync(tx);
 	}
@@ -234,7 +251,9 @@ static int rr_arm(bool restarted)
 	       (broken_own &&
 	        farm_fault_set(FARM_FP_RESTART_OWN_RING, tu_switch_on, NULL)) ||
 	       ((keep_records || broken_round_trunc) &&
-	        farm_fault_set(FARM_FP_TXN_KEEP_RECORDS, tu_switch_on, NULL));
+	        farm_fault_set(FARM_FP_TXN_KEEP_RECORDS, tu_switch_on, NULL)) ||
+	       (broken_free &&
+	        farm_fault_set(FARM_FP_RESTART_KEEP_FREED, tu_switch_on, NULL));
 }
 
 /* ---- the parent ------------------------------------------------------- */
@@ -306,6 +325,30 @@ static bool holds_new(const struct rr_copy *x)
 	return true;
 }
 
+/* --free: whether the survivors @surv all apply one configuration, in
+ * which @c is no replica of @region at the primary: C's removal applied
+ * everywhere (the restart needs every manifest to name the same
+ * members, src/node/restart.c). */
+static bool removal_applied(const unsigned *surv, uint32_t region, unsigned c)
+{
+	uint64_t cfg = 0;
+	bool ok = true;
+	for (unsigned i = 0; i < RR_SURVIVORS && ok; i++) {
+		struct held_report *h = rs_ask_held(&cl, surv[i]);
+		ok = !i || h->config == cfg;
+		cfg = h->config;
+		for (unsigned k = 0; k < h->n && ok && surv[i] == RR_P; k++)
+			for (unsigned r = 0;
+			     h->h[k].region == region && r < h->h[k].nreps; r++)
+				ok = ok && h->h[k].reps[r] != c;
+		free(h);
+	}
+	return ok;
+}
+
+/* O's incarnation word before C's commit. */
+static uint64_t o_incarn;
+
 /* Steps 1 to 4: O's backups into *@b and *@c (the one that writes and
  * dies). Fails the test when the case cannot be set up. */
 static void set_up(unsigned *b, unsigned *c, unsigned *x, uint64_t *v_new)
@@ -339,12 +382,36 @@ static void set_up(unsigned *b, unsigned *c, unsigned *x, uint64_t *v_new)
 		         left);
 	struct rr_copy before = ask_copy(RR_P, RR_P);
 	assert_true(before.held);
+	memcpy(&o_incarn, before.bytes + 8, 8);
 	np_send(&cl, *b, 'L');
 	np_expect(&cl, *b, 'l', 10000);
+	if (free_mode) { /* P never installs the free either */
+		np_send(&cl, RR_P, 'L');
+		np_expect(&cl, RR_P, 'l', 10000);
+	}
 	np_send(&cl, *c, 'W');
 	np_send(&cl, *c, (char)('0' + RR_P));
 	await_death(*c);
 	*v_new = (before.version & ~(uint64_t)OBJ_LOCK_MASK) + TX_VSTEP;
+	if (free_mode) {
+		const unsigned surv[RR_SURVIVORS] = {RR_P, *b, *x};
+		uint64_t dl = np_now_ns() + RR_STEP_MS * 1000000ull;
+		bool applied;
+		while (!(applied = removal_applied(surv, reg, *c)) &&
+		       np_now_ns() < dl)
+			np_pause_ms(20);
+		if (!applied)
+			fail_msg("machine %u's removal not applied by every "
+			         "survivor within %d ms: the test did not set "
+			         "its case up",
+			         *c, RR_STEP_MS);
+		struct rr_copy at_p = ask_copy(RR_P, RR_P);
+		if ((at_p.version & ~(uint64_t)OBJ_LOCK_MASK) == *v_new)
+			fail_msg("the free is installed at O's primary before "
+			         "the power loss: the test did not set its "
+			         "case up");
+		return;
+	}
 	/* The round commits O at P (its LOCK installed). */
 	uint64_t dl = np_now_ns() + RR_STEP_MS * 1000000ull;
 	struct rr_copy at_p;
@@ -423,6 +490,40 @@ static void check_round_truncated(unsigned b, unsigned c, unsigned x)
 		         left, RR_TRUNC_MS);
 }
 
+/* --free: after the restart, no survivor's copy of O is allocated; P's
+ * and B's hold it freed, in the incarnation after O's, at @v_new (the
+ * free's version). Failures into @f. */
+static void check_freed(const unsigned *surv, unsigned b, uint64_t v_new,
+                        struct fails *f)
+{
+	uint64_t want = farm_incarn_freed(o_incarn);
+	for (unsigned i = 0; i < RR_SURVIVORS; i++) {
+		struct rr_copy y = ask_copy(surv[i], RR_P);
+		uint64_t w;
+		memcpy(&w, y.bytes + 8, 8);
+		printf("restart-round: machine %u: %s copy of O, version "
+		       "%#" PRIx64 ", %s, incarnation %" PRIu64
+		       " (O's: %" PRIu64 ")\n",
+		       surv[i], y.held ? "a" : "no", y.version,
+		       farm_incarn_allocated(w) ? "allocated" : "free",
+		       farm_incarn_count(w), farm_incarn_count(o_incarn));
+		if (y.held && farm_incarn_allocated(w))
+			failed(f,
+			       "machine %u's copy of O: allocated, "
+			       "incarnation %" PRIu64 ", after its free "
+			       "committed (a leak)",
+			       surv[i], farm_incarn_count(w));
+		else if ((surv[i] == RR_P || surv[i] == b) &&
+		         (!y.held || w != want || y.version != v_new))
+			failed(f,
+			       "machine %u's copy of O: held %d, version "
+			       "%#" PRIx64 ", incarnation word %#" PRIx64
+			       "; the free committed version %#" PRIx64
+			       ", word %#" PRIx64,
+			       surv[i], y.held, y.version, w, v_new, want);
+	}
+}
+
 static void test_restart_round(void **state)
 {
 	(void)state;
@@ -451,7 +552,9 @@ static void test_restart_round(void **state)
 		failed(&f, "not fully replicated %d ms after the restart: %s",
 		       RR_REPL_MS, why);
 	struct rr_copy p = ask_copy(RR_P, RR_P);
-	for (unsigned i = 0; i < RR_SURVIVORS; i++) {
+	if (free_mode)
+		check_freed(surv, b, v_new, &f);
+	for (unsigned i = 0; i < RR_SURVIVORS && !free_mode; i++) {
 		struct rr_copy y = ask_copy(surv[i], RR_P);
 		printf("restart-round: machine %u: %s copy of O, version "
 		       "%#" PRIx64 ", %s value\n",
@@ -485,10 +588,11 @@ static void test_restart_round(void **state)
 			       st);
 	}
 	np_cleanup(&cl);
-	if (broken_unlogged || broken_unread || broken_own) {
+	if (broken_unlogged || broken_unread || broken_own || broken_free) {
 		if (!f.n)
-			fail_msg("--broken...: the restart decided O as the "
-			         "round did with the fix off");
+			fail_msg("--broken...: nothing noticed with the fix "
+			         "off (the restart decided and freed O as "
+			         "the fix does)");
 		printf("--broken...: %u check(s) failed, as they must:\n%s",
 		       f.n, f.text);
 		return;
@@ -521,11 +625,16 @@ int main(int argc, char **argv)
 			round_trunc = true;
 		} else if (!strcmp(argv[i], "--broken-round-truncates")) {
 			round_trunc = broken_round_trunc = true;
+		} else if (!strcmp(argv[i], "--free")) {
+			free_mode = true;
+		} else if (!strcmp(argv[i], "--broken-free")) {
+			free_mode = broken_free = true;
 		} else {
 			printf("usage: %s [--broken | --broken-unlogged | "
 			       "--broken-unread] [--keep-records | "
 			       "--broken-own-ring | --round-truncates | "
-			       "--broken-round-truncates]\n",
+			       "--broken-round-truncates | --free | "
+			       "--broken-free]\n",
 			       argv[0]);
 			return strcmp(argv[i], "--help") ? 2 : 0;
 		}

@@ -182,9 +182,13 @@ farm_kv_mget(farm_kv *kv, farm_loop *loop, unsigned n, const void *const *keys,
  * still happen (UNKNOWN: read the key to learn); a get or mget has no
  * effect. A get refused for want of a free lookup slot on @loop retries
  * (the loop parked in between) within the same deadline, and returns
- * -ETIMEDOUT with nothing started once it passed. The directory's wrappers
- * (farm_kv_name_sync ...) use the default; the join wrappers take their own
- * timeout.
+ * -ETIMEDOUT with nothing started once it passed. A put or delete refused
+ * with -EAGAIN (a shard moving between machines: nothing written) is sent
+ * again, the loop parked in between, until the deadline, or for 10 s
+ * with none: then -EAGAIN (nothing written), or -ETIMEDOUT when the
+ * deadline cut the wait for the last try's answer. The directory's
+ * wrappers (farm_kv_name_sync ...) use the default; the join wrappers take
+ * their own timeout.
  */
 
 /* Set @kv's blocking wrappers' deadline (ns, 0: none); any thread, for

@@ -116,11 +116,15 @@ int farm_galloc_free_array_local(farm_galloc *g, farm_loop *loop, farm_gaddr a,
  * lists by scanning headers), then does its deferred frees. Never blocks
  * the caller. Returns 0 or -ENOMEM / a thread-creation error.
  *
- * farm_galloc_free_local_or_defer() - farm_galloc_free_local(), except that
- * an object of a region expected for adoption is freed later: returns 1,
- * and the adopter stores @then (release) in the object's first word once it
- * is free, so the caller leaves the object locked and lets that store
- * unlock it. 0 when freed now (the caller unlocks), or a negative code.
+ * farm_galloc_free_local_or_defer() - farm_galloc_free_local(), except for
+ * an object of a region expected for adoption. Until the adopter begins
+ * the region's scan, the free is done in the object's header at once
+ * (the scan, or a whole-cluster restart's rebuild, lists the slot):
+ * returns 2, and the caller unlocks. While the scan runs it is freed
+ * later: returns 1, and the adopter stores @then (release) in the
+ * object's first word once it is free, so the caller leaves the object
+ * locked and lets that store unlock it. 0 when freed now (the caller
+ * unlocks), or a negative code.
  */
 int farm_galloc_block_info(farm_galloc *g, farm_gaddr a, uint32_t *info);
 int farm_galloc_adopt_expect(farm_galloc *g, uint32_t region);

@@ -5,6 +5,7 @@
  * retired.
  */
 #include "alloc/galloc_int.h"
+#include "alloc/objhdr.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -270,6 +271,70 @@ int farm_galloc_adopt(farm_galloc *g, uint32_t region)
 	return 0;
 }
 
+/*
+ * The header of @a, a committed free's object in region @id, expected for
+ * adoption and not yet scanned (under adopt_lock): freed now, in the
+ * header alone (the allocator's CAS, src/alloc/README.md "Object
+ * header"). The adopter's scan has not begun (it marks the region taken
+ * under adopt_lock first) and will find the slot free and list it, as a
+ * whole-cluster restart's rebuild will if a kill comes first: the header
+ * is all the allocator keeps of a free across a kill, and the
+ * COMMIT-BACKUP images the backups applied hold this word too, so the
+ * copies agree. Kept whole until the adoption (the old way: the free done
+ * after the rebuild, the object left locked meanwhile), a kill before it
+ * left the slot allocated at the primary and freed at its backups (a
+ * leak). Returns 0, -ENOENT (not allocated), or 1 (no such header here,
+ * or not a primary's: the caller defers as before).
+ */
+static int free_header_early(farm_galloc *g, uint32_t id, farm_gaddr a)
+{
+	enum farm_as_role role;
+	farm_region *fr = farm_as_local_region(g->as, id, &role);
+	uint64_t off = farm_gaddr_offset(a);
+	if (!fr || role != FARM_AS_PRIMARY || off % FARM_ALLOC_LINE ||
+	    off + FARM_OBJHDR_SIZE > farm_region_size(fr))
+		return 1;
+	struct farm_objhdr *h = (void *)((char *)farm_region_base(fr) + off);
+	uint64_t w = farm_objhdr_load_incarn(h);
+	do {
+		if (!farm_incarn_allocated(w))
+			return -ENOENT;
+		/* acq_rel: pairs with the acquire loads of the incarnation
+		 * (farm_objhdr_load_incarn: readers, the adopter's scan), as
+		 * the allocator's free (hdr_free, slab.c). */
+	} while (!atomic_compare_exchange_weak_explicit(
+	        &h->incarn, &w, farm_incarn_freed(w), memory_order_acq_rel,
+	        memory_order_acquire));
+	return 0;
+}
+
+/* Region @id is not local to the block allocator (under adopt_lock):
+ * defer the free of @a (1), do it in its header now (2), or -EREMOTE. */
+static int defer_locked(farm_galloc *g, uint32_t id, farm_gaddr a,
+                        uint64_t then)
+{
+	struct adopt_region *ar = *adopt_find(g, id);
+	if (!ar)
+		return -EREMOTE;
+	if (!ar->taken && !FARM_FAULT_SWITCH(FARM_FP_ALLOC_DEFER_WHOLE)) {
+		int rc = free_header_early(g, id, a);
+		if (rc < 0)
+			return rc; /* the caller counts a free refused */
+		if (rc == 0) {     /* counted deferred and done at once */
+			atomic_fetch_add(&g->frees_deferred, 1);
+			atomic_fetch_add(&g->deferred_freed, 1);
+			return 2;
+		}
+	}
+	struct deferred *d = malloc(sizeof(*d));
+	if (!d)
+		return -EREMOTE;
+	*d = (struct deferred){.a = a, .then = then, .next = g->deferred};
+	g->deferred = d;
+	atomic_fetch_add(&g->frees_deferred, 1);
+	return 1;
+}
+
 int farm_galloc_free_local_or_defer(farm_galloc *g, farm_loop *loop,
                                     farm_gaddr a, uint64_t then)
 {
@@ -279,16 +344,9 @@ int farm_galloc_free_local_or_defer(farm_galloc *g, farm_loop *loop,
 	if (!farm_alloc_region_is_local(g->ba, id)) {
 		pthread_mutex_lock(&g->adopt_lock);
 		if (!farm_alloc_region_is_local(g->ba, id)) {
-			struct deferred *d = NULL;
-			if (*adopt_find(g, id) && (d = malloc(sizeof(*d)))) {
-				*d = (struct deferred){.a = a,
-				                       .then = then,
-				                       .next = g->deferred};
-				g->deferred = d;
-				atomic_fetch_add(&g->frees_deferred, 1);
-			}
+			int rc = defer_locked(g, id, a, then);
 			pthread_mutex_unlock(&g->adopt_lock);
-			return d ? 1 : -EREMOTE;
+			return rc;
 		}
 		pthread_mutex_unlock(&g->adopt_lock);
 	}

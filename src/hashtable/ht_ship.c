@@ -364,7 +364,8 @@ void farm_ht_h_op(farm_loop *loop, const farm_msg_in *in, void *arg)
 			status = -EAGAIN;
 		else if (q.shard >= h->nshards)
 			status = -EINVAL;
-		else if (!farm_ht_serves(h, q.shard))
+		else if (!farm_ht_serves(h, q.shard) ||
+		         FARM_FAULT_SWITCH(FARM_FP_HT_REFUSE_OP))
 			/* The sender's view and ours differ: the shard's
 			 * region is moving here (a backup copy), or moved
 			 * away (growth made another machine its primary and

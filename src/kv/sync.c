@@ -77,31 +77,62 @@ static void op_done(farm_loop *loop, void *ctx, int status)
 	(void)farm_kv_sop_end(ctx, status);
 }
 
-/* How long a get refused with -EAGAIN (this loop's lookups all in flight)
- * waits before it asks again: the loop parks meanwhile and completes the
- * lookups in flight, one of which frees the slot. */
-#define GET_RETRY_NS 100000u
+/* How long an operation refused with -EAGAIN waits before it asks again,
+ * the loop parked meanwhile (completing what is in flight): at first the
+ * time a lookup slot takes to free, doubled at each refusal up to the
+ * time a view change takes to spread. */
+#define RETRY_MIN_NS 100000u
+#define RETRY_MAX_NS 10000000u
+/* With no deadline, how long a put or delete keeps asking while it is
+ * refused: a shard moves within a configuration change, so refusals past
+ * this are a machine that will not serve it, which the caller must see. */
+#define RETRY_FOR_NS (10ull * 1000000000ull)
+
+/* Park @loop for @ns before asking again, cut at @until (0: none). 0 to
+ * ask again; -ETIMEDOUT once @until passed (before or after the park);
+ * the loop's error. */
+static int retry_park(farm_loop *loop, uint64_t until, uint64_t ns)
+{
+	static const volatile int never; /* the park's end is the wake-up */
+	if (until) {
+		uint64_t now = farm_now_ns();
+		if (now >= until)
+			return -ETIMEDOUT;
+		if (until - now < ns)
+			ns = until - now;
+	}
+	int wr = farm_loop_wait(loop, &never, ns);
+	if (wr && wr != -ETIMEDOUT)
+		return wr;
+	/* A park cut at the deadline ends at it: asking then would start
+	 * an operation with no time left to learn its outcome. */
+	if (until && farm_now_ns() >= until)
+		return -ETIMEDOUT;
+	return 0;
+}
+
+/* What is left of @until for one wait: 0 is no limit, so a deadline
+ * already past leaves one look (1 ns), after which the wait gives up. */
+static uint64_t wait_left(uint64_t until)
+{
+	if (!until)
+		return 0;
+	uint64_t now = farm_now_ns();
+	return now < until ? until - now : 1;
+}
 
 /* Start the get, retrying while the loop has no free lookup slot until
  * @until (0: no limit): -ETIMEDOUT once it passed with nothing started. */
 static int get_start(farm_kv *kv, farm_loop *loop, const void *key,
                      uint32_t klen, struct sync_op *w, uint64_t until)
 {
-	static const volatile int never; /* the slice's end is the wake-up */
 	int rc;
+	/* A slot frees within a lookup: the shortest park each time. */
 	while ((rc = farm_kv_get(kv, loop, key, klen, get_done, w)) ==
 	       -EAGAIN) {
-		uint64_t slice = GET_RETRY_NS;
-		if (until) {
-			uint64_t now = farm_now_ns();
-			if (now >= until)
-				return -ETIMEDOUT;
-			if (until - now < slice)
-				slice = until - now;
-		}
-		int wr = farm_loop_wait(loop, &never, slice);
-		if (wr && wr != -ETIMEDOUT)
-			return wr;
+		int pr = retry_park(loop, until, RETRY_MIN_NS);
+		if (pr)
+			return pr;
 	}
 	return rc;
 }
@@ -120,13 +151,8 @@ int farm_kv_get_sync_timed(farm_kv *kv, farm_loop *loop, const void *key,
 	/* One deadline for the retries and the wait together. */
 	uint64_t until = timeout_ns ? farm_now_ns() + timeout_ns : 0;
 	int rc = get_start(kv, loop, key, klen, w, until);
-	if (!rc) {
-		uint64_t now = farm_now_ns();
-		/* Past it already: one look (1 ns), then it is abandoned. */
-		uint64_t left = !until ? 0 : now < until ? until - now : 1;
-		if ((rc = farm_kv_sop_wait(loop, w, left)))
-			return rc; /* abandoned: its continuation frees it */
-	}
+	if (!rc && (rc = farm_kv_sop_wait(loop, w, wait_left(until))))
+		return rc; /* abandoned: its continuation frees it */
 	if (len)
 		*len = w->len;
 	rc = rc ? rc : w->status;
@@ -141,21 +167,46 @@ int farm_kv_get_sync(farm_kv *kv, farm_loop *loop, const void *key,
 	                              farm_kv_sync_timeout(kv));
 }
 
-/* put (@val) or delete (@val NULL) */
-static int change_sync(farm_kv *kv, farm_loop *loop, const void *key,
+/* One put (@val) or delete (@val NULL), waited for until @until (0: no
+ * limit): its status, or the wait's error (the record abandoned). */
+static int change_once(farm_kv *kv, farm_loop *loop, const void *key,
                        uint32_t klen, const void *val, uint32_t vlen,
-                       uint64_t timeout_ns)
+                       uint64_t until)
 {
 	struct sync_op *w = calloc(1, sizeof(*w));
 	if (!w)
 		return -ENOMEM;
 	int rc = val ? farm_kv_put(kv, loop, key, klen, val, vlen, op_done, w)
 	             : farm_kv_del(kv, loop, key, klen, op_done, w);
-	if (!rc && (rc = farm_kv_sop_wait(loop, w, timeout_ns)))
+	if (!rc && (rc = farm_kv_sop_wait(loop, w, wait_left(until))))
 		return rc;
 	rc = rc ? rc : w->status;
 	farm_kv_sop_free(w);
 	return rc;
+}
+
+/* A refusal (-EAGAIN: no call slot on @loop, or the shard's machine does
+ * not serve it yet or any more, nothing written) is asked again until
+ * the deadline, or for RETRY_FOR_NS with none; then -EAGAIN, which still
+ * means nothing was written. A wait cut by the deadline is -ETIMEDOUT
+ * (the last try's outcome unknown). */
+static int change_sync(farm_kv *kv, farm_loop *loop, const void *key,
+                       uint32_t klen, const void *val, uint32_t vlen,
+                       uint64_t timeout_ns)
+{
+	uint64_t start = farm_now_ns();
+	uint64_t until = timeout_ns ? start + timeout_ns : 0;
+	uint64_t stop = until ? until : start + RETRY_FOR_NS;
+	for (uint64_t park = RETRY_MIN_NS;;
+	     park = park * 2 > RETRY_MAX_NS ? RETRY_MAX_NS : park * 2) {
+		int rc = change_once(kv, loop, key, klen, val, vlen, until);
+		if (rc != -EAGAIN ||
+		    FARM_FAULT_SWITCH(FARM_FP_KV_SYNC_NO_RETRY))
+			return rc;
+		int pr = retry_park(loop, stop, park);
+		if (pr)
+			return pr == -ETIMEDOUT ? -EAGAIN : pr;
+	}
 }
 
 int farm_kv_put_sync_timed(farm_kv *kv, farm_loop *loop, const void *key,

@@ -672,6 +672,7 @@ void farm_node_close(farm_node *n)
 	pthread_mutex_destroy(&n->grow_lock);
 	free(n->peer_inc);
 	free(n->msg_removed);
+	free(n->nc_joiners);
 	free(n);
 }
 

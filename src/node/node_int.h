@@ -65,6 +65,9 @@ struct farm_node {
 	 * views may come before, on its worker, which must not read n->mem
 	 * while open writes it. */
 	struct farm_membership *marked_mem;
+	/* Under lock: the CM's NEW-CONFIG for the machines a configuration
+	 * it wrote adds, sent once it applies it (newconfig.c). */
+	struct nc_send *nc_joiners;
 	bool lease_lost; /* its lease at the CM lapsed */
 	/* Under lock: this machine's incarnation (farm_member.incarnation),
 	 * taken from the first view that named it; views naming its id
@@ -115,6 +118,10 @@ void farm_node_restart_unmark(farm_node *n);
 void farm_node_config_written(void *ctx, const struct farm_view *v,
                               const char *text, size_t len);
 int farm_node_newconfig_init(farm_node *n);
+/* newconfig.c: on the CM, once it made the machines joining in
+ * configuration @config_id its peers (view.c, PEERS), NEW-CONFIG to
+ * them; apply_view's thread. */
+void farm_node_newconfig_joiners(farm_node *n, uint64_t config_id);
 /* view.c: the membership's on_view callback. */
 void farm_node_apply_view(void *ctx, const struct farm_view *v);
 

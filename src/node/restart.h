@@ -38,7 +38,7 @@ struct farm_restart;
 struct farm_restart_stats {
 	bool restarted;
 	uint64_t regions, bytes, logs, records, txns, committed, aborted,
-	        images, objects, unlocked;
+	        images, objects, unlocked, freed;
 	uint64_t adopt_ns, replay_ns, barrier_ns, total_ns;
 	/* replay_ns's parts: reading the logs, deciding and applying them
 	 * with the lock walk, promotion with the allocator's rebuild */

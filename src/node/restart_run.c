@@ -600,6 +600,7 @@ static int run_decide(struct run *r)
 	rs->st.images = ts.images;
 	rs->st.objects = ts.objects;
 	rs->st.unlocked = ts.unlocked;
+	rs->st.freed = ts.freed;
 	r->ta = farm_now_ns();
 	rs->st.apply_ns = r->ta - r->tl;
 	return 0;
@@ -611,6 +612,7 @@ static int run_apply(struct run *r)
 {
 	struct farm_restart *rs = r->rs;
 	int rc = 0;
+	FARM_FAULT_POINT(FARM_FP_RESTART_SLOW); /* testing */
 	for (unsigned i = 0; i < r->nadopt && !rc; i++) {
 		uint32_t reps[FARM_RING_MAX_REPLICAS];
 		uint32_t id = r->ids[i];
@@ -716,12 +718,12 @@ static int run_commit(struct run *r)
 	          " regions (%" PRIu64 " MiB) in %.1f ms, %" PRIu64
 	          " records of %" PRIu64 " transactions (%" PRIu64
 	          " committed, %" PRIu64 " aborted, %" PRIu64
-	          " images applied, %" PRIu64 " locks cleared) in %.1f ms, "
-	          "barrier %.1f ms",
+	          " images applied, %" PRIu64 " locks cleared, %" PRIu64
+	          " freed slots) in %.1f ms, barrier %.1f ms",
 	          rs->me, rs->st.regions, rs->st.bytes >> 20,
 	          rs->st.adopt_ns / 1e6, rs->st.records, rs->st.txns,
 	          rs->st.committed, rs->st.aborted, rs->st.images,
-	          rs->st.unlocked, rs->st.replay_ns / 1e6,
+	          rs->st.unlocked, rs->st.freed, rs->st.replay_ns / 1e6,
 	          rs->st.barrier_ns / 1e6);
 	return 0;
 }

@@ -81,6 +81,7 @@ struct farm_lease {
 	pthread_t th;
 	pthread_mutex_t mu;
 	bool stop, muted;
+	bool held; /* farm_lease_hold: renewals go on, nothing is judged */
 
 	/* The configuration. */
 	uint64_t config_id;
@@ -364,7 +365,8 @@ static uint64_t tick(farm_lease *l, uint64_t now, struct events *ev)
 	if (!l->have_config || l->muted)
 		return next;
 	/* Testing: nothing lapses; renewals still go out. */
-	bool expire = !atomic_load_explicit(&no_expiry, memory_order_relaxed);
+	bool expire = !atomic_load_explicit(&no_expiry, memory_order_relaxed) &&
+	              !l->held;
 	if (is_cm(l)) {
 		for (unsigned i = 0; i < l->npeers; i++) {
 			struct peer *p = &l->peers[i];
@@ -776,6 +778,36 @@ int farm_lease_suspect(farm_lease *l, uint32_t machine)
 		return -ENOENT;
 	run_events(l, &ev);
 	return 0;
+}
+
+void farm_lease_hold(farm_lease *l, bool on)
+{
+	if (!l)
+		return;
+	pthread_mutex_lock(&l->mu);
+	if (!on && l->held) {
+		/* Judged again from a grace, as a new relationship is. */
+		uint64_t now = now_ns();
+		uint64_t grace = FARM_LEASE_JOIN_GRACE_NS > l->lease_ns
+		                         ? FARM_LEASE_JOIN_GRACE_NS
+		                         : l->lease_ns;
+		for (unsigned i = 0; i < l->npeers; i++)
+			if (l->peers[i].last_req_ns + l->lease_ns < now + grace)
+				l->peers[i].last_req_ns =
+				        now + grace - l->lease_ns;
+		if (l->cm_until < now + grace)
+			l->cm_until = now + grace;
+		if (!is_cm(l) && l->own_until < now + grace) {
+			l->own_until = now + grace;
+			/* Release: pairs with txn_serving's acquire load. */
+			atomic_store_explicit(l->serve, l->own_until,
+			                      memory_order_release);
+		}
+		l->lost_reported = false;
+	}
+	l->held = on;
+	pthread_mutex_unlock(&l->mu);
+	wake(l);
 }
 
 bool farm_lease_valid(farm_lease *l)

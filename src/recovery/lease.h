@@ -147,6 +147,13 @@ void farm_lease_probe_dead(farm_lease *l, uint32_t machine);
  * goes through on_suspect as a lapse would. -ENOENT for a machine this
  * machine holds no lease with. */
 int farm_lease_suspect(farm_lease *l, uint32_t machine);
+/* While @on, renewals go on but no lease is judged, here or of anyone:
+ * a whole-cluster restart, whose machines commit nothing before every
+ * one has finished (its barrier) and may each run it in another
+ * configuration (their first with every member restarted: the CM refuses
+ * the renewals of a member left in an older one until it takes the
+ * newer). Off: every lease is judged again from the join grace. */
+void farm_lease_hold(farm_lease *l, bool on);
 /* Whether this machine holds a live lease at the CM (the CM: always). */
 bool farm_lease_valid(farm_lease *l);
 

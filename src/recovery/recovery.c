@@ -459,6 +459,12 @@ int farm_recovery_view(farm_recovery *r, const struct farm_view *v,
 	return farm_lease_set_config(r->lease, v->config_id, cm, peers, k);
 }
 
+void farm_recovery_hold_leases(farm_recovery *r, bool on)
+{
+	if (r)
+		farm_lease_hold(r->lease, on);
+}
+
 void farm_recovery_peer_dead(farm_recovery *r, uint32_t machine)
 {
 	if (!r)

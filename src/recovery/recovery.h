@@ -151,6 +151,9 @@ bool farm_recovery_all_dead(farm_recovery *r, const uint32_t *ids, unsigned n);
  */
 void farm_recovery_lease_wait(farm_recovery *r, const uint32_t *ids,
                               unsigned n);
+/* farm_lease_hold on this machine's leases (the node, around a
+ * whole-cluster restart). */
+void farm_recovery_hold_leases(farm_recovery *r, bool on);
 /* The lease module (tests mute it to wedge this machine). */
 farm_lease *farm_recovery_lease(farm_recovery *r);
 

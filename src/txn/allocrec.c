@@ -55,18 +55,24 @@ uint32_t farm_txn_alloc_flags(farm_txm *m, const struct txobj *o)
 /*
  * Free @a, a committed free's object, installed and still locked by the
  * caller, who would unlock it with @nv. In a region promoted here and not
- * yet adopted the allocator frees it later and then stores @nv itself:
- * returns true, and the caller must not unlock it. The object stays locked
- * until then, so no reader takes it for live after the free committed.
+ * yet adopted the allocator frees it in its header at once (the adoption's
+ * scan, or a whole-cluster restart's rebuild, lists the slot: the caller
+ * unlocks; readers see the incarnation freed), or, while that scan runs,
+ * frees it later and then stores @nv itself: returns true, and the caller
+ * must not unlock it. The object stays locked until then, so no reader
+ * takes it for live after the free committed.
  */
 bool farm_txn_free_at_commit(farm_txm *m, struct txloop *tl, farm_gaddr a,
                              uint64_t nv)
 {
 	int rc = farm_galloc_free_local_or_defer(m->ga, tl->loop, a, nv);
-	if (rc == 1) {
+	if (rc == 1 || rc == 2)
 		farm_stat_add(&m->st.v[S_FREE_DEFERRED], 1);
+	if (rc == 1)
 		return true;
-	}
+	if (rc == 2)
+		return false; /* freed in its header: the adoption's scan
+		                 lists the slot; the caller unlocks */
 	if (rc == -EREMOTE)
 		return false; /* the allocator gave the region up (growth moved
 		                 its primary, farm_galloc_retire): the new

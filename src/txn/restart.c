@@ -67,14 +67,37 @@
  *    through its block table: farm_alloc_walk_region). Nothing an aborted
  *    transaction wrote is visible: primaries install only at commit. An
  *    object whose install finished but whose unlock never came (a free
- *    deferred until the allocator adopts its promoted region, whose
- *    records may all be truncated by then) already holds its new version
- *    under the lock (obj_install_locked), so unlocking it leaves it whole.
+ *    deferred until the allocator adopts its promoted region, while the
+ *    adopter scanned it, whose records may all be truncated by then)
+ *    already holds its new version under the lock (obj_install_locked),
+ *    so unlocking it leaves it whole.
+ *  - A committed free's slot is free again at every copy. The allocator
+ *    keeps nothing of a free across a kill but the object's header (the
+ *    rebuild by scan, src/node/restart_run.c step 4, lists a slot whose
+ *    header says freed and keeps one that says allocated), and a
+ *    COMMIT-BACKUP's image carries the freed header, a LOCK's image
+ *    (applied with obj_install) leaves it as it was. So once the images
+ *    are in, every copy whose header still holds the freed object
+ *    allocated in the incarnation the free ended gets the freed header
+ *    (free_committed): a primary's install the kill cut short, before or
+ *    after its image, and a copy the LOCK's image reached first. Its
+ *    records are still in the logs: the coordinator finishes (and so
+ *    truncates) a commit only after the COMMIT-PRIMARY lands, and the
+ *    primary processes its log in order, the LOCK's truncation after the
+ *    COMMIT-PRIMARY the kill cut short; a single-machine commit's
+ *    COMMIT-BACKUPs stay until it finishes, after its install. A free
+ *    deferred to its region's adoption is done in its header at once
+ *    unless the adopter was scanning the region
+ *    (src/alloc/galloc_adopt.c), so no record is needed for it.
  *
- * Not handled (src/recovery/README.md, "Not yet"): a committed free whose
- * install the kill cut short, or that was deferred to its region's
- * adoption, is installed but its slot is not freed (a leak, never a wrong
- * value).
+ * Not handled (src/recovery/README.md, "Not yet"): an array's free whose
+ * install the kill cut short (its run or slot is freed whole by the
+ * allocator, and a large array's run is retired in the block table); a
+ * free deferred while the adopter scanned its region, killed before the
+ * scan ended, its records truncated; a single-machine commit's free with
+ * no backup (no record) killed between its install and the allocator's
+ * free. Each is installed but its slot is not freed (a leak, never a
+ * wrong value).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -476,6 +499,65 @@ static uint64_t apply(farm_txm *m, const struct rs_rec *r)
 	return n;
 }
 
+/*
+ * A committed record's frees, after its transaction's images are in: at
+ * every local copy (primary or backup) whose header still holds the freed
+ * object allocated, in the incarnation the free ended, the header is freed
+ * as the allocator's free leaves it (hdr_free, src/alloc/slab.c). The
+ * primary's allocator frees a slot in its header and lists it; a kill
+ * between the install and that free (or before the install, which the
+ * replay above finished: a LOCK's image leaves the incarnation word as it
+ * was) left the slot allocated with no record of it but this one, and the
+ * rebuild by scan (src/node/restart_run.c, step 4) kept it: a leak, and at
+ * a backup that applied the COMMIT-BACKUP's image (which carries the freed
+ * word) a copy that disagrees with its primary. A later incarnation of the
+ * slot (freed, then allocated again) holds a higher count and is left
+ * alone. Only objects: an array's free also changes its run (retired, in
+ * the block table) or is refused in a promoted region, and is not done
+ * here. Returns the headers freed.
+ */
+static uint64_t free_committed(farm_txm *m, const struct rs_rec *r)
+{
+	const struct rec_obj *o = objs_of(r->rec);
+	uint64_t n = 0;
+	for (unsigned i = 0; i < r->h.nobj; i++) {
+		struct rec_obj x;
+		memcpy(&x, &o[i], sizeof(x));
+		if ((x.flags & (OBJF_FREE | OBJF_ARRAY | OBJF_ELEM)) !=
+		    OBJF_FREE)
+			continue;
+		struct farm_objhdr *p = (void *)local_obj(m, &x);
+		/* The word the free left: a COMMIT-BACKUP carries it, a LOCK
+		 * the word before. */
+		uint64_t freed = r->h.type == REC_LOCK
+		                         ? farm_incarn_freed(x.incarn)
+		                         : x.incarn;
+		if (!p || farm_incarn_allocated(freed))
+			continue;
+		uint64_t w = farm_objhdr_load_incarn(p);
+		if (!farm_incarn_allocated(w) ||
+		    farm_incarn_count(w) + 1 != farm_incarn_count(freed))
+			continue;
+		/* Release: pairs with the acquire loads of the incarnation
+		 * (farm_objhdr_load_incarn: the rebuild's scan, readers).
+		 * Nothing else runs on the copies during the restart. */
+		atomic_store_explicit(&p->incarn, farm_incarn_freed(w),
+		                      memory_order_release);
+		/* Its lock too: a free kept whole for the adoption left it
+		 * locked, and unlock_all passes free slots by (a slot
+		 * allocated again with the lock bit would refuse every
+		 * writer, and data recovery's copy would read it again
+		 * forever). Release: pairs with the acquire loads of the
+		 * version word (farm_objhdr_load_version). */
+		uint64_t v = farm_objhdr_load_version(p);
+		if (v & OBJ_LOCK_MASK)
+			atomic_store_explicit(&p->version, v & ~OBJ_LOCK_MASK,
+			                      memory_order_release);
+		n++;
+	}
+	return n;
+}
+
 static void unlock_one(void *ctx, struct farm_objhdr *obj, uint32_t lines)
 {
 	(void)lines;
@@ -560,6 +642,7 @@ static void decide_all(farm_txm *m, const struct rs_rec *v, size_t n,
                        struct farm_txrestart_stats *st)
 {
 	bool replay = !FARM_FAULT_SWITCH(FARM_FP_RESTART_NO_REPLAY);
+	bool free_slots = !FARM_FAULT_SWITCH(FARM_FP_RESTART_KEEP_FREED);
 	for (size_t i = 0; i < n;) {
 		size_t j = i;
 		while (j < n && v[j].h.txid == v[i].h.txid)
@@ -576,6 +659,10 @@ static void decide_all(farm_txm *m, const struct rs_rec *v, size_t n,
 				if (v[k].h.type == REC_LOCK ||
 				    v[k].h.type == REC_COMMIT_BACKUP)
 					st->images += apply(m, &v[k]);
+			for (size_t k = i; k < j && replay && free_slots; k++)
+				if (v[k].h.type == REC_LOCK ||
+				    v[k].h.type == REC_COMMIT_BACKUP)
+					st->freed += free_committed(m, &v[k]);
 		} else {
 			st->aborted++;
 			say_contradicted(m, &v[i], j - i);

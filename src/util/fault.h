@@ -324,6 +324,38 @@ enum farm_fault_point {
 	 * after the first never reach a new backup unless written again, as
 	 * before the fix. */
 	FARM_FP_DATAREC_SLOT_FIRST,
+	/* hashtable/ht_ship.c, a switch: while hooked, the owner refuses a
+	 * shipped put or delete with -EAGAIN, as it does one for a shard it
+	 * does not serve (a shard moving: tests/test_sync_retry.c). */
+	FARM_FP_HT_REFUSE_OP,
+	/* kv/sync.c, a switch: while hooked, a blocking put or delete
+	 * returns a refusal (-EAGAIN) instead of retrying it, as before the
+	 * wrappers retried (test_sync_retry --broken). */
+	FARM_FP_KV_SYNC_NO_RETRY,
+	/* node/restart_run.c, a delay point: a whole-cluster restart's
+	 * copies adopted and its logs applied, the allocator about to
+	 * rebuild (tests/test_restart.c --slow keeps the CPU busy there, as
+	 * the walks of gigabytes do). */
+	FARM_FP_RESTART_SLOW,
+	/* node/view.c, a switch: while hooked, the restart runs at the
+	 * real-time priority of the thread that applies views, as before
+	 * the fix (tests/test_restart.c --broken-slow: a member's lease
+	 * must lapse). */
+	FARM_FP_RESTART_REALTIME,
+	/* node/view.c, a switch: while hooked, leases are judged while a
+	 * whole-cluster restart runs, as before the fix. */
+	FARM_FP_RESTART_LEASES_JUDGED,
+	/* alloc/galloc_adopt.c, a switch: while hooked, a committed free in
+	 * a promoted region not yet adopted is kept whole until the
+	 * adoption (its header left allocated), as before the fix: a kill
+	 * before the adoption leaks its slot (test_restart_copy
+	 * --broken-leak). */
+	FARM_FP_ALLOC_DEFER_WHOLE,
+	/* txn/restart.c, a switch: while hooked, a whole-cluster restart
+	 * replays a committed free's images but leaves its slot allocated
+	 * where the install was cut short, as before the fix
+	 * (test_restart_round --broken-free). */
+	FARM_FP_RESTART_KEEP_FREED,
 	/* txn/copy_digest.c, a switch: while hooked, a chunk's summary takes
 	 * a slab slot's first object only, so a write to a later element of
 	 * a small array changes no summary (tests/test_copy_digest.c

@@ -50,7 +50,10 @@ static inline int farm_thread_set_detector_realtime(void)
  * a copy) and may have been created by a real-time one (threads inherit
  * their creator's policy: the membership's worker applies views and
  * starts recovery's helpers), so that it never holds a core away from
- * the loops that serve transactions. 0 or the positive error. */
+ * the loops that serve transactions (and, for the whole-cluster restart
+ * on the membership's worker, from the ZooKeeper threads and server: a
+ * real-time restart starved them and cost leases). 0 or the positive
+ * error. */
 static inline int farm_thread_set_normal(void)
 {
 	struct sched_param sp = {.sched_priority = 0};

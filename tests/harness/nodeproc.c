@@ -146,6 +146,17 @@ void np_finish(struct np_cluster *cl, int *st)
 	}
 }
 
+void np_quit_all(struct np_cluster *cl)
+{
+	int st[NP_MAX];
+	for (unsigned i = 0; i < np_nm; i++)
+		np_send(cl, i, 'Q');
+	np_finish(cl, st);
+	for (unsigned i = 0; i < np_nm; i++)
+		if (st[i])
+			fail_msg("machine %u exited %d", i, st[i]);
+}
+
 void np_reap_killed(struct np_cluster *cl, unsigned i)
 {
 	int st = tu_reap(cl->pid[i]);

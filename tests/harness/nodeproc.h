@@ -99,6 +99,10 @@ void np_send(struct np_cluster *cl, unsigned i, char cmd);
 /* Let every machine finish (after 'Q') and reap it: exit statuses. */
 void np_finish(struct np_cluster *cl, int *st);
 
+/* Say 'Q' to every machine, let each finish and reap it: fails the test
+ * unless every one exited 0. */
+void np_quit_all(struct np_cluster *cl);
+
 /* For a teardown, also after a failed assertion: no process or file stays. */
 void np_cleanup(struct np_cluster *cl);
 
