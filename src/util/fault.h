@@ -361,6 +361,11 @@ enum farm_fault_point {
 	 * a small array changes no summary (tests/test_copy_digest.c
 	 * --broken). */
 	FARM_FP_DIGEST_SLOT_FIRST,
+	/* txn/copy.c, a switch: while hooked, data recovery's check pass
+	 * takes every chunk as equal to the primary's and READs none, so a
+	 * copy that missed commits is never repaired (test_datarec
+	 * --check-repair --broken). */
+	FARM_FP_DATAREC_DIGEST_EQUAL,
 	FARM_FP_COUNT
 };
 
