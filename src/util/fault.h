@@ -369,6 +369,16 @@ enum farm_fault_point {
 	 * entry in the transaction, a bug (test_txn --broken-moved: the
 	 * commit must fail). */
 	FARM_FP_TX_ALLOC_MOVED_KEPT,
+	/* txn/copy_digest.c, a switch: while hooked, a chunk's summary takes
+	 * a slab slot's first object only, so a write to a later element of
+	 * a small array changes no summary (tests/test_copy_digest.c
+	 * --broken). */
+	FARM_FP_DIGEST_SLOT_FIRST,
+	/* txn/copy.c, a switch: while hooked, data recovery's check pass
+	 * takes every chunk as equal to the primary's and READs none, so a
+	 * copy that missed commits is never repaired (test_datarec
+	 * --check-repair --broken). */
+	FARM_FP_DATAREC_DIGEST_EQUAL,
 	FARM_FP_COUNT
 };
 
