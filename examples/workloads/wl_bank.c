@@ -279,6 +279,7 @@ static int attempt(struct wl_client *c, struct btx *b, enum wl_txn t, int64_t v)
 	int64_t delta = 0;
 	uint64_t t0 = wl_now_ns();
 	rc = read_rows(c, b);
+	c->phase_ns[WL_PH_READ] += wl_now_ns() - t0;
 	if (!rc)
 		rc = logic(b, t, v, &delta);
 	bool writes = b->nops > b->n;
@@ -294,7 +295,9 @@ static int attempt(struct wl_client *c, struct btx *b, enum wl_txn t, int64_t v)
 		hist_write(c, &h, sizeof(h), b->ops,
 		           b->nops * sizeof(b->ops[0]));
 	}
+	uint64_t tc = wl_now_ns();
 	rc = farm_tx_commit_sync(b->tx);
+	c->phase_ns[WL_PH_COMMIT] += wl_now_ns() - tc;
 	farm_tx_free(b->tx);
 	if (c->hist_fd >= 0 && (rc == 0 || wl_retryable(rc))) {
 		struct wl_hrec h = {'E', rc == 0 ? 1 : 2, seq, wl_now_ns()};
@@ -322,6 +325,8 @@ static int bank_txn(struct wl_client *c, enum wl_txn t)
 		if (a2 == a)
 			a2 = a % c->m->o->scale + 1;
 	}
+	memset(c->phase_ns, 0, sizeof(c->phase_ns));
+	uint64_t tl = wl_now_ns();
 	switch (t) {
 	case WT_BALANCE:
 	case WT_WRITE_CHECK:
@@ -338,6 +343,7 @@ static int bank_txn(struct wl_client *c, enum wl_txn t)
 		break;
 	default: return -EINVAL;
 	}
+	c->phase_ns[WL_PH_LOOKUP] = wl_now_ns() - tl;
 	if (rc)
 		return rc;
 	uint64_t dl = wl_now_ns() + 20ull * 1000000000ull;
@@ -346,7 +352,9 @@ static int bank_txn(struct wl_client *c, enum wl_txn t)
 		if (rc >= 0 || !wl_retryable(rc) || wl_now_ns() > dl)
 			return rc;
 		c->res.retries++;
+		uint64_t tb = wl_now_ns();
 		wl_backoff(c, tries);
+		c->phase_ns[WL_PH_BACKOFF] += wl_now_ns() - tb;
 	}
 }
 

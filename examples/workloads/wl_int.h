@@ -82,6 +82,8 @@ struct bank_ledger {
 
 struct wl_machine;
 
+enum { WL_PH_LOOKUP, WL_PH_READ, WL_PH_COMMIT, WL_PH_BACKOFF, WL_NPHASES };
+
 struct wl_client {
 	struct wl_machine *m;
 	unsigned idx; /* thread */
@@ -98,6 +100,10 @@ struct wl_client {
 	void *app;   /* the workload's per-client state (TPC-C) */
 	int hist_fd;
 	uint64_t hist_seq;
+	/* FWL_SLOW_MS: where the current transaction's time went (SmallBank:
+	 * KV lookups, reads, commits, backoffs between attempts); zeroed
+	 * before each transaction, printed with a slow one. */
+	uint64_t phase_ns[WL_NPHASES];
 	pthread_t th;
 	volatile int go; /* set by a work item on this loop */
 	atomic_int done;

@@ -202,10 +202,22 @@ static void trace_slow(const struct wl_client *c, enum wl_txn t, int outcome,
 		                      memory_order_relaxed);
 	}
 	int limit = atomic_load_explicit(&slow_ms, memory_order_relaxed);
-	if (limit > 0 && now - t0_ns >= (uint64_t)limit * 1000000ull)
-		fprintf(stderr, "%.3f slow m%u.%u %s %.3f ms: %d\n",
-		        (double)now / 1e6, c->m->me, c->idx, wl_txn_name(t),
-		        (double)(now - t0_ns) / 1e6, outcome);
+	if (limit <= 0 || now - t0_ns < (uint64_t)limit * 1000000ull)
+		return;
+	const uint64_t *ph = c->phase_ns;
+	char phases[128] = "";
+	if (ph[WL_PH_LOOKUP] | ph[WL_PH_READ] | ph[WL_PH_COMMIT] |
+	    ph[WL_PH_BACKOFF])
+		snprintf(phases, sizeof(phases),
+		         " (lookups %.3f, reads %.3f, commits %.3f, "
+		         "backoff %.3f ms)",
+		         (double)ph[WL_PH_LOOKUP] / 1e6,
+		         (double)ph[WL_PH_READ] / 1e6,
+		         (double)ph[WL_PH_COMMIT] / 1e6,
+		         (double)ph[WL_PH_BACKOFF] / 1e6);
+	fprintf(stderr, "%.3f slow m%u.%u %s %.3f ms: %d%s\n",
+	        (double)now / 1e6, c->m->me, c->idx, wl_txn_name(t),
+	        (double)(now - t0_ns) / 1e6, outcome, phases);
 }
 
 void wl_count_at(struct wl_client *c, enum wl_txn t, int outcome,
