@@ -67,7 +67,7 @@ static void get_end(struct get_op *g, int status, const void *val, uint32_t len)
 {
 	farm_ht *h = g->h;
 	status = farm_ht_lease_checked(h, status);
-	farm_stat_add(&h->st.v[status == 0 ? T_FOUND : T_NOTFOUND], 1);
+	hl_count(g->l, status == 0 ? T_FOUND : T_NOTFOUND, 1);
 	farm_loop *loop = g->l->loop;
 	farm_ht_get_fn cont = g->cont;
 	void *ctx = g->ctx;
@@ -86,7 +86,7 @@ static void get_end(struct get_op *g, int status, const void *val, uint32_t len)
 
 static void get_retry(struct get_op *g)
 {
-	farm_stat_add(&g->h->st.v[T_RETRIES], 1);
+	hl_count(g->l, T_RETRIES, 1);
 	uint64_t now = farm_now_ns();
 	if (!g->busy_t0)
 		g->busy_t0 = now;
@@ -232,9 +232,9 @@ static void get_read_obj(struct get_op *g, farm_fatptr p, int stage)
 		get_end(g, -ENOMEM, NULL, 0);
 		return;
 	}
-	farm_stat_add(&g->h->st.v[T_READS], 1);
+	hl_count(g->l, T_READS, 1);
 	if (stage == 1)
-		farm_stat_add(&g->h->st.v[T_CHAIN], 1);
+		hl_count(g->l, T_CHAIN, 1);
 	int rc = farm_lf_read(g->h->txm, g->l->loop, p.addr, p.size,
 	                      p.incarnation, g->obuf, obj_read_done, g);
 	if (rc)
@@ -316,7 +316,7 @@ static void get_start(struct get_op *g)
 	farm_ht *h = g->h;
 	uint32_t bb = 64u * h->bucket_lines;
 	farm_gaddr a = g->sd->base + (uint64_t)g->b * bb;
-	farm_stat_add(&h->st.v[T_READS], 1);
+	hl_count(g->l, T_READS, 1);
 	uint8_t *p;
 	farm_mr_desc d;
 	g->cfg = farm_as_config_id(h->as);
@@ -409,7 +409,7 @@ int farm_ht_get(farm_ht *h, farm_loop *loop, const void *key, uint32_t klen,
 		l->free_gets = g;
 		return rc; /* the loop has no transactions attached */
 	}
-	farm_stat_add(&h->st.v[T_LOOKUPS], 1);
+	hl_count(l, T_LOOKUPS, 1);
 	get_start(g);
 	return 0;
 }
@@ -437,8 +437,7 @@ static void first_end(struct first_op *f, int status, const void *val,
 {
 	status = farm_ht_lease_checked(f->h, status);
 	if (status == 0 || status == -ENOENT)
-		farm_stat_add(&f->h->st.v[status == 0 ? T_FOUND : T_NOTFOUND],
-		              1);
+		hl_count(f->l, status == 0 ? T_FOUND : T_NOTFOUND, 1);
 	f->cont(f->l->loop, f->ctx, status, val, len);
 	farm_lf_end(&f->ep);
 	buf_put(f->l, f->img);
@@ -492,7 +491,7 @@ static void first_found(struct first_op *f, unsigned slot, const uint8_t *hdr)
 		first_end(f, -ENOMEM, NULL, 0);
 		return;
 	}
-	farm_stat_add(&h->st.v[T_READS], 1);
+	hl_count(f->l, T_READS, 1);
 	int rc = farm_lf_read(h->txm, f->l->loop, p.addr, p.size, p.incarnation,
 	                      f->obuf, first_obj_done, f);
 	if (rc)
@@ -610,8 +609,8 @@ int farm_ht_get_first(farm_ht *h, farm_loop *loop, const void *key,
 		free(f);
 		return rc;
 	}
-	farm_stat_add(&h->st.v[T_LOOKUPS], 1);
-	farm_stat_add(&h->st.v[T_READS], 1);
+	hl_count(l, T_LOOKUPS, 1);
+	hl_count(l, T_READS, 1);
 	f->cfg = farm_as_config_id(h->as);
 	rc = first_issue(f, a, 2 * bb);
 	if (rc) {
