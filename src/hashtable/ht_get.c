@@ -292,9 +292,42 @@ static void bucket_read_done(farm_loop *loop, void *ctx, int status)
 	get_buckets(g);
 }
 
+/* A local lookup's key searched in its pair where it lies, and the slot
+ * found copied and checked alone (farm_ht_pair_slot_copy: its lines as
+ * of one instant of its bucket, their versions against line 0's), the key
+ * matched again in that copy: as farm_ht_get_local_batch answers a found
+ * key (ht_batch.c, batch_slot), a slot as of one instant of its bucket is
+ * a committed state of the key whatever the other bucket held. Answers
+ * and returns true only for an inline value found so in the
+ * configuration the lookup started in; false: the whole pair's copy
+ * decides (absent keys, chains, objects, a slot that changed). */
+static bool get_local_slot(struct get_op *g)
+{
+	farm_ht *h = g->h;
+	uint8_t hdr[8];
+	int slot = farm_ht_pair_find(h, g->lp, g->key, g->klen, g->hash, hdr);
+	if (slot < 0 ||
+	    farm_ht_pair_slot_copy(h, g->lp, (unsigned)slot, g->img) ||
+	    !farm_ht_pair_slot_is(h, g->img, (unsigned)slot, g->key, g->klen,
+	                          g->hash, hdr) ||
+	    (hdr[0] & SLOT_INDIRECT) || slot_vlen(hdr) > h->V)
+		return false;
+	/* As get_buckets: the copy's loads before the configuration id's
+	 * (pairs with the release store of the id in
+	 * farm_as_set_view_placed, addrspace.c). */
+	atomic_thread_fence(memory_order_acquire);
+	if (farm_as_config_id(h->as) != g->cfg)
+		return false;
+	uint32_t vl = slot_vlen(hdr);
+	farm_ht_pair_val_read(h, g->img, (unsigned)slot, vl, g->img);
+	get_end(g, 0, g->img, vl);
+	return true;
+}
+
 /* A local lookup's buckets were prefetched when it started; copy them
  * now, a pass later, as the shm fabric does for a READ (NSDI'14 keeps
- * many lookups in flight so their misses overlap). */
+ * many lookups in flight so their misses overlap): the found slot alone
+ * when it can answer, else the whole pair. */
 static void get_local_done(farm_loop *loop, void *ctx, int status)
 {
 	(void)loop;
@@ -303,6 +336,8 @@ static void get_local_done(farm_loop *loop, void *ctx, int status)
 		get_end(g, status, NULL, 0);
 		return;
 	}
+	if (get_local_slot(g))
+		return;
 	uint32_t bb = 64u * g->h->bucket_lines;
 	if (!farm_lines_copy(g->img, g->lp, 2ull * bb, LINE_TRIES)) {
 		get_retry(g);
