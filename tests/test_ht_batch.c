@@ -11,11 +11,12 @@
  * and a new version of a bucket installed inside the window of a found
  * slot's copy (after line 0, before the slot's lines), every time: the
  * answer is one version's value, never the header of one and the value
- * of the other.
+ * of the other; the same window for farm_ht_get's local lookup, which
+ * answers a found key from its slot alone too.
  *
- * --broken: only that last case, with the slot's line versions not
+ * --broken: only those last two cases, with the slot's line versions not
  * compared with line 0's (FARM_FP_HT_SLOT_NO_CHECK): a torn value must be
- * seen.
+ * seen by each.
  */
 #include "asnodes.h"
 #include "brokenarg.h"
@@ -454,17 +455,21 @@ static uint8_t *window_key(char k[16])
 	return b;
 }
 
-/* Whether @lk's answer is a whole value of version @x or @x - 1. */
-static bool window_whole(const struct farm_ht_lkey *lk, uint8_t x)
+/* Whether value @v of @vlen bytes is a whole value of version @x or
+ * @x - 1. */
+static bool whole_value(const uint8_t *v, uint32_t vlen, uint8_t x)
 {
-	const uint8_t *v = lk->val;
-	if (lk->vlen != win_len(v[0]) ||
-	    (v[0] != x && v[0] != (uint8_t)(x - 1)))
+	if (vlen != win_len(v[0]) || (v[0] != x && v[0] != (uint8_t)(x - 1)))
 		return false;
-	for (uint32_t i = 1; i < lk->vlen; i++)
+	for (uint32_t i = 1; i < vlen; i++)
 		if (v[i] != v[0])
 			return false;
 	return true;
+}
+
+static bool window_whole(const struct farm_ht_lkey *lk, uint8_t x)
+{
+	return whole_value(lk->val, lk->vlen, x);
 }
 
 /*
@@ -524,6 +529,52 @@ static void test_window(void **state)
 		assert_int_equal(R.val[i], w.x);
 }
 
+/*
+ * The same window for farm_ht_get's local lookup, which answers a key
+ * found in place from its slot's copy alone too (ht_get.c,
+ * get_local_slot): the copy refused, the whole pair answers; never a torn
+ * value.
+ */
+static void test_window_get(void **state)
+{
+	(void)state;
+	make_shards(4);
+	char k[16];
+	struct window w = {.bucket = window_key(k), .x = 1};
+	if (farm_fault_set(FARM_FP_HT_SLOT_WINDOW, window_hook, &w)) {
+		printf("skipped: built without fault injection\n");
+		skip();
+	}
+	unsigned rounds = 64, found = 0, torn = 0, bad = 0;
+	for (unsigned r = 0; r < rounds; r++) {
+		w.armed = 1;
+		if (get(0, k, 16) != 0)
+			bad++;
+		else if (whole_value(R.val, R.len, w.x))
+			found++;
+		else
+			torn++;
+	}
+	assert_int_equal(farm_fault_set(FARM_FP_HT_SLOT_WINDOW, NULL, NULL), 0);
+	printf("window (farm_ht_get): %u installs in %u lookups; %u whole, "
+	       "%u torn, %u failures\n",
+	       w.installs, rounds, found, torn, bad);
+	/* Every lookup took the slot's copy, inside the window. */
+	assert_int_equal(w.installs, rounds);
+	assert_int_equal(bad, 0);
+	if (Broken) {
+		if (!torn)
+			fail_msg("--broken: no torn value seen by farm_ht_get: "
+			         "the test cannot see the version check's "
+			         "absence");
+		printf("--broken: farm_ht_get took torn values, as it must "
+		       "without the check\n");
+		return;
+	}
+	assert_int_equal(torn, 0);
+	assert_int_equal(found, rounds);
+}
+
 int main(int argc, char **argv)
 {
 	int st = tu_broken_arg(argc, argv, FARM_FP_HT_SLOT_NO_CHECK, &Broken);
@@ -535,11 +586,15 @@ int main(int argc, char **argv)
 	                                        teardown),
 	        cmocka_unit_test_setup_teardown(test_torn, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_window, setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_window_get, setup,
+	                                        teardown),
 	};
-	/* --broken: the window's case alone (the others are not made to
+	/* --broken: the window's cases alone (the others are not made to
 	 * expect the check off). */
 	const struct CMUnitTest broken_tests[] = {
 	        cmocka_unit_test_setup_teardown(test_window, setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_window_get, setup,
+	                                        teardown),
 	};
 	if (Broken)
 		return cmocka_run_group_tests(broken_tests, NULL, NULL);

@@ -136,6 +136,7 @@ int farm_ht_attach(farm_ht *h, farm_loop *loop)
 	l->h = h;
 	l->loop = loop;
 	l->rand = farm_now_ns() ^ i;
+	l->lst = &h->lst[i];
 	l->pool = aligned_alloc(64, bsz * POOL_BUFS);
 	l->q = calloc(FARM_HT_MAX_SHARDS, sizeof(*l->q));
 	int rc = l->pool && l->q ? farm_mr_reg(farm_as_fabric(h->as), l->pool,
@@ -336,8 +337,12 @@ void farm_ht_stats_get(farm_ht *h, struct farm_ht_stats *out)
 	if (!h || !out)
 		return;
 	uint64_t v[16];
-	for (int i = 0; i < 16; i++)
+	for (int i = 0; i < 16; i++) {
 		v[i] = atomic_load_explicit(&h->st.v[i], memory_order_relaxed);
+		for (unsigned k = 0; k < MAX_LOOPS; k++)
+			v[i] += atomic_load_explicit(&h->lst[k].v[i],
+			                             memory_order_relaxed);
+	}
 	*out = (struct farm_ht_stats){.lookups = v[T_LOOKUPS],
 	                              .lookup_reads = v[T_READS],
 	                              .lookup_retries = v[T_RETRIES],

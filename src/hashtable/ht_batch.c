@@ -83,7 +83,7 @@ static void batch_chain(farm_ht *h, struct htloop *l, struct farm_ht_lkey *k,
 		    !farm_lines_copy(img, lp, 64ull * lines, LINE_TRIES) ||
 		    obj_check(img, lines, p.incarnation, &v, &w))
 			return;
-		farm_stat_add(&h->st.v[T_CHAIN], 1);
+		hl_count(l, T_CHAIN, 1);
 		obj_unpack(img, h->block_data, blk);
 		if (get64(blk) > fwd)
 			return; /* written after the pair we read: mixed */
@@ -288,9 +288,9 @@ int farm_ht_get_local_batch(farm_ht *h, farm_loop *loop,
 	farm_lf_end(&ep);
 	/* Counted as lookups of one read each; the unresolved ones count in
 	 * the full lookup that answers them. */
-	farm_stat_add(&h->st.v[T_LOOKUPS], found + absent);
-	farm_stat_add(&h->st.v[T_READS], found + absent);
-	farm_stat_add(&h->st.v[T_FOUND], found);
-	farm_stat_add(&h->st.v[T_NOTFOUND], absent);
+	hl_count(l, T_LOOKUPS, found + absent);
+	hl_count(l, T_READS, found + absent);
+	hl_count(l, T_FOUND, found);
+	hl_count(l, T_NOTFOUND, absent);
 	return 0;
 }

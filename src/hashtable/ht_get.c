@@ -67,7 +67,7 @@ static void get_end(struct get_op *g, int status, const void *val, uint32_t len)
 {
 	farm_ht *h = g->h;
 	status = farm_ht_lease_checked(h, status);
-	farm_stat_add(&h->st.v[status == 0 ? T_FOUND : T_NOTFOUND], 1);
+	hl_count(g->l, status == 0 ? T_FOUND : T_NOTFOUND, 1);
 	farm_loop *loop = g->l->loop;
 	farm_ht_get_fn cont = g->cont;
 	void *ctx = g->ctx;
@@ -86,7 +86,7 @@ static void get_end(struct get_op *g, int status, const void *val, uint32_t len)
 
 static void get_retry(struct get_op *g)
 {
-	farm_stat_add(&g->h->st.v[T_RETRIES], 1);
+	hl_count(g->l, T_RETRIES, 1);
 	uint64_t now = farm_now_ns();
 	if (!g->busy_t0)
 		g->busy_t0 = now;
@@ -232,9 +232,9 @@ static void get_read_obj(struct get_op *g, farm_fatptr p, int stage)
 		get_end(g, -ENOMEM, NULL, 0);
 		return;
 	}
-	farm_stat_add(&g->h->st.v[T_READS], 1);
+	hl_count(g->l, T_READS, 1);
 	if (stage == 1)
-		farm_stat_add(&g->h->st.v[T_CHAIN], 1);
+		hl_count(g->l, T_CHAIN, 1);
 	int rc = farm_lf_read(g->h->txm, g->l->loop, p.addr, p.size,
 	                      p.incarnation, g->obuf, obj_read_done, g);
 	if (rc)
@@ -292,9 +292,42 @@ static void bucket_read_done(farm_loop *loop, void *ctx, int status)
 	get_buckets(g);
 }
 
+/* A local lookup's key searched in its pair where it lies, and the slot
+ * found copied and checked alone (farm_ht_pair_slot_copy: its lines as
+ * of one instant of its bucket, their versions against line 0's), the key
+ * matched again in that copy: as farm_ht_get_local_batch answers a found
+ * key (ht_batch.c, batch_slot), a slot as of one instant of its bucket is
+ * a committed state of the key whatever the other bucket held. Answers
+ * and returns true only for an inline value found so in the
+ * configuration the lookup started in; false: the whole pair's copy
+ * decides (absent keys, chains, objects, a slot that changed). */
+static bool get_local_slot(struct get_op *g)
+{
+	farm_ht *h = g->h;
+	uint8_t hdr[8];
+	int slot = farm_ht_pair_find(h, g->lp, g->key, g->klen, g->hash, hdr);
+	if (slot < 0 ||
+	    farm_ht_pair_slot_copy(h, g->lp, (unsigned)slot, g->img) ||
+	    !farm_ht_pair_slot_is(h, g->img, (unsigned)slot, g->key, g->klen,
+	                          g->hash, hdr) ||
+	    (hdr[0] & SLOT_INDIRECT) || slot_vlen(hdr) > h->V)
+		return false;
+	/* As get_buckets: the copy's loads before the configuration id's
+	 * (pairs with the release store of the id in
+	 * farm_as_set_view_placed, addrspace.c). */
+	atomic_thread_fence(memory_order_acquire);
+	if (farm_as_config_id(h->as) != g->cfg)
+		return false;
+	uint32_t vl = slot_vlen(hdr);
+	farm_ht_pair_val_read(h, g->img, (unsigned)slot, vl, g->img);
+	get_end(g, 0, g->img, vl);
+	return true;
+}
+
 /* A local lookup's buckets were prefetched when it started; copy them
  * now, a pass later, as the shm fabric does for a READ (NSDI'14 keeps
- * many lookups in flight so their misses overlap). */
+ * many lookups in flight so their misses overlap): the found slot alone
+ * when it can answer, else the whole pair. */
 static void get_local_done(farm_loop *loop, void *ctx, int status)
 {
 	(void)loop;
@@ -303,6 +336,8 @@ static void get_local_done(farm_loop *loop, void *ctx, int status)
 		get_end(g, status, NULL, 0);
 		return;
 	}
+	if (get_local_slot(g))
+		return;
 	uint32_t bb = 64u * g->h->bucket_lines;
 	if (!farm_lines_copy(g->img, g->lp, 2ull * bb, LINE_TRIES)) {
 		get_retry(g);
@@ -316,7 +351,7 @@ static void get_start(struct get_op *g)
 	farm_ht *h = g->h;
 	uint32_t bb = 64u * h->bucket_lines;
 	farm_gaddr a = g->sd->base + (uint64_t)g->b * bb;
-	farm_stat_add(&h->st.v[T_READS], 1);
+	hl_count(g->l, T_READS, 1);
 	uint8_t *p;
 	farm_mr_desc d;
 	g->cfg = farm_as_config_id(h->as);
@@ -409,7 +444,7 @@ int farm_ht_get(farm_ht *h, farm_loop *loop, const void *key, uint32_t klen,
 		l->free_gets = g;
 		return rc; /* the loop has no transactions attached */
 	}
-	farm_stat_add(&h->st.v[T_LOOKUPS], 1);
+	hl_count(l, T_LOOKUPS, 1);
 	get_start(g);
 	return 0;
 }
@@ -437,8 +472,7 @@ static void first_end(struct first_op *f, int status, const void *val,
 {
 	status = farm_ht_lease_checked(f->h, status);
 	if (status == 0 || status == -ENOENT)
-		farm_stat_add(&f->h->st.v[status == 0 ? T_FOUND : T_NOTFOUND],
-		              1);
+		hl_count(f->l, status == 0 ? T_FOUND : T_NOTFOUND, 1);
 	f->cont(f->l->loop, f->ctx, status, val, len);
 	farm_lf_end(&f->ep);
 	buf_put(f->l, f->img);
@@ -492,7 +526,7 @@ static void first_found(struct first_op *f, unsigned slot, const uint8_t *hdr)
 		first_end(f, -ENOMEM, NULL, 0);
 		return;
 	}
-	farm_stat_add(&h->st.v[T_READS], 1);
+	hl_count(f->l, T_READS, 1);
 	int rc = farm_lf_read(h->txm, f->l->loop, p.addr, p.size, p.incarnation,
 	                      f->obuf, first_obj_done, f);
 	if (rc)
@@ -610,8 +644,8 @@ int farm_ht_get_first(farm_ht *h, farm_loop *loop, const void *key,
 		free(f);
 		return rc;
 	}
-	farm_stat_add(&h->st.v[T_LOOKUPS], 1);
-	farm_stat_add(&h->st.v[T_READS], 1);
+	hl_count(l, T_LOOKUPS, 1);
+	hl_count(l, T_READS, 1);
 	f->cfg = farm_as_config_id(h->as);
 	rc = first_issue(f, a, 2 * bb);
 	if (rc) {

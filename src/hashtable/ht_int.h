@@ -94,6 +94,12 @@ struct htloop {
 	uint64_t rand;
 	struct get_op *free_gets; /* recycled lookups (bucket buffers kept) */
 	struct farm_as_rcache rc; /* where shards are */
+	struct ht_counters *lst;  /* this loop's lookup counters (in farm_ht) */
+};
+
+/* Counters by T_* (below). */
+struct ht_counters {
+	_Atomic uint64_t v[16];
 };
 
 /* Where slot i of a bucket pair's image is (ht_pair.c): its header's
@@ -126,9 +132,12 @@ struct farm_ht {
 	struct farm_ht_shard shards[FARM_HT_MAX_SHARDS];
 	unsigned nshards;
 	struct htloop *loops[MAX_LOOPS];
-	struct {
-		_Atomic uint64_t v[16];
-	} st;
+	struct ht_counters st;
+	/* Lookup counters per loop index, each written by that loop's
+	 * thread alone (hl_count): a locked add per counter was a tenth of a
+	 * KV lookup's CPU. Kept here, not in the htloop, so that
+	 * farm_ht_stats_get can add them up while loops detach. */
+	struct ht_counters lst[MAX_LOOPS];
 };
 
 enum {
@@ -217,6 +226,13 @@ static inline struct htloop *hl_of(farm_ht *h, farm_loop *loop)
 	unsigned i = farm_loop_index(loop);
 	struct htloop *l = i < MAX_LOOPS ? h->loops[i] : NULL;
 	return l && l->loop == loop ? l : NULL;
+}
+
+/* Count @n in this loop's counter @t (lookups only: the loop's thread is
+ * its one writer). */
+static inline void hl_count(struct htloop *l, unsigned t, uint64_t n)
+{
+	farm_stat_add_owned(&l->lst->v[t], n);
 }
 
 static inline void *buf_get(struct htloop *l)

@@ -136,12 +136,23 @@ _Atomic uint64_t *farm_txm_serve_word(farm_txm *m);
 static inline bool farm_txm_lease_held(_Atomic uint64_t *w)
 {
 	/* Orders the caller's copy before the clock read (the vDSO's clock
-	 * is not formally ordered after earlier loads on every CPU). */
+	 * is not formally ordered after earlier loads on every CPU) and
+	 * before the first load of the word. */
 	atomic_thread_fence(memory_order_acquire);
+	if (!w)
+		return true;
+	/* No lease (static membership, or before the first configuration):
+	 * "always", seen after the copy, is a moment after it at which the
+	 * lease held, with no clock to compare (a clock read was a seventh
+	 * of a KV lookup's CPU on shm). Pairs with the lease thread's
+	 * release store of the word. */
+	uint64_t u = atomic_load_explicit(w, memory_order_acquire);
+	if (u == UINT64_MAX)
+		return true;
 	uint64_t now = farm_now_ns();
-	/* pairs with the lease thread's release store of the word */
-	uint64_t u =
-	        w ? atomic_load_explicit(w, memory_order_acquire) : UINT64_MAX;
+	/* The word again, after the clock (the order the comment above
+	 * asks for); pairs with the same release store. */
+	u = atomic_load_explicit(w, memory_order_acquire);
 	return u == UINT64_MAX || now < u;
 }
 
