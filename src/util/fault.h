@@ -356,6 +356,13 @@ enum farm_fault_point {
 	 * where the install was cut short, as before the fix
 	 * (test_restart_round --broken-free). */
 	FARM_FP_RESTART_KEEP_FREED,
+	/* alloc/galloc_adopt.c, a switch: while hooked, a free deferred
+	 * while the adopter scans its region (or kept whole by
+	 * FARM_FP_ALLOC_DEFER_WHOLE) leaves no mark in the object's version
+	 * word (FARM_OBJHDR_FREE_PENDING), as before the fix: a
+	 * whole-cluster restart before the adopter frees it, its records
+	 * truncated, leaks its slot (test_restart_copy --broken-scan). */
+	FARM_FP_ALLOC_NO_FREE_MARK,
 	FARM_FP_COUNT
 };
 
