@@ -448,8 +448,8 @@ static void test_restart_copy(void **state)
 	int repl = rs_await_replicated(&cl, survivors, RC_REPL_MS, why,
 	                               sizeof(why), &nreg, last);
 	double repl_ms = (double)(np_now_ns() - t_up) / 1e6;
-	printf("restart-copy: %d frees deferred, %u marked; restarted %.0f ms after the "
-	       "kill; %u regions %s %.0f ms after\n",
+	printf("restart-copy: %d frees deferred, %u marked; restarted %.0f ms "
+	       "after the kill; %u regions %s %.0f ms after\n",
 	       (int)deferred, marked, (double)t_restart / 1e6, nreg,
 	       repl ? "NOT fully replicated" : "fully replicated", repl_ms);
 	for (unsigned i = 0; i < RC_SURVIVORS; i++) {

@@ -57,7 +57,8 @@ static struct adopt_region **adopt_find(farm_galloc *g, uint32_t id)
  * or NULL (no such copy, or outside it). */
 static _Atomic uint64_t *version_word(farm_galloc *g, farm_gaddr a)
 {
-	farm_region *fr = farm_as_local_region(g->as, farm_gaddr_region(a), NULL);
+	farm_region *fr =
+	        farm_as_local_region(g->as, farm_gaddr_region(a), NULL);
 	uint64_t off = farm_gaddr_offset(a);
 	if (!fr || off % FARM_ALLOC_LINE ||
 	    off + FARM_OBJHDR_SIZE > farm_region_size(fr))

@@ -88,16 +88,21 @@
  *    COMMIT-BACKUPs stay until it finishes, after its install. A free
  *    deferred to its region's adoption is done in its header at once
  *    unless the adopter was scanning the region
- *    (src/alloc/galloc_adopt.c), so no record is needed for it.
+ *    (src/alloc/galloc_adopt.c), so no record is needed for it. One
+ *    deferred while the adopter scanned left the object locked and
+ *    allocated until the adopter frees it, and its records may all be
+ *    truncated before the kill; so the allocator marks the object's
+ *    version word (FARM_OBJHDR_FREE_PENDING, src/alloc/objhdr.h) when it
+ *    defers such a free, and the lock walk frees the header of every
+ *    object it finds marked (unlock_one), no record needed either.
  *
- * Not handled (src/recovery/README.md, "Not yet"): an array's free whose
+ * Not handled (src/recovery/README.md, "Limits"): an array's free whose
  * install the kill cut short (its run or slot is freed whole by the
  * allocator, and a large array's run is retired in the block table); a
- * free deferred while the adopter scanned its region, killed before the
- * scan ended, its records truncated; a single-machine commit's free with
- * no backup (no record) killed between its install and the allocator's
- * free. Each is installed but its slot is not freed (a leak, never a
- * wrong value).
+ * single-machine commit's free with no backup (no record) killed between
+ * its install and the allocator's free; a deferred free killed between
+ * the adopter's clearing of its mark and its free (an instant). Each is
+ * installed but its slot is not freed (a leak, never a wrong value).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -586,6 +591,7 @@ static void unlock_one(void *ctx, struct farm_objhdr *obj, uint32_t lines)
 			                      farm_incarn_freed(w),
 			                      memory_order_release);
 			st->freed++;
+			st->marked++;
 		}
 	}
 	if (v & (OBJ_LOCK_MASK | FARM_OBJHDR_FREE_PENDING)) {
@@ -751,6 +757,12 @@ int farm_txm_restart_apply(farm_txm *m, const struct farm_txrestart_log *logs,
 			qsort(v, n, sizeof(*v), cmp_txid);
 		decide_all(m, v, n, mark, lost, st);
 		rc = unlock_all(m, regions, nregions, st, err, errlen);
+		if (!rc && st->marked)
+			farm_warn("restart: %" PRIu64 " committed frees "
+			          "deferred while the allocator scanned their "
+			          "region were not done at the kill: their "
+			          "slots freed by their marks",
+			          st->marked);
 	}
 	free(v);
 	free(mark);

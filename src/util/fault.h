@@ -347,9 +347,10 @@ enum farm_fault_point {
 	FARM_FP_RESTART_LEASES_JUDGED,
 	/* alloc/galloc_adopt.c, a switch: while hooked, a committed free in
 	 * a promoted region not yet adopted is kept whole until the
-	 * adoption (its header left allocated), as before the fix: a kill
-	 * before the adoption leaks its slot (test_restart_copy
-	 * --broken-leak). */
+	 * adoption (its header left allocated), as while the adopter scans
+	 * the region (test_restart_copy --scan); with
+	 * FARM_FP_ALLOC_NO_FREE_MARK too, as before both fixes: a kill
+	 * before the adoption leaks its slot (--broken-leak). */
 	FARM_FP_ALLOC_DEFER_WHOLE,
 	/* txn/restart.c, a switch: while hooked, a whole-cluster restart
 	 * replays a committed free's images but leaves its slot allocated
@@ -361,7 +362,7 @@ enum farm_fault_point {
 	 * FARM_FP_ALLOC_DEFER_WHOLE) leaves no mark in the object's version
 	 * word (FARM_OBJHDR_FREE_PENDING), as before the fix: a
 	 * whole-cluster restart before the adopter frees it, its records
-	 * truncated, leaks its slot (test_restart_copy --broken-scan). */
+	 * truncated, leaks its slot (test_restart_copy --broken-leak). */
 	FARM_FP_ALLOC_NO_FREE_MARK,
 	FARM_FP_COUNT
 };
