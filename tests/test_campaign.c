@@ -229,6 +229,25 @@ static bool opt_hold_end, opt_broken_kept, opt_broken_handoff;
  * request to every member must still be answered (cp_first_asks). */
 #define CP_SLOW_MS 1500u
 static bool opt_slow_replace;
+/* --reuse-measure (with --reuse): what a new holder of a killed
+ * machine's id would have had to copy, had it kept the old holder's
+ * copies and been sent only what changed (src/recovery/README.md,
+ * "Same-id restart"). The old holder's object lists of the last checks
+ * before its kill (cp_hash_regions' files) are kept as was-<region>-m<id>
+ * and compared, at the new holder's first checks, with its lists: objects
+ * equal, changed, freed and allocated since, and the chunks (4 KiB, 64
+ * KiB, 1 MiB) that hold a difference, against the bytes its data recovery
+ * READ. A measurement, not a check: it fails nothing. The old lists are
+ * of the last pause, so writes between that pause and the kill count as
+ * changes: an upper bound on what a delta copy would send. */
+static bool opt_reuse_measure;
+/* --fill-mb N (for --reuse-measure's data): N MB of CP_FILL_SIZE-byte
+ * objects each first machine allocates at the start, CP_FILL_TX to a
+ * transaction, never written again: the cold bulk a store holds beside
+ * its hot accounts. */
+static unsigned opt_fill_mb;
+#define CP_FILL_SIZE 1024u
+#define CP_FILL_TX   64u
 /* In a machine's process (CLOCK_MONOTONIC, which the host's processes
  * share): when it last ended such a hold, and when it, a new holder,
  * sent its first requests (cp_first_asks); 0: never. */
@@ -514,6 +533,9 @@ struct cp_hashes {
 	uint32_t region[RP_MAXREG];
 	int role[RP_MAXREG];
 	int64_t objects[RP_MAXREG];
+	/* Data recovery's last copy of each region here (0: none): bytes
+	 * READ from the primary and its time. */
+	uint64_t dr_bytes[RP_MAXREG], dr_ns[RP_MAXREG];
 };
 
 /* v: the header word (version and lock bits), w: the incarnation word,
@@ -596,6 +618,23 @@ static void cp_copy_path(char *path, size_t len, const char *root,
 	snprintf(path, len, "%.256s/copy-%08" PRIx32 "-m%u", root, region, m);
 }
 
+/* Data recovery's last complete copy of each region of @r here, into
+ * r->dr_bytes and r->dr_ns (--reuse-measure's fresh copy). */
+static void cp_hash_dr(struct cp_child *c, struct cp_hashes *r)
+{
+	struct farm_datarec_region *d = calloc(256, sizeof(*d));
+	unsigned n =
+	        d ? FARM_MIN(farm_txm_datarec_get(c->tx.txm, d, 256), 256u) : 0;
+	for (unsigned i = 0; i < r->n; i++)
+		for (unsigned k = 0; k < n; k++)
+			if (d[k].region == r->region[i] &&
+			    d[k].state == FARM_DATAREC_DONE) {
+				r->dr_bytes[i] = d[k].bytes;
+				r->dr_ns[i] = d[k].t_done_ns - d[k].t_start_ns;
+			}
+	free(d);
+}
+
 static int cp_hash_regions(struct cp_child *c)
 {
 	static const volatile int never = 0;
@@ -634,6 +673,7 @@ static int cp_hash_regions(struct cp_child *c)
 			r->objects[i] = -EIO;
 		free(w.o);
 	}
+	cp_hash_dr(c, r);
 	int rc = np_say(&c->tx.np, 'h', r, sizeof(*r));
 	free(r);
 	return rc;
@@ -999,6 +1039,35 @@ static int cp_hold_set(void)
 	       farm_fault_set(FARM_FP_REC_DONE_LATE, cp_hold_done, NULL);
 }
 
+/* --fill-mb: the cold objects, allocated in this machine's regions. */
+static int cp_fill(struct cp_child *c)
+{
+	uint64_t n = ((uint64_t)opt_fill_mb << 20) / CP_FILL_SIZE;
+	for (uint64_t done = 0; done < n;) {
+		farm_tx *tx;
+		if (farm_tx_begin(c->tx.txm, c->tx.np.loop, &tx))
+			return -1;
+		unsigned k = 0;
+		int rc = 0;
+		for (; k < CP_FILL_TX && done + k < n && !rc; k++) {
+			farm_fatptr p;
+			void *d;
+			rc = farm_tx_alloc_sync(tx, CP_FILL_SIZE,
+			                        FARM_GADDR_NULL, &p, &d);
+			if (!rc)
+				memset(d, (int)((done + k) & 0xff),
+				       CP_FILL_SIZE);
+		}
+		if (!rc)
+			rc = farm_tx_commit_sync(tx);
+		farm_tx_free(tx);
+		if (rc && !farm_tx_retryable(rc))
+			return -1;
+		done += rc ? 0 : k;
+	}
+	return 0;
+}
+
 static int cp_machine(struct np_child *np, void *arg)
 {
 	const struct cp_arg *a = arg;
@@ -1098,6 +1167,8 @@ static int cp_machine(struct np_child *np, void *arg)
 			goto out;
 		c->own = c->mine;
 		c->nown = RB_ACCOUNTS;
+		if (opt_fill_mb && cp_fill(c))
+			goto out;
 	}
 	st = 13;
 	if (np_say(p, 'C', NULL, 0) || np_wait_cmd(p) != 'G')
@@ -2037,6 +2108,188 @@ static long cp_diff_copies(uint32_t g, unsigned i, unsigned j, long one[2],
 	return differ;
 }
 
+/* ---- --reuse-measure -------------------------------------------------- */
+
+#define CP_RM_SIZES  3
+#define CP_RM_REGION (16u << 20) /* the campaign's region size (config) */
+#define CP_RM_MAP    (CP_RM_REGION / 4096u / 8u)
+static const uint32_t cp_rm_chunk[CP_RM_SIZES] = {4096u, 65536u, 1u << 20};
+
+/* What a new holder's copies differ by from its old holder's. */
+struct cp_rm {
+	long same, changed, freed, added;
+	uint64_t obj_bytes;          /* changed and allocated objects */
+	uint64_t dirty[CP_RM_SIZES]; /* chunks that hold a difference */
+	uint64_t used[CP_RM_SIZES];  /* chunks that hold an object */
+	uint64_t fresh, fresh_ns;    /* the fresh copies' READs, time */
+	uint64_t live_bytes;         /* objects allocated at the new copy */
+	unsigned regions, copied;    /* compared; copied by the new holder */
+};
+static struct cp_rm cp_rm_all; /* over the run */
+/* Each machine's regions at the last checks, and those of a killed one
+ * kept as was-<region>-m<id> for its new holder's checks. */
+static uint32_t cp_rm_last[NP_NM][RP_MAXREG], cp_rm_kept[NP_NM][RP_MAXREG];
+static unsigned cp_rm_nlast[NP_NM], cp_rm_nkept[NP_NM];
+
+static void cp_was_path(char *path, size_t len, uint32_t region, unsigned m)
+{
+	snprintf(path, len, "%.256s/was-%08" PRIx32 "-m%u", rb_cl.root, region,
+	         m);
+}
+
+/* Killed machine @id's lists of the last checks, kept for its new
+ * holder's (which writes the same names). */
+static void cp_rm_keep(unsigned id)
+{
+	cp_rm_nkept[id] = 0;
+	for (unsigned k = 0; k < cp_rm_nlast[id]; k++) {
+		char from[320], to[320];
+		cp_copy_path(from, sizeof(from), rb_cl.root, cp_rm_last[id][k],
+		             id);
+		cp_was_path(to, sizeof(to), cp_rm_last[id][k], id);
+		if (!rename(from, to))
+			cp_rm_kept[id][cp_rm_nkept[id]++] = cp_rm_last[id][k];
+	}
+}
+
+/* The chunks of every size that [@off, @off + @len) touches, marked in
+ * @map; those not marked before counted in @n. */
+static void cp_rm_mark(uint8_t (*map)[CP_RM_MAP], uint64_t off, uint64_t len,
+                       uint64_t *n)
+{
+	for (unsigned z = 0; z < CP_RM_SIZES; z++) {
+		uint64_t c0 = off / cp_rm_chunk[z];
+		uint64_t c1 = (off + len - 1) / cp_rm_chunk[z];
+		for (uint64_t c = c0; c <= c1 && c < CP_RM_MAP * 8u; c++) {
+			if (map[z][c / 8] & (1u << (c % 8)))
+				continue;
+			map[z][c / 8] |= (uint8_t)(1u << (c % 8));
+			n[z]++;
+		}
+	}
+}
+
+/* Region @g: the old holder's list against new holder @m's, into @r. */
+static void cp_rm_region(uint32_t g, unsigned m, struct cp_rm *r)
+{
+	static uint8_t dirty[CP_RM_SIZES][CP_RM_MAP],
+	        used[CP_RM_SIZES][CP_RM_MAP];
+	char pw[320], pn[320];
+	cp_was_path(pw, sizeof(pw), g, m);
+	cp_copy_path(pn, sizeof(pn), rb_cl.root, g, m);
+	size_t la = 0, lb = 0;
+	struct cp_obj *a = np_read_file(pw, &la), *b = np_read_file(pn, &lb);
+	size_t na = a ? la / sizeof(*a) : 0, nb = b ? lb / sizeof(*b) : 0;
+	memset(dirty, 0, sizeof(dirty));
+	memset(used, 0, sizeof(used));
+	for (size_t x = 0, y = 0; x < na || y < nb;) {
+		const struct cp_obj *o;
+		bool diff = true, freed = false;
+		if (y == nb || (x < na && a[x].off < b[y].off)) {
+			o = &a[x++];
+			freed = true; /* its header alone would say so */
+			r->freed++;
+		} else if (x == na || b[y].off < a[x].off) {
+			o = &b[y++];
+			r->added++;
+			r->live_bytes += (uint64_t)o->lines * 64u;
+		} else {
+			diff = a[x].hash != b[y].hash ||
+			       a[x].lines != b[y].lines;
+			o = &b[y++];
+			x++;
+			r->live_bytes += (uint64_t)o->lines * 64u;
+			r->changed += diff;
+			r->same += !diff;
+		}
+		if (diff && !freed)
+			r->obj_bytes += (uint64_t)o->lines * 64u;
+		cp_rm_mark(used, o->off, (uint64_t)o->lines * 64u, r->used);
+		if (diff)
+			cp_rm_mark(dirty, o->off, (uint64_t)o->lines * 64u,
+			           r->dirty);
+	}
+	free(a);
+	free(b);
+}
+
+static void cp_rm_add(struct cp_rm *to, const struct cp_rm *r)
+{
+	to->same += r->same;
+	to->changed += r->changed;
+	to->freed += r->freed;
+	to->added += r->added;
+	to->obj_bytes += r->obj_bytes;
+	for (unsigned z = 0; z < CP_RM_SIZES; z++) {
+		to->dirty[z] += r->dirty[z];
+		to->used[z] += r->used[z];
+	}
+	to->fresh += r->fresh;
+	to->fresh_ns += r->fresh_ns;
+	to->live_bytes += r->live_bytes;
+	to->regions += r->regions;
+	to->copied += r->copied;
+}
+
+static void cp_rm_say(const char *who, const struct cp_rm *r)
+{
+	double mb = 1e6;
+	printf("reuse-measure: %s: %u regions held before and after (%u "
+	       "copied afresh): the fresh copies READ %.2f MB in %.0f ms "
+	       "(summed), its objects in use being %.3f MB; the old copies: "
+	       "%ld objects equal, %ld changed, "
+	       "%ld freed, %ld allocated since; a delta copy would READ "
+	       "%.3f MB of objects, or in chunks of 4 KiB %.2f MB, 64 KiB "
+	       "%.2f MB, 1 MiB %.2f MB, each with 16 B a chunk in use of "
+	       "summary (%.3f MB at 4 KiB)\n",
+	       who, r->regions, r->copied, (double)r->fresh / mb,
+	       (double)r->fresh_ns / 1e6, (double)r->live_bytes / mb, r->same,
+	       r->changed, r->freed, r->added, (double)r->obj_bytes / mb,
+	       (double)r->dirty[0] * cp_rm_chunk[0] / mb,
+	       (double)r->dirty[1] * cp_rm_chunk[1] / mb,
+	       (double)r->dirty[2] * cp_rm_chunk[2] / mb,
+	       (double)r->used[0] * 16.0 / mb);
+}
+
+/* At the checks: each new holder whose old holder's lists were kept,
+ * compared; every machine's regions remembered for the next kill. */
+static void cp_rm_report(const struct cp_hashes *h)
+{
+	for (unsigned i = 0; i < NP_NM; i++) {
+		if (!cp_is(cp_live, i))
+			continue;
+		struct cp_rm r = {0};
+		for (unsigned k = 0; cp_rm_nkept[i] && k < h[i].n; k++) {
+			r.copied += h[i].dr_bytes[k] != 0;
+			bool kept = false;
+			for (unsigned q = 0; q < cp_rm_nkept[i]; q++)
+				kept |= cp_rm_kept[i][q] == h[i].region[k];
+			if (!kept)
+				continue;
+			cp_rm_region(h[i].region[k], i, &r);
+			r.fresh += h[i].dr_bytes[k];
+			r.fresh_ns += h[i].dr_ns[k];
+			r.regions++;
+		}
+		for (unsigned q = 0; q < cp_rm_nkept[i]; q++) {
+			char pw[320];
+			cp_was_path(pw, sizeof(pw), cp_rm_kept[i][q], i);
+			(void)unlink(pw);
+		}
+		if (cp_rm_nkept[i]) {
+			char who[64];
+			snprintf(who, sizeof(who), "new holder of id %u", i);
+			cp_rm_say(who, &r);
+			cp_rm_add(&cp_rm_all, &r);
+			cp_rm_say("so far", &cp_rm_all);
+		}
+		cp_rm_nkept[i] = 0;
+		cp_rm_nlast[i] = FARM_MIN(h[i].n, RP_MAXREG);
+		memcpy(cp_rm_last[i], h[i].region,
+		       cp_rm_nlast[i] * sizeof(uint32_t));
+	}
+}
+
 /* Machine @m's probe answer (its file), or NULL. */
 static struct cp_probe_ans *cp_probe_ask(unsigned m)
 {
@@ -2285,6 +2538,8 @@ static void cp_check_copies(struct fails *f)
 	       "%ld allocated at one copy only (%ld of them missing at a "
 	       "backup), in %.0f ms\n",
 	       pairs, differ, only, missing, (double)(np_now_ns() - t0) / 1e6);
+	if (opt_reuse_measure)
+		cp_rm_report(h);
 	free(h);
 }
 
@@ -2640,6 +2895,9 @@ static void cp_cycle(unsigned c, enum cp_fault fl, struct cp_cycle *cy,
 	 * 500 cycles of 16 MB regions would fill /dev/shm (about 70 MB a
 	 * cycle). */
 	cp_remove_dirs(gone);
+	for (unsigned i = 0; opt_reuse_measure && i < NP_NM; i++)
+		if (cp_is(gone, i))
+			cp_rm_keep(i);
 	char added[64] = "";
 	size_t o = 0;
 	for (unsigned i = 0; !f->n && i < 64; i++)
@@ -2973,7 +3231,12 @@ static void usage(FILE *out)
 	        "  --full-every N: sercheck, lincheck (whole histories) and "
 	        "the allocators'\n  walk after every Nth cycle and the last "
 	        "(0: the last only; default 1);\n  the other checks, every "
-	        "acknowledged commit present among them, every cycle.\n");
+	        "acknowledged commit present among them, every cycle.\n"
+	        "  --reuse-measure (with --reuse): what each new holder "
+	        "would have copied\n  had it kept its old holder's copies "
+	        "(a measurement: fails nothing).\n"
+	        "  --fill-mb N: N MB of 1 KiB objects each first machine "
+	        "allocates at the\n  start and never writes again.\n");
 }
 
 /* The hook of a switch point (FARM_FAULT_SWITCH): set is enough. */
@@ -3005,6 +3268,8 @@ int main(int argc, char **argv)
 	                                   {"broken-handoff", 0, NULL, 'N'},
 	                                   {"slow-replace", 0, NULL, 'W'},
 	                                   {"full-every", 1, NULL, 'F'},
+	                                   {"reuse-measure", 0, NULL, 'U'},
+	                                   {"fill-mb", 1, NULL, 'M'},
 	                                   {0}};
 	opt_seed = (uint64_t)time(NULL) % 100000;
 	const char *faults = NULL;
@@ -3051,6 +3316,15 @@ int main(int argc, char **argv)
 		case 'g': opt_grow = true; break;
 		case 'G': opt_grow = false; break;
 		case 'r': opt_reuse = true; break;
+		case 'U': opt_reuse_measure = true; break;
+		case 'M':
+			opt_fill_mb = (unsigned)strtoul(optarg, &end, 10);
+			if (*end || opt_fill_mb > 64) {
+				fprintf(stderr, "test_campaign: --fill-mb: 0 "
+				                "to 64\n");
+				return 2;
+			}
+			break;
 		case 'O': opt_old_ids = true; break;
 		case 'D':
 			if (!farm_fault_built() ||
@@ -3161,6 +3435,11 @@ int main(int argc, char **argv)
 	}
 	if (opt_slow_replace && (!opt_reuse || opt_old_ids)) {
 		fprintf(stderr, "test_campaign: --slow-replace needs "
+		                "--reuse\n");
+		return 2;
+	}
+	if (opt_reuse_measure && (!opt_reuse || opt_old_ids)) {
+		fprintf(stderr, "test_campaign: --reuse-measure needs "
 		                "--reuse\n");
 		return 2;
 	}

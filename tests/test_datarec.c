@@ -94,10 +94,16 @@
  * (FARM_FP_REC_STALE_PROMO): grow_round's region must be lost.
  * --broken-displaced: a view keeps a filling copy it no longer places
  * here (FARM_FP_AS_KEEP_FILLING): grow_displace must find a copy held
- * off its replicas. --grow, --grow-kill, --grow-round, --grow-displace,
- * --rejoin, --one-kill: that run alone. Without an option, every case
- * but one_kill: its kill with undisturbed copies is copy_kill's first
- * and grow's (make check-long runs it).
+ * off its replicas. --check-repair: copy_kill with new backups dropping
+ * the COMMIT-BACKUPs that arrive during a copy's first pass only, the
+ * check pass kept: the check, which READs only the chunks whose summary
+ * differs from the primary's, must find every object they missed
+ * (replicas equal, some objects found newer); with --broken
+ * (FARM_FP_DATAREC_DIGEST_EQUAL: every chunk taken as equal, none READ)
+ * the replicas' hashes must differ. --grow, --grow-kill, --grow-round,
+ * --grow-displace, --rejoin, --one-kill: that run alone. Without an option,
+ * every case but one_kill: its kill with undisturbed copies is copy_kill's
+ * first and grow's (make check-long runs it).
  *
  * Exits 77 (skip) without the ZooKeeper client or server.
  */
@@ -119,6 +125,8 @@
 #define DR_SEED 6
 
 static bool opt_broken;
+/* --check-repair: COMMIT-BACKUPs dropped in a copy's first pass only. */
+static bool dr_check_repair;
 /* grow_kill: the grower is killed after the handoff, the old primaries'
  * new copies held until then. */
 static bool dr_grow_kill;
@@ -1068,6 +1076,7 @@ static void run_mode(unsigned first, int second, bool rejoin, bool grow,
 
 	/* Pacing, and what each new backup did. */
 	unsigned copies = 0, late = 0, at_late = 0;
+	uint64_t fixed = 0;
 	for (unsigned i = 0; i <= NP_NM; i++) {
 		if (!r[i])
 			continue;
@@ -1086,6 +1095,8 @@ static void run_mode(unsigned first, int second, bool rejoin, bool grow,
 			       " bytes in %" PRIu64
 			       " reads, %.1f ms, %.2f MB/s "
 			       "(limit %.2f), %" PRIu64 " newer at the check, "
+			       "%" PRIu64 " chunks equal by %" PRIu64
+			       " bytes of summaries, "
 			       "%" PRIu64 " reads again (last error %s), "
 			       "%" PRIu64 " runs inferred\n",
 			       i, d->region,
@@ -1093,8 +1104,10 @@ static void run_mode(unsigned first, int second, bool rejoin, bool grow,
 			       : d->state == FARM_DATAREC_LOST ? "stopped"
 			                                       : "copying",
 			       d->bytes, d->reads, s * 1e3, rate / 1e6,
-			       limit / 1e6, d->fixed, d->retries,
-			       farm_strerror(d->last_err), d->inferred);
+			       limit / 1e6, d->fixed, d->equal, d->summary,
+			       d->retries, farm_strerror(d->last_err),
+			       d->inferred);
+			fixed += d->fixed;
 			if (d->state != FARM_DATAREC_DONE)
 				continue;
 			copies++;
@@ -1116,6 +1129,11 @@ static void run_mode(unsigned first, int second, bool rejoin, bool grow,
 	}
 	if (!copies)
 		failed(f, "no region was copied to a new backup");
+	/* What the dropped records missed, found by the check: the premise
+	 * of --check-repair (its broken run finds nothing). */
+	if (dr_check_repair && !opt_broken && !fixed)
+		failed(f, "the check pass found no object newer at the "
+		          "primary: no commit was dropped in a first pass");
 	if (rejoin && at_late != nreg)
 		failed(f,
 		       "the late machine completed %u copies, the cluster "
@@ -1209,8 +1227,10 @@ static void run_mode(unsigned first, int second, bool rejoin, bool grow,
 	rb_verdict(&res, opt_broken,
 	           grow     ? dr_grow_broken
 	           : rejoin ? "placement ignored which machine joined late"
-	                    : "new backups dropped the commits that came "
-	                      "during the copy");
+	           : dr_check_repair
+	                   ? "the check pass took every chunk as equal"
+	                   : "new backups dropped the commits that came "
+	                     "during the copy");
 }
 
 static void run(unsigned first, int second, bool rejoin, const char *name)
@@ -1494,6 +1514,20 @@ int main(int argc, char **argv)
 	} else if (argc > 1 && !strcmp(argv[1], "--one-kill")) {
 		tests[0] = tests[1]; /* one_kill alone */
 		n = 1;
+	} else if (argc > 1 && !strcmp(argv[1], "--check-repair")) {
+		if (!farm_fault_built()) {
+			printf("skipped: --check-repair needs fault injection "
+			       "(FARM_FAULT_INJECTION=OFF)\n");
+			return FARM_TEST_SKIP;
+		}
+		dr_check_repair = true;
+		farm_txn_testing_datarec_skip_first(true);
+		if (argc > 2 && !strcmp(argv[2], "--broken")) {
+			opt_broken = true;
+			(void)farm_fault_set(FARM_FP_DATAREC_DIGEST_EQUAL,
+			                     no_late, NULL);
+		}
+		n = 1; /* copy_kill */
 	} else if (argc > 1 && !strcmp(argv[1], "--broken")) {
 		if (!farm_fault_built()) {
 			printf("skipped: --broken needs fault injection "
@@ -1511,7 +1545,7 @@ int main(int argc, char **argv)
 		        "--broken-displaced | --grow | --grow-kill | "
 		        "--grow-round | --grow-displace | --rejoin | "
 		        "--one-kill | --grow-crash filling|marked|promoted "
-		        "[--broken]]\n",
+		        "[--broken] | --check-repair [--broken]]\n",
 		        argv[0]);
 		return 2;
 	} else {

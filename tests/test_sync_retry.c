@@ -16,9 +16,16 @@
  *    cut the wait for the last refusal), and nothing was written: the key
  *    is still absent.
  *
+ *  - farm_kv_get_sync on the owner path (kv_lookup = owner) while the
+ *    owner refuses gets for GET_REFUSE_MS (test-only switch
+ *    FARM_FP_KV_OWNER_REFUSE_GET, the answer of a machine that is not the
+ *    shard's primary), longer than the owner path's own second of
+ *    retries: 0 with the value, after the refusals ended.
+ *
  * --broken (FARM_FP_KV_SYNC_NO_RETRY): the wrappers return the first
  * refusal; the first put must then end in -EAGAIN (the proof that the
- * test's first check sees the retry's absence).
+ * test's first check sees the retry's absence). --broken-get: the same
+ * switch, the get step alone: it must end in -EAGAIN.
  */
 #include "kvproc.h"
 
@@ -39,9 +46,12 @@
 #define FOREVER        1000000
 #define DEADLINE       (200ull * 1000000ull)
 #define NO_DEADLINE_MS 10000u /* sync.c's RETRY_FOR_NS */
+/* Past owner_lookup.c's OGET_REFUSED_NS (1 s), with margin for a loaded
+ * host's late resends. */
+#define GET_REFUSE_MS 2500u
 
 static struct np_cluster G;
-static bool broken;
+static bool broken, broken_get;
 
 /* The owner's refusals still to give; the hook counts them down and
  * unhooks itself with the last, so exactly that many writes are refused
@@ -54,6 +64,21 @@ static void refuse_hook(enum farm_fault_point fp, void *arg)
 	(void)arg;
 	atomic_fetch_add(&refused, 1);
 	if (atomic_fetch_sub(&left, 1) == 1)
+		(void)farm_fault_set(fp, NULL, NULL);
+}
+
+/* The owner's get refusals: every get for GET_REFUSE_MS from the first,
+ * then the hook unhooks itself. */
+static _Atomic uint64_t refuse_until;
+
+static void refuse_get_hook(enum farm_fault_point fp, void *arg)
+{
+	(void)arg;
+	uint64_t now = farm_now_ns(), zero = 0;
+	atomic_fetch_add(&refused, 1);
+	(void)atomic_compare_exchange_strong(&refuse_until, &zero,
+	                                     now + GET_REFUSE_MS * 1000000ull);
+	if (now >= atomic_load(&refuse_until))
 		(void)farm_fault_set(fp, NULL, NULL);
 }
 
@@ -73,6 +98,8 @@ struct report {
 	int put_rc, got_rc, del_rc, gone_rc; /* retried put and delete */
 	int timed_rc, absent_rc;             /* refused until the deadline */
 	uint64_t timed_ms;                   /* how long that put took */
+	int stored_rc, get_rc;               /* the get refused a while */
+	uint64_t get_ms;
 };
 
 /* The @nth key (from 0) that the owner's shard holds. */
@@ -88,11 +115,15 @@ static uint32_t pick_key(char *k, size_t cap, unsigned nth)
 	}
 }
 
-/* The owner arms its refusals and tells the test it has. */
+/* The owner arms its refusals (@n writes, or gets for a while with @n
+ * 0) and tells the test it has. */
 static int arm(struct ch *c, int n)
 {
 	atomic_store(&left, n);
-	int rc = farm_fault_set(FARM_FP_HT_REFUSE_OP, refuse_hook, NULL);
+	atomic_store(&refuse_until, 0);
+	int rc = n ? farm_fault_set(FARM_FP_HT_REFUSE_OP, refuse_hook, NULL)
+	           : farm_fault_set(FARM_FP_KV_OWNER_REFUSE_GET,
+	                            refuse_get_hook, NULL);
 	int r = atomic_load(&refused);
 	if (np_say(&c->np, 'H', &rc, sizeof(rc)) ||
 	    np_say(&c->np, 'N', &r, sizeof(r)))
@@ -137,14 +168,46 @@ static void ask_timed(struct ch *c, struct report *r)
 	                                sizeof(got), &len);
 }
 
+#define GET_NTH 2u /* a third key of the owner's */
+
+static void store_for_get(struct ch *c, struct report *r)
+{
+	char k[32];
+	uint8_t v[VLEN];
+	memset(v, 0x7a, sizeof(v));
+	uint32_t kl = pick_key(k, sizeof(k), GET_NTH);
+	r->stored_rc = farm_kv_put_sync(c->kv, c->np.loop, k, kl, v, VLEN);
+}
+
+static void ask_get(struct ch *c, struct report *r)
+{
+	char k[32], got[64];
+	uint8_t v[VLEN];
+	memset(v, 0x7a, sizeof(v));
+	uint32_t kl = pick_key(k, sizeof(k), GET_NTH), len = 0;
+	r->get_rc = farm_kv_set_lookup(c->kv, FARM_KV_LOOKUP_OWNER);
+	uint64_t t0 = farm_now_ns();
+	if (!r->get_rc)
+		r->get_rc = farm_kv_get_sync(c->kv, c->np.loop, k, kl, got,
+		                             sizeof(got), &len);
+	r->get_ms = (farm_now_ns() - t0) / 1000000ull;
+	if (!r->get_rc && (len != VLEN || memcmp(got, v, VLEN)))
+		r->get_rc = -EILSEQ;
+}
+
 static int asker_cmd(struct ch *c, int cmd)
 {
 	struct report r;
 	memset(&r, 0, sizeof(r));
-	if (broken && farm_fault_set(FARM_FP_KV_SYNC_NO_RETRY, nop_hook, NULL))
+	if ((broken || broken_get) &&
+	    farm_fault_set(FARM_FP_KV_SYNC_NO_RETRY, nop_hook, NULL))
 		return 21;
 	if (cmd == 'P')
 		ask(c, &r);
+	else if (cmd == 'W')
+		store_for_get(c, &r);
+	else if (cmd == 'G')
+		ask_get(c, &r);
 	else if (cmd == 'D')
 		ask_del(c, &r);
 	else
@@ -163,11 +226,15 @@ static int role(struct ch *c)
 			st = arm(c, REFUSALS);
 		else if (cmd == 'F')
 			st = arm(c, FOREVER);
+		else if (cmd == 'g')
+			st = arm(c, 0);
 		else if (cmd == 'O') {
 			(void)farm_fault_set(FARM_FP_HT_REFUSE_OP, NULL, NULL);
+			(void)farm_fault_set(FARM_FP_KV_OWNER_REFUSE_GET, NULL,
+			                     NULL);
 			int r = atomic_load(&refused);
 			st = np_say(&c->np, 'N', &r, sizeof(r)) ? 20 : 0;
-		} else if (cmd == 'P' || cmd == 'D' || cmd == 'T')
+		} else if (strchr("PDTWG", cmd))
 			st = asker_cmd(c, cmd);
 		if (st)
 			return st;
@@ -236,12 +303,43 @@ static int owner_refused(void)
 	return n;
 }
 
+/* A get on the owner path refused past the owner path's own retries. */
+static void get_step(void)
+{
+	struct report r = asker('W');
+	assert_int_equal(r.stored_rc, 0);
+	int n0 = owner_arm('g');
+	r = asker('G');
+	int n1 = owner_refused();
+	printf("owner-path get refused for %u ms: %s after %" PRIu64
+	       " ms and %d refusals%s\n",
+	       GET_REFUSE_MS, farm_strerror(r.get_rc), r.get_ms, n1 - n0,
+	       broken_get ? " [broken: the wrappers do not retry]" : "");
+	if (broken_get) {
+		if (r.get_rc != -EAGAIN)
+			fail_msg(
+			        "--broken-get: the get did not return the "
+			        "refusal (%d): the test cannot see the retry's "
+			        "absence",
+			        r.get_rc);
+		return;
+	}
+	assert_int_equal(r.get_rc, 0);
+	assert_true(r.get_ms >= GET_REFUSE_MS);
+	assert_true(n1 - n0 >= 2);
+}
+
 static void test_retry(void **state)
 {
 	(void)state;
 	np_start(&G, "syncretry", child_entry, NULL);
 	for (unsigned i = 0; i < NM; i++)
 		np_expect(&G, i, 'R', 60000);
+	if (broken_get) {
+		get_step();
+		np_quit_all(&G);
+		return;
+	}
 	int n0 = owner_arm('A');
 	struct report r = asker('P');
 	int n1 = owner_refused();
@@ -286,12 +384,15 @@ static void test_retry(void **state)
 	assert_true(r.timed_ms >= DEADLINE / 1000000ull);
 	assert_true(r.timed_ms < NO_DEADLINE_MS);
 	assert_int_equal(r.absent_rc, -ENOENT);
+
+	get_step();
 	np_quit_all(&G);
 }
 
 int main(int argc, char **argv)
 {
 	broken = argc > 1 && !strcmp(argv[1], "--broken");
+	broken_get = argc > 1 && !strcmp(argv[1], "--broken-get");
 	const struct CMUnitTest t[] = {
 	        cmocka_unit_test_teardown(test_retry, cl_cleanup),
 	};

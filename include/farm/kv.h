@@ -183,10 +183,12 @@ farm_kv_mget(farm_kv *kv, farm_loop *loop, unsigned n, const void *const *keys,
  * effect. A get refused for want of a free lookup slot on @loop retries
  * (the loop parked in between) within the same deadline, and returns
  * -ETIMEDOUT with nothing started once it passed. A put or delete refused
- * with -EAGAIN (a shard moving between machines: nothing written) is sent
- * again, the loop parked in between, until the deadline, or for 10 s
- * with none: then -EAGAIN (nothing written), or -ETIMEDOUT when the
- * deadline cut the wait for the last try's answer. The directory's
+ * with -EAGAIN (a shard moving between machines: nothing written), and a
+ * get answered -EAGAIN (on the owner path, the shard's machine refusing
+ * for a second: a view change), is asked again, the loop parked in
+ * between, until the deadline, or for 10 s with none: then -EAGAIN
+ * (nothing written), or -ETIMEDOUT when the deadline cut the wait for
+ * the last try's answer. The directory's
  * wrappers (farm_kv_name_sync ...) use the default; the join wrappers take
  * their own timeout.
  */

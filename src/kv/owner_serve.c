@@ -42,7 +42,9 @@ static int osrv_check(farm_kv *kv, const uint8_t *p, uint32_t len,
 		return -EAGAIN;
 	if (q->config != farm_as_config_id(kv->as))
 		return -ESTALE;
-	if (!farm_ht_serves(kv->ht, shard_of_key(kv, p + sizeof(*q), q->klen)))
+	if (!farm_ht_serves(kv->ht,
+	                    shard_of_key(kv, p + sizeof(*q), q->klen)) ||
+	    FARM_FAULT_SWITCH(FARM_FP_KV_OWNER_REFUSE_GET))
 		return -EAGAIN; /* not the shard's primary (any more) */
 	return 0;
 }

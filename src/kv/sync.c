@@ -137,27 +137,92 @@ static int get_start(farm_kv *kv, farm_loop *loop, const void *key,
 	return rc;
 }
 
+/* The arguments of one blocking get or change, asked again while refused
+ * (retry_refused). */
+struct sync_args {
+	farm_kv *kv;
+	farm_loop *loop;
+	const void *key, *val; /* val: a put's value, NULL for a delete */
+	void *out;             /* a get's buffer */
+	uint32_t klen, vlen, cap;
+	uint32_t *len;
+};
+
+/* One get, waited for until @until (0: no limit): its status, or the
+ * wait's error (the record abandoned). */
+static int get_once(const struct sync_args *a, uint64_t until)
+{
+	struct sync_op *w = calloc(1, sizeof(*w));
+	if (!w)
+		return -ENOMEM;
+	w->val = a->out;
+	w->cap = a->cap;
+	int rc = get_start(a->kv, a->loop, a->key, a->klen, w, until);
+	if (!rc && (rc = farm_kv_sop_wait(a->loop, w, wait_left(until))))
+		return rc; /* abandoned: its continuation frees it */
+	if (a->len)
+		*a->len = w->len;
+	rc = rc ? rc : w->status;
+	farm_kv_sop_free(w);
+	return rc;
+}
+
+/* One put (@a->val) or delete (@a->val NULL), waited for until @until
+ * (0: no limit): its status, or the wait's error (the record abandoned). */
+static int change_once(const struct sync_args *a, uint64_t until)
+{
+	struct sync_op *w = calloc(1, sizeof(*w));
+	if (!w)
+		return -ENOMEM;
+	int rc = a->val ? farm_kv_put(a->kv, a->loop, a->key, a->klen, a->val,
+	                              a->vlen, op_done, w)
+	                : farm_kv_del(a->kv, a->loop, a->key, a->klen, op_done,
+	                              w);
+	if (!rc && (rc = farm_kv_sop_wait(a->loop, w, wait_left(until))))
+		return rc;
+	rc = rc ? rc : w->status;
+	farm_kv_sop_free(w);
+	return rc;
+}
+
+/* @once, asked again while refused: -EAGAIN (no call slot on the loop;
+ * the shard's machine does not serve it yet or any more, so nothing was
+ * written; a lookup that met a view change) is asked again until the
+ * deadline, or for RETRY_FOR_NS with none; then -EAGAIN, which still
+ * means nothing was written. A wait cut by the deadline is -ETIMEDOUT
+ * (the last try's outcome unknown). */
+static int retry_refused(int (*once)(const struct sync_args *, uint64_t),
+                         const struct sync_args *a, uint64_t timeout_ns)
+{
+	uint64_t start = farm_now_ns();
+	uint64_t until = timeout_ns ? start + timeout_ns : 0;
+	uint64_t stop = until ? until : start + RETRY_FOR_NS;
+	for (uint64_t park = RETRY_MIN_NS;;
+	     park = park * 2 > RETRY_MAX_NS ? RETRY_MAX_NS : park * 2) {
+		int rc = once(a, until);
+		if (rc != -EAGAIN ||
+		    FARM_FAULT_SWITCH(FARM_FP_KV_SYNC_NO_RETRY))
+			return rc;
+		int pr = retry_park(a->loop, stop, park);
+		if (pr)
+			return pr == -ETIMEDOUT ? -EAGAIN : pr;
+	}
+}
+
 int farm_kv_get_sync_timed(farm_kv *kv, farm_loop *loop, const void *key,
                            uint32_t klen, void *val, uint32_t cap,
                            uint32_t *len, uint64_t timeout_ns)
 {
 	if (!kv || !loop || (!val && cap))
 		return -EINVAL;
-	struct sync_op *w = calloc(1, sizeof(*w));
-	if (!w)
-		return -ENOMEM;
-	w->val = val;
-	w->cap = cap;
-	/* One deadline for the retries and the wait together. */
-	uint64_t until = timeout_ns ? farm_now_ns() + timeout_ns : 0;
-	int rc = get_start(kv, loop, key, klen, w, until);
-	if (!rc && (rc = farm_kv_sop_wait(loop, w, wait_left(until))))
-		return rc; /* abandoned: its continuation frees it */
-	if (len)
-		*len = w->len;
-	rc = rc ? rc : w->status;
-	farm_kv_sop_free(w);
-	return rc;
+	struct sync_args a = {.kv = kv,
+	                      .loop = loop,
+	                      .key = key,
+	                      .klen = klen,
+	                      .out = val,
+	                      .cap = cap,
+	                      .len = len};
+	return retry_refused(get_once, &a, timeout_ns);
 }
 
 int farm_kv_get_sync(farm_kv *kv, farm_loop *loop, const void *key,
@@ -167,46 +232,19 @@ int farm_kv_get_sync(farm_kv *kv, farm_loop *loop, const void *key,
 	                              farm_kv_sync_timeout(kv));
 }
 
-/* One put (@val) or delete (@val NULL), waited for until @until (0: no
- * limit): its status, or the wait's error (the record abandoned). */
-static int change_once(farm_kv *kv, farm_loop *loop, const void *key,
-                       uint32_t klen, const void *val, uint32_t vlen,
-                       uint64_t until)
-{
-	struct sync_op *w = calloc(1, sizeof(*w));
-	if (!w)
-		return -ENOMEM;
-	int rc = val ? farm_kv_put(kv, loop, key, klen, val, vlen, op_done, w)
-	             : farm_kv_del(kv, loop, key, klen, op_done, w);
-	if (!rc && (rc = farm_kv_sop_wait(loop, w, wait_left(until))))
-		return rc;
-	rc = rc ? rc : w->status;
-	farm_kv_sop_free(w);
-	return rc;
-}
-
-/* A refusal (-EAGAIN: no call slot on @loop, or the shard's machine does
- * not serve it yet or any more, nothing written) is asked again until
- * the deadline, or for RETRY_FOR_NS with none; then -EAGAIN, which still
- * means nothing was written. A wait cut by the deadline is -ETIMEDOUT
- * (the last try's outcome unknown). */
 static int change_sync(farm_kv *kv, farm_loop *loop, const void *key,
                        uint32_t klen, const void *val, uint32_t vlen,
                        uint64_t timeout_ns)
 {
-	uint64_t start = farm_now_ns();
-	uint64_t until = timeout_ns ? start + timeout_ns : 0;
-	uint64_t stop = until ? until : start + RETRY_FOR_NS;
-	for (uint64_t park = RETRY_MIN_NS;;
-	     park = park * 2 > RETRY_MAX_NS ? RETRY_MAX_NS : park * 2) {
-		int rc = change_once(kv, loop, key, klen, val, vlen, until);
-		if (rc != -EAGAIN ||
-		    FARM_FAULT_SWITCH(FARM_FP_KV_SYNC_NO_RETRY))
-			return rc;
-		int pr = retry_park(loop, stop, park);
-		if (pr)
-			return pr == -ETIMEDOUT ? -EAGAIN : pr;
-	}
+	if (!kv || !loop)
+		return -EINVAL;
+	struct sync_args a = {.kv = kv,
+	                      .loop = loop,
+	                      .key = key,
+	                      .klen = klen,
+	                      .val = val,
+	                      .vlen = vlen};
+	return retry_refused(change_once, &a, timeout_ns);
 }
 
 int farm_kv_put_sync_timed(farm_kv *kv, farm_loop *loop, const void *key,

@@ -45,6 +45,11 @@
 /* A step's bound, a failure and never a wait: 20,000 RPCs took close to
  * 10 s under the sanitizers on a loaded 2-core host. */
 #define STEP_NS (30ull * 1000000000ull)
+/* One call's bound, a failure too: messaging's default (1 s) is a live
+ * peer's answer on a quiet host, and a loaded 2-core host parks a loop
+ * longer now and then (one 20,000-call run failed at it under the CI's
+ * load). */
+#define CALL_NS (10ull * 1000000000ull)
 
 struct demo {
 	farm_node *node;
@@ -191,8 +196,8 @@ static void s_ask_mbox(farm_loop *loop, void *ctx, int status)
 {
 	struct demo *d = ctx;
 	int rc = status ? status
-	                : farm_msg_call(loop, ask_whom, 0, T_MBOX, NULL, 0, 0,
-	                                mbox_reply, d);
+	                : farm_msg_call(loop, ask_whom, 0, T_MBOX, NULL, 0,
+	                                CALL_NS, mbox_reply, d);
 	if (rc)
 		step_done(d, rc);
 }
@@ -365,7 +370,7 @@ static void call_one(farm_loop *loop, struct demo *d)
 		c->k = d->issued;
 		uint64_t v[2] = {c->k, 2 * c->k};
 		rc = farm_as_call(d->as, loop, d->mboxes[next], T_ADD, v,
-		                  sizeof(v), 0, add_checked, c);
+		                  sizeof(v), CALL_NS, add_checked, c);
 		if (rc)
 			free(c);
 	}

@@ -60,11 +60,24 @@
  * recovery locked at a promoted primary (undecided transactions) are
  * likewise read once decided.
  *
- * Two passes: the copy, then a check that reads every object again and
- * compares versions (an object the copy holds older than the primary is
+ * Two passes: the copy, then a check that compares every object's version
+ * with the primary's (an object the copy holds older than the primary is
  * brought up to date and counted as `fixed`; one whose COMMIT-BACKUP is
  * not truncated yet is the usual case). Only after the check is the copy
- * complete (farm_as_backup_filled): a replica that counts.
+ * complete (farm_as_backup_filled): a replica that counts. The check does
+ * not READ every object again: it asks the primary for the summaries of
+ * 4 KiB chunks (DIGEST, up to 64 chunks a request, copy_note.c;
+ * farm_txn_chunk_digest: the offset, version and incarnation of every
+ * allocated object whose slot starts in the chunk), summarizes its own
+ * copy's chunks by the same table when the answer comes, and READs only
+ * the chunks whose summaries differ or could not be made (an object
+ * locked or torn on either side), as the first pass does. An equal
+ * summary says the copy holds the versions the primary held when it
+ * answered, what a READ then would have found; whatever the primary
+ * installs later reaches the copy as a COMMIT-BACKUP, as after a READ.
+ * Without an answer (a timeout, another configuration, this machine the
+ * ring's primary) every chunk of the request is READ. A fresh copy so
+ * READs its blocks about once instead of twice.
  *
  * Another failure during the copy: a new configuration resets the
  * primary's cached descriptor (farm_as_set_view), so the copy goes on
@@ -118,6 +131,7 @@
 #include <time.h>
 
 #include "alloc/alloc.h"
+#include "txn/copy_digest.h"
 #include "txn/object.h"
 #include "txn/txn_int.h"
 #include "txn/txn_testing.h"
@@ -131,6 +145,11 @@ static _Atomic bool testing_skip_apply;
 void farm_txn_testing_datarec_skip_apply(bool on)
 {
 	atomic_store(&testing_skip_apply, on);
+}
+static _Atomic bool testing_skip_first;
+void farm_txn_testing_datarec_skip_first(bool on)
+{
+	atomic_store(&testing_skip_first, on);
 }
 #endif
 
@@ -150,12 +169,14 @@ int farm_txn_dr_reg_add(struct farm_datarec *dr, uint32_t id, uint64_t cfg)
 	if (g && g->state < DR_DONE)
 		return 0; /* being copied */
 	uint8_t *meta;
+	unsigned pass = 0;
 	if (g) {
 		/* Copied here before, and given up since (growth demoted or
 		 * displaced this machine's copy; addrspace.h): a new copy,
 		 * from the start, in the same record. What is reported is
 		 * this copy's. */
 		meta = g->meta;
+		pass = g->pass + 1;
 	} else {
 		if (dr->nr == dr->capr) {
 			unsigned nc = dr->capr ? 2 * dr->capr : 16;
@@ -174,7 +195,8 @@ int farm_txn_dr_reg_add(struct farm_datarec *dr, uint32_t id, uint64_t cfg)
 	                     .state = DR_COPY,
 	                     .cfg = cfg,
 	                     .t_start = farm_now_ns(),
-	                     .meta = meta};
+	                     .meta = meta,
+	                     .pass = pass};
 	pthread_cond_signal(&dr->cond);
 	return 0;
 }
@@ -225,6 +247,14 @@ bool farm_txn_datarec_adopt(farm_txm *m, uint32_t region, bool start)
 bool farm_txn_datarec_skip_apply(farm_txm *m, uint32_t region)
 {
 #ifdef FARM_FAULT_INJECTION
+	if (atomic_load(&testing_skip_first) && m->dr &&
+	    farm_as_backup_filling(m->as, region)) {
+		pthread_mutex_lock(&m->dr->lock);
+		struct dr_reg *g = farm_txn_dr_reg_find(m->dr, region);
+		bool first = g && g->state == DR_COPY;
+		pthread_mutex_unlock(&m->dr->lock);
+		return first;
+	}
 	return atomic_load(&testing_skip_apply) &&
 	       farm_as_backup_filling(m->as, region);
 #else
@@ -244,10 +274,18 @@ struct dr_step {
 	/* From our demoted copy (farm_as_demoted_source), not a READ:
 	 * unpaced, one step after another on the loop. */
 	const uint8_t *src;
-	bool meta;    /* this READ is the header and table */
-	bool probe;   /* this READ is a block's first line (no header) */
-	uint64_t off; /* of the READ */
+	bool meta;  /* this READ is the header and table */
+	bool probe; /* this READ is a block's first line (no header) */
+	/* Not a READ: the primary's summaries of @len chunks from @off
+	 * (the check pass), for pass @pass of the copy. */
+	bool digest;
+	unsigned pass;
+	bool inferred; /* s->lay is not the table's (step_layout) */
+	uint64_t off;  /* of the READ */
 	uint32_t len;
+	/* The check pass: only slots that start before this are READ
+	 * (0: no bound); the chunks from there were found equal. */
+	uint64_t lim;
 	struct farm_alloc_layout lay;
 };
 
@@ -282,6 +320,8 @@ static bool primary_here(farm_txm *m, uint32_t region)
 static void pass_end(struct farm_datarec *dr, struct dr_reg *g)
 {
 	g->next = 0;
+	g->pass++;
+	g->dg_n = 0;
 	g->have_meta = false;
 	g->run.kind = FARM_LAYOUT_SKIP;
 	g->probe_ok = false;
@@ -314,10 +354,12 @@ static void pass_end(struct farm_datarec *dr, struct dr_reg *g)
 		        "datarec: region %#" PRIx32 " replicated here: %" PRIu64
 		        " bytes read and %" PRIu64 " taken from this machine's "
 		        "demoted copy in %.1f ms (%" PRIu64 " objects newer "
-		        "at the check, %" PRIu64 " reads again)",
+		        "at the check, %" PRIu64 " chunks equal by their "
+		        "summaries, %" PRIu64 " bytes of them; %" PRIu64
+		        " reads again)",
 		        g->id, g->bytes, g->local,
 		        (double)(g->t_done - g->t_start) / 1e6, g->fixed,
-		        g->retries);
+		        g->equal, g->summary, g->retries);
 }
 
 /*
@@ -417,6 +459,7 @@ static void step_done(farm_loop *loop, void *ctx, int status);
 static bool step_layout(struct farm_datarec *dr, struct dr_step *s,
                         struct dr_reg *g, uint32_t b)
 {
+	s->inferred = false;
 	int rc = farm_alloc_block_layout(g->meta, dr->meta_bytes,
 	                                 dr->region_size, b, &s->lay);
 	if (rc) {
@@ -430,6 +473,7 @@ static bool step_layout(struct farm_datarec *dr, struct dr_step *s,
 	}
 	if (s->lay.kind != FARM_LAYOUT_UNKNOWN)
 		return false;
+	s->inferred = true;
 	if (g->run.kind == FARM_LAYOUT_SLOTS && g->next >= g->run.run_off &&
 	    g->next < g->run.run_off + g->run.run_len) {
 		s->lay = g->run;
@@ -480,14 +524,62 @@ static bool step_plan_slots(struct dr_step *s, struct dr_reg *g)
 		return false;
 	}
 	uint64_t per = (uint64_t)s->budget / L->slot_bytes;
+	uint64_t o = L->run_off + k * L->slot_bytes;
+	if (s->lim && o >= s->lim) {
+		g->next = s->lim; /* no slot starts in the chunks to READ */
+		return false;
+	}
 	if (per == 0)
 		per = 1;
 	if (per > L->nslots - k)
 		per = L->nslots - k;
-	s->off = L->run_off + k * L->slot_bytes;
+	if (s->lim && per > (s->lim - o + L->slot_bytes - 1) / L->slot_bytes)
+		per = (s->lim - o + L->slot_bytes - 1) / L->slot_bytes;
+	s->off = o;
 	s->len = (uint32_t)(per * L->slot_bytes);
 	g->next = s->off;
 	return true;
+}
+
+/*
+ * The check pass: which chunks of the run s->lay to READ. The primary's
+ * summaries of a batch of chunks come first (a DIGEST step; the copy's
+ * own are computed when they arrive, digest_done); then only chunks whose
+ * summary differs, or that either side could not judge, are READ. Not
+ * for a copy from our demoted copy (local memory: reading it is as cheap)
+ * nor a run inferred without a table (the primary has none to summarize
+ * by). Returns 1 when @s is planned as a DIGEST, -1 when g->next moved
+ * past equal chunks (plan again), else 0 with s->lim. Under dr->lock.
+ */
+static int check_plan(struct farm_datarec *dr, struct dr_step *s,
+                      struct dr_reg *g)
+{
+	const uint64_t ch = FARM_DIGEST_CHUNK;
+	s->lim = 0;
+	if (g->state != DR_CHECK || s->src || s->inferred || !dr->dg_max)
+		return 0;
+	uint64_t c = g->next / ch * ch;
+	uint64_t end = g->dg_off + (uint64_t)g->dg_n * ch;
+	if (!g->dg_n || c < g->dg_off || c >= end) {
+		s->digest = true;
+		s->pass = g->pass;
+		s->off = c;
+		s->len = (uint32_t)FARM_MIN((dr->region_size - c) / ch,
+		                            (uint64_t)dr->dg_max);
+		return 1;
+	}
+	unsigned i = (unsigned)((c - g->dg_off) / ch);
+	while (i < g->dg_n && !((g->dg_differ >> i) & 1))
+		i++;
+	if (g->dg_off + (uint64_t)i * ch > g->next) {
+		g->next = g->dg_off + (uint64_t)i * ch; /* end if none */
+		return -1;
+	}
+	unsigned j = i;
+	while (j < g->dg_n && ((g->dg_differ >> j) & 1))
+		j++;
+	s->lim = g->dg_off + (uint64_t)j * ch;
+	return 0;
 }
 
 /* Plan @s's next READ of @g: the block table, a probe, or slots. Skip
@@ -500,6 +592,7 @@ static bool step_plan(struct farm_datarec *dr, struct dr_step *s,
 {
 	s->meta = !g->have_meta;
 	s->probe = false;
+	s->digest = false;
 	s->off = 0;
 	s->len = (uint32_t)dr->meta_bytes;
 	while (!s->meta) {
@@ -515,7 +608,10 @@ static bool step_plan(struct farm_datarec *dr, struct dr_step *s,
 			g->next = (uint64_t)(b + 1) * FARM_ALLOC_BLOCK;
 			continue;
 		}
-		if (step_plan_slots(s, g))
+		int cp = check_plan(dr, s, g);
+		if (cp > 0)
+			return true;
+		if (cp == 0 && step_plan_slots(s, g))
 			return true;
 	}
 	return true;
@@ -532,6 +628,93 @@ static void step_post_failed(struct farm_datarec *dr, struct dr_step *s, int rc)
 	}
 	pthread_mutex_unlock(&dr->lock);
 	step_end(dr, s);
+}
+
+/* The chunks of @s (a DIGEST) that must be READ, by the primary's answer
+ * @ans (a word of chunks it could not judge, then a digest each): those
+ * whose summary of our copy, by the table read in this pass, differs or
+ * cannot be made. Equal summaries mean the copy holds the versions the
+ * primary held when it answered, which a READ then would have brought
+ * (src/recovery/README.md, "Same-id restart", why that is enough); what
+ * the primary installed since reaches us as a COMMIT-BACKUP, as after a
+ * READ. Under dr->lock. */
+static uint64_t digest_differ(struct farm_datarec *dr, struct dr_reg *g,
+                              const struct dr_step *s, const uint64_t *ans)
+{
+	uint64_t all = s->len >= 64 ? ~0ull : (1ull << s->len) - 1;
+	enum farm_as_role role;
+	farm_region *r = farm_as_local_region(dr->m->as, g->id, &role);
+	if (!r || role != FARM_AS_BACKUP)
+		return all; /* given up: step_done stops the copy */
+	if (FARM_FAULT_SWITCH(FARM_FP_DATAREC_DIGEST_EQUAL))
+		return 0; /* testing: every chunk taken as equal */
+	const uint8_t *base = farm_region_base(r);
+	uint64_t differ = ans[0] & all;
+	for (unsigned i = 0; i < s->len; i++) {
+		uint64_t d;
+		if ((differ >> i) & 1)
+			continue;
+		int rc = farm_txn_chunk_digest(
+		        g->meta, dr->meta_bytes, dr->region_size, base,
+		        s->off + (uint64_t)i * FARM_DIGEST_CHUNK,
+		        FARM_DIGEST_CHUNK, &d);
+		if (rc || d != ans[1 + i])
+			differ |= 1ull << i;
+	}
+	return differ;
+}
+
+/* The primary's summaries (or none: @status): the chunks to READ. With
+ * none, every chunk of the batch is READ, as a check without summaries
+ * would. */
+static void digest_done(farm_loop *loop, void *ctx, int status,
+                        const void *reply, uint32_t len)
+{
+	(void)loop;
+	struct dr_step *s = ctx;
+	struct farm_datarec *dr = s->dr;
+	pthread_mutex_lock(&dr->lock);
+	struct dr_reg *g = farm_txn_dr_reg_find(dr, s->region);
+	if (g && g->state == DR_CHECK && g->pass == s->pass && g->have_meta) {
+		uint64_t differ = s->len >= 64 ? ~0ull : (1ull << s->len) - 1;
+		uint64_t ans[1 + DR_DIGEST_MAX];
+		if (!status && len == 8ull * (1 + s->len)) {
+			memcpy(ans, reply, len);
+			differ = digest_differ(dr, g, s, ans);
+			dr->lp[s->loop].credit -= len;
+			g->summary += len;
+		} else {
+			g->last_err = status ? status : -EPROTO;
+		}
+		g->dg_off = s->off;
+		g->dg_n = s->len;
+		g->dg_differ = differ;
+		g->equal += s->len - (unsigned)__builtin_popcountll(differ);
+	}
+	pthread_mutex_unlock(&dr->lock);
+	step_end(dr, s);
+}
+
+/* Ask the region's primary for the summaries of @s's chunks; this
+ * machine being the primary (the ring's, with no one else to ask), every
+ * chunk is READ as before. */
+static void digest_post(farm_loop *loop, struct dr_step *s)
+{
+	farm_txm *m = s->dr->m;
+	uint32_t reps[16];
+	unsigned n = farm_as_replicas(m->as, s->region, reps);
+	int rc = -EAGAIN;
+	if (n && reps[0] != m->me) {
+		struct digest_msg q = {.region = s->region,
+		                       .n = s->len,
+		                       .cfg = farm_as_config_id(m->as),
+		                       .off = s->off};
+		rc = farm_msg_call(loop, reps[0], s->loop, FARM_MSGT_TX_DIGEST,
+		                   &q, sizeof(q), DR_RPC_TIMEOUT, digest_done,
+		                   s);
+	}
+	if (rc)
+		digest_done(loop, s, rc, NULL, 0);
 }
 
 /* Plan and post the next READ of region @s->region, or finish the pass. */
@@ -569,6 +752,10 @@ static void step_run(farm_loop *loop, void *ctx, int status)
 		return;
 	}
 	pthread_mutex_unlock(&dr->lock);
+	if (s->digest) {
+		digest_post(loop, s);
+		return;
+	}
 	if (s->src) {
 		/* Our demoted copy stays mapped until the address space
 		 * goes (addrspace.h); its objects are checked as a READ's. */
@@ -828,8 +1015,14 @@ int farm_txn_datarec_init(farm_txm *m, uint32_t bytes, uint32_t interval_us,
 		return -ENOMEM;
 	}
 	pthread_cond_init(&dr->cond, NULL);
+	/* As many chunks as an answer (a word, then one a chunk) fits. */
+	uint32_t maxp = farm_msg_max_payload(m->msg);
+	dr->dg_max = maxp >= 16 ? FARM_MIN(maxp / 8 - 1, DR_DIGEST_MAX) : 0;
 	int rc = farm_msg_handle(m->msg, FARM_MSGT_TX_COPY, farm_txn_dr_h_copy,
 	                         m);
+	if (!rc)
+		rc = farm_msg_handle(m->msg, FARM_MSGT_TX_DIGEST,
+		                     farm_txn_dr_h_digest, m);
 	if (rc) {
 		pthread_cond_destroy(&dr->cond);
 		pthread_mutex_destroy(&dr->lock);
@@ -950,6 +1143,8 @@ unsigned farm_txm_datarec_get(farm_txm *m, struct farm_datarec_region *out,
 		        .reads = g->steps,
 		        .retries = g->retries,
 		        .fixed = g->fixed,
+		        .summary = g->summary,
+		        .equal = g->equal,
 		        .inferred = g->inferred,
 		        .t_start_ns = g->t_start,
 		        .t_done_ns = g->t_done,

@@ -27,6 +27,9 @@
  * transaction is decided; one that lasts longer, e.g. a free deferred
  * until an adoption that never comes, is read from the primary). */
 #define DR_LOCAL_STUCK 500u
+/* Chunks one summary request of the check pass names at most (a mask of
+ * them is one word); fewer where the message payload is smaller. */
+#define DR_DIGEST_MAX 64u
 
 enum { DR_COPY = 0, DR_CHECK, DR_DONE, DR_LOST };
 
@@ -56,6 +59,16 @@ struct dr_reg {
 	/* READs in a row that stopped at the object at @stuck_off (torn or
 	 * locked at the primary): said once, at DR_STUCK_SAY of them. */
 	uint64_t stuck_off, stuck_n;
+	/* The check pass: the primary's summaries of chunks [dg_off, dg_off
+	 * + dg_n * FARM_DIGEST_CHUNK) compared with this copy's; bit i of
+	 * @dg_differ: chunk i differs or cannot be judged, so it is READ.
+	 * dg_n 0: none held. @pass counts passes, so that an answer for an
+	 * earlier one is dropped. */
+	uint64_t dg_off, dg_differ;
+	unsigned dg_n;
+	unsigned pass;
+	uint64_t summary; /* bytes of summaries received */
+	uint64_t equal;   /* chunks the check found equal: not READ */
 };
 
 struct dr_note {
@@ -104,6 +117,7 @@ struct farm_datarec {
 	unsigned nn, capn;
 	uint32_t bytes, interval_us;
 	uint64_t meta_bytes, region_size;
+	unsigned dg_max; /* chunks a DIGEST names at most (0: none) */
 	/* farm_txm_datarec_on_unserved; @unserved: the configuration a copy
 	 * completed in whose ring makes us its primary (0: none), told by
 	 * the engine outside the lock. */
@@ -119,6 +133,15 @@ struct copy_msg {
 	uint64_t cfg;
 };
 
+/* DIGEST: a new backup asks the primary for the summaries of chunks
+ * [off, off + n * FARM_DIGEST_CHUNK) of its copy (farm_txn_chunk_digest).
+ * The answer: a word whose bit i says chunk i could not be judged, then
+ * n digests. */
+struct digest_msg {
+	uint32_t region, n;
+	uint64_t cfg, off;
+};
+
 /* copy.c */
 struct dr_reg *farm_txn_dr_reg_find(struct farm_datarec *dr, uint32_t id);
 int farm_txn_dr_reg_add(struct farm_datarec *dr, uint32_t id, uint64_t cfg);
@@ -129,5 +152,7 @@ bool farm_txn_dr_new_backup_here(farm_txm *m, uint32_t region);
 void farm_txn_dr_open_run(struct dr_open *o);
 void farm_txn_dr_notes_post(struct farm_datarec *dr, uint64_t now);
 void farm_txn_dr_h_copy(farm_loop *loop, const farm_msg_in *in, void *arg);
+/* DIGEST at the primary: the summaries of its live copy's chunks. */
+void farm_txn_dr_h_digest(farm_loop *loop, const farm_msg_in *in, void *arg);
 
 #endif

@@ -3,6 +3,8 @@
  * configuration change the primary of every region tells each of its
  * backups to hold a copy (COPY, repeated until answered), and a backup
  * answers it (farm_txn_dr_h_copy), registering the region with its engine.
+ * The primary also answers a new backup's check pass with the summaries
+ * of chunks of its copy (DIGEST, farm_txn_dr_h_digest).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -11,6 +13,7 @@
 #include <string.h>
 
 #include "alloc/alloc.h"
+#include "txn/copy_digest.h"
 #include "txn/object.h"
 #include "txn/txn_int.h"
 #include "txn/txn_testing.h"
@@ -358,6 +361,64 @@ void farm_txn_dr_h_copy(farm_loop *loop, const farm_msg_in *in, void *arg)
 	rc = rc ? farm_msg_reply_error(loop, &in->token, rc)
 	        : farm_msg_reply(loop, &in->token, NULL, 0);
 	if (rc) /* the primary asks again */
+		farm_warn("datarec: cannot answer machine %" PRIu32 ": %s",
+		          in->src_machine, farm_strerror(rc));
+}
+
+/* The answer to DIGEST @q into @out (a word of chunks not judged, then a
+ * digest each), from this machine's live copy by its own block table, as
+ * a READ of them would find them; -EAGAIN in another configuration than
+ * the asker's, -EINVAL when this machine is not the region's primary. */
+static int digest_answer(farm_txm *m, const struct digest_msg *q, uint64_t *out)
+{
+	const uint64_t ch = FARM_DIGEST_CHUNK;
+	uint64_t size = farm_as_region_size(m->as);
+	uint32_t reps[16];
+	if (q->region == 0 || q->region > FARM_REGION_ID_MAX || !q->n ||
+	    q->n > DR_DIGEST_MAX || q->off % ch || q->off >= size ||
+	    q->n > (size - q->off) / ch)
+		return -EINVAL;
+	if (q->cfg != farm_as_config_id(m->as))
+		return -EAGAIN;
+	enum farm_as_role role;
+	farm_region *r = farm_as_local_region(m->as, q->region, &role);
+	if (!r || role != FARM_AS_PRIMARY ||
+	    !farm_as_replicas(m->as, q->region, reps) || reps[0] != m->me)
+		return -EINVAL;
+	const uint8_t *base = farm_region_base(r);
+	uint64_t meta_bytes = farm_alloc_meta_bytes(size);
+	out[0] = 0;
+	for (unsigned i = 0; i < q->n; i++)
+		if (farm_txn_chunk_digest(base, meta_bytes, size, base,
+		                          q->off + i * ch, ch, &out[1 + i])) {
+			out[0] |= 1ull << i;
+			out[1 + i] = 0;
+		}
+	return 0;
+}
+
+/* DIGEST at the primary: answered on the loop that took it (64 chunks'
+ * headers at most). */
+void farm_txn_dr_h_digest(farm_loop *loop, const farm_msg_in *in, void *arg)
+{
+	farm_txm *m = arg;
+	struct digest_msg q = {0};
+	uint64_t out[1 + DR_DIGEST_MAX];
+	int rc = -EINVAL;
+	if (in->len == sizeof(q) && in->token.call_id) {
+		memcpy(&q, in->payload, sizeof(q));
+		rc = digest_answer(m, &q, out);
+	} else {
+		farm_stat_add(&m->st.v[S_BAD_RECORDS], 1);
+		farm_warn("datarec: malformed DIGEST from machine %" PRIu32,
+		          in->src_machine);
+		if (!in->token.call_id)
+			return;
+	}
+	rc = rc ? farm_msg_reply_error(loop, &in->token, rc)
+	        : farm_msg_reply(loop, &in->token, out,
+	                         (uint32_t)(8 * (1 + q.n)));
+	if (rc) /* the backup READs the chunks instead */
 		farm_warn("datarec: cannot answer machine %" PRIu32 ": %s",
 		          in->src_machine, farm_strerror(rc));
 }

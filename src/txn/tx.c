@@ -16,6 +16,7 @@
 #include "txn/txn_int.h"
 #include "txn/txn_tx.h"
 #include "txn/txn_testing.h"
+#include "util/fault.h"
 
 int farm_tx_begin(farm_txm *m, farm_loop *loop, farm_tx **out)
 {
@@ -301,7 +302,10 @@ static void txal_done(farm_loop *loop, void *ctx, int status, farm_gaddr a)
 	if (!st) {
 		/* Ours alone until commit: its header read directly (not
 		 * local: the region moved away meanwhile, -EAGAIN below). */
-		const struct farm_objhdr *h = farm_as_local_ptr(m->as, a, 16);
+		const struct farm_objhdr *h =
+		        FARM_FAULT_SWITCH(FARM_FP_TX_ALLOC_MOVED)
+		                ? NULL
+		                : farm_as_local_ptr(m->as, a, 16);
 		if (c->n) {
 			st = h ? tx_add_array(tx, a, c->size, c->n, &fp, &data)
 			       : -EAGAIN;
@@ -328,7 +332,8 @@ static void txal_done(farm_loop *loop, void *ctx, int status, farm_gaddr a)
 			 * trying again (the allocator picks a region still
 			 * here); a hard error would fail a put during growth
 			 * that a retry completes. */
-			tx->n--;
+			if (!FARM_FAULT_SWITCH(FARM_FP_TX_ALLOC_MOVED_KEPT))
+				tx->n--;
 			free(d);
 			st = -EAGAIN;
 		} else {

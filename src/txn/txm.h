@@ -31,6 +31,7 @@
 #define FARM_MSGT_REC_APPLIED 0xf128u /* survivor -> decider: took cfg */
 #define FARM_MSGT_REC_GO      0xf129u /* decider -> survivors: recover */
 #define FARM_MSGT_TX_COPY     0xf12au /* primary -> new backup: copy */
+#define FARM_MSGT_TX_DIGEST   0xf12bu /* new backup -> primary: summaries */
 
 /* Their payloads: txn/recover_wire.h (tests forge them). */
 #include "txn/recover_wire.h"
@@ -168,6 +169,8 @@ struct farm_datarec_region {
 	uint64_t reads;    /* READs that completed */
 	uint64_t retries;  /* READs failed, or stopped at a torn object */
 	uint64_t fixed;    /* objects the check found newer at the primary */
+	uint64_t summary;  /* bytes of chunk summaries the check received */
+	uint64_t equal;    /* chunks the check found equal (not READ) */
 	uint64_t inferred; /* runs whose layout was inferred (a primary
 	                      without its block table) */
 	uint64_t t_start_ns, t_done_ns; /* CLOCK_MONOTONIC; done: 0 yet */

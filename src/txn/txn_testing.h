@@ -114,6 +114,10 @@ void farm_txn_testing_no_block_info(bool on);
  * still filling are dropped (copy.c), and the copy skips its check pass,
  * so the copy misses commits; test_datarec --broken must notice. */
 void farm_txn_testing_datarec_skip_apply(bool on);
+/* Process-wide: when on, COMMIT-BACKUPs for a copy in its first pass are
+ * dropped and the check pass kept: the check must find what they missed
+ * (test_datarec --check-repair). */
+void farm_txn_testing_datarec_skip_first(bool on);
 
 /* Process-wide: when on, a coordinator short of log room READs the
  * replica's freed word without a doorbell (as before records that need no
@@ -146,6 +150,10 @@ static inline void farm_txn_testing_no_block_info(bool on)
 	(void)on;
 }
 static inline void farm_txn_testing_datarec_skip_apply(bool on)
+{
+	(void)on;
+}
+static inline void farm_txn_testing_datarec_skip_first(bool on)
 {
 	(void)on;
 }

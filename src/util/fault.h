@@ -328,9 +328,9 @@ enum farm_fault_point {
 	 * shipped put or delete with -EAGAIN, as it does one for a shard it
 	 * does not serve (a shard moving: tests/test_sync_retry.c). */
 	FARM_FP_HT_REFUSE_OP,
-	/* kv/sync.c, a switch: while hooked, a blocking put or delete
+	/* kv/sync.c, a switch: while hooked, a blocking get, put or delete
 	 * returns a refusal (-EAGAIN) instead of retrying it, as before the
-	 * wrappers retried (test_sync_retry --broken). */
+	 * wrappers retried (test_sync_retry --broken, --broken-get). */
 	FARM_FP_KV_SYNC_NO_RETRY,
 	/* node/restart_run.c, a delay point: a whole-cluster restart's
 	 * copies adopted and its logs applied, the allocator about to
@@ -364,6 +364,29 @@ enum farm_fault_point {
 	 * whole-cluster restart before the adopter frees it, its records
 	 * truncated, leaks its slot (test_restart_copy --broken-leak). */
 	FARM_FP_ALLOC_NO_FREE_MARK,
+	/* kv/owner_serve.c, a switch: while hooked, the owner refuses an
+	 * owner-served get with -EAGAIN, as it does one for a shard it is not
+	 * (yet, or any more) the primary of (tests/test_sync_retry.c). */
+	FARM_FP_KV_OWNER_REFUSE_GET,
+	/* txn/tx.c, a switch: while hooked, a transaction's allocation finds
+	 * its object's region gone from this machine (growth made another
+	 * machine its primary between the allocator's answer and the
+	 * transaction taking it): -EAGAIN (tests/test_txn.c alloc_moved). */
+	FARM_FP_TX_ALLOC_MOVED,
+	/* txn/tx.c, a switch: while hooked, that -EAGAIN leaves the object's
+	 * entry in the transaction, a bug (test_txn --broken-moved: the
+	 * commit must fail). */
+	FARM_FP_TX_ALLOC_MOVED_KEPT,
+	/* txn/copy_digest.c, a switch: while hooked, a chunk's summary takes
+	 * a slab slot's first object only, so a write to a later element of
+	 * a small array changes no summary (tests/test_copy_digest.c
+	 * --broken). */
+	FARM_FP_DIGEST_SLOT_FIRST,
+	/* txn/copy.c, a switch: while hooked, data recovery's check pass
+	 * takes every chunk as equal to the primary's and READs none, so a
+	 * copy that missed commits is never repaired (test_datarec
+	 * --check-repair --broken). */
+	FARM_FP_DATAREC_DIGEST_EQUAL,
 	FARM_FP_COUNT
 };
 
