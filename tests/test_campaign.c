@@ -82,9 +82,9 @@
  *     (an array's element) allocated at two copies holds the same bytes
  *     at both (cp_check_copies), and no backup lacks an object its
  *     primary holds (cp_missing: data recovery copies each element of
- *     an array in one slab slot), unless the backup holds it freed (a
- *     committed free whose slot the primary kept: a known leak, a free
- *     deferred while the adopter scanned its promoted region);
+ *     an array in one slab slot; and a committed free's slot is free
+ *     again at every copy after a restart, src/txn/restart.c), saying
+ *     how many of the first it holds freed with a later incarnation;
  *     objects allocated at a backup only are counted, not failed.
  * Then the workloads resume and the next fault comes.
  *
@@ -2424,13 +2424,14 @@ static void cp_explain(uint32_t g, unsigned i, unsigned j,
 
 /* Of the objects allocated at one of machines @i and @j only (@one and
  * dd->only, as cp_diff_copies found them), those the primary of region
- * @g holds and its backup lacks: the first few are looked up at the
- * backup ('O'), and unless each is a slot the backup holds freed with a
- * later incarnation (a committed free the primary installed but whose
- * slot it did not free: a known leak, src/txn/restart.c, "Not handled":
- * a free deferred while the adopter scanned its promoted region, whose
- * records were truncated before a restart_copy's power loss), the pair
- * fails in @f. Once every log is truncated a complete backup
+ * @g holds and its backup lacks fail the pair in @f; the first few are
+ * looked up at the backup ('O'), and the failure says how many of them
+ * it holds freed with a later incarnation (a committed free the primary
+ * installed but whose slot it did not free: a leak; the last case known,
+ * a free deferred while the adopter scanned its promoted region, its
+ * records truncated before a restart_copy's power loss, is freed by the
+ * restart since, src/txn/restart.c). Once every log is truncated a
+ * complete backup
  * holds every object its primary does: a commit's allocations reach it
  * as COMMIT-BACKUP images, the rest through data recovery's copy (an
  * array's elements in one slab slot each: never written again, a copy of
@@ -2464,17 +2465,13 @@ static long cp_missing(uint32_t g, unsigned i, int ri, unsigned j, int rj,
 		                 farm_incarn_count(dd->only[p][k].w);
 	}
 	free(a);
-	if (leaks < q.n)
-		failed(f,
-		       "region %#" PRIx32 ": %ld objects allocated at the "
-		       "primary (machine %u) missing at its backup (machine "
-		       "%u), the first at offset %#" PRIx64,
-		       g, one[p], prim, back, q.off[0]);
-	else
-		printf("copies: region %#" PRIx32 ": %ld objects allocated "
-		       "at the primary (machine %u) freed at its backup "
-		       "(machine %u): frees whose slot the primary kept\n",
-		       g, one[p], prim, back);
+	failed(f,
+	       "region %#" PRIx32 ": %ld objects allocated at the primary "
+	       "(machine %u) missing at its backup (machine %u), the first "
+	       "at offset %#" PRIx64 "; %u of the first %" PRIu32
+	       " held freed there with a later incarnation (a committed "
+	       "free whose slot the primary kept)",
+	       g, one[p], prim, back, q.off[0], leaks, q.n);
 	return one[p];
 }
 

@@ -425,7 +425,9 @@ static void test_adopt(void **state)
 	uint64_t incarn = farm_objhdr_load_incarn(hdr(0, obj[1]));
 	assert_true(farm_incarn_allocated(incarn));
 	/* Kept whole for the adoption (as while the adopter scans the
-	 * region; the switch forces it): header and lock untouched. */
+	 * region; the switch forces it): header and lock untouched, the
+	 * version word marked (a restart before the adopter frees it frees
+	 * the header, src/txn/restart.c). */
 	assert_int_equal(
 	        farm_fault_set(FARM_FP_ALLOC_DEFER_WHOLE, tu_switch_on, NULL),
 	        0);
@@ -435,7 +437,7 @@ static void test_adopt(void **state)
 	                 0);
 	assert_int_equal(farm_galloc_free_local(g, C.m[0].loop, obj[1]),
 	                 -EREMOTE);
-	assert_int_equal(atomic_load(ver), 8 | 2);
+	assert_int_equal(atomic_load(ver), 8 | 2 | FARM_OBJHDR_FREE_PENDING);
 	assert_int_equal(farm_objhdr_load_incarn(hdr(0, obj[1])), incarn);
 	/* Before the adopter's scan began: freed in its header at once (the
 	 * scan lists the slot, as a restart's rebuild would after a kill);
@@ -459,7 +461,8 @@ static void test_adopt(void **state)
 	assert_int_equal(gs.deferred_freed, 2);
 	assert_int_equal(gs.deferred_lost, 0);
 	assert_int_equal(farm_galloc_adopt_expect(g, id), 2);
-	/* The deferred free: done, then the caller's word stored. */
+	/* The deferred free: done, then the caller's word stored (the mark
+	 * gone with it). */
 	assert_int_equal(farm_objhdr_load_incarn(hdr(0, obj[1])),
 	                 farm_incarn_freed(incarn));
 	assert_int_equal(atomic_load(ver), 12);
@@ -696,9 +699,11 @@ static void test_retire(void **state)
 
 	/* An adoption of R expected, then given up before it ran: the
 	 * expectation is cancelled and its deferred free dropped (counted
-	 * lost, nothing written). A free kept whole (as while the adopter
-	 * scans; the switch forces it: one before the scan is done in its
-	 * header at once, test_adopt). */
+	 * lost, the header untouched but for the deferral's free-pending
+	 * mark, which a restart of this copy would take to free the slot: the
+	 * free committed). A free kept whole (as while the adopter scans; the
+	 * switch forces it: one before the scan is done in its header at
+	 * once, test_adopt). */
 	assert_int_equal(farm_galloc_adopt_expect(g, R), 1);
 	assert_int_equal(
 	        farm_fault_set(FARM_FP_ALLOC_DEFER_WHOLE, tu_switch_on, NULL),
@@ -716,9 +721,14 @@ static void test_retire(void **state)
 	assert_int_equal(
 	        farm_galloc_free_local_or_defer(g, L.m[0].loop[0], live[4], 0),
 	        -EREMOTE);
-	assert_memory_equal(
-	        farm_as_local_ptr(L.m[0].as, live[4], FARM_OBJHDR_SIZE),
-	        &img[4], sizeof(img[4]));
+	const struct farm_objhdr *h4 =
+	        farm_as_local_ptr(L.m[0].as, live[4], FARM_OBJHDR_SIZE);
+	assert_non_null(h4);
+	assert_int_equal(farm_objhdr_load_version(h4),
+	                 atomic_load(&img[4].version) |
+	                         FARM_OBJHDR_FREE_PENDING);
+	assert_int_equal(farm_objhdr_load_incarn(h4),
+	                 atomic_load(&img[4].incarn));
 
 	/* (c) Primary of R again: a fresh zeroed copy with the live objects'
 	 * images and their blocks noted, as recovery leaves it. */

@@ -11,9 +11,13 @@
  *      surviving backup, and the machine the ring puts after them becomes
  *      a new backup that copies them;
  *   3. machine 0 frees every object of machine 3 (one transaction each):
- *      each free's install at the promoted primary is deferred, the
- *      object left locked until the allocator adopts the region (counted:
- *      free_deferred, RC_OBJS of them in all, or the test says why not);
+ *      each free's install at the promoted primary is deferred to the
+ *      region's adoption (counted: free_deferred, RC_OBJS of them in all,
+ *      or the test says why not): done in the object's header at once,
+ *      the adopter's scan not begun; with --scan kept whole, the object
+ *      left locked and marked (FARM_OBJHDR_FREE_PENDING) until the
+ *      adopter frees it, as while it scans the region
+ *      (FARM_FP_ALLOC_DEFER_WHOLE forces that path);
  *   4. every log is truncated (TRUNCATE records, then every survivor's
  *      logs hold no record of a transaction), so no record of the frees
  *      is left for the restart to replay;
@@ -30,21 +34,25 @@
  *     lock and left it torn for good);
  *   - no copy (primary or backup) holds a freed object allocated: each
  *     free's slot is free again at its primary, whose allocator rebuilt
- *     the region by scan at the restart, as at its backups, which applied
- *     the COMMIT-BACKUP's freed header (before the fix the primary kept
- *     the whole free for the adoption, which never came, and its slot
- *     stayed allocated there: a leak, and copies that disagree).
+ *     the region by scan at the restart (with --scan, after the restart
+ *     freed each marked object's header), as at its backups, which
+ *     applied the COMMIT-BACKUP's freed header (before the fixes the
+ *     primary kept the whole free for the adoption, which never came,
+ *     with no mark, and its slot stayed allocated there: a leak, and
+ *     copies that disagree).
  *
  * The bugs, each with its switch:
  * --broken: installs left locked keep the old header version
  * (FARM_FP_TX_INSTALL_OLD_HEADER, the code before the fix) and a free
- * is kept whole for the adoption (FARM_FP_ALLOC_DEFER_WHOLE: the object
- * left locked until then, which the torn header needs); both checks
- * must fail (torn objects, and a copy that cannot pass them), and the
- * test passes only when they do.
- * --broken-leak: a free is kept whole for the adoption
- * (FARM_FP_ALLOC_DEFER_WHOLE, the code before the fix): the freed
- * objects must be found allocated at their primaries.
+ * is kept whole for the adoption, unmarked (FARM_FP_ALLOC_DEFER_WHOLE,
+ * FARM_FP_ALLOC_NO_FREE_MARK: the object left locked and allocated
+ * until then, which the torn header needs); both checks must fail (torn
+ * objects, and a copy that cannot pass them), and the test passes only
+ * when they do.
+ * --broken-leak: a free is kept whole for the adoption with no mark
+ * (FARM_FP_ALLOC_DEFER_WHOLE and FARM_FP_ALLOC_NO_FREE_MARK: --scan
+ * without its fix, and the code before both fixes): the freed objects
+ * must be found allocated at their primaries.
  * --broken-resume: a restart that gave no machine up starts no data
  * recovery (FARM_FP_NODE_RESTART_NO_COPY, the code before the fix): the
  * copy the restart cut off never starts again, and replication must fail.
@@ -73,7 +81,7 @@
 
 static char zk_dir[256], zk_connect[64], zk_root[96];
 static const char *zk_script = FARM_SOURCE_DIR "/scripts/zk-local";
-static bool broken, broken_resume, broken_leak;
+static bool broken, broken_resume, broken_leak, scan;
 static struct np_cluster cl;
 static farm_fatptr *objs; /* every machine's objects (first incarnation) */
 
@@ -102,13 +110,13 @@ static void rc_configure(struct farm_config *cfg)
 /* 'o' answers: this machine's copies of the victim's objects. */
 struct rc_slots {
 	int held[RC_OBJS], role[RC_OBJS];
-	uint64_t incarn[RC_OBJS];
+	uint64_t incarn[RC_OBJS], version[RC_OBJS];
 };
 
 /* ---- children -------------------------------------------------------- */
 
 /* This machine's copy of each of the victim's objects, whatever its
- * role: its incarnation word. */
+ * role: its header's words. */
 static void read_slots(struct tx_child *c, struct rc_slots *out)
 {
 	memset(out, 0, sizeof(*out));
@@ -120,13 +128,13 @@ static void read_slots(struct tx_child *c, struct rc_slots *out)
 		uint64_t off = farm_gaddr_offset(a);
 		if (!r || off + FARM_OBJHDR_SIZE > farm_region_size(r))
 			continue;
+		const struct farm_objhdr *h =
+		        (const void *)((const uint8_t *)farm_region_base(r) +
+		                       off);
 		out->held[i] = 1;
 		out->role[i] = (int)role;
-		out->incarn[i] = farm_objhdr_load_incarn(
-		        (const struct farm_objhdr
-		                 *)(const void *)((const uint8_t *)
-		                                          farm_region_base(r) +
-		                                  off));
+		out->incarn[i] = farm_objhdr_load_incarn(h);
+		out->version[i] = farm_objhdr_load_version(h);
 	}
 }
 
@@ -219,8 +227,11 @@ static int rc_arm(bool restarted)
 	return farm_fault_set(FARM_FP_ALLOC_ADOPT_HOLD, tu_switch_on, NULL) ||
 	       (broken && farm_fault_set(FARM_FP_TX_INSTALL_OLD_HEADER,
 	                                 tu_switch_on, NULL)) ||
+	       ((broken || broken_leak || scan) &&
+	        farm_fault_set(FARM_FP_ALLOC_DEFER_WHOLE, tu_switch_on,
+	                       NULL)) ||
 	       ((broken || broken_leak) &&
-	        farm_fault_set(FARM_FP_ALLOC_DEFER_WHOLE, tu_switch_on, NULL));
+	        farm_fault_set(FARM_FP_ALLOC_NO_FREE_MARK, tu_switch_on, NULL));
 }
 
 struct walk_ctx {
@@ -237,7 +248,7 @@ static void check_obj(void *ctx, struct farm_objhdr *obj, uint32_t slot_lines)
 	uint64_t inc = farm_objhdr_load_incarn(obj);
 	unsigned lines = FARM_MIN(farm_incarn_lines(inc), slot_lines);
 	s->objects++;
-	if (v & OBJ_LOCK_MASK) {
+	if (v & (OBJ_LOCK_MASK | FARM_OBJHDR_FREE_PENDING)) {
 		s->locked++;
 		return;
 	}
@@ -315,13 +326,30 @@ static uint64_t scan_survivors(struct fails *f)
 		if (s.locked)
 			failed(f,
 			       "machine %u: %" PRIu64 " objects left locked "
-			       "after the restart",
+			       "(or marked free-pending) after the restart",
 			       i, s.locked);
 	}
 	printf("restart-copy: %" PRIu64 " objects scanned on %d machines: "
 	       "%" PRIu64 " torn, %" PRIu64 " locked\n",
 	       objects, RC_SURVIVORS, torn, locked);
 	return torn;
+}
+
+/* How many of the victim's objects their primaries hold marked
+ * free-pending ('o' of every survivor). */
+static unsigned count_marked(void)
+{
+	unsigned marked = 0;
+	for (unsigned i = 0; i < RC_SURVIVORS; i++) {
+		struct rc_slots o;
+		np_send(&cl, i, 'o');
+		np_expect(&cl, i, 'O', 30000);
+		np_recv(&cl, i, &o, sizeof(o), 1000);
+		for (unsigned k = 0; k < RC_OBJS; k++)
+			marked += o.held[k] && o.role[k] == FARM_AS_PRIMARY &&
+			          (o.version[k] & FARM_OBJHDR_FREE_PENDING);
+	}
+	return marked;
 }
 
 /* Every survivor's copies of the victim's objects ('o'), each freed
@@ -393,6 +421,14 @@ static void test_restart_copy(void **state)
 		       "%" PRIu64 " of %d frees deferred at their promoted "
 		       "primaries: the test did not set its case up",
 		       deferred, RC_OBJS);
+	/* With --scan each deferred free marked its object at the primary
+	 * (--broken-leak: the switch leaves none), none without. */
+	unsigned marked = count_marked();
+	if (marked != (scan && !broken_leak ? RC_OBJS : 0))
+		failed(&setup,
+		       "%u of %d freed objects marked free-pending at their "
+		       "primaries: the test did not set its case up",
+		       marked, RC_OBJS);
 	/* 4. No record of the frees left to replay at the restart. */
 	uint64_t survivors = (1ull << RC_SURVIVORS) - 1;
 	uint64_t left = rs_truncate(&cl, survivors);
@@ -412,9 +448,9 @@ static void test_restart_copy(void **state)
 	int repl = rs_await_replicated(&cl, survivors, RC_REPL_MS, why,
 	                               sizeof(why), &nreg, last);
 	double repl_ms = (double)(np_now_ns() - t_up) / 1e6;
-	printf("restart-copy: %d frees deferred; restarted %.0f ms after the "
-	       "kill; %u regions %s %.0f ms after\n",
-	       (int)deferred, (double)t_restart / 1e6, nreg,
+	printf("restart-copy: %d frees deferred, %u marked; restarted %.0f ms "
+	       "after the kill; %u regions %s %.0f ms after\n",
+	       (int)deferred, marked, (double)t_restart / 1e6, nreg,
 	       repl ? "NOT fully replicated" : "fully replicated", repl_ms);
 	for (unsigned i = 0; i < RC_SURVIVORS; i++) {
 		for (unsigned j = 0; j < last[i]->ndr; j++) {
@@ -495,9 +531,11 @@ int main(int argc, char **argv)
 			broken_resume = true;
 		} else if (!strcmp(argv[i], "--broken-leak")) {
 			broken_leak = true;
+		} else if (!strcmp(argv[i], "--scan")) {
+			scan = true;
 		} else {
-			printf("usage: %s [--broken | --broken-resume | "
-			       "--broken-leak]\n",
+			printf("usage: %s [--scan] [--broken | --broken-resume "
+			       "| --broken-leak]\n",
 			       argv[0]);
 			return strcmp(argv[i], "--help") ? 2 : 0;
 		}

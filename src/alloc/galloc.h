@@ -121,9 +121,11 @@ int farm_galloc_free_array_local(farm_galloc *g, farm_loop *loop, farm_gaddr a,
  * the region's scan, the free is done in the object's header at once
  * (the scan, or a whole-cluster restart's rebuild, lists the slot):
  * returns 2, and the caller unlocks. While the scan runs it is freed
- * later: returns 1, and the adopter stores @then (release) in the
- * object's first word once it is free, so the caller leaves the object
- * locked and lets that store unlock it. 0 when freed now (the caller
+ * later: returns 1, the object's first word is marked
+ * FARM_OBJHDR_FREE_PENDING (a whole-cluster restart before the free
+ * frees the header), and the adopter stores @then (release) there once
+ * the object is free, so the caller leaves the object locked and lets
+ * that store unlock it. 0 when freed now (the caller
  * unlocks), or a negative code.
  */
 int farm_galloc_block_info(farm_galloc *g, farm_gaddr a, uint32_t *info);

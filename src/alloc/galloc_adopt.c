@@ -53,6 +53,19 @@ static struct adopt_region **adopt_find(farm_galloc *g, uint32_t id)
 	return pp;
 }
 
+/* The version word of @a's header in this machine's copy of its region,
+ * or NULL (no such copy, or outside it). */
+static _Atomic uint64_t *version_word(farm_galloc *g, farm_gaddr a)
+{
+	farm_region *fr =
+	        farm_as_local_region(g->as, farm_gaddr_region(a), NULL);
+	uint64_t off = farm_gaddr_offset(a);
+	if (!fr || off % FARM_ALLOC_LINE ||
+	    off + FARM_OBJHDR_SIZE > farm_region_size(fr))
+		return NULL;
+	return (_Atomic uint64_t *)(void *)((char *)farm_region_base(fr) + off);
+}
+
 int farm_galloc_adopt_expect(farm_galloc *g, uint32_t region)
 {
 	if (!g)
@@ -183,6 +196,15 @@ static void adopt_one(farm_galloc *g, farm_slab **slab, uint32_t id)
 		*slab = NULL;
 	while (d) {
 		struct deferred *n = d->next;
+		/* The mark off before the header is freed: a slot freed with
+		 * it would hand it to its next object's versions. A kill in
+		 * between leaks the slot (as before the mark). Relaxed, as
+		 * mark_pending: the object is still locked, and the free's
+		 * acq_rel CAS of the incarnation orders the clear before it. */
+		_Atomic uint64_t *v = version_word(g, d->a);
+		if (v)
+			atomic_fetch_and_explicit(v, ~FARM_OBJHDR_FREE_PENDING,
+			                          memory_order_relaxed);
 		int f = rc == 0 && *slab ? farm_slab_free(*slab, d->a) : rc;
 		/* Unlock it either way: the caller left that to us (release:
 		 * pairs with the acquire loads of the version word,
@@ -308,6 +330,30 @@ static int free_header_early(farm_galloc *g, uint32_t id, farm_gaddr a)
 	return 0;
 }
 
+/*
+ * A free of @a deferred while the adopter scans its region (under
+ * adopt_lock): its header stays allocated until the adopter frees it, and
+ * the transaction's records may all be truncated by then, so a
+ * whole-cluster restart meanwhile would find nothing saying the slot is
+ * free (its backups applied the freed header: a leak, and copies that
+ * disagree). The mark in the version word says it across the kill
+ * (FARM_OBJHDR_FREE_PENDING): the restart frees the header of an object
+ * it finds marked (src/txn/restart.c). The caller holds the object locked
+ * exclusive, so no writer changes the word meanwhile; fetch_or keeps its
+ * lock bits.
+ */
+static void mark_pending(farm_galloc *g, farm_gaddr a)
+{
+	_Atomic uint64_t *v = version_word(g, a);
+	if (!v || FARM_FAULT_SWITCH(FARM_FP_ALLOC_NO_FREE_MARK))
+		return;
+	/* Relaxed: the adopter that clears it (adopt_one) takes the entry
+	 * under adopt_lock, held here, which orders the two; readers see
+	 * the object locked either way. */
+	atomic_fetch_or_explicit(v, FARM_OBJHDR_FREE_PENDING,
+	                         memory_order_relaxed);
+}
+
 /* Region @id is not local to the block allocator (under adopt_lock):
  * defer the free of @a (1), do it in its header now (2), or -EREMOTE. */
 static int defer_locked(farm_galloc *g, uint32_t id, farm_gaddr a,
@@ -331,6 +377,7 @@ static int defer_locked(farm_galloc *g, uint32_t id, farm_gaddr a,
 		return -EREMOTE;
 	*d = (struct deferred){.a = a, .then = then, .next = g->deferred};
 	g->deferred = d;
+	mark_pending(g, a);
 	atomic_fetch_add(&g->frees_deferred, 1);
 	return 1;
 }

@@ -4,7 +4,9 @@
  *   offset 0  uint64_t version  owned by the transaction layer: its two low
  *                               bits are the lock mode. The allocator never
  *                               resets it, so versions only grow across
- *                               incarnations of a slot.
+ *                               incarnations of a slot. Bit 63 is the
+ *                               allocator's (FARM_OBJHDR_FREE_PENDING), set
+ *                               only while the object is locked.
  *   offset 8  uint64_t incarn   bit 0: allocated; bits 14..1: the object's
  *                               size in lines, minus one (set by alloc);
  *                               bits 63..15: incarnation, bumped by every
@@ -35,6 +37,17 @@ struct farm_objhdr {
 #define FARM_OBJHDR_ALLOCATED  1ull
 #define FARM_INCARN_LINES_MASK (0x3fffull << 1)
 #define FARM_INCARN_ONE        (1ull << 15) /* one incarnation */
+/*
+ * In the version word: a committed free of this object waits for the
+ * allocator (galloc's adopter, src/alloc/galloc_adopt.c, while it scans the
+ * object's promoted region), its header still allocated. Set by galloc
+ * while the transaction layer holds the object locked exclusive, cleared
+ * by the adopter before it frees the header; a whole-cluster restart that
+ * finds it set frees the header (src/txn/restart.c): the free committed,
+ * and its records may all be truncated. Versions advance by 4 per commit
+ * and never reach it.
+ */
+#define FARM_OBJHDR_FREE_PENDING (1ull << 63)
 
 _Static_assert(sizeof(struct farm_objhdr) == FARM_OBJHDR_SIZE,
                "object header is 16 bytes");

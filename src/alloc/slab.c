@@ -825,14 +825,15 @@ int farm_alloc_array(farm_slab *s, uint64_t elem_size, uint64_t n,
 		return rc;
 	/* Element headers inside the slot: the slot's incarnation (monotonic
 	 * per slot, so a stale pointer to any earlier object here never
-	 * matches) and its version with the lock bits clear. Written before
-	 * the slot's allocated bit is published. */
+	 * matches) and its version with the lock bits and the free-pending
+	 * mark clear. Written before the slot's allocated bit is published. */
 	struct farm_objhdr *h0 = (struct farm_objhdr *)p;
 	uint64_t w0 = atomic_load_explicit(&h0->incarn, memory_order_relaxed);
 	uint64_t v0 = atomic_load_explicit(&h0->version, memory_order_relaxed);
 	for (uint64_t i = 1; i < n; i++) {
 		struct farm_objhdr *h = (void *)(p + i * esz);
-		atomic_store_explicit(&h->version, v0 & ~3ull,
+		atomic_store_explicit(&h->version,
+		                      v0 & ~(3ull | FARM_OBJHDR_FREE_PENDING),
 		                      memory_order_relaxed);
 		/* Release: as slot_claim's (pairs with the acquire loads of
 		 * the incarnation, farm_objhdr_load_incarn). */

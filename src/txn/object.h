@@ -139,9 +139,10 @@ static inline int obj_check(const uint8_t *img, unsigned lines,
  *
  * The header takes @new_version at once, still locked exclusive: the
  * object is whole in memory from here on, the lock bits aside. The unlock
- * may come much later (a free in a promoted region waits for the
- * allocator to adopt the region, src/alloc/galloc.c) or never (a kill; a
- * whole-cluster restart clears every lock left, src/txn/restart.c), and
+ * may come much later (a free in a promoted region while the allocator
+ * scans it waits for the scan, src/alloc/galloc_adopt.c) or never (a
+ * kill; a whole-cluster restart clears every lock left, and frees the
+ * header of an object such a free marked, src/txn/restart.c), and
  * with the old version left in the header the cleared object was torn for
  * good: line versions of the new one, header of the old (the data
  * recovery copy of the region then read it again forever).

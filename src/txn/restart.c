@@ -88,16 +88,21 @@
  *    COMMIT-BACKUPs stay until it finishes, after its install. A free
  *    deferred to its region's adoption is done in its header at once
  *    unless the adopter was scanning the region
- *    (src/alloc/galloc_adopt.c), so no record is needed for it.
+ *    (src/alloc/galloc_adopt.c), so no record is needed for it. One
+ *    deferred while the adopter scanned left the object locked and
+ *    allocated until the adopter frees it, and its records may all be
+ *    truncated before the kill; so the allocator marks the object's
+ *    version word (FARM_OBJHDR_FREE_PENDING, src/alloc/objhdr.h) when it
+ *    defers such a free, and the lock walk frees the header of every
+ *    object it finds marked (unlock_one), no record needed either.
  *
- * Not handled (src/recovery/README.md, "Not yet"): an array's free whose
+ * Not handled (src/recovery/README.md, "Limits"): an array's free whose
  * install the kill cut short (its run or slot is freed whole by the
  * allocator, and a large array's run is retired in the block table); a
- * free deferred while the adopter scanned its region, killed before the
- * scan ended, its records truncated; a single-machine commit's free with
- * no backup (no record) killed between its install and the allocator's
- * free. Each is installed but its slot is not freed (a leak, never a
- * wrong value).
+ * single-machine commit's free with no backup (no record) killed between
+ * its install and the allocator's free; a deferred free killed between
+ * the adopter's clearing of its mark and its free (an instant). Each is
+ * installed but its slot is not freed (a leak, never a wrong value).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -550,26 +555,52 @@ static uint64_t free_committed(farm_txm *m, const struct rs_rec *r)
 		 * forever). Release: pairs with the acquire loads of the
 		 * version word (farm_objhdr_load_version). */
 		uint64_t v = farm_objhdr_load_version(p);
-		if (v & OBJ_LOCK_MASK)
-			atomic_store_explicit(&p->version, v & ~OBJ_LOCK_MASK,
-			                      memory_order_release);
+		if (v & (OBJ_LOCK_MASK | FARM_OBJHDR_FREE_PENDING))
+			atomic_store_explicit(
+			        &p->version,
+			        v & ~(OBJ_LOCK_MASK | FARM_OBJHDR_FREE_PENDING),
+			        memory_order_release);
 		n++;
 	}
 	return n;
 }
 
+/*
+ * A stale lock cleared; and an object marked FARM_OBJHDR_FREE_PENDING
+ * freed in its header first, as the allocator's free leaves it (hdr_free,
+ * src/alloc/slab.c), for the rebuild by scan to list: its free committed
+ * and was installed, then deferred while the adopter scanned its promoted
+ * region (src/alloc/galloc_adopt.c), and the kill came before the adopter
+ * freed it. Its records may all be truncated, so free_committed may not
+ * have seen it; its backups applied the COMMIT-BACKUP's freed header, the
+ * same word. The walk read the incarnation word allocated just before,
+ * and nothing else runs on the copies during the restart.
+ */
 static void unlock_one(void *ctx, struct farm_objhdr *obj, uint32_t lines)
 {
 	(void)lines;
-	uint64_t *cleared = ctx;
+	struct farm_txrestart_stats *st = ctx;
 	_Atomic uint64_t *hv = (_Atomic uint64_t *)(void *)obj;
 	uint64_t v = atomic_load_explicit(hv, memory_order_relaxed);
-	if (v & OBJ_LOCK_MASK) {
+	if (v & FARM_OBJHDR_FREE_PENDING) {
+		uint64_t w = farm_objhdr_load_incarn(obj);
+		/* Release: pairs with the acquire loads of the incarnation
+		 * (farm_objhdr_load_incarn: the rebuild's scan, readers). */
+		if (farm_incarn_allocated(w)) {
+			atomic_store_explicit(&obj->incarn,
+			                      farm_incarn_freed(w),
+			                      memory_order_release);
+			st->freed++;
+			st->marked++;
+		}
+	}
+	if (v & (OBJ_LOCK_MASK | FARM_OBJHDR_FREE_PENDING)) {
 		/* Release: pairs with the acquire loads of the version word
 		 * (farm_objhdr_load_version, farm_txn_copy_apply). */
-		atomic_store_explicit(hv, v & ~OBJ_LOCK_MASK,
-		                      memory_order_release);
-		(*cleared)++;
+		atomic_store_explicit(
+		        hv, v & ~(OBJ_LOCK_MASK | FARM_OBJHDR_FREE_PENDING),
+		        memory_order_release);
+		st->unlocked++;
 	}
 }
 
@@ -682,7 +713,7 @@ static int unlock_all(farm_txm *m, const uint32_t *regions, unsigned nregions,
 			continue;
 		int w = farm_alloc_walk_region(farm_region_base(r),
 		                               farm_region_size(r), regions[i],
-		                               unlock_one, &st->unlocked);
+		                               unlock_one, st);
 		if (w < 0) {
 			if (err && errlen)
 				snprintf(err, errlen,
@@ -726,6 +757,12 @@ int farm_txm_restart_apply(farm_txm *m, const struct farm_txrestart_log *logs,
 			qsort(v, n, sizeof(*v), cmp_txid);
 		decide_all(m, v, n, mark, lost, st);
 		rc = unlock_all(m, regions, nregions, st, err, errlen);
+		if (!rc && st->marked)
+			farm_warn("restart: %" PRIu64 " committed frees "
+			          "deferred while the allocator scanned their "
+			          "region were not done at the kill: their "
+			          "slots freed by their marks",
+			          st->marked);
 	}
 	free(v);
 	free(mark);

@@ -257,11 +257,14 @@ static int tx_add_array(farm_tx *tx, farm_gaddr a, uint32_t size, uint32_t n,
 			return d || !o ? -EREMOTE : -ENOMEM;
 		}
 		uint64_t w = farm_objhdr_load_incarn(h);
+		/* Never the allocator's free-pending mark (a slot is freed
+		 * without it): a new object's versions would keep it. */
+		uint64_t v = farm_objhdr_load_version(h) &
+		             ~(OBJ_LOCK_MASK | FARM_OBJHDR_FREE_PENDING);
 		*o = (struct txobj){.a = ai,
 		                    .size = size,
 		                    .lines = el,
-		                    .version = farm_objhdr_load_version(h) &
-		                               ~OBJ_LOCK_MASK,
+		                    .version = v,
 		                    .incarn = w,
 		                    .primary = m->me,
 		                    .flags = TXO_READ | TXO_WRITE | TXO_NEW |
@@ -334,8 +337,12 @@ static void txal_done(farm_loop *loop, void *ctx, int status, farm_gaddr a)
 			free(d);
 			st = -EAGAIN;
 		} else {
+			/* Never the allocator's free-pending mark (a
+			 * slot is freed without it): a new object's
+			 * versions would keep it. */
 			uint64_t v =
-			        farm_objhdr_load_version(h) & ~OBJ_LOCK_MASK;
+			        farm_objhdr_load_version(h) &
+			        ~(OBJ_LOCK_MASK | FARM_OBJHDR_FREE_PENDING);
 			uint64_t w = farm_objhdr_load_incarn(h);
 			*o = (struct txobj){.a = a,
 			                    .size = c->size,

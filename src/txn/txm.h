@@ -302,7 +302,9 @@ struct farm_txrestart_lost {
 };
 struct farm_txrestart_stats {
 	uint64_t records, txns, committed, aborted, images, objects, unlocked;
-	uint64_t freed; /* committed frees' slots freed in their headers */
+	uint64_t freed;  /* committed frees' slots freed in their headers */
+	uint64_t marked; /* of them, found marked free-pending (deferred
+	                    while the adopter scanned: restart.c) */
 };
 /* The log memory's file in the data directory ("" without one). */
 const char *farm_txm_log_file(const farm_txm *m);

@@ -347,15 +347,23 @@ enum farm_fault_point {
 	FARM_FP_RESTART_LEASES_JUDGED,
 	/* alloc/galloc_adopt.c, a switch: while hooked, a committed free in
 	 * a promoted region not yet adopted is kept whole until the
-	 * adoption (its header left allocated), as before the fix: a kill
-	 * before the adoption leaks its slot (test_restart_copy
-	 * --broken-leak). */
+	 * adoption (its header left allocated), as while the adopter scans
+	 * the region (test_restart_copy --scan); with
+	 * FARM_FP_ALLOC_NO_FREE_MARK too, as before both fixes: a kill
+	 * before the adoption leaks its slot (--broken-leak). */
 	FARM_FP_ALLOC_DEFER_WHOLE,
 	/* txn/restart.c, a switch: while hooked, a whole-cluster restart
 	 * replays a committed free's images but leaves its slot allocated
 	 * where the install was cut short, as before the fix
 	 * (test_restart_round --broken-free). */
 	FARM_FP_RESTART_KEEP_FREED,
+	/* alloc/galloc_adopt.c, a switch: while hooked, a free deferred
+	 * while the adopter scans its region (or kept whole by
+	 * FARM_FP_ALLOC_DEFER_WHOLE) leaves no mark in the object's version
+	 * word (FARM_OBJHDR_FREE_PENDING), as before the fix: a
+	 * whole-cluster restart before the adopter frees it, its records
+	 * truncated, leaks its slot (test_restart_copy --broken-leak). */
+	FARM_FP_ALLOC_NO_FREE_MARK,
 	/* kv/owner_serve.c, a switch: while hooked, the owner refuses an
 	 * owner-served get with -EAGAIN, as it does one for a shard it is not
 	 * (yet, or any more) the primary of (tests/test_sync_retry.c). */
