@@ -26,7 +26,8 @@
  *               records are acknowledged: both surviving machines' logs
  *               hold that transaction's COMMIT-BACKUP record.
  * Options: --transfers N, --accounts N (per machine), --bank-seconds S
- * (deadline), --torn-seconds S, --torn-reads N, --broken, --only NAME,
+ * (deadline), --torn-seconds S, --torn-reads N, --broken, --broken_room,
+ * --broken_pace, --only NAME,
  * --epoch-every N (bank iterations per machine between epoch ends).
  */
 #include "txproc.h"
@@ -886,11 +887,16 @@ static void test_durability(void **state)
  * records have wrapped its logs there several times, while 1 and 2 sit
  * parked with their timed check raised to 20 s: every commit must commit.
  * --broken_room drops that doorbell: a commit short of room then waits
- * for the replicas' timed check, and gives up (-ENOSPC) after 1 s. */
+ * for the replicas' timed check, and gives up (-ENOSPC) after 1 s.
+ * Re-READs of the freed word that find nothing freed are paced (log.c):
+ * --broken_pace holds a deferred one when it is due, as a pacing that lost
+ * it would: the commit short of room then never ends (its sync wait gives
+ * up, FARM_EUNKNOWN), until the switch is let go. */
 #define ROOM_SIZE    2048u
 #define ROOM_COMMITS 800u /* about 1.7 MiB of records: 6 laps of 256 KiB */
 
-static bool opt_broken_room;
+static bool opt_broken_room, opt_broken_pace;
+#define PACE_SYNC_NS 3000000000ull /* --broken_pace: a commit's sync wait */
 
 struct room_result {
 	uint32_t commits;
@@ -942,10 +948,19 @@ static int room_role(struct tx_child *c)
 		return np_wait_cmd(&c->np) == 'Q' ? 0 : 74;
 	}
 	farm_txn_testing_no_room_bell(opt_broken_room);
+	farm_txn_testing_hold_paced(opt_broken_pace);
+	if (opt_broken_pace)
+		farm_txm_set_sync_timeout(c->txm, PACE_SYNC_NS);
 	struct room_result r = {0};
 	int st = room_commits(c, mine, &r);
 	if (st)
 		return st;
+	/* Let go: the held READ goes, and the commit that waited on it
+	 * ends before the machine leaves. */
+	farm_txn_testing_hold_paced(false);
+	uint64_t t0 = np_now_ns();
+	while (farm_txm_commits_out(c->txm) && np_now_ns() - t0 < PACE_SYNC_NS)
+		(void)farm_loop_poll(c->np.loop);
 	if (np_say(&c->np, 'D', &r, sizeof(r)))
 		return 75;
 	return np_wait_cmd(&c->np) == 'Q' ? 0 : 76;
@@ -969,6 +984,11 @@ static void test_room(void **state)
 	np_finish(&G, st);
 	for (unsigned i = 0; i < NM; i++)
 		assert_int_equal(st[i], 0);
+	if (opt_broken_pace) {
+		/* The commit whose paced READ was held never ended. */
+		assert_int_equal(r.rc, FARM_EUNKNOWN);
+		return;
+	}
 	if (opt_broken_room) {
 		/* Without the doorbell the commit short of room waits out
 		 * SPACE_WAIT_NS on replicas that sleep for seconds. */
@@ -991,6 +1011,10 @@ int main(int argc, char **argv)
 		}
 		if (!strcmp(a, "--broken_room")) {
 			opt_broken_room = true;
+			continue;
+		}
+		if (!strcmp(a, "--broken_pace")) {
+			opt_broken_pace = true;
 			continue;
 		}
 		if (!v) {
@@ -1020,7 +1044,7 @@ int main(int argc, char **argv)
 	/* --broken and the durability test need the testing switches of
 	 * txn_testing.h, compiled only with fault injection. */
 	if (!farm_fault_built()) {
-		if (opt_broken || opt_broken_room) {
+		if (opt_broken || opt_broken_room || opt_broken_pace) {
 			printf("skipped: --broken needs fault injection "
 			       "(FARM_FAULT_INJECTION=OFF)\n");
 			return FARM_TEST_SKIP;
@@ -1033,7 +1057,7 @@ int main(int argc, char **argv)
 		opt_accounts = 4;
 		opt_transfers = 2000;
 	}
-	if (opt_broken_room)
+	if (opt_broken_room || opt_broken_pace)
 		opt_only = "room";
 	if (opt_accounts < 2)
 		opt_accounts = 2;

@@ -245,6 +245,12 @@ FARM_API void farm_loop_stop(farm_loop *loop);
  * seen only when the loop next wakes (post a work item to wake it). */
 FARM_API int farm_loop_wait(farm_loop *loop, const volatile int *flag,
                             uint64_t timeout_ns);
+/* On @loop's thread: something the loop polls for (a poller's paced
+ * retry) is due at @at_ns (farm_now_ns's clock), so an idle loop parks no
+ * longer than until then; what wakes a parked loop (doorbells, work items,
+ * messages) still wakes it earlier. The earliest time asked for holds
+ * until a pass finds it reached. */
+FARM_API void farm_loop_wake_by(farm_loop *loop, uint64_t at_ns);
 /* Whether farm_loop_wait may run now: false from inside a handler,
  * continuation or work item of @loop (where it returns -EDEADLK). A
  * blocking wrapper asks before it posts, so it never returns while an

@@ -262,6 +262,7 @@ struct farm_loop {
 	uint64_t call_gen;
 	unsigned ticks;
 	uint64_t idle_since;
+	uint64_t wake_at; /* farm_loop_wake_by: park no longer (0: none) */
 	_Atomic int stop;
 	bool polling; /* inside farm_loop_poll: handlers may not re-enter */
 	farm_wr *wrs; /* WR_BATCH + 1 */

@@ -743,6 +743,15 @@ static void idle(farm_loop *loop, uint64_t deadline)
 		return;
 	}
 	uint64_t max = loop->nactive ? PARK_CALLS_NS : park_max_ns();
+	if (loop->wake_at) {
+		/* A poller's paced retry is due then: the pass after it
+		 * runs the poller. */
+		if (now >= loop->wake_at) {
+			loop->wake_at = 0;
+			return;
+		}
+		max = FARM_MIN(max, loop->wake_at - now);
+	}
 	if (deadline) {
 		if (now >= deadline)
 			return;
@@ -803,6 +812,12 @@ int farm_loop_wait(farm_loop *loop, const volatile int *flag,
 		if (deadline && (++n & 63) == 0 && farm_now_ns() >= deadline)
 			return *flag ? 0 : -ETIMEDOUT;
 	}
+}
+
+void farm_loop_wake_by(farm_loop *loop, uint64_t at_ns)
+{
+	if (loop && at_ns && (!loop->wake_at || at_ns < loop->wake_at))
+		loop->wake_at = at_ns;
 }
 
 bool farm_loop_can_wait(const farm_loop *loop)

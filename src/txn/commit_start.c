@@ -78,7 +78,7 @@ void farm_txn_tx_reserve(farm_tx *tx)
 			farm_txn_refresh_freed(tl, mach);
 			ok = false;
 			closed = true;
-			reading |= w->reading;
+			reading |= w->reading || w->read_at;
 			continue;
 		}
 		if (!has_room(m, w, pt[i].need)) {
@@ -87,7 +87,7 @@ void farm_txn_tx_reserve(farm_tx *tx)
 			if (!has_room(m, w, pt[i].need)) {
 				farm_txn_maybe_truncate(tl, mach, true);
 				ok = false;
-				reading |= w->reading;
+				reading |= w->reading || w->read_at;
 			}
 		}
 	}

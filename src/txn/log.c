@@ -350,40 +350,55 @@ static bool room_bell(void)
 	return !atomic_load_explicit(&testing_no_room_bell,
 	                             memory_order_relaxed);
 }
+
+static _Atomic bool testing_hold_paced;
+
+void farm_txn_testing_hold_paced(bool on)
+{
+	atomic_store(&testing_hold_paced, on);
+}
+
+static bool paced_held(void)
+{
+	return atomic_load_explicit(&testing_hold_paced, memory_order_relaxed);
+}
 #else
 static bool room_bell(void)
 {
 	return true;
 }
+
+static bool paced_held(void)
+{
+	return false;
+}
 #endif
 
 static void freed_read_done(farm_loop *loop, void *ctx, int status);
 
-/* Ask machine @mach how far our log there is free (a READ of its word). */
-void farm_txn_refresh_freed(struct txloop *tl, uint32_t mach)
+/* The gap between freed-word READs that find nothing freed doubles from
+ * PACE_MIN_NS to PACE_MAX_NS while a commit waits for room: sent back to
+ * back, they kept the waiting loop busy, and on a shared core it took
+ * the time from the very loop whose truncation it waited for. The bound
+ * is how late a wait may end after the room is freed. */
+#define PACE_MIN_NS 4000u
+#define PACE_MAX_NS 1000000u
+
+/* Send the READ of the freed word at @mach; false when it could not be. */
+static bool send_freed_read(struct txloop *tl, uint32_t mach)
 {
 	farm_txm *m = tl->m;
 	struct writer *w = &tl->w[mach];
 	uint64_t hoff = log_hdr_off(m, log_index(m, m->me, tl->t));
-	if (mach == m->me) {
-		/* Acquire: pairs with the release store of the freed word
-		 * by our own log's reader (participant.c, truncate_to). */
-		w->freed = atomic_load_explicit(
-		        (_Atomic uint64_t *)(void *)(m->logbase + hoff),
-		        memory_order_acquire);
-		return;
-	}
-	if (w->reading)
-		return;
 	uint64_t *buf = arena_get(&tl->ar, 64);
 	if (!buf)
-		return;
+		return false;
 	/* The freed word and the open word after it (farm_txn_writer_open). */
 	farm_wr wr = farm_wr_read(0, buf, tl->ar.mr, 16, &m->peers[mach], hoff);
 	struct wr_ctx *c = malloc(sizeof(*c));
 	if (!c) {
 		arena_put(&tl->ar, buf, 64);
-		return;
+		return false;
 	}
 	*c = (struct wr_ctx){
 	        .tl = tl, .buf = buf, .len = 64, .kind = (int)mach};
@@ -398,10 +413,84 @@ void farm_txn_refresh_freed(struct txloop *tl, uint32_t mach)
 	if (rc) {
 		arena_put(&tl->ar, buf, 64);
 		free(c);
-		return;
+		return false;
 	}
 	tl->inflight++;
 	w->reading = true;
+	return true;
+}
+
+/* Ask machine @mach how far our log there is free (a READ of its word),
+ * at once or, while READs find nothing freed, once the pace allows (the
+ * poller sends it: farm_txn_pace_reads). */
+void farm_txn_refresh_freed(struct txloop *tl, uint32_t mach)
+{
+	farm_txm *m = tl->m;
+	struct writer *w = &tl->w[mach];
+	if (mach == m->me) {
+		uint64_t hoff = log_hdr_off(m, log_index(m, m->me, tl->t));
+		/* Acquire: pairs with the release store of the freed word
+		 * by our own log's reader (participant.c, truncate_to). */
+		w->freed = atomic_load_explicit(
+		        (_Atomic uint64_t *)(void *)(m->logbase + hoff),
+		        memory_order_acquire);
+		return;
+	}
+	if (w->reading || w->read_at)
+		return;
+	if (w->read_ok_at && farm_now_ns() < w->read_ok_at) {
+		w->read_at = w->read_ok_at;
+		tl->npaced++;
+		farm_loop_wake_by(tl->loop, w->read_at);
+		return;
+	}
+	(void)send_freed_read(tl, mach);
+}
+
+int farm_txn_pace_reads(struct txloop *tl)
+{
+	if (FARM_LIKELY(!tl->npaced))
+		return 0;
+	uint64_t now = farm_now_ns(), next = 0;
+	unsigned left = tl->npaced;
+	int sent = 0;
+	for (uint32_t i = 0; i < tl->m->M && left; i++) {
+		struct writer *w = &tl->w[i];
+		if (!w->read_at)
+			continue;
+		left--;
+		if (now >= w->read_at && !paced_held()) {
+			if (send_freed_read(tl, i)) {
+				w->read_at = 0;
+				tl->npaced--;
+				sent = 1;
+				continue;
+			}
+			/* No memory for it now: a commit waits on this READ,
+			 * so it stays deferred, never dropped. */
+			w->read_at = now + PACE_MIN_NS;
+		}
+		if (!next || w->read_at < next)
+			next = w->read_at;
+	}
+	if (next)
+		farm_loop_wake_by(tl->loop, next);
+	return sent;
+}
+
+/* After a freed-word READ (@status, @moved: it found room freed or the
+ * log opened): the gap before the next one. */
+static void pace_next(struct writer *w, int status, bool moved)
+{
+	if (status) { /* a closing loop or a dead peer: as before, at once */
+		w->pace_ns = 0;
+		w->read_ok_at = 0;
+		return;
+	}
+	if (!moved)
+		w->pace_ns = w->pace_ns ? FARM_MIN(2 * w->pace_ns, PACE_MAX_NS)
+		                        : PACE_MIN_NS;
+	w->read_ok_at = w->pace_ns ? farm_now_ns() + w->pace_ns : 0;
 }
 
 static void freed_read_done(farm_loop *loop, void *ctx, int status)
@@ -412,6 +501,7 @@ static void freed_read_done(farm_loop *loop, void *ctx, int status)
 	struct writer *w = &tl->w[c->kind];
 	tl->inflight--;
 	w->reading = false;
+	bool moved = false;
 	if (!status) {
 		uint64_t f, inc;
 		memcpy(&f, c->buf, 8);
@@ -425,12 +515,14 @@ static void freed_read_done(farm_loop *loop, void *ctx, int status)
 			if (inc == atomic_load_explicit(&m->self_inc,
 			                                memory_order_relaxed)) {
 				atomic_thread_fence(memory_order_acquire);
-				w->open = true;
+				w->open = moved = true;
 			}
 		} else if (f > w->freed && f <= w->tail) {
 			w->freed = f;
+			moved = true;
 		}
 	}
+	pace_next(w, status, moved);
 	arena_put(&tl->ar, c->buf, c->len);
 	free(c);
 	/* Transactions waiting for room try again; each that still finds
@@ -448,6 +540,10 @@ static void freed_read_done(farm_loop *loop, void *ctx, int status)
 		farm_tx *tx = tl->slots[all ? i : slot[i]];
 		if (tx && tx->ph == PH_RESERVE)
 			farm_txn_tx_reserve(tx);
+	}
+	if (!tl->nroom && !tl->room_all) { /* no commit waits: no pace */
+		w->pace_ns = 0;
+		w->read_ok_at = 0;
 	}
 }
 

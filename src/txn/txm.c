@@ -118,7 +118,7 @@ int farm_txm_epoch_sync(farm_txm *m, farm_loop *loop)
 static int txn_poll_all(farm_loop *loop, void *ctx)
 {
 	struct txloop *tl = ctx;
-	int got = farm_txn_poll(loop, ctx);
+	int got = farm_txn_poll(loop, ctx) + farm_txn_pace_reads(tl);
 	if (tl->lock_waiters && (++tl->rand & 1023) == 0)
 		farm_txn_scan_deadlines(tl);
 	farm_epoch_quiesce();
@@ -513,6 +513,8 @@ int farm_txm_forget_peer(farm_txm *m, farm_loop *loop, uint32_t id)
 	w->tail = w->freed = w->sent_trunc = 0;
 	w->wq_head = w->wq_tail = 0;
 	w->reading = false;
+	w->pace_ns = 0; /* a deferred READ still goes (read_at) */
+	w->read_ok_at = 0;
 	w->open = false;
 	w->backed = false; /* the new holder's logs are new memory */
 	/* Its log here: the new holder's records go where the old holder's
@@ -630,9 +632,10 @@ void farm_txm_detach(farm_txm *m, farm_loop *loop)
 	/* Completions of log WRITEs (a commit is reported at its first
 	 * COMMIT-PRIMARY; TRUNC records) and freed-word READs still to come
 	 * use this state: let them land first. The loop's close would run
-	 * them (cancelled) after we freed it. */
+	 * them (cancelled) after we freed it. A READ deferred by pacing
+	 * (farm_txn_pace_reads) is one still to go: its commit waits on it. */
 	uint64_t dl = farm_now_ns() + 2000000000ull;
-	while (tl->inflight && farm_now_ns() < dl)
+	while ((tl->inflight || tl->npaced) && farm_now_ns() < dl)
 		(void)farm_loop_poll(loop);
 	/* So do the completions of a transaction still open (one committing
 	 * with a participant that died, say): the close runs them too. */

@@ -71,6 +71,7 @@ struct txloop {
 	uint32_t room_slot[ROOM_WAITS];
 	unsigned nroom;
 	bool room_all;
+	unsigned npaced;     /* writers with a freed-word READ deferred */
 	uint64_t epoch_tick; /* loop 0: passes, for the epoch trigger */
 	/* Commit sequences (struct rec_hdr): the next one, the lowest not
 	 * finished, and which of [cs_low, cs_next) have finished. */

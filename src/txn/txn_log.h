@@ -125,6 +125,13 @@ struct writer {
 	struct wq_ent *wq; /* wq_cap, a power of two; grows; NULL until used */
 	uint64_t wq_cap;
 	bool reading; /* a READ of the freed word is out */
+	/* Pacing of those READs while they find no room freed
+	 * (freed_read_done): the gap before the next (doubling, 0 when no
+	 * commit waits), the earliest time it may go, and when a READ asked
+	 * for before then goes (0: none deferred; the poller sends it,
+	 * farm_txn_pace_reads). */
+	uint32_t pace_ns;
+	uint64_t read_ok_at, read_at;
 	/* The replica opened the log to this machine's incarnation (its
 	 * header says so: farm_txn_writer_open). */
 	bool open;
@@ -347,6 +354,9 @@ void farm_txn_refresh_freed(struct txloop *tl, uint32_t mach);
 /* Commit @tx waits for room: the next freed-word READ's completion
  * retries it (farm_txn_tx_reserve). */
 void farm_txn_room_wait(struct txloop *tl, farm_tx *tx);
+/* The poller's part of pacing: send the freed-word READs now due; 1 when
+ * one was sent, and asks the loop to wake for the next one. */
+int farm_txn_pace_reads(struct txloop *tl);
 
 int farm_txn_log_record_at(const uint8_t *ring, uint64_t R, uint64_t off,
                            struct rec_hdr *h, uint64_t *pos);

@@ -124,6 +124,10 @@ void farm_txn_testing_datarec_skip_first(bool on);
  * answer stopped ringing one): a parked replica then frees no room until
  * its timed check, and the commit waits (test_txn_multi --broken_room). */
 void farm_txn_testing_no_room_bell(bool on);
+/* Process-wide: while on, a freed-word READ deferred by pacing (log.c,
+ * farm_txn_pace_reads) is not sent when due: the commit short of room
+ * waits for it (test_txn_multi --broken_pace). */
+void farm_txn_testing_hold_paced(bool on);
 #else
 static inline void farm_txn_testing_crash_after_backup(bool on)
 {
@@ -158,6 +162,10 @@ static inline void farm_txn_testing_datarec_skip_first(bool on)
 	(void)on;
 }
 static inline void farm_txn_testing_no_room_bell(bool on)
+{
+	(void)on;
+}
+static inline void farm_txn_testing_hold_paced(bool on)
 {
 	(void)on;
 }
