@@ -56,8 +56,13 @@
  *   grow_round grow's run with a victim whose death makes a survivor
  *              (X) the primary of a region (R) by promotion, a region
  *              the grower then takes over (X refills it as a backup from
- *              its demoted copy). Once X's copy of R is complete, new
- *              copies are held, X asks for a round
+ *              its demoted copy, held from before the join until X's
+ *              round for the handoff is over: unpaced, that refill could
+ *              complete before the round, and under the old rules that
+ *              round gave it up and X copied R again from the grower
+ *              before anything was held, a run that proved nothing).
+ *              Once X's copy of R is complete, new copies are held, X
+ *              asks for a round
  *              (farm_membership_bump) and the grower is killed after it:
  *              X is first in R's list again and must be promoted with
  *              the copy it holds. (A region stays on the promotion list
@@ -807,10 +812,64 @@ static bool behind_grower(const struct rp_held *h)
 }
 
 /*
+ * grow_round: wait up to 30 s until machine NP_NM has grown and machine
+ * @x, its copies held since before the join, runs the same configuration
+ * with its round for it over, holding a filling copy of @region behind
+ * the grower (the refill from its demoted copy, held). *@cfg: that
+ * configuration.
+ */
+static bool handoff_round_over(unsigned x, uint32_t region, uint64_t *cfg)
+{
+	uint64_t dl = np_now_ns() + 30000000000ull;
+	bool ready = false;
+	while (!ready && np_now_ns() < dl) {
+		struct held_report *g = ask(NP_NM);
+		struct held_report *r = ask(x);
+		const struct rp_held *h = held_of(r, region);
+		ready = grown(g, true) && r->config == g->config &&
+		        r->rec_t_active_ns > r->rec_t_config_ns && h &&
+		        h->filling && h->role == (int)FARM_AS_BACKUP &&
+		        h->nreps > 1 && h->reps[0] == DR_LATE_ID;
+		*cfg = r->config;
+		free(g);
+		free(r);
+		if (!ready)
+			np_pause_ms(20);
+	}
+	return ready;
+}
+
+/* grow_round: wait up to 30 s for machine @x's copy of @region, its
+ * copies let go, to be complete behind the grower while @x still runs
+ * configuration @cfg. NULL once it is, else why not. */
+static const char *refilled_late(unsigned x, uint32_t region, uint64_t cfg)
+{
+	uint64_t dl = np_now_ns() + 30000000000ull;
+	for (;;) {
+		struct held_report *r = ask(x);
+		bool done = behind_grower(held_of(r, region));
+		bool same = r->config == cfg;
+		free(r);
+		if (!same)
+			return "before another configuration came (the "
+			       "premise: no round met it complete before "
+			       "the one asked for)";
+		if (done)
+			return NULL;
+		if (np_now_ns() > dl)
+			return "within 30 s of its copies let go";
+		np_pause_ms(20);
+	}
+}
+
+/*
  * grow_round, after the survivors' run: once machine NP_NM has grown and
  * taken over region R, which machine X was promoted in when the victim
- * died, and X's new copy of R is complete: new copies held, X asks for a
- * round; once that round is over at X, X's copy must still be complete.
+ * died, and X's round for that configuration is over with its new copy
+ * of R still filling (held), X's copies go; once that copy is complete
+ * (from X's demoted one), in the same configuration: new copies held, X
+ * asks for a round; once that round is over at X, X's copy must still be
+ * complete.
  * Then the grower is killed (X first in R's list again) and, once every
  * survivor runs a configuration without it and X's round for it is over,
  * the copies go. The checks that follow (run_mode) must find every
@@ -821,24 +880,25 @@ static void grow_round(struct rb_result *res)
 	struct fails *f = &res->f;
 	unsigned x = (unsigned)dr_round_x;
 	uint32_t region = dr_round_region;
-	uint64_t dl = np_now_ns() + 30000000000ull;
-	bool ready = false;
-	while (!ready && np_now_ns() < dl) {
-		struct held_report *g = ask(NP_NM);
-		struct held_report *r = ask(x);
-		ready = grown(g, true) && r->config == g->config &&
-		        r->rec_t_active_ns > r->rec_t_config_ns &&
-		        behind_grower(held_of(r, region));
-		free(g);
-		free(r);
-		if (!ready)
-			np_pause_ms(20);
-	}
-	if (!ready) {
+	uint64_t cfg = 0;
+	bool cfg_ok = handoff_round_over(x, region, &cfg);
+	if (!cfg_ok) {
 		failed(f,
-		       "machine %u never held a complete copy of region "
-		       "%#" PRIx32 " behind the grown machine %u",
+		       "machine %u never held a filling copy of region "
+		       "%#" PRIx32 " behind the grown machine %u with its "
+		       "round for that configuration over",
 		       x, region, DR_LATE_ID);
+	}
+	dr_send(x, 'o');
+	dr_expect(x, 'k', 30000);
+	if (!cfg_ok)
+		return;
+	const char *late = refilled_late(x, region, cfg);
+	if (late) {
+		failed(f,
+		       "machine %u's copy of region %#" PRIx32 " was not "
+		       "complete behind the grown machine %u %s",
+		       x, region, DR_LATE_ID, late);
 		return;
 	}
 	for (unsigned i = 0; i < NP_NM; i++)
@@ -854,7 +914,7 @@ static void grow_round(struct rb_result *res)
 	if (rc)
 		failed(f, "machine %u could not ask for a round: %s", x,
 		       farm_strerror(rc));
-	struct held_report *r = round_after(x, t, dl + 30000000000ull);
+	struct held_report *r = round_after(x, t, t + 60000000000ull);
 	const struct rp_held *h = held_of(r, region);
 	printf("grow_round: machine %u asked for a round; %.0f ms later it "
 	       "is over there (configuration %" PRIu64 ", round asked for "
@@ -967,6 +1027,14 @@ static void run_mode(unsigned first, int second, bool rejoin, bool grow,
 				dr_send(i, 'O');
 				dr_expect(i, 'K', 30000);
 			}
+		/* grow_round: X's refill of R from its demoted copy is
+		 * unpaced; let go before X's round for the handoff, it could
+		 * complete before that round and be given up there, while
+		 * copies still ran (grow_round). */
+		if (dr_grow_round) {
+			dr_send((unsigned)dr_round_x, 'O');
+			dr_expect((unsigned)dr_round_x, 'K', 30000);
+		}
 		uint64_t t = np_now_ns();
 		late_start(DR_LATE_ID, 'P');
 		printf("%s: machine %u gone, no region short of its %u "
