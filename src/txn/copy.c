@@ -94,7 +94,10 @@
  * A copy growth demoted here (addrspace.h, farm_as_demoted_source). The
  * view that makes the grower primary of a region this machine was primary
  * of demotes our copy; where this machine stays a replica, its new copy is
- * opened at once and filled from the demoted one, a read of local memory,
+ * held from that view on (the address space puts it in place of the
+ * demoted one in the same step, so no COMMIT-BACKUP of the view finds the
+ * region without a copy here and goes unapplied: the demoted copy never
+ * gets them) and filled from the demoted one, a read of local memory,
  * unpaced (one step after another on the loop), not from the grower. That
  * is enough: the demoted copy holds every write committed before the
  * view once the older configuration's locks in it are released (the step
