@@ -215,11 +215,29 @@ bool farm_txn_dr_new_backup_here(farm_txm *m, uint32_t region)
 	return false;
 }
 
+#ifdef FARM_FAULT_INJECTION
+/* Test-only: the point before a copy of a region growth demoted here is
+ * opened on the primary's COPY (FARM_FP_DATAREC_FILL_DEMOTED). */
+static void testing_demoted_open(farm_txm *m, uint32_t region)
+{
+	uint32_t d[64];
+	unsigned n = farm_as_demoted_sources(m->as, d, 64);
+	for (unsigned i = 0; i < n && i < 64; i++)
+		if (d[i] == region) {
+			FARM_FAULT_POINT(FARM_FP_DATAREC_FILL_DEMOTED);
+			return;
+		}
+}
+#endif
+
 bool farm_txn_datarec_adopt(farm_txm *m, uint32_t region, bool start)
 {
 	struct farm_datarec *dr = m->dr;
 	if (!dr || !farm_txn_dr_new_backup_here(m, region))
 		return false;
+#ifdef FARM_FAULT_INJECTION
+	testing_demoted_open(m, region);
+#endif
 	int rc = farm_as_backup_open(m->as, region);
 	if (rc && rc != -EEXIST) {
 		farm_err("datarec: cannot open a copy of region %#" PRIx32

@@ -147,12 +147,12 @@ enum farm_fault_point {
 	 * fix: a copy the restart cut off never starts again
 	 * (tests/test_restart_copy.c --broken-resume). */
 	FARM_FP_NODE_RESTART_NO_COPY,
-	/* txn/copy_note.c: a view demoted copies here (growth) that this
-	 * machine is still a replica of, their fill from the demoted ones
-	 * not started yet (the view's transaction recovery is). A delay
-	 * there let the view's first commits reach the old primary before
-	 * data recovery opened its new copy, when it did (test_datarec
-	 * --grow-gap). */
+	/* txn/copy_note.c and copy.c: a view demoted copies here (growth)
+	 * that this machine is still a replica of, and data recovery is
+	 * about to open (on the primary's COPY) or fill their new copies
+	 * (the view's transaction recovery started). A delay there let the
+	 * view's first commits reach the old primary before data recovery
+	 * opened its new copy, when it did (test_datarec --grow-gap). */
 	FARM_FP_DATAREC_FILL_DEMOTED,
 	/* txn/recover.c, a switch: while hooked, a region left on the
 	 * promotion list by an earlier round is treated as before the fix:
