@@ -8,6 +8,9 @@
  *
  * --broken: a view keeps a filling copy of a region it no longer places
  * here (FARM_FP_AS_KEEP_FILLING); the displaced copy must be seen held.
+ * --broken-demoted: a view that demotes our primary copy of a region we
+ * stay a replica of opens no new copy with it (FARM_FP_AS_DEMOTED_OPEN_LATE,
+ * as before the fix); the region must be seen without a copy here.
  */
 #include "asnodes.h"
 #include "brokenarg.h"
@@ -452,10 +455,86 @@ static void test_displaced_filling(void **state)
 	       opt_broken ? " [broken: the displaced ones stayed held]" : "");
 }
 
+static bool opt_broken_demoted;
+
+/* A view that demotes our primary copy of a region (another machine is
+ * its primary now) and keeps this machine a replica holds a new, filling
+ * backup copy of it in the same step, to be filled from the demoted one:
+ * data recovery opening it later left a window in which the view's
+ * COMMIT-BACKUPs found no copy here, were not applied, and were missing
+ * for good (the demoted copy never gets them). The demoted copy keeps
+ * its bytes; the new one starts empty. Runs after test_displaced_filling
+ * (a view with a fifth machine, which need not exist). */
+static void test_demoted_held(void **state)
+{
+	(void)state;
+	farm_as *as = nodes[0].as;
+	uint32_t me = farm_as_machine_id(as);
+	enum { NCAND = 64 };
+	uint32_t cand[NCAND];
+	unsigned nc = 0;
+	for (uint32_t r = 0x72000000u; r < 0x72010000u && nc < NCAND; r++) {
+		uint32_t rep[FARM_RING_MAX_REPLICAS];
+		unsigned n = farm_as_replicas(as, r, rep);
+		if (!n || rep[0] != me || farm_as_local_region(as, r, NULL))
+			continue;
+		assert_int_equal(farm_as_backup_open(as, r), 0);
+		assert_int_equal(farm_as_backup_filled(as, r), 0);
+		assert_int_equal(farm_as_promote(as, r), 0);
+		farm_region *reg = farm_as_local_region(as, r, NULL);
+		assert_non_null(reg);
+		((uint8_t *)farm_region_base(reg))[4096] = 0x5a;
+		cand[nc++] = r;
+	}
+	assert_int_equal(nc, NCAND);
+	uint32_t ids[N + 2] = {1, 2, 3, 4, 5};
+	uint64_t cfg = farm_as_config_id(as) + 1;
+	assert_int_equal(farm_as_set_view(as, cfg, ids, N + 2), 0);
+	unsigned demoted = 0;
+	for (unsigned i = 0; i < nc; i++) {
+		uint32_t rep[FARM_RING_MAX_REPLICAS];
+		unsigned n = farm_as_replicas(as, cand[i], rep);
+		bool backup = false;
+		for (unsigned k = 1; k < n; k++)
+			backup |= rep[k] == me;
+		if (!n || rep[0] == me || !backup)
+			continue;
+		demoted++;
+		enum farm_as_role role;
+		farm_region *reg = farm_as_local_region(as, cand[i], &role);
+		if (opt_broken_demoted) {
+			assert_null(reg);
+			continue;
+		}
+		assert_non_null(reg);
+		assert_int_equal(role, FARM_AS_BACKUP);
+		assert_true(farm_as_backup_filling(as, cand[i]));
+		assert_int_equal(((uint8_t *)farm_region_base(reg))[4096], 0);
+		const uint8_t *src = farm_as_demoted_source(as, cand[i]);
+		assert_non_null(src);
+		assert_int_equal(src[4096], 0x5a);
+	}
+	assert_true(demoted > 0);
+	printf("demoted primary copies: %u of %u, a new copy held with the "
+	       "view%s\n",
+	       opt_broken_demoted ? 0 : demoted, demoted,
+	       opt_broken_demoted ? " [broken: none held]" : "");
+}
+
 int main(int argc, char **argv)
 {
-	int rc =
-	        tu_broken_arg(argc, argv, FARM_FP_AS_KEEP_FILLING, &opt_broken);
+	int rc = 0;
+	if (argc == 2 && !strcmp(argv[1], "--broken-demoted")) {
+		if (farm_fault_set(FARM_FP_AS_DEMOTED_OPEN_LATE, tu_switch_on,
+		                   NULL)) {
+			printf("skipped: built without fault injection\n");
+			return FARM_TEST_SKIP;
+		}
+		opt_broken_demoted = true;
+	} else {
+		rc = tu_broken_arg(argc, argv, FARM_FP_AS_KEEP_FILLING,
+		                   &opt_broken);
+	}
 	if (rc)
 		return rc;
 	const struct CMUnitTest tests[] = {
@@ -466,6 +545,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_ship_by_address),
 	        cmocka_unit_test(test_filling_never_promoted),
 	        cmocka_unit_test(test_displaced_filling),
+	        cmocka_unit_test(test_demoted_held),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -99,7 +99,16 @@
  * (FARM_FP_REC_STALE_PROMO): grow_round's region must be lost.
  * --broken-displaced: a view keeps a filling copy it no longer places
  * here (FARM_FP_AS_KEEP_FILLING): grow_displace must find a copy held
- * off its replicas. --check-repair: copy_kill with new backups dropping
+ * off its replicas. --grow-gap: grow's run with the old primary pausing
+ * DR_GAP_MS after the handoff's transaction recovery started, before its
+ * data recovery fills the copies growth demoted there
+ * (FARM_FP_DATAREC_FILL_DEMOTED), so the view's first commits reach it
+ * in that pause; its new copy, held since the view, must
+ * get them (every pair of copies equal). With --broken
+ * (FARM_FP_AS_DEMOTED_OPEN_LATE: the new copy opened by data recovery,
+ * after the pause, as before the fix) their COMMIT-BACKUPs find no copy
+ * and the old primary's copy, filled from its demoted one, lacks them:
+ * the hashes must differ. --check-repair: copy_kill with new backups dropping
  * the COMMIT-BACKUPs that arrive during a copy's first pass only, the
  * check pass kept: the check, which READs only the chunks whose summary
  * differs from the primary's, must find every object they missed
@@ -113,6 +122,9 @@
  * Exits 77 (skip) without the ZooKeeper client or server.
  */
 #define NP_NM 5
+#include <stdatomic.h>
+#include <sys/mman.h>
+
 #include "recbank.h"
 #include "replicas.h"
 
@@ -125,6 +137,7 @@
 #define DR_WAIT_MS 60000
 #define DR_MAXREG  RP_MAXREG
 #define DR_COLD    64 /* objects each survivor makes before a growth */
+#define DR_GAP_MS  300 /* --grow-gap's pause after transaction recovery */
 /* grow's region seed (config region_seed): one whose layout gives the
  * late machine, once grown, a live primary's region (grow_victim). */
 #define DR_SEED 6
@@ -426,6 +439,33 @@ static void no_late(enum farm_fault_point fp, void *arg)
 {
 	(void)fp;
 	(void)arg;
+}
+
+/* --grow-gap: set (in memory every machine shares, mapped before they
+ * are forked) once the old primary's pause is over. */
+static _Atomic int *dr_gap_over;
+
+/* --grow-gap: a pause that widens a race window (not a synchronization:
+ * the run is correct with any length of it), at the old primary. */
+static void gap_pause(enum farm_fault_point fp, void *arg)
+{
+	(void)fp;
+	(void)arg;
+	struct timespec ts = {.tv_sec = DR_GAP_MS / 1000,
+	                      .tv_nsec = (DR_GAP_MS % 1000) * 1000000L};
+	nanosleep(&ts, NULL);
+	atomic_store(dr_gap_over, 1);
+}
+
+/* --grow-gap: the workload ends once the pause is over, so that the
+ * objects the view's first commits wrote during it are not all written
+ * again afterwards (a later image would repair a copy that missed one,
+ * and the bytes compared at the end would hide the loss). */
+static int gap_step(struct tx_child *c, struct run_report *r)
+{
+	(void)c;
+	(void)r;
+	return atomic_load(dr_gap_over);
 }
 
 /* Start a machine with id @id and an empty directory under the cluster's
@@ -1538,6 +1578,34 @@ int main(int argc, char **argv)
 		dr_grow_broken = "a view kept a filling copy it no longer "
 		                 "placed here";
 		tests[0] = tests[6];
+		n = 1;
+	} else if (argc > 1 && !strcmp(argv[1], "--grow-gap")) {
+		dr_gap_over = mmap(NULL, sizeof(*dr_gap_over),
+		                   PROT_READ | PROT_WRITE,
+		                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+		if (dr_gap_over == MAP_FAILED) {
+			perror("mmap");
+			return 2;
+		}
+		rb_p.step = gap_step;
+		if (farm_fault_set(FARM_FP_DATAREC_FILL_DEMOTED, gap_pause,
+		                   NULL)) {
+			printf("skipped: --grow-gap needs fault injection "
+			       "(FARM_FAULT_INJECTION=OFF)\n");
+			return FARM_TEST_SKIP;
+		}
+		if (argc > 2 && !strcmp(argv[2], "--broken")) {
+			/* A test-only switch: the old primary's new copy
+			 * opened by data recovery, after the pause. */
+			(void)farm_fault_set(FARM_FP_AS_DEMOTED_OPEN_LATE,
+			                     no_late, NULL);
+			opt_broken = true;
+			dr_grow_broken = "the old primary's new copy was "
+			                 "opened after the view's first "
+			                 "commits (their COMMIT-BACKUPs not "
+			                 "applied there)";
+		}
+		tests[0] = tests[3]; /* grow alone */
 		n = 1;
 	} else if (argc > 1 && !strcmp(argv[1], "--grow-crash")) {
 		if (!farm_fault_built()) {

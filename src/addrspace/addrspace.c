@@ -258,6 +258,12 @@ static farm_ring *install_ring(farm_as *as, farm_ring *g, uint64_t config_id)
 	return old;
 }
 
+/* A new backup copy made for a view before it is installed (premake). */
+struct premade {
+	uint32_t id;
+	farm_region *r;
+};
+
 /* What a view change takes out of the table: the ids to delete, and the
  * copies growth moved away (kept mapped in as->given). */
 struct view_sweep {
@@ -372,6 +378,76 @@ int farm_as_place(farm_as *as, const struct farm_ring_machine *ms, unsigned n,
 	return rc;
 }
 
+/*
+ * The new backup copies of the regions that ring @g demotes here (our
+ * primary copy, another machine primary in @g, this machine still a
+ * replica), made before the view is installed (farm_region_create takes
+ * milliseconds a region, too long under the write lock): the view puts
+ * each in place of the copy it demotes, in the same step, so that the
+ * region is never without a copy here (hold_premade). Returns how many,
+ * in *out (the caller frees the array and any region left in it).
+ */
+static unsigned premake(farm_as *as, const farm_ring *g, struct premade **out)
+{
+	*out = NULL;
+	if (FARM_FAULT_SWITCH(FARM_FP_AS_DEMOTED_OPEN_LATE) ||
+	    FARM_FAULT_SWITCH(FARM_FP_AS_NO_DEMOTE))
+		return 0;
+	unsigned n = 0;
+	pthread_rwlock_rdlock(&as->lock);
+	struct premade *pm = as->ring ? malloc(sizeof(*pm) * as->cap) : NULL;
+	for (uint32_t i = 0; pm && i < as->cap; i++) {
+		const struct entry *e = &as->tab[i];
+		uint32_t h[FARM_RING_MAX_REPLICAS];
+		unsigned nh = e->id && e->kind == E_PRIMARY
+		                      ? farm_ring_holders(g, e->id, h)
+		                      : 0;
+		if (nh && h[0] != as->me && holds(g, e->id, as->me))
+			pm[n++] = (struct premade){.id = e->id};
+	}
+	pthread_rwlock_unlock(&as->lock);
+	for (unsigned i = 0; i < n; i++)
+		if (farm_region_create(as->fab, as->region_size, &pm[i].r))
+			pm[i].r = NULL; /* none: filled from the primary */
+	*out = pm;
+	return n;
+}
+
+/*
+ * Each copy the sweep @w demoted that may be a source for this machine's
+ * new copy (given_up.source) gets that new copy at once, a filling backup
+ * made by premake. Why at once: the new copy is filled from the demoted
+ * one, which gets no commit of this view, so every such commit must reach
+ * the new copy as a COMMIT-BACKUP; one truncated here while the region
+ * had no copy was not applied (participant.c) and was missing for good,
+ * the check comparing with the demoted copy too (the copies differed at
+ * the campaign's comparison). Without a new copy (no memory) the demoted
+ * one is no source: the copy is READ from the new primary, which is safe
+ * whenever it is opened (copy.c). Under the write lock, after the sweep.
+ */
+static void hold_premade(farm_as *as, const struct view_sweep *w,
+                         struct premade *pm, unsigned npm)
+{
+	bool late = FARM_FAULT_SWITCH(FARM_FP_AS_DEMOTED_OPEN_LATE);
+	for (unsigned i = 0; i < w->ngave; i++) {
+		struct given_up *gu = &w->gave[i];
+		if (!gu->primary || !gu->source)
+			continue;
+		struct premade *p = NULL;
+		for (unsigned k = 0; k < npm && !p; k++)
+			if (pm[k].id == gu->id && pm[k].r)
+				p = &pm[k];
+		struct entry ne = {.id = gu->id,
+		                   .kind = E_BACKUP,
+		                   .filling = true,
+		                   .local = p ? p->r : NULL};
+		if (p && !farm_as_put(as, &ne))
+			p->r = NULL; /* the table's now */
+		else if (!late)
+			gu->source = false;
+	}
+}
+
 int farm_as_set_view_ring(farm_as *as, uint64_t config_id,
                           const struct farm_ring_machine *ms, unsigned n,
                           farm_ring *g)
@@ -380,24 +456,34 @@ int farm_as_set_view_ring(farm_as *as, uint64_t config_id,
 		farm_ring_free(g);
 		return -EINVAL;
 	}
+	struct premade *pm;
+	unsigned npm = premake(as, g, &pm);
+	int rc = 0;
 	as_wrlock(as);
 	if (as->ring &&
 	    config_id <= atomic_load_explicit(&as->config_id,
 	                                      memory_order_relaxed)) {
 		pthread_rwlock_unlock(&as->lock);
 		farm_ring_free(g);
-		return -ESTALE;
+		rc = -ESTALE;
+		goto out;
 	}
 	farm_ring *old = install_ring(as, g, config_id);
 	struct view_sweep w = {0};
 	sweep_entries(as, &w);
+	hold_premade(as, &w, pm, npm);
 	keep_given(as, &w);
 	pthread_rwlock_unlock(&as->lock);
 	announce_given(as, &w, config_id);
 	free(w.gave);
 	free(w.drop);
 	farm_ring_free(old);
-	return 0;
+out:
+	for (unsigned i = 0; i < npm; i++)
+		if (pm[i].r)
+			farm_region_destroy(pm[i].r);
+	free(pm);
+	return rc;
 }
 
 int farm_as_set_view_placed(farm_as *as, uint64_t config_id,
@@ -427,11 +513,12 @@ int farm_as_set_view_placed(farm_as *as, uint64_t config_id,
  *    older configuration's work: its transactions' installs and unlocks
  *    (farm_as_demoted_ptr) and readers that resolved it before this view
  *    (the transaction layer's reads check the configuration after the
- *    copy). If this machine is a backup in the new view, data recovery
- *    opens a fresh copy for it (a new backup's: filled from the new
- *    primary), as for any new backup: the demoted copy holds locks of the
- *    old configuration's transactions and can lag the new primary, so it
- *    is never taken for a replica;
+ *    copy). If this machine is a backup in the new view, the view puts a
+ *    fresh, filling copy in its place at once (hold_premade: every
+ *    COMMIT-BACKUP of the view finds it), which data recovery fills from
+ *    the demoted copy (farm_as_demoted_source); the demoted copy itself
+ *    holds locks of the old configuration's transactions and lacks the
+ *    new one's commits, so it is never taken for a replica;
  *  - a backup copy, complete or still filling, of a region this machine
  *    is no longer a replica of: displaced, forgotten. A filling one is
  *    displaced when the handoff comes before data recovery completed it

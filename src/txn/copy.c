@@ -94,7 +94,10 @@
  * A copy growth demoted here (addrspace.h, farm_as_demoted_source). The
  * view that makes the grower primary of a region this machine was primary
  * of demotes our copy; where this machine stays a replica, its new copy is
- * opened at once and filled from the demoted one, a read of local memory,
+ * held from that view on (the address space puts it in place of the
+ * demoted one in the same step, so no COMMIT-BACKUP of the view finds the
+ * region without a copy here and goes unapplied: the demoted copy never
+ * gets them) and filled from the demoted one, a read of local memory,
  * unpaced (one step after another on the loop), not from the grower. That
  * is enough: the demoted copy holds every write committed before the
  * view once the older configuration's locks in it are released (the step
@@ -212,11 +215,29 @@ bool farm_txn_dr_new_backup_here(farm_txm *m, uint32_t region)
 	return false;
 }
 
+#ifdef FARM_FAULT_INJECTION
+/* Test-only: the point before a copy of a region growth demoted here is
+ * opened on the primary's COPY (FARM_FP_DATAREC_FILL_DEMOTED). */
+static void testing_demoted_open(farm_txm *m, uint32_t region)
+{
+	uint32_t d[64];
+	unsigned n = farm_as_demoted_sources(m->as, d, 64);
+	for (unsigned i = 0; i < n && i < 64; i++)
+		if (d[i] == region) {
+			FARM_FAULT_POINT(FARM_FP_DATAREC_FILL_DEMOTED);
+			return;
+		}
+}
+#endif
+
 bool farm_txn_datarec_adopt(farm_txm *m, uint32_t region, bool start)
 {
 	struct farm_datarec *dr = m->dr;
 	if (!dr || !farm_txn_dr_new_backup_here(m, region))
 		return false;
+#ifdef FARM_FAULT_INJECTION
+	testing_demoted_open(m, region);
+#endif
 	int rc = farm_as_backup_open(m->as, region);
 	if (rc && rc != -EEXIST) {
 		farm_err("datarec: cannot open a copy of region %#" PRIx32

@@ -108,7 +108,8 @@ static struct farm_as_held *held_regions(farm_as *as, unsigned *n)
 }
 
 /* Regions a view demoted here (growth) that this machine is still a
- * replica of: their new copy is opened and filled from the demoted one
+ * replica of: their new copy, held since that view (the address space
+ * puts it in place of the demoted one), is filled from the demoted one
  * now, without waiting for the primary's COPY, so that it is complete
  * within moments of the demotion (a read of local memory, unpaced) rather
  * than after a paced copy, and can be finished even if that primary dies
@@ -129,6 +130,8 @@ static void dr_fill_demoted(farm_txm *m, struct farm_datarec *dr, uint64_t cfg)
 			break;
 		cap = nd;
 	}
+	if (nd)
+		FARM_FAULT_POINT(FARM_FP_DATAREC_FILL_DEMOTED);
 	for (unsigned i = 0; i < nd; i++) {
 		int orc = farm_as_backup_open(m->as, dem[i]);
 		if (orc && orc != -EEXIST) {

@@ -383,7 +383,10 @@ static void backup_apply(struct txloop *tl, const uint8_t *rec)
 		 * is lost by not applying it: the object is locked at the
 		 * primary from before this record was written until it is
 		 * installed there, so the copy's READs, all after its open,
-		 * see it locked (and read it again) or installed. Opening the
+		 * see it locked (and read it again) or installed. A copy
+		 * filled from a demoted one reads no primary: it is held
+		 * from the view that demoted (addrspace.c), so its records
+		 * always find it. Opening the
 		 * copy here instead (making and registering a region, 7-17
 		 * ms for 64 MB) held up this loop and every client of it
 		 * right after recovery. */

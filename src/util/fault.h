@@ -72,6 +72,14 @@ enum farm_fault_point {
 	 * those bytes (tests/test_addrspace.c's displaced filling copy, and
 	 * test_datarec --broken-displaced, must see it still held). */
 	FARM_FP_AS_KEEP_FILLING,
+	/* addrspace.c, a switch: while hooked, a view that demotes our
+	 * primary copy of a region we stay a replica of does not open the
+	 * new backup copy with it (data recovery opens it later, as before
+	 * the fix): COMMIT-BACKUPs truncated in between find no copy, and
+	 * the demoted copy the new one is filled from never had them
+	 * (tests/test_addrspace.c --broken-demoted must find no copy held
+	 * right after the view). */
+	FARM_FP_AS_DEMOTED_OPEN_LATE,
 	/* txn/restart.c, a switch: while hooked, a whole-cluster restart
 	 * decides the logs' transactions but applies none of their images
 	 * (tests/test_restart.c --broken: acknowledged transfers must be
@@ -139,6 +147,13 @@ enum farm_fault_point {
 	 * fix: a copy the restart cut off never starts again
 	 * (tests/test_restart_copy.c --broken-resume). */
 	FARM_FP_NODE_RESTART_NO_COPY,
+	/* txn/copy_note.c and copy.c: a view demoted copies here (growth)
+	 * that this machine is still a replica of, and data recovery is
+	 * about to open (on the primary's COPY) or fill their new copies
+	 * (the view's transaction recovery started). A delay there let the
+	 * view's first commits reach the old primary before data recovery
+	 * opened its new copy, when it did (test_datarec --grow-gap). */
+	FARM_FP_DATAREC_FILL_DEMOTED,
 	/* txn/recover.c, a switch: while hooked, a region left on the
 	 * promotion list by an earlier round is treated as before the fix:
 	 * its backup copy takes recovered locks whoever the ring makes its
