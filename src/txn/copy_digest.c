@@ -40,7 +40,10 @@ static uint64_t dg_mix(uint64_t h, uint64_t x)
 }
 
 /* One object of @lines lines at @p (offset @off) into *@h; -EAGAIN when
- * locked or torn. A free one adds nothing. Acquire loads of the header:
+ * locked or torn. A free one adds its header unless never written: a
+ * copy whose free slot's header is not the primary's would not be
+ * byte for byte the one a READ makes (its lines are not judged: a free
+ * writes the header alone). Acquire loads of the header:
  * pair with the release of the version by an install or apply
  * (farm_txn_copy_apply, obj_install) and of the incarnation by the
  * allocator; the line versions, read after, are relaxed (a torn view of
@@ -50,10 +53,13 @@ static int dg_obj(const uint8_t *p, unsigned lines, uint64_t off, uint64_t *h)
 	const struct farm_objhdr *hd = (const struct farm_objhdr *)p;
 	uint64_t v = farm_objhdr_load_version(hd);
 	uint64_t w = farm_objhdr_load_incarn(hd);
-	if (!farm_incarn_allocated(w))
-		return 0;
 	if (v & OBJ_LOCK_MASK)
 		return -EAGAIN;
+	if (!farm_incarn_allocated(w)) {
+		if (v || w)
+			*h = dg_mix(dg_mix(dg_mix(*h, off), v), w);
+		return 0;
+	}
 	for (unsigned l = 1; l < lines; l++) {
 		uint16_t x = atomic_load_explicit(
 		        (_Atomic uint16_t *)(uintptr_t)(p + 64ull * l),
