@@ -211,7 +211,7 @@ void farm_txm_datarec_on_unserved(farm_txm *m, farm_txm_unserved_fn fn,
  * @region here that starts after this takes, in its first pass, the
  * chunks whose summary equals the primary's from @base instead of READing
  * them (copy.c); the source is never a replica, never served. @release
- * (on data recovery's thread, or in farm_txm_close) gets it back once the
+ * (on data recovery's thread, or in farm_txm_destroy) gets it back once the
  * region's copy is complete or lost, or after farm_txm_datarec_stale_drop,
  * when no step reads it any more. -EEXIST: one for @region already;
  * -ENODEV: no data recovery.
