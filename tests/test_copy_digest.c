@@ -1,7 +1,7 @@
 /*
  * Chunk summaries (src/txn/copy_digest.c), what a machine rejoining under
- * its id with its old copies would compare with the primary to READ only
- * the chunks that changed while it was away (src/recovery/README.md,
+ * its id with its old copies compares with the primary to READ only the
+ * chunks that changed while it was away (src/recovery/README.md,
  * "Same-id restart"). One 16 MiB region in plain memory (the allocator's
  * own, with its table), 300 objects of 1 KiB and a small array, each with
  * a version; a byte copy of it stands for the old copy. Each case changes

@@ -2,11 +2,12 @@
  * Chunk summaries for a copy that may take objects from memory it already
  * holds instead of READing them from the primary: the old copies of a
  * machine that rejoins under its id (src/recovery/README.md, "Same-id
- * restart", the design; data recovery does not use them yet). Both sides
- * summarize a chunk the same way, the primary its live copy and the
- * rejoining machine its stale one, by the primary's block table; equal
- * summaries mean equal (offset, version, incarnation) for every allocated
- * object whose slot starts in the chunk. Anything that could make equal
+ * restart"; copy.c's first pass with a stale source), and every copy's
+ * check pass. Both sides summarize a chunk the same way, the primary its
+ * live copy and the other side its stale source or its filling copy, by
+ * the primary's block table; equal summaries mean equal (offset, version,
+ * incarnation) for every allocated object, and equal headers for every
+ * free slot ever written, whose slot starts in the chunk. Anything that could make equal
  * versions hold unequal bytes (a lock: an install, an apply or a
  * recovered transaction in progress, or one a kill cut short; a line
  * version unlike its header's: a body written in part) makes the chunk
