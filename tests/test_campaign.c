@@ -241,6 +241,19 @@ static bool opt_slow_replace;
  * of the last pause, so writes between that pause and the kill count as
  * changes: an upper bound on what a delta copy would send. */
 static bool opt_reuse_measure;
+/* --keep-dirs (with --reuse): the killed machine starts again on its own
+ * directory under its id (config reuse_copies): it rejoins fresh, its old
+ * copies kept as stale sources data recovery takes unchanged chunks from
+ * (src/node/rejoin.c). What its copies READ and took, summed over the
+ * campaign (the new holders' data recovery, as each reports it after
+ * its cycle's replication). */
+static bool opt_keep_dirs;
+/* --broken-stale (a test-only switch, with --keep-dirs): a copy's first
+ * pass takes every chunk of its old copy whatever the summaries say
+ * (FARM_FP_DATAREC_STALE_EQUAL), and copies have no check pass, which
+ * would repair it: a cycle's copy comparison must fail. */
+static bool opt_broken_stale;
+static uint64_t cp_new_read, cp_new_taken, cp_new_copies;
 /* --fill-mb N (for --reuse-measure's data): N MB of CP_FILL_SIZE-byte
  * objects each first machine allocates at the start, CP_FILL_TX to a
  * transaction, never written again: the cold bulk a store holds beside
@@ -357,6 +370,7 @@ static int cp_config(struct np_child *np, struct farm_config *cfg)
 	cfg->datarec_interval_us = CP_DR_US;
 	cfg->grow = opt_grow;
 	cfg->reuse_ids = opt_reuse && !opt_old_ids;
+	cfg->reuse_copies = opt_keep_dirs;
 	/* --hold-end: region ids from a fixed seed, so that the layout, and
 	 * with it a region machine CP_HOLD backs up (cp_cold_victims), is
 	 * the same every run. */
@@ -1278,6 +1292,33 @@ static struct held_report *cp_ask_held(unsigned i)
 	return r;
 }
 
+/* --reuse: what the new holder @i of a killed machine's id copied in
+ * cycle @c: bytes its data recovery READ and those it took from its old
+ * copies (--keep-dirs), its copies complete. */
+static void cp_new_holder_copies(unsigned c, unsigned i)
+{
+	struct held_report *r = cp_ask_held(i);
+	uint64_t rd = 0, tk = 0, sm = 0;
+	unsigned n = 0;
+	for (unsigned k = 0; k < r->ndr && k < RP_MAXREG; k++) {
+		const struct farm_datarec_region *d = &r->dr[k];
+		if (d->state != FARM_DATAREC_DONE)
+			continue;
+		n++;
+		rd += d->bytes;
+		tk += d->stale;
+		sm += d->summary;
+	}
+	free(r);
+	cp_new_read += rd;
+	cp_new_taken += tk;
+	cp_new_copies += n;
+	printf("cycle %u: new holder of id %u: %u copies READ %" PRIu64
+	       " bytes (%" PRIu64 " of them summaries) and took %" PRIu64
+	       " from its old copies\n",
+	       c, i, n, rd, sm, tk);
+}
+
 /* The configuration manager, as the lowest live machine sees it. */
 static unsigned cp_cm(void)
 {
@@ -1379,7 +1420,8 @@ static bool cp_add_reused(unsigned id)
 {
 	assert_true(tx_hist_seal(&rb_cl, id) >= 0);
 	cp_killed &= ~(1ull << id);
-	cp_dir(id);
+	if (!opt_keep_dirs) /* else its old directory, as the kill left it */
+		cp_dir(id);
 	cp_args[id] = (struct cp_arg){
 	        .mode = CP_LATE, .from = cp_lowest(cp_live), .reused = 1};
 	np_spawn_one(&rb_cl, id, cp_machine, &cp_args[id]);
@@ -2894,7 +2936,7 @@ static void cp_cycle(unsigned c, enum cp_fault fl, struct cp_cycle *cy,
 	 * gone machines' directories go first: none of them runs again, and
 	 * 500 cycles of 16 MB regions would fill /dev/shm (about 70 MB a
 	 * cycle). */
-	cp_remove_dirs(gone);
+	cp_remove_dirs(opt_keep_dirs ? 0 : gone);
 	for (unsigned i = 0; opt_reuse_measure && i < NP_NM; i++)
 		if (cp_is(gone, i))
 			cp_rm_keep(i);
@@ -2929,6 +2971,9 @@ static void cp_cycle(unsigned c, enum cp_fault fl, struct cp_cycle *cy,
 	double rep_ms = cp_phase(cy, CP_PH_COPIES, &tp);
 	if (getenv("FARM_CAMPAIGN_VERBOSE"))
 		cp_dump_held(); /* and after the cluster is whole again */
+	for (unsigned i = 0; !f->n && opt_reuse && i < 64; i++)
+		if (cp_is(gone, i) && cp_is(cp_live, i))
+			cp_new_holder_copies(c, i);
 	struct cp_counts *n = calloc(NP_NM, sizeof(*n));
 	assert_non_null(n);
 	/* A fault that failed may have left machines gone: the campaign
@@ -3082,7 +3127,18 @@ static void test_campaign(void **state)
 	       passed, opt_cycles, all, opt_seed, committed, kvops,
 	       cp_count(cp_used));
 	bool ok = passed == opt_cycles;
-	if (!ok) {
+	if (opt_reuse)
+		printf("campaign: the new holders' %" PRIu64 " copies READ "
+		       "%" PRIu64 " bytes and took %" PRIu64 " from their old "
+		       "copies\n",
+		       cp_new_copies, cp_new_read, cp_new_taken);
+	bool none_taken = ok && opt_keep_dirs && !cp_new_taken;
+	if (none_taken) {
+		ok = false;
+		printf("campaign --keep-dirs: no copy took anything from a "
+		       "machine's old copies\n");
+	}
+	if (!ok && !none_taken) {
 		printf("campaign: cycle %u failed:\n%s", done, f.text);
 		if (!opt_broken)
 			printf("campaign: histories kept in %s "
@@ -3122,6 +3178,18 @@ static void test_campaign(void **state)
 			         "in %u cycles",
 			         opt_cycles);
 		printf("campaign --broken-removed: cycle %u failed, as it "
+		       "must\n",
+		       done);
+		cp_done = true;
+		return;
+	}
+	if (opt_broken_stale) {
+		if (ok)
+			fail_msg("campaign --broken-stale: copies took every "
+			         "chunk of their old copies, and no check "
+			         "noticed in %u cycles",
+			         opt_cycles);
+		printf("campaign --broken-stale: cycle %u failed, as it "
 		       "must\n",
 		       done);
 		cp_done = true;
@@ -3236,7 +3304,12 @@ static void usage(FILE *out)
 	        "would have copied\n  had it kept its old holder's copies "
 	        "(a measurement: fails nothing).\n"
 	        "  --fill-mb N: N MB of 1 KiB objects each first machine "
-	        "allocates at the\n  start and never writes again.\n");
+	        "allocates at the\n  start and never writes again.\n"
+	        "  --keep-dirs (with --reuse): the killed machine starts "
+	        "again on its own\n  directory (config reuse_copies): "
+	        "its copies take unchanged chunks from\n  its old ones; "
+	        "fails if none took anything; --broken-stale: they take "
+	        "every\n  chunk, with no check pass (a cycle must fail).\n");
 }
 
 /* The hook of a switch point (FARM_FAULT_SWITCH): set is enough. */
@@ -3270,6 +3343,8 @@ int main(int argc, char **argv)
 	                                   {"full-every", 1, NULL, 'F'},
 	                                   {"reuse-measure", 0, NULL, 'U'},
 	                                   {"fill-mb", 1, NULL, 'M'},
+	                                   {"keep-dirs", 0, NULL, 'k'},
+	                                   {"broken-stale", 0, NULL, 'S'},
 	                                   {0}};
 	opt_seed = (uint64_t)time(NULL) % 100000;
 	const char *faults = NULL;
@@ -3317,6 +3392,18 @@ int main(int argc, char **argv)
 		case 'G': opt_grow = false; break;
 		case 'r': opt_reuse = true; break;
 		case 'U': opt_reuse_measure = true; break;
+		case 'k': opt_keep_dirs = true; break;
+		case 'S':
+			if (!farm_fault_built() ||
+			    farm_fault_set(FARM_FP_DATAREC_STALE_EQUAL,
+			                   prev_ring, NULL)) {
+				printf("skipped: --broken-stale needs fault "
+				       "injection\n");
+				return FARM_TEST_SKIP;
+			}
+			farm_txn_testing_datarec_no_check(true);
+			opt_broken_stale = true;
+			break;
 		case 'M':
 			opt_fill_mb = (unsigned)strtoul(optarg, &end, 10);
 			if (*end || opt_fill_mb > 64) {
@@ -3436,6 +3523,15 @@ int main(int argc, char **argv)
 	if (opt_slow_replace && (!opt_reuse || opt_old_ids)) {
 		fprintf(stderr, "test_campaign: --slow-replace needs "
 		                "--reuse\n");
+		return 2;
+	}
+	if (opt_broken_stale && !opt_keep_dirs) {
+		fprintf(stderr, "test_campaign: --broken-stale needs "
+		                "--keep-dirs\n");
+		return 2;
+	}
+	if (opt_keep_dirs && (!opt_reuse || opt_old_ids)) {
+		fprintf(stderr, "test_campaign: --keep-dirs needs --reuse\n");
 		return 2;
 	}
 	if (opt_reuse_measure && (!opt_reuse || opt_old_ids)) {

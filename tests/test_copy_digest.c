@@ -1,12 +1,13 @@
 /*
  * Chunk summaries (src/txn/copy_digest.c), what a machine rejoining under
- * its id with its old copies would compare with the primary to READ only
- * the chunks that changed while it was away (src/recovery/README.md,
+ * its id with its old copies compares with the primary to READ only the
+ * chunks that changed while it was away (src/recovery/README.md,
  * "Same-id restart"). One 16 MiB region in plain memory (the allocator's
  * own, with its table), 300 objects of 1 KiB and a small array, each with
  * a version; a byte copy of it stands for the old copy. Each case changes
  * the copy or the primary as an absence can (an object written, freed,
- * allocated, an array element written, a lock left, a body cut short)
+ * allocated, an array element written, a free slot's header older, a
+ * lock left, a body cut short)
  * and checks which 4 KiB chunks the summaries tell apart: exactly the
  * chunk of the change, or none judged where the copy cannot be trusted.
  */
@@ -210,6 +211,30 @@ static void test_freed_allocated(void **state)
 	drop(f);
 }
 
+/* A free slot's header, once written, is summarized too: a copy taken
+ * from a source whose freed slot holds an older header would not be the
+ * bytes a READ brings (the same free at both: equal). */
+static void test_free_header(void **state)
+{
+	(void)state;
+	struct fx *f = make();
+	assert_int_equal(farm_slab_free(f->s, f->obj[50]), 0);
+	uint8_t *p = at(f->r.base, f->obj[50]);
+	uint64_t v = 4ull * 51 + 8;
+	memcpy(p, &v, 8); /* the free committed a later version */
+	memcpy(f->copy, f->r.base, RS);
+	unsigned u;
+	uint64_t first;
+	assert_int_equal(differ(f, &u, &first), 0);
+	assert_int_equal(u, 0);
+	v -= 4; /* the copy's free slot is older */
+	memcpy(at(f->copy, f->obj[50]), &v, 8);
+	assert_int_equal(differ(f, &u, &first), 1);
+	assert_int_equal(first, chunk_of(f->obj[50]));
+	assert_int_equal(u, 0);
+	drop(f);
+}
+
 /* An element of a small array written: every element is summarized, not
  * only the slot's first. */
 static void test_array_element(void **state)
@@ -277,6 +302,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_equal),
 	        cmocka_unit_test(test_written),
 	        cmocka_unit_test(test_freed_allocated),
+	        cmocka_unit_test(test_free_header),
 	        cmocka_unit_test(test_array_element),
 	        cmocka_unit_test(test_locked_torn),
 	};

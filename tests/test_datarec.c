@@ -114,7 +114,17 @@
  * differs from the primary's, must find every object they missed
  * (replicas equal, some objects found newer); with --broken
  * (FARM_FP_DATAREC_DIGEST_EQUAL: every chunk taken as equal, none READ)
- * the replicas' hashes must differ. --grow, --grow-kill, --grow-round,
+ * the replicas' hashes must differ. --stale: rejoin with the late
+ * machine given the first victim's region files (its manifest's) as
+ * stale sources (farm_txm_datarec_stale_add; what a same-id rejoin keeps,
+ * src/recovery/README.md) and cold objects made by the survivors after
+ * the kills (no transfer writes them again), copies without a check
+ * pass, so the first pass is judged alone: replicas equal, every check
+ * above, something taken from a source, and the late machine's bytes
+ * READ and taken said; with --broken (FARM_FP_DATAREC_STALE_EQUAL: every
+ * chunk taken from the source whatever the summaries say) the cold
+ * objects are missed and the replicas' hashes must differ. --grow,
+ * --grow-kill, --grow-round,
  * --grow-displace, --rejoin, --one-kill: that run alone. Without an option,
  * every case but one_kill: its kill with undisturbed copies is copy_kill's
  * first and grow's (make check-long runs it).
@@ -122,14 +132,17 @@
  * Exits 77 (skip) without the ZooKeeper client or server.
  */
 #define NP_NM 5
+#include <fcntl.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 
 #include "recbank.h"
 #include "replicas.h"
 
 #include "addrspace/addrspace.h"
 #include "coord/membership.h"
+#include "node/restart_int.h"
 #include "txn/txn_testing.h"
 
 #define DR_BYTES   1024u
@@ -143,6 +156,10 @@
 #define DR_SEED 6
 
 static bool opt_broken;
+/* --stale: the late machine of rejoin takes the first killed machine's
+ * region files as stale sources; copies have no check pass. */
+static bool dr_stale;
+#define DR_STALE_FROM 2 /* rejoin's first victim */
 /* --check-repair: COMMIT-BACKUPs dropped in a copy's first pass only. */
 static bool dr_check_repair;
 /* grow_kill: the grower is killed after the handoff, the old primaries'
@@ -380,6 +397,62 @@ static void late_crash(enum farm_fault_point fp, void *arg)
 	raise(SIGKILL);
 }
 
+/* A stale source given back: its mapping goes (@ctx: its length). */
+static void stale_unmap(void *ctx, uint32_t region, const void *base)
+{
+	(void)region;
+	munmap((void *)(uintptr_t)base, (size_t)(uintptr_t)ctx);
+}
+
+/* --stale: every region file the manifest in @dir lists, mapped
+ * read-only as a stale source of its region (what a same-id rejoin
+ * keeps of its old copies: src/recovery/README.md). Returns how many,
+ * or -1. */
+static int stale_load(farm_txm *m, const char *dir)
+{
+	char path[600];
+	snprintf(path, sizeof(path), "%s/" FARM_MANIFEST_FILE, dir);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	struct stat st;
+	if (fd < 0 || fstat(fd, &st) ||
+	    (size_t)st.st_size < sizeof(struct man_hdr)) {
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	uint8_t *buf = malloc((size_t)st.st_size);
+	ssize_t got = buf ? read(fd, buf, (size_t)st.st_size) : -1;
+	close(fd);
+	const struct man_hdr *h = (const struct man_hdr *)(void *)buf;
+	if (got != st.st_size || h->magic != MAN_MAGIC ||
+	    sizeof(*h) + (size_t)h->nregions * sizeof(struct man_region) >
+	            (size_t)got) {
+		free(buf);
+		return -1;
+	}
+	int n = 0;
+	for (uint32_t i = 0; i < h->nregions; i++) {
+		struct man_region e;
+		memcpy(&e, buf + sizeof(*h) + i * sizeof(e), sizeof(e));
+		snprintf(path, sizeof(path), "%s/%s", dir, e.file);
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		void *p = fd < 0 ? MAP_FAILED
+		                 : mmap(NULL, e.size, PROT_READ, MAP_SHARED, fd,
+		                        0);
+		if (fd >= 0)
+			close(fd);
+		if (p == MAP_FAILED)
+			continue;
+		if (farm_txm_datarec_stale_add(m, e.id, p, stale_unmap,
+		                               (void *)(uintptr_t)e.size))
+			munmap(p, e.size);
+		else
+			n++;
+	}
+	free(buf);
+	return n;
+}
+
 /* The late machine: joins the running cluster with an empty directory,
  * says 'P' once it is a member, then answers dr_cmd's commands until 'Q'.
  * It runs no workload (it can be no primary). */
@@ -398,6 +471,10 @@ static int late_machine(struct np_child *np, void *arg)
 	if (farm_node_open(&cfg, &c.np.node))
 		return 4;
 	farm_node_set_app_loops(c.np.node, true);
+	st = 10;
+	if (dr_stale && id == DR_LATE_ID &&
+	    stale_load(farm_node_txm(c.np.node), rb_cl.dir[DR_STALE_FROM]) <= 0)
+		goto out;
 	st = 5;
 	if (farm_node_start(c.np.node, RB_JOIN_MS) ||
 	    farm_node_loop_open(c.np.node, 0, &c.np.loop))
@@ -1094,6 +1171,15 @@ static void run_mode(unsigned first, int second, bool rejoin, bool grow,
 		       "directory: not admitted, told so %.0f ms after its "
 		       "start\n",
 		       name, first, (double)(np_now_ns() - t) / 1e6);
+		/* --stale: objects made while the old copies were away,
+		 * which no transfer writes again: only READs bring them (a
+		 * chunk taken stale wrongly leaves them out for good). */
+		for (unsigned i = 0; dr_stale && i < NP_NM; i++)
+			if (rb_member(&res, i))
+				dr_send(i, 'W');
+		for (unsigned i = 0; dr_stale && i < NP_NM; i++)
+			if (rb_member(&res, i))
+				dr_expect(i, 'w', 30000);
 		t = np_now_ns();
 		late_start(DR_LATE_ID, 'P');
 		printf("%s: machines %u and %d gone, every region short of "
@@ -1242,6 +1328,20 @@ static void run_mode(unsigned first, int second, bool rejoin, bool grow,
 	if (dr_check_repair && !opt_broken && !fixed)
 		failed(f, "the check pass found no object newer at the "
 		          "primary: no commit was dropped in a first pass");
+	if (dr_stale && r[NP_NM]) {
+		/* What the stale sources saved: bytes READ against bytes
+		 * taken from them, at the late machine. */
+		uint64_t rd = 0, tk = 0;
+		for (unsigned k = 0; k < r[NP_NM]->ndr; k++) {
+			rd += r[NP_NM]->dr[k].bytes;
+			tk += r[NP_NM]->dr[k].stale;
+		}
+		printf("%s: the late machine READ %" PRIu64 " bytes and took "
+		       "%" PRIu64 " from machine %u's old copies\n",
+		       name, rd, tk, DR_STALE_FROM);
+		if (!tk)
+			failed(f, "nothing was taken from a stale source");
+	}
 	if (rejoin && at_late != nreg)
 		failed(f,
 		       "the late machine completed %u copies, the cluster "
@@ -1333,7 +1433,10 @@ static void run_mode(unsigned first, int second, bool rejoin, bool grow,
 	}
 	rb_check(&res);
 	rb_verdict(&res, opt_broken,
-	           grow     ? dr_grow_broken
+	           grow ? dr_grow_broken
+	           : rejoin && dr_stale
+	                   ? "the first pass took every chunk of the stale "
+	                     "sources whatever their summaries said"
 	           : rejoin ? "placement ignored which machine joined late"
 	           : dr_check_repair
 	                   ? "the check pass took every chunk as equal"
@@ -1376,7 +1479,11 @@ static void test_rejoin(void **state)
 	dr_reps = 4;
 	rb_p.first_post_ms = 30000;
 	rb_p.post_ms = 3000; /* the join comes during the workload */
-	run(2, 3, true, opt_broken ? "rejoin --broken-late" : "rejoin");
+	run(DR_STALE_FROM, 3, true,
+	    dr_stale     ? (opt_broken ? "rejoin --stale --broken"
+	                               : "rejoin --stale")
+	    : opt_broken ? "rejoin --broken-late"
+	                 : "rejoin");
 	rb_p.first_post_ms = 0;
 	rb_p.post_ms = 500;
 	dr_reps = 3;
@@ -1650,6 +1757,23 @@ int main(int argc, char **argv)
 	} else if (argc > 1 && !strcmp(argv[1], "--one-kill")) {
 		tests[0] = tests[1]; /* one_kill alone */
 		n = 1;
+	} else if (argc > 1 && !strcmp(argv[1], "--stale")) {
+		if (!farm_fault_built()) {
+			printf("skipped: --stale needs fault injection "
+			       "(FARM_FAULT_INJECTION=OFF)\n");
+			return FARM_TEST_SKIP;
+		}
+		/* The first pass judged alone: a check would repair what a
+		 * wrongly taken chunk left stale. */
+		dr_stale = true;
+		farm_txn_testing_datarec_no_check(true);
+		if (argc > 2 && !strcmp(argv[2], "--broken")) {
+			opt_broken = true;
+			(void)farm_fault_set(FARM_FP_DATAREC_STALE_EQUAL,
+			                     no_late, NULL);
+		}
+		tests[0] = tests[2]; /* rejoin */
+		n = 1;
 	} else if (argc > 1 && !strcmp(argv[1], "--check-repair")) {
 		if (!farm_fault_built()) {
 			printf("skipped: --check-repair needs fault injection "
@@ -1681,7 +1805,8 @@ int main(int argc, char **argv)
 		        "--broken-displaced | --grow | --grow-kill | "
 		        "--grow-round | --grow-displace | --rejoin | "
 		        "--one-kill | --grow-crash filling|marked|promoted "
-		        "[--broken] | --check-repair [--broken]]\n",
+		        "[--broken] | --check-repair [--broken] | "
+		        "--stale [--broken]]\n",
 		        argv[0]);
 		return 2;
 	} else {

@@ -16,6 +16,7 @@
 #include "alloc/galloc.h"
 #include "node/grow.h"
 #include "node/ctl.h"
+#include "node/rejoin.h"
 #include "node/restart.h"
 #include "recovery/recovery.h"
 #include "txn/txm.h"
@@ -306,7 +307,16 @@ static int node_open_restart(farm_node *n, const struct farm_config *cfg)
 	if (prov && *prov && strcmp(prov, "shm") != 0)
 		return 0;
 	char err[768] = "";
-	int rc = farm_restart_open(cfg, &n->rs, err, sizeof(err));
+	/* A gone id's intact directory becomes a fresh one with stale
+	 * sources first (rejoin.c), or is restarted from as before. */
+	int rc = farm_rejoin_prepare(cfg, &n->rj);
+	if (rc) {
+		farm_err("node %" PRIu32 ": refusing to start: cannot rejoin "
+		         "with its old copies kept: %s",
+		         cfg->machine_id, farm_strerror(rc));
+		return rc;
+	}
+	rc = farm_restart_open(cfg, &n->rs, err, sizeof(err));
 	if (rc) {
 		farm_err("node %" PRIu32 ": refusing to start: %s",
 		         cfg->machine_id, err[0] ? err : farm_strerror(rc));
@@ -447,6 +457,8 @@ int farm_node_open(const struct farm_config *cfg, farm_node **out)
 	    (rc = node_open_transport(n, cfg)) ||
 	    (rc = node_open_store(n, cfg)) || (rc = node_open_recovery(n, cfg)))
 		goto fail;
+	/* Before the machine registers: a copy that starts takes them. */
+	farm_rejoin_attach(n->rj, n->txm);
 	if ((rc = farm_restart_attach(n->rs, n->fab, n->as, n->txm, n->ga))) {
 		farm_err("node %" PRIu32 ": restart: %s", cfg->machine_id,
 		         farm_strerror(rc));
@@ -655,7 +667,8 @@ void farm_node_close(farm_node *n)
 		(void)farm_restart_keep(n->rs);
 	else
 		farm_restart_discard(n->rs);
-	farm_txm_destroy(n->txm);
+	farm_txm_destroy(n->txm); /* hands back the stale sources it holds */
+	farm_rejoin_close(n->rj);
 	farm_galloc_destroy(n->ga);
 	farm_as_destroy(n->as);
 	if (n->msg && farm_msg_destroy(n->msg))

@@ -49,6 +49,9 @@ struct farm_node {
 	bool restart_failed;     /* views are no longer applied */
 	uint64_t view_t_ns;      /* under lock: when n->view last changed */
 	bool forsook;            /* asked to restart without the missing */
+	/* Old copies kept as stale sources by a same-id rejoin (rejoin.c;
+	 * NULL: none). */
+	struct farm_rejoin *rj;
 	/* Under lock: previous members given up for their refusal notices
 	 * (forsake_refused). */
 	uint32_t refused_gone[FARM_VIEW_MAX];

@@ -62,6 +62,12 @@ struct man_tail {
 	uint64_t sum; /* FNV-1a of everything before the tail */
 };
 
+/* FNV-1a of @n bytes: the manifest's checksum (man_tail.sum). */
+uint64_t farm_rst_fnv1a(const void *p, size_t n);
+/* The cluster's name as a manifest records it (its ZooKeeper root). */
+void farm_rst_cluster_name(const struct farm_config *cfg, char *out,
+                           size_t len);
+
 /* The head of the published previous log; the log file follows, then
  * the configuration history (hist_bytes of it, restart_hist.c), beyond the
  * length the card gives (a peer built before the history reads the log

@@ -26,7 +26,7 @@
 #include "util/fault.h"
 #include "util/log.h"
 
-static uint64_t fnv1a(const void *p, size_t n)
+uint64_t farm_rst_fnv1a(const void *p, size_t n)
 {
 	const uint8_t *b = p;
 	uint64_t h = 0xcbf29ce484222325ull;
@@ -103,7 +103,7 @@ int farm_rst_man_write(struct farm_restart *rs, bool clean)
 	       rs->kept, (size_t)rs->nkept * sizeof(struct man_kept));
 	struct man_tail t = {.magic = MAN_END,
 	                     .len = len,
-	                     .sum = fnv1a(buf, len - sizeof(t))};
+	                     .sum = farm_rst_fnv1a(buf, len - sizeof(t))};
 	memcpy(buf + len - sizeof(t), &t, sizeof(t));
 	char path[FARM_CONFIG_STR + 32], tmp[FARM_CONFIG_STR + 40];
 	farm_rst_path(rs, FARM_MANIFEST_FILE, "", path, sizeof(path));
@@ -334,7 +334,7 @@ static int man_read(struct farm_restart *rs, const struct farm_config *cfg,
 		            h.nkept);
 		goto out;
 	}
-	if (t.sum != fnv1a(buf, n - sizeof(t))) {
+	if (t.sum != farm_rst_fnv1a(buf, n - sizeof(t))) {
 		rc = refuse(err, len, FARM_ECORRUPT,
 		            "%s: checksum mismatch at offset %zu", path,
 		            n - sizeof(t) + 16);
@@ -408,7 +408,7 @@ out:
 	return rc;
 }
 
-static void cluster_name(const struct farm_config *cfg, char *out, size_t len)
+void farm_rst_cluster_name(const struct farm_config *cfg, char *out, size_t len)
 {
 	/* The cluster is its ZooKeeper root (where its configuration znode
 	 * lives); static clusters have no name to check. */
@@ -434,7 +434,7 @@ int farm_restart_open(const struct farm_config *cfg, struct farm_restart **out,
 	                                   .points = cfg->ring_points};
 	rs->region_size =
 	        cfg->region_size ? cfg->region_size : FARM_REGION_DEFAULT_SIZE;
-	cluster_name(cfg, rs->cluster, sizeof(rs->cluster));
+	farm_rst_cluster_name(cfg, rs->cluster, sizeof(rs->cluster));
 	int rc = man_read(rs, cfg, err, errlen);
 	if (rc == -ENOENT) {
 		char first[256];

@@ -43,6 +43,7 @@
 #include "alloc/galloc.h"
 #include "node/node.h"
 #include "node/node_int.h"
+#include "node/rejoin.h"
 #include "node/restart.h"
 #include "recovery/recovery.h"
 #include "txn/txm.h"
@@ -808,6 +809,11 @@ static enum av_state av_record(struct av *a)
 		fn(fn_ctx, v->config_id, v->n, a->member);
 	if (!a->rc && a->member)
 		farm_node_grow_view(n, v);
+	/* Growth over (an ordinary member): the old copies of regions this
+	 * machine did not get back are let go (rejoin.c). */
+	if (!a->rc && a->member && n->rj &&
+	    !farm_ids_have(v->late, v->nlate, n->cfg.machine_id))
+		farm_rejoin_grown(n->rj, n->txm);
 	farm_info("node %" PRIu32 ": view %" PRIu64 " with %u machines",
 	          n->cfg.machine_id, v->config_id, v->n);
 	return AV_DONE;

@@ -119,6 +119,24 @@
  * (farm_txm_datarec_on_unserved), which asks for a round
  * (farm_membership_bump), and that round promotes it.
  *
+ * A stale source (farm_txm_datarec_stale_add): memory that once held a
+ * copy of the region, a same-id rejoin's old copy (src/recovery/README.md,
+ * "Same-id restart"), never a replica. A first pass that has one (added
+ * before the copy's table is read, its header the primary's) asks the
+ * primary for chunk summaries as the check does, summarizes the source's
+ * chunks by the same table, and takes the slots of equal chunks from the
+ * source as it takes a demoted copy's (a local step, unpaced, objects
+ * checked as a READ's and applied only when newer); other chunks are READ.
+ * An equal summary says the source holds, unlocked and whole, the
+ * versions the primary held when it answered: what a READ then would have
+ * returned (a version names one committed image; a source holds committed
+ * images only). Whatever the primary installs after its answer reaches
+ * the copy as a COMMIT-BACKUP, the copy being open before the summary was
+ * asked for. An object the step stops at in the source (locked or torn
+ * for good) makes its chunk READ. The source is given back (its release)
+ * once the copy's first pass ends or the copy is lost, or its owner drops
+ * it, when no step reads it.
+ *
  * Region memory outside objects: the header and block table (block 0) are
  * copied raw, so the copy can be rebuilt by scan; allocator changes that
  * commits do not carry (a slot allocated by an aborted transaction and
@@ -153,6 +171,11 @@ static _Atomic bool testing_skip_first;
 void farm_txn_testing_datarec_skip_first(bool on)
 {
 	atomic_store(&testing_skip_first, on);
+}
+static _Atomic bool testing_no_check;
+void farm_txn_testing_datarec_no_check(bool on)
+{
+	atomic_store(&testing_no_check, on);
 }
 #endif
 
@@ -202,6 +225,47 @@ int farm_txn_dr_reg_add(struct farm_datarec *dr, uint32_t id, uint64_t cfg)
 	                     .pass = pass};
 	pthread_cond_signal(&dr->cond);
 	return 0;
+}
+
+/* ---- stale sources (under dr->lock) ---------------------------------- */
+
+static struct dr_stale *stale_find(struct farm_datarec *dr, uint32_t id)
+{
+	for (unsigned i = 0; i < dr->nst; i++)
+		if (dr->st[i].region == id)
+			return &dr->st[i];
+	return NULL;
+}
+
+/* @g's copy no longer takes from its stale source: the source is given
+ * back once no step reads it (stale_reap). */
+static void stale_end(struct farm_datarec *dr, struct dr_reg *g)
+{
+	struct dr_stale *x = stale_find(dr, g->id);
+	g->stale = NULL;
+	if (x && !x->done) {
+		x->done = true;
+		pthread_cond_signal(&dr->cond); /* the engine reaps it */
+	}
+}
+
+/* The stale source the first pass of @g may take chunks from, once the
+ * primary's header and table (g->meta) are read: only one whose header
+ * says the same region (magic, id, size) as the primary's, so memory of
+ * another region, or never formatted, is never compared. */
+static const uint8_t *stale_take(struct farm_datarec *dr, struct dr_reg *g)
+{
+	struct dr_stale *x = stale_find(dr, g->id);
+	if (!x || x->done || g->state != DR_COPY)
+		return NULL;
+	if (memcmp(x->base, g->meta, 16)) {
+		farm_warn("datarec: region %#" PRIx32 ": the stale source's "
+		          "header is not the primary's; copied without it",
+		          g->id);
+		stale_end(dr, g);
+		return NULL;
+	}
+	return x->base;
 }
 
 /* Is this machine a backup (not the primary) of @region now? */
@@ -295,6 +359,12 @@ struct dr_step {
 	/* From our demoted copy (farm_as_demoted_source), not a READ:
 	 * unpaced, one step after another on the loop. */
 	const uint8_t *src;
+	/* @src is a stale source (check_plan): chunks whose summaries
+	 * equal the primary's, not a demoted copy. */
+	bool stale;
+	/* Posted again by step_done after a local step: it may take local
+	 * memory only (a READ waits for the engine and the pace). */
+	bool rerun;
 	bool meta;  /* this READ is the header and table */
 	bool probe; /* this READ is a block's first line (no header) */
 	/* Not a READ: the primary's summaries of @len chunks from @off
@@ -349,9 +419,14 @@ static void pass_end(struct farm_datarec *dr, struct dr_reg *g)
 	bool check = true;
 #ifdef FARM_FAULT_INJECTION
 	/* Broken on purpose: no check either, or it would repair what the
-	 * dropped records missed before the copy counts. */
-	check = !atomic_load(&testing_skip_apply);
+	 * dropped records missed before the copy counts. A test of the
+	 * first pass alone skips it too. */
+	check = !atomic_load(&testing_skip_apply) &&
+	        !atomic_load(&testing_no_check);
 #endif
+	/* The check compares the filling copy itself: a stale source
+	 * serves the first pass only. */
+	stale_end(dr, g);
 	if (g->state == DR_COPY && check) {
 		g->state = DR_CHECK;
 		return;
@@ -371,16 +446,17 @@ static void pass_end(struct farm_datarec *dr, struct dr_reg *g)
 		          "held here: %s",
 		          g->id, farm_strerror(rc));
 	else
-		farm_info(
-		        "datarec: region %#" PRIx32 " replicated here: %" PRIu64
-		        " bytes read and %" PRIu64 " taken from this machine's "
-		        "demoted copy in %.1f ms (%" PRIu64 " objects newer "
-		        "at the check, %" PRIu64 " chunks equal by their "
-		        "summaries, %" PRIu64 " bytes of them; %" PRIu64
-		        " reads again)",
-		        g->id, g->bytes, g->local,
-		        (double)(g->t_done - g->t_start) / 1e6, g->fixed,
-		        g->equal, g->summary, g->retries);
+		farm_info("datarec: region %#" PRIx32
+		          " replicated here: %" PRIu64 " bytes read, %" PRIu64
+		          " taken from this machine's "
+		          "demoted copy and %" PRIu64 " from a stale one "
+		          "in %.1f ms (%" PRIu64 " objects newer "
+		          "at the check, %" PRIu64 " chunks equal by their "
+		          "summaries, %" PRIu64 " bytes of them; %" PRIu64
+		          " reads again)",
+		          g->id, g->bytes, g->local, g->from_stale,
+		          (double)(g->t_done - g->t_start) / 1e6, g->fixed,
+		          g->equal, g->summary, g->retries);
 }
 
 /*
@@ -563,21 +639,27 @@ static bool step_plan_slots(struct dr_step *s, struct dr_reg *g)
 }
 
 /*
- * The check pass: which chunks of the run s->lay to READ. The primary's
- * summaries of a batch of chunks come first (a DIGEST step; the copy's
- * own are computed when they arrive, digest_done); then only chunks whose
- * summary differs, or that either side could not judge, are READ. Not
- * for a copy from our demoted copy (local memory: reading it is as cheap)
- * nor a run inferred without a table (the primary has none to summarize
- * by). Returns 1 when @s is planned as a DIGEST, -1 when g->next moved
- * past equal chunks (plan again), else 0 with s->lim. Under dr->lock.
+ * The check pass, and a first pass with a stale source: which chunks of
+ * the run s->lay to READ. The primary's summaries of a batch of chunks
+ * come first (a DIGEST step; ours, of the copy in the check or of the
+ * stale source in the first pass, are computed when they arrive,
+ * digest_done); then only chunks whose summary differs, or that either
+ * side could not judge, are READ. The first pass takes the others' slots
+ * from the stale source (@s then a local step: s->src, s->stale); the
+ * check skips them. Not for a copy from our demoted copy (local memory:
+ * reading it is as cheap) nor a run inferred without a table (the
+ * primary has none to summarize by). Returns 1 when @s is planned as a
+ * DIGEST, -1 when g->next moved past equal chunks (plan again), else 0
+ * with s->lim. Under dr->lock.
  */
 static int check_plan(struct farm_datarec *dr, struct dr_step *s,
                       struct dr_reg *g)
 {
 	const uint64_t ch = FARM_DIGEST_CHUNK;
 	s->lim = 0;
-	if (g->state != DR_CHECK || s->src || s->inferred || !dr->dg_max)
+	bool stale = g->state == DR_COPY && g->stale;
+	if ((g->state != DR_CHECK && !stale) || s->src || s->inferred ||
+	    !dr->dg_max)
 		return 0;
 	uint64_t c = g->next / ch * ch;
 	uint64_t end = g->dg_off + (uint64_t)g->dg_n * ch;
@@ -590,6 +672,16 @@ static int check_plan(struct farm_datarec *dr, struct dr_step *s,
 		return 1;
 	}
 	unsigned i = (unsigned)((c - g->dg_off) / ch);
+	if (stale && !((g->dg_differ >> i) & 1)) {
+		unsigned j = i;
+		while (j < g->dg_n && !((g->dg_differ >> j) & 1))
+			j++;
+		s->lim = g->dg_off + (uint64_t)j * ch;
+		s->src = g->stale;
+		s->stale = true;
+		s->budget = (int64_t)dr->lp[s->loop].cap;
+		return 0;
+	}
 	while (i < g->dg_n && !((g->dg_differ >> i) & 1))
 		i++;
 	if (g->dg_off + (uint64_t)i * ch > g->next) {
@@ -616,7 +708,13 @@ static bool step_plan(struct farm_datarec *dr, struct dr_step *s,
 	s->digest = false;
 	s->off = 0;
 	s->len = (uint32_t)dr->meta_bytes;
+	int64_t budget = s->budget;
 	while (!s->meta) {
+		if (s->stale) { /* planned from a stale source, no slot left */
+			s->stale = false;
+			s->src = NULL;
+			s->budget = budget;
+		}
 		if (g->next >= dr->region_size)
 			return false;
 		uint32_t b = (uint32_t)(g->next / FARM_ALLOC_BLOCK);
@@ -667,9 +765,18 @@ static uint64_t digest_differ(struct farm_datarec *dr, struct dr_reg *g,
 	farm_region *r = farm_as_local_region(dr->m->as, g->id, &role);
 	if (!r || role != FARM_AS_BACKUP)
 		return all; /* given up: step_done stops the copy */
-	if (FARM_FAULT_SWITCH(FARM_FP_DATAREC_DIGEST_EQUAL))
+	if (g->state == DR_COPY &&
+	    FARM_FAULT_SWITCH(FARM_FP_DATAREC_STALE_EQUAL))
+		return 0; /* testing: every chunk taken from the source */
+	if (g->state == DR_CHECK &&
+	    FARM_FAULT_SWITCH(FARM_FP_DATAREC_DIGEST_EQUAL))
 		return 0; /* testing: every chunk taken as equal */
-	const uint8_t *base = farm_region_base(r);
+	/* The first pass summarizes its stale source, by the same table:
+	 * equal, it holds the versions the primary held when it answered
+	 * (src/recovery/README.md, "Same-id restart": why that is enough,
+	 * the source holding committed images only). */
+	const uint8_t *base =
+	        g->state == DR_COPY ? g->stale : farm_region_base(r);
 	uint64_t differ = ans[0] & all;
 	for (unsigned i = 0; i < s->len; i++) {
 		uint64_t d;
@@ -696,7 +803,8 @@ static void digest_done(farm_loop *loop, void *ctx, int status,
 	struct farm_datarec *dr = s->dr;
 	pthread_mutex_lock(&dr->lock);
 	struct dr_reg *g = farm_txn_dr_reg_find(dr, s->region);
-	if (g && g->state == DR_CHECK && g->pass == s->pass && g->have_meta) {
+	if (g && (g->state == DR_CHECK || (g->state == DR_COPY && g->stale)) &&
+	    g->pass == s->pass && g->have_meta) {
 		uint64_t differ = s->len >= 64 ? ~0ull : (1ull << s->len) - 1;
 		uint64_t ans[1 + DR_DIGEST_MAX];
 		if (!status && len == 8ull * (1 + s->len)) {
@@ -755,6 +863,7 @@ static void step_run(farm_loop *loop, void *ctx, int status)
 		step_end(dr, s);
 		return;
 	}
+	s->stale = false;
 	s->src = g->remote ? NULL : farm_as_demoted_source(m->as, g->id);
 	if (s->src && !farm_txn_rec_taken(m, g->cfg)) {
 		/* Not before every loop here has taken the configuration
@@ -773,13 +882,21 @@ static void step_run(farm_loop *loop, void *ctx, int status)
 		return;
 	}
 	pthread_mutex_unlock(&dr->lock);
+	if (s->rerun && !s->src) {
+		/* After stale chunks, a READ or DIGEST: the engine posts it
+		 * within the loop's credit (planning again then finds it). */
+		step_end(dr, s);
+		return;
+	}
 	if (s->digest) {
 		digest_post(loop, s);
 		return;
 	}
 	if (s->src) {
 		/* Our demoted copy stays mapped until the address space
-		 * goes (addrspace.h); its objects are checked as a READ's. */
+		 * goes (addrspace.h), a stale source until stale_reap finds
+		 * no step reading it; their objects are checked as a
+		 * READ's. */
 		memcpy(dr->lp[s->loop].buf, s->src + s->off, s->len);
 		step_done(loop, s, 0);
 		return;
@@ -822,6 +939,50 @@ static void local_stuck(struct dr_reg *g, uint64_t off)
 	          g->id, off, DR_LOCAL_STUCK);
 }
 
+/* A step from a stale source stopped at the object at @off: locked or
+ * torn there (a kill cut an apply short, or a free slot's lock the
+ * summary does not judge), and the source never changes. Its chunk is
+ * READ instead. */
+static void stale_stop(struct dr_reg *g, uint64_t off)
+{
+	uint64_t c = off / FARM_DIGEST_CHUNK * FARM_DIGEST_CHUNK;
+	g->retries++;
+	if (g->dg_n && c >= g->dg_off &&
+	    c < g->dg_off + (uint64_t)g->dg_n * FARM_DIGEST_CHUNK)
+		g->dg_differ |= 1ull << ((c - g->dg_off) / FARM_DIGEST_CHUNK);
+}
+
+/* The slots of step @s read into @buf, applied to our copy; g->next moves
+ * past what was applied. False when the step stopped at its first object
+ * (read it again later, or READ it: stale_stop) or the copy was given up:
+ * no local step follows at once. Under dr->lock. */
+static bool step_apply(struct farm_datarec *dr, struct dr_reg *g,
+                       const struct dr_step *s, uint8_t *buf)
+{
+	enum farm_as_role role;
+	farm_region *r = farm_as_local_region(dr->m->as, g->id, &role);
+	if (!r || role != FARM_AS_BACKUP) {
+		/* Given up (a view that displaced it): the copy stops. */
+		g->state = r ? g->state : DR_LOST;
+		return false;
+	}
+	uint64_t nx = apply_span(dr, g, s, buf, farm_region_base(r));
+	bool on = nx != s->off;
+	if (!on && s->stale) {
+		/* Locked or torn in the source, for good: READ. */
+		stale_stop(g, nx);
+	} else if (!on) {
+		stuck(g, nx);
+		if (s->src && g->stuck_n >= DR_LOCAL_STUCK &&
+		    !primary_here(dr->m, g->id))
+			local_stuck(g, nx);
+	} else {
+		g->stuck_n = 0;
+	}
+	g->next = nx < s->off + s->len ? nx : s->off + s->len;
+	return on;
+}
+
 static void step_done(farm_loop *loop, void *ctx, int status)
 {
 	struct dr_step *s = ctx;
@@ -835,7 +996,10 @@ static void step_done(farm_loop *loop, void *ctx, int status)
 			g->retries++;
 			g->last_err = status;
 		} else {
-			if (s->src) {
+			if (s->stale) {
+				g->from_stale += s->len;
+				again = true;
+			} else if (s->src) {
 				g->local += s->len;
 				again = true;
 			} else {
@@ -847,39 +1011,15 @@ static void step_done(farm_loop *loop, void *ctx, int status)
 				memcpy(g->meta, buf, dr->meta_bytes);
 				g->have_meta = true;
 				g->run.kind = FARM_LAYOUT_SKIP;
+				if (!s->src)
+					g->stale = stale_take(dr, g);
 			} else if (s->probe) {
 				memcpy(&g->probe_w, buf + 8, 8);
 				g->probe_block =
 				        (uint32_t)(s->off / FARM_ALLOC_BLOCK);
 				g->probe_ok = true;
 			} else {
-				enum farm_as_role role;
-				farm_region *r = farm_as_local_region(
-				        dr->m->as, g->id, &role);
-				if (r && role == FARM_AS_BACKUP) {
-					uint64_t nx =
-					        apply_span(dr, g, s, buf,
-					                   farm_region_base(r));
-					if (nx == s->off) {
-						stuck(g, nx);
-						again = false;
-						if (s->src &&
-						    g->stuck_n >=
-						            DR_LOCAL_STUCK &&
-						    !primary_here(dr->m, g->id))
-							local_stuck(g, nx);
-					} else {
-						g->stuck_n = 0;
-					}
-					g->next = nx < s->off + s->len
-					                  ? nx
-					                  : s->off + s->len;
-				} else {
-					/* Given up (a view that displaced
-					 * it): the copy stops. */
-					g->state = r ? g->state : DR_LOST;
-					again = false;
-				}
+				again = step_apply(dr, g, s, buf) && again;
 			}
 		}
 	}
@@ -889,6 +1029,7 @@ static void step_done(farm_loop *loop, void *ctx, int status)
 	if (more && !status)
 		FARM_FAULT_POINT(FARM_FP_DATAREC_STEP);
 	/* Posted, not called: the loop serves its other work in between. */
+	s->rerun = true;
 	if (again && !farm_loop_post(loop, step_run, s))
 		return;
 	step_end(dr, s);
@@ -900,9 +1041,40 @@ static bool has_work(struct farm_datarec *dr)
 {
 	if (dr->nn || dr->opens)
 		return true;
+	for (unsigned i = 0; i < dr->nst; i++)
+		if (dr->st[i].done)
+			return true;
 	for (unsigned i = 0; i < dr->nr; i++)
 		if (dr->r[i].state < DR_DONE)
 			return true;
+	return false;
+}
+
+/* Under dr->lock: give back one stale source no copy takes any more and
+ * no step reads (a step's region is its loop's while it is busy; a copy
+ * finds a source only in the table, so none takes it once it is out).
+ * Whether there was one. */
+static bool stale_reap(struct farm_datarec *dr)
+{
+	for (unsigned i = 0; i < dr->nst; i++) {
+		struct dr_stale x = dr->st[i];
+		if (!x.done)
+			continue;
+		bool read = false;
+		for (unsigned t = 0; t < MAX_LOOPS; t++)
+			read |= dr->lp[t].busy && dr->lp[t].region == x.region;
+		if (read)
+			continue;
+		struct dr_reg *g = farm_txn_dr_reg_find(dr, x.region);
+		if (g)
+			g->stale = NULL;
+		dr->st[i] = dr->st[--dr->nst];
+		pthread_mutex_unlock(&dr->lock);
+		if (x.release)
+			x.release(x.ctx, x.region, x.base);
+		pthread_mutex_lock(&dr->lock);
+		return true;
+	}
 	return false;
 }
 
@@ -931,7 +1103,7 @@ static void *engine(void *arg)
 	uint64_t last = farm_now_ns(); /* credit given up to here */
 	pthread_mutex_lock(&dr->lock);
 	while (!dr->stop) {
-		if (open_one(dr))
+		if (open_one(dr) || stale_reap(dr))
 			continue;
 		if (dr->unserved) {
 			uint64_t cfg = dr->unserved;
@@ -986,6 +1158,7 @@ static void *engine(void *arg)
 				                      .loop = t,
 				                      .budget = lp->credit};
 				lp->busy = true;
+				lp->region = g->id;
 				lp->rr = (lp->rr + k + 1) % dr->nr;
 				if (farm_loop_post(lp->loop, step_run, s)) {
 					lp->busy = false;
@@ -1129,6 +1302,12 @@ void farm_txn_datarec_fini(farm_txm *m)
 		return;
 	for (unsigned i = 0; i < dr->nr; i++)
 		free(dr->r[i].meta);
+	/* The engine stopped and every loop detached: no step reads one. */
+	for (unsigned i = 0; i < dr->nst; i++)
+		if (dr->st[i].release)
+			dr->st[i].release(dr->st[i].ctx, dr->st[i].region,
+			                  dr->st[i].base);
+	free(dr->st);
 	/* COPYs the stopped engine did not open: the primary asks again. */
 	while (dr->opens) {
 		struct dr_open *o = dr->opens;
@@ -1161,6 +1340,7 @@ unsigned farm_txm_datarec_get(farm_txm *m, struct farm_datarec_region *out,
 		                                        : FARM_DATAREC_LOST,
 		        .bytes = g->bytes,
 		        .local = g->local,
+		        .stale = g->from_stale,
 		        .reads = g->steps,
 		        .retries = g->retries,
 		        .fixed = g->fixed,
@@ -1217,4 +1397,64 @@ void farm_txm_datarec_pace(farm_txm *m, uint32_t *bytes, uint32_t *interval_us)
 	struct farm_datarec *dr = m ? m->dr : NULL;
 	*bytes = dr ? dr->bytes : 0;
 	*interval_us = dr ? dr->interval_us : 0;
+}
+
+int farm_txm_datarec_stale_add(farm_txm *m, uint32_t region, const void *base,
+                               farm_txm_stale_fn release, void *ctx)
+{
+	struct farm_datarec *dr = m ? m->dr : NULL;
+	if (!dr)
+		return -ENODEV;
+	if (!base || region == 0 || region > FARM_REGION_ID_MAX)
+		return -EINVAL;
+	int rc = 0;
+	pthread_mutex_lock(&dr->lock);
+	if (stale_find(dr, region)) {
+		rc = -EEXIST;
+	} else if (dr->nst == dr->capst) {
+		unsigned nc = dr->capst ? 2 * dr->capst : 16;
+		struct dr_stale *n = realloc(dr->st, nc * sizeof(*n));
+		if (n) {
+			dr->st = n;
+			dr->capst = nc;
+		} else {
+			rc = -ENOMEM;
+		}
+	}
+	if (!rc)
+		dr->st[dr->nst++] = (struct dr_stale){.region = region,
+		                                      .base = base,
+		                                      .release = release,
+		                                      .ctx = ctx};
+	pthread_mutex_unlock(&dr->lock);
+	return rc;
+}
+
+void farm_txm_datarec_stale_drop(farm_txm *m, uint32_t region)
+{
+	struct farm_datarec *dr = m ? m->dr : NULL;
+	if (!dr)
+		return;
+	pthread_mutex_lock(&dr->lock);
+	struct dr_stale *x = stale_find(dr, region);
+	if (x && !x->done) {
+		struct dr_reg *g = farm_txn_dr_reg_find(dr, region);
+		if (g)
+			g->stale = NULL;
+		x->done = true;
+		/* Pairs with the engine's wait: it gives the source back. */
+		pthread_cond_signal(&dr->cond);
+	}
+	pthread_mutex_unlock(&dr->lock);
+}
+
+unsigned farm_txm_datarec_stale_count(farm_txm *m)
+{
+	struct farm_datarec *dr = m ? m->dr : NULL;
+	if (!dr)
+		return 0;
+	pthread_mutex_lock(&dr->lock);
+	unsigned n = dr->nst;
+	pthread_mutex_unlock(&dr->lock);
+	return n;
 }

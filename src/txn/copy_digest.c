@@ -2,11 +2,12 @@
  * Chunk summaries for a copy that may take objects from memory it already
  * holds instead of READing them from the primary: the old copies of a
  * machine that rejoins under its id (src/recovery/README.md, "Same-id
- * restart", the design; data recovery does not use them yet). Both sides
- * summarize a chunk the same way, the primary its live copy and the
- * rejoining machine its stale one, by the primary's block table; equal
- * summaries mean equal (offset, version, incarnation) for every allocated
- * object whose slot starts in the chunk. Anything that could make equal
+ * restart"; copy.c's first pass with a stale source), and every copy's
+ * check pass. Both sides summarize a chunk the same way, the primary its
+ * live copy and the other side its stale source or its filling copy, by
+ * the primary's block table; equal summaries mean equal (offset, version,
+ * incarnation) for every allocated object, and equal headers for every
+ * free slot ever written, whose slot starts in the chunk. Anything that could make equal
  * versions hold unequal bytes (a lock: an install, an apply or a
  * recovered transaction in progress, or one a kill cut short; a line
  * version unlike its header's: a body written in part) makes the chunk
@@ -40,7 +41,10 @@ static uint64_t dg_mix(uint64_t h, uint64_t x)
 }
 
 /* One object of @lines lines at @p (offset @off) into *@h; -EAGAIN when
- * locked or torn. A free one adds nothing. Acquire loads of the header:
+ * locked or torn. A free one adds its header unless never written: a
+ * copy whose free slot's header is not the primary's would not be
+ * byte for byte the one a READ makes (its lines are not judged: a free
+ * writes the header alone). Acquire loads of the header:
  * pair with the release of the version by an install or apply
  * (farm_txn_copy_apply, obj_install) and of the incarnation by the
  * allocator; the line versions, read after, are relaxed (a torn view of
@@ -50,10 +54,13 @@ static int dg_obj(const uint8_t *p, unsigned lines, uint64_t off, uint64_t *h)
 	const struct farm_objhdr *hd = (const struct farm_objhdr *)p;
 	uint64_t v = farm_objhdr_load_version(hd);
 	uint64_t w = farm_objhdr_load_incarn(hd);
-	if (!farm_incarn_allocated(w))
-		return 0;
 	if (v & OBJ_LOCK_MASK)
 		return -EAGAIN;
+	if (!farm_incarn_allocated(w)) {
+		if (v || w)
+			*h = dg_mix(dg_mix(dg_mix(*h, off), v), w);
+		return 0;
+	}
 	for (unsigned l = 1; l < lines; l++) {
 		uint16_t x = atomic_load_explicit(
 		        (_Atomic uint16_t *)(uintptr_t)(p + 64ull * l),

@@ -24,7 +24,8 @@
  * header (its first 16 bytes), each slab run's slot size, and the offset,
  * version without its lock bits and incarnation word of every allocated
  * object (each element of a small array) whose slot starts in the chunk.
- * Free slots and blocks the table marks free or metadata add nothing.
+ * A free slot adds its header's words unless both are zero (never
+ * written); blocks the table marks free or metadata add nothing.
  * Reads the header words with acquire loads, so a primary may summarize
  * its live copy.
  * Returns 0 with *@out; -EAGAIN when the chunk cannot be judged: an

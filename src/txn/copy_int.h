@@ -41,6 +41,12 @@ struct dr_reg {
 	uint64_t cfg;  /* the configuration that made it a new backup */
 	uint64_t bytes, steps, retries, fixed;
 	uint64_t local; /* bytes taken from our demoted copy */
+	/* A stale source of the region (farm_txm_datarec_stale_add), set in
+	 * the first pass once the primary's header was read and found the
+	 * source's: its chunks whose summary equals the primary's are taken
+	 * from it, not READ. NULL: none, or not this pass. */
+	const uint8_t *stale;
+	uint64_t from_stale; /* bytes taken from a stale source */
 	/* Not from our demoted copy any more: an object stayed locked
 	 * there too long (below, DR_LOCAL_STUCK). */
 	bool remote;
@@ -71,6 +77,18 @@ struct dr_reg {
 	uint64_t equal;   /* chunks the check found equal: not READ */
 };
 
+/* A stale source (farm_txm_datarec_stale_add): read-only memory that once
+ * held a copy of @region, handed back through @release once the region's
+ * copy here is complete or lost, or the owner dropped it, and no step
+ * reads it any more. */
+struct dr_stale {
+	uint32_t region;
+	bool done; /* no new copy takes it; released when no step reads it */
+	const uint8_t *base;
+	farm_txm_stale_fn release;
+	void *ctx;
+};
+
 struct dr_note {
 	uint32_t region, to;
 	uint64_t cfg;
@@ -83,7 +101,8 @@ struct dr_loop {
 	uint8_t *buf;
 	size_t cap; /* of buf */
 	farm_mr *mr;
-	bool busy; /* a step posted or in flight (under dr->lock) */
+	bool busy;       /* a step posted or in flight (under dr->lock) */
+	uint32_t region; /* of that step */
 	/* Bytes this loop may still READ: + datarec_bytes per interval, at
 	 * most DR_BURST intervals' worth (a step that ran late catches up
 	 * a little, the average never passes the pace). */
@@ -126,6 +145,8 @@ struct farm_datarec {
 	uint64_t unserved;
 	struct dr_loop lp[MAX_LOOPS];
 	struct dr_open *opens; /* under lock: copies the engine opens */
+	struct dr_stale *st;   /* under lock: stale sources */
+	unsigned nst, capst;
 };
 
 struct copy_msg {

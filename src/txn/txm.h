@@ -177,6 +177,8 @@ struct farm_datarec_region {
 	uint64_t bytes;    /* READ from the primary, both passes */
 	uint64_t local;    /* copied from this machine's demoted copy
 	                      (growth; farm_as_demoted_source), unpaced */
+	uint64_t stale;    /* taken from a stale source: chunks whose
+	                      summary equals the primary's, unpaced */
 	uint64_t reads;    /* READs that completed */
 	uint64_t retries;  /* READs failed, or stopped at a torn object */
 	uint64_t fixed;    /* objects the check found newer at the primary */
@@ -201,6 +203,27 @@ void farm_txm_datarec_hold(farm_txm *m, bool hold);
 typedef void (*farm_txm_unserved_fn)(void *ctx, uint64_t cfg);
 void farm_txm_datarec_on_unserved(farm_txm *m, farm_txm_unserved_fn fn,
                                   void *ctx);
+
+/*
+ * farm_txm_datarec_stale_add() - @base (the region size, read-only, kept
+ * mapped by the caller) once held a copy of @region: a same-id rejoin's
+ * old copy (src/recovery/README.md, "Same-id restart"). A copy of
+ * @region here that starts after this takes, in its first pass, the
+ * chunks whose summary equals the primary's from @base instead of READing
+ * them (copy.c); the source is never a replica, never served. @release
+ * (on data recovery's thread, or in farm_txm_destroy) gets it back once the
+ * region's copy is complete or lost, or after farm_txm_datarec_stale_drop,
+ * when no step reads it any more. -EEXIST: one for @region already;
+ * -ENODEV: no data recovery.
+ */
+typedef void (*farm_txm_stale_fn)(void *ctx, uint32_t region, const void *base);
+int farm_txm_datarec_stale_add(farm_txm *m, uint32_t region, const void *base,
+                               farm_txm_stale_fn release, void *ctx);
+/* The caller no longer wants @region's stale source kept (growth ended
+ * without this machine holding the region): released as above. */
+void farm_txm_datarec_stale_drop(farm_txm *m, uint32_t region);
+/* Regions with a stale source not yet released. */
+unsigned farm_txm_datarec_stale_count(farm_txm *m);
 
 /*
  * farm_txm_quiesce() - graceful leave (src/recovery/README.md): from now

@@ -118,6 +118,9 @@ void farm_txn_testing_datarec_skip_apply(bool on);
  * dropped and the check pass kept: the check must find what they missed
  * (test_datarec --check-repair). */
 void farm_txn_testing_datarec_skip_first(bool on);
+/* Process-wide: when on, a copy has no check pass: complete after its
+ * first, so a test judges the first pass alone (test_datarec --stale). */
+void farm_txn_testing_datarec_no_check(bool on);
 
 /* Process-wide: when on, a coordinator short of log room READs the
  * replica's freed word without a doorbell (as before records that need no
@@ -158,6 +161,10 @@ static inline void farm_txn_testing_datarec_skip_apply(bool on)
 	(void)on;
 }
 static inline void farm_txn_testing_datarec_skip_first(bool on)
+{
+	(void)on;
+}
+static inline void farm_txn_testing_datarec_no_check(bool on)
 {
 	(void)on;
 }

@@ -324,6 +324,7 @@ static const struct cfg_key cfg_keys[] = {
         CFG_U32("region_seed", region_seed),
         CFG_BOOL("grow", grow),
         CFG_BOOL("reuse_ids", reuse_ids),
+        CFG_BOOL("reuse_copies", reuse_copies),
         CFG_WORD("lease_bind", lease_bind),
         CFG_FN("domain", key_domain),
         CFG_FN("peer_domain", key_peer_domain),
@@ -458,7 +459,8 @@ int farm_config_apply_env(struct farm_config *c, char *err, size_t errlen)
 	                                   "grow",
 	                                   "kv_lookup",
 	                                   "kv_shards",
-	                                   "reuse_ids"};
+	                                   "reuse_ids",
+	                                   "reuse_copies"};
 	char env[64], msg[256];
 	for (size_t i = 0; i < FARM_ARRAY_SIZE(keys); i++) {
 		size_t n =

@@ -91,6 +91,12 @@ struct farm_config {
 	/* A fresh machine under a gone id is admitted as a new incarnation
 	 * (farm_membership_attr.reuse_ids) instead of refused. */
 	bool reuse_ids;
+	/* A machine whose intact data directory belongs to an id the
+	 * cluster lost (gone) rejoins as a fresh machine under it, its old
+	 * region copies kept as stale sources its copies take unchanged
+	 * chunks from (src/recovery/README.md, "Same-id restart"). Needs
+	 * reuse_ids and zk. */
+	bool reuse_copies;
 	unsigned npeers;
 	struct farm_config_peer peers[FARM_CONFIG_MAX_PEERS];
 	/* peer_domains[i]: peers[i]'s failure domain ("peer_domain"; "":

@@ -402,6 +402,11 @@ enum farm_fault_point {
 	 * copy that missed commits is never repaired (test_datarec
 	 * --check-repair --broken). */
 	FARM_FP_DATAREC_DIGEST_EQUAL,
+	/* txn/copy.c, a switch: while hooked, a copy's first pass takes
+	 * every chunk from the region's stale source whatever the summaries
+	 * say, so objects changed since the source was a replica stay stale
+	 * (test_datarec --stale --broken). */
+	FARM_FP_DATAREC_STALE_EQUAL,
 	FARM_FP_COUNT
 };
 

@@ -77,7 +77,7 @@ static size_t seal(uint8_t *buf, size_t n, uint8_t mode)
 		memset(buf + n, 0, len - n);
 	struct man_tail t = {.magic = MAN_END,
 	                     .len = len + sizeof(t),
-	                     .sum = fnv1a(buf, len)};
+	                     .sum = farm_rst_fnv1a(buf, len)};
 	if (mode & 8)
 		t.sum ^= 1;
 	memcpy(buf + len, &t, sizeof(t));
