@@ -295,6 +295,15 @@ enum farm_fault_point {
 	 * before its successors' copies are complete (tests/test_leave_node.c
 	 * --broken must lose copies). */
 	FARM_FP_LEAVE_EARLY,
+	/* node/leave.c, a switch: while hooked, every step of a graceful
+	 * leave says "not yet" (its view never comes), so the leave runs
+	 * until its timeout or a close (tests/test_leave_close.c). */
+	FARM_FP_LEAVE_HOLD,
+	/* node/leave.c, a switch: while hooked, a graceful leave ignores
+	 * farm_node_close's closing flag, as before the flag, and holds the
+	 * close for the leave's whole timeout (tests/test_leave_close.c
+	 * --broken-cancel). */
+	FARM_FP_LEAVE_NO_CANCEL,
 	/* Crash points of growth's handoff (tests/test_datarec.c
 	 * --grow-crash): the grower kills itself at one step of it.
 	 * txn/copy.c: a step of a copy into this machine applied, more to
