@@ -396,6 +396,11 @@ enum farm_fault_point {
 	 * copy that missed commits is never repaired (test_datarec
 	 * --check-repair --broken). */
 	FARM_FP_DATAREC_DIGEST_EQUAL,
+	/* hashtable/ht.c, a switch: while hooked, farm_ht_detach frees the
+	 * loop's lookup state at once, lookups still in flight or not (the
+	 * code before they were counted; tests/test_ht_detach.c
+	 * --broken-detach must see them run on freed memory). */
+	FARM_FP_HT_DETACH_NOW,
 	FARM_FP_COUNT
 };
 
