@@ -401,6 +401,18 @@ enum farm_fault_point {
 	 * code before they were counted; tests/test_ht_detach.c
 	 * --broken-detach must see them run on freed memory). */
 	FARM_FP_HT_DETACH_NOW,
+	/* alloc/slab.c, a crash point of a deferred free's end
+	 * (farm_slab_free_unlock, the adopter's): the object's header freed,
+	 * its version word still locked and marked FARM_OBJHDR_FREE_PENDING,
+	 * the slot not yet reusable (with FARM_FP_ALLOC_MARK_FIRST: the mark
+	 * already off, the header still allocated). tests/test_restart_copy.c
+	 * --scan-kill parks the adopter here and cuts the power. */
+	FARM_FP_ALLOC_FREED_MARKED,
+	/* alloc/galloc_adopt.c, a switch: while hooked, the adopter clears a
+	 * deferred free's mark before it frees the header (the order before
+	 * farm_slab_free_unlock): a kill between the two leaks the slot
+	 * (tests/test_restart_copy.c --broken-order). */
+	FARM_FP_ALLOC_MARK_FIRST,
 	FARM_FP_COUNT
 };
 
