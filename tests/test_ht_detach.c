@@ -75,13 +75,13 @@ static void shard_cb(farm_loop *loop, void *ctx, int status,
 }
 
 /* The child's checks: a finding is said on stderr and exits 1. */
-#define CHECK(cond, ...)                                                      \
-	do {                                                                  \
-		if (!(cond)) {                                                \
-			fprintf(stderr, "ht_detach: " __VA_ARGS__);           \
-			fputc('\n', stderr);                                  \
-			exit(1);                                              \
-		}                                                             \
+#define CHECK(cond, ...)                                            \
+	do {                                                        \
+		if (!(cond)) {                                      \
+			fprintf(stderr, "ht_detach: " __VA_ARGS__); \
+			fputc('\n', stderr);                        \
+			exit(1);                                    \
+		}                                                   \
 	} while (0)
 
 /* A key of 16 bytes whose shard is @shard of 3. */

@@ -127,9 +127,8 @@ static int leave_check(farm_node *n, const struct farm_view *v,
 		uint64_t until = farm_now_ns() + LEAVE_CHECK_MS * 1000000ull;
 		if (until > deadline)
 			until = deadline;
-		struct timespec ts = {
-		        .tv_sec = (time_t)(until / 1000000000ull),
-		        .tv_nsec = (long)(until % 1000000000ull)};
+		struct timespec ts = {.tv_sec = (time_t)(until / 1000000000ull),
+		                      .tv_nsec = (long)(until % 1000000000ull)};
 		(void)pthread_cond_timedwait(&w->cond, &w->lock, &ts);
 	}
 	rc = w->done ? w->status : closing(n) ? -ECANCELED : -ETIMEDOUT;
@@ -202,8 +201,7 @@ static int leave_quiesced(farm_node *n, const struct farm_view *v,
 	farm_txm_quiesce(n->txm, true);
 	/* Commits end on the loops, which report no event this thread
 	 * could wait on: the count is polled, briefly. */
-	while (farm_txm_commits_out(n->txm) && !past(deadline) &&
-	       !closing(n)) {
+	while (farm_txm_commits_out(n->txm) && !past(deadline) && !closing(n)) {
 		struct timespec ts = {.tv_nsec = 1000000};
 		nanosleep(&ts, NULL);
 	}
