@@ -105,9 +105,17 @@ static int get_now(unsigned m, const char *k)
 	return r.status;
 }
 
+/* The child's machines' directories, told to the parent, which removes
+ * them once the child is gone (a broken run's child dies holding them). */
+static int dirs_fd = -1;
+
 static int child(void)
 {
 	asn_open(&C, 3, RSIZE, hook);
+	for (unsigned i = 0; i < 3; i++)
+		CHECK(!tu_send(dirs_fd, C.m[i].dir, sizeof(C.m[i].dir)),
+		      "telling the parent machine %u's directory", i);
+	close(dirs_fd);
 	for (unsigned i = 0; i < 3; i++)
 		CHECK(!farm_ht_attach(H[i], C.m[i].loop), "attach %u", i);
 	/* A shard per machine, shard i made by machine i. */
@@ -196,12 +204,27 @@ int main(int argc, char **argv)
 			return 1;
 	}
 	fflush(stdout);
+	int fds[2];
+	if (pipe(fds))
+		return 1;
 	pid_t pid = fork();
 	if (pid < 0)
 		return 1;
-	if (pid == 0)
+	if (pid == 0) {
+		close(fds[0]);
+		dirs_fd = fds[1];
 		_exit(child());
+	}
+	close(fds[1]);
+	char dir[sizeof(C.m[0].dir)];
+	char dirs[3][sizeof(C.m[0].dir)];
+	unsigned nd = 0;
+	while (nd < 3 && tu_recv(fds[0], dir, sizeof(dir)) == 0)
+		memcpy(dirs[nd++], dir, sizeof(dir));
+	close(fds[0]);
 	int st = tu_reap(pid);
+	for (unsigned i = 0; i < nd; i++) /* gone already after a clean run */
+		tu_rmtree(dirs[i]);
 	if (broken) {
 		if (!st) {
 			printf("ht_detach --broken-detach: the lookups ran on "
