@@ -53,6 +53,14 @@
  * (FARM_FP_ALLOC_DEFER_WHOLE and FARM_FP_ALLOC_NO_FREE_MARK: --scan
  * without its fix, and the code before both fixes): the freed objects
  * must be found allocated at their primaries.
+ * --scan-kill: --scan, and before the power loss every adopter is let go
+ * and parks in its first deferred free at FARM_FP_ALLOC_FREED_MARKED
+ * (the header freed, the mark and the lock still on, the slot not yet
+ * reusable): the restart must unlock that object and free the others,
+ * and no copy may hold one allocated.
+ * --broken-order: --scan-kill with the adopter's order before the fix
+ * (FARM_FP_ALLOC_MARK_FIRST: the mark cleared, then the header freed):
+ * each parked free's object must be found allocated (leaked).
  * --broken-resume: a restart that gave no machine up starts no data
  * recovery (FARM_FP_NODE_RESTART_NO_COPY, the code before the fix): the
  * copy the restart cut off never starts again, and replication must fail.
@@ -62,8 +70,13 @@
 #define NP_NM 4
 #include "rsproc.h"
 
+#include <stdatomic.h>
+#include <unistd.h>
+
 #include "alloc/alloc.h"
+#include "alloc/galloc.h"
 #include "alloc/objhdr.h"
+#include "node/node.h"
 #include "txn/object.h"
 #include "brokenarg.h"
 
@@ -82,6 +95,9 @@
 static char zk_dir[256], zk_connect[64], zk_root[96];
 static const char *zk_script = FARM_SOURCE_DIR "/scripts/zk-local";
 static bool broken, broken_resume, broken_leak, scan;
+/* --scan-kill, --broken-order: --scan with the power cut while each
+ * adopter is parked in a deferred free (FARM_FP_ALLOC_FREED_MARKED). */
+static bool scan_kill, broken_order;
 static struct np_cluster cl;
 static farm_fatptr *objs; /* every machine's objects (first incarnation) */
 
@@ -114,6 +130,47 @@ struct rc_slots {
 };
 
 /* ---- children -------------------------------------------------------- */
+
+/* --scan-kill: the adopter parked in its first deferred free until the
+ * power loss kills the machine. */
+static atomic_int parked;
+
+static void park_hook(enum farm_fault_point fp, void *arg)
+{
+	(void)fp;
+	(void)arg;
+	atomic_store(&parked, 1); /* read by 'p' on the main thread */
+	for (;;)
+		pause();
+}
+
+/* 'A': the adoption let go, parked at the free's crash point: each
+ * region of the victim's objects this machine is primary of queued.
+ * How many were. */
+static uint64_t adopt_parked(struct tx_child *c)
+{
+	farm_galloc *g = farm_node_galloc(c->np.node);
+	if (farm_fault_set(FARM_FP_ALLOC_ADOPT_HOLD, NULL, NULL) ||
+	    farm_fault_set(FARM_FP_ALLOC_FREED_MARKED, park_hook, NULL))
+		return 0;
+	uint64_t n = 0;
+	uint32_t done[RC_OBJS];
+	for (unsigned i = 0; objs && i < RC_OBJS; i++) {
+		uint32_t id =
+		        farm_gaddr_region(objs[RC_VICTIM * RC_OBJS + i].addr);
+		enum farm_as_role role;
+		bool seen = false;
+		for (uint64_t k = 0; k < n; k++)
+			seen |= done[k] == id;
+		if (seen ||
+		    !farm_as_local_region(farm_node_as(c->np.node), id,
+		                          &role) ||
+		    role != FARM_AS_PRIMARY || farm_galloc_adopt(g, id))
+			continue;
+		done[n++] = id;
+	}
+	return n;
+}
 
 /* This machine's copy of each of the victim's objects, whatever its
  * role: its header's words. */
@@ -185,6 +242,14 @@ static int rc_cmd(struct tx_child *c, int cmd)
 		scan_copies(c, &s);
 		return np_say(&c->np, 'T', &s, sizeof(s)) ? 23 : 0;
 	}
+	if (cmd == 'A') {
+		r.n = adopt_parked(c);
+		return np_say(&c->np, 'a', &r, sizeof(r)) ? 25 : 0;
+	}
+	if (cmd == 'p') {
+		r.n = (uint64_t)atomic_load(&parked);
+		return np_say(&c->np, 'P', &r, sizeof(r)) ? 26 : 0;
+	}
 	if (cmd == 'o') {
 		struct rc_slots o;
 		read_slots(c, &o);
@@ -231,7 +296,10 @@ static int rc_arm(bool restarted)
 	        farm_fault_set(FARM_FP_ALLOC_DEFER_WHOLE, tu_switch_on,
 	                       NULL)) ||
 	       ((broken || broken_leak) &&
-	        farm_fault_set(FARM_FP_ALLOC_NO_FREE_MARK, tu_switch_on, NULL));
+	        farm_fault_set(FARM_FP_ALLOC_NO_FREE_MARK, tu_switch_on,
+	                       NULL)) ||
+	       (broken_order &&
+	        farm_fault_set(FARM_FP_ALLOC_MARK_FIRST, tu_switch_on, NULL));
 }
 
 struct walk_ctx {
@@ -352,6 +420,36 @@ static unsigned count_marked(void)
 	return marked;
 }
 
+/* --scan-kill: 'A' to every survivor, then 'p' until each that queued
+ * an adoption is parked (failures into @f). How many are. */
+static unsigned park_adopters(struct fails *f)
+{
+	bool want[RC_SURVIVORS] = {0};
+	unsigned nwant = 0, n = 0;
+	for (unsigned i = 0; i < RC_SURVIVORS; i++) {
+		struct rc_count a = ask_count(i, 'A', 'a');
+		want[i] = a.n > 0;
+		nwant += want[i];
+	}
+	uint64_t dl = np_now_ns() + RC_STEP_MS * 1000000ull;
+	for (;;) {
+		n = 0;
+		for (unsigned i = 0; i < RC_SURVIVORS; i++)
+			n += want[i] && ask_count(i, 'p', 'P').n;
+		if (n == nwant || np_now_ns() > dl)
+			break;
+		np_pause_ms(20);
+	}
+	printf("restart-copy: %u of %u adopters parked in a deferred free\n", n,
+	       nwant);
+	if (!nwant || n != nwant)
+		failed(f,
+		       "%u of %u adopters parked in a deferred free: the "
+		       "test did not set its case up",
+		       n, nwant);
+	return n;
+}
+
 /* Every survivor's copies of the victim's objects ('o'), each freed
  * before the restart: none may hold one allocated (failures into @f).
  * Returns the copies that do. */
@@ -437,6 +535,12 @@ static void test_restart_copy(void **state)
 		       "%" PRIu64 " transaction records left in the logs "
 		       "after truncation: the test did not set its case up",
 		       left);
+	/* 4b. --scan-kill: every adopter let go, parked in its first
+	 * deferred free (the header freed, the mark and lock still on;
+	 * --broken-order: the mark off, the header still allocated). */
+	unsigned nparked = 0;
+	if (scan_kill)
+		nparked = park_adopters(&setup);
 	/* 5. A power loss: every survivor stopped first, killed, then all
 	 * restarted on their directories. */
 	uint64_t t_restart = rs_power_loss(&cl, survivors);
@@ -492,6 +596,15 @@ static void test_restart_copy(void **state)
 		       f.n, f.text);
 		return;
 	}
+	if (broken_order) {
+		if (leaked < nparked)
+			fail_msg("--broken-order: %u of the %u parked frees "
+			         "found leaked with the mark cleared first\n%s",
+			         leaked, nparked, f.text);
+		printf("--broken-order: %u check(s) failed, as they must:\n%s",
+		       f.n, f.text);
+		return;
+	}
 	if (broken_leak) {
 		if (!leaked)
 			fail_msg("--broken-leak: no freed object found "
@@ -533,9 +646,14 @@ int main(int argc, char **argv)
 			broken_leak = true;
 		} else if (!strcmp(argv[i], "--scan")) {
 			scan = true;
+		} else if (!strcmp(argv[i], "--scan-kill")) {
+			scan = scan_kill = true;
+		} else if (!strcmp(argv[i], "--broken-order")) {
+			scan = scan_kill = broken_order = true;
 		} else {
-			printf("usage: %s [--scan] [--broken | --broken-resume "
-			       "| --broken-leak]\n",
+			printf("usage: %s [--scan | --scan-kill] [--broken | "
+			       "--broken-resume | --broken-leak | "
+			       "--broken-order]\n",
 			       argv[0]);
 			return strcmp(argv[i], "--help") ? 2 : 0;
 		}

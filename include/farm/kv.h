@@ -79,6 +79,9 @@ FARM_API void farm_kv_destroy(farm_kv *kv);
 /* Use the store on @loop (its thread). 0; -EINVAL (NULL, attached
  * already); -ENOMEM; a fabric error registering the read buffers. */
 FARM_API FARM_MUST_CHECK int farm_kv_attach(farm_kv *kv, farm_loop *loop);
+/* Stop using the store on @loop (its thread). Lookups still in flight
+ * on it are answered -ECANCELED on a later pass of the loop (or at its
+ * close); nothing new starts on it (-EINVAL) until attached again. */
 FARM_API void farm_kv_detach(farm_kv *kv, farm_loop *loop);
 
 /*

@@ -143,7 +143,11 @@ FARM_API void farm_node_quiesce(farm_node *n);
  * nothing changed), -ENOTSUP (static membership), -ETIMEDOUT (not let go
  * within @timeout_ms: commits are let in again, and the machine stays
  * listed leaving until a later call or its departure), FARM_ECLOSED
- * (removed as a failure meanwhile), -EINVAL.
+ * (removed as a failure meanwhile), -ECANCELED (farm_node_close began
+ * meanwhile, from another thread or on SIGTERM in `farm machine`: the
+ * leave gives up at once rather than hold the close; listed leaving
+ * and not yet let go, the machine's close is then a failure, recovered
+ * as one), -EINVAL.
  */
 FARM_API FARM_MUST_CHECK int farm_node_leave(farm_node *n, int timeout_ms);
 

@@ -196,6 +196,13 @@ typedef void (*farm_alloc_walk_fn)(void *ctx, struct farm_objhdr *obj,
                                    uint32_t lines);
 int farm_alloc_walk_region(void *base, uint64_t size, uint32_t id,
                            farm_alloc_walk_fn fn, void *ctx);
+/* The same, and @free_fn (when not NULL) for each free slab slot whose
+ * version word is locked or marked FARM_OBJHDR_FREE_PENDING (objhdr.h):
+ * the state a deferred free leaves when a kill cuts it short after its
+ * header's free (farm_slab_free_unlock), for a restart to unlock. */
+int farm_alloc_walk_region_locked(void *base, uint64_t size, uint32_t id,
+                                  farm_alloc_walk_fn fn,
+                                  farm_alloc_walk_fn free_fn, void *ctx);
 /* Is a region file's first 16 bytes (@magic, @region_id at offset 8) a
  * header of region @id, or never formatted (0)? 1: bad magic (offset 0),
  * 2: another region's header (offset 8). */
@@ -303,6 +310,19 @@ FARM_MUST_CHECK int farm_slab_alloc(farm_slab *s, uint64_t size,
  * nothing changes.
  */
 FARM_MUST_CHECK int farm_slab_free(farm_slab *s, farm_gaddr a);
+
+/*
+ * farm_slab_free_unlock() - farm_slab_free() of an object its free left
+ * locked (and maybe marked FARM_OBJHDR_FREE_PENDING: a deferred free,
+ * src/alloc/galloc_adopt.c): the header freed, then @then stored in its
+ * version word (release), then the slot made reusable. So the word is
+ * this object's until the store (no next object of the slot can have
+ * it), and a kill at any point leaves the header allocated with the word
+ * as the caller left it, or freed. Errors as farm_slab_free (nothing
+ * stored then).
+ */
+FARM_MUST_CHECK int farm_slab_free_unlock(farm_slab *s, farm_gaddr a,
+                                          uint64_t then);
 
 /*
  * farm_alloc_array() - @n contiguous elements of @elem_size stored bytes

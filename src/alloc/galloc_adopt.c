@@ -136,6 +136,23 @@ void farm_galloc_adopt_cancel(farm_galloc *g, uint32_t region)
 	}
 }
 
+/* The order before farm_slab_free_unlock (FARM_FP_ALLOC_MARK_FIRST, a
+ * test's proof): the mark off, then the header freed and unlocked; a
+ * kill in between leaves the object allocated and unmarked (a leak). */
+static int free_mark_first(farm_galloc *g, farm_slab *slab, farm_gaddr a,
+                           uint64_t then)
+{
+	_Atomic uint64_t *v = version_word(g, a);
+	if (v)
+		atomic_fetch_and_explicit(v, ~FARM_OBJHDR_FREE_PENDING,
+		                          memory_order_relaxed);
+	FARM_FAULT_POINT(FARM_FP_ALLOC_FREED_MARKED);
+	int f = farm_slab_free(slab, a);
+	if (!f && v)
+		atomic_store_explicit(v, then, memory_order_release);
+	return f;
+}
+
 /* Adopt one region; then its deferred frees, and unlock their objects. */
 static void adopt_one(farm_galloc *g, farm_slab **slab, uint32_t id)
 {
@@ -196,25 +213,26 @@ static void adopt_one(farm_galloc *g, farm_slab **slab, uint32_t id)
 		*slab = NULL;
 	while (d) {
 		struct deferred *n = d->next;
-		/* The mark off before the header is freed: a slot freed with
-		 * it would hand it to its next object's versions. A kill in
-		 * between leaks the slot (as before the mark). Relaxed, as
-		 * mark_pending: the object is still locked, and the free's
-		 * acq_rel CAS of the incarnation orders the clear before it. */
+		/* The header freed first, the mark and the lock off
+		 * after (one store of @then), the slot reusable last
+		 * (farm_slab_free_unlock): a kill before the free leaves
+		 * the object marked and allocated (the restart frees it),
+		 * one after it a freed header, still marked, that the
+		 * restart only unlocks; and no next object of the slot
+		 * gets the mark or this store. */
+		uint64_t then = d->then & ~FARM_OBJHDR_FREE_PENDING;
+		int f = rc ? rc : -ENOMEM; /* not adopted, or no slab */
+		if (!rc && *slab)
+			f = FARM_FAULT_SWITCH(FARM_FP_ALLOC_MARK_FIRST)
+			            ? free_mark_first(g, *slab, d->a, then)
+			            : farm_slab_free_unlock(*slab, d->a, then);
+		/* Not freed: the object stays allocated (a leak, counted
+		 * below), unmarked and unlocked, as a free that never
+		 * came (release: pairs with the acquire loads of the
+		 * version word, farm_objhdr_load_version). */
 		_Atomic uint64_t *v = version_word(g, d->a);
-		if (v)
-			atomic_fetch_and_explicit(v, ~FARM_OBJHDR_FREE_PENDING,
-			                          memory_order_relaxed);
-		int f = rc == 0 && *slab ? farm_slab_free(*slab, d->a) : rc;
-		/* Unlock it either way: the caller left that to us (release:
-		 * pairs with the acquire loads of the version word,
-		 * farm_objhdr_load_version, which then see the free). */
-		if (r.base)
-			atomic_store_explicit(
-			        (_Atomic uint64_t *)(void *)((char *)r.base +
-			                                     farm_gaddr_offset(
-			                                             d->a)),
-			        d->then, memory_order_release);
+		if (f && v)
+			atomic_store_explicit(v, then, memory_order_release);
 		/* Counted after (seq_cst, so a release): whoever reads the
 		 * count sees the free and the unlock. */
 		if (f) {

@@ -42,10 +42,11 @@ struct farm_objhdr {
  * allocator (galloc's adopter, src/alloc/galloc_adopt.c, while it scans the
  * object's promoted region), its header still allocated. Set by galloc
  * while the transaction layer holds the object locked exclusive, cleared
- * by the adopter before it frees the header; a whole-cluster restart that
- * finds it set frees the header (src/txn/restart.c): the free committed,
- * and its records may all be truncated. Versions advance by 4 per commit
- * and never reach it.
+ * by the adopter after it frees the header (farm_slab_free_unlock, before
+ * the slot is reusable); a whole-cluster restart that finds it set on an
+ * allocated header frees it (src/txn/restart.c): the free committed, and
+ * its records may all be truncated. Versions advance by 4 per commit and
+ * never reach it.
  */
 #define FARM_OBJHDR_FREE_PENDING (1ull << 63)
 

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 
 #include "alloc/alloc_int.h"
+#include "util/fault.h"
 
 int farm_slab_create(farm_blockalloc *ba, farm_slab **out)
 {
@@ -660,21 +661,25 @@ static inline int hdr_free(char *p)
 	return 0;
 }
 
+static int slab_free(farm_slab *s, farm_gaddr a, const uint64_t *then);
+
 /* find_slot() refused @a with @rc: again after dropping a stale region
  * cache (find_slot_stale), else counted and returned. */
 static __attribute__((noinline)) int free_refused(farm_slab *s, farm_gaddr a,
-                                                  int rc)
+                                                  int rc, const uint64_t *then)
 {
 	if (rc != -EINVAL && rc != -EREMOTE)
 		return rc;
 	if (find_slot_stale(s, farm_gaddr_region(a)))
-		return farm_slab_free(s, a); /* the cache is live now: once */
+		return slab_free(s, a, then); /* the cache is live now: once */
 	if (rc != -EREMOTE)
 		farm_stat_add_owned(&s->free_errors, 1);
 	return rc;
 }
 
-int farm_slab_free(farm_slab *s, farm_gaddr a)
+/* The free of @a; with @then, the version word's store between the
+ * header's free and the slot's release (farm_slab_free_unlock). */
+static inline int slab_free(farm_slab *s, farm_gaddr a, const uint64_t *then)
 {
 	if (FARM_UNLIKELY(!s))
 		return -EINVAL;
@@ -682,15 +687,38 @@ int farm_slab_free(farm_slab *s, farm_gaddr a)
 	char *p;
 	int rc = find_slot(s, a, &b, &p);
 	if (FARM_UNLIKELY(rc)) /* a tail call: nothing live across it */
-		return free_refused(s, a, rc);
+		return free_refused(s, a, rc, then);
 	rc = hdr_free(p);
 	if (FARM_UNLIKELY(rc)) {
 		farm_stat_add_owned(&s->free_errors, 1);
 		return rc;
 	}
+	if (then) {
+		/* A kill here leaves the header freed with the object
+		 * still locked and marked: the restart clears both
+		 * (src/txn/restart.c, unlock_one: a freed header is not
+		 * freed again), and the rebuild by scan lists the slot. */
+		FARM_FAULT_POINT(FARM_FP_ALLOC_FREED_MARKED);
+		/* Release: pairs with the acquire loads of the version
+		 * word (farm_objhdr_load_version), which then see the free.
+		 * The slot is not reusable yet, so the word is still this
+		 * object's. */
+		atomic_store_explicit((_Atomic uint64_t *)(void *)p, *then,
+		                      memory_order_release);
+	}
 	slot_release(s, b, p);
 	farm_stat_add_owned(&s->cls[b->cls].nfree, 1);
 	return 0;
+}
+
+int farm_slab_free(farm_slab *s, farm_gaddr a)
+{
+	return slab_free(s, a, NULL);
+}
+
+int farm_slab_free_unlock(farm_slab *s, farm_gaddr a, uint64_t then)
+{
+	return slab_free(s, a, &then);
 }
 
 /* ---- arrays ---------------------------------------------------------- */

@@ -21,15 +21,22 @@
  * Each element is an object of its own, locked and installed alone, so a
  * walker that clears stale locks (src/txn/restart.c) or counts locked
  * objects must see every element's header, not only the slot's first.
- * Returns the objects seen.
+ * Returns the objects seen. A free slot whose version word is locked or
+ * marked free-pending (the lock's two low bits, FARM_OBJHDR_FREE_PENDING)
+ * goes to @free_fn when one is given, counted as no object: a deferred
+ * free cut short after its header's free leaves one (galloc_adopt.c).
  */
 static int walk_slot(uint8_t *p, uint32_t lines, farm_alloc_walk_fn fn,
-                     void *ctx)
+                     farm_alloc_walk_fn free_fn, void *ctx)
 {
 	struct farm_objhdr *o0 = (void *)p;
 	uint64_t w0 = farm_objhdr_load_incarn(o0);
-	if (!farm_incarn_allocated(w0))
+	if (!farm_incarn_allocated(w0)) {
+		if (free_fn && (farm_objhdr_load_version(o0) &
+		                (3ull | FARM_OBJHDR_FREE_PENDING)))
+			free_fn(ctx, o0, lines);
 		return 0;
+	}
 	uint32_t el = farm_incarn_lines(w0);
 	if (el >= lines || FARM_FAULT_SWITCH(FARM_FP_ALLOC_WALK_SLOTS)) {
 		fn(ctx, o0, lines);
@@ -48,6 +55,13 @@ static int walk_slot(uint8_t *p, uint32_t lines, farm_alloc_walk_fn fn,
 
 int farm_alloc_walk_region(void *base, uint64_t size, uint32_t id,
                            farm_alloc_walk_fn fn, void *ctx)
+{
+	return farm_alloc_walk_region_locked(base, size, id, fn, NULL, ctx);
+}
+
+int farm_alloc_walk_region_locked(void *base, uint64_t size, uint32_t id,
+                                  farm_alloc_walk_fn fn,
+                                  farm_alloc_walk_fn free_fn, void *ctx)
 {
 	if (!base || !fn || size < FARM_ALLOC_BLOCK || size % FARM_ALLOC_BLOCK)
 		return -EINVAL;
@@ -81,7 +95,8 @@ int farm_alloc_walk_region(void *base, uint64_t size, uint32_t id,
 			uint64_t ns = (uint64_t)mb * FARM_ALLOC_BLOCK / slot;
 			for (uint64_t k = 0; k < ns; k++)
 				n += walk_slot(blk + k * slot,
-				               slot / FARM_ALLOC_LINE, fn, ctx);
+				               slot / FARM_ALLOC_LINE, fn,
+				               free_fn, ctx);
 			break;
 		}
 		case BT_ARRAY: {

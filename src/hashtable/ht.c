@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "txn/object.h"
+#include "util/fault.h"
 #include "util/log.h"
 
 uint64_t farm_ht_hash(const void *key, uint32_t klen)
@@ -155,11 +156,22 @@ int farm_ht_attach(farm_ht *h, farm_loop *loop)
 	return 0;
 }
 
+void farm_ht_loop_free(struct htloop *l)
+{
+	farm_ht_gets_free(l);
+	farm_mr_dereg(l->mr);
+	free(l->pool);
+	free(l->q);
+	free(l);
+}
+
 void farm_ht_detach(farm_ht *h, farm_loop *loop)
 {
 	struct htloop *l = h ? hl_of(h, loop) : NULL;
 	if (!l)
 		return;
+	h->loops[farm_loop_index(loop)] = NULL; /* nothing new starts */
+	l->detached = true;
 	for (unsigned s2 = 0; s2 < FARM_HT_MAX_SHARDS; s2++)
 		if (l->q[s2].busy) {
 			/* A batch's commit is still in flight and will come
@@ -167,7 +179,7 @@ void farm_ht_detach(farm_ht *h, farm_loop *loop)
 			 * it. */
 			farm_warn("ht: loop detached with a write batch "
 			          "committing");
-			h->loops[farm_loop_index(loop)] = NULL;
+			l->kept = true;
 			return;
 		}
 	for (unsigned s = 0; s < FARM_HT_MAX_SHARDS; s++) {
@@ -177,13 +189,15 @@ void farm_ht_detach(farm_ht *h, farm_loop *loop)
 			free(p);
 			p = n;
 		}
+		l->q[s].head = NULL;
 	}
-	farm_ht_gets_free(l);
-	farm_mr_dereg(l->mr);
-	free(l->pool);
-	free(l->q);
-	h->loops[farm_loop_index(loop)] = NULL;
-	free(l);
+	/* Lookups still out come back to this state (their buffers, the
+	 * loop's counters) on a later pass of the loop, or at its close
+	 * (-ECANCELED): they end -ECANCELED then, and the last one frees it
+	 * (ht_get.c, lookup_out_end). */
+	if (l->gets_out && !FARM_FAULT_SWITCH(FARM_FP_HT_DETACH_NOW))
+		return;
+	farm_ht_loop_free(l);
 }
 
 /* Buckets written per transaction while a shard is made: a commit must

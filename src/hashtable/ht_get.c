@@ -55,6 +55,22 @@ void farm_ht_gets_free(struct htloop *l)
 static void get_start(struct get_op *g);
 static void get_again(farm_loop *loop, void *ctx, int status);
 
+/* A lookup of @l answered: the last one out of a detached loop frees its
+ * state (farm_ht_detach leaves it to them). */
+static void lookup_out_end(struct htloop *l)
+{
+	if (--l->gets_out == 0 && l->detached && !l->kept)
+		farm_ht_loop_free(l);
+}
+
+/* A lookup's next step after its loop was detached: none, it ends
+ * -ECANCELED (its buffer and counters are the detached state's, freed
+ * once it is answered). */
+static bool lookup_cancelled(const struct htloop *l)
+{
+	return l->detached;
+}
+
 /* A read's error as a lookup's: a read that finds no region where the
  * table says the shard's memory is (-ENOENT from the address space) must
  * not answer "absent", which -ENOENT means to a lookup's caller. */
@@ -80,8 +96,10 @@ static void get_end(struct get_op *g, int status, const void *val, uint32_t len)
 	g->obuf = NULL;
 	/* Recycled with its bucket buffers: a lookup allocates nothing in
 	 * the steady state. */
-	g->next_free = g->l->free_gets;
-	g->l->free_gets = g;
+	struct htloop *l = g->l;
+	g->next_free = l->free_gets;
+	l->free_gets = g;
+	lookup_out_end(l);
 }
 
 static void get_retry(struct get_op *g)
@@ -118,6 +136,8 @@ static void get_again(farm_loop *loop, void *ctx, int status)
 {
 	(void)loop;
 	struct get_op *g = ctx;
+	if (lookup_cancelled(g->l))
+		status = -ECANCELED;
 	if (status)
 		get_end(g, status, NULL, 0);
 	else
@@ -197,6 +217,10 @@ static void obj_read_done(farm_loop *loop, void *ctx, int status)
 {
 	(void)loop;
 	struct get_op *g = ctx;
+	if (lookup_cancelled(g->l)) {
+		get_end(g, -ECANCELED, NULL, 0);
+		return;
+	}
 	if (status == FARM_EFREED || status == -EBUSY) {
 		get_retry(g); /* unlinked or rewritten meanwhile: start over */
 		return;
@@ -281,6 +305,8 @@ static void bucket_read_done(farm_loop *loop, void *ctx, int status)
 {
 	(void)loop;
 	struct get_op *g = ctx;
+	if (lookup_cancelled(g->l))
+		status = -ECANCELED;
 	if (status == FARM_EFLUSHED) {
 		get_retry(g);
 		return;
@@ -332,6 +358,8 @@ static void get_local_done(farm_loop *loop, void *ctx, int status)
 {
 	(void)loop;
 	struct get_op *g = ctx;
+	if (lookup_cancelled(g->l))
+		status = -ECANCELED;
 	if (status) {
 		get_end(g, status, NULL, 0);
 		return;
@@ -445,6 +473,7 @@ int farm_ht_get(farm_ht *h, farm_loop *loop, const void *key, uint32_t klen,
 		return rc; /* the loop has no transactions attached */
 	}
 	hl_count(l, T_LOOKUPS, 1);
+	l->gets_out++; /* until get_end */
 	get_start(g);
 	return 0;
 }
@@ -473,17 +502,21 @@ static void first_end(struct first_op *f, int status, const void *val,
 	status = farm_ht_lease_checked(f->h, status);
 	if (status == 0 || status == -ENOENT)
 		hl_count(f->l, status == 0 ? T_FOUND : T_NOTFOUND, 1);
-	f->cont(f->l->loop, f->ctx, status, val, len);
+	struct htloop *l = f->l;
+	f->cont(l->loop, f->ctx, status, val, len);
 	farm_lf_end(&f->ep);
-	buf_put(f->l, f->img);
+	buf_put(l, f->img);
 	free(f->obuf);
 	free(f);
+	lookup_out_end(l);
 }
 
 static void first_obj_done(farm_loop *loop, void *ctx, int status)
 {
 	(void)loop;
 	struct first_op *f = ctx;
+	if (lookup_cancelled(f->l))
+		status = -ECANCELED;
 	if (status == FARM_EFREED || status == -EBUSY ||
 	    status == FARM_EFLUSHED) {
 		first_end(f, FARM_HT_UNRESOLVED, NULL, 0);
@@ -573,6 +606,8 @@ static void first_read_done(farm_loop *loop, void *ctx, int status)
 	 * now, a pass later, with the other lookups of the batch in flight
 	 * (as farm_ht_get's get_local_done); a line that kept changing
 	 * leaves the key unresolved. */
+	if (lookup_cancelled(f->l))
+		status = -ECANCELED;
 	if (!status && f->lp &&
 	    !farm_lines_copy(f->img, f->lp, 128ull * f->h->bucket_lines,
 	                     LINE_TRIES))
@@ -647,8 +682,10 @@ int farm_ht_get_first(farm_ht *h, farm_loop *loop, const void *key,
 	hl_count(l, T_LOOKUPS, 1);
 	hl_count(l, T_READS, 1);
 	f->cfg = farm_as_config_id(h->as);
+	l->gets_out++; /* until first_end */
 	rc = first_issue(f, a, 2 * bb);
 	if (rc) {
+		l->gets_out--; /* not issued: never comes back */
 		farm_lf_end(&f->ep);
 		buf_put(l, f->img);
 		free(f);

@@ -95,6 +95,15 @@ struct htloop {
 	struct get_op *free_gets; /* recycled lookups (bucket buffers kept) */
 	struct farm_as_rcache rc; /* where shards are */
 	struct ht_counters *lst;  /* this loop's lookup counters (in farm_ht) */
+	/* Lookups (farm_ht_get, farm_ht_get_first) started and not yet
+	 * answered: each holds a pool buffer (a READ may still land in it)
+	 * and comes back to this state on a later pass. */
+	unsigned gets_out;
+	/* farm_ht_detach ran (the loop's thread alone reads and writes
+	 * these): lookups still out end -ECANCELED at their next step, and
+	 * the last one frees this state unless @kept. */
+	bool detached;
+	bool kept; /* a write batch was committing at the detach: leaked */
 };
 
 /* Counters by T_* (below). */
@@ -318,6 +327,9 @@ int farm_ht_lease_checked(farm_ht *h, int status);
 
 /* ht_get.c: free a loop's recycled lookups (at detach). */
 void farm_ht_gets_free(struct htloop *l);
+/* ht.c: free a detached loop's state (its last lookup's end, or the
+ * detach itself when none is out). */
+void farm_ht_loop_free(struct htloop *l);
 
 /* ht_ship.c: the owner's handler of shipped writes (FARM_MSGT_HT_OP). */
 void farm_ht_h_op(farm_loop *loop, const farm_msg_in *in, void *arg);

@@ -78,6 +78,17 @@ static bool past(uint64_t deadline)
 	return farm_now_ns() >= deadline;
 }
 
+/* Has farm_node_close begun? Then the leave gives up: the close waits for
+ * the thread that runs it (the control socket's), and a leave can wait
+ * minutes for a view that this closing machine no longer needs. */
+static bool closing(farm_node *n)
+{
+	if (FARM_FAULT_SWITCH(FARM_FP_LEAVE_NO_CANCEL))
+		return false; /* testing: the close waits the leave out */
+	/* Pairs with the release store in farm_node_close. */
+	return atomic_load_explicit(&n->closing, memory_order_acquire);
+}
+
 /* One completion check in view @v: 0 complete, -EAGAIN/-ESTALE not yet,
  * -ETIMEDOUT past @deadline, or an error. */
 static int leave_check(farm_node *n, const struct farm_view *v,
@@ -108,20 +119,26 @@ static int leave_check(farm_node *n, const struct farm_view *v,
 		lw_unref(w);
 		return rc;
 	}
-	struct timespec ts = {.tv_sec = (time_t)(deadline / 1000000000ull),
-	                      .tv_nsec = (long)(deadline % 1000000000ull)};
+	/* The answer, waited for in slices of LEAVE_CHECK_MS: a close
+	 * (which cannot signal this private condition) is seen within one.
+	 * An answer that comes later finds only its own reference. */
 	pthread_mutex_lock(&w->lock);
-	while (!w->done &&
-	       pthread_cond_timedwait(&w->cond, &w->lock, &ts) != ETIMEDOUT)
-		;
-	rc = w->done ? w->status : -ETIMEDOUT;
+	while (!w->done && !past(deadline) && !closing(n)) {
+		uint64_t until = farm_now_ns() + LEAVE_CHECK_MS * 1000000ull;
+		if (until > deadline)
+			until = deadline;
+		struct timespec ts = {.tv_sec = (time_t)(until / 1000000000ull),
+		                      .tv_nsec = (long)(until % 1000000000ull)};
+		(void)pthread_cond_timedwait(&w->cond, &w->lock, &ts);
+	}
+	rc = w->done ? w->status : closing(n) ? -ECANCELED : -ETIMEDOUT;
 	pthread_mutex_unlock(&w->lock);
 	lw_unref(w);
 	return rc;
 }
 
-/* Wait under n->lock until n->view is past @cfg, this machine left, or
- * @wait_ns pass (or @deadline). */
+/* Wait under n->lock until n->view is past @cfg, this machine left, the
+ * node closes, or @wait_ns pass (or @deadline). */
 static void wait_view(farm_node *n, uint64_t cfg, uint64_t wait_ns,
                       uint64_t deadline)
 {
@@ -131,7 +148,11 @@ static void wait_view(farm_node *n, uint64_t cfg, uint64_t wait_ns,
 	struct timespec ts = {.tv_sec = (time_t)(until / 1000000000ull),
 	                      .tv_nsec = (long)(until % 1000000000ull)};
 	pthread_mutex_lock(&n->lock);
+	/* closing() is read under n->lock, where farm_node_close broadcasts
+	 * after setting it: the wake-up cannot fall between the check and
+	 * the wait. */
 	while (n->view.config_id <= cfg && !n->left_cfg && !n->removed &&
+	       !closing(n) &&
 	       pthread_cond_timedwait(&n->cond, &n->lock, &ts) != ETIMEDOUT)
 		;
 	pthread_mutex_unlock(&n->lock);
@@ -180,13 +201,13 @@ static int leave_quiesced(farm_node *n, const struct farm_view *v,
 	farm_txm_quiesce(n->txm, true);
 	/* Commits end on the loops, which report no event this thread
 	 * could wait on: the count is polled, briefly. */
-	while (farm_txm_commits_out(n->txm) && !past(deadline)) {
+	while (farm_txm_commits_out(n->txm) && !past(deadline) && !closing(n)) {
 		struct timespec ts = {.tv_nsec = 1000000};
 		nanosleep(&ts, NULL);
 	}
 	if (farm_txm_commits_out(n->txm)) {
 		farm_txm_quiesce(n->txm, false);
-		return -ETIMEDOUT;
+		return closing(n) ? -ECANCELED : -ETIMEDOUT;
 	}
 	return farm_membership_left(n->mem, v->config_id);
 }
@@ -198,6 +219,8 @@ static int leave_step(farm_node *n, const struct farm_view *v,
                       uint64_t deadline, uint64_t *said)
 {
 	uint32_t me = n->cfg.machine_id;
+	if (FARM_FAULT_SWITCH(FARM_FP_LEAVE_HOLD))
+		return -EAGAIN; /* testing: the view that ends it never comes */
 	if (!farm_ids_have(v->leaving, v->nleaving, me)) {
 		int rc = leave_allowed(n, v);
 		if (!rc)
@@ -221,6 +244,32 @@ static int leave_step(farm_node *n, const struct farm_view *v,
 	return rc;
 }
 
+/* The leave cut short by farm_node_close. Nothing is half done: each
+ * step (the mark R/leave, the check, the quiesce and the mark R/left) is
+ * whole before the flag is looked at again, so the machine is in one of
+ * three states, each what a failure or a finished handoff leaves:
+ *   - not listed leaving (no mark written, or one the manager will
+ *     ignore once this machine is gone): the close is a plain departure;
+ *   - listed leaving, handoff not said: a leaver that fails (src/
+ *     recovery/README.md, "Graceful leave", 7): removed as a failure,
+ *     with a lease wait; its successors' copies stay at the end of the
+ *     lists;
+ *   - R/left written (@said): quiesced with no commit out, as the mark
+ *     promises, so the manager may let it go without a lease wait. The
+ *     quiesce stays on: letting commits in now would break that promise
+ *     while the close still runs the loops.
+ * -ECANCELED. */
+static int leave_cancelled(farm_node *n, uint64_t said)
+{
+	if (!said)
+		farm_txm_quiesce(n->txm, false);
+	farm_info("node %" PRIu32 ": graceful leave cut short by the close "
+	          "(%s)",
+	          n->cfg.machine_id,
+	          said ? "its handoff was complete" : "handoff not complete");
+	return -ECANCELED;
+}
+
 int farm_node_leave(farm_node *n, int timeout_ms)
 {
 	if (!n || timeout_ms < 0)
@@ -240,7 +289,11 @@ int farm_node_leave(farm_node *n, int timeout_ms)
 			                      */
 		if (past(deadline))
 			break;
+		if (closing(n))
+			return leave_cancelled(n, said);
 		int rc = leave_step(n, &v, deadline, &said);
+		if (rc == -ECANCELED)
+			return leave_cancelled(n, said);
 		if (rc && rc != -EAGAIN) {
 			if (said != v.config_id)
 				farm_txm_quiesce(n->txm, false);

@@ -640,6 +640,14 @@ void farm_node_close(farm_node *n)
 {
 	if (!n)
 		return;
+	/* A graceful leave on the control socket's thread (or the
+	 * application's) gives up before that thread is joined; the
+	 * release store pairs with the acquire load in leave.c's closing(),
+	 * and the broadcast under n->lock wakes its wait for a view. */
+	pthread_mutex_lock(&n->lock);
+	atomic_store_explicit(&n->closing, true, memory_order_release);
+	pthread_cond_broadcast(&n->cond);
+	pthread_mutex_unlock(&n->lock);
 	farm_ctl_close(n->ctl);
 	/* Recovery's thread asks the membership for configurations: it
 	 * stops before the membership goes; views still reach recovery

@@ -7,6 +7,7 @@
 #define FARM_NODE_NODE_INT_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -64,6 +65,10 @@ struct farm_node {
 	/* The configuration that let this machine go after a graceful
 	 * leave (farm_view.left; leave.c); 0: none. */
 	uint64_t left_cfg;
+	/* Set once farm_node_close begins (release store there, acquire
+	 * loads in leave.c): a graceful leave still waiting gives up
+	 * (-ECANCELED) instead of holding the close for its timeout. */
+	atomic_bool closing;
 	/* The membership once farm_membership_open returned (under lock):
 	 * views may come before, on its worker, which must not read n->mem
 	 * while open writes it. */

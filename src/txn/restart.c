@@ -100,9 +100,10 @@
  * install the kill cut short (its run or slot is freed whole by the
  * allocator, and a large array's run is retired in the block table); a
  * single-machine commit's free with no backup (no record) killed between
- * its install and the allocator's free; a deferred free killed between
- * the adopter's clearing of its mark and its free (an instant). Each is
- * installed but its slot is not freed (a leak, never a wrong value).
+ * its install and the allocator's free. Each is installed but its slot is
+ * not freed (a leak, never a wrong value). A deferred free killed after
+ * the adopter freed its header and before it cleared the mark is found
+ * marked and free: unlocked, not freed again (unlock_one).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -574,7 +575,12 @@ static uint64_t free_committed(farm_txm *m, const struct rs_rec *r)
  * freed it. Its records may all be truncated, so free_committed may not
  * have seen it; its backups applied the COMMIT-BACKUP's freed header, the
  * same word. The walk read the incarnation word allocated just before,
- * and nothing else runs on the copies during the restart.
+ * and nothing else runs on the copies during the restart. Also called
+ * for a free slot that is locked or marked (farm_alloc_walk_region_locked):
+ * a deferred free the kill cut short after the adopter freed its header
+ * (farm_slab_free_unlock): its header is not freed again, only unlocked
+ * (a slot allocated again locked would refuse every writer, and data
+ * recovery's copy would read it again forever).
  */
 static void unlock_one(void *ctx, struct farm_objhdr *obj, uint32_t lines)
 {
@@ -711,9 +717,9 @@ static int unlock_all(farm_txm *m, const uint32_t *regions, unsigned nregions,
 		farm_region *r = farm_as_local_region(m->as, regions[i], NULL);
 		if (!r)
 			continue;
-		int w = farm_alloc_walk_region(farm_region_base(r),
-		                               farm_region_size(r), regions[i],
-		                               unlock_one, st);
+		int w = farm_alloc_walk_region_locked(
+		        farm_region_base(r), farm_region_size(r), regions[i],
+		        unlock_one, unlock_one, st);
 		if (w < 0) {
 			if (err && errlen)
 				snprintf(err, errlen,

@@ -310,6 +310,15 @@ enum farm_fault_point {
 	 * before its successors' copies are complete (tests/test_leave_node.c
 	 * --broken must lose copies). */
 	FARM_FP_LEAVE_EARLY,
+	/* node/leave.c, a switch: while hooked, every step of a graceful
+	 * leave says "not yet" (its view never comes), so the leave runs
+	 * until its timeout or a close (tests/test_leave_close.c). */
+	FARM_FP_LEAVE_HOLD,
+	/* node/leave.c, a switch: while hooked, a graceful leave ignores
+	 * farm_node_close's closing flag, as before the flag, and holds the
+	 * close for the leave's whole timeout (tests/test_leave_close.c
+	 * --broken-cancel). */
+	FARM_FP_LEAVE_NO_CANCEL,
 	/* Crash points of growth's handoff (tests/test_datarec.c
 	 * --grow-crash): the grower kills itself at one step of it.
 	 * txn/copy.c: a step of a copy into this machine applied, more to
@@ -407,6 +416,23 @@ enum farm_fault_point {
 	 * say, so objects changed since the source was a replica stay stale
 	 * (test_datarec --stale --broken). */
 	FARM_FP_DATAREC_STALE_EQUAL,
+	/* hashtable/ht.c, a switch: while hooked, farm_ht_detach frees the
+	 * loop's lookup state at once, lookups still in flight or not (the
+	 * code before they were counted; tests/test_ht_detach.c
+	 * --broken-detach must see them run on freed memory). */
+	FARM_FP_HT_DETACH_NOW,
+	/* alloc/slab.c, a crash point of a deferred free's end
+	 * (farm_slab_free_unlock, the adopter's): the object's header freed,
+	 * its version word still locked and marked FARM_OBJHDR_FREE_PENDING,
+	 * the slot not yet reusable (with FARM_FP_ALLOC_MARK_FIRST: the mark
+	 * already off, the header still allocated). tests/test_restart_copy.c
+	 * --scan-kill parks the adopter here and cuts the power. */
+	FARM_FP_ALLOC_FREED_MARKED,
+	/* alloc/galloc_adopt.c, a switch: while hooked, the adopter clears a
+	 * deferred free's mark before it frees the header (the order before
+	 * farm_slab_free_unlock): a kill between the two leaks the slot
+	 * (tests/test_restart_copy.c --broken-order). */
+	FARM_FP_ALLOC_MARK_FIRST,
 	FARM_FP_COUNT
 };
 

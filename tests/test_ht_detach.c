@@ -1,0 +1,242 @@
+/*
+ * A loop detached from the hashtable (farm_ht_detach) while lookups are
+ * in flight on it, on three in-process machines driven by one thread
+ * (asnodes.h): machine 1's loop starts four lookups that each come back
+ * on a later pass (farm_ht_get and farm_ht_get_first, of a key in its
+ * own shard, whose copy is deferred a pass, and of a key in another
+ * machine's, a READ), none answered yet, then detaches. Each must be
+ * answered exactly once, with -ECANCELED, when the loop runs on, and
+ * the loop attached again must answer both keys. Under AddressSanitizer
+ * (make asan) nothing may touch freed memory.
+ *
+ * The run is a child process judged by its exit status, so that a
+ * broken run's crash is a finding, not the end of the test.
+ *
+ * --broken-detach: the detach frees the loop's lookup state at once
+ * (FARM_FP_HT_DETACH_NOW, the code before lookups were counted): the
+ * lookups then run on freed memory, and the child must fail (a wrong
+ * answer, a crash, or a sanitizer's report).
+ */
+#include "asnodes.h"
+#include "brokenarg.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "hashtable/ht.h"
+#include "hashtable/ht_int.h"
+#include "util/fault.h"
+
+#define RSIZE (32ull << 20)
+
+static struct asn_cluster C;
+static farm_ht *H[3];
+
+static void hook(struct asn *x, unsigned i)
+{
+	if (farm_ht_create(x->txm, x->as, x->ga, x->msg, NULL, &H[i]))
+		abort();
+}
+
+struct res {
+	int done, calls, status;
+};
+
+static void op_cb(farm_loop *loop, void *ctx, int status)
+{
+	(void)loop;
+	struct res *r = ctx;
+	r->status = status;
+	r->done = 1;
+}
+
+static void get_cb(farm_loop *loop, void *ctx, int status, const void *val,
+                   uint32_t len)
+{
+	(void)loop;
+	(void)val;
+	(void)len;
+	struct res *r = ctx;
+	r->calls++;
+	r->status = status;
+	r->done = 1;
+}
+
+static struct farm_ht_shard made; /* shard_cb's */
+
+static void shard_cb(farm_loop *loop, void *ctx, int status,
+                     struct farm_ht_shard sd)
+{
+	(void)loop;
+	struct res *r = ctx;
+	r->status = status;
+	made = sd;
+	r->done = 1;
+}
+
+/* The child's checks: a finding is said on stderr and exits 1. */
+#define CHECK(cond, ...)                                            \
+	do {                                                        \
+		if (!(cond)) {                                      \
+			fprintf(stderr, "ht_detach: " __VA_ARGS__); \
+			fputc('\n', stderr);                        \
+			exit(1);                                    \
+		}                                                   \
+	} while (0)
+
+/* A key of 16 bytes whose shard is @shard of 3. */
+static void key_in(unsigned shard, char k[16])
+{
+	for (unsigned i = 0;; i++) {
+		memset(k, 0, 16);
+		snprintf(k, 16, "detach-%u", i);
+		if (farm_ht_shard_index(farm_ht_hash(k, 16), 3) == shard)
+			return;
+	}
+}
+
+static int get_now(unsigned m, const char *k)
+{
+	struct res r = {0};
+	int rc = farm_ht_get(H[m], C.m[m].loop, k, 16, get_cb, &r);
+	if (rc)
+		return rc;
+	asn_wait(&C, &r.done);
+	return r.status;
+}
+
+/* The child's machines' directories, told to the parent, which removes
+ * them once the child is gone (a broken run's child dies holding them). */
+static int dirs_fd = -1;
+
+static int child(void)
+{
+	asn_open(&C, 3, RSIZE, hook);
+	for (unsigned i = 0; i < 3; i++)
+		CHECK(!tu_send(dirs_fd, C.m[i].dir, sizeof(C.m[i].dir)),
+		      "telling the parent machine %u's directory", i);
+	close(dirs_fd);
+	for (unsigned i = 0; i < 3; i++)
+		CHECK(!farm_ht_attach(H[i], C.m[i].loop), "attach %u", i);
+	/* A shard per machine, shard i made by machine i. */
+	struct farm_ht_shard sd[3];
+	for (unsigned i = 0; i < 3; i++) {
+		struct res s = {0};
+		CHECK(!farm_ht_make_shard(H[i], C.m[i].loop, 8, shard_cb, &s),
+		      "make shard %u", i);
+		asn_wait(&C, &s.done);
+		CHECK(!s.status, "shard %u: %d", i, s.status);
+		sd[i] = made;
+	}
+	for (unsigned i = 0; i < 3; i++)
+		CHECK(!farm_ht_set_shards(H[i], sd, 3), "set shards %u", i);
+	char local[16], remote[16];
+	key_in(0, local);
+	key_in(1, remote);
+	for (unsigned i = 0; i < 2; i++) {
+		struct res r = {0};
+		CHECK(!farm_ht_put(H[0], C.m[0].loop, i ? remote : local, 16,
+		                   "value", 5, op_cb, &r),
+		      "put");
+		asn_wait(&C, &r.done);
+		CHECK(!r.status, "put: %d", r.status);
+	}
+	CHECK(get_now(0, local) == 0 && get_now(0, remote) == 0,
+	      "the keys are not found before the detach");
+
+	/* In flight across the detach: each comes back on a later pass. */
+	struct res r[4] = {{0}};
+	farm_loop *loop = C.m[0].loop;
+	CHECK(!farm_ht_get(H[0], loop, local, 16, get_cb, &r[0]), "get");
+	CHECK(!farm_ht_get(H[0], loop, remote, 16, get_cb, &r[1]), "get");
+	CHECK(!farm_ht_get_first(H[0], loop, local, 16, get_cb, &r[2]),
+	      "get_first");
+	CHECK(!farm_ht_get_first(H[0], loop, remote, 16, get_cb, &r[3]),
+	      "get_first");
+	for (unsigned i = 0; i < 4; i++)
+		CHECK(!r[i].calls, "lookup %u answered before the detach", i);
+	farm_ht_detach(H[0], loop);
+	for (unsigned i = 0; i < 4; i++)
+		asn_wait(&C, &r[i].done);
+	/* More passes: a lookup answered twice would show now. */
+	for (unsigned k = 0; k < 16; k++)
+		asn_pump(&C);
+	for (unsigned i = 0; i < 4; i++) {
+		printf("ht_detach: lookup %u answered %d time(s): %d\n", i,
+		       r[i].calls, r[i].status);
+		CHECK(r[i].calls == 1 && r[i].status == -ECANCELED,
+		      "lookup %u in flight at the detach: %d answer(s), "
+		      "status %d (want one, -ECANCELED)",
+		      i, r[i].calls, r[i].status);
+	}
+	/* Detached: nothing starts. Attached again: both keys answer. */
+	struct res none = {0};
+	CHECK(farm_ht_get(H[0], loop, local, 16, get_cb, &none) == -EINVAL,
+	      "a lookup started on a detached loop");
+	CHECK(!farm_ht_attach(H[0], loop), "attach again");
+	CHECK(get_now(0, local) == 0 && get_now(0, remote) == 0,
+	      "the keys are not found after attaching again");
+	for (unsigned i = 0; i < 3; i++) {
+		farm_ht_detach(H[i], C.m[i].loop);
+		farm_ht_destroy(H[i]);
+	}
+	asn_close(&C);
+	fflush(stdout);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	bool broken = false;
+	if (argc == 2 && !strcmp(argv[1], "--broken-detach")) {
+		broken = true;
+	} else if (argc != 1) {
+		fprintf(stderr, "usage: %s [--broken-detach]\n", argv[0]);
+		return 2;
+	}
+	if (broken) {
+		if (!farm_fault_built()) {
+			printf("skipped: built without fault injection\n");
+			return FARM_TEST_SKIP;
+		}
+		/* Inherited by the child (forked). */
+		if (farm_fault_set(FARM_FP_HT_DETACH_NOW, tu_switch_on, NULL))
+			return 1;
+	}
+	fflush(stdout);
+	int fds[2];
+	if (pipe(fds))
+		return 1;
+	pid_t pid = fork();
+	if (pid < 0)
+		return 1;
+	if (pid == 0) {
+		close(fds[0]);
+		dirs_fd = fds[1];
+		_exit(child());
+	}
+	close(fds[1]);
+	char dir[sizeof(C.m[0].dir)];
+	char dirs[3][sizeof(C.m[0].dir)];
+	unsigned nd = 0;
+	while (nd < 3 && tu_recv(fds[0], dir, sizeof(dir)) == 0)
+		memcpy(dirs[nd++], dir, sizeof(dir));
+	close(fds[0]);
+	int st = tu_reap(pid);
+	for (unsigned i = 0; i < nd; i++) /* gone already after a clean run */
+		tu_rmtree(dirs[i]);
+	if (broken) {
+		if (!st) {
+			printf("ht_detach --broken-detach: the lookups ran on "
+			       "after the detach freed their state, and no "
+			       "check noticed\n");
+			return 1;
+		}
+		printf("ht_detach --broken-detach: the child failed (%d), as "
+		       "it must\n",
+		       st);
+		return 0;
+	}
+	printf("ht_detach: the child %s (%d)\n", st ? "failed" : "passed", st);
+	return st ? 1 : 0;
+}
