@@ -188,6 +188,7 @@ struct shared {
 		_Atomic uint64_t loaded;
 	} m[MAXM];
 	farm_kv_table_stats hst[MAXM];
+	farm_txm_stats tst[MAXM]; /* each machine's, after its last command */
 	struct mres res[MAXM];
 };
 extern struct shared *g_sh;

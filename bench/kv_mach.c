@@ -703,6 +703,7 @@ int kb_machine_main(uint32_t id, const char *base, uint64_t nkeys, int cpu)
 		        (farm_kv_table_stats){.size = sizeof(g_sh->hst[id])};
 		if (farm_kv_table_stats_get(m.kv, &g_sh->hst[id]))
 			g_sh->hst[id] = (farm_kv_table_stats){0};
+		farm_txm_stats_get(farm_node_txm(m.node), &g_sh->tst[id]);
 		if (rc) {
 			g_sh->m[id].err = rc;
 			atomic_store(&g_sh->m[id].state, ST_FAILED);

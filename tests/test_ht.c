@@ -597,7 +597,7 @@ static void test_moves(void **state)
 
 /* ---- lookups during moves ------------------------------------------------ */
 
-#define CH_STABLE 60u  /* keys put once, then only looked up */
+#define CH_STABLE 60u  /* keys always present: looked up, updated in place */
 #define CH_CHURN  120u /* keys put and deleted at random */
 #define CH_OPS    30000u
 #define CH_WINDOW 16u
@@ -634,7 +634,9 @@ static void ch_get_cb(farm_loop *loop, void *ctx, int status, const void *val,
 	ch_key(o->key, k);
 	Ch_inflight--;
 	if (o->key < CH_STABLE) {
-		/* Never changed: found with its value whatever moves. */
+		/* Always present: found, with a value it was given (32
+		 * bytes, the key first), whatever moves and whatever
+		 * updates its slot in place meanwhile. */
 		if (status || len != 32 || memcmp(val, k, 16))
 			Ch_bad++;
 		Ch_stable_found += !status;
@@ -649,21 +651,27 @@ static void ch_get_cb(farm_loop *loop, void *ctx, int status, const void *val,
 	free(o);
 }
 
-/* The next churn operation after draw @r: its key (half stable, half
- * churning) and kind into *@key, *@put, issued on machine @m with @o as
- * the continuation's argument (puts write the key then @issued bytes, 32
- * or 100 of them). */
+/* The next churn operation after draw @r: its key and kind into *@key,
+ * *@put (r < 4 a lookup of a stable key; 4 an update in place of one or
+ * a lookup of a churning key, even odds; 5 and 6 a put, 7 a delete of a
+ * churning key), issued on machine @m
+ * with @o as the continuation's argument (puts write the key then @issued
+ * bytes, 32 or 100 of them; a stable key's always 32, so it stays in its
+ * slot). */
 static int ch_issue(unsigned m, uint64_t *seed, uint64_t issued, unsigned r,
                     unsigned *key, int *put, farm_op_fn on_op,
                     farm_ht_get_fn on_get, void *o)
 {
 	char k[17], v[100];
-	*key = r < 4 ? (unsigned)(farm_rand64(seed) % CH_STABLE)
-	             : CH_STABLE + (unsigned)(farm_rand64(seed) % CH_CHURN);
-	*put = r < 5 ? 0 : r < 7 ? 1 : 2;
+	bool upd = r == 4 && farm_rand64(seed) % 2;
+	*key = r < 4 || upd
+	               ? (unsigned)(farm_rand64(seed) % CH_STABLE)
+	               : CH_STABLE + (unsigned)(farm_rand64(seed) % CH_CHURN);
+	*put = upd || r == 5 || r == 6 ? 1 : r == 7 ? 2 : 0;
 	ch_key(*key, k);
 	if (*put == 1) {
-		uint32_t vl = farm_rand64(seed) % 4 ? 32 : 100;
+		uint32_t vl = *key < CH_STABLE || farm_rand64(seed) % 4 ? 32
+		                                                        : 100;
 		memset(v, (int)issued, sizeof(v));
 		memcpy(v, k, 16);
 		return farm_ht_put(H[m], C.m[m].loop, k, 16, v, vl, on_op, o);

@@ -7,9 +7,10 @@
  * home bucket b in it. A bucket holds H/2 slots; a key lives in its home
  * bucket or the next one, so a lookup is one one-sided READ of buckets b
  * and b+1 (adjacent objects), validated object by object and by the pair's
- * joint version: every transaction that changes bucket x bumps the joint
- * versions of (x-1, x) and (x, x+1), kept in both buckets of each pair
- * (x's bwd and fwd fields). When no slot in reach can be freed by hopping,
+ * joint version: every transaction that changes which keys bucket x holds
+ * bumps the joint versions of (x-1, x) and (x, x+1), kept in both buckets
+ * of each pair (x's bwd and fwd fields); an update in place bumps none.
+ * When no slot in reach can be freed by hopping,
  * a key goes to its home bucket's overflow chain (blocks of 2 slots,
  * allocated next to the shard) instead of resizing.
  *

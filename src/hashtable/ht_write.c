@@ -452,7 +452,14 @@ int farm_ht_apply_put(struct wctx *w, const uint8_t *key, uint32_t klen,
 	int rc = find_key(w, home, key, klen, hash, &lc);
 	if (rc)
 		return rc;
-	if (lc.where == 1) { /* update in its bucket */
+	if (lc.where == 1) {
+		/* Update in its bucket: the key stays in the slot it is in,
+		 * so no pair's set of keys changes and the joint versions,
+		 * which only tell a lookup that pairs moved between the two
+		 * buckets or a chain, are left alone. A lookup takes a slot as
+		 * of one instant of its bucket (the object's own version), so
+		 * it sees the old or the new value. The commit so writes (and
+		 * logs, locks, installs) this one bucket instead of three. */
 		uint8_t *bd;
 		if ((rc = farm_ht_wbucket(w, lc.bucket, &bd)))
 			return rc;
@@ -460,7 +467,7 @@ int farm_ht_apply_put(struct wctx *w, const uint8_t *key, uint32_t klen,
 		if ((rc = drop_indirect(w, s)))
 			return rc;
 		place(w, s, key, klen, hash, val, vlen);
-		return farm_ht_bump_pairs(w, lc.bucket);
+		return 0;
 	}
 	if (lc.where == 2) { /* update in its chain block */
 		uint8_t *blk;
