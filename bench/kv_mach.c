@@ -147,6 +147,12 @@ struct eng {
 	uint64_t cnt_inserts, cnt_scans, cnt_scan_pairs, cnt_rmws;
 	uint64_t sample_mask;
 	int first_err;
+	/* The gets a pass issues, started together by one farm_kv_get_many
+	 * (the client's window); off: one farm_kv_get each (--single-gets,
+	 * and outside the measured workloads). */
+	bool window;
+	unsigned nwin;
+	struct op *win[FARM_KV_GET_MANY_MAX];
 };
 
 static void eng_sample(struct eng *e, struct op *o)
@@ -303,6 +309,37 @@ static int do_scan(struct eng *e, struct op *o)
 	return 0;
 }
 
+/* Start the window's gets in one call. A get refused for want of a
+ * lookup slot (-EAGAIN, -ENOBUFS) goes back to the free ops as a refused
+ * issue does; returns the first other refusal, or 0. */
+static int eng_flush(struct eng *e)
+{
+	const void *keys[FARM_KV_GET_MANY_MAX];
+	uint32_t klens[FARM_KV_GET_MANY_MAX];
+	void *ctxs[FARM_KV_GET_MANY_MAX];
+	int rcs[FARM_KV_GET_MANY_MAX];
+	unsigned n = e->nwin;
+	e->nwin = 0;
+	if (!n)
+		return 0;
+	for (unsigned i = 0; i < n; i++) {
+		keys[i] = e->win[i]->kb;
+		klens[i] = g_opt.ksize;
+		ctxs[i] = e->win[i];
+	}
+	int rc = farm_kv_get_many(e->m->kv, e->m->loop, n, keys, klens, get_cb,
+	                          ctxs, rcs);
+	for (unsigned i = 0; i < n; i++) {
+		int r = rc ? rc : rcs[i];
+		if (!r)
+			continue;
+		op_free(e, e->win[i]);
+		if (r != -EAGAIN && r != -ENOBUFS && !rc)
+			rc = r;
+	}
+	return rc;
+}
+
 /* Issue stream entry @s as an operation on free op @o: 0 (in flight, or
  * done already: a scan), or -EAGAIN/-ENOBUFS (try later). */
 static int issue(struct eng *e, struct op *o, int wl, uint32_t s)
@@ -349,6 +386,11 @@ static int issue(struct eng *e, struct op *o, int wl, uint32_t s)
 		rc = farm_kv_put(m->kv, m->loop, o->kb, g_opt.ksize, o->vals,
 		                 g_opt.vsize,
 		                 o->kind == OP_LOAD ? load_cb : put_cb, o);
+	} else if (e->window) {
+		if (e->nwin == FARM_KV_GET_MANY_MAX && (rc = eng_flush(e)))
+			return rc;
+		e->win[e->nwin++] = o; /* started by eng_flush */
+		rc = 0;
 	} else {
 		rc = farm_kv_get(m->kv, m->loop, o->kb, g_opt.ksize, get_cb, o);
 	}
@@ -572,6 +614,7 @@ static int do_run(struct mach *m, int wl, unsigned depth, uint64_t go,
 		return rc;
 	if (depth == 1)
 		e.sample_mask = 0;
+	e.window = !g_opt.single_gets;
 	r->nsamp = 0;
 	uint64_t start = go - warm, end = go + dur, t0 = 0, t1 = 0;
 	uint64_t now;
@@ -610,6 +653,11 @@ static int do_run(struct mach *m, int wl, unsigned depth, uint64_t go,
 				break;
 			}
 		}
+		if ((rc = eng_flush(&e))) {
+			fprintf(stderr, PROG ": machine %u: %s\n", m->id,
+			        farm_strerror(rc));
+			goto out;
+		}
 		(void)farm_loop_poll(m->loop);
 		if (interrupted) {
 			rc = -EINTR;
@@ -627,7 +675,9 @@ static int do_run(struct mach *m, int wl, unsigned depth, uint64_t go,
 	r->scan_pairs = e.cnt_scan_pairs;
 	r->rmws = e.cnt_rmws;
 	r->ns = t1 - t0;
-out:;
+out:
+	while (e.nwin) /* never started */
+		op_free(&e, e.win[--e.nwin]);
 	int rc2 = eng_drain(&e, bu_now_ns() + 10 * NS);
 	r->errors = e.err;
 	r->notfound = e.notfound;

@@ -41,6 +41,7 @@ struct get_op {
 	struct get_op *next_free;
 	const uint8_t *lp; /* local shard: the buckets, copied when due */
 	uint64_t cfg;      /* the configuration the buckets were found in */
+	struct get_op *gnext; /* farm_ht_get_many: the group's next local */
 };
 
 void farm_ht_gets_free(struct htloop *l)
@@ -346,7 +347,11 @@ static void get_local_done(farm_loop *loop, void *ctx, int status)
 	get_buckets(g);
 }
 
-static void get_start(struct get_op *g)
+/* The bucket pair's read: here, prefetched now and copied on a later
+ * pass (one deferred item of its own, or, with @group, appended to the
+ * caller's list of a group's local lookups, completed by one item);
+ * elsewhere, one READ. */
+static void get_start_in(struct get_op *g, struct get_op ***group)
 {
 	farm_ht *h = g->h;
 	uint32_t bb = 64u * h->bucket_lines;
@@ -360,6 +365,12 @@ static void get_start(struct get_op *g)
 		for (uint32_t o = 0; o < 2 * bb; o += 64)
 			__builtin_prefetch(p + o, 0, 3);
 		g->lp = p;
+		if (group) {
+			g->gnext = NULL;
+			**group = g;
+			*group = &g->gnext;
+			return;
+		}
 		/* Copy and complete on a later pass, as a remote read
 		 * would. */
 		if (farm_loop_defer(g->l->loop, get_local_done, g))
@@ -377,6 +388,11 @@ static void get_start(struct get_op *g)
 	}
 	if (rc)
 		get_end(g, read_err(rc), NULL, 0);
+}
+
+static void get_start(struct get_op *g)
+{
+	get_start_in(g, NULL);
 }
 
 /* What every lookup starts with: its arguments checked, its loop state,
@@ -397,15 +413,13 @@ static int lookup_prep(farm_ht *h, farm_loop *loop, const void *key,
 	return *sd ? 0 : -ENOENT;
 }
 
-int farm_ht_get(farm_ht *h, farm_loop *loop, const void *key, uint32_t klen,
-                farm_ht_get_fn cont, void *ctx)
+/* A lookup's state, from the loop's free list, with its bucket buffer
+ * and its epoch operation begun; its hash, shard and home still to set.
+ * -EAGAIN: this loop's buffers are all in flight. */
+static int get_new(farm_ht *h, struct htloop *l, const void *key,
+                   uint32_t klen, farm_ht_get_fn cont, void *ctx,
+                   struct get_op **out)
 {
-	struct htloop *l;
-	uint64_t hash;
-	const struct farm_ht_shard *sd;
-	int rc = lookup_prep(h, loop, key, klen, cont != NULL, &l, &hash, &sd);
-	if (rc)
-		return rc;
 	struct get_op *g = l->free_gets;
 	if (g) {
 		l->free_gets = g->next_free;
@@ -430,22 +444,110 @@ int farm_ht_get(farm_ht *h, farm_loop *loop, const void *key, uint32_t klen,
 	g->l = l;
 	memcpy(g->key, key, klen);
 	g->klen = klen;
-	g->hash = hash;
-	g->sd = sd;
-	g->b = home_of(hash, sd->nbuckets);
 	g->cont = cont;
 	g->ctx = ctx;
 	/* Buckets, chain blocks and value objects it reaches must not change
 	 * size class until it is done (epochs). */
-	if ((rc = farm_lf_begin(h->txm, loop, &g->ep))) {
+	int rc = farm_lf_begin(h->txm, l->loop, &g->ep);
+	if (rc) {
 		buf_put(l, g->img);
 		g->img = NULL;
 		g->next_free = l->free_gets;
 		l->free_gets = g;
 		return rc; /* the loop has no transactions attached */
 	}
+	*out = g;
+	return 0;
+}
+
+int farm_ht_get(farm_ht *h, farm_loop *loop, const void *key, uint32_t klen,
+                farm_ht_get_fn cont, void *ctx)
+{
+	struct htloop *l;
+	uint64_t hash;
+	const struct farm_ht_shard *sd;
+	int rc = lookup_prep(h, loop, key, klen, cont != NULL, &l, &hash, &sd);
+	if (rc)
+		return rc;
+	struct get_op *g;
+	if ((rc = get_new(h, l, key, klen, cont, ctx, &g)))
+		return rc;
+	g->hash = hash;
+	g->sd = sd;
+	g->b = home_of(hash, sd->nbuckets);
 	hl_count(l, T_LOOKUPS, 1);
 	get_start(g);
+	return 0;
+}
+
+/* One farm_ht_get_many group's local lookups, a pass after their pairs
+ * were prefetched: each completes as farm_ht_get's get_local_done, one
+ * deferred item for them all. */
+static void get_group_done(farm_loop *loop, void *ctx, int status)
+{
+	for (struct get_op *g = ctx, *next; g; g = next) {
+		next = g->gnext;
+		get_local_done(loop, g, status);
+	}
+}
+
+/* G-Opt's stages over the lookups started: every key hashed (four at a
+ * time), its shard and home found, then every pair's read issued (the
+ * local ones prefetched, back to back, the remote ones batched by the
+ * loop into one READ list per machine), and the local ones completed
+ * together a pass later. */
+static void get_many_start(farm_ht *h, struct htloop *l, struct get_op **gs,
+                           unsigned m)
+{
+	const uint8_t *kp[FARM_HT_BATCH_MAX];
+	uint32_t kl[FARM_HT_BATCH_MAX];
+	uint64_t hs[FARM_HT_BATCH_MAX];
+	for (unsigned j = 0; j < m; j++) {
+		kp[j] = gs[j]->key;
+		kl[j] = gs[j]->klen;
+	}
+	farm_ht_hash_many(kp, kl, m, hs);
+	for (unsigned j = 0; j < m; j++) {
+		struct get_op *g = gs[j];
+		g->hash = hs[j];
+		g->sd = farm_ht_shard_of(h, hs[j], NULL);
+		g->b = home_of(hs[j], g->sd->nbuckets);
+	}
+	hl_count(l, T_LOOKUPS, m);
+	struct get_op *local = NULL, **tail = &local;
+	for (unsigned j = 0; j < m; j++)
+		get_start_in(gs[j], &tail);
+	if (local && farm_loop_defer(l->loop, get_group_done, local))
+		for (struct get_op *g = local, *next; g; g = next) {
+			next = g->gnext;
+			get_end(g, -ENOMEM, NULL, 0);
+		}
+}
+
+int farm_ht_get_many(farm_ht *h, farm_loop *loop, unsigned n,
+                     const void *const *keys, const uint32_t *klens,
+                     farm_ht_get_fn cont, void *const *ctxs, int *rcs)
+{
+	struct htloop *l = h && loop ? hl_of(h, loop) : NULL;
+	if (!l || !cont || (n && (!keys || !klens || !ctxs || !rcs)))
+		return -EINVAL;
+	if (n > FARM_HT_BATCH_MAX)
+		return -E2BIG;
+	struct get_op *gs[FARM_HT_BATCH_MAX];
+	unsigned m = 0;
+	for (unsigned i = 0; i < n; i++) {
+		int rc = farm_ht_check_key(keys[i], klens[i]);
+		if (!rc && !h->nshards)
+			rc = -ENOENT; /* as lookup_prep: no shards yet */
+		if (!rc)
+			rc = get_new(h, l, keys[i], klens[i], cont, ctxs[i],
+			             &gs[m]);
+		rcs[i] = rc;
+		if (!rc)
+			m++;
+	}
+	if (m)
+		get_many_start(h, l, gs, m);
 	return 0;
 }
 
