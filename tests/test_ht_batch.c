@@ -107,8 +107,8 @@ static int get_many1(unsigned m, const void *k, uint32_t kl)
 	R.done = 0;
 	const void *ks[1] = {k};
 	void *cs[1] = {&R};
-	int rc, st = farm_ht_get_many(H[m], C.m[m].loop, 1, ks, &kl, get_cb,
-	                              cs, &rc);
+	int rc, st = farm_ht_get_many(H[m], C.m[m].loop, 1, ks, &kl, get_cb, cs,
+	                              &rc);
 	if (st)
 		return st;
 	if (!rc)
@@ -245,8 +245,8 @@ static void check_many(unsigned m)
 			rs[j].done = 0;
 			cs[j] = &rs[j];
 		}
-		assert_int_equal(farm_ht_get_many(H[m], C.m[m].loop, n, ks,
-		                                  kls, get_cb, cs, rcs),
+		assert_int_equal(farm_ht_get_many(H[m], C.m[m].loop, n, ks, kls,
+		                                  get_cb, cs, rcs),
 		                 0);
 		assert_int_equal(rcs[nk], kls[nk] ? -E2BIG : -EINVAL);
 		for (unsigned j = 0; j < nk; j++) {
@@ -259,8 +259,7 @@ static void check_many(unsigned m)
 			                 k->present ? 0 : -ENOENT);
 			if (k->present) {
 				assert_int_equal(rs[j].len, k->vlen);
-				assert_memory_equal(rs[j].val, k->val,
-				                    k->vlen);
+				assert_memory_equal(rs[j].val, k->val, k->vlen);
 			}
 		}
 		assert_int_equal(rs[nk].done, 0);
@@ -340,15 +339,15 @@ static void test_bad_input(void **state)
 	uint32_t kl = 1;
 	void *cs[1] = {&R};
 	int rc = 1;
-	assert_int_equal(farm_ht_get_many(NULL, C.m[0].loop, 1, ks, &kl,
-	                                  get_cb, cs, &rc),
-	                 -EINVAL);
-	assert_int_equal(farm_ht_get_many(H[0], C.m[1].loop, 1, ks, &kl,
-	                                  get_cb, cs, &rc),
-	                 -EINVAL);
-	assert_int_equal(farm_ht_get_many(H[0], C.m[0].loop, 1, ks, &kl, NULL,
+	assert_int_equal(farm_ht_get_many(NULL, C.m[0].loop, 1, ks, &kl, get_cb,
 	                                  cs, &rc),
 	                 -EINVAL);
+	assert_int_equal(farm_ht_get_many(H[0], C.m[1].loop, 1, ks, &kl, get_cb,
+	                                  cs, &rc),
+	                 -EINVAL);
+	assert_int_equal(
+	        farm_ht_get_many(H[0], C.m[0].loop, 1, ks, &kl, NULL, cs, &rc),
+	        -EINVAL);
 	assert_int_equal(farm_ht_get_many(H[0], C.m[0].loop, 1, NULL, &kl,
 	                                  get_cb, cs, &rc),
 	                 -EINVAL);
@@ -669,8 +668,8 @@ static void test_window_get(void **state)
 			torn++;
 	}
 	assert_int_equal(farm_fault_set(FARM_FP_HT_SLOT_WINDOW, NULL, NULL), 0);
-	printf("window (farm_ht_get and _many): %u installs in %u lookups; %u whole, "
-	       "%u torn, %u failures\n",
+	printf("window (farm_ht_get, _many): %u installs in %u lookups; "
+	       "%u whole, %u torn, %u failures\n",
 	       w.installs, rounds, found, torn, bad);
 	/* Every lookup took the slot's copy, inside the window. */
 	assert_int_equal(w.installs, rounds);

@@ -176,8 +176,8 @@ static void check_get_many(farm_kv *kv, farm_loop *loop)
 	assert_int_equal(farm_kv_get_many(kv, loop, FARM_KV_GET_MANY_MAX + 1,
 	                                  ks, kls, get_cb, cs, rcs),
 	                 -E2BIG);
-	assert_int_equal(
-	        farm_kv_get_many(kv, loop, 6, ks, kls, NULL, cs, rcs), -EINVAL);
+	assert_int_equal(farm_kv_get_many(kv, loop, 6, ks, kls, NULL, cs, rcs),
+	                 -EINVAL);
 	assert_int_equal(
 	        farm_kv_get_many(NULL, loop, 6, ks, kls, get_cb, cs, rcs),
 	        -EINVAL);

@@ -39,8 +39,8 @@ struct get_op {
 	int stage;     /* 0 buckets, 1 chain block, 2 indirect value */
 	farm_lf_op ep; /* an epoch operation from start to continuation */
 	struct get_op *next_free;
-	const uint8_t *lp; /* local shard: the buckets, copied when due */
-	uint64_t cfg;      /* the configuration the buckets were found in */
+	const uint8_t *lp;    /* local shard: the buckets, copied when due */
+	uint64_t cfg;         /* the configuration the buckets were found in */
 	struct get_op *gnext; /* farm_ht_get_many: the group's next local */
 };
 
@@ -416,9 +416,8 @@ static int lookup_prep(farm_ht *h, farm_loop *loop, const void *key,
 /* A lookup's state, from the loop's free list, with its bucket buffer
  * and its epoch operation begun; its hash, shard and home still to set.
  * -EAGAIN: this loop's buffers are all in flight. */
-static int get_new(farm_ht *h, struct htloop *l, const void *key,
-                   uint32_t klen, farm_ht_get_fn cont, void *ctx,
-                   struct get_op **out)
+static int get_new(farm_ht *h, struct htloop *l, const void *key, uint32_t klen,
+                   farm_ht_get_fn cont, void *ctx, struct get_op **out)
 {
 	struct get_op *g = l->free_gets;
 	if (g) {

@@ -56,9 +56,7 @@ int farm_kv_get_many(farm_kv *kv, farm_loop *loop, unsigned n,
 		return 0;
 	int rc = farm_ht_get_many(kv->ht, loop, m, ks, ls, cont, cs, rs);
 	for (unsigned j = 0; j < m; j++)
-		rcs[at[j]] = rc                ? rc
-		             : rs[j] == -E2BIG ? -EMSGSIZE
-		                               : rs[j];
+		rcs[at[j]] = rc ? rc : rs[j] == -E2BIG ? -EMSGSIZE : rs[j];
 	return 0;
 }
 
