@@ -141,6 +141,7 @@ struct opts {
 	double seconds, occupancy;
 	bool quick, peers, small, pin;
 	bool single_gets;  /* --single-gets: farm_kv_get per op, no window */
+	bool alt_gets;     /* --alt-gets: window and single gets take turns */
 	bool demo;         /* --demo: make demo's short run (print_demo) */
 	char zk[256];      /* --zk: ZooKeeper membership */
 	char zk_root[256]; /* per cluster start, under /libfarm */
