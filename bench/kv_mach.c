@@ -599,6 +599,27 @@ int kb_make_stream(struct mach *m, int wl)
 	return 0;
 }
 
+/* One pass's issues: every free op, at most depth of them (scans finish
+ * at once, and the loop must still be polled between them), up to the
+ * first refused for want of room; then the window's gets started. 0, or
+ * the first other refusal. */
+static int issue_pass(struct eng *e, int wl)
+{
+	for (unsigned n = 0; e->nfree && n < e->nops; n++) {
+		struct op *o = &e->ops[e->freel[e->nfree - 1]];
+		e->nfree--;
+		uint32_t k = e->m->stream[e->gen++ % STREAM_LEN];
+		int rc = issue(e, o, wl, k);
+		if (rc) {
+			e->freel[e->nfree++] = (unsigned)(o - e->ops);
+			if (rc != -EAGAIN && rc != -ENOBUFS)
+				return rc; /* the window: released by do_run */
+			break;
+		}
+	}
+	return eng_flush(e);
+}
+
 /* --alt-gets: the window (mode 0) and single gets (mode 1) take turns,
  * ALT_SLICE_NS each, their gets and this thread's CPU time counted apart,
  * so both shapes meet the same table, keys and host: on this shared host
@@ -685,26 +706,7 @@ static int do_run(struct mach *m, int wl, unsigned depth, uint64_t go,
 			break;
 		if (g_opt.alt_gets)
 			alt_tick(&alt, &e, now);
-		/* At most depth per pass: scans finish at once, and the
-		 * loop must still be polled between them. */
-		for (unsigned n = 0; e.nfree && n < e.nops; n++) {
-			struct op *o = &e.ops[e.freel[e.nfree - 1]];
-			e.nfree--;
-			uint32_t k = m->stream[e.gen++ % STREAM_LEN];
-			rc = issue(&e, o, wl, k);
-			if (rc) {
-				e.freel[e.nfree++] = (unsigned)(o - e.ops);
-				if (rc != -EAGAIN && rc != -ENOBUFS) {
-					fprintf(stderr,
-					        PROG ": machine %u: %s\n",
-					        m->id, farm_strerror(rc));
-					goto out;
-				}
-				rc = 0;
-				break;
-			}
-		}
-		if ((rc = eng_flush(&e))) {
+		if ((rc = issue_pass(&e, wl))) {
 			fprintf(stderr, PROG ": machine %u: %s\n", m->id,
 			        farm_strerror(rc));
 			goto out;
