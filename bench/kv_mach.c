@@ -683,7 +683,9 @@ static int do_run(struct mach *m, int wl, unsigned depth, uint64_t go,
 		return rc;
 	if (depth == 1)
 		e.sample_mask = 0;
-	e.window = !g_opt.single_gets;
+	/* One get in flight has nothing to group (farm_kv_get_many of one
+	 * key costs a little more than farm_kv_get). */
+	e.window = !g_opt.single_gets && depth > 1;
 	struct alt alt = {0};
 	r->nsamp = 0;
 	uint64_t start = go - warm, end = go + dur, t0 = 0, t1 = 0;
@@ -704,7 +706,7 @@ static int do_run(struct mach *m, int wl, unsigned depth, uint64_t go,
 		}
 		if (now >= end)
 			break;
-		if (g_opt.alt_gets)
+		if (g_opt.alt_gets && depth > 1)
 			alt_tick(&alt, &e, now);
 		if ((rc = issue_pass(&e, wl))) {
 			fprintf(stderr, PROG ": machine %u: %s\n", m->id,

@@ -302,11 +302,12 @@ static void bucket_read_done(farm_loop *loop, void *ctx, int status)
  * and returns true only for an inline value found so in the
  * configuration the lookup started in; false: the whole pair's copy
  * decides (absent keys, chains, objects, a slot that changed). */
-static bool get_local_slot(struct get_op *g)
+static bool get_local_slot(struct get_op *g, unsigned lo, unsigned hi)
 {
 	farm_ht *h = g->h;
 	uint8_t hdr[8];
-	int slot = farm_ht_pair_find(h, g->lp, g->key, g->klen, g->hash, hdr);
+	int slot = farm_ht_pair_find_in(h, g->lp, lo, hi, g->key, g->klen,
+	                                g->hash, hdr);
 	if (slot < 0 ||
 	    farm_ht_pair_slot_copy(h, g->lp, (unsigned)slot, g->img) ||
 	    !farm_ht_pair_slot_is(h, g->img, (unsigned)slot, g->key, g->klen,
@@ -325,6 +326,21 @@ static bool get_local_slot(struct get_op *g)
 	return true;
 }
 
+/* A local lookup's pair searched in place from slot @lo on (the slots
+ * before it searched already), a key found answered from its slot alone;
+ * else the whole pair copied, checked and searched. */
+static void get_local_from(struct get_op *g, unsigned lo)
+{
+	if (get_local_slot(g, lo, 2 * g->h->spb))
+		return;
+	uint32_t bb = 64u * g->h->bucket_lines;
+	if (!farm_lines_copy(g->img, g->lp, 2ull * bb, LINE_TRIES)) {
+		get_retry(g);
+		return;
+	}
+	get_buckets(g);
+}
+
 /* A local lookup's buckets were prefetched when it started; copy them
  * now, a pass later, as the shm fabric does for a READ (NSDI'14 keeps
  * many lookups in flight so their misses overlap): the found slot alone
@@ -337,14 +353,7 @@ static void get_local_done(farm_loop *loop, void *ctx, int status)
 		get_end(g, status, NULL, 0);
 		return;
 	}
-	if (get_local_slot(g))
-		return;
-	uint32_t bb = 64u * g->h->bucket_lines;
-	if (!farm_lines_copy(g->img, g->lp, 2ull * bb, LINE_TRIES)) {
-		get_retry(g);
-		return;
-	}
-	get_buckets(g);
+	get_local_from(g, 0);
 }
 
 /* The bucket pair's read: here, prefetched now and copied on a later
@@ -362,7 +371,8 @@ static void get_start_in(struct get_op *g, struct get_op ***group)
 	g->cfg = farm_as_config_id(h->as);
 	int rc = farm_as_resolve_cached(h->as, &g->l->rc, a, 2ull * bb, &p, &d);
 	if (!rc && p) {
-		for (uint32_t o = 0; o < 2 * bb; o += 64)
+		/* A group's: the home bucket alone (get_group_done). */
+		for (uint32_t o = 0; o < (group ? bb : 2 * bb); o += 64)
 			__builtin_prefetch(p + o, 0, 3);
 		g->lp = p;
 		if (group) {
@@ -479,14 +489,37 @@ int farm_ht_get(farm_ht *h, farm_loop *loop, const void *key, uint32_t klen,
 	return 0;
 }
 
-/* One farm_ht_get_many group's local lookups, a pass after their pairs
- * were prefetched: each completes as farm_ht_get's get_local_done, one
- * deferred item for them all. */
+/* One farm_ht_get_many group's local lookups, a pass after their home
+ * buckets were prefetched, one deferred item for them all, in two stages
+ * (as farm_ht_get_local_batch's groups): each home bucket searched in
+ * place and a key found there answered from its slot's copy; the other
+ * buckets of the keys not found (30% at 85% occupancy) prefetched, then
+ * searched in turn, and a key in neither completed as get_local_done
+ * completes it. A group's misses are half its pairs' lines so, not all
+ * ten lines of every pair at once. */
 static void get_group_done(farm_loop *loop, void *ctx, int status)
 {
+	(void)loop;
+	struct get_op *rest = NULL, **tail = &rest;
 	for (struct get_op *g = ctx, *next; g; g = next) {
 		next = g->gnext;
-		get_local_done(loop, g, status);
+		if (status) {
+			get_end(g, status, NULL, 0);
+			continue;
+		}
+		farm_ht *h = g->h;
+		if (get_local_slot(g, 0, h->spb))
+			continue;
+		uint32_t bb = 64u * h->bucket_lines;
+		for (uint32_t o = bb; o < 2 * bb; o += 64)
+			__builtin_prefetch(g->lp + o, 0, 3);
+		g->gnext = NULL;
+		*tail = g;
+		tail = &g->gnext;
+	}
+	for (struct get_op *g = rest, *next; g; g = next) {
+		next = g->gnext;
+		get_local_from(g, g->h->spb);
 	}
 }
 
