@@ -140,9 +140,11 @@ struct opts {
 	uint64_t keys, log_size;
 	double seconds, occupancy;
 	bool quick, peers, small, pin;
-	bool demo;             /* --demo: make demo's short run (print_demo) */
-	char zk[256];          /* --zk: ZooKeeper membership */
-	char zk_root[256];     /* per cluster start, under /libfarm */
+	bool single_gets;  /* --single-gets: farm_kv_get per op, no window */
+	bool alt_gets;     /* --alt-gets: window and single gets take turns */
+	bool demo;         /* --demo: make demo's short run (print_demo) */
+	char zk[256];      /* --zk: ZooKeeper membership */
+	char zk_root[256]; /* per cluster start, under /libfarm */
 	unsigned ksize, vsize; /* --key-size, --value-size */
 	double theta;          /* --zipf */
 	bool mix[NW];          /* --mix: the YCSB workloads to run */

@@ -410,10 +410,12 @@ int kb_setup(const char **tmp)
 void kb_say_start(const char *per)
 {
 	printf(PROG ": %u machine processes (1 busy-polling loop each%s) on "
-	            "%d CPUs; %" PRIu64 " keys; %u ops in flight per thread; "
-	            "%.2g s per %s\n",
+	            "%d CPUs; %" PRIu64 " keys; %u ops in flight per thread "
+	            "(gets: %s); %.2g s per %s\n",
 	       g_opt.machines, g_opt.pin ? ", pinned" : "", g_res.ncpu,
-	       g_opt.keys, g_opt.depth, g_opt.seconds, per);
+	       g_opt.keys, g_opt.depth,
+	       g_opt.single_gets ? "one call each" : "a pass's in one call",
+	       g_opt.seconds, per);
 }
 
 int kb_exit_status(int rc, const char *note)

@@ -147,6 +147,12 @@ struct eng {
 	uint64_t cnt_inserts, cnt_scans, cnt_scan_pairs, cnt_rmws;
 	uint64_t sample_mask;
 	int first_err;
+	/* The gets a pass issues, started together by one farm_kv_get_many
+	 * (the client's window); off: one farm_kv_get each (--single-gets,
+	 * and outside the measured workloads). */
+	bool window;
+	unsigned nwin;
+	struct op *win[FARM_KV_GET_MANY_MAX];
 };
 
 static void eng_sample(struct eng *e, struct op *o)
@@ -303,6 +309,37 @@ static int do_scan(struct eng *e, struct op *o)
 	return 0;
 }
 
+/* Start the window's gets in one call. A get refused for want of a
+ * lookup slot (-EAGAIN, -ENOBUFS) goes back to the free ops as a refused
+ * issue does; returns the first other refusal, or 0. */
+static int eng_flush(struct eng *e)
+{
+	const void *keys[FARM_KV_GET_MANY_MAX];
+	uint32_t klens[FARM_KV_GET_MANY_MAX];
+	void *ctxs[FARM_KV_GET_MANY_MAX];
+	int rcs[FARM_KV_GET_MANY_MAX];
+	unsigned n = e->nwin;
+	e->nwin = 0;
+	if (!n)
+		return 0;
+	for (unsigned i = 0; i < n; i++) {
+		keys[i] = e->win[i]->kb;
+		klens[i] = g_opt.ksize;
+		ctxs[i] = e->win[i];
+	}
+	int rc = farm_kv_get_many(e->m->kv, e->m->loop, n, keys, klens, get_cb,
+	                          ctxs, rcs);
+	for (unsigned i = 0; i < n; i++) {
+		int r = rc ? rc : rcs[i];
+		if (!r)
+			continue;
+		op_free(e, e->win[i]);
+		if (r != -EAGAIN && r != -ENOBUFS && !rc)
+			rc = r;
+	}
+	return rc;
+}
+
 /* Issue stream entry @s as an operation on free op @o: 0 (in flight, or
  * done already: a scan), or -EAGAIN/-ENOBUFS (try later). */
 static int issue(struct eng *e, struct op *o, int wl, uint32_t s)
@@ -349,6 +386,11 @@ static int issue(struct eng *e, struct op *o, int wl, uint32_t s)
 		rc = farm_kv_put(m->kv, m->loop, o->kb, g_opt.ksize, o->vals,
 		                 g_opt.vsize,
 		                 o->kind == OP_LOAD ? load_cb : put_cb, o);
+	} else if (e->window) {
+		if (e->nwin == FARM_KV_GET_MANY_MAX && (rc = eng_flush(e)))
+			return rc;
+		e->win[e->nwin++] = o; /* started by eng_flush */
+		rc = 0;
 	} else {
 		rc = farm_kv_get(m->kv, m->loop, o->kb, g_opt.ksize, get_cb, o);
 	}
@@ -557,6 +599,75 @@ int kb_make_stream(struct mach *m, int wl)
 	return 0;
 }
 
+/* One pass's issues: every free op, at most depth of them (scans finish
+ * at once, and the loop must still be polled between them), up to the
+ * first refused for want of room; then the window's gets started. 0, or
+ * the first other refusal. */
+static int issue_pass(struct eng *e, int wl)
+{
+	for (unsigned n = 0; e->nfree && n < e->nops; n++) {
+		struct op *o = &e->ops[e->freel[e->nfree - 1]];
+		e->nfree--;
+		uint32_t k = e->m->stream[e->gen++ % STREAM_LEN];
+		int rc = issue(e, o, wl, k);
+		if (rc) {
+			e->freel[e->nfree++] = (unsigned)(o - e->ops);
+			if (rc != -EAGAIN && rc != -ENOBUFS)
+				return rc; /* the window: released by do_run */
+			break;
+		}
+	}
+	return eng_flush(e);
+}
+
+/* --alt-gets: the window (mode 0) and single gets (mode 1) take turns,
+ * ALT_SLICE_NS each, their gets and this thread's CPU time counted apart,
+ * so both shapes meet the same table, keys and host: on this shared host
+ * a run's rates move by half between runs, more than the change. */
+enum { ALT_SLICE_NS = 50 * 1000 * 1000 };
+struct alt {
+	int mode;
+	uint64_t slice_t0, cpu0, gets0;
+	uint64_t gets[2], cpu[2];
+};
+
+static uint64_t thread_cpu_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (uint64_t)ts.tv_sec * NS + (uint64_t)ts.tv_nsec;
+}
+
+/* At a pass's start (the window flushed): close the slice when due. */
+static void alt_tick(struct alt *a, struct eng *e, uint64_t now)
+{
+	if (!e->counting || now - a->slice_t0 < ALT_SLICE_NS)
+		return;
+	uint64_t c = thread_cpu_ns();
+	if (a->slice_t0) {
+		a->gets[a->mode] += e->cnt_gets - a->gets0;
+		a->cpu[a->mode] += c - a->cpu0;
+		a->mode ^= 1;
+	}
+	e->window = a->mode == 0;
+	a->slice_t0 = now;
+	a->cpu0 = c;
+	a->gets0 = e->cnt_gets;
+}
+
+static void alt_report(const struct alt *a, const struct mach *m, int wl)
+{
+	if (!a->cpu[0] || !a->cpu[1] || !a->gets[0] || !a->gets[1])
+		return;
+	double w = (double)a->gets[0] * 1e3 / (double)a->cpu[0],
+	       s = (double)a->gets[1] * 1e3 / (double)a->cpu[1];
+	printf("  machine %u, %s: window %.3f M gets per CPU-s (%.2f "
+	       "CPU-s), single %.3f M (%.2f CPU-s): window / single %.3f\n",
+	       m->id, g_wdesc[wl].key, w, (double)a->cpu[0] / 1e9, s,
+	       (double)a->cpu[1] / 1e9, w / s);
+	fflush(stdout);
+}
+
 /* Run workload @wl with @depth ops in flight, counting in [go, go+dur]. */
 static int do_run(struct mach *m, int wl, unsigned depth, uint64_t go,
                   uint64_t dur, uint64_t warm)
@@ -572,6 +683,10 @@ static int do_run(struct mach *m, int wl, unsigned depth, uint64_t go,
 		return rc;
 	if (depth == 1)
 		e.sample_mask = 0;
+	/* One get in flight has nothing to group (farm_kv_get_many of one
+	 * key costs a little more than farm_kv_get). */
+	e.window = !g_opt.single_gets && depth > 1;
+	struct alt alt = {0};
 	r->nsamp = 0;
 	uint64_t start = go - warm, end = go + dur, t0 = 0, t1 = 0;
 	uint64_t now;
@@ -591,24 +706,12 @@ static int do_run(struct mach *m, int wl, unsigned depth, uint64_t go,
 		}
 		if (now >= end)
 			break;
-		/* At most depth per pass: scans finish at once, and the
-		 * loop must still be polled between them. */
-		for (unsigned n = 0; e.nfree && n < e.nops; n++) {
-			struct op *o = &e.ops[e.freel[e.nfree - 1]];
-			e.nfree--;
-			uint32_t k = m->stream[e.gen++ % STREAM_LEN];
-			rc = issue(&e, o, wl, k);
-			if (rc) {
-				e.freel[e.nfree++] = (unsigned)(o - e.ops);
-				if (rc != -EAGAIN && rc != -ENOBUFS) {
-					fprintf(stderr,
-					        PROG ": machine %u: %s\n",
-					        m->id, farm_strerror(rc));
-					goto out;
-				}
-				rc = 0;
-				break;
-			}
+		if (g_opt.alt_gets && depth > 1)
+			alt_tick(&alt, &e, now);
+		if ((rc = issue_pass(&e, wl))) {
+			fprintf(stderr, PROG ": machine %u: %s\n", m->id,
+			        farm_strerror(rc));
+			goto out;
 		}
 		(void)farm_loop_poll(m->loop);
 		if (interrupted) {
@@ -627,7 +730,11 @@ static int do_run(struct mach *m, int wl, unsigned depth, uint64_t go,
 	r->scan_pairs = e.cnt_scan_pairs;
 	r->rmws = e.cnt_rmws;
 	r->ns = t1 - t0;
-out:;
+	if (g_opt.alt_gets && wl != W_MGET)
+		alt_report(&alt, m, wl);
+out:
+	while (e.nwin) /* never started */
+		op_free(&e, e.win[--e.nwin]);
 	int rc2 = eng_drain(&e, bu_now_ns() + 10 * NS);
 	r->errors = e.err;
 	r->notfound = e.notfound;

@@ -130,6 +130,8 @@ enum {
 	O_NOPEERS,
 	O_NOSMALL,
 	O_NOPIN,
+	O_SINGLE_GETS,
+	O_ALT_GETS,
 	O_QUICK,
 	O_LOG,
 	O_DEMO,
@@ -153,6 +155,8 @@ static const struct option lo[] = {
         {"no-peers", no_argument, NULL, O_NOPEERS},
         {"no-small", no_argument, NULL, O_NOSMALL},
         {"no-pin", no_argument, NULL, O_NOPIN},
+        {"single-gets", no_argument, NULL, O_SINGLE_GETS},
+        {"alt-gets", no_argument, NULL, O_ALT_GETS},
         {"quick", no_argument, NULL, O_QUICK},
         {"log-size", required_argument, NULL, O_LOG},
         {"demo", no_argument, NULL, O_DEMO},
@@ -263,6 +267,8 @@ static int opt_other(int c, const char *arg, void *ctx)
 	case O_NOPEERS: g_opt.peers = false; return 0;
 	case O_NOSMALL: g_opt.small = false; return 0;
 	case O_NOPIN: g_opt.pin = false; return 0;
+	case O_SINGLE_GETS: g_opt.single_gets = true; return 0;
+	case O_ALT_GETS: g_opt.alt_gets = true; return 0;
 	case O_QUICK: g_opt.quick = true; return 0;
 	case O_DEMO: g_opt.demo = true; return 0;
 	case O_NETNS: g_opt.net.netns = true; return 0;

@@ -238,12 +238,14 @@ static void jhead(double rpl)
 	       "\"network\": \"%s\", \"machines\": %u, "
 	       "\"threads_per_machine\": 1, \"cores\": %d, \"busy_poll\": "
 	       "true, "
-	       "\"pinned\": %s, \"keys\": %" PRIu64 ", \"key_bytes\": %u, "
+	       "\"pinned\": %s, \"gets\": \"%s\", \"keys\": %" PRIu64
+	       ", \"key_bytes\": %u, "
 	       "\"value_bytes\": %u, \"key_inline\": %u, \"value_inline\": "
 	       "%u, \"zipf_theta\": %.3g, \"mix\": ",
 	       g_opt.net.fabric, g_opt.lookup[0] ? g_opt.lookup : "auto",
 	       bnet_network(&g_opt.net), g_opt.machines, g_res.cores,
-	       g_opt.pin ? "true" : "false", g_opt.keys, g_opt.ksize,
+	       g_opt.pin ? "true" : "false",
+	       g_opt.single_gets ? "single" : "window", g_opt.keys, g_opt.ksize,
 	       g_opt.vsize, kb_key_inline(), kb_val_inline(), g_opt.theta);
 	if (g_opt.any_mix) {
 		printf("\"");

@@ -5,14 +5,18 @@
  * objects of their own, with deletes and a table full enough for chains
  * (which it walks when their blocks are local), every answer it gives is
  * the model's (unresolved only where the full lookup must decide:
- * another machine's shard, an object), and farm_ht_get agrees; bad arguments;
+ * another machine's shard, an object), and farm_ht_get agrees; the same
+ * keys through farm_ht_get_many (ht_get.c: windows of every shard's keys,
+ * a bad key in each) answer as the model, and its four-at-a-time hash is
+ * farm_ht_hash; bad arguments;
  * and a writer thread installing bucket images over a pair (the install
  * protocol of txn/object.h) while batches read it: a value is never torn;
  * and a new version of a bucket installed inside the window of a found
  * slot's copy (after line 0, before the slot's lines), every time: the
  * answer is one version's value, never the header of one and the value
  * of the other; the same window for farm_ht_get's local lookup, which
- * answers a found key from its slot alone too.
+ * answers a found key from its slot alone too (every other lookup there
+ * through farm_ht_get_many, whose local lookups complete the same way).
  *
  * --broken: only those last two cases, with the slot's line versions not
  * compared with line 0's (FARM_FP_HT_SLOT_NO_CHECK): a torn value must be
@@ -92,6 +96,21 @@ static int get(unsigned m, const void *k, uint32_t kl)
 {
 	R.done = 0;
 	int rc = farm_ht_get(H[m], C.m[m].loop, k, kl, get_cb, &R);
+	if (!rc)
+		asn_wait(&C, &R.done);
+	return rc ? rc : R.status;
+}
+
+/* farm_ht_get_many of one key (its answer in R, as get's). */
+static int get_many1(unsigned m, const void *k, uint32_t kl)
+{
+	R.done = 0;
+	const void *ks[1] = {k};
+	void *cs[1] = {&R};
+	int rc, st = farm_ht_get_many(H[m], C.m[m].loop, 1, ks, &kl, get_cb, cs,
+	                              &rc);
+	if (st)
+		return st;
 	if (!rc)
 		asn_wait(&C, &R.done);
 	return rc ? rc : R.status;
@@ -201,6 +220,70 @@ static unsigned check_batches(unsigned m)
 	return answered;
 }
 
+/* Every key, and a bad key in each window, through farm_ht_get_many in
+ * windows of 61 on machine @m (every shard's keys, local and READ):
+ * every answer the model's, the bad keys refused in their rcs and never
+ * answered, every other continuation run once. */
+static void check_many(unsigned m)
+{
+	static struct res rs[FARM_HT_BATCH_MAX];
+	const void *ks[FARM_HT_BATCH_MAX];
+	uint32_t kls[FARM_HT_BATCH_MAX];
+	void *cs[FARM_HT_BATCH_MAX];
+	int rcs[FARM_HT_BATCH_MAX];
+	const unsigned W = 61;
+	for (unsigned at = 0; at < NK; at += W - 1) {
+		unsigned nk = NK - at < W - 1 ? NK - at : W - 1, n = nk + 1;
+		for (unsigned j = 0; j < nk; j++) {
+			ks[j] = M[at + j].key;
+			kls[j] = M[at + j].klen;
+		}
+		/* A bad key among them: too long, then empty. */
+		ks[nk] = "bad";
+		kls[nk] = (at / (W - 1)) % 2 ? FARM_HT_MAX_KEY + 1 : 0;
+		for (unsigned j = 0; j < n; j++) {
+			rs[j].done = 0;
+			cs[j] = &rs[j];
+		}
+		assert_int_equal(farm_ht_get_many(H[m], C.m[m].loop, n, ks, kls,
+		                                  get_cb, cs, rcs),
+		                 0);
+		assert_int_equal(rcs[nk], kls[nk] ? -E2BIG : -EINVAL);
+		for (unsigned j = 0; j < nk; j++) {
+			assert_int_equal(rcs[j], 0);
+			asn_wait(&C, &rs[j].done);
+		}
+		for (unsigned j = 0; j < nk; j++) {
+			const struct mkey *k = &M[at + j];
+			assert_int_equal(rs[j].status,
+			                 k->present ? 0 : -ENOENT);
+			if (k->present) {
+				assert_int_equal(rs[j].len, k->vlen);
+				assert_memory_equal(rs[j].val, k->val, k->vlen);
+			}
+		}
+		assert_int_equal(rs[nk].done, 0);
+	}
+}
+
+/* farm_ht_hash_many is farm_ht_hash, key by key, whatever the mix of
+ * lengths (runs of four of one length take its interleaved path). */
+static void check_hash_many(void)
+{
+	const uint8_t *ks[NK];
+	uint32_t kls[NK];
+	uint64_t hs[NK];
+	for (unsigned i = 0; i < NK; i++) {
+		ks[i] = M[i].key;
+		kls[i] = i < 64 ? 16 : M[i].klen;
+	}
+	for (unsigned n = 0; n <= NK; n += n < 9 ? 1 : 97) {
+		farm_ht_hash_many(ks, kls, n, hs);
+		for (unsigned i = 0; i < n; i++)
+			assert_int_equal(hs[i], farm_ht_hash(ks[i], kls[i]));
+	}
+}
+
 static void test_model(void **state)
 {
 	(void)state;
@@ -218,6 +301,9 @@ static void test_model(void **state)
 	unsigned answered = 0;
 	for (unsigned m = 0; m < 3; m++)
 		answered += check_batches(m);
+	for (unsigned m = 0; m < 3; m++)
+		check_many(m);
+	check_hash_many();
 	/* Most local inline keys, present and absent, answered at once. */
 	printf("batches answered %u of %u keys, %" PRIu64
 	       " chain blocks read\n",
@@ -248,6 +334,31 @@ static void test_bad_input(void **state)
 	assert_int_equal(lk[1].status, -E2BIG);
 	assert_int_equal(farm_ht_get_local_batch(H[0], C.m[0].loop, lk, 0, img),
 	                 0);
+	/* farm_ht_get_many's own arguments: nothing started. */
+	const void *ks[1] = {"k"};
+	uint32_t kl = 1;
+	void *cs[1] = {&R};
+	int rc = 1;
+	assert_int_equal(farm_ht_get_many(NULL, C.m[0].loop, 1, ks, &kl, get_cb,
+	                                  cs, &rc),
+	                 -EINVAL);
+	assert_int_equal(farm_ht_get_many(H[0], C.m[1].loop, 1, ks, &kl, get_cb,
+	                                  cs, &rc),
+	                 -EINVAL);
+	assert_int_equal(
+	        farm_ht_get_many(H[0], C.m[0].loop, 1, ks, &kl, NULL, cs, &rc),
+	        -EINVAL);
+	assert_int_equal(farm_ht_get_many(H[0], C.m[0].loop, 1, NULL, &kl,
+	                                  get_cb, cs, &rc),
+	                 -EINVAL);
+	assert_int_equal(farm_ht_get_many(H[0], C.m[0].loop,
+	                                  FARM_HT_BATCH_MAX + 1, ks, &kl,
+	                                  get_cb, cs, &rc),
+	                 -E2BIG);
+	assert_int_equal(rc, 1); /* untouched */
+	assert_int_equal(farm_ht_get_many(H[0], C.m[0].loop, 0, NULL, NULL,
+	                                  get_cb, NULL, NULL),
+	                 0); /* nothing to do */
 }
 
 /* ---- a writer racing the batches ----------------------------------------- */
@@ -548,7 +659,8 @@ static void test_window_get(void **state)
 	unsigned rounds = 64, found = 0, torn = 0, bad = 0;
 	for (unsigned r = 0; r < rounds; r++) {
 		w.armed = 1;
-		if (get(0, k, 16) != 0)
+		/* Every other lookup through farm_ht_get_many's group. */
+		if ((r % 2 ? get_many1(0, k, 16) : get(0, k, 16)) != 0)
 			bad++;
 		else if (whole_value(R.val, R.len, w.x))
 			found++;
@@ -556,8 +668,8 @@ static void test_window_get(void **state)
 			torn++;
 	}
 	assert_int_equal(farm_fault_set(FARM_FP_HT_SLOT_WINDOW, NULL, NULL), 0);
-	printf("window (farm_ht_get): %u installs in %u lookups; %u whole, "
-	       "%u torn, %u failures\n",
+	printf("window (farm_ht_get, _many): %u installs in %u lookups; "
+	       "%u whole, %u torn, %u failures\n",
 	       w.installs, rounds, found, torn, bad);
 	/* Every lookup took the slot's copy, inside the window. */
 	assert_int_equal(w.installs, rounds);

@@ -9,6 +9,7 @@
  *
  *   open        a missing file and a bad key are errors; a good file opens
  *   store       put / get / delete, blocking and with continuations;
+ *               a window of gets in one call (farm_kv_get_many);
  *               multi-get (present, absent, bad keys, a short buffer,
  *               more keys than a loop has lookups in flight);
  *               iteration over the shard; the directory; the counters
@@ -139,6 +140,49 @@ static bool iter_cb(void *ctx, const void *key, uint32_t klen, const void *val,
 	return true;
 }
 
+/* A window of gets in one call: three present keys, an absent one, an
+ * empty and an over-long key (refused in their rcs, never answered). */
+static void check_get_many(farm_kv *kv, farm_loop *loop)
+{
+	static char keys[3][16], big[FARM_KV_MAX_KEY + 1];
+	const void *ks[6] = {keys[0], keys[1], keys[2], "pub-none", "", big};
+	uint32_t kls[6] = {8, 8, 8, 8, 0, FARM_KV_MAX_KEY + 1};
+	struct w ws[6] = {0};
+	void *cs[6];
+	int rcs[6];
+	for (unsigned i = 0; i < 6; i++)
+		cs[i] = &ws[i];
+	for (unsigned i = 0; i < 3; i++)
+		snprintf(keys[i], sizeof(keys[i]), "pub-%04u", 10 + i);
+	memset(big, 'b', sizeof(big));
+	assert_int_equal(
+	        farm_kv_get_many(kv, loop, 6, ks, kls, get_cb, cs, rcs), 0);
+	assert_int_equal(rcs[4], -EINVAL);
+	assert_int_equal(rcs[5], -EMSGSIZE);
+	for (unsigned i = 0; i < 4; i++) {
+		assert_int_equal(rcs[i], 0);
+		assert_int_equal(
+		        farm_loop_wait(loop, &ws[i].done, 5000000000ull), 0);
+	}
+	for (unsigned i = 0; i < 3; i++) {
+		uint64_t x;
+		assert_int_equal(ws[i].status, 0);
+		assert_int_equal(ws[i].len, 8);
+		memcpy(&x, ws[i].val, 8);
+		assert_int_equal(x, 1010 + i);
+	}
+	assert_int_equal(ws[3].status, -ENOENT);
+	assert_int_equal(ws[4].done + ws[5].done, 0);
+	assert_int_equal(farm_kv_get_many(kv, loop, FARM_KV_GET_MANY_MAX + 1,
+	                                  ks, kls, get_cb, cs, rcs),
+	                 -E2BIG);
+	assert_int_equal(farm_kv_get_many(kv, loop, 6, ks, kls, NULL, cs, rcs),
+	                 -EINVAL);
+	assert_int_equal(
+	        farm_kv_get_many(NULL, loop, 6, ks, kls, get_cb, cs, rcs),
+	        -EINVAL);
+}
+
 static void test_store(void **state)
 {
 	(void)state;
@@ -242,6 +286,7 @@ static void test_store(void **state)
 	assert_int_equal(w.status, 0);
 	assert_int_equal(w.len, 6);
 	assert_memory_equal(w.val, "value!", 6);
+	check_get_many(kv, loop);
 	w = (struct w){0};
 	assert_int_equal(farm_kv_del(kv, loop, "async", 5, op_cb, &w), 0);
 	assert_int_equal(farm_loop_wait(loop, &w.done, 5000000000ull), 0);

@@ -136,6 +136,19 @@ typedef void (*farm_kv_get_fn)(farm_loop *loop, void *ctx, int status,
 FARM_API FARM_MUST_CHECK int farm_kv_get(farm_kv *kv, farm_loop *loop,
                                          const void *key, uint32_t klen,
                                          farm_kv_get_fn cont, void *ctx);
+/* get of @n keys at once (a client's window of gets, at most
+ * FARM_KV_GET_MANY_MAX): as farm_kv_get for each of keys[i] (klens[i]
+ * bytes), its @cont run with ctxs[i]; rcs[i] is what farm_kv_get would have
+ * returned for it (0: @cont runs once for it; an error: never). The gets
+ * start together: every key hashed, then every bucket pair's read issued
+ * before any is looked at, so their cache misses overlap (G-Opt's group
+ * prefetching); each answer is farm_kv_get's. Returns 0, or -EINVAL (NULL
+ * @kv, @cont or array: nothing started), -E2BIG (@n too large). */
+#define FARM_KV_GET_MANY_MAX 64u
+FARM_API FARM_MUST_CHECK int
+farm_kv_get_many(farm_kv *kv, farm_loop *loop, unsigned n,
+                 const void *const *keys, const uint32_t *klens,
+                 farm_kv_get_fn cont, void *const *ctxs, int *rcs);
 /* put (insert or replace): @status 0 or an error (-ETIMEDOUT,
  * FARM_EPEERDEAD, -ENOSPC when the shard's memory is full; -EAGAIN, the
  * shard is moving between machines, recovery or growth, and the machine

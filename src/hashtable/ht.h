@@ -153,6 +153,23 @@ uint64_t farm_ht_hash(const void *key, uint32_t klen);
 unsigned farm_ht_shard_index(uint64_t hash, unsigned nshards);
 
 /*
+ * farm_ht_get_many() - farm_ht_get for each of @n keys (at most
+ * FARM_HT_BATCH_MAX), started together in the stages of G-Opt's group
+ * prefetching (Kalia et al., NSDI'15): every key hashed (four at a time),
+ * its shard and home found, then every bucket pair's read issued, the
+ * local pairs prefetched back to back and the remote READs batched by the
+ * loop, and the local lookups completed together on a later pass. Each
+ * lookup is then farm_ht_get's own, validation, chains and retries alike.
+ * rcs[i] is what farm_ht_get would have returned for keys[i]: 0 (@cont
+ * runs exactly once, with ctxs[i], on @loop) or an error (it never runs for
+ * that key). Returns 0, -EINVAL (NULL @h, @cont or array, a loop not
+ * attached: nothing started) or -E2BIG (@n too large).
+ */
+int farm_ht_get_many(farm_ht *h, farm_loop *loop, unsigned n,
+                     const void *const *keys, const uint32_t *klens,
+                     farm_ht_get_fn cont, void *const *ctxs, int *rcs);
+
+/*
  * farm_ht_get_first() - the first read of a lookup, and nothing more: one
  * one-sided READ of buckets b and b + 1 (a line-atomic copy when the shard
  * is local), validated as farm_ht_get validates it, and, when the key is

@@ -277,6 +277,9 @@ struct cfree {
 
 /* ht.c */
 int farm_ht_check_key(const void *key, uint32_t klen);
+/* farm_ht_hash of each of @n keys, into @out[i]. */
+void farm_ht_hash_many(const uint8_t *const *keys, const uint32_t *klens,
+                       unsigned n, uint64_t *out);
 const struct farm_ht_shard *farm_ht_shard_of(farm_ht *h, uint64_t hash,
                                              unsigned *idx);
 

@@ -19,6 +19,47 @@ int farm_kv_get(farm_kv *kv, farm_loop *loop, const void *key, uint32_t klen,
 	return rc == -E2BIG ? -EMSGSIZE : rc;
 }
 
+_Static_assert(FARM_KV_GET_MANY_MAX <= FARM_HT_BATCH_MAX,
+               "a window of gets is one farm_ht_get_many call");
+
+int farm_kv_get_many(farm_kv *kv, farm_loop *loop, unsigned n,
+                     const void *const *keys, const uint32_t *klens,
+                     farm_kv_get_fn cont, void *const *ctxs, int *rcs)
+{
+	if (!kv || !cont || (n && (!keys || !klens || !ctxs || !rcs)))
+		return -EINVAL;
+	if (n > FARM_KV_GET_MANY_MAX)
+		return -E2BIG;
+	if (kv_owner_mode(kv)) { /* one RPC per key: nothing to group */
+		for (unsigned i = 0; i < n; i++)
+			rcs[i] = farm_kv_get(kv, loop, keys[i], klens[i], cont,
+			                     ctxs[i]);
+		return 0;
+	}
+	/* The store's key limit first: the table's is its own. */
+	unsigned m = 0;
+	const void *ks[FARM_KV_GET_MANY_MAX];
+	uint32_t ls[FARM_KV_GET_MANY_MAX];
+	void *cs[FARM_KV_GET_MANY_MAX];
+	int rs[FARM_KV_GET_MANY_MAX];
+	unsigned at[FARM_KV_GET_MANY_MAX];
+	for (unsigned i = 0; i < n; i++) {
+		rcs[i] = check_key(keys[i], klens[i]);
+		if (rcs[i])
+			continue;
+		ks[m] = keys[i];
+		ls[m] = klens[i];
+		cs[m] = ctxs[i];
+		at[m++] = i;
+	}
+	if (!m)
+		return 0;
+	int rc = farm_ht_get_many(kv->ht, loop, m, ks, ls, cont, cs, rs);
+	for (unsigned j = 0; j < m; j++)
+		rcs[at[j]] = rc ? rc : rs[j] == -E2BIG ? -EMSGSIZE : rs[j];
+	return 0;
+}
+
 int farm_kv_put(farm_kv *kv, farm_loop *loop, const void *key, uint32_t klen,
                 const void *val, uint32_t vlen, farm_op_fn cont, void *ctx)
 {
