@@ -387,6 +387,12 @@ enum farm_fault_point {
 	 * copy that missed commits is never repaired (test_datarec
 	 * --check-repair --broken). */
 	FARM_FP_DATAREC_DIGEST_EQUAL,
+	/* txn/object.h, a switch: while hooked, a transaction's new object
+	 * is not marked (shared-locked) until its commit or abort, so data
+	 * recovery copies an uncommitted allocation, which an abort then
+	 * frees at the same version (tests/test_copy_digest.c
+	 * --broken-new). Hook it before any transaction allocates. */
+	FARM_FP_TX_NEW_UNMARKED,
 	FARM_FP_COUNT
 };
 
