@@ -268,6 +268,16 @@ void farm_txn_tx_finish(farm_tx *tx)
 		/* A new object of an aborted transaction goes back (a new
 		 * array once, by its first element). */
 		if ((o->flags & TXO_NEW) && tx->outcome) {
+			/* Unlocked first (obj_mark_new's mark; an abort
+			 * after LOCK unlocked it already): a free slot holds
+			 * no lock. Pairs with the acquire of the header by
+			 * the next allocation here and by data recovery. */
+			bool d;
+			uint8_t *h = txn_own_ptr(m, o->a, 64ull * o->lines, &d);
+			if (h)
+				atomic_store_explicit(
+				        (_Atomic uint64_t *)(void *)h,
+				        o->version, memory_order_release);
 			if (o->flags & TXO_ARRAY)
 				(void)farm_galloc_free_array_local(
 				        m->ga, tl->loop, o->a, 64ull * o->lines,

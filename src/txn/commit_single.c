@@ -71,9 +71,12 @@ void farm_txn_single_lock(farm_tx *tx)
 			tx->fail = FARM_EFREED;
 			break;
 		}
-		uint64_t expect = o->version;
+		/* A new object holds the shared lock since its allocation
+		 * (obj_mark_new): it stays as it is. */
+		uint64_t expect =
+		        obj_new_locked(o->version, o->flags & TXO_NEW);
 		/* Lock: pairs with the release that last unlocked or installed
-		 * this header. */
+		 * this header (or marked it new). */
 		if (!atomic_compare_exchange_strong_explicit(
 		            h, &expect, o->version | OBJ_LOCK_SHARED,
 		            memory_order_acq_rel, memory_order_acquire)) {

@@ -31,9 +31,13 @@
  * never passes the pace. The engine reads
  * the region's header and block table first (farm_alloc_block_layout:
  * where objects are; free blocks are skipped), then runs of objects. Each
- * object read is checked like a lock-free read (not locked exclusive,
- * every line's version equal to the header's); a torn or locked object
- * ends the step there and is read again at the next one. A slab slot
+ * object read is checked like a lock-free read (every line's version
+ * equal to the header's) and must not be locked at all: a shared lock is
+ * a single-machine commit under way or a new object not committed yet
+ * (obj_mark_new, object.h), which an abort would free again at the same
+ * version, so a copy that took it would keep it allocated for good. A
+ * torn or locked object ends the step there and is read again at the
+ * next one. A slab slot
  * that holds a small array holds several objects, each element with a
  * header of its own: each is checked and applied alone (apply_slot). A
  * whole object
@@ -471,10 +475,15 @@ static int apply_obj(struct dr_reg *g, const struct dr_step *s, uint8_t *p,
 	memcpy(&v, p, 8);
 	if ((v & OBJ_LOCK_MASK) == OBJ_LOCK_EXCL)
 		return -1; /* being installed or recovered: later */
-	/* In our demoted copy a shared lock is a single-machine commit of
-	 * the older configuration that may still install there, and nothing
-	 * sends us its images: later too. */
-	if (s->src && (v & OBJ_LOCK_MASK))
+	/* A shared lock: a single-machine commit validating, or a new
+	 * object not committed yet (obj_mark_new), which an abort frees
+	 * again at this same version: a copy that took it would keep it
+	 * allocated for good (only newer versions are applied). In our
+	 * demoted copy it may also be a single-machine commit of the older
+	 * configuration that may still install there, and nothing sends us
+	 * its images. Later, in every case: a commit's shared lock lasts
+	 * until its COMMIT-BACKUPs are written. */
+	if (v & OBJ_LOCK_MASK)
 		return -1;
 	uint16_t v16 = obj_v16(v & ~OBJ_LOCK_MASK);
 	for (unsigned l = 1; l < lines; l++) {
@@ -483,11 +492,6 @@ static int apply_obj(struct dr_reg *g, const struct dr_step *s, uint8_t *p,
 		if (x != v16)
 			return -1;
 	}
-	/* A shared lock (a single-machine commit validating) is not copied:
-	 * the image is consistent, and what that commit installs reaches us
-	 * as a COMMIT-BACKUP (or it aborts). */
-	v &= ~OBJ_LOCK_MASK;
-	memcpy(p, &v, 8);
 	if (farm_txn_copy_apply(local, lines, p, false) &&
 	    g->state == DR_CHECK && v)
 		g->fixed++;

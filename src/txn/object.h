@@ -123,6 +123,44 @@ static inline int obj_check(const uint8_t *img, unsigned lines,
 }
 
 /*
+ * obj_mark_new() - the header of a transaction's new object, just
+ * allocated here (its version @v, unlocked), takes the shared lock until
+ * the commit installs it (the lock, exclusive, then the new version) or
+ * the abort unlocks it (@v) and gives it back. The allocator claims a
+ * slot without changing its version, so unmarked, an uncommitted object
+ * looked committed to data recovery's READs and chunk summaries at this
+ * primary (src/txn/copy.c): a copy took it, and when the transaction
+ * aborted the slot went free again (a later incarnation) at that same
+ * version, which the copy, applying only newer versions, never took:
+ * it kept an object allocated that its primary does not hold. Data
+ * recovery reads a locked object again later; lock-free reads still
+ * succeed under a shared lock (a stale pointer's read then finds a
+ * new incarnation, as without the mark).
+ */
+static inline void obj_mark_new(const void *hdr, uint64_t v)
+{
+	if (FARM_FAULT_SWITCH(FARM_FP_TX_NEW_UNMARKED))
+		return; /* testing: uncommitted objects look committed */
+	/* Release: pairs with the acquire of the header by data recovery's
+	 * chunk summary (copy_digest.c) and by the lockers below (commit
+	 * and LOCK, whose CAS expects the mark). A one-sided READ sees
+	 * the word as a whole. No one else writes a header of a slot just
+	 * claimed: a stale transaction's LOCK or commit checks the
+	 * incarnation first. */
+	atomic_store_explicit((_Atomic uint64_t *)(uintptr_t)hdr,
+	                      v | OBJ_LOCK_SHARED, memory_order_release);
+}
+
+/* obj_new_locked() - the version a commit's lock of object @version
+ * expects to find: a new object's carries obj_mark_new()'s mark. */
+static inline uint64_t obj_new_locked(uint64_t version, bool is_new)
+{
+	return is_new && !FARM_FAULT_SWITCH(FARM_FP_TX_NEW_UNMARKED)
+	               ? version | OBJ_LOCK_SHARED
+	               : version;
+}
+
+/*
  * obj_install() - write after-image @img (@lines lines) over the local
  * object @obj, whose header this thread holds locked: exclusive lock value
  * into every line version, data, new line versions, new header version

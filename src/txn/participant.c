@@ -122,10 +122,14 @@ static void on_lock(struct txloop *tl, const uint8_t *rec)
 			                                  : FARM_EFREED;
 			break;
 		}
-		uint64_t expect = o[locked].version;
+		/* A new object (the coordinator's, allocated here) holds the
+		 * shared lock since its allocation (obj_mark_new). */
+		uint64_t expect = obj_new_locked(o[locked].version,
+		                                 o[locked].flags & OBJF_NEW);
 		/* Lock: pairs with the release that last unlocked or
-		 * installed this header (here, commit.c, apply_image), so the
-		 * object is the one that version names. */
+		 * installed this header (here, commit.c, apply_image), or
+		 * marked it new, so the object is the one that version
+		 * names. */
 		if (!atomic_compare_exchange_strong_explicit(
 		            (_Atomic uint64_t *)(void *)p, &expect,
 		            o[locked].version | OBJ_LOCK_EXCL,

@@ -261,6 +261,7 @@ static int tx_add_array(farm_tx *tx, farm_gaddr a, uint32_t size, uint32_t n,
 		 * without it): a new object's versions would keep it. */
 		uint64_t v = farm_objhdr_load_version(h) &
 		             ~(OBJ_LOCK_MASK | FARM_OBJHDR_FREE_PENDING);
+		obj_mark_new(h, v); /* until the commit or the abort */
 		*o = (struct txobj){.a = ai,
 		                    .size = size,
 		                    .lines = el,
@@ -344,6 +345,7 @@ static void txal_done(farm_loop *loop, void *ctx, int status, farm_gaddr a)
 			        farm_objhdr_load_version(h) &
 			        ~(OBJ_LOCK_MASK | FARM_OBJHDR_FREE_PENDING);
 			uint64_t w = farm_objhdr_load_incarn(h);
+			obj_mark_new(h, v); /* until the commit or abort */
 			*o = (struct txobj){.a = a,
 			                    .size = c->size,
 			                    .lines = obj_lines(c->size),

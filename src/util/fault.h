@@ -433,6 +433,12 @@ enum farm_fault_point {
 	 * farm_slab_free_unlock): a kill between the two leaks the slot
 	 * (tests/test_restart_copy.c --broken-order). */
 	FARM_FP_ALLOC_MARK_FIRST,
+	/* txn/object.h, a switch: while hooked, a transaction's new object
+	 * is not marked (shared-locked) until its commit or abort, so data
+	 * recovery copies an uncommitted allocation, which an abort then
+	 * frees at the same version (tests/test_copy_digest.c
+	 * --broken-new). Hook it before any transaction allocates. */
+	FARM_FP_TX_NEW_UNMARKED,
 	FARM_FP_COUNT
 };
 
