@@ -426,10 +426,10 @@ static void test_zombie_fenced(void **state)
 		farm_ep *z2;
 		int crc = farm_ep_connect(a, cq, 2, addr_b, NULL, &z2);
 		if (crc == 0) {
-			assert_int_equal(tu_do(z2, cq,
-			                       farm_wr_write(6, buf, lmr, 64,
-			                                     &rd, 0)),
-			                 FARM_EFENCED);
+			assert_int_equal(
+			        tu_do(z2, cq,
+			              farm_wr_write(6, buf, lmr, 64, &rd, 0)),
+			        FARM_EFENCED);
 			farm_ep_destroy(z2);
 		} else {
 			assert_int_equal(crc, -ECONNREFUSED);
