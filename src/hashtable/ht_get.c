@@ -576,6 +576,7 @@ static void get_many_start(farm_ht *h, struct htloop *l, struct get_op **gs,
 		g->b = home_of(hs[j], g->sd->nbuckets);
 	}
 	hl_count(l, T_LOOKUPS, m);
+	l->gets_out += m; /* each until its get_end, as farm_ht_get's */
 	struct get_op *local = NULL, **tail = &local;
 	for (unsigned j = 0; j < m; j++)
 		get_start_in(gs[j], &tail);
