@@ -149,7 +149,7 @@
 #define DR_US      2000u
 #define DR_WAIT_MS 60000
 #define DR_MAXREG  RP_MAXREG
-#define DR_COLD    64 /* objects each survivor makes before a growth */
+#define DR_COLD    64  /* objects each survivor makes before a growth */
 #define DR_GAP_MS  300 /* --grow-gap's pause after transaction recovery */
 /* grow's region seed (config region_seed): one whose layout gives the
  * late machine, once grown, a live primary's region (grow_victim). */
@@ -1687,9 +1687,9 @@ int main(int argc, char **argv)
 		tests[0] = tests[6];
 		n = 1;
 	} else if (argc > 1 && !strcmp(argv[1], "--grow-gap")) {
-		dr_gap_over = mmap(NULL, sizeof(*dr_gap_over),
-		                   PROT_READ | PROT_WRITE,
-		                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+		dr_gap_over =
+		        mmap(NULL, sizeof(*dr_gap_over), PROT_READ | PROT_WRITE,
+		             MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 		if (dr_gap_over == MAP_FAILED) {
 			perror("mmap");
 			return 2;

@@ -670,8 +670,8 @@ static int ch_issue(unsigned m, uint64_t *seed, uint64_t issued, unsigned r,
 	*put = upd || r == 5 || r == 6 ? 1 : r == 7 ? 2 : 0;
 	ch_key(*key, k);
 	if (*put == 1) {
-		uint32_t vl = *key < CH_STABLE || farm_rand64(seed) % 4 ? 32
-		                                                        : 100;
+		uint32_t vl =
+		        *key < CH_STABLE || farm_rand64(seed) % 4 ? 32 : 100;
 		memset(v, (int)issued, sizeof(v));
 		memcpy(v, k, 16);
 		return farm_ht_put(H[m], C.m[m].loop, k, 16, v, vl, on_op, o);

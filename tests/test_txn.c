@@ -1035,8 +1035,7 @@ static void test_new_uncommitted(void **state)
 {
 	(void)state;
 	if (broken_new &&
-	    farm_fault_set(FARM_FP_TX_NEW_UNMARKED, nop_hook, NULL) ==
-	            -ENOTSUP)
+	    farm_fault_set(FARM_FP_TX_NEW_UNMARKED, nop_hook, NULL) == -ENOTSUP)
 		skip();
 	/* A slot freed once, so that the allocation below reuses it. */
 	farm_fatptr p = make_obj(1, 100, 7);
@@ -1055,13 +1054,13 @@ static void test_new_uncommitted(void **state)
 	uint32_t pm = primary_of(a);
 	uint8_t *h = farm_as_local_ptr(C.m[pm - 1].as, a, 64);
 	assert_non_null(h);
-	farm_region *reg = farm_as_local_region(
-	        C.m[pm - 1].as, farm_gaddr_region(a), NULL);
+	farm_region *reg = farm_as_local_region(C.m[pm - 1].as,
+	                                        farm_gaddr_region(a), NULL);
 	assert_non_null(reg);
 	uint8_t *base = farm_region_base(reg);
 	uint64_t rs = farm_region_size(reg);
-	uint64_t ch = farm_gaddr_offset(a) / FARM_DIGEST_CHUNK *
-	              FARM_DIGEST_CHUNK;
+	uint64_t ch =
+	        farm_gaddr_offset(a) / FARM_DIGEST_CHUNK * FARM_DIGEST_CHUNK;
 	uint64_t v0;
 	memcpy(&v0, h, 8);
 	uint64_t dg;

@@ -7,8 +7,8 @@
  * live copy and the other side its stale source or its filling copy, by
  * the primary's block table; equal summaries mean equal (offset, version,
  * incarnation) for every allocated object, and equal headers for every
- * free slot ever written, whose slot starts in the chunk. Anything that could make equal
- * versions hold unequal bytes (a lock: an install, an apply or a
+ * free slot ever written, whose slot starts in the chunk. Anything that could
+ * make equal versions hold unequal bytes (a lock: an install, an apply or a
  * recovered transaction in progress, or one a kill cut short; a line
  * version unlike its header's: a body written in part) makes the chunk
  * unjudgeable (-EAGAIN), which only ever means: READ it.
