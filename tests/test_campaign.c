@@ -1661,9 +1661,10 @@ static int cp_kill_until_copying(unsigned *v, uint64_t *gone, struct fails *f)
 	return 1;
 }
 
-/* Every live machine at once: stopped first, so that none sees another
- * die and reconfigures in between (a power loss takes all at once;
- * test_restart does the same), killed, then restarted on its directory;
+/* Every live machine at once: stopped first, each waited on until it
+ * has stopped (tu_stop), so that none sees another die and reconfigures
+ * in between (a power loss takes all at once; test_restart does the
+ * same), killed, then restarted on its directory;
  * their histories go on in the same files. The machines in *@n, the
  * transactions left open in *@sealed; the time until all were up. */
 static double cp_restart_all(unsigned *n, unsigned *sealed)
@@ -1673,7 +1674,7 @@ static double cp_restart_all(unsigned *n, unsigned *sealed)
 	*sealed = 0;
 	for (unsigned i = 0; i < 64; i++)
 		if (cp_is(all, i))
-			assert_int_equal(kill(rb_cl.pid[i], SIGSTOP), 0);
+			assert_int_equal(tu_stop(rb_cl.pid[i]), 0);
 	for (unsigned i = 0; i < 64; i++)
 		if (cp_is(all, i))
 			cp_kill(i);
@@ -1801,7 +1802,7 @@ static void cp_zombie_reuse(struct cp_cycle *cy, struct fails *f)
 	np_expect(&rb_cl, v, 'z', 60000);
 	np_recv(&rb_cl, v, &z.control, sizeof(z.control), 1000);
 	uint64_t t = np_now_ns();
-	assert_int_equal(kill(rb_cl.pid[v], SIGSTOP), 0);
+	assert_int_equal(tu_stop(rb_cl.pid[v]), 0);
 	cp_live &= ~(1ull << v);
 	cp_slot_move(v, CP_ZSLOT);
 	if (cp_await_config(CP_RECONF_MS, why, sizeof(why)))
@@ -1855,7 +1856,7 @@ static void cp_sigstop(uint64_t others, struct cp_cycle *cy, uint64_t *gone,
 	char why[256] = "";
 	unsigned v = cp_nth(others, cp_draw(cp_count(others)));
 	uint64_t t = np_now_ns();
-	assert_int_equal(kill(rb_cl.pid[v], SIGSTOP), 0);
+	assert_int_equal(tu_stop(rb_cl.pid[v]), 0);
 	cp_live &= ~(1ull << v);
 	int rc = cp_await_config(CP_RECONF_MS, why, sizeof(why));
 	double stopped = (double)(np_now_ns() - t) / 1e6;

@@ -401,10 +401,11 @@ static uint64_t bank_then_kill(struct committed *cm, farm_fatptr *acc,
 			np_send(&cl, i, 'F');
 			np_expect(&cl, i, 'f', 30000);
 		}
-	/* Every machine at once: stopped first, so none sees another die
-	 * and reconfigures in between (a power loss takes all at once). */
+	/* Every machine at once: stopped first (each waited on until it
+	 * has stopped), so none sees another die and reconfigures in
+	 * between (a power loss takes all at once). */
 	for (unsigned i = 0; i < NP_NM; i++)
-		assert_int_equal(kill(cl.pid[i], SIGSTOP), 0);
+		assert_int_equal(tu_stop(cl.pid[i]), 0);
 	for (unsigned i = 0; i < NP_NM; i++)
 		assert_int_equal(kill(cl.pid[i], SIGKILL), 0);
 	uint64_t t_kill = np_now_ns();

@@ -159,6 +159,24 @@ int tu_reap(pid_t pid)
 	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
+int tu_stop(pid_t pid)
+{
+	if (kill(pid, SIGSTOP))
+		return -1;
+	int st;
+	for (;;) {
+		if (waitpid(pid, &st, WUNTRACED) < 0) {
+			if (errno == EINTR)
+				continue;
+			return -1;
+		}
+		if (WIFSTOPPED(st))
+			return 0;
+		if (WIFEXITED(st) || WIFSIGNALED(st))
+			return -1;
+	}
+}
+
 int tu_zk_local(const char *script, const char *verb, const char *dir,
                 char *line, size_t len)
 {

@@ -81,6 +81,12 @@ int tu_recv(int fd, void *buf, size_t len);
 
 /* Reap a child and return its exit status (or 128+signal). */
 int tu_reap(pid_t pid);
+/* SIGSTOP child @pid and wait until it has stopped: 0, or -1 (it exited,
+ * or waitpid failed). kill(2) returns once the stop is queued, and one
+ * thread of the target takes it; until that thread runs, the others go
+ * on (real-time ones first on a loaded host). A test that stops machines
+ * so that none sees what it does next must wait for the stop itself. */
+int tu_stop(pid_t pid);
 
 /* Run scripts/zk-local @script with @verb on @dir (zklocal.h). */
 int tu_zk_local(const char *script, const char *verb, const char *dir,
