@@ -78,7 +78,8 @@
  *     a walk of every region, whose number only grows over a run (each
  *     machine that joins makes regions of its own): with sercheck and
  *     lincheck under --full-every;
- *   - every region's copies, once every log is truncated: each object
+ *   - every region's copies, once every log is truncated and every free
+ *     deferred for a promoted region's adoption is done: each object
  *     (an array's element) allocated at two copies holds the same bytes
  *     at both (cp_check_copies), and no backup lacks an object its
  *     primary holds (cp_missing: data recovery copies each element of
@@ -123,6 +124,7 @@
 #include <time.h>
 
 #include "alloc/alloc.h"
+#include "alloc/galloc.h"
 #include "kv/kv.h"
 #include "node/restart.h"
 #include "txn/txn_testing.h"
@@ -544,6 +546,10 @@ static int cp_zombie_act(struct cp_child *c)
  * its slab's free-list links, which no backup has. */
 struct cp_hashes {
 	unsigned n, pending;
+	/* Frees deferred until their promoted region's adoption and not
+	 * done yet (galloc_adopt.c): their objects stay allocated and
+	 * locked at this primary until then. */
+	uint64_t deferred;
 	uint32_t region[RP_MAXREG];
 	int role[RP_MAXREG];
 	int64_t objects[RP_MAXREG];
@@ -661,7 +667,11 @@ static int cp_hash_regions(struct cp_child *c)
 		r->pending = 0;
 		(void)farm_txm_testing_records(c->tx.txm, cp_count_backups,
 		                               &r->pending);
-		if (!r->pending || np_now_ns() > dl)
+		struct farm_galloc_stats gs;
+		farm_galloc_stats(farm_node_galloc(c->tx.np.node), &gs);
+		r->deferred = gs.frees_deferred - gs.deferred_freed -
+		              gs.deferred_lost;
+		if ((!r->pending && !r->deferred) || np_now_ns() > dl)
 			break;
 		(void)farm_loop_wait(c->tx.np.loop, &never, 1000000ull);
 	}
@@ -2543,6 +2553,14 @@ static void cp_check_copies(struct fails *f)
 				       "machine %u: %u COMMIT-BACKUPs not "
 				       "truncated after 10 s",
 				       i, h[i].pending);
+			if (h[i].deferred)
+				failed(f,
+				       "machine %u: %" PRIu64
+				       " committed frees "
+				       "still deferred for their region's "
+				       "adoption after 10 s (objects allocated "
+				       "and locked at the primary)",
+				       i, h[i].deferred);
 		}
 	unsigned pairs = 0, bad = 0;
 	long differ = 0, only = 0, missing = 0;
