@@ -1,6 +1,7 @@
 /*
  * The address space's internals, shared by its files (not installed):
  * the table of regions and the state under its lock (addrspace.c), the
+ * installation of views and the copies growth gives up (as_view.c), the
  * growth query (growq.c) and access to remote memory (access.c).
  * Everything here is under farm_as.lock unless its comment says
  * otherwise.

@@ -267,7 +267,7 @@ int farm_ht_get_local_batch(farm_ht *h, farm_loop *loop,
 	/* As get_buckets: a configuration change since the pairs were found
 	 * may have moved a shard (the old copy may be stale). The fence
 	 * orders the copies' loads before the id's; it pairs with the
-	 * release store of the id in farm_as_set_view_placed (addrspace.c). */
+	 * release store of the id in farm_as_set_view_placed (as_view.c). */
 	atomic_thread_fence(memory_order_acquire);
 	bool moved = farm_as_config_id(h->as) != cfg;
 	int lease = farm_ht_lease_checked(h, 0);

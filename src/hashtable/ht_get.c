@@ -283,7 +283,7 @@ static void get_buckets(struct get_op *g)
 	 * were found: growth can move the shard's region while its old
 	 * copy lives on (src/txn/read.c, rd_moved). The acquire fence
 	 * orders the buckets' loads before the id's; it pairs with the
-	 * release store of the id in farm_as_set_view_placed (addrspace.c). */
+	 * release store of the id in farm_as_set_view_placed (as_view.c). */
 	atomic_thread_fence(memory_order_acquire);
 	if (farm_as_config_id(h->as) != g->cfg) {
 		get_retry(g);
@@ -342,7 +342,7 @@ static bool get_local_slot(struct get_op *g, unsigned lo, unsigned hi)
 		return false;
 	/* As get_buckets: the copy's loads before the configuration id's
 	 * (pairs with the release store of the id in
-	 * farm_as_set_view_placed, addrspace.c). */
+	 * farm_as_set_view_placed, as_view.c). */
 	atomic_thread_fence(memory_order_acquire);
 	if (farm_as_config_id(h->as) != g->cfg)
 		return false;
@@ -715,7 +715,7 @@ static void first_buckets(struct first_op *f)
 	/* As get_buckets: a configuration change since the buckets were
 	 * found may have moved the shard (the old copy may be stale). The
 	 * fence pairs with the release store of the id in
-	 * farm_as_set_view_placed (addrspace.c). */
+	 * farm_as_set_view_placed (as_view.c). */
 	atomic_thread_fence(memory_order_acquire);
 	if (farm_as_config_id(h->as) != f->cfg) {
 		first_end(f, FARM_HT_UNRESOLVED, NULL, 0);

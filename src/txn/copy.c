@@ -92,7 +92,7 @@
  * makes primary is never promoted (the region had no complete replica
  * left: it is reported lost), unless it can be finished from a demoted
  * copy (below); one that is no longer a replica stops, its copy given up
- * by the view that displaced it (addrspace.c), so a later copy starts
+ * by the view that displaced it (as_view.c), so a later copy starts
  * from fresh memory.
  *
  * A copy growth demoted here (addrspace.h, farm_as_demoted_source). The
@@ -153,17 +153,14 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "alloc/alloc.h"
-#include "txn/copy_digest.h"
 #include "txn/object.h"
 #include "txn/txn_int.h"
 #include "txn/txn_testing.h"
 #include "txn/copy_int.h"
 #include "util/fault.h"
 #include "util/log.h"
-#include "util/rt.h"
 
 #ifdef FARM_FAULT_INJECTION
 static _Atomic bool testing_skip_apply;
@@ -229,47 +226,6 @@ int farm_txn_dr_reg_add(struct farm_datarec *dr, uint32_t id, uint64_t cfg)
 	                     .pass = pass};
 	pthread_cond_signal(&dr->cond);
 	return 0;
-}
-
-/* ---- stale sources (under dr->lock) ---------------------------------- */
-
-static struct dr_stale *stale_find(struct farm_datarec *dr, uint32_t id)
-{
-	for (unsigned i = 0; i < dr->nst; i++)
-		if (dr->st[i].region == id)
-			return &dr->st[i];
-	return NULL;
-}
-
-/* @g's copy no longer takes from its stale source: the source is given
- * back once no step reads it (stale_reap). */
-static void stale_end(struct farm_datarec *dr, struct dr_reg *g)
-{
-	struct dr_stale *x = stale_find(dr, g->id);
-	g->stale = NULL;
-	if (x && !x->done) {
-		x->done = true;
-		pthread_cond_signal(&dr->cond); /* the engine reaps it */
-	}
-}
-
-/* The stale source the first pass of @g may take chunks from, once the
- * primary's header and table (g->meta) are read: only one whose header
- * says the same region (magic, id, size) as the primary's, so memory of
- * another region, or never formatted, is never compared. */
-static const uint8_t *stale_take(struct farm_datarec *dr, struct dr_reg *g)
-{
-	struct dr_stale *x = stale_find(dr, g->id);
-	if (!x || x->done || g->state != DR_COPY)
-		return NULL;
-	if (memcmp(x->base, g->meta, 16)) {
-		farm_warn("datarec: region %#" PRIx32 ": the stale source's "
-		          "header is not the primary's; copied without it",
-		          g->id);
-		stale_end(dr, g);
-		return NULL;
-	}
-	return x->base;
 }
 
 /* Is this machine a backup (not the primary) of @region now? */
@@ -355,47 +311,7 @@ bool farm_txn_datarec_skip_apply(farm_txm *m, uint32_t region)
 
 /* ---- one step of a copy (on the region's loop) ----------------------- */
 
-struct dr_step {
-	struct farm_datarec *dr;
-	uint32_t region;
-	unsigned loop;
-	int64_t budget; /* the loop's credit when posted */
-	/* From our demoted copy (farm_as_demoted_source), not a READ:
-	 * unpaced, one step after another on the loop. */
-	const uint8_t *src;
-	/* @src is a stale source (check_plan): chunks whose summaries
-	 * equal the primary's, not a demoted copy. */
-	bool stale;
-	/* Posted again by step_done after a local step: it may take local
-	 * memory only (a READ waits for the engine and the pace). */
-	bool rerun;
-	bool meta;  /* this READ is the header and table */
-	bool probe; /* this READ is a block's first line (no header) */
-	/* Not a READ: the primary's summaries of @len chunks from @off
-	 * (the check pass), for pass @pass of the copy. */
-	bool digest;
-	unsigned pass;
-	bool inferred; /* s->lay is not the table's (step_layout) */
-	uint64_t off;  /* of the READ */
-	uint32_t len;
-	/* The check pass: only slots that start before this are READ
-	 * (0: no bound); the chunks from there were found equal. */
-	uint64_t lim;
-	struct farm_alloc_layout lay;
-};
-
-/* Copies are held (no new READs, no credit) while farm_txm_datarec_hold
- * says so, or in the odd windows of datarec_hold_ms: a measurement's A/B
- * switch, read at each tick and step; relaxed, since a step taken just
- * before a change is harmless either way. */
-static bool dr_held(struct farm_datarec *dr, uint64_t now)
-{
-	if (atomic_load_explicit(&dr->hold, memory_order_relaxed))
-		return true;
-	return dr->hold_ns && (now / dr->hold_ns) % 2 == 1;
-}
-
-static void step_end(struct farm_datarec *dr, struct dr_step *s)
+void farm_txn_dr_step_end(struct farm_datarec *dr, struct dr_step *s)
 {
 	pthread_mutex_lock(&dr->lock);
 	dr->lp[s->loop].busy = false;
@@ -430,7 +346,7 @@ static void pass_end(struct farm_datarec *dr, struct dr_reg *g)
 #endif
 	/* The check compares the filling copy itself: a stale source
 	 * serves the first pass only. */
-	stale_end(dr, g);
+	farm_txn_dr_stale_end(dr, g);
 	if (g->state == DR_COPY && check) {
 		g->state = DR_CHECK;
 		return;
@@ -642,63 +558,6 @@ static bool step_plan_slots(struct dr_step *s, struct dr_reg *g)
 	return true;
 }
 
-/*
- * The check pass, and a first pass with a stale source: which chunks of
- * the run s->lay to READ. The primary's summaries of a batch of chunks
- * come first (a DIGEST step; ours, of the copy in the check or of the
- * stale source in the first pass, are computed when they arrive,
- * digest_done); then only chunks whose summary differs, or that either
- * side could not judge, are READ. The first pass takes the others' slots
- * from the stale source (@s then a local step: s->src, s->stale); the
- * check skips them. Not for a copy from our demoted copy (local memory:
- * reading it is as cheap) nor a run inferred without a table (the
- * primary has none to summarize by). Returns 1 when @s is planned as a
- * DIGEST, -1 when g->next moved past equal chunks (plan again), else 0
- * with s->lim. Under dr->lock.
- */
-static int check_plan(struct farm_datarec *dr, struct dr_step *s,
-                      struct dr_reg *g)
-{
-	const uint64_t ch = FARM_DIGEST_CHUNK;
-	s->lim = 0;
-	bool stale = g->state == DR_COPY && g->stale;
-	if ((g->state != DR_CHECK && !stale) || s->src || s->inferred ||
-	    !dr->dg_max)
-		return 0;
-	uint64_t c = g->next / ch * ch;
-	uint64_t end = g->dg_off + (uint64_t)g->dg_n * ch;
-	if (!g->dg_n || c < g->dg_off || c >= end) {
-		s->digest = true;
-		s->pass = g->pass;
-		s->off = c;
-		s->len = (uint32_t)FARM_MIN((dr->region_size - c) / ch,
-		                            (uint64_t)dr->dg_max);
-		return 1;
-	}
-	unsigned i = (unsigned)((c - g->dg_off) / ch);
-	if (stale && !((g->dg_differ >> i) & 1)) {
-		unsigned j = i;
-		while (j < g->dg_n && !((g->dg_differ >> j) & 1))
-			j++;
-		s->lim = g->dg_off + (uint64_t)j * ch;
-		s->src = g->stale;
-		s->stale = true;
-		s->budget = (int64_t)dr->lp[s->loop].cap;
-		return 0;
-	}
-	while (i < g->dg_n && !((g->dg_differ >> i) & 1))
-		i++;
-	if (g->dg_off + (uint64_t)i * ch > g->next) {
-		g->next = g->dg_off + (uint64_t)i * ch; /* end if none */
-		return -1;
-	}
-	unsigned j = i;
-	while (j < g->dg_n && ((g->dg_differ >> j) & 1))
-		j++;
-	s->lim = g->dg_off + (uint64_t)j * ch;
-	return 0;
-}
-
 /* Plan @s's next READ of @g: the block table, a probe, or slots. Skip
  * what holds no object, using the table read in this pass (blocks free
  * then were free at the configuration change too, so whatever is
@@ -731,7 +590,7 @@ static bool step_plan(struct farm_datarec *dr, struct dr_step *s,
 			g->next = (uint64_t)(b + 1) * FARM_ALLOC_BLOCK;
 			continue;
 		}
-		int cp = check_plan(dr, s, g);
+		int cp = farm_txn_dr_check_plan(dr, s, g);
 		if (cp > 0)
 			return true;
 		if (cp == 0 && step_plan_slots(s, g))
@@ -750,121 +609,24 @@ static void step_post_failed(struct farm_datarec *dr, struct dr_step *s, int rc)
 		g->last_err = rc;
 	}
 	pthread_mutex_unlock(&dr->lock);
-	step_end(dr, s);
-}
-
-/* The chunks of @s (a DIGEST) that must be READ, by the primary's answer
- * @ans (a word of chunks it could not judge, then a digest each): those
- * whose summary of our copy, by the table read in this pass, differs or
- * cannot be made. Equal summaries mean the copy holds the versions the
- * primary held when it answered, which a READ then would have brought
- * (src/recovery/README.md, "Same-id restart", why that is enough); what
- * the primary installed since reaches us as a COMMIT-BACKUP, as after a
- * READ. Under dr->lock. */
-static uint64_t digest_differ(struct farm_datarec *dr, struct dr_reg *g,
-                              const struct dr_step *s, const uint64_t *ans)
-{
-	uint64_t all = s->len >= 64 ? ~0ull : (1ull << s->len) - 1;
-	enum farm_as_role role;
-	farm_region *r = farm_as_local_region(dr->m->as, g->id, &role);
-	if (!r || role != FARM_AS_BACKUP)
-		return all; /* given up: step_done stops the copy */
-	if (g->state == DR_COPY &&
-	    FARM_FAULT_SWITCH(FARM_FP_DATAREC_STALE_EQUAL))
-		return 0; /* testing: every chunk taken from the source */
-	if (g->state == DR_CHECK &&
-	    FARM_FAULT_SWITCH(FARM_FP_DATAREC_DIGEST_EQUAL))
-		return 0; /* testing: every chunk taken as equal */
-	/* The first pass summarizes its stale source, by the same table:
-	 * equal, it holds the versions the primary held when it answered
-	 * (src/recovery/README.md, "Same-id restart": why that is enough,
-	 * the source holding committed images only). */
-	const uint8_t *base =
-	        g->state == DR_COPY ? g->stale : farm_region_base(r);
-	uint64_t differ = ans[0] & all;
-	for (unsigned i = 0; i < s->len; i++) {
-		uint64_t d;
-		if ((differ >> i) & 1)
-			continue;
-		int rc = farm_txn_chunk_digest(
-		        g->meta, dr->meta_bytes, dr->region_size, base,
-		        s->off + (uint64_t)i * FARM_DIGEST_CHUNK,
-		        FARM_DIGEST_CHUNK, &d);
-		if (rc || d != ans[1 + i])
-			differ |= 1ull << i;
-	}
-	return differ;
-}
-
-/* The primary's summaries (or none: @status): the chunks to READ. With
- * none, every chunk of the batch is READ, as a check without summaries
- * would. */
-static void digest_done(farm_loop *loop, void *ctx, int status,
-                        const void *reply, uint32_t len)
-{
-	(void)loop;
-	struct dr_step *s = ctx;
-	struct farm_datarec *dr = s->dr;
-	pthread_mutex_lock(&dr->lock);
-	struct dr_reg *g = farm_txn_dr_reg_find(dr, s->region);
-	if (g && (g->state == DR_CHECK || (g->state == DR_COPY && g->stale)) &&
-	    g->pass == s->pass && g->have_meta) {
-		uint64_t differ = s->len >= 64 ? ~0ull : (1ull << s->len) - 1;
-		uint64_t ans[1 + DR_DIGEST_MAX];
-		if (!status && len == 8ull * (1 + s->len)) {
-			memcpy(ans, reply, len);
-			differ = digest_differ(dr, g, s, ans);
-			dr->lp[s->loop].credit -= len;
-			g->summary += len;
-		} else {
-			g->last_err = status ? status : -EPROTO;
-		}
-		g->dg_off = s->off;
-		g->dg_n = s->len;
-		g->dg_differ = differ;
-		g->equal += s->len - (unsigned)__builtin_popcountll(differ);
-	}
-	pthread_mutex_unlock(&dr->lock);
-	step_end(dr, s);
-}
-
-/* Ask the region's primary for the summaries of @s's chunks; this
- * machine being the primary (the ring's, with no one else to ask), every
- * chunk is READ as before. */
-static void digest_post(farm_loop *loop, struct dr_step *s)
-{
-	farm_txm *m = s->dr->m;
-	uint32_t reps[16];
-	unsigned n = farm_as_replicas(m->as, s->region, reps);
-	int rc = -EAGAIN;
-	if (n && reps[0] != m->me) {
-		struct digest_msg q = {.region = s->region,
-		                       .n = s->len,
-		                       .cfg = farm_as_config_id(m->as),
-		                       .off = s->off};
-		rc = farm_msg_call(loop, reps[0], s->loop, FARM_MSGT_TX_DIGEST,
-		                   &q, sizeof(q), DR_RPC_TIMEOUT, digest_done,
-		                   s);
-	}
-	if (rc)
-		digest_done(loop, s, rc, NULL, 0);
+	farm_txn_dr_step_end(dr, s);
 }
 
 /* Plan and post the next READ of region @s->region, or finish the pass. */
-static void step_run(farm_loop *loop, void *ctx, int status)
+void farm_txn_dr_step_run(farm_loop *loop, void *ctx, int status)
 {
 	struct dr_step *s = ctx;
 	struct farm_datarec *dr = s->dr;
 	farm_txm *m = dr->m;
 	if (status) {
-		step_end(dr, s);
+		farm_txn_dr_step_end(dr, s);
 		return;
 	}
 	pthread_mutex_lock(&dr->lock);
 	struct dr_reg *g = farm_txn_dr_reg_find(dr, s->region);
 	if (!g || g->state >= DR_DONE) {
 		pthread_mutex_unlock(&dr->lock);
-		step_end(dr, s);
+		farm_txn_dr_step_end(dr, s);
 		return;
 	}
 	s->stale = false;
@@ -874,7 +636,7 @@ static void step_run(farm_loop *loop, void *ctx, int status)
 		 * that demoted the copy: a LOCK handler or a commit that saw
 		 * the older one may still lock an object we would read. */
 		pthread_mutex_unlock(&dr->lock);
-		step_end(dr, s);
+		farm_txn_dr_step_end(dr, s);
 		return;
 	}
 	if (s->src)
@@ -882,25 +644,25 @@ static void step_run(farm_loop *loop, void *ctx, int status)
 	if (!step_plan(dr, s, g)) {
 		pass_end(dr, g);
 		pthread_mutex_unlock(&dr->lock);
-		step_end(dr, s);
+		farm_txn_dr_step_end(dr, s);
 		return;
 	}
 	pthread_mutex_unlock(&dr->lock);
 	if (s->rerun && !s->src) {
 		/* After stale chunks, a READ or DIGEST: the engine posts it
 		 * within the loop's credit (planning again then finds it). */
-		step_end(dr, s);
+		farm_txn_dr_step_end(dr, s);
 		return;
 	}
 	if (s->digest) {
-		digest_post(loop, s);
+		farm_txn_dr_digest_post(loop, s);
 		return;
 	}
 	if (s->src) {
 		/* Our demoted copy stays mapped until the address space
-		 * goes (addrspace.h), a stale source until stale_reap finds
-		 * no step reading it; their objects are checked as a
-		 * READ's. */
+		 * goes (addrspace.h), a stale source until
+		 * farm_txn_dr_stale_reap finds no step reading it; their
+		 * objects are checked as a READ's. */
 		memcpy(dr->lp[s->loop].buf, s->src + s->off, s->len);
 		step_done(loop, s, 0);
 		return;
@@ -943,23 +705,10 @@ static void local_stuck(struct dr_reg *g, uint64_t off)
 	          g->id, off, DR_LOCAL_STUCK);
 }
 
-/* A step from a stale source stopped at the object at @off: locked or
- * torn there (a kill cut an apply short, or a free slot's lock the
- * summary does not judge), and the source never changes. Its chunk is
- * READ instead. */
-static void stale_stop(struct dr_reg *g, uint64_t off)
-{
-	uint64_t c = off / FARM_DIGEST_CHUNK * FARM_DIGEST_CHUNK;
-	g->retries++;
-	if (g->dg_n && c >= g->dg_off &&
-	    c < g->dg_off + (uint64_t)g->dg_n * FARM_DIGEST_CHUNK)
-		g->dg_differ |= 1ull << ((c - g->dg_off) / FARM_DIGEST_CHUNK);
-}
-
 /* The slots of step @s read into @buf, applied to our copy; g->next moves
  * past what was applied. False when the step stopped at its first object
- * (read it again later, or READ it: stale_stop) or the copy was given up:
- * no local step follows at once. Under dr->lock. */
+ * (read it again later, or READ it: farm_txn_dr_stale_stop) or the copy was
+ * given up: no local step follows at once. Under dr->lock. */
 static bool step_apply(struct farm_datarec *dr, struct dr_reg *g,
                        const struct dr_step *s, uint8_t *buf)
 {
@@ -974,7 +723,7 @@ static bool step_apply(struct farm_datarec *dr, struct dr_reg *g,
 	bool on = nx != s->off;
 	if (!on && s->stale) {
 		/* Locked or torn in the source, for good: READ. */
-		stale_stop(g, nx);
+		farm_txn_dr_stale_stop(g, nx);
 	} else if (!on) {
 		stuck(g, nx);
 		if (s->src && g->stuck_n >= DR_LOCAL_STUCK &&
@@ -1016,7 +765,8 @@ static void step_done(farm_loop *loop, void *ctx, int status)
 				g->have_meta = true;
 				g->run.kind = FARM_LAYOUT_SKIP;
 				if (!s->src)
-					g->stale = stale_take(dr, g);
+					g->stale =
+					        farm_txn_dr_stale_take(dr, g);
 			} else if (s->probe) {
 				memcpy(&g->probe_w, buf + 8, 8);
 				g->probe_block =
@@ -1028,437 +778,14 @@ static void step_done(farm_loop *loop, void *ctx, int status)
 		}
 	}
 	bool more = g && g->state < DR_DONE;
-	again = again && more && !dr_held(dr, farm_now_ns()) && !dr->stop;
+	again = again && more && !farm_txn_dr_held(dr, farm_now_ns()) &&
+	        !dr->stop;
 	pthread_mutex_unlock(&dr->lock);
 	if (more && !status)
 		FARM_FAULT_POINT(FARM_FP_DATAREC_STEP);
 	/* Posted, not called: the loop serves its other work in between. */
 	s->rerun = true;
-	if (again && !farm_loop_post(loop, step_run, s))
+	if (again && !farm_loop_post(loop, farm_txn_dr_step_run, s))
 		return;
-	step_end(dr, s);
-}
-
-/* ---- the engine thread ----------------------------------------------- */
-
-static bool has_work(struct farm_datarec *dr)
-{
-	if (dr->nn || dr->opens)
-		return true;
-	for (unsigned i = 0; i < dr->nst; i++)
-		if (dr->st[i].done)
-			return true;
-	for (unsigned i = 0; i < dr->nr; i++)
-		if (dr->r[i].state < DR_DONE)
-			return true;
-	return false;
-}
-
-/* Under dr->lock: give back one stale source no copy takes any more and
- * no step reads (a step's region is its loop's while it is busy; a copy
- * finds a source only in the table, so none takes it once it is out).
- * Whether there was one. */
-static bool stale_reap(struct farm_datarec *dr)
-{
-	for (unsigned i = 0; i < dr->nst; i++) {
-		struct dr_stale x = dr->st[i];
-		if (!x.done)
-			continue;
-		bool read = false;
-		for (unsigned t = 0; t < MAX_LOOPS; t++)
-			read |= dr->lp[t].busy && dr->lp[t].region == x.region;
-		if (read)
-			continue;
-		struct dr_reg *g = farm_txn_dr_reg_find(dr, x.region);
-		if (g)
-			g->stale = NULL;
-		dr->st[i] = dr->st[--dr->nst];
-		pthread_mutex_unlock(&dr->lock);
-		if (x.release)
-			x.release(x.ctx, x.region, x.base);
-		pthread_mutex_lock(&dr->lock);
-		return true;
-	}
-	return false;
-}
-
-/* Under dr->lock: open one copy a COPY waits for, before the pace.
- * Whether there was one. */
-static bool open_one(struct farm_datarec *dr)
-{
-	struct dr_open *o = dr->opens;
-	if (!o)
-		return false;
-	dr->opens = o->next;
-	pthread_mutex_unlock(&dr->lock);
-	farm_txn_dr_open_run(o);
-	pthread_mutex_lock(&dr->lock);
-	return true;
-}
-
-static void *engine(void *arg)
-{
-	struct farm_datarec *dr = arg;
-	farm_txm *m = dr->m;
-	struct timespec next;
-	/* Copies are paced background work: never ahead of the loops. */
-	(void)farm_thread_set_normal();
-	clock_gettime(CLOCK_MONOTONIC, &next);
-	uint64_t last = farm_now_ns(); /* credit given up to here */
-	pthread_mutex_lock(&dr->lock);
-	while (!dr->stop) {
-		if (open_one(dr) || stale_reap(dr))
-			continue;
-		if (dr->unserved) {
-			uint64_t cfg = dr->unserved;
-			dr->unserved = 0;
-			farm_txm_unserved_fn fn = dr->on_unserved;
-			void *ctx = dr->unserved_ctx;
-			pthread_mutex_unlock(&dr->lock);
-			if (fn)
-				fn(ctx, cfg);
-			pthread_mutex_lock(&dr->lock);
-			continue;
-		}
-		if (!has_work(dr)) {
-			pthread_cond_wait(&dr->cond, &dr->lock);
-			clock_gettime(CLOCK_MONOTONIC, &next);
-			last = farm_now_ns();
-			continue;
-		}
-		farm_txn_dr_notes_post(dr, farm_now_ns());
-		/* At most one step in flight per loop, each within the
-		 * loop's credit: the pace. */
-		/* Credit for the time that passed, not per wake-up: a
-		 * thread that wakes late (a busy host) loses no pace. */
-		uint64_t now_ns = farm_now_ns();
-		int64_t add =
-		        (int64_t)((double)dr->bytes * (double)(now_ns - last) /
-		                  ((double)dr->interval_us * 1000.0));
-		last = now_ns;
-		bool hold = dr_held(dr, now_ns);
-		for (unsigned t = 0; t < m->T && t < MAX_LOOPS && !hold; t++) {
-			struct dr_loop *lp = &dr->lp[t];
-			lp->credit = FARM_MIN(lp->credit + add,
-			                      (int64_t)DR_BURST * dr->bytes);
-			if (lp->busy || !lp->loop)
-				continue;
-			for (unsigned k = 0; k < dr->nr; k++) {
-				struct dr_reg *g =
-				        &dr->r[(lp->rr + k) % dr->nr];
-				if (g->loop != t || g->state >= DR_DONE)
-					continue;
-				/* A copy from our demoted copy reads no
-				 * one's memory: no credit needed. */
-				if (lp->credit <= 0 &&
-				    (g->remote ||
-				     !farm_as_demoted_source(m->as, g->id)))
-					continue;
-				struct dr_step *s = calloc(1, sizeof(*s));
-				if (!s)
-					break;
-				*s = (struct dr_step){.dr = dr,
-				                      .region = g->id,
-				                      .loop = t,
-				                      .budget = lp->credit};
-				lp->busy = true;
-				lp->region = g->id;
-				lp->rr = (lp->rr + k + 1) % dr->nr;
-				if (farm_loop_post(lp->loop, step_run, s)) {
-					lp->busy = false;
-					free(s);
-				}
-				break;
-			}
-		}
-		next.tv_nsec += (long)dr->interval_us * 1000;
-		while (next.tv_nsec >= 1000000000L) {
-			next.tv_nsec -= 1000000000L;
-			next.tv_sec++;
-		}
-		/* The pace, not a synchronisation: wake at the next tick
-		 * (or at once on stop). */
-		struct timespec now;
-		clock_gettime(CLOCK_MONOTONIC, &now);
-		if (now.tv_sec > next.tv_sec ||
-		    (now.tv_sec == next.tv_sec && now.tv_nsec > next.tv_nsec))
-			next = now; /* late: no burst to catch up */
-		pthread_mutex_unlock(&dr->lock);
-		while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &next,
-		                       NULL) == EINTR)
-			;
-		pthread_mutex_lock(&dr->lock);
-	}
-	pthread_mutex_unlock(&dr->lock);
-	return NULL;
-}
-
-/* ---- life cycle ------------------------------------------------------ */
-
-int farm_txn_datarec_init(farm_txm *m, uint32_t bytes, uint32_t interval_us,
-                          uint32_t hold_ms)
-{
-	struct farm_datarec *dr = calloc(1, sizeof(*dr));
-	if (!dr)
-		return -ENOMEM;
-	dr->m = m;
-	dr->bytes = bytes ? bytes : FARM_DATAREC_DEFAULT_BYTES;
-	dr->interval_us =
-	        interval_us ? interval_us : FARM_DATAREC_DEFAULT_INTERVAL_US;
-	dr->hold_ns = (uint64_t)hold_ms * 1000000ull;
-	dr->region_size = farm_as_region_size(m->as);
-	dr->meta_bytes = farm_alloc_meta_bytes(dr->region_size);
-	if (pthread_mutex_init(&dr->lock, NULL)) {
-		free(dr);
-		return -ENOMEM;
-	}
-	pthread_cond_init(&dr->cond, NULL);
-	/* As many chunks as an answer (a word, then one a chunk) fits. */
-	uint32_t maxp = farm_msg_max_payload(m->msg);
-	dr->dg_max = maxp >= 16 ? FARM_MIN(maxp / 8 - 1, DR_DIGEST_MAX) : 0;
-	int rc = farm_msg_handle(m->msg, FARM_MSGT_TX_COPY, farm_txn_dr_h_copy,
-	                         m);
-	if (!rc)
-		rc = farm_msg_handle(m->msg, FARM_MSGT_TX_DIGEST,
-		                     farm_txn_dr_h_digest, m);
-	if (rc) {
-		pthread_cond_destroy(&dr->cond);
-		pthread_mutex_destroy(&dr->lock);
-		free(dr);
-		return rc;
-	}
-	m->dr = dr;
-	return 0;
-}
-
-int farm_txn_datarec_attach(farm_txm *m, struct txloop *tl)
-{
-	struct farm_datarec *dr = m->dr;
-	if (!dr || tl->t >= MAX_LOOPS)
-		return 0;
-	struct dr_loop *lp = &dr->lp[tl->t];
-	size_t cap =
-	        FARM_MAX((size_t)dr->bytes * DR_BURST, (size_t)DR_MAX_SPAN);
-	cap = FARM_MAX(cap, (size_t)dr->meta_bytes);
-	cap = (cap + 4095) & ~(size_t)4095;
-	uint8_t *buf = aligned_alloc(4096, cap);
-	farm_mr *mr = NULL;
-	if (!buf)
-		return -ENOMEM;
-	int rc = farm_mr_reg(m->fab, buf, cap, FARM_ACCESS_LOCAL, &mr);
-	if (rc) {
-		free(buf);
-		return rc;
-	}
-	pthread_mutex_lock(&dr->lock);
-	lp->buf = buf;
-	lp->cap = cap;
-	lp->mr = mr;
-	lp->loop = tl->loop;
-	if (!dr->started && !dr->stop) {
-		rc = pthread_create(&dr->thr, NULL, engine, dr) ? -EAGAIN : 0;
-		dr->started = !rc;
-	}
-	pthread_mutex_unlock(&dr->lock);
-	return rc;
-}
-
-void farm_txn_datarec_detach(farm_txm *m, struct txloop *tl)
-{
-	struct farm_datarec *dr = m->dr;
-	if (!dr)
-		return;
-	pthread_mutex_lock(&dr->lock);
-	bool join = dr->started && !dr->stop;
-	dr->stop = true;
-	pthread_cond_broadcast(&dr->cond);
-	pthread_mutex_unlock(&dr->lock);
-	if (join)
-		pthread_join(dr->thr, NULL);
-	if (tl->t >= MAX_LOOPS)
-		return;
-	/* A step posted to this loop or a READ of it in flight: let it end
-	 * (the loop's close would run it cancelled after the buffer went). */
-	uint64_t dl = farm_now_ns() + 2000000000ull;
-	for (;;) {
-		pthread_mutex_lock(&dr->lock);
-		bool busy = dr->lp[tl->t].busy;
-		pthread_mutex_unlock(&dr->lock);
-		if (!busy || farm_now_ns() > dl)
-			break;
-		(void)farm_loop_poll(tl->loop);
-	}
-	struct dr_loop *lp = &dr->lp[tl->t];
-	pthread_mutex_lock(&dr->lock);
-	lp->loop = NULL;
-	pthread_mutex_unlock(&dr->lock);
-	if (lp->mr)
-		farm_mr_dereg(lp->mr);
-	free(lp->buf);
-	lp->mr = NULL;
-	lp->buf = NULL;
-}
-
-void farm_txn_datarec_fini(farm_txm *m)
-{
-	struct farm_datarec *dr = m->dr;
-	if (!dr)
-		return;
-	for (unsigned i = 0; i < dr->nr; i++)
-		free(dr->r[i].meta);
-	/* The engine stopped and every loop detached: no step reads one. */
-	for (unsigned i = 0; i < dr->nst; i++)
-		if (dr->st[i].release)
-			dr->st[i].release(dr->st[i].ctx, dr->st[i].region,
-			                  dr->st[i].base);
-	free(dr->st);
-	/* COPYs the stopped engine did not open: the primary asks again. */
-	while (dr->opens) {
-		struct dr_open *o = dr->opens;
-		dr->opens = o->next;
-		free(o);
-	}
-	free(dr->r);
-	free(dr->nt);
-	pthread_cond_destroy(&dr->cond);
-	pthread_mutex_destroy(&dr->lock);
-	free(dr);
-	m->dr = NULL;
-}
-
-unsigned farm_txm_datarec_get(farm_txm *m, struct farm_datarec_region *out,
-                              unsigned max)
-{
-	struct farm_datarec *dr = m ? m->dr : NULL;
-	if (!dr)
-		return 0;
-	pthread_mutex_lock(&dr->lock);
-	unsigned n = dr->nr;
-	for (unsigned i = 0; i < n && i < max && out; i++) {
-		const struct dr_reg *g = &dr->r[i];
-		out[i] = (struct farm_datarec_region){
-		        .region = g->id,
-		        .state = g->state == DR_COPY    ? FARM_DATAREC_COPYING
-		                 : g->state == DR_CHECK ? FARM_DATAREC_CHECKING
-		                 : g->state == DR_DONE  ? FARM_DATAREC_DONE
-		                                        : FARM_DATAREC_LOST,
-		        .bytes = g->bytes,
-		        .local = g->local,
-		        .stale = g->from_stale,
-		        .reads = g->steps,
-		        .retries = g->retries,
-		        .fixed = g->fixed,
-		        .summary = g->summary,
-		        .equal = g->equal,
-		        .inferred = g->inferred,
-		        .t_start_ns = g->t_start,
-		        .t_done_ns = g->t_done,
-		        .last_err = g->last_err};
-	}
-	pthread_mutex_unlock(&dr->lock);
-	return n;
-}
-
-void farm_txn_datarec_sums(farm_txm *m, farm_txm_stats *out)
-{
-	struct farm_datarec *dr = m->dr;
-	if (!dr)
-		return;
-	pthread_mutex_lock(&dr->lock);
-	for (unsigned i = 0; i < dr->nr; i++) {
-		const struct dr_reg *g = &dr->r[i];
-		out->datarec_bytes += g->bytes;
-		if (g->state == DR_DONE)
-			out->datarec_done++;
-		else if (g->state == DR_LOST)
-			out->datarec_lost++;
-		else
-			out->datarec_copying++;
-	}
-	pthread_mutex_unlock(&dr->lock);
-}
-
-void farm_txm_datarec_hold(farm_txm *m, bool hold)
-{
-	if (m && m->dr) /* read by the engine at its next tick */
-		atomic_store_explicit(&m->dr->hold, hold, memory_order_relaxed);
-}
-
-void farm_txm_datarec_on_unserved(farm_txm *m, farm_txm_unserved_fn fn,
-                                  void *ctx)
-{
-	struct farm_datarec *dr = m ? m->dr : NULL;
-	if (!dr)
-		return;
-	pthread_mutex_lock(&dr->lock);
-	dr->on_unserved = fn;
-	dr->unserved_ctx = ctx;
-	pthread_mutex_unlock(&dr->lock);
-}
-
-void farm_txm_datarec_pace(farm_txm *m, uint32_t *bytes, uint32_t *interval_us)
-{
-	struct farm_datarec *dr = m ? m->dr : NULL;
-	*bytes = dr ? dr->bytes : 0;
-	*interval_us = dr ? dr->interval_us : 0;
-}
-
-int farm_txm_datarec_stale_add(farm_txm *m, uint32_t region, const void *base,
-                               farm_txm_stale_fn release, void *ctx)
-{
-	struct farm_datarec *dr = m ? m->dr : NULL;
-	if (!dr)
-		return -ENODEV;
-	if (!base || region == 0 || region > FARM_REGION_ID_MAX)
-		return -EINVAL;
-	int rc = 0;
-	pthread_mutex_lock(&dr->lock);
-	if (stale_find(dr, region)) {
-		rc = -EEXIST;
-	} else if (dr->nst == dr->capst) {
-		unsigned nc = dr->capst ? 2 * dr->capst : 16;
-		struct dr_stale *n = realloc(dr->st, nc * sizeof(*n));
-		if (n) {
-			dr->st = n;
-			dr->capst = nc;
-		} else {
-			rc = -ENOMEM;
-		}
-	}
-	if (!rc)
-		dr->st[dr->nst++] = (struct dr_stale){.region = region,
-		                                      .base = base,
-		                                      .release = release,
-		                                      .ctx = ctx};
-	pthread_mutex_unlock(&dr->lock);
-	return rc;
-}
-
-void farm_txm_datarec_stale_drop(farm_txm *m, uint32_t region)
-{
-	struct farm_datarec *dr = m ? m->dr : NULL;
-	if (!dr)
-		return;
-	pthread_mutex_lock(&dr->lock);
-	struct dr_stale *x = stale_find(dr, region);
-	if (x && !x->done) {
-		struct dr_reg *g = farm_txn_dr_reg_find(dr, region);
-		if (g)
-			g->stale = NULL;
-		x->done = true;
-		/* Pairs with the engine's wait: it gives the source back. */
-		pthread_cond_signal(&dr->cond);
-	}
-	pthread_mutex_unlock(&dr->lock);
-}
-
-unsigned farm_txm_datarec_stale_count(farm_txm *m)
-{
-	struct farm_datarec *dr = m ? m->dr : NULL;
-	if (!dr)
-		return 0;
-	pthread_mutex_lock(&dr->lock);
-	unsigned n = dr->nst;
-	pthread_mutex_unlock(&dr->lock);
-	return n;
+	farm_txn_dr_step_end(dr, s);
 }

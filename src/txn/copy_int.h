@@ -1,8 +1,10 @@
 /*
- * Shared by the two sides of data recovery: copy.c (the table of regions
- * being copied, the copy steps, the engine, the life cycle) and
- * copy_note.c (the primary telling new backups to copy: COPY). Only those
- * two files include it.
+ * Shared by the files of data recovery: copy.c (the table of regions
+ * being copied, the copy steps), copy_summary.c (the chunk summaries of
+ * the check pass and the stale sources), copy_engine.c (the engine
+ * thread, the life cycle) and copy_note.c (the primary's side: telling
+ * new backups to copy, COPY, and answering DIGEST). Only those files
+ * include it.
  */
 #ifndef FARM_TXN_COPY_INT_H
 #define FARM_TXN_COPY_INT_H
@@ -163,10 +165,76 @@ struct digest_msg {
 	uint64_t cfg, off;
 };
 
+/* One step of a copy, on the region's loop (copy.c): a READ, a DIGEST
+ * (copy_summary.c) or a local step, posted by the engine (copy_engine.c)
+ * or again by the step before. */
+struct dr_step {
+	struct farm_datarec *dr;
+	uint32_t region;
+	unsigned loop;
+	int64_t budget; /* the loop's credit when posted */
+	/* From our demoted copy (farm_as_demoted_source), not a READ:
+	 * unpaced, one step after another on the loop. */
+	const uint8_t *src;
+	/* @src is a stale source (farm_txn_dr_check_plan): chunks whose
+	 * summaries equal the primary's, not a demoted copy. */
+	bool stale;
+	/* Posted again by step_done after a local step: it may take local
+	 * memory only (a READ waits for the engine and the pace). */
+	bool rerun;
+	bool meta;  /* this READ is the header and table */
+	bool probe; /* this READ is a block's first line (no header) */
+	/* Not a READ: the primary's summaries of @len chunks from @off
+	 * (the check pass), for pass @pass of the copy. */
+	bool digest;
+	unsigned pass;
+	bool inferred; /* s->lay is not the table's (step_layout) */
+	uint64_t off;  /* of the READ */
+	uint32_t len;
+	/* The check pass: only slots that start before this are READ
+	 * (0: no bound); the chunks from there were found equal. */
+	uint64_t lim;
+	struct farm_alloc_layout lay;
+};
+
 /* copy.c */
 struct dr_reg *farm_txn_dr_reg_find(struct farm_datarec *dr, uint32_t id);
 int farm_txn_dr_reg_add(struct farm_datarec *dr, uint32_t id, uint64_t cfg);
 bool farm_txn_dr_new_backup_here(farm_txm *m, uint32_t region);
+/* A step (@ctx) on its loop: plan and post its READ or DIGEST, or end the
+ * pass; posted by the engine (farm_loop_post's callback). */
+void farm_txn_dr_step_run(farm_loop *loop, void *ctx, int status);
+/* The end of step @s: its loop may take another; frees @s. */
+void farm_txn_dr_step_end(struct farm_datarec *dr, struct dr_step *s);
+
+/* copy_summary.c (under dr->lock unless said) */
+/* Which chunks of the run s->lay the check pass, or a first pass with a
+ * stale source, READs: 1 when @s is planned as a DIGEST, -1 when g->next
+ * moved past equal chunks (plan again), else 0 with s->lim (and s->src
+ * for a stale source's chunks). */
+int farm_txn_dr_check_plan(struct farm_datarec *dr, struct dr_step *s,
+                           struct dr_reg *g);
+/* Not under dr->lock: ask the primary for the summaries of DIGEST step
+ * @s's chunks; the answer (or none) ends @s. */
+void farm_txn_dr_digest_post(farm_loop *loop, struct dr_step *s);
+/* A step from a stale source stopped at the object at @off: its chunk is
+ * READ instead. */
+void farm_txn_dr_stale_stop(struct dr_reg *g, uint64_t off);
+/* @g's copy takes nothing more from its stale source. */
+void farm_txn_dr_stale_end(struct farm_datarec *dr, struct dr_reg *g);
+/* The stale source the first pass of @g may take chunks from, once the
+ * primary's header and table are read (NULL: none, or not the same
+ * region). */
+const uint8_t *farm_txn_dr_stale_take(struct farm_datarec *dr,
+                                      struct dr_reg *g);
+/* On the engine thread: give back one stale source no copy takes and no
+ * step reads (drops dr->lock for its release). Whether there was one. */
+bool farm_txn_dr_stale_reap(struct farm_datarec *dr);
+
+/* copy_engine.c */
+/* Whether copies are held now (farm_txm_datarec_hold, datarec_hold_ms):
+ * no new READs, no credit. */
+bool farm_txn_dr_held(struct farm_datarec *dr, uint64_t now);
 
 /* copy_note.c */
 /* On the engine thread: open @o's copy, then let its loop answer. */

@@ -383,13 +383,13 @@ static void backup_apply(struct txloop *tl, const uint8_t *rec)
 		farm_region *r = farm_as_local_region(m->as, rid, &role);
 		uint64_t off = farm_gaddr_offset(o[i].addr);
 		/* A new backup's record may come before the primary's COPY
-		 * has the copy opened (by the copy engine: copy.c). Nothing
-		 * is lost by not applying it: the object is locked at the
-		 * primary from before this record was written until it is
+		 * has the copy opened (by the copy engine: copy_engine.c).
+		 * Nothing is lost by not applying it: the object is locked at
+		 * the primary from before this record was written until it is
 		 * installed there, so the copy's READs, all after its open,
 		 * see it locked (and read it again) or installed. A copy
 		 * filled from a demoted one reads no primary: it is held
-		 * from the view that demoted (addrspace.c), so its records
+		 * from the view that demoted (as_view.c), so its records
 		 * always find it. Opening the
 		 * copy here instead (making and registering a region, 7-17
 		 * ms for 64 MB) held up this loop and every client of it

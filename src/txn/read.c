@@ -120,7 +120,7 @@ static int rd_validate(struct rd_op *op)
 static bool rd_moved(const struct rd_op *op)
 {
 	/* Pairs with the release store of the id when a configuration is
-	 * installed (addrspace.c). */
+	 * installed (as_view.c). */
 	atomic_thread_fence(memory_order_acquire);
 	return farm_as_config_id(op->tl->m->as) != op->cfg;
 }

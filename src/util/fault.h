@@ -54,25 +54,25 @@ enum farm_fault_point {
 	 * deliberately broken growth: tests/test_datarec.c --broken-grow
 	 * must find its bytes differ). */
 	FARM_FP_DATAREC_EXTRA_EARLY,
-	/* addrspace/addrspace.c, a switch: while hooked, a view that makes
+	/* addrspace/as_view.c, a switch: while hooked, a view that makes
 	 * another machine primary of a region this one is primary of does
 	 * not demote our copy (two primaries: tests/test_datarec.c
 	 * --broken-handoff must find the copies differ). */
 	FARM_FP_AS_NO_DEMOTE,
-	/* addrspace.c, a switch: while hooked, no demoted copy is a source
+	/* as_view.c, a switch: while hooked, no demoted copy is a source
 	 * for data recovery (farm_as_demoted_source answers NULL): the old
 	 * primary refills from the grower alone, and is left with a filling
 	 * copy when the grower dies first (tests/test_datarec.c
 	 * --broken-grow-kill must find a region not replicated again). */
 	FARM_FP_AS_NO_DEMOTED_SOURCE,
-	/* addrspace.c, a switch: while hooked, a view that no longer places
+	/* as_view.c, a switch: while hooked, a view that no longer places
 	 * this machine as a replica of a region keeps its filling copy there
 	 * (held, never filled again, its bytes stale), as before the fix:
 	 * a later view that makes it a backup again restarts the copy over
 	 * those bytes (tests/test_addrspace.c's displaced filling copy, and
 	 * test_datarec --broken-displaced, must see it still held). */
 	FARM_FP_AS_KEEP_FILLING,
-	/* addrspace.c, a switch: while hooked, a view that demotes our
+	/* as_view.c, a switch: while hooked, a view that demotes our
 	 * primary copy of a region we stay a replica of does not open the
 	 * new backup copy with it (data recovery opens it later, as before
 	 * the fix): COMMIT-BACKUPs truncated in between find no copy, and
@@ -406,15 +406,15 @@ enum farm_fault_point {
 	 * a small array changes no summary (tests/test_copy_digest.c
 	 * --broken). */
 	FARM_FP_DIGEST_SLOT_FIRST,
-	/* txn/copy.c, a switch: while hooked, data recovery's check pass
-	 * takes every chunk as equal to the primary's and READs none, so a
-	 * copy that missed commits is never repaired (test_datarec
+	/* txn/copy_summary.c, a switch: while hooked, data recovery's check
+	 * pass takes every chunk as equal to the primary's and READs none,
+	 * so a copy that missed commits is never repaired (test_datarec
 	 * --check-repair --broken). */
 	FARM_FP_DATAREC_DIGEST_EQUAL,
-	/* txn/copy.c, a switch: while hooked, a copy's first pass takes
-	 * every chunk from the region's stale source whatever the summaries
-	 * say, so objects changed since the source was a replica stay stale
-	 * (test_datarec --stale --broken). */
+	/* txn/copy_summary.c, a switch: while hooked, a copy's first pass
+	 * takes every chunk from the region's stale source whatever the
+	 * summaries say, so objects changed since the source was a replica
+	 * stay stale (test_datarec --stale --broken). */
 	FARM_FP_DATAREC_STALE_EQUAL,
 	/* hashtable/ht.c, a switch: while hooked, farm_ht_detach frees the
 	 * loop's lookup state at once, lookups still in flight or not (the
