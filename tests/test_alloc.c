@@ -268,6 +268,74 @@ static void test_basic_errors(void **state)
 	prov_fini(&p);
 }
 
+/* ---- marked claims ---------------------------------------------------- */
+
+static uint64_t ver(farm_blockalloc *ba, farm_gaddr a)
+{
+	return farm_objhdr_load_version(hdr(ba, a));
+}
+
+static void set_ver(farm_blockalloc *ba, farm_gaddr a, uint64_t v)
+{
+	atomic_store(&hdr(ba, a)->version, v);
+}
+
+/* farm_slab_alloc_marked / farm_alloc_array_marked: the mark in the low
+ * bits of every header's version word, the rest of the word kept but for
+ * the free-pending bit; an unmarked claim leaves the word alone; a mark
+ * outside FARM_OBJHDR_MARK_MASK is refused with nothing allocated. */
+static void test_marked(void **state)
+{
+	(void)state;
+	struct prov p;
+	prov_init(&p, 16u << 20, 3);
+	farm_blockalloc *ba = mk_ba(&p);
+	farm_slab *s;
+	assert_int_equal(farm_slab_create(ba, &s), 0);
+	farm_gaddr a, b;
+	assert_int_equal(farm_slab_alloc(s, 100, FARM_GADDR_NULL, &a), 0);
+	set_ver(ba, a, 0x40 | FARM_OBJHDR_FREE_PENDING | 2);
+	assert_int_equal(farm_slab_free(s, a), 0);
+	struct farm_alloc_stats st0, st1;
+	farm_slab_stats(s, &st0);
+	assert_int_equal(farm_slab_alloc_marked(s, 100, FARM_GADDR_NULL, 4, &b),
+	                 -EINVAL);
+	assert_int_equal(
+	        farm_alloc_array_marked(s, 100, 2, FARM_GADDR_NULL, 8, &b),
+	        -EINVAL);
+	farm_slab_stats(s, &st1);
+	assert_int_equal(st1.allocs, st0.allocs);
+	assert_int_equal(farm_slab_alloc_marked(s, 100, FARM_GADDR_NULL, 1, &b),
+	                 0);
+	assert_int_equal(b, a); /* the freed slot, first on its list */
+	assert_true(farm_objhdr_allocated(hdr(ba, b)));
+	assert_int_equal(ver(ba, b), 0x41);
+	assert_int_equal(farm_slab_free(s, b), 0);
+	set_ver(ba, b, 0x80 | 2);
+	assert_int_equal(farm_slab_alloc(s, 100, FARM_GADDR_NULL, &a), 0);
+	assert_int_equal(a, b);
+	assert_int_equal(ver(ba, a), 0x82); /* unmarked: untouched */
+	/* A small array (one slot) and a large one (a run of blocks). */
+	const uint64_t es[2] = {100, 600u << 10}, n[2] = {3, 3};
+	for (int k = 0; k < 2; k++) {
+		farm_gaddr c;
+		assert_int_equal(farm_alloc_array_marked(s, es[k], n[k],
+		                                         FARM_GADDR_NULL, 2,
+		                                         &c),
+		                 0);
+		uint64_t esz = (es[k] + 63) / 64 * 64;
+		for (uint64_t i = 0; i < n[k]; i++) {
+			assert_true(
+			        farm_objhdr_allocated(hdr(ba, c + i * esz)));
+			assert_int_equal(ver(ba, c + i * esz) & 3, 2);
+		}
+		assert_int_equal(farm_alloc_array_free(s, c, es[k], n[k]), 0);
+	}
+	farm_slab_destroy(s);
+	farm_blockalloc_destroy(ba);
+	prov_fini(&p);
+}
+
 /* ---- hints ------------------------------------------------------------ */
 
 static uint64_t hint_count(farm_slab *s, int level)
@@ -1466,6 +1534,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test(test_classes),
 	        cmocka_unit_test(test_basic_errors),
+	        cmocka_unit_test(test_marked),
 	        cmocka_unit_test(test_hints),
 	        cmocka_unit_test(test_arrays),
 	        cmocka_unit_test(test_double_free_race),

@@ -299,6 +299,20 @@ void farm_slab_destroy(farm_slab *s);
  */
 FARM_MUST_CHECK int farm_slab_alloc(farm_slab *s, uint64_t size,
                                     farm_gaddr hint, farm_gaddr *out);
+/*
+ * farm_slab_alloc_marked() - farm_slab_alloc() whose claim also sets @mark
+ * (bits of FARM_OBJHDR_MARK_MASK) in the slot's version word, the rest of
+ * the word kept (FARM_OBJHDR_FREE_PENDING cleared), before the allocated
+ * bit is visible: no reader, local or a one-sided READ, ever sees the slot
+ * allocated without the mark (objhdr.h). For an owner that must keep a
+ * new object from looking settled until it says so (the transaction
+ * layer's lock mode); the owner clears the mark, also before it frees the
+ * object. -EINVAL for bits outside the mask; otherwise as
+ * farm_slab_alloc().
+ */
+FARM_MUST_CHECK int farm_slab_alloc_marked(farm_slab *s, uint64_t size,
+                                           farm_gaddr hint, uint64_t mark,
+                                           farm_gaddr *out);
 
 /*
  * farm_slab_free() - free the object at @a: clears its allocated bit and
@@ -337,6 +351,12 @@ FARM_MUST_CHECK int farm_slab_free_unlock(farm_slab *s, farm_gaddr a,
 FARM_MUST_CHECK int farm_alloc_array(farm_slab *s, uint64_t elem_size,
                                      uint64_t n, farm_gaddr hint,
                                      farm_gaddr *out);
+/* farm_alloc_array() with @mark set in every element's version word, as
+ * farm_slab_alloc_marked() does: each element's before its allocated
+ * bit. */
+FARM_MUST_CHECK int farm_alloc_array_marked(farm_slab *s, uint64_t elem_size,
+                                            uint64_t n, farm_gaddr hint,
+                                            uint64_t mark, farm_gaddr *out);
 /*
  * farm_alloc_array_free() - free a whole array, given the @elem_size and @n
  * it was allocated with (a fat pointer carries them). Every element's

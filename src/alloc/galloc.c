@@ -30,6 +30,7 @@ struct alloc_req {
 	uint64_t size; /* object bytes, or element bytes of an array */
 	uint64_t n;    /* 0: an object; else array elements */
 	uint64_t hint;
+	uint64_t mark; /* farm_galloc_alloc_marked's */
 };
 struct alloc_rep {
 	uint64_t addr;
@@ -64,6 +65,7 @@ struct galloc_op {
 	farm_galloc *g;
 	uint64_t size, n;
 	farm_gaddr hint;
+	uint64_t mark; /* set by the claim (farm_slab_alloc_marked) */
 	farm_galloc_fn cont;
 	void *ctx;
 	unsigned retries, parks;
@@ -236,8 +238,10 @@ static void op_try(farm_loop *loop, struct galloc_op *op)
 	farm_slab *s = slab_of(g, loop, &rc);
 	farm_gaddr a = FARM_GADDR_NULL;
 	if (s)
-		rc = op->n ? farm_alloc_array(s, op->size, op->n, op->hint, &a)
-		           : farm_slab_alloc(s, op->size, op->hint, &a);
+		rc = op->n ? farm_alloc_array_marked(s, op->size, op->n,
+		                                     op->hint, op->mark, &a)
+		           : farm_slab_alloc_marked(s, op->size, op->hint,
+		                                    op->mark, &a);
 	if (rc == -EAGAIN && op_park(g, loop, op))
 		return;
 	if (rc == -EAGAIN && op->retries++ < MAX_RETRY) {
@@ -270,10 +274,11 @@ static void shipped_done(farm_loop *loop, void *ctx, int status,
 }
 
 static int galloc_start(farm_galloc *g, farm_loop *loop, uint64_t size,
-                        uint64_t n, farm_gaddr hint, farm_galloc_fn cont,
-                        void *ctx)
+                        uint64_t n, farm_gaddr hint, uint64_t mark,
+                        farm_galloc_fn cont, void *ctx)
 {
-	if (!g || !loop || !cont || size == 0)
+	if (!g || !loop || !cont || size == 0 ||
+	    (mark & ~FARM_OBJHDR_MARK_MASK))
 		return -EINVAL;
 	struct galloc_op *op = calloc(1, sizeof(*op));
 	if (!op)
@@ -282,6 +287,7 @@ static int galloc_start(farm_galloc *g, farm_loop *loop, uint64_t size,
 	                         .size = size,
 	                         .n = n,
 	                         .hint = hint,
+	                         .mark = mark,
 	                         .cont = cont,
 	                         .ctx = ctx};
 	if (hint &&
@@ -289,8 +295,10 @@ static int galloc_start(farm_galloc *g, farm_loop *loop, uint64_t size,
 		uint32_t rep[FARM_RING_MAX_REPLICAS];
 		if (farm_as_replicas(g->as, farm_gaddr_region(hint), rep) &&
 		    rep[0] != farm_as_machine_id(g->as)) {
-			struct alloc_req q = {
-			        .size = size, .n = n, .hint = hint};
+			struct alloc_req q = {.size = size,
+			                      .n = n,
+			                      .hint = hint,
+			                      .mark = mark};
 			/* The owner may have to make a region first. */
 			int rc = farm_as_call(g->as, loop, hint,
 			                      FARM_MSGT_ALLOC, &q, sizeof(q),
@@ -313,7 +321,14 @@ static int galloc_start(farm_galloc *g, farm_loop *loop, uint64_t size,
 int farm_galloc_alloc(farm_galloc *g, farm_loop *loop, uint64_t size,
                       farm_gaddr hint, farm_galloc_fn cont, void *ctx)
 {
-	return galloc_start(g, loop, size, 0, hint, cont, ctx);
+	return galloc_start(g, loop, size, 0, hint, 0, cont, ctx);
+}
+
+int farm_galloc_alloc_marked(farm_galloc *g, farm_loop *loop, uint64_t size,
+                             farm_gaddr hint, uint64_t mark,
+                             farm_galloc_fn cont, void *ctx)
+{
+	return galloc_start(g, loop, size, 0, hint, mark, cont, ctx);
 }
 
 int farm_galloc_alloc_array(farm_galloc *g, farm_loop *loop, uint64_t elem_size,
@@ -322,7 +337,17 @@ int farm_galloc_alloc_array(farm_galloc *g, farm_loop *loop, uint64_t elem_size,
 {
 	if (n == 0)
 		return -EINVAL;
-	return galloc_start(g, loop, elem_size, n, hint, cont, ctx);
+	return galloc_start(g, loop, elem_size, n, hint, 0, cont, ctx);
+}
+
+int farm_galloc_alloc_array_marked(farm_galloc *g, farm_loop *loop,
+                                   uint64_t elem_size, uint64_t n,
+                                   farm_gaddr hint, uint64_t mark,
+                                   farm_galloc_fn cont, void *ctx)
+{
+	if (n == 0)
+		return -EINVAL;
+	return galloc_start(g, loop, elem_size, n, hint, mark, cont, ctx);
 }
 
 /* A region made for one array (farm_galloc_alloc_array_alone): handed to
@@ -504,7 +529,8 @@ static void h_alloc(farm_loop *loop, const farm_msg_in *in, void *arg)
 	sv->tok = in->token;
 	sv->g = g;
 	atomic_fetch_add(&g->served_allocs, 1);
-	int rc = galloc_start(g, loop, q.size, q.n, q.hint, served_done, sv);
+	int rc = galloc_start(g, loop, q.size, q.n, q.hint, q.mark, served_done,
+	                      sv);
 	if (rc) {
 		reply_status(loop, &in->token, rc, NULL, 0);
 		free(sv);

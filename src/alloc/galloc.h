@@ -68,10 +68,27 @@ typedef void (*farm_galloc_fn)(farm_loop *loop, void *ctx, int status,
  */
 int farm_galloc_alloc(farm_galloc *g, farm_loop *loop, uint64_t size,
                       farm_gaddr hint, farm_galloc_fn cont, void *ctx);
+/*
+ * farm_galloc_alloc_marked() - farm_galloc_alloc() whose claim sets @mark
+ * (FARM_OBJHDR_MARK_MASK bits) in the object's version word before the
+ * allocated bit is visible (farm_slab_alloc_marked): between the claim
+ * and @cont, a loop pass or more, no reader sees the object allocated
+ * without the mark. The caller clears it. Errors as farm_galloc_alloc,
+ * -EINVAL for bits outside the mask.
+ */
+int farm_galloc_alloc_marked(farm_galloc *g, farm_loop *loop, uint64_t size,
+                             farm_gaddr hint, uint64_t mark,
+                             farm_galloc_fn cont, void *ctx);
 /* An array of @n elements of @elem_size stored bytes (alloc.h). */
 int farm_galloc_alloc_array(farm_galloc *g, farm_loop *loop, uint64_t elem_size,
                             uint64_t n, farm_gaddr hint, farm_galloc_fn cont,
                             void *ctx);
+/* farm_galloc_alloc_array() with @mark in every element's version word
+ * before its allocated bit (farm_alloc_array_marked). */
+int farm_galloc_alloc_array_marked(farm_galloc *g, farm_loop *loop,
+                                   uint64_t elem_size, uint64_t n,
+                                   farm_gaddr hint, uint64_t mark,
+                                   farm_galloc_fn cont, void *ctx);
 /*
  * farm_galloc_alloc_array_alone() - an array as farm_galloc_alloc_array
  * makes, in a region made for it (this machine its primary), so that who

@@ -4,9 +4,12 @@
  *   offset 0  uint64_t version  owned by the transaction layer: its two low
  *                               bits are the lock mode. The allocator never
  *                               resets it, so versions only grow across
- *                               incarnations of a slot. Bit 63 is the
- *                               allocator's (FARM_OBJHDR_FREE_PENDING), set
- *                               only while the object is locked.
+ *                               incarnations of a slot; a claim asked for a
+ *                               mark (farm_slab_alloc_marked) sets the two
+ *                               low bits (FARM_OBJHDR_MARK_MASK) before the
+ *                               allocated bit. Bit 63 is the allocator's
+ *                               (FARM_OBJHDR_FREE_PENDING), set only while
+ *                               the object is locked.
  *   offset 8  uint64_t incarn   bit 0: allocated; bits 14..1: the object's
  *                               size in lines, minus one (set by alloc);
  *                               bits 63..15: incarnation, bumped by every
@@ -19,7 +22,12 @@
  * Memory ordering: alloc publishes the allocated bit with a release store
  * (pairs with the acquire load in farm_objhdr_load_incarn() and the CAS in
  * free); free clears it with an acq_rel compare-and-swap, which is what makes
- * a double free from two threads fail for one of them.
+ * a double free from two threads fail for one of them. A marked claim
+ * stores the version word before that release store, so a reader that
+ * sees the bit set sees the mark (or a later version): by acquire, or as
+ * a line-atomic READ, which copies line 0 as a seqlock reader of the
+ * version word (src/fabric/shm_data.c) and so retries when the mark lands
+ * during its copy.
  */
 #ifndef FARM_ALLOC_OBJHDR_H
 #define FARM_ALLOC_OBJHDR_H
@@ -37,6 +45,14 @@ struct farm_objhdr {
 #define FARM_OBJHDR_ALLOCATED  1ull
 #define FARM_INCARN_LINES_MASK (0x3fffull << 1)
 #define FARM_INCARN_ONE        (1ull << 15) /* one incarnation */
+/*
+ * In the version word: the bits a claim may be asked to set
+ * (farm_slab_alloc_marked, farm_alloc_array_marked): the transaction
+ * layer's lock mode. The allocator gives them no meaning; it only writes
+ * them, with the rest of the word as the slot's last incarnation left it
+ * (FARM_OBJHDR_FREE_PENDING clear), before the allocated bit is visible.
+ */
+#define FARM_OBJHDR_MARK_MASK 3ull
 /*
  * In the version word: a committed free of this object waits for the
  * allocator (galloc's adopter, src/alloc/galloc_adopt.c, while it scans the

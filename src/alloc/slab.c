@@ -431,15 +431,37 @@ static int take_hinted(farm_slab *s, unsigned c, farm_gaddr hint, char **p,
 
 /* ---- objects --------------------------------------------------------- */
 
+/* The caller's @mark (FARM_OBJHDR_MARK_MASK bits) into the version word
+ * of header @h, the free-pending mark off (a slot is freed without it).
+ * Relaxed: the release store of the allocated bit that follows orders it
+ * (slot_claim). */
+static inline void hdr_mark(struct farm_objhdr *h, uint64_t mark)
+{
+	uint64_t v = atomic_load_explicit(&h->version, memory_order_relaxed);
+	atomic_store_explicit(
+	        &h->version,
+	        (v & ~(FARM_OBJHDR_MARK_MASK | FARM_OBJHDR_FREE_PENDING)) |
+	                mark,
+	        memory_order_relaxed);
+}
+
 /* Set the allocated bit. The release store pairs with the acquire loads
  * and the CAS of readers and freers. The bit is clear on every slot on a
- * free list; finding it set means the lists are corrupt. */
-static inline int slot_claim(char *p, unsigned lines)
+ * free list; finding it set means the lists are corrupt. A @mark (0: the
+ * version word untouched) is stored in the version word first: the
+ * release orders it before the bit for an acquire reader of the
+ * incarnation, and a line-atomic READ (a seqlock reader of the version
+ * word, src/fabric/shm_data.c) that copied the bit sees the word changed
+ * and copies the line again, so no reader sees the slot allocated
+ * without its mark. */
+static inline int slot_claim(char *p, unsigned lines, uint64_t mark)
 {
 	struct farm_objhdr *h = (struct farm_objhdr *)p;
 	uint64_t w = atomic_load_explicit(&h->incarn, memory_order_relaxed);
 	if (FARM_UNLIKELY(w & FARM_OBJHDR_ALLOCATED))
 		return FARM_ECORRUPT;
+	if (mark)
+		hdr_mark(h, mark);
 	atomic_store_explicit(&h->incarn, farm_incarn_claimed(w, lines),
 	                      memory_order_release);
 	return 0;
@@ -512,8 +534,9 @@ static inline void count_alloc(farm_slab *s, unsigned c, int lvl)
 }
 
 /* Everything but the fast path of farm_slab_alloc(). */
-static __attribute__((noinline)) int
-alloc_slow(farm_slab *s, unsigned c, farm_gaddr hint, farm_gaddr *out)
+static __attribute__((noinline)) int alloc_slow(farm_slab *s, unsigned c,
+                                                farm_gaddr hint, uint64_t mark,
+                                                farm_gaddr *out)
 {
 	char *p;
 	struct farm_block *b;
@@ -521,7 +544,7 @@ alloc_slow(farm_slab *s, unsigned c, farm_gaddr hint, farm_gaddr *out)
 	int rc = take(s, c, hint, &p, &b, &lvl);
 	if (FARM_UNLIKELY(rc))
 		return rc;
-	rc = slot_claim(p, b->slot / FARM_ALLOC_LINE);
+	rc = slot_claim(p, b->slot / FARM_ALLOC_LINE, mark);
 	if (FARM_UNLIKELY(rc))
 		return rc;
 	count_alloc(s, c, lvl);
@@ -529,8 +552,11 @@ alloc_slow(farm_slab *s, unsigned c, farm_gaddr hint, farm_gaddr *out)
 	return 0;
 }
 
-int farm_slab_alloc(farm_slab *s, uint64_t size, farm_gaddr hint,
-                    farm_gaddr *out)
+/* farm_slab_alloc(_marked); inline into both, so the unmarked fast path
+ * tests no mark (@mark is the constant 0 there). */
+static inline __attribute__((always_inline)) int
+slab_alloc(farm_slab *s, uint64_t size, farm_gaddr hint, uint64_t mark,
+           farm_gaddr *out)
 {
 	if (FARM_UNLIKELY(size - 1 >= FARM_ALLOC_MAX_OBJECT))
 		return size ? -E2BIG : -EINVAL;
@@ -549,14 +575,28 @@ int farm_slab_alloc(farm_slab *s, uint64_t size, farm_gaddr hint,
 	            hint != FARM_GADDR_NULL || !b ||
 	            atomic_load_explicit(&b->retired, memory_order_relaxed) ||
 	            !(p = b->free_head)))
-		return alloc_slow(s, c, hint, out);
+		return alloc_slow(s, c, hint, mark, out);
 	b->free_head = slot_link(p);
-	int rc = slot_claim(p, b->slot / FARM_ALLOC_LINE);
+	int rc = slot_claim(p, b->slot / FARM_ALLOC_LINE, mark);
 	if (FARM_UNLIKELY(rc))
 		return rc;
 	farm_stat_add_owned(&s->cls[c].nalloc, 1);
 	*out = b->gbase + (uint64_t)(p - b->base);
 	return 0;
+}
+
+int farm_slab_alloc(farm_slab *s, uint64_t size, farm_gaddr hint,
+                    farm_gaddr *out)
+{
+	return slab_alloc(s, size, hint, 0, out);
+}
+
+int farm_slab_alloc_marked(farm_slab *s, uint64_t size, farm_gaddr hint,
+                           uint64_t mark, farm_gaddr *out)
+{
+	if (mark & ~FARM_OBJHDR_MARK_MASK)
+		return -EINVAL;
+	return slab_alloc(s, size, hint, mark, out);
 }
 
 /* Back on a free list: ours, or the owner's remote stack (release: the
@@ -762,7 +802,7 @@ static int try_array_region(farm_slab *s, void *ctx, struct ba_region *r)
 }
 
 static int large_array(farm_slab *s, uint64_t esz, uint64_t n, uint64_t total,
-                       farm_gaddr hint, farm_gaddr *out)
+                       farm_gaddr hint, uint64_t mark, farm_gaddr *out)
 {
 	farm_blockalloc *ba = s->ba;
 	struct array_try t = {0};
@@ -818,8 +858,11 @@ static int large_array(farm_slab *s, uint64_t esz, uint64_t n, uint64_t total,
 		struct farm_objhdr *h = (void *)(base + i * esz);
 		uint64_t w =
 		        atomic_load_explicit(&h->incarn, memory_order_relaxed);
+		if (mark)
+			hdr_mark(h, mark);
 		/* Release: as slot_claim's (pairs with the acquire loads of
-		 * the incarnation, farm_objhdr_load_incarn). */
+		 * the incarnation, farm_objhdr_load_incarn; orders the mark
+		 * before the bit). */
 		atomic_store_explicit(
 		        &h->incarn,
 		        farm_incarn_claimed(w,
@@ -833,8 +876,9 @@ static int large_array(farm_slab *s, uint64_t esz, uint64_t n, uint64_t total,
 	return 0;
 }
 
-int farm_alloc_array(farm_slab *s, uint64_t elem_size, uint64_t n,
-                     farm_gaddr hint, farm_gaddr *out)
+/* farm_alloc_array(_marked). */
+static int alloc_array(farm_slab *s, uint64_t elem_size, uint64_t n,
+                       farm_gaddr hint, uint64_t mark, farm_gaddr *out)
 {
 	uint64_t esz, total;
 	int rc = array_dims(elem_size, n, &esz, &total);
@@ -843,7 +887,7 @@ int farm_alloc_array(farm_slab *s, uint64_t elem_size, uint64_t n,
 	if (!s || !out)
 		return -EINVAL;
 	if (total > FARM_ALLOC_MAX_OBJECT)
-		return large_array(s, esz, n, total, hint, out);
+		return large_array(s, esz, n, total, hint, mark, out);
 	unsigned c = s->line_cls[total / FARM_ALLOC_LINE];
 	char *p;
 	struct farm_block *b;
@@ -854,14 +898,18 @@ int farm_alloc_array(farm_slab *s, uint64_t elem_size, uint64_t n,
 	/* Element headers inside the slot: the slot's incarnation (monotonic
 	 * per slot, so a stale pointer to any earlier object here never
 	 * matches) and its version with the lock bits and the free-pending
-	 * mark clear. Written before the slot's allocated bit is published. */
+	 * mark clear, and the caller's @mark set. Written before the slot's
+	 * allocated bit is published, each element's version before its own
+	 * incarnation (as slot_claim). */
 	struct farm_objhdr *h0 = (struct farm_objhdr *)p;
 	uint64_t w0 = atomic_load_explicit(&h0->incarn, memory_order_relaxed);
 	uint64_t v0 = atomic_load_explicit(&h0->version, memory_order_relaxed);
 	for (uint64_t i = 1; i < n; i++) {
 		struct farm_objhdr *h = (void *)(p + i * esz);
 		atomic_store_explicit(&h->version,
-		                      v0 & ~(3ull | FARM_OBJHDR_FREE_PENDING),
+		                      (v0 & ~(FARM_OBJHDR_MARK_MASK |
+		                              FARM_OBJHDR_FREE_PENDING)) |
+		                              mark,
 		                      memory_order_relaxed);
 		/* Release: as slot_claim's (pairs with the acquire loads of
 		 * the incarnation, farm_objhdr_load_incarn). */
@@ -871,12 +919,26 @@ int farm_alloc_array(farm_slab *s, uint64_t elem_size, uint64_t n,
 		                            (unsigned)(esz / FARM_ALLOC_LINE)),
 		        memory_order_release);
 	}
-	rc = slot_claim(p, (unsigned)(esz / FARM_ALLOC_LINE));
+	rc = slot_claim(p, (unsigned)(esz / FARM_ALLOC_LINE), mark);
 	if (rc)
 		return rc;
 	count_alloc(s, c, lvl);
 	*out = b->gbase + (uint64_t)(p - b->base);
 	return 0;
+}
+
+int farm_alloc_array(farm_slab *s, uint64_t elem_size, uint64_t n,
+                     farm_gaddr hint, farm_gaddr *out)
+{
+	return alloc_array(s, elem_size, n, hint, 0, out);
+}
+
+int farm_alloc_array_marked(farm_slab *s, uint64_t elem_size, uint64_t n,
+                            farm_gaddr hint, uint64_t mark, farm_gaddr *out)
+{
+	if (mark & ~FARM_OBJHDR_MARK_MASK)
+		return -EINVAL;
+	return alloc_array(s, elem_size, n, hint, mark, out);
 }
 
 static int large_array_free(farm_slab *s, struct ba_region *r, uint32_t off,

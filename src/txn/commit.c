@@ -268,10 +268,10 @@ void farm_txn_tx_finish(farm_tx *tx)
 		/* A new object of an aborted transaction goes back (a new
 		 * array once, by its first element). */
 		if ((o->flags & TXO_NEW) && tx->outcome) {
-			/* Unlocked first (obj_mark_new's mark; an abort
-			 * after LOCK unlocked it already): a free slot holds
-			 * no lock. Pairs with the acquire of the header by
-			 * the next allocation here and by data recovery. */
+			/* Unlocked first (the claim's mark, obj_claim_mark; an
+			 * abort after LOCK unlocked it already): a free slot
+			 * holds no lock. Pairs with the acquire of the header
+			 * by the next allocation here and by data recovery. */
 			bool d;
 			uint8_t *h = txn_own_ptr(m, o->a, 64ull * o->lines, &d);
 			if (h)

@@ -72,7 +72,7 @@ void farm_txn_single_lock(farm_tx *tx)
 			break;
 		}
 		/* A new object holds the shared lock since its allocation
-		 * (obj_mark_new): it stays as it is. */
+		 * (obj_claim_mark): it stays as it is. */
 		uint64_t expect =
 		        obj_new_locked(o->version, o->flags & TXO_NEW);
 		/* Lock: pairs with the release that last unlocked or installed

@@ -34,7 +34,7 @@
  * object read is checked like a lock-free read (every line's version
  * equal to the header's) and must not be locked at all: a shared lock is
  * a single-machine commit under way or a new object not committed yet
- * (obj_mark_new, object.h), which an abort would free again at the same
+ * (obj_claim_mark, object.h), which an abort would free again at the same
  * version, so a copy that took it would keep it allocated for good. A
  * torn or locked object ends the step there and is read again at the
  * next one. A slab slot
@@ -392,7 +392,7 @@ static int apply_obj(struct dr_reg *g, const struct dr_step *s, uint8_t *p,
 	if ((v & OBJ_LOCK_MASK) == OBJ_LOCK_EXCL)
 		return -1; /* being installed or recovered: later */
 	/* A shared lock: a single-machine commit validating, or a new
-	 * object not committed yet (obj_mark_new), which an abort frees
+	 * object not committed yet (obj_claim_mark), which an abort frees
 	 * again at this same version: a copy that took it would keep it
 	 * allocated for good (only newer versions are applied). In our
 	 * demoted copy it may also be a single-machine commit of the older

@@ -48,13 +48,19 @@ static uint64_t dg_mix(uint64_t h, uint64_t x)
  * pair with the release of the version by an install or apply
  * (farm_txn_copy_apply, obj_install) and of the incarnation by the
  * allocator; the line versions, read after, are relaxed (a torn view of
- * them is what the comparison with the header detects). */
+ * them is what the comparison with the header detects). The version is
+ * read again after the incarnation, as a line-atomic READ's seqlock
+ * does: a claim stores its mark (the shared lock of a transaction's new
+ * object, obj_claim_mark) before the allocated bit, so a first load from
+ * before the mark and an incarnation from after it would show the
+ * uncommitted object allocated and unlocked; the second load then sees
+ * the word changed. */
 static int dg_obj(const uint8_t *p, unsigned lines, uint64_t off, uint64_t *h)
 {
 	const struct farm_objhdr *hd = (const struct farm_objhdr *)p;
 	uint64_t v = farm_objhdr_load_version(hd);
 	uint64_t w = farm_objhdr_load_incarn(hd);
-	if (v & OBJ_LOCK_MASK)
+	if ((v & OBJ_LOCK_MASK) || farm_objhdr_load_version(hd) != v)
 		return -EAGAIN;
 	if (!farm_incarn_allocated(w)) {
 		if (v || w)

@@ -123,19 +123,41 @@ static inline int obj_check(const uint8_t *img, unsigned lines,
 }
 
 /*
- * obj_mark_new() - the header of a transaction's new object, just
- * allocated here (its version @v, unlocked), takes the shared lock until
- * the commit installs it (the lock, exclusive, then the new version) or
- * the abort unlocks it (@v) and gives it back. The allocator claims a
- * slot without changing its version, so unmarked, an uncommitted object
- * looked committed to data recovery's READs and chunk summaries at this
- * primary (src/txn/copy.c): a copy took it, and when the transaction
- * aborted the slot went free again (a later incarnation) at that same
- * version, which the copy, applying only newer versions, never took:
- * it kept an object allocated that its primary does not hold. Data
- * recovery reads a locked object again later; lock-free reads still
- * succeed under a shared lock (a stale pointer's read then finds a
+ * A transaction's new object holds the shared lock from its allocation
+ * until the commit installs it (the lock, exclusive, then the new
+ * version) or the abort unlocks it and gives it back. Unmarked, an
+ * uncommitted object looked committed to data recovery's READs and chunk
+ * summaries at this primary (src/txn/copy.c): a copy took it, and when
+ * the transaction aborted the slot went free again (a later incarnation)
+ * at that same version, which the copy, applying only newer versions,
+ * never took: it kept an object allocated that its primary does not
+ * hold. Data recovery reads a locked object again later; lock-free reads
+ * still succeed under a shared lock (a stale pointer's read then finds a
  * new incarnation, as without the mark).
+ *
+ * obj_claim_mark() - the mark the allocator's claim sets
+ * (farm_galloc_alloc_marked): the shared lock, stored in the version word
+ * before the allocated bit becomes visible, so the slot is never seen
+ * allocated and unlocked, not even between the claim and the
+ * transaction taking the object (a loop pass: the allocator answers
+ * through a posted continuation). 0 in tests that break it: with
+ * FARM_FP_TX_NEW_UNMARKED nothing marks; with FARM_FP_TX_CLAIM_LATE the
+ * transaction marks it itself once the allocator has answered
+ * (obj_mark_new), the order before, whose window test_txn
+ * --broken-claim must catch.
+ */
+static inline uint64_t obj_claim_mark(void)
+{
+	if (FARM_FAULT_SWITCH(FARM_FP_TX_NEW_UNMARKED) ||
+	    FARM_FAULT_SWITCH(FARM_FP_TX_CLAIM_LATE))
+		return 0;
+	return OBJ_LOCK_SHARED;
+}
+
+/*
+ * obj_mark_new() - testing only (obj_claim_mark answered 0): the shared
+ * lock stored after the claim, on the header of new object (its version
+ * @v, unlocked).
  */
 static inline void obj_mark_new(const void *hdr, uint64_t v)
 {
@@ -152,7 +174,7 @@ static inline void obj_mark_new(const void *hdr, uint64_t v)
 }
 
 /* obj_new_locked() - the version a commit's lock of object @version
- * expects to find: a new object's carries obj_mark_new()'s mark. */
+ * expects to find: a new object's carries its claim's mark. */
 static inline uint64_t obj_new_locked(uint64_t version, bool is_new)
 {
 	return is_new && !FARM_FAULT_SWITCH(FARM_FP_TX_NEW_UNMARKED)

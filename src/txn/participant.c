@@ -123,7 +123,7 @@ static void on_lock(struct txloop *tl, const uint8_t *rec)
 			break;
 		}
 		/* A new object (the coordinator's, allocated here) holds the
-		 * shared lock since its allocation (obj_mark_new). */
+		 * shared lock since its allocation (obj_claim_mark). */
 		uint64_t expect = obj_new_locked(o[locked].version,
 		                                 o[locked].flags & OBJF_NEW);
 		/* Lock: pairs with the release that last unlocked or

@@ -232,13 +232,49 @@ struct txal_ctx {
 	farm_tx_alloc_fn cont;
 	void *ctx;
 	uint32_t size;
-	uint32_t n; /* arrays: elements (0: one object) */
+	uint32_t n;    /* arrays: elements (0: one object) */
+	uint64_t mark; /* what the claim set (obj_claim_mark); 0: mark here */
 };
+
+#ifdef FARM_FAULT_INJECTION
+/* The object of the completion at FARM_FP_TX_ALLOC_CLAIMED, for the hook
+ * (farm_tx_testing_claimed): it runs on this thread. */
+static _Thread_local farm_gaddr testing_claimed;
+#endif
+
+/*
+ * Give back new object @a (@n elements of @size bytes; 0: one object) that
+ * the transaction does not take: every header unlocked (the claim's mark),
+ * then the free, as an abort does (commit.c): a free slot holds no lock,
+ * and data recovery would wait for a locked one for good. Release: pairs
+ * with the acquire of the header by the next allocation here and by data
+ * recovery. A header no longer local (its region moved) is left as it is;
+ * its free is refused too.
+ */
+static void new_give_back(farm_txm *m, farm_loop *loop, farm_gaddr a,
+                          uint32_t size, uint32_t n)
+{
+	unsigned el = obj_lines(size);
+	for (uint32_t i = 0; i < (n ? n : 1); i++) {
+		_Atomic uint64_t *hv =
+		        farm_as_local_ptr(m->as, a + 64ull * el * i, 16);
+		if (!hv)
+			continue;
+		uint64_t v = atomic_load_explicit(hv, memory_order_relaxed);
+		atomic_store_explicit(hv, v & ~OBJ_LOCK_MASK,
+		                      memory_order_release);
+	}
+	if (n)
+		(void)farm_galloc_free_array_local(m->ga, loop, a, 64ull * el,
+		                                   n);
+	else
+		(void)farm_galloc_free_local(m->ga, loop, a);
+}
 
 /* A new array's elements join the write set as new objects (its first
  * element marked TXO_ARRAY, so an abort frees the array whole). */
 static int tx_add_array(farm_tx *tx, farm_gaddr a, uint32_t size, uint32_t n,
-                        farm_fatptr *fp, void **data)
+                        uint64_t mark, farm_fatptr *fp, void **data)
 {
 	farm_txm *m = tx->m;
 	unsigned el = obj_lines(size);
@@ -261,7 +297,8 @@ static int tx_add_array(farm_tx *tx, farm_gaddr a, uint32_t size, uint32_t n,
 		 * without it): a new object's versions would keep it. */
 		uint64_t v = farm_objhdr_load_version(h) &
 		             ~(OBJ_LOCK_MASK | FARM_OBJHDR_FREE_PENDING);
-		obj_mark_new(h, v); /* until the commit or the abort */
+		if (!mark) /* testing: marked after the claim */
+			obj_mark_new(h, v);
 		*o = (struct txobj){.a = ai,
 		                    .size = size,
 		                    .lines = el,
@@ -290,9 +327,18 @@ static void txal_done(farm_loop *loop, void *ctx, int status, farm_gaddr a)
 	farm_tx *tx = c->tx;
 	farm_txm *m = tx->m;
 	tx->reads_out--;
+#ifdef FARM_FAULT_INJECTION
+	if (!status) {
+		/* Claimed, not taken yet: the window a claim without its mark
+		 * left open (obj_claim_mark). */
+		testing_claimed = a;
+		FARM_FAULT_POINT(FARM_FP_TX_ALLOC_CLAIMED);
+		testing_claimed = FARM_GADDR_NULL;
+	}
+#endif
 	if (tx->released) {
 		if (!status)
-			(void)farm_galloc_free_local(m->ga, tx->tl->loop, a);
+			new_give_back(m, tx->tl->loop, a, c->size, c->n);
 		free(c);
 		(void)farm_txn_tx_gone(tx);
 		return;
@@ -308,12 +354,12 @@ static void txal_done(farm_loop *loop, void *ctx, int status, farm_gaddr a)
 		                ? NULL
 		                : farm_as_local_ptr(m->as, a, 16);
 		if (c->n) {
-			st = h ? tx_add_array(tx, a, c->size, c->n, &fp, &data)
+			st = h ? tx_add_array(tx, a, c->size, c->n, c->mark,
+			                      &fp, &data)
 			       : -EAGAIN;
 			if (st)
-				(void)farm_galloc_free_array_local(
-				        m->ga, tx->tl->loop, a,
-				        64ull * obj_lines(c->size), c->n);
+				new_give_back(m, tx->tl->loop, a, c->size,
+				              c->n);
 			farm_tx_alloc_fn cont = c->cont;
 			void *cctx = c->ctx;
 			free(c);
@@ -345,7 +391,8 @@ static void txal_done(farm_loop *loop, void *ctx, int status, farm_gaddr a)
 			        farm_objhdr_load_version(h) &
 			        ~(OBJ_LOCK_MASK | FARM_OBJHDR_FREE_PENDING);
 			uint64_t w = farm_objhdr_load_incarn(h);
-			obj_mark_new(h, v); /* until the commit or abort */
+			if (!c->mark) /* testing: marked after the claim */
+				obj_mark_new(h, v);
 			*o = (struct txobj){.a = a,
 			                    .size = c->size,
 			                    .lines = obj_lines(c->size),
@@ -361,7 +408,7 @@ static void txal_done(farm_loop *loop, void *ctx, int status, farm_gaddr a)
 			data = d;
 		}
 		if (st) /* give the object back */
-			(void)farm_galloc_free_local(m->ga, tx->tl->loop, a);
+			new_give_back(m, tx->tl->loop, a, c->size, 0);
 	}
 	farm_tx_alloc_fn cont = c->cont;
 	void *cctx = c->ctx;
@@ -387,10 +434,16 @@ int farm_tx_alloc(farm_tx *tx, uint32_t size, farm_gaddr hint,
 	struct txal_ctx *c = malloc(sizeof(*c));
 	if (!c)
 		return -ENOMEM;
-	*c = (struct txal_ctx){
-	        .tx = tx, .cont = cont, .ctx = ctx, .size = size};
-	int rc = farm_galloc_alloc(tx->m->ga, tx->tl->loop, 64ull * lines, hint,
-	                           txal_done, c);
+	*c = (struct txal_ctx){.tx = tx,
+	                       .cont = cont,
+	                       .ctx = ctx,
+	                       .size = size,
+	                       .mark = obj_claim_mark()};
+	/* Marked by the claim itself: never seen allocated and unlocked
+	 * before its commit (obj_claim_mark). */
+	int rc =
+	        farm_galloc_alloc_marked(tx->m->ga, tx->tl->loop, 64ull * lines,
+	                                 hint, c->mark, txal_done, c);
 	if (rc)
 		free(c);
 	else
@@ -417,10 +470,15 @@ int farm_tx_alloc_array(farm_tx *tx, uint32_t elem_size, uint32_t n,
 	struct txal_ctx *c = malloc(sizeof(*c));
 	if (!c)
 		return -ENOMEM;
-	*c = (struct txal_ctx){
-	        .tx = tx, .cont = cont, .ctx = ctx, .size = elem_size, .n = n};
-	int rc = farm_galloc_alloc_array(tx->m->ga, tx->tl->loop, 64ull * el, n,
-	                                 hint, txal_done, c);
+	*c = (struct txal_ctx){.tx = tx,
+	                       .cont = cont,
+	                       .ctx = ctx,
+	                       .size = elem_size,
+	                       .n = n,
+	                       .mark = obj_claim_mark()};
+	int rc = farm_galloc_alloc_array_marked(tx->m->ga, tx->tl->loop,
+	                                        64ull * el, n, hint, c->mark,
+	                                        txal_done, c);
 	if (rc)
 		free(c);
 	else
@@ -488,6 +546,15 @@ uint64_t farm_tx_testing_version(farm_tx *tx, farm_gaddr a)
 {
 	struct txobj *o = tx ? tx_find(tx, a) : NULL;
 	return o ? o->version : UINT64_MAX;
+}
+
+farm_gaddr farm_tx_testing_claimed(void)
+{
+#ifdef FARM_FAULT_INJECTION
+	return testing_claimed;
+#else
+	return FARM_GADDR_NULL;
+#endif
 }
 
 uint64_t farm_tx_testing_id(farm_tx *tx)

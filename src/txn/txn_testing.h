@@ -27,6 +27,9 @@ uint64_t farm_tx_testing_version(farm_tx *tx, farm_gaddr a);
  * -1 with what went wrong in @why. */
 int farm_txn_testing_participants(unsigned nids, char *why, size_t len);
 
+/* In a hook of FARM_FP_TX_ALLOC_CLAIMED (util/fault.h), on its thread: the
+ * address of the object just claimed; FARM_GADDR_NULL elsewhere. */
+farm_gaddr farm_tx_testing_claimed(void);
 /* The transaction's id (what its log records carry). */
 uint64_t farm_tx_testing_id(farm_tx *tx);
 

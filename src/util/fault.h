@@ -439,6 +439,19 @@ enum farm_fault_point {
 	 * frees at the same version (tests/test_copy_digest.c
 	 * --broken-new). Hook it before any transaction allocates. */
 	FARM_FP_TX_NEW_UNMARKED,
+	/* txn/tx.c: a transaction's allocation answered (the slot claimed),
+	 * before the transaction takes the object; the hook runs on the
+	 * loop and farm_tx_testing_claimed() names the object
+	 * (tests/test_txn.c test_new_claimed reads it there as data
+	 * recovery would). */
+	FARM_FP_TX_ALLOC_CLAIMED,
+	/* txn/object.h, a switch: while hooked, a transaction's allocation
+	 * is claimed unmarked and the transaction marks the object once the
+	 * allocator has answered (obj_mark_new), the order before: a READ
+	 * or chunk summary between the two sees it allocated and unlocked
+	 * (tests/test_txn.c --broken-claim). Hook it before any transaction
+	 * allocates. */
+	FARM_FP_TX_CLAIM_LATE,
 	FARM_FP_COUNT
 };
 
