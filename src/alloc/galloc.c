@@ -430,6 +430,18 @@ int farm_galloc_free_local(farm_galloc *g, farm_loop *loop, farm_gaddr a)
 	return s ? farm_slab_free(s, a) : rc;
 }
 
+int farm_galloc_free_local_unlock(farm_galloc *g, farm_loop *loop, farm_gaddr a,
+                                  uint64_t then)
+{
+	if (!g || !loop)
+		return -EINVAL;
+	if (!farm_alloc_region_is_local(g->ba, farm_gaddr_region(a)))
+		return -EREMOTE;
+	int rc;
+	farm_slab *s = slab_of(g, loop, &rc);
+	return s ? farm_slab_free_unlock(s, a, then) : rc;
+}
+
 int farm_galloc_free_array_local(farm_galloc *g, farm_loop *loop, farm_gaddr a,
                                  uint64_t elem_size, uint64_t n)
 {

@@ -108,6 +108,13 @@ int farm_galloc_free(farm_galloc *g, farm_loop *loop, farm_gaddr a,
 /* Free a local object now, on @loop's slab: 0, -EREMOTE (not local), or
  * farm_slab_free's errors. */
 int farm_galloc_free_local(farm_galloc *g, farm_loop *loop, farm_gaddr a);
+/* farm_galloc_free_local() that stores @then in the object's version word
+ * after its header is freed and before the slot can be handed out again
+ * (farm_slab_free_unlock): for an owner whose object is locked or marked
+ * until it is free, so that no reader sees it allocated and unlocked. On
+ * an error nothing is stored. */
+int farm_galloc_free_local_unlock(farm_galloc *g, farm_loop *loop, farm_gaddr a,
+                                  uint64_t then);
 
 /* Free a local array (farm_alloc_array_free): an array past 1 MiB has
  * its blocks retired until a distributed epoch (src/txn/epoch.c) ends. */

@@ -223,6 +223,35 @@ void farm_txn_tx_report(farm_tx *tx, int outcome)
 	tx->cont(tx->tl->loop, tx->ctx, outcome);
 }
 
+/*
+ * A new object of an aborted transaction goes back (a new array once, by
+ * its first element). It holds the claim's mark (obj_claim_mark), or the
+ * lock a LOCK left it with on the way back (unlock_objs restores the
+ * mark): a free slot holds no lock, and the object must never look
+ * allocated and unlocked, or a new backup's copy would take an object
+ * that its abort frees at the same version, which no copy takes again.
+ * So its header is freed first and then unlocked, before the slot can be
+ * handed out again (farm_galloc_free_local_unlock). An array is unlocked
+ * first and then freed whole (no such call for arrays: its elements'
+ * short window stays). Not freed here (the region moved away: growth),
+ * it is unlocked all the same. Release stores: pair with the acquire of
+ * the header by the next allocation here and by data recovery.
+ */
+static void new_abort(farm_txm *m, struct txloop *tl, const struct txobj *o)
+{
+	bool d;
+	uint8_t *h = txn_own_ptr(m, o->a, 64ull * o->lines, &d);
+	if (!(o->flags & (TXO_ARRAY | TXO_ELEM)) &&
+	    !farm_galloc_free_local_unlock(m->ga, tl->loop, o->a, o->version))
+		return;
+	if (h)
+		atomic_store_explicit((_Atomic uint64_t *)(void *)h, o->version,
+		                      memory_order_release);
+	if (o->flags & TXO_ARRAY)
+		(void)farm_galloc_free_array_local(m->ga, tl->loop, o->a,
+		                                   64ull * o->lines, o->arr_n);
+}
+
 /* Everything the transaction wrote is done: its records may go. */
 void farm_txn_tx_finish(farm_tx *tx)
 {
@@ -267,25 +296,8 @@ void farm_txn_tx_finish(farm_tx *tx)
 		o->img = o->vbuf = NULL;
 		/* A new object of an aborted transaction goes back (a new
 		 * array once, by its first element). */
-		if ((o->flags & TXO_NEW) && tx->outcome) {
-			/* Unlocked first (the claim's mark, obj_claim_mark; an
-			 * abort after LOCK unlocked it already): a free slot
-			 * holds no lock. Pairs with the acquire of the header
-			 * by the next allocation here and by data recovery. */
-			bool d;
-			uint8_t *h = txn_own_ptr(m, o->a, 64ull * o->lines, &d);
-			if (h)
-				atomic_store_explicit(
-				        (_Atomic uint64_t *)(void *)h,
-				        o->version, memory_order_release);
-			if (o->flags & TXO_ARRAY)
-				(void)farm_galloc_free_array_local(
-				        m->ga, tl->loop, o->a, 64ull * o->lines,
-				        o->arr_n);
-			else if (!(o->flags & TXO_ELEM))
-				(void)farm_galloc_free_local(m->ga, tl->loop,
-				                             o->a);
-		}
+		if ((o->flags & TXO_NEW) && tx->outcome)
+			new_abort(m, tl, o);
 		o->flags &= ~TXO_NEW;
 	}
 	if (tx->nwaiters) /* decided without passing the hooks */

@@ -37,11 +37,14 @@ void farm_txn_single_unlock(farm_tx *tx, unsigned upto)
 			continue;
 		bool demoted;
 		_Atomic uint64_t *h = own_hdr(tx, o, &demoted);
-		/* Unlocked, unchanged: pairs with the next locker's CAS and
-		 * readers' acquire of the header. */
+		/* Unlocked, unchanged (a new object keeps its claim's mark
+		 * until the abort frees it: commit.c, new_abort): pairs with
+		 * the next locker's CAS and readers' acquire of the header. */
 		if (h)
-			atomic_store_explicit(h, o->version,
-			                      memory_order_release);
+			atomic_store_explicit(
+			        h,
+			        obj_new_locked(o->version, o->flags & TXO_NEW),
+			        memory_order_release);
 		o->locked = false;
 	}
 }

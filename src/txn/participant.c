@@ -78,20 +78,38 @@ static uint8_t *primary_obj(farm_txm *m, const struct rec_obj *o)
 	return farm_as_local_ptr(m->as, o->addr, 64ull * o->lines);
 }
 
+/*
+ * Undo on_lock's locks of the first @n objects of LOCK record @rec: each
+ * header back to the word the lock found, a new object of this machine's
+ * coordinator with its claim's mark (obj_new_locked): it stays marked
+ * until the coordinator's abort frees it (commit.c, new_abort), so it
+ * never looks allocated and unlocked in between. A new object of another
+ * machine's coordinator (growth moved its region here) is unlocked
+ * plain, as no one here would ever free it. A compare-and-swap from the
+ * lock on_lock set, so that a header someone changed since (the local
+ * coordinator's abort freed and unlocked it first) is left alone.
+ */
 static void unlock_objs(farm_txm *m, const uint8_t *rec, unsigned n)
 {
+	struct rec_hdr h;
+	memcpy(&h, rec, sizeof(h));
+	bool ours = txid_machine(h.txid) == m->me;
 	const struct rec_obj *o = rec_objs(rec);
 	for (unsigned i = 0; i < n; i++) {
 		bool demoted;
 		uint8_t *p =
 		        txn_own_ptr(m, o[i].addr, 64ull * o[i].lines, &demoted);
+		if (!p)
+			continue;
+		uint64_t locked = o[i].version | OBJ_LOCK_EXCL;
 		/* Unlocked, version unchanged: pairs with the next locker's
 		 * CAS and with the acquire of the header in validation
 		 * (commit.c) and lock-free reads (read.c). */
-		if (p)
-			atomic_store_explicit((_Atomic uint64_t *)(void *)p,
-			                      o[i].version,
-			                      memory_order_release);
+		(void)atomic_compare_exchange_strong_explicit(
+		        (_Atomic uint64_t *)(void *)p, &locked,
+		        obj_new_locked(o[i].version,
+		                       ours && (o[i].flags & OBJF_NEW)),
+		        memory_order_release, memory_order_relaxed);
 	}
 }
 

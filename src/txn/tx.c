@@ -244,18 +244,33 @@ static _Thread_local farm_gaddr testing_claimed;
 
 /*
  * Give back new object @a (@n elements of @size bytes; 0: one object) that
- * the transaction does not take: every header unlocked (the claim's mark),
- * then the free, as an abort does (commit.c): a free slot holds no lock,
- * and data recovery would wait for a locked one for good. Release: pairs
- * with the acquire of the header by the next allocation here and by data
- * recovery. A header no longer local (its region moved) is left as it is;
- * its free is refused too.
+ * the transaction does not take, as an abort does (commit.c, new_abort):
+ * a free slot holds no lock (data recovery would wait for a locked one for
+ * good), and the object never looks allocated and unlocked: one object's
+ * header is freed, then unlocked (the claim's mark), then its slot made
+ * reusable; an array's elements are unlocked, then the array freed.
+ * Release: pairs with the acquire of the header by the next allocation
+ * here and by data recovery. A header no longer local (its region moved)
+ * is left as it is; its free is refused too.
  */
 static void new_give_back(farm_txm *m, farm_loop *loop, farm_gaddr a,
                           uint32_t size, uint32_t n)
 {
 	unsigned el = obj_lines(size);
-	for (uint32_t i = 0; i < (n ? n : 1); i++) {
+	if (!n) {
+		/* The header freed, then unlocked, then the slot reusable
+		 * (as an abort's, commit.c new_abort): never allocated and
+		 * unlocked. Not freed (the region moved away): unlocked. */
+		_Atomic uint64_t *hv = farm_as_local_ptr(m->as, a, 16);
+		uint64_t v =
+		        hv ? atomic_load_explicit(hv, memory_order_relaxed) : 0;
+		if (hv && farm_galloc_free_local_unlock(m->ga, loop, a,
+		                                        v & ~OBJ_LOCK_MASK))
+			atomic_store_explicit(hv, v & ~OBJ_LOCK_MASK,
+			                      memory_order_release);
+		return;
+	}
+	for (uint32_t i = 0; i < n; i++) {
 		_Atomic uint64_t *hv =
 		        farm_as_local_ptr(m->as, a + 64ull * el * i, 16);
 		if (!hv)
@@ -264,11 +279,7 @@ static void new_give_back(farm_txm *m, farm_loop *loop, farm_gaddr a,
 		atomic_store_explicit(hv, v & ~OBJ_LOCK_MASK,
 		                      memory_order_release);
 	}
-	if (n)
-		(void)farm_galloc_free_array_local(m->ga, loop, a, 64ull * el,
-		                                   n);
-	else
-		(void)farm_galloc_free_local(m->ga, loop, a);
+	(void)farm_galloc_free_array_local(m->ga, loop, a, 64ull * el, n);
 }
 
 /* A new array's elements join the write set as new objects (its first
