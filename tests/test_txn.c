@@ -1290,6 +1290,72 @@ static void test_participant_list(void **state)
 	assert_int_equal(farm_txn_testing_participants(3, why, sizeof(why)), 0);
 }
 
+/* The header of the new object test_new_lock_undone watches, and what the
+ * hook saw there (FARM_FP_TX_LOCK_UNDONE). */
+static const _Atomic uint64_t *undone_hdr;
+static uint64_t undone_seen;
+static unsigned undone_hits;
+
+static void undone_hook(enum farm_fault_point fp, void *arg)
+{
+	(void)fp;
+	(void)arg;
+	undone_seen = atomic_load(undone_hdr);
+	undone_hits++;
+}
+
+/* A single-machine commit whose LOCK fails after it locked its new object
+ * (allocated first, so locked first) undoes the locks: the new object
+ * must keep its claim's mark until the abort frees it, or a new backup's
+ * READ in between takes it allocated and unlocked, which the free (same
+ * version) never undoes. Then it is free and unlocked. */
+static void test_new_lock_undone(void **state)
+{
+	(void)state;
+	if (farm_fault_set(FARM_FP_TX_LOCK_UNDONE, NULL, NULL) == -ENOTSUP)
+		skip();
+	farm_fatptr x = make_obj(1, 64, 5);
+	farm_tx *tx = begin(1);
+	struct res r = {0};
+	assert_int_equal(farm_tx_alloc(tx, 100, FARM_GADDR_NULL, alloc_cb, &r),
+	                 0);
+	asn_wait(&C, &r.done);
+	assert_int_equal(r.status, 0);
+	farm_gaddr a = r.fp.addr;
+	uint32_t pm = primary_of(a);
+	assert_int_equal(primary_of(x.addr), pm); /* one machine's commit */
+	undone_hdr = farm_as_local_ptr(C.m[pm - 1].as, a, 64);
+	assert_non_null(undone_hdr);
+	uint8_t *w;
+	assert_int_equal(rd(tx, x.addr, 64, NULL), 0);
+	assert_int_equal(farm_tx_write(tx, x.addr, (void **)&w), 0);
+	w[0] = 6;
+	/* Another writer of x first: tx's LOCK of x finds a new version. */
+	farm_tx *t2 = begin(1);
+	assert_int_equal(rd(t2, x.addr, 64, NULL), 0);
+	assert_int_equal(farm_tx_write(t2, x.addr, (void **)&w), 0);
+	w[0] = 7;
+	assert_int_equal(commit(t2), 0);
+	farm_tx_free(t2);
+	undone_hits = 0;
+	assert_int_equal(
+	        farm_fault_set(FARM_FP_TX_LOCK_UNDONE, undone_hook, NULL), 0);
+	int rc = commit(tx);
+	(void)farm_fault_set(FARM_FP_TX_LOCK_UNDONE, NULL, NULL);
+	farm_tx_free(tx);
+	assert_int_equal(rc, FARM_ECONFLICT);
+	assert_int_equal(undone_hits, 1);
+	printf("new object %#" PRIx64 " after its LOCK was undone: version "
+	       "word %#" PRIx64 "\n",
+	       a, undone_seen);
+	assert_int_equal(undone_seen & OBJ_LOCK_MASK, OBJ_LOCK_SHARED);
+	uint64_t v, inc;
+	v = atomic_load(undone_hdr);
+	inc = farm_objhdr_load_incarn((const void *)undone_hdr);
+	assert_int_equal(v & OBJ_LOCK_MASK, 0); /* a free slot: unlocked */
+	assert_false(farm_incarn_allocated(inc));
+}
+
 int main(int argc, char **argv)
 {
 	broken_moved = argc > 1 && !strcmp(argv[1], "--broken-moved");
@@ -1327,6 +1393,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_alloc_moved),
 	        cmocka_unit_test(test_new_uncommitted),
 	        cmocka_unit_test(test_new_claimed),
+	        cmocka_unit_test(test_new_lock_undone),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

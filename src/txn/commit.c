@@ -324,6 +324,7 @@ static void tx_fail(farm_tx *tx, int fail)
 {
 	if (tx->single) {
 		farm_txn_single_unlock(tx, tx->n);
+		FARM_FAULT_POINT(FARM_FP_TX_LOCK_UNDONE);
 		bool cb = false;
 		const struct txpart *pt = tx_parts(tx);
 		for (unsigned i = 0; i < tx->nparts; i++)

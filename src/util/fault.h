@@ -452,6 +452,11 @@ enum farm_fault_point {
 	 * (tests/test_txn.c --broken-claim). Hook it before any transaction
 	 * allocates. */
 	FARM_FP_TX_CLAIM_LATE,
+	/* txn/commit.c: a single-machine commit's LOCK failed and its locks
+	 * are undone, before the abort frees the transaction's new objects
+	 * (tests/test_txn.c test_new_lock_undone reads a new object's
+	 * header there: still marked). */
+	FARM_FP_TX_LOCK_UNDONE,
 	FARM_FP_COUNT
 };
 
