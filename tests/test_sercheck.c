@@ -157,6 +157,53 @@ static void test_unknown_outcomes(void **state)
 	sc_free(h);
 }
 
+/*
+ * Two unknown transactions that claim the same version: the bank's
+ * histories when both machines killed in a run were committing a transfer
+ * (test_datarec copy_kill). U1, in flight at the first kill, really
+ * aborted: C, committed after it, read a@0 and installed a@1 as U1 would
+ * have. U2, in flight at the second kill, read b@0 (U1 never installed
+ * b@1) and really committed b@1 and c@1, which the final scan read. Both
+ * unknowns claim b@1. U1 cannot have committed without installing a@1
+ * twice, so the only explanation without an anomaly is that U2 wrote the
+ * b@1 the scan saw and U1 aborted; the first recorded claimant (U1) as
+ * the source of b@1 would make two duplicate versions, a@1 (C, U1) and
+ * b@1 (U1, U2).
+ * (Keys a, b, c, d are 1, 2, 3, 4.)
+ */
+static void test_unknown_claimants(void **state)
+{
+	(void)state;
+	sc_report r;
+	sc_history *h = sc_new();
+	/* Recorded in the order of the merged bank histories (by machine):
+	 * C's machine first, then the two killed machines'. */
+	TXN(h, 30, 60, SC_COMMITTED, {R, 1, 0}, {R, 4, 0}, {W, 1, 1},
+	    {W, 4, 1});
+	int u1 = TXN(h, 10, 10, SC_UNKNOWN, {R, 1, 0}, {R, 2, 0}, {W, 1, 1},
+	             {W, 2, 1});
+	int u2 = TXN(h, 50, 50, SC_UNKNOWN, {R, 2, 0}, {R, 3, 0}, {W, 2, 1},
+	             {W, 3, 1});
+	TXN(h, 100, 110, SC_COMMITTED, {R, 1, 1}, {R, 2, 1}, {R, 3, 1},
+	    {R, 4, 1});
+	assert_true(u1 < u2); /* U1 is the first recorded claimant of b@1 */
+	assert_int_equal(check(h, &r), 0);
+	assert_int_equal(r.nunknown_included, 1);
+	assert_int_equal(r.nunknown_dropped, 1);
+	sc_free(h);
+
+	/* A claimant that a read needs is included even when it installs a
+	 * version a committed transaction installs too: with no other
+	 * writer of b@1, U1 must have committed, and a@1 was installed
+	 * twice. */
+	h = sc_new();
+	TXN(h, 10, 10, SC_UNKNOWN, {R, 1, 0}, {R, 2, 0}, {W, 1, 1}, {W, 2, 1});
+	TXN(h, 30, 40, SC_COMMITTED, {R, 1, 0}, {W, 1, 1});
+	TXN(h, 100, 110, SC_COMMITTED, {R, 1, 1}, {R, 2, 1});
+	expect_one(h, SC_DUPLICATE_VERSION);
+	sc_free(h);
+}
+
 /* ---- random serial histories ------------------------------------------- */
 
 static uint64_t rng_state;
@@ -568,6 +615,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_empty_and_serial),
 	        cmocka_unit_test(test_concurrent_serializable),
 	        cmocka_unit_test(test_unknown_outcomes),
+	        cmocka_unit_test(test_unknown_claimants),
 	        cmocka_unit_test(test_random_serial),
 	        cmocka_unit_test(test_lost_update),
 	        cmocka_unit_test(test_write_skew),

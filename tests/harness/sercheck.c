@@ -8,7 +8,9 @@
  *      key follows) and internal reads (an own earlier write precedes);
  *   2. sort the other operations by (key, version) (LSD radix sort);
  *   3. for each external read, its source: the best writer of that
- *      (key, version): committed > unknown > aborted > intermediate;
+ *      (key, version): committed > unknown > contested unknown (one that
+ *      installs a version a committed txn installs too) > aborted >
+ *      intermediate;
  *   4. include committed transactions, then (worklist) unknown ones that an
  *      included transaction read from;
  *   5. walk the sorted operations again: per-read anomalies, duplicates,
@@ -188,7 +190,11 @@ enum {
 	F_RANK_SHIFT = 4, /* external read: rank of its source (R_*) */
 };
 
-enum { R_NONE, R_INTER, R_ABORTED, R_UNKNOWN, R_COMMITTED };
+/* R_CONTESTED: an unknown transaction that installs a (key, version) a
+ * committed one installs too: it cannot have committed without a duplicate
+ * version, so it is the source of a read only when no other unknown
+ * transaction claims that version. */
+enum { R_NONE, R_INTER, R_ABORTED, R_CONTESTED, R_UNKNOWN, R_COMMITTED };
 
 enum { E_WW = 1, E_WR = 2, E_RW = 4, E_RT = 8, E_DATA = 7, E_ALL = 15 };
 
@@ -206,6 +212,8 @@ struct ctx {
 	uint8_t *opf;          /* F_* per operation */
 	uint32_t *src;         /* external read: its source transaction */
 	uint8_t *incl;         /* transaction counts as committed */
+	uint8_t *contested;    /* unknown txn: a committed one claims one of
+	                          the versions it installs */
 	struct rec *srt;       /* external ops sorted by (key, version) */
 	size_t nsrt;
 	struct rec *ends, *starts; /* (time, txn) sorted */
@@ -405,7 +413,39 @@ static int write_rank(const struct ctx *c, uint32_t o)
 		return R_ABORTED;
 	if (c->opf[o] & F_SUPERSEDED)
 		return R_INTER;
-	return oc == SC_COMMITTED ? R_COMMITTED : R_UNKNOWN;
+	if (oc == SC_COMMITTED)
+		return R_COMMITTED;
+	return c->contested[op->txn] ? R_CONTESTED : R_UNKNOWN;
+}
+
+/* Mark the unknown transactions that install a (key, version) a committed
+ * transaction installs too. Such a one really aborted, or the history has
+ * a duplicate version whatever the others did; a machine killed while it
+ * committed leaves one whenever the transaction it was committing aborted
+ * and a later one installed the same versions (versions are the object's
+ * previous one plus a step, so a retry of the same update claims the
+ * same). */
+static void find_contested(struct ctx *c)
+{
+	const struct sc_op *ops = c->h->ops;
+	size_t i = 0, n = c->nsrt;
+	while (i < n) {
+		size_t g0 = i;
+		uint64_t key = c->srt[i].hi, ver = c->srt[i].lo;
+		bool committed = false;
+		while (i < n && c->srt[i].hi == key && c->srt[i].lo == ver) {
+			uint32_t o = c->srt[i++].idx;
+			committed |=
+			        ops[o].write && !(c->opf[o] & F_SUPERSEDED) &&
+			        c->h->txns[ops[o].txn].outcome == SC_COMMITTED;
+		}
+		for (size_t j = g0; committed && j < i; j++) {
+			uint32_t o = c->srt[j].idx;
+			if (ops[o].write && !(c->opf[o] & F_SUPERSEDED) &&
+			    c->h->txns[ops[o].txn].outcome == SC_UNKNOWN)
+				c->contested[ops[o].txn] = 1;
+		}
+	}
 }
 
 static void find_sources(struct ctx *c)
@@ -1093,8 +1133,10 @@ int sc_check(const sc_history *h, sc_report *r)
 	c.opf = calloc(nm, 1);
 	c.src = malloc(nm * sizeof(*c.src));
 	c.incl = calloc(nt, 1);
+	c.contested = calloc(nt, 1);
 	c.srt = malloc(nm * sizeof(*c.srt));
-	if (!c.toff || !c.tops || !c.opf || !c.src || !c.incl || !c.srt)
+	if (!c.toff || !c.tops || !c.opf || !c.src || !c.incl || !c.contested ||
+	    !c.srt)
 		goto out;
 	/* 1. operations by transaction, program order kept */
 	for (uint32_t o = 0; o < c.M; o++)
@@ -1116,6 +1158,7 @@ int sc_check(const sc_history *h, sc_report *r)
 	if (radix_sort(c.srt, c.nsrt))
 		goto out;
 	/* 3, 4 */
+	find_contested(&c);
 	find_sources(&c);
 	if (include(&c))
 		goto out;
@@ -1143,6 +1186,7 @@ out:
 	free(c.opf);
 	free(c.src);
 	free(c.incl);
+	free(c.contested);
 	free(c.srt);
 	free(c.ends);
 	free(c.starts);
