@@ -6,6 +6,9 @@
  *   test_sercheck           the unit tests
  *   test_sercheck --big N   only a random serial history of N transactions
  *                           (about 5 ops each), timed
+ *   test_sercheck --replay FILE...
+ *                           check the histories a bank test kept
+ *                           (FARM_HIST_DIR, tests/harness/recbank.c)
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -607,10 +610,67 @@ static int big(size_t n)
 	return rc == 0 ? 0 : 1;
 }
 
+/*
+ * --replay FILE...: the machines' streamed histories (tests/harness/txproc.h:
+ * (tag, x, y) triples, BEGIN 1, READ 2, WRITE 3, END 4), merged in the
+ * order given as tx_check_history merges them, a history that ends inside a
+ * transaction ending it as unknown (a killed machine's), then checked.
+ * Exits 0 when strictly serializable, 1 with anomalies, 2 on bad input.
+ */
+static int replay(int n, char **files)
+{
+	sc_history *h = sc_new();
+	if (!h)
+		return 2;
+	int bad = 0;
+	for (int i = 0; i < n && !bad; i++) {
+		FILE *f = fopen(files[i], "rb");
+		if (!f) {
+			fprintf(stderr, "%s: %s\n", files[i], strerror(errno));
+			bad = 1;
+			break;
+		}
+		uint64_t v[3], t_inv = 0;
+		int t = -1;
+		while (!bad && fread(v, sizeof(v), 1, f) == 1) {
+			if (v[0] == 1 && t < 0) {
+				t = sc_txn_begin(h, v[1]);
+				t_inv = v[1];
+			} else if (v[0] == 2 && t >= 0) {
+				bad = sc_read(h, t, v[1], v[2]) != 0;
+			} else if (v[0] == 3 && t >= 0) {
+				bad = sc_write(h, t, v[1], v[2]) != 0;
+			} else if (v[0] == 4 && t >= 0) {
+				bad = sc_txn_end(h, t, v[1],
+				                 (enum sc_outcome)v[2]) != 0;
+				t = -1;
+			} else {
+				bad = 1;
+			}
+		}
+		fclose(f);
+		if (!bad && t >= 0) {
+			printf("%s: ends inside a transaction: unknown\n",
+			       files[i]);
+			bad = sc_txn_end(h, t, t_inv, SC_UNKNOWN) != 0;
+		}
+		if (bad)
+			fprintf(stderr, "%s: not a history\n", files[i]);
+	}
+	sc_report r;
+	int rc = bad ? -EINVAL : sc_check(h, &r);
+	if (rc >= 0)
+		sc_report_print(stdout, &r);
+	sc_free(h);
+	return rc < 0 ? 2 : rc > 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc == 3 && strcmp(argv[1], "--big") == 0)
 		return big(strtoull(argv[2], NULL, 0));
+	if (argc > 2 && strcmp(argv[1], "--replay") == 0)
+		return replay(argc - 2, argv + 2);
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test(test_empty_and_serial),
 	        cmocka_unit_test(test_concurrent_serializable),
