@@ -195,6 +195,21 @@ static void test_unknown_claimants(void **state)
 	assert_int_equal(r.nunknown_dropped, 1);
 	sc_free(h);
 
+	/* Neither claimant of b@1 installs a version a committed one does
+	 * (a@1 is U1's alone), but the scan's read of c@1 needs U2: it is
+	 * the explanation of b@1 too, and U1 aborted. */
+	h = sc_new();
+	u1 = TXN(h, 10, 10, SC_UNKNOWN, {R, 1, 0}, {R, 2, 0}, {W, 1, 1},
+	         {W, 2, 1});
+	u2 = TXN(h, 50, 50, SC_UNKNOWN, {R, 2, 0}, {R, 3, 0}, {W, 2, 1},
+	         {W, 3, 1});
+	TXN(h, 100, 110, SC_COMMITTED, {R, 1, 0}, {R, 2, 1}, {R, 3, 1});
+	assert_true(u1 < u2);
+	assert_int_equal(check(h, &r), 0);
+	assert_int_equal(r.nunknown_included, 1);
+	assert_int_equal(r.nunknown_dropped, 1);
+	sc_free(h);
+
 	/* A claimant that a read needs is included even when it installs a
 	 * version a committed transaction installs too: with no other
 	 * writer of b@1, U1 must have committed, and a@1 was installed

@@ -12,7 +12,9 @@
  *      installs a version a committed txn installs too) > aborted >
  *      intermediate;
  *   4. include committed transactions, then (worklist) unknown ones that an
- *      included transaction read from;
+ *      included transaction read from; a read whose version several
+ *      unknown transactions of the same rank claim goes, in a second pass,
+ *      to one the other reads need (the first pass follows no such read);
  *   5. walk the sorted operations again: per-read anomalies, duplicates,
  *      and the ww / wr / rw edges; real-time edges through a chain of
  *      event nodes, one per distinct completion time. The edge generator
@@ -188,6 +190,8 @@ enum {
 	F_INTBAD = 4,     /* internal read that missed the own latest write */
 	F_BADREAD = 8,    /* external read of a version not installed */
 	F_RANK_SHIFT = 4, /* external read: rank of its source (R_*) */
+	F_RANK = 0x70,
+	F_TIE = 0x80, /* external read: another writer has its source's rank */
 };
 
 /* R_CONTESTED: an unknown transaction that installs a (key, version) a
@@ -448,6 +452,10 @@ static void find_contested(struct ctx *c)
 	}
 }
 
+/* Each external read's source: the writer of the best rank. Between
+ * writers of the same rank, one in c->incl (an unknown transaction some
+ * read needs whichever claimant the ties take: a second pass) before the
+ * first recorded. */
 static void find_sources(struct ctx *c)
 {
 	const struct sc_op *ops = c->h->ops;
@@ -459,14 +467,20 @@ static void find_sources(struct ctx *c)
 			i++;
 		int best = R_NONE;
 		uint32_t bw = NONE;
+		bool tie = false;
 		for (size_t j = g0; j < i; j++) {
-			uint32_t o = c->srt[j].idx;
+			uint32_t o = c->srt[j].idx, t = ops[o].txn;
 			if (!ops[o].write)
 				continue;
 			int rk = write_rank(c, o);
 			if (rk > best) {
 				best = rk;
-				bw = ops[o].txn;
+				bw = t;
+				tie = false;
+			} else if (rk == best && t != bw) {
+				tie = true;
+				if (c->incl[t] && !c->incl[bw])
+					bw = t;
 			}
 		}
 		for (size_t j = g0; j < i; j++) {
@@ -474,12 +488,18 @@ static void find_sources(struct ctx *c)
 			if (ops[o].write)
 				continue;
 			c->src[o] = bw;
+			c->opf[o] &= (uint8_t) ~(F_RANK | F_TIE);
 			c->opf[o] |= (uint8_t)(best << F_RANK_SHIFT);
+			if (tie)
+				c->opf[o] |= F_TIE;
 		}
 	}
 }
 
-static int include(struct ctx *c)
+/* The committed transactions and, transitively, the unknown ones an
+ * included one read from; with !@ties, not through a read whose source
+ * was a tie (the unknowns every explanation needs). */
+static int include(struct ctx *c, bool ties)
 {
 	const struct sc_txn *tx = c->h->txns;
 	const struct sc_op *ops = c->h->ops;
@@ -496,7 +516,8 @@ static int include(struct ctx *c)
 		uint32_t t = q[qi];
 		for (uint32_t j = c->toff[t]; j < c->toff[t + 1]; j++) {
 			uint32_t o = c->tops[j];
-			if (ops[o].write || (c->opf[o] & F_INTERNAL))
+			if (ops[o].write || (c->opf[o] & F_INTERNAL) ||
+			    (!ties && (c->opf[o] & F_TIE)))
 				continue;
 			uint32_t w = c->src[o];
 			if (w == NONE || c->incl[w] ||
@@ -528,7 +549,7 @@ static void edge(struct ctx *c, uint32_t a, uint32_t b, uint8_t kind)
 static void read_anomaly(struct ctx *c, uint32_t o)
 {
 	const struct sc_op *op = &c->h->ops[o];
-	int rank = c->opf[o] >> F_RANK_SHIFT;
+	int rank = (c->opf[o] & F_RANK) >> F_RANK_SHIFT;
 	enum sc_kind k = rank == R_NONE    ? SC_PHANTOM_VERSION
 	                 : rank == R_INTER ? SC_INTERMEDIATE_READ
 	                                   : SC_ABORTED_READ;
@@ -1160,7 +1181,12 @@ int sc_check(const sc_history *h, sc_report *r)
 	/* 3, 4 */
 	find_contested(&c);
 	find_sources(&c);
-	if (include(&c))
+	/* Ties between unknown claimants go to one that is needed anyway. */
+	if (include(&c, false))
+		goto out;
+	find_sources(&c);
+	memset(c.incl, 0, c.T);
+	if (include(&c, true))
 		goto out;
 	for (uint32_t t = 0; t < c.T; t++)
 		if (h->txns[t].outcome == SC_UNKNOWN) {

@@ -39,7 +39,8 @@
  *                 too is preferred: the other cannot have committed
  *                 without a duplicate version (a machine killed while it
  *                 committed a transaction that aborted, whose versions a
- *                 later transaction installed). An unknown transaction
+ *                 later transaction installed); then one that another
+ *                 read needs anyway. An unknown transaction
  *                 treated as committed may
  *                 have finished at any time after its invocation, so its
  *                 completion time is ignored (it orders nothing after it in
@@ -71,10 +72,9 @@
  *
  * Limits: the version order is trusted (the checker cannot find a wrong
  * order that is consistent). When several unknown transactions claim the
- * same (key, version), no committed one does and the preference above
- * does not decide (none, or more than one, installs a version a committed
- * transaction installs), a read of it is attributed to the first recorded:
- * no search for the set of unknowns that explains the history best.
+ * same (key, version), no committed one does and the preferences above do
+ * not decide, a read of it is attributed to the first recorded: no search
+ * for the set of unknowns that explains the history best.
  * Duplicate writers: edges use the first one. Each
  * cyclic SCC counts once, however many cycles it holds; its example is one
  * short cycle with the fewest kinds of edge, not every cycle. The count
