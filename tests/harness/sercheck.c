@@ -424,11 +424,10 @@ static int write_rank(const struct ctx *c, uint32_t o)
 
 /* Mark the unknown transactions that install a (key, version) a committed
  * transaction installs too. Such a one really aborted, or the history has
- * a duplicate version whatever the others did; a machine killed while it
+ * a duplicate version whatever the others did. A machine killed while it
  * committed leaves one whenever the transaction it was committing aborted
- * and a later one installed the same versions (versions are the object's
- * previous one plus a step, so a retry of the same update claims the
- * same). */
+ * and a later one installed the same versions (when a version is the one
+ * read plus a step, the next writer of the object claims the same). */
 static void find_contested(struct ctx *c)
 {
 	const struct sc_op *ops = c->h->ops;
