@@ -6,6 +6,9 @@
  *   test_sercheck           the unit tests
  *   test_sercheck --big N   only a random serial history of N transactions
  *                           (about 5 ops each), timed
+ *   test_sercheck --replay FILE...
+ *                           check the histories a bank test kept
+ *                           (FARM_HIST_DIR, tests/harness/recbank.c)
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -154,6 +157,68 @@ static void test_unknown_outcomes(void **state)
 	TXN(h, 20, 30, SC_UNKNOWN, {R, 1, 0}, {W, 2, 1});
 	TXN(h, 40, 50, SC_COMMITTED, {R, 2, 1});
 	expect_one(h, SC_REALTIME);
+	sc_free(h);
+}
+
+/*
+ * Two unknown transactions that claim the same version: the bank's
+ * histories when both machines killed in a run were committing a transfer
+ * (test_datarec copy_kill). U1, in flight at the first kill, really
+ * aborted: C, committed after it, read a@0 and installed a@1 as U1 would
+ * have. U2, in flight at the second kill, read b@0 (U1 never installed
+ * b@1) and really committed b@1 and c@1, which the final scan read. Both
+ * unknowns claim b@1. U1 cannot have committed without installing a@1
+ * twice, so the only explanation without an anomaly is that U2 wrote the
+ * b@1 the scan saw and U1 aborted; the first recorded claimant (U1) as
+ * the source of b@1 would make two duplicate versions, a@1 (C, U1) and
+ * b@1 (U1, U2).
+ * (Keys a, b, c, d are 1, 2, 3, 4.)
+ */
+static void test_unknown_claimants(void **state)
+{
+	(void)state;
+	sc_report r;
+	sc_history *h = sc_new();
+	/* Recorded in the order of the merged bank histories (by machine):
+	 * C's machine first, then the two killed machines'. */
+	TXN(h, 30, 60, SC_COMMITTED, {R, 1, 0}, {R, 4, 0}, {W, 1, 1},
+	    {W, 4, 1});
+	int u1 = TXN(h, 10, 10, SC_UNKNOWN, {R, 1, 0}, {R, 2, 0}, {W, 1, 1},
+	             {W, 2, 1});
+	int u2 = TXN(h, 50, 50, SC_UNKNOWN, {R, 2, 0}, {R, 3, 0}, {W, 2, 1},
+	             {W, 3, 1});
+	TXN(h, 100, 110, SC_COMMITTED, {R, 1, 1}, {R, 2, 1}, {R, 3, 1},
+	    {R, 4, 1});
+	assert_true(u1 < u2); /* U1 is the first recorded claimant of b@1 */
+	assert_int_equal(check(h, &r), 0);
+	assert_int_equal(r.nunknown_included, 1);
+	assert_int_equal(r.nunknown_dropped, 1);
+	sc_free(h);
+
+	/* Neither claimant of b@1 installs a version a committed one does
+	 * (a@1 is U1's alone), but the scan's read of c@1 needs U2: it is
+	 * the explanation of b@1 too, and U1 aborted. */
+	h = sc_new();
+	u1 = TXN(h, 10, 10, SC_UNKNOWN, {R, 1, 0}, {R, 2, 0}, {W, 1, 1},
+	         {W, 2, 1});
+	u2 = TXN(h, 50, 50, SC_UNKNOWN, {R, 2, 0}, {R, 3, 0}, {W, 2, 1},
+	         {W, 3, 1});
+	TXN(h, 100, 110, SC_COMMITTED, {R, 1, 0}, {R, 2, 1}, {R, 3, 1});
+	assert_true(u1 < u2);
+	assert_int_equal(check(h, &r), 0);
+	assert_int_equal(r.nunknown_included, 1);
+	assert_int_equal(r.nunknown_dropped, 1);
+	sc_free(h);
+
+	/* A claimant that a read needs is included even when it installs a
+	 * version a committed transaction installs too: with no other
+	 * writer of b@1, U1 must have committed, and a@1 was installed
+	 * twice. */
+	h = sc_new();
+	TXN(h, 10, 10, SC_UNKNOWN, {R, 1, 0}, {R, 2, 0}, {W, 1, 1}, {W, 2, 1});
+	TXN(h, 30, 40, SC_COMMITTED, {R, 1, 0}, {W, 1, 1});
+	TXN(h, 100, 110, SC_COMMITTED, {R, 1, 1}, {R, 2, 1});
+	expect_one(h, SC_DUPLICATE_VERSION);
 	sc_free(h);
 }
 
@@ -560,14 +625,72 @@ static int big(size_t n)
 	return rc == 0 ? 0 : 1;
 }
 
+/*
+ * --replay FILE...: the machines' streamed histories (tests/harness/txproc.h:
+ * (tag, x, y) triples, BEGIN 1, READ 2, WRITE 3, END 4), merged in the
+ * order given as tx_check_history merges them, a history that ends inside a
+ * transaction ending it as unknown (a killed machine's), then checked.
+ * Exits 0 when strictly serializable, 1 with anomalies, 2 on bad input.
+ */
+static int replay(int n, char **files)
+{
+	sc_history *h = sc_new();
+	if (!h)
+		return 2;
+	int bad = 0;
+	for (int i = 0; i < n && !bad; i++) {
+		FILE *f = fopen(files[i], "rb");
+		if (!f) {
+			fprintf(stderr, "%s: %s\n", files[i], strerror(errno));
+			bad = 1;
+			break;
+		}
+		uint64_t v[3], t_inv = 0;
+		int t = -1;
+		while (!bad && fread(v, sizeof(v), 1, f) == 1) {
+			if (v[0] == 1 && t < 0) {
+				t = sc_txn_begin(h, v[1]);
+				t_inv = v[1];
+			} else if (v[0] == 2 && t >= 0) {
+				bad = sc_read(h, t, v[1], v[2]) != 0;
+			} else if (v[0] == 3 && t >= 0) {
+				bad = sc_write(h, t, v[1], v[2]) != 0;
+			} else if (v[0] == 4 && t >= 0) {
+				bad = sc_txn_end(h, t, v[1],
+				                 (enum sc_outcome)v[2]) != 0;
+				t = -1;
+			} else {
+				bad = 1;
+			}
+		}
+		fclose(f);
+		if (!bad && t >= 0) {
+			printf("%s: ends inside a transaction: unknown\n",
+			       files[i]);
+			bad = sc_txn_end(h, t, t_inv, SC_UNKNOWN) != 0;
+		}
+		if (bad)
+			fprintf(stderr, "%s: not a history\n", files[i]);
+	}
+	sc_report r;
+	int rc = bad ? -EINVAL : sc_check(h, &r);
+	if (rc >= 0)
+		sc_report_print(stdout, &r);
+	sc_free(h);
+	return rc < 0 ? 2 : rc > 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc == 3 && strcmp(argv[1], "--big") == 0)
 		return big(strtoull(argv[2], NULL, 0));
+	if (argc > 2 && strcmp(argv[1], "--replay") == 0)
+		return replay(argc - 2, argv + 2);
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test(test_empty_and_serial),
 	        cmocka_unit_test(test_concurrent_serializable),
 	        cmocka_unit_test(test_unknown_outcomes),
+	        cmocka_unit_test(test_unknown_claimants),
 	        cmocka_unit_test(test_random_serial),
 	        cmocka_unit_test(test_lost_update),
 	        cmocka_unit_test(test_write_skew),

@@ -562,10 +562,38 @@ void rb_check(struct rb_result *res)
 	free(w);
 }
 
+/* FARM_HIST_DIR: every run's histories (hist-<machine>) are copied to
+ * <dir>/<pid>-<run>-hist-<machine>, passed or failed, so that a rare
+ * checker report can be replayed (test_sercheck --replay). */
+static void rb_hist_copy(void)
+{
+	const char *dir = getenv("FARM_HIST_DIR");
+	static unsigned runs;
+	if (!dir || !*dir)
+		return;
+	unsigned run = runs++;
+	for (unsigned i = 0; i < np_nm; i++) {
+		char from[512], to[512];
+		size_t len;
+		tx_hist_path(&rb_cl, i, from, sizeof(from));
+		void *v = np_read_file(from, &len);
+		if (!v)
+			continue;
+		snprintf(to, sizeof(to), "%s/%d-%u-hist-%u", dir, (int)getpid(),
+		         run, i);
+		if (np_write_file(to, v, len))
+			printf("could not keep %s in %s\n", from, to);
+		free(v);
+	}
+	printf("%s/%d-%u-hist-*: this run's histories\n", dir, (int)getpid(),
+	       run);
+}
+
 void rb_verdict(struct rb_result *res, bool broken, const char *why)
 {
 	free(res->s);
 	res->s = NULL;
+	rb_hist_copy();
 	if (res->f.n && !broken && getenv("FARM_FAULT_SEED"))
 		/* a campaign's failure: keep the histories (hist-<machine>) */
 		printf("%s: histories kept in %s\n", res->name, rb_cl.root);

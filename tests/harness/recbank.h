@@ -247,7 +247,9 @@ void rb_collect(struct rb_result *res);
 void rb_check(struct rb_result *res);
 
 /* The end of a run: files gone; fails the test when a check failed,
- * unless @broken (then it fails when none did). */
+ * unless @broken (then it fails when none did). With FARM_HIST_DIR set,
+ * the machines' histories are copied there first, passed or failed (a rare
+ * sercheck report is then replayed: test_sercheck --replay). */
 void rb_verdict(struct rb_result *res, bool broken, const char *why);
 
 int rb_teardown(void **state);

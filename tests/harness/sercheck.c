@@ -8,9 +8,13 @@
  *      key follows) and internal reads (an own earlier write precedes);
  *   2. sort the other operations by (key, version) (LSD radix sort);
  *   3. for each external read, its source: the best writer of that
- *      (key, version): committed > unknown > aborted > intermediate;
+ *      (key, version): committed > unknown > contested unknown (one that
+ *      installs a version a committed txn installs too) > aborted >
+ *      intermediate;
  *   4. include committed transactions, then (worklist) unknown ones that an
- *      included transaction read from;
+ *      included transaction read from; a read whose version several
+ *      unknown transactions of the same rank claim goes, in a second pass,
+ *      to one the other reads need (the first pass follows no such read);
  *   5. walk the sorted operations again: per-read anomalies, duplicates,
  *      and the ww / wr / rw edges; real-time edges through a chain of
  *      event nodes, one per distinct completion time. The edge generator
@@ -186,9 +190,15 @@ enum {
 	F_INTBAD = 4,     /* internal read that missed the own latest write */
 	F_BADREAD = 8,    /* external read of a version not installed */
 	F_RANK_SHIFT = 4, /* external read: rank of its source (R_*) */
+	F_RANK = 0x70,
+	F_TIE = 0x80, /* external read: another writer has its source's rank */
 };
 
-enum { R_NONE, R_INTER, R_ABORTED, R_UNKNOWN, R_COMMITTED };
+/* R_CONTESTED: an unknown transaction that installs a (key, version) a
+ * committed one installs too: it cannot have committed without a duplicate
+ * version, so it is the source of a read only when no other unknown
+ * transaction claims that version. */
+enum { R_NONE, R_INTER, R_ABORTED, R_CONTESTED, R_UNKNOWN, R_COMMITTED };
 
 enum { E_WW = 1, E_WR = 2, E_RW = 4, E_RT = 8, E_DATA = 7, E_ALL = 15 };
 
@@ -206,6 +216,8 @@ struct ctx {
 	uint8_t *opf;          /* F_* per operation */
 	uint32_t *src;         /* external read: its source transaction */
 	uint8_t *incl;         /* transaction counts as committed */
+	uint8_t *contested;    /* unknown txn: a committed one claims one of
+	                          the versions it installs */
 	struct rec *srt;       /* external ops sorted by (key, version) */
 	size_t nsrt;
 	struct rec *ends, *starts; /* (time, txn) sorted */
@@ -405,9 +417,44 @@ static int write_rank(const struct ctx *c, uint32_t o)
 		return R_ABORTED;
 	if (c->opf[o] & F_SUPERSEDED)
 		return R_INTER;
-	return oc == SC_COMMITTED ? R_COMMITTED : R_UNKNOWN;
+	if (oc == SC_COMMITTED)
+		return R_COMMITTED;
+	return c->contested[op->txn] ? R_CONTESTED : R_UNKNOWN;
 }
 
+/* Mark the unknown transactions that install a (key, version) a committed
+ * transaction installs too. Such a one really aborted, or the history has
+ * a duplicate version whatever the others did. A machine killed while it
+ * committed leaves one whenever the transaction it was committing aborted
+ * and a later one installed the same versions (when a version is the one
+ * read plus a step, the next writer of the object claims the same). */
+static void find_contested(struct ctx *c)
+{
+	const struct sc_op *ops = c->h->ops;
+	size_t i = 0, n = c->nsrt;
+	while (i < n) {
+		size_t g0 = i;
+		uint64_t key = c->srt[i].hi, ver = c->srt[i].lo;
+		bool committed = false;
+		while (i < n && c->srt[i].hi == key && c->srt[i].lo == ver) {
+			uint32_t o = c->srt[i++].idx;
+			committed |=
+			        ops[o].write && !(c->opf[o] & F_SUPERSEDED) &&
+			        c->h->txns[ops[o].txn].outcome == SC_COMMITTED;
+		}
+		for (size_t j = g0; committed && j < i; j++) {
+			uint32_t o = c->srt[j].idx;
+			if (ops[o].write && !(c->opf[o] & F_SUPERSEDED) &&
+			    c->h->txns[ops[o].txn].outcome == SC_UNKNOWN)
+				c->contested[ops[o].txn] = 1;
+		}
+	}
+}
+
+/* Each external read's source: the writer of the best rank. Between
+ * writers of the same rank, one in c->incl (an unknown transaction some
+ * read needs whichever claimant the ties take: a second pass) before the
+ * first recorded. */
 static void find_sources(struct ctx *c)
 {
 	const struct sc_op *ops = c->h->ops;
@@ -419,14 +466,20 @@ static void find_sources(struct ctx *c)
 			i++;
 		int best = R_NONE;
 		uint32_t bw = NONE;
+		bool tie = false;
 		for (size_t j = g0; j < i; j++) {
-			uint32_t o = c->srt[j].idx;
+			uint32_t o = c->srt[j].idx, t = ops[o].txn;
 			if (!ops[o].write)
 				continue;
 			int rk = write_rank(c, o);
 			if (rk > best) {
 				best = rk;
-				bw = ops[o].txn;
+				bw = t;
+				tie = false;
+			} else if (rk == best && t != bw) {
+				tie = true;
+				if (c->incl[t] && !c->incl[bw])
+					bw = t;
 			}
 		}
 		for (size_t j = g0; j < i; j++) {
@@ -434,12 +487,18 @@ static void find_sources(struct ctx *c)
 			if (ops[o].write)
 				continue;
 			c->src[o] = bw;
+			c->opf[o] &= (uint8_t) ~(F_RANK | F_TIE);
 			c->opf[o] |= (uint8_t)(best << F_RANK_SHIFT);
+			if (tie)
+				c->opf[o] |= F_TIE;
 		}
 	}
 }
 
-static int include(struct ctx *c)
+/* The committed transactions and, transitively, the unknown ones an
+ * included one read from; with !@ties, not through a read whose source
+ * was a tie (the unknowns every explanation needs). */
+static int include(struct ctx *c, bool ties)
 {
 	const struct sc_txn *tx = c->h->txns;
 	const struct sc_op *ops = c->h->ops;
@@ -456,7 +515,8 @@ static int include(struct ctx *c)
 		uint32_t t = q[qi];
 		for (uint32_t j = c->toff[t]; j < c->toff[t + 1]; j++) {
 			uint32_t o = c->tops[j];
-			if (ops[o].write || (c->opf[o] & F_INTERNAL))
+			if (ops[o].write || (c->opf[o] & F_INTERNAL) ||
+			    (!ties && (c->opf[o] & F_TIE)))
 				continue;
 			uint32_t w = c->src[o];
 			if (w == NONE || c->incl[w] ||
@@ -488,7 +548,7 @@ static void edge(struct ctx *c, uint32_t a, uint32_t b, uint8_t kind)
 static void read_anomaly(struct ctx *c, uint32_t o)
 {
 	const struct sc_op *op = &c->h->ops[o];
-	int rank = c->opf[o] >> F_RANK_SHIFT;
+	int rank = (c->opf[o] & F_RANK) >> F_RANK_SHIFT;
 	enum sc_kind k = rank == R_NONE    ? SC_PHANTOM_VERSION
 	                 : rank == R_INTER ? SC_INTERMEDIATE_READ
 	                                   : SC_ABORTED_READ;
@@ -1093,8 +1153,10 @@ int sc_check(const sc_history *h, sc_report *r)
 	c.opf = calloc(nm, 1);
 	c.src = malloc(nm * sizeof(*c.src));
 	c.incl = calloc(nt, 1);
+	c.contested = calloc(nt, 1);
 	c.srt = malloc(nm * sizeof(*c.srt));
-	if (!c.toff || !c.tops || !c.opf || !c.src || !c.incl || !c.srt)
+	if (!c.toff || !c.tops || !c.opf || !c.src || !c.incl || !c.contested ||
+	    !c.srt)
 		goto out;
 	/* 1. operations by transaction, program order kept */
 	for (uint32_t o = 0; o < c.M; o++)
@@ -1116,8 +1178,14 @@ int sc_check(const sc_history *h, sc_report *r)
 	if (radix_sort(c.srt, c.nsrt))
 		goto out;
 	/* 3, 4 */
+	find_contested(&c);
 	find_sources(&c);
-	if (include(&c))
+	/* Ties between unknown claimants go to one that is needed anyway. */
+	if (include(&c, false))
+		goto out;
+	find_sources(&c);
+	memset(c.incl, 0, c.T);
+	if (include(&c, true))
 		goto out;
 	for (uint32_t t = 0; t < c.T; t++)
 		if (h->txns[t].outcome == SC_UNKNOWN) {
@@ -1143,6 +1211,7 @@ out:
 	free(c.opf);
 	free(c.src);
 	free(c.incl);
+	free(c.contested);
 	free(c.srt);
 	free(c.ends);
 	free(c.starts);

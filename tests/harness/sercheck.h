@@ -33,7 +33,15 @@
  *                 (or, transitively, an unknown one so treated) read a
  *                 version it wrote; otherwise as aborted. That is the most
  *                 permissive explanation: an unobserved write constrains
- *                 nobody. An unknown transaction treated as committed may
+ *                 nobody. When several unknown transactions claim the
+ *                 version read (and no committed one does), one that
+ *                 installs no version a committed transaction installs
+ *                 too is preferred: the other cannot have committed
+ *                 without a duplicate version (a machine killed while it
+ *                 committed a transaction that aborted, whose versions a
+ *                 later transaction installed); then one that another
+ *                 read needs anyway. An unknown transaction
+ *                 treated as committed may
  *                 have finished at any time after its invocation, so its
  *                 completion time is ignored (it orders nothing after it in
  *                 real time); its invocation time still counts.
@@ -64,8 +72,10 @@
  *
  * Limits: the version order is trusted (the checker cannot find a wrong
  * order that is consistent). When several unknown transactions claim the
- * same (key, version) and no committed one does, a read of it is attributed
- * to the first recorded. Duplicate writers: edges use the first one. Each
+ * same (key, version), no committed one does and the preferences above do
+ * not decide, a read of it is attributed to the first recorded: no search
+ * for the set of unknowns that explains the history best.
+ * Duplicate writers: edges use the first one. Each
  * cyclic SCC counts once, however many cycles it holds; its example is one
  * short cycle with the fewest kinds of edge, not every cycle. The count
  * returned by sc_check saturates at INT_MAX (r->total does not).

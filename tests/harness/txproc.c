@@ -243,7 +243,12 @@ int tx_check_history(struct np_cluster *cl, uint64_t killed, sc_report *rep,
 	assert_non_null(h);
 	if (cut)
 		*cut = 0;
+	/* Which machine's each T<index> of the report is, and the unknowns:
+	 * printed only with anomalies. */
+	char who[96 * NP_MAX] = "";
+	size_t wl = 0;
 	for (unsigned i = 0; i < np_nm; i++) {
+		size_t t0 = sc_ntxns(h);
 		char path[512];
 		size_t len;
 		tx_hist_path(cl, i, path, sizeof(path));
@@ -297,10 +302,18 @@ int tx_check_history(struct np_cluster *cl, uint64_t killed, sc_report *rep,
 				(*cut)++;
 		}
 		free(v);
+		if (wl < sizeof(who) && sc_ntxns(h) > t0)
+			wl += (size_t)snprintf(
+			        who + wl, sizeof(who) - wl,
+			        "%s machine %u: T%zu-T%zu%s", wl ? "," : "", i,
+			        t0, sc_ntxns(h) - 1,
+			        t >= 0 ? " (the last unknown)" : "");
 	}
 	int rc = sc_check(h, rep);
 	sc_free(h);
 	assert_true(rc >= 0);
+	if (rc)
+		printf("sercheck: transactions by machine:%s\n", who);
 	return rc;
 }
 
