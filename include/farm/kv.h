@@ -81,7 +81,11 @@ FARM_API void farm_kv_destroy(farm_kv *kv);
 FARM_API FARM_MUST_CHECK int farm_kv_attach(farm_kv *kv, farm_loop *loop);
 /* Stop using the store on @loop (its thread). Lookups still in flight
  * on it are answered -ECANCELED on a later pass of the loop (or at its
- * close); nothing new starts on it (-EINVAL) until attached again. */
+ * close); nothing new starts on it (-EINVAL) until attached again. Puts
+ * and deletes this machine's shards had taken on @loop (sent by any
+ * machine) are answered once too: -ECANCELED, not written, those whose
+ * transaction had not begun its commit; the others with their commit's
+ * outcome, as farm_kv_put says. */
 FARM_API void farm_kv_detach(farm_kv *kv, farm_loop *loop);
 
 /*
@@ -153,7 +157,11 @@ farm_kv_get_many(farm_kv *kv, farm_loop *loop, unsigned n,
  * FARM_EPEERDEAD, -ENOSPC when the shard's memory is full; -EAGAIN, the
  * shard is moving between machines, recovery or growth, and the machine
  * this one's view names does not serve it yet or any more: nothing was
- * written, retry). farm_tx_retryable() is true for -EAGAIN. */
+ * written, retry; -ECANCELED, the shard's machine detached the loop that
+ * held the write (farm_kv_detach) before its commit began: nothing was
+ * written; or a loop closed with the write in flight, this one or the
+ * shard's machine's during its commit: it may have been written, read
+ * the key to learn). farm_tx_retryable() is true for -EAGAIN. */
 FARM_API FARM_MUST_CHECK int farm_kv_put(farm_kv *kv, farm_loop *loop,
                                          const void *key, uint32_t klen,
                                          const void *val, uint32_t vlen,

@@ -200,13 +200,25 @@ int farm_ht_attach(farm_ht *h, farm_loop *loop)
 	return 0;
 }
 
-void farm_ht_loop_free(struct htloop *l)
+static void loop_free(struct htloop *l)
 {
 	farm_ht_gets_free(l);
 	farm_mr_dereg(l->mr);
 	free(l->pool);
 	free(l->q);
 	free(l);
+}
+
+void farm_ht_loop_release(struct htloop *l)
+{
+	/* Lookups still out come back to this state (their buffers, the
+	 * loop's counters) on a later pass of the loop, or at its close
+	 * (-ECANCELED); a write batch still in flight comes back to its
+	 * shard's queue (ht_ship.c). The last of them frees it. */
+	if (!l->detached || farm_ht_writes_out(l) ||
+	    (l->gets_out && !FARM_FAULT_SWITCH(FARM_FP_HT_DETACH_NOW)))
+		return;
+	loop_free(l);
 }
 
 void farm_ht_detach(farm_ht *h, farm_loop *loop)
@@ -216,32 +228,11 @@ void farm_ht_detach(farm_ht *h, farm_loop *loop)
 		return;
 	h->loops[farm_loop_index(loop)] = NULL; /* nothing new starts */
 	l->detached = true;
-	for (unsigned s2 = 0; s2 < FARM_HT_MAX_SHARDS; s2++)
-		if (l->q[s2].busy) {
-			/* A batch's commit is still in flight and will come
-			 * back to this state: keep it (leaked) rather than free
-			 * it. */
-			farm_warn("ht: loop detached with a write batch "
-			          "committing");
-			l->kept = true;
-			return;
-		}
-	for (unsigned s = 0; s < FARM_HT_MAX_SHARDS; s++) {
-		struct pending *p = l->q[s].head;
-		while (p) {
-			struct pending *n = p->next;
-			free(p);
-			p = n;
-		}
-		l->q[s].head = NULL;
-	}
-	/* Lookups still out come back to this state (their buffers, the
-	 * loop's counters) on a later pass of the loop, or at its close
-	 * (-ECANCELED): they end -ECANCELED then, and the last one frees it
-	 * (ht_get.c, lookup_out_end). */
-	if (l->gets_out && !FARM_FAULT_SWITCH(FARM_FP_HT_DETACH_NOW))
-		return;
-	farm_ht_loop_free(l);
+	/* Writes queued behind a batch are answered -ECANCELED now (none of
+	 * them started); a batch whose transaction is in flight ends when
+	 * it comes back, with its outcome (ht_ship.c). */
+	farm_ht_writes_detach(l);
+	farm_ht_loop_release(l);
 }
 
 /* Buckets written per transaction while a shard is made: a commit must

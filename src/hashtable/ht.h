@@ -68,6 +68,14 @@ int farm_ht_create(farm_txm *txm, farm_as *as, farm_galloc *ga, farm_msg *msg,
 void farm_ht_destroy(farm_ht *h);
 /* On each loop that uses the table (its thread), before using it. */
 int farm_ht_attach(farm_ht *h, farm_loop *loop);
+/* Stop using the table on @loop (its thread): nothing new starts on it
+ * (-EINVAL). What is in flight on it ends once, on later passes of the
+ * loop (or at its close): a lookup -ECANCELED; a write it serves as its
+ * shard's owner -ECANCELED, nothing of it written, while no commit of it
+ * began (queued behind a batch, or its batch's transaction still
+ * allocating: dropped), else with its batch's commit outcome (0:
+ * written; a retryable one: not written, -ECANCELED). The loop's state
+ * is freed when the last of them ends. */
 void farm_ht_detach(farm_ht *h, farm_loop *loop);
 
 /* Bytes a bucket takes (whole lines), and slots per bucket. */
@@ -100,7 +108,12 @@ int farm_ht_get(farm_ht *h, farm_loop *loop, const void *key, uint32_t klen,
 /* put (insert or update) and delete (-ENOENT when absent). -EAGAIN
  * (retryable, nothing written) when the machine the shard was shipped to
  * does not serve it: not yet, or no longer (recovery or growth moved it,
- * also after the write was accepted there, before it was applied). */
+ * also after the write was accepted there, before it was applied).
+ * -ECANCELED: the owner's serving loop was detached (farm_ht_detach)
+ * before the write's commit began, nothing written; or a loop closed
+ * with the write in flight (this one's, or the owner's while its commit
+ * was out: farm_msg and farm_tx_commit say so at a close), when it may
+ * have been written. */
 int farm_ht_put(farm_ht *h, farm_loop *loop, const void *key, uint32_t klen,
                 const void *val, uint32_t vlen, farm_op_fn cont, void *ctx);
 int farm_ht_del(farm_ht *h, farm_loop *loop, const void *key, uint32_t klen,

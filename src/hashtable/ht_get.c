@@ -56,12 +56,12 @@ void farm_ht_gets_free(struct htloop *l)
 static void get_start(struct get_op *g);
 static void get_again(farm_loop *loop, void *ctx, int status);
 
-/* A lookup of @l answered: the last one out of a detached loop frees its
- * state (farm_ht_detach leaves it to them). */
+/* A lookup of @l answered: the last one out of a detached loop (lookups
+ * and write batches) frees its state (farm_ht_loop_release). */
 static void lookup_out_end(struct htloop *l)
 {
-	if (--l->gets_out == 0 && l->detached && !l->kept)
-		farm_ht_loop_free(l);
+	if (--l->gets_out == 0)
+		farm_ht_loop_release(l);
 }
 
 /* A lookup's next step after its loop was detached: none, it ends

@@ -100,10 +100,11 @@ struct htloop {
 	 * and comes back to this state on a later pass. */
 	unsigned gets_out;
 	/* farm_ht_detach ran (the loop's thread alone reads and writes
-	 * these): lookups still out end -ECANCELED at their next step, and
-	 * the last one frees this state unless @kept. */
+	 * it): lookups still out end -ECANCELED at their next step, a write
+	 * batch in flight ends with its transaction (nothing after it
+	 * starts), and the last of them frees this state
+	 * (farm_ht_loop_release). */
 	bool detached;
-	bool kept; /* a write batch was committing at the detach: leaked */
 };
 
 /* Counters by T_* (below). */
@@ -330,12 +331,19 @@ int farm_ht_lease_checked(farm_ht *h, int status);
 
 /* ht_get.c: free a loop's recycled lookups (at detach). */
 void farm_ht_gets_free(struct htloop *l);
-/* ht.c: free a detached loop's state (its last lookup's end, or the
- * detach itself when none is out). */
-void farm_ht_loop_free(struct htloop *l);
+/* ht.c: free a detached loop's state once nothing is out on it (no
+ * lookup, no write batch): called by the detach and by each lookup's or
+ * batch's end on a detached loop. Nothing for a loop still attached. */
+void farm_ht_loop_release(struct htloop *l);
 
 /* ht_ship.c: the owner's handler of shipped writes (FARM_MSGT_HT_OP). */
 void farm_ht_h_op(farm_loop *loop, const farm_msg_in *in, void *arg);
+/* ht_ship.c, at the detach: writes queued on @l that no transaction
+ * took yet are answered -ECANCELED and freed. */
+void farm_ht_writes_detach(struct htloop *l);
+/* ht_ship.c: whether a write batch of @l is in flight (its transaction's
+ * allocation or commit will come back to @l). */
+bool farm_ht_writes_out(const struct htloop *l);
 
 /* ht_write.c: apply one operation in the batch's transaction; 0, an
  * error, or NEED_IND / NEED_BLK (nothing changed). */

@@ -166,6 +166,57 @@ static bool moved_away(struct htloop *l, unsigned shard, int rc)
 	return true;
 }
 
+/*
+ * Whether a batch coming back to @l ends there: @l was detached, which
+ * starts no transaction, so the batch is not run again nor followed by
+ * another (farm_ht_detach answered the writes queued behind it). Under
+ * FARM_FP_HT_DETACH_WRITES_RUN_ON, as before: batches run on.
+ */
+static bool batch_ends(const struct htloop *l)
+{
+	return l->detached &&
+	       !FARM_FAULT_SWITCH(FARM_FP_HT_DETACH_WRITES_RUN_ON);
+}
+
+void farm_ht_writes_detach(struct htloop *l)
+{
+	if (FARM_FAULT_SWITCH(FARM_FP_HT_DETACH_WRITES_RUN_ON))
+		return;
+	for (unsigned s = 0; s < FARM_HT_MAX_SHARDS; s++) {
+		struct shardq *q = &l->q[s];
+		struct pending *p = q->head;
+		q->head = q->tail = NULL;
+		/* No transaction took them: nothing of them is written. */
+		reply_all(l, p, -ECANCELED);
+	}
+}
+
+bool farm_ht_writes_out(const struct htloop *l)
+{
+	for (unsigned s = 0; s < FARM_HT_MAX_SHARDS; s++)
+		if (l->q[s].busy)
+			return true;
+	return false;
+}
+
+/* A batch that came back to a detached loop before its commit started
+ * (an allocation's answer): its transaction is dropped, so none of its
+ * writes is written, and each is answered -ECANCELED; the last thing out
+ * frees the state. */
+static void batch_cancel(struct htloop *l, unsigned shard)
+{
+	struct shardq *q = &l->q[shard];
+	farm_tx_free(q->tx);
+	q->tx = NULL;
+	struct pending *batch = q->batch;
+	q->batch = NULL;
+	q->retries = 0;
+	q->retry_until = 0;
+	q->busy = false;
+	reply_all(l, batch, -ECANCELED);
+	farm_ht_loop_release(l);
+}
+
 static void batch_done(farm_loop *loop, void *ctx, int outcome)
 {
 	(void)loop;
@@ -176,7 +227,11 @@ static void batch_done(farm_loop *loop, void *ctx, int outcome)
 	free(c);
 	farm_tx_free(q->tx);
 	q->tx = NULL;
-	if (outcome && farm_tx_retryable(outcome)) {
+	if (outcome && farm_tx_retryable(outcome) && batch_ends(l)) {
+		/* Not committed (a retryable outcome says so), and not run
+		 * again on a detached loop. */
+		outcome = -ECANCELED;
+	} else if (outcome && farm_tx_retryable(outcome)) {
 		/* Run the same operations again in a new transaction, a
 		 * bounded number of times and for a bounded time: a commit
 		 * can take a lock timeout, and the writers wait for their
@@ -200,8 +255,10 @@ static void batch_done(farm_loop *loop, void *ctx, int outcome)
 		p = n;
 	}
 	q->busy = false;
-	if (q->head)
+	if (q->head && !batch_ends(l))
 		batch_start(l, shard);
+	else if (l->detached)
+		farm_ht_loop_release(l); /* may free l */
 }
 
 static void batch_alloc_done(farm_tx *tx, void *ctx, int status, farm_fatptr p,
@@ -213,6 +270,11 @@ static void batch_alloc_done(farm_tx *tx, void *ctx, int status, farm_fatptr p,
 	unsigned shard = c->shard;
 	struct shardq *q = &l->q[shard];
 	int kind = c->kind;
+	if (batch_ends(l)) {
+		free(c);
+		batch_cancel(l, shard);
+		return;
+	}
 	if (status == -EREMOTE && c->hinted) {
 		/* The shard's region was promoted here by recovery and its
 		 * allocator state is still being rebuilt (SOSP'15 5.4,

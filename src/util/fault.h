@@ -457,6 +457,13 @@ enum farm_fault_point {
 	 * (tests/test_txn.c test_new_lock_undone reads a new object's
 	 * header there: still marked). */
 	FARM_FP_TX_LOCK_UNDONE,
+	/* hashtable/ht_ship.c, a switch: while hooked, farm_ht_detach leaves
+	 * the loop's writes as before: those queued behind a batch in
+	 * flight are neither answered nor dropped, and the batch, retried
+	 * or followed by them, runs on after the detach
+	 * (tests/test_ht_detach.c --broken-detach-writes must see a write
+	 * queued at the detach committed instead of cancelled). */
+	FARM_FP_HT_DETACH_WRITES_RUN_ON,
 	FARM_FP_COUNT
 };
 
