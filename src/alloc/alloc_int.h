@@ -1,5 +1,6 @@
 /*
- * Allocator internals shared by block.c and slab.c. Not an API.
+ * Allocator internals shared by block.c, slab.c and slab_array.c (and the
+ * files that read a region's layout). Not an API.
  *
  * Block-table word (8 bytes per 1 MiB block, region block 0 at offset 64;
  * README.md has the table):

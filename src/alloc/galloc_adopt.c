@@ -341,7 +341,7 @@ static int free_header_early(farm_galloc *g, uint32_t id, farm_gaddr a)
 			return -ENOENT;
 		/* acq_rel: pairs with the acquire loads of the incarnation
 		 * (farm_objhdr_load_incarn: readers, the adopter's scan), as
-		 * the allocator's free (hdr_free, slab.c). */
+		 * the allocator's free (hdr_free, slab_int.h). */
 	} while (!atomic_compare_exchange_weak_explicit(
 	        &h->incarn, &w, farm_incarn_freed(w), memory_order_acq_rel,
 	        memory_order_acquire));

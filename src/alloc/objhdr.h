@@ -70,7 +70,7 @@ _Static_assert(sizeof(struct farm_objhdr) == FARM_OBJHDR_SIZE,
                "object header is 16 bytes");
 
 /* Acquire: pairs with the release stores and CASes of the incarnation by
- * the allocator (slot_claim, hdr_free in alloc/slab.c): a reader that sees
+ * the allocator (slot_claim, hdr_free in alloc/slab_int.h): a reader that sees
  * an incarnation sees the slot as its allocation or free left it. */
 static inline uint64_t farm_objhdr_load_incarn(const struct farm_objhdr *h)
 {

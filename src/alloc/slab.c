@@ -1,5 +1,6 @@
 /*
- * Thread-private slab allocators and arrays (FaRM NSDI'14 3.3).
+ * Thread-private slab allocators (FaRM NSDI'14 3.3); arrays are in
+ * slab_array.c, the helpers the two share in slab_int.h.
  *
  * A slab owns blocks of each class. Allocation pops the class's current
  * block's free list (or its never-used tail) and sets the allocated bit: no
@@ -12,12 +13,12 @@
  * a block never changes class (that needs distributed epochs: later issue).
  *
  * Locks: ba->lock only when a slab needs a block (new, or adopted from the
- * unowned ones) or a region, and for large arrays.
+ * unowned ones) or a region (and for large arrays, slab_array.c).
  */
 #include <errno.h>
 #include <stdlib.h>
 
-#include "alloc/alloc_int.h"
+#include "alloc/slab_int.h"
 #include "util/fault.h"
 
 int farm_slab_create(farm_blockalloc *ba, farm_slab **out)
@@ -90,8 +91,8 @@ void farm_slab_destroy(farm_slab *s)
 
 /* ---- blocks ---------------------------------------------------------- */
 
-static __attribute__((noinline)) struct ba_region *
-slab_region_miss(farm_slab *s, uint32_t id)
+__attribute__((noinline)) struct ba_region *farm_slab_region_miss(farm_slab *s,
+                                                                  uint32_t id)
 {
 	struct ba_region *r = ba_lookup(s->ba, id);
 	if (r) {
@@ -102,22 +103,6 @@ slab_region_miss(farm_slab *s, uint32_t id)
 		s->rc_meta = r->meta;
 	}
 	return r;
-}
-
-static inline struct ba_region *slab_region(farm_slab *s, uint32_t id)
-{
-	struct ba_region *r = s->last_r;
-	if (FARM_LIKELY(
-	            r && r->id == id &&
-	            !atomic_load_explicit(&r->retired, memory_order_relaxed)))
-		return r;
-	return slab_region_miss(s, id);
-}
-
-static bool block_retired(const struct farm_block *b)
-{
-	return atomic_load_explicit(&((struct farm_block *)b)->retired,
-	                            memory_order_relaxed);
 }
 
 /*
@@ -293,12 +278,6 @@ static int block_in_region(farm_slab *s, unsigned c, struct ba_region *r,
 	return rc;
 }
 
-/* A new region's block run cannot fit: the class needs a larger region. */
-static int fits(const struct ba_region *r, uint32_t mb)
-{
-	return mb + 1 <= r->nblocks ? 0 : -E2BIG;
-}
-
 /* No hint: any of our blocks, an unowned one, a new block in the current
  * region or any other, or a new region. */
 static int refill_any(farm_slab *s, unsigned c, struct farm_block **out)
@@ -336,7 +315,8 @@ static int refill_any(farm_slab *s, unsigned c, struct farm_block **out)
 			ba->cur_region = r;
 			rc = new_block_locked(s, c, r, out);
 			if (rc == -ENOSPC)
-				rc = fits(r, farm_alloc_class_block_mb((int)c));
+				rc = region_fits(
+				        r, farm_alloc_class_block_mb((int)c));
 		}
 	}
 out:
@@ -346,10 +326,8 @@ out:
 
 /* Level 3: the regions created near @r, in order, else a new one near it.
  * Calls @try(ctx, region) until it returns anything but -ENOSPC. */
-typedef int (*try_region_fn)(farm_slab *s, void *ctx, struct ba_region *r);
-
-static int near_regions(farm_slab *s, struct ba_region *r, try_region_fn fn,
-                        void *ctx)
+int farm_slab_near_regions(farm_slab *s, struct ba_region *r,
+                           farm_slab_try_region_fn fn, void *ctx)
 {
 	farm_blockalloc *ba = s->ba;
 	struct ba_region *q = r;
@@ -385,14 +363,15 @@ static int try_slab_region(farm_slab *s, void *ctx, struct ba_region *r)
 {
 	struct slab_try *t = ctx;
 	int rc = block_in_region(s, t->c, r, &t->b);
-	if (rc == -ENOSPC && fits(r, farm_alloc_class_block_mb((int)t->c)))
+	if (rc == -ENOSPC &&
+	    region_fits(r, farm_alloc_class_block_mb((int)t->c)))
 		return -E2BIG;
 	return rc;
 }
 
 /* Pop a slot of class @c following @hint (see farm_slab_alloc()). */
-static int take_hinted(farm_slab *s, unsigned c, farm_gaddr hint, char **p,
-                       struct farm_block **bo, int *lvl)
+int farm_slab_take_hinted(farm_slab *s, unsigned c, farm_gaddr hint, char **p,
+                          struct farm_block **bo, int *lvl)
 {
 	slab_sync(s);
 	struct ba_region *r = slab_region(s, farm_gaddr_region(hint));
@@ -415,7 +394,7 @@ static int take_hinted(farm_slab *s, unsigned c, farm_gaddr hint, char **p,
 		if (rc == -ENOSPC) {
 			level = FARM_ALLOC_HINT_NEAR;
 			struct slab_try t = {.c = c};
-			rc = near_regions(s, r, try_slab_region, &t);
+			rc = farm_slab_near_regions(s, r, try_slab_region, &t);
 			b = t.b;
 		}
 		if (rc)
@@ -431,46 +410,10 @@ static int take_hinted(farm_slab *s, unsigned c, farm_gaddr hint, char **p,
 
 /* ---- objects --------------------------------------------------------- */
 
-/* The caller's @mark (FARM_OBJHDR_MARK_MASK bits) into the version word
- * of header @h, the free-pending mark off (a slot is freed without it).
- * Relaxed: the release store of the allocated bit that follows orders it
- * (slot_claim). */
-static inline void hdr_mark(struct farm_objhdr *h, uint64_t mark)
-{
-	uint64_t v = atomic_load_explicit(&h->version, memory_order_relaxed);
-	atomic_store_explicit(
-	        &h->version,
-	        (v & ~(FARM_OBJHDR_MARK_MASK | FARM_OBJHDR_FREE_PENDING)) |
-	                mark,
-	        memory_order_relaxed);
-}
-
-/* Set the allocated bit. The release store pairs with the acquire loads
- * and the CAS of readers and freers. The bit is clear on every slot on a
- * free list; finding it set means the lists are corrupt. A @mark (0: the
- * version word untouched) is stored in the version word first: the
- * release orders it before the bit for an acquire reader of the
- * incarnation, and a line-atomic READ (a seqlock reader of the version
- * word, src/fabric/shm_data.c) that copied the bit sees the word changed
- * and copies the line again, so no reader sees the slot allocated
- * without its mark. */
-static inline int slot_claim(char *p, unsigned lines, uint64_t mark)
-{
-	struct farm_objhdr *h = (struct farm_objhdr *)p;
-	uint64_t w = atomic_load_explicit(&h->incarn, memory_order_relaxed);
-	if (FARM_UNLIKELY(w & FARM_OBJHDR_ALLOCATED))
-		return FARM_ECORRUPT;
-	if (mark)
-		hdr_mark(h, mark);
-	atomic_store_explicit(&h->incarn, farm_incarn_claimed(w, lines),
-	                      memory_order_release);
-	return 0;
-}
-
 /* cur is dry: the block of the last local free, if it still has a local
  * free slot (O(1)), else refill_any() (scan, adopt, new block). */
-static __attribute__((noinline)) int
-take_slow(farm_slab *s, unsigned c, char **pp, struct farm_block **bo)
+__attribute__((noinline)) int
+farm_slab_take_slow(farm_slab *s, unsigned c, char **pp, struct farm_block **bo)
 {
 	slab_sync(s);
 	struct farm_slab_cls *k = &s->cls[c];
@@ -494,43 +437,6 @@ take_slow(farm_slab *s, unsigned c, char **pp, struct farm_block **bo)
 	*pp = p;
 	*bo = b;
 	return 0;
-}
-
-/* Pop a slot of class @c; *lvl: the hint level used. The common case (no
- * hint, the current block has a free or never-used slot) is inline. */
-static inline __attribute__((always_inline)) int
-take(farm_slab *s, unsigned c, farm_gaddr hint, char **pp,
-     struct farm_block **bo, int *lvl)
-{
-	if (hint != FARM_GADDR_NULL)
-		return take_hinted(s, c, hint, pp, bo, lvl);
-	*lvl = FARM_ALLOC_HINT_NONE;
-	struct farm_block *b = s->cls[c].cur;
-	if (FARM_LIKELY(b && !block_retired(b))) {
-		char *p = b->free_head;
-		if (FARM_LIKELY(p)) {
-			b->free_head = slot_link(p);
-			*pp = p;
-			*bo = b;
-			return 0;
-		}
-		if (b->next_fresh < b->nslots) {
-			*pp = b->base + (uint64_t)b->next_fresh++ * b->slot;
-			*bo = b;
-			return 0;
-		}
-	}
-	return take_slow(s, c, pp, bo);
-}
-
-/* Count a slot allocation of class @c placed at hint level @lvl. */
-static inline void count_alloc(farm_slab *s, unsigned c, int lvl)
-{
-	farm_stat_add_owned(&s->cls[c].nalloc, 1);
-	if (FARM_UNLIKELY(lvl != FARM_ALLOC_HINT_NONE)) {
-		farm_stat_add_owned(&s->hint[lvl], 1);
-		farm_stat_add_owned(&s->hinted, 1);
-	}
 }
 
 /* Everything but the fast path of farm_slab_alloc(). */
@@ -599,70 +505,13 @@ int farm_slab_alloc_marked(farm_slab *s, uint64_t size, farm_gaddr hint,
 	return slab_alloc(s, size, hint, mark, out);
 }
 
-/* Back on a free list: ours, or the owner's remote stack (release: the
- * link is written before the slot is published; pairs with block_drain()).
- * The CAS loop is lock-free; it retries only when another freer won. */
-static inline void slot_release(farm_slab *s, struct farm_block *b, char *p)
-{
-	if (atomic_load_explicit(&b->owner, memory_order_relaxed) == s) {
-		slot_set_link(p, b->free_head);
-		b->free_head = p;
-		s->cls[b->cls].spare = b;
-		return;
-	}
-	char *h = atomic_load_explicit(&b->remote_head, memory_order_relaxed);
-	for (;;) {
-		slot_set_link(p, h);
-		if (atomic_compare_exchange_weak_explicit(
-		            &b->remote_head, &h, p, memory_order_release,
-		            memory_order_relaxed))
-			break;
-		farm_cpu_relax();
-	}
-	farm_stat_add_owned(&s->remote_frees, 1);
-}
-
-/* The slab block and slot at @a, or an error. The slot's address comes
- * from the slab's region cache (one load away), not from the block
- * metadata, so the header's line is fetched while the metadata and the
- * slot-index checks run; the header is only read, and a region is mapped
- * for its whole size, so a bad @a costs nothing but the error. */
-static inline int find_in_cache(farm_slab *s, farm_gaddr a,
-                                struct farm_block **bo, char **po)
-{
-	uint32_t off = farm_gaddr_offset(a);
-	if (FARM_UNLIKELY(off >= s->rc_size))
-		return -EINVAL;
-	char *p = s->rc_base + off;
-	/* Acquire: pairs with the release stores of meta_publish. */
-	struct farm_block *b = atomic_load_explicit(
-	        &s->rc_meta[off / FARM_ALLOC_BLOCK], memory_order_acquire);
-	if (FARM_UNLIKELY(!b))
-		return -EINVAL;
-	/* Its region is retired: not ours to write (a relaxed load from the
-	 * line the slot checks below read anyway). */
-	if (FARM_UNLIKELY(
-	            atomic_load_explicit(&b->retired, memory_order_relaxed)))
-		return -EREMOTE;
-	/* One multiply gives both the index (high bits) and whether @rel is a
-	 * multiple of the slot (low bits below slot_inv: see SLOT_INV_SHIFT).
-	 */
-	uint32_t rel = off - b->bidx * FARM_ALLOC_BLOCK;
-	uint64_t q = (uint64_t)rel * b->slot_inv;
-	if (FARM_UNLIKELY((q & SLOT_INV_FRAC) >= b->slot_inv ||
-	                  (q >> SLOT_INV_SHIFT) >= b->nslots))
-		return -EINVAL;
-	*bo = b;
-	*po = p;
-	return 0;
-}
-
 /* find_slot() failed on a cached region: if that region was retired since
  * (maybe re-adopted under the same id, at another base and size), drop the
  * cache and look @id up again. True when there is a live region @id to try
  * again in. Takes no pointer to the caller's block and slot, so they stay
  * in registers on the fast path. */
-static __attribute__((noinline)) bool find_slot_stale(farm_slab *s, uint32_t id)
+__attribute__((noinline)) bool farm_slab_find_slot_stale(farm_slab *s,
+                                                         uint32_t id)
 {
 	struct ba_region *r = s->last_r;
 	/* Acquire (both loads): pair with the release store of r->retired
@@ -672,45 +521,19 @@ static __attribute__((noinline)) bool find_slot_stale(farm_slab *s, uint32_t id)
 		return false;
 	slab_purge(s, atomic_load_explicit(&s->ba->region_gen,
 	                                   memory_order_acquire));
-	return slab_region_miss(s, id) != NULL;
-}
-
-static inline int find_slot(farm_slab *s, farm_gaddr a, struct farm_block **bo,
-                            char **po)
-{
-	if (FARM_UNLIKELY(a == FARM_GADDR_NULL || (a & (FARM_ALLOC_LINE - 1))))
-		return -EINVAL;
-	uint32_t id = farm_gaddr_region(a);
-	if (FARM_UNLIKELY(id != s->rc_id) && !slab_region_miss(s, id))
-		return id ? -EREMOTE : -EINVAL;
-	return find_in_cache(s, a, bo, po);
-}
-
-/* Clear the allocated bit and bump the incarnation: the one step that
- * decides between racing frees (acq_rel CAS: pairs with slot_claim()). */
-static inline int hdr_free(char *p)
-{
-	struct farm_objhdr *h = (struct farm_objhdr *)p;
-	uint64_t w = atomic_load_explicit(&h->incarn, memory_order_acquire);
-	do {
-		if (FARM_UNLIKELY(!farm_incarn_allocated(w)))
-			return -ENOENT;
-	} while (!atomic_compare_exchange_weak_explicit(
-	        &h->incarn, &w, farm_incarn_freed(w), memory_order_acq_rel,
-	        memory_order_acquire));
-	return 0;
+	return farm_slab_region_miss(s, id) != NULL;
 }
 
 static int slab_free(farm_slab *s, farm_gaddr a, const uint64_t *then);
 
 /* find_slot() refused @a with @rc: again after dropping a stale region
- * cache (find_slot_stale), else counted and returned. */
+ * cache (farm_slab_find_slot_stale), else counted and returned. */
 static __attribute__((noinline)) int free_refused(farm_slab *s, farm_gaddr a,
                                                   int rc, const uint64_t *then)
 {
 	if (rc != -EINVAL && rc != -EREMOTE)
 		return rc;
-	if (find_slot_stale(s, farm_gaddr_region(a)))
+	if (farm_slab_find_slot_stale(s, farm_gaddr_region(a)))
 		return slab_free(s, a, then); /* the cache is live now: once */
 	if (rc != -EREMOTE)
 		farm_stat_add_owned(&s->free_errors, 1);
@@ -759,300 +582,4 @@ int farm_slab_free(farm_slab *s, farm_gaddr a)
 int farm_slab_free_unlock(farm_slab *s, farm_gaddr a, uint64_t then)
 {
 	return slab_free(s, a, &then);
-}
-
-/* ---- arrays ---------------------------------------------------------- */
-
-static int array_dims(uint64_t esize, uint64_t n, uint64_t *esz,
-                      uint64_t *total)
-{
-	if (!esize || !n)
-		return -EINVAL;
-	if (esize > FARM_ALLOC_MAX_OBJECT)
-		return -E2BIG;
-	*esz = (esize + FARM_ALLOC_LINE - 1) / FARM_ALLOC_LINE *
-	       FARM_ALLOC_LINE;
-	if (n > (FARM_ALLOC_MAX_REGION - FARM_ALLOC_BLOCK) / *esz)
-		return -E2BIG;
-	*total = n * *esz;
-	return 0;
-}
-
-struct array_try {
-	uint32_t nmb;
-	uint64_t word;
-	struct ba_region *r;
-	uint32_t bidx;
-};
-
-/* Under no lock: take and write a run for a large array in @r. */
-static int try_array_region(farm_slab *s, void *ctx, struct ba_region *r)
-{
-	struct array_try *t = ctx;
-	pthread_mutex_lock(&s->ba->lock);
-	int rc = farm_ba_take_run_locked(s->ba, r, t->nmb, &t->bidx);
-	if (!rc) {
-		farm_ba_write_run(r, t->bidx, t->nmb, t->word);
-		t->r = r;
-	}
-	pthread_mutex_unlock(&s->ba->lock);
-	if (rc == -ENOSPC && fits(r, t->nmb))
-		return -E2BIG;
-	return rc;
-}
-
-static int large_array(farm_slab *s, uint64_t esz, uint64_t n, uint64_t total,
-                       farm_gaddr hint, uint64_t mark, farm_gaddr *out)
-{
-	farm_blockalloc *ba = s->ba;
-	struct array_try t = {0};
-	t.nmb = (uint32_t)((total + FARM_ALLOC_BLOCK - 1) / FARM_ALLOC_BLOCK);
-	t.word =
-	        bt_array(BT_ARRAY, t.nmb, (uint32_t)(esz / FARM_ALLOC_LINE), n);
-	int rc, level;
-	if (hint != FARM_GADDR_NULL) {
-		struct ba_region *r = slab_region(s, farm_gaddr_region(hint));
-		if (!r) {
-			farm_stat_add_owned(&s->hint[FARM_ALLOC_HINT_REMOTE],
-			                    1);
-			return farm_gaddr_region(hint) ? -EREMOTE : -EINVAL;
-		}
-		if (farm_gaddr_offset(hint) >= r->size)
-			return -EINVAL;
-		level = FARM_ALLOC_HINT_REGION;
-		rc = try_array_region(s, &t, r);
-		if (rc == -ENOSPC || rc == -E2BIG) {
-			level = FARM_ALLOC_HINT_NEAR;
-			rc = near_regions(s, r, try_array_region, &t);
-		}
-	} else {
-		level = FARM_ALLOC_HINT_NONE;
-		pthread_mutex_lock(&ba->lock);
-		rc = -ENOSPC;
-		uint32_t nr = atomic_load_explicit(&ba->nregions,
-		                                   memory_order_relaxed);
-		for (uint32_t i = 0; i < nr && rc == -ENOSPC; i++) {
-			struct ba_region *r = ba->regions[i];
-			rc = farm_ba_take_run_locked(ba, r, t.nmb, &t.bidx);
-			if (!rc)
-				t.r = r;
-		}
-		if (rc == -ENOSPC) {
-			rc = farm_ba_grow_locked(ba, FARM_REGION_ID_NONE, &t.r);
-			if (!rc) {
-				rc = farm_ba_take_run_locked(ba, t.r, t.nmb,
-				                             &t.bidx);
-				if (rc == -ENOSPC)
-					rc = fits(t.r, t.nmb);
-			}
-		}
-		if (!rc)
-			farm_ba_write_run(t.r, t.bidx, t.nmb, t.word);
-		pthread_mutex_unlock(&ba->lock);
-	}
-	if (rc)
-		return rc;
-	/* Fresh blocks (never reused in this issue): headers are zero. */
-	char *base = t.r->base + (uint64_t)t.bidx * FARM_ALLOC_BLOCK;
-	for (uint64_t i = 0; i < n; i++) {
-		struct farm_objhdr *h = (void *)(base + i * esz);
-		uint64_t w =
-		        atomic_load_explicit(&h->incarn, memory_order_relaxed);
-		if (mark)
-			hdr_mark(h, mark);
-		/* Release: as slot_claim's (pairs with the acquire loads of
-		 * the incarnation, farm_objhdr_load_incarn; orders the mark
-		 * before the bit). */
-		atomic_store_explicit(
-		        &h->incarn,
-		        farm_incarn_claimed(w,
-		                            (unsigned)(esz / FARM_ALLOC_LINE)),
-		        memory_order_release);
-	}
-	farm_stat_add_owned(&s->hint[level], 1);
-	farm_stat_add_owned(&s->allocs, 1);
-	farm_stat_add_owned(&s->bytes, (int64_t)t.nmb * FARM_ALLOC_BLOCK);
-	*out = farm_gaddr_make(t.r->id, t.bidx * FARM_ALLOC_BLOCK);
-	return 0;
-}
-
-/* farm_alloc_array(_marked). */
-static int alloc_array(farm_slab *s, uint64_t elem_size, uint64_t n,
-                       farm_gaddr hint, uint64_t mark, farm_gaddr *out)
-{
-	uint64_t esz, total;
-	int rc = array_dims(elem_size, n, &esz, &total);
-	if (rc)
-		return rc;
-	if (!s || !out)
-		return -EINVAL;
-	if (total > FARM_ALLOC_MAX_OBJECT)
-		return large_array(s, esz, n, total, hint, mark, out);
-	unsigned c = s->line_cls[total / FARM_ALLOC_LINE];
-	char *p;
-	struct farm_block *b;
-	int lvl;
-	rc = take(s, c, hint, &p, &b, &lvl);
-	if (rc)
-		return rc;
-	/* Element headers inside the slot: the slot's incarnation (monotonic
-	 * per slot, so a stale pointer to any earlier object here never
-	 * matches) and its version with the lock bits and the free-pending
-	 * mark clear, and the caller's @mark set. Written before the slot's
-	 * allocated bit is published, each element's version before its own
-	 * incarnation (as slot_claim). */
-	struct farm_objhdr *h0 = (struct farm_objhdr *)p;
-	uint64_t w0 = atomic_load_explicit(&h0->incarn, memory_order_relaxed);
-	uint64_t v0 = atomic_load_explicit(&h0->version, memory_order_relaxed);
-	for (uint64_t i = 1; i < n; i++) {
-		struct farm_objhdr *h = (void *)(p + i * esz);
-		atomic_store_explicit(&h->version,
-		                      (v0 & ~(FARM_OBJHDR_MARK_MASK |
-		                              FARM_OBJHDR_FREE_PENDING)) |
-		                              mark,
-		                      memory_order_relaxed);
-		/* Release: as slot_claim's (pairs with the acquire loads of
-		 * the incarnation, farm_objhdr_load_incarn). */
-		atomic_store_explicit(
-		        &h->incarn,
-		        farm_incarn_claimed(w0,
-		                            (unsigned)(esz / FARM_ALLOC_LINE)),
-		        memory_order_release);
-	}
-	rc = slot_claim(p, (unsigned)(esz / FARM_ALLOC_LINE), mark);
-	if (rc)
-		return rc;
-	count_alloc(s, c, lvl);
-	*out = b->gbase + (uint64_t)(p - b->base);
-	return 0;
-}
-
-int farm_alloc_array(farm_slab *s, uint64_t elem_size, uint64_t n,
-                     farm_gaddr hint, farm_gaddr *out)
-{
-	return alloc_array(s, elem_size, n, hint, 0, out);
-}
-
-int farm_alloc_array_marked(farm_slab *s, uint64_t elem_size, uint64_t n,
-                            farm_gaddr hint, uint64_t mark, farm_gaddr *out)
-{
-	if (mark & ~FARM_OBJHDR_MARK_MASK)
-		return -EINVAL;
-	return alloc_array(s, elem_size, n, hint, mark, out);
-}
-
-static int large_array_free(farm_slab *s, struct ba_region *r, uint32_t off,
-                            uint64_t esz, uint64_t n)
-{
-	if (off % FARM_ALLOC_BLOCK)
-		return -EINVAL;
-	uint32_t bidx = off / FARM_ALLOC_BLOCK;
-	/* Acquire: pairs with the release store of the run's head word
-	 * (farm_ba_write_run, or the RETIRED word below by an earlier free). */
-	uint64_t w =
-	        atomic_load_explicit(&r->table[bidx], memory_order_acquire);
-	if (bt_type(w) == BT_RETIRED && bt_array_n(w) == n &&
-	    bt_array_elines(w) == esz / FARM_ALLOC_LINE)
-		return -ENOENT;
-	if (bt_type(w) != BT_ARRAY || bt_array_n(w) != n ||
-	    bt_array_elines(w) != esz / FARM_ALLOC_LINE)
-		return -EINVAL;
-	char *base = r->base + off;
-	for (uint64_t i = 0; i < n; i++)
-		if (!farm_objhdr_allocated((void *)(base + i * esz)))
-			return -ENOENT;
-	int rc = hdr_free(base);
-	if (rc)
-		return rc;
-	for (uint64_t i = 1; i < n; i++) {
-		struct farm_objhdr *h = (void *)(base + i * esz);
-		uint64_t x =
-		        atomic_load_explicit(&h->incarn, memory_order_relaxed);
-		/* Release: as hdr_free's (pairs with the acquire loads of
-		 * the incarnation, farm_objhdr_load_incarn). */
-		atomic_store_explicit(&h->incarn, farm_incarn_freed(x),
-		                      memory_order_release);
-	}
-	uint32_t mb = bt_array_mb(w);
-	pthread_mutex_lock(&s->ba->lock);
-	/* Release: pairs with the acquire load of the head word above (a
-	 * second free sees RETIRED) and those of farm_alloc_walk. */
-	atomic_store_explicit(&r->table[bidx],
-	                      bt_array(BT_RETIRED, mb, bt_array_elines(w), n),
-	                      memory_order_release);
-	s->ba->blocks_in_use -= mb;
-	s->ba->blocks_retired += mb;
-	farm_ba_retire_locked(s->ba, r, bidx, mb, s->ba->retire_gen);
-	pthread_mutex_unlock(&s->ba->lock);
-	farm_stat_add_owned(&s->bytes, -(int64_t)mb * FARM_ALLOC_BLOCK);
-	return 0;
-}
-
-/* Free an array of @n elements of @esz bytes (@total in all) that sits
- * in one slab slot at @a: every element's header must carry the first
- * one's allocated incarnation. */
-static int slot_array_free(farm_slab *s, farm_gaddr a, uint64_t esz,
-                           uint64_t total, uint64_t n)
-{
-	struct farm_block *b;
-	char *p;
-	int rc = find_slot(s, a, &b, &p);
-	if (rc && find_slot_stale(s, farm_gaddr_region(a)))
-		rc = find_slot(s, a, &b, &p);
-	if (rc)
-		return rc;
-	if (total > b->slot)
-		return -EINVAL;
-	uint64_t w0 = farm_objhdr_load_incarn((void *)p);
-	if (!farm_incarn_allocated(w0))
-		return -ENOENT;
-	for (uint64_t i = 1; i < n; i++)
-		if (farm_objhdr_load_incarn((void *)(p + i * esz)) != w0)
-			return -EINVAL;
-	/* Only from the word the elements were checked against: if the slot
-	 * was freed (and maybe reused) since, nothing changes (acq_rel: as
-	 * hdr_free's CAS, pairs with slot_claim's release and with a racing
-	 * free's CAS). */
-	if (!atomic_compare_exchange_strong_explicit(
-	            &((struct farm_objhdr *)p)->incarn, &w0,
-	            farm_incarn_freed(w0), memory_order_acq_rel,
-	            memory_order_acquire))
-		return -ENOENT;
-	for (uint64_t i = 1; i < n; i++) {
-		struct farm_objhdr *h = (void *)(p + i * esz);
-		/* Release: pairs with the acquire loads of the incarnation
-		 * (farm_objhdr_load_incarn). */
-		atomic_store_explicit(&h->incarn, farm_incarn_freed(w0),
-		                      memory_order_release);
-	}
-	slot_release(s, b, p);
-	farm_stat_add_owned(&s->cls[b->cls].nfree, 1);
-	return 0;
-}
-
-int farm_alloc_array_free(farm_slab *s, farm_gaddr a, uint64_t elem_size,
-                          uint64_t n)
-{
-	uint64_t esz, total;
-	int rc = array_dims(elem_size, n, &esz, &total);
-	if (rc || !s)
-		return rc ? (rc == -E2BIG ? -EINVAL : rc) : -EINVAL;
-	struct ba_region *r;
-	if (a == FARM_GADDR_NULL || (a & (FARM_ALLOC_LINE - 1)))
-		rc = -EINVAL;
-	else if (!(r = slab_region(s, farm_gaddr_region(a))))
-		return farm_gaddr_region(a) ? -EREMOTE : -EINVAL;
-	else if (farm_gaddr_offset(a) >= r->size)
-		rc = -EINVAL;
-	else if (total > FARM_ALLOC_MAX_OBJECT) {
-		rc = large_array_free(s, r, farm_gaddr_offset(a), esz, n);
-		if (!rc)
-			farm_stat_add_owned(&s->frees, 1);
-	} else
-		rc = slot_array_free(s, a, esz, total, n);
-	if (rc) {
-		farm_stat_add_owned(&s->free_errors, 1);
-		return rc;
-	}
-	return 0;
 }

@@ -509,7 +509,7 @@ static uint64_t apply(farm_txm *m, const struct rs_rec *r)
  * A committed record's frees, after its transaction's images are in: at
  * every local copy (primary or backup) whose header still holds the freed
  * object allocated, in the incarnation the free ended, the header is freed
- * as the allocator's free leaves it (hdr_free, src/alloc/slab.c). The
+ * as the allocator's free leaves it (hdr_free, src/alloc/slab_int.h). The
  * primary's allocator frees a slot in its header and lists it; a kill
  * between the install and that free (or before the install, which the
  * replay above finished: a LOCK's image leaves the incarnation word as it
@@ -569,7 +569,7 @@ static uint64_t free_committed(farm_txm *m, const struct rs_rec *r)
 /*
  * A stale lock cleared; and an object marked FARM_OBJHDR_FREE_PENDING
  * freed in its header first, as the allocator's free leaves it (hdr_free,
- * src/alloc/slab.c), for the rebuild by scan to list: its free committed
+ * src/alloc/slab_int.h), for the rebuild by scan to list: its free committed
  * and was installed, then deferred while the adopter scanned its promoted
  * region (src/alloc/galloc_adopt.c), and the kill came before the adopter
  * freed it. Its records may all be truncated, so free_committed may not
