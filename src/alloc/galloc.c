@@ -419,38 +419,40 @@ static void free_shipped(farm_loop *loop, void *ctx, int status,
 	free(f);
 }
 
+/* @loop's slab, for a free of @a here now; NULL with the error in *@rc:
+ * -EINVAL, -EREMOTE (not local), or slab_of's. */
+static farm_slab *local_slab(farm_galloc *g, farm_loop *loop, farm_gaddr a,
+                             int *rc)
+{
+	*rc = -EINVAL;
+	if (!g || !loop)
+		return NULL;
+	*rc = -EREMOTE;
+	if (!farm_alloc_region_is_local(g->ba, farm_gaddr_region(a)))
+		return NULL;
+	return slab_of(g, loop, rc);
+}
+
 int farm_galloc_free_local(farm_galloc *g, farm_loop *loop, farm_gaddr a)
 {
-	if (!g || !loop)
-		return -EINVAL;
-	if (!farm_alloc_region_is_local(g->ba, farm_gaddr_region(a)))
-		return -EREMOTE;
 	int rc;
-	farm_slab *s = slab_of(g, loop, &rc);
+	farm_slab *s = local_slab(g, loop, a, &rc);
 	return s ? farm_slab_free(s, a) : rc;
 }
 
 int farm_galloc_free_local_unlock(farm_galloc *g, farm_loop *loop, farm_gaddr a,
                                   uint64_t then)
 {
-	if (!g || !loop)
-		return -EINVAL;
-	if (!farm_alloc_region_is_local(g->ba, farm_gaddr_region(a)))
-		return -EREMOTE;
 	int rc;
-	farm_slab *s = slab_of(g, loop, &rc);
+	farm_slab *s = local_slab(g, loop, a, &rc);
 	return s ? farm_slab_free_unlock(s, a, then) : rc;
 }
 
 int farm_galloc_free_array_local(farm_galloc *g, farm_loop *loop, farm_gaddr a,
                                  uint64_t elem_size, uint64_t n)
 {
-	if (!g || !loop)
-		return -EINVAL;
-	if (!farm_alloc_region_is_local(g->ba, farm_gaddr_region(a)))
-		return -EREMOTE;
 	int rc;
-	farm_slab *s = slab_of(g, loop, &rc);
+	farm_slab *s = local_slab(g, loop, a, &rc);
 	return s ? farm_alloc_array_free(s, a, elem_size, n) : rc;
 }
 
