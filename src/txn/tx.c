@@ -248,7 +248,8 @@ static _Thread_local farm_gaddr testing_claimed;
  * a free slot holds no lock (data recovery would wait for a locked one for
  * good), and the object never looks allocated and unlocked: one object's
  * header is freed, then unlocked (the claim's mark), then its slot made
- * reusable; an array's elements are unlocked, then the array freed.
+ * reusable; an array is freed, then its elements unlocked (this loop's
+ * slab made it and takes it back, so nothing claims it in between).
  * Release: pairs with the acquire of the header by the next allocation
  * here and by data recovery. A header no longer local (its region moved)
  * is left as it is; its free is refused too.
@@ -270,6 +271,7 @@ static void new_give_back(farm_txm *m, farm_loop *loop, farm_gaddr a,
 			                      memory_order_release);
 		return;
 	}
+	(void)farm_galloc_free_array_local(m->ga, loop, a, 64ull * el, n);
 	for (uint32_t i = 0; i < n; i++) {
 		_Atomic uint64_t *hv =
 		        farm_as_local_ptr(m->as, a + 64ull * el * i, 16);
@@ -279,7 +281,6 @@ static void new_give_back(farm_txm *m, farm_loop *loop, farm_gaddr a,
 		atomic_store_explicit(hv, v & ~OBJ_LOCK_MASK,
 		                      memory_order_release);
 	}
-	(void)farm_galloc_free_array_local(m->ga, loop, a, 64ull * el, n);
 }
 
 /* A new array's elements join the write set as new objects (its first
