@@ -1031,6 +1031,25 @@ static void test_alloc_moved(void **state)
  * copy's machine grew into the region's primary. --broken-new
  * (FARM_FP_TX_NEW_UNMARKED, no mark) must see that copy allocated.
  */
+/* Abort @tx, whose new object's header is @h (its copy, @L lines, in
+ * @copy, taken or not in the window): the slot is free and unlocked after
+ * (its words in *@v1, *@w1), and the copy's check pass READs it again,
+ * applied only when newer. Returns the copy's incarnation word then. */
+static uint64_t abort_and_recheck(farm_tx *tx, const uint8_t *h, uint8_t *copy,
+                                  unsigned L, uint64_t *v1, uint64_t *w1)
+{
+	assert_int_equal(farm_tx_abort(tx), 0);
+	farm_tx_free(tx);
+	memcpy(v1, h, 8);
+	memcpy(w1, h + 8, 8);
+	assert_int_equal(*v1 & OBJ_LOCK_MASK, 0); /* a free slot: unlocked */
+	assert_false(farm_incarn_allocated(*w1));
+	(void)farm_txn_copy_apply(copy, L, h, false);
+	uint64_t wc;
+	memcpy(&wc, copy + 8, 8);
+	return wc;
+}
+
 static void test_new_uncommitted(void **state)
 {
 	(void)state;
@@ -1081,18 +1100,9 @@ static void test_new_uncommitted(void **state)
 		assert_int_equal(v0 & OBJ_LOCK_MASK, OBJ_LOCK_SHARED);
 		assert_int_equal(drc, -EAGAIN);
 	}
-	assert_int_equal(farm_tx_abort(tx), 0);
-	farm_tx_free(tx);
+	/* The check pass READs it again (its summary differs). */
 	uint64_t v1, w1;
-	memcpy(&v1, h, 8);
-	memcpy(&w1, h + 8, 8);
-	assert_int_equal(v1 & OBJ_LOCK_MASK, 0); /* a free slot: unlocked */
-	assert_false(farm_incarn_allocated(w1));
-	/* The check pass READs it again (its summary differs): applied
-	 * only when newer. */
-	(void)farm_txn_copy_apply(copy, L, h, false);
-	uint64_t wc;
-	memcpy(&wc, copy + 8, 8);
+	uint64_t wc = abort_and_recheck(tx, h, copy, L, &v1, &w1);
 	(void)farm_fault_set(FARM_FP_TX_NEW_UNMARKED, NULL, NULL);
 	if (broken_new) {
 		if (!farm_incarn_allocated(wc))
@@ -1231,19 +1241,10 @@ static void test_new_claimed(void **state)
 		assert_int_equal(v0 & OBJ_LOCK_MASK, OBJ_LOCK_SHARED);
 		assert_int_equal(sn.drc, -EAGAIN);
 	}
-	assert_int_equal(farm_tx_abort(tx), 0);
-	farm_tx_free(tx);
 	const uint8_t *h = farm_as_local_ptr(C.m[1].as, sn.a, 64);
 	assert_non_null(h);
 	uint64_t v1, w1;
-	memcpy(&v1, h, 8);
-	memcpy(&w1, h + 8, 8);
-	assert_int_equal(v1 & OBJ_LOCK_MASK, 0); /* a free slot: unlocked */
-	assert_false(farm_incarn_allocated(w1));
-	/* The check pass READs it again: applied only when newer. */
-	(void)farm_txn_copy_apply(copy, L, h, false);
-	uint64_t wc;
-	memcpy(&wc, copy + 8, 8);
+	uint64_t wc = abort_and_recheck(tx, h, copy, L, &v1, &w1);
 	(void)farm_fault_set(FARM_FP_TX_CLAIM_LATE, NULL, NULL);
 	if (broken_claim) {
 		if (!farm_incarn_allocated(wc))
