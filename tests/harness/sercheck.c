@@ -422,6 +422,22 @@ static int write_rank(const struct ctx *c, uint32_t o)
 	return c->contested[op->txn] ? R_CONTESTED : R_UNKNOWN;
 }
 
+/* The end of the (key, version) group of the sorted reads and writes that
+ * starts at @i. */
+static size_t group_end(const struct ctx *c, size_t i)
+{
+	uint64_t key = c->srt[i].hi, ver = c->srt[i].lo;
+	while (i < c->nsrt && c->srt[i].hi == key && c->srt[i].lo == ver)
+		i++;
+	return i;
+}
+
+/* A write that its own transaction did not overwrite later. */
+static bool live_write(const struct ctx *c, uint32_t o)
+{
+	return c->h->ops[o].write && !(c->opf[o] & F_SUPERSEDED);
+}
+
 /* Mark the unknown transactions that install a (key, version) a committed
  * transaction installs too. Such a one really aborted, or the history has
  * a duplicate version whatever the others did. A machine killed while it
@@ -431,20 +447,18 @@ static int write_rank(const struct ctx *c, uint32_t o)
 static void find_contested(struct ctx *c)
 {
 	const struct sc_op *ops = c->h->ops;
-	size_t i = 0, n = c->nsrt;
-	while (i < n) {
-		size_t g0 = i;
-		uint64_t key = c->srt[i].hi, ver = c->srt[i].lo;
+	for (size_t g0 = 0, g1; g0 < c->nsrt; g0 = g1) {
+		g1 = group_end(c, g0);
 		bool committed = false;
-		while (i < n && c->srt[i].hi == key && c->srt[i].lo == ver) {
-			uint32_t o = c->srt[i++].idx;
+		for (size_t j = g0; j < g1; j++) {
+			uint32_t o = c->srt[j].idx;
 			committed |=
-			        ops[o].write && !(c->opf[o] & F_SUPERSEDED) &&
+			        live_write(c, o) &&
 			        c->h->txns[ops[o].txn].outcome == SC_COMMITTED;
 		}
-		for (size_t j = g0; committed && j < i; j++) {
+		for (size_t j = g0; committed && j < g1; j++) {
 			uint32_t o = c->srt[j].idx;
-			if (ops[o].write && !(c->opf[o] & F_SUPERSEDED) &&
+			if (live_write(c, o) &&
 			    c->h->txns[ops[o].txn].outcome == SC_UNKNOWN)
 				c->contested[ops[o].txn] = 1;
 		}
@@ -458,12 +472,8 @@ static void find_contested(struct ctx *c)
 static void find_sources(struct ctx *c)
 {
 	const struct sc_op *ops = c->h->ops;
-	size_t i = 0, n = c->nsrt;
-	while (i < n) {
-		size_t g0 = i;
-		uint64_t key = c->srt[i].hi, ver = c->srt[i].lo;
-		while (i < n && c->srt[i].hi == key && c->srt[i].lo == ver)
-			i++;
+	for (size_t g0 = 0, i; g0 < c->nsrt; g0 = i) {
+		i = group_end(c, g0);
 		int best = R_NONE;
 		uint32_t bw = NONE;
 		bool tie = false;
