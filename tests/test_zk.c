@@ -7,8 +7,9 @@
  * restarted on the same data, and the survivors reconnect to a
  * configuration that was not lost (same or newer config id). Then a
  * formed cluster keeps out a machine whose session expired, a dead
- * incarnation's registration is reclaimed, and a graceful leave's request
- * (R/leave) lists its machine leaving (test_zk_leave).
+ * incarnation's registration is reclaimed, a graceful leave's request
+ * (R/leave) lists its machine leaving (test_zk_leave), and a machine of
+ * another wire version is not admitted (test_zk_wire).
  *
  * Exits 77 (skip) when libfarm lacks the ZooKeeper client or java/the
  * ZooKeeper jars are missing. Parent and children talk over pipes; every
@@ -23,7 +24,9 @@
  * incarnation's session (FARM_FP_ZK_DISPLACE_WAIT: its join must be found
  * slow), or replaces any other session's registration of its id
  * (FARM_FP_ZK_DISPLACE_EARLY: a paused member that was never removed must
- * be found displaced).
+ * be found displaced). --broken-wire runs the wire test alone, the
+ * manager admitting any wire version (FARM_FP_ZK_ANY_WIRE): the other
+ * build's machine must be found admitted.
  */
 #include "testutil.h"
 
@@ -32,6 +35,7 @@
 
 #include "brokenarg.h"
 #include "coord/membership.h"
+#include "util/wire.h"
 
 #ifndef FARM_SOURCE_DIR
 #error "FARM_SOURCE_DIR must name the source tree (for scripts/zk-local)"
@@ -49,6 +53,8 @@ static const char *zk_script = FARM_SOURCE_DIR "/scripts/zk-local";
 static bool broken; /* --broken: FARM_FP_ZK_ALL_MANAGE */
 /* --broken-wait, --broken-early: FARM_FP_ZK_DISPLACE_WAIT, _EARLY */
 static bool broken_wait, broken_early;
+/* --broken-wire: FARM_FP_ZK_ANY_WIRE */
+static bool broken_wire;
 
 /* ---- parent <-> child protocol ---------------------------------------- */
 
@@ -841,6 +847,9 @@ static int reuse_broken_arg(int argc, char **argv)
 	} else if (!strcmp(argv[1], "--broken-early")) {
 		fp = FARM_FP_ZK_DISPLACE_EARLY;
 		broken_early = true;
+	} else if (!strcmp(argv[1], "--broken-wire")) {
+		fp = FARM_FP_ZK_ANY_WIRE;
+		broken_wire = true;
 	} else {
 		return 1;
 	}
@@ -945,6 +954,62 @@ static void test_zk_leave(void **state)
 	snprintf(zk_root, sizeof(zk_root), "%s", root);
 }
 
+static bool has_member(const struct farm_view *v,
+                       const struct farm_membership_status *s, void *arg)
+{
+	(void)s;
+	return farm_view_find(v, *(const uint32_t *)arg) != NULL;
+}
+
+/*
+ * A machine of another build: machine 9 registers with a card naming the
+ * next wire version (FARM_FP_ZK_CARD_WIRE while it registers), then
+ * machine 2 with this build's. The manager (machine 1) reads every
+ * registration for the configuration that admits machine 2, 9's among
+ * them (created first), and must leave 9 out of it. --broken-wire
+ * (FARM_FP_ZK_ANY_WIRE: any version admitted) must find 9 in it.
+ */
+static void test_zk_wire(void **state)
+{
+	(void)state;
+	char root[sizeof(zk_root)];
+	snprintf(root, sizeof(root), "%s", zk_root);
+	snprintf(zk_root, sizeof(zk_root), "%.80s-wire", root);
+	struct farm_membership *m1 = reg_in(1, 0);
+	assert_int_equal(farm_membership_wait_members(m1, 1, WAIT_MS, NULL), 0);
+	int rc = farm_fault_set(FARM_FP_ZK_CARD_WIRE, tu_switch_on, NULL);
+	if (rc == -ENOTSUP) {
+		farm_membership_close(m1);
+		snprintf(zk_root, sizeof(zk_root), "%s", root);
+		skip();
+	}
+	struct farm_membership *m9 = reg_in(9, 0);
+	(void)farm_fault_set(FARM_FP_ZK_CARD_WIRE, NULL, NULL);
+	struct farm_membership *m2 = reg_in(2, 0);
+	struct farm_view *v = malloc(sizeof(*v));
+	assert_non_null(v);
+	uint32_t two = 2;
+	assert_int_equal(farm_membership_wait(m1, has_member, &two, WAIT_MS, v),
+	                 0);
+	printf("wire: configuration %" PRIu64 " admits machine 2 with %u "
+	       "members; machine 9 (wire version %u) %s\n",
+	       v->config_id, v->n, FARM_WIRE_VERSION + 1,
+	       farm_view_find(v, 9) ? "admitted" : "left out");
+	if (broken_wire) {
+		if (!farm_view_find(v, 9))
+			fail_msg("--broken-wire: machine 9 left out all the "
+			         "same");
+	} else {
+		assert_null(farm_view_find(v, 9));
+		assert_int_equal(v->n, 2);
+	}
+	free(v);
+	farm_membership_close(m2);
+	farm_membership_close(m9);
+	farm_membership_close(m1);
+	snprintf(zk_root, sizeof(zk_root), "%s", root);
+}
+
 int main(int argc, char **argv)
 {
 	int bst = reuse_broken_arg(argc, argv);
@@ -970,12 +1035,15 @@ int main(int argc, char **argv)
 	        cmocka_unit_test_teardown(test_zk_reclaim, teardown),
 	        cmocka_unit_test_teardown(test_zk_reuse, teardown),
 	        cmocka_unit_test_teardown(test_zk_leave, teardown),
+	        cmocka_unit_test_teardown(test_zk_wire, teardown),
 	};
 	int rc;
 	if (broken)
 		rc = _cmocka_run_group_tests("zk", tests, 1, NULL, NULL);
 	else if (broken_wait || broken_early)
 		rc = _cmocka_run_group_tests("zk", &tests[3], 1, NULL, NULL);
+	else if (broken_wire)
+		rc = _cmocka_run_group_tests("zk", &tests[5], 1, NULL, NULL);
 	else
 		rc = cmocka_run_group_tests_name("zk", tests, NULL, NULL);
 	kill_kids();

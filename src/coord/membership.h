@@ -63,9 +63,10 @@
  *                      "bump <config id>")
  *     R/members        persistent, empty
  *     R/members/<id>   ephemeral, one per live machine (decimal id); its
- *                      data is the machine's endpoint, then, when it has
- *                      a failure domain, "\ndomain <name>", then, when it
- *                      started with an empty directory, "\nfresh"
+ *                      data is the machine's endpoint, then "\nwire <n>"
+ *                      (util/wire.h), then, when it has a failure domain,
+ *                      "\ndomain <name>", then, when it started with an
+ *                      empty directory, "\nfresh"
  *
  *   Threads: the ZooKeeper client runs two threads of its own; the module
  *   adds one worker thread per handle that makes every ZooKeeper call after
@@ -105,6 +106,9 @@ struct farm_member {
 	char domain[FARM_DOMAIN_MAX];     /* failure domain; "": none */
 	bool fresh; /* registered with empty memory (ZooKeeper card) */
 	bool stale; /* registered again after its session expired */
+	/* The wire version its card names (util/wire.h; ZooKeeper only);
+	 * 0: none named. */
+	uint32_t wire;
 	/* Which holder of the id this is: 0 for an id's first holder, the
 	 * id of the configuration that admitted it for a holder that took
 	 * the id of a machine the formed cluster had lost (a *reused* id).

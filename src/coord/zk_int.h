@@ -20,9 +20,9 @@
 /* Least time between two routine resolutions of the server names (zk.c). */
 #define ZK_RESOLVE_MS         10000
 #define ZK_DEFAULT_CONNECT_MS 5000u
-/* A registration's data: the endpoint, then "\ndomain <name>" when the
- * machine has a failure domain. */
-#define ZK_CARD_MAX   (FARM_ENDPOINT_MAX + FARM_DOMAIN_MAX + 8)
+/* A registration's data: the endpoint, "\nwire <n>", then "\ndomain
+ * <name>" when the machine has a failure domain, and a mark. */
+#define ZK_CARD_MAX   (FARM_ENDPOINT_MAX + FARM_DOMAIN_MAX + 32)
 #define ZK_BACKOFF_MS 200 /* retry after an unexpected error */
 
 enum {
@@ -51,6 +51,8 @@ struct farm_zk {
 	bool held_logged;
 	bool lone_logged;      /* zk_sync: restarting alone, not managing */
 	int64_t refused_czxid; /* the last registration left out, logged */
+	/* The last registration of another wire version, logged. */
+	int64_t wire_refused_czxid;
 	enum farm_membership_state told; /* last state passed to on_state */
 	unsigned session_ms, connect_ms;
 	char connect[1024];

@@ -17,11 +17,29 @@
 #include "util/common.h"
 #include "util/fault.h"
 #include "util/log.h"
+#include "util/wire.h"
 
-/* The registration @data (@len bytes) into @mb's endpoint, domain and
- * fresh mark: the endpoint, then optionally "domain <name>", then
- * optionally "fresh", one per line. 0, or -EINVAL: empty or control bytes
- * in the endpoint, a line that is neither of those, or out of order. */
+/* "wire <n>" (@n bytes at @p): the version, 1..999999999, into *@out;
+ * false for anything else. */
+static bool card_wire(const char *p, size_t n, uint32_t *out)
+{
+	if (n < 6 || n > 14 || memcmp(p, "wire ", 5) || p[5] == '0')
+		return false;
+	uint32_t v = 0;
+	for (size_t i = 5; i < n; i++) {
+		if (p[i] < '0' || p[i] > '9')
+			return false;
+		v = v * 10 + (uint32_t)(p[i] - '0');
+	}
+	*out = v;
+	return true;
+}
+
+/* The registration @data (@len bytes) into @mb's endpoint, wire version,
+ * domain and marks: the endpoint, then optionally "wire <n>" (0 when
+ * absent: a build before versions), "domain <name>", and "fresh" or
+ * "stale", one per line. 0, or -EINVAL: empty or control bytes in the
+ * endpoint, a line that is none of those, or out of order. */
 int farm_zk_card_parse(const char *data, int len, struct farm_member *mb)
 {
 	if (len <= 0 || memchr(data, 0, (size_t)len))
@@ -36,11 +54,14 @@ int farm_zk_card_parse(const char *data, int len, struct farm_member *mb)
 	mb->domain[0] = 0;
 	mb->fresh = false;
 	mb->stale = false;
-	while (nl) {
+	mb->wire = 0;
+	for (bool first = true; nl; first = false) {
 		const char *p = nl + 1;
 		nl = memchr(p, '\n', (size_t)(lim - p));
 		size_t n = nl ? (size_t)(nl - p) : (size_t)(lim - p);
-		if (n == 5 && !memcmp(p, "stale", 5) && !mb->stale) {
+		if (first && card_wire(p, n, &mb->wire)) {
+			continue;
+		} else if (n == 5 && !memcmp(p, "stale", 5) && !mb->stale) {
 			mb->stale = true;
 		} else if (n == 5 && !memcmp(p, "fresh", 5) && !mb->fresh &&
 		           !mb->stale) {
@@ -57,6 +78,27 @@ int farm_zk_card_parse(const char *data, int len, struct farm_member *mb)
 		}
 	}
 	return 0;
+}
+
+/* Whether machine @id (registration @czxid, card @mb) speaks this
+ * build's wire version (util/wire.h): no other can share the cluster.
+ * Logged once per registration. */
+static bool wire_admitted(struct farm_zk *z, uint32_t id,
+                          const struct farm_member *mb, int64_t czxid)
+{
+	if (mb->wire == FARM_WIRE_VERSION ||
+	    FARM_FAULT_SWITCH(FARM_FP_ZK_ANY_WIRE))
+		return true;
+	if (z->wire_refused_czxid != czxid)
+		farm_err(
+		        "membership: machine %" PRIu32 " registered with "
+		        "wire version %" PRIu32 "%s; this cluster's is %u: not "
+		        "admitted (machines of two wire versions cannot "
+		        "share a cluster: start it with the cluster's build)",
+		        id, mb->wire, mb->wire ? "" : " (none: an older build)",
+		        FARM_WIRE_VERSION);
+	z->wire_refused_czxid = czxid;
+	return false;
 }
 
 static bool is_suspect(struct farm_membership *m, uint32_t id)
@@ -398,6 +440,8 @@ int farm_zk_build_from(struct farm_membership *m, const uint32_t *ids,
 			          path);
 			continue;
 		}
+		if (!wire_admitted(z, ids[i], mb, st.czxid))
+			continue;
 		/* Not admitted: an id a restart gave up (any memory), or
 		 * one that left the formed cluster (with empty or stale
 		 * memory, or with its directory's memory while the cluster

@@ -5,7 +5,7 @@
  * dead previous incarnation of this process, displaced where the
  * configuration lists it removed (a reused id's new holder), reclaimed
  * where it is our own. The card it carries is the machine's endpoint,
- * domain and flags.
+ * wire version, domain and flags.
  */
 #include "coord/membership_impl.h"
 
@@ -18,15 +18,21 @@
 #include "util/common.h"
 #include "util/fault.h"
 #include "util/log.h"
+#include "util/wire.h"
 
 #ifdef FARM_HAVE_ZK
 
 #include "coord/zk_int.h"
 
+/* The card: the endpoint, this build's wire version (util/wire.h), then
+ * the optional lines (farm_zk_card_parse). */
 static int zk_card(const struct farm_membership *m, char *out)
 {
-	return snprintf(out, ZK_CARD_MAX, "%s%s%s%s%s", m->endpoint,
-	                m->domain[0] ? "\ndomain " : "", m->domain,
+	unsigned wire = FARM_WIRE_VERSION;
+	if (FARM_FAULT_SWITCH(FARM_FP_ZK_CARD_WIRE))
+		wire++; /* testing: a machine of another version */
+	return snprintf(out, ZK_CARD_MAX, "%s\nwire %u%s%s%s%s", m->endpoint,
+	                wire, m->domain[0] ? "\ndomain " : "", m->domain,
 	                m->fresh ? "\nfresh" : "", m->stale ? "\nstale" : "");
 }
 

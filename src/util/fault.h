@@ -324,6 +324,14 @@ enum farm_fault_point {
 	 * txn/copy.c: a step of a copy into this machine applied, more to
 	 * come (the grower's extra copies still filling). */
 	FARM_FP_DATAREC_STEP,
+	/* coord/zk_register.c, a switch: while hooked, a registration's
+	 * card names the next wire version (a machine of another build:
+	 * tests/test_zk.c test_zk_wire). */
+	FARM_FP_ZK_CARD_WIRE,
+	/* coord/zk_next.c, a switch: while hooked, the manager admits a
+	 * machine of any wire version (test_zk --broken-wire must find
+	 * the other build's machine admitted). */
+	FARM_FP_ZK_ANY_WIRE,
 	/* coord/zk.c: a mark (R/grow: every copy of the share complete)
 	 * written to ZooKeeper, before the configuration it asks for. */
 	FARM_FP_ZK_MARK_WRITTEN,
