@@ -9,7 +9,8 @@
  * formed cluster keeps out a machine whose session expired, a dead
  * incarnation's registration is reclaimed, a graceful leave's request
  * (R/leave) lists its machine leaving (test_zk_leave), and a machine of
- * another wire version is not admitted (test_zk_wire).
+ * another wire version is not admitted (test_zk_wire) and one that finds
+ * the manager of another fails at once (test_zk_wire_join).
  *
  * Exits 77 (skip) when libfarm lacks the ZooKeeper client or java/the
  * ZooKeeper jars are missing. Parent and children talk over pipes; every
@@ -1010,6 +1011,46 @@ static void test_zk_wire(void **state)
 	snprintf(zk_root, sizeof(zk_root), "%s", root);
 }
 
+/*
+ * The other side: the manager (machine 1) registered with a card of the
+ * next wire version (and admitting any: FARM_FP_ZK_ANY_WIRE), machine 2
+ * of this build must fail its open with -EPROTO at once, not wait to be
+ * admitted until its bound.
+ */
+static void test_zk_wire_join(void **state)
+{
+	(void)state;
+	char root[sizeof(zk_root)];
+	snprintf(root, sizeof(root), "%s", zk_root);
+	snprintf(zk_root, sizeof(zk_root), "%.80s-wirejoin", root);
+	if (farm_fault_set(FARM_FP_ZK_ANY_WIRE, tu_switch_on, NULL) == -ENOTSUP)
+		skip();
+	assert_int_equal(
+	        farm_fault_set(FARM_FP_ZK_CARD_WIRE, tu_switch_on, NULL), 0);
+	struct farm_membership *m1 = reg_in(1, 0);
+	(void)farm_fault_set(FARM_FP_ZK_CARD_WIRE, NULL, NULL);
+	assert_int_equal(farm_membership_wait_members(m1, 1, WAIT_MS, NULL), 0);
+	char ep[64] = "/dev/shm/test-zk-wire-m2";
+	struct farm_membership_attr a = {.self_id = 2,
+	                                 .endpoint = ep,
+	                                 .zk = zk_connect,
+	                                 .zk_root = zk_root,
+	                                 .session_ms = 4000,
+	                                 .connect_ms = 10000};
+	struct farm_membership *m2 = NULL;
+	uint64_t t0 = farm_now_ns();
+	int rc = farm_membership_open(&a, &m2);
+	printf("wire: machine 2's open against a manager of wire version %u: "
+	       "%s in %.0f ms\n",
+	       FARM_WIRE_VERSION + 1, farm_strerror(rc), since_ms(t0));
+	if (!rc)
+		farm_membership_close(m2);
+	(void)farm_fault_set(FARM_FP_ZK_ANY_WIRE, NULL, NULL);
+	farm_membership_close(m1);
+	snprintf(zk_root, sizeof(zk_root), "%s", root);
+	assert_int_equal(rc, -EPROTO);
+}
+
 int main(int argc, char **argv)
 {
 	int bst = reuse_broken_arg(argc, argv);
@@ -1036,6 +1077,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test_teardown(test_zk_reuse, teardown),
 	        cmocka_unit_test_teardown(test_zk_leave, teardown),
 	        cmocka_unit_test_teardown(test_zk_wire, teardown),
+	        cmocka_unit_test_teardown(test_zk_wire_join, teardown),
 	};
 	int rc;
 	if (broken)

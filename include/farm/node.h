@@ -73,7 +73,8 @@ FARM_API void farm_node_set_app_loops(farm_node *n, bool on);
  * (<= 0: 30 s) for the peers' cards to appear. Returns 0; -EINVAL when
  * already started or @n is NULL; -EAGAIN when a thread cannot be made;
  * a loop's or the membership's error (FARM_EUNAVAILABLE: ZooKeeper could
- * not be reached).
+ * not be reached; -EPROTO: the cluster's manager runs a build of another
+ * wire version, which would never admit this one).
  */
 FARM_API FARM_MUST_CHECK int farm_node_start(farm_node *n, int timeout_ms);
 

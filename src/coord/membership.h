@@ -327,7 +327,9 @@ struct farm_membership_attr {
  * -EINVAL (bad connect string, root path, endpoint, id); FARM_EUNAVAILABLE
  * when no server answered within connect_ms; -EADDRINUSE when another live
  * session holds this machine id for connect_ms + session_ms (a crashed
- * incarnation's registration is waited out); -ENOTSUP when libfarm was
+ * incarnation's registration is waited out); -EPROTO when the manager
+ * the configuration names registered another wire version (util/wire.h:
+ * it would never admit this machine); -ENOTSUP when libfarm was
  * built without the ZooKeeper client; another negative code from
  * ZooKeeper (logged). *out is set only on success.
  */

@@ -876,6 +876,12 @@ int farm_zk_open(struct farm_membership *m,
 		pthread_cond_timedwait(&m->changed, &m->lock, &ts);
 	}
 	pthread_mutex_unlock(&m->lock);
+	/* A manager of another build would leave us out for good: say so
+	 * now rather than at the caller's timeout. (Testing: a card of
+	 * another version is a test's stand-in for another build, which is
+	 * to reach the manager's check.) */
+	if (!rc && !FARM_FAULT_SWITCH(FARM_FP_ZK_CARD_WIRE))
+		rc = farm_zk_manager_wire(m);
 	if (rc) {
 		farm_warn("membership: machine %" PRIu32
 		          " could not join through ZooKeeper at '%s' within "

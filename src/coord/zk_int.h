@@ -219,6 +219,8 @@ bool farm_zk_may_manage(struct farm_membership *m, const uint32_t *ids,
  * ephemeral znode exists (*@created: this call made it), 1 when another
  * session holds our id and must be waited out, or a negative code. Worker
  * thread only. */
+/* 0, or -EPROTO: the manager speaks another wire version (logged). */
+int farm_zk_manager_wire(struct farm_membership *m);
 int farm_zk_register(struct farm_membership *m, int zrc, const struct Stat *stp,
                      bool *created);
 

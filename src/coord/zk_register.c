@@ -211,4 +211,41 @@ int farm_zk_register(struct farm_membership *m, int zrc, const struct Stat *stp,
 	return farm_zk_err(zrc);
 }
 
+/* The wire version of the manager the configuration in force names: 0
+ * when it is ours (or there is none, or it is this machine or gone), else
+ * -EPROTO, logged: it would never admit this machine (zk_next.c,
+ * wire_admitted). One read of the configuration and one of a card, on the
+ * opener's thread (the client is thread-safe). */
+int farm_zk_manager_wire(struct farm_membership *m)
+{
+	struct farm_zk *z = m->zk;
+	char *buf = malloc(ZK_BUF);
+	struct farm_view *v = malloc(sizeof(*v));
+	int rc = buf && v ? 0 : -ENOMEM;
+	int len = ZK_BUF;
+	if (!rc && zoo_get(z->zh, z->config, 0, buf, &len, NULL) == ZOK &&
+	    !farm_view_parse(buf, len > 0 ? (size_t)len : 0, v) && v->has_cm &&
+	    v->cm != m->self) {
+		char path[sizeof(z->members) + 16];
+		struct farm_member mb;
+		snprintf(path, sizeof(path), "%s/%" PRIu32, z->members, v->cm);
+		len = ZK_CARD_MAX;
+		if (zoo_get(z->zh, path, 0, buf, &len, NULL) == ZOK &&
+		    !farm_zk_card_parse(buf, len, &mb) &&
+		    mb.wire != FARM_WIRE_VERSION) {
+			farm_err("membership: machine %" PRIu32 ": the "
+			         "cluster's manager (machine %" PRIu32
+			         ") speaks "
+			         "wire version %" PRIu32 ", this build %u: it "
+			         "cannot join (start it with the cluster's "
+			         "build)",
+			         m->self, v->cm, mb.wire, FARM_WIRE_VERSION);
+			rc = -EPROTO;
+		}
+	}
+	free(v);
+	free(buf);
+	return rc;
+}
+
 #endif
