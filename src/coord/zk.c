@@ -782,6 +782,42 @@ static uint64_t mono_ms(void)
 	return (uint64_t)t.tv_sec * 1000u + (uint64_t)t.tv_nsec / 1000000u;
 }
 
+/* Wait until registered with a view read, within the bounds of the open
+ * that began at @t0 (ms). 0 or why not. */
+static int zk_open_wait(struct farm_membership *m, uint64_t t0)
+{
+	struct farm_zk *z = m->zk;
+	uint64_t dl_connect = t0 + z->connect_ms;
+	uint64_t dl_register = dl_connect + z->session_ms;
+	int rc = 0;
+	pthread_mutex_lock(&m->lock);
+	for (;;) {
+		if (z->fatal) {
+			rc = z->fatal;
+			break;
+		}
+		if (m->st.registered && m->st.syncs) {
+			z->opened = true;
+			break;
+		}
+		uint64_t now = mono_ms();
+		if (!z->connected_once && now >= dl_connect) {
+			rc = FARM_EUNAVAILABLE;
+			break;
+		}
+		if (now >= dl_register) {
+			rc = z->held_elsewhere ? -EADDRINUSE : -ETIMEDOUT;
+			break;
+		}
+		uint64_t until = z->connected_once ? dl_register : dl_connect;
+		struct timespec ts;
+		farm_zk_deadline_in(&ts, (int)(until - now));
+		pthread_cond_timedwait(&m->changed, &m->lock, &ts);
+	}
+	pthread_mutex_unlock(&m->lock);
+	return rc;
+}
+
 int farm_zk_open(struct farm_membership *m,
                  const struct farm_membership_attr *a)
 {
@@ -847,35 +883,7 @@ int farm_zk_open(struct farm_membership *m,
 	}
 	z->worker_started = true;
 
-	/* Wait until registered with a view read, within the bounds. */
-	uint64_t dl_connect = t0 + z->connect_ms;
-	uint64_t dl_register = dl_connect + z->session_ms;
-	int rc = 0;
-	pthread_mutex_lock(&m->lock);
-	for (;;) {
-		if (z->fatal) {
-			rc = z->fatal;
-			break;
-		}
-		if (m->st.registered && m->st.syncs) {
-			z->opened = true;
-			break;
-		}
-		uint64_t now = mono_ms();
-		if (!z->connected_once && now >= dl_connect) {
-			rc = FARM_EUNAVAILABLE;
-			break;
-		}
-		if (now >= dl_register) {
-			rc = z->held_elsewhere ? -EADDRINUSE : -ETIMEDOUT;
-			break;
-		}
-		uint64_t until = z->connected_once ? dl_register : dl_connect;
-		struct timespec ts;
-		farm_zk_deadline_in(&ts, (int)(until - now));
-		pthread_cond_timedwait(&m->changed, &m->lock, &ts);
-	}
-	pthread_mutex_unlock(&m->lock);
+	int rc = zk_open_wait(m, t0);
 	/* A manager of another build would leave us out for good: say so
 	 * now rather than at the caller's timeout. (Testing: a card of
 	 * another version is a test's stand-in for another build, which is

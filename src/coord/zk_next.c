@@ -101,6 +101,20 @@ static bool wire_admitted(struct farm_zk *z, uint32_t id,
 	return false;
 }
 
+/* Registration @card (@len bytes) of machine @id at @path into @mb:
+ * whether it parses and names this build's wire version. */
+static bool card_admitted(struct farm_zk *z, const char *path, const char *card,
+                          int len, uint32_t id, int64_t czxid,
+                          struct farm_member *mb)
+{
+	if (farm_zk_card_parse(card, len, mb)) {
+		farm_warn("membership: %s has no usable endpoint and domain",
+		          path);
+		return false;
+	}
+	return wire_admitted(z, id, mb, czxid);
+}
+
 static bool is_suspect(struct farm_membership *m, uint32_t id)
 {
 	struct farm_zk *z = m->zk;
@@ -434,13 +448,7 @@ int farm_zk_build_from(struct farm_membership *m, const uint32_t *ids,
 			                              .incarnation = st.czxid};
 			continue;
 		}
-		if (farm_zk_card_parse(card, len, mb)) {
-			farm_warn("membership: %s has no usable endpoint "
-			          "and domain",
-			          path);
-			continue;
-		}
-		if (!wire_admitted(z, ids[i], mb, st.czxid))
+		if (!card_admitted(z, path, card, len, ids[i], st.czxid, mb))
 			continue;
 		/* Not admitted: an id a restart gave up (any memory), or
 		 * one that left the formed cluster (with empty or stale
