@@ -187,7 +187,8 @@ static int print_limit(const struct wl_opts *o, const struct wl_result *r,
 	struct wl_bres b;
 	int rc = wl_mem_run(o, &b);
 	if (rc || !(b.cpu_tput > 0)) {
-		fprintf(stderr, "farm-workload: the in-memory limit failed: %s\n",
+		fprintf(stderr,
+		        "farm-workload: the in-memory limit failed: %s\n",
 		        rc ? farm_strerror(rc) : "no CPU time");
 		return 3;
 	}
