@@ -11,7 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <farm/error.h>
+
 #include "wl.h"
+#include "wl_peers.h"
 
 static void usage(FILE *f)
 {
@@ -52,6 +55,11 @@ static void usage(FILE *f)
 	        "                    in flight while it runs the next\n"
 	        "                    transactions, at most one per owner\n"
 	        "                    (1: it waits for each)\n"
+	        "  --vs-limit        TATP, SmallBank: after the run, the\n"
+	        "                    in-memory limit (the same options, one\n"
+	        "                    thread of this process, plain tables)\n"
+	        "                    and the run's txn per CPU-second\n"
+	        "                    against its own\n"
 	        "  --quiet           only the summary line\n");
 }
 
@@ -166,6 +174,29 @@ static uint64_t print_result(const struct wl_opts *o, const struct wl_result *r)
 		       (long long)(int64_t)r->initial[1],
 		       (long long)r->ledger_delta);
 	return all;
+}
+
+/* The in-memory limit of @o's workload, run here after the cluster's
+ * (one thread, the same mix, scale and seed), and run @r's @all
+ * transactions per CPU-second against the limit's: both per CPU-second,
+ * so that a loaded host, which shrinks the limit's wall-clock rate as
+ * much as the cluster's, does not enter the ratio. 0, or 3 (it failed). */
+static int print_limit(const struct wl_opts *o, const struct wl_result *r,
+                       uint64_t all)
+{
+	struct wl_bres b;
+	int rc = wl_mem_run(o, &b);
+	if (rc || !(b.cpu_tput > 0)) {
+		fprintf(stderr,
+		        "farm-workload: the in-memory limit failed: %s\n",
+		        rc ? farm_strerror(rc) : "no CPU time");
+		return 3;
+	}
+	double run = r->cpu_s > 0 ? all / r->cpu_s : 0;
+	printf("in-memory limit: %.0f txn/s, %.0f txn per CPU-second; this "
+	       "run per CPU-second: %.3f of it\n",
+	       b.tput, b.cpu_tput, run / b.cpu_tput);
+	return 0;
 }
 
 static int parse_kill(struct wl_opts *o, const char *s)
@@ -304,6 +335,7 @@ int main(int argc, char **argv)
 	                                   {"customers", 1, 0, 'C'},
 	                                   {"full-scale", 0, 0, 'F'},
 	                                   {"workload", 1, 0, 'w'},
+	                                   {"vs-limit", 0, 0, 'V'},
 	                                   {"help", 0, 0, 'h'},
 	                                   {0, 0, 0, 0}};
 	/* The workload comes last but options depend on it (the mix):
@@ -333,7 +365,12 @@ int main(int argc, char **argv)
 	char err[256];
 	int c;
 	int li = 0;
+	bool vs_limit = false;
 	while ((c = getopt_long(argc, argv, "h", lo, &li)) != -1) {
+		if (c == 'V') {
+			vs_limit = true;
+			continue;
+		}
 		int bad = parse_opt(&o, c, &mix);
 		if (bad < 0) {
 			usage(stderr);
@@ -356,6 +393,11 @@ int main(int argc, char **argv)
 	}
 	if (wl_validate(&o, err, sizeof(err))) {
 		fprintf(stderr, "farm-workload: %s\n", err);
+		return 2;
+	}
+	if (vs_limit && kind == WL_TPCC) {
+		fprintf(stderr, "farm-workload: --vs-limit: TATP and SmallBank "
+		                "only\n");
 		return 2;
 	}
 	struct wl_result *r = calloc(1, sizeof(*r));
@@ -387,6 +429,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "farm-workload: FAILED: nothing committed\n");
 		st = 1;
 	}
+	if (!st && vs_limit)
+		st = print_limit(&o, r, all);
 	wl_result_free(r);
 	free(r);
 	return st;

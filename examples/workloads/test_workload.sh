@@ -34,6 +34,7 @@ expect_bad "at least 2 per machine" smallbank --scale 5 --partitioned
 expect_bad "are SmallBank's" tatp --audit
 expect_bad "are SmallBank's" tatp --history "$dir/th"
 expect_bad "ship window must be" tatp --ship-window 0
+expect_bad "TATP and SmallBank only" tpcc --vs-limit
 
 run() { # NAME ARGS...
 	name=$1; shift
@@ -45,7 +46,10 @@ run() { # NAME ARGS...
 	n=$(sed -n 's/.*: \([0-9][0-9]*\) committed,.*/\1/p' "$dir/$name.out")
 	[ "${n:-0}" -ge 200 ] || fail "$name committed ${n:-0}, under 200"
 }
-run tatp tatp --scale 400 --duration 1 --quiet
+run tatp tatp --scale 400 --duration 1 --quiet --vs-limit
+# The in-memory limit of the same options, per CPU-second of its thread.
+grep -Eq "^in-memory limit: [0-9]+ txn/s, [1-9][0-9]* txn per CPU-second; this run per CPU-second: [0-9.]+ of it$" \
+	"$dir/tatp.out" || fail "tatp --vs-limit: no limit line"
 run tatp_part tatp --scale 400 --duration 1 --partitioned --mix write-heavy \
 	--threads 2 --quiet
 # Updates queued and in flight while the client goes on: every one a

@@ -140,6 +140,21 @@ static inline uint64_t wl_cpu_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* The calling thread's CPU time (the in-memory limit's one thread). */
+static inline uint64_t wl_thread_cpu_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* @n transactions per CPU-second of this thread since @cpu0 (0: none). */
+static inline double wl_thread_cpu_rate(uint64_t n, uint64_t cpu0)
+{
+	uint64_t ns = wl_thread_cpu_ns() - cpu0;
+	return ns ? n * 1e9 / (double)ns : 0;
+}
+
 static inline uint64_t wl_now_ns(void)
 {
 	struct timespec ts;

@@ -409,7 +409,7 @@ int wl_mem_tpcc_run(const struct wl_opts *o, struct wl_bres *out)
 	struct mem m = {.o = o, .rng = (o->seed + 5) * 0x9e3779b97f4a7c15ull};
 	uint64_t *hist = calloc(WL_HIST_BUCKETS, sizeof(uint64_t));
 	int rc = hist ? mem_load(&m) : -ENOMEM;
-	uint64_t n = 0, t0 = wl_now_ns(),
+	uint64_t n = 0, t0 = wl_now_ns(), cpu0 = wl_thread_cpu_ns(),
 	         end = t0 + o->duration_ms * 1000000ull;
 	while (!rc && wl_now_ns() < end) {
 		for (int i = 0; i < 64 && rc >= 0; i++) {
@@ -427,6 +427,7 @@ int wl_mem_tpcc_run(const struct wl_opts *o, struct wl_bres *out)
 	double secs = (double)(wl_now_ns() - t0) / 1e9;
 	*out = (struct wl_bres){.tput = n / secs,
 	                        .new_orders = m.new_orders / secs,
+	                        .cpu_tput = wl_thread_cpu_rate(n, cpu0),
 	                        .p50 = wl_hist_pct(hist, 0.5),
 	                        .p99 = wl_hist_pct(hist, 0.99),
 	                        .cores = 1,

@@ -13,6 +13,9 @@ struct wl_bres {
 	double new_orders; /* TPC-C: committed NewOrders per second */
 	double p50, p99;   /* microseconds */
 	double abort_pct;  /* retried attempts per 100 attempts */
+	double cpu_tput;   /* the in-memory limit: per CPU-second of its
+	                    * thread (tput is per wall second, which a
+	                    * loaded host shrinks; this is not) */
 	unsigned cores;    /* cores the run could use */
 	unsigned clients;
 	char note[128];

@@ -179,6 +179,9 @@ static void show(const char *what, const struct wl_bres *b)
 	       "aborts %5.2f%%  (%u clients; %s)\n",
 	       what, b->tput, b->tput / (b->cores ? b->cores : 1), b->p50,
 	       b->p99, b->abort_pct, b->clients, b->note);
+	if (b->cpu_tput > 0)
+		printf("  %-34s %9.0f txn per CPU-second of its thread\n", "",
+		       b->cpu_tput);
 }
 
 static void json_res(const char *name, const struct wl_bres *b, bool comma)
