@@ -216,7 +216,8 @@ static inline uint64_t hex8(uint32_t x)
 	v = (v | (v << 16)) & 0x0000ffff0000ffffull;
 	v = (v | (v << 8)) & 0x00ff00ff00ff00ffull;
 	v = (v | (v << 4)) & 0x0f0f0f0f0f0f0f0full;
-	uint64_t ten = ((v + 0x0606060606060606ull) >> 4) & 0x0101010101010101ull;
+	uint64_t ten =
+	        ((v + 0x0606060606060606ull) >> 4) & 0x0101010101010101ull;
 	return v + 0x3030303030303030ull + ten * (uint64_t)('a' - '0' - 10);
 }
 
