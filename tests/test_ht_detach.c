@@ -23,7 +23,9 @@
  * commit), and, attached again, the owner must hold exactly the keys
  * whose writes were answered 0. Once with inline values (the batch is
  * committing), once with values in objects (the batch may still be
- * allocating one).
+ * allocating one). Last, a write that reaches the owner's loop after its
+ * detach: answered -ECANCELED once (not -EINVAL, a malformed request),
+ * nothing written; attached again, the owner takes it.
  *
  * --broken-detach: the detach frees the loop's lookup state at once
  * (FARM_FP_HT_DETACH_NOW, the code before lookups were counted): the
@@ -280,6 +282,52 @@ static void write_round(const char *pfx, uint32_t vlen, enum at_detach at)
 	}
 }
 
+/*
+ * A write that reaches the owner's loop after its detach (a valid
+ * message: the sender picks that loop by the shard's region, whatever is
+ * attached there): answered once, -ECANCELED (nothing written, as for
+ * the writes queued at the detach), not -EINVAL (a malformed request);
+ * the key stays absent. Attached again, the same write is taken.
+ */
+static void write_detached(void)
+{
+	farm_loop *owner = C.m[0].loop, *writer = C.m[1].loop;
+	char key[16];
+	memset(key, 0, sizeof(key));
+	for (unsigned n = 0;; n++) {
+		snprintf(key, sizeof(key), "late-%u", n);
+		if (farm_ht_shard_index(farm_ht_hash(key, 16), 3) == 0)
+			break;
+	}
+	CHECK(get_now(1, key) == -ENOENT, "late: key present");
+	farm_ht_detach(H[0], owner);
+	struct wres w = {0};
+	CHECK(!farm_ht_put(H[1], writer, key, 16, "late", 4, wr_cb, &w),
+	      "late: put");
+	uint64_t t0 = farm_now_ns();
+	while (!w.calls && farm_now_ns() - t0 < 10000000000ull)
+		asn_pump(&C);
+	for (unsigned k = 0; k < 16; k++)
+		asn_pump(&C);
+	CHECK(!farm_ht_attach(H[0], owner), "late: attach again");
+	int g = get_now(1, key);
+	printf("ht_detach: a write reaching the detached owner answered %d "
+	       "time(s): %d; the key %s\n",
+	       w.calls, w.status, g == 0 ? "present" : "absent");
+	CHECK(w.calls == 1 && w.status == -ECANCELED,
+	      "late: a write reaching the detached owner: %d answer(s), "
+	      "status %d (want one, -ECANCELED: not written, and no bad "
+	      "request)",
+	      w.calls, w.status);
+	CHECK(g == -ENOENT, "late: the write answered -ECANCELED was written");
+	struct res r = {0};
+	CHECK(!farm_ht_put(H[1], writer, key, 16, "late", 4, op_cb, &r),
+	      "late: put again");
+	asn_wait(&C, &r.done);
+	CHECK(!r.status && get_now(1, key) == 0,
+	      "late: the write after attaching again: %d", r.status);
+}
+
 /* The child's machines' directories, told to the parent, which removes
  * them once the child is gone (a broken run's child dies holding them). */
 static int dirs_fd = -1;
@@ -356,6 +404,7 @@ static int child(void)
 	 * committing, then the batch allocating an object. */
 	write_round("wc", 8, COMMITTING);
 	write_round("wa", 200, ALLOCATING);
+	write_detached();
 	for (unsigned i = 0; i < 3; i++) {
 		farm_ht_detach(H[i], C.m[i].loop);
 		farm_ht_destroy(H[i]);

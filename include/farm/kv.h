@@ -85,7 +85,9 @@ FARM_API FARM_MUST_CHECK int farm_kv_attach(farm_kv *kv, farm_loop *loop);
  * and deletes this machine's shards had taken on @loop (sent by any
  * machine) are answered once too: -ECANCELED, not written, those whose
  * transaction had not begun its commit; the others with their commit's
- * outcome, as farm_kv_put says. */
+ * outcome, as farm_kv_put says. Those that reach @loop after the detach
+ * (it still serves the shard's region) are answered -ECANCELED, not
+ * written, until it is attached again. */
 FARM_API void farm_kv_detach(farm_kv *kv, farm_loop *loop);
 
 /*
@@ -158,10 +160,12 @@ farm_kv_get_many(farm_kv *kv, farm_loop *loop, unsigned n,
  * shard is moving between machines, recovery or growth, and the machine
  * this one's view names does not serve it yet or any more: nothing was
  * written, retry; -ECANCELED, the shard's machine detached the loop that
- * held the write (farm_kv_detach) before its commit began: nothing was
- * written; or a loop closed with the write in flight, this one or the
- * shard's machine's during its commit: it may have been written, read
- * the key to learn). farm_tx_retryable() is true for -EAGAIN. */
+ * held the write, or that serves the shard (farm_kv_detach), before its
+ * commit began: nothing was written, and asking again reaches that same
+ * loop until it is attached again; or a loop closed with the write in
+ * flight, this one or the shard's machine's during its commit: it may
+ * have been written, read the key to learn). farm_tx_retryable() is true for
+ * -EAGAIN. */
 FARM_API FARM_MUST_CHECK int farm_kv_put(farm_kv *kv, farm_loop *loop,
                                          const void *key, uint32_t klen,
                                          const void *val, uint32_t vlen,

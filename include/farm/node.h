@@ -142,8 +142,15 @@ FARM_API void farm_node_quiesce(farm_node *n);
  * -EBUSY (too few machines would stay: nothing changed), -EPERM (this
  * machine is the configuration manager, whose role is not handed off:
  * nothing changed), -ENOTSUP (static membership), -ETIMEDOUT (not let go
- * within @timeout_ms: commits are let in again, and the machine stays
- * listed leaving until a later call or its departure), FARM_ECLOSED
+ * within @timeout_ms; the machine stays listed leaving until a later call
+ * or its departure. Before its handoff was said, commits are let in
+ * again. After (the mark R/left written in the configuration in force)
+ * the machine stays quiesced, farm_tx_commit failing -ESHUTDOWN: the
+ * manager may still let it go on the mark's promise that no commit of
+ * its own is to come. Then call this again, which waits on for the
+ * configuration without this machine (0), or farm_node_close it; a
+ * later configuration that still lists it voids the mark and lets
+ * commits in again), FARM_ECLOSED
  * (removed as a failure meanwhile), -ECANCELED (farm_node_close began
  * meanwhile, from another thread or on SIGTERM in `farm machine`: the
  * leave gives up at once rather than hold the close; listed leaving

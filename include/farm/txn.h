@@ -160,7 +160,8 @@ static inline uint64_t farm_array_stride(uint32_t elem_size)
  * log room), FARM_EFREED (an object was freed meanwhile). Errors returned
  * here (nothing happened): -EBUSY (reads in flight), FARM_ECLOSED (already
  * committed or aborted), -E2BIG (the commit needs more than half a log),
- * FARM_EPEERDEAD (a participant is unknown).
+ * FARM_EPEERDEAD (a participant is unknown), -ESHUTDOWN (this machine is
+ * leaving gracefully and has quiesced: farm_node_leave).
  */
 typedef void (*farm_tx_commit_fn)(farm_loop *loop, void *ctx, int outcome);
 FARM_API FARM_MUST_CHECK int farm_tx_commit(farm_tx *tx, farm_tx_commit_fn cont,

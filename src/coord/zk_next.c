@@ -264,11 +264,13 @@ static void next_leaving(const struct farm_zk *z, struct farm_view *x,
 static bool left_now(const struct farm_zk *z, uint32_t id)
 {
 	const struct farm_view *c = &z->cur;
-	return z->mark_cfg[FARM_ZK_MARK_LEFT] &&
-	       z->mark_cfg[FARM_ZK_MARK_LEFT] == c->config_id &&
-	       z->mark_id[FARM_ZK_MARK_LEFT] == id &&
-	       farm_ids_have(c->leaving, c->nleaving, id) &&
-	       farm_view_find(c, id);
+	bool left = z->mark_cfg[FARM_ZK_MARK_LEFT] &&
+	            z->mark_cfg[FARM_ZK_MARK_LEFT] == c->config_id &&
+	            z->mark_id[FARM_ZK_MARK_LEFT] == id &&
+	            farm_ids_have(c->leaving, c->nleaving, id) &&
+	            farm_view_find(c, id);
+	/* Testing: the view that lets the leaver go never comes. */
+	return left && !FARM_FAULT_SWITCH(FARM_FP_ZK_LEFT_HOLD);
 }
 
 /* The leaver that left_now lets go is listed left by the configuration

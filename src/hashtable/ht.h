@@ -69,7 +69,9 @@ void farm_ht_destroy(farm_ht *h);
 /* On each loop that uses the table (its thread), before using it. */
 int farm_ht_attach(farm_ht *h, farm_loop *loop);
 /* Stop using the table on @loop (its thread): nothing new starts on it
- * (-EINVAL). What is in flight on it ends once, on later passes of the
+ * (-EINVAL), and a write shipped to it later (as its shard's owner) is
+ * answered -ECANCELED, nothing written. What is in flight on it ends
+ * once, on later passes of the
  * loop (or at its close): a lookup -ECANCELED; a write it serves as its
  * shard's owner -ECANCELED, nothing of it written, while no commit of it
  * began (queued behind a batch, or its batch's transaction still
@@ -110,7 +112,9 @@ int farm_ht_get(farm_ht *h, farm_loop *loop, const void *key, uint32_t klen,
  * does not serve it: not yet, or no longer (recovery or growth moved it,
  * also after the write was accepted there, before it was applied).
  * -ECANCELED: the owner's serving loop was detached (farm_ht_detach)
- * before the write's commit began, nothing written; or a loop closed
+ * before the write's commit began (also before the write reached it),
+ * nothing written; not retried, as the write would reach that loop
+ * again until it is attached again or the shard moves; or a loop closed
  * with the write in flight (this one's, or the owner's while its commit
  * was out: farm_msg and farm_tx_commit say so at a close), when it may
  * have been written. */

@@ -405,39 +405,57 @@ static void batch_start(struct htloop *l, unsigned shard)
 	batch_apply(l, shard);
 }
 
+/* Check a shipped write on loop state @l (NULL: the loop does not use
+ * the table): 0, or its answer (-EINVAL: a malformed request). */
+static int op_check(farm_ht *h, const struct htloop *l, const farm_msg_in *in,
+                    struct op_req *q)
+{
+	if (in->len < sizeof(*q) || !in->token.call_id)
+		return -EINVAL;
+	memcpy(q, in->payload, sizeof(*q));
+	if ((q->op != 1 && q->op != 2) || q->klen == 0 ||
+	    q->klen > FARM_HT_MAX_KEY || q->vlen > FARM_HT_MAX_VALUE ||
+	    in->len != sizeof(*q) + q->klen + q->vlen ||
+	    (q->op == 1 && q->vlen == 0))
+		return -EINVAL;
+	if (h->nshards == 0)
+		/* We have not installed the shard list yet: the sender
+		 * joined first. Retryable. */
+		return -EAGAIN;
+	if (q->shard >= h->nshards)
+		return -EINVAL;
+	if (!farm_ht_serves(h, q->shard) ||
+	    FARM_FAULT_SWITCH(FARM_FP_HT_REFUSE_OP))
+		/* The sender's view and ours differ: the shard's region is
+		 * moving here (a backup copy), or moved away (growth made
+		 * another machine its primary and may have dropped our
+		 * copy). Retryable either way. */
+		return -EAGAIN;
+	if (!l)
+		/* A valid write for a shard we serve, on a loop that does
+		 * not use the table: farm_ht_detach ran here (or no
+		 * attach), so nothing of it is written, as for the writes
+		 * queued at the detach. Not retryable: the sender picks this
+		 * loop by the shard's region (farm_as_thread_of), not by
+		 * what is attached here, so a retry would come back to it
+		 * until the region moves; and not -EINVAL, which says the
+		 * request was malformed. */
+		return -ECANCELED;
+	return 0;
+}
+
 void farm_ht_h_op(farm_loop *loop, const farm_msg_in *in, void *arg)
 {
 	farm_ht *h = arg;
 	struct htloop *l = hl_of(h, loop);
 	struct op_req q;
-	int status = 0;
-	if (!l || in->len < sizeof(q) || !in->token.call_id) {
-		status = -EINVAL;
-	} else {
-		memcpy(&q, in->payload, sizeof(q));
-		if ((q.op != 1 && q.op != 2) || q.klen == 0 ||
-		    q.klen > FARM_HT_MAX_KEY || q.vlen > FARM_HT_MAX_VALUE ||
-		    in->len != sizeof(q) + q.klen + q.vlen ||
-		    (q.op == 1 && q.vlen == 0))
-			status = -EINVAL;
-		else if (h->nshards == 0)
-			/* We have not installed the shard list yet: the sender
-			 * joined first. Retryable. */
-			status = -EAGAIN;
-		else if (q.shard >= h->nshards)
-			status = -EINVAL;
-		else if (!farm_ht_serves(h, q.shard) ||
-		         FARM_FAULT_SWITCH(FARM_FP_HT_REFUSE_OP))
-			/* The sender's view and ours differ: the shard's
-			 * region is moving here (a backup copy), or moved
-			 * away (growth made another machine its primary and
-			 * may have dropped our copy). Retryable either way. */
-			status = -EAGAIN;
-	}
-	if (status == -EAGAIN) {
-		/* Not ours yet: the sender applied a configuration that
-		 * makes us the shard's owner, and we have not, or recovery
-		 * is promoting our copy, or we have not joined. Retryable. */
+	int status = op_check(h, l, in, &q);
+	if (status == -EAGAIN || status == -ECANCELED) {
+		/* -EAGAIN, not ours yet: the sender applied a
+		 * configuration that makes us the shard's owner, and we have
+		 * not, or recovery is promoting our copy, or we have not
+		 * joined. Retryable. -ECANCELED: detached (above). Neither
+		 * is a bad request. */
 		if (farm_msg_reply_error(loop, &in->token, status))
 			farm_warn("ht: cannot answer machine %" PRIu32,
 			          in->src_machine);

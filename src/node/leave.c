@@ -169,6 +169,39 @@ static void view_now(farm_node *n, struct farm_view *v, bool *left,
 	pthread_mutex_unlock(&n->lock);
 }
 
+/* The configuration in which this machine last said its handoff done
+ * (n->leave_said), read and kept under n->lock. */
+static uint64_t said_get(farm_node *n)
+{
+	pthread_mutex_lock(&n->lock);
+	uint64_t said = n->leave_said;
+	pthread_mutex_unlock(&n->lock);
+	return said;
+}
+
+static void said_set(farm_node *n, uint64_t cfg)
+{
+	pthread_mutex_lock(&n->lock);
+	n->leave_said = cfg;
+	pthread_mutex_unlock(&n->lock);
+}
+
+/* The leave gives up in configuration @cfg without having been let go.
+ * Commits are let in again unless R/left was said in @cfg (@said): the
+ * manager may act on that mark at any moment while @cfg is in force, and
+ * lets the machine go without a lease wait on its promise that no commit
+ * of its own is in flight or to come, so the quiesce stays on. A mark of
+ * an older configuration (@said < @cfg: this machine saw a later one
+ * that still lists it) is one the manager ignores (zk_next.c, left_now),
+ * so it promises nothing any more. Whether the quiesce stays on. */
+static bool leave_give_up(farm_node *n, uint64_t said, uint64_t cfg)
+{
+	if (said && said == cfg && !FARM_FAULT_SWITCH(FARM_FP_LEAVE_UNQUIESCE))
+		return true;
+	farm_txm_quiesce(n->txm, false);
+	return false;
+}
+
 /* May this machine ask to leave in @v? 0, or why not (said once). */
 static int leave_allowed(farm_node *n, const struct farm_view *v)
 {
@@ -193,8 +226,9 @@ static int leave_allowed(farm_node *n, const struct farm_view *v)
 }
 
 /* Quiesce (no commit of ours in flight or to come), then say the handoff
- * is done in @v. 0, -ETIMEDOUT (commits still out at @deadline: let in
- * again), or the membership's error. */
+ * is done in @v. 0, -ETIMEDOUT or -ECANCELED (commits still out at
+ * @deadline or the close: the caller lets them in again, leave_give_up),
+ * or the membership's error. */
 static int leave_quiesced(farm_node *n, const struct farm_view *v,
                           uint64_t deadline)
 {
@@ -205,10 +239,8 @@ static int leave_quiesced(farm_node *n, const struct farm_view *v,
 		struct timespec ts = {.tv_nsec = 1000000};
 		nanosleep(&ts, NULL);
 	}
-	if (farm_txm_commits_out(n->txm)) {
-		farm_txm_quiesce(n->txm, false);
+	if (farm_txm_commits_out(n->txm))
 		return closing(n) ? -ECANCELED : -ETIMEDOUT;
-	}
 	return farm_membership_left(n->mem, v->config_id);
 }
 
@@ -236,6 +268,7 @@ static int leave_step(farm_node *n, const struct farm_view *v,
 	rc = leave_quiesced(n, v, deadline);
 	if (!rc) {
 		*said = v->config_id;
+		said_set(n, *said);
 		farm_info("node %" PRIu32 ": every successor's copy is "
 		          "complete and no commit of ours is in flight "
 		          "(configuration %" PRIu64 "): asking to go",
@@ -244,30 +277,46 @@ static int leave_step(farm_node *n, const struct farm_view *v,
 	return rc;
 }
 
-/* The leave cut short by farm_node_close. Nothing is half done: each
- * step (the mark R/leave, the check, the quiesce and the mark R/left) is
- * whole before the flag is looked at again, so the machine is in one of
- * three states, each what a failure or a finished handoff leaves:
+/* The leave cut short by farm_node_close in configuration @cfg. Nothing
+ * is half done: each step (the mark R/leave, the check, the quiesce and
+ * the mark R/left) is whole before the flag is looked at again, so the
+ * machine is in one of three states, each what a failure or a finished
+ * handoff leaves:
  *   - not listed leaving (no mark written, or one the manager will
  *     ignore once this machine is gone): the close is a plain departure;
- *   - listed leaving, handoff not said: a leaver that fails (src/
+ *   - listed leaving, handoff not said in @cfg: a leaver that fails (src/
  *     recovery/README.md, "Graceful leave", 7): removed as a failure,
  *     with a lease wait; its successors' copies stay at the end of the
  *     lists;
- *   - R/left written (@said): quiesced with no commit out, as the mark
- *     promises, so the manager may let it go without a lease wait. The
- *     quiesce stays on: letting commits in now would break that promise
+ *   - R/left written in @cfg (@said, by this call or an earlier one):
+ *     quiesced with no commit out, as the mark promises, so the manager
+ *     may let it go without a lease wait. The quiesce stays on
+ *     (leave_give_up): letting commits in now would break that promise
  *     while the close still runs the loops.
  * -ECANCELED. */
-static int leave_cancelled(farm_node *n, uint64_t said)
+static int leave_cancelled(farm_node *n, uint64_t said, uint64_t cfg)
 {
-	if (!said)
-		farm_txm_quiesce(n->txm, false);
+	bool quiesced = leave_give_up(n, said, cfg);
 	farm_info("node %" PRIu32 ": graceful leave cut short by the close "
 	          "(%s)",
 	          n->cfg.machine_id,
-	          said ? "its handoff was complete" : "handoff not complete");
+	          quiesced ? "its handoff was complete"
+	                   : "handoff not complete");
 	return -ECANCELED;
+}
+
+/* Not let go by @deadline in configuration @cfg (leave_give_up: still
+ * quiesced if R/left was said in @cfg). -ETIMEDOUT. */
+static int leave_timed_out(farm_node *n, uint64_t said, uint64_t cfg)
+{
+	if (leave_give_up(n, said, cfg))
+		farm_warn("node %" PRIu32 ": graceful leave timed out after "
+		          "its handoff was said (configuration %" PRIu64 "): "
+		          "commits stay refused, as R/left promises; ask to "
+		          "leave again to wait for the configuration without "
+		          "this machine, or close it",
+		          n->cfg.machine_id, cfg);
+	return -ETIMEDOUT;
 }
 
 int farm_node_leave(farm_node *n, int timeout_ms)
@@ -277,7 +326,10 @@ int farm_node_leave(farm_node *n, int timeout_ms)
 	if (!n->mem || !n->cfg.zk[0])
 		return -ENOTSUP; /* static members never change */
 	uint64_t deadline = farm_now_ns() + (uint64_t)timeout_ms * 1000000ull;
-	uint64_t said = 0;
+	/* An earlier call that said R/left and timed out left the machine
+	 * quiesced: while that configuration is in force, this call only
+	 * waits for the one that lets the machine go (leave_step). */
+	uint64_t said = said_get(n);
 	for (;;) {
 		struct farm_view v;
 		bool left, removed;
@@ -288,15 +340,16 @@ int farm_node_leave(farm_node *n, int timeout_ms)
 			return FARM_ECLOSED; /* removed as a failure meanwhile
 			                      */
 		if (past(deadline))
-			break;
+			return leave_timed_out(n, said, v.config_id);
 		if (closing(n))
-			return leave_cancelled(n, said);
+			return leave_cancelled(n, said, v.config_id);
 		int rc = leave_step(n, &v, deadline, &said);
 		if (rc == -ECANCELED)
-			return leave_cancelled(n, said);
+			return leave_cancelled(n, said, v.config_id);
+		if (rc == -ETIMEDOUT)
+			return leave_timed_out(n, said, v.config_id);
 		if (rc && rc != -EAGAIN) {
-			if (said != v.config_id)
-				farm_txm_quiesce(n->txm, false);
+			(void)leave_give_up(n, said, v.config_id);
 			return rc;
 		}
 		/* A new view (listed leaving, or the one without us), or
@@ -305,10 +358,6 @@ int farm_node_leave(farm_node *n, int timeout_ms)
 		          rc ? LEAVE_CHECK_MS * 1000000ull : 1000000000ull,
 		          deadline);
 	}
-	/* Not let go in time: commits are let in again (a later call asks
-	 * anew); the machine stays listed leaving. */
-	farm_txm_quiesce(n->txm, false);
-	return -ETIMEDOUT;
 }
 
 bool farm_node_left(farm_node *n)

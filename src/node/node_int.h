@@ -65,6 +65,11 @@ struct farm_node {
 	/* The configuration that let this machine go after a graceful
 	 * leave (farm_view.left; leave.c); 0: none. */
 	uint64_t left_cfg;
+	/* Under lock: the configuration in which this machine last said its
+	 * graceful leave's handoff done (R/left; leave.c); 0: never. While
+	 * it is the one in force the quiesce stays on, also after the call
+	 * that said it gave up: the mark promised no commit to come. */
+	uint64_t leave_said;
 	/* Set once farm_node_close begins (release store there, acquire
 	 * loads in leave.c): a graceful leave still waiting gives up
 	 * (-ECANCELED) instead of holding the close for its timeout. */

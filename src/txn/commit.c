@@ -223,37 +223,21 @@ void farm_txn_tx_report(farm_tx *tx, int outcome)
 	tx->cont(tx->tl->loop, tx->ctx, outcome);
 }
 
-/*
- * A new object of an aborted transaction goes back (a new array once, by
- * its first element). It holds the claim's mark (obj_claim_mark), or the
- * lock a LOCK left it with on the way back (unlock_objs restores the
- * mark): a free slot holds no lock, and the object must never look
- * allocated and unlocked, or a new backup's copy would take an object
- * that its abort frees at the same version, which no copy takes again.
- * So it is freed first and unlocked after: one object's header freed,
- * then unlocked, then its slot reusable (farm_galloc_free_local_unlock);
- * an array freed whole while every element holds the mark, then each
- * unlocked (the first here, the others at their own entries). The array
- * was allocated on this loop's slab and is freed on it, so nothing can
- * claim its slot in between (a large array's blocks stay retired until
- * an epoch ends). Not freed here (the region moved away: growth), it is
- * unlocked all the same. Release stores: pair with the acquire of the
- * header by the next allocation here and by data recovery.
- */
+/* A new object of an aborted transaction goes back
+ * (farm_txn_new_give_back): a new array once, by its first element, each
+ * other element unlocked at its own entry, after it. Its header here, or
+ * in a copy demoted here (growth), is unlocked at the version read. */
 static void new_abort(farm_txm *m, struct txloop *tl, const struct txobj *o)
 {
 	bool d;
-	uint8_t *h = txn_own_ptr(m, o->a, 64ull * o->lines, &d);
-	if (o->flags & TXO_ARRAY)
-		(void)farm_galloc_free_array_local(m->ga, tl->loop, o->a,
-		                                   64ull * o->lines, o->arr_n);
-	else if (!(o->flags & TXO_ELEM) &&
-	         !farm_galloc_free_local_unlock(m->ga, tl->loop, o->a,
-	                                        o->version))
-		return;
-	if (h)
-		atomic_store_explicit((_Atomic uint64_t *)(void *)h, o->version,
-		                      memory_order_release);
+	_Atomic uint64_t *hv =
+	        (void *)txn_own_ptr(m, o->a, 64ull * o->lines, &d);
+	if (o->flags & TXO_ELEM)
+		farm_txn_new_unlock(hv, o->version);
+	else
+		farm_txn_new_give_back(m, tl->loop, o->a, 64ull * o->lines,
+		                       (o->flags & TXO_ARRAY) ? o->arr_n : 0,
+		                       hv, o->version);
 }
 
 /* Everything the transaction wrote is done: its records may go. */

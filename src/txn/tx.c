@@ -243,43 +243,61 @@ static _Thread_local farm_gaddr testing_claimed;
 #endif
 
 /*
+ * A new object goes back, the transaction not keeping it (an abort:
+ * commit.c, new_abort; an allocation it does not take: new_give_back
+ * below). It holds the claim's mark (obj_claim_mark), or the lock a LOCK
+ * left it with on the way back (participant.c's unlock_objs restores the
+ * mark): a free slot holds no lock (data recovery would wait for a locked
+ * one for good), and the object must never look allocated and unlocked,
+ * or a new backup's copy would take an object that goes back at the same
+ * version, which no copy takes again. So it is freed first and unlocked
+ * after: one object's header freed, then unlocked (@version stored in
+ * @hv), then its slot reusable (farm_galloc_free_local_unlock); an array
+ * (@n elements of @elem_bytes) freed whole while every element holds the
+ * mark, then its first element unlocked here and each other one by the
+ * caller after (farm_txn_new_unlock). The array was allocated on this
+ * loop's slab and is freed on it, so nothing can claim its slot in
+ * between (a large array's blocks stay retired until an epoch ends). Not
+ * freed here (the region moved away: growth), it is unlocked all the
+ * same. @hv NULL: no header here to unlock.
+ */
+void farm_txn_new_give_back(farm_txm *m, farm_loop *loop, farm_gaddr a,
+                            uint64_t elem_bytes, uint32_t n,
+                            _Atomic uint64_t *hv, uint64_t version)
+{
+	if (n)
+		(void)farm_galloc_free_array_local(m->ga, loop, a, elem_bytes,
+		                                   n);
+	else if (!farm_galloc_free_local_unlock(m->ga, loop, a, version))
+		return; /* freed, unlocked, then reusable */
+	farm_txn_new_unlock(hv, version);
+}
+
+/*
  * Give back new object @a (@n elements of @size bytes; 0: one object) that
- * the transaction does not take, as an abort does (commit.c, new_abort):
- * a free slot holds no lock (data recovery would wait for a locked one for
- * good), and the object never looks allocated and unlocked: one object's
- * header is freed, then unlocked (the claim's mark), then its slot made
- * reusable; an array is freed, then its elements unlocked (this loop's
- * slab made it and takes it back, so nothing claims it in between).
- * Release: pairs with the acquire of the header by the next allocation
- * here and by data recovery. A header no longer local (its region moved)
- * is left as it is; its free is refused too.
+ * the transaction does not take (farm_txn_new_give_back), each header
+ * unlocked at the version it holds. A header no longer local (its region
+ * moved) is left as it is; its free is refused too.
  */
 static void new_give_back(farm_txm *m, farm_loop *loop, farm_gaddr a,
                           uint32_t size, uint32_t n)
 {
 	unsigned el = obj_lines(size);
-	if (!n) {
-		/* The header freed, then unlocked, then the slot reusable
-		 * (as an abort's, commit.c new_abort): never allocated and
-		 * unlocked. Not freed (the region moved away): unlocked. */
-		_Atomic uint64_t *hv = farm_as_local_ptr(m->as, a, 16);
-		uint64_t v =
-		        hv ? atomic_load_explicit(hv, memory_order_relaxed) : 0;
-		if (hv && farm_galloc_free_local_unlock(m->ga, loop, a,
-		                                        v & ~OBJ_LOCK_MASK))
-			atomic_store_explicit(hv, v & ~OBJ_LOCK_MASK,
-			                      memory_order_release);
+	_Atomic uint64_t *hv = farm_as_local_ptr(m->as, a, 16);
+	if (!hv && !n)
 		return;
-	}
-	(void)farm_galloc_free_array_local(m->ga, loop, a, 64ull * el, n);
-	for (uint32_t i = 0; i < n; i++) {
-		_Atomic uint64_t *hv =
-		        farm_as_local_ptr(m->as, a + 64ull * el * i, 16);
-		if (!hv)
-			continue;
-		uint64_t v = atomic_load_explicit(hv, memory_order_relaxed);
-		atomic_store_explicit(hv, v & ~OBJ_LOCK_MASK,
-		                      memory_order_release);
+	/* Relaxed: this loop's own new object, which no one else writes
+	 * (an array's free below touches incarnations, not versions). */
+	uint64_t v = hv ? atomic_load_explicit(hv, memory_order_relaxed) : 0;
+	farm_txn_new_give_back(m, loop, a, 64ull * el, n, hv,
+	                       v & ~OBJ_LOCK_MASK);
+	for (uint32_t i = 1; i < n; i++) {
+		hv = farm_as_local_ptr(m->as, a + 64ull * el * i, 16);
+		if (hv)
+			farm_txn_new_unlock(
+			        hv,
+			        atomic_load_explicit(hv, memory_order_relaxed) &
+			                ~OBJ_LOCK_MASK);
 	}
 }
 

@@ -322,6 +322,20 @@ bool farm_txn_free_at_commit(farm_txm *m, struct txloop *tl, farm_gaddr a,
 /* tx.c */
 void farm_txn_tx_free(farm_tx *tx);
 bool farm_txn_tx_gone(farm_tx *tx);
+/* A new object the transaction does not keep goes back: freed, then
+ * unlocked (tx.c has the rule). */
+void farm_txn_new_give_back(farm_txm *m, farm_loop *loop, farm_gaddr a,
+                            uint64_t elem_bytes, uint32_t n,
+                            _Atomic uint64_t *hv, uint64_t version);
+/* An element of a new array going back, after farm_txn_new_give_back
+ * freed the array: its header @hv (NULL: none here) unlocked at @version.
+ * Release: pairs with the acquire of the header by the next allocation
+ * here and by data recovery. */
+static inline void farm_txn_new_unlock(_Atomic uint64_t *hv, uint64_t version)
+{
+	if (hv)
+		atomic_store_explicit(hv, version, memory_order_release);
+}
 
 /* commit.c */
 void farm_txn_tx_record_done(farm_loop *loop, farm_tx *tx, int kind,

@@ -319,6 +319,17 @@ enum farm_fault_point {
 	 * close for the leave's whole timeout (tests/test_leave_close.c
 	 * --broken-cancel). */
 	FARM_FP_LEAVE_NO_CANCEL,
+	/* node/leave.c, a switch: while hooked, a graceful leave that gives
+	 * up (timeout, close, error) lets commits in again also after it
+	 * said R/left in the configuration in force, as before the fix
+	 * (tests/test_leave_timeout.c --broken-unquiesce must see a commit
+	 * admitted after the timeout). */
+	FARM_FP_LEAVE_UNQUIESCE,
+	/* coord/zk_next.c, a switch: while hooked, the manager ignores
+	 * R/left (the view that lets a leaver go never comes) and calls the
+	 * hook each time the mark would have let one go
+	 * (tests/test_leave_timeout.c). */
+	FARM_FP_ZK_LEFT_HOLD,
 	/* Crash points of growth's handoff (tests/test_datarec.c
 	 * --grow-crash): the grower kills itself at one step of it.
 	 * txn/copy.c: a step of a copy into this machine applied, more to
