@@ -148,8 +148,9 @@ FARM_API void farm_node_quiesce(farm_node *n);
  * the machine stays quiesced, farm_tx_commit failing -ESHUTDOWN: the
  * manager may still let it go on the mark's promise that no commit of
  * its own is to come. Then call this again, which waits on for the
- * configuration without this machine (0), or farm_node_close it; a
- * later configuration that still lists it voids the mark and lets
+ * configuration without this machine (0), or farm_node_close it. In a
+ * later configuration that still lists it the mark is void: a call then
+ * checks the handoff and says it anew, and one that gives up lets
  * commits in again), FARM_ECLOSED
  * (removed as a failure meanwhile), -ECANCELED (farm_node_close began
  * meanwhile, from another thread or on SIGTERM in `farm machine`: the
