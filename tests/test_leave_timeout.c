@@ -287,12 +287,7 @@ static void test_leave_timeout(void **state)
 		assert_false(r.admitted);
 		assert_int_equal(r.commit_rc, -ESHUTDOWN);
 	}
-	for (unsigned i = 0; i < NP_NM; i++)
-		np_send(&cl, i, 'Q');
-	int st[NP_NM];
-	np_finish(&cl, st);
-	for (unsigned i = 0; i < NP_NM; i++)
-		assert_int_equal(st[i], 0);
+	np_quit_all(&cl);
 	np_cleanup(&cl);
 }
 
