@@ -29,7 +29,7 @@ void kb_jgoal(const char *name, double v, bool have, double target, bool met,
               const char *cmp, bool comma)
 {
 	static const struct br_style style = {{'g', 4}, {'g', 4}, false};
-	struct br_goal g = {name, have ? v : NAN, target, have && met, cmp};
+	struct br_goal g = {name, have ? v : NAN, target, have && met, cmp, NULL};
 	br_goal(stdout, &style, &g, comma);
 }
 

@@ -37,7 +37,7 @@ static void goals(void)
 	static const struct br_style spaced = {{'f', 3}, {'f', 1}, false};
 	static const struct br_style kv = {{'g', 4}, {'g', 4}, false};
 	static const struct br_style compact = {{'g', 4}, {'g', 6}, true};
-	struct br_goal g = {"rr_vs_tcp_64B", 1.2345, 10, false, NULL};
+	struct br_goal g = {"rr_vs_tcp_64B", 1.2345, 10, false, NULL, NULL};
 	expect_goal(&spaced, &g, true,
 	            "\"rr_vs_tcp_64B\": {\"value\": 1.234, \"target\": 10.0, "
 	            "\"met\": false}, ");
@@ -45,11 +45,15 @@ static void goals(void)
 	expect_goal(&spaced, &g, false,
 	            "\"rr_vs_tcp_64B\": {\"value\": null, \"target\": 10.0, "
 	            "\"met\": false}");
-	struct br_goal k = {"lookups", 2.5, 2, true, ">="};
+	struct br_goal k = {"lookups", 2.5, 2, true, ">=", NULL};
 	expect_goal(&kv, &k, false,
 	            "\"lookups\": {\"value\": 2.5, \"target\": 2, \"cmp\": "
 	            "\">=\", \"met\": true}");
-	struct br_goal t = {"ops_per_commit", 0, 0, true, NULL};
+	struct br_goal h = {"read_64B_vs_memcpy", 0.75, 0.7, true, NULL, "2m"};
+	expect_goal(&spaced, &h, false,
+	            "\"read_64B_vs_memcpy\": {\"value\": 0.750, \"target\": "
+	            "0.7, \"pages\": \"2m\", \"met\": true}");
+	struct br_goal t = {"ops_per_commit", 0, 0, true, NULL, NULL};
 	expect_goal(
 	        &compact, &t, true,
 	        "\"ops_per_commit\":{\"value\":0,\"target\":0,\"met\":true},");
