@@ -203,7 +203,8 @@ static void print_json(const struct opts *o, const struct page_out *out,
 		printf("\"pages\": \"%s\", ", bp_key(j->pages));
 	for (unsigned i = 0; i < n; i++)
 		if (out[i].done && out[i].pages)
-			printf("\"huge_share_%s\": %.3f, ", bp_key(out[i].pages),
+			printf("\"huge_share_%s\": %.3f, ",
+			       bp_key(out[i].pages),
 			       bp_huge_share(&out[i].huge));
 	printf("\"results\": ");
 	print_json_results(o, j->res);
@@ -227,7 +228,7 @@ static void print_json(const struct opts *o, const struct page_out *out,
 	for (int g = 0; g < 2; g++) {
 		double v = read_vs_memcpy(o, j->res, sizes[g]);
 		struct br_goal bg = {names[g], v < 0 ? NAN : v, 0.7, v >= 0.7,
-		                     NULL, bp_key(j->pages)};
+		                     NULL,     bp_key(j->pages)};
 		br_goal(stdout, &style, &bg, g < 1);
 	}
 	printf("}}\n");

@@ -42,7 +42,7 @@ struct opts {
 	unsigned ops; /* OP_* */
 	bool quick;
 	int pin;
-	unsigned pages; /* --pages: BP_* asked for, 0: the default */
+	unsigned pages;  /* --pages: BP_* asked for, 0: the default */
 	struct bnet net; /* --fabric, --netns */
 };
 

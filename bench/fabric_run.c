@@ -557,8 +557,8 @@ static void init_header(const struct bench *b, const struct opts *o,
 	       "  rate: %u run(s) of %.2f s per variant and size, median "
 	       "reported; latency: %u samples, 1 outstanding\n",
 	       o->net.fabric, bnet_network(&o->net), b->rdesc.len >> 20,
-	       msg->huge ? "advised huge" : "not advised huge", b->noffs, o->outstanding, sigdesc,
-	       o->repeat, o->seconds, o->samples);
+	       msg->huge ? "advised huge" : "not advised huge", b->noffs,
+	       o->outstanding, sigdesc, o->repeat, o->seconds, o->samples);
 	if (o->pin >= 0)
 		printf("  initiator pinned to CPU %d\n", o->pin);
 	fflush(stdout);

@@ -255,9 +255,9 @@ uint64_t kb_shm_need(void)
 	uint64_t copies = BU_MIN(3u, g_opt.machines);
 	/* Every machine's region and its backups', the limit's table, and
 	 * per machine its logs and rings (sparse: a bound). */
-	return g_opt.machines * (copies * kb_region_for(nb, g_opt.keys) +
-	                         ((uint64_t)nb + 1) * kb_bucket_bytes() +
-	                         (64ull << 20));
+	return g_opt.machines *
+	       (copies * kb_region_for(nb, g_opt.keys) +
+	        ((uint64_t)nb + 1) * kb_bucket_bytes() + (64ull << 20));
 }
 
 int kb_run_limit(const struct cluster *c)

@@ -113,8 +113,9 @@ static int finish_opts(struct explicit_opts set)
 	}
 	g_opt.secs_set = set.secs;
 	if (g_opt.pages && (kb_inner || g_opt.demo || !bnet_shm(&g_opt.net))) {
-		fprintf(stderr, PROG ": --pages: kv_bench's own runs on the shm "
-		                     "fabric only (not --demo)\n");
+		fprintf(stderr,
+		        PROG ": --pages: kv_bench's own runs on the shm "
+		             "fabric only (not --demo)\n");
 		return -EINVAL;
 	}
 	if (g_opt.demo && g_opt.any_mix) {

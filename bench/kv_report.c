@@ -32,9 +32,9 @@ void kb_jgoal(const char *name, double v, bool have, double target, bool met,
 {
 	static const struct br_style style = {{'g', 4}, {'g', 4}, false};
 	/* Judged on g_res: the 2 MiB pages' figures when measured. */
-	struct br_goal g = {name,        have ? v : NAN,
-	                    target,      have && met,
-	                    cmp,         g_res.pages ? bp_key(g_res.pages) : NULL};
+	struct br_goal g = {name,   have ? v : NAN,
+	                    target, have && met,
+	                    cmp,    g_res.pages ? bp_key(g_res.pages) : NULL};
 	br_goal(stdout, &style, &g, comma);
 }
 

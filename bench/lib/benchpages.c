@@ -249,14 +249,14 @@ static void host_check(uint64_t need, char *why, size_t whylen)
 	bp_shared_free(msg, whylen);
 }
 
-int bp_plan(struct bp_plan *p, unsigned asked, uint64_t need,
-            const char *prog)
+int bp_plan(struct bp_plan *p, unsigned asked, uint64_t need, const char *prog)
 {
 	memset(p, 0, sizeof(*p));
 	uint64_t avail = mem_available();
 	uint64_t want = need + need / 4 + BP_SLACK;
 	p->mount_bytes = avail && want > avail ? avail : want;
-	p->mount_bytes = (p->mount_bytes + BP_HUGE - 1) & ~(uint64_t)(BP_HUGE - 1);
+	p->mount_bytes =
+	        (p->mount_bytes + BP_HUGE - 1) & ~(uint64_t)(BP_HUGE - 1);
 	host_check(need, p->note, sizeof(p->note));
 	if (!p->note[0]) {
 		p->private_mount = true;

@@ -24,8 +24,8 @@
 #define BP_BOTH (BP_4K | BP_2M)
 
 struct bp_plan {
-	unsigned pages; /* BP_* to measure, 4 KiB first */
-	bool private_mount; /* a private tmpfs per measurement */
+	unsigned pages;       /* BP_* to measure, 4 KiB first */
+	bool private_mount;   /* a private tmpfs per measurement */
 	uint64_t mount_bytes; /* its size= */
 	char note[200]; /* why 2 MiB pages are not measured; "" if they are */
 };
@@ -38,8 +38,7 @@ int bp_parse(const char *arg, unsigned *pages);
  * @need bytes under /dev/shm. 0, or -ENOTSUP when 2 MiB pages were asked
  * for and cannot be had (said on stderr, with @prog). A probe runs in a
  * child: a private mount, a 2 MiB file advised and populated, its smaps. */
-int bp_plan(struct bp_plan *p, unsigned asked, uint64_t need,
-            const char *prog);
+int bp_plan(struct bp_plan *p, unsigned asked, uint64_t need, const char *prog);
 
 /* Run @fn(@arg) with @pages (BP_4K or BP_2M) under /dev/shm, as @p says:
  * in a child in a private mount namespace, or (4 KiB without one) here.

@@ -2,9 +2,9 @@
  * The goals of a benchmark's JSON line (bench/README.md): each one
  * "NAME": {"value": V, "target": T, "met": true|false}, with an optional
  * "cmp" member saying how value and target compare and an optional
- * "pages" member saying which page size the value was measured on. Every benchmark keeps
- * the number formats its results page was written with, so the format is
- * the caller's (benchreport.c).
+ * "pages" member saying which page size the value was measured on. Every
+ * benchmark keeps the number formats its results page was written with, so the
+ * format is the caller's (benchreport.c).
  */
 #ifndef FARM_BENCH_BENCHREPORT_H
 #define FARM_BENCH_BENCHREPORT_H

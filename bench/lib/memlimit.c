@@ -38,7 +38,8 @@ int ml_open(struct ml_table *t, uint64_t nbuckets, uint32_t bucket_bytes,
 		 * pages are allocated below, after the advice, as the
 		 * fabric's are. */
 		int fe = fd < 0 ? errno
-		         : (unlink(path), ftruncate(fd, (off_t)bytes) ? errno : 0);
+		                : (unlink(path),
+		                   ftruncate(fd, (off_t)bytes) ? errno : 0);
 		if (fe) {
 			fprintf(stderr, "memlimit: table in %s: %s\n", dir,
 			        strerror(fe));
