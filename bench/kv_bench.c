@@ -343,11 +343,13 @@ static int demo_main(const char *tmp)
 }
 
 /* One page size's farm runs (bp_run's function): at 1M keys (the
- * size-scaling goal), then at --keys, into @arg's copy of g_res. An exit
- * status (kb_exit_status). */
+ * size-scaling goal; @small: only for the judged page size, which keeps
+ * a run of both within five minutes), then at --keys, into @arg's copy
+ * of g_res. An exit status (kb_exit_status). */
 struct farm_part {
 	const char *tmp;
 	unsigned pages;
+	bool small;
 	struct results res; /* in memory shared with main's process */
 };
 
@@ -356,7 +358,7 @@ static int farm_part(void *arg)
 	struct farm_part *fp = arg;
 	g_res.pages = fp->pages;
 	int rc = 0;
-	if (g_opt.small) {
+	if (fp->small) {
 		g_res.small_keys = SMALL_KEYS;
 		printf("== farm, %" PRIu64 " keys\n", g_res.small_keys);
 		rc = run_farm(SMALL_KEYS, false, fp->tmp);
@@ -388,6 +390,7 @@ static int farm_pages(const struct bp_plan *plan, const char *tmp)
 			continue;
 		fp[n].tmp = tmp;
 		fp[n].pages = bnet_shm(&g_opt.net) ? pg : 0;
+		fp[n].small = g_opt.small && (pg == BP_2M || plan->pages == pg);
 		fp[n].res = base;
 		if (fp[n].pages)
 			printf("=== %s pages\n", bp_words(pg));
