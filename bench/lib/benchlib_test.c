@@ -4,13 +4,17 @@
  * not change; the option parsers' bounds and size suffixes.
  */
 #include "benchopts.h"
+#include "benchpages.h"
 #include "benchreport.h"
 #include "benchutil.h"
 
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 static int failures;
 
@@ -130,12 +134,60 @@ static void lists(void)
 	}
 }
 
+/* --pages, and the smaps reader on a file this process maps: its
+ * resident bytes are found under the file's directory and nowhere else
+ * (what pages they are is the host's: not checked here). */
+static void pages(void)
+{
+	unsigned p = 9;
+	if (bp_parse("4k", &p) || p != BP_4K || bp_parse("2m", &p) ||
+	    p != BP_2M || bp_parse("both", &p) || p != BP_BOTH ||
+	    !bp_parse("2M", &p) || !bp_parse("", &p) || p != BP_BOTH) {
+		fprintf(stderr, "bp_parse: wrong answer\n");
+		failures++;
+	}
+	char dir[] = "/tmp/benchlib_test.XXXXXX", path[64];
+	if (!mkdtemp(dir)) {
+		perror("mkdtemp");
+		failures++;
+		return;
+	}
+	snprintf(path, sizeof(path), "%s/f", dir);
+	size_t len = 64 << 10;
+	int fd = open(path, O_RDWR | O_CREAT | O_EXCL, 0600);
+	void *m = fd < 0 || ftruncate(fd, (off_t)len)
+	                  ? MAP_FAILED
+	                  : mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED,
+	                         fd, 0);
+	struct bp_huge in = {0, 0}, out = {0, 0};
+	if (m != MAP_FAILED) {
+		memset(m, 1, len);
+		if (bp_huge_of(0, dir, &in) ||
+		    bp_huge_of(0, "/nonexistent/", &out))
+			failures++;
+		munmap(m, len);
+	}
+	if (m == MAP_FAILED || in.rss < len || in.pmd > in.rss || out.rss) {
+		fprintf(stderr,
+		        "bp_huge_of: %llu resident bytes under %s (want >= "
+		        "%zu), %llu elsewhere\n",
+		        (unsigned long long)in.rss, dir, len,
+		        (unsigned long long)out.rss);
+		failures++;
+	}
+	if (fd >= 0)
+		close(fd);
+	unlink(path);
+	rmdir(dir);
+}
+
 int main(void)
 {
 	goals();
 	sizes();
 	unsigned_opts();
 	lists();
+	pages();
 	if (failures) {
 		fprintf(stderr, "benchlib_test: %d failure(s)\n", failures);
 		return 1;
