@@ -61,8 +61,7 @@ static void on_signal(int sig)
 
 /* ---- output ------------------------------------------------------------ */
 
-void print_results(const struct opts *o, const struct result *res,
-                   uint64_t region_size)
+void print_table(const struct opts *o, const struct result *res)
 {
 	printf("\n%8s %11s %11s %11s %11s %17s %17s\n", "size", "READ", "WRITE",
 	       "memcpy", "READ/", "READ ns", "WRITE ns");
@@ -102,27 +101,34 @@ void print_results(const struct opts *o, const struct result *res,
 		       mc > 0 ? rd / mc : 0.0, rl, wl);
 	}
 	printf("\n");
+	fflush(stdout);
+}
 
-	/* Last: the one JSON line. */
-	printf("{\"bench\": \"fabric_bench\", \"provider\": \"%s\", "
-	       "\"network\": \"%s\", "
-	       "\"region_bytes\": %" PRIu64 ", \"outstanding\": %u, "
-	       "\"results\": [",
-	       o->net.fabric, bnet_network(&o->net), region_size,
-	       o->outstanding);
-	double goal[2] = {-1, -1};
+/* READ/memcpy at @size in @res, or -1 (not measured). */
+static double read_vs_memcpy(const struct opts *o, const struct result *res,
+                             uint32_t size)
+{
+	if ((o->ops & (OP_READ | OP_MEMCPY)) != (OP_READ | OP_MEMCPY))
+		return -1;
+	for (unsigned i = 0; i < o->nsizes; i++) {
+		if (o->sizes[i] != size)
+			continue;
+		double mc = median(res[i].memcpy_mops, o->repeat);
+		return mc > 0 ? median(res[i].read_mops, o->repeat) / mc : 0.0;
+	}
+	return -1;
+}
+
+/* A JSON results array of @res. */
+static void print_json_results(const struct opts *o, const struct result *res)
+{
+	printf("[");
 	for (unsigned i = 0; i < o->nsizes; i++) {
 		const struct result *r = &res[i];
 		double rd = median(r->read_mops, o->repeat);
 		double wr = median(r->write_mops, o->repeat);
 		double mc = median(r->memcpy_mops, o->repeat);
 		double ratio = mc > 0 ? rd / mc : 0.0;
-		bool both = (o->ops & (OP_READ | OP_MEMCPY)) ==
-		            (OP_READ | OP_MEMCPY);
-		if (both && o->sizes[i] == 64)
-			goal[0] = ratio;
-		if (both && o->sizes[i] == 256)
-			goal[1] = ratio;
 		printf("%s{\"size\": %" PRIu32 ", \"read_mops\": %.3f, "
 		       "\"write_mops\": %.3f, \"memcpy_mops\": %.3f, "
 		       "\"read_over_memcpy\": %.3f, \"read_p50_ns\": %" PRIu64
@@ -144,7 +150,71 @@ void print_results(const struct opts *o, const struct result *res,
 		       median(r->write_icpu, o->repeat),
 		       median(r->memcpy_icpu, o->repeat));
 	}
-	printf("], \"goals\": {");
+	printf("]");
+}
+
+/* The measurement the goals are judged on: 2 MiB pages when measured. */
+static const struct page_out *judged(const struct page_out *out, unsigned n)
+{
+	const struct page_out *j = NULL;
+	for (unsigned i = 0; i < n; i++)
+		if (out[i].done && (!j || out[i].pages == BP_2M))
+			j = &out[i];
+	return j;
+}
+
+/* With both page sizes: READ/memcpy side by side. */
+static void print_pages_summary(const struct opts *o,
+                                const struct page_out *out, unsigned n)
+{
+	if (n < 2 || !out[0].done || !out[1].done)
+		return;
+	printf("pages: READ/memcpy (READ Mops/s), region resident by 2 MiB "
+	       "entries %.0f%% / %.0f%%\n%8s %21s %21s\n",
+	       100 * BU_MAX(bp_huge_share(&out[0].huge), 0.0),
+	       100 * BU_MAX(bp_huge_share(&out[1].huge), 0.0), "bytes",
+	       bp_words(out[0].pages), bp_words(out[1].pages));
+	for (unsigned i = 0; i < o->nsizes; i++) {
+		char c[2][40];
+		for (int k = 0; k < 2; k++)
+			snprintf(c[k], sizeof(c[k]), "%.3f (%.2f)",
+			         read_vs_memcpy(o, out[k].res, o->sizes[i]),
+			         median(out[k].res[i].read_mops, o->repeat));
+		printf("%8" PRIu32 " %21s %21s\n", o->sizes[i], c[0], c[1]);
+	}
+	printf("\n");
+}
+
+/* Last: the one JSON line. "results" holds the judged measurement's
+ * figures (as before --pages), "results_4k" / "results_2m" each page
+ * size's. */
+static void print_json(const struct opts *o, const struct page_out *out,
+                       unsigned n)
+{
+	const struct page_out *j = judged(out, n);
+	if (!j)
+		return;
+	printf("{\"bench\": \"fabric_bench\", \"provider\": \"%s\", "
+	       "\"network\": \"%s\", "
+	       "\"region_bytes\": %" PRIu64 ", \"outstanding\": %u, ",
+	       o->net.fabric, bnet_network(&o->net), j->region_bytes,
+	       o->outstanding);
+	if (j->pages)
+		printf("\"pages\": \"%s\", ", bp_key(j->pages));
+	for (unsigned i = 0; i < n; i++)
+		if (out[i].done && out[i].pages)
+			printf("\"huge_share_%s\": %.3f, ",
+			       bp_key(out[i].pages),
+			       bp_huge_share(&out[i].huge));
+	printf("\"results\": ");
+	print_json_results(o, j->res);
+	for (unsigned i = 0; i < n; i++) {
+		if (!out[i].done || !out[i].pages)
+			continue;
+		printf(", \"results_%s\": ", bp_key(out[i].pages));
+		print_json_results(o, out[i].res);
+	}
+	printf(", \"goals\": {");
 	if (!is_shm(o)) {
 		/* The goals across hosts are kv_bench's: none here. */
 		printf("}}\n");
@@ -153,10 +223,12 @@ void print_results(const struct opts *o, const struct result *res,
 	}
 	static const char *const names[2] = {"read_64B_vs_memcpy",
 	                                     "read_256B_vs_memcpy"};
+	static const uint32_t sizes[2] = {64, 256};
 	static const struct br_style style = {{'f', 3}, {'f', 1}, false};
 	for (int g = 0; g < 2; g++) {
-		struct br_goal bg = {names[g], goal[g] < 0 ? NAN : goal[g], 0.7,
-		                     goal[g] >= 0.7, NULL};
+		double v = read_vs_memcpy(o, j->res, sizes[g]);
+		struct br_goal bg = {names[g], v < 0 ? NAN : v, 0.7, v >= 0.7,
+		                     NULL,     bp_key(j->pages)};
 		br_goal(stdout, &style, &bg, g < 1);
 	}
 	printf("}}\n");
@@ -205,6 +277,10 @@ static void usage(FILE *out)
 	        "                     (default all; those left out report 0:\n"
 	        "                     for profiling)\n"
 	        "  --pin CPU          pin the initiator to CPU\n"
+	        "  --pages P          shm: the region's pages, 4k, 2m or both\n"
+	        "                     (default: both where this host allows\n"
+	        "                     a private huge tmpfs, else 4k; goals\n"
+	        "                     judged on 2m when measured)\n"
 	        "  --quick            small region, short runs (smoke test)\n"
 	        "  -h, --help         this text\n",
 	        MAX_REPEAT, MAX_OUTSTANDING, DEFAULT_OFFSETS);
@@ -222,6 +298,11 @@ static int finish_opts(struct opts *o, struct explicit_opts set)
 {
 	if (bnet_check(&o->net, PROG, 2))
 		return -EINVAL;
+	if (o->pages && !is_shm(o)) {
+		fprintf(stderr, PROG ": --pages is for the shm fabric (the "
+		                     "others' regions are anonymous memory)\n");
+		return -EINVAL;
+	}
 	if (!is_shm(o)) {
 		/* Anonymous memory: no region file for memcpy to read. Software
 		 * RMA over TCP: a smaller region and fewer samples keep the
@@ -283,7 +364,8 @@ enum {
 	O_PIN,
 	O_QUICK,
 	O_FABRIC,
-	O_NETNS
+	O_NETNS,
+	O_PAGES
 };
 static const struct option lopts[] = {
         {"sizes", required_argument, NULL, O_SIZES},
@@ -299,6 +381,7 @@ static const struct option lopts[] = {
         {"quick", no_argument, NULL, O_QUICK},
         {"fabric", required_argument, NULL, O_FABRIC},
         {"netns", no_argument, NULL, O_NETNS},
+        {"pages", required_argument, NULL, O_PAGES},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
 };
@@ -377,6 +460,7 @@ static int opt_other(int c, const char *arg, void *ctx)
 	case O_QUICK: o->quick = true; return 0;
 	case O_FABRIC: return bnet_set_fabric(&o->net, arg) ? -EINVAL : 0;
 	case O_NETNS: o->net.netns = true; return 0;
+	case O_PAGES: return bp_parse(arg, &o->pages);
 	default: return 1;
 	}
 }
@@ -402,21 +486,17 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 	return finish_opts(o, set);
 }
 
-int main(int argc, char **argv)
+/* One measurement (bp_run's function): a target forked, the initiator
+ * here, both directories under /dev/shm removed after. */
+struct run_arg {
+	const struct opts *o;
+	struct page_out *out;
+};
+
+static int run_once(void *arg)
 {
-	struct opts o;
-	if (parse_opts(argc, argv, &o))
-		return 2;
-
-	struct sigaction sa;
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = on_signal; /* no SA_RESTART: a blocked read returns */
-	sigemptyset(&sa.sa_mask);
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
-	sigaction(SIGHUP, &sa, NULL);
-	signal(SIGPIPE, SIG_IGN);
-
+	const struct opts *o = ((struct run_arg *)arg)->o;
+	struct page_out *out = ((struct run_arg *)arg)->out;
 	const char *tmp = "/dev/shm";
 	if (access(tmp, W_OK) != 0) {
 		tmp = getenv("TMPDIR");
@@ -472,23 +552,23 @@ int main(int argc, char **argv)
 		int rc = 1;
 		if (getppid() != parent)
 			bu_rm_tree(AT_FDCWD, base, 2);
-		else if (bnet_enter(&o.net, 0))
+		else if (bnet_enter(&o->net, 0))
 			rc = 1;
 		else if (!interrupted)
-			rc = target_main(&o, base, tdir, info[1], ctl[0],
+			rc = target_main(o, base, tdir, info[1], ctl[0],
 			                 parent);
 		fflush(NULL);
 		_exit(rc);
 	}
 	close(info[1]);
 	close(ctl[0]);
-	bu_pin_to(o.pin, PROG);
+	bu_pin_to(o->pin, PROG);
 
 	int rc = 0;
-	if (bnet_enter(&o.net, 1))
+	if (bnet_enter(&o->net, 1))
 		rc = 1;
 	else
-		rc = initiator_main(&o, idir, tdir, info[0], pid);
+		rc = initiator_main(o, idir, tdir, info[0], pid, out);
 	close(info[0]);
 	/* Tell the target to go, and wait for it to have cleaned up. */
 	char q = 'q';
@@ -509,7 +589,64 @@ int main(int argc, char **argv)
 		rc = -ECHILD;
 	}
 	bu_rm_tree(AT_FDCWD, base, 2);
-	if (interrupted && rc) {
+	if (interrupted && rc)
+		return 130;
+	return rc ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct opts o;
+	if (parse_opts(argc, argv, &o))
+		return 2;
+
+	struct sigaction sa;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_signal; /* no SA_RESTART: a blocked read returns */
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	/* The region file, and room for the initiator's own files. */
+	struct bp_plan plan = {.pages = BP_4K};
+	if (is_shm(&o)) {
+		if (bp_plan(&plan, o.pages, o.region_size, PROG))
+			return 2;
+		if (plan.note[0])
+			printf("pages: 4 KiB only: %s\n", plan.note);
+		else if (plan.pages == BP_BOTH)
+			printf("pages: 4 KiB, then 2 MiB (a private tmpfs on "
+			       "/dev/shm each, %" PRIu64 " MiB); goals judged "
+			       "on 2 MiB\n",
+			       plan.mount_bytes >> 20);
+	}
+	size_t olen = 2 * sizeof(struct page_out);
+	struct page_out *out = bp_shared(olen);
+	if (!out) {
+		fprintf(stderr, PROG ": no shared memory for the results\n");
+		return 1;
+	}
+	unsigned n = 0;
+	int rc = 0;
+	for (unsigned pg = BP_4K; pg <= BP_2M && rc == 0 && !interrupted;
+	     pg <<= 1) {
+		if (!(plan.pages & pg))
+			continue;
+		out[n].pages = is_shm(&o) ? pg : 0;
+		struct run_arg ra = {&o, &out[n]};
+		if (is_shm(&o))
+			printf("== %s pages\n", bp_words(pg));
+		rc = bp_run(&plan, pg, run_once, &ra, PROG);
+		n++;
+	}
+	if (rc == 0) {
+		print_pages_summary(&o, out, n);
+		print_json(&o, out, n);
+	}
+	bp_shared_free(out, olen);
+	if (interrupted || rc == 130) {
 		fprintf(stderr, PROG ": interrupted\n");
 		return 130;
 	}

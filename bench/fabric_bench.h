@@ -7,6 +7,7 @@
 #define FARM_BENCH_FABRIC_BENCH_H
 
 #include "benchnet.h"
+#include "benchpages.h"
 #include "benchutil.h"
 #include <signal.h>
 #include <stdbool.h>
@@ -41,6 +42,7 @@ struct opts {
 	unsigned ops; /* OP_* */
 	bool quick;
 	int pin;
+	unsigned pages;  /* --pages: BP_* asked for, 0: the default */
 	struct bnet net; /* --fabric, --netns */
 };
 
@@ -67,6 +69,17 @@ struct result {
 	double read_icpu[MAX_REPEAT], write_icpu[MAX_REPEAT];
 	double memcpy_icpu[MAX_REPEAT]; /* initiator CPU ns per copy */
 	double read_lat_tcpu, write_lat_tcpu;
+};
+
+/* One measurement's figures, with the pages it had (written by the
+ * initiator into memory shared with main's process, benchpages.h). */
+struct page_out {
+	bool done;
+	unsigned pages; /* BP_4K or BP_2M (shm), 0: not a file (ofi, udp) */
+	uint64_t region_bytes;
+	bool advised;        /* the target's farm_region_is_huge */
+	struct bp_huge huge; /* the initiator's mappings of the region file */
+	struct result res[MAX_SIZES];
 };
 
 struct bench {
@@ -100,11 +113,12 @@ double median(const double *v, unsigned n);
 /* The child: serve the region until told to stop (fabric_run.c). */
 int target_main(const struct opts *o, const char *base, const char *dir,
                 int info_fd, int ctl_fd, pid_t parent);
-/* The parent: connect to the target, measure, print (fabric_run.c). */
+/* The parent: connect to the target, measure into @out, print the table
+ * (fabric_run.c). */
 int initiator_main(const struct opts *o, const char *dir,
-                   const char *target_dir, int info_fd, pid_t target);
-/* The table, then the JSON line (fabric_bench.c). */
-void print_results(const struct opts *o, const struct result *res,
-                   uint64_t region_size);
+                   const char *target_dir, int info_fd, pid_t target,
+                   struct page_out *out);
+/* One measurement's table (fabric_bench.c). */
+void print_table(const struct opts *o, const struct result *res);
 
 #endif

@@ -552,22 +552,23 @@ static void init_header(const struct bench *b, const struct opts *o,
 	                                : "th");
 	printf("fabric_bench: %s provider (%s), 2 machine processes (target "
 	       "pid blocked in read)\n"
-	       "  region %" PRIu64 " MiB (%s pages), %zu random line-aligned "
+	       "  region %" PRIu64 " MiB (%s), %zu random line-aligned "
 	       "offsets, %u outstanding (%s)\n"
 	       "  rate: %u run(s) of %.2f s per variant and size, median "
 	       "reported; latency: %u samples, 1 outstanding\n",
 	       o->net.fabric, bnet_network(&o->net), b->rdesc.len >> 20,
-	       msg->huge ? "huge" : "4 KiB", b->noffs, o->outstanding, sigdesc,
-	       o->repeat, o->seconds, o->samples);
+	       msg->huge ? "advised huge" : "not advised huge", b->noffs,
+	       o->outstanding, sigdesc, o->repeat, o->seconds, o->samples);
 	if (o->pin >= 0)
 		printf("  initiator pinned to CPU %d\n", o->pin);
 	fflush(stdout);
 }
 
-/* The warm-up, then the measurements into @res, printed. */
+/* The warm-up, then the measurements into @out, printed. */
 static int init_measure(struct bench *b, const struct opts *o,
-                        struct result *res)
+                        const char *target_dir, struct page_out *out)
 {
+	struct result *res = out->res;
 	uint64_t t0 = bu_now_ns();
 	int rc = warm_up(b);
 	if (rc) {
@@ -578,6 +579,14 @@ static int init_measure(struct bench *b, const struct opts *o,
 	printf("  warm-up (every page through both mappings): %.2f s; "
 	       "clock read: %" PRIu64 " ns (not subtracted)\n",
 	       (double)(bu_now_ns() - t0) / 1e9, timer_overhead_ns());
+	/* What the pages are, read back: every page of the region file is
+	 * resident through both of our mappings now. */
+	if (is_shm(o) && bp_huge_of(0, target_dir, &out->huge) == 0)
+		printf("  pages: %.0f%% of the %" PRIu64
+		       " MiB of the region file resident in our mappings "
+		       "mapped by 2 MiB entries (asked: %s)\n",
+		       100 * BU_MAX(bp_huge_share(&out->huge), 0.0),
+		       out->huge.rss >> 20, bp_words(out->pages));
 	fflush(stdout);
 
 	long faults = minor_faults();
@@ -592,23 +601,23 @@ static int init_measure(struct bench *b, const struct opts *o,
 	faults = minor_faults() - faults;
 	printf("measured in %.1f s; page faults while measuring: %ld\n",
 	       (double)(bu_now_ns() - t0) / 1e9, faults);
-	print_results(o, res, b->rdesc.len);
+	print_table(o, res);
+	out->region_bytes = b->rdesc.len;
+	out->done = true;
 	return 0;
 }
 
 /* The parent: everything but the target's side. */
 int initiator_main(const struct opts *o, const char *dir,
-                   const char *target_dir, int info_fd, pid_t target)
+                   const char *target_dir, int info_fd, pid_t target,
+                   struct page_out *out)
 {
 	struct bench b;
 	memset(&b, 0, sizeof(b));
 	b.o = o;
 	b.target = target;
 	struct target_msg msg;
-	struct result *res = calloc(o->nsizes, sizeof(*res));
-	int rc = res ? 0 : -ENOMEM;
-	if (rc == 0)
-		rc = bu_read_full(info_fd, &msg, sizeof(msg), &interrupted);
+	int rc = bu_read_full(info_fd, &msg, sizeof(msg), &interrupted);
 	if (rc) {
 		fprintf(stderr, PROG ": no word from the target: %s\n",
 		        farm_strerror(rc));
@@ -631,7 +640,8 @@ int initiator_main(const struct opts *o, const char *dir,
 		b.offs[i] =
 		        (uint32_t)((bu_rand64(&rng) % lines) * FARM_CACHE_LINE);
 	init_header(&b, o, &msg);
-	rc = init_measure(&b, o, res);
+	out->advised = msg.huge;
+	rc = init_measure(&b, o, target_dir, out);
 out:
 	if (b.map)
 		munmap((void *)b.map, b.map_len);
@@ -643,7 +653,6 @@ out:
 	free(b.buf);
 	free(b.lat);
 	free(b.offs);
-	free(res);
 	return rc;
 }
 

@@ -170,6 +170,18 @@ static int run_farm(uint64_t nkeys, bool full, const char *tmp)
 	if (rc)
 		return rc;
 	rc = kb_cluster_load(&c, full);
+	if (!rc && full && bnet_shm(&g_opt.net)) {
+		/* What the machines' region files are mapped by, now that
+		 * the load has touched the table. */
+		g_res.huge = (struct bp_huge){0, 0};
+		for (unsigned i = 0; i < c.n; i++)
+			(void)bp_huge_of(c.pid[i], c.base, &g_res.huge);
+		printf("  pages: %.0f%% of the machines' %" PRIu64
+		       " MiB resident in region and log files mapped by 2 MiB "
+		       "entries (asked: %s)\n",
+		       100 * BU_MAX(bp_huge_share(&g_res.huge), 0.0),
+		       g_res.huge.rss >> 20, bp_words(g_res.pages));
+	}
 	int wls[NW], nwl = rc ? 0 : run_set(full, wls);
 	for (int i = 0; i < nwl && !rc; i++) {
 		int w = wls[i];
@@ -282,6 +294,13 @@ static void usage(FILE *out)
 	        "                   clients' namespace; run it under\n"
 	        "                   scripts/netns-cluster run --net-only\n"
 	        "                   --machines N --\n"
+	        "Pages (shm):\n"
+	        "  --pages P        the region files' pages: 4k, 2m or both\n"
+	        "                   (default: both where this host allows a\n"
+	        "                   private huge tmpfs on /dev/shm, then 1 s\n"
+	        "                   per measurement unless --seconds; else\n"
+	        "                   4k); goals judged on 2m when measured;\n"
+	        "                   the peers run once, outside\n"
 	        "  -h, --help       this text\n",
 	        MAXM);
 }
@@ -323,21 +342,86 @@ static int demo_main(const char *tmp)
 	return 0;
 }
 
-/* The default run or --mix: farm at 1M keys (the size-scaling goal),
- * farm, then the peers; the summary and the JSON line. */
-static int bench_main(const char *tmp)
+/* One page size's farm runs (bp_run's function): at 1M keys (the
+ * size-scaling goal; @small: only for the judged page size, which keeps
+ * a run of both within five minutes), then at --keys, into @arg's copy
+ * of g_res. An exit status (kb_exit_status). */
+struct farm_part {
+	const char *tmp;
+	unsigned pages;
+	bool small;
+	struct results res; /* in memory shared with main's process */
+};
+
+static int farm_part(void *arg)
 {
-	uint64_t t0 = bu_now_ns();
+	struct farm_part *fp = arg;
+	g_res.pages = fp->pages;
 	int rc = 0;
-	if (g_opt.small) {
+	if (fp->small) {
 		g_res.small_keys = SMALL_KEYS;
 		printf("== farm, %" PRIu64 " keys\n", g_res.small_keys);
-		rc = run_farm(SMALL_KEYS, false, tmp);
+		rc = run_farm(SMALL_KEYS, false, fp->tmp);
 	}
 	if (!rc) {
 		printf("== farm, %" PRIu64 " keys\n", g_opt.keys);
-		rc = run_farm(g_opt.keys, true, tmp);
+		rc = run_farm(g_opt.keys, true, fp->tmp);
 	}
+	fp->res = g_res;
+	return kb_exit_status(rc, "");
+}
+
+/* The farm runs with each page size of @plan, 4 KiB first; g_res ends
+ * up holding the judged one's (2 MiB when measured). An exit status. */
+static int farm_pages(const struct bp_plan *plan, const char *tmp)
+{
+	size_t len = 2 * sizeof(struct farm_part);
+	struct farm_part *fp = bp_shared(len);
+	if (!fp) {
+		fprintf(stderr, PROG ": no shared memory for the results\n");
+		return 1;
+	}
+	struct results base = g_res;
+	unsigned n = 0;
+	int st = 0;
+	for (unsigned pg = BP_4K; pg <= BP_2M && !st && !interrupted;
+	     pg <<= 1) {
+		if (!(plan->pages & pg))
+			continue;
+		fp[n].tmp = tmp;
+		fp[n].pages = bnet_shm(&g_opt.net) ? pg : 0;
+		fp[n].small = g_opt.small && (pg == BP_2M || plan->pages == pg);
+		fp[n].res = base;
+		if (fp[n].pages)
+			printf("=== %s pages\n", bp_words(pg));
+		st = bp_run(plan, pg, farm_part, &fp[n], PROG);
+		if (st < 0)
+			st = 1;
+		n++;
+	}
+	if (!st && n) {
+		g_res = fp[n - 1].res;
+		/* Kept for print_all: the process ends after it. */
+		static struct results keep[2];
+		for (unsigned i = 0; i < n && n == 2; i++) {
+			keep[i] = fp[i].res;
+			g_pages_res[i] = &keep[i];
+		}
+	}
+	bp_shared_free(fp, len);
+	return st;
+}
+
+/* The default run or --mix: farm (each page size), then the peers once
+ * (their memory is their own heap, whatever /dev/shm is); the summary
+ * and the JSON line. */
+static int bench_main(const struct bp_plan *plan, const char *tmp)
+{
+	uint64_t t0 = bu_now_ns();
+	int rc = 0;
+	int st = farm_pages(plan, tmp);
+	if (st)
+		return st;
 	double zn = g_sh->zeta_n;
 	if (!rc && g_opt.peers && !interrupted) {
 		/* The machines are gone: the peers have the cores. */
@@ -348,7 +432,7 @@ static int bench_main(const char *tmp)
 		}
 	}
 	g_res.total_s = (double)(bu_now_ns() - t0) / 1e9;
-	int st = kb_exit_status(rc, "");
+	st = kb_exit_status(rc, "");
 	if (st)
 		return st;
 	print_all();
@@ -372,8 +456,24 @@ int main(int argc, char **argv)
 		       "%u machine processes (shm fabric, %s membership), "
 		       "YCSB-B, then the same mix on memcached\n",
 		       g_opt.machines, g_opt.zk[0] ? "ZooKeeper" : "static");
-	else
+	struct bp_plan plan = {.pages = BP_4K};
+	if (!g_opt.demo && bnet_shm(&g_opt.net)) {
+		if (bp_plan(&plan, g_opt.pages, kb_shm_need(), PROG))
+			return 2;
+		/* Two page sizes in the time of one: half a measurement
+		 * each (the farm's runs are most of the time). */
+		if (plan.pages == BP_BOTH && !g_opt.secs_set && !g_opt.quick)
+			g_opt.seconds /= 2;
+	}
+	if (!g_opt.demo)
 		kb_say_start("workload");
+	if (plan.note[0])
+		printf("pages: 4 KiB only: %s\n", plan.note);
+	else if (plan.pages == BP_BOTH)
+		printf("pages: the farm runs with 4 KiB, then 2 MiB pages (a "
+		       "private tmpfs on /dev/shm each, %" PRIu64 " MiB; %.3g "
+		       "s per measurement); goals judged on 2 MiB\n",
+		       plan.mount_bytes >> 20, g_opt.seconds);
 	fflush(stdout);
-	return g_opt.demo ? demo_main(tmp) : bench_main(tmp);
+	return g_opt.demo ? demo_main(tmp) : bench_main(&plan, tmp);
 }

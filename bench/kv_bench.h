@@ -13,6 +13,7 @@
 
 #include "benchnet.h"
 #include "benchnode.h"
+#include "benchpages.h"
 #include "benchutil.h"
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -151,6 +152,8 @@ struct opts {
 	bool any_mix;
 	struct bnet net; /* --fabric, --netns (benchnet.h) */
 	char lookup[8];  /* --lookup: the machines' kv_lookup ("": auto) */
+	unsigned pages;  /* --pages: BP_* asked for, 0: the default */
+	bool secs_set;   /* --seconds given */
 };
 extern struct opts g_opt;
 
@@ -309,6 +312,11 @@ struct results {
 	farm_kv_table_stats hst;
 	int ncpu, cores;
 	double total_s;
+	/* The pages of the machines' region files (BP_*; 0: not files, ofi)
+	 * and what smaps showed of them after the load: every machine's
+	 * mappings under the cluster's directory; the limit table's. */
+	unsigned pages;
+	struct bp_huge huge, limit_huge;
 };
 
 /* kv_cluster.c */
@@ -354,6 +362,9 @@ uint64_t kb_cpu_of(const pid_t *pid, unsigned n);
 /* The limit loop over a table of the cluster's shards' size and layout,
  * into g_res. */
 int kb_run_limit(const struct cluster *c);
+/* About the bytes the machines and the limit keep under /dev/shm at
+ * --keys (for the private tmpfs's size, benchpages.h). */
+uint64_t kb_shm_need(void);
 
 /* kv_opts.c: the options into g_opt (@usage: --help's text); 0, or
  * -EINVAL (said on stderr). */
@@ -362,6 +373,9 @@ int kb_parse_opts(int argc, char **argv, void (*usage)(FILE *));
 /* kv_report.c: the summary and the JSON line of a run (print_all), or
  * the demo's lines (print_demo). */
 void print_all(void);
+/* With --pages both: each page size's farm figures (in order measured),
+ * for the summary and the JSON line; g_res holds the judged one's. */
+extern const struct results *g_pages_res[2];
 void print_demo(bool mc_skipped);
 /* A workload's figures as a JSON member (@ycsb: with inserts, scans,
  * read-modify-writes and reads not found), and a goal. */

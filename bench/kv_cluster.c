@@ -249,6 +249,17 @@ uint64_t kb_cpu_of(const pid_t *pid, unsigned n)
 }
 
 /* In the machines' directory (so on the pages the shards get). */
+uint64_t kb_shm_need(void)
+{
+	uint32_t nb = kb_buckets_for(g_opt.keys);
+	uint64_t copies = BU_MIN(3u, g_opt.machines);
+	/* Every machine's region and its backups', the limit's table, and
+	 * per machine its logs and rings (sparse: a bound). */
+	return g_opt.machines *
+	       (copies * kb_region_for(nb, g_opt.keys) +
+	        ((uint64_t)nb + 1) * kb_bucket_bytes() + (64ull << 20));
+}
+
 int kb_run_limit(const struct cluster *c)
 {
 	/* Each shard: the buckets the machine asked for, and the last
@@ -259,6 +270,9 @@ int kb_run_limit(const struct cluster *c)
 	if (rc)
 		return rc;
 	g_res.limit_bytes = t.bytes;
+	/* The table's pages as the shards' are: read back, not assumed. */
+	g_res.limit_huge = (struct bp_huge){0, 0};
+	(void)bp_huge_of(0, c->base, &g_res.limit_huge);
 	g_res.limit_span = 2 * t.bucket_bytes;
 	double plain_cpu;
 	g_res.limit_plain = ml_run(&t, PLAIN_BATCH, g_opt.seconds, &plain_cpu);
@@ -269,6 +283,8 @@ int kb_run_limit(const struct cluster *c)
 	                                     &g_res.limit_depth_cpu);
 	g_res.limit_one = ml_run(&t, 1, g_opt.seconds, NULL);
 	ml_close(&t);
+	printf("  limit table: %.0f%% mapped by 2 MiB entries\n",
+	       100 * BU_MAX(bp_huge_share(&g_res.limit_huge), 0.0));
 	printf("  limit loop (one thread, %.0f MB table, %u B per lookup): "
 	       "%.3f M/s with %u in flight, %.3f M/s with %u, %.3f M/s one "
 	       "at a time\n",

@@ -111,6 +111,13 @@ static int finish_opts(struct explicit_opts set)
 		while (g_opt.log_size < need && g_opt.log_size < (64u << 20))
 			g_opt.log_size <<= 1;
 	}
+	g_opt.secs_set = set.secs;
+	if (g_opt.pages && (kb_inner || g_opt.demo || !bnet_shm(&g_opt.net))) {
+		fprintf(stderr,
+		        PROG ": --pages: kv_bench's own runs on the shm "
+		             "fabric only (not --demo)\n");
+		return -EINVAL;
+	}
 	if (g_opt.demo && g_opt.any_mix) {
 		fprintf(stderr, PROG ": --demo runs YCSB-B; not with --mix\n");
 		return -EINVAL;
@@ -142,7 +149,8 @@ enum {
 	O_MIX,
 	O_FABRIC,
 	O_LOOKUP,
-	O_NETNS
+	O_NETNS,
+	O_PAGES
 };
 static const struct option lo[] = {
         {"machines", required_argument, NULL, O_MACH},
@@ -168,6 +176,7 @@ static const struct option lo[] = {
         {"fabric", required_argument, NULL, O_FABRIC},
         {"lookup", required_argument, NULL, O_LOOKUP},
         {"netns", no_argument, NULL, O_NETNS},
+        {"pages", required_argument, NULL, O_PAGES},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
 
@@ -272,6 +281,7 @@ static int opt_other(int c, const char *arg, void *ctx)
 	case O_QUICK: g_opt.quick = true; return 0;
 	case O_DEMO: g_opt.demo = true; return 0;
 	case O_NETNS: g_opt.net.netns = true; return 0;
+	case O_PAGES: return bp_parse(arg, &g_opt.pages);
 	case O_MIX: return parse_mix(arg) ? -EINVAL : 0;
 	case O_FABRIC: return bnet_set_fabric(&g_opt.net, arg) ? -EINVAL : 0;
 	case O_LOOKUP:

@@ -68,7 +68,8 @@ static void print_goal(const char *name, double v, bool known, double target,
                        bool met, bool last)
 {
 	static const struct br_style style = {{'f', 3}, {'f', 1}, false};
-	struct br_goal g = {name, known ? v : NAN, target, known && met, NULL};
+	struct br_goal g = {name, known ? v : NAN, target, known && met, NULL,
+	                    NULL};
 	br_goal(stdout, &style, &g, !last);
 }
 

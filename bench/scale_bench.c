@@ -760,20 +760,20 @@ static void report(const struct size_result *res, unsigned ns, unsigned T)
 		printf("%.3f", va);
 	printf(", \"membership\": \"%s\", \"goals\": {", zk ? "zk" : "static");
 	struct br_style st = {{'f', 3}, {'f', 1}, false};
-	struct br_goal g = {"mem_128_vs_8", v, 2.0, !isnan(v) && v <= 2.0,
-	                    "<="};
+	struct br_goal g = {"mem_128_vs_8",        v,    2.0,
+	                    !isnan(v) && v <= 2.0, "<=", NULL};
 	br_goal(stdout, &st, &g, true);
 	double j = join_ms(at128);
 	struct br_style sj = {{'f', 1}, {'f', 0}, false};
-	struct br_goal gj = {"join_ms_128", j, 1000.0, !isnan(j) && j < 1000.0,
-	                     "<"};
+	struct br_goal gj = {"join_ms_128",           j,   1000.0,
+	                     !isnan(j) && j < 1000.0, "<", NULL};
 	br_goal(stdout, &sj, &gj, true);
 	double rv =
 	        at4 && at64 && at4->recovered_ms > 0 && at64->recovered_ms > 0
 	                ? at64->recovered_ms / at4->recovered_ms
 	                : NAN;
-	struct br_goal gr = {"recovery_64_vs_4", rv, 2.0,
-	                     !isnan(rv) && rv <= 2.0, "<="};
+	struct br_goal gr = {"recovery_64_vs_4",      rv,   2.0,
+	                     !isnan(rv) && rv <= 2.0, "<=", NULL};
 	br_goal(stdout, &st, &gr, false);
 	printf("}}\n");
 }

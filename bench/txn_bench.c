@@ -156,7 +156,7 @@ static void json_goal(const char *name, double v, double target, bool met,
                       bool last)
 {
 	static const struct br_style style = {{'g', 4}, {'g', 6}, true};
-	struct br_goal g = {name, v, target, met, NULL};
+	struct br_goal g = {name, v, target, met, NULL, NULL};
 	br_goal(stdout, &style, &g, !last);
 }
 

@@ -4,13 +4,17 @@
  * not change; the option parsers' bounds and size suffixes.
  */
 #include "benchopts.h"
+#include "benchpages.h"
 #include "benchreport.h"
 #include "benchutil.h"
 
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 static int failures;
 
@@ -37,7 +41,7 @@ static void goals(void)
 	static const struct br_style spaced = {{'f', 3}, {'f', 1}, false};
 	static const struct br_style kv = {{'g', 4}, {'g', 4}, false};
 	static const struct br_style compact = {{'g', 4}, {'g', 6}, true};
-	struct br_goal g = {"rr_vs_tcp_64B", 1.2345, 10, false, NULL};
+	struct br_goal g = {"rr_vs_tcp_64B", 1.2345, 10, false, NULL, NULL};
 	expect_goal(&spaced, &g, true,
 	            "\"rr_vs_tcp_64B\": {\"value\": 1.234, \"target\": 10.0, "
 	            "\"met\": false}, ");
@@ -45,11 +49,15 @@ static void goals(void)
 	expect_goal(&spaced, &g, false,
 	            "\"rr_vs_tcp_64B\": {\"value\": null, \"target\": 10.0, "
 	            "\"met\": false}");
-	struct br_goal k = {"lookups", 2.5, 2, true, ">="};
+	struct br_goal k = {"lookups", 2.5, 2, true, ">=", NULL};
 	expect_goal(&kv, &k, false,
 	            "\"lookups\": {\"value\": 2.5, \"target\": 2, \"cmp\": "
 	            "\">=\", \"met\": true}");
-	struct br_goal t = {"ops_per_commit", 0, 0, true, NULL};
+	struct br_goal h = {"read_64B_vs_memcpy", 0.75, 0.7, true, NULL, "2m"};
+	expect_goal(&spaced, &h, false,
+	            "\"read_64B_vs_memcpy\": {\"value\": 0.750, \"target\": "
+	            "0.7, \"pages\": \"2m\", \"met\": true}");
+	struct br_goal t = {"ops_per_commit", 0, 0, true, NULL, NULL};
 	expect_goal(
 	        &compact, &t, true,
 	        "\"ops_per_commit\":{\"value\":0,\"target\":0,\"met\":true},");
@@ -126,12 +134,60 @@ static void lists(void)
 	}
 }
 
+/* --pages, and the smaps reader on a file this process maps: its
+ * resident bytes are found under the file's directory and nowhere else
+ * (what pages they are is the host's: not checked here). */
+static void pages(void)
+{
+	unsigned p = 9;
+	if (bp_parse("4k", &p) || p != BP_4K || bp_parse("2m", &p) ||
+	    p != BP_2M || bp_parse("both", &p) || p != BP_BOTH ||
+	    !bp_parse("2M", &p) || !bp_parse("", &p) || p != BP_BOTH) {
+		fprintf(stderr, "bp_parse: wrong answer\n");
+		failures++;
+	}
+	char dir[] = "/tmp/benchlib_test.XXXXXX", path[64];
+	if (!mkdtemp(dir)) {
+		perror("mkdtemp");
+		failures++;
+		return;
+	}
+	snprintf(path, sizeof(path), "%s/f", dir);
+	size_t len = 64 << 10;
+	int fd = open(path, O_RDWR | O_CREAT | O_EXCL, 0600);
+	void *m = fd < 0 || ftruncate(fd, (off_t)len)
+	                  ? MAP_FAILED
+	                  : mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED,
+	                         fd, 0);
+	struct bp_huge in = {0, 0}, out = {0, 0};
+	if (m != MAP_FAILED) {
+		memset(m, 1, len);
+		if (bp_huge_of(0, dir, &in) ||
+		    bp_huge_of(0, "/nonexistent/", &out))
+			failures++;
+		munmap(m, len);
+	}
+	if (m == MAP_FAILED || in.rss < len || in.pmd > in.rss || out.rss) {
+		fprintf(stderr,
+		        "bp_huge_of: %llu resident bytes under %s (want >= "
+		        "%zu), %llu elsewhere\n",
+		        (unsigned long long)in.rss, dir, len,
+		        (unsigned long long)out.rss);
+		failures++;
+	}
+	if (fd >= 0)
+		close(fd);
+	unlink(path);
+	rmdir(dir);
+}
+
 int main(void)
 {
 	goals();
 	sizes();
 	unsigned_opts();
 	lists();
+	pages();
 	if (failures) {
 		fprintf(stderr, "benchlib_test: %d failure(s)\n", failures);
 		return 1;

@@ -26,6 +26,8 @@ void br_goal(FILE *out, const struct br_style *st, const struct br_goal *g,
 	put_num(out, st->target, g->target);
 	if (g->cmp)
 		fprintf(out, ",%s\"cmp\":%s\"%s\"", sp, sp, g->cmp);
+	if (g->pages)
+		fprintf(out, ",%s\"pages\":%s\"%s\"", sp, sp, g->pages);
 	fprintf(out, ",%s\"met\":%s%s}%s", sp, sp, g->met ? "true" : "false",
 	        more ? (st->compact ? "," : ", ") : "");
 }

@@ -1,9 +1,10 @@
 /*
  * The goals of a benchmark's JSON line (bench/README.md): each one
  * "NAME": {"value": V, "target": T, "met": true|false}, with an optional
- * "cmp" member saying how value and target compare. Every benchmark keeps
- * the number formats its results page was written with, so the format is
- * the caller's (benchreport.c).
+ * "cmp" member saying how value and target compare and an optional
+ * "pages" member saying which page size the value was measured on. Every
+ * benchmark keeps the number formats its results page was written with, so the
+ * format is the caller's (benchreport.c).
  */
 #ifndef FARM_BENCH_BENCHREPORT_H
 #define FARM_BENCH_BENCHREPORT_H
@@ -30,6 +31,9 @@ struct br_goal {
 	double target;
 	bool met;
 	const char *cmp; /* ">=", "<", ...; NULL: no "cmp" member */
+	/* The pages the value was measured on ("4k", "2m": benchpages.h),
+	 * where a run measured more than one; NULL: no "pages" member. */
+	const char *pages;
 };
 
 /* Write @g to @out in @st's style, then a separator when @more follow. */

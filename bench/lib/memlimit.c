@@ -32,19 +32,20 @@ int ml_open(struct ml_table *t, uint64_t nbuckets, uint32_t bucket_bytes,
 		char path[4096];
 		snprintf(path, sizeof(path), "%s/memlimit.XXXXXX", dir);
 		fd = mkstemp(path);
-		/* Every page allocated now (posix_fallocate, not ftruncate):
-		 * on a full tmpfs this fails with ENOSPC instead of the first
-		 * write raising SIGBUS in the middle of the benchmark. */
+		/* Sized, not allocated: posix_fallocate would allocate 4 KiB
+		 * pages before any advice, where the shm fabric's regions on
+		 * a huge= tmpfs get 2 MiB ones (src/fabric/README.md). The
+		 * pages are allocated below, after the advice, as the
+		 * fabric's are. */
 		int fe = fd < 0 ? errno
 		                : (unlink(path),
-		                   posix_fallocate(fd, 0, (off_t)bytes));
+		                   ftruncate(fd, (off_t)bytes) ? errno : 0);
 		if (fe) {
-			int e = fe;
 			fprintf(stderr, "memlimit: table in %s: %s\n", dir,
-			        strerror(e));
+			        strerror(fe));
 			if (fd >= 0)
 				close(fd);
-			return -e;
+			return -fe;
 		}
 	}
 	void *p =
@@ -61,6 +62,16 @@ int ml_open(struct ml_table *t, uint64_t nbuckets, uint32_t bucket_bytes,
 	/* As the shm fabric advises its regions: where tmpfs or anonymous
 	 * memory may have huge pages, the table has them as the store does. */
 	(void)madvise(p, bytes, MADV_HUGEPAGE);
+	/* Every page allocated now: on a full tmpfs this fails with ENOMEM
+	 * instead of the first write raising SIGBUS in the middle of the
+	 * benchmark. */
+	if (fd >= 0 && madvise(p, bytes, MADV_POPULATE_WRITE) != 0) {
+		e = errno;
+		fprintf(stderr, "memlimit: allocating %llu B in %s: %s\n",
+		        (unsigned long long)bytes, dir, strerror(e));
+		munmap(p, bytes);
+		return e == ENOMEM || e == EFAULT ? -ENOSPC : -e;
+	}
 	uint64_t seed = 1;
 	for (uint64_t off = 0; off < bytes; off += 8) {
 		uint64_t x = bu_rand64(&seed);

@@ -22,8 +22,10 @@ struct ml_table {
 
 /* Map and fill a table of @nbuckets + 1 buckets of @bucket_bytes. @dir: a
  * directory to hold it as a file (the shm fabric's way: a file in tmpfs,
- * advised MADV_HUGEPAGE, so it gets the pages the store's shards get);
- * NULL: anonymous memory. 0, or a negated errno (said on stderr). */
+ * sized, advised MADV_HUGEPAGE, then populated, so it gets the pages the
+ * store's shards get); NULL: anonymous memory (huge wherever THP for
+ * anonymous memory is madvise or always, whatever the shards have).
+ * 0, or a negated errno (said on stderr). */
 int ml_open(struct ml_table *t, uint64_t nbuckets, uint32_t bucket_bytes,
             const char *dir);
 void ml_close(struct ml_table *t);
