@@ -551,6 +551,104 @@ int farm_loop_rdma_lazy(farm_loop *loop, uint32_t machine, unsigned thread,
 	return rdma_post(loop, machine, (int)thread, true, wr, cont, ctx);
 }
 
+/* READ @o's record, from the loop's free list (NULL: out of memory). */
+static struct rdma_op *op_new(farm_loop *loop, uint32_t machine,
+                              farm_op_fn cont, void *ctx)
+{
+	struct rdma_op *o = loop->ops_free;
+	if (o)
+		loop->ops_free = o->next;
+	else if (!(o = malloc(sizeof(*o))))
+		return NULL;
+	o->cont = cont;
+	o->ctx = ctx;
+	o->machine = machine;
+	o->status = 0;
+	return o;
+}
+
+static void op_free(farm_loop *loop, struct rdma_op *o)
+{
+	o->next = loop->ops_free;
+	loop->ops_free = o;
+}
+
+/* Whether farm_loop_rdma_reads may post @wrs as one list: plain READs to
+ * another machine, on a fabric whose loops do not batch READs already. */
+static bool reads_listable(const farm_loop *loop, uint32_t machine,
+                           unsigned n, const farm_wr *wrs)
+{
+	if (loop->msg->batch_reads || machine >= loop->msg->attr.max_machines ||
+	    machine == loop->msg->me)
+		return false;
+	for (unsigned i = 0; i < n; i++)
+		if (wrs[i].opcode != FARM_WR_READ ||
+		    (wrs[i].flags & FARM_WR_INLINE))
+			return false;
+	return true;
+}
+
+/* Post @wrs[i..n) to @op's endpoint, each alone (those a list post did not
+ * take: each gets the answer rdma_post would give it). */
+static void reads_one_by_one(farm_loop *loop, struct out_peer *op,
+                             unsigned i, unsigned n, farm_wr *wrs, int *rcs)
+{
+	for (; i < n; i++) {
+		struct rdma_op *o = (struct rdma_op *)(uintptr_t)wrs[i].wr_id;
+		wrs[i].next = NULL;
+		rcs[i] = farm_ep_post(op->rep, &wrs[i], NULL);
+		if (rcs[i])
+			op_free(loop, o);
+		else
+			ops_link(loop, op, o);
+	}
+}
+
+int farm_loop_rdma_reads(farm_loop *loop, uint32_t machine, unsigned n,
+                         farm_wr *wrs, farm_op_fn cont, void *const *ctxs,
+                         int *rcs)
+{
+	if (!loop || !cont || (n && (!wrs || !ctxs || !rcs)))
+		return -EINVAL;
+	if (!reads_listable(loop, machine, n, wrs)) {
+		for (unsigned i = 0; i < n; i++)
+			rcs[i] = rdma_post(loop, machine, -1, false, &wrs[i],
+			                   cont, ctxs[i]);
+		return 0;
+	}
+	/* As rdma_post, once for the list. */
+	struct out_peer *op;
+	int rc = farm_msg_peer_ep(loop, machine, &op);
+	if (!rc)
+		rc = rep_ready(loop, machine, op);
+	if (!rc && op->pend && post_batch_first() && flush_peer(loop, machine))
+		rc = -EAGAIN;
+	unsigned k = 0; /* requests with a record */
+	for (; !rc && k < n; k++) {
+		struct rdma_op *o = op_new(loop, machine, cont, ctxs[k]);
+		if (!o)
+			break;
+		wrs[k].next = k + 1 < n ? &wrs[k + 1] : NULL;
+		wrs[k].wr_id = (uint64_t)(uintptr_t)o;
+		wrs[k].flags |= FARM_WR_SIGNALED;
+	}
+	for (unsigned i = k; i < n; i++)
+		rcs[i] = rc ? rc : -ENOMEM;
+	if (!k)
+		return 0;
+	wrs[k - 1].next = NULL;
+	farm_wr *bad = NULL;
+	unsigned took = k;
+	if (farm_ep_post(op->rep, wrs, &bad))
+		took = bad ? (unsigned)(bad - wrs) : 0;
+	for (unsigned i = 0; i < took; i++) {
+		ops_link(loop, op, (struct rdma_op *)(uintptr_t)wrs[i].wr_id);
+		rcs[i] = 0;
+	}
+	reads_one_by_one(loop, op, took, k, wrs, rcs);
+	return 0;
+}
+
 int farm_loop_back(farm_loop *loop, uint32_t machine, const farm_mr_desc *desc,
                    uint64_t offset, uint64_t len)
 {
