@@ -1063,110 +1063,6 @@ static void test_loop_rdma_batch(void **state)
 	nodes_close(nd, 2);
 }
 
-/* READs posted as one list (farm_loop_rdma_reads) answer as farm_loop_rdma
- * answers each: every one taken completes once with its own bytes; those
- * the endpoint's queue cannot take are refused one by one (-EAGAIN) and
- * never complete; a bad one in the middle fails alone and those behind it
- * are flushed, as on a queue pair; bad arguments are refused per READ. */
-#define LIST_N 1100u /* more than the endpoint's queue (EP_DEPTH, 1024) */
-
-static void rdma_reads_wait(struct node *nd, struct op_res *res, unsigned n,
-                            const int *rcs)
-{
-	uint64_t until = farm_now_ns() + 5000000000ull;
-	for (unsigned i = 0; i < n; i++)
-		while (!rcs[i] && !res[i].done && farm_now_ns() < until)
-			pump(nd, 2, 1);
-	pump(nd, 2, 1); /* a stray second completion would land here */
-}
-
-static void test_loop_rdma_reads(void **state)
-{
-	(void)state;
-	struct node nd[2];
-	farm_msg_attr a = {0};
-	nodes_open(nd, 2, &a);
-	farm_mem *mem;
-	farm_mr *mr, *lmr;
-	assert_int_equal(farm_mem_alloc(nd[1].fab, 1 << 16, 0, &mem), 0);
-	assert_int_equal(farm_mr_reg(nd[1].fab, farm_mem_addr(mem), 1 << 16,
-	                             FARM_ACCESS_ALL, &mr),
-	                 0);
-	farm_mr_desc d = farm_mr_describe(mr);
-	uint64_t *remote = farm_mem_addr(mem);
-	for (unsigned i = 0; i < (1 << 13); i++)
-		remote[i] = 5000 + i;
-	static uint64_t buf[LIST_N];
-	static farm_wr wrs[LIST_N];
-	static struct op_res res[LIST_N];
-	static void *ctxs[LIST_N];
-	static int rcs[LIST_N];
-	assert_int_equal(farm_mr_reg(nd[0].fab, buf, sizeof(buf),
-	                             FARM_ACCESS_LOCAL, &lmr),
-	                 0);
-	for (unsigned i = 0; i < LIST_N; i++) {
-		wrs[i] = farm_wr_read(0, &buf[i], lmr, 8, &d,
-		                      (i % (1 << 13)) * 8ull);
-		ctxs[i] = &res[i];
-	}
-	assert_int_equal(farm_loop_rdma_reads(nd[0].loop, 1, LIST_N, wrs,
-	                                      op_cont, ctxs, rcs),
-	                 0);
-	unsigned took = 0;
-	while (took < LIST_N && rcs[took] == 0)
-		took++;
-	printf("%u READs in one list: %u taken\n", LIST_N, took);
-	assert_true(took > 0 && took < LIST_N);
-	for (unsigned i = took; i < LIST_N; i++)
-		assert_int_equal(rcs[i], -EAGAIN);
-	rdma_reads_wait(nd, res, LIST_N, rcs);
-	for (unsigned i = 0; i < LIST_N; i++) {
-		assert_int_equal(res[i].done, i < took ? 1 : 0);
-		if (i < took) {
-			assert_int_equal(res[i].status, 0);
-			assert_int_equal(buf[i], 5000 + i % (1 << 13));
-		}
-	}
-	/* 40 READs, the 21st out of the registration. */
-	memset(res, 0, sizeof(res));
-	for (unsigned i = 0; i < 40; i++)
-		wrs[i] = farm_wr_read(0, &buf[i], lmr, 8, &d,
-		                      i == 20 ? 1u << 16 : 8ull * i);
-	assert_int_equal(farm_loop_rdma_reads(nd[0].loop, 1, 40, wrs, op_cont,
-	                                      ctxs, rcs),
-	                 0);
-	for (unsigned i = 0; i < 40; i++)
-		assert_int_equal(rcs[i], 0);
-	rdma_reads_wait(nd, res, 40, rcs);
-	for (unsigned i = 0; i < 40; i++) {
-		assert_int_equal(res[i].done, 1);
-		assert_int_equal(res[i].status, i < 20    ? 0
-		                                : i == 20 ? FARM_EREMOTE_ACCESS
-		                                          : FARM_EFLUSHED);
-	}
-	/* Bad arguments: nothing posted, or each READ refused. */
-	assert_int_equal(farm_loop_rdma_reads(nd[0].loop, 1, 2, wrs, NULL,
-	                                      ctxs, rcs),
-	                 -EINVAL);
-	assert_int_equal(farm_loop_rdma_reads(nd[0].loop, 1, 2, NULL, op_cont,
-	                                      ctxs, rcs),
-	                 -EINVAL);
-	assert_int_equal(farm_loop_rdma_reads(nd[0].loop, 0, 2, wrs, op_cont,
-	                                      ctxs, rcs),
-	                 0);
-	assert_int_equal(rcs[0], -EINVAL);
-	assert_int_equal(rcs[1], -EINVAL);
-	assert_int_equal(farm_loop_rdma_reads(nd[0].loop, 9, 2, wrs, op_cont,
-	                                      ctxs, rcs),
-	                 0);
-	assert_int_equal(rcs[0], -ENOENT);
-	assert_int_equal(rcs[1], -ENOENT);
-	farm_mr_dereg(lmr);
-	farm_mr_dereg(mr);
-	farm_mem_free(mem);
-	nodes_close(nd, 2);
-}
-
 /* A connect nobody answers (udp: every datagram dropped) is not a death:
  * the call fails with -ETIMEDOUT, and once the peer answers again a later
  * call reaches it. Taking the silence as FARM_EPEERDEAD kept the live peer
@@ -1225,7 +1121,6 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_defer),
 	        cmocka_unit_test(test_loop_rdma),
 	        cmocka_unit_test(test_loop_rdma_batch),
-	        cmocka_unit_test(test_loop_rdma_reads),
 	        cmocka_unit_test(test_connect_timeout),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

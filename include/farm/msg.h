@@ -348,23 +348,6 @@ FARM_API FARM_MUST_CHECK int farm_loop_rdma(farm_loop *loop, uint32_t machine,
                                             void *ctx);
 
 /*
- * farm_loop_rdma_reads() - farm_loop_rdma() for @n READs (built with
- * farm_wr_read) to machine @machine, posted as one list: the machine and
- * its endpoint checked once, one call into the fabric (which prefetches
- * their lines back to back), for a window of lookups. @rcs[i] is what
- * farm_loop_rdma() would have returned for @wrs[i]; READ i completes
- * through @cont with @ctxs[i], exactly once unless @rcs[i] is an error.
- * This sets each request's wr_id, next and the SIGNALED flag; @wrs may be
- * reused once this returns. Returns 0, or -EINVAL (bad arguments: nothing
- * posted, @rcs untouched). On udp, whose loops batch a pass's READs
- * anyway, it is farm_loop_rdma() for each.
- */
-FARM_API FARM_MUST_CHECK int farm_loop_rdma_reads(farm_loop *loop,
-                                                  uint32_t machine, unsigned n,
-                                                  farm_wr *wrs, farm_op_fn cont,
-                                                  void *const *ctxs, int *rcs);
-
-/*
  * farm_loop_back() - farm_ep_back() through this loop's endpoint to
  * @machine: [@offset, @offset + @len) of its registration @desc takes
  * memory now, so the WRITEs this loop makes there later cannot fail for

@@ -44,15 +44,6 @@ struct get_op {
 	struct get_op *gnext; /* farm_ht_get_many: the group's next local */
 };
 
-/* A farm_ht_get_many window's remote READs, posted after the window's
- * issue as one list per machine (get_many_post). */
-struct rd_win {
-	unsigned n;
-	farm_wr wr[FARM_HT_BATCH_MAX];
-	uint32_t m[FARM_HT_BATCH_MAX]; /* machine of wr[i] */
-	struct get_op *g[FARM_HT_BATCH_MAX];
-};
-
 void farm_ht_gets_free(struct htloop *l)
 {
 	while (l->free_gets) {
@@ -396,10 +387,8 @@ static void get_local_done(farm_loop *loop, void *ctx, int status)
 /* The bucket pair's read: here, prefetched now and copied on a later
  * pass (one deferred item of its own, or, with @group, appended to the
  * caller's list of a group's local lookups, completed by one item);
- * elsewhere, one READ (with @win, added to the window's READs, which the
- * caller posts). */
-static void get_start_in(struct get_op *g, struct get_op ***group,
-                         struct rd_win *win)
+ * elsewhere, one READ. */
+static void get_start_in(struct get_op *g, struct get_op ***group)
 {
 	farm_ht *h = g->h;
 	uint32_t bb = 64u * h->bucket_lines;
@@ -426,13 +415,6 @@ static void get_start_in(struct get_op *g, struct get_op ***group,
 			get_end(g, -ENOMEM, NULL, 0);
 		return;
 	}
-	if (!rc && win) { /* cached: one READ of the window's list */
-		win->wr[win->n] = farm_wr_read(0, g->img, g->l->mr, 2 * bb, &d,
-		                               farm_gaddr_offset(a));
-		win->m[win->n] = d.machine;
-		win->g[win->n++] = g;
-		return;
-	}
 	if (!rc) { /* the shard's descriptor is cached: one READ */
 		farm_wr wr = farm_wr_read(0, g->img, g->l->mr, 2 * bb, &d,
 		                          farm_gaddr_offset(a));
@@ -448,7 +430,7 @@ static void get_start_in(struct get_op *g, struct get_op ***group,
 
 static void get_start(struct get_op *g)
 {
-	get_start_in(g, NULL, NULL);
+	get_start_in(g, NULL);
 }
 
 /* What every lookup starts with: its arguments checked, its loop state,
@@ -587,80 +569,17 @@ static void get_group_done(farm_loop *loop, void *ctx, int status)
 		get_group_rest(loop, rest, 0);
 }
 
-/* Swap entries @i and @j of window @w. */
-static void win_swap(struct rd_win *w, unsigned i, unsigned j)
-{
-	farm_wr wr = w->wr[i];
-	uint32_t m = w->m[i];
-	struct get_op *g = w->g[i];
-	w->wr[i] = w->wr[j];
-	w->m[i] = w->m[j];
-	w->g[i] = w->g[j];
-	w->wr[j] = wr;
-	w->m[j] = m;
-	w->g[j] = g;
-}
-
-/* A window's remote READs posted, one list per machine (its entries
- * gathered together first: with two machines they already are), through
- * farm_loop_rdma_reads: the machine's checks and the fabric's post once a
- * list, not once a READ. Each READ still completes alone
- * (bucket_read_done), and one the loop refused ends its lookup with what
- * farm_loop_rdma would have returned for it. */
-static void get_many_post(struct htloop *l, struct rd_win *w)
-{
-	void *ctxs[FARM_HT_BATCH_MAX];
-	int rcs[FARM_HT_BATCH_MAX];
-	for (unsigned lo = 0, hi; lo < w->n; lo = hi) {
-		uint32_t m = w->m[lo];
-		hi = lo + 1;
-		for (unsigned j = hi; j < w->n; j++)
-			if (w->m[j] == m)
-				win_swap(w, j, hi++);
-		for (unsigned j = lo; j < hi; j++)
-			ctxs[j - lo] = w->g[j];
-		int rc = farm_loop_rdma_reads(l->loop, m, hi - lo, &w->wr[lo],
-		                              bucket_read_done, ctxs, rcs);
-		for (unsigned j = lo; j < hi; j++) {
-			int r = rc ? rc : rcs[j - lo];
-			if (r)
-				get_end(w->g[j], read_err(r), NULL, 0);
-		}
-	}
-}
-
-/* A window's reads issued: the local pairs' home buckets prefetched,
- * back to back, and their lookups completed together a pass later; the
- * remote READs posted after them, one list per machine. */
-static void get_many_issue(struct htloop *l, struct get_op **gs, unsigned m)
-{
-	struct get_op *local = NULL, **tail = &local;
-	struct rd_win win;
-	win.n = 0;
-	for (unsigned j = 0; j < m; j++)
-		get_start_in(gs[j], &tail, &win);
-	if (win.n)
-		get_many_post(l, &win);
-	if (local && farm_loop_defer(l->loop, get_group_done, local))
-		for (struct get_op *g = local, *next; g; g = next) {
-			next = g->gnext;
-			get_end(g, -ENOMEM, NULL, 0);
-		}
-}
-
 /* G-Opt's stages over the lookups started: every key hashed (four at a
  * time), its shard and home found, then every pair's read issued (the
- * local ones prefetched, back to back, the remote ones posted after them
- * as one READ list per machine), and the local ones completed together a
- * pass later. */
+ * local ones prefetched, back to back, the remote ones batched by the
+ * loop into one READ list per machine), and the local ones completed
+ * together a pass later. */
 static void get_many_start(farm_ht *h, struct htloop *l, struct get_op **gs,
                            unsigned m)
 {
 	const uint8_t *kp[FARM_HT_BATCH_MAX];
 	uint32_t kl[FARM_HT_BATCH_MAX];
 	uint64_t hs[FARM_HT_BATCH_MAX];
-	if (!m)
-		return;
 	for (unsigned j = 0; j < m; j++) {
 		kp[j] = gs[j]->key;
 		kl[j] = gs[j]->klen;
@@ -674,7 +593,14 @@ static void get_many_start(farm_ht *h, struct htloop *l, struct get_op **gs,
 	}
 	hl_count(l, T_LOOKUPS, m);
 	l->gets_out += m; /* each until its get_end, as farm_ht_get's */
-	get_many_issue(l, gs, m);
+	struct get_op *local = NULL, **tail = &local;
+	for (unsigned j = 0; j < m; j++)
+		get_start_in(gs[j], &tail);
+	if (local && farm_loop_defer(l->loop, get_group_done, local))
+		for (struct get_op *g = local, *next; g; g = next) {
+			next = g->gnext;
+			get_end(g, -ENOMEM, NULL, 0);
+		}
 }
 
 int farm_ht_get_many(farm_ht *h, farm_loop *loop, unsigned n,
