@@ -502,14 +502,7 @@ int main(int argc, char **argv)
 	if (parse_opts(argc, argv, &o))
 		return 2;
 
-	struct sigaction sa;
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = on_signal; /* no SA_RESTART: a blocked read returns */
-	sigemptyset(&sa.sa_mask);
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
-	sigaction(SIGHUP, &sa, NULL);
-	signal(SIGPIPE, SIG_IGN);
+	bu_on_stop(on_signal);
 	signal(SIGCHLD, SIG_DFL); /* the baselines reap their helpers */
 
 	char base[512], sdir[600], cdir[600];

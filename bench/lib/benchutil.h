@@ -76,4 +76,8 @@ uint64_t bu_proc_cpu_ns(pid_t pid);
  * system, getrusage), in ns. */
 uint64_t bu_self_cpu_ns(void);
 
+/* SIGINT, SIGTERM and SIGHUP to @fn, without SA_RESTART (a blocked read
+ * returns, so the benchmark stops early and cleans up); SIGPIPE ignored. */
+void bu_on_stop(void (*fn)(int));
+
 #endif
