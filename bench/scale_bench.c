@@ -464,6 +464,8 @@ static void on_commit(farm_loop *loop, void *ctx, int outcome)
 	struct obj *o = ctx;
 	farm_tx_free(o->tx);
 	o->tx = NULL;
+	if (outcome) /* not committed: a retry allocates anew */
+		o->p = (farm_fatptr){0};
 	obj_end(o, outcome);
 }
 
@@ -521,6 +523,19 @@ static int obj_on(farm_node *n, struct obj *o)
 	return rc ? rc : o->rc;
 }
 
+/* obj_on, again while the error is one an application retries (a view
+ * changing under the allocation or the commit: the late join's just
+ * before), for up to JOIN_MS. */
+static int obj_on_retried(farm_node *n, struct obj *o)
+{
+	uint64_t t = bu_now_ns();
+	int rc;
+	while ((rc = obj_on(n, o)) && rc != -ETIMEDOUT &&
+	       farm_tx_retryable(rc) && bu_now_ns() - t < JOIN_MS * 1000000ull)
+		usleep(10000);
+	return rc;
+}
+
 #define NOBJ 4
 
 /* --zk, after the late join: machines n/3 and 2n/3 (never the CM, 0)
@@ -541,7 +556,7 @@ static void lose_two(struct size_result *r, farm_node **nodes)
 	unsigned by[NOBJ] = {0, v[0], v[1], r->n - 1};
 	for (unsigned i = 0; i < NOBJ; i++) {
 		objs[i] = (struct obj){.val = 0x5ca1e000u + r->n * 16 + i};
-		int rc = obj_on(nodes[by[i]], &objs[i]);
+		int rc = obj_on_retried(nodes[by[i]], &objs[i]);
 		r->commit_err = r->commit_err ? r->commit_err : rc;
 		r->committed += !rc;
 	}
@@ -556,7 +571,7 @@ static void lose_two(struct size_result *r, farm_node **nodes)
 	for (unsigned i = 0; i < NOBJ; i++) {
 		if (objs[i].rc || !objs[i].p.addr)
 			continue;
-		int rc = obj_on(nodes[r->n], &objs[i]);
+		int rc = obj_on_retried(nodes[r->n], &objs[i]);
 		r->commit_err = r->commit_err ? r->commit_err : rc;
 		r->read_back += !rc;
 	}
