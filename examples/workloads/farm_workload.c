@@ -309,35 +309,118 @@ static enum wl_kind kind_of(const char *name)
 	                                    : (enum wl_kind)0;
 }
 
+static const struct option lo[] = {{"machines", 1, 0, 'm'},
+                                   {"threads", 1, 0, 't'},
+                                   {"scale", 1, 0, 's'},
+                                   {"mix", 1, 0, 'x'},
+                                   {"duration", 1, 0, 'd'},
+                                   {"seed", 1, 0, 'S'},
+                                   {"replicas", 1, 0, 'r'},
+                                   {"fabric", 1, 0, 'f'},
+                                   {"partitioned", 0, 0, 'p'},
+                                   {"hotspot", 1, 0, 'H'},
+                                   {"audit", 0, 0, 'a'},
+                                   {"history", 1, 0, 'y'},
+                                   {"zk", 1, 0, 'z'},
+                                   {"kill", 1, 0, 'k'},
+                                   {"region-size", 1, 0, 'R'},
+                                   {"busy-poll", 0, 0, 'b'},
+                                   {"quiet", 0, 0, 'q'},
+                                   {"lease", 1, 0, 'l'},
+                                   {"park-after-us", 1, 0, 'P'},
+                                   {"ship-window", 1, 0, 'W'},
+                                   {"items", 1, 0, 'I'},
+                                   {"customers", 1, 0, 'C'},
+                                   {"full-scale", 0, 0, 'F'},
+                                   {"workload", 1, 0, 'w'},
+                                   {"vs-limit", 0, 0, 'V'},
+                                   {"help", 0, 0, 'h'},
+                                   {0, 0, 0, 0}};
+
+/* The options after the workload was found: into @o and *@vs_limit. 0,
+ * or the exit status (2: bad usage, said on stderr). */
+static int parse_args(int argc, char **argv, bool positional, struct wl_opts *o,
+                      bool *vs_limit)
+{
+	const char *mix = NULL;
+	char err[256];
+	int c;
+	int li = 0;
+	while ((c = getopt_long(argc, argv, "h", lo, &li)) != -1) {
+		if (c == 'V') {
+			*vs_limit = true;
+			continue;
+		}
+		int bad = parse_opt(o, c, &mix);
+		if (bad < 0) {
+			usage(stderr);
+			return 2;
+		}
+		if (bad) {
+			fprintf(stderr,
+			        "farm-workload: bad value for --%s: %s\n",
+			        lo[li].name, optarg);
+			return 2;
+		}
+	}
+	if (optind != argc - (positional ? 1 : 0)) {
+		usage(stderr);
+		return 2;
+	}
+	if ((mix && wl_mix_parse(o, mix, err, sizeof(err))) ||
+	    wl_validate(o, err, sizeof(err))) {
+		fprintf(stderr, "farm-workload: %s\n", err);
+		return 2;
+	}
+	if (*vs_limit && o->kind == WL_TPCC) {
+		fprintf(stderr, "farm-workload: --vs-limit: TATP and SmallBank "
+		                "only\n");
+		return 2;
+	}
+	return 0;
+}
+
+/* Run @o, print the result and judge it: the exit status. */
+static int run_workload(const struct wl_opts *o, bool vs_limit)
+{
+	struct wl_result *r = calloc(1, sizeof(*r));
+	if (!r)
+		return 3;
+	int rc = wl_run(o, r);
+	if (rc) {
+		fprintf(stderr, "farm-workload: the run failed: %s\n", r->msg);
+		free(r);
+		return 3;
+	}
+	uint64_t all = print_result(o, r);
+	if (r->check)
+		fprintf(stderr, "farm-workload: INVARIANT FAILED: %s\n",
+		        r->msg);
+	else
+		printf("invariants hold\n");
+	/* A run that gave transactions up or committed nothing measured
+	 * nothing trustworthy, whatever the invariants say. */
+	int st = r->check ? 1 : 0;
+	if (!st && r->errors) {
+		fprintf(stderr,
+		        "farm-workload: FAILED: %llu transactions "
+		        "given up\n",
+		        (unsigned long long)r->errors);
+		st = 1;
+	}
+	if (!st && !all) {
+		fprintf(stderr, "farm-workload: FAILED: nothing committed\n");
+		st = 1;
+	}
+	if (!st && vs_limit)
+		st = print_limit(o, r, all);
+	wl_result_free(r);
+	free(r);
+	return st;
+}
+
 int main(int argc, char **argv)
 {
-	static const struct option lo[] = {{"machines", 1, 0, 'm'},
-	                                   {"threads", 1, 0, 't'},
-	                                   {"scale", 1, 0, 's'},
-	                                   {"mix", 1, 0, 'x'},
-	                                   {"duration", 1, 0, 'd'},
-	                                   {"seed", 1, 0, 'S'},
-	                                   {"replicas", 1, 0, 'r'},
-	                                   {"fabric", 1, 0, 'f'},
-	                                   {"partitioned", 0, 0, 'p'},
-	                                   {"hotspot", 1, 0, 'H'},
-	                                   {"audit", 0, 0, 'a'},
-	                                   {"history", 1, 0, 'y'},
-	                                   {"zk", 1, 0, 'z'},
-	                                   {"kill", 1, 0, 'k'},
-	                                   {"region-size", 1, 0, 'R'},
-	                                   {"busy-poll", 0, 0, 'b'},
-	                                   {"quiet", 0, 0, 'q'},
-	                                   {"lease", 1, 0, 'l'},
-	                                   {"park-after-us", 1, 0, 'P'},
-	                                   {"ship-window", 1, 0, 'W'},
-	                                   {"items", 1, 0, 'I'},
-	                                   {"customers", 1, 0, 'C'},
-	                                   {"full-scale", 0, 0, 'F'},
-	                                   {"workload", 1, 0, 'w'},
-	                                   {"vs-limit", 0, 0, 'V'},
-	                                   {"help", 0, 0, 'h'},
-	                                   {0, 0, 0, 0}};
 	/* The workload comes last but options depend on it (the mix):
 	 * find it first. */
 	bool positional = false;
@@ -361,77 +444,7 @@ int main(int argc, char **argv)
 	}
 	struct wl_opts o;
 	wl_opts_default(&o, kind);
-	const char *mix = NULL;
-	char err[256];
-	int c;
-	int li = 0;
 	bool vs_limit = false;
-	while ((c = getopt_long(argc, argv, "h", lo, &li)) != -1) {
-		if (c == 'V') {
-			vs_limit = true;
-			continue;
-		}
-		int bad = parse_opt(&o, c, &mix);
-		if (bad < 0) {
-			usage(stderr);
-			return 2;
-		}
-		if (bad) {
-			fprintf(stderr,
-			        "farm-workload: bad value for --%s: %s\n",
-			        lo[li].name, optarg);
-			return 2;
-		}
-	}
-	if (optind != argc - (positional ? 1 : 0)) {
-		usage(stderr);
-		return 2;
-	}
-	if (mix && wl_mix_parse(&o, mix, err, sizeof(err))) {
-		fprintf(stderr, "farm-workload: %s\n", err);
-		return 2;
-	}
-	if (wl_validate(&o, err, sizeof(err))) {
-		fprintf(stderr, "farm-workload: %s\n", err);
-		return 2;
-	}
-	if (vs_limit && kind == WL_TPCC) {
-		fprintf(stderr, "farm-workload: --vs-limit: TATP and SmallBank "
-		                "only\n");
-		return 2;
-	}
-	struct wl_result *r = calloc(1, sizeof(*r));
-	if (!r)
-		return 3;
-	int rc = wl_run(&o, r);
-	if (rc) {
-		fprintf(stderr, "farm-workload: the run failed: %s\n", r->msg);
-		free(r);
-		return 3;
-	}
-	uint64_t all = print_result(&o, r);
-	if (r->check)
-		fprintf(stderr, "farm-workload: INVARIANT FAILED: %s\n",
-		        r->msg);
-	else
-		printf("invariants hold\n");
-	/* A run that gave transactions up or committed nothing measured
-	 * nothing trustworthy, whatever the invariants say. */
-	int st = r->check ? 1 : 0;
-	if (!st && r->errors) {
-		fprintf(stderr,
-		        "farm-workload: FAILED: %llu transactions "
-		        "given up\n",
-		        (unsigned long long)r->errors);
-		st = 1;
-	}
-	if (!st && !all) {
-		fprintf(stderr, "farm-workload: FAILED: nothing committed\n");
-		st = 1;
-	}
-	if (!st && vs_limit)
-		st = print_limit(&o, r, all);
-	wl_result_free(r);
-	free(r);
-	return st;
+	int st = parse_args(argc, argv, positional, &o, &vs_limit);
+	return st ? st : run_workload(&o, vs_limit);
 }
