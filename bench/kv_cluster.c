@@ -394,14 +394,7 @@ int kb_cluster_run(struct cluster *c, int w, struct fig *f)
 
 int kb_setup(const char **tmp)
 {
-	struct sigaction sa;
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = on_signal;
-	sigemptyset(&sa.sa_mask);
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
-	sigaction(SIGHUP, &sa, NULL);
-	signal(SIGPIPE, SIG_IGN);
+	bu_on_stop(on_signal);
 	signal(SIGCHLD, SIG_DFL);
 
 	*tmp = "/dev/shm";

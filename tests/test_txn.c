@@ -744,16 +744,24 @@ static void test_write_fits(void **state)
 	farm_tx_free(big);
 }
 
+/* A new object of @size bytes in @tx, next to @near: the allocation's
+ * result (its address and data), which must succeed. */
+static struct res alloc_now(farm_tx *tx, uint32_t size, farm_gaddr near)
+{
+	struct res r = {0};
+	assert_int_equal(farm_tx_alloc(tx, size, near, alloc_cb, &r), 0);
+	asn_wait(&C, &r.done);
+	assert_int_equal(r.status, 0);
+	return r;
+}
+
 /* Commit a new object of @size bytes holding @fill, allocated next to
  * @near by machine @m; *@ns: how long the commit took. */
 static int commit_new(unsigned m, farm_gaddr near, uint32_t size, uint8_t fill,
                       uint64_t *ns)
 {
 	farm_tx *tx = begin(m);
-	struct res r = {0};
-	assert_int_equal(farm_tx_alloc(tx, size, near, alloc_cb, &r), 0);
-	asn_wait(&C, &r.done);
-	assert_int_equal(r.status, 0);
+	struct res r = alloc_now(tx, size, near);
 	memset(r.wdata, fill, size);
 	uint64_t t0 = farm_now_ns();
 	int rc = commit(tx);
@@ -1064,12 +1072,7 @@ static void test_new_uncommitted(void **state)
 	assert_int_equal(commit(tx), 0);
 	farm_tx_free(tx);
 	tx = begin(1);
-	struct res r = {0};
-	assert_int_equal(farm_tx_alloc(tx, 100, FARM_GADDR_NULL, alloc_cb, &r),
-	                 0);
-	asn_wait(&C, &r.done);
-	assert_int_equal(r.status, 0);
-	farm_gaddr a = r.fp.addr;
+	farm_gaddr a = alloc_now(tx, 100, FARM_GADDR_NULL).fp.addr;
 	uint32_t pm = primary_of(a);
 	uint8_t *h = farm_as_local_ptr(C.m[pm - 1].as, a, 64);
 	assert_non_null(h);
@@ -1317,12 +1320,7 @@ static void test_new_lock_undone(void **state)
 		skip();
 	farm_fatptr x = make_obj(1, 64, 5);
 	farm_tx *tx = begin(1);
-	struct res r = {0};
-	assert_int_equal(farm_tx_alloc(tx, 100, FARM_GADDR_NULL, alloc_cb, &r),
-	                 0);
-	asn_wait(&C, &r.done);
-	assert_int_equal(r.status, 0);
-	farm_gaddr a = r.fp.addr;
+	farm_gaddr a = alloc_now(tx, 100, FARM_GADDR_NULL).fp.addr;
 	uint32_t pm = primary_of(a);
 	assert_int_equal(primary_of(x.addr), pm); /* one machine's commit */
 	undone_hdr = farm_as_local_ptr(C.m[pm - 1].as, a, 64);
