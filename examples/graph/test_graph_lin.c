@@ -412,6 +412,24 @@ static unsigned order_violations(struct span *sp, size_t nsp, uint8_t node)
 	return bad;
 }
 
+/* The first of the @ns states @st (in write order) that may be current
+ * after @t0. A node's writes are sequential, so both ends of the states'
+ * intervals rise with their index: the states a read's interval meets are
+ * one run from here, and the check stays linear in the reads however many
+ * writes a run makes. */
+static size_t first_current(const struct state *st, size_t ns, uint64_t t0)
+{
+	size_t lo = 0, hi = ns;
+	while (lo < hi) {
+		size_t m = (lo + hi) / 2;
+		if (st[m].to > t0)
+			hi = m;
+		else
+			lo = m + 1;
+	}
+	return lo;
+}
+
 /* Violations among @node's reads. */
 static unsigned check_node(const struct lrec *r, size_t nr, uint8_t node,
                            unsigned *checked)
@@ -427,9 +445,9 @@ static unsigned check_node(const struct lrec *r, size_t nr, uint8_t node,
 		if (r[i].status && r[i].status != -ENOENT)
 			continue; /* no answer (-EBUSY ...): nothing seen */
 		struct span s = {r[i].t0, r[i].t1, SIZE_MAX, 0};
-		for (size_t j = 0; j < ns; j++)
-			if (st[j].from < s.t1 && st[j].to > s.t0 &&
-			    matches(&st[j], &r[i])) {
+		size_t j = first_current(st, ns, s.t0);
+		for (; j < ns && st[j].from < s.t1; j++)
+			if (matches(&st[j], &r[i])) {
 				if (s.lo == SIZE_MAX)
 					s.lo = j;
 				s.hi = j;
@@ -519,7 +537,7 @@ static void test_history(void **state)
 		assert_true(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
 	}
 	struct lrec *r = NULL;
-	size_t nr = 0, writes = 0;
+	size_t nr = 0, cap = 0, writes = 0;
 	for (unsigned i = 0; i < GC_NM; i++) {
 		char path[400];
 		snprintf(path, sizeof(path), "%s/lin-%u", root, i);
@@ -527,8 +545,11 @@ static void test_history(void **state)
 		assert_non_null(f);
 		struct lrec x;
 		while (fread(&x, sizeof(x), 1, f) == 1) {
-			r = realloc(r, (nr + 1) * sizeof(*r));
-			assert_non_null(r);
+			if (nr == cap) {
+				cap = cap ? 2 * cap : 4096;
+				r = realloc(r, cap * sizeof(*r));
+				assert_non_null(r);
+			}
 			r[nr++] = x;
 			writes += x.kind == K_WRITE;
 		}
