@@ -350,143 +350,214 @@ static void fill_block(struct gb_hdr *b, uint64_t id1, uint32_t atype,
 	memcpy(gb_edges(b), e, n * sizeof(*e));
 }
 
-/* Insert @ne (not in the list) into node @np's list of @atype. */
-static int list_insert(struct uop *op, farm_fatptr np, uint64_t id1,
-                       uint32_t atype, const struct gb_edge *ne)
+/* Where an insertion goes: node @np's list in slot @s (@count edges) of
+ * @atype, its block @cur (@b, after @prev: none when @cur is the head)
+ * and the new edge's position @pos in it. */
+struct ins {
+	struct uop *op;
+	farm_fatptr np, prev, cur;
+	uint64_t id1;
+	uint32_t atype, count;
+	int s;
+	struct gb_hdr *b;
+	unsigned pos;
+};
+
+/* The slot of @atype's list in node @np, taken (a free or emptied one)
+ * if it has none: 0 (*@s, *@n the node's bytes), -ENOSPC. */
+static int list_slot(struct uop *op, farm_fatptr np, uint32_t atype,
+                     struct gn_hdr **n, int *s)
 {
 	uint8_t *d;
 	int rc = acc_get(op, np, &d);
 	if (rc)
 		return rc;
-	struct gn_hdr *n = (struct gn_hdr *)d;
-	int s = gn_slot(n, atype);
-	if (s < 0) {
-		for (unsigned i = 0; i < FG_MAX_TYPES && s < 0; i++)
-			if (!n->lists[i].atype ||
-			    (!n->lists[i].count && !n->lists[i].head.addr))
-				s = (int)i;
-		if (s < 0)
-			return -ENOSPC;
-		if ((rc = node_put(op, np, &n)))
-			return rc;
-		n->lists[s] = (struct gn_list){.atype = atype};
-	}
-	uint32_t count = n->lists[s].count;
-	farm_fatptr prev = {0}, cur = n->lists[s].head, p1, p2;
-	uint8_t *d1, *d2;
-	if (!cur.addr) {
-		if ((rc = acc_alloc(op, gb_size(GB_MIN_CAP), np.addr, &p1,
-		                    &d1)))
-			return rc;
-		fill_block((struct gb_hdr *)d1, id1, atype, GB_MIN_CAP, ne, 1,
-		           (farm_fatptr){0});
-		if ((rc = node_put(op, np, &n)))
-			return rc;
-		n->lists[s].head = p1;
-		n->lists[s].count++;
-		return list_touch(op, np, s);
-	}
-	struct gb_hdr *b;
+	*n = (struct gn_hdr *)d;
+	*s = gn_slot(*n, atype);
+	if (*s >= 0)
+		return 0;
+	for (unsigned i = 0; i < FG_MAX_TYPES && *s < 0; i++)
+		if (!(*n)->lists[i].atype ||
+		    (!(*n)->lists[i].count && !(*n)->lists[i].head.addr))
+			*s = (int)i;
+	if (*s < 0)
+		return -ENOSPC;
+	if ((rc = node_put(op, np, n)))
+		return rc;
+	(*n)->lists[*s] = (struct gn_list){.atype = atype};
+	return 0;
+}
+
+/* The list of @w has one more edge: its count and its touch. */
+static int list_counted(const struct ins *w)
+{
+	struct gn_hdr *n;
+	int rc = node_put(w->op, w->np, &n);
+	if (rc)
+		return rc;
+	n->lists[w->s].count++;
+	return list_touch(w->op, w->np, w->s);
+}
+
+/* The first block of an empty list, holding @ne alone. */
+static int list_start(const struct ins *w, const struct gb_edge *ne)
+{
+	farm_fatptr p1;
+	uint8_t *d1;
+	struct gn_hdr *n;
+	int rc = acc_alloc(w->op, gb_size(GB_MIN_CAP), w->np.addr, &p1, &d1);
+	if (rc)
+		return rc;
+	fill_block((struct gb_hdr *)d1, w->id1, w->atype, GB_MIN_CAP, ne, 1,
+	           (farm_fatptr){0});
+	if ((rc = node_put(w->op, w->np, &n)))
+		return rc;
+	n->lists[w->s].head = p1;
+	n->lists[w->s].count++;
+	return list_touch(w->op, w->np, w->s);
+}
+
+/* The block where @ne goes (w->cur from the head on): the first whose
+ * last edge comes after it, else the last; and its position there. */
+static int block_for(struct ins *w, const struct gb_edge *ne)
+{
 	for (unsigned guard = 0;; guard++) {
 		if (guard > MAX_BLOCKS)
 			return L_STALE;
-		if ((rc = block_get(op, cur, id1, atype, &b)))
+		int rc = block_get(w->op, w->cur, w->id1, w->atype, &w->b);
+		if (rc)
 			return rc;
-		const struct gb_edge *last = &gb_edges(b)[b->n - 1];
+		const struct gb_edge *last = &gb_edges(w->b)[w->b->n - 1];
 		if (edge_before(ne->time, ne->id2, last->time, last->id2) ||
-		    !b->next.addr)
+		    !w->b->next.addr)
 			break;
-		prev = cur;
-		cur = b->next;
+		w->prev = w->cur;
+		w->cur = w->b->next;
 	}
-	struct gb_edge *e = gb_edges(b);
-	unsigned pos = 0;
-	while (pos < b->n &&
-	       edge_before(e[pos].time, e[pos].id2, ne->time, ne->id2))
-		pos++;
-	if (b->n < b->cap) {
-		if ((rc = acc_put(op, cur.addr, &d)))
-			return rc;
-		b = (struct gb_hdr *)d;
-		e = gb_edges(b);
-		memmove(&e[pos + 1], &e[pos], (b->n - pos) * sizeof(*e));
-		e[pos] = *ne;
-		b->n++;
-	} else {
-		/* A full block is replaced by one larger block holding all
-		 * its edges and the new one while they fit in GB_MAX_CAP (the
-		 * old one freed: a cached head pointer to it goes stale), else
-		 * split in two: the newer half stays in the block, the older
-		 * half goes to a new block after it. A head that fills up so
-		 * stays one block with at least GB_MAX_CAP / 2 of the newest
-		 * edges (a short range is one read). Splitting in place (it
-		 * used to be two new blocks for the old one) keeps the cached
-		 * head pointers of a long list valid: in LinkBench's mix the
-		 * hot nodes' lists split every ~16 adds, and each time every
-		 * machine's next range of the node read the freed head, the
-		 * node and the new head. */
-		struct gb_edge all[GB_MAX_CAP + 1];
-		unsigned m = b->n + 1u;
-		memcpy(all, e, pos * sizeof(*e));
-		all[pos] = *ne;
-		memcpy(&all[pos + 1], &e[pos], (b->n - pos) * sizeof(*e));
-		bool in_place = m > GB_MAX_CAP;
-#ifdef FG_TEST_BREAK_HEAD
-		/* the broken build replaces on every split, as before, so the
-		 * concurrency test's long lists keep replacing their heads */
-		in_place = false;
-#endif
-		if (in_place) {
-			unsigned h = m / 2, cap = b->cap;
-			farm_fatptr next = b->next;
-			if ((rc = acc_alloc(op, gb_size(cap), np.addr, &p2,
-			                    &d2)))
-				return rc;
-			fill_block((struct gb_hdr *)d2, id1, atype, cap,
-			           all + h, m - h, next);
-			if ((rc = acc_put(op, cur.addr, &d)))
-				return rc;
-			fill_block((struct gb_hdr *)d, id1, atype, cap, all, h,
-			           p2);
-			memset(gb_edges(d) + h, 0, (cap - h) * sizeof(*e));
-			if ((rc = node_put(op, np, &n)))
-				return rc;
-			n->lists[s].count++;
-			return list_touch(op, np, s);
-		}
-		if (m <= GB_MAX_CAP) {
-			unsigned cap = cap_for(m);
-			if (!prev.addr && cap < grow_cap(count + 1))
-				cap = grow_cap(count + 1);
-			if ((rc = acc_alloc(op, gb_size(cap), np.addr, &p1,
-			                    &d1)))
-				return rc;
-			fill_block((struct gb_hdr *)d1, id1, atype, cap, all, m,
-			           b->next);
-		} else {
-			unsigned h = m / 2;
-			if ((rc = acc_alloc(op, gb_size(b->cap), np.addr, &p1,
-			                    &d1)) ||
-			    (rc = acc_alloc(op, gb_size(b->cap), np.addr, &p2,
-			                    &d2)))
-				return rc;
-			fill_block((struct gb_hdr *)d2, id1, atype, b->cap,
-			           all + h, m - h, b->next);
-			fill_block((struct gb_hdr *)d1, id1, atype, b->cap, all,
-			           h, p2);
-		}
-		bool keep = false;
-#ifdef FG_TEST_BREAK_HEAD
-		keep = !prev.addr; /* the old head stays readable: wrong */
-#endif
-		if ((!keep && (rc = acc_free(op, cur.addr))) ||
-		    (rc = set_next(op, np, s, prev, p1)))
-			return rc;
-	}
-	if ((rc = node_put(op, np, &n)))
+	const struct gb_edge *e = gb_edges(w->b);
+	w->pos = 0;
+	while (w->pos < w->b->n &&
+	       edge_before(e[w->pos].time, e[w->pos].id2, ne->time, ne->id2))
+		w->pos++;
+	return 0;
+}
+
+/* @ne into its block, which has room. */
+static int block_add(const struct ins *w, const struct gb_edge *ne)
+{
+	uint8_t *d;
+	int rc = acc_put(w->op, w->cur.addr, &d);
+	if (rc)
 		return rc;
-	n->lists[s].count++;
-	return list_touch(op, np, s);
+	struct gb_hdr *b = (struct gb_hdr *)d;
+	struct gb_edge *e = gb_edges(b);
+	memmove(&e[w->pos + 1], &e[w->pos], (b->n - w->pos) * sizeof(*e));
+	e[w->pos] = *ne;
+	b->n++;
+	return list_counted(w);
+}
+
+/* A full block's @m edges (@all, the new one among them) split in place:
+ * the newer half stays, the older half goes to a new block after it. */
+static int block_split(const struct ins *w, const struct gb_edge *all,
+                       unsigned m)
+{
+	unsigned h = m / 2, cap = w->b->cap;
+	farm_fatptr next = w->b->next, p2;
+	uint8_t *d, *d2;
+	int rc = acc_alloc(w->op, gb_size(cap), w->np.addr, &p2, &d2);
+	if (rc)
+		return rc;
+	fill_block((struct gb_hdr *)d2, w->id1, w->atype, cap, all + h, m - h,
+	           next);
+	if ((rc = acc_put(w->op, w->cur.addr, &d)))
+		return rc;
+	fill_block((struct gb_hdr *)d, w->id1, w->atype, cap, all, h, p2);
+	memset(gb_edges((struct gb_hdr *)d) + h, 0,
+	       (cap - h) * sizeof(struct gb_edge));
+	return list_counted(w);
+}
+
+/* A full block's @m edges in a block (or two) of their own in its place,
+ * the old one freed. */
+static int block_replace(const struct ins *w, const struct gb_edge *all,
+                         unsigned m)
+{
+	farm_fatptr p1, p2;
+	uint8_t *d1, *d2;
+	int rc;
+	if (m <= GB_MAX_CAP) {
+		unsigned cap = cap_for(m);
+		if (!w->prev.addr && cap < grow_cap(w->count + 1))
+			cap = grow_cap(w->count + 1);
+		if ((rc = acc_alloc(w->op, gb_size(cap), w->np.addr, &p1, &d1)))
+			return rc;
+		fill_block((struct gb_hdr *)d1, w->id1, w->atype, cap, all, m,
+		           w->b->next);
+	} else {
+		unsigned h = m / 2, cap = w->b->cap;
+		if ((rc = acc_alloc(w->op, gb_size(cap), w->np.addr, &p1,
+		                    &d1)) ||
+		    (rc = acc_alloc(w->op, gb_size(cap), w->np.addr, &p2, &d2)))
+			return rc;
+		fill_block((struct gb_hdr *)d2, w->id1, w->atype, cap, all + h,
+		           m - h, w->b->next);
+		fill_block((struct gb_hdr *)d1, w->id1, w->atype, cap, all, h,
+		           p2);
+	}
+	bool keep = false;
+#ifdef FG_TEST_BREAK_HEAD
+	keep = !w->prev.addr; /* the old head stays readable: wrong */
+#endif
+	if ((!keep && (rc = acc_free(w->op, w->cur.addr))) ||
+	    (rc = set_next(w->op, w->np, w->s, w->prev, p1)))
+		return rc;
+	return list_counted(w);
+}
+
+/* @ne into its full block. It is replaced by one larger block holding all
+ * its edges and the new one while they fit in GB_MAX_CAP (the old one
+ * freed: a cached head pointer to it goes stale), else split in two: the
+ * newer half stays in the block, the older half goes to a new block after
+ * it. A head that fills up so stays one block with at least GB_MAX_CAP / 2
+ * of the newest edges (a short range is one read). Splitting in place (it
+ * used to be two new blocks for the old one) keeps the cached head
+ * pointers of a long list valid: in LinkBench's mix the hot nodes' lists
+ * split every ~16 adds, and each time every machine's next range of the
+ * node read the freed head, the node and the new head. */
+static int block_full(const struct ins *w, const struct gb_edge *ne)
+{
+	const struct gb_edge *e = gb_edges(w->b);
+	struct gb_edge all[GB_MAX_CAP + 1];
+	unsigned m = w->b->n + 1u;
+	memcpy(all, e, w->pos * sizeof(*e));
+	all[w->pos] = *ne;
+	memcpy(&all[w->pos + 1], &e[w->pos], (w->b->n - w->pos) * sizeof(*e));
+	bool in_place = m > GB_MAX_CAP;
+#ifdef FG_TEST_BREAK_HEAD
+	/* the broken build replaces on every split, as before, so the
+	 * concurrency test's long lists keep replacing their heads */
+	in_place = false;
+#endif
+	return in_place ? block_split(w, all, m) : block_replace(w, all, m);
+}
+
+/* Insert @ne (not in the list) into node @np's list of @atype. */
+static int list_insert(struct uop *op, farm_fatptr np, uint64_t id1,
+                       uint32_t atype, const struct gb_edge *ne)
+{
+	struct gn_hdr *n;
+	struct ins w = {.op = op, .np = np, .id1 = id1, .atype = atype};
+	int rc = list_slot(op, np, atype, &n, &w.s);
+	if (rc)
+		return rc;
+	w.count = n->lists[w.s].count;
+	w.cur = n->lists[w.s].head;
+	if (!w.cur.addr)
+		return list_start(&w, ne);
+	if ((rc = block_for(&w, ne)))
+		return rc;
+	return w.b->n < w.b->cap ? block_add(&w, ne) : block_full(&w, ne);
 }
 
 /* Add or overwrite an edge: 1 added, 0 overwritten. */
