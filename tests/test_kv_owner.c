@@ -17,6 +17,14 @@
  *             one-way request: dropped and counted. Machine 0 then answers
  *             a good request byte for byte, and every key still reads
  *             as it was put (nothing touched)
+ *   detached  machine 0 detaches its loop from the store (farm_kv_detach):
+ *             a good request for a key of its shard, which still reaches
+ *             that loop (the region's), is answered FARM_KV_MGET_SPILL
+ *             with no value (its lookup cannot start there: the asker
+ *             reads the key itself), never a value or an error; every
+ *             key on the owner path still reads as it was put, machine 0's
+ *             by the asker's own READs; attached again, machine 0 answers
+ *             the good request byte for byte
  */
 #include "kvproc.h"
 
@@ -275,6 +283,88 @@ static void do_malformed(struct ch *c, int *r)
 	                   check_all(c, FARM_KV_LOOKUP_OWNER));
 }
 
+/* ---- a detached owner ------------------------------------------------------ */
+
+enum {
+	D_RAW,    /* a good request to machine 0: 0 SPILL, 1 another answer */
+	D_OWNER,  /* owner-path gets and multi-gets not as put */
+	D_SENT,   /* of them sent to an owner */
+	D_OTHERS, /* gets of other machines' keys */
+	D_N
+};
+
+/* A key of machine 0's shard with an 8-byte value put (-1: none). */
+static int key_of_0(uint8_t *k, uint32_t *kl)
+{
+	for (unsigned i = 0; i < NKEYS; i++) {
+		*kl = mkkey(i, k);
+		if (machine_of(k, *kl) == 0 && present(i) && vlen_of(i) == 8)
+			return (int)i;
+	}
+	return -1;
+}
+
+/* A good request for key @i (@k, @kl) to machine 0: 0 when answered
+ * FARM_KV_MGET_SPILL with no value (@spill) or with the value put (not
+ * @spill); 1 for another answer; else the call's error. */
+static int raw_get0(struct ch *c, int i, const uint8_t *k, uint32_t kl,
+                    bool spill)
+{
+	static uint8_t b[256];
+	struct farm_kv_oget_req q = {
+	        .klen = (uint16_t)kl,
+	        .config = farm_as_config_id(farm_node_as(c->np.node))};
+	struct call_w w;
+	int rc = call0(c, b, mkreq(b, &q, k, kl), &w);
+	if (rc)
+		return rc;
+	int32_t st;
+	uint32_t vl;
+	uint8_t want[8];
+	mkval((unsigned)i, want);
+	memcpy(&st, w.reply, 4);
+	memcpy(&vl, w.reply + 4, 4);
+	if (spill)
+		return st == FARM_KV_MGET_SPILL && vl == 0 && w.len == 8 ? 0
+		                                                         : 1;
+	return st == 0 && vl == 8 && w.len == 16 &&
+	                       memcmp(w.reply + 8, want, 8) == 0
+	               ? 0
+	               : 1;
+}
+
+/* The asker, machine 0's loop detached ('D'). */
+static void do_detached(struct ch *c, int *r)
+{
+	uint8_t k[16];
+	uint32_t kl;
+	int i = key_of_0(k, &kl);
+	r[D_RAW] = i < 0 ? -101 : raw_get0(c, i, k, kl, true);
+	for (unsigned j = 0; j < NKEYS; j++) {
+		uint8_t kj[16];
+		uint32_t klj = mkkey(j, kj);
+		if (machine_of(kj, klj) != c->np.me)
+			r[D_OTHERS]++;
+	}
+	struct farm_kv_owner_stats a, b;
+	farm_kv_owner_stats_get(c->kv, &a);
+	r[D_OWNER] = (int)check_all(c, FARM_KV_LOOKUP_OWNER);
+	farm_kv_owner_stats_get(c->kv, &b);
+	r[D_SENT] = (int)(b.sent - a.sent);
+	r[D_OWNER] += (int)check_mget(c); /* its batches: the same answer */
+}
+
+/* The asker, machine 0 attached again ('E'): its good request answered
+ * with the value (0), and every key as put on the owner path. */
+static void do_reattached(struct ch *c, int *r)
+{
+	uint8_t k[16];
+	uint32_t kl;
+	int i = key_of_0(k, &kl);
+	r[0] = i < 0 ? -101 : raw_get0(c, i, k, kl, false);
+	r[1] = (int)check_all(c, FARM_KV_LOOKUP_OWNER);
+}
+
 /* ---- the machines -------------------------------------------------------- */
 
 static int role(void *arg)
@@ -303,6 +393,32 @@ static int role(void *arg)
 			do_malformed(c, r);
 			if (np_say(&c->np, 'M', r, sizeof(r)))
 				return 22;
+			break;
+		}
+		case 'D': { /* the owner: its loop leaves the store */
+			farm_kv_detach(c->kv, c->np.loop);
+			if (np_say(&c->np, 'D', NULL, 0))
+				return 23;
+			break;
+		}
+		case 'T': { /* the owner: attached again */
+			int rc = farm_kv_attach(c->kv, c->np.loop);
+			if (np_say(&c->np, 'T', &rc, sizeof(rc)))
+				return 24;
+			break;
+		}
+		case 'G': {
+			int r[D_N] = {0};
+			do_detached(c, r);
+			if (np_say(&c->np, 'G', r, sizeof(r)))
+				return 25;
+			break;
+		}
+		case 'E': {
+			int r[2] = {0};
+			do_reattached(c, r);
+			if (np_say(&c->np, 'E', r, sizeof(r)))
+				return 26;
 			break;
 		}
 		default: return 30;
@@ -382,6 +498,37 @@ static void test_owner(void **state)
 	assert_int_equal(mr[M_AFTER], 0);
 	assert_int_equal(s0c.bad - s0a.bad, M_NBAD + 1); /* + the one-way */
 	assert_int_equal(s0c.refused - s0a.refused, 2);
+
+	/* Machine 0's loop detached: a lookup reaching it cannot start
+	 * there (the store's state for that loop is gone), and the asker
+	 * is told to read the key itself. */
+	np_send(&G, 0, 'D');
+	np_expect(&G, 0, 'D', 10000);
+	int d[D_N];
+	np_send(&G, ASKER, 'G');
+	np_expect(&G, ASKER, 'G', 60000);
+	np_recv(&G, ASKER, d, sizeof(d), 1000);
+	np_send(&G, 0, 'T');
+	np_expect(&G, 0, 'T', 10000);
+	int arc;
+	np_recv(&G, 0, &arc, sizeof(arc), 1000);
+	int e[2];
+	np_send(&G, ASKER, 'E');
+	np_expect(&G, ASKER, 'E', 60000);
+	np_recv(&G, ASKER, e, sizeof(e), 1000);
+	printf("detached: a good request to machine 0 answered %s (%d); "
+	       "owner-path mismatches %d, %d of %d gets sent to an owner; "
+	       "attached again (%d): the request answered %s (%d), "
+	       "mismatches %d\n",
+	       d[D_RAW] == 0 ? "SPILL" : "otherwise", d[D_RAW], d[D_OWNER],
+	       d[D_SENT], d[D_OTHERS], arc,
+	       e[0] == 0 ? "its value" : "otherwise", e[0], e[1]);
+	assert_int_equal(d[D_RAW], 0);
+	assert_int_equal(d[D_OWNER], 0);
+	assert_int_equal(d[D_SENT], d[D_OTHERS]);
+	assert_int_equal(arc, 0);
+	assert_int_equal(e[0], 0);
+	assert_int_equal(e[1], 0);
 
 	for (unsigned i = 0; i < NM; i++)
 		np_send(&G, i, 'Q');

@@ -141,7 +141,11 @@ FARM_API void farm_node_quiesce(farm_node *n);
  * configuration without this machine is applied: farm_node_close it),
  * -EBUSY (too few machines would stay: nothing changed), -EPERM (this
  * machine is the configuration manager, whose role is not handed off:
- * nothing changed), -ENOTSUP (static membership), -ETIMEDOUT (not let go
+ * nothing changed), -ENOTSUP (static membership), -EALREADY (another
+ * farm_node_leave runs on this machine, from another thread or the
+ * control socket's `leave`: one leave at a time, so this call is
+ * refused at once and changes nothing; that one goes on, and
+ * farm_node_left tells how it ended), -ETIMEDOUT (not let go
  * within @timeout_ms; the machine stays listed leaving until a later call
  * or its departure. Before its handoff was said, commits are let in
  * again. After (the mark R/left written in the configuration in force)

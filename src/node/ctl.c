@@ -599,6 +599,9 @@ static void answer_leave(struct farm_ctl *c, const char *req,
 		*why = "leave: this machine is the configuration manager";
 	else if (rc == -ENOTSUP)
 		*why = "leave: static membership (no ZooKeeper)";
+	else if (rc == -EALREADY)
+		*why = "leave: a graceful leave already runs on this machine "
+		       "(another caller's; it goes on)";
 	else if (rc)
 		*why = farm_strerror(rc);
 	else

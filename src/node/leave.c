@@ -7,6 +7,8 @@
  * Runs on the caller's thread; the completion check runs on loop 0 (its
  * messages are the address space's), so loop 0 must be served meanwhile
  * by its own thread (the library's, or the application's other thread).
+ * One call runs at a time on a machine (leave_claim): another made
+ * meanwhile is refused -EALREADY.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -169,14 +171,46 @@ static void view_now(farm_node *n, struct farm_view *v, bool *left,
 	pthread_mutex_unlock(&n->lock);
 }
 
-/* The configuration in which this machine last said its handoff done
- * (n->leave_said), read and kept under n->lock. */
-static uint64_t said_get(farm_node *n)
+/* Make this call the machine's one graceful leave (n->leave_running),
+ * and read the configuration in which it last said its handoff done
+ * (n->leave_said, kept under n->lock) into @said. 0, or -EALREADY while
+ * another call runs: that one alone asks, quiesces, says R/left and
+ * gives up. Two at once would each act on their own copy of leave_said
+ * and of the quiesce: one that gives up before seeing the other's
+ * R/left (said_set) lets commits in again under that mark, or undoes
+ * the other's quiesce between its drain and its mark; both would check
+ * and say the handoff. Refusing, rather than joining the first's wait,
+ * keeps each caller's timeout its own and the first's outcome whole;
+ * farm_node_left tells the second caller how it ended.
+ *
+ * n->lock orders the calls: this lock acquires what the previous
+ * call's leave_release published when it unlocked (its leave_said and
+ * quiesce), and nothing waits on the flag, so no wake-up can be lost. */
+static int leave_claim(farm_node *n, uint64_t *said)
+{
+	bool unguarded = FARM_FAULT_SWITCH(FARM_FP_LEAVE_UNGUARDED);
+	pthread_mutex_lock(&n->lock); /* pairs with leave_release's unlock */
+	bool busy = n->leave_running && !unguarded;
+	if (!busy) {
+		n->leave_running = true;
+		*said = n->leave_said;
+	}
+	pthread_mutex_unlock(&n->lock);
+	if (busy)
+		farm_err("node %" PRIu32 ": a graceful leave already runs on "
+		         "this machine (another thread, or the control "
+		         "socket's `leave`): this call is refused, that one "
+		         "goes on",
+		         n->cfg.machine_id);
+	return busy ? -EALREADY : 0;
+}
+
+/* The call that leave_claim admitted ends: the next may run. */
+static void leave_release(farm_node *n)
 {
 	pthread_mutex_lock(&n->lock);
-	uint64_t said = n->leave_said;
-	pthread_mutex_unlock(&n->lock);
-	return said;
+	n->leave_running = false;
+	pthread_mutex_unlock(&n->lock); /* pairs with leave_claim's lock */
 }
 
 static void said_set(farm_node *n, uint64_t cfg)
@@ -241,6 +275,7 @@ static int leave_quiesced(farm_node *n, const struct farm_view *v,
 	}
 	if (farm_txm_commits_out(n->txm))
 		return closing(n) ? -ECANCELED : -ETIMEDOUT;
+	FARM_FAULT_POINT(FARM_FP_LEAVE_QUIESCED);
 	return farm_membership_left(n->mem, v->config_id);
 }
 
@@ -319,17 +354,10 @@ static int leave_timed_out(farm_node *n, uint64_t said, uint64_t cfg)
 	return -ETIMEDOUT;
 }
 
-int farm_node_leave(farm_node *n, int timeout_ms)
+/* The leave's steps until it ends (farm_node_leave, admitted by
+ * leave_claim): @said as leave_claim read it. */
+static int leave_run(farm_node *n, uint64_t deadline, uint64_t said)
 {
-	if (!n || timeout_ms < 0)
-		return -EINVAL;
-	if (!n->mem || !n->cfg.zk[0])
-		return -ENOTSUP; /* static members never change */
-	uint64_t deadline = farm_now_ns() + (uint64_t)timeout_ms * 1000000ull;
-	/* An earlier call that said R/left and timed out left the machine
-	 * quiesced: while that configuration is in force, this call only
-	 * waits for the one that lets the machine go (leave_step). */
-	uint64_t said = said_get(n);
 	for (;;) {
 		struct farm_view v;
 		bool left, removed;
@@ -358,6 +386,25 @@ int farm_node_leave(farm_node *n, int timeout_ms)
 		          rc ? LEAVE_CHECK_MS * 1000000ull : 1000000000ull,
 		          deadline);
 	}
+}
+
+int farm_node_leave(farm_node *n, int timeout_ms)
+{
+	if (!n || timeout_ms < 0)
+		return -EINVAL;
+	if (!n->mem || !n->cfg.zk[0])
+		return -ENOTSUP; /* static members never change */
+	uint64_t deadline = farm_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+	/* An earlier call that said R/left and timed out left the machine
+	 * quiesced: while that configuration is in force, this call only
+	 * waits for the one that lets the machine go (leave_step). */
+	uint64_t said = 0;
+	int rc = leave_claim(n, &said);
+	if (rc)
+		return rc;
+	rc = leave_run(n, deadline, said);
+	leave_release(n);
+	return rc;
 }
 
 bool farm_node_left(farm_node *n)

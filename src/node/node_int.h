@@ -70,6 +70,12 @@ struct farm_node {
 	 * it is the one in force the quiesce stays on, also after the call
 	 * that said it gave up: the mark promised no commit to come. */
 	uint64_t leave_said;
+	/* Under lock: a farm_node_leave runs (leave.c, leave_claim and
+	 * leave_release). A second call meanwhile is refused -EALREADY:
+	 * two would each keep their own idea of leave_said and of the
+	 * quiesce, and one giving up could let commits in again under the
+	 * other's R/left. */
+	bool leave_running;
 	/* Set once farm_node_close begins (release store there, acquire
 	 * loads in leave.c): a graceful leave still waiting gives up
 	 * (-ECANCELED) instead of holding the close for its timeout. */

@@ -325,6 +325,16 @@ enum farm_fault_point {
 	 * (tests/test_leave_timeout.c --broken-unquiesce must see a commit
 	 * admitted after the timeout). */
 	FARM_FP_LEAVE_UNQUIESCE,
+	/* node/leave.c, a switch: while hooked, a farm_node_leave that
+	 * starts while another runs on the machine is not refused
+	 * -EALREADY but runs alongside it, as before the guard
+	 * (tests/test_leave_twice.c --broken-unguarded must see a commit
+	 * admitted after R/left). */
+	FARM_FP_LEAVE_UNGUARDED,
+	/* node/leave.c: a graceful leave quiesced with no commit of its own
+	 * out, about to say R/left (tests/test_leave_twice.c holds it
+	 * there while a second call is made). */
+	FARM_FP_LEAVE_QUIESCED,
 	/* coord/zk_next.c, a switch: while hooked, the manager ignores
 	 * R/left (the view that lets a leaver go never comes) and calls the
 	 * hook each time the mark would have let one go
