@@ -77,7 +77,9 @@ static void srv_get_done(farm_loop *loop, void *ctx, int status,
 	(void)loop;
 	struct srv_key *k = ctx;
 	struct srv *s = k->s;
-	k->status = status;
+	/* -ECANCELED: the store was detached from this loop meanwhile: the
+	 * asker looks the key up itself, as for a loop never attached. */
+	k->status = status == -ECANCELED ? FARM_KV_MGET_SPILL : status;
 	k->vlen = status ? 0 : len;
 	if (!status && len > s->cap) {
 		k->status = -EMSGSIZE;
