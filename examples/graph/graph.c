@@ -857,69 +857,106 @@ static void warm_cb(farm_loop *loop, void *ctx, int status)
 		w->idle = 1;
 }
 
+/* A warm-up's buffers: one batch of keys looked up together, and the
+ * node reads in flight. */
+struct warm_bufs {
+	uint8_t *keys;
+	const void **kp;
+	uint32_t *kl, *lens;
+	int *st;
+	farm_fatptr *vals;
+	struct warm_slot *slots;
+};
+
+static void warm_bufs_free(struct warm_bufs *b)
+{
+	free(b->keys);
+	free(b->kp);
+	free(b->kl);
+	free(b->lens);
+	free(b->st);
+	free(b->vals);
+	free(b->slots);
+}
+
+static int warm_bufs_alloc(struct warm_bufs *b)
+{
+	b->keys = malloc(FG_WARM_BATCH * FG_KEY_LEN);
+	b->kp = malloc(FG_WARM_BATCH * sizeof(*b->kp));
+	b->kl = malloc(FG_WARM_BATCH * sizeof(*b->kl));
+	b->lens = malloc(FG_WARM_BATCH * sizeof(*b->lens));
+	b->st = malloc(FG_WARM_BATCH * sizeof(*b->st));
+	b->vals = malloc(FG_WARM_BATCH * sizeof(*b->vals));
+	b->slots = calloc(WARM_INFLIGHT, sizeof(*b->slots));
+	if (!b->keys || !b->kp || !b->kl || !b->lens || !b->st || !b->vals ||
+	    !b->slots)
+		return -ENOMEM; /* the caller frees what was made */
+	return 0;
+}
+
+/* A slot for one more node read, waiting on the loop while all are
+ * busy. */
+static struct warm_slot *warm_slot(struct warm *w, struct warm_bufs *b,
+                                   farm_loop *loop)
+{
+	static const volatile int never;
+	for (;;) {
+		for (unsigned j = 0; j < WARM_INFLIGHT; j++)
+			if (!b->slots[j].id)
+				return &b->slots[j];
+		w->idle = 0;
+		(void)farm_loop_wait(loop, &never, 20000ull);
+	}
+}
+
+/* The @k nodes from @base: their pointers by one multi-get, then each
+ * node read (lock-free) to cache its lists' heads. */
+static int warm_batch(fg_graph *g, farm_loop *loop, struct warm *w,
+                      struct warm_bufs *b, uint64_t base, unsigned k)
+{
+	for (unsigned i = 0; i < k; i++) {
+		fg_key(base + i, b->keys + i * FG_KEY_LEN);
+		b->kp[i] = b->keys + i * FG_KEY_LEN;
+		b->kl[i] = FG_KEY_LEN;
+	}
+	int rc = farm_kv_mget_sync(g->kv, loop, k, b->kp, b->kl, b->vals,
+	                           sizeof(farm_fatptr), b->lens, b->st);
+	for (unsigned i = 0; i < k && !rc; i++) {
+		const farm_fatptr v = b->vals[i];
+		if (b->st[i] || b->lens[i] != sizeof(farm_fatptr) ||
+		    v.size > GN_MAX_SIZE)
+			continue;
+		c_put(w->c, base + i, NODE_TYPE, v);
+		struct warm_slot *s = warm_slot(w, b, loop);
+		*s = (struct warm_slot){.w = w, .id = base + i, .p = v};
+		if (farm_lf_read(g->txm, loop, v.addr, v.size, v.incarnation,
+		                 s->buf, warm_cb, s) == 0)
+			w->inflight++;
+		else
+			s->id = 0;
+	}
+	return rc;
+}
+
 long fg_warm_sync(fg_graph *g, farm_loop *loop, uint64_t first, uint64_t n)
 {
 	struct fg_client *c = fg_client_of(g, loop);
 	if (!c || !first || first + n < first)
 		return -EINVAL;
-	uint8_t *keys = malloc(FG_WARM_BATCH * FG_KEY_LEN);
-	const void **kp = malloc(FG_WARM_BATCH * sizeof(*kp));
-	uint32_t *kl = malloc(FG_WARM_BATCH * sizeof(*kl));
-	uint32_t *lens = malloc(FG_WARM_BATCH * sizeof(*lens));
-	int *st = malloc(FG_WARM_BATCH * sizeof(*st));
-	farm_fatptr *vals = malloc(FG_WARM_BATCH * sizeof(*vals));
-	struct warm_slot *slots = calloc(WARM_INFLIGHT, sizeof(*slots));
+	struct warm_bufs b = {0};
 	struct warm w = {.c = c};
-	long rc = keys && kp && kl && lens && st && vals && slots ? 0 : -ENOMEM;
+	long rc = warm_bufs_alloc(&b);
 	for (uint64_t base = first; !rc && base < first + n;
 	     base += FG_WARM_BATCH) {
-		unsigned k = (unsigned)(first + n - base < FG_WARM_BATCH
-		                                ? first + n - base
-		                                : FG_WARM_BATCH);
-		for (unsigned i = 0; i < k; i++) {
-			fg_key(base + i, keys + i * FG_KEY_LEN);
-			kp[i] = keys + i * FG_KEY_LEN;
-			kl[i] = FG_KEY_LEN;
-		}
-		rc = farm_kv_mget_sync(g->kv, loop, k, kp, kl, vals,
-		                       sizeof(farm_fatptr), lens, st);
-		for (unsigned i = 0; i < k && !rc; i++) {
-			if (st[i] || lens[i] != sizeof(farm_fatptr) ||
-			    vals[i].size > GN_MAX_SIZE)
-				continue;
-			c_put(c, base + i, NODE_TYPE, vals[i]);
-			/* a free slot (wait for one when all are busy) */
-			unsigned j = 0;
-			for (;;) {
-				for (j = 0; j < WARM_INFLIGHT && slots[j].id;
-				     j++)
-					;
-				if (j < WARM_INFLIGHT)
-					break;
-				w.idle = 0;
-				static const volatile int never;
-				(void)farm_loop_wait(loop, &never, 20000ull);
-			}
-			slots[j] = (struct warm_slot){
-			        .w = &w, .id = base + i, .p = vals[i]};
-			if (farm_lf_read(g->txm, loop, vals[i].addr,
-			                 vals[i].size, vals[i].incarnation,
-			                 slots[j].buf, warm_cb, &slots[j]) == 0)
-				w.inflight++;
-			else
-				slots[j].id = 0;
-		}
+		uint64_t left = first + n - base;
+		rc = warm_batch(g, loop, &w, &b, base,
+		                left < FG_WARM_BATCH ? (unsigned)left
+		                                     : FG_WARM_BATCH);
 	}
 	while (w.inflight) {
 		w.idle = 0;
 		(void)farm_loop_wait(loop, &w.idle, 0);
 	}
-	free(keys);
-	free(kp);
-	free(kl);
-	free(lens);
-	free(st);
-	free(vals);
-	free(slots);
+	warm_bufs_free(&b);
 	return rc ? rc : w.cached;
 }

@@ -700,25 +700,22 @@ static int do_obj_add(struct uop *op)
 	return 0;
 }
 
-/* A node and its list in one go; the request is checked whole first. */
-static int do_obj_load(struct uop *op)
+/* A load request's node data (*@nd, *@dlen) and its @n edges (@e),
+ * checked whole: 0 or FARM_ECORRUPT. */
+static int load_parse(const struct uop *op, unsigned n, const uint8_t **nd,
+                      uint32_t *dlen, struct gb_edge *e)
 {
 	const struct up_req *r = &op->rq;
-	if (op->id1ptr.addr)
-		return -EEXIST;
 	const uint8_t *p = op->data, *end = op->data + r->len;
-	uint32_t dlen;
-	unsigned n = (unsigned)r->id2;
 	if (r->len < 4 || n > FG_LOAD_MAX || (n && !r->atype) ||
 	    r->atype > FG_MAX_ATYPE)
 		return FARM_ECORRUPT;
-	memcpy(&dlen, p, 4);
+	memcpy(dlen, p, 4);
 	p += 4;
-	if (dlen > FG_MAX_DATA || dlen > (size_t)(end - p))
+	if (*dlen > FG_MAX_DATA || *dlen > (size_t)(end - p))
 		return FARM_ECORRUPT;
-	const uint8_t *nd = p;
-	p += dlen;
-	struct gb_edge e[FG_LOAD_MAX];
+	*nd = p;
+	p += *dlen;
 	for (unsigned i = 0; i < n; i++) {
 		struct ld_edge le;
 		if (sizeof(le) > (size_t)(end - p))
@@ -737,8 +734,22 @@ static int do_obj_load(struct uop *op)
 		                      e[i].id2))
 			return FARM_ECORRUPT; /* not newest first, or twice */
 	}
-	if (p != end)
-		return FARM_ECORRUPT;
+	return p == end ? 0 : FARM_ECORRUPT;
+}
+
+/* A node and its list in one go; the request is checked whole first. */
+static int do_obj_load(struct uop *op)
+{
+	const struct up_req *r = &op->rq;
+	if (op->id1ptr.addr)
+		return -EEXIST;
+	const uint8_t *nd = NULL;
+	uint32_t dlen = 0;
+	unsigned n = (unsigned)r->id2;
+	struct gb_edge e[FG_LOAD_MAX];
+	int prc = load_parse(op, n, &nd, &dlen, e);
+	if (prc)
+		return prc;
 	uint16_t dcap = dcap_for(dlen);
 	farm_fatptr np;
 	uint8_t *d;
