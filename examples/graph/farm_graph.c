@@ -20,7 +20,7 @@ static const char *usage =
         "options:\n"
         "  --nodes N       nodes (suffixes k, M; default 100k)\n"
         "  --seed S        the graph's random seed (default 1)\n"
-        "  --mix M         tao (99.8%% reads) or linkbench (default tao)\n"
+        "  --mix M         tao (99.8% reads) or linkbench (default tao)\n"
         "  --seconds T     how long run runs (default 10)\n"
         "  --depth D       operations in flight per machine (default 16)\n"
         "  --region SIZE   region size of each machine (default 256M)\n"
@@ -117,7 +117,54 @@ int fg_tool_load(struct gc_cluster *cl, struct gd_shared *sh, const char *who,
 }
 
 #ifndef FG_TOOL_NO_MAIN
-int main(int argc, char **argv)
+/* What the command line asked for beyond @sh's settings. */
+struct tool_args {
+	const char *cmd, *conf;
+	int wait_s;
+	bool local_only; /* set an option only a local cluster takes */
+};
+
+/* One option (getopt's @c, @arg) into @sh, gc_o or @a; *@bad on a wrong
+ * value. 1: --help. */
+static int take_option(int c, const char *arg, struct gd_shared *sh,
+                       struct tool_args *a, int *bad)
+{
+	switch (c) {
+	case 'n': sh->nodes = parse_count(arg, bad); break;
+	case 's': sh->seed = strtoull(arg, NULL, 0); break;
+	case 'm':
+		if (!strcmp(arg, "tao"))
+			sh->mix = LB_TAO;
+		else if (!strcmp(arg, "linkbench"))
+			sh->mix = LB_LINKBENCH;
+		else
+			*bad = 1;
+		break;
+	case 't': sh->secs = strtod(arg, NULL); break;
+	case 'd': sh->depth = (unsigned)strtoul(arg, NULL, 0); break;
+	case 'r': gc_o.region_size = arg; break;
+	case 'b': gc_o.busy_poll = true; break;
+	case 'k':
+		gc_o.park_after_us = atoi(arg);
+		*bad |= gc_o.park_after_us < 0 || gc_o.park_after_us > 1000000;
+		break;
+	case 'p': gc_o.replicas = (unsigned)strtoul(arg, NULL, 0); break;
+	case 'c': a->conf = arg; break;
+	case 'w':
+		a->wait_s = atoi(arg);
+		*bad |= a->wait_s < 1 || a->wait_s > 86400;
+		break;
+	case 'h': return 1;
+	default: *bad = 1;
+	}
+	a->local_only |= c == 'r' || c == 'b' || c == 'k' || c == 'p';
+	return 0;
+}
+
+/* The command line into @sh and @a: 0, 1 (--help printed), 2 (usage
+ * printed to stderr). */
+static int parse_args(int argc, char **argv, struct gd_shared *sh,
+                      struct tool_args *a)
 {
 	static const struct option opts[] = {
 	        {"nodes", required_argument, 0, 'n'},
@@ -133,87 +180,44 @@ int main(int argc, char **argv)
 	        {"wait", required_argument, 0, 'w'},
 	        {"help", no_argument, 0, 'h'},
 	        {0, 0, 0, 0}};
-	struct gd_shared *sh = gd_map();
-	if (!sh) {
-		perror("farm-graph: mmap");
-		return 1;
-	}
-	sh->nodes = 100000;
-	sh->seed = 1;
-	sh->secs = 10;
-	sh->warm = 1;
-	sh->depth = 16;
-	int c, bad = 0, wait_s = 120, local_only = 0;
-	const char *conf = NULL;
-	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-		switch (c) {
-		case 'n': sh->nodes = parse_count(optarg, &bad); break;
-		case 's': sh->seed = strtoull(optarg, NULL, 0); break;
-		case 'm':
-			if (!strcmp(optarg, "tao"))
-				sh->mix = LB_TAO;
-			else if (!strcmp(optarg, "linkbench"))
-				sh->mix = LB_LINKBENCH;
-			else
-				bad = 1;
-			break;
-		case 't': sh->secs = strtod(optarg, NULL); break;
-		case 'd': sh->depth = (unsigned)strtoul(optarg, NULL, 0); break;
-		case 'r':
-			gc_o.region_size = optarg;
-			local_only = 1;
-			break;
-		case 'b':
-			gc_o.busy_poll = true;
-			local_only = 1;
-			break;
-		case 'k':
-			gc_o.park_after_us = atoi(optarg);
-			bad |= gc_o.park_after_us < 0 ||
-			       gc_o.park_after_us > 1000000;
-			local_only = 1;
-			break;
-		case 'p':
-			gc_o.replicas = (unsigned)strtoul(optarg, NULL, 0);
-			local_only = 1;
-			break;
-		case 'c': conf = optarg; break;
-		case 'w':
-			wait_s = atoi(optarg);
-			bad |= wait_s < 1 || wait_s > 86400;
-			break;
-		case 'h': fputs(usage, stdout); return 0;
-		default: bad = 1;
+	int c, bad = 0;
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1)
+		if (take_option(c, optarg, sh, a, &bad)) {
+			fputs(usage, stdout);
+			return 1;
 		}
-	}
-	const char *cmd = optind < argc ? argv[optind] : NULL;
-	uint64_t qid = 0;
-	if (cmd && !strcmp(cmd, "query")) {
+	a->cmd = optind < argc ? argv[optind] : NULL;
+	if (a->cmd && !strcmp(a->cmd, "query")) {
 		if (optind + 1 >= argc ||
-		    !(qid = strtoull(argv[optind + 1], NULL, 0)))
+		    !(sh->query = strtoull(argv[optind + 1], NULL, 0)))
 			bad = 1;
-	} else if (!cmd || (strcmp(cmd, "load") && strcmp(cmd, "run"))) {
+	} else if (!a->cmd ||
+	           (strcmp(a->cmd, "load") && strcmp(a->cmd, "run"))) {
 		bad = 1;
 	}
 	if (bad || sh->secs <= 0 || sh->depth == 0 || sh->depth > 4096) {
 		fputs(usage, stderr);
 		return 2;
 	}
-	sh->query = qid;
-	if (conf && local_only) {
+	if (a->conf && a->local_only) {
 		fprintf(stderr, "farm-graph: with --config, the region size, "
 		                "polling, parking and replicas are the "
 		                "file's\n");
 		return 2;
 	}
-	if (conf)
-		return gx_main(conf, sh, cmd, wait_s) ? 1 : 0;
+	return 0;
+}
+
+/* @cmd on a local cluster of GC_NM machines (loaded first): 0 or an
+ * error code. */
+static int run_local(struct gd_shared *sh, const char *cmd)
+{
 	gc_o.kv_buckets = (uint32_t)(sh->nodes / GC_NM / 4 + 1024);
 	if (!gc_o.region_size[0] || !strcmp(gc_o.region_size, "64M"))
 		gc_o.region_size = "256M";
 	struct gc_cluster cl;
 	if (fg_tool_load(&cl, sh, "farm-graph", false))
-		return 1;
+		return -1;
 	int rc = 0;
 	if (!strcmp(cmd, "run")) {
 		fprintf(stderr,
@@ -240,6 +244,27 @@ int main(int argc, char **argv)
 		fprintf(stderr, "farm-graph: a machine failed\n");
 		rc = rc ? rc : -1;
 	}
-	return rc ? 1 : 0;
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	struct gd_shared *sh = gd_map();
+	if (!sh) {
+		perror("farm-graph: mmap");
+		return 1;
+	}
+	sh->nodes = 100000;
+	sh->seed = 1;
+	sh->secs = 10;
+	sh->warm = 1;
+	sh->depth = 16;
+	struct tool_args a = {.wait_s = 120};
+	int st = parse_args(argc, argv, sh, &a);
+	if (st)
+		return st == 1 ? 0 : 2;
+	if (a.conf)
+		return gx_main(a.conf, sh, a.cmd, a.wait_s) ? 1 : 0;
+	return run_local(sh, a.cmd) ? 1 : 0;
 }
 #endif
