@@ -504,7 +504,40 @@ static int demo_verdict(int maria_rc)
 	return 0;
 }
 
-int main(int argc, char **argv)
+/* One option (getopt's @c, @arg) into O: 0, 1 (--help), -1 (unknown). */
+static int take_option(int c, const char *arg)
+{
+	switch (c) {
+	case 'n': O.nodes = count_arg(arg); break;
+	case 't': O.secs = strtod(arg, NULL); break;
+	case 'w': O.warm = strtod(arg, NULL); break;
+	case 'd': O.depth = (unsigned)strtoul(arg, NULL, 0); break;
+	case 'r': O.redis_depth = (unsigned)strtoul(arg, NULL, 0); break;
+	case 'c': O.maria_conns = (unsigned)strtoul(arg, NULL, 0); break;
+	case 'p': O.replicas = (unsigned)strtoul(arg, NULL, 0); break;
+	case 'k': O.park_after = atoi(arg); break;
+	case 'R': O.no_redis = true; break;
+	case 'M': O.no_maria = true; break;
+	case 'x':
+		O.mix = !strcmp(arg, "tao")         ? LB_TAO
+		        : !strcmp(arg, "linkbench") ? LB_LINKBENCH
+		                                    : -2;
+		break;
+	case 'q': O.quick = true; break;
+	case 'P': O.plot = arg; break;
+	case 's': O.seed = strtoull(arg, NULL, 0); break;
+	case 'D': O.demo = true; break;
+	case 'v': O.verbose = true; break;
+	case 'z': gc_o.zk = arg; break;
+	case 'h': return 1;
+	default: return -1;
+	}
+	return 0;
+}
+
+/* The command line into O, --demo's and --quick's settings over it: 0,
+ * 1 (--help printed), 2 (usage printed to stderr). */
+static int parse_args(int argc, char **argv)
 {
 	static const struct option opts[] = {
 	        {"nodes", required_argument, 0, 'n'},
@@ -528,36 +561,14 @@ int main(int argc, char **argv)
 	        {0, 0, 0, 0}};
 	int c;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-		switch (c) {
-		case 'n': O.nodes = count_arg(optarg); break;
-		case 't': O.secs = strtod(optarg, NULL); break;
-		case 'w': O.warm = strtod(optarg, NULL); break;
-		case 'd': O.depth = (unsigned)strtoul(optarg, NULL, 0); break;
-		case 'r':
-			O.redis_depth = (unsigned)strtoul(optarg, NULL, 0);
-			break;
-		case 'c':
-			O.maria_conns = (unsigned)strtoul(optarg, NULL, 0);
-			break;
-		case 'p':
-			O.replicas = (unsigned)strtoul(optarg, NULL, 0);
-			break;
-		case 'k': O.park_after = atoi(optarg); break;
-		case 'R': O.no_redis = true; break;
-		case 'M': O.no_maria = true; break;
-		case 'x':
-			O.mix = !strcmp(optarg, "tao")         ? LB_TAO
-			        : !strcmp(optarg, "linkbench") ? LB_LINKBENCH
-			                                       : -2;
-			break;
-		case 'q': O.quick = true; break;
-		case 'P': O.plot = optarg; break;
-		case 's': O.seed = strtoull(optarg, NULL, 0); break;
-		case 'D': O.demo = true; break;
-		case 'v': O.verbose = true; break;
-		case 'z': gc_o.zk = optarg; break;
-		case 'h': fputs(usage, stdout); return 0;
-		default: fputs(usage, stderr); return 2;
+		int st = take_option(c, optarg);
+		if (st == 1) {
+			fputs(usage, stdout);
+			return 1;
+		}
+		if (st) {
+			fputs(usage, stderr);
+			return 2;
 		}
 	}
 	if (O.demo) {
@@ -565,20 +576,27 @@ int main(int argc, char **argv)
 		O.secs = 10;
 		O.warm = 1;
 		O.no_redis = true;
+		O.mix = LB_TAO;
 	}
 	if (O.quick) {
 		O.nodes = 100000;
 		O.secs = 1;
 		O.warm = 0.5;
 	}
-	if (O.demo)
-		O.mix = LB_TAO;
 	if (!O.nodes || O.mix < -1 || O.secs <= 0 || !O.depth ||
 	    O.depth > 1024 || O.redis_depth > 4096 || O.park_after < 0 ||
 	    O.park_after > 1000000 || !O.maria_conns || O.maria_conns > 64) {
 		fputs(usage, stderr);
 		return 2;
 	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	int st = parse_args(argc, argv);
+	if (st)
+		return st == 1 ? 0 : 2;
 	signal(SIGPIPE, SIG_IGN);
 	struct lb_graph lg;
 	lb_init(&lg, O.nodes, O.seed);
