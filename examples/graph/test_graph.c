@@ -92,176 +92,229 @@ static uint64_t pick_node(struct rng *r)
 	return rn(r, 10) < 6 ? 1 + rn(r, 3) : 1 + rn(r, GM_NODES);
 }
 
+/* One op being made: its random stream and what it drew so far. */
+struct op {
+	struct rng r;
+	unsigned j, kind;
+	uint64_t id1, id2;
+	uint32_t t, len;
+	int64_t time;
+	uint8_t data[FG_MAX_DATA];
+	fg_graph *g; /* NULL: the model alone */
+	farm_loop *loop;
+	int want, got;
+};
+
+/* An edge of @o's list to act on, mostly one that is there. */
+static void pick_present(struct gm *m, struct op *o)
+{
+	struct gm_node *n = gm_node(m, o->id1);
+	if (n && n->l[o->t].n && rn(&o->r, 4))
+		o->id2 = n->l[o->t].e[rn(&o->r, n->l[o->t].n)].id2;
+}
+
+/* The node ops (add, update, delete): want and got. */
+static void op_node(struct mctx *c, struct op *o)
+{
+	struct gm *m = &c->m;
+	if (o->kind < 9)
+		o->len = rn(&o->r, 2) ? rn(&o->r, 64)
+		                      : rn(&o->r, FG_MAX_DATA + 1);
+	if (o->kind < 5) {
+		o->want = gm_obj_add(m, o->id1, 7, o->time, o->data, o->len);
+		o->got = o->g ? fg_obj_add_sync(o->g, o->loop, o->id1, 7,
+		                                o->time, o->data, o->len)
+		              : o->want;
+	} else if (o->kind < 9) { /* sometimes growing */
+		o->want = gm_obj_update(m, o->id1, 8 + rn(&o->r, 3), o->time,
+		                        o->data, o->len);
+		o->got = o->g ? fg_obj_update_sync(o->g, o->loop, o->id1,
+		                                   m->n[o->id1].o.otype,
+		                                   o->time, o->data, o->len)
+		              : o->want;
+	} else { /* node 1 keeps its long list */
+		o->id1 = 2 + rn(&o->r, GM_NODES - 1);
+		o->want = gm_obj_delete(m, o->id1);
+		o->got = o->g ? fg_obj_delete_sync(o->g, o->loop, o->id1)
+		              : o->want;
+	}
+}
+
+/* The edge writes (add, delete, change type): want and got. */
+static void op_edge(struct mctx *c, struct op *o)
+{
+	struct gm *m = &c->m;
+	if (o->kind < 46) { /* add, half of them to one long list */
+		if (rn(&o->r, 2)) {
+			o->id1 = 1;
+			o->t = 1;
+			o->id2 = 100 + rn(&o->r, 4000);
+		}
+		o->want = gm_assoc_add(m, o->id1, o->t, o->id2, o->time,
+		                       o->data, o->len);
+		o->got = o->g ? fg_assoc_add_sync(o->g, o->loop, o->id1, o->t,
+		                                  o->id2, o->time, o->data,
+		                                  o->len)
+		              : o->want;
+	} else if (o->kind < 58) { /* delete, mostly of edges there */
+		pick_present(m, o);
+		o->want = gm_assoc_delete(m, o->id1, o->t, o->id2);
+		o->got = o->g ? fg_assoc_delete_sync(o->g, o->loop, o->id1,
+		                                     o->t, o->id2)
+		              : o->want;
+		c->emptied += !o->want && !m->n[o->id1].l[o->t].n;
+	} else {
+		pick_present(m, o);
+		uint32_t nt = 1 + rn(&o->r, 4);
+		o->want = gm_change_type(m, o->id1, o->t, o->id2, nt);
+		o->got = o->g ? fg_assoc_change_type_sync(o->g, o->loop, o->id1,
+		                                          o->t, o->id2, nt)
+		              : o->want;
+	}
+}
+
+/* obj_get and assoc_count against the model: 0, or -1 (c->err). */
+static int op_get_count(struct mctx *c, struct op *o)
+{
+	struct gm_node *n = gm_node(&c->m, o->id1);
+	o->want = n ? 0 : -ENOENT;
+	if (!o->g)
+		return 0;
+	if (o->kind < 70) {
+		struct fg_obj b;
+		o->got = fg_obj_get_sync(o->g, o->loop, o->id1, &b);
+		if (!o->got && !o->want &&
+		    (b.id != o->id1 || b.otype != n->o.otype ||
+		     b.version != n->o.version || b.time != n->o.time ||
+		     b.len != n->o.len || memcmp(b.data, n->o.data, b.len)))
+			return mfail(c, o->j,
+			             "obj_get %" PRIu64 ": version %u/%u len "
+			             "%u/%u",
+			             o->id1, b.version, n->o.version, b.len,
+			             n->o.len);
+		return 0;
+	}
+	uint64_t cnt = 0;
+	o->got = fg_assoc_count_sync(o->g, o->loop, o->id1, o->t, &cnt);
+	if (!o->got && !o->want && cnt != n->l[o->t].n)
+		return mfail(c, o->j,
+		             "count %" PRIu64 "/%u: %" PRIu64 ", model %u",
+		             o->id1, o->t, cnt, n->l[o->t].n);
+	return 0;
+}
+
+/* A list read's @n edges (c->b) against the model's (c->a, o->want):
+ * 0, or -1 (c->err) naming it @what. */
+static int read_equal(struct mctx *c, struct op *o, unsigned n,
+                      const char *what)
+{
+	if (o->got < 0 || o->want < 0)
+		return 0;
+	if (o->got) /* reads return 0, the edges in *n (graph.h) */
+		return mfail(c, o->j, "%s returned %d, not 0", what, o->got);
+	if ((int)n != o->want || !edges_equal(c->a, c->b, n))
+		return mfail(c, o->j, "%s %" PRIu64 "/%u: %u edges, model %d",
+		             what, o->id1, o->t, n, o->want);
+	o->got = o->want;
+	return 0;
+}
+
+/* assoc_range and assoc_time_range against the model. */
+static int op_range(struct mctx *c, struct op *o)
+{
+	unsigned n = 0;
+	if (o->kind < 90) {
+		uint32_t pos = rn(&o->r, 3) ? 0 : rn(&o->r, 80);
+		uint32_t lim =
+		        rn(&o->r, 2) ? 1 + rn(&o->r, 10) : 1 + rn(&o->r, 300);
+		o->want = gm_range(&c->m, o->id1, o->t, pos, lim, c->a);
+		if (!o->g)
+			return 0;
+		o->got = fg_assoc_range_sync(o->g, o->loop, o->id1, o->t, pos,
+		                             lim, c->b, FG_MAX_LIMIT, &n);
+		return read_equal(c, o, n, "range");
+	}
+	int64_t hi = (int64_t)rn(&o->r, o->j * 16 + 1),
+	        lo = hi - rn(&o->r, 2000);
+	uint32_t lim = 1 + rn(&o->r, 50);
+	o->want = gm_time_range(&c->m, o->id1, o->t, hi, lo, lim, c->a);
+	if (!o->g)
+		return 0;
+	o->got = fg_assoc_time_range_sync(o->g, o->loop, o->id1, o->t, hi, lo,
+	                                  lim, c->b, FG_MAX_LIMIT, &n);
+	return read_equal(c, o, n, "time_range");
+}
+
+/* assoc_get of a few edges, mostly ones there, against the model. */
+static int op_assoc_get(struct mctx *c, struct op *o)
+{
+	uint64_t ids[6];
+	unsigned nid = 1 + rn(&o->r, 6);
+	struct gm_node *n = gm_node(&c->m, o->id1);
+	for (unsigned i = 0; i < nid; i++)
+		ids[i] = n && n->l[o->t].n && rn(&o->r, 2)
+		                 ? n->l[o->t].e[rn(&o->r, n->l[o->t].n)].id2
+		                 : 1 + rn(&o->r, 500);
+	int64_t hi =
+	        rn(&o->r, 4) ? INT64_MAX : (int64_t)rn(&o->r, o->j * 16 + 1);
+	int64_t lo = rn(&o->r, 4) ? INT64_MIN : hi - rn(&o->r, 5000);
+	o->want = gm_get(&c->m, o->id1, o->t, ids, nid, hi, lo, c->a);
+	if (!o->g)
+		return 0;
+	unsigned k = 0;
+	o->got = fg_assoc_get_sync(o->g, o->loop, o->id1, o->t, ids, nid, hi,
+	                           lo, c->b, FG_GET_MAX, &k);
+	return read_equal(c, o, k, "get");
+}
+
+/* Op @j's first draws: kind, node, type, edge, time, data. */
+static void op_draw(struct op *o)
+{
+	o->kind = rn(&o->r, 100);
+	o->id1 = pick_node(&o->r);
+	o->t = 1 + rn(&o->r, 5); /* 5: the type with no room */
+	if (rn(&o->r, 4))
+		o->t = 1 + rn(&o->r, 4);
+	o->id2 = o->t == 1 && rn(&o->r, 2) ? 100 + rn(&o->r, 400)
+	                                   : 1 + rn(&o->r, GM_NODES);
+	o->time = (int64_t)o->j * 16;
+	if (rn(&o->r, 5) == 0) /* older than the head */
+		o->time -= (int64_t)rn(&o->r, o->j * 16 + 1);
+	o->len = rn(&o->r, 3) ? rn(&o->r, FG_MAX_EDGE_DATA + 1) : 0;
+	for (uint32_t i = 0; i < sizeof(o->data); i++)
+		o->data[i] = (uint8_t)(o->j + i);
+}
+
 /* Op @j: make it, apply it to the model, and (@g non-NULL) run it on the
  * store and compare. 0, or -1 with the reason in c->err. */
 static int step(struct mctx *c, unsigned j, fg_graph *g, farm_loop *loop)
 {
-	struct rng r = {.s = seed * 1000003u + j};
-	struct gm *m = &c->m;
-	unsigned kind = rn(&r, 100);
-	uint64_t id1 = pick_node(&r);
-	uint32_t t = 1 + rn(&r, 5); /* 5: the type with no room */
-	if (rn(&r, 4))
-		t = 1 + rn(&r, 4);
-	uint64_t id2 =
-	        t == 1 && rn(&r, 2) ? 100 + rn(&r, 400) : 1 + rn(&r, GM_NODES);
-	int64_t time = (int64_t)j * 16;
-	if (rn(&r, 5) == 0)
-		time -= (int64_t)rn(&r, j * 16 + 1); /* older than the head */
-	uint8_t data[FG_MAX_DATA];
-	uint32_t len = rn(&r, 3) ? rn(&r, FG_MAX_EDGE_DATA + 1) : 0;
-	for (uint32_t i = 0; i < sizeof(data); i++)
-		data[i] = (uint8_t)(j + i);
-	int want, got;
-	if (kind < 5) { /* obj_add */
-		len = rn(&r, 2) ? rn(&r, 64) : rn(&r, FG_MAX_DATA + 1);
-		want = gm_obj_add(m, id1, 7, time, data, len);
-		got = g ? fg_obj_add_sync(g, loop, id1, 7, time, data, len)
-		        : want;
-	} else if (kind < 9) { /* obj_update, sometimes growing */
-		len = rn(&r, 2) ? rn(&r, 64) : rn(&r, FG_MAX_DATA + 1);
-		want = gm_obj_update(m, id1, 8 + rn(&r, 3), time, data, len);
-		got = g ? fg_obj_update_sync(g, loop, id1, m->n[id1].o.otype,
-		                             time, data, len)
-		        : want;
-	} else if (kind < 10) { /* obj_delete (node 1 keeps its long list) */
-		id1 = 2 + rn(&r, GM_NODES - 1);
-		want = gm_obj_delete(m, id1);
-		got = g ? fg_obj_delete_sync(g, loop, id1) : want;
-	} else if (kind < 46) { /* assoc_add, half of them to one long list */
-		if (rn(&r, 2)) {
-			id1 = 1;
-			t = 1;
-			id2 = 100 + rn(&r, 4000);
-		}
-		want = gm_assoc_add(m, id1, t, id2, time, data, len);
-		got = g ? fg_assoc_add_sync(g, loop, id1, t, id2, time, data,
-		                            len)
-		        : want;
-	} else if (kind < 58) { /* assoc_delete, mostly of edges there */
-		struct gm_node *n = gm_node(m, id1);
-		if (n && n->l[t].n && rn(&r, 4))
-			id2 = n->l[t].e[rn(&r, n->l[t].n)].id2;
-		want = gm_assoc_delete(m, id1, t, id2);
-		got = g ? fg_assoc_delete_sync(g, loop, id1, t, id2) : want;
-		c->emptied += !want && !m->n[id1].l[t].n;
-	} else if (kind < 62) { /* assoc_change_type */
-		struct gm_node *n = gm_node(m, id1);
-		if (n && n->l[t].n && rn(&r, 4))
-			id2 = n->l[t].e[rn(&r, n->l[t].n)].id2;
-		uint32_t nt = 1 + rn(&r, 4);
-		want = gm_change_type(m, id1, t, id2, nt);
-		got = g ? fg_assoc_change_type_sync(g, loop, id1, t, id2, nt)
-		        : want;
-	} else if (kind < 70) { /* obj_get */
-		struct gm_node *n = gm_node(m, id1);
-		want = n ? 0 : -ENOENT;
-		if (!g)
-			goto done;
-		struct fg_obj o;
-		got = fg_obj_get_sync(g, loop, id1, &o);
-		if (!got && !want &&
-		    (o.id != id1 || o.otype != n->o.otype ||
-		     o.version != n->o.version || o.time != n->o.time ||
-		     o.len != n->o.len || memcmp(o.data, n->o.data, o.len)))
-			return mfail(
-			        c, j,
-			        "obj_get %" PRIu64 ": version %u/%u len %u/%u",
-			        id1, o.version, n->o.version, o.len, n->o.len);
-	} else if (kind < 78) { /* assoc_count */
-		struct gm_node *n = gm_node(m, id1);
-		want = n ? 0 : -ENOENT;
-		if (!g)
-			goto done;
-		uint64_t cnt = 0;
-		got = fg_assoc_count_sync(g, loop, id1, t, &cnt);
-		if (!got && !want && cnt != n->l[t].n)
-			return mfail(c, j,
-			             "count %" PRIu64 "/%u: %" PRIu64
-			             ", model %u",
-			             id1, t, cnt, n->l[t].n);
-	} else if (kind < 90) { /* assoc_range */
-		uint32_t pos = rn(&r, 3) ? 0 : rn(&r, 80);
-		uint32_t lim = rn(&r, 2) ? 1 + rn(&r, 10) : 1 + rn(&r, 300);
-		want = gm_range(m, id1, t, pos, lim, c->a);
-		if (!g)
-			goto done;
-		unsigned n = 0;
-		got = fg_assoc_range_sync(g, loop, id1, t, pos, lim, c->b,
-		                          FG_MAX_LIMIT, &n);
-		if (got >= 0 && want >= 0) {
-			if (got) /* reads return 0, the edges in *n */
-				return mfail(c, j, "read returned %d, not 0",
-				             got);
-			if ((int)n != want || !edges_equal(c->a, c->b, n))
-				return mfail(c, j,
-				             "range %" PRIu64
-				             "/%u pos %u limit %u: %u "
-				             "edges, model %d",
-				             id1, t, pos, lim, n, want);
-			got = want;
-		}
-	} else if (kind < 95) { /* assoc_time_range */
-		int64_t hi = (int64_t)rn(&r, j * 16 + 1),
-		        lo = hi - rn(&r, 2000);
-		uint32_t lim = 1 + rn(&r, 50);
-		want = gm_time_range(m, id1, t, hi, lo, lim, c->a);
-		if (!g)
-			goto done;
-		unsigned n = 0;
-		got = fg_assoc_time_range_sync(g, loop, id1, t, hi, lo, lim,
-		                               c->b, FG_MAX_LIMIT, &n);
-		if (got >= 0 && want >= 0) {
-			if (got) /* reads return 0, the edges in *n */
-				return mfail(c, j, "read returned %d, not 0",
-				             got);
-			if ((int)n != want || !edges_equal(c->a, c->b, n))
-				return mfail(c, j,
-				             "time_range %" PRIu64
-				             "/%u: %u edges, model %d",
-				             id1, t, n, want);
-			got = want;
-		}
-	} else { /* assoc_get */
-		uint64_t ids[6];
-		unsigned nid = 1 + rn(&r, 6);
-		struct gm_node *n = gm_node(m, id1);
-		for (unsigned i = 0; i < nid; i++)
-			ids[i] = n && n->l[t].n && rn(&r, 2)
-			                 ? n->l[t].e[rn(&r, n->l[t].n)].id2
-			                 : 1 + rn(&r, 500);
-		int64_t hi =
-		        rn(&r, 4) ? INT64_MAX : (int64_t)rn(&r, j * 16 + 1);
-		int64_t lo = rn(&r, 4) ? INT64_MIN : hi - rn(&r, 5000);
-		want = gm_get(m, id1, t, ids, nid, hi, lo, c->a);
-		if (!g)
-			goto done;
-		unsigned k = 0;
-		got = fg_assoc_get_sync(g, loop, id1, t, ids, nid, hi, lo, c->b,
-		                        FG_GET_MAX, &k);
-		if (got >= 0 && want >= 0) {
-			/* reads return 0, the edges in *n (graph.h) */
-			if (got)
-				return mfail(c, j, "get returned %d, not 0",
-				             got);
-			if ((int)k != want || !edges_equal(c->a, c->b, k))
-				return mfail(c, j,
-				             "get %" PRIu64
-				             "/%u: %u edges, model %d",
-				             id1, t, k, want);
-			got = want;
-		}
-	}
-	if (g && got != want)
+	struct op o = {
+	        .r = {.s = seed * 1000003u + j}, .j = j, .g = g, .loop = loop};
+	op_draw(&o);
+	int rc = 0;
+	if (o.kind < 10)
+		op_node(c, &o);
+	else if (o.kind < 62)
+		op_edge(c, &o);
+	else if (o.kind < 78)
+		rc = op_get_count(c, &o);
+	else if (o.kind < 95)
+		rc = op_range(c, &o);
+	else
+		rc = op_assoc_get(c, &o);
+	if (rc)
+		return rc;
+	if (g && o.got != o.want)
 		return mfail(c, j,
 		             "kind %u id1 %" PRIu64 " t %u id2 %" PRIu64
 		             ": %d (%s), model %d",
-		             kind, id1, t, id2, got, fg_strerror(got), want);
-done:
+		             o.kind, o.id1, o.t, o.id2, o.got,
+		             fg_strerror(o.got), o.want);
 	for (unsigned k = 1; k <= GM_NODES; k++)
 		for (unsigned tt = 1; tt <= GM_TYPES; tt++)
-			if (m->n[k].l[tt].n > c->max_len)
-				c->max_len = m->n[k].l[tt].n;
+			if (c->m.n[k].l[tt].n > c->max_len)
+				c->max_len = c->m.n[k].l[tt].n;
 	return 0;
 }
 
