@@ -1100,122 +1100,128 @@ static void grow_crash(struct rb_result *res)
 		                "configuration without the grower within 30 s");
 }
 
-/* @first killed; then @second (-1: none) while a copy is under way, or,
- * with @rejoin, right after the first's recovery, and then a machine
- * joins late (a new id, empty memory) while the workload goes on. With
- * @grow (and no @second), a machine joins late once the first kill is
- * recovered, when no region is short: it grows into its share as an
- * extra backup. */
-static void run_mode(unsigned first, int second, bool rejoin, bool grow,
-                     const char *name)
-{
+/* What a run does and has seen, shared by its phases (run_mode). */
+struct dr_run {
 	struct rb_result res;
-	rb_start(&res, name);
-	if (grow) {
-		int v = grow_victim();
-		if (v < 0) {
-			failed(&res.f,
-			       "no machine's departure makes machine %u "
-			       "grow into a surviving primary's region "
-			       "(the regions drawn this run)",
-			       DR_LATE_ID);
-			v = 2;
-		}
-		first = (unsigned)v;
-	}
-	rb_reap(&res, first, true);
-	rb_tell(&res, first, true);
-	rb_wait_recovered(&res);
-	bool killed_during = false;
-	for (unsigned i = 0; dr_grow_displace && i < NP_NM; i++)
-		if (rb_member(&res, i)) {
+	unsigned first;
+	int second;
+	bool rejoin, grow, killed_during;
+	const char *name;
+	struct held_report *r[NP_NM + 1]; /* once replicated (dr_wait_full) */
+	unsigned nreg;
+	uint64_t t_stopped; /* every survivor said 'D' */
+};
+
+/* Each survivor told @cmd, then each answering @ack. */
+static void dr_all(struct dr_run *x, char cmd, char ack)
+{
+	for (unsigned i = 0; i < NP_NM; i++)
+		if (rb_member(&x->res, i))
+			dr_send(i, cmd);
+	for (unsigned i = 0; i < NP_NM; i++)
+		if (rb_member(&x->res, i))
+			dr_expect(i, ack, 30000);
+}
+
+/* Each survivor let go past its hold ('O', answered 'K'). */
+static void dr_let_go(struct dr_run *x)
+{
+	for (unsigned i = 0; i < NP_NM; i++)
+		if (rb_member(&x->res, i)) {
 			dr_send(i, 'O');
 			dr_expect(i, 'K', 30000);
 		}
-	if (grow) {
-		for (unsigned i = 0; i < NP_NM; i++)
-			if (rb_member(&res, i))
-				dr_send(i, 'W');
-		for (unsigned i = 0; i < NP_NM; i++)
-			if (rb_member(&res, i))
-				dr_expect(i, 'w', 30000);
-		for (unsigned i = 0; dr_grow_kill && i < NP_NM; i++)
-			if (rb_member(&res, i)) {
-				dr_send(i, 'O');
-				dr_expect(i, 'K', 30000);
-			}
-		/* grow_round: X's refill of R from its demoted copy is
-		 * unpaced; let go before X's round for the handoff, it could
-		 * complete before that round and be given up there, while
-		 * copies still ran (grow_round). */
-		if (dr_grow_round) {
-			dr_send((unsigned)dr_round_x, 'O');
-			dr_expect((unsigned)dr_round_x, 'K', 30000);
-		}
-		uint64_t t = np_now_ns();
-		late_start(DR_LATE_ID, 'P');
-		printf("%s: machine %u gone, no region short of its %u "
-		       "replicas; machine %u joined late %.0f ms after its "
-		       "start\n",
-		       name, first, dr_reps, DR_LATE_ID,
-		       (double)(np_now_ns() - t) / 1e6);
-	} else if (rejoin) {
-		rb_reap(&res, (unsigned)second, true);
-		rb_tell(&res, (unsigned)second, true);
-		rb_wait_recovered(&res);
-		/* The killed machine's id with an empty directory: not
-		 * admitted (reuse_ids = 0, dr_config). */
-		uint64_t t = np_now_ns();
-		late_start(first, 'X');
-		printf("%s: a machine with id %u (gone) and an empty "
-		       "directory: not admitted, told so %.0f ms after its "
-		       "start\n",
-		       name, first, (double)(np_now_ns() - t) / 1e6);
-		/* --stale: objects made while the old copies were away,
-		 * which no transfer writes again: only READs bring them (a
-		 * chunk taken stale wrongly leaves them out for good). */
-		for (unsigned i = 0; dr_stale && i < NP_NM; i++)
-			if (rb_member(&res, i))
-				dr_send(i, 'W');
-		for (unsigned i = 0; dr_stale && i < NP_NM; i++)
-			if (rb_member(&res, i))
-				dr_expect(i, 'w', 30000);
-		t = np_now_ns();
-		late_start(DR_LATE_ID, 'P');
-		printf("%s: machines %u and %d gone, every region short of "
-		       "its %u replicas; machine %u joined late %.0f ms "
-		       "after its start\n",
-		       name, first, second, dr_reps, DR_LATE_ID,
-		       (double)(np_now_ns() - t) / 1e6);
-	} else if (second >= 0) {
+}
+
+/* grow: once the first kill is recovered, the late machine joins. */
+static void dr_grow_join(struct dr_run *x)
+{
+	dr_all(x, 'W', 'w');
+	if (dr_grow_kill)
+		dr_let_go(x);
+	/* grow_round: X's refill of R from its demoted copy is unpaced; let
+	 * go before X's round for the handoff, it could complete before that
+	 * round and be given up there, while copies still ran (grow_round).
+	 */
+	if (dr_grow_round) {
+		dr_send((unsigned)dr_round_x, 'O');
+		dr_expect((unsigned)dr_round_x, 'K', 30000);
+	}
+	uint64_t t = np_now_ns();
+	late_start(DR_LATE_ID, 'P');
+	printf("%s: machine %u gone, no region short of its %u "
+	       "replicas; machine %u joined late %.0f ms after its start\n",
+	       x->name, x->first, dr_reps, DR_LATE_ID,
+	       (double)(np_now_ns() - t) / 1e6);
+}
+
+/* rejoin: the second kill recovered, the first's id refused, then the
+ * late machine joins. */
+static void dr_rejoin(struct dr_run *x)
+{
+	rb_reap(&x->res, (unsigned)x->second, true);
+	rb_tell(&x->res, (unsigned)x->second, true);
+	rb_wait_recovered(&x->res);
+	/* The killed machine's id with an empty directory: not admitted
+	 * (reuse_ids = 0, dr_config). */
+	uint64_t t = np_now_ns();
+	late_start(x->first, 'X');
+	printf("%s: a machine with id %u (gone) and an empty directory: not "
+	       "admitted, told so %.0f ms after its start\n",
+	       x->name, x->first, (double)(np_now_ns() - t) / 1e6);
+	/* --stale: objects made while the old copies were away, which no
+	 * transfer writes again: only READs bring them (a chunk taken stale
+	 * wrongly leaves them out for good). */
+	if (dr_stale)
+		dr_all(x, 'W', 'w');
+	t = np_now_ns();
+	late_start(DR_LATE_ID, 'P');
+	printf("%s: machines %u and %d gone, every region short of its %u "
+	       "replicas; machine %u joined late %.0f ms after its start\n",
+	       x->name, x->first, x->second, dr_reps, DR_LATE_ID,
+	       (double)(np_now_ns() - t) / 1e6);
+}
+
+/* The kills and joins of the run, until the survivors' workload ends. */
+static void dr_kills(struct dr_run *x)
+{
+	rb_reap(&x->res, x->first, true);
+	rb_tell(&x->res, x->first, true);
+	rb_wait_recovered(&x->res);
+	if (dr_grow_displace)
+		dr_let_go(x);
+	if (x->grow) {
+		dr_grow_join(x);
+	} else if (x->rejoin) {
+		dr_rejoin(x);
+	} else if (x->second >= 0) {
 		/* Kill once some new backup has read part of a region. */
 		uint64_t dl = np_now_ns() + 20000000000ull;
-		while (!(killed_during = copying(&res)) && np_now_ns() < dl)
+		while (!(x->killed_during = copying(&x->res)) &&
+		       np_now_ns() < dl)
 			np_pause_ms(5);
-		rb_reap(&res, (unsigned)second, true);
-		rb_tell(&res, (unsigned)second, false);
+		rb_reap(&x->res, (unsigned)x->second, true);
+		rb_tell(&x->res, (unsigned)x->second, false);
 	}
-	rb_collect(&res);
-	uint64_t t_stopped = np_now_ns(); /* every survivor said 'D' */
-	struct fails *f = &res.f;
-	if (second >= 0 && !rejoin && !killed_during)
-		failed(f, "no copy was seen in progress: the second kill did "
-		          "not come during data recovery");
-	if (dr_grow_kill)
-		grow_kill(&res);
-	if (dr_grow_round)
-		grow_round(&res);
-	if (dr_grow_displace)
-		grow_displace(&res);
-	if (dr_grow_crash != FARM_FP_COUNT)
-		grow_crash(&res);
+	rb_collect(&x->res);
+	x->t_stopped = np_now_ns();
+}
 
-	/* Full replication, the workload paused. */
-	struct held_report *r[NP_NM + 1] = {0};
+/* Whether the run's growth or rejoin is to end with the late machine an
+ * ordinary member (the runs that kill or hold it do not). */
+static bool dr_expect_grown(const struct dr_run *x)
+{
+	return (x->grow || x->rejoin) && !dr_grow_kill && !dr_grow_round &&
+	       dr_grow_crash == FARM_FP_COUNT;
+}
+
+/* Full replication, the workload paused: x->r the last reports. */
+static void dr_wait_full(struct dr_run *x)
+{
+	struct fails *f = &x->res.f;
 	char why[256] = "";
-	unsigned nreg = 0;
 	unsigned wait_ms =
-	        opt_broken && (rejoin || dr_grow_kill || dr_grow_round ||
+	        opt_broken && (x->rejoin || dr_grow_kill || dr_grow_round ||
 	                       dr_grow_crash != FARM_FP_COUNT)
 	                ? 10000
 	                : DR_WAIT_MS;
@@ -1223,21 +1229,20 @@ static void run_mode(unsigned first, int second, bool rejoin, bool grow,
 	bool ok = false;
 	for (;;) {
 		for (unsigned i = 0; i <= NP_NM; i++) {
-			free(r[i]);
-			r[i] = dr_in(&res, i) ? ask(i) : NULL;
+			free(x->r[i]);
+			x->r[i] = dr_in(&x->res, i) ? ask(i) : NULL;
 		}
-		ok = replicated(r, &res, why, sizeof(why), &nreg,
-		                grow || rejoin);
+		ok = replicated(x->r, &x->res, why, sizeof(why), &x->nreg,
+		                x->grow || x->rejoin);
 		/* A late machine grows into an ordinary member once its
 		 * copies are complete: wait for that configuration too. */
-		if (ok && (grow || rejoin) && !dr_grow_kill && !dr_grow_round &&
-		    dr_grow_crash == FARM_FP_COUNT && !grown(r[NP_NM], grow)) {
+		if (ok && dr_expect_grown(x) && !grown(x->r[NP_NM], x->grow)) {
 			ok = false;
 			snprintf(why, sizeof(why),
 			         "machine %u has not grown into an ordinary "
 			         "member%s",
 			         DR_LATE_ID,
-			         grow ? ", the primary of its share" : "");
+			         x->grow ? ", the primary of its share" : "");
 		}
 		if (ok || np_now_ns() > dl)
 			break;
@@ -1245,148 +1250,191 @@ static void run_mode(unsigned first, int second, bool rejoin, bool grow,
 	}
 	printf("%s: %u regions; fully replicated: %s (%.0f ms after the "
 	       "survivors' run)%s%s\n",
-	       name, nreg, ok ? "yes" : "NO", (double)(np_now_ns() - t0) / 1e6,
-	       ok ? "" : ": ", why);
+	       x->name, x->nreg, ok ? "yes" : "NO",
+	       (double)(np_now_ns() - t0) / 1e6, ok ? "" : ": ", why);
 	if (!ok)
 		failed(f, "not fully replicated within %u ms: %s", wait_ms,
 		       why);
-	if (dr_grow_kill && ok) {
-		/* The copy was completed after its round (held until then):
-		 * only a round asked for can have promoted it. */
-		uint64_t bump = 0;
-		for (unsigned i = 0; i < NP_NM; i++)
-			if (r[i] && r[i]->bump > bump)
-				bump = r[i]->bump;
-		printf("%s: the survivors' configuration names a round asked "
-		       "for in configuration %" PRIu64 "\n",
-		       name, bump);
-		if (!bump)
-			failed(f, "replicated again without a round asked for "
-			          "(farm_view.bump): the premise did not hold");
-	}
+	if (!dr_grow_kill || !ok)
+		return;
+	/* The copy was completed after its round (held until then): only a
+	 * round asked for can have promoted it. */
+	uint64_t bump = 0;
+	for (unsigned i = 0; i < NP_NM; i++)
+		if (x->r[i] && x->r[i]->bump > bump)
+			bump = x->r[i]->bump;
+	printf("%s: the survivors' configuration names a round asked for in "
+	       "configuration %" PRIu64 "\n",
+	       x->name, bump);
+	if (!bump)
+		failed(f, "replicated again without a round asked for "
+		          "(farm_view.bump): the premise did not hold");
+}
 
-	if (grow)
-		held_at_replicas(r, dr_grow_displace, f);
+/* Counts over the new backups' copies (dr_copies). */
+struct dr_copied {
+	unsigned copies, late, at_late;
+	uint64_t fixed;
+};
 
-	/* Pacing, and what each new backup did. */
-	unsigned copies = 0, late = 0, at_late = 0;
-	uint64_t fixed = 0;
-	for (unsigned i = 0; i <= NP_NM; i++) {
-		if (!r[i])
+/* Machine @i's copies: printed, paced, counted into @k. */
+static void dr_copies_of(struct dr_run *x, unsigned i, struct dr_copied *k)
+{
+	const struct held_report *h = x->r[i];
+	struct fails *f = &x->res.f;
+	double limit = (double)h->pace_bytes * h->threads / (h->pace_us * 1e-6);
+	for (unsigned j = 0; j < h->ndr; j++) {
+		const struct farm_datarec_region *d = &h->dr[j];
+		double s =
+		        d->t_done_ns
+		                ? (double)(d->t_done_ns - d->t_start_ns) / 1e9
+		                : 0;
+		/* A loop may hold 4 intervals of credit (copy.c DR_BURST):
+		 * so much slack. */
+		double rate = d->bytes / (s + 4 * h->pace_us * 1e-6);
+		printf("machine %u: region %#" PRIx32 " %s: %" PRIu64
+		       " bytes in %" PRIu64 " reads, %.1f ms, %.2f MB/s "
+		       "(limit %.2f), %" PRIu64 " newer at the check, "
+		       "%" PRIu64 " chunks equal by %" PRIu64
+		       " bytes of summaries, %" PRIu64 " reads again (last "
+		       "error %s), %" PRIu64 " runs inferred\n",
+		       i, d->region,
+		       d->state == FARM_DATAREC_DONE   ? "done"
+		       : d->state == FARM_DATAREC_LOST ? "stopped"
+		                                       : "copying",
+		       d->bytes, d->reads, s * 1e3, rate / 1e6, limit / 1e6,
+		       d->fixed, d->equal, d->summary, d->retries,
+		       farm_strerror(d->last_err), d->inferred);
+		k->fixed += d->fixed;
+		if (d->state != FARM_DATAREC_DONE)
 			continue;
-		double limit = (double)r[i]->pace_bytes * r[i]->threads /
-		               (r[i]->pace_us * 1e-6);
-		for (unsigned k = 0; k < r[i]->ndr; k++) {
-			const struct farm_datarec_region *d = &r[i]->dr[k];
-			double s = d->t_done_ns ? (double)(d->t_done_ns -
-			                                   d->t_start_ns) /
-			                                  1e9
-			                        : 0;
-			/* A loop may hold 4 intervals of credit (copy.c
-			 * DR_BURST): so much slack. */
-			double rate = d->bytes / (s + 4 * r[i]->pace_us * 1e-6);
-			printf("machine %u: region %#" PRIx32 " %s: %" PRIu64
-			       " bytes in %" PRIu64
-			       " reads, %.1f ms, %.2f MB/s "
-			       "(limit %.2f), %" PRIu64 " newer at the check, "
-			       "%" PRIu64 " chunks equal by %" PRIu64
-			       " bytes of summaries, "
-			       "%" PRIu64 " reads again (last error %s), "
-			       "%" PRIu64 " runs inferred\n",
-			       i, d->region,
-			       d->state == FARM_DATAREC_DONE   ? "done"
-			       : d->state == FARM_DATAREC_LOST ? "stopped"
-			                                       : "copying",
-			       d->bytes, d->reads, s * 1e3, rate / 1e6,
-			       limit / 1e6, d->fixed, d->equal, d->summary,
-			       d->retries, farm_strerror(d->last_err),
-			       d->inferred);
-			fixed += d->fixed;
-			if (d->state != FARM_DATAREC_DONE)
-				continue;
-			copies++;
-			late += d->t_done_ns > t_stopped;
-			at_late += i == DR_LATE_ID;
-			if (rate > limit)
-				failed(f,
-				       "machine %u copied region %#" PRIx32
-				       " at %.2f MB/s, over the pace of "
-				       "%.2f MB/s",
-				       i, d->region, rate / 1e6, limit / 1e6);
-			if (d->reads && d->bytes > (uint64_t)d->reads * 4 *
-			                                   r[i]->pace_bytes)
-				failed(f,
-				       "machine %u read region %#" PRIx32
-				       " in READs over 4 x %" PRIu32 " bytes",
-				       i, d->region, r[i]->pace_bytes);
-		}
+		k->copies++;
+		k->late += d->t_done_ns > x->t_stopped;
+		k->at_late += i == DR_LATE_ID;
+		if (rate > limit)
+			failed(f,
+			       "machine %u copied region %#" PRIx32
+			       " at %.2f MB/s, over the pace of %.2f MB/s",
+			       i, d->region, rate / 1e6, limit / 1e6);
+		if (d->reads &&
+		    d->bytes > (uint64_t)d->reads * 4 * h->pace_bytes)
+			failed(f,
+			       "machine %u read region %#" PRIx32
+			       " in READs over 4 x %" PRIu32 " bytes",
+			       i, d->region, h->pace_bytes);
 	}
-	if (!copies)
+}
+
+/* --stale: what the stale sources saved, bytes READ against bytes taken
+ * from them at the late machine. */
+static void dr_stale_saved(struct dr_run *x)
+{
+	const struct held_report *h = x->r[NP_NM];
+	uint64_t rd = 0, tk = 0;
+	for (unsigned k = 0; k < h->ndr; k++) {
+		rd += h->dr[k].bytes;
+		tk += h->dr[k].stale;
+	}
+	printf("%s: the late machine READ %" PRIu64 " bytes and took %" PRIu64
+	       " from machine %u's old copies\n",
+	       x->name, rd, tk, DR_STALE_FROM);
+	if (!tk)
+		failed(&x->res.f, "nothing was taken from a stale source");
+}
+
+/* grow: what the late machine holds once grown: its share as an ordinary
+ * member (replicated(): held by exactly the ring's replicas, complete),
+ * the primary of some of it. */
+static void dr_grown_share(struct dr_run *x, unsigned at_late)
+{
+	const struct held_report *h = x->r[NP_NM];
+	unsigned prim = 0, back = 0;
+	for (unsigned k = 0; k < h->n; k++) {
+		if (h->h[k].role == (int)FARM_AS_PRIMARY)
+			prim++;
+		else
+			back++;
+	}
+	printf("%s: the grown machine is the primary of %u and a backup of "
+	       "%u of %u regions; it copied %u\n",
+	       x->name, prim, back, x->nreg, at_late);
+	if (!grown(h, true))
+		failed(&x->res.f,
+		       "the growing machine did not become the primary of its "
+		       "share (primary of %u of %u regions)",
+		       prim, x->nreg);
+}
+
+/* Pacing, and what each new backup did. */
+static void dr_copies(struct dr_run *x)
+{
+	struct fails *f = &x->res.f;
+	struct dr_copied k = {0};
+	for (unsigned i = 0; i <= NP_NM; i++)
+		if (x->r[i])
+			dr_copies_of(x, i, &k);
+	if (!k.copies)
 		failed(f, "no region was copied to a new backup");
 	/* What the dropped records missed, found by the check: the premise
 	 * of --check-repair (its broken run finds nothing). */
-	if (dr_check_repair && !opt_broken && !fixed)
+	if (dr_check_repair && !opt_broken && !k.fixed)
 		failed(f, "the check pass found no object newer at the "
 		          "primary: no commit was dropped in a first pass");
-	if (dr_stale && r[NP_NM]) {
-		/* What the stale sources saved: bytes READ against bytes
-		 * taken from them, at the late machine. */
-		uint64_t rd = 0, tk = 0;
-		for (unsigned k = 0; k < r[NP_NM]->ndr; k++) {
-			rd += r[NP_NM]->dr[k].bytes;
-			tk += r[NP_NM]->dr[k].stale;
-		}
-		printf("%s: the late machine READ %" PRIu64 " bytes and took "
-		       "%" PRIu64 " from machine %u's old copies\n",
-		       name, rd, tk, DR_STALE_FROM);
-		if (!tk)
-			failed(f, "nothing was taken from a stale source");
-	}
-	if (rejoin && at_late != nreg)
+	if (dr_stale && x->r[NP_NM])
+		dr_stale_saved(x);
+	if (x->rejoin && k.at_late != x->nreg)
 		failed(f,
 		       "the late machine completed %u copies, the cluster "
 		       "holds %u regions",
-		       at_late, nreg);
-	if (grow && r[NP_NM]) {
-		/* What it holds once grown: its share as an ordinary member
-		 * (replicated() above: held by exactly the ring's replicas,
-		 * complete), the primary of some of it. */
-		unsigned prim = 0, back = 0;
-		for (unsigned k = 0; k < r[NP_NM]->n; k++) {
-			const struct rp_held *h = &r[NP_NM]->h[k];
-			if (h->role == (int)FARM_AS_PRIMARY)
-				prim++;
-			else
-				back++;
-		}
-		printf("%s: the grown machine is the primary of %u and a "
-		       "backup of %u of %u regions; it copied %u\n",
-		       name, prim, back, nreg, at_late);
-		if (!grown(r[NP_NM], true))
-			failed(f,
-			       "the growing machine did not become the "
-			       "primary of its share (primary of %u of %u "
-			       "regions)",
-			       prim, nreg);
-	}
+		       k.at_late, x->nreg);
+	if (x->grow && x->r[NP_NM])
+		dr_grown_share(x, k.at_late);
 	/* Commits during a copy that ends after the workload are never
 	 * rewritten later: what --broken relies on to be seen. */
 	printf("%s: %u of %u copies completed after the workload stopped\n",
-	       name, late, copies);
+	       x->name, k.late, k.copies);
+}
 
-	/* Equal bytes at every replica, once every log is truncated. */
-	for (unsigned i = 0; i <= NP_NM; i++)
-		if (dr_in(&res, i))
-			dr_send(i, 'F');
-	for (unsigned i = 0; i <= NP_NM; i++)
-		if (dr_in(&res, i))
-			dr_expect(i, 'f', 30000);
+/* The regions machines @i and @j (their reports @a, @b) both hold:
+ * counted into *@compared; those whose bytes differ (the first few
+ * failed into @f, @so_far before) returned. */
+static unsigned hash_pairs(const struct hash_report *a,
+                           const struct hash_report *b, unsigned i, unsigned j,
+                           unsigned *compared, unsigned so_far, struct fails *f)
+{
+	unsigned differ = 0;
+	for (unsigned k = 0; k < a->n; k++)
+		for (unsigned q = 0; q < b->n; q++) {
+			if (b->region[q] != a->region[k])
+				continue;
+			(*compared)++;
+			if (b->hash[q] == a->hash[k])
+				continue;
+			if (so_far + differ++ < 4)
+				failed(f,
+				       "region %#" PRIx32 ": bytes differ "
+				       "between machines %u and %u",
+				       a->region[k], i, j);
+		}
+	return differ;
+}
+
+/* Equal bytes at every replica, once every log is truncated. */
+static void dr_equal_bytes(struct dr_run *x)
+{
+	struct fails *f = &x->res.f;
 	struct hash_report hr[NP_NM + 1];
 	for (unsigned i = 0; i <= NP_NM; i++)
-		if (dr_in(&res, i))
+		if (dr_in(&x->res, i))
+			dr_send(i, 'F');
+	for (unsigned i = 0; i <= NP_NM; i++)
+		if (dr_in(&x->res, i))
+			dr_expect(i, 'f', 30000);
+	for (unsigned i = 0; i <= NP_NM; i++)
+		if (dr_in(&x->res, i))
 			dr_send(i, 'H');
 	for (unsigned i = 0; i <= NP_NM; i++)
-		if (dr_in(&res, i)) {
+		if (dr_in(&x->res, i)) {
 			dr_expect(i, 'h', 60000);
 			dr_recv(i, &hr[i], sizeof(hr[i]), 5000);
 			if (hr[i].pending)
@@ -1396,33 +1444,78 @@ static void run_mode(unsigned first, int second, bool rejoin, bool grow,
 				       i, hr[i].pending);
 		}
 	unsigned differ = 0, compared = 0;
-	for (unsigned i = 0; i <= NP_NM; i++) {
-		if (!dr_in(&res, i))
-			continue;
-		for (unsigned k = 0; k < hr[i].n; k++)
-			for (unsigned j = i + 1; j <= NP_NM; j++) {
-				if (!dr_in(&res, j))
-					continue;
-				for (unsigned q = 0; q < hr[j].n; q++) {
-					if (hr[j].region[q] != hr[i].region[k])
-						continue;
-					compared++;
-					if (hr[j].hash[q] == hr[i].hash[k])
-						continue;
-					if (differ++ < 4)
-						failed(f,
-						       "region %#" PRIx32
-						       ": bytes differ "
-						       "between machines %u "
-						       "and %u",
-						       hr[i].region[k], i, j);
-				}
-			}
-	}
-	printf("%s: %u replica pairs compared, %u differ\n", name, compared,
-	       differ);
 	for (unsigned i = 0; i <= NP_NM; i++)
-		free(r[i]);
+		for (unsigned j = i + 1; dr_in(&x->res, i) && j <= NP_NM; j++)
+			if (dr_in(&x->res, j))
+				differ += hash_pairs(&hr[i], &hr[j], i, j,
+				                     &compared, differ, f);
+	printf("%s: %u replica pairs compared, %u differ\n", x->name, compared,
+	       differ);
+}
+
+/* What the run's --broken build breaks (rb_verdict). */
+static const char *dr_broken_what(const struct dr_run *x)
+{
+	if (x->grow)
+		return dr_grow_broken;
+	if (x->rejoin && dr_stale)
+		return "the first pass took every chunk of the stale sources "
+		       "whatever their summaries said";
+	if (x->rejoin)
+		return "placement ignored which machine joined late";
+	if (dr_check_repair)
+		return "the check pass took every chunk as equal";
+	return "new backups dropped the commits that came during the copy";
+}
+
+/* @first killed; then @second (-1: none) while a copy is under way, or,
+ * with @rejoin, right after the first's recovery, and then a machine
+ * joins late (a new id, empty memory) while the workload goes on. With
+ * @grow (and no @second), a machine joins late once the first kill is
+ * recovered, when no region is short: it grows into its share as an
+ * extra backup. */
+static void run_mode(unsigned first, int second, bool rejoin, bool grow,
+                     const char *name)
+{
+	static struct dr_run x;
+	x = (struct dr_run){.first = first,
+	                    .second = second,
+	                    .rejoin = rejoin,
+	                    .grow = grow,
+	                    .name = name};
+	rb_start(&x.res, name);
+	if (grow) {
+		int v = grow_victim();
+		if (v < 0) {
+			failed(&x.res.f,
+			       "no machine's departure makes machine %u grow "
+			       "into a surviving primary's region (the "
+			       "regions drawn this run)",
+			       DR_LATE_ID);
+			v = 2;
+		}
+		x.first = (unsigned)v;
+	}
+	dr_kills(&x);
+	struct fails *f = &x.res.f;
+	if (second >= 0 && !rejoin && !x.killed_during)
+		failed(f, "no copy was seen in progress: the second kill did "
+		          "not come during data recovery");
+	if (dr_grow_kill)
+		grow_kill(&x.res);
+	if (dr_grow_round)
+		grow_round(&x.res);
+	if (dr_grow_displace)
+		grow_displace(&x.res);
+	if (dr_grow_crash != FARM_FP_COUNT)
+		grow_crash(&x.res);
+	dr_wait_full(&x);
+	if (grow)
+		held_at_replicas(x.r, dr_grow_displace, f);
+	dr_copies(&x);
+	dr_equal_bytes(&x);
+	for (unsigned i = 0; i <= NP_NM; i++)
+		free(x.r[i]);
 	if (late_in) { /* before the cluster's files go */
 		dr_send(NP_NM, 'Q');
 		int st = tu_reap(late_cl.pid[0]);
@@ -1431,17 +1524,8 @@ static void run_mode(unsigned first, int second, bool rejoin, bool grow,
 		if (st)
 			failed(f, "the late machine exited with %d", st);
 	}
-	rb_check(&res);
-	rb_verdict(&res, opt_broken,
-	           grow ? dr_grow_broken
-	           : rejoin && dr_stale
-	                   ? "the first pass took every chunk of the stale "
-	                     "sources whatever their summaries said"
-	           : rejoin ? "placement ignored which machine joined late"
-	           : dr_check_repair
-	                   ? "the check pass took every chunk as equal"
-	                   : "new backups dropped the commits that came "
-	                     "during the copy");
+	rb_check(&x.res);
+	rb_verdict(&x.res, opt_broken, dr_broken_what(&x));
 }
 
 static void run(unsigned first, int second, bool rejoin, const char *name)
