@@ -13,7 +13,7 @@
  * R/left (counting each time it would have let the leaver go) and the
  * configuration without the leaver never comes. The machine that is not
  * the manager leaves (call A, LEAVE_MS, on a thread of its own; again
- * until one call gets there, within WAIT_MS) and is held by the
+ * until one call gets there, within LP_WAIT_MS) and is held by the
  * FARM_FP_LEAVE_QUIESCED hook where it has quiesced and is about to say
  * R/left. Meanwhile its main thread makes the second calls:
  *   - farm_node_leave(node, 0) must answer -EALREADY;
@@ -35,40 +35,23 @@
 #define NP_NM 2
 #include "nodeproc.h"
 #include "brokenarg.h"
+#include "leaveproc.h"
 
 #include <inttypes.h>
-#include <pthread.h>
-#include <stdatomic.h>
 
 #include "node/ctl.h"
-#include "node/node.h"
-#include "util/fault.h"
 
 #ifndef FARM_SOURCE_DIR
 #error "FARM_SOURCE_DIR must name the source tree (for scripts/zk-local)"
 #endif
 
-#define SESSION_MS 4000
-#define LEASE_US   50000u
-#define WAIT_MS    30000
-#define LEAVE_MS   2000 /* call A's timeout */
-#define CTL_MS     5000 /* the control socket's answer */
-#define GRACE_MS   5000 /* the manager's read of R/left, waited for */
+#define LEAVE_MS 2000 /* call A's timeout */
+#define CTL_MS   5000 /* the control socket's answer */
+#define GRACE_MS 5000 /* the manager's read of R/left, waited for */
 
 static char zk_dir[256], zk_connect[64], zk_root[64];
 static const char *zk_script = FARM_SOURCE_DIR "/scripts/zk-local";
 static bool opt_broken;
-
-/* Child: the manager's hold, counted (the hook runs on its membership
- * thread; read by 'H'). */
-static atomic_uint held;
-
-static void hold_hook(enum farm_fault_point fp, void *arg)
-{
-	(void)fp;
-	(void)arg;
-	atomic_fetch_add(&held, 1);
-}
 
 /* Child: call A held where it quiesced, before R/left (its first arrival
  * only), until the main thread made the second calls. */
@@ -108,12 +91,6 @@ static void let_go_on(void)
 	pthread_mutex_unlock(&at.lock);
 }
 
-struct view_report {
-	uint64_t config_id;
-	unsigned n;
-	uint32_t cm;
-};
-
 struct twice_report {
 	unsigned calls; /* A's calls, the last one held */
 	bool reached;   /* A was held where it quiesced */
@@ -121,70 +98,8 @@ struct twice_report {
 	int b_rc;       /* farm_node_leave(node, 0) meanwhile */
 	int ctl_rc;     /* "leave 1" meanwhile: farm_ctl_request's return */
 	bool ctl_busy;  /* its answer said a leave already runs */
-	int commit_rc;  /* farm_tx_commit's return, else its outcome */
-	bool admitted;  /* farm_tx_commit took it (returned 0) */
+	struct lp_commit commit; /* after A */
 };
-
-/* Child: wait (serving the loop) until the view has @n members. */
-static int wait_members(struct np_child *c, unsigned n)
-{
-	static const volatile int never = 0;
-	uint64_t dl = np_now_ns() + WAIT_MS * 1000000ull;
-	struct farm_view *v = malloc(sizeof(*v));
-	int rc = -ETIMEDOUT;
-	while (v && np_now_ns() < dl) {
-		if (!farm_node_view(c->node, v) && v->n == n) {
-			rc = 0;
-			break;
-		}
-		(void)farm_loop_wait(c->loop, &never, 1000000ull);
-	}
-	free(v);
-	return rc;
-}
-
-/* Child: call A, on a thread of its own while the main thread serves
- * loop 0 (the completion check's messages run there). */
-struct leaver {
-	farm_node *node;
-	int rc;
-	atomic_int done;
-};
-
-static void *leave_main(void *arg)
-{
-	struct leaver *l = arg;
-	l->rc = farm_node_leave(l->node, LEAVE_MS);
-	atomic_store(&l->done, 1); /* pairs with the load in leave_once */
-	return NULL;
-}
-
-static void committed(farm_loop *loop, void *ctx, int outcome)
-{
-	(void)loop;
-	int *o = ctx;
-	o[0] = outcome;
-	o[1] = 1;
-}
-
-/* Child: an empty transaction's commit on this machine: refused at once
- * (its return), or admitted (0) and then its outcome. */
-static void try_commit(struct np_child *c, struct twice_report *r)
-{
-	farm_tx *tx;
-	r->admitted = false;
-	r->commit_rc = farm_tx_begin(farm_node_txm(c->node), c->loop, &tx);
-	if (r->commit_rc)
-		return;
-	int o[2] = {0, 0};
-	r->commit_rc = farm_tx_commit(tx, committed, o);
-	if (!r->commit_rc) {
-		r->admitted = true;
-		(void)farm_loop_wait(c->loop, &o[1], WAIT_MS * 1000000ull);
-		r->commit_rc = o[1] ? o[0] : -ETIMEDOUT;
-	}
-	farm_tx_free(tx);
-}
 
 /* Child, A held: the second calls, from this thread and the control
  * socket's. */
@@ -202,23 +117,22 @@ static void second_calls(struct np_child *c, struct twice_report *r)
 	free(reply);
 }
 
+/* Child, at each pass while call A runs: the second calls once A is
+ * held, then A let go on. */
+static void while_a(struct np_child *c, void *arg)
+{
+	struct twice_report *r = arg;
+	if (!r->reached && at_state() == 1) {
+		second_calls(c, r);
+		let_go_on();
+	}
+}
+
 /* Child: one call A, serving the loop; the second calls once it is held. */
 static int leave_once(struct np_child *c, struct twice_report *r)
 {
-	static const volatile int never = 0;
-	struct leaver l = {.node = c->node};
-	pthread_t th;
-	if (pthread_create(&th, NULL, leave_main, &l))
+	if (lp_leave(c, LEAVE_MS, while_a, r, &r->a_rc))
 		return -1;
-	while (!atomic_load(&l.done)) {
-		if (!r->reached && at_state() == 1) {
-			second_calls(c, r);
-			let_go_on();
-		}
-		(void)farm_loop_wait(c->loop, &never, 1000000ull);
-	}
-	pthread_join(th, NULL);
-	r->a_rc = l.rc;
 	r->calls++;
 	return 0;
 }
@@ -227,109 +141,59 @@ static int leave_once(struct np_child *c, struct twice_report *r)
  * may time out before: nothing said yet), then a commit. */
 static int leave_twice(struct np_child *c, struct twice_report *r)
 {
-	uint64_t dl = np_now_ns() + WAIT_MS * 1000000ull;
+	uint64_t dl = np_now_ns() + LP_WAIT_MS * 1000000ull;
 	while (!r->reached && np_now_ns() < dl)
 		if (leave_once(c, r))
 			return -1;
-	try_commit(c, r);
+	lp_try_commit(c, &r->commit);
 	return 0;
+}
+
+/* Child, 'L': A's calls and the second ones, then a commit. */
+static int on_leave(struct np_child *c)
+{
+	struct twice_report r = {0};
+	if (leave_twice(c, &r))
+		return -1;
+	return np_say(c, 'L', &r, sizeof(r));
 }
 
 static int machine(struct np_child *c, void *arg)
 {
 	(void)arg;
-	struct farm_config cfg;
-	int rc = np_config_zk(c, "16M", zk_connect, zk_root, SESSION_MS,
-	                      LEASE_US, &cfg);
+	int rc = lp_machine_open(c, zk_connect, zk_root);
 	if (rc)
 		return rc;
-	cfg.replicas = 1; /* so that one of the 2 may leave */
-	if ((rc = farm_node_open(&cfg, &c->node))) {
-		fprintf(stderr, "m%u: open: %s\n", c->me, farm_strerror(rc));
-		return 4;
-	}
-	farm_node_set_app_loops(c->node, true);
-	if (farm_node_start(c->node, 10000) ||
-	    farm_node_loop_open(c->node, 0, &c->loop))
-		return 5;
-	if (wait_members(c, NP_NM))
-		return 6;
-	if (farm_fault_set(FARM_FP_ZK_LEFT_HOLD, hold_hook, NULL) ||
-	    farm_fault_set(FARM_FP_LEAVE_QUIESCED, quiesced_hook, NULL) ||
+	if (farm_fault_set(FARM_FP_LEAVE_QUIESCED, quiesced_hook, NULL) ||
 	    (opt_broken &&
 	     farm_fault_set(FARM_FP_LEAVE_UNGUARDED, tu_switch_on, NULL)))
 		return 6;
-	if (np_ready(c))
-		return 7;
-	for (;;) {
-		int b = np_wait_cmd(c);
-		if (b == 'Q' || b < 0)
-			break;
-		if (b == 'V') {
-			struct view_report vr = {0};
-			struct farm_view *v = malloc(sizeof(*v));
-			if (v && !farm_node_view(c->node, v))
-				vr = (struct view_report){.config_id =
-				                                  v->config_id,
-				                          .n = v->n,
-				                          .cm = v->cm};
-			free(v);
-			if (np_say(c, 'V', &vr, sizeof(vr)))
-				break;
-		} else if (b == 'L') {
-			struct twice_report r = {0};
-			if (leave_twice(c, &r) || np_say(c, 'L', &r, sizeof(r)))
-				break;
-		} else if (b == 'H') {
-			unsigned h = atomic_load(&held);
-			if (np_say(c, 'H', &h, sizeof(h)))
-				break;
-		}
-	}
-	farm_node_loop_close(c->node, c->loop);
-	farm_node_close(c->node);
+	rc = lp_serve(c, on_leave);
 	(void)farm_fault_set(FARM_FP_LEAVE_UNGUARDED, NULL, NULL);
 	(void)farm_fault_set(FARM_FP_LEAVE_QUIESCED, NULL, NULL);
-	(void)farm_fault_set(FARM_FP_ZK_LEFT_HOLD, NULL, NULL);
-	return 0;
+	return rc;
 }
 
 static struct np_cluster cl;
-
-static unsigned ask_held(unsigned i)
-{
-	unsigned h = 0;
-	np_send(&cl, i, 'H');
-	np_expect(&cl, i, 'H', WAIT_MS);
-	np_recv(&cl, i, &h, sizeof(h), 1000);
-	return h;
-}
 
 static void test_leave_twice(void **state)
 {
 	(void)state;
 	np_start(&cl, opt_broken ? "leave_twice_broken" : "leave_twice",
 	         machine, NULL);
-	for (unsigned i = 0; i < NP_NM; i++)
-		np_expect(&cl, i, 'R', 60000);
-	struct view_report vr;
-	np_send(&cl, 0, 'V');
-	np_expect(&cl, 0, 'V', WAIT_MS);
-	np_recv(&cl, 0, &vr, sizeof(vr), 1000);
-	assert_int_equal(vr.n, NP_NM);
-	assert_true(vr.cm < NP_NM);
-	unsigned cm = vr.cm, leaver = 1 - vr.cm;
+	unsigned cm, leaver;
+	lp_roles(&cl, &cm, &leaver);
 
 	struct twice_report r;
 	uint64_t t0 = np_now_ns();
 	np_send(&cl, leaver, 'L');
-	np_expect(&cl, leaver, 'L', 2 * WAIT_MS + LEAVE_MS);
+	np_expect(&cl, leaver, 'L', 2 * LP_WAIT_MS + LEAVE_MS);
 	np_recv(&cl, leaver, &r, sizeof(r), 1000);
 	/* The mark is written after farm_membership_left returns (it
 	 * returns at once): the manager's read of it, waited for. */
 	unsigned h = 0;
 	for (uint64_t g = np_now_ns() + GRACE_MS * 1000000ull;
-	     !(h = ask_held(cm)) && np_now_ns() < g;)
+	     !(h = lp_ask_held(&cl, cm)) && np_now_ns() < g;)
 		np_pause_ms(20);
 	printf("%smachine %u: %u call(s) of %d ms, the last held where it "
 	       "quiesced: %s; meanwhile leave(0) answered %s, the control "
@@ -341,18 +205,19 @@ static void test_leave_twice(void **state)
 	       farm_strerror(r.ctl_rc),
 	       r.ctl_busy ? "a leave already runs" : "another answer",
 	       farm_strerror(r.a_rc), (double)(np_now_ns() - t0) / 1e6, h,
-	       r.admitted ? "admitted" : "refused", farm_strerror(r.commit_rc));
+	       r.commit.admitted ? "admitted" : "refused",
+	       farm_strerror(r.commit.rc));
 	if (!r.reached)
 		fail_msg("the leave never quiesced within %d ms: nothing "
 		         "checked",
-		         WAIT_MS);
+		         LP_WAIT_MS);
 	if (!h)
 		fail_msg("the held leave never said R/left: nothing checked");
 	if (opt_broken) {
-		if (!r.admitted)
+		if (!r.commit.admitted)
 			fail_msg("--broken-unguarded: the commit after R/left "
 			         "was refused (%s): the switch did not take",
-			         farm_strerror(r.commit_rc));
+			         farm_strerror(r.commit.rc));
 		printf("--broken-unguarded: a commit admitted after R/left, "
 		       "as the check must find\n");
 	} else {
@@ -360,8 +225,8 @@ static void test_leave_twice(void **state)
 		assert_int_equal(r.ctl_rc, -EPROTO);
 		assert_true(r.ctl_busy);
 		assert_int_equal(r.a_rc, -ETIMEDOUT);
-		assert_false(r.admitted);
-		assert_int_equal(r.commit_rc, -ESHUTDOWN);
+		assert_false(r.commit.admitted);
+		assert_int_equal(r.commit.rc, -ESHUTDOWN);
 	}
 	np_quit_all(&cl);
 	np_cleanup(&cl);
