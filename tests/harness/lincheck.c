@@ -446,26 +446,25 @@ static bool skip_unknown(const struct ctx *c, uint32_t head, uint32_t e,
 	return false;
 }
 
-/*
- * The search over c->ops[0..m) (sorted by invocation). Returns KEY_OK,
- * KEY_BAD (c->best describes the deepest point), KEY_TIMEOUT or -ENOMEM.
- * At each point the candidates (calls before the first remaining return)
- * are tried in two passes: first the ops with a response, then those
- * without. An op without response need not take effect at all, and in
- * the histories of a failure (writes that failed retryably, retried
- * again and again) most did not: trying them first made the search
- * explore every subset of a run of them before skipping them all (60 s
- * for 18 failed puts of one key). The order changes nothing else: every
- * candidate is still tried.
- */
-static int search(struct ctx *c, uint32_t m)
+/* Where the search stands: the state after the ops linearized so far
+ * (depth of them, on c->frames), the highest op index among them plus 1
+ * (M), the last writer, the responses still to linearize, the pass (0:
+ * ops with a response, 1: without) and the entry @e it looks at next. */
+struct pos {
+	struct state st;
+	uint32_t M, writer, depth, remaining, pass, e, head;
+	uint64_t steps;
+};
+
+/* The entry list of c->ops[0..m): a call and (when it has one) a return
+ * per op, in time order, linked after the head entry (*@head); the
+ * responses counted (*@nresp). 0 or -ENOMEM. */
+static int search_setup(struct ctx *c, uint32_t m, uint32_t *head,
+                        uint32_t *nresp)
 {
 	struct kop *ops = c->ops;
-	if (!m)
-		return KEY_OK; /* only gets without response */
-	/* entries */
 	size_t ne = 0;
-	uint32_t nresp = 0;
+	*nresp = 0;
 	if (hb_grow((void **)&c->ents, &c->capents, 2 * (size_t)m,
 	            sizeof(*c->ents)) ||
 	    hb_grow((void **)&c->next, &c->capnext, 2 * (size_t)m + 1,
@@ -482,15 +481,15 @@ static int search(struct ctx *c, uint32_t m)
 		if (responded(&ops[i])) {
 			c->ents[ne++] = (struct ent){
 			        .t = ops[i].t_resp, .op = i, .ret = 1};
-			nresp++;
+			(*nresp)++;
 		}
 	}
 	qsort(c->ents, ne, sizeof(*c->ents), ent_cmp);
-	uint32_t head = (uint32_t)ne;
-	c->prev[head] = NONE;
-	c->next[head] = ne ? 0 : NONE;
+	*head = (uint32_t)ne;
+	c->prev[*head] = NONE;
+	c->next[*head] = ne ? 0 : NONE;
 	for (uint32_t i = 0; i < ne; i++) {
-		c->prev[i] = i ? i - 1 : head;
+		c->prev[i] = i ? i - 1 : *head;
 		c->next[i] = i + 1 < ne ? i + 1 : NONE;
 		if (c->ents[i].ret)
 			c->ret_of[c->ents[i].op] = i;
@@ -503,143 +502,185 @@ static int search(struct ctx *c, uint32_t m)
 		return -ENOMEM;
 	memset(&c->best, 0, sizeof(c->best));
 	c->best.depth = -1;
+	return 0;
+}
 
-	struct state st = {0, 0};
-	uint32_t M = 0, writer = NONE, depth = 0, remaining = nresp, pass = 0;
-	uint32_t e = c->next[head];
-	uint64_t steps = 0;
+/* The unlinearized ops below @nM other than entry @e's into c->ubuf
+ * (*@nu): all are calls before the first remaining return. */
+static int unlinearized(struct ctx *c, const struct pos *p, uint32_t nM,
+                        uint32_t *nu)
+{
+	*nu = 0;
+	for (uint32_t x = c->next[p->head];
+	     x != NONE && !c->ents[x].ret && c->ents[x].op < nM;
+	     x = c->next[x]) {
+		if (x == p->e)
+			continue;
+		if (hb_grow((void **)&c->ubuf, &c->capubuf, *nu + 1,
+		            sizeof(uint32_t)))
+			return -ENOMEM;
+		c->ubuf[(*nu)++] = c->ents[x].op;
+	}
+	return 0;
+}
+
+/* Call entry p->e's op tried at this point: linearized (pushed, the
+ * search goes on from the first entry) or passed over (the next entry):
+ * 0; 1: back (a forced op whose configuration failed before); -ENOMEM.
+ */
+static int try_call(struct ctx *c, struct pos *p)
+{
+	struct kop *ops = c->ops;
+	uint32_t o = c->ents[p->e].op;
+	struct state ns;
+	if (responded(&ops[o]) == (p->pass == 1) ||
+	    (p->pass == 1 && skip_unknown(c, p->head, p->e, p->st)) ||
+	    !step(&ops[o], p->st, &ns)) {
+		p->e = c->next[p->e]; /* the other pass's, left, or invalid */
+		return 0;
+	}
+	/* An op that changes nothing in every state where it is valid (a
+	 * get, a delete that found nothing) can go first whenever it can go
+	 * at all: nothing it must follow is pending, and moving it to the
+	 * front of any completion keeps that valid. So it is not a choice
+	 * point. (A put of the value the key already holds is not such an
+	 * op: later in a completion it may change the state.) */
+	bool same = ops[o].kind == LC_GET ||
+	            (ops[o].kind == LC_DEL && !ops[o].found);
+	uint32_t nM = o + 1 > p->M ? o + 1 : p->M, nu;
+	if (unlinearized(c, p, nM, &nu))
+		return -ENOMEM;
+	int ins = memo_insert(c, nM, c->ubuf, nu, ns);
+	if (ins < 0)
+		return -ENOMEM;
+	if (!ins) {
+		/* Seen before, so explored and failed: with a forced op,
+		 * this configuration fails too. */
+		if (same)
+			return 1;
+		p->e = c->next[p->e];
+		return 0;
+	}
+	c->frames[p->depth++] = (struct frame){.st = p->st,
+	                                       .op = o,
+	                                       .M = p->M,
+	                                       .writer = p->writer,
+	                                       .forced = same,
+	                                       .pass = p->pass};
+	p->pass = 0;
+	p->st = ns;
+	p->M = nM;
+	if (writes(&ops[o]))
+		p->writer = o;
+	unlink_ent(c, p->e);
+	if (responded(&ops[o])) {
+		unlink_ent(c, c->ret_of[o]);
+		p->remaining--;
+	}
+	p->e = c->next[p->head];
+	return 0;
+}
+
+/* A return entry (or, defensively, the end) reached: the op it returns
+ * cannot be linearized later than this. The deepest such point is the
+ * report's (c->best). */
+static void note_best(struct ctx *c, const struct pos *p)
+{
+	struct best *b = &c->best;
+	if ((int64_t)p->depth <= b->depth)
+		return;
+	b->depth = p->depth;
+	b->blocked = p->e == NONE ? NONE : c->ents[p->e].op;
+	b->st = p->st;
+	b->writer = p->writer;
+	b->ntail = 0;
+	for (uint32_t i = p->depth; i > 0 && b->ntail < TAIL; i--)
+		b->tail[b->ntail++] = c->frames[i - 1].op;
+	b->ntried = b->ntried_all = 0;
+	for (uint32_t x = c->next[p->head]; x != p->e && x != NONE;
+	     x = c->next[x]) {
+		if (c->ents[x].ret)
+			continue;
+		if (b->ntried < TRIED)
+			b->tried[b->ntried++] = c->ents[x].op;
+		b->ntried_all++;
+	}
+}
+
+/* Undo the last choice (and the forced ops above it), the search going
+ * on after it: KEY_OK, or KEY_BAD when there is none. */
+static int backtrack(struct ctx *c, struct pos *p)
+{
+	uint32_t ce, forced;
+	do {
+		if (!p->depth)
+			return KEY_BAD;
+		struct frame *f = &c->frames[--p->depth];
+		uint32_t o = f->op;
+		ce = c->call_of[o];
+		if (responded(&c->ops[o])) {
+			relink_ent(c, c->ret_of[o]);
+			p->remaining++;
+		}
+		relink_ent(c, ce);
+		p->st = f->st;
+		p->M = f->M;
+		p->writer = f->writer;
+		forced = f->forced;
+		p->pass = f->pass;
+		p->steps++;
+	} while (forced);
+	p->e = c->next[ce];
+	return KEY_OK;
+}
+
+/*
+ * The search over c->ops[0..m) (sorted by invocation). Returns KEY_OK,
+ * KEY_BAD (c->best describes the deepest point), KEY_TIMEOUT or -ENOMEM.
+ * At each point the candidates (calls before the first remaining return)
+ * are tried in two passes: first the ops with a response, then those
+ * without. An op without response need not take effect at all, and in
+ * the histories of a failure (writes that failed retryably, retried
+ * again and again) most did not: trying them first made the search
+ * explore every subset of a run of them before skipping them all (60 s
+ * for 18 failed puts of one key). The order changes nothing else: every
+ * candidate is still tried.
+ */
+static int search(struct ctx *c, uint32_t m)
+{
+	if (!m)
+		return KEY_OK; /* only gets without response */
+	struct pos p = {.writer = NONE};
+	if (search_setup(c, m, &p.head, &p.remaining))
+		return -ENOMEM;
+	p.e = c->next[p.head];
 	int rc = KEY_OK;
-	while (remaining) {
-		if ((++steps & 1023) == 0 && c->deadline &&
+	while (p.remaining && rc == KEY_OK) {
+		if ((++p.steps & 1023) == 0 && c->deadline &&
 		    now_ns() > c->deadline) {
 			rc = KEY_TIMEOUT;
 			break;
 		}
-		bool back = false;
-		if (e != NONE && !c->ents[e].ret) {
-			uint32_t o = c->ents[e].op;
-			struct state ns;
-			if (responded(&ops[o]) == (pass == 1) ||
-			    (pass == 1 && skip_unknown(c, head, e, st))) {
-				e = c->next[e]; /* the other pass's, or left */
+		int back = 0;
+		if (p.e != NONE && !c->ents[p.e].ret) {
+			back = try_call(c, &p);
+			if (back < 0) {
+				rc = -ENOMEM;
+				break;
+			}
+			if (!back)
 				continue;
-			}
-			if (step(&ops[o], st, &ns)) {
-				/* An op that changes nothing in every state
-				 * where it is valid (a get, a delete that
-				 * found nothing) can go first whenever it can
-				 * go at all: nothing it must follow is
-				 * pending, and moving it to the front of any
-				 * completion keeps that valid. So it is not a
-				 * choice point. (A put of the value the key
-				 * already holds is not such an op: later in a
-				 * completion it may change the state.) */
-				bool same = ops[o].kind == LC_GET ||
-				            (ops[o].kind == LC_DEL &&
-				             !ops[o].found);
-				uint32_t nM = o + 1 > M ? o + 1 : M, nu = 0;
-				/* U: unlinearized ops below nM; all are calls
-				 * before the first remaining return. */
-				for (uint32_t x = c->next[head];
-				     x != NONE && !c->ents[x].ret &&
-				     c->ents[x].op < nM;
-				     x = c->next[x]) {
-					if (x == e)
-						continue;
-					if (hb_grow((void **)&c->ubuf,
-					            &c->capubuf, nu + 1,
-					            sizeof(uint32_t))) {
-						rc = -ENOMEM;
-						goto out;
-					}
-					c->ubuf[nu++] = c->ents[x].op;
-				}
-				int ins = memo_insert(c, nM, c->ubuf, nu, ns);
-				if (ins < 0) {
-					rc = -ENOMEM;
-					goto out;
-				}
-				if (ins) {
-					c->frames[depth++] =
-					        (struct frame){.st = st,
-					                       .op = o,
-					                       .M = M,
-					                       .writer = writer,
-					                       .forced = same,
-					                       .pass = pass};
-					pass = 0;
-					st = ns;
-					M = nM;
-					if (writes(&ops[o]))
-						writer = o;
-					unlink_ent(c, e);
-					if (responded(&ops[o])) {
-						unlink_ent(c, c->ret_of[o]);
-						remaining--;
-					}
-					e = c->next[head];
-					continue;
-				}
-				/* Seen before, so explored and failed: with a
-				 * forced op, this configuration fails too. */
-				back = same;
-			}
-			if (!back) {
-				e = c->next[e];
-				continue;
-			}
 		}
-		if (!back && pass == 0) {
-			pass = 1; /* now the ops without response */
-			e = c->next[head];
+		if (!back && p.pass == 0) {
+			p.pass = 1; /* now the ops without response */
+			p.e = c->next[p.head];
 			continue;
 		}
-		/* A return entry (or, defensively, the end): the op it
-		 * returns cannot be linearized later than this. */
-		if (!back && (int64_t)depth > c->best.depth) {
-			struct best *b = &c->best;
-			b->depth = depth;
-			b->blocked = e == NONE ? NONE : c->ents[e].op;
-			b->st = st;
-			b->writer = writer;
-			b->ntail = 0;
-			for (uint32_t i = depth; i > 0 && b->ntail < TAIL; i--)
-				b->tail[b->ntail++] = c->frames[i - 1].op;
-			b->ntried = b->ntried_all = 0;
-			for (uint32_t x = c->next[head]; x != e && x != NONE;
-			     x = c->next[x]) {
-				if (c->ents[x].ret)
-					continue;
-				if (b->ntried < TRIED)
-					b->tried[b->ntried++] = c->ents[x].op;
-				b->ntried_all++;
-			}
-		}
-		uint32_t ce, forced;
-		do {
-			if (!depth) {
-				rc = KEY_BAD;
-				goto out;
-			}
-			struct frame *f = &c->frames[--depth];
-			uint32_t o = f->op;
-			ce = c->call_of[o];
-			if (responded(&ops[o])) {
-				relink_ent(c, c->ret_of[o]);
-				remaining++;
-			}
-			relink_ent(c, ce);
-			st = f->st;
-			M = f->M;
-			writer = f->writer;
-			forced = f->forced;
-			pass = f->pass;
-			steps++;
-		} while (forced);
-		e = c->next[ce];
+		if (!back)
+			note_best(c, &p);
+		rc = backtrack(c, &p);
 	}
-out:
-	c->r->nsteps += steps;
+	c->r->nsteps += p.steps;
 	c->r->nmemo += c->nmemo;
 	return rc;
 }
