@@ -987,115 +987,146 @@ static void explain(struct hb_sbuf *b, const struct ctx *c, uint32_t a,
 	hb_sb_add(b, "-%s->", kind == E_WW ? "ww" : kind == E_WR ? "wr" : "rw");
 }
 
+/* A cycle's path buffers: as found (event nodes included), then over
+ * transactions only; each step's edge kind beside it. */
+struct cyc_bufs {
+	uint32_t *path, *tpath;
+	uint8_t *kinds, *tkinds;
+};
+
+/* Cycle @len of @cb->path with its event nodes collapsed (txn -rt-> ev
+ * ... -rt-> txn) into @cb->tpath; its length, and how many of its edges
+ * are rw, wr and real-time. */
+static size_t txn_cycle(const struct ctx *c, struct cyc_bufs *cb, size_t len,
+                        int *nrw, int *nwr, int *nrt)
+{
+	size_t st = 0, tl = 0;
+	while (st < len && cb->path[st] >= c->T)
+		st++;
+	*nrw = *nwr = *nrt = 0;
+	for (size_t i = 0; i < len; i++) {
+		size_t j = (st + i) % len;
+		if (cb->path[j] >= c->T)
+			continue;
+		cb->tpath[tl] = cb->path[j];
+		cb->tkinds[tl++] = cb->kinds[j];
+		*nrw += cb->kinds[j] == E_RW;
+		*nwr += cb->kinds[j] == E_WR;
+		*nrt += cb->kinds[j] == E_RT;
+	}
+	return tl;
+}
+
+/* One cyclic SCC (@n nodes @mem): a shortest cycle in it, of the
+ * strongest kind found first (ww, then with wr, data, all), noted as
+ * its anomaly with its transactions and keys. */
+static void note_cycle(struct ctx *c, struct graph_scratch *g,
+                       const uint32_t *mem, size_t n, struct cyc_bufs *cb)
+{
+	static const int masks[] = {E_WW, E_WW | E_WR, E_DATA, E_ALL};
+	uint32_t s = NONE;
+	int mask = 0;
+	for (size_t m = 0; m < 4 && s == NONE; m++) {
+		mask = masks[m];
+		s = find_cycle_node(c, g, mem, n, mask);
+	}
+	if (s == NONE)
+		return; /* cannot happen: the SCC has a cycle */
+	size_t len = bfs_cycle(c, g, mem, n, s, mask, cb->path, cb->kinds);
+	int nrw, nwr, nrt;
+	size_t tl = txn_cycle(c, cb, len, &nrw, &nwr, &nrt);
+	enum sc_kind kd = nrt       ? SC_REALTIME
+	                  : nrw > 1 ? SC_G2
+	                  : nrw     ? SC_GSINGLE
+	                  : nwr     ? SC_G1C
+	                            : SC_G0;
+	char *text;
+	struct hb_sbuf b = note(c, kd, &text);
+	if (!text)
+		return;
+	hb_sb_add(&b, "cycle of %zu txns (SCC of %zu nodes): ", tl, n);
+	uint64_t keys[2] = {UINT64_MAX, UINT64_MAX};
+	for (size_t i = 0; i < tl; i++) {
+		if (i >= 12) {
+			hb_sb_add(&b, " ... ");
+			break;
+		}
+		sb_txn(&b, c, cb->tpath[i]);
+		uint64_t key;
+		explain(&b, c, cb->tpath[i], cb->tpath[(i + 1) % tl],
+		        cb->tkinds[i], &key);
+		if (i < 2)
+			keys[i] = key;
+	}
+	sb_txn(&b, c, cb->tpath[0]);
+	if (tl == 2 && nrw == 1 && !nrt && keys[0] == keys[1] &&
+	    keys[0] != UINT64_MAX)
+		hb_sb_add(&b, " [lost update of key %" PRIu64 "]", keys[0]);
+	if (tl == 2 && nrw == 2 && keys[0] != keys[1])
+		hb_sb_add(&b, " [write skew]");
+	if (nrt)
+		hb_sb_add(&b, " [a transaction saw state older than one that "
+		              "had already completed]");
+}
+
+static void scratch_free(struct graph_scratch *g)
+{
+	free(g->a);
+	free(g->b);
+	free(g->stk);
+	free(g->members);
+	free(g->it);
+	free(g->color);
+	free(g->cs);
+	free(g->scc);
+}
+
+static int scratch_alloc(struct graph_scratch *g, size_t nv)
+{
+	g->a = malloc(nv * sizeof(uint32_t));
+	g->b = malloc(nv * sizeof(uint32_t));
+	g->stk = malloc(nv * sizeof(uint32_t));
+	g->members = malloc(nv * sizeof(uint32_t));
+	g->cs = malloc(nv * sizeof(uint32_t));
+	g->it = malloc(nv * sizeof(size_t));
+	g->color = calloc(nv, 1);
+	if (!g->a || !g->b || !g->stk || !g->members || !g->cs || !g->it ||
+	    !g->color)
+		return -ENOMEM; /* the caller frees what was made */
+	return 0;
+}
+
+/* The dependency graph's cyclic SCCs (Tarjan), one anomaly noted for
+ * each. 0 or -ENOMEM. */
 static int cycles(struct ctx *c)
 {
 	int rc = -ENOMEM;
-	uint32_t V = c->V;
-	size_t nv = V ? V : 1;
+	size_t nv = c->V ? c->V : 1;
 	struct graph_scratch g = {0};
-	g.a = malloc(nv * sizeof(uint32_t));
-	g.b = malloc(nv * sizeof(uint32_t));
-	g.stk = malloc(nv * sizeof(uint32_t));
-	g.members = malloc(nv * sizeof(uint32_t));
-	g.cs = malloc(nv * sizeof(uint32_t));
-	g.it = malloc(nv * sizeof(size_t));
-	g.color = calloc(nv, 1);
+	struct cyc_bufs cb = {0};
 	c->comp = malloc(nv * sizeof(uint32_t));
-	uint32_t *path = NULL, *tpath = NULL;
-	uint8_t *kinds = NULL, *tkinds = NULL;
-	if (!g.a || !g.b || !g.stk || !g.members || !g.cs || !g.it ||
-	    !g.color || !c->comp)
-		goto out;
-	if (tarjan(c, &g))
+	if (scratch_alloc(&g, nv) || !c->comp || tarjan(c, &g))
 		goto out;
 	c->r->nsccs_cyclic = g.nscc;
 	if (g.nscc) {
 		/* Cycles are no longer than the largest SCC, <= V nodes. */
-		path = malloc(nv * sizeof(*path));
-		kinds = malloc(nv);
-		tpath = malloc(nv * sizeof(*tpath));
-		tkinds = malloc(nv);
-		if (!path || !kinds || !tpath || !tkinds)
+		cb.path = malloc(nv * sizeof(*cb.path));
+		cb.kinds = malloc(nv);
+		cb.tpath = malloc(nv * sizeof(*cb.tpath));
+		cb.tkinds = malloc(nv);
+		if (!cb.path || !cb.kinds || !cb.tpath || !cb.tkinds)
 			goto out;
 	}
-	static const int masks[] = {E_WW, E_WW | E_WR, E_DATA, E_ALL};
-	for (size_t k = 0; k < g.nscc; k++) {
-		const uint32_t *mem = g.members + g.scc[k].lo;
-		size_t n = g.scc[k].hi - g.scc[k].lo;
-		uint32_t s = NONE;
-		int mask = 0;
-		for (size_t m = 0; m < 4 && s == NONE; m++) {
-			mask = masks[m];
-			s = find_cycle_node(c, &g, mem, n, mask);
-		}
-		if (s == NONE)
-			continue; /* cannot happen: the SCC has a cycle */
-		size_t len = bfs_cycle(c, &g, mem, n, s, mask, path, kinds);
-		/* Collapse event nodes: txn -rt-> ev ... -rt-> txn. */
-		size_t st = 0;
-		while (st < len && path[st] >= c->T)
-			st++;
-		size_t tl = 0;
-		int nrw = 0, nwr = 0, nrt = 0;
-		for (size_t i = 0; i < len; i++) {
-			size_t j = (st + i) % len;
-			if (path[j] >= c->T)
-				continue;
-			tpath[tl] = path[j];
-			tkinds[tl++] = kinds[j];
-			nrw += kinds[j] == E_RW;
-			nwr += kinds[j] == E_WR;
-			nrt += kinds[j] == E_RT;
-		}
-		enum sc_kind kd = nrt       ? SC_REALTIME
-		                  : nrw > 1 ? SC_G2
-		                  : nrw     ? SC_GSINGLE
-		                  : nwr     ? SC_G1C
-		                            : SC_G0;
-		char *text;
-		struct hb_sbuf b = note(c, kd, &text);
-		if (!text)
-			continue;
-		hb_sb_add(&b, "cycle of %zu txns (SCC of %zu nodes): ", tl, n);
-		uint64_t keys[2] = {UINT64_MAX, UINT64_MAX};
-		for (size_t i = 0; i < tl; i++) {
-			if (i >= 12) {
-				hb_sb_add(&b, " ... ");
-				break;
-			}
-			sb_txn(&b, c, tpath[i]);
-			uint64_t key;
-			explain(&b, c, tpath[i], tpath[(i + 1) % tl], tkinds[i],
-			        &key);
-			if (i < 2)
-				keys[i] = key;
-		}
-		sb_txn(&b, c, tpath[0]);
-		if (tl == 2 && nrw == 1 && !nrt && keys[0] == keys[1] &&
-		    keys[0] != UINT64_MAX)
-			hb_sb_add(&b, " [lost update of key %" PRIu64 "]",
-			          keys[0]);
-		if (tl == 2 && nrw == 2 && keys[0] != keys[1])
-			hb_sb_add(&b, " [write skew]");
-		if (nrt)
-			hb_sb_add(&b,
-			          " [a transaction saw state older than one "
-			          "that had already completed]");
-	}
+	for (size_t k = 0; k < g.nscc; k++)
+		note_cycle(c, &g, g.members + g.scc[k].lo,
+		           g.scc[k].hi - g.scc[k].lo, &cb);
 	rc = 0;
 out:
-	free(path);
-	free(kinds);
-	free(tpath);
-	free(tkinds);
-	free(g.a);
-	free(g.b);
-	free(g.stk);
-	free(g.members);
-	free(g.it);
-	free(g.color);
-	free(g.cs);
-	free(g.scc);
+	free(cb.path);
+	free(cb.kinds);
+	free(cb.tpath);
+	free(cb.tkinds);
+	scratch_free(&g);
 	return rc;
 }
 
