@@ -69,84 +69,118 @@ void rb_crash(enum farm_fault_point fp, void *arg)
 	raise(SIGKILL);
 }
 
+/* rb_run's progress between its passes. */
+struct rb_loop {
+	bool said, notify;
+	uint64_t t_end, seen;
+};
+
+/* 'K': a machine was killed (struct rb_kill follows): the run waits for
+ * the configuration without it. */
+static int rb_told(struct tx_child *c, struct run_report *r, struct rb_loop *l)
+{
+	struct rb_kill km;
+	if (tu_recv(c->np.in, &km, sizeof(km)) || km.victim >= 64)
+		return -1;
+	r->told = true;
+	r->new_config = false;
+	r->gone |= 1ull << km.victim;
+	r->t_kill_ns = km.t_kill_ns;
+	r->config_at_kill = farm_node_config_id(c->np.node);
+	l->notify = km.notify != 0;
+	l->seen = 0;
+	l->t_end = km.t_kill_ns + RB_RECONF_MS * 1000000ull;
+	return 0;
+}
+
+/* 'Z': end with a transfer between two of our own accounts that is
+ * committed and in the history, then wait to be killed. Its
+ * COMMIT-BACKUPs are the last records this machine writes, so no later
+ * one truncates them: only recovery's drain applies them at the promoted
+ * backups (test_rec_bank --broken). Returns only on failure. */
+static int rb_last_transfer(struct tx_child *c, const farm_fatptr *mine,
+                            struct run_report *r)
+{
+	int rc = -1;
+	bool declined = false;
+	for (unsigned t = 0; t < 100 && rc; t++)
+		rc = transfer(c, &r->k, mine[0].addr, mine[1].addr, 1,
+		              &declined);
+	if (rc || declined || np_say(&c->np, 'z', NULL, 0))
+		return -1;
+	char b;
+	(void)tu_recv(c->np.in, &b, 1); /* blocks: killed here */
+	return -1;
+}
+
+/* One command from the parent (@cmd, 0: none). 0, or -1: the run ends
+ * failed. */
+static int rb_command(struct tx_child *c, int cmd, const farm_fatptr *mine,
+                      const farm_fatptr *acc, unsigned nacc,
+                      struct run_report *r, struct rb_loop *l)
+{
+	if (cmd == 'K')
+		return rb_told(c, r, l);
+	if (cmd == 'A') {
+		struct rb_arm a;
+		if (tu_recv(c->np.in, &a, sizeof(a)) ||
+		    a.point >= FARM_FP_COUNT ||
+		    farm_fault_set((enum farm_fault_point)a.point, rb_crash,
+		                   NULL))
+			return -1;
+		return 0;
+	}
+	if (cmd == 'Z')
+		return rb_last_transfer(c, mine, r);
+	if (cmd && (!rb_p.cmd || rb_p.cmd(c, cmd, acc, nacc)))
+		return -1;
+	return 0;
+}
+
+/* After a kill: the first configuration without the gone machines,
+ * noted once seen; the run goes on post_ms after it. */
+static void rb_watch_config(struct tx_child *c, struct run_report *r,
+                            struct rb_loop *l)
+{
+	uint64_t id = farm_node_config_id(c->np.node);
+	if (!r->told || r->new_config || id == l->seen)
+		return;
+	l->seen = id;
+	if (!rb_config_without(c, r->gone, r))
+		return;
+	r->new_config = true;
+	r->t_seen_ns = np_now_ns();
+	r->t_cfg_ns = atomic_load(&rb_cfg_t[id % 16]);
+	if (!r->t_cfg_ns)
+		r->t_cfg_ns = r->t_seen_ns;
+	r->at_cfg = r->k;
+	unsigned ms = rb_p.post_ms;
+	if (rb_p.first_post_ms && __builtin_popcountll(r->gone) == 1)
+		ms = rb_p.first_post_ms;
+	l->t_end = r->t_seen_ns + ms * 1000000ull;
+}
+
 int rb_run(struct tx_child *c, const farm_fatptr *mine, const farm_fatptr *acc,
            unsigned nacc, struct run_report *r)
 {
-	bool said = false, notify = false;
-	uint64_t t_end = UINT64_MAX, seen = 0;
+	struct rb_loop l = {.t_end = UINT64_MAX};
 	farm_node_on_config(c->np.node, rb_on_config, NULL);
 	for (;;) {
-		if (!said && r->k.transfers >= rb_p.pre_transfers) {
+		if (!l.said && r->k.transfers >= rb_p.pre_transfers) {
 			if (np_say(&c->np, 'P', NULL, 0))
 				return -1;
-			said = true;
+			l.said = true;
 		}
-		int cmd = np_poll_cmd(&c->np);
-		if (cmd == 'K') {
-			struct rb_kill km;
-			if (tu_recv(c->np.in, &km, sizeof(km)) ||
-			    km.victim >= 64)
-				return -1;
-			r->told = true;
-			r->new_config = false;
-			r->gone |= 1ull << km.victim;
-			r->t_kill_ns = km.t_kill_ns;
-			r->config_at_kill = farm_node_config_id(c->np.node);
-			notify = km.notify != 0;
-			seen = 0;
-			t_end = km.t_kill_ns + RB_RECONF_MS * 1000000ull;
-		} else if (cmd == 'A') {
-			struct rb_arm a;
-			if (tu_recv(c->np.in, &a, sizeof(a)) ||
-			    a.point >= FARM_FP_COUNT ||
-			    farm_fault_set((enum farm_fault_point)a.point,
-			                   rb_crash, NULL))
-				return -1;
-		} else if (cmd == 'Z') {
-			/* End with a transfer between two of our own accounts
-			 * that is committed and in the history, then wait to
-			 * be killed. Its COMMIT-BACKUPs are the last records
-			 * this machine writes, so no later one truncates
-			 * them: only recovery's drain applies them at the
-			 * promoted backups (test_rec_bank --broken). */
-			int rc = -1;
-			bool declined = false;
-			for (unsigned t = 0; t < 100 && rc; t++)
-				rc = transfer(c, &r->k, mine[0].addr,
-				              mine[1].addr, 1, &declined);
-			if (rc || declined || np_say(&c->np, 'z', NULL, 0))
-				return -1;
-			char b;
-			(void)tu_recv(c->np.in, &b,
-			              1); /* blocks: killed here */
+		if (rb_command(c, np_poll_cmd(&c->np), mine, acc, nacc, r, &l))
 			return -1;
-		} else if (cmd && (!rb_p.cmd || rb_p.cmd(c, cmd, acc, nacc))) {
-			return -1;
-		}
-		uint64_t id = farm_node_config_id(c->np.node);
-		if (r->told && !r->new_config && id != seen) {
-			seen = id;
-			if (rb_config_without(c, r->gone, r)) {
-				r->new_config = true;
-				r->t_seen_ns = np_now_ns();
-				r->t_cfg_ns = atomic_load(&rb_cfg_t[id % 16]);
-				if (!r->t_cfg_ns)
-					r->t_cfg_ns = r->t_seen_ns;
-				r->at_cfg = r->k;
-				unsigned ms = rb_p.post_ms;
-				if (rb_p.first_post_ms &&
-				    __builtin_popcountll(r->gone) == 1)
-					ms = rb_p.first_post_ms;
-				t_end = r->t_seen_ns + ms * 1000000ull;
-			}
-		}
-		if (notify && r->new_config) {
+		rb_watch_config(c, r, &l);
+		if (l.notify && r->new_config) {
 			/* Its recovery reset the timeline before the
 			 * configuration id moved (node.c apply_view). */
 			farm_txm_stats st;
 			farm_txm_stats_get(c->txm, &st);
 			if (st.rec_t_active_ns) {
-				notify = false;
+				l.notify = false;
 				if (np_say(&c->np, 'N', NULL, 0))
 					return -1;
 			}
@@ -156,7 +190,7 @@ int rb_run(struct tx_child *c, const farm_fatptr *mine, const farm_fatptr *acc,
 		if (rb_p.step && rb_p.step(c, r))
 			return 0;
 		r->removed = farm_node_removed(c->np.node);
-		if (r->removed || np_now_ns() >= t_end)
+		if (r->removed || np_now_ns() >= l.t_end)
 			return 0;
 		bank_step(c, &r->k, mine, RB_ACCOUNTS, acc, nacc,
 		          RB_GIVE_UP_NS);
