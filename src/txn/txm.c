@@ -678,6 +678,7 @@ void farm_txm_detach(farm_txm *m, farm_loop *loop)
 		tl->tx_free_list = tx->next_free;
 		farm_txn_tx_pool_drop(tx);
 	}
+	free(tl->sync_spare);
 	farm_mr_dereg(tl->ar.mr);
 	free(tl->ar.base);
 	uint64_t bytes = loop_table_bytes(m);
