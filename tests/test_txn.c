@@ -302,7 +302,8 @@ static void test_read_data_stays(void **state)
 		d[n++] = fresh.data;
 		check_stayed(obj, d, n);
 		uint8_t *w = NULL;
-		assert_int_equal(farm_tx_write(tx, obj[3].addr, (void **)&w), 0);
+		int rc = farm_tx_write(tx, obj[3].addr, (void **)&w);
+		assert_int_equal(rc, 0);
 		assert_ptr_equal(w, d[3]);
 		w[0] = 4; /* as it was: the next round checks it again */
 		assert_int_equal(commit(tx), 0);

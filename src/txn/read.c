@@ -426,7 +426,8 @@ static void txrd_done(struct rd_op *op)
 	}
 	farm_stat_add_owned(&tx->tl->c_tx_reads, 1);
 	if (!st) {
-		struct txobj *o = tx_find(tx, op->a); /* read twice meanwhile? */
+		/* Read twice meanwhile? */
+		struct txobj *o = tx_find(tx, op->a);
 		if (!o) {
 			o = tx_add(tx);
 			uint8_t *d = o ? farm_txn_data_get(tx, size) : NULL;

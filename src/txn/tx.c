@@ -91,8 +91,8 @@ uint8_t *farm_txn_data_get(farm_tx *tx, uint32_t size)
 	}
 	/* Rounded as malloc aligns: an application may keep any type in
 	 * an object. */
-	const uint32_t al = (uint32_t)_Alignof(max_align_t);
-	uint32_t need = (size + al - 1) & ~(al - 1);
+	const size_t al = _Alignof(max_align_t);
+	uint32_t need = (uint32_t)((size + al - 1) & ~(al - 1));
 	struct txdata *d = tx->data;
 	if (!d || d->cap != TXD_CHUNK || d->cap - d->used < need)
 		d = data_chunk(tx, TXD_CHUNK, false);
