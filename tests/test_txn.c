@@ -12,6 +12,7 @@
 #include "txn/txid.h"
 #include "txn/txn_int.h"
 #include "txn/txn_testing.h"
+#include "txn/txn_tx.h"
 #include "util/fault.h"
 
 #include <inttypes.h>
@@ -240,6 +241,74 @@ static void test_many_reads(void **state)
 	assert_int_equal(lf(0, obj[0].addr, 64, obj[0].incarnation, buf), 0);
 	assert_int_equal(buf[1], 0x5a);
 	free(obj);
+}
+
+/*
+ * The data a read hands the application stays where it is, holding what
+ * was read, until the transaction ends: objects small and large (past a
+ * chunk of the transaction's data storage, txn_tx.h), and a read of an
+ * object already read, answered while a read completing before it moves
+ * the object array (it grows when full: the reads go on until it is).
+ * Twice, the second on a recycled record and its kept storage.
+ */
+#define STAY_OBJS 72u /* past a recycled record's object array (64) */
+
+static void check_stayed(const farm_fatptr *obj, const uint8_t *const *d,
+                         unsigned n)
+{
+	for (unsigned i = 0; i < n; i++) {
+		assert_int_equal((uintptr_t)d[i] % _Alignof(max_align_t), 0);
+		for (uint32_t b = 0; b < obj[i].size; b++)
+			if (d[i][b] != (uint8_t)(i + 1))
+				fail_msg("object %u byte %u: %u, wrote %u", i,
+				         b, d[i][b], i + 1);
+	}
+}
+
+static void test_read_data_stays(void **state)
+{
+	(void)state;
+	static const uint32_t sizes[] = {64, 600, 64, 3000, 2048, 100, 513};
+	const unsigned ns = sizeof(sizes) / sizeof(sizes[0]);
+	farm_fatptr obj[STAY_OBJS];
+	for (unsigned i = 0; i < STAY_OBJS; i++)
+		obj[i] = make_obj(0, sizes[i % ns], (uint8_t)(i + 1));
+	for (int round = 0; round < 2; round++) {
+		farm_tx *tx = begin(0);
+		const uint8_t *d[STAY_OBJS];
+		unsigned n = 0;
+		do {
+			const void *p = NULL;
+			assert_int_equal(rd(tx, obj[n].addr, obj[n].size, &p),
+			                 0);
+			d[n++] = p;
+		} while (tx->n < tx->cap && n < STAY_OBJS - 1);
+		assert_int_equal(tx->n, tx->cap);
+		unsigned cap = tx->cap;
+		/* Local reads both: the new one completes first. */
+		struct res fresh = {0}, again = {0};
+		assert_int_equal(farm_tx_read(tx, obj[n].addr, obj[n].size,
+		                              read_cb, &fresh),
+		                 0);
+		assert_int_equal(farm_tx_read(tx, obj[0].addr, obj[0].size,
+		                              read_cb, &again),
+		                 0);
+		asn_wait(&C, &fresh.done);
+		asn_wait(&C, &again.done);
+		assert_int_equal(fresh.status, 0);
+		assert_int_equal(again.status, 0);
+		assert_true(tx->cap > cap); /* grown: moved, under ASan */
+		assert_ptr_equal(again.data, d[0]);
+		d[n++] = fresh.data;
+		check_stayed(obj, d, n);
+		uint8_t *w = NULL;
+		int rc = farm_tx_write(tx, obj[3].addr, (void **)&w);
+		assert_int_equal(rc, 0);
+		assert_ptr_equal(w, d[3]);
+		w[0] = 4; /* as it was: the next round checks it again */
+		assert_int_equal(commit(tx), 0);
+		farm_tx_free(tx);
+	}
 }
 
 /*
@@ -1379,6 +1448,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_distributed),
 	        cmocka_unit_test(test_three_primaries),
 	        cmocka_unit_test(test_many_reads),
+	        cmocka_unit_test(test_read_data_stays),
 	        cmocka_unit_test(test_conflict_and_validation),
 	        cmocka_unit_test(test_free_and_fat_pointers),
 	        cmocka_unit_test(test_arrays),

@@ -214,6 +214,27 @@ static void rd_start(struct rd_op *op)
 	}
 }
 
+/* A read record from the loop's free list (rd_put gives it back), only
+ * its loop and link set; NULL out of memory. */
+static struct rd_op *rd_get(struct txloop *tl)
+{
+	struct rd_op *op = tl->rd_free_list;
+	if (op)
+		tl->rd_free_list = op->next_free;
+	else if (!(op = malloc(sizeof(*op))))
+		return NULL;
+	op->tl = tl;
+	op->next_free = NULL;
+	return op;
+}
+
+static void rd_put(struct rd_op *op)
+{
+	struct txloop *tl = op->tl;
+	op->next_free = tl->rd_free_list;
+	tl->rd_free_list = op;
+}
+
 /* Begin a read of @lines lines at @a into a fresh arena image. */
 static struct rd_op *rd_new(struct txloop *tl, farm_gaddr a, uint32_t size,
                             uint64_t want, void (*done)(struct rd_op *),
@@ -227,24 +248,16 @@ static struct rd_op *rd_new(struct txloop *tl, farm_gaddr a, uint32_t size,
 		*rc = -EINVAL;
 		return NULL;
 	}
-	struct rd_op *op = tl->rd_free_list;
-	if (op)
-		tl->rd_free_list = op->next_free;
-	else
-		op = malloc(sizeof(*op));
+	struct rd_op *op = rd_get(tl);
 	uint8_t *img = op ? arena_get(&tl->ar, 64ull * lines) : NULL;
 	if (!img) {
-		if (op) {
-			op->next_free = tl->rd_free_list;
-			tl->rd_free_list = op;
-		}
+		if (op)
+			rd_put(op);
 		*rc = -ENOMEM;
 		return NULL;
 	}
-	/* Field by field: clearing the whole record (with its lock-free
-	 * read context) showed up on the read path. */
-	op->tl = tl;
-	op->next_free = NULL;
+	/* Field by field: clearing the whole record (with its caller's
+	 * context) showed up on the read path. */
 	op->a = a;
 	op->size = size;
 	op->lines = lines;
@@ -267,10 +280,8 @@ static struct rd_op *rd_new(struct txloop *tl, farm_gaddr a, uint32_t size,
 
 static void rd_free(struct rd_op *op)
 {
-	struct txloop *tl = op->tl;
-	arena_put(&tl->ar, op->img, 64ull * op->lines);
-	op->next_free = tl->rd_free_list;
-	tl->rd_free_list = op;
+	arena_put(&op->tl->ar, op->img, 64ull * op->lines);
+	rd_put(op);
 }
 
 /* ---- lock-free reads --------------------------------------------------- */
@@ -397,87 +408,74 @@ static uint32_t primary_of(farm_txm *m, farm_gaddr a)
 	                                                          : UINT32_MAX;
 }
 
-struct txrd_ctx {
-	farm_tx *tx;
-	farm_tx_read_fn cont;
-	void *ctx;
-	uint32_t size;
-	farm_gaddr a;
-};
-
+/* A read's end: the object joins the read set (unless read meanwhile),
+ * its data in the transaction's storage (farm_txn_data_get). The record
+ * goes back before the caller's continuation, which may read again. */
 static void txrd_done(struct rd_op *op)
 {
-	struct txrd_ctx *c = op->ctx;
-	farm_tx *tx = c->tx;
+	struct txrd_ctx c = op->tr;
+	farm_tx *tx = c.tx;
 	int st = op->status;
+	uint32_t size = op->size;
 	const void *data = NULL;
 	tx->reads_out--;
 	if (tx->released) {
 		rd_free(op);
-		free(c);
 		(void)farm_txn_tx_gone(tx);
 		return;
 	}
 	farm_stat_add_owned(&tx->tl->c_tx_reads, 1);
 	if (!st) {
-		struct txobj *o = tx_find(tx, c->a); /* read twice meanwhile? */
+		/* Read twice meanwhile? */
+		struct txobj *o = tx_find(tx, op->a);
 		if (!o) {
 			o = tx_add(tx);
-			uint8_t *d = o ? malloc(c->size) : NULL;
+			uint8_t *d = o ? farm_txn_data_get(tx, size) : NULL;
 			if (!d) {
 				if (o)
 					tx->n--;
 				st = -ENOMEM;
 			} else {
-				obj_unpack(op->img, c->size, d);
+				obj_unpack(op->img, size, d);
 				*o = (struct txobj){
-				        .a = c->a,
-				        .size = c->size,
+				        .a = op->a,
+				        .size = size,
 				        .lines = op->lines,
 				        .version = op->version,
 				        .incarn = op->incarn,
-				        .primary = primary_of(tx->m, c->a),
+				        .primary = primary_of(tx->m, op->a),
 				        .flags = TXO_READ,
 				        .data = d};
 			}
 		}
 		if (o && !st) {
 			data = o->data;
-			if (c->size > o->size)
+			if (size > o->size)
 				st = -EINVAL;
 		}
 	}
 	rd_free(op);
-	farm_tx_read_fn cont = c->cont;
-	void *ctx = c->ctx;
-	uint32_t size = c->size;
-	free(c);
-	cont(tx, ctx, st, st ? NULL : data, st ? 0 : size);
+	c.cont(tx, c.ctx, st, st ? NULL : data, st ? 0 : size);
 }
 
-struct again_ctx {
-	farm_tx *tx;
-	farm_tx_read_fn cont;
-	void *ctx;
-	struct txobj *o;
-	uint32_t size;
-};
-
+/* A read of an object already in the read set, answered from a later
+ * loop pass (never inline, as a READ's). */
 static void txrd_cached(farm_loop *loop, void *ctx, int status)
 {
 	(void)loop;
-	struct again_ctx *c = ctx;
-	c->tx->reads_out--;
-	if (c->tx->released) {
-		(void)farm_txn_tx_gone(c->tx);
-		free(c);
+	struct rd_op *op = ctx;
+	struct txrd_ctx c = op->tr;
+	uint32_t size = op->size;
+	rd_put(op);
+	c.tx->reads_out--;
+	if (c.tx->released) {
+		(void)farm_txn_tx_gone(c.tx);
 		return;
 	}
 	if (status)
-		c->cont(c->tx, c->ctx, status, NULL, 0);
+		c.cont(c.tx, c.ctx, status, NULL, 0);
 	else
-		c->cont(c->tx, c->ctx, 0, c->o->data, c->size);
-	free(c);
+		c.cont(c.tx, c.ctx, 0, c.data, size);
 }
 
 static int tx_read_common(farm_tx *tx, farm_gaddr a, uint32_t size,
@@ -492,32 +490,26 @@ static int tx_read_common(farm_tx *tx, farm_gaddr a, uint32_t size,
 		if (size > o->size || (want != UINT64_MAX &&
 		                       farm_incarn_count(o->incarn) != want))
 			return size > o->size ? -EINVAL : FARM_EFREED;
-		struct again_ctx *c = malloc(sizeof(*c));
-		if (!c)
+		/* The object's data, not @o: the object array moves when a
+		 * read completing before this one adds to it. */
+		struct rd_op *op = rd_get(tx->tl);
+		if (!op)
 			return -ENOMEM;
-		*c = (struct again_ctx){.tx = tx,
-		                        .cont = cont,
-		                        .ctx = ctx,
-		                        .o = o,
-		                        .size = size};
-		int rc = farm_loop_defer(tx->tl->loop, txrd_cached, c);
+		op->tr = (struct txrd_ctx){
+		        .tx = tx, .cont = cont, .ctx = ctx, .data = o->data};
+		op->size = size;
+		int rc = farm_loop_defer(tx->tl->loop, txrd_cached, op);
 		if (rc)
-			free(c);
+			rd_put(op);
 		else
 			tx->reads_out++;
 		return rc;
 	}
-	struct txrd_ctx *c = malloc(sizeof(*c));
-	if (!c)
-		return -ENOMEM;
-	*c = (struct txrd_ctx){
-	        .tx = tx, .cont = cont, .ctx = ctx, .size = size, .a = a};
 	int rc;
-	struct rd_op *op = rd_new(tx->tl, a, size, want, txrd_done, c, &rc);
-	if (!op) {
-		free(c);
+	struct rd_op *op = rd_new(tx->tl, a, size, want, txrd_done, NULL, &rc);
+	if (!op)
 		return rc;
-	}
+	op->tr = (struct txrd_ctx){.tx = tx, .cont = cont, .ctx = ctx};
 	tx->reads_out++;
 	rd_start(op);
 	return 0;
@@ -560,8 +552,7 @@ int farm_tx_read_local(farm_tx *tx, farm_gaddr a, uint32_t size,
 	if (!p)
 		return -EREMOTE;
 	uint8_t *img = arena_get(&tx->tl->ar, 64ull * lines);
-	uint8_t *d = malloc(size);
-	int rc = img && d ? -EAGAIN : -ENOMEM;
+	int rc = img ? -EAGAIN : -ENOMEM;
 	uint64_t version = 0, incarn = 0;
 	for (unsigned tries = 0; rc == -EAGAIN && tries < READ_TRIES; tries++) {
 		if (!farm_lines_copy(img, p, 64ull * lines, LINE_TRIES))
@@ -574,8 +565,13 @@ int farm_tx_read_local(farm_tx *tx, farm_gaddr a, uint32_t size,
 		rc = -EBUSY;
 	if (!rc && !txn_serving(m))
 		rc = FARM_ELEASE; /* see rd_check */
+	uint8_t *d = NULL;
 	if (!rc && !(o = tx_add(tx)))
 		rc = -ENOMEM;
+	if (!rc && !(d = farm_txn_data_get(tx, size))) {
+		tx->n--;
+		rc = -ENOMEM;
+	}
 	if (!rc) {
 		obj_unpack(img, size, d);
 		*o = (struct txobj){.a = a,
@@ -587,12 +583,10 @@ int farm_tx_read_local(farm_tx *tx, farm_gaddr a, uint32_t size,
 		                    .flags = TXO_READ,
 		                    .data = d};
 		*data = d;
-		d = NULL;
 		farm_stat_add_owned(&tx->tl->c_tx_reads, 1);
 	}
 	if (img)
 		arena_put(&tx->tl->ar, img, 64ull * lines);
-	free(d);
 	return rc;
 }
 

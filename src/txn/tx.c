@@ -42,11 +42,13 @@ int farm_tx_begin(farm_txm *m, farm_loop *loop, farm_tx **out)
 		unsigned cap = tx->cap;
 		struct txpart *ph = tx->pheap;
 		unsigned capheap = tx->capheap;
+		struct txdata *data = tx->data;
 		memset(tx, 0, sizeof(*tx));
 		tx->o = o;
 		tx->cap = cap;
 		tx->pheap = ph;
 		tx->capheap = capheap;
+		tx->data = data;
 	} else if (!(tx = calloc(1, sizeof(*tx)))) {
 		return -ENOMEM;
 	}
@@ -59,13 +61,74 @@ int farm_tx_begin(farm_txm *m, farm_loop *loop, farm_tx **out)
 	return 0;
 }
 
+/* ---- the objects' data (txn_tx.h, struct txdata) ---------------------- */
+
+/* A chunk of @cap bytes in @tx's list: at its head for the next small
+ * objects, or after the head when it is @own, one object's (so the head
+ * keeps its room). */
+static struct txdata *data_chunk(farm_tx *tx, uint32_t cap, bool own)
+{
+	struct txdata *d = malloc(sizeof(*d) + cap);
+	if (!d)
+		return NULL;
+	d->used = own ? cap : 0;
+	d->cap = cap;
+	if (own && tx->data) {
+		d->next = tx->data->next;
+		tx->data->next = d;
+	} else {
+		d->next = tx->data;
+		tx->data = d;
+	}
+	return d;
+}
+
+uint8_t *farm_txn_data_get(farm_tx *tx, uint32_t size)
+{
+	if (size > TXD_BIG) {
+		struct txdata *d = data_chunk(tx, size, true);
+		return d ? d->buf : NULL;
+	}
+	/* Rounded as malloc aligns: an application may keep any type in
+	 * an object. */
+	const size_t al = _Alignof(max_align_t);
+	uint32_t need = (uint32_t)((size + al - 1) & ~(al - 1));
+	struct txdata *d = tx->data;
+	if (!d || d->cap != TXD_CHUNK || d->cap - d->used < need)
+		d = data_chunk(tx, TXD_CHUNK, false);
+	if (!d)
+		return NULL;
+	uint8_t *p = d->buf + d->used;
+	d->used += need;
+	return p;
+}
+
+/* Every object's data goes; the head chunk stays with the record when it
+ * has a small objects' chunk's size (farm_tx_begin reuses it, emptied). */
+static void data_put(farm_tx *tx)
+{
+	struct txdata *keep = tx->data;
+	if (keep && keep->cap != TXD_CHUNK)
+		keep = NULL;
+	struct txdata *d = keep ? keep->next : tx->data;
+	while (d) {
+		struct txdata *next = d->next;
+		free(d);
+		d = next;
+	}
+	if (keep) {
+		keep->next = NULL;
+		keep->used = 0;
+	}
+	tx->data = keep;
+}
+
 void farm_txn_tx_free(farm_tx *tx)
 {
 	struct txloop *tl = tx->tl;
 	if (tl->slots[txid_seq(tx->id) % TX_SLOTS] == tx)
 		tl->slots[txid_seq(tx->id) % TX_SLOTS] = NULL;
-	for (unsigned i = 0; i < tx->n; i++)
-		free(tx->o[i].data);
+	data_put(tx);
 	farm_txn_sync_orphans_free(tx);
 	free(tx->recs);
 	free(tx->regs);
@@ -85,6 +148,12 @@ void farm_txn_tx_free(farm_tx *tx)
 		tl->tx_nfree++;
 		return;
 	}
+	farm_txn_tx_pool_drop(tx);
+}
+
+void farm_txn_tx_pool_drop(farm_tx *tx)
+{
+	free(tx->data); /* data_put left one chunk at most */
 	free(tx->o);
 	free(tx->pheap);
 	free(tx);
@@ -313,15 +382,13 @@ static int tx_add_array(farm_tx *tx, farm_gaddr a, uint32_t size, uint32_t n,
 		farm_gaddr ai = a + 64ull * el * i;
 		const struct farm_objhdr *h = farm_as_local_ptr(m->as, ai, 16);
 		struct txobj *o = tx_add(tx);
-		uint8_t *d = o ? calloc(1, size) : NULL;
+		uint8_t *d = o ? farm_txn_data_get(tx, size) : NULL;
 		if (!d || !h) {
-			if (o)
-				tx->n--;
-			free(d);
-			while (tx->n > n0)
-				free(tx->o[--tx->n].data);
+			/* Their data stays the transaction's until it ends. */
+			tx->n = n0;
 			return d || !o ? -EREMOTE : -ENOMEM;
 		}
+		memset(d, 0, size);
 		uint64_t w = farm_objhdr_load_incarn(h);
 		/* Never the allocator's free-pending mark (a slot is freed
 		 * without it): a new object's versions would keep it. */
@@ -397,7 +464,7 @@ static void txal_done(farm_loop *loop, void *ctx, int status, farm_gaddr a)
 			return;
 		}
 		struct txobj *o = tx_add(tx);
-		uint8_t *d = o ? calloc(1, c->size) : NULL;
+		uint8_t *d = o ? farm_txn_data_get(tx, c->size) : NULL;
 		if (!d) {
 			if (o)
 				tx->n--;
@@ -411,7 +478,6 @@ static void txal_done(farm_loop *loop, void *ctx, int status, farm_gaddr a)
 			 * that a retry completes. */
 			if (!FARM_FAULT_SWITCH(FARM_FP_TX_ALLOC_MOVED_KEPT))
 				tx->n--;
-			free(d);
 			st = -EAGAIN;
 		} else {
 			/* Never the allocator's free-pending mark (a
@@ -423,6 +489,7 @@ static void txal_done(farm_loop *loop, void *ctx, int status, farm_gaddr a)
 			uint64_t w = farm_objhdr_load_incarn(h);
 			if (!c->mark) /* testing: marked after the claim */
 				obj_mark_new(h, v);
+			memset(d, 0, c->size);
 			*o = (struct txobj){.a = a,
 			                    .size = c->size,
 			                    .lines = obj_lines(c->size),

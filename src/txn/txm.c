@@ -676,9 +676,9 @@ void farm_txm_detach(farm_txm *m, farm_loop *loop)
 	while (tl->tx_free_list) {
 		farm_tx *tx = tl->tx_free_list;
 		tl->tx_free_list = tx->next_free;
-		free(tx->o);
-		free(tx);
+		farm_txn_tx_pool_drop(tx);
 	}
+	free(tl->sync_spare);
 	farm_mr_dereg(tl->ar.mr);
 	free(tl->ar.base);
 	uint64_t bytes = loop_table_bytes(m);

@@ -57,6 +57,7 @@ struct txloop {
 	struct rd_op *rd_free_list; /* recycled read operations */
 	farm_tx *tx_free_list;      /* recycled transactions (TX_POOL) */
 	unsigned tx_nfree;
+	struct sync_res *sync_spare; /* a blocking wrapper's (txsync.c) */
 	/* Hot counters, written by this loop only (plain load + store). */
 	_Atomic uint64_t c_lf_reads, c_lf_retries, c_tx_reads;
 	/* Commits of this loop's transactions between farm_tx_commit and

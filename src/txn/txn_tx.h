@@ -7,6 +7,7 @@
 #define FARM_TXN_TXN_TX_H
 
 #include <errno.h>
+#include <stddef.h>
 
 #include "alloc/objhdr.h"
 #include "txn/txn_int.h"
@@ -129,7 +130,35 @@ struct farm_tx {
 	} waiters[8];
 	unsigned nwaiters;
 	farm_tx *next_free; /* in its loop's tx_free_list */
+	/* Its objects' data (struct txdata): the newest chunk first. */
+	struct txdata *data;
 };
+
+/* ---- transactions: their objects' data ------------------------------ */
+
+/*
+ * The bytes of a transaction's objects (txobj.data), which the application
+ * holds pointers into until the transaction is freed: carved from chunks
+ * the transaction owns, all freed with it (farm_txn_tx_free), never one
+ * object's alone. Not in the object array: that moves as it grows. A
+ * chunk of TXD_CHUNK bytes takes the small objects one after another; an
+ * object over TXD_BIG gets a chunk of its own. A recycled transaction
+ * record keeps one TXD_CHUNK chunk, so a short transaction's reads
+ * allocate nothing (malloc and free per read were a visible part of a
+ * read's cost: TATP's GET_NEW_DESTINATION, perf).
+ */
+#define TXD_CHUNK 2048u
+#define TXD_BIG   512u
+
+struct txdata {
+	struct txdata *next;
+	uint32_t used, cap;
+	_Alignas(max_align_t) uint8_t buf[]; /* cap bytes */
+};
+
+/* tx.c: @size bytes (aligned as malloc's) that live as long as @tx,
+ * uninitialized; NULL out of memory. */
+uint8_t *farm_txn_data_get(farm_tx *tx, uint32_t size);
 
 /* ---- reads in flight ------------------------------------------------ */
 
@@ -141,10 +170,23 @@ struct lf_ctx {
 	uint64_t *version_out; /* testing: the version read */
 };
 
+/* A transactional read's caller (kept inside its rd_op, as lf_ctx). A
+ * read of an object already in the read set carries @data (the object's
+ * own, which does not move) in a record of its own, no READ behind it. */
+struct txrd_ctx {
+	farm_tx *tx;
+	farm_tx_read_fn cont;
+	void *ctx;
+	const uint8_t *data; /* cached reads */
+};
+
 struct rd_op {
 	struct txloop *tl;
 	struct rd_op *next_free;
-	struct lf_ctx lf;
+	union {
+		struct lf_ctx lf;   /* lock-free reads */
+		struct txrd_ctx tr; /* transactional reads */
+	};
 	farm_gaddr a;
 	uint32_t size, lines;
 	uint64_t want; /* incarnation count, or UINT64_MAX */
@@ -321,6 +363,8 @@ bool farm_txn_free_at_commit(farm_txm *m, struct txloop *tl, farm_gaddr a,
 
 /* tx.c */
 void farm_txn_tx_free(farm_tx *tx);
+/* A record of the loop's tx_free_list freed, with what it keeps. */
+void farm_txn_tx_pool_drop(farm_tx *tx);
 bool farm_txn_tx_gone(farm_tx *tx);
 /* A new object the transaction does not keep goes back: freed, then
  * unlocked (tx.c has the rule). */

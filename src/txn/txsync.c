@@ -9,6 +9,10 @@
  * the continuation of a read or allocation runs only while the
  * transaction is not freed, a commit's before the transaction is, and the
  * transaction frees its orphans when it is freed (farm_txn_tx_free).
+ * One that ended goes back to its loop (txloop.sync_spare) for the next
+ * wrapper there: a wrapper waits on its loop's thread, where no other
+ * waits meanwhile, so one spare serves (malloc and free per read were a
+ * visible part of a short transaction's reads).
  */
 #include "txn/txn_int.h"
 #include "txn/txn_tx.h"
@@ -29,9 +33,23 @@ static uint64_t default_timeout(const farm_tx *tx)
 	                            memory_order_relaxed);
 }
 
-static struct sync_res *res_new(void)
+static struct sync_res *res_new(farm_tx *tx)
 {
-	return calloc(1, sizeof(struct sync_res));
+	struct sync_res *r = tx->tl->sync_spare;
+	if (!r)
+		return calloc(1, sizeof(*r));
+	tx->tl->sync_spare = NULL;
+	memset(r, 0, sizeof(*r));
+	return r;
+}
+
+/* @r, not handed to the transaction, back: kept as the loop's spare. */
+static void res_put(farm_tx *tx, struct sync_res *r)
+{
+	if (tx->tl->sync_spare)
+		free(r);
+	else
+		tx->tl->sync_spare = r;
 }
 
 /* Drive @tx's loop until @r is done or @timeout_ns passed (0: no limit):
@@ -72,12 +90,12 @@ int farm_tx_read_sync_timed(farm_tx *tx, farm_gaddr a, uint32_t size,
 {
 	if (!tx)
 		return -EINVAL;
-	struct sync_res *r = res_new();
+	struct sync_res *r = res_new(tx);
 	if (!r)
 		return -ENOMEM;
 	int rc = farm_tx_read(tx, a, size, read_cb, r);
 	if (rc) {
-		free(r);
+		res_put(tx, r);
 		return rc;
 	}
 	rc = res_wait(tx, r, timeout_ns);
@@ -85,7 +103,7 @@ int farm_tx_read_sync_timed(farm_tx *tx, farm_gaddr a, uint32_t size,
 		return rc; /* handed to the transaction */
 	if (!rc && data)
 		*data = r->data;
-	free(r);
+	res_put(tx, r);
 	return rc;
 }
 
@@ -113,12 +131,12 @@ int farm_tx_alloc_sync_timed(farm_tx *tx, uint32_t size, farm_gaddr hint,
 {
 	if (!tx)
 		return -EINVAL;
-	struct sync_res *r = res_new();
+	struct sync_res *r = res_new(tx);
 	if (!r)
 		return -ENOMEM;
 	int rc = farm_tx_alloc(tx, size, hint, alloc_cb, r);
 	if (rc) {
-		free(r);
+		res_put(tx, r);
 		return rc;
 	}
 	rc = res_wait(tx, r, timeout_ns);
@@ -130,7 +148,7 @@ int farm_tx_alloc_sync_timed(farm_tx *tx, uint32_t size, farm_gaddr hint,
 		if (data)
 			*data = r->wdata;
 	}
-	free(r);
+	res_put(tx, r);
 	return rc;
 }
 
@@ -154,18 +172,18 @@ int farm_tx_commit_sync_timed(farm_tx *tx, uint64_t timeout_ns)
 {
 	if (!tx)
 		return -EINVAL;
-	struct sync_res *r = res_new();
+	struct sync_res *r = res_new(tx);
 	if (!r)
 		return -ENOMEM;
 	int rc = farm_tx_commit(tx, commit_cb, r);
 	if (rc) {
-		free(r);
+		res_put(tx, r);
 		return rc;
 	}
 	rc = res_wait(tx, r, timeout_ns);
 	if (!r->done) /* handed to the transaction; it may still commit */
 		return rc == -ETIMEDOUT ? FARM_EUNKNOWN : rc;
-	free(r);
+	res_put(tx, r);
 	return rc;
 }
 
