@@ -125,7 +125,8 @@ static void osrv_done(farm_loop *loop, void *ctx, int status, const void *val,
 	if (status == 0 && FARM_FAULT_SWITCH(FARM_FP_KV_OWNER_STALE))
 		stale_keep(ctx, val, len);
 	if (status == -ECANCELED)
-		status = FARM_KV_MGET_SPILL; /* detached meanwhile: asker reads */
+		status = FARM_KV_MGET_SPILL; /* detached meanwhile: asker reads
+		                              */
 	osrv_answer(loop, ctx, status, val, status == 0 ? len : 0);
 }
 

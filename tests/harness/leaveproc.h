@@ -84,8 +84,7 @@ static void *lp_leave_main(void *arg)
  * 0 meanwhile and calling @each (when set) at every pass. Its return in
  * *@rc; 0, or -1 when no thread could be made. */
 static int lp_leave(struct np_child *c, int timeout_ms,
-                    void (*each)(struct np_child *, void *), void *arg,
-                    int *rc)
+                    void (*each)(struct np_child *, void *), void *arg, int *rc)
 {
 	static const volatile int never = 0;
 	struct lp_leaver l = {.node = c->node, .timeout_ms = timeout_ms};
@@ -178,8 +177,7 @@ static int lp_serve(struct np_child *c, int (*on_leave)(struct np_child *))
 		if (b == 'Q' || b < 0)
 			break;
 		unsigned h = atomic_load(&lp_held);
-		if ((b == 'V' && lp_say_view(c)) ||
-		    (b == 'L' && on_leave(c)) ||
+		if ((b == 'V' && lp_say_view(c)) || (b == 'L' && on_leave(c)) ||
 		    (b == 'H' && np_say(c, 'H', &h, sizeof(h))))
 			break;
 	}
