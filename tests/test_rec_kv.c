@@ -538,15 +538,42 @@ static void check_puts(const struct fin_put *fp, const uint32_t *keys,
 	       SCANNER, n, VICTIM, when, bad);
 }
 
-/* @quiet: the workload stops writing the victim's shard before the
- * witnesses are put (so theirs are its last commits), and starts again
- * once it is killed. */
-static void kv_under_kill(bool quiet, const char *name)
+/* One kv_under_kill run: what the parent sent and got back. */
+struct kvk {
+	const char *name;
+	uint32_t keys[NALL]; /* the workload's, then NWIT + NFIN new ones */
+	const uint32_t *wit, *fin;
+	struct fin_put wp[NWIT], fp[NFIN];
+	struct kill_msg km;
+	struct run_report rr[NM];
+	double run_s, late_ms;
+	struct fin_get fg[NM][NALL], lg[NALL];
+	int late_st, st[NM];
+	struct alloc_report ar[NM];
+	struct hist h;
+	struct fails f;
+};
+
+/* New keys of the victim's shard: NWIT witnesses, put just before the
+ * kill, and NFIN for after recovery. */
+static void kvk_keys(struct kvk *x)
 {
-	snprintf(zk_root, sizeof(zk_root), "/libfarm/test-rec-kv-%d-%s%s",
-	         (int)getpid(), name,
-	         opt_broken || opt_broken_revoke ? "-broken" : "");
-	uint64_t t0 = np_now_ns();
+	uint32_t nk = 0;
+	for (unsigned i = 0; i < NKEYS; i++)
+		x->keys[i] = i;
+	for (uint32_t k = NKEYS; nk < NWIT + NFIN && k < 100000; k++)
+		if (kvl_shard(k, NM) == VICTIM)
+			x->keys[NKEYS + nk++] = k;
+	assert_int_equal(nk, NWIT + NFIN);
+	x->wit = x->keys + NKEYS;
+	x->fin = x->keys + NKEYS + NWIT;
+}
+
+/* The cluster up and running its workload (@quiet: stopped writing the
+ * victim's shard), the witnesses put, the victim killed, the survivors'
+ * runs reported. */
+static void kvk_kill(struct kvk *x, bool quiet)
+{
 	np_start(&cl, "reckv", machine, NULL);
 	for (unsigned i = 0; i < NM; i++)
 		np_expect(&cl, i, 'R', 60000);
@@ -558,40 +585,31 @@ static void kv_under_kill(bool quiet, const char *name)
 		np_send(&cl, i, 'S');
 	for (unsigned i = 0; quiet && i < NM; i++)
 		np_expect(&cl, i, 'S', 60000);
-	/* New keys of the victim's shard: NWIT witnesses, put just before
-	 * the kill, and NFIN for after recovery. */
-	uint32_t keys[NALL], nk = 0;
-	for (unsigned i = 0; i < NKEYS; i++)
-		keys[i] = i;
-	for (uint32_t k = NKEYS; nk < NWIT + NFIN && k < 100000; k++)
-		if (kvl_shard(k, NM) == VICTIM)
-			keys[NKEYS + nk++] = k;
-	assert_int_equal(nk, NWIT + NFIN);
-	const uint32_t *wit = keys + NKEYS, *fin = keys + NKEYS + NWIT;
-	struct fin_put wp[NWIT], fp[NFIN];
-	p_puts(SCANNER, 'B', wit, NWIT, wp);
-	struct kill_msg km = rec_kill(&cl, VICTIM);
-	struct run_report rr[NM] = {0};
+	kvk_keys(x);
+	p_puts(SCANNER, 'B', x->wit, NWIT, x->wp);
+	x->km = rec_kill(&cl, VICTIM);
 	for (unsigned i = 0; i < NM; i++)
 		if (i != VICTIM) {
 			np_expect(&cl, i, 'D', RECONF_MS + POST_MS + 60000);
-			np_recv(&cl, i, &rr[i], sizeof(rr[i]), 1000);
+			np_recv(&cl, i, &x->rr[i], sizeof(x->rr[i]), 1000);
 		}
-	double run_s = (double)(np_now_ns() - km.t_kill_ns) / 1e9;
+	x->run_s = (double)(np_now_ns() - x->km.t_kill_ns) / 1e9;
+}
 
-	/* The final puts to the dead shard, then every survivor reads all. */
-	p_puts(SCANNER, 'W', fin, NFIN, fp);
-	struct fin_get fg[NM][NALL];
-	for (unsigned i = 0; i < NM; i++) {
-		if (i == VICTIM)
-			continue;
-		np_send(&cl, i, 'F');
-		assert_int_equal(tu_send(cl.to[i], keys, sizeof(keys)), 0);
-		np_expect(&cl, i, 'F', 60000 + NALL * 1000);
-		np_recv(&cl, i, fg[i], sizeof(fg[i]), 1000);
-	}
-	/* Rejoin and growth: a machine with a new id and an empty directory
-	 * joins the running store late and reads every key too. */
+/* Machine @i of @c reads every key into @out ('F'). */
+static void kvk_read_all(struct np_cluster *c, unsigned i, const uint32_t *keys,
+                         struct fin_get *out)
+{
+	np_send(c, i, 'F');
+	assert_int_equal(tu_send(c->to[i], keys, NALL * sizeof(*keys)), 0);
+	np_expect(c, i, 'F', 60000 + NALL * 1000);
+	np_recv(c, i, out, NALL * sizeof(*out), 1000);
+}
+
+/* Rejoin and growth: a machine with a new id and an empty directory
+ * joins the running store late and reads every key too. */
+static void kvk_late(struct kvk *x)
+{
 	uint64_t t_late = np_now_ns();
 	memset(&late_cl, 0, sizeof(late_cl));
 	for (unsigned i = 0; i < NM; i++)
@@ -602,144 +620,167 @@ static void kv_under_kill(bool quiet, const char *name)
 	np_spawn_one(&late_cl, 0, late_reader, NULL);
 	np_other = NULL;
 	np_expect(&late_cl, 0, 'R', JOIN_MS + 30000);
-	double late_ms = (double)(np_now_ns() - t_late) / 1e6;
-	struct fin_get lg[NALL];
-	np_send(&late_cl, 0, 'F');
-	assert_int_equal(tu_send(late_cl.to[0], keys, sizeof(keys)), 0);
-	np_expect(&late_cl, 0, 'F', 60000 + NALL * 1000);
-	np_recv(&late_cl, 0, lg, sizeof(lg), 1000);
+	x->late_ms = (double)(np_now_ns() - t_late) / 1e6;
+	kvk_read_all(&late_cl, 0, x->keys, x->lg);
 	np_send(&late_cl, 0, 'Q');
-	int late_st = tu_reap(late_cl.pid[0]);
+	x->late_st = tu_reap(late_cl.pid[0]);
 	late_cl.pid[0] = 0;
 	np_cleanup(&late_cl);
-	struct alloc_report ar[NM] = {0};
+}
+
+/* The survivors' allocator reports, then the cluster ends. */
+static void kvk_finish(struct kvk *x)
+{
 	for (unsigned i = 0; i < NM; i++) {
 		if (i == VICTIM)
 			continue;
 		np_send(&cl, i, 'A');
 		np_expect(&cl, i, 'A', 120000);
-		np_recv(&cl, i, &ar[i], sizeof(ar[i]), 1000);
+		np_recv(&cl, i, &x->ar[i], sizeof(x->ar[i]), 1000);
 	}
 	for (unsigned i = 0; i < NM; i++)
 		if (i != VICTIM)
 			np_send(&cl, i, 'Q');
-	int st[NM];
-	np_finish(&cl, st);
+	np_finish(&cl, x->st);
+}
 
-	struct fails f = {0};
-	printf("%s: machine %u killed after every machine completed %d "
-	       "operations%s; survivors ran %.1f s after the kill\n",
-	       name, VICTIM, PRE_OPS,
-	       quiet ? " and stopped writing its shard" : "", run_s);
+/* Key @j as the survivors read it: their first answer (NULL: none
+ * read it), each failed read and each different answer counted. */
+static const struct fin_get *kvk_survivors_read(struct kvk *x, unsigned j,
+                                                unsigned *unread,
+                                                unsigned *differ)
+{
+	const struct fin_get *first = NULL;
 	for (unsigned i = 0; i < NM; i++) {
 		if (i == VICTIM)
 			continue;
-		if (st[i])
-			failed(&f, "machine %u exited with status %d", i,
-			       st[i]);
-		report_run(i, &rr[i], &f);
+		const struct fin_get *g = &x->fg[i][j];
+		if (g->status && g->status != -ENOENT) {
+			if ((*unread)++ < 3)
+				failed(&x->f,
+				       "machine %u cannot read lin-%03u (shard "
+				       "%u): %s",
+				       i, x->keys[j], kvl_shard(x->keys[j], NM),
+				       farm_strerror(g->status));
+			continue;
+		}
+		if (!first) {
+			first = g;
+		} else if ((g->status != first->status ||
+		            g->value != first->value) &&
+		           (*differ)++ < 3) {
+			failed(&x->f,
+			       "survivors read lin-%03u differently (%s "
+			       "%#" PRIx64 " at machine %u)",
+			       x->keys[j], farm_strerror(g->status), g->value,
+			       i);
+		}
 	}
-	struct hist h = {0};
-	for (unsigned i = 0; i < NM; i++) {
-		h.r[i] = kvl_load(&cl, i, &h.n[i]);
-		if (!h.r[i])
-			failed(&f, "machine %u left no history", i);
-	}
-	report_dead_shard(&h, rr, km.t_kill_ns, &f);
-	report_alloc(ar, &f);
+	return first;
+}
 
-	check_puts(wp, wit, NWIT, "just before the kill", &f);
-	check_puts(fp, fin, NFIN, "after recovery", &f);
+/* Key @j read as @first, not its last acknowledged value: failed, with
+ * that write. */
+static void kvk_stale(struct kvk *x, unsigned j, const struct fin_get *first,
+                      const struct rec *last)
+{
+	char lw[160] = "none";
+	if (last)
+		snprintf(lw, sizeof(lw),
+		         "%s %#" PRIx64 " by client %u, ended %.1f ms after "
+		         "the kill",
+		         last->kind == LC_PUT ? "put" : "delete", last->value,
+		         last->client,
+		         ((double)last->t_resp - (double)x->km.t_kill_ns) /
+		                 1e6);
+	failed(&x->f,
+	       "lin-%03u (shard %u) reads %s %#" PRIx64
+	       ", not its last acknowledged value (the last acknowledged "
+	       "write: %s)",
+	       x->keys[j], kvl_shard(x->keys[j], NM),
+	       first->status ? "absent" : "value", first->value, lw);
+}
 
+/* Every key read alike by the survivors, as its last acknowledged
+ * write left it. */
+static void kvk_check_final(struct kvk *x)
+{
 	unsigned unread = 0, differ = 0, stale = 0, ndead = 0;
 	for (unsigned j = 0; j < NALL; j++) {
-		ndead += kvl_shard(keys[j], NM) == VICTIM;
-		const struct fin_get *first = NULL;
-		for (unsigned i = 0; i < NM; i++) {
-			if (i == VICTIM)
-				continue;
-			const struct fin_get *g = &fg[i][j];
-			if (g->status && g->status != -ENOENT) {
-				if (unread++ < 3)
-					failed(&f,
-					       "machine %u cannot read "
-					       "lin-%03u "
-					       "(shard %u): %s",
-					       i, keys[j],
-					       kvl_shard(keys[j], NM),
-					       farm_strerror(g->status));
-				continue;
-			}
-			if (!first) {
-				first = g;
-			} else if (g->status != first->status ||
-			           g->value != first->value) {
-				if (differ++ < 3)
-					failed(&f,
-					       "survivors read lin-%03u "
-					       "differently (%s %#" PRIx64
-					       " at machine %u)",
-					       keys[j],
-					       farm_strerror(g->status),
-					       g->value, i);
-			}
-		}
+		ndead += kvl_shard(x->keys[j], NM) == VICTIM;
+		const struct fin_get *first =
+		        kvk_survivors_read(x, j, &unread, &differ);
 		const struct rec *last;
-		if (first && !final_ok(&h, keys[j], first, &last) &&
-		    stale++ < 4) {
-			char lw[160] = "none";
-			if (last)
-				snprintf(lw, sizeof(lw),
-				         "%s %#" PRIx64 " by client %u, ended "
-				         "%.1f ms after the kill",
-				         last->kind == LC_PUT ? "put"
-				                              : "delete",
-				         last->value, last->client,
-				         ((double)last->t_resp -
-				          (double)km.t_kill_ns) /
-				                 1e6);
-			failed(&f,
-			       "lin-%03u (shard %u) reads %s %#" PRIx64
-			       ", not its last acknowledged value (the last "
-			       "acknowledged write: %s)",
-			       keys[j], kvl_shard(keys[j], NM),
-			       first->status ? "absent" : "value", first->value,
-			       lw);
-		}
+		if (first && !final_ok(&x->h, x->keys[j], first, &last) &&
+		    stale++ < 4)
+			kvk_stale(x, j, first, last);
 	}
-	/* The late machine reads what the survivors read. */
-	unsigned late_differ = 0;
-	const unsigned ref = VICTIM == 0 ? 1 : 0;
-	for (unsigned j = 0; j < NALL; j++)
-		if (lg[j].status != fg[ref][j].status ||
-		    lg[j].value != fg[ref][j].value) {
-			if (late_differ++ < 3)
-				failed(&f,
-				       "machine %u (joined late) reads "
-				       "lin-%03u "
-				       "as %s %#" PRIx64 ", machine %u as %s "
-				       "%#" PRIx64,
-				       LATE_ID, keys[j],
-				       farm_strerror(lg[j].status), lg[j].value,
-				       ref, farm_strerror(fg[ref][j].status),
-				       fg[ref][j].value);
-		}
-	if (late_st)
-		failed(&f, "machine %u (joined late) exited with %d", LATE_ID,
-		       late_st);
-	printf("late: machine %u joined the running store %.0f ms after its "
-	       "start and read the %u keys: %u differ from machine %u's\n",
-	       LATE_ID, late_ms, NALL, late_differ, ref);
 	if (unread > 3)
-		failed(&f, "%u reads in all failed", unread);
+		failed(&x->f, "%u reads in all failed", unread);
 	if (stale > 4)
-		failed(&f, "%u keys in all lost their last acknowledged value",
+		failed(&x->f,
+		       "%u keys in all lost their last acknowledged value",
 		       stale);
 	printf("final: %u keys (%u of machine %u's shard) read by each of the "
 	       "%u survivors: %u failed, %u answered differently, %u lost "
 	       "their last acknowledged value\n",
 	       NALL, ndead, VICTIM, NM - 1, unread, differ, stale);
+}
 
+/* The late machine reads what the survivors read. */
+static void kvk_check_late(struct kvk *x)
+{
+	unsigned late_differ = 0;
+	const unsigned ref = VICTIM == 0 ? 1 : 0;
+	for (unsigned j = 0; j < NALL; j++)
+		if ((x->lg[j].status != x->fg[ref][j].status ||
+		     x->lg[j].value != x->fg[ref][j].value) &&
+		    late_differ++ < 3)
+			failed(&x->f,
+			       "machine %u (joined late) reads lin-%03u as %s "
+			       "%#" PRIx64 ", machine %u as %s %#" PRIx64,
+			       LATE_ID, x->keys[j],
+			       farm_strerror(x->lg[j].status), x->lg[j].value,
+			       ref, farm_strerror(x->fg[ref][j].status),
+			       x->fg[ref][j].value);
+	if (x->late_st)
+		failed(&x->f, "machine %u (joined late) exited with %d",
+		       LATE_ID, x->late_st);
+	printf("late: machine %u joined the running store %.0f ms after its "
+	       "start and read the %u keys: %u differ from machine %u's\n",
+	       LATE_ID, x->late_ms, NALL, late_differ, ref);
+}
+
+/* The runs, the dead shard, the allocators and the puts: reported and
+ * checked. */
+static void kvk_check_runs(struct kvk *x, bool quiet)
+{
+	printf("%s: machine %u killed after every machine completed %d "
+	       "operations%s; survivors ran %.1f s after the kill\n",
+	       x->name, VICTIM, PRE_OPS,
+	       quiet ? " and stopped writing its shard" : "", x->run_s);
+	for (unsigned i = 0; i < NM; i++) {
+		if (i == VICTIM)
+			continue;
+		if (x->st[i])
+			failed(&x->f, "machine %u exited with status %d", i,
+			       x->st[i]);
+		report_run(i, &x->rr[i], &x->f);
+	}
+	for (unsigned i = 0; i < NM; i++) {
+		x->h.r[i] = kvl_load(&cl, i, &x->h.n[i]);
+		if (!x->h.r[i])
+			failed(&x->f, "machine %u left no history", i);
+	}
+	report_dead_shard(&x->h, x->rr, x->km.t_kill_ns, &x->f);
+	report_alloc(x->ar, &x->f);
+	check_puts(x->wp, x->wit, NWIT, "just before the kill", &x->f);
+	check_puts(x->fp, x->fin, NFIN, "after recovery", &x->f);
+}
+
+/* Every machine's history linearizable. */
+static void kvk_lincheck(struct kvk *x)
+{
 	lc_report rep;
 	uint64_t nrec;
 	int rc = kvl_check(&cl, &rep, &nrec);
@@ -747,12 +788,37 @@ static void kv_under_kill(bool quiet, const char *name)
 	printf("lincheck: %" PRIu64 " operations of %u machines: %d\n", nrec,
 	       NM, rc);
 	if (rc)
-		failed(&f,
+		failed(&x->f,
 		       "lincheck: %d (%" PRIu64 " keys without a "
 		       "linearization, %" PRIu64 " not checked in time)",
 		       rc, rep.nviolations, rep.ntimedout + rep.nunchecked);
+}
+
+/* @quiet: the workload stops writing the victim's shard before the
+ * witnesses are put (so theirs are its last commits), and starts again
+ * once it is killed. */
+static void kv_under_kill(bool quiet, const char *name)
+{
+	static struct kvk x;
+	x = (struct kvk){.name = name};
+	snprintf(zk_root, sizeof(zk_root), "/libfarm/test-rec-kv-%d-%s%s",
+	         (int)getpid(), name,
+	         opt_broken || opt_broken_revoke ? "-broken" : "");
+	uint64_t t0 = np_now_ns();
+	kvk_kill(&x, quiet);
+	/* The final puts to the dead shard, then every survivor reads all. */
+	p_puts(SCANNER, 'W', x.fin, NFIN, x.fp);
 	for (unsigned i = 0; i < NM; i++)
-		free(h.r[i]);
+		if (i != VICTIM)
+			kvk_read_all(&cl, i, x.keys, x.fg[i]);
+	kvk_late(&x);
+	kvk_finish(&x);
+	kvk_check_runs(&x, quiet);
+	kvk_check_final(&x);
+	kvk_check_late(&x);
+	kvk_lincheck(&x);
+	for (unsigned i = 0; i < NM; i++)
+		free(x.h.r[i]);
 	tu_rmtree(cl.root);
 	cl.root[0] = 0;
 	printf("%s%s: %.1f s in all\n", name,
@@ -761,7 +827,7 @@ static void kv_under_kill(bool quiet, const char *name)
 	       : opt_broken_revoke ? " --broken_revoke"
 	                           : "",
 	       (double)(np_now_ns() - t0) / 1e9);
-	rec_verdict(&f, name, VICTIM,
+	rec_verdict(&x.f, name, VICTIM,
 	            opt_broken || opt_alloc_broken || opt_broken_revoke,
 	            opt_alloc_broken ? "backups kept no block table"
 	            : opt_broken_revoke

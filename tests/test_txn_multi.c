@@ -254,6 +254,100 @@ static bool all_same(const uint8_t *d, uint32_t n)
 	return true;
 }
 
+/* A writer's step: object @a read, checked whole and rewritten with its
+ * next byte. 0, or an exit status. */
+static int torn_rewrite(struct tx_child *c, farm_gaddr a, struct torn_stats *s)
+{
+	farm_tx *tx;
+	if (farm_tx_begin(c->txm, c->np.loop, &tx))
+		return 33;
+	const uint8_t *d;
+	int rc = farm_tx_read_sync(tx, a, TORN_SIZE, (const void **)&d);
+	if (!rc) {
+		s->tx_reads++;
+		if (!all_same(d, TORN_SIZE))
+			s->torn++;
+		uint8_t *w;
+		rc = farm_tx_write(tx, a, (void **)&w);
+		if (!rc) {
+			memset(w, (uint8_t)(d[0] + 1), TORN_SIZE);
+			rc = farm_tx_commit_sync(tx);
+		}
+	}
+	farm_tx_free(tx);
+	if (rc == 0)
+		s->writes++;
+	else if (farm_tx_retryable(rc))
+		s->aborts++;
+	else if (rc == -ETIMEDOUT) /* a primary did not answer within the
+	                              1 s bound */
+		s->timeouts++;
+	else if (s->other++ < 5)
+		fprintf(stderr, "m%u: rewrite: %s\n", c->np.me,
+		        farm_strerror(rc));
+	return 0;
+}
+
+/* The reader's lock-free read of @a, checked whole. */
+static void torn_lf_read(struct tx_child *c, farm_gaddr a, uint8_t *buf,
+                         struct torn_stats *s)
+{
+	int rc = farm_lf_read_sync(c->txm, c->np.loop, a, TORN_SIZE, UINT64_MAX,
+	                           buf);
+	if (rc == -EBUSY) {
+		s->busy++;
+	} else if (rc) {
+		if (s->other++ < 5)
+			fprintf(stderr, "m%u: read: %s\n", c->np.me,
+			        farm_strerror(rc));
+	} else {
+		s->lf_reads++;
+		if (!all_same(buf, TORN_SIZE))
+			s->torn++;
+	}
+}
+
+/* The reader's read-only transaction of two of the @n objects @o, each
+ * checked whole. 0, or an exit status. */
+static int torn_tx_read(struct tx_child *c, const farm_fatptr *o, unsigned n,
+                        struct torn_stats *s)
+{
+	farm_tx *tx;
+	if (farm_tx_begin(c->txm, c->np.loop, &tx))
+		return 34;
+	int rc = 0;
+	for (int k = 0; k < 2 && !rc; k++) {
+		const uint8_t *d;
+		rc = farm_tx_read_sync(tx, o[tx_rnd(c) % n].addr, TORN_SIZE,
+		                       (const void **)&d);
+		if (!rc) {
+			s->tx_reads++;
+			if (!all_same(d, TORN_SIZE))
+				s->torn++;
+		}
+	}
+	if (!rc)
+		rc = farm_tx_commit_sync(tx);
+	farm_tx_free(tx);
+	if (rc == 0)
+		s->ro_commits++;
+	else if (farm_tx_retryable(rc))
+		s->ro_aborts++;
+	else if (s->other++ < 5)
+		fprintf(stderr, "m%u: read-only: %s\n", c->np.me,
+		        farm_strerror(rc));
+	return 0;
+}
+
+/* Whether the reader is done: its reads counted out, or its time. */
+static bool torn_reader_done(const struct torn_stats *s, unsigned it,
+                             uint64_t dl)
+{
+	if (opt_torn_reads)
+		return s->lf_reads + s->tx_reads >= opt_torn_reads;
+	return (it & 63) == 0 && np_now_ns() >= dl;
+}
+
 static int torn_role(struct tx_child *c)
 {
 	farm_fatptr mine[TORN_PER];
@@ -264,102 +358,29 @@ static int torn_role(struct tx_child *c)
 	unsigned n = NM * TORN_PER;
 	struct torn_stats s = {0};
 	uint64_t t0 = np_now_ns();
+	int rc = 0;
 	if (c->np.me < 2) { /* writers, until told to stop */
-		for (unsigned it = 0;; it++) {
+		for (unsigned it = 0; !rc; it++) {
 			if ((it & 15) == 0 && np_poll_cmd(&c->np))
 				break;
-			farm_gaddr a = o[tx_rnd(c) % n].addr;
-			farm_tx *tx;
-			if (farm_tx_begin(c->txm, c->np.loop, &tx))
-				return 33;
-			const uint8_t *d;
-			int rc = farm_tx_read_sync(tx, a, TORN_SIZE,
-			                           (const void **)&d);
-			if (!rc) {
-				s.tx_reads++;
-				if (!all_same(d, TORN_SIZE))
-					s.torn++;
-				uint8_t *w;
-				rc = farm_tx_write(tx, a, (void **)&w);
-				if (!rc) {
-					memset(w, (uint8_t)(d[0] + 1),
-					       TORN_SIZE);
-					rc = farm_tx_commit_sync(tx);
-				}
-			}
-			farm_tx_free(tx);
-			if (rc == 0)
-				s.writes++;
-			else if (farm_tx_retryable(rc))
-				s.aborts++;
-			else if (rc == -ETIMEDOUT) /* a primary did not answer
-			                              within the 1 s bound */
-				s.timeouts++;
-			else if (s.other++ < 5)
-				fprintf(stderr, "m%u: rewrite: %s\n", c->np.me,
-				        farm_strerror(rc));
+			rc = torn_rewrite(c, o[tx_rnd(c) % n].addr, &s);
 		}
-		s.ns = np_now_ns() - t0;
 	} else { /* the reader */
 		uint64_t dl = t0 + (uint64_t)(opt_torn_secs * 1e9);
 		uint8_t buf[TORN_SIZE];
-		for (unsigned it = 0;; it++) {
-			if (opt_torn_reads
-			            ? s.lf_reads + s.tx_reads >= opt_torn_reads
-			            : ((it & 63) == 0 && np_now_ns() >= dl))
-				break;
-			if (it % 8) {
-				farm_gaddr a = o[tx_rnd(c) % n].addr;
-				int rc = farm_lf_read_sync(c->txm, c->np.loop,
-				                           a, TORN_SIZE,
-				                           UINT64_MAX, buf);
-				if (rc == -EBUSY) {
-					s.busy++;
-					continue;
-				}
-				if (rc) {
-					if (s.other++ < 5)
-						fprintf(stderr,
-						        "m%u: read: %s\n",
-						        c->np.me,
-						        farm_strerror(rc));
-					continue;
-				}
-				s.lf_reads++;
-				if (!all_same(buf, TORN_SIZE))
-					s.torn++;
-				continue;
-			}
-			farm_tx *tx;
-			if (farm_tx_begin(c->txm, c->np.loop, &tx))
-				return 34;
-			int rc = 0;
-			for (int k = 0; k < 2 && !rc; k++) {
-				const uint8_t *d;
-				rc = farm_tx_read_sync(
-				        tx, o[tx_rnd(c) % n].addr, TORN_SIZE,
-				        (const void **)&d);
-				if (!rc) {
-					s.tx_reads++;
-					if (!all_same(d, TORN_SIZE))
-						s.torn++;
-				}
-			}
-			if (!rc)
-				rc = farm_tx_commit_sync(tx);
-			farm_tx_free(tx);
-			if (rc == 0)
-				s.ro_commits++;
-			else if (farm_tx_retryable(rc))
-				s.ro_aborts++;
-			else if (s.other++ < 5)
-				fprintf(stderr, "m%u: read-only: %s\n",
-				        c->np.me, farm_strerror(rc));
+		for (unsigned it = 0; !rc && !torn_reader_done(&s, it, dl);
+		     it++) {
+			if (it % 8)
+				torn_lf_read(c, o[tx_rnd(c) % n].addr, buf, &s);
+			else
+				rc = torn_tx_read(c, o, n, &s);
 		}
-		s.ns = np_now_ns() - t0;
 	}
-	if (np_say(&c->np, 'D', &s, sizeof(s)))
-		return 35;
+	s.ns = np_now_ns() - t0;
+	if (rc || np_say(&c->np, 'D', &s, sizeof(s))) {
+		free(o);
+		return rc ? rc : 35;
+	}
 	free(o);
 	return np_wait_cmd(&c->np) == 'Q' ? 0 : 36;
 }
@@ -505,176 +526,212 @@ static int read_fat_sync(struct tx_child *c, farm_tx *tx, farm_fatptr p,
 
 #define Z_SECS 3
 
+/* Machine 0: one transaction replacing root @r's target: the old one
+ * read, checked and freed, a new one allocated and linked. 0, or an exit
+ * status. */
+static int zombie_replace(struct tx_child *c, farm_gaddr r, uint64_t *gen,
+                          struct zombie_stats *s)
+{
+	farm_tx *tx;
+	if (farm_tx_begin(c->txm, c->np.loop, &tx))
+		return 44;
+	const void *rd, *td;
+	farm_fatptr old, nw;
+	void *nd, *w;
+	int rc = farm_tx_read_sync(tx, r, 64, &rd);
+	if (!rc) {
+		memcpy(&old, rd, sizeof(old));
+		rc = farm_tx_read_sync(tx, old.addr, Z_SIZE, &td);
+	}
+	if (!rc && !target_ok(td, old))
+		s->bad++;
+	if (!rc)
+		rc = farm_tx_free_obj(tx, old.addr);
+	if (!rc)
+		rc = farm_tx_alloc_sync(tx, Z_SIZE, FARM_GADDR_NULL, &nw, &nd);
+	if (!rc) {
+		(*gen)++;
+		fill_target(nd, Z_SIZE, nw, gen);
+		rc = farm_tx_write(tx, r, &w);
+	}
+	if (!rc) {
+		memcpy(w, &nw, sizeof(nw));
+		rc = farm_tx_commit_sync(tx);
+	}
+	farm_tx_free(tx);
+	if (rc == 0)
+		s->replaced++;
+	else if (farm_tx_retryable(rc))
+		s->repl_aborts++;
+	else if (s->other++ < 5)
+		fprintf(stderr, "m0: replace: %s\n", farm_strerror(rc));
+	return 0;
+}
+
+/* Machine 0: the roots and their targets made and published, then
+ * targets replaced until the parent says stop. 0 or an exit status. */
+static int zombie_freer(struct tx_child *c, struct zombie_stats *s)
+{
+	farm_fatptr tg[Z_ROOTS], roots[Z_ROOTS];
+	uint64_t gen = 1;
+	if (create_objs(c, "ztarget", Z_ROOTS, Z_SIZE, fill_target, &gen, tg))
+		return 40;
+	for (unsigned i = 0; i < Z_ROOTS; i++)
+		if (create_objs(c, "zroot", 1, 64, fill_root, &tg[i],
+		                &roots[i]))
+			return 41;
+	/* One file of every root (create_objs wrote the last one). */
+	char path[512];
+	snprintf(path, sizeof(path), "%s/zroot-0", c->np.cl->root);
+	if (np_write_file(path, roots, sizeof(roots)))
+		return 42;
+	if (np_say(&c->np, 'C', NULL, 0) || np_wait_cmd(&c->np) != 'G')
+		return 43;
+	uint64_t t0 = np_now_ns();
+	int rc = 0;
+	for (unsigned it = 0; !rc; it++) {
+		if ((it & 7) == 0 && np_poll_cmd(&c->np))
+			break;
+		rc = zombie_replace(c, roots[tx_rnd(c) % Z_ROOTS].addr, &gen,
+		                    s);
+	}
+	s->ns = np_now_ns() - t0;
+	return rc;
+}
+
+/* A follower's pointers seen earlier (targets since freed, most). */
+struct zstale {
+	farm_fatptr p[Z_STALE];
+	unsigned n;
+};
+
+/* A lock-free read of an old pointer: its target intact, or freed. */
+static void zombie_stale_read(struct tx_child *c, struct zstale *st,
+                              uint8_t *buf, struct zombie_stats *s)
+{
+	farm_fatptr p = st->p[tx_rnd(c) % st->n];
+	int rc = farm_lf_read_sync(c->txm, c->np.loop, p.addr, p.size,
+	                           p.incarnation, buf);
+	if (rc == 0)
+		target_ok(buf, p) ? s->stale_ok++ : s->bad++;
+	else if (rc == FARM_EFREED)
+		s->stale_freed++;
+	else if (rc == -EBUSY)
+		s->busy++;
+	else if (s->other++ < 5)
+		fprintf(stderr, "m%u: stale read: %s\n", c->np.me,
+		        farm_strerror(rc));
+}
+
+/* Lock-free: root @r, then its target (the pointer kept as old). */
+static void zombie_lf_read(struct tx_child *c, farm_gaddr r, struct zstale *st,
+                           uint8_t *buf, struct zombie_stats *s)
+{
+	farm_fatptr p;
+	int rc = farm_lf_read_sync(c->txm, c->np.loop, r, 64, UINT64_MAX, buf);
+	if (!rc) {
+		memcpy(&p, buf, sizeof(p));
+		st->p[st->n < Z_STALE ? st->n++ : tx_rnd(c) % Z_STALE] = p;
+		rc = farm_lf_read_sync(c->txm, c->np.loop, p.addr, p.size,
+		                       p.incarnation, buf);
+		if (rc == 0)
+			target_ok(buf, p) ? s->reads_ok++ : s->bad++;
+	}
+	if (rc == FARM_EFREED)
+		s->reads_freed++;
+	else if (rc == -EBUSY)
+		s->busy++;
+	else if (rc && s->other++ < 5)
+		fprintf(stderr, "m%u: read: %s\n", c->np.me, farm_strerror(rc));
+}
+
+/* A transaction follows pointer @p (none: root @r's, read in it) to its
+ * target and commits. 0, or an exit status. */
+static int zombie_tx_follow(struct tx_child *c, farm_gaddr r, farm_fatptr p,
+                            struct zombie_stats *s)
+{
+	farm_tx *tx;
+	if (farm_tx_begin(c->txm, c->np.loop, &tx))
+		return 47;
+	const void *rd, *td;
+	int rc = 0;
+	if (!p.addr) {
+		rc = farm_tx_read_sync(tx, r, 64, &rd);
+		if (!rc)
+			memcpy(&p, rd, sizeof(p));
+	}
+	if (!rc) {
+		rc = read_fat_sync(c, tx, p, &td);
+		if (!rc && !target_ok(td, p))
+			s->bad++;
+	}
+	if (rc == FARM_EFREED) {
+		s->tx_freed++;
+	} else if (rc == 0) {
+		rc = farm_tx_commit_sync(tx);
+		if (rc == 0)
+			s->tx_commits++;
+		else if (farm_tx_retryable(rc) || rc == FARM_EFREED)
+			s->tx_aborts++;
+		else if (s->other++ < 5)
+			fprintf(stderr, "m%u: commit: %s\n", c->np.me,
+			        farm_strerror(rc));
+	} else if (rc == -EBUSY) {
+		s->busy++;
+	} else if (s->other++ < 5) {
+		fprintf(stderr, "m%u: tx read: %s\n", c->np.me,
+		        farm_strerror(rc));
+	}
+	farm_tx_free(tx);
+	return 0;
+}
+
+/* The other machines: for Z_SECS, reads of fresh and old pointers, lock
+ * free and in transactions. 0 or an exit status. */
+static int zombie_follower(struct tx_child *c, struct zombie_stats *s)
+{
+	if (np_say(&c->np, 'C', NULL, 0) || np_wait_cmd(&c->np) != 'G')
+		return 45;
+	unsigned n;
+	farm_fatptr *roots = load_objs(c, "zroot", &n);
+	if (!roots || n != Z_ROOTS) {
+		free(roots);
+		return 46;
+	}
+	struct zstale st = {.n = 0};
+	uint8_t buf[Z_SIZE];
+	uint64_t t0 = np_now_ns(), dl = t0 + Z_SECS * 1000000000ull;
+	int rc = 0;
+	for (unsigned it = 0; !rc; it++) {
+		if ((it & 15) == 0 && np_now_ns() >= dl)
+			break;
+		farm_gaddr r = roots[tx_rnd(c) % Z_ROOTS].addr;
+		unsigned dice = (unsigned)(tx_rnd(c) % 4);
+		/* A transaction follows a fresh pointer (dice 2, 3) or an
+		 * old one (dice 0, odd iterations). */
+		farm_fatptr oldp = {0};
+		if (dice == 0 && st.n && (it & 1)) {
+			oldp = st.p[tx_rnd(c) % st.n];
+			dice = 2;
+		}
+		if (dice == 0 && st.n)
+			zombie_stale_read(c, &st, buf, s);
+		else if (dice == 1)
+			zombie_lf_read(c, r, &st, buf, s);
+		else
+			rc = zombie_tx_follow(c, r, oldp, s);
+	}
+	s->ns = np_now_ns() - t0;
+	free(roots);
+	return rc;
+}
+
 static int zombie_role(struct tx_child *c)
 {
 	struct zombie_stats s = {0};
-	if (c->np.me == 0) {
-		farm_fatptr tg[Z_ROOTS], roots[Z_ROOTS];
-		uint64_t gen = 1;
-		if (create_objs(c, "ztarget", Z_ROOTS, Z_SIZE, fill_target,
-		                &gen, tg))
-			return 40;
-		for (unsigned i = 0; i < Z_ROOTS; i++)
-			if (create_objs(c, "zroot", 1, 64, fill_root, &tg[i],
-			                &roots[i]))
-				return 41;
-		/* One file of every root (create_objs wrote the last one). */
-		char path[512];
-		snprintf(path, sizeof(path), "%s/zroot-0", c->np.cl->root);
-		if (np_write_file(path, roots, sizeof(roots)))
-			return 42;
-		if (np_say(&c->np, 'C', NULL, 0) || np_wait_cmd(&c->np) != 'G')
-			return 43;
-		uint64_t t0 = np_now_ns();
-		for (unsigned it = 0;; it++) {
-			if ((it & 7) == 0 && np_poll_cmd(&c->np))
-				break;
-			farm_gaddr r = roots[tx_rnd(c) % Z_ROOTS].addr;
-			farm_tx *tx;
-			if (farm_tx_begin(c->txm, c->np.loop, &tx))
-				return 44;
-			const void *rd, *td;
-			farm_fatptr old, nw;
-			void *nd, *w;
-			int rc = farm_tx_read_sync(tx, r, 64, &rd);
-			if (!rc) {
-				memcpy(&old, rd, sizeof(old));
-				rc = farm_tx_read_sync(tx, old.addr, Z_SIZE,
-				                       &td);
-			}
-			if (!rc && !target_ok(td, old))
-				s.bad++;
-			if (!rc)
-				rc = farm_tx_free_obj(tx, old.addr);
-			if (!rc)
-				rc = farm_tx_alloc_sync(
-				        tx, Z_SIZE, FARM_GADDR_NULL, &nw, &nd);
-			if (!rc) {
-				gen++;
-				fill_target(nd, Z_SIZE, nw, &gen);
-				rc = farm_tx_write(tx, r, &w);
-			}
-			if (!rc) {
-				memcpy(w, &nw, sizeof(nw));
-				rc = farm_tx_commit_sync(tx);
-			}
-			farm_tx_free(tx);
-			if (rc == 0)
-				s.replaced++;
-			else if (farm_tx_retryable(rc))
-				s.repl_aborts++;
-			else if (s.other++ < 5)
-				fprintf(stderr, "m0: replace: %s\n",
-				        farm_strerror(rc));
-		}
-		s.ns = np_now_ns() - t0;
-	} else {
-		if (np_say(&c->np, 'C', NULL, 0) || np_wait_cmd(&c->np) != 'G')
-			return 45;
-		unsigned n;
-		farm_fatptr *roots = load_objs(c, "zroot", &n);
-		if (!roots || n != Z_ROOTS)
-			return 46;
-		farm_fatptr stale[Z_STALE];
-		unsigned nstale = 0;
-		uint8_t buf[Z_SIZE];
-		uint64_t t0 = np_now_ns(), dl = t0 + Z_SECS * 1000000000ull;
-		for (unsigned it = 0;; it++) {
-			if ((it & 15) == 0 && np_now_ns() >= dl)
-				break;
-			farm_gaddr r = roots[tx_rnd(c) % Z_ROOTS].addr;
-			unsigned dice = (unsigned)(tx_rnd(c) % 4);
-			/* A transaction follows a fresh pointer (dice 2, 3) or
-			 * an old one (dice 0, odd iterations). */
-			farm_fatptr oldp = {0};
-			if (dice == 0 && nstale && (it & 1)) {
-				oldp = stale[tx_rnd(c) % nstale];
-				dice = 2;
-			}
-			if (dice == 0 && nstale) { /* an old pointer */
-				farm_fatptr p = stale[tx_rnd(c) % nstale];
-				int rc = farm_lf_read_sync(c->txm, c->np.loop,
-				                           p.addr, p.size,
-				                           p.incarnation, buf);
-				if (rc == 0)
-					target_ok(buf, p) ? s.stale_ok++
-					                  : s.bad++;
-				else if (rc == FARM_EFREED)
-					s.stale_freed++;
-				else if (rc == -EBUSY)
-					s.busy++;
-				else if (s.other++ < 5)
-					fprintf(stderr, "m%u: stale read: %s\n",
-					        c->np.me, farm_strerror(rc));
-			} else if (dice ==
-			           1) { /* lock-free: root, then target */
-				farm_fatptr p;
-				int rc =
-				        farm_lf_read_sync(c->txm, c->np.loop, r,
-				                          64, UINT64_MAX, buf);
-				if (!rc) {
-					memcpy(&p, buf, sizeof(p));
-					stale[nstale < Z_STALE
-					              ? nstale++
-					              : tx_rnd(c) % Z_STALE] =
-					        p;
-					rc = farm_lf_read_sync(
-					        c->txm, c->np.loop, p.addr,
-					        p.size, p.incarnation, buf);
-					if (rc == 0)
-						target_ok(buf, p) ? s.reads_ok++
-						                  : s.bad++;
-				}
-				if (rc == FARM_EFREED)
-					s.reads_freed++;
-				else if (rc == -EBUSY)
-					s.busy++;
-				else if (rc && s.other++ < 5)
-					fprintf(stderr, "m%u: read: %s\n",
-					        c->np.me, farm_strerror(rc));
-			} else { /* a transaction follows the pointer */
-				farm_tx *tx;
-				if (farm_tx_begin(c->txm, c->np.loop, &tx))
-					return 47;
-				const void *rd, *td;
-				farm_fatptr p = oldp;
-				int rc = 0;
-				if (!p.addr) {
-					rc = farm_tx_read_sync(tx, r, 64, &rd);
-					if (!rc)
-						memcpy(&p, rd, sizeof(p));
-				}
-				if (!rc) {
-					rc = read_fat_sync(c, tx, p, &td);
-					if (!rc && !target_ok(td, p))
-						s.bad++;
-				}
-				if (rc == FARM_EFREED) {
-					s.tx_freed++;
-				} else if (rc == 0) {
-					rc = farm_tx_commit_sync(tx);
-					if (rc == 0)
-						s.tx_commits++;
-					else if (farm_tx_retryable(rc) ||
-					         rc == FARM_EFREED)
-						s.tx_aborts++;
-					else if (s.other++ < 5)
-						fprintf(stderr,
-						        "m%u: commit: %s\n",
-						        c->np.me,
-						        farm_strerror(rc));
-				} else if (rc == -EBUSY) {
-					s.busy++;
-				} else if (s.other++ < 5) {
-					fprintf(stderr, "m%u: tx read: %s\n",
-					        c->np.me, farm_strerror(rc));
-				}
-				farm_tx_free(tx);
-			}
-		}
-		s.ns = np_now_ns() - t0;
-		free(roots);
-	}
+	int rc = c->np.me == 0 ? zombie_freer(c, &s) : zombie_follower(c, &s);
+	if (rc)
+		return rc;
 	if (np_say(&c->np, 'D', &s, sizeof(s)))
 		return 48;
 	return np_wait_cmd(&c->np) == 'Q' ? 0 : 49;
