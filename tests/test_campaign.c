@@ -3338,6 +3338,193 @@ static void prev_ring(enum farm_fault_point fp, void *arg)
 	(void)arg;
 }
 
+/* A number option's value: 0, or -1 with the error said. */
+static int num_arg(const char *arg, unsigned lo, unsigned hi, const char *what,
+                   unsigned *out)
+{
+	char *end;
+	unsigned long v = strtoul(arg, &end, 10);
+	if (*end || !*arg || v < lo || v > hi) {
+		fprintf(stderr, "test_campaign: --%s: %u to %u\n", what, lo,
+		        hi);
+		return -1;
+	}
+	*out = (unsigned)v;
+	return 0;
+}
+
+/* A --broken-* proof switch: its fault point hooked (@fp, or none), its
+ * flag set. 0, or FARM_TEST_SKIP without fault injection. */
+static int proof_switch(const char *name, int fp, bool *flag)
+{
+	if (!farm_fault_built() ||
+	    (fp >= 0 &&
+	     farm_fault_set((enum farm_fault_point)fp, prev_ring, NULL))) {
+		printf("skipped: %s needs fault injection\n", name);
+		return FARM_TEST_SKIP;
+	}
+	*flag = true;
+	return 0;
+}
+
+/* The options that hook a fault point or need fault injection: -1 not
+ * one of them, else 0 or main's exit status. */
+static int take_switch(int o)
+{
+	switch (o) {
+	case 'p':
+		if (!farm_fault_built() ||
+		    farm_fault_set(FARM_FP_REC_PREV_RING, prev_ring, NULL)) {
+			fprintf(stderr, "test_campaign: --prev-ring needs "
+			                "fault injection\n");
+			return 2;
+		}
+		return 0;
+	case 'S': {
+		int rc = proof_switch("--broken-stale",
+		                      FARM_FP_DATAREC_STALE_EQUAL,
+		                      &opt_broken_stale);
+		if (!rc)
+			farm_txn_testing_datarec_no_check(true);
+		return rc;
+	}
+	case 'D':
+		return proof_switch("--broken-removed",
+		                    FARM_FP_REC_REMOVED_STICKY,
+		                    &opt_broken_removed);
+	case 'B':
+		return proof_switch("--broken-slot", FARM_FP_DATAREC_SLOT_FIRST,
+		                    &opt_broken_slot);
+	case 'I':
+		return proof_switch("--broken-inc", FARM_FP_FABRIC_ADMIT_ANY,
+		                    &opt_broken_inc);
+	case 'H': return proof_switch("--hold-end", -1, &opt_hold_end);
+	case 'K':
+		return proof_switch("--broken-kept", FARM_FP_REC_NO_KEPT,
+		                    &opt_broken_kept);
+	case 'N':
+		return proof_switch("--broken-handoff", FARM_FP_TXN_NO_HANDOFF,
+		                    &opt_broken_handoff);
+	case 'W':
+		/* Inherited by every machine process. */
+		if (farm_fault_set(FARM_FP_NODE_REPLACE, cp_slow_replace,
+		                   NULL)) {
+			printf("skipped: --slow-replace needs fault "
+			       "injection\n");
+			return FARM_TEST_SKIP;
+		}
+		opt_slow_replace = true;
+		return 0;
+	default: return -1;
+	}
+}
+
+/* One option of main's: 0 to go on, 1 to exit 0 (--list, --help), else
+ * main's exit status; @faults set by --faults. */
+static int take_option(int o, const char *arg, const char **faults)
+{
+	unsigned v;
+	int rc = take_switch(o);
+	if (rc >= 0)
+		return rc;
+	switch (o) {
+	case 'c':
+		if (num_arg(arg, 1, 1024, "cycles", &opt_cycles))
+			return 2;
+		break;
+	case 's': {
+		char *end;
+		opt_seed = strtoull(arg, &end, 10);
+		if (*end) {
+			fprintf(stderr, "test_campaign: --seed needs a "
+			                "number\n");
+			return 2;
+		}
+		break;
+	}
+	case 'f': *faults = arg; break;
+	case 'F':
+		if (num_arg(arg, 0, UINT32_MAX, "full-every", &v))
+			return 2;
+		opt_full_every = v;
+		break;
+	case 'M':
+		if (num_arg(arg, 0, 64, "fill-mb", &opt_fill_mb))
+			return 2;
+		break;
+	case 'b': opt_broken = true; break;
+	case 'o': opt_order = true; break;
+	case 'g': opt_grow = true; break;
+	case 'G': opt_grow = false; break;
+	case 'r': opt_reuse = true; break;
+	case 'U': opt_reuse_measure = true; break;
+	case 'k': opt_keep_dirs = true; break;
+	case 'O': opt_old_ids = true; break;
+	case 'l':
+		for (unsigned i = 0; i < F_COUNT; i++)
+			printf("%s\n", cp_fault_name[i]);
+		return 1;
+	case 'h': usage(stdout); return 1;
+	default: usage(stderr); return 2;
+	}
+	return 0;
+}
+
+/* --faults' list (none: every fault but zombie_reuse) into opt_use and
+ * opt_list. 0, or 2 with the error said. */
+static int take_faults(const char *faults)
+{
+	if (!faults) {
+		for (unsigned i = 0; i < F_COUNT; i++)
+			opt_use[i] = i != F_ZOMBIE_REUSE;
+		return 0;
+	}
+	char buf[256];
+	snprintf(buf, sizeof(buf), "%s", faults);
+	for (char *sp, *t = strtok_r(buf, ",", &sp); t;
+	     t = strtok_r(NULL, ",", &sp)) {
+		unsigned i = 0;
+		while (i < F_COUNT && strcmp(t, cp_fault_name[i]))
+			i++;
+		if (i == F_COUNT) {
+			fprintf(stderr,
+			        "test_campaign: no fault '%s' (see --list)\n",
+			        t);
+			return 2;
+		}
+		opt_use[i] = true;
+		if (opt_nlist < F_COUNT * 4)
+			opt_list[opt_nlist++] = (enum cp_fault)i;
+	}
+	return 0;
+}
+
+/* Options that need others: 0, or 2 with the error said. */
+static int check_options(void)
+{
+	const bool reuse = opt_reuse && !opt_old_ids;
+	const char *why = NULL;
+	if (opt_use[F_ZOMBIE_REUSE] && !reuse)
+		why = "zombie_reuse needs --reuse (ids reused)";
+	else if ((opt_broken_kept || opt_broken_handoff) && !opt_hold_end)
+		why = "--broken-kept and --broken-handoff need --hold-end";
+	else if (opt_slow_replace && !reuse)
+		why = "--slow-replace needs --reuse";
+	else if (opt_broken_stale && !opt_keep_dirs)
+		why = "--broken-stale needs --keep-dirs";
+	else if (opt_keep_dirs && !reuse)
+		why = "--keep-dirs needs --reuse";
+	else if (opt_reuse_measure && !reuse)
+		why = "--reuse-measure needs --reuse";
+	else if (opt_hold_end && !reuse)
+		why = "--hold-end needs --reuse";
+	else if (opt_order && !opt_nlist)
+		why = "--order needs --faults";
+	if (why)
+		fprintf(stderr, "test_campaign: %s\n", why);
+	return why ? 2 : 0;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option lo[] = {{"cycles", 1, NULL, 'c'},
@@ -3369,203 +3556,19 @@ int main(int argc, char **argv)
 	const char *faults = NULL;
 	int o;
 	while ((o = getopt_long(argc, argv, "", lo, NULL)) != -1) {
-		char *end;
-		switch (o) {
-		case 'c':
-			opt_cycles = (unsigned)strtoul(optarg, &end, 10);
-			if (*end || !opt_cycles || opt_cycles > 1024) {
-				fprintf(stderr, "test_campaign: --cycles: 1 "
-				                "to 1024\n");
-				return 2;
-			}
-			break;
-		case 's':
-			opt_seed = strtoull(optarg, &end, 10);
-			if (*end) {
-				fprintf(stderr, "test_campaign: --seed needs "
-				                "a number\n");
-				return 2;
-			}
-			break;
-		case 'f': faults = optarg; break;
-		case 'F':
-			opt_full_every = (unsigned)strtoul(optarg, &end, 10);
-			if (*end || !*optarg) {
-				fprintf(stderr, "test_campaign: --full-every "
-				                "needs a number\n");
-				return 2;
-			}
-			break;
-		case 'b': opt_broken = true; break;
-		case 'p':
-			if (!farm_fault_built() ||
-			    farm_fault_set(FARM_FP_REC_PREV_RING, prev_ring,
-			                   NULL)) {
-				fprintf(stderr, "test_campaign: --prev-ring "
-				                "needs fault injection\n");
-				return 2;
-			}
-			break;
-		case 'o': opt_order = true; break;
-		case 'g': opt_grow = true; break;
-		case 'G': opt_grow = false; break;
-		case 'r': opt_reuse = true; break;
-		case 'U': opt_reuse_measure = true; break;
-		case 'k': opt_keep_dirs = true; break;
-		case 'S':
-			if (!farm_fault_built() ||
-			    farm_fault_set(FARM_FP_DATAREC_STALE_EQUAL,
-			                   prev_ring, NULL)) {
-				printf("skipped: --broken-stale needs fault "
-				       "injection\n");
-				return FARM_TEST_SKIP;
-			}
-			farm_txn_testing_datarec_no_check(true);
-			opt_broken_stale = true;
-			break;
-		case 'M':
-			opt_fill_mb = (unsigned)strtoul(optarg, &end, 10);
-			if (*end || opt_fill_mb > 64) {
-				fprintf(stderr, "test_campaign: --fill-mb: 0 "
-				                "to 64\n");
-				return 2;
-			}
-			break;
-		case 'O': opt_old_ids = true; break;
-		case 'D':
-			if (!farm_fault_built() ||
-			    farm_fault_set(FARM_FP_REC_REMOVED_STICKY,
-			                   prev_ring, NULL)) {
-				printf("skipped: --broken-removed needs fault "
-				       "injection\n");
-				return FARM_TEST_SKIP;
-			}
-			opt_broken_removed = true;
-			break;
-		case 'B':
-			if (!farm_fault_built() ||
-			    farm_fault_set(FARM_FP_DATAREC_SLOT_FIRST,
-			                   prev_ring, NULL)) {
-				printf("skipped: --broken-slot needs fault "
-				       "injection\n");
-				return FARM_TEST_SKIP;
-			}
-			opt_broken_slot = true;
-			break;
-		case 'I':
-			if (!farm_fault_built() ||
-			    farm_fault_set(FARM_FP_FABRIC_ADMIT_ANY, prev_ring,
-			                   NULL)) {
-				printf("skipped: --broken-inc needs fault "
-				       "injection\n");
-				return FARM_TEST_SKIP;
-			}
-			opt_broken_inc = true;
-			break;
-		case 'H':
-			if (!farm_fault_built()) {
-				printf("skipped: --hold-end needs fault "
-				       "injection\n");
-				return FARM_TEST_SKIP;
-			}
-			opt_hold_end = true;
-			break;
-		case 'K':
-		case 'N':
-			if (!farm_fault_built() ||
-			    farm_fault_set(o == 'K' ? FARM_FP_REC_NO_KEPT
-			                            : FARM_FP_TXN_NO_HANDOFF,
-			                   prev_ring, NULL)) {
-				printf("skipped: --broken-kept and "
-				       "--broken-handoff need fault "
-				       "injection\n");
-				return FARM_TEST_SKIP;
-			}
-			*(o == 'K' ? &opt_broken_kept : &opt_broken_handoff) =
-			        true;
-			break;
-		case 'W':
-			/* Inherited by every machine process. */
-			if (farm_fault_set(FARM_FP_NODE_REPLACE,
-			                   cp_slow_replace, NULL)) {
-				printf("skipped: --slow-replace needs fault "
-				       "injection\n");
-				return FARM_TEST_SKIP;
-			}
-			opt_slow_replace = true;
-			break;
-		case 'l':
-			for (unsigned i = 0; i < F_COUNT; i++)
-				printf("%s\n", cp_fault_name[i]);
-			return 0;
-		case 'h': usage(stdout); return 0;
-		default: usage(stderr); return 2;
-		}
+		int rc = take_option(o, optarg, &faults);
+		if (rc)
+			return rc == 1 ? 0 : rc;
 	}
 	if (optind < argc) {
 		usage(stderr);
 		return 2;
 	}
-	if (!faults) {
-		for (unsigned i = 0; i < F_COUNT; i++)
-			opt_use[i] = i != F_ZOMBIE_REUSE;
-	} else {
-		char buf[256];
-		snprintf(buf, sizeof(buf), "%s", faults);
-		for (char *sp, *t = strtok_r(buf, ",", &sp); t;
-		     t = strtok_r(NULL, ",", &sp)) {
-			unsigned i = 0;
-			while (i < F_COUNT && strcmp(t, cp_fault_name[i]))
-				i++;
-			if (i == F_COUNT) {
-				fprintf(stderr,
-				        "test_campaign: no fault '%s' (see "
-				        "--list)\n",
-				        t);
-				return 2;
-			}
-			opt_use[i] = true;
-			if (opt_nlist < F_COUNT * 4)
-				opt_list[opt_nlist++] = (enum cp_fault)i;
-		}
-	}
-	if (opt_use[F_ZOMBIE_REUSE] && (!opt_reuse || opt_old_ids)) {
-		fprintf(stderr, "test_campaign: zombie_reuse needs --reuse "
-		                "(ids reused)\n");
-		return 2;
-	}
-	if ((opt_broken_kept || opt_broken_handoff) && !opt_hold_end) {
-		fprintf(stderr, "test_campaign: --broken-kept and "
-		                "--broken-handoff need --hold-end\n");
-		return 2;
-	}
-	if (opt_slow_replace && (!opt_reuse || opt_old_ids)) {
-		fprintf(stderr, "test_campaign: --slow-replace needs "
-		                "--reuse\n");
-		return 2;
-	}
-	if (opt_broken_stale && !opt_keep_dirs) {
-		fprintf(stderr, "test_campaign: --broken-stale needs "
-		                "--keep-dirs\n");
-		return 2;
-	}
-	if (opt_keep_dirs && (!opt_reuse || opt_old_ids)) {
-		fprintf(stderr, "test_campaign: --keep-dirs needs --reuse\n");
-		return 2;
-	}
-	if (opt_reuse_measure && (!opt_reuse || opt_old_ids)) {
-		fprintf(stderr, "test_campaign: --reuse-measure needs "
-		                "--reuse\n");
-		return 2;
-	}
-	if (opt_hold_end && (!opt_reuse || opt_old_ids)) {
-		fprintf(stderr, "test_campaign: --hold-end needs --reuse\n");
-		return 2;
-	}
-	if (opt_order && !opt_nlist) {
-		fprintf(stderr, "test_campaign: --order needs --faults\n");
-		return 2;
-	}
+	int rc = take_faults(faults);
+	if (!rc)
+		rc = check_options();
+	if (rc)
+		return rc;
 	if (opt_broken) {
 		/* A test-only switch: promoted backups serve without their
 		 * logs drained. The checks must notice. */
