@@ -1677,6 +1677,188 @@ static int grow_crash_step(const char *step)
 	return -1;
 }
 
+/* The proofs that hook one fault point (with no_late) and run one case:
+ * a test-only switch the case's checks must notice. */
+struct dr_proof {
+	const char *arg;
+	enum farm_fault_point fp;
+	unsigned test;    /* index in main's tests[] */
+	const char *what; /* what the switch breaks (dr_grow_broken) */
+};
+
+static const struct dr_proof dr_proofs[] = {
+        /* placement ignores which machine joined late: rejoin */
+        {"--broken-late", FARM_FP_RING_NO_LATE, 2, NULL},
+        /* a growing machine's copy counts as complete before it is
+         * copied: grow */
+        {"--broken-grow", FARM_FP_DATAREC_EXTRA_EARLY, 3, NULL},
+        /* a view that makes the grower primary does not demote the old
+         * primary's copy (two primaries): grow */
+        {"--broken-handoff", FARM_FP_AS_NO_DEMOTE, 3,
+         "the old primary kept its copy as primary once the grower took "
+         "the region over"},
+        /* no demoted copy is a source for data recovery: grow_kill's
+         * region must stay short */
+        {"--broken-grow-kill", FARM_FP_AS_NO_DEMOTED_SOURCE, 4,
+         "no demoted copy was a source for data recovery (the old "
+         "primary could not finish its copy once the grower died)"},
+        /* a region left on the promotion list is handled as before the
+         * fix: grow_round's region must be lost */
+        {"--broken-grow-round", FARM_FP_REC_STALE_PROMO, 5,
+         "a region left on the promotion list took recovered locks as a "
+         "plain backup and its complete copy was thrown away"},
+        /* a view keeps a filling copy it no longer places here:
+         * grow_displace */
+        {"--broken-displaced", FARM_FP_AS_KEEP_FILLING, 6,
+         "a view kept a filling copy it no longer placed here"},
+};
+
+/* The cases run alone by name. */
+static const struct {
+	const char *arg;
+	unsigned test;
+} dr_alone[] = {
+        {"--grow-displace", 6}, {"--grow-round", 5}, {"--grow-kill", 4},
+        {"--grow", 3},          {"--rejoin", 2},     {"--one-kill", 1},
+};
+
+static int dr_skip(const char *arg)
+{
+	printf("skipped: %s needs fault injection (FARM_FAULT_INJECTION=OFF)\n",
+	       arg);
+	return FARM_TEST_SKIP;
+}
+
+/* --grow-gap [--broken]: the old primary pauses before data recovery
+ * opens or fills the copy growth demoted there; grow alone. */
+static int dr_arg_grow_gap(int argc, char **argv, int *pick)
+{
+	dr_gap_over = mmap(NULL, sizeof(*dr_gap_over), PROT_READ | PROT_WRITE,
+	                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (dr_gap_over == MAP_FAILED) {
+		perror("mmap");
+		return 2;
+	}
+	rb_p.step = gap_step;
+	if (farm_fault_set(FARM_FP_DATAREC_FILL_DEMOTED, gap_pause, NULL))
+		return dr_skip(argv[1]);
+	if (argc > 2 && !strcmp(argv[2], "--broken")) {
+		/* A test-only switch: the old primary's new copy opened by
+		 * data recovery, after the pause. */
+		(void)farm_fault_set(FARM_FP_AS_DEMOTED_OPEN_LATE, no_late,
+		                     NULL);
+		opt_broken = true;
+		dr_grow_broken = "the old primary's new copy was opened after "
+		                 "the view's first commits (their "
+		                 "COMMIT-BACKUPs not applied there)";
+	}
+	*pick = 3;
+	return 0;
+}
+
+/* --grow-crash STEP [--broken]: grow_crash alone. */
+static int dr_arg_grow_crash(int argc, char **argv, int *pick)
+{
+	if (!farm_fault_built())
+		return dr_skip(argv[1]);
+	if (grow_crash_step(argc > 2 ? argv[2] : NULL)) {
+		fprintf(stderr,
+		        "%s: --grow-crash takes filling, marked or promoted\n",
+		        argv[0]);
+		return 2;
+	}
+	if (argc > 3 && !strcmp(argv[3], "--broken")) {
+		/* A test-only switch: no demoted copy is a source
+		 * (grow_kill's proof); a grower that dies once the handoff
+		 * began must leave a region short. */
+		(void)farm_fault_set(FARM_FP_AS_NO_DEMOTED_SOURCE, no_late,
+		                     NULL);
+		opt_broken = true;
+		dr_grow_broken = "no demoted copy was a source for data "
+		                 "recovery";
+	}
+	*pick = 7;
+	return 0;
+}
+
+/* --stale, --check-repair (each [--broken]) and --broken: the first
+ * pass judged alone (rejoin), the check pass repairing (copy_kill), or
+ * COMMIT-BACKUPs not applied during copies (copy_kill). -1: not one of
+ * them. */
+static int dr_arg_copy_modes(int argc, char **argv, int *pick)
+{
+	const char *a = argv[1];
+	bool broken = argc > 2 && !strcmp(argv[2], "--broken");
+	if (strcmp(a, "--stale") && strcmp(a, "--check-repair") &&
+	    strcmp(a, "--broken"))
+		return -1;
+	if (!farm_fault_built())
+		return dr_skip(a);
+	*pick = 0; /* copy_kill */
+	if (!strcmp(a, "--broken")) {
+		opt_broken = true;
+		farm_txn_testing_datarec_skip_apply(true);
+	} else if (!strcmp(a, "--stale")) {
+		/* The first pass judged alone: a check would repair what a
+		 * wrongly taken chunk left stale. */
+		dr_stale = true;
+		farm_txn_testing_datarec_no_check(true);
+		if (broken)
+			(void)farm_fault_set(FARM_FP_DATAREC_STALE_EQUAL,
+			                     no_late, NULL);
+		*pick = 2; /* rejoin */
+	} else {
+		dr_check_repair = true;
+		farm_txn_testing_datarec_skip_first(true);
+		if (broken)
+			(void)farm_fault_set(FARM_FP_DATAREC_DIGEST_EQUAL,
+			                     no_late, NULL);
+	}
+	opt_broken |= broken;
+	return 0;
+}
+
+/* The command line: the case to run alone (*@pick), or -1: the default
+ * set. 0, or main's exit status. */
+static int dr_args(int argc, char **argv, int *pick)
+{
+	*pick = -1;
+	if (argc < 2)
+		return 0;
+	const char *a = argv[1];
+	for (size_t i = 0; i < sizeof(dr_proofs) / sizeof(dr_proofs[0]); i++)
+		if (!strcmp(a, dr_proofs[i].arg)) {
+			if (farm_fault_set(dr_proofs[i].fp, no_late, NULL))
+				return dr_skip(a);
+			opt_broken = true;
+			if (dr_proofs[i].what)
+				dr_grow_broken = dr_proofs[i].what;
+			*pick = (int)dr_proofs[i].test;
+			return 0;
+		}
+	for (size_t i = 0; i < sizeof(dr_alone) / sizeof(dr_alone[0]); i++)
+		if (!strcmp(a, dr_alone[i].arg)) {
+			*pick = (int)dr_alone[i].test;
+			return 0;
+		}
+	if (!strcmp(a, "--grow-gap"))
+		return dr_arg_grow_gap(argc, argv, pick);
+	if (!strcmp(a, "--grow-crash"))
+		return dr_arg_grow_crash(argc, argv, pick);
+	int rc = dr_arg_copy_modes(argc, argv, pick);
+	if (rc >= 0)
+		return rc;
+	fprintf(stderr,
+	        "usage: %s [--broken | --broken-late | --broken-grow | "
+	        "--broken-handoff | --broken-grow-kill | --broken-grow-round "
+	        "| --broken-displaced | --grow | --grow-kill | --grow-round | "
+	        "--grow-displace | --rejoin | --one-kill | --grow-crash "
+	        "filling|marked|promoted [--broken] | --check-repair "
+	        "[--broken] | --stale [--broken] | --grow-gap [--broken]]\n",
+	        argv[0]);
+	return 2;
+}
+
 int main(int argc, char **argv)
 {
 	struct CMUnitTest tests[] = {
@@ -1690,209 +1872,13 @@ int main(int argc, char **argv)
 	        cmocka_unit_test_teardown(test_grow_crash, dr_teardown),
 	};
 	size_t n = sizeof(tests) / sizeof(tests[0]);
-	if (argc > 1 && !strcmp(argv[1], "--broken-late")) {
-		/* A test-only switch: placement ignores which machine
-		 * joined late; the rejoin checks must notice. */
-		if (farm_fault_set(FARM_FP_RING_NO_LATE, no_late, NULL)) {
-			printf("skipped: --broken-late needs fault injection "
-			       "(FARM_FAULT_INJECTION=OFF)\n");
-			return FARM_TEST_SKIP;
-		}
-		opt_broken = true;
-		tests[0] = tests[2];
+	int pick;
+	int rc = dr_args(argc, argv, &pick);
+	if (rc)
+		return rc;
+	if (pick >= 0) {
+		tests[0] = tests[pick];
 		n = 1;
-	} else if (argc > 1 && !strcmp(argv[1], "--broken-grow")) {
-		/* A test-only switch: a growing machine's copy counts as
-		 * complete before it is copied; grow must notice. */
-		if (farm_fault_set(FARM_FP_DATAREC_EXTRA_EARLY, no_late,
-		                   NULL)) {
-			printf("skipped: --broken-grow needs fault injection "
-			       "(FARM_FAULT_INJECTION=OFF)\n");
-			return FARM_TEST_SKIP;
-		}
-		opt_broken = true;
-		tests[0] = tests[3];
-		n = 1;
-	} else if (argc > 1 && !strcmp(argv[1], "--broken-handoff")) {
-		/* A test-only switch: a view that makes the grower primary
-		 * does not demote the old primary's copy (two primaries);
-		 * grow must notice. */
-		if (farm_fault_set(FARM_FP_AS_NO_DEMOTE, no_late, NULL)) {
-			printf("skipped: --broken-handoff needs fault "
-			       "injection (FARM_FAULT_INJECTION=OFF)\n");
-			return FARM_TEST_SKIP;
-		}
-		opt_broken = true;
-		dr_grow_broken = "the old primary kept its copy as primary "
-		                 "once the grower took the region over";
-		tests[0] = tests[3];
-		n = 1;
-	} else if (argc > 1 && !strcmp(argv[1], "--broken-grow-kill")) {
-		/* A test-only switch: no demoted copy is a source for data
-		 * recovery; grow_kill's region must stay short. */
-		if (farm_fault_set(FARM_FP_AS_NO_DEMOTED_SOURCE, no_late,
-		                   NULL)) {
-			printf("skipped: --broken-grow-kill needs fault "
-			       "injection (FARM_FAULT_INJECTION=OFF)\n");
-			return FARM_TEST_SKIP;
-		}
-		opt_broken = true;
-		dr_grow_broken = "no demoted copy was a source for data "
-		                 "recovery (the old primary could not finish "
-		                 "its copy once the grower died)";
-		tests[0] = tests[4];
-		n = 1;
-	} else if (argc > 1 && !strcmp(argv[1], "--broken-grow-round")) {
-		/* A test-only switch: a region left on the promotion list
-		 * is handled as before the fix; grow_round's region must
-		 * be lost. */
-		if (farm_fault_set(FARM_FP_REC_STALE_PROMO, no_late, NULL)) {
-			printf("skipped: --broken-grow-round needs fault "
-			       "injection (FARM_FAULT_INJECTION=OFF)\n");
-			return FARM_TEST_SKIP;
-		}
-		opt_broken = true;
-		dr_grow_broken = "a region left on the promotion list took "
-		                 "recovered locks as a plain backup and its "
-		                 "complete copy was thrown away";
-		tests[0] = tests[5];
-		n = 1;
-	} else if (argc > 1 && !strcmp(argv[1], "--broken-displaced")) {
-		/* A test-only switch: a view keeps a filling copy it no
-		 * longer places here; grow_displace must notice. */
-		if (farm_fault_set(FARM_FP_AS_KEEP_FILLING, no_late, NULL)) {
-			printf("skipped: --broken-displaced needs fault "
-			       "injection (FARM_FAULT_INJECTION=OFF)\n");
-			return FARM_TEST_SKIP;
-		}
-		opt_broken = true;
-		dr_grow_broken = "a view kept a filling copy it no longer "
-		                 "placed here";
-		tests[0] = tests[6];
-		n = 1;
-	} else if (argc > 1 && !strcmp(argv[1], "--grow-gap")) {
-		dr_gap_over =
-		        mmap(NULL, sizeof(*dr_gap_over), PROT_READ | PROT_WRITE,
-		             MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-		if (dr_gap_over == MAP_FAILED) {
-			perror("mmap");
-			return 2;
-		}
-		rb_p.step = gap_step;
-		if (farm_fault_set(FARM_FP_DATAREC_FILL_DEMOTED, gap_pause,
-		                   NULL)) {
-			printf("skipped: --grow-gap needs fault injection "
-			       "(FARM_FAULT_INJECTION=OFF)\n");
-			return FARM_TEST_SKIP;
-		}
-		if (argc > 2 && !strcmp(argv[2], "--broken")) {
-			/* A test-only switch: the old primary's new copy
-			 * opened by data recovery, after the pause. */
-			(void)farm_fault_set(FARM_FP_AS_DEMOTED_OPEN_LATE,
-			                     no_late, NULL);
-			opt_broken = true;
-			dr_grow_broken = "the old primary's new copy was "
-			                 "opened after the view's first "
-			                 "commits (their COMMIT-BACKUPs not "
-			                 "applied there)";
-		}
-		tests[0] = tests[3]; /* grow alone */
-		n = 1;
-	} else if (argc > 1 && !strcmp(argv[1], "--grow-crash")) {
-		if (!farm_fault_built()) {
-			printf("skipped: --grow-crash needs fault injection "
-			       "(FARM_FAULT_INJECTION=OFF)\n");
-			return FARM_TEST_SKIP;
-		}
-		if (grow_crash_step(argc > 2 ? argv[2] : NULL)) {
-			fprintf(stderr,
-			        "%s: --grow-crash takes filling, "
-			        "marked or promoted\n",
-			        argv[0]);
-			return 2;
-		}
-		if (argc > 3 && !strcmp(argv[3], "--broken")) {
-			/* A test-only switch: no demoted copy is a source
-			 * (grow_kill's proof); a grower that dies once the
-			 * handoff began must leave a region short. */
-			(void)farm_fault_set(FARM_FP_AS_NO_DEMOTED_SOURCE,
-			                     no_late, NULL);
-			opt_broken = true;
-			dr_grow_broken = "no demoted copy was a source for "
-			                 "data recovery";
-		}
-		tests[0] = tests[7]; /* grow_crash alone */
-		n = 1;
-	} else if (argc > 1 && !strcmp(argv[1], "--grow-displace")) {
-		tests[0] = tests[6]; /* grow_displace alone */
-		n = 1;
-	} else if (argc > 1 && !strcmp(argv[1], "--grow-round")) {
-		tests[0] = tests[5]; /* grow_round alone */
-		n = 1;
-	} else if (argc > 1 && !strcmp(argv[1], "--grow-kill")) {
-		tests[0] = tests[4]; /* grow_kill alone */
-		n = 1;
-	} else if (argc > 1 && !strcmp(argv[1], "--grow")) {
-		tests[0] = tests[3]; /* grow alone */
-		n = 1;
-	} else if (argc > 1 && !strcmp(argv[1], "--rejoin")) {
-		tests[0] = tests[2]; /* rejoin alone */
-		n = 1;
-	} else if (argc > 1 && !strcmp(argv[1], "--one-kill")) {
-		tests[0] = tests[1]; /* one_kill alone */
-		n = 1;
-	} else if (argc > 1 && !strcmp(argv[1], "--stale")) {
-		if (!farm_fault_built()) {
-			printf("skipped: --stale needs fault injection "
-			       "(FARM_FAULT_INJECTION=OFF)\n");
-			return FARM_TEST_SKIP;
-		}
-		/* The first pass judged alone: a check would repair what a
-		 * wrongly taken chunk left stale. */
-		dr_stale = true;
-		farm_txn_testing_datarec_no_check(true);
-		if (argc > 2 && !strcmp(argv[2], "--broken")) {
-			opt_broken = true;
-			(void)farm_fault_set(FARM_FP_DATAREC_STALE_EQUAL,
-			                     no_late, NULL);
-		}
-		tests[0] = tests[2]; /* rejoin */
-		n = 1;
-	} else if (argc > 1 && !strcmp(argv[1], "--check-repair")) {
-		if (!farm_fault_built()) {
-			printf("skipped: --check-repair needs fault injection "
-			       "(FARM_FAULT_INJECTION=OFF)\n");
-			return FARM_TEST_SKIP;
-		}
-		dr_check_repair = true;
-		farm_txn_testing_datarec_skip_first(true);
-		if (argc > 2 && !strcmp(argv[2], "--broken")) {
-			opt_broken = true;
-			(void)farm_fault_set(FARM_FP_DATAREC_DIGEST_EQUAL,
-			                     no_late, NULL);
-		}
-		n = 1; /* copy_kill */
-	} else if (argc > 1 && !strcmp(argv[1], "--broken")) {
-		if (!farm_fault_built()) {
-			printf("skipped: --broken needs fault injection "
-			       "(FARM_FAULT_INJECTION=OFF)\n");
-			return FARM_TEST_SKIP;
-		}
-		opt_broken = true;
-		farm_txn_testing_datarec_skip_apply(true);
-		n = 1;
-	} else if (argc > 1) {
-		fprintf(stderr,
-		        "usage: %s [--broken | --broken-late | "
-		        "--broken-grow | --broken-handoff | "
-		        "--broken-grow-kill | --broken-grow-round | "
-		        "--broken-displaced | --grow | --grow-kill | "
-		        "--grow-round | --grow-displace | --rejoin | "
-		        "--one-kill | --grow-crash filling|marked|promoted "
-		        "[--broken] | --check-repair [--broken] | "
-		        "--stale [--broken]]\n",
-		        argv[0]);
-		return 2;
 	} else {
 		/* Every case but one_kill, which copy_kill's first kill and
 		 * grow's run contain (make check-long runs it), and
