@@ -711,6 +711,51 @@ static int grow_victim(void)
 	return -1;
 }
 
+/* --broken-late's victims: a pair of machines (not the manager, 0)
+ * whose departure leaves some region the late machine would be the
+ * primary of, were it an ordinary member: otherwise, with as many
+ * replicas as machines left, the late machine holds every region either
+ * way and the broken placement leaves no trace (the proof passed or
+ * failed with the regions drawn). 0 and the pair, or -1. */
+static int late_victims(unsigned *first, unsigned *second)
+{
+	uint32_t reg[DR_MAXREG];
+	unsigned nr = 0;
+	for (unsigned i = 0; i < NP_NM; i++) {
+		struct held_report *h = ask(i);
+		for (unsigned k = 0; k < h->n && nr < DR_MAXREG; k++)
+			if (h->h[k].role == (int)FARM_AS_PRIMARY)
+				reg[nr++] = h->h[k].region;
+		free(h);
+	}
+	static const unsigned pairs[][2] = {{2, 3}, {2, 4}, {3, 4},
+	                                    {1, 2}, {1, 3}, {1, 4}};
+	for (size_t p = 0; p < FARM_ARRAY_SIZE(pairs); p++) {
+		struct farm_ring_machine ms[NP_NM];
+		unsigned n = 0, lead = 0;
+		for (unsigned i = 0; i < NP_NM; i++)
+			if (i != pairs[p][0] && i != pairs[p][1])
+				ms[n++] = (struct farm_ring_machine){.id = i};
+		ms[n++] = (struct farm_ring_machine){.id = DR_LATE_ID};
+		struct farm_ring_attr a = {.replicas = dr_reps};
+		farm_ring *g = NULL;
+		assert_int_equal(farm_ring_build_domains(ms, n, &a, &g), 0);
+		for (unsigned k = 0; k < nr; k++)
+			lead += farm_ring_primary(g, reg[k]) == DR_LATE_ID;
+		farm_ring_free(g);
+		if (lead) {
+			printf("rejoin --broken-late: killing machines %u and "
+			       "%u leaves %u of %u regions whose primary "
+			       "machine %u would be, were it not late\n",
+			       pairs[p][0], pairs[p][1], lead, nr, DR_LATE_ID);
+			*first = pairs[p][0];
+			*second = pairs[p][1];
+			return 0;
+		}
+	}
+	return -1;
+}
+
 /* Machine @i's report once its round for a configuration it took after
  * @t is over, or NULL past @dl. */
 static struct held_report *round_after(unsigned i, uint64_t t, uint64_t dl)
@@ -1495,6 +1540,16 @@ static void run_mode(unsigned first, int second, bool rejoin, bool grow,
 			v = 2;
 		}
 		x.first = (unsigned)v;
+	}
+	if (rejoin && opt_broken && !dr_stale) {
+		unsigned a, b;
+		if (late_victims(&a, &b))
+			failed(&x.res.f,
+			       "no pair of machines leaves a region the late "
+			       "machine would lead (the regions drawn this "
+			       "run): the proof cannot show");
+		else
+			x.first = a, x.second = (int)b;
 	}
 	dr_kills(&x);
 	struct fails *f = &x.res.f;
