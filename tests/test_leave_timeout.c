@@ -30,21 +30,12 @@
  */
 #define NP_NM 2
 #include "nodeproc.h"
-#include "brokenarg.h"
 #include "leaveproc.h"
 
 #include <inttypes.h>
 
-#ifndef FARM_SOURCE_DIR
-#error "FARM_SOURCE_DIR must name the source tree (for scripts/zk-local)"
-#endif
-
 #define LEAVE_MS 1000 /* one call's timeout */
 #define GRACE_MS 300  /* the manager's read of the mark, waited for */
-
-static char zk_dir[256], zk_connect[64], zk_root[64];
-static const char *zk_script = FARM_SOURCE_DIR "/scripts/zk-local";
-static bool opt_broken;
 
 struct leave_report {
 	int leave_rc;
@@ -64,11 +55,9 @@ static int on_leave(struct np_child *c)
 static int machine(struct np_child *c, void *arg)
 {
 	(void)arg;
-	int rc = lp_machine_open(c, zk_connect, zk_root);
+	int rc = lp_machine_open(c);
 	return rc ? rc : lp_serve(c, on_leave);
 }
-
-static struct np_cluster cl;
 
 static struct leave_report ask_leave(unsigned i)
 {
@@ -92,7 +81,7 @@ static void test_leave_timeout(void **state)
 	np_start(&cl, opt_broken ? "leave_timeout_broken" : "leave_timeout",
 	         machine, NULL);
 	unsigned cm, leaver;
-	lp_roles(&cl, &cm, &leaver);
+	lp_roles(&cm, &leaver);
 
 	/* Calls until the manager held R/left: the leaver said it before
 	 * the last call returned (it asks for the mark, which is written
@@ -107,7 +96,7 @@ static void test_leave_timeout(void **state)
 		calls++;
 		assert_int_equal(r.leave_rc, -ETIMEDOUT);
 		uint64_t g = np_now_ns() + GRACE_MS * 1000000ull;
-		while (!(h = lp_ask_held(&cl, cm)) && np_now_ns() < g)
+		while (!(h = lp_ask_held(cm)) && np_now_ns() < g)
 			np_pause_ms(20);
 	}
 	printf("the manager held R/left %u times, after %u calls\n", h, calls);
@@ -136,33 +125,9 @@ static void test_leave_timeout(void **state)
 	np_cleanup(&cl);
 }
 
-static int teardown(void **state)
-{
-	(void)state;
-	np_cleanup(&cl);
-	return 0;
-}
-
 int main(int argc, char **argv)
 {
-	if (argc == 2 && !strcmp(argv[1], "--broken-unquiesce")) {
-		opt_broken = true;
-	} else if (argc != 1) {
-		fprintf(stderr, "usage: %s [--broken-unquiesce]\n", argv[0]);
-		return 2;
-	}
-	if (!farm_fault_built()) {
-		printf("skipped: the hold needs fault injection\n");
-		return FARM_TEST_SKIP;
-	}
-	if (opt_broken &&
-	    farm_fault_set(FARM_FP_LEAVE_UNQUIESCE, tu_switch_on, NULL))
-		return 1;
-	snprintf(zk_root, sizeof(zk_root), "/libfarm/test-leave-timeout-%d",
-	         (int)getpid());
-	const struct CMUnitTest tests[] = {
-	        cmocka_unit_test_teardown(test_leave_timeout, teardown),
-	};
-	return tu_zk_run(zk_script, zk_dir, sizeof(zk_dir), zk_connect,
-	                 sizeof(zk_connect), "leave_timeout", tests, 1);
+	return lp_main(argc, argv, "--broken-unquiesce",
+	               FARM_FP_LEAVE_UNQUIESCE, "leave_timeout",
+	               test_leave_timeout);
 }

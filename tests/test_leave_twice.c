@@ -34,24 +34,15 @@
  */
 #define NP_NM 2
 #include "nodeproc.h"
-#include "brokenarg.h"
 #include "leaveproc.h"
 
 #include <inttypes.h>
 
 #include "node/ctl.h"
 
-#ifndef FARM_SOURCE_DIR
-#error "FARM_SOURCE_DIR must name the source tree (for scripts/zk-local)"
-#endif
-
 #define LEAVE_MS 2000 /* call A's timeout */
 #define CTL_MS   5000 /* the control socket's answer */
 #define GRACE_MS 5000 /* the manager's read of R/left, waited for */
-
-static char zk_dir[256], zk_connect[64], zk_root[64];
-static const char *zk_script = FARM_SOURCE_DIR "/scripts/zk-local";
-static bool opt_broken;
 
 /* Child: call A held where it quiesced, before R/left (its first arrival
  * only), until the main thread made the second calls. */
@@ -161,20 +152,15 @@ static int on_leave(struct np_child *c)
 static int machine(struct np_child *c, void *arg)
 {
 	(void)arg;
-	int rc = lp_machine_open(c, zk_connect, zk_root);
+	int rc = lp_machine_open(c);
 	if (rc)
 		return rc;
-	if (farm_fault_set(FARM_FP_LEAVE_QUIESCED, quiesced_hook, NULL) ||
-	    (opt_broken &&
-	     farm_fault_set(FARM_FP_LEAVE_UNGUARDED, tu_switch_on, NULL)))
+	if (farm_fault_set(FARM_FP_LEAVE_QUIESCED, quiesced_hook, NULL))
 		return 6;
 	rc = lp_serve(c, on_leave);
-	(void)farm_fault_set(FARM_FP_LEAVE_UNGUARDED, NULL, NULL);
 	(void)farm_fault_set(FARM_FP_LEAVE_QUIESCED, NULL, NULL);
 	return rc;
 }
-
-static struct np_cluster cl;
 
 static void test_leave_twice(void **state)
 {
@@ -182,7 +168,7 @@ static void test_leave_twice(void **state)
 	np_start(&cl, opt_broken ? "leave_twice_broken" : "leave_twice",
 	         machine, NULL);
 	unsigned cm, leaver;
-	lp_roles(&cl, &cm, &leaver);
+	lp_roles(&cm, &leaver);
 
 	struct twice_report r;
 	uint64_t t0 = np_now_ns();
@@ -193,7 +179,7 @@ static void test_leave_twice(void **state)
 	 * returns at once): the manager's read of it, waited for. */
 	unsigned h = 0;
 	for (uint64_t g = np_now_ns() + GRACE_MS * 1000000ull;
-	     !(h = lp_ask_held(&cl, cm)) && np_now_ns() < g;)
+	     !(h = lp_ask_held(cm)) && np_now_ns() < g;)
 		np_pause_ms(20);
 	printf("%smachine %u: %u call(s) of %d ms, the last held where it "
 	       "quiesced: %s; meanwhile leave(0) answered %s, the control "
@@ -232,30 +218,9 @@ static void test_leave_twice(void **state)
 	np_cleanup(&cl);
 }
 
-static int teardown(void **state)
-{
-	(void)state;
-	np_cleanup(&cl);
-	return 0;
-}
-
 int main(int argc, char **argv)
 {
-	if (argc == 2 && !strcmp(argv[1], "--broken-unguarded")) {
-		opt_broken = true;
-	} else if (argc != 1) {
-		fprintf(stderr, "usage: %s [--broken-unguarded]\n", argv[0]);
-		return 2;
-	}
-	if (!farm_fault_built()) {
-		printf("skipped: the holds need fault injection\n");
-		return FARM_TEST_SKIP;
-	}
-	snprintf(zk_root, sizeof(zk_root), "/libfarm/test-leave-twice-%d",
-	         (int)getpid());
-	const struct CMUnitTest tests[] = {
-	        cmocka_unit_test_teardown(test_leave_twice, teardown),
-	};
-	return tu_zk_run(zk_script, zk_dir, sizeof(zk_dir), zk_connect,
-	                 sizeof(zk_connect), "leave_twice", tests, 1);
+	return lp_main(argc, argv, "--broken-unguarded",
+	               FARM_FP_LEAVE_UNGUARDED, "leave_twice",
+	               test_leave_twice);
 }

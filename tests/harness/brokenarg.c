@@ -6,13 +6,14 @@ void tu_switch_on(enum farm_fault_point fp, void *arg)
 	(void)arg;
 }
 
-int tu_broken_arg(int argc, char **argv, enum farm_fault_point fp, bool *broken)
+int tu_broken_named(int argc, char **argv, const char *name,
+                    enum farm_fault_point fp, bool *broken)
 {
 	*broken = false;
 	if (argc < 2)
 		return 0;
-	if (argc > 2 || strcmp(argv[1], "--broken")) {
-		fprintf(stderr, "usage: %s [--broken]\n", argv[0]);
+	if (argc > 2 || strcmp(argv[1], name)) {
+		fprintf(stderr, "usage: %s [%s]\n", argv[0], name);
 		return 2;
 	}
 	if (farm_fault_set(fp, tu_switch_on, NULL)) {
@@ -21,4 +22,9 @@ int tu_broken_arg(int argc, char **argv, enum farm_fault_point fp, bool *broken)
 	}
 	*broken = true;
 	return 0;
+}
+
+int tu_broken_arg(int argc, char **argv, enum farm_fault_point fp, bool *broken)
+{
+	return tu_broken_named(argc, argv, "--broken", fp, broken);
 }

@@ -22,4 +22,8 @@ void tu_switch_on(enum farm_fault_point fp, void *arg);
 int tu_broken_arg(int argc, char **argv, enum farm_fault_point fp,
                   bool *broken);
 
+/* The same for a switch named otherwise (@name, e.g. "--broken-guard"). */
+int tu_broken_named(int argc, char **argv, const char *name,
+                    enum farm_fault_point fp, bool *broken);
+
 #endif

@@ -6,6 +6,8 @@
  * the leaver go), so the configuration without the leaver never comes and
  * a leave can only time out. Include after nodeproc.h (NP_NM 2).
  *
+ * The test defines FARM_SOURCE_DIR (scripts/zk-local) and calls lp_main.
+ *
  * Machine commands: 'V' the view (struct lp_view), 'H' the manager's
  * holds so far (unsigned), 'L' the test's leave (its own report), 'Q'.
  */
@@ -15,12 +17,22 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "brokenarg.h"
 #include "node/node.h"
 #include "util/fault.h"
+
+#ifndef FARM_SOURCE_DIR
+#error "FARM_SOURCE_DIR must name the source tree (for scripts/zk-local)"
+#endif
 
 #define LP_SESSION_MS 4000
 #define LP_LEASE_US   50000u
 #define LP_WAIT_MS    30000
+
+/* The test's private ZooKeeper, its cluster and whether it runs broken. */
+static char lp_zk_dir[256], lp_zk_connect[64], lp_zk_root[64];
+static struct np_cluster cl;
+static bool opt_broken;
 
 /* Child: the manager's hold, counted (the hook runs on its membership
  * thread; read by 'H'). */
@@ -130,12 +142,11 @@ static void lp_try_commit(struct np_child *c, struct lp_commit *r)
 
 /* Child: the machine up, both members seen, the manager's hold hooked.
  * 0, or the child's exit status. */
-static int lp_machine_open(struct np_child *c, const char *zk_connect,
-                           const char *zk_root)
+static int lp_machine_open(struct np_child *c)
 {
 	struct farm_config cfg;
-	int rc = np_config_zk(c, "16M", zk_connect, zk_root, LP_SESSION_MS,
-	                      LP_LEASE_US, &cfg);
+	int rc = np_config_zk(c, "16M", lp_zk_connect, lp_zk_root,
+	                      LP_SESSION_MS, LP_LEASE_US, &cfg);
 	if (rc)
 		return rc;
 	cfg.replicas = 1; /* so that one of the 2 may leave */
@@ -188,29 +199,59 @@ static int lp_serve(struct np_child *c, int (*on_leave)(struct np_child *))
 }
 
 /* Parent: how many times machine @i (the manager) held R/left so far. */
-static unsigned lp_ask_held(struct np_cluster *cl, unsigned i)
+static unsigned lp_ask_held(unsigned i)
 {
 	unsigned h = 0;
-	np_send(cl, i, 'H');
-	np_expect(cl, i, 'H', LP_WAIT_MS);
-	np_recv(cl, i, &h, sizeof(h), 1000);
+	np_send(&cl, i, 'H');
+	np_expect(&cl, i, 'H', LP_WAIT_MS);
+	np_recv(&cl, i, &h, sizeof(h), 1000);
 	return h;
 }
 
 /* Parent: every machine ready; the manager (*@cm) and the other one, the
  * leaver (*@leaver). */
-static void lp_roles(struct np_cluster *cl, unsigned *cm, unsigned *leaver)
+static void lp_roles(unsigned *cm, unsigned *leaver)
 {
 	for (unsigned i = 0; i < NP_NM; i++)
-		np_expect(cl, i, 'R', 60000);
+		np_expect(&cl, i, 'R', 60000);
 	struct lp_view vr;
-	np_send(cl, 0, 'V');
-	np_expect(cl, 0, 'V', LP_WAIT_MS);
-	np_recv(cl, 0, &vr, sizeof(vr), 1000);
+	np_send(&cl, 0, 'V');
+	np_expect(&cl, 0, 'V', LP_WAIT_MS);
+	np_recv(&cl, 0, &vr, sizeof(vr), 1000);
 	assert_int_equal(vr.n, NP_NM);
 	assert_true(vr.cm < NP_NM);
 	*cm = vr.cm;
 	*leaver = 1 - vr.cm;
+}
+
+static int lp_teardown(void **state)
+{
+	(void)state;
+	np_cleanup(&cl);
+	return 0;
+}
+
+/* The test's main: @broken_name (its proof's switch, @fp) or nothing,
+ * then @test alone on a private ZooKeeper, tagged @tag. */
+static int lp_main(int argc, char **argv, const char *broken_name,
+                   enum farm_fault_point fp, const char *tag,
+                   CMUnitTestFunction test)
+{
+	int rc = tu_broken_named(argc, argv, broken_name, fp, &opt_broken);
+	if (rc)
+		return rc;
+	if (!farm_fault_built()) {
+		printf("skipped: the leave's holds need fault injection\n");
+		return FARM_TEST_SKIP;
+	}
+	snprintf(lp_zk_root, sizeof(lp_zk_root), "/libfarm/test-%s-%d", tag,
+	         (int)getpid());
+	const struct CMUnitTest tests[] = {
+	        {tag, test, NULL, lp_teardown, NULL},
+	};
+	return tu_zk_run(FARM_SOURCE_DIR "/scripts/zk-local", lp_zk_dir,
+	                 sizeof(lp_zk_dir), lp_zk_connect,
+	                 sizeof(lp_zk_connect), tag, tests, 1);
 }
 
 #endif
