@@ -25,7 +25,15 @@
  *             key on the owner path still reads as it was put, machine 0's
  *             by the asker's own READs; attached again, machine 0 answers
  *             the good request byte for byte
+ *   in flight machine 0 detaches while a lookup it started for the asker
+ *             is in flight (a test-only switch detaches it right after the
+ *             start): that lookup ends cancelled, and is answered
+ *             FARM_KV_MGET_SPILL, never the cancellation, once for a
+ *             single get and once inside a multi-get batch, whose keys
+ *             all read as put. --broken-cancel answers the cancellation
+ *             instead: the get and the multi-get must fail
  */
+#include "brokenarg.h"
 #include "kvproc.h"
 
 #include <inttypes.h>
@@ -365,6 +373,29 @@ static void do_reattached(struct ch *c, int *r)
 	r[1] = (int)check_all(c, FARM_KV_LOOKUP_OWNER);
 }
 
+/* The asker while machine 0 detaches mid-lookup: 'H' a good request (0:
+ * answered SPILL), 'K' every key by multi-get (mismatches). */
+static int do_in_flight(struct ch *c, int cmd)
+{
+	if (cmd == 'K')
+		return (int)check_mget(c);
+	uint8_t k[16];
+	uint32_t kl;
+	int i = key_of_0(k, &kl);
+	return i < 0 ? -101 : raw_get0(c, i, k, kl, true);
+}
+
+/* The owner: 'C' arms the detach after the next lookup's start; 'T'
+ * disarms it and attaches the loop again. */
+static int owner_cmd(struct ch *c, int cmd)
+{
+	if (cmd == 'C')
+		return farm_fault_set(FARM_FP_KV_DETACH_MID_LOOKUP,
+		                      tu_switch_on, NULL);
+	int rc = farm_fault_set(FARM_FP_KV_DETACH_MID_LOOKUP, NULL, NULL);
+	return rc ? rc : farm_kv_attach(c->kv, c->np.loop);
+}
+
 /* ---- the machines -------------------------------------------------------- */
 
 static int role(void *arg)
@@ -401,10 +432,18 @@ static int role(void *arg)
 				return 23;
 			break;
 		}
-		case 'T': { /* the owner: attached again */
-			int rc = farm_kv_attach(c->kv, c->np.loop);
-			if (np_say(&c->np, 'T', &rc, sizeof(rc)))
+		case 'C':
+		case 'T': { /* the owner: armed; attached again */
+			int rc = owner_cmd(c, cmd);
+			if (np_say(&c->np, (char)cmd, &rc, sizeof(rc)))
 				return 24;
+			break;
+		}
+		case 'H':
+		case 'K': {
+			int r = do_in_flight(c, cmd);
+			if (np_say(&c->np, (char)cmd, &r, sizeof(r)))
+				return 27;
 			break;
 		}
 		case 'G': {
@@ -446,6 +485,40 @@ static void stats_of(unsigned m, struct farm_kv_owner_stats *s)
 	np_send(&G, m, 'S');
 	np_expect(&G, m, 'S', 10000);
 	np_recv(&G, m, s, sizeof(*s), 1000);
+}
+
+/* Parent: command @cmd to machine @m, its one int answer. */
+static int ask(unsigned m, char cmd)
+{
+	int r = -1;
+	np_send(&G, m, cmd);
+	np_expect(&G, m, cmd, 60000);
+	np_recv(&G, m, &r, sizeof(r), 1000);
+	return r;
+}
+
+/* Machine 0 detaches with a lookup of its own in flight, once for a get
+ * and once for a multi-get batch: the cancelled lookup is answered
+ * "read it yourself", and the asker reads every key as put. */
+static void in_flight_phase(void)
+{
+	int armed = ask(0, 'C');
+	int get = ask(ASKER, 'H');
+	int back = ask(0, 'T');
+	int armed2 = ask(0, 'C');
+	int mget = ask(ASKER, 'K');
+	int back2 = ask(0, 'T');
+	printf("in flight: armed %d/%d; a get cancelled in flight answered "
+	       "%s (%d); a multi-get batch with one: %d mismatches; "
+	       "attached again %d/%d\n",
+	       armed, armed2, get == 0 ? "SPILL" : "otherwise", get, mget, back,
+	       back2);
+	assert_int_equal(armed, 0);
+	assert_int_equal(armed2, 0);
+	assert_int_equal(get, 0);
+	assert_int_equal(mget, 0);
+	assert_int_equal(back, 0);
+	assert_int_equal(back2, 0);
 }
 
 static void test_owner(void **state)
@@ -530,6 +603,8 @@ static void test_owner(void **state)
 	assert_int_equal(e[0], 0);
 	assert_int_equal(e[1], 0);
 
+	in_flight_phase();
+
 	for (unsigned i = 0; i < NM; i++)
 		np_send(&G, i, 'Q');
 	int st[NM];
@@ -547,8 +622,13 @@ static int cl_cleanup(void **state)
 	return 0;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+	bool broken;
+	int rc = tu_broken_named(argc, argv, "--broken-cancel",
+	                         FARM_FP_KV_CANCEL_UNMAPPED, &broken);
+	if (rc)
+		return rc;
 	const struct CMUnitTest t[] = {
 	        cmocka_unit_test_teardown(test_owner, cl_cleanup),
 	};

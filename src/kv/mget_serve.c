@@ -9,6 +9,7 @@
 
 #include "kv/kv_int.h"
 #include "util/common.h"
+#include "util/fault.h"
 #include "util/log.h"
 
 struct srv;
@@ -79,7 +80,10 @@ static void srv_get_done(farm_loop *loop, void *ctx, int status,
 	struct srv *s = k->s;
 	/* -ECANCELED: the store was detached from this loop meanwhile: the
 	 * asker looks the key up itself, as for a loop never attached. */
-	k->status = status == -ECANCELED ? FARM_KV_MGET_SPILL : status;
+	k->status = status == -ECANCELED && !FARM_FAULT_SWITCH(
+	                                            FARM_FP_KV_CANCEL_UNMAPPED)
+	                    ? FARM_KV_MGET_SPILL
+	                    : status;
 	k->vlen = status ? 0 : len;
 	if (!status && len > s->cap) {
 		k->status = -EMSGSIZE;
@@ -169,6 +173,9 @@ static void srv_advance(struct srv *s)
 			s->inflight++;
 			int rc = farm_ht_get(s->kv->ht, s->loop, k->key,
 			                     k->klen, srv_get_done, k);
+			if (rc == 0 &&
+			    FARM_FAULT_SWITCH(FARM_FP_KV_DETACH_MID_LOOKUP))
+				farm_ht_detach(s->kv->ht, s->loop);
 			if (rc == -EAGAIN) {
 				s->inflight--;
 				break;

@@ -124,9 +124,11 @@ static void osrv_done(farm_loop *loop, void *ctx, int status, const void *val,
 {
 	if (status == 0 && FARM_FAULT_SWITCH(FARM_FP_KV_OWNER_STALE))
 		stale_keep(ctx, val, len);
-	if (status == -ECANCELED)
-		status = FARM_KV_MGET_SPILL; /* detached meanwhile: asker reads
-		                              */
+	/* -ECANCELED: the store was detached from this loop meanwhile: the
+	 * asker looks the key up itself, as for a loop never attached. */
+	if (status == -ECANCELED &&
+	    !FARM_FAULT_SWITCH(FARM_FP_KV_CANCEL_UNMAPPED))
+		status = FARM_KV_MGET_SPILL;
 	osrv_answer(loop, ctx, status, val, status == 0 ? len : 0);
 }
 
@@ -140,6 +142,8 @@ static void osrv_run(struct osrv *s)
 		return;
 	}
 	int rc = farm_ht_get(s->kv->ht, s->loop, s->key, s->klen, osrv_done, s);
+	if (rc == 0 && FARM_FAULT_SWITCH(FARM_FP_KV_DETACH_MID_LOOKUP))
+		farm_ht_detach(s->kv->ht, s->loop);
 	if (rc == -EAGAIN) {
 		/* The loop's lookup slots are all in flight: start on a
 		 * later pass, once some have completed. */

@@ -172,6 +172,16 @@ enum farm_fault_point {
 	 * (a stale answer after an acknowledged overwrite:
 	 * tests/test_kv_multi --broken-owner, the checker must see it). */
 	FARM_FP_KV_OWNER_STALE,
+	/* kv/owner_serve.c and kv/mget_serve.c, a switch: while hooked, a
+	 * loop that has just started a lookup for an asker detaches from the
+	 * store, so the lookup is in flight at the detach and ends
+	 * -ECANCELED (tests/test_kv_owner's in-flight phase). */
+	FARM_FP_KV_DETACH_MID_LOOKUP,
+	/* The same files, a switch: while hooked, a lookup cancelled by a
+	 * detach is answered with its -ECANCELED, not with "read it
+	 * yourself" (tests/test_kv_owner --broken-cancel must see a
+	 * lookup fail). */
+	FARM_FP_KV_CANCEL_UNMAPPED,
 	/* txn/recover_int.h, a switch: while hooked, a machine id once
 	 * removed stays removed to recovery, whichever holder has it now
 	 * (its log fenced and voted on, its votes refused: test_campaign
