@@ -1092,6 +1092,108 @@ static int cp_fill(struct cp_child *c)
 	return 0;
 }
 
+/* A machine's steps return this to go on, or the exit status to end
+ * with. */
+#define CP_GO (-1)
+
+/* One of the first machines: the cluster formed, the store's shards
+ * made. */
+static int cp_join_first(struct cp_child *c)
+{
+	struct np_child *p = &c->tx.np;
+	if (farm_node_wait_members(p->node, CP_NM0, CP_JOIN_MS) ||
+	    farm_kv_attach(c->kv, p->loop))
+		return 7;
+	int rc = farm_kv_join_sync(c->kv, p->loop, CP_NM0, CP_JOIN_MS);
+	if (rc) {
+		fprintf(stderr, "m%u: kv join: %s\n", p->me, farm_strerror(rc));
+		return 8;
+	}
+	return CP_GO;
+}
+
+/* A machine restarted from its directory: the store installs the shard
+ * list it kept there (src/kv/README.md). */
+static int cp_join_restart(struct cp_child *c, const struct cp_arg *a)
+{
+	struct np_child *p = &c->tx.np;
+	if (farm_node_wait_members(p->node, a->n, CP_JOIN_MS) ||
+	    farm_kv_attach(c->kv, p->loop))
+		return 7;
+	struct farm_restart_stats rs;
+	farm_node_restart_stats(p->node, &rs);
+	if (!rs.restarted) {
+		fprintf(stderr, "m%u: not restarted from its data directory\n",
+		        p->me);
+		return 16;
+	}
+	int rc = p->me < CP_NM0
+	                 ? farm_kv_join_sync(c->kv, p->loop, CP_NM0, CP_JOIN_MS)
+	                 : farm_kv_join_existing_sync(c->kv, p->loop, 0,
+	                                              CP_JOIN_MS);
+	if (rc) {
+		fprintf(stderr, "m%u: kv shards: %s\n", p->me,
+		        farm_strerror(rc));
+		return 8;
+	}
+	return CP_GO;
+}
+
+/* A machine added to the running cluster (a new id or a reused one). */
+static int cp_join_late(struct cp_child *c, const struct cp_arg *a)
+{
+	struct np_child *p = &c->tx.np;
+	int rc = np_await_member(p->node, p->loop, p->me, CP_JOIN_MS);
+	if (rc == -EEXIST) /* not admitted: say so */
+		return np_say(p, 'X', NULL, 0) ? 10 : 0;
+	if (rc || farm_kv_attach(c->kv, p->loop))
+		return 7;
+	if (a->reused && cp_first_asks(p))
+		return 17;
+	rc = farm_kv_join_existing_sync(c->kv, p->loop, a->from, CP_JOIN_MS);
+	if (rc) {
+		fprintf(stderr, "m%u: kv join (from %u): %s\n", p->me, a->from,
+		        farm_strerror(rc));
+		return 8;
+	}
+	return CP_GO;
+}
+
+/* Joined: the histories opened, the accounts made (first machines) and
+ * loaded once the parent says go, the KV workload's state set up. */
+static int cp_prepare(struct cp_child *c, const struct cp_arg *a)
+{
+	struct np_child *p = &c->tx.np;
+	bool resume = a->mode == CP_RESTART || a->reused;
+	if ((resume ? tx_hist_resume(&c->tx) : tx_hist_stream(&c->tx)) ||
+	    np_ready(p))
+		return 11;
+	if (a->mode == CP_FIRST) {
+		if (create_objs(&c->tx, "acct", RB_ACCOUNTS, 64, fill_account,
+		                NULL, c->mine))
+			return 12;
+		c->own = c->mine;
+		c->nown = RB_ACCOUNTS;
+		if (opt_fill_mb && cp_fill(c))
+			return 12;
+	}
+	if (np_say(p, 'C', NULL, 0) || np_wait_cmd(p) != 'G')
+		return 13;
+	c->acc = load_objs(&c->tx, "acct", &c->nacc);
+	if (!c->acc || c->nacc != CP_NACC)
+		return 14;
+	if (a->mode != CP_FIRST) {
+		c->own = c->acc;
+		c->nown = c->nacc;
+	}
+	if (resume ? lin_resume(&c->L, p, farm_kv_table(c->kv), CP_W,
+	                        CP_KV_GIVE)
+	           : lin_init(&c->L, p, farm_kv_table(c->kv), CP_W, CP_KV_GIVE,
+	                      false))
+		return 15;
+	return CP_GO;
+}
+
 static int cp_machine(struct np_child *np, void *arg)
 {
 	const struct cp_arg *a = arg;
@@ -1119,99 +1221,13 @@ static int cp_machine(struct np_child *np, void *arg)
 	    farm_node_loop_open(p->node, 0, &p->loop))
 		goto out;
 	c->tx.txm = farm_node_txm(p->node);
-	st = 7;
-	if (a->mode == CP_FIRST) {
-		if (farm_node_wait_members(p->node, CP_NM0, CP_JOIN_MS) ||
-		    farm_kv_attach(c->kv, p->loop))
-			goto out;
-		int rc = farm_kv_join_sync(c->kv, p->loop, CP_NM0, CP_JOIN_MS);
-		st = 8;
-		if (rc) {
-			fprintf(stderr, "m%u: kv join: %s\n", p->me,
-			        farm_strerror(rc));
-			goto out;
-		}
-	} else if (a->mode == CP_RESTART) {
-		/* The node restarted from its directory; the store installs
-		 * the shard list it kept there (src/kv/README.md). */
-		st = 7;
-		if (farm_node_wait_members(p->node, a->n, CP_JOIN_MS) ||
-		    farm_kv_attach(c->kv, p->loop))
-			goto out;
-		struct farm_restart_stats rs;
-		farm_node_restart_stats(p->node, &rs);
-		st = 16;
-		if (!rs.restarted) {
-			fprintf(stderr,
-			        "m%u: not restarted from its data "
-			        "directory\n",
-			        p->me);
-			goto out;
-		}
-		st = 8;
-		int rc = p->me < CP_NM0
-		                 ? farm_kv_join_sync(c->kv, p->loop, CP_NM0,
-		                                     CP_JOIN_MS)
-		                 : farm_kv_join_existing_sync(c->kv, p->loop, 0,
-		                                              CP_JOIN_MS);
-		if (rc) {
-			fprintf(stderr, "m%u: kv shards: %s\n", p->me,
-			        farm_strerror(rc));
-			goto out;
-		}
-	} else {
-		int rc = np_await_member(p->node, p->loop, p->me, CP_JOIN_MS);
-		if (rc == -EEXIST) { /* not admitted: say so */
-			st = np_say(p, 'X', NULL, 0) ? 10 : 0;
-			goto out;
-		}
-		if (rc || farm_kv_attach(c->kv, p->loop))
-			goto out;
-		st = 17;
-		if (a->reused && cp_first_asks(p))
-			goto out;
-		rc = farm_kv_join_existing_sync(c->kv, p->loop, a->from,
-		                                CP_JOIN_MS);
-		st = 8;
-		if (rc) {
-			fprintf(stderr, "m%u: kv join (from %u): %s\n", p->me,
-			        a->from, farm_strerror(rc));
-			goto out;
-		}
-	}
-	st = 11;
-	bool resume = a->mode == CP_RESTART || a->reused;
-	if ((resume ? tx_hist_resume(&c->tx) : tx_hist_stream(&c->tx)) ||
-	    np_ready(p))
-		goto out;
-	if (a->mode == CP_FIRST) {
-		st = 12;
-		if (create_objs(&c->tx, "acct", RB_ACCOUNTS, 64, fill_account,
-		                NULL, c->mine))
-			goto out;
-		c->own = c->mine;
-		c->nown = RB_ACCOUNTS;
-		if (opt_fill_mb && cp_fill(c))
-			goto out;
-	}
-	st = 13;
-	if (np_say(p, 'C', NULL, 0) || np_wait_cmd(p) != 'G')
-		goto out;
-	c->acc = load_objs(&c->tx, "acct", &c->nacc);
-	st = 14;
-	if (!c->acc || c->nacc != CP_NACC)
-		goto out;
-	if (a->mode != CP_FIRST) {
-		c->own = c->acc;
-		c->nown = c->nacc;
-	}
-	st = 15;
-	if (resume ? lin_resume(&c->L, p, farm_kv_table(c->kv), CP_W,
-	                        CP_KV_GIVE)
-	           : lin_init(&c->L, p, farm_kv_table(c->kv), CP_W, CP_KV_GIVE,
-	                      false))
-		goto out;
-	st = cp_work(c);
+	st = a->mode == CP_FIRST     ? cp_join_first(c)
+	     : a->mode == CP_RESTART ? cp_join_restart(c, a)
+	                             : cp_join_late(c, a);
+	if (st == CP_GO)
+		st = cp_prepare(c, a);
+	if (st == CP_GO)
+		st = cp_work(c);
 out:
 	if (p->loop) {
 		farm_kv_detach(c->kv, p->loop);
@@ -1941,6 +1957,96 @@ static void cp_cold_before_kill(unsigned v, unsigned p)
 
 /* Apply fault @fl; the machines that left in *@gone (to be replaced, in
  * their domains). Failures in @f. */
+/* Both live machines of a domain that has two (a and b, by the layout),
+ * killed at once. */
+static void cp_fault_domain(unsigned cm, struct cp_cycle *cy, uint64_t *gone)
+{
+	unsigned pick[3], n = 0;
+	for (unsigned d = 0; d < 3; d++) {
+		unsigned k = 0;
+		for (unsigned i = 0; i < 64; i++)
+			k += cp_is(cp_live, i) && cp_dom[i] == d;
+		if (k == 2)
+			pick[n++] = d;
+	}
+	assert_true(n > 0);
+	unsigned d = pick[cp_draw(n)], a = NP_NM, b = NP_NM;
+	for (unsigned i = 0; i < 64; i++)
+		if (cp_is(cp_live, i) && cp_dom[i] == d)
+			*(a == NP_NM ? &a : &b) = i;
+	cp_kill(a);
+	cp_kill(b);
+	*gone = (1ull << a) | (1ull << b);
+	snprintf(cy->what, sizeof(cy->what), "kill -9 %s (machines %u, %u)%s",
+	         cp_zone[d], a, b,
+	         a == cm || b == cm ? ", the CM among them" : "");
+}
+
+/* A machine killed, and a second one (F_COPY_KILL) or all (F_RESTART_COPY:
+ * killed and restarted) while the first one's data is being copied. */
+static void cp_fault_copying(enum cp_fault fl, struct cp_cycle *cy,
+                             uint64_t *gone, struct fails *f)
+{
+	unsigned v;
+	int c = cp_kill_until_copying(&v, gone, f);
+	if (c < 0)
+		return;
+	const char *how =
+	        c == 2 ? "(no copy seen, none short)" : "while copying";
+	if (fl == F_COPY_KILL) {
+		unsigned w = cp_nth(cp_live, cp_draw(cp_count(cp_live)));
+		cp_kill(w);
+		*gone |= 1ull << w;
+		snprintf(cy->what, sizeof(cy->what),
+		         "kill -9 machine %u, machine %u %s", v, w, how);
+	} else {
+		unsigned n, sealed;
+		double up = cp_restart_all(&n, &sealed);
+		snprintf(cy->what, sizeof(cy->what),
+		         "kill -9 machine %u, all %u restarted %s (up in "
+		         "%.0f ms)",
+		         v, n, how, up);
+	}
+	if (c == 1)
+		failed(f,
+		       "no copy was seen in progress after machine %u's kill: "
+		       "the %s did not come during data recovery",
+		       v, fl == F_COPY_KILL ? "second kill" : "restart");
+}
+
+/* The ZooKeeper leader killed until another leads, restarted; then the
+ * new leader the same way. */
+static void cp_fault_zk(struct cp_cycle *cy, struct fails *f)
+{
+	unsigned k1 = zk_wait_leader(0);
+	if (!k1) {
+		failed(f, "no ZooKeeper server leads");
+		return;
+	}
+	zk_do(f, "kill", k1);
+	if (!zk_wait_leader(k1))
+		failed(f,
+		       "no ZooKeeper server led within %d ms of server %u's "
+		       "kill",
+		       CP_ELECT_MS, k1);
+	zk_do(f, "start", k1);
+	unsigned k2 = zk_wait_leader(0);
+	if (!k2) {
+		failed(f, "no ZooKeeper server leads after server %u's restart",
+		       k1);
+		return;
+	}
+	zk_do(f, "kill", k2);
+	if (!zk_wait_leader(k2))
+		failed(f,
+		       "no ZooKeeper server led within %d ms of server %u's "
+		       "kill",
+		       CP_ELECT_MS, k2);
+	zk_do(f, "start", k2);
+	snprintf(cy->what, sizeof(cy->what),
+	         "ZooKeeper servers %u, then %u killed, restarted", k1, k2);
+}
+
 static void cp_fault(enum cp_fault fl, struct cp_cycle *cy, uint64_t *gone,
                      struct fails *f)
 {
@@ -1970,49 +2076,9 @@ static void cp_fault(enum cp_fault fl, struct cp_cycle *cy, uint64_t *gone,
 		break;
 	}
 	case F_SIGSTOP: cp_sigstop(others, cy, gone, f); break;
-	case F_DOMAIN: {
-		/* A domain with two live machines (a and b, by the layout). */
-		unsigned pick[3], n = 0;
-		for (unsigned d = 0; d < 3; d++) {
-			unsigned k = 0;
-			for (unsigned i = 0; i < 64; i++)
-				k += cp_is(cp_live, i) && cp_dom[i] == d;
-			if (k == 2)
-				pick[n++] = d;
-		}
-		assert_true(n > 0);
-		unsigned d = pick[cp_draw(n)], a = NP_NM, b = NP_NM;
-		for (unsigned i = 0; i < 64; i++)
-			if (cp_is(cp_live, i) && cp_dom[i] == d)
-				*(a == NP_NM ? &a : &b) = i;
-		cp_kill(a);
-		cp_kill(b);
-		*gone = (1ull << a) | (1ull << b);
-		snprintf(cy->what, sizeof(cy->what),
-		         "kill -9 %s (machines %u, %u)%s", cp_zone[d], a, b,
-		         a == cm || b == cm ? ", the CM among them" : "");
-		break;
-	}
-	case F_COPY_KILL: {
-		unsigned v;
-		int c = cp_kill_until_copying(&v, gone, f);
-		if (c < 0)
-			break;
-		unsigned w = cp_nth(cp_live, cp_draw(cp_count(cp_live)));
-		cp_kill(w);
-		*gone |= 1ull << w;
-		if (c == 1)
-			failed(f,
-			       "no copy was seen in progress after machine "
-			       "%u's kill: the second kill did not come "
-			       "during data recovery",
-			       v);
-		snprintf(cy->what, sizeof(cy->what),
-		         "kill -9 machine %u, machine %u %s", v, w,
-		         c == 2 ? "(no copy seen, none short)"
-		                : "while copying");
-		break;
-	}
+	case F_DOMAIN: cp_fault_domain(cm, cy, gone); break;
+	case F_COPY_KILL:
+	case F_RESTART_COPY: cp_fault_copying(fl, cy, gone, f); break;
 	case F_RESTART: {
 		unsigned n, sealed;
 		double up = cp_restart_all(&n, &sealed);
@@ -2022,62 +2088,7 @@ static void cp_fault(enum cp_fault fl, struct cp_cycle *cy, uint64_t *gone,
 		         n, up, sealed);
 		break;
 	}
-	case F_RESTART_COPY: {
-		unsigned v;
-		int c = cp_kill_until_copying(&v, gone, f);
-		if (c < 0)
-			break;
-		unsigned n, sealed;
-		double up = cp_restart_all(&n, &sealed);
-		if (c == 1)
-			failed(f,
-			       "no copy was seen in progress after machine "
-			       "%u's kill: the restart did not come during "
-			       "data recovery",
-			       v);
-		snprintf(cy->what, sizeof(cy->what),
-		         "kill -9 machine %u, all %u restarted %s (up in "
-		         "%.0f ms)",
-		         v, n,
-		         c == 2 ? "(no copy seen, none short)"
-		                : "while copying",
-		         up);
-		break;
-	}
-	case F_ZK_KILL: {
-		unsigned k1 = zk_wait_leader(0);
-		if (!k1) {
-			failed(f, "no ZooKeeper server leads");
-			break;
-		}
-		zk_do(f, "kill", k1);
-		unsigned next = zk_wait_leader(k1);
-		if (!next)
-			failed(f,
-			       "no ZooKeeper server led within %d ms of "
-			       "server %u's kill",
-			       CP_ELECT_MS, k1);
-		zk_do(f, "start", k1);
-		unsigned k2 = zk_wait_leader(0);
-		if (!k2) {
-			failed(f,
-			       "no ZooKeeper server leads after server "
-			       "%u's restart",
-			       k1);
-			break;
-		}
-		zk_do(f, "kill", k2);
-		if (!zk_wait_leader(k2))
-			failed(f,
-			       "no ZooKeeper server led within %d ms of "
-			       "server %u's kill",
-			       CP_ELECT_MS, k2);
-		zk_do(f, "start", k2);
-		snprintf(cy->what, sizeof(cy->what),
-		         "ZooKeeper servers %u, then %u killed, restarted", k1,
-		         k2);
-		break;
-	}
+	case F_ZK_KILL: cp_fault_zk(cy, f); break;
 	case F_ZOMBIE_REUSE: cp_zombie_reuse(cy, f); break;
 	default: fail_msg("no fault %d", (int)fl);
 	}
@@ -2933,6 +2944,85 @@ static void cp_print_phases(unsigned c, const struct cp_cycle *cy)
 }
 
 /* One cycle: the fault, the cluster made whole again, the checks. */
+/* Replacements for the machines @gone: new ids, empty directories, the
+ * same domains (or, --reuse, their own ids again). The gone machines'
+ * directories go first: none of them runs again, and 500 cycles of 16 MB
+ * regions would fill /dev/shm (about 70 MB a cycle). @added: what was
+ * added, for the log. */
+static void cp_replace(uint64_t gone, char *added, size_t cap, struct fails *f)
+{
+	cp_remove_dirs(opt_keep_dirs ? 0 : gone);
+	for (unsigned i = 0; opt_reuse_measure && i < NP_NM; i++)
+		if (cp_is(gone, i))
+			cp_rm_keep(i);
+	size_t o = 0;
+	added[0] = 0;
+	for (unsigned i = 0; !f->n && i < 64; i++)
+		if (cp_is(gone, i) && opt_reuse) {
+			if (!cp_add_reused(i))
+				failed(f,
+				       "a new holder of id %u was not "
+				       "admitted",
+				       i);
+			o += (size_t)snprintf(added + o, cap - o, "%s%u'",
+			                      o ? "," : "", i);
+		} else if (cp_is(gone, i)) {
+			unsigned id = cp_add(cp_dom[i]);
+			o += (size_t)snprintf(added + o, cap - o, "%s%u",
+			                      o ? "," : "", id);
+		}
+}
+
+/* The live machines' counters (@n, paused) so far, for the log. */
+static void cp_print_counts(unsigned c, const struct cp_counts *n)
+{
+	uint64_t tr = 0, kv = 0, failedtx = 0;
+	for (unsigned i = 0; i < 64; i++)
+		if (cp_is(cp_live, i)) {
+			tr += n[i].k.transfers;
+			failedtx += n[i].k.failed;
+			kv += n[i].lin.found + n[i].lin.absent + n[i].lin.puts +
+			      n[i].lin.del_found + n[i].lin.del_absent;
+		}
+	printf("cycle %u: the live machines so far: %" PRIu64
+	       " transfers committed (%" PRIu64 " given up), %" PRIu64
+	       " KV operations answered\n",
+	       c, tr, failedtx, kv);
+}
+
+/* After the fault: the configuration without the gone machines, their
+ * replacements joined, every region fully replicated again. */
+static void cp_recover(unsigned c, uint64_t gone, struct cp_cycle *cy,
+                       uint64_t *tp, struct fails *f)
+{
+	char why[256] = "", added[64];
+	if (!f->n && cp_await_config(CP_RECONF_MS, why, sizeof(why)))
+		failed(f, "after the fault: %s", why);
+	cp_phase(cy, CP_PH_REMOVED, tp);
+	cp_replace(gone, added, sizeof(added), f);
+	cp_phase(cy, CP_PH_JOIN, tp);
+	if (!f->n && cp_await_config(CP_RECONF_MS, why, sizeof(why)))
+		failed(f, "after the replacements joined: %s", why);
+	if (!f->n && opt_slow_replace)
+		cp_check_holds(gone, f);
+	cp_phase(cy, CP_PH_WHOLE, tp);
+	unsigned nreg = 0;
+	if (!f->n && cp_await_replicated(CP_REPL_MS, why, sizeof(why), &nreg)) {
+		failed(f, "not fully replicated within %d ms: %s", CP_REPL_MS,
+		       why);
+		cp_dump_held();
+	}
+	double rep_ms = cp_phase(cy, CP_PH_COPIES, tp);
+	if (getenv("FARM_CAMPAIGN_VERBOSE"))
+		cp_dump_held(); /* and after the cluster is whole again */
+	for (unsigned i = 0; !f->n && opt_reuse && i < 64; i++)
+		if (cp_is(gone, i) && cp_is(cp_live, i))
+			cp_new_holder_copies(c, i);
+	printf("cycle %u: %s; replaced by %s; %u regions fully replicated "
+	       "%.0f ms after the cluster was whole again\n",
+	       c, cy->what, added[0] ? added : "none", nreg, rep_ms);
+}
+
 static void cp_cycle(unsigned c, enum cp_fault fl, struct cp_cycle *cy,
                      struct fails *f)
 {
@@ -2947,52 +3037,7 @@ static void cp_cycle(unsigned c, enum cp_fault fl, struct cp_cycle *cy,
 	cp_fault(fl, cy, &gone, f);
 	cp_phase(cy, CP_PH_FAULT, &tp);
 	bool fault_failed = f->n > 0;
-	char why[256] = "";
-	if (!f->n && cp_await_config(CP_RECONF_MS, why, sizeof(why)))
-		failed(f, "after the fault: %s", why);
-	cp_phase(cy, CP_PH_REMOVED, &tp);
-	/* Replacements: new ids, empty directories, the same domains. The
-	 * gone machines' directories go first: none of them runs again, and
-	 * 500 cycles of 16 MB regions would fill /dev/shm (about 70 MB a
-	 * cycle). */
-	cp_remove_dirs(opt_keep_dirs ? 0 : gone);
-	for (unsigned i = 0; opt_reuse_measure && i < NP_NM; i++)
-		if (cp_is(gone, i))
-			cp_rm_keep(i);
-	char added[64] = "";
-	size_t o = 0;
-	for (unsigned i = 0; !f->n && i < 64; i++)
-		if (cp_is(gone, i) && opt_reuse) {
-			if (!cp_add_reused(i))
-				failed(f,
-				       "a new holder of id %u was not "
-				       "admitted",
-				       i);
-			o += (size_t)snprintf(added + o, sizeof(added) - o,
-			                      "%s%u'", o ? "," : "", i);
-		} else if (cp_is(gone, i)) {
-			unsigned id = cp_add(cp_dom[i]);
-			o += (size_t)snprintf(added + o, sizeof(added) - o,
-			                      "%s%u", o ? "," : "", id);
-		}
-	cp_phase(cy, CP_PH_JOIN, &tp);
-	if (!f->n && cp_await_config(CP_RECONF_MS, why, sizeof(why)))
-		failed(f, "after the replacements joined: %s", why);
-	if (!f->n && opt_slow_replace)
-		cp_check_holds(gone, f);
-	cp_phase(cy, CP_PH_WHOLE, &tp);
-	unsigned nreg = 0;
-	if (!f->n && cp_await_replicated(CP_REPL_MS, why, sizeof(why), &nreg)) {
-		failed(f, "not fully replicated within %d ms: %s", CP_REPL_MS,
-		       why);
-		cp_dump_held();
-	}
-	double rep_ms = cp_phase(cy, CP_PH_COPIES, &tp);
-	if (getenv("FARM_CAMPAIGN_VERBOSE"))
-		cp_dump_held(); /* and after the cluster is whole again */
-	for (unsigned i = 0; !f->n && opt_reuse && i < 64; i++)
-		if (cp_is(gone, i) && cp_is(cp_live, i))
-			cp_new_holder_copies(c, i);
+	cp_recover(c, gone, cy, &tp, f);
 	struct cp_counts *n = calloc(NP_NM, sizeof(*n));
 	assert_non_null(n);
 	/* A fault that failed may have left machines gone: the campaign
@@ -3001,24 +3046,10 @@ static void cp_cycle(unsigned c, enum cp_fault fl, struct cp_cycle *cy,
 	if (paused)
 		cp_pause(n);
 	cp_phase(cy, CP_PH_PAUSE, &tp);
-	printf("cycle %u: %s; replaced by %s; %u regions fully replicated "
-	       "%.0f ms after the cluster was whole again\n",
-	       c, cy->what, added[0] ? added : "none", nreg, rep_ms);
 	if (!f->n)
 		cp_check(cy, f);
 	cp_phase(cy, CP_PH_CHECKS, &tp);
-	uint64_t tr = 0, kv = 0, failedtx = 0;
-	for (unsigned i = 0; i < 64; i++)
-		if (cp_is(cp_live, i)) {
-			tr += n[i].k.transfers;
-			failedtx += n[i].k.failed;
-			kv += n[i].lin.found + n[i].lin.absent + n[i].lin.puts +
-			      n[i].lin.del_found + n[i].lin.del_absent;
-		}
-	printf("cycle %u: the live machines so far: %" PRIu64
-	       " transfers committed (%" PRIu64 " given up), %" PRIu64
-	       " KV operations answered\n",
-	       c, tr, failedtx, kv);
+	cp_print_counts(c, n);
 	free(n);
 	if (paused)
 		cp_resume();
@@ -3047,12 +3078,10 @@ static void cp_stop(void)
 	cp_live = 0;
 }
 
-static void test_campaign(void **state)
+/* The faults' order: every fault in use once per round, shuffled (or the
+ * list given, in its order, with --order). */
+static void cp_order(enum cp_fault *order)
 {
-	(void)state;
-	cp_rng = opt_seed * 0x9e3779b97f4a7c15ull + 1;
-	/* The order: every fault once per round, shuffled. */
-	enum cp_fault order[1024];
 	unsigned nuse = 0, nord = 0;
 	enum cp_fault use[F_COUNT];
 	for (unsigned i = 0; i < F_COUNT; i++)
@@ -3075,34 +3104,11 @@ static void test_campaign(void **state)
 		for (unsigned i = 0; i < nuse && nord < opt_cycles; i++)
 			order[nord++] = r[i];
 	}
-	printf("campaign: %u cycles, seed %" PRIu64 ", one cluster of %u "
-	       "machines (3 replicas, 3 domains), ZooKeeper ensemble %s%s\n",
-	       opt_cycles, opt_seed, CP_NM0, rb_zk_connect,
-	       opt_broken ? "; --broken: recovery does not drain logs" : "");
-	uint64_t t0 = np_now_ns();
-	cp_start();
-	printf("campaign: the cluster is up in %s (%.1f s)\n", rb_cl.root,
-	       (double)(np_now_ns() - t0) / 1e9);
-	fflush(stdout);
-	struct cp_cycle *cy = calloc(opt_cycles, sizeof(*cy));
-	assert_non_null(cy);
-	struct fails f = {0};
-	unsigned done = 0, passed = 0;
-	for (unsigned c = 0; c < opt_cycles; c++) {
-		cy[c].full = c + 1 == opt_cycles ||
-		             (opt_full_every && (c + 1) % opt_full_every == 0);
-		cp_cycle(c + 1, order[c], &cy[c], &f);
-		done++;
-		passed += cy[c].ok;
-		printf("[%u/%u] %-12s %-52s %6.1fs  %s (%u of %u checks)\n",
-		       c + 1, opt_cycles, cp_fault_name[cy[c].fault],
-		       cy[c].what, cy[c].secs, cy[c].ok ? "passed" : "FAILED",
-		       cy[c].checks, cy[c].due ? cy[c].due : 7);
-		fflush(stdout);
-		if (!cy[c].ok)
-			break;
-	}
-	double all = (double)(np_now_ns() - t0) / 1e9;
+}
+
+/* The cycles run, one line each, then the count per fault. */
+static void cp_print_cycles(const struct cp_cycle *cy, unsigned done)
+{
 	printf("\ncycle  fault        what                                    "
 	       "              seconds  checks  result\n");
 	for (unsigned c = 0; c < done; c++)
@@ -3121,31 +3127,49 @@ static void test_campaign(void **state)
 		if (n)
 			printf("%-14s %6u  %6u\n", cp_fault_name[k], n, p);
 	}
-	uint64_t committed = 0, kvops = 0; /* the last checks that passed */
-	for (unsigned c = 0; c < done; c++)
+}
+
+/* What a campaign's checks went over, from its cycles. */
+struct cp_sum {
+	unsigned done, passed;
+	double secs;
+	uint64_t committed, kvops; /* the last checks that passed */
+	uint64_t lost, anomalies;  /* the last checks that ran */
+	bool checked;              /* the last cycle's checks ran */
+	bool ok;
+};
+
+static void cp_summarize(const struct cp_cycle *cy, struct cp_sum *s)
+{
+	for (unsigned c = 0; c < s->done; c++) {
+		s->passed += cy[c].ok;
 		if (cy[c].ok) {
-			committed = cy[c].committed;
-			kvops = cy[c].kv_ops;
+			s->committed = cy[c].committed;
+			s->kvops = cy[c].kv_ops;
 		}
-	/* Lost commits and anomalies: the last checks that ran (each goes
-	 * over the whole history since the start). */
-	uint64_t lost = 0, anomalies = 0;
-	for (unsigned c = 0; c < done; c++)
+		/* Each check goes over the whole history since the start. */
 		if (cy[c].ran)
-			anomalies = cy[c].anomalies;
-	for (unsigned c = 0; c < done; c++)
+			s->anomalies = cy[c].anomalies;
 		if (cy[c].due) /* step 3 ran: over everything so far */
-			lost = cy[c].lost;
+			s->lost = cy[c].lost;
+	}
 	/* Met only when the last cycle's checks ran: a cycle that failed
 	 * before them proves nothing either way. */
-	bool checked = done && cy[done - 1].ran;
+	s->checked = s->done && cy[s->done - 1].ran;
+	s->ok = s->passed == opt_cycles;
+}
+
+/* The summary and, last, the JSON line. False when the checks failed or
+ * (--keep-dirs) no copy took anything from an old copy. */
+static bool cp_report(const struct cp_sum *s, const struct fails *f)
+{
 	printf("\ncampaign: %u of %u cycles passed in %.0f s (seed %" PRIu64
 	       "); the last passed checks went over %" PRIu64
 	       " committed bank transactions (sercheck) and %" PRIu64
 	       " KV operations (lincheck) of %u machines\n",
-	       passed, opt_cycles, all, opt_seed, committed, kvops,
+	       s->passed, opt_cycles, s->secs, opt_seed, s->committed, s->kvops,
 	       cp_count(cp_used));
-	bool ok = passed == opt_cycles;
+	bool ok = s->ok;
 	if (opt_reuse)
 		printf("campaign: the new holders' %" PRIu64 " copies READ "
 		       "%" PRIu64 " bytes and took %" PRIu64 " from their old "
@@ -3158,7 +3182,7 @@ static void test_campaign(void **state)
 		       "machine's old copies\n");
 	}
 	if (!ok && !none_taken) {
-		printf("campaign: cycle %u failed:\n%s", done, f.text);
+		printf("campaign: cycle %u failed:\n%s", s->done, f->text);
 		if (!opt_broken)
 			printf("campaign: histories kept in %s "
 			       "(hist-<machine>: bank, lin-<machine>: KV)\n",
@@ -3173,98 +3197,103 @@ static void test_campaign(void **state)
 	       "{\"value\": %" PRIu64 ", \"target\": 0, \"met\": %s}, "
 	       "\"checker_anomalies\": {\"value\": %" PRIu64
 	       ", \"target\": 0, \"met\": %s}}}\n",
-	       opt_seed, opt_cycles, passed, all, committed, kvops, passed,
-	       opt_cycles, ok ? "true" : "false", lost,
-	       checked && !lost ? "true" : "false", anomalies,
-	       checked && !anomalies ? "true" : "false");
+	       opt_seed, opt_cycles, s->passed, s->secs, s->committed, s->kvops,
+	       s->passed, opt_cycles, ok ? "true" : "false", s->lost,
+	       s->checked && !s->lost ? "true" : "false", s->anomalies,
+	       s->checked && !s->anomalies ? "true" : "false");
 	fflush(stdout);
+	return ok;
+}
+
+/* The proof run asked for (a switch that breaks the code, whose campaign
+ * must fail), the first of the table that is on; NULL for none. */
+struct cp_proof {
+	bool on;
+	const char *name, *broke;
+};
+
+static const struct cp_proof *cp_proof_run(void)
+{
+	static struct cp_proof p[8];
+	p[0] = (struct cp_proof){opt_broken, "--broken",
+	                         "recovery promoted backups without draining "
+	                         "their logs"};
+	p[1] = (struct cp_proof){opt_broken_removed, "--broken-removed",
+	                         "recovery took reused ids for removed"};
+	p[2] = (struct cp_proof){opt_broken_stale, "--broken-stale",
+	                         "copies took every chunk of their old copies"};
+	p[3] = (struct cp_proof){opt_broken_slot, "--broken-slot",
+	                         "data recovery copied each slab slot's first "
+	                         "object only"};
+	p[4] = (struct cp_proof){opt_broken_inc, "--broken-inc",
+	                         "every holder of a reused id was let in"};
+	p[5] = (struct cp_proof){opt_broken_kept, "--hold-end --broken-kept",
+	                         "survivors kept no decision they applied"};
+	p[6] = (struct cp_proof){opt_broken_handoff,
+	                         "--hold-end --broken-handoff",
+	                         "a superseded round's decisions were taken "
+	                         "nowhere"};
+	p[7] = (struct cp_proof){opt_reuse && opt_old_ids, "--reuse --old-ids",
+	                         "a machine under a lost machine's id was "
+	                         "admitted with the old id rule"};
+	for (unsigned i = 0; i < sizeof(p) / sizeof(p[0]); i++)
+		if (p[i].on)
+			return &p[i];
+	return NULL;
+}
+
+static void test_campaign(void **state)
+{
+	(void)state;
+	cp_rng = opt_seed * 0x9e3779b97f4a7c15ull + 1;
+	enum cp_fault order[1024];
+	cp_order(order);
+	printf("campaign: %u cycles, seed %" PRIu64 ", one cluster of %u "
+	       "machines (3 replicas, 3 domains), ZooKeeper ensemble %s%s\n",
+	       opt_cycles, opt_seed, CP_NM0, rb_zk_connect,
+	       opt_broken ? "; --broken: recovery does not drain logs" : "");
+	uint64_t t0 = np_now_ns();
+	cp_start();
+	printf("campaign: the cluster is up in %s (%.1f s)\n", rb_cl.root,
+	       (double)(np_now_ns() - t0) / 1e9);
+	fflush(stdout);
+	struct cp_cycle *cy = calloc(opt_cycles, sizeof(*cy));
+	assert_non_null(cy);
+	struct fails f = {0};
+	struct cp_sum sum = {0};
+	for (unsigned c = 0; c < opt_cycles; c++) {
+		cy[c].full = c + 1 == opt_cycles ||
+		             (opt_full_every && (c + 1) % opt_full_every == 0);
+		cp_cycle(c + 1, order[c], &cy[c], &f);
+		sum.done++;
+		printf("[%u/%u] %-12s %-52s %6.1fs  %s (%u of %u checks)\n",
+		       c + 1, opt_cycles, cp_fault_name[cy[c].fault],
+		       cy[c].what, cy[c].secs, cy[c].ok ? "passed" : "FAILED",
+		       cy[c].checks, cy[c].due ? cy[c].due : 7);
+		fflush(stdout);
+		if (!cy[c].ok)
+			break;
+	}
+	sum.secs = (double)(np_now_ns() - t0) / 1e9;
+	cp_print_cycles(cy, sum.done);
+	cp_summarize(cy, &sum);
+	bool ok = cp_report(&sum, &f);
 	free(cy);
-	if (opt_broken) {
+	const struct cp_proof *proof = cp_proof_run();
+	if (proof) {
 		if (ok)
-			fail_msg("campaign --broken: recovery promoted backups "
-			         "without draining their logs, and no check "
-			         "noticed in %u cycles",
-			         opt_cycles);
-		printf("campaign --broken: cycle %u failed, as it must\n",
-		       done);
+			fail_msg("campaign %s: %s, and no check noticed in %u "
+			         "cycles",
+			         proof->name, proof->broke, opt_cycles);
+		printf("campaign %s: cycle %u failed, as it must\n",
+		       proof->name, sum.done);
 		cp_done = true; /* the teardown removes the cluster */
-		return;
-	}
-	if (opt_broken_removed) {
-		if (ok)
-			fail_msg("campaign --broken-removed: recovery took "
-			         "reused ids for removed, and no check noticed "
-			         "in %u cycles",
-			         opt_cycles);
-		printf("campaign --broken-removed: cycle %u failed, as it "
-		       "must\n",
-		       done);
-		cp_done = true;
-		return;
-	}
-	if (opt_broken_stale) {
-		if (ok)
-			fail_msg("campaign --broken-stale: copies took every "
-			         "chunk of their old copies, and no check "
-			         "noticed in %u cycles",
-			         opt_cycles);
-		printf("campaign --broken-stale: cycle %u failed, as it "
-		       "must\n",
-		       done);
-		cp_done = true;
-		return;
-	}
-	if (opt_broken_slot) {
-		if (ok)
-			fail_msg("campaign --broken-slot: data recovery copied "
-			         "each slab slot's first object only, and no "
-			         "check noticed in %u cycles",
-			         opt_cycles);
-		printf("campaign --broken-slot: cycle %u failed, as it must\n",
-		       done);
-		cp_done = true;
-		return;
-	}
-	if (opt_broken_inc) {
-		if (ok)
-			fail_msg("campaign --broken-inc: every holder of a "
-			         "reused id was let in, and no check noticed "
-			         "in %u cycles",
-			         opt_cycles);
-		printf("campaign --broken-inc: cycle %u failed, as it must\n",
-		       done);
-		cp_done = true;
-		return;
-	}
-	if (opt_broken_kept || opt_broken_handoff) {
-		if (ok)
-			fail_msg("campaign --hold-end %s: no check noticed in "
-			         "%u cycles",
-			         opt_broken_kept ? "--broken-kept"
-			                         : "--broken-handoff",
-			         opt_cycles);
-		printf("campaign --hold-end %s: cycle %u failed, as it "
-		       "must\n",
-		       opt_broken_kept ? "--broken-kept" : "--broken-handoff",
-		       done);
-		cp_done = true;
-		return;
-	}
-	if (opt_reuse && opt_old_ids) {
-		if (ok)
-			fail_msg(
-			        "campaign --reuse --old-ids: a machine under "
-			        "a lost machine's id was admitted with the old "
-			        "id rule");
-		printf("campaign --reuse --old-ids: cycle %u failed, as it "
-		       "must\n",
-		       done);
-		cp_done = true;
 		return;
 	}
 	if (!ok) {
 		rb_cl.root[0] = 0; /* kept */
-		fail_msg("campaign: cycle %u of %u failed", done, opt_cycles);
+		fail_msg("campaign: cycle %u of %u failed", sum.done,
+		         opt_cycles);
 	}
 	cp_stop();
 	cp_done = true;
