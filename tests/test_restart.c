@@ -667,6 +667,79 @@ static bool check_slow(struct fails *f, const struct scan *s)
 	return false;
 }
 
+/* Every machine's scan after it restarted and serves. */
+static void bank_scans(struct scan *s)
+{
+	for (unsigned i = 0; i < NP_NM; i++)
+		np_expect(&cl, i, 'R', RS_JOIN_MS + 30000);
+	for (unsigned i = 0; i < NP_NM; i++) {
+		np_expect(&cl, i, 's', 60000);
+		np_recv(&cl, i, &s[i], sizeof(s[i]), 10000);
+	}
+}
+
+/* Every machine stopped (after a clean shutdown with @clean), their exit
+ * statuses or'ed. */
+static int bank_stop(bool clean)
+{
+	for (unsigned i = 0; clean && i < NP_NM; i++)
+		np_send(&cl, i, 'Z');
+	for (unsigned i = 0; clean && i < NP_NM; i++)
+		np_expect(&cl, i, 'z', 30000);
+	for (unsigned i = 0; i < NP_NM; i++)
+		np_send(&cl, i, 'Q');
+	int sts[NP_NM], st = 0;
+	np_finish(&cl, sts);
+	for (unsigned i = 0; i < NP_NM; i++)
+		st |= sts[i];
+	return st;
+}
+
+/* After the clean shutdown and restart (@s2): everything the first
+ * restart (@s) saw, and its own transfer (account 0 and the last one
+ * moved on). */
+static void bank_check_clean(const struct scan *s, const struct scan *s2,
+                             struct fails *f)
+{
+	unsigned older = 0;
+	int64_t sum2 = 0;
+	for (unsigned i = 0; i < RS_NACC; i++) {
+		if (s2[0].rc[i] || s2[0].ver[i] < s[0].ver[i])
+			older++;
+		sum2 += s2[0].bal[i];
+	}
+	for (unsigned i = 0; i < NP_NM; i++)
+		if (!s2[i].st.restarted)
+			failed(f,
+			       "machine %u did not restart after the clean "
+			       "shutdown",
+			       i);
+	printf("clean shutdown, restart: %" PRIu64 " records decided, "
+	       "%" PRIu64 " locks cleared on machine 0; total %" PRId64 "\n",
+	       s2[0].st.records, s2[0].st.unlocked, sum2);
+	if (older || sum2 != (int64_t)RS_NACC * INIT_BALANCE ||
+	    s2[0].transfer_rc || s2[0].ver[0] <= s[0].ver[0])
+		failed(f,
+		       "after the clean shutdown: %u accounts older or "
+		       "unreadable, total %" PRId64 ", transfer %s, account 0 "
+		       "at version %" PRIu64 " (was %" PRIu64 ")",
+		       older, sum2, farm_strerror(s2[0].transfer_rc),
+		       s2[0].ver[0], s[0].ver[0]);
+}
+
+/* --slow: a restart that fails is a check failed, not the case's end:
+ * --broken-slow's machines lose their leases. The first restart is the
+ * case (the clean one after it is test_bank's own). */
+static void bank_slow(struct scan *s, const struct committed *cm, int anomalies)
+{
+	struct fails fs = {0};
+	if (slow_reports(s, &fs) && !check_slow(&fs, s))
+		check_scan(&fs, &s[0], cm, anomalies);
+	np_cleanup(&cl);
+	verdict(broken_slow ? "--broken-slow" : NULL,
+	        "the restart ran at real-time priority", &fs);
+}
+
 static void test_bank(void **state)
 {
 	(void)state;
@@ -686,58 +759,24 @@ static void test_bank(void **state)
 	np_spawn(&cl, check_machine, NULL); /* again, same dirs */
 	struct scan s[NP_NM];
 	if (slow) {
-		/* A restart that fails is a check failed, not the case's
-		 * end: --broken-slow's machines lose their leases. The first
-		 * restart is the case (the clean one after it is test_bank's
-		 * own). */
-		struct fails fs = {0};
-		if (slow_reports(s, &fs) && !check_slow(&fs, s))
-			check_scan(&fs, &s[0], &cm, anomalies);
-		np_cleanup(&cl);
-		verdict(broken_slow ? "--broken-slow" : NULL,
-		        "the restart ran at real-time priority", &fs);
+		bank_slow(s, &cm, anomalies);
 		return;
 	}
-	for (unsigned i = 0; i < NP_NM; i++)
-		np_expect(&cl, i, 'R', RS_JOIN_MS + 30000);
-	for (unsigned i = 0; i < NP_NM; i++) {
-		np_expect(&cl, i, 's', 60000);
-		np_recv(&cl, i, &s[i], sizeof(s[i]), 10000);
-	}
+	bank_scans(s);
 	uint64_t t_up = np_now_ns();
 	/* Then a clean shutdown of every machine, and a restart from it. */
-	for (unsigned i = 0; i < NP_NM; i++)
-		np_send(&cl, i, 'Z');
-	for (unsigned i = 0; i < NP_NM; i++)
-		np_expect(&cl, i, 'z', 30000);
-	for (unsigned i = 0; i < NP_NM; i++)
-		np_send(&cl, i, 'Q');
-	int sts[NP_NM], st = 0;
-	np_finish(&cl, sts);
-	for (unsigned i = 0; i < NP_NM; i++)
-		st |= sts[i];
+	int st = bank_stop(true);
 	np_spawn(&cl, check_machine, NULL); /* again, same dirs */
 	struct scan s2[NP_NM];
-	for (unsigned i = 0; i < NP_NM; i++)
-		np_expect(&cl, i, 'R', RS_JOIN_MS + 30000);
-	for (unsigned i = 0; i < NP_NM; i++) {
-		np_expect(&cl, i, 's', 60000);
-		np_recv(&cl, i, &s2[i], sizeof(s2[i]), 10000);
-	}
-	for (unsigned i = 0; i < NP_NM; i++)
-		np_send(&cl, i, 'Q');
-	np_finish(&cl, sts);
-	for (unsigned i = 0; i < NP_NM; i++)
-		st |= sts[i];
+	bank_scans(s2);
+	st |= bank_stop(false);
 
 	struct fails f = {0};
 	for (unsigned i = 0; i < NP_NM; i++) {
-		const struct farm_restart_stats *t = &s[i].st;
-		print_stats(i, t);
-		if (!t->restarted)
+		print_stats(i, &s[i].st);
+		if (!s[i].st.restarted)
 			failed(&f,
-			       "machine %u did not restart from its "
-			       "directory",
+			       "machine %u did not restart from its directory",
 			       i);
 	}
 	printf("restart: kill to every machine serving %.0f ms (sessions "
@@ -746,44 +785,17 @@ static void test_bank(void **state)
 	       (t_up - t_kill) / 1e6, RS_SESSION_MS, (unsigned)cut);
 	if (st)
 		failed(&f, "a machine exited with status %d", st);
-	/* After the clean shutdown: everything the first restart saw, and
-	 * its own transfer (account 0 and the last one moved on). */
-	unsigned older = 0;
-	int64_t sum2 = 0;
-	for (unsigned i = 0; i < RS_NACC; i++) {
-		if (s2[0].rc[i] || s2[0].ver[i] < s[0].ver[i])
-			older++;
-		sum2 += s2[0].bal[i];
-	}
-	for (unsigned i = 0; i < NP_NM; i++)
-		if (!s2[i].st.restarted)
-			failed(&f,
-			       "machine %u did not restart after the clean "
-			       "shutdown",
-			       i);
-	printf("clean shutdown, restart: %" PRIu64 " records decided, "
-	       "%" PRIu64 " locks cleared on machine 0; total %" PRId64 "\n",
-	       s2[0].st.records, s2[0].st.unlocked, sum2);
-	if (older || sum2 != (int64_t)RS_NACC * INIT_BALANCE ||
-	    s2[0].transfer_rc || s2[0].ver[0] <= s[0].ver[0])
-		failed(&f,
-		       "after the clean shutdown: %u accounts older or "
-		       "unreadable, total %" PRId64 ", transfer %s, account 0 "
-		       "at version %" PRIu64 " (was %" PRIu64 ")",
-		       older, sum2, farm_strerror(s2[0].transfer_rc),
-		       s2[0].ver[0], s[0].ver[0]);
+	bank_check_clean(s, s2, &f);
 	check_scan(&f, &s[0], &cm, anomalies);
 	np_cleanup(&cl);
-	if (broken) {
-		if (!f.n)
-			fail_msg("--broken: the restart applied no record and "
-			         "every check passed: the test cannot see a "
-			         "lost commit");
+	if (broken && !f.n)
+		fail_msg("--broken: the restart applied no record and every "
+		         "check passed: the test cannot see a lost commit");
+	if (broken)
 		printf("--broken: %u check(s) failed, as they must:\n%s", f.n,
 		       f.text);
-		return;
-	}
-	verdict(NULL, NULL, &f);
+	else
+		verdict(NULL, NULL, &f);
 }
 
 /* A case's end: with a fix switched off (@opt, its option; NULL: none)
@@ -1005,19 +1017,25 @@ static bool log_first_record(const char *path, uint64_t *off, uint32_t *len)
 	return true;
 }
 
-static void test_damaged(void **state)
+/* A copy of the good directory @good named @name, in @d. */
+static void dd_copy(const char *good, const char *name, char *d, size_t len)
 {
-	(void)state;
-	tu_tmpdir(dd_root, sizeof(dd_root), "restart-dd");
-	char good[200], d[200], f[700], err[768];
-	snprintf(good, sizeof(good), "%s/good", dd_root);
-	farm_gaddr obj;
-	dd_make(good, &obj, 0x5eed);
-	struct fails fl = {0};
-
-	/* A region file's magic. */
-	snprintf(d, sizeof(d), "%s/magic", dd_root);
+	snprintf(d, len, "%s/%s", dd_root, name);
 	copy_dir(good, d);
+}
+
+/* Whether the refusal @rc, @err is @want and names both @a and @b. */
+static bool dd_refused(int rc, const char *err, int want, const char *a,
+                       const char *b)
+{
+	return rc == want && strstr(err, a) && strstr(err, b);
+}
+
+/* A region file's magic. */
+static void dd_magic(const char *good, struct fails *fl)
+{
+	char d[200], f[700], err[768];
+	dd_copy(good, "magic", d, sizeof(d));
 	assert_true(find_file(d, ".region.old", false, f, sizeof(f)));
 	FILE *w = fopen(f, "r+b");
 	assert_non_null(w);
@@ -1025,114 +1043,141 @@ static void test_damaged(void **state)
 	fclose(w);
 	int rc = dd_try(d, 0, err, sizeof(err));
 	printf("damaged region magic: %s\n", rc ? err : "accepted");
-	const char *base = strrchr(f, '/') + 1;
-	if (rc != FARM_ECORRUPT || !strstr(err, base) ||
-	    !strstr(err, "offset 0"))
-		failed(&fl, "a region file with a bad magic: %s (%s)",
+	if (!dd_refused(rc, err, FARM_ECORRUPT, strrchr(f, '/') + 1,
+	                "offset 0"))
+		failed(fl, "a region file with a bad magic: %s (%s)",
 		       farm_strerror(rc), rc ? err : "accepted");
+}
 
-	/* The manifest's trailer, torn. */
-	snprintf(d, sizeof(d), "%s/torn", dd_root);
-	copy_dir(good, d);
+/* The manifest's trailer, torn. */
+static void dd_torn(const char *good, struct fails *fl)
+{
+	char d[200], f[700], err[768];
+	dd_copy(good, "torn", d, sizeof(d));
 	snprintf(f, sizeof(f), "%s/%s", d, FARM_MANIFEST_FILE);
 	struct stat st;
 	assert_int_equal(stat(f, &st), 0);
 	assert_int_equal(truncate(f, st.st_size - 10), 0);
-	rc = dd_try(d, 0, err, sizeof(err));
+	int rc = dd_try(d, 0, err, sizeof(err));
 	printf("torn manifest: %s\n", rc ? err : "accepted");
-	if (rc != FARM_ECORRUPT || !strstr(err, FARM_MANIFEST_FILE) ||
-	    !strstr(err, "offset"))
-		failed(&fl, "a torn manifest: %s (%s)", farm_strerror(rc),
+	if (!dd_refused(rc, err, FARM_ECORRUPT, FARM_MANIFEST_FILE, "offset"))
+		failed(fl, "a torn manifest: %s (%s)", farm_strerror(rc),
 		       rc ? err : "accepted");
+}
 
-	/* The log's size. */
-	snprintf(d, sizeof(d), "%s/logsize", dd_root);
-	copy_dir(good, d);
+/* The log's size. */
+static void dd_logsize(const char *good, struct fails *fl)
+{
+	char d[200], f[700], err[768];
+	dd_copy(good, "logsize", d, sizeof(d));
 	assert_true(find_file(d, ".region.old", true, f, sizeof(f)));
+	struct stat st;
 	assert_int_equal(stat(f, &st), 0);
 	assert_int_equal(truncate(f, st.st_size - 4096), 0);
-	rc = dd_try(d, 0, err, sizeof(err));
+	int rc = dd_try(d, 0, err, sizeof(err));
 	printf("short log: %s\n", rc ? err : "accepted");
-	base = strrchr(f, '/') + 1;
+	const char *base = strrchr(f, '/') + 1;
 	char logname[128];
 	snprintf(logname, sizeof(logname), "%.*s", (int)(strlen(base) - 4),
 	         base); /* without ".old" */
-	if (rc != FARM_ECORRUPT || !strstr(err, logname) ||
-	    !strstr(err, "size mismatch"))
-		failed(&fl, "a short log: %s (%s)", farm_strerror(rc),
+	if (!dd_refused(rc, err, FARM_ECORRUPT, logname, "size mismatch"))
+		failed(fl, "a short log: %s (%s)", farm_strerror(rc),
 		       rc ? err : "accepted");
+}
 
-	/* Another machine's directory. */
-	snprintf(d, sizeof(d), "%s/other", dd_root);
-	copy_dir(good, d);
-	rc = dd_try(d, 1, err, sizeof(err));
+/* Another machine's directory, and another cluster's. */
+static void dd_foreign(const char *good, struct fails *fl)
+{
+	char d[200], err[768];
+	dd_copy(good, "other", d, sizeof(d));
+	int rc = dd_try(d, 1, err, sizeof(err));
 	printf("another machine's: %s\n", rc ? err : "accepted");
-	if (rc != -EXDEV || !strstr(err, "belongs to machine 0"))
-		failed(&fl, "another machine's directory: %s (%s)",
+	if (!dd_refused(rc, err, -EXDEV, "belongs to machine 0", ""))
+		failed(fl, "another machine's directory: %s (%s)",
 		       farm_strerror(rc), rc ? err : "accepted");
-
-	/* Another cluster's directory. */
-	snprintf(d, sizeof(d), "%s/cluster", dd_root);
-	copy_dir(good, d);
+	dd_copy(good, "cluster", d, sizeof(d));
 	dd_other_cluster = true;
 	rc = dd_try(d, 0, err, sizeof(err));
 	dd_other_cluster = false;
 	printf("another cluster's: %s\n", rc ? err : "accepted");
-	if (rc != -EXDEV || !strstr(err, "belongs to cluster"))
-		failed(&fl, "another cluster's directory: %s (%s)",
+	if (!dd_refused(rc, err, -EXDEV, "belongs to cluster", ""))
+		failed(fl, "another cluster's directory: %s (%s)",
 		       farm_strerror(rc), rc ? err : "accepted");
+}
 
-	/* The intact one restarts with the object. */
-	if (!broken_check) {
-		struct farm_config cfg;
-		dd_config(good, 0, &cfg);
-		farm_node *n;
-		assert_int_equal(farm_node_open(&cfg, &n), 0);
-		farm_kv *kv;
-		assert_int_equal(farm_kv_create(n, NULL, 1024, &kv), 0);
-		farm_node_set_app_loops(n, true);
-		farm_loop *loop;
-		assert_int_equal(farm_node_start(n, 10000), 0);
-		assert_int_equal(farm_node_loop_open(n, 0, &loop), 0);
-		assert_int_equal(farm_node_wait_members(n, 1, 10000), 0);
-		struct farm_restart_stats rst;
-		farm_node_restart_stats(n, &rst);
-		farm_tx *tx;
-		assert_int_equal(farm_tx_begin(farm_node_txm(n), loop, &tx), 0);
-		const void *v;
-		rc = farm_tx_read_sync(tx, obj, 64, &v);
-		uint64_t got = 0;
-		if (!rc)
-			memcpy(&got, v, 8);
-		farm_tx_free(tx);
-		printf("intact: restarted %d, %" PRIu64
-		       " regions, object %s: %#" PRIx64 "\n",
-		       rst.restarted, rst.regions, farm_strerror(rc), got);
-		if (!rst.restarted || rc || got != 0x5eed)
-			failed(&fl,
-			       "the intact directory: restarted %d, "
-			       "read %s, value %#" PRIx64,
-			       rst.restarted, farm_strerror(rc), got);
-		/* The KV store finds its shard again (the list was kept). */
-		char val[64] = "";
-		uint32_t vlen = 0;
-		assert_int_equal(farm_kv_attach(kv, loop), 0);
-		rc = farm_kv_join_sync(kv, loop, 1, 10000);
-		if (!rc)
-			rc = farm_kv_get_sync(kv, loop, DD_KEY, sizeof(DD_KEY),
-			                      val, sizeof(val), &vlen);
-		printf("intact: the KV store's key: %s%s%s\n",
-		       farm_strerror(rc), rc ? "" : ", ", rc ? "" : val);
-		if (rc || vlen != sizeof(DD_VAL) || memcmp(val, DD_VAL, vlen))
-			failed(&fl,
-			       "the KV store after the restart: get %s, "
-			       "%u bytes",
-			       farm_strerror(rc), vlen);
-		farm_kv_detach(kv, loop);
-		farm_kv_destroy(kv);
-		farm_node_loop_close(n, loop);
-		farm_node_close(n);
-	}
+/* The KV store on the restarted machine finds its shard again (the list
+ * was kept) and the key put before. */
+static void dd_intact_kv(farm_kv *kv, farm_loop *loop, struct fails *fl)
+{
+	char val[64] = "";
+	uint32_t vlen = 0;
+	assert_int_equal(farm_kv_attach(kv, loop), 0);
+	int rc = farm_kv_join_sync(kv, loop, 1, 10000);
+	if (!rc)
+		rc = farm_kv_get_sync(kv, loop, DD_KEY, sizeof(DD_KEY), val,
+		                      sizeof(val), &vlen);
+	printf("intact: the KV store's key: %s%s%s\n", farm_strerror(rc),
+	       rc ? "" : ", ", rc ? "" : val);
+	if (rc || vlen != sizeof(DD_VAL) || memcmp(val, DD_VAL, vlen))
+		failed(fl, "the KV store after the restart: get %s, %u bytes",
+		       farm_strerror(rc), vlen);
+	farm_kv_detach(kv, loop);
+}
+
+/* The intact directory @good restarts with the object @obj and the KV
+ * store's key. */
+static void dd_intact(const char *good, farm_gaddr obj, struct fails *fl)
+{
+	struct farm_config cfg;
+	dd_config(good, 0, &cfg);
+	farm_node *n;
+	assert_int_equal(farm_node_open(&cfg, &n), 0);
+	farm_kv *kv;
+	assert_int_equal(farm_kv_create(n, NULL, 1024, &kv), 0);
+	farm_node_set_app_loops(n, true);
+	farm_loop *loop;
+	assert_int_equal(farm_node_start(n, 10000), 0);
+	assert_int_equal(farm_node_loop_open(n, 0, &loop), 0);
+	assert_int_equal(farm_node_wait_members(n, 1, 10000), 0);
+	struct farm_restart_stats rst;
+	farm_node_restart_stats(n, &rst);
+	farm_tx *tx;
+	assert_int_equal(farm_tx_begin(farm_node_txm(n), loop, &tx), 0);
+	const void *v;
+	int rc = farm_tx_read_sync(tx, obj, 64, &v);
+	uint64_t got = 0;
+	if (!rc)
+		memcpy(&got, v, 8);
+	farm_tx_free(tx);
+	printf("intact: restarted %d, %" PRIu64 " regions, object %s: %#" PRIx64
+	       "\n",
+	       rst.restarted, rst.regions, farm_strerror(rc), got);
+	if (!rst.restarted || rc || got != 0x5eed)
+		failed(fl,
+		       "the intact directory: restarted %d, read %s, value "
+		       "%#" PRIx64,
+		       rst.restarted, farm_strerror(rc), got);
+	dd_intact_kv(kv, loop, fl);
+	farm_kv_destroy(kv);
+	farm_node_loop_close(n, loop);
+	farm_node_close(n);
+}
+
+static void test_damaged(void **state)
+{
+	(void)state;
+	tu_tmpdir(dd_root, sizeof(dd_root), "restart-dd");
+	char good[200];
+	snprintf(good, sizeof(good), "%s/good", dd_root);
+	farm_gaddr obj;
+	dd_make(good, &obj, 0x5eed);
+	struct fails fl = {0};
+	dd_magic(good, &fl);
+	dd_torn(good, &fl);
+	dd_logsize(good, &fl);
+	dd_foreign(good, &fl);
+	if (!broken_check)
+		dd_intact(good, obj, &fl);
 	tu_rmtree(dd_root);
 	dd_root[0] = 0;
 	if (broken_kv)
@@ -1351,6 +1396,111 @@ static void test_stale(void **state)
  * own log alone: machine 2's last commit, whose COMMIT-BACKUPs are at two
  * machines, is aborted everywhere and must be found missing.
  */
+/* One byte of the body of the first record in machine @m's log, past its
+ * header: the trailer still says the record landed whole, the checksum
+ * says it changed since. */
+static void lost_damage_log(unsigned m)
+{
+	char logf[600];
+	assert_true(find_file(cl.dir[m], "", true, logf, sizeof(logf)));
+	uint64_t roff = 0;
+	uint32_t rlen = 0;
+	assert_true(log_first_record(logf, &roff, &rlen));
+	int fd = open(logf, O_RDWR);
+	assert_true(fd >= 0);
+	uint8_t byte;
+	assert_int_equal(pread(fd, &byte, 1, (off_t)(roff + 64)), 1);
+	byte ^= 0x10;
+	assert_int_equal(pwrite(fd, &byte, 1, (off_t)(roff + 64)), 1);
+	close(fd);
+	printf("lost: machine %u's log %s: a byte of the %u-byte record at "
+	       "offset %" PRIu64 " changed\n",
+	       m, strrchr(logf, '/') + 1, rlen, roff);
+}
+
+/* Every region back to 3 replicas among the machines but @lost (data
+ * recovery makes its regions' copies where a machine is left to take
+ * them), polled for up to 60 s from @t_up. */
+static bool lost_await_replicated(unsigned lost, uint64_t t_up, char *why,
+                                  size_t wlen)
+{
+	bool full = false;
+	unsigned nreg = 0;
+	struct held_report *r[64] = {0};
+	uint64_t in = ((1ull << NP_NM) - 1) & ~(1ull << lost);
+	uint64_t dl = t_up + 60000000000ull;
+	while (!full && np_now_ns() < dl) {
+		for (unsigned i = 0; i < NP_NM; i++) {
+			if (i == lost)
+				continue;
+			free(r[i]);
+			r[i] = malloc(sizeof(*r[i]));
+			assert_non_null(r[i]);
+			np_send(&cl, i, 'g');
+			np_expect(&cl, i, 'G', 30000);
+			np_recv(&cl, i, r[i], sizeof(*r[i]), 1000);
+		}
+		full = rp_replicated(r, in, 3, 0, why, wlen, &nreg);
+		if (!full) {
+			struct timespec ts = {0, 20000000};
+			nanosleep(&ts, NULL); /* between two polls */
+		}
+	}
+	for (unsigned i = 0; i < NP_NM; i++)
+		free(r[i]);
+	printf("lost: %u regions; fully replicated: %s (%.0f ms after the "
+	       "restart)%s%s\n",
+	       nreg, full ? "yes" : "NO", (np_now_ns() - t_up) / 1e6,
+	       full ? "" : ": ", why);
+	return full;
+}
+
+/* Machine @lost started under its id again with an empty directory (the
+ * damaged one set aside): its exit status. */
+static int lost_fresh(unsigned lost)
+{
+	char aside[700];
+	snprintf(aside, sizeof(aside), "%s.damaged", cl.dir[lost]);
+	assert_int_equal(rename(cl.dir[lost], aside), 0);
+	assert_int_equal(mkdir(cl.dir[lost], 0700), 0);
+	close(cl.to[lost]);
+	close(cl.from[lost]);
+	np_spawn_one(&cl, lost, check_machine, NULL);
+	int st = tu_reap(cl.pid[lost]);
+	cl.pid[lost] = 0;
+	close(cl.to[lost]);
+	close(cl.from[lost]);
+	cl.to[lost] = cl.from[lost] = -1;
+	tu_rmtree(aside);
+	return st;
+}
+
+/* The lost case's checks @f, and what its proofs require of them:
+ * @waited, the others waited restart_wait_ms for the refused machine. */
+static void lost_verdict(const struct fails *f, bool waited)
+{
+	const char *proof = broken_lost     ? "--broken-lost"
+	                    : broken_rings  ? "--broken-rings"
+	                    : broken_notice ? "--broken-notice"
+	                                    : NULL;
+	if (broken_lost && !f->n)
+		fail_msg("--broken-lost: the lost machine's log was treated "
+		         "as absent and every check passed");
+	if (broken_rings && !f->n)
+		fail_msg("--broken-rings: the lost coordinator's rings were "
+		         "read from each machine's own log only and every "
+		         "check passed");
+	if (broken_notice && !waited)
+		fail_msg("--broken-notice: no refusal notice was left and the "
+		         "others did not wait restart_wait_ms for the refused "
+		         "machine");
+	if (proof)
+		printf("%s: %u check(s) failed, as they must:\n%s", proof, f->n,
+		       f->text);
+	else if (f->n)
+		fail_msg("%u check(s) failed:\n%s", f->n, f->text);
+}
+
 static void test_lost(void **state)
 {
 	(void)state;
@@ -1366,23 +1516,7 @@ static void test_lost(void **state)
 	 * others' logs only; the restart must read its coordinator rings
 	 * there to install it. */
 	const unsigned lost = 2;
-	char logf[600];
-	assert_true(find_file(cl.dir[lost], "", true, logf, sizeof(logf)));
-	uint64_t roff = 0;
-	uint32_t rlen = 0;
-	assert_true(log_first_record(logf, &roff, &rlen));
-	/* One byte of its body, past the header: the trailer still says the
-	 * record landed whole, the checksum says it changed since. */
-	int fd = open(logf, O_RDWR);
-	assert_true(fd >= 0);
-	uint8_t byte;
-	assert_int_equal(pread(fd, &byte, 1, (off_t)(roff + 64)), 1);
-	byte ^= 0x10;
-	assert_int_equal(pwrite(fd, &byte, 1, (off_t)(roff + 64)), 1);
-	close(fd);
-	printf("lost: machine %u's log %s: a byte of the %u-byte record at "
-	       "offset %" PRIu64 " changed\n",
-	       lost, strrchr(logf, '/') + 1, rlen, roff);
+	lost_damage_log(lost);
 	struct snap before, after;
 	snap_take(cl.dir[lost], &before);
 	/* A stale notice for machine 1, whose directory is sound (as an
@@ -1411,53 +1545,10 @@ static void test_lost(void **state)
 			np_recv(&cl, i, &s[i], sizeof(s[i]), 10000);
 		}
 	uint64_t t_up = np_now_ns();
-	/* Its regions' copies: with a machine left to take them (NP_NM 4),
-	 * data recovery makes them; every region back to 3 replicas. */
-	bool full = false;
 	char why[256] = "";
-	unsigned nreg = 0;
-	if (NP_NM > 3) {
-		struct held_report *r[64] = {0};
-		uint64_t in = ((1ull << NP_NM) - 1) & ~(1ull << lost);
-		uint64_t dl = t_up + 60000000000ull;
-		while (!full && np_now_ns() < dl) {
-			for (unsigned i = 0; i < NP_NM; i++) {
-				if (i == lost)
-					continue;
-				free(r[i]);
-				r[i] = malloc(sizeof(*r[i]));
-				assert_non_null(r[i]);
-				np_send(&cl, i, 'g');
-				np_expect(&cl, i, 'G', 30000);
-				np_recv(&cl, i, r[i], sizeof(*r[i]), 1000);
-			}
-			full = rp_replicated(r, in, 3, 0, why, sizeof(why),
-			                     &nreg);
-			if (!full) {
-				struct timespec ts = {0, 20000000};
-				nanosleep(&ts, NULL); /* between two polls */
-			}
-		}
-		for (unsigned i = 0; i < NP_NM; i++)
-			free(r[i]);
-		printf("lost: %u regions; fully replicated: %s (%.0f ms after "
-		       "the restart)%s%s\n",
-		       nreg, full ? "yes" : "NO", (np_now_ns() - t_up) / 1e6,
-		       full ? "" : ": ", why);
-	}
-	/* Under its id again, with an empty directory: not admitted. */
-	char aside[700];
-	snprintf(aside, sizeof(aside), "%s.damaged", cl.dir[lost]);
-	assert_int_equal(rename(cl.dir[lost], aside), 0);
-	assert_int_equal(mkdir(cl.dir[lost], 0700), 0);
-	close(cl.to[lost]);
-	close(cl.from[lost]);
-	np_spawn_one(&cl, lost, check_machine, NULL);
-	int st_fresh = tu_reap(cl.pid[lost]);
-	cl.pid[lost] = 0;
-	close(cl.to[lost]);
-	close(cl.from[lost]);
-	cl.to[lost] = cl.from[lost] = -1;
+	bool full = NP_NM <= 3 ||
+	            lost_await_replicated(lost, t_up, why, sizeof(why));
+	int st_fresh = lost_fresh(lost);
 	for (unsigned i = 0; i < NP_NM; i++)
 		if (i != lost)
 			np_send(&cl, i, 'Q');
@@ -1466,7 +1557,6 @@ static void test_lost(void **state)
 	for (unsigned i = 0; i < NP_NM; i++)
 		if (i != lost)
 			st |= sts[i];
-	tu_rmtree(aside);
 
 	struct fails f = {0};
 	printf("lost: machine %u refused its directory (exit %d; 4: "
@@ -1504,7 +1594,7 @@ static void test_lost(void **state)
 		       "waited restart_wait_ms (%d ms) for machine %u, not "
 		       "for its refusal notice",
 		       up_ms, RS_WAIT_MS, lost);
-	if (NP_NM > 3 && !full)
+	if (!full)
 		failed(&f, "not fully replicated within 60 s: %s", why);
 	if (st_fresh != 6)
 		failed(&f,
@@ -1515,34 +1605,7 @@ static void test_lost(void **state)
 		failed(&f, "a machine exited with status %d", st);
 	check_scan(&f, &s[0], &cm, anomalies);
 	np_cleanup(&cl);
-	if (broken_lost) {
-		if (!f.n)
-			fail_msg("--broken-lost: the lost machine's log was "
-			         "treated as absent and every check passed");
-		printf("--broken-lost: %u check(s) failed, as they must:\n%s",
-		       f.n, f.text);
-		return;
-	}
-	if (broken_rings) {
-		if (!f.n)
-			fail_msg("--broken-rings: the lost coordinator's rings "
-			         "were read from each machine's own log only "
-			         "and every check passed");
-		printf("--broken-rings: %u check(s) failed, as they must:\n%s",
-		       f.n, f.text);
-		return;
-	}
-	if (broken_notice) {
-		if (!waited)
-			fail_msg("--broken-notice: no refusal notice was left "
-			         "and the others did not wait restart_wait_ms "
-			         "for the refused machine");
-		printf("--broken-notice: %u check(s) failed, as they must:\n%s",
-		       f.n, f.text);
-		return;
-	}
-	if (f.n)
-		fail_msg("%u check(s) failed:\n%s", f.n, f.text);
+	lost_verdict(&f, waited);
 }
 
 static void no_check(enum farm_fault_point fp, void *arg)
@@ -1560,35 +1623,45 @@ static int teardown(void **state)
 	return 0;
 }
 
-int main(int argc, char **argv)
+/* The command line: a case run alone, or a switch that breaks the code
+ * (its fault point, or -1 where the test itself breaks something). */
+static bool only_damaged, only_lost, only_stale;
+
+static const struct rs_opt {
+	const char *name;
+	bool *flag, *alone; /* @alone: the case it runs alone, or NULL */
+	int fp;
+	bool fault; /* needs a build with fault injection */
+} rs_opts[] = {
+        {"--broken", &broken, NULL, -1, true},
+        {"--broken-lost", &broken_lost, NULL, FARM_FP_RESTART_LOST_STRICT,
+         true},
+        {"--broken-rings", &broken_rings, NULL, FARM_FP_RESTART_VIEW_RINGS,
+         true},
+        {"--broken-notice", &broken_notice, NULL, FARM_FP_RESTART_NO_NOTICE,
+         true},
+        {"--lost", &only_lost, NULL, -1, false},
+        {"--broken-check", &broken_check, &only_damaged,
+         FARM_FP_RESTART_NO_CHECK, true},
+        {"--broken-kv", &broken_kv, &only_damaged, FARM_FP_KV_NO_KEPT, true},
+        {"--damaged", &only_damaged, NULL, -1, false},
+        {"--stale", &only_stale, NULL, -1, false},
+        {"--broken-stale", &broken_stale, &only_stale, FARM_FP_ALLOC_WALK_SLOTS,
+         true},
+        {"--slow", &slow, NULL, -1, true},
+        {"--broken-slow", &broken_slow, &slow, -1, true},
+};
+#define RS_NOPTS (sizeof(rs_opts) / sizeof(rs_opts[0]))
+
+/* 0, or an exit status for main (usage, --help, a skip, a hook refused). */
+static int rs_args(int argc, char **argv)
 {
-	bool only_damaged = false, only_lost = false, only_stale = false;
+	bool fault = false;
 	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--broken")) {
-			broken = true;
-		} else if (!strcmp(argv[i], "--broken-lost")) {
-			broken_lost = true;
-		} else if (!strcmp(argv[i], "--broken-rings")) {
-			broken_rings = true;
-		} else if (!strcmp(argv[i], "--broken-notice")) {
-			broken_notice = true;
-		} else if (!strcmp(argv[i], "--lost")) {
-			only_lost = true;
-		} else if (!strcmp(argv[i], "--broken-check")) {
-			broken_check = only_damaged = true;
-		} else if (!strcmp(argv[i], "--broken-kv")) {
-			broken_kv = only_damaged = true;
-		} else if (!strcmp(argv[i], "--damaged")) {
-			only_damaged = true;
-		} else if (!strcmp(argv[i], "--stale")) {
-			only_stale = true;
-		} else if (!strcmp(argv[i], "--broken-stale")) {
-			broken_stale = only_stale = true;
-		} else if (!strcmp(argv[i], "--slow")) {
-			slow = true;
-		} else if (!strcmp(argv[i], "--broken-slow")) {
-			slow = broken_slow = true;
-		} else {
+		unsigned k = 0;
+		while (k < RS_NOPTS && strcmp(argv[i], rs_opts[k].name))
+			k++;
+		if (k == RS_NOPTS) {
 			printf("usage: %s [--broken | --broken-lost | "
 			       "--broken-rings | --broken-notice | "
 			       "--broken-check | --broken-kv | --damaged | "
@@ -1597,21 +1670,28 @@ int main(int argc, char **argv)
 			       argv[0]);
 			return strcmp(argv[i], "--help") ? 2 : 0;
 		}
+		*rs_opts[k].flag = true;
+		if (rs_opts[k].alone)
+			*rs_opts[k].alone = true;
+		fault |= rs_opts[k].fault;
 	}
-	if ((broken || broken_check || broken_lost || broken_kv ||
-	     broken_rings || broken_notice || broken_stale || slow) &&
-	    !farm_fault_built()) {
+	if (fault && !farm_fault_built()) {
 		printf("skipped: built without fault injection\n");
 		return FARM_TEST_SKIP;
 	}
-	if (broken_check &&
-	    farm_fault_set(FARM_FP_RESTART_NO_CHECK, no_check, NULL))
-		return 1;
-	if (broken_kv && farm_fault_set(FARM_FP_KV_NO_KEPT, no_check, NULL))
-		return 1;
-	if (broken_stale &&
-	    farm_fault_set(FARM_FP_ALLOC_WALK_SLOTS, no_check, NULL))
-		return 1;
+	for (unsigned k = 0; k < RS_NOPTS; k++)
+		if (*rs_opts[k].flag && rs_opts[k].fp >= 0 &&
+		    farm_fault_set((enum farm_fault_point)rs_opts[k].fp,
+		                   no_check, NULL))
+			return 1;
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	int rc = rs_args(argc, argv);
+	if (rc || (argc > 1 && !strcmp(argv[1], "--help")))
+		return rc;
 	const struct CMUnitTest stale[] = {
 	        cmocka_unit_test_teardown(test_stale, teardown)};
 	if (only_stale)
@@ -1622,24 +1702,13 @@ int main(int argc, char **argv)
 	if (only_damaged)
 		return cmocka_run_group_tests_name("restart", damaged, NULL,
 		                                   NULL);
-	if (broken_lost &&
-	    farm_fault_set(FARM_FP_RESTART_LOST_STRICT, no_check, NULL))
-		return 1;
 	const struct CMUnitTest bank[] = {
 	        cmocka_unit_test_teardown(test_bank, teardown),
 	        cmocka_unit_test_teardown(test_lost, teardown)};
-	if (broken || slow)
-		return tu_zk_run(zk_script, zk_dir, sizeof(zk_dir), zk_connect,
-		                 sizeof(zk_connect), "restart", bank, 1);
-	if (broken_rings &&
-	    farm_fault_set(FARM_FP_RESTART_VIEW_RINGS, no_check, NULL))
-		return 1;
-	if (broken_notice &&
-	    farm_fault_set(FARM_FP_RESTART_NO_NOTICE, no_check, NULL))
-		return 1;
-	if (broken_lost || broken_rings || broken_notice || only_lost)
-		return tu_zk_run(zk_script, zk_dir, sizeof(zk_dir), zk_connect,
-		                 sizeof(zk_connect), "restart", bank + 1, 1);
+	/* The bank case, or (a switch of the lost case, or --lost) the lost
+	 * one; --broken and --slow are the bank case's. */
+	bool lost = !broken && !slow &&
+	            (broken_lost || broken_rings || broken_notice || only_lost);
 	return tu_zk_run(zk_script, zk_dir, sizeof(zk_dir), zk_connect,
-	                 sizeof(zk_connect), "restart", bank, 1);
+	                 sizeof(zk_connect), "restart", bank + lost, 1);
 }
