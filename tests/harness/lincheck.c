@@ -745,80 +745,95 @@ static bool del_between(const struct ctx *c, uint32_t m, uint32_t p, uint32_t o)
 }
 
 /* Diagnose the blocked op @o when a simple pattern proves it wrong. */
+/* The latest write of the key (among the first @m ops) that overwrote
+ * put @pi's value before get @k began, or NONE. */
+static uint32_t overwrite_of(const struct ctx *c, uint32_t m,
+                             const struct kop *pi, const struct kop *k)
+{
+	uint32_t w = NONE;
+	for (uint32_t j = 0; j < m; j++) {
+		const struct kop *x = &c->ops[j];
+		if (!writes(x) || !responded(x) ||
+		    (x->kind == LC_PUT && x->value == k->value) ||
+		    (x->kind == LC_DEL && !x->found))
+			continue;
+		if (responded(pi) && pi->t_resp < x->t_inv &&
+		    x->t_resp < k->t_inv &&
+		    (w == NONE || x->t_resp > c->ops[w].t_resp))
+			w = j;
+	}
+	return w;
+}
+
+/* Op @o, a get that found a value: one never written, or one every put
+ * of which was overwritten before @o began. */
+static void diagnose_found(struct hb_sbuf *b, const struct ctx *c, uint32_t m,
+                           uint32_t o)
+{
+	const struct kop *k = &c->ops[o];
+	uint32_t wp = NONE, ww = NONE;
+	for (uint32_t i = 0; i < m; i++) {
+		const struct kop *pi = &c->ops[i];
+		if (pi->kind != LC_PUT || pi->value != k->value)
+			continue;
+		uint32_t w = overwrite_of(c, m, pi, k);
+		if (w == NONE)
+			return; /* a put of it still current: not this */
+		if (wp == NONE) {
+			wp = i;
+			ww = w;
+		}
+	}
+	if (wp == NONE) {
+		hb_sb_add(b, "value never written: ");
+		sb_op(b, c, o);
+		hb_sb_add(b,
+		          " read %" PRIu64 ", which no put of this key "
+		          "wrote. ",
+		          k->value);
+		return;
+	}
+	hb_sb_add(b, "stale read: ");
+	sb_op(b, c, o);
+	hb_sb_add(b, " began after the value written by ");
+	sb_op(b, c, wp);
+	hb_sb_add(b, " was %s by ",
+	          c->ops[ww].kind == LC_PUT ? "overwritten" : "deleted");
+	sb_op(b, c, ww);
+	hb_sb_add(b, ". ");
+}
+
+/* Op @o, a get or delete that found the key absent: a put that completed
+ * before it began with no delete that could come in between. */
+static void diagnose_absent(struct hb_sbuf *b, const struct ctx *c, uint32_t m,
+                            uint32_t o)
+{
+	const struct kop *k = &c->ops[o];
+	for (uint32_t p = 0; p < m; p++) {
+		const struct kop *x = &c->ops[p];
+		if (x->kind != LC_PUT || !responded(x) ||
+		    x->t_resp >= k->t_inv || del_between(c, m, p, o))
+			continue;
+		hb_sb_add(b, "%s: ",
+		          k->kind == LC_GET ? "stale read" : "lost update");
+		sb_op(b, c, o);
+		hb_sb_add(b, " found the key absent, but ");
+		sb_op(b, c, p);
+		hb_sb_add(b, " completed before it began and no delete could "
+		             "come in between. ");
+		return;
+	}
+}
+
 static void diagnose(struct hb_sbuf *b, const struct ctx *c, uint32_t m,
                      uint32_t o)
 {
 	const struct kop *k = &c->ops[o];
-	if (k->kind == LC_GET && k->found) {
-		uint32_t p = NONE;
-		for (uint32_t i = 0; i < m && p == NONE; i++)
-			if (c->ops[i].kind == LC_PUT &&
-			    c->ops[i].value == k->value)
-				p = i;
-		if (p == NONE) {
-			hb_sb_add(b, "value never written: ");
-			sb_op(b, c, o);
-			hb_sb_add(b,
-			          " read %" PRIu64 ", which no put of this "
-			          "key wrote. ",
-			          k->value);
-			return;
-		}
-		/* Every put of the value was overwritten before o began? */
-		uint32_t wp = NONE, ww = NONE;
-		for (uint32_t i = 0; i < m; i++) {
-			const struct kop *pi = &c->ops[i];
-			if (pi->kind != LC_PUT || pi->value != k->value)
-				continue;
-			uint32_t w = NONE; /* the latest such overwrite */
-			for (uint32_t j = 0; j < m; j++) {
-				const struct kop *x = &c->ops[j];
-				if (!writes(x) || !responded(x) ||
-				    (x->kind == LC_PUT &&
-				     x->value == k->value) ||
-				    (x->kind == LC_DEL && !x->found))
-					continue;
-				if (responded(pi) && pi->t_resp < x->t_inv &&
-				    x->t_resp < k->t_inv &&
-				    (w == NONE || x->t_resp > c->ops[w].t_resp))
-					w = j;
-			}
-			if (w == NONE)
-				return;
-			if (wp == NONE) {
-				wp = i;
-				ww = w;
-			}
-		}
-		hb_sb_add(b, "stale read: ");
-		sb_op(b, c, o);
-		hb_sb_add(b, " began after the value written by ");
-		sb_op(b, c, wp);
-		hb_sb_add(b, " was %s by ",
-		          c->ops[ww].kind == LC_PUT ? "overwritten"
-		                                    : "deleted");
-		sb_op(b, c, ww);
-		hb_sb_add(b, ". ");
-		return;
-	}
-	if ((k->kind == LC_GET && !k->found) ||
-	    (k->kind == LC_DEL && responded(k) && !k->found)) {
-		for (uint32_t p = 0; p < m; p++) {
-			const struct kop *x = &c->ops[p];
-			if (x->kind != LC_PUT || !responded(x) ||
-			    x->t_resp >= k->t_inv || del_between(c, m, p, o))
-				continue;
-			hb_sb_add(b, "%s: ",
-			          k->kind == LC_GET ? "stale read"
-			                            : "lost update");
-			sb_op(b, c, o);
-			hb_sb_add(b, " found the key absent, but ");
-			sb_op(b, c, p);
-			hb_sb_add(b, " completed before it began and no delete "
-			             "could come in between. ");
-			return;
-		}
-	}
+	if (k->kind == LC_GET && k->found)
+		diagnose_found(b, c, m, o);
+	else if (k->kind == LC_GET ||
+	         (k->kind == LC_DEL && responded(k) && !k->found))
+		diagnose_absent(b, c, m, o);
 }
 
 static void describe(struct ctx *c, uint32_t m, uint64_t key)
@@ -902,6 +917,89 @@ static void ctx_free(struct ctx *c)
 	free(c->vals);
 }
 
+/* The history's records sorted by key, then by invocation, into @sk; the
+ * unanswered and multi-get counts into the report. */
+static struct skey *sorted_keys(const lc_history *h, lc_report *r)
+{
+	size_t n = h->nops;
+	struct skey *sk = malloc((n ? n : 1) * sizeof(*sk));
+	if (!sk)
+		return NULL;
+	for (size_t i = 0; i < n; i++) {
+		const struct lc_rec *o = &h->ops[i];
+		sk[i] = (struct skey){o->key, o->t_inv, (uint32_t)i};
+		if (o->t_resp == LC_NO_RESPONSE)
+			r->nno_response++;
+		if (o->mget)
+			r->nmget_gets++;
+	}
+	qsort(sk, n, sizeof(*sk), skey_cmp);
+	return sk;
+}
+
+/* One key's records (@sk[@a..@z)) as the search's ops: a get never
+ * answered says nothing (dropped); a delete never answered may or may not
+ * have happened. Returns how many. */
+static uint32_t key_ops(struct ctx *c, const struct skey *sk, size_t a,
+                        size_t z)
+{
+	uint32_t m = 0;
+	for (size_t i = a; i < z; i++) {
+		const struct lc_rec *o = &c->h->ops[sk[i].i];
+		if (o->kind == LC_GET && o->t_resp == LC_NO_RESPONSE) {
+			c->r->ndropped_gets++;
+			continue;
+		}
+		uint8_t kind = o->kind;
+		if (kind == LC_DEL && o->t_resp == LC_NO_RESPONSE)
+			kind = LC_DEL_ANY;
+		c->ops[m++] = (struct kop){.value = o->value,
+		                           .t_inv = o->t_inv,
+		                           .t_resp = o->t_resp,
+		                           .gidx = sk[i].i,
+		                           .kind = kind,
+		                           .found = o->found};
+	}
+	if (m > c->r->max_key_ops)
+		c->r->max_key_ops = m;
+	return m;
+}
+
+/* Each key's history searched for a linearization, until the deadline
+ * (the keys after it counted unchecked). 0 or a negative error. */
+static int check_keys(struct ctx *c, const struct skey *sk, size_t n)
+{
+	lc_report *r = c->r;
+	bool spent = false;
+	for (size_t a = 0, z; a < n; a = z) {
+		uint64_t key = sk[a].key;
+		for (z = a; z < n && sk[z].key == key; z++)
+			;
+		r->nkeys++;
+		if (spent) {
+			r->nunchecked++;
+			continue;
+		}
+		if (hb_grow((void **)&c->ops, &c->capops, z - a,
+		            sizeof(*c->ops)))
+			return -ENOMEM;
+		uint32_t m = key_ops(c, sk, a, z);
+		int k = search(c, m);
+		if (k < 0)
+			return k;
+		if (k == KEY_BAD) {
+			r->nviolations++;
+			describe(c, m, key);
+		} else if (k == KEY_TIMEOUT) {
+			r->ntimedout++;
+			if (r->ntimedout_keys < LC_MAX_EXAMPLES)
+				r->timedout_keys[r->ntimedout_keys++] = key;
+			spent = true;
+		}
+	}
+	return 0;
+}
+
 int lc_check(const lc_history *h, lc_report *r, uint64_t timeout_ms)
 {
 	if (!r)
@@ -915,70 +1013,11 @@ int lc_check(const lc_history *h, lc_report *r, uint64_t timeout_ms)
 	struct ctx c = {.h = h, .r = r};
 	if (timeout_ms)
 		c.deadline = t0 + timeout_ms * 1000000ull;
-	size_t n = h->nops;
-	r->nops = n;
-	struct skey *sk = malloc((n ? n : 1) * sizeof(*sk));
+	r->nops = h->nops;
+	struct skey *sk = sorted_keys(h, r);
 	if (!sk)
 		return -ENOMEM;
-	for (size_t i = 0; i < n; i++) {
-		const struct lc_rec *o = &h->ops[i];
-		sk[i] = (struct skey){o->key, o->t_inv, (uint32_t)i};
-		if (o->t_resp == LC_NO_RESPONSE)
-			r->nno_response++;
-		if (o->mget)
-			r->nmget_gets++;
-	}
-	qsort(sk, n, sizeof(*sk), skey_cmp);
-	int rc = 0;
-	bool spent = false;
-	for (size_t a = 0, z; a < n; a = z) {
-		uint64_t key = sk[a].key;
-		for (z = a; z < n && sk[z].key == key; z++)
-			;
-		r->nkeys++;
-		if (spent) {
-			r->nunchecked++;
-			continue;
-		}
-		if (hb_grow((void **)&c.ops, &c.capops, z - a,
-		            sizeof(*c.ops))) {
-			rc = -ENOMEM;
-			break;
-		}
-		uint32_t m = 0;
-		for (size_t i = a; i < z; i++) {
-			const struct lc_rec *o = &h->ops[sk[i].i];
-			if (o->kind == LC_GET && o->t_resp == LC_NO_RESPONSE) {
-				r->ndropped_gets++;
-				continue;
-			}
-			uint8_t kind = o->kind;
-			if (kind == LC_DEL && o->t_resp == LC_NO_RESPONSE)
-				kind = LC_DEL_ANY;
-			c.ops[m++] = (struct kop){.value = o->value,
-			                          .t_inv = o->t_inv,
-			                          .t_resp = o->t_resp,
-			                          .gidx = sk[i].i,
-			                          .kind = kind,
-			                          .found = o->found};
-		}
-		if (m > r->max_key_ops)
-			r->max_key_ops = m;
-		int k = search(&c, m);
-		if (k < 0) {
-			rc = k;
-			break;
-		}
-		if (k == KEY_BAD) {
-			r->nviolations++;
-			describe(&c, m, key);
-		} else if (k == KEY_TIMEOUT) {
-			r->ntimedout++;
-			if (r->ntimedout_keys < LC_MAX_EXAMPLES)
-				r->timedout_keys[r->ntimedout_keys++] = key;
-			spent = true;
-		}
-	}
+	int rc = check_keys(&c, sk, h->nops);
 	free(sk);
 	ctx_free(&c);
 	r->elapsed_ms = (double)(now_ns() - t0) / 1e6;

@@ -1167,6 +1167,118 @@ static double now_ms(void)
 	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
+/* The outcomes counted; -EINVAL for a transaction that never ended. */
+static int count_outcomes(const sc_history *h, sc_report *r, uint32_t T)
+{
+	for (uint32_t t = 0; t < T; t++) {
+		int oc = h->txns[t].outcome;
+		if (!oc)
+			return -EINVAL;
+		r->ncommitted += oc == SC_COMMITTED;
+		r->naborted += oc == SC_ABORTED;
+	}
+	return 0;
+}
+
+static int ctx_alloc(struct ctx *c)
+{
+	size_t nt = (size_t)c->T + 1, nm = c->M ? c->M : 1;
+	c->toff = calloc(nt, sizeof(*c->toff));
+	c->tops = malloc(nm * sizeof(*c->tops));
+	c->opf = calloc(nm, 1);
+	c->src = malloc(nm * sizeof(*c->src));
+	c->incl = calloc(nt, 1);
+	c->contested = calloc(nt, 1);
+	c->srt = malloc(nm * sizeof(*c->srt));
+	return c->toff && c->tops && c->opf && c->src && c->incl &&
+	                       c->contested && c->srt
+	               ? 0
+	               : -ENOMEM;
+}
+
+static void ctx_free(struct ctx *c)
+{
+	free(c->toff);
+	free(c->tops);
+	free(c->opf);
+	free(c->src);
+	free(c->incl);
+	free(c->contested);
+	free(c->srt);
+	free(c->ends);
+	free(c->starts);
+	free(c->evtime);
+	free(c->off);
+	free(c->adj);
+	free(c->ekind);
+	free(c->comp);
+}
+
+/* 1. Operations by transaction, program order kept (a counting sort:
+ * toff[t] is where transaction t's operations start in tops). */
+static void group_by_txn(struct ctx *c)
+{
+	const sc_history *h = c->h;
+	for (uint32_t o = 0; o < c->M; o++)
+		c->toff[h->ops[o].txn + 1]++;
+	for (uint32_t t = 0; t < c->T; t++)
+		c->toff[t + 1] += c->toff[t];
+	for (uint32_t o = 0; o < c->M; o++)
+		c->tops[c->toff[h->ops[o].txn]++] = o;
+	for (uint32_t t = c->T; t > 0; t--)
+		c->toff[t] = c->toff[t - 1];
+	c->toff[0] = 0;
+}
+
+/* 3, 4: which transactions are in the history checked, and each read's
+ * source. Ties between unknown claimants go to one that is needed
+ * anyway. */
+static int choose_included(struct ctx *c)
+{
+	find_contested(c);
+	find_sources(c);
+	if (include(c, false))
+		return -ENOMEM;
+	find_sources(c);
+	memset(c->incl, 0, c->T);
+	if (include(c, true))
+		return -ENOMEM;
+	for (uint32_t t = 0; t < c->T; t++)
+		if (c->h->txns[t].outcome == SC_UNKNOWN) {
+			if (c->incl[t])
+				c->r->nunknown_included++;
+			else
+				c->r->nunknown_dropped++;
+		}
+	return 0;
+}
+
+/* Steps 1 to 6 over an allocated context. */
+static int check_steps(struct ctx *c)
+{
+	const sc_history *h = c->h;
+	group_by_txn(c);
+	if (per_txn(c))
+		return -ENOMEM;
+	/* 2. external operations sorted by (key, version) */
+	for (uint32_t o = 0; o < c->M; o++)
+		if (!(c->opf[o] & F_INTERNAL))
+			c->srt[c->nsrt++] =
+			        (struct rec){h->ops[o].key, h->ops[o].ver, o};
+	if (radix_sort(c->srt, c->nsrt) || choose_included(c))
+		return -ENOMEM;
+	internal_anomalies(c);
+	/* 5 (per-read anomalies are found in the count pass) */
+	if (build_graph(c))
+		return -ENOMEM;
+	c->r->nnodes = c->V;
+	c->r->nedges = c->E;
+	/* 6 */
+	if (cycles(c))
+		return -ENOMEM;
+	return c->r->total > INT_MAX ? INT_MAX : (int)c->r->total;
+}
+
 int sc_check(const sc_history *h, sc_report *r)
 {
 	if (!h || !r)
@@ -1178,89 +1290,15 @@ int sc_check(const sc_history *h, sc_report *r)
 	struct ctx c = {.h = h, .r = r};
 	c.T = (uint32_t)h->ntxns;
 	c.M = (uint32_t)h->nops;
-	for (uint32_t t = 0; t < c.T; t++) {
-		int oc = h->txns[t].outcome;
-		if (!oc)
-			return -EINVAL; /* never ended */
-		r->ncommitted += oc == SC_COMMITTED;
-		r->naborted += oc == SC_ABORTED;
-	}
+	if (count_outcomes(h, r, c.T))
+		return -EINVAL; /* never ended */
 	r->ntxns = c.T;
 	r->nops = c.M;
-	int rc = -ENOMEM;
-	size_t nt = (size_t)c.T + 1, nm = c.M ? c.M : 1;
-	c.toff = calloc(nt, sizeof(*c.toff));
-	c.tops = malloc(nm * sizeof(*c.tops));
-	c.opf = calloc(nm, 1);
-	c.src = malloc(nm * sizeof(*c.src));
-	c.incl = calloc(nt, 1);
-	c.contested = calloc(nt, 1);
-	c.srt = malloc(nm * sizeof(*c.srt));
-	if (!c.toff || !c.tops || !c.opf || !c.src || !c.incl || !c.contested ||
-	    !c.srt)
-		goto out;
-	/* 1. operations by transaction, program order kept */
-	for (uint32_t o = 0; o < c.M; o++)
-		c.toff[h->ops[o].txn + 1]++;
-	for (uint32_t t = 0; t < c.T; t++)
-		c.toff[t + 1] += c.toff[t];
-	for (uint32_t o = 0; o < c.M; o++)
-		c.tops[c.toff[h->ops[o].txn]++] = o;
-	for (uint32_t t = c.T; t > 0; t--)
-		c.toff[t] = c.toff[t - 1];
-	c.toff[0] = 0;
-	if (per_txn(&c))
-		goto out;
-	/* 2. external operations sorted by (key, version) */
-	for (uint32_t o = 0; o < c.M; o++)
-		if (!(c.opf[o] & F_INTERNAL))
-			c.srt[c.nsrt++] =
-			        (struct rec){h->ops[o].key, h->ops[o].ver, o};
-	if (radix_sort(c.srt, c.nsrt))
-		goto out;
-	/* 3, 4 */
-	find_contested(&c);
-	find_sources(&c);
-	/* Ties between unknown claimants go to one that is needed anyway. */
-	if (include(&c, false))
-		goto out;
-	find_sources(&c);
-	memset(c.incl, 0, c.T);
-	if (include(&c, true))
-		goto out;
-	for (uint32_t t = 0; t < c.T; t++)
-		if (h->txns[t].outcome == SC_UNKNOWN) {
-			if (c.incl[t])
-				r->nunknown_included++;
-			else
-				r->nunknown_dropped++;
-		}
-	internal_anomalies(&c);
-	/* 5 (per-read anomalies are found in the count pass) */
-	if (build_graph(&c))
-		goto out;
-	r->nnodes = c.V;
-	r->nedges = c.E;
-	/* 6 */
-	if (cycles(&c))
-		goto out;
-	rc = r->total > INT_MAX ? INT_MAX : (int)r->total;
-out:
+	int rc = ctx_alloc(&c);
+	if (!rc)
+		rc = check_steps(&c);
 	r->elapsed_ms = now_ms() - t0;
-	free(c.toff);
-	free(c.tops);
-	free(c.opf);
-	free(c.src);
-	free(c.incl);
-	free(c.contested);
-	free(c.srt);
-	free(c.ends);
-	free(c.starts);
-	free(c.evtime);
-	free(c.off);
-	free(c.adj);
-	free(c.ekind);
-	free(c.comp);
+	ctx_free(&c);
 	return rc;
 }
 
