@@ -666,6 +666,39 @@ static void test_faults(void **state)
 	assert_int_equal(farm_ep_fault(f->ep, 99, 0), -EINVAL);
 }
 
+static void no_op(enum farm_fault_point fp, void *arg)
+{
+	(void)fp, (void)arg;
+}
+
+/* A machine of another build (a fabric that speaks the next wire
+ * version) and this one refuse each other's connects, whichever asks:
+ * with static membership nothing else would tell them apart. */
+static void connect_other_build(struct fx *f)
+{
+	if (farm_fault_set(FARM_FP_FABRIC_WIRE_NEXT, no_op, NULL))
+		return; /* a build without fault injection */
+	char dir[256], addr[256];
+	tu_tmpdir(dir, sizeof(dir), "other");
+	farm_fabric *x = tu_open(9, dir);
+	assert_int_equal(farm_fault_set(FARM_FP_FABRIC_WIRE_NEXT, NULL, NULL),
+	                 0);
+	assert_non_null(x);
+	assert_true(farm_fabric_address(x, addr, sizeof(addr)) > 0);
+	farm_cq *xcq;
+	assert_int_equal(farm_cq_create(x, 16, 0, &xcq), 0);
+	farm_ep *ep = NULL;
+	assert_int_equal(farm_ep_connect(f->a, f->cq, 9, addr, NULL, &ep),
+	                 -EPROTO);
+	assert_null(ep);
+	assert_int_equal(farm_ep_connect(x, xcq, 2, f->addr_b, NULL, &ep),
+	                 -EPROTO);
+	assert_null(ep);
+	assert_int_equal(farm_cq_destroy(xcq), 0);
+	farm_fabric_close(x);
+	tu_rmtree(dir);
+}
+
 static void test_connect_errors(void **state)
 {
 	struct fx *f = *state;
@@ -695,6 +728,7 @@ static void test_connect_errors(void **state)
 	                 -EINVAL);
 	assert_null(ep);
 	tu_rmtree(empty);
+	connect_other_build(f);
 	/* A CQ with endpoints cannot be destroyed. */
 	assert_int_equal(farm_cq_destroy(f->cq), -EBUSY);
 }

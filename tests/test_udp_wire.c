@@ -70,6 +70,7 @@
 
 #include "fabric/udp_int.h"
 #include "fabric/udp_testing.h"
+#include "util/wire.h"
 
 #define RSIZE (1u << 20)
 #define LBUF  (256u << 10)
@@ -441,6 +442,7 @@ static void test_sess_full(void **state)
 	p.h.from = 3;
 	p.h.to = 2;
 	p.h.inc = 0x1234567;
+	p.h.rlen = FARM_WIRE_VERSION;
 	unsigned ok = 0, full = 0;
 	for (unsigned i = 0; i < UDP_MAX_SESS + 16; i++) {
 		p.h.cep = i << 16 | 1;
@@ -453,6 +455,10 @@ static void test_sess_full(void **state)
 	assert_int_equal(ok, UDP_MAX_SESS - 1); /* the fixture holds one */
 	assert_int_equal(full, 17);
 	assert_int_equal(stats(f->b).conn_refused, 17);
+	/* Another build's CONNECT is refused before the table is looked at. */
+	p.h.rlen = FARM_WIRE_VERSION + 1;
+	assert_int_equal(raw_ask(f, &p), -EPROTO);
+	assert_int_equal(stats(f->b).conn_refused, 18);
 	still_serving(f);
 	farm_ep *ep;
 	farm_ep_attr ea = {.sq_depth = 16};

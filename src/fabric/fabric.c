@@ -6,13 +6,16 @@
 #include "util/futex.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <sys/mman.h>
 #include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "util/common.h"
+#include "util/fault.h"
 #include "util/log.h"
+#include "util/wire.h"
 
 static const struct farm_fabric_ops *const providers[] = {
         &farm_shm_ops,
@@ -36,6 +39,23 @@ static const struct farm_fabric_ops *find_provider(const char *name)
 bool farm_fabric_provider_available(const char *provider)
 {
 	return provider && find_provider(provider) != NULL;
+}
+
+uint32_t farm_fabric_wire_own(void)
+{
+	return FARM_WIRE_VERSION +
+	       (FARM_FAULT_SWITCH(FARM_FP_FABRIC_WIRE_NEXT) ? 1u : 0u);
+}
+
+int farm_fabric_wire_refused(const farm_fabric *fab, uint32_t peer,
+                             const char *where, uint32_t theirs)
+{
+	farm_err("%s: machine %" PRIu32 " at %s speaks wire version %" PRIu32
+	         ", machine %" PRIu32 " (this one) version %" PRIu32
+	         ": builds that differ on the wire cannot share a cluster",
+	         fab->ops->name, peer, where, theirs, fab->machine_id,
+	         fab->wire);
+	return -EPROTO;
 }
 
 int farm_fabric_open(const farm_fabric_attr *attr, farm_fabric **out)

@@ -263,6 +263,7 @@ static struct ofi_fabric *fabric_new(const farm_fabric_attr *attr,
 		return NULL;
 	f->base.ops = &farm_ofi_ops;
 	f->base.machine_id = attr->machine_id;
+	f->base.wire = farm_fabric_wire_own();
 	f->cq_fd = f->stop_fd = -1;
 	pthread_mutex_init(&f->drain, NULL);
 	pthread_mutex_init(&f->lock, NULL);
@@ -680,7 +681,10 @@ static int ofi_ep_connect(farm_fabric *fab, farm_cq *cq, uint32_t peer_id,
 	uint64_t tab[3] = {0, 0, 0};
 	/* Fenced (a revoked id, or not its admitted holder): the endpoint
 	 * is made and its requests fail FARM_EFENCED, as on shm and udp. */
-	rc = farm_ofi_hello(f, peer_id, dest, tab);
+	uint32_t wire = 0;
+	rc = farm_ofi_hello(f, peer_id, dest, tab, &wire);
+	if (rc == -EPROTO)
+		return farm_fabric_wire_refused(fab, peer_id, peer_addr, wire);
 	bool fenced = rc == FARM_EFENCED;
 	if (rc && !fenced)
 		return rc;

@@ -216,6 +216,7 @@ struct ofi_sendbuf *farm_ofi_sendbuf_new(const struct ofi_fabric *f,
 	sb->msg.type = type;
 	sb->msg.from = f->base.machine_id;
 	sb->msg.to = to;
+	sb->msg.wire = f->base.wire;
 	sb->msg.cookie = cookie;
 	return sb;
 }
@@ -234,7 +235,9 @@ static void on_hello(struct ofi_fabric *f, struct ofi_ctrl *m)
 	        farm_ofi_sendbuf_new(f, CTRL_ACK, m->from, m->cookie);
 	if (!sb)
 		return;
-	sb->msg.status = m->to == f->base.machine_id ? 0 : -EINVAL;
+	sb->msg.status = m->to != f->base.machine_id ? -EINVAL
+	                 : m->wire != f->base.wire ? -EPROTO /* another build */
+	                                           : 0;
 	/* Its own keys (ofi_fence.c), or FARM_EFENCED. */
 	if (!sb->msg.status)
 		sb->msg.status = farm_ofi_admission(f, m->from, m->reply_addr,
@@ -258,7 +261,13 @@ static void on_ack(struct ofi_fabric *f, const struct ofi_ctrl *m)
 			c->tab_key = m->key;
 			c->tab_addr = m->addr;
 			c->tab_len = m->len;
-			atomic_store(&c->status, m->status == FARM_EFENCED
+			c->wire = m->wire;
+			/* Another build's ACK (an older one's says 0) is
+			 * refused as its refusal of our HELLO is. */
+			bool other = m->status == -EPROTO ||
+			             (!m->status && m->wire != f->base.wire);
+			atomic_store(&c->status, other ? -EPROTO
+			                         : m->status == FARM_EFENCED
 			                                 ? FARM_EFENCED
 			                         : m->status ? -EINVAL
 			                                     : 1);
@@ -522,7 +531,7 @@ int farm_ofi_check_remote(struct ofi_ep *ep, const farm_wr *wr)
 }
 
 int farm_ofi_hello(struct ofi_fabric *f, uint32_t peer_id, fi_addr_t dest,
-                   uint64_t tab[3])
+                   uint64_t tab[3], uint32_t *wire)
 {
 	struct ofi_conn *c = calloc(1, sizeof(*c));
 	if (!c)
@@ -534,6 +543,7 @@ int farm_ofi_hello(struct ofi_fabric *f, uint32_t peer_id, fi_addr_t dest,
 	c->msg.type = CTRL_HELLO;
 	c->msg.from = f->base.machine_id;
 	c->msg.to = peer_id;
+	c->msg.wire = f->base.wire;
 	c->msg.cookie = c->cookie;
 	snprintf(c->msg.reply_addr, sizeof(c->msg.reply_addr), "%s", f->addr);
 	pthread_mutex_lock(&f->lock);
@@ -571,6 +581,7 @@ int farm_ofi_hello(struct ofi_fabric *f, uint32_t peer_id, fi_addr_t dest,
 		tab[2] = c->tab_len;
 		return 0;
 	}
+	*wire = c->wire;
 	atomic_store(&c->status, -ETIMEDOUT);
 	/* Sent, and no answer within the bound: a peer too slow to answer
 	 * (a loaded host) looks as a dead one does; a later connect may

@@ -46,6 +46,8 @@ struct ofi_ctrl {
 	uint64_t magic;
 	uint32_t type, from, to;
 	int32_t status;
+	uint32_t wire; /* the sender's wire version */
+	uint32_t pad;
 	uint64_t cookie;     /* HELLO, ACK; NOTIFY, FENCED: the holder's tag */
 	uint64_t key, addr;  /* NOTIFY; ACK: the registration table */
 	uint64_t len;        /* ACK: the table's bytes */
@@ -97,6 +99,7 @@ struct ofi_conn {
 	struct ofi_conn *next;
 	uint64_t cookie;
 	_Atomic int status; /* 0 waiting, 1 accepted, < 0 error */
+	uint32_t wire;      /* the target's wire version, from the ACK */
 	uint64_t tab_key, tab_addr, tab_len; /* from the ACK */
 	struct ofi_ctrl msg;
 };
@@ -427,8 +430,10 @@ int farm_ofi_mr_reg(farm_fabric *fab, void *addr, size_t len, unsigned access,
                     farm_mr **out);
 void farm_ofi_mr_dereg(farm_mr *mr);
 int farm_ofi_check_remote(struct ofi_ep *ep, const farm_wr *wr);
+/* The HELLO / ACK exchange: the target's registration table (@tab: key,
+ * address, bytes); -EPROTO when it speaks another wire version (@wire). */
 int farm_ofi_hello(struct ofi_fabric *f, uint32_t peer_id, fi_addr_t dest,
-                   uint64_t tab[3]);
+                   uint64_t tab[3], uint32_t *wire);
 
 /* ofi_fence.c: holders (see struct ofi_holder), admission, revocation. */
 int farm_ofi_admission(struct ofi_fabric *f, uint32_t id, const char *addr,

@@ -19,7 +19,20 @@ struct farm_fabric_ops;
 struct farm_fabric {
 	const struct farm_fabric_ops *ops;
 	uint32_t machine_id;
+	/* The wire version it speaks (farm_fabric_wire_own, at open): a peer
+	 * of another is refused at connect, -EPROTO, whether membership
+	 * checked it (ZooKeeper does) or not (static peer lines). */
+	uint32_t wire;
 };
+
+/* The wire version a fabric opened now speaks: util/wire.h's, or in a
+ * test build with FARM_FP_FABRIC_WIRE_NEXT hooked, the next one (a
+ * machine of another build). */
+uint32_t farm_fabric_wire_own(void);
+
+/* A peer refused for its wire version: logged, naming both. -EPROTO. */
+int farm_fabric_wire_refused(const farm_fabric *fab, uint32_t peer,
+                             const char *where, uint32_t theirs);
 
 struct farm_mem {
 	farm_fabric *fab;

@@ -251,6 +251,7 @@ static int shm_open_fabric(const farm_fabric_attr *attr, farm_fabric **out)
 		return -ENOMEM;
 	fab->base.ops = &farm_shm_ops;
 	fab->base.machine_id = attr->machine_id;
+	fab->base.wire = farm_fabric_wire_own();
 	fab->lock_fd = -1;
 	fab->wd_efd = -1;
 	pthread_mutex_init(&fab->lock, NULL);
@@ -311,6 +312,7 @@ static int shm_open_fabric(const farm_fabric_attr *attr, farm_fabric **out)
 	h->pid = (int32_t)getpid();
 	h->max_mr = SHM_MAX_MR;
 	h->max_files = SHM_MAX_FILES;
+	h->wire = fab->base.wire;
 	fab->next_gen = ((rnd[1] & 0xffffffffull) << 8) | 1;
 	fab->next_file_gen = (uint32_t)(rnd[1] >> 40) | 1;
 	/* Release: pairs with the acquire load of the state in a peer's

@@ -53,7 +53,7 @@ struct shm_table_hdr {
 	int32_t pid;
 	uint32_t max_mr;
 	uint32_t max_files;
-	uint32_t pad0;
+	uint32_t wire; /* the wire version its machine speaks */
 	uint8_t pad[64 - 48];
 };
 

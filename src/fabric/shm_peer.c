@@ -212,6 +212,11 @@ static int peer_open(struct shm_fabric *fab, uint32_t peer_id, const char *dir,
 		rc = -EINVAL;
 		goto fail_map;
 	}
+	if (t->hdr.wire != fab->base.wire) {
+		rc = farm_fabric_wire_refused(&fab->base, peer_id, dir,
+		                              t->hdr.wire);
+		goto fail_map;
+	}
 	struct shm_peer *p = calloc(1, sizeof(*p));
 	if (!p) {
 		rc = -ENOMEM;

@@ -172,6 +172,7 @@ static int udp_open(const farm_fabric_attr *attr, farm_fabric **out)
 		return -ENOMEM;
 	f->base.ops = &farm_udp_ops;
 	f->base.machine_id = attr->machine_id;
+	f->base.wire = farm_fabric_wire_own();
 	f->fd = f->stop_fd = f->kick_fd = -1;
 	pthread_mutex_init(&f->rx, NULL);
 	pthread_mutex_init(&f->lock, NULL);
@@ -575,6 +576,7 @@ static int handshake(struct udp_fabric *f, uint32_t peer, uint32_t cep,
 	struct udp_pkt p;
 	farm_udp_hdr(f, &p.h, T_CONNECT, peer);
 	p.h.cep = cep;
+	p.h.rlen = f->base.wire; /* a CONNECT's: our wire version */
 	uint64_t bound = FARM_MIN(UDP_CONNECT_NS, f->timeout_ns);
 	uint64_t t0 = farm_now_ns(), gap = 2000000ull;
 	struct udp_out o = {&p, UDP_HDR, to, tlen};
@@ -671,6 +673,8 @@ static int udp_ep_connect(farm_fabric *fab, farm_cq *cq, uint32_t peer_id,
 	struct udp_conn c;
 	if (!rc)
 		rc = handshake(f, peer_id, idx << 16 | ep->gen, &to, tlen, &c);
+	if (rc == -EPROTO)
+		farm_fabric_wire_refused(fab, peer_id, peer_addr, c.wire);
 	if (rc) {
 		ep_slot_drop(f, ep);
 		free(ep->slots);

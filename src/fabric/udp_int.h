@@ -216,6 +216,7 @@ struct udp_conn {
 	atomic_int done;
 	uint32_t sess, token;
 	int32_t status;
+	uint32_t wire; /* the target's wire version, from its ACCEPT */
 	uint64_t inc;
 };
 

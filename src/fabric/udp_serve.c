@@ -193,6 +193,8 @@ static void reply_hdr(struct udp_fabric *f, const struct udp_hdr *h,
                       struct udp_pkt *reply, uint8_t type)
 {
 	farm_udp_hdr(f, &reply->h, type, h->from);
+	if (type == T_ACCEPT) /* the initiator checks it (on_accept) */
+		reply->h.rlen = f->base.wire;
 	reply->h.op = h->op;
 	reply->h.sess = h->sess;
 	reply->h.token = h->token;
@@ -331,6 +333,15 @@ static void accept_conn(struct udp_fabric *f, const struct udp_hdr *h,
                         const struct sockaddr_storage *from, socklen_t flen,
                         struct udp_pkt *reply, size_t *rlen)
 {
+	if (h->rlen != f->base.wire) {
+		/* Another build: no session. The initiator logs it, naming
+		 * both versions (our ACCEPT carries ours). */
+		farm_stat_add(&(f)->st.conn_refused, 1);
+		reply_hdr(f, h, reply, T_ACCEPT);
+		reply->h.status = -EPROTO;
+		*rlen = UDP_HDR;
+		return;
+	}
 	uint64_t now = farm_now_ns();
 	bool fenced =
 	        revoked(f, h->from) || !admitted_at(f, h->from, from, flen);

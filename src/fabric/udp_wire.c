@@ -498,7 +498,12 @@ static void on_accept(struct udp_fabric *f, const struct udp_hdr *h)
 		c->sess = h->sess;
 		c->token = h->token;
 		c->inc = h->inc;
-		c->status = h->status < 0 ? h->status : 0;
+		/* An ACCEPT's rlen: the target's wire version (an older
+		 * build's, 0, is refused as any other). */
+		c->wire = h->rlen;
+		c->status = h->status < 0             ? h->status
+		            : h->rlen != f->base.wire ? -EPROTO
+		                                      : 0;
 		atomic_store(&c->done, 1);
 	}
 	pthread_mutex_unlock(&f->lock);

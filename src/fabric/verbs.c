@@ -249,6 +249,7 @@ static struct vb_fabric *fab_new(const farm_fabric_attr *attr)
 		return NULL;
 	fab->base.ops = &farm_verbs_ops;
 	fab->base.machine_id = attr->machine_id;
+	fab->base.wire = farm_fabric_wire_own();
 	fab->lctx.kind = VB_CTX_LISTEN;
 	fab->stop_fd = -1;
 	atomic_init(&fab->next_incarnation, 1);

@@ -78,7 +78,9 @@ int farm_msg_peer_ep(farm_loop *loop, uint32_t m, struct out_peer **out)
 	if (!atomic_load_explicit(&p->ready, memory_order_acquire))
 		return -ENOENT;
 	int rc = farm_msg_connect(loop, m, op, &op->ep);
-	if (rc == FARM_EPEERDEAD)
+	/* Sticky until the peer is replaced: a dead machine, or one of
+	 * another build (-EPROTO, logged once by the fabric). */
+	if (rc == FARM_EPEERDEAD || rc == -EPROTO)
 		op->err = rc;
 	return rc;
 }

@@ -193,6 +193,11 @@ enum farm_fault_point {
 	 * still runs too (test_campaign --reuse --faults zombie_reuse
 	 * --broken-inc must report a failed cycle). */
 	FARM_FP_FABRIC_ADMIT_ANY,
+	/* fabric/fabric.c, a switch: while hooked, a fabric opened says it
+	 * speaks the next wire version, as a machine of another build would
+	 * (tests/test_fabric_shm's connect errors: each side refuses the
+	 * other, -EPROTO). */
+	FARM_FP_FABRIC_WIRE_NEXT,
 	/* txn/recover_decide.c, two switches: while hooked, this machine
 	 * takes the REC_DECIDE (resp. REC_DONE) messages it gets as ones
 	 * that arrived after a newer configuration began, and refuses them

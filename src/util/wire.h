@@ -7,7 +7,9 @@
  * refused as malformed by the other side, or worse, misread. So a
  * machine's ZooKeeper registration carries this number (src/coord/
  * README.md, "Wire versions") and the configuration manager admits only
- * machines of its own. There is no rolling upgrade.
+ * machines of its own; every fabric's connect checks it too (src/fabric/
+ * README.md), which is all static membership has. There is no rolling
+ * upgrade.
  *
  * Bump it with any change to what crosses between machines. The durable
  * files of a data directory (the restart manifest, region files, logs)
@@ -16,6 +18,6 @@
 #ifndef FARM_UTIL_WIRE_H
 #define FARM_UTIL_WIRE_H
 
-#define FARM_WIRE_VERSION 1u
+#define FARM_WIRE_VERSION 2u
 
 #endif
