@@ -114,13 +114,15 @@ int farm_vb_format_addr(const struct sockaddr *sa, uint16_t port, char *buf,
 }
 
 void farm_vb_pdata_encode(struct vb_pdata *pd, uint32_t kind, uint32_t from,
-                          uint32_t to, uint32_t reason)
+                          uint32_t to, uint32_t reason, uint32_t wire)
 {
 	pd->magic = htole64(VB_MAGIC);
 	pd->kind = htole32(kind);
 	pd->from = htole32(from);
 	pd->to = htole32(to);
 	pd->reason = htole32(reason);
+	pd->wire = htole32(wire);
+	pd->pad = 0;
 }
 
 /* Decode private data of @kind; false when it is not ours. */
@@ -138,6 +140,7 @@ bool farm_vb_pdata_decode(const void *data, size_t len, uint32_t kind,
 	out->from = le32toh(pd.from);
 	out->to = le32toh(pd.to);
 	out->reason = le32toh(pd.reason);
+	out->wire = le32toh(pd.wire);
 	return true;
 }
 
@@ -417,7 +420,7 @@ static int send_request(struct vb_ep *ep, uint32_t peer_id,
 	struct vb_fabric *fab = ep->fab;
 	struct vb_pdata req;
 	farm_vb_pdata_encode(&req, VB_PD_REQ, ep->base.fab->machine_id, peer_id,
-	                     0);
+	                     0, ep->base.fab->wire);
 	struct rdma_conn_param cp;
 	memset(&cp, 0, sizeof(cp));
 	cp.private_data = &req;
@@ -459,6 +462,11 @@ static int await_accept(struct vb_ep *ep, struct rdma_event_channel *ch,
 		         pd.from, peer_id);
 		return -EINVAL;
 	}
+	if (ev.type == RDMA_CM_EVENT_REJECTED &&
+	    farm_vb_pdata_decode(ev.pdata, ev.pdata_len, VB_PD_REJ, &pd) &&
+	    pd.reason == VB_REJ_WIRE)
+		return farm_fabric_wire_refused(ep->base.fab, peer_id,
+		                                peer_addr, pd.wire);
 	if (ev.type != RDMA_CM_EVENT_ESTABLISHED) {
 		farm_info(
 		        "verbs: connecting to machine %u at %s: %s (status %d)",
@@ -472,6 +480,11 @@ static int await_accept(struct vb_ep *ep, struct rdma_event_channel *ch,
 		        peer_addr, peer_id);
 		disconnect_quietly(ep);
 		return -EINVAL;
+	}
+	if (pd.wire != ep->base.fab->wire) {
+		disconnect_quietly(ep);
+		return farm_fabric_wire_refused(ep->base.fab, peer_id,
+		                                peer_addr, pd.wire);
 	}
 	return 0;
 }

@@ -36,6 +36,7 @@
 #define VB_REJ_WRONG_MACHINE 2u /* the initiator expected another machine */
 #define VB_REJ_DEVICE        3u /* request arrived on another device */
 #define VB_REJ_RESOURCES     4u /* no QP could be created */
+#define VB_REJ_WIRE          5u /* another wire version (another build) */
 
 /* Address and route resolution: the CM's own timeout, and our bound on the
  * wait for its answer (the CM reports an error at its timeout; the slack
@@ -72,6 +73,8 @@ struct vb_pdata {
 	uint32_t from;
 	uint32_t to;
 	uint32_t reason; /* VB_REJ_* */
+	uint32_t wire;   /* the sender's wire version */
+	uint32_t pad;
 };
 _Static_assert(sizeof(struct vb_pdata) <= 56,
                "fits RDMA_PS_TCP private data on every transport");
@@ -253,7 +256,7 @@ bool farm_vb_addr_is_wildcard(const struct sockaddr_storage *ss);
 int farm_vb_format_addr(const struct sockaddr *sa, uint16_t port, char *buf,
                         size_t len);
 void farm_vb_pdata_encode(struct vb_pdata *pd, uint32_t kind, uint32_t from,
-                          uint32_t to, uint32_t reason);
+                          uint32_t to, uint32_t reason, uint32_t wire);
 bool farm_vb_pdata_decode(const void *data, size_t len, uint32_t kind,
                           struct vb_pdata *out);
 int farm_vb_set_nonblock(int fd);

@@ -57,6 +57,13 @@ static int accept_request(struct vb_fabric *fab, struct rdma_cm_event *ev)
 		reason = VB_REJ_PROTOCOL;
 		goto reject;
 	}
+	if (req.wire != fab->base.wire) {
+		farm_info("verbs: machine %u speaks wire version %u, this "
+		          "one %u: rejected",
+		          req.from, req.wire, fab->base.wire);
+		reason = VB_REJ_WIRE;
+		goto reject;
+	}
 	if (req.to != me) {
 		farm_info("verbs: machine %u asked for machine %u, this is %u: "
 		          "rejected",
@@ -106,7 +113,7 @@ static int accept_request(struct vb_fabric *fab, struct rdma_cm_event *ev)
 		          "it will not be able to READ or CAS here",
 		          req.from);
 	struct vb_pdata acc;
-	farm_vb_pdata_encode(&acc, VB_PD_ACC, me, req.from, 0);
+	farm_vb_pdata_encode(&acc, VB_PD_ACC, me, req.from, 0, fab->base.wire);
 	struct rdma_conn_param ap;
 	memset(&ap, 0, sizeof(ap));
 	ap.private_data = &acc;
@@ -133,7 +140,8 @@ static int accept_request(struct vb_fabric *fab, struct rdma_cm_event *ev)
 	return 0;
 reject:;
 	struct vb_pdata rej;
-	farm_vb_pdata_encode(&rej, VB_PD_REJ, me, req.from, reason);
+	farm_vb_pdata_encode(&rej, VB_PD_REJ, me, req.from, reason,
+	                     fab->base.wire);
 	if (rdma_reject(id, &rej, sizeof(rej)))
 		farm_dbg("verbs: rdma_reject: %s", strerror(errno));
 	free(conn);
