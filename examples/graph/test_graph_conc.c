@@ -104,109 +104,152 @@ static int read_list(struct gc_machine *mc, struct hist *hs, uint8_t kind,
 	return r.status;
 }
 
+/* One machine's workload state: its history, its live edges (so it
+ * deletes edges that exist), its buffers for range reads. */
+struct conc {
+	struct gc_machine *mc;
+	struct hist hs;
+	struct fg_edge *buf;
+	struct pair *pairs;
+	uint64_t *live;
+	uint8_t *live_h;
+	unsigned nlive;
+	uint64_t rng, k;
+};
+
+#define CONC_LIVE (1u << 20)
+
+/* The nodes: the hot ones and the others the inverse edges point at. */
+static int32_t conc_nodes(struct conc *c)
+{
+	int32_t ans = 0;
+	for (uint64_t id = 1; id <= HOT && !ans; id++)
+		ans = fg_obj_add_sync(c->mc->g, c->mc->loop, id, 1, 0, "hot",
+		                      3);
+	for (uint64_t id = OTHER_LO; id < OTHER_LO + OTHER_N && !ans; id++)
+		ans = fg_obj_add_sync(c->mc->g, c->mc->loop, id, 2, 0, "o", 1);
+	return ans;
+}
+
+/* An edge of hot node @h added (recorded; kept live when it took). */
+static void conc_add(struct conc *c, uint8_t h)
+{
+	struct rec r = {.h = h, .kind = R_ADD};
+	r.id2 = ((uint64_t)c->mc->me + 1) << 40 | ++c->k;
+	r.t0 = gc_now_ns();
+	r.status = fg_assoc_add_sync(c->mc->g, c->mc->loop, h, 1, r.id2,
+	                             (int64_t)r.t0, "e", 1);
+	r.t1 = gc_now_ns();
+	put_rec(&c->hs, &r, NULL);
+	if (r.status >= 0 && c->nlive < CONC_LIVE) {
+		c->live_h[c->nlive] = h;
+		c->live[c->nlive++] = r.id2;
+	}
+}
+
+/* A live edge, drawn at random, deleted (recorded). */
+static void conc_del(struct conc *c)
+{
+	unsigned i = (unsigned)(xr(&c->rng) % c->nlive);
+	struct rec r = {.kind = R_DEL, .h = c->live_h[i], .id2 = c->live[i]};
+	c->live[i] = c->live[--c->nlive];
+	c->live_h[i] = c->live_h[c->nlive];
+	r.t0 = gc_now_ns();
+	r.status = fg_assoc_delete_sync(c->mc->g, c->mc->loop, r.h, 1, r.id2);
+	r.t1 = gc_now_ns();
+	put_rec(&c->hs, &r, NULL);
+}
+
+/* An inverse edge of hot node @h added or deleted (@add): conflicts
+ * across machines on the hot nodes. Not recorded; an error other than
+ * "absent" or "busy" ends the workload. */
+static int32_t conc_inverse(struct conc *c, uint8_t h, bool add)
+{
+	uint64_t o = OTHER_LO + xr(&c->rng) % OTHER_N;
+	int rc = add ? fg_assoc_add_sync(c->mc->g, c->mc->loop, h, 2, o,
+	                                 (int64_t)gc_now_ns(), "i", 1)
+	             : fg_assoc_delete_sync(c->mc->g, c->mc->loop, h, 2, o);
+	return rc < 0 && rc != -ENOENT && rc != -EBUSY ? rc : 0;
+}
+
+/* Hot node @h's edge count read (recorded). */
+static void conc_count(struct conc *c, uint8_t h)
+{
+	struct rec r = {.h = h, .kind = R_COUNT};
+	r.t0 = gc_now_ns();
+	r.status = fg_assoc_count_sync(c->mc->g, c->mc->loop, h, 1, &r.count);
+	r.t1 = gc_now_ns();
+	put_rec(&c->hs, &r, NULL);
+}
+
+/* The mix for @seconds: 35% adds (50% while nothing is live), 15%
+ * deletes, 8% inverse edges, 27% range reads, 15% counts. */
+static int32_t conc_workload(struct conc *c)
+{
+	uint64_t end = gc_now_ns() + (uint64_t)(seconds * 1e9);
+	int32_t ans = 0;
+	while (!ans && gc_now_ns() < end) {
+		unsigned x = (unsigned)(xr(&c->rng) % 100);
+		uint8_t h = (uint8_t)(1 + xr(&c->rng) % HOT);
+		if (x < 35 || (x < 50 && !c->nlive))
+			conc_add(c, h);
+		else if (x < 50)
+			conc_del(c);
+		else if (x < 58)
+			ans = conc_inverse(c, h, x & 1);
+		else if (x < 85)
+			read_list(c->mc, &c->hs, R_RANGE, h, c->buf, c->pairs);
+		else
+			conc_count(c, h);
+	}
+	return ans;
+}
+
+static void conc_free(struct conc *c)
+{
+	if (c->hs.f)
+		fclose(c->hs.f);
+	free(c->buf);
+	free(c->pairs);
+	free(c->live);
+	free(c->live_h);
+}
+
 static int conc_body(struct gc_machine *mc, void *arg)
 {
 	(void)arg;
-	struct fg_edge *buf = calloc(MAX_RANGE, sizeof(*buf));
-	struct pair *pairs = calloc(MAX_RANGE, sizeof(*pairs));
-	uint64_t *live = calloc(1u << 20, sizeof(*live));
-	uint8_t *live_h = calloc(1u << 20, 1);
-	unsigned nlive = 0;
-	uint64_t rng = gc_now_ns() ^ ((uint64_t)mc->me << 50), k = 0;
+	struct conc c = {.mc = mc,
+	                 .buf = calloc(MAX_RANGE, sizeof(*c.buf)),
+	                 .pairs = calloc(MAX_RANGE, sizeof(*c.pairs)),
+	                 .live = calloc(CONC_LIVE, sizeof(*c.live)),
+	                 .live_h = calloc(CONC_LIVE, 1),
+	                 .rng = gc_now_ns() ^ ((uint64_t)mc->me << 50)};
 	char path[400];
 	snprintf(path, sizeof(path), "%s/hist-%u", mc->cl->root, mc->me);
-	struct hist hs = {.f = fopen(path, "w")};
-	if (!buf || !pairs || !live || !live_h || !hs.f)
+	c.hs.f = fopen(path, "w");
+	if (!c.buf || !c.pairs || !c.live || !c.live_h || !c.hs.f) {
+		conc_free(&c);
 		return 20;
+	}
 	for (;;) {
 		char cmd;
 		if (gc_wait_cmd(mc, &cmd, 1))
 			break;
 		int32_t ans = 0;
-		if (cmd == 'I') { /* the nodes */
-			for (uint64_t id = 1; id <= HOT && !ans; id++)
-				ans = fg_obj_add_sync(mc->g, mc->loop, id, 1, 0,
-				                      "hot", 3);
-			for (uint64_t id = OTHER_LO;
-			     id < OTHER_LO + OTHER_N && !ans; id++)
-				ans = fg_obj_add_sync(mc->g, mc->loop, id, 2, 0,
-				                      "o", 1);
-		} else if (cmd == 'W') { /* the workload */
-			uint64_t end = gc_now_ns() + (uint64_t)(seconds * 1e9);
-			while (gc_now_ns() < end) {
-				unsigned x = (unsigned)(xr(&rng) % 100);
-				uint8_t h = (uint8_t)(1 + xr(&rng) % HOT);
-				struct rec r = {.h = h};
-				if (x < 35 || (x < 50 && !nlive)) {
-					r.kind = R_ADD;
-					r.id2 = ((uint64_t)mc->me + 1) << 40 |
-					        ++k;
-					r.t0 = gc_now_ns();
-					r.status = fg_assoc_add_sync(
-					        mc->g, mc->loop, h, 1, r.id2,
-					        (int64_t)r.t0, "e", 1);
-					r.t1 = gc_now_ns();
-					put_rec(&hs, &r, NULL);
-					if (r.status >= 0 &&
-					    nlive < (1u << 20)) {
-						live_h[nlive] = h;
-						live[nlive++] = r.id2;
-					}
-				} else if (x < 50) {
-					unsigned i =
-					        (unsigned)(xr(&rng) % nlive);
-					r.kind = R_DEL;
-					r.h = live_h[i];
-					r.id2 = live[i];
-					live[i] = live[--nlive];
-					live_h[i] = live_h[nlive];
-					r.t0 = gc_now_ns();
-					r.status = fg_assoc_delete_sync(
-					        mc->g, mc->loop, r.h, 1, r.id2);
-					r.t1 = gc_now_ns();
-					put_rec(&hs, &r, NULL);
-				} else if (x < 58) {
-					/* inverse edges: conflicts across
-					 * machines on the hot nodes */
-					uint64_t o =
-					        OTHER_LO + xr(&rng) % OTHER_N;
-					int rc =
-					        x & 1 ? fg_assoc_add_sync(
-					                        mc->g, mc->loop,
-					                        h, 2, o,
-					                        (int64_t)
-					                                gc_now_ns(),
-					                        "i", 1)
-					              : fg_assoc_delete_sync(
-					                        mc->g, mc->loop,
-					                        h, 2, o);
-					if (rc < 0 && rc != -ENOENT &&
-					    rc != -EBUSY)
-						ans = rc;
-				} else if (x < 85) {
-					read_list(mc, &hs, R_RANGE, h, buf,
-					          pairs);
-				} else {
-					r.kind = R_COUNT;
-					r.t0 = gc_now_ns();
-					r.status = fg_assoc_count_sync(
-					        mc->g, mc->loop, h, 1,
-					        &r.count);
-					r.t1 = gc_now_ns();
-					put_rec(&hs, &r, NULL);
-				}
-				if (ans)
-					break;
-			}
+		if (cmd == 'I') {
+			ans = conc_nodes(&c);
+		} else if (cmd == 'W') {
+			ans = conc_workload(&c);
 		} else if (cmd == 'F') { /* the final reads */
 			for (uint8_t h = 1; h <= HOT; h++)
-				read_list(mc, &hs, R_FINAL, h, buf, pairs);
-			fflush(hs.f);
+				read_list(mc, &c.hs, R_FINAL, h, c.buf,
+				          c.pairs);
+			fflush(c.hs.f);
 		}
 		if (gc_write_all(mc->out, &ans, sizeof(ans)))
 			break;
 	}
-	fclose(hs.f);
+	conc_free(&c);
 	return 0;
 }
 
@@ -234,7 +277,7 @@ static int cmp_id2(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-static struct edge_hist *find_edge(struct history *H, uint64_t id2)
+static const struct edge_hist *find_edge(const struct history *H, uint64_t id2)
 {
 	struct edge_hist key = {.id2 = id2};
 	return bsearch(&key, H->e, H->ne, sizeof(*H->e), cmp_id2);
@@ -314,6 +357,44 @@ static bool may_have(const struct edge_hist *x, uint64_t s, uint64_t e)
 	       !(x->has_del && x->del_ok && x->del1 < s);
 }
 
+/* A range read @i (over [@s, @e]) that returned its edges newest first,
+ * each one that may be there, and every edge that must be: the
+ * violations found (the first few printed, counting @bad). */
+static unsigned check_range(const struct history *H, size_t i, uint64_t s,
+                            uint64_t e, unsigned must, unsigned bad)
+{
+	const struct rec *r = &H->r[i];
+	const struct pair *p = H->p[i];
+	unsigned found = 0, n = 0;
+	for (unsigned k = 0; k < r->n; k++) {
+		if (k &&
+		    !(p[k - 1].time > p[k].time ||
+		      (p[k - 1].time == p[k].time &&
+		       p[k - 1].id2 > p[k].id2)) &&
+		    bad + n++ < 10)
+			printf("range of %u: not newest first at %u\n", r->h,
+			       k);
+		const struct edge_hist *x = find_edge(H, p[k].id2);
+		if (!x || x->h != r->h || !may_have(x, s, e)) {
+			if (bad + n++ < 10)
+				printf("range of %u holds %" PRIx64
+				       ", which cannot be there\n",
+				       r->h, p[k].id2);
+			continue;
+		}
+		found += must_have(x, s, e);
+	}
+	if (found < must && bad + n++ < 10)
+		printf("range of %u%s: %u of the %u edges surely there (%u "
+		       "returned)\n",
+		       r->h, r->kind == R_FINAL ? " (final)" : "", found, must,
+		       r->n);
+	if (r->kind == R_FINAL && r->n != must && bad + n++ < 10)
+		printf("final list of %u: %u edges, %u expected\n", r->h, r->n,
+		       must);
+	return n;
+}
+
 /* Violations found (each printed, the first few only). */
 static unsigned check(struct history *H, unsigned *reads)
 {
@@ -340,44 +421,11 @@ static unsigned check(struct history *H, unsigned *reads)
 			must += must_have(&H->e[k], s, e);
 			may += may_have(&H->e[k], s, e);
 		}
-		if (r->kind == R_COUNT) {
-			if (r->count < must || r->count > may) {
-				if (bad++ < 10)
-					printf("count of %u: %" PRIu64
-					       " outside [%u, %u]\n",
-					       r->h, r->count, must, may);
-			}
-			continue;
-		}
-		const struct pair *p = H->p[i];
-		unsigned found = 0;
-		for (unsigned k = 0; k < r->n; k++) {
-			if (k && !(p[k - 1].time > p[k].time ||
-			           (p[k - 1].time == p[k].time &&
-			            p[k - 1].id2 > p[k].id2))) {
-				if (bad++ < 10)
-					printf("range of %u: not newest first "
-					       "at %u\n",
-					       r->h, k);
-			}
-			struct edge_hist *x = find_edge(H, p[k].id2);
-			if (!x || x->h != r->h || !may_have(x, s, e)) {
-				if (bad++ < 10)
-					printf("range of %u holds %" PRIx64
-					       ", which cannot be there\n",
-					       r->h, p[k].id2);
-				continue;
-			}
-			found += must_have(x, s, e);
-		}
-		if (found < must && bad++ < 10)
-			printf("range of %u%s: %u of the %u edges surely there "
-			       "(%u returned)\n",
-			       r->h, r->kind == R_FINAL ? " (final)" : "",
-			       found, must, r->n);
-		if (r->kind == R_FINAL && r->n != must && bad++ < 10)
-			printf("final list of %u: %u edges, %u expected\n",
-			       r->h, r->n, must);
+		if (r->kind != R_COUNT)
+			bad += check_range(H, i, s, e, must, bad);
+		else if ((r->count < must || r->count > may) && bad++ < 10)
+			printf("count of %u: %" PRIu64 " outside [%u, %u]\n",
+			       r->h, r->count, must, may);
 	}
 	return bad;
 }
