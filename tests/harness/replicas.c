@@ -39,15 +39,17 @@ bool rp_copying(const struct held_report *r)
 	return false;
 }
 
-bool rp_replicated(struct held_report *const *r, uint64_t in, unsigned reps,
-                   uint64_t no_primary, char *why, size_t len,
-                   unsigned *nregions)
+static bool rp_in(uint64_t in, uint32_t m)
 {
-	why[0] = 0;
-	*nregions = 0;
-#define RP_IN(m) ((m) < 64 && ((in >> (m)) & 1))
+	return m < 64 && ((in >> m) & 1);
+}
+
+/* Every machine of @in in the same configuration (else @why). */
+static bool same_config(struct held_report *const *r, uint64_t in, char *why,
+                        size_t len)
+{
 	for (unsigned i = 0, first = 64; i < 64; i++) {
-		if (!RP_IN(i))
+		if (!rp_in(in, i))
 			continue;
 		if (first == 64)
 			first = i;
@@ -59,59 +61,82 @@ bool rp_replicated(struct held_report *const *r, uint64_t in, unsigned reps,
 			return false;
 		}
 	}
+	return true;
+}
+
+/* Whether machine @i's held region @h is reported first by @i (no
+ * machine of @in before it holds it): each region is counted once. */
+static bool first_report(struct held_report *const *r, uint64_t in, unsigned i,
+                         const struct rp_held *h)
+{
+	for (unsigned j = 0; j < i; j++)
+		for (unsigned q = 0; rp_in(in, j) && q < r[j]->n; q++)
+			if (r[j]->h[q].region == h->region)
+				return false;
+	return true;
+}
+
+/* Region @h as machine @i's configuration places it: @reps replicas (and
+ * its extra one), each a member holding a complete copy, its primary not
+ * a machine of @no_primary. */
+static bool region_whole(struct held_report *const *r, uint64_t in,
+                         unsigned reps, uint64_t no_primary, unsigned i,
+                         const struct rp_held *h, char *why, size_t len)
+{
+	bool extra = h->extra != FARM_RING_NO_EXTRA;
+	if (h->nreps != reps + extra || (extra && h->reps[reps] != h->extra)) {
+		snprintf(why, len,
+		         "region %#" PRIx32 " has %u replicas in machine %u's "
+		         "configuration",
+		         h->region, h->nreps, i);
+		return false;
+	}
+	for (unsigned x = 0; x < h->nreps; x++) {
+		uint32_t m = h->reps[x];
+		const struct rp_held *at = NULL;
+		for (unsigned q = 0; rp_in(in, m) && q < r[m]->n; q++)
+			if (r[m]->h[q].region == h->region)
+				at = &r[m]->h[q];
+		if (!rp_in(in, m) || !at || at->filling) {
+			snprintf(why, len,
+			         "region %#" PRIx32 ": replica %" PRIu32 " %s",
+			         h->region, m,
+			         !rp_in(in, m) ? "is not a member"
+			         : !at         ? "holds no copy"
+			                       : "is still filling");
+			return false;
+		}
+		if (x == 0 && rp_in(no_primary, m)) {
+			snprintf(why, len,
+			         "region %#" PRIx32 ": machine %" PRIu32
+			         " (joined late) is its primary",
+			         h->region, m);
+			return false;
+		}
+	}
+	return true;
+}
+
+bool rp_replicated(struct held_report *const *r, uint64_t in, unsigned reps,
+                   uint64_t no_primary, char *why, size_t len,
+                   unsigned *nregions)
+{
+	why[0] = 0;
+	*nregions = 0;
+	if (!same_config(r, in, why, len))
+		return false;
 	for (unsigned i = 0; i < 64; i++) {
-		if (!RP_IN(i))
+		if (!rp_in(in, i))
 			continue;
 		for (unsigned k = 0; k < r[i]->n; k++) {
 			const struct rp_held *h = &r[i]->h[k];
-			bool first = true; /* count each region once */
-			for (unsigned j = 0; j < i && first; j++)
-				for (unsigned q = 0; RP_IN(j) && q < r[j]->n;
-				     q++)
-					first &= r[j]->h[q].region != h->region;
-			if (!first)
+			if (!first_report(r, in, i, h))
 				continue;
 			(*nregions)++;
-			bool extra = h->extra != FARM_RING_NO_EXTRA;
-			if (h->nreps != reps + extra ||
-			    (extra && h->reps[reps] != h->extra)) {
-				snprintf(why, len,
-				         "region %#" PRIx32
-				         " has %u replicas in machine %u's "
-				         "configuration",
-				         h->region, h->nreps, i);
+			if (!region_whole(r, in, reps, no_primary, i, h, why,
+			                  len))
 				return false;
-			}
-			for (unsigned x = 0; x < h->nreps; x++) {
-				uint32_t m = h->reps[x];
-				const struct rp_held *at = NULL;
-				for (unsigned q = 0; RP_IN(m) && q < r[m]->n;
-				     q++)
-					if (r[m]->h[q].region == h->region)
-						at = &r[m]->h[q];
-				if (!RP_IN(m) || !at || at->filling) {
-					snprintf(why, len,
-					         "region %#" PRIx32 ": replica "
-					         "%" PRIu32 " %s",
-					         h->region, m,
-					         !RP_IN(m) ? "is not a member"
-					         : !at     ? "holds no copy"
-					               : "is still filling");
-					return false;
-				}
-				if (x == 0 && m < 64 &&
-				    ((no_primary >> m) & 1)) {
-					snprintf(
-					        why, len,
-					        "region %#" PRIx32
-					        ": machine %" PRIu32
-					        " (joined late) is its primary",
-					        h->region, m);
-					return false;
-				}
-			}
 		}
 	}
-#undef RP_IN
 	return true;
 }
