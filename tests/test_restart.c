@@ -837,20 +837,27 @@ static void dd_config(const char *dir, uint32_t id, struct farm_config *cfg)
 	snprintf(cfg->fabric, sizeof(cfg->fabric), "shm");
 }
 
-/* Write @value into a new object of machine 0 at @dir; shut down. */
-static void dd_make(const char *dir, farm_gaddr *out, uint64_t value)
+/* Machine 0 of @dir started alone with a KV store and loop 0. */
+static void dd_start(const char *dir, farm_node **n, farm_kv **kv,
+                     farm_loop **loop)
 {
 	struct farm_config cfg;
 	dd_config(dir, 0, &cfg);
+	assert_int_equal(farm_node_open(&cfg, n), 0);
+	assert_int_equal(farm_kv_create(*n, NULL, 1024, kv), 0);
+	farm_node_set_app_loops(*n, true);
+	assert_int_equal(farm_node_start(*n, 10000), 0);
+	assert_int_equal(farm_node_loop_open(*n, 0, loop), 0);
+	assert_int_equal(farm_node_wait_members(*n, 1, 10000), 0);
+}
+
+/* Write @value into a new object of machine 0 at @dir; shut down. */
+static void dd_make(const char *dir, farm_gaddr *out, uint64_t value)
+{
 	farm_node *n;
-	assert_int_equal(farm_node_open(&cfg, &n), 0);
 	farm_kv *kv;
-	assert_int_equal(farm_kv_create(n, NULL, 1024, &kv), 0);
-	farm_node_set_app_loops(n, true);
 	farm_loop *loop;
-	assert_int_equal(farm_node_start(n, 10000), 0);
-	assert_int_equal(farm_node_loop_open(n, 0, &loop), 0);
-	assert_int_equal(farm_node_wait_members(n, 1, 10000), 0);
+	dd_start(dir, &n, &kv, &loop);
 	farm_tx *tx;
 	assert_int_equal(farm_tx_begin(farm_node_txm(n), loop, &tx), 0);
 	void *d;
@@ -1128,17 +1135,10 @@ static void dd_intact_kv(farm_kv *kv, farm_loop *loop, struct fails *fl)
  * store's key. */
 static void dd_intact(const char *good, farm_gaddr obj, struct fails *fl)
 {
-	struct farm_config cfg;
-	dd_config(good, 0, &cfg);
 	farm_node *n;
-	assert_int_equal(farm_node_open(&cfg, &n), 0);
 	farm_kv *kv;
-	assert_int_equal(farm_kv_create(n, NULL, 1024, &kv), 0);
-	farm_node_set_app_loops(n, true);
 	farm_loop *loop;
-	assert_int_equal(farm_node_start(n, 10000), 0);
-	assert_int_equal(farm_node_loop_open(n, 0, &loop), 0);
-	assert_int_equal(farm_node_wait_members(n, 1, 10000), 0);
+	dd_start(good, &n, &kv, &loop);
 	struct farm_restart_stats rst;
 	farm_node_restart_stats(n, &rst);
 	farm_tx *tx;
