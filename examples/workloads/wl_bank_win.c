@@ -51,7 +51,7 @@ struct win {
 	struct wl_client *c;
 	unsigned n, busy;
 	volatile int ready; /* set by continuations; farm_loop_wait's flag */
-	bool stop;          /* a transaction ended with an error not retryable */
+	bool stop; /* a transaction ended with an error not retryable */
 	struct slot s[];
 };
 

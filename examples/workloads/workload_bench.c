@@ -463,20 +463,14 @@ static void usage(void)
 
 int main(int argc, char **argv)
 {
-	static const struct option lo[] = {{"seconds", 1, 0, 's'},
-	                                   {"tatp-scale", 1, 0, 't'},
-	                                   {"bank-scale", 1, 0, 'b'},
-	                                   {"tpcc-scale", 1, 0, 'w'},
-	                                   {"no-pg", 0, 0, 'n'},
-	                                   {"no-timeline", 0, 0, 'T'},
-	                                   {"timeline-only", 0, 0, 'O'},
-	                                   {"lease-ms", 1, 0, 'l'},
-	                                   {"out", 1, 0, 'o'},
-	                                   {"scripts", 1, 0, 'S'},
-	                                   {"threads", 1, 0, 'j'},
-	                                   {"bank-window", 1, 0, 'B'},
-	                                   {"help", 0, 0, 'h'},
-	                                   {0, 0, 0, 0}};
+	static const struct option lo[] = {
+	        {"seconds", 1, 0, 's'},       {"tatp-scale", 1, 0, 't'},
+	        {"bank-scale", 1, 0, 'b'},    {"tpcc-scale", 1, 0, 'w'},
+	        {"no-pg", 0, 0, 'n'},         {"no-timeline", 0, 0, 'T'},
+	        {"timeline-only", 0, 0, 'O'}, {"lease-ms", 1, 0, 'l'},
+	        {"out", 1, 0, 'o'},           {"scripts", 1, 0, 'S'},
+	        {"threads", 1, 0, 'j'},       {"bank-window", 1, 0, 'B'},
+	        {"help", 0, 0, 'h'},          {0, 0, 0, 0}};
 	int c;
 	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
 		switch (c) {
