@@ -6,7 +6,8 @@
  * (scripts/zk-local), TATP's throughput per millisecond across a killed
  * machine (a gnuplot PNG). A human summary, then one JSON line with the
  * goals (null where nothing was measured). libfarm runs with 1 and 2
- * client threads a machine and reports the better, as PostgreSQL is
+ * client threads a machine (SmallBank also with 2 and several
+ * transactions in flight on each) and reports the best, as PostgreSQL is
  * reported at its best client count. With no arguments it finishes in
  * about two to three minutes (134 s measured on a loaded 2-core host).
  */
