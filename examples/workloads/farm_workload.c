@@ -55,6 +55,9 @@ static void usage(FILE *f)
 	        "                    in flight while it runs the next\n"
 	        "                    transactions, at most one per owner\n"
 	        "                    (1: it waits for each)\n"
+	        "  --bank-window N   SmallBank: transactions a client keeps\n"
+	        "                    in flight on its loop (1: it waits for\n"
+	        "                    each; not with --audit or --history)\n"
 	        "  --vs-limit        TATP, SmallBank: after the run, the\n"
 	        "                    in-memory limit (the same options, one\n"
 	        "                    thread of this process, plain tables)\n"
@@ -259,6 +262,10 @@ static int parse_opt(struct wl_opts *o, int c, const char **mix)
 		bad |= parse_u64(optarg, &v) || v > WL_MAX_MACHINES;
 		o->ship_window = (unsigned)v;
 		break;
+	case 'N':
+		bad |= parse_u64(optarg, &v) || v > WL_MAX_BANK_WINDOW;
+		o->bank_window = (unsigned)v;
+		break;
 	case 'q': o->quiet = true; break;
 	case 'I':
 		bad |= parse_u64(optarg, &v) || v > 0xffffffffu;
@@ -329,6 +336,7 @@ static const struct option lo[] = {{"machines", 1, 0, 'm'},
                                    {"lease", 1, 0, 'l'},
                                    {"park-after-us", 1, 0, 'P'},
                                    {"ship-window", 1, 0, 'W'},
+                                   {"bank-window", 1, 0, 'N'},
                                    {"items", 1, 0, 'I'},
                                    {"customers", 1, 0, 'C'},
                                    {"full-scale", 0, 0, 'F'},

@@ -1,6 +1,7 @@
 #!/bin/sh
 # test_workload: farm-workload on 3 machines: TATP's row counts (both
-# modes, and with shipped updates in flight), SmallBank's total and per-client ledgers, the serializability
+# modes, and with shipped updates in flight), SmallBank's total (also
+# with transactions in flight on each client) and per-client ledgers, the serializability
 # checker over a SmallBank history, bad input refused before anything
 # starts, and a broken build the checks must catch.
 # usage: test_workload.sh FARM_WORKLOAD WL_HISTCHECK FARM_WORKLOAD_BROKEN
@@ -34,6 +35,9 @@ expect_bad "at least 2 per machine" smallbank --scale 5 --partitioned
 expect_bad "are SmallBank's" tatp --audit
 expect_bad "are SmallBank's" tatp --history "$dir/th"
 expect_bad "ship window must be" tatp --ship-window 0
+expect_bad "bank window must be" smallbank --bank-window 0
+expect_bad "is SmallBank's" tatp --bank-window 4
+expect_bad "takes neither" smallbank --bank-window 4 --audit
 expect_bad "TATP and SmallBank only" tpcc --vs-limit
 
 run() { # NAME ARGS...
@@ -66,6 +70,10 @@ run bank smallbank --scale 300 --duration 1.5 --audit --history "$dir/h" \
 "$hc" "$dir/h" --min 200 >"$dir/h.out" 2>&1 || {
 	cat "$dir/h.out"; fail "SmallBank history"; }
 tail -1 "$dir/h.out"
+# Several transactions in flight on each client's loop: the total
+# matches what the acknowledged ones added.
+run bank_window smallbank --scale 300 --duration 1 --threads 2 \
+	--bank-window 8 --quiet
 
 # The broken build computes from reads outside its transactions: the
 # total, the ledgers or the checker must say so.
@@ -87,4 +95,12 @@ n=$(sed -n 's/.* \([0-9][0-9]*\) anomalies$/\1/p' "$dir/hb.out" | tail -1)
 [ $tool_caught = yes ] || [ $hist_caught = yes ] ||
 	fail "the broken build passed (tool $brc, checker $hrc: $(tail -1 "$dir/hb.out"))"
 echo "ok: the broken build was caught (invariants: $tool_caught, anomalies: ${n:-0})"
+# The same break in the client with transactions in flight: its total
+# must not hold.
+"$broken" smallbank --scale 10 --hotspot 100,0 --threads 2 --duration 1 \
+	--bank-window 4 --quiet >"$dir/bw.out" 2>&1
+brc=$?
+[ $brc -eq 1 ] && grep -q "INVARIANT FAILED" "$dir/bw.out" || {
+	cat "$dir/bw.out"; fail "the broken build with --bank-window passed (tool $brc)"; }
+echo "ok: the broken build with transactions in flight was caught"
 echo "test_workload: passed"

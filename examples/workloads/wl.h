@@ -38,6 +38,7 @@ enum wl_txn {
 
 #define WL_MAX_MACHINES 8
 #define WL_MAX_THREADS  16
+#define WL_MAX_BANK_WINDOW 64
 /* Latency histogram: 100 ns buckets below 100 us, then 10 us buckets up
  * to 200 ms, then one overflow bucket (wl_hist_bucket). */
 #define WL_HIST_BUCKETS 21001
@@ -70,6 +71,9 @@ struct wl_opts {
 	 * runs the next transactions (1: it waits for each answer), at most
 	 * one per owner. */
 	unsigned ship_window;
+	/* SmallBank: transactions a client thread keeps in flight on its
+	 * loop (1: it waits for each; wl_bank_win.c). */
+	unsigned bank_window;
 	uint64_t tick_us; /* > 0: per-tick commit counts (the timeline) */
 	bool quiet;
 };

@@ -10,11 +10,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "wl_hist.h"
-#include "wl_int.h"
+#include "wl_bank.h"
 
 #define LEDGER_KEY (1ull << 62)
-#define MAX_ROWS   4
 
 static int64_t initial_balance(uint64_t id, int kind)
 {
@@ -122,17 +120,6 @@ static int bank_load(struct wl_machine *m, farm_loop *loop)
 /* ---- transactions ---------------------------------------------------------
  */
 
-struct btx {
-	unsigned n;
-	farm_fatptr p[MAX_ROWS];
-	uint64_t key[MAX_ROWS];
-	struct bank_row row[MAX_ROWS]; /* as read */
-	struct bank_row *w[MAX_ROWS];  /* writable copies, once written */
-	farm_tx *tx;
-	struct wl_hop ops[WL_HIST_MAX_OPS];
-	unsigned nops;
-};
-
 static uint64_t pick_account(struct wl_client *c)
 {
 	const struct wl_opts *o = c->m->o;
@@ -186,11 +173,18 @@ static int read_rows(struct wl_client *c, struct btx *b)
 			return rc;
 		memcpy(&b->row[i], d, sizeof(b->row[i]));
 #endif
+	}
+	wl_bank_rows_read(b);
+	return 0;
+}
+
+void wl_bank_rows_read(struct btx *b)
+{
+	for (unsigned i = 0; i < b->n; i++) {
 		b->w[i] = NULL;
 		b->ops[b->nops++] =
 		        (struct wl_hop){b->key[i], b->row[i].ver, 0, 0};
 	}
-	return 0;
 }
 
 /* Set row @i's balance (a write of the transaction). */
@@ -235,7 +229,7 @@ static int ledger_add(struct wl_client *c, struct btx *b, int64_t delta)
 
 /* The logic of @t over the rows read: 0 with the writes made and
  * *@delta what it adds to the total, 1 when the logic ends it. */
-static int logic(struct btx *b, enum wl_txn t, int64_t v, int64_t *delta)
+int wl_bank_logic(struct btx *b, enum wl_txn t, int64_t v, int64_t *delta)
 {
 	int64_t x0 = b->row[0].bal, x1 = b->n > 1 ? b->row[1].bal : 0;
 	*delta = 0;
@@ -281,7 +275,7 @@ static int attempt(struct wl_client *c, struct btx *b, enum wl_txn t, int64_t v)
 	rc = read_rows(c, b);
 	c->phase_ns[WL_PH_READ] += wl_now_ns() - t0;
 	if (!rc)
-		rc = logic(b, t, v, &delta);
+		rc = wl_bank_logic(b, t, v, &delta);
 	bool writes = b->nops > b->n;
 	if (!rc && writes && c->m->o->audit)
 		rc = ledger_add(c, b, delta);
@@ -310,11 +304,11 @@ static int attempt(struct wl_client *c, struct btx *b, enum wl_txn t, int64_t v)
 	return rc;
 }
 
-static int bank_txn(struct wl_client *c, enum wl_txn t)
+int wl_bank_prepare(struct wl_client *c, struct btx *b, enum wl_txn t,
+                    int64_t *amount)
 {
-	struct btx b = {0};
 	uint64_t a = pick_account(c), a2 = a;
-	int64_t v = (int64_t)wl_uni(&c->rng, 1, 100);
+	*amount = (int64_t)wl_uni(&c->rng, 1, 100);
 	int rc = 0;
 	/* A second account: a bounded number of picks (a skewed or
 	 * partitioned pick may keep landing on @a), then @a's neighbour
@@ -330,20 +324,30 @@ static int bank_txn(struct wl_client *c, enum wl_txn t)
 	switch (t) {
 	case WT_BALANCE:
 	case WT_WRITE_CHECK:
-		rc = add_row(c, &b, a, 0) ?: add_row(c, &b, a, 1);
+		rc = add_row(c, b, a, 0) ?: add_row(c, b, a, 1);
 		break;
-	case WT_DEPOSIT: rc = add_row(c, &b, a, 1); break;
-	case WT_TRANSACT_SAV: rc = add_row(c, &b, a, 0); break;
+	case WT_DEPOSIT: rc = add_row(c, b, a, 1); break;
+	case WT_TRANSACT_SAV: rc = add_row(c, b, a, 0); break;
 	case WT_AMALGAMATE:
-		rc = add_row(c, &b, a, 0) ?: add_row(c, &b, a, 1)
-		                         ?: add_row(c, &b, a2, 1);
+		rc = add_row(c, b, a, 0) ?: add_row(c, b, a, 1)
+		                         ?: add_row(c, b, a2, 1);
 		break;
 	case WT_SEND_PAYMENT:
-		rc = add_row(c, &b, a, 1) ?: add_row(c, &b, a2, 1);
+		rc = add_row(c, b, a, 1) ?: add_row(c, b, a2, 1);
 		break;
 	default: return -EINVAL;
 	}
 	c->phase_ns[WL_PH_LOOKUP] = wl_now_ns() - tl;
+	return rc;
+}
+
+static int bank_txn(struct wl_client *c, enum wl_txn t)
+{
+	if (c->m->o->bank_window > 1)
+		return wl_bank_txn_window(c, t);
+	struct btx b = {0};
+	int64_t v;
+	int rc = wl_bank_prepare(c, &b, t, &v);
 	if (rc)
 		return rc;
 	uint64_t dl = wl_now_ns() + 20ull * 1000000000ull;
@@ -413,5 +417,5 @@ static void bank_ship(struct wl_machine *m, farm_loop *loop,
 	wl_unanswered(farm_msg_reply_error(loop, &in->token, -EOPNOTSUPP));
 }
 
-const struct wl_ops wl_bank_ops = {bank_load,  bank_txn, bank_ship,
-                                   bank_check, NULL,     NULL};
+const struct wl_ops wl_bank_ops = {bank_load,  bank_txn,         bank_ship,
+                                   bank_check, wl_bank_win_fini, wl_bank_reap};

@@ -101,6 +101,7 @@ void wl_opts_default(struct wl_opts *o, enum wl_kind kind)
 	 * of spinning). */
 	o->park_after_us = 0;
 	o->ship_window = 1;
+	o->bank_window = 1;
 	/* TPC-C: one warehouse a machine, and a population scaled down so
 	 * that the load takes seconds on a small host (README.md); the
 	 * specification's is --items 100000 --customers 3000. */
@@ -230,6 +231,24 @@ static int validate_use(const struct wl_opts *o, char *err, size_t len)
 	if (o->ship_window < 1 || o->ship_window > WL_MAX_MACHINES) {
 		snprintf(err, len, "ship window must be 1..%u",
 		         WL_MAX_MACHINES);
+		return -EINVAL;
+	}
+	if (o->bank_window < 1 || o->bank_window > WL_MAX_BANK_WINDOW) {
+		snprintf(err, len, "bank window must be 1..%u",
+		         WL_MAX_BANK_WINDOW);
+		return -EINVAL;
+	}
+	/* A client's ledger row is written by each of its transactions, so
+	 * its transactions in flight would only conflict there; and its
+	 * history is one transaction after another. */
+	if (o->bank_window > 1 && o->kind != WL_BANK) {
+		snprintf(err, len, "--bank-window is SmallBank's");
+		return -EINVAL;
+	}
+	if (o->bank_window > 1 && (o->audit || o->history)) {
+		snprintf(err, len,
+		         "--bank-window over 1 takes neither --audit nor "
+		         "--history");
 		return -EINVAL;
 	}
 	return 0;

@@ -234,6 +234,10 @@ struct wl_ops {
 
 /* txn()'s outcome for a transaction still in flight: reap() counts it. */
 #define WL_INFLIGHT 2
+/* txn()'s outcome when an earlier transaction it left in flight ended
+ * with an error that is not retryable (counted and reported then): the
+ * client stops, as after such an error returned. */
+#define WL_GIVEN_UP 3
 
 extern const struct wl_ops wl_tatp_ops, wl_bank_ops, wl_tpcc_ops;
 

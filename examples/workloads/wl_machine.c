@@ -310,6 +310,8 @@ static void client_run(struct wl_client *c)
 			w->reap(c, false);
 		if (rc == WL_INFLIGHT)
 			continue;
+		if (rc == WL_GIVEN_UP)
+			break;
 		wl_count(c, t, rc, s);
 		if (rc < 0)
 			fprintf(stderr,
