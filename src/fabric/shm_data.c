@@ -492,52 +492,70 @@ static void execute(struct shm_ep *ep, struct shm_op *op, int st)
 	}
 }
 
-/* Is the endpoint's cached registration still the key's (its entry not
- * deregistered or reused since)? */
-static inline bool cache_valid(const struct shm_ep *ep)
+/*
+ * What the post's fast path needs of the endpoint, in locals: its cached
+ * registration, only while that entry still has the cached key's
+ * generation (checked once per post: the requests of one list are posted
+ * together, so a deregistration is ordered before or after all of them),
+ * else an empty range that no request fits. A copy, so the compiler keeps
+ * it in registers across the stores into the send ring.
+ */
+struct post_view {
+	const farm_fabric *fab;
+	uint64_t key, base, len;
+	uint8_t *ptr;
+	uint64_t ready; /* the injected delay's completion time (0: none) */
+};
+
+static inline void post_view_load(const struct shm_ep *ep, struct post_view *v)
 {
+	v->fab = ep->base.fab;
+	v->key = ep->rc_key;
+	v->base = ep->rc_base;
+	v->ptr = ep->rc_ptr;
+	v->len = 0;
 	/* Pairs with the release store in shm_mr_reg(). */
-	return ep->rc_entry &&
-	       atomic_load_explicit(&ep->rc_entry->gen, memory_order_acquire) ==
-	               ep->rc_key >> SHM_IDX_BITS;
+	if (ep->state == EP_OK && ep->rc_entry &&
+	    (ep->rc_access & FARM_ACCESS_REMOTE_READ) &&
+	    atomic_load_explicit(&ep->rc_entry->gen, memory_order_acquire) ==
+	            ep->rc_key >> SHM_IDX_BITS)
+		v->len = ep->rc_len;
 }
 
 /*
- * The post's fast path: a READ of whole lines (objects, bucket pairs) under
- * the endpoint's cached registration, @cached (cache_valid(), checked once
- * per post: the requests of one list are posted together, so a
- * deregistration is ordered before or after all of them). It makes the
- * checks farm_wr_check(), local_ok() and resolve_cached() make, in one
- * place, and fills only what a READ uses; anything else (another opcode,
- * a key not cached, part of a line, an error to report) returns false and
- * takes the general path, which says why. @ready: the injected delay's
- * completion time (0: none).
+ * The post's fast path: a READ of whole lines (objects, bucket pairs)
+ * under the cached registration @v. It makes the checks farm_wr_check(),
+ * local_ok() and resolve_cached() make, in one place, and fills only what
+ * a READ uses; anything else (another opcode, a key not cached, part of a
+ * line, an error to report) returns false and takes the general path,
+ * which says why.
  *
  * It prefetches the READ's lines here, once its checks pass, rather than
  * in a loop after the list: the next request's checks then run while this
- * one's page walk and miss are under way. Per 64-byte READ the initiator
- * spent 32 ns of CPU so against 34 ns with the loop (docs/benchmarks.md,
- * fabric_bench). Only the prefetch stalls (a page walk, which the copy at
- * poll then finds done): fewer instructions per request leave room in the
- * core for the walks of more requests at once.
+ * one's page walk and miss are under way. The prefetch is where a READ's
+ * time goes (a page walk, which the copy at poll then finds done), so
+ * fewer instructions per request mean more walks under way at once.
  */
-static inline bool post_read(struct shm_ep *ep, struct shm_op *op,
-                             const farm_wr *wr, bool cached, uint64_t ready)
+static inline bool post_read(const struct post_view *v, struct shm_op *op,
+                             const farm_wr *wr)
 {
 	uint32_t len = wr->len;
-	uint64_t off = wr->raddr - ep->rc_base;
+	uint64_t raddr = wr->raddr, off = raddr - v->base;
+	const farm_mr *lmr = wr->lmr;
+	uintptr_t a = (uintptr_t)wr->local;
 	if (wr->opcode != FARM_WR_READ ||
-	    (wr->flags & ~(unsigned)FARM_WR_SIGNALED) || !cached ||
-	    wr->rkey != ep->rc_key || len == 0 || len > FARM_FABRIC_MAX_OP ||
-	    !(ep->rc_access & FARM_ACCESS_REMOTE_READ) ||
-	    wr->raddr < ep->rc_base || len > ep->rc_len ||
-	    off > ep->rc_len - len || !wr->local || !local_ok(ep, wr))
+	    (wr->flags & ~(unsigned)FARM_WR_SIGNALED) || wr->rkey != v->key ||
+	    len == 0 || len > FARM_FABRIC_MAX_OP || raddr < v->base ||
+	    len > v->len || off > v->len - len || !a || !lmr ||
+	    lmr->fab != v->fab || !(lmr->access & FARM_ACCESS_LOCAL) ||
+	    a < (uintptr_t)lmr->addr || len > lmr->len ||
+	    a - (uintptr_t)lmr->addr > lmr->len - len)
 		return false;
-	uint8_t *rptr = ep->rc_ptr + off;
+	uint8_t *rptr = v->ptr + off;
 	if (((uintptr_t)rptr | len) & (FARM_CL - 1))
 		return false;
 	op->wr_id = wr->wr_id;
-	op->ready_ns = ready;
+	op->ready_ns = v->ready;
 	op->local = wr->local;
 	op->rptr = rptr;
 	op->len = len;
@@ -545,9 +563,9 @@ static inline bool post_read(struct shm_ep *ep, struct shm_op *op,
 	op->opcode = FARM_WR_READ;
 	op->flags = wr->flags;
 	op->executed = 0;
-	op->fast = ready == 0;
-	const uint8_t *l = rptr, *end = l + FARM_MIN(len, SHM_PREFETCH_LINES *
-	                                                          FARM_CL);
+	op->fast = v->ready == 0;
+	const uint8_t *l = rptr,
+	              *end = l + FARM_MIN(len, SHM_PREFETCH_LINES * FARM_CL);
 	do
 		__builtin_prefetch(l, 0, 3);
 	while ((l += FARM_CL) < end);
@@ -568,14 +586,17 @@ int farm_shm_ep_post(farm_ep *e, farm_wr *list, farm_wr **bad)
 	uint64_t ready = delay ? now + delay : 0;
 	farm_wr *wr = list;
 	uint32_t first = UINT32_MAX; /* the general path's first READ */
-	bool cached = ep->state == EP_OK && cache_valid(ep);
+	struct post_view v = {.ready = ready};
+	post_view_load(ep, &v);
+	struct shm_op *ops = ep->ops;
+	uint32_t tail = ep->tail, full = ep->head + ep->depth, mask = ep->mask;
 	for (; wr; wr = wr->next) {
-		struct shm_op *op = &ep->ops[ep->tail & ep->mask];
-		if (FARM_LIKELY(ep->tail - ep->head < ep->depth &&
-		                post_read(ep, op, wr, cached, ready))) {
-			ep->tail++;
+		struct shm_op *op = &ops[tail & mask];
+		if (FARM_LIKELY(tail != full && post_read(&v, op, wr))) {
+			tail++;
 			continue;
 		}
+		ep->tail = tail;
 		rc = farm_wr_check(wr);
 		if (rc)
 			break;
@@ -614,10 +635,11 @@ int farm_shm_ep_post(farm_ep *e, farm_wr *list, farm_wr **bad)
 			last_write = ep->tail;
 		else if (first == UINT32_MAX)
 			first = ep->tail;
-		ep->tail++;
+		tail = ++ep->tail;
 		/* resolve() may have cached another registration. */
-		cached = ep->state == EP_OK && cache_valid(ep);
+		post_view_load(ep, &v);
 	}
+	ep->tail = tail;
 	/* Prefetch the general path's READs' lines (post_read() prefetched
 	 * its own) in one tight loop, so their TLB misses and cache misses
 	 * overlap. */
@@ -699,8 +721,10 @@ static inline int harvest_reads(struct shm_ep *ep, int n, farm_wc *wc)
 {
 	int got = 0;
 	uint32_t head = ep->head, tail = ep->tail, exec = ep->exec;
+	const struct shm_op *ops = ep->ops;
+	uint32_t mask = ep->mask, peer = ep->base.peer;
 	while (head != tail && got < n) {
-		const struct shm_op *op = &ep->ops[head & ep->mask];
+		const struct shm_op *op = &ops[head & mask];
 		/* status: a doorbell may have executed (and failed) it. */
 		if (!op->fast || op->status)
 			break;
@@ -711,7 +735,7 @@ static inline int harvest_reads(struct shm_ep *ep, int n, farm_wc *wc)
 		if (op->flags & FARM_WR_SIGNALED)
 			wc[got++] = (farm_wc){.wr_id = op->wr_id,
 			                      .opcode = FARM_WR_READ,
-			                      .peer = ep->base.peer,
+			                      .peer = peer,
 			                      .len = op->len};
 		head++;
 	}
