@@ -572,6 +572,61 @@ static inline bool post_read(const struct post_view *v, struct shm_op *op,
 	return true;
 }
 
+/* The general path of a post: queue @wr (checked) in @op, the slot at
+ * ep->tail; 0 or the code the post fails with. */
+static int post_general(struct shm_ep *ep, struct shm_op *op, farm_wr *wr,
+                        uint64_t ready)
+{
+	int rc = farm_wr_check(wr);
+	if (rc)
+		return rc;
+	if (ep->tail - ep->head >= ep->depth)
+		return -EAGAIN;
+	op->fast = 0;
+	op->wr_id = wr->wr_id;
+	op->opcode = wr->opcode;
+	op->flags = wr->flags;
+	op->len = wr->len;
+	op->local = wr->local;
+	op->compare = wr->compare;
+	op->swap = wr->swap;
+	op->ready_ns = ready;
+	op->executed = 0;
+	op->rptr = NULL;
+	if (wr->flags & FARM_WR_INLINE) {
+		if (!ep->inline_buf) {
+			ep->inline_buf =
+			        malloc((size_t)ep->depth * FARM_INLINE_MAX);
+			if (!ep->inline_buf)
+				return -ENOMEM;
+		}
+		uint8_t *ib = ep->inline_buf +
+		              (size_t)(ep->tail & ep->mask) * FARM_INLINE_MAX;
+		memcpy(ib, wr->local, wr->len);
+		op->local = ib;
+	}
+	op->status = ep->state == EP_OK ? resolve(ep, op, wr) : 0;
+	return 0;
+}
+
+/* Prefetch the lines of the general path's READs from ring position
+ * @first on (post_read() prefetched its own) in one tight loop, so their
+ * TLB misses and cache misses overlap. */
+static void prefetch_general(const struct shm_ep *ep, uint32_t first)
+{
+	for (uint32_t t = first; t != ep->tail; t++) {
+		const struct shm_op *op = &ep->ops[t & ep->mask];
+		if (op->fast || op->opcode != FARM_WR_READ || op->status != 0)
+			continue;
+		const uint8_t *l =
+		        (const uint8_t *)((uintptr_t)op->rptr & ~(uintptr_t)63);
+		for (unsigned i = 0;
+		     i < SHM_PREFETCH_LINES && l < op->rptr + op->len;
+		     i++, l += FARM_CL)
+			__builtin_prefetch(l, 0, 3);
+	}
+}
+
 int farm_shm_ep_post(farm_ep *e, farm_wr *list, farm_wr **bad)
 {
 	struct shm_ep *ep = (struct shm_ep *)e;
@@ -582,8 +637,7 @@ int farm_shm_ep_post(farm_ep *e, farm_wr *list, farm_wr **bad)
 	                                      memory_order_relaxed) +
 	                 atomic_load_explicit(&ep->peer->faults.delay_ns,
 	                                      memory_order_relaxed);
-	uint64_t now = delay ? farm_now_ns() : 0;
-	uint64_t ready = delay ? now + delay : 0;
+	uint64_t ready = delay ? farm_now_ns() + delay : 0;
 	farm_wr *wr = list;
 	uint32_t first = UINT32_MAX; /* the general path's first READ */
 	struct post_view v = {.ready = ready};
@@ -597,40 +651,9 @@ int farm_shm_ep_post(farm_ep *e, farm_wr *list, farm_wr **bad)
 			continue;
 		}
 		ep->tail = tail;
-		rc = farm_wr_check(wr);
+		rc = post_general(ep, op, wr, ready);
 		if (rc)
 			break;
-		if (ep->tail - ep->head >= ep->depth) {
-			rc = -EAGAIN;
-			break;
-		}
-		op->fast = 0;
-		op->wr_id = wr->wr_id;
-		op->opcode = wr->opcode;
-		op->flags = wr->flags;
-		op->len = wr->len;
-		op->local = wr->local;
-		op->compare = wr->compare;
-		op->swap = wr->swap;
-		op->ready_ns = ready;
-		op->executed = 0;
-		op->rptr = NULL;
-		if (wr->flags & FARM_WR_INLINE) {
-			if (!ep->inline_buf) {
-				ep->inline_buf = malloc((size_t)ep->depth *
-				                        FARM_INLINE_MAX);
-				if (!ep->inline_buf) {
-					rc = -ENOMEM;
-					break;
-				}
-			}
-			uint8_t *ib =
-			        ep->inline_buf +
-			        (size_t)(ep->tail & ep->mask) * FARM_INLINE_MAX;
-			memcpy(ib, wr->local, wr->len);
-			op->local = ib;
-		}
-		op->status = ep->state == EP_OK ? resolve(ep, op, wr) : 0;
 		if (op->opcode != FARM_WR_READ || op->status != 0)
 			last_write = ep->tail;
 		else if (first == UINT32_MAX)
@@ -640,20 +663,8 @@ int farm_shm_ep_post(farm_ep *e, farm_wr *list, farm_wr **bad)
 		post_view_load(ep, &v);
 	}
 	ep->tail = tail;
-	/* Prefetch the general path's READs' lines (post_read() prefetched
-	 * its own) in one tight loop, so their TLB misses and cache misses
-	 * overlap. */
-	for (uint32_t t = first; first != UINT32_MAX && t != ep->tail; t++) {
-		const struct shm_op *op = &ep->ops[t & ep->mask];
-		if (op->fast || op->opcode != FARM_WR_READ || op->status != 0)
-			continue;
-		const uint8_t *l =
-		        (const uint8_t *)((uintptr_t)op->rptr & ~(uintptr_t)63);
-		for (unsigned i = 0;
-		     i < SHM_PREFETCH_LINES && l < op->rptr + op->len;
-		     i++, l += FARM_CL)
-			__builtin_prefetch(l, 0, 3);
-	}
+	if (first != UINT32_MAX)
+		prefetch_general(ep, first);
 	/* Doorbell: run everything up to the last WRITE/CAS now, in order.
 	 * READs after it stay queued (prefetched) until the poll. */
 	if (last_write != UINT32_MAX && !paused(ep)) {
