@@ -387,9 +387,9 @@ static void stale_after_use(struct fx *f)
 {
 	uint8_t *dst = f->buf;
 	farm_mr *ro;
-	assert_int_equal(farm_mr_reg(f->b, f->rbase, 4096,
-	                             FARM_ACCESS_REMOTE_READ, &ro),
-	                 0);
+	assert_int_equal(
+	        farm_mr_reg(f->b, f->rbase, 4096, FARM_ACCESS_REMOTE_READ, &ro),
+	        0);
 	farm_mr_desc rod = farm_mr_describe(ro);
 	farm_ep *ep;
 	assert_int_equal(farm_ep_connect(f->a, f->cq, 2, f->addr_b, NULL, &ep),
@@ -434,9 +434,9 @@ static void test_bad_input_warm(void **state)
 	assert_int_equal(bad_after(f, good, w), FARM_ELOCAL_ACCESS);
 	/* (udp does not check whose a local registration is.) */
 	farm_mr *theirs;
-	assert_int_equal(farm_mr_reg(f->b, f->rbase, 4096, FARM_ACCESS_LOCAL,
-	                             &theirs),
-	                 0);
+	assert_int_equal(
+	        farm_mr_reg(f->b, f->rbase, 4096, FARM_ACCESS_LOCAL, &theirs),
+	        0);
 	w = farm_wr_read(2, f->rbase, theirs, 64, &d, 0);
 	if (tu_is_shm())
 		assert_int_equal(bad_after(f, good, w), FARM_ELOCAL_ACCESS);
