@@ -492,6 +492,141 @@ static void execute(struct shm_ep *ep, struct shm_op *op, int st)
 	}
 }
 
+/*
+ * What the post's fast path needs of the endpoint, in locals: its cached
+ * registration, only while that entry still has the cached key's
+ * generation (checked once per post: the requests of one list are posted
+ * together, so a deregistration is ordered before or after all of them),
+ * else an empty range that no request fits. A copy, so the compiler keeps
+ * it in registers across the stores into the send ring.
+ */
+struct post_view {
+	const farm_fabric *fab;
+	uint64_t key, base, len;
+	uint8_t *ptr;
+	uint64_t ready; /* the injected delay's completion time (0: none) */
+};
+
+static inline void post_view_load(const struct shm_ep *ep, struct post_view *v)
+{
+	v->fab = ep->base.fab;
+	v->key = ep->rc_key;
+	v->base = ep->rc_base;
+	v->ptr = ep->rc_ptr;
+	v->len = 0;
+	/* Pairs with the release store in shm_mr_reg(). */
+	if (ep->state == EP_OK && ep->rc_entry &&
+	    (ep->rc_access & FARM_ACCESS_REMOTE_READ) &&
+	    atomic_load_explicit(&ep->rc_entry->gen, memory_order_acquire) ==
+	            ep->rc_key >> SHM_IDX_BITS)
+		v->len = ep->rc_len;
+}
+
+/*
+ * The post's fast path: a READ of whole lines (objects, bucket pairs)
+ * under the cached registration @v. It makes the checks farm_wr_check(),
+ * local_ok() and resolve_cached() make, in one place, and fills only what
+ * a READ uses; anything else (another opcode, a key not cached, part of a
+ * line, an error to report) returns false and takes the general path,
+ * which says why.
+ *
+ * It prefetches the READ's lines here, once its checks pass, rather than
+ * in a loop after the list: the next request's checks then run while this
+ * one's page walk and miss are under way. The prefetch is where a READ's
+ * time goes (a page walk, which the copy at poll then finds done), so
+ * fewer instructions per request mean more walks under way at once.
+ */
+static inline bool post_read(const struct post_view *v, struct shm_op *op,
+                             const farm_wr *wr)
+{
+	uint32_t len = wr->len;
+	uint64_t raddr = wr->raddr, off = raddr - v->base;
+	const farm_mr *lmr = wr->lmr;
+	uintptr_t a = (uintptr_t)wr->local;
+	if (wr->opcode != FARM_WR_READ ||
+	    (wr->flags & ~(unsigned)FARM_WR_SIGNALED) || wr->rkey != v->key ||
+	    len == 0 || len > FARM_FABRIC_MAX_OP || raddr < v->base ||
+	    len > v->len || off > v->len - len || !a || !lmr ||
+	    lmr->fab != v->fab || !(lmr->access & FARM_ACCESS_LOCAL) ||
+	    a < (uintptr_t)lmr->addr || len > lmr->len ||
+	    a - (uintptr_t)lmr->addr > lmr->len - len)
+		return false;
+	uint8_t *rptr = v->ptr + off;
+	if (((uintptr_t)rptr | len) & (FARM_CL - 1))
+		return false;
+	op->wr_id = wr->wr_id;
+	op->ready_ns = v->ready;
+	op->local = wr->local;
+	op->rptr = rptr;
+	op->len = len;
+	op->status = 0;
+	op->opcode = FARM_WR_READ;
+	op->flags = wr->flags;
+	op->executed = 0;
+	op->fast = v->ready == 0;
+	const uint8_t *l = rptr,
+	              *end = l + FARM_MIN(len, SHM_PREFETCH_LINES * FARM_CL);
+	do
+		__builtin_prefetch(l, 0, 3);
+	while ((l += FARM_CL) < end);
+	return true;
+}
+
+/* The general path of a post: queue @wr (checked) in @op, the slot at
+ * ep->tail; 0 or the code the post fails with. */
+static int post_general(struct shm_ep *ep, struct shm_op *op, farm_wr *wr,
+                        uint64_t ready)
+{
+	int rc = farm_wr_check(wr);
+	if (rc)
+		return rc;
+	if (ep->tail - ep->head >= ep->depth)
+		return -EAGAIN;
+	op->fast = 0;
+	op->wr_id = wr->wr_id;
+	op->opcode = wr->opcode;
+	op->flags = wr->flags;
+	op->len = wr->len;
+	op->local = wr->local;
+	op->compare = wr->compare;
+	op->swap = wr->swap;
+	op->ready_ns = ready;
+	op->executed = 0;
+	op->rptr = NULL;
+	if (wr->flags & FARM_WR_INLINE) {
+		if (!ep->inline_buf) {
+			ep->inline_buf =
+			        malloc((size_t)ep->depth * FARM_INLINE_MAX);
+			if (!ep->inline_buf)
+				return -ENOMEM;
+		}
+		uint8_t *ib = ep->inline_buf +
+		              (size_t)(ep->tail & ep->mask) * FARM_INLINE_MAX;
+		memcpy(ib, wr->local, wr->len);
+		op->local = ib;
+	}
+	op->status = ep->state == EP_OK ? resolve(ep, op, wr) : 0;
+	return 0;
+}
+
+/* Prefetch the lines of the general path's READs from ring position
+ * @first on (post_read() prefetched its own) in one tight loop, so their
+ * TLB misses and cache misses overlap. */
+static void prefetch_general(const struct shm_ep *ep, uint32_t first)
+{
+	for (uint32_t t = first; t != ep->tail; t++) {
+		const struct shm_op *op = &ep->ops[t & ep->mask];
+		if (op->fast || op->opcode != FARM_WR_READ || op->status != 0)
+			continue;
+		const uint8_t *l =
+		        (const uint8_t *)((uintptr_t)op->rptr & ~(uintptr_t)63);
+		for (unsigned i = 0;
+		     i < SHM_PREFETCH_LINES && l < op->rptr + op->len;
+		     i++, l += FARM_CL)
+			__builtin_prefetch(l, 0, 3);
+	}
+}
+
 int farm_shm_ep_post(farm_ep *e, farm_wr *list, farm_wr **bad)
 {
 	struct shm_ep *ep = (struct shm_ep *)e;
@@ -502,62 +637,34 @@ int farm_shm_ep_post(farm_ep *e, farm_wr *list, farm_wr **bad)
 	                                      memory_order_relaxed) +
 	                 atomic_load_explicit(&ep->peer->faults.delay_ns,
 	                                      memory_order_relaxed);
-	uint64_t now = delay ? farm_now_ns() : 0;
+	uint64_t ready = delay ? farm_now_ns() + delay : 0;
 	farm_wr *wr = list;
-	uint32_t first = ep->tail;
+	uint32_t first = UINT32_MAX; /* the general path's first READ */
+	struct post_view v = {.ready = ready};
+	post_view_load(ep, &v);
+	struct shm_op *ops = ep->ops;
+	uint32_t tail = ep->tail, full = ep->head + ep->depth, mask = ep->mask;
 	for (; wr; wr = wr->next) {
-		rc = farm_wr_check(wr);
+		struct shm_op *op = &ops[tail & mask];
+		if (FARM_LIKELY(tail != full && post_read(&v, op, wr))) {
+			tail++;
+			continue;
+		}
+		ep->tail = tail;
+		rc = post_general(ep, op, wr, ready);
 		if (rc)
 			break;
-		if (ep->tail - ep->head >= ep->depth) {
-			rc = -EAGAIN;
-			break;
-		}
-		struct shm_op *op = &ep->ops[ep->tail & ep->mask];
-		op->wr_id = wr->wr_id;
-		op->opcode = wr->opcode;
-		op->flags = wr->flags;
-		op->len = wr->len;
-		op->local = wr->local;
-		op->compare = wr->compare;
-		op->swap = wr->swap;
-		op->ready_ns = delay ? now + delay : 0;
-		op->executed = 0;
-		op->rptr = NULL;
-		if (wr->flags & FARM_WR_INLINE) {
-			if (!ep->inline_buf) {
-				ep->inline_buf = malloc((size_t)ep->depth *
-				                        FARM_INLINE_MAX);
-				if (!ep->inline_buf) {
-					rc = -ENOMEM;
-					break;
-				}
-			}
-			uint8_t *ib =
-			        ep->inline_buf +
-			        (size_t)(ep->tail & ep->mask) * FARM_INLINE_MAX;
-			memcpy(ib, wr->local, wr->len);
-			op->local = ib;
-		}
-		op->status = ep->state == EP_OK ? resolve(ep, op, wr) : 0;
 		if (op->opcode != FARM_WR_READ || op->status != 0)
 			last_write = ep->tail;
-		ep->tail++;
+		else if (first == UINT32_MAX)
+			first = ep->tail;
+		tail = ++ep->tail;
+		/* resolve() may have cached another registration. */
+		post_view_load(ep, &v);
 	}
-	/* Prefetch the new READs' lines in one tight loop, so their TLB
-	 * misses and cache misses overlap (spread between requests' checks
-	 * they each stall the core on a page walk). */
-	for (uint32_t t = first; t != ep->tail; t++) {
-		const struct shm_op *op = &ep->ops[t & ep->mask];
-		if (op->opcode != FARM_WR_READ || op->status != 0)
-			continue;
-		const uint8_t *l =
-		        (const uint8_t *)((uintptr_t)op->rptr & ~(uintptr_t)63);
-		for (unsigned i = 0;
-		     i < SHM_PREFETCH_LINES && l < op->rptr + op->len;
-		     i++, l += FARM_CL)
-			__builtin_prefetch(l, 0, 3);
-	}
+	ep->tail = tail;
+	if (first != UINT32_MAX)
+		prefetch_general(ep, first);
 	/* Doorbell: run everything up to the last WRITE/CAS now, in order.
 	 * READs after it stay queued (prefetched) until the poll. */
 	if (last_write != UINT32_MAX && !paused(ep)) {
@@ -614,6 +721,40 @@ static farm_wc op_wc(const struct shm_ep *ep, const struct shm_op *op)
 	return w;
 }
 
+/*
+ * The harvest's fast path: retire the READs at the head that post_read()
+ * took (copying those not executed yet), up to @n completions; stops at
+ * the first other request. Only for a healthy endpoint (run_status() 0,
+ * state EP_OK, line atomicity on): then nothing can fail these READs, and
+ * fail_if_gone() and the general path's checks have nothing to do.
+ */
+static inline int harvest_reads(struct shm_ep *ep, int n, farm_wc *wc)
+{
+	int got = 0;
+	uint32_t head = ep->head, tail = ep->tail, exec = ep->exec;
+	const struct shm_op *ops = ep->ops;
+	uint32_t mask = ep->mask, peer = ep->base.peer;
+	while (head != tail && got < n) {
+		const struct shm_op *op = &ops[head & mask];
+		/* status: a doorbell may have executed (and failed) it. */
+		if (!op->fast || op->status)
+			break;
+		if (head == exec) { /* executed in order: not yet */
+			read_whole_lines(op->local, op->rptr, op->len);
+			exec++;
+		}
+		if (op->flags & FARM_WR_SIGNALED)
+			wc[got++] = (farm_wc){.wr_id = op->wr_id,
+			                      .opcode = FARM_WR_READ,
+			                      .peer = peer,
+			                      .len = op->len};
+		head++;
+	}
+	ep->head = head;
+	ep->exec = exec;
+	return got;
+}
+
 /* Harvest completions from one endpoint; returns how many were written. */
 static int ep_harvest(struct shm_ep *ep, int n, farm_wc *wc, uint64_t *now)
 {
@@ -628,6 +769,8 @@ static int ep_harvest(struct shm_ep *ep, int n, farm_wc *wc, uint64_t *now)
 	bool alive = st != FARM_EPEERDEAD;
 	bool fast = st == 0 && atomic_load_explicit(&knob_line_atomic,
 	                                            memory_order_relaxed);
+	if (FARM_LIKELY(fast && ep->state == EP_OK))
+		got = harvest_reads(ep, n, wc);
 	while (ep->head != ep->tail && got < n) {
 		struct shm_op *op = &ep->ops[ep->head & ep->mask];
 		if (!op->executed)
