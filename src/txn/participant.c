@@ -483,11 +483,11 @@ static void truncate_to(struct txloop *tl, struct reader *rd, uint8_t *ring,
 	farm_txm *m = tl->m;
 	bool moved = false;
 	while (rd->applied < upto && rd->applied < rd->head) {
-		uint8_t *rec = ring + rd->applied % m->R;
+		uint8_t *rec = ring + log_pos(m, rd->applied);
 		struct rec_hdr h;
 		memcpy(&h, rec, sizeof(h));
 		if (h.len == 0 || h.len % 64 ||
-		    h.len > m->R - rd->applied % m->R) {
+		    h.len > m->R - log_pos(m, rd->applied)) {
 			/* Cannot happen unless the log was overwritten. */
 			farm_err("txn: log corrupt at %" PRIu64
 			         " (length %" PRIu32 ", head %" PRIu64
@@ -536,7 +536,7 @@ static int poll_log(struct txloop *tl, uint32_t coord)
 	struct reader *rd = &tl->r[coord];
 	int got = 0;
 	while (!rd->broken && !rd->fenced) {
-		uint64_t off = rd->head % m->R;
+		uint64_t off = log_pos(m, rd->head);
 		uint8_t *rec = ring + off;
 		/* The coordinator's WRITE of the record (log.c) lands its
 		 * first word whole and its trailer after every other byte;
@@ -642,7 +642,7 @@ bool farm_txn_pending(farm_loop *loop, void *ctx)
 			continue;
 		uint64_t li = log_index(m, c, tl->t);
 		const uint8_t *ring = m->logbase + log_ring_off(m, li);
-		uint64_t off = tl->r[c].head % m->R;
+		uint64_t off = log_pos(m, tl->r[c].head);
 		/* Acquire: pairs, as the record reads below, with the
 		 * coordinator's WRITE of the record (log.c). */
 		if (atomic_load_explicit(
