@@ -23,6 +23,8 @@ static int parse_mix(const char *s)
 		}
 		if (c >= 'A' && c <= 'F')
 			g_opt.mix[W_YA + (c - 'A')] = true;
+		else if (c == 'M') /* the default set's mget24 alone */
+			g_opt.mix[W_MGET] = true;
 		else if (c != ',')
 			return -EINVAL;
 	}
@@ -30,6 +32,7 @@ static int parse_mix(const char *s)
 		g_opt.mix[w] = w != W_YE || scan;
 	for (int w = W_YA; w <= W_YF; w++)
 		g_opt.any_mix |= g_opt.mix[w];
+	g_opt.any_mix |= g_opt.mix[W_MGET];
 	return g_opt.any_mix ? 0 : -EINVAL;
 }
 

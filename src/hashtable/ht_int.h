@@ -67,6 +67,7 @@ struct pending {
 	uint8_t op; /* 1 put, 2 del */
 	uint32_t klen, vlen;
 	int status;
+	uint64_t hash; /* the key's, taken once on arrival */
 	uint8_t buf[]; /* key, then value */
 };
 
@@ -345,11 +346,13 @@ void farm_ht_writes_detach(struct htloop *l);
  * allocation or commit will come back to @l). */
 bool farm_ht_writes_out(const struct htloop *l);
 
-/* ht_write.c: apply one operation in the batch's transaction; 0, an
- * error, or NEED_IND / NEED_BLK (nothing changed). */
+/* ht_write.c: apply one operation in the batch's transaction (@hash:
+ * farm_ht_hash of the key); 0, an error, or NEED_IND / NEED_BLK (nothing
+ * changed). */
 int farm_ht_apply_put(struct wctx *w, const uint8_t *key, uint32_t klen,
-                      const uint8_t *val, uint32_t vlen);
-int farm_ht_apply_del(struct wctx *w, const uint8_t *key, uint32_t klen);
+                      uint64_t hash, const uint8_t *val, uint32_t vlen);
+int farm_ht_apply_del(struct wctx *w, const uint8_t *key, uint32_t klen,
+                      uint64_t hash);
 /* The transaction's writable copy / read-only view of bucket @b. */
 int farm_ht_wbucket(struct wctx *w, uint32_t b, uint8_t **out);
 int farm_ht_rbucket(struct wctx *w, uint32_t b, const uint8_t **out);

@@ -322,8 +322,10 @@ static void batch_apply(struct htloop *l, unsigned shard)
 			continue;
 		int rc = p->op == 1
 		                 ? farm_ht_apply_put(&w, p->buf, p->klen,
-		                                     p->buf + p->klen, p->vlen)
-		                 : farm_ht_apply_del(&w, p->buf, p->klen);
+		                                     p->hash, p->buf + p->klen,
+		                                     p->vlen)
+		                 : farm_ht_apply_del(&w, p->buf, p->klen,
+		                                     p->hash);
 		if (rc == NEED_IND || rc == NEED_BLK) {
 			struct bctx *c = malloc(sizeof(*c));
 			uint32_t size = rc == NEED_IND ? 8 + p->klen + p->vlen
@@ -444,6 +446,33 @@ static int op_check(farm_ht *h, const struct htloop *l, const farm_msg_in *in,
 	return 0;
 }
 
+/*
+ * A write's bucket pair on its way to the cache when the write arrives
+ * (G-Opt's prefetch stage, for writes): the write is applied when its
+ * batch starts, which for all but the first of a batch is after the
+ * transaction before it commits (its COMMIT-BACKUP's round trip), so its
+ * pair's misses overlap that wait and the other arrivals instead of
+ * stalling the apply's first read of the pair (the apply's bucket copy
+ * was the owner's largest cost in YCSB-A's profile: docs/benchmarks.md).
+ * The home's chain is not prefetched: most keys are in the pair. A hint
+ * only: an address the loop's cache does not resolve to this machine's
+ * memory is skipped, and the apply reads through the transaction as
+ * before.
+ */
+static void op_prefetch(struct htloop *l, unsigned shard, uint64_t hash)
+{
+	farm_ht *h = l->h;
+	const struct farm_ht_shard *sd = &h->shards[shard];
+	uint32_t bb = 64u * h->bucket_lines;
+	farm_gaddr a = sd->base + (uint64_t)home_of(hash, sd->nbuckets) * bb;
+	uint8_t *p;
+	farm_mr_desc d;
+	if (farm_as_resolve_cached(h->as, &l->rc, a, 2ull * bb, &p, &d) || !p)
+		return;
+	for (uint32_t o = 0; o < 2 * bb; o += 64)
+		__builtin_prefetch(p + o, 0, 3);
+}
+
 void farm_ht_h_op(farm_loop *loop, const farm_msg_in *in, void *arg)
 {
 	farm_ht *h = arg;
@@ -481,6 +510,8 @@ void farm_ht_h_op(farm_loop *loop, const farm_msg_in *in, void *arg)
 	        .tok = in->token, .op = q.op, .klen = q.klen, .vlen = q.vlen};
 	memcpy(p->buf, (const uint8_t *)in->payload + sizeof(q),
 	       q.klen + q.vlen);
+	p->hash = farm_ht_hash(p->buf, q.klen);
+	op_prefetch(l, q.shard, p->hash);
 	struct shardq *sq = &l->q[q.shard];
 	if (sq->tail)
 		sq->tail->next = p;

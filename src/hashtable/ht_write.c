@@ -440,11 +440,10 @@ static int evict(struct wctx *w, uint32_t home, unsigned own, uint32_t *ob,
 }
 
 int farm_ht_apply_put(struct wctx *w, const uint8_t *key, uint32_t klen,
-                      const uint8_t *val, uint32_t vlen)
+                      uint64_t hash, const uint8_t *val, uint32_t vlen)
 {
 	farm_ht *h = w->h;
 	struct shardq *q = w->q;
-	uint64_t hash = farm_ht_hash(key, klen);
 	uint32_t home = home_of(hash, w->sd->nbuckets);
 	if (needs_object(h, klen, vlen) && !q->ind_ready)
 		return NEED_IND;
@@ -593,10 +592,10 @@ static int pull_back(struct wctx *w, uint32_t x, unsigned xs)
 	return farm_ht_bump_pairs(w, bp);
 }
 
-int farm_ht_apply_del(struct wctx *w, const uint8_t *key, uint32_t klen)
+int farm_ht_apply_del(struct wctx *w, const uint8_t *key, uint32_t klen,
+                      uint64_t hash)
 {
 	farm_ht *h = w->h;
-	uint64_t hash = farm_ht_hash(key, klen);
 	uint32_t home = home_of(hash, w->sd->nbuckets);
 	struct loc lc;
 	int rc = find_key(w, home, key, klen, hash, &lc);

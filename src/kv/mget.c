@@ -106,6 +106,29 @@ static void mg_full_done(farm_loop *loop, void *ctx, int status,
 	mg_advance(m);
 }
 
+/* Start the first reads waiting while the loop takes more lookups; true
+ * when it stopped on -EAGAIN. */
+static bool mg_pump_first(struct mg *m)
+{
+	farm_ht *ht = m->kv->ht;
+	while (m->firstpos < m->nfirst) {
+		uint32_t i = m->firstq[m->firstpos];
+		struct mg_key *k = &m->k[i];
+		int rc = farm_ht_get_first(ht, m->loop, k->key, k->klen,
+		                           mg_first_done, k);
+		if (rc == -EAGAIN)
+			return true;
+		m->firstpos++;
+		if (rc) {
+			m->first_left--;
+			mg_finish_key(m, i, rc, NULL, 0);
+		} else {
+			m->inflight++;
+		}
+	}
+	return false;
+}
+
 /* Start what the queues hold while the loop takes more lookups; true when
  * it stopped on -EAGAIN. */
 static bool mg_pump(struct mg *m)
@@ -127,22 +150,7 @@ static bool mg_pump(struct mg *m)
 			mg_finish_key(m, i, rc, NULL, 0);
 		}
 	}
-	while (m->firstpos < m->nfirst) {
-		uint32_t i = m->firstq[m->firstpos];
-		struct mg_key *k = &m->k[i];
-		int rc = farm_ht_get_first(ht, m->loop, k->key, k->klen,
-		                           mg_first_done, k);
-		if (rc == -EAGAIN)
-			return true;
-		m->firstpos++;
-		if (rc) {
-			m->first_left--;
-			mg_finish_key(m, i, rc, NULL, 0);
-		} else {
-			m->inflight++;
-		}
-	}
-	return false;
+	return mg_pump_first(m);
 }
 
 /* Key @i gets a whole lookup of its own. */
@@ -499,8 +507,18 @@ int farm_kv_mget(farm_kv *kv, farm_loop *loop, unsigned n,
 	m->left = n;
 	m->in_call = true;
 	unsigned local = mg_classify(m, keys, klens);
-	mg_local(m);
 	m->first_left = m->nfirst;
+	/* The other shards' first reads go out before our own shard's keys
+	 * are looked up (G-Opt's order: every pair's read issued, then
+	 * completed): a local pair's read is a prefetch now and a copy on a
+	 * later pass, a READ on shm prefetches the owner's lines when
+	 * posted, so their misses overlap the local batch's work instead
+	 * of starting after it. Their answers come on a later pass (and
+	 * mg_advance, called back meanwhile, waits for busy to clear). */
+	m->busy = true;
+	(void)mg_pump_first(m);
+	mg_local(m);
+	m->busy = false;
 	farm_stat_add(&kv->st[S_CALLS], 1);
 	farm_stat_add(&kv->st[S_KEYS], n);
 	farm_stat_add(&kv->st[S_LOCAL], local);

@@ -211,7 +211,7 @@ int farm_txn_log_append(struct txloop *tl, uint32_t mach, void *buf, size_t len,
 {
 	farm_txm *m = tl->m;
 	struct writer *w = &tl->w[mach];
-	uint64_t off = w->tail % m->R;
+	uint64_t off = log_pos(m, w->tail);
 	if (!farm_txn_writer_open(m, w, mach)) {
 		farm_txn_refresh_freed(tl, mach);
 		arena_put(&tl->ar, buf, len);
@@ -732,11 +732,11 @@ int farm_txm_testing_records(farm_txm *m,
 			 * poller recognizes them (trailer = position + 1). */
 			uint64_t pos = tl->r[c].applied;
 			for (uint64_t seen = 0; seen < m->R;) {
-				const uint8_t *rec = ring + pos % m->R;
+				const uint8_t *rec = ring + log_pos(m, pos);
 				struct rec_hdr h;
 				memcpy(&h, rec, sizeof(h));
 				if (h.len == 0 || h.len % 64 ||
-				    h.len > m->R - pos % m->R)
+				    h.len > m->R - log_pos(m, pos))
 					break;
 				uint64_t tr;
 				memcpy(&tr,

@@ -399,7 +399,7 @@ static bool log_decision(struct txloop *tl, uint32_t coord, uint64_t txid,
 		return false;
 	uint8_t *ring =
 	        m->logbase + log_ring_off(m, log_index(m, coord, tl->t));
-	uint8_t *dst = ring + rd->head % m->R;
+	uint8_t *dst = ring + log_pos(m, rd->head);
 	uint8_t buf[64] = {0};
 	struct rec_hdr d = {.len = 64,
 	                    .type = commit ? REC_COMMIT_PRIMARY : REC_ABORT,
@@ -542,11 +542,11 @@ static void h_done(farm_loop *loop, const farm_msg_in *in, void *arg)
 	uint8_t *ring = m->logbase + log_ring_off(m, li);
 	while (rd->applied < rd->head) {
 		struct rec_hdr h;
-		memcpy(&h, ring + rd->applied % m->R, sizeof(h));
+		memcpy(&h, ring + log_pos(m, rd->applied), sizeof(h));
 		if (h.len == 0 || h.len % 64 ||
-		    h.len > m->R - rd->applied % m->R)
+		    h.len > m->R - log_pos(m, rd->applied))
 			break;
-		rec_zero(ring + rd->applied % m->R, h.type, h.len);
+		rec_zero(ring + log_pos(m, rd->applied), h.type, h.len);
 		rd->applied += h.len;
 	}
 	rd->rec_done = true;

@@ -44,7 +44,7 @@ static inline const uint8_t *rec_at(struct txloop *tl, uint32_t coord,
 	farm_txm *m = tl->m;
 	const uint8_t *ring =
 	        m->logbase + log_ring_off(m, log_index(m, coord, tl->t));
-	const uint8_t *rec = ring + pos % m->R;
+	const uint8_t *rec = ring + log_pos(m, pos);
 	memcpy(h, rec, sizeof(*h));
 	if (h->len == 0 || h->len % 64) {
 		h->len = (uint32_t)(tl->r[coord].head - pos); /* stop */

@@ -207,6 +207,16 @@ static inline uint64_t log_ring_off(const farm_txm *m, uint64_t i)
 	return m->hdr_area + i * m->R;
 }
 
+/* Where log position @pos falls in its ring. The ring's size is a power
+ * of two (farm_txm_create refuses any other), so a mask: a division by
+ * it, in every log's poll on every pass of the loop, was 40% of the
+ * poller's own time in a read-only profile (docs/benchmarks.md,
+ * kv_bench). */
+static inline uint64_t log_pos(const farm_txm *m, uint64_t pos)
+{
+	return pos & (m->R - 1);
+}
+
 /* May this loop write its log on @mach (writer @w)? A machine that holds
  * a reused id (a new incarnation) writes only once the log there is open
  * to it: emptied of the id's old holder's records (txm.c,
