@@ -383,7 +383,6 @@ bool farm_txn_decide_primary(struct txloop *tl, uint64_t txid, bool commit)
 	return settle_lock(tl, txid, commit);
 }
 
-/* Apply a COMMIT-BACKUP record to our backup copies (at truncation). */
 /* How many of a record's objects backup_apply resolves and prefetches
  * before applying them. */
 #define APPLY_GROUP 16u
