@@ -323,5 +323,11 @@ bool farm_ring_same(const farm_ring *a, const farm_ring *b)
 	for (unsigned j = 0; j < a->k; j++)
 		if (!rings_same(a, b, j))
 			return false;
+	if (a->npins != b->npins)
+		return false;
+	for (unsigned q = 0; q < a->npins; q++)
+		if (a->pins[q].region != b->pins[q].region ||
+		    a->pins[q].machine != b->pins[q].machine)
+			return false;
 	return true;
 }

@@ -424,6 +424,30 @@ static bool zk_incarnation(struct farm_membership *m, uint32_t id,
 	return true;
 }
 
+/* Chosen placement (balance.c): z->next's pins from z->cur's, balanced
+ * with the regions this machine was told of. Without a list (a manager
+ * that hosts no store) the pins only lose the departed machines'. A
+ * failure keeps the carried pins: placement stays valid, only less even. */
+static void zk_pins(struct farm_membership *m)
+{
+	struct farm_zk *z = m->zk;
+	struct farm_view *x = &z->next;
+	x->npins = z->cur.npins <= FARM_VIEW_MAX_PINS ? z->cur.npins : 0;
+	memcpy(x->pins, z->cur.pins, x->npins * sizeof(x->pins[0]));
+	pthread_mutex_lock(&m->lock);
+	unsigned n = m->nbalanced;
+	uint32_t *rg = n ? malloc(n * sizeof(*rg)) : NULL;
+	if (rg)
+		memcpy(rg, m->balanced, n * sizeof(*rg));
+	struct farm_ring_attr attr = m->ring_attr;
+	pthread_mutex_unlock(&m->lock);
+	int rc = farm_view_balance(x, &attr, rg, rg ? n : 0);
+	if (rc && rc != -ENOSPC)
+		farm_warn("membership: regions not balanced: %s",
+		          farm_strerror(rc));
+	free(rg);
+}
+
 int farm_zk_build_from(struct farm_membership *m, const uint32_t *ids,
                        unsigned n, const struct zk_read *rd)
 {
@@ -495,6 +519,7 @@ int farm_zk_build_from(struct farm_membership *m, const uint32_t *ids,
 	}
 	zk_late(m);
 	farm_view_next_departed(&z->cur, &z->next);
+	zk_pins(m);
 	return 0;
 }
 
