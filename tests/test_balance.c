@@ -107,8 +107,8 @@ static void test_pins(void **state)
 			if (want == 15 && !listed)
 				assert_int_equal(farm_ring_extra(g, r), 15);
 			if (want == 15)
-				assert_int_equal(
-				        farm_ring_target_primary(g, r), 15);
+				assert_int_equal(farm_ring_target_primary(g, r),
+				                 15);
 			continue;
 		}
 		/* The machine, then the ring's list without it. */
@@ -198,8 +198,7 @@ static bool taken(void *ctx, uint32_t id)
 
 /* Primaries of @rg[0..n) under @g, per member of @ids (n_ids). */
 static void count_primaries(const farm_ring *g, const uint32_t *rg, unsigned n,
-                            const uint32_t *ids, unsigned nids,
-                            unsigned *count)
+                            const uint32_t *ids, unsigned nids, unsigned *count)
 {
 	memset(count, 0, nids * sizeof(*count));
 	for (unsigned i = 0; i < n; i++) {
@@ -224,10 +223,10 @@ static void test_grow_3_to_6(void **state)
 	uint64_t seed = 12345;
 	for (unsigned m = 0; m < NM0; m++)
 		for (unsigned j = 0; j < PER; j++)
-			assert_int_equal(farm_ring_pick_region(
-			                         g, m, &seed, taken, rg, 0,
-			                         &rg[m * PER + j]),
-			                 0);
+			assert_int_equal(
+			        farm_ring_pick_region(g, m, &seed, taken, rg, 0,
+			                              &rg[m * PER + j]),
+			        0);
 	farm_ring_free(g);
 	unsigned worst_off = 0;
 	for (unsigned s = 0; s < NGR; s++) {
@@ -277,7 +276,8 @@ static void test_grow_3_to_6(void **state)
 			lo = FARM_MIN(lo, count[m]);
 			hi = FARM_MAX(hi, count[m]);
 		}
-		printf("balance: %u machines: primaries %u to %u (even %.1f)%s\n",
+		printf("balance: %u machines: primaries %u to %u (even "
+		       "%.1f)%s\n",
 		       n + 1, lo, hi, (double)(NM0 * PER) / (n + 1),
 		       broken ? " (rings alone)" : "");
 		if (!broken)
@@ -286,11 +286,12 @@ static void test_grow_3_to_6(void **state)
 			/* Within 20% of even, as test_kv_grow checks. */
 			double even = (double)(NM0 * PER) / (n + 1);
 			for (unsigned m = 0; m <= n; m++) {
-				double off = (count[m] > even ? count[m] - even
-				                              : even - count[m]) /
-				             even;
-				worst_off = FARM_MAX(worst_off,
-				                     (unsigned)(off * 100 + 0.5));
+				double off =
+				        (count[m] > even ? count[m] - even
+				                         : even - count[m]) /
+				        even;
+				worst_off = FARM_MAX(
+				        worst_off, (unsigned)(off * 100 + 0.5));
 			}
 		}
 		farm_ring_free(during);
@@ -342,7 +343,7 @@ static void test_thousand_ids(void **state)
 	uint32_t ids[NMEM + 1];
 	for (unsigned i = 0; i < NMEM; i++)
 		ids[i] = 3 + i * 5; /* 3 .. 998 */
-	ids[NMEM] = 1023;       /* the grower */
+	ids[NMEM] = 1023;           /* the grower */
 	uint32_t *rg = malloc(NRG * sizeof(*rg)), *rev = malloc(NRG * 4);
 	assert_non_null(rg);
 	assert_non_null(rev);

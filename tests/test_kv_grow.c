@@ -49,8 +49,8 @@
 #define NGROW 3u /* machines that join late and grow: 3 -> 6 */
 #define NALLM (NM + NGROW)
 /* Shards per original machine: 48 in all, 8 per machine once grown. */
-#define KV_SHARDS  16u
-#define NSHARDS    (NM * KV_SHARDS)
+#define KV_SHARDS 16u
+#define NSHARDS   (NM * KV_SHARDS)
 /* Within 20% of even (8 of 48 over 6): 7 to 9 shards. */
 #define SPREAD_MIN ((4u * NSHARDS + 5u * NALLM - 1) / (5u * NALLM))
 #define SPREAD_MAX (6u * NSHARDS / (5u * NALLM))

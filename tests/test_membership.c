@@ -351,8 +351,8 @@ static void test_view_text(void **state)
 	/* Pins (chosen placement): version 4, by region, kept exactly. */
 	v[0].npins = 2;
 	v[0].pins[0] = (struct farm_ring_pin){.region = 7, .machine = 3};
-	v[0].pins[1] = (struct farm_ring_pin){.region = 4000000000u,
-	                                      .machine = 9};
+	v[0].pins[1] =
+	        (struct farm_ring_pin){.region = 4000000000u, .machine = 9};
 	n = farm_view_format(&v[0], buf, sizeof(buf));
 	assert_true(n > 0 && !strncmp(buf, "libfarm-config 4\n", 17) &&
 	            strstr(buf, "\npin 7 3\npin 4000000000 9\n"));

@@ -521,7 +521,7 @@ unsigned farm_ring_successors(const farm_ring *ring, uint32_t region,
 	unsigned i, n = 0;
 	const struct ring_pin *p = pin_of(ring, region);
 	const struct one_ring *R = p ? NULL : arc_of(ring, region, &i);
-	const uint32_t *sc = p                ? (ring->nleaving ? p->succ : NULL)
+	const uint32_t *sc = p         ? (ring->nleaving ? p->succ : NULL)
 	                     : R->succ ? &R->succ[(size_t)i * ring->nrep]
 	                               : NULL;
 	while (sc && n < ring->nrep && sc[n] != FARM_RING_NO_EXTRA) {

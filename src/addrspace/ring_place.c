@@ -266,8 +266,8 @@ static void place_arc_pinned(const farm_ring *g, const struct one_ring *R,
 	if (g->grower != UINT32_MAX && got < FARM_RING_MAX_REPLICAS &&
 	    !farm_ring_in_set(chosen, got, g->grower)) {
 		uint32_t target[FARM_RING_MAX_REPLICAS];
-		unsigned nt = place_pinned_as(g, R, i, g->grower, false, pin,
-		                              target);
+		unsigned nt =
+		        place_pinned_as(g, R, i, g->grower, false, pin, target);
 		if (farm_ring_in_set(target, nt, g->grower))
 			*extra = g->all[g->grower].id;
 	}

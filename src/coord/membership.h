@@ -101,9 +101,9 @@
 #include "addrspace/ring.h"
 #include "util/config.h"
 
-#define FARM_VIEW_MAX     (FARM_CONFIG_MAX_PEERS + 1)
-#define FARM_ENDPOINT_MAX FARM_CONFIG_STR    /* with its NUL */
-#define FARM_DOMAIN_MAX   FARM_CONFIG_DOMAIN /* with its NUL */
+#define FARM_VIEW_MAX      (FARM_CONFIG_MAX_PEERS + 1)
+#define FARM_ENDPOINT_MAX  FARM_CONFIG_STR    /* with its NUL */
+#define FARM_DOMAIN_MAX    FARM_CONFIG_DOMAIN /* with its NUL */
 #define FARM_VIEW_MAX_PINS FARM_RING_MAX_PINS
 
 struct farm_member {

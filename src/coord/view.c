@@ -722,7 +722,8 @@ static int vl_member(struct view_parse *s, const char *p, const char *nl)
 	const char *e;
 	if (v->nremoved || s->have_domain || s->have_shadow || s->have_inc ||
 	    v->formed || v->nlate || v->ngone || v->nlost || v->restart ||
-	    v->nleaving || v->nleft || v->npins || n < 7 || memcmp(p, "member ", 7) ||
+	    v->nleaving || v->nleft || v->npins || n < 7 ||
+	    memcmp(p, "member ", 7) ||
 	    parse_dec(p + 7, nl, UINT32_MAX, &x, &e) || e == nl || *e != ' ')
 		return -1;
 	if (v->n == FARM_VIEW_MAX || (v->n && v->members[v->n - 1].id >= x))

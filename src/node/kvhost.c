@@ -85,9 +85,9 @@ static void host_balance(void *host, const uint32_t *regions, unsigned n)
 	struct farm_ring_attr attr = {.replicas = node->cfg.replicas,
 	                              .rings = node->cfg.rings,
 	                              .points = node->cfg.ring_points};
-	int rc = node->mem ? farm_membership_balance(node->mem, &attr,
-	                                             regions, n)
-	                   : 0;
+	int rc = node->mem
+	                 ? farm_membership_balance(node->mem, &attr, regions, n)
+	                 : 0;
 	if (rc)
 		farm_warn("kv: shard regions not balanced: %s",
 		          farm_strerror(rc));
