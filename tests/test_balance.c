@@ -5,7 +5,7 @@
  *     ring's list after it; it is ignored for a departed or late machine,
  *     and a pin to the grower makes it the region's extra backup;
  *   - a departure still only removes and appends, and the allocator
- *     never picks a pinned id;
+ *     never picks a pinned id; with failure domains pins are ignored;
  *   - growing 3 machines of 16 balanced regions each to 6, one grower at
  *     a time: after each growth every machine is the primary of within
  *     one region of even (so within 20% at 6), every region that changes
@@ -138,6 +138,26 @@ static void test_pins(void **state)
 		        farm_ring_pick_region(g, 11, &seed, NULL, NULL, 0, &id),
 		        0);
 		assert_int_equal(farm_ring_pinned(g, id), FARM_RING_NO_EXTRA);
+	}
+	farm_ring_free(plain);
+	farm_ring_free(g);
+	/* With failure domains a pin is ignored (ring.h): the walk keeps
+	 * departed machines, so a pinned list could not lose its machine
+	 * by only removing and appending. */
+	for (unsigned i = 0; i < 7; i++)
+		ms[i] = (struct farm_ring_machine){.id = 10 + i,
+		                                   .domain = 1 + i % 3};
+	assert_int_equal(farm_ring_build_domains(ms, 7, NULL, &plain), 0);
+	assert_int_equal(farm_ring_build_domains(ms, 7, NULL, &g), 0);
+	assert_true(farm_ring_has_domains(g));
+	for (unsigned t = 0; t < 200; t++) {
+		uint32_t r = (uint32_t)farm_rand64(&seed) | 1u;
+		struct farm_ring_pin p = {r, 10 + t % 7};
+		assert_int_equal(farm_ring_set_pins(g, &p, 1), 0);
+		uint32_t a[FARM_RING_MAX_REPLICAS], b[FARM_RING_MAX_REPLICAS];
+		unsigned n = farm_ring_holders(plain, r, a);
+		assert_int_equal(farm_ring_holders(g, r, b), n);
+		assert_memory_equal(a, b, n * sizeof(a[0]));
 	}
 	farm_ring_free(plain);
 	farm_ring_free(g);

@@ -22,7 +22,11 @@
  *     hang detector on a loaded 2-core host, not a speed figure);
  *   - every key is readable on every machine and holds a value at least
  *     its last acknowledged put and at most its last attempted one (no
- *     acknowledged write lost).
+ *     acknowledged write lost);
+ *   - then the last grower, primary of the shard regions the manager
+ *     pinned to it, is killed: the survivors serve every shard again (its
+ *     regions fall back to the rings' lists, their first surviving backup
+ *     promoted) and every key still reads as above.
  * --broken (FARM_FP_BALANCE_OFF: the manager places nothing, the rings
  * alone spread the shards) must see a machine off the 20% bound (the
  * rings alone keep every machine within it in about 3% of draws).
@@ -34,6 +38,7 @@
 #include "brokenarg.h"
 
 #include <inttypes.h>
+#include <signal.h>
 
 #include "addrspace/addrspace.h"
 #include "coord/membership.h"
@@ -472,12 +477,12 @@ static void report_machine(unsigned m, const struct state_report *s,
 	                 !rr->gets_ok;
 }
 
-/* Stop the workload everywhere, then read every key on every machine. */
-static void stop_and_check(const struct state_report *s, struct verdict *v)
+/* Stop the workload everywhere (the reports into @rr, NALLM of them),
+ * then read every key on every machine. */
+static void stop_and_check(const struct state_report *s, struct verdict *v,
+                           struct run_report *rr)
 {
-	struct run_report *rr = calloc(NALLM, sizeof(*rr));
 	struct fin_report *f = calloc(1, sizeof(*f));
-	assert_non_null(rr);
 	assert_non_null(f);
 	for (unsigned m = 0; m < NALLM; m++) {
 		unsigned i;
@@ -503,8 +508,53 @@ static void stop_and_check(const struct state_report *s, struct verdict *v)
 	for (unsigned m = 0; m < NALLM; m++)
 		v->spread_bad += 5u * NALLM * s[m].primaries < 4u * total ||
 		                 5u * NALLM * s[m].primaries > 6u * total;
-	free(rr);
 	free(f);
+}
+
+/* The last grower (primary of the regions pinned to it) fails: once the
+ * survivors share a configuration in which they serve every shard, every
+ * key still reads (machine 0 reads them). Returns the bad reads. */
+static unsigned kill_grown(const struct run_report *rr)
+{
+	unsigned dead = NALLM - 1, slot = NGROW - 1, bad = 0;
+	assert_int_equal(kill(late_cl.pid[slot], SIGKILL), 0);
+	(void)tu_reap(late_cl.pid[slot]);
+	late_cl.pid[slot] = 0;
+	uint64_t t0 = np_now_ns();
+	struct state_report s[NALLM];
+	unsigned shards, lo, hi;
+	for (;;) {
+		bool same = true;
+		shards = 0, lo = UINT32_MAX, hi = 0;
+		for (unsigned m = 0; m < dead; m++) {
+			state_of(m, &s[m]);
+			shards += s[m].shards;
+			lo = FARM_MIN(lo, s[m].shards);
+			hi = FARM_MAX(hi, s[m].shards);
+			same = same && s[m].config == s[0].config;
+		}
+		if (same && shards == NSHARDS)
+			break;
+		if (np_now_ns() - t0 > GROW_MS * 1000000ull)
+			fail_msg("machine %u's shards not taken over: %u "
+			         "shards served",
+			         dead, shards);
+		/* The parent's poll interval, not a synchronization. */
+		pause_ms(200);
+	}
+	struct fin_report *f = calloc(1, sizeof(*f));
+	assert_non_null(f);
+	np_send(&cl, 0, 'F');
+	np_expect(&cl, 0, 'F', 120000);
+	np_recv(&cl, 0, f, sizeof(*f), 1000);
+	check_final(rr, f, 0, &bad);
+	free(f);
+	printf("machine %u killed: its shards served again after %.1f s "
+	       "(configuration %" PRIu64 "), %u to %u per survivor; %u bad "
+	       "reads\n",
+	       dead, (double)(np_now_ns() - t0) / 1e9, s[0].config, lo, hi,
+	       bad);
+	return bad;
 }
 
 static void test_grow_3_to_6(void **state)
@@ -531,21 +581,25 @@ static void test_grow_3_to_6(void **state)
 		(void)join_and_grow(g);
 	settle(s);
 	struct verdict v;
-	stop_and_check(s, &v);
+	struct run_report *rr = calloc(NALLM, sizeof(*rr));
+	assert_non_null(rr);
+	stop_and_check(s, &v, rr);
 	printf("kv_grow: %u shards over %u machines: %u to %u each (even: "
 	       "%u; bound %u..%u); region primaries %u to %u each; longest "
 	       "lookup gap %.1f ms; %u bad reads; %.1f s\n",
 	       NSHARDS, NALLM, v.smin, v.smax, NSHARDS / NALLM, SPREAD_MIN,
 	       SPREAD_MAX, v.pmin, v.pmax, (double)v.gap_max / 1e6, v.bad,
 	       (double)(np_now_ns() - t0) / 1e9);
-	for (unsigned m = 0; m < NALLM; m++) {
+	unsigned bad_after = kill_grown(rr);
+	free(rr);
+	for (unsigned m = 0; m < NALLM - 1; m++) {
 		unsigned i;
 		struct np_cluster *c = cl_of(m, &i);
 		np_send(c, i, 'Q');
 	}
 	int st[NP_MAX] = {0};
 	np_finish(&cl, st);
-	for (unsigned g = 0; g < NGROW; g++) {
+	for (unsigned g = 0; g < NGROW - 1; g++) {
 		st[NM + g] = tu_reap(late_cl.pid[g]);
 		late_cl.pid[g] = 0;
 	}
@@ -556,6 +610,7 @@ static void test_grow_3_to_6(void **state)
 		assert_int_equal(st[m], 0);
 	assert_int_equal(v.fatal, 0);
 	assert_int_equal(v.bad, 0);
+	assert_int_equal(bad_after, 0);
 	if (broken) {
 		if (!v.spread_bad)
 			fail_msg("--broken: the rings alone placed the shards, "

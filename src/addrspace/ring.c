@@ -467,6 +467,11 @@ uint32_t farm_ring_pinned(const farm_ring *ring, uint32_t region)
 	return p ? p->machine : FARM_RING_NO_EXTRA;
 }
 
+bool farm_ring_has_domains(const farm_ring *ring)
+{
+	return !ring->plain;
+}
+
 uint32_t farm_ring_grower(const farm_ring *ring)
 {
 	return ring->grower == UINT32_MAX ? FARM_RING_NO_EXTRA

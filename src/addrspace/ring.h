@@ -224,7 +224,11 @@ unsigned farm_ring_nleaving(const farm_ring *ring);
  * is the region's extra backup until it grows, then its primary, the
  * handoff of any growth). The configuration carries the pins
  * (src/coord: `pin` lines, chosen by the manager, coord/balance.c);
- * without any, placement is the ring's alone.
+ * without any, placement is the ring's alone. Only without failure
+ * domains (no machine names one): with domains a pin is ignored, since
+ * the domain walk keeps departed machines, and the ring's list after a
+ * pinned machine departs could put a backup of its domain behind one it
+ * was ahead of (farm_ring_has_domains).
  * farm_ring_set_pins() - the pins of @ring (replacing any), @n entries
  * of @pins (any order, distinct nonzero regions, at most
  * FARM_RING_MAX_PINS). Every lookup below honors them, and
@@ -245,6 +249,7 @@ int farm_ring_set_pins(farm_ring *ring, const struct farm_ring_pin *pins,
                        unsigned n);
 uint32_t farm_ring_pinned(const farm_ring *ring, uint32_t region);
 uint32_t farm_ring_grower(const farm_ring *ring);
+bool farm_ring_has_domains(const farm_ring *ring);
 uint32_t farm_ring_target_primary(const farm_ring *ring, uint32_t region);
 
 /*

@@ -191,11 +191,15 @@ static uint32_t index_of(const farm_ring *g, uint32_t id)
 }
 
 /* Is a pin to machine index @m honored in this placement (ring.h,
- * farm_ring_set_pins): an ordinary member there? */
+ * farm_ring_set_pins): an ordinary member there, and no failure domains?
+ * With domains, departed machines stay in the walk, so the ring's list
+ * after the pinned machine departs is not the pinned list less it (a
+ * backup of the pinned machine's domain would fall behind one it was
+ * ahead of): pins would break the survivors' order recovery relies on. */
 static bool pin_honored(const farm_ring *g, uint32_t m, uint32_t ordinary,
                         bool drop_leaving)
 {
-	return m != UINT32_MAX && !gone_for(g, m, drop_leaving) &&
+	return g->plain && m != UINT32_MAX && !gone_for(g, m, drop_leaving) &&
 	       !late_for(g, m, ordinary) && !vanished(g, m, drop_leaving);
 }
 

@@ -172,7 +172,9 @@ int farm_view_balance(struct farm_view *x, const struct farm_ring_attr *attr,
 		        &g);
 	if (!rc)
 		rc = farm_ring_set_pins(g, x->pins, x->npins);
-	if (!rc && farm_ring_grower(g) != FARM_RING_NO_EXTRA) {
+	/* With failure domains pins are ignored (ring.h): none made. */
+	if (!rc && farm_ring_grower(g) != FARM_RING_NO_EXTRA &&
+	    !farm_ring_has_domains(g)) {
 		memcpy(rg, regions, n * sizeof(*rg));
 		qsort(rg, n, sizeof(*rg), cmp_u32);
 		unsigned k = 0;
