@@ -76,14 +76,16 @@ int farm_rst_hist_each(const uint8_t *b, size_t len, farm_rst_hist_fn fn,
 		 * machines, 8-byte pins). */
 		if (fn) {
 			const struct hist_conf *c =
-			        (const struct hist_conf *)(const void *)(b + off);
+			        (const struct hist_conf *)(const void *)(b +
+			                                                 off);
 			const uint8_t *m = b + off + sizeof(*c);
 			fn(ctx, c, (const struct hist_machine *)(const void *)m,
 			   (const struct farm_ring_pin
-			            *)(const void *)(m +
-			                             (size_t)c->n *
-			                                     sizeof(struct
-			                                            hist_machine)));
+			            *)(const void
+			                       *)(m +
+			                          (size_t)c->n *
+			                                  sizeof(struct
+			                                         hist_machine)));
 		}
 		off += sz;
 	}
