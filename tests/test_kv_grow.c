@@ -615,8 +615,8 @@ static void test_grow_3_to_6(void **state)
 		if (!v.spread_bad)
 			fail_msg("--broken: the rings alone placed the shards, "
 			         "yet every machine is within 20%% of even");
-		printf("--broken: %u machines off the bound, as the rings "
-		       "alone leave them\n",
+		printf("--broken: %u shard or primary counts off the bound, as "
+		       "the rings alone leave them\n",
 		       v.spread_bad);
 	} else {
 		assert_int_equal(v.spread_bad, 0);
