@@ -348,9 +348,25 @@ static void test_view_text(void **state)
 	assert_false(farm_view_equal(&v[0], &v[1]));
 	v[0].restart = 0;
 
+	/* Pins (chosen placement): version 4, by region, kept exactly. */
+	v[0].npins = 2;
+	v[0].pins[0] = (struct farm_ring_pin){.region = 7, .machine = 3};
+	v[0].pins[1] =
+	        (struct farm_ring_pin){.region = 4000000000u, .machine = 9};
+	n = farm_view_format(&v[0], buf, sizeof(buf));
+	assert_true(n > 0 && !strncmp(buf, "libfarm-config 4\n", 17) &&
+	            strstr(buf, "\npin 7 3\npin 4000000000 9\n"));
+	assert_int_equal(farm_view_parse(buf, (size_t)n, &v[1]), 0);
+	assert_true(farm_view_equal(&v[0], &v[1]));
+	v[1].pins[1].machine = 8;
+	assert_false(farm_view_equal(&v[0], &v[1]));
+	v[0].npins = 0;
+	n = farm_view_format(&v[0], buf, sizeof(buf));
+	assert_true(n > 0 && strncmp(buf, "libfarm-config 4\n", 17));
+
 	const char *bad[] = {
 	        "",
-	        "libfarm-config 4\nconfig_id 1\n",
+	        "libfarm-config 5\nconfig_id 1\n",
 	        "libfarm-config 1\n",
 	        "libfarm-config 1\nconfig_id 1", /* no newline */
 	        "libfarm-config 1\nconfig_id -1\n",
@@ -379,6 +395,15 @@ static void test_view_text(void **state)
 	        "libfarm-config 1\nconfig_id 1\nrestart 2\nrestart 2\n",
 	        "libfarm-config 1\nconfig_id 1\nrestart 2x\n",
 	        "libfarm-config 1\nconfig_id 1\nrestart 2\nmember 1 x\n",
+	        /* pin: before version 4, region 0, regions not increasing,
+	         * junk, before a member */
+	        "libfarm-config 3\nconfig_id 1\nmember 1 x\npin 5 1\n",
+	        "libfarm-config 4\nconfig_id 1\nmember 1 x\npin 0 1\n",
+	        "libfarm-config 4\nconfig_id 1\nmember 1 x\npin 5 1\npin 5 1\n",
+	        "libfarm-config 4\nconfig_id 1\nmember 1 x\npin 6 1\npin 5 1\n",
+	        "libfarm-config 4\nconfig_id 1\nmember 1 x\npin 5\n",
+	        "libfarm-config 4\nconfig_id 1\nmember 1 x\npin 5 1 2\n",
+	        "libfarm-config 4\nconfig_id 1\npin 5 1\nmember 1 x\n",
 	};
 	for (size_t i = 0; i < FARM_ARRAY_SIZE(bad); i++)
 		assert_int_equal(farm_view_parse(bad[i], strlen(bad[i]), &v[1]),

@@ -109,6 +109,7 @@ void farm_ring_free(farm_ring *ring)
 	free(ring->all);
 	free(ring->late);
 	free(ring->vanish);
+	free(ring->pins);
 	free(ring);
 }
 
@@ -398,12 +399,102 @@ static const struct one_ring *arc_of(const farm_ring *ring, uint32_t region,
 	return R;
 }
 
+/* @region's pin, or NULL (ring.h, farm_ring_set_pins). */
+static const struct ring_pin *pin_of(const farm_ring *ring, uint32_t region)
+{
+	unsigned lo = 0, hi = ring->npins;
+	while (lo < hi) {
+		unsigned mid = lo + (hi - lo) / 2;
+		if (ring->pins[mid].region < region)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < ring->npins && ring->pins[lo].region == region
+	               ? &ring->pins[lo]
+	               : NULL;
+}
+
+static int cmp_pin(const void *a, const void *b)
+{
+	const struct ring_pin *x = a, *y = b;
+	return x->region < y->region ? -1 : x->region > y->region;
+}
+
+int farm_ring_set_pins(farm_ring *ring, const struct farm_ring_pin *pins,
+                       unsigned n)
+{
+	if (!ring || (n && !pins) || n > FARM_RING_MAX_PINS)
+		return -EINVAL;
+	free(ring->pins);
+	ring->pins = NULL;
+	ring->npins = 0;
+	if (!n)
+		return 0;
+	struct ring_pin *p = calloc(n, sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	for (unsigned q = 0; q < n; q++) {
+		if (!pins[q].region) {
+			free(p);
+			return -EINVAL;
+		}
+		p[q].region = pins[q].region;
+		p[q].machine = pins[q].machine;
+	}
+	qsort(p, n, sizeof(*p), cmp_pin);
+	for (unsigned q = 1; q < n; q++)
+		if (p[q].region == p[q - 1].region) {
+			free(p);
+			return -EINVAL;
+		}
+	/* Each pinned region placed once, here, so a lookup costs a
+	 * search of the pins and a copy, as an arc's does. */
+	for (unsigned q = 0; q < n; q++) {
+		const struct one_ring *R =
+		        &ring->rings[farm_ring_of(ring, p[q].region)];
+		unsigned i = succ(R, ring->npts, farm_ring_pos(p[q].region));
+		farm_ring_place_pinned(ring, R, i, &p[q]);
+	}
+	ring->pins = p;
+	ring->npins = n;
+	return 0;
+}
+
+uint32_t farm_ring_pinned(const farm_ring *ring, uint32_t region)
+{
+	const struct ring_pin *p = pin_of(ring, region);
+	return p ? p->machine : FARM_RING_NO_EXTRA;
+}
+
+bool farm_ring_has_domains(const farm_ring *ring)
+{
+	return !ring->plain;
+}
+
+uint32_t farm_ring_grower(const farm_ring *ring)
+{
+	return ring->grower == UINT32_MAX ? FARM_RING_NO_EXTRA
+	                                  : ring->all[ring->grower].id;
+}
+
+uint32_t farm_ring_target_primary(const farm_ring *ring, uint32_t region)
+{
+	if (ring->grower == UINT32_MAX)
+		return farm_ring_primary(ring, region);
+	unsigned i;
+	const struct one_ring *R = arc_of(ring, region, &i);
+	return farm_ring_place_target_primary(ring, R, i,
+	                                      farm_ring_pinned(ring, region));
+}
+
 unsigned farm_ring_replicas(const farm_ring *ring, uint32_t region,
                             uint32_t *out)
 {
 	unsigned i;
-	const struct one_ring *R = arc_of(ring, region, &i);
-	memcpy(out, &R->reps[(size_t)i * ring->nrep],
+	const struct ring_pin *p = pin_of(ring, region);
+	const struct one_ring *R = p ? NULL : arc_of(ring, region, &i);
+	memcpy(out, p ? p->rep : &R->reps[(size_t)i * ring->nrep],
 	       ring->nrep * sizeof(*out));
 	return ring->nrep;
 }
@@ -411,22 +502,20 @@ unsigned farm_ring_replicas(const farm_ring *ring, uint32_t region,
 uint32_t farm_ring_extra(const farm_ring *ring, uint32_t region)
 {
 	unsigned i;
-	return arc_of(ring, region, &i)->extra[i];
+	const struct ring_pin *p = pin_of(ring, region);
+	return p ? p->extra : arc_of(ring, region, &i)->extra[i];
 }
 
 unsigned farm_ring_holders(const farm_ring *ring, uint32_t region,
                            uint32_t *out)
 {
-	unsigned i;
-	const struct one_ring *R = arc_of(ring, region, &i);
-	memcpy(out, &R->reps[(size_t)i * ring->nrep],
-	       ring->nrep * sizeof(*out));
-	unsigned n = ring->nrep;
-	if (R->extra[i] != FARM_RING_NO_EXTRA)
-		out[n++] = R->extra[i];
-	const uint32_t *sc = R->succ ? &R->succ[(size_t)i * ring->nrep] : NULL;
-	for (unsigned q = 0;
-	     sc && q < ring->nrep && sc[q] != FARM_RING_NO_EXTRA; q++)
+	unsigned n = farm_ring_replicas(ring, region, out);
+	uint32_t x = farm_ring_extra(ring, region);
+	if (x != FARM_RING_NO_EXTRA)
+		out[n++] = x;
+	uint32_t sc[FARM_RING_MAX_REPLICAS];
+	unsigned ns = farm_ring_successors(ring, region, sc);
+	for (unsigned q = 0; q < ns; q++)
 		out[n++] = sc[q];
 	return n;
 }
@@ -435,8 +524,11 @@ unsigned farm_ring_successors(const farm_ring *ring, uint32_t region,
                               uint32_t *out)
 {
 	unsigned i, n = 0;
-	const struct one_ring *R = arc_of(ring, region, &i);
-	const uint32_t *sc = R->succ ? &R->succ[(size_t)i * ring->nrep] : NULL;
+	const struct ring_pin *p = pin_of(ring, region);
+	const struct one_ring *R = p ? NULL : arc_of(ring, region, &i);
+	const uint32_t *sc = p         ? (ring->nleaving ? p->succ : NULL)
+	                     : R->succ ? &R->succ[(size_t)i * ring->nrep]
+	                               : NULL;
 	while (sc && n < ring->nrep && sc[n] != FARM_RING_NO_EXTRA) {
 		out[n] = sc[n];
 		n++;
@@ -451,6 +543,11 @@ unsigned farm_ring_nleaving(const farm_ring *ring)
 
 uint32_t farm_ring_primary(const farm_ring *ring, uint32_t region)
 {
+	if (ring->npins) {
+		const struct ring_pin *p = pin_of(ring, region);
+		if (p)
+			return p->rep[0];
+	}
 	const struct one_ring *R = &ring->rings[farm_ring_of(ring, region)];
 	return R->reps[(size_t)succ(R, ring->npts, farm_ring_pos(region)) *
 	               ring->nrep];
@@ -461,7 +558,7 @@ static bool usable(const farm_ring *ring, uint32_t id, uint32_t machine,
 {
 	if (id == 0 || id > 0xfffffffeu)
 		return false;
-	if (farm_ring_primary(ring, id) != machine)
+	if (farm_ring_primary(ring, id) != machine || pin_of(ring, id))
 		return false;
 	return !taken || !taken(ctx, id);
 }

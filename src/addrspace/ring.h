@@ -210,6 +210,49 @@ unsigned farm_ring_successors(const farm_ring *ring, uint32_t region,
 unsigned farm_ring_nleaving(const farm_ring *ring);
 
 /*
+ * Chosen placement (FaRM's CM placing regions with knowledge of the
+ * machines): a *pin* names a machine for one region. Where the machine
+ * is an ordinary member of a placement (not departed, not late, not
+ * leaving in the placement a leave fills), the region's list there is
+ * the machine, then the ring's list for the region without it, cut to
+ * the replica count: the pinned machine is the primary, the others keep
+ * the ring's order and the last backup makes room. Elsewhere the pin is
+ * ignored (the ring's list). So a pin keeps the ring's rules: a
+ * departure (the pinned machine's included: the ring's list less it)
+ * only removes and appends, a late join changes nothing, and a pin to
+ * the grower is honored only in its target (farm_ring_extra: the grower
+ * is the region's extra backup until it grows, then its primary, the
+ * handoff of any growth). The configuration carries the pins
+ * (src/coord: `pin` lines, chosen by the manager, coord/balance.c);
+ * without any, placement is the ring's alone. Only without failure
+ * domains (no machine names one): with domains a pin is ignored, since
+ * the domain walk keeps departed machines, and the ring's list after a
+ * pinned machine departs could put a backup of its domain behind one it
+ * was ahead of (farm_ring_has_domains).
+ * farm_ring_set_pins() - the pins of @ring (replacing any), @n entries
+ * of @pins (any order, distinct nonzero regions, at most
+ * FARM_RING_MAX_PINS). Every lookup below honors them, and
+ * farm_ring_pick_region/near_region never give a pinned id. 0, -EINVAL
+ * or -ENOMEM (the ring then has no pins).
+ * farm_ring_pinned() - @region's pinned machine, or FARM_RING_NO_EXTRA.
+ * farm_ring_grower() - the grower's id, or FARM_RING_NO_EXTRA.
+ * farm_ring_target_primary() - @region's primary in the grower's target
+ * placement (the grower placed as an ordinary member, pins honored);
+ * farm_ring_primary when there is no grower.
+ */
+#define FARM_RING_MAX_PINS 1024u
+struct farm_ring_pin {
+	uint32_t region;
+	uint32_t machine;
+};
+int farm_ring_set_pins(farm_ring *ring, const struct farm_ring_pin *pins,
+                       unsigned n);
+uint32_t farm_ring_pinned(const farm_ring *ring, uint32_t region);
+uint32_t farm_ring_grower(const farm_ring *ring);
+bool farm_ring_has_domains(const farm_ring *ring);
+uint32_t farm_ring_target_primary(const farm_ring *ring, uint32_t region);
+
+/*
  * farm_ring_pick_region() - a region id whose primary is @machine, on a
  * ring chosen from @seed, that @taken (may be NULL) does not reject.
  * Tries at most @max_tries random ids (0: 64 * machines). Returns 0 and

@@ -50,6 +50,20 @@ struct farm_ring {
 	 * past it. One that names a domain stays, departed, as there. */
 	bool *vanish;
 	struct one_ring rings[FARM_RING_MAX_RINGS];
+	/* Chosen placement (ring.h, farm_ring_set_pins): npins, by region,
+	 * each with its lists placed once when set. */
+	struct ring_pin *pins;
+	unsigned npins;
+};
+
+/* One pinned region's placement (ring.h): what the arc arrays hold for
+ * the regions of an arc, for this region alone. */
+struct ring_pin {
+	uint32_t region;
+	uint32_t machine;
+	uint32_t rep[FARM_RING_MAX_REPLICAS];
+	uint32_t extra;
+	uint32_t succ[FARM_RING_MAX_REPLICAS]; /* FARM_RING_NO_EXTRA after */
 };
 
 /* Is machine index @m in @set[0..n)? */
@@ -77,5 +91,15 @@ int farm_ring_place_one(farm_ring *g, unsigned j);
  * none); a leaver's successors too while anyone leaves. */
 void farm_ring_place_arc(const farm_ring *g, const struct one_ring *R,
                          unsigned i, uint32_t *rep, uint32_t *extra);
+/* ring_place.c: pinned region @p (region and machine set) in the arc
+ * ending at point @i of ring @R: its lists (ring.h, farm_ring_set_pins). */
+void farm_ring_place_pinned(const farm_ring *g, const struct one_ring *R,
+                            unsigned i, struct ring_pin *p);
+/* ring_place.c: the primary of the arc ending at point @i of ring @R in
+ * the grower's target, pinned to machine id @pin (FARM_RING_NO_EXTRA:
+ * none). */
+uint32_t farm_ring_place_target_primary(const farm_ring *g,
+                                        const struct one_ring *R, unsigned i,
+                                        uint32_t pin);
 
 #endif

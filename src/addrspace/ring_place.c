@@ -175,13 +175,65 @@ static unsigned place_arc_as(const farm_ring *g, const struct one_ring *R,
 	return got;
 }
 
+/* The index in g->all of machine id @id, or UINT32_MAX (not on the
+ * rings). */
+static uint32_t index_of(const farm_ring *g, uint32_t id)
+{
+	unsigned lo = 0, hi = g->nall;
+	while (lo < hi) {
+		unsigned mid = lo + (hi - lo) / 2;
+		if (g->all[mid].id < id)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < g->nall && g->all[lo].id == id ? lo : UINT32_MAX;
+}
+
+/* Is a pin to machine index @m honored in this placement (ring.h,
+ * farm_ring_set_pins): an ordinary member there, and no failure domains?
+ * With domains, departed machines stay in the walk, so the ring's list
+ * after the pinned machine departs is not the pinned list less it (a
+ * backup of the pinned machine's domain would fall behind one it was
+ * ahead of): pins would break the survivors' order recovery relies on. */
+static bool pin_honored(const farm_ring *g, uint32_t m, uint32_t ordinary,
+                        bool drop_leaving)
+{
+	return g->plain && m != UINT32_MAX && !gone_for(g, m, drop_leaving) &&
+	       !late_for(g, m, ordinary) && !vanished(g, m, drop_leaving);
+}
+
+/* place_arc_as with the region pinned to machine index @pin (UINT32_MAX:
+ * none): the pinned machine first where honored, then the ring's list
+ * without it, cut to the replica count. */
+static unsigned place_pinned_as(const farm_ring *g, const struct one_ring *R,
+                                unsigned i, uint32_t ordinary,
+                                bool drop_leaving, uint32_t pin,
+                                uint32_t *chosen)
+{
+	unsigned got = place_arc_as(g, R, i, ordinary, drop_leaving, chosen);
+	if (!pin_honored(g, pin, ordinary, drop_leaving))
+		return got;
+	unsigned at = 0;
+	while (at < got && chosen[at] != pin)
+		at++;
+	if (at == got && got < g->nrep)
+		got++; /* a short list: room for it */
+	if (at == got)
+		at = got - 1; /* not listed: the last makes room */
+	memmove(&chosen[1], &chosen[0], at * sizeof(chosen[0]));
+	chosen[0] = pin;
+	return got;
+}
+
 /* Graceful leave: the arc's successors (ring.h) into @succ (g->nrep
  * slots, FARM_RING_NO_EXTRA after the last): the target's machines that
  * @chosen (@got replicas) lacks, in its order, while the holders have
  * room (@used of them so far). */
 static void place_successors(const farm_ring *g, const struct one_ring *R,
-                             unsigned i, const uint32_t *chosen, unsigned got,
-                             unsigned used, uint32_t extra, uint32_t *succ)
+                             unsigned i, uint32_t pin, const uint32_t *chosen,
+                             unsigned got, unsigned used, uint32_t extra,
+                             uint32_t *succ)
 {
 	unsigned k = 0;
 	for (unsigned q = 0; q < g->nrep; q++)
@@ -192,20 +244,23 @@ static void place_successors(const farm_ring *g, const struct one_ring *R,
 	if (!leaves)
 		return;
 	uint32_t target[FARM_RING_MAX_REPLICAS];
-	unsigned nt = place_arc_as(g, R, i, UINT32_MAX, true, target);
+	unsigned nt = place_pinned_as(g, R, i, UINT32_MAX, true, pin, target);
 	for (unsigned q = 0; q < nt && used + k < FARM_RING_MAX_REPLICAS; q++)
 		if (!farm_ring_in_set(chosen, got, target[q]) &&
 		    g->all[target[q]].id != extra)
 			succ[k++] = g->all[target[q]].id;
 }
 
-/* The arc ending at point @i of ring @R: its replicas into @rep (ids,
- * g->nrep of them) and its extra backup into *@extra (ring.h). */
-void farm_ring_place_arc(const farm_ring *g, const struct one_ring *R,
-                         unsigned i, uint32_t *rep, uint32_t *extra)
+/* The arc ending at point @i of ring @R, for a region pinned to machine
+ * index @pin (UINT32_MAX: none): its replicas into @rep (ids, g->nrep of
+ * them), its extra backup into *@extra (ring.h) and, while a member
+ * leaves, its successors into @succ (g->nrep slots). */
+static void place_arc_pinned(const farm_ring *g, const struct one_ring *R,
+                             unsigned i, uint32_t pin, uint32_t *rep,
+                             uint32_t *extra, uint32_t *succ)
 {
 	uint32_t chosen[FARM_RING_MAX_REPLICAS];
-	unsigned got = place_arc_as(g, R, i, UINT32_MAX, false, chosen);
+	unsigned got = place_pinned_as(g, R, i, UINT32_MAX, false, pin, chosen);
 	for (unsigned q = 0; q < got; q++)
 		rep[q] = g->all[chosen[q]].id;
 	*extra = FARM_RING_NO_EXTRA;
@@ -215,12 +270,39 @@ void farm_ring_place_arc(const farm_ring *g, const struct one_ring *R,
 	if (g->grower != UINT32_MAX && got < FARM_RING_MAX_REPLICAS &&
 	    !farm_ring_in_set(chosen, got, g->grower)) {
 		uint32_t target[FARM_RING_MAX_REPLICAS];
-		unsigned nt = place_arc_as(g, R, i, g->grower, false, target);
+		unsigned nt =
+		        place_pinned_as(g, R, i, g->grower, false, pin, target);
 		if (farm_ring_in_set(target, nt, g->grower))
 			*extra = g->all[g->grower].id;
 	}
-	if (R->succ)
-		place_successors(g, R, i, chosen, got,
+	if (succ)
+		place_successors(g, R, i, pin, chosen, got,
 		                 got + (*extra != FARM_RING_NO_EXTRA), *extra,
-		                 &R->succ[(size_t)i * g->nrep]);
+		                 succ);
+}
+
+void farm_ring_place_arc(const farm_ring *g, const struct one_ring *R,
+                         unsigned i, uint32_t *rep, uint32_t *extra)
+{
+	place_arc_pinned(g, R, i, UINT32_MAX, rep, extra,
+	                 R->succ ? &R->succ[(size_t)i * g->nrep] : NULL);
+}
+
+void farm_ring_place_pinned(const farm_ring *g, const struct one_ring *R,
+                            unsigned i, struct ring_pin *p)
+{
+	for (unsigned q = 0; q < FARM_RING_MAX_REPLICAS; q++)
+		p->rep[q] = p->succ[q] = FARM_RING_NO_EXTRA;
+	place_arc_pinned(g, R, i, index_of(g, p->machine), p->rep, &p->extra,
+	                 g->nleaving ? p->succ : NULL);
+}
+
+uint32_t farm_ring_place_target_primary(const farm_ring *g,
+                                        const struct one_ring *R, unsigned i,
+                                        uint32_t pin)
+{
+	uint32_t chosen[FARM_RING_MAX_REPLICAS];
+	uint32_t m = pin == FARM_RING_NO_EXTRA ? UINT32_MAX : index_of(g, pin);
+	unsigned got = place_pinned_as(g, R, i, g->grower, false, m, chosen);
+	return got ? g->all[chosen[0]].id : FARM_RING_NO_EXTRA;
 }

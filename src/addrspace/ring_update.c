@@ -302,6 +302,18 @@ static bool rings_same(const farm_ring *a, const farm_ring *b, unsigned j)
 	               (size_t)a->npts * a->nrep * sizeof(*x->reps));
 }
 
+/* The same pins (ring.h, farm_ring_set_pins), region by region. */
+static bool pins_same(const farm_ring *a, const farm_ring *b)
+{
+	if (a->npins != b->npins)
+		return false;
+	for (unsigned q = 0; q < a->npins; q++)
+		if (a->pins[q].region != b->pins[q].region ||
+		    a->pins[q].machine != b->pins[q].machine)
+			return false;
+	return true;
+}
+
 bool farm_ring_same(const farm_ring *a, const farm_ring *b)
 {
 	if (a->k != b->k || a->p != b->p || a->r != b->r ||
@@ -323,5 +335,5 @@ bool farm_ring_same(const farm_ring *a, const farm_ring *b)
 	for (unsigned j = 0; j < a->k; j++)
 		if (!rings_same(a, b, j))
 			return false;
-	return true;
+	return pins_same(a, b);
 }

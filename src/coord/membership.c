@@ -66,6 +66,7 @@ static void handle_free(struct farm_membership *m)
 	pthread_mutex_destroy(&m->publish_lock);
 	pthread_cond_destroy(&m->changed);
 	pthread_mutex_destroy(&m->lock);
+	free(m->balanced);
 	free(m);
 }
 
@@ -257,6 +258,26 @@ int farm_membership_grown(struct farm_membership *m, uint64_t config_id)
 		return -EINVAL;
 	int rc = zk_open_for(m);
 	return rc ? rc : farm_zk_mark(m, FARM_ZK_MARK_GROW, config_id);
+}
+
+int farm_membership_balance(struct farm_membership *m,
+                            const struct farm_ring_attr *attr,
+                            const uint32_t *regions, unsigned n)
+{
+	if (!m || (n && !regions) || n > FARM_VIEW_MAX_PINS)
+		return -EINVAL;
+	uint32_t *copy = n ? malloc(n * sizeof(*copy)) : NULL;
+	if (n && !copy)
+		return -ENOMEM;
+	if (n)
+		memcpy(copy, regions, n * sizeof(*copy));
+	pthread_mutex_lock(&m->lock);
+	free(m->balanced);
+	m->balanced = copy;
+	m->nbalanced = n;
+	m->ring_attr = attr ? *attr : (struct farm_ring_attr){0};
+	pthread_mutex_unlock(&m->lock);
+	return 0;
 }
 
 int farm_membership_bump(struct farm_membership *m, uint64_t config_id)

@@ -51,6 +51,11 @@
  *                        "leaving <id>\n"             a member leaving
  *                                                     gracefully, in the
  *                                                     order asked
+ *                        "pin <region> <id>\n"       a region the manager
+ *                                                     placed (balance.c),
+ *                                                     by region (only in
+ *                                                     "libfarm-config 4",
+ *                                                     written when any is)
  *                      (config_id 0 with no members until the first write)
  *     R/grow           persistent; "<id> <config id>": the grower that
  *                      said its share is complete in that configuration
@@ -96,9 +101,10 @@
 #include "addrspace/ring.h"
 #include "util/config.h"
 
-#define FARM_VIEW_MAX     (FARM_CONFIG_MAX_PEERS + 1)
-#define FARM_ENDPOINT_MAX FARM_CONFIG_STR    /* with its NUL */
-#define FARM_DOMAIN_MAX   FARM_CONFIG_DOMAIN /* with its NUL */
+#define FARM_VIEW_MAX      (FARM_CONFIG_MAX_PEERS + 1)
+#define FARM_ENDPOINT_MAX  FARM_CONFIG_STR    /* with its NUL */
+#define FARM_DOMAIN_MAX    FARM_CONFIG_DOMAIN /* with its NUL */
+#define FARM_VIEW_MAX_PINS FARM_RING_MAX_PINS
 
 struct farm_member {
 	uint32_t id;
@@ -205,6 +211,13 @@ struct farm_view {
 	 * knows it was let go, not removed. */
 	unsigned nleft;
 	uint32_t left[FARM_VIEW_MAX];
+	/* Chosen placement (ring.h, farm_ring_set_pins): regions the
+	 * manager placed itself, by region, the machine each is pinned to.
+	 * The manager chooses them when a machine grows (balance.c:
+	 * farm_view_balance) and drops those of machines that departed
+	 * (their regions fall back to the rings). */
+	unsigned npins;
+	struct farm_ring_pin pins[FARM_VIEW_MAX_PINS];
 };
 
 enum farm_membership_state {
@@ -546,6 +559,34 @@ unsigned farm_view_placement(const struct farm_view *v, const uint32_t *ids,
  */
 void farm_view_next_departed(const struct farm_view *cur,
                              struct farm_view *next);
+/*
+ * farm_view_balance() - the manager's step choosing @x's pins (balance.c):
+ * pins of machines that are not members of @x go; then, while @x has a
+ * grower (ring.h), the balanced @regions[0..n) (any order) are spread
+ * evenly over the ordinary members and the grower as primaries of the
+ * grower's target: a region the rings would move to the grower is
+ * pinned to its primary in force instead, and regions of the machines
+ * with the most move to the grower (pinned to it) until none has more
+ * than one above it. Deterministic (a function of @x, @attr, the set of
+ * @regions), and a fixed point: run again on its result it changes
+ * nothing. @attr: the rings' (the members' own, addrspace). 0, -EINVAL,
+ * -ENOMEM (pins as they were, less the departed ones) or -ENOSPC (more
+ * than FARM_VIEW_MAX_PINS pins: the rest as the rings place them).
+ */
+int farm_view_balance(struct farm_view *x, const struct farm_ring_attr *attr,
+                      const uint32_t *regions, unsigned n);
+/*
+ * farm_membership_balance() - this machine's list of balanced regions
+ * (the KV store's shard regions, told by the node) and its rings'
+ * attributes, which it uses when it manages (farm_view_balance on every
+ * configuration it writes). Every machine of a store sets the same list,
+ * so a new manager chooses as the old one did. A manager that never set
+ * one keeps the pins it finds (less the departed). Copies @regions.
+ * 0, -EINVAL (n over FARM_VIEW_MAX_PINS) or -ENOMEM.
+ */
+int farm_membership_balance(struct farm_membership *m,
+                            const struct farm_ring_attr *attr,
+                            const uint32_t *regions, unsigned n);
 /* Is @s a usable failure-domain name: 1 to FARM_DOMAIN_MAX - 1 bytes of
  * letters, digits and ._:- ? */
 bool farm_domain_valid(const char *s);

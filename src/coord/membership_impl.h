@@ -39,6 +39,11 @@ struct farm_membership {
 	 * order. Never taken under lock. */
 	pthread_mutex_t publish_lock;
 	struct farm_offer *offer; /* NULL: none (static backend) */
+	/* farm_membership_balance (under lock): the balanced regions and
+	 * the rings' attributes the manager places them with. */
+	uint32_t *balanced;
+	unsigned nbalanced;
+	struct farm_ring_attr ring_attr;
 };
 
 /* offer.c: the thread that takes configurations the manager sent

@@ -22,6 +22,7 @@
 #define FARM_CONFIG_MAGIC  "libfarm-config 1"
 #define FARM_CONFIG_MAGIC2 "libfarm-config 2"
 #define FARM_CONFIG_MAGIC3 "libfarm-config 3"
+#define FARM_CONFIG_MAGIC4 "libfarm-config 4"
 
 const struct farm_member *farm_view_find(const struct farm_view *v, uint32_t id)
 {
@@ -49,7 +50,7 @@ static bool same_shape(const struct farm_view *a, const struct farm_view *b)
 	       a->nlate == b->nlate && a->ngone == b->ngone &&
 	       a->nlost == b->nlost && a->restart == b->restart &&
 	       a->bump == b->bump && a->nleaving == b->nleaving &&
-	       a->nleft == b->nleft;
+	       a->nleft == b->nleft && a->npins == b->npins;
 }
 
 /* The lost, late, gone and leaving lists of two views of the same shape
@@ -68,7 +69,9 @@ static bool same_id_lists(const struct farm_view *a, const struct farm_view *b)
 	         memcmp(a->leaving, b->leaving,
 	                a->nleaving * sizeof(a->leaving[0]))) &&
 	       !(a->nleft <= FARM_VIEW_MAX &&
-	         memcmp(a->left, b->left, a->nleft * sizeof(a->left[0])));
+	         memcmp(a->left, b->left, a->nleft * sizeof(a->left[0]))) &&
+	       !(a->npins <= FARM_VIEW_MAX_PINS &&
+	         memcmp(a->pins, b->pins, a->npins * sizeof(a->pins[0])));
 }
 
 /* The members, departed and removed machines of two views of the same
@@ -416,6 +419,10 @@ static int format_state(const struct farm_view *v, char *buf, size_t len,
 		return -1;
 	if (v->bump && emit(buf, len, off, "bump %" PRIu64 "\n", v->bump))
 		return -1;
+	for (unsigned i = 0; i < v->npins; i++)
+		if (emit(buf, len, off, "pin %" PRIu32 " %" PRIu32 "\n",
+		         v->pins[i].region, v->pins[i].machine))
+			return -1;
 	return 0;
 }
 
@@ -424,16 +431,18 @@ int farm_view_format(const struct farm_view *v, char *buf, size_t len)
 	if (!v || !buf || v->n > FARM_VIEW_MAX ||
 	    v->ndeparted > FARM_VIEW_MAX || v->nlate > FARM_VIEW_MAX ||
 	    v->ngone > FARM_VIEW_MAX || v->nlost > FARM_VIEW_MAX ||
-	    v->nleaving > FARM_VIEW_MAX || v->nleft > FARM_VIEW_MAX)
+	    v->nleaving > FARM_VIEW_MAX || v->nleft > FARM_VIEW_MAX ||
+	    v->npins > FARM_VIEW_MAX_PINS)
 		return -EINVAL;
 	size_t off = 0;
-	bool v2 = false, v3 = false;
+	bool v2 = false, v3 = false, v4 = v->npins > 0;
 	for (unsigned i = 0; i < v->n; i++)
 		v2 |= v->members[i].incarnation != 0;
 	for (unsigned i = 0; i < v->ndeparted; i++)
 		v3 |= v->departed[i].shadow;
 	if (emit(buf, len, &off, "%s\nconfig_id %" PRIu64 "\n",
-	         v3   ? FARM_CONFIG_MAGIC3
+	         v4   ? FARM_CONFIG_MAGIC4
+	         : v3 ? FARM_CONFIG_MAGIC3
 	         : v2 ? FARM_CONFIG_MAGIC2
 	              : FARM_CONFIG_MAGIC,
 	         v->config_id))
@@ -486,6 +495,7 @@ struct view_parse {
 	struct farm_view *v;
 	bool v2; /* version 2 or 3: incarnation lines allowed */
 	bool v3; /* version 3: shadow lines allowed */
+	bool v4; /* version 4: pin lines allowed */
 	bool have_domain;
 	uint64_t last_domain;
 	bool have_shadow;
@@ -684,6 +694,24 @@ static int vl_shadow(struct view_parse *s, const char *p, const char *nl)
 	return 0;
 }
 
+/* "pin <region> <id>" (version 4): last, regions nonzero and increasing;
+ * the machine need not be a member (a pin of a departed machine is
+ * ignored by placement). */
+static int vl_pin(struct view_parse *s, const char *p, const char *nl)
+{
+	struct farm_view *v = s->v;
+	uint64_t r, x;
+	const char *e;
+	if (!s->v4 || v->npins == FARM_VIEW_MAX_PINS ||
+	    parse_dec(p + 4, nl, UINT32_MAX, &r, &e) || r == 0 || e == nl ||
+	    *e != ' ' || parse_dec(e + 1, nl, UINT32_MAX, &x, &e) || e != nl ||
+	    (v->npins && v->pins[v->npins - 1].region >= r))
+		return -1;
+	v->pins[v->npins++] = (struct farm_ring_pin){.region = (uint32_t)r,
+	                                             .machine = (uint32_t)x};
+	return 0;
+}
+
 /* "member <id> <endpoint>": before every line kind but "cm", ids
  * increasing. */
 static int vl_member(struct view_parse *s, const char *p, const char *nl)
@@ -694,7 +722,8 @@ static int vl_member(struct view_parse *s, const char *p, const char *nl)
 	const char *e;
 	if (v->nremoved || s->have_domain || s->have_shadow || s->have_inc ||
 	    v->formed || v->nlate || v->ngone || v->nlost || v->restart ||
-	    v->nleaving || v->nleft || n < 7 || memcmp(p, "member ", 7) ||
+	    v->nleaving || v->nleft || v->npins || n < 7 ||
+	    memcmp(p, "member ", 7) ||
 	    parse_dec(p + 7, nl, UINT32_MAX, &x, &e) || e == nl || *e != ' ')
 		return -1;
 	if (v->n == FARM_VIEW_MAX || (v->n && v->members[v->n - 1].id >= x))
@@ -735,6 +764,7 @@ static const struct {
         {"domain ", 7, false, vl_domain},
         {"shadow ", 7, false, vl_shadow},
         {"incarnation ", 12, false, vl_incarnation},
+        {"pin ", 4, false, vl_pin},
 };
 
 static view_line_fn view_line(const char *p, size_t n)
@@ -752,11 +782,12 @@ static view_line_fn view_line(const char *p, size_t n)
 static int view_magic(struct view_parse *s, const char *p, size_t n)
 {
 	const char *magic[] = {FARM_CONFIG_MAGIC, FARM_CONFIG_MAGIC2,
-	                       FARM_CONFIG_MAGIC3};
-	for (unsigned k = 0; k < 3; k++)
+	                       FARM_CONFIG_MAGIC3, FARM_CONFIG_MAGIC4};
+	for (unsigned k = 0; k < 4; k++)
 		if (n == strlen(magic[k]) && !memcmp(p, magic[k], n)) {
 			s->v2 = k >= 1;
 			s->v3 = k >= 2;
+			s->v4 = k >= 3;
 			return 0;
 		}
 	return -1;

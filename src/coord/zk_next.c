@@ -424,6 +424,55 @@ static bool zk_incarnation(struct farm_membership *m, uint32_t id,
 	return true;
 }
 
+/* The grower of @v (the first late member), or UINT32_MAX. */
+static uint32_t grower_of(const struct farm_view *v)
+{
+	for (unsigned q = 0; q < v->nlate && q < FARM_VIEW_MAX; q++)
+		if (farm_view_find(v, v->late[q]))
+			return v->late[q];
+	return UINT32_MAX;
+}
+
+/* Chosen placement (balance.c): z->next's pins from z->cur's, balanced
+ * with the regions this machine was told of, in the configuration that
+ * makes a machine the grower only: its share (its extra copies) is then
+ * fixed for the rest of its growth, as the rings' share is. Otherwise,
+ * and without a list (a manager that hosts no store, such as a new
+ * holder of the lowest id before it joined the store), the pins only
+ * lose the departed machines'. A failure keeps the carried pins:
+ * placement stays valid, only less even. */
+static void zk_pins(struct farm_membership *m)
+{
+	struct farm_zk *z = m->zk;
+	struct farm_view *x = &z->next;
+	x->npins = 0;
+	for (unsigned i = 0; i < z->cur.npins && i < FARM_VIEW_MAX_PINS; i++) {
+		/* A pin is its machine's incarnation's: a new holder of the
+		 * id (a reused id) starts with none. */
+		const struct farm_member *was =
+		        farm_view_find(&z->cur, z->cur.pins[i].machine);
+		const struct farm_member *now =
+		        farm_view_find(x, z->cur.pins[i].machine);
+		if (!was || !now || was->incarnation != now->incarnation)
+			continue;
+		x->pins[x->npins++] = z->cur.pins[i];
+	}
+	pthread_mutex_lock(&m->lock);
+	unsigned n = m->nbalanced;
+	uint32_t *rg = n ? malloc(n * sizeof(*rg)) : NULL;
+	if (rg)
+		memcpy(rg, m->balanced, n * sizeof(*rg));
+	struct farm_ring_attr attr = m->ring_attr;
+	pthread_mutex_unlock(&m->lock);
+	uint32_t g = grower_of(x);
+	bool first = g != UINT32_MAX && g != grower_of(&z->cur);
+	int rc = farm_view_balance(x, &attr, rg, rg && first ? n : 0);
+	if (rc && rc != -ENOSPC)
+		farm_warn("membership: regions not balanced: %s",
+		          farm_strerror(rc));
+	free(rg);
+}
+
 int farm_zk_build_from(struct farm_membership *m, const uint32_t *ids,
                        unsigned n, const struct zk_read *rd)
 {
@@ -495,6 +544,7 @@ int farm_zk_build_from(struct farm_membership *m, const uint32_t *ids,
 	}
 	zk_late(m);
 	farm_view_next_departed(&z->cur, &z->next);
+	zk_pins(m);
 	return 0;
 }
 

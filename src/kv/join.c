@@ -79,6 +79,15 @@ static int install(farm_kv *kv, const struct farm_ht_shard *sd, unsigned n)
 	/* Release: pairs with the acquire load in joined() (kv_int.h): the
 	 * shard list above is seen. */
 	atomic_store_explicit(&kv->joined, 1, memory_order_release);
+	/* A shard is served by its bucket region's primary: even serving
+	 * needs even primaries of these regions, which the rings alone do
+	 * not give (README.md, "Capacity follows the cluster"). */
+	if (kv->env.balance) {
+		uint32_t rg[MAX_SHARDS];
+		for (unsigned i = 0; i < n; i++)
+			rg[i] = farm_gaddr_region(sd[i].base);
+		kv->env.balance(kv->env.host, rg, n);
+	}
 	return 0;
 }
 

@@ -82,6 +82,11 @@ struct farm_kv_env {
 	/* The fabric's provider ("shm", "udp", ...; NULL: shm): picks how
 	 * lookups travel when the mode is FARM_KV_LOOKUP_AUTO. */
 	const char *fabric;
+	/* The shard list is installed: @regions[0..n) are the shards' bucket
+	 * regions, each the serving of one shard, which the host has the
+	 * cluster's placement spread evenly (NULL: nothing to do; the
+	 * node's manager pins them: src/coord/balance.c). */
+	void (*balance)(void *host, const uint32_t *regions, unsigned n);
 };
 
 /* The store on the machine @env describes (farm_kv_create's work, for the

@@ -6,10 +6,12 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "coord/membership.h"
 #include "kv/kv.h"
 #include "node/ctl.h"
 #include "node/node.h"
 #include "node/node_int.h"
+#include "util/log.h"
 
 /* What the machine keeps for its store: the callbacks' host. */
 struct kvhost {
@@ -73,6 +75,24 @@ static long host_kept(void *host, const char *name, void *buf, size_t cap)
 	return farm_node_kept(((struct kvhost *)host)->node, name, buf, cap);
 }
 
+/* The store's shard regions, for the manager to balance when this
+ * machine manages (every machine tells its own membership the same list,
+ * so any manager has it). */
+static void host_balance(void *host, const uint32_t *regions, unsigned n)
+{
+	farm_node *node = ((struct kvhost *)host)->node;
+	/* The rings the address space places with (node.c). */
+	struct farm_ring_attr attr = {.replicas = node->cfg.replicas,
+	                              .rings = node->cfg.rings,
+	                              .points = node->cfg.ring_points};
+	int rc = node->mem
+	                 ? farm_membership_balance(node->mem, &attr, regions, n)
+	                 : 0;
+	if (rc)
+		farm_warn("kv: shard regions not balanced: %s",
+		          farm_strerror(rc));
+}
+
 /* farm_kv_destroy: the counters leave the control socket first, so no
  * request reads a store being freed. */
 static void host_release(void *host)
@@ -101,6 +121,7 @@ int farm_kv_create(farm_node *node, const struct farm_kv_attr *attr,
 	        .keep = host_keep,
 	        .kept = host_kept,
 	        .release = host_release,
+	        .balance = host_balance,
 	        .fabric = farm_fabric_provider(farm_node_fabric(node))};
 	struct farm_kv_attr a = attr ? *attr : (struct farm_kv_attr){0};
 	if (!a.shards_per_machine)

@@ -326,7 +326,13 @@ int farm_rst_old_ring(const struct farm_restart *rs, const struct farm_view *v,
 		placed[k].departed = false;
 		placed[k].late = late;
 	}
-	return farm_ring_build_domains(placed, np, &rs->ring, out);
+	int rc = farm_ring_build_domains(placed, np, &rs->ring, out);
+	/* The manager's pins are part of the placement (ring.h). */
+	if (!rc && (rc = farm_ring_set_pins(*out, v->pins, v->npins))) {
+		farm_ring_free(*out);
+		*out = NULL;
+	}
+	return rc;
 }
 
 int farm_restart_view(struct farm_restart *rs, const struct farm_view *v)

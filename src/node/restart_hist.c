@@ -9,7 +9,8 @@
  *
  * The blob, the same in the file and in published memory:
  *   struct hist_hdr, then hdr.count configurations, oldest first, each a
- *   struct hist_conf and its n struct hist_machine, then a FNV-1a sum of
+ *   struct hist_conf, its n struct hist_machine and its npins struct
+ *   farm_ring_pin (the manager's chosen placement), then a FNV-1a sum of
  *   everything before it (8 bytes).
  * A blob that does not add up is ignored (with a warning): the restart
  * then judges those configurations' transactions by its own ring, as
@@ -45,9 +46,10 @@ static size_t conf_size(const uint8_t *p, size_t left)
 	if (left < sizeof(c))
 		return 0;
 	memcpy(&c, p, sizeof(c));
-	if (c.n == 0 || c.n > 2 * FARM_VIEW_MAX)
+	if (c.n == 0 || c.n > 2 * FARM_VIEW_MAX || c.npins > FARM_VIEW_MAX_PINS)
 		return 0;
-	size_t sz = sizeof(c) + (size_t)c.n * sizeof(struct hist_machine);
+	size_t sz = sizeof(c) + (size_t)c.n * sizeof(struct hist_machine) +
+	            (size_t)c.npins * sizeof(struct farm_ring_pin);
 	return sz <= left ? sz : 0;
 }
 
@@ -71,13 +73,20 @@ int farm_rst_hist_each(const uint8_t *b, size_t len, farm_rst_hist_fn fn,
 			return FARM_ECORRUPT;
 		/* In place: every entry is 8-byte aligned in a malloc'd
 		 * blob (24-byte header, 16-byte configurations, 24-byte
-		 * machines). */
-		if (fn)
-			fn(ctx,
-			   (const struct hist_conf *)(const void *)(b + off),
-			   (const struct hist_machine
-			            *)(const void *)(b + off +
-			                             sizeof(struct hist_conf)));
+		 * machines, 8-byte pins). */
+		if (fn) {
+			const struct hist_conf *c =
+			        (const struct hist_conf *)(const void *)(b +
+			                                                 off);
+			const uint8_t *m = b + off + sizeof(*c);
+			fn(ctx, c, (const struct hist_machine *)(const void *)m,
+			   (const struct farm_ring_pin
+			            *)(const void
+			                       *)(m +
+			                          (size_t)c->n *
+			                                  sizeof(struct
+			                                         hist_machine)));
+		}
 		off += sz;
 	}
 	return off + 8 == len ? 0 : FARM_ECORRUPT;
@@ -93,11 +102,17 @@ static uint8_t *conf_of(const struct farm_view *v, size_t *len)
 	unsigned np = farm_view_placement(v, ids, v->n, placed);
 	if (!np)
 		return NULL;
-	*len = sizeof(struct hist_conf) + np * sizeof(struct hist_machine);
+	unsigned npins = FARM_MIN(v->npins, FARM_VIEW_MAX_PINS);
+	size_t mlen = np * sizeof(struct hist_machine);
+	*len = sizeof(struct hist_conf) + mlen +
+	       npins * sizeof(struct farm_ring_pin);
 	uint8_t *b = calloc(1, *len);
 	if (!b)
 		return NULL;
-	struct hist_conf c = {.config_id = v->config_id, .n = np};
+	struct hist_conf c = {
+	        .config_id = v->config_id, .n = np, .npins = npins};
+	memcpy(b + sizeof(c) + mlen, v->pins,
+	       npins * sizeof(struct farm_ring_pin));
 	memcpy(b, &c, sizeof(c));
 	struct hist_machine *m = (struct hist_machine *)(void *)(b + sizeof(c));
 	for (unsigned i = 0; i < np; i++) {
@@ -124,12 +139,15 @@ struct gather {
 };
 
 static void gather_one(void *ctx, const struct hist_conf *c,
-                       const struct hist_machine *m)
+                       const struct hist_machine *m,
+                       const struct farm_ring_pin *pins)
 {
+	(void)pins;
 	struct gather *g = ctx;
 	if (g->n < HIST_DEPTH + 1) {
 		g->conf[g->n] = (const uint8_t *)c;
-		g->len[g->n] = sizeof(*c) + c->n * sizeof(*m);
+		g->len[g->n] = sizeof(*c) + c->n * sizeof(*m) +
+		               c->npins * sizeof(struct farm_ring_pin);
 		g->n++;
 	}
 	g->newest = c->config_id;

@@ -100,7 +100,10 @@ struct hist_hdr {
 struct hist_conf {
 	uint64_t config_id;
 	uint32_t n; /* struct hist_machine entries after it */
-	uint32_t pad;
+	/* struct farm_ring_pin entries after those (the configuration's
+	 * pins, part of its placement: ring.h); 0 in a blob written before
+	 * pins existed, where this was padding. */
+	uint32_t npins;
 };
 
 /* A machine of a configuration's placement (farm_ring_machine), with the
@@ -169,7 +172,8 @@ int farm_rst_old_ring(const struct farm_restart *rs, const struct farm_view *v,
  * rs->hist (under rs->lock; written to the directory when writable);
  * load the directory's history (a pending restart's). */
 typedef void (*farm_rst_hist_fn)(void *ctx, const struct hist_conf *c,
-                                 const struct hist_machine *m);
+                                 const struct hist_machine *m,
+                                 const struct farm_ring_pin *pins);
 int farm_rst_hist_each(const uint8_t *b, size_t len, farm_rst_hist_fn fn,
                        void *ctx);
 void farm_rst_hist_add(struct farm_restart *rs, const struct farm_view *v);

@@ -366,7 +366,8 @@ static int read_peer_hist(struct run *r, struct peer_log *p,
  * r->confs unless one of its id is there (the first history that has it
  * gives it: one configuration id names one configuration for good). */
 static void add_conf(void *ctx, const struct hist_conf *c,
-                     const struct hist_machine *m)
+                     const struct hist_machine *m,
+                     const struct farm_ring_pin *pins)
 {
 	struct run *r = ctx;
 	for (unsigned i = 0; i < r->nconfs; i++)
@@ -397,7 +398,11 @@ static void add_conf(void *ctx, const struct hist_conf *c,
 		}
 	}
 	farm_ring *g = NULL;
-	if (farm_ring_build_domains(placed, c->n, &r->rs->ring, &g)) {
+	/* The pins are part of the placement (ring.h): a pinned region's
+	 * backups are not the rings' ones. */
+	if (farm_ring_build_domains(placed, c->n, &r->rs->ring, &g) ||
+	    farm_ring_set_pins(g, pins, c->npins)) {
+		farm_ring_free(g);
 		farm_warn("restart: configuration %" PRIu64
 		          " of a history cannot be placed: its transactions "
 		          "are judged by this restart's placement",

@@ -608,6 +608,12 @@ static enum av_state av_place(struct av *a)
 	farm_ring *g = NULL;
 	int prc =
 	        a->member || a->nwas ? farm_as_place(n->as, placed, np, &g) : 0;
+	/* The regions the manager placed itself (ring.h, pins): part of
+	 * the placement, so before anything reads it. */
+	if (!prc && g && (prc = farm_ring_set_pins(g, v->pins, v->npins))) {
+		farm_ring_free(g);
+		g = NULL;
+	}
 	/* Growth moves some of our primaries to the grower: the allocator
 	 * gives them up before the address space takes the view (the
 	 * grower's allocator takes them over by scan, recover.c), so no

@@ -508,6 +508,12 @@ enum farm_fault_point {
 	 * (tests/test_ht_detach.c --broken-detach-writes must see a write
 	 * queued at the detach committed instead of cancelled). */
 	FARM_FP_HT_DETACH_WRITES_RUN_ON,
+	/* coord/balance.c, a switch: while hooked, the manager chooses no
+	 * placement (pins only lose the departed machines'), so growth
+	 * spreads the balanced regions as the rings do (tests/test_balance.c
+	 * and tests/test_kv_grow.c --broken must see a machine more than
+	 * 20% off even). */
+	FARM_FP_BALANCE_OFF,
 	FARM_FP_COUNT
 };
 
