@@ -36,8 +36,8 @@ enum wl_txn {
 	WT_NTYPES
 };
 
-#define WL_MAX_MACHINES 8
-#define WL_MAX_THREADS  16
+#define WL_MAX_MACHINES    8
+#define WL_MAX_THREADS     16
 #define WL_MAX_BANK_WINDOW 64
 /* Latency histogram: 100 ns buckets below 100 us, then 10 us buckets up
  * to 200 ms, then one overflow bucket (wl_hist_bucket). */

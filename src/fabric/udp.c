@@ -670,7 +670,7 @@ static int udp_ep_connect(farm_fabric *fab, farm_cq *cq, uint32_t peer_id,
 	pthread_mutex_init(&ep->lock, NULL);
 	int rc = ep_slot_take(f, ep);
 	unsigned idx = ep->idx;
-	struct udp_conn c;
+	struct udp_conn c = {0};
 	if (!rc)
 		rc = handshake(f, peer_id, idx << 16 | ep->gen, &to, tlen, &c);
 	if (rc == -EPROTO)

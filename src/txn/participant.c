@@ -403,8 +403,8 @@ static uint8_t *backup_target(farm_txm *m, const struct rec_obj *o,
 }
 
 static void backup_apply_one(farm_txm *m, const struct rec_obj *o,
-                             farm_region *r, enum farm_as_role role,
-                             uint8_t *q, const uint8_t *img)
+                             farm_region *r, enum farm_as_role role, uint8_t *q,
+                             const uint8_t *img)
 {
 	/* A new backup's record may come before the primary's COPY has the
 	 * copy opened (by the copy engine: copy_engine.c). Nothing is lost
@@ -421,11 +421,11 @@ static void backup_apply_one(farm_txm *m, const struct rec_obj *o,
 	    farm_txn_datarec_skip_apply(m, rid)) {
 		/* test-only: data recovery misses commits */
 	} else if (q) {
-		bool done = farm_txn_rec_promoting(m, rid)
-		                    ? farm_txn_rec_truncate_apply(
-		                              m, o->addr, q, o->lines, img)
-		                    : farm_txn_copy_apply(q, o->lines, img,
-		                                          false);
+		bool done =
+		        farm_txn_rec_promoting(m, rid)
+		                ? farm_txn_rec_truncate_apply(m, o->addr, q,
+		                                              o->lines, img)
+		                : farm_txn_copy_apply(q, o->lines, img, false);
 		if (done)
 			farm_stat_add(&m->st.v[S_BACKUP_APPLIES], 1);
 	} else if (r && role == FARM_AS_PRIMARY) {
@@ -469,7 +469,8 @@ static void backup_apply(struct txloop *tl, const uint8_t *rec)
 				__builtin_prefetch(q[i] + 64ull * l, 1, 3);
 		}
 		for (unsigned i = 0; i < n; i++) {
-			backup_apply_one(m, &o[g + i], r[i], role[i], q[i], img);
+			backup_apply_one(m, &o[g + i], r[i], role[i], q[i],
+			                 img);
 			img += 64ull * o[g + i].lines;
 		}
 	}
