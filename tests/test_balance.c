@@ -50,7 +50,8 @@ static void view_set(struct farm_view *v, const uint32_t *ids, unsigned n,
 		         "m%u", ids[i]);
 	}
 	v->nlate = nl;
-	memcpy(v->late, late, nl * sizeof(*late));
+	if (nl)
+		memcpy(v->late, late, nl * sizeof(*late));
 }
 
 /* @v's rings with its pins. */
