@@ -325,6 +325,14 @@ int farm_udp_format_addr(const struct sockaddr_storage *ss, char *buf,
 bool farm_udp_addr_admits(const struct sockaddr_storage *adm, socklen_t al,
                           const struct sockaddr_storage *from, socklen_t fl);
 void farm_udp_send(struct udp_fabric *f, const struct udp_out *out, unsigned n);
+/* udp_ep.c: the endpoint ops (fabric/provider.h). */
+int farm_udp_ep_connect(farm_fabric *fab, farm_cq *cq, uint32_t peer_id,
+                        const char *peer_addr, const farm_ep_attr *attr,
+                        farm_ep **out);
+void farm_udp_ep_disconnect(farm_ep *fep);
+void farm_udp_ep_destroy(farm_ep *fep);
+bool farm_udp_ep_usable(const farm_ep *fep);
+int farm_udp_ep_post(farm_ep *fep, farm_wr *list, farm_wr **bad);
 int farm_udp_rx_alloc(struct udp_fabric *f);
 unsigned farm_udp_rx_drain(struct udp_fabric *f);
 unsigned farm_udp_rx_drain_idle(struct udp_fabric *f, uint64_t *polled_ns);
