@@ -399,26 +399,19 @@ static const struct one_ring *arc_of(const farm_ring *ring, uint32_t region,
 	return R;
 }
 
-/* @region's pin, or NULL (ring.h, farm_ring_set_pins). */
-static const struct ring_pin *pin_of(const farm_ring *ring, uint32_t region)
-{
-	unsigned lo = 0, hi = ring->npins;
-	while (lo < hi) {
-		unsigned mid = lo + (hi - lo) / 2;
-		if (ring->pins[mid].region < region)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo < ring->npins && ring->pins[lo].region == region
-	               ? &ring->pins[lo]
-	               : NULL;
-}
-
 static int cmp_pin(const void *a, const void *b)
 {
 	const struct ring_pin *x = a, *y = b;
 	return x->region < y->region ? -1 : x->region > y->region;
+}
+
+/* @region's pin, or NULL (ring.h, farm_ring_set_pins; pins by region). */
+static const struct ring_pin *pin_of(const farm_ring *ring, uint32_t region)
+{
+	struct ring_pin key = {.region = region};
+	return ring->npins ? bsearch(&key, ring->pins, ring->npins, sizeof(key),
+	                             cmp_pin)
+	                   : NULL;
 }
 
 int farm_ring_set_pins(farm_ring *ring, const struct farm_ring_pin *pins,

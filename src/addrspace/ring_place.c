@@ -175,19 +175,23 @@ static unsigned place_arc_as(const farm_ring *g, const struct one_ring *R,
 	return got;
 }
 
-/* The index in g->all of machine id @id, or UINT32_MAX (not on the
- * rings). */
+static int cmp_machine_id(const void *a, const void *b)
+{
+	uint32_t x = ((const struct farm_ring_machine *)a)->id,
+	         y = ((const struct farm_ring_machine *)b)->id;
+	return x < y ? -1 : x > y;
+}
+
+/* The index in g->all (by id) of machine id @id, or UINT32_MAX (not on
+ * the rings). */
 static uint32_t index_of(const farm_ring *g, uint32_t id)
 {
-	unsigned lo = 0, hi = g->nall;
-	while (lo < hi) {
-		unsigned mid = lo + (hi - lo) / 2;
-		if (g->all[mid].id < id)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo < g->nall && g->all[lo].id == id ? lo : UINT32_MAX;
+	struct farm_ring_machine key = {.id = id};
+	const struct farm_ring_machine *m =
+	        g->nall ? bsearch(&key, g->all, g->nall, sizeof(key),
+	                          cmp_machine_id)
+	                : NULL;
+	return m ? (uint32_t)(m - g->all) : UINT32_MAX;
 }
 
 /* Is a pin to machine index @m honored in this placement (ring.h,
