@@ -448,6 +448,11 @@ static int delivery_one(struct wl_client *c, farm_tx *tx, void *arg)
 	int rc = 0;
 #else
 	int rc = farm_bt_delete(no, tx, c->loop, k.b, k.len);
+	/* The key this transaction's scan found is gone: another Delivery
+	 * of the district took it since, a conflict (the scan's read would
+	 * fail validation at commit), not "none to deliver". */
+	if (rc == -ENOENT)
+		rc = -EAGAIN;
 #endif
 	return rc ? rc : deliver(c, tx, in, o_id);
 }
