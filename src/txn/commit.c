@@ -411,13 +411,32 @@ static void tx_step(farm_tx *tx)
 static void send_decisive(farm_tx *tx, uint32_t mach, int type, int kind,
                           struct decisive *d);
 
+/*
+ * A LOCK record that failed has no answer coming: the wait for it ends.
+ * Failed because its machine died (the death notice flushed it), this is
+ * the same early end as farm_txn_end_lock_waits' at the configuration
+ * that removes the machine, and counted with it: on shm the notice
+ * usually comes first.
+ */
+static void lock_record_failed(farm_tx *tx, int status)
+{
+	bool died = status == FARM_EFLUSHED || status == FARM_EPEERDEAD;
+#ifdef FARM_FAULT_INJECTION
+	if (died && atomic_load(&farm_txn_testing_keep_lock_waits_on))
+		return; /* testing: wait for the deadline, as before */
+#endif
+	tx->wait_replies--;
+	if (died)
+		farm_stat_add(&tx->m->st.v[S_LOCK_WAITS_ENDED], 1);
+}
+
 void farm_txn_tx_record_done(farm_loop *loop, farm_tx *tx, int kind,
                              uint32_t mach, int status)
 {
 	(void)loop;
 	tx->wait_writes--;
 	if (kind == K_LOCK && status)
-		tx->wait_replies--; /* no record, no answer */
+		lock_record_failed(tx, status);
 	if ((kind == K_PRIMARY || kind == K_ABORT) && !status)
 		tx_part_mark(tx, mach, TXP_DECIDED);
 	if ((kind == K_PRIMARY || kind == K_ABORT) && status &&

@@ -175,7 +175,7 @@ enum {
 	S_REC_PROMOTED,
 	S_REC_REFUSED,
 	S_TRUNC_UNFINISHED,  /* COMMIT-BACKUPs truncated at or above the mark */
-	S_LOCK_WAITS_ENDED,  /* LOCK waits on removed machines ended early */
+	S_LOCK_WAITS_ENDED,  /* LOCK waits on dead machines ended early */
 	S_FREE_FAILED,       /* frees at commit the allocator refused (leaks) */
 	S_FREE_DEFERRED,     /* frees at commit waiting for their region */
 	S_BLOCK_NOTES,       /* block descriptions written into backup copies */

@@ -104,9 +104,10 @@ void farm_txn_testing_recovery_no_drain(bool on);
  * trunc_unfinished (farm_txm_stats), and recovery may abort a reported
  * commit one backup truncated. */
 void farm_txn_testing_trunc_early(bool on);
-/* Process-wide: when on, a new configuration does not end the waits of
- * commits for LOCK replies from removed machines (farm_txn_end_lock_waits):
- * they wait out the reply deadline, holding their locks, as before. */
+/* Process-wide: when on, neither a new configuration
+ * (farm_txn_end_lock_waits) nor a death notice failing the LOCK record
+ * ends the waits of commits for LOCK replies from dead machines: they
+ * wait out the reply deadline, holding their locks, as before. */
 void farm_txn_testing_keep_lock_waits(bool on);
 /* Process-wide: when on, COMMIT-BACKUP records carry no block
  * descriptions (allocrec.c): backups' copies keep no block table, and a
