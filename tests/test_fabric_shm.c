@@ -432,14 +432,12 @@ static void test_bad_input_warm(void **state)
 	assert_int_equal(bad_after(f, good, w), FARM_ELOCAL_ACCESS);
 	w = farm_wr_read(2, dst, NULL, 64, &d, 0);
 	assert_int_equal(bad_after(f, good, w), FARM_ELOCAL_ACCESS);
-	/* (udp does not check whose a local registration is.) */
 	farm_mr *theirs;
 	assert_int_equal(
 	        farm_mr_reg(f->b, f->rbase, 4096, FARM_ACCESS_LOCAL, &theirs),
 	        0);
 	w = farm_wr_read(2, f->rbase, theirs, 64, &d, 0);
-	if (tu_is_shm())
-		assert_int_equal(bad_after(f, good, w), FARM_ELOCAL_ACCESS);
+	assert_int_equal(bad_after(f, good, w), FARM_ELOCAL_ACCESS);
 	farm_mr_dereg(theirs);
 	/* A key used for a WRITE, without the right to READ. */
 	farm_mr *wo;

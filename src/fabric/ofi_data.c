@@ -315,19 +315,14 @@ void farm_ofi_pump(struct ofi_ep *ep)
 	}
 }
 
-/* Check the local buffer against its registration (verbs' LOC_PROT). */
-static bool local_ok(const farm_wr *wr)
+/* Check the local buffer against its registration (verbs' LOC_PROT); a
+ * request that touches no local memory needs none. */
+static bool local_ok(const struct ofi_ep *ep, const farm_wr *wr)
 {
-	if (wr->len == 0 ||
+	if (wr->len == 0 || wr->opcode == FARM_WR_NOTIFY ||
 	    (wr->opcode == FARM_WR_WRITE && (wr->flags & FARM_WR_INLINE)))
 		return true;
-	if (wr->opcode == FARM_WR_NOTIFY)
-		return true;
-	if (!wr->lmr || !(wr->lmr->access & FARM_ACCESS_LOCAL))
-		return false;
-	uintptr_t a = (uintptr_t)wr->local, b = (uintptr_t)wr->lmr->addr;
-	return a >= b && a - b <= wr->lmr->len &&
-	       wr->len <= wr->lmr->len - (a - b);
+	return farm_wr_local_ok(&ep->fab->base, wr);
 }
 
 static bool line_atomic_on(void)
@@ -376,7 +371,7 @@ static int known_failure(struct ofi_ep *ep, const farm_wr *wr)
 	    (ep->base.peer < OFI_MAX_PEERS &&
 	     atomic_load(&ep->fab->peers[ep->base.peer].faults.fail)))
 		return FARM_EINJECTED;
-	if (!local_ok(wr))
+	if (!local_ok(ep, wr))
 		return FARM_ELOCAL_ACCESS;
 	if (wr->opcode == FARM_WR_CAS && (wr->raddr & 7))
 		return -EINVAL;

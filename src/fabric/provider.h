@@ -53,6 +53,20 @@ struct farm_mr {
 	farm_mr_desc desc;
 };
 
+/* Whether @wr's local buffer lies inside its registration, one made with
+ * @fab that allows local access: verbs' LOC_PROT, which every provider
+ * enforces alike. Another fabric's registration says nothing of what this
+ * one may touch (and its provider part is another type). Requests that
+ * touch no local memory are the caller's to let through. */
+static inline bool farm_wr_local_ok(const farm_fabric *fab, const farm_wr *wr)
+{
+	const farm_mr *lmr = wr->lmr;
+	if (!lmr || lmr->fab != fab || !(lmr->access & FARM_ACCESS_LOCAL))
+		return false;
+	uintptr_t a = (uintptr_t)wr->local, b = (uintptr_t)lmr->addr;
+	return a >= b && wr->len <= lmr->len && a - b <= lmr->len - wr->len;
+}
+
 struct farm_cq {
 	farm_fabric *fab;
 };

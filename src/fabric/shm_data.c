@@ -257,12 +257,7 @@ static void write_ordered(uint8_t *dst, const uint8_t *src, size_t len)
 
 static inline bool local_ok(const struct shm_ep *ep, const farm_wr *wr)
 {
-	const farm_mr *lmr = wr->lmr;
-	if (!lmr || lmr->fab != ep->base.fab ||
-	    !(lmr->access & FARM_ACCESS_LOCAL))
-		return false;
-	uintptr_t a = (uintptr_t)wr->local, b = (uintptr_t)lmr->addr;
-	return a >= b && wr->len <= lmr->len && a - b <= lmr->len - wr->len;
+	return farm_wr_local_ok(ep->base.fab, wr);
 }
 
 /* The remote access a request needs of the registration it names. */

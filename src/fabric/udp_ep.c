@@ -228,17 +228,15 @@ bool farm_udp_ep_usable(const farm_ep *fep)
 	return !ep->err_state && !ep->closed && !peer_dead(ep);
 }
 
-/* Check the local buffer against its registration (verbs' LOC_PROT). */
-static bool local_ok(const farm_wr *wr)
+/* Check the local buffer against its registration (verbs' LOC_PROT),
+ * made with this endpoint's fabric: another fabric's registration says
+ * nothing of what this one may touch (verbs would fail the lkey). */
+static bool local_ok(const struct udp_ep *ep, const farm_wr *wr)
 {
 	if (wr->len == 0 || wr->opcode == FARM_WR_NOTIFY ||
 	    (wr->opcode == FARM_WR_WRITE && (wr->flags & FARM_WR_INLINE)))
 		return true;
-	if (!wr->lmr || !(wr->lmr->access & FARM_ACCESS_LOCAL))
-		return false;
-	uintptr_t a = (uintptr_t)wr->local, b = (uintptr_t)wr->lmr->addr;
-	return a >= b && a - b <= wr->lmr->len &&
-	       wr->len <= wr->lmr->len - (a - b);
+	return farm_wr_local_ok(&ep->fab->base, wr);
 }
 
 /* A failure known without the peer, or 0. */
@@ -255,7 +253,7 @@ static int local_status(const struct udp_ep *ep, const farm_wr *wr)
 	    (ep->base.peer < UDP_MAX_PEERS &&
 	     atomic_load(&f->peers[ep->base.peer].faults.fail)))
 		return FARM_EINJECTED;
-	if (!local_ok(wr))
+	if (!local_ok(ep, wr))
 		return FARM_ELOCAL_ACCESS;
 	if (wr->opcode == FARM_WR_CAS && (wr->raddr & 7))
 		return -EINVAL;

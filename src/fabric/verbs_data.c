@@ -196,12 +196,7 @@ int farm_vb_cq_reserve(struct vb_cq *cq, unsigned depth)
 
 static inline bool local_ok(const struct vb_ep *ep, const farm_wr *wr)
 {
-	const farm_mr *lmr = wr->lmr;
-	if (!lmr || lmr->fab != ep->base.fab ||
-	    !(lmr->access & FARM_ACCESS_LOCAL))
-		return false;
-	uintptr_t a = (uintptr_t)wr->local, b = (uintptr_t)lmr->addr;
-	return a >= b && wr->len <= lmr->len && a - b <= lmr->len - wr->len;
+	return farm_wr_local_ok(ep->base.fab, wr);
 }
 
 /*
