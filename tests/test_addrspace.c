@@ -337,6 +337,51 @@ static void test_bad_requests(void **state)
 	assert_int_equal(after.regions_primary, before.regions_primary);
 }
 
+static int call_and_wait(struct asn *from, uint32_t to, uint16_t type,
+                         const void *req, uint32_t len)
+{
+	struct call_res r = {0};
+	assert_int_equal(farm_msg_call(from->loop, to, 0, type, req, len, 0,
+	                               call_done, &r),
+	                 0);
+	for (unsigned i = 0; i < 1000000 && !r.done; i++)
+		pump();
+	assert_true(r.done);
+	return r.status;
+}
+
+/* A backup copy made at one machine's request is dropped only at that
+ * machine's: a late or forged DROP from another keeps it. */
+static void test_drop_only_by_creator(void **state)
+{
+	(void)state;
+	farm_as *as = nodes[0].as;
+	uint32_t to = farm_as_machine_id(as);
+	uint32_t maker = farm_as_machine_id(nodes[2].as);
+	uint32_t region = 0x71000001u;
+	while (farm_as_local_region(as, region, NULL))
+		region += 2;
+	struct {
+		uint32_t region, primary;
+		uint64_t size;
+	} q = {.region = region, .primary = maker, .size = RSIZE};
+	assert_int_equal(call_and_wait(&nodes[2], to, FARM_MSGT_AS_CREATE, &q,
+	                               sizeof(q)),
+	                 0);
+	enum farm_as_role role;
+	assert_non_null(farm_as_local_region(as, region, &role));
+	assert_int_equal(role, FARM_AS_BACKUP);
+	uint32_t d = region;
+	assert_int_equal(
+	        call_and_wait(&nodes[1], to, FARM_MSGT_AS_DROP, &d, sizeof(d)),
+	        -EPERM);
+	assert_non_null(farm_as_local_region(as, region, &role));
+	assert_int_equal(
+	        call_and_wait(&nodes[2], to, FARM_MSGT_AS_DROP, &d, sizeof(d)),
+	        0);
+	assert_null(farm_as_local_region(as, region, NULL));
+}
+
 /* Data recovery's filling copies (farm_as_backup_open): held as backups,
  * never promotable, even where the ring makes this machine the primary,
  * until filled. */
@@ -543,6 +588,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_alloc_and_access),
 	        cmocka_unit_test(test_bad_requests),
 	        cmocka_unit_test(test_ship_by_address),
+	        cmocka_unit_test(test_drop_only_by_creator),
 	        cmocka_unit_test(test_filling_never_promoted),
 	        cmocka_unit_test(test_displaced_filling),
 	        cmocka_unit_test(test_demoted_held),

@@ -436,7 +436,11 @@ static void h_create(farm_loop *loop, const farm_msg_in *in, void *arg)
 		farm_as_reply_err(loop, &in->token, rc);
 		return;
 	}
-	struct entry e = {.id = q.region, .kind = E_BACKUP, .local = r};
+	struct entry e = {.id = q.region,
+	                  .kind = E_BACKUP,
+	                  .created = true,
+	                  .creator = in->src_machine,
+	                  .local = r};
 	as_wrlock(as);
 	rc = farm_as_find(as, q.region) ? -EEXIST : farm_as_put(as, &e);
 	pthread_rwlock_unlock(&as->lock);
@@ -520,6 +524,13 @@ bool farm_as_backup_filling(farm_as *as, uint32_t region)
 	return f;
 }
 
+/*
+ * A primary whose region allocation failed drops the backup copies it had
+ * made (region_alloc.c). Only its own: the id may since have been made
+ * again by another machine that became its primary, and that copy, or
+ * any other, is a replica a published region counts on. The creator's
+ * later CREATE cannot overtake its DROP (one channel, in order).
+ */
 static void h_drop(farm_loop *loop, const farm_msg_in *in, void *arg)
 {
 	farm_as *as = arg;
@@ -530,17 +541,27 @@ static void h_drop(farm_loop *loop, const farm_msg_in *in, void *arg)
 	}
 	memcpy(&q, in->payload, sizeof(q));
 	farm_region *victim = NULL;
+	bool refused = false;
 	as_wrlock(as);
 	struct entry *e = q.region ? farm_as_find(as, q.region) : NULL;
-	if (e && e->kind == E_BACKUP) {
+	if (e && e->kind == E_BACKUP && e->created &&
+	    e->creator == in->src_machine) {
 		victim = e->local;
 		farm_as_del(as, q.region);
+	} else if (e && (e->kind == E_BACKUP || e->kind == E_PRIMARY)) {
+		refused = true;
 	}
 	pthread_rwlock_unlock(&as->lock);
+	if (refused)
+		farm_warn("addrspace: machine %" PRIu32 " asked to drop region "
+		          "%" PRIu32 ", a copy it did not make here: kept",
+		          in->src_machine, q.region);
 	if (victim)
 		tell_local(as, q.region, victim, false);
 	farm_region_destroy(victim);
-	if (in->token.call_id)
+	if (in->token.call_id && refused)
+		farm_as_reply_err(loop, &in->token, -EPERM);
+	else if (in->token.call_id)
 		farm_as_reply(loop, &in->token, NULL, 0);
 }
 

@@ -31,6 +31,12 @@ struct entry {
 	/* E_BACKUP being filled by data recovery (src/txn/copy.c): never
 	 * promoted, not yet a replica that counts. */
 	bool filling;
+	/* E_BACKUP made at a primary's request (h_create): only that
+	 * machine may drop it (its allocation failing). A DROP from
+	 * another, or for a copy made otherwise, would destroy a replica a
+	 * published region counts on. */
+	bool created;
+	uint32_t creator;
 	farm_region *local; /* E_PRIMARY, E_BACKUP: our copy */
 	farm_mr_desc desc;  /* the primary copy: ours for E_PRIMARY, the
 	                       cached remote one otherwise (len 0: unknown) */
