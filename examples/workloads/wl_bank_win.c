@@ -221,12 +221,15 @@ static void after_commit(struct slot *s)
 	finish(s, 0);
 }
 
-/* Another of the client's transactions under way has one of @s's rows. */
+/* Another of the client's transactions under way, or held and older,
+ * has one of @s's rows: held ones start in the order they began, so a
+ * hot row's newcomers never keep an older one waiting. */
 static bool overlaps(const struct win *w, const struct slot *s)
 {
 	for (unsigned i = 0; i < w->n; i++) {
 		const struct slot *o = &w->s[i];
-		if (o == s || o->state == SL_FREE || o->state == SL_HELD)
+		if (o == s || o->state == SL_FREE ||
+		    (o->state == SL_HELD && o->t0 >= s->t0))
 			continue;
 		for (unsigned j = 0; j < s->b.n; j++)
 			for (unsigned k = 0; k < o->b.n; k++)
