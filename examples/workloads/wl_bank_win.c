@@ -11,8 +11,13 @@
  * continuations (and the commit's) only record the outcome and mark the
  * slot ready; the client's thread, outside the loop's passes, moves ready
  * slots on (logic, commit, count, or a retry after a backoff), since a
- * continuation may not wait. A client's own transactions may conflict
- * with one another on a hot row: OCC settles it as between clients.
+ * continuation may not wait. A transaction whose rows another of the
+ * client's transactions in flight also has is held until that one ends
+ * (its latency counts from its start, held time included): started at
+ * once, it read the row locked by the other's commit and spun, or read
+ * it before and aborted at the other's commit, with the hotspot's rows
+ * in most transactions (retries 0.9% with one in flight, 7% with 8).
+ * Other clients' transactions still conflict: OCC settles those.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -23,7 +28,7 @@
 
 #define WL_RETRY_NS (20ull * 1000000000ull)
 
-enum slot_state { SL_FREE, SL_READING, SL_COMMITTING, SL_BACKOFF };
+enum slot_state { SL_FREE, SL_HELD, SL_READING, SL_COMMITTING, SL_BACKOFF };
 
 struct slot;
 
@@ -216,6 +221,24 @@ static void after_commit(struct slot *s)
 	finish(s, 0);
 }
 
+/* Another of the client's transactions under way, or held and older,
+ * has one of @s's rows: held ones start in the order they began, so a
+ * hot row's newcomers never keep an older one waiting. */
+static bool overlaps(const struct win *w, const struct slot *s)
+{
+	for (unsigned i = 0; i < w->n; i++) {
+		const struct slot *o = &w->s[i];
+		if (o == s || o->state == SL_FREE ||
+		    (o->state == SL_HELD && o->t0 >= s->t0))
+			continue;
+		for (unsigned j = 0; j < s->b.n; j++)
+			for (unsigned k = 0; k < o->b.n; k++)
+				if (s->b.key[j] == o->b.key[k])
+					return true;
+	}
+	return false;
+}
+
 /* Move every slot on that can be; the earliest backoff's end, or 0. */
 static uint64_t advance(struct win *w)
 {
@@ -237,6 +260,16 @@ static uint64_t advance(struct win *w)
 			attempt_start(s);
 		else if (!next || s->retry_at < next)
 			next = s->retry_at;
+	}
+	/* After the others moved on: one that ended above frees its rows
+	 * for a held one, which then has continuations to wait for. */
+	for (unsigned i = 0; i < w->n; i++) {
+		struct slot *s = &w->s[i];
+		if (s->state != SL_HELD || overlaps(w, s))
+			continue;
+		attempt_start(s);
+		if (s->state == SL_BACKOFF && (!next || s->retry_at < next))
+			next = s->retry_at; /* it could not begin */
 	}
 	return next;
 }
@@ -293,7 +326,10 @@ int wl_bank_txn_window(struct wl_client *c, enum wl_txn t)
 		return rc; /* the slot stays free: client_run counts it */
 	s->dl = wl_now_ns() + WL_RETRY_NS;
 	w->busy++;
-	attempt_start(s);
+	if (overlaps(w, s))
+		s->state = SL_HELD; /* advance starts it */
+	else
+		attempt_start(s);
 	return WL_INFLIGHT;
 }
 

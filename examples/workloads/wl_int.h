@@ -98,6 +98,7 @@ struct wl_client {
 	uint64_t ship_seq;
 	void *ships; /* TATP: shipped updates in flight (--ship-window) */
 	void *app;   /* the workload's per-client state (TPC-C) */
+	void *rows;  /* SmallBank: the rows' pointers its lookups found */
 	int hist_fd;
 	uint64_t hist_seq;
 	/* FWL_SLOW_MS: where the current transaction's time went (SmallBank:
