@@ -985,6 +985,196 @@ static void test_rebuild(void **state)
 
 /* ---- replicating the block table --------------------------------------- */
 
+enum { CN_N = 20000 }; /* test_copy_note's objects */
+
+/* test_copy_note's state: the owner's allocator and objects (each with
+ * its block's description when new), and the replica's copies. */
+struct cn {
+	struct prov *p;
+	farm_blockalloc *ba;
+	farm_slab *s1, *s2;
+	farm_gaddr *objs;
+	uint32_t *info;
+	farm_gaddr small; /* an array of 7 elements, and its description */
+	uint32_t small_info;
+	int nc;
+	struct farm_alloc_region copies[PROV_MAX];
+};
+
+/* The owner's objects, a third of them freed again, and the block
+ * descriptions taken when each was new; bad input refused. */
+static void cn_allocate(struct cn *x)
+{
+	uint64_t seed = 11;
+	for (int i = 0; i < CN_N; i++) {
+		uint32_t sz = rand_size(&seed);
+		if (sz > 8192)
+			sz = 64 + sz % 512;
+		if (i % 997 == 0) /* classes of 2 and 5 MiB blocks too */
+			sz = i & 1 ? 89000 : 470000;
+		assert_int_equal(farm_slab_alloc(i & 1 ? x->s2 : x->s1, sz, 0,
+		                                 &x->objs[i]),
+		                 0);
+		/* Taken when the object is new, as a commit does. */
+		assert_int_equal(
+		        farm_alloc_block_info(x->ba, x->objs[i], &x->info[i]),
+		        0);
+		assert_true(x->info[i] & 1);
+		assert_int_equal(x->info[i] >> FARM_ALLOC_BINFO_BITS, 0);
+	}
+	assert_int_equal(farm_alloc_array(x->s1, 200, 7, 0, &x->small), 0);
+	assert_int_equal(farm_alloc_block_info(x->ba, x->small, &x->small_info),
+	                 0);
+	for (int i = 0; i < CN_N; i++)
+		if (farm_rand64(&seed) % 3 == 0)
+			assert_int_equal(farm_slab_free(i & 1 ? x->s1 : x->s2,
+			                                x->objs[i]),
+			                 0);
+	/* Bad input. */
+	assert_int_equal(farm_alloc_block_info(x->ba, farm_gaddr_make(9999, 64),
+	                                       &x->info[0]),
+	                 -EREMOTE);
+	assert_int_equal(farm_alloc_block_info(NULL, x->objs[0], &x->info[0]),
+	                 -EINVAL);
+}
+
+/* The copies: zero, then every object's image (allocated or freed since:
+ * both were replicated) and its block's description, in a shuffled order
+ * (replicas apply records of many logs). */
+static void cn_copy(struct cn *x)
+{
+	const struct prov *p = x->p;
+	x->nc = p->n;
+	for (int i = 0; i < x->nc; i++) {
+		x->copies[i] = p->r[i];
+		x->copies[i].base = aligned_alloc(4096, p->r[i].size);
+		assert_non_null(x->copies[i].base);
+		memset(x->copies[i].base, 0, p->r[i].size);
+	}
+	uint64_t wrote = 0;
+	for (int k = 0; k <= CN_N; k++) {
+		int i = k == CN_N ? -1 : (int)((k * 7919ull) % CN_N);
+		farm_gaddr a = i < 0 ? x->small : x->objs[i];
+		uint32_t in = i < 0 ? x->small_info : x->info[i];
+		int ci = (int)farm_gaddr_region(a) - 70;
+		assert_true(ci >= 0 && ci < x->nc);
+		uint64_t off = farm_gaddr_offset(a);
+		/* The image: its header says how many lines it has (the
+		 * array's: 7 elements of 4 lines). */
+		const struct farm_objhdr *h =
+		        (const void *)((char *)p->r[ci].base + off);
+		uint64_t lines =
+		        i < 0 ? 7 * 4 : ((h->incarn >> 1) & 0x3fff) + 1;
+		memcpy((char *)x->copies[ci].base + off,
+		       (char *)p->r[ci].base + off, lines * 64);
+		int rc = farm_alloc_copy_note(&x->copies[ci], a, in);
+		assert_true(rc == 0 || rc == 1);
+		wrote += (uint64_t)rc;
+		assert_int_equal(farm_alloc_copy_note(&x->copies[ci], a, in),
+		                 0);
+	}
+	assert_true(wrote > 0);
+}
+
+/* Refused: bad descriptions, another region's copy, a class that
+ * contradicts the noted one. Nothing is written. */
+static void cn_refused(struct cn *x)
+{
+	farm_gaddr o = x->objs[0];
+	uint32_t in = x->info[0];
+	struct farm_alloc_region *c =
+	        &x->copies[(int)farm_gaddr_region(o) - 70];
+	assert_int_equal(farm_alloc_copy_note(c, o, 0), -EINVAL);
+	assert_int_equal(farm_alloc_copy_note(c, o, in | 7u << 12), -EINVAL);
+	assert_int_equal(
+	        farm_alloc_copy_note(c, farm_gaddr_make(9999, 1 << 20), in),
+	        -EINVAL);
+	uint32_t other = (in & ~(0xffu << 1)) | ((((in >> 1) & 0xff) ^ 1) << 1);
+	if (farm_alloc_class_block_mb((int)((other >> 1) & 0xff)) ==
+	    ((other >> 9) & 7))
+		assert_int_equal(farm_alloc_copy_note(c, o, other),
+		                 FARM_ECORRUPT);
+}
+
+/* Owners are not carried (copies say 0): the live state without slabs
+ * is what the copies must rebuild to. Destroys the owner's slabs. */
+static void cn_rebuild(struct cn *x)
+{
+	farm_slab_destroy(x->s1);
+	farm_slab_destroy(x->s2);
+	int rc1, rc2;
+	char *live = dump_str(x->ba, &rc1);
+	assert_int_equal(rc1, 0);
+	farm_blockalloc *rb;
+	struct farm_blockalloc_attr at = {0};
+	assert_int_equal(farm_blockalloc_create(&at, &rb), 0);
+	for (int i = 0; i < x->nc; i++) {
+		assert_true(farm_alloc_copy_formatted(&x->copies[i]));
+		assert_int_equal(
+		        farm_blockalloc_rebuild_region(rb, &x->copies[i]), 0);
+	}
+	char *rebuilt = dump_str(rb, &rc2);
+	assert_int_equal(rc2, 0);
+	printf("copy note: %d regions, %d objects, dump %zu bytes, equal %d\n",
+	       x->nc, CN_N, strlen(live), strcmp(live, rebuilt) == 0);
+	assert_string_equal(live, rebuilt);
+	struct farm_alloc_stats st1, st2;
+	farm_blockalloc_stats(x->ba, &st1);
+	farm_blockalloc_stats(rb, &st2);
+	assert_int_equal(st2.blocks_in_use, st1.blocks_in_use);
+	assert_int_equal(st2.blocks_unusable, 0);
+	farm_blockalloc_destroy(rb);
+	free(live);
+	free(rebuilt);
+}
+
+/* A large array's run is not carried: its copy holds the elements in
+ * blocks the copied table says are FREE. A rebuild must never hand them
+ * out. */
+static void cn_large_array(struct cn *x)
+{
+	farm_slab *s3;
+	assert_int_equal(farm_slab_create(x->ba, &s3), 0);
+	farm_gaddr big;
+	assert_int_equal(farm_alloc_array(s3, 4096, 600, 0, &big), 0);
+	uint32_t bi;
+	assert_int_equal(farm_alloc_block_info(x->ba, big, &bi), -ENOENT);
+	int cb = (int)farm_gaddr_region(big) - 70;
+	char *cbase = x->copies[cb].base;
+	uint64_t boff = farm_gaddr_offset(big), blen = 4096ull * 600;
+	for (uint64_t e = 0; e < 600; e++) /* each element's header */
+		memcpy(cbase + boff + e * 4096,
+		       (char *)x->p->r[cb].base + boff + e * 4096, 16);
+	char *keep = malloc(blen);
+	assert_non_null(keep);
+	memcpy(keep, cbase + boff, blen);
+	farm_blockalloc *rb;
+	struct farm_blockalloc_attr at = {0};
+	assert_int_equal(farm_blockalloc_create(&at, &rb), 0);
+	assert_int_equal(farm_blockalloc_rebuild_region(rb, &x->copies[cb]), 0);
+	struct farm_alloc_stats st2;
+	farm_blockalloc_stats(rb, &st2);
+	printf("copy note: a large array's 3 blocks, %llu found unusable\n",
+	       (unsigned long long)st2.blocks_unusable);
+	assert_int_equal(st2.blocks_unusable, 3);
+	farm_slab *s4;
+	assert_int_equal(farm_slab_create(rb, &s4), 0);
+	farm_gaddr g;
+	int got = 0;
+	while (farm_slab_alloc(s4, 100000, big, &g) == 0 &&
+	       farm_gaddr_region(g) == x->copies[cb].id && got < 1000) {
+		uint64_t xo = farm_gaddr_offset(g);
+		assert_true(xo + 100000 <= boff || xo >= boff + blen);
+		got++;
+	}
+	assert_true(got > 0);
+	assert_memory_equal(keep, cbase + boff, blen);
+	farm_slab_destroy(s4);
+	farm_blockalloc_destroy(rb);
+	farm_slab_destroy(s3);
+	free(keep);
+}
+
 /*
  * A replica's copy receives object images only; the block-table words come
  * from farm_alloc_block_info() carried with each new object and written by
@@ -996,172 +1186,23 @@ static void test_copy_note(void **state)
 	(void)state;
 	struct prov p;
 	prov_init(&p, 16u << 20, 70);
-	farm_blockalloc *ba = mk_ba(&p);
-	farm_slab *s1, *s2;
-	assert_int_equal(farm_slab_create(ba, &s1), 0);
-	assert_int_equal(farm_slab_create(ba, &s2), 0);
-	enum { N = 20000 };
-	farm_gaddr *objs = malloc(N * sizeof(*objs));
-	uint32_t *info = malloc(N * sizeof(*info));
-	assert_non_null(objs);
-	assert_non_null(info);
-	uint64_t seed = 11;
-	for (int i = 0; i < N; i++) {
-		uint32_t sz = rand_size(&seed);
-		if (sz > 8192)
-			sz = 64 + sz % 512;
-		if (i % 997 == 0) /* classes of 2 and 5 MiB blocks too */
-			sz = i & 1 ? 89000 : 470000;
-		assert_int_equal(
-		        farm_slab_alloc(i & 1 ? s2 : s1, sz, 0, &objs[i]), 0);
-		/* Taken when the object is new, as a commit does. */
-		assert_int_equal(farm_alloc_block_info(ba, objs[i], &info[i]),
-		                 0);
-		assert_true(info[i] & 1);
-		assert_int_equal(info[i] >> FARM_ALLOC_BINFO_BITS, 0);
-	}
-	farm_gaddr small;
-	assert_int_equal(farm_alloc_array(s1, 200, 7, 0, &small), 0);
-	uint32_t small_info;
-	assert_int_equal(farm_alloc_block_info(ba, small, &small_info), 0);
-	for (int i = 0; i < N; i++)
-		if (farm_rand64(&seed) % 3 == 0)
-			assert_int_equal(
-			        farm_slab_free(i & 1 ? s1 : s2, objs[i]), 0);
-	/* Bad input. */
-	assert_int_equal(
-	        farm_alloc_block_info(ba, farm_gaddr_make(9999, 64), &info[0]),
-	        -EREMOTE);
-	assert_int_equal(farm_alloc_block_info(NULL, objs[0], &info[0]),
-	                 -EINVAL);
-
-	/* The copies: zero, then every object's image (allocated or freed
-	 * since: both were replicated) and its block's description, in a
-	 * shuffled order (replicas apply records of many logs). */
-	int nc = p.n;
-	struct farm_alloc_region copies[PROV_MAX];
-	for (int i = 0; i < nc; i++) {
-		copies[i] = p.r[i];
-		copies[i].base = aligned_alloc(4096, p.r[i].size);
-		assert_non_null(copies[i].base);
-		memset(copies[i].base, 0, p.r[i].size);
-	}
-	uint64_t wrote = 0;
-	for (int k = 0; k <= N; k++) {
-		int i = k == N ? -1 : (int)((k * 7919ull) % N);
-		farm_gaddr a = i < 0 ? small : objs[i];
-		uint32_t in = i < 0 ? small_info : info[i];
-		int ci = (int)farm_gaddr_region(a) - 70;
-		assert_true(ci >= 0 && ci < nc);
-		uint64_t off = farm_gaddr_offset(a);
-		/* The image: its header says how many lines it has (the
-		 * array's: 7 elements of 4 lines). */
-		const struct farm_objhdr *h =
-		        (const void *)((char *)p.r[ci].base + off);
-		uint64_t lines =
-		        i < 0 ? 7 * 4 : ((h->incarn >> 1) & 0x3fff) + 1;
-		memcpy((char *)copies[ci].base + off,
-		       (char *)p.r[ci].base + off, lines * 64);
-		int rc = farm_alloc_copy_note(&copies[ci], a, in);
-		assert_true(rc == 0 || rc == 1);
-		wrote += (uint64_t)rc;
-		assert_int_equal(farm_alloc_copy_note(&copies[ci], a, in), 0);
-	}
-	assert_true(wrote > 0);
-	/* Refused: bad descriptions, another region's copy, a class that
-	 * contradicts the noted one. Nothing is written. */
-	int ci0 = (int)farm_gaddr_region(objs[0]) - 70;
-	assert_int_equal(farm_alloc_copy_note(&copies[ci0], objs[0], 0),
-	                 -EINVAL);
-	assert_int_equal(
-	        farm_alloc_copy_note(&copies[ci0], objs[0], info[0] | 7u << 12),
-	        -EINVAL);
-	assert_int_equal(farm_alloc_copy_note(&copies[ci0],
-	                                      farm_gaddr_make(9999, 1 << 20),
-	                                      info[0]),
-	                 -EINVAL);
-	uint32_t other = (info[0] & ~(0xffu << 1)) |
-	                 ((((info[0] >> 1) & 0xff) ^ 1) << 1);
-	if (farm_alloc_class_block_mb((int)((other >> 1) & 0xff)) ==
-	    ((other >> 9) & 7))
-		assert_int_equal(
-		        farm_alloc_copy_note(&copies[ci0], objs[0], other),
-		        FARM_ECORRUPT);
-
-	/* Owners are not carried (copies say 0): the live state without
-	 * slabs is what the copies must rebuild to. */
-	farm_slab_destroy(s1);
-	farm_slab_destroy(s2);
-	int rc1, rc2;
-	char *live = dump_str(ba, &rc1);
-	assert_int_equal(rc1, 0);
-	farm_blockalloc *rb;
-	struct farm_blockalloc_attr at = {0};
-	assert_int_equal(farm_blockalloc_create(&at, &rb), 0);
-	for (int i = 0; i < nc; i++) {
-		assert_true(farm_alloc_copy_formatted(&copies[i]));
-		assert_int_equal(farm_blockalloc_rebuild_region(rb, &copies[i]),
-		                 0);
-	}
-	char *rebuilt = dump_str(rb, &rc2);
-	assert_int_equal(rc2, 0);
-	printf("copy note: %d regions, %d objects, dump %zu bytes, equal %d\n",
-	       nc, N, strlen(live), strcmp(live, rebuilt) == 0);
-	assert_string_equal(live, rebuilt);
-	struct farm_alloc_stats st1, st2;
-	farm_blockalloc_stats(ba, &st1);
-	farm_blockalloc_stats(rb, &st2);
-	assert_int_equal(st2.blocks_in_use, st1.blocks_in_use);
-	assert_int_equal(st2.blocks_unusable, 0);
-	farm_blockalloc_destroy(rb);
-
-	/* A large array's run is not carried: its copy holds the elements in
-	 * blocks the copied table says are FREE. A rebuild must never hand
-	 * them out. */
-	farm_slab *s3;
-	assert_int_equal(farm_slab_create(ba, &s3), 0);
-	farm_gaddr big;
-	assert_int_equal(farm_alloc_array(s3, 4096, 600, 0, &big), 0);
-	uint32_t bi;
-	assert_int_equal(farm_alloc_block_info(ba, big, &bi), -ENOENT);
-	int cb = (int)farm_gaddr_region(big) - 70;
-	uint64_t boff = farm_gaddr_offset(big), blen = 4096ull * 600;
-	for (uint64_t e = 0; e < 600; e++) /* each element's header */
-		memcpy((char *)copies[cb].base + boff + e * 4096,
-		       (char *)p.r[cb].base + boff + e * 4096, 16);
-	char *keep = malloc(blen);
-	assert_non_null(keep);
-	memcpy(keep, (char *)copies[cb].base + boff, blen);
-	assert_int_equal(farm_blockalloc_create(&at, &rb), 0);
-	assert_int_equal(farm_blockalloc_rebuild_region(rb, &copies[cb]), 0);
-	farm_blockalloc_stats(rb, &st2);
-	printf("copy note: a large array's 3 blocks, %llu found unusable\n",
-	       (unsigned long long)st2.blocks_unusable);
-	assert_int_equal(st2.blocks_unusable, 3);
-	farm_slab *s4;
-	assert_int_equal(farm_slab_create(rb, &s4), 0);
-	farm_gaddr x;
-	int got = 0;
-	while (farm_slab_alloc(s4, 100000, big, &x) == 0 &&
-	       farm_gaddr_region(x) == copies[cb].id && got < 1000) {
-		uint64_t xo = farm_gaddr_offset(x);
-		assert_true(xo + 100000 <= boff || xo >= boff + blen);
-		got++;
-	}
-	assert_true(got > 0);
-	assert_memory_equal(keep, (char *)copies[cb].base + boff, blen);
-	farm_slab_destroy(s4);
-	farm_blockalloc_destroy(rb);
-	farm_slab_destroy(s3);
-
-	free(keep);
-	for (int i = 0; i < nc; i++)
-		free(copies[i].base);
-	free(live);
-	free(rebuilt);
-	free(objs);
-	free(info);
-	farm_blockalloc_destroy(ba);
+	struct cn x = {.p = &p, .ba = mk_ba(&p)};
+	assert_int_equal(farm_slab_create(x.ba, &x.s1), 0);
+	assert_int_equal(farm_slab_create(x.ba, &x.s2), 0);
+	x.objs = malloc(CN_N * sizeof(*x.objs));
+	x.info = malloc(CN_N * sizeof(*x.info));
+	assert_non_null(x.objs);
+	assert_non_null(x.info);
+	cn_allocate(&x);
+	cn_copy(&x);
+	cn_refused(&x);
+	cn_rebuild(&x);
+	cn_large_array(&x);
+	for (int i = 0; i < x.nc; i++)
+		free(x.copies[i].base);
+	free(x.objs);
+	free(x.info);
+	farm_blockalloc_destroy(x.ba);
 	prov_fini(&p);
 }
 
@@ -1272,84 +1313,114 @@ static void test_layout(void **state)
 	prov_fini(&p);
 }
 
-static void test_retire(void **state)
-{
-	(void)state;
-	struct prov p;
-	prov_init(&p, 16u << 20, 300);
-	farm_blockalloc *ba = mk_ba(&p);
-	farm_slab *s1, *s2, *s3, *s4;
-	assert_int_equal(farm_slab_create(ba, &s1), 0);
-	assert_int_equal(farm_slab_create(ba, &s2), 0);
-	assert_int_equal(farm_slab_create(ba, &s3), 0);
-	assert_int_equal(farm_slab_create(ba, &s4), 0);
-	enum { NL = 64, NLIVE = 2 * NL + 2 };
-	static const uint32_t sizes[3] = {64, 200, 3000};
+enum { NL = 64, NLIVE = 2 * NL + 2 }; /* test_retire's objects */
+static const uint32_t rt_sizes[3] = {64, 200, 3000};
+
+/* test_retire's state: one region R with live objects of two slabs
+ * (s1's and s2's), retired and then made primary again at another base
+ * (nb); rbase and snap: its memory at the retire and a copy of it. */
+struct rtx {
+	struct prov *p;
+	farm_blockalloc *ba;
+	farm_slab *s1, *s2, *s4;
 	farm_gaddr live[NLIVE];
+	uint32_t R;
+	farm_gaddr sarr, larr;
+	uint64_t mark;
+	char *rbase, *snap, *nb;
+};
+
+/* Live objects in region R: s1's and s2's, a small array; a retired run
+ * in R (waits for an epoch), an unowned block of R, and s4's region
+ * cache on R (a remote free into s1's block). */
+static void rt_populate(struct rtx *t)
+{
+	farm_slab *s3;
+	assert_int_equal(farm_slab_create(t->ba, &t->s1), 0);
+	assert_int_equal(farm_slab_create(t->ba, &t->s2), 0);
+	assert_int_equal(farm_slab_create(t->ba, &s3), 0);
+	assert_int_equal(farm_slab_create(t->ba, &t->s4), 0);
+	farm_gaddr *live = t->live;
 	for (int i = 0; i < NL; i++) {
-		assert_int_equal(farm_slab_alloc(s1, sizes[i % 3], 0, &live[i]),
-		                 0);
-		assert_int_equal(farm_slab_alloc(s2, sizes[(i + 1) % 3], 0,
-		                                 &live[NL + i]),
+		assert_int_equal(
+		        farm_slab_alloc(t->s1, rt_sizes[i % 3], 0, &live[i]),
+		        0);
+		assert_int_equal(farm_slab_alloc(t->s2, rt_sizes[(i + 1) % 3],
+		                                 0, &live[NL + i]),
 		                 0);
 	}
-	uint32_t R = farm_gaddr_region(live[0]);
-	farm_gaddr sarr, larr, o3;
-	assert_int_equal(farm_alloc_array(s1, 100, 5, 0, &sarr), 0);
-	assert_int_equal(farm_alloc_array(s2, 4096, 300, 0, &larr), 0);
+	t->R = farm_gaddr_region(live[0]);
+	farm_gaddr o3;
+	assert_int_equal(farm_alloc_array(t->s1, 100, 5, 0, &t->sarr), 0);
+	assert_int_equal(farm_alloc_array(t->s2, 4096, 300, 0, &t->larr), 0);
 	assert_int_equal(farm_slab_alloc(s3, 1000, 0, &o3), 0);
-	live[2 * NL] = sarr;
+	live[2 * NL] = t->sarr;
 	live[2 * NL + 1] = o3;
 	for (int i = 0; i < NLIVE; i++)
-		assert_int_equal(farm_gaddr_region(live[i]), R);
-	assert_int_equal(farm_gaddr_region(larr), R);
-	/* A retired run in R (waits for an epoch), an unowned block of R,
-	 * and s4's region cache on R (a remote free into s1's block). */
-	assert_int_equal(farm_alloc_array_free(s2, larr, 4096, 300), 0);
-	uint64_t mark = farm_blockalloc_epoch_mark(ba);
+		assert_int_equal(farm_gaddr_region(live[i]), t->R);
+	assert_int_equal(farm_gaddr_region(t->larr), t->R);
+	assert_int_equal(farm_alloc_array_free(t->s2, t->larr, 4096, 300), 0);
+	t->mark = farm_blockalloc_epoch_mark(t->ba);
 	farm_slab_destroy(s3);
-	assert_int_equal(farm_slab_free(s4, live[NL - 1]), 0);
+	assert_int_equal(farm_slab_free(t->s4, live[NL - 1]), 0);
 	live[NL - 1] = live[0]; /* (freed: the set keeps only live ones) */
+}
+
+/* Retires R (once; bad input refused): no longer local, its blocks out
+ * of the counts. Keeps a copy of its memory in snap. */
+static void rt_retire(struct rtx *t)
+{
+	farm_blockalloc *ba = t->ba;
+	uint32_t R = t->R;
 	struct farm_alloc_stats st0, st;
 	farm_blockalloc_stats(ba, &st0);
 
 	assert_int_equal(farm_blockalloc_retire_region(ba, R), 0);
-	char *rbase = p.r[0].base;
-	assert_int_equal(p.r[0].id, R);
-	char *snap = malloc(p.size);
-	assert_non_null(snap);
-	memcpy(snap, rbase, p.size);
+	t->rbase = t->p->r[0].base;
+	assert_int_equal(t->p->r[0].id, R);
+	t->snap = malloc(t->p->size);
+	assert_non_null(t->snap);
+	memcpy(t->snap, t->rbase, t->p->size);
 	assert_int_equal(farm_blockalloc_retire_region(ba, R), -ENOENT);
 	assert_int_equal(farm_blockalloc_retire_region(NULL, R), -EINVAL);
 	assert_int_equal(farm_blockalloc_retire_region(ba, FARM_REGION_ID_NONE),
 	                 -EINVAL);
 	assert_false(farm_alloc_region_is_local(ba, R));
-	assert_null(farm_alloc_local(ba, live[0], FARM_OBJHDR_SIZE));
+	assert_null(farm_alloc_local(ba, t->live[0], FARM_OBJHDR_SIZE));
 	farm_gaddr ga;
-	assert_int_equal(farm_alloc_gaddr_of(ba, rbase + 4096, &ga), -EINVAL);
+	assert_int_equal(farm_alloc_gaddr_of(ba, t->rbase + 4096, &ga),
+	                 -EINVAL);
 	uint32_t info;
-	assert_int_equal(farm_alloc_block_info(ba, live[0], &info), -EREMOTE);
+	assert_int_equal(farm_alloc_block_info(ba, t->live[0], &info),
+	                 -EREMOTE);
 	farm_blockalloc_stats(ba, &st);
 	assert_int_equal(st.regions, st0.regions - 1);
 	assert_int_equal(st.blocks_total, st0.blocks_total - 16);
 	assert_int_equal(st.blocks_retired, st0.blocks_retired - 2);
+}
 
-	/* Frees: refused by the owner, by another slab, for arrays. */
-	assert_int_equal(farm_slab_free(s1, live[1]), -EREMOTE);
-	assert_int_equal(farm_slab_free(s2, live[1]), -EREMOTE);
-	assert_int_equal(farm_slab_free(s2, live[NL + 1]), -EREMOTE);
-	assert_int_equal(farm_alloc_array_free(s1, sarr, 100, 5), -EREMOTE);
-	assert_int_equal(farm_alloc_array_free(s2, larr, 4096, 300), -EREMOTE);
-	/* Allocations: a hint in R is not local; none lands in R. */
+/* Retired R: frees refused (by the owner, by another slab, for arrays);
+ * a hint in R is not local; none of 6000 allocations lands in R. Then
+ * the epoch ends and s2 is destroyed: R's memory stays untouched. */
+static void rt_refused(struct rtx *t)
+{
+	farm_gaddr *live = t->live;
+	assert_int_equal(farm_slab_free(t->s1, live[1]), -EREMOTE);
+	assert_int_equal(farm_slab_free(t->s2, live[1]), -EREMOTE);
+	assert_int_equal(farm_slab_free(t->s2, live[NL + 1]), -EREMOTE);
+	assert_int_equal(farm_alloc_array_free(t->s1, t->sarr, 100, 5),
+	                 -EREMOTE);
+	assert_int_equal(farm_alloc_array_free(t->s2, t->larr, 4096, 300),
+	                 -EREMOTE);
 	farm_gaddr x;
-	assert_int_equal(farm_slab_alloc(s1, 200, live[1], &x), -EREMOTE);
-	assert_int_equal(farm_alloc_array(s2, 4096, 300, live[1], &x),
+	assert_int_equal(farm_slab_alloc(t->s1, 200, live[1], &x), -EREMOTE);
+	assert_int_equal(farm_alloc_array(t->s2, 4096, 300, live[1], &x),
 	                 -EREMOTE);
 	int in_r = 0;
 	for (int i = 0; i < 3000; i++) {
 		for (int k = 0; k < 2; k++) {
-			farm_slab *s = k ? s2 : s1;
-			uint32_t sz = sizes[(i + k) % 3];
+			farm_slab *s = k ? t->s2 : t->s1;
+			uint32_t sz = rt_sizes[(i + k) % 3];
 			if (i % 100 == 7)
 				assert_int_equal(
 				        farm_alloc_array(s, 100, 5, 0, &x), 0);
@@ -1360,71 +1431,102 @@ static void test_retire(void **state)
 			else
 				assert_int_equal(farm_slab_alloc(s, sz, 0, &x),
 				                 0);
-			in_r += farm_gaddr_region(x) == R;
+			in_r += farm_gaddr_region(x) == t->R;
 		}
 	}
 	assert_int_equal(in_r, 0);
 	/* The epoch ends: R's retired run is not zeroed. A slab's destroy
 	 * does not write R's table (owner ids). */
-	assert_int_equal(farm_blockalloc_reclaim(ba, mark), 0);
-	farm_slab_destroy(s2);
-	assert_int_equal(memcmp(rbase, snap, p.size), 0);
+	assert_int_equal(farm_blockalloc_reclaim(t->ba, t->mark), 0);
+	farm_slab_destroy(t->s2);
+	assert_int_equal(memcmp(t->rbase, t->snap, t->p->size), 0);
+}
 
-	/* Primary again: a copy at another base, rebuilt by scan. */
+/* Primary again: a copy of R at another base (nb), rebuilt by scan; s4's
+ * cache still naming the tombstone sends its free to the copy. */
+static void rt_rebuild(struct rtx *t)
+{
+	farm_blockalloc *ba = t->ba;
+	size_t size = t->p->size;
+	struct farm_alloc_stats st0, st;
 	farm_blockalloc_stats(ba, &st0);
-	char *nb = mmap(NULL, p.size, PROT_READ | PROT_WRITE,
+	char *nb = mmap(NULL, size, PROT_READ | PROT_WRITE,
 	                MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	assert_true(nb != MAP_FAILED);
-	assert_true(nb != rbase);
-	memcpy(nb, snap, p.size);
-	struct farm_alloc_region ar = {.id = R, .base = nb, .size = p.size};
+	assert_true(nb != t->rbase);
+	t->nb = nb;
+	memcpy(nb, t->snap, size);
+	struct farm_alloc_region ar = {.id = t->R, .base = nb, .size = size};
 	assert_int_equal(farm_blockalloc_rebuild_region(ba, &ar), 0);
-	assert_true(farm_alloc_region_is_local(ba, R));
+	assert_true(farm_alloc_region_is_local(ba, t->R));
+	farm_gaddr *live = t->live;
 	assert_ptr_equal(farm_alloc_local(ba, live[2], FARM_OBJHDR_SIZE),
 	                 nb + farm_gaddr_offset(live[2]));
+	farm_gaddr ga;
 	assert_int_equal(farm_alloc_gaddr_of(ba, nb + 4096, &ga), 0);
-	assert_int_equal(ga, farm_gaddr_make(R, 4096));
+	assert_int_equal(ga, farm_gaddr_make(t->R, 4096));
 	farm_blockalloc_stats(ba, &st);
 	assert_int_equal(st.regions, st0.regions + 1);
 	/* s4's cache still named the tombstone: the free goes to the copy. */
 	uint64_t w = farm_objhdr_load_incarn(
 	        (void *)(nb + farm_gaddr_offset(live[2])));
-	assert_int_equal(farm_slab_free(s4, live[2]), 0);
+	assert_int_equal(farm_slab_free(t->s4, live[2]), 0);
 	assert_int_equal(farm_objhdr_load_incarn(
 	                         (void *)(nb + farm_gaddr_offset(live[2]))),
 	                 farm_incarn_freed(w));
-	assert_int_equal(farm_slab_free(s1, live[NL + 2]), 0);
+	assert_int_equal(farm_slab_free(t->s1, live[NL + 2]), 0);
 	live[2] = live[NL + 2] = live[0];
-	/* Hinted allocations land in the copy, never on a live object. */
-	in_r = 0;
+}
+
+/* Hinted allocations land in R's copy, never on a live object; returns
+ * how many of 300 did. */
+static int rt_hinted(struct rtx *t)
+{
+	int in_r = 0;
+	farm_gaddr x;
 	for (int i = 0; i < 300; i++) {
-		assert_int_equal(farm_slab_alloc(s1, 200, live[1], &x), 0);
-		if (farm_gaddr_region(x) == R) {
+		assert_int_equal(farm_slab_alloc(t->s1, 200, t->live[1], &x),
+		                 0);
+		if (farm_gaddr_region(x) == t->R) {
 			in_r++;
-			assert_false(gaddr_in(x, live, NLIVE));
+			assert_false(gaddr_in(x, t->live, NLIVE));
 			assert_true(farm_objhdr_allocated(
-			        (void *)(nb + farm_gaddr_offset(x))));
+			        (void *)(t->nb + farm_gaddr_offset(x))));
 		}
 	}
 	assert_true(in_r > 0);
 	for (int i = 0; i < NLIVE; i++)
 		assert_true(farm_objhdr_allocated(
-		        (void *)(nb + farm_gaddr_offset(live[i]))));
+		        (void *)(t->nb + farm_gaddr_offset(t->live[i]))));
+	return in_r;
+}
+
+static void test_retire(void **state)
+{
+	(void)state;
+	struct prov p;
+	prov_init(&p, 16u << 20, 300);
+	struct rtx t = {.p = &p, .ba = mk_ba(&p)};
+	rt_populate(&t);
+	rt_retire(&t);
+	rt_refused(&t);
+	rt_rebuild(&t);
+	int in_r = rt_hinted(&t);
 	int rc;
-	free(dump_str(ba, &rc));
+	free(dump_str(t.ba, &rc));
 	assert_int_equal(rc, 0);
 	/* And the old memory was never touched. */
-	assert_int_equal(memcmp(rbase, snap, p.size), 0);
+	assert_int_equal(memcmp(t.rbase, t.snap, p.size), 0);
 	printf("retire: region %u with 2 slabs' current blocks retired; "
 	       "6000 allocations elsewhere, 0 in it; rebuilt at another "
 	       "base, %d hinted allocations there\n",
-	       R, in_r);
-	farm_slab_destroy(s1);
-	farm_slab_destroy(s4);
-	farm_blockalloc_destroy(ba);
-	munmap(nb, p.size);
+	       t.R, in_r);
+	farm_slab_destroy(t.s1);
+	farm_slab_destroy(t.s4);
+	farm_blockalloc_destroy(t.ba);
+	munmap(t.nb, p.size);
 	prov_fini(&p);
-	free(snap);
+	free(t.snap);
 }
 
 /*

@@ -880,20 +880,12 @@ static void held_at_replicas(struct held_report **r, bool displace,
 		          "the handoff: the premise did not hold");
 }
 
-/*
- * grow_kill, after the survivors' run: once machine NP_NM has grown and
- * taken a region over from a live primary, whose new copy of it is held
- * filling, kill it; once every survivor runs a configuration without it
- * (the old primary first in that region's list again, its copy
- * filling), let the copies go. The checks that follow (run_mode) must
- * find every region replicated again.
- */
-static void grow_kill(struct rb_result *res)
+/* A region machine NP_NM took over from a live primary (its id in
+ * @old), whose new copy there is held filling, once it has grown (asked
+ * until @dl); 0 if none. */
+static uint32_t taken_region(struct rb_result *res, uint64_t dl, int *old)
 {
-	struct fails *f = &res->f;
-	uint64_t dl = np_now_ns() + 30000000000ull;
 	uint32_t region = 0;
-	int old = -1;
 	while (!region && np_now_ns() < dl) {
 		struct held_report *g = ask(NP_NM);
 		for (unsigned i = 0; grown(g, true) && i < NP_NM && !region;
@@ -906,7 +898,7 @@ static void grow_kill(struct rb_result *res)
 				    r->h[k].reps[0] == DR_LATE_ID &&
 				    r->config == g->config) {
 					region = r->h[k].region;
-					old = (int)i;
+					*old = (int)i;
 				}
 			free(r);
 		}
@@ -914,6 +906,23 @@ static void grow_kill(struct rb_result *res)
 		if (!region)
 			np_pause_ms(20);
 	}
+	return region;
+}
+
+/*
+ * grow_kill, after the survivors' run: once machine NP_NM has grown and
+ * taken a region over from a live primary, whose new copy of it is held
+ * filling, kill it; once every survivor runs a configuration without it
+ * (the old primary first in that region's list again, its copy
+ * filling), let the copies go. The checks that follow (run_mode) must
+ * find every region replicated again.
+ */
+static void grow_kill(struct rb_result *res)
+{
+	struct fails *f = &res->f;
+	uint64_t dl = np_now_ns() + 30000000000ull;
+	int old = -1;
+	uint32_t region = taken_region(res, dl, &old);
 	if (!region) {
 		failed(f,
 		       "machine %u never took a region over from a live "

@@ -72,82 +72,127 @@ static int transfer(farm_ep *ep, farm_cq *cq, uint16_t op, uint8_t *buf,
 	return 0;
 }
 
+/* One machine process's state: its peers, its CQ and endpoints, and
+ * the registered buffers it writes from and reads into. */
+struct mach {
+	uint32_t me;
+	struct peers P;
+	farm_cq *cq;
+	farm_ep *ep[N];
+	uint8_t *src, *dst;
+	farm_mr *ls, *ld;
+	unsigned completions;
+};
+
+/* Writes pattern(me, j) into each peer j's region at slot me and reads
+ * it back; returns 0 or the machine's exit code. */
+static int write_peers(farm_fabric *fab, struct mach *m)
+{
+	for (uint32_t j = 0; j < N; j++) {
+		if (j == m->me)
+			continue;
+		if (farm_ep_connect(fab, m->cq, j, m->P.m[j].addr, NULL,
+		                    &m->ep[j]))
+			return 12;
+		for (size_t i = 0; i < SLOT; i++)
+			m->src[i] = pattern(m->me, j, i);
+		if (transfer(m->ep[j], m->cq, FARM_WR_WRITE, m->src, m->ls,
+		             &m->P.m[j].desc, (uint64_t)m->me * SLOT, SLOT,
+		             &m->completions))
+			return 13;
+		memset(m->dst, 0, SLOT);
+		if (transfer(m->ep[j], m->cq, FARM_WR_READ, m->dst, m->ld,
+		             &m->P.m[j].desc, (uint64_t)m->me * SLOT, SLOT,
+		             &m->completions))
+			return 14;
+		if (memcmp(m->src, m->dst, SLOT))
+			return 15;
+	}
+	return 0;
+}
+
+/* My memory holds what each peer wrote into my region; returns 0 or the
+ * machine's exit code. */
+static int check_mine(const struct mach *m, farm_region *r)
+{
+	const uint8_t *mine = farm_region_base(r);
+	for (uint32_t i = 0; i < N; i++) {
+		if (i == m->me)
+			continue;
+		for (size_t k = 0; k < SLOT; k++)
+			if (mine[(size_t)i * SLOT + k] != pattern(i, m->me, k))
+				return 17;
+	}
+	return 0;
+}
+
+/* READ what a third machine wrote into each peer; returns 0 or the
+ * machine's exit code. */
+static int read_thirds(struct mach *m)
+{
+	for (uint32_t j = 0; j < N; j++) {
+		if (j == m->me)
+			continue;
+		uint32_t third = 3 - m->me - j; /* the one that is neither */
+		memset(m->dst, 0, SLOT);
+		if (transfer(m->ep[j], m->cq, FARM_WR_READ, m->dst, m->ld,
+		             &m->P.m[j].desc, (uint64_t)third * SLOT, SLOT,
+		             &m->completions))
+			return 18;
+		for (size_t k = 0; k < SLOT; k++)
+			if (m->dst[k] != pattern(third, j, k))
+				return 19;
+	}
+	return 0;
+}
+
+/* Reports the completions, waits for everyone to be done, tears down;
+ * returns 0 or the machine's exit code. */
+static int finish(struct mach *m, int in, int out)
+{
+	/* Unsignaled successes must not have produced completions. */
+	farm_wc stray;
+	if (farm_cq_poll(m->cq, 1, &stray) != 0)
+		return 23;
+	if (tu_send(out, &m->completions, sizeof(m->completions)))
+		return 20;
+	char b;
+	if (tu_recv(in, &b, 1)) /* stay up until everyone is done */
+		return 21;
+	for (uint32_t j = 0; j < N; j++)
+		farm_ep_destroy(m->ep[j]);
+	if (farm_cq_destroy(m->cq))
+		return 22;
+	farm_mr_dereg(m->ls);
+	farm_mr_dereg(m->ld);
+	free(m->src);
+	free(m->dst);
+	return 0;
+}
+
 static int machine(farm_fabric *fab, farm_region *r, int in, int out, void *arg)
 {
 	(void)arg;
-	uint32_t me = farm_fabric_machine_id(fab);
-	struct peers P;
-	if (tu_recv(in, &P, sizeof(P)))
+	struct mach m = {.me = farm_fabric_machine_id(fab)};
+	if (tu_recv(in, &m.P, sizeof(m.P)))
 		return 10;
-	farm_cq *cq;
-	farm_ep *ep[N] = {0};
-	uint8_t *src = malloc(SLOT), *dst = malloc(SLOT);
-	farm_mr *ls, *ld;
-	if (farm_cq_create(fab, 64, 0, &cq) ||
-	    farm_mr_reg(fab, src, SLOT, FARM_ACCESS_LOCAL, &ls) ||
-	    farm_mr_reg(fab, dst, SLOT, FARM_ACCESS_LOCAL, &ld))
+	m.src = malloc(SLOT);
+	m.dst = malloc(SLOT);
+	if (farm_cq_create(fab, 64, 0, &m.cq) ||
+	    farm_mr_reg(fab, m.src, SLOT, FARM_ACCESS_LOCAL, &m.ls) ||
+	    farm_mr_reg(fab, m.dst, SLOT, FARM_ACCESS_LOCAL, &m.ld))
 		return 11;
-	unsigned completions = 0;
-	for (uint32_t j = 0; j < N; j++) {
-		if (j == me)
-			continue;
-		if (farm_ep_connect(fab, cq, j, P.m[j].addr, NULL, &ep[j]))
-			return 12;
-		for (size_t i = 0; i < SLOT; i++)
-			src[i] = pattern(me, j, i);
-		if (transfer(ep[j], cq, FARM_WR_WRITE, src, ls, &P.m[j].desc,
-		             (uint64_t)me * SLOT, SLOT, &completions))
-			return 13;
-		memset(dst, 0, SLOT);
-		if (transfer(ep[j], cq, FARM_WR_READ, dst, ld, &P.m[j].desc,
-		             (uint64_t)me * SLOT, SLOT, &completions))
-			return 14;
-		if (memcmp(src, dst, SLOT))
-			return 15;
-	}
+	int rc = write_peers(fab, &m);
+	if (rc)
+		return rc;
 	/* Barrier through the parent. */
 	char b = 'w';
 	if (tu_send(out, &b, 1) || tu_recv(in, &b, 1))
 		return 16;
-	/* My memory holds what each peer wrote into my region. */
-	const uint8_t *mine = farm_region_base(r);
-	for (uint32_t i = 0; i < N; i++) {
-		if (i == me)
-			continue;
-		for (size_t k = 0; k < SLOT; k++)
-			if (mine[(size_t)i * SLOT + k] != pattern(i, me, k))
-				return 17;
-	}
-	/* READ what a third machine wrote into each peer. */
-	for (uint32_t j = 0; j < N; j++) {
-		if (j == me)
-			continue;
-		uint32_t third = 3 - me - j; /* the one that is neither */
-		memset(dst, 0, SLOT);
-		if (transfer(ep[j], cq, FARM_WR_READ, dst, ld, &P.m[j].desc,
-		             (uint64_t)third * SLOT, SLOT, &completions))
-			return 18;
-		for (size_t k = 0; k < SLOT; k++)
-			if (dst[k] != pattern(third, j, k))
-				return 19;
-	}
-	/* Unsignaled successes must not have produced completions. */
-	farm_wc stray;
-	if (farm_cq_poll(cq, 1, &stray) != 0)
-		return 23;
-	if (tu_send(out, &completions, sizeof(completions)))
-		return 20;
-	if (tu_recv(in, &b, 1)) /* stay up until everyone is done */
-		return 21;
-	for (uint32_t j = 0; j < N; j++)
-		farm_ep_destroy(ep[j]);
-	if (farm_cq_destroy(cq))
-		return 22;
-	farm_mr_dereg(ls);
-	farm_mr_dereg(ld);
-	free(src);
-	free(dst);
-	return 0;
+	rc = check_mine(&m, r);
+	if (!rc)
+		rc = read_thirds(&m);
+	return rc ? rc : finish(&m, in, out);
 }
 
 static void test_three_machines(void **state)

@@ -601,6 +601,214 @@ static bool tl_overlaps(farm_gaddr a, uint64_t size, const farm_gaddr *live,
 	return false;
 }
 
+enum { NO = 40, NLIVE = 2 * NO }; /* test_retire's live objects */
+
+/* test_retire's state: machine 1's allocator, the live objects in R
+ * (sizes, block descriptions and header images), its last stats. */
+struct gr {
+	farm_galloc *g;
+	uint32_t R;
+	farm_gaddr live[NLIVE];
+	uint64_t lsize[NLIVE];
+	uint32_t info[NLIVE];
+	struct farm_objhdr img[NLIVE];
+	struct farm_galloc_stats gs;
+};
+
+/* Live objects from both loops, all in one region R; each loop frees
+ * one (its slab's region cache is on R); the headers' images kept. */
+static void gr_populate(struct gr *t)
+{
+	int st;
+	for (int i = 0; i < NLIVE; i++) {
+		t->lsize[i] = i % 2 ? 3000 : 200;
+		t->live[i] = tl_alloc(i < NO ? 0 : 1, t->lsize[i],
+		                      FARM_GADDR_NULL, &st);
+		assert_int_equal(st, 0);
+		assert_int_equal(
+		        farm_galloc_block_info(t->g, t->live[i], &t->info[i]),
+		        0);
+	}
+	t->R = farm_gaddr_region(t->live[0]);
+	for (int i = 0; i < NLIVE; i++)
+		assert_int_equal(farm_gaddr_region(t->live[i]), t->R);
+	/* Each loop frees one (its slab's region cache is on R). */
+	assert_int_equal(
+	        farm_galloc_free_local(t->g, L.m[0].loop[0], t->live[0]), 0);
+	assert_int_equal(
+	        farm_galloc_free_local(t->g, L.m[0].loop[1], t->live[NO]), 0);
+	t->live[0] = t->live[1];
+	t->lsize[0] = t->lsize[1];
+	t->info[0] = t->info[1];
+	t->live[NO] = t->live[NO + 1];
+	t->lsize[NO] = t->lsize[NO + 1];
+	t->info[NO] = t->info[NO + 1];
+	for (int i = 0; i < NLIVE; i++)
+		memcpy(&t->img[i],
+		       farm_as_local_ptr(L.m[0].as, t->live[i],
+		                         FARM_OBJHDR_SIZE),
+		       sizeof(t->img[i]));
+}
+
+/* Every live object's header is its image. */
+static void gr_headers_kept(const struct gr *t)
+{
+	for (int i = 0; i < NLIVE; i++)
+		assert_memory_equal(farm_as_local_ptr(L.m[0].as, t->live[i],
+		                                      FARM_OBJHDR_SIZE),
+		                    &t->img[i], sizeof(t->img[i]));
+}
+
+/* R retired (once; bad input refused); (b) frees refused, nothing
+ * written. */
+static void gr_retire(struct gr *t)
+{
+	farm_galloc *g = t->g;
+	assert_int_equal(farm_galloc_retire(g, t->R), 0);
+	assert_int_equal(farm_galloc_retire(g, t->R), -ENOENT);
+	assert_int_equal(farm_galloc_retire(NULL, t->R), -EINVAL);
+	assert_int_equal(farm_galloc_retire(g, FARM_REGION_ID_NONE), -EINVAL);
+	farm_galloc_stats(g, &t->gs);
+	assert_int_equal(t->gs.retired, 1);
+
+	/* (b) Frees refused, nothing written. */
+	for (unsigned l = 0; l < TL_L; l++) {
+		assert_int_equal(
+		        farm_galloc_free_local(g, L.m[0].loop[l], t->live[2]),
+		        -EREMOTE);
+		assert_int_equal(farm_galloc_free_local_or_defer(
+		                         g, L.m[0].loop[l], t->live[NO + 2], 0),
+		                 -EREMOTE);
+		assert_int_equal(farm_galloc_free_array_local(g, L.m[0].loop[l],
+		                                              t->live[3], 3000,
+		                                              1),
+		                 -EREMOTE);
+	}
+	gr_headers_kept(t);
+}
+
+/* (a) Both loops allocate on: never in R; a hint in R is refused. */
+static void gr_alloc_elsewhere(struct gr *t)
+{
+	int st;
+	tl_alloc(0, 200, t->live[1], &st);
+	assert_int_equal(st, -EREMOTE);
+	enum { NA = 2500 };
+	unsigned in_r = 0, regions = 0;
+	uint32_t last = 0;
+	for (int i = 0; i < NA; i++) {
+		for (unsigned l = 0; l < TL_L; l++) {
+			farm_gaddr a = tl_alloc(l, i % 3 ? 200 : 3000,
+			                        FARM_GADDR_NULL, &st);
+			assert_int_equal(st, 0);
+			in_r += farm_gaddr_region(a) == t->R;
+			if (farm_gaddr_region(a) != last) {
+				last = farm_gaddr_region(a);
+				regions++;
+			}
+		}
+	}
+	assert_int_equal(in_r, 0);
+	farm_galloc_stats(t->g, &t->gs);
+	printf("retire: %d allocations on 2 loops after region %" PRIu32
+	       " was retired, 0 in it (%" PRIu64 " regions made in all)\n",
+	       2 * NA, t->R, t->gs.regions_added);
+}
+
+/*
+ * An adoption of R expected, then given up before it ran: the
+ * expectation is cancelled and its deferred free dropped (counted lost,
+ * the header untouched but for the deferral's free-pending mark, which a
+ * restart of this copy would take to free the slot: the free
+ * committed). A free kept whole (as while the adopter scans; the switch
+ * forces it: one before the scan is done in its header at once,
+ * test_adopt).
+ */
+static void gr_adopt_given_up(struct gr *t)
+{
+	farm_galloc *g = t->g;
+	assert_int_equal(farm_galloc_adopt_expect(g, t->R), 1);
+	assert_int_equal(
+	        farm_fault_set(FARM_FP_ALLOC_DEFER_WHOLE, tu_switch_on, NULL),
+	        0);
+	assert_int_equal(farm_galloc_free_local_or_defer(g, L.m[0].loop[0],
+	                                                 t->live[4], 0),
+	                 1);
+	assert_int_equal(farm_fault_set(FARM_FP_ALLOC_DEFER_WHOLE, NULL, NULL),
+	                 0);
+	uint64_t lost = t->gs.deferred_lost;
+	assert_int_equal(farm_galloc_retire(g, t->R), 0);
+	farm_galloc_stats(g, &t->gs);
+	assert_int_equal(t->gs.retired, 2);
+	assert_int_equal(t->gs.deferred_lost, lost + 1);
+	assert_int_equal(farm_galloc_free_local_or_defer(g, L.m[0].loop[0],
+	                                                 t->live[4], 0),
+	                 -EREMOTE);
+	const struct farm_objhdr *h4 =
+	        farm_as_local_ptr(L.m[0].as, t->live[4], FARM_OBJHDR_SIZE);
+	assert_non_null(h4);
+	assert_int_equal(farm_objhdr_load_version(h4),
+	                 atomic_load(&t->img[4].version) |
+	                         FARM_OBJHDR_FREE_PENDING);
+	assert_int_equal(farm_objhdr_load_incarn(h4),
+	                 atomic_load(&t->img[4].incarn));
+}
+
+/* (c) Primary of R again: a fresh zeroed copy with the live objects'
+ * images and their blocks noted, as recovery leaves it; adopted. */
+static void gr_readopt(struct gr *t)
+{
+	farm_galloc *g = t->g;
+	enum farm_as_role role;
+	farm_region *fr = farm_as_local_region(L.m[0].as, t->R, &role);
+	assert_non_null(fr);
+	struct farm_alloc_region ar = {.id = t->R,
+	                               .base = farm_region_base(fr),
+	                               .size = farm_region_size(fr)};
+	memset(ar.base, 0, ar.size);
+	for (int i = 0; i < NLIVE; i++) {
+		memcpy((char *)ar.base + farm_gaddr_offset(t->live[i]),
+		       &t->img[i], sizeof(t->img[i]));
+		int rc = farm_alloc_copy_note(&ar, t->live[i], t->info[i]);
+		assert_true(rc == 0 || rc == 1);
+	}
+	uint64_t before = t->gs.adopted;
+	assert_int_equal(farm_galloc_adopt_expect(g, t->R), 1);
+	assert_int_equal(farm_galloc_adopt(g, t->R), 0);
+	uint64_t t0 = farm_now_ns();
+	do {
+		for (unsigned i = 0; i < TL_M; i++)
+			for (unsigned l = 0; l < TL_L; l++)
+				(void)farm_loop_poll(L.m[i].loop[l]);
+		farm_galloc_stats(g, &t->gs);
+	} while (t->gs.adopted + t->gs.adopt_failed < before + 1 &&
+	         farm_now_ns() - t0 < 10000000000ull);
+	assert_int_equal(t->gs.adopted, before + 1);
+	assert_int_equal(farm_galloc_adopt_expect(g, t->R), 2);
+}
+
+/* Hinted allocations from both loops land in R again, none on a live
+ * object; returns how many of 400 did. */
+static unsigned gr_hinted(struct gr *t)
+{
+	unsigned in_r = 0;
+	int st;
+	for (int i = 0; i < 200; i++) {
+		for (unsigned l = 0; l < TL_L; l++) {
+			uint64_t sz = i % 2 ? 3000 : 200;
+			farm_gaddr a =
+			        tl_alloc(l, sz, t->live[i % 2 ? 3 : 2], &st);
+			assert_int_equal(st, 0);
+			in_r += farm_gaddr_region(a) == t->R;
+			assert_false(
+			        tl_overlaps(a, sz, t->live, t->lsize, NLIVE));
+		}
+	}
+	assert_true(in_r > 0);
+	gr_headers_kept(t);
+	return in_r;
+}
+
 /*
  * Machine 1 (index 0) gives up region R while both its loops' slabs hold
  * current blocks there: (a) thousands of allocations on both loops after
@@ -615,169 +823,19 @@ static void test_retire(void **state)
 {
 	(void)state;
 	tl_open();
-	farm_galloc *g = L.m[0].ga;
-	enum { NO = 40, NLIVE = 2 * NO };
-	farm_gaddr live[NLIVE];
-	uint64_t lsize[NLIVE];
-	uint32_t info[NLIVE];
-	int st;
-	for (int i = 0; i < NLIVE; i++) {
-		lsize[i] = i % 2 ? 3000 : 200;
-		live[i] = tl_alloc(i < NO ? 0 : 1, lsize[i], FARM_GADDR_NULL,
-		                   &st);
-		assert_int_equal(st, 0);
-		assert_int_equal(farm_galloc_block_info(g, live[i], &info[i]),
-		                 0);
-	}
-	uint32_t R = farm_gaddr_region(live[0]);
-	for (int i = 0; i < NLIVE; i++)
-		assert_int_equal(farm_gaddr_region(live[i]), R);
-	/* Each loop frees one (its slab's region cache is on R). */
-	assert_int_equal(farm_galloc_free_local(g, L.m[0].loop[0], live[0]), 0);
-	assert_int_equal(farm_galloc_free_local(g, L.m[0].loop[1], live[NO]),
-	                 0);
-	live[0] = live[1];
-	lsize[0] = lsize[1];
-	info[0] = info[1];
-	live[NO] = live[NO + 1];
-	lsize[NO] = lsize[NO + 1];
-	info[NO] = info[NO + 1];
-	struct farm_objhdr img[NLIVE];
-	for (int i = 0; i < NLIVE; i++)
-		memcpy(&img[i],
-		       farm_as_local_ptr(L.m[0].as, live[i], FARM_OBJHDR_SIZE),
-		       sizeof(img[i]));
-
-	assert_int_equal(farm_galloc_retire(g, R), 0);
-	assert_int_equal(farm_galloc_retire(g, R), -ENOENT);
-	assert_int_equal(farm_galloc_retire(NULL, R), -EINVAL);
-	assert_int_equal(farm_galloc_retire(g, FARM_REGION_ID_NONE), -EINVAL);
-	struct farm_galloc_stats gs;
-	farm_galloc_stats(g, &gs);
-	assert_int_equal(gs.retired, 1);
-
-	/* (b) Frees refused, nothing written. */
-	for (unsigned l = 0; l < TL_L; l++) {
-		assert_int_equal(
-		        farm_galloc_free_local(g, L.m[0].loop[l], live[2]),
-		        -EREMOTE);
-		assert_int_equal(farm_galloc_free_local_or_defer(
-		                         g, L.m[0].loop[l], live[NO + 2], 0),
-		                 -EREMOTE);
-		assert_int_equal(farm_galloc_free_array_local(g, L.m[0].loop[l],
-		                                              live[3], 3000, 1),
-		                 -EREMOTE);
-	}
-	for (int i = 0; i < NLIVE; i++)
-		assert_memory_equal(
-		        farm_as_local_ptr(L.m[0].as, live[i], FARM_OBJHDR_SIZE),
-		        &img[i], sizeof(img[i]));
-
-	/* (a) Both loops allocate on: never in R; a hint in R is refused. */
-	tl_alloc(0, 200, live[1], &st);
-	assert_int_equal(st, -EREMOTE);
-	enum { NA = 2500 };
-	unsigned in_r = 0, regions = 0;
-	uint32_t last = 0;
-	for (int i = 0; i < NA; i++) {
-		for (unsigned l = 0; l < TL_L; l++) {
-			farm_gaddr a = tl_alloc(l, i % 3 ? 200 : 3000,
-			                        FARM_GADDR_NULL, &st);
-			assert_int_equal(st, 0);
-			in_r += farm_gaddr_region(a) == R;
-			if (farm_gaddr_region(a) != last) {
-				last = farm_gaddr_region(a);
-				regions++;
-			}
-		}
-	}
-	assert_int_equal(in_r, 0);
-	farm_galloc_stats(g, &gs);
-	printf("retire: %d allocations on 2 loops after region %" PRIu32
-	       " was retired, 0 in it (%" PRIu64 " regions made in all)\n",
-	       2 * NA, R, gs.regions_added);
-
-	/* An adoption of R expected, then given up before it ran: the
-	 * expectation is cancelled and its deferred free dropped (counted
-	 * lost, the header untouched but for the deferral's free-pending
-	 * mark, which a restart of this copy would take to free the slot: the
-	 * free committed). A free kept whole (as while the adopter scans; the
-	 * switch forces it: one before the scan is done in its header at
-	 * once, test_adopt). */
-	assert_int_equal(farm_galloc_adopt_expect(g, R), 1);
-	assert_int_equal(
-	        farm_fault_set(FARM_FP_ALLOC_DEFER_WHOLE, tu_switch_on, NULL),
-	        0);
-	assert_int_equal(
-	        farm_galloc_free_local_or_defer(g, L.m[0].loop[0], live[4], 0),
-	        1);
-	assert_int_equal(farm_fault_set(FARM_FP_ALLOC_DEFER_WHOLE, NULL, NULL),
-	                 0);
-	uint64_t lost = gs.deferred_lost;
-	assert_int_equal(farm_galloc_retire(g, R), 0);
-	farm_galloc_stats(g, &gs);
-	assert_int_equal(gs.retired, 2);
-	assert_int_equal(gs.deferred_lost, lost + 1);
-	assert_int_equal(
-	        farm_galloc_free_local_or_defer(g, L.m[0].loop[0], live[4], 0),
-	        -EREMOTE);
-	const struct farm_objhdr *h4 =
-	        farm_as_local_ptr(L.m[0].as, live[4], FARM_OBJHDR_SIZE);
-	assert_non_null(h4);
-	assert_int_equal(farm_objhdr_load_version(h4),
-	                 atomic_load(&img[4].version) |
-	                         FARM_OBJHDR_FREE_PENDING);
-	assert_int_equal(farm_objhdr_load_incarn(h4),
-	                 atomic_load(&img[4].incarn));
-
-	/* (c) Primary of R again: a fresh zeroed copy with the live objects'
-	 * images and their blocks noted, as recovery leaves it. */
-	enum farm_as_role role;
-	farm_region *fr = farm_as_local_region(L.m[0].as, R, &role);
-	assert_non_null(fr);
-	struct farm_alloc_region ar = {.id = R,
-	                               .base = farm_region_base(fr),
-	                               .size = farm_region_size(fr)};
-	memset(ar.base, 0, ar.size);
-	for (int i = 0; i < NLIVE; i++) {
-		memcpy((char *)ar.base + farm_gaddr_offset(live[i]), &img[i],
-		       sizeof(img[i]));
-		int rc = farm_alloc_copy_note(&ar, live[i], info[i]);
-		assert_true(rc == 0 || rc == 1);
-	}
-	uint64_t before = gs.adopted;
-	assert_int_equal(farm_galloc_adopt_expect(g, R), 1);
-	assert_int_equal(farm_galloc_adopt(g, R), 0);
-	uint64_t t0 = farm_now_ns();
-	do {
-		for (unsigned i = 0; i < TL_M; i++)
-			for (unsigned l = 0; l < TL_L; l++)
-				(void)farm_loop_poll(L.m[i].loop[l]);
-		farm_galloc_stats(g, &gs);
-	} while (gs.adopted + gs.adopt_failed < before + 1 &&
-	         farm_now_ns() - t0 < 10000000000ull);
-	assert_int_equal(gs.adopted, before + 1);
-	assert_int_equal(farm_galloc_adopt_expect(g, R), 2);
-	in_r = 0;
-	for (int i = 0; i < 200; i++) {
-		for (unsigned l = 0; l < TL_L; l++) {
-			uint64_t sz = i % 2 ? 3000 : 200;
-			farm_gaddr a =
-			        tl_alloc(l, sz, live[i % 2 ? 3 : 2], &st);
-			assert_int_equal(st, 0);
-			in_r += farm_gaddr_region(a) == R;
-			assert_false(tl_overlaps(a, sz, live, lsize, NLIVE));
-		}
-	}
-	assert_true(in_r > 0);
-	for (int i = 0; i < NLIVE; i++)
-		assert_memory_equal(
-		        farm_as_local_ptr(L.m[0].as, live[i], FARM_OBJHDR_SIZE),
-		        &img[i], sizeof(img[i]));
+	struct gr t = {.g = L.m[0].ga};
+	farm_galloc *g = t.g;
+	gr_populate(&t);
+	gr_retire(&t);
+	gr_alloc_elsewhere(&t);
+	gr_adopt_given_up(&t);
+	gr_readopt(&t);
+	unsigned in_r = gr_hinted(&t);
 	/* Frees in R work again, on both loops. */
-	assert_int_equal(farm_galloc_free_local(g, L.m[0].loop[0], live[2]), 0);
+	assert_int_equal(farm_galloc_free_local(g, L.m[0].loop[0], t.live[2]),
+	                 0);
 	assert_int_equal(
-	        farm_galloc_free_local(g, L.m[0].loop[1], live[NO + 2]), 0);
+	        farm_galloc_free_local(g, L.m[0].loop[1], t.live[NO + 2]), 0);
 	char *buf = NULL;
 	size_t len = 0;
 	FILE *f = open_memstream(&buf, &len);
@@ -789,7 +847,7 @@ static void test_retire(void **state)
 	printf("retire: region %" PRIu32 " re-adopted from a zeroed copy "
 	       "with %d live objects; %u of 400 hinted allocations there, "
 	       "none on a live object\n",
-	       R, NLIVE, in_r);
+	       t.R, NLIVE, in_r);
 	tl_close();
 }
 

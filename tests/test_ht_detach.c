@@ -171,6 +171,129 @@ static bool round_ready(const struct shardq *q, enum at_detach at)
 	return false;
 }
 
+/* Where a write was at the detach. BEFORE: out of the owner's queues, its
+ * answer sent. */
+enum where { BEFORE, BATCH, QUEUED };
+
+/* The round's value bytes: static, as a put may read them until it is
+ * answered. */
+static uint8_t round_val[256];
+
+/* NW new keys of shard 0 (absent before the round). */
+static void round_keys(const char *pfx, char key[NW][16])
+{
+	for (unsigned i = 0; i < NW; i++) {
+		for (unsigned n = 0;; n++) {
+			char b[48];
+			int len = snprintf(b, sizeof(b), "%s%u-%u", pfx, i, n);
+			memset(key[i], 0, 16);
+			memcpy(key[i], b, len < 16 ? (size_t)len : 15);
+			if (farm_ht_shard_index(farm_ht_hash(key[i], 16), 3) ==
+			    0)
+				break;
+		}
+		CHECK(get_now(1, key[i]) == -ENOENT, "%s: key %u present", pfx,
+		      i);
+	}
+}
+
+/* Pumps the cluster until the owner's shard-0 queue is at @at; returns
+ * that queue. */
+static struct shardq *await_round(const char *pfx, enum at_detach at)
+{
+	struct htloop *l = hl_of(H[0], C.m[0].loop);
+	CHECK(l, "%s: the owner's loop is not attached", pfx);
+	struct shardq *q = &l->q[0];
+	uint64_t t0 = farm_now_ns();
+	for (unsigned m = 0;
+	     !round_ready(q, at) && farm_now_ns() - t0 < 10000000000ull;
+	     m = (m + 1) % 3)
+		(void)farm_loop_poll(C.m[m].loop);
+	CHECK(round_ready(q, at), "%s: the owner's batch never was %s", pfx,
+	      at == COMMITTING ? "committing with writes queued behind it"
+	                       : "allocating");
+	return q;
+}
+
+/* Where each write of the round is in the owner's queue @q now. */
+static void locate_writes(const struct shardq *q, char key[NW][16],
+                          enum where where[NW])
+{
+	for (unsigned i = 0; i < NW; i++) {
+		where[i] = BEFORE;
+		for (struct pending *p = q->batch; p; p = p->next)
+			if (p->klen == 16 && !memcmp(p->buf, key[i], 16))
+				where[i] = BATCH;
+		for (struct pending *p = q->head; p; p = p->next)
+			if (p->klen == 16 && !memcmp(p->buf, key[i], 16))
+				where[i] = QUEUED;
+	}
+}
+
+/* Detaches the owner's loop, pumps until every write is answered (and
+ * more, so that a write answered twice would show), attaches it again. */
+static void detach_and_drain(const char *pfx, struct wres w[NW])
+{
+	farm_loop *owner = C.m[0].loop;
+	farm_ht_detach(H[0], owner);
+	uint64_t t0 = farm_now_ns();
+	for (unsigned i = 0; i < NW; i++)
+		while (!w[i].calls && farm_now_ns() - t0 < 10000000000ull)
+			asn_pump(&C);
+	/* More passes: a write answered twice would show now. */
+	for (unsigned k = 0; k < 16; k++)
+		asn_pump(&C);
+	CHECK(!farm_ht_attach(H[0], owner), "%s: attach again", pfx);
+}
+
+/* Write @i's answer, given where it was at the detach (@at), and its
+ * key's presence agree with the contract of write_round. */
+static void check_answer(const char *pfx, unsigned i, const char *key,
+                         enum where where, enum at_detach at,
+                         const struct wres *w)
+{
+	static const char *const wn[] = {"answered before the detach",
+	                                 "in the batch", "queued"};
+	int g = get_now(1, key);
+	printf("ht_detach: %s write %u (%s) answered %d time(s): %d; "
+	       "the key %s\n",
+	       pfx, i, wn[where], w->calls, w->status,
+	       g == 0 ? "present" : "absent");
+	CHECK(w->calls == 1, "%s: write %u (%s) answered %d time(s) (want one)",
+	      pfx, i, wn[where], w->calls);
+	CHECK(where != QUEUED || w->status == -ECANCELED,
+	      "%s: write %u queued at the detach answered %d (want "
+	      "-ECANCELED: nothing starts on a detached loop)",
+	      pfx, i, w->status);
+	CHECK(where != BATCH || at != ALLOCATING || w->status == -ECANCELED,
+	      "%s: write %u in a batch allocating at the detach "
+	      "answered %d (want -ECANCELED: its transaction is "
+	      "dropped)",
+	      pfx, i, w->status);
+	CHECK(where != BEFORE || w->status == 0,
+	      "%s: write %u answered %d before the detach", pfx, i, w->status);
+	CHECK(w->status == 0 || w->status == -ECANCELED,
+	      "%s: write %u answered %d", pfx, i, w->status);
+	CHECK(g == (w->status == 0 ? 0 : -ENOENT),
+	      "%s: write %u answered %d but its key is %s (lookup %d)", pfx, i,
+	      w->status, g == 0 ? "present" : "absent", g);
+}
+
+/* Attached again: the owner takes writes. */
+static void write_again(const char *pfx, char key[NW][16], uint32_t vlen)
+{
+	for (unsigned i = 0; i < NW; i++) {
+		struct res r = {0};
+		CHECK(!farm_ht_put(H[1], C.m[1].loop, key[i], 16, round_val,
+		                   vlen, op_cb, &r),
+		      "%s: put again", pfx);
+		asn_wait(&C, &r.done);
+		CHECK(!r.status && get_now(1, key[i]) == 0,
+		      "%s: write %u after attaching again: %d", pfx, i,
+		      r.status);
+	}
+}
+
 /*
  * A round of writes on the owner's loop across its detach: machine 1
  * puts NW new keys of shard 0 (values of @vlen bytes: past the slot's
@@ -186,100 +309,21 @@ static bool round_ready(const struct shardq *q, enum at_detach at)
  */
 static void write_round(const char *pfx, uint32_t vlen, enum at_detach at)
 {
-	farm_loop *owner = C.m[0].loop, *writer = C.m[1].loop;
 	char key[NW][16];
-	for (unsigned i = 0; i < NW; i++) {
-		for (unsigned n = 0;; n++) {
-			char b[48];
-			int len = snprintf(b, sizeof(b), "%s%u-%u", pfx, i, n);
-			memset(key[i], 0, 16);
-			memcpy(key[i], b, len < 16 ? (size_t)len : 15);
-			if (farm_ht_shard_index(farm_ht_hash(key[i], 16), 3) ==
-			    0)
-				break;
-		}
-		CHECK(get_now(1, key[i]) == -ENOENT, "%s: key %u present", pfx,
-		      i);
-	}
-	static uint8_t val[256];
-	memset(val, 'w', sizeof(val));
+	round_keys(pfx, key);
+	memset(round_val, 'w', sizeof(round_val));
 	struct wres w[NW] = {{0}};
 	for (unsigned i = 0; i < NW; i++)
-		CHECK(!farm_ht_put(H[1], writer, key[i], 16, val, vlen, wr_cb,
-		                   &w[i]),
+		CHECK(!farm_ht_put(H[1], C.m[1].loop, key[i], 16, round_val,
+		                   vlen, wr_cb, &w[i]),
 		      "%s: put %u", pfx, i);
-	struct htloop *l = hl_of(H[0], owner);
-	CHECK(l, "%s: the owner's loop is not attached", pfx);
-	struct shardq *q = &l->q[0];
-	uint64_t t0 = farm_now_ns();
-	for (unsigned m = 0;
-	     !round_ready(q, at) && farm_now_ns() - t0 < 10000000000ull;
-	     m = (m + 1) % 3)
-		(void)farm_loop_poll(C.m[m].loop);
-	CHECK(round_ready(q, at), "%s: the owner's batch never was %s", pfx,
-	      at == COMMITTING ? "committing with writes queued behind it"
-	                       : "allocating");
-	/* BEFORE: out of the owner's queues, its answer sent. */
-	enum { BEFORE, BATCH, QUEUED } where[NW];
-	for (unsigned i = 0; i < NW; i++) {
-		where[i] = BEFORE;
-		for (struct pending *p = q->batch; p; p = p->next)
-			if (p->klen == 16 && !memcmp(p->buf, key[i], 16))
-				where[i] = BATCH;
-		for (struct pending *p = q->head; p; p = p->next)
-			if (p->klen == 16 && !memcmp(p->buf, key[i], 16))
-				where[i] = QUEUED;
-	}
-	farm_ht_detach(H[0], owner);
-	t0 = farm_now_ns();
+	struct shardq *q = await_round(pfx, at);
+	enum where where[NW];
+	locate_writes(q, key, where);
+	detach_and_drain(pfx, w);
 	for (unsigned i = 0; i < NW; i++)
-		while (!w[i].calls && farm_now_ns() - t0 < 10000000000ull)
-			asn_pump(&C);
-	/* More passes: a write answered twice would show now. */
-	for (unsigned k = 0; k < 16; k++)
-		asn_pump(&C);
-	CHECK(!farm_ht_attach(H[0], owner), "%s: attach again", pfx);
-	static const char *const wn[] = {"answered before the detach",
-	                                 "in the batch", "queued"};
-	for (unsigned i = 0; i < NW; i++) {
-		int g = get_now(1, key[i]);
-		printf("ht_detach: %s write %u (%s) answered %d time(s): %d; "
-		       "the key %s\n",
-		       pfx, i, wn[where[i]], w[i].calls, w[i].status,
-		       g == 0 ? "present" : "absent");
-		CHECK(w[i].calls == 1,
-		      "%s: write %u (%s) answered %d time(s) (want one)", pfx,
-		      i, wn[where[i]], w[i].calls);
-		CHECK(where[i] != QUEUED || w[i].status == -ECANCELED,
-		      "%s: write %u queued at the detach answered %d (want "
-		      "-ECANCELED: nothing starts on a detached loop)",
-		      pfx, i, w[i].status);
-		CHECK(where[i] != BATCH || at != ALLOCATING ||
-		              w[i].status == -ECANCELED,
-		      "%s: write %u in a batch allocating at the detach "
-		      "answered %d (want -ECANCELED: its transaction is "
-		      "dropped)",
-		      pfx, i, w[i].status);
-		CHECK(where[i] != BEFORE || w[i].status == 0,
-		      "%s: write %u answered %d before the detach", pfx, i,
-		      w[i].status);
-		CHECK(w[i].status == 0 || w[i].status == -ECANCELED,
-		      "%s: write %u answered %d", pfx, i, w[i].status);
-		CHECK(g == (w[i].status == 0 ? 0 : -ENOENT),
-		      "%s: write %u answered %d but its key is %s (lookup %d)",
-		      pfx, i, w[i].status, g == 0 ? "present" : "absent", g);
-	}
-	/* Attached again: the owner takes writes. */
-	for (unsigned i = 0; i < NW; i++) {
-		struct res r = {0};
-		CHECK(!farm_ht_put(H[1], writer, key[i], 16, val, vlen, op_cb,
-		                   &r),
-		      "%s: put again", pfx);
-		asn_wait(&C, &r.done);
-		CHECK(!r.status && get_now(1, key[i]) == 0,
-		      "%s: write %u after attaching again: %d", pfx, i,
-		      r.status);
-	}
+		check_answer(pfx, i, key[i], where[i], at, &w[i]);
+	write_again(pfx, key, vlen);
 }
 
 /*

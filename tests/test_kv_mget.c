@@ -215,25 +215,23 @@ static void mg_cb(farm_loop *loop, void *ctx)
 	mg_done = 1;
 }
 
-/*
- * Classify @n keys with a first read, multi-get them all (counters
- * around it), then get each on its own and compare.
- */
-static void run_cmp(struct ch *c, struct kd *ks, unsigned n, struct phase *p)
+/* run_cmp's buffers: the multi-get's keys and answers, one get's value
+ * and an expected value. */
+struct mgbuf {
+	const void **kp;
+	uint32_t *kl, *lens;
+	int *st;
+	uint8_t *vals, *one, *want;
+};
+
+/* Classify the @n keys of @ks (local, or the first read's outcome) into
+ * @p, and list them in @b. */
+static void classify(struct ch *c, const struct kd *ks, unsigned n,
+                     struct mgbuf *b, struct phase *p)
 {
-	const void **kp = calloc(n, sizeof(*kp));
-	uint32_t *kl = calloc(n, sizeof(*kl)), *lens = calloc(n, sizeof(*lens));
-	int *st = calloc(n, sizeof(*st));
-	uint8_t *vals = malloc((size_t)n * CAP), *one = malloc(CAP),
-	        *want = malloc(BIGV);
-	p->n = n;
-	if (!kp || !kl || !lens || !st || !vals || !one || !want) {
-		p->rc = -ENOMEM;
-		goto out;
-	}
 	for (unsigned i = 0; i < n; i++) {
-		kp[i] = ks[i].key;
-		kl[i] = ks[i].klen;
+		b->kp[i] = ks[i].key;
+		b->kl[i] = ks[i].klen;
 		unsigned m = machine_of(ks[i].key, ks[i].klen);
 		if (m == c->np.me) {
 			p->local++;
@@ -249,18 +247,25 @@ static void run_cmp(struct ch *c, struct kd *ks, unsigned n, struct phase *p)
 			     farm_strerror(f));
 		}
 	}
+}
+
+/* Multi-gets the @n keys of @b, the counters' difference around it in
+ * p->d; returns its outcome. */
+static int mget_counted(struct ch *c, unsigned n, struct mgbuf *b,
+                        struct phase *p)
+{
 	farm_kv_stats s0, s1;
 	farm_kv_stats_get(c->kv, &s0);
 	mg_done = 0;
-	memset(lens, 0xff, n * sizeof(*lens));
-	p->rc = farm_kv_mget(c->kv, c->np.loop, n, kp, kl, vals, CAP, lens, st,
-	                     mg_cb, NULL);
-	if (!p->rc)
-		p->rc = farm_loop_wait(c->np.loop, &mg_done,
-		                       20ull * 1000000000ull);
+	memset(b->lens, 0xff, n * sizeof(*b->lens));
+	int rc = farm_kv_mget(c->kv, c->np.loop, n, b->kp, b->kl, b->vals, CAP,
+	                      b->lens, b->st, mg_cb, NULL);
+	if (!rc)
+		rc = farm_loop_wait(c->np.loop, &mg_done,
+		                    20ull * 1000000000ull);
 	farm_kv_stats_get(c->kv, &s1);
-	if (p->rc)
-		goto out;
+	if (rc)
+		return rc;
 	p->d = (farm_kv_stats){
 	        .mget_calls = s1.mget_calls - s0.mget_calls,
 	        .mget_keys = s1.mget_keys - s0.mget_keys,
@@ -270,47 +275,78 @@ static void run_cmp(struct ch *c, struct kd *ks, unsigned n, struct phase *p)
 	        .mget_msgs = s1.mget_msgs - s0.mget_msgs,
 	        .mget_spills = s1.mget_spills - s0.mget_spills,
 	        .mget_fallbacks = s1.mget_fallbacks - s0.mget_fallbacks};
-	for (unsigned i = 0; i < n; i++) {
-		uint32_t len = 0;
-		int rc = farm_kv_get_sync(c->kv, c->np.loop, ks[i].key,
-		                          ks[i].klen, one, CAP, &len);
-		const uint8_t *mv = vals + (size_t)i * CAP;
-		if (rc != st[i] || (rc == 0 && (len != lens[i] ||
-		                                memcmp(one, mv, len) != 0))) {
-			p->mismatch++;
-			note(p, "key %u: mget %s (%u bytes), get %s (%u bytes)",
-			     i, farm_strerror(st[i]), lens[i],
-			     farm_strerror(rc), len);
-		}
-		if (ks[i].exp_ver < 0) {
-			if (st[i] != -ENOENT || lens[i] != 0) {
-				p->wrong++;
-				note(p, "absent key %u: %s", i,
-				     farm_strerror(st[i]));
-			}
-			p->absent += st[i] == -ENOENT;
-			continue;
-		}
-		unsigned id = (unsigned)ks[i].idx,
-		         ver = (unsigned)ks[i].exp_ver;
-		mkval(id, ver, want);
-		if (st[i] != 0 || lens[i] != vlen_of(id, ver) ||
-		    memcmp(mv, want, lens[i]) != 0) {
-			p->wrong++;
-			note(p, "key %u: %s, %u bytes, want %u", i,
-			     farm_strerror(st[i]), lens[i], vlen_of(id, ver));
-		}
-		p->found += st[i] == 0;
-		p->indirect += st[i] == 0 && lens[i] > 32;
+	return 0;
+}
+
+/* Key @i's multi-get answer against its own get and its expected value
+ * (absent, or version exp_ver), counted in @p. */
+static void compare_key(struct ch *c, const struct kd *k, unsigned i,
+                        struct mgbuf *b, struct phase *p)
+{
+	uint32_t len = 0;
+	int rc = farm_kv_get_sync(c->kv, c->np.loop, k->key, k->klen, b->one,
+	                          CAP, &len);
+	const uint8_t *mv = b->vals + (size_t)i * CAP;
+	int st = b->st[i];
+	uint32_t lens = b->lens[i];
+	if (rc != st ||
+	    (rc == 0 && (len != lens || memcmp(b->one, mv, len) != 0))) {
+		p->mismatch++;
+		note(p, "key %u: mget %s (%u bytes), get %s (%u bytes)", i,
+		     farm_strerror(st), lens, farm_strerror(rc), len);
 	}
-out:
-	free(kp);
-	free(kl);
-	free(lens);
-	free(st);
-	free(vals);
-	free(one);
-	free(want);
+	if (k->exp_ver < 0) {
+		if (st != -ENOENT || lens != 0) {
+			p->wrong++;
+			note(p, "absent key %u: %s", i, farm_strerror(st));
+		}
+		p->absent += st == -ENOENT;
+		return;
+	}
+	unsigned id = (unsigned)k->idx, ver = (unsigned)k->exp_ver;
+	mkval(id, ver, b->want);
+	if (st != 0 || lens != vlen_of(id, ver) ||
+	    memcmp(mv, b->want, lens) != 0) {
+		p->wrong++;
+		note(p, "key %u: %s, %u bytes, want %u", i, farm_strerror(st),
+		     lens, vlen_of(id, ver));
+	}
+	p->found += st == 0;
+	p->indirect += st == 0 && lens > 32;
+}
+
+/*
+ * Classify @n keys with a first read, multi-get them all (counters
+ * around it), then get each on its own and compare.
+ */
+static void run_cmp(struct ch *c, struct kd *ks, unsigned n, struct phase *p)
+{
+	struct mgbuf b = {
+	        .kp = calloc(n, sizeof(*b.kp)),
+	        .kl = calloc(n, sizeof(*b.kl)),
+	        .lens = calloc(n, sizeof(*b.lens)),
+	        .st = calloc(n, sizeof(*b.st)),
+	        .vals = malloc((size_t)n * CAP),
+	        .one = malloc(CAP),
+	        .want = malloc(BIGV),
+	};
+	p->n = n;
+	if (!b.kp || !b.kl || !b.lens || !b.st || !b.vals || !b.one ||
+	    !b.want) {
+		p->rc = -ENOMEM;
+	} else {
+		classify(c, ks, n, &b, p);
+		p->rc = mget_counted(c, n, &b, p);
+		for (unsigned i = 0; !p->rc && i < n; i++)
+			compare_key(c, &ks[i], i, &b, p);
+	}
+	free(b.kp);
+	free(b.kl);
+	free(b.lens);
+	free(b.st);
+	free(b.vals);
+	free(b.one);
+	free(b.want);
 }
 
 static int do_fill(struct ch *c)

@@ -453,27 +453,26 @@ static int kv_role(struct ch *c)
 
 /* ---- the parent ---------------------------------------------------------- */
 
-/* Merge the machines' histories and check them. */
-static void test_kv(void **state)
+/* Every machine told to quit, and reaped. */
+static void quit_all(void)
 {
-	(void)state;
-	uint64_t t_start = np_now_ns();
-	cl_start(&G, kv_role);
 	for (unsigned i = 0; i < NM; i++)
-		np_expect(&G, i, 'R', 60000);
-	for (unsigned i = 0; i < NM; i++)
-		np_send(&G, i, 'G');
+		np_send(&G, i, 'Q');
+	int st[NM];
+	np_finish(&G, st);
+}
 
-	/* 1. linearizability */
-	struct lin_stats s[NM];
+/* The machines' run stats (in @s) and the check of their merged
+ * histories (in @rep); returns the checker's result. */
+static int lin_collect(struct lin_stats s[NM], lc_report *rep)
+{
 	int waitms = (int)(opt_secs * 1000) + 60000;
 	for (unsigned i = 0; i < NM; i++) {
 		np_expect(&G, i, 'D', waitms);
 		np_recv(&G, i, &s[i], sizeof(s[i]), 1000);
 	}
-	lc_report rep;
 	uint64_t nrec;
-	int rc = kvl_check(&G, &rep, &nrec);
+	int rc = kvl_check(&G, rep, &nrec);
 	uint64_t ops = 0, puts = 0, dels = 0, gets = 0;
 	for (unsigned i = 0; i < NM; i++) {
 		print_lin(i, &s[i]);
@@ -486,8 +485,21 @@ static void test_kv(void **state)
 	       " puts, %" PRIu64 " deletes) over %u keys from %u machines x %u "
 	       "in flight; %" PRIu64 " recorded; lincheck: %d\n",
 	       ops, gets, puts, dels, NKEYS, NM, opt_w, nrec, rc);
-	lc_report_print(stdout, &rep);
+	lc_report_print(stdout, rep);
 	fflush(stdout);
+	return rc;
+}
+
+/*
+ * 1. Linearizability: the merged histories check. With --broken-owner or
+ * --broken the checker must find violations, and the run ends there
+ * (returns true).
+ */
+static bool kv_lin(void)
+{
+	struct lin_stats s[NM];
+	lc_report rep;
+	int rc = lin_collect(s, &rep);
 	if (opt_broken_owner) {
 		assert_true(rc > 0);
 		assert_true(rep.nviolations > 0);
@@ -495,11 +507,8 @@ static void test_kv(void **state)
 		       "checker reports %" PRIu64 " keys without a "
 		       "linearization\n",
 		       rep.nviolations);
-		for (unsigned i = 0; i < NM; i++)
-			np_send(&G, i, 'Q');
-		int st[NM];
-		np_finish(&G, st);
-		return;
+		quit_all();
+		return true;
 	}
 	if (opt_broken) {
 		assert_true(s[0].injected > 0);
@@ -508,11 +517,8 @@ static void test_kv(void **state)
 		printf("broken: %" PRIu64 " stale reads injected, the checker "
 		       "reports %" PRIu64 " keys without a linearization\n",
 		       s[0].injected, rep.nviolations);
-		for (unsigned i = 0; i < NM; i++)
-			np_send(&G, i, 'Q');
-		int st[NM];
-		np_finish(&G, st);
-		return;
+		quit_all();
+		return true;
 	}
 	assert_int_equal(rc, 0);
 	assert_int_equal(rep.nviolations, 0);
@@ -525,8 +531,13 @@ static void test_kv(void **state)
 		assert_true(s[i].get_err + s[i].put_err + s[i].del_err <=
 		            1 + (s[i].gets + s[i].puts + s[i].dels) / 100);
 	}
+	return false;
+}
 
-	/* 2. multi-get and the directory */
+/* 2. Multi-get and the directory. */
+static void kv_mget_dir(void)
+{
+	int rc;
 	np_send(&G, 0, 'P');
 	np_expect(&G, 0, 'P', 60000);
 	np_recv(&G, 0, &rc, sizeof(rc), 1000);
@@ -561,9 +572,12 @@ static void test_kv(void **state)
 	assert_int_equal(ds.got.size, DIR_P.size);
 	assert_int_equal(ds.got.incarnation, DIR_P.incarnation);
 	assert_int_equal(ds.missing_rc, -ENOENT);
+}
 
-	/* 3. a shard whose machine died (or, --cut, whose link is down) */
-	uint32_t mask[NM];
+/* Which death keys each machine's shard holds (in @mask): all of them,
+ * each once, machines 1 and 2 some; each with its value. */
+static void death_keys(uint32_t mask[NM])
+{
 	for (unsigned i = 0; i < NM; i++) {
 		struct iter_ctx x;
 		np_send(&G, i, 'I');
@@ -579,6 +593,46 @@ static void test_kv(void **state)
 	assert_int_equal(mask[0] & mask[1], 0);
 	assert_int_equal(mask[1] & mask[2], 0);
 	assert_true(mask[1] != 0 && mask[2] != 0);
+}
+
+/* Machine 0's gets and put after machine 1's death (@d), machine 1
+ * having held the keys of @mask1: the death seen within @bound, the dead
+ * shard's gets errors (or, recovered, right), the live keys' right. */
+static void check_death(const struct death_stats *d, uint32_t mask1,
+                        uint64_t bound)
+{
+	assert_true(d->detect_rc != 0);
+	assert_true(d->detect_ns < bound);
+	assert_int_equal(d->before_bad, 0);
+	assert_int_equal(d->dead_keys, __builtin_popcount(mask1));
+	assert_int_equal(d->dead_wrong, 0);
+	assert_int_equal(d->dead_absent, 0);
+	if (tn_active()) {
+		/* Membership through ZooKeeper: recovery may have removed
+		 * machine 1 and promoted its shard's backups by now. */
+		printf("death: %s\n",
+		       d->dead_ok == d->dead_keys
+		               ? "recovered: machine 1's shard served by the "
+		                 "promoted backups"
+		       : d->dead_err == d->dead_keys
+		               ? "not recovered yet: every get an error"
+		               : "recovered during the gets");
+		assert_int_equal(d->dead_err + d->dead_ok, d->dead_keys);
+	} else {
+		/* Static membership: no recovery, every get an error. */
+		assert_int_equal(d->dead_err, d->dead_keys);
+		assert_true(d->put_rc != 0);
+	}
+	assert_true(d->max_dead_ns < bound);
+	assert_true(d->put_ns < bound);
+	assert_int_equal(d->live_ok, d->live_keys);
+	assert_int_equal(d->live_bad, 0);
+}
+
+/* 3. A shard whose machine died (or, --cut, whose link is down), the
+ * death keys lying as @mask says. */
+static void kv_death(const uint32_t mask[NM])
+{
 	uint64_t tk = np_now_ns();
 	if (opt_cut) {
 		assert_int_equal(tn_link(1, false), 0);
@@ -611,50 +665,47 @@ static void test_kv(void **state)
 	       farm_strerror(d.put_rc), (double)d.put_ns / 1e6, d.live_keys,
 	       d.live_ok, d.live_bad, farm_strerror(d.live_rc),
 	       (double)(np_now_ns() - tk) / 1e6);
-	assert_true(d.detect_rc != 0);
-	assert_true(d.detect_ns < bound);
-	assert_int_equal(d.before_bad, 0);
-	assert_int_equal(d.dead_keys, __builtin_popcount(mask[1]));
-	assert_int_equal(d.dead_wrong, 0);
-	assert_int_equal(d.dead_absent, 0);
-	if (tn_active()) {
-		/* Membership through ZooKeeper: recovery may have removed
-		 * machine 1 and promoted its shard's backups by now. */
-		printf("death: %s\n",
-		       d.dead_ok == d.dead_keys
-		               ? "recovered: machine 1's shard served by the "
-		                 "promoted backups"
-		       : d.dead_err == d.dead_keys
-		               ? "not recovered yet: every get an error"
-		               : "recovered during the gets");
-		assert_int_equal(d.dead_err + d.dead_ok, d.dead_keys);
-	} else {
-		/* Static membership: no recovery, every get an error. */
-		assert_int_equal(d.dead_err, d.dead_keys);
-		assert_true(d.put_rc != 0);
+	check_death(&d, mask[1], bound);
+}
+
+/* --cut: the cable back: every machine, the cut one included, still
+ * holds its shard's pairs with their values. */
+static void cut_back(const uint32_t mask[NM])
+{
+	assert_int_equal(tn_link(1, true), 0);
+	for (unsigned i = 0; i < NM; i++) {
+		struct iter_ctx x;
+		np_send(&G, i, 'I');
+		np_expect(&G, i, 'I', 60000);
+		np_recv(&G, i, &x, sizeof(x), 1000);
+		printf("cut: link back; machine %u holds %d of its %d "
+		       "keys with their values\n",
+		       i, __builtin_popcount(x.ok),
+		       __builtin_popcount(mask[i]));
+		assert_int_equal(x.mask, mask[i]);
+		assert_int_equal(x.ok, mask[i]);
 	}
-	assert_true(d.max_dead_ns < bound);
-	assert_true(d.put_ns < bound);
-	assert_int_equal(d.live_ok, d.live_keys);
-	assert_int_equal(d.live_bad, 0);
-	if (opt_cut) {
-		/* The cable back: every machine, the cut one included, still
-		 * holds its shard's pairs with their values. */
-		assert_int_equal(tn_link(1, true), 0);
-		for (unsigned i = 0; i < NM; i++) {
-			struct iter_ctx x;
-			np_send(&G, i, 'I');
-			np_expect(&G, i, 'I', 60000);
-			np_recv(&G, i, &x, sizeof(x), 1000);
-			printf("cut: link back; machine %u holds %d of its %d "
-			       "keys with their values\n",
-			       i, __builtin_popcount(x.ok),
-			       __builtin_popcount(mask[i]));
-			assert_int_equal(x.mask, mask[i]);
-			assert_int_equal(x.ok, mask[i]);
-		}
-		np_send(&G, 1, 'Q');
-	}
+	np_send(&G, 1, 'Q');
+}
+
+/* Merge the machines' histories and check them. */
+static void test_kv(void **state)
+{
+	(void)state;
+	uint64_t t_start = np_now_ns();
+	cl_start(&G, kv_role);
+	for (unsigned i = 0; i < NM; i++)
+		np_expect(&G, i, 'R', 60000);
+	for (unsigned i = 0; i < NM; i++)
+		np_send(&G, i, 'G');
+	if (kv_lin())
+		return;
+	kv_mget_dir();
+	uint32_t mask[NM];
+	death_keys(mask);
+	kv_death(mask);
+	if (opt_cut)
+		cut_back(mask);
 	np_send(&G, 0, 'Q');
 	np_send(&G, 2, 'Q');
 	int st[NM];

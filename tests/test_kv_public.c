@@ -183,40 +183,10 @@ static void check_get_many(farm_kv *kv, farm_loop *loop)
 	        -EINVAL);
 }
 
-static void test_store(void **state)
+/* Blocking puts, gets and deletes; a buffer too short. */
+static void store_blocking(farm_kv *kv, farm_loop *loop)
 {
-	(void)state;
-	write_conf(conf, "");
-	farm_node *node = NULL;
-	assert_int_equal(farm_node_open_file(conf, &node), 0);
-	assert_int_equal(farm_node_id(node), 0);
-	assert_int_equal(farm_node_nthreads(node), 1);
-	assert_int_equal(farm_node_expected_machines(node), 1);
-	assert_non_null(farm_node_msg(node));
-	assert_non_null(farm_node_txm(node));
-	assert_non_null(farm_node_fabric(node));
-	farm_kv *kv = NULL;
-	struct farm_kv_attr a = {
-	        .neighborhood = 8, .key_inline = 16, .val_inline = 32};
-	assert_int_equal(farm_kv_create(node, &a, 64, &kv), 0);
-	struct farm_kv_attr bad = {.neighborhood = 3};
-	farm_kv *kv2 = NULL;
-	assert_int_equal(farm_kv_create(node, &bad, 64, &kv2), -EINVAL);
-	farm_node_set_app_loops(node, true);
-	assert_int_equal(farm_node_start(node, 10000), 0);
-	farm_loop *loop = NULL;
-	assert_int_equal(farm_node_loop_open(node, 0, &loop), 0);
-	assert_ptr_equal(farm_node_loop(node, 0), loop);
-	assert_int_equal(farm_node_wait_members(node, 1, 10000), 0);
-	assert_int_equal(farm_kv_attach(kv, loop), 0);
-	/* not joined yet */
-	uint8_t v[64];
 	uint32_t len = 0;
-	assert_int_equal(farm_kv_get_sync(kv, loop, "k", 1, v, sizeof(v), &len),
-	                 -ENOENT);
-	assert_int_equal(farm_kv_join_sync(kv, loop, 1, 10000), 0);
-
-	/* blocking */
 	char key[16];
 	for (unsigned i = 0; i < NPAIRS; i++) {
 		snprintf(key, sizeof(key), "pub-%04u", i);
@@ -240,8 +210,14 @@ static void test_store(void **state)
 	        farm_kv_get_sync(kv, loop, "pub-0001", 8, &one, 1, &len),
 	        -EMSGSIZE);
 	assert_int_equal(len, 8);
+}
 
-	/* the table's counters: one lookup found, one not, one put */
+/* The table's counters: one lookup found, one not, one put; an older
+ * caller's shorter struct. */
+static void store_table_stats(farm_kv *kv, farm_loop *loop)
+{
+	uint64_t x = 0;
+	uint32_t len = 0;
 	farm_kv_table_stats t0 = {.size = sizeof(t0)},
 	                    t1 = {.size = sizeof(t1)};
 	assert_int_equal(farm_kv_table_stats_get(kv, &t0), 0);
@@ -273,8 +249,11 @@ static void test_store(void **state)
 	assert_int_equal(farm_kv_table_stats_get(NULL, &t1), -EINVAL);
 	assert_int_equal(farm_kv_table_stats_get(kv, NULL), -EINVAL);
 	assert_int_equal(farm_kv_del_sync(kv, loop, "pub-tabl", 8), 0);
+}
 
-	/* with continuations */
+/* Puts, gets and deletes with continuations; and get_many. */
+static void store_continuations(farm_kv *kv, farm_loop *loop)
+{
 	struct w w = {0};
 	assert_int_equal(
 	        farm_kv_put(kv, loop, "async", 5, "value!", 6, op_cb, &w), 0);
@@ -294,8 +273,11 @@ static void test_store(void **state)
 	assert_int_equal(farm_kv_get(kv, loop, "", 0, get_cb, &w), -EINVAL);
 	assert_int_equal(farm_kv_put(kv, loop, "k", 1, "v", 1, NULL, NULL),
 	                 -EINVAL);
+}
 
-	/* multi-get: present, deleted, empty key, a short buffer */
+/* Multi-get: present, deleted, empty key, a short buffer. */
+static void store_mget(farm_kv *kv, farm_loop *loop)
+{
 	const void *keys[5] = {"pub-0003", "pub-0007", "", "pub-0039", "async"};
 	uint32_t klens[5] = {8, 8, 0, 8, 5}, lens[5];
 	int st[5];
@@ -326,8 +308,12 @@ static void test_store(void **state)
 	assert_int_equal(
 	        farm_kv_mget_sync(kv, loop, 0, keys, klens, vals, 8, lens, st),
 	        -EINVAL);
+}
 
-	/* more keys than a loop has lookups in flight (256): they queue */
+/* A multi-get of more keys than a loop has lookups in flight (256):
+ * they queue. */
+static void store_mget_many(farm_kv *kv, farm_loop *loop)
+{
 	enum { MANY = 600 };
 	static const void *mk[MANY];
 	static uint32_t mkl[MANY], ml[MANY];
@@ -350,8 +336,12 @@ static void test_store(void **state)
 		assert_int_equal(ml[i], 8);
 		assert_int_equal(mv[i], 1000 + i % NPAIRS);
 	}
+}
 
-	/* iteration: every pair is inline here */
+/* Iteration: every pair is inline here; pairs in objects of their own
+ * (long values, a long key) are visited too, with their bytes. */
+static void store_iterate(farm_kv *kv, farm_loop *loop)
+{
 	struct iter it = {0};
 	long np = farm_kv_iterate_local(kv, iter_cb, &it);
 	assert_int_equal(np, NPAIRS - 1);
@@ -373,8 +363,11 @@ static void test_store(void **state)
 	np = farm_kv_iterate_local(kv, iter_cb, &it);
 	assert_int_equal(np, NPAIRS - 1 + 4);
 	assert_int_equal(it.big, 4);
+}
 
-	/* the directory */
+/* The directory: name, look up, unname. */
+static void store_directory(farm_kv *kv, farm_loop *loop)
+{
 	farm_fatptr p = {.addr = 0x1234000, .size = 96, .incarnation = 7}, q;
 	assert_int_equal(farm_kv_name_sync(kv, loop, "app/root", p), 0);
 	assert_int_equal(farm_kv_lookup_sync(kv, loop, "app/root", &q), 0);
@@ -385,8 +378,13 @@ static void test_store(void **state)
 	assert_int_equal(farm_kv_lookup_sync(kv, loop, "app/root", &q),
 	                 -ENOENT);
 	assert_int_equal(farm_kv_lookup_sync(kv, loop, "", &q), -EINVAL);
+}
 
-	/* limits */
+/* Limits of keys and values. */
+static void store_limits(farm_kv *kv, farm_loop *loop)
+{
+	uint8_t v[64];
+	uint32_t len = 0;
 	static uint8_t bigkey[FARM_KV_MAX_KEY + 1];
 	memset(bigkey, 'K', sizeof(bigkey));
 	assert_int_equal(
@@ -429,7 +427,49 @@ static void test_store(void **state)
 	assert_int_equal(farm_kv_put_sync(kv, loop, "", 0, big, 1), -EINVAL);
 	free(big);
 	free(back);
+}
 
+static void test_store(void **state)
+{
+	(void)state;
+	write_conf(conf, "");
+	farm_node *node = NULL;
+	assert_int_equal(farm_node_open_file(conf, &node), 0);
+	assert_int_equal(farm_node_id(node), 0);
+	assert_int_equal(farm_node_nthreads(node), 1);
+	assert_int_equal(farm_node_expected_machines(node), 1);
+	assert_non_null(farm_node_msg(node));
+	assert_non_null(farm_node_txm(node));
+	assert_non_null(farm_node_fabric(node));
+	farm_kv *kv = NULL;
+	struct farm_kv_attr a = {
+	        .neighborhood = 8, .key_inline = 16, .val_inline = 32};
+	assert_int_equal(farm_kv_create(node, &a, 64, &kv), 0);
+	struct farm_kv_attr bad = {.neighborhood = 3};
+	farm_kv *kv2 = NULL;
+	assert_int_equal(farm_kv_create(node, &bad, 64, &kv2), -EINVAL);
+	farm_node_set_app_loops(node, true);
+	assert_int_equal(farm_node_start(node, 10000), 0);
+	farm_loop *loop = NULL;
+	assert_int_equal(farm_node_loop_open(node, 0, &loop), 0);
+	assert_ptr_equal(farm_node_loop(node, 0), loop);
+	assert_int_equal(farm_node_wait_members(node, 1, 10000), 0);
+	assert_int_equal(farm_kv_attach(kv, loop), 0);
+	/* not joined yet */
+	uint8_t v[64];
+	uint32_t len = 0;
+	assert_int_equal(farm_kv_get_sync(kv, loop, "k", 1, v, sizeof(v), &len),
+	                 -ENOENT);
+	assert_int_equal(farm_kv_join_sync(kv, loop, 1, 10000), 0);
+
+	store_blocking(kv, loop);
+	store_table_stats(kv, loop);
+	store_continuations(kv, loop);
+	store_mget(kv, loop);
+	store_mget_many(kv, loop);
+	store_iterate(kv, loop);
+	store_directory(kv, loop);
+	store_limits(kv, loop);
 	farm_kv_detach(kv, loop);
 	farm_node_loop_close(node, loop);
 	farm_node_close(node);

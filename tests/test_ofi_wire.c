@@ -182,111 +182,138 @@ struct good_arg {
 	bool farm_bad; /* also the bad requests through libfarm */
 };
 
+/* The good peer's fabric, its endpoint to the target and its buffer. */
+struct good_peer {
+	const struct target_info *ti;
+	farm_fabric *f;
+	farm_cq *cq;
+	farm_ep *ep;
+	farm_mr *lmr;
+	uint8_t *buf;   /* 16 KiB */
+	farm_mr_desc d; /* the target's region */
+};
+
+/* The whole region, 4 KiB at a time: the pattern. 0, or the step that
+ * failed (11, 12). */
+static int good_read_all(struct good_peer *g)
+{
+	for (size_t off = 0; off < RSIZE - SCRATCH; off += 4096) {
+		if (tu_do(g->ep, g->cq,
+		          farm_wr_read(1, g->buf, g->lmr, 4096, &g->d, off)))
+			return 11;
+		for (size_t i = 0; i < 4096; i++)
+			if (g->buf[i] != pat(off + i)) {
+				fprintf(stderr,
+				        "good peer: byte %zu is %#x, not "
+				        "%#x\n",
+				        off + i, g->buf[i], pat(off + i));
+				return 12;
+			}
+	}
+	return 0;
+}
+
+/* The scratch area: WRITE, READ back. 0, or the step that failed (13,
+ * 14). */
+static int good_scratch(struct good_peer *g)
+{
+	uint8_t *buf = g->buf;
+	uint64_t tag = farm_now_ns();
+	for (unsigned i = 0; i < 512; i++)
+		memcpy(buf + 8 * i, &(uint64_t){tag + i}, 8);
+	if (tu_do(g->ep, g->cq,
+	          farm_wr_write(2, buf, g->lmr, 4096, &g->d,
+	                        RSIZE - SCRATCH)) ||
+	    tu_do(g->ep, g->cq,
+	          farm_wr_read(3, buf + 8192, g->lmr, 4096, &g->d,
+	                       RSIZE - SCRATCH)))
+		return 13;
+	if (memcmp(buf, buf + 8192, 4096))
+		return 14;
+	return 0;
+}
+
+/* The bad requests through libfarm: refused at the initiator, nothing
+ * sent; the endpoint still works after. 0, or the step that failed (15,
+ * 16). */
+static int good_bad(struct good_peer *g)
+{
+	const farm_mr_desc d = g->d, td = g->ti->table;
+	uint8_t *buf = g->buf;
+	farm_mr *lmr = g->lmr;
+	struct {
+		farm_wr w;
+		int want;
+	} bad[6];
+	bad[0].w = farm_wr_write(4, buf, lmr, 64, &d, RSIZE - 63);
+	bad[0].want = FARM_EREMOTE_ACCESS; /* past the end */
+	bad[1].w = farm_wr_read(5, buf, lmr, 64, &d, 0);
+	bad[1].w.raddr = d.addr - 64; /* before the start */
+	bad[1].want = FARM_EREMOTE_ACCESS;
+	bad[2].w = bad[1].w;
+	bad[2].w.raddr = UINT64_MAX - 10; /* wraps */
+	bad[3].w = farm_wr_write(6, buf, lmr, 64, &d, 0);
+	bad[3].w.rkey = d.key ^ (1ull << 40); /* unknown key */
+	bad[3].want = FARM_EREMOTE_KEY;
+	bad[4].w = farm_wr_write(7, buf, lmr, 8, &td, 0);
+	bad[4].want = FARM_EREMOTE_ACCESS; /* the read-only table */
+	bad[5].w = farm_wr_read(8, buf, lmr, 8, &td, td.len);
+	bad[5].w.rkey = 0; /* key 0 */
+	bad[5].want = FARM_EREMOTE_KEY;
+	bad[2].want = FARM_EREMOTE_ACCESS;
+	for (unsigned k = 0; k < 6; k++) {
+		if (k >= 4 && !td.key)
+			continue;
+		/* A failed request leaves its endpoint in the error state
+		 * (verbs semantics): a fresh one each. */
+		farm_ep *e2 = NULL;
+		int rc =
+		        farm_ep_connect(g->f, g->cq, 1, g->ti->addr, NULL, &e2);
+		if (!rc)
+			rc = tu_do(e2, g->cq, bad[k].w);
+		farm_ep_destroy(e2);
+		if (rc != bad[k].want) {
+			fprintf(stderr,
+			        "good peer: bad request %u: %s, not %s\n", k,
+			        farm_strerror(rc), farm_strerror(bad[k].want));
+			return 15;
+		}
+	}
+	/* The endpoint still works after the refusals. */
+	if (tu_do(g->ep, g->cq, farm_wr_read(8, buf, lmr, 64, &d, 0)) ||
+	    buf[0] != pat(0))
+		return 16;
+	return 0;
+}
+
 /* Its exit status: 0 all well; 10+ the step that failed. */
 static int good_main(void *argp)
 {
 	struct good_arg *ga = argp;
-	const struct target_info *ti = ga->ti;
+	struct good_peer g = {.ti = ga->ti};
 	char dir[256];
 	tu_tmpdir(dir, sizeof(dir), "wire-g");
 	int st = 10;
-	farm_fabric *f = open_fab(T_GOOD, 2, dir);
-	farm_cq *cq = NULL;
-	farm_ep *ep = NULL;
-	farm_mr *lmr = NULL;
-	uint8_t *buf = aligned_alloc(4096, 16384);
-	if (!f || !buf || farm_cq_create(f, 64, 0, &cq) ||
-	    farm_ep_connect(f, cq, 1, ti->addr, NULL, &ep) ||
-	    farm_mr_reg(f, buf, 16384, FARM_ACCESS_LOCAL, &lmr))
+	g.f = open_fab(T_GOOD, 2, dir);
+	g.buf = aligned_alloc(4096, 16384);
+	if (!g.f || !g.buf || farm_cq_create(g.f, 64, 0, &g.cq) ||
+	    farm_ep_connect(g.f, g.cq, 1, g.ti->addr, NULL, &g.ep) ||
+	    farm_mr_reg(g.f, g.buf, 16384, FARM_ACCESS_LOCAL, &g.lmr))
 		goto out;
-	farm_mr_desc d = ti->desc;
-	/* The whole region, 4 KiB at a time: the pattern. */
-	st = 11;
-	for (size_t off = 0; off < RSIZE - SCRATCH; off += 4096) {
-		if (tu_do(ep, cq, farm_wr_read(1, buf, lmr, 4096, &d, off)))
-			goto out;
-		for (size_t i = 0; i < 4096; i++)
-			if (buf[i] != pat(off + i)) {
-				fprintf(stderr,
-				        "good peer: byte %zu is %#x, not "
-				        "%#x\n",
-				        off + i, buf[i], pat(off + i));
-				st = 12;
-				goto out;
-			}
-	}
-	/* The scratch area: WRITE, READ back. */
-	st = 13;
-	uint64_t tag = farm_now_ns();
-	for (unsigned i = 0; i < 512; i++)
-		memcpy(buf + 8 * i, &(uint64_t){tag + i}, 8);
-	if (tu_do(ep, cq,
-	          farm_wr_write(2, buf, lmr, 4096, &d, RSIZE - SCRATCH)) ||
-	    tu_do(ep, cq,
-	          farm_wr_read(3, buf + 8192, lmr, 4096, &d, RSIZE - SCRATCH)))
-		goto out;
-	st = 14;
-	if (memcmp(buf, buf + 8192, 4096))
-		goto out;
-	if (ga->farm_bad) {
-		/* The bad requests through libfarm: refused at the
-		 * initiator, nothing sent. */
-		st = 15;
-		farm_mr_desc td = ti->table;
-		struct {
-			farm_wr w;
-			int want;
-		} bad[6];
-		bad[0].w = farm_wr_write(4, buf, lmr, 64, &d, RSIZE - 63);
-		bad[0].want = FARM_EREMOTE_ACCESS; /* past the end */
-		bad[1].w = farm_wr_read(5, buf, lmr, 64, &d, 0);
-		bad[1].w.raddr = d.addr - 64; /* before the start */
-		bad[1].want = FARM_EREMOTE_ACCESS;
-		bad[2].w = bad[1].w;
-		bad[2].w.raddr = UINT64_MAX - 10; /* wraps */
-		bad[3].w = farm_wr_write(6, buf, lmr, 64, &d, 0);
-		bad[3].w.rkey = d.key ^ (1ull << 40); /* unknown key */
-		bad[3].want = FARM_EREMOTE_KEY;
-		bad[4].w = farm_wr_write(7, buf, lmr, 8, &td, 0);
-		bad[4].want = FARM_EREMOTE_ACCESS; /* the read-only table */
-		bad[5].w = farm_wr_read(8, buf, lmr, 8, &td, td.len);
-		bad[5].w.rkey = 0; /* key 0 */
-		bad[5].want = FARM_EREMOTE_KEY;
-		bad[2].want = FARM_EREMOTE_ACCESS;
-		for (unsigned k = 0; k < 6; k++) {
-			if (k >= 4 && !td.key)
-				continue;
-			/* A failed request leaves its endpoint in the error
-			 * state (verbs semantics): a fresh one each. */
-			farm_ep *e2 = NULL;
-			int rc = farm_ep_connect(f, cq, 1, ti->addr, NULL, &e2);
-			if (!rc)
-				rc = tu_do(e2, cq, bad[k].w);
-			farm_ep_destroy(e2);
-			if (rc != bad[k].want) {
-				fprintf(stderr,
-				        "good peer: bad request %u: %s, not "
-				        "%s\n",
-				        k, farm_strerror(rc),
-				        farm_strerror(bad[k].want));
-				goto out;
-			}
-		}
-		/* The endpoint still works after the refusals. */
-		st = 16;
-		if (tu_do(ep, cq, farm_wr_read(8, buf, lmr, 64, &d, 0)) ||
-		    buf[0] != pat(0))
-			goto out;
-	}
-	st = 0;
+	g.d = g.ti->desc;
+	st = good_read_all(&g);
+	if (!st)
+		st = good_scratch(&g);
+	if (!st && ga->farm_bad)
+		st = good_bad(&g);
 out:
-	farm_ep_destroy(ep);
-	if (cq && farm_cq_destroy(cq) && !st)
+	farm_ep_destroy(g.ep);
+	if (g.cq && farm_cq_destroy(g.cq) && !st)
 		st = 17;
-	farm_mr_dereg(lmr);
-	free(buf);
-	if (f)
-		farm_fabric_close(f);
+	farm_mr_dereg(g.lmr);
+	free(g.buf);
+	if (g.f)
+		farm_fabric_close(g.f);
 	tu_rmtree(dir);
 	return st;
 }

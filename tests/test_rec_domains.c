@@ -129,31 +129,43 @@ static unsigned shared_domain(const struct regions *g, const char **which)
 	return n;
 }
 
-static void kill_zone(const char *z, const char *name)
+/*
+ * Before the kill: every machine's configuration carries every member's
+ * domain, and no account region has both replicas in one domain (@g0,
+ * machine 4's view). Returns the zone to kill: @z, or with --broken the
+ * zone that holds a whole region when there is one.
+ */
+static const char *check_before(struct rb_result *res, const char *z,
+                                const char *name, const struct regions *g0)
 {
-	struct rb_result res;
-	rb_start(&res, name);
-	struct regions g0 = ask(4);
 	for (unsigned i = 0; i < NP_NM; i++)
 		if (!ask(i).domains_known)
-			failed(&res.f,
+			failed(&res->f,
 			       "machine %u's configuration lacks a member's "
 			       "failure domain",
 			       i);
 	const char *same = NULL;
-	unsigned nsame = shared_domain(&g0, &same);
+	unsigned nsame = shared_domain(g0, &same);
 	if (nsame)
-		failed(&res.f,
+		failed(&res->f,
 		       "%u account region(s) with both replicas in one "
 		       "failure domain (%s) before the kill",
 		       nsame, same);
 	if (opt_broken && same)
-		z = same; /* the zone that holds a whole region */
-	else if (opt_broken)
+		return same; /* the zone that holds a whole region */
+	if (opt_broken)
 		printf("%s --broken: placement put no account region in one "
 		       "domain this run; killing %s anyway\n",
 		       name, z);
-	unsigned victims[NP_NM], nv = 0;
+	return z;
+}
+
+/* Kills every machine of zone @z at once and tells the survivors;
+ * returns how many (their ids in @victims). */
+static unsigned kill_victims(struct rb_result *res, const char *z,
+                             unsigned victims[NP_NM])
+{
+	unsigned nv = 0;
 	for (unsigned i = 0; i < NP_NM; i++)
 		if (!strcmp(zone[i], z))
 			victims[nv++] = i;
@@ -162,13 +174,65 @@ static void kill_zone(const char *z, const char *name)
 	for (unsigned k = 0; k < nv; k++)
 		assert_int_equal(kill(rb_cl.pid[victims[k]], SIGKILL), 0);
 	for (unsigned k = 0; k < nv; k++)
-		rb_reap(&res, victims[k], false);
-	res.t_kill_ns = t_kill;
+		rb_reap(res, victims[k], false);
+	res->t_kill_ns = t_kill;
 	/* Tell only the survivors, of every victim. */
 	for (unsigned k = 0; k < nv; k++)
-		res.out |= 1ull << victims[k];
+		res->out |= 1ull << victims[k];
 	for (unsigned k = 0; k < nv; k++)
-		rb_tell(&res, victims[k], false);
+		rb_tell(res, victims[k], false);
+	return nv;
+}
+
+/*
+ * After the kill (@g: each survivor's view): the configuration lists the
+ * victims as departed with their domains, every account region still
+ * has a copy, and its new primary is a survivor serving it as primary.
+ */
+static void check_after(struct rb_result *res, const struct regions g[NP_NM])
+{
+	if (g[res->scanner].departed != res->killed)
+		failed(&res->f,
+		       "the configuration lists machines %#" PRIx64
+		       " as departed with their domains, expected %#" PRIx64,
+		       g[res->scanner].departed, res->killed);
+	unsigned none = 0, bad_primary = 0;
+	for (unsigned r = 0; r < NP_NM; r++) {
+		unsigned copies = 0;
+		printf("region of machine %u: copies at the end on", r);
+		for (unsigned i = 0; i < NP_NM; i++)
+			if (rb_member(res, i) &&
+			    g[i].role[r] != (int)FARM_AS_NONE) {
+				printf(" %u (%s)", i,
+				       g[i].role[r] == (int)FARM_AS_PRIMARY
+				               ? "primary"
+				               : "backup");
+				copies++;
+			}
+		printf("%s\n", copies ? "" : " none");
+		none += copies == 0;
+		/* The new primary is a survivor that held a copy. */
+		uint32_t p = g[res->scanner].reps[r][0];
+		bad_primary += copies && (p >= NP_NM || !rb_member(res, p) ||
+		                          g[p].role[r] != (int)FARM_AS_PRIMARY);
+	}
+	if (none)
+		failed(&res->f, "%u account region(s) have no copy left", none);
+	if (bad_primary)
+		failed(&res->f,
+		       "%u account region(s) whose new primary does not "
+		       "serve them as primary",
+		       bad_primary);
+}
+
+static void kill_zone(const char *z, const char *name)
+{
+	struct rb_result res;
+	rb_start(&res, name);
+	struct regions g0 = ask(4);
+	z = check_before(&res, z, name, &g0);
+	unsigned victims[NP_NM];
+	unsigned nv = kill_victims(&res, z, victims);
 	rb_collect(&res);
 	struct regions g[NP_NM];
 	for (unsigned i = 0; i < NP_NM; i++)
@@ -180,38 +244,7 @@ static void kill_zone(const char *z, const char *name)
 	printf(") killed at once\n");
 	print_reps("at the start", &g0);
 	print_reps("at the end", &g[res.scanner]);
-	if (g[res.scanner].departed != res.killed)
-		failed(&res.f,
-		       "the configuration lists machines %#" PRIx64
-		       " as departed with their domains, expected %#" PRIx64,
-		       g[res.scanner].departed, res.killed);
-	unsigned none = 0, bad_primary = 0;
-	for (unsigned r = 0; r < NP_NM; r++) {
-		unsigned copies = 0;
-		printf("region of machine %u: copies at the end on", r);
-		for (unsigned i = 0; i < NP_NM; i++)
-			if (rb_member(&res, i) &&
-			    g[i].role[r] != (int)FARM_AS_NONE) {
-				printf(" %u (%s)", i,
-				       g[i].role[r] == (int)FARM_AS_PRIMARY
-				               ? "primary"
-				               : "backup");
-				copies++;
-			}
-		printf("%s\n", copies ? "" : " none");
-		none += copies == 0;
-		/* The new primary is a survivor that held a copy. */
-		uint32_t p = g[res.scanner].reps[r][0];
-		bad_primary += copies && (p >= NP_NM || !rb_member(&res, p) ||
-		                          g[p].role[r] != (int)FARM_AS_PRIMARY);
-	}
-	if (none)
-		failed(&res.f, "%u account region(s) have no copy left", none);
-	if (bad_primary)
-		failed(&res.f,
-		       "%u account region(s) whose new primary does not "
-		       "serve them as primary",
-		       bad_primary);
+	check_after(&res, g);
 	rb_check(&res);
 	rb_verdict(&res, opt_broken,
 	           "placement ignored failure domains and the zone holding a "

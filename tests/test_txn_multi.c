@@ -1058,53 +1058,70 @@ static void test_room(void **state)
 
 /* ---- main ---------------------------------------------------------------- */
 
-int main(int argc, char **argv)
+/* A flag without a value: the --broken variants. */
+static bool parse_flag(const char *a)
+{
+	if (!strcmp(a, "--broken"))
+		opt_broken = true;
+	else if (!strcmp(a, "--broken_room"))
+		opt_broken_room = true;
+	else if (!strcmp(a, "--broken_pace"))
+		opt_broken_pace = true;
+	else
+		return false;
+	return true;
+}
+
+/* An option @a with its value @v; false if it is none of them (or
+ * --epoch-every 0). */
+static bool parse_valued(const char *a, const char *v)
+{
+	if (!strcmp(a, "--transfers"))
+		opt_transfers = strtoull(v, NULL, 0);
+	else if (!strcmp(a, "--accounts"))
+		opt_accounts = (unsigned)strtoul(v, NULL, 0);
+	else if (!strcmp(a, "--bank-seconds"))
+		opt_bank_secs = strtod(v, NULL);
+	else if (!strcmp(a, "--torn-seconds"))
+		opt_torn_secs = strtod(v, NULL);
+	else if (!strcmp(a, "--torn-reads"))
+		opt_torn_reads = strtoull(v, NULL, 0);
+	else if (!strcmp(a, "--only"))
+		opt_only = v;
+	else if (!strcmp(a, "--epoch-every") && strtoull(v, NULL, 0))
+		opt_epoch_every = strtoull(v, NULL, 0);
+	else
+		return false;
+	return true;
+}
+
+/* 0, or 2 on a bad option (said on stderr). */
+static int parse_args(int argc, char **argv)
 {
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-		if (!strcmp(a, "--broken")) {
-			opt_broken = true;
+		if (parse_flag(a))
 			continue;
-		}
-		if (!strcmp(a, "--broken_room")) {
-			opt_broken_room = true;
-			continue;
-		}
-		if (!strcmp(a, "--broken_pace")) {
-			opt_broken_pace = true;
-			continue;
-		}
-		if (!v) {
+		if (!v || !parse_valued(a, v)) {
 			fprintf(stderr, "%s: bad option %s\n", argv[0], a);
 			return 2;
 		}
 		i++;
-		if (!strcmp(a, "--transfers"))
-			opt_transfers = strtoull(v, NULL, 0);
-		else if (!strcmp(a, "--accounts"))
-			opt_accounts = (unsigned)strtoul(v, NULL, 0);
-		else if (!strcmp(a, "--bank-seconds"))
-			opt_bank_secs = strtod(v, NULL);
-		else if (!strcmp(a, "--torn-seconds"))
-			opt_torn_secs = strtod(v, NULL);
-		else if (!strcmp(a, "--torn-reads"))
-			opt_torn_reads = strtoull(v, NULL, 0);
-		else if (!strcmp(a, "--only"))
-			opt_only = v;
-		else if (!strcmp(a, "--epoch-every") && strtoull(v, NULL, 0))
-			opt_epoch_every = strtoull(v, NULL, 0);
-		else {
-			fprintf(stderr, "%s: bad option %s\n", argv[0], a);
-			return 2;
-		}
 	}
+	return 0;
+}
+
+/* The options each mode implies; false when the run must be skipped
+ * (--broken without fault injection). */
+static bool settle_modes(void)
+{
 	/* --broken and the durability test need the testing switches of
 	 * txn_testing.h, compiled only with fault injection. */
 	if (!farm_fault_built()) {
 		if (opt_broken || opt_broken_room || opt_broken_pace) {
 			printf("skipped: --broken needs fault injection "
 			       "(FARM_FAULT_INJECTION=OFF)\n");
-			return FARM_TEST_SKIP;
+			return false;
 		}
 		printf("durability and room tests skipped: need fault "
 		       "injection (FARM_FAULT_INJECTION=OFF)\n");
@@ -1118,6 +1135,16 @@ int main(int argc, char **argv)
 		opt_only = "room";
 	if (opt_accounts < 2)
 		opt_accounts = 2;
+	return true;
+}
+
+int main(int argc, char **argv)
+{
+	int rc = parse_args(argc, argv);
+	if (rc)
+		return rc;
+	if (!settle_modes())
+		return FARM_TEST_SKIP;
 	const struct CMUnitTest all[] = {
 	        cmocka_unit_test_teardown(test_bank, cl_cleanup),
 	        cmocka_unit_test_teardown(test_torn, cl_cleanup),

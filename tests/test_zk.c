@@ -288,13 +288,11 @@ static double since_ms(uint64_t t0)
 	return (double)(farm_now_ns() - t0) / 1e6;
 }
 
-static void test_zk_cluster(void **state)
+/* 1. Three machines join at once: one configuration, the same
+ * everywhere, machine 1 its manager. Returns its id; machine 3's
+ * registration reads so far in @reg3. */
+static uint64_t zk_join(uint64_t t_all, uint64_t *reg3)
 {
-	(void)state;
-	uint64_t t_all = farm_now_ns();
-	for (int i = 0; i < NM; i++)
-		kids[i].to = kids[i].from = -1;
-	/* 1. Three machines join at once. */
 	spawn_all();
 	struct cmd c = {.op = 'W', .n = NM, .absent = UINT32_MAX};
 	struct reply r[NM];
@@ -314,7 +312,7 @@ static void test_zk_cluster(void **state)
 	for (int i = 1; i < NM; i++)
 		assert_int_equal(r[i].config_id, r[0].config_id);
 	uint64_t c1 = r[0].config_id;
-	uint64_t reg3 = r[2].st.reg_reads;
+	*reg3 = r[2].st.reg_reads;
 	printf("join: 3 machines see config %" PRIu64 " with 3 members after "
 	       "%.0f ms (%" PRIu64 " configuration writes, %" PRIu64
 	       " lost compare-and-sets)\n",
@@ -324,38 +322,16 @@ static void test_zk_cluster(void **state)
 		assert_true(r[i].has_cm);
 		assert_int_equal(r[i].cm, 1);
 	}
+	return c1;
+}
 
-	/* 1b. Recovery suspects machine 3 (its lease lapsed): the CM leaves
-	 * it out at once, not after a session timeout, and lists its
-	 * incarnation as removed; machine 3 is still registered but sees
-	 * itself removed. Then it comes back as a new incarnation. */
-	/* Once the CM's last sync found nothing to write, its reads stay
-	 * current until a watch fires: the suspicion's configuration is
-	 * written from them, with the compare-and-set alone. */
-	c = (struct cmd){.op = 'W',
-	                 .n = NM,
-	                 .min_id = c1,
-	                 .absent = UINT32_MAX,
-	                 .fast_ready = true};
-	ask(&kids[0], &c);
-	answer(&kids[0], &r[0]);
-	assert_int_equal(r[0].rc, 0);
-	uint64_t writes0 = r[0].st.config_writes;
-	assert_int_equal(r[0].st.fast_writes, 0);
-	uint64_t t_sus = farm_now_ns();
-	c = (struct cmd){.op = 'S',
-	                 .suspect = 3,
-	                 .n = NM - 1,
-	                 .min_id = c1 + 1,
-	                 .absent = 3};
-	ask(&kids[0], &c);
-	c.op = 'W';
-	ask(&kids[1], &c);
-	c = (struct cmd){.op = 'W', .n = 0, .min_id = c1 + 1, .absent = 3};
-	ask(&kids[2], &c);
-	for (int i = 0; i < NM; i++)
-		answer(&kids[i], &r[i]);
-	double sus_ms = since_ms(t_sus);
+/* The suspicion's answers @r (from configuration @c1, machine 3 having
+ * read @reg3 registrations before, the CM having written @writes0
+ * configurations): machine 3 left out and sees itself removed, written
+ * by the CM alone with one fast write. */
+static void check_suspicion(const struct reply r[NM], uint64_t c1,
+                            uint64_t reg3, uint64_t writes0)
+{
 	for (int i = 0; i < NM; i++) {
 		assert_int_equal(r[i].config_id, r[0].config_id);
 		assert_int_equal(r[i].n, 2);
@@ -378,8 +354,47 @@ static void test_zk_cluster(void **state)
 	assert_true(r[0].st.suspects == 1);
 	assert_int_equal(r[0].st.fast_writes, 1);
 	assert_int_equal(r[0].st.config_writes, writes0 + 1);
+	assert_int_equal(r[0].config_id, c1 + 1);
+}
+
+/*
+ * 1b. Recovery suspects machine 3 (its lease lapsed): the CM leaves it
+ * out at once, not after a session timeout, and lists its incarnation
+ * as removed; machine 3 is still registered but sees itself removed.
+ * Returns the suspicion's configuration.
+ */
+static uint64_t zk_suspect(uint64_t c1, uint64_t reg3)
+{
+	struct reply r[NM];
+	/* Once the CM's last sync found nothing to write, its reads stay
+	 * current until a watch fires: the suspicion's configuration is
+	 * written from them, with the compare-and-set alone. */
+	struct cmd c = {.op = 'W',
+	                .n = NM,
+	                .min_id = c1,
+	                .absent = UINT32_MAX,
+	                .fast_ready = true};
+	ask(&kids[0], &c);
+	answer(&kids[0], &r[0]);
+	assert_int_equal(r[0].rc, 0);
+	uint64_t writes0 = r[0].st.config_writes;
+	assert_int_equal(r[0].st.fast_writes, 0);
+	uint64_t t_sus = farm_now_ns();
+	c = (struct cmd){.op = 'S',
+	                 .suspect = 3,
+	                 .n = NM - 1,
+	                 .min_id = c1 + 1,
+	                 .absent = 3};
+	ask(&kids[0], &c);
+	c.op = 'W';
+	ask(&kids[1], &c);
+	c = (struct cmd){.op = 'W', .n = 0, .min_id = c1 + 1, .absent = 3};
+	ask(&kids[2], &c);
+	for (int i = 0; i < NM; i++)
+		answer(&kids[i], &r[i]);
+	double sus_ms = since_ms(t_sus);
+	check_suspicion(r, c1, reg3, writes0);
 	uint64_t cs = r[0].config_id;
-	assert_int_equal(cs, c1 + 1);
 	/* The full sync its own write's watch brings finds the same
 	 * configuration: nothing written again (what the fast write built
 	 * is what the full read would have). */
@@ -403,7 +418,15 @@ static void test_zk_cluster(void **state)
 	       "sees itself removed)\n",
 	       cs, sus_ms);
 	assert_true(sus_ms < 10000);
-	c = (struct cmd){
+	return cs;
+}
+
+/* 1c. Machine 3 comes back as a new incarnation after configuration
+ * @cs; returns the configuration it is back in. */
+static uint64_t zk_rejoin(uint64_t cs)
+{
+	struct reply r[NM];
+	struct cmd c = {
 	        .op = 'R', .n = NM, .min_id = cs + 1, .absent = UINT32_MAX};
 	ask(&kids[2], &c);
 	c.op = 'W';
@@ -414,17 +437,23 @@ static void test_zk_cluster(void **state)
 		assert_int_equal(r[i].n, NM);
 		assert_false(r[i].self_removed);
 	}
-	c1 = r[0].config_id;
+	uint64_t c1 = r[0].config_id;
 	printf("rejoin: machine 3 back as a new incarnation in config "
 	       "%" PRIu64 "\n",
 	       c1);
+	return c1;
+}
 
-	/* 2. Kill the configuration manager (machine 1, the lowest id). */
+/* 2. Kill the configuration manager (machine 1, the lowest id), in
+ * configuration @c1; returns the survivors' configuration. */
+static uint64_t zk_kill_cm(uint64_t c1)
+{
+	struct reply r[NM];
 	uint64_t t_kill = farm_now_ns();
 	assert_int_equal(kill(kids[0].pid, SIGKILL), 0);
 	assert_int_equal(tu_reap(kids[0].pid), 128 + SIGKILL);
 	kids[0].pid = 0;
-	c = (struct cmd){.op = 'W', .n = NM - 1, .min_id = c1 + 1, .absent = 1};
+	struct cmd c = {.op = 'W', .n = NM - 1, .min_id = c1 + 1, .absent = 1};
 	for (int i = 1; i < NM; i++)
 		ask(&kids[i], &c);
 	for (int i = 1; i < NM; i++) {
@@ -440,13 +469,21 @@ static void test_zk_cluster(void **state)
 	       c2, dep_ms, SESSION_MS);
 	assert_true(dep_ms < 10000);
 	assert_true(r[1].st.config_writes > 0); /* machine 2 took over */
+	return c2;
+}
 
-	/* 3. Session expiry: freeze machine 3 (SIGSTOP) until machine 2 sees
-	 * it leave, then let it run: it learns that its session expired and
-	 * re-joins with a new one, which makes a new configuration. */
+/*
+ * 3. Session expiry: freeze machine 3 (SIGSTOP) until machine 2 sees it
+ * leave (after configuration @c2), then let it run: it learns that its
+ * session expired and re-joins with a new one, which makes a new
+ * configuration (returned).
+ */
+static uint64_t zk_expiry(uint64_t c2)
+{
+	struct reply r[NM];
 	uint64_t t_stop3 = farm_now_ns();
 	assert_int_equal(kill(kids[2].pid, SIGSTOP), 0);
-	c = (struct cmd){.op = 'W', .n = 1, .min_id = c2 + 1, .absent = 3};
+	struct cmd c = {.op = 'W', .n = 1, .min_id = c2 + 1, .absent = 3};
 	ask(&kids[1], &c);
 	answer(&kids[1], &r[1]);
 	uint64_t c3 = r[1].config_id;
@@ -467,13 +504,17 @@ static void test_zk_cluster(void **state)
 	       "); after SIGCONT it re-joined with a new session in %.0f ms "
 	       "(config %" PRIu64 ")\n",
 	       gone_ms, c3, since_ms(t_cont), r[2].config_id);
-	c2 = r[1].config_id;
+	return r[1].config_id;
+}
 
-	/* 4. Stop the server: the loss is reported, nothing hangs. */
-	uint64_t syncs[NM];
+/* 4. Stop the server: the loss is reported, nothing hangs. Each
+ * survivor's sync count then in @syncs. */
+static void zk_server_stop(uint64_t syncs[NM])
+{
+	struct reply r[NM];
 	uint64_t t_stop = farm_now_ns();
 	assert_int_equal(zk_local("stop", NULL, 0), 0);
-	c = (struct cmd){.op = 'W', .lost = true};
+	struct cmd c = {.op = 'W', .lost = true};
 	for (int i = 1; i < NM; i++)
 		ask(&kids[i], &c);
 	for (int i = 1; i < NM; i++) {
@@ -485,13 +526,18 @@ static void test_zk_cluster(void **state)
 	printf("server stopped: loss reported by both survivors %.0f ms after "
 	       "the stop began\n",
 	       since_ms(t_stop));
+}
 
-	/* 5. Restart it on the same data and port. */
+/* 5. Restart it on the same data and port: the survivors reconnect to
+ * configuration @c2 or newer. */
+static void zk_server_restart(uint64_t c2, const uint64_t syncs[NM])
+{
+	struct reply r[NM];
 	char line[128];
 	uint64_t t_start = farm_now_ns();
 	assert_int_equal(zk_local("start", line, sizeof(line)), 0);
 	assert_string_equal(line, zk_connect);
-	c = (struct cmd){.op = 'W', .n = NM - 1, .min_id = c2, .absent = 1};
+	struct cmd c = {.op = 'W', .n = NM - 1, .min_id = c2, .absent = 1};
 	for (int i = 1; i < NM; i++) {
 		c.min_syncs = syncs[i] + 1;
 		ask(&kids[i], &c);
@@ -518,9 +564,24 @@ static void test_zk_cluster(void **state)
 	       "; connection losses: %" PRIu64 ", %" PRIu64 "\n",
 	       since_ms(t_start), r[1].config_id, c2, r[1].st.expired,
 	       r[2].st.expired, r[1].st.conn_lost, r[2].st.conn_lost);
+}
+
+static void test_zk_cluster(void **state)
+{
+	(void)state;
+	uint64_t t_all = farm_now_ns();
+	for (int i = 0; i < NM; i++)
+		kids[i].to = kids[i].from = -1;
+	uint64_t reg3;
+	uint64_t c1 = zk_join(t_all, &reg3);
+	c1 = zk_rejoin(zk_suspect(c1, reg3));
+	uint64_t c2 = zk_expiry(zk_kill_cm(c1));
+	uint64_t syncs[NM];
+	zk_server_stop(syncs);
+	zk_server_restart(c2, syncs);
 
 	/* 6. Leave cleanly. */
-	c = (struct cmd){.op = 'Q'};
+	struct cmd c = {.op = 'Q'};
 	for (int i = 1; i < NM; i++) {
 		ask(&kids[i], &c);
 		assert_int_equal(tu_reap(kids[i].pid), 0);

@@ -608,9 +608,65 @@ static void duplicate(struct ctx *c, uint64_t key, uint64_t ver, uint32_t a,
 	sb_txn(&b, c, b2);
 }
 
-static void data_edges(struct ctx *c)
+/* The installed writer of @key's version @ver (the sorted records
+ * [g0, end)), if any; two installed writers are a duplicate. */
+static uint32_t version_writer(struct ctx *c, uint64_t key, uint64_t ver,
+                               size_t g0, size_t end)
 {
 	const struct sc_op *ops = c->h->ops;
+	uint32_t w = NONE;
+	for (size_t j = g0; j < end; j++) {
+		uint32_t o = c->srt[j].idx;
+		uint32_t t = ops[o].txn;
+		if (!ops[o].write || !c->incl[t] || (c->opf[o] & F_SUPERSEDED))
+			continue;
+		if (w == NONE)
+			w = t;
+		else if (w != t && !c->fill)
+			duplicate(c, key, ver, w, t);
+	}
+	return w;
+}
+
+/* Anti-dependencies: the reads of the versions before @w's (the sorted
+ * records [pend, g0)) to @w. */
+static void rw_edges(struct ctx *c, size_t pend, size_t g0, uint32_t w)
+{
+	const struct sc_op *ops = c->h->ops;
+	for (size_t j = pend; j < g0; j++) {
+		uint32_t o = c->srt[j].idx;
+		/* Reads already reported as G1a, G1b or phantom add no
+		 * anti-dependency: one anomaly, reported once. */
+		if (!ops[o].write && c->incl[ops[o].txn] &&
+		    !(c->opf[o] & F_BADREAD))
+			edge(c, ops[o].txn, w, E_RW);
+	}
+}
+
+/* The reads of version @ver (the sorted records [g0, end)): a
+ * dependency on its writer @w, or an anomaly when it has none. */
+static void wr_edges(struct ctx *c, uint64_t ver, size_t g0, size_t end,
+                     uint32_t w)
+{
+	const struct sc_op *ops = c->h->ops;
+	for (size_t j = g0; j < end; j++) {
+		uint32_t o = c->srt[j].idx;
+		uint32_t t = ops[o].txn;
+		if (ops[o].write || !c->incl[t])
+			continue;
+		if (w != NONE) {
+			edge(c, w, t, E_WR);
+			if (w == t && !c->fill)
+				future_read(c, o);
+		} else if (ver != 0 && !c->fill) {
+			c->opf[o] |= F_BADREAD;
+			read_anomaly(c, o);
+		}
+	}
+}
+
+static void data_edges(struct ctx *c)
+{
 	const struct rec *s = c->srt;
 	size_t i = 0, n = c->nsrt;
 	while (i < n) {
@@ -622,49 +678,15 @@ static void data_edges(struct ctx *c)
 			uint64_t ver = s[i].lo;
 			while (i < n && s[i].hi == key && s[i].lo == ver)
 				i++;
-			/* The installed writer of this version, if any. */
-			uint32_t w = NONE;
-			for (size_t j = g0; j < i; j++) {
-				uint32_t o = s[j].idx;
-				uint32_t t = ops[o].txn;
-				if (!ops[o].write || !c->incl[t] ||
-				    (c->opf[o] & F_SUPERSEDED))
-					continue;
-				if (w == NONE)
-					w = t;
-				else if (w != t && !c->fill)
-					duplicate(c, key, ver, w, t);
-			}
+			uint32_t w = version_writer(c, key, ver, g0, i);
 			if (w != NONE) {
-				for (size_t j = pend; j < g0; j++) {
-					uint32_t o = s[j].idx;
-					/* Reads already reported as G1a, G1b
-					 * or phantom add no anti-dependency:
-					 * one anomaly, reported once. */
-					if (!ops[o].write &&
-					    c->incl[ops[o].txn] &&
-					    !(c->opf[o] & F_BADREAD))
-						edge(c, ops[o].txn, w, E_RW);
-				}
+				rw_edges(c, pend, g0, w);
 				if (prev != NONE)
 					edge(c, prev, w, E_WW);
 				prev = w;
 				pend = g0;
 			}
-			for (size_t j = g0; j < i; j++) {
-				uint32_t o = s[j].idx;
-				uint32_t t = ops[o].txn;
-				if (ops[o].write || !c->incl[t])
-					continue;
-				if (w != NONE) {
-					edge(c, w, t, E_WR);
-					if (w == t && !c->fill)
-						future_read(c, o);
-				} else if (ver != 0 && !c->fill) {
-					c->opf[o] |= F_BADREAD;
-					read_anomaly(c, o);
-				}
-			}
+			wr_edges(c, ver, g0, i, w);
 		}
 	}
 }
@@ -928,6 +950,41 @@ static size_t bfs_cycle(struct ctx *c, struct graph_scratch *g,
 	return len;
 }
 
+static const char *edge_name(uint8_t kind)
+{
+	return kind == E_WW ? "ww" : kind == E_WR ? "wr" : "rw";
+}
+
+/* Describes an edge of @kind through operations @x (flags @fx) then @y
+ * (@fy) when they are about the same key in the way @kind says; false
+ * when they are not. */
+static bool explain_ops(struct hb_sbuf *b, const struct sc_op *x, uint8_t fx,
+                        const struct sc_op *y, uint8_t fy, uint8_t kind)
+{
+	if (x->key != y->key)
+		return false;
+	bool xw = x->write && !(fx & F_SUPERSEDED);
+	bool yw = y->write && !(fy & F_SUPERSEDED);
+	bool xr = !x->write && !(fx & F_INTERNAL);
+	bool yr = !y->write && !(fy & F_INTERNAL);
+	if (kind == E_WW && xw && yw && x->ver < y->ver)
+		hb_sb_add(b,
+		          "-ww(key %" PRIu64 ": v%" PRIu64 " then v%" PRIu64
+		          ")->",
+		          x->key, x->ver, y->ver);
+	else if (kind == E_WR && xw && yr && x->ver == y->ver)
+		hb_sb_add(b, "-wr(key %" PRIu64 " v%" PRIu64 ")->", x->key,
+		          x->ver);
+	else if (kind == E_RW && xr && yw && x->ver < y->ver)
+		hb_sb_add(b,
+		          "-rw(key %" PRIu64 ": read v%" PRIu64
+		          ", overwritten by v%" PRIu64 ")->",
+		          x->key, x->ver, y->ver);
+	else
+		return false;
+	return true;
+}
+
 /* Which key an edge a -> b is about (for the description). */
 static void explain(struct hb_sbuf *b, const struct ctx *c, uint32_t a,
                     uint32_t t, uint8_t kind, uint64_t *key_out)
@@ -943,48 +1000,21 @@ static void explain(struct hb_sbuf *b, const struct ctx *c, uint32_t a,
 		return;
 	}
 	if ((uint64_t)(a1 - a0) * (b1 - b0) > (1u << 22)) {
-		hb_sb_add(b, "-%s->",
-		          kind == E_WW   ? "ww"
-		          : kind == E_WR ? "wr"
-		                         : "rw");
+		hb_sb_add(b, "-%s->", edge_name(kind));
 		return;
 	}
 	for (uint32_t i = a0; i < a1; i++) {
 		const struct sc_op *x = &ops[c->tops[i]];
 		uint8_t fx = c->opf[c->tops[i]];
 		for (uint32_t j = b0; j < b1; j++) {
-			const struct sc_op *y = &ops[c->tops[j]];
-			uint8_t fy = c->opf[c->tops[j]];
-			if (x->key != y->key)
-				continue;
-			bool xw = x->write && !(fx & F_SUPERSEDED);
-			bool yw = y->write && !(fy & F_SUPERSEDED);
-			bool xr = !x->write && !(fx & F_INTERNAL);
-			bool yr = !y->write && !(fy & F_INTERNAL);
-			if (kind == E_WW && xw && yw && x->ver < y->ver) {
-				hb_sb_add(b,
-				          "-ww(key %" PRIu64 ": v%" PRIu64
-				          " then v%" PRIu64 ")->",
-				          x->key, x->ver, y->ver);
-			} else if (kind == E_WR && xw && yr &&
-			           x->ver == y->ver) {
-				hb_sb_add(b,
-				          "-wr(key %" PRIu64 " v%" PRIu64 ")->",
-				          x->key, x->ver);
-			} else if (kind == E_RW && xr && yw &&
-			           x->ver < y->ver) {
-				hb_sb_add(b,
-				          "-rw(key %" PRIu64 ": read v%" PRIu64
-				          ", overwritten by v%" PRIu64 ")->",
-				          x->key, x->ver, y->ver);
-			} else {
-				continue;
+			if (explain_ops(b, x, fx, &ops[c->tops[j]],
+			                c->opf[c->tops[j]], kind)) {
+				*key_out = x->key;
+				return;
 			}
-			*key_out = x->key;
-			return;
 		}
 	}
-	hb_sb_add(b, "-%s->", kind == E_WW ? "ww" : kind == E_WR ? "wr" : "rw");
+	hb_sb_add(b, "-%s->", edge_name(kind));
 }
 
 /* A cycle's path buffers: as found (event nodes included), then over
