@@ -8,24 +8,31 @@
  *   fill      machine 2 puts 240 keys (1 in 5 left absent; short and long
  *             keys; values of 8, 32, 100 and 400 bytes: inline and in
  *             objects of their own)
- *   main      every key (present, absent, in chains or not) in one
- *             multi-get: each status, length and value equals what an
- *             individual get returns and what was put. The keys the
- *             first read does not resolve (farm_ht_get_first, asked key
- *             by key beforehand) lie on both other machines; the asker
- *             sent exactly one batch message per machine that had any
- *             (its counters), and each owner served exactly one batch
- *             with exactly those keys (the owners' counters)
- *   resolved  a multi-get of only keys the first read resolves: no batch
- *   spill     chained keys of machine 0 get 6000-byte values, more than
- *             one reply holds: still one message per machine, the values
- *             that did not fit are looked up separately (spills > 0), all
- *             answers still equal individual gets
- *   split     150 absent 250-byte keys that machine 0 must resolve: more
- *             than one request holds, so exactly as many messages as the
+ *   main      (READ lookups) every key (present, absent, in chains or
+ *             not) in one multi-get: each status, length and value equals
+ *             what an individual get returns and what was put. The keys
+ *             the first read does not resolve (farm_ht_get_first, asked
+ *             key by key beforehand) lie on both other machines; each was
+ *             looked up whole by READs (the asker's counters: chased),
+ *             no batch message went out and no owner served one
+ *   resolved  (READ) a multi-get of only keys the first read resolves:
+ *             nothing chased, no batch
+ *   owner     (owner lookups) every key again: the asker sent exactly one
+ *             batch message per other machine, and each owner served
+ *             exactly one batch with exactly its keys (the owners'
+ *             counters)
+ *   spill     (owner) chained keys of machine 0 get 6000-byte values,
+ *             more than one reply holds: still one message per machine,
+ *             the values that did not fit are looked up separately
+ *             (spills > 0), all answers still equal individual gets
+ *   split     (owner) 150 absent 250-byte keys of machine 0: more than
+ *             one request holds, so exactly as many messages as the
  *             greedy packing needs (2), all -ENOENT
- *   many      all keys three times over (720: more lookups than a loop
- *             has in flight at once), still one message per machine
+ *   many      (READ) all keys three times over (720: more lookups than a
+ *             loop has in flight at once), the chased ones among them
+ *
+ * --broken-chase (FARM_FP_KV_MGET_NO_CHASE): a key the first read leaves
+ * unresolved is answered absent; phase main must see the mismatches.
  *   bad input n = 0, NULL arrays, too many keys, empty / oversize keys
  *             and values, directory names: the documented codes
  *   malformed raw FARM_MSGT_KV_MGET requests to machine 0 (empty,
@@ -35,6 +42,7 @@
  *             answering a good request right after
  */
 #include "kvproc.h"
+#include "brokenarg.h"
 
 #include <inttypes.h>
 
@@ -155,8 +163,10 @@ struct phase {
 	uint32_t mismatch; /* multi-get != individual get */
 	uint32_t wrong;    /* != what was put */
 	uint32_t found, absent, indirect, local;
+	bool owner;              /* the phase ran with owner lookups */
 	uint32_t unresolved[NM]; /* per owner, by farm_ht_get_first */
-	uint32_t unresolved_big; /* unresolved keys holding BIGV values */
+	uint32_t remote[NM];     /* keys per owner other than the asker */
+	uint32_t unresolved_big; /* batched keys holding BIGV values */
 	uint32_t expect_msgs;    /* split: what the packing needs */
 	farm_kv_stats d;         /* the asker's counters, after - before */
 	char first[160];
@@ -239,11 +249,12 @@ static void run_cmp(struct ch *c, struct kd *ks, unsigned n, struct phase *p)
 			p->local++;
 			continue;
 		}
+		p->remote[m]++;
 		int f = first_read(c, ks[i].key, ks[i].klen);
+		if (p->owner && ks[i].exp_ver == 1)
+			p->unresolved_big++;
 		if (f == FARM_HT_UNRESOLVED) {
 			p->unresolved[m]++;
-			if (ks[i].exp_ver == 1)
-				p->unresolved_big++;
 		} else if (f != 0 && f != -ENOENT) {
 			note(p, "first read of key %u: %s", i,
 			     farm_strerror(f));
@@ -269,7 +280,8 @@ static void run_cmp(struct ch *c, struct kd *ks, unsigned n, struct phase *p)
 	        .mget_misses = s1.mget_misses - s0.mget_misses,
 	        .mget_msgs = s1.mget_msgs - s0.mget_msgs,
 	        .mget_spills = s1.mget_spills - s0.mget_spills,
-	        .mget_fallbacks = s1.mget_fallbacks - s0.mget_fallbacks};
+	        .mget_fallbacks = s1.mget_fallbacks - s0.mget_fallbacks,
+	        .mget_chased = s1.mget_chased - s0.mget_chased};
 	for (unsigned i = 0; i < n; i++) {
 		uint32_t len = 0;
 		int rc = farm_kv_get_sync(c->kv, c->np.loop, ks[i].key,
@@ -701,7 +713,15 @@ static int role(struct ch *c)
 		case '3':
 		case '4':
 		case '5':
-			if (cmd == '1')
+		case '6':
+			/* The batches are owner lookups' way; READ lookups
+			 * chase what the first read leaves. */
+			p.owner = cmd == '3' || cmd == '4' || cmd == '6';
+			if (farm_kv_set_lookup(c->kv,
+			                       p.owner ? FARM_KV_LOOKUP_OWNER
+			                               : FARM_KV_LOOKUP_READ))
+				return 25;
+			if (cmd == '1' || cmd == '6')
 				do_main(c, &p, 1);
 			else if (cmd == '5')
 				do_main(c, &p, 3);
@@ -762,18 +782,19 @@ static void phase(char cmd, struct phase *p, farm_kv_stats *served)
 		        a[m].mget_served_keys - b[m].mget_served_keys;
 		served[m].mget_bad = a[m].mget_bad - b[m].mget_bad;
 	}
-	printf("phase %c: %u keys (%u local), %u found (%u in objects), %u "
-	       "absent; unresolved by the first read: %u on m0, %u on m1 (%u "
-	       "with %u-byte values); asker: %" PRIu64
-	       " first-read hits, %" PRIu64 " misses, %" PRIu64
-	       " messages, %" PRIu64 " spills, %" PRIu64
+	printf("phase %c (%s lookups): %u keys (%u local), %u found (%u in "
+	       "objects), %u absent; unresolved by the first read: %u on m0, "
+	       "%u on m1 (%u batched with %u-byte values); asker: %" PRIu64
+	       " first-read hits, %" PRIu64 " chased, %" PRIu64
+	       " misses, %" PRIu64 " messages, %" PRIu64 " spills, %" PRIu64
 	       " fallbacks; owners served %" PRIu64 "/%" PRIu64
 	       " batches (%" PRIu64 "/%" PRIu64 " keys); %u mismatches, %u "
 	       "wrong%s%s\n",
-	       cmd, p->n, p->local, p->found, p->indirect, p->absent,
-	       p->unresolved[0], p->unresolved[1], p->unresolved_big, BIGV,
-	       p->d.mget_first_hits, p->d.mget_misses, p->d.mget_msgs,
-	       p->d.mget_spills, p->d.mget_fallbacks, served[0].mget_served,
+	       cmd, p->owner ? "owner" : "READ", p->n, p->local, p->found,
+	       p->indirect, p->absent, p->unresolved[0], p->unresolved[1],
+	       p->unresolved_big, BIGV, p->d.mget_first_hits, p->d.mget_chased,
+	       p->d.mget_misses, p->d.mget_msgs, p->d.mget_spills,
+	       p->d.mget_fallbacks, served[0].mget_served,
 	       served[1].mget_served, served[0].mget_served_keys,
 	       served[1].mget_served_keys, p->mismatch, p->wrong,
 	       p->first[0] ? "; first: " : "", p->first);
@@ -786,23 +807,35 @@ static void phase(char cmd, struct phase *p, farm_kv_stats *served)
 	assert_int_equal(p->d.mget_keys, p->n);
 	assert_int_equal(p->d.mget_local, p->local);
 	assert_int_equal(p->d.mget_fallbacks, 0);
-	uint32_t unres = 0;
-	for (unsigned m = 0; m < NM; m++)
+	uint32_t unres = 0, remote = 0;
+	for (unsigned m = 0; m < NM; m++) {
 		unres += p->unresolved[m];
-	/* every remote key: resolved by its first read, or batched */
-	assert_int_equal(p->d.mget_misses, unres);
-	assert_int_equal(p->d.mget_first_hits, p->n - p->local - unres);
+		remote += p->remote[m];
+	}
+	if (p->owner) { /* every remote key batched, no first read */
+		assert_int_equal(p->d.mget_misses, remote);
+		assert_int_equal(p->d.mget_first_hits, 0);
+		assert_int_equal(p->d.mget_chased, 0);
+	} else { /* resolved by its first read, or looked up whole */
+		assert_int_equal(p->d.mget_misses, 0);
+		assert_int_equal(p->d.mget_msgs, 0);
+		assert_int_equal(p->d.mget_chased, unres);
+		assert_int_equal(p->d.mget_first_hits, remote - unres);
+	}
 	for (unsigned m = 0; m < NM; m++)
-		assert_int_equal(served[m].mget_served_keys, p->unresolved[m]);
+		assert_int_equal(served[m].mget_served_keys,
+		                 p->owner ? p->remote[m] : 0);
 }
 
-/* One message per machine with misses (the asker's and owners' view). */
+/* One message per machine with batched keys (the asker's and owners'
+ * view). */
 static void one_per_machine(const struct phase *p, const farm_kv_stats *sv)
 {
 	uint64_t machines = 0;
 	for (unsigned m = 0; m < NM; m++) {
-		machines += p->unresolved[m] > 0;
-		assert_int_equal(sv[m].mget_served, p->unresolved[m] > 0);
+		bool any = p->owner && p->remote[m] > 0;
+		machines += any;
+		assert_int_equal(sv[m].mget_served, any);
 	}
 	assert_int_equal(p->d.mget_msgs, machines);
 }
@@ -824,7 +857,7 @@ static void test_mget(void **state)
 	struct phase p;
 	farm_kv_stats sv[NM];
 
-	/* 1. everything */
+	/* 1. everything, READ lookups */
 	phase('1', &p, sv);
 	assert_int_equal(p.n, NKEYS);
 	assert_int_equal(p.found, NKEYS - NKEYS / 5);
@@ -834,16 +867,24 @@ static void test_mget(void **state)
 	/* chains exist on both other machines: the case is not empty */
 	assert_true(p.unresolved[0] > 0 && p.unresolved[1] > 0);
 	assert_int_equal(p.unresolved[ASKER], 0);
+	assert_true(p.d.mget_chased > 0);
 	assert_int_equal(p.d.mget_spills, 0);
 	one_per_machine(&p, sv);
-	assert_int_equal(p.d.mget_msgs, 2);
 
-	/* 2. only keys the first read resolves: no message at all */
+	/* 2. only keys the first read resolves: nothing chased */
 	phase('2', &p, sv);
 	assert_true(p.n > p.local);
 	assert_int_equal(p.unresolved[0] + p.unresolved[1], 0);
-	assert_int_equal(p.d.mget_msgs, 0);
+	assert_int_equal(p.d.mget_chased, 0);
 	one_per_machine(&p, sv);
+
+	/* 6. everything, owner lookups: one batch per other machine */
+	phase('6', &p, sv);
+	assert_int_equal(p.n, NKEYS);
+	assert_int_equal(p.found, NKEYS - NKEYS / 5);
+	assert_int_equal(p.d.mget_spills, 0);
+	one_per_machine(&p, sv);
+	assert_int_equal(p.d.mget_msgs, 2);
 
 	/* 3. a reply that cannot hold every value */
 	phase('3', &p, sv);
@@ -860,8 +901,8 @@ static void test_mget(void **state)
 	assert_int_equal(p.d.mget_msgs, p.expect_msgs);
 	assert_int_equal(sv[0].mget_served, p.expect_msgs);
 
-	/* 5. 720 keys (each three times): more than a loop's 256 lookups in
-	 * flight; still one message per machine */
+	/* 5. 720 keys (each three times), READ lookups: more than a loop's
+	 * 256 lookups in flight, the chased keys among them */
 	phase('5', &p, sv);
 	assert_int_equal(p.n, 3 * NKEYS);
 	assert_int_equal(p.found, 3 * (NKEYS - NKEYS / 5));
@@ -928,8 +969,13 @@ static void test_mget(void **state)
 		assert_int_equal(st[i], 0);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+	bool broken = false;
+	int st = tu_broken_named(argc, argv, "--broken-chase",
+	                         FARM_FP_KV_MGET_NO_CHASE, &broken);
+	if (st)
+		return st;
 	const struct CMUnitTest t[] = {
 	        cmocka_unit_test_teardown(test_mget, cl_cleanup),
 	};

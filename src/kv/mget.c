@@ -1,15 +1,17 @@
 /*
  * Multi-get, the asking side (README.md, "Multi-get"; wire format: kv.h).
  *
- * Every key of another machine's shard first gets farm_ht_get_first (one
- * READ of its bucket pair); keys of our own shard are looked up at once
- * in groups (farm_ht_get_local_batch), and those it leaves unresolved get
- * a whole local lookup. Once every first read is back, the unresolved keys go
- * to their owners, one batch message per machine (more only when one would not
- * fit). Keys whose values did not fit their batch's reply, and keys of a
- * batch that could not be sent, get a whole lookup of their own. A loop
- * has a bounded number of lookups in flight (-EAGAIN): the rest wait in
- * their queue until one completes.
+ * Keys of our own shard are looked up at once in groups
+ * (farm_ht_get_local_batch), and those it leaves unresolved get a whole
+ * local lookup. With READ lookups every key of another machine's shard
+ * first gets farm_ht_get_first (one READ of its bucket pair), and a key it
+ * leaves unresolved (its home's overflow chain, a pair being written) a
+ * whole lookup, by READs as farm_kv_get's. With owner lookups those keys
+ * go to their owners, one batch message per machine (more only when one
+ * would not fit). Keys whose values did not fit their batch's reply, and
+ * keys of a batch that could not be sent, get a whole lookup of their
+ * own. A loop has a bounded number of lookups in flight (-EAGAIN): the
+ * rest wait in their queue until one completes.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -18,6 +20,7 @@
 
 #include "kv/kv_int.h"
 #include "util/common.h"
+#include "util/fault.h"
 #include "util/log.h"
 
 /* A batch the owner does not answer in this time fails its keys. */
@@ -62,6 +65,7 @@ struct mg_batch {
 };
 
 static void mg_advance(struct mg *m);
+static void mg_full(struct mg *m, uint32_t i);
 
 /* Key @i's answer. @len is the value's length (also for -EMSGSIZE). */
 static void mg_finish_key(struct mg *m, uint32_t i, int status, const void *val,
@@ -86,7 +90,17 @@ static void mg_first_done(farm_loop *loop, void *ctx, int status,
 	m->inflight--;
 	m->first_left--;
 	if (status == FARM_HT_UNRESOLVED) {
-		m->missq[m->nmiss++] = i;
+		/* A whole lookup, by READs, as farm_kv_get's: asking the owner
+		 * instead (a batch message) made the multi-get wait for the
+		 * owner's loop, and one in four multi-gets of 24 keys has such
+		 * a key at 85% occupancy (docs/benchmarks.md, kv_bench,
+		 * "multi-get"). */
+		if (FARM_FAULT_SWITCH(FARM_FP_KV_MGET_NO_CHASE)) {
+			mg_finish_key(m, i, -ENOENT, NULL, 0);
+		} else {
+			farm_stat_add(&m->kv->st[S_CHASED], 1);
+			mg_full(m, i);
+		}
 	} else {
 		if (status == 0 || status == -ENOENT)
 			farm_stat_add(&m->kv->st[S_FIRST_HITS], 1);
@@ -206,14 +220,16 @@ static void mg_send(struct mg *m, unsigned s, const uint32_t *idx, unsigned nk,
 	// cppcheck-suppress memleak
 }
 
-/* Every first read is back: the unresolved keys to their owners, grouped
- * by shard (one shard per machine), as few messages as fit. */
+/* Every first read is back: the keys for the owners (owner lookups) to
+ * them, grouped by shard (one shard per machine), as few messages as fit. */
 static void mg_send_batches(struct mg *m)
 {
 	farm_kv *kv = m->kv;
 	uint32_t maxp = farm_msg_max_payload(kv->msg);
 	uint32_t *idx = m->missq; /* reused in place, shard by shard */
 	uint32_t nmiss = m->nmiss;
+	if (!nmiss)
+		return;
 	uint32_t *grp = malloc((size_t)FARM_MAX(nmiss, 1u) * sizeof(uint32_t));
 	if (!grp) {
 		for (uint32_t j = 0; j < nmiss; j++)
