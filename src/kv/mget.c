@@ -33,6 +33,7 @@ struct mg_key {
 	const uint8_t *key; /* in the mget's copy of the keys */
 	uint32_t klen;
 	uint32_t shard;
+	uint64_t hash; /* farm_ht_hash of the key, taken once */
 };
 
 struct mg {
@@ -128,8 +129,8 @@ static bool mg_pump_first(struct mg *m)
 	while (m->firstpos < m->nfirst) {
 		uint32_t i = m->firstq[m->firstpos];
 		struct mg_key *k = &m->k[i];
-		int rc = farm_ht_get_first(ht, m->loop, k->key, k->klen,
-		                           mg_first_done, k);
+		int rc = farm_ht_get_first_hashed(ht, m->loop, k->key, k->klen,
+		                                  k->hash, mg_first_done, k);
 		if (rc == -EAGAIN)
 			return true;
 		m->firstpos++;
@@ -417,12 +418,15 @@ static void mg_advance(struct mg *m)
  * queued. */
 static void mg_local(struct mg *m)
 {
-	enum { G = 16 };
+	enum { G = 16, STACK_IMG = 16384 };
 	farm_ht *ht = m->kv->ht;
-	uint8_t *img =
-	        m->nfull
-	                ? aligned_alloc(64, G * (size_t)farm_ht_batch_bytes(ht))
-	                : NULL;
+	/* The groups' images: on the stack where they fit (small values
+	 * inline), not a heap block of this size per call. */
+	uint8_t stack_img[STACK_IMG] __attribute__((aligned(64)));
+	size_t ib = G * (size_t)farm_ht_batch_bytes(ht);
+	uint8_t *img = !m->nfull         ? NULL
+	               : ib <= STACK_IMG ? stack_img
+	                                 : aligned_alloc(64, ib);
 	if (!img)
 		return;
 	struct farm_ht_lkey lk[G];
@@ -447,7 +451,8 @@ static void mg_local(struct mg *m)
 		}
 	}
 	m->nfull = keep;
-	free(img);
+	if (img != stack_img)
+		free(img);
 }
 
 /* Copy each key into the batch and queue it by where it is looked up:
@@ -459,6 +464,10 @@ static unsigned mg_classify(struct mg *m, const void *const *keys,
 	farm_kv *kv = m->kv;
 	size_t off = 0;
 	unsigned local = 0;
+	/* Whether this machine serves a shard, asked once per shard of the
+	 * call (the address space's lookup takes a lock): -1 not asked yet. */
+	int8_t serves[MAX_SHARDS];
+	memset(serves, -1, kv->nshards);
 	for (uint32_t i = 0; i < m->n; i++) {
 		struct mg_key *k = &m->k[i];
 		k->m = m;
@@ -471,8 +480,11 @@ static unsigned mg_classify(struct mg *m, const void *const *keys,
 		k->key = m->keybuf + off;
 		k->klen = klens[i];
 		off += klens[i];
-		k->shard = shard_of_key(kv, k->key, k->klen);
-		if (serves_shard(kv, k->shard)) {
+		k->hash = farm_ht_hash(k->key, k->klen);
+		k->shard = farm_ht_shard_index(k->hash, kv->nshards);
+		if (serves[k->shard] < 0)
+			serves[k->shard] = serves_shard(kv, k->shard);
+		if (serves[k->shard]) {
 			mg_full(m, i); /* our shard: a local lookup */
 			local++;
 		} else if (kv_owner_mode(kv)) {
