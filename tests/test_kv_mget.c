@@ -226,6 +226,25 @@ static void mg_cb(farm_loop *loop, void *ctx)
 	mg_done = 1;
 }
 
+/* Key @i's owner, and what its first read alone says of it. */
+static void classify(struct ch *c, const struct kd *k, unsigned i,
+                     struct phase *p)
+{
+	unsigned m = machine_of(k->key, k->klen);
+	if (m == c->np.me) {
+		p->local++;
+		return;
+	}
+	p->remote[m]++;
+	int f = first_read(c, k->key, k->klen);
+	if (p->owner && k->exp_ver == 1)
+		p->unresolved_big++;
+	if (f == FARM_HT_UNRESOLVED)
+		p->unresolved[m]++;
+	else if (f != 0 && f != -ENOENT)
+		note(p, "first read of key %u: %s", i, farm_strerror(f));
+}
+
 /*
  * Classify @n keys with a first read, multi-get them all (counters
  * around it), then get each on its own and compare.
@@ -245,21 +264,7 @@ static void run_cmp(struct ch *c, struct kd *ks, unsigned n, struct phase *p)
 	for (unsigned i = 0; i < n; i++) {
 		kp[i] = ks[i].key;
 		kl[i] = ks[i].klen;
-		unsigned m = machine_of(ks[i].key, ks[i].klen);
-		if (m == c->np.me) {
-			p->local++;
-			continue;
-		}
-		p->remote[m]++;
-		int f = first_read(c, ks[i].key, ks[i].klen);
-		if (p->owner && ks[i].exp_ver == 1)
-			p->unresolved_big++;
-		if (f == FARM_HT_UNRESOLVED) {
-			p->unresolved[m]++;
-		} else if (f != 0 && f != -ENOENT) {
-			note(p, "first read of key %u: %s", i,
-			     farm_strerror(f));
-		}
+		classify(c, &ks[i], i, p);
 	}
 	farm_kv_stats s0, s1;
 	farm_kv_stats_get(c->kv, &s0);
