@@ -9,18 +9,15 @@
  *             keys; values of 8, 32, 100 and 400 bytes: inline and in
  *             objects of their own)
  *   main      (READ lookups) every key (present, absent, in chains or
- *             not) in one multi-get: each status, length and value equals
- *             what an individual get returns and what was put. The keys
- *             the first read does not resolve (farm_ht_get_first, asked
- *             key by key beforehand) lie on both other machines; each was
- *             looked up whole by READs (the asker's counters: chased),
- *             no batch message went out and no owner served one
+ *             not) in one multi-get: each answer equals an individual
+ *             get's and what was put. The keys the first read leaves
+ *             unresolved (farm_ht_get_first, asked beforehand) lie on
+ *             both other machines; each was chased (looked up whole by
+ *             READs: the asker's counters), no batch message went out
  *   resolved  (READ) a multi-get of only keys the first read resolves:
  *             nothing chased, no batch
- *   owner     (owner lookups) every key again: the asker sent exactly one
- *             batch message per other machine, and each owner served
- *             exactly one batch with exactly its keys (the owners'
- *             counters)
+ *   owner     (owner lookups) every key again: exactly one batch message
+ *             per other machine, each owner served exactly its keys
  *   spill     (owner) chained keys of machine 0 get 6000-byte values,
  *             more than one reply holds: still one message per machine,
  *             the values that did not fit are looked up separately
@@ -30,9 +27,6 @@
  *             greedy packing needs (2), all -ENOENT
  *   many      (READ) all keys three times over (720: more lookups than a
  *             loop has in flight at once), the chased ones among them
- *
- * --broken-chase (FARM_FP_KV_MGET_NO_CHASE): a key the first read leaves
- * unresolved is answered absent; phase main must see the mismatches.
  *   bad input n = 0, NULL arrays, too many keys, empty / oversize keys
  *             and values, directory names: the documented codes
  *   malformed raw FARM_MSGT_KV_MGET requests to machine 0 (empty,
@@ -40,6 +34,8 @@
  *             bytes, flags, cap, a key of another machine, a one-way
  *             send): an error reply each, counted as bad; machine 0 keeps
  *             answering a good request right after
+ * --broken-chase (FARM_FP_KV_MGET_NO_CHASE): keys the first read leaves
+ * unresolved are answered absent; phase main must see them wrong.
  */
 #include "kvproc.h"
 #include "brokenarg.h"
