@@ -338,6 +338,9 @@ typedef struct farm_kv_stats {
 	uint64_t mget_fallbacks;  /* batched keys looked up separately because
 	                             their batch could not be sent or its
 	                             owner refused it */
+	uint64_t mget_chased;     /* keys the first read left unresolved, then
+	                             looked up whole by one-sided READs (READ
+	                             lookups; none is batched) */
 	/* multi-get, owning side */
 	uint64_t mget_served;      /* batch requests answered */
 	uint64_t mget_served_keys; /* keys in them */

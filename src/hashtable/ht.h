@@ -205,6 +205,12 @@ int farm_ht_get_many(farm_ht *h, farm_loop *loop, unsigned n,
 #define FARM_HT_UNRESOLVED 1
 int farm_ht_get_first(farm_ht *h, farm_loop *loop, const void *key,
                       uint32_t klen, farm_ht_get_fn cont, void *ctx);
+/* The same with the key's farm_ht_hash() taken already by the caller
+ * (@hash must be it: the KV store's multi-get hashes each key once, to
+ * find its shard). */
+int farm_ht_get_first_hashed(farm_ht *h, farm_loop *loop, const void *key,
+                             uint32_t klen, uint64_t hash, farm_ht_get_fn cont,
+                             void *ctx);
 
 /*
  * farm_ht_get_local_batch() - up to FARM_HT_BATCH_MAX lookups of keys in

@@ -434,10 +434,12 @@ static void get_start(struct get_op *g)
 }
 
 /* What every lookup starts with: its arguments checked, its loop state,
- * the key's hash and shard. */
+ * the key's hash (taken here unless @hashed: the caller's *@hash) and
+ * shard. */
 static int lookup_prep(farm_ht *h, farm_loop *loop, const void *key,
                        uint32_t klen, bool has_cont, struct htloop **l,
-                       uint64_t *hash, const struct farm_ht_shard **sd)
+                       bool hashed, uint64_t *hash,
+                       const struct farm_ht_shard **sd)
 {
 	if (!h || !loop || !has_cont)
 		return -EINVAL;
@@ -446,7 +448,8 @@ static int lookup_prep(farm_ht *h, farm_loop *loop, const void *key,
 		return rc;
 	if (!(*l = hl_of(h, loop)))
 		return -EINVAL;
-	*hash = farm_ht_hash(key, klen);
+	if (!hashed)
+		*hash = farm_ht_hash(key, klen);
 	*sd = farm_ht_shard_of(h, *hash, NULL);
 	return *sd ? 0 : -ENOENT;
 }
@@ -503,7 +506,8 @@ int farm_ht_get(farm_ht *h, farm_loop *loop, const void *key, uint32_t klen,
 	struct htloop *l;
 	uint64_t hash;
 	const struct farm_ht_shard *sd;
-	int rc = lookup_prep(h, loop, key, klen, cont != NULL, &l, &hash, &sd);
+	int rc = lookup_prep(h, loop, key, klen, cont != NULL, &l, false, &hash,
+	                     &sd);
 	if (rc)
 		return rc;
 	struct get_op *g;
@@ -800,13 +804,14 @@ static int first_issue(struct first_op *f, farm_gaddr a, uint32_t len)
 	                    first_read_done, f);
 }
 
-int farm_ht_get_first(farm_ht *h, farm_loop *loop, const void *key,
-                      uint32_t klen, farm_ht_get_fn cont, void *ctx)
+static int get_first(farm_ht *h, farm_loop *loop, const void *key,
+                     uint32_t klen, bool hashed, uint64_t hash,
+                     farm_ht_get_fn cont, void *ctx)
 {
 	struct htloop *l;
-	uint64_t hash;
 	const struct farm_ht_shard *sd;
-	int rc = lookup_prep(h, loop, key, klen, cont != NULL, &l, &hash, &sd);
+	int rc = lookup_prep(h, loop, key, klen, cont != NULL, &l, hashed,
+	                     &hash, &sd);
 	if (rc)
 		return rc;
 	struct first_op *f = calloc(1, sizeof(*f));
@@ -843,4 +848,17 @@ int farm_ht_get_first(farm_ht *h, farm_loop *loop, const void *key,
 		free(f);
 	}
 	return read_err(rc); /* -ENOENT from here would say: no shards */
+}
+
+int farm_ht_get_first(farm_ht *h, farm_loop *loop, const void *key,
+                      uint32_t klen, farm_ht_get_fn cont, void *ctx)
+{
+	return get_first(h, loop, key, klen, false, 0, cont, ctx);
+}
+
+int farm_ht_get_first_hashed(farm_ht *h, farm_loop *loop, const void *key,
+                             uint32_t klen, uint64_t hash, farm_ht_get_fn cont,
+                             void *ctx)
+{
+	return get_first(h, loop, key, klen, true, hash, cont, ctx);
 }

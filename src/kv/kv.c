@@ -154,6 +154,7 @@ void farm_kv_stats_get(const farm_kv *kv, farm_kv_stats *out)
 	                       .mget_msgs = v[S_MSGS],
 	                       .mget_spills = v[S_SPILLS],
 	                       .mget_fallbacks = v[S_FALLBACKS],
+	                       .mget_chased = v[S_CHASED],
 	                       .mget_served = v[S_SERVED],
 	                       .mget_served_keys = v[S_SERVED_KEYS],
 	                       .mget_bad = v[S_BAD]};

@@ -1,15 +1,17 @@
 /*
  * Multi-get, the asking side (README.md, "Multi-get"; wire format: kv.h).
  *
- * Every key of another machine's shard first gets farm_ht_get_first (one
- * READ of its bucket pair); keys of our own shard are looked up at once
- * in groups (farm_ht_get_local_batch), and those it leaves unresolved get
- * a whole local lookup. Once every first read is back, the unresolved keys go
- * to their owners, one batch message per machine (more only when one would not
- * fit). Keys whose values did not fit their batch's reply, and keys of a
- * batch that could not be sent, get a whole lookup of their own. A loop
- * has a bounded number of lookups in flight (-EAGAIN): the rest wait in
- * their queue until one completes.
+ * Keys of our own shard are looked up at once in groups
+ * (farm_ht_get_local_batch), and those it leaves unresolved get a whole
+ * local lookup. With READ lookups every key of another machine's shard
+ * first gets farm_ht_get_first (one READ of its bucket pair), and a key it
+ * leaves unresolved (its home's overflow chain, a pair being written) a
+ * whole lookup, by READs as farm_kv_get's. With owner lookups those keys
+ * go to their owners, one batch message per machine (more only when one
+ * would not fit). Keys whose values did not fit their batch's reply, and
+ * keys of a batch that could not be sent, get a whole lookup of their
+ * own. A loop has a bounded number of lookups in flight (-EAGAIN): the
+ * rest wait in their queue until one completes.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -18,6 +20,7 @@
 
 #include "kv/kv_int.h"
 #include "util/common.h"
+#include "util/fault.h"
 #include "util/log.h"
 
 /* A batch the owner does not answer in this time fails its keys. */
@@ -30,6 +33,7 @@ struct mg_key {
 	const uint8_t *key; /* in the mget's copy of the keys */
 	uint32_t klen;
 	uint32_t shard;
+	uint64_t hash; /* farm_ht_hash of the key, taken once */
 };
 
 struct mg {
@@ -62,6 +66,7 @@ struct mg_batch {
 };
 
 static void mg_advance(struct mg *m);
+static void mg_full(struct mg *m, uint32_t i);
 
 /* Key @i's answer. @len is the value's length (also for -EMSGSIZE). */
 static void mg_finish_key(struct mg *m, uint32_t i, int status, const void *val,
@@ -86,7 +91,17 @@ static void mg_first_done(farm_loop *loop, void *ctx, int status,
 	m->inflight--;
 	m->first_left--;
 	if (status == FARM_HT_UNRESOLVED) {
-		m->missq[m->nmiss++] = i;
+		/* A whole lookup, by READs, as farm_kv_get's: asking the owner
+		 * instead (a batch message) made the multi-get wait for the
+		 * owner's loop, and one in four multi-gets of 24 keys has such
+		 * a key at 85% occupancy (docs/benchmarks.md, kv_bench,
+		 * "multi-get"). */
+		if (FARM_FAULT_SWITCH(FARM_FP_KV_MGET_NO_CHASE)) {
+			mg_finish_key(m, i, -ENOENT, NULL, 0);
+		} else {
+			farm_stat_add(&m->kv->st[S_CHASED], 1);
+			mg_full(m, i);
+		}
 	} else {
 		if (status == 0 || status == -ENOENT)
 			farm_stat_add(&m->kv->st[S_FIRST_HITS], 1);
@@ -114,8 +129,8 @@ static bool mg_pump_first(struct mg *m)
 	while (m->firstpos < m->nfirst) {
 		uint32_t i = m->firstq[m->firstpos];
 		struct mg_key *k = &m->k[i];
-		int rc = farm_ht_get_first(ht, m->loop, k->key, k->klen,
-		                           mg_first_done, k);
+		int rc = farm_ht_get_first_hashed(ht, m->loop, k->key, k->klen,
+		                                  k->hash, mg_first_done, k);
 		if (rc == -EAGAIN)
 			return true;
 		m->firstpos++;
@@ -206,14 +221,16 @@ static void mg_send(struct mg *m, unsigned s, const uint32_t *idx, unsigned nk,
 	// cppcheck-suppress memleak
 }
 
-/* Every first read is back: the unresolved keys to their owners, grouped
- * by shard (one shard per machine), as few messages as fit. */
+/* Every first read is back: the keys for the owners (owner lookups) to
+ * them, grouped by shard (one shard per machine), as few messages as fit. */
 static void mg_send_batches(struct mg *m)
 {
 	farm_kv *kv = m->kv;
 	uint32_t maxp = farm_msg_max_payload(kv->msg);
 	uint32_t *idx = m->missq; /* reused in place, shard by shard */
 	uint32_t nmiss = m->nmiss;
+	if (!nmiss)
+		return;
 	uint32_t *grp = malloc((size_t)FARM_MAX(nmiss, 1u) * sizeof(uint32_t));
 	if (!grp) {
 		for (uint32_t j = 0; j < nmiss; j++)
@@ -401,12 +418,15 @@ static void mg_advance(struct mg *m)
  * queued. */
 static void mg_local(struct mg *m)
 {
-	enum { G = 16 };
+	enum { G = 16, STACK_IMG = 16384 };
 	farm_ht *ht = m->kv->ht;
-	uint8_t *img =
-	        m->nfull
-	                ? aligned_alloc(64, G * (size_t)farm_ht_batch_bytes(ht))
-	                : NULL;
+	/* The groups' images: on the stack where they fit (small values
+	 * inline), not a heap block of this size per call. */
+	uint8_t stack_img[STACK_IMG] __attribute__((aligned(64)));
+	size_t ib = G * (size_t)farm_ht_batch_bytes(ht);
+	uint8_t *img = !m->nfull         ? NULL
+	               : ib <= STACK_IMG ? stack_img
+	                                 : aligned_alloc(64, ib);
 	if (!img)
 		return;
 	struct farm_ht_lkey lk[G];
@@ -431,7 +451,8 @@ static void mg_local(struct mg *m)
 		}
 	}
 	m->nfull = keep;
-	free(img);
+	if (img != stack_img)
+		free(img);
 }
 
 /* Copy each key into the batch and queue it by where it is looked up:
@@ -443,6 +464,10 @@ static unsigned mg_classify(struct mg *m, const void *const *keys,
 	farm_kv *kv = m->kv;
 	size_t off = 0;
 	unsigned local = 0;
+	/* Whether this machine serves a shard, asked once per shard of the
+	 * call (the address space's lookup takes a lock): -1 not asked yet. */
+	int8_t serves[MAX_SHARDS];
+	memset(serves, -1, kv->nshards);
 	for (uint32_t i = 0; i < m->n; i++) {
 		struct mg_key *k = &m->k[i];
 		k->m = m;
@@ -455,8 +480,11 @@ static unsigned mg_classify(struct mg *m, const void *const *keys,
 		k->key = m->keybuf + off;
 		k->klen = klens[i];
 		off += klens[i];
-		k->shard = shard_of_key(kv, k->key, k->klen);
-		if (serves_shard(kv, k->shard)) {
+		k->hash = farm_ht_hash(k->key, k->klen);
+		k->shard = farm_ht_shard_index(k->hash, kv->nshards);
+		if (serves[k->shard] < 0)
+			serves[k->shard] = serves_shard(kv, k->shard);
+		if (serves[k->shard]) {
 			mg_full(m, i); /* our shard: a local lookup */
 			local++;
 		} else if (kv_owner_mode(kv)) {

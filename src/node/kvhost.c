@@ -30,6 +30,8 @@ static const struct farm_ctl_field kv_fields[] = {
         KV_C(mget_msgs, "multi-get batch messages sent"),
         KV_C(mget_spills, "values too long for a batch reply"),
         KV_C(mget_fallbacks, "batched keys looked up separately"),
+        KV_C(mget_chased, "multi-get keys the first read left to a "
+                          "whole lookup"),
         KV_C(mget_served, "multi-get batches answered here"),
         KV_C(mget_served_keys, "keys in them"),
         KV_C(mget_bad, "malformed multi-get batches refused"),

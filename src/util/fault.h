@@ -514,6 +514,11 @@ enum farm_fault_point {
 	 * and tests/test_kv_grow.c --broken must see a machine more than
 	 * 20% off even). */
 	FARM_FP_BALANCE_OFF,
+	/* kv/mget.c, a switch: while hooked, a multi-get key the first read
+	 * leaves unresolved (READ lookups) is answered absent instead of
+	 * looked up whole (tests/test_kv_mget.c --broken-chase must see a
+	 * key of an overflow chain answered -ENOENT). */
+	FARM_FP_KV_MGET_NO_CHASE,
 	FARM_FP_COUNT
 };
 
