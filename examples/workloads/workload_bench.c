@@ -29,7 +29,7 @@ static struct {
 	bool pg, timeline, timeline_only;
 	const char *out, *scripts;
 	unsigned machines, max_threads, lease_ms, bank_window, ship_window;
-} a = {2.0, 2000, 5000, 3, true, true, false, ".", NULL, 3, 2, 200, 16, 4};
+} a = {2.0, 2000, 5000, 3, true, true, false, ".", NULL, 3, 2, 200, 16, 8};
 
 static uint64_t scale_of(enum wl_kind kind)
 {
@@ -494,7 +494,7 @@ static void usage(void)
 	       "the --threads (16; 1: not tried)\n"
 	       "  --ship-window N: TATP also with N shipped updates in "
 	       "flight a client,\n    with 1 and --threads client threads "
-	       "(4; 1: not tried)\n");
+	       "(8; 1: not tried)\n");
 }
 
 int main(int argc, char **argv)
