@@ -132,62 +132,23 @@ static uint64_t pick_account(struct wl_client *c)
 	return wl_pick_id(c, id);
 }
 
-/* A client keeps the fat pointers its KV lookups found, as TATP's
- * clients do: SmallBank's rows are allocated by the load and never freed,
- * moved or re-indexed in a run, so a row's pointer is looked up once
- * (a lookup per row per transaction was two to three KV gets, each a
- * hash and a bucket read, beside reads of one object each). The check
- * reads through the index, never these. Direct-mapped: a collision only
- * evicts. */
-#define ROWS_MAX (1u << 18) /* 6 MiB a client */
-
-struct row_ent {
-	uint64_t key; /* id * 2 + kind + 1; 0: empty */
-	farm_fatptr p;
-};
-
-struct rows {
-	unsigned bits;
-	struct row_ent e[];
-};
-
-/* @c's cache, made at first use; NULL without memory (each lookup then
- * goes to the index). */
-static struct rows *rows_of(struct wl_client *c)
-{
-	if (!c->rows) {
-		unsigned bits = 10;
-		while ((1ull << bits) < 2 * c->m->o->scale &&
-		       (1u << bits) < ROWS_MAX)
-			bits++;
-		struct rows *r =
-		        calloc(1, sizeof(*r) + sizeof(r->e[0]) * (1u << bits));
-		if (r)
-			r->bits = bits;
-		c->rows = r;
-	}
-	return c->rows;
-}
+/* A client keeps the fat pointers its KV lookups found (wl_rowcache.c),
+ * as TATP's clients do: SmallBank's rows are allocated by the load and
+ * never freed, moved or re-indexed in a run, so a row's pointer is looked
+ * up once (a lookup per row per transaction was two to three KV gets,
+ * each a hash and a bucket read, beside reads of one object each). */
+#define ROWS_MAX_BITS 18 /* 6 MiB a client */
 
 /* Add the row of account @id, kind @k (0 savings, 1 checking). */
 static int add_row(struct wl_client *c, struct btx *b, uint64_t id, int k)
 {
 	uint64_t rk = id * 2 + (uint64_t)k;
-	struct rows *r = rows_of(c);
-	struct row_ent *e =
-	        r ? &r->e[((rk + 1) * 0x9e3779b97f4a7c15ull) >> (64 - r->bits)]
-	          : NULL;
-	b->key[b->n] = rk;
-	if (e && e->key == rk + 1) {
-		b->p[b->n++] = e->p;
-		return 0;
-	}
+	if (!c->rows)
+		c->rows = wl_rowcache_new(2 * c->m->o->scale, ROWS_MAX_BITS);
 	struct wl_key key = wl_key_make(k ? 'c' : 's', id, 0);
-	int rc = wl_kv_ptr(c, &key, &b->p[b->n], sizeof(farm_fatptr));
-	if (!rc && e)
-		*e = (struct row_ent){rk + 1, b->p[b->n]};
-	b->n++;
-	return rc;
+	b->key[b->n] = rk;
+	return wl_rowcache_get(c, c->rows, rk + 1, &key, &b->p[b->n++],
+	                       sizeof(farm_fatptr));
 }
 
 #ifdef FWL_TEST_BREAK_READ
@@ -471,7 +432,7 @@ static void bank_ship(struct wl_machine *m, farm_loop *loop,
 static void bank_fini(struct wl_machine *m)
 {
 	for (unsigned t = 0; t < m->o->threads; t++) {
-		free(m->cl[t].rows);
+		wl_rowcache_free(m->cl[t].rows);
 		m->cl[t].rows = NULL;
 	}
 	wl_bank_win_fini(m);

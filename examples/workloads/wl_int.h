@@ -98,7 +98,7 @@ struct wl_client {
 	uint64_t ship_seq;
 	void *ships; /* TATP: shipped updates in flight (--ship-window) */
 	void *app;   /* the workload's per-client state (TPC-C) */
-	void *rows;  /* SmallBank: the rows' pointers its lookups found */
+	struct wl_rowcache *rows; /* SmallBank: what its lookups found */
 	int hist_fd;
 	uint64_t hist_seq;
 	/* FWL_SLOW_MS: where the current transaction's time went (SmallBank:
@@ -189,6 +189,30 @@ static inline void wl_unanswered(int rc)
 /* Look @k up: 0 and its fat pointer (or id), -ENOENT, or an error. */
 int wl_kv_ptr(struct wl_client *c, const struct wl_key *k, void *val,
               uint32_t size);
+/* ---- row cache (wl_rowcache.c) --------------------------------------------
+ * What a client's KV lookups found, kept under a nonzero @key of the
+ * caller's: a row's fat pointer (or a value of up to its size), or that
+ * the index has none. For rows that never move in a run; a collision
+ * only evicts. NULL caches (no memory) keep nothing. */
+struct wl_rowcache;
+/* A cache of about @keys entries, at most 2^@max_bits; NULL without
+ * memory. */
+struct wl_rowcache *wl_rowcache_new(uint64_t keys, unsigned max_bits);
+void wl_rowcache_free(struct wl_rowcache *rc);
+/* @key's kept value (@size bytes into @val): 0, -ENOENT (none in the
+ * index), or 1 (not kept). */
+int wl_rowcache_find(struct wl_rowcache *rc, uint64_t key, void *val,
+                     uint32_t size);
+/* @k looked up in the index, and what it says kept under @key: 0,
+ * -ENOENT, or an error (kept only for 0 and -ENOENT). */
+int wl_rowcache_fill(struct wl_client *c, struct wl_rowcache *rc, uint64_t key,
+                     const struct wl_key *k, void *val, uint32_t size);
+/* wl_rowcache_find, then wl_rowcache_fill when not kept. */
+int wl_rowcache_get(struct wl_client *c, struct wl_rowcache *rc, uint64_t key,
+                    const struct wl_key *k, void *val, uint32_t size);
+/* Forget @key (its row was found freed). */
+void wl_rowcache_forget(struct wl_rowcache *rc, uint64_t key);
+
 /* Before running a transaction again: serve the loop a while, longer
  * after more attempts (a recovery answers -EAGAIN until it is done). */
 void wl_backoff(struct wl_client *c, unsigned attempt);

@@ -244,43 +244,22 @@ static uint64_t nurand_sub(struct wl_client *c)
  * row instead of two (the index's, then the row's), as the in-memory
  * limit reads its hash table once. A kept pointer is still checked: a
  * lock-free read that finds its object freed (FARM_EFREED) forgets it
- * and asks the index again. Direct-mapped: a collision only evicts. */
-#define RC_MIN (1u << 10)
-#define RC_MAX (1u << 18) /* 8 MiB a client */
-
-struct rc_ent {
-	uint64_t key; /* 0: empty */
-	bool absent;  /* the index has no such key */
-	farm_fatptr p;
-};
-
-struct rcache {
-	unsigned bits;
-	struct rc_ent e[];
-};
+ * and asks the index again (wl_rowcache.c). */
+#define RC_MAX_BITS 18 /* 8 MiB a client */
 
 /* The cache of @c, made at first use (about 16 keys a subscriber);
  * NULL without memory (lookups then go to the index each time). */
-static struct rcache *rc_of(struct wl_client *c)
+static struct wl_rowcache *rc_of(struct wl_client *c)
 {
-	if (!c->app) {
-		unsigned bits = 10;
-		while ((1ull << bits) < 16 * c->m->o->scale &&
-		       (1u << bits) < RC_MAX)
-			bits++;
-		struct rcache *rc = calloc(
-		        1, sizeof(*rc) + sizeof(rc->e[0]) * (1u << bits));
-		if (rc)
-			rc->bits = bits;
-		c->app = rc;
-	}
+	if (!c->app)
+		c->app = wl_rowcache_new(16 * c->m->o->scale, RC_MAX_BITS);
 	return c->app;
 }
 
 static void tatp_fini(struct wl_machine *m)
 {
 	for (unsigned i = 0; i < WL_MAX_THREADS; i++) {
-		free(m->cl[i].app);
+		wl_rowcache_free(m->cl[i].app);
 		m->cl[i].app = NULL;
 		free(m->cl[i].ships);
 		m->cl[i].ships = NULL;
@@ -293,63 +272,12 @@ static uint64_t rc_key(char table, uint64_t s, unsigned t)
 	       (s & ((1ull << 48) - 1));
 }
 
-static struct rc_ent *rc_slot(struct wl_client *c, uint64_t key)
-{
-	struct rcache *rc = rc_of(c);
-	if (!rc)
-		return NULL;
-	return &rc->e[(key * 0x9e3779b97f4a7c15ull) >> (64 - rc->bits)];
-}
-
-/* @key from @c's cache (@size bytes of value into @val): 0, -ENOENT (the
- * index has none), or 1 (not cached). */
-static int rc_find(struct wl_client *c, uint64_t key, void *val, uint32_t size)
-{
-	struct rc_ent *e = rc_slot(c, key);
-	if (!e || e->key != key)
-		return 1;
-	if (e->absent)
-		return -ENOENT;
-	memcpy(val, &e->p, size);
-	return 0;
-}
-
-/* Look @k up in the index (@size bytes of value into @val) and keep
- * what it says in @c's cache under @key: 0, -ENOENT, or an error. */
-static int index_get(struct wl_client *c, uint64_t key, const struct wl_key *k,
-                     void *val, uint32_t size)
-{
-	struct rc_ent *e = rc_slot(c, key);
-	int rc = wl_kv_ptr(c, k, val, size);
-	if (e && (rc == 0 || rc == -ENOENT)) {
-		*e = (struct rc_ent){.key = key, .absent = rc == -ENOENT};
-		if (rc == 0)
-			memcpy(&e->p, val, size);
-	}
-	return rc;
-}
-
-/* @k through @c's cache under @key: 0, -ENOENT, or an error. */
-static int cached_get(struct wl_client *c, uint64_t key, const struct wl_key *k,
-                      void *val, uint32_t size)
-{
-	int rc = rc_find(c, key, val, size);
-	return rc <= 0 ? rc : index_get(c, key, k, val, size);
-}
-
-static void rc_forget(struct wl_client *c, char table, uint64_t s, unsigned t)
-{
-	uint64_t key = rc_key(table, s, t);
-	struct rc_ent *e = rc_slot(c, key);
-	if (e && e->key == key)
-		e->key = 0;
-}
-
 int wl_tatp_get_ptr(struct wl_client *c, char table, uint64_t s, unsigned t,
                     farm_fatptr *p)
 {
 	struct wl_key k = wl_key_make(table, s, (uint8_t)t);
-	return cached_get(c, rc_key(table, s, t), &k, p, sizeof(*p));
+	return wl_rowcache_get(c, rc_of(c), rc_key(table, s, t), &k, p,
+	                       sizeof(*p));
 }
 
 /* A single-row read, lock-free: 0, or 1 when the row does not exist. */
@@ -365,7 +293,7 @@ static int read_one(struct wl_client *c, char table, uint64_t s, unsigned t,
 			rc = wl_lf_read(c, p, buf, size);
 		if (rc != FARM_EFREED || fresh)
 			return rc;
-		rc_forget(c, table, s, t);
+		wl_rowcache_forget(rc_of(c), rc_key(table, s, t));
 	}
 }
 
@@ -491,11 +419,12 @@ static int by_nbr(struct wl_client *c, uint64_t *s)
 {
 	uint64_t n = nurand_sub(c);
 	/* The key's 15 digits are printed only on a miss. */
-	int rc = rc_find(c, rc_key('N', n, 0), s, sizeof(*s));
+	int rc = wl_rowcache_find(rc_of(c), rc_key('N', n, 0), s, sizeof(*s));
 	if (rc <= 0)
 		return rc;
 	struct wl_key k = nbr_key(n);
-	return index_get(c, rc_key('N', n, 0), &k, s, sizeof(*s));
+	return wl_rowcache_fill(c, rc_of(c), rc_key('N', n, 0), &k, s,
+	                        sizeof(*s));
 }
 
 static int shipped_txn(struct wl_client *c, enum wl_txn t)
