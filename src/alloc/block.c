@@ -702,11 +702,21 @@ struct dirty_free {
  * mapping had tmpfs allocate and clear each (and fault each in), the
  * largest part of a restart's rebuild. Else read by pread, which maps
  * nothing. */
-static bool block_zero_fd(int fd, uint64_t off)
+static bool block_zero_fd(int fd, uint64_t off, uint64_t *next_data)
 {
 	if (FARM_FAULT_SWITCH(FARM_FP_ALLOC_HOLES_SKIP))
 		return true; /* testing: no look at all */
+	/* *@next_data: where the last SEEK_DATA, from an offset below @off
+	 * (the blocks are scanned in order), found data next; none before.
+	 * Each lseek walks the file's pages up to the data, so one per
+	 * block over a long hole cost them all again. */
+	if (off + FARM_ALLOC_BLOCK <= *next_data)
+		return true;
 	off_t d = lseek(fd, (off_t)off, SEEK_DATA);
+	if (d < 0 && errno == ENXIO)
+		*next_data = UINT64_MAX;
+	else if (d >= 0)
+		*next_data = (uint64_t)d;
 	if ((d < 0 && errno == ENXIO) ||
 	    (d >= 0 && (uint64_t)d >= off + FARM_ALLOC_BLOCK))
 		return true;
@@ -743,12 +753,14 @@ static void dirty_free_scan(const struct farm_alloc_region *ar, int fd,
 		return; /* refused under the lock (FARM_ECORRUPT) */
 	d->bits = calloc((r.nblocks + 63) / 64, sizeof(*d->bits));
 	if (!d->bits)
-		return; /* scanned under the lock */
+		return;         /* scanned under the lock */
+	uint64_t next_data = 0; /* block_zero_fd */
 	for (uint32_t i = 1; i < r.nblocks; i++)
 		if (atomic_load_explicit(&r.table[i], memory_order_relaxed) ==
 		            0 &&
 		    !(fd >= 0 ? block_zero_fd(fd,
-		                              (uint64_t)i * FARM_ALLOC_BLOCK)
+		                              (uint64_t)i * FARM_ALLOC_BLOCK,
+		                              &next_data)
 		              : block_zero(&r, i)))
 			d->bits[i / 64] |= 1ull << (i % 64);
 	d->done = true;
