@@ -289,12 +289,14 @@ static int run_adopt(struct run *r)
 		/* Mapped again where it lies (a second name for the file,
 		 * no copy); copied only where the fabric cannot. */
 		rc = farm_region_adopt(rs->fab, path, mr->size, &reg);
+		bool mapped = rc == 0; /* the file itself, shared */
 		if (rc == -ENOTSUP)
 			rc = copy_region(rs, path, mr->size, &reg);
 		if (!rc) {
 			/* No MADV_POPULATE_*: populating 512 MiB took 0.9-2.4
 			 * s on the development host, more than the faults
-			 * of the walks below (one per object header). */
+			 * of the walks below (one per object header, before
+			 * they read by the file). */
 			rc = farm_as_adopt(rs->as, mr->id, reg);
 			if (rc)
 				farm_region_destroy(reg);
@@ -309,13 +311,12 @@ static int run_adopt(struct run *r)
 		                                             pending */
 		/* The walks read the copies by the file (pread), not by the
 		 * mapping: a page fault per object header cost 25-50 us on
-		 * the development host, a pread 3 (src/alloc/walk.c). None
-		 * where the region is a copy (-1: read by its memory). */
+		 * the development host, a pread 3 (src/alloc/walk.c). Only a
+		 * region mapped from the file itself: the pread must see
+		 * every write made through the mapping (the images applied).
+		 * A copied one is read by its memory (-1). */
 		r->fds[r->nadopt] =
-		        rc == 0 && farm_region_mem(reg) &&
-		                        farm_mem_file(farm_region_mem(reg))[0]
-		                ? open(path, O_RDONLY | O_CLOEXEC)
-		                : -1;
+		        mapped ? open(path, O_RDONLY | O_CLOEXEC) : -1;
 		r->ids[r->nadopt++] = mr->id;
 		rs->st.bytes += mr->size;
 	}
