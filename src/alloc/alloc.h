@@ -146,6 +146,14 @@ farm_blockalloc_add_region(farm_blockalloc *ba,
 FARM_MUST_CHECK int
 farm_blockalloc_rebuild_region(farm_blockalloc *ba,
                                const struct farm_alloc_region *r);
+/* The same, reading the object headers and the FREE blocks from @fd, the
+ * file mapped at @r->base (offset 0 there), by pread: a FREE block where
+ * the file has no data (lseek SEEK_DATA) is zero without a read. For a
+ * region no one writes during the rebuild (a restart's). -EINVAL for
+ * @fd < 0. */
+FARM_MUST_CHECK int
+farm_blockalloc_rebuild_region_fd(farm_blockalloc *ba,
+                                  const struct farm_alloc_region *r, int fd);
 
 /*
  * Replicating the block table (README.md "Replicating the block table").
@@ -203,6 +211,16 @@ int farm_alloc_walk_region(void *base, uint64_t size, uint32_t id,
 int farm_alloc_walk_region_locked(void *base, uint64_t size, uint32_t id,
                                   farm_alloc_walk_fn fn,
                                   farm_alloc_walk_fn free_fn, void *ctx);
+/* The same, reading the header, the table and every object header from
+ * @fd, the file mapped at @base (offset 0 there), by pread, and calling
+ * @fn only for an allocated object whose version word is locked or
+ * marked FARM_OBJHDR_FREE_PENDING (with its header's address at @base);
+ * returns every allocated object counted all the same. For a walk no one
+ * else writes during (a restart's): it touches the mapping only where a
+ * callback is due. -EINVAL for @fd < 0. */
+int farm_alloc_walk_region_fd(void *base, uint64_t size, uint32_t id, int fd,
+                              farm_alloc_walk_fn fn, farm_alloc_walk_fn free_fn,
+                              void *ctx);
 /* Is a region file's first 16 bytes (@magic, @region_id at offset 8) a
  * header of region @id, or never formatted (0)? 1: bad magic (offset 0),
  * 2: another region's header (offset 8). */

@@ -14,9 +14,12 @@
 #include <errno.h>
 #include <stddef.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "alloc/alloc_int.h"
 #include "util/config.h"
+#include "util/fault.h"
 #include "util/log.h"
 
 _Static_assert(FARM_CONFIG_MIN_REGION_SIZE == FARM_ALLOC_MIN_REGION,
@@ -501,27 +504,60 @@ static bool conts_ok(struct ba_region *r, uint32_t bidx, uint32_t mb)
 	return true;
 }
 
+/* Where a rebuild reads the object headers and the free blocks: the
+ * memory, or (@fd >= 0) the region's file by pread, with @bits (a bit
+ * per slot of a block, FARM_ALLOC_MAX_BLOCK_MB MiB of 64-byte slots) for
+ * the allocated slots it read (farm_blockalloc_rebuild_region_fd). */
+struct rebuild_src {
+	int fd;
+	uint64_t *bits;
+};
+#define SRC_BITS_WORDS                                          \
+	((uint64_t)FARM_ALLOC_MAX_BLOCK_MB * FARM_ALLOC_BLOCK / \
+	 FARM_ALLOC_LINE / 64)
+
+/* The incarnation word of slot @i of @b: false, the file not read. */
+static bool slot_incarn(const struct ba_region *r, const struct farm_block *b,
+                        const struct rebuild_src *src, uint32_t i, uint64_t *w)
+{
+	char *p = b->base + (uint64_t)i * b->slot;
+	if (src->fd < 0) {
+		*w = farm_objhdr_load_incarn((void *)p);
+		return true;
+	}
+	off_t off = (off_t)(p - r->base) + 8;
+	return pread(src->fd, w, 8, off) == 8;
+}
+
 /* Free slots of a scanned block: every slot below the high-water mark (the
  * last one that was ever allocated) whose allocated bit is clear goes on the
- * free list, lowest first; the rest are never-used. */
-static int64_t scan_block(struct farm_block *b, uint64_t *nalloc)
+ * free list, lowest first; the rest are never-used. -1: the file not read. */
+static int64_t scan_block(const struct ba_region *r, struct farm_block *b,
+                          const struct rebuild_src *src, uint64_t *nalloc)
 {
 	uint32_t hw = 0;
 	uint64_t n = 0;
+	if (src->fd >= 0)
+		memset(src->bits, 0, ((b->nslots + 63) / 64) * 8);
 	for (uint32_t i = 0; i < b->nslots; i++) {
-		struct farm_objhdr *h =
-		        (void *)(b->base + (uint64_t)i * b->slot);
-		uint64_t w = farm_objhdr_load_incarn(h);
+		uint64_t w;
+		if (!slot_incarn(r, b, src, i, &w))
+			return -1;
 		if (w)
 			hw = i + 1;
-		if (farm_incarn_allocated(w))
+		if (farm_incarn_allocated(w)) {
 			n++;
+			if (src->fd >= 0)
+				src->bits[i / 64] |= 1ull << (i % 64);
+		}
 	}
 	b->next_fresh = hw;
 	b->free_head = NULL;
 	for (uint32_t i = hw; i-- > 0;) {
 		char *p = b->base + (uint64_t)i * b->slot;
-		if (!farm_objhdr_allocated((void *)p)) {
+		bool used = src->fd >= 0 ? (src->bits[i / 64] >> (i % 64)) & 1
+		                         : farm_objhdr_allocated((void *)p);
+		if (!used) {
 			slot_set_link(p, b->free_head);
 			b->free_head = p;
 		}
@@ -558,6 +594,7 @@ static bool rhdr_matches(const struct farm_alloc_region *ar)
 struct rebuild_count {
 	uint64_t in_use, retired, allocs, unusable;
 	int64_t bytes;
+	struct rebuild_src src;
 };
 
 /* The slab run whose head word @w is at block @i: its metadata, with the
@@ -574,7 +611,10 @@ static int rebuild_slab(struct ba_region *r, uint32_t i, uint64_t w,
 		return -ENOMEM;
 	meta_publish(b);
 	uint64_t n;
-	c->bytes += scan_block(b, &n);
+	int64_t bytes = scan_block(r, b, &c->src, &n);
+	if (bytes < 0)
+		return FARM_ECORRUPT;
+	c->bytes += bytes;
 	c->allocs += n;
 	c->in_use += mb;
 	return 0;
@@ -656,7 +696,45 @@ struct dirty_free {
  * under the lock (a published region's table is the allocator's, and a
  * write here would race with its allocations), so fence_dirty_free marks
  * the blocks found, under the lock, once the region is accepted. */
-static void dirty_free_scan(const struct farm_alloc_region *ar,
+/* Is the FREE block at @off of the file @fd zero? Where the file has no
+ * data (SEEK_DATA: a hole, or on tmpfs pages fallocated and never
+ * written) it is zero without a read: reading such pages through the
+ * mapping had tmpfs allocate and clear each (and fault each in), the
+ * largest part of a restart's rebuild. Else read by pread, which maps
+ * nothing. */
+static bool block_zero_fd(int fd, uint64_t off, uint64_t *next_data)
+{
+	if (FARM_FAULT_SWITCH(FARM_FP_ALLOC_HOLES_SKIP))
+		return true; /* testing: no look at all */
+	/* *@next_data: where the last SEEK_DATA, from an offset below @off
+	 * (the blocks are scanned in order), found data next; none before.
+	 * Each lseek walks the file's pages up to the data, so one per
+	 * block over a long hole cost them all again. */
+	if (off + FARM_ALLOC_BLOCK <= *next_data)
+		return true;
+	off_t d = lseek(fd, (off_t)off, SEEK_DATA);
+	if (d < 0 && errno == ENXIO)
+		*next_data = UINT64_MAX;
+	else if (d >= 0)
+		*next_data = (uint64_t)d;
+	if ((d < 0 && errno == ENXIO) ||
+	    (d >= 0 && (uint64_t)d >= off + FARM_ALLOC_BLOCK))
+		return true;
+	uint64_t buf[1024];
+	for (uint64_t o = 0; o < FARM_ALLOC_BLOCK; o += sizeof(buf)) {
+		if (pread(fd, buf, sizeof(buf), (off_t)(off + o)) !=
+		    (ssize_t)sizeof(buf))
+			return false; /* unread: taken for data, never reused */
+		uint64_t any = 0;
+		for (unsigned k = 0; k < 1024; k++)
+			any |= buf[k];
+		if (any)
+			return false;
+	}
+	return true;
+}
+
+static void dirty_free_scan(const struct farm_alloc_region *ar, int fd,
                             struct dirty_free *d)
 {
 	*d = (struct dirty_free){0};
@@ -675,11 +753,15 @@ static void dirty_free_scan(const struct farm_alloc_region *ar,
 		return; /* refused under the lock (FARM_ECORRUPT) */
 	d->bits = calloc((r.nblocks + 63) / 64, sizeof(*d->bits));
 	if (!d->bits)
-		return; /* scanned under the lock */
+		return;         /* scanned under the lock */
+	uint64_t next_data = 0; /* block_zero_fd */
 	for (uint32_t i = 1; i < r.nblocks; i++)
 		if (atomic_load_explicit(&r.table[i], memory_order_relaxed) ==
 		            0 &&
-		    !block_zero(&r, i))
+		    !(fd >= 0 ? block_zero_fd(fd,
+		                              (uint64_t)i * FARM_ALLOC_BLOCK,
+		                              &next_data)
+		              : block_zero(&r, i)))
 			d->bits[i / 64] |= 1ull << (i % 64);
 	d->done = true;
 }
@@ -737,15 +819,19 @@ static void forget_retired(farm_blockalloc *ba, const struct ba_region *r)
 	}
 }
 
-int farm_blockalloc_rebuild_region(farm_blockalloc *ba,
-                                   const struct farm_alloc_region *ar)
+static int rebuild_region(farm_blockalloc *ba,
+                          const struct farm_alloc_region *ar, int fd)
 {
 	if (!ba)
 		return -EINVAL;
+	struct rebuild_count c = {.in_use = 1, /* block 0: the table */
+	                          .src = {.fd = fd}};
+	if (fd >= 0 &&
+	    !(c.src.bits = malloc(SRC_BITS_WORDS * sizeof(uint64_t))))
+		return -ENOMEM;
 	struct dirty_free d;
-	dirty_free_scan(ar, &d);
+	dirty_free_scan(ar, fd, &d);
 	pthread_mutex_lock(&ba->lock);
-	struct rebuild_count c = {.in_use = 1}; /* block 0: the table */
 	struct ba_region *r = NULL;
 	int rc = check_region_arg(ba, ar);
 	if (rc)
@@ -776,7 +862,21 @@ int farm_blockalloc_rebuild_region(farm_blockalloc *ba,
 out:
 	pthread_mutex_unlock(&ba->lock);
 	free(d.bits);
+	free(c.src.bits);
 	return rc;
+}
+
+int farm_blockalloc_rebuild_region(farm_blockalloc *ba,
+                                   const struct farm_alloc_region *ar)
+{
+	return rebuild_region(ba, ar, -1);
+}
+
+int farm_blockalloc_rebuild_region_fd(farm_blockalloc *ba,
+                                      const struct farm_alloc_region *ar,
+                                      int fd)
+{
+	return fd < 0 ? -EINVAL : rebuild_region(ba, ar, fd);
 }
 
 /* ---- translation ----------------------------------------------------- */

@@ -73,6 +73,16 @@ static int read_sync(farm_cq *cq, farm_ep *ep, farm_mr *lmr, void *dst,
 static int read_range(farm_cq *cq, struct peer_log *p, uint64_t off,
                       uint64_t len)
 {
+	/* The buffer's pages mapped in one call, not one fault each as the
+	 * READ lands (a fault cost 25-50 us on the development host, a
+	 * guest whose page tables are shadowed); only pages wholly inside
+	 * the range, so nothing outside the buffer. An error leaves the
+	 * faults to do it. */
+	uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+	uintptr_t a = ((uintptr_t)(p->buf + off) + pg - 1) & ~(pg - 1);
+	uintptr_t e = (uintptr_t)(p->buf + off + len) & ~(pg - 1);
+	if (e > a)
+		(void)madvise((void *)a, e - a, MADV_POPULATE_WRITE);
 	int rc = 0;
 	for (uint64_t o = off; !rc && o < off + len; o += READ_CHUNK) {
 		uint32_t n =
@@ -219,6 +229,7 @@ struct run {
 	char err[512];
 	farm_ring *oring; /* the previous placement (with lost) */
 	uint32_t *ids;    /* the regions adopted */
+	int *fds;         /* each one's file, open to read (-1: none) */
 	unsigned nadopt;
 	struct peer_log *pl; /* every member's previous log */
 	struct farm_txrestart_log *logs;
@@ -278,12 +289,14 @@ static int run_adopt(struct run *r)
 		/* Mapped again where it lies (a second name for the file,
 		 * no copy); copied only where the fabric cannot. */
 		rc = farm_region_adopt(rs->fab, path, mr->size, &reg);
+		bool mapped = rc == 0; /* the file itself, shared */
 		if (rc == -ENOTSUP)
 			rc = copy_region(rs, path, mr->size, &reg);
 		if (!rc) {
 			/* No MADV_POPULATE_*: populating 512 MiB took 0.9-2.4
 			 * s on the development host, more than the faults
-			 * of the walks below (one per object header). */
+			 * of the walks below (one per object header, before
+			 * they read by the file). */
 			rc = farm_as_adopt(rs->as, mr->id, reg);
 			if (rc)
 				farm_region_destroy(reg);
@@ -296,6 +309,14 @@ static int run_adopt(struct run *r)
 		}
 		farm_rst_on_local(rs, mr->id, reg, true); /* not written:
 		                                             pending */
+		/* The walks read the copies by the file (pread), not by the
+		 * mapping: a page fault per object header cost 25-50 us on
+		 * the development host, a pread 3 (src/alloc/walk.c). Only a
+		 * region mapped from the file itself: the pread must see
+		 * every write made through the mapping (the images applied).
+		 * A copied one is read by its memory (-1). */
+		r->fds[r->nadopt] =
+		        mapped ? open(path, O_RDONLY | O_CLOEXEC) : -1;
 		r->ids[r->nadopt++] = mr->id;
 		rs->st.bytes += mr->size;
 	}
@@ -593,7 +614,7 @@ static int run_decide(struct run *r)
 	                                      .now_ids = r->now_ids,
 	                                      .now_inc = r->now_inc,
 	                                      .now_n = r->v->n};
-	int rc = farm_txm_restart_apply(rs->txm, r->logs, r->nl, r->ids,
+	int rc = farm_txm_restart_apply(rs->txm, r->logs, r->nl, r->ids, r->fds,
 	                                r->nadopt, &tl_lost, &ts, r->err,
 	                                sizeof(r->err));
 	if (rc)
@@ -638,8 +659,10 @@ static int run_apply(struct run *r)
 		                               .size = farm_region_size(reg)};
 		const uint64_t *w = ar.base;
 		farm_blockalloc *ba = farm_galloc_blockalloc(rs->ga);
-		rc = w[0] ? farm_blockalloc_rebuild_region(ba, &ar)
-		          : farm_blockalloc_add_region(ba, &ar);
+		rc = !w[0]           ? farm_blockalloc_add_region(ba, &ar)
+		     : r->fds[i] < 0 ? farm_blockalloc_rebuild_region(ba, &ar)
+		                     : farm_blockalloc_rebuild_region_fd(
+		                               ba, &ar, r->fds[i]);
 		if (rc)
 			snprintf(r->err, sizeof(r->err),
 			         "region %" PRIu32 ": allocator state: %s", id,
@@ -752,6 +775,10 @@ static void run_free(struct run *r)
 	if (r->cq && farm_cq_destroy(r->cq))
 		farm_warn("restart: completion queue not destroyed");
 	farm_ring_free(r->oring);
+	for (unsigned i = 0; r->fds && i < r->nadopt; i++)
+		if (r->fds[i] >= 0)
+			close(r->fds[i]);
+	free(r->fds);
 	free(r->ids);
 	free(r->pl);
 	free(r->logs);
@@ -771,9 +798,10 @@ int farm_restart_run(struct farm_restart *rs, const struct farm_view *v)
 		        .rs = rs, .v = v, .nlost = nlost, .t0 = farm_now_ns()};
 		memcpy(r->lost, lost, nlost * sizeof(lost[0]));
 		r->ids = calloc(rs->old.nregions + 1, sizeof(*r->ids));
+		r->fds = calloc(rs->old.nregions + 1, sizeof(*r->fds));
 		r->pl = calloc(v->n, sizeof(*r->pl));
 		r->logs = calloc(v->n, sizeof(*r->logs));
-		if (r->ids && r->pl && r->logs)
+		if (r->ids && r->fds && r->pl && r->logs)
 			rc = 0;
 	}
 	/* The phases, in order; the first that fails ends the restart. */

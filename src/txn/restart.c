@@ -710,16 +710,27 @@ static void decide_all(farm_txm *m, const struct rs_rec *v, size_t n,
 
 /* Every lock left is stale (no transaction survived the restart): clear
  * them in the local @regions. */
-static int unlock_all(farm_txm *m, const uint32_t *regions, unsigned nregions,
-                      struct farm_txrestart_stats *st, char *err, size_t errlen)
+static int unlock_all(farm_txm *m, const uint32_t *regions, const int *fds,
+                      unsigned nregions, struct farm_txrestart_stats *st,
+                      char *err, size_t errlen)
 {
 	for (unsigned i = 0; i < nregions; i++) {
 		farm_region *r = farm_as_local_region(m->as, regions[i], NULL);
 		if (!r)
 			continue;
-		int w = farm_alloc_walk_region_locked(
-		        farm_region_base(r), farm_region_size(r), regions[i],
-		        unlock_one, unlock_one, st);
+		/* By the file where there is one: the headers read by pread,
+		 * only the locked or marked ones touched in the mapping (a
+		 * page fault per header cost more than the pread: walk.c).
+		 * Nothing else runs on the copies while the restart does. */
+		int fd = fds ? fds[i] : -1;
+		int w = fd >= 0 ? farm_alloc_walk_region_fd(
+		                          farm_region_base(r),
+		                          farm_region_size(r), regions[i], fd,
+		                          unlock_one, unlock_one, st)
+		                : farm_alloc_walk_region_locked(
+		                          farm_region_base(r),
+		                          farm_region_size(r), regions[i],
+		                          unlock_one, unlock_one, st);
 		if (w < 0) {
 			if (err && errlen)
 				snprintf(err, errlen,
@@ -735,7 +746,7 @@ static int unlock_all(farm_txm *m, const uint32_t *regions, unsigned nregions,
 
 int farm_txm_restart_apply(farm_txm *m, const struct farm_txrestart_log *logs,
                            unsigned nlogs, const uint32_t *regions,
-                           unsigned nregions,
+                           const int *fds, unsigned nregions,
                            const struct farm_txrestart_lost *lost,
                            struct farm_txrestart_stats *st, char *err,
                            size_t errlen)
@@ -762,7 +773,7 @@ int farm_txm_restart_apply(farm_txm *m, const struct farm_txrestart_log *logs,
 		if (n) /* v is NULL with no record */
 			qsort(v, n, sizeof(*v), cmp_txid);
 		decide_all(m, v, n, mark, lost, st);
-		rc = unlock_all(m, regions, nregions, st, err, errlen);
+		rc = unlock_all(m, regions, fds, nregions, st, err, errlen);
 		if (!rc && st->marked)
 			farm_warn("restart: %" PRIu64 " committed frees "
 			          "deferred while the allocator scanned their "

@@ -279,7 +279,9 @@ int farm_txlog_scan_dir(const char *dir, farm_txlog_fn fn, void *ctx,
  * damage, skipped). farm_txm_restart_apply(): decide every transaction in the
  * previous log files of every member (@logs: the same set on every
  * machine), apply the committed ones' images to this machine's copies of
- * them, then unlock every object of @regions (this machine's copies).
+ * them, then unlock every object of @regions (this machine's copies),
+ * each read by its file @fds[i] (open for reading; -1 or @fds NULL: by its
+ * memory).
  * Call it after the view with every member is applied and before any
  * transaction starts; @lost: NULL, or the members that did not come back.
  * 0; FARM_ECORRUPT (@err says where); -ENOMEM.
@@ -342,7 +344,7 @@ int farm_txlog_check(const uint8_t *base, size_t len, const char *what,
 int farm_txlog_pending(const uint8_t *base, size_t len, uint64_t *coords);
 int farm_txm_restart_apply(farm_txm *m, const struct farm_txrestart_log *logs,
                            unsigned nlogs, const uint32_t *regions,
-                           unsigned nregions,
+                           const int *fds, unsigned nregions,
                            const struct farm_txrestart_lost *lost,
                            struct farm_txrestart_stats *st, char *err,
                            size_t errlen);

@@ -387,6 +387,12 @@ enum farm_fault_point {
 	 * test_restart.c --broken-stale: a whole-cluster restart leaves
 	 * their stale locks). */
 	FARM_FP_ALLOC_WALK_SLOTS,
+	/* alloc/block.c, a switch: while hooked, a rebuild by the region's
+	 * file (farm_blockalloc_rebuild_region_fd) takes every FREE block
+	 * for zero without looking, where it skips only the file's holes, so
+	 * a FREE block holding data the table does not describe is handed
+	 * out (tests/test_alloc.c --broken-holes). */
+	FARM_FP_ALLOC_HOLES_SKIP,
 	/* txn/copy.c, a switch: while hooked, data recovery copies a slab
 	 * slot's first object only, so the elements of an array in one slot
 	 * after the first never reach a new backup unless written again, as
