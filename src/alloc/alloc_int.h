@@ -323,4 +323,34 @@ FARM_INTERNAL void farm_ba_retire_locked(farm_blockalloc *ba,
 FARM_INTERNAL void farm_ba_write_run(struct ba_region *r, uint32_t bidx,
                                      uint32_t nmb, uint64_t head);
 
+/* ---- reading a region's file (walk.c) ------------------------------------
+ * A restart reads its copies' headers by pread (walk.c, block.c). Headers
+ * of slots at most ALLOC_FREAD_DENSE bytes apart come in windows of
+ * ALLOC_FREAD_WIN bytes, one pread for many (a pread per 64-byte slot cost
+ * more than the page faults it replaced); sparser ones are read alone (a
+ * window would read mostly object bodies). */
+#define ALLOC_FREAD_WIN   (64u << 10)
+#define ALLOC_FREAD_DENSE 1024u
+
+struct alloc_fread {
+	int fd;
+	uint32_t len;   /* bytes of the window read; 0: none */
+	uint64_t start; /* the window's offset in the file */
+	uint8_t *buf;   /* ALLOC_FREAD_WIN bytes, or NULL: each read alone */
+};
+
+/* A reader of @fd, its window allocated (without memory: reads alone). */
+void farm_alloc_fread_init(struct alloc_fread *r, int fd);
+void farm_alloc_fread_fini(struct alloc_fread *r);
+/* @n bytes at @off of the file into @out, the reads that follow being
+ * @stride bytes apart; false: not read. A window is never refreshed:
+ * for reads of bytes no one writes meanwhile (farm_alloc_fread_drop
+ * forgets it). */
+bool farm_alloc_fread(struct alloc_fread *r, uint64_t off, void *out,
+                      uint32_t n, uint64_t stride);
+static inline void farm_alloc_fread_drop(struct alloc_fread *r)
+{
+	r->len = 0;
+}
+
 #endif /* FARM_ALLOC_INT_H */

@@ -511,6 +511,8 @@ static bool conts_ok(struct ba_region *r, uint32_t bidx, uint32_t mb)
 struct rebuild_src {
 	int fd;
 	uint64_t *bits;
+	struct alloc_fread fr; /* dropped before each block: its free slots
+	                          are linked through the mapping */
 };
 #define SRC_BITS_WORDS                                          \
 	((uint64_t)FARM_ALLOC_MAX_BLOCK_MB * FARM_ALLOC_BLOCK / \
@@ -518,27 +520,29 @@ struct rebuild_src {
 
 /* The incarnation word of slot @i of @b: false, the file not read. */
 static bool slot_incarn(const struct ba_region *r, const struct farm_block *b,
-                        const struct rebuild_src *src, uint32_t i, uint64_t *w)
+                        struct rebuild_src *src, uint32_t i, uint64_t *w)
 {
 	char *p = b->base + (uint64_t)i * b->slot;
 	if (src->fd < 0) {
 		*w = farm_objhdr_load_incarn((void *)p);
 		return true;
 	}
-	off_t off = (off_t)(p - r->base) + 8;
-	return pread(src->fd, w, 8, off) == 8;
+	return farm_alloc_fread(&src->fr, (uint64_t)(p - r->base) + 8, w, 8,
+	                        b->slot);
 }
 
 /* Free slots of a scanned block: every slot below the high-water mark (the
  * last one that was ever allocated) whose allocated bit is clear goes on the
  * free list, lowest first; the rest are never-used. -1: the file not read. */
 static int64_t scan_block(const struct ba_region *r, struct farm_block *b,
-                          const struct rebuild_src *src, uint64_t *nalloc)
+                          struct rebuild_src *src, uint64_t *nalloc)
 {
 	uint32_t hw = 0;
 	uint64_t n = 0;
-	if (src->fd >= 0)
+	if (src->fd >= 0) {
+		farm_alloc_fread_drop(&src->fr);
 		memset(src->bits, 0, ((b->nslots + 63) / 64) * 8);
+	}
 	for (uint32_t i = 0; i < b->nslots; i++) {
 		uint64_t w;
 		if (!slot_incarn(r, b, src, i, &w))
@@ -829,6 +833,8 @@ static int rebuild_region(farm_blockalloc *ba,
 	if (fd >= 0 &&
 	    !(c.src.bits = malloc(SRC_BITS_WORDS * sizeof(uint64_t))))
 		return -ENOMEM;
+	if (fd >= 0)
+		farm_alloc_fread_init(&c.src.fr, fd);
 	struct dirty_free d;
 	dirty_free_scan(ar, fd, &d);
 	pthread_mutex_lock(&ba->lock);
@@ -863,6 +869,8 @@ out:
 	pthread_mutex_unlock(&ba->lock);
 	free(d.bits);
 	free(c.src.bits);
+	if (fd >= 0)
+		farm_alloc_fread_fini(&c.src.fr);
 	return rc;
 }
 

@@ -26,15 +26,51 @@
 struct walk_src {
 	uint8_t *base;
 	int fd;
+	/* fd's reader. The callbacks write only the header they were
+	 * given, through the mapping, and no header is read twice, so its
+	 * windows stay true. */
+	struct alloc_fread *fr;
 	bool all; /* call back every allocated object, not only marked ones */
 	farm_alloc_walk_fn fn, free_fn;
 	void *ctx;
 };
 
-/* The version and incarnation words of the header at @off; false: the
- * file could not be read (the walk stops: FARM_ECORRUPT). */
-static bool hdr_read(const struct walk_src *s, uint64_t off, uint64_t *ver,
-                     uint64_t *inc)
+void farm_alloc_fread_init(struct alloc_fread *r, int fd)
+{
+	*r = (struct alloc_fread){.fd = fd, .buf = malloc(ALLOC_FREAD_WIN)};
+}
+
+void farm_alloc_fread_fini(struct alloc_fread *r)
+{
+	free(r->buf);
+	r->buf = NULL;
+	r->len = 0;
+}
+
+bool farm_alloc_fread(struct alloc_fread *r, uint64_t off, void *out,
+                      uint32_t n, uint64_t stride)
+{
+	if (r->len && off >= r->start && off - r->start <= r->len &&
+	    n <= r->len - (off - r->start)) {
+		memcpy(out, r->buf + (off - r->start), n);
+		return true;
+	}
+	if (!r->buf || stride > ALLOC_FREAD_DENSE || n > ALLOC_FREAD_WIN)
+		return pread(r->fd, out, n, (off_t)off) == (ssize_t)n;
+	ssize_t got = pread(r->fd, r->buf, ALLOC_FREAD_WIN, (off_t)off);
+	r->len = got > 0 ? (uint32_t)got : 0;
+	r->start = off;
+	if (got < (ssize_t)n)
+		return false;
+	memcpy(out, r->buf, n);
+	return true;
+}
+
+/* The version and incarnation words of the header at @off, the next
+ * being @stride bytes on; false: the file could not be read (the walk
+ * stops: FARM_ECORRUPT). */
+static bool hdr_read(const struct walk_src *s, uint64_t off, uint64_t stride,
+                     uint64_t *ver, uint64_t *inc)
 {
 	if (s->fd < 0) {
 		const struct farm_objhdr *o = (const void *)(s->base + off);
@@ -43,7 +79,7 @@ static bool hdr_read(const struct walk_src *s, uint64_t off, uint64_t *ver,
 		return true;
 	}
 	uint64_t w[2];
-	if (pread(s->fd, w, sizeof(w), (off_t)off) != (ssize_t)sizeof(w))
+	if (!farm_alloc_fread(s->fr, off, w, sizeof(w), stride))
 		return false;
 	*ver = w[0];
 	*inc = w[1];
@@ -78,7 +114,7 @@ static void walk_obj(const struct walk_src *s, uint64_t off, uint64_t ver,
 static int walk_slot(const struct walk_src *s, uint64_t off, uint32_t lines)
 {
 	uint64_t v0, w0;
-	if (!hdr_read(s, off, &v0, &w0))
+	if (!hdr_read(s, off, (uint64_t)lines * 64, &v0, &w0))
 		return -1;
 	if (!farm_incarn_allocated(w0)) {
 		if (s->free_fn && (v0 & (3ull | FARM_OBJHDR_FREE_PENDING)))
@@ -93,7 +129,7 @@ static int walk_slot(const struct walk_src *s, uint64_t off, uint32_t lines)
 	int n = 0;
 	for (uint32_t l = 0; l + el <= lines; l += el) {
 		uint64_t o = off + (uint64_t)l * 64, v = v0, w = w0;
-		if (l && !hdr_read(s, o, &v, &w))
+		if (l && !hdr_read(s, o, (uint64_t)el * 64, &v, &w))
 			return -1;
 		if (w != w0)
 			continue;
@@ -130,7 +166,7 @@ static int walk_array(const struct walk_src *s, uint32_t i, uint64_t w)
 	int n = 0;
 	for (uint64_t k = 0; k < ne; k++) {
 		uint64_t v, inc;
-		if (!hdr_read(s, b0 + k * stride, &v, &inc))
+		if (!hdr_read(s, b0 + k * stride, stride, &v, &inc))
 			return FARM_ECORRUPT;
 		if (farm_incarn_allocated(inc)) {
 			walk_obj(s, b0 + k * stride, v, bt_array_elines(w));
@@ -247,13 +283,18 @@ int farm_alloc_walk_region_fd(void *base, uint64_t size, uint32_t id, int fd,
 {
 	if (fd < 0)
 		return -EINVAL;
+	struct alloc_fread fr;
+	farm_alloc_fread_init(&fr, fd);
 	struct walk_src s = {.base = base,
 	                     .fd = fd,
+	                     .fr = &fr,
 	                     .all = false,
 	                     .fn = fn,
 	                     .free_fn = free_fn,
 	                     .ctx = ctx};
-	return walk(&s, size, id);
+	int rc = walk(&s, size, id);
+	farm_alloc_fread_fini(&fr);
+	return rc;
 }
 
 int farm_alloc_region_check(uint64_t magic, uint32_t region_id, uint32_t id)
