@@ -1282,6 +1282,18 @@ static void test_layout(void **state)
 	assert_int_equal(L.slot_bytes, slot);
 	assert_int_equal(farm_alloc_block_layout(none, mlen, size, b, &L), 0);
 	assert_int_equal(L.kind, FARM_LAYOUT_UNKNOWN);
+	/* A block a rebuild made UNUSABLE (data the table does not
+	 * describe) is copied by its first header, never refused: data
+	 * recovery read such a table again and again, and never finished. */
+	uint64_t keep, unusable = bt_unusable();
+	uint8_t *tw = after + RHDR_TABLE_OFF + 8ull * b;
+	memcpy(&keep, tw, 8);
+	memcpy(tw, &unusable, 8);
+	assert_int_equal(farm_alloc_block_layout(after, mlen, size, b, &L), 0);
+	assert_int_equal(L.kind, FARM_LAYOUT_UNKNOWN);
+	assert_int_equal(L.run_off, (uint64_t)b * FARM_ALLOC_BLOCK);
+	assert_int_equal(L.run_len, FARM_ALLOC_BLOCK);
+	memcpy(tw, &keep, 8);
 
 	/* A zeroed copy given the array's description, as a backup is by
 	 * the COMMIT-BACKUP that allocates it (txn/allocrec.c): a header,

@@ -252,7 +252,8 @@ FARM_MUST_CHECK int farm_blockalloc_dump(farm_blockalloc *ba, FILE *f);
  * farm_alloc_meta_bytes() bytes (header and block table) read from any
  * copy (layout.c; data recovery copies regions object by object). For
  * 1 MiB block @b: FARM_LAYOUT_SKIP (free or retired: no object lives
- * there), FARM_LAYOUT_UNKNOWN (the image has no header: nothing says),
+ * there), FARM_LAYOUT_UNKNOWN (the image has no header, or the block is
+ * UNUSABLE: data the table does not describe; nothing says),
  * FARM_LAYOUT_META (the header and table: [run_off, run_off + run_len) is raw
  * metadata), or FARM_LAYOUT_SLOTS (the run [run_off, run_off + run_len) that @b
  * belongs to holds @nslots objects of @slot_bytes each from run_off). Returns
