@@ -288,6 +288,17 @@ static double since_ms(uint64_t t0)
 	return (double)(farm_now_ns() - t0) / 1e6;
 }
 
+/* The manager's command that suspects machine 3, once the cluster is at
+ * configuration @c1: the two others stay, 3 listed removed. */
+static struct cmd suspect3(uint64_t c1)
+{
+	return (struct cmd){.op = 'S',
+	                    .suspect = 3,
+	                    .n = NM - 1,
+	                    .min_id = c1 + 1,
+	                    .absent = 3};
+}
+
 /* 1. Three machines join at once: one configuration, the same
  * everywhere, machine 1 its manager. Returns its id; machine 3's
  * registration reads so far in @reg3. */
@@ -380,11 +391,7 @@ static uint64_t zk_suspect(uint64_t c1, uint64_t reg3)
 	uint64_t writes0 = r[0].st.config_writes;
 	assert_int_equal(r[0].st.fast_writes, 0);
 	uint64_t t_sus = farm_now_ns();
-	c = (struct cmd){.op = 'S',
-	                 .suspect = 3,
-	                 .n = NM - 1,
-	                 .min_id = c1 + 1,
-	                 .absent = 3};
+	c = suspect3(c1);
 	ask(&kids[0], &c);
 	c.op = 'W';
 	ask(&kids[1], &c);
@@ -757,11 +764,7 @@ static void test_zk_reuse(void **state)
 	answer(&kids[2], &r[2]);
 	uint64_t syncs3 = r[2].st.syncs; /* its last before the pause */
 	assert_int_equal(kill(kids[2].pid, SIGSTOP), 0);
-	c = (struct cmd){.op = 'S',
-	                 .suspect = 3,
-	                 .n = NM - 1,
-	                 .min_id = c1 + 1,
-	                 .absent = 3};
+	c = suspect3(c1);
 	ask(&kids[0], &c);
 	answer(&kids[0], &r[0]);
 	uint64_t t_removed = farm_now_ns();
