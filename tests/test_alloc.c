@@ -19,6 +19,7 @@
 #include "alloc/alloc.h"
 #include "alloc/alloc_int.h"
 #include "util/fault.h"
+#include "util/mem.h"
 
 /* ---- a region provider ------------------------------------------------ */
 
@@ -1674,23 +1675,48 @@ static int region_file(uint64_t size, char **base)
 	return fd;
 }
 
+/* A region of @size bytes of a shm fabric's memory in a new directory
+ * @dir, mapped at *@base: what a promoted region's adoption rebuilds,
+ * through the descriptor returned (farm_mem_open_file, read-only). */
+static int shm_region(char *dir, size_t dlen, uint64_t size, farm_fabric **fab,
+                      farm_mem **mem, char **base)
+{
+	tu_tmpdir(dir, dlen, "alloc");
+	farm_fabric_attr a = {
+	        .provider = "shm", .machine_id = 1, .data_dir = dir};
+	assert_int_equal(farm_fabric_open(&a, fab), 0);
+	assert_int_equal(farm_mem_alloc(*fab, size, FARM_MEM_ALIGN_SIZE, mem),
+	                 0);
+	*base = farm_mem_addr(*mem);
+	assert_int_equal(farm_mem_open_file(NULL), -EINVAL);
+	int fd = farm_mem_open_file(*mem);
+	assert_true(fd >= 0);
+	return fd;
+}
+
 /*
  * A region in a file, rebuilt by the file as a restart does
- * (farm_blockalloc_rebuild_region_fd): objects in a slab block, a FREE
+ * (farm_blockalloc_rebuild_region_fd), and as a promoted region's adoption
+ * does, through its memory's file (farm_mem_open_file): objects in a slab
+ * block, a FREE
  * block holding data past its first page (what a replica's copy of a
  * large array leaves: the run's table words are not carried), a FREE
  * block fallocated and never written, the rest holes. The block with data
  * must be UNUSABLE and never handed out, the others reused, every object
- * kept, and the state the same as a rebuild by memory. --broken-holes:
- * every FREE block taken for zero without a look (the skip of holes made
- * blind); the data must then be allocated over, which the test notices.
+ * kept, the state the same as a rebuild by memory, and no page of the
+ * file brought into memory by the rebuild (reading the holes through the
+ * mapping allocated each on tmpfs). --broken-holes: every FREE block taken
+ * for zero without a look (the skip of holes made blind); the data must
+ * then be allocated over, which the test notices.
  */
-static void test_rebuild_fd(void **state)
+static void rebuild_by_file(bool live)
 {
-	(void)state;
 	const uint64_t size = 8ull << 20, B = FARM_ALLOC_BLOCK;
-	char *base;
-	int fd = region_file(size, &base);
+	char *base, dir[256];
+	farm_fabric *fab = NULL;
+	farm_mem *mem = NULL;
+	int fd = live ? shm_region(dir, sizeof(dir), size, &fab, &mem, &base)
+	              : region_file(size, &base);
 	struct farm_blockalloc_attr at = {0};
 	farm_blockalloc *ba;
 	assert_int_equal(farm_blockalloc_create(&at, &ba), 0);
@@ -1711,7 +1737,8 @@ static void test_rebuild_fd(void **state)
 	char *keep = mmap(NULL, size, PROT_READ | PROT_WRITE,
 	                  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	assert_true(keep != MAP_FAILED);
-	memcpy(keep, base, size);
+	/* By the file: a read through the mapping would fault the holes. */
+	assert_int_equal(pread(fd, keep, size, 0), (ssize_t)size);
 	int rc1, rc2;
 	farm_blockalloc *rm, *rf;
 	assert_int_equal(farm_blockalloc_create(&at, &rm), 0);
@@ -1720,7 +1747,9 @@ static void test_rebuild_fd(void **state)
 	char *dm = dump_str(rm, &rc1);
 	farm_blockalloc_destroy(rm);
 	assert_int_equal(farm_blockalloc_create(&at, &rf), 0);
+	uint64_t res0 = farm_mem_resident_range(base, size);
 	assert_int_equal(farm_blockalloc_rebuild_region_fd(rf, &ar, fd), 0);
+	uint64_t res1 = farm_mem_resident_range(base, size);
 	char *df = dump_str(rf, &rc2);
 	struct farm_alloc_stats st;
 	farm_blockalloc_stats(rf, &st);
@@ -1740,22 +1769,43 @@ static void test_rebuild_fd(void **state)
 	farm_slab_destroy(s);
 	bool lost = st.blocks_unusable != 1 || over || rc1 || rc2 ||
 	            strcmp(dm, df) != 0;
-	printf("rebuild by the file: %" PRIu64 " block(s) unusable, %u "
-	       "allocations of %u over the FREE block's data, dumps %s%s\n",
-	       st.blocks_unusable, over, got,
-	       strcmp(dm, df) ? "differ" : "equal",
+	printf("rebuild by the file%s: %" PRIu64 " block(s) unusable, %u "
+	       "allocations of %u over the FREE block's data, dumps %s, "
+	       "%" PRIu64 " KiB brought into memory%s\n",
+	       live ? " (live)" : "", st.blocks_unusable, over, got,
+	       strcmp(dm, df) ? "differ" : "equal", (res1 - res0) >> 10,
 	       broken_holes ? " (--broken-holes: must be caught)" : "");
 	if (broken_holes)
 		assert_true(lost);
 	else
 		assert_false(lost);
+	assert_true(res0 > 0 && res0 < size / 2);
+	assert_int_equal(res1, res0);
 	farm_blockalloc_destroy(rf);
 	farm_blockalloc_destroy(ba);
-	munmap(base, size);
 	close(fd);
+	if (live) {
+		farm_mem_free(mem);
+		farm_fabric_close(fab);
+		tu_rmtree(dir);
+	} else {
+		munmap(base, size);
+	}
 	munmap(keep, size);
 	free(dm);
 	free(df);
+}
+
+static void test_rebuild_fd(void **state)
+{
+	(void)state;
+	rebuild_by_file(false);
+}
+
+static void test_rebuild_live(void **state)
+{
+	(void)state;
+	rebuild_by_file(true);
 }
 
 int main(int argc, char **argv)
@@ -1774,6 +1824,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_retire),
 	        cmocka_unit_test(test_retire_threads),
 	        cmocka_unit_test(test_rebuild_fd),
+	        cmocka_unit_test(test_rebuild_live),
 	};
 	if (argc > 1 && !strcmp(argv[1], "--broken-holes")) {
 		if (!farm_fault_built()) {
@@ -1784,7 +1835,8 @@ int main(int argc, char **argv)
 		if (farm_fault_set(FARM_FP_ALLOC_HOLES_SKIP, hook_none, NULL))
 			return 1;
 		const struct CMUnitTest one[] = {
-		        cmocka_unit_test(test_rebuild_fd)};
+		        cmocka_unit_test(test_rebuild_fd),
+		        cmocka_unit_test(test_rebuild_live)};
 		return cmocka_run_group_tests_name("alloc", one, NULL, NULL);
 	}
 	return cmocka_run_group_tests_name("alloc", tests, NULL, NULL);

@@ -159,6 +159,12 @@ FARM_API bool farm_mem_is_pmem(const farm_mem *mem);
 /* The file backing @mem in the data directory (shm: "mem-<slot>-<gen>.region",
  * which a whole-cluster restart reopens); "" for providers without files. */
 FARM_API const char *farm_mem_file(const farm_mem *mem);
+/* A read-only descriptor (O_CLOEXEC; the caller closes it) of the file
+ * behind @mem, for looking at its contents without faulting its pages in:
+ * lseek SEEK_DATA finds the holes a read through the mapping would
+ * allocate. -ENOTSUP for providers without files (anonymous memory), or
+ * -errno. */
+FARM_API int farm_mem_open_file(const farm_mem *mem);
 /* Make [addr, addr+len) durable: pmem_persist on persistent memory, msync
  * on a file, a store fence on DRAM. */
 FARM_API FARM_MUST_CHECK int farm_mem_persist(const farm_mem *mem,

@@ -148,9 +148,13 @@ farm_blockalloc_rebuild_region(farm_blockalloc *ba,
                                const struct farm_alloc_region *r);
 /* The same, reading the object headers and the FREE blocks from @fd, the
  * file mapped at @r->base (offset 0 there), by pread: a FREE block where
- * the file has no data (lseek SEEK_DATA) is zero without a read. For a
- * region no one writes during the rebuild (a restart's). -EINVAL for
- * @fd < 0. */
+ * the file has no data (lseek SEEK_DATA) is zero without a read, and no
+ * page is brought into memory (on tmpfs a first read through the mapping
+ * clears, or allocates and clears, each page). For a region where no object is
+ * allocated or freed during the rebuild, so that the incarnation words it
+ * reads hold still: a restart's, or one promoted here before its adoption
+ * (commits change only versions and data, which it does not read).
+ * -EINVAL for @fd < 0. */
 FARM_MUST_CHECK int
 farm_blockalloc_rebuild_region_fd(farm_blockalloc *ba,
                                   const struct farm_alloc_region *r, int fd);

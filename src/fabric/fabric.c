@@ -147,6 +147,15 @@ void farm_mem_free(farm_mem *mem)
 		mem->fab->ops->mem_free(mem);
 }
 
+int farm_mem_open_file(const farm_mem *mem)
+{
+	if (!mem)
+		return -EINVAL;
+	if (!mem->fab->ops->mem_open)
+		return -ENOTSUP;
+	return mem->fab->ops->mem_open(mem);
+}
+
 const char *farm_mem_file(const farm_mem *mem)
 {
 	return mem ? mem->name : "";

@@ -91,6 +91,8 @@ struct farm_fabric_ops {
 	int (*mem_adopt)(farm_fabric *fab, const char *path, size_t size,
 	                 unsigned flags, farm_mem **out);
 	void (*mem_free)(farm_mem *mem);
+	/* A read-only descriptor of the file behind @mem; NULL: -ENOTSUP. */
+	int (*mem_open)(const farm_mem *mem);
 	int (*mem_persist)(const farm_mem *mem, const void *addr, size_t len);
 
 	int (*mr_reg)(farm_fabric *fab, void *addr, size_t len, unsigned access,

@@ -641,6 +641,13 @@ static int shm_mem_adopt(farm_fabric *f, const char *path, size_t size,
 	return shm_mem_map(f, size, flags, path, out);
 }
 
+static int shm_mem_open(const farm_mem *mm)
+{
+	const struct shm_mem *m = (const struct shm_mem *)mm;
+	int fd = open(m->path, O_RDONLY | O_CLOEXEC);
+	return fd >= 0 ? fd : -errno;
+}
+
 static void shm_mem_free(farm_mem *mm)
 {
 	struct shm_mem *m = (struct shm_mem *)mm;
@@ -923,6 +930,7 @@ const struct farm_fabric_ops farm_shm_ops = {
         .mem_alloc = shm_mem_alloc,
         .mem_adopt = shm_mem_adopt,
         .mem_free = shm_mem_free,
+        .mem_open = shm_mem_open,
         .mem_persist = shm_mem_persist,
         .mr_reg = shm_mr_reg,
         .mr_dereg = shm_mr_dereg,
