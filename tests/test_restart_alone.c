@@ -67,77 +67,102 @@ static void vrep_fill(struct tx_child *c, struct vrep *r)
 	free(v);
 }
 
+/* Where a machine's role stands between commands. */
+struct role {
+	farm_fatptr *acc;
+	struct bank_counts k;
+	uint64_t said_at;
+	bool said, waiting, counting, halted, watching, lone_seen;
+};
+
+/* What the role reports unasked: 0, or the child's exit status. */
+static int role_tick(struct tx_child *c, struct role *ro)
+{
+	if (ro->watching) { /* was machine 2 ever taken back? */
+		struct vrep r;
+		vrep_fill(c, &r);
+		ro->lone_seen |= r.has_lone;
+	}
+	if (!ro->said && ro->k.transfers >= RA_PRE) {
+		if (np_say(&c->np, 'P', NULL, 0))
+			return 21;
+		ro->said = true;
+	}
+	if (ro->waiting) { /* 'W': until a view without machine 2 */
+		struct vrep r;
+		vrep_fill(c, &r);
+		if (!r.has_lone && r.config_id) {
+			ro->waiting = false;
+			ro->watching = true;
+			if (np_say(&c->np, 'w', &r, sizeof(r)))
+				return 22;
+		}
+	}
+	if (ro->counting && ro->k.transfers >= ro->said_at + RA_POST) {
+		ro->counting = false;
+		if (np_say(&c->np, 'm', NULL, 0))
+			return 23;
+	}
+	return 0;
+}
+
+/* 'V' (the view) or 'S' (the view and the read-only sum). */
+static int role_report(struct tx_child *c, struct role *ro, int cmd)
+{
+	struct vrep r;
+	vrep_fill(c, &r);
+	r.lone_seen = ro->lone_seen;
+	r.sum_rc = -EAGAIN;
+	for (unsigned t = 0;
+	     cmd == 'S' && t < 20 && farm_tx_retryable(r.sum_rc); t++) {
+		int64_t minb;
+		r.sum_rc = ro_sum(c, &ro->k, ro->acc, RA_NACC, RA_NACC, &r.sum,
+		                  &minb);
+	}
+	tx_hist_flush(c);
+	return np_say(&c->np, 'v', &r, sizeof(r)) ? 24 : 0;
+}
+
+/* One command: 0 to go on, 1 on 'Q', else the child's exit status. */
+static int role_cmd(struct tx_child *c, struct role *ro, int cmd)
+{
+	switch (cmd) {
+	case 'H': ro->halted = true; break; /* only commands from now */
+	case 'W': ro->waiting = true; break;
+	case 'M': /* RA_POST more transfers, then 'm' */
+		ro->said_at = ro->k.transfers;
+		ro->counting = true;
+		break;
+	case 'V':
+	case 'S': return role_report(c, ro, cmd);
+	case 'Q': tx_hist_flush(c); return 1;
+	default: break;
+	}
+	return 0;
+}
+
 static int run_role(struct tx_child *c)
 {
 	farm_fatptr mine[RA_ACCOUNTS];
-	farm_fatptr *acc = share_objs(c, "acct", RA_ACCOUNTS, 64, fill_account,
-	                              NULL, mine);
-	if (!acc)
+	struct role ro = {0};
+	ro.acc = share_objs(c, "acct", RA_ACCOUNTS, 64, fill_account, NULL,
+	                    mine);
+	if (!ro.acc)
 		return 20;
-	struct bank_counts k = {0};
-	uint64_t said_at = 0;
-	bool said = false, waiting = false, counting = false, halted = false;
-	bool watching = false, lone_seen = false;
-	for (;;) {
-		if (watching) { /* was machine 2 ever taken back? */
-			struct vrep r;
-			vrep_fill(c, &r);
-			lone_seen |= r.has_lone;
-		}
-		if (!said && k.transfers >= RA_PRE) {
-			if (np_say(&c->np, 'P', NULL, 0))
-				return 21;
-			said = true;
-		}
-		if (waiting) { /* 'W': until a view without machine 2 */
-			struct vrep r;
-			vrep_fill(c, &r);
-			if (!r.has_lone && r.config_id) {
-				waiting = false;
-				watching = true;
-				if (np_say(&c->np, 'w', &r, sizeof(r)))
-					return 22;
-			}
-		}
-		if (counting && k.transfers >= said_at + RA_POST) {
-			counting = false;
-			if (np_say(&c->np, 'm', NULL, 0))
-				return 23;
-		}
-		int cmd = halted ? np_wait_cmd(&c->np) : np_poll_cmd(&c->np);
-		if (cmd == 'H') /* no more transfers: only commands */
-			halted = true;
-		if (cmd == 'W')
-			waiting = true;
-		if (cmd == 'M') { /* RA_POST more transfers, then 'm' */
-			said_at = k.transfers;
-			counting = true;
-		}
-		if (cmd == 'V' || cmd == 'S') {
-			struct vrep r;
-			vrep_fill(c, &r);
-			r.lone_seen = lone_seen;
-			r.sum_rc = -EAGAIN;
-			for (unsigned t = 0; cmd == 'S' && t < 20 &&
-			                     farm_tx_retryable(r.sum_rc);
-			     t++) {
-				int64_t minb;
-				r.sum_rc = ro_sum(c, &k, acc, RA_NACC, RA_NACC,
-				                  &r.sum, &minb);
-			}
-			tx_hist_flush(c);
-			if (np_say(&c->np, 'v', &r, sizeof(r)))
-				return 24;
-		}
-		if (cmd == 'Q') {
-			tx_hist_flush(c);
-			free(acc);
-			return 0;
-		}
-		if (!halted)
-			bank_step(c, &k, mine, RA_ACCOUNTS, acc, RA_NACC,
+	int rc = 0;
+	while (!rc) {
+		rc = role_tick(c, &ro);
+		if (rc)
+			break;
+		rc = role_cmd(c, &ro,
+		              ro.halted ? np_wait_cmd(&c->np)
+		                        : np_poll_cmd(&c->np));
+		if (!rc && !ro.halted)
+			bank_step(c, &ro.k, mine, RA_ACCOUNTS, ro.acc, RA_NACC,
 			          2000000000ull);
 	}
+	free(ro.acc);
+	return rc == 1 ? 0 : rc;
 }
 
 static int config(struct np_child *np, struct farm_config *cfg)

@@ -484,26 +484,18 @@ static unsigned check_freed(struct fails *f)
 	return leaked;
 }
 
-static void test_restart_copy(void **state)
-{
-	(void)state;
-	/* @setup: the case was not set up (fails in either mode); @f: the
-	 * checks after the restart. */
-	struct fails setup = {0}, f = {0};
-	snprintf(zk_root, sizeof(zk_root), "/libfarm/restart-copy-%d",
-	         (int)getpid());
-	np_start(&cl, "restart-copy", rs_first_machine, NULL);
-	p_setup(&cl);
+/* What steps 2-4b set up: the frees deferred and marked, the adopters
+ * parked. */
+struct rc_case {
+	uint64_t deferred;
+	unsigned marked, nparked;
+};
 
-	/* 2. The victim killed; 3. its objects freed by machine 0. */
-	assert_int_equal(kill(cl.pid[RC_VICTIM], SIGKILL), 0);
-	np_reap_killed(&cl, RC_VICTIM);
-	struct rc_count k = ask_count(RC_FREER, 'K', 'k');
-	if (k.err || k.n != RC_OBJS)
-		failed(&setup, "%" PRIu64 " of %d frees committed (last: %s)",
-		       k.n, RC_OBJS, farm_strerror(k.err));
-	/* Each free is installed at its promoted primary when the
-	 * COMMIT-PRIMARY is processed, after the commit is reported. */
+/* Until every free is deferred at its promoted primary, or RC_STEP_MS:
+ * each is installed there when the COMMIT-PRIMARY is processed, after
+ * the commit is reported. */
+static uint64_t await_deferred(void)
+{
 	uint64_t deferred = 0;
 	uint64_t dl = np_now_ns() + RC_STEP_MS * 1000000ull;
 	for (;;) {
@@ -511,41 +503,56 @@ static void test_restart_copy(void **state)
 		for (unsigned i = 0; i < RC_SURVIVORS; i++)
 			deferred += ask_count(i, 'd', 'D').n;
 		if (deferred >= RC_OBJS || np_now_ns() > dl)
-			break;
+			return deferred;
 		np_pause_ms(20);
 	}
-	if (deferred != RC_OBJS)
-		failed(&setup,
+}
+
+/* 2. The victim killed; 3. its objects freed by machine 0; 4. no record
+ * of the frees left to replay at the restart; 4b. with --scan-kill,
+ * every adopter parked. */
+static void set_case_up(struct fails *setup, struct rc_case *rc)
+{
+	assert_int_equal(kill(cl.pid[RC_VICTIM], SIGKILL), 0);
+	np_reap_killed(&cl, RC_VICTIM);
+	struct rc_count k = ask_count(RC_FREER, 'K', 'k');
+	if (k.err || k.n != RC_OBJS)
+		failed(setup, "%" PRIu64 " of %d frees committed (last: %s)",
+		       k.n, RC_OBJS, farm_strerror(k.err));
+	rc->deferred = await_deferred();
+	if (rc->deferred != RC_OBJS)
+		failed(setup,
 		       "%" PRIu64 " of %d frees deferred at their promoted "
 		       "primaries: the test did not set its case up",
-		       deferred, RC_OBJS);
+		       rc->deferred, RC_OBJS);
 	/* With --scan each deferred free marked its object at the primary
 	 * (--broken-leak: the switch leaves none), none without. */
-	unsigned marked = count_marked();
-	if (marked != (scan && !broken_leak ? RC_OBJS : 0))
-		failed(&setup,
+	rc->marked = count_marked();
+	if (rc->marked != (scan && !broken_leak ? RC_OBJS : 0))
+		failed(setup,
 		       "%u of %d freed objects marked free-pending at their "
 		       "primaries: the test did not set its case up",
-		       marked, RC_OBJS);
-	/* 4. No record of the frees left to replay at the restart. */
-	uint64_t survivors = (1ull << RC_SURVIVORS) - 1;
-	uint64_t left = rs_truncate(&cl, survivors);
+		       rc->marked, RC_OBJS);
+	uint64_t left = rs_truncate(&cl, (1ull << RC_SURVIVORS) - 1);
 	if (left)
-		failed(&setup,
+		failed(setup,
 		       "%" PRIu64 " transaction records left in the logs "
 		       "after truncation: the test did not set its case up",
 		       left);
-	/* 4b. --scan-kill: every adopter let go, parked in its first
-	 * deferred free (the header freed, the mark and lock still on;
+	/* --scan-kill: every adopter let go, parked in its first deferred
+	 * free (the header freed, the mark and lock still on;
 	 * --broken-order: the mark off, the header still allocated). */
-	unsigned nparked = 0;
-	if (scan_kill)
-		nparked = park_adopters(&setup);
-	/* 5. A power loss: every survivor stopped first, killed, then all
-	 * restarted on their directories. */
+	rc->nparked = scan_kill ? park_adopters(setup) : 0;
+}
+
+/* 5. A power loss: every survivor stopped first, killed, then all
+ * restarted on their directories; then until every region is
+ * replicated. Nonzero (and @f told) when they were not in time. */
+static int restart_and_await(struct fails *f, const struct rc_case *rc)
+{
+	uint64_t survivors = (1ull << RC_SURVIVORS) - 1;
 	uint64_t t_restart = rs_power_loss(&cl, survivors);
 	uint64_t t_up = np_now_ns();
-
 	char why[512];
 	unsigned nreg = 0;
 	struct held_report *last[NP_NM] = {0};
@@ -554,7 +561,7 @@ static void test_restart_copy(void **state)
 	double repl_ms = (double)(np_now_ns() - t_up) / 1e6;
 	printf("restart-copy: %d frees deferred, %u marked; restarted %.0f ms "
 	       "after the kill; %u regions %s %.0f ms after\n",
-	       (int)deferred, marked, (double)t_restart / 1e6, nreg,
+	       (int)rc->deferred, rc->marked, (double)t_restart / 1e6, nreg,
 	       repl ? "NOT fully replicated" : "fully replicated", repl_ms);
 	for (unsigned i = 0; i < RC_SURVIVORS; i++) {
 		for (unsigned j = 0; j < last[i]->ndr; j++) {
@@ -568,9 +575,58 @@ static void test_restart_copy(void **state)
 		free(last[i]);
 	}
 	if (repl)
-		failed(&f, "not fully replicated %d ms after the restart: %s",
+		failed(f, "not fully replicated %d ms after the restart: %s",
 		       RC_REPL_MS, why);
+	return repl;
+}
 
+/* A broken run's verdict: its checks must have failed as the switch
+ * makes them. */
+static void judge_broken(const struct fails *f, int repl, uint64_t torn,
+                         unsigned leaked, unsigned nparked)
+{
+	const char *sw = broken_resume  ? "--broken-resume"
+	                 : broken_order ? "--broken-order"
+	                 : broken_leak  ? "--broken-leak"
+	                                : "--broken";
+	if (broken_resume) {
+		if (!repl)
+			fail_msg("--broken-resume: no data recovery after the "
+			         "restart, and every region was replicated "
+			         "anyway\n%s",
+			         f->text);
+	} else if (broken_order) {
+		if (leaked < nparked)
+			fail_msg("--broken-order: %u of the %u parked frees "
+			         "found leaked with the mark cleared first\n%s",
+			         leaked, nparked, f->text);
+	} else if (broken_leak) {
+		if (!leaked)
+			fail_msg("--broken-leak: no freed object found "
+			         "allocated with the frees kept whole\n%s",
+			         f->text);
+	} else if (!repl || !torn) {
+		fail_msg("--broken: the deferred frees' old headers "
+		         "went unnoticed (replicated: %s, %" PRIu64
+		         " torn objects)\n%s",
+		         repl ? "no" : "yes", torn, f->text);
+	}
+	printf("%s: %u check(s) failed, as they must:\n%s", sw, f->n, f->text);
+}
+
+static void test_restart_copy(void **state)
+{
+	(void)state;
+	/* @setup: the case was not set up (fails in either mode); @f: the
+	 * checks after the restart. */
+	struct fails setup = {0}, f = {0};
+	snprintf(zk_root, sizeof(zk_root), "/libfarm/restart-copy-%d",
+	         (int)getpid());
+	np_start(&cl, "restart-copy", rs_first_machine, NULL);
+	p_setup(&cl);
+	struct rc_case rc = {0};
+	set_case_up(&setup, &rc);
+	int repl = restart_and_await(&f, &rc);
 	uint64_t torn = scan_survivors(&f);
 	unsigned leaked = check_freed(&f);
 	for (unsigned i = 0; i < RC_SURVIVORS; i++)
@@ -586,45 +642,9 @@ static void test_restart_copy(void **state)
 	if (setup.n)
 		fail_msg("%u step(s) failed:\n%s%s", setup.n, setup.text,
 		         f.text);
-	if (broken_resume) {
-		if (!repl)
-			fail_msg("--broken-resume: no data recovery after the "
-			         "restart, and every region was replicated "
-			         "anyway\n%s",
-			         f.text);
-		printf("--broken-resume: %u check(s) failed, as they must:\n%s",
-		       f.n, f.text);
-		return;
-	}
-	if (broken_order) {
-		if (leaked < nparked)
-			fail_msg("--broken-order: %u of the %u parked frees "
-			         "found leaked with the mark cleared first\n%s",
-			         leaked, nparked, f.text);
-		printf("--broken-order: %u check(s) failed, as they must:\n%s",
-		       f.n, f.text);
-		return;
-	}
-	if (broken_leak) {
-		if (!leaked)
-			fail_msg("--broken-leak: no freed object found "
-			         "allocated with the frees kept whole\n%s",
-			         f.text);
-		printf("--broken-leak: %u check(s) failed, as they must:\n%s",
-		       f.n, f.text);
-		return;
-	}
-	if (broken) {
-		if (!repl || !torn)
-			fail_msg("--broken: the deferred frees' old headers "
-			         "went unnoticed (replicated: %s, %" PRIu64
-			         " torn objects)\n%s",
-			         repl ? "no" : "yes", torn, f.text);
-		printf("--broken: %u check(s) failed, as they must:\n%s", f.n,
-		       f.text);
-		return;
-	}
-	if (f.n)
+	if (broken_resume || broken_order || broken_leak || broken)
+		judge_broken(&f, repl, torn, leaked, rc.nparked);
+	else if (f.n)
 		fail_msg("%u check(s) failed:\n%s", f.n, f.text);
 }
 
