@@ -168,8 +168,10 @@ enum farm_datarec_state {
 	FARM_DATAREC_COPYING = 0,
 	FARM_DATAREC_CHECKING, /* copied; every object read again */
 	FARM_DATAREC_DONE,     /* complete and checked: a replica */
-	FARM_DATAREC_LOST,     /* stopped: not a replica here any more, or
-	                          no complete replica was left to copy */
+	FARM_DATAREC_LOST,     /* stopped: not a replica here any more, no
+	                          complete replica was left to copy, or the
+	                          source's block table stayed bad (last_err;
+	                          copy_retry.c) */
 };
 struct farm_datarec_region {
 	uint32_t region;
@@ -180,7 +182,8 @@ struct farm_datarec_region {
 	uint64_t stale;    /* taken from a stale source: chunks whose
 	                      summary equals the primary's, unpaced */
 	uint64_t reads;    /* READs that completed */
-	uint64_t retries;  /* READs failed, or stopped at a torn object */
+	uint64_t retries;  /* READs failed, stopped at a torn object, or
+	                      of a block table found bad */
 	uint64_t fixed;    /* objects the check found newer at the primary */
 	uint64_t summary;  /* bytes of chunk summaries the check received */
 	uint64_t equal;    /* chunks the check found equal (not READ) */
