@@ -124,7 +124,8 @@ static void reconfigure(uint64_t cid, const uint32_t *ids, unsigned n,
 	for (unsigned k = 0; k < n; k++) {
 		unsigned m = ids[k] - 1;
 		if (gone)
-			assert_int_equal(farm_fabric_revoke(C.m[m].fab, gone), 0);
+			assert_int_equal(farm_fabric_revoke(C.m[m].fab, gone),
+			                 0);
 		assert_int_equal(farm_as_set_view(C.m[m].as, cid, ids, n), 0);
 		assert_int_equal(farm_txm_reconfigure(C.m[m].txm, cid, &gone,
 		                                      gone ? 1 : 0, ids, n,
@@ -175,9 +176,9 @@ static void test_bad_table(void **state)
 		if (i + 1 != gone)
 			ids[k++] = i + 1;
 
-	assert_int_equal(farm_fault_set(FARM_FP_DATAREC_BAD_TABLE,
-	                                tu_switch_on, NULL),
-	                 0);
+	assert_int_equal(
+	        farm_fault_set(FARM_FP_DATAREC_BAD_TABLE, tu_switch_on, NULL),
+	        0);
 	log_capture();
 	uint64_t t0 = farm_now_ns();
 	reconfigure(2, ids, 3, gone);
@@ -213,9 +214,8 @@ static void test_bad_table(void **state)
 	       "waits %.2f s), %" PRIu64 " after, %u log lines, "
 	       "datarec_failed %" PRIu64 "\n",
 	       broken ? " [broken: unbounded]" : "", fresh, region,
-	       ended ? "stopped" : "still copying",
-	       (double)(t_end - t0) / 1e9, r_end, bound,
-	       (double)waits / 1e9, d2.retries - r_end, lines,
+	       ended ? "stopped" : "still copying", (double)(t_end - t0) / 1e9,
+	       r_end, bound, (double)waits / 1e9, d2.retries - r_end, lines,
 	       s.datarec_failed);
 	assert_true(farm_as_backup_filling(C.m[m].as, region));
 	if (broken) {
@@ -226,9 +226,9 @@ static void test_bad_table(void **state)
 		assert_true(r_end > 4ull * bound);
 		assert_true(lines > 4 * bound);
 		assert_true(s.datarec_failed == 0);
-		assert_int_equal(farm_fault_set(FARM_FP_DATAREC_BAD_TABLE,
-		                                NULL, NULL),
-		                 0);
+		assert_int_equal(
+		        farm_fault_set(FARM_FP_DATAREC_BAD_TABLE, NULL, NULL),
+		        0);
 		return;
 	}
 	assert_true(ended);

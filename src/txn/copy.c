@@ -141,6 +141,12 @@
  * once the copy's first pass ends or the copy is lost, or its owner drops
  * it, when no step reads it.
  *
+ * A block table the layout code refuses (farm_alloc_block_layout) is
+ * read again: at once at first (one written while READ settles), then
+ * after growing waits, and a source whose table stays bad is given up:
+ * our demoted copy for the primary, the primary by stopping the copy
+ * (copy_retry.c has the bound and why).
+ *
  * Region memory outside objects: the header and block table (block 0) are
  * copied raw, so the copy can be rebuilt by scan; allocator changes that
  * commits do not carry (a slot allocated by an aborted transaction and
@@ -466,9 +472,9 @@ static void step_done(farm_loop *loop, void *ctx, int status);
 
 /* The layout of block @b into s->lay: from the block table read in this
  * pass, else the run it lies in, else a probe's word. A table refused
- * there is read again (s->meta) or waited for (s->wait: copy_retry.c). The probe serves a
- * primary without a header only, whose copies were never given a slab
- * block's description (every commit that allocates gives one; a block
+ * there is read again (s->meta) or waited for (s->wait: copy_retry.c). The
+ * probe serves a primary without a header only, whose copies were never given a
+ * slab block's description (every commit that allocates gives one; a block
  * allocated after the table was read reads free there, not unknown); its
  * word cannot tell a small array's element from a slot (alloc.h,
  * farm_alloc_block_infer). Returns true when
@@ -481,8 +487,7 @@ static bool step_layout(struct farm_datarec *dr, struct dr_step *s,
 	int rc = FARM_FAULT_SWITCH(FARM_FP_DATAREC_BAD_TABLE)
 	                 ? FARM_ECORRUPT
 	                 : farm_alloc_block_layout(g->meta, dr->meta_bytes,
-	                                           dr->region_size, b,
-	                                           &s->lay);
+	                                           dr->region_size, b, &s->lay);
 	if (rc) {
 		/* Read it again, at once or after a wait, or give the
 		 * source up (copy_retry.c). */

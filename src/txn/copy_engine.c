@@ -81,10 +81,52 @@ static bool open_one(struct farm_datarec *dr)
 	return true;
 }
 
+/* Each loop's credit for the time that passed (@add bytes) and, to each
+ * loop with no step in flight, a step of a copy of its that may step now
+ * (one in backoff waits: copy_retry.c), within the credit. Under
+ * dr->lock. */
+static void post_steps(struct farm_datarec *dr, uint64_t now_ns, int64_t add)
+{
+	farm_txm *m = dr->m;
+	for (unsigned t = 0; t < m->T && t < MAX_LOOPS; t++) {
+		struct dr_loop *lp = &dr->lp[t];
+		lp->credit = FARM_MIN(lp->credit + add,
+		                      (int64_t)DR_BURST * dr->bytes);
+		if (lp->busy || !lp->loop)
+			continue;
+		for (unsigned k = 0; k < dr->nr; k++) {
+			struct dr_reg *g = &dr->r[(lp->rr + k) % dr->nr];
+			if (g->loop != t || g->state >= DR_DONE ||
+			    g->bad_at > now_ns)
+				continue;
+			/* A copy from our demoted copy reads no
+			 * one's memory: no credit needed. */
+			if (lp->credit <= 0 &&
+			    (g->remote ||
+			     !farm_as_demoted_source(m->as, g->id)))
+				continue;
+			struct dr_step *s = calloc(1, sizeof(*s));
+			if (!s)
+				break;
+			*s = (struct dr_step){.dr = dr,
+			                      .region = g->id,
+			                      .loop = t,
+			                      .budget = lp->credit};
+			lp->busy = true;
+			lp->region = g->id;
+			lp->rr = (lp->rr + k + 1) % dr->nr;
+			if (farm_loop_post(lp->loop, farm_txn_dr_step_run, s)) {
+				lp->busy = false;
+				free(s);
+			}
+			break;
+		}
+	}
+}
+
 static void *engine(void *arg)
 {
 	struct farm_datarec *dr = arg;
-	farm_txm *m = dr->m;
 	struct timespec next;
 	/* Copies are paced background work: never ahead of the loops. */
 	(void)farm_thread_set_normal();
@@ -121,43 +163,8 @@ static void *engine(void *arg)
 		        (int64_t)((double)dr->bytes * (double)(now_ns - last) /
 		                  ((double)dr->interval_us * 1000.0));
 		last = now_ns;
-		bool hold = farm_txn_dr_held(dr, now_ns);
-		for (unsigned t = 0; t < m->T && t < MAX_LOOPS && !hold; t++) {
-			struct dr_loop *lp = &dr->lp[t];
-			lp->credit = FARM_MIN(lp->credit + add,
-			                      (int64_t)DR_BURST * dr->bytes);
-			if (lp->busy || !lp->loop)
-				continue;
-			for (unsigned k = 0; k < dr->nr; k++) {
-				struct dr_reg *g =
-				        &dr->r[(lp->rr + k) % dr->nr];
-				if (g->loop != t || g->state >= DR_DONE ||
-				    g->bad_at > now_ns)
-					continue;
-				/* A copy from our demoted copy reads no
-				 * one's memory: no credit needed. */
-				if (lp->credit <= 0 &&
-				    (g->remote ||
-				     !farm_as_demoted_source(m->as, g->id)))
-					continue;
-				struct dr_step *s = calloc(1, sizeof(*s));
-				if (!s)
-					break;
-				*s = (struct dr_step){.dr = dr,
-				                      .region = g->id,
-				                      .loop = t,
-				                      .budget = lp->credit};
-				lp->busy = true;
-				lp->region = g->id;
-				lp->rr = (lp->rr + k + 1) % dr->nr;
-				if (farm_loop_post(lp->loop,
-				                   farm_txn_dr_step_run, s)) {
-					lp->busy = false;
-					free(s);
-				}
-				break;
-			}
-		}
+		if (!farm_txn_dr_held(dr, now_ns))
+			post_steps(dr, now_ns, add);
 		uint64_t until = all_wait_until(dr, farm_now_ns());
 		if (until) {
 			/* Parked (dr->cond's clock is CLOCK_MONOTONIC, as

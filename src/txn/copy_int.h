@@ -216,7 +216,7 @@ struct dr_step {
 	/* Nothing to read now: the table waits for its re-read, or the
 	 * copy gave its source up (copy_retry.c). */
 	bool wait;
-	uint64_t off;  /* of the READ */
+	uint64_t off; /* of the READ */
 	uint32_t len;
 	/* The check pass: only slots that start before this are READ
 	 * (0: no bound); the chunks from there were found equal. */
@@ -265,8 +265,8 @@ enum { DR_BAD_NOW = 0, DR_BAD_LATER, DR_BAD_STOP };
  * (the primary) is there to read. DR_BAD_NOW: read it again at once;
  * DR_BAD_LATER: not before g->bad_at (or, @local, from the primary);
  * DR_BAD_STOP: the copy gave up (g->state DR_LOST). */
-int farm_txn_dr_bad_table(struct farm_datarec *dr, struct dr_reg *g,
-                          uint32_t b, int err, bool local, uint64_t now);
+int farm_txn_dr_bad_table(struct farm_datarec *dr, struct dr_reg *g, uint32_t b,
+                          int err, bool local, uint64_t now);
 /* The table gave a block's layout again: the bad streak ends. */
 void farm_txn_dr_bad_settled(struct dr_reg *g, uint64_t now);
 

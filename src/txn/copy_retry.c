@@ -104,8 +104,8 @@ static int give_up(struct farm_datarec *dr, struct dr_reg *g, bool local,
 	return DR_BAD_STOP;
 }
 
-int farm_txn_dr_bad_table(struct farm_datarec *dr, struct dr_reg *g,
-                          uint32_t b, int err, bool local, uint64_t now)
+int farm_txn_dr_bad_table(struct farm_datarec *dr, struct dr_reg *g, uint32_t b,
+                          int err, bool local, uint64_t now)
 {
 	if (!g->bad_n || g->bad_block != b) {
 		g->bad_n = 0;
