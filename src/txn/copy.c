@@ -143,9 +143,9 @@
  *
  * A block table the layout code refuses (farm_alloc_block_layout) is
  * read again: at once at first (one written while READ settles), then
- * after growing waits, and a source whose table stays bad is given up:
- * our demoted copy for the primary, the primary by stopping the copy
- * (copy_retry.c has the bound and why).
+ * after growing waits; past a bound our demoted copy is given up for the
+ * primary, and a copy from the primary stalls, reading its table once a
+ * second until it reads whole (copy_retry.c has the bound and why).
  *
  * Region memory outside objects: the header and block table (block 0) are
  * copied raw, so the copy can be rebuilt by scan; allocator changes that

@@ -379,7 +379,6 @@ void farm_txn_datarec_sums(farm_txm *m, farm_txm_stats *out)
 	for (unsigned i = 0; i < dr->nr; i++) {
 		const struct dr_reg *g = &dr->r[i];
 		out->datarec_bytes += g->bytes;
-		/* Stopped copies: those given up on a bad table too. */
 		if (g->state == DR_DONE)
 			out->datarec_done++;
 		else if (g->state == DR_LOST)
@@ -387,7 +386,7 @@ void farm_txn_datarec_sums(farm_txm *m, farm_txm_stats *out)
 		else
 			out->datarec_copying++;
 	}
-	out->datarec_failed = dr->failed;
+	out->datarec_stalled = dr->stalled;
 	pthread_mutex_unlock(&dr->lock);
 }
 

@@ -10,20 +10,24 @@
  * demoted copy, is read unpaced on the loop) and log a line a read. So
  * later re-reads wait, twice as long each time up to DR_BAD_WAIT_MAX_NS
  * (the engine skips the region until g->bad_at, and parks when every
- * copy waits), and at DR_BAD_MAX reads in a row the source is given up:
- * a demoted copy for the primary, as when an object stays locked there
- * (copy.c, local_stuck); the primary by stopping the copy (DR_LOST, its
- * error in last_err, counted in datarec_failed), as a copy that cannot
- * finish stops. The filling copy stays held and is never promoted (it
- * is not complete): the region is a replica short until a configuration
- * change has its primary send COPY again, which starts the copy afresh
- * (farm_txn_dr_reg_add). Nothing committed is touched: the copy had
- * written only objects whose layout the table gave.
+ * copy waits). At DR_BAD_MAX reads in a row a demoted copy is given up
+ * for the primary, as when an object stays locked there (copy.c,
+ * local_stuck). The primary is not given up: it is the only source, and
+ * a copy stopped would leave the region a replica short until some
+ * configuration change sent COPY again, which a stable cluster never
+ * does; a table that heals (a primary slow to finish a write, or
+ * repaired) must still be copied. So the copy stalls instead: its table
+ * is read again once per DR_BAD_STALL_NS, counted once in
+ * datarec_stalled and said as an error, and the copy goes on as soon as
+ * it reads whole. A read a second costs nothing a host notices. The
+ * filling copy meanwhile is held and never promoted (it is not
+ * complete). Nothing committed is touched: the copy had written only
+ * objects whose layout the table gave.
  *
  * The log: one line at the first bad read of a copy, then while the
- * table stays bad one summary per DR_BAD_SAY_NS with the count, and one
- * when the source is given up; the copy's last line (replicated here)
- * carries the total.
+ * table stays bad one summary per DR_BAD_SAY_NS with the count, one when
+ * the copy stalls, then one per DR_BAD_STALL_SAY_NS; one when it reads
+ * whole again; the copy's last line (replicated here) carries the total.
  */
 #include <inttypes.h>
 
@@ -62,7 +66,8 @@ static void say(struct dr_reg *g, uint64_t now)
 		return;
 	}
 	g->bad_unsaid++;
-	if (g->bad_n < 2 || now - g->bad_said < DR_BAD_SAY_NS)
+	uint64_t every = g->bad_stalled ? DR_BAD_STALL_SAY_NS : DR_BAD_SAY_NS;
+	if (g->bad_n < 2 || now - g->bad_said < every)
 		return;
 	farm_warn("datarec: region %#" PRIx32 ": block table still bad at "
 	          "block %" PRIu32 " (%s): %u reads in a row over %.1f s, "
@@ -73,9 +78,11 @@ static void say(struct dr_reg *g, uint64_t now)
 	g->bad_unsaid = 0;
 }
 
-/* DR_BAD_MAX reads in a row: the source is given up. */
-static int give_up(struct farm_datarec *dr, struct dr_reg *g, bool local,
-                   uint64_t now)
+/* DR_BAD_MAX reads in a row or more: our demoted copy is given up for
+ * the primary; the primary's table is read again once per
+ * DR_BAD_STALL_NS (said and counted once). */
+static int past_bound(struct farm_datarec *dr, struct dr_reg *g, bool local,
+                      uint64_t now)
 {
 	if (local) {
 		farm_warn("datarec: region %#" PRIx32 ": the block table of "
@@ -89,29 +96,31 @@ static int give_up(struct farm_datarec *dr, struct dr_reg *g, bool local,
 		g->bad_at = 0;
 		return DR_BAD_LATER;
 	}
-	farm_err("datarec: region %#" PRIx32 ": the primary's block table "
-	         "stayed bad at block %" PRIu32 " (%s) for %u reads over "
-	         "%.1f s; this copy stops (not complete: the region stays a "
-	         "replica short until a new configuration copies it again)",
-	         g->id, g->bad_block, farm_strerror(g->bad_err), g->bad_n,
-	         secs(now - g->bad_t0));
-	g->state = DR_LOST;
-	g->t_done = now;
-	g->last_err = g->bad_err;
-	g->bad_at = 0;
-	dr->failed++;
-	farm_txn_dr_stale_end(dr, g);
-	return DR_BAD_STOP;
+	if (!g->bad_stalled) {
+		farm_err("datarec: region %#" PRIx32 ": the primary's block "
+		         "table stayed bad at block %" PRIu32 " (%s) for %u "
+		         "reads over %.1f s; the copy stalls (the region a "
+		         "replica short), reading it again once a second until "
+		         "it reads whole",
+		         g->id, g->bad_block, farm_strerror(g->bad_err),
+		         g->bad_n, secs(now - g->bad_t0));
+		g->bad_stalled = true;
+		g->bad_said = now;
+		g->bad_unsaid = 0;
+		dr->stalled++;
+	}
+	g->bad_at = now + DR_BAD_STALL_NS;
+	return DR_BAD_LATER;
 }
 
 int farm_txn_dr_bad_table(struct farm_datarec *dr, struct dr_reg *g, uint32_t b,
                           int err, bool local, uint64_t now)
 {
-	if (!g->bad_n || g->bad_block != b) {
-		g->bad_n = 0;
-		g->bad_block = b;
+	/* In a row whatever the block: a source answering garbage names
+	 * another each time, and a streak per block never ended. */
+	if (!g->bad_n)
 		g->bad_t0 = now;
-	}
+	g->bad_block = b;
 	g->bad_n++;
 	g->bad_total++;
 	g->bad_err = err;
@@ -127,19 +136,25 @@ int farm_txn_dr_bad_table(struct farm_datarec *dr, struct dr_reg *g, uint32_t b,
 	if (g->bad_n <= DR_BAD_FAST)
 		return DR_BAD_NOW;
 	if (g->bad_n >= DR_BAD_MAX)
-		return give_up(dr, g, local, now);
+		return past_bound(dr, g, local, now);
 	g->bad_at = now + wait_for(g->bad_n);
 	return DR_BAD_LATER;
 }
 
 void farm_txn_dr_bad_settled(struct dr_reg *g, uint64_t now)
 {
-	if (g->bad_n > DR_BAD_FAST)
+	if (g->bad_stalled)
+		farm_warn("datarec: region %#" PRIx32 ": the primary's block "
+		          "table read whole again after %u bad reads over "
+		          "%.1f s; the copy goes on",
+		          g->id, g->bad_n, secs(now - g->bad_t0));
+	else if (g->bad_n > DR_BAD_FAST)
 		farm_info("datarec: region %#" PRIx32 ": block table read "
 		          "whole again after %u bad reads over %.1f s",
 		          g->id, g->bad_n, secs(now - g->bad_t0));
 	g->bad_n = 0;
 	g->bad_at = 0;
+	g->bad_stalled = false;
 }
 
 void farm_txn_testing_datarec_bad_bound(unsigned *reads, uint64_t *wait_ns)

@@ -168,10 +168,8 @@ enum farm_datarec_state {
 	FARM_DATAREC_COPYING = 0,
 	FARM_DATAREC_CHECKING, /* copied; every object read again */
 	FARM_DATAREC_DONE,     /* complete and checked: a replica */
-	FARM_DATAREC_LOST,     /* stopped: not a replica here any more, no
-	                          complete replica was left to copy, or the
-	                          source's block table stayed bad (last_err;
-	                          copy_retry.c) */
+	FARM_DATAREC_LOST,     /* stopped: not a replica here any more, or
+	                          no complete replica was left to copy */
 };
 struct farm_datarec_region {
 	uint32_t region;
