@@ -376,6 +376,11 @@ typedef struct farm_txm_stats {
 	 * was processed before. Nothing is installed again (the objects may
 	 * hold newer commits since); the common case, not an error. */
 	uint64_t rec_decided_unlocked;
+	/* Data recovery copies here whose primary's block table stayed
+	 * unreadable past the bound (src/txn/copy_retry.c): each stays
+	 * copying, its table read again once a second until it reads
+	 * whole; the region is a replica short meanwhile. */
+	uint64_t datarec_stalled;
 } farm_txm_stats;
 
 FARM_API void farm_txm_stats_get(farm_txm *m, farm_txm_stats *out);

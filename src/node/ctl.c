@@ -242,6 +242,9 @@ static const struct farm_ctl_field txn_fields[] = {
                        "region copies data recovery completed here"),
         FARM_CTL_GAUGE(farm_txm_stats, datarec_lost,
                        "region copies data recovery stopped"),
+        FARM_CTL_COUNTER(farm_txm_stats, datarec_stalled,
+                         "region copies stalled: the primary's block table "
+                         "stayed bad (read again once a second)"),
         FARM_CTL_COUNTER(farm_txm_stats, datarec_bytes,
                          "bytes data recovery READ from primaries"),
         FARM_CTL_COUNTER(farm_txm_stats, epochs, "distributed epochs run"),

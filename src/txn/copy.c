@@ -141,6 +141,12 @@
  * once the copy's first pass ends or the copy is lost, or its owner drops
  * it, when no step reads it.
  *
+ * A block table the layout code refuses (farm_alloc_block_layout) is
+ * read again: at once at first (one written while READ settles), then
+ * after growing waits; past a bound our demoted copy is given up for the
+ * primary, and a copy from the primary stalls, reading its table once a
+ * second until it reads whole (copy_retry.c has the bound and why).
+ *
  * Region memory outside objects: the header and block table (block 0) are
  * copied raw, so the copy can be rebuilt by scan; allocator changes that
  * commits do not carry (a slot allocated by an aborted transaction and
@@ -373,10 +379,10 @@ static void pass_end(struct farm_datarec *dr, struct dr_reg *g)
 		          "in %.1f ms (%" PRIu64 " objects newer "
 		          "at the check, %" PRIu64 " chunks equal by their "
 		          "summaries, %" PRIu64 " bytes of them; %" PRIu64
-		          " reads again)",
+		          " reads again, %" PRIu64 " of a bad block table)",
 		          g->id, g->bytes, g->local, g->from_stale,
 		          (double)(g->t_done - g->t_start) / 1e6, g->fixed,
-		          g->equal, g->summary, g->retries);
+		          g->equal, g->summary, g->retries, g->bad_total);
 }
 
 /*
@@ -465,9 +471,10 @@ static uint64_t apply_span(struct farm_datarec *dr, struct dr_reg *g,
 static void step_done(farm_loop *loop, void *ctx, int status);
 
 /* The layout of block @b into s->lay: from the block table read in this
- * pass, else the run it lies in, else a probe's word. The probe serves a
- * primary without a header only, whose copies were never given a slab
- * block's description (every commit that allocates gives one; a block
+ * pass, else the run it lies in, else a probe's word. A table refused
+ * there is read again (s->meta) or waited for (s->wait: copy_retry.c). The
+ * probe serves a primary without a header only, whose copies were never given a
+ * slab block's description (every commit that allocates gives one; a block
  * allocated after the table was read reads free there, not unknown); its
  * word cannot tell a small array's element from a slot (alloc.h,
  * farm_alloc_block_infer). Returns true when
@@ -477,17 +484,24 @@ static bool step_layout(struct farm_datarec *dr, struct dr_step *s,
                         struct dr_reg *g, uint32_t b)
 {
 	s->inferred = false;
-	int rc = farm_alloc_block_layout(g->meta, dr->meta_bytes,
-	                                 dr->region_size, b, &s->lay);
+	int rc = FARM_FAULT_SWITCH(FARM_FP_DATAREC_BAD_TABLE)
+	                 ? FARM_ECORRUPT
+	                 : farm_alloc_block_layout(g->meta, dr->meta_bytes,
+	                                           dr->region_size, b, &s->lay);
 	if (rc) {
-		farm_err("datarec: region %#" PRIx32 ": bad block table "
-		         "at block %" PRIu32 " (%s): read again",
-		         g->id, b, farm_strerror(rc));
+		/* Read it again, at once or after a wait, or give the
+		 * source up (copy_retry.c). */
 		g->have_meta = false;
 		g->last_err = rc;
-		s->meta = true;
+		bool local = s->src && !primary_here(dr->m, g->id);
+		int v = farm_txn_dr_bad_table(dr, g, b, rc, local,
+		                              farm_now_ns());
+		s->meta = v == DR_BAD_NOW;
+		s->wait = !s->meta;
 		return true;
 	}
+	if (g->bad_n)
+		farm_txn_dr_bad_settled(g, farm_now_ns());
 	if (s->lay.kind != FARM_LAYOUT_UNKNOWN)
 		return false;
 	s->inferred = true;
@@ -569,6 +583,7 @@ static bool step_plan(struct farm_datarec *dr, struct dr_step *s,
 	s->meta = !g->have_meta;
 	s->probe = false;
 	s->digest = false;
+	s->wait = false;
 	s->off = 0;
 	s->len = (uint32_t)dr->meta_bytes;
 	int64_t budget = s->budget;
@@ -648,6 +663,10 @@ void farm_txn_dr_step_run(farm_loop *loop, void *ctx, int status)
 		return;
 	}
 	pthread_mutex_unlock(&dr->lock);
+	if (s->wait) { /* a bad table: the engine posts the re-read */
+		farm_txn_dr_step_end(dr, s);
+		return;
+	}
 	if (s->rerun && !s->src) {
 		/* After stale chunks, a READ or DIGEST: the engine posts it
 		 * within the loop's credit (planning again then finds it). */

@@ -47,6 +47,26 @@ static bool has_work(struct farm_datarec *dr)
 	return false;
 }
 
+/* When every copy in progress waits to read a bad block table again
+ * (copy_retry.c) and no COPY is due: the earliest time one may step
+ * again, until which the engine parks rather than ticking. 0: a copy can
+ * step now, or a COPY is due (resent on the tick). Under dr->lock. */
+static uint64_t all_wait_until(const struct farm_datarec *dr, uint64_t now)
+{
+	if (dr->nn || dr->opens)
+		return 0;
+	uint64_t until = UINT64_MAX;
+	for (unsigned i = 0; i < dr->nr; i++) {
+		const struct dr_reg *g = &dr->r[i];
+		if (g->state >= DR_DONE)
+			continue;
+		if (g->bad_at <= now)
+			return 0;
+		until = FARM_MIN(until, g->bad_at);
+	}
+	return until == UINT64_MAX ? 0 : until;
+}
+
 /* Under dr->lock: open one copy a COPY waits for, before the pace.
  * Whether there was one. */
 static bool open_one(struct farm_datarec *dr)
@@ -61,10 +81,52 @@ static bool open_one(struct farm_datarec *dr)
 	return true;
 }
 
+/* Each loop's credit for the time that passed (@add bytes) and, to each
+ * loop with no step in flight, a step of a copy of its that may step now
+ * (one in backoff waits: copy_retry.c), within the credit. Under
+ * dr->lock. */
+static void post_steps(struct farm_datarec *dr, uint64_t now_ns, int64_t add)
+{
+	farm_txm *m = dr->m;
+	for (unsigned t = 0; t < m->T && t < MAX_LOOPS; t++) {
+		struct dr_loop *lp = &dr->lp[t];
+		lp->credit = FARM_MIN(lp->credit + add,
+		                      (int64_t)DR_BURST * dr->bytes);
+		if (lp->busy || !lp->loop)
+			continue;
+		for (unsigned k = 0; k < dr->nr; k++) {
+			struct dr_reg *g = &dr->r[(lp->rr + k) % dr->nr];
+			if (g->loop != t || g->state >= DR_DONE ||
+			    g->bad_at > now_ns)
+				continue;
+			/* A copy from our demoted copy reads no
+			 * one's memory: no credit needed. */
+			if (lp->credit <= 0 &&
+			    (g->remote ||
+			     !farm_as_demoted_source(m->as, g->id)))
+				continue;
+			struct dr_step *s = calloc(1, sizeof(*s));
+			if (!s)
+				break;
+			*s = (struct dr_step){.dr = dr,
+			                      .region = g->id,
+			                      .loop = t,
+			                      .budget = lp->credit};
+			lp->busy = true;
+			lp->region = g->id;
+			lp->rr = (lp->rr + k + 1) % dr->nr;
+			if (farm_loop_post(lp->loop, farm_txn_dr_step_run, s)) {
+				lp->busy = false;
+				free(s);
+			}
+			break;
+		}
+	}
+}
+
 static void *engine(void *arg)
 {
 	struct farm_datarec *dr = arg;
-	farm_txm *m = dr->m;
 	struct timespec next;
 	/* Copies are paced background work: never ahead of the loops. */
 	(void)farm_thread_set_normal();
@@ -101,41 +163,18 @@ static void *engine(void *arg)
 		        (int64_t)((double)dr->bytes * (double)(now_ns - last) /
 		                  ((double)dr->interval_us * 1000.0));
 		last = now_ns;
-		bool hold = farm_txn_dr_held(dr, now_ns);
-		for (unsigned t = 0; t < m->T && t < MAX_LOOPS && !hold; t++) {
-			struct dr_loop *lp = &dr->lp[t];
-			lp->credit = FARM_MIN(lp->credit + add,
-			                      (int64_t)DR_BURST * dr->bytes);
-			if (lp->busy || !lp->loop)
-				continue;
-			for (unsigned k = 0; k < dr->nr; k++) {
-				struct dr_reg *g =
-				        &dr->r[(lp->rr + k) % dr->nr];
-				if (g->loop != t || g->state >= DR_DONE)
-					continue;
-				/* A copy from our demoted copy reads no
-				 * one's memory: no credit needed. */
-				if (lp->credit <= 0 &&
-				    (g->remote ||
-				     !farm_as_demoted_source(m->as, g->id)))
-					continue;
-				struct dr_step *s = calloc(1, sizeof(*s));
-				if (!s)
-					break;
-				*s = (struct dr_step){.dr = dr,
-				                      .region = g->id,
-				                      .loop = t,
-				                      .budget = lp->credit};
-				lp->busy = true;
-				lp->region = g->id;
-				lp->rr = (lp->rr + k + 1) % dr->nr;
-				if (farm_loop_post(lp->loop,
-				                   farm_txn_dr_step_run, s)) {
-					lp->busy = false;
-					free(s);
-				}
-				break;
-			}
+		if (!farm_txn_dr_held(dr, now_ns))
+			post_steps(dr, now_ns, add);
+		uint64_t until = all_wait_until(dr, farm_now_ns());
+		if (until) {
+			/* Parked (dr->cond's clock is CLOCK_MONOTONIC, as
+			 * farm_now_ns): a COPY or stop signals it. */
+			struct timespec ts = {
+			        .tv_sec = (time_t)(until / 1000000000ull),
+			        .tv_nsec = (long)(until % 1000000000ull)};
+			(void)pthread_cond_timedwait(&dr->cond, &dr->lock, &ts);
+			clock_gettime(CLOCK_MONOTONIC, &next);
+			continue;
 		}
 		next.tv_nsec += (long)dr->interval_us * 1000;
 		while (next.tv_nsec >= 1000000000L) {
@@ -178,7 +217,13 @@ int farm_txn_datarec_init(farm_txm *m, uint32_t bytes, uint32_t interval_us,
 		free(dr);
 		return -ENOMEM;
 	}
-	pthread_cond_init(&dr->cond, NULL);
+	/* Monotonic: the engine parks on it until a bad block table's
+	 * re-read is due (farm_now_ns's clock). */
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&dr->cond, &ca);
+	pthread_condattr_destroy(&ca);
 	/* As many chunks as an answer (a word, then one a chunk) fits. */
 	uint32_t maxp = farm_msg_max_payload(m->msg);
 	dr->dg_max = maxp >= 16 ? FARM_MIN(maxp / 8 - 1, DR_DIGEST_MAX) : 0;
@@ -341,6 +386,7 @@ void farm_txn_datarec_sums(farm_txm *m, farm_txm_stats *out)
 		else
 			out->datarec_copying++;
 	}
+	out->datarec_stalled = dr->stalled;
 	pthread_mutex_unlock(&dr->lock);
 }
 

@@ -29,6 +29,23 @@
  * transaction is decided; one that lasts longer, e.g. a free deferred
  * until an adoption that never comes, is read from the primary). */
 #define DR_LOCAL_STUCK 500u
+/* A block table read bad (farm_alloc_block_layout refused it: a table
+ * being written while READ, which a re-read settles, or one damaged for
+ * good): the first DR_BAD_FAST reads of it in a row are followed by a
+ * re-read at once, later ones by a wait that doubles from DR_BAD_WAIT_NS
+ * up to DR_BAD_WAIT_MAX_NS; at the DR_BAD_MAX-th (3.25 s of waits in all)
+ * a demoted copy is given up for the primary, and the primary's table is
+ * taken for stalled: read again once per DR_BAD_STALL_NS until it reads
+ * whole. A line is logged at the first in a copy, then at most one
+ * summary per DR_BAD_SAY_NS while it stays bad, per DR_BAD_STALL_SAY_NS
+ * once stalled (copy_retry.c). */
+#define DR_BAD_FAST         4u
+#define DR_BAD_MAX          24u
+#define DR_BAD_WAIT_NS      (2ull * 1000000ull)
+#define DR_BAD_WAIT_MAX_NS  (250ull * 1000000ull)
+#define DR_BAD_STALL_NS     (1000ull * 1000000ull)
+#define DR_BAD_SAY_NS       (1000ull * 1000000ull)
+#define DR_BAD_STALL_SAY_NS (60000ull * 1000000ull)
 /* Chunks one summary request of the check pass names at most (a mask of
  * them is one word); fewer where the message payload is smaller. */
 #define DR_DIGEST_MAX 64u
@@ -77,6 +94,17 @@ struct dr_reg {
 	unsigned pass;
 	uint64_t summary; /* bytes of summaries received */
 	uint64_t equal;   /* chunks the check found equal: not READ */
+	/* The block table found bad (copy_retry.c): @bad_n reads of it in
+	 * a row, the first at @bad_t0, the last refused at block
+	 * @bad_block with @bad_err; no step before @bad_at (the wait).
+	 * @bad_total in this copy; the last line about it logged at
+	 * @bad_said, @bad_unsaid reads since; @bad_stalled: past the
+	 * bound, read once per DR_BAD_STALL_NS. */
+	uint32_t bad_block;
+	unsigned bad_n;
+	bool bad_stalled;
+	int bad_err;
+	uint64_t bad_t0, bad_at, bad_total, bad_said, bad_unsaid;
 };
 
 /* A stale source (farm_txm_datarec_stale_add): read-only memory that once
@@ -149,6 +177,9 @@ struct farm_datarec {
 	struct dr_open *opens; /* under lock: copies the engine opens */
 	struct dr_stale *st;   /* under lock: stale sources */
 	unsigned nst, capst;
+	/* Copies whose primary's block table stayed bad past the bound
+	 * (copy_retry.c; farm_txm_stats.datarec_stalled). */
+	uint64_t stalled;
 };
 
 struct copy_msg {
@@ -189,7 +220,10 @@ struct dr_step {
 	bool digest;
 	unsigned pass;
 	bool inferred; /* s->lay is not the table's (step_layout) */
-	uint64_t off;  /* of the READ */
+	/* Nothing to read now: the table waits for its re-read, or the
+	 * copy gave its source up (copy_retry.c). */
+	bool wait;
+	uint64_t off; /* of the READ */
 	uint32_t len;
 	/* The check pass: only slots that start before this are READ
 	 * (0: no bound); the chunks from there were found equal. */
@@ -230,6 +264,17 @@ const uint8_t *farm_txn_dr_stale_take(struct farm_datarec *dr,
 /* On the engine thread: give back one stale source no copy takes and no
  * step reads (drops dr->lock for its release). Whether there was one. */
 bool farm_txn_dr_stale_reap(struct farm_datarec *dr);
+
+/* copy_retry.c (under dr->lock) */
+enum { DR_BAD_NOW = 0, DR_BAD_LATER };
+/* The table of @g read in this pass was refused at block @b with @err,
+ * at @now; @local: it came from our demoted copy, and another source
+ * (the primary) is there to read. DR_BAD_NOW: read it again at once;
+ * DR_BAD_LATER: not before g->bad_at (or, @local, from the primary). */
+int farm_txn_dr_bad_table(struct farm_datarec *dr, struct dr_reg *g, uint32_t b,
+                          int err, bool local, uint64_t now);
+/* The table gave a block's layout again: the bad streak ends. */
+void farm_txn_dr_bad_settled(struct dr_reg *g, uint64_t now);
 
 /* copy_engine.c */
 /* Whether copies are held now (farm_txm_datarec_hold, datarec_hold_ms):

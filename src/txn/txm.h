@@ -180,7 +180,8 @@ struct farm_datarec_region {
 	uint64_t stale;    /* taken from a stale source: chunks whose
 	                      summary equals the primary's, unpaced */
 	uint64_t reads;    /* READs that completed */
-	uint64_t retries;  /* READs failed, or stopped at a torn object */
+	uint64_t retries;  /* READs failed, stopped at a torn object, or
+	                      of a block table found bad */
 	uint64_t fixed;    /* objects the check found newer at the primary */
 	uint64_t summary;  /* bytes of chunk summaries the check received */
 	uint64_t equal;    /* chunks the check found equal (not READ) */

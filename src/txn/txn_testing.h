@@ -83,6 +83,11 @@ long farm_txlog_testing_record(uint8_t *base, size_t len, uint64_t off,
  * default with tests); elsewhere they do nothing, and tests that need
  * them skip (farm_fault_built()).
  */
+/* Data recovery's bound on a bad block table (copy_retry.c): the reads
+ * of it in a row after which a copy gives its source up, and the waits
+ * between them added up (ns). */
+void farm_txn_testing_datarec_bad_bound(unsigned *reads, uint64_t *wait_ns);
+
 #ifdef FARM_FAULT_INJECTION
 /* Process-wide: when on, a distributed commit's coordinator kills its own
  * process (SIGKILL) once every COMMIT-BACKUP write has completed, before

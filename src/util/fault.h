@@ -525,6 +525,15 @@ enum farm_fault_point {
 	 * looked up whole (tests/test_kv_mget.c --broken-chase must see a
 	 * key of an overflow chain answered -ENOENT). */
 	FARM_FP_KV_MGET_NO_CHASE,
+	/* txn/copy.c, a switch: while hooked, every block table data
+	 * recovery reads is taken as bad (FARM_ECORRUPT, as
+	 * farm_alloc_block_layout answers a damaged one): a source whose
+	 * table stays unreadable for good (tests/test_datarec_retry.c). */
+	FARM_FP_DATAREC_BAD_TABLE,
+	/* txn/copy_retry.c, a switch: while hooked, a bad block table is
+	 * read again at once and logged each time, forever, as before the
+	 * bound (test_datarec_retry --broken must see the copy spin). */
+	FARM_FP_DATAREC_BAD_UNBOUNDED,
 	FARM_FP_COUNT
 };
 
