@@ -525,6 +525,12 @@ enum farm_fault_point {
 	 * looked up whole (tests/test_kv_mget.c --broken-chase must see a
 	 * key of an overflow chain answered -ENOENT). */
 	FARM_FP_KV_MGET_NO_CHASE,
+	/* txn/restart.c, a switch: while hooked, the check of a log file at
+	 * rest by its descriptor (farm_txlog_check_fd) takes every ring for
+	 * a hole and reads none, where it skips only rings without data
+	 * (tests/test_txn.c --broken-rings must see a damaged record after
+	 * a hole accepted). */
+	FARM_FP_TXLOG_SKIP_DATA,
 	FARM_FP_COUNT
 };
 
