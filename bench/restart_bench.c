@@ -13,10 +13,11 @@
  * deletes its dead incarnation's registration, whose session still lives,
  * instead of waiting it out: src/addrspace/README.md), and each commits
  * one transaction. Reported per machine: node open to its first commit,
- * and the restart's parts (mapping the region files again, deciding and
- * applying the logs, the barrier); the figure the goal judges is the
- * kill to the last machine's first commit. The remembered objects are
- * read back and compared.
+ * the restart's parts (mapping the region files again, deciding and
+ * applying the logs, the barrier), and when, since the start, it opened,
+ * joined, saw every member restarted and committed; the figure the goal
+ * judges is the kill to the last machine's first commit. The remembered
+ * objects are read back and compared.
  *
  * Usage: restart_bench [--machines N] [--mb MiB] [--replicas R]
  *                      [--region MiB] [--dir D] [--lease-ms L] [--quick]

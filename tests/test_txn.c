@@ -950,7 +950,7 @@ static void test_restart_marks_pads(void **state)
  * its offset), and the hole is not filled in (a mapping read through on
  * tmpfs allocated every page of it). --broken-rings
  * (FARM_FP_TXLOG_SKIP_DATA: every ring taken for a hole) must see the
- * damaged record accepted. */
+ * damaged record accepted (it passes when it does). */
 static bool broken_rings;
 static void nop_hook(enum farm_fault_point fp, void *arg);
 
@@ -998,6 +998,16 @@ static void test_restart_check_file(void **state)
 	int rc = farm_txlog_check_fd(fd, len, "t.log", err, sizeof(err));
 	(void)farm_fault_set(FARM_FP_TXLOG_SKIP_DATA, NULL, NULL);
 	printf("damaged record after a hole: %s\n", rc ? err : "accepted");
+	if (broken_rings) { /* the proof: the bug is seen */
+		if (rc)
+			fail_msg("--broken-rings: the damaged record was "
+			         "refused: the switch read the ring");
+		printf("--broken-rings: the damaged record was accepted, as "
+		       "the test must see\n");
+		close(fd);
+		free(log);
+		return;
+	}
 	assert_int_equal(rc, FARM_ECORRUPT);
 	char want[96];
 	snprintf(want, sizeof(want), "t.log: damaged log record at offset %ld",

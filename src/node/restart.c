@@ -21,7 +21,7 @@
  *     layout, or whose files are missing, of the wrong size or with a bad
  *     magic (a region's allocator header, the log's superblock), a log
  *     record whose trailer says it is whole but whose checksum does not
- *     match (farm_txlog_check): refused with the file and offset,
+ *     match (farm_txlog_check_fd): refused with the file and offset,
  *     nothing deleted (FARM_ECORRUPT);
  *   - another machine's or cluster's manifest: refused (-EXDEV);
  *   - intact: every listed file <f> is renamed <f>.old (a name the fabric
