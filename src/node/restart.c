@@ -233,6 +233,8 @@ int farm_restart_attach(struct farm_restart *rs, farm_fabric *fab, farm_as *as,
 	h->machine = rs->me;
 	h->log_bytes = ll;
 	h->hist_bytes = hl;
+	for (unsigned w = 0; w < TXN_COORD_WORDS; w++)
+		h->rings[w] = whole ? ~0ull : coords[w];
 	atomic_store_explicit(&h->done, 0, memory_order_relaxed);
 	return farm_mr_reg(fab, base, RLOG_HDR + ll + hl,
 	                   FARM_ACCESS_LOCAL | FARM_ACCESS_REMOTE_READ,
