@@ -16,6 +16,9 @@
 #include "util/fault.h"
 
 #include <inttypes.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define RSIZE (16ull << 20)
 
@@ -941,6 +944,86 @@ static void test_restart_marks_pads(void **state)
 	free(log);
 }
 
+/* The check of a log file at rest by its descriptor
+ * (farm_txlog_check_fd): a ring that is mostly a hole, with one record
+ * at its end, is read and checked (a damaged record there refused with
+ * its offset), and the hole is not filled in (a mapping read through on
+ * tmpfs allocated every page of it). --broken-rings
+ * (FARM_FP_TXLOG_SKIP_DATA: every ring taken for a hole) must see the
+ * damaged record accepted (it passes when it does). */
+static bool broken_rings;
+static void nop_hook(enum farm_fault_point fp, void *arg);
+
+static void test_restart_check_file(void **state)
+{
+	(void)state;
+	const uint64_t R = 1u << 20, hdr = 4096, off = R - 64;
+	size_t len = hdr + R;
+	uint8_t *log = calloc(1, len);
+	assert_non_null(log);
+	assert_int_equal(farm_txlog_testing_format(log, len, 0, R, hdr), 0);
+	long rec = farm_txlog_testing_record(
+	        log, len, off, FARM_TXN_TESTING_TRUNCATE, 64, 5, false);
+	assert_int_equal(rec, (long)(hdr + off));
+	char path[] = "/dev/shm/farm-test-txlog-XXXXXX";
+	int fd = mkstemp(path);
+	if (fd < 0) { /* no tmpfs: any directory reads the same */
+		strcpy(path, "/tmp/farm-test-txlog-XXXXXX");
+		fd = mkstemp(path);
+	}
+	assert_true(fd >= 0);
+	unlink(path);
+	/* Only the superblock's page and the record's: the rest a hole. */
+	assert_int_equal(ftruncate(fd, (off_t)len), 0);
+	assert_int_equal(pwrite(fd, log, 4096, 0), 4096);
+	assert_int_equal(
+	        pwrite(fd, log + len - 4096, 4096, (off_t)(len - 4096)), 4096);
+	struct stat st0, st1;
+	assert_int_equal(fstat(fd, &st0), 0);
+	if (broken_rings)
+		assert_int_equal(
+		        farm_fault_set(FARM_FP_TXLOG_SKIP_DATA, nop_hook, NULL),
+		        0);
+	char err[256] = "";
+	assert_int_equal(
+	        farm_txlog_check_fd(fd, len, "t.log", err, sizeof(err)), 0);
+	assert_int_equal(fstat(fd, &st1), 0);
+	printf("log file of %zu bytes: %lld blocks before the check, %lld "
+	       "after\n",
+	       len, (long long)st0.st_blocks, (long long)st1.st_blocks);
+	assert_int_equal(st1.st_blocks, st0.st_blocks);
+	/* The record's header changed: its checksum no longer matches. */
+	uint8_t b = log[rec + 40] ^ 1;
+	assert_int_equal(pwrite(fd, &b, 1, (off_t)(rec + 40)), 1);
+	int rc = farm_txlog_check_fd(fd, len, "t.log", err, sizeof(err));
+	(void)farm_fault_set(FARM_FP_TXLOG_SKIP_DATA, NULL, NULL);
+	printf("damaged record after a hole: %s\n", rc ? err : "accepted");
+	if (broken_rings) { /* the proof: the bug is seen */
+		if (rc)
+			fail_msg("--broken-rings: the damaged record was "
+			         "refused: the switch read the ring");
+		printf("--broken-rings: the damaged record was accepted, as "
+		       "the test must see\n");
+		close(fd);
+		free(log);
+		return;
+	}
+	assert_int_equal(rc, FARM_ECORRUPT);
+	char want[96];
+	snprintf(want, sizeof(want), "t.log: damaged log record at offset %ld",
+	         rec);
+	assert_non_null(strstr(err, want));
+	/* Shorter than its superblock says: refused, nothing read. */
+	assert_int_equal(
+	        farm_txlog_check_fd(fd, len - 64, "t.log", err, sizeof(err)),
+	        FARM_ECORRUPT);
+	assert_int_equal(
+	        farm_txlog_check_fd(-1, len, "t.log", err, sizeof(err)),
+	        -EINVAL);
+	close(fd);
+	free(log);
+}
+
 /* Recovery's messages, forged or stale (bad input): each is
  * refused and counted (rec_refused), none changes anything, and the
  * machines go on committing. Machine id 2 sends them to machine id 1,
@@ -1429,6 +1512,13 @@ int main(int argc, char **argv)
 	broken_moved = argc > 1 && !strcmp(argv[1], "--broken-moved");
 	broken_new = argc > 1 && !strcmp(argv[1], "--broken-new");
 	broken_claim = argc > 1 && !strcmp(argv[1], "--broken-claim");
+	broken_rings = argc > 1 && !strcmp(argv[1], "--broken-rings");
+	if (broken_rings) {
+		const struct CMUnitTest proof[] = {
+		        cmocka_unit_test(test_restart_check_file),
+		};
+		return cmocka_run_group_tests(proof, setup, teardown);
+	}
 	if (broken_new) { /* the proof alone */
 		const struct CMUnitTest proof[] = {
 		        cmocka_unit_test(test_new_uncommitted),
@@ -1458,6 +1548,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_write_fits),
 	        cmocka_unit_test(test_trunc_for_room),
 	        cmocka_unit_test(test_restart_marks_pads),
+	        cmocka_unit_test(test_restart_check_file),
 	        cmocka_unit_test(test_recovery_bad_input),
 	        cmocka_unit_test(test_alloc_moved),
 	        cmocka_unit_test(test_new_uncommitted),

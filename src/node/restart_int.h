@@ -12,14 +12,15 @@
 
 #include "node/restart.h"
 #include "node/node.h"
+#include "txn/txid.h"
 #include "txn/txm.h"
 
 #define MAN_MAGIC  0x314e414d4d524146ull /* "FARMMAN1" */
 #define MAN_END    0x31444e454d524146ull /* "FARMEND1" */
 #define MAN_LAYOUT 1u
 #define MAN_NAME   64
-#define RLOG_MAGIC 0x31474f4c524d5246ull /* "FRMRLOG1" */
-#define RLOG_HDR   64u
+#define RLOG_MAGIC 0x32474f4c524d5246ull /* "FRMRLOG2": with rings[] */
+#define RLOG_HDR   256u
 #define BARRIER_MS 60000
 #define READ_CHUNK (1u << 20)
 
@@ -71,14 +72,21 @@ void farm_rst_cluster_name(const struct farm_config *cfg, char *out,
 /* The head of the published previous log; the log file follows, then
  * the configuration history (hist_bytes of it, restart_hist.c), beyond the
  * length the card gives (a peer built before the history reads the log
- * alone, and one that publishes none leaves hist_bytes 0). */
+ * alone, and one that publishes none leaves hist_bytes 0). The published
+ * memory is sparse: only the rings of the coordinators in @rings were read
+ * in (the rest are zero, and no record), and a peer reads no other: a
+ * read of an unbacked range would have this machine's memory allocated
+ * under the reader (on tmpfs; and a fault the reader dies of where the
+ * file system is full). A peer built before @rings (another magic) is
+ * refused as a bad header. */
 struct rlog_hdr {
 	uint64_t magic;
 	uint32_t machine;
 	_Atomic uint32_t done; /* 1: this machine's restart applied (step 5) */
 	uint64_t log_bytes;
 	uint64_t hist_bytes;
-	uint8_t pad[RLOG_HDR - 32];
+	uint64_t rings[TXN_COORD_WORDS];
+	uint8_t pad[RLOG_HDR - 32 - 8 * TXN_COORD_WORDS];
 };
 _Static_assert(sizeof(struct rlog_hdr) == RLOG_HDR, "rlog header");
 

@@ -129,16 +129,19 @@ static int read_log_head(farm_cq *cq, struct peer_log *p)
 
 /* Then only the rings of the coordinators @coords (a log file has rings
  * for every possible machine id, nearly all of them empty; the buffer is
- * zeroed, and a zero ring holds no record). */
+ * zeroed, and a zero ring holds no record), of those the peer read in
+ * (struct rlog_hdr: the others are zero there, and unbacked). */
 static int read_log_rings(farm_cq *cq, struct peer_log *p,
                           const uint64_t *coords)
 {
 	struct rlog_sb sb;
 	if (!rlog_sb_ok(p, &sb))
 		return 0; /* read whole */
+	struct rlog_hdr h;
+	memcpy(&h, p->buf, sizeof(h));
 	int rc = 0;
 	for (uint32_t c = 0; !rc && c < sb.M; c++) {
-		if (!txn_coord_in(coords, c))
+		if (!txn_coord_in(coords, c) || !txn_coord_in(h.rings, c))
 			continue;
 		rc = read_range(cq, p,
 		                RLOG_HDR + sb.hdr_area +

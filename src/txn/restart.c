@@ -107,9 +107,11 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "alloc/alloc.h"
 #include "alloc/objhdr.h"
@@ -176,6 +178,59 @@ static int super_check(const uint8_t *base, size_t len, const char *what,
 	return 0;
 }
 
+/* One ring of collect's (below): coordinator @c's thread @t, @R bytes at
+ * @ring, @roff into machine @machine's log file (for the message). */
+struct ring_at {
+	const uint8_t *ring;
+	uint64_t R, roff;
+	uint32_t machine, c, t;
+};
+
+static int collect_ring(const struct ring_at *g, struct rs_rec **v, size_t *n,
+                        size_t *cap, uint64_t *mark, const char *what,
+                        char *err, size_t errlen)
+{
+	for (uint64_t off = 0; off < g->R; off += 64) {
+		struct rec_hdr h;
+		/* One in flight at the kill never landed, so was never
+		 * acknowledged: not whole, skipped. */
+		int k = farm_txn_log_record_at(g->ring, g->R, off, &h, NULL);
+		if (k < 0) {
+			FAIL("%s: damaged log record at offset %" PRIu64
+			     " (machine %" PRIu32 "'s thread %" PRIu32
+			     " ring, type %u, %" PRIu32
+			     " bytes): whole by its trailer but its checksum "
+			     "does not match",
+			     what, g->roff + off, g->c, g->t, (unsigned)h.type,
+			     h.len);
+			return FARM_ECORRUPT;
+		}
+		if (!k)
+			continue;
+		if (mark && h.lw > mark[g->c * MAX_LOOPS + g->t])
+			mark[g->c * MAX_LOOPS + g->t] = h.lw;
+		if (k == 2 || !v) { /* a pad, or checking */
+			off += h.len - 64;
+			continue;
+		}
+		if (*n == *cap) {
+			size_t nc = *cap ? *cap * 2 : 1024;
+			struct rs_rec *nv = realloc(*v, nc * sizeof(**v));
+			if (!nv)
+				return -ENOMEM;
+			*v = nv;
+			*cap = nc;
+		}
+		(*v)[(*n)++] = (struct rs_rec){.rec = g->ring + off,
+		                               .h = h,
+		                               .owner = g->machine,
+		                               .coord = g->c,
+		                               .th = g->t};
+		off += h.len - 64;
+	}
+	return 0;
+}
+
 /* Every whole record of one log file (as farm_txlog_scan_file finds
  * them), appended to *@v (when @v is given), and every coordinator
  * thread's low-water mark raised to the highest a whole record or pad
@@ -196,52 +251,16 @@ static int collect(const uint8_t *base, const uint64_t *coords,
 	for (uint32_t c = 0; c < sb.M; c++)
 		for (uint32_t t = 0;
 		     t < sb.T && (!coords || txn_coord_in(coords, c)); t++) {
-			uint64_t roff =
-			        sb.hdr_area + ((uint64_t)c * sb.T + t) * sb.R;
-			const uint8_t *ring = base + roff;
-			for (uint64_t off = 0; off < sb.R; off += 64) {
-				struct rec_hdr h;
-				/* One in flight at the kill never landed, so
-				 * was never acknowledged: not whole, skipped.
-				 */
-				int k = farm_txn_log_record_at(ring, sb.R, off,
-				                               &h, NULL);
-				if (k < 0) {
-					FAIL("%s: damaged log record at offset "
-					     "%" PRIu64 " (machine %" PRIu32
-					     "'s thread %" PRIu32
-					     " ring, type %u, %" PRIu32
-					     " bytes): whole by its trailer "
-					     "but its checksum does not match",
-					     what, roff + off, c, t,
-					     (unsigned)h.type, h.len);
-					return FARM_ECORRUPT;
-				}
-				if (!k)
-					continue;
-				if (mark && h.lw > mark[c * MAX_LOOPS + t])
-					mark[c * MAX_LOOPS + t] = h.lw;
-				if (k == 2 || !v) { /* a pad, or checking */
-					off += h.len - 64;
-					continue;
-				}
-				if (*n == *cap) {
-					size_t nc = *cap ? *cap * 2 : 1024;
-					struct rs_rec *nv =
-					        realloc(*v, nc * sizeof(**v));
-					if (!nv)
-						return -ENOMEM;
-					*v = nv;
-					*cap = nc;
-				}
-				(*v)[(*n)++] =
-				        (struct rs_rec){.rec = ring + off,
-				                        .h = h,
-				                        .owner = sb.machine,
-				                        .coord = c,
-				                        .th = t};
-				off += h.len - 64;
-			}
+			struct ring_at g = {.R = sb.R,
+			                    .machine = sb.machine,
+			                    .c = c,
+			                    .t = t};
+			g.roff = sb.hdr_area + ((uint64_t)c * sb.T + t) * sb.R;
+			g.ring = base + g.roff;
+			int rc = collect_ring(&g, v, n, cap, mark, what, err,
+			                      errlen);
+			if (rc)
+				return rc;
 		}
 	return 0;
 }
@@ -252,6 +271,68 @@ int farm_txlog_check(const uint8_t *base, size_t len, const char *what,
 	int rc = super_check(base, len, what, err, errlen);
 	return rc ? rc
 	          : collect(base, 0, NULL, NULL, NULL, NULL, what, err, errlen);
+}
+
+/* Does @fd hold data anywhere in [@off, @off + @len)? A hole reads as
+ * zeros, and a zero line is no record (farm_txn_log_record_at), so a ring
+ * without data holds nothing to check. A file system without SEEK_DATA
+ * says data everywhere (the generic lseek), and the ring is read. */
+static bool has_data(int fd, uint64_t off, uint64_t len)
+{
+	if (FARM_FAULT_SWITCH(FARM_FP_TXLOG_SKIP_DATA))
+		return false;
+	off_t d = lseek(fd, (off_t)off, SEEK_DATA);
+	return d >= 0 ? (uint64_t)d < off + len : errno != ENXIO;
+}
+
+/* pread of @len bytes at @off into @dst. 0; a negative errno. */
+static int pread_all(int fd, uint8_t *dst, uint64_t off, uint64_t len)
+{
+	for (uint64_t got = 0; got < len;) {
+		ssize_t r = pread(fd, dst + got, len - got, (off_t)(off + got));
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return r < 0 ? -errno : -EIO;
+		got += (uint64_t)r;
+	}
+	return 0;
+}
+
+int farm_txlog_check_fd(int fd, uint64_t len, const char *what, char *err,
+                        size_t errlen)
+{
+	struct log_super sb;
+	if (fd < 0)
+		return -EINVAL;
+	int rc = len < sizeof(sb)
+	                 ? 0
+	                 : pread_all(fd, (uint8_t *)&sb, 0, sizeof(sb));
+	if (rc)
+		return rc;
+	if ((rc = super_check(len < sizeof(sb) ? NULL : (const uint8_t *)&sb,
+	                      len, what, err, errlen)))
+		return rc;
+	uint8_t *buf = malloc(sb.R);
+	if (!buf)
+		return -ENOMEM;
+	for (uint32_t c = 0; c < sb.M && !rc; c++)
+		for (uint32_t t = 0; t < sb.T && !rc; t++) {
+			struct ring_at g = {.ring = buf,
+			                    .R = sb.R,
+			                    .machine = sb.machine,
+			                    .c = c,
+			                    .t = t};
+			g.roff = sb.hdr_area + ((uint64_t)c * sb.T + t) * sb.R;
+			if (!has_data(fd, g.roff, sb.R))
+				continue;
+			rc = pread_all(fd, buf, g.roff, sb.R);
+			if (!rc)
+				rc = collect_ring(&g, NULL, NULL, NULL, NULL,
+				                  what, err, errlen);
+		}
+	free(buf);
+	return rc;
 }
 
 int farm_txlog_pending(const uint8_t *base, size_t len, uint64_t *coords)

@@ -336,6 +336,14 @@ struct farm_txrestart_stats {
 const char *farm_txm_log_file(const farm_txm *m);
 int farm_txlog_check(const uint8_t *base, size_t len, const char *what,
                      char *err, size_t errlen);
+/* farm_txlog_check_fd(): the same for the file @fd (@len bytes), read by
+ * pread, ring by ring, where it holds data (SEEK_DATA): a log file has a
+ * ring for every possible coordinator, nearly all holes, and a mapping
+ * read through them made tmpfs fill every one with zero pages (256 MiB a
+ * machine at 4 MiB rings, seconds at a restart). 0, FARM_ECORRUPT, or a
+ * negative errno when the file cannot be read (not damage). */
+int farm_txlog_check_fd(int fd, uint64_t len, const char *what, char *err,
+                        size_t errlen);
 /* farm_txlog_pending(): add to @coords (txn_coord_put) every coordinator
  * whose records the log file @base (@len bytes; its superblock and log
  * headers are enough) may still hold: the previous members, and removed

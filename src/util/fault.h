@@ -534,6 +534,12 @@ enum farm_fault_point {
 	 * read again at once and logged each time, forever, as before the
 	 * bound (test_datarec_retry --broken must see the copy spin). */
 	FARM_FP_DATAREC_BAD_UNBOUNDED,
+	/* txn/restart.c, a switch: while hooked, the check of a log file at
+	 * rest by its descriptor (farm_txlog_check_fd) takes every ring for
+	 * a hole and reads none, where it skips only rings without data
+	 * (tests/test_txn.c --broken-rings must see a damaged record after
+	 * a hole accepted). */
+	FARM_FP_TXLOG_SKIP_DATA,
 	FARM_FP_COUNT
 };
 

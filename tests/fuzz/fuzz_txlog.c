@@ -89,10 +89,17 @@ static void scan(const uint8_t *base, size_t len)
 	if (!path[0])
 		snprintf(path, sizeof(path), "/dev/shm/fuzz_txlog.%d",
 		         (int)getpid());
-	int fd = open(path, O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0600);
+	int fd = open(path, O_CREAT | O_TRUNC | O_RDWR | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return; /* no tmpfs: the in-memory walk still runs */
 	bool whole = write(fd, base, len) == (ssize_t)len;
+	/* The restart's check by the descriptor answers as the check of the
+	 * same bytes in memory. */
+	char e1[512], e2[512];
+	if (whole &&
+	    farm_txlog_check_fd(fd, len, "fuzz", e1, sizeof(e1)) !=
+	            farm_txlog_check(base, len, "fuzz", e2, sizeof(e2)))
+		abort();
 	close(fd);
 	int seen = 0;
 	int rc = whole ? farm_txlog_scan_file(path, count_rec, &seen, NULL) : 0;
