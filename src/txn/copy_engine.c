@@ -47,10 +47,18 @@ static bool has_work(struct farm_datarec *dr)
 	return false;
 }
 
-static void *open_low(void *arg)
+/* The costly part of a copy's open, the making of its region, at the
+ * lowest priority; nothing else: the rest takes locks the loops take
+ * (the address space's, dr->lock), and a holder at nice 19 preempted by
+ * spinning loops would stall them in turn. */
+static void *make_low(void *arg)
 {
+	struct dr_open *o = arg;
 	(void)farm_thread_set_lowest();
-	farm_txn_dr_open_run(arg);
+	farm_as *as = o->m->as;
+	if (farm_region_create(farm_as_fabric(as), farm_as_region_size(as),
+	                       &o->made))
+		o->made = NULL; /* made at the open, as before */
 	return NULL;
 }
 
@@ -59,10 +67,10 @@ static void *open_low(void *arg)
  * it allocated (posix_fallocate), about 10 ms of CPU for 64 MiB, just as
  * the survivors' loops come back from a recovery, and on a 2-core host
  * it took the CPU from them for that long. Only the COPY's answer waits
- * for it (the copy is paced background work anyway), so it runs at the
- * lowest priority, on a thread of its own (a thread that lowered its
- * priority may not raise it again), joined here; on the engine itself
- * when no thread can be made. */
+ * for it (the copy is paced background work anyway), so the making runs
+ * at the lowest priority, on a thread of its own (a thread that lowered
+ * its priority may not raise it again), joined here, and the rest of the
+ * open here; all of it here when no thread can be made. */
 static bool open_one(struct farm_datarec *dr)
 {
 	struct dr_open *o = dr->opens;
@@ -71,10 +79,10 @@ static bool open_one(struct farm_datarec *dr)
 	dr->opens = o->next;
 	pthread_mutex_unlock(&dr->lock);
 	pthread_t th;
-	if (pthread_create(&th, NULL, open_low, o) == 0)
+	if (!farm_as_local_region(dr->m->as, o->region, NULL) &&
+	    pthread_create(&th, NULL, make_low, o) == 0)
 		(void)pthread_join(th, NULL);
-	else
-		farm_txn_dr_open_run(o);
+	farm_txn_dr_open_run(o);
 	pthread_mutex_lock(&dr->lock);
 	return true;
 }
