@@ -134,6 +134,11 @@ static void analyse(const struct wl_result *r, unsigned victim,
 	double want = 0.8 * tl->before;
 	tl->window_ms = pick_window(r, k, want);
 	phases(r, victim, tl);
+	/* No commit in the steady state (a host that stopped the cluster
+	 * before the kill): there is no throughput to come back to, and
+	 * every window would pass a test of 80% of nothing. */
+	if (!(tl->before > 0))
+		return;
 	find_80(r, k, want, tl->window_ms, tl);
 	if (isnan(tl->dip)) /* no dip: never below 80% */
 		tl->back80 = 0;

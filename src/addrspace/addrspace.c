@@ -457,24 +457,39 @@ static void h_create(farm_loop *loop, const farm_msg_in *in, void *arg)
 	farm_as_reply(loop, &in->token, &d, sizeof(d));
 }
 
-int farm_as_backup_open(farm_as *as, uint32_t region)
+/* Whether a copy of @region is held here (primary or backup). */
+static bool held_here(farm_as *as, uint32_t region)
 {
-	if (!as || region == 0 || region > FARM_REGION_ID_MAX)
-		return -EINVAL;
 	pthread_rwlock_rdlock(&as->lock);
 	struct entry *e = farm_as_find(as, region);
 	bool held = e && (e->kind == E_PRIMARY || e->kind == E_BACKUP);
 	pthread_rwlock_unlock(&as->lock);
-	if (held)
+	return held;
+}
+
+int farm_as_backup_open(farm_as *as, uint32_t region)
+{
+	if (!as || region == 0 || region > FARM_REGION_ID_MAX)
+		return -EINVAL;
+	if (held_here(as, region))
 		return -EEXIST;
 	farm_region *r;
 	int rc = farm_region_create(as->fab, as->region_size, &r);
-	if (rc)
-		return rc;
+	return rc ? rc : farm_as_backup_open_made(as, region, r);
+}
+
+int farm_as_backup_open_made(farm_as *as, uint32_t region, farm_region *r)
+{
+	if (!as || !r || region == 0 || region > FARM_REGION_ID_MAX ||
+	    farm_region_size(r) != as->region_size) {
+		farm_region_destroy(r);
+		return -EINVAL;
+	}
 	struct entry ne = {
 	        .id = region, .kind = E_BACKUP, .filling = true, .local = r};
+	int rc;
 	as_wrlock(as);
-	e = farm_as_find(as, region);
+	struct entry *e = farm_as_find(as, region);
 	if (e && (e->kind == E_PRIMARY || e->kind == E_BACKUP))
 		rc = -EEXIST;
 	else

@@ -206,6 +206,11 @@ int farm_as_leave_check(farm_as *as, farm_loop *loop, uint64_t cfg,
  * the copy is complete and checked.
  */
 int farm_as_backup_open(farm_as *as, uint32_t region);
+/* The same with @r, a region of the address space's size the caller made
+ * (farm_region_create with farm_as_fabric): taken over, destroyed where
+ * it is not used (an error, or -EEXIST). Lets the making, the costly
+ * part, run where the caller chooses (src/txn/copy_engine.c). */
+int farm_as_backup_open_made(farm_as *as, uint32_t region, farm_region *r);
 int farm_as_backup_filled(farm_as *as, uint32_t region);
 bool farm_as_backup_filling(farm_as *as, uint32_t region);
 

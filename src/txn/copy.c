@@ -262,13 +262,22 @@ static void testing_demoted_open(farm_txm *m, uint32_t region)
 
 bool farm_txn_datarec_adopt(farm_txm *m, uint32_t region, bool start)
 {
+	return farm_txn_datarec_adopt_made(m, region, start, NULL);
+}
+
+bool farm_txn_datarec_adopt_made(farm_txm *m, uint32_t region, bool start,
+                                 farm_region *made)
+{
 	struct farm_datarec *dr = m->dr;
-	if (!dr || !farm_txn_dr_new_backup_here(m, region))
+	if (!dr || !farm_txn_dr_new_backup_here(m, region)) {
+		farm_region_destroy(made);
 		return false;
+	}
 #ifdef FARM_FAULT_INJECTION
 	testing_demoted_open(m, region);
 #endif
-	int rc = farm_as_backup_open(m->as, region);
+	int rc = made ? farm_as_backup_open_made(m->as, region, made)
+	              : farm_as_backup_open(m->as, region);
 	if (rc && rc != -EEXIST) {
 		farm_err("datarec: cannot open a copy of region %#" PRIx32
 		         ": %s",

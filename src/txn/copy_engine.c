@@ -67,8 +67,30 @@ static uint64_t all_wait_until(const struct farm_datarec *dr, uint64_t now)
 	return until == UINT64_MAX ? 0 : until;
 }
 
+/* The costly part of a copy's open, the making of its region, at the
+ * lowest priority; nothing else: the rest takes locks the loops take
+ * (the address space's, dr->lock), and a holder at nice 19 preempted by
+ * spinning loops would stall them in turn. */
+static void *make_low(void *arg)
+{
+	struct dr_open *o = arg;
+	(void)farm_thread_set_lowest();
+	farm_as *as = o->m->as;
+	if (farm_region_create(farm_as_fabric(as), farm_as_region_size(as),
+	                       &o->made))
+		o->made = NULL; /* made at the open, as before */
+	return NULL;
+}
+
 /* Under dr->lock: open one copy a COPY waits for, before the pace.
- * Whether there was one. */
+ * Whether there was one. The open makes a region: on tmpfs every page of
+ * it allocated (posix_fallocate), about 10 ms of CPU for 64 MiB, just as
+ * the survivors' loops come back from a recovery, and on a 2-core host
+ * it took the CPU from them for that long. Only the COPY's answer waits
+ * for it (the copy is paced background work anyway), so the making runs
+ * at the lowest priority, on a thread of its own (a thread that lowered
+ * its priority may not raise it again), joined here, and the rest of the
+ * open here; all of it here when no thread can be made. */
 static bool open_one(struct farm_datarec *dr)
 {
 	struct dr_open *o = dr->opens;
@@ -76,6 +98,10 @@ static bool open_one(struct farm_datarec *dr)
 		return false;
 	dr->opens = o->next;
 	pthread_mutex_unlock(&dr->lock);
+	pthread_t th;
+	if (!farm_as_local_region(dr->m->as, o->region, NULL) &&
+	    pthread_create(&th, NULL, make_low, o) == 0)
+		(void)pthread_join(th, NULL);
 	farm_txn_dr_open_run(o);
 	pthread_mutex_lock(&dr->lock);
 	return true;

@@ -150,6 +150,7 @@ struct dr_open {
 	struct farm_msg_token token;
 	uint32_t region;
 	int rc;
+	farm_region *made; /* made off the engine for the copy, or NULL */
 };
 
 struct farm_datarec {

@@ -289,7 +289,11 @@ static void dr_open_done(farm_loop *loop, void *ctx, int status)
 
 void farm_txn_dr_open_run(struct dr_open *o)
 {
-	o->rc = farm_txn_datarec_adopt(o->m, o->region, true) ? 0 : -ENOMEM;
+	farm_region *made = o->made;
+	o->made = NULL;
+	o->rc = farm_txn_datarec_adopt_made(o->m, o->region, true, made)
+	                ? 0
+	                : -ENOMEM;
 	if (farm_loop_post(o->loop, dr_open_done, o)) {
 		farm_warn("datarec: COPY of region %#" PRIx32 " not answered "
 		          "(the primary asks again)",

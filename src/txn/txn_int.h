@@ -292,6 +292,10 @@ int farm_txn_datarec_attach(farm_txm *m, struct txloop *tl);
 void farm_txn_datarec_detach(farm_txm *m, struct txloop *tl);
 void farm_txn_datarec_fini(farm_txm *m);
 bool farm_txn_datarec_adopt(farm_txm *m, uint32_t region, bool start);
+/* The same with @made, a region the caller made for the copy (NULL: made
+ * here), taken over. */
+bool farm_txn_datarec_adopt_made(farm_txm *m, uint32_t region, bool start,
+                                 farm_region *made);
 bool farm_txn_datarec_skip_apply(farm_txm *m, uint32_t region);
 void farm_txn_datarec_sums(farm_txm *m, farm_txm_stats *out);
 

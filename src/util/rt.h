@@ -8,8 +8,12 @@
 #ifndef FARM_UTIL_RT_H
 #define FARM_UTIL_RT_H
 
+#include <errno.h>
 #include <pthread.h>
 #include <sched.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 /* SCHED_FIFO priorities, both below the kernel's threaded interrupts (50).
  * The failure detectors (the lease thread, the shm fabric's death
@@ -58,6 +62,17 @@ static inline int farm_thread_set_normal(void)
 {
 	struct sched_param sp = {.sched_priority = 0};
 	return pthread_setschedparam(pthread_self(), SCHED_OTHER, &sp);
+}
+
+/* The calling thread at the lowest SCHED_OTHER priority (nice 19; on
+ * Linux a thread's nice value is its own): for one-off bulk work that
+ * nothing waits for in a hurry, so that it takes the CPU only where the
+ * loops leave it. An unprivileged thread cannot come back from it: call
+ * it on a thread made for the work. 0 or the positive error. */
+static inline int farm_thread_set_lowest(void)
+{
+	return setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19) ? errno
+	                                                                : 0;
 }
 
 #endif
