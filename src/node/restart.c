@@ -167,6 +167,44 @@ static int alloc_published(struct farm_restart *rs, farm_fabric *fab, size_t ll,
 	return rc;
 }
 
+/* The previous log (@ll bytes of @fd) into @dst: the superblock and
+ * headers, then only the rings of the previous members' coordinators, and
+ * of removed ones whose records the headers say may be left
+ * (farm_txlog_pending): a log file has rings for every possible machine
+ * id (ids x threads x ring bytes), nearly all empty, and the memory is
+ * zero already. Unreadable superblock: all of it. The coordinators whose
+ * rings were read in go to @rings (all, read whole). */
+static int read_published(const struct farm_restart *rs, int fd, uint8_t *dst,
+                          size_t ll, uint64_t *rings)
+{
+	struct {
+		uint64_t magic;
+		uint32_t layout, machine, M, T;
+		uint64_t R, hdr_area, total;
+	} sb = {0};
+	bool whole = pread(fd, &sb, sizeof(sb), 0) != (ssize_t)sizeof(sb) ||
+	             !sb.M || sb.M > TXN_MAX_MACHINES || !sb.T || sb.T > 64 ||
+	             !sb.R || sb.total != ll || sb.hdr_area > ll ||
+	             sb.hdr_area + (uint64_t)sb.M * sb.T * sb.R != ll;
+	if (whole) {
+		memset(rings, 0xff, TXN_COORD_WORDS * sizeof(*rings));
+		return read_at(fd, dst, 0, ll);
+	}
+	int rc = read_at(fd, dst, 0, sb.hdr_area);
+	memset(rings, 0, TXN_COORD_WORDS * sizeof(*rings));
+	for (uint32_t i = 0; i < rs->old.nmembers; i++)
+		txn_coord_put(rings, rs->old.members[i], true);
+	if (!rc && !FARM_FAULT_SWITCH(FARM_FP_RESTART_NO_PENDING))
+		(void)farm_txlog_pending(dst, ll, rings);
+	for (uint32_t c = 0; !rc && c < sb.M; c++) {
+		if (!txn_coord_in(rings, c))
+			continue;
+		uint64_t off = sb.hdr_area + (uint64_t)c * sb.T * sb.R;
+		rc = read_at(fd, dst + off, off, (uint64_t)sb.T * sb.R);
+	}
+	return rc;
+}
+
 int farm_restart_attach(struct farm_restart *rs, farm_fabric *fab, farm_as *as,
                         farm_txm *txm, struct farm_galloc *ga)
 {
@@ -196,45 +234,15 @@ int farm_restart_attach(struct farm_restart *rs, farm_fabric *fab, farm_as *as,
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
-	/* The superblock and headers, then only the rings of the previous
-	 * members' coordinators, and of removed ones whose records the
-	 * headers say may be left (farm_txlog_pending): a log file has rings
-	 * for every possible machine id (ids x threads x ring bytes), nearly
-	 * all empty, and the memory is zero already. Unreadable superblock:
-	 * all of it. */
-	struct {
-		uint64_t magic;
-		uint32_t layout, machine, M, T;
-		uint64_t R, hdr_area, total;
-	} sb = {0};
-	bool whole = pread(fd, &sb, sizeof(sb), 0) != (ssize_t)sizeof(sb) ||
-	             !sb.M || sb.M > TXN_MAX_MACHINES || !sb.T || sb.T > 64 ||
-	             !sb.R || sb.total != ll || sb.hdr_area > ll ||
-	             sb.hdr_area + (uint64_t)sb.M * sb.T * sb.R != ll;
-	int rc2 = whole ? read_at(fd, base + RLOG_HDR, 0, ll)
-	                : read_at(fd, base + RLOG_HDR, 0, sb.hdr_area);
-	uint64_t coords[TXN_COORD_WORDS] = {0};
-	for (uint32_t i = 0; i < rs->old.nmembers; i++)
-		txn_coord_put(coords, rs->old.members[i], true);
-	if (!whole && !rc2 && !FARM_FAULT_SWITCH(FARM_FP_RESTART_NO_PENDING))
-		(void)farm_txlog_pending(base + RLOG_HDR, ll, coords);
-	for (uint32_t c = 0; !whole && !rc2 && c < sb.M; c++) {
-		if (!txn_coord_in(coords, c))
-			continue;
-		uint64_t off = sb.hdr_area + (uint64_t)c * sb.T * sb.R;
-		rc2 = read_at(fd, base + RLOG_HDR + off, off,
-		              (uint64_t)sb.T * sb.R);
-	}
-	close(fd);
-	if (rc2)
-		return rc2;
 	struct rlog_hdr *h = (struct rlog_hdr *)(void *)base;
+	rc = read_published(rs, fd, base + RLOG_HDR, ll, h->rings);
+	close(fd);
+	if (rc)
+		return rc;
 	h->magic = RLOG_MAGIC;
 	h->machine = rs->me;
 	h->log_bytes = ll;
 	h->hist_bytes = hl;
-	for (unsigned w = 0; w < TXN_COORD_WORDS; w++)
-		h->rings[w] = whole ? ~0ull : coords[w];
 	atomic_store_explicit(&h->done, 0, memory_order_relaxed);
 	return farm_mr_reg(fab, base, RLOG_HDR + ll + hl,
 	                   FARM_ACCESS_LOCAL | FARM_ACCESS_REMOTE_READ,
