@@ -397,6 +397,30 @@ static void usage(FILE *f)
 
 /* The command line into g_opt; 0 to go on, else main's exit status
  * (-1: --help, printed). */
+/* An option with a value: 0 when @a is none of them. */
+static int take_value(const char *a, const char *v)
+{
+	if (!strcmp(a, "--machines"))
+		g_opt.machines = (unsigned)atoi(v);
+	else if (!strcmp(a, "--mb"))
+		g_opt.mb = strtoull(v, NULL, 10);
+	else if (!strcmp(a, "--replicas"))
+		g_opt.replicas = (unsigned)atoi(v);
+	else if (!strcmp(a, "--region"))
+		g_opt.region_mb = strtoull(v, NULL, 10);
+	else if (!strcmp(a, "--dir"))
+		g_opt.dir = v;
+	else if (!strcmp(a, "--lease-ms"))
+		g_opt.lease_ms = (unsigned)atoi(v);
+	else if (!strcmp(a, "--keep"))
+		g_opt.keep = v;
+	else if (!strcmp(a, "--again"))
+		g_opt.again = v;
+	else
+		return 0;
+	return 1;
+}
+
 static int parse_args(int argc, char **argv)
 {
 	for (int i = 1; i < argc; i++) {
@@ -407,22 +431,8 @@ static int parse_args(int argc, char **argv)
 		} else if (!strcmp(a, "--quick")) {
 			g_opt.mb = 64;
 			g_opt.region_mb = 64;
-		} else if (v && !strcmp(a, "--machines")) {
-			g_opt.machines = (unsigned)atoi(v), i++;
-		} else if (v && !strcmp(a, "--mb")) {
-			g_opt.mb = strtoull(v, NULL, 10), i++;
-		} else if (v && !strcmp(a, "--replicas")) {
-			g_opt.replicas = (unsigned)atoi(v), i++;
-		} else if (v && !strcmp(a, "--region")) {
-			g_opt.region_mb = strtoull(v, NULL, 10), i++;
-		} else if (v && !strcmp(a, "--dir")) {
-			g_opt.dir = v, i++;
-		} else if (v && !strcmp(a, "--lease-ms")) {
-			g_opt.lease_ms = (unsigned)atoi(v), i++;
-		} else if (v && !strcmp(a, "--keep")) {
-			g_opt.keep = v, i++;
-		} else if (v && !strcmp(a, "--again")) {
-			g_opt.again = v, i++;
+		} else if (v && take_value(a, v)) {
+			i++;
 		} else {
 			usage(stderr);
 			return 2;
