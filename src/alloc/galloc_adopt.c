@@ -158,8 +158,9 @@ static int free_mark_first(farm_galloc *g, farm_slab *slab, farm_gaddr a,
  * file where it has one: most of a region is never written, and reading
  * that through the mapping had tmpfs clear (where not fallocated, also
  * allocate) each page, which took a core for 250-300 ms per 64 MiB right
- * after recovery, while the commits were to get their throughput back. No object of it is allocated or freed until
- * the rebuild is done (frees deferred), as the file's reader requires. */
+ * after recovery, while the commits were to get their throughput back.
+ * No object of it is allocated or freed until the rebuild is done (frees
+ * deferred), as the file's reader requires. */
 static int rebuild_live(farm_galloc *g, farm_region *fr,
                         const struct farm_alloc_region *r)
 {
