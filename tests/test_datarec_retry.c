@@ -52,13 +52,6 @@ static int teardown(void **state)
 	return 0;
 }
 
-static farm_txm_stats stats(unsigned m)
-{
-	farm_txm_stats s;
-	farm_txm_stats_get(C.m[m].txm, &s);
-	return s;
-}
-
 /* Machine index @m's record of its copy of @region (false: none). */
 static bool copy_of(unsigned m, uint32_t region, struct farm_datarec_region *d)
 {
@@ -140,37 +133,25 @@ static void reconfigure(uint64_t cid, const uint32_t *ids, unsigned n,
 		all = true;
 		/* 0 from the reconfiguration until its round ends. */
 		for (unsigned k = 0; k < n; k++)
-			all &= stats(ids[k] - 1).rec_t_active_ns != 0;
+			all &= txm_stats(ids[k] - 1).rec_t_active_ns != 0;
 	}
 	for (unsigned k = 0; k < n; k++)
 		farm_txm_datarec_view(C.m[ids[k] - 1].txm);
 }
 
 /* Pump until machine index @m's copy of @region started at @after or
- * later (monotonic ns; a copy started again keeps its record) is no
- * longer in progress, or @until passes. */
+ * later (monotonic ns; a copy started again keeps its record) has read a
+ * bad table @reads times (d->retries), or, @reads 0, is no longer in
+ * progress; false when @until passes first. */
 static bool pump_copy(unsigned m, uint32_t region, uint64_t after,
-                      uint64_t until, struct farm_datarec_region *d)
+                      uint64_t until, uint64_t reads,
+                      struct farm_datarec_region *d)
 {
 	while (farm_now_ns() < until) {
 		asn_pump(&C);
 		if (copy_of(m, region, d) && d->t_start_ns >= after &&
-		    d->state >= FARM_DATAREC_DONE)
-			return true;
-	}
-	return false;
-}
-
-/* Pump until machine index @m's copy of @region started at @after or
- * later has read a bad table @n times (d->retries), or @until passes. */
-static bool pump_reads(unsigned m, uint32_t region, uint64_t after,
-                       uint64_t until, uint64_t n,
-                       struct farm_datarec_region *d)
-{
-	while (farm_now_ns() < until) {
-		asn_pump(&C);
-		if (copy_of(m, region, d) && d->t_start_ns >= after &&
-		    d->retries >= n)
+		    (reads ? d->retries >= reads
+		           : d->state >= FARM_DATAREC_DONE))
 			return true;
 	}
 	return false;
@@ -216,7 +197,7 @@ static void test_bad_table(void **state)
 	 * bound's time and a margin. */
 	uint64_t limit = broken ? t0 + waits + 1500000000ull
 	                        : t0 + 2 * waits + 5000000000ull;
-	bool stalled = pump_reads(m, region, t0, limit, bound, &d);
+	bool stalled = pump_copy(m, region, t0, limit, bound, &d);
 	uint64_t t_end = farm_now_ns();
 	uint64_t r_end = d.retries;
 	/* Stalled: a read a second at most from now on. */
@@ -227,7 +208,7 @@ static void test_bad_table(void **state)
 	struct farm_datarec_region d2 = {0};
 	assert_true(copy_of(m, region, &d2));
 	unsigned lines = log_release();
-	farm_txm_stats s = stats(m);
+	farm_txm_stats s = txm_stats(m);
 	printf("bad_table%s: machine %u copying region %#" PRIx32
 	       ": bound %s after %.2f s, %" PRIu64 " reads again (bound %u, "
 	       "waits %.2f s), %" PRIu64 " in the %.1f s after, %u log "
@@ -263,14 +244,14 @@ static void test_bad_table(void **state)
 	assert_int_equal(farm_fault_set(FARM_FP_DATAREC_BAD_TABLE, NULL, NULL),
 	                 0);
 	uint64_t t3 = farm_now_ns();
-	assert_true(pump_copy(m, region, t0, t3 + 20000000000ull, &d));
+	assert_true(pump_copy(m, region, t0, t3 + 20000000000ull, 0, &d));
 	printf("bad_table: the table read whole again: %s %.1f s later, "
 	       "%" PRIu64 " bytes read\n",
 	       d.state == FARM_DATAREC_DONE ? "complete" : "stopped",
 	       (double)(farm_now_ns() - t3) / 1e9, d.bytes);
 	assert_int_equal(d.state, FARM_DATAREC_DONE);
 	assert_false(farm_as_backup_filling(C.m[m].as, region));
-	assert_int_equal(stats(m).datarec_stalled, 1);
+	assert_int_equal(txm_stats(m).datarec_stalled, 1);
 }
 
 int main(int argc, char **argv)

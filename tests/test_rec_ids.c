@@ -37,13 +37,6 @@ static int teardown(void **state)
 	return 0;
 }
 
-static farm_txm_stats stats(unsigned m)
-{
-	farm_txm_stats s;
-	farm_txm_stats_get(C.m[m].txm, &s);
-	return s;
-}
-
 /* Machine index @m moves @amt from a's first byte to b's. */
 static int transfer(unsigned m, farm_gaddr a, farm_gaddr b, uint8_t amt)
 {
@@ -104,7 +97,7 @@ static void test_far_ids(void **state)
 		asn_pump(&C);
 		all = true;
 		for (unsigned k = 0; k < 3; k++)
-			all &= stats(surv[k]).rec_t_active_ns != 0;
+			all &= txm_stats(surv[k]).rec_t_active_ns != 0;
 	}
 	assert_true(all);
 	uint32_t p2 = primary_of(o[2].addr);

@@ -56,13 +56,6 @@ static int teardown(void **state)
 	return 0;
 }
 
-static farm_txm_stats stats(unsigned m)
-{
-	farm_txm_stats s;
-	farm_txm_stats_get(C.m[m].txm, &s);
-	return s;
-}
-
 /* Machines @from .. @to (indexes) take configuration @cid with ids
  * @ids. */
 static void views(unsigned from, unsigned to, uint64_t cid, const uint32_t *ids,
@@ -105,7 +98,7 @@ static void test_stale_lock(void **state)
 	farm_fatptr a = make_obj(0, 64, 50), b = make_obj(1, 64, 50);
 	assert_int_equal(primary_of(a.addr), 1);
 	assert_int_equal(primary_of(b.addr), 2);
-	farm_txm_stats p0[2] = {stats(0), stats(1)};
+	farm_txm_stats p0[2] = {txm_stats(0), txm_stats(1)};
 	const uint32_t ids[4] = {1, 2, 3, 4};
 	views(0, 1, 2, ids, 4); /* the primaries: configuration 2 */
 	int rc = transfer(a.addr, b.addr, 7);
@@ -115,7 +108,7 @@ static void test_stale_lock(void **state)
 	assert_int_equal(rc, FARM_ECONFLICT);
 	assert_true(farm_tx_retryable(rc));
 	for (unsigned m = 0; m < 2; m++) {
-		farm_txm_stats s = stats(m);
+		farm_txm_stats s = txm_stats(m);
 		printf("stale_lock: machine %u: %" PRIu64 " stale LOCK(s) "
 		       "refused, %" PRIu64 " locks granted\n",
 		       m + 1, s.stale_refused - p0[m].stale_refused,
@@ -138,7 +131,7 @@ static void test_stale_lock(void **state)
 	assert_int_equal(lf(0, a.addr, 64, a.incarnation, buf), 0);
 	assert_int_equal(buf[0], 43);
 	for (unsigned m = 0; m < 2; m++)
-		assert_int_equal(stats(m).stale_refused,
+		assert_int_equal(txm_stats(m).stale_refused,
 		                 p0[m].stale_refused + 1);
 }
 
@@ -147,12 +140,12 @@ static void test_stale_lock(void **state)
 static uint64_t pump_refused(unsigned m, uint64_t base, uint64_t n)
 {
 	uint64_t t0 = farm_now_ns();
-	while (stats(m).rec_refused < base + n &&
+	while (txm_stats(m).rec_refused < base + n &&
 	       farm_now_ns() - t0 < 10000000000ull)
 		asn_pump(&C);
 	for (unsigned i = 0; i < 1000; i++) /* anything more would show */
 		asn_pump(&C);
-	return stats(m).rec_refused - base;
+	return txm_stats(m).rec_refused - base;
 }
 
 static void wait_refused(unsigned m, uint64_t base, uint64_t n)
@@ -184,9 +177,9 @@ static void remove_machine4(const uint64_t *base)
 		asn_pump(&C);
 		all = true;
 		for (unsigned m = 0; m < 3; m++)
-			all &= stats(m).rec_t_active_ns != 0 &&
+			all &= txm_stats(m).rec_t_active_ns != 0 &&
 			       (!base ||
-			        stats(m).rec_decided_unlocked > base[m]);
+			        txm_stats(m).rec_decided_unlocked > base[m]);
 	}
 }
 
@@ -197,7 +190,7 @@ static void test_stale_messages(void **state)
 		(void)make_obj(m, 64, (uint8_t)m); /* a region each */
 	remove_machine4(NULL);
 	const uint32_t ids[3] = {1, 2, 3}, gone[1] = {4};
-	farm_txm_stats s1 = stats(0), s2 = stats(1);
+	farm_txm_stats s1 = txm_stats(0), s2 = txm_stats(1);
 	assert_true(s1.rec_t_active_ns && s2.rec_t_active_ns);
 	assert_int_equal(
 	        farm_txm_reconfigure(C.m[0].txm, 2, gone, 1, ids, 3, 1),
@@ -209,7 +202,7 @@ static void test_stale_messages(void **state)
 
 	/* To the decider (machine 1) from machine 2: a vote and an end of
 	 * votes, of configurations 1 and 9; then the same vote of 2. */
-	uint64_t base = stats(0).rec_refused;
+	uint64_t base = txm_stats(0).rec_refused;
 	for (uint64_t cfg = 1; cfg <= 9; cfg += 8) {
 		struct rec_vote v = {
 		        .cfg = cfg, .txid = txid, .coord = 4, .flags = 16};
@@ -226,8 +219,8 @@ static void test_stale_messages(void **state)
 
 	/* From the decider to machine 2: a decision, an end of recovery, a
 	 * start, of configurations 1 and 9; then the decision of 2. */
-	base = stats(1).rec_refused;
-	farm_txm_stats before = stats(1);
+	base = txm_stats(1).rec_refused;
+	farm_txm_stats before = txm_stats(1);
 	for (uint64_t cfg = 1; cfg <= 9; cfg += 8) {
 		struct rec_dec d = {
 		        .cfg = cfg, .txid = txid, .coord = 4, .commit = 1};
@@ -242,28 +235,28 @@ static void test_stale_messages(void **state)
 	d.cfg = 1;
 	send_from(0, 2, FARM_MSGT_REC_DECIDE, &d, sizeof(d));
 	wait_refused(1, base, 7);
-	farm_txm_stats after = stats(1);
+	farm_txm_stats after = txm_stats(1);
 	assert_int_equal(after.rec_committed, before.rec_committed);
 	assert_int_equal(after.installs, before.installs);
 
 	/* From the removed machine, with the current id: fenced (the send or
 	 * its write fails) or refused; never taken. */
-	base = stats(1).rec_refused;
+	base = txm_stats(1).rec_refused;
 	d.cfg = 2;
 	int rc = farm_msg_send(C.m[3].loop, 2, 0, FARM_MSGT_REC_DECIDE, &d,
 	                       sizeof(d));
 	for (unsigned i = 0; i < 2000; i++)
 		asn_pump(&C);
-	uint64_t refused = stats(1).rec_refused - base;
+	uint64_t refused = txm_stats(1).rec_refused - base;
 	printf("stale_messages: a decision from the removed machine: send "
 	       "%s, %" PRIu64 " refused at machine 2\n",
 	       farm_strerror(rc), refused);
 	assert_true(refused <= 1);
-	assert_int_equal(stats(1).rec_committed, before.rec_committed);
+	assert_int_equal(txm_stats(1).rec_committed, before.rec_committed);
 
 	/* Not judged by configuration (reported, not asserted). */
-	base = stats(0).rec_refused;
-	uint64_t qbase = stats(1).rec_refused;
+	base = txm_stats(0).rec_refused;
+	uint64_t qbase = txm_stats(1).rec_refused;
 	struct rec_end ap = {.cfg = 1};
 	send_from(1, 1, FARM_MSGT_REC_APPLIED, &ap, sizeof(ap));
 	struct rec_q q = {.cfg = 1, .txid = txid_make(2, 0, 5)};
@@ -336,7 +329,7 @@ static unsigned decided_after_primary(bool broken)
 	uint64_t va, vb;
 	assert_int_equal(read_ver(0, a.addr, &va), 42);
 	assert_int_equal(read_ver(0, b.addr, &vb), 58);
-	farm_txm_stats s0[3] = {stats(0), stats(1), stats(2)};
+	farm_txm_stats s0[3] = {txm_stats(0), txm_stats(1), txm_stats(2)};
 	uint64_t base[3];
 	for (unsigned m = 0; m < 3; m++)
 		base[m] = s0[m].rec_decided_unlocked;
@@ -350,7 +343,7 @@ static unsigned decided_after_primary(bool broken)
 	(void)farm_fault_set(FARM_FP_REC_DECIDE_REINSTALL, NULL, NULL);
 	unsigned bad = 0;
 	for (unsigned m = 0; m < 3; m++) {
-		farm_txm_stats s = stats(m);
+		farm_txm_stats s = txm_stats(m);
 		uint64_t v1, v2;
 		uint8_t x = read_ver(m, a.addr, &v1),
 		        y = read_ver(m, b.addr, &v2);

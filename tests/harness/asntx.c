@@ -92,3 +92,10 @@ uint32_t primary_of(farm_gaddr a)
 	assert_true(farm_as_replicas(C.m[0].as, farm_gaddr_region(a), rep) > 0);
 	return rep[0];
 }
+
+farm_txm_stats txm_stats(unsigned m)
+{
+	farm_txm_stats s;
+	farm_txm_stats_get(C.m[m].txm, &s);
+	return s;
+}

@@ -39,4 +39,7 @@ farm_fatptr make_obj(unsigned m, uint32_t size, uint8_t fill);
 
 uint32_t primary_of(farm_gaddr a);
 
+/* Machine index @m's transaction counters. */
+farm_txm_stats txm_stats(unsigned m);
+
 #endif
