@@ -381,6 +381,10 @@ typedef struct farm_txm_stats {
 	 * copying, its table read again once a second until it reads
 	 * whole; the region is a replica short meanwhile. */
 	uint64_t datarec_stalled;
+	/* Data recovery's re-reads here of an object a copy stopped at,
+	 * locked or torn at its source (src/txn/copy_retry.c): paced, a
+	 * few at once, then after waits growing to 250 ms. */
+	uint64_t datarec_stuck_reads;
 } farm_txm_stats;
 
 FARM_API void farm_txm_stats_get(farm_txm *m, farm_txm_stats *out);

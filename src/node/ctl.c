@@ -245,6 +245,9 @@ static const struct farm_ctl_field txn_fields[] = {
         FARM_CTL_COUNTER(farm_txm_stats, datarec_stalled,
                          "region copies stalled: the primary's block table "
                          "stayed bad (read again once a second)"),
+        FARM_CTL_COUNTER(farm_txm_stats, datarec_stuck_reads,
+                         "data recovery re-reads of an object locked or "
+                         "torn at its source (paced)"),
         FARM_CTL_COUNTER(farm_txm_stats, datarec_bytes,
                          "bytes data recovery READ from primaries"),
         FARM_CTL_COUNTER(farm_txm_stats, epochs, "distributed epochs run"),

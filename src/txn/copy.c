@@ -37,7 +37,10 @@
  * (obj_claim_mark, object.h), which an abort would free again at the same
  * version, so a copy that took it would keep it allocated for good. A
  * torn or locked object ends the step there and is read again at the
- * next one. A slab slot
+ * next one, and after growing waits while it stays so (copy_retry.c:
+ * a lock held for good at a primary, a coordinator's that died before
+ * recovery released it, must not be read at the pace forever, yet the
+ * copy goes on once it is released). A slab slot
  * that holds a small array holds several objects, each element with a
  * header of its own: each is checked and applied alone (apply_slot). A
  * whole object
@@ -110,17 +113,16 @@
  * new LOCK reaches it), and every later commit reaches the new copy as a
  * COMMIT-BACKUP (this machine has been a replica since; a view in which
  * it is not ends the demoted copy's use). An object left locked there
- * for DR_LOCAL_STUCK steps is read from the primary instead (never while
- * this machine is the ring primary itself). A step does not start before
- * every loop here has taken the configuration that demoted the copy
- * (farm_txn_rec_taken), and stops at any lock, a shared one included (an
- * older single-machine commit may still install there). So the new
- * copy is complete within moments of the handoff, not after a paced copy
- * (the growth gap, src/recovery/README.md), and if the grower dies first
- * the ring makes this machine primary again with a copy it can still
- * finish. Finished after the new configuration's round began, it is not
- * promoted by that round: the engine tells the node
- * (farm_txm_datarec_on_unserved), which asks for a round
+ * for DR_LOCAL_STUCK_NS (a second) is read from the primary instead
+ * (never while this machine is the ring primary itself). A step does not
+ * start before every loop here has taken the configuration that demoted
+ * the copy (farm_txn_rec_taken), and stops at any lock, a shared one included
+ * (an older single-machine commit may still install there). So the new copy is
+ * complete within moments of the handoff, not after a paced copy (the growth
+ * gap, src/recovery/README.md), and if the grower dies first the ring makes
+ * this machine primary again with a copy it can still finish. Finished after
+ * the new configuration's round began, it is not promoted by that round: the
+ * engine tells the node (farm_txm_datarec_on_unserved), which asks for a round
  * (farm_membership_bump), and that round promotes it.
  *
  * A stale source (farm_txm_datarec_stale_add): memory that once held a
@@ -493,10 +495,14 @@ static bool step_layout(struct farm_datarec *dr, struct dr_step *s,
                         struct dr_reg *g, uint32_t b)
 {
 	s->inferred = false;
-	int rc = FARM_FAULT_SWITCH(FARM_FP_DATAREC_BAD_TABLE)
-	                 ? FARM_ECORRUPT
-	                 : farm_alloc_block_layout(g->meta, dr->meta_bytes,
-	                                           dr->region_size, b, &s->lay);
+	/* s->src here: the table was read from our demoted copy (a stale
+	 * source's table is the primary's, and s->stale is clear). */
+	bool bad =
+	        FARM_FAULT_SWITCH(FARM_FP_DATAREC_BAD_TABLE) ||
+	        (s->src && FARM_FAULT_SWITCH(FARM_FP_DATAREC_BAD_LOCAL_TABLE));
+	int rc = bad ? FARM_ECORRUPT
+	             : farm_alloc_block_layout(g->meta, dr->meta_bytes,
+	                                       dr->region_size, b, &s->lay);
 	if (rc) {
 		/* Read it again, at once or after a wait, or give the
 		 * source up (copy_retry.c). */
@@ -702,37 +708,6 @@ void farm_txn_dr_step_run(farm_loop *loop, void *ctx, int status)
 		step_post_failed(dr, s, rc);
 }
 
-/* A READ stopped at the object at @off, again: counted, and said once if
- * it goes on (an object left torn or locked at the primary for good would
- * keep the copy reading it at the pace forever). */
-static void stuck(struct dr_reg *g, uint64_t off)
-{
-	g->retries++;
-	if (g->stuck_off != off) {
-		g->stuck_off = off;
-		g->stuck_n = 0;
-	}
-	if (++g->stuck_n == DR_STUCK_SAY)
-		farm_warn("datarec: region %#" PRIx32 ": the object at offset "
-		          "%#" PRIx64 " was torn or locked at the primary in "
-		          "%u READs in a row; reading it again",
-		          g->id, off, DR_STUCK_SAY);
-}
-
-/* Our demoted copy held an object locked for DR_LOCAL_STUCK steps in a
- * row: the rest of this copy is read from the primary (what was taken
- * from the demoted copy stays: it was final there). Never while the ring
- * makes this machine the primary (the grower gone): nothing to read. */
-static void local_stuck(struct dr_reg *g, uint64_t off)
-{
-	g->remote = true;
-	g->stuck_n = 0;
-	farm_warn("datarec: region %#" PRIx32 ": the object at offset %#" PRIx64
-	          " stayed locked in this machine's demoted copy for %u "
-	          "steps; the copy goes on from the primary",
-	          g->id, off, DR_LOCAL_STUCK);
-}
-
 /* The slots of step @s read into @buf, applied to our copy; g->next moves
  * past what was applied. False when the step stopped at its first object
  * (read it again later, or READ it: farm_txn_dr_stale_stop) or the copy was
@@ -753,12 +728,13 @@ static bool step_apply(struct farm_datarec *dr, struct dr_reg *g,
 		/* Locked or torn in the source, for good: READ. */
 		farm_txn_dr_stale_stop(g, nx);
 	} else if (!on) {
-		stuck(g, nx);
-		if (s->src && g->stuck_n >= DR_LOCAL_STUCK &&
-		    !primary_here(dr->m, g->id))
-			local_stuck(g, nx);
-	} else {
-		g->stuck_n = 0;
+		/* Read again, paced; our demoted copy given up for the
+		 * primary past a bound (copy_retry.c). */
+		farm_txn_dr_stuck(dr, g, nx,
+		                  s->src && !primary_here(dr->m, g->id),
+		                  farm_now_ns());
+	} else if (g->stuck_n) {
+		farm_txn_dr_stuck_settled(g, farm_now_ns());
 	}
 	g->next = nx < s->off + s->len ? nx : s->off + s->len;
 	return on;

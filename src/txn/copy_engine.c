@@ -47,10 +47,11 @@ static bool has_work(struct farm_datarec *dr)
 	return false;
 }
 
-/* When every copy in progress waits to read a bad block table again
- * (copy_retry.c) and no COPY is due: the earliest time one may step
- * again, until which the engine parks rather than ticking. 0: a copy can
- * step now, or a COPY is due (resent on the tick). Under dr->lock. */
+/* When every copy in progress waits to read a bad block table or a
+ * stuck object again (copy_retry.c) and no COPY is due: the earliest
+ * time one may step again, until which the engine parks rather than
+ * ticking. 0: a copy can step now, or a COPY is due (resent on the
+ * tick). Under dr->lock. */
 static uint64_t all_wait_until(const struct farm_datarec *dr, uint64_t now)
 {
 	if (dr->nn || dr->opens)
@@ -60,9 +61,10 @@ static uint64_t all_wait_until(const struct farm_datarec *dr, uint64_t now)
 		const struct dr_reg *g = &dr->r[i];
 		if (g->state >= DR_DONE)
 			continue;
-		if (g->bad_at <= now)
+		uint64_t due = farm_txn_dr_due(g);
+		if (due <= now)
 			return 0;
-		until = FARM_MIN(until, g->bad_at);
+		until = FARM_MIN(until, due);
 	}
 	return until == UINT64_MAX ? 0 : until;
 }
@@ -123,7 +125,7 @@ static void post_steps(struct farm_datarec *dr, uint64_t now_ns, int64_t add)
 		for (unsigned k = 0; k < dr->nr; k++) {
 			struct dr_reg *g = &dr->r[(lp->rr + k) % dr->nr];
 			if (g->loop != t || g->state >= DR_DONE ||
-			    g->bad_at > now_ns)
+			    farm_txn_dr_due(g) > now_ns)
 				continue;
 			/* A copy from our demoted copy reads no
 			 * one's memory: no credit needed. */
@@ -413,6 +415,7 @@ void farm_txn_datarec_sums(farm_txm *m, farm_txm_stats *out)
 			out->datarec_copying++;
 	}
 	out->datarec_stalled = dr->stalled;
+	out->datarec_stuck_reads = dr->stuck_reads;
 	pthread_mutex_unlock(&dr->lock);
 }
 

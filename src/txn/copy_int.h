@@ -20,15 +20,23 @@
 #define DR_NOTE_EVERY  (100ull * 1000000ull)        /* COPY resends, ns */
 #define DR_RPC_TIMEOUT (2ull * 1000000000ull)
 #define DR_BURST       4 /* intervals of credit a loop may hold */
-/* READs in a row stopped at one object before it is said (at the default
- * pace, 2 s: an install takes microseconds, a recovered lock a decision). */
-#define DR_STUCK_SAY 1000u
-/* Steps in a row stopped at one object of our demoted copy before the
- * copy goes on from the primary instead (about 1 s at the default
- * interval: an older configuration's lock there lasts until its
- * transaction is decided; one that lasts longer, e.g. a free deferred
- * until an adoption that never comes, is read from the primary). */
-#define DR_LOCAL_STUCK 500u
+/* An object a step stops at (locked or torn at the source: copy.c,
+ * apply_obj), read again (copy_retry.c, farm_txn_dr_stuck): the first
+ * DR_STUCK_FAST re-reads in a row come at the pace (an install takes
+ * microseconds, a single-machine commit's shared lock lasts until its
+ * COMMIT-BACKUPs are written), later ones after the waits a bad table
+ * gets (DR_BAD_WAIT_NS doubling up to DR_BAD_WAIT_MAX_NS), for as long
+ * as it stays so at a primary. Said at DR_STUCK_SAY_NS into the streak,
+ * then at most once per DR_STUCK_SUMMARY_NS, and when the copy gets on
+ * again. An object of our demoted copy stopped at for DR_LOCAL_STUCK_NS
+ * is read from the primary instead (an older configuration's lock there
+ * lasts until its transaction is decided; one that lasts longer, e.g. a
+ * free deferred until an adoption that never comes, is read from the
+ * primary). */
+#define DR_STUCK_FAST       8u
+#define DR_STUCK_SAY_NS     (1000ull * 1000000ull)
+#define DR_STUCK_SUMMARY_NS (60000ull * 1000000ull)
+#define DR_LOCAL_STUCK_NS   (1000ull * 1000000ull)
 /* A block table read bad (farm_alloc_block_layout refused it: a table
  * being written while READ, which a re-read settles, or one damaged for
  * good): the first DR_BAD_FAST reads of it in a row are followed by a
@@ -67,7 +75,7 @@ struct dr_reg {
 	const uint8_t *stale;
 	uint64_t from_stale; /* bytes taken from a stale source */
 	/* Not from our demoted copy any more: an object stayed locked
-	 * there too long (below, DR_LOCAL_STUCK). */
+	 * there too long (DR_LOCAL_STUCK_NS), or its table stayed bad. */
 	bool remote;
 	uint64_t t_start, t_done;
 	uint8_t *meta;  /* the primary's header and table, as last read */
@@ -81,9 +89,12 @@ struct dr_reg {
 	bool probe_ok;
 	uint64_t inferred; /* runs inferred */
 	int last_err;
-	/* READs in a row that stopped at the object at @stuck_off (torn or
-	 * locked at the primary): said once, at DR_STUCK_SAY of them. */
-	uint64_t stuck_off, stuck_n;
+	/* Steps in a row that stopped at the object at @stuck_off (torn or
+	 * locked at the source), the first at @stuck_t0; no step before
+	 * @stuck_at (the wait); last said at @stuck_said (0: not said in
+	 * this streak), @stuck_unsaid re-reads since (copy_retry.c). */
+	uint64_t stuck_off, stuck_n, stuck_t0, stuck_at, stuck_said,
+	        stuck_unsaid;
 	/* The check pass: the primary's summaries of chunks [dg_off, dg_off
 	 * + dg_n * FARM_DIGEST_CHUNK) compared with this copy's; bit i of
 	 * @dg_differ: chunk i differs or cannot be judged, so it is READ.
@@ -181,6 +192,9 @@ struct farm_datarec {
 	/* Copies whose primary's block table stayed bad past the bound
 	 * (copy_retry.c; farm_txm_stats.datarec_stalled). */
 	uint64_t stalled;
+	/* Re-reads of an object a step stopped at (copy_retry.c;
+	 * farm_txm_stats.datarec_stuck_reads). */
+	uint64_t stuck_reads;
 };
 
 struct copy_msg {
@@ -276,6 +290,21 @@ int farm_txn_dr_bad_table(struct farm_datarec *dr, struct dr_reg *g, uint32_t b,
                           int err, bool local, uint64_t now);
 /* The table gave a block's layout again: the bad streak ends. */
 void farm_txn_dr_bad_settled(struct dr_reg *g, uint64_t now);
+/* A step of @g stopped at its first object, at @off, at @now: counted,
+ * said (rate-limited) and, past DR_STUCK_FAST in a row, g->stuck_at set
+ * (the engine skips the copy until then). @local: the step read our
+ * demoted copy and the primary is there to read: past DR_LOCAL_STUCK_NS
+ * the copy goes on from the primary (g->remote). */
+void farm_txn_dr_stuck(struct farm_datarec *dr, struct dr_reg *g, uint64_t off,
+                       bool local, uint64_t now);
+/* A step of @g got past the object it had stopped at: the streak ends. */
+void farm_txn_dr_stuck_settled(struct dr_reg *g, uint64_t now);
+/* When @g may step again (0: now): the later of a bad table's wait and
+ * a stuck object's. */
+static inline uint64_t farm_txn_dr_due(const struct dr_reg *g)
+{
+	return g->bad_at > g->stuck_at ? g->bad_at : g->stuck_at;
+}
 
 /* copy_engine.c */
 /* Whether copies are held now (farm_txm_datarec_hold, datarec_hold_ms):

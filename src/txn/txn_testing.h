@@ -87,6 +87,10 @@ long farm_txlog_testing_record(uint8_t *base, size_t len, uint64_t off,
  * of it in a row after which a copy gives its source up, and the waits
  * between them added up (ns). */
 void farm_txn_testing_datarec_bad_bound(unsigned *reads, uint64_t *wait_ns);
+/* Data recovery's pacing of an object a copy stopped at (copy_retry.c):
+ * the most reads of it a copy makes in a streak of @ns (its re-reads at
+ * the pace, then one after each wait that fits). */
+uint64_t farm_txn_testing_datarec_stuck_bound(uint64_t ns);
 
 #ifdef FARM_FAULT_INJECTION
 /* Process-wide: when on, a distributed commit's coordinator kills its own

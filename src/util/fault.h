@@ -534,6 +534,22 @@ enum farm_fault_point {
 	 * read again at once and logged each time, forever, as before the
 	 * bound (test_datarec_retry --broken must see the copy spin). */
 	FARM_FP_DATAREC_BAD_UNBOUNDED,
+	/* txn/copy.c, a switch: while hooked, every block table read from
+	 * this machine's demoted copy (growth) is taken as bad: a demoted
+	 * source whose table stays unreadable for good
+	 * (tests/test_datarec_demoted.c). */
+	FARM_FP_DATAREC_BAD_LOCAL_TABLE,
+	/* txn/copy_retry.c, a switch: while hooked, this machine's demoted
+	 * copy is never given up for the primary: a table that stayed bad
+	 * past the bound stalls as the primary's would, an object locked
+	 * there is read again for good (test_datarec_demoted --broken must
+	 * see the copy never complete). */
+	FARM_FP_DATAREC_NO_LOCAL_FALLBACK,
+	/* txn/copy.c, a switch: while hooked, an object that stays locked
+	 * or torn at the source is read again at every tick of the pace,
+	 * with no backoff, as before the bound (test_datarec_stuck
+	 * --broken must see the re-reads unpaced). */
+	FARM_FP_DATAREC_STUCK_UNPACED,
 	/* txn/restart.c, a switch: while hooked, the check of a log file at
 	 * rest by its descriptor (farm_txlog_check_fd) takes every ring for
 	 * a hole and reads none, where it skips only rings without data
