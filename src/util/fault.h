@@ -540,6 +540,12 @@ enum farm_fault_point {
 	 * (tests/test_txn.c --broken-rings must see a damaged record after
 	 * a hole accepted). */
 	FARM_FP_TXLOG_SKIP_DATA,
+	/* recovery/lease.c, a switch: while hooked, the CM's serve word
+	 * only ever grows from its join grace, as before the first grant
+	 * ended that grace (test_rec_cascade cm --broken: the CM, stopped
+	 * and removed within a second of its configuration, must serve
+	 * lock-free reads after SIGCONT). */
+	FARM_FP_LEASE_CM_GRACE,
 	FARM_FP_COUNT
 };
 
