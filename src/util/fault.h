@@ -546,6 +546,11 @@ enum farm_fault_point {
 	 * and removed within a second of its configuration, must serve
 	 * lock-free reads after SIGCONT). */
 	FARM_FP_LEASE_CM_GRACE,
+	/* msg/msg_rpc.c, a switch: while hooked, a call to a machine a
+	 * configuration removed waits for its deadline, as before such
+	 * calls ended at the next scan (test_rec_cascade early --broken: a
+	 * survivor's lookup sent to the stopped CM must hold it 10 s). */
+	FARM_FP_MSG_CALL_REMOVED_WAIT,
 	FARM_FP_COUNT
 };
 
