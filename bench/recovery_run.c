@@ -209,21 +209,33 @@ static int run_kill(struct run_ctx *c, struct run *r)
 				all = false;
 		if (all)
 			return 0;
-		int failed = -1;
-		for (unsigned i = 0; i < NM; i++)
-			if ((c->mask & (1u << i)) &&
-			    atomic_load(&g_sh->m[i].state) == ST_FAILED)
+		int failed = -1, gone = -1;
+		for (unsigned i = 0; i < NM; i++) {
+			if (!(c->mask & (1u << i)))
+				continue;
+			if (atomic_load(&g_sh->m[i].state) == ST_FAILED)
 				failed = (int)i;
+			/* A survivor a false suspicion removed is no
+			 * member of the configuration this run waits for:
+			 * its regions never become active again. */
+			if (atomic_load(&g_sh->m[i].removed))
+				gone = (int)i;
+		}
 		if (failed >= 0)
 			snprintf(r->why, sizeof(r->why),
 			         "machine %d failed during recovery", failed);
+		else if (gone >= 0)
+			snprintf(r->why, sizeof(r->why),
+			         "machine %d was removed (a false suspicion), "
+			         "not the victim: no recovery to time",
+			         gone);
 		else if (interrupted)
 			snprintf(r->why, sizeof(r->why), "interrupted");
 		else if (now_ns() > dl)
 			snprintf(r->why, sizeof(r->why),
 			         "no recovery within %d ms of the kill",
 			         RECOV_MS);
-		if (failed >= 0 || interrupted || now_ns() > dl)
+		if (failed >= 0 || gone >= 0 || interrupted || now_ns() > dl)
 			return -1;
 		nap_ms(1);
 	}

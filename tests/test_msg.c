@@ -455,6 +455,55 @@ static void test_rpc(void **state)
 	nodes_close(nd, 3);
 }
 
+/*
+ * A call to a machine that a configuration then removes (its frames
+ * refused: farm_msg_peer_min_config UINT32_MAX) ends with FARM_EPEERDEAD
+ * at the loop's next scan, not at its deadline: a machine stopped past its
+ * lease and removed never answers, and no death notice comes for a
+ * process that lives. Its late answer is refused. --broken-removed
+ * (FARM_FP_MSG_CALL_REMOVED_WAIT: such calls wait for the deadline, as
+ * before) must see the call run to its deadline instead.
+ */
+static bool broken_removed;
+#define REMOVED_CALL_NS (broken_removed ? 1000000000ull : 5000000000ull)
+static void test_call_to_removed(void **state)
+{
+	(void)state;
+	struct node nd[2];
+	farm_msg_attr a = {0};
+	nodes_open(nd, 2, &a);
+	struct rpc_res r = {0};
+	assert_int_equal(farm_msg_call(nd[0].loop, 1, 0, T_DEFER, NULL, 0,
+	                               REMOVED_CALL_NS, rpc_cont, &r),
+	                 0);
+	while (!nd[1].has_deferred) /* it arrived; no answer will come */
+		pump(nd, 2, 1);
+	uint64_t t0 = farm_now_ns();
+	assert_int_equal(farm_msg_peer_min_config(nd[0].msg, 1, UINT32_MAX), 0);
+	while (!r.done)
+		(void)farm_loop_poll(nd[0].loop);
+	uint64_t took = farm_now_ns() - t0;
+	printf("call to a removed machine ended after %.1f ms: %s\n",
+	       (double)took / 1e6, farm_strerror(r.status));
+	if (broken_removed) { /* to the deadline */
+		assert_int_equal(r.status, -ETIMEDOUT);
+		assert_true(took >= REMOVED_CALL_NS / 2);
+		nodes_close(nd, 2);
+		return;
+	}
+	assert_int_equal(r.status, FARM_EPEERDEAD);
+	assert_true(took < REMOVED_CALL_NS / 2);
+	/* A new call fails at once; the late answer is not delivered. */
+	assert_int_equal(farm_msg_call(nd[0].loop, 1, 0, T_ECHO, "x", 2, 0,
+	                               rpc_cont, &r),
+	                 FARM_EPEERDEAD);
+	assert_int_equal(farm_msg_reply(nd[1].loop, &nd[1].deferred, "late", 4),
+	                 0);
+	pump(nd, 2, 4);
+	assert_int_equal(r.done, 1);
+	nodes_close(nd, 2);
+}
+
 /* Garbage in one live ring breaks that channel only. */
 static void test_corrupt_ring(void **state)
 {
@@ -1102,10 +1151,25 @@ static void test_connect_timeout(void **state)
 }
 
 /* argv[1], if given: run only the tests it names (a cmocka pattern). */
+static void no_end(enum farm_fault_point fp, void *arg)
+{
+	(void)fp;
+	(void)arg;
+}
+
 int main(int argc, char **argv)
 {
-	if (argc > 1)
+	if (argc > 1 && !strcmp(argv[1], "--broken-removed")) {
+		if (farm_fault_set(FARM_FP_MSG_CALL_REMOVED_WAIT, no_end,
+		                   NULL)) {
+			printf("skipped: built without fault injection\n");
+			return FARM_TEST_SKIP;
+		}
+		broken_removed = true;
+		cmocka_set_test_filter("test_call_to_removed");
+	} else if (argc > 1) {
 		cmocka_set_test_filter(argv[1]);
+	}
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test(test_bad_args),
 	        cmocka_unit_test(test_probe),
@@ -1114,6 +1178,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_full_fs),
 	        cmocka_unit_test(test_backpressure),
 	        cmocka_unit_test(test_rpc),
+	        cmocka_unit_test(test_call_to_removed),
 	        cmocka_unit_test(test_corrupt_ring),
 	        cmocka_unit_test(test_config_refused),
 	        cmocka_unit_test(test_cont_thread),

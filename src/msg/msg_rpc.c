@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "msg/msg_int.h"
+#include "util/fault.h"
 #include "util/log.h"
 
 /* ---- RPC ----------------------------------------------------------------- */
@@ -110,7 +111,23 @@ int farm_msg_reply_error(farm_loop *loop, const struct farm_msg_token *tok,
 	return reply_wire(loop, tok, WIRE_REPLY_ERR, &st, 4);
 }
 
-/* Fail calls that timed out or whose peer died. */
+/* Is machine @m removed (farm_msg_peer_min_config UINT32_MAX)? Its
+ * frames are refused, so no reply of its can complete a call: a call to
+ * it ends now, as a new one fails at once (farm_msg_send_wire), not at
+ * its deadline. A machine stopped past its lease and removed lives on,
+ * so no death notice ends the call; an address-space lookup sent to it
+ * just before it stopped held its caller for the lookup's 10 s. */
+static bool call_to_removed(const farm_msg *msg, uint32_t m)
+{
+	if (FARM_FAULT_SWITCH(FARM_FP_MSG_CALL_REMOVED_WAIT))
+		return false; /* testing: to the deadline, as before */
+	/* Relaxed: a scan that misses a store just made sees it at the
+	 * next one. */
+	return atomic_load_explicit(&msg->min_cfg[m], memory_order_relaxed) ==
+	       UINT32_MAX;
+}
+
+/* Fail calls that timed out, whose peer died or was removed. */
 int farm_msg_scan_calls(farm_loop *loop, uint64_t now)
 {
 	int n = 0;
@@ -123,6 +140,8 @@ int farm_msg_scan_calls(farm_loop *loop, uint64_t now)
 			if (op->err || (op->ep && !farm_ep_usable(op->ep))) {
 				if (!op->err)
 					op->err = FARM_EPEERDEAD;
+				st = FARM_EPEERDEAD;
+			} else if (call_to_removed(loop->msg, c->machine)) {
 				st = FARM_EPEERDEAD;
 			}
 		}

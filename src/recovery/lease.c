@@ -103,7 +103,8 @@ struct farm_lease {
 	uint64_t cm_until;     /* the CM's lease at us */
 	uint64_t own_renew_ns; /* last renewal of our lease */
 	bool lost_reported;
-	bool own_granted; /* a grant came in this CM's time */
+	bool own_granted; /* a grant came in this CM's time (to us, or, on
+	                     the CM, from any member) */
 
 	/* A probe in progress (farm_lease_probe; one at a time). */
 	pthread_mutex_t probe_mu; /* serialises probers */
@@ -303,11 +304,20 @@ static bool on_grant(farm_lease *l, struct peer *p, const struct lease_msg *m,
 		return false;
 	if (m->cm_t_sent + l->lease_ns > p->granted_until)
 		p->granted_until = m->cm_t_sent + l->lease_ns;
-	if (p->granted_until >
-	    atomic_load_explicit(l->serve, memory_order_relaxed))
+	/* The first grant in this CM's time ends the join grace, as a
+	 * member's first grant does (on_grant_request): the grace is a
+	 * second, and a CM stopped within it and removed would serve its
+	 * old copies after SIGCONT until it ended, long after the new CM's
+	 * wait of one lease length let recovery move its regions. Later
+	 * grants extend. */
+	bool first =
+	        !l->own_granted && !FARM_FAULT_SWITCH(FARM_FP_LEASE_CM_GRACE);
+	if (first || p->granted_until > atomic_load_explicit(
+	                                        l->serve, memory_order_relaxed))
 		/* Release: pairs with txn_serving's acquire load. */
 		atomic_store_explicit(l->serve, p->granted_until,
 		                      memory_order_release);
+	l->own_granted = true;
 	return true;
 }
 

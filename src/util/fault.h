@@ -556,6 +556,17 @@ enum farm_fault_point {
 	 * (tests/test_txn.c --broken-rings must see a damaged record after
 	 * a hole accepted). */
 	FARM_FP_TXLOG_SKIP_DATA,
+	/* recovery/lease.c, a switch: while hooked, the CM's serve word
+	 * only ever grows from its join grace, as before the first grant
+	 * ended that grace (test_rec_cascade cm --broken: the CM, stopped
+	 * and removed within a second of its configuration, must serve
+	 * lock-free reads after SIGCONT). */
+	FARM_FP_LEASE_CM_GRACE,
+	/* msg/msg_rpc.c, a switch: while hooked, a call to a machine a
+	 * configuration removed waits for its deadline, as before such
+	 * calls ended at the next scan (test_rec_cascade early --broken: a
+	 * survivor's lookup sent to the stopped CM must hold it 10 s). */
+	FARM_FP_MSG_CALL_REMOVED_WAIT,
 	FARM_FP_COUNT
 };
 

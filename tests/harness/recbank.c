@@ -320,10 +320,12 @@ void rb_start(struct rb_result *res, const char *name)
 	memset(res, 0, sizeof(*res));
 	res->name = name;
 	/* The campaign moves the fault: after 1/2 to 3/2 of the transfers. */
-	static unsigned pre; /* the test's own count, kept for each draw */
-	if (!pre)
+	/* The test's own count, kept for each draw; one the test set
+	 * since the last draw (a count of its own per case) replaces it. */
+	static unsigned pre, drawn;
+	if (!pre || rb_p.pre_transfers != drawn)
 		pre = rb_p.pre_transfers;
-	rb_p.pre_transfers = rb_seeded(pre / 2, pre * 3 / 2, pre);
+	drawn = rb_p.pre_transfers = rb_seeded(pre / 2, pre * 3 / 2, pre);
 	if (getenv("FARM_FAULT_SEED"))
 		printf("%s: the fault after %u transfers per machine\n", name,
 		       rb_p.pre_transfers);
