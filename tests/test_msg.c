@@ -251,6 +251,36 @@ static void test_stream_wraps(void **state)
 	nodes_close(nd, 2);
 }
 
+/* Frames start on a cache line: one of a 16-byte message takes one line,
+ * one of 64 bytes two, one of 100 three; the receiver's head moves by
+ * that much and the next frame is read from there. */
+static void test_frame_lines(void **state)
+{
+	(void)state;
+	struct node nd[2];
+	farm_msg_attr a = {.ring_size = 4096};
+	nodes_open(nd, 2, &a);
+	static const uint32_t lens[] = {16, 64, 100, 8, 64};
+	static const uint64_t span[] = {64, 128, 192, 64, 128};
+	uint8_t buf[128] = {0};
+	uint64_t want = 0;
+	for (uint64_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+		memcpy(buf, &i, 8);
+		assert_int_equal(
+		        farm_msg_send(nd[0].loop, 1, 0, T_COUNT, buf, lens[i]),
+		        0);
+		pump(nd, 2, 2);
+		assert_int_equal(nd[1].count, i + 1);
+		uint32_t size;
+		uint64_t head;
+		(void)farm_msg_testing_ring(nd[1].msg, 0, 0, 0, &size, &head);
+		want += span[i];
+		assert_int_equal(head, want);
+	}
+	assert_int_equal(nd[1].bad_seq, 0);
+	nodes_close(nd, 2);
+}
+
 /* farm_msg_memory: the region is sized by max_machines (T*M*T rings);
  * a send mirror is counted once per channel, made by its first send; a
  * closed loop's tables are no longer counted. */
@@ -1110,6 +1140,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_bad_args),
 	        cmocka_unit_test(test_probe),
 	        cmocka_unit_test(test_stream_wraps),
+	        cmocka_unit_test(test_frame_lines),
 	        cmocka_unit_test(test_memory),
 	        cmocka_unit_test(test_full_fs),
 	        cmocka_unit_test(test_backpressure),
