@@ -485,6 +485,63 @@ static void test_rpc(void **state)
 	nodes_close(nd, 3);
 }
 
+struct chain {
+	struct rpc_res first, second;
+	uint64_t issued, ended;
+	int rc;
+};
+
+static void chain_second(farm_loop *loop, void *ctx, int status,
+                         const void *reply, uint32_t len)
+{
+	(void)loop;
+	(void)reply;
+	(void)len;
+	struct chain *ch = ctx;
+	ch->ended = farm_now_ns();
+	ch->second.status = status;
+	ch->second.done++;
+}
+
+static void chain_first(farm_loop *loop, void *ctx, int status,
+                        const void *reply, uint32_t len)
+{
+	(void)reply;
+	(void)len;
+	struct chain *ch = ctx;
+	ch->first.status = status;
+	ch->first.done++;
+	ch->issued = farm_now_ns();
+	ch->rc = farm_msg_call(loop, 2, 0, T_DEFER, NULL, 0, 20000000,
+	                       chain_second, ch);
+}
+
+/* A call made inside a pass (here by a continuation) gets its deadline
+ * when the pass has posted it: it times out, and not before its timeout
+ * has passed since it was made. */
+static void test_call_in_pass_deadline(void **state)
+{
+	(void)state;
+	struct node nd[3];
+	farm_msg_attr a = {0};
+	nodes_open(nd, 3, &a);
+	struct chain ch = {0};
+	assert_int_equal(farm_msg_call(nd[0].loop, 1, 0, T_ECHO, "x", 1, 0,
+	                               chain_first, &ch),
+	                 0);
+	uint64_t until = farm_now_ns() + 2000000000ull;
+	while (farm_now_ns() < until && !ch.second.done)
+		pump(nd, 3, 1);
+	assert_int_equal(ch.first.done, 1);
+	assert_int_equal(ch.first.status, 0);
+	assert_int_equal(ch.rc, 0);
+	assert_int_equal(ch.second.done, 1);
+	assert_int_equal(ch.second.status, -ETIMEDOUT);
+	assert_true(ch.ended - ch.issued >= 20000000ull);
+	assert_true(nd[2].has_deferred);
+	nodes_close(nd, 3);
+}
+
 /* Garbage in one live ring breaks that channel only. */
 static void test_corrupt_ring(void **state)
 {
@@ -1141,6 +1198,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_probe),
 	        cmocka_unit_test(test_stream_wraps),
 	        cmocka_unit_test(test_frame_lines),
+	        cmocka_unit_test(test_call_in_pass_deadline),
 	        cmocka_unit_test(test_memory),
 	        cmocka_unit_test(test_full_fs),
 	        cmocka_unit_test(test_backpressure),
