@@ -66,7 +66,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			memcpy(ring + o + flen - 8, &t, 8);
 			data += blen;
 			size -= blen;
-			o += flen;
+			o += wire_frame_span(flen);
 		}
 	} else if (size) {
 		memcpy(ring, data + 1, size - 1 < RING ? size - 1 : RING);
@@ -105,8 +105,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			(void)sink;
 			o += wire_msg_stride(m.len);
 		}
-		head += len;
-		off = (off + len) % RING;
+		head += wire_frame_span(len);
+		off = (off + wire_frame_span(len)) % RING;
 	}
 	free(ring);
 	return 0;

@@ -251,6 +251,36 @@ static void test_stream_wraps(void **state)
 	nodes_close(nd, 2);
 }
 
+/* Frames start on a cache line: one of a 16-byte message takes one line,
+ * one of 64 bytes two, one of 100 three; the receiver's head moves by
+ * that much and the next frame is read from there. */
+static void test_frame_lines(void **state)
+{
+	(void)state;
+	struct node nd[2];
+	farm_msg_attr a = {.ring_size = 4096};
+	nodes_open(nd, 2, &a);
+	static const uint32_t lens[] = {16, 64, 100, 8, 64};
+	static const uint64_t span[] = {64, 128, 192, 64, 128};
+	uint8_t buf[128] = {0};
+	uint64_t want = 0;
+	for (uint64_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+		memcpy(buf, &i, 8);
+		assert_int_equal(
+		        farm_msg_send(nd[0].loop, 1, 0, T_COUNT, buf, lens[i]),
+		        0);
+		pump(nd, 2, 2);
+		assert_int_equal(nd[1].count, i + 1);
+		uint32_t size;
+		uint64_t head;
+		(void)farm_msg_testing_ring(nd[1].msg, 0, 0, 0, &size, &head);
+		want += span[i];
+		assert_int_equal(head, want);
+	}
+	assert_int_equal(nd[1].bad_seq, 0);
+	nodes_close(nd, 2);
+}
+
 /* farm_msg_memory: the region is sized by max_machines (T*M*T rings);
  * a send mirror is counted once per channel, made by its first send; a
  * closed loop's tables are no longer counted. */
@@ -502,6 +532,63 @@ static void test_call_to_removed(void **state)
 	pump(nd, 2, 4);
 	assert_int_equal(r.done, 1);
 	nodes_close(nd, 2);
+}
+
+struct chain {
+	struct rpc_res first, second;
+	uint64_t issued, ended;
+	int rc;
+};
+
+static void chain_second(farm_loop *loop, void *ctx, int status,
+                         const void *reply, uint32_t len)
+{
+	(void)loop;
+	(void)reply;
+	(void)len;
+	struct chain *ch = ctx;
+	ch->ended = farm_now_ns();
+	ch->second.status = status;
+	ch->second.done++;
+}
+
+static void chain_first(farm_loop *loop, void *ctx, int status,
+                        const void *reply, uint32_t len)
+{
+	(void)reply;
+	(void)len;
+	struct chain *ch = ctx;
+	ch->first.status = status;
+	ch->first.done++;
+	ch->issued = farm_now_ns();
+	ch->rc = farm_msg_call(loop, 2, 0, T_DEFER, NULL, 0, 20000000,
+	                       chain_second, ch);
+}
+
+/* A call made inside a pass (here by a continuation) gets its deadline
+ * when the pass has posted it: it times out, and not before its timeout
+ * has passed since it was made. */
+static void test_call_in_pass_deadline(void **state)
+{
+	(void)state;
+	struct node nd[3];
+	farm_msg_attr a = {0};
+	nodes_open(nd, 3, &a);
+	struct chain ch = {0};
+	assert_int_equal(farm_msg_call(nd[0].loop, 1, 0, T_ECHO, "x", 1, 0,
+	                               chain_first, &ch),
+	                 0);
+	uint64_t until = farm_now_ns() + 2000000000ull;
+	while (farm_now_ns() < until && !ch.second.done)
+		pump(nd, 3, 1);
+	assert_int_equal(ch.first.done, 1);
+	assert_int_equal(ch.first.status, 0);
+	assert_int_equal(ch.rc, 0);
+	assert_int_equal(ch.second.done, 1);
+	assert_int_equal(ch.second.status, -ETIMEDOUT);
+	assert_true(ch.ended - ch.issued >= 20000000ull);
+	assert_true(nd[2].has_deferred);
+	nodes_close(nd, 3);
 }
 
 /* Garbage in one live ring breaks that channel only. */
@@ -1174,6 +1261,8 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_bad_args),
 	        cmocka_unit_test(test_probe),
 	        cmocka_unit_test(test_stream_wraps),
+	        cmocka_unit_test(test_frame_lines),
+	        cmocka_unit_test(test_call_in_pass_deadline),
 	        cmocka_unit_test(test_memory),
 	        cmocka_unit_test(test_full_fs),
 	        cmocka_unit_test(test_backpressure),

@@ -100,4 +100,12 @@ int bl_ring_stream(unsigned slots, double seconds, struct bl_result *out);
  */
 int bl_ring_rr(unsigned slots, double seconds, struct bl_result *out);
 
+/* bl_ring_rr with the forked server pinned to CPU @server_cpu (-1: not
+ * pinned); this process stays where its caller put it. A caller that
+ * measures its own request/response pinned to two CPUs measures the
+ * ring on the same two: unpinned under load, the two spinning processes
+ * can share a CPU and each round trip waits for a time slice. */
+int bl_ring_rr_pinned(unsigned slots, double seconds, int server_cpu,
+                      struct bl_result *out);
+
 #endif /* FARM_BENCH_BASELINE_H */

@@ -3,9 +3,11 @@
  * single-consumer ring between this process and a forked helper, streamed
  * one way or used for request/response.
  */
+#define _GNU_SOURCE 1 /* sched_setaffinity */
 #include "baseline_int.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdalign.h>
 #include <stdatomic.h>
@@ -153,6 +155,7 @@ static inline bool slot_ok(const struct slot *s, uint64_t v)
 
 struct ring_cfg {
 	struct ring a, b; /* a: to the parent (stream) or to the child (rr) */
+	int child_cpu;    /* the forked side's CPU; -1: not pinned */
 };
 
 static int ready(int wfd)
@@ -186,6 +189,20 @@ static int rr_server(void *arg, int wfd)
 	const struct ring b = ((const struct ring_cfg *)arg)->b;
 	struct producer p = {.n = 1};
 	struct consumer q = {.n = 1};
+	int cpu = ((const struct ring_cfg *)arg)->child_cpu;
+	if (cpu >= 0) {
+		cpu_set_t set;
+		CPU_ZERO(&set);
+		CPU_SET(cpu, &set);
+		if (sched_setaffinity(0, sizeof(set), &set) != 0) {
+			int e = errno;
+			fprintf(stderr,
+			        BL_PFX "ring: cannot pin to CPU %d: %s\n", cpu,
+			        strerror(e));
+			close(wfd);
+			return e;
+		}
+	}
 	int err = ready(wfd);
 	if (err)
 		return err;
@@ -330,7 +347,7 @@ static int ring_client_rr(const struct ring_cfg *c, pid_t pid, double seconds,
 }
 
 static int ring_run(enum ring_kind kind, unsigned slots, double seconds,
-                    struct bl_result *out)
+                    int child_cpu, struct bl_result *out)
 {
 	const char *fn = kind == STREAM ? "bl_ring_stream" : "bl_ring_rr";
 	if (slots < 2 || slots > BL_RING_MAX_SLOTS ||
@@ -347,7 +364,7 @@ static int ring_run(enum ring_kind kind, unsigned slots, double seconds,
 		fprintf(stderr, BL_PFX "%s: mmap: %s\n", fn, strerror(errno));
 		return err;
 	}
-	struct ring_cfg c = {.a = ring_at(base, slots)};
+	struct ring_cfg c = {.a = ring_at(base, slots), .child_cpu = child_cpu};
 	if (kind == RR)
 		c.b = ring_at((char *)base + rb, slots);
 	/* Fault the pages in before fork: both sides then map them. */
@@ -389,10 +406,16 @@ out_unmap:
 
 int bl_ring_stream(unsigned slots, double seconds, struct bl_result *out)
 {
-	return ring_run(STREAM, slots, seconds, out);
+	return ring_run(STREAM, slots, seconds, -1, out);
 }
 
 int bl_ring_rr(unsigned slots, double seconds, struct bl_result *out)
 {
-	return ring_run(RR, slots, seconds, out);
+	return ring_run(RR, slots, seconds, -1, out);
+}
+
+int bl_ring_rr_pinned(unsigned slots, double seconds, int server_cpu,
+                      struct bl_result *out)
+{
+	return ring_run(RR, slots, seconds, server_cpu, out);
 }

@@ -223,13 +223,17 @@ struct call {
 	uint64_t id; /* 0: free */
 	farm_rpc_fn cont;
 	void *ctx;
+	/* A call made inside a pass holds CALL_UNSTAMPED | its timeout
+	 * until the pass has posted its WRITEs (farm_msg_stamp_calls), so
+	 * the clock read is not between a reply and the next request. */
 	uint64_t deadline;
 	uint32_t machine;
 	uint32_t next_free;
 	uint32_t prev, next; /* active list */
 };
 
-#define NIL UINT32_MAX
+#define NIL            UINT32_MAX
+#define CALL_UNSTAMPED (1ull << 63) /* beyond any clock: never due */
 
 /* A one-sided operation posted through a loop (farm_loop_rdma). Its
  * address is the work request id; msg's own requests use id 0. */
@@ -264,8 +268,9 @@ struct farm_loop {
 	uint64_t idle_since;
 	uint64_t wake_at; /* farm_loop_wake_by: park no longer (0: none) */
 	_Atomic int stop;
-	bool polling; /* inside farm_loop_poll: handlers may not re-enter */
-	farm_wr *wrs; /* WR_BATCH + 1 */
+	bool polling;   /* inside farm_loop_poll: handlers may not re-enter */
+	bool unstamped; /* calls made in this pass await their deadline */
+	farm_wr *wrs;   /* WR_BATCH + 1 */
 	struct poller {
 		farm_poll_fn poll;
 		farm_pending_fn pending;
@@ -339,5 +344,6 @@ int farm_msg_poll_inbox(farm_loop *loop, int status);
 void farm_msg_call_done(farm_loop *loop, uint32_t i, int status,
                         const void *reply, uint32_t len);
 int farm_msg_scan_calls(farm_loop *loop, uint64_t now);
+void farm_msg_stamp_calls(farm_loop *loop);
 
 #endif

@@ -191,7 +191,11 @@ static void frame_close(farm_msg *msg, struct out_chan *c, uint32_t R)
 	memcpy(c->mirror + off + 8, &cfg, 8);
 	uint64_t t = h ^ WIRE_TRAILER_MAGIC;
 	memcpy(c->mirror + off + len - 8, &t, 8);
-	c->tail += 8;
+	/* The next frame starts on the next line (wire.h). The head is
+	 * always at a frame's start (a multiple of the line) and R a
+	 * multiple of it, so this never passes head + R when the frame's
+	 * end did not. */
+	c->tail = c->frame + wire_frame_span(len);
 	c->frame = UINT64_MAX;
 }
 
@@ -290,7 +294,7 @@ static void chan_post(farm_loop *loop, struct out_chan *c)
 			adv[n - 1] = R - off;
 		} else {
 			wr->len = len;
-			adv[n - 1] = len;
+			adv[n - 1] = wire_frame_span(len);
 		}
 		pos += adv[n - 1];
 	}
@@ -610,7 +614,7 @@ static int poll_ring(farm_loop *loop, uint32_t m, unsigned t, struct in_chan *c)
 			/* A removed machine (or an older incarnation of a
 			 * returning one): consumed, not delivered. */
 			refuse_frame(loop, m, (uint32_t)fcfg, min);
-			c->head += len;
+			c->head += wire_frame_span(len);
 			if (c->head - c->returned >= R / 2)
 				hand_back(loop, m, t, c);
 			continue;
@@ -622,7 +626,7 @@ static int poll_ring(farm_loop *loop, uint32_t m, unsigned t, struct in_chan *c)
 			o += wire_msg_stride(wm.len);
 			got++;
 		}
-		c->head += len;
+		c->head += wire_frame_span(len);
 		if (c->head - c->returned >= R / 2)
 			hand_back(loop, m, t, c);
 	}

@@ -69,8 +69,16 @@ int farm_msg_call(farm_loop *loop, uint32_t machine, unsigned thread,
 	c->cont = cont;
 	c->ctx = ctx;
 	c->machine = machine;
-	c->deadline =
-	        farm_now_ns() + (timeout_ns ? timeout_ns : DEFAULT_TIMEOUT_NS);
+	uint64_t t = timeout_ns ? FARM_MIN(timeout_ns, CALL_UNSTAMPED - 1)
+	                        : DEFAULT_TIMEOUT_NS;
+	if (loop->polling) {
+		/* Stamped at the end of this pass, after the request is
+		 * posted (the pass's end is when it leaves anyway). */
+		c->deadline = CALL_UNSTAMPED | t;
+		loop->unstamped = true;
+	} else {
+		c->deadline = farm_now_ns() + t;
+	}
 	c->prev = NIL;
 	c->next = loop->active;
 	if (c->next != NIL)
@@ -109,6 +117,21 @@ int farm_msg_reply_error(farm_loop *loop, const struct farm_msg_token *tok,
 		return -EINVAL;
 	int32_t st = status;
 	return reply_wire(loop, tok, WIRE_REPLY_ERR, &st, 4);
+}
+
+/* Give the calls made in this pass their deadlines. New calls are linked
+ * at the head of the active list and all are stamped at once, so the
+ * unstamped ones are the list's first. */
+void farm_msg_stamp_calls(farm_loop *loop)
+{
+	uint64_t now = farm_now_ns();
+	for (uint32_t i = loop->active; i != NIL; i = loop->calls[i].next) {
+		struct call *c = &loop->calls[i];
+		if (!(c->deadline & CALL_UNSTAMPED))
+			break;
+		c->deadline = now + (c->deadline & ~CALL_UNSTAMPED);
+	}
+	loop->unstamped = false;
 }
 
 /* Is machine @m removed (farm_msg_peer_min_config UINT32_MAX)? Its

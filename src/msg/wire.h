@@ -11,7 +11,13 @@
  *   last word trailer = header ^ WIRE_TRAILER_MAGIC
  *
  * len counts the whole frame (header and trailer), a multiple of 8; seq
- * counts frames per ring (wrapping, starting at 1). A frame never crosses
+ * counts frames per ring (wrapping, starting at 1). Frames start on a
+ * cache line (WIRE_FRAME_ALIGN): the next one begins at the line after
+ * this one's end (wire_frame_span), the bytes between stay zero. So a
+ * frame of a small message spans as few lines as its length allows (one
+ * up to 64 bytes: a 16-byte payload; two up to 128: a 64-byte one), and
+ * a receiver polling a frame's first line finds the whole frame in it
+ * and the line it prefetches after it. A frame never crosses
  * the end of the ring: the sender writes a wrap marker, a lone header word
  * with len WIRE_WRAP_LEN, and goes on at offset 0. Free space is zero, so
  * a zero header means "nothing yet" and a zero trailer "not all here yet".
@@ -31,6 +37,7 @@
 #define WIRE_FRAME_BODY     16u /* where a frame's messages start */
 #define WIRE_MSG_HDR        16u
 #define WIRE_WRAP_LEN       1u
+#define WIRE_FRAME_ALIGN    64u
 #define WIRE_TRAILER_MAGIC                         \
 	0xa5c3f00d5e1ec7a7ull /* low 3 bits set: a \
 	                         trailer is never 0 */
@@ -62,6 +69,12 @@ static inline uint32_t wire_msg_stride(uint32_t len)
 	return WIRE_MSG_HDR + wire_align8(len);
 }
 
+/* Ring bytes a frame of @len bytes takes: up to the next frame's start. */
+static inline uint32_t wire_frame_span(uint32_t len)
+{
+	return (len + WIRE_FRAME_ALIGN - 1) & ~(WIRE_FRAME_ALIGN - 1);
+}
+
 static inline uint64_t wire_header(uint32_t seq, uint32_t len)
 {
 	return (uint64_t)seq << 32 | len;
@@ -90,7 +103,8 @@ static inline uint64_t wire_load(const uint8_t *p)
 
 /*
  * What is at @off of a ring of @ring_size bytes, expecting frame @seq of at
- * most @max_frame bytes. @off is 8-aligned and below @ring_size.
+ * most @max_frame bytes. @off is WIRE_FRAME_ALIGN-aligned and below
+ * @ring_size, a multiple of WIRE_FRAME_ALIGN.
  */
 static inline enum wire_peek wire_peek(const uint8_t *ring, uint32_t ring_size,
                                        uint32_t off, uint32_t seq,
