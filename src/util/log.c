@@ -17,6 +17,11 @@ uint64_t farm_log_lines(void)
 	return atomic_load_explicit(&log_lines, memory_order_relaxed);
 }
 
+void farm_log_held(char *buf, unsigned size, uint64_t n)
+{
+	snprintf(buf, size, " (%" PRIu64 " like it held back)", n);
+}
+
 bool farm_log_limit_pass(struct farm_log_limit *l, uint64_t *suppressed)
 {
 	struct timespec ts;

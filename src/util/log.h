@@ -51,15 +51,21 @@ struct farm_log_limit {
 /* Whether to write the line now; then *@suppressed says how many were
  * held back before it. Any thread. */
 bool farm_log_limit_pass(struct farm_log_limit *l, uint64_t *suppressed);
+/* " (@n like it held back)" into @buf. */
+void farm_log_held(char *buf, unsigned size, uint64_t n);
 
-#define farm_log_limited(lim, level, fmt, ...)                                 \
-	do {                                                                   \
-		uint64_t sup_;                                                 \
-		if (farm_log_enabled(level) &&                                 \
-		    farm_log_limit_pass(lim, &sup_))                           \
-			farm_log_write(level, __FILE__, __LINE__,              \
-			               fmt " (%" PRIu64 " like it held back)", \
-			               __VA_ARGS__, sup_);                     \
+/* The line with " (N like it held back)" appended when N > 0. */
+#define farm_log_limited(lim, level, fmt, ...)                              \
+	do {                                                                \
+		uint64_t sup_;                                              \
+		char held_[48] = "";                                        \
+		if (farm_log_enabled(level) &&                              \
+		    farm_log_limit_pass(lim, &sup_)) {                      \
+			if (sup_)                                           \
+				farm_log_held(held_, sizeof(held_), sup_);  \
+			farm_log_write(level, __FILE__, __LINE__, fmt "%s", \
+			               __VA_ARGS__, held_);                 \
+		}                                                           \
 	} while (0)
 #define farm_warn_limited(lim, fmt, ...) \
 	farm_log_limited(lim, FARM_LOG_WARN, fmt, __VA_ARGS__)
