@@ -7,9 +7,9 @@
  * lease is removed though it lives). Once every other member runs in that
  * configuration with its regions active, it gets SIGCONT: a removed
  * machine that lives on, still registered in ZooKeeper, whose lease
- * thread still judges the configuration it was removed from (it probes
- * the new one and logs "0 of 3 machines of configuration 2 answered the
- * probe": its READs are fenced). Then another machine is killed
+ * thread judges the configuration it believes in until the view without
+ * it arrives; then it goes quiet (no renewal, no suspicion, no probe:
+ * test_rec_zombie's quiet checks). Then another machine is killed
  * (SIGKILL): three machines of that configuration, two alive, a majority.
  * The test asserts:
  *
@@ -32,10 +32,11 @@
  *   member  stop 3, kill 2: the configuration {0, 1, 2}, the CM lives;
  *   cm      stop 0 (the CM), kill 2: machine 1 manages {1, 2, 3} while
  *           the resumed machine 0, the lowest id, stays registered. Its
- *           two recovery log lines are those of a CI run of
- *           recovery_bench_smoke (machine 1: "configuration 2: 1
- *           machine(s) to remove (first 2); 2 of 3 answered the probe",
- *           machine 0: "0 of 3 ... no majority");
+ *           recovery log line is that of a CI run of recovery_bench_smoke
+ *           (machine 1: "configuration 2: 1 machine(s) to remove (first
+ *           2); 2 of 3 answered the probe"; machine 0, removed, used to
+ *           add "0 of 3 ... no majority" from the kill's death notice:
+ *           it drops that suspicion now);
  *   newcm   stop 0, kill 1: the machine that wrote the last
  *           configuration is the one killed;
  *   early   stop 0 once every machine has committed one transfer: a

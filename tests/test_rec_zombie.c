@@ -17,7 +17,15 @@
  *   - it learns it was removed (farm_node_removed) and stops, within
  *     ZOMBIE_MS of SIGCONT;
  *   - recbank.h's checks over every machine, the zombie's history included
- *     (its transactions that spanned the stop end as it was told).
+ *     (its transactions that spanned the stop end as it was told);
+ *   - quiet: once it knows (its lease retired), it gets a death notice
+ *     of machine 0 (as test_rec_cascade's kill brings it) and its
+ *     application retries for QUIET_MS, every millisecond, whatever the
+ *     error (a transfer of two of its own accounts, an allocation
+ *     committed): every attempt fails FARM_EFENCED, final
+ *     (farm_tx_retryable false); its lease thread sends nothing, its
+ *     recovery drops the notice and suspects and probes nobody; the
+ *     library writes at most QUIET_LINES log lines meanwhile.
  *
  * On shm a request that passed its revocation check just before SIGSTOP
  * still lands after SIGCONT (the check is per doorbell); the zombie's
@@ -26,6 +34,8 @@
  *
  * --broken: a view that drops machines does not fence them (the switch
  * point FARM_FP_NODE_NO_FENCE); the checks must notice.
+ * --broken-loud: a removed machine acts as before it went quiet
+ * (FARM_FP_REMOVED_LOUD); the quiet checks must notice.
  *
  * Exits 77 (skip) without the ZooKeeper client or server, or without
  * fault injection (--broken only).
@@ -36,9 +46,26 @@
 
 #include <signal.h>
 
-#define ZOMBIE    3
-#define ZOMBIE_MS 5000 /* after SIGCONT it must have stopped within */
-#define NLOCAL    5    /* lock-free reads of its own accounts */
+#include "recovery/recovery.h"
+#include "util/log.h"
+
+#define ZOMBIE      3
+#define ZOMBIE_MS   5000 /* after SIGCONT it must have stopped within */
+#define NLOCAL      5    /* lock-free reads of its own accounts */
+#define QUIET_MS    1000 /* its application retries this long, removed */
+#define QUIET_LINES 8    /* library log lines it may write meanwhile */
+
+static bool opt_loud; /* --broken-loud (inherited by the machines) */
+
+/* The zombie's retries once it knows it was removed: attempts, those
+ * that failed FARM_EFENCED, the first other outcome; what grew over the
+ * window. */
+struct quiet {
+	bool ran, retired; /* its lease retired before the window */
+	uint64_t tries, fenced, other;
+	int other_err;
+	uint64_t lines, sent, suspicions, probes, dropped;
+};
 
 /* What the zombie reports after its 'D' ('Z'). */
 struct zombie_report {
@@ -49,6 +76,7 @@ struct zombie_report {
 	unsigned removed_served; /* the same once it knew it was removed */
 	int local_err;
 	bool resumed, removed;
+	struct quiet q;
 };
 
 /* ---- the zombie (child side) ------------------------------------------ */
@@ -137,6 +165,75 @@ static int z_step(struct tx_child *c, struct run_report *r)
 	return np_now_ns() > t + ZOMBIE_MS * 1000000ull;
 }
 
+/* One attempt of its application: a transfer between two of its own
+ * accounts, or an allocation near them, committed. */
+static int z_attempt(struct tx_child *c, bool alloc)
+{
+	farm_tx *tx;
+	int rc = farm_tx_begin(c->txm, c->np.loop, &tx);
+	if (rc)
+		return rc;
+	const void *d;
+	void *w;
+	farm_fatptr p;
+	if (alloc)
+		rc = farm_tx_alloc_sync(tx, 64, Z.mine[0].addr, &p, &w);
+	else if (!(rc = farm_tx_read_sync(tx, Z.mine[0].addr, 64, &d)) &&
+	         !(rc = farm_tx_read_sync(tx, Z.mine[1].addr, 64, &d)))
+		rc = farm_tx_write(tx, Z.mine[0].addr, &w);
+	if (!rc)
+		rc = farm_tx_commit_sync(tx);
+	farm_tx_free(tx);
+	return rc;
+}
+
+static void z_counters(struct tx_child *c, struct farm_recovery_stats *rs)
+{
+	farm_recovery_stats(farm_node_recovery(c->np.node), rs);
+}
+
+/* Once removed: wait (1 s at most) until its recovery counted the removal
+ * and, unless loud, retired its lease; then QUIET_MS of retries, one a
+ * millisecond, whatever the outcome. */
+static void z_quiet(struct tx_child *c, struct quiet *q)
+{
+	static const volatile int never = 0;
+	struct farm_recovery_stats *rs = malloc(2 * sizeof(*rs));
+	if (!rs)
+		return;
+	uint64_t t = np_now_ns() + 1000000000ull;
+	for (;;) {
+		z_counters(c, &rs[0]);
+		q->retired = rs[0].lease.retired > 0;
+		if ((rs[0].removed && (q->retired || opt_loud)) ||
+		    np_now_ns() > t)
+			break;
+		(void)farm_loop_wait(c->np.loop, &never, 1000000ull);
+	}
+	uint64_t lines = farm_log_lines();
+	/* What test_rec_cascade's kill brings it: the fabric's death notice
+	 * of a member of the configuration it is no longer in. */
+	farm_recovery_peer_dead(farm_node_recovery(c->np.node), 0);
+	t = np_now_ns() + QUIET_MS * 1000000ull;
+	while (np_now_ns() < t) {
+		int rc = z_attempt(c, q->tries & 1);
+		q->tries++;
+		if (rc == FARM_EFENCED)
+			q->fenced++;
+		else if (!q->other++)
+			q->other_err = rc;
+		(void)farm_loop_wait(c->np.loop, &never, 1000000ull);
+	}
+	q->lines = farm_log_lines() - lines;
+	z_counters(c, &rs[1]);
+	q->sent = rs[1].lease.sent - rs[0].lease.sent;
+	q->suspicions = rs[1].suspicions - rs[0].suspicions;
+	q->probes = rs[1].probes - rs[0].probes;
+	q->dropped = rs[1].dropped - rs[0].dropped;
+	q->ran = true;
+	free(rs);
+}
+
 static int z_end(struct tx_child *c, const farm_fatptr *acc, unsigned nacc)
 {
 	(void)acc;
@@ -148,6 +245,8 @@ static int z_end(struct tx_child *c, const farm_fatptr *acc, unsigned nacc)
 	Z.rep.t_removed_ns = atomic_load(&rb_left_ns);
 	if (Z.rep.removed)
 		Z.rep.removed_served = read_own(c);
+	if (Z.rep.removed)
+		z_quiet(c, &Z.rep.q);
 	return np_say(&c->np, 'Z', &Z.rep, sizeof(Z.rep));
 }
 
@@ -212,11 +311,72 @@ static void zombie_history(uint64_t t_stop, uint64_t t_cont, struct zhist *z)
 	free(v);
 }
 
+/* The quiet checks: its application's retries once it knew. */
+static void check_quiet(struct fails *f, const struct zombie_report *zr)
+{
+	const struct quiet *q = &zr->q;
+	if (!zr->removed)
+		return; /* failed above */
+	printf("zombie quiet: lease %s; %" PRIu64 " attempts in %d ms, %" PRIu64
+	       " FARM_EFENCED, %" PRIu64 " other (first: %s); meanwhile "
+	       "%" PRIu64 " log lines, %" PRIu64 " lease datagrams sent, "
+	       "%" PRIu64 " suspicions, %" PRIu64 " probes, %" PRIu64
+	       " suspicions dropped\n",
+	       q->retired ? "retired" : "NOT retired", q->tries, QUIET_MS,
+	       q->fenced, q->other,
+	       q->other ? farm_strerror(q->other_err) : "-", q->lines, q->sent,
+	       q->suspicions, q->probes, q->dropped);
+	if (!q->ran || !q->tries) {
+		failed(f,
+		       "the zombie's application did not retry once removed");
+		return;
+	}
+	if (q->other || farm_tx_retryable(FARM_EFENCED))
+		failed(f,
+		       "%" PRIu64 " of %" PRIu64 " attempts on the removed "
+		       "machine failed otherwise than FARM_EFENCED (first: %s)",
+		       q->other, q->tries, farm_strerror(q->other_err));
+	if (!q->retired || q->sent)
+		failed(f,
+		       "the removed machine's lease is %s: %" PRIu64
+		       " datagrams sent in %d ms",
+		       q->retired ? "retired" : "not retired", q->sent,
+		       QUIET_MS);
+	if (q->suspicions || q->probes || !q->dropped)
+		failed(f,
+		       "the removed machine suspected %" PRIu64 " and probed "
+		       "%" PRIu64 " times in %d ms, %" PRIu64 " suspicions "
+		       "dropped (a death notice of machine 0 among them)",
+		       q->suspicions, q->probes, QUIET_MS, q->dropped);
+	if (q->lines > QUIET_LINES)
+		failed(f,
+		       "the removed machine wrote %" PRIu64 " log lines in %d "
+		       "ms of its application's retries (at most %d)",
+		       q->lines, QUIET_MS, QUIET_LINES);
+}
+
+static const char *run_name(void)
+{
+	if (opt_loud)
+		return "zombie_loud";
+	return opt_broken ? "zombie_broken" : "zombie";
+}
+
+/* What a --broken run broke, for its verdict; NULL: not one. */
+static const char *broken_why(void)
+{
+	if (opt_loud)
+		return "a removed machine was as loud as before";
+	if (opt_broken)
+		return "a removed machine was not fenced (no revocation)";
+	return NULL;
+}
+
 static void test_zombie(void **state)
 {
 	(void)state;
 	struct rb_result res;
-	rb_start(&res, opt_broken ? "zombie_broken" : "zombie");
+	rb_start(&res, run_name());
 	np_send(&rb_cl, ZOMBIE, 'z');
 	struct zombie_report zr;
 	char ok = 0;
@@ -235,7 +395,7 @@ static void test_zombie(void **state)
 	struct run_report zrun;
 	np_expect(&rb_cl, ZOMBIE, 'D', ZOMBIE_MS + 30000);
 	np_recv(&rb_cl, ZOMBIE, &zrun, sizeof(zrun), 1000);
-	np_expect(&rb_cl, ZOMBIE, 'Z', 5000);
+	np_expect(&rb_cl, ZOMBIE, 'Z', 5000 + 2 * QUIET_MS + 10000);
 	np_recv(&rb_cl, ZOMBIE, &zr, sizeof(zr), 1000);
 	rb_check(&res);
 
@@ -333,11 +493,11 @@ static void test_zombie(void **state)
 		       "the zombie committed %u transfers it began after "
 		       "SIGCONT",
 		       zh.after_write_committed);
-	rb_verdict(&res, opt_broken,
-	           "a removed machine was not fenced (no revocation)");
+	check_quiet(f, &zr);
+	rb_verdict(&res, broken_why() != NULL, broken_why());
 }
 
-static void no_fence(enum farm_fault_point fp, void *arg)
+static void switch_on(enum farm_fault_point fp, void *arg)
 {
 	(void)fp;
 	(void)arg;
@@ -351,12 +511,19 @@ int main(int argc, char **argv)
 	if (argc > 1 && !strcmp(argv[1], "--broken")) {
 		opt_broken = true;
 		/* Inherited by the machines (forked). */
-		if (farm_fault_set(FARM_FP_NODE_NO_FENCE, no_fence, NULL)) {
+		if (farm_fault_set(FARM_FP_NODE_NO_FENCE, switch_on, NULL)) {
+			printf("skipped: built without fault injection\n");
+			return FARM_TEST_SKIP;
+		}
+	} else if (argc > 1 && !strcmp(argv[1], "--broken-loud")) {
+		opt_loud = true;
+		if (farm_fault_set(FARM_FP_REMOVED_LOUD, switch_on, NULL)) {
 			printf("skipped: built without fault injection\n");
 			return FARM_TEST_SKIP;
 		}
 	} else if (argc > 1) {
-		fprintf(stderr, "usage: %s [--broken]\n", argv[0]);
+		fprintf(stderr, "usage: %s [--broken|--broken-loud]\n",
+		        argv[0]);
 		return 2;
 	}
 	rb_p.cmd = z_cmd;

@@ -43,8 +43,9 @@ enum farm_error {
 	                              (retry) */
 	FARM_EFREED = -10013,      /* the object was freed (stale pointer) */
 	/* Recovery. */
-	FARM_EFENCED = -10014,  /* the target revoked this machine's access: it
-	                           was removed from the configuration */
+	FARM_EFENCED = -10014,  /* the target revoked this machine's access, or
+	                           this machine knows it was removed from the
+	                           configuration (not retryable) */
 	FARM_ELEASE = -10015,   /* this machine's lease at the configuration
 	                           manager lapsed: it serves no reads until
 	                           renewed (it may have been removed) */

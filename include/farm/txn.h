@@ -50,7 +50,10 @@ typedef struct farm_fatptr {
 
 /* ---- transactions -------------------------------------------------------- */
 
-/* Begin a transaction on @loop (its thread). */
+/* Begin a transaction on @loop (its thread). -EINVAL; -EAGAIN (too many
+ * open on @loop); -ENOMEM; FARM_EFENCED once this machine knows it was
+ * removed from the configuration (farm_node_removed): final, not
+ * retryable, as are reads it may no longer serve then; stop using it. */
 FARM_API FARM_MUST_CHECK int farm_tx_begin(farm_txm *m, farm_loop *loop,
                                            farm_tx **out);
 
@@ -182,7 +185,8 @@ FARM_API void farm_tx_free(farm_tx *tx);
  * reports only once it is sure not to have committed; after recovery
  * installs the next configuration the retry succeeds. False for
  * FARM_EUNKNOWN, a blocking commit given up at its deadline: it may have
- * committed, and a retry could commit twice. */
+ * committed, and a retry could commit twice. False for FARM_EFENCED: this
+ * machine was removed, and nothing it begins will commit. */
 FARM_API bool farm_tx_retryable(int outcome);
 
 /* ---- blocking wrappers (drive the loop; not from handlers) --------------- */

@@ -276,9 +276,11 @@ static void on_recovery(void *ctx, enum farm_recovery_event e,
 	(void)config_id;
 	farm_node *n = ctx;
 	pthread_mutex_lock(&n->lock);
-	if (e == FARM_RECOVERY_REMOVED)
+	if (e == FARM_RECOVERY_REMOVED) {
 		n->removed = true;
-	else if (e == FARM_RECOVERY_LEASE_LOST)
+		/* Its application learns it at its next transaction. */
+		farm_txm_set_removed(n->txm);
+	} else if (e == FARM_RECOVERY_LEASE_LOST)
 		n->lease_lost = true;
 	pthread_cond_broadcast(&n->cond);
 	pthread_mutex_unlock(&n->lock);

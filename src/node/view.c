@@ -336,8 +336,10 @@ static enum av_state av_admit(struct av *a)
 	bool tell = left && !n->refused;
 	if (left) {
 		n->refused = true;
-		if (was)
+		if (was) {
 			n->removed = true;
+			farm_txm_set_removed(n->txm);
+		}
 		pthread_cond_broadcast(&n->cond);
 	}
 	pthread_mutex_unlock(&n->lock);

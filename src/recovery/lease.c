@@ -81,7 +81,8 @@ struct farm_lease {
 	pthread_t th;
 	pthread_mutex_t mu;
 	bool stop, muted;
-	bool held; /* farm_lease_hold: renewals go on, nothing is judged */
+	bool held;    /* farm_lease_hold: renewals go on, nothing is judged */
+	bool retired; /* farm_lease_retire: not a member, nothing runs */
 
 	/* The configuration. */
 	uint64_t config_id;
@@ -361,10 +362,10 @@ static void handle_msg(farm_lease *l, const struct lease_msg *m,
 		return;
 	}
 	struct peer *p;
-	if (!ours || !l->have_config || m->config_id < l->cm_since ||
-	    !(p = find_peer(l, m->from)) || !from_peer(p, from) ||
-	    m->type >= FARM_ARRAY_SIZE(member_msg) || !member_msg[m->type] ||
-	    !member_msg[m->type](l, p, m, now))
+	if (!ours || !l->have_config || l->retired ||
+	    m->config_id < l->cm_since || !(p = find_peer(l, m->from)) ||
+	    !from_peer(p, from) || m->type >= FARM_ARRAY_SIZE(member_msg) ||
+	    !member_msg[m->type] || !member_msg[m->type](l, p, m, now))
 		l->st.refused++;
 }
 
@@ -372,7 +373,7 @@ static void handle_msg(farm_lease *l, const struct lease_msg *m,
 static uint64_t tick(farm_lease *l, uint64_t now, struct events *ev)
 {
 	uint64_t next = now + l->lease_ns; /* idle: look again a lease on */
-	if (!l->have_config || l->muted)
+	if (!l->have_config || l->muted || l->retired)
 		return next;
 	/* Testing: nothing lapses; renewals still go out. */
 	bool expire = !atomic_load_explicit(&no_expiry, memory_order_relaxed) &&
@@ -676,6 +677,7 @@ int farm_lease_set_config(farm_lease *l, uint64_t config_id, uint32_t cm,
 		l->own_renew_ns = 0;
 	}
 	l->lost_reported = false;
+	l->retired = false;
 	l->next_send_ns = now;
 	l->config_id = config_id;
 	l->cm = cm;
@@ -779,8 +781,9 @@ int farm_lease_suspect(farm_lease *l, uint32_t machine)
 	struct events ev = {0};
 	pthread_mutex_lock(&l->mu);
 	struct peer *p = find_peer(l, machine);
-	/* A member holds leases only with the CM. */
-	bool held = p && (is_cm(l) || machine == l->cm);
+	/* A member holds leases only with the CM; a retired machine, with
+	 * nobody. */
+	bool held = p && !l->retired && (is_cm(l) || machine == l->cm);
 	if (held)
 		suspect_locked(l, p, FARM_LEASE_REPORTED, &ev);
 	pthread_mutex_unlock(&l->mu);
@@ -788,6 +791,20 @@ int farm_lease_suspect(farm_lease *l, uint32_t machine)
 		return -ENOENT;
 	run_events(l, &ev);
 	return 0;
+}
+
+void farm_lease_retire(farm_lease *l)
+{
+	if (!l)
+		return;
+	pthread_mutex_lock(&l->mu);
+	if (l->have_config && !l->retired) {
+		l->retired = true;
+		l->st.retired++;
+	}
+	pthread_mutex_unlock(&l->mu);
+	/* Not woken: its next tick, at most a lease away, finds it retired
+	 * and sends nothing more. */
 }
 
 void farm_lease_hold(farm_lease *l, bool on)

@@ -102,6 +102,7 @@ struct farm_lease_stats {
 	uint64_t lost;       /* times this machine's own lease lapsed */
 	uint64_t refused;    /* bad, stale or foreign messages dropped */
 	uint64_t max_gap_us; /* longest time between renewals of one lease */
+	uint64_t retired;    /* farm_lease_retire calls that took effect */
 	bool realtime;       /* the thread runs SCHED_FIFO */
 };
 
@@ -143,6 +144,15 @@ int farm_lease_probe(farm_lease *l, const struct farm_lease_peer *peers,
  * holder of its id (another lease address). NULL @l: a no-op.
  */
 void farm_lease_probe_dead(farm_lease *l, uint32_t machine);
+/*
+ * farm_lease_retire() - this machine is a member no more (a configuration
+ * left it out: removed, or let go): its lease thread neither renews nor
+ * judges any lease, and raises no suspicion, until farm_lease_set_config
+ * takes it back. The serve word is left as it is: nothing renews it, so
+ * it lapses (a removed machine's lapsed long before it learns). NULL @l:
+ * a no-op.
+ */
+void farm_lease_retire(farm_lease *l);
 /* Report a suspicion from elsewhere (the fabric saw the peer die): it
  * goes through on_suspect as a lapse would. -ENOENT for a machine this
  * machine holds no lease with. */

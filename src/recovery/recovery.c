@@ -75,12 +75,24 @@ static void step(farm_recovery *r, uint32_t kind, uint32_t machine, uint32_t n,
 	st->steps_total++;
 }
 
+/* Under r->mu: whether this machine may judge the view in force. One
+ * the view leaves out (removed, let go, not yet admitted) is no member of
+ * it: its suspicions would probe a configuration it is not in, and the
+ * members judge each other without it. */
+static bool judges(farm_recovery *r)
+{
+	return r->have_view && (farm_view_find(&r->view, r->a.self_id) ||
+	                        FARM_FAULT_SWITCH(FARM_FP_REMOVED_LOUD));
+}
+
 static void queue_suspect(farm_recovery *r, uint32_t machine)
 {
 	pthread_mutex_lock(&r->mu);
-	if (r->have_view && farm_view_find(&r->view, machine) &&
-	    !in_list(r->pending, r->npending, machine) &&
-	    r->npending < FARM_VIEW_MAX) {
+	if (r->have_view && !judges(r))
+		r->st.dropped++;
+	else if (r->have_view && farm_view_find(&r->view, machine) &&
+	         !in_list(r->pending, r->npending, machine) &&
+	         r->npending < FARM_VIEW_MAX) {
 		r->pending[r->npending++] = machine;
 		r->st.suspicions++;
 		r->st.t_suspect_ns = farm_now_ns();
@@ -125,11 +137,18 @@ struct probe {
 	unsigned nout;
 };
 
-/* Sort the configuration's members into @p's lists for suspects @sus. */
-static void probe_plan(farm_recovery *r, const uint32_t *sus, unsigned nsus,
+/* Sort the configuration's members into @p's lists for suspects @sus;
+ * false (nothing to probe) when a view that leaves this machine out came
+ * since they were queued. */
+static bool probe_plan(farm_recovery *r, const uint32_t *sus, unsigned nsus,
                        struct probe *p)
 {
 	pthread_mutex_lock(&r->mu);
+	if (!judges(r)) {
+		r->st.dropped += nsus;
+		pthread_mutex_unlock(&r->mu);
+		return false;
+	}
 	bool by_read = r->a.msg && !FARM_FAULT_SWITCH(FARM_FP_REC_LEASE_PROBE);
 	p->n = r->npeers;
 	for (unsigned i = 0; i < p->n; i++) {
@@ -147,6 +166,7 @@ static void probe_plan(farm_recovery *r, const uint32_t *sus, unsigned nsus,
 	p->mem = r->mem;
 	r->st.probes++;
 	pthread_mutex_unlock(&r->mu);
+	return true;
 }
 
 /* The others first: FaRM's CM READs every member but the suspect
@@ -217,7 +237,8 @@ static void probe_note(farm_recovery *r, const struct probe *p,
 static void handle(farm_recovery *r, const uint32_t *sus, unsigned nsus)
 {
 	struct probe p = {0};
-	probe_plan(r, sus, nsus, &p);
+	if (!probe_plan(r, sus, nsus, &p))
+		return;
 	probe_ask(r, &p);
 	bool majority = p.got >= 0 && (unsigned)p.got * 2 > p.n;
 	probe_note(r, &p, sus, nsus, majority);
@@ -450,6 +471,12 @@ int farm_recovery_view(farm_recovery *r, const struct farm_view *v,
 	if (member)
 		r->removed_reported = false;
 	pthread_mutex_unlock(&r->mu);
+	/* No leases for a machine outside it: its lease thread, left with
+	 * the configuration it was removed from, would renew at a CM that
+	 * refuses it and suspect every member of it. Before the node hears
+	 * of the removal, so that its lease is quiet once it knows. */
+	if (!member && !FARM_FAULT_SWITCH(FARM_FP_REMOVED_LOUD))
+		farm_lease_retire(r->lease);
 	/* A machine that left gracefully (farm_view.left) was let go, not
 	 * removed: the node says so (farm_node_leave). */
 	if (report && !farm_ids_have(v->left, v->nleft, r->a.self_id))

@@ -94,6 +94,9 @@ struct farm_recovery_stats {
 	                         included, answered at once) */
 	uint64_t read_silent; /* ... of which did not answer */
 	uint64_t removed;     /* times this machine found itself removed */
+	/* Suspicions dropped unprobed: the view in force leaves this
+	 * machine out, so it judges none of its members. */
+	uint64_t dropped;
 	/* farm_recovery_lease_wait: lease lengths waited as the CM, and waits
 	 * skipped because every removed machine was known dead. */
 	uint64_t lease_waits;

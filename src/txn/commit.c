@@ -141,6 +141,27 @@ static int build_rec(farm_tx *tx, int type, uint32_t p, uint32_t b,
 	return 0;
 }
 
+/* A COMMIT-PRIMARY or ABORT record not written. The outcome carries the
+ * error to the application; a line per record only fills a disk when the
+ * application retries on a machine that cannot write (removed, its access
+ * revoked, or a peer gone): fenced or removed, nothing is said (the
+ * recovery module said once that it was removed); anything else, once a
+ * second with a count. */
+static void append_failed(farm_tx *tx, uint32_t mach, int kind, int rc)
+{
+	static struct farm_log_limit lim;
+	const char *what = kind == K_PRIMARY ? "COMMIT-PRIMARY" : "ABORT";
+	if (FARM_FAULT_SWITCH(FARM_FP_REMOVED_LOUD))
+		farm_warn("txn: %s record of transaction %#" PRIx64
+		          " to machine %" PRIu32 " not written: %s",
+		          what, tx->id, mach, farm_strerror(rc));
+	else if (rc != FARM_EFENCED && !txn_removed(tx->m))
+		farm_warn_limited(&lim,
+		                  "txn: %s record of transaction %#" PRIx64
+		                  " to machine %" PRIu32 " not written: %s",
+		                  what, tx->id, mach, farm_strerror(rc));
+}
+
 static void tx_append(farm_tx *tx, uint32_t mach, uint8_t *buf, size_t len,
                       int kind)
 {
@@ -152,11 +173,7 @@ static void tx_append(farm_tx *tx, uint32_t mach, uint8_t *buf, size_t len,
 			tp->used += len;
 	}
 	if (rc && rc != -EAGAIN && (kind == K_PRIMARY || kind == K_ABORT))
-		farm_warn("txn: %s record of transaction %#" PRIx64
-		          " to machine "
-		          "%" PRIu32 " not written: %s",
-		          kind == K_PRIMARY ? "COMMIT-PRIMARY" : "ABORT",
-		          tx->id, mach, farm_strerror(rc));
+		append_failed(tx, mach, kind, rc);
 	if (rc) {
 		if (!tx->fail)
 			tx->fail = rc;

@@ -136,7 +136,7 @@ static void rd_check(struct rd_op *op)
 	 * have been removed, its regions promoted elsewhere) must not
 	 * return what it read. */
 	if (!rc && !txn_serving(op->tl->m))
-		rc = FARM_ELEASE;
+		rc = txn_not_serving(op->tl->m);
 	op->status = rc;
 	op->done(op);
 }
@@ -183,7 +183,7 @@ static void rd_start(struct rd_op *op)
 			return;
 		}
 		if (!rc && !txn_serving(m))
-			rc = FARM_ELEASE; /* see rd_check */
+			rc = txn_not_serving(m); /* see rd_check */
 		op->status = rc;
 		/* Never complete inline: the caller may not be ready. */
 		if (farm_loop_defer(tl->loop, rd_finish_post, op)) {
@@ -564,7 +564,7 @@ int farm_tx_read_local(farm_tx *tx, farm_gaddr a, uint32_t size,
 	if (rc == -EAGAIN)
 		rc = -EBUSY;
 	if (!rc && !txn_serving(m))
-		rc = FARM_ELEASE; /* see rd_check */
+		rc = txn_not_serving(m); /* see rd_check */
 	uint8_t *d = NULL;
 	if (!rc && !(o = tx_add(tx)))
 		rc = -ENOMEM;

@@ -23,6 +23,11 @@ int farm_tx_begin(farm_txm *m, farm_loop *loop, farm_tx **out)
 	struct txloop *tl = loop_state(m, loop);
 	if (!tl || !out)
 		return -EINVAL;
+	/* A removed machine commits nothing and reads nothing it may serve:
+	 * a final error, where a retryable one would keep an application
+	 * retrying (and its commits failing) for as long as it runs. */
+	if (txn_removed(m) && !FARM_FAULT_SWITCH(FARM_FP_REMOVED_LOUD))
+		return FARM_EFENCED;
 	uint64_t seq = 0;
 	unsigned i;
 	for (i = 0; i < TX_SLOTS; i++) {

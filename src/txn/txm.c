@@ -444,6 +444,12 @@ void farm_txm_set_incarnation(farm_txm *m, uint32_t inc)
 		atomic_store_explicit(&m->self_inc, inc, memory_order_relaxed);
 }
 
+void farm_txm_set_removed(farm_txm *m)
+{
+	if (m)
+		atomic_store_explicit(&m->removed, true, memory_order_relaxed);
+}
+
 /* Loop @tl's transaction state of @coord's transactions: their ids come
  * again from a new holder (they are machine, thread and a sequence that
  * starts afresh), so what is left of the old holder's goes. */

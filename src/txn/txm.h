@@ -101,6 +101,12 @@ int farm_txm_forget_peer(farm_txm *m, farm_loop *loop, uint32_t id);
  * holder). Before its first transaction; with @inc above 0 its loops
  * write a log only once that log is open to @inc. */
 void farm_txm_set_incarnation(farm_txm *m, uint32_t inc);
+/* This machine learned it was removed from the configuration (the node,
+ * when recovery or a view says so): from now on farm_tx_begin answers
+ * FARM_EFENCED, as do reads it may not serve (not FARM_ELEASE, which is
+ * retryable), so an application stops instead of retrying forever. Any
+ * thread; once, for good. NULL is fine. */
+void farm_txm_set_removed(farm_txm *m);
 
 /*
  * farm_txm_reconfigure() - the configuration became @cfg, with @members

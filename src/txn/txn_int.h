@@ -34,6 +34,7 @@
 
 #include "txn/txm.h"
 #include "util/common.h"
+#include "util/fault.h"
 #include "util/stat.h"
 
 #include "txn/txn_log.h"
@@ -133,6 +134,9 @@ struct farm_txm {
 	_Atomic uint64_t loop_bytes;
 	/* This machine's incarnation of its id (farm_txm_set_incarnation). */
 	_Atomic uint32_t self_inc;
+	/* farm_txm_set_removed: set once, never cleared. Relaxed: a flag
+	 * that only picks an error; what fences the machine is the fabric. */
+	atomic_bool removed;
 };
 
 /* May this machine serve a read now (its lease holds)? Acquire: pairs with
@@ -140,6 +144,22 @@ struct farm_txm {
 static inline bool txn_serving(farm_txm *m)
 {
 	return farm_txm_lease_held(&m->serve_until);
+}
+
+/* Whether this machine knows it was removed (farm_txm_set_removed). */
+static inline bool txn_removed(farm_txm *m)
+{
+	return atomic_load_explicit(&m->removed, memory_order_relaxed);
+}
+
+/* The error of a read this machine may not serve: FARM_EFENCED once it
+ * knows it was removed (final: retrying cannot help), else FARM_ELEASE
+ * (retryable: the lease may be renewed). */
+static inline int txn_not_serving(farm_txm *m)
+{
+	return txn_removed(m) && !FARM_FAULT_SWITCH(FARM_FP_REMOVED_LOUD)
+	               ? FARM_EFENCED
+	               : FARM_ELEASE;
 }
 
 enum {

@@ -567,6 +567,14 @@ enum farm_fault_point {
 	 * calls ended at the next scan (test_rec_cascade early --broken: a
 	 * survivor's lookup sent to the stopped CM must hold it 10 s). */
 	FARM_FP_MSG_CALL_REMOVED_WAIT,
+	/* recovery/recovery.c, txn/tx.c and txn/commit.c, a switch: while
+	 * hooked, a machine that knows it was removed acts as before it
+	 * went quiet: its lease thread renews and judges the configuration
+	 * it was removed from, its suspicions are probed, its transactions
+	 * begin, and every record a commit cannot write is warned
+	 * (test_rec_zombie --broken-loud must see its lease traffic and log
+	 * lines grow while its application retries). */
+	FARM_FP_REMOVED_LOUD,
 	FARM_FP_COUNT
 };
 

@@ -10,6 +10,38 @@
 
 static atomic_int log_level = -1;
 static atomic_int log_time = -1; /* $FARM_LOG_TIME set: 1 */
+static _Atomic uint64_t log_lines;
+
+uint64_t farm_log_lines(void)
+{
+	return atomic_load_explicit(&log_lines, memory_order_relaxed);
+}
+
+void farm_log_held(char *buf, unsigned size, uint64_t n)
+{
+	snprintf(buf, size, " (%" PRIu64 " like it held back)", n);
+}
+
+bool farm_log_limit_pass(struct farm_log_limit *l, uint64_t *suppressed)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	uint64_t now =
+	        (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	/* Relaxed: a counter and a deadline, nothing published with them;
+	 * the CAS alone picks the one thread that writes the line. */
+	uint64_t next = atomic_load_explicit(&l->next_ns, memory_order_relaxed);
+	if (now < next || !atomic_compare_exchange_strong_explicit(
+	                          &l->next_ns, &next, now + FARM_LOG_LIMIT_NS,
+	                          memory_order_relaxed, memory_order_relaxed)) {
+		atomic_fetch_add_explicit(&l->suppressed, 1,
+		                          memory_order_relaxed);
+		return false;
+	}
+	*suppressed = atomic_exchange_explicit(&l->suppressed, 0,
+	                                       memory_order_relaxed);
+	return true;
+}
 
 static int parse_level(const char *s)
 {
@@ -69,4 +101,5 @@ void farm_log_write(enum farm_log_level level, const char *file, int line,
 	 * sharing a terminal do not interleave mid-line. */
 	ssize_t w = write(STDERR_FILENO, buf, (size_t)n);
 	(void)w;
+	atomic_fetch_add_explicit(&log_lines, 1, memory_order_relaxed);
 }
